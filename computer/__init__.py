@@ -1,0 +1,61 @@
+"""computer: durable, isolated workspaces for AI agents, on Ray.
+
+The public face. Heavy pieces (Ray, the actors) load on first use, so ``import computer`` is cheap
+and the embedded ``Workspace`` never imports Ray.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from .storage.errors import FsInvalidError
+from .storage.types import DirEntry, FileStat, FindEntry, GrepContextLine, GrepMatch
+
+if TYPE_CHECKING:
+    from .actors import WorkspaceHost, init, workspace_actor
+    from .client import get_workspace
+    from .config import Settings
+    from .runtime.types import BackendInfo, ExecResult, ExecSnapshot, OutputTruncation
+    from .workspace import Workspace
+
+__all__ = [
+    "BackendInfo",
+    "DirEntry",
+    "ExecResult",
+    "ExecSnapshot",
+    "FileStat",
+    "FindEntry",
+    "FsInvalidError",
+    "GrepContextLine",
+    "GrepMatch",
+    "OutputTruncation",
+    "Settings",
+    "Workspace",
+    "WorkspaceHost",
+    "get_workspace",
+    "init",
+    "workspace_actor",
+]
+
+_LAZY = {
+    "Workspace": ".workspace",
+    "init": ".actors",
+    "workspace_actor": ".actors",
+    "WorkspaceHost": ".actors",
+    "get_workspace": ".client",
+    "Settings": ".config",
+    "BackendInfo": ".runtime.types",
+    "ExecResult": ".runtime.types",
+    "ExecSnapshot": ".runtime.types",
+    "OutputTruncation": ".runtime.types",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'computer' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value

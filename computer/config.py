@@ -1,0 +1,55 @@
+"""Configuration: one pydantic settings model (SPEC section 7b).
+
+Values come from keyword arguments of ``computer.init(...)`` or from ``COMPUTER_*`` environment
+variables; :func:`settings` returns the active one (the last ``configure``/``init`` wins).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+__all__ = ["Settings", "configure", "settings"]
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="COMPUTER_", extra="forbid")
+
+    data_dir: Path = Field(default_factory=lambda: Path.home() / ".local" / "share" / "computer")
+    redis_url: str | None = None  # unset: embedded SQLite directory and asset store
+    assets_url: str = "http://127.0.0.1:8787"  # public base URL of `computer serve`
+    shell_pool_size: int = Field(default=2, ge=0)
+    python_pool_size: int = Field(default=2, ge=0)
+    hibernate_after: float = Field(default=300.0, gt=0)  # seconds an owner may stay idle
+    lock_lease: float = Field(default=30.0, gt=0)  # seconds a client's lock outlives its last renewal
+    max_workspace_bytes: int | None = None  # per-workspace size limit (ENOSPC beyond it); None: unlimited
+    object_store_memory: int = 256 * 1024 * 1024  # for a local Ray started by init()
+
+    @property
+    def workspaces_dir(self) -> Path:
+        return self.data_dir / "workspaces"
+
+    @property
+    def assets_dir(self) -> Path:
+        return self.data_dir / "assets"
+
+
+_active: Settings | None = None
+
+
+def configure(**overrides: Any) -> Settings:
+    """Build the active settings from the environment plus ``overrides`` (``None`` values are ignored)."""
+    global _active
+    _active = Settings(**{k: v for k, v in overrides.items() if v is not None})
+    return _active
+
+
+def settings() -> Settings:
+    """The active settings (from the environment when nothing was configured)."""
+    global _active
+    if _active is None:
+        _active = Settings()
+    return _active

@@ -1,0 +1,45 @@
+"""Filesystem errors: the right ``OSError`` subclass, with errno, strerror and the path.
+
+One place builds every error so that ``except FileNotFoundError`` works the same on the owner
+and on a client (errors cross Ray as ``(errno, message, path)`` and are rebuilt with :func:`fs_error`).
+"""
+
+from __future__ import annotations
+
+import errno as _errno
+import os
+
+__all__ = ["FsInvalidError", "fs_error", "error_to_wire", "error_from_wire"]
+
+
+class FsInvalidError(OSError, ValueError):
+    """EINVAL: a bad path or a bad option. Also a ``ValueError`` so plain validation code catches it."""
+
+
+_CLASSES: dict[int, type[OSError]] = {
+    _errno.ENOENT: FileNotFoundError,
+    _errno.EEXIST: FileExistsError,
+    _errno.ENOTDIR: NotADirectoryError,
+    _errno.EISDIR: IsADirectoryError,
+    _errno.EPERM: PermissionError,
+    _errno.EACCES: PermissionError,
+    _errno.EINVAL: FsInvalidError,
+}
+
+
+def fs_error(code: int, path: str | None, detail: str | None = None) -> OSError:
+    """Build the ``OSError`` subclass for ``code``; the message names ``path``."""
+    strerror = detail or os.strerror(code)
+    cls = _CLASSES.get(code, OSError)
+    return cls(code, strerror, path)
+
+
+def error_to_wire(exc: OSError) -> tuple[int, str, str | None]:
+    """The parts of an fs error that cross a process boundary."""
+    return (exc.errno or _errno.EIO, exc.strerror or str(exc), exc.filename)
+
+
+def error_from_wire(parts: tuple[int, str, str | None]) -> OSError:
+    """Rebuild an error sent by :func:`error_to_wire` (same class, errno and path)."""
+    code, strerror, path = parts
+    return fs_error(code, path, strerror)

@@ -1,0 +1,68 @@
+"""Canonical absolute POSIX paths (SPEC section 1).
+
+Every path is absolute; ``//`` and ``/./`` collapse, a trailing ``/`` is dropped, ``..`` pops one
+segment and ``..`` above ``/`` is EINVAL (no clamping). Names are at most 255 UTF-8 bytes, paths at
+most 4096.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from .errors import fs_error
+
+__all__ = ["MAX_NAME_BYTES", "MAX_PATH_BYTES", "canonical", "split", "join", "parts", "is_within"]
+
+MAX_PATH_BYTES = 4096
+MAX_NAME_BYTES = 255
+
+
+def canonical(path: str) -> str:
+    """Return the canonical form of ``path`` or raise EINVAL / ENAMETOOLONG naming it."""
+    if not isinstance(path, str):
+        raise fs_error(errno.EINVAL, repr(path), "path must be a string")
+    if path == "":
+        raise fs_error(errno.EINVAL, path, "empty path")
+    if "\x00" in path:
+        raise fs_error(errno.EINVAL, path.replace("\x00", "\\0"), "path contains NUL")
+    if not path.startswith("/"):
+        raise fs_error(errno.EINVAL, path, "path must be absolute")
+    out: list[str] = []
+    for seg in path.split("/"):
+        if seg == "" or seg == ".":
+            continue
+        if seg == "..":
+            if not out:
+                raise fs_error(errno.EINVAL, path, "path escapes root")
+            out.pop()
+            continue
+        if len(seg.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            raise fs_error(errno.ENAMETOOLONG, path, "file name too long")
+        out.append(seg)
+    result = "/" + "/".join(out)
+    if len(result.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
+        raise fs_error(errno.ENAMETOOLONG, path, "path too long")
+    return result
+
+
+def split(path: str) -> tuple[str, str]:
+    """Split a canonical path into (parent, name); ``/`` gives ``("/", "")``."""
+    if path == "/":
+        return "/", ""
+    parent, _, name = path.rpartition("/")
+    return (parent or "/"), name
+
+
+def join(parent: str, name: str) -> str:
+    """Join a canonical parent and one name."""
+    return parent + name if parent == "/" else parent + "/" + name
+
+
+def parts(path: str) -> list[str]:
+    """The segments of a canonical path (``[]`` for ``/``)."""
+    return [] if path == "/" else path[1:].split("/")
+
+
+def is_within(path: str, root: str) -> bool:
+    """True when canonical ``path`` is ``root`` or below it (segment-aware: ``/ws`` is not within ``/w``)."""
+    return root == "/" or path == root or path.startswith(root + "/")

@@ -1,0 +1,90 @@
+"""Result types of the filesystem surface (SPEC section 4). Frozen, snake_case, picklable."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "DirEntry",
+    "FileStat",
+    "FindEntry",
+    "GrepContextLine",
+    "GrepMatch",
+    "Change",
+    "ChangeSet",
+    "BatchResult",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class DirEntry:
+    name: str
+    parent_path: str
+    size: int
+    mtime: int  # milliseconds since the epoch
+    is_file: bool
+    is_directory: bool
+    is_symlink: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FileStat:
+    name: str
+    mode: int
+    mtime: int  # milliseconds since the epoch
+    size: int
+    is_file: bool
+    is_directory: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FindEntry:
+    path: str
+    type: Literal["file", "dir"]
+
+
+@dataclass(frozen=True, slots=True)
+class GrepContextLine:
+    line: int
+    text: str
+    is_match: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GrepMatch:
+    path: str
+    line: int
+    text: str
+    context: list[GrepContextLine] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One entry of the change log: ``op`` is ``"write"``, ``"mkdir"``, ``"rm"``, ``"rename"``, ``"symlink"``…"""
+
+    path: str
+    op: str
+    rev: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeSet:
+    """What changed below ``root`` after a revision.
+
+    ``complete`` is False when the log no longer reaches back that far; the caller must then
+    resynchronise from a full listing.
+    """
+
+    rev: int
+    changes: list[Change] = field(default_factory=list)
+    complete: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class BatchResult:
+    """Outcome of :meth:`FileSystem.commit_batch`: the new revision and the paths it left alone."""
+
+    rev: int
+    applied: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)

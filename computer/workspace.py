@@ -1,0 +1,73 @@
+"""The owner object: one durable filesystem plus its runtime and optional assets publisher.
+
+``Workspace`` is the embedded default (everything in-process, no Ray). Inside a cluster the same
+object lives in exactly one owner actor (see ``computer.actors``), and other processes reach it through
+``computer.get_workspace``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from .storage import FileSystem
+
+if TYPE_CHECKING:
+    from .runtime import Backend
+    from .surface import AssetsSurface
+
+__all__ = ["Workspace"]
+
+
+class Workspace:
+    """One workspace: ``fs`` (SQLite VFS), ``locks``, ``runtime`` (exec backends) and ``assets``.
+
+    ``path=None`` is a private in-memory store; a path is one SQLite file (created when missing).
+    ``assets=None`` means no publisher; ``True`` uses the configured default store; an object with a
+    ``share`` coroutine (an ``AssetsSurface``) or an asset store is used as given.
+    """
+
+    def __init__(
+        self,
+        path: str | None = None,
+        *,
+        backends: Sequence[Backend] = (),
+        assets: Any = None,
+        output: Any = None,
+    ) -> None:
+        from .runtime import Runtime
+
+        self.path = path
+        self.fs = FileSystem.open(path)
+        self.id: str = self.fs.id
+        self.locks = self.fs.locks
+        self.runtime = Runtime(self, list(backends), output=output)
+        self.assets: AssetsSurface | None = None
+        if assets is not None and assets is not False:
+            from .assets import open_assets
+
+            self.assets = open_assets(assets, self)
+        self._closed = False
+
+    async def close(self) -> None:
+        """Stop running executions and close the SQLite file. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.runtime.close()
+        self.fs.close()
+
+    async def __aenter__(self) -> Workspace:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"Workspace(path={self.path!r}, id={self.id!r})"

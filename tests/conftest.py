@@ -1,0 +1,81 @@
+"""Shared test fixtures: one Ray session and one real redis-server for the whole test session.
+
+Both start lazily, only when a test asks for them, and only ever listen on loopback.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_DEDUP_LOGS", "0")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="session")
+def session_dir() -> Iterator[Path]:
+    """A short temporary directory for the whole session (Ray's socket paths must stay short)."""
+    path = Path(tempfile.mkdtemp(prefix="rc-", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def ray_session(session_dir: Path) -> Iterator[object]:
+    """A local Ray session shared by every test that needs one; ``computer`` settings point at it."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(
+            include_dashboard=False,
+            _temp_dir=str(session_dir / "ray"),
+            object_store_memory=256 * 1024 * 1024,
+            log_to_driver=False,
+            num_cpus=8,
+        )
+    yield ray
+    ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def redis_url(session_dir: Path) -> Iterator[str]:
+    """A real redis-server on a free loopback port, for the whole session."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.fail("redis-server is not installed (.ci/run installs it with apt-get)")
+    port = free_port()
+    workdir = session_dir / f"redis-{port}"
+    workdir.mkdir()
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                break
+        except OSError:
+            time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.fail("redis-server did not start within 10 s")
+    yield f"redis://127.0.0.1:{port}/0"
+    proc.terminate()
+    proc.wait(timeout=10)
