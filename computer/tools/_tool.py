@@ -1,0 +1,103 @@
+"""The library-neutral tool: a name, a description, a JSON Schema, and a ``run`` that never raises.
+
+Adapters (pydantic-ai, OpenAI-format, LangChain, MCP) wrap these objects; they never re-implement a
+tool. Model content is described by plain dicts (:data:`ContentPart`) that each adapter maps onto its
+own library's types.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+__all__ = ["ContentPart", "Tool", "ToolUpdate", "error_result", "format_validation_error"]
+
+log = logging.getLogger(__name__)
+
+# {"type": "text", "text": str}
+# {"type": "image", "media_type": str, "data": base64 str}
+# {"type": "file", "media_type": str, "data": base64 str, "filename": str}
+ContentPart = dict[str, Any]
+
+# Called with progress while a tool runs (exec snapshots); adapters forward it as stream events.
+ToolUpdate = Callable[[dict[str, Any]], Awaitable[None] | None]
+
+Handler = Callable[[Any, "ToolUpdate | None"], Awaitable[dict[str, Any]]]
+ModelOutput = Callable[[dict[str, Any]], list[ContentPart]]
+
+
+def error_result(message: str) -> dict[str, Any]:
+    """The one shape of a failed call: ``{"error": message}``."""
+    return {"error": message}
+
+
+def format_validation_error(exc: ValidationError) -> str:
+    """A short, model-actionable description of invalid arguments."""
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
+        problems.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "Invalid arguments: " + "; ".join(problems)
+
+
+def default_model_output(result: dict[str, Any]) -> list[ContentPart]:
+    """Plain JSON text of the result."""
+    return [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}]
+
+
+@dataclass(eq=False)
+class Tool:
+    """One agent tool.
+
+    ``parameters`` is the JSON Schema of ``input_model`` (camelCase field names, as in the seed).
+    ``run`` validates, calls the handler and turns every failure into ``{"error": ...}``.
+    ``to_model_output`` converts a result into model content and does no I/O.
+    """
+
+    name: str
+    description: str
+    input_model: type[BaseModel]
+    handler: Handler
+    mutating: bool = False
+    destructive: bool = False
+    output_schema: dict[str, Any] | None = None
+    model_output: ModelOutput = default_model_output
+    parameters: dict[str, Any] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.parameters = self.input_model.model_json_schema(by_alias=True)
+
+    async def run(self, args: dict[str, Any] | None, *, on_update: ToolUpdate | None = None) -> dict[str, Any]:
+        """Run the tool; bad arguments and failed operations come back as ``{"error": ...}``."""
+        try:
+            if args is None:
+                args = {}
+            if not isinstance(args, dict):
+                return error_result(f"Invalid arguments: expected an object, got {type(args).__name__}")
+            params = self.input_model.model_validate(args)
+        except ValidationError as exc:
+            return error_result(format_validation_error(exc))
+        try:
+            return await self.handler(params, on_update)
+        except OSError as exc:
+            return error_result(_describe_os_error(exc))
+        except (ValueError, LookupError, TypeError) as exc:
+            return error_result(str(exc) or type(exc).__name__)
+        except Exception as exc:
+            log.exception("tool %s failed", self.name)
+            return error_result(f"{self.name} failed: {type(exc).__name__}: {exc}")
+
+    def to_model_output(self, result: dict[str, Any]) -> list[ContentPart]:
+        if "error" in result and len(result) == 1:
+            return [{"type": "text", "text": f"Error: {result['error']}"}]
+        return self.model_output(result)
+
+
+def _describe_os_error(exc: OSError) -> str:
+    reason = exc.strerror or str(exc)
+    return f"{reason}: {exc.filename}" if exc.filename else reason
