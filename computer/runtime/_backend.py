@@ -1,0 +1,188 @@
+"""The Backend seam: what an execution engine implements and the only door it has to the workspace.
+
+A backend turns one :class:`ExecRequest` into a stream of :data:`ExecEvent`: output chunks, then one
+:class:`ExitEvent`. Everything else (tails, spooling, snapshots, the journal, statuses) is done once,
+centrally, by :class:`~computer.runtime.Runtime`, so an in-process backend and a Ray pool backend behave
+the same. A backend reaches the workspace only through :class:`ExecContext`, whose methods are *whole*
+operations (one round trip each when the context is a Ray call back to the owner actor).
+
+Every payload type here is a plain dataclass of msgpack-friendly fields (str, int, bytes, lists, dicts);
+``_codec.py`` holds their wire form.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from ..storage.types import BatchResult
+from .types import BackendInfo
+
+__all__ = [
+    "Backend",
+    "ExecContext",
+    "ExecEvent",
+    "ExecRequest",
+    "ExitEvent",
+    "MirrorDir",
+    "MirrorFile",
+    "MirrorSymlink",
+    "OutputChunk",
+    "SyncLimits",
+    "SyncPull",
+    "SyncPush",
+]
+
+# A backend coalesces its output into chunks of at most this many bytes.
+MAX_CHUNK_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class ExecRequest:
+    """One execution, as handed to a backend. Picklable; ``stdin`` is bytes (``None``: empty stdin)."""
+
+    id: str
+    backend: str
+    source: str
+    cwd: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    input: Any = None
+    stdin: bytes | None = None
+    timeout: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutputChunk:
+    """Bytes the program wrote on one stream (at most :data:`MAX_CHUNK_BYTES`)."""
+
+    stream: Literal["stdout", "stderr"]
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class ExitEvent:
+    """The last event of a run.
+
+    ``killed`` is True when the backend ended the program itself (timeout or cancellation);
+    ``error`` says why a run failed outside the program (sandbox could not start, sync failed…).
+    """
+
+    exit_code: int | None
+    value: Any = None
+    pushed: int = 0
+    pulled: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    error: str | None = None
+    killed: bool = False
+
+
+ExecEvent = OutputChunk | ExitEvent
+
+
+@dataclass(frozen=True, slots=True)
+class SyncLimits:
+    """What a mirror accepts: larger files, or files beyond the count, stay protected in the workspace."""
+
+    max_file_bytes: int = 1024 * 1024
+    max_files: int = 10_000
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorFile:
+    """A file's bytes for (or from) a mirror; ``path`` is an absolute workspace path."""
+
+    path: str
+    data: bytes
+    mode: int = 0o644
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorDir:
+    path: str
+    mode: int = 0o755
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorSymlink:
+    path: str
+    target: str
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPush:
+    """Everything a mirror needs to reach workspace revision ``rev`` below ``root``.
+
+    ``full`` means: this is the whole tree; drop anything of the mirror not listed (a first sync, or
+    the change log no longer reached back to the mirror's rev). Otherwise apply ``deleted`` first,
+    then ``dirs``, ``files`` and ``symlinks``. ``protected`` lists workspace files the mirror does not
+    get (too big, too many); the pull must never overwrite or delete them.
+    """
+
+    rev: int
+    root: str
+    full: bool
+    files: list[MirrorFile] = field(default_factory=list)
+    dirs: list[MirrorDir] = field(default_factory=list)
+    symlinks: list[MirrorSymlink] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    protected: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class SyncPull:
+    """What a run changed in its mirror: created/changed files, created dirs, deleted paths.
+
+    ``protected`` repeats the push's protected paths so the owner can refuse to touch them even
+    when the program created a file of the same name.
+    """
+
+    root: str
+    files: list[MirrorFile] = field(default_factory=list)
+    dirs: list[MirrorDir] = field(default_factory=list)
+    symlinks: list[MirrorSymlink] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    protected: list[str] = field(default_factory=list)
+
+
+@runtime_checkable
+class ExecContext(Protocol):
+    """A backend's only way to the workspace. Whole operations only (no per-file chatter).
+
+    In-process it is :class:`~computer.runtime.LocalExecContext`; in a cluster, Ray calls back to the
+    owner actor. fs errors raise the same ``OSError`` classes as ``workspace.fs``.
+    """
+
+    @property
+    def workspace_id(self) -> str: ...
+
+    async def fs_call(self, op: str, args: dict[str, Any]) -> Any:
+        """Run one fs operation (``read_file``, ``write_file``, ``find``…) with keyword ``args``.
+
+        Results are msgpack-friendly: dataclass results come back as dicts of their fields.
+        """
+        ...
+
+    async def sync_push(self, mirror_rev: int | None, root: str, limits: SyncLimits) -> SyncPush:
+        """What a mirror at ``mirror_rev`` (``None``: empty mirror) needs to reach the current rev."""
+        ...
+
+    async def sync_pull(self, pull: SyncPull, base_rev: int) -> BatchResult:
+        """Apply a run's changes in one transaction; paths changed after ``base_rev`` are skipped."""
+        ...
+
+    async def share(self, path: str, expires_after: float) -> str:
+        """Publish a workspace file and return its URL (raises when the workspace has no assets)."""
+        ...
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """An execution engine. ``run`` yields output chunks then exactly one :class:`ExitEvent`.
+
+    Closing or cancelling the iterator early must end the program's whole process tree.
+    """
+
+    info: BackendInfo
+
+    def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]: ...
