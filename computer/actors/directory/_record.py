@@ -1,0 +1,59 @@
+"""One directory record: where a workspace's file lives, who owns it, and since when it is idle."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Literal
+
+__all__ = ["WorkspaceRecord", "WorkspaceState"]
+
+# active: an owner holds (or held, until its lease ran out) the lease; hibernating: the owner went
+# idle and exited, the file waits on ``node``; closed: the owner released the lease on purpose.
+WorkspaceState = Literal["active", "hibernating", "closed"]
+
+
+@dataclass(frozen=True, slots=True)
+class WorkspaceRecord:
+    """The directory's view of one workspace name. Times are wall-clock seconds (``time.time()``)."""
+
+    name: str
+    node: str | None  # Ray node id of the node holding the SQLite file
+    owner: str | None  # id of the owner that holds (or last held) the lease
+    epoch: int  # fencing epoch: strictly increases with every takeover
+    lease_expires: float  # 0.0 once released
+    last_active: float
+    state: WorkspaceState
+
+    def lease_live(self, now: float | None = None) -> bool:
+        """Whether an owner holds an unexpired lease."""
+        return self.lease_expires > (time.time() if now is None else now)
+
+    def to_wire(self) -> dict[str, object]:
+        return {
+            "node": self.node,
+            "owner": self.owner,
+            "epoch": self.epoch,
+            "lease_expires": self.lease_expires,
+            "last_active": self.last_active,
+            "state": self.state,
+        }
+
+    @classmethod
+    def from_wire(cls, name: str, data: dict[str, object]) -> WorkspaceRecord:
+        state = str(data["state"])
+        if state not in ("active", "hibernating", "closed"):
+            raise ValueError(f"unknown workspace state {state!r} for {name!r}")
+        return cls(
+            name=name,
+            node=_opt_str(data.get("node")),
+            owner=_opt_str(data.get("owner")),
+            epoch=int(data["epoch"]),  # type: ignore[call-overload]
+            lease_expires=float(data["lease_expires"]),  # type: ignore[arg-type]
+            last_active=float(data["last_active"]),  # type: ignore[arg-type]
+            state=state,  # type: ignore[arg-type]
+        )
+
+
+def _opt_str(value: object) -> str | None:
+    return None if value is None else str(value)

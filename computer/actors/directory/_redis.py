@@ -1,0 +1,105 @@
+"""The cluster directory: records in Redis, msgpack-encoded, updated with optimistic transactions."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import msgpack
+import redis
+
+from ._record import WorkspaceRecord, WorkspaceState
+
+__all__ = ["RedisDirectory"]
+
+T = TypeVar("T")
+
+
+class RedisDirectory:
+    """A :class:`Directory` in Redis: one key per workspace (``<prefix>ws:<name>``) plus a name set."""
+
+    def __init__(self, url: str, *, prefix: str = "computer:dir:") -> None:
+        self.url = url
+        self.prefix = prefix
+        self._redis: redis.Redis = redis.Redis.from_url(url)
+        self._names_key = f"{prefix}names"
+
+    def _key(self, name: str) -> str:
+        return f"{self.prefix}ws:{name}"
+
+    def get(self, name: str) -> WorkspaceRecord | None:
+        raw: Any = self._redis.get(self._key(name))
+        return None if raw is None else _decode(name, raw)
+
+    def _update(
+        self, name: str, change: Callable[[WorkspaceRecord | None], tuple[WorkspaceRecord | None, T]]
+    ) -> T:
+        """Read-modify-write one record atomically (WATCH/MULTI, retried on a concurrent change)."""
+        key = self._key(name)
+
+        def txn(pipe: Any) -> T:
+            raw = pipe.get(key)
+            new, answer = change(None if raw is None else _decode(name, raw))
+            pipe.multi()
+            if new is not None:
+                pipe.set(key, msgpack.packb(new.to_wire()))
+                pipe.sadd(self._names_key, name)
+            return answer
+
+        result: Any = self._redis.transaction(txn, key, value_from_callable=True)  # type: ignore[arg-type]
+        return result  # type: ignore[no-any-return]
+
+    def acquire_lease(self, name: str, node: str, owner_id: str, ttl: float) -> int:
+        def change(old: WorkspaceRecord | None) -> tuple[WorkspaceRecord, int]:
+            now = time.time()
+            if old is None:
+                epoch = 1
+            elif old.owner == owner_id and old.lease_live(now):
+                epoch = old.epoch
+            else:
+                epoch = old.epoch + 1
+            new = WorkspaceRecord(name, node, owner_id, epoch, now + ttl, now, "active")
+            return new, epoch
+
+        return self._update(name, change)
+
+    def renew_lease(
+        self, name: str, owner_id: str, epoch: int, ttl: float, *, last_active: float | None = None
+    ) -> bool:
+        def change(old: WorkspaceRecord | None) -> tuple[WorkspaceRecord | None, bool]:
+            if old is None or old.owner != owner_id or old.epoch != epoch or old.state != "active":
+                return None, False
+            active = max(old.last_active, last_active or 0.0)
+            new = WorkspaceRecord(name, old.node, owner_id, epoch, time.time() + ttl, active, "active")
+            return new, True
+
+        return self._update(name, change)
+
+    def release_lease(self, name: str, owner_id: str, epoch: int, *, hibernating: bool = False) -> bool:
+        def change(old: WorkspaceRecord | None) -> tuple[WorkspaceRecord | None, bool]:
+            if old is None or old.owner != owner_id or old.epoch != epoch or old.state != "active":
+                return None, False
+            state: WorkspaceState = "hibernating" if hibernating else "closed"
+            new = WorkspaceRecord(name, old.node, owner_id, epoch, 0.0, old.last_active, state)
+            return new, True
+
+        return self._update(name, change)
+
+    def names(self) -> list[str]:
+        raw = self._redis.smembers(self._names_key)
+        names = (n.decode("utf-8", "surrogatepass") if isinstance(n, bytes) else str(n) for n in raw)
+        return sorted(names, key=lambda n: n.encode("utf-8", "surrogatepass"))
+
+    def close(self) -> None:
+        self._redis.close()
+
+    def __repr__(self) -> str:
+        return f"RedisDirectory({self.url!r})"
+
+
+def _decode(name: str, raw: bytes) -> WorkspaceRecord:
+    data = msgpack.unpackb(raw)
+    if not isinstance(data, dict):
+        raise ValueError(f"corrupt directory record for {name!r}")
+    return WorkspaceRecord.from_wire(name, data)

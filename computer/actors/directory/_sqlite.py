@@ -1,0 +1,125 @@
+"""The embedded directory: one SQLite file under the data directory (single node, or a shared disk)."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from ._record import WorkspaceRecord
+
+__all__ = ["SqliteDirectory"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS workspaces (
+    name TEXT PRIMARY KEY,
+    node TEXT,
+    owner TEXT,
+    epoch INTEGER NOT NULL,
+    lease_expires REAL NOT NULL,
+    last_active REAL NOT NULL,
+    state TEXT NOT NULL
+) WITHOUT ROWID
+"""
+
+_COLUMNS = "name, node, owner, epoch, lease_expires, last_active, state"
+
+
+class SqliteDirectory:
+    """A :class:`Directory` in one SQLite file; every process of the node may open the same file."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        # One connection guarded by a lock: owner actors call in from their event loop thread and
+        # from background threads alike.
+        self._db = sqlite3.connect(
+            str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
+        )
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute(_SCHEMA)
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def get(self, name: str) -> WorkspaceRecord | None:
+        with self._lock:
+            row = self._db.execute(f"SELECT {_COLUMNS} FROM workspaces WHERE name = ?", (name,)).fetchone()
+        return None if row is None else _record(row)
+
+    def acquire_lease(self, name: str, node: str, owner_id: str, ttl: float) -> int:
+        now = time.time()
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                row = self._db.execute(
+                    "SELECT owner, epoch, lease_expires FROM workspaces WHERE name = ?", (name,)
+                ).fetchone()
+                if row is None:
+                    epoch = 1
+                elif row[0] == owner_id and row[2] > now:
+                    epoch = int(row[1])
+                else:
+                    epoch = int(row[1]) + 1
+                self._db.execute(
+                    f"INSERT OR REPLACE INTO workspaces ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, 'active')",
+                    (name, node, owner_id, epoch, now + ttl, now),
+                )
+                self._db.execute("COMMIT")
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+        return epoch
+
+    def renew_lease(
+        self, name: str, owner_id: str, epoch: int, ttl: float, *, last_active: float | None = None
+    ) -> bool:
+        now = time.time()
+        with self._lock:
+            cur = self._db.execute(
+                "UPDATE workspaces SET lease_expires = ?, last_active = MAX(last_active, ?), state = 'active' "
+                "WHERE name = ? AND owner = ? AND epoch = ? AND state = 'active'",
+                (now + ttl, last_active if last_active is not None else 0.0, name, owner_id, epoch),
+            )
+            return cur.rowcount == 1
+
+    def release_lease(self, name: str, owner_id: str, epoch: int, *, hibernating: bool = False) -> bool:
+        state = "hibernating" if hibernating else "closed"
+        with self._lock:
+            cur = self._db.execute(
+                "UPDATE workspaces SET lease_expires = 0.0, state = ? "
+                "WHERE name = ? AND owner = ? AND epoch = ? AND state = 'active'",
+                (state, name, owner_id, epoch),
+            )
+            return cur.rowcount == 1
+
+    def names(self) -> list[str]:
+        with self._lock:
+            rows = self._db.execute("SELECT name FROM workspaces").fetchall()
+        # Byte order of the UTF-8 names, as everywhere else in the project.
+        return sorted((str(r[0]) for r in rows), key=lambda n: n.encode("utf-8", "surrogatepass"))
+
+    def close(self) -> None:
+        with self._lock:
+            if not self._closed:
+                self._closed = True
+                self._db.close()
+
+    def __repr__(self) -> str:
+        return f"SqliteDirectory({str(self.path)!r})"
+
+
+def _record(row: tuple[object, ...]) -> WorkspaceRecord:
+    name, node, owner, epoch, lease_expires, last_active, state = row
+    return WorkspaceRecord.from_wire(
+        str(name),
+        {
+            "node": node,
+            "owner": owner,
+            "epoch": epoch,
+            "lease_expires": lease_expires,
+            "last_active": last_active,
+            "state": state,
+        },
+    )

@@ -1,0 +1,160 @@
+"""One contract suite for every Directory implementation (SQLite embedded, Redis against a real server)."""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from computer.actors.directory import Directory, RedisDirectory, SqliteDirectory
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def directory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Directory]:
+    d: Directory
+    if request.param == "sqlite":
+        d = SqliteDirectory(tmp_path / "directory.sqlite")
+    else:
+        url = request.getfixturevalue("redis_url")
+        d = RedisDirectory(url, prefix=f"test:{uuid.uuid4().hex}:")
+    yield d
+    d.close()
+
+
+def test_unknown_name_has_no_record(directory: Directory) -> None:
+    assert directory.get("nobody") is None
+    assert directory.names() == []
+
+
+def test_first_lease_is_epoch_one_and_records_node_and_owner(directory: Directory) -> None:
+    before = time.time()
+    assert directory.acquire_lease("ws", "node-a", "owner-1", 30.0) == 1
+    rec = directory.get("ws")
+    assert rec is not None
+    assert (rec.name, rec.node, rec.owner, rec.epoch, rec.state) == ("ws", "node-a", "owner-1", 1, "active")
+    assert rec.lease_live()
+    assert rec.lease_expires >= before + 30.0
+    assert rec.last_active >= before
+
+
+def test_takeover_increases_epoch_strictly(directory: Directory) -> None:
+    epochs = [directory.acquire_lease("ws", "n", f"owner-{i}", 30.0) for i in range(5)]
+    assert epochs == [1, 2, 3, 4, 5]
+
+
+def test_same_owner_reacquiring_a_live_lease_keeps_its_epoch(directory: Directory) -> None:
+    assert directory.acquire_lease("ws", "n", "o", 30.0) == 1
+    assert directory.acquire_lease("ws", "n", "o", 30.0) == 1
+
+
+def test_same_owner_after_expiry_gets_a_new_epoch(directory: Directory) -> None:
+    assert directory.acquire_lease("ws", "n", "o", 0.01) == 1
+    time.sleep(0.05)  # a lease expiring is the behaviour under test: wall-clock time must pass
+    assert directory.acquire_lease("ws", "n", "o", 30.0) == 2
+
+
+def test_stale_owner_cannot_renew_after_takeover(directory: Directory) -> None:
+    old = directory.acquire_lease("ws", "n1", "old", 30.0)
+    new = directory.acquire_lease("ws", "n2", "new", 30.0)
+    assert new > old
+    assert directory.renew_lease("ws", "old", old, 30.0) is False
+    assert directory.renew_lease("ws", "new", new, 30.0) is True
+    rec = directory.get("ws")
+    assert rec is not None and (rec.owner, rec.node, rec.epoch) == ("new", "n2", new)
+
+
+def test_stale_owner_cannot_release_after_takeover(directory: Directory) -> None:
+    old = directory.acquire_lease("ws", "n", "old", 30.0)
+    directory.acquire_lease("ws", "n", "new", 30.0)
+    assert directory.release_lease("ws", "old", old, hibernating=True) is False
+    rec = directory.get("ws")
+    assert rec is not None and rec.state == "active" and rec.owner == "new"
+
+
+def test_renew_extends_the_lease_and_records_activity(directory: Directory) -> None:
+    epoch = directory.acquire_lease("ws", "n", "o", 0.5)
+    first = directory.get("ws")
+    assert first is not None
+    stamp = first.last_active + 100.0
+    assert directory.renew_lease("ws", "o", epoch, 60.0, last_active=stamp)
+    rec = directory.get("ws")
+    assert rec is not None
+    assert rec.lease_expires > first.lease_expires + 50.0
+    assert rec.last_active == pytest.approx(stamp)
+
+
+def test_renew_never_moves_last_activity_back(directory: Directory) -> None:
+    epoch = directory.acquire_lease("ws", "n", "o", 30.0)
+    rec = directory.get("ws")
+    assert rec is not None
+    assert directory.renew_lease("ws", "o", epoch, 30.0, last_active=rec.last_active - 1000.0)
+    again = directory.get("ws")
+    assert again is not None and again.last_active == pytest.approx(rec.last_active)
+
+
+def test_renew_of_an_unknown_name_fails(directory: Directory) -> None:
+    assert directory.renew_lease("ghost", "o", 1, 30.0) is False
+    assert directory.get("ghost") is None
+
+
+def test_hibernating_release_keeps_node_and_epoch(directory: Directory) -> None:
+    epoch = directory.acquire_lease("ws", "node-x", "o", 30.0)
+    assert directory.release_lease("ws", "o", epoch, hibernating=True)
+    rec = directory.get("ws")
+    assert rec is not None
+    assert (rec.state, rec.node, rec.epoch) == ("hibernating", "node-x", epoch)
+    assert not rec.lease_live()
+    assert directory.renew_lease("ws", "o", epoch, 30.0) is False
+
+
+def test_plain_release_closes(directory: Directory) -> None:
+    epoch = directory.acquire_lease("ws", "n", "o", 30.0)
+    assert directory.release_lease("ws", "o", epoch)
+    rec = directory.get("ws")
+    assert rec is not None and rec.state == "closed"
+    assert directory.release_lease("ws", "o", epoch) is False
+
+
+def test_wake_up_after_hibernation_is_a_new_epoch(directory: Directory) -> None:
+    epoch = directory.acquire_lease("ws", "n", "o", 30.0)
+    directory.release_lease("ws", "o", epoch, hibernating=True)
+    again = directory.acquire_lease("ws", "n", "o2", 30.0)
+    assert again == epoch + 1
+    rec = directory.get("ws")
+    assert rec is not None and rec.state == "active"
+
+
+def test_names_are_listed_in_byte_order(directory: Directory) -> None:
+    for name in ["b", "a", "é", "Z", "a b%_*"]:
+        directory.acquire_lease(name, "n", "o", 30.0)
+    assert directory.names() == sorted(["b", "a", "é", "Z", "a b%_*"], key=lambda n: n.encode())
+
+
+def test_workspaces_do_not_share_epochs(directory: Directory) -> None:
+    assert directory.acquire_lease("one", "n", "o", 30.0) == 1
+    assert directory.acquire_lease("one", "n", "p", 30.0) == 2
+    assert directory.acquire_lease("two", "n", "o", 30.0) == 1
+
+
+def test_concurrent_takeovers_hand_out_distinct_epochs(directory: Directory) -> None:
+    epochs: list[int] = []
+    guard = threading.Lock()
+
+    def take(i: int) -> None:
+        for j in range(10):
+            e = directory.acquire_lease("race", "n", f"o{i}-{j}", 30.0)
+            with guard:
+                epochs.append(e)
+
+    threads = [threading.Thread(target=take, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(epochs) == list(range(1, 41))
+    rec = directory.get("race")
+    assert rec is not None and rec.epoch == 40
