@@ -1,0 +1,42 @@
+"""Share links: publish a workspace file as an expiring, unguessable URL (SPEC section 7).
+
+``Workspace(assets=True)`` gets an :class:`Assets` publisher over the configured
+:class:`AssetStore` (:class:`SqliteAssetStore` by default, :class:`RedisAssetStore` when a Redis URL
+is configured); :func:`serve` (``computer serve``) answers the URLs from the same store.
+"""
+
+from __future__ import annotations
+
+from ._assets import Assets, asset_key
+from ._disposition import content_disposition
+from ._expiry import DEFAULT_EXPIRES_AFTER, MAX_EXPIRES_AFTER, link_lifetime
+from ._ids import CROCKFORD_ALPHABET, ID_LENGTH, new_asset_id
+from ._open import base_path_of, default_store, open_assets
+from ._record import AssetRecord
+from ._redis_store import RedisAssetStore
+from ._server import create_app, create_server, serve
+from ._sqlite_store import SqliteAssetStore
+from ._store import AssetNotFoundError, AssetStore
+
+__all__ = [
+    "CROCKFORD_ALPHABET",
+    "DEFAULT_EXPIRES_AFTER",
+    "ID_LENGTH",
+    "MAX_EXPIRES_AFTER",
+    "AssetNotFoundError",
+    "AssetRecord",
+    "AssetStore",
+    "Assets",
+    "RedisAssetStore",
+    "SqliteAssetStore",
+    "asset_key",
+    "base_path_of",
+    "content_disposition",
+    "create_app",
+    "create_server",
+    "default_store",
+    "link_lifetime",
+    "new_asset_id",
+    "open_assets",
+    "serve",
+]
