@@ -1,0 +1,63 @@
+"""What every adapter shares: building the core tool set and resolving tool selections.
+
+Adapters take ``create_tools``' options unchanged (``readonly``, ``assets``, ``read``, ``write``, ``edit``,
+``exec``) and add only their own; selections such as ``approve`` and ``lazy`` name tools or a group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from ._tool import Tool
+
+__all__ = ["build_tools", "select_tools"]
+
+
+def build_tools(workspace: Any, options: Mapping[str, Any]) -> dict[str, Tool]:
+    """The core tools for ``workspace`` (``create_tools(workspace, **options)``), or given tools as they are.
+
+    ``workspace`` may also be a ``dict[str, Tool]`` (or a list of tools) already built, so an adapter can
+    wrap a hand-picked or customised set.
+    """
+    if isinstance(workspace, Mapping):
+        if options:
+            raise TypeError("tool options apply only when a workspace is given, not a built tool set")
+        return dict(workspace)
+    if isinstance(workspace, list | tuple) and all(isinstance(t, Tool) for t in workspace):
+        if options:
+            raise TypeError("tool options apply only when a workspace is given, not a built tool set")
+        return {t.name: t for t in workspace}
+    from . import create_tools
+
+    tools: dict[str, Tool] = create_tools(workspace, **options)
+    return tools
+
+
+def select_tools(
+    spec: str | Collection[str] | None, tools: Mapping[str, Tool], *, option: str, groups: Collection[str]
+) -> frozenset[str]:
+    """Resolve ``spec`` to tool names: ``None`` → none; ``"mutating"`` → the mutating tools; ``"all"`` → all.
+
+    A name that is not in the set is a ``ValueError`` (a typo must not silently disable approval);
+    ``groups`` says which of the group words the option accepts.
+    """
+    if spec is None:
+        return frozenset()
+    if isinstance(spec, str):
+        if spec in groups:
+            if spec == "mutating":
+                return frozenset(name for name, tool in tools.items() if tool.mutating)
+            if spec == "all":
+                return frozenset(tools)
+        spec = [spec]
+    names = frozenset(spec)
+    unknown = sorted(names - set(tools) - set(_OPTIONAL_TOOLS))
+    if unknown:
+        accepted = ", ".join([*(repr(g) for g in groups), *sorted(tools)])
+        raise ValueError(f"{option}: unknown tool name(s) {', '.join(unknown)}; expected one of {accepted}")
+    return names & frozenset(tools)
+
+
+# Names that may be absent from a given set (no backend, no assets, read-only) without being typos.
+_OPTIONAL_TOOLS = ("write", "edit", "delete", "exec", "publish")

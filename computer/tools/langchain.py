@@ -1,0 +1,281 @@
+"""LangChain adapter: the workspace tools as LangChain tools (the seed's "TanStack" shape).
+
+::
+
+    tools = create_langchain_tools(workspace, approve="mutating", stream_event_name="exec")
+    agent = create_react_agent(model, tools, checkpointer=InMemorySaver())
+
+Each tool is a :class:`WorkspaceTool` (a ``BaseTool``) whose ``args_schema`` is the core tool's JSON
+schema, async, with ``response_format="content_and_artifact"``: the model sees text (or multimodal
+content blocks for an image or PDF from ``read``) and the raw result dict is the message's ``artifact``.
+A failed call is a ``ToolMessage`` with ``status="error"``.
+
+Options (besides ``create_tools``' own):
+
+- ``format``: ``"array"`` (a list) or ``"object"`` (a dict keyed by tool name).
+- ``approve``: tool names or ``"mutating"``. The call pauses with LangGraph's ``interrupt()`` carrying
+  ``{"type": "approval", "tool", "args"}``; resume with ``Command(resume=True)`` to run it,
+  ``Command(resume={"approved": True, "args": {...}})`` to run it with edited arguments, or anything
+  else (``False``, ``{"approved": False, "message": "..."}``) to deny it. Needs a checkpointer.
+- ``lazy``: tool names or ``"all"``. Those tools are withheld from the prompt until the model calls
+  ``discover_tools``, which lists them and enables the ones it names. Bind the model to
+  :func:`visible_tools` each turn (``create_react_agent(lambda state, runtime:
+  model.bind_tools(visible_tools(tools)), tools)``); every tool stays executable by the tool node.
+- ``stream_event_name``: each running exec snapshot is forwarded under this name as a LangChain custom
+  event (``astream_events``: ``on_custom_event``) and, inside a LangGraph run, to the ``custom`` stream
+  mode as ``{"event": name, "data": snapshot}``.
+
+Cancelling the run (cancelling the task that streams or invokes the graph) kills a running exec.
+``write``, ``edit``, ``delete`` and ``publish`` carry ``output_json_schema`` (the result's JSON
+schema; ``output_schema`` is taken by LangChain's ``Runnable``), covering failures too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Mapping
+from typing import Any, Literal
+
+from langchain_core.callbacks import AsyncCallbackManagerForToolRun
+from langchain_core.callbacks.manager import adispatch_custom_event
+from langchain_core.runnables import RunnableConfig
+from langchain_core.tools import BaseTool, ToolException
+from pydantic import ConfigDict, Field, PrivateAttr
+
+from ._adapter_tools import build_tools, select_tools
+from ._tool import ContentPart, Tool
+
+__all__ = ["DiscoverToolsTool", "WorkspaceTool", "create_langchain_tools", "visible_tools"]
+
+DISCOVER_TOOL_NAME = "discover_tools"
+_FIXED_RESULT_TOOLS = ("write", "edit", "delete", "publish")
+_DISCOVER_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "names": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Tools to enable; omit to only list them.",
+        }
+    },
+    "additionalProperties": False,
+}
+
+
+def create_langchain_tools(
+    workspace: Any,
+    *,
+    format: Literal["array", "object"] = "array",
+    approve: Literal["mutating"] | Collection[str] | None = None,
+    lazy: Literal["all"] | Collection[str] | None = None,
+    stream_event_name: str | None = None,
+    **options: Any,
+) -> list[BaseTool] | dict[str, BaseTool]:
+    """LangChain tools over ``create_tools(workspace, **options)``."""
+    if format not in ("array", "object"):
+        raise ValueError(f'format must be "array" or "object", not {format!r}')
+    core = build_tools(workspace, options)
+    approved = select_tools(approve, core, option="approve", groups=("mutating",))
+    withheld = select_tools(lazy, core, option="lazy", groups=("all",))
+    registry = _LazyRegistry(withheld) if withheld else None
+    tools: list[BaseTool] = [
+        WorkspaceTool.wrap(
+            tool,
+            needs_approval=name in approved,
+            stream_event_name=stream_event_name,
+            lazy=registry if name in withheld else None,
+        )
+        for name, tool in core.items()
+    ]
+    if registry is not None:
+        registry.tools = {t.name: t for t in tools if t.name in withheld}
+        tools.append(DiscoverToolsTool(registry=registry))
+    if format == "object":
+        return {t.name: t for t in tools}
+    return tools
+
+
+def visible_tools(tools: list[BaseTool] | Mapping[str, BaseTool]) -> list[BaseTool]:
+    """The tools to bind to the model now: every tool except lazy ones not yet enabled."""
+    items = list(tools.values()) if isinstance(tools, Mapping) else list(tools)
+    return [t for t in items if not isinstance(t, WorkspaceTool) or t.visible]
+
+
+class _LazyRegistry:
+    """Which withheld tools ``discover_tools`` has enabled, shared by one tool set."""
+
+    def __init__(self, withheld: frozenset[str]) -> None:
+        self.withheld = withheld
+        self.enabled: set[str] = set()
+        self.tools: dict[str, BaseTool] = {}
+
+
+class WorkspaceTool(BaseTool):
+    """One core tool as a LangChain tool; ``core`` does the work, this class only shapes it."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    response_format: Literal["content", "content_and_artifact"] = "content_and_artifact"
+    handle_tool_error: Any = True
+    core: Tool = Field(exclude=True)
+    needs_approval: bool = False
+    stream_event_name: str | None = None
+    output_json_schema: dict[str, Any] | None = None
+    _lazy: _LazyRegistry | None = PrivateAttr(default=None)
+
+    @classmethod
+    def wrap(
+        cls,
+        tool: Tool,
+        *,
+        needs_approval: bool = False,
+        stream_event_name: str | None = None,
+        lazy: _LazyRegistry | None = None,
+    ) -> WorkspaceTool:
+        wrapped = cls(
+            name=tool.name,
+            description=tool.description,
+            args_schema=tool.parameters,
+            core=tool,
+            needs_approval=needs_approval,
+            stream_event_name=stream_event_name,
+            output_json_schema=_output_schema(tool),
+            metadata={"mutating": tool.mutating, "destructive": tool.destructive, "lazy": lazy is not None},
+        )
+        wrapped._lazy = lazy
+        return wrapped
+
+    @property
+    def visible(self) -> bool:
+        """Whether the model should see this tool now (lazy tools only once discovered)."""
+        return self._lazy is None or self.name in self._lazy.enabled
+
+    def _run(self, *args: Any, config: RunnableConfig, **kwargs: Any) -> Any:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self._arun(*args, config=config, **kwargs))
+        raise RuntimeError(f"{self.name} is async: use ainvoke inside a running event loop")
+
+    async def _arun(
+        self,
+        *args: Any,
+        config: RunnableConfig,
+        run_manager: AsyncCallbackManagerForToolRun | None = None,
+        **kwargs: Any,
+    ) -> tuple[str | list[dict[str, Any]], dict[str, Any]]:
+        if args:
+            raise ToolException(f"{self.name} takes keyword arguments only")
+        arguments: dict[str, Any] = dict(kwargs)
+        if self.needs_approval:
+            arguments = _ask_approval(self.name, arguments)
+        on_update = None
+        if self.stream_event_name is not None:
+            on_update = _stream_forwarder(self.stream_event_name, config)
+        result = await self.core.run(arguments, on_update=on_update)
+        if "error" in result and len(result) == 1:
+            raise ToolException(f"Error: {result['error']}")
+        return _to_langchain(self.core.to_model_output(result)), result
+
+
+class DiscoverToolsTool(BaseTool):
+    """Lists the withheld tools and enables the ones named, so the next model turn can call them."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    name: str = DISCOVER_TOOL_NAME
+    description: str = (
+        "List more tools you can use, or enable some. Call with no names to see the available tools "
+        "and what they do; call with `names` to enable those tools for your next steps."
+    )
+    args_schema: Any = Field(default_factory=lambda: dict(_DISCOVER_SCHEMA))
+    registry: _LazyRegistry = Field(exclude=True)
+
+    def _run(self, names: list[str] | None = None, **kwargs: Any) -> str:
+        registry = self.registry
+        if not names:
+            lines = ["Tools you can enable (call discover_tools with their names):"]
+            for name, tool in registry.tools.items():
+                state = " (enabled)" if name in registry.enabled else ""
+                summary = tool.description.strip().split("\n", 1)[0]
+                lines.append(f"- {name}{state}: {summary}")
+            return "\n".join(lines)
+        unknown = [n for n in names if n not in registry.tools]
+        if unknown:
+            raise ToolException(
+                f"Error: unknown tool(s) {', '.join(unknown)}; available: {', '.join(registry.tools)}"
+            )
+        registry.enabled.update(names)
+        return "Enabled: " + ", ".join(names) + ". You can call them now."
+
+    async def _arun(self, names: list[str] | None = None, **kwargs: Any) -> str:
+        return self._run(names)
+
+
+def _ask_approval(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """Pause the graph for a human decision; returns the arguments to run with, or raises on denial."""
+    from langgraph.types import interrupt
+
+    decision = interrupt({"type": "approval", "tool": name, "args": arguments})
+    if decision is True or decision in ("approve", "approved", "yes"):
+        return arguments
+    if isinstance(decision, Mapping) and decision.get("approved") is True:
+        edited = decision.get("args")
+        return dict(edited) if isinstance(edited, Mapping) else arguments
+    message = decision.get("message") if isinstance(decision, Mapping) else None
+    raise ToolException(f"Error: the user denied this {name} call." + (f" {message}" if message else ""))
+
+
+def _stream_forwarder(event_name: str, config: RunnableConfig) -> Any:
+    try:
+        from langgraph.config import get_stream_writer
+
+        writer = get_stream_writer()
+    except (ImportError, RuntimeError):
+        writer = None
+
+    async def forward(snapshot: dict[str, Any]) -> None:
+        await adispatch_custom_event(event_name, snapshot, config=config)
+        if writer is not None:
+            writer({"event": event_name, "data": snapshot})
+
+    return forward
+
+
+def _to_langchain(parts: list[ContentPart]) -> str | list[dict[str, Any]]:
+    if len(parts) == 1 and parts[0]["type"] == "text":
+        return str(parts[0]["text"])
+    blocks: list[dict[str, Any]] = []
+    for part in parts:
+        if part["type"] == "text":
+            blocks.append({"type": "text", "text": part["text"]})
+        elif part["type"] == "image":
+            blocks.append({"type": "image", "base64": part["data"], "mime_type": part["media_type"]})
+        else:
+            block = {"type": "file", "base64": part["data"], "mime_type": part["media_type"]}
+            if part.get("filename"):
+                block["extras"] = {"filename": part["filename"]}
+            blocks.append(block)
+    return blocks
+
+
+def _output_schema(tool: Tool) -> dict[str, Any] | None:
+    """The tool's result schema with the failure shape added, for the fixed-result tools."""
+    if tool.name not in _FIXED_RESULT_TOOLS:
+        return tool.output_schema
+    failure = {
+        "type": "object",
+        "properties": {"error": {"type": "string"}},
+        "required": ["error"],
+    }
+    success = tool.output_schema
+    if success is None:
+        return None
+    branches = success.get("anyOf", [success])
+    if any(_has_error_branch(b) for b in branches):
+        return success
+    return {"anyOf": [*branches, failure]}
+
+
+def _has_error_branch(schema: Any) -> bool:
+    return isinstance(schema, dict) and "error" in schema.get("properties", {})

@@ -1,0 +1,140 @@
+"""MCP adapter: serve the workspace tools over the Model Context Protocol (official ``mcp`` SDK, v2).
+
+::
+
+    server = create_mcp_server(workspace)        # a low-level mcp.server.Server
+    await run_stdio(workspace)                   # serve on stdin/stdout
+    await serve_http(workspace, "127.0.0.1", 8765)   # streamable HTTP at http://127.0.0.1:8765/mcp
+
+Tools keep their names, descriptions and JSON schemas (passed through as ``inputSchema``). Each carries
+annotations: ``readOnlyHint`` for the tools that do not change the workspace (read, ls, find,
+grep), ``destructiveHint`` from the core tool's own flag, ``idempotentHint`` (everything but exec and
+publish) and ``openWorldHint`` (exec, publish). Results are text content plus ``structuredContent`` (the result
+dict); images from ``read`` are ``ImageContent`` and PDFs an embedded blob resource. A failed call is a
+result with ``isError: true``. While exec runs, a client that sent a progress token receives each
+snapshot as a progress notification (the message is the snapshot as JSON).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import mcp_types as types
+from mcp.server import Server, ServerRequestContext
+
+from ._adapter_tools import build_tools
+from ._tool import ContentPart, Tool
+
+__all__ = ["create_mcp_server", "mcp_tool", "run_stdio", "serve_http"]
+
+_IDEMPOTENT = frozenset({"read", "ls", "find", "grep", "write", "edit", "delete"})
+_OPEN_WORLD = frozenset({"exec", "publish"})
+
+
+def create_mcp_server(
+    workspace: Any, *, name: str = "computer", instructions: str | None = None, **options: Any
+) -> Server[Any]:
+    """A low-level MCP ``Server`` listing and calling ``create_tools(workspace, **options)``."""
+    tools = build_tools(workspace, options)
+    listing = types.ListToolsResult(tools=[mcp_tool(tool) for tool in tools.values()])
+
+    async def list_tools(
+        ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return listing
+
+    async def call_tool(
+        ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        tool = tools.get(params.name)
+        if tool is None:
+            return _error(f"Unknown tool {params.name!r}. Available tools: {', '.join(tools)}.")
+        result = await tool.run(params.arguments or {}, on_update=_progress_forwarder(ctx))
+        if "error" in result and len(result) == 1:
+            return _error(str(result["error"]))
+        content: list[types.ContentBlock] = [_content_block(part) for part in tool.to_model_output(result)]
+        return types.CallToolResult(content=content, structured_content=result, is_error="error" in result)
+
+    return Server(
+        name,
+        instructions=instructions
+        or "Tools over one durable workspace filesystem. Paths are absolute; the user root is /workspace.",
+        on_list_tools=list_tools,
+        on_call_tool=call_tool,
+    )
+
+
+def mcp_tool(tool: Tool) -> types.Tool:
+    """The MCP declaration of one core tool, with behaviour annotations."""
+    return types.Tool(
+        name=tool.name,
+        description=tool.description,
+        input_schema=tool.parameters,
+        annotations=types.ToolAnnotations(
+            read_only_hint=not tool.mutating,
+            destructive_hint=tool.destructive if tool.mutating else False,
+            idempotent_hint=tool.name in _IDEMPOTENT,
+            open_world_hint=tool.name in _OPEN_WORLD,
+        ),
+    )
+
+
+async def run_stdio(workspace: Any, **options: Any) -> None:
+    """Serve the tools of ``workspace`` on stdin/stdout until the client disconnects."""
+    from mcp.server.stdio import stdio_server
+
+    server = create_mcp_server(workspace, **options)
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+async def serve_http(
+    workspace: Any, host: str = "127.0.0.1", port: int = 8765, *, path: str = "/mcp", **options: Any
+) -> None:
+    """Serve the tools over streamable HTTP at ``http://host:port/mcp`` until cancelled."""
+    import uvicorn
+
+    server = create_mcp_server(workspace, **options)
+    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    await uvicorn.Server(config).serve()
+
+
+def _progress_forwarder(ctx: ServerRequestContext[Any]) -> Any:
+    meta: Any = ctx.meta
+    token = None
+    if isinstance(meta, Mapping):
+        token = meta.get("progress_token", meta.get("progressToken"))
+    elif meta is not None:
+        token = getattr(meta, "progress_token", None)
+    if token is None:
+        return None
+    step = 0
+
+    async def forward(snapshot: dict[str, Any]) -> None:
+        nonlocal step
+        step += 1
+        await ctx.session.send_progress_notification(
+            token, float(step), message=json.dumps(snapshot, ensure_ascii=False)
+        )
+
+    return forward
+
+
+def _error(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=f"Error: {message}")], is_error=True)
+
+
+def _content_block(part: ContentPart) -> types.TextContent | types.ImageContent | types.EmbeddedResource:
+    if part["type"] == "text":
+        return types.TextContent(text=part["text"])
+    if part["type"] == "image":
+        return types.ImageContent(data=part["data"], mime_type=part["media_type"])
+    filename = part.get("filename") or "file"
+    return types.EmbeddedResource(
+        resource=types.BlobResourceContents(
+            uri=f"file:///{filename.lstrip('/')}", mime_type=part["media_type"], blob=part["data"]
+        )
+    )

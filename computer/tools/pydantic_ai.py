@@ -1,0 +1,137 @@
+"""pydantic-ai adapter: the workspace tools as a toolset for ``Agent(toolsets=[...])``.
+
+::
+
+    toolset = create_pydantic_ai_tools(workspace, approve="mutating")
+    agent = Agent(model, toolsets=[toolset], output_type=[str, DeferredToolRequests])
+
+Names, descriptions and JSON schemas are the core tools' own (passed through, not re-derived from a
+signature). Bad arguments become pydantic-ai retry prompts; a failed operation becomes a
+``ToolFailed`` the model sees; images and PDFs from ``read`` reach the model as ``BinaryContent``.
+``approve`` (tool names or ``"mutating"``) wraps the toolset in pydantic-ai's ``ApprovalRequiredToolset``:
+the run ends with ``DeferredToolRequests`` and resumes with ``DeferredToolResults(approvals=...)``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel
+from pydantic_ai import BinaryContent, ModelRetry, RunContext, ToolFailed
+from pydantic_ai.tools import ToolDefinition
+from pydantic_ai.toolsets import AbstractToolset, ApprovalRequiredToolset
+from pydantic_ai.toolsets.abstract import ToolsetTool
+from pydantic_core import from_json
+
+from ._adapter_tools import build_tools, select_tools
+from ._tool import ContentPart, Tool
+
+__all__ = ["WorkspaceToolset", "create_pydantic_ai_tools"]
+
+
+def create_pydantic_ai_tools(
+    workspace: Any,
+    *,
+    approve: Literal["mutating"] | Collection[str] | None = None,
+    id: str | None = "computer",
+    max_retries: int = 1,
+    **options: Any,
+) -> AbstractToolset[Any]:
+    """A pydantic-ai toolset over ``create_tools(workspace, **options)``.
+
+    ``approve`` names the tools whose calls need human approval (``"mutating"``: write, edit, delete,
+    exec, publish). ``max_retries`` is pydantic-ai's per-tool retry budget for invalid arguments.
+    """
+    tools = build_tools(workspace, options)
+    toolset: AbstractToolset[Any] = WorkspaceToolset(tools, toolset_id=id, max_retries=max_retries)
+    needs_approval = select_tools(approve, tools, option="approve", groups=("mutating",))
+    if needs_approval:
+        toolset = ApprovalRequiredToolset(
+            toolset, lambda ctx, tool_def, args: tool_def.name in needs_approval
+        )
+    return toolset
+
+
+class WorkspaceToolset(AbstractToolset[Any]):
+    """The core tools as a pydantic-ai leaf toolset (one ``ToolDefinition`` per ``Tool``)."""
+
+    def __init__(
+        self, tools: Mapping[str, Tool], *, toolset_id: str | None = None, max_retries: int = 1
+    ) -> None:
+        self.tools = dict(tools)
+        self._id = toolset_id
+        self.max_retries = max_retries
+
+    @property
+    def id(self) -> str | None:
+        return self._id
+
+    async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        return {
+            name: ToolsetTool(
+                toolset=self,
+                tool_def=ToolDefinition(
+                    name=name,
+                    description=tool.description,
+                    parameters_json_schema=tool.parameters,
+                    metadata={"mutating": tool.mutating, "destructive": tool.destructive},
+                ),
+                max_retries=self.max_retries,
+                args_validator=_ArgsValidator(tool.input_model),
+            )
+            for name, tool in self.tools.items()
+        }
+
+    async def call_tool(
+        self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
+    ) -> Any:
+        core = self.tools[name]
+        result = await core.run(tool_args)
+        if "error" in result and len(result) == 1:
+            raise ToolFailed(str(result["error"]))
+        return _to_pydantic_ai(core.to_model_output(result))
+
+
+def _to_pydantic_ai(parts: list[ContentPart]) -> str | list[str | BinaryContent]:
+    out: list[str | BinaryContent] = []
+    for part in parts:
+        if part["type"] == "text":
+            out.append(part["text"])
+        else:
+            out.append(BinaryContent(data=base64.b64decode(part["data"]), media_type=part["media_type"]))
+    if len(out) == 1 and isinstance(out[0], str):
+        return out[0]
+    return out
+
+
+@dataclass
+class _ArgsValidator:
+    """Validates arguments against the tool's input model and hands the original dict on.
+
+    A ``ValidationError`` here makes pydantic-ai send a retry prompt; the core tool validates again
+    when it runs, so the adapter never re-implements a rule.
+    """
+
+    model: type[BaseModel]
+
+    def validate_json(
+        self, input: str | bytes | bytearray, *, allow_partial: Any = False, **kwargs: Any
+    ) -> Any:
+        partial = allow_partial not in (False, "off")
+        try:
+            data = from_json(input or b"{}", allow_partial=partial) if partial else json.loads(input or "{}")
+        except ValueError as exc:
+            raise ModelRetry(f"The arguments are not valid JSON ({exc}); send a JSON object.") from None
+        return self.validate_python(data, allow_partial=allow_partial)
+
+    def validate_python(self, input: Any, *, allow_partial: Any = False, **kwargs: Any) -> Any:
+        if allow_partial not in (False, "off"):
+            return input  # streaming a call in progress: nothing to check yet
+        if not isinstance(input, dict):
+            raise ModelRetry(f"The arguments must be a JSON object, not {type(input).__name__}.")
+        self.model.model_validate(input)
+        return dict(input)
