@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno as _errno
 import os
 
-__all__ = ["FsInvalidError", "fs_error", "error_to_wire", "error_from_wire"]
+__all__ = ["FsInvalidError", "error_from_wire", "error_to_wire", "fs_error"]
 
 
 class FsInvalidError(OSError, ValueError):

@@ -11,7 +11,7 @@ import errno
 
 from .errors import fs_error
 
-__all__ = ["MAX_NAME_BYTES", "MAX_PATH_BYTES", "canonical", "split", "join", "parts", "is_within"]
+__all__ = ["MAX_NAME_BYTES", "MAX_PATH_BYTES", "canonical", "is_within", "join", "parts", "split"]
 
 MAX_PATH_BYTES = 4096
 MAX_NAME_BYTES = 255

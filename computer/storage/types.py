@@ -6,14 +6,14 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "BatchResult",
+    "Change",
+    "ChangeSet",
     "DirEntry",
     "FileStat",
     "FindEntry",
     "GrepContextLine",
     "GrepMatch",
-    "Change",
-    "ChangeSet",
-    "BatchResult",
 ]
 
 

@@ -1,0 +1,37 @@
+"""The storage engine: one SQLite file per workspace (paths, chunks, walk/find/grep, change log, locks).
+
+Imports nothing else of the project.
+"""
+
+from __future__ import annotations
+
+from .errors import FsInvalidError, error_from_wire, error_to_wire, fs_error
+from .filesystem import FileSystem
+from .locks import LockTable
+from .types import (
+    BatchResult,
+    Change,
+    ChangeSet,
+    DirEntry,
+    FileStat,
+    FindEntry,
+    GrepContextLine,
+    GrepMatch,
+)
+
+__all__ = [
+    "BatchResult",
+    "Change",
+    "ChangeSet",
+    "DirEntry",
+    "FileStat",
+    "FileSystem",
+    "FindEntry",
+    "FsInvalidError",
+    "GrepContextLine",
+    "GrepMatch",
+    "LockTable",
+    "error_from_wire",
+    "error_to_wire",
+    "fs_error",
+]

@@ -1,0 +1,135 @@
+"""The chunk table: content-addressed, reference-counted blobs, with pins for open readers.
+
+A chunk whose count drops to zero is deleted at once unless a reader pinned it (an open stream, a
+streamed write staging its chunks); then it is remembered and deleted by the next :meth:`sweep` after
+the last pin goes. Leftover zero-count rows from a crash are removed when the store is opened.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
+
+from ._chunks import chunk_hash, decode_chunk, encode_chunk
+from ._db import Database
+
+__all__ = ["ChunkStore"]
+
+# Below this size compressing before the dedup lookup costs less than a second statement.
+_UPSERT_BELOW = 4096
+
+
+class ChunkStore:
+    """Chunk rows of one database; all methods run inside the caller's transaction."""
+
+    def __init__(self, db: Database, may_delete: Callable[[], bool]) -> None:
+        self._db = db
+        # Fencing: deleting a zero-count row is only safe for the current owner (a newer owner may be
+        # staging that very chunk).
+        self._may_delete = may_delete
+        self._pins: Counter[int] = Counter()
+        self._deferred: set[int] = set()
+        self.reads = 0
+
+    def put(self, data: bytes, refs: int = 1) -> int:
+        """Store ``data`` (or find it), add ``refs`` references, return the chunk id."""
+        db = self._db
+        digest = chunk_hash(data)
+        if len(data) < _UPSERT_BELOW:
+            stored, compressed = encode_chunk(data)
+            row = db.one(
+                "INSERT INTO chunks (hash, refs, compressed, size, stored, data) VALUES (?, ?, ?, ?, ?, ?) "
+                "ON CONFLICT (hash) DO UPDATE SET refs = refs + excluded.refs RETURNING id",
+                (digest, refs, int(compressed), len(data), len(stored), stored),
+            )
+            return int(row[0])
+        row = db.one("SELECT id FROM chunks WHERE hash = ?", (digest,))
+        if row is not None:
+            if refs:
+                db.execute("UPDATE chunks SET refs = refs + ? WHERE id = ?", (refs, row[0]))
+            return int(row[0])
+        stored, compressed = encode_chunk(data)
+        cur = db.execute(
+            "INSERT INTO chunks (hash, refs, compressed, size, stored, data) VALUES (?, ?, ?, ?, ?, ?)",
+            (digest, refs, int(compressed), len(data), len(stored), stored),
+        )
+        return int(cur.lastrowid or 0)
+
+    def incref(self, ids: Sequence[int]) -> None:
+        counts = Counter(ids)
+        self._db.executemany(
+            "UPDATE chunks SET refs = refs + ? WHERE id = ?", [(n, cid) for cid, n in counts.items()]
+        )
+
+    def decref(self, ids: Iterable[int]) -> None:
+        """Drop one reference per id occurrence; free chunks left with none (unless pinned)."""
+        counts = Counter(ids)
+        if not counts:
+            return
+        self._db.executemany(
+            "UPDATE chunks SET refs = refs - ? WHERE id = ?", [(n, cid) for cid, n in counts.items()]
+        )
+        self._free(counts.keys())
+
+    def decref_counts(self, counts: Iterable[tuple[int, int]]) -> None:
+        """Like :meth:`decref` with ``(id, count)`` pairs."""
+        pairs = list(counts)
+        if not pairs:
+            return
+        self._db.executemany("UPDATE chunks SET refs = refs - ? WHERE id = ?", [(n, c) for c, n in pairs])
+        self._free(c for c, _ in pairs)
+
+    def _free(self, ids: Iterable[int]) -> None:
+        free: list[tuple[int]] = []
+        for cid in ids:
+            if self._pins[cid] > 0:
+                self._deferred.add(cid)
+            else:
+                free.append((cid,))
+        if free and self._may_delete():
+            self._db.executemany("DELETE FROM chunks WHERE id = ? AND refs <= 0", free)
+
+    def pin(self, ids: Iterable[int]) -> None:
+        for cid in ids:
+            self._pins[cid] += 1
+
+    def unpin(self, ids: Iterable[int]) -> None:
+        """Release pins; chunks freed meanwhile become sweepable (the caller runs :meth:`sweep`)."""
+        for cid in ids:
+            left = self._pins[cid] - 1
+            if left <= 0:
+                del self._pins[cid]
+            else:
+                self._pins[cid] = left
+
+    def has_sweepable(self) -> bool:
+        return any(self._pins[cid] <= 0 for cid in self._deferred)
+
+    def sweep(self, extra: Iterable[int] = ()) -> None:
+        """Delete deferred (and ``extra``) chunks that are unreferenced and no longer pinned."""
+        ready = [cid for cid in self._deferred if self._pins.get(cid, 0) <= 0]
+        ready.extend(cid for cid in extra if self._pins.get(cid, 0) <= 0)
+        self._deferred.difference_update(ready)
+        if ready and self._may_delete():
+            self._db.executemany("DELETE FROM chunks WHERE id = ? AND refs <= 0", [(c,) for c in ready])
+
+    def collect_orphans(self) -> int:
+        """Delete every unreferenced, unpinned chunk (crash leftovers). Returns how many went."""
+        if not self._may_delete():
+            return 0
+        rows = self._db.execute("SELECT id FROM chunks WHERE refs <= 0").fetchall()
+        doomed = [(r[0],) for r in rows if self._pins.get(r[0], 0) <= 0]
+        if doomed:
+            self._db.executemany("DELETE FROM chunks WHERE id = ?", doomed)
+        return len(doomed)
+
+    def read(self, cid: int) -> bytes:
+        """The bytes of one chunk."""
+        row = self._db.one("SELECT data, compressed, size FROM chunks WHERE id = ?", (cid,))
+        if row is None:
+            raise LookupError(cid)
+        self.reads += 1
+        return decode_chunk(row[0], row[1], row[2])
+
+    def count_read(self, n: int = 1) -> None:
+        self.reads += n

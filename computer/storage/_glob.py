@@ -1,0 +1,91 @@
+"""Glob patterns for find and grep, matched against a path relative to the search directory.
+
+``*`` and ``?`` stay within one segment, ``**`` crosses segments, ``**/`` also matches zero segments,
+every other character is literal (no ``[...]`` classes, no escapes). A pattern is compiled once. Patterns
+with at most two stars use Python's ``re`` (fast, and at most quadratic on a 4 KiB path); more stars use
+RE2, whose matching is linear, so no pattern can make a walk hang.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+import re2
+
+__all__ = ["Glob", "GlobSet"]
+
+
+class Glob:
+    """One compiled glob."""
+
+    __slots__ = ("_match", "pattern", "prunes_prefix")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._match = _compile(pattern)
+        # ``X/**`` (and ``**``) match everything below a directory matching X: the walk may prune it.
+        self.prunes_prefix: Glob | None = None
+        if pattern.endswith("/**") and len(pattern) > 3:
+            self.prunes_prefix = Glob(pattern[:-3])
+
+    def match(self, rel: str) -> bool:
+        return self._match(rel)
+
+    def covers_children(self, rel_dir: str) -> bool:
+        """True when every path below directory ``rel_dir`` matches (so its subtree need not be read)."""
+        if self.pattern == "**":
+            return True
+        return self.prunes_prefix is not None and self.prunes_prefix.match(rel_dir)
+
+
+class GlobSet:
+    """Several globs: matches when any matches. Empty matches nothing."""
+
+    __slots__ = ("globs",)
+
+    def __init__(self, patterns: Sequence[str]) -> None:
+        self.globs = [Glob(p) for p in patterns]
+
+    def __bool__(self) -> bool:
+        return bool(self.globs)
+
+    def match(self, rel: str) -> bool:
+        return any(g.match(rel) for g in self.globs)
+
+    def covers_children(self, rel_dir: str) -> bool:
+        return any(g.covers_children(rel_dir) for g in self.globs)
+
+
+def _compile(pattern: str) -> Callable[[str], bool]:
+    out: list[str] = []
+    stars = 0
+    i, n = 0, len(pattern)
+    while i < n:
+        ch = pattern[i]
+        if ch == "*":
+            stars += 1
+            if i + 1 < n and pattern[i + 1] == "*":
+                i += 2
+                while i < n and pattern[i] == "*":
+                    i += 1
+                if i < n and pattern[i] == "/":
+                    out.append("(?:.*/)?")
+                    i += 1
+                else:
+                    out.append(".*")
+                continue
+            out.append("[^/]*")
+        elif ch == "?":
+            out.append("[^/]")
+        else:
+            out.append(re.escape(ch))
+        i += 1
+    source = "".join(out)
+    if stars <= 2:
+        compiled = re.compile(source, re.DOTALL)
+        return lambda s: compiled.fullmatch(s) is not None
+    options = re2.Options()
+    options.dot_nl = True
+    compiled2 = re2.compile(source, options)
+    return lambda s: compiled2.fullmatch(s) is not None

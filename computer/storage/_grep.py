@@ -1,0 +1,157 @@
+"""Line matching for grep: literal or RE2 patterns over a file streamed chunk by chunk.
+
+Regular expressions use RE2 (``google-re2``), whose matching time is linear in the input, so no
+pattern (``(a+)+$``…) can hang the owner. Lines split on ``\\n``; a final line without a newline
+counts; a line straddling chunks is reassembled before matching. Text is decoded as UTF-8 with
+invalid bytes replaced.
+"""
+
+from __future__ import annotations
+
+import errno
+import re
+from collections import deque
+from collections.abc import Iterable, Iterator
+
+import re2
+
+from .errors import fs_error
+from .types import GrepContextLine, GrepMatch
+
+__all__ = ["BINARY_SNIFF_BYTES", "LineMatcher", "grep_file"]
+
+BINARY_SNIFF_BYTES = 8192
+
+
+class LineMatcher:
+    """A compiled grep query. ``block`` scans many lines at once; ``line`` tests one line."""
+
+    def __init__(self, pattern: str, *, regex: bool, ignore_case: bool, path: str) -> None:
+        self.literal: bytes | None = None
+        self._text = pattern
+        if not regex and not ignore_case:
+            self.literal = pattern.encode("utf-8")
+            self._line: re2._Regexp | None = None
+            self._block: re2._Regexp | None = None
+            return
+        source = pattern if regex else re.escape(pattern)
+        options = re2.Options()
+        options.case_sensitive = not ignore_case
+        try:
+            self._line = re2.compile(source, options)
+            self._block = re2.compile("(?m:" + source + ")", options)
+        except re2.error as exc:
+            raise fs_error(errno.EINVAL, path, f"Invalid regular expression: {exc}") from None
+
+    def line(self, text: str) -> bool:
+        if self.literal is not None:
+            return self._text in text
+        assert self._line is not None
+        return self._line.search(text) is not None
+
+    def block(self, text: str) -> Iterator[int]:
+        """Indices (line offsets within ``text``, which holds whole lines) of the matching lines."""
+        assert self._block is not None and self._line is not None
+        pos, n = 0, len(text)
+        line_no, counted = 0, 0
+        while pos <= n:
+            m = self._block.search(text, pos)
+            if m is None:
+                return
+            start = text.rfind("\n", 0, m.start()) + 1
+            end = text.find("\n", m.start())
+            if end < 0:
+                end = n
+            line_no += text.count("\n", counted, start)
+            counted = start
+            if self._line.search(text[start:end]) is not None:
+                yield line_no
+            pos = end + 1
+
+
+def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+    """Blocks of whole lines joined by ``\\n`` (no trailing newline); the final partial line last."""
+    carry = b""
+    for chunk in chunks:
+        data = carry + chunk if carry else chunk
+        cut = data.rfind(b"\n")
+        if cut < 0:
+            carry = data
+            continue
+        yield data[:cut]
+        carry = data[cut + 1 :]
+    if carry:
+        yield carry
+
+
+def _decode(raw: bytes) -> str:
+    return raw.decode("utf-8", "replace")
+
+
+def grep_file(path: str, chunks: Iterator[bytes], matcher: LineMatcher, context: int) -> Iterator[GrepMatch]:
+    """The matching lines of one file, in order; nothing for a binary file (NUL in the first 8 KiB)."""
+    first = next(chunks, None)
+    if first is None or b"\x00" in first[:BINARY_SNIFF_BYTES]:
+        return
+
+    def all_chunks() -> Iterator[bytes]:
+        yield first
+        yield from chunks
+
+    if context == 0:
+        yield from _scan(path, _lines(all_chunks()), matcher)
+    else:
+        yield from _scan_context(path, _lines(all_chunks()), matcher, context)
+
+
+def _scan(path: str, blocks: Iterable[bytes], matcher: LineMatcher) -> Iterator[GrepMatch]:
+    base = 1  # line number of the first line of the current block
+    needle = matcher.literal
+    for block in blocks:
+        if needle is not None:
+            pos = block.find(needle)
+            counted, line_no = 0, base
+            while pos >= 0:
+                start = block.rfind(b"\n", 0, pos) + 1
+                end = block.find(b"\n", pos)
+                if end < 0:
+                    end = len(block)
+                line_no += block.count(b"\n", counted, start)
+                counted = start
+                yield GrepMatch(path=path, line=line_no, text=_decode(block[start:end]))
+                pos = block.find(needle, end + 1) if end < len(block) else -1
+        else:
+            text = _decode(block)
+            lines: list[str] | None = None
+            for idx in matcher.block(text):
+                if lines is None:
+                    lines = text.split("\n")
+                yield GrepMatch(path=path, line=base + idx, text=lines[idx])
+        base += block.count(b"\n") + 1
+
+
+def _scan_context(
+    path: str, blocks: Iterable[bytes], matcher: LineMatcher, context: int
+) -> Iterator[GrepMatch]:
+    before: deque[GrepContextLine] = deque(maxlen=context)
+    # Matches still collecting their after-context: (match line, its text, its list, lines still wanted).
+    pending: deque[tuple[int, str, list[GrepContextLine], list[int]]] = deque()
+    line_no = 0
+    for block in blocks:
+        for raw in block.split(b"\n"):
+            line_no += 1
+            text = _decode(raw)
+            hit = matcher.line(text)
+            entry = GrepContextLine(line=line_no, text=text, is_match=hit)
+            for _, _, ctx, wanted in pending:
+                ctx.append(entry)
+                wanted[0] -= 1
+            while pending and pending[0][3][0] <= 0:
+                n, t, ctx, _ = pending.popleft()
+                yield GrepMatch(path=path, line=n, text=t, context=ctx)
+            if hit:
+                pending.append((line_no, text, [*before, entry], [context]))
+            before.append(entry)
+    while pending:
+        n, t, ctx, _ = pending.popleft()
+        yield GrepMatch(path=path, line=n, text=t, context=ctx)

@@ -1,0 +1,72 @@
+"""The SQLite schema of one workspace file, created on first open and checked on every open."""
+
+from __future__ import annotations
+
+__all__ = ["DIR", "FILE", "KIND_NAMES", "ROOT_INODE", "SCHEMA", "SCHEMA_VERSION", "SYMLINK"]
+
+SCHEMA_VERSION = 1
+
+# Inode kinds, stored as small integers.
+FILE = 0
+DIR = 1
+SYMLINK = 2
+KIND_NAMES = {FILE: "file", DIR: "dir", SYMLINK: "symlink"}
+
+ROOT_INODE = 1
+
+# Why each shape:
+# - ``dirents`` is WITHOUT ROWID with primary key (parent, name): a lookup is one index probe, a
+#   listing is a range scan in name order, a rename rewrites one row. Names are TEXT in a UTF-8
+#   database with the BINARY collation, which SQLite compares with memcmp: UTF-8 byte order.
+# - ``chunks`` keeps its blob last so scans over ``refs`` never touch overflow pages. Chunks are
+#   reference-counted; ``refs = 0`` rows are garbage (or staged parts of a streamed write).
+# - ``file_chunks`` maps (inode, index) to a chunk id; every chunk but the last is exactly
+#   CHUNK_SIZE bytes, so a byte range maps to an index range by arithmetic.
+# - ``state`` is one row: the revision, the owner epoch (fencing) and the change-log floor.
+SCHEMA = f"""
+CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+CREATE TABLE state (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    rev INTEGER NOT NULL,
+    epoch INTEGER NOT NULL,
+    log_floor INTEGER NOT NULL
+);
+CREATE TABLE inodes (
+    id INTEGER PRIMARY KEY,
+    kind INTEGER NOT NULL,
+    mode INTEGER NOT NULL,
+    mtime INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    target TEXT
+);
+CREATE TABLE dirents (
+    parent INTEGER NOT NULL,
+    name TEXT NOT NULL,
+    child INTEGER NOT NULL,
+    PRIMARY KEY (parent, name)
+) WITHOUT ROWID;
+CREATE TABLE file_chunks (
+    inode INTEGER NOT NULL,
+    idx INTEGER NOT NULL,
+    chunk INTEGER NOT NULL,
+    PRIMARY KEY (inode, idx)
+) WITHOUT ROWID;
+CREATE TABLE chunks (
+    id INTEGER PRIMARY KEY,
+    hash BLOB NOT NULL UNIQUE,
+    refs INTEGER NOT NULL,
+    compressed INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    stored INTEGER NOT NULL,
+    data BLOB NOT NULL
+);
+CREATE TABLE changes (
+    seq INTEGER PRIMARY KEY,
+    rev INTEGER NOT NULL,
+    path TEXT NOT NULL,
+    op TEXT NOT NULL
+);
+CREATE INDEX changes_rev ON changes (rev);
+INSERT INTO state (id, rev, epoch, log_floor) VALUES (1, 0, 0, 0);
+INSERT INTO inodes (id, kind, mode, mtime, size, target) VALUES ({ROOT_INODE}, {DIR}, 493, 0, 0, NULL);
+"""

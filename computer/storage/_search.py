@@ -1,0 +1,185 @@
+"""Tree walks: the full walk behind ``ls``/``manifest`` and the paged, pruning walk behind find/grep.
+
+The paged walk is depth-first, a directory before its children, children in byte order of their
+names, read from SQLite in pages of :data:`PAGE_SIZE`. An excluded path is skipped with its whole
+subtree, and ``X/**`` excludes prune below ``X`` without reading it, so the cost of a walk is bounded
+by what it returns plus one page per visited directory. Symlinks are listed but never followed.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from itertools import islice
+from typing import TYPE_CHECKING
+
+from ._db import Database
+from ._glob import Glob, GlobSet
+from ._grep import LineMatcher, grep_file
+from ._schema import DIR, FILE, SYMLINK
+from .paths import join
+from .types import FindEntry, GrepMatch
+
+if TYPE_CHECKING:
+    from .filesystem import FileSystem
+
+__all__ = ["PAGE_SIZE", "find_entries", "grep_entries", "walk", "walk_tree"]
+
+PAGE_SIZE = 256
+
+
+def walk_tree(db: Database, ino: int, path: str) -> Iterator[tuple[str, int, int, int, int]]:
+    """Every node below a directory: ``(path, kind, size, mode, mtime)``, depth-first in name order."""
+    stack: list[tuple[int, str]] = [(ino, path)]
+    while stack:
+        parent, ppath = stack.pop()
+        rows = db.execute(
+            "SELECT d.name, d.child, i.kind, i.size, i.mode, i.mtime FROM dirents d JOIN inodes i "
+            "ON i.id = d.child WHERE d.parent = ? ORDER BY d.name",
+            (parent,),
+        ).fetchall()
+        # Emit in order, but descend depth-first: a directory's subtree comes right after it.
+        yield from _emit_depth_first(db, rows, ppath)
+
+
+def _emit_depth_first(
+    db: Database, rows: list[tuple[str, int, int, int, int, int]], ppath: str
+) -> Iterator[tuple[str, int, int, int, int]]:
+    work: list[Iterator[tuple[str, int, int, int, int, int]]] = [iter(rows)]
+    paths = [ppath]
+    while work:
+        row = next(work[-1], None)
+        if row is None:
+            work.pop()
+            paths.pop()
+            continue
+        name, child, kind, size, mode, mtime = row
+        cpath = join(paths[-1], name)
+        yield cpath, kind, size, mode, mtime
+        if kind == DIR:
+            sub = db.execute(
+                "SELECT d.name, d.child, i.kind, i.size, i.mode, i.mtime FROM dirents d JOIN inodes i "
+                "ON i.id = d.child WHERE d.parent = ? ORDER BY d.name",
+                (child,),
+            ).fetchall()
+            work.append(iter(sub))
+            paths.append(cpath)
+
+
+class _Frame:
+    __slots__ = ("after", "done", "ino", "page", "path", "rel")
+
+    def __init__(self, ino: int, path: str, rel: str) -> None:
+        self.ino = ino
+        self.path = path
+        self.rel = rel
+        self.after: str | None = None
+        self.page: deque[tuple[str, int, int]] = deque()
+        self.done = False
+
+
+def walk(
+    fs: FileSystem, ino: int, path: str, exclude: GlobSet, max_depth: int | None = None
+) -> Iterator[tuple[str, str, int, int]]:
+    """Paged depth-first walk below a directory: ``(path, relative path, kind, inode)``.
+
+    Excluded entries are skipped with their subtree; ``max_depth`` stops descending (a relative path
+    of depth > max_depth is never read).
+    """
+    stack = [_Frame(ino, path, "")]
+    while stack:
+        frame = stack[-1]
+        if not frame.page:
+            if frame.done:
+                stack.pop()
+                continue
+            rows = fs.children_page(frame.ino, frame.after, PAGE_SIZE)
+            if len(rows) < PAGE_SIZE:
+                frame.done = True
+            if not rows:
+                stack.pop()
+                continue
+            frame.page.extend(rows)
+            frame.after = rows[-1][0]
+        name, child, kind = frame.page.popleft()
+        rel = name if not frame.rel else frame.rel + "/" + name
+        if exclude and exclude.match(rel):
+            continue
+        cpath = join(frame.path, name)
+        yield cpath, rel, kind, child
+        if kind == DIR and (max_depth is None or rel.count("/") + 1 < max_depth):
+            if not (exclude and exclude.covers_children(rel)):
+                stack.append(_Frame(child, cpath, rel))
+
+
+def _max_depth(patterns: list[Glob]) -> int | None:
+    """How deep a match can be (segments), or None when a pattern has ``**``."""
+    depth = 0
+    for g in patterns:
+        if "**" in g.pattern:
+            return None
+        depth = max(depth, g.pattern.count("/") + 1)
+    return depth
+
+
+def find_entries(
+    fs: FileSystem,
+    ino: int,
+    path: str,
+    pattern: str | None,
+    exclude: list[str],
+    limit: int | None,
+    offset: int,
+) -> list[FindEntry]:
+    if limit == 0:
+        return []
+    glob = Glob(pattern) if pattern else None
+    depth = None if glob is None else _max_depth([glob])
+    out: list[FindEntry] = []
+    skip = offset
+    for cpath, rel, kind, _ in walk(fs, ino, path, GlobSet(exclude), depth):
+        if glob is not None and not glob.match(rel):
+            continue
+        if skip:
+            skip -= 1
+            continue
+        if kind == SYMLINK:
+            kind = DIR if fs.kind_of(cpath) == DIR else FILE
+        out.append(FindEntry(path=cpath, type="dir" if kind == DIR else "file"))
+        if limit is not None and len(out) >= limit:
+            break
+    return out
+
+
+def grep_entries(
+    fs: FileSystem,
+    ino: int,
+    kind: int,
+    path: str,
+    pattern: str,
+    *,
+    regex: bool,
+    ignore_case: bool,
+    context: int,
+    include: list[str] | None,
+    exclude: list[str],
+    limit: int | None,
+    offset: int,
+) -> list[GrepMatch]:
+    matcher = LineMatcher(pattern, regex=regex, ignore_case=ignore_case, path=path)
+    if limit == 0:
+        return []
+    stop = None if limit is None else offset + limit
+    if kind != DIR:
+        found = grep_file(path, fs.iter_file(ino), matcher, context)
+        return list(islice(found, offset, stop))
+    includes = GlobSet(include or [])
+    depth = _max_depth(includes.globs) if includes else None
+
+    def matches() -> Iterator[GrepMatch]:
+        for cpath, rel, k, child in walk(fs, ino, path, GlobSet(exclude), depth):
+            if k != FILE or (includes and not includes.match(rel)):
+                continue
+            yield from grep_file(cpath, fs.iter_file(child), matcher, context)
+
+    return list(islice(matches(), offset, stop))

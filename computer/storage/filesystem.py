@@ -1,0 +1,1090 @@
+"""``FileSystem``: the async filesystem of one workspace over one SQLite file (SPEC sections 3 and 4).
+
+Execution model: every SQLite statement runs inline on the calling thread (the event loop). The owner
+is single-threaded and each operation is a handful of indexed statements, so a thread pool would cost
+more than it saves. No transaction ever spans an ``await``: a streamed write stages its chunks in small
+transactions (pinned, unreferenced) and links them in one final transaction, so other operations
+interleave freely and a crash never leaves a half-written file visible.
+
+Durability: the file is in WAL mode with ``synchronous=NORMAL``: every committed transaction survives a
+process kill; an OS crash or power loss may lose the last commits but never corrupts the file.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+import uuid
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
+from typing import Any
+
+from ._chunks import CHUNK_SIZE, ChunkCutter, decode_chunk
+from ._chunkstore import ChunkStore
+from ._db import Database
+from ._schema import DIR, FILE, KIND_NAMES, ROOT_INODE, SYMLINK
+from ._search import find_entries, grep_entries, walk_tree
+from ._stream import ChunkStream
+from .errors import fs_error
+from .locks import LockTable
+from .paths import canonical, is_within, join, parts, split
+from .types import BatchResult, Change, ChangeSet, DirEntry, FileStat, FindEntry, GrepMatch
+
+__all__ = ["FileSystem"]
+
+MAX_SYMLINK_HOPS = 40
+_CACHE_LIMIT = 200_000
+
+Node = tuple[int, int]  # (inode id, kind)
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def _check_range(path: str, offset: int, length: int | None) -> None:
+    if offset < 0 or (length is not None and length < 0):
+        raise fs_error(errno.EINVAL, path, "offset and length must not be negative")
+
+
+def _link_path(link_path: str, target: str, rest: Sequence[str]) -> str:
+    """Where a symlink at ``link_path`` points, with ``rest`` appended (``..`` clamps at ``/``)."""
+    base = [] if target.startswith("/") else parts(split(link_path)[0])
+    out = list(base)
+    for seg in [*target.split("/"), *rest]:
+        if seg in ("", "."):
+            continue
+        if seg == "..":
+            if out:
+                out.pop()
+            continue
+        out.append(seg)
+    return "/" + "/".join(out)
+
+
+class FileSystem:
+    """The filesystem of one workspace (see the module docstring for the execution model).
+
+    ``id`` is a stable uuid kept in the file (random for an in-memory store); ``rev`` the current
+    revision; ``locks`` the owner's :class:`LockTable`.
+    """
+
+    change_log_limit = 100_000  # entries kept in the change log
+
+    def __init__(self, db: Database, *, max_bytes: int | None, fence: int | None) -> None:
+        self._db = db
+        self.max_bytes = max_bytes
+        self._fence = fence
+        self._cache: dict[str, Node] = {}
+        self.chunks = ChunkStore(db, self._is_current_owner)
+        self.locks = LockTable()
+        self._closed = False
+        self._log_inserts = 0
+        self._pending_logical = 0  # logical-size delta of the open transaction
+        row = db.one("SELECT value FROM meta WHERE key = 'id'")
+        if row is None:
+            ident = uuid.uuid4().hex
+            db.execute("INSERT INTO meta (key, value) VALUES ('id', ?)", (ident,))
+        else:
+            ident = str(row[0])
+        self.id: str = ident
+        with db.transaction():
+            if fence is not None:
+                db.execute("UPDATE state SET epoch = max(epoch, ?) WHERE id = 1", (fence,))
+            self.chunks.collect_orphans()
+        self._rev = int(db.one("SELECT rev FROM state WHERE id = 1")[0])
+        total = db.one("SELECT coalesce(sum(size), 0) FROM inodes WHERE kind = ?", (FILE,))[0]
+        self._logical = int(total)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @classmethod
+    def open(cls, path: str | None, *, max_bytes: int | None = None, fence: int | None = None) -> FileSystem:
+        """Open (creating when missing) the store at ``path``; ``None`` is a private in-memory store.
+
+        ``max_bytes`` caps the logical bytes of all files (ENOSPC beyond). ``fence`` is this owner's
+        epoch: the stored epoch becomes ``max(stored, fence)`` and every later write checks it is still
+        ours (EROFS once a newer owner raised it).
+        """
+        return cls(Database(path), max_bytes=max_bytes, fence=fence)
+
+    def close(self) -> None:
+        """Close the SQLite connection. Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._db.close()
+
+    @property
+    def rev(self) -> int:
+        """The current revision (bumped once per mutating call)."""
+        return self._rev
+
+    @property
+    def queries(self) -> int:
+        """SQL statements executed so far."""
+        return self._db.queries
+
+    # ------------------------------------------------------------------ internals: guards
+
+    def _is_current_owner(self) -> bool:
+        if self._fence is None:
+            return True
+        row = self._db.one("SELECT epoch FROM state WHERE id = 1")
+        return int(row[0]) == self._fence
+
+    def _bump(self, path: str) -> int:
+        """First statement of every mutating transaction: check the fence, bump and return the rev."""
+        if self._fence is None:
+            row = self._db.one("UPDATE state SET rev = rev + 1 WHERE id = 1 RETURNING rev")
+        else:
+            row = self._db.one(
+                "UPDATE state SET rev = rev + 1 WHERE id = 1 AND epoch = ? RETURNING rev", (self._fence,)
+            )
+            if row is None:
+                epoch = self._db.one("SELECT epoch FROM state WHERE id = 1")[0]
+                raise fs_error(
+                    errno.EROFS,
+                    path,
+                    f"workspace is owned by a newer owner (epoch {epoch}, ours {self._fence})",
+                )
+        return int(row[0])
+
+    def _mutation(self, path: str) -> _Mutation:
+        return _Mutation(self, path)
+
+    def _log(self, rev: int, path: str, op: str) -> None:
+        self._db.execute("INSERT INTO changes (rev, path, op) VALUES (?, ?, ?)", (rev, path, op))
+        self._log_inserts += 1
+        if self._log_inserts >= 1024:
+            self._log_inserts = 0
+            self._trim_log()
+
+    def _trim_log(self) -> None:
+        row = self._db.one("SELECT max(seq) FROM changes")
+        if row is None or row[0] is None:
+            return
+        cut = int(row[0]) - self.change_log_limit
+        if cut <= 0:
+            return
+        top = self._db.one("SELECT max(rev) FROM changes WHERE seq <= ?", (cut,))[0]
+        if top is None:
+            return
+        self._db.execute("DELETE FROM changes WHERE seq <= ?", (cut,))
+        self._db.execute("UPDATE state SET log_floor = max(log_floor, ?) WHERE id = 1", (top,))
+
+    def _canon(self, path: str) -> str:
+        p = canonical(path)
+        try:
+            p.encode("utf-8")
+        except UnicodeEncodeError:
+            raise fs_error(
+                errno.EINVAL, path.encode("utf-8", "replace").decode(), "path is not valid UTF-8"
+            ) from None
+        return p
+
+    # ------------------------------------------------------------------ internals: resolution
+
+    def _lookup(self, parent: int, name: str) -> Node | None:
+        row = self._db.one(
+            "SELECT d.child, i.kind FROM dirents d JOIN inodes i ON i.id = d.child WHERE d.parent = ? AND d.name = ?",
+            (parent, name),
+        )
+        return None if row is None else (int(row[0]), int(row[1]))
+
+    def _target(self, ino: int) -> str:
+        return str(self._db.one("SELECT target FROM inodes WHERE id = ?", (ino,))[0])
+
+    def _resolve(self, path: str, *, follow: bool = True) -> tuple[int, int, str]:
+        """``(inode, kind, real path)`` of canonical ``path``, following symlinks on the way.
+
+        The last segment is followed only when ``follow``. Raises ENOENT (missing), ENOTDIR (a parent
+        segment is not a directory) or ELOOP (more than 40 links). Cached entries are keyed by real
+        paths (no symlink before the last segment), so replacing a link only invalidates its own key.
+        """
+        cache = self._cache
+        hops = 0
+        while True:
+            hit = cache.get(path)
+            if hit is not None and (hit[1] != SYMLINK or not follow):
+                return hit[0], hit[1], path
+            segs = parts(path)
+            ino, kind, cur, i = ROOT_INODE, DIR, "/", 0
+            if hit is None and len(segs) > 1:
+                parent, _ = split(path)
+                phit = cache.get(parent)
+                if phit is not None and phit[1] == DIR:
+                    ino, kind, cur, i = phit[0], DIR, parent, len(segs) - 1
+            restarted = False
+            while i < len(segs):
+                if kind != DIR:
+                    raise fs_error(errno.ENOTDIR, path, "a parent segment is not a directory")
+                name = segs[i]
+                nxt = join(cur, name)
+                node = cache.get(nxt)
+                if node is None:
+                    node = self._lookup(ino, name)
+                    if node is None:
+                        raise fs_error(errno.ENOENT, path)
+                    if len(cache) >= _CACHE_LIMIT:
+                        cache.clear()
+                    cache[nxt] = node
+                ino, kind = node
+                cur = nxt
+                i += 1
+                if kind == SYMLINK and (i < len(segs) or follow):
+                    hops += 1
+                    if hops > MAX_SYMLINK_HOPS:
+                        raise fs_error(errno.ELOOP, path, "too many levels of symbolic links")
+                    path = _link_path(cur, self._target(ino), segs[i:])
+                    restarted = True
+                    break
+            if not restarted:
+                return ino, kind, cur
+
+    def _resolve_read(self, path: str, *, follow: bool = True) -> tuple[int, int, str]:
+        """Like :meth:`_resolve`, but a file in a parent position is ENOENT (SPEC: stat/read)."""
+        try:
+            return self._resolve(path, follow=follow)
+        except NotADirectoryError:
+            raise fs_error(errno.ENOENT, path) from None
+
+    def _resolve_parent(self, path: str) -> tuple[int, str, str]:
+        """``(parent inode, name, real parent path)`` for creating ``path``: ENOENT / ENOTDIR otherwise."""
+        parent, name = split(path)
+        ino, kind, real = self._resolve(parent)
+        if kind != DIR:
+            raise fs_error(errno.ENOTDIR, path, "parent is not a directory")
+        return ino, name, real
+
+    def _write_target(self, path: str) -> tuple[int, str, str, Node | None]:
+        """Where writing ``path`` lands: ``(parent inode, name, real path, existing node)``.
+
+        A symlink at the target is followed (like ``open(O_TRUNC)``); a dangling one creates its target.
+        """
+        hops = 0
+        while True:
+            pino, name, real_parent = self._resolve_parent(path)
+            real = join(real_parent, name)
+            node = self._cache.get(real) or self._lookup(pino, name)
+            if node is None or node[1] != SYMLINK:
+                return pino, name, real, node
+            hops += 1
+            if hops > MAX_SYMLINK_HOPS:
+                raise fs_error(errno.ELOOP, path, "too many levels of symbolic links")
+            path = _link_path(real, self._target(node[0]), ())
+
+    def _forget(self, path: str, kind: int) -> None:
+        """Invalidate cached resolutions after ``path`` (of ``kind``) went away or moved."""
+        if kind == DIR:
+            self._cache.clear()
+        else:
+            self._cache.pop(path, None)
+
+    def _file_chunk_ids(self, ino: int) -> list[int]:
+        return [
+            r[0]
+            for r in self._db.execute("SELECT chunk FROM file_chunks WHERE inode = ? ORDER BY idx", (ino,))
+        ]
+
+    # ------------------------------------------------------------------ internals: node writes
+
+    def _new_inode(self, kind: int, mode: int, size: int = 0, target: str | None = None) -> int:
+        cur = self._db.execute(
+            "INSERT INTO inodes (kind, mode, mtime, size, target) VALUES (?, ?, ?, ?, ?)",
+            (kind, mode, _now_ms(), size, target),
+        )
+        return int(cur.lastrowid or 0)
+
+    def _link(self, parent: int, name: str, child: int, real: str, kind: int) -> None:
+        self._db.execute("INSERT INTO dirents (parent, name, child) VALUES (?, ?, ?)", (parent, name, child))
+        self._cache[real] = (child, kind)
+
+    def _set_content(
+        self,
+        path: str,
+        pino: int,
+        name: str,
+        real: str,
+        node: Node | None,
+        ids: list[int],
+        size: int,
+        mode: int | None,
+    ) -> None:
+        """Point ``real`` at the chunk list ``ids`` (already referenced), replacing an existing file."""
+        db = self._db
+        if node is not None and node[1] == DIR:
+            raise fs_error(errno.EISDIR, path)
+        if node is None:
+            ino = self._new_inode(FILE, 0o644 if mode is None else mode, size)
+            self._link(pino, name, ino, real, FILE)
+            old_size = 0
+            old_ids: list[int] = []
+        else:
+            ino = node[0]
+            row = db.one("SELECT size, mtime FROM inodes WHERE id = ?", (ino,))
+            old_size = int(row[0])
+            # mtime strictly increases on overwrite, even twice in the same millisecond.
+            mtime = max(_now_ms(), int(row[1]) + 1)
+            if mode is None:
+                db.execute("UPDATE inodes SET size = ?, mtime = ? WHERE id = ?", (size, mtime, ino))
+            else:
+                db.execute(
+                    "UPDATE inodes SET size = ?, mtime = ?, mode = ? WHERE id = ?", (size, mtime, mode, ino)
+                )
+            old_ids = self._file_chunk_ids(ino)
+            if old_ids:
+                db.execute("DELETE FROM file_chunks WHERE inode = ?", (ino,))
+        self._check_quota(path, size - old_size)
+        if ids:
+            if len(ids) == 1:
+                db.execute("INSERT INTO file_chunks (inode, idx, chunk) VALUES (?, 0, ?)", (ino, ids[0]))
+            else:
+                db.executemany(
+                    "INSERT INTO file_chunks (inode, idx, chunk) VALUES (?, ?, ?)",
+                    [(ino, i, cid) for i, cid in enumerate(ids)],
+                )
+        if old_ids:
+            self.chunks.decref(old_ids)
+        self._pending_logical += size - old_size
+
+    def _check_quota(self, path: str, delta: int) -> None:
+        if self.max_bytes is not None and delta > 0:
+            if self._logical + self._pending_logical + delta > self.max_bytes:
+                raise fs_error(
+                    errno.ENOSPC, path, f"no space left: workspace limit is {self.max_bytes} bytes"
+                )
+
+    def _remove_node(self, path: str, pino: int, name: str, ino: int, kind: int) -> None:
+        """Unlink ``name`` from ``pino`` and delete its whole subtree (links are never followed)."""
+        db = self._db
+        db.execute("DELETE FROM dirents WHERE parent = ? AND name = ?", (pino, name))
+        if kind == DIR:
+            db.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (id INTEGER PRIMARY KEY)")
+            db.execute("DELETE FROM temp.doomed")
+            db.execute(
+                "INSERT INTO temp.doomed (id) WITH RECURSIVE sub(id) AS (SELECT ? UNION ALL "
+                "SELECT d.child FROM dirents d JOIN sub ON d.parent = sub.id) SELECT id FROM sub",
+                (ino,),
+            )
+            freed = db.one(
+                "SELECT coalesce(sum(size), 0) FROM inodes WHERE kind = ? AND id IN (SELECT id FROM temp.doomed)",
+                (FILE,),
+            )[0]
+            counts = db.execute(
+                "SELECT chunk, count(*) FROM file_chunks WHERE inode IN (SELECT id FROM temp.doomed) GROUP BY chunk"
+            ).fetchall()
+            db.execute("DELETE FROM file_chunks WHERE inode IN (SELECT id FROM temp.doomed)")
+            db.execute("DELETE FROM dirents WHERE parent IN (SELECT id FROM temp.doomed)")
+            db.execute("DELETE FROM inodes WHERE id IN (SELECT id FROM temp.doomed)")
+            self.chunks.decref_counts((int(c), int(n)) for c, n in counts)
+            self._pending_logical -= int(freed)
+        else:
+            if kind == FILE:
+                size = db.one("SELECT size FROM inodes WHERE id = ?", (ino,))[0]
+                ids = self._file_chunk_ids(ino)
+                if ids:
+                    db.execute("DELETE FROM file_chunks WHERE inode = ?", (ino,))
+                    self.chunks.decref(ids)
+                self._pending_logical -= int(size)
+            db.execute("DELETE FROM inodes WHERE id = ?", (ino,))
+        self._forget(path, kind)
+
+    # ------------------------------------------------------------------ reads
+
+    def _open_file(self, path: str) -> tuple[int, int]:
+        """``(inode, size)`` of the regular file at ``path`` (following links)."""
+        ino, kind, _ = self._resolve_read(path)
+        if kind == DIR:
+            raise fs_error(errno.EISDIR, path)
+        size = self._db.one("SELECT size FROM inodes WHERE id = ?", (ino,))[0]
+        return ino, int(size)
+
+    async def read_file(self, path: str, *, offset: int = 0, length: int | None = None) -> bytes:
+        """The bytes of a file, or of ``[offset, offset + length)`` of it (clipped at the end)."""
+        p = self._canon(path)
+        _check_range(p, offset, length)
+        ino, size = self._open_file(p)
+        end = size if length is None else min(size, offset + length)
+        if offset >= end:
+            return b""
+        first, last = offset // CHUNK_SIZE, (end - 1) // CHUNK_SIZE
+        rows = self._db.execute(
+            "SELECT fc.idx, c.data, c.compressed, c.size FROM file_chunks fc JOIN chunks c ON c.id = fc.chunk "
+            "WHERE fc.inode = ? AND fc.idx BETWEEN ? AND ? ORDER BY fc.idx",
+            (ino, first, last),
+        )
+        out: list[bytes] = []
+        for idx, data, compressed, csize in rows:
+            self.chunks.count_read()
+            piece = decode_chunk(data, compressed, csize)
+            start = idx * CHUNK_SIZE
+            lo, hi = max(offset - start, 0), min(end - start, csize)
+            out.append(piece if lo == 0 and hi == csize else piece[lo:hi])
+        return out[0] if len(out) == 1 else b"".join(out)
+
+    async def read_text(self, path: str) -> str:
+        """The file decoded as UTF-8 (strict: invalid bytes raise ``UnicodeDecodeError``)."""
+        return (await self.read_file(path)).decode("utf-8")
+
+    def stream(self, path: str, *, offset: int = 0, length: int | None = None) -> AsyncIterator[bytes]:
+        """Yield the file's bytes one chunk at a time, from the version that existed at this call.
+
+        Only chunks overlapping the range are read. Errors surface at the first iteration.
+        """
+        try:
+            p = self._canon(path)
+            _check_range(p, offset, length)
+            ino, size = self._open_file(p)
+        except OSError as exc:
+            return ChunkStream(self.chunks, [], 0, 0, self._after_unpin, exc)
+        end = size if length is None else min(size, offset + length)
+        chunks: list[tuple[int, int]] = []
+        if offset < end:
+            rows = self._db.execute(
+                "SELECT idx, chunk FROM file_chunks WHERE inode = ? AND idx BETWEEN ? AND ? ORDER BY idx",
+                (ino, offset // CHUNK_SIZE, (end - 1) // CHUNK_SIZE),
+            )
+            chunks = [(int(i), int(c)) for i, c in rows]
+        return ChunkStream(self.chunks, chunks, offset, end, self._after_unpin)
+
+    def _after_unpin(self) -> None:
+        if self._closed or self._db.in_transaction or not self.chunks.has_sweepable():
+            return
+        with self._db.transaction():
+            self.chunks.sweep()
+
+    async def stat(self, path: str) -> FileStat:
+        """Metadata of ``path``, following symlinks; ``name`` is the last segment (``""`` for ``/``)."""
+        p = self._canon(path)
+        ino, kind, _ = self._resolve_read(p)
+        mode, mtime, size = self._db.one("SELECT mode, mtime, size FROM inodes WHERE id = ?", (ino,))
+        return FileStat(
+            name=split(p)[1],
+            mode=int(mode),
+            mtime=int(mtime),
+            size=int(size),
+            is_file=kind == FILE,
+            is_directory=kind == DIR,
+        )
+
+    async def exists(self, path: str) -> bool:
+        """True when ``path`` resolves (a dangling symlink does not)."""
+        p = self._canon(path)
+        try:
+            self._resolve(p)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                return False
+            raise
+        return True
+
+    async def readlink(self, path: str) -> str:
+        """The target of the symlink at ``path`` (EINVAL when it is not a symlink)."""
+        p = self._canon(path)
+        ino, kind, _ = self._resolve_read(p, follow=False)
+        if kind != SYMLINK:
+            raise fs_error(errno.EINVAL, p, "not a symbolic link")
+        return self._target(ino)
+
+    async def readdir(self, path: str, *, limit: int | None = None, offset: int = 0) -> list[DirEntry]:
+        """Children of a directory in byte order of their names, paged by ``offset``/``limit``."""
+        p = self._canon(path)
+        if offset < 0 or (limit is not None and limit < 0):
+            raise fs_error(errno.EINVAL, p, "offset and limit must not be negative")
+        ino, kind, _ = self._resolve_read(p)
+        if kind != DIR:
+            raise fs_error(errno.ENOTDIR, p)
+        rows = self._db.execute(
+            "SELECT d.name, i.kind, i.size, i.mtime FROM dirents d JOIN inodes i ON i.id = d.child "
+            "WHERE d.parent = ? ORDER BY d.name LIMIT ? OFFSET ?",
+            (ino, -1 if limit is None else limit, offset),
+        )
+        return [
+            DirEntry(
+                name=name,
+                parent_path=p,
+                size=int(size),
+                mtime=int(mtime),
+                is_file=k == FILE,
+                is_directory=k == DIR,
+                is_symlink=k == SYMLINK,
+            )
+            for name, k, size, mtime in rows
+        ]
+
+    async def ls(self, prefix: str) -> list[str]:
+        """Every regular file at or under ``prefix`` (segment-aware), in walk order; ``[]`` when missing."""
+        p = self._canon(prefix)
+        try:
+            ino, kind, _ = self._resolve_read(p)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ELOOP):
+                return []
+            raise
+        if kind == FILE:
+            return [p]
+        if kind != DIR:
+            return []
+        return [row[0] for row in walk_tree(self._db, ino, p) if row[1] == FILE]
+
+    def manifest(self, root: str) -> list[tuple[str, str, int, int, int]]:
+        """Every node below ``root``: ``(path, "file"|"dir"|"symlink", size, mode, mtime)``, in walk order.
+
+        ENOENT when ``root`` is missing; ``[]`` when it is not a directory.
+        """
+        p = self._canon(root)
+        ino, kind, _ = self._resolve_read(p)
+        if kind != DIR:
+            return []
+        return [
+            (path, KIND_NAMES[k], size, mode, mtime)
+            for path, k, size, mode, mtime in walk_tree(self._db, ino, p)
+        ]
+
+    # ------------------------------------------------------------------ writes
+
+    async def write_file(
+        self,
+        path: str,
+        data: bytes | str | AsyncIterable[bytes] | Iterable[bytes],
+        *,
+        mode: int | None = None,
+    ) -> None:
+        """Create or replace a file. The parent must exist; an existing file keeps its mode unless given.
+
+        ``data`` may be bytes, str (UTF-8) or a sync/async iterable of byte pieces of any size; an
+        iterable is re-cut into chunks as it arrives (memory stays about one chunk) and the file
+        appears at once when the last piece is committed.
+        """
+        p = self._canon(path)
+        if p == "/":
+            raise fs_error(errno.EISDIR, p)
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            self._write_pieces(p, (bytes(data),), mode)
+        elif isinstance(data, AsyncIterable):
+            await self._write_async(p, data, mode)
+        else:
+            self._write_pieces(p, data, mode)
+
+    def _write_pieces(self, p: str, pieces: Iterable[bytes], mode: int | None) -> None:
+        with self._mutation(p) as m:
+            pino, name, real, node = self._write_target(p)
+            if node is not None and node[1] == DIR:
+                raise fs_error(errno.EISDIR, p)
+            old = (
+                0
+                if node is None
+                else int(self._db.one("SELECT size FROM inodes WHERE id = ?", (node[0],))[0])
+            )
+            cutter = ChunkCutter()
+            ids: list[int] = []
+            for piece in pieces:
+                for chunk in cutter.feed(_as_bytes(p, piece)):
+                    self._check_quota(p, cutter.total - old)
+                    ids.append(self.chunks.put(chunk))
+            last = cutter.finish()
+            if last is not None:
+                ids.append(self.chunks.put(last))
+            self._set_content(p, pino, name, real, node, ids, cutter.total, mode)
+            m.log(real, "write")
+
+    async def _write_async(self, p: str, source: AsyncIterable[bytes], mode: int | None) -> None:
+        # Fail fast on a bad target before consuming the source.
+        _, _, _, node = self._write_target(p)
+        if node is not None and node[1] == DIR:
+            raise fs_error(errno.EISDIR, p)
+        old = 0 if node is None else int(self._db.one("SELECT size FROM inodes WHERE id = ?", (node[0],))[0])
+        cutter = ChunkCutter()
+        staged: list[int] = []
+        try:
+            async for piece in source:
+                for chunk in cutter.feed(_as_bytes(p, piece)):
+                    self._check_quota(p, cutter.total - old)
+                    staged.append(self._stage(chunk))
+            last = cutter.finish()
+            if last is not None:
+                staged.append(self._stage(last))
+            with self._mutation(p) as m:
+                pino, name, real, node = self._write_target(p)
+                self.chunks.incref(staged)
+                self._set_content(p, pino, name, real, node, staged, cutter.total, mode)
+                m.log(real, "write")
+        finally:
+            self.chunks.unpin(staged)
+            if not self._closed:
+                with self._db.transaction():
+                    self.chunks.sweep(staged)
+
+    def _stage(self, chunk: bytes) -> int:
+        """Store one chunk of a streamed write unreferenced but pinned, in its own small transaction."""
+        with self._db.transaction():
+            cid = self.chunks.put(chunk, refs=0)
+        self.chunks.pin((cid,))
+        return cid
+
+    async def mkdir(self, path: str, *, recursive: bool = False, mode: int = 0o755) -> None:
+        """Create a directory; ``recursive`` creates missing parents and accepts an existing directory."""
+        p = self._canon(path)
+        if p == "/":
+            if recursive:
+                return
+            raise fs_error(errno.EEXIST, p)
+        if not recursive:
+            with self._mutation(p) as m:
+                pino, name, real_parent = self._resolve_parent(p)
+                real = join(real_parent, name)
+                if self._lookup(pino, name) is not None:
+                    raise fs_error(errno.EEXIST, p)
+                self._link(pino, name, self._new_inode(DIR, mode), real, DIR)
+                m.log(real, "mkdir")
+            return
+        try:
+            kind = self._resolve(p)[1]
+        except FileNotFoundError:
+            pass
+        else:
+            if kind != DIR:
+                raise fs_error(errno.EEXIST, p, "exists and is not a directory")
+            return
+        with self._mutation(p) as m:
+            self._ensure_dirs(p, mode, m)
+
+    def _ensure_dirs(self, p: str, mode: int, m: _Mutation, *, replace_files: bool = False) -> int:
+        """Create every missing directory of ``p``; returns its inode. Symlinks to directories are followed."""
+        segs = parts(p)
+        ino, cur = ROOT_INODE, "/"
+        for i, name in enumerate(segs):
+            nxt = join(cur, name)
+            try:
+                node_ino, kind, real = self._resolve(nxt)
+            except FileNotFoundError:
+                node_ino, kind, real = -1, -1, nxt
+            if kind == DIR:
+                ino, cur = node_ino, real
+                continue
+            if kind != -1:
+                if not replace_files:
+                    code = errno.EEXIST if i == len(segs) - 1 else errno.ENOTDIR
+                    raise fs_error(code, p, "exists and is not a directory")
+                node = self._lookup(ino, name)
+                if node is not None:
+                    self._remove_node(nxt, ino, name, node[0], node[1])
+            new = self._new_inode(DIR, mode)
+            real = join(cur, name)
+            self._link(ino, name, new, real, DIR)
+            m.log(real, "mkdir")
+            ino, cur = new, real
+        return ino
+
+    async def rm(self, path: str, *, recursive: bool = False, force: bool = False) -> None:
+        """Remove a file, symlink (the link only) or directory (``recursive`` when not empty)."""
+        p = self._canon(path)
+        if p == "/":
+            raise fs_error(errno.EPERM, p, "cannot remove the root directory")
+        try:
+            ino, kind, real = self._resolve_read(p, follow=False)
+        except OSError as exc:
+            if force and exc.errno in (errno.ENOENT, errno.ENOTDIR):
+                return
+            raise
+        if kind == DIR and not recursive:
+            if self._db.one("SELECT 1 FROM dirents WHERE parent = ? LIMIT 1", (ino,)) is not None:
+                raise fs_error(errno.ENOTEMPTY, p, "directory not empty")
+        with self._mutation(p) as m:
+            parent, name = split(real)
+            pino = self._resolve(parent)[0]
+            self._remove_node(real, pino, name, ino, kind)
+            m.log(real, "rm")
+
+    async def symlink(self, target: str, path: str) -> None:
+        """Create a symlink at ``path`` pointing to ``target`` (absolute or relative, stored as given)."""
+        p = self._canon(path)
+        if not isinstance(target, str) or target == "" or "\x00" in target:
+            raise fs_error(errno.EINVAL, p, "symlink target must be a non-empty string without NUL")
+        if p == "/":
+            raise fs_error(errno.EEXIST, p)
+        with self._mutation(p) as m:
+            pino, name, real_parent = self._resolve_parent(p)
+            real = join(real_parent, name)
+            if self._lookup(pino, name) is not None:
+                raise fs_error(errno.EEXIST, p)
+            ino = self._new_inode(SYMLINK, 0o777, len(target.encode("utf-8")), target)
+            self._link(pino, name, ino, real, SYMLINK)
+            m.log(real, "symlink")
+
+    def _prepare_destination(
+        self, src: str, src_real: str, src_kind: int, dst: str, overwrite: bool
+    ) -> tuple[int, str, str, Node | None]:
+        """Check a rename/copy destination; returns ``(parent inode, name, real path, existing node)``."""
+        pino, name, real_parent = self._resolve_parent(dst)
+        real = join(real_parent, name)
+        if src_kind == DIR and is_within(real, src_real) and real != src_real:
+            raise fs_error(errno.EINVAL, dst, f"cannot move or copy {src} into its own subtree")
+        node = self._lookup(pino, name)
+        if node is None or real == src_real:
+            return pino, name, real, node
+        if not overwrite:
+            raise fs_error(errno.EEXIST, dst)
+        if src_kind == DIR and node[1] != DIR:
+            raise fs_error(errno.ENOTDIR, dst, "cannot overwrite a non-directory with a directory")
+        if src_kind != DIR and node[1] == DIR:
+            raise fs_error(errno.EISDIR, dst, "cannot overwrite a directory with a non-directory")
+        if node[1] == DIR and self._db.one("SELECT 1 FROM dirents WHERE parent = ? LIMIT 1", (node[0],)):
+            raise fs_error(errno.ENOTEMPTY, dst, "directory not empty")
+        return pino, name, real, node
+
+    async def rename(self, src: str, dst: str, *, overwrite: bool = False) -> None:
+        """Move ``src`` to ``dst`` in O(1) (one directory entry changes, whatever the subtree size)."""
+        s, d = self._canon(src), self._canon(dst)
+        if s == "/":
+            raise fs_error(errno.EPERM, s, "cannot rename the root directory")
+        ino, kind, s_real = self._resolve_read(s, follow=False)
+        with self._mutation(s) as m:
+            pino, name, d_real, node = self._prepare_destination(s, s_real, kind, d, overwrite)
+            if d_real == s_real:
+                m.cancel()
+                return
+            if node is not None:
+                self._remove_node(d_real, pino, name, node[0], node[1])
+            s_parent, s_name = split(s_real)
+            s_pino = self._resolve(s_parent)[0]
+            self._db.execute(
+                "UPDATE dirents SET parent = ?, name = ? WHERE parent = ? AND name = ?",
+                (pino, name, s_pino, s_name),
+            )
+            self._forget(s_real, kind)
+            self._cache[d_real] = (ino, kind)
+            m.log(s_real, "rm")
+            m.log(d_real, _CREATE_OP[kind])
+
+    async def copy(self, src: str, dst: str, *, overwrite: bool = False) -> None:
+        """Copy a file (sharing its chunks: O(metadata)), a symlink, or a directory tree."""
+        s, d = self._canon(src), self._canon(dst)
+        ino, kind, s_real = self._resolve_read(s)
+        with self._mutation(d) as m:
+            pino, name, d_real, node = self._prepare_destination(s, s_real, kind, d, overwrite)
+            if d_real == s_real:
+                m.cancel()
+                return
+            if node is not None:
+                self._remove_node(d_real, pino, name, node[0], node[1])
+            self._copy_node(d, ino, kind, pino, name, d_real)
+            m.log(d_real, _CREATE_OP[kind])
+
+    def _copy_node(self, dst: str, ino: int, kind: int, pino: int, name: str, real: str) -> None:
+        db = self._db
+        stack = [(ino, kind, pino, name, real)]
+        while stack:
+            src_ino, k, parent, nm, path = stack.pop()
+            mode, size, target = db.one("SELECT mode, size, target FROM inodes WHERE id = ?", (src_ino,))
+            new = self._new_inode(k, int(mode), int(size), target)
+            self._link(parent, nm, new, path, k)
+            if k == FILE:
+                self._check_quota(dst, int(size))
+                self._pending_logical += int(size)
+                db.execute(
+                    "INSERT INTO file_chunks (inode, idx, chunk) SELECT ?, idx, chunk FROM file_chunks WHERE inode = ?",
+                    (new, src_ino),
+                )
+                db.execute(
+                    "UPDATE chunks SET refs = refs + (SELECT count(*) FROM file_chunks f "
+                    "WHERE f.inode = ? AND f.chunk = chunks.id) "
+                    "WHERE id IN (SELECT chunk FROM file_chunks WHERE inode = ?)",
+                    (src_ino, src_ino),
+                )
+            elif k == DIR:
+                rows = db.execute(
+                    "SELECT d.name, d.child, i.kind FROM dirents d JOIN inodes i ON i.id = d.child "
+                    "WHERE d.parent = ? ORDER BY d.name DESC",
+                    (src_ino,),
+                ).fetchall()
+                for child_name, child, child_kind in rows:
+                    stack.append((int(child), int(child_kind), new, child_name, join(path, child_name)))
+
+    # ------------------------------------------------------------------ search
+
+    async def find(
+        self,
+        directory: str,
+        pattern: str | None = None,
+        *,
+        exclude: Sequence[str] = (),
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[FindEntry]:
+        """Files and directories below ``directory`` whose relative path matches the glob (see SPEC 4)."""
+        p = self._canon(directory)
+        _check_paging(p, offset, limit)
+        ino, kind, _ = self._resolve_read(p)
+        if kind != DIR:
+            raise fs_error(errno.ENOTDIR, p)
+        return find_entries(self, ino, p, pattern, list(_as_list(exclude)), limit, offset)
+
+    async def grep(
+        self,
+        pattern: str,
+        path: str,
+        *,
+        regex: bool = False,
+        ignore_case: bool = False,
+        context: int = 0,
+        include: str | Sequence[str] | None = None,
+        exclude: Sequence[str] = (),
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[GrepMatch]:
+        """Matching lines of a file, or of the files below a directory (see SPEC 4 and ``_search``)."""
+        p = self._canon(path)
+        _check_paging(p, offset, limit)
+        if not 0 <= context <= 10:
+            raise fs_error(errno.EINVAL, p, "context must be between 0 and 10")
+        ino, kind, _ = self._resolve_read(p)
+        return grep_entries(
+            self,
+            ino,
+            kind,
+            p,
+            pattern,
+            regex=regex,
+            ignore_case=ignore_case,
+            context=context,
+            include=None if include is None else list(_as_list(include)),
+            exclude=list(_as_list(exclude)),
+            limit=limit,
+            offset=offset,
+        )
+
+    def iter_file(self, ino: int) -> Iterator[bytes]:
+        """The chunks of a file, in order (synchronous: for use inside one operation only)."""
+        rows = self._db.execute(
+            "SELECT c.data, c.compressed, c.size FROM file_chunks fc JOIN chunks c ON c.id = fc.chunk "
+            "WHERE fc.inode = ? ORDER BY fc.idx",
+            (ino,),
+        )
+        for data, compressed, size in rows:
+            self.chunks.count_read()
+            yield decode_chunk(data, compressed, size)
+
+    def children_page(self, ino: int, after: str | None, size: int) -> list[tuple[str, int, int]]:
+        """Up to ``size`` children ``(name, inode, kind)`` of a directory after ``after``, in name order."""
+        if after is None:
+            sql = (
+                "SELECT d.name, d.child, i.kind FROM dirents d JOIN inodes i ON i.id = d.child "
+                "WHERE d.parent = ? ORDER BY d.name LIMIT ?"
+            )
+            return self._db.execute(sql, (ino, size)).fetchall()
+        sql = (
+            "SELECT d.name, d.child, i.kind FROM dirents d JOIN inodes i ON i.id = d.child "
+            "WHERE d.parent = ? AND d.name > ? ORDER BY d.name LIMIT ?"
+        )
+        return self._db.execute(sql, (ino, after, size)).fetchall()
+
+    def kind_of(self, path: str) -> int | None:
+        """The kind a path resolves to (following links), or None."""
+        try:
+            return self._resolve(path)[1]
+        except OSError:
+            return None
+
+    # ------------------------------------------------------------------ sync support
+
+    def changes_since(self, rev: int, root: str = "/") -> ChangeSet:
+        """Changes at or below ``root`` (or of an ancestor of it) after ``rev``, in order.
+
+        ``complete`` is False when the log was trimmed past ``rev``: resynchronise from :meth:`manifest`.
+        """
+        r = self._canon(root)
+        floor = int(self._db.one("SELECT log_floor FROM state WHERE id = 1")[0])
+        rows = self._db.execute("SELECT rev, path, op FROM changes WHERE rev > ? ORDER BY seq", (rev,))
+        changes = [
+            Change(path=path, op=op, rev=int(rv))
+            for rv, path, op in rows
+            if is_within(path, r) or is_within(r, path)
+        ]
+        return ChangeSet(rev=self._rev, changes=changes, complete=rev >= floor)
+
+    def commit_batch(
+        self,
+        writes: Mapping[str, bytes | None],
+        *,
+        mkdirs: Sequence[str] = (),
+        modes: Mapping[str, int] | None = None,
+        base_rev: int | None = None,
+    ) -> BatchResult:
+        """Apply many changes in one transaction and one revision (the shell backend's pull).
+
+        ``bytes`` writes a file (creating parents, replacing a directory in the way), ``None`` removes
+        a path (recursively, missing is fine), ``mkdirs`` ensures directories, ``modes`` sets modes.
+        With ``base_rev``, a path changed after that revision (itself, an ancestor or a descendant) is
+        left alone and listed in ``skipped``; if the change log no longer reaches ``base_rev`` every
+        path is skipped (the workspace wins when we cannot tell).
+        """
+        modes = dict(modes or {})
+        canon_writes = {self._canon(k): v for k, v in writes.items()}
+        canon_dirs = sorted({self._canon(k) for k in mkdirs})
+        canon_modes = {self._canon(k): v for k, v in modes.items()}
+        every = sorted(set(canon_writes) | set(canon_dirs) | set(canon_modes))
+        skipped: set[str] = set()
+        if base_rev is not None:
+            changed = self.changes_since(base_rev)
+            if not changed.complete:
+                skipped = set(every)
+            else:
+                touched = [c.path for c in changed.changes]
+                skipped = {p for p in every if any(is_within(p, t) or is_within(t, p) for t in touched)}
+        applied: list[str] = []
+        todo = [p for p in every if p not in skipped]
+        if not todo:
+            return BatchResult(rev=self._rev, applied=[], skipped=sorted(skipped))
+        with self._mutation(todo[0]) as m:
+            for p in sorted((p for p in todo if p in canon_writes and canon_writes[p] is None), reverse=True):
+                if p == "/":
+                    continue
+                try:
+                    ino, kind, real = self._resolve(p, follow=False)
+                except OSError:
+                    applied.append(p)
+                    continue
+                parent, name = split(real)
+                self._remove_node(real, self._resolve(parent)[0], name, ino, kind)
+                m.log(real, "rm")
+                applied.append(p)
+            for p in canon_dirs:
+                if p in skipped:
+                    continue
+                self._ensure_dirs(p, canon_modes.get(p, 0o755), m, replace_files=True)
+                applied.append(p)
+            for p in todo:
+                data = canon_writes.get(p)
+                if data is None:
+                    continue
+                parent, name = split(p)
+                pino = self._ensure_dirs(parent, 0o755, m, replace_files=True)
+                node = self._lookup(pino, name)
+                real = join(self._resolve(parent)[2], name)
+                if node is not None and node[1] == DIR:
+                    self._remove_node(real, pino, name, node[0], node[1])
+                    node = None
+                if node is not None and node[1] == SYMLINK:
+                    pino, name, real, node = self._write_target(p)
+                cutter = ChunkCutter()
+                ids = [self.chunks.put(c) for c in cutter.feed(bytes(data))]
+                last = cutter.finish()
+                if last is not None:
+                    ids.append(self.chunks.put(last))
+                self._set_content(p, pino, name, real, node, ids, cutter.total, canon_modes.get(p))
+                m.log(real, "write")
+                applied.append(p)
+            for p, mode in canon_modes.items():
+                if p in skipped or p in canon_writes or p in canon_dirs:
+                    continue
+                try:
+                    ino = self._resolve(p)[0]
+                except OSError:
+                    continue
+                self._db.execute("UPDATE inodes SET mode = ? WHERE id = ?", (mode, ino))
+                m.log(p, "write")
+                applied.append(p)
+        return BatchResult(rev=self._rev, applied=sorted(set(applied)), skipped=sorted(skipped))
+
+    def stats(self) -> dict[str, int]:
+        """Counters: files, dirs, symlinks, chunks, stored_bytes, chunk_bytes, logical_bytes, queries, chunk_reads."""
+        db = self._db
+        counts = dict.fromkeys((FILE, DIR, SYMLINK), 0)
+        for kind, n in db.execute("SELECT kind, count(*) FROM inodes GROUP BY kind"):
+            counts[int(kind)] = int(n)
+        chunks, stored, raw = db.one(
+            "SELECT count(*), coalesce(sum(stored), 0), coalesce(sum(size), 0) FROM chunks"
+        )
+        return {
+            "files": counts[FILE],
+            "dirs": counts[DIR],
+            "symlinks": counts[SYMLINK],
+            "chunks": int(chunks),
+            "stored_bytes": int(stored),
+            "chunk_bytes": int(raw),
+            "logical_bytes": self._logical,
+            "queries": db.queries,
+            "chunk_reads": self.chunks.reads,
+            "rev": self._rev,
+        }
+
+    def __repr__(self) -> str:
+        return f"FileSystem(id={self.id!r}, rev={self._rev})"
+
+
+_CREATE_OP = {FILE: "write", DIR: "mkdir", SYMLINK: "symlink"}
+
+
+class _Mutation:
+    """One mutating call: a transaction that first checks the fence and bumps the revision once."""
+
+    def __init__(self, fs: FileSystem, path: str) -> None:
+        self._fs = fs
+        self._path = path
+        self._rev = 0
+        self._cancelled = False
+
+    def __enter__(self) -> _Mutation:
+        fs = self._fs
+        fs._db.execute("BEGIN IMMEDIATE")
+        fs._db.in_transaction = True
+        fs._pending_logical = 0
+        try:
+            self._rev = fs._bump(self._path)
+        except BaseException:
+            self._rollback()
+            raise
+        return self
+
+    def log(self, path: str, op: str) -> None:
+        self._fs._log(self._rev, path, op)
+
+    def cancel(self) -> None:
+        """End without changes (a no-op call): roll back the revision bump."""
+        self._cancelled = True
+
+    def _rollback(self) -> None:
+        fs = self._fs
+        fs._db.in_transaction = False
+        fs._db.conn.execute("ROLLBACK")
+        fs._pending_logical = 0
+        fs._cache.clear()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        fs = self._fs
+        if exc_type is not None or self._cancelled:
+            self._rollback()
+            return
+        try:
+            if fs.chunks.has_sweepable():
+                fs.chunks.sweep()
+            fs._db.execute("COMMIT")
+        except BaseException:
+            if fs._db.conn.in_transaction:
+                self._rollback()
+            raise
+        fs._db.in_transaction = False
+        fs._rev = self._rev
+        fs._logical += fs._pending_logical
+        fs._pending_logical = 0
+
+
+def _as_bytes(path: str, piece: Any) -> bytes:
+    if isinstance(piece, bytes):
+        return piece
+    if isinstance(piece, (bytearray, memoryview)):
+        return bytes(piece)
+    if isinstance(piece, str):
+        return piece.encode("utf-8")
+    raise fs_error(errno.EINVAL, path, f"write_file pieces must be bytes, not {type(piece).__name__}")
+
+
+def _as_list(value: str | Sequence[str]) -> Sequence[str]:
+    return [value] if isinstance(value, str) else value
+
+
+def _check_paging(path: str, offset: int, limit: int | None) -> None:
+    if offset < 0 or (limit is not None and limit < 0):
+        raise fs_error(errno.EINVAL, path, "offset and limit must not be negative")

@@ -1,0 +1,197 @@
+"""``LockTable``: the owner's path locks (SPEC section 5). Pure asyncio, no Ray.
+
+A hold covers several canonical paths at once (all or nothing, so no deadlock between holds). Two
+holds conflict when they share a path; a ``subtree`` hold also conflicts with every hold at an
+ancestor or a descendant of its paths. Holds are leases: with a ``ttl`` a hold lapses unless renewed,
+and waiters are woken when it does. Waiters are served in arrival order: a request never overtakes
+an earlier one it conflicts with, so nobody starves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from .paths import canonical, is_within
+
+__all__ = ["LockTable"]
+
+
+@dataclass(eq=False)
+class _Claim:
+    """A lease (granted) or a request (waiting): the same shape, so conflicts are computed alike."""
+
+    paths: tuple[str, ...]
+    subtree: bool
+    holder: str
+    ttl: float | None
+    lease_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    expires: float | None = None
+    granted: asyncio.Future[str] | None = None
+    seq: int = 0
+
+    def conflicts(self, other: _Claim) -> bool:
+        wide = self.subtree or other.subtree
+        for a in self.paths:
+            for b in other.paths:
+                if a == b or (wide and (is_within(a, b) or is_within(b, a))):
+                    return True
+        return False
+
+
+class LockTable:
+    """Exclusive path leases for one workspace; different tables never interact."""
+
+    def __init__(self) -> None:
+        self._held: dict[str, _Claim] = {}
+        self._waiting: list[_Claim] = []
+        self._seq = itertools.count()
+
+    # ------------------------------------------------------------------ public
+
+    @asynccontextmanager
+    async def hold(
+        self,
+        paths: Sequence[str],
+        *,
+        subtree: bool = False,
+        holder: str = "local",
+        ttl: float | None = None,
+    ) -> AsyncIterator[None]:
+        """Hold ``paths`` for the duration of the block; released on exit, also when it raises."""
+        lease = await self.acquire(paths, subtree=subtree, holder=holder, ttl=ttl)
+        try:
+            yield
+        finally:
+            self.release(lease)
+
+    async def acquire(
+        self,
+        paths: Sequence[str],
+        *,
+        subtree: bool = False,
+        holder: str = "local",
+        ttl: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (pinned API; a bounded wait is part of the lease)
+    ) -> str:
+        """Wait until no conflicting lease (or earlier conflicting request) remains; return the lease id.
+
+        ``ttl`` seconds without :meth:`renew` and the lease lapses. ``timeout`` bounds the wait
+        (``TimeoutError``). A cancelled or timed-out request holds nothing.
+        """
+        if isinstance(paths, str):
+            paths = [paths]
+        claim = _Claim(
+            paths=tuple(sorted({canonical(p) for p in paths})),
+            subtree=subtree,
+            holder=holder,
+            ttl=ttl,
+            seq=next(self._seq),
+        )
+        if ttl is not None and ttl <= 0:
+            raise ValueError("ttl must be positive")
+        self._expire()
+        if not self._waiting and self._grantable(claim):
+            self._grant(claim)
+            return claim.lease_id
+        loop = asyncio.get_running_loop()
+        claim.granted = loop.create_future()
+        self._waiting.append(claim)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            self._dispatch()
+            while not claim.granted.done():
+                wait = self._next_expiry_in()
+                if deadline is not None:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        raise TimeoutError(f"timed out waiting for a lock on {', '.join(claim.paths)}")
+                    wait = left if wait is None else min(wait, left)
+                await asyncio.wait((claim.granted,), timeout=wait)
+                self._expire()
+                self._dispatch()
+            return claim.granted.result()
+        except BaseException:
+            if claim.granted.done() and not claim.granted.cancelled():
+                self.release(claim.lease_id)
+            elif claim in self._waiting:
+                self._waiting.remove(claim)
+                self._dispatch()
+            raise
+
+    def release(self, lease_id: str) -> bool:
+        """Release a lease (False when it was not held: already released or expired)."""
+        claim = self._held.pop(lease_id, None)
+        if claim is None:
+            return False
+        self._dispatch()
+        return True
+
+    def renew(self, lease_id: str, ttl: float) -> bool:
+        """Extend a lease to ``ttl`` seconds from now; False when it is gone (released or expired)."""
+        self._expire()
+        claim = self._held.get(lease_id)
+        if claim is None:
+            return False
+        claim.ttl = ttl
+        claim.expires = time.monotonic() + ttl
+        return True
+
+    def release_holder(self, holder: str) -> int:
+        """Release every lease of ``holder`` (a client that went away); returns how many."""
+        doomed = [lid for lid, c in self._held.items() if c.holder == holder]
+        for lid in doomed:
+            del self._held[lid]
+        if doomed:
+            self._dispatch()
+        return len(doomed)
+
+    def held(self) -> list[tuple[str, tuple[str, ...], bool, str]]:
+        """Current leases as ``(lease id, paths, subtree, holder)`` (for diagnostics and tests)."""
+        self._expire()
+        return [(lid, c.paths, c.subtree, c.holder) for lid, c in self._held.items()]
+
+    # ------------------------------------------------------------------ internals
+
+    def _grantable(self, claim: _Claim) -> bool:
+        return not any(claim.conflicts(h) for h in self._held.values())
+
+    def _grant(self, claim: _Claim) -> None:
+        if claim.ttl is not None:
+            claim.expires = time.monotonic() + claim.ttl
+        self._held[claim.lease_id] = claim
+
+    def _dispatch(self) -> None:
+        """Grant waiting requests in arrival order; a request waits behind earlier conflicting ones."""
+        blocked: list[_Claim] = []
+        still: list[_Claim] = []
+        for claim in self._waiting:
+            assert claim.granted is not None
+            if claim.granted.done():
+                continue
+            if self._grantable(claim) and not any(claim.conflicts(b) for b in blocked):
+                self._grant(claim)
+                claim.granted.set_result(claim.lease_id)
+            else:
+                blocked.append(claim)
+                still.append(claim)
+        self._waiting = still
+
+    def _expire(self) -> None:
+        now = time.monotonic()
+        lapsed = [lid for lid, c in self._held.items() if c.expires is not None and c.expires <= now]
+        for lid in lapsed:
+            del self._held[lid]
+        if lapsed:
+            self._dispatch()
+
+    def _next_expiry_in(self) -> float | None:
+        expiries = [c.expires for c in self._held.values() if c.expires is not None]
+        if not expiries:
+            return None
+        return max(min(expiries) - time.monotonic(), 0.0) + 0.001
