@@ -26,6 +26,7 @@ class Settings(BaseSettings):
     hibernate_after: float = Field(default=300.0, gt=0)  # seconds an owner may stay idle
     lock_lease: float = Field(default=30.0, gt=0)  # seconds a client's lock outlives its last renewal
     max_workspace_bytes: int | None = None  # per-workspace size limit (ENOSPC beyond it); None: unlimited
+    shared_data_dir: bool = False  # data_dir is shared storage: owners may wake on any node
     object_store_memory: int = 256 * 1024 * 1024  # for a local Ray started by init()
 
     @property

@@ -35,11 +35,15 @@ class Workspace:
         backends: Sequence[Backend] = (),
         assets: Any = None,
         output: Any = None,
+        fence: int | None = None,
+        max_bytes: int | None = None,
     ) -> None:
         from .runtime import Runtime
 
         self.path = path
-        self.fs = FileSystem.open(path)
+        # fence: the owner's epoch from the directory (a stale owner's writes fail with EROFS);
+        # max_bytes: the per-workspace size limit (ENOSPC beyond). Both pass through to storage.
+        self.fs = FileSystem.open(path, fence=fence, max_bytes=max_bytes)
         self.id: str = self.fs.id
         self.locks = self.fs.locks
         self.runtime = Runtime(self, list(backends), output=output)
