@@ -1,0 +1,134 @@
+"""The diffs edit returns: a unified ``patch`` (4 lines of context) and a line-numbered display ``diff``.
+
+Common leading and trailing lines are stripped before ``difflib`` runs, so a small edit of a large file
+costs little. Very large diffs are shortened and flagged (``truncated``).
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+
+__all__ = ["CONTEXT_LINES", "MAX_DIFF_BYTES", "MAX_DIFF_LINES", "FileDiff", "diff_texts"]
+
+CONTEXT_LINES = 4
+MAX_DIFF_LINES = 2000  # changed lines beyond which the diff is shortened
+MAX_DIFF_BYTES = 128 * 1024
+
+Opcode = tuple[str, int, int, int, int]
+
+
+@dataclass(frozen=True, slots=True)
+class FileDiff:
+    patch: str
+    diff: str
+    first_changed_line: int | None  # 1-based, in the new text
+    truncated: bool
+
+
+def _opcodes(old: list[str], new: list[str]) -> list[Opcode]:
+    head = 0
+    limit = min(len(old), len(new))
+    while head < limit and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < limit - head and old[len(old) - 1 - tail] == new[len(new) - 1 - tail]:
+        tail += 1
+    middle = difflib.SequenceMatcher(
+        None, old[head : len(old) - tail], new[head : len(new) - tail], autojunk=False
+    )
+    codes: list[Opcode] = []
+    if head:
+        codes.append(("equal", 0, head, 0, head))
+    for tag, i1, i2, j1, j2 in middle.get_opcodes():
+        codes.append((tag, i1 + head, i2 + head, j1 + head, j2 + head))
+    if tail:
+        codes.append(("equal", len(old) - tail, len(old), len(new) - tail, len(new)))
+    return codes
+
+
+def _groups(codes: list[Opcode], n: int) -> list[list[Opcode]]:
+    """Hunks with ``n`` lines of context (the same grouping as ``SequenceMatcher.get_grouped_opcodes``)."""
+    codes = [c for c in codes if not (c[0] == "equal" and c[1] == c[2])]
+    if not codes or all(c[0] == "equal" for c in codes):
+        return []
+    codes = list(codes)
+    tag, i1, i2, j1, j2 = codes[0]
+    if tag == "equal":
+        codes[0] = (tag, max(i1, i2 - n), i2, max(j1, j2 - n), j2)
+    tag, i1, i2, j1, j2 = codes[-1]
+    if tag == "equal":
+        codes[-1] = (tag, i1, min(i2, i1 + n), j1, min(j2, j1 + n))
+    groups: list[list[Opcode]] = []
+    group: list[Opcode] = []
+    for tag, i1, i2, j1, j2 in codes:
+        if tag == "equal" and i2 - i1 > 2 * n:
+            group.append((tag, i1, min(i2, i1 + n), j1, min(j2, j1 + n)))
+            groups.append(group)
+            group = []
+            i1, j1 = max(i1, i2 - n), max(j1, j2 - n)
+        group.append((tag, i1, i2, j1, j2))
+    if group and not (len(group) == 1 and group[0][0] == "equal"):
+        groups.append(group)
+    return groups
+
+
+def _range(start: int, stop: int) -> str:
+    length = stop - start
+    first = start + 1 if length else start
+    return str(first) if length == 1 else f"{first},{length}"
+
+
+def _body(line: str) -> tuple[str, bool]:
+    return (line[:-1], True) if line.endswith("\n") else (line, False)
+
+
+def diff_texts(old: str, new: str, path: str) -> FileDiff:
+    """Diff two LF texts."""
+    old_lines = old.splitlines(keepends=True)
+    new_lines = new.splitlines(keepends=True)
+    codes = _opcodes(old_lines, new_lines)
+    first_changed: int | None = None
+    for tag, _, _, j1, _ in codes:
+        if tag != "equal":
+            first_changed = j1 + 1
+            break
+    patch: list[str] = [f"--- {path}\n", f"+++ {path}\n"]
+    display: list[str] = []
+    width = len(str(max(len(old_lines), len(new_lines), 1)))
+    changed = 0
+    size = 0
+    truncated = False
+    for group in _groups(codes, CONTEXT_LINES):
+        if truncated:
+            break
+        first, last = group[0], group[-1]
+        patch.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
+        if display:
+            display.append(" " * (width + 1) + "...")
+        for tag, i1, i2, j1, j2 in group:
+            rows: list[tuple[str, int, str]] = []
+            if tag == "equal":
+                rows = [(" ", j1 + k + 1, old_lines[i1 + k]) for k in range(i2 - i1)]
+            else:
+                rows = [("-", i1 + k + 1, old_lines[i1 + k]) for k in range(i2 - i1)]
+                rows += [("+", j1 + k + 1, new_lines[j1 + k]) for k in range(j2 - j1)]
+            for sign, number, line in rows:
+                if sign != " ":
+                    changed += 1
+                text, has_newline = _body(line)
+                patch.append(f"{sign}{text}\n")
+                if not has_newline:
+                    patch.append("\\ No newline at end of file\n")
+                display.append(f"{sign}{number:>{width}} {text}")
+                size += len(text) * 2 + width + 4
+                if changed > MAX_DIFF_LINES or size > MAX_DIFF_BYTES:
+                    truncated = True
+                    break
+            if truncated:
+                break
+    if truncated:
+        note = "... (diff truncated: too many changed lines; read the file to see the result)"
+        patch.append(note + "\n")
+        display.append(note)
+    return FileDiff("".join(patch) if len(patch) > 2 else "", "\n".join(display), first_changed, truncated)

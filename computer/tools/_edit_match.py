@@ -1,0 +1,178 @@
+"""Edit matching (SPEC Appendix A): locate every ``oldText`` in the original and splice replacements.
+
+Pure functions over strings. Matching runs on an LF view of the file; the replacements are spliced into
+the *original* text (BOM stripped and restored, CRLF kept where it was), so bytes outside the matched
+ranges never change, even in a file with mixed line endings.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+
+from ._fuzzy_text import FuzzyText, normalize_fuzzy
+
+__all__ = ["Edit", "EditError", "EditOutcome", "apply_edits", "check_edits", "to_lf"]
+
+_BOM = "\ufeff"
+_MAX_FUZZY_CANDIDATES = 1000
+_CRLF = re.compile("\r\n")
+
+
+class EditError(ValueError):
+    """An edit batch that cannot be applied; the message tells the model what to do instead."""
+
+
+@dataclass(frozen=True, slots=True)
+class Edit:
+    old_text: str
+    new_text: str
+
+
+@dataclass(frozen=True, slots=True)
+class EditOutcome:
+    """The new file text plus LF views of before and after (for the diff)."""
+
+    content: str
+    old_view: str
+    new_view: str
+    applied: int
+
+
+def to_lf(text: str) -> str:
+    """``\\r\\n`` → ``\\n``, then a lone ``\\r`` → ``\\n``."""
+    if "\r" not in text:
+        return text
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def check_edits(edits: Sequence[Edit]) -> None:
+    """Reject an empty batch and any empty ``oldText`` before touching the file."""
+    if not edits:
+        raise EditError("edits is empty: give at least one {oldText, newText} pair.")
+    for index, edit in enumerate(edits):
+        if edit.old_text == "":
+            raise EditError(
+                f"edits[{index}].oldText is empty: copy the exact text to replace from the file "
+                "(use write to create or replace a whole file)."
+            )
+
+
+class _LfView:
+    """The LF view of a text and the map from LF offsets back to original offsets."""
+
+    def __init__(self, text: str) -> None:
+        self.text = to_lf(text)
+        # LF offsets of every "\n" whose "\r" was dropped; a lone "\r" became "\n" in place.
+        self._dropped = [m.start() - k for k, m in enumerate(_CRLF.finditer(text))] if "\r" in text else []
+
+    def to_original(self, pos: int) -> int:
+        return pos + bisect_left(self._dropped, pos)
+
+
+def _occurrences(haystack: str, needle: str, cap: int) -> list[int]:
+    found: list[int] = []
+    pos = haystack.find(needle)
+    while pos >= 0 and len(found) < cap:
+        found.append(pos)
+        pos = haystack.find(needle, pos + 1)
+    return found
+
+
+def _count_text(count: int, cap: int) -> str:
+    return f"at least {cap}" if count >= cap else str(count)
+
+
+def _locate_fuzzy(fuzzy: FuzzyText, old: str, index: int, path: str) -> tuple[int, int] | None:
+    needle, tail_trimmed = normalize_fuzzy(old)
+    if not needle.strip():
+        return None
+    candidates = _occurrences(fuzzy.normalized, needle, _MAX_FUZZY_CANDIDATES)
+    if not candidates:
+        return None
+    spans: list[tuple[int, int]] = []
+    for start in candidates:
+        end = start + len(needle)
+        # A needle whose last line lost trailing whitespace must end where a line ends, or
+        # "x = " could match the "x =" of "x = 1".
+        if tail_trimmed and not fuzzy.is_line_end(end):
+            continue
+        span = fuzzy.map_span(start, end)
+        if span is None:
+            continue
+        if normalize_fuzzy(fuzzy.original[span[0] : span[1]])[0] != needle:
+            continue
+        spans.append(span)
+    if len(spans) > 1:
+        raise EditError(
+            f"edits[{index}].oldText was found {_count_text(len(spans), _MAX_FUZZY_CANDIDATES)} times in "
+            f"{path} (after normalising quotes, dashes, spaces and trailing whitespace); it must be "
+            "unique. Include more surrounding lines to pick one occurrence."
+        )
+    if not spans:
+        raise EditError(
+            f"edits[{index}].oldText matches {path} only after Unicode normalisation, and the match "
+            "does not map cleanly onto the file's characters. Copy a larger exact range from the file."
+        )
+    return spans[0]
+
+
+def _locate(text: str, fuzzy: list[FuzzyText], old: str, index: int, path: str) -> tuple[int, int]:
+    exact = _occurrences(text, old, 2)
+    if len(exact) == 1:
+        return exact[0], exact[0] + len(old)
+    if len(exact) > 1:
+        count = len(_occurrences(text, old, 1_000_000))
+        raise EditError(
+            f"edits[{index}].oldText was found {count} times in {path}; it must be unique. "
+            "Include more surrounding lines to pick one occurrence."
+        )
+    if not fuzzy:
+        fuzzy.append(FuzzyText(text))
+    span = _locate_fuzzy(fuzzy[0], old, index, path)
+    if span is None:
+        raise EditError(
+            f"edits[{index}].oldText was not found in {path}. It must match the file exactly, "
+            "including whitespace and indentation: read the file again and copy the text."
+        )
+    return span
+
+
+def apply_edits(original: str, edits: Sequence[Edit], path: str) -> EditOutcome:
+    """Apply a batch against ``original``; every ``oldText`` is matched against the original content."""
+    check_edits(edits)
+    bom = _BOM if original.startswith(_BOM) else ""
+    body = original[len(bom) :]
+    first_newline = body.find("\n")
+    newline = "\r\n" if first_newline > 0 and body[first_newline - 1] == "\r" else "\n"
+    view = _LfView(body)
+    fuzzy: list[FuzzyText] = []  # built lazily: only a missed exact lookup pays for it
+
+    spans: list[tuple[int, int, int, str]] = []
+    for index, edit in enumerate(edits):
+        start, end = _locate(view.text, fuzzy, to_lf(edit.old_text), index, path)
+        spans.append((start, end, index, to_lf(edit.new_text)))
+    spans.sort()
+    for before, after in pairwise(spans):
+        if after[0] < before[1]:
+            first, second = sorted((before[2], after[2]))
+            raise EditError(
+                f"edits[{first}] and edits[{second}] overlap in {path}. Every oldText is matched against "
+                "the original content, not the result of earlier edits: merge them into one edit."
+            )
+
+    pieces: list[str] = []
+    cursor = len(body)
+    for start, end, _, new in reversed(spans):
+        orig_start, orig_end = view.to_original(start), view.to_original(end)
+        pieces.append(body[orig_end:cursor])
+        pieces.append(new.replace("\n", newline) if newline != "\n" else new)
+        cursor = orig_start
+    pieces.append(body[:cursor])
+    new_body = "".join(reversed(pieces))
+    if new_body == body:
+        raise EditError(f"No changes: the edits leave {path} exactly as it was.")
+    return EditOutcome(bom + new_body, view.text, to_lf(new_body), len(edits))

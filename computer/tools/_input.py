@@ -1,0 +1,45 @@
+"""The base of every tool input model: camelCase JSON names (the seed's), snake_case in Python."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "PagedInput", "ToolInput", "as_glob_list", "paged"]
+
+T = TypeVar("T")
+
+
+class ToolInput(BaseModel):
+    """Fields validate from their camelCase alias (or the Python name) and dump by alias."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True)
+
+
+MAX_PAGE = 1000
+DEFAULT_PAGE = 200
+
+
+class PagedInput(ToolInput):
+    """``limit``/``offset`` of the listing tools; a page holds at most 1000 entries."""
+
+    limit: int = Field(
+        default=DEFAULT_PAGE, ge=1, le=MAX_PAGE, description=f"Maximum entries to return (1-{MAX_PAGE})."
+    )
+    offset: int = Field(
+        default=0, ge=0, description="Entries to skip: pass the previous result's nextOffset."
+    )
+
+
+def as_glob_list(value: Any) -> Any:
+    """Accept one glob where a list of globs is expected."""
+    return [value] if isinstance(value, str) else value
+
+
+def paged(items: list[T], limit: int, offset: int) -> tuple[list[T], int | None]:
+    """Split a ``limit + 1`` fetch into the page and the next offset (None on the last page)."""
+    if len(items) > limit:
+        return items[:limit], offset + limit
+    return items, None

@@ -1,0 +1,90 @@
+"""Limits and defaults of the file tools: one options model per option group.
+
+``create_tools(read=..., write=..., edit=...)`` and the individual factories accept either the model
+or a plain dict of the same snake_case keys.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "KIB",
+    "MIB",
+    "EditOptions",
+    "LineTruncation",
+    "ReadOptions",
+    "WriteOptions",
+    "coerce_options",
+]
+
+KIB = 1024
+MIB = 1024 * 1024
+
+
+class LineTruncation(BaseModel):
+    """Shorten each line to ``chars`` code points or ``bytes`` UTF-8 bytes (exactly one of them)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    chars: int | None = Field(default=None, ge=1)
+    bytes: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> LineTruncation:
+        if (self.chars is None) == (self.bytes is None):
+            raise ValueError('line_truncation takes exactly one of {"chars": n} or {"bytes": n}')
+        return self
+
+
+class ReadOptions(BaseModel):
+    """Caps of the read tool."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_lines: int = Field(default=2000, ge=1)
+    max_bytes: int = Field(default=256 * KIB, ge=1)
+    include_line_numbers: bool = False
+    line_truncation: LineTruncation | None = None
+    max_model_bytes: int = Field(default=int(3.5 * MIB), ge=1)
+    media_sniff_bytes: int = Field(default=512, ge=16)
+
+
+class WriteOptions(BaseModel):
+    """Cap of the write tool (UTF-8 bytes of ``content``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_bytes: int = Field(default=2 * MIB, ge=1)
+
+
+class EditOptions(BaseModel):
+    """Cap of the edit tool (bytes of the file before and after the edit)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_bytes: int = Field(default=2 * MIB, ge=1)
+
+
+OptionsT = TypeVar("OptionsT", bound=BaseModel)
+
+
+def coerce_options(
+    cls: type[OptionsT], value: OptionsT | Mapping[str, Any] | None, **overrides: Any
+) -> OptionsT:
+    """Build ``cls`` from a model, a snake_case dict or ``None`` (defaults), then apply ``overrides``."""
+    if value is None:
+        data: dict[str, Any] = {}
+    elif isinstance(value, cls):
+        data = value.model_dump(exclude_unset=True)
+    elif isinstance(value, Mapping):
+        data = dict(value)
+    else:
+        raise TypeError(
+            f"{cls.__name__}: expected {cls.__name__}, a dict or None, got {type(value).__name__}"
+        )
+    data.update(overrides)
+    return cls.model_validate(data)

@@ -1,0 +1,153 @@
+"""The ``edit`` tool: atomic batches of targeted replacements, returning a unified patch.
+
+Matching (exact, then fuzzy) is in ``_edit_match``; this module adds the file round trip under the
+path lock: stat, read, splice, write with the old mode, all while no other write can land.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from ..storage.errors import fs_error
+from ..storage.paths import canonical
+from ._diff import CONTEXT_LINES, diff_texts
+from ._edit_match import Edit, apply_edits, check_edits
+from ._input import ToolInput
+from ._locks import PathLocks
+from ._options import EditOptions, coerce_options
+from ._sizes import human_bytes
+from ._tool import Tool, ToolUpdate
+from .file_store import FileStore
+
+__all__ = ["EditInput", "EditItem", "create_edit_tool"]
+
+EDIT_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "editsApplied": {"type": "integer"},
+        "diff": {"type": "string"},
+        "patch": {"type": "string"},
+        "firstChangedLine": {"type": ["integer", "null"]},
+        "diffTruncated": {"type": "boolean"},
+        "error": {"type": "string"},
+    },
+}
+
+
+class EditItem(ToolInput):
+    old_text: str = Field(
+        description="Text to replace, copied exactly from the file (whitespace and indentation included). "
+        "It must occur exactly once in the original content."
+    )
+    new_text: str = Field(description="The text that replaces oldText.")
+
+
+class EditInput(ToolInput):
+    path: str = Field(description="Absolute path of the file to edit.")
+    edits: list[EditItem] = Field(
+        description="Replacements applied together, atomically. Each edit batch applies against the "
+        "original content: every oldText is matched in the file as it was before this call, not after "
+        "earlier edits of the batch, and the edits must not overlap."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _accept_shorthands(cls, data: Any) -> Any:
+        """``edits`` sent as a JSON string is parsed; top-level ``oldText``/``newText`` is one edit."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        edits = data.get("edits")
+        if isinstance(edits, str):
+            try:
+                data["edits"] = edits = json.loads(edits)
+            except ValueError as exc:
+                raise ValueError(f"edits is a string but not valid JSON: {exc}") from exc
+        old = data.pop("oldText", data.pop("old_text", None))
+        new = data.pop("newText", data.pop("new_text", None))
+        if old is not None or new is not None:
+            single = {"oldText": old, "newText": new if new is not None else ""}
+            if edits is None:
+                data["edits"] = [single]
+            elif isinstance(edits, list):
+                data["edits"] = [*edits, single]
+        return data
+
+
+def _viewable(text: str) -> str:
+    """Undecodable bytes (kept as surrogates for a byte-exact write) shown as U+FFFD in diffs."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return text
+
+
+def create_edit_tool(store: FileStore, **edit_options: Any) -> Tool:
+    """The ``edit`` tool over ``store``; keyword options are :class:`EditOptions` fields."""
+    options = coerce_options(EditOptions, edit_options.pop("options", None), **edit_options)
+    locks = PathLocks(store)
+    cap = human_bytes(options.max_bytes)
+
+    def over_cap(path: str, size: int, what: str) -> ValueError:
+        return ValueError(
+            f"{path} {what} {size} bytes, over the {cap} edit cap. Use write to replace the whole file, "
+            "or exec for large mechanical changes."
+        )
+
+    async def handler(params: EditInput, on_update: ToolUpdate | None) -> dict[str, Any]:
+        path = canonical(params.path)
+        edits = [Edit(item.old_text, item.new_text) for item in params.edits]
+        check_edits(edits)
+        async with locks.hold([path]):
+            stat = await store.stat(path)
+            if stat is None:
+                raise fs_error(errno.ENOENT, path, "File not found (use write to create it)")
+            if stat.is_directory:
+                raise fs_error(errno.EISDIR, path)
+            if stat.size > options.max_bytes:
+                raise over_cap(path, stat.size, "is")
+            data = await store.read_all(path)
+            if data is None:
+                raise fs_error(errno.ENOENT, path, "File not found (use write to create it)")
+            if len(data) > options.max_bytes:
+                raise over_cap(path, len(data), "is")
+            outcome = apply_edits(data.decode("utf-8", "surrogateescape"), edits, path)
+            new_data = outcome.content.encode("utf-8", "surrogateescape")
+            if len(new_data) > options.max_bytes:
+                raise over_cap(path, len(new_data), "would become")
+            await store.write(path, new_data, mode=stat.mode)
+        diff = diff_texts(_viewable(outcome.old_view), _viewable(outcome.new_view), path)
+        result: dict[str, Any] = {
+            "path": path,
+            "editsApplied": outcome.applied,
+            "diff": diff.diff,
+            "patch": diff.patch,
+            "firstChangedLine": diff.first_changed_line,
+        }
+        if diff.truncated:
+            result["diffTruncated"] = True
+        return result
+
+    return Tool(
+        name="edit",
+        description=(
+            "Edit a file with targeted replacements: each {oldText, newText} replaces text that occurs "
+            "exactly once in the file. Each edit batch applies against the original content, so list every "
+            "change of one call as if the others had not been made, and keep them non-overlapping. The batch "
+            "is atomic: if any oldText is missing, ambiguous or overlapping, nothing changes. Copy oldText "
+            "exactly from a recent read; minor differences in quotes, dashes, spaces or trailing whitespace "
+            "are tolerated. Returns a unified diff "
+            f"({CONTEXT_LINES} lines of context) and firstChangedLine. Files up to {cap}."
+        ),
+        input_model=EditInput,
+        handler=handler,
+        mutating=True,
+        destructive=True,
+        output_schema=EDIT_OUTPUT_SCHEMA,
+    )

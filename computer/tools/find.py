@@ -1,0 +1,67 @@
+"""The ``find`` tool: paths below a directory matching a glob, in walk order, with pruning excludes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from ..storage.paths import canonical
+from ..surface import WorkspaceSurface
+from ._input import MAX_PAGE, PagedInput, as_glob_list, paged
+from ._tool import Tool, ToolUpdate
+
+__all__ = ["FindInput", "create_find_tool"]
+
+DEFAULT_ROOT = "/workspace"
+
+
+class FindInput(PagedInput):
+    path: str = Field(
+        default=DEFAULT_ROOT, description="Absolute directory to search below (default /workspace)."
+    )
+    pattern: str = Field(
+        description='Glob matched against the path relative to `path`: "*" and "?" stay within one segment, '
+        '"**" crosses directories ("**/*.py" finds Python files at any depth). "" matches everything.'
+    )
+    exclude: list[str] = Field(
+        default_factory=list,
+        description="Globs of the same shape that win over pattern; an excluded directory is not walked. "
+        'Name both forms to skip a tree: ["node_modules", "node_modules/**"].',
+    )
+
+    _exclude_list = field_validator("exclude", mode="before")(as_glob_list)
+
+
+def create_find_tool(workspace: WorkspaceSurface) -> Tool:
+    """The ``find`` tool over ``workspace.fs.find`` (one call per page, ``limit + 1`` matches)."""
+    fs = workspace.fs
+
+    async def handler(params: FindInput, on_update: ToolUpdate | None) -> dict[str, Any]:
+        path = canonical(params.path)
+        found = await fs.find(
+            path, params.pattern, exclude=params.exclude, limit=params.limit + 1, offset=params.offset
+        )
+        entries, next_offset = paged(found, params.limit, params.offset)
+        result: dict[str, Any] = {
+            "path": path,
+            "pattern": params.pattern,
+            "count": len(entries),
+            "entries": [{"path": e.path, "type": e.type} for e in entries],
+        }
+        if next_offset is not None:
+            result["nextOffset"] = next_offset
+        return result
+
+    return Tool(
+        name="find",
+        description=(
+            "Find files and directories by glob below a directory (default /workspace). The pattern is "
+            'relative to path: "*" and "?" match within one path segment, "**" crosses directories. '
+            "Results come in depth-first walk order as {path, type}. exclude prunes whole directories. "
+            f"Returns at most limit entries (default 200, maximum {MAX_PAGE}); pass nextOffset as offset "
+            "for the next page."
+        ),
+        input_model=FindInput,
+        handler=handler,
+    )

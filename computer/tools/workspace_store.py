@@ -1,0 +1,65 @@
+"""``WorkspaceFileStore``: a workspace surface (owner or client) seen as a ``FileStore``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Hashable
+
+from ..storage.paths import canonical, split
+from ..surface import LocksSurface, WorkspaceSurface
+from .file_store import FileStoreStat
+
+__all__ = ["WorkspaceFileStore"]
+
+
+class WorkspaceFileStore:
+    """Adapts ``workspace.fs`` to the ``FileStore`` protocol and locks in the owner's lock table.
+
+    ``lock_identity`` derives from ``workspace.id``, so every store over one workspace, in any process,
+    has the same identity. ``read_chunks`` is one ranged ``fs.stream`` call: a continuation never
+    transfers the bytes before it.
+    """
+
+    def __init__(self, workspace: WorkspaceSurface) -> None:
+        self.workspace = workspace
+        self._fs = workspace.fs
+
+    @property
+    def lock_identity(self) -> Hashable:
+        return ("computer.workspace", self.workspace.id)
+
+    @property
+    def locks(self) -> LocksSurface:
+        return self.workspace.locks
+
+    async def stat(self, path: str) -> FileStoreStat | None:
+        try:
+            st = await self._fs.stat(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return FileStoreStat(size=st.size, mtime=st.mtime, mode=st.mode, is_directory=st.is_directory)
+
+    async def read_all(self, path: str) -> bytes | None:
+        try:
+            return await self._fs.read_file(path)
+        except FileNotFoundError:
+            return None
+
+    def read_chunks(
+        self, path: str, byte_offset: int = 0, byte_length: int | None = None
+    ) -> AsyncIterator[bytes]:
+        return self._fs.stream(path, offset=byte_offset, length=byte_length)
+
+    async def write(self, path: str, data: bytes, mode: int | None = None) -> None:
+        """Write ``data``; missing parent directories are created (only when the first attempt needs them)."""
+        try:
+            await self._fs.write_file(path, data, mode=mode)
+        except FileNotFoundError:
+            parent, _ = split(canonical(path))
+            await self._fs.mkdir(parent, recursive=True)
+            await self._fs.write_file(path, data, mode=mode)
+
+    async def remove(self, path: str, recursive: bool = False, force: bool = False) -> None:
+        await self._fs.rm(path, recursive=recursive, force=force)
+
+    def __repr__(self) -> str:
+        return f"WorkspaceFileStore({self.workspace.id!r})"

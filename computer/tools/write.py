@@ -1,0 +1,64 @@
+"""The ``write`` tool: create or overwrite a whole file (parents created, mode kept, UTF-8 byte cap)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from ..storage.paths import canonical
+from ._input import ToolInput
+from ._locks import PathLocks
+from ._options import WriteOptions, coerce_options
+from ._sizes import human_bytes
+from ._tool import Tool, ToolUpdate
+from .file_store import FileStore
+
+__all__ = ["WriteInput", "create_write_tool"]
+
+WRITE_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "path": {"type": "string"},
+        "bytesWritten": {"type": "integer"},
+        "error": {"type": "string"},
+    },
+}
+
+
+class WriteInput(ToolInput):
+    path: str = Field(description="Absolute path of the file to create or overwrite.")
+    content: str = Field(description="The complete new content of the file (UTF-8 text).")
+
+
+def create_write_tool(store: FileStore, **write_options: Any) -> Tool:
+    """The ``write`` tool over ``store``; keyword options are :class:`WriteOptions` fields."""
+    options = coerce_options(WriteOptions, write_options.pop("options", None), **write_options)
+    locks = PathLocks(store)
+    cap = human_bytes(options.max_bytes)
+
+    async def handler(params: WriteInput, on_update: ToolUpdate | None) -> dict[str, Any]:
+        path = canonical(params.path)
+        data = params.content.encode("utf-8")
+        if len(data) > options.max_bytes:
+            raise ValueError(
+                f"content is {human_bytes(len(data))}, over the {cap} write cap. Use edit for targeted "
+                "changes to an existing file, or split the content into several smaller files."
+            )
+        async with locks.hold([path]):
+            await store.write(path, data)
+        return {"path": path, "bytesWritten": len(data)}
+
+    return Tool(
+        name="write",
+        description=(
+            "Write a file in the workspace: creates it (and any missing parent directories) or replaces "
+            f"its whole content. An existing file keeps its mode. Content is limited to {cap} of UTF-8; "
+            "to change part of an existing file use edit instead."
+        ),
+        input_model=WriteInput,
+        handler=handler,
+        mutating=True,
+        destructive=True,
+        output_schema=WRITE_OUTPUT_SCHEMA,
+    )
