@@ -1,0 +1,318 @@
+"""SPEC 3-4 and CASES 3-9: reading, streaming and writing files."""
+
+from __future__ import annotations
+
+import errno
+import os
+import tracemalloc
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from computer.storage import FileSystem, FsInvalidError
+from computer.storage._chunks import CHUNK_SIZE
+
+
+async def test_empty_file_reads_empty_streams_nothing_and_has_no_chunks(fs: FileSystem) -> None:
+    await fs.write_file("/empty", b"")
+    assert await fs.read_file("/empty") == b""
+    assert [p async for p in fs.stream("/empty")] == []
+    assert (await fs.stat("/empty")).size == 0
+    assert fs.stats()["chunks"] == 0
+
+
+async def test_chunk_boundary_file_streams_as_two_pieces(fs: FileSystem) -> None:
+    data = os.urandom(CHUNK_SIZE + 100)
+    await fs.write_file("/big", data)
+    pieces = [p async for p in fs.stream("/big")]
+    assert [len(p) for p in pieces] == [524288, 100]
+    assert b"".join(pieces) == data
+
+
+async def test_range_across_chunk_boundary_is_exact(fs: FileSystem) -> None:
+    data = os.urandom(CHUNK_SIZE * 2 + 10)
+    await fs.write_file("/big", data)
+    off, n = CHUNK_SIZE - 7, 20
+    assert await fs.read_file("/big", offset=off, length=n) == data[off : off + n]
+    streamed = b"".join([p async for p in fs.stream("/big", offset=off, length=n)])
+    assert streamed == data[off : off + n]
+
+
+async def test_stream_reads_only_overlapping_chunks(fs: FileSystem) -> None:
+    data = os.urandom(CHUNK_SIZE * 3)
+    await fs.write_file("/big", data)
+    before = fs.stats()["chunk_reads"]
+    got = b"".join([p async for p in fs.stream("/big", offset=CHUNK_SIZE * 2 + 5, length=10)])
+    assert got == data[CHUNK_SIZE * 2 + 5 : CHUNK_SIZE * 2 + 15]
+    assert fs.stats()["chunk_reads"] - before == 1
+    before = fs.stats()["chunk_reads"]
+    await fs.read_file("/big", offset=CHUNK_SIZE + 1, length=CHUNK_SIZE)
+    assert fs.stats()["chunk_reads"] - before == 2
+
+
+@pytest.mark.parametrize(
+    ("offset", "length", "expected"),
+    [(1, 3, b"ell"), (4, 10, b"o"), (5, None, b""), (0, 0, b""), (0, None, b"hello"), (9, 2, b"")],
+)
+async def test_read_ranges_on_hello(fs: FileSystem, offset: int, length: int | None, expected: bytes) -> None:
+    await fs.write_file("/h", b"hello")
+    assert await fs.read_file("/h", offset=offset, length=length) == expected
+    assert b"".join([p async for p in fs.stream("/h", offset=offset, length=length)]) == expected
+
+
+@pytest.mark.parametrize(("offset", "length"), [(-1, None), (0, -1)])
+async def test_negative_range_is_einval(fs: FileSystem, offset: int, length: int | None) -> None:
+    await fs.write_file("/h", b"hello")
+    with pytest.raises(FsInvalidError):
+        await fs.read_file("/h", offset=offset, length=length)
+    with pytest.raises(FsInvalidError):
+        async for _ in fs.stream("/h", offset=offset, length=length):
+            pass
+
+
+async def test_read_missing_and_through_missing_parent_is_enoent(fs: FileSystem) -> None:
+    with pytest.raises(FileNotFoundError):
+        await fs.read_file("/missing")
+    with pytest.raises(FileNotFoundError):
+        await fs.read_file("/no/such/file")
+    with pytest.raises(FileNotFoundError):
+        async for _ in fs.stream("/missing"):
+            pass
+
+
+async def test_read_directory_is_eisdir(fs: FileSystem) -> None:
+    await fs.mkdir("/d")
+    with pytest.raises(IsADirectoryError):
+        await fs.read_file("/d")
+    with pytest.raises(IsADirectoryError):
+        await fs.read_file("/")
+
+
+async def test_stream_opened_before_overwrite_yields_old_bytes(fs: FileSystem) -> None:
+    old = os.urandom(CHUNK_SIZE * 2 + 3)
+    await fs.write_file("/f", old)
+    stream = fs.stream("/f")
+    first = await stream.__anext__()
+    await fs.write_file("/f", b"new content")
+    await fs.rm("/f")
+    rest = [p async for p in stream]
+    assert first + b"".join(rest) == old
+    # Once the stream is done its chunks are collected.
+    assert fs.stats()["chunks"] == 0
+
+
+async def test_stream_created_but_not_started_keeps_its_snapshot(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"old bytes")
+    stream = fs.stream("/f")
+    await fs.write_file("/f", b"new bytes")
+    assert b"".join([p async for p in stream]) == b"old bytes"
+
+
+async def test_abandoned_stream_releases_its_chunks(fs: FileSystem) -> None:
+    await fs.write_file("/f", os.urandom(CHUNK_SIZE + 1))
+    stream = fs.stream("/f")
+    await stream.__anext__()
+    await stream.aclose()  # type: ignore[attr-defined]
+    await fs.rm("/f")
+    assert fs.stats()["chunks"] == 0
+
+
+async def test_same_content_at_two_paths_is_stored_once(fs: FileSystem) -> None:
+    data = os.urandom(CHUNK_SIZE + 1000)
+    await fs.write_file("/a", data)
+    once = fs.stats()
+    await fs.write_file("/b", data)
+    twice = fs.stats()
+    assert twice["chunks"] == once["chunks"] == 2
+    assert twice["stored_bytes"] == once["stored_bytes"]
+    assert twice["logical_bytes"] == 2 * len(data)
+    await fs.rm("/a")
+    assert await fs.read_file("/b") == data
+
+
+async def test_compressible_chunks_are_stored_compressed(fs: FileSystem) -> None:
+    await fs.write_file("/z", b"a" * CHUNK_SIZE)
+    st = fs.stats()
+    assert st["stored_bytes"] < CHUNK_SIZE // 10
+    assert await fs.read_file("/z") == b"a" * CHUNK_SIZE
+
+
+async def test_incompressible_chunks_are_stored_raw(fs: FileSystem) -> None:
+    data = os.urandom(CHUNK_SIZE)
+    await fs.write_file("/r", data)
+    assert fs.stats()["stored_bytes"] == CHUNK_SIZE
+
+
+def _odd_pieces(data: bytes) -> Iterator[bytes]:
+    sizes = [1, 700 * 1024, 3, CHUNK_SIZE, 5, 123457]
+    pos = 0
+    i = 0
+    while pos < len(data):
+        n = sizes[i % len(sizes)]
+        yield data[pos : pos + n]
+        pos += n
+        i += 1
+
+
+async def test_write_from_sync_iterator_of_odd_pieces(fs: FileSystem) -> None:
+    data = os.urandom(3 * CHUNK_SIZE + 777)
+    await fs.write_file("/s", _odd_pieces(data))
+    assert await fs.read_file("/s") == data
+    assert [len(p) for p in [p async for p in fs.stream("/s")]] == [CHUNK_SIZE] * 3 + [777]
+
+
+async def test_write_from_async_iterator_of_odd_pieces(fs: FileSystem) -> None:
+    data = os.urandom(3 * CHUNK_SIZE + 777)
+
+    async def source() -> AsyncIterator[bytes]:
+        for piece in _odd_pieces(data):
+            yield piece
+
+    await fs.write_file("/s", source())
+    assert await fs.read_file("/s") == data
+    assert fs.stats()["chunks"] == 4
+
+
+async def test_streamed_write_memory_stays_near_one_chunk(fs: FileSystem) -> None:
+    piece = os.urandom(64 * 1024)
+
+    async def source() -> AsyncIterator[bytes]:
+        for _ in range(16 * 8):  # 8 MiB
+            yield piece
+
+    tracemalloc.start()
+    try:
+        await fs.write_file("/m", source())
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * CHUNK_SIZE
+    assert (await fs.stat("/m")).size == 8 * 1024 * 1024
+
+
+async def test_failed_streamed_write_leaves_nothing_visible(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"original")
+
+    async def broken() -> AsyncIterator[bytes]:
+        yield os.urandom(CHUNK_SIZE * 2)
+        raise RuntimeError("source died")
+
+    with pytest.raises(RuntimeError):
+        await fs.write_file("/f", broken())
+    with pytest.raises(RuntimeError):
+        await fs.write_file("/new", broken())
+    assert await fs.read_file("/f") == b"original"
+    assert not await fs.exists("/new")
+    assert fs.stats()["chunks"] == 1  # the staged chunks were collected
+
+
+async def test_write_str_is_utf8(fs: FileSystem) -> None:
+    await fs.write_file("/t", "héllo ✓")
+    assert await fs.read_text("/t") == "héllo ✓"
+    assert await fs.read_file("/t") == "héllo ✓".encode()
+
+
+async def test_write_missing_parent_is_enoent(fs: FileSystem) -> None:
+    with pytest.raises(FileNotFoundError):
+        await fs.write_file("/no/such/f", b"x")
+
+
+async def test_write_under_a_file_is_enotdir(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"x")
+    with pytest.raises(NotADirectoryError):
+        await fs.write_file("/f/g", b"y")
+
+
+async def test_write_onto_directory_is_eisdir(fs: FileSystem) -> None:
+    await fs.mkdir("/d")
+    with pytest.raises(IsADirectoryError):
+        await fs.write_file("/d", b"x")
+    with pytest.raises(IsADirectoryError):
+        await fs.write_file("/", b"x")
+
+
+async def test_overwrite_keeps_mode_and_changes_mtime_and_rev(fs: FileSystem) -> None:
+    await fs.write_file("/x.sh", b"echo 1", mode=0o755)
+    st1, rev1 = await fs.stat("/x.sh"), fs.rev
+    await fs.write_file("/x.sh", b"echo 2")
+    st2 = await fs.stat("/x.sh")
+    assert st2.mode == 0o755
+    assert st2.mtime > st1.mtime
+    assert fs.rev == rev1 + 1
+    assert await fs.read_file("/x.sh") == b"echo 2"
+
+
+async def test_modes_default_to_644_for_files_and_755_for_dirs(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"")
+    await fs.mkdir("/d")
+    assert (await fs.stat("/f")).mode == 0o644
+    assert (await fs.stat("/d")).mode == 0o755
+    await fs.write_file("/f", b"", mode=0o600)
+    assert (await fs.stat("/f")).mode == 0o600
+
+
+async def test_overwrite_frees_unreferenced_chunks(fs: FileSystem) -> None:
+    await fs.write_file("/f", os.urandom(CHUNK_SIZE * 2))
+    await fs.write_file("/f", b"small")
+    assert fs.stats()["chunks"] == 1
+
+
+async def test_copy_shares_chunks(fs: FileSystem) -> None:
+    data = os.urandom(CHUNK_SIZE * 4)
+    await fs.write_file("/a", data)
+    before = fs.stats()
+    await fs.copy("/a", "/b")
+    after = fs.stats()
+    assert after["chunks"] == before["chunks"]
+    assert after["queries"] - before["queries"] < 20
+    await fs.write_file("/a", b"changed")
+    assert await fs.read_file("/b") == data
+
+
+async def test_read_text_rejects_invalid_utf8(fs: FileSystem) -> None:
+    await fs.write_file("/b", b"\xff\xfe")
+    with pytest.raises(UnicodeDecodeError):
+        await fs.read_text("/b")
+
+
+async def test_exists(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"")
+    assert await fs.exists("/f")
+    assert await fs.exists("/")
+    assert not await fs.exists("/g")
+    assert not await fs.exists("/f/g")
+
+
+async def test_stat_through_a_file_parent_is_enoent(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"")
+    with pytest.raises(FileNotFoundError) as info:
+        await fs.stat("/f/x")
+    assert info.value.errno == errno.ENOENT
+
+
+async def test_file_backed_store_keeps_data_across_reopen(tmp_path: object) -> None:
+    path = str(tmp_path) + "/ws.sqlite"  # type: ignore[operator]
+    fs = FileSystem.open(path)
+    ident = fs.id
+    await fs.mkdir("/w")
+    await fs.write_file("/w/f", b"kept")
+    rev = fs.rev
+    fs.close()
+    again = FileSystem.open(path)
+    try:
+        assert again.id == ident
+        assert again.rev == rev
+        assert await again.read_file("/w/f") == b"kept"
+    finally:
+        again.close()
+
+
+async def test_in_memory_stores_have_distinct_ids() -> None:
+    a, b = FileSystem.open(None), FileSystem.open(None)
+    try:
+        assert a.id != b.id
+        await a.write_file("/x", b"a")
+        assert not await b.exists("/x")
+    finally:
+        a.close()
+        b.close()

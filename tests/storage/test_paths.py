@@ -1,0 +1,107 @@
+"""SPEC 1 and CASES 1-2: canonical paths and special names in every operation."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from computer.storage import FileSystem, FsInvalidError
+from computer.storage.paths import canonical
+
+
+@pytest.mark.parametrize("bad", ["", "a/b", "relative", "/..", "/a/../..", "/a\x00b"])
+def test_bad_paths_are_einval(bad: str) -> None:
+    with pytest.raises(FsInvalidError) as info:
+        canonical(bad)
+    assert info.value.errno == errno.EINVAL
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("/workspace//src/./index.ts", "/workspace/src/index.ts"),
+        ("/workspace/src/../README.md", "/workspace/README.md"),
+        ("/a/b/", "/a/b"),
+        ("/", "/"),
+        ("//", "/"),
+        ("/./.", "/"),
+    ],
+)
+def test_canonical_form(raw: str, expected: str) -> None:
+    assert canonical(raw) == expected
+
+
+def test_name_over_255_bytes_is_enametoolong() -> None:
+    with pytest.raises(OSError) as info:
+        canonical("/" + "é" * 128)
+    assert info.value.errno == errno.ENAMETOOLONG
+
+
+def test_path_over_4096_bytes_is_enametoolong() -> None:
+    with pytest.raises(OSError) as info:
+        canonical("/" + "/".join(["abcdefgh"] * 500))
+    assert info.value.errno == errno.ENAMETOOLONG
+
+
+async def test_stat_root_has_empty_name(fs: FileSystem) -> None:
+    st = await fs.stat("/")
+    assert st.name == ""
+    assert st.is_directory
+
+
+async def test_operations_reject_relative_and_nul_paths(fs: FileSystem) -> None:
+    for call in (fs.read_file("a/b"), fs.write_file("/x\x00y", b""), fs.mkdir("/.."), fs.stat("")):
+        with pytest.raises(FsInvalidError):
+            await call
+
+
+async def test_errors_name_the_path(fs: FileSystem) -> None:
+    with pytest.raises(FileNotFoundError) as info:
+        await fs.read_file("/nope/file.txt")
+    assert info.value.filename == "/nope/file.txt"
+    assert "/nope/file.txt" in str(info.value)
+
+
+async def test_dotdot_is_resolved_before_lookup(fs: FileSystem) -> None:
+    await fs.mkdir("/workspace")
+    await fs.write_file("/workspace/README.md", b"r")
+    assert await fs.read_file("/workspace/src/../README.md") == b"r"
+
+
+SPECIAL = ["100%", "a_b", "star*", "what?", "[x]", "with space", "emoji😀", "日本語", "Ελληνικά", "%_*?["]
+
+
+@pytest.mark.parametrize("name", SPECIAL)
+async def test_special_names_work_in_every_operation(fs: FileSystem, name: str) -> None:
+    base = "/d" + name
+    await fs.mkdir(base)
+    # Decoys whose names a LIKE/GLOB pattern would confuse with the real one.
+    await fs.mkdir("/dXX")
+    await fs.write_file("/dXX/decoy.txt", b"needle decoy\n")
+    path = f"{base}/{name}.txt"
+    await fs.write_file(path, b"needle here\n")
+    assert await fs.read_file(path) == b"needle here\n"
+    assert (await fs.stat(path)).name == f"{name}.txt"
+    assert [e.name for e in await fs.readdir(base)] == [f"{name}.txt"]
+    assert await fs.exists(path)
+    assert await fs.ls(base) == [path]
+    found = await fs.find(base, f"{name}.txt")
+    assert [e.path for e in found] == [path]
+    hits = await fs.grep("needle", base)
+    assert [(h.path, h.line) for h in hits] == [(path, 1)]
+    await fs.copy(path, f"{base}/copy {name}")
+    await fs.rename(f"{base}/copy {name}", f"{base}/moved {name}")
+    assert await fs.read_file(f"{base}/moved {name}") == b"needle here\n"
+    await fs.rm(base, recursive=True)
+    assert not await fs.exists(base)
+    assert await fs.read_file("/dXX/decoy.txt") == b"needle decoy\n"
+
+
+async def test_listing_is_in_utf8_byte_order(fs: FileSystem) -> None:
+    names = ["b", "a", "Z", "é", "z", "😀", "ａ", "_", "%"]
+    for n in names:
+        await fs.write_file("/" + n, b"")
+    listed = [e.name for e in await fs.readdir("/")]
+    assert listed == sorted(names, key=lambda s: s.encode("utf-8"))

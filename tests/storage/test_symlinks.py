@@ -1,0 +1,105 @@
+"""Symlinks: creation, following, ELOOP, readlink."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from computer.storage import FileSystem, FsInvalidError
+
+
+async def test_symlink_and_readlink(fs: FileSystem) -> None:
+    await fs.write_file("/target", b"data")
+    await fs.symlink("/target", "/link")
+    assert await fs.readlink("/link") == "/target"
+    assert await fs.read_file("/link") == b"data"
+    st = await fs.stat("/link")
+    assert st.is_file and st.size == 4 and st.name == "link"
+
+
+async def test_relative_symlink_resolves_from_its_directory(fs: FileSystem) -> None:
+    await fs.mkdir("/a/b", recursive=True)
+    await fs.write_file("/a/f", b"rel")
+    await fs.symlink("../f", "/a/b/link")
+    assert await fs.read_file("/a/b/link") == b"rel"
+
+
+async def test_symlinked_directory_in_the_middle_of_a_path(fs: FileSystem) -> None:
+    await fs.mkdir("/real/sub", recursive=True)
+    await fs.write_file("/real/sub/f", b"deep")
+    await fs.symlink("/real", "/alias")
+    assert await fs.read_file("/alias/sub/f") == b"deep"
+    assert [e.name for e in await fs.readdir("/alias")] == ["sub"]
+    await fs.write_file("/alias/sub/g", b"via link")
+    assert await fs.read_file("/real/sub/g") == b"via link"
+
+
+async def test_symlink_loop_is_eloop(fs: FileSystem) -> None:
+    await fs.symlink("/b", "/a")
+    await fs.symlink("/a", "/b")
+    with pytest.raises(OSError) as info:
+        await fs.read_file("/a")
+    assert info.value.errno == errno.ELOOP
+    assert not await fs.exists("/a")
+
+
+async def test_chain_of_40_links_resolves_and_41_is_eloop(fs: FileSystem) -> None:
+    await fs.write_file("/end", b"ok")
+    await fs.symlink("/end", "/l0")
+    for i in range(1, 41):
+        await fs.symlink(f"/l{i - 1}", f"/l{i}")
+    assert await fs.read_file("/l39") == b"ok"
+    with pytest.raises(OSError) as info:
+        await fs.read_file("/l40")
+    assert info.value.errno == errno.ELOOP
+
+
+async def test_dangling_symlink(fs: FileSystem) -> None:
+    await fs.symlink("/nowhere", "/dangling")
+    assert not await fs.exists("/dangling")
+    assert await fs.readlink("/dangling") == "/nowhere"
+    with pytest.raises(FileNotFoundError):
+        await fs.read_file("/dangling")
+    await fs.write_file("/dangling", b"created")
+    assert await fs.read_file("/nowhere") == b"created"
+
+
+async def test_write_through_symlink_updates_target(fs: FileSystem) -> None:
+    await fs.write_file("/t", b"old")
+    await fs.symlink("t", "/l")
+    await fs.write_file("/l", b"new")
+    assert await fs.read_file("/t") == b"new"
+    assert await fs.readlink("/l") == "t"
+
+
+async def test_readlink_of_non_link_is_einval(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"")
+    with pytest.raises(FsInvalidError):
+        await fs.readlink("/f")
+
+
+async def test_symlink_onto_existing_is_eexist(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"")
+    with pytest.raises(FileExistsError):
+        await fs.symlink("/x", "/f")
+
+
+async def test_rename_symlink_moves_the_link(fs: FileSystem) -> None:
+    await fs.write_file("/t", b"x")
+    await fs.symlink("/t", "/l")
+    await fs.rename("/l", "/m")
+    assert await fs.readlink("/m") == "/t"
+    assert await fs.read_file("/t") == b"x"
+
+
+async def test_replacing_a_symlink_invalidates_cached_paths(fs: FileSystem) -> None:
+    await fs.mkdir("/one")
+    await fs.mkdir("/two")
+    await fs.write_file("/one/f", b"1")
+    await fs.write_file("/two/f", b"2")
+    await fs.symlink("/one", "/cur")
+    assert await fs.read_file("/cur/f") == b"1"
+    await fs.rm("/cur")
+    await fs.symlink("/two", "/cur")
+    assert await fs.read_file("/cur/f") == b"2"
