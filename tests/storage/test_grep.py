@@ -1,0 +1,204 @@
+"""SPEC 4 grep and CASES 17-22."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from computer.storage import FileSystem, FsInvalidError, GrepContextLine
+from computer.storage._chunks import CHUNK_SIZE
+
+
+async def _files(fs: FileSystem, files: dict[str, bytes | str]) -> None:
+    for path, data in files.items():
+        parent = path.rsplit("/", 1)[0] or "/"
+        await fs.mkdir(parent, recursive=True)
+        await fs.write_file(path, data)
+
+
+async def test_empty_file_has_no_match(fs: FileSystem) -> None:
+    await fs.write_file("/e", b"")
+    assert await fs.grep("", "/e") == []
+    assert await fs.grep("x", "/e") == []
+
+
+async def test_lines_are_one_based_and_last_line_without_newline_counts(fs: FileSystem) -> None:
+    await fs.write_file("/f", "alpha\nbeta\ngamma beta")
+    hits = await fs.grep("beta", "/f")
+    assert [(h.line, h.text) for h in hits] == [(2, "beta"), (3, "gamma beta")]
+    assert all(h.path == "/f" and h.context is None for h in hits)
+
+
+async def test_empty_lines_count(fs: FileSystem) -> None:
+    await fs.write_file("/f", "\n\nx\n\n")
+    assert [h.line for h in await fs.grep("", "/f")] == [1, 2, 3, 4]
+    assert [h.line for h in await fs.grep("x", "/f")] == [3]
+
+
+async def test_ignore_case(fs: FileSystem) -> None:
+    await fs.write_file("/f", "todo\nTODO\nTodo\nnothing\n")
+    assert len(await fs.grep("todo", "/f", ignore_case=True)) == 3
+    assert len(await fs.grep("todo", "/f")) == 1
+    assert len(await fs.grep("t.do", "/f", ignore_case=True)) == 0
+    assert len(await fs.grep("t.do", "/f", ignore_case=True, regex=True)) == 3
+
+
+async def test_literal_by_default_regex_on_request(fs: FileSystem) -> None:
+    await fs.write_file("/f", "task 12\nliteral task \\d+ here\n")
+    assert [h.line for h in await fs.grep(r"task \d+", "/f")] == [2]
+    assert [h.line for h in await fs.grep(r"task \d+", "/f", regex=True)] == [1]
+
+
+async def test_invalid_regex_is_einval(fs: FileSystem) -> None:
+    await fs.write_file("/f", "x")
+    with pytest.raises(FsInvalidError) as info:
+        await fs.grep("[", "/f", regex=True)
+    assert "Invalid regular expression" in str(info.value)
+    assert await fs.grep("[", "/f") == []
+
+
+async def test_regex_anchors_apply_per_line(fs: FileSystem) -> None:
+    await fs.write_file("/f", "start mid\nmid start\nend\n")
+    assert [h.line for h in await fs.grep("^start", "/f", regex=True)] == [1]
+    assert [h.line for h in await fs.grep("start$", "/f", regex=True)] == [2]
+    assert [h.line for h in await fs.grep(r"mid\s+start", "/f", regex=True)] == [2]
+    assert [h.line for h in await fs.grep(r"mid\send", "/f", regex=True)] == []
+
+
+async def test_context_gives_before_match_after(fs: FileSystem) -> None:
+    await fs.write_file("/f", "a\nb\nHIT\nc\nd\n")
+    [hit] = await fs.grep("HIT", "/f", context=1)
+    assert hit.line == 3
+    assert hit.context == [
+        GrepContextLine(2, "b", False),
+        GrepContextLine(3, "HIT", True),
+        GrepContextLine(4, "c", False),
+    ]
+
+
+async def test_adjacent_matches_each_carry_their_own_context(fs: FileSystem) -> None:
+    await fs.write_file("/f", "x\nHIT one\nHIT two\ny\n")
+    first, second = await fs.grep("HIT", "/f", context=1)
+    assert first.context == [
+        GrepContextLine(1, "x", False),
+        GrepContextLine(2, "HIT one", True),
+        GrepContextLine(3, "HIT two", True),
+    ]
+    assert second.context == [
+        GrepContextLine(2, "HIT one", True),
+        GrepContextLine(3, "HIT two", True),
+        GrepContextLine(4, "y", False),
+    ]
+    assert first.context is not second.context
+    first.context.clear()
+    assert len(second.context) == 3
+
+
+async def test_context_is_clipped_at_file_edges(fs: FileSystem) -> None:
+    await fs.write_file("/f", "HIT\nb\nHIT")
+    hits = await fs.grep("HIT", "/f", context=5)
+    assert [[c.line for c in h.context or []] for h in hits] == [[1, 2, 3], [1, 2, 3]]
+
+
+@pytest.mark.parametrize("bad", [-1, 11])
+async def test_context_out_of_range_is_einval(fs: FileSystem, bad: int) -> None:
+    await fs.write_file("/f", "x")
+    with pytest.raises(FsInvalidError):
+        await fs.grep("x", "/f", context=bad)
+
+
+async def test_offset_and_limit_count_matching_lines_across_files(fs: FileSystem) -> None:
+    await _files(fs, {"/d/a.txt": "hit 1\nhit 2\n", "/d/b.txt": "hit 1\nhit 2\n"})
+    hits = await fs.grep("hit", "/d", offset=1, limit=2)
+    assert [(h.path, h.line) for h in hits] == [("/d/a.txt", 2), ("/d/b.txt", 1)]
+
+
+async def test_include_filters_before_paging(fs: FileSystem) -> None:
+    await _files(
+        fs,
+        {
+            "/d/a.txt": "hit\n",
+            "/d/b.ts": "hit 1\nhit 2\n",
+            "/d/c.txt": "hit\n",
+            "/d/sub/d.ts": "hit 3\n",
+        },
+    )
+    hits = await fs.grep("hit", "/d", include="**/*.ts", offset=1, limit=2)
+    assert [(h.path, h.line) for h in hits] == [("/d/b.ts", 2), ("/d/sub/d.ts", 1)]
+    hits = await fs.grep("hit", "/d", include=["a.txt", "c.txt"])
+    assert [h.path for h in hits] == ["/d/a.txt", "/d/c.txt"]
+
+
+async def test_exclude_prunes_directories(fs: FileSystem) -> None:
+    await _files(fs, {"/d/node_modules/x.js": "hit\n", "/d/src/y.js": "hit\n"})
+    hits = await fs.grep("hit", "/d", exclude=["node_modules"])
+    assert [h.path for h in hits] == ["/d/src/y.js"]
+
+
+async def test_single_file_path_ignores_include_and_exclude(fs: FileSystem) -> None:
+    await fs.write_file("/f.txt", "hit\n")
+    assert len(await fs.grep("hit", "/f.txt", include="*.ts", exclude=["*"])) == 1
+
+
+async def test_match_on_line_straddling_chunk_boundary_is_found(fs: FileSystem) -> None:
+    head = b"x" * (CHUNK_SIZE - 5) + b"\nab"
+    line = b"cdNEEDLEef\n"
+    data = head + line + b"tail\n"
+    assert data.index(b"abcd") < CHUNK_SIZE <= data.index(b"NEEDLE")  # the line starts in chunk 0
+    await fs.write_file("/f", data)
+    [hit] = await fs.grep("abcdNEEDLE", "/f")
+    assert (hit.line, hit.text) == (2, "abcdNEEDLEef")
+    [hit] = await fs.grep("ab.dneedle", "/f", regex=True, ignore_case=True)
+    assert hit.line == 2
+    [hit] = await fs.grep("NEEDLE", "/f", context=1)
+    assert [c.line for c in hit.context or []] == [1, 2, 3]
+
+
+async def test_needle_split_across_chunks_is_found(fs: FileSystem) -> None:
+    data = b"y" * (CHUNK_SIZE - 3) + b"NEEDLE\n"
+    await fs.write_file("/f", data)
+    assert [h.line for h in await fs.grep("NEEDLE", "/f")] == [1]
+
+
+async def test_binary_files_are_skipped(fs: FileSystem) -> None:
+    await _files(fs, {"/d/bin": b"hit\x00hit\n", "/d/text": b"hit\n"})
+    assert [h.path for h in await fs.grep("hit", "/d")] == ["/d/text"]
+
+
+async def test_nul_after_first_8k_is_text(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"a" * 9000 + b"\nhit\x00\n")
+    assert [h.line for h in await fs.grep("hit", "/f")] == [2]
+
+
+async def test_pathological_regex_returns_promptly(fs: FileSystem) -> None:
+    await fs.write_file("/f", "a" * 50 + "b\n")
+    start = time.monotonic()
+    hits = await asyncio.wait_for(fs.grep("(a+)+$", "/f", regex=True), timeout=5)
+    assert hits == []
+    assert len(await fs.grep("(a+)+b", "/f", regex=True)) == 1
+    assert time.monotonic() - start < 5
+
+
+async def test_grep_missing_path_is_enoent(fs: FileSystem) -> None:
+    with pytest.raises(FileNotFoundError):
+        await fs.grep("x", "/nope")
+
+
+async def test_grep_walk_order_then_line_order(fs: FileSystem) -> None:
+    await _files(fs, {"/d/b/1": "hit\n", "/d/a": "x\nhit\nhit\n", "/d/c": "hit\n"})
+    hits = await fs.grep("hit", "/d")
+    assert [(h.path, h.line) for h in hits] == [("/d/a", 2), ("/d/a", 3), ("/d/b/1", 1), ("/d/c", 1)]
+
+
+async def test_invalid_utf8_is_replaced_in_text(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"hit \xff\n")
+    [hit] = await fs.grep("hit", "/f")
+    assert hit.text == "hit \ufffd"
+
+
+async def test_unicode_literal_and_ignore_case(fs: FileSystem) -> None:
+    await fs.write_file("/f", "Ärger\närger\n日本語テキスト\n")
+    assert [h.line for h in await fs.grep("ärger", "/f", ignore_case=True)] == [1, 2]
+    assert [h.line for h in await fs.grep("本語", "/f")] == [3]
