@@ -16,7 +16,11 @@ from ._backend import (
     SyncPull,
     SyncPush,
 )
+from ._context import LocalExecContext
+from ._handle import ExecHandle
+from ._options import OutputOptions
 from ._runtime import Runtime
+from .shell import ShellBackend
 from .types import BackendInfo, ExecResult, ExecSnapshot, ExecStatus, OutputTruncation, status_for_exit
 
 __all__ = [
@@ -24,17 +28,21 @@ __all__ = [
     "BackendInfo",
     "ExecContext",
     "ExecEvent",
+    "ExecHandle",
     "ExecRequest",
     "ExecResult",
     "ExecSnapshot",
     "ExecStatus",
     "ExitEvent",
+    "LocalExecContext",
     "MirrorDir",
     "MirrorFile",
     "MirrorSymlink",
     "OutputChunk",
+    "OutputOptions",
     "OutputTruncation",
     "Runtime",
+    "ShellBackend",
     "SyncLimits",
     "SyncPull",
     "SyncPush",

@@ -90,11 +90,12 @@ class SyncLimits:
 
 @dataclass(frozen=True, slots=True)
 class MirrorFile:
-    """A file's bytes for (or from) a mirror; ``path`` is an absolute workspace path."""
+    """A file's bytes for (or from) a mirror; ``path`` is an absolute workspace path, ``mtime`` in ms."""
 
     path: str
     data: bytes
     mode: int = 0o644
+    mtime: int = 0
 
 
 @dataclass(frozen=True, slots=True)

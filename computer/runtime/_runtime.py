@@ -1,30 +1,83 @@
-"""``Runtime``: the exec router of one workspace (SPEC section 6)."""
+"""``Runtime``: the exec router of one workspace (SPEC section 6).
+
+It selects a backend, hands it an :class:`ExecRequest` and an :class:`ExecContext`, and does the
+rest centrally for every backend: output tails and saved logs, coalesced snapshots, statuses, the
+journal, kill and timeout backstops.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import re
+import secrets
+import time
+from collections import OrderedDict
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._backend import Backend
-from .types import BackendInfo
-
-if TYPE_CHECKING:
-    pass
+from ..storage.paths import canonical
+from ._backend import Backend, ExecContext, ExecRequest, ExitEvent, OutputChunk
+from ._capture import StreamCapture
+from ._context import LocalExecContext
+from ._handle import ExecHandle, ExecRun
+from ._journal import ExecJournal, result_from_record
+from ._options import OutputOptions
+from .types import BackendInfo, ExecResult, ExecSnapshot, ExecStatus, OutputTruncation, status_for_exit
 
 __all__ = ["Runtime"]
 
+log = logging.getLogger(__name__)
+
+SNAPSHOT_INTERVAL = 0.1  # seconds: at most one snapshot per interval while output flows
+# A backend that does not honour its timeout is cut this long after it.
+TIMEOUT_GRACE = 10.0
+_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_FINISHED_CACHE = 200
+
 
 class Runtime:
-    """Routes executions of one workspace to its backends."""
+    """Routes executions of one workspace to its backends. ``output`` is the default output policy."""
 
-    def __init__(self, workspace: Any, backends: Sequence[Backend], *, output: Any = None) -> None:
+    def __init__(
+        self,
+        workspace: Any,
+        backends: Sequence[Backend],
+        *,
+        output: Any = None,
+        context: ExecContext | None = None,
+    ) -> None:
         self._workspace = workspace
         self._backends: dict[str, Backend] = {}
         for b in backends:
             if b.info.id in self._backends:
                 raise ValueError(f"two backends share the id {b.info.id!r}")
             self._backends[b.info.id] = b
-        self._output = output
+        self._output = OutputOptions.resolve(output)
+        self._context = context
+        self._owner = secrets.token_hex(8)
+        self._journal: ExecJournal | None = None
+        self._running: dict[str, ExecRun] = {}
+        self._finished: OrderedDict[str, ExecResult] = OrderedDict()
+        self._closed = False
+
+    @property
+    def fs(self) -> Any:
+        return self._workspace.fs
+
+    @property
+    def context(self) -> ExecContext:
+        """The context handed to backends (a :class:`LocalExecContext` unless one was given)."""
+        if self._context is None:
+            self._context = LocalExecContext(self._workspace)
+        return self._context
+
+    @property
+    def journal(self) -> ExecJournal:
+        if self._journal is None:
+            self._journal = ExecJournal(self.fs, self._owner)
+        return self._journal
 
     def backends(self) -> list[BackendInfo]:
         """What each configured backend says about itself, in configuration order."""
@@ -39,12 +92,288 @@ class Runtime:
             return self._backends[backend]
         except KeyError:
             raise ValueError(
-                f"unknown backend {backend!r}; configured: {', '.join(self._backends)}"
+                f"unknown backend {backend!r}; configured backends: {', '.join(self._backends)}"
             ) from None
 
-    async def exec(self, source: str, *, backend: str | None = None, **kwargs: Any) -> Any:
-        self._select(backend)
-        raise NotImplementedError("exec is being built")
+    async def exec(
+        self,
+        source: str,
+        *,
+        backend: str | None = None,
+        id: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        input: Any = None,
+        stdin: str | bytes | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the program's deadline (SPEC), not this call's
+        output: Any = None,
+    ) -> ExecHandle:
+        """Start ``source`` on a backend and return its handle at once."""
+        if self._closed:
+            raise RuntimeError("the runtime is closed")
+        chosen = self._select(backend)
+        info = chosen.info
+        if input is not None and not info.callable:
+            raise ValueError(f"backend {info.id!r} is not callable: it does not accept input")
+        if not isinstance(source, str):
+            raise TypeError("source must be a str")
+        if timeout is not None and timeout <= 0:
+            raise ValueError("timeout must be positive")
+        options = OutputOptions.resolve(output, self._output)
+        exec_id = self._new_id(id)
+        request = ExecRequest(
+            id=exec_id,
+            backend=info.id,
+            source=source,
+            cwd=canonical(cwd) if cwd is not None else None,
+            env=dict(env or {}),
+            input=input,
+            stdin=stdin.encode() if isinstance(stdin, str) else stdin,
+            timeout=timeout,
+        )
+        run = ExecRun(exec_id, info.id)
+        self._running[exec_id] = run
+        self._finished.pop(exec_id, None)
+        try:
+            await self.journal.started(exec_id, info.id, source)
+        except BaseException:
+            self._running.pop(exec_id, None)
+            raise
+        run.task = asyncio.create_task(self._drive(run, chosen, request, options), name=f"exec {exec_id}")
+        return self._handle(run)
+
+    def _new_id(self, given: str | None) -> str:
+        if given is None:
+            while True:
+                candidate = f"exec-{secrets.token_hex(4)}"
+                if candidate not in self._running:
+                    return candidate
+        if not _ID_RE.match(given):
+            raise ValueError(f"invalid exec id {given!r}: use letters, digits, '.', '_' or '-' (max 128)")
+        if given in self._running:
+            raise ValueError(f"an execution with id {given!r} is already running")
+        return given
+
+    def _handle(self, run: ExecRun) -> ExecHandle:
+        return ExecHandle(run.id, run.backend, run=run, kill=lambda: self._kill(run))
+
+    async def _drive(
+        self, run: ExecRun, backend: Backend, request: ExecRequest, options: OutputOptions
+    ) -> None:
+        """Consume the backend's events in a child task (kill cancels it), then settle the result."""
+        prefix = f"{options.dir.rstrip('/')}/{request.backend}.{request.id}"
+        captures = {
+            "stdout": StreamCapture(self.fs, options, f"{prefix}.stdout.log"),
+            "stderr": StreamCapture(self.fs, options, f"{prefix}.stderr.log"),
+        }
+        exit_event: list[ExitEvent] = []
+        ticker = asyncio.create_task(self._tick(run, captures))
+        run.consumer = asyncio.create_task(self._consume(run, backend, request, captures, exit_event))
+        if run.killed:  # killed before this task got to start the backend
+            run.consumer.cancel()
+        error: str | None = None
+        try:
+            if request.timeout is not None:
+                done, _ = await asyncio.wait({run.consumer}, timeout=request.timeout + TIMEOUT_GRACE)
+                if not done:
+                    run.killed = True
+                    error = "the backend did not stop at its timeout"
+                    run.consumer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(run.consumer)
+            if run.consumer.done() and not run.consumer.cancelled():
+                exc = run.consumer.exception()
+                if exc is not None:
+                    error = error or f"{type(exc).__name__}: {exc}"
+        finally:
+            ticker.cancel()
+            if not run.consumer.done():
+                # The runtime itself is being cancelled (close): stop the backend too.
+                run.killed = True
+                run.consumer.cancel()
+                with contextlib.suppress(BaseException):
+                    await run.consumer
+        await self._settle(run, request, captures, exit_event[0] if exit_event else None, error, options)
+
+    async def _consume(
+        self,
+        run: ExecRun,
+        backend: Backend,
+        request: ExecRequest,
+        captures: dict[str, StreamCapture],
+        exit_event: list[ExitEvent],
+    ) -> None:
+        events = backend.run(request, self.context)
+        try:
+            async for event in events:
+                if isinstance(event, OutputChunk):
+                    await captures[event.stream].feed(event.data)
+                    run.dirty = True
+                elif isinstance(event, ExitEvent):
+                    exit_event.append(event)
+        finally:
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                await aclose()
+
+    async def _tick(self, run: ExecRun, captures: dict[str, StreamCapture]) -> None:
+        """Publish a snapshot at most once per interval, only when output arrived."""
+        while True:
+            await asyncio.sleep(SNAPSHOT_INTERVAL)
+            if run.dirty:
+                run.publish(self._snapshot(run, captures, run.snapshot.seq + 1))
+
+    def _snapshot(self, run: ExecRun, captures: dict[str, StreamCapture], seq: int) -> ExecSnapshot:
+        texts: dict[str, str] = {}
+        truncated: dict[str, OutputTruncation] = {}
+        for name, capture in captures.items():
+            view = capture.view(final=False)
+            texts[name] = capture.text(view)
+            cut = capture.truncation(view)
+            if cut is not None:
+                truncated[name] = cut
+        return ExecSnapshot(
+            run.id, run.backend, "running", None, texts["stdout"], texts["stderr"], truncated, False, seq
+        )
+
+    async def _settle(
+        self,
+        run: ExecRun,
+        request: ExecRequest,
+        captures: dict[str, StreamCapture],
+        exit_event: ExitEvent | None,
+        error: str | None,
+        options: OutputOptions,
+    ) -> None:
+        saved_any = False
+        for capture in captures.values():
+            try:
+                await capture.finish()
+            except Exception as exc:  # a failing store must not lose the result
+                log.warning("exec %s: saving output failed: %s", run.id, exc)
+            saved_any = saved_any or bool(capture.saved)
+        texts: dict[str, str] = {}
+        truncated: dict[str, OutputTruncation] = {}
+        for name, capture in captures.items():
+            view = capture.view()
+            texts[name] = capture.text(view)
+            cut = capture.truncation(view)
+            if cut is not None:
+                truncated[name] = cut
+        killed = run.killed or (exit_event is not None and exit_event.killed)
+        status: ExecStatus
+        if exit_event is None:
+            exit_code = None
+            status = "cancelled" if run.killed else "failed"
+            error = error or (
+                "killed" if run.killed else "the backend ended without reporting an exit status"
+            )
+        else:
+            exit_code = exit_event.exit_code
+            status = status_for_exit(exit_code, killed=killed)
+            error = exit_event.error or error
+            if status == "completed" and error:
+                status = "failed"
+        result = ExecResult(
+            status=status,
+            exit_code=exit_code,
+            stdout=texts["stdout"],
+            stderr=texts["stderr"],
+            value=exit_event.value if exit_event else None,
+            truncated=truncated,
+            pushed=exit_event.pushed if exit_event else 0,
+            pulled=list(exit_event.pulled) if exit_event else [],
+            skipped=list(exit_event.skipped) if exit_event else [],
+            id=run.id,
+            backend=run.backend,
+            error=error,
+        )
+        try:
+            await self.journal.finished(result, request.source)
+            if saved_any:
+                await self._prune_logs(options)
+        except Exception as exc:
+            log.warning("exec %s: journal update failed: %s", run.id, exc)
+        final = ExecSnapshot(
+            run.id,
+            run.backend,
+            result.status,
+            result.exit_code,
+            result.stdout,
+            result.stderr,
+            result.truncated,
+            True,
+            run.snapshot.seq + 1,
+        )
+        self._running.pop(run.id, None)
+        self._finished[run.id] = result
+        while len(self._finished) > _FINISHED_CACHE:
+            self._finished.popitem(last=False)
+        run.finish(result, final)
+
+    async def _prune_logs(self, options: OutputOptions) -> None:
+        """Keep only the newest ``options.keep`` saved logs in the output directory."""
+        try:
+            entries = await self.fs.readdir(options.dir)
+        except FileNotFoundError:
+            return
+        logs = [e for e in entries if e.is_file and e.name.endswith(".log")]
+        if len(logs) <= options.keep:
+            return
+        logs.sort(key=lambda e: (e.mtime, e.name))
+        for entry in logs[: len(logs) - options.keep]:
+            with contextlib.suppress(FileNotFoundError):
+                await self.fs.rm(f"{options.dir.rstrip('/')}/{entry.name}")
+
+    async def _kill(self, run: ExecRun) -> None:
+        if not run.done:
+            run.killed = True
+            if run.consumer is not None:
+                run.consumer.cancel()
+        await run.result()
+
+    async def get_exec(self, id: str) -> ExecHandle:
+        """Reattach to a running execution, or get a handle on its retained result."""
+        run = self._running.get(id)
+        if run is not None:
+            return self._handle(run)
+        result = self._finished.get(id)
+        if result is None:
+            record = await self.journal.get(id) if _ID_RE.match(id) else None
+            if record is None:
+                raise LookupError(f"no execution with id {id!r}")
+            result = result_from_record(record)
+        return ExecHandle(id, result.backend, result=result)
+
+    async def kill_exec(self, id: str) -> None:
+        """Kill a running execution (and its process tree); a finished one is left as it is."""
+        run = self._running.get(id)
+        if run is not None:
+            await self._kill(run)
+            return
+        await self.get_exec(id)  # LookupError when unknown
+
+    async def dispose_exec(self, id: str) -> None:
+        """Forget a finished execution's retained record (its saved logs stay, under ``keep``)."""
+        if id in self._running:
+            raise ValueError(f"execution {id!r} is still running; kill it first")
+        cached = self._finished.pop(id, None) is not None
+        removed = await self.journal.dispose(id) if _ID_RE.match(id) else False
+        if not cached and not removed:
+            raise LookupError(f"no execution with id {id!r}")
 
     async def close(self) -> None:
-        """Kill running executions."""
+        """Kill running executions and wait for them to settle. Idempotent."""
+        self._closed = True
+        runs = list(self._running.values())
+        for run in runs:
+            run.killed = True
+            if run.consumer is not None:
+                run.consumer.cancel()
+        started = time.monotonic()
+        for run in runs:
+            if run.task is not None:
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(
+                        asyncio.shield(run.task), timeout=max(0.1, 30 - (time.monotonic() - started))
+                    )

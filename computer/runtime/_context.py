@@ -1,0 +1,207 @@
+"""``LocalExecContext``: the :class:`ExecContext` of an in-process workspace.
+
+This is also the owner-side half of a remote context: a pool worker's context forwards each call to
+the owner, which answers it with this class. Sync computations (what a mirror needs, applying a
+run's changes) therefore happen next to the SQLite file, one round trip each.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from ..storage.paths import canonical, is_within
+from ..storage.types import BatchResult
+from ._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncLimits, SyncPull, SyncPush
+
+__all__ = ["FS_OPS", "LocalExecContext", "to_plain"]
+
+# The fs operations a backend may call through ``fs_call`` (the python backend's ``workspace`` module).
+FS_OPS = frozenset(
+    {
+        "read_file",
+        "read_text",
+        "write_file",
+        "mkdir",
+        "rm",
+        "readdir",
+        "stat",
+        "exists",
+        "find",
+        "grep",
+        "ls",
+        "rename",
+        "copy",
+        "readlink",
+        "symlink",
+    }
+)
+
+
+def to_plain(value: Any) -> Any:
+    """Dataclass results as dicts (recursively), so they travel as msgpack."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple):
+        return [to_plain(v) for v in value]
+    return value
+
+
+class LocalExecContext:
+    """Answers a backend's workspace calls directly on ``workspace.fs`` (and ``workspace.assets``)."""
+
+    def __init__(self, workspace: Any) -> None:
+        self.workspace = workspace
+
+    @property
+    def fs(self) -> Any:
+        return self.workspace.fs
+
+    @property
+    def workspace_id(self) -> str:
+        return str(self.workspace.id)
+
+    async def fs_call(self, op: str, args: dict[str, Any]) -> Any:
+        if op not in FS_OPS:
+            raise ValueError(f"unknown workspace operation {op!r}")
+        return to_plain(await getattr(self.fs, op)(**args))
+
+    async def share(self, path: str, expires_after: float) -> str:
+        assets = getattr(self.workspace, "assets", None)
+        if assets is None:
+            raise RuntimeError("this workspace has no assets publisher")
+        return str(await assets.share(path, expires_after=expires_after))
+
+    # ------------------------------------------------------------------ push
+
+    async def sync_push(self, mirror_rev: int | None, root: str, limits: SyncLimits) -> SyncPush:
+        root = canonical(root)
+        if mirror_rev is not None:
+            changes = self.fs.changes_since(mirror_rev, root)
+            paths = [c.path for c in changes.changes]
+            # A change at or above the root (the root renamed or removed) needs the whole tree again.
+            if changes.complete and not any(is_within(root, p) for p in paths):
+                return await self._incremental(changes.rev, root, _outermost(paths), limits)
+        rev = self.fs.rev  # read before the tree: anything newer is sent again next time
+        files, dirs, links, protected = await self._tree(root, limits)
+        return SyncPush(rev, root, True, files, dirs, links, [], protected)
+
+    async def _tree(
+        self, root: str, limits: SyncLimits, count: int = 0
+    ) -> tuple[list[MirrorFile], list[MirrorDir], list[MirrorSymlink], list[str]]:
+        files: list[MirrorFile] = []
+        dirs: list[MirrorDir] = []
+        links: list[MirrorSymlink] = []
+        protected: list[str] = []
+        try:
+            entries = self.fs.manifest(root)
+        except (FileNotFoundError, NotADirectoryError):
+            return files, dirs, links, protected
+        for path, kind, size, mode, mtime in entries:
+            if path == root:
+                continue
+            if kind == "dir":
+                dirs.append(MirrorDir(path, mode))
+            elif kind == "symlink":
+                try:
+                    links.append(MirrorSymlink(path, await self.fs.readlink(path)))
+                except OSError:
+                    continue
+            elif size > limits.max_file_bytes or count + len(files) >= limits.max_files:
+                protected.append(path)
+            else:
+                try:
+                    files.append(MirrorFile(path, await self.fs.read_file(path), mode, mtime))
+                except FileNotFoundError:
+                    continue  # removed while we walked; the next push sends the removal
+        return files, dirs, links, protected
+
+    async def _incremental(self, rev: int, root: str, paths: list[str], limits: SyncLimits) -> SyncPush:
+        push = SyncPush(rev, root, False)
+        for path in paths:
+            try:
+                target = await self.fs.readlink(path)
+            except FileNotFoundError:
+                push.deleted.append(path)
+                continue
+            except OSError:
+                target = None
+            if target is not None:
+                push.deleted.append(path)
+                push.symlinks.append(MirrorSymlink(path, target))
+                continue
+            try:
+                st = await self.fs.stat(path)
+            except (FileNotFoundError, NotADirectoryError):
+                push.deleted.append(path)
+                continue
+            if st.is_directory:
+                # The directory may be new, renamed here or recreated: send it whole, replacing it.
+                push.deleted.append(path)
+                push.dirs.append(MirrorDir(path, st.mode))
+                files, dirs, links, protected = await self._tree(path, limits)
+                push.files.extend(files)
+                push.dirs.extend(dirs)
+                push.symlinks.extend(links)
+                push.protected.extend(protected)
+            elif st.size > limits.max_file_bytes:
+                push.deleted.append(path)
+                push.protected.append(path)
+            else:
+                try:
+                    push.files.append(MirrorFile(path, await self.fs.read_file(path), st.mode, st.mtime))
+                except (FileNotFoundError, IsADirectoryError):
+                    push.deleted.append(path)
+        return push
+
+    # ------------------------------------------------------------------ pull
+
+    async def sync_pull(self, pull: SyncPull, base_rev: int) -> BatchResult:
+        """Apply a run's changes in one ``commit_batch``.
+
+        The returned ``rev`` is the revision the mirror now reflects: the batch's own revision when
+        nothing else changed below the root since ``base_rev``, else ``base_rev`` (so the next push
+        brings the other changes).
+        """
+        root = canonical(pull.root)
+        protected = set(pull.protected)
+        refused: set[str] = set()
+
+        def guarded(path: str) -> bool:
+            return path in protected or any(is_within(p, path) for p in protected)
+
+        writes: dict[str, bytes | None] = {}
+        modes: dict[str, int] = {}
+        for f in pull.files:
+            if f.path in protected:
+                refused.add(f.path)
+                continue
+            writes[f.path] = f.data
+            modes[f.path] = f.mode
+        deleted = [p for p in pull.deleted if not guarded(p)]
+        refused.update(p for p in pull.deleted if p in protected)
+        for path in _outermost(deleted):
+            writes[path] = None
+        mkdirs = [d.path for d in pull.dirs if d.path not in protected]
+        for d in pull.dirs:
+            modes[d.path] = d.mode
+        refused.update(link.path for link in pull.symlinks)  # the pull cannot create symlinks
+        if not writes and not mkdirs:
+            batch = BatchResult(rev=self.fs.rev)
+        else:
+            if not await self.fs.exists(root):
+                mkdirs.insert(0, root)
+            batch = self.fs.commit_batch(writes, mkdirs=mkdirs, modes=modes, base_rev=base_rev)
+        foreign = [c for c in self.fs.changes_since(base_rev, root).changes if c.rev != batch.rev]
+        claim = base_rev if foreign else self.fs.rev
+        return BatchResult(rev=claim, applied=batch.applied, skipped=sorted(set(batch.skipped) | refused))
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """Unique paths in order, without those below another listed path."""
+    out: list[str] = []
+    for path in sorted(set(paths), key=lambda p: p.split("/")):
+        if out and is_within(path, out[-1]):
+            continue
+        out.append(path)
+    return out

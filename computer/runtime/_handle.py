@@ -1,0 +1,105 @@
+"""``ExecHandle``: a caller's view of one execution (running, or retained in the journal)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from .types import ExecResult, ExecSnapshot
+
+__all__ = ["ExecHandle", "ExecRun"]
+
+
+class ExecRun:
+    """The live state of one running execution: its latest snapshot and its eventual result."""
+
+    def __init__(self, exec_id: str, backend: str) -> None:
+        self.id = exec_id
+        self.backend = backend
+        self.snapshot = ExecSnapshot(exec_id, backend, "running", None, "", "")
+        self.killed = False
+        self.dirty = False
+        self.task: asyncio.Task[None] | None = None
+        self.consumer: asyncio.Task[None] | None = None
+        self._changed = asyncio.Event()
+        self._result: asyncio.Future[ExecResult] = asyncio.get_running_loop().create_future()
+
+    @property
+    def done(self) -> bool:
+        return self._result.done()
+
+    def publish(self, snapshot: ExecSnapshot) -> None:
+        """Make ``snapshot`` the latest and wake every waiting iterator."""
+        self.snapshot = snapshot
+        self.dirty = False
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
+
+    def finish(self, result: ExecResult, snapshot: ExecSnapshot) -> None:
+        if not self._result.done():
+            self._result.set_result(result)
+        self.publish(snapshot)
+
+    async def result(self) -> ExecResult:
+        return await asyncio.shield(self._result)
+
+    async def snapshots(self) -> AsyncIterator[ExecSnapshot]:
+        """The latest snapshot, then each newer one (coalesced), ending with the final one."""
+        last = -1
+        while True:
+            snapshot = self.snapshot
+            if snapshot.seq != last:
+                last = snapshot.seq
+                yield snapshot
+                if snapshot.done:
+                    return
+                continue
+            await self._changed.wait()
+
+
+class ExecHandle:
+    """``id``, ``backend``; ``async for snapshot in handle``; ``await result()``; ``await kill()``."""
+
+    def __init__(
+        self,
+        exec_id: str,
+        backend: str,
+        *,
+        run: ExecRun | None = None,
+        result: ExecResult | None = None,
+        kill: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        if (run is None) == (result is None):
+            raise ValueError("an ExecHandle needs either a running execution or a retained result")
+        self.id = exec_id
+        self.backend = backend
+        self._run = run
+        self._retained = result
+        self._kill = kill
+
+    def __aiter__(self) -> AsyncIterator[ExecSnapshot]:
+        if self._run is not None:
+            return self._run.snapshots()
+        return self._retained_snapshots()
+
+    async def _retained_snapshots(self) -> AsyncIterator[ExecSnapshot]:
+        r = self._retained
+        assert r is not None
+        yield ExecSnapshot(
+            self.id, self.backend, r.status, r.exit_code, r.stdout, r.stderr, r.truncated, True
+        )
+
+    async def result(self) -> ExecResult:
+        """Wait for the end of the run and return its result."""
+        if self._run is not None:
+            return await self._run.result()
+        assert self._retained is not None
+        return self._retained
+
+    async def kill(self) -> None:
+        """End the run and its whole process tree; returns once the result is settled."""
+        if self._kill is not None:
+            await self._kill()
+
+    def __repr__(self) -> str:
+        return f"ExecHandle(id={self.id!r}, backend={self.backend!r})"

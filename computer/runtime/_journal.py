@@ -1,0 +1,134 @@
+"""``ExecJournal``: one JSON record per execution, kept in the workspace under ``/.computer/exec``.
+
+A record is written when a run starts (status ``running``) and when it ends (the full result), so
+``get_exec`` finds a finished run after its owner restarted. Records still ``running`` that belong to
+an earlier owner are reconciled to ``failed`` ("owner restarted") on the first use. Only the newest
+:data:`MAX_RECORDS` are kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import json
+import time
+from typing import Any
+
+from .types import ExecResult, OutputTruncation
+
+__all__ = ["JOURNAL_DIR", "MAX_RECORDS", "ExecJournal", "result_from_record"]
+
+JOURNAL_DIR = "/.computer/exec"
+MAX_RECORDS = 200
+
+
+class ExecJournal:
+    """Reads and writes execution records through the workspace filesystem."""
+
+    def __init__(self, fs: Any, owner: str, directory: str = JOURNAL_DIR) -> None:
+        self.fs = fs
+        self.owner = owner  # this runtime instance: records of other owners that say running are stale
+        self.directory = directory
+        self._ready = False
+
+    def _path(self, exec_id: str) -> str:
+        return f"{self.directory}/{exec_id}.json"
+
+    async def ensure_ready(self) -> None:
+        """Create the directory and reconcile records left running by an earlier owner (once)."""
+        if self._ready:
+            return
+        self._ready = True
+        await self.fs.mkdir(self.directory, recursive=True)
+        for entry in await self.fs.readdir(self.directory):
+            if not entry.is_file or not entry.name.endswith(".json"):
+                continue
+            record = await self._read(f"{self.directory}/{entry.name}")
+            if record is None or record.get("status") != "running" or record.get("owner") == self.owner:
+                continue
+            record.update(status="failed", error="owner restarted", finished=time.time())
+            await self._write(record)
+
+    async def _read(self, path: str) -> dict[str, Any] | None:
+        try:
+            raw = await self.fs.read_file(path)
+            record = json.loads(raw)
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    async def _write(self, record: dict[str, Any]) -> None:
+        data = json.dumps(record, ensure_ascii=False, default=repr).encode()
+        await self.fs.write_file(self._path(str(record["id"])), data)
+
+    async def started(self, exec_id: str, backend: str, source: str) -> None:
+        await self.ensure_ready()
+        await self._write(
+            {
+                "id": exec_id,
+                "backend": backend,
+                "status": "running",
+                "owner": self.owner,
+                "source": source[:4096],
+                "started": time.time(),
+            }
+        )
+
+    async def finished(self, result: ExecResult, source: str) -> None:
+        record = {
+            **_result_fields(result),
+            "owner": self.owner,
+            "source": source[:4096],
+            "finished": time.time(),
+        }
+        await self._write(record)
+        await self._prune()
+
+    async def get(self, exec_id: str) -> dict[str, Any] | None:
+        await self.ensure_ready()
+        return await self._read(self._path(exec_id))
+
+    async def dispose(self, exec_id: str) -> bool:
+        await self.ensure_ready()
+        try:
+            await self.fs.rm(self._path(exec_id))
+        except FileNotFoundError:
+            return False
+        return True
+
+    async def _prune(self) -> None:
+        entries = [e for e in await self.fs.readdir(self.directory) if e.is_file]
+        if len(entries) <= MAX_RECORDS:
+            return
+        entries.sort(key=lambda e: (e.mtime, e.name))
+        for entry in entries[: len(entries) - MAX_RECORDS]:
+            try:
+                await self.fs.rm(f"{self.directory}/{entry.name}")
+            except OSError as exc:
+                if exc.errno != errno.ENOENT:
+                    raise
+
+
+def _result_fields(result: ExecResult) -> dict[str, Any]:
+    fields = dataclasses.asdict(result)
+    fields["truncated"] = {k: dataclasses.asdict(v) for k, v in result.truncated.items()}
+    return fields
+
+
+def result_from_record(record: dict[str, Any]) -> ExecResult:
+    """Rebuild the retained result of a journal record (a reconciled or running one too)."""
+    truncated = {k: OutputTruncation(**v) for k, v in (record.get("truncated") or {}).items()}
+    return ExecResult(
+        status=record.get("status", "failed"),
+        exit_code=record.get("exit_code"),
+        stdout=record.get("stdout", ""),
+        stderr=record.get("stderr", ""),
+        value=record.get("value"),
+        truncated=truncated,
+        pushed=record.get("pushed", 0),
+        pulled=list(record.get("pulled", [])),
+        skipped=list(record.get("skipped", [])),
+        id=record.get("id", ""),
+        backend=record.get("backend", ""),
+        error=record.get("error"),
+    )

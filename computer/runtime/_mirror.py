@@ -1,0 +1,241 @@
+"""``Mirror``: a host directory mirroring a workspace subtree for the shell backend.
+
+A mirror remembers the workspace revision it reflects (``rev``) and the state of every entry it
+wrote (inode, size, mtime, ctime, mode), so a push touches only what changed since, and after a run
+a single directory walk tells what the program created, changed or deleted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
+
+__all__ = ["Mirror", "MirrorPool"]
+
+# (kind, ino, size, mtime_ns, ctime_ns, mode) for files; the program cannot forge ctime, so any write,
+# chmod or touch is seen even when size and mtime come out the same.
+Entry = tuple[str, int, int, int, int, int]
+
+
+@dataclass
+class Mirror:
+    """One host directory reflecting ``root`` of a workspace at ``rev``."""
+
+    directory: Path
+    root: str
+    rev: int | None = None
+    protected: set[str] = field(default_factory=set)
+    state: dict[str, Entry] = field(default_factory=dict)  # keyed by path relative to the mirror
+
+    def host(self, path: str) -> Path:
+        return self.directory / self.rel(path)
+
+    def rel(self, path: str) -> str:
+        if self.root == "/":
+            return path[1:]
+        return path[len(self.root) + 1 :]
+
+    def workspace_path(self, rel: str) -> str:
+        if not rel:
+            return self.root
+        return f"/{rel}" if self.root == "/" else f"{self.root}/{rel}"
+
+    def invalidate(self) -> None:
+        """Forget what the mirror holds: the next push is a full one."""
+        self.rev = None
+
+    # ------------------------------------------------------------------ push
+
+    def apply(self, push: SyncPush) -> int:
+        """Bring the directory to ``push.rev``; returns how many files were written."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        if push.full:
+            for child in list(self.directory.iterdir()):
+                _remove(child)
+            self.state.clear()
+            self.protected = set(push.protected)
+        else:
+            for path in push.deleted:
+                rel = self.rel(path)
+                _remove(self.directory / rel)
+                self._forget(rel)
+                self.protected = {p for p in self.protected if not _within(p, path)}
+            self.protected.update(push.protected)
+        for d in push.dirs:
+            host = self.host(d.path)
+            _make_parent(self.directory, host)
+            if host.is_symlink() or (host.exists() and not host.is_dir()):
+                _remove(host)
+            host.mkdir(exist_ok=True)
+            os.chmod(host, d.mode & 0o7777)
+            self.state[self.rel(d.path)] = _entry(os.lstat(host))
+        for f in push.files:
+            host = self.host(f.path)
+            _make_parent(self.directory, host)
+            if host.is_dir() and not host.is_symlink():
+                _remove(host)
+            elif host.is_symlink():
+                host.unlink()
+            with open(host, "wb") as out:
+                out.write(f.data)
+            os.chmod(host, f.mode & 0o7777)
+            ns = f.mtime * 1_000_000
+            os.utime(host, ns=(ns, ns))
+            self.state[self.rel(f.path)] = _entry(os.lstat(host))
+        for link in push.symlinks:
+            host = self.host(link.path)
+            _make_parent(self.directory, host)
+            _remove(host)
+            os.symlink(link.target, host)
+            self.state[self.rel(link.path)] = _entry(os.lstat(host))
+        self.rev = push.rev
+        return len(push.files)
+
+    def _forget(self, rel: str) -> None:
+        prefix = rel + "/"
+        for key in [k for k in self.state if k == rel or k.startswith(prefix)]:
+            del self.state[key]
+
+    # ------------------------------------------------------------------ pull
+
+    def scan(self) -> dict[str, Entry]:
+        """Walk the directory: every entry below it, by relative path."""
+        out: dict[str, Entry] = {}
+        stack = [("", str(self.directory))]
+        while stack:
+            rel, host = stack.pop()
+            try:
+                it = os.scandir(host)
+            except OSError:
+                continue
+            with it:
+                for e in it:
+                    child = f"{rel}/{e.name}" if rel else e.name
+                    try:
+                        st = e.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    out[child] = _entry(st)
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append((child, e.path))
+        return out
+
+    def collect(self) -> tuple[SyncPull, dict[str, Entry]]:
+        """What the program changed since the push, and the new state to adopt after the pull."""
+        now = self.scan()
+        pull = SyncPull(self.root, protected=sorted(self.protected))
+        for rel, entry in now.items():
+            old = self.state.get(rel)
+            if old == entry:
+                continue
+            path = self.workspace_path(rel)
+            host = self.directory / rel
+            kind = entry[0]
+            if kind == "d":
+                if old is None or old[0] != "d" or old[5] != entry[5]:
+                    pull.dirs.append(MirrorDir(path, entry[5]))
+            elif kind == "l":
+                with contextlib.suppress(OSError):
+                    pull.symlinks.append(MirrorSymlink(path, os.readlink(host)))
+            elif kind == "f":
+                try:
+                    data = host.read_bytes()
+                except OSError:
+                    continue
+                pull.files.append(MirrorFile(path, data, entry[5], entry[3] // 1_000_000))
+            if old is not None and old[0] != kind:
+                pull.deleted.append(path)  # replaced by another kind: remove first
+        for rel in self.state:
+            if rel not in now:
+                pull.deleted.append(self.workspace_path(rel))
+        pull.dirs.sort(key=lambda d: d.path.count("/"))
+        return pull, now
+
+    def settle(self, now: dict[str, Entry], rev: int, skipped: list[str]) -> None:
+        """Adopt the post-run state at ``rev``; entries the pull left alone are dropped from the mirror."""
+        self.state = now
+        for path in skipped:
+            if path == self.root or not _within(path, self.root):
+                continue
+            rel = self.rel(path)
+            _remove(self.directory / rel)
+            self._forget(rel)
+        self.rev = rev
+
+
+class MirrorPool:
+    """Idle mirrors per workspace: a run takes one (or a fresh one) and gives it back."""
+
+    def __init__(self, base: Path, root: str, *, idle: int = 2) -> None:
+        self.base = base
+        self.root = root
+        self.idle = idle
+        self._free: dict[str, list[Mirror]] = {}
+        self._count: dict[str, int] = {}
+
+    def acquire(self, workspace_id: str) -> Mirror:
+        free = self._free.get(workspace_id)
+        if free:
+            return free.pop()
+        n = self._count.get(workspace_id, 0)
+        self._count[workspace_id] = n + 1
+        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in workspace_id)[:100]
+        directory = self.base / safe / str(n)
+        if directory.exists():
+            shutil.rmtree(directory, ignore_errors=True)
+        return Mirror(directory, self.root)
+
+    def release(self, workspace_id: str, mirror: Mirror) -> None:
+        free = self._free.setdefault(workspace_id, [])
+        if len(free) < self.idle:
+            free.append(mirror)
+        else:
+            shutil.rmtree(mirror.directory, ignore_errors=True)
+
+
+def _entry(st: os.stat_result) -> Entry:
+    mode = stat.S_IMODE(st.st_mode)
+    if stat.S_ISDIR(st.st_mode):
+        return ("d", 0, 0, 0, 0, mode)
+    if stat.S_ISLNK(st.st_mode):
+        return ("l", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode)
+    if stat.S_ISREG(st.st_mode):
+        return ("f", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode)
+    return ("o", st.st_ino, 0, 0, 0, mode)  # fifos, sockets: never synced
+
+
+def _within(path: str, root: str) -> bool:
+    return root == "/" or path == root or path.startswith(root + "/")
+
+
+def _remove(host: Path) -> None:
+    if host.is_symlink() or (host.exists() and not host.is_dir()):
+        with contextlib.suppress(FileNotFoundError):
+            host.unlink()
+    elif host.is_dir():
+        shutil.rmtree(host, ignore_errors=True)
+
+
+def _make_parent(directory: Path, host: Path) -> None:
+    """Make ``host``'s parents real directories below ``directory``.
+
+    A link or file where a directory must go is removed: a run may have left a symlink pointing out of
+    the mirror, and the host must never write through it.
+    """
+    current = directory
+    for name in host.relative_to(directory).parts[:-1]:
+        current = current / name
+        try:
+            st = os.lstat(current)
+        except FileNotFoundError:
+            current.mkdir()
+            continue
+        if not stat.S_ISDIR(st.st_mode):
+            _remove(current)
+            current.mkdir()

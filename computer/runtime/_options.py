@@ -1,0 +1,54 @@
+"""Output limits and where saved logs go: the one options module of the runtime."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from ..storage.paths import canonical
+
+__all__ = ["DEFAULT_OUTPUT", "OutputOptions"]
+
+
+@dataclass(frozen=True, slots=True)
+class OutputOptions:
+    """Per-stream output limits (SPEC section 6).
+
+    Each stream keeps its last ``max_lines`` lines or ``max_bytes`` bytes, whichever is hit first;
+    a stream that goes over is saved whole under ``dir`` and the newest ``keep`` logs are kept.
+    ``enabled=False`` (``output=False``) keeps everything in memory and saves nothing.
+    """
+
+    max_lines: int = 2000
+    max_bytes: int = 64 * 1024
+    dir: str = "/.computer/output"
+    keep: int = 50
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_lines < 1 or self.max_bytes < 1:
+            raise ValueError("output max_lines and max_bytes must be at least 1")
+        if self.keep < 0:
+            raise ValueError("output keep must be >= 0")
+        object.__setattr__(self, "dir", canonical(self.dir))
+
+    @classmethod
+    def resolve(cls, value: Any, base: OutputOptions | None = None) -> OutputOptions:
+        """Build options from ``None`` (the base), ``False``, a dict of overrides or an instance."""
+        base = base or DEFAULT_OUTPUT
+        if value is None or value is True:
+            return base
+        if value is False:
+            return dataclasses.replace(base, enabled=False)
+        if isinstance(value, OutputOptions):
+            return value
+        if isinstance(value, dict):
+            unknown = set(value) - {"max_lines", "max_bytes", "dir", "keep", "enabled"}
+            if unknown:
+                raise ValueError(f"unknown output options: {', '.join(sorted(unknown))}")
+            return dataclasses.replace(base, **value)
+        raise ValueError(f"output must be None, False, a dict or OutputOptions, not {type(value).__name__}")
+
+
+DEFAULT_OUTPUT = OutputOptions()

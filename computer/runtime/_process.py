@@ -1,0 +1,98 @@
+"""Stream one sandboxed process: output chunks as they come, stdin fed, timeout, whole-tree kill."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Literal
+
+from ._backend import MAX_CHUNK_BYTES, OutputChunk
+from ._sandbox import SandboxProcess
+
+__all__ = ["TIMEOUT_EXIT_CODE", "ProcessExit", "stream_process"]
+
+TIMEOUT_EXIT_CODE = 124
+_QUEUE_CHUNKS = 8  # per run, both streams together: bounded memory, back-pressure on the program
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessExit:
+    exit_code: int
+    timed_out: bool
+
+
+async def stream_process(
+    sp: SandboxProcess,
+    *,
+    stdin: bytes | None,
+    timeout: float | None,  # noqa: ASYNC109 - a deadline for the program, not for this call
+) -> AsyncIterator[OutputChunk | ProcessExit]:
+    """Yield the program's output, then its exit. Closing the iterator early kills the whole tree."""
+    proc = sp.proc
+    queue: asyncio.Queue[OutputChunk | None] = asyncio.Queue(maxsize=_QUEUE_CHUNKS)
+
+    async def read(stream: asyncio.StreamReader | None, name: Literal["stdout", "stderr"]) -> None:
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):
+                while data := await stream.read(MAX_CHUNK_BYTES):
+                    await queue.put(OutputChunk(name, data))
+        await queue.put(None)  # not reached when cancelled: nobody listens then
+
+    async def feed() -> None:
+        if proc.stdin is None:
+            return
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            if stdin:
+                proc.stdin.write(stdin)
+                await proc.stdin.drain()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError, OSError):
+            proc.stdin.close()
+
+    tasks = [
+        asyncio.create_task(read(proc.stdout, "stdout")),
+        asyncio.create_task(read(proc.stderr, "stderr")),
+        asyncio.create_task(feed()),
+    ]
+    loop = asyncio.get_running_loop()
+    deadline = None if timeout is None else loop.time() + timeout
+    timed_out = False
+    open_streams = 2
+    finished = False
+    try:
+        while open_streams:
+            wait = None if deadline is None else max(0.0, deadline - loop.time())
+            try:
+                item = await asyncio.wait_for(queue.get(), wait) if wait is not None else await queue.get()
+            except TimeoutError:
+                timed_out = True
+                deadline = None
+                await sp.kill_tree()
+                continue
+            if item is None:
+                open_streams -= 1
+                continue
+            yield item
+        if deadline is not None:
+            try:
+                await asyncio.wait_for(proc.wait(), max(0.0, deadline - loop.time()))
+            except TimeoutError:
+                timed_out = True
+                await sp.kill_tree()
+        code = await proc.wait()
+        finished = True
+        if timed_out:
+            code = TIMEOUT_EXIT_CODE
+        elif code < 0:
+            code = 128 - code  # killed by a signal: the shell's convention
+        yield ProcessExit(code, timed_out)
+    finally:
+        if not finished or proc.returncode is None:
+            await sp.kill_tree()
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        sp.cleanup()

@@ -1,0 +1,333 @@
+"""``Sandbox``: launches one program under every isolation layer this machine allows.
+
+Layers, each used when available and reported in :attr:`Sandbox.isolation`:
+
+- bubblewrap: new user (uid/gid 65534, no capabilities), pid, mount, ipc, uts and network namespaces
+  (network shared only when asked), read-only system directories, a synthetic ``/etc``, fresh
+  ``/proc``, ``/dev`` and ``/tmp``, and only the binds a backend asks for (its mirror);
+- rlimits set before exec: address space, file size, CPU seconds, process count, no core files;
+- cgroup v1 ``memory`` and ``pids`` groups (one per run) capping the whole tree.
+
+The whole tree ends with the run: bwrap's pid namespace dies with its first process, the launcher is
+its own process group, and the cgroups are swept with SIGKILL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import resource
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["Bind", "Sandbox", "SandboxLimits", "SandboxProcess"]
+
+SANDBOX_UID = 65534
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+_CGROUP_PARENT = "computer-exec"
+# /etc files a shell needs; nothing secret (no shadow, no keys).
+_ETC_FILES = (
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "nsswitch.conf",
+    "alternatives",
+    "bash.bashrc",
+    "inputrc",
+    "profile",
+    "mime.types",
+    "protocols",
+    "services",
+    "magic",
+    "magic.mime",
+)
+_NETWORK_ETC = ("resolv.conf", "ssl", "ca-certificates", "ca-certificates.conf", "gai.conf", "host.conf")
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxLimits:
+    memory_mb: int | None = 1024
+    max_processes: int | None = 256
+    cpu_seconds: int | None = None
+    max_file_bytes: int | None = 4 * 1024**3  # RLIMIT_FSIZE: the largest file the program may write
+
+
+@dataclass(frozen=True, slots=True)
+class Bind:
+    source: str
+    dest: str
+    writable: bool = False
+
+
+@dataclass
+class SandboxProcess:
+    """A launched program: the launcher process plus its cgroups."""
+
+    proc: asyncio.subprocess.Process
+    cgroups: list[Path] = field(default_factory=list)
+    killed: bool = False
+
+    async def kill_tree(self) -> None:
+        """SIGKILL everything the run started, then reap the launcher."""
+        self.killed = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        _sweep(self.cgroups)
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.proc.wait(), timeout=10)
+
+    def cleanup(self) -> None:
+        """Kill leftovers in the cgroups and remove them (after the launcher exited)."""
+        _sweep(self.cgroups)
+        for group in self.cgroups:
+            for _ in range(50):
+                try:
+                    group.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    _sweep([group])
+                    time.sleep(0.01)
+        self.cgroups = []
+
+
+def _sweep(groups: Sequence[Path]) -> None:
+    for group in groups:
+        for _ in range(20):
+            try:
+                pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+            except OSError:
+                break
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+
+
+class Sandbox:
+    """Builds and launches sandboxed commands; probes once which layers work."""
+
+    def __init__(self, *, network: bool = False, limits: SandboxLimits | None = None) -> None:
+        self.network = network
+        self.limits = limits or SandboxLimits()
+        self.bwrap = _bwrap_works()
+        self.cgroups = {c for c in ("memory", "pids") if _cgroup_writable(c)}
+        self._etc = _synthetic_etc()
+
+    @property
+    def isolation(self) -> str:
+        """Exactly which layers are in force, in one line."""
+        parts: list[str] = []
+        if self.bwrap:
+            net = "shared host network" if self.network else "no network (own empty network namespace)"
+            parts.append(
+                f"bubblewrap: user namespace as uid {SANDBOX_UID} with no capabilities, pid/mount/ipc/uts "
+                f"namespaces, {net}, read-only /usr, synthetic /etc, private /tmp, only the run's own binds"
+            )
+        else:
+            parts.append("NO namespace isolation (bubblewrap unavailable): the program runs as this user")
+        lim = self.limits
+        rl = ["address space" if lim.memory_mb else "", "file size" if lim.max_file_bytes else ""]
+        rl += ["cpu time" if lim.cpu_seconds else "", "processes" if lim.max_processes else "", "no core"]
+        parts.append("rlimits: " + ", ".join(x for x in rl if x))
+        if self.cgroups:
+            caps = []
+            if "memory" in self.cgroups and lim.memory_mb:
+                caps.append(f"memory {lim.memory_mb} MiB")
+            if "pids" in self.cgroups and lim.max_processes:
+                caps.append(f"{lim.max_processes} processes")
+            parts.append("cgroup v1 per run: " + ", ".join(caps))
+        else:
+            parts.append("no cgroup limits (cgroup v1 memory/pids not writable)")
+        return "; ".join(parts)
+
+    def argv(self, command: Sequence[str], *, binds: Sequence[Bind] = (), cwd: str = "/tmp") -> list[str]:
+        """The full launcher command line for ``command``."""
+        if not self.bwrap:
+            return list(command)
+        args = [
+            "bwrap",
+            "--unshare-all",
+            "--unshare-user",
+            "--uid",
+            str(SANDBOX_UID),
+            "--gid",
+            str(SANDBOX_UID),
+        ]
+        if self.network:
+            args.append("--share-net")
+        args += ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        args += ["--ro-bind", "/usr", "/usr"]
+        for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+            host = Path("/") / top
+            if host.is_symlink():
+                args += ["--symlink", os.readlink(host), f"/{top}"]
+            elif host.is_dir():
+                args += ["--ro-bind", str(host), f"/{top}"]
+        args += ["--dir", "/etc"]
+        for synthetic in sorted(self._etc.iterdir()):
+            if not synthetic.name.startswith("."):
+                args += ["--ro-bind", str(synthetic), f"/etc/{synthetic.name}"]
+        for name in _ETC_FILES + (_NETWORK_ETC if self.network else ()):
+            if os.path.lexists(f"/etc/{name}"):
+                args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+        args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home"]
+        for bind in binds:
+            args += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.dest]
+        args += ["--chdir", cwd, "--"]
+        return args + list(command)
+
+    async def spawn(
+        self,
+        command: Sequence[str],
+        *,
+        binds: Sequence[Bind] = (),
+        cwd: str = "/tmp",
+        env: dict[str, str] | None = None,
+        host_cwd: str | None = None,
+        pass_fds: Sequence[int] = (),
+    ) -> SandboxProcess:
+        """Start ``command`` with piped stdin/stdout/stderr inside a fresh sandbox."""
+        groups = self._make_cgroups()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *self.argv(command, binds=binds, cwd=cwd),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=env,
+                cwd=host_cwd or ("/" if self.bwrap else cwd),
+                start_new_session=True,
+                pass_fds=tuple(pass_fds),
+                preexec_fn=_limiter(self.limits, groups),
+            )
+        except BaseException:
+            SandboxProcess(None, groups).cleanup()  # type: ignore[arg-type]
+            raise
+        return SandboxProcess(proc, groups)
+
+    def _make_cgroups(self) -> list[Path]:
+        groups: list[Path] = []
+        name = f"run-{os.getpid()}-{secrets.token_hex(4)}"
+        lim = self.limits
+        for controller in sorted(self.cgroups):
+            group = _CGROUP_ROOT / controller / _CGROUP_PARENT / name
+            try:
+                group.mkdir(parents=True)
+                if controller == "memory" and lim.memory_mb:
+                    limit = str(lim.memory_mb * 1024 * 1024)
+                    (group / "memory.limit_in_bytes").write_text(limit)
+                    with contextlib.suppress(OSError):
+                        (group / "memory.memsw.limit_in_bytes").write_text(limit)
+                if controller == "pids" and lim.max_processes:
+                    (group / "pids.max").write_text(str(lim.max_processes))
+            except OSError:
+                with contextlib.suppress(OSError):
+                    group.rmdir()
+                continue
+            groups.append(group)
+        return groups
+
+    def probe_ms(self, runs: int = 3) -> float:
+        """Median wall time of starting and ending ``true`` in this sandbox (the startup cost)."""
+        times = []
+        for _ in range(runs):
+            start = time.perf_counter()
+            subprocess.run(self.argv(["/bin/true"]), check=False, capture_output=True)
+            times.append((time.perf_counter() - start) * 1000)
+        return sorted(times)[len(times) // 2]
+
+
+def _limiter(limits: SandboxLimits, groups: Sequence[Path]) -> Callable[[], None]:
+    procs_files = [str(g / "cgroup.procs") for g in groups]
+
+    def apply() -> None:  # runs in the child between fork and exec
+        for path in procs_files:
+            with open(path, "w") as f:
+                f.write("0")
+        if limits.memory_mb:
+            size = limits.memory_mb * 1024 * 1024
+            resource.setrlimit(resource.RLIMIT_AS, (size, size))
+        if limits.max_file_bytes:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_bytes, limits.max_file_bytes))
+        if limits.cpu_seconds:
+            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
+        if limits.max_processes:
+            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    return apply
+
+
+@functools.cache
+def _bwrap_works() -> bool:
+    exe = shutil.which("bwrap")
+    if exe is None:
+        return False
+    probe = [exe, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    probe += ["--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--", "/bin/true"]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=10, check=False).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@functools.cache
+def _cgroup_writable(controller: str) -> bool:
+    parent = _CGROUP_ROOT / controller / _CGROUP_PARENT
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        test = parent / f"probe-{os.getpid()}"
+        test.mkdir()
+        test.rmdir()
+        return True
+    except OSError:
+        return False
+
+
+@functools.cache
+def _synthetic_etc() -> Path:
+    """A tiny /etc for the sandbox: who uid 65534 is, its hostname, loopback hosts."""
+    root = Path(tempfile.gettempdir()) / f"computer-etc-{os.getuid()}"
+    root.mkdir(exist_ok=True)
+    files = {
+        "passwd": f"root:x:0:0:root:/root:/bin/bash\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/tmp/home:/bin/bash\n",
+        "group": f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n",
+        "hostname": "sandbox\n",
+        "hosts": "127.0.0.1 localhost sandbox\n::1 localhost\n",
+    }
+    for name, text in files.items():
+        path = root / name
+        if not path.exists() or path.read_text() != text:
+            tmp = root / f".{name}.{os.getpid()}"
+            tmp.write_text(text)
+            tmp.chmod(0o644)
+            tmp.replace(path)
+    root.chmod(0o755)
+    return root
+
+
+def python_prefixes() -> list[str]:
+    """Host directories the current interpreter needs, when they are outside /usr."""
+    out: list[str] = []
+    for prefix in {sys.base_prefix, sys.base_exec_prefix}:
+        real = os.path.realpath(prefix)
+        if not real.startswith("/usr/") and real not in out:
+            out.append(real)
+    return out

@@ -1,0 +1,92 @@
+"""``OutputSpool``: streams a run's full output into a workspace file, with bounded memory.
+
+The bytes travel through a small bounded queue into one streamed ``fs.write_file`` (a single
+transaction, committed when the stream ends), so a flood of any size costs a few chunks of memory
+and the producer slows down to the speed of the store instead of buffering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+__all__ = ["OutputSpool"]
+
+# Chunks in flight between the producer and the store (each at most 256 KiB).
+_QUEUE_CHUNKS = 4
+
+
+class OutputSpool:
+    """One log file being written. ``failed`` is set (and bytes dropped) if the store refuses it."""
+
+    def __init__(self, fs: Any, path: str) -> None:
+        self.fs = fs
+        self.path = path
+        self.failed: str | None = None
+        self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=_QUEUE_CHUNKS)
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self, head: bytes) -> None:
+        """Open the file (creating its directory) and write ``head``, the bytes kept so far."""
+        parent = self.path.rsplit("/", 1)[0] or "/"
+        try:
+            await self.fs.mkdir(parent, recursive=True)
+        except OSError as exc:
+            self.failed = f"cannot create {parent}: {exc}"
+            return
+        self._task = asyncio.create_task(self._write(), name=f"spool {self.path}")
+        await self.write(head)
+
+    async def _write(self) -> None:
+        await self.fs.write_file(self.path, self._chunks())
+
+    async def _chunks(self) -> AsyncIterator[bytes]:
+        while True:
+            chunk = await self._queue.get()
+            if chunk is None:
+                return
+            yield chunk
+
+    async def write(self, data: bytes) -> None:
+        """Queue bytes; waits while the queue is full (back-pressure on the program)."""
+        task = self._task
+        if task is None or self.failed or not data:
+            return
+        if task.done():
+            self._note_failure(task)
+            return
+        put = asyncio.ensure_future(self._queue.put(data))
+        done, _ = await asyncio.wait({put, task}, return_when=asyncio.FIRST_COMPLETED)
+        if put not in done:
+            put.cancel()
+            self._note_failure(task)
+
+    async def close(self) -> bool:
+        """Finish the file; True when it was saved whole."""
+        task = self._task
+        if task is None:
+            return False
+        if not task.done():
+            put = asyncio.ensure_future(self._queue.put(None))
+            await asyncio.wait({put, task}, return_when=asyncio.FIRST_COMPLETED)
+            if not put.done():
+                put.cancel()
+        with contextlib.suppress(Exception):
+            await asyncio.shield(task)
+        self._note_failure(task)
+        return self.failed is None
+
+    async def abort(self) -> None:
+        """Stop without committing the file."""
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        self.failed = self.failed or "aborted"
+
+    def _note_failure(self, task: asyncio.Task[None]) -> None:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            self.failed = self.failed or f"cannot save {self.path}: {task.exception()}"

@@ -1,0 +1,157 @@
+"""``ShellBackend``: real ``bash`` over a mirror of the workspace, in a sandbox (SPEC section 6).
+
+Each run is one sync bracket: *push* (the mirror catches up with the workspace: only changes since its
+revision travel) → *spawn* (bash under :class:`Sandbox`, the mirror bound read-write at the mount
+root) → *stream* (output chunks) → *pull* (created/changed/deleted files back in one transaction,
+never over protected files nor over files the workspace changed meanwhile).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import secrets
+import shutil
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from ..storage.paths import canonical, is_within
+from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
+from ._mirror import MirrorPool
+from ._process import ProcessExit, stream_process
+from ._sandbox import Bind, Sandbox, SandboxLimits
+from .types import BackendInfo
+
+__all__ = ["ShellBackend"]
+
+_COMMANDS = (
+    "bash",
+    "coreutils (ls cat cp mv rm mkdir find xargs sort uniq wc head tail cut tr tee dd du df stat touch chmod ln)",
+    "grep",
+    "sed",
+    "awk",
+    "diff",
+    "tar",
+    "gzip",
+    "python3",
+)
+
+
+class ShellBackend:
+    """Runs ``bash -c source`` in a sandbox over a synced mirror of ``mount_root``."""
+
+    def __init__(
+        self,
+        *,
+        id: str = "shell",
+        mount_root: str = "/workspace",
+        network: bool = False,
+        max_file_bytes: int = 1024 * 1024,
+        max_files: int = 10_000,
+        memory_mb: int | None = 1024,
+        max_processes: int | None = 256,
+        cpu_seconds: int | None = None,
+        scratch_dir: str | None = None,
+    ) -> None:
+        self.mount_root = canonical(mount_root)
+        if self.mount_root == "/":
+            raise ValueError("mount_root cannot be / (the sandbox needs its own /usr, /tmp…)")
+        self.limits = SyncLimits(max_file_bytes=max_file_bytes, max_files=max_files)
+        self.sandbox = Sandbox(
+            network=network,
+            limits=SandboxLimits(memory_mb=memory_mb, max_processes=max_processes, cpu_seconds=cpu_seconds),
+        )
+        base = (
+            Path(scratch_dir or tempfile.gettempdir())
+            / f"computer-shell-{os.getpid()}-{secrets.token_hex(3)}"
+        )
+        self.scratch = base
+        atexit.register(shutil.rmtree, base, True)
+        self._mirrors = MirrorPool(base, self.mount_root)
+        startup = self.sandbox.probe_ms()
+        self.info = BackendInfo(
+            id=id,
+            protocol="command",
+            callable=False,
+            language="bash",
+            network=network,
+            startup_ms=round(startup, 1),
+            commands=_COMMANDS,
+            isolation=self.sandbox.isolation,
+            description=self._describe(startup, network),
+        )
+
+    def _describe(self, startup: float, network: bool) -> str:
+        return (
+            f"Runs a bash command in a sandbox. The workspace's {self.mount_root} appears at "
+            f"{self.mount_root} (the default working directory); files created, changed or deleted there "
+            f"are saved back to the workspace when the command ends. Anything outside {self.mount_root} "
+            "(e.g. /tmp) is private to the run. Files over "
+            f"{self.limits.max_file_bytes // 1024} KiB (or beyond {self.limits.max_files} files) are not "
+            "copied in and are protected from changes. Available: "
+            + ", ".join(_COMMANDS)
+            + f". Network: {'on' if network else 'off'}. Startup cost about {startup:.0f} ms per command "
+            "plus the sync of changed files. Isolation: " + self.sandbox.isolation + "."
+        )
+
+    async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
+        """One sync bracket: push, spawn, stream, pull; yields output then one ExitEvent."""
+        cwd = request.cwd or self.mount_root
+        if not is_within(cwd, self.mount_root):
+            yield ExitEvent(None, error=f"cwd {cwd} is outside the mount root {self.mount_root}")
+            return
+        workspace_id = ctx.workspace_id
+        mirror = self._mirrors.acquire(workspace_id)
+        clean = False
+        try:
+            push = await ctx.sync_push(mirror.rev, self.mount_root, self.limits)
+            pushed = await asyncio.to_thread(mirror.apply, push)
+            host_cwd = mirror.host(cwd)
+            if not host_cwd.is_dir():
+                yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")
+                clean = True
+                return
+            sp = await self.sandbox.spawn(
+                ["/bin/bash", "-c", request.source] if self.sandbox.bwrap else ["bash", "-c", request.source],
+                binds=[Bind(str(mirror.directory), self.mount_root, writable=True)],
+                cwd=cwd if self.sandbox.bwrap else str(host_cwd),
+                env=self._env(request, cwd),
+            )
+            exit_code = 0
+            timed_out = False
+            async for event in stream_process(sp, stdin=request.stdin, timeout=request.timeout):
+                if isinstance(event, ProcessExit):
+                    exit_code, timed_out = event.exit_code, event.timed_out
+                else:
+                    yield event
+            pull, now = await asyncio.to_thread(mirror.collect)
+            batch = await ctx.sync_pull(pull, push.rev)
+            await asyncio.to_thread(mirror.settle, now, batch.rev, batch.skipped)
+            clean = True
+            yield ExitEvent(
+                exit_code,
+                pushed=pushed,
+                pulled=batch.applied,
+                skipped=sorted(set(batch.skipped) | mirror.protected),
+                killed=timed_out,
+            )
+        finally:
+            if not clean:
+                mirror.invalidate()  # interrupted mid-bracket: resynchronise fully next time
+            self._mirrors.release(workspace_id, mirror)
+
+    def _env(self, request: ExecRequest, cwd: str) -> dict[str, str]:
+        env = {
+            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "HOME": "/tmp/home" if self.sandbox.bwrap else str(self.scratch),
+            "LANG": "C.UTF-8",
+            "LC_ALL": "C.UTF-8",
+            "TERM": "dumb",
+            "USER": "sandbox",
+            "PWD": cwd,
+            "WORKSPACE": self.mount_root,
+        }
+        env.update(request.env)
+        return env
