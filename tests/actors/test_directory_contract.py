@@ -158,3 +158,17 @@ def test_concurrent_takeovers_hand_out_distinct_epochs(directory: Directory) -> 
     assert sorted(epochs) == list(range(1, 41))
     rec = directory.get("race")
     assert rec is not None and rec.epoch == 40
+
+
+def test_released_epoch_remembers_the_last_owner_that_let_go(directory: Directory) -> None:
+    first = directory.acquire_lease("ws", "n", "a", 30.0)
+    rec = directory.get("ws")
+    assert rec is not None and rec.released_epoch == 0
+    directory.release_lease("ws", "a", first, hibernating=True)
+    second = directory.acquire_lease("ws", "n", "b", 30.0)
+    rec = directory.get("ws")
+    assert rec is not None and rec.released_epoch == first
+    # b is taken over while live (killed): released_epoch still names a, not b.
+    directory.acquire_lease("ws", "n", "c", 30.0)
+    rec = directory.get("ws")
+    assert rec is not None and rec.released_epoch == first and rec.epoch == second + 1

@@ -24,6 +24,9 @@ class WorkspaceRecord:
     lease_expires: float  # 0.0 once released
     last_active: float
     state: WorkspaceState
+    # The latest epoch whose owner gave the lease up itself (hibernation or close): a call that failed
+    # because that owner was gone was never executed, so a client may safely retry it.
+    released_epoch: int = 0
 
     def lease_live(self, now: float | None = None) -> bool:
         """Whether an owner holds an unexpired lease."""
@@ -37,6 +40,7 @@ class WorkspaceRecord:
             "lease_expires": self.lease_expires,
             "last_active": self.last_active,
             "state": self.state,
+            "released_epoch": self.released_epoch,
         }
 
     @classmethod
@@ -52,6 +56,7 @@ class WorkspaceRecord:
             lease_expires=float(data["lease_expires"]),  # type: ignore[arg-type]
             last_active=float(data["last_active"]),  # type: ignore[arg-type]
             state=state,  # type: ignore[arg-type]
+            released_epoch=int(data.get("released_epoch") or 0),  # type: ignore[call-overload]
         )
 
 

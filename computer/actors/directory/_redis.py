@@ -59,7 +59,8 @@ class RedisDirectory:
                 epoch = old.epoch
             else:
                 epoch = old.epoch + 1
-            new = WorkspaceRecord(name, node, owner_id, epoch, now + ttl, now, "active")
+            released = 0 if old is None else old.released_epoch
+            new = WorkspaceRecord(name, node, owner_id, epoch, now + ttl, now, "active", released)
             return new, epoch
 
         return self._update(name, change)
@@ -71,7 +72,9 @@ class RedisDirectory:
             if old is None or old.owner != owner_id or old.epoch != epoch or old.state != "active":
                 return None, False
             active = max(old.last_active, last_active or 0.0)
-            new = WorkspaceRecord(name, old.node, owner_id, epoch, time.time() + ttl, active, "active")
+            new = WorkspaceRecord(
+                name, old.node, owner_id, epoch, time.time() + ttl, active, "active", old.released_epoch
+            )
             return new, True
 
         return self._update(name, change)
@@ -81,7 +84,7 @@ class RedisDirectory:
             if old is None or old.owner != owner_id or old.epoch != epoch or old.state != "active":
                 return None, False
             state: WorkspaceState = "hibernating" if hibernating else "closed"
-            new = WorkspaceRecord(name, old.node, owner_id, epoch, 0.0, old.last_active, state)
+            new = WorkspaceRecord(name, old.node, owner_id, epoch, 0.0, old.last_active, state, epoch)
             return new, True
 
         return self._update(name, change)

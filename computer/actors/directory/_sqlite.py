@@ -19,11 +19,12 @@ CREATE TABLE IF NOT EXISTS workspaces (
     epoch INTEGER NOT NULL,
     lease_expires REAL NOT NULL,
     last_active REAL NOT NULL,
-    state TEXT NOT NULL
+    state TEXT NOT NULL,
+    released_epoch INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID
 """
 
-_COLUMNS = "name, node, owner, epoch, lease_expires, last_active, state"
+_COLUMNS = "name, node, owner, epoch, lease_expires, last_active, state, released_epoch"
 
 
 class SqliteDirectory:
@@ -54,8 +55,10 @@ class SqliteDirectory:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 row = self._db.execute(
-                    "SELECT owner, epoch, lease_expires FROM workspaces WHERE name = ?", (name,)
+                    "SELECT owner, epoch, lease_expires, released_epoch FROM workspaces WHERE name = ?",
+                    (name,),
                 ).fetchone()
+                released = 0 if row is None else int(row[3])
                 if row is None:
                     epoch = 1
                 elif row[0] == owner_id and row[2] > now:
@@ -63,8 +66,8 @@ class SqliteDirectory:
                 else:
                     epoch = int(row[1]) + 1
                 self._db.execute(
-                    f"INSERT OR REPLACE INTO workspaces ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, 'active')",
-                    (name, node, owner_id, epoch, now + ttl, now),
+                    f"INSERT OR REPLACE INTO workspaces ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, 'active', ?)",
+                    (name, node, owner_id, epoch, now + ttl, now, released),
                 )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -88,7 +91,7 @@ class SqliteDirectory:
         state = "hibernating" if hibernating else "closed"
         with self._lock:
             cur = self._db.execute(
-                "UPDATE workspaces SET lease_expires = 0.0, state = ? "
+                "UPDATE workspaces SET lease_expires = 0.0, state = ?, released_epoch = epoch "
                 "WHERE name = ? AND owner = ? AND epoch = ? AND state = 'active'",
                 (state, name, owner_id, epoch),
             )
@@ -111,7 +114,7 @@ class SqliteDirectory:
 
 
 def _record(row: tuple[object, ...]) -> WorkspaceRecord:
-    name, node, owner, epoch, lease_expires, last_active, state = row
+    name, node, owner, epoch, lease_expires, last_active, state, released_epoch = row
     return WorkspaceRecord.from_wire(
         str(name),
         {
@@ -121,5 +124,6 @@ def _record(row: tuple[object, ...]) -> WorkspaceRecord:
             "lease_expires": lease_expires,
             "last_active": last_active,
             "state": state,
+            "released_epoch": released_epoch,
         },
     )

@@ -1,0 +1,32 @@
+"""Ray actors: the workspace owner (durable object), ``WorkspaceHost``, placement, the directory.
+
+``computer.init`` configures and connects; ``workspace_actor(name)`` finds or creates the owner of a
+workspace; a ``WorkspaceHost`` subclass lets a user's own actor own a workspace.
+"""
+
+from __future__ import annotations
+
+from ._backends import owner_backends
+from ._errors import WorkspaceUnavailableError
+from ._host import WorkspaceHost
+from ._init import init
+from ._naming import NAMESPACE, actor_name
+from ._owner import OwnerActor
+from ._placement import workspace_actor
+from .directory import Directory, RedisDirectory, SqliteDirectory, WorkspaceRecord, open_directory
+
+__all__ = [
+    "NAMESPACE",
+    "Directory",
+    "OwnerActor",
+    "RedisDirectory",
+    "SqliteDirectory",
+    "WorkspaceHost",
+    "WorkspaceRecord",
+    "WorkspaceUnavailableError",
+    "actor_name",
+    "init",
+    "open_directory",
+    "owner_backends",
+    "workspace_actor",
+]

@@ -1,0 +1,400 @@
+"""``WorkspaceHost``: the owner side of the durable-object emulation, as a base for Ray actor classes.
+
+A host opens ``<data_dir>/workspaces/<name>.sqlite`` under a directory lease (its fencing epoch is
+passed to storage, so a zombie host can never commit after a newer one opened the file) and serves
+the RPC methods that :func:`computer.get_workspace` clients call. Every RPC carries a whole operation
+and answers with a :mod:`~computer.actors._wire` reply, never an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Sequence
+from typing import Any
+
+from ..config import Settings, configure, settings
+from ..workspace import Workspace
+from ._backends import owner_backends
+from ._naming import check_name, workspace_file
+from ._upload import Upload
+from ._wire import Reply, fail, moved, ok
+from .directory import Directory, open_directory
+
+__all__ = ["STREAM_CHUNK", "WorkspaceHost"]
+
+log = logging.getLogger(__name__)
+
+STREAM_CHUNK = 512 * 1024  # largest piece of a streamed read or upload
+
+# The fs operations a client may run through ``call``; the read-only ones may be retried after an
+# owner restart because running them twice changes nothing.
+READ_OPS = frozenset(
+    {"read_file", "read_text", "readdir", "stat", "exists", "find", "grep", "ls", "readlink"}
+)
+WRITE_OPS = frozenset({"write_file", "mkdir", "rm", "rename", "copy", "symlink"})
+
+
+def _node_id() -> str:
+    import ray
+
+    if ray.is_initialized():
+        return str(ray.get_runtime_context().get_node_id())
+    return "local"
+
+
+class WorkspaceHost:
+    """Owns workspace ``name``; subclass it in your own ``@ray.remote`` class to serve ``get_workspace``.
+
+    ``self.workspace`` is the owner :class:`~computer.Workspace`. ``config`` defaults to the active
+    settings of this process; owners created by :func:`computer.workspace_actor` receive the caller's.
+    """
+
+    #: Owners created by ``workspace_actor`` are "managed": clients may re-create them by name.
+    managed = False
+
+    def __init__(self, name: str, *, config: Settings | dict[str, Any] | None = None) -> None:
+        if isinstance(config, dict):
+            config = configure(**config)
+        self.config: Settings = config if config is not None else settings()
+        self.name = check_name(name)
+        self.owner_id = uuid.uuid4().hex
+        self.node_id = _node_id()
+        self._directory: Directory = open_directory(self.config)
+        self._lease_ttl = self.config.lock_lease
+        self.epoch = self._directory.acquire_lease(self.name, self.node_id, self.owner_id, self._lease_ttl)
+        path = workspace_file(self.config, self.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.workspace = Workspace(
+            str(path),
+            backends=owner_backends(self.config, self.name),
+            assets=True,
+            fence=self.epoch,
+            max_bytes=self.config.max_workspace_bytes,
+        )
+        self._closing = False  # set once: every later call is answered MOVED
+        self._inflight = 0
+        self._streams = 0
+        self._last_active = time.time()
+        self._uploads: dict[str, Upload] = {}
+        self._background: list[asyncio.Task[None]] = []
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # not inside an async actor: nothing to renew in the background
+            return
+        self._background.append(loop.create_task(self._keep_lease()))
+
+    # -- bookkeeping ------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _activity(self) -> Iterator[None]:
+        self._inflight += 1
+        try:
+            yield
+        finally:
+            self._inflight -= 1
+            self._last_active = time.time()
+
+    def _busy(self) -> bool:
+        """Whether closing now would break something a client is using."""
+        if self._inflight or self._streams or self._uploads:
+            return True
+        locks: Any = self.workspace.locks
+        held = getattr(locks, "held", None)
+        if callable(held) and held():
+            return True
+        running = getattr(self.workspace.runtime, "running", None)
+        return bool(callable(running) and running())
+
+    async def _keep_lease(self) -> None:
+        """Renew the directory lease; stop serving once another owner took the workspace over."""
+        interval = max(self._lease_ttl / 3.0, 0.05)
+        while not self._closing:
+            await asyncio.sleep(interval)
+            await self._drop_stale_uploads()
+            try:
+                kept = await asyncio.to_thread(
+                    self._directory.renew_lease,
+                    self.name,
+                    self.owner_id,
+                    self.epoch,
+                    self._lease_ttl,
+                    last_active=self._last_active,
+                )
+            except Exception:
+                log.exception("renewing the lease of workspace %s failed", self.name)
+                continue
+            if not kept and not self._closing:
+                log.warning("workspace %s was taken over (epoch %d is stale)", self.name, self.epoch)
+                await self._on_fenced()
+                return
+
+    async def _on_fenced(self) -> None:
+        """A newer owner holds the lease. A plain host keeps running (storage rejects its writes)."""
+
+    async def _drop_stale_uploads(self) -> None:
+        """Abort uploads whose client stopped sending (it died or gave up) long ago."""
+        limit = time.monotonic() - 2 * self._lease_ttl
+        for upload_id, upload in list(self._uploads.items()):
+            if upload.touched < limit:
+                del self._uploads[upload_id]
+                await upload.abort()
+
+    async def _shutdown(self, *, hibernating: bool) -> None:
+        """Stop serving, close the workspace and give the lease up."""
+        self._closing = True
+        for task in self._background:
+            if task is not asyncio.current_task():
+                task.cancel()
+        for upload in list(self._uploads.values()):
+            await upload.abort()
+        self._uploads.clear()
+        try:
+            await self.workspace.close()
+        finally:
+            await asyncio.to_thread(
+                self._directory.release_lease, self.name, self.owner_id, self.epoch, hibernating=hibernating
+            )
+
+    async def close_workspace(self) -> None:
+        """Close the workspace and release the lease (the host then answers every call as moved)."""
+        if not self._closing:
+            await self._shutdown(hibernating=False)
+
+    def _moved(self) -> Reply:
+        return moved(self.name, self.managed)
+
+    # -- RPC: description ---------------------------------------------------------------------------
+
+    async def describe(self) -> Reply:
+        """What a client snapshots at creation: id, backends, assets, and who to re-resolve."""
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            return ok(
+                {
+                    "id": self.workspace.id,
+                    "name": self.name,
+                    "epoch": self.epoch,
+                    "managed": self.managed,
+                    "backends": list(self.workspace.runtime.backends()),
+                    "has_assets": self.workspace.assets is not None,
+                    # Clients re-create a managed owner with the owner's own settings, not theirs.
+                    "config": self.config.model_dump(mode="json"),
+                }
+            )
+
+    async def stats(self) -> dict[str, Any]:
+        """Internal counters, for tests and the status command."""
+        return {
+            "name": self.name,
+            "epoch": self.epoch,
+            "node": self.node_id,
+            "inflight": self._inflight - 0,
+            "streams": self._streams,
+            "uploads": len(self._uploads),
+            "closing": self._closing,
+            "last_active": self._last_active,
+        }
+
+    # -- RPC: filesystem ----------------------------------------------------------------------------
+
+    async def call(self, op: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> Reply:
+        """Run one filesystem operation ``fs.<op>(*args, **kwargs)``."""
+        if self._closing:
+            return self._moved()
+        if op not in READ_OPS and op not in WRITE_OPS:
+            return fail(ValueError(f"unknown filesystem operation {op!r}"))
+        with self._activity():
+            try:
+                return ok(await getattr(self.workspace.fs, op)(*args, **(kwargs or {})))
+            except Exception as exc:
+                return fail(exc)
+
+    async def stream(self, path: str, offset: int = 0, length: int | None = None) -> AsyncIterator[Any]:
+        """Stream a file as pieces of at most 512 KiB; a failure ends the stream as a reply tuple."""
+        if self._closing:
+            yield self._moved()
+            return
+        self._streams += 1
+        try:
+            with self._activity():
+                source = self.workspace.fs.stream(path, offset=offset, length=length)
+                try:
+                    async for piece in source:
+                        for start in range(0, len(piece), STREAM_CHUNK):
+                            yield bytes(piece[start : start + STREAM_CHUNK])
+                except Exception as exc:
+                    yield fail(exc)
+                finally:
+                    aclose = getattr(source, "aclose", None)
+                    if aclose is not None:
+                        await aclose()
+        finally:
+            self._streams -= 1
+
+    async def upload_begin(self, path: str, mode: int | None = None) -> Reply:
+        """Start a chunked write of ``path``; returns the upload id."""
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            upload_id = uuid.uuid4().hex
+            self._uploads[upload_id] = Upload(self.workspace.fs, path, mode)
+            return ok(upload_id)
+
+    async def upload_put(self, upload_id: str, piece: bytes) -> Reply:
+        with self._activity():
+            upload = self._uploads.get(upload_id)
+            if upload is None:
+                return fail(RuntimeError(f"unknown or expired upload {upload_id}"))
+            try:
+                await upload.put(piece)
+                return ok()
+            except Exception as exc:
+                self._uploads.pop(upload_id, None)
+                return fail(exc)
+
+    async def upload_commit(self, upload_id: str) -> Reply:
+        with self._activity():
+            upload = self._uploads.pop(upload_id, None)
+            if upload is None:
+                return fail(RuntimeError(f"unknown or expired upload {upload_id}"))
+            try:
+                await upload.commit()
+                return ok()
+            except Exception as exc:
+                return fail(exc)
+
+    async def upload_abort(self, upload_id: str) -> Reply:
+        with self._activity():
+            upload = self._uploads.pop(upload_id, None)
+            if upload is not None:
+                await upload.abort()
+            return ok()
+
+    # -- RPC: locks ---------------------------------------------------------------------------------
+
+    async def lock_acquire(self, holder: str, paths: Sequence[str], subtree: bool = False) -> Reply:
+        """Wait for and take a lease on ``paths`` for ``holder``; returns ``(lease_id, ttl)``."""
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            try:
+                lease = await self.workspace.locks.acquire(
+                    list(paths), subtree=subtree, holder=holder, ttl=self._lease_ttl
+                )
+                return ok((lease, self._lease_ttl))
+            except Exception as exc:
+                return fail(exc)
+
+    async def lock_renew(self, lease_id: Any) -> Reply:
+        with self._activity():
+            try:
+                return ok(bool(await _maybe_await(self.workspace.locks.renew(lease_id, self._lease_ttl))))
+            except Exception as exc:
+                return fail(exc)
+
+    async def lock_release(self, lease_id: Any) -> Reply:
+        with self._activity():
+            try:
+                await _maybe_await(self.workspace.locks.release(lease_id))
+                return ok()
+            except Exception as exc:
+                return fail(exc)
+
+    async def lock_release_holder(self, holder: str) -> Reply:
+        with self._activity():
+            try:
+                return ok(int(await _maybe_await(self.workspace.locks.release_holder(holder))))
+            except Exception as exc:
+                return fail(exc)
+
+    # -- RPC: runtime -------------------------------------------------------------------------------
+
+    async def exec_start(self, source: str, kwargs: dict[str, Any]) -> Reply:
+        """Start an execution; returns ``(id, backend)``."""
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            try:
+                handle = await self.workspace.runtime.exec(source, **kwargs)
+                return ok((handle.id, handle.backend))
+            except Exception as exc:
+                return fail(exc)
+
+    async def exec_snapshots(self, exec_id: str) -> AsyncIterator[Any]:
+        """Stream the snapshots of an execution (the final one last)."""
+        if self._closing:
+            yield self._moved()
+            return
+        self._streams += 1
+        try:
+            with self._activity():
+                try:
+                    handle = await self.workspace.runtime.get_exec(exec_id)
+                    async for snapshot in handle:
+                        yield snapshot
+                except Exception as exc:
+                    yield fail(exc)
+        finally:
+            self._streams -= 1
+
+    async def exec_result(self, exec_id: str) -> Reply:
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            try:
+                handle = await self.workspace.runtime.get_exec(exec_id)
+                return ok(await handle.result())
+            except Exception as exc:
+                return fail(exc)
+
+    async def exec_kill(self, exec_id: str) -> Reply:
+        return await self._runtime_call("kill_exec", exec_id)
+
+    async def get_exec(self, exec_id: str) -> Reply:
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            try:
+                handle = await self.workspace.runtime.get_exec(exec_id)
+                return ok((handle.id, handle.backend))
+            except Exception as exc:
+                return fail(exc)
+
+    async def kill_exec(self, exec_id: str) -> Reply:
+        return await self._runtime_call("kill_exec", exec_id)
+
+    async def dispose_exec(self, exec_id: str) -> Reply:
+        return await self._runtime_call("dispose_exec", exec_id)
+
+    async def _runtime_call(self, method: str, exec_id: str) -> Reply:
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            try:
+                await getattr(self.workspace.runtime, method)(exec_id)
+                return ok()
+            except Exception as exc:
+                return fail(exc)
+
+    # -- RPC: assets --------------------------------------------------------------------------------
+
+    async def assets_share(self, path: str, kwargs: dict[str, Any]) -> Reply:
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            if self.workspace.assets is None:
+                return fail(RuntimeError(f"workspace {self.name} has no assets publisher"))
+            try:
+                return ok(await self.workspace.assets.share(path, **kwargs))
+            except Exception as exc:
+                return fail(exc)
+
+
+async def _maybe_await(value: Any) -> Any:
+    return await value if inspect.isawaitable(value) else value

@@ -1,0 +1,83 @@
+"""``computer.init``: configure, then connect to (or start) Ray; share the settings with the cluster."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings, configure, settings
+
+__all__ = ["cluster_settings", "ensure_ray", "init"]
+
+_RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+_TEMP_DIR = "/tmp/computer-ray"  # short: Ray's unix socket paths must stay under ~107 bytes
+_KV_KEY = b"computer:settings"
+_lock = threading.Lock()
+_initialised_here = False
+
+
+def init(address: str | None = None, *, data_dir: str | Path | None = None, **config: Any) -> Settings:
+    """Configure ``computer`` and connect to Ray; idempotent.
+
+    ``config`` holds :class:`~computer.Settings` fields (``hibernate_after=60``, ``redis_url=...``);
+    each call replaces the active settings (unset fields come from ``COMPUTER_*`` variables). Ray is
+    joined at ``address`` (or ``RAY_ADDRESS``), else started locally and quietly; if this process is
+    already connected, that session is used as is. The settings are published in Ray's key-value
+    store, so tasks and actors that never called ``init`` resolve workspaces the same way; owners
+    receive them explicitly at creation, never through the environment.
+    """
+    global _initialised_here
+    conf = configure(data_dir=data_dir, **config)
+    ensure_ray(address, object_store_memory=conf.object_store_memory)
+    conf.workspaces_dir.mkdir(parents=True, exist_ok=True)
+    _publish(conf)
+    _initialised_here = True
+    return conf
+
+
+def cluster_settings() -> Settings:
+    """This process's settings if it called ``init``, else the ones the cluster's last ``init`` published."""
+    if _initialised_here:
+        return settings()
+    from ray.experimental import internal_kv
+
+    try:
+        raw = internal_kv._internal_kv_get(_KV_KEY)
+    except Exception:  # not connected, or the KV store is unreachable: local settings
+        raw = None
+    if raw is None:
+        return settings()
+    return Settings.model_validate_json(raw)
+
+
+def _publish(conf: Settings) -> None:
+    from ray.experimental import internal_kv
+
+    internal_kv._internal_kv_put(_KV_KEY, conf.model_dump_json().encode(), overwrite=True)
+
+
+def ensure_ray(address: str | None = None, *, object_store_memory: int | None = None) -> None:
+    """Connect to Ray unless this process already is (drivers, tasks and actors all are)."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    with _lock:
+        if ray.is_initialized():
+            return
+        for key, value in _RAY_ENV.items():
+            os.environ.setdefault(key, value)
+        address = address or os.environ.get("RAY_ADDRESS")
+        if address:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+            return
+        ray.init(
+            include_dashboard=False,
+            object_store_memory=object_store_memory or settings().object_store_memory,
+            _temp_dir=_TEMP_DIR,
+            log_to_driver=False,
+            logging_level=logging.WARNING,
+        )

@@ -1,0 +1,100 @@
+"""``workspace_actor``: find or create the owner actor of a workspace, on the node holding its file."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..config import Settings
+from ._errors import WorkspaceUnavailableError
+from ._init import cluster_settings, ensure_ray
+from ._naming import NAMESPACE, actor_name, check_name
+from ._owner import OwnerActor
+from .directory import open_directory
+
+__all__ = ["OWNER_MAX_CONCURRENCY", "OWNER_MAX_RESTARTS", "workspace_actor"]
+
+# Lock waits and exec streams park calls inside the owner: they must never starve other calls.
+OWNER_MAX_CONCURRENCY = 1000
+# A crashing owner is restarted a few times (it re-opens its file with a new epoch), then left dead
+# so a crash loop surfaces; the next workspace_actor() call creates a fresh one anyway.
+OWNER_MAX_RESTARTS = 3
+
+_remote_class: Any = None
+
+
+def _owner_class() -> Any:
+    global _remote_class
+    if _remote_class is None:
+        import ray
+
+        _remote_class = ray.remote(OwnerActor)
+    return _remote_class
+
+
+def _scheduling(config: Settings, name: str) -> Any:
+    """Pin the owner to the node holding its file, unless the data directory is shared."""
+    if config.shared_data_dir:
+        return None
+    directory = open_directory(config)
+    try:
+        record = directory.get(name)
+    finally:
+        directory.close()
+    if record is None or not record.node:
+        return None
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
+    if record.node not in alive:
+        raise WorkspaceUnavailableError(
+            name, f"its file is on node {record.node}, which is not alive (set shared_data_dir if shared)"
+        )
+    return NodeAffinitySchedulingStrategy(node_id=record.node, soft=False)
+
+
+def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = None) -> Any:
+    """The owner actor of workspace ``name`` (a Ray ``ActorHandle``), created on first use.
+
+    Exactly one per name in the cluster, even when many processes race: Ray named actors with
+    ``get_if_exists`` settle the race, and a lost creation race is retried by lookup. A new owner gets
+    ``config`` (default: the settings of this process, see :func:`cluster_settings`).
+    """
+    import ray
+
+    check_name(name)
+    ensure_ray()
+    ray_name = actor_name(name)
+    try:
+        return ray.get_actor(ray_name, namespace=NAMESPACE)
+    except ValueError:
+        pass
+    if isinstance(config, dict):
+        config = Settings(**config)
+    elif config is None:
+        config = cluster_settings()
+    deadline = time.monotonic() + 30.0
+    while True:
+        options: dict[str, Any] = {
+            "name": ray_name,
+            "namespace": NAMESPACE,
+            "get_if_exists": True,
+            "lifetime": "detached",
+            "max_restarts": OWNER_MAX_RESTARTS,
+            "max_concurrency": OWNER_MAX_CONCURRENCY,
+            "num_cpus": 0,
+        }
+        strategy = _scheduling(config, name)
+        if strategy is not None:
+            options["scheduling_strategy"] = strategy
+        try:
+            return _owner_class().options(**options).remote(name, config.model_dump(mode="json"))
+        except ValueError:
+            # Another process registered the name between our lookup and our creation.
+            try:
+                return ray.get_actor(ray_name, namespace=NAMESPACE)
+            except ValueError:
+                if time.monotonic() > deadline:
+                    raise WorkspaceUnavailableError(name, "could not create its owner actor") from None
+                time.sleep(0.05)  # the name is being freed by an exiting owner: back off, then retry

@@ -1,0 +1,66 @@
+"""``get_workspace``: open a client from a workspace name, an owner handle or a ``WorkspaceHost`` handle."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Generator
+from types import TracebackType
+from typing import Any
+
+from ..actors import workspace_actor
+from ..actors._init import ensure_ray
+from ..actors._naming import check_name
+from ._connection import Connection
+from ._workspace import WorkspaceClient
+
+__all__ = ["WorkspaceOpening", "get_workspace"]
+
+
+class WorkspaceOpening:
+    """What ``get_workspace`` returns: await it for a client, or use it as ``async with``."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self._client: WorkspaceClient | None = None
+
+    def __await__(self) -> Generator[Any, None, WorkspaceClient]:
+        return _open(self._target).__await__()
+
+    async def __aenter__(self) -> WorkspaceClient:
+        self._client = await _open(self._target)
+        return self._client
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._client is not None:
+            await self._client.close()
+
+
+def get_workspace(target: Any) -> WorkspaceOpening:
+    """A client of workspace ``target``: a name (its owner is created on first use), an owner handle
+    from :func:`computer.workspace_actor`, or the handle of a user actor subclassing ``WorkspaceHost``.
+
+    Works from the driver, from Ray tasks and from other actors (it needs a running event loop).
+    """
+    if not isinstance(target, str) and not hasattr(target, "describe"):
+        raise TypeError(
+            f"get_workspace expects a workspace name or an actor handle, not {type(target).__name__}"
+        )
+    return WorkspaceOpening(target)
+
+
+async def _open(target: Any) -> WorkspaceClient:
+    if isinstance(target, str):
+        name = check_name(target)
+        ensure_ray()
+        handle = await asyncio.to_thread(workspace_actor, name)
+        conn = Connection(handle, name=name, managed=True)
+    else:
+        conn = Connection(target, name=None, managed=False)
+    info = await conn.request("describe", retry_safe=True)
+    conn.learn(info)
+    return WorkspaceClient(conn, info)

@@ -1,0 +1,64 @@
+"""The client's view of the owner's lock table: leases held for this client, renewed in the background."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Sequence
+
+from ._connection import Connection
+
+__all__ = ["ClientLocks"]
+
+log = logging.getLogger(__name__)
+
+
+class ClientLocks:
+    """``hold`` = one acquire round trip, a background renewal every third of the lease, one release.
+
+    Every lease is held in the owner's table under this client's id, so a client that dies without
+    releasing loses its leases when they expire (``lock_lease`` seconds), and ``close`` drops them all.
+    """
+
+    def __init__(self, connection: Connection, holder: str) -> None:
+        self._conn = connection
+        self.holder = holder
+        self._renewers: set[asyncio.Task[None]] = set()
+
+    @contextlib.asynccontextmanager
+    async def hold(self, paths: Sequence[str], *, subtree: bool = False) -> AsyncIterator[None]:
+        wanted = [paths] if isinstance(paths, str) else list(paths)
+        lease_id, ttl = await self._conn.request(
+            "lock_acquire", self.holder, wanted, subtree, retry_safe=True
+        )
+        renewer = asyncio.create_task(self._renew(lease_id, float(ttl)))
+        self._renewers.add(renewer)
+        try:
+            yield
+        finally:
+            renewer.cancel()
+            self._renewers.discard(renewer)
+            try:
+                await self._conn.request("lock_release", lease_id, retry_safe=True)
+            except Exception:  # the owner died: its lock table, and our lease, died with it
+                log.warning("could not release lock lease %s", lease_id, exc_info=True)
+
+    async def _renew(self, lease_id: str, ttl: float) -> None:
+        while True:
+            await asyncio.sleep(ttl / 3.0)
+            try:
+                kept = await self._conn.request("lock_renew", lease_id, retry_safe=True)
+            except Exception:
+                log.warning("renewing lock lease %s failed", lease_id, exc_info=True)
+                continue
+            if not kept:
+                log.warning("lock lease %s was lost (expired or its owner restarted)", lease_id)
+                return
+
+    async def close(self) -> None:
+        """Stop renewing and release every lease of this client."""
+        for task in list(self._renewers):
+            task.cancel()
+        self._renewers.clear()
+        await self._conn.request("lock_release_holder", self.holder, retry_safe=True)

@@ -1,0 +1,81 @@
+"""The client's runtime: backends from the creation snapshot, executions forwarded to the owner."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from ..runtime.types import BackendInfo, ExecResult, ExecSnapshot
+from ._connection import Connection
+
+__all__ = ["ClientExecHandle", "ClientRuntime"]
+
+
+class ClientExecHandle:
+    """One execution on the owner; iterating streams its snapshots (cancelled when the loop stops)."""
+
+    def __init__(self, connection: Connection, id: str, backend: str) -> None:
+        self._conn = connection
+        self.id = id
+        self.backend = backend
+
+    def __aiter__(self) -> AsyncIterator[ExecSnapshot]:
+        return self._conn.stream("exec_snapshots", self.id)
+
+    async def result(self) -> ExecResult:
+        result: ExecResult = await self._conn.request("exec_result", self.id, retry_safe=True)
+        return result
+
+    async def kill(self) -> None:
+        await self._conn.request("exec_kill", self.id)
+
+    def __repr__(self) -> str:
+        return f"ClientExecHandle(id={self.id!r}, backend={self.backend!r})"
+
+
+class ClientRuntime:
+    """``backends()`` answers from the snapshot taken when the client was created (no round trip)."""
+
+    def __init__(self, connection: Connection, backends: list[BackendInfo]) -> None:
+        self._conn = connection
+        self._backends = list(backends)
+
+    def backends(self) -> list[BackendInfo]:
+        return list(self._backends)
+
+    async def exec(
+        self,
+        source: str,
+        *,
+        backend: str | None = None,
+        id: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        input: Any = None,
+        stdin: str | bytes | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (pinned API: the run's own limit)
+        output: Any = None,
+    ) -> ClientExecHandle:
+        given = {
+            "backend": backend,
+            "id": id,
+            "cwd": cwd,
+            "env": env,
+            "input": input,
+            "stdin": stdin,
+            "timeout": timeout,
+            "output": output,
+        }
+        kwargs = {k: v for k, v in given.items() if v is not None}
+        exec_id, backend_id = await self._conn.request("exec_start", source, kwargs)
+        return ClientExecHandle(self._conn, exec_id, backend_id)
+
+    async def get_exec(self, id: str) -> ClientExecHandle:
+        exec_id, backend_id = await self._conn.request("get_exec", id, retry_safe=True)
+        return ClientExecHandle(self._conn, exec_id, backend_id)
+
+    async def kill_exec(self, id: str) -> None:
+        await self._conn.request("kill_exec", id)
+
+    async def dispose_exec(self, id: str) -> None:
+        await self._conn.request("dispose_exec", id)

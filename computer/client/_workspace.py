@@ -1,0 +1,60 @@
+"""``WorkspaceClient``: the owner's surface (fs, locks, runtime, assets) from any process of the cluster."""
+
+from __future__ import annotations
+
+import uuid
+from types import TracebackType
+from typing import Any
+
+from ._assets import ClientAssets
+from ._connection import Connection
+from ._fs import ClientFileSystem
+from ._locks import ClientLocks
+from ._runtime import ClientRuntime
+
+__all__ = ["WorkspaceClient"]
+
+
+class WorkspaceClient:
+    """A proxy of one workspace; ``id`` equals the owner's (the tools' lock identity).
+
+    Built by :func:`computer.get_workspace` from the owner's description, which is snapshotted: the
+    backends and whether assets exist are those of the owner when the client was created.
+    """
+
+    def __init__(self, connection: Connection, info: dict[str, Any]) -> None:
+        self._conn = connection
+        self.id: str = str(info["id"])
+        self.name: str = str(info["name"])
+        self.client_id = uuid.uuid4().hex
+        self.fs = ClientFileSystem(connection)
+        self.locks = ClientLocks(connection, holder=f"client:{self.client_id}")
+        self.runtime = ClientRuntime(connection, list(info["backends"]))
+        self.assets: ClientAssets | None = ClientAssets(connection) if info["has_assets"] else None
+        self._closed = False
+
+    @property
+    def handle(self) -> Any:
+        """The owner's Ray actor handle (it changes when the owner was re-created)."""
+        return self._conn.handle
+
+    async def close(self) -> None:
+        """Release this client's locks. Idempotent; the workspace itself stays open on its owner."""
+        if self._closed:
+            return
+        self._closed = True
+        await self.locks.close()
+
+    async def __aenter__(self) -> WorkspaceClient:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"WorkspaceClient(name={self.name!r}, id={self.id!r})"
