@@ -94,12 +94,14 @@ def _locate_fuzzy(fuzzy: FuzzyText, old: str, index: int, path: str) -> tuple[in
     if not candidates:
         return None
     spans: list[tuple[int, int]] = []
+    placed = 0
     for start in candidates:
         end = start + len(needle)
         # A needle whose last line lost trailing whitespace must end where a line ends, or
-        # "x = " could match the "x =" of "x = 1".
+        # "x = " could match the "x =" of "x = 1": that is no occurrence at all.
         if tail_trimmed and not fuzzy.is_line_end(end):
             continue
+        placed += 1
         span = fuzzy.map_span(start, end)
         if span is None:
             continue
@@ -112,6 +114,8 @@ def _locate_fuzzy(fuzzy: FuzzyText, old: str, index: int, path: str) -> tuple[in
             f"{path} (after normalising quotes, dashes, spaces and trailing whitespace); it must be "
             "unique. Include more surrounding lines to pick one occurrence."
         )
+    if not placed:
+        return None
     if not spans:
         raise EditError(
             f"edits[{index}].oldText matches {path} only after Unicode normalisation, and the match "

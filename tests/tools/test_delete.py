@@ -1,0 +1,56 @@
+"""The delete tool (SPEC 8 delete, CASE 33), over both stores."""
+
+from __future__ import annotations
+
+from .conftest import Files
+
+
+async def test_delete_file(files: Files) -> None:
+    await files.put("/a/f.txt", "x")
+    assert await files.delete().run({"path": "/a/f.txt"}) == {"deleted": "/a/f.txt"}
+    assert not await files.exists("/a/f.txt")
+    assert await files.exists("/a")
+
+
+async def test_delete_missing_path_succeeds(files: Files) -> None:
+    assert await files.delete().run({"path": "/no/such/thing"}) == {"deleted": "/no/such/thing"}
+
+
+async def test_delete_non_empty_directory_needs_recursive(files: Files) -> None:
+    await files.put("/d/x.txt", "x")
+    result = await files.delete().run({"path": "/d"})
+    assert "error" in result
+    assert await files.get("/d/x.txt") == b"x"
+    assert await files.delete().run({"path": "/d", "recursive": True}) == {"deleted": "/d"}
+    assert not await files.exists("/d")
+
+
+async def test_delete_recursive_leaves_prefix_siblings(files: Files) -> None:
+    for path in ("/dir/a", "/dir0/b", "/dir-x/c", "/dir.txt"):
+        await files.put(path, "x")
+    await files.delete().run({"path": "/dir", "recursive": True})
+    assert [await files.exists(p) for p in ("/dir", "/dir0/b", "/dir-x/c", "/dir.txt")] == [
+        False,
+        True,
+        True,
+        True,
+    ]
+
+
+async def test_delete_root_is_an_error(files: Files) -> None:
+    await files.put("/keep", "x")
+    result = await files.delete().run({"path": "/", "recursive": True})
+    assert "error" in result
+    assert await files.get("/keep") == b"x"
+
+
+async def test_delete_canonicalises_the_path(files: Files) -> None:
+    await files.put("/a/f", "x")
+    assert await files.delete().run({"path": "/a/b/../f"}) == {"deleted": "/a/f"}
+    assert not await files.exists("/a/f")
+
+
+async def test_delete_unicode_name(files: Files) -> None:
+    await files.put("/ü/🚀 50% [x].txt", "x")
+    assert await files.delete().run({"path": "/ü/🚀 50% [x].txt"}) == {"deleted": "/ü/🚀 50% [x].txt"}
+    assert not await files.exists("/ü/🚀 50% [x].txt")

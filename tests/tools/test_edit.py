@@ -1,0 +1,241 @@
+"""The edit tool (SPEC 8 edit, Appendix A, CASES 24, 29-31), over both stores."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from computer.tools import EditOptions, create_edit_tool
+
+from .conftest import Files
+
+
+async def edit(files: Files, path: str, *pairs: tuple[str, str], **options: object) -> dict[str, object]:
+    return await files.edit(**options).run(
+        {"path": path, "edits": [{"oldText": old, "newText": new} for old, new in pairs]}
+    )
+
+
+async def test_edit_replaces_one_line(files: Files) -> None:
+    await files.put("/w/todo.txt", "one\ntwo\n")
+    result = await edit(files, "/w/todo.txt", ("two", "three"))
+    assert await files.get("/w/todo.txt") == b"one\nthree\n"
+    assert result["editsApplied"] == 1
+    assert result["firstChangedLine"] == 2
+    assert result["path"] == "/w/todo.txt"
+
+
+async def test_edit_returns_unified_patch_with_four_lines_of_context(files: Files) -> None:
+    await files.put("/f.txt", "".join(f"l{i}\n" for i in range(1, 21)))
+    result = await edit(files, "/f.txt", ("l10\n", "ten\n"))
+    patch = str(result["patch"])
+    assert patch.startswith("--- /f.txt\n+++ /f.txt\n@@ -6,9 +6,9 @@\n")
+    assert " l6\n l7\n l8\n l9\n-l10\n+ten\n l11\n l12\n l13\n l14\n" in patch
+    assert "-10 l10" in str(result["diff"]) and "+10 ten" in str(result["diff"])
+
+
+async def test_edit_batch_matches_every_old_text_against_the_original(files: Files) -> None:
+    await files.put("/f.txt", "alpha\nbeta\ngamma\n")
+    # The second edit's oldText is the original "beta", not the first edit's output.
+    result = await edit(files, "/f.txt", ("alpha", "beta"), ("beta", "BETA"))
+    assert await files.get("/f.txt") == b"beta\nBETA\ngamma\n"
+    assert result["editsApplied"] == 2
+
+
+async def test_edit_batch_is_atomic(files: Files) -> None:
+    await files.put("/f.txt", "alpha\nbeta\n")
+    result = await edit(files, "/f.txt", ("alpha", "ALPHA"), ("missing", "x"))
+    assert "edits[1]" in str(result["error"])
+    assert await files.get("/f.txt") == b"alpha\nbeta\n"
+
+
+async def test_edit_keeps_crlf_line_endings(files: Files) -> None:
+    await files.put("/f.txt", b"one\r\ntwo\r\nthree\r\n")
+    await edit(files, "/f.txt", ("two\nthree", "2\n3\n4"))
+    assert await files.get("/f.txt") == b"one\r\n2\r\n3\r\n4\r\n"
+
+
+async def test_edit_of_mixed_line_endings_keeps_untouched_lines_byte_for_byte(files: Files) -> None:
+    await files.put("/f.txt", b"a\r\nb\nc\r\n")
+    await edit(files, "/f.txt", ("c", "C"))
+    assert await files.get("/f.txt") == b"a\r\nb\nC\r\n"
+
+
+async def test_edit_keeps_the_bom(files: Files) -> None:
+    await files.put("/f.txt", "\ufeffhello\nworld\n".encode())
+    await edit(files, "/f.txt", ("hello", "bye"))
+    assert await files.get("/f.txt") == "\ufeffbye\nworld\n".encode()
+
+
+async def test_edit_keeps_the_mode(files: Files) -> None:
+    await files.put("/run.sh", "echo hi\n", mode=0o755)
+    await edit(files, "/run.sh", ("hi", "bye"))
+    assert await files.mode("/run.sh") == 0o755
+
+
+async def test_edit_keeps_undecodable_bytes_outside_the_match(files: Files) -> None:
+    await files.put("/f.bin.txt", b"caf\xe9\nvalue = 1\n")
+    await edit(files, "/f.bin.txt", ("value = 1", "value = 2"))
+    assert await files.get("/f.bin.txt") == b"caf\xe9\nvalue = 2\n"
+
+
+async def test_fuzzy_trailing_space_matches_and_only_that_span_changes(files: Files) -> None:
+    original = "quote = “hi” — ok\nlet target = 1;\nend = ‘x’\n"
+    await files.put("/f.js", original)
+    result = await edit(files, "/f.js", ("let target = 1; ", "let target = 2;"))
+    assert (await files.get("/f.js")).decode() == original.replace("let target = 1;", "let target = 2;")
+    assert "“hi” — ok" in str(result["patch"]) and "-let target = 1;" in str(result["patch"])
+
+
+async def test_fuzzy_ascii_quotes_and_dashes_find_curly_originals_and_keep_neighbours(files: Files) -> None:
+    await files.put("/f.txt", "say “hello” – now\nkeep “this”\n")
+    await edit(files, "/f.txt", ('say "hello" - now', "say goodbye"))
+    assert (await files.get("/f.txt")).decode() == "say goodbye\nkeep “this”\n"
+
+
+async def test_fuzzy_ligature_matched_by_fi_is_replaced_whole(files: Files) -> None:
+    await files.put("/f.txt", "the ﬁle\n")
+    await edit(files, "/f.txt", ("the file", "the doc"))
+    assert (await files.get("/f.txt")).decode() == "the doc\n"
+
+
+async def test_fuzzy_lone_f_inside_ligature_is_rejected_as_ambiguous(files: Files) -> None:
+    await files.put("/f.txt", "ﬁ\n")
+    result = await edit(files, "/f.txt", ("f", "g"))
+    assert "larger exact range" in str(result["error"])
+    assert (await files.get("/f.txt")).decode() == "ﬁ\n"
+
+
+async def test_fuzzy_precomposed_matches_decomposed(files: Files) -> None:
+    await files.put("/f.txt", "un cafe\u0301 noir\n")
+    await edit(files, "/f.txt", ("café", "thé"))
+    assert (await files.get("/f.txt")).decode() == "un thé noir\n"
+
+
+async def test_exact_match_beats_fuzzy_duplicates(files: Files) -> None:
+    await files.put("/f.txt", 'x = "a"\nx = “a”\n')
+    await edit(files, "/f.txt", ('x = "a"', "y"))
+    assert (await files.get("/f.txt")).decode() == "y\nx = “a”\n"
+
+
+async def test_fuzzy_duplicates_are_not_unique(files: Files) -> None:
+    await files.put("/f.txt", "x = “a”\nx = ‘a’\nx = „a“\n")
+    result = await edit(files, "/f.txt", ('x = "a"', "y"))
+    assert "found 2 times" in str(result["error"])
+
+
+async def test_fuzzy_trimmed_needle_does_not_match_inside_a_line(files: Files) -> None:
+    await files.put("/f.txt", "x =\u00a01\n")
+    result = await edit(files, "/f.txt", ("x =\u00a0", "x = 2"))
+    # The exact "x =\u00a0" occurs, so it is used as written.
+    assert "error" not in result
+    await files.put("/g.txt", "x = 1\n")
+    result = await edit(files, "/g.txt", ("x =\u3000", "x = 2"))
+    assert "not found" in str(result["error"])
+
+
+async def test_edit_errors_empty_batch(files: Files) -> None:
+    await files.put("/f.txt", "a\n")
+    result = await files.edit().run({"path": "/f.txt", "edits": []})
+    assert "empty" in str(result["error"]) and "edits" in str(result["error"])
+
+
+async def test_edit_errors_empty_old_text(files: Files) -> None:
+    await files.put("/f.txt", "a\n")
+    result = await edit(files, "/f.txt", ("", "x"))
+    assert "edits[0].oldText is empty" in str(result["error"])
+
+
+async def test_edit_errors_not_found(files: Files) -> None:
+    await files.put("/f.txt", "a\n")
+    result = await edit(files, "/f.txt", ("zzz", "x"))
+    assert "not found" in str(result["error"])
+
+
+async def test_edit_errors_not_unique_with_count(files: Files) -> None:
+    await files.put("/f.txt", "dup\ndup\ndup\n")
+    result = await edit(files, "/f.txt", ("dup", "x"))
+    assert "found 3 times" in str(result["error"])
+
+
+async def test_edit_errors_overlap_names_both_indices(files: Files) -> None:
+    await files.put("/f.txt", "abcdef\n")
+    result = await edit(files, "/f.txt", ("xyz", "1"), ("abcd", "1"), ("cdef", "2"))
+    error = str(result["error"])
+    assert "not found" in error  # edits are checked in order: the missing one is reported first
+    result = await edit(files, "/f.txt", ("cdef", "2"), ("abcd", "1"))
+    assert "edits[0] and edits[1] overlap" in str(result["error"])
+
+
+async def test_edit_adjacent_spans_do_not_overlap(files: Files) -> None:
+    await files.put("/f.txt", "abcdef\n")
+    await edit(files, "/f.txt", ("abc", "1"), ("def", "2"))
+    assert await files.get("/f.txt") == b"12\n"
+
+
+async def test_edit_errors_no_op(files: Files) -> None:
+    await files.put("/f.txt", "same\n")
+    result = await edit(files, "/f.txt", ("same", "same"))
+    assert "No changes" in str(result["error"])
+
+
+async def test_edit_errors_file_over_cap(files: Files) -> None:
+    await files.put("/f.txt", "x" * 200 + "\n")
+    result = await edit(files, "/f.txt", ("x", "y"), max_bytes=100)
+    assert "100 bytes" in str(result["error"]) and "edit cap" in str(result["error"])
+
+
+async def test_edit_errors_result_over_cap(files: Files) -> None:
+    await files.put("/f.txt", "small\n")
+    result = await edit(files, "/f.txt", ("small", "b" * 200), max_bytes=100)
+    assert "would become" in str(result["error"])
+    assert await files.get("/f.txt") == b"small\n"
+
+
+async def test_edit_missing_file_is_an_error(files: Files) -> None:
+    result = await edit(files, "/nope.txt", ("a", "b"))
+    assert "/nope.txt" in str(result["error"])
+
+
+async def test_edit_accepts_edits_as_a_json_string(files: Files) -> None:
+    await files.put("/f.txt", "one\ntwo\n")
+    result = await files.edit().run(
+        {"path": "/f.txt", "edits": json.dumps([{"oldText": "one", "newText": "1"}])}
+    )
+    assert result["editsApplied"] == 1
+    assert await files.get("/f.txt") == b"1\ntwo\n"
+
+
+async def test_edit_accepts_top_level_old_and_new_text(files: Files) -> None:
+    await files.put("/f.txt", "one\ntwo\n")
+    result = await files.edit().run({"path": "/f.txt", "oldText": "two", "newText": "2"})
+    assert result["editsApplied"] == 1
+    assert await files.get("/f.txt") == b"one\n2\n"
+
+
+async def test_edit_invalid_json_string_is_an_argument_error(files: Files) -> None:
+    await files.put("/f.txt", "one\n")
+    result = await files.edit().run({"path": "/f.txt", "edits": "[{oops"})
+    assert "not valid JSON" in str(result["error"])
+
+
+async def test_edit_huge_diff_is_truncated_and_flagged(files: Files) -> None:
+    await files.put("/f.txt", "".join(f"{i}\n" for i in range(3000)))
+    new = "".join(f"n{i}\n" for i in range(3000))
+    tool = create_edit_tool(files.store, options=EditOptions())
+    old = (await files.get("/f.txt")).decode()
+    result = await tool.run({"path": "/f.txt", "edits": [{"oldText": old, "newText": new}]})
+    assert result["diffTruncated"] is True
+    assert "truncated" in str(result["patch"])
+    assert len(str(result["patch"])) < 200 * 1024
+    assert await files.get("/f.txt") == new.encode()
+
+
+@pytest.mark.parametrize("name", ["data 50%_*?[x].txt", "émoji 🚀 файл.md", "空 白.txt"])
+async def test_edit_unicode_file_names(files: Files, name: str) -> None:
+    path = f"/ü/{name}"
+    await files.put(path, "a\n")
+    result = await edit(files, path, ("a", "b"))
+    assert result["path"] == path
+    assert await files.get(path) == b"b\n"

@@ -1,0 +1,70 @@
+"""The write tool (SPEC 8 write, CASE 24), over both stores."""
+
+from __future__ import annotations
+
+from computer.tools import WriteOptions, create_write_tool
+
+from .conftest import Files
+
+
+async def test_write_creates_parent_directories(files: Files) -> None:
+    result = await files.write().run({"path": "/workspace/notes/todo.txt", "content": "one\ntwo\n"})
+    assert result == {"path": "/workspace/notes/todo.txt", "bytesWritten": 8}
+    assert await files.get("/workspace/notes/todo.txt") == b"one\ntwo\n"
+
+
+async def test_write_reports_utf8_bytes(files: Files) -> None:
+    result = await files.write().run({"path": "/f.txt", "content": "é😀"})
+    assert result["bytesWritten"] == 6
+
+
+async def test_write_canonicalises_the_path(files: Files) -> None:
+    result = await files.write().run({"path": "/a/./b/../f.txt", "content": "x"})
+    assert result["path"] == "/a/f.txt"
+    assert await files.get("/a/f.txt") == b"x"
+
+
+async def test_write_overwrites_and_keeps_the_mode(files: Files) -> None:
+    await files.put("/run.sh", "old", mode=0o755)
+    await files.write().run({"path": "/run.sh", "content": "new"})
+    assert await files.get("/run.sh") == b"new"
+    assert await files.mode("/run.sh") == 0o755
+
+
+async def test_write_over_cap_is_an_error_suggesting_edit_or_split(files: Files) -> None:
+    tool = create_write_tool(files.store, options=WriteOptions(max_bytes=10))
+    result = await tool.run({"path": "/f.txt", "content": "x" * 11})
+    assert "edit" in result["error"] and "split" in result["error"]
+    assert not await files.exists("/f.txt")
+
+
+async def test_write_cap_counts_utf8_bytes_not_characters(files: Files) -> None:
+    tool = files.write(max_bytes=4)
+    result = await tool.run({"path": "/f.txt", "content": "ééé"})  # 3 characters, 6 bytes
+    assert "error" in result
+
+
+async def test_write_onto_a_directory_is_an_error(files: Files) -> None:
+    await files.put("/d/x", "x")
+    result = await files.write().run({"path": "/d", "content": "y"})
+    assert "error" in result
+    assert await files.get("/d/x") == b"x"
+
+
+async def test_write_below_a_file_is_an_error_and_creates_nothing(files: Files) -> None:
+    await files.put("/file", "x")
+    result = await files.write().run({"path": "/file/sub/f.txt", "content": "y"})
+    assert "error" in result
+    assert await files.get("/file") == b"x"
+
+
+async def test_write_relative_path_is_an_error(files: Files) -> None:
+    result = await files.write().run({"path": "notes.txt", "content": "y"})
+    assert "absolute" in result["error"]
+
+
+async def test_write_unicode_file_name(files: Files) -> None:
+    path = "/dir 50%/ü 🚀 [x]*?.txt"
+    result = await files.write().run({"path": path, "content": "ok"})
+    assert result["path"] == path
+    assert await files.get(path) == b"ok"
