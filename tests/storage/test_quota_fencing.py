@@ -1,0 +1,116 @@
+"""Quota (ENOSPC) and owner fencing (EROFS)."""
+
+from __future__ import annotations
+
+import errno
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from computer.storage import FileSystem
+
+
+async def test_write_over_quota_is_enospc_naming_path_and_writes_nothing() -> None:
+    fs = FileSystem.open(None, max_bytes=100)
+    try:
+        await fs.write_file("/a", b"x" * 60)
+        rev = fs.rev
+        with pytest.raises(OSError) as info:
+            await fs.write_file("/b", b"y" * 50)
+        assert info.value.errno == errno.ENOSPC
+        assert info.value.filename == "/b"
+        assert not await fs.exists("/b")
+        assert fs.rev == rev
+        await fs.write_file("/a", b"z" * 100)  # replacing counts the old size out
+        assert fs.stats()["logical_bytes"] == 100
+    finally:
+        fs.close()
+
+
+async def test_streamed_write_over_quota_stops_early() -> None:
+    fs = FileSystem.open(None, max_bytes=1024 * 1024)
+    pulled = 0
+
+    async def endless() -> AsyncIterator[bytes]:
+        nonlocal pulled
+        while True:
+            pulled += 1
+            yield os.urandom(256 * 1024)
+
+    try:
+        with pytest.raises(OSError) as info:
+            await fs.write_file("/big", endless())
+        assert info.value.errno == errno.ENOSPC
+        assert pulled <= 8
+        assert not await fs.exists("/big")
+        assert fs.stats()["chunks"] == 0
+    finally:
+        fs.close()
+
+
+async def test_copy_over_quota_is_enospc() -> None:
+    fs = FileSystem.open(None, max_bytes=100)
+    try:
+        await fs.write_file("/a", b"x" * 60)
+        with pytest.raises(OSError) as info:
+            await fs.copy("/a", "/b")
+        assert info.value.errno == errno.ENOSPC
+        assert not await fs.exists("/b")
+    finally:
+        fs.close()
+
+
+async def test_removal_frees_quota() -> None:
+    fs = FileSystem.open(None, max_bytes=100)
+    try:
+        await fs.mkdir("/d")
+        await fs.write_file("/d/a", b"x" * 100)
+        await fs.rm("/d", recursive=True)
+        await fs.write_file("/b", b"y" * 100)
+    finally:
+        fs.close()
+
+
+async def test_newer_owner_fences_out_the_old_one(tmp_path: Path) -> None:
+    path = str(tmp_path / "ws.sqlite")
+    old = FileSystem.open(path, fence=1)
+    await old.write_file("/f", b"old owner")
+    new = FileSystem.open(path, fence=2)
+    try:
+        rev = new.rev
+        with pytest.raises(OSError) as info:
+            await old.write_file("/f", b"zombie write")
+        assert info.value.errno == errno.EROFS
+        assert "newer owner" in str(info.value)
+        for call in (old.mkdir("/d"), old.rm("/f"), old.rename("/f", "/g"), old.symlink("/f", "/l")):
+            with pytest.raises(OSError) as info:
+                await call
+            assert info.value.errno == errno.EROFS
+        with pytest.raises(OSError):
+            old.commit_batch({"/x": b"1"})
+        assert await new.read_file("/f") == b"old owner"
+        assert new.rev == rev
+        await new.write_file("/f", b"new owner")
+        assert await new.read_file("/f") == b"new owner"
+    finally:
+        old.close()
+        new.close()
+
+
+async def test_opening_with_an_older_fence_keeps_the_newer_epoch(tmp_path: Path) -> None:
+    path = str(tmp_path / "ws.sqlite")
+    FileSystem.open(path, fence=5).close()
+    stale = FileSystem.open(path, fence=3)
+    try:
+        with pytest.raises(OSError) as info:
+            await stale.write_file("/f", b"")
+        assert info.value.errno == errno.EROFS
+    finally:
+        stale.close()
+    current = FileSystem.open(path, fence=5)
+    try:
+        await current.write_file("/f", b"ok")
+    finally:
+        current.close()

@@ -1,0 +1,177 @@
+"""Revisions, change log, manifest and commit_batch (the exec mirror's sync bracket)."""
+
+from __future__ import annotations
+
+import pytest
+
+from computer.storage import FileSystem
+
+
+async def test_rev_bumps_once_per_mutating_call(fs: FileSystem) -> None:
+    assert fs.rev == 0
+    await fs.mkdir("/a/b/c", recursive=True)
+    assert fs.rev == 1
+    await fs.write_file("/a/f", b"x")
+    await fs.rename("/a/f", "/a/g")
+    await fs.copy("/a/g", "/a/h")
+    await fs.symlink("/a/h", "/a/l")
+    await fs.rm("/a", recursive=True)
+    assert fs.rev == 6
+
+
+async def test_reads_and_failures_do_not_bump_rev(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"x")
+    rev = fs.rev
+    await fs.read_file("/f")
+    await fs.stat("/f")
+    await fs.readdir("/")
+    await fs.find("/")
+    await fs.grep("x", "/")
+    with pytest.raises(FileExistsError):
+        await fs.mkdir("/f")
+    with pytest.raises(FileNotFoundError):
+        await fs.write_file("/no/f", b"")
+    assert fs.rev == rev
+
+
+async def test_changes_since_lists_changes_below_root(fs: FileSystem) -> None:
+    await fs.mkdir("/w")
+    start = fs.rev
+    await fs.write_file("/w/a", b"1")
+    await fs.write_file("/other", b"2")
+    await fs.mkdir("/w/d")
+    await fs.rm("/w/a")
+    cs = fs.changes_since(start, "/w")
+    assert cs.complete
+    assert cs.rev == fs.rev
+    assert [(c.path, c.op) for c in cs.changes] == [("/w/a", "write"), ("/w/d", "mkdir"), ("/w/a", "rm")]
+    assert [c.path for c in fs.changes_since(start).changes] == ["/w/a", "/other", "/w/d", "/w/a"]
+    assert fs.changes_since(fs.rev).changes == []
+
+
+async def test_rename_logs_old_as_removed_and_new_as_written(fs: FileSystem) -> None:
+    await fs.mkdir("/w/dir", recursive=True)
+    await fs.write_file("/w/dir/f", b"x")
+    await fs.write_file("/w/file", b"y")
+    rev = fs.rev
+    await fs.rename("/w/dir", "/w/moved")
+    await fs.rename("/w/file", "/w/renamed")
+    changes = fs.changes_since(rev, "/w").changes
+    assert [(c.path, c.op) for c in changes] == [
+        ("/w/dir", "rm"),
+        ("/w/moved", "mkdir"),
+        ("/w/file", "rm"),
+        ("/w/renamed", "write"),
+    ]
+    assert changes[0].rev == changes[1].rev == rev + 1
+
+
+async def test_changes_of_an_ancestor_are_reported_for_a_subtree(fs: FileSystem) -> None:
+    await fs.mkdir("/w/sub", recursive=True)
+    rev = fs.rev
+    await fs.rm("/w", recursive=True)
+    assert [(c.path, c.op) for c in fs.changes_since(rev, "/w/sub").changes] == [("/w", "rm")]
+
+
+async def test_trimmed_change_log_is_incomplete(fs: FileSystem) -> None:
+    fs.change_log_limit = 10
+    for i in range(1100):
+        await fs.write_file(f"/f{i % 5}", str(i).encode())
+    assert not fs.changes_since(0).complete
+    recent = fs.changes_since(fs.rev - 5)
+    assert recent.complete
+    assert len(recent.changes) == 5
+
+
+async def test_change_log_survives_reopen(file_fs: FileSystem, tmp_path: object) -> None:
+    await file_fs.write_file("/a", b"1")
+    rev = file_fs.rev
+    path = str(tmp_path) + "/ws.sqlite"  # type: ignore[operator]
+    file_fs.close()
+    again = FileSystem.open(path)
+    try:
+        assert [c.path for c in again.changes_since(rev - 1).changes] == ["/a"]
+    finally:
+        again.close()
+
+
+async def test_manifest_lists_every_node_below_root(fs: FileSystem) -> None:
+    await fs.mkdir("/w/d", recursive=True)
+    await fs.write_file("/w/d/f", b"abc", mode=0o600)
+    await fs.write_file("/w/a", b"")
+    await fs.symlink("d/f", "/w/link")
+    await fs.write_file("/outside", b"")
+    rows = fs.manifest("/w")
+    assert [(p, k, s, m) for p, k, s, m, _ in rows] == [
+        ("/w/a", "file", 0, 0o644),
+        ("/w/d", "dir", 0, 0o755),
+        ("/w/d/f", "file", 3, 0o600),
+        ("/w/link", "symlink", 3, 0o777),
+    ]
+    assert all(isinstance(mtime, int) and mtime > 0 for *_, mtime in rows)
+    with pytest.raises(FileNotFoundError):
+        fs.manifest("/missing")
+    assert fs.manifest("/outside") == []
+
+
+async def test_commit_batch_is_one_transaction_and_one_rev(fs: FileSystem) -> None:
+    await fs.mkdir("/w")
+    await fs.write_file("/w/old", b"old")
+    await fs.mkdir("/w/gone/deep", recursive=True)
+    rev = fs.rev
+    result = fs.commit_batch(
+        {"/w/new/file.txt": b"new", "/w/old": None, "/w/gone": None, "/w/missing": None, "/w/x.sh": b"#!"},
+        mkdirs=["/w/empty/dir"],
+        modes={"/w/x.sh": 0o755},
+    )
+    assert fs.rev == rev + 1 == result.rev
+    assert result.skipped == []
+    assert set(result.applied) >= {"/w/new/file.txt", "/w/old", "/w/gone", "/w/empty/dir", "/w/x.sh"}
+    assert await fs.read_file("/w/new/file.txt") == b"new"
+    assert not await fs.exists("/w/old")
+    assert not await fs.exists("/w/gone")
+    assert (await fs.stat("/w/empty/dir")).is_directory
+    assert (await fs.stat("/w/x.sh")).mode == 0o755
+    assert {c.rev for c in fs.changes_since(rev).changes} == {rev + 1}
+
+
+async def test_commit_batch_skips_paths_changed_after_base_rev(fs: FileSystem) -> None:
+    await fs.mkdir("/w/dir", recursive=True)
+    await fs.write_file("/w/a", b"workspace")
+    base = fs.rev
+    await fs.write_file("/w/a", b"changed meanwhile")
+    await fs.write_file("/w/dir/inner", b"also changed")
+    result = fs.commit_batch({"/w/a": b"sandbox", "/w/b": b"sandbox b", "/w/dir": None}, base_rev=base)
+    assert result.skipped == ["/w/a", "/w/dir"]
+    assert result.applied == ["/w/b"]
+    assert await fs.read_file("/w/a") == b"changed meanwhile"
+    assert await fs.read_file("/w/dir/inner") == b"also changed"
+    assert await fs.read_file("/w/b") == b"sandbox b"
+
+
+async def test_commit_batch_with_nothing_to_apply_does_not_bump(fs: FileSystem) -> None:
+    rev = fs.rev
+    assert fs.commit_batch({}).rev == rev
+    assert fs.rev == rev
+
+
+async def test_commit_batch_replaces_what_is_in_the_way(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"file becomes dir")
+    await fs.mkdir("/d")
+    await fs.write_file("/d/x", b"")
+    fs.commit_batch({"/f/inner": b"now a dir", "/d": b"dir becomes file"})
+    assert await fs.read_file("/f/inner") == b"now a dir"
+    assert await fs.read_file("/d") == b"dir becomes file"
+    assert fs.stats()["logical_bytes"] == len(b"now a dir") + len(b"dir becomes file")
+
+
+async def test_stats_reports_counts(fs: FileSystem) -> None:
+    await fs.mkdir("/d")
+    await fs.write_file("/d/a", b"abc")
+    await fs.write_file("/d/b", b"abc")
+    stats = fs.stats()
+    assert stats["files"] == 2
+    assert stats["dirs"] == 2  # root included
+    assert stats["chunks"] == 1
+    assert stats["logical_bytes"] == 6
+    assert stats["queries"] > 0
