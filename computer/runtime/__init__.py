@@ -20,6 +20,7 @@ from ._context import LocalExecContext
 from ._handle import ExecHandle
 from ._options import OutputOptions
 from ._runtime import Runtime
+from .python import PythonBackend
 from .shell import ShellBackend
 from .types import BackendInfo, ExecResult, ExecSnapshot, ExecStatus, OutputTruncation, status_for_exit
 
@@ -41,6 +42,7 @@ __all__ = [
     "OutputChunk",
     "OutputOptions",
     "OutputTruncation",
+    "PythonBackend",
     "Runtime",
     "ShellBackend",
     "SyncLimits",

@@ -1,0 +1,223 @@
+"""The program the python backend runs inside its sandbox (``python3 -I``); stdlib + msgpack only.
+
+It receives the source, ``input`` and the workspace cwd over the channel (a socket on the fd named by
+``COMPUTER_CHANNEL_FD``), installs the ``workspace`` module and an import finder reading ``.py`` files
+from the workspace, runs the source as ``__main__``, calls ``main(input)`` when defined and sends back
+its JSON-able return value. Not imported by the host package.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import posixpath
+import socket
+import struct
+import sys
+import traceback
+import types
+from typing import Any
+
+sys.path.insert(0, "/opt/computer/lib")
+import msgpack
+
+_sock = socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
+_HEADER = struct.Struct(">I")
+
+
+def _send(obj: Any) -> None:
+    data = msgpack.packb(obj, use_bin_type=True)
+    _sock.sendall(_HEADER.pack(len(data)) + data)
+
+
+def _recv_exact(n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        part = _sock.recv(n - len(buf))
+        if not part:
+            raise ConnectionError("the host closed the workspace channel")
+        buf += part
+    return bytes(buf)
+
+
+def _recv() -> Any:
+    (size,) = _HEADER.unpack(_recv_exact(_HEADER.size))
+    return msgpack.unpackb(_recv_exact(size), raw=False)
+
+
+def _call(op: str, **args: Any) -> Any:
+    _send({"op": op, "args": args})
+    reply = _recv()
+    if "err" in reply:
+        code, message, filename = reply["err"]
+        raise OSError(code, message, filename)  # OSError picks the subclass (FileNotFoundError…)
+    if "error" in reply:
+        raise RuntimeError(reply["error"])
+    return reply.get("ok")
+
+
+_setup = _recv()
+_CWD: str = _setup["cwd"]
+
+
+def _abs(path: str) -> str:
+    return posixpath.normpath(posixpath.join(_CWD, path)) if not path.startswith("/") else path
+
+
+def _ns(value: Any) -> Any:
+    if isinstance(value, dict):
+        return types.SimpleNamespace(**{k: _ns(v) for k, v in value.items()})
+    if isinstance(value, list):
+        return [_ns(v) for v in value]
+    return value
+
+
+def _build_module() -> types.ModuleType:
+    ws = types.ModuleType("workspace", "The authoritative workspace filesystem (relative paths: from cwd).")
+
+    def read_file(path: str, offset: int = 0, length: int | None = None) -> bytes:
+        return bytes(_call("read_file", path=_abs(path), offset=offset, length=length))
+
+    def read_text(path: str) -> str:
+        return str(_call("read_text", path=_abs(path)))
+
+    def write_file(path: str, data: bytes | str, mode: int | None = None) -> None:
+        _call("write_file", path=_abs(path), data=data, mode=mode)
+
+    def mkdir(path: str, recursive: bool = False, mode: int = 0o755) -> None:
+        _call("mkdir", path=_abs(path), recursive=recursive, mode=mode)
+
+    def rm(path: str, recursive: bool = False, force: bool = False) -> None:
+        _call("rm", path=_abs(path), recursive=recursive, force=force)
+
+    def readdir(path: str, limit: int | None = None, offset: int = 0) -> list[Any]:
+        return list(_ns(_call("readdir", path=_abs(path), limit=limit, offset=offset)))
+
+    def stat(path: str) -> Any:
+        return _ns(_call("stat", path=_abs(path)))
+
+    def exists(path: str) -> bool:
+        return bool(_call("exists", path=_abs(path)))
+
+    def find(
+        directory: str,
+        pattern: str | None = None,
+        exclude: Any = (),
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[Any]:
+        args = {"directory": _abs(directory), "pattern": pattern, "exclude": list(exclude)}
+        return list(_ns(_call("find", **args, limit=limit, offset=offset)))
+
+    def grep(pattern: str, path: str, **options: Any) -> list[Any]:
+        return list(_ns(_call("grep", pattern=pattern, path=_abs(path), **options)))
+
+    def ls(prefix: str) -> list[str]:
+        return list(_call("ls", prefix=_abs(prefix)))
+
+    def rename(src: str, dst: str, overwrite: bool = False) -> None:
+        _call("rename", src=_abs(src), dst=_abs(dst), overwrite=overwrite)
+
+    def copy(src: str, dst: str, overwrite: bool = False) -> None:
+        _call("copy", src=_abs(src), dst=_abs(dst), overwrite=overwrite)
+
+    for fn in (
+        read_file,
+        read_text,
+        write_file,
+        mkdir,
+        rm,
+        readdir,
+        stat,
+        exists,
+        find,
+        grep,
+        ls,
+        rename,
+        copy,
+    ):
+        setattr(ws, fn.__name__, fn)
+    ws.cwd = _CWD  # type: ignore[attr-defined]
+    return ws
+
+
+class _WorkspaceLoader(importlib.abc.Loader):
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> None:
+        return None
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        source = _call("read_text", path=self.path)
+        exec(compile(source, self.path, "exec"), module.__dict__)
+
+
+class _WorkspaceFinder(importlib.abc.MetaPathFinder):
+    """Finds modules and packages as ``.py`` files in the workspace, from cwd (after the stdlib)."""
+
+    def find_spec(
+        self, fullname: str, path: Any, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if path is None:
+            bases = [_CWD]
+        else:
+            bases = [
+                p[len("workspace:") :] for p in path if isinstance(p, str) and p.startswith("workspace:")
+            ]
+        name = fullname.rpartition(".")[2]
+        for base in bases:
+            package_init = posixpath.join(base, name, "__init__.py")
+            if _call("exists", path=package_init):
+                spec = importlib.machinery.ModuleSpec(
+                    fullname, _WorkspaceLoader(package_init), is_package=True
+                )
+                spec.origin = package_init
+                spec.submodule_search_locations = ["workspace:" + posixpath.join(base, name)]
+                spec.has_location = True
+                return spec
+            module_file = posixpath.join(base, name + ".py")
+            if _call("exists", path=module_file):
+                spec = importlib.machinery.ModuleSpec(
+                    fullname, _WorkspaceLoader(module_file), origin=module_file
+                )
+                spec.has_location = True
+                return spec
+        return None
+
+
+def _run() -> int:
+    sys.modules["workspace"] = _build_module()
+    sys.meta_path.append(_WorkspaceFinder())
+    main_module = types.ModuleType("__main__")
+    main_module.__file__ = "<exec>"
+    sys.modules["__main__"] = main_module
+    try:
+        exec(compile(_setup["source"], "<exec>", "exec"), main_module.__dict__)
+        value = None
+        entry = main_module.__dict__.get("main")
+        if callable(entry):
+            value = entry(_setup.get("input"))
+        try:
+            json.dumps(value)
+        except (TypeError, ValueError) as exc:
+            print(f"main() returned a value that is not JSON-able: {exc}", file=sys.stderr)
+            return 1
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except BaseException:
+        traceback.print_exc()
+        return 1
+    _send({"op": "__result__", "value": value})
+    _recv()
+    return 0
+
+
+if __name__ == "__main__":
+    status = _run()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
