@@ -39,6 +39,7 @@ from typing import Any, Literal
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun
 from langchain_core.callbacks.manager import adispatch_custom_event
 from langchain_core.runnables import RunnableConfig
+from langchain_core.runnables.config import patch_config
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ConfigDict, Field, PrivateAttr
 
@@ -171,7 +172,9 @@ class WorkspaceTool(BaseTool):
             arguments = _ask_approval(self.name, arguments)
         on_update = None
         if self.stream_event_name is not None:
-            on_update = _stream_forwarder(self.stream_event_name, config)
+            # Custom events need the tool's own run as their parent, as in LangChain's own tools.
+            child = patch_config(config, callbacks=run_manager.get_child()) if run_manager else config
+            on_update = _stream_forwarder(self.stream_event_name, child)
         result = await self.core.run(arguments, on_update=on_update)
         if "error" in result and len(result) == 1:
             raise ToolException(f"Error: {result['error']}")
@@ -184,6 +187,7 @@ class DiscoverToolsTool(BaseTool):
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
     name: str = DISCOVER_TOOL_NAME
+    handle_tool_error: Any = True
     description: str = (
         "List more tools you can use, or enable some. Call with no names to see the available tools "
         "and what they do; call with `names` to enable those tools for your next steps."
@@ -231,7 +235,7 @@ def _stream_forwarder(event_name: str, config: RunnableConfig) -> Any:
         from langgraph.config import get_stream_writer
 
         writer = get_stream_writer()
-    except (ImportError, RuntimeError):
+    except (ImportError, RuntimeError, LookupError):  # not inside a LangGraph run
         writer = None
 
     async def forward(snapshot: dict[str, Any]) -> None:
