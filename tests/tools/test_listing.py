@@ -1,0 +1,176 @@
+"""ls, find and grep over a workspace (SPEC 8, CASES 21-24): paging, defaults, shapes, errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from computer import Workspace
+from computer.tools import Tool
+
+from .conftest import put
+
+
+async def test_ls_shows_one_entry_with_metadata(workspace: Workspace, tools: dict[str, Tool]) -> None:
+    await tools["write"].run({"path": "/workspace/notes/todo.txt", "content": "one\ntwo\n"})
+    result = await tools["ls"].run({"path": "/workspace/notes"})
+    assert result["path"] == "/workspace/notes" and result["count"] == 1
+    (entry,) = result["entries"]
+    assert entry["name"] == "todo.txt" and entry["size"] == 8
+    assert (entry["isFile"], entry["isDirectory"], entry["isSymbolicLink"]) == (True, False, False)
+    assert isinstance(entry["mtime"], int) and entry["mtime"] > 0
+    assert "nextOffset" not in result
+
+
+async def test_ls_pages_in_name_order_with_next_offset(workspace: Workspace, tools: dict[str, Tool]) -> None:
+    for name in "dcba":
+        await put(workspace, f"/d/{name}", name)
+    first = await tools["ls"].run({"path": "/d", "limit": 2})
+    assert [e["name"] for e in first["entries"]] == ["a", "b"]
+    assert first["nextOffset"] == 2
+    second = await tools["ls"].run({"path": "/d", "limit": 2, "offset": first["nextOffset"]})
+    assert [e["name"] for e in second["entries"]] == ["c", "d"]
+    assert "nextOffset" not in second
+
+
+async def test_ls_marks_directories_and_symlinks(workspace: Workspace, tools: dict[str, Tool]) -> None:
+    await put(workspace, "/d/sub/x", "x")
+    await put(workspace, "/d/target", "t")
+    await workspace.fs.symlink("/d/target", "/d/link")
+    entries = {e["name"]: e for e in (await tools["ls"].run({"path": "/d"}))["entries"]}
+    assert entries["sub"]["isDirectory"] is True
+    assert entries["link"]["isSymbolicLink"] is True
+
+
+async def test_ls_on_a_file_or_missing_path_is_an_error(workspace: Workspace, tools: dict[str, Tool]) -> None:
+    await put(workspace, "/f", "x")
+    assert "error" in await tools["ls"].run({"path": "/f"})
+    assert "/missing" in (await tools["ls"].run({"path": "/missing"}))["error"]
+
+
+@pytest.mark.parametrize("limit", [0, 1001, -1])
+async def test_listing_limits_outside_1_to_1000_are_rejected(tools: dict[str, Tool], limit: int) -> None:
+    for name, args in (("ls", {"path": "/"}), ("find", {"pattern": ""}), ("grep", {"query": "x"})):
+        result = await tools[name].run({**args, "limit": limit})
+        assert "limit" in result["error"]
+
+
+async def test_find_defaults_to_workspace_and_pages(workspace: Workspace, tools: dict[str, Tool]) -> None:
+    for path in ("/workspace/a/1.ts", "/workspace/a/b/2.ts", "/workspace/a/b/3.ts", "/workspace/a/z.ts"):
+        await put(workspace, path, "x")
+    await put(workspace, "/elsewhere/4.ts", "x")
+    result = await tools["find"].run({"pattern": "**/*.ts", "offset": 1, "limit": 2})
+    assert result["path"] == "/workspace" and result["pattern"] == "**/*.ts"
+    assert result["entries"] == [
+        {"path": "/workspace/a/b/2.ts", "type": "file"},
+        {"path": "/workspace/a/b/3.ts", "type": "file"},
+    ]
+    assert result["count"] == 2 and result["nextOffset"] == 3
+    last = await tools["find"].run({"pattern": "**/*.ts", "offset": 3, "limit": 2})
+    assert [e["path"] for e in last["entries"]] == ["/workspace/a/z.ts"]
+    assert "nextOffset" not in last
+
+
+async def test_find_exclude_prunes_and_accepts_a_single_glob(
+    workspace: Workspace, tools: dict[str, Tool]
+) -> None:
+    await put(workspace, "/p/node_modules/m/i.js", "x")
+    await put(workspace, "/p/node_modules_extra/i.js", "x")
+    await put(workspace, "/p/src/i.js", "x")
+    result = await tools["find"].run(
+        {"path": "/p", "pattern": "**/*.js", "exclude": ["node_modules", "node_modules/**"]}
+    )
+    assert [e["path"] for e in result["entries"]] == ["/p/node_modules_extra/i.js", "/p/src/i.js"]
+    single = await tools["find"].run({"path": "/p", "pattern": "**/*.js", "exclude": "src/**"})
+    assert "/p/src/i.js" not in [e["path"] for e in single["entries"]]
+
+
+async def test_find_missing_directory_is_an_error(tools: dict[str, Tool]) -> None:
+    assert "error" in await tools["find"].run({"path": "/nowhere", "pattern": "*"})
+
+
+async def test_grep_defaults_literal_case_sensitive_under_workspace(
+    workspace: Workspace, tools: dict[str, Tool]
+) -> None:
+    await put(workspace, "/workspace/t.txt", "task \\d+\ntask 12\nTASK 7\n")
+    await put(workspace, "/other/t.txt", "task \\d+\n")
+    literal = await tools["grep"].run({"query": "task \\d+"})
+    assert literal["path"] == "/workspace" and literal["query"] == "task \\d+"
+    assert literal["matches"] == [{"path": "/workspace/t.txt", "line": 1, "text": "task \\d+"}]
+    regex = await tools["grep"].run({"query": "task \\d+", "regex": True})
+    assert [m["line"] for m in regex["matches"]] == [2]
+    both = await tools["grep"].run({"query": "task \\d+", "regex": True, "ignoreCase": True})
+    assert [m["line"] for m in both["matches"]] == [2, 3]
+
+
+async def test_grep_invalid_regex_is_a_structured_error(workspace: Workspace, tools: dict[str, Tool]) -> None:
+    await put(workspace, "/workspace/t.txt", "x\n")
+    result = await tools["grep"].run({"query": "[", "regex": True})
+    assert "Invalid regular expression" in result["error"]
+
+
+async def test_grep_context_lines_carry_is_match(workspace: Workspace, tools: dict[str, Tool]) -> None:
+    await put(workspace, "/workspace/t.txt", "a\nhit1\nhit2\nb\n")
+    result = await tools["grep"].run({"query": "hit", "context": 1})
+    first, second = result["matches"]
+    assert first["context"] == [
+        {"line": 1, "text": "a", "isMatch": False},
+        {"line": 2, "text": "hit1", "isMatch": True},
+        {"line": 3, "text": "hit2", "isMatch": True},
+    ]
+    assert second["context"][-1] == {"line": 4, "text": "b", "isMatch": False}
+
+
+async def test_grep_without_context_has_no_context_key(workspace: Workspace, tools: dict[str, Tool]) -> None:
+    await put(workspace, "/workspace/t.txt", "hit\n")
+    (match,) = (await tools["grep"].run({"query": "hit"}))["matches"]
+    assert "context" not in match
+
+
+async def test_grep_context_over_10_is_rejected(tools: dict[str, Tool]) -> None:
+    assert "context" in (await tools["grep"].run({"query": "x", "context": 11}))["error"]
+
+
+async def test_grep_pages_matching_lines_after_include(workspace: Workspace, tools: dict[str, Tool]) -> None:
+    await put(workspace, "/g/a.txt", "x\nx\n")
+    await put(workspace, "/g/b.txt", "x\nx\n")
+    await put(workspace, "/g/c.ts", "x\n")
+    page = await tools["grep"].run({"path": "/g", "query": "x", "offset": 1, "limit": 2})
+    assert [(m["path"], m["line"]) for m in page["matches"]] == [("/g/a.txt", 2), ("/g/b.txt", 1)]
+    assert page["nextOffset"] == 3
+    only_ts = await tools["grep"].run({"path": "/g", "query": "x", "include": "**/*.ts"})
+    assert [m["path"] for m in only_ts["matches"]] == ["/g/c.ts"]
+    assert "nextOffset" not in only_ts
+
+
+async def test_grep_skips_binary_files_and_searches_one_file(
+    workspace: Workspace, tools: dict[str, Tool]
+) -> None:
+    await put(workspace, "/g/bin.dat", b"needle\x00\xff\xfe needle")
+    await put(workspace, "/g/text.txt", "needle\n")
+    result = await tools["grep"].run({"path": "/g", "query": "needle"})
+    assert [m["path"] for m in result["matches"]] == ["/g/text.txt"]
+    single = await tools["grep"].run({"path": "/g/text.txt", "query": "needle"})
+    assert [m["path"] for m in single["matches"]] == ["/g/text.txt"]
+
+
+async def test_grep_is_prompt_on_a_catastrophic_regex(workspace: Workspace, tools: dict[str, Tool]) -> None:
+    await put(workspace, "/workspace/t.txt", "a" * 50 + "b\n")
+    result = await tools["grep"].run({"query": "(a+)+$", "regex": True})
+    assert result["matches"] == []
+
+
+UNICODE_NAMES = ["50% off_now.txt", "star*?[x].md", "🚀 launch.txt", "файл данные.txt", "空白 名前.txt"]
+
+
+async def test_unicode_names_through_ls_find_grep(workspace: Workspace, tools: dict[str, Tool]) -> None:
+    for name in UNICODE_NAMES:
+        await tools["write"].run({"path": f"/workspace/ü/{name}", "content": f"needle in {name}\n"})
+    ls = await tools["ls"].run({"path": "/workspace/ü"})
+    assert sorted(e["name"] for e in ls["entries"]) == sorted(UNICODE_NAMES)
+    found = await tools["find"].run({"path": "/workspace/ü", "pattern": "*"})
+    assert sorted(e["path"] for e in found["entries"]) == sorted(f"/workspace/ü/{n}" for n in UNICODE_NAMES)
+    grep = await tools["grep"].run({"path": "/workspace/ü", "query": "needle"})
+    assert sorted(m["text"] for m in grep["matches"]) == sorted(f"needle in {n}" for n in UNICODE_NAMES)
+    for name in UNICODE_NAMES:
+        read = await tools["read"].run({"path": f"/workspace/ü/{name}"})
+        assert read["content"] == f"needle in {name}"
