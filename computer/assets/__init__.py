@@ -7,7 +7,7 @@ is configured); :func:`serve` (``computer serve``) answers the URLs from the sam
 
 from __future__ import annotations
 
-from ._assets import Assets, asset_key
+from ._assets import Assets, asset_key, guess_content_type
 from ._disposition import content_disposition
 from ._expiry import DEFAULT_EXPIRES_AFTER, MAX_EXPIRES_AFTER, link_lifetime
 from ._ids import CROCKFORD_ALPHABET, ID_LENGTH, new_asset_id
@@ -35,6 +35,7 @@ __all__ = [
     "create_app",
     "create_server",
     "default_store",
+    "guess_content_type",
     "link_lifetime",
     "new_asset_id",
     "open_assets",

@@ -17,7 +17,7 @@ from ._ids import new_asset_id
 from ._record import AssetRecord
 from ._store import AssetStore
 
-__all__ = ["Assets", "asset_key"]
+__all__ = ["Assets", "asset_key", "guess_content_type"]
 
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
 
@@ -75,7 +75,7 @@ class Assets:
         name = _check_filename(filename if filename is not None else path.rsplit("/", 1)[-1])
         prefix = _check_prefix(prefix)
         if content_type is None:
-            content_type = mimetypes.guess_type(name, strict=False)[0] or DEFAULT_CONTENT_TYPE
+            content_type = guess_content_type(name)
         elif not content_type.strip() or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in content_type):
             raise ValueError(f"invalid content type {content_type!r}")
         now = time.time()
@@ -95,6 +95,15 @@ class Assets:
 
     def __repr__(self) -> str:
         return f"Assets({self.store!r}, base_url={self.base_url!r})"
+
+
+def guess_content_type(filename: str) -> str:
+    """The type for ``filename``'s extension; ``text/*`` says UTF-8 (what the workspace tools write),
+    so browsers do not guess a legacy charset; unknown → ``application/octet-stream``."""
+    guessed = mimetypes.guess_type(filename, strict=False)[0]
+    if guessed is None:
+        return DEFAULT_CONTENT_TYPE
+    return f"{guessed}; charset=utf-8" if guessed.startswith("text/") else guessed
 
 
 def asset_key(prefix: str | None, asset_id: str, filename: str) -> str:

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from asset_helpers import make_record, pieces
 
-from computer.assets import AssetRecord, AssetStore, create_app
+from computer.assets import AssetRecord, AssetStore, RedisAssetStore, SqliteAssetStore, create_app
 
 BODY = b"0123456789abcdefghij"
 
@@ -225,3 +225,22 @@ async def test_headers_never_mention_the_source_path_or_workspace(
     response = await client.get("/" + record.key)
     text = "\n".join(f"{k}: {v}" for k, v in response.headers.items())
     assert "secret-dir" not in text and "ws-test" not in text
+
+
+async def test_a_running_app_reclaims_expired_bytes_without_any_request(store: AssetStore) -> None:
+    from computer.assets._blobs import key_digest
+
+    dying = await put(store, data=b"x" * 5000, lifetime=1.0)
+    app = create_app(store, base_path="", sweep_interval=0.1)
+    assert isinstance(store, SqliteAssetStore | RedisAssetStore)
+    blob_root = store.blobs.root
+
+    def blob_exists() -> bool:
+        return any(p.name.endswith(key_digest(dying.key)) for p in blob_root.iterdir())
+
+    assert blob_exists()
+    async with app.router.lifespan_context(app):
+        deadline = time.monotonic() + 5
+        while blob_exists():
+            assert time.monotonic() < deadline, "expired bytes were not reclaimed"
+            await asyncio.sleep(0.1)

@@ -59,7 +59,7 @@ async def test_share_returns_a_link_that_serves_the_file(
     response = await http.get(url)
     assert response.status_code == 200
     assert response.content == b"a,b\n1,2\n"
-    assert response.headers["content-type"] == "text/csv"
+    assert response.headers["content-type"] == "text/csv; charset=utf-8"
     assert response.headers["content-disposition"] == 'inline; filename="q1.csv"'
 
 
@@ -154,7 +154,8 @@ async def test_relative_path_is_rejected(workspace: Workspace) -> None:
 @pytest.mark.parametrize(
     ("name", "content_type"),
     [
-        ("page.html", "text/html"),
+        ("page.html", "text/html; charset=utf-8"),
+        ("notes.md", "text/markdown; charset=utf-8"),
         ("data.json", "application/json"),
         ("pic.PNG", "image/png"),
         ("archive.tar.gz", "application/x-tar"),
