@@ -18,7 +18,6 @@ snapshot as a progress notification (the message is the snapshot as JSON).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from typing import Any
 
 import mcp_types as types
@@ -103,22 +102,13 @@ async def serve_http(
 
 
 def _progress_forwarder(ctx: ServerRequestContext[Any]) -> Any:
-    meta: Any = ctx.meta
-    token = None
-    if isinstance(meta, Mapping):
-        token = meta.get("progress_token", meta.get("progressToken"))
-    elif meta is not None:
-        token = getattr(meta, "progress_token", None)
-    if token is None:
-        return None
+    """Forward updates as progress notifications (the SDK drops them when the caller sent no token)."""
     step = 0
 
     async def forward(snapshot: dict[str, Any]) -> None:
         nonlocal step
         step += 1
-        await ctx.session.send_progress_notification(
-            token, float(step), message=json.dumps(snapshot, ensure_ascii=False)
-        )
+        await ctx.session.report_progress(float(step), message=json.dumps(snapshot, ensure_ascii=False))
 
     return forward
 

@@ -1,0 +1,146 @@
+"""MCP adapter: an MCP client session against the server (in-process, stdio and streamable HTTP)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import socket
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("mcp")
+
+import mcp_types as types
+from mcp import Client
+
+import computer
+from computer.tools import Tool
+from computer.tools.mcp import create_mcp_server
+
+from .conftest import PNG
+
+
+async def test_listing_keeps_names_descriptions_schemas_and_annotations(
+    sample_tools: dict[str, Tool],
+) -> None:
+    async with Client(create_mcp_server(sample_tools)) as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert list(listed) == list(sample_tools)
+    for name, tool in sample_tools.items():
+        assert listed[name].description == tool.description
+        assert listed[name].input_schema == tool.parameters
+    assert listed["get"].annotations is not None and listed["get"].annotations.read_only_hint is True
+    run = listed["run"].annotations
+    assert run is not None and run.read_only_hint is False and run.destructive_hint is True
+
+
+async def test_core_tool_annotations() -> None:
+    async with Client(create_mcp_server(computer.Workspace())) as client:
+        notes = {t.name: t.annotations for t in (await client.list_tools()).tools}
+    assert {n for n, a in notes.items() if a and a.read_only_hint} == {"read", "ls", "find", "grep"}
+    assert all(a and a.destructive_hint for n, a in notes.items() if n in ("write", "edit", "delete"))
+    assert all(a and a.idempotent_hint for a in notes.values())
+
+
+async def test_a_call_returns_text_and_structured_content(sample_tools: dict[str, Tool]) -> None:
+    async with Client(create_mcp_server(sample_tools)) as client:
+        result = await client.call_tool("put", {"path": "/a", "content": "xy"})
+    assert result.is_error is False
+    assert result.structured_content == {"path": "/a", "bytesWritten": 2}
+    assert isinstance(result.content[0], types.TextContent)
+    assert json.loads(result.content[0].text) == {"path": "/a", "bytesWritten": 2}
+
+
+async def test_failures_and_unknown_tools_are_error_results(sample_tools: dict[str, Tool]) -> None:
+    async with Client(create_mcp_server(sample_tools)) as client:
+        missing = await client.call_tool("get", {"path": "/missing"})
+        unknown = await client.call_tool("nope", {})
+        invalid = await client.call_tool("get", {"path": "/a", "limit": 0})
+    for result, needle in ((missing, "No such file"), (unknown, "Unknown tool"), (invalid, "limit")):
+        assert result.is_error is True
+        assert isinstance(result.content[0], types.TextContent) and needle in result.content[0].text
+
+
+async def test_images_are_image_content_and_pdfs_embedded_blobs(sample_tools: dict[str, Tool]) -> None:
+    async with Client(create_mcp_server(sample_tools)) as client:
+        image = (await client.call_tool("show", {"kind": "image"})).content[1]
+        pdf = (await client.call_tool("show", {"kind": "pdf"})).content[1]
+    assert isinstance(image, types.ImageContent)
+    assert image.mime_type == "image/png" and base64.b64decode(image.data) == PNG
+    assert isinstance(pdf, types.EmbeddedResource)
+    assert (
+        isinstance(pdf.resource, types.BlobResourceContents) and pdf.resource.mime_type == "application/pdf"
+    )
+
+
+async def test_progress_notifications_carry_updates(sample_tools: dict[str, Tool]) -> None:
+    seen: list[tuple[float, str | None]] = []
+
+    async def progress(value: float, total: float | None, message: str | None) -> None:
+        seen.append((value, message))
+
+    async with Client(create_mcp_server(sample_tools)) as client:
+        await client.call_tool("run", {"command": "go"}, progress_callback=progress)
+    assert seen == [(1.0, json.dumps({"status": "running", "stdout": "tick\n"}))]
+
+
+async def test_stdio_server_subprocess_serves_a_workspace(tmp_path: Path) -> None:
+    from mcp.client.stdio import StdioServerParameters
+
+    db = tmp_path / "ws.sqlite"
+    script = tmp_path / "serve.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import asyncio, computer
+            from computer.tools.mcp import run_stdio
+
+            async def main():
+                async with computer.Workspace({str(db)!r}) as ws:
+                    await run_stdio(ws)
+
+            asyncio.run(main())
+            """
+        )
+    )
+    params = StdioServerParameters(command=sys.executable, args=[str(script)])
+    async with Client(params) as client:
+        wrote = await client.call_tool("write", {"path": "/workspace/s.txt", "content": "over stdio"})
+        read = await client.call_tool("read", {"path": "/workspace/s.txt"})
+    assert wrote.is_error is False
+    assert isinstance(read.content[0], types.TextContent) and read.content[0].text == "over stdio"
+
+
+async def test_streamable_http_server_serves_a_workspace() -> None:
+    from computer.tools.mcp import serve_http
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with computer.Workspace() as ws:
+        server = asyncio.create_task(serve_http(ws, "127.0.0.1", port))
+        try:
+            result = await _call_when_up(f"http://127.0.0.1:{port}/mcp", "ls", {"path": "/"})
+        finally:
+            server.cancel()
+            await asyncio.gather(server, return_exceptions=True)
+    assert result.is_error is False
+    assert result.structured_content is not None and result.structured_content["path"] == "/"
+
+
+async def _call_when_up(url: str, name: str, args: dict[str, Any]) -> types.CallToolResult:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + 20
+    while True:
+        try:
+            async with Client(url) as client:
+                return await client.call_tool(name, args)
+        except Exception:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.1)  # the server is still binding its port; nothing to await on
