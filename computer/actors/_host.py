@@ -79,6 +79,7 @@ class WorkspaceHost:
         self._closing = False  # set once: every later call is answered MOVED
         self._inflight = 0
         self._streams = 0
+        self._streams_stopped = 0  # streams ended before their last piece (cancelled by the client)
         self._last_active = time.time()
         self._uploads: dict[str, Upload] = {}
         self._background: list[asyncio.Task[None]] = []
@@ -196,6 +197,7 @@ class WorkspaceHost:
             "node": self.node_id,
             "inflight": self._inflight - 0,
             "streams": self._streams,
+            "streams_stopped": self._streams_stopped,
             "uploads": len(self._uploads),
             "closing": self._closing,
             "last_active": self._last_active,
@@ -221,6 +223,7 @@ class WorkspaceHost:
             yield self._moved()
             return
         self._streams += 1
+        finished = False
         try:
             with self._activity():
                 source = self.workspace.fs.stream(path, offset=offset, length=length)
@@ -234,8 +237,11 @@ class WorkspaceHost:
                     aclose = getattr(source, "aclose", None)
                     if aclose is not None:
                         await aclose()
+            finished = True
         finally:
             self._streams -= 1
+            if not finished:
+                self._streams_stopped += 1
 
     async def upload_begin(self, path: str, mode: int | None = None) -> Reply:
         """Start a chunked write of ``path``; returns the upload id."""

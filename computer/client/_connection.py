@@ -27,6 +27,7 @@ from ..config import Settings
 
 __all__ = ["Connection"]
 
+_AHEAD = 4  # stream pieces an owner may produce before the consumer takes them
 _MOVED_DEADLINE = 30.0  # seconds to wait for a hibernating owner to exit and a new one to answer
 
 
@@ -82,7 +83,8 @@ class Connection:
         started = False
         while True:
             handle = self.handle
-            gen = getattr(handle, method).remote(*args)
+            # Backpressure: the owner runs at most a few pieces ahead of this consumer.
+            gen = getattr(handle, method).options(_generator_backpressure_num_objects=_AHEAD).remote(*args)
             retry = False
             try:
                 async for ref in gen:
