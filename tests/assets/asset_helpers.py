@@ -42,5 +42,5 @@ async def pieces(data: bytes | Iterable[bytes], size: int = 4096) -> AsyncIterat
             yield piece
 
 
-async def read_all(store: AssetStore, key: str, **kwargs: int | None) -> bytes:
-    return b"".join([piece async for piece in store.read(key, **kwargs)])
+async def read_all(store: AssetStore, key: str, *, offset: int = 0, length: int | None = None) -> bytes:
+    return b"".join([piece async for piece in store.read(key, offset=offset, length=length)])

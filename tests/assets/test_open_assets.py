@@ -17,6 +17,7 @@ from computer.assets import (
     default_store,
     open_assets,
 )
+from computer.surface import AssetsSurface
 
 
 def use_settings(monkeypatch: pytest.MonkeyPatch, **values: Any) -> config.Settings:
@@ -30,7 +31,7 @@ async def test_assets_true_uses_sqlite_under_the_data_dir_and_the_configured_url
 ) -> None:
     use_settings(monkeypatch, data_dir=tmp_path, assets_url="http://127.0.0.1:9999/pub")
     async with Workspace(assets=True) as ws:
-        assert isinstance(ws.assets, Assets)
+        assert isinstance(ws.assets, Assets) and isinstance(ws.assets, AssetsSurface)
         assert isinstance(ws.assets.store, SqliteAssetStore)
         assert ws.assets.store.directory == tmp_path / "assets"
         await ws.fs.write_file("/r.txt", "hello")
