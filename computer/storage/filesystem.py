@@ -717,6 +717,14 @@ class FileSystem:
         self, src: str, src_real: str, src_kind: int, dst: str, overwrite: bool
     ) -> tuple[int, str, str, Node | None]:
         """Check a rename/copy destination; returns ``(parent inode, name, real path, existing node)``."""
+        if dst == "/":
+            if src_real == "/":
+                return ROOT_INODE, "", "/", (ROOT_INODE, DIR)
+            if not overwrite:
+                raise fs_error(errno.EEXIST, dst)
+            if src_kind != DIR:
+                raise fs_error(errno.EISDIR, dst, "cannot overwrite a directory with a non-directory")
+            raise fs_error(errno.EPERM, dst, "cannot replace the root directory")
         pino, name, real_parent = self._resolve_parent(dst)
         real = join(real_parent, name)
         if src_kind == DIR and is_within(real, src_real) and real != src_real:

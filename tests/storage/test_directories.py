@@ -265,3 +265,17 @@ async def test_ls_is_segment_aware_and_lists_files_only(fs: FileSystem) -> None:
     assert await fs.ls("/ws") == ["/ws/a", "/ws/sub/b"]
     assert await fs.ls("/ws/a") == ["/ws/a"]
     assert await fs.ls("/missing") == []
+
+
+async def test_rename_or_copy_onto_root(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"")
+    await fs.mkdir("/d")
+    with pytest.raises(FileExistsError):
+        await fs.rename("/f", "/")
+    with pytest.raises(IsADirectoryError):
+        await fs.rename("/f", "/", overwrite=True)
+    with pytest.raises(PermissionError):
+        await fs.copy("/d", "/", overwrite=True)
+    with pytest.raises(PermissionError):
+        await fs.rename("/", "/x")
+    assert [e.name for e in await fs.readdir("/")] == ["d", "f"]
