@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -60,13 +60,15 @@ def _content(i: int) -> bytes:
 @pytest.mark.parametrize("mode", ["async", "sync"])
 async def test_killed_writer_keeps_acknowledged_writes_and_no_partial_file(tmp_path: Path, mode: str) -> None:
     db = str(tmp_path / "crash.sqlite")
-    proc = subprocess.run(
-        [sys.executable, "-c", CHILD, db, mode], capture_output=True, text=True, timeout=120, check=False
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", CHILD, db, mode, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
     )
-    assert proc.returncode == 3, proc.stderr
-    acked = [line.split()[1] for line in proc.stdout.splitlines() if line.startswith("ack")]
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 3, err.decode()
+    stdout = out.decode()
+    acked = [line.split()[1] for line in stdout.splitlines() if line.startswith("ack")]
     assert acked[-1] == "overwrite" and len(acked) == 61
-    assert "unreachable" not in proc.stdout
+    assert "unreachable" not in stdout
 
     fs = FileSystem.open(db)
     try:
