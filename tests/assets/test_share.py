@@ -268,3 +268,19 @@ async def test_an_expired_share_answers_exactly_like_an_unknown_one(
     assert expired.status_code == unknown.status_code == 404
     assert expired.content == unknown.content
     assert dict(expired.headers) == dict(unknown.headers)
+
+
+async def test_sharing_a_large_file_streams_it_instead_of_loading_it(workspace: Workspace) -> None:
+    import tracemalloc
+
+    size = 12 * 1024 * 1024
+    await workspace.fs.write_file(
+        "/workspace/large.bin", (bytes([i % 251]) * 65536 for i in range(size // 65536))
+    )
+    tracemalloc.start()
+    try:
+        await share(workspace, "/workspace/large.bin")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < size // 3, f"share held {peak} bytes of a {size}-byte file"
