@@ -242,6 +242,10 @@ async def _skip_lines(source: _Source, count: int) -> tuple[int, int, bool]:
     return skipped, consumed, False
 
 
+# (content, lines taken, truncated, bytes consumed, size of a first line over the cap)
+PageOutcome = tuple[str, int, bool, int, int | None]
+
+
 async def _read_page(
     store: FileStore,
     path: str,
@@ -253,15 +257,107 @@ async def _read_page(
     continuing: bool,
 ) -> dict[str, Any]:
     position = byte_offset if continuing else 0  # absolute byte of source.buf[0]
-    line = start_line if continuing else 1
     if not continuing and start_line > 1:
         skipped, consumed, _ = await _skip_lines(source, start_line - 1)
         if skipped < start_line - 1:
             raise ValueError(f"offset {start_line} is past the end of {path} ({skipped} lines).")
         position += consumed
-        line += skipped
 
-    # Bytes of one line kept for the page: enough for the caps, so a huge line never fills memory.
+    outcome = None
+    if options.line_truncation is None:
+        outcome = await _whole_lines_page(source, options, start_line, limit)
+    if outcome is None:
+        outcome = await _line_by_line_page(source, options, start_line, limit)
+    content, count, truncated, consumed, oversized = outcome
+
+    if oversized is not None:
+        size = f"{oversized} bytes" if oversized >= 0 else f"more than {-oversized} bytes"
+        raise ValueError(
+            f"Line {start_line} of {path} is {size}, over the {options.max_bytes}-byte read cap (max_bytes). "
+            "Use grep to find what you need in it, or a read tool with line_truncation."
+        )
+    if count == 0 and continuing and not truncated:
+        stat = await store.stat(path)
+        size_text = f"{stat.size} bytes" if stat is not None else "missing"
+        raise ValueError(
+            f"byteOffset {byte_offset} is at or past the end of {path} ({size_text}): the file changed since "
+            "the previous read. Read it again from the start, or with offset alone."
+        )
+    if count == 0 and not continuing and start_line > 1 and not truncated:
+        raise ValueError(f"offset {start_line} is past the end of {path} ({start_line - 1} lines).")
+    result: dict[str, Any] = {
+        "path": path,
+        "content": content,
+        "startLine": start_line,
+        "endLine": start_line + count - 1,
+        "totalLines": None if truncated else start_line + count - 1,
+        "truncated": truncated,
+    }
+    if truncated:
+        result["nextOffset"] = start_line + count
+        result["nextByteOffset"] = position + consumed
+    return result
+
+
+async def _whole_lines_page(
+    source: _Source, options: ReadOptions, start_line: int, limit: int
+) -> PageOutcome | None:
+    """The page in bulk when lines are not truncated: find the cut, then decode once.
+
+    None when undecodable bytes would make the decoded page larger than the byte cap (the
+    line-by-line reader then handles it exactly).
+    """
+    cap = options.max_bytes
+    while len(source.buf) < cap + 2 and await source.pull():
+        pass
+    buf = source.buf
+    numbered = options.include_line_numbers
+    # A line that fits ends within the first cap + 1 bytes (its newline included). One C-level split
+    # finds the first ``limit`` of them; the last part is what follows the last complete line.
+    window_end = min(len(buf), cap + 1)
+    parts = bytes(buf[:window_end]).split(b"\n", limit)
+    complete = len(parts) - 1
+    count = 0
+    end = 0
+    prefixes = 0
+    if numbered:
+        for length in map(len, parts[:complete]):
+            prefix = len(str(start_line + count)) + 1
+            if end + length + prefixes + prefix > cap:
+                break
+            prefixes += prefix
+            count += 1
+            end += length + 1
+    elif complete:
+        count = complete
+        end = window_end - len(parts[-1])
+    if count < limit and source.eof and not source.range_exhausted and end < len(buf):
+        if buf.find(b"\n", end) < 0:  # the file's last line, without a trailing newline
+            prefix = len(str(start_line + count)) + 1 if numbered else 0
+            if len(buf) + prefixes + prefix <= cap:
+                count += 1
+                end = len(buf)
+    while len(buf) == end and await source.pull():
+        pass
+    truncated = len(buf) > end
+    if count == 0:
+        if not truncated:
+            return "", 0, False, 0, None
+        newline = buf.find(b"\n")
+        return "", 0, True, 0, (newline if newline >= 0 else -len(buf))
+    raw = buf[: end - 1] if buf[end - 1] == 0x0A else buf[:end]
+    text = raw.decode("utf-8", "replace")
+    if numbered:
+        text = "\n".join(f"{start_line + i}\t{line}" for i, line in enumerate(text.split("\n")))
+    if "\ufffd" in text and len(text.encode("utf-8")) > cap:
+        return None
+    return text, count, truncated, end, None
+
+
+async def _line_by_line_page(
+    source: _Source, options: ReadOptions, start_line: int, limit: int
+) -> PageOutcome:
+    """The page one line at a time (per-line truncation), keeping at most ``keep`` bytes of any line."""
     rule = options.line_truncation
     if rule is None:
         keep = options.max_bytes + 1
@@ -271,7 +367,8 @@ async def _read_page(
         keep = (rule.bytes or 0) + 8
     page = _Page(options, limit, start_line)
     truncated = False
-    oversized: int | None = None  # raw length (or lower bound) of a first line over the cap
+    oversized: int | None = None
+    position = 0
     cursor = 0
     while True:
         newline = source.buf.find(b"\n", cursor)
@@ -296,7 +393,6 @@ async def _read_page(
                     truncated = True
                     break
                 position += rest
-                line += 1
                 break
             # A line longer than what a page keeps: it fits only when lines are truncated.
             if rule is None:
@@ -312,10 +408,10 @@ async def _read_page(
                     oversized = length
                 truncated = True
                 break
-            position += length + (1 if source.buf[:1] == b"\n" else 0)
+            position += length
             if source.buf[:1] == b"\n":
+                position += 1
                 cursor = 1
-            line += 1
             continue
         if page.full():
             truncated = True
@@ -327,36 +423,8 @@ async def _read_page(
             truncated = True
             break
         position += length + 1
-        line += 1
         cursor = newline + 1
-
-    if oversized is not None:
-        size = f"{oversized} bytes" if oversized >= 0 else f"more than {-oversized} bytes"
-        raise ValueError(
-            f"Line {start_line} of {path} is {size}, over the {options.max_bytes}-byte read cap (max_bytes). "
-            "Use grep to find what you need in it, or a read tool with line_truncation."
-        )
-    if not page.texts and continuing and not truncated:
-        stat = await store.stat(path)
-        size_text = f"{stat.size} bytes" if stat is not None else "missing"
-        raise ValueError(
-            f"byteOffset {byte_offset} is at or past the end of {path} ({size_text}): the file changed since "
-            "the previous read. Read it again from the start, or with offset alone."
-        )
-    if not page.texts and not continuing and start_line > 1 and not truncated:
-        raise ValueError(f"offset {start_line} is past the end of {path} ({line - 1} lines).")
-    result: dict[str, Any] = {
-        "path": path,
-        "content": "\n".join(page.texts),
-        "startLine": start_line,
-        "endLine": start_line + len(page.texts) - 1,
-        "totalLines": None if truncated else line - 1,
-        "truncated": truncated,
-    }
-    if truncated:
-        result["nextOffset"] = start_line + len(page.texts)
-        result["nextByteOffset"] = position
-    return result
+    return "\n".join(page.texts), len(page.texts), truncated, position, oversized
 
 
 async def _line_length(source: _Source, cursor: int) -> int:

@@ -1,0 +1,219 @@
+"""Agent tool overhead: median per-call latency of each file tool against the bare fs call under it.
+
+Run: ``.venv/bin/python benchmarks/tools_bench.py [--calls N] [--paging-mb M]``. Everything runs
+in-process on an in-memory ``Workspace``. Printed: absolute medians, and the ratio of each tool to the
+fs call it wraps measured in the same run (targets: read/write/ls/delete within 2x; edit of a 100 KB
+file under 5 ms; paging through a 50 MB file with read at >= 200 MB/s with flat memory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from computer import Workspace
+from computer.tools import create_tools
+
+Call = Callable[[], Awaitable[Any]]
+
+
+async def median_ms(call: Call, calls: int) -> float:
+    for _ in range(min(20, calls)):
+        await call()
+    samples = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        await call()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1000
+
+
+async def expect_ok(result: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+    value = await result
+    if "error" in value:
+        raise RuntimeError(value["error"])
+    return value
+
+
+async def small_file_latencies(ws: Workspace, calls: int) -> list[tuple[str, float, float]]:
+    fs = ws.fs
+    tools = create_tools(ws)
+    small = "line of text number {}\n"
+    body = "".join(small.format(i) for i in range(40))  # ~1 KB
+    await fs.mkdir("/workspace/d", recursive=True)
+    await fs.write_file("/workspace/small.txt", body)
+    for i in range(20):
+        await fs.write_file(f"/workspace/d/f{i:02}.txt", body)
+
+    async def fs_read() -> None:
+        # The tool reads through one ranged stream, so that is its baseline.
+        async for _ in fs.stream("/workspace/small.txt"):
+            pass
+
+    async def tool_read() -> None:
+        await expect_ok(tools["read"].run({"path": "/workspace/small.txt"}))
+
+    async def fs_write() -> None:
+        await fs.write_file("/workspace/w.txt", body)
+
+    async def tool_write() -> None:
+        await expect_ok(tools["write"].run({"path": "/workspace/w.txt", "content": body}))
+
+    async def fs_ls() -> None:
+        await fs.readdir("/workspace/d", limit=201)
+
+    async def tool_ls() -> None:
+        await expect_ok(tools["ls"].run({"path": "/workspace/d"}))
+
+    async def fs_find() -> None:
+        await fs.find("/workspace", "**/*.txt", limit=201)
+
+    async def tool_find() -> None:
+        await expect_ok(tools["find"].run({"pattern": "**/*.txt"}))
+
+    async def fs_grep() -> None:
+        await fs.grep("number 3", "/workspace/d", limit=201)
+
+    async def tool_grep() -> None:
+        await expect_ok(tools["grep"].run({"path": "/workspace/d", "query": "number 3"}))
+
+    async def fs_delete() -> None:
+        await fs.write_file("/workspace/x.txt", "x")
+        await fs.rm("/workspace/x.txt", force=True)
+
+    async def tool_delete() -> None:
+        await fs.write_file("/workspace/x.txt", "x")
+        await expect_ok(tools["delete"].run({"path": "/workspace/x.txt"}))
+
+    flip = [0]
+
+    async def fs_edit() -> None:
+        # What edit needs from the fs: stat, read, write back.
+        await fs.stat("/workspace/small.txt")
+        data = await fs.read_file("/workspace/small.txt")
+        await fs.write_file("/workspace/small.txt", data.replace(b"number 7\n", b"number 7\n", 1))
+
+    async def tool_edit() -> None:
+        old, new = ("number 7\n", "number seven\n") if flip[0] % 2 == 0 else ("number seven\n", "number 7\n")
+        flip[0] += 1
+        await expect_ok(tools["edit"].run({"path": "/workspace/small.txt", "oldText": old, "newText": new}))
+
+    pairs: list[tuple[str, Call, Call]] = [
+        ("read", fs_read, tool_read),
+        ("write", fs_write, tool_write),
+        ("ls", fs_ls, tool_ls),
+        ("find", fs_find, tool_find),
+        ("grep", fs_grep, tool_grep),
+        ("delete (+ a write)", fs_delete, tool_delete),
+        ("edit", fs_edit, tool_edit),
+    ]
+    rows = []
+    for name, base, tool in pairs:
+        rows.append((name, await median_ms(base, calls), await median_ms(tool, calls)))
+    return rows
+
+
+async def edit_large_file(ws: Workspace, calls: int) -> tuple[float, float]:
+    tools = create_tools(ws)
+    lines = [f"    value_{i} = compute({i}, 'text')  # comment {i}\n" for i in range(2200)]
+    body = "".join(lines)  # ~100 KB
+    await ws.fs.write_file("/workspace/large.py", body)
+    flip = [0]
+
+    async def tool_edit() -> None:
+        old, new = ("value_1100 = compute(", "value_1100 = recompute(")
+        if flip[0] % 2:
+            old, new = new, old
+        flip[0] += 1
+        await expect_ok(tools["edit"].run({"path": "/workspace/large.py", "oldText": old, "newText": new}))
+
+    async def fs_round_trip() -> None:
+        data = await ws.fs.read_file("/workspace/large.py")
+        await ws.fs.write_file("/workspace/large.py", data)
+
+    return len(body.encode()) / 1000, await median_ms(tool_edit, calls), await median_ms(fs_round_trip, calls)  # type: ignore[return-value]
+
+
+async def page_large_file(ws: Workspace, megabytes: int) -> tuple[float, float, float, int]:
+    tools = create_tools(ws)
+    await ws.fs.mkdir("/workspace", recursive=True)
+    line = b"".join(
+        b"%07d the quick brown fox jumps over the lazy dog, again and again\n" % i for i in range(16384)
+    )
+    size = 0
+
+    def pieces() -> Any:
+        nonlocal size
+        while size < megabytes * 1_000_000:
+            size += len(line)
+            yield line
+
+    await ws.fs.write_file("/workspace/big.log", pieces())
+    # Baseline: the bare stream of the same bytes.
+    start = time.perf_counter()
+    streamed = 0
+    async for chunk in ws.fs.stream("/workspace/big.log"):
+        streamed += len(chunk)
+    stream_s = time.perf_counter() - start
+
+    async def page_through() -> int:
+        args: dict[str, Any] = {"path": "/workspace/big.log"}
+        pages = 0
+        total = 0
+        while True:
+            result = await expect_ok(tools["read"].run(args))
+            pages += 1
+            total += len(result["content"]) + 1
+            if not result["truncated"]:
+                break
+            args = {
+                "path": "/workspace/big.log",
+                "offset": result["nextOffset"],
+                "byteOffset": result["nextByteOffset"],
+            }
+        if total != size:
+            raise RuntimeError(f"paged {total} bytes of {size}")
+        return pages
+
+    start = time.perf_counter()
+    pages = await page_through()
+    read_s = time.perf_counter() - start
+    # Memory in a second pass: tracemalloc slows every allocation, so it stays out of the timing.
+    tracemalloc.start()
+    await page_through()
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    return size / 1e6 / read_s, size / 1e6 / stream_s, peak / 1e6, pages
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--paging-mb", type=int, default=50)
+    options = parser.parse_args()
+    async with Workspace() as ws:
+        print(f"small files, median of {options.calls} calls (in-process Workspace)")
+        print(f"{'tool':<20}{'fs call ms':>12}{'tool ms':>10}{'ratio':>8}")
+        for name, base, tool in await small_file_latencies(ws, options.calls):
+            print(f"{name:<20}{base:>12.3f}{tool:>10.3f}{tool / base:>7.2f}x")
+        kb, edit_ms, rt_ms = await edit_large_file(ws, max(50, options.calls // 3))
+        print(
+            f"\nedit of a {kb:.0f} KB file: median {edit_ms:.2f} ms (target < 5 ms); "
+            f"bare read+write of it {rt_ms:.2f} ms, ratio {edit_ms / rt_ms:.2f}x"
+        )
+    async with Workspace() as ws:
+        rate, stream_rate, peak, pages = await page_large_file(ws, options.paging_mb)
+        print(
+            f"\nread paging through {options.paging_mb} MB in {pages} pages: {rate:.0f} MB/s "
+            f"(target >= 200); bare fs.stream {stream_rate:.0f} MB/s, ratio {stream_rate / rate:.2f}x; "
+            f"peak traced memory {peak:.1f} MB"
+        )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
