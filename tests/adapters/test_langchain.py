@@ -228,3 +228,9 @@ def test_unknown_names_in_options_are_rejected(sample_tools: dict[str, Tool]) ->
         create_langchain_tools(sample_tools, approve=["pu"])
     with pytest.raises(ValueError, match="lazy"):
         create_langchain_tools(sample_tools, lazy="some")
+
+
+def test_sync_invoke_runs_the_async_tool(sample_tools: dict[str, Tool]) -> None:
+    tools = by_name(create_langchain_tools(sample_tools))
+    msg = tools["put"].invoke(tool_call("put", {"path": "/s", "content": "sync"}))
+    assert msg.artifact == {"path": "/s", "bytesWritten": 4}

@@ -199,3 +199,43 @@ def test_invalid_options_are_rejected(sample_tools: dict[str, Tool]) -> None:
         create_openai_tools(sample_tools, constrained_sampling="always")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="format"):
         create_openai_tools(sample_tools, format="gemini")  # type: ignore[arg-type]
+
+
+async def test_the_real_tool_set_declares_strict_schemas_that_obey_the_rules() -> None:
+    import computer
+    from computer.runtime import PythonBackend, ShellBackend
+
+    async with computer.Workspace(backends=[ShellBackend(), PythonBackend()]) as ws:
+        for mode in ("prefer", "require"):
+            tools, _ = create_openai_tools(ws, constrained_sampling=mode)
+            strict = {t["function"]["name"]: t["function"] for t in tools if t["function"].get("strict")}
+            assert set(strict) == {"read", "ls", "find", "grep", "write", "edit", "delete"}
+            for name, function in strict.items():
+                assert strict_violations(function["parameters"]) == [], name
+            exec_decl = next(t["function"] for t in tools if t["function"]["name"] == "exec")
+            assert "strict" not in exec_decl
+
+
+async def test_real_tools_accept_what_a_strict_model_sends() -> None:
+    import computer
+    from computer.runtime import PythonBackend, ShellBackend
+
+    async with computer.Workspace(backends=[ShellBackend(), PythonBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        _, execute = create_openai_tools(ws)
+        await execute(call("write", {"path": "/workspace/f.txt", "content": "a\nb\n"}))
+        read = await execute(
+            call("read", {"path": "/workspace/f.txt", "offset": None, "byteOffset": None, "limit": None})
+        )
+        assert read == {"content": [{"type": "text", "text": "a\nb"}], "is_error": False}
+        grep_args = {
+            "path": None, "query": "b", "include": None, "exclude": None, "regex": None,
+            "ignoreCase": None, "context": None, "limit": None, "offset": None,
+        }  # fmt: skip
+        grep = await execute(call("grep", grep_args))
+        assert not grep["is_error"], grep
+        assert json_of(grep["content"])["matches"][0]["line"] == 2
+        value = await execute(
+            call("exec", {"backend": "python", "command": "def main(x):\n    return x", "input": None})
+        )
+        assert json_of(value["content"])["value"] is None

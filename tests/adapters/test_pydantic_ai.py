@@ -153,3 +153,24 @@ def test_approve_with_an_unknown_name_is_rejected(sample_tools: dict[str, Tool])
 async def _written(tools: dict[str, Tool], path: str) -> bool:
     """Whether the sample store holds ``path`` (its files are private to the tools)."""
     return "error" not in await tools["get"].run({"path": path})
+
+
+async def test_cancelling_the_agent_run_kills_a_running_exec() -> None:
+    import asyncio
+
+    from computer.runtime.types import ExecSnapshot
+    from computer.tools.exec import create_exec_tool
+
+    from ._fake_runtime import SHELL, ScriptedRuntime, ScriptedWorkspace
+
+    rt = ScriptedRuntime(
+        [SHELL], hang=True, snapshots=[ExecSnapshot("exec-1", "shell", "running", None, "", "")]
+    )
+    toolset = create_pydantic_ai_tools({"exec": create_exec_tool(ScriptedWorkspace(rt))})
+    agent = Agent(FunctionModel(ScriptedModel([("exec", {"command": "sleep 100"})])), toolsets=[toolset])
+    run = asyncio.create_task(agent.run("go"))
+    await asyncio.wait_for(rt.waiting.wait(), 10)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert rt.handles[0].killed
