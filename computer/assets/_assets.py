@@ -67,17 +67,21 @@ class Assets:
         lifetime = link_lifetime(expires_after)
         if disposition not in DISPOSITIONS:
             raise ValueError(f"disposition must be 'inline' or 'attachment', got {disposition!r}")
+        if content_type is not None and (
+            not content_type.strip() or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in content_type)
+        ):
+            raise ValueError(f"invalid content type {content_type!r}")
+        prefix = _check_prefix(prefix)
         path = canonical(path)
+        if filename is not None:
+            _check_filename(filename)
         fs = self.workspace.fs
         stat = await fs.stat(path)
         if stat.is_directory:
             raise fs_error(errno.EISDIR, path)
         name = _check_filename(filename if filename is not None else path.rsplit("/", 1)[-1])
-        prefix = _check_prefix(prefix)
         if content_type is None:
             content_type = guess_content_type(name)
-        elif not content_type.strip() or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in content_type):
-            raise ValueError(f"invalid content type {content_type!r}")
         now = time.time()
         record = AssetRecord(
             key=asset_key(prefix, new_asset_id(), name),
