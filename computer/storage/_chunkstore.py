@@ -12,11 +12,9 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ._chunks import chunk_hash, decode_chunk, encode_chunk
 from ._db import Database
+from ._schema import INLINE_MAX
 
 __all__ = ["ChunkStore"]
-
-# Below this size compressing before the dedup lookup costs less than a second statement.
-_UPSERT_BELOW = 4096
 
 
 class ChunkStore:
@@ -35,7 +33,8 @@ class ChunkStore:
         """Store ``data`` (or find it), add ``refs`` references, return the chunk id."""
         db = self._db
         digest = chunk_hash(data)
-        if len(data) < _UPSERT_BELOW:
+        if len(data) < INLINE_MAX:
+            # Small: compress up front and upsert in one statement, bytes inline.
             stored, compressed = encode_chunk(data)
             row = db.one(
                 "INSERT INTO chunks (hash, refs, compressed, size, stored, data) VALUES (?, ?, ?, ?, ?, ?) "
@@ -49,11 +48,15 @@ class ChunkStore:
                 db.execute("UPDATE chunks SET refs = refs + ? WHERE id = ?", (refs, row[0]))
             return int(row[0])
         stored, compressed = encode_chunk(data)
+        inline = len(stored) < INLINE_MAX
         cur = db.execute(
             "INSERT INTO chunks (hash, refs, compressed, size, stored, data) VALUES (?, ?, ?, ?, ?, ?)",
-            (digest, refs, int(compressed), len(data), len(stored), stored),
+            (digest, refs, int(compressed), len(data), len(stored), stored if inline else None),
         )
-        return int(cur.lastrowid or 0)
+        cid = int(cur.lastrowid or 0)
+        if not inline:
+            db.execute("INSERT INTO chunk_data (id, data) VALUES (?, ?)", (cid, stored))
+        return cid
 
     def incref(self, ids: Sequence[int]) -> None:
         counts = Counter(ids)
@@ -87,7 +90,7 @@ class ChunkStore:
             else:
                 free.append((cid,))
         if free and self._may_delete():
-            self._db.executemany("DELETE FROM chunks WHERE id = ? AND refs <= 0", free)
+            self._delete_unreferenced(free)
 
     def pin(self, ids: Iterable[int]) -> None:
         for cid in ids:
@@ -111,7 +114,7 @@ class ChunkStore:
         ready.extend(cid for cid in extra if self._pins.get(cid, 0) <= 0)
         self._deferred.difference_update(ready)
         if ready and self._may_delete():
-            self._db.executemany("DELETE FROM chunks WHERE id = ? AND refs <= 0", [(c,) for c in ready])
+            self._delete_unreferenced([(c,) for c in ready])
 
     def collect_orphans(self) -> int:
         """Delete every unreferenced, unpinned chunk (crash leftovers). Returns how many went."""
@@ -120,12 +123,24 @@ class ChunkStore:
         rows = self._db.execute("SELECT id FROM chunks WHERE refs <= 0").fetchall()
         doomed = [(r[0],) for r in rows if self._pins.get(r[0], 0) <= 0]
         if doomed:
-            self._db.executemany("DELETE FROM chunks WHERE id = ?", doomed)
+            self._delete_unreferenced(doomed)
         return len(doomed)
+
+    def _delete_unreferenced(self, ids: list[tuple[int]]) -> None:
+        # The data row goes first, while ``refs <= 0`` can still be checked on its chunk row.
+        self._db.executemany(
+            "DELETE FROM chunk_data WHERE id = ? AND id IN (SELECT id FROM chunks WHERE id = chunk_data.id AND refs <= 0)",
+            ids,
+        )
+        self._db.executemany("DELETE FROM chunks WHERE id = ? AND refs <= 0", ids)
 
     def read(self, cid: int) -> bytes:
         """The bytes of one chunk."""
-        row = self._db.one("SELECT data, compressed, size FROM chunks WHERE id = ?", (cid,))
+        row = self._db.one(
+            "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM chunks c "
+            "LEFT JOIN chunk_data d ON d.id = c.id WHERE c.id = ?",
+            (cid,),
+        )
         if row is None:
             raise LookupError(cid)
         self.reads += 1

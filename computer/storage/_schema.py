@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-__all__ = ["DIR", "FILE", "KIND_NAMES", "ROOT_INODE", "SCHEMA", "SCHEMA_VERSION", "SYMLINK"]
+__all__ = ["DIR", "FILE", "INLINE_MAX", "KIND_NAMES", "ROOT_INODE", "SCHEMA", "SCHEMA_VERSION", "SYMLINK"]
 
 SCHEMA_VERSION = 1
 
@@ -14,14 +14,20 @@ KIND_NAMES = {FILE: "file", DIR: "dir", SYMLINK: "symlink"}
 
 ROOT_INODE = 1
 
+# Chunks whose stored bytes are smaller than this are kept inline in their ``chunks`` row.
+INLINE_MAX = 2048
+
 # Why each shape:
 # - ``dirents`` is WITHOUT ROWID with primary key (parent, name): a lookup is one index probe, a
 #   listing is a range scan in name order, a rename rewrites one row. Names are TEXT in a UTF-8
 #   database with the BINARY collation, which SQLite compares with memcmp: UTF-8 byte order.
-# - ``chunks`` keeps its blob last so scans over ``refs`` never touch overflow pages. Chunks are
-#   reference-counted; ``refs = 0`` rows are garbage (or staged parts of a streamed write).
+# - ``chunks`` holds the reference count and metadata of each chunk, with the bytes inline only when
+#   they are small (< INLINE_MAX stored bytes); larger bytes live in ``chunk_data``, so a reference
+#   count update (copy, overwrite, rm) never rewrites a 512 KiB blob. ``refs = 0`` rows are garbage
+#   (or staged parts of a streamed write).
 # - ``file_chunks`` maps (inode, index) to a chunk id; every chunk but the last is exactly
 #   CHUNK_SIZE bytes, so a byte range maps to an index range by arithmetic.
+# - ``changes`` is keyed by (revision, n-th change of that revision): one b-tree, scanned by rev.
 # - ``state`` is one row: the revision, the owner epoch (fencing) and the change-log floor.
 SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
@@ -58,15 +64,19 @@ CREATE TABLE chunks (
     compressed INTEGER NOT NULL,
     size INTEGER NOT NULL,
     stored INTEGER NOT NULL,
+    data BLOB
+);
+CREATE TABLE chunk_data (
+    id INTEGER PRIMARY KEY,
     data BLOB NOT NULL
 );
 CREATE TABLE changes (
-    seq INTEGER PRIMARY KEY,
     rev INTEGER NOT NULL,
+    n INTEGER NOT NULL,
     path TEXT NOT NULL,
-    op TEXT NOT NULL
-);
-CREATE INDEX changes_rev ON changes (rev);
+    op TEXT NOT NULL,
+    PRIMARY KEY (rev, n)
+) WITHOUT ROWID;
 INSERT INTO state (id, rev, epoch, log_floor) VALUES (1, 0, 0, 0);
 INSERT INTO inodes (id, kind, mode, mtime, size, target) VALUES ({ROOT_INODE}, {DIR}, 493, 0, 0, NULL);
 """

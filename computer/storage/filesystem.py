@@ -151,25 +151,23 @@ class FileSystem:
     def _mutation(self, path: str) -> _Mutation:
         return _Mutation(self, path)
 
-    def _log(self, rev: int, path: str, op: str) -> None:
-        self._db.execute("INSERT INTO changes (rev, path, op) VALUES (?, ?, ?)", (rev, path, op))
+    def _log(self, rev: int, n: int, path: str, op: str) -> None:
+        self._db.execute("INSERT INTO changes (rev, n, path, op) VALUES (?, ?, ?, ?)", (rev, n, path, op))
         self._log_inserts += 1
         if self._log_inserts >= 1024:
             self._log_inserts = 0
             self._trim_log()
 
     def _trim_log(self) -> None:
-        row = self._db.one("SELECT max(seq) FROM changes")
-        if row is None or row[0] is None:
+        """Keep about the last ``change_log_limit`` entries (whole revisions); raise the floor."""
+        row = self._db.one(
+            "SELECT rev FROM changes ORDER BY rev DESC, n DESC LIMIT 1 OFFSET ?", (self.change_log_limit,)
+        )
+        if row is None:
             return
-        cut = int(row[0]) - self.change_log_limit
-        if cut <= 0:
-            return
-        top = self._db.one("SELECT max(rev) FROM changes WHERE seq <= ?", (cut,))[0]
-        if top is None:
-            return
-        self._db.execute("DELETE FROM changes WHERE seq <= ?", (cut,))
-        self._db.execute("UPDATE state SET log_floor = max(log_floor, ?) WHERE id = 1", (top,))
+        cut = int(row[0])  # entries of revisions up to and including ``cut`` go
+        self._db.execute("DELETE FROM changes WHERE rev <= ?", (cut,))
+        self._db.execute("UPDATE state SET log_floor = max(log_floor, ?) WHERE id = 1", (cut,))
 
     def _canon(self, path: str) -> str:
         p = canonical(path)
@@ -408,7 +406,8 @@ class FileSystem:
             return b""
         first, last = offset // CHUNK_SIZE, (end - 1) // CHUNK_SIZE
         rows = self._db.execute(
-            "SELECT fc.idx, c.data, c.compressed, c.size FROM file_chunks fc JOIN chunks c ON c.id = fc.chunk "
+            "SELECT fc.idx, coalesce(c.data, d.data), c.compressed, c.size FROM file_chunks fc "
+            "JOIN chunks c ON c.id = fc.chunk LEFT JOIN chunk_data d ON d.id = c.id "
             "WHERE fc.inode = ? AND fc.idx BETWEEN ? AND ? ORDER BY fc.idx",
             (ino, first, last),
         )
@@ -866,7 +865,8 @@ class FileSystem:
     def iter_file(self, ino: int) -> Iterator[bytes]:
         """The chunks of a file, in order (synchronous: for use inside one operation only)."""
         rows = self._db.execute(
-            "SELECT c.data, c.compressed, c.size FROM file_chunks fc JOIN chunks c ON c.id = fc.chunk "
+            "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM file_chunks fc "
+            "JOIN chunks c ON c.id = fc.chunk LEFT JOIN chunk_data d ON d.id = c.id "
             "WHERE fc.inode = ? ORDER BY fc.idx",
             (ino,),
         )
@@ -904,7 +904,7 @@ class FileSystem:
         """
         r = self._canon(root)
         floor = int(self._db.one("SELECT log_floor FROM state WHERE id = 1")[0])
-        rows = self._db.execute("SELECT rev, path, op FROM changes WHERE rev > ? ORDER BY seq", (rev,))
+        rows = self._db.execute("SELECT rev, path, op FROM changes WHERE rev > ? ORDER BY rev, n", (rev,))
         changes = [
             Change(path=path, op=op, rev=int(rv))
             for rv, path, op in rows
@@ -1032,6 +1032,7 @@ class _Mutation:
         self._fs = fs
         self._path = path
         self._rev = 0
+        self._logged = 0
         self._cancelled = False
 
     def __enter__(self) -> _Mutation:
@@ -1047,7 +1048,8 @@ class _Mutation:
         return self
 
     def log(self, path: str, op: str) -> None:
-        self._fs._log(self._rev, path, op)
+        self._fs._log(self._rev, self._logged, path, op)
+        self._logged += 1
 
     def cancel(self) -> None:
         """End without changes (a no-op call): roll back the revision bump."""

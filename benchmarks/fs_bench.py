@@ -1,0 +1,518 @@
+"""Benchmark of the embedded storage engine against plain files and a raw SQLite floor.
+
+Run: ``.venv/bin/python benchmarks/fs_bench.py [--quick] [--no-agentfs]``
+
+Columns, all measured in this run on this machine:
+- ``embedded``: ``computer.storage.FileSystem`` on a SQLite file on disk (WAL, synchronous=NORMAL);
+- ``tmpfs`` / ``disk``: plain Python file calls under /dev/shm and under the system temp dir;
+- ``sqlite``: the raw SQLite floor (one small-row transaction per file; 512 KiB blobs in one
+  transaction for the 64 MiB cases), same pragmas as the engine;
+- ``grep -r``: GNU grep over the same tree on tmpfs (grep scenario only);
+- ``agentfs``: the ``agentfs-sdk`` package when it is installed (small-file scenarios and 64 MiB).
+
+Every scenario prints absolute times and the ratio of ``embedded`` to its baseline, with the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from computer.storage import FileSystem  # noqa: E402
+
+MiB = 1024 * 1024
+N_SMALL = 1000
+BIG = 64 * MiB
+
+
+def _clock() -> float:
+    return time.perf_counter()
+
+
+async def _timed(fn: Callable[[], Awaitable[Any]]) -> float:
+    start = _clock()
+    await fn()
+    return _clock() - start
+
+
+def _timed_sync(fn: Callable[[], Any]) -> float:
+    start = _clock()
+    fn()
+    return _clock() - start
+
+
+# ---------------------------------------------------------------------------- plain files
+
+
+class PlainFiles:
+    """The same scenarios with plain Python file calls under ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
+
+    def create(self, n: int) -> None:
+        d = self.root / "small"
+        d.mkdir()
+        for i in range(n):
+            with open(d / f"f{i}.txt", "wb") as f:
+                f.write(b"hello world %d\n" % i)
+
+    def stat(self, n: int) -> None:
+        d = self.root / "small"
+        for i in range(n):
+            os.stat(d / f"f{i}.txt")
+
+    def rm(self, n: int) -> None:
+        d = self.root / "small"
+        for i in range(n):
+            os.unlink(d / f"f{i}.txt")
+
+    def mkdir_tree(self) -> None:
+        t = self.root / "tree"
+        t.mkdir()
+        for a in range(10):
+            os.mkdir(t / str(a))
+            for b in range(10):
+                os.mkdir(t / str(a) / str(b))
+                for c in range(10):
+                    os.mkdir(t / str(a) / str(b) / str(c))
+
+    def walk(self) -> int:
+        count = 0
+        for _, dirs, files in os.walk(self.root / "tree"):
+            dirs.sort()
+            count += len(dirs) + len(files)
+        return count
+
+    def write_big(self, data: bytes, name: str = "big") -> None:
+        with open(self.root / name, "wb") as f:
+            f.write(data)
+
+    def read_big(self) -> bytes:
+        with open(self.root / "big", "rb") as f:
+            return f.read()
+
+    def copy_big(self) -> None:
+        shutil.copyfile(self.root / "big", self.root / "big.copy")
+
+    def grep_tree(self, tree: dict[str, bytes]) -> None:
+        for rel, data in tree.items():
+            p = self.root / "g" / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            p.write_bytes(data)
+
+    def grep(self, needle: bytes) -> int:
+        hits = 0
+        for dirpath, dirs, files in os.walk(self.root / "g"):
+            dirs.sort()
+            for name in sorted(files):
+                with open(os.path.join(dirpath, name), "rb") as f:
+                    data = f.read()
+                pos = data.find(needle)
+                while pos >= 0:
+                    hits += 1
+                    end = data.find(b"\n", pos)
+                    pos = data.find(needle, end + 1) if end >= 0 else -1
+        return hits
+
+
+# ---------------------------------------------------------------------------- raw SQLite floor
+
+
+class RawSqlite:
+    """The floor: what SQLite itself costs for the same row traffic."""
+
+    def __init__(self, path: Path) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        self.db = sqlite3.connect(str(path), isolation_level=None)
+        self.db.execute("PRAGMA page_size = 4096")
+        self.db.execute("PRAGMA journal_mode = WAL")
+        self.db.execute("PRAGMA synchronous = NORMAL")
+        self.db.execute("PRAGMA wal_autocheckpoint = 16384")
+        self.db.execute("CREATE TABLE f (name TEXT PRIMARY KEY, data BLOB) WITHOUT ROWID")
+        self.db.execute("CREATE TABLE d (name TEXT PRIMARY KEY) WITHOUT ROWID")
+        self.db.execute("CREATE TABLE big (idx INTEGER PRIMARY KEY, data BLOB)")
+
+    def _txn(self, sql: str, params: tuple[Any, ...]) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.execute(sql, params)
+        self.db.execute("COMMIT")
+
+    def create(self, n: int) -> None:
+        for i in range(n):
+            self._txn(
+                "INSERT INTO f (name, data) VALUES (?, ?)", (f"/small/f{i}.txt", b"hello world %d\n" % i)
+            )
+
+    def stat(self, n: int) -> None:
+        for i in range(n):
+            self.db.execute("SELECT length(data) FROM f WHERE name = ?", (f"/small/f{i}.txt",)).fetchone()
+
+    def rm(self, n: int) -> None:
+        for i in range(n):
+            self._txn("DELETE FROM f WHERE name = ?", (f"/small/f{i}.txt",))
+
+    def mkdir_tree(self) -> None:
+        for a in range(10):
+            self._txn("INSERT INTO d VALUES (?)", (f"/{a}",))
+            for b in range(10):
+                self._txn("INSERT INTO d VALUES (?)", (f"/{a}/{b}",))
+                for c in range(10):
+                    self._txn("INSERT INTO d VALUES (?)", (f"/{a}/{b}/{c}",))
+
+    def write_big(self, data: bytes) -> None:
+        self.db.execute("BEGIN IMMEDIATE")
+        self.db.execute("DELETE FROM big")
+        for i in range(0, len(data), 512 * 1024):
+            self.db.execute("INSERT INTO big (idx, data) VALUES (?, ?)", (i, data[i : i + 512 * 1024]))
+        self.db.execute("COMMIT")
+
+    def read_big(self) -> bytes:
+        return b"".join(r[0] for r in self.db.execute("SELECT data FROM big ORDER BY idx"))
+
+
+# ---------------------------------------------------------------------------- the engine
+
+
+class Embedded:
+    def __init__(self, path: Path) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        self.fs = FileSystem.open(str(path))
+
+    async def create(self, n: int) -> None:
+        await self.fs.mkdir("/small")
+        for i in range(n):
+            await self.fs.write_file(f"/small/f{i}.txt", b"hello world %d\n" % i)
+
+    async def stat(self, n: int) -> None:
+        for i in range(n):
+            await self.fs.stat(f"/small/f{i}.txt")
+
+    async def rm(self, n: int) -> None:
+        for i in range(n):
+            await self.fs.rm(f"/small/f{i}.txt")
+
+    async def mkdir_tree(self) -> None:
+        await self.fs.mkdir("/tree")
+        for a in range(10):
+            await self.fs.mkdir(f"/tree/{a}")
+            for b in range(10):
+                await self.fs.mkdir(f"/tree/{a}/{b}")
+                for c in range(10):
+                    await self.fs.mkdir(f"/tree/{a}/{b}/{c}")
+
+    async def walk(self) -> int:
+        return len(await self.fs.find("/tree"))
+
+
+class AgentFs:
+    """``agentfs-sdk`` (Turso's AgentFS), when installed."""
+
+    def __init__(self, a: Any) -> None:
+        self.a = a
+        self.fs = a.fs
+
+    @classmethod
+    async def open(cls, path: Path) -> AgentFs | None:
+        try:
+            from agentfs_sdk import AgentFS, AgentFSOptions
+        except ImportError:
+            return None
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        return cls(await AgentFS.open(AgentFSOptions(path=str(path))))
+
+    async def create(self, n: int) -> None:
+        await self.fs.mkdir("/small")
+        for i in range(n):
+            await self.fs.write_file(f"/small/f{i}.txt", b"hello world %d\n" % i)
+
+    async def stat(self, n: int) -> None:
+        for i in range(n):
+            await self.fs.stat(f"/small/f{i}.txt")
+
+    async def rm(self, n: int) -> None:
+        for i in range(n):
+            await self.fs.unlink(f"/small/f{i}.txt")
+
+    async def mkdir_tree(self) -> None:
+        await self.fs.mkdir("/tree")
+        for a in range(10):
+            await self.fs.mkdir(f"/tree/{a}")
+            for b in range(10):
+                await self.fs.mkdir(f"/tree/{a}/{b}")
+                for c in range(10):
+                    await self.fs.mkdir(f"/tree/{a}/{b}/{c}")
+
+
+# ---------------------------------------------------------------------------- data
+
+
+WORDS = (
+    "alpha beta gamma delta epsilon function return const let import export class interface "
+    "type async await promise value index result error handler request response buffer stream"
+).split()
+
+
+def grep_tree(files: int, size: int, needle: bytes) -> dict[str, bytes]:
+    """``files`` text files of about ``size`` bytes in 20 directories; 1 line in 200 has the needle."""
+    rng = random.Random(42)
+    tree: dict[str, bytes] = {}
+    for i in range(files):
+        lines: list[bytes] = []
+        total = 0
+        while total < size:
+            line = " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 12))).encode()
+            if rng.random() < 0.005:
+                line += b" " + needle
+            lines.append(line)
+            total += len(line) + 1
+        tree[f"d{i % 20:02}/file{i:05}.txt"] = b"\n".join(lines) + b"\n"
+    return tree
+
+
+RSS_CHILD = textwrap.dedent(
+    """
+    import asyncio, os, sys
+    from computer.storage import FileSystem
+
+    def rss(field):
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field):
+                    return int(line.split()[1]) * 1024
+        return 0
+
+    async def main(path, total):
+        fs = FileSystem.open(path)
+        block = bytearray(os.urandom(1024 * 1024))
+
+        async def source():
+            for i in range(total // len(block)):
+                block[:8] = i.to_bytes(8, "little")
+                yield bytes(block)
+
+        base = rss("VmRSS")
+        await fs.write_file("/big", source())
+        n = 0
+        async for piece in fs.stream("/big"):
+            n += len(piece)
+        assert n == total
+        print(rss("VmHWM") - base)
+        fs.close()
+
+    asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+    """
+)
+
+
+# ---------------------------------------------------------------------------- report
+
+
+class Report:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, dict[str, float], str, str, float | None]] = []
+
+    def add(self, name: str, times: dict[str, float], unit: str, baseline: str, target: float | None) -> None:
+        self.rows.append((name, times, unit, baseline, target))
+        self._print_row(name, times, unit, baseline, target)
+
+    @staticmethod
+    def _fmt(seconds: float, unit: str) -> str:
+        if unit.startswith("per "):
+            n = int(unit.split()[1])
+            return f"{seconds / n * 1e6:8.1f} µs"
+        return f"{seconds * 1e3:8.1f} ms"
+
+    def _print_row(
+        self, name: str, times: dict[str, float], unit: str, baseline: str, target: float | None
+    ) -> None:
+        cells = "  ".join(f"{col}={self._fmt(t, unit)}" for col, t in times.items())
+        ratio = times["embedded"] / times[baseline] if times.get(baseline) else float("nan")
+        verdict = ""
+        if target is not None:
+            verdict = f"target ≤ {target:g}x  {'OK' if ratio <= target else 'MISS'}"
+        print(f"{name:<28} {cells}")
+        print(f"{'':<28} embedded/{baseline} = {ratio:5.2f}x  {verdict}", flush=True)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="smaller big-file and grep sizes")
+    parser.add_argument("--no-agentfs", action="store_true")
+    args = parser.parse_args()
+    big = 16 * MiB if args.quick else BIG
+    work = Path(tempfile.mkdtemp(prefix="fsbench-"))
+    shm = Path(tempfile.mkdtemp(prefix="fsbench-", dir="/dev/shm"))
+    print(f"python {sys.version.split()[0]}, sqlite {sqlite3.sqlite_version}, cpus {os.cpu_count()}")
+    print(f"disk dir {work}, tmpfs dir {shm}\n")
+    report = Report()
+    try:
+        tmpfs = PlainFiles(shm / "plain")
+        disk = PlainFiles(work / "plain")
+        raw = RawSqlite(work / "raw.sqlite")
+        emb = Embedded(work / "ws.sqlite")
+        agent = None if args.no_agentfs else await AgentFs.open(work / "agentfs.db")
+        if agent is None and not args.no_agentfs:
+            print("agentfs-sdk not installed: no agentfs column\n")
+
+        async def small(name: str, fn: str, n: int, target: float) -> None:
+            times = {
+                "embedded": await _timed(lambda: getattr(emb, fn)(n)),
+                "tmpfs": _timed_sync(lambda: getattr(tmpfs, fn)(n)),
+                "disk": _timed_sync(lambda: getattr(disk, fn)(n)),
+                "sqlite": _timed_sync(lambda: getattr(raw, fn)(n)),
+            }
+            if agent is not None:
+                times["agentfs"] = await _timed(lambda: getattr(agent, fn)(n))
+            report.add(name, times, f"per {n}", "tmpfs", target)
+
+        await small(f"create {N_SMALL} small files", "create", N_SMALL, 5)
+        await small(f"stat {N_SMALL}", "stat", N_SMALL, 6)
+        await small(f"rm {N_SMALL}", "rm", N_SMALL, 6)
+
+        times = {
+            "embedded": await _timed(emb.mkdir_tree),
+            "tmpfs": _timed_sync(tmpfs.mkdir_tree),
+            "disk": _timed_sync(disk.mkdir_tree),
+            "sqlite": _timed_sync(raw.mkdir_tree),
+        }
+        if agent is not None:
+            times["agentfs"] = await _timed(agent.mkdir_tree)
+        report.add("mkdir tree 10x10x10", times, "per 1110", "tmpfs", 8)
+
+        assert await emb.walk() == tmpfs.walk() == 1110
+        times = {
+            "embedded": await _timed(emb.walk),
+            "tmpfs": _timed_sync(tmpfs.walk),
+            "disk": _timed_sync(disk.walk),
+        }
+        report.add("find over the tree", times, "per 1110", "tmpfs", 1)
+
+        data = os.urandom(big)
+        data2 = os.urandom(big)
+        label = f"{big // MiB} MiB"
+        times = {
+            "embedded": await _timed(lambda: emb.fs.write_file("/big", data)),
+            "tmpfs": _timed_sync(lambda: tmpfs.write_big(data)),
+            "disk": _timed_sync(lambda: disk.write_big(data)),
+            "sqlite": _timed_sync(lambda: raw.write_big(data)),
+        }
+        report.add(f"write {label}", times, "total", "sqlite", 1.5)
+
+        got: list[bytes] = []
+        times = {
+            "embedded": await _timed(lambda: _collect(got, emb.fs.read_file("/big"))),
+            "tmpfs": _timed_sync(tmpfs.read_big),
+            "disk": _timed_sync(disk.read_big),
+            "sqlite": _timed_sync(raw.read_big),
+        }
+        assert got[0] == data
+        report.add(f"read {label}", times, "total", "tmpfs", 1.5)
+
+        async def stream_all() -> None:
+            n = 0
+            async for piece in emb.fs.stream("/big"):
+                n += len(piece)
+            assert n == big
+
+        times = {"embedded": await _timed(stream_all), "tmpfs": _timed_sync(tmpfs.read_big)}
+        report.add(f"stream {label}", times, "total", "tmpfs", 1.5)
+
+        times = {
+            "embedded": await _timed(lambda: emb.fs.copy("/big", "/big.copy")),
+            "tmpfs": _timed_sync(tmpfs.copy_big),
+            "disk": _timed_sync(disk.copy_big),
+        }
+        report.add(f"copy {label}", times, "total", "tmpfs", 0.5)
+
+        times = {
+            "embedded": await _timed(lambda: emb.fs.write_file("/big", data2)),
+            "tmpfs": _timed_sync(lambda: tmpfs.write_big(data2)),
+            "disk": _timed_sync(lambda: disk.write_big(data2)),
+            "sqlite": _timed_sync(lambda: raw.write_big(data2)),
+        }
+        report.add(f"overwrite {label}", times, "total", "sqlite", 1.5)
+
+        if agent is not None:
+            t_write = await _timed(lambda: agent.fs.write_file("/big", data))
+            t_read = await _timed(lambda: agent.fs.read_file("/big", encoding=None))
+            print(f"{'agentfs 64 MiB':<28} write={t_write * 1e3:8.1f} ms  read={t_read * 1e3:8.1f} ms\n")
+        del data, data2, got
+
+        needle = b"NEEDLE_LITERAL_42"
+        files, size = (500, 10_000) if args.quick else (2000, 10_000)
+        tree = grep_tree(files, size, needle)
+        total = sum(len(v) for v in tree.values())
+        tmpfs.grep_tree(tree)
+        await emb.fs.mkdir("/g")
+        for rel, content in tree.items():
+            parent = "/g/" + rel.rsplit("/", 1)[0]
+            await emb.fs.mkdir(parent, recursive=True)
+            await emb.fs.write_file("/g/" + rel, content)
+        expected = tmpfs.grep(needle)
+        hits = await emb.fs.grep(needle.decode(), "/g")
+        assert len(hits) == expected, (len(hits), expected)
+
+        def grep_r() -> None:
+            subprocess.run(
+                ["grep", "-rn", "--", needle.decode(), str(shm / "plain" / "g")],
+                stdout=subprocess.DEVNULL,
+                check=True,
+            )
+
+        grep_r()  # warm the page cache
+        times = {
+            "embedded": await _timed(lambda: emb.fs.grep(needle.decode(), "/g")),
+            "grep -r": _timed_sync(grep_r),
+            "tmpfs": _timed_sync(lambda: tmpfs.grep(needle)),
+        }
+        report.add(f"grep {files} files {total / 1e6:.0f} MB", times, "total", "grep -r", 3)
+        print(f"{'':<28} ({expected} matching lines)\n")
+
+        rss_total = (64 if args.quick else 256) * MiB
+        out = subprocess.run(
+            [sys.executable, "-c", RSS_CHILD, str(work / "rss.sqlite"), str(rss_total)],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=str(Path(__file__).resolve().parent.parent),
+        )
+        growth = int(out.stdout.strip())
+        verdict = "OK" if growth < 32 * MiB else "MISS"
+        print(
+            f"{'stream write+read ' + str(rss_total // MiB) + ' MiB':<28} "
+            f"peak RSS growth = {growth / MiB:.1f} MiB  target < 32 MiB  {verdict}"
+        )
+        stats = emb.fs.stats()
+        print(f"\nembedded store: {stats}")
+        emb.fs.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(shm, ignore_errors=True)
+
+
+async def _collect(into: list[bytes], aw: Awaitable[bytes]) -> None:
+    into.append(await aw)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
