@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Collection, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, overload
 
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun
 from langchain_core.callbacks.manager import adispatch_custom_event
@@ -61,6 +61,30 @@ _DISCOVER_SCHEMA: dict[str, Any] = {
     },
     "additionalProperties": False,
 }
+
+
+@overload
+def create_langchain_tools(
+    workspace: Any,
+    *,
+    format: Literal["array"] = "array",
+    approve: Literal["mutating"] | Collection[str] | None = None,
+    lazy: Literal["all"] | Collection[str] | None = None,
+    stream_event_name: str | None = None,
+    **options: Any,
+) -> list[BaseTool]: ...
+
+
+@overload
+def create_langchain_tools(
+    workspace: Any,
+    *,
+    format: Literal["object"],
+    approve: Literal["mutating"] | Collection[str] | None = None,
+    lazy: Literal["all"] | Collection[str] | None = None,
+    stream_event_name: str | None = None,
+    **options: Any,
+) -> dict[str, BaseTool]: ...
 
 
 def create_langchain_tools(

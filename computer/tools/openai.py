@@ -33,8 +33,8 @@ Anthropic ``tool_use`` blocks (``{id, name, input}``) and returns Anthropic cont
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, Protocol
 
 from ._adapter_schema import StrictSchemaError, drop_unaccepted_nulls, strict_schema
 from ._adapter_tools import build_tools
@@ -43,7 +43,13 @@ from ._tool import ContentPart, Tool, ToolUpdate
 __all__ = ["CONSTRAINED_TOOLS", "ExecuteToolCall", "create_openai_tools"]
 
 ConstrainedSampling = Literal["prefer", "require"] | bool
-ExecuteToolCall = Callable[..., Awaitable[dict[str, Any]]]
+
+
+class ExecuteToolCall(Protocol):
+    """``await execute(tool_call, on_update=None) -> {"content": [...], "is_error": bool}``; never raises."""
+
+    async def __call__(self, tool_call: Any, *, on_update: ToolUpdate | None = None) -> dict[str, Any]: ...
+
 
 # The tools that ask for constrained sampling (seed: "read, write, and edit ... ask for it").
 CONSTRAINED_TOOLS = ("read", "write", "edit")

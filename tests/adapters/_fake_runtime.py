@@ -23,6 +23,7 @@ class ScriptedHandle:
     hang: bool = False
     killed: bool = False
     started: asyncio.Event = field(default_factory=asyncio.Event)
+    killed_event: asyncio.Event = field(default_factory=asyncio.Event)
 
     def __aiter__(self) -> AsyncIterator[ExecSnapshot]:
         return self._iterate()
@@ -39,6 +40,7 @@ class ScriptedHandle:
 
     async def kill(self) -> None:
         self.killed = True
+        self.killed_event.set()
 
 
 @dataclass

@@ -144,3 +144,21 @@ async def _call_when_up(url: str, name: str, args: dict[str, Any]) -> types.Call
             if loop.time() > deadline:
                 raise
             await asyncio.sleep(0.1)  # the server is still binding its port; nothing to await on
+
+
+async def test_cancelling_a_call_kills_a_running_exec() -> None:
+    from computer.runtime.types import ExecSnapshot
+    from computer.tools.exec import create_exec_tool
+
+    from ._fake_runtime import SHELL, ScriptedRuntime, ScriptedWorkspace
+
+    rt = ScriptedRuntime(
+        [SHELL], hang=True, snapshots=[ExecSnapshot("exec-1", "shell", "running", None, "", "")]
+    )
+    async with Client(create_mcp_server({"exec": create_exec_tool(ScriptedWorkspace(rt))})) as client:
+        call = asyncio.create_task(client.call_tool("exec", {"command": "sleep 100"}))
+        await asyncio.wait_for(rt.waiting.wait(), 10)
+        call.cancel()
+        await asyncio.gather(call, return_exceptions=True)
+        # The server learns of the cancellation through the transport, a step after the client.
+        await asyncio.wait_for(rt.handles[0].killed_event.wait(), 10)
