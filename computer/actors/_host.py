@@ -17,9 +17,10 @@ import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
-from ..config import Settings, configure, settings
+from ..config import Settings, configure
 from ..workspace import Workspace
 from ._backends import owner_backends
+from ._init import cluster_settings
 from ._naming import check_name, workspace_file
 from ._upload import Upload
 from ._wire import Reply, fail, moved, ok
@@ -50,8 +51,9 @@ def _node_id() -> str:
 class WorkspaceHost:
     """Owns workspace ``name``; subclass it in your own ``@ray.remote`` class to serve ``get_workspace``.
 
-    ``self.workspace`` is the owner :class:`~computer.Workspace`. ``config`` defaults to the active
-    settings of this process; owners created by :func:`computer.workspace_actor` receive the caller's.
+    ``self.workspace`` is the owner :class:`~computer.Workspace`. ``config`` defaults to the settings
+    of the cluster's last ``computer.init`` (or this process's own); owners created by
+    :func:`computer.workspace_actor` receive the caller's explicitly.
     """
 
     #: Owners created by ``workspace_actor`` are "managed": clients may re-create them by name.
@@ -59,8 +61,11 @@ class WorkspaceHost:
 
     def __init__(self, name: str, *, config: Settings | dict[str, Any] | None = None) -> None:
         if isinstance(config, dict):
-            config = configure(**config)
-        self.config: Settings = config if config is not None else settings()
+            config = Settings(**config)
+        elif config is None:
+            config = cluster_settings()
+        # The owner's process (and the assets store Workspace opens) must see these settings.
+        self.config: Settings = configure(**config.model_dump())
         self.name = check_name(name)
         self.owner_id = uuid.uuid4().hex
         self.node_id = _node_id()

@@ -25,6 +25,7 @@ class ClientLocks:
         self._conn = connection
         self.holder = holder
         self._renewers: set[asyncio.Task[None]] = set()
+        self._outstanding: set[str] = set()  # leases taken and not yet released for sure
 
     @contextlib.asynccontextmanager
     async def hold(self, paths: Sequence[str], *, subtree: bool = False) -> AsyncIterator[None]:
@@ -32,6 +33,7 @@ class ClientLocks:
         lease_id, ttl = await self._conn.request(
             "lock_acquire", self.holder, wanted, subtree, retry_safe=True
         )
+        self._outstanding.add(lease_id)
         renewer = asyncio.create_task(self._renew(lease_id, float(ttl)))
         self._renewers.add(renewer)
         try:
@@ -41,6 +43,7 @@ class ClientLocks:
             self._renewers.discard(renewer)
             try:
                 await self._conn.request("lock_release", lease_id, retry_safe=True)
+                self._outstanding.discard(lease_id)
             except Exception:  # the owner died: its lock table, and our lease, died with it
                 log.warning("could not release lock lease %s", lease_id, exc_info=True)
 
@@ -61,4 +64,10 @@ class ClientLocks:
         for task in list(self._renewers):
             task.cancel()
         self._renewers.clear()
-        await self._conn.request("lock_release_holder", self.holder, retry_safe=True)
+        if not self._outstanding:
+            return  # nothing to release: do not wake a hibernating owner for nothing
+        self._outstanding.clear()
+        try:
+            await self._conn.request("lock_release_holder", self.holder, retry_safe=True)
+        except OSError:  # the owner is gone, and with it its lock table
+            log.warning("could not release the locks of %s", self.holder, exc_info=True)

@@ -1,0 +1,168 @@
+"""One owner per workspace, reachable from the driver, tasks and other actors, surviving a kill."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+
+import pytest
+import ray
+
+import computer
+from computer.actors import WorkspaceUnavailableError
+from computer.config import Settings
+
+
+@ray.remote(num_cpus=0)
+def _resolve_owner(name: str) -> tuple[str, int]:
+    handle = computer.workspace_actor(name)
+
+    async def epoch() -> int:
+        async with computer.get_workspace(handle) as ws:
+            return int((await ws.handle.stats.remote())["epoch"])
+
+    return handle._actor_id.hex(), asyncio.run(epoch())
+
+
+@ray.remote(num_cpus=0)
+def _write_from_task(name: str, path: str, data: bytes) -> bytes:
+    async def go() -> bytes:
+        async with computer.get_workspace(name) as ws:
+            await ws.fs.write_file(path, data)
+            return await ws.fs.read_file(path)
+
+    return asyncio.run(go())
+
+
+@ray.remote(num_cpus=0)
+class _Agent:
+    async def write_and_list(self, name: str, path: str, data: bytes) -> list[str]:
+        async with computer.get_workspace(name) as ws:
+            await ws.fs.write_file(path, data)
+            return await ws.fs.ls("/")
+
+
+async def _until_dead(handle: object) -> None:
+    """Wait (bounded) until a killed actor answers no more: ``ray.kill`` takes effect asynchronously."""
+    for _ in range(200):
+        try:
+            await handle.stats.remote()  # type: ignore[attr-defined]
+        except ray.exceptions.RayActorError:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the killed actor still answers")
+
+
+async def test_six_racing_workers_get_one_owner(cluster: Settings, name: str) -> None:
+    results = await asyncio.gather(*[_resolve_owner.remote(name) for _ in range(6)])
+    assert len({actor_id for actor_id, _ in results}) == 1
+    assert {epoch for _, epoch in results} == {1}
+
+
+async def test_client_in_a_ray_task(cluster: Settings, name: str) -> None:
+    assert await _write_from_task.remote(name, "/from-task", b"task") == b"task"
+    async with computer.get_workspace(name) as ws:
+        assert await ws.fs.read_file("/from-task") == b"task"
+
+
+async def test_client_in_another_actor(cluster: Settings, name: str) -> None:
+    agent = _Agent.remote()  # type: ignore[attr-defined]
+    try:
+        assert await agent.write_and_list.remote(name, "/from-actor", b"actor") == ["/from-actor"]
+        async with computer.get_workspace(name) as ws:
+            assert await ws.fs.read_file("/from-actor") == b"actor"
+    finally:
+        ray.kill(agent)
+
+
+async def test_killed_owner_loses_no_acknowledged_write_and_comes_back(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/data")
+        for i in range(20):
+            await ws.fs.write_file(f"/data/{i}", str(i))
+        first_owner = ws.handle
+        ray.kill(first_owner)
+        # An idempotent read through the old client re-resolves the name and retries once.
+        assert await ws.fs.read_text("/data/19") == "19"
+        assert ws.handle._actor_id != first_owner._actor_id
+    async with computer.get_workspace(name) as again:
+        assert sorted(await again.fs.ls("/data"), key=lambda p: int(p.rsplit("/", 1)[1])) == [
+            f"/data/{i}" for i in range(20)
+        ]
+        assert (await again.handle.stats.remote())["epoch"] == 2
+
+
+async def test_mutation_whose_owner_died_raises_a_retryable_error(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/f", b"1")
+        dead = ws.handle
+        ray.kill(dead)
+        await _until_dead(dead)
+        with pytest.raises(WorkspaceUnavailableError) as info:
+            await ws.fs.write_file("/f", b"2")
+        assert info.value.errno == errno.EAGAIN
+        assert isinstance(info.value, OSError)
+        # The next call recovers (reads retry), and a retried write lands.
+        assert await ws.fs.read_file("/f") == b"1"
+        await ws.fs.write_file("/f", b"2")
+        assert await ws.fs.read_file("/f") == b"2"
+
+
+async def test_workspace_actor_is_created_on_first_use_and_reused(cluster: Settings, name: str) -> None:
+    first = computer.workspace_actor(name)
+    second = computer.workspace_actor(name)
+    assert first._actor_id == second._actor_id
+
+
+@ray.remote
+class NotesActor(computer.WorkspaceHost):
+    """A user's own actor that owns a workspace and adds a method of its own."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+
+    async def note(self, text: str) -> int:
+        await self.workspace.fs.write_file("/note.txt", text)
+        return int((await self.workspace.fs.stat("/note.txt")).size)
+
+
+async def test_workspace_host_subclass_is_reachable_by_get_workspace(cluster: Settings, name: str) -> None:
+    host = NotesActor.remote(name)
+    try:
+        assert await host.note.remote("from the host") == 13
+        async with computer.get_workspace(host) as ws:
+            assert await ws.fs.read_text("/note.txt") == "from the host"
+            await ws.fs.write_file("/from-client", b"c")
+            assert ws.name == name
+        assert (cluster.workspaces_dir / f"{name}.sqlite").exists()
+    finally:
+        ray.kill(host)
+
+
+async def test_stale_owner_cannot_write_after_a_newer_one_took_over(cluster: Settings, name: str) -> None:
+    old = NotesActor.remote(name)
+    new = None
+    try:
+        async with computer.get_workspace(old) as stale:
+            await stale.fs.write_file("/before", b"ok")
+            new = NotesActor.remote(name)  # takes the lease over with a higher epoch
+            async with computer.get_workspace(new) as current:
+                assert await current.fs.read_file("/before") == b"ok"
+                with pytest.raises(OSError) as info:
+                    await stale.fs.write_file("/after", b"zombie")
+                assert info.value.errno == errno.EROFS
+                await current.fs.write_file("/after", b"owner")
+                assert await current.fs.read_file("/after") == b"owner"
+    finally:
+        ray.kill(old)
+        if new is not None:
+            ray.kill(new)
+
+
+async def test_dead_host_handle_raises_unavailable_without_recreating(cluster: Settings, name: str) -> None:
+    host = NotesActor.remote(name)
+    async with computer.get_workspace(host) as ws:
+        await ws.fs.write_file("/x", b"1")
+        ray.kill(host)
+        with pytest.raises(WorkspaceUnavailableError):
+            await ws.fs.read_file("/x")
