@@ -30,13 +30,19 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = str(Path(__file__).resolve().parent.parent)
+sys.path.insert(0, ROOT)
 
-from computer.storage import FileSystem  # noqa: E402
+from computer.storage import FileSystem  # noqa: E402 (after the sys.path tweak)
 
 MiB = 1024 * 1024
 N_SMALL = 1000
 BIG = 64 * MiB
+
+
+def _remove_db(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(str(path) + suffix).unlink(missing_ok=True)
 
 
 def _clock() -> float:
@@ -236,8 +242,7 @@ class AgentFs:
             from agentfs_sdk import AgentFS, AgentFSOptions
         except ImportError:
             return None
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(path) + suffix).unlink(missing_ok=True)
+        _remove_db(path)
         return cls(await AgentFS.open(AgentFSOptions(path=str(path))))
 
     async def create(self, n: int) -> None:
@@ -407,8 +412,8 @@ async def main() -> None:
         }
         report.add("find over the tree", times, "per 1110", "tmpfs", 1)
 
-        data = os.urandom(big)
-        data2 = os.urandom(big)
+        blobs = {"a": os.urandom(big), "b": os.urandom(big)}
+        data, data2 = blobs["a"], blobs["b"]
         label = f"{big // MiB} MiB"
         times = {
             "embedded": await _timed(lambda: emb.fs.write_file("/big", data)),
@@ -456,7 +461,8 @@ async def main() -> None:
             t_write = await _timed(lambda: agent.fs.write_file("/big", data))
             t_read = await _timed(lambda: agent.fs.read_file("/big", encoding=None))
             print(f"{'agentfs 64 MiB':<28} write={t_write * 1e3:8.1f} ms  read={t_read * 1e3:8.1f} ms\n")
-        del data, data2, got
+        blobs.clear()
+        got.clear()
 
         needle = b"NEEDLE_LITERAL_42"
         files, size = (500, 10_000) if args.quick else (2000, 10_000)
@@ -489,14 +495,17 @@ async def main() -> None:
         print(f"{'':<28} ({expected} matching lines)\n")
 
         rss_total = (64 if args.quick else 256) * MiB
-        out = subprocess.run(
-            [sys.executable, "-c", RSS_CHILD, str(work / "rss.sqlite"), str(rss_total)],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=str(Path(__file__).resolve().parent.parent),
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            RSS_CHILD,
+            str(work / "rss.sqlite"),
+            str(rss_total),
+            stdout=asyncio.subprocess.PIPE,
+            cwd=ROOT,
         )
-        growth = int(out.stdout.strip())
+        out, _ = await proc.communicate()
+        growth = int(out.decode().strip())
         verdict = "OK" if growth < 32 * MiB else "MISS"
         print(
             f"{'stream write+read ' + str(rss_total // MiB) + ' MiB':<28} "

@@ -66,31 +66,29 @@ class ChunkStore:
 
     def decref(self, ids: Iterable[int]) -> None:
         """Drop one reference per id occurrence; free chunks left with none (unless pinned)."""
-        counts = Counter(ids)
-        if not counts:
-            return
-        self._db.executemany(
-            "UPDATE chunks SET refs = refs - ? WHERE id = ?", [(n, cid) for cid, n in counts.items()]
-        )
-        self._free(counts.keys())
+        self.decref_counts(Counter(ids).items())
 
     def decref_counts(self, counts: Iterable[tuple[int, int]]) -> None:
-        """Like :meth:`decref` with ``(id, count)`` pairs."""
-        pairs = list(counts)
-        if not pairs:
+        """Drop ``count`` references of each ``(id, count)``; free chunks left with none (unless pinned)."""
+        db = self._db
+        zero: list[tuple[int, bool]] = []
+        for cid, n in counts:
+            row = db.one("UPDATE chunks SET refs = refs - ? WHERE id = ? RETURNING refs, data IS NULL", (n, cid))
+            if row is not None and row[0] <= 0:
+                zero.append((cid, bool(row[1])))
+        if not zero:
             return
-        self._db.executemany("UPDATE chunks SET refs = refs - ? WHERE id = ?", [(n, c) for c, n in pairs])
-        self._free(c for c, _ in pairs)
-
-    def _free(self, ids: Iterable[int]) -> None:
-        free: list[tuple[int]] = []
-        for cid in ids:
+        may_delete: bool | None = None
+        for cid, external in zero:
             if self._pins[cid] > 0:
                 self._deferred.add(cid)
-            else:
-                free.append((cid,))
-        if free and self._may_delete():
-            self._delete_unreferenced(free)
+                continue
+            if may_delete is None:
+                may_delete = self._may_delete()
+            if may_delete:
+                db.execute("DELETE FROM chunks WHERE id = ?", (cid,))
+                if external:
+                    db.execute("DELETE FROM chunk_data WHERE id = ?", (cid,))
 
     def pin(self, ids: Iterable[int]) -> None:
         for cid in ids:

@@ -105,11 +105,16 @@ def grep_file(path: str, chunks: Iterator[bytes], matcher: LineMatcher, context:
 
 
 def _scan(path: str, blocks: Iterable[bytes], matcher: LineMatcher) -> Iterator[GrepMatch]:
-    base = 1  # line number of the first line of the current block
+    base = 1  # line number of the first line of the first block in ``behind``
+    # Blocks already scanned whose lines are not counted yet: most blocks have no match, and
+    # counting their newlines is only needed when a later block of the same file does.
+    behind: list[bytes] = []
     needle = matcher.literal
     for block in blocks:
         if needle is not None:
             pos = block.find(needle)
+            if pos >= 0:
+                base = _fold(base, behind)
             counted, line_no = 0, base
             while pos >= 0:
                 start = block.rfind(b"\n", 0, pos) + 1
@@ -125,9 +130,20 @@ def _scan(path: str, blocks: Iterable[bytes], matcher: LineMatcher) -> Iterator[
             lines: list[str] | None = None
             for idx in matcher.block(text):
                 if lines is None:
+                    base = _fold(base, behind)
                     lines = text.split("\n")
                 yield GrepMatch(path=path, line=base + idx, text=lines[idx])
+        behind.append(block)
+        if len(behind) > 2:
+            base = _fold(base, behind)
+
+
+def _fold(base: int, behind: list[bytes]) -> int:
+    """Advance ``base`` past the lines of the blocks in ``behind`` (and forget them)."""
+    for block in behind:
         base += block.count(b"\n") + 1
+    behind.clear()
+    return base
 
 
 def _scan_context(

@@ -202,3 +202,18 @@ async def test_unicode_literal_and_ignore_case(fs: FileSystem) -> None:
     await fs.write_file("/f", "Ärger\närger\n日本語テキスト\n")
     assert [h.line for h in await fs.grep("ärger", "/f", ignore_case=True)] == [1, 2]
     assert [h.line for h in await fs.grep("本語", "/f")] == [3]
+
+
+@pytest.mark.parametrize("regex", [False, True])
+@pytest.mark.parametrize("context", [0, 2])
+async def test_line_numbers_across_many_chunks_match_a_naive_scan(fs: FileSystem, regex: bool, context: int) -> None:
+    lines = []
+    for i in range(120_000):
+        lines.append(f"line {i} hit" if i % 9973 == 0 or i == 119_999 else f"line {i} filler text")
+    data = "\n".join(lines)
+    assert len(data) > 4 * CHUNK_SIZE
+    await fs.write_file("/many", data)
+    expected = [i + 1 for i, line in enumerate(lines) if "hit" in line]
+    hits = await fs.grep("h.t" if regex else "hit", "/many", regex=regex, context=context)
+    assert [h.line for h in hits] == expected
+    assert all(h.text == lines[h.line - 1] for h in hits)
