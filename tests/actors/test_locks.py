@@ -1,0 +1,106 @@
+"""Clients share the owner's lock table: leases per client, renewed, released, expiring with the client."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+import ray
+
+import computer
+from computer.config import Settings
+
+
+@ray.remote(num_cpus=0)
+def _increment(name: str, times: int) -> int:
+    async def go() -> int:
+        async with computer.get_workspace(name) as ws:
+            for _ in range(times):
+                async with ws.locks.hold(["/counter"]):
+                    value = int(await ws.fs.read_text("/counter"))
+                    await ws.fs.write_file("/counter", str(value + 1))
+        return times
+
+    return asyncio.run(go())
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _die_holding_a_lock(name: str) -> None:
+    async def go() -> None:
+        ws = await computer.get_workspace(name)
+        await ws.locks.hold(["/f"]).__aenter__()
+        os._exit(1)  # the client dies without releasing
+
+    asyncio.run(go())
+
+
+async def test_three_workers_incrementing_under_locks_lose_no_update(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/counter", "0")
+        assert await asyncio.gather(*[_increment.remote(name, 15) for _ in range(3)]) == [15, 15, 15]
+        assert await ws.fs.read_text("/counter") == "45"
+
+
+async def test_equivalent_paths_conflict_across_clients(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+        async with a.locks.hold(["/a/../f"]):
+            waiter = asyncio.ensure_future(b.locks.hold(["/f"]).__aenter__())
+            done, _ = await asyncio.wait({waiter}, timeout=0.3)
+            assert not done  # blocked by a's lease on the same canonical path
+        await asyncio.wait_for(waiter, 10)
+        held = await b.handle.stats.remote()
+        assert held["inflight"] == 0
+
+
+async def test_subtree_hold_waits_for_a_descendant_while_unrelated_paths_proceed(
+    cluster: Settings, name: str
+) -> None:
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+        async with a.locks.hold(["/dir/inner/file"]):
+            subtree = asyncio.ensure_future(b.locks.hold(["/dir"], subtree=True).__aenter__())
+            async with b.locks.hold(["/other"]):
+                pass  # unrelated path: not blocked
+            done, _ = await asyncio.wait({subtree}, timeout=0.3)
+            assert not done
+        await asyncio.wait_for(subtree, 10)
+        await b.close()
+
+
+async def test_lease_of_a_dead_client_expires(ray_session: object, name: str, tmp_path: object) -> None:
+    computer.init(data_dir=f"{tmp_path}/data", lock_lease=2.0)
+    try:
+        async with computer.get_workspace(name) as ws:
+            with pytest.raises(ray.exceptions.RayError):
+                await _die_holding_a_lock.remote(name)
+            blocked = asyncio.ensure_future(ws.locks.hold(["/f"]).__aenter__())
+            done, _ = await asyncio.wait({blocked}, timeout=0.3)
+            assert not done  # the dead client's lease is still live
+            await asyncio.wait_for(blocked, 15)  # ... until it expires (2 s without renewal)
+            stats = await ws.handle.stats.remote()
+            assert stats["inflight"] == 0
+    finally:
+        computer.init(data_dir=f"{tmp_path}/data")
+
+
+async def test_closing_a_client_releases_its_leases(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+        await a.locks.hold(["/f"]).__aenter__()  # never exited: only close() can release it
+        await a.close()
+        await asyncio.wait_for(b.locks.hold(["/f"]).__aenter__(), 10)
+        await b.close()
+
+
+async def test_cancelled_lock_wait_holds_nothing(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+        async with a.locks.hold(["/f"]):
+            waiter = asyncio.ensure_future(b.locks.hold(["/f"]).__aenter__())
+            done, _ = await asyncio.wait({waiter}, timeout=0.2)
+            assert not done
+            waiter.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await waiter
+        # If the cancelled wait had been granted on the owner, this would block for a whole lease.
+        async with computer.get_workspace(name) as c:
+            await asyncio.wait_for(c.locks.hold(["/f"]).__aenter__(), 5)
+            await c.close()
