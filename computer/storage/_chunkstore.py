@@ -2,7 +2,8 @@
 
 A chunk whose count drops to zero is deleted at once unless a reader pinned it (an open stream, a
 streamed write staging its chunks); then it is remembered and deleted by the next :meth:`sweep` after
-the last pin goes. Leftover zero-count rows from a crash are removed when the store is opened.
+the last pin goes. Small (inline) chunks are freed in batches; large ones at once. Leftover zero-count
+rows from a crash or a batch not yet freed are removed when the store is opened.
 """
 
 from __future__ import annotations
@@ -14,7 +15,10 @@ from ._chunks import chunk_hash, decode_chunk, encode_chunk
 from ._db import Database
 from ._schema import INLINE_MAX
 
-__all__ = ["ChunkStore"]
+__all__ = ["LAZY_BATCH", "ChunkStore"]
+
+# Small unreferenced chunks are deleted in batches of this many (or when stats/close ask).
+LAZY_BATCH = 256
 
 
 class ChunkStore:
@@ -27,6 +31,7 @@ class ChunkStore:
         self._may_delete = may_delete
         self._pins: Counter[int] = Counter()
         self._deferred: set[int] = set()
+        self._lazy: set[int] = set()
         self.reads = 0
 
     def put(self, data: bytes, refs: int = 1) -> int:
@@ -73,7 +78,9 @@ class ChunkStore:
         db = self._db
         zero: list[tuple[int, bool]] = []
         for cid, n in counts:
-            row = db.one("UPDATE chunks SET refs = refs - ? WHERE id = ? RETURNING refs, data IS NULL", (n, cid))
+            row = db.one(
+                "UPDATE chunks SET refs = refs - ? WHERE id = ? RETURNING refs, data IS NULL", (n, cid)
+            )
             if row is not None and row[0] <= 0:
                 zero.append((cid, bool(row[1])))
         if not zero:
@@ -82,13 +89,29 @@ class ChunkStore:
         for cid, external in zero:
             if self._pins[cid] > 0:
                 self._deferred.add(cid)
-                continue
-            if may_delete is None:
-                may_delete = self._may_delete()
-            if may_delete:
-                db.execute("DELETE FROM chunks WHERE id = ?", (cid,))
-                if external:
+            elif not external:
+                # A small inline row costs little to keep for a while: free them in batches.
+                self._lazy.add(cid)
+            else:
+                if may_delete is None:
+                    may_delete = self._may_delete()
+                if may_delete:
                     db.execute("DELETE FROM chunk_data WHERE id = ?", (cid,))
+                    db.execute("DELETE FROM chunks WHERE id = ?", (cid,))
+        if len(self._lazy) >= LAZY_BATCH:
+            self.flush()
+
+    def flush(self) -> None:
+        """Free the small unreferenced chunks kept for batching (inside the caller's transaction)."""
+        ready = [(cid,) for cid in self._lazy if self._pins.get(cid, 0) <= 0]
+        self._lazy.clear()
+        if ready and self._may_delete():
+            self._db.executemany("DELETE FROM chunks WHERE id = ? AND refs <= 0", ready)
+
+    @property
+    def pending(self) -> int:
+        """How many freed small chunks wait for a batch delete."""
+        return len(self._lazy)
 
     def pin(self, ids: Iterable[int]) -> None:
         for cid in ids:

@@ -13,6 +13,7 @@ process kill; an OS crash or power loss may lose the last commits but never corr
 from __future__ import annotations
 
 import errno
+import sqlite3
 import time
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
@@ -91,7 +92,9 @@ class FileSystem:
             if fence is not None:
                 db.execute("UPDATE state SET epoch = max(epoch, ?) WHERE id = 1", (fence,))
             self.chunks.collect_orphans()
-        self._rev = int(db.one("SELECT rev FROM state WHERE id = 1")[0])
+        self._rev = int(
+            db.one("SELECT max(rev, coalesce((SELECT max(rev) FROM changes), 0)) FROM state WHERE id = 1")[0]
+        )
         total = db.one("SELECT coalesce(sum(size), 0) FROM inodes WHERE kind = ?", (FILE,))[0]
         self._logical = int(total)
 
@@ -108,10 +111,20 @@ class FileSystem:
         return cls(Database(path), max_bytes=max_bytes, fence=fence)
 
     def close(self) -> None:
-        """Close the SQLite connection. Idempotent."""
+        """Free batched garbage and close the SQLite connection. Idempotent."""
         if not self._closed:
-            self._closed = True
-            self._db.close()
+            try:
+                self._flush_garbage()
+            except sqlite3.Error:
+                pass  # the next open collects it
+            finally:
+                self._closed = True
+                self._db.close()
+
+    def _flush_garbage(self) -> None:
+        if self.chunks.pending and not self._db.in_transaction:
+            with self._db.transaction():
+                self.chunks.flush()
 
     @property
     def rev(self) -> int:
@@ -132,21 +145,21 @@ class FileSystem:
         return int(row[0]) == self._fence
 
     def _bump(self, path: str) -> int:
-        """First statement of every mutating transaction: check the fence, bump and return the rev."""
-        if self._fence is None:
-            row = self._db.one("UPDATE state SET rev = rev + 1 WHERE id = 1 RETURNING rev")
-        else:
-            row = self._db.one(
-                "UPDATE state SET rev = rev + 1 WHERE id = 1 AND epoch = ? RETURNING rev", (self._fence,)
+        """First statement of every mutating transaction: check the fence, return the next revision.
+
+        The revision is the newest in the change log (or ``state.rev`` once the log was trimmed), so a
+        transaction writes no extra page for it; the epoch is read under the write lock.
+        """
+        epoch, rev = self._db.one(
+            "SELECT epoch, max(rev, coalesce((SELECT max(rev) FROM changes), 0)) FROM state WHERE id = 1"
+        )
+        if self._fence is not None and int(epoch) != self._fence:
+            raise fs_error(
+                errno.EROFS,
+                path,
+                f"workspace is owned by a newer owner (epoch {epoch}, ours {self._fence})",
             )
-            if row is None:
-                epoch = self._db.one("SELECT epoch FROM state WHERE id = 1")[0]
-                raise fs_error(
-                    errno.EROFS,
-                    path,
-                    f"workspace is owned by a newer owner (epoch {epoch}, ours {self._fence})",
-                )
-        return int(row[0])
+        return int(rev) + 1
 
     def _mutation(self, path: str) -> _Mutation:
         return _Mutation(self, path)
@@ -166,8 +179,11 @@ class FileSystem:
         if row is None:
             return
         cut = int(row[0])  # entries of revisions up to and including ``cut`` go
+        top = self._db.one("SELECT max(rev) FROM changes")[0]
         self._db.execute("DELETE FROM changes WHERE rev <= ?", (cut,))
-        self._db.execute("UPDATE state SET log_floor = max(log_floor, ?) WHERE id = 1", (cut,))
+        self._db.execute(
+            "UPDATE state SET log_floor = max(log_floor, ?), rev = max(rev, ?) WHERE id = 1", (cut, top)
+        )
 
     def _canon(self, path: str) -> str:
         p = canonical(path)
@@ -376,14 +392,15 @@ class FileSystem:
             self.chunks.decref_counts((int(c), int(n)) for c, n in counts)
             self._pending_logical -= int(freed)
         else:
+            size = db.one("DELETE FROM inodes WHERE id = ? RETURNING size", (ino,))[0]
             if kind == FILE:
-                size = db.one("SELECT size FROM inodes WHERE id = ?", (ino,))[0]
-                ids = self._file_chunk_ids(ino)
+                ids = [
+                    r[0]
+                    for r in db.execute("DELETE FROM file_chunks WHERE inode = ? RETURNING chunk", (ino,))
+                ]
                 if ids:
-                    db.execute("DELETE FROM file_chunks WHERE inode = ?", (ino,))
                     self.chunks.decref(ids)
                 self._pending_logical -= int(size)
-            db.execute("DELETE FROM inodes WHERE id = ?", (ino,))
         self._forget(path, kind)
 
     # ------------------------------------------------------------------ reads
@@ -999,6 +1016,7 @@ class FileSystem:
     def stats(self) -> dict[str, int]:
         """Counters: files, dirs, symlinks, chunks, stored_bytes, chunk_bytes, logical_bytes, queries, chunk_reads."""
         db = self._db
+        self._flush_garbage()
         counts = dict.fromkeys((FILE, DIR, SYMLINK), 0)
         for kind, n in db.execute("SELECT kind, count(*) FROM inodes GROUP BY kind"):
             counts[int(kind)] = int(n)
@@ -1068,6 +1086,9 @@ class _Mutation:
             self._rollback()
             return
         try:
+            if self._logged == 0:
+                # Nothing logged (e.g. a batch of removals of missing paths): persist the bump.
+                fs._db.execute("UPDATE state SET rev = max(rev, ?) WHERE id = 1", (self._rev,))
             if fs.chunks.has_sweepable():
                 fs.chunks.sweep()
             fs._db.execute("COMMIT")

@@ -206,7 +206,9 @@ async def test_unicode_literal_and_ignore_case(fs: FileSystem) -> None:
 
 @pytest.mark.parametrize("regex", [False, True])
 @pytest.mark.parametrize("context", [0, 2])
-async def test_line_numbers_across_many_chunks_match_a_naive_scan(fs: FileSystem, regex: bool, context: int) -> None:
+async def test_line_numbers_across_many_chunks_match_a_naive_scan(
+    fs: FileSystem, regex: bool, context: int
+) -> None:
     lines = []
     for i in range(120_000):
         lines.append(f"line {i} hit" if i % 9973 == 0 or i == 119_999 else f"line {i} filler text")
