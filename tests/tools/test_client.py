@@ -1,4 +1,4 @@
-"""Locks across processes (CASE 32): an edit through one client blocks a write from another process.
+"""Tools over a client: CASE 24 end to end, and locks across processes (CASE 32).
 
 The driver's edit pauses between its read and its write while holding the lock in the owner actor;
 a Ray task (another process, another client, another tool set) then writes the same file. The write
@@ -19,6 +19,8 @@ import pytest
 
 import computer
 from computer.tools import WorkspaceFileStore, create_edit_tool, create_tools
+
+from .test_scenario import run_case_24
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -88,3 +90,9 @@ async def test_write_in_another_process_waits_for_an_edit_through_a_client(
         written = await asyncio.to_thread(ray.get, remote, timeout=60)
         assert written == {"path": "/f.txt", "bytesWritten": 8}
         assert await ws.fs.read_file("/f.txt") == b"written\n"
+
+
+async def test_case_24_through_a_client(name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run_case_24(create_tools(ws))
