@@ -1,0 +1,99 @@
+"""Idle owners hibernate (the actor exits, the file stays) and wake on the next call."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+
+import computer
+from computer.actors import NAMESPACE, actor_name, open_directory
+from computer.config import Settings
+
+
+@pytest.fixture
+def sleepy(ray_session: Any, tmp_path: Path) -> Iterator[Settings]:
+    """Owners created during the test hibernate after one idle second."""
+    conf = computer.init(data_dir=tmp_path / "data", hibernate_after=1.0)
+    yield conf
+    computer.init(data_dir=tmp_path / "data")
+
+
+def _state(conf: Settings, name: str) -> tuple[str, int] | None:
+    directory = open_directory(conf)
+    try:
+        record = directory.get(name)
+    finally:
+        directory.close()
+    return None if record is None else (record.state, record.epoch)
+
+
+def _owner_alive(name: str) -> bool:
+    try:
+        ray.get_actor(actor_name(name), namespace=NAMESPACE)
+    except ValueError:
+        return False
+    return True
+
+
+async def _until_hibernating(conf: Settings, name: str) -> None:
+    for _ in range(300):
+        state = _state(conf, name)
+        if state is not None and state[0] == "hibernating" and not _owner_alive(name):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{name} did not hibernate: {_state(conf, name)}")
+
+
+async def test_idle_owner_hibernates_and_wakes_with_its_data(sleepy: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/kept", b"across hibernation")
+        first = ws.handle
+        await _until_hibernating(sleepy, name)
+        # The old client recovers transparently: a read, and a write (the owner left cleanly).
+        assert await ws.fs.read_file("/kept") == b"across hibernation"
+        await ws.fs.write_file("/after", b"woken")
+        assert ws.handle._actor_id != first._actor_id
+        assert _state(sleepy, name) == ("active", 2)
+    async with computer.get_workspace(name) as again:
+        assert await again.fs.read_file("/after") == b"woken"
+
+
+async def test_a_held_lock_keeps_the_owner_awake(sleepy: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        async with ws.locks.hold(["/f"]):
+            handle = ws.handle
+            # Three hibernation periods pass while the lease is held (and renewed).
+            for _ in range(30):
+                await asyncio.sleep(0.1)
+                assert _owner_alive(name)
+            stats = await handle.stats.remote()
+            assert not stats["closing"]
+        await _until_hibernating(sleepy, name)
+
+
+async def test_an_open_stream_keeps_the_owner_awake(sleepy: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/big", b"x" * (8 * 1024 * 1024))
+        stream = ws.fs.stream("/big")
+        await anext(stream)
+        for _ in range(25):
+            await asyncio.sleep(0.1)
+        assert _state(sleepy, name) == ("active", 1)
+        rest = [piece async for piece in stream]
+        assert sum(map(len, rest)) == 8 * 1024 * 1024 - 512 * 1024
+
+
+async def test_workspace_actor_wakes_a_hibernating_workspace(sleepy: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/f", b"1")
+    await _until_hibernating(sleepy, name)
+    handle = computer.workspace_actor(name)
+    stats = await handle.stats.remote()
+    assert stats["epoch"] == 2
+    async with computer.get_workspace(handle) as ws:
+        assert await ws.fs.read_file("/f") == b"1"
