@@ -130,3 +130,26 @@ def text_of(parts: list[dict[str, Any]]) -> str:
 
 def json_of(parts: list[dict[str, Any]]) -> Any:
     return json.loads(text_of(parts))
+
+
+@pytest.fixture
+def cluster(ray_session: Any, tmp_path: Any) -> Any:
+    """``computer.init`` over the shared Ray session with a fresh data directory."""
+    import computer
+
+    return computer.init(data_dir=tmp_path / "data")
+
+
+@pytest.fixture
+def workspace_name(ray_session: Any) -> Any:
+    """A fresh workspace name; its owner actor is stopped after the test."""
+    import uuid
+
+    from computer.actors import NAMESPACE, actor_name
+
+    name = f"adapters-{uuid.uuid4().hex[:12]}"
+    yield name
+    try:
+        ray_session.kill(ray_session.get_actor(actor_name(name), namespace=NAMESPACE))
+    except ValueError:
+        pass  # never created

@@ -39,6 +39,7 @@ SCENARIO: list[tuple[str, dict[str, Any]]] = [
 VOLATILE = frozenset({"mtime", "id"})
 
 Observed = list[Any]  # per call: a list of ("text", parsed) / ("image", media_type, bytes)
+Steps = list[tuple[str, dict[str, Any]]]
 Runner = Callable[[Any], Awaitable[list[Observed]]]
 
 
@@ -65,10 +66,10 @@ async def workspace() -> AsyncIterator[Any]:
         yield ws
 
 
-async def run_core(ws: Any) -> list[Observed]:
+async def run_core(ws: Any, steps: Steps = SCENARIO) -> list[Observed]:
     tools = create_tools(ws)
     observed = []
-    for name, args in SCENARIO:
+    for name, args in steps:
         parts = tools[name].to_model_output(await tools[name].run(args))
         observed.append(
             [
@@ -81,12 +82,12 @@ async def run_core(ws: Any) -> list[Observed]:
     return observed
 
 
-async def run_openai(ws: Any) -> list[Observed]:
+async def run_openai(ws: Any, steps: Steps = SCENARIO) -> list[Observed]:
     from computer.tools.openai import create_openai_tools
 
     _, execute = create_openai_tools(ws)
     observed = []
-    for i, (name, args) in enumerate(SCENARIO):
+    for i, (name, args) in enumerate(steps):
         call = {
             "id": f"call_{i}",
             "type": "function",
@@ -104,7 +105,7 @@ async def run_openai(ws: Any) -> list[Observed]:
     return observed
 
 
-async def run_pydantic_ai(ws: Any) -> list[Observed]:
+async def run_pydantic_ai(ws: Any, steps: Steps = SCENARIO) -> list[Observed]:
     from pydantic_ai import Agent, BinaryContent
     from pydantic_ai.messages import (
         ModelMessage,
@@ -118,7 +119,7 @@ async def run_pydantic_ai(ws: Any) -> list[Observed]:
 
     from computer.tools.pydantic_ai import create_pydantic_ai_tools
 
-    pending = list(SCENARIO)
+    pending = list(steps)
 
     def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         if pending:
@@ -156,19 +157,19 @@ def _langchain_content(content: Any) -> Observed:
     ]
 
 
-async def run_langchain(ws: Any) -> list[Observed]:
+async def run_langchain(ws: Any, steps: Steps = SCENARIO) -> list[Observed]:
     from computer.tools.langchain import create_langchain_tools
 
     tools = create_langchain_tools(ws, format="object")
     assert isinstance(tools, dict)
     observed = []
-    for i, (name, args) in enumerate(SCENARIO):
+    for i, (name, args) in enumerate(steps):
         msg = await tools[name].ainvoke({"type": "tool_call", "id": f"c{i}", "name": name, "args": args})
         observed.append(_langchain_content(msg.content))
     return observed
 
 
-async def run_langgraph(ws: Any) -> list[Observed]:
+async def run_langgraph(ws: Any, steps: Steps = SCENARIO) -> list[Observed]:
     import warnings
 
     from langchain_core.messages import ToolMessage
@@ -178,7 +179,7 @@ async def run_langgraph(ws: Any) -> list[Observed]:
 
     from .lc_fakes import scripted, tool_calls_turn
 
-    turns = [tool_calls_turn((name, args), prefix=f"t{i}") for i, (name, args) in enumerate(SCENARIO)]
+    turns = [tool_calls_turn((name, args), prefix=f"t{i}") for i, (name, args) in enumerate(steps)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         agent = create_react_agent(scripted(*turns), create_langchain_tools(ws))
@@ -186,7 +187,7 @@ async def run_langgraph(ws: Any) -> list[Observed]:
     return [_langchain_content(m.content) for m in state["messages"] if isinstance(m, ToolMessage)]
 
 
-async def run_mcp(ws: Any) -> list[Observed]:
+async def run_mcp(ws: Any, steps: Steps = SCENARIO) -> list[Observed]:
     import mcp_types as types
     from mcp import Client
 
@@ -194,7 +195,7 @@ async def run_mcp(ws: Any) -> list[Observed]:
 
     observed = []
     async with Client(create_mcp_server(ws)) as client:
-        for name, args in SCENARIO:
+        for name, args in steps:
             result = await client.call_tool(name, args)
             parts: list[Any] = []
             for block in result.content:
