@@ -22,6 +22,7 @@ from ..workspace import Workspace
 from ._backends import owner_backends
 from ._init import cluster_settings
 from ._naming import check_name, workspace_file
+from ._pool_callbacks import PoolCallbacks
 from ._upload import Upload
 from ._wire import Reply, fail, moved, ok
 from .directory import Directory, open_directory
@@ -48,7 +49,7 @@ def _node_id() -> str:
     return "local"
 
 
-class WorkspaceHost:
+class WorkspaceHost(PoolCallbacks):
     """Owns workspace ``name``; subclass it in your own ``@ray.remote`` class to serve ``get_workspace``.
 
     ``self.workspace`` is the owner :class:`~computer.Workspace`. ``config`` defaults to the settings

@@ -1,0 +1,80 @@
+"""``PoolCallbacks``: the owner RPCs a pool worker calls while it runs one of the owner's executions.
+
+They are the owner-side half of :class:`~computer.actors._pool_context.OwnerExecContext`: each is one
+whole :class:`~computer.runtime.ExecContext` operation, answered by the workspace runtime's own
+(local) context next to the SQLite file. Like every owner RPC they answer with a
+:mod:`~computer.actors._wire` reply and never raise; sync payloads travel lz4-compressed msgpack.
+"""
+
+from __future__ import annotations
+
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from ..runtime._backend import SyncLimits, SyncPull
+from ..runtime._codec import decode_sync, encode_sync
+from ._wire import Reply, fail, ok
+
+if TYPE_CHECKING:
+    from ..runtime import ExecContext
+    from ..workspace import Workspace
+
+__all__ = ["PoolCallbacks"]
+
+
+class PoolCallbacks:
+    """Mixin of :class:`~computer.actors.WorkspaceHost`: ``fs_call``, ``sync_push``, ``sync_pull``, ``share``."""
+
+    if TYPE_CHECKING:
+        workspace: Workspace
+        _closing: bool
+
+        def _activity(self) -> AbstractContextManager[None]: ...
+
+        def _moved(self) -> Reply: ...
+
+    def _exec_context(self) -> ExecContext:
+        return self.workspace.runtime.context
+
+    async def pool_fs_call(self, op: str, args: dict[str, Any]) -> Reply:
+        """One fs operation of the python backend's ``workspace`` module; results as plain values."""
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            try:
+                return ok(await self._exec_context().fs_call(op, args))
+            except Exception as exc:
+                return fail(exc)
+
+    async def pool_sync_push(
+        self, mirror_rev: int | None, root: str, max_file_bytes: int, max_files: int
+    ) -> Reply:
+        """What a shell mirror at ``mirror_rev`` needs, encoded with :func:`encode_sync`."""
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            try:
+                limits = SyncLimits(max_file_bytes=max_file_bytes, max_files=max_files)
+                return ok(encode_sync(await self._exec_context().sync_push(mirror_rev, root, limits)))
+            except Exception as exc:
+                return fail(exc)
+
+    async def pool_sync_pull(self, pull: bytes, base_rev: int) -> Reply:
+        """Apply a run's changes (an encoded :class:`SyncPull`) in one transaction; a ``BatchResult``."""
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            try:
+                return ok(await self._exec_context().sync_pull(decode_sync(SyncPull, pull), base_rev))
+            except Exception as exc:
+                return fail(exc)
+
+    async def pool_share(self, path: str, expires_after: float) -> Reply:
+        """Publish a workspace file for a running program; its URL."""
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            try:
+                return ok(await self._exec_context().share(path, expires_after))
+            except Exception as exc:
+                return fail(exc)

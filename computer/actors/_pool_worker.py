@@ -1,0 +1,109 @@
+"""``PoolWorker``: one exec backend in a Ray actor, shared by every owner of the cluster.
+
+A worker holds one real backend (:class:`~computer.runtime.ShellBackend` or
+:class:`~computer.runtime.PythonBackend`, default options) and runs many requests concurrently. Each
+run is a Ray streaming generator: first a :class:`RunStarted` marker (so the dispatcher knows the run
+reached a live worker), then the backend's output chunks and its exit event. The workspace is reached
+only through :class:`~computer.actors._pool_context.OwnerExecContext`, i.e. calls back to the owner.
+Cancelling the generator ends the backend's iterator, which kills the program's process tree.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..runtime import Backend, ExecEvent, ExecRequest, ExitEvent, PythonBackend, ShellBackend
+from ..runtime.types import BackendInfo
+from ._pool_context import OwnerExecContext
+from ._pool_mirrors import BoundedMirrorPool
+
+__all__ = ["BACKENDS", "MIRROR_WORKSPACES", "PoolWorker", "RunStarted"]
+
+log = logging.getLogger(__name__)
+
+# The backends a pool can run, built with their default options.
+BACKENDS: dict[str, Callable[[], Backend]] = {"shell": ShellBackend, "python": PythonBackend}
+
+# A shell worker keeps warm mirrors of this many workspaces (least recently used ones are dropped).
+MIRROR_WORKSPACES = 32
+
+
+@dataclass(frozen=True, slots=True)
+class RunStarted:
+    """First item of every run: which worker took it, on which node, with how many runs in flight."""
+
+    worker: str
+    node_id: str
+    pid: int
+    load: int
+
+
+class PoolWorker:
+    """Runs requests of any workspace on one backend; named ``computer:pool:<backend>:<i>``."""
+
+    def __init__(self, backend: str, name: str) -> None:
+        import ray
+
+        try:
+            factory = BACKENDS[backend]
+        except KeyError:
+            raise ValueError(f"no built-in backend {backend!r}; known: {', '.join(BACKENDS)}") from None
+        self.backend = factory()
+        if isinstance(self.backend, ShellBackend):
+            # The stock pool keeps mirrors of every workspace it ever saw; a shared worker must not.
+            plain = self.backend._mirrors
+            self.backend._mirrors = BoundedMirrorPool(
+                plain.base, plain.root, max_workspaces=MIRROR_WORKSPACES, idle=plain.idle
+            )
+        self.name = name
+        self.node_id = str(ray.get_runtime_context().get_node_id())
+        self.started_at = time.time()
+        self._running: dict[str, str] = {}  # run key -> workspace id
+        self._runs = 0
+        self._failures = 0
+
+    async def info(self) -> BackendInfo:
+        """What the backend says about itself (the owner shows it as its own)."""
+        return self.backend.info
+
+    async def stats(self) -> dict[str, Any]:
+        """Counters for tests, benchmarks and the status command."""
+        mirrors = self.backend._mirrors if isinstance(self.backend, ShellBackend) else None
+        return {
+            "name": self.name,
+            "node_id": self.node_id,
+            "pid": os.getpid(),
+            "runs": self._runs,
+            "failures": self._failures,
+            "running": sorted(self._running),
+            "mirrors": mirrors.workspaces() if isinstance(mirrors, BoundedMirrorPool) else [],
+        }
+
+    async def run(
+        self, request: ExecRequest, owner: Any, workspace_id: str
+    ) -> AsyncIterator[RunStarted | ExecEvent]:
+        """Stream one run: :class:`RunStarted`, then output chunks, then exactly one ``ExitEvent``."""
+        key = f"{workspace_id}/{request.id}"
+        self._running[key] = workspace_id
+        self._runs += 1
+        try:
+            yield RunStarted(self.name, self.node_id, os.getpid(), len(self._running))
+            events = self.backend.run(request, OwnerExecContext(owner, workspace_id))
+            try:
+                async for event in events:
+                    yield event
+            except Exception as exc:  # the run failed outside the program: report it, keep serving
+                self._failures += 1
+                log.warning("%s: run %s failed: %s", self.name, key, exc, exc_info=True)
+                yield ExitEvent(None, error=f"{self.name}: {type(exc).__name__}: {exc}")
+            finally:
+                aclose = getattr(events, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+        finally:
+            self._running.pop(key, None)

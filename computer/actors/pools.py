@@ -1,0 +1,193 @@
+"""Exec backend pools: each backend runs as a horizontally scaled pool of Ray actors (SPEC sections 6, 9).
+
+:class:`PoolBackend` is a :class:`~computer.runtime.Backend` living in the owner actor: its ``run``
+dispatches the request to one worker of the pool (least loaded; the worker that holds this
+workspace's warm mirror wins ties), streams the worker's events back as they come, and cancels the
+worker's generator when its consumer stops (the worker then kills the process tree). A worker that
+dies mid-run gives an ``ExitEvent`` with ``exit_code=None`` and ``"exec worker died: …"``; its run
+never reached the pull, so the workspace is unchanged, and the worker is replaced.
+
+:func:`owner_backends` is the hook :mod:`computer.actors._backends` calls when an owner opens its
+workspace: ``shell`` then ``python`` (the first is the default backend), sized by the owner's settings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import zlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..config import Settings
+from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent
+from ..runtime.types import BackendInfo
+from ._pool_registry import get_worker, worker_name
+from ._pool_worker import RunStarted
+
+__all__ = ["PoolBackend", "owner_backends"]
+
+log = logging.getLogger(__name__)
+
+# Events a worker may produce ahead of the owner consuming them (each at most 256 KiB of output).
+STREAM_AHEAD = 16
+# A run that did not reach a live worker (it was dead or being replaced) is re-dispatched this often.
+DISPATCH_RETRIES = 3
+INFO_TIMEOUT = 120.0  # seconds for a new pool's first worker to start and describe itself
+
+_infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
+
+
+@dataclass
+class _Slot:
+    """This owner's view of one worker: its handle (``None`` until used) and the runs sent to it."""
+
+    index: int
+    handle: Any = None
+    inflight: int = 0
+    dead_id: Any = None  # actor id of the last handle seen dead, so a lookup does not return it again
+
+
+class PoolBackend:
+    """The backend ``backend`` (``"shell"``, ``"python"``) served by ``size`` pool workers."""
+
+    def __init__(self, backend: str, size: int, *, owner: Any = None) -> None:
+        if size < 1:
+            raise ValueError("a pool needs at least one worker")
+        self.backend = backend
+        self._slots = [_Slot(i) for i in range(size)]
+        self._warm: list[int] = []  # workers that ran this owner's workspace, most recent first
+        self._owner = owner
+        self.info: BackendInfo = self._describe()
+
+    @property
+    def size(self) -> int:
+        return len(self._slots)
+
+    def _describe(self) -> BackendInfo:
+        info = _infos.get(self.backend)
+        if info is None:
+            import ray
+
+            slot = self._slots[0]
+            slot.handle = get_worker(self.backend, 0)
+            # Blocking once per process: Runtime needs ``info`` when the owner opens its workspace.
+            info = ray.get(slot.handle.info.remote(), timeout=INFO_TIMEOUT)
+            assert isinstance(info, BackendInfo)
+            _infos[self.backend] = info
+        return info
+
+    def _owner_handle(self) -> Any:
+        if self._owner is None:
+            import ray
+
+            self._owner = ray.get_runtime_context().current_actor
+        return self._owner
+
+    def loads(self) -> list[int]:
+        """Runs in flight per worker, as this owner sees them."""
+        return [slot.inflight for slot in self._slots]
+
+    def _pick(self, workspace_id: str) -> _Slot:
+        """The least-loaded worker; ties go to warm workers, then to the workspace's home worker."""
+        n = len(self._slots)
+        home = zlib.crc32(workspace_id.encode()) % n
+        order = [i for i in self._warm if i < n] + [(home + k) % n for k in range(n)]
+        return min((self._slots[i] for i in dict.fromkeys(order)), key=lambda s: s.inflight)
+
+    async def _handle(self, slot: _Slot) -> Any:
+        if slot.handle is None:
+            slot.handle = await asyncio.to_thread(get_worker, self.backend, slot.index, not_id=slot.dead_id)
+        return slot.handle
+
+    def _bury(self, slot: _Slot, handle: Any) -> None:
+        """Forget a dead worker; the next dispatch to this slot gets (or creates) its replacement."""
+        if slot.handle is handle:
+            slot.handle = None
+            slot.dead_id = handle._actor_id
+        if slot.index in self._warm:
+            self._warm.remove(slot.index)
+
+    async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
+        """Run ``request`` on a pool worker and yield its events as they arrive."""
+        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
+
+        workspace_id = ctx.workspace_id
+        try:
+            owner = self._owner_handle()
+        except Exception as exc:
+            yield ExitEvent(None, error=f"pool backend {self.backend!r} needs an owner actor: {exc}")
+            return
+        attempt = 0
+        while True:
+            slot = self._pick(workspace_id)
+            slot.inflight += 1
+            handle = None
+            gen = None
+            started = finished = False
+            try:
+                handle = await self._handle(slot)
+                gen = handle.run.options(_generator_backpressure_num_objects=STREAM_AHEAD).remote(
+                    request, owner, workspace_id
+                )
+                async for ref in gen:
+                    event = await ref
+                    if isinstance(event, RunStarted):
+                        started = True
+                        continue
+                    if isinstance(event, ExitEvent):
+                        finished = True
+                    yield event
+                    if finished:
+                        break  # the run is over; do not wait for the generator's own end
+            except (RayActorError, WorkerCrashedError) as exc:
+                if handle is not None:
+                    self._bury(slot, handle)
+                if not started and attempt < DISPATCH_RETRIES:
+                    attempt += 1  # it never reached a live worker: nothing ran, send it again
+                    continue
+                name = worker_name(self.backend, slot.index)
+                finished = True
+                yield ExitEvent(None, error=f"exec worker died: {name} ({_first_line(exc)})")
+                return
+            except RayTaskError as exc:
+                finished = True
+                yield ExitEvent(None, error=f"exec worker failed: {_first_line(exc)}")
+                return
+            finally:
+                slot.inflight -= 1
+                if gen is not None and not finished:
+                    # The consumer stopped (closed or cancelled): the worker must kill the program.
+                    with contextlib.suppress(Exception):
+                        import ray
+
+                        ray.cancel(gen)
+            if finished:
+                self._warm = [slot.index] + [i for i in self._warm if i != slot.index]
+                return
+            yield ExitEvent(None, error=f"exec worker {worker_name(self.backend, slot.index)} sent no exit")
+            return
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def owner_backends(config: Settings, name: str) -> Sequence[Backend]:
+    """The pool backends of the owner of workspace ``name``: shell first (the default), then python.
+
+    A pool whose size is 0 is left out; a pool that cannot start is logged and left out, so the
+    workspace stays usable without it.
+    """
+    backends: list[Backend] = []
+    for backend, size in (("shell", config.shell_pool_size), ("python", config.python_pool_size)):
+        if size <= 0:
+            continue
+        try:
+            backends.append(PoolBackend(backend, size))
+        except Exception:
+            log.exception("workspace %s: the %s pool is unavailable", name, backend)
+    return backends
