@@ -46,20 +46,31 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     if schema.get("type") != "object":
         raise StrictSchemaError("", "the root must be an object schema")
     defs = schema.get("$defs", {})
-    out = _strict(copy.deepcopy({k: v for k, v in schema.items() if k != "$defs"}), "")
+    out = _strict(copy.deepcopy({k: v for k, v in schema.items() if k != "$defs"}), "", defs)
     if defs:
-        out["$defs"] = {name: _strict(copy.deepcopy(sub), f"/$defs/{name}") for name, sub in defs.items()}
+        out["$defs"] = {
+            name: _strict(copy.deepcopy(sub), f"/$defs/{name}", defs) for name, sub in defs.items()
+        }
     return out
 
 
-def _strict(node: dict[str, Any], where: str) -> dict[str, Any]:
+def _strict(node: dict[str, Any], where: str, defs: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(node, dict):
         raise StrictSchemaError(where, "not a schema object")
     if "$ref" in node:
-        return {k: v for k, v in node.items() if k in ("$ref", "description")}
+        siblings = {k: v for k, v in node.items() if k not in ("$ref", "title", "default")}
+        if not siblings:
+            return {"$ref": node["$ref"]}
+        # Strict mode does not take keywords beside $ref: inline the definition with them.
+        target = defs.get(str(node["$ref"]).rsplit("/", 1)[-1])
+        if target is None:
+            raise StrictSchemaError(where, f"unresolvable $ref {node['$ref']}")
+        return _strict({**copy.deepcopy(target), **siblings}, where, defs)
     if "anyOf" in node or "oneOf" in node:
         branches: list[Any] = node.get("anyOf", node.get("oneOf")) or []
-        out: dict[str, Any] = {"anyOf": [_strict(b, f"{where}/anyOf/{i}") for i, b in enumerate(branches)]}
+        out: dict[str, Any] = {
+            "anyOf": [_strict(b, f"{where}/anyOf/{i}", defs) for i, b in enumerate(branches)]
+        }
         if "description" in node:
             out["description"] = node["description"]
         return out
@@ -93,14 +104,14 @@ def _strict(node: dict[str, Any], where: str) -> dict[str, Any]:
         required = set(node.get("required", ()))
         out["properties"] = {}
         for name, sub in props.items():
-            converted = _strict(sub, f"{where}/properties/{name}")
+            converted = _strict(sub, f"{where}/properties/{name}", defs)
             out["properties"][name] = converted if name in required else _nullable(converted)
         out["required"] = list(props)
         out["additionalProperties"] = False
     if "array" in type_list:
         if "items" not in node:
             raise StrictSchemaError(where, "an array without an items schema cannot be strict")
-        out["items"] = _strict(node["items"], f"{where}/items")
+        out["items"] = _strict(node["items"], f"{where}/items", defs)
     return out
 
 

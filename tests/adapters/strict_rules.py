@@ -40,6 +40,8 @@ def _check(node: Any, where: str, defs: dict[str, Any], problems: list[str]) -> 
     if "$ref" in node:
         if not str(node["$ref"]).startswith("#/$defs/") or node["$ref"].split("/")[-1] not in defs:
             problems.append(f"{where}: $ref must point into $defs")
+        if set(node) != {"$ref"}:
+            problems.append(f"{where}: keywords beside $ref: {sorted(set(node) - {'$ref'})}")
         return
     if "anyOf" in node:
         for i, branch in enumerate(node["anyOf"]):

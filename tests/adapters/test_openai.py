@@ -239,3 +239,16 @@ async def test_real_tools_accept_what_a_strict_model_sends() -> None:
             call("exec", {"backend": "python", "command": "def main(x):\n    return x", "input": None})
         )
         assert json_of(value["content"])["value"] is None
+
+
+def test_a_ref_with_a_description_is_inlined_for_strict_mode() -> None:
+    schema = {
+        "type": "object",
+        "$defs": {"Item": {"type": "object", "properties": {"a": {"type": "string"}}, "required": ["a"]}},
+        "properties": {"item": {"$ref": "#/$defs/Item", "description": "One item."}},
+        "required": ["item"],
+    }
+    strict = strict_schema(schema)
+    assert strict_violations(strict) == []
+    assert strict["properties"]["item"]["description"] == "One item."
+    assert strict["properties"]["item"]["properties"] == {"a": {"type": "string"}}
