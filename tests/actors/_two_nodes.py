@@ -1,0 +1,73 @@
+"""Run by test_placement.py in a subprocess: a two-node Ray cluster of its own.
+
+Each owner must come up on the node the directory says holds its file, also after hibernating.
+Prints ``OK`` on success; any failure exits non-zero with a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+
+os.environ["RAY_AUTH_MODE"] = "disabled"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ.pop("RAY_ADDRESS", None)
+
+import ray
+from ray.cluster_utils import Cluster
+
+import computer
+from computer.actors import NAMESPACE, actor_name, open_directory
+
+
+def owner_gone(name: str) -> bool:
+    try:
+        ray.get_actor(actor_name(name), namespace=NAMESPACE)
+    except ValueError:
+        return True
+    return False
+
+
+async def main(data_dir: str) -> None:
+    conf = computer.init(data_dir=data_dir, hibernate_after=1.0)
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+    assert len(nodes) == 2, nodes
+    directory = open_directory(conf)
+    for node in nodes:
+        name = f"placed-{node[:8]}"
+        # The directory says this workspace's file lives on `node` (as after an earlier life there).
+        epoch = directory.acquire_lease(name, node, "earlier-owner", 30.0)
+        assert directory.release_lease(name, "earlier-owner", epoch, hibernating=True)
+        handle = computer.workspace_actor(name)
+        stats = await handle.stats.remote()
+        assert stats["node"] == node, (stats["node"], node)
+        async with computer.get_workspace(handle) as ws:
+            await ws.fs.write_file("/f", node)
+        deadline = time.monotonic() + 20
+        while not owner_gone(name):
+            assert time.monotonic() < deadline, "owner did not hibernate"
+            await asyncio.sleep(0.05)
+        record = directory.get(name)
+        assert record is not None and record.state == "hibernating" and record.node == node
+        async with computer.get_workspace(name) as ws:
+            assert await ws.fs.read_text("/f") == node
+            stats = await ws.handle.stats.remote()
+            assert stats["node"] == node and stats["epoch"] == epoch + 2
+    print("OK")
+
+
+if __name__ == "__main__":
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "include_dashboard": False},
+    )
+    cluster.add_node(num_cpus=1, object_store_memory=80 * 1024 * 1024)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    try:
+        asyncio.run(main(sys.argv[1]))
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
