@@ -1,0 +1,246 @@
+"""``computer demo``: N agents, each in its own durable workspace, repairing a small project at once.
+
+Starts (or joins) Ray through ``computer.init``, opens one client per agent, runs every agent
+concurrently under a live table, then proves durability: it waits for one owner to hibernate (its actor
+exits, the SQLite file stays) and reads that agent's report back through a fresh client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from ._agent import AgentState, ChatModel, run_agent
+from ._board import board
+from ._latency import percentile
+from ._projects import project_for
+from ._prompt import REPORT_PATH
+
+__all__ = ["DemoError", "DemoSummary", "PersistenceCheck", "print_summary", "run_demo"]
+
+REQUIRED_BACKEND = "shell"
+
+
+class DemoError(RuntimeError):
+    """The demo cannot run here (said plainly, without a traceback)."""
+
+
+@dataclass
+class PersistenceCheck:
+    name: str
+    idle_seconds: float
+    size: int
+    identical: bool
+
+
+@dataclass
+class DemoSummary:
+    agents: list[AgentState]
+    model: str
+    data_dir: Path
+    persistence: PersistenceCheck | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def green(self) -> int:
+        return sum(1 for state in self.agents if state.green)
+
+    @property
+    def latencies(self) -> list[float]:
+        return [value for state in self.agents for value in state.latencies]
+
+    @property
+    def ok(self) -> bool:
+        return self.green == len(self.agents) and self.persistence is not None and self.persistence.identical
+
+
+@contextlib.contextmanager
+def _phase(timings: dict[str, float], name: str) -> Iterator[None]:
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[name] = time.perf_counter() - started
+
+
+async def run_demo(
+    *,
+    agents: int = 16,
+    address: str | None = None,
+    data_dir: str | Path | None = None,
+    model: ChatModel | None = None,
+    hibernate_after: float = 3.0,
+    console: Console | None = None,
+) -> DemoSummary:
+    """Run the demo and return its summary (the caller prints it and shuts Ray down)."""
+    import computer
+    from computer.actors import open_directory
+
+    from ._scripted_model import ScriptedModel
+
+    if agents < 1:
+        raise DemoError("--agents must be at least 1")
+    console = console or Console()
+    model = model or ScriptedModel()
+    timings: dict[str, float] = {}
+    started = time.perf_counter()
+    local = address is None and not os.environ.get("RAY_ADDRESS")
+    with _phase(timings, "ray"), console.status("starting Ray" if local else f"joining Ray at {address}"):
+        # A cluster started here is this one machine, so every node sees the data directory.
+        config = await asyncio.to_thread(
+            computer.init,
+            address,
+            data_dir=data_dir,
+            hibernate_after=hibernate_after,
+            shared_data_dir=True if local else None,
+        )
+    console.print(f"Ray {'started locally' if local else 'joined'}; data directory {config.data_dir}")
+    states = [AgentState(f"demo-agent-{i}", project_for(i)) for i in range(agents)]
+    with _phase(timings, "open"):
+        clients = await _open_all([s.name for s in states], console)
+    try:
+        _require_exec(clients[0])
+        with _phase(timings, "agents"):
+            await _run_agents(clients, states, model, console)
+    finally:
+        await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
+        await model.aclose()
+    summary = DemoSummary(states, model.name, config.data_dir, timings=timings)
+    first_green = next((s for s in states if s.green), None)
+    if first_green is not None:
+        with _phase(timings, "persistence"):
+            summary.persistence = await _check_persistence(first_green.name, config, open_directory, console)
+    timings["wall"] = time.perf_counter() - started
+    return summary
+
+
+async def _open_all(names: Sequence[str], console: Console) -> list[Any]:
+    import computer
+
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())  # fmt: skip
+    with Progress(*columns, console=console, transient=True) as progress:
+        task = progress.add_task("opening workspaces (one owner actor each)", total=len(names))
+
+        async def open_one(name: str) -> Any:
+            client = await computer.get_workspace(name)
+            progress.advance(task)
+            return client
+
+        results = await asyncio.gather(*(open_one(name) for name in names), return_exceptions=True)
+    failures = [r for r in results if isinstance(r, BaseException)]
+    clients = [r for r in results if not isinstance(r, BaseException)]
+    if failures:
+        await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+        raise DemoError(f"could not open {len(failures)} workspace(s): {failures[0]}")
+    return clients
+
+
+def _require_exec(client: Any) -> None:
+    ids = [info.id for info in client.runtime.backends()]
+    if REQUIRED_BACKEND not in ids:
+        offered = ", ".join(ids) or "none"
+        raise DemoError(
+            f"the workspace owners offer no {REQUIRED_BACKEND!r} exec backend (offered: {offered}); the agents "
+            "need it to run their tests. Exec pools come from computer/actors/pools.py "
+            "(shell_pool_size/python_pool_size in the settings); check `computer status`."
+        )
+
+
+async def _run_agents(
+    clients: Sequence[Any], states: list[AgentState], model: ChatModel, console: Console
+) -> None:
+    title = f"{len(states)} agents, model: {model.name}"
+    with Live(board(states, title=title), console=console, refresh_per_second=4) as live:
+        tasks = [asyncio.create_task(run_agent(c, model, s)) for c, s in zip(clients, states, strict=True)]
+        pending = set(tasks)
+        while pending:
+            _, pending = await asyncio.wait(pending, timeout=0.25)
+            live.update(board(states, title=title))
+        live.update(board(states, title=title))
+
+
+async def _check_persistence(
+    name: str, config: Any, open_directory: Any, console: Console
+) -> PersistenceCheck:
+    """Wait until ``name``'s owner hibernated, then read its report through a brand-new client."""
+    import computer
+
+    async with computer.get_workspace(name) as client:
+        before = await client.fs.read_file(REPORT_PATH)
+    directory = open_directory(config)
+    deadline = time.monotonic() + config.hibernate_after + 60.0
+    try:
+        with console.status(f"waiting for {name}'s owner to hibernate (idle {config.hibernate_after:g} s)"):
+            while True:
+                record = await asyncio.to_thread(directory.get, name)
+                if record is not None and record.state == "hibernating":
+                    break
+                if time.monotonic() > deadline:
+                    raise DemoError(
+                        f"{name}'s owner did not hibernate within {config.hibernate_after + 60:g} s"
+                    )
+                await asyncio.sleep(0.2)  # polling the directory: hibernation has no event to await
+    finally:
+        directory.close()
+    idle = max(0.0, time.time() - record.last_active)
+    async with computer.get_workspace(name) as fresh:
+        after = await fresh.fs.read_file(REPORT_PATH)
+    return PersistenceCheck(
+        name, idle, len(after), hashlib.sha256(after).digest() == hashlib.sha256(before).digest()
+    )
+
+
+def print_summary(summary: DemoSummary, console: Console) -> None:
+    """The summary block (plain lines, stable enough to be checked by tests)."""
+    states = summary.agents
+    latencies = summary.latencies
+    calls = sum(s.calls for s in states)
+    errors = sum(s.errors for s in states)
+    console.print()
+    console.print(f"agents: {summary.green}/{len(states)} green (model: {summary.model})")
+    if latencies:
+        console.print(
+            f"tool calls: {calls} ({errors} errors), latency p50 {percentile(latencies, 50) * 1000:.1f} ms, "
+            f"p99 {percentile(latencies, 99) * 1000:.1f} ms"
+        )
+    console.print("reports:")
+    for state in states:
+        if state.url:
+            console.print(f"  {state.name}  {state.project.label}  {state.url}", soft_wrap=True)
+        else:
+            console.print(f"  {state.name}  {state.project.label}  FAILED: {state.failure or state.answer}")
+    check = summary.persistence
+    if check is None:
+        console.print("persistence: not checked (no agent finished)")
+    else:
+        verdict = "identical" if check.identical else "DIFFERENT"
+        console.print(
+            f"persistence: {check.name} hibernated after {check.idle_seconds:.1f} s idle; a fresh client read "
+            f"its report back ({check.size} bytes, {verdict})"
+        )
+    console.print(
+        f"links are served by: computer --data-dir {summary.data_dir} serve  (see README, Assets)",
+        soft_wrap=True,
+    )
+    t = summary.timings
+    phases = ", ".join(f"{k} {v:.1f} s" for k, v in t.items() if k != "wall")
+    console.print(f"wall time: {t.get('wall', 0.0):.1f} s ({phases})")
