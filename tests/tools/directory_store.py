@@ -22,8 +22,9 @@ READ_PIECE = 64 * 1024
 class DirectoryFileStore:
     """Files under ``root``; ``lock_identity`` is the resolved root, so two stores over it share locks."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, piece: int = READ_PIECE) -> None:
         self.root = root.resolve()
+        self.piece = piece  # size of the pieces read_chunks yields (small values stress boundaries)
         self.bytes_read = 0  # every byte handed out, so tests can prove bounded reads
 
     @property
@@ -67,7 +68,7 @@ class DirectoryFileStore:
             f.seek(byte_offset)
             remaining = byte_length
             while remaining is None or remaining > 0:
-                piece = f.read(READ_PIECE if remaining is None else min(READ_PIECE, remaining))
+                piece = f.read(self.piece if remaining is None else min(self.piece, remaining))
                 if not piece:
                     return
                 if remaining is not None:
