@@ -163,3 +163,31 @@ def test_media_detection() -> None:
     assert is_binary_sample(b"caf\xe9\n") is False
     assert is_binary_sample("日本語".encode()[:-1]) is False  # a character cut by the sample end
     assert is_binary_sample(b"a\x00b") is True
+
+
+FUZZY_ALPHABET = ["a", "b", " ", "'", '"', "-", "\n", "“", "’", "—", "\u00a0", "ﬁ", "e\u0301", "é", "\t"]
+FOLD_VARIANTS = {"“": '"', "’": "'", "—": "-", "\u00a0": " ", "ﬁ": "fi", "e\u0301": "é"}
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pieces=st.lists(st.sampled_from(FUZZY_ALPHABET), min_size=1, max_size=30),
+    start=st.integers(0, 29),
+    length=st.integers(1, 10),
+    trailing=st.sampled_from(["", " ", "  "]),
+)
+def test_fuzzy_edit_changes_nothing_outside_a_span_that_normalises_to_the_needle(
+    pieces: list[str], start: int, length: int, trailing: str
+) -> None:
+    original = "".join(pieces)
+    chosen = pieces[start : start + length]
+    needle = "".join(FOLD_VARIANTS.get(p, p) for p in chosen) + trailing
+    sentinel = "\x00NEW\x00"
+    try:
+        outcome = apply_edits(original, [Edit(needle, sentinel)], "/f")
+    except EditError:
+        return  # not found, not unique or ambiguous: the error path is covered elsewhere
+    head, _, tail = outcome.content.partition(sentinel)
+    assert original.startswith(head) and original.endswith(tail)
+    span = original[len(head) : len(original) - len(tail)]
+    assert span == needle or normalize_fuzzy(span)[0] == normalize_fuzzy(needle)[0]
