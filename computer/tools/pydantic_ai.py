@@ -8,6 +8,8 @@
 Names, descriptions and JSON schemas are the core tools' own (passed through, not re-derived from a
 signature). Bad arguments become pydantic-ai retry prompts; a failed operation becomes a
 ``ToolFailed`` the model sees; images and PDFs from ``read`` reach the model as ``BinaryContent``.
+While exec runs, each snapshot is emitted as an :class:`ExecProgressEvent` (a pydantic-ai ``CustomEvent``)
+into the run's event stream (``event_stream_handler``, ``run_stream_events``, UI adapters).
 ``approve`` (tool names or ``"mutating"``) wraps the toolset in pydantic-ai's ``ApprovalRequiredToolset``:
 the run ends with ``DeferredToolRequests`` and resumes with ``DeferredToolResults(approvals=...)``.
 """
@@ -21,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from pydantic_ai import BinaryContent, ModelRetry, RunContext, ToolFailed
+from pydantic_ai import BinaryContent, CustomEvent, ModelRetry, RunContext, ToolFailed
+from pydantic_ai.exceptions import UserError
 from pydantic_ai.tools import ToolDefinition
 from pydantic_ai.toolsets import AbstractToolset, ApprovalRequiredToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
@@ -30,7 +33,14 @@ from pydantic_core import from_json
 from ._adapter_tools import build_tools, select_tools
 from ._tool import ContentPart, Tool
 
-__all__ = ["WorkspaceToolset", "create_pydantic_ai_tools"]
+__all__ = ["ExecProgressEvent", "WorkspaceToolset", "create_pydantic_ai_tools"]
+
+
+@dataclass(kw_only=True)
+class ExecProgressEvent(CustomEvent):
+    """A running exec's latest snapshot in the run's event stream (the exec tool's camelCase dict)."""
+
+    snapshot: dict[str, Any]
 
 
 def create_pydantic_ai_tools(
@@ -90,7 +100,14 @@ class WorkspaceToolset(AbstractToolset[Any]):
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]
     ) -> Any:
         core = self.tools[name]
-        result = await core.run(tool_args)
+
+        async def forward(snapshot: dict[str, Any]) -> None:
+            try:
+                await ctx.emit(ExecProgressEvent(snapshot=snapshot))
+            except UserError:
+                pass  # a context without an event stream (a direct call outside an agent run)
+
+        result = await core.run(tool_args, on_update=forward)
         if "error" in result and len(result) == 1:
             raise ToolFailed(str(result["error"]))
         return _to_pydantic_ai(core.to_model_output(result))

@@ -174,3 +174,32 @@ async def test_cancelling_the_agent_run_kills_a_running_exec() -> None:
     with pytest.raises(asyncio.CancelledError):
         await run
     assert rt.handles[0].killed
+
+
+async def test_exec_snapshots_reach_the_event_stream() -> None:
+    from collections.abc import AsyncIterable
+
+    from pydantic_ai import RunContext
+
+    from computer.runtime.types import ExecSnapshot
+    from computer.tools.exec import create_exec_tool
+    from computer.tools.pydantic_ai import ExecProgressEvent
+
+    from ._fake_runtime import SHELL, ScriptedRuntime, ScriptedWorkspace
+
+    snaps = [
+        ExecSnapshot("exec-1", "shell", "running", None, "a\n", "", seq=1),
+        ExecSnapshot("exec-1", "shell", "completed", 0, "a\nb\n", "", done=True, seq=2),
+    ]
+    rt = ScriptedRuntime([SHELL], snapshots=snaps)
+    toolset = create_pydantic_ai_tools({"exec": create_exec_tool(ScriptedWorkspace(rt))})
+    seen: list[ExecProgressEvent] = []
+
+    async def handler(ctx: RunContext[Any], events: AsyncIterable[Any]) -> None:
+        async for event in events:
+            if isinstance(event, ExecProgressEvent):
+                seen.append(event)
+
+    # A streamed run (event_stream_handler needs one): TestModel streams and calls exec once.
+    await Agent(TestModel(call_tools=["exec"]), toolsets=[toolset]).run("go", event_stream_handler=handler)
+    assert [(e.tool_name, e.snapshot["stdout"]) for e in seen] == [("exec", "a\n"), ("exec", "a\nb\n")]
