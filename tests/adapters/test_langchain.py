@@ -234,3 +234,11 @@ def test_sync_invoke_runs_the_async_tool(sample_tools: dict[str, Tool]) -> None:
     tools = by_name(create_langchain_tools(sample_tools))
     msg = tools["put"].invoke(tool_call("put", {"path": "/s", "content": "sync"}))
     assert msg.artifact == {"path": "/s", "bytesWritten": 4}
+
+
+def test_naming_a_tool_the_set_lacks_is_accepted_when_it_is_optional() -> None:
+    import computer
+
+    tools = create_langchain_tools(computer.Workspace(), approve=["exec", "publish"], readonly=True)
+    assert [t.name for t in tools] == ["read", "ls", "find", "grep"]
+    assert not any(isinstance(t, WorkspaceTool) and t.needs_approval for t in tools)
