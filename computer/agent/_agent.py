@@ -1,0 +1,347 @@
+"""``Agent``: a Ray actor that owns one workspace and runs a pydantic-ai agent loop per turn.
+
+Subclass it, decorate the subclass with ``@ray.remote`` (or let :func:`computer.agent.spawn` do it),
+implement ``get_model()``, and optionally ``get_tools()``, ``before_turn()`` and ``get_backends()``.
+The conversation, paused approvals, MCP servers, extensions and execution records live as files
+under ``/.computer/agent`` in the agent's workspace (its SQLite file), so a killed or hibernated
+agent continues where it stopped. ``get_workspace(agent_handle)`` reaches the same workspace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import inspect
+import logging
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic_ai import Agent as ModelAgent
+from pydantic_ai import DeferredToolRequests, DeferredToolResults, RunContext, ToolApproved, ToolDenied
+from pydantic_ai.exceptions import ApprovalRequired
+from pydantic_ai.messages import (
+    FunctionToolCallEvent,
+    FunctionToolResultEvent,
+    ModelMessagesTypeAdapter,
+    PartDeltaEvent,
+    PartStartEvent,
+    TextPart,
+    TextPartDelta,
+)
+from pydantic_ai.tools import Tool
+from pydantic_ai.toolsets import AbstractToolset
+from pydantic_core import to_jsonable_python
+
+from ..actors import OwnerActor, owner_backends
+from ..config import Settings
+from ..runtime import Runtime
+from ._execute import EXECUTE_DESCRIPTION, CodeRunner
+from ._extensions import ExtensionManager, ExtensionToolset
+from ._mcp import McpRegistry
+from ._merge import MergedToolset
+from ._sandbox_calls import AgentExecContext
+from ._store import AgentState, AgentStore, PausedTurn
+from ._tools import as_tools, user_toolset, workspace_toolset
+from ._turn import AgentMovedError, PendingCall, Reply, TurnBusyError, TurnConfig, TurnContext
+
+if TYPE_CHECKING:
+    from pydantic_ai.models import Model
+
+    from ..runtime import Backend
+
+__all__ = ["Agent"]
+
+log = logging.getLogger(__name__)
+
+EventHandler = Callable[[RunContext[Any], AsyncIterable[Any]], Awaitable[None]]
+
+
+class Agent(OwnerActor):
+    """An agent that owns workspace ``name``: ``chat`` runs one turn; state survives restarts.
+
+    Class attributes configure it: ``workspace_bash`` (the ``bash`` tool), ``include_mcp_tools``,
+    ``extension_tools`` (give the model ``load_extension``/``list_extensions``),
+    ``approve_workspace_tools`` (``"mutating"`` or tool names needing approval), ``hibernate_after``
+    (seconds idle before the actor exits; ``None``: the configured default), ``instructions``.
+    """
+
+    managed = False  # clients never re-create an agent by its workspace name: only spawn() does
+    workspace_bash: bool = True
+    include_mcp_tools: bool = True
+    extension_tools: bool = False
+    approve_workspace_tools: Literal["mutating"] | Collection[str] | None = None
+    hibernate_after: float | None = None
+    instructions: str | None = None
+
+    def __init__(self, name: str, config: Settings | dict[str, Any] | None = None) -> None:
+        super().__init__(name, config)
+        if self.hibernate_after is not None:
+            # The idle loop reads the setting when it first runs, which is after __init__ returns.
+            self.config = self.config.model_copy(update={"hibernate_after": float(self.hibernate_after)})
+        self._agent_exec = AgentExecContext(self.workspace)
+        # The agent's own runtime: its backends (get_backends) and a context that lets sandboxed code
+        # call the agent's tools. Nothing has run on the host's runtime yet, so swapping it is safe.
+        self.workspace.runtime = Runtime(self.workspace, list(self.get_backends()), context=self._agent_exec)
+        self._store = AgentStore(self.workspace.fs)
+        self._turn_lock = asyncio.Lock()
+        self._extensions = ExtensionManager(self.workspace, self._store)
+        self._mcp = McpRegistry(self._store)
+        self._code = CodeRunner(self.workspace, self._agent_exec, self._store)
+        self._turn_tools: AbstractToolset[Any] | None = None
+
+    # -- hooks a subclass overrides -------------------------------------------------------------------
+
+    def get_model(self) -> Model:
+        """The pydantic-ai model of a turn (any ``Model``; ``FunctionModel``/``TestModel`` in tests)."""
+        raise NotImplementedError("an Agent subclass must implement get_model()")
+
+    def get_tools(self) -> Sequence[Any] | Mapping[str, Any]:
+        """The agent's own tools: pydantic-ai ``Tool`` objects, plain functions, or ``computer.agent.tool``."""
+        return []
+
+    def get_backends(self) -> Sequence[Backend]:
+        """The exec backends of the workspace (default: the cluster's pools, when configured)."""
+        return owner_backends(self.config, self.name)
+
+    def get_instructions(self) -> str | None:
+        return self.instructions
+
+    def before_turn(self, ctx: TurnContext) -> TurnConfig | Mapping[str, Any] | None:
+        """Restrict (``active_tools``) or extend (``tools``) the tools of one turn; may be async."""
+        return None
+
+    def create_execute_tool(self) -> Tool[Any]:
+        """The ``execute`` tool (put it in ``get_tools()``): Python with ``tools.*`` and ``workspace``."""
+
+        async def execute(ctx: RunContext[Any], code: str) -> dict[str, Any]:
+            return await self._execute(ctx, code)
+
+        return Tool(execute, takes_ctx=True, name="execute", description=EXECUTE_DESCRIPTION)
+
+    # -- RPC: conversation ----------------------------------------------------------------------------
+
+    async def ping(self) -> str:
+        self._check_open()
+        return self.name
+
+    async def chat(self, message: str) -> Reply:
+        """Run one turn with ``message``; the reply, or the calls the turn now waits on."""
+        return await self._serialized(lambda: self._turn(message))
+
+    async def chat_stream(self, message: str) -> AsyncIterator[dict[str, Any]]:
+        """One turn as events: ``text`` deltas, ``tool_call``, ``tool_result``, then ``reply`` (last).
+
+        The model must support streaming (real ones do; a ``FunctionModel`` needs a ``stream_function``).
+        """
+        self._check_open()
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+
+        async def handler(ctx: RunContext[Any], events: AsyncIterable[Any]) -> None:
+            async for event in events:
+                shaped = _event_dict(event)
+                if shaped is not None:
+                    queue.put_nowait(shaped)
+
+        async def run() -> Reply:
+            try:
+                return await self._serialized(lambda: self._turn(message, events=handler))
+            finally:
+                queue.put_nowait(None)
+
+        task = asyncio.create_task(run())
+        try:
+            while (item := await queue.get()) is not None:
+                yield item
+            reply = await task
+            yield {"type": "reply", "reply": reply}
+        finally:
+            if not task.done():
+                task.cancel()
+
+    async def pending(self) -> list[PendingCall]:
+        """The calls of the paused turn that wait for a decision."""
+        state = await self._store.load_state()
+        return state.paused.undecided() if state.paused else []
+
+    async def approve(self, call_id: str) -> Reply:
+        """Approve a pending call; once every call is decided the turn resumes and its reply returns."""
+        return await self._serialized(lambda: self._decide(call_id, True))
+
+    async def reject(self, call_id: str, reason: str | None = None) -> Reply:
+        """Reject a pending call (the model sees ``reason``); resumes like ``approve``."""
+        return await self._serialized(lambda: self._decide(call_id, reason or "The user rejected this call."))
+
+    async def history(self) -> list[dict[str, Any]]:
+        """The stored conversation, as pydantic-ai's JSON form of its messages."""
+        state = await self._store.load_state()
+        return list(ModelMessagesTypeAdapter.dump_python(state.messages, mode="json"))
+
+    # -- RPC: MCP, extensions, executions ---------------------------------------------------------------
+
+    async def add_mcp_server(self, name: str, url: str) -> str:
+        """Connect an MCP server (streamable HTTP ``url``) for every later turn; returns its id."""
+        self._check_open()
+        return await self._mcp.add(name, url)
+
+    async def remove_mcp_server(self, server_id: str) -> None:
+        self._check_open()
+        await self._mcp.remove(server_id)
+
+    async def mcp_servers(self) -> list[dict[str, str]]:
+        return await self._mcp.servers()
+
+    async def load_extension(self, manifest: dict[str, Any], source: str) -> dict[str, Any]:
+        """Load (or replace) an extension; returns ``{name, version, description, tools}``."""
+        self._check_open()
+        return await self._extensions.load(manifest, source)
+
+    async def list_extensions(self) -> list[dict[str, Any]]:
+        return await self._extensions.summaries()
+
+    async def remove_extension(self, name: str) -> None:
+        self._check_open()
+        await self._extensions.remove(name)
+
+    async def executions(self) -> list[dict[str, Any]]:
+        """The records of ``execute`` runs, oldest first."""
+        return await self._code.records()
+
+    # -- the turn -----------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closing:
+            raise AgentMovedError(f"agent {self.name!r} is hibernating or was taken over; spawn it again")
+
+    async def _serialized(self, turn: Callable[[], Awaitable[Reply]]) -> Reply:
+        """One turn at a time; counts as activity, so the agent never hibernates mid-turn."""
+        self._check_open()
+        with self._activity():
+            async with self._turn_lock:
+                self._check_open()
+                return await turn()
+
+    async def _turn(
+        self,
+        message: str | None,
+        *,
+        events: EventHandler | None = None,
+        resume: DeferredToolResults | None = None,
+        state: AgentState | None = None,
+    ) -> Reply:
+        if state is None:
+            state = await self._store.load_state()
+        if resume is None and state.paused is not None:
+            waiting = ", ".join(c.id for c in state.paused.undecided())
+            raise TurnBusyError(f"the last turn waits for approval of {waiting}: approve or reject first")
+        ctx = TurnContext(message=message, history_length=len(state.messages), resumed=resume is not None)
+        toolset = await self._toolset(ctx)
+        runner = ModelAgent(
+            self.get_model(),
+            toolsets=[toolset],
+            output_type=[str, DeferredToolRequests],
+            instructions=self.get_instructions(),
+        )
+        result = await runner.run(
+            None if resume is not None else message,
+            message_history=state.messages or None,
+            deferred_tool_results=resume,
+            event_stream_handler=events,
+        )
+        state.messages = list(result.all_messages())
+        output = result.output
+        if isinstance(output, DeferredToolRequests):
+            calls = [PendingCall(c.tool_call_id, c.tool_name, c.args_as_dict()) for c in output.approvals]
+            # Only approvals are deferred here; an external call (a tool raising CallDeferred) is denied.
+            calls += [PendingCall(c.tool_call_id, c.tool_name, c.args_as_dict()) for c in output.calls]
+            state.paused = PausedTurn(message, calls)
+            await self._store.save_state(state)
+            return Reply(None, tuple(calls))
+        state.paused = None
+        await self._store.save_state(state)
+        return Reply(str(output))
+
+    async def _decide(self, call_id: str, decision: bool | str) -> Reply:
+        state = await self._store.load_state()
+        paused = state.paused
+        if paused is None or all(c.id != call_id for c in paused.calls):
+            raise LookupError(f"no pending call with id {call_id!r}")
+        paused.decisions[call_id] = decision
+        await self._store.save_state(state)  # the decision is durable before the turn resumes
+        if paused.undecided():
+            return Reply(None, tuple(paused.undecided()))
+        approvals: dict[str, bool | ToolApproved | ToolDenied] = {
+            cid: True if d is True else ToolDenied(str(d)) for cid, d in paused.decisions.items()
+        }
+        return await self._turn(paused.message, resume=DeferredToolResults(approvals=approvals), state=state)
+
+    async def _toolset(self, ctx: TurnContext) -> AbstractToolset[Any]:
+        """The merged tools: workspace, get_tools(), extensions, MCP; later wins; then before_turn."""
+        user = user_toolset(as_tools(self.get_tools()), id="tools")
+        self._turn_tools = user
+        sources: list[AbstractToolset[Any]] = [
+            workspace_toolset(self.workspace, bash=self.workspace_bash, approve=self.approve_workspace_tools)
+        ]
+        if user is not None:
+            sources.append(user)
+        sources.append(ExtensionToolset(self._extensions, management=self.extension_tools))
+        if self.include_mcp_tools:
+            sources.extend(await self._mcp.toolsets())
+        toolset: AbstractToolset[Any] = MergedToolset(sources)
+        config = self.before_turn(ctx)
+        if inspect.isawaitable(config):
+            config = await config
+        turn = TurnConfig.coerce(config)
+        if turn.active_tools is not None:
+            allowed = frozenset(turn.active_tools)
+            toolset = toolset.filtered(lambda run_ctx, tool_def: tool_def.name in allowed)
+        extra = user_toolset(as_tools(turn.tools), id="turn")
+        if extra is not None:
+            toolset = MergedToolset([toolset, extra])
+        return toolset
+
+    async def _execute(self, ctx: RunContext[Any], code: str) -> dict[str, Any]:
+        """Run ``code`` with ``tools.*`` = the agent's own tools of this turn (``execute`` excluded)."""
+        toolset = self._turn_tools
+        # A call from code is never pre-approved, even when the execute call itself was approved.
+        inner_ctx = dataclasses.replace(ctx, tool_call_approved=False)
+        available = await toolset.get_tools(inner_ctx) if toolset is not None else {}
+        available.pop("execute", None)
+
+        async def dispatch(name: str, args: dict[str, Any]) -> Any:
+            tool = available.get(name)
+            if tool is None or toolset is None:
+                raise LookupError(f"no tool {name!r}; available: {', '.join(sorted(available))}")
+            validated = tool.args_validator.validate_python(args)
+            try:
+                return await toolset.call_tool(name, validated, inner_ctx, tool)
+            except ApprovalRequired:
+                raise PermissionError(
+                    f"{name} needs human approval and cannot be called from code; call it directly"
+                ) from None
+
+        return await self._code.run(code, sorted(available), dispatch)
+
+
+def _event_dict(event: Any) -> dict[str, Any] | None:
+    """A plain, picklable view of a pydantic-ai stream event (None for the ones not forwarded)."""
+    if isinstance(event, PartStartEvent) and isinstance(event.part, TextPart) and event.part.content:
+        return {"type": "text", "delta": event.part.content}
+    if isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
+        return {"type": "text", "delta": event.delta.content_delta}
+    if isinstance(event, FunctionToolCallEvent):
+        part = event.part
+        return {
+            "type": "tool_call",
+            "id": part.tool_call_id,
+            "tool": part.tool_name,
+            "args": part.args_as_dict(),
+        }
+    if isinstance(event, FunctionToolResultEvent):
+        done = event.part
+        return {
+            "type": "tool_result",
+            "id": done.tool_call_id,
+            "tool": done.tool_name,
+            "content": to_jsonable_python(getattr(done, "content", None), fallback=str),
+        }
+    return None

@@ -1,0 +1,99 @@
+"""``AgentStore``: the agent's durable state, as files under ``/.computer/agent`` in its workspace.
+
+``state.json`` holds the conversation (pydantic-ai messages) and the paused turn in one file, so a
+turn commits with one write (one SQLite transaction). MCP servers, extensions and execution records
+are files of their own. In-memory copies are caches; a new actor reads everything back.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
+
+from ._turn import PendingCall
+
+__all__ = ["STATE_DIR", "AgentState", "AgentStore", "PausedTurn"]
+
+STATE_DIR = "/.computer/agent"
+
+
+@dataclass
+class PausedTurn:
+    """A turn stopped on approvals; ``decisions`` maps a call id to True (approved) or a reject reason."""
+
+    message: str | None
+    calls: list[PendingCall]
+    decisions: dict[str, bool | str] = field(default_factory=dict)
+
+    def undecided(self) -> list[PendingCall]:
+        return [c for c in self.calls if c.id not in self.decisions]
+
+    def to_json(self) -> dict[str, Any]:
+        calls = [{"id": c.id, "tool": c.tool, "args": c.args} for c in self.calls]
+        return {"message": self.message, "calls": calls, "decisions": self.decisions}
+
+    @classmethod
+    def from_json(cls, raw: dict[str, Any]) -> PausedTurn:
+        calls = [PendingCall(c["id"], c["tool"], dict(c["args"])) for c in raw["calls"]]
+        return cls(raw.get("message"), calls, dict(raw.get("decisions") or {}))
+
+
+@dataclass
+class AgentState:
+    messages: list[ModelMessage] = field(default_factory=list)
+    paused: PausedTurn | None = None
+
+
+class AgentStore:
+    """Reads and writes the agent's files through ``workspace.fs`` (the owner's, in-process)."""
+
+    def __init__(self, fs: Any, root: str = STATE_DIR) -> None:
+        self.fs = fs
+        self.root = root
+
+    def path(self, *parts: str) -> str:
+        return "/".join((self.root, *parts))
+
+    async def read_json(self, path: str) -> Any:
+        try:
+            return json.loads(await self.fs.read_file(path))
+        except FileNotFoundError:
+            return None
+
+    async def write_json(self, path: str, value: Any) -> None:
+        parent = path.rsplit("/", 1)[0]
+        await self.fs.mkdir(parent, recursive=True)
+        await self.fs.write_file(path, json.dumps(value, ensure_ascii=False).encode())
+
+    async def load_state(self) -> AgentState:
+        raw = await self.read_json(self.path("state.json"))
+        if raw is None:
+            return AgentState()
+        messages = ModelMessagesTypeAdapter.validate_python(raw["messages"])
+        paused = PausedTurn.from_json(raw["paused"]) if raw.get("paused") else None
+        return AgentState(list(messages), paused)
+
+    async def save_state(self, state: AgentState) -> None:
+        value = {
+            "version": 1,
+            "messages": ModelMessagesTypeAdapter.dump_python(state.messages, mode="json"),
+            "paused": state.paused.to_json() if state.paused else None,
+        }
+        await self.write_json(self.path("state.json"), value)
+
+    async def list_json(self, directory: str) -> list[dict[str, Any]]:
+        """Every JSON record in ``directory`` (name order); a missing directory is empty."""
+        try:
+            entries = await self.fs.readdir(self.path(directory))
+        except FileNotFoundError:
+            return []
+        records = []
+        for entry in entries:
+            if entry.is_file and entry.name.endswith(".json"):
+                value = await self.read_json(self.path(directory, entry.name))
+                if isinstance(value, dict):
+                    records.append(value)
+        return records
