@@ -86,26 +86,39 @@ def _count_text(count: int, cap: int) -> str:
     return f"at least {cap}" if count >= cap else str(count)
 
 
-def _locate_fuzzy(fuzzy: FuzzyText, old: str, index: int, path: str) -> tuple[int, int] | None:
+def _fuzzy_candidates(fuzzy: FuzzyText, old: str) -> tuple[list[tuple[int, int, bool]], int]:
+    """Normalised hits ``(start, end, tail_kept)`` of ``old``, and how many were found before mapping.
+
+    The needle's last line is tried trimmed (a hit must then end where a line ends, or ``x = `` would
+    match the ``x =`` of ``x = 1``) and, when trimming removed something, untrimmed (a hit inside a line).
+    """
     needle, tail_trimmed = normalize_fuzzy(old)
-    if not needle.strip():
-        return None
-    candidates = _occurrences(fuzzy.normalized, needle, _MAX_FUZZY_CANDIDATES)
-    if not candidates:
+    variants = [(needle, False)]
+    if tail_trimmed:
+        variants.append((normalize_fuzzy(old, keep_tail=True)[0], True))
+    hits: list[tuple[int, int, bool]] = []
+    for text, tail_kept in variants:
+        if not text.strip():
+            continue
+        for start in _occurrences(fuzzy.normalized, text, _MAX_FUZZY_CANDIDATES):
+            end = start + len(text)
+            if tail_trimmed and not tail_kept and not fuzzy.is_line_end(end):
+                continue
+            hits.append((start, end, tail_kept))
+    return hits, len(hits)
+
+
+def _locate_fuzzy(fuzzy: FuzzyText, old: str, index: int, path: str) -> tuple[int, int] | None:
+    hits, placed = _fuzzy_candidates(fuzzy, old)
+    if not placed:
         return None
     spans: list[tuple[int, int]] = []
-    placed = 0
-    for start in candidates:
-        end = start + len(needle)
-        # A needle whose last line lost trailing whitespace must end where a line ends, or
-        # "x = " could match the "x =" of "x = 1": that is no occurrence at all.
-        if tail_trimmed and not fuzzy.is_line_end(end):
-            continue
-        placed += 1
+    for start, end, tail_kept in hits:
         span = fuzzy.map_span(start, end)
         if span is None:
             continue
-        if normalize_fuzzy(fuzzy.original[span[0] : span[1]])[0] != needle:
+        original = fuzzy.original[span[0] : span[1]]
+        if normalize_fuzzy(original, keep_tail=tail_kept)[0] != normalize_fuzzy(old, keep_tail=tail_kept)[0]:
             continue
         spans.append(span)
     if len(spans) > 1:
@@ -114,8 +127,6 @@ def _locate_fuzzy(fuzzy: FuzzyText, old: str, index: int, path: str) -> tuple[in
             f"{path} (after normalising quotes, dashes, spaces and trailing whitespace); it must be "
             "unique. Include more surrounding lines to pick one occurrence."
         )
-    if not placed:
-        return None
     if not spans:
         raise EditError(
             f"edits[{index}].oldText matches {path} only after Unicode normalisation, and the match "

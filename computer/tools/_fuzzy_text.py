@@ -72,9 +72,9 @@ class _Line:
     bounds: dict[int, int] | None
 
 
-def _normalize_line(line: str) -> _Line:
+def _normalize_line(line: str, *, trim: bool = True) -> _Line:
     if line.isascii():
-        stripped = line.rstrip()
+        stripped = line.rstrip() if trim else line
         return _Line(line, stripped, len(stripped) < len(line), None)
     bounds: dict[int, int] = {0: 0}
     pieces: list[str] = []
@@ -87,14 +87,19 @@ def _normalize_line(line: str) -> _Line:
         orig_pos += len(cluster)
         bounds[norm_pos] = orig_pos
     full = "".join(pieces)
-    trimmed = full.rstrip()
+    trimmed = full.rstrip() if trim else full
     clean = {k: v for k, v in bounds.items() if k <= len(trimmed)}
     return _Line(line, trimmed, len(trimmed) < len(full), clean)
 
 
-def normalize_fuzzy(text: str) -> tuple[str, bool]:
-    """Normalise LF text for fuzzy lookup; also say whether the last line lost trailing whitespace."""
-    lines = [_normalize_line(line) for line in text.split("\n")]
+def normalize_fuzzy(text: str, *, keep_tail: bool = False) -> tuple[str, bool]:
+    """Normalise LF text for fuzzy lookup; also say whether the last line lost trailing whitespace.
+
+    ``keep_tail`` keeps (folded) trailing whitespace on the last line, for a needle that ends mid-line.
+    """
+    split = text.split("\n")
+    lines = [_normalize_line(line) for line in split[:-1]]
+    lines.append(_normalize_line(split[-1], trim=not keep_tail))
     return "\n".join(line.normalized for line in lines), lines[-1].trimmed
 
 

@@ -125,14 +125,20 @@ async def test_fuzzy_duplicates_are_not_unique(files: Files) -> None:
     assert "found 2 times" in str(result["error"])
 
 
-async def test_fuzzy_trimmed_needle_does_not_match_inside_a_line(files: Files) -> None:
-    await files.put("/f.txt", "x =\u00a01\n")
-    result = await edit(files, "/f.txt", ("x =\u00a0", "x = 2"))
-    # The exact "x =\u00a0" occurs, so it is used as written.
-    assert "error" not in result
-    await files.put("/g.txt", "x = 1\n")
-    result = await edit(files, "/g.txt", ("x =\u3000", "x = 2"))
+async def test_fuzzy_needle_ending_in_whitespace_needs_real_whitespace_mid_line(files: Files) -> None:
+    await files.put("/f.txt", "x = 1\n")
+    await edit(files, "/f.txt", ("x =\u3000", "x = 2"))  # the ideographic space folds to the real one
+    assert await files.get("/f.txt") == b"x = 21\n"
+    await files.put("/g.txt", "x =1\n")
+    result = await edit(files, "/g.txt", ("x =\u3000", "x = 2"))  # "x =" alone is not an occurrence
     assert "not found" in str(result["error"])
+    assert await files.get("/g.txt") == b"x =1\n"
+
+
+async def test_fuzzy_quotes_with_trailing_space_mid_line(files: Files) -> None:
+    await files.put("/f.txt", "say “hi” now\n")
+    await edit(files, "/f.txt", ('say "hi" ', "say "))
+    assert (await files.get("/f.txt")).decode() == "say now\n"
 
 
 async def test_edit_errors_empty_batch(files: Files) -> None:
