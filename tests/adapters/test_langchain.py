@@ -242,3 +242,28 @@ def test_naming_a_tool_the_set_lacks_is_accepted_when_it_is_optional() -> None:
     tools = create_langchain_tools(computer.Workspace(), approve=["exec", "publish"], readonly=True)
     assert [t.name for t in tools] == ["read", "ls", "find", "grep"]
     assert not any(isinstance(t, WorkspaceTool) and t.needs_approval for t in tools)
+
+
+async def test_parallel_calls_pause_separately_and_each_runs_once(sample_tools: dict[str, Tool]) -> None:
+    runs: list[str] = []
+    core = dict(sample_tools)
+    put = sample_tools["put"]
+
+    async def counting(params: Any, update: Any) -> dict[str, Any]:
+        runs.append(params.path)
+        return await put.handler(params, update)
+
+    core["put"] = Tool("put", put.description, put.input_model, counting, mutating=True)
+    model = scripted(
+        tool_calls_turn(("put", {"path": "/p1", "content": "1"}), ("put", {"path": "/p2", "content": "2"}))
+    )
+    agent = create_react_agent(
+        model, create_langchain_tools(core, approve=["put"]), checkpointer=InMemorySaver()
+    )
+    config: Any = {"configurable": {"thread_id": "parallel-1"}}
+    paused = await agent.ainvoke({"messages": [("user", "go")]}, config)
+    pending = paused["__interrupt__"]
+    assert sorted(i.value["args"]["path"] for i in pending) == ["/p1", "/p2"]
+    state = await agent.ainvoke(Command(resume={i.id: True for i in pending}), config)
+    assert sorted(m.artifact["path"] for m in tool_messages(state)) == ["/p1", "/p2"]
+    assert sorted(runs) == ["/p1", "/p2"]
