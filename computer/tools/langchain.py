@@ -16,7 +16,8 @@ Options (besides ``create_tools``' own):
 - ``approve``: tool names or ``"mutating"``. The call pauses with LangGraph's ``interrupt()`` carrying
   ``{"type": "approval", "tool", "args"}``; resume with ``Command(resume=True)`` to run it,
   ``Command(resume={"approved": True, "args": {...}})`` to run it with edited arguments, or anything
-  else (``False``, ``{"approved": False, "message": "..."}``) to deny it. Needs a checkpointer.
+  else (``False``, ``{"approved": False, "message": "..."}``) to deny it. Needs a checkpointer. Parallel
+  calls pause separately; resume them together with ``Command(resume={interrupt.id: decision, ...})``.
 - ``lazy``: tool names or ``"all"``. Those tools are withheld from the prompt until the model calls
   ``discover_tools``, which lists them and enables the ones it names. Bind the model to
   :func:`visible_tools` each turn (``create_react_agent(lambda state, runtime:
