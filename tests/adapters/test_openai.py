@@ -252,3 +252,29 @@ def test_a_ref_with_a_description_is_inlined_for_strict_mode() -> None:
     assert strict_violations(strict) == []
     assert strict["properties"]["item"]["description"] == "One item."
     assert strict["properties"]["item"]["properties"] == {"a": {"type": "string"}}
+
+
+REQUIRED_ARGS = {
+    "read": {"path": "/workspace/n.txt"},
+    "ls": {"path": "/workspace"},
+    "find": {"pattern": "*.txt"},
+    "grep": {"query": "x"},
+    "write": {"path": "/workspace/n.txt", "content": "x"},
+    "edit": {"path": "/workspace/n.txt", "edits": [{"oldText": "x", "newText": "y"}]},
+    "delete": {"path": "/workspace/gone"},
+}
+
+
+@pytest.mark.parametrize("name", list(REQUIRED_ARGS))
+async def test_every_optional_field_sent_as_null_is_accepted(name: str) -> None:
+    import computer
+
+    async with computer.Workspace() as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/n.txt", "x\n")
+        tools, execute = create_openai_tools(ws)
+        declared = next(t["function"] for t in tools if t["function"]["name"] == name)
+        args = {key: REQUIRED_ARGS[name].get(key) for key in declared["parameters"]["properties"]}
+        assert set(args) == set(declared["parameters"]["required"])  # what a strict model must send
+        out = await execute(call(name, args))
+        assert out["is_error"] is False, out
