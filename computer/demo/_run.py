@@ -105,8 +105,8 @@ async def run_demo(
     local = address is None and not os.environ.get("RAY_ADDRESS")
     with _phase(timings, "ray"), console.status("starting Ray" if local else f"joining Ray at {address}"):
         # A cluster started here is this one machine, so every node sees the data directory.
-        config = await asyncio.to_thread(
-            computer.init,
+        # In the main thread (Ray installs signal handlers there); nothing else runs on the loop yet.
+        config = computer.init(
             address,
             data_dir=data_dir,
             hibernate_after=hibernate_after,
@@ -186,6 +186,7 @@ async def _check_persistence(
 
     async with computer.get_workspace(name) as client:
         before = await client.fs.read_file(REPORT_PATH)
+    last_call = time.monotonic()
     directory = open_directory(config)
     deadline = time.monotonic() + config.hibernate_after + 60.0
     try:
@@ -201,7 +202,7 @@ async def _check_persistence(
                 await asyncio.sleep(0.2)  # polling the directory: hibernation has no event to await
     finally:
         directory.close()
-    idle = max(0.0, time.time() - record.last_active)
+    idle = time.monotonic() - last_call
     async with computer.get_workspace(name) as fresh:
         after = await fresh.fs.read_file(REPORT_PATH)
     return PersistenceCheck(
@@ -216,7 +217,7 @@ def print_summary(summary: DemoSummary, console: Console) -> None:
     calls = sum(s.calls for s in states)
     errors = sum(s.errors for s in states)
     console.print()
-    console.print(f"agents: {summary.green}/{len(states)} green (model: {summary.model})")
+    console.print(f"agents: {summary.green}/{len(states)} green (model: {summary.model})", soft_wrap=True)
     if latencies:
         console.print(
             f"tool calls: {calls} ({errors} errors), latency p50 {percentile(latencies, 50) * 1000:.1f} ms, "
@@ -227,15 +228,19 @@ def print_summary(summary: DemoSummary, console: Console) -> None:
         if state.url:
             console.print(f"  {state.name}  {state.project.label}  {state.url}", soft_wrap=True)
         else:
-            console.print(f"  {state.name}  {state.project.label}  FAILED: {state.failure or state.answer}")
+            reason = state.failure or state.answer
+            console.print(
+                f"  {state.name}  {state.project.label}  FAILED: {reason}", soft_wrap=True, markup=False
+            )
     check = summary.persistence
     if check is None:
         console.print("persistence: not checked (no agent finished)")
     else:
         verdict = "identical" if check.identical else "DIFFERENT"
         console.print(
-            f"persistence: {check.name} hibernated after {check.idle_seconds:.1f} s idle; a fresh client read "
-            f"its report back ({check.size} bytes, {verdict})"
+            f"persistence: {check.name} hibernated {check.idle_seconds:.1f} s after its last call; a fresh "
+            f"client read its report back ({check.size} bytes, {verdict})",
+            soft_wrap=True,
         )
     console.print(
         f"links are served by: computer --data-dir {summary.data_dir} serve  (see README, Assets)",
@@ -243,4 +248,4 @@ def print_summary(summary: DemoSummary, console: Console) -> None:
     )
     t = summary.timings
     phases = ", ".join(f"{k} {v:.1f} s" for k, v in t.items() if k != "wall")
-    console.print(f"wall time: {t.get('wall', 0.0):.1f} s ({phases})")
+    console.print(f"wall time: {t.get('wall', 0.0):.1f} s ({phases})", soft_wrap=True)

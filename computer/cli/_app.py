@@ -1,0 +1,203 @@
+"""The ``computer`` command (typer). Each command imports what it needs when it runs, so ``--help`` is fast."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from rich.console import Console
+
+from ._context import CliError, GlobalOptions
+
+__all__ = ["app", "main"]
+
+T = TypeVar("T")
+
+app = typer.Typer(
+    name="computer",
+    help="Durable, isolated workspaces for AI agents, on Ray.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+console = Console()
+errors = Console(stderr=True)
+
+NEEDS_RAY = "Needs Ray: joins --address (or RAY_ADDRESS), else starts a local Ray for the command's lifetime."
+NO_RAY = "Needs no Ray: reads the data directory only."
+
+
+def _options(ctx: typer.Context) -> GlobalOptions:
+    options = ctx.obj
+    return options if isinstance(options, GlobalOptions) else GlobalOptions()
+
+
+def _run(action: Callable[[], T]) -> T:
+    """Run a command body; a ``CliError`` becomes one red line and its exit code."""
+    try:
+        return action()
+    except CliError as exc:
+        errors.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        raise typer.Exit(exc.code) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def _run_async(coroutine: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    return _run(lambda: asyncio.run(coroutine()))
+
+
+@app.callback()
+def main_options(
+    ctx: typer.Context,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--data-dir", help="Data directory (workspaces, directory, assets). Env: COMPUTER_DATA_DIR."
+        ),
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option("--address", help="Ray cluster to join, e.g. 10.0.0.5:6379 or auto. Env: RAY_ADDRESS."),
+    ] = None,
+) -> None:
+    """Durable, isolated workspaces for AI agents, on Ray."""
+    ctx.obj = GlobalOptions(data_dir=data_dir, address=address)
+
+
+@app.command(
+    help=f"Run N scripted agents at once, each repairing a small project in its own workspace. {NEEDS_RAY}"
+)
+def demo(
+    ctx: typer.Context,
+    agents: Annotated[int, typer.Option("--agents", "-n", min=1, help="How many concurrent agents.")] = 16,
+    address: Annotated[
+        str | None, typer.Option("--address", help="Ray cluster to join (overrides the global option).")
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            help="Drive a real LLM through an OpenAI-compatible endpoint "
+            "(OPENAI_BASE_URL, OPENAI_API_KEY) instead of the scripted model.",
+        ),
+    ] = None,
+    hibernate_after: Annotated[
+        float,
+        typer.Option("--hibernate-after", min=0.5, help="Seconds an idle owner waits before hibernating."),
+    ] = 3.0,
+) -> None:
+    from ._demo import run_demo_command
+
+    options = _options(ctx)
+    if address is not None:
+        options = GlobalOptions(options.data_dir, address)
+    code = _run(
+        lambda: run_demo_command(
+            options, agents=agents, model=model, hibernate_after=hibernate_after, console=console
+        )
+    )
+    raise typer.Exit(code)
+
+
+@app.command(
+    help=f"Call one tool on a workspace and print its result as JSON (exit 1 if the tool reports an error). {NEEDS_RAY}"
+)
+def tool(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Workspace name (created on first use).")],
+    tool_name: Annotated[
+        str,
+        typer.Argument(metavar="TOOL", help="read, ls, find, grep, write, edit, delete, exec or publish."),
+    ],
+    arguments: Annotated[
+        str, typer.Argument(metavar="ARGS", help="The tool's arguments as one JSON object.")
+    ] = "{}",
+) -> None:
+    from ._tool import parse_arguments, run_tool
+
+    options = _options(ctx)
+    args = _run(lambda: parse_arguments(tool_name, arguments))
+    raise typer.Exit(_run_async(lambda: run_tool(options, name, tool_name, args)))
+
+
+@app.command("ls", help=f"List the workspaces of the directory: size, last activity, state. {NO_RAY}")
+def list_command(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+) -> None:
+    from ._ls import list_workspaces, print_workspaces
+
+    options = _options(ctx)
+    print_workspaces(_run(lambda: list_workspaces(options)), as_json=as_json, console=console)
+
+
+@app.command(
+    help=f"An interactive prompt over one workspace: ls, cat, edit (in $EDITOR), exec, cd. {NEEDS_RAY}"
+)
+def shell(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Workspace name.")]) -> None:
+    from ._shell import run_shell
+
+    options = _options(ctx)
+    _run_async(lambda: run_shell(options, name, console))
+
+
+@app.command(help=f"Serve one workspace's tools over MCP on stdin/stdout (for MCP clients). {NEEDS_RAY}")
+def mcp(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    readonly: Annotated[bool, typer.Option("--readonly", help="Only read, ls, find and grep.")] = False,
+) -> None:
+    from ._mcp import serve_mcp
+
+    options = _options(ctx)
+    _run_async(lambda: serve_mcp(options, name, readonly=readonly))
+
+
+@app.command(help=f"Serve share links (the URLs the publish tool prints) over HTTP. {NO_RAY}")
+def serve(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option("--host", help="Interface to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 8787,
+) -> None:
+    from ._serve import serve_assets
+
+    options = _options(ctx)
+    _run(lambda: serve_assets(options, host, port, console))
+
+
+@app.command(
+    help="Run the benchmarks under benchmarks/ (all, or the NAMES given: fs, tools…); arguments after -- go to each script.",
+    context_settings={"allow_extra_args": True},
+)
+def bench(
+    ctx: typer.Context,
+    names: Annotated[list[str] | None, typer.Argument(help="Benchmarks to run (default: all).")] = None,
+    list_only: Annotated[bool, typer.Option("--list", help="List the benchmarks and exit.")] = False,
+) -> None:
+    from ._bench import benchmark_scripts, run_benchmarks
+
+    if list_only:
+        for bench_name, path in _run(benchmark_scripts).items():
+            console.print(f"{bench_name}\t{path}", markup=False, highlight=False)
+        return
+    raise typer.Exit(_run(lambda: run_benchmarks(names or [], ctx.args, console)))
+
+
+@app.command(
+    help="Show the Ray cluster (nodes, exec pools, live owners) and the directory. Joins a running cluster only."
+)
+def status(ctx: typer.Context) -> None:
+    from ._status import show_status
+
+    options = _options(ctx)
+    _run(lambda: show_status(options, console))
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,73 @@
+"""The global options (``--data-dir``, ``--address``) and the two ways a command reaches workspaces.
+
+Commands that only read the data directory (``ls``, ``serve``) never import Ray. Commands that talk to
+workspaces (``tool``, ``shell``, ``mcp``, ``demo``) go through :func:`ray_session`: it joins the cluster
+at ``--address`` (or ``RAY_ADDRESS``), else starts a local one for the command's lifetime.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..config import Settings
+
+__all__ = ["CliError", "GlobalOptions", "local_settings", "ray_session"]
+
+
+class CliError(Exception):
+    """A failure the user can act on: printed as one message, exit code ``code`` (no traceback)."""
+
+    def __init__(self, message: str, code: int = 1) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class GlobalOptions:
+    data_dir: Path | None = None
+    address: str | None = None
+
+    @property
+    def local(self) -> bool:
+        """Whether a command starts its own single-machine Ray (no cluster named)."""
+        return self.address is None and not os.environ.get("RAY_ADDRESS")
+
+
+def local_settings(options: GlobalOptions) -> Settings:
+    """The settings for commands that read the data directory without Ray."""
+    from ..config import configure
+
+    return configure(data_dir=options.data_dir)
+
+
+@asynccontextmanager
+async def ray_session(options: GlobalOptions, **config: Any) -> AsyncIterator[Settings]:
+    """``computer.init`` for one command; disconnects at the end (a Ray started here stops with it).
+
+    A Ray started here spans this machine only, so every node of it sees the data directory
+    (``shared_data_dir``): a workspace whose file was written under an earlier local Ray opens again.
+    """
+
+    import computer
+
+    if options.local:
+        config.setdefault("shared_data_dir", True)
+    try:
+        # In the main thread: Ray installs its signal handlers there (the event loop has nothing to run yet).
+        conf = computer.init(options.address, data_dir=options.data_dir, **config)
+    except ConnectionError as exc:
+        raise CliError(
+            f"cannot reach the Ray cluster at {options.address or os.environ.get('RAY_ADDRESS')}: {exc}"
+        ) from None
+    try:
+        yield conf
+    finally:
+        import ray
+
+        ray.shutdown()

@@ -1,0 +1,41 @@
+"""``computer demo``: run the many-agents demo and print its summary."""
+
+from __future__ import annotations
+
+import asyncio
+
+from rich.console import Console
+
+from ._context import CliError, GlobalOptions
+
+__all__ = ["run_demo_command"]
+
+
+def run_demo_command(
+    options: GlobalOptions, *, agents: int, model: str | None, hibernate_after: float, console: Console
+) -> int:
+    """0 when every agent finished green and the persistence check passed, else 1."""
+    from ..demo import DemoError, ModelError, OpenAIChatModel, print_summary, run_demo
+
+    async def demo() -> object:
+        chat = OpenAIChatModel(model) if model else None
+        return await run_demo(
+            agents=agents,
+            address=options.address,
+            data_dir=options.data_dir,
+            model=chat,
+            hibernate_after=hibernate_after,
+            console=console,
+        )
+
+    try:
+        summary = asyncio.run(demo())
+    except (DemoError, ModelError) as exc:
+        raise CliError(str(exc)) from None
+    finally:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()  # a Ray started here stops with it; a joined cluster is only left
+    print_summary(summary, console)  # type: ignore[arg-type]
+    return 0 if summary.ok else 1  # type: ignore[attr-defined]

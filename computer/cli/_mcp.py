@@ -1,0 +1,34 @@
+"""``computer mcp NAME``: the workspace tools over MCP on stdin/stdout."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+
+from ._context import GlobalOptions
+from ._workspaces import open_workspace
+
+__all__ = ["serve_mcp"]
+
+
+async def serve_mcp(options: GlobalOptions, name: str, *, readonly: bool) -> None:
+    """Serve until the client closes stdin.
+
+    stdout is the protocol channel, so everything else this process (or a child it starts, such as a
+    local Ray) might print is sent to stderr: fd 1 is pointed at stderr and the protocol gets a
+    private copy of the original stdout.
+    """
+    from ..tools.mcp import run_stdio
+
+    sys.stdout.flush()
+    protocol_fd = os.dup(1)
+    os.dup2(2, 1)
+    protocol_out = io.TextIOWrapper(os.fdopen(protocol_fd, "wb"), encoding="utf-8", write_through=True)
+    sys.stdout = protocol_out
+    try:
+        async with open_workspace(options, name) as workspace:
+            await run_stdio(workspace, readonly=readonly)
+    finally:
+        sys.stdout = sys.__stdout__
+        protocol_out.close()

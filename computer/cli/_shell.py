@@ -1,0 +1,151 @@
+"""``computer shell NAME``: an interactive prompt over one workspace (ls, cat, edit, exec, cd)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import posixpath
+import shlex
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+
+from ._context import GlobalOptions
+from ._workspaces import open_workspace
+
+__all__ = ["WorkspaceShell", "run_shell"]
+
+HELP = """commands:
+  ls [PATH]          list a directory
+  cat PATH           print a file
+  edit PATH          open PATH in $EDITOR (created if missing), save it back when changed
+  exec COMMAND...    run a command in the workspace's first exec backend (also: !COMMAND)
+  cd PATH / pwd      change / show the current directory (paths are relative to it)
+  help / exit        this text / leave (Ctrl-D too)"""
+
+
+class WorkspaceShell:
+    """The commands of the prompt, over any workspace surface."""
+
+    def __init__(self, workspace: Any, console: Console, *, cwd: str = "/workspace") -> None:
+        self.workspace = workspace
+        self.console = console
+        self.cwd = cwd
+
+    def resolve(self, path: str) -> str:
+        return posixpath.normpath(posixpath.join(self.cwd, path)) if path else self.cwd
+
+    async def run_line(self, line: str) -> bool:
+        """Run one line; False when the user asked to leave."""
+        line = line.strip()
+        if not line:
+            return True
+        if line.startswith("!"):
+            line = "exec " + line[1:]
+        command, _, rest = line.partition(" ")
+        rest = rest.strip()
+        try:
+            if command in ("exit", "quit"):
+                return False
+            if command == "help":
+                self.console.print(HELP, markup=False)
+            elif command == "pwd":
+                self.console.print(self.cwd, markup=False)
+            elif command == "cd":
+                await self.cd(rest or "/workspace")
+            elif command == "ls":
+                await self.ls(rest)
+            elif command == "cat":
+                await self.cat(rest)
+            elif command == "edit":
+                await self.edit(rest)
+            elif command == "exec":
+                await self.exec(rest)
+            else:
+                self.console.print(f"unknown command {command!r}; try help", markup=False)
+        except OSError as exc:
+            self.console.print(f"[red]{escape(type(exc).__name__)}:[/] {escape(str(exc))}")
+        return True
+
+    async def cd(self, path: str) -> None:
+        target = self.resolve(path)
+        stat = await self.workspace.fs.stat(target)
+        if not stat.is_directory:
+            self.console.print(f"not a directory: {target}", markup=False)
+            return
+        self.cwd = target
+
+    async def ls(self, path: str) -> None:
+        for entry in await self.workspace.fs.readdir(self.resolve(path)):
+            kind = "d" if entry.is_directory else "l" if entry.is_symlink else "-"
+            name = entry.name + ("/" if entry.is_directory else "")
+            self.console.print(f"{kind} {entry.size:>10}  {name}", markup=False, highlight=False)
+
+    async def cat(self, path: str) -> None:
+        if not path:
+            self.console.print("usage: cat PATH", markup=False)
+            return
+        data = await self.workspace.fs.read_file(self.resolve(path))
+        self.console.file.write(data.decode("utf-8", "replace"))
+        self.console.file.flush()
+
+    async def edit(self, path: str) -> None:
+        if not path:
+            self.console.print("usage: edit PATH", markup=False)
+            return
+        target = self.resolve(path)
+        try:
+            before = await self.workspace.fs.read_file(target)
+        except FileNotFoundError:
+            before = b""
+        editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+        with tempfile.TemporaryDirectory(prefix="computer-edit-") as scratch:
+            local = Path(scratch) / (posixpath.basename(target) or "file")
+            local.write_bytes(before)
+            code = await asyncio.to_thread(subprocess.call, [*shlex.split(editor), str(local)])
+            after = local.read_bytes()
+        if code != 0:
+            self.console.print(f"{editor} exited with {code}; nothing saved", markup=False)
+        elif after == before:
+            self.console.print("unchanged", markup=False)
+        else:
+            await self.workspace.fs.mkdir(posixpath.dirname(target), recursive=True)
+            await self.workspace.fs.write_file(target, after)
+            self.console.print(f"saved {target} ({len(after)} bytes)", markup=False)
+
+    async def exec(self, command: str) -> None:
+        if not command:
+            self.console.print("usage: exec COMMAND", markup=False)
+            return
+        if not self.workspace.runtime.backends():
+            self.console.print("this workspace has no exec backend", markup=False)
+            return
+        handle = await self.workspace.runtime.exec(command, cwd=self.cwd)
+        result = await handle.result()
+        if result.stdout:
+            self.console.file.write(result.stdout)
+        if result.stderr:
+            self.console.file.write(result.stderr)
+        self.console.file.flush()
+        if result.exit_code != 0:
+            self.console.print(f"[{result.status}, exit {result.exit_code}]", markup=False)
+
+
+async def run_shell(options: GlobalOptions, name: str, console: Console) -> None:
+    """The prompt loop: one line at a time until ``exit`` or end of input."""
+    async with open_workspace(options, name) as workspace:
+        shell = WorkspaceShell(workspace, console)
+        if not await workspace.fs.exists(shell.cwd):
+            shell.cwd = "/"
+        console.print(f"workspace {name}: type help for commands, exit to leave", markup=False)
+        while True:
+            try:
+                line = await asyncio.to_thread(input, f"{name}:{shell.cwd}> ")
+            except EOFError:
+                break
+            if not await shell.run_line(line):
+                break
