@@ -114,8 +114,8 @@ class WorkspaceHost(PoolCallbacks):
         held = getattr(locks, "held", None)
         if callable(held) and held():
             return True
-        running = getattr(self.workspace.runtime, "running", None)
-        return bool(callable(running) and running())
+        # Runtime keeps its live runs in ``_running``; a run without a watching client still counts.
+        return bool(getattr(self.workspace.runtime, "_running", None))
 
     async def _keep_lease(self) -> None:
         """Renew the directory lease; stop serving once another owner took the workspace over."""
