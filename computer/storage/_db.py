@@ -8,14 +8,21 @@ of every 512 KiB blob.)
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from ._schema import SCHEMA, SCHEMA_VERSION
+from .errors import fs_error
 
-__all__ = ["Database"]
+__all__ = ["Database", "storage_failure"]
+
+
+def storage_failure(exc: sqlite3.Error) -> OSError:
+    """EIO for a failure of SQLite itself (disk full, I/O error, closed store…)."""
+    return fs_error(errno.EIO, None, f"storage failure: {exc}")
 
 
 class Database:
@@ -65,16 +72,25 @@ class Database:
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         self.queries += 1
-        return self.conn.execute(sql, params)
+        try:
+            return self.conn.execute(sql, params)
+        except sqlite3.Error as exc:
+            raise storage_failure(exc) from exc
 
     def executemany(self, sql: str, rows: Iterable[Sequence[Any]]) -> sqlite3.Cursor:
         self.queries += 1
-        return self.conn.executemany(sql, rows)
+        try:
+            return self.conn.executemany(sql, rows)
+        except sqlite3.Error as exc:
+            raise storage_failure(exc) from exc
 
     def one(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """The first row of a query, or None."""
         self.queries += 1
-        return self.conn.execute(sql, params).fetchone()
+        try:
+            return self.conn.execute(sql, params).fetchone()
+        except sqlite3.Error as exc:
+            raise storage_failure(exc) from exc
 
     @contextmanager
     def transaction(self) -> Iterator[None]:

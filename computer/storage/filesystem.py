@@ -187,6 +187,8 @@ class FileSystem:
 
     def _canon(self, path: str) -> str:
         p = canonical(path)
+        if self._closed:
+            raise fs_error(errno.EIO, p, "the workspace store is closed")
         try:
             p.encode("utf-8")
         except UnicodeEncodeError:
@@ -676,6 +678,11 @@ class FileSystem:
                 node_ino, kind, real = self._resolve(nxt)
             except FileNotFoundError:
                 node_ino, kind, real = -1, -1, nxt
+                dangling = self._lookup(ino, name)
+                if dangling is not None:  # a symlink to nowhere is in the way
+                    if not replace_files:
+                        raise fs_error(errno.EEXIST, p, "a dangling symlink is in the way") from None
+                    self._remove_node(nxt, ino, name, dangling[0], dangling[1])
             if kind == DIR:
                 ino, cur = node_ino, real
                 continue
@@ -1055,7 +1062,12 @@ class _Mutation:
 
     def __enter__(self) -> _Mutation:
         fs = self._fs
-        fs._db.execute("BEGIN IMMEDIATE")
+        try:
+            fs._db.execute("BEGIN IMMEDIATE")
+        except OSError as exc:
+            if exc.filename is None:
+                exc.filename = self._path
+            raise
         fs._db.in_transaction = True
         fs._pending_logical = 0
         try:
@@ -1082,8 +1094,15 @@ class _Mutation:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         fs = self._fs
+        if isinstance(exc, OSError) and exc.errno == errno.EIO and exc.filename is None:
+            exc.filename = self._path
         if exc_type is not None or self._cancelled:
-            self._rollback()
+            if fs._db.conn.in_transaction:
+                self._rollback()
+            else:
+                fs._db.in_transaction = False
+                fs._pending_logical = 0
+                fs._cache.clear()
             return
         try:
             if self._logged == 0:

@@ -353,3 +353,16 @@ async def test_garbage_left_at_close_is_gone_after_reopen(tmp_path: object) -> N
         assert again.stats()["chunks"] == 0
     finally:
         again.close()
+
+
+async def test_storage_failure_is_eio() -> None:
+    fs = FileSystem.open(None)
+    await fs.write_file("/f", b"x")
+    fs.close()
+    with pytest.raises(OSError) as info:
+        await fs.read_file("/g")
+    assert info.value.errno == errno.EIO
+    with pytest.raises(OSError) as info:
+        await fs.write_file("/g", b"y")
+    assert info.value.errno == errno.EIO
+    assert info.value.filename == "/g"

@@ -103,3 +103,16 @@ async def test_replacing_a_symlink_invalidates_cached_paths(fs: FileSystem) -> N
     await fs.rm("/cur")
     await fs.symlink("/two", "/cur")
     assert await fs.read_file("/cur/f") == b"2"
+
+
+async def test_mkdir_recursive_through_dangling_symlink_is_eexist(fs: FileSystem) -> None:
+    await fs.symlink("/nowhere", "/link")
+    with pytest.raises(FileExistsError):
+        await fs.mkdir("/link/sub", recursive=True)
+
+
+async def test_commit_batch_replaces_a_dangling_symlink_in_the_way(fs: FileSystem) -> None:
+    await fs.symlink("/nowhere", "/link")
+    fs.commit_batch({"/link/file": b"x"})
+    assert await fs.read_file("/link/file") == b"x"
+    assert (await fs.stat("/link")).is_directory
