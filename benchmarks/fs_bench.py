@@ -436,15 +436,16 @@ async def main() -> None:
         }
         report.add("find over the tree", await best(walk_cols, rounds), "per 1110", "tmpfs", 1)
 
-        blobs = {"a": os.urandom(big), "b": os.urandom(big)}
+        # Fresh random content for every timed write, so no round is helped by dedup.
+        blobs = {key: os.urandom(big) for key in ("w0", "w1", "o0", "o1")}
         label = f"{big // MiB} MiB"
         big_rounds = 2
         # Each round writes a new file (tags 0, 1); round 0's file is then read, copied, overwritten.
         write_cols: dict[str, Callable[[str], Any]] = {
-            "embedded": lambda tag: emb.fs.write_file(f"/big{tag}", blobs["a"]),
-            "tmpfs": lambda tag: tmpfs.write_big(blobs["a"], tag),
-            "disk": lambda tag: disk.write_big(blobs["a"], tag),
-            "sqlite": lambda tag: raw.write_big(blobs["a"], tag),
+            "embedded": lambda tag: emb.fs.write_file(f"/big{tag}", blobs["w" + tag]),
+            "tmpfs": lambda tag: tmpfs.write_big(blobs["w" + tag], tag),
+            "disk": lambda tag: disk.write_big(blobs["w" + tag], tag),
+            "sqlite": lambda tag: raw.write_big(blobs["w" + tag], tag),
         }
         report.add(f"write {label}", await best(write_cols, big_rounds), "total", "sqlite", 1.5)
 
@@ -460,7 +461,7 @@ async def main() -> None:
             "sqlite": lambda _: raw.read_big("0"),
         }
         report.add(f"read {label}", await best(read_cols, big_rounds), "total", "tmpfs", 1.5)
-        assert got[0] == blobs["a"]
+        assert got[0] == blobs["w0"]
         got.clear()
 
         async def stream_all(_: str) -> None:
@@ -482,9 +483,8 @@ async def main() -> None:
         }
         report.add(f"copy {label}", await best(copy_cols, big_rounds), "total", "tmpfs", 0.5)
 
-        # Alternate the content so every round really replaces every chunk.
         def other(tag: str) -> bytes:
-            return blobs["b"] if tag == "0" else blobs["a"]
+            return blobs["o" + tag]
 
         over_cols: dict[str, Callable[[str], Any]] = {
             "embedded": lambda tag: emb.fs.write_file("/big1", other(tag)),
@@ -495,7 +495,7 @@ async def main() -> None:
         report.add(f"overwrite {label}", await best(over_cols, big_rounds), "total", "sqlite", 1.5)
 
         if agent is not None:
-            t_write = await _timed(lambda: agent.fs.write_file("/big", blobs["a"]))
+            t_write = await _timed(lambda: agent.fs.write_file("/big", blobs["w0"]))
             t_read = await _timed(lambda: agent.fs.read_file("/big", encoding=None))
             print(f"{'agentfs ' + label:<28} write={t_write * 1e3:8.1f} ms  read={t_read * 1e3:8.1f} ms\n")
         blobs.clear()

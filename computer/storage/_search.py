@@ -28,25 +28,21 @@ __all__ = ["PAGE_SIZE", "find_entries", "grep_entries", "walk", "walk_tree"]
 PAGE_SIZE = 256
 
 
+_CHILDREN_SQL = (
+    "SELECT d.name, d.child, i.kind, i.size, i.mode, i.mtime FROM dirents d JOIN inodes i "
+    "ON i.id = d.child WHERE d.parent = ? ORDER BY d.name"
+)
+
+
 def walk_tree(db: Database, ino: int, path: str) -> Iterator[tuple[str, int, int, int, int]]:
-    """Every node below a directory: ``(path, kind, size, mode, mtime)``, depth-first in name order."""
-    stack: list[tuple[int, str]] = [(ino, path)]
-    while stack:
-        parent, ppath = stack.pop()
-        rows = db.execute(
-            "SELECT d.name, d.child, i.kind, i.size, i.mode, i.mtime FROM dirents d JOIN inodes i "
-            "ON i.id = d.child WHERE d.parent = ? ORDER BY d.name",
-            (parent,),
-        ).fetchall()
-        # Emit in order, but descend depth-first: a directory's subtree comes right after it.
-        yield from _emit_depth_first(db, rows, ppath)
+    """Every node below a directory: ``(path, kind, size, mode, mtime)``, depth-first in name order.
 
-
-def _emit_depth_first(
-    db: Database, rows: list[tuple[str, int, int, int, int, int]], ppath: str
-) -> Iterator[tuple[str, int, int, int, int]]:
-    work: list[Iterator[tuple[str, int, int, int, int, int]]] = [iter(rows)]
-    paths = [ppath]
+    One query per directory; a directory comes right before its subtree.
+    """
+    work: list[Iterator[tuple[str, int, int, int, int, int]]] = [
+        iter(db.execute(_CHILDREN_SQL, (ino,)).fetchall())
+    ]
+    paths = [path]
     while work:
         row = next(work[-1], None)
         if row is None:
@@ -57,12 +53,7 @@ def _emit_depth_first(
         cpath = join(paths[-1], name)
         yield cpath, kind, size, mode, mtime
         if kind == DIR:
-            sub = db.execute(
-                "SELECT d.name, d.child, i.kind, i.size, i.mode, i.mtime FROM dirents d JOIN inodes i "
-                "ON i.id = d.child WHERE d.parent = ? ORDER BY d.name",
-                (child,),
-            ).fetchall()
-            work.append(iter(sub))
+            work.append(iter(db.execute(_CHILDREN_SQL, (child,)).fetchall()))
             paths.append(cpath)
 
 
