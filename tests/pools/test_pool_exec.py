@@ -1,0 +1,128 @@
+"""Executions through the backend pools, seen from a client: listing, sync, python, snapshots, spool."""
+
+from __future__ import annotations
+
+from pool_helpers import worker_stats
+
+import computer
+from computer.config import Settings
+from computer.runtime import ExecSnapshot
+
+
+async def test_client_lists_shell_then_python_with_their_descriptions(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        infos = ws.runtime.backends()
+    assert [b.id for b in infos] == ["shell", "python"]
+    shell, python = infos
+    assert shell.protocol == "command" and not shell.callable
+    assert python.protocol == "module" and python.callable
+    assert "bash" in shell.description and "/workspace" in shell.description
+    assert "main(input)" in python.description and "import workspace" in python.description
+
+
+async def test_shell_through_the_pool_syncs_files_both_ways(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/in.txt", b"from the workspace\n")
+        await ws.fs.write_file("/workspace/gone.txt", b"delete me")
+        handle = await ws.runtime.exec("cat in.txt > copy.txt; echo more >> copy.txt; rm gone.txt; echo out")
+        result = await handle.result()
+        assert (result.status, result.exit_code, result.stdout) == ("completed", 0, "out\n")
+        assert await ws.fs.read_text("/workspace/copy.txt") == "from the workspace\nmore\n"
+        assert not await ws.fs.exists("/workspace/gone.txt")
+        assert set(result.pulled) >= {"/workspace/copy.txt", "/workspace/gone.txt"}
+
+
+async def test_end_to_end_echo_streams_snapshots_and_saves_the_file(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        handle = await ws.runtime.exec("echo hi > /workspace/a; echo out")
+        snapshots = [s async for s in handle]
+        result = await handle.result()
+        assert snapshots[-1].done and snapshots[-1].status == "completed" and snapshots[-1].stdout == "out\n"
+        assert (result.status, result.stdout) == ("completed", "out\n")
+        assert await ws.fs.read_text("/workspace/a") == "hi\n"
+
+
+async def test_shell_exit_code_and_stderr_come_back(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        result = await (await ws.runtime.exec("echo kept; echo oops >&2; exit 9")).result()
+    assert (result.status, result.exit_code, result.stdout, result.stderr) == (
+        "failed",
+        9,
+        "kept\n",
+        "oops\n",
+    )
+
+
+async def test_python_value_and_workspace_module_through_the_pool(cluster: Settings, name: str) -> None:
+    source = (
+        "import workspace\n"
+        "def main(input):\n"
+        "    workspace.write_file('/workspace/py.txt', b'written by python')\n"
+        "    return {'double': input['x'] * 2, 'seen': workspace.read_text('/workspace/given.txt')}\n"
+    )
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/given.txt", b"given")
+        result = await (await ws.runtime.exec(source, backend="python", input={"x": 21})).result()
+        assert result.status == "completed", result
+        assert result.value == {"double": 42, "seen": "given"}
+        assert await ws.fs.read_text("/workspace/py.txt") == "written by python"
+
+
+async def test_python_workspace_errors_keep_their_class_through_the_pool(
+    cluster: Settings, name: str
+) -> None:
+    source = (
+        "import workspace\n"
+        "def main(input):\n"
+        "    try:\n"
+        "        workspace.read_text('/workspace/missing.txt')\n"
+        "    except FileNotFoundError as exc:\n"
+        "        return [type(exc).__name__, exc.errno, exc.filename]\n"
+    )
+    async with computer.get_workspace(name) as ws:
+        result = await (await ws.runtime.exec(source, backend="python")).result()
+    assert result.value == ["FileNotFoundError", 2, "/workspace/missing.txt"]
+
+
+async def test_snapshots_stream_while_a_command_runs(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        handle = await ws.runtime.exec("for i in 1 2 3 4 5 6; do echo line $i; sleep 0.2; done")
+        snapshots: list[ExecSnapshot] = [s async for s in handle]
+    running = [s for s in snapshots if not s.done and s.stdout]
+    assert len(running) >= 2, snapshots  # output arrived in pieces while the command ran
+    assert running[0].stdout.startswith("line 1\n") and running[0].stdout != snapshots[-1].stdout
+    assert snapshots[-1].stdout == "".join(f"line {i}\n" for i in range(1, 7))
+
+
+async def test_long_output_is_tailed_and_spooled_by_the_owner(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        result = await (await ws.runtime.exec("seq 1 5000")).result()
+        cut = result.truncated["stdout"]
+        assert cut.status == "saved" and cut.first_line == 3001 and cut.path is not None
+        assert result.stdout.splitlines()[0] == "3001"
+        assert await ws.fs.read_text(cut.path) == "".join(f"{i}\n" for i in range(1, 5001))
+
+
+async def test_a_warm_mirror_receives_only_changes(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        for i in range(3):
+            await ws.fs.write_file(f"/workspace/f{i}", b"x")
+        first = await (await ws.runtime.exec("true")).result()
+        second = await (await ws.runtime.exec("true")).result()
+        await ws.fs.write_file("/workspace/f0", b"changed")
+        third = await (await ws.runtime.exec("cat f0")).result()
+    assert (first.pushed, second.pushed, third.pushed) == (3, 0, 1)
+    assert third.stdout == "changed"
+
+
+async def test_workers_report_the_runs_they_took(cluster: Settings, name: str) -> None:
+    before = sum(s["runs"] for s in await worker_stats("python", 2))
+    async with computer.get_workspace(name) as ws:
+        for _ in range(2):
+            assert (await (await ws.runtime.exec("print(1)", backend="python")).result()).stdout == "1\n"
+    after = await worker_stats("python", 2)
+    assert sum(s["runs"] for s in after) == before + 2
+    assert all(s["running"] == [] for s in after)
