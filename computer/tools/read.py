@@ -312,25 +312,22 @@ async def _whole_lines_page(
         pass
     buf = source.buf
     numbered = options.include_line_numbers
-    # A line that fits ends within the first cap + 1 bytes (its newline included). One C-level split
-    # finds the first ``limit`` of them; the last part is what follows the last complete line.
+    # A line that fits ends within the first cap + 1 bytes (its newline included).
     window_end = min(len(buf), cap + 1)
-    parts = bytes(buf[:window_end]).split(b"\n", limit)
-    complete = len(parts) - 1
     count = 0
     end = 0
     prefixes = 0
     if numbered:
-        for length in map(len, parts[:complete]):
+        parts = bytes(buf[:window_end]).split(b"\n", limit)
+        for length in map(len, parts[:-1]):
             prefix = len(str(start_line + count)) + 1
             if end + length + prefixes + prefix > cap:
                 break
             prefixes += prefix
             count += 1
             end += length + 1
-    elif complete:
-        count = complete
-        end = window_end - len(parts[-1])
+    else:
+        count, end = _cut_after_lines(buf, window_end, limit)
     if count < limit and source.eof and not source.range_exhausted and end < len(buf):
         if buf.find(b"\n", end) < 0:  # the file's last line, without a trailing newline
             prefix = len(str(start_line + count)) + 1 if numbered else 0
@@ -352,6 +349,35 @@ async def _whole_lines_page(
     if "\ufffd" in text and len(text.encode("utf-8")) > cap:
         return None
     return text, count, truncated, end, None
+
+
+def _cut_after_lines(buf: bytearray, window_end: int, limit: int) -> tuple[int, int]:
+    """(lines, end): the first ``min(limit, newlines in window)`` lines of ``buf[:window_end]``.
+
+    Counting is C-level; when the window holds more than ``limit`` lines, the cut is first estimated
+    from the average line length and then corrected newline by newline (few steps on typical text).
+    """
+    # Estimate where the limit-th newline is from the first few KiB, then count only up to there.
+    sample = min(window_end, 8192)
+    sampled = buf.count(b"\n", 0, sample)
+    guess = window_end if sampled == 0 else min(window_end, sample * limit // sampled + 1)
+    before = buf.count(b"\n", 0, guess)  # newlines strictly before ``guess``
+    if before >= limit:
+        pos = guess
+        for _ in range(before - limit + 1):
+            pos = buf.rfind(b"\n", 0, pos)
+        return limit, pos + 1
+    found = before
+    pos = guess - 1
+    while found < limit:
+        following = buf.find(b"\n", pos + 1, window_end)
+        if following < 0:
+            break
+        pos = following
+        found += 1
+    if found == before:  # no newline at or after the guess
+        return found, (buf.rfind(b"\n", 0, guess) + 1 if found else 0)
+    return found, pos + 1
 
 
 async def _line_by_line_page(
