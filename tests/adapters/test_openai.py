@@ -8,6 +8,8 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from computer.tools import Tool
 from computer.tools._adapter_schema import StrictSchemaError, drop_unaccepted_nulls, strict_schema
@@ -278,3 +280,27 @@ async def test_every_optional_field_sent_as_null_is_accepted(name: str) -> None:
         assert set(args) == set(declared["parameters"]["required"])  # what a strict model must send
         out = await execute(call(name, args))
         assert out["is_error"] is False, out
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+_calls = st.one_of(
+    _json,
+    st.builds(
+        lambda name, args: {"id": "c", "type": "function", "function": {"name": name, "arguments": args}},
+        st.sampled_from(["put", "get", "change", "show", "run", "nope", ""]) | st.text(max_size=8),
+        _json | _json.map(json.dumps) | st.text(max_size=30),
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tool_call=_calls, fmt=st.sampled_from(["openai", "anthropic"]))
+async def test_execute_never_raises(sample_tools: dict[str, Tool], tool_call: Any, fmt: str) -> None:
+    _, execute = create_openai_tools(sample_tools, format=fmt)  # type: ignore[arg-type]
+    out = await execute(tool_call)
+    assert set(out) == {"content", "is_error"} and isinstance(out["is_error"], bool)
+    assert all(part["type"] in ("text", "image_url", "image", "document") for part in out["content"])
