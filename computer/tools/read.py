@@ -18,7 +18,8 @@ from pydantic import Field
 from ..storage.paths import canonical
 from ._input import ToolInput
 from ._media import MediaType, is_binary_sample, media_by_extension, media_by_magic
-from ._options import KIB, LineTruncation, ReadOptions, coerce_options
+from ._options import LineTruncation, ReadOptions, coerce_options
+from ._sizes import human_bytes
 from ._tool import ContentPart, Tool, ToolUpdate
 from .file_store import FileStore
 
@@ -44,8 +45,7 @@ class ReadInput(ToolInput):
 def _describe(options: ReadOptions) -> str:
     return (
         "Read a file from the workspace. Text comes back by line: at most "
-        f"{options.max_lines} lines or {options.max_bytes // KIB if options.max_bytes >= KIB else options.max_bytes}"
-        f"{' KiB' if options.max_bytes >= KIB else ' bytes'} per call. When the result is truncated it has "
+        f"{options.max_lines} lines or {human_bytes(options.max_bytes)} per call. When the result is truncated it has "
         "nextOffset and nextByteOffset: pass both back as offset and byteOffset to read the next page "
         "instead of reading the whole file again. Use offset and limit to read a specific range of lines. "
         "Images (png, jpg, gif, webp) and PDFs are returned as attachments; other binary files are "
