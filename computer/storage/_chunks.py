@@ -7,20 +7,32 @@ from collections.abc import Iterator
 
 import lz4.block
 
-__all__ = ["CHUNK_SIZE", "ChunkCutter", "chunk_hash", "decode_chunk", "encode_chunk"]
+__all__ = ["CHUNK_SIZE", "Buffer", "ChunkCutter", "chunk_hash", "decode_chunk", "encode_chunk"]
 
 CHUNK_SIZE = 512 * 1024
 
 
-def chunk_hash(data: bytes) -> bytes:
+# Chunk bytes as handed around while writing: a memoryview slices a large piece without copying.
+Buffer = bytes | memoryview
+
+# Before compressing a whole chunk, compress this much of it: incompressible data (media, archives,
+# random) is then stored raw after compressing only a sample.
+_SAMPLE = 64 * 1024
+
+
+def chunk_hash(data: Buffer) -> bytes:
     """The content address of a chunk (SHA-256: hardware-accelerated, faster than BLAKE2 here)."""
     return hashlib.sha256(data).digest()
 
 
-def encode_chunk(data: bytes) -> tuple[bytes, bool]:
+def encode_chunk(data: Buffer) -> tuple[Buffer, bool]:
     """``(stored bytes, compressed?)``: lz4 only when it shrinks the chunk by at least 1/16."""
     if len(data) < 64:
         return data, False
+    if len(data) > 2 * _SAMPLE:
+        sample = data[:_SAMPLE]
+        if len(lz4.block.compress(sample, store_size=False)) > _SAMPLE - _SAMPLE // 16:
+            return data, False
     packed = lz4.block.compress(data, store_size=False)
     if len(packed) <= len(data) - len(data) // 16:
         return packed, True
@@ -42,8 +54,8 @@ class ChunkCutter:
         self._buf = bytearray()
         self.total = 0
 
-    def feed(self, piece: bytes) -> Iterator[bytes]:
-        """Yield every chunk completed by ``piece``."""
+    def feed(self, piece: bytes) -> Iterator[Buffer]:
+        """Yield every chunk completed by ``piece`` (views into ``piece``: use each before the next)."""
         self.total += len(piece)
         view = memoryview(piece)
         if self._buf:
@@ -56,7 +68,7 @@ class ChunkCutter:
             self._buf.clear()
             yield out
         while len(view) >= CHUNK_SIZE:
-            yield bytes(view[:CHUNK_SIZE])
+            yield view[:CHUNK_SIZE]
             view = view[CHUNK_SIZE:]
         if len(view):
             self._buf += view

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
-from ._chunks import chunk_hash, decode_chunk, encode_chunk
+from ._chunks import Buffer, chunk_hash, decode_chunk, encode_chunk
 from ._db import Database
 from ._schema import INLINE_MAX
 
@@ -34,7 +34,7 @@ class ChunkStore:
         self._lazy: set[int] = set()
         self.reads = 0
 
-    def put(self, data: bytes, refs: int = 1) -> int:
+    def put(self, data: Buffer, refs: int = 1) -> int:
         """Store ``data`` (or find it), add ``refs`` references, return the chunk id."""
         db = self._db
         digest = chunk_hash(data)

@@ -19,7 +19,7 @@ import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from ._chunks import CHUNK_SIZE, ChunkCutter, decode_chunk
+from ._chunks import CHUNK_SIZE, Buffer, ChunkCutter, decode_chunk
 from ._chunkstore import ChunkStore
 from ._db import Database
 from ._schema import DIR, FILE, KIND_NAMES, ROOT_INODE, SYMLINK
@@ -634,7 +634,7 @@ class FileSystem:
                 with self._db.transaction():
                     self.chunks.sweep(staged)
 
-    def _stage(self, chunk: bytes) -> int:
+    def _stage(self, chunk: Buffer) -> int:
         """Store one chunk of a streamed write unreferenced but pinned, in its own small transaction."""
         with self._db.transaction():
             cid = self.chunks.put(chunk, refs=0)
