@@ -54,7 +54,11 @@ def create_mcp_server(
         if "error" in result and len(result) == 1:
             return _error(str(result["error"]))
         content: list[types.ContentBlock] = [_content_block(part) for part in tool.to_model_output(result)]
-        return types.CallToolResult(content=content, structured_content=result, is_error="error" in result)
+        # Media bytes travel once, in the image/resource block, not again in the structured copy.
+        structured = {k: v for k, v in result.items() if k != "data"} if "kind" in result else result
+        return types.CallToolResult(
+            content=content, structured_content=structured, is_error="error" in result
+        )
 
     return Server(
         name,

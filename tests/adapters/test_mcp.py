@@ -68,9 +68,11 @@ async def test_failures_and_unknown_tools_are_error_results(sample_tools: dict[s
 
 async def test_images_are_image_content_and_pdfs_embedded_blobs(sample_tools: dict[str, Tool]) -> None:
     async with Client(create_mcp_server(sample_tools)) as client:
-        image = (await client.call_tool("show", {"kind": "image"})).content[1]
+        shown = await client.call_tool("show", {"kind": "image"})
+        image = shown.content[1]
         pdf = (await client.call_tool("show", {"kind": "pdf"})).content[1]
     assert isinstance(image, types.ImageContent)
+    assert shown.structured_content == {"path": "/p.png", "kind": "image", "mediaType": "image/png"}
     assert image.mime_type == "image/png" and base64.b64decode(image.data) == PNG
     assert isinstance(pdf, types.EmbeddedResource)
     assert (
