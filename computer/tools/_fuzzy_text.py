@@ -48,10 +48,19 @@ def _attaches(ch: str) -> bool:
     )
 
 
+def _is_regional_indicator(ch: str) -> bool:
+    return 0x1F1E6 <= ord(ch) <= 0x1F1FF
+
+
 def _clusters(line: str) -> list[str]:
     out: list[str] = []
     for ch in line:
-        if out and (_attaches(ch) or out[-1].endswith(_ZWJ)):
+        if out and (
+            _attaches(ch)
+            or out[-1].endswith(_ZWJ)
+            # Flags are pairs of regional indicators.
+            or (_is_regional_indicator(ch) and len(out[-1]) == 1 and _is_regional_indicator(out[-1]))
+        ):
             out[-1] += ch
         else:
             out.append(ch)

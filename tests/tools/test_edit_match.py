@@ -47,6 +47,12 @@ def test_emoji_with_modifiers_is_one_cluster() -> None:
     assert fuzzy.map_span(1, 3) == (1, 3)
 
 
+def test_flags_are_one_cluster_each() -> None:
+    fuzzy = FuzzyText("x🇫🇷🇩🇪y")
+    assert fuzzy.map_span(1, 3) == (1, 3)  # the French flag
+    assert fuzzy.map_span(2, 4) is None  # half of two flags
+
+
 def test_lone_cr_is_a_line_break_for_matching() -> None:
     outcome = apply_edits("a\rb\rc", [Edit("b\nc", "B")], "/f")
     assert outcome.content == "a\rB"
