@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import secrets
+import time
+from collections.abc import Callable
 from typing import Any
 
 from computer.actors import NAMESPACE
@@ -37,3 +41,17 @@ def processes_with(marker: str) -> list[int]:
         if marker in cmdline and "pytest" not in cmdline:
             pids.append(int(entry))
     return pids
+
+
+async def wait_until(condition: Callable[[], bool], *, within: float = 20.0) -> None:
+    """Poll a host condition nothing can be awaited for (a process appearing or going away)."""
+    deadline = time.monotonic() + within
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"condition not met within {within} s")
+        await asyncio.sleep(0.05)
+
+
+def unique_sleep() -> str:
+    """A ``sleep`` duration no other test uses, to find that one process on the host."""
+    return f"{500 + secrets.randbelow(400)}.{secrets.randbelow(10**6):06d}"

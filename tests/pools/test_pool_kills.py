@@ -1,0 +1,101 @@
+"""Ending runs through the pools: kill, timeout, a consumer that stops, a worker that dies mid-run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from pool_helpers import processes_with, unique_sleep, wait_until, worker_stats
+
+import computer
+from computer.actors import NAMESPACE
+from computer.actors.pools import PoolBackend
+from computer.config import Settings
+from computer.runtime import ExecRequest, OutputChunk
+
+
+async def _wait_for_output(handle: Any, text: str) -> None:
+    async for snapshot in handle:
+        if text in snapshot.stdout:
+            return
+    raise AssertionError(f"the run ended before printing {text!r}")
+
+
+async def test_kill_from_a_client_ends_the_process_tree(cluster: Settings, name: str) -> None:
+    duration = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        handle = await ws.runtime.exec(f"echo started; sleep {duration}; echo never")
+        await _wait_for_output(handle, "started")
+        await wait_until(lambda: bool(processes_with(f"sleep {duration}")))
+        await handle.kill()
+        result = await handle.result()
+    assert result.status == "cancelled" and "never" not in result.stdout
+    await wait_until(lambda: not processes_with(duration))
+
+
+async def test_timeout_through_the_pool_ends_the_process_tree(cluster: Settings, name: str) -> None:
+    duration = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        result = await (await ws.runtime.exec(f"sleep {duration} & sleep {duration}", timeout=1.0)).result()
+    assert result.status == "cancelled"
+    await wait_until(lambda: not processes_with(duration))
+
+
+async def test_closing_the_pool_iterator_cancels_the_worker_run(cluster: Settings, name: str) -> None:
+    owner = computer.workspace_actor(name)
+    kind, info = await owner.describe.remote()
+    assert kind == "ok"
+
+    class Context:
+        workspace_id = info["id"]
+
+    duration = unique_sleep()
+    backend = PoolBackend("shell", 2, owner=owner)
+    request = ExecRequest(id="closing", backend="shell", source=f"echo started; sleep {duration}")
+    events = backend.run(request, Context())  # type: ignore[arg-type]
+    first = await anext(events)
+    assert isinstance(first, OutputChunk) and first.data == b"started\n"
+    await wait_until(lambda: bool(processes_with(f"sleep {duration}")))
+    await events.aclose()  # type: ignore[attr-defined]
+    await wait_until(lambda: not processes_with(duration))
+    assert backend.loads() == [0, 0]
+
+
+async def test_a_worker_killed_mid_run_fails_the_run_and_leaves_the_workspace_unchanged(
+    cluster: Settings, name: str
+) -> None:
+    duration = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/existing", b"orig")
+        handle = await ws.runtime.exec(
+            f"echo half > half; echo changed > existing; echo started; sleep {duration}"
+        )
+        await _wait_for_output(handle, "started")
+        stats = await worker_stats("shell", cluster.shell_pool_size)
+        running = [s for s in stats if any(key.endswith(f"/{handle.id}") for key in s["running"])]
+        assert len(running) == 1
+        ray.kill(ray.get_actor(running[0]["name"], namespace=NAMESPACE))
+
+        result = await handle.result()
+        assert (result.status, result.exit_code) == ("failed", None)
+        assert result.error is not None and result.error.startswith("exec worker died: ")
+        assert running[0]["name"] in result.error
+        assert not await ws.fs.exists("/workspace/half")
+        assert await ws.fs.read_text("/workspace/existing") == "orig"
+        await wait_until(lambda: not processes_with(duration))  # the sandbox died with its worker
+
+        after = await (await ws.runtime.exec("cat existing; ls")).result()
+        assert (after.status, after.stdout) == ("completed", "origexisting\n")
+    replaced = {s["name"]: s["pid"] for s in await worker_stats("shell", cluster.shell_pool_size)}
+    assert running[0]["name"] not in replaced or replaced[running[0]["name"]] != running[0]["pid"]
+
+
+async def test_a_dead_idle_worker_is_replaced_before_the_next_run(cluster: Settings, name: str) -> None:
+    size = cluster.python_pool_size
+    async with computer.get_workspace(name) as ws:
+        assert (await (await ws.runtime.exec("print('warm')", backend="python")).result()).stdout == "warm\n"
+        for stats in await worker_stats("python", size):
+            ray.kill(ray.get_actor(stats["name"], namespace=NAMESPACE))
+        result = await (await ws.runtime.exec("print('again')", backend="python")).result()
+    assert (result.status, result.stdout, result.error) == ("completed", "again\n", None)

@@ -1,0 +1,97 @@
+"""Scaling: many runs on a small pool, and a pool spread over a two-node cluster."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+from pool_helpers import worker_stats
+
+import computer
+from computer.config import Settings
+
+
+async def test_eight_concurrent_runs_on_a_pool_of_two_all_complete(cluster: Settings, name: str) -> None:
+    assert cluster.shell_pool_size == 2
+    before = {s["name"]: s["runs"] for s in await worker_stats("shell", 2)}
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        handles = await asyncio.gather(
+            *[ws.runtime.exec(f"sleep 0.5; echo {i} > f{i}; echo {i}") for i in range(8)]
+        )
+        results = await asyncio.gather(*[h.result() for h in handles])
+        assert [(r.status, r.stdout) for r in results] == [("completed", f"{i}\n") for i in range(8)]
+        for i in range(8):
+            assert await ws.fs.read_text(f"/workspace/f{i}") == f"{i}\n"
+    after = {s["name"]: s["runs"] for s in await worker_stats("shell", 2)}
+    took = {worker: runs - before.get(worker, 0) for worker, runs in after.items()}
+    assert sum(took.values()) == 8
+    assert all(n >= 2 for n in took.values()), took  # least-loaded dispatch used both workers
+
+
+_TWO_NODES = textwrap.dedent(
+    """
+    import asyncio, json, os, sys
+    import ray
+    from ray.cluster_utils import Cluster
+
+    import computer
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 2, "object_store_memory": 80 * 1024 * 1024},
+    )
+    cluster.add_node(num_cpus=2, object_store_memory=80 * 1024 * 1024)
+    ray.init(address=cluster.address, log_to_driver=False)
+    cluster.wait_for_nodes()
+    computer.init(data_dir=sys.argv[1], shell_pool_size=4, python_pool_size=1)
+
+    async def main():
+        async with computer.get_workspace("spread") as ws:
+            await ws.fs.mkdir("/workspace")
+            handles = await asyncio.gather(*[ws.runtime.exec(f"sleep 0.5; echo {i} > f{i}") for i in range(8)])
+            results = await asyncio.gather(*[h.result() for h in handles])
+            files = [await ws.fs.read_text(f"/workspace/f{i}") for i in range(8)]
+        stats = []
+        for i in range(4):
+            handle = ray.get_actor(f"computer:pool:shell:{i}", namespace="computer")
+            stats.append(await handle.stats.remote())
+        nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+        print(json.dumps({
+            "statuses": [r.status for r in results],
+            "files": files,
+            "nodes": nodes,
+            "ran_on": [s["node_id"] for s in stats if s["runs"] > 0],
+        }))
+
+    asyncio.run(main())
+    ray.shutdown()
+    cluster.shutdown()
+    """
+)
+
+
+def test_runs_spread_across_the_nodes_of_a_two_node_cluster(tmp_path: Path) -> None:
+    script = tmp_path / "two_nodes.py"
+    script.write_text(_TWO_NODES)
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["statuses"] == ["completed"] * 8
+    assert report["files"] == [f"{i}\n" for i in range(8)]
+    assert len(report["nodes"]) == 2
+    assert set(report["ran_on"]) == set(report["nodes"])
