@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..config import Settings
 
-__all__ = ["CliError", "GlobalOptions", "local_settings", "ray_session"]
+__all__ = ["CliError", "GlobalOptions", "check_reachable", "local_settings", "ray_session"]
 
 
 class CliError(Exception):
@@ -39,6 +39,22 @@ class GlobalOptions:
         return self.address is None and not os.environ.get("RAY_ADDRESS")
 
 
+def check_reachable(address: str | None, timeout: float = 3.0) -> None:
+    """Fail fast on a ``host:port`` nobody listens on (Ray itself retries for about a minute)."""
+    import socket
+
+    if not address or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise CliError(f"--address must look like HOST:PORT or auto, not {address!r}", code=2)
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as exc:
+        raise CliError(f"no Ray cluster answers at {address} ({exc.strerror or exc})") from None
+
+
 def local_settings(options: GlobalOptions) -> Settings:
     """The settings for commands that read the data directory without Ray."""
     from ..config import configure
@@ -58,6 +74,8 @@ async def ray_session(options: GlobalOptions, **config: Any) -> AsyncIterator[Se
 
     if options.local:
         config.setdefault("shared_data_dir", True)
+    else:
+        check_reachable(options.address or os.environ.get("RAY_ADDRESS"))
     try:
         # In the main thread: Ray installs its signal handlers there (the event loop has nothing to run yet).
         conf = computer.init(options.address, data_dir=options.data_dir, **config)

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from rich.console import Console
 
-from ._context import CliError, GlobalOptions
+from ._context import CliError, GlobalOptions, check_reachable
 
 __all__ = ["run_demo_command"]
 
@@ -16,6 +17,9 @@ def run_demo_command(
 ) -> int:
     """0 when every agent finished green and the persistence check passed, else 1."""
     from ..demo import DemoError, ModelError, OpenAIChatModel, print_summary, run_demo
+
+    if not options.local:
+        check_reachable(options.address or os.environ.get("RAY_ADDRESS"))
 
     async def demo() -> object:
         chat = OpenAIChatModel(model) if model else None

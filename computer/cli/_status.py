@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ._context import GlobalOptions, local_settings
+from ._context import CliError, GlobalOptions, check_reachable, local_settings
 
 __all__ = ["show_status"]
 
@@ -47,8 +47,9 @@ def _cluster(options: GlobalOptions, console: Console) -> None:
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     try:
+        check_reachable(address)
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-    except (ConnectionError, RuntimeError) as exc:
+    except (CliError, ConnectionError, RuntimeError) as exc:
         console.print(
             f"Ray: no running cluster at {address} ({exc}); commands start a local one for their lifetime"
         )

@@ -1,0 +1,142 @@
+"""The command line without Ray: help, usage errors (exit 2, one message), ls, bench --list."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from computer.actors.directory import SqliteDirectory
+from computer.cli import app
+
+from .conftest import REPO, cli_env
+
+COMMANDS = ["demo", "tool", "ls", "shell", "mcp", "serve", "bench", "status"]
+runner = CliRunner()
+
+
+def test_top_level_help_lists_every_command() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for command in COMMANDS:
+        assert command in result.output
+
+
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_has_help_saying_whether_it_needs_ray(command: str) -> None:
+    result = runner.invoke(app, [command, "--help"])
+    assert result.exit_code == 0, result.output
+    text = re.sub(r"[\s│]+", " ", result.output)  # help is wrapped inside a box
+    assert "Usage:" in text
+    if command in ("tool", "shell", "mcp", "demo"):
+        assert "Needs Ray" in text
+    if command in ("ls", "serve"):
+        assert "Needs no Ray" in text
+
+
+def test_help_is_fast_because_nothing_heavy_is_imported() -> None:
+    code = (
+        "import sys, time; t = time.perf_counter(); from computer.cli import app; "
+        "print(time.perf_counter() - t, 'ray' in sys.modules, 'computer.tools' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
+    seconds, ray_loaded, tools_loaded = out.stdout.split()
+    assert (ray_loaded, tools_loaded) == ("False", "False")
+    assert float(seconds) < 5.0
+    started = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, "-m", "computer.cli", "--help"],
+        capture_output=True,
+        text=True,
+        env=cli_env(),
+        timeout=60,
+    )
+    assert proc.returncode == 0 and "demo" in proc.stdout
+    assert time.perf_counter() - started < 15.0  # generous: the machine is shared; Ray alone takes ~5 s
+
+
+def test_invalid_json_arguments_exit_2_with_a_message_and_no_traceback() -> None:
+    result = runner.invoke(app, ["tool", "ws", "read", "{not json"])
+    assert result.exit_code == 2
+    assert "not valid JSON" in result.output
+    assert "Traceback" not in result.output
+
+
+def test_json_that_is_not_an_object_exits_2() -> None:
+    result = runner.invoke(app, ["tool", "ws", "read", "[1, 2]"])
+    assert result.exit_code == 2
+    assert "must be a JSON object, not list" in result.output
+
+
+def test_unknown_tool_exits_2_listing_the_tools() -> None:
+    result = runner.invoke(app, ["tool", "ws", "rm", "{}"])
+    assert result.exit_code == 2
+    assert "unknown tool 'rm'" in result.output and "publish" in result.output
+
+
+def test_bad_option_value_exits_2() -> None:
+    result = runner.invoke(app, ["demo", "--agents", "0"])
+    assert result.exit_code == 2
+
+
+def test_ls_on_an_empty_data_directory_says_so(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["--data-dir", str(tmp_path), "ls"])
+    assert result.exit_code == 0
+    assert "no workspaces yet" in result.output
+
+
+def test_ls_shows_size_last_activity_and_state_from_the_directory(tmp_path: Path) -> None:
+    directory = SqliteDirectory(tmp_path / "directory.sqlite")
+    epoch = directory.acquire_lease("alpha", "node-1", "owner-a", 30.0)
+    directory.release_lease("alpha", "owner-a", epoch, hibernating=True)
+    directory.acquire_lease("beta", "node-1", "owner-b", 30.0)
+    directory.close()
+    (tmp_path / "workspaces").mkdir()
+    (tmp_path / "workspaces" / "alpha.sqlite").write_bytes(b"x" * 4096)
+
+    result = runner.invoke(app, ["--data-dir", str(tmp_path), "ls", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = {row["name"]: row for row in json.loads(result.output)}
+    assert rows["alpha"]["state"] == "hibernating" and rows["alpha"]["size"] == 4096
+    assert rows["beta"]["state"] == "active" and rows["beta"]["size"] is None
+    assert time.time() - rows["alpha"]["last_active"] < 60
+
+    table = runner.invoke(app, ["--data-dir", str(tmp_path), "ls"], env={"COLUMNS": "200"})
+    assert "alpha" in table.output and "4.0 KiB" in table.output and "hibernating" in table.output
+    assert "not on this node" in table.output
+
+
+def test_ls_reports_an_owner_that_vanished_without_hibernating(tmp_path: Path) -> None:
+    directory = SqliteDirectory(tmp_path / "directory.sqlite")
+    directory.acquire_lease("gone", "node-1", "owner-x", 0.001)
+    directory.close()
+    result = runner.invoke(app, ["--data-dir", str(tmp_path), "ls", "--json"])
+    assert json.loads(result.output)[0]["state"] == "active (lease expired)"
+
+
+def test_bench_list_names_the_scripts_under_benchmarks() -> None:
+    result = runner.invoke(app, ["bench", "--list"])
+    assert result.exit_code == 0
+    names = [line.split()[0] for line in result.output.splitlines() if line.strip()]
+    assert "fs" in names and "tools" in names
+
+
+def test_bench_with_an_unknown_name_exits_2() -> None:
+    result = runner.invoke(app, ["bench", "nope"])
+    assert result.exit_code == 2 and "unknown benchmark" in result.output
+
+
+def test_status_without_a_cluster_still_shows_the_directory(tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "computer.cli", "--data-dir", str(tmp_path), "--address", "127.0.0.1:1", "status"],
+        capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "workspaces: 0" in proc.stdout
+    assert "no running cluster" in proc.stdout
