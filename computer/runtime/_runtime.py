@@ -179,8 +179,7 @@ class Runtime:
                     run.killed = True
                     error = "the backend did not stop at its timeout"
                     run.consumer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(run.consumer)
+            await asyncio.wait({run.consumer})
             if run.consumer.done() and not run.consumer.cancelled():
                 exc = run.consumer.exception()
                 if exc is not None:
@@ -193,7 +192,18 @@ class Runtime:
                 run.consumer.cancel()
                 with contextlib.suppress(BaseException):
                     await run.consumer
-        await self._settle(run, request, captures, exit_event[0] if exit_event else None, error, options)
+        try:
+            await self._settle(run, request, captures, exit_event[0] if exit_event else None, error, options)
+        except Exception as exc:  # never leave a caller waiting on a result that will not come
+            log.exception("exec %s: settling failed", run.id)
+            failed = ExecResult(
+                "failed", None, "", "", id=run.id, backend=run.backend, error=f"runtime error: {exc}"
+            )
+            self._running.pop(run.id, None)
+            snapshot = ExecSnapshot(
+                run.id, run.backend, "failed", None, "", "", {}, True, run.snapshot.seq + 1
+            )
+            run.finish(failed, snapshot)
 
     async def _consume(
         self,

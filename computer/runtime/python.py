@@ -129,11 +129,14 @@ class PythonBackend:
             server = asyncio.create_task(_serve(reader, writer, ctx, result))
             exit_code = 0
             timed_out = False
-            async for event in stream_process(sp, stdin=request.stdin, timeout=request.timeout):
-                if isinstance(event, ProcessExit):
-                    exit_code, timed_out = event.exit_code, event.timed_out
-                else:
-                    yield event
+            async with contextlib.aclosing(
+                stream_process(sp, stdin=request.stdin, timeout=request.timeout)
+            ) as events:
+                async for event in events:
+                    if isinstance(event, ProcessExit):
+                        exit_code, timed_out = event.exit_code, event.timed_out
+                    else:
+                        yield event
             writer.close()
             yield ExitEvent(exit_code, value=result.get("value"), killed=timed_out, error=result.get("error"))
         finally:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import os
 import secrets
 import shutil
@@ -121,11 +122,14 @@ class ShellBackend:
             )
             exit_code = 0
             timed_out = False
-            async for event in stream_process(sp, stdin=request.stdin, timeout=request.timeout):
-                if isinstance(event, ProcessExit):
-                    exit_code, timed_out = event.exit_code, event.timed_out
-                else:
-                    yield event
+            async with contextlib.aclosing(
+                stream_process(sp, stdin=request.stdin, timeout=request.timeout)
+            ) as events:
+                async for event in events:
+                    if isinstance(event, ProcessExit):
+                        exit_code, timed_out = event.exit_code, event.timed_out
+                    else:
+                        yield event
             pull, now = await asyncio.to_thread(mirror.collect)
             batch = await ctx.sync_pull(pull, push.rev)
             await asyncio.to_thread(mirror.settle, now, batch.rev, batch.skipped)

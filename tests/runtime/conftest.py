@@ -1,0 +1,28 @@
+"""Fixtures of the runtime tests: one shell and one python backend per session, a fresh workspace per test."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+import computer
+from computer.runtime import PythonBackend, ShellBackend
+
+
+@pytest.fixture(scope="session")
+def shell_backend() -> ShellBackend:
+    return ShellBackend()
+
+
+@pytest.fixture(scope="session")
+def python_backend() -> PythonBackend:
+    return PythonBackend()
+
+
+@pytest.fixture
+async def ws(shell_backend: ShellBackend, python_backend: PythonBackend) -> AsyncIterator[computer.Workspace]:
+    workspace = computer.Workspace(backends=[shell_backend, python_backend])
+    await workspace.fs.mkdir("/workspace", recursive=True)
+    yield workspace
+    await workspace.close()
