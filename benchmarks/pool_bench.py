@@ -97,7 +97,7 @@ async def pool_latency(runs: int) -> tuple[float, float, list[int]]:
     import ray
 
     name = f"bench-{uuid.uuid4().hex[:8]}"
-    host = ray.remote(_BenchHost).options(max_concurrency=1000, num_cpus=0).remote(name)
+    host: Any = ray.remote(_BenchHost).options(max_concurrency=1000, num_cpus=0).remote(name)
     async with computer.get_workspace(host) as ws:
         await _fill(ws.fs)
         await (await ws.runtime.exec("true")).result()

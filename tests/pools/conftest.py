@@ -26,6 +26,6 @@ def name(ray_session: Any) -> Iterator[str]:
     workspace = f"pool-{uuid.uuid4().hex[:12]}"
     yield workspace
     try:
-        ray_session.kill(ray_session.get_actor(actor_name(workspace), namespace=NAMESPACE))  # type: ignore[attr-defined]
+        ray_session.kill(ray_session.get_actor(actor_name(workspace), namespace=NAMESPACE))
     except ValueError:
         pass
