@@ -83,19 +83,63 @@ def _body(line: str) -> tuple[str, bool]:
     return (line[:-1], True) if line.endswith("\n") else (line, False)
 
 
-def diff_texts(old: str, new: str, path: str) -> FileDiff:
-    """Diff two LF texts."""
-    old_lines = old.splitlines(keepends=True)
-    new_lines = new.splitlines(keepends=True)
+def _line_start_before(text: str, pos: int, lines: int) -> int:
+    """Start of the line holding ``pos``, moved back ``lines`` more lines."""
+    start = text.rfind("\n", 0, pos) + 1
+    for _ in range(lines):
+        if start == 0:
+            break
+        start = text.rfind("\n", 0, start - 1) + 1
+    return start
+
+
+def _line_start_after(text: str, pos: int, lines: int) -> int:
+    """Start of the line after the one holding ``pos``, moved forward ``lines`` more lines (or the end)."""
+    end = pos
+    for _ in range(lines + 1):
+        newline = text.find("\n", end)
+        if newline < 0:
+            return len(text)
+        end = newline + 1
+    return end
+
+
+def _line_count(text: str) -> int:
+    return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
+
+
+def diff_texts(old: str, new: str, path: str, *, changed: tuple[int, int, int] | None = None) -> FileDiff:
+    """Diff two LF texts.
+
+    ``changed = (start, old_end, new_end)`` promises that the texts differ only within
+    ``old[start:old_end]`` / ``new[start:new_end]``; only that region (plus context) is then diffed.
+    """
+    base = 0
+    if changed is not None and not (
+        old[: changed[0]] == new[: changed[0]] and old[changed[1] :] == new[changed[2] :]
+    ):
+        changed = None  # a wrong promise costs speed, never correctness
+    if changed is not None:
+        start, old_end, new_end = changed
+        window_start = _line_start_before(old, start, CONTEXT_LINES)
+        window_old_end = _line_start_after(old, old_end, CONTEXT_LINES)
+        window_new_end = window_old_end + (new_end - old_end)
+        base = old.count("\n", 0, window_start)
+        old_lines = old[window_start:window_old_end].splitlines(keepends=True)
+        new_lines = new[window_start:window_new_end].splitlines(keepends=True)
+        width = len(str(max(_line_count(old), _line_count(new), 1)))
+    else:
+        old_lines = old.splitlines(keepends=True)
+        new_lines = new.splitlines(keepends=True)
+        width = len(str(max(len(old_lines), len(new_lines), 1)))
     codes = _opcodes(old_lines, new_lines)
     first_changed: int | None = None
     for tag, _, _, j1, _ in codes:
         if tag != "equal":
-            first_changed = j1 + 1
+            first_changed = base + j1 + 1
             break
     patch: list[str] = [f"--- {path}\n", f"+++ {path}\n"]
     display: list[str] = []
-    width = len(str(max(len(old_lines), len(new_lines), 1)))
     changed = 0
     size = 0
     truncated = False
@@ -103,16 +147,18 @@ def diff_texts(old: str, new: str, path: str) -> FileDiff:
         if truncated:
             break
         first, last = group[0], group[-1]
-        patch.append(f"@@ -{_range(first[1], last[2])} +{_range(first[3], last[4])} @@\n")
+        patch.append(
+            f"@@ -{_range(base + first[1], base + last[2])} +{_range(base + first[3], base + last[4])} @@\n"
+        )
         if display:
             display.append(" " * (width + 1) + "...")
         for tag, i1, i2, j1, j2 in group:
             rows: list[tuple[str, int, str]] = []
             if tag == "equal":
-                rows = [(" ", j1 + k + 1, old_lines[i1 + k]) for k in range(i2 - i1)]
+                rows = [(" ", base + j1 + k + 1, old_lines[i1 + k]) for k in range(i2 - i1)]
             else:
-                rows = [("-", i1 + k + 1, old_lines[i1 + k]) for k in range(i2 - i1)]
-                rows += [("+", j1 + k + 1, new_lines[j1 + k]) for k in range(j2 - j1)]
+                rows = [("-", base + i1 + k + 1, old_lines[i1 + k]) for k in range(i2 - i1)]
+                rows += [("+", base + j1 + k + 1, new_lines[j1 + k]) for k in range(j2 - j1)]
             for sign, number, line in rows:
                 if sign != " ":
                     changed += 1

@@ -40,6 +40,7 @@ class EditOutcome:
     old_view: str
     new_view: str
     applied: int
+    changed: tuple[int, int, int]  # (start, old_end, new_end): where the LF views differ, at most
 
 
 def to_lf(text: str) -> str:
@@ -190,4 +191,7 @@ def apply_edits(original: str, edits: Sequence[Edit], path: str) -> EditOutcome:
     new_body = "".join(reversed(pieces))
     if new_body == body:
         raise EditError(f"No changes: the edits leave {path} exactly as it was.")
-    return EditOutcome(bom + new_body, view.text, to_lf(new_body), len(edits))
+    new_view = to_lf(new_body)
+    old_end = spans[-1][1]
+    changed = (spans[0][0], old_end, old_end + len(new_view) - len(view.text))
+    return EditOutcome(bom + new_body, view.text, new_view, len(edits), changed)

@@ -122,7 +122,9 @@ def create_edit_tool(store: FileStore, **edit_options: Any) -> Tool:
             if len(new_data) > options.max_bytes:
                 raise over_cap(path, len(new_data), "would become")
             await store.write(path, new_data, mode=stat.mode)
-        diff = diff_texts(_viewable(outcome.old_view), _viewable(outcome.new_view), path)
+        old_view, new_view = _viewable(outcome.old_view), _viewable(outcome.new_view)
+        # Replacement characters keep lengths, so the changed region still holds after _viewable.
+        diff = diff_texts(old_view, new_view, path, changed=outcome.changed)
         result: dict[str, Any] = {
             "path": path,
             "editsApplied": outcome.applied,

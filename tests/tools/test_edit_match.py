@@ -197,3 +197,32 @@ def test_fuzzy_edit_changes_nothing_outside_a_span_that_normalises_to_the_needle
     assert original.startswith(head) and original.endswith(tail)
     span = original[len(head) : len(original) - len(tail)]
     assert span == needle or normalize_fuzzy(span)[0] == normalize_fuzzy(needle)[0]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    lines=st.lists(st.sampled_from(["a", "b", "c", "", "dd", "a b"]), min_size=1, max_size=40),
+    picks=st.lists(
+        st.tuples(st.integers(0, 39), st.sampled_from(["X", "", "Y\nZ", "a\n"])), min_size=1, max_size=3
+    ),
+    final_newline=st.booleans(),
+)
+def test_diff_of_the_changed_region_equals_the_full_diff(
+    lines: list[str], picks: list[tuple[int, str]], final_newline: bool
+) -> None:
+    original = "\n".join(f"{i}:{line}" for i, line in enumerate(lines)) + ("\n" if final_newline else "")
+    edits = []
+    for index, replacement in picks:
+        if index < len(lines):
+            edits.append(Edit(f"{index}:{lines[index]}", replacement))
+    if not edits:
+        return
+    try:
+        outcome = apply_edits(original, edits, "/f")
+    except EditError:
+        return
+    hinted = diff_texts(outcome.old_view, outcome.new_view, "/f", changed=outcome.changed)
+    full = diff_texts(outcome.old_view, outcome.new_view, "/f")
+    assert apply_patch(outcome.old_view, hinted.patch) == outcome.new_view
+    assert hinted.first_changed_line == full.first_changed_line
+    assert hinted.diff.count("\n") == full.diff.count("\n")
