@@ -109,7 +109,7 @@ def _words(n: int) -> Project:
         f"def word_count(text):\n{bug}\n\n\n"
         "def initials(text):\n    return ''.join(word[0] for word in text.split())\n"
     )
-    spaced = "  ".join(["agent"] * (n % 3 + 2))
+    spaced = "  ".join([f"agent{n}"] * (n % 3 + 2))
     cases = (
         f"    def test_word_count(self):\n        self.assertEqual(word_count({spaced + chr(10)!r}), {n % 3 + 2})\n\n"
         "    def test_initials(self):\n        self.assertEqual(initials('durable object store'), 'dos')\n"
