@@ -140,7 +140,7 @@ def diff_texts(old: str, new: str, path: str, *, changed: tuple[int, int, int] |
             break
     patch: list[str] = [f"--- {path}\n", f"+++ {path}\n"]
     display: list[str] = []
-    changed = 0
+    changed_lines = 0
     size = 0
     truncated = False
     for group in _groups(codes, CONTEXT_LINES):
@@ -161,14 +161,14 @@ def diff_texts(old: str, new: str, path: str, *, changed: tuple[int, int, int] |
                 rows += [("+", base + j1 + k + 1, new_lines[j1 + k]) for k in range(j2 - j1)]
             for sign, number, line in rows:
                 if sign != " ":
-                    changed += 1
+                    changed_lines += 1
                 text, has_newline = _body(line)
                 patch.append(f"{sign}{text}\n")
                 if not has_newline:
                     patch.append("\\ No newline at end of file\n")
                 display.append(f"{sign}{number:>{width}} {text}")
                 size += len(text) * 2 + width + 4
-                if changed > MAX_DIFF_LINES or size > MAX_DIFF_BYTES:
+                if changed_lines > MAX_DIFF_LINES or size > MAX_DIFF_BYTES:
                     truncated = True
                     break
             if truncated:
