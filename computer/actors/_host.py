@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import json
 import logging
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -88,6 +90,7 @@ class WorkspaceHost(PoolCallbacks):
         self._streams_stopped = 0  # streams ended before their last piece (cancelled by the client)
         self._last_active = time.time()
         self._uploads: dict[str, Upload] = {}
+        self._tool_sets: dict[str, dict[str, Any]] = {}  # run_tool's tools, per options
         self._background: list[asyncio.Task[None]] = []
         try:
             loop = asyncio.get_running_loop()
@@ -207,6 +210,8 @@ class WorkspaceHost(PoolCallbacks):
             "uploads": len(self._uploads),
             "closing": self._closing,
             "last_active": self._last_active,
+            "pid": os.getpid(),
+            "rss_bytes": _rss_bytes(),
         }
 
     # -- RPC: filesystem ----------------------------------------------------------------------------
@@ -394,6 +399,35 @@ class WorkspaceHost(PoolCallbacks):
             except Exception as exc:
                 return fail(exc)
 
+    # -- RPC: tools ----------------------------------------------------------------------------------
+
+    async def run_tool(self, name: str, args: dict[str, Any], options: dict[str, Any] | None = None) -> Reply:
+        """Run one agent tool whole, next to the file: one round trip for the caller.
+
+        ``options`` are :func:`computer.tools.create_tools` keywords; the result is the tool's result
+        dict (a failed call is ``{"error": ...}``, as from any tool).
+        """
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            try:
+                tool = self._tools(options).get(name)
+                if tool is None:
+                    return ok({"error": f"unknown tool {name!r}"})
+                return ok(await tool.run(args))
+            except Exception as exc:
+                return fail(exc)
+
+    def _tools(self, options: dict[str, Any] | None) -> dict[str, Any]:
+        from ..tools import create_tools
+
+        key = json.dumps(options or {}, sort_keys=True, default=repr)
+        tools = self._tool_sets.get(key)
+        if tools is None:
+            owner: Any = self.workspace  # the owner object serves the same surface as a client
+            tools = self._tool_sets[key] = create_tools(owner, **(options or {}))
+        return tools
+
     # -- RPC: assets --------------------------------------------------------------------------------
 
     async def assets_share(self, path: str, kwargs: dict[str, Any]) -> Reply:
@@ -406,6 +440,15 @@ class WorkspaceHost(PoolCallbacks):
                 return ok(await self.workspace.assets.share(path, **kwargs))
             except Exception as exc:
                 return fail(exc)
+
+
+def _rss_bytes() -> int | None:
+    """Resident memory of this process (Linux), for the status command and benchmarks."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 async def _maybe_await(value: Any) -> Any:

@@ -14,6 +14,8 @@ from ._runtime import ClientRuntime
 
 __all__ = ["WorkspaceClient"]
 
+_READ_ONLY_TOOLS = frozenset({"read", "ls", "find", "grep"})
+
 
 class WorkspaceClient:
     """A proxy of one workspace; ``id`` equals the owner's (the tools' lock identity).
@@ -37,6 +39,19 @@ class WorkspaceClient:
     def handle(self) -> Any:
         """The owner's Ray actor handle (it changes when the owner was re-created)."""
         return self._conn.handle
+
+    async def run_tool(
+        self, name: str, args: dict[str, Any], *, options: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Run agent tool ``name`` whole on the owner (one round trip); same result as the tool's ``run``.
+
+        ``options`` are :func:`computer.tools.create_tools` keywords. Exec snapshots are not streamed
+        this way: use ``create_tools(client)`` for ``on_update``.
+        """
+        result: dict[str, Any] = await self._conn.request(
+            "run_tool", name, args, options, retry_safe=name in _READ_ONLY_TOOLS
+        )
+        return result
 
     async def close(self) -> None:
         """Release this client's locks. Idempotent; the workspace itself stays open on its owner."""

@@ -52,3 +52,31 @@ async def test_client_tools_match_owner_tool_names(cluster: Settings, name: str)
         tools = create_tools(ws)
         assert {"read", "ls", "find", "grep", "write", "edit", "delete", "publish"} <= set(tools)
         assert ("exec" in tools) == bool(ws.runtime.backends())
+
+
+async def test_run_tool_pushes_a_whole_tool_call_to_the_owner(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        written = await ws.run_tool("write", {"path": "/workspace/notes/todo.txt", "content": "one\ntwo\n"})
+        assert written == {"path": "/workspace/notes/todo.txt", "bytesWritten": 8}
+        edited = await ws.run_tool(
+            "edit", {"path": "/workspace/notes/todo.txt", "edits": [{"oldText": "two", "newText": "three"}]}
+        )
+        assert edited["editsApplied"] == 1
+        assert await ws.fs.read_text("/workspace/notes/todo.txt") == "one\nthree\n"
+        page = await ws.run_tool(
+            "read", {"path": "/workspace/notes/todo.txt", "limit": 1}, options={"read": {"max_lines": 5}}
+        )
+        assert page["content"] == "one" and page["nextOffset"] == 2
+        assert "error" in await ws.run_tool("read", {"path": "/missing"})
+        assert await ws.run_tool("nope", {}) == {"error": "unknown tool 'nope'"}
+
+
+async def test_run_tool_and_client_tools_share_one_lock_table(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/f.txt", "a\n")
+        async with ws.locks.hold(["/f.txt"]):
+            pushed = asyncio.ensure_future(ws.run_tool("write", {"path": "/f.txt", "content": "b\n"}))
+            done, _ = await asyncio.wait({pushed}, timeout=0.3)
+            assert not done  # the owner-side write waits for the client's lease
+        assert await asyncio.wait_for(pushed, 10) == {"path": "/f.txt", "bytesWritten": 2}
+        assert await ws.fs.read_text("/f.txt") == "b\n"

@@ -1,0 +1,260 @@
+"""Owner actors and clients: latency per operation, throughput, owner memory, hibernation reclaim.
+
+Run: ``.venv/bin/python benchmarks/actor_bench.py [--iterations 300] [--touch 40]``. Prints absolute
+numbers and ratios against baselines measured in the same run:
+- latency of each operation through a client (stat, small read, small write, every core tool) next to
+  a no-op call on an async Ray actor (target: within 1.5x, i.e. one round trip per operation);
+- aggregate throughput of 8 concurrent clients on 8 workspaces and on 1 shared workspace;
+- resident memory of one active owner;
+- memory in use after touching ``--touch`` workspaces once and waiting past the hibernation timeout,
+  against the memory in use before (target: back within 10%).
+Exec pools are turned off (pool sizes 0) so the numbers are those of owners and clients alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import ray
+
+import computer
+from computer.actors import NAMESPACE, actor_name
+from computer.tools import create_tools
+
+
+@ray.remote(num_cpus=0)
+class Noop:
+    async def noop(self) -> None:
+        return None
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def timed(fn: Callable[[], Awaitable[Any]], n: int) -> list[float]:
+    for _ in range(min(20, n)):  # warm up
+        await fn()
+    samples = []
+    for _ in range(n):
+        start = time.perf_counter()
+        await fn()
+        samples.append((time.perf_counter() - start) * 1000)
+    return samples
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+            tree.setdefault(ppid, []).append(int(entry))
+    return tree
+
+
+def _pss_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def cluster_mem_mib() -> float:
+    """Proportional memory of this process and every process it started (the local Ray cluster).
+
+    The machine is shared with other work, so system-wide numbers would measure that too.
+    """
+    tree, total, todo = _children(), 0, [os.getpid()]
+    while todo:
+        pid = todo.pop()
+        total += _pss_kib(pid)
+        todo.extend(tree.get(pid, []))
+    return total / 1024
+
+
+async def settled_mem_mib(limit: float = 30.0) -> float:
+    """Cluster memory once it stops falling (Ray reaps idle workers a few seconds after they exit)."""
+    deadline = time.monotonic() + limit
+    last = cluster_mem_mib()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(2.0)
+        now = cluster_mem_mib()
+        if now > last - 5:
+            return min(now, last)
+        last = now
+    return last
+
+
+async def latency(n: int) -> None:
+    noop = Noop.remote()  # type: ignore[attr-defined]
+    base = await timed(lambda: noop.noop.remote(), n)
+    base_med = statistics.median(base)
+    print(f"\n== latency, {n} calls each (ms) ==")
+    print(f"{'operation':<28}{'median':>9}{'p99':>9}{'x noop':>9}")
+    print(f"{'no-op async actor call':<28}{base_med:>9.3f}{percentile(base, 0.99):>9.3f}{1.0:>9.2f}")
+    async with computer.get_workspace("bench-latency") as ws:
+        await ws.fs.mkdir("/workspace", recursive=True)
+        await ws.fs.write_file("/workspace/small.txt", b"x" * 100)
+        await ws.fs.write_file("/workspace/notes.md", "alpha\nbeta\ngamma\n")
+        tools = create_tools(ws)
+        counter = iter(range(10**9))
+        ops: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+            ("fs.stat", lambda: ws.fs.stat("/workspace/small.txt")),
+            ("fs.read_file (100 B)", lambda: ws.fs.read_file("/workspace/small.txt")),
+            ("fs.write_file (100 B)", lambda: ws.fs.write_file("/workspace/w.txt", b"y" * 100)),
+            ("tool read", lambda: tools["read"].run({"path": "/workspace/notes.md"})),
+            ("tool ls", lambda: tools["ls"].run({"path": "/workspace"})),
+            ("tool find", lambda: tools["find"].run({"path": "/workspace", "pattern": "*.md"})),
+            ("tool grep", lambda: tools["grep"].run({"path": "/workspace", "query": "beta"})),
+            ("tool write", lambda: tools["write"].run({"path": "/workspace/t.txt", "content": "hello\n"})),
+        ]
+
+        async def edit_once() -> Any:
+            i = next(counter)
+            await ws.fs.write_file("/workspace/e.txt", f"v{i}\n")
+            return await tools["edit"].run(
+                {"path": "/workspace/e.txt", "edits": [{"oldText": f"v{i}", "newText": "z"}]}
+            )
+
+        async def delete_once() -> Any:
+            await ws.fs.write_file("/workspace/d.txt", b"d")
+            return await tools["delete"].run({"path": "/workspace/d.txt"})
+
+        for label, fn in ops:
+            samples = await timed(fn, n)
+            med = statistics.median(samples)
+            print(f"{label:<28}{med:>9.3f}{percentile(samples, 0.99):>9.3f}{med / base_med:>9.2f}")
+        # edit and delete need a fresh file each time: the setup write is measured separately.
+        setup = await timed(lambda: ws.fs.write_file("/workspace/e.txt", b"v\n"), n)
+        setup_med = statistics.median(setup)
+        for label, fn in (("tool edit", edit_once), ("tool delete", delete_once)):
+            samples = await timed(fn, n)
+            med = statistics.median(samples) - setup_med
+            print(
+                f"{label + ' (minus setup)':<28}{med:>9.3f}{percentile(samples, 0.99) - setup_med:>9.3f}{med / base_med:>9.2f}"
+            )
+        assert "error" not in await tools["read"].run({"path": "/workspace/notes.md"})
+    ray.kill(noop)
+
+
+async def throughput(seconds: float) -> None:
+    print(f"\n== throughput, 8 concurrent clients, {seconds:.0f} s each (small write + read per op) ==")
+
+    async def worker(ws: Any, path: str, stop: float) -> int:
+        done = 0
+        while time.monotonic() < stop:
+            await ws.fs.write_file(path, b"z" * 64)
+            await ws.fs.read_file(path)
+            done += 1
+        return done
+
+    results = {}
+    for label, names in (
+        ("8 workspaces", [f"bench-tp-{i}" for i in range(8)]),
+        ("1 shared workspace", ["bench-tp-shared"] * 8),
+    ):
+        clients = [await computer.get_workspace(n) for n in names]
+        # Warm up: new owners make Ray start replacement workers, which compete for the CPU a while.
+        await asyncio.gather(*[worker(c, f"/f{i}", time.monotonic() + 3.0) for i, c in enumerate(clients)])
+        stop = time.monotonic() + seconds
+        counts = await asyncio.gather(*[worker(c, f"/f{i}", stop) for i, c in enumerate(clients)])
+        rate = sum(counts) / seconds
+        results[label] = rate
+        print(f"{label:<22}{rate:>10.0f} ops/s ({2 * rate:.0f} calls/s)")
+        for c in clients:
+            await c.close()
+    print(f"shared / separate: {results['1 shared workspace'] / results['8 workspaces']:.2f}x")
+
+
+async def owner_memory() -> None:
+    handle = computer.workspace_actor("bench-tp-shared")
+    stats = await handle.stats.remote()
+    print(f"\n== one active owner ==\nRSS {stats['rss_bytes'] / 2**20:.1f} MiB (pid {stats['pid']})")
+
+
+def owner_alive(name: str) -> bool:
+    try:
+        ray.get_actor(actor_name(name), namespace=NAMESPACE)
+    except ValueError:
+        return False
+    return True
+
+
+async def wait_hibernated(names: list[str], limit: float) -> None:
+    deadline = time.monotonic() + limit
+    while any(owner_alive(n) for n in names) and time.monotonic() < deadline:  # noqa: ASYNC110 (remote state)
+        await asyncio.sleep(0.5)
+
+
+async def touch_one(name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/touched", b"1")
+
+
+async def hibernation(touch: int, hibernate_after: float) -> None:
+    print(f"\n== memory: touch {touch} workspaces once, wait past hibernate_after={hibernate_after:.0f} s ==")
+    await touch_one("bench-idle-warm")  # Ray's worker pool warm, then back to rest
+    await wait_hibernated(["bench-idle-warm"], hibernate_after + 60)
+    before = await settled_mem_mib()
+    names = [f"bench-idle-{i}" for i in range(touch)]
+    start = time.monotonic()
+    for batch in range(0, touch, 8):
+        await asyncio.gather(*[touch_one(n) for n in names[batch : batch + 8]])
+    touched = time.monotonic() - start
+    peak = cluster_mem_mib()
+    await wait_hibernated(names, hibernate_after + 120)
+    after = await settled_mem_mib()
+    alive = sum(owner_alive(n) for n in names)
+    print(f"touching took {touched:.1f} s ({touch / touched:.1f} workspaces/s)")
+    print(
+        f"cluster memory (PSS of driver + Ray processes): before {before:.0f} MiB, "
+        f"all touched {peak:.0f} MiB (+{(peak - before) / touch:.1f} MiB per awake owner)"
+    )
+    print(
+        f"after hibernation: {after:.0f} MiB = {after / before:.3f}x before (target <= 1.10); owners alive: {alive}"
+    )
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--iterations", type=int, default=300)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument(
+        "--touch", type=int, default=40, help="workspaces touched for the memory test (spec: 500)"
+    )
+    parser.add_argument("--hibernate-after", type=float, default=5.0)
+    args = parser.parse_args()
+    data_dir = tempfile.mkdtemp(prefix="cbench-")
+    computer.init(
+        data_dir=data_dir, hibernate_after=args.hibernate_after, shell_pool_size=0, python_pool_size=0
+    )
+    print(f"data dir {data_dir}; ray {ray.__version__}; {os.cpu_count()} cores")
+    await hibernation(args.touch, args.hibernate_after)  # first: from a cluster at rest
+    await latency(args.iterations)
+    await throughput(args.seconds)
+    await owner_memory()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
