@@ -1,0 +1,156 @@
+"""``computer demo --agents 4`` end to end on the embedded default (a local Ray it starts, no Redis),
+then ``computer serve`` answering one of its links and ``computer ls`` showing its workspaces.
+
+One demo run (a subprocess) is shared by the tests of this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+
+from .conftest import COMPUTER, REPO, cli_env, free_port, run_cli
+
+pytestmark = pytest.mark.slow
+
+AGENTS = 4
+LINK = re.compile(r"^  (demo-agent-\d+)  (\S+)  (http://\S+)$", re.MULTILINE)
+
+
+@dataclass
+class DemoRun:
+    data_dir: Path
+    pid: int
+    returncode: int
+    stdout: str
+    stderr: str
+
+    def explain(self) -> str:
+        return f"exit {self.returncode}\n--- stdout\n{self.stdout[-6000:]}\n--- stderr\n{self.stderr[-6000:]}"
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
+    data_dir = tmp_path_factory.mktemp("demo-data")
+    proc = subprocess.Popen(
+        [*COMPUTER, "--data-dir", str(data_dir), "demo", "--agents", str(AGENTS)],
+        env=cli_env(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        stdout, stderr = proc.communicate(timeout=240)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        stdout, stderr = proc.communicate()
+        pytest.fail(f"the demo did not finish within 240 s\n{stdout[-4000:]}\n{stderr[-4000:]}")
+    yield DemoRun(data_dir, proc.pid, proc.returncode, stdout, stderr)
+
+
+def test_every_agent_finishes_green_with_a_report_link(demo_run: DemoRun) -> None:
+    assert demo_run.returncode == 0, demo_run.explain()
+    assert f"agents: {AGENTS}/{AGENTS} green (model: scripted)" in demo_run.stdout
+    links = LINK.findall(demo_run.stdout)
+    assert sorted(name for name, _, _ in links) == [f"demo-agent-{i}" for i in range(AGENTS)]
+    assert len({project for _, project, _ in links}) == AGENTS  # different projects
+    assert "Traceback" not in demo_run.stderr
+
+
+def test_summary_shows_tool_calls_latency_persistence_and_wall_time(demo_run: DemoRun) -> None:
+    calls = re.search(
+        r"tool calls: (\d+) \((\d+) errors\), latency p50 ([\d.]+) ms, p99 ([\d.]+) ms", demo_run.stdout
+    )
+    assert calls is not None, demo_run.explain()
+    assert int(calls.group(1)) == 10 * AGENTS and int(calls.group(2)) == 0
+    assert 0 < float(calls.group(3)) <= float(calls.group(4))
+    persistence = re.search(
+        r"persistence: demo-agent-\d+ hibernated [\d.]+ s after its last call; a fresh client read its report "
+        r"back \((\d+) bytes, identical\)",
+        demo_run.stdout,
+    )
+    assert persistence is not None and int(persistence.group(1)) > 100, demo_run.explain()
+    wall = re.search(r"wall time: ([\d.]+) s", demo_run.stdout)
+    assert wall is not None and float(wall.group(1)) < 240
+
+
+def test_the_ray_it_started_is_gone_when_it_exits(demo_run: DemoRun) -> None:
+    # A Ray started by a driver names its session after the driver's pid, in every process's arguments.
+    session = re.compile(rf"session_[\d_-]+_{demo_run.pid}\b")
+    deadline = time.monotonic() + 30
+    while True:
+        left = [pid for pid, args in _processes() if session.search(args)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)  # Ray's last workers exit asynchronously after shutdown; /proc has no event to await
+    assert left == [], f"Ray processes of the demo still running: {left}"
+
+
+def test_serve_answers_a_published_link(demo_run: DemoRun) -> None:
+    links = LINK.findall(demo_run.stdout)
+    assert links, demo_run.explain()
+    _, project, url = links[0]
+    port = free_port()
+    server = subprocess.Popen(
+        [*COMPUTER, "--data-dir", str(demo_run.data_dir), "serve", "--port", str(port)],
+        env=cli_env(),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        banner = server.stdout.readline()  # printed just before listening
+        assert f"on http://127.0.0.1:{port}" in banner
+        response = _get_when_listening(f"http://127.0.0.1:{port}{urlsplit(url).path}", server)
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/markdown")
+        assert response.text.startswith(f"# Report: {project}")
+        assert httpx.get(f"http://127.0.0.1:{port}/no/such/link.md").status_code == 404
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_ls_lists_the_demo_workspaces_with_their_size_and_state(demo_run: DemoRun) -> None:
+    proc = run_cli(["--data-dir", str(demo_run.data_dir), "ls", "--json"], env=cli_env(), timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    rows = {row["name"]: row for row in json.loads(proc.stdout)}
+    assert set(rows) == {f"demo-agent-{i}" for i in range(AGENTS)}
+    assert all(row["size"] > 0 for row in rows.values())
+    assert any(row["state"] == "hibernating" for row in rows.values())  # the one the demo waited for
+
+
+def _get_when_listening(url: str, server: subprocess.Popen[str]) -> httpx.Response:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            return httpx.get(url, timeout=5)
+        except httpx.ConnectError:
+            assert server.poll() is None, "computer serve exited"
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)  # uvicorn binds right after the banner; connection refused until then
+
+
+def _processes() -> Iterator[tuple[int, str]]:
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            raw = Path(entry.path, "cmdline").read_bytes()
+        except OSError:
+            continue
+        yield int(entry.name), raw.replace(b"\0", b" ").decode("utf-8", "replace")
