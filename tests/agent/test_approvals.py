@@ -1,0 +1,102 @@
+"""needs_approval pauses a turn durably; approve and reject resume it, also after the actor was killed."""
+
+from __future__ import annotations
+
+import pytest
+import ray
+
+from computer.agent import PendingCall, TurnBusyError
+
+from ._agents import ScriptedAgent
+from ._scripted import outcome, plan
+from .conftest import Agents, until_dead, until_named_free
+
+
+async def test_a_call_needing_approval_pauses_the_turn(agents: Agents) -> None:
+    agent = agents.spawn(ScriptedAgent)
+    reply = await agent.chat.remote(plan(("archive", {"key": "important-1"})))
+    assert reply.text is None and reply.paused
+    assert reply.pending == (PendingCall("call-1-0-0", "archive", {"key": "important-1"}),)
+    assert await agent.pending.remote() == [PendingCall("call-1-0-0", "archive", {"key": "important-1"})]
+
+
+async def test_approval_predicate_sees_the_arguments(agents: Agents) -> None:
+    agent = agents.spawn(ScriptedAgent)
+    reply = await agent.chat.remote(plan(("archive", {"key": "routine"})))
+    assert outcome(reply.text)["results"] == [{"tool": "archive", "content": "archived routine"}]
+
+
+async def test_approve_runs_the_call_and_finishes_the_turn(agents: Agents) -> None:
+    agent = agents.spawn(ScriptedAgent)
+    await agent.chat.remote(plan(("archive", {"key": "important-1"}), reply="finished"))
+    reply = await agent.approve.remote("call-1-0-0")
+    answer = outcome(reply.text)
+    assert answer["reply"] == "finished"
+    assert answer["results"] == [{"tool": "archive", "content": "archived important-1"}]
+    assert await agent.pending.remote() == []
+
+
+async def test_reject_tells_the_model_why_and_skips_the_call(agents: Agents) -> None:
+    agent = agents.spawn(ScriptedAgent)
+    await agent.chat.remote(plan(("wipe", {})))
+    answer = outcome((await agent.reject.remote("call-1-0-0", "not today")).text)
+    assert answer["results"][0]["tool"] == "wipe"
+    assert "not today" in answer["results"][0]["content"]
+    assert "wiped" not in answer["results"][0]["content"]
+
+
+async def test_a_turn_waits_for_every_parallel_call(agents: Agents) -> None:
+    agent = agents.spawn(ScriptedAgent)
+    reply = await agent.chat.remote(
+        plan([("wipe", {}), ("archive", {"key": "important-2"}), ("weather", {"city": "Rome"})])
+    )
+    assert {c.id for c in reply.pending} == {"call-1-0-0", "call-1-0-1"}
+    partial = await agent.reject.remote("call-1-0-0")
+    assert partial.pending == (PendingCall("call-1-0-1", "archive", {"key": "important-2"}),)
+    answer = outcome((await agent.approve.remote("call-1-0-1")).text)
+    contents = {r["tool"]: r["content"] for r in answer["results"]}
+    assert contents["archive"] == "archived important-2"
+    assert contents["weather"] == "sunny in Rome"
+    assert "wiped" not in contents["wipe"]
+
+
+async def test_a_new_message_while_paused_is_refused(agents: Agents) -> None:
+    agent = agents.spawn(ScriptedAgent)
+    await agent.chat.remote(plan(("wipe", {})))
+    with pytest.raises(TurnBusyError):
+        await agent.chat.remote(plan())
+    with pytest.raises(LookupError):
+        await agent.approve.remote("no-such-call")
+
+
+async def test_a_paused_turn_resumes_after_the_actor_was_killed(agents: Agents) -> None:
+    name = agents.name()
+    agent = agents.spawn(ScriptedAgent, name)
+    await agent.chat.remote(
+        plan(
+            ("write", {"path": "/workspace/a", "content": "1"}),
+            ("archive", {"key": "important-3"}),
+            reply="resumed",
+        )
+    )
+    ray.kill(agent)
+    await until_dead(agent)
+    await until_named_free(name)
+    again = agents.spawn(ScriptedAgent, name)
+    assert [c.id for c in await again.pending.remote()] == ["call-1-1-0"]
+    answer = outcome((await again.approve.remote("call-1-1-0")).text)
+    assert answer["reply"] == "resumed"
+    assert [r["tool"] for r in answer["results"]] == ["write", "archive"]
+    assert answer["results"][1]["content"] == "archived important-3"
+    assert outcome((await again.chat.remote(plan())).text)["turns"] == 2
+
+
+async def test_workspace_tools_can_need_approval(agents: Agents) -> None:
+    class Careful(ScriptedAgent):
+        approve_workspace_tools = "mutating"
+
+    agent = agents.spawn(Careful)
+    reply = await agent.chat.remote(
+        plan(("read", {"path": "/nothing"}), ("write", {"path": "/w", "content": "x"}))
+    )
+    assert [c.tool for c in reply.pending] == ["write"]
