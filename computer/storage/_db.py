@@ -31,15 +31,22 @@ class Database:
     def __init__(self, path: str | None) -> None:
         # check_same_thread=False: the owner may be driven from different event-loop threads over its
         # life (e.g. a Ray actor's loop), but never concurrently.
-        self.conn = sqlite3.connect(
-            ":memory:" if path is None else path,
-            isolation_level=None,
-            check_same_thread=False,
-            cached_statements=256,
-        )
         self.queries = 0
         self.in_transaction = False
-        self._configure(path is None)
+        try:
+            self.conn = sqlite3.connect(
+                ":memory:" if path is None else path,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=256,
+            )
+        except sqlite3.Error as exc:
+            raise fs_error(errno.EIO, path, f"cannot open the workspace store: {exc}") from exc
+        try:
+            self._configure(path is None)
+        except (sqlite3.Error, OSError) as exc:
+            self.conn.close()
+            raise fs_error(errno.EIO, path, f"cannot open the workspace store: {exc}") from exc
 
     def _configure(self, memory: bool) -> None:
         c = self.conn
@@ -68,7 +75,8 @@ class Database:
             c.execute("COMMIT")
         version = c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if version is None or int(version[0]) != SCHEMA_VERSION:
-            raise sqlite3.DatabaseError(f"unsupported workspace schema version {version!r}")
+            found = None if version is None else version[0]
+            raise sqlite3.DatabaseError(f"unsupported schema version {found!r} (expected {SCHEMA_VERSION})")
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         self.queries += 1

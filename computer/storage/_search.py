@@ -124,6 +124,8 @@ def find_entries(
 ) -> list[FindEntry]:
     if limit == 0:
         return []
+    if pattern and pattern.startswith("./"):
+        pattern = pattern[2:]  # "./x" means x relative to the directory
     glob = Glob(pattern) if pattern else None
     depth = None if glob is None else _max_depth([glob])
     out: list[FindEntry] = []

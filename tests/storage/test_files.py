@@ -6,6 +6,7 @@ import errno
 import os
 import tracemalloc
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -366,3 +367,15 @@ async def test_storage_failure_is_eio() -> None:
         await fs.write_file("/g", b"y")
     assert info.value.errno == errno.EIO
     assert info.value.filename == "/g"
+
+
+def test_opening_a_non_database_is_eio(tmp_path: Path) -> None:
+    path = tmp_path / "junk.sqlite"
+    path.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(OSError) as info:
+        FileSystem.open(str(path))
+    assert info.value.errno == errno.EIO
+    assert info.value.filename == str(path)
+    with pytest.raises(OSError) as info:
+        FileSystem.open(str(tmp_path / "missing" / "dir" / "ws.sqlite"))
+    assert info.value.errno == errno.EIO

@@ -161,3 +161,8 @@ async def test_pattern_without_double_star_does_not_read_deeper_levels(fs: FileS
     before = fs.queries
     assert await _paths(fs, "/deep", "*.ts") == ["/deep/top.ts"]
     assert fs.queries - before < 10
+
+
+async def test_leading_dot_slash_in_pattern_is_relative(fs: FileSystem) -> None:
+    await _files(fs, "/a/x.ts", "/a/b/y.ts")
+    assert await _paths(fs, "/a", "./*.ts") == ["/a/x.ts"]

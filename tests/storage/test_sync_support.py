@@ -175,3 +175,15 @@ async def test_stats_reports_counts(fs: FileSystem) -> None:
     assert stats["chunks"] == 1
     assert stats["logical_bytes"] == 6
     assert stats["queries"] > 0
+
+
+async def test_commit_batch_skips_everything_when_the_log_is_trimmed(fs: FileSystem) -> None:
+    fs.change_log_limit = 10
+    await fs.write_file("/a", b"workspace")
+    base = fs.rev
+    for i in range(1100):
+        await fs.write_file("/churn", str(i).encode())
+    result = fs.commit_batch({"/a": b"sandbox", "/b": b"new"}, base_rev=base)
+    assert result.skipped == ["/a", "/b"]
+    assert result.applied == []
+    assert await fs.read_file("/a") == b"workspace"
