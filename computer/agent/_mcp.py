@@ -81,7 +81,8 @@ class McpServerToolset(AbstractToolset[Any]):
         text = "\n".join(getattr(block, "text", "") for block in result.content if hasattr(block, "text"))
         if result.is_error:
             raise ToolFailed(text or f"MCP tool {name} failed")
-        if result.structured_content is not None:
+        # Text is what the server wrote for a model; structured content alone is sent as JSON.
+        if not text and result.structured_content is not None:
             return json.dumps(result.structured_content, ensure_ascii=False)
         return text
 
