@@ -8,6 +8,7 @@ whole :class:`~computer.runtime.ExecContext` operation, answered by the workspac
 
 from __future__ import annotations
 
+import os
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -19,7 +20,15 @@ if TYPE_CHECKING:
     from ..runtime import ExecContext
     from ..workspace import Workspace
 
-__all__ = ["PoolCallbacks"]
+__all__ = ["PoolCallbacks", "owner_token"]
+
+
+def owner_token() -> str:
+    """Who this owner process is; a restarted owner (same actor, new process) has another token."""
+    import ray
+
+    node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else "local"
+    return f"{node}:{os.getpid()}"
 
 
 class PoolCallbacks:
@@ -32,6 +41,10 @@ class PoolCallbacks:
         def _activity(self) -> AbstractContextManager[None]: ...
 
         def _moved(self) -> Reply: ...
+
+    async def pool_ping(self) -> str:
+        """The :func:`owner_token` of this process: a worker checks its runs' owner is still there."""
+        return owner_token()
 
     def _exec_context(self) -> ExecContext:
         return self.workspace.runtime.context

@@ -10,6 +10,8 @@ Cancelling the generator ends the backend's iterator, which kills the program's 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import os
 import time
@@ -28,6 +30,10 @@ log = logging.getLogger(__name__)
 
 # The backends a pool can run, built with their default options.
 BACKENDS: dict[str, Callable[[], Backend]] = {"shell": ShellBackend, "python": PythonBackend}
+
+# How often a running run checks that its owner is still there, and how long it waits for the answer.
+OWNER_CHECK_INTERVAL = 2.0
+OWNER_CHECK_TIMEOUT = 30.0
 
 # A shell worker keeps warm mirrors of this many workspaces (least recently used ones are dropped).
 MIRROR_WORKSPACES = 32
@@ -85,25 +91,64 @@ class PoolWorker:
         }
 
     async def run(
-        self, request: ExecRequest, owner: Any, workspace_id: str
+        self, request: ExecRequest, owner: Any, workspace_id: str, owner_token: str | None = None
     ) -> AsyncIterator[RunStarted | ExecEvent]:
-        """Stream one run: :class:`RunStarted`, then output chunks, then exactly one ``ExitEvent``."""
+        """Stream one run: :class:`RunStarted`, then output chunks, then exactly one ``ExitEvent``.
+
+        With ``owner_token`` the run is killed when its owner dies or restarts (nobody would read the
+        result, and a restarted owner no longer knows the run).
+        """
         key = f"{workspace_id}/{request.id}"
         self._running[key] = workspace_id
         self._runs += 1
+        events = None
+        step: asyncio.Future[ExecEvent] | None = None
+        watch = None if owner_token is None else asyncio.create_task(_watch_owner(owner, owner_token))
         try:
             yield RunStarted(self.name, self.node_id, os.getpid(), len(self._running))
-            events = self.backend.run(request, OwnerExecContext(owner, workspace_id))
-            try:
-                async for event in events:
-                    yield event
-            except Exception as exc:  # the run failed outside the program: report it, keep serving
-                self._failures += 1
-                log.warning("%s: run %s failed: %s", self.name, key, exc, exc_info=True)
-                yield ExitEvent(None, error=f"{self.name}: {type(exc).__name__}: {exc}")
-            finally:
-                aclose = getattr(events, "aclose", None)
-                if aclose is not None:
-                    await aclose()
+            events = aiter(self.backend.run(request, OwnerExecContext(owner, workspace_id)))
+            while True:
+                step = asyncio.ensure_future(anext(events))
+                if watch is not None:
+                    await asyncio.wait({step, watch}, return_when=asyncio.FIRST_COMPLETED)
+                    if not step.done():
+                        self._failures += 1
+                        log.warning("%s: run %s stopped: %s", self.name, key, watch.result())
+                        return  # the finally kills the program; nobody is left to tell
+                try:
+                    event = await step
+                except StopAsyncIteration:
+                    return
+                yield event
+        except Exception as exc:  # the run failed outside the program: report it, keep serving
+            self._failures += 1
+            log.warning("%s: run %s failed: %s", self.name, key, exc, exc_info=True)
+            yield ExitEvent(None, error=f"{self.name}: {type(exc).__name__}: {exc}")
         finally:
+            if watch is not None:
+                watch.cancel()
+            if step is not None and not step.done():
+                step.cancel()  # ends the backend's iterator where it waits: it kills the process tree
+                with contextlib.suppress(BaseException):
+                    await step
+            aclose = getattr(events, "aclose", None)
+            if aclose is not None:
+                with contextlib.suppress(Exception):
+                    await aclose()
             self._running.pop(key, None)
+
+
+async def _watch_owner(owner: Any, token: str) -> str:
+    """Return (with the reason) once the owner of a run is gone or is another process than ``token``."""
+    from ray.exceptions import RayActorError
+
+    while True:
+        await asyncio.sleep(OWNER_CHECK_INTERVAL)
+        try:
+            current = await asyncio.wait_for(owner.pool_ping.remote(), timeout=OWNER_CHECK_TIMEOUT)
+        except RayActorError as exc:
+            return f"its owner died ({type(exc).__name__})"
+        except Exception:  # slow or unreachable for now: not proof that it is gone
+            continue
+        if current != token:
+            return "its owner restarted"

@@ -24,6 +24,7 @@ from typing import Any
 from ..config import Settings
 from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent
 from ..runtime.types import BackendInfo
+from ._pool_callbacks import owner_token
 from ._pool_registry import get_worker, worker_name
 from ._pool_worker import RunStarted
 
@@ -60,6 +61,7 @@ class PoolBackend:
         self._slots = [_Slot(i) for i in range(size)]
         self._warm: list[int] = []  # workers that ran this owner's workspace, most recent first
         self._owner = owner
+        self._token: str | None = None
         self.info: BackendInfo = self._describe()
 
     @property
@@ -68,15 +70,24 @@ class PoolBackend:
 
     def _describe(self) -> BackendInfo:
         info = _infos.get(self.backend)
-        if info is None:
-            import ray
+        if info is not None:
+            return info
+        import ray
+        from ray.exceptions import RayActorError
 
-            slot = self._slots[0]
-            slot.handle = get_worker(self.backend, 0)
-            # Blocking once per process: Runtime needs ``info`` when the owner opens its workspace.
-            info = ray.get(slot.handle.info.remote(), timeout=INFO_TIMEOUT)
-            assert isinstance(info, BackendInfo)
-            _infos[self.backend] = info
+        slot = self._slots[0]
+        for attempt in range(DISPATCH_RETRIES + 1):
+            slot.handle = get_worker(self.backend, 0, not_id=slot.dead_id)
+            try:
+                # Blocking, once per process: Runtime needs ``info`` when the owner opens its workspace.
+                info = ray.get(slot.handle.info.remote(), timeout=INFO_TIMEOUT)
+                break
+            except RayActorError:  # a worker that just died (its name not yet freed): replace it
+                self._bury(slot, slot.handle)
+                if attempt == DISPATCH_RETRIES:
+                    raise
+        assert isinstance(info, BackendInfo)
+        _infos[self.backend] = info
         return info
 
     def _owner_handle(self) -> Any:
@@ -84,6 +95,7 @@ class PoolBackend:
             import ray
 
             self._owner = ray.get_runtime_context().current_actor
+            self._token = owner_token()  # only the owner's own process can vouch for itself
         return self._owner
 
     def loads(self) -> list[int]:
@@ -130,7 +142,7 @@ class PoolBackend:
             try:
                 handle = await self._handle(slot)
                 gen = handle.run.options(_generator_backpressure_num_objects=STREAM_AHEAD).remote(
-                    request, owner, workspace_id
+                    request, owner, workspace_id, self._token
                 )
                 async for ref in gen:
                     event = await ref

@@ -99,3 +99,13 @@ async def test_a_dead_idle_worker_is_replaced_before_the_next_run(cluster: Setti
             ray.kill(ray.get_actor(stats["name"], namespace=NAMESPACE))
         result = await (await ws.runtime.exec("print('again')", backend="python")).result()
     assert (result.status, result.stdout, result.error) == ("completed", "again\n", None)
+
+
+async def test_a_run_whose_owner_died_is_killed_on_its_worker(cluster: Settings, name: str) -> None:
+    duration = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        handle = await ws.runtime.exec(f"echo started; sleep {duration}")
+        await _wait_for_output(handle, "started")
+        await wait_until(lambda: bool(processes_with(f"sleep {duration}")))
+        ray.kill(computer.workspace_actor(name))
+    await wait_until(lambda: not processes_with(duration), within=30.0)
