@@ -104,6 +104,20 @@ async def settled_mem_mib(limit: float = 30.0) -> float:
     return last
 
 
+async def in_process_medians(n: int) -> dict[str, float]:
+    """The same fs operations on an embedded Workspace (no Ray): the owner's own share of a call."""
+    with tempfile.TemporaryDirectory() as tmp:
+        async with computer.Workspace(f"{tmp}/local.sqlite") as ws:
+            await ws.fs.mkdir("/workspace")
+            await ws.fs.write_file("/workspace/small.txt", b"x" * 100)
+            ops = {
+                "fs.stat": lambda: ws.fs.stat("/workspace/small.txt"),
+                "fs.read_file (100 B)": lambda: ws.fs.read_file("/workspace/small.txt"),
+                "fs.write_file (100 B)": lambda: ws.fs.write_file("/workspace/w.txt", b"y" * 100),
+            }
+            return {label: statistics.median(await timed(fn, n)) for label, fn in ops.items()}
+
+
 async def latency(n: int) -> None:
     noop = Noop.remote()  # type: ignore[attr-defined]
     base = await timed(lambda: noop.noop.remote(), n)
@@ -139,10 +153,15 @@ async def latency(n: int) -> None:
             await ws.fs.write_file("/workspace/d.txt", b"d")
             return await tools["delete"].run({"path": "/workspace/d.txt"})
 
+        local = await in_process_medians(n)
         for label, fn in ops:
             samples = await timed(fn, n)
             med = statistics.median(samples)
-            print(f"{label:<28}{med:>9.3f}{percentile(samples, 0.99):>9.3f}{med / base_med:>9.2f}")
+            line = f"{label:<28}{med:>9.3f}{percentile(samples, 0.99):>9.3f}{med / base_med:>9.2f}"
+            if label in local:
+                # What the call costs beyond the owner's own work, in no-op round trips.
+                line += f"   in-process {local[label]:.3f} ms; beyond it {(med - local[label]) / base_med:.2f}x noop"
+            print(line)
         # edit and delete need a fresh file each time: the setup write is measured separately.
         setup = await timed(lambda: ws.fs.write_file("/workspace/e.txt", b"v\n"), n)
         setup_med = statistics.median(setup)
@@ -152,6 +171,34 @@ async def latency(n: int) -> None:
             print(
                 f"{label + ' (minus setup)':<28}{med:>9.3f}{percentile(samples, 0.99) - setup_med:>9.3f}{med / base_med:>9.2f}"
             )
+        # The same tools pushed whole to the owner: one round trip each (WorkspaceClient.run_tool).
+        pushed: list[tuple[str, str, dict[str, Any]]] = [
+            ("read", "read", {"path": "/workspace/notes.md"}),
+            ("ls", "ls", {"path": "/workspace"}),
+            ("find", "find", {"path": "/workspace", "pattern": "*.md"}),
+            ("grep", "grep", {"path": "/workspace", "query": "beta"}),
+            ("write", "write", {"path": "/workspace/t.txt", "content": "hello\n"}),
+            ("delete (missing path)", "delete", {"path": "/workspace/never"}),
+        ]
+        for label, tool, args in pushed:
+            samples = await timed(lambda tool=tool, args=args: ws.run_tool(tool, args), n)
+            med = statistics.median(samples)
+            print(
+                f"{'run_tool ' + label:<28}{med:>9.3f}{percentile(samples, 0.99):>9.3f}{med / base_med:>9.2f}"
+            )
+
+        async def pushed_edit() -> Any:
+            i = next(counter)
+            await ws.fs.write_file("/workspace/e.txt", f"v{i}\n")
+            return await ws.run_tool(
+                "edit", {"path": "/workspace/e.txt", "edits": [{"oldText": f"v{i}", "newText": "z"}]}
+            )
+
+        samples = await timed(pushed_edit, n)
+        med = statistics.median(samples) - setup_med
+        print(
+            f"{'run_tool edit (minus setup)':<28}{med:>9.3f}{percentile(samples, 0.99) - setup_med:>9.3f}{med / base_med:>9.2f}"
+        )
         assert "error" not in await tools["read"].run({"path": "/workspace/notes.md"})
     ray.kill(noop)
 
