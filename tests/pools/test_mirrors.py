@@ -1,0 +1,54 @@
+"""``BoundedMirrorPool``: a pool worker keeps warm mirrors of the most recently used workspaces only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from computer.actors._pool_mirrors import BoundedMirrorPool
+from computer.runtime._mirror import Mirror
+
+
+def _used(pool: BoundedMirrorPool, workspace: str) -> Mirror:
+    """Run a pretend command: take a mirror, write into it, give it back."""
+    mirror = pool.acquire(workspace)
+    mirror.directory.mkdir(parents=True, exist_ok=True)
+    (mirror.directory / "file").write_text(workspace)
+    pool.release(workspace, mirror)
+    return mirror
+
+
+def test_a_released_mirror_is_reused_by_the_next_run_of_its_workspace(tmp_path: Path) -> None:
+    pool = BoundedMirrorPool(tmp_path, "/workspace", max_workspaces=2)
+    first = _used(pool, "a")
+    assert pool.acquire("a") is first
+
+
+def test_idle_mirrors_of_the_least_recently_used_workspaces_are_removed(tmp_path: Path) -> None:
+    pool = BoundedMirrorPool(tmp_path, "/workspace", max_workspaces=2)
+    a, b = _used(pool, "a"), _used(pool, "b")
+    _used(pool, "a")  # a is now more recent than b
+    c = _used(pool, "c")
+    assert pool.workspaces() == ["a", "c"]
+    assert not b.directory.exists()
+    assert a.directory.exists() and c.directory.exists()
+    assert pool.acquire("b") is not b  # b starts over with an empty mirror
+
+
+def test_a_mirror_lent_to_a_running_command_survives_eviction(tmp_path: Path) -> None:
+    pool = BoundedMirrorPool(tmp_path, "/workspace", max_workspaces=1)
+    running = pool.acquire("a")
+    running.directory.mkdir(parents=True)
+    (running.directory / "work").write_text("in progress")
+    _used(pool, "b")
+    _used(pool, "c")
+    assert (running.directory / "work").read_text() == "in progress"
+    pool.release("a", running)
+    assert pool.workspaces() == ["a"]
+    assert pool.acquire("a") is running
+
+
+def test_a_pool_must_keep_at_least_one_workspace(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least 1"):
+        BoundedMirrorPool(tmp_path, "/workspace", max_workspaces=0)
