@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Literal
 
@@ -28,7 +28,7 @@ async def stream_process(
     *,
     stdin: bytes | None,
     timeout: float | None,  # noqa: ASYNC109 - a deadline for the program, not for this call
-) -> AsyncIterator[OutputChunk | ProcessExit]:
+) -> AsyncGenerator[OutputChunk | ProcessExit, None]:
     """Yield the program's output, then its exit. Closing the iterator early kills the whole tree."""
     proc = sp.proc
     queue: asyncio.Queue[OutputChunk | None] = asyncio.Queue(maxsize=_QUEUE_CHUNKS)

@@ -1,0 +1,103 @@
+"""What the sandbox denies (CASES 36): host secrets, host network, other workspaces, fork and memory bombs."""
+
+from __future__ import annotations
+
+import asyncio
+
+import computer
+from computer.runtime import ShellBackend
+
+
+async def test_sandbox_runs_as_an_unprivileged_user_without_host_secrets(ws: computer.Workspace) -> None:
+    result = await (await ws.runtime.exec("id -u; cat /etc/shadow; ls /root")).result()
+    assert result.stdout == "65534\n"
+    assert result.status == "failed"
+    assert "/etc/shadow" in result.stderr
+
+
+async def test_sandbox_cannot_write_system_directories(ws: computer.Workspace) -> None:
+    result = await (await ws.runtime.exec("touch /usr/evil && echo wrote")).result()
+    assert "wrote" not in result.stdout and result.status == "failed"
+
+
+async def test_sandbox_cannot_connect_to_a_loopback_server_of_the_host(ws: computer.Workspace) -> None:
+    connections = 0
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        shell = await (await ws.runtime.exec(f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected")).result()
+        code = (
+            "import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=2)\n    print('connected')\n"
+            "except OSError as e:\n    print('refused')" % port
+        )
+        python = await (await ws.runtime.exec(code, backend="python")).result()
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert "connected" not in shell.stdout and shell.status == "failed"
+    assert python.stdout == "refused\n"
+    assert connections == 0
+
+
+async def test_sandbox_cannot_see_another_workspace(shell_backend: ShellBackend) -> None:
+    async with (
+        computer.Workspace(backends=[shell_backend]) as other,
+        computer.Workspace(backends=[shell_backend]) as mine,
+    ):
+        await other.fs.mkdir("/workspace")
+        await other.fs.write_file("/workspace/secret-of-other.txt", "top secret")
+        await (
+            await other.runtime.exec("cat secret-of-other.txt")
+        ).result()  # its mirror now exists on the host
+        await mine.fs.mkdir("/workspace")
+        result = await (
+            await mine.runtime.exec(
+                "find / -name 'secret-of-*' 2>/dev/null; grep -rl --devices=skip 'top secret' /tmp /workspace /etc /opt /var /home /root 2>/dev/null"
+            )
+        ).result()
+        assert result.stdout == ""
+
+
+async def test_a_fork_bomb_hits_the_process_limit(ws: computer.Workspace) -> None:
+    code = (
+        "import os, time\n"
+        "n = 0\n"
+        "try:\n"
+        "    while n < 2000:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(30)\n"
+        "            os._exit(0)\n"
+        "        n += 1\n"
+        "except OSError as e:\n"
+        "    print('blocked after', n)\n"
+    )
+    await ws.fs.write_file("/workspace/bomb.py", code)
+    result = await (await ws.runtime.exec("python3 bomb.py", timeout=60)).result()
+    assert result.stdout.startswith("blocked after ")
+    assert int(result.stdout.split()[-1]) < 256
+
+
+async def test_a_memory_bomb_in_one_process_is_stopped(ws: computer.Workspace) -> None:
+    result = await (await ws.runtime.exec("python3 -c 'x = bytearray(3 * 1024**3)'")).result()
+    assert result.status == "failed" and "MemoryError" in result.stderr
+
+
+async def test_many_processes_together_cannot_exceed_the_memory_limit(ws: computer.Workspace) -> None:
+    # Each process stays under the per-process limit; together they exceed the run's cgroup.
+    hog = "import time; x = bytearray(700 * 1024**2); x[::4096] = b'1' * len(x[::4096]); print('held'); time.sleep(3)"
+    script = f'for i in 1 2 3; do python3 -c "{hog}" & done; wait; echo finished'
+    result = await (await ws.runtime.exec(script, timeout=60)).result()
+    assert result.stdout.count("held") < 3
+    assert result.stdout.endswith("finished\n")
+
+
+async def test_the_python_sandbox_cannot_read_host_files(ws: computer.Workspace) -> None:
+    code = "import os\nprint(os.path.exists('/etc/shadow'), os.path.exists('/work'), os.getuid())"
+    result = await (await ws.runtime.exec(code, backend="python")).result()
+    assert result.stdout == "False False 65534\n"

@@ -1,0 +1,195 @@
+"""The shell backend's sync bracket (CASES 36): push, run, pull; protected files; concurrent changes."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+
+import computer
+from computer.runtime import ShellBackend
+
+
+async def test_cat_copy_append_and_rm_are_reflected_in_the_workspace(ws: computer.Workspace) -> None:
+    await ws.fs.write_file("/workspace/a.txt", "alpha\n")
+    await ws.fs.write_file("/workspace/gone.txt", "bye\n")
+    result = await (await ws.runtime.exec("cat a.txt > copy.txt; echo beta >> a.txt; rm gone.txt")).result()
+    assert result.status == "completed"
+    assert await ws.fs.read_text("/workspace/copy.txt") == "alpha\n"
+    assert await ws.fs.read_text("/workspace/a.txt") == "alpha\nbeta\n"
+    assert not await ws.fs.exists("/workspace/gone.txt")
+    assert set(result.pulled) >= {"/workspace/copy.txt", "/workspace/a.txt", "/workspace/gone.txt"}
+
+
+async def test_workspace_files_appear_at_the_mount_root_and_cwd_defaults_there(
+    ws: computer.Workspace,
+) -> None:
+    await ws.fs.mkdir("/workspace/src/deep", recursive=True)
+    await ws.fs.write_file("/workspace/src/deep/x.txt", "x")
+    result = await (await ws.runtime.exec("pwd; cat /workspace/src/deep/x.txt; echo; ls src")).result()
+    assert result.stdout == "/workspace\nx\ndeep\n"
+
+
+async def test_cwd_env_and_stdin_reach_the_command(ws: computer.Workspace) -> None:
+    await ws.fs.mkdir("/workspace/sub")
+    result = await (
+        await ws.runtime.exec(
+            "pwd; echo $GREETING; cat", cwd="/workspace/sub", env={"GREETING": "hi"}, stdin="in\n"
+        )
+    ).result()
+    assert result.stdout == "/workspace/sub\nhi\nin\n"
+
+
+async def test_directories_created_and_removed_are_synced(ws: computer.Workspace) -> None:
+    await ws.fs.mkdir("/workspace/old/inner", recursive=True)
+    await ws.fs.write_file("/workspace/old/inner/f", "f")
+    result = await (await ws.runtime.exec("mkdir -p new/empty; rm -r old")).result()
+    assert result.status == "completed"
+    assert (await ws.fs.stat("/workspace/new/empty")).is_directory
+    assert not await ws.fs.exists("/workspace/old")
+
+
+async def test_mode_changes_are_synced(ws: computer.Workspace) -> None:
+    await ws.fs.write_file("/workspace/run.sh", "#!/bin/sh\necho ran\n")
+    result = await (await ws.runtime.exec("chmod 755 run.sh && ./run.sh")).result()
+    assert result.stdout == "ran\n"
+    assert (await ws.fs.stat("/workspace/run.sh")).mode & 0o777 == 0o755
+
+
+async def test_only_changes_since_the_last_run_are_pushed(ws: computer.Workspace) -> None:
+    for i in range(20):
+        await ws.fs.write_file(f"/workspace/f{i}.txt", f"{i}")
+    first = await (await ws.runtime.exec("true")).result()
+    assert first.pushed == 20
+    await ws.fs.write_file("/workspace/f3.txt", "changed")
+    second = await (await ws.runtime.exec("cat f3.txt")).result()
+    assert (second.pushed, second.stdout) == (1, "changed")
+    third = await (await ws.runtime.exec("echo made > new.txt")).result()
+    assert third.pushed == 0
+    fourth = await (await ws.runtime.exec("cat new.txt")).result()
+    assert (fourth.pushed, fourth.stdout) == (0, "made\n")  # the run's own pull is not sent back
+
+
+async def test_workspace_changes_between_runs_reach_the_mirror(ws: computer.Workspace) -> None:
+    await ws.fs.write_file("/workspace/keep.txt", "1")
+    await ws.fs.mkdir("/workspace/d")
+    await ws.fs.write_file("/workspace/d/in.txt", "in")
+    await (await ws.runtime.exec("true")).result()
+    await ws.fs.rm("/workspace/d", recursive=True)
+    await ws.fs.rename("/workspace/keep.txt", "/workspace/moved.txt")
+    await ws.fs.mkdir("/workspace/d")
+    await ws.fs.write_file("/workspace/d/other.txt", "o")
+    result = await (await ws.runtime.exec("find . | sort")).result()
+    assert result.stdout == ".\n./d\n./d/other.txt\n./moved.txt\n"
+
+
+async def test_file_above_the_mirror_limit_is_protected(ws: computer.Workspace) -> None:
+    big = os.urandom(1024 * 1024 + 1)
+    await ws.fs.write_file("/workspace/big.bin", big)
+    await ws.fs.write_file("/workspace/small.txt", "s")
+    result = await (await ws.runtime.exec("ls; echo overwritten > big.bin; cat small.txt")).result()
+    assert result.stdout == "small.txt\ns"
+    assert "/workspace/big.bin" in result.skipped
+    assert await ws.fs.read_file("/workspace/big.bin") == big
+    result = await (await ws.runtime.exec("rm -f big.bin; rm -rf /workspace/*")).result()
+    assert await ws.fs.read_file("/workspace/big.bin") == big
+    assert not await ws.fs.exists("/workspace/small.txt")
+
+
+async def test_files_beyond_the_mirror_count_are_protected() -> None:
+    backend = ShellBackend(max_files=3)
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        for i in range(5):
+            await ws.fs.write_file(f"/workspace/{i}.txt", str(i))
+        result = await (await ws.runtime.exec("ls | wc -l; rm -f *.txt")).result()
+        assert result.stdout == "3\n"
+        assert len(result.skipped) == 2
+        assert sorted(await ws.fs.ls("/workspace")) == sorted(result.skipped)
+
+
+async def test_a_file_changed_in_the_workspace_during_the_run_keeps_the_workspace_version(
+    ws: computer.Workspace,
+) -> None:
+    await ws.fs.write_file("/workspace/shared.txt", "before\n")
+    handle = await ws.runtime.exec("echo ready; sleep 2; echo sandbox > shared.txt; echo other > other.txt")
+    async for snapshot in handle:
+        if "ready" in snapshot.stdout:
+            await ws.fs.write_file("/workspace/shared.txt", "workspace\n")
+            break
+    result = await handle.result()
+    assert "/workspace/shared.txt" in result.skipped
+    assert await ws.fs.read_text("/workspace/shared.txt") == "workspace\n"
+    assert await ws.fs.read_text("/workspace/other.txt") == "other\n"
+    # The next run sees the workspace's version, not the sandbox's.
+    after = await (await ws.runtime.exec("cat shared.txt")).result()
+    assert after.stdout == "workspace\n"
+
+
+def _alive(marker: str) -> list[int]:
+    """Host pids (not zombies) whose command line contains ``marker``."""
+    found = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if marker.encode() in cmdline and state != "Z":
+            found.append(int(pid))
+    return found
+
+
+def _gone_soon(marker: str) -> bool:
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if not _alive(marker):
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def _marker() -> str:
+    return f"1000.{secrets.randbelow(10**8):08d}"
+
+
+async def test_timeout_ends_background_children(ws: computer.Workspace) -> None:
+    marker = _marker()
+    result = await (await ws.runtime.exec(f"sleep {marker} & echo started; wait", timeout=1)).result()
+    assert (result.status, result.exit_code, result.stdout) == ("cancelled", 124, "started\n")
+    assert _gone_soon(marker)
+
+
+async def test_kill_ends_background_children(ws: computer.Workspace) -> None:
+    marker = _marker()
+    handle = await ws.runtime.exec(f"(sleep {marker} &); sleep {marker} & echo started; wait")
+    async for snapshot in handle:
+        if "started" in snapshot.stdout:
+            assert _alive(marker)
+            break
+    await handle.kill()
+    assert (await handle.result()).status == "cancelled"
+    assert _gone_soon(marker)
+
+
+async def test_background_children_end_with_the_command(ws: computer.Workspace) -> None:
+    marker = _marker()
+    result = await (await ws.runtime.exec(f"sleep {marker} > /dev/null 2>&1 & echo left")).result()
+    assert result.stdout == "left\n"
+    assert _gone_soon(marker)
+
+
+async def test_a_cwd_outside_the_mount_root_fails_clearly(ws: computer.Workspace) -> None:
+    result = await (await ws.runtime.exec("pwd", cwd="/elsewhere")).result()
+    assert result.status == "failed" and result.error is not None and "outside the mount root" in result.error
+
+
+async def test_a_missing_mount_root_is_created_by_the_first_write() -> None:
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        result = await (await ws.runtime.exec("echo hi > hello.txt")).result()
+        assert result.status == "completed"
+        assert await ws.fs.read_text("/workspace/hello.txt") == "hi\n"
