@@ -33,8 +33,9 @@ async def test_sandbox_cannot_connect_to_a_loopback_server_of_the_host(ws: compu
     try:
         shell = await (await ws.runtime.exec(f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected")).result()
         code = (
-            "import socket\ntry:\n    socket.create_connection(('127.0.0.1', %d), timeout=2)\n    print('connected')\n"
-            "except OSError as e:\n    print('refused')" % port
+            "import socket\ntry:\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=2)\n    print('connected')\n"
+            "except OSError as e:\n    print('refused')"
         )
         python = await (await ws.runtime.exec(code, backend="python")).result()
     finally:
