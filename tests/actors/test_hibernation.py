@@ -97,3 +97,20 @@ async def test_workspace_actor_wakes_a_hibernating_workspace(sleepy: Settings, n
     assert stats["epoch"] == 2
     async with computer.get_workspace(handle) as ws:
         assert await ws.fs.read_file("/f") == b"1"
+
+
+async def test_owner_uses_the_redis_directory_when_configured(
+    ray_session: Any, redis_url: str, tmp_path: Path, name: str
+) -> None:
+    conf = computer.init(data_dir=tmp_path / "data", redis_url=redis_url, hibernate_after=1.0)
+    try:
+        async with computer.get_workspace(name) as ws:
+            await ws.fs.write_file("/f", b"redis")
+            record = open_directory(conf).get(name)
+            assert record is not None and record.state == "active" and record.epoch == 1
+            assert not (tmp_path / "data" / "directory.sqlite").exists()
+            await _until_hibernating(conf, name)
+            assert await ws.fs.read_file("/f") == b"redis"
+            assert _state(conf, name) == ("active", 2)
+    finally:
+        computer.init(data_dir=tmp_path / "data")
