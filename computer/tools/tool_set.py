@@ -49,7 +49,9 @@ def create_tools(
             create_edit_tool(store, options=coerce_options(EditOptions, edit)),
             create_delete_tool(store),
         ]
-        if (exec is None or len(exec) > 0) and workspace.runtime.backends():
+        # A non-empty selection always builds the tool, so an unknown backend id is a clear error
+        # rather than a silently missing tool.
+        if exec or (exec is None and workspace.runtime.backends()):
             from .exec import create_exec_tool
 
             tools.append(create_exec_tool(workspace, backends=exec))

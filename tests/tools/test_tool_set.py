@@ -57,6 +57,20 @@ async def test_exec_empty_dict_removes_the_tool(with_backend: Workspace) -> None
     assert "exec" not in create_tools(with_backend, exec={})
 
 
+async def test_exec_selection_of_an_unknown_backend_is_an_error(
+    workspace: Workspace, with_backend: Workspace
+) -> None:
+    with pytest.raises(ValueError, match="shell"):
+        create_tools(with_backend, exec={"python": {}})
+    with pytest.raises(ValueError):
+        create_tools(workspace, exec={"shell": {}})
+
+
+async def test_exec_selection_adds_the_callers_description(with_backend: Workspace) -> None:
+    tool = create_tools(with_backend, exec={"shell": {"description": "Use for builds."}})["exec"]
+    assert "Use for builds." in tool.description
+
+
 async def test_readonly_drops_exec_even_with_backends(with_backend: Workspace) -> None:
     assert set(create_tools(with_backend, readonly=True)) == {"read", "ls", "find", "grep"}
 
