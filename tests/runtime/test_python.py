@@ -1,0 +1,142 @@
+"""The python backend (CASES 37): main(input) values, the injected workspace module, workspace imports."""
+
+from __future__ import annotations
+
+import computer
+
+
+async def run(ws: computer.Workspace, source: str, **kwargs: object) -> computer.ExecResult:
+    return await (await ws.runtime.exec(source, backend="python", **kwargs)).result()  # type: ignore[arg-type]
+
+
+async def test_main_return_value_becomes_the_result_value(ws: computer.Workspace) -> None:
+    result = await run(ws, 'def main(input):\n    return input["x"] * 2\n', input={"x": 21})
+    assert (result.status, result.exit_code, result.value) == ("completed", 0, 42)
+
+
+async def test_source_without_main_runs_as_a_script(ws: computer.Workspace) -> None:
+    result = await run(ws, "import sys\nprint('out')\nprint('err', file=sys.stderr)")
+    assert (result.stdout, result.stderr, result.value) == ("out\n", "err\n", None)
+
+
+async def test_structured_values_round_trip(ws: computer.Workspace) -> None:
+    result = await run(
+        ws, "def main(input):\n    return {'echo': input, 'list': [1, 2.5, None, True]}", input=["a"]
+    )
+    assert result.value == {"echo": ["a"], "list": [1, 2.5, None, True]}
+
+
+async def test_a_value_that_is_not_json_fails_the_run(ws: computer.Workspace) -> None:
+    result = await run(ws, "def main(input):\n    return object()")
+    assert result.status == "failed" and "JSON" in result.stderr
+
+
+async def test_an_exception_fails_with_its_traceback(ws: computer.Workspace) -> None:
+    result = await run(ws, "def main(input):\n    raise KeyError('missing')")
+    assert (result.status, result.exit_code) == ("failed", 1)
+    assert "KeyError: 'missing'" in result.stderr
+
+
+async def test_sys_exit_code_is_the_exit_code(ws: computer.Workspace) -> None:
+    result = await run(ws, "import sys\nsys.exit(9)")
+    assert (result.status, result.exit_code) == ("failed", 9)
+
+
+async def test_workspace_module_write_is_visible_right_after(ws: computer.Workspace) -> None:
+    source = "import workspace\ndef main(input):\n    workspace.write_file('/workspace/out.txt', input)\n    return 'ok'"
+    result = await run(ws, source, input="written by python\n")
+    assert result.value == "ok"
+    assert await ws.fs.read_text("/workspace/out.txt") == "written by python\n"
+
+
+async def test_workspace_module_reads_the_authoritative_workspace(ws: computer.Workspace) -> None:
+    await ws.fs.mkdir("/workspace/data")
+    await ws.fs.write_file("/workspace/data/a.csv", "1,2\n3,4\n")
+    source = (
+        "import workspace\n"
+        "def main(input):\n"
+        "    text = workspace.read_text('data/a.csv')\n"
+        "    names = [e.name for e in workspace.readdir('/workspace/data')]\n"
+        "    st = workspace.stat('/workspace/data/a.csv')\n"
+        "    found = [f.path for f in workspace.find('/workspace', '**/*.csv')]\n"
+        "    hits = [(m.path, m.line) for m in workspace.grep('3,4', '/workspace')]\n"
+        "    return [text, names, st.size, st.is_file, found, hits, workspace.exists('nope'), workspace.ls('/workspace')]"
+    )
+    result = await run(ws, source)
+    assert result.value == [
+        "1,2\n3,4\n",
+        ["a.csv"],
+        8,
+        True,
+        ["/workspace/data/a.csv"],
+        [["/workspace/data/a.csv", 2]],
+        False,
+        ["/workspace/data/a.csv"],
+    ]
+
+
+async def test_workspace_errors_are_the_usual_oserror_classes(ws: computer.Workspace) -> None:
+    await ws.fs.mkdir("/workspace/dir")
+    source = (
+        "import workspace\n"
+        "def main(input):\n"
+        "    out = []\n"
+        "    for call in (lambda: workspace.read_text('/workspace/missing'),\n"
+        "                 lambda: workspace.read_file('/workspace/dir'),\n"
+        "                 lambda: workspace.mkdir('/workspace/dir')):\n"
+        "        try:\n"
+        "            call()\n"
+        "        except OSError as e:\n"
+        "            out.append([type(e).__name__, e.filename])\n"
+        "    return out"
+    )
+    result = await run(ws, source)
+    assert result.value == [
+        ["FileNotFoundError", "/workspace/missing"],
+        ["IsADirectoryError", "/workspace/dir"],
+        ["FileExistsError", "/workspace/dir"],
+    ]
+
+
+async def test_workspace_rename_mkdir_rm(ws: computer.Workspace) -> None:
+    source = (
+        "import workspace\n"
+        "workspace.mkdir('/workspace/a/b', recursive=True)\n"
+        "workspace.write_file('/workspace/a/b/f.bin', b'\\x00\\x01')\n"
+        "workspace.rename('/workspace/a/b/f.bin', '/workspace/g.bin')\n"
+        "workspace.rm('/workspace/a', recursive=True)\n"
+    )
+    result = await run(ws, source)
+    assert result.status == "completed"
+    assert await ws.fs.read_file("/workspace/g.bin") == b"\x00\x01"
+    assert not await ws.fs.exists("/workspace/a")
+
+
+async def test_imports_resolve_from_cwd_through_the_workspace(ws: computer.Workspace) -> None:
+    await ws.fs.mkdir("/workspace/proj/pkg", recursive=True)
+    await ws.fs.write_file("/workspace/proj/helper.py", "def twice(x):\n    return 2 * x\n")
+    await ws.fs.write_file("/workspace/proj/pkg/__init__.py", "from .inner import VALUE\n")
+    await ws.fs.write_file("/workspace/proj/pkg/inner.py", "VALUE = 'from a package'\n")
+    source = "import helper\nfrom pkg import VALUE\nimport json\ndef main(input):\n    return [helper.twice(21), VALUE]"
+    result = await run(ws, source, cwd="/workspace/proj")
+    assert result.value == [42, "from a package"], result.stderr
+    missing = await run(ws, "import not_there")
+    assert missing.status == "failed" and "ModuleNotFoundError" in missing.stderr
+
+
+async def test_stdin_reaches_the_program(ws: computer.Workspace) -> None:
+    result = await run(ws, "import sys\nprint(sys.stdin.read().upper())", stdin="quiet")
+    assert result.stdout == "QUIET\n"
+
+
+async def test_a_python_timeout_cancels_with_124(ws: computer.Workspace) -> None:
+    result = await run(ws, "import time\nprint('go', flush=True)\ntime.sleep(30)", timeout=1)
+    assert (result.status, result.exit_code, result.stdout) == ("cancelled", 124, "go\n")
+
+
+async def test_python_long_output_is_tailed_and_saved(ws: computer.Workspace) -> None:
+    handle = await ws.runtime.exec("for i in range(3000):\n    print(i)", backend="python")
+    result = await handle.result()
+    cut = result.truncated["stdout"]
+    assert cut.path == f"/.computer/output/python.{handle.id}.stdout.log"
+    assert await ws.fs.read_text(cut.path) == "".join(f"{i}\n" for i in range(3000))
