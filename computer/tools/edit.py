@@ -71,7 +71,7 @@ class EditInput(ToolInput):
         old = data.pop("oldText", data.pop("old_text", None))
         new = data.pop("newText", data.pop("new_text", None))
         if old is not None or new is not None:
-            single = {"oldText": old, "newText": new if new is not None else ""}
+            single = {"oldText": old, "newText": new}  # a missing half is reported by validation
             if edits is None:
                 data["edits"] = [single]
             elif isinstance(edits, list):

@@ -220,6 +220,13 @@ async def test_edit_accepts_top_level_old_and_new_text(files: Files) -> None:
     assert await files.get("/f.txt") == b"one\n2\n"
 
 
+async def test_edit_top_level_old_text_without_new_text_is_an_argument_error(files: Files) -> None:
+    await files.put("/f.txt", "one\n")
+    result = await files.edit().run({"path": "/f.txt", "oldText": "one"})
+    assert "newText" in str(result["error"])
+    assert await files.get("/f.txt") == b"one\n"
+
+
 async def test_edit_invalid_json_string_is_an_argument_error(files: Files) -> None:
     await files.put("/f.txt", "one\n")
     result = await files.edit().run({"path": "/f.txt", "edits": "[{oops"})
