@@ -53,6 +53,8 @@ __all__ = ["Agent"]
 
 log = logging.getLogger(__name__)
 
+ROOT = "/workspace"
+
 EventHandler = Callable[[RunContext[Any], AsyncIterable[Any]], Awaitable[None]]
 
 
@@ -88,6 +90,7 @@ class Agent(OwnerActor):
         self._mcp = McpRegistry(self._store)
         self._code = CodeRunner(self.workspace, self._agent_exec, self._store)
         self._turn_tools: AbstractToolset[Any] | None = None
+        self._root_ready = False
 
     # -- hooks a subclass overrides -------------------------------------------------------------------
 
@@ -218,6 +221,10 @@ class Agent(OwnerActor):
         with self._activity():
             async with self._turn_lock:
                 self._check_open()
+                if not self._root_ready:
+                    # The tools' default root; sandboxes start in it and fs writes need their parent.
+                    await self.workspace.fs.mkdir(ROOT, recursive=True)
+                    self._root_ready = True
                 return await turn()
 
     async def _turn(

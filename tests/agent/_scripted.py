@@ -41,14 +41,9 @@ def outcome(text: str | None) -> dict[str, Any]:
 
 
 def _respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
-    prompts = [
-        i
-        for i, m in enumerate(messages)
-        if isinstance(m, ModelRequest) and any(isinstance(p, UserPromptPart) for p in m.parts)
-    ]
+    prompts = [i for i, m in enumerate(messages) if _plan_of(m) is not None]
     start = prompts[-1]
-    prompt = next(p for p in messages[start].parts if isinstance(p, UserPromptPart))
-    script = json.loads(str(prompt.content))
+    script = _plan_of(messages[start])
     step = sum(isinstance(m, ModelResponse) for m in messages[start:])
     if step < len(script["steps"]):
         parts = [
@@ -72,6 +67,16 @@ def _respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         "turns": len(prompts),
     }
     return ModelResponse(parts=[TextPart(json.dumps(answer))])
+
+
+def _plan_of(message: ModelMessage) -> Any:
+    """The plan a user prompt carries (other user content, e.g. from tools, is not a plan)."""
+    if isinstance(message, ModelRequest):
+        for part in message.parts:
+            if isinstance(part, UserPromptPart) and isinstance(part.content, str):
+                if part.content.startswith('{"steps"'):
+                    return json.loads(part.content)
+    return None
 
 
 async def _stream(messages: list[ModelMessage], info: AgentInfo) -> AsyncIterator[str | DeltaToolCalls]:

@@ -1,0 +1,102 @@
+"""``execute`` runs model-written Python that calls the agent's tools; extensions add sandboxed tools."""
+
+from __future__ import annotations
+
+import json
+
+import ray
+
+from ._agents import CodeAgent
+from ._scripted import outcome, plan
+from .conftest import Agents, until_dead, until_named_free
+
+CODE = """
+import json
+
+def main():
+    workspace.write_file("/workspace/report.txt", tools.weather(city="Lima"))
+    print("checked", len(dir(tools)), "tools")
+    return {"weather": tools.weather(city="Quito"), "file": workspace.read_text("/workspace/report.txt")}
+"""
+
+MATH = """
+def add(a, b):
+    return {"result": a + b}
+
+def shout(text):
+    workspace.write_file("/workspace/shout.txt", text.upper())
+    return text.upper()
+
+tools = {
+    "add": {"description": "Add two numbers",
+            "parameters": {"a": {"type": "number"}, "b": {"type": "number"}},
+            "execute": add},
+    "shout": {"description": "Shout and keep a copy", "parameters": {"text": {"type": "string"}},
+              "execute": shout},
+}
+"""
+
+
+async def test_execute_calls_the_agents_tools_from_sandboxed_code(agents: Agents) -> None:
+    agent = agents.spawn(CodeAgent)
+    answer = outcome((await agent.chat.remote(plan(("execute", {"code": CODE})))).text)
+    assert answer["results"][0]["tool"] == "execute"
+    result = json.loads(answer["results"][0]["content"])
+    assert result["status"] == "completed"
+    assert result["value"] == {"weather": "sunny in Quito", "file": "sunny in Lima"}
+    assert result["stdout"] == "checked 3 tools\n"  # weather, archive, wipe: not execute itself
+    [record] = await agent.executions.remote()
+    assert record["status"] == "completed"
+    assert record["code"] == CODE
+    assert record["value"] == {"weather": "sunny in Quito", "file": "sunny in Lima"}
+    assert record["stdout"].startswith("checked")
+    assert [(c["tool"], c["args"]) for c in record["toolCalls"]] == [
+        ("weather", {"city": "Lima"}),
+        ("weather", {"city": "Quito"}),
+    ]
+
+
+async def test_execute_reports_errors_and_cannot_bypass_approval(agents: Agents) -> None:
+    agent = agents.spawn(CodeAgent)
+    code = "result = tools.wipe()"
+    answer = outcome((await agent.chat.remote(plan(("execute", {"code": code})))).text)
+    result = json.loads(answer["results"][0]["content"])
+    assert result["status"] == "failed"
+    assert "needs human approval" in result["error"]
+    records = await agent.executions.remote()
+    assert records[0]["toolCalls"][0]["tool"] == "wipe" and "error" in records[0]["toolCalls"][0]
+    missing = outcome((await agent.chat.remote(plan(("execute", {"code": "result = tools.nope()"})))).text)
+    assert "no tool 'nope'" in missing["results"][0]["content"]
+
+
+async def test_model_loads_an_extension_uses_it_and_it_survives_a_restart(agents: Agents) -> None:
+    name = agents.name()
+    agent = agents.spawn(CodeAgent, name)
+    manifest = {"name": "math", "version": "1.0.0", "description": "Arithmetic"}
+    message = plan(
+        ("load_extension", {"manifest": manifest, "source": MATH}),
+        ("math_add", {"a": 2, "b": 3}),
+        ("list_extensions", {}),
+    )
+    answer = outcome((await agent.chat.remote(message)).text)
+    assert json.loads(answer["results"][0]["content"])["tools"] == ["math_add", "math_shout"]
+    assert answer["results"][1] == {"tool": "math_add", "content": '{"result":5}'}
+    assert [e["name"] for e in json.loads(answer["results"][2]["content"])] == ["math"]
+
+    ray.kill(agent)
+    await until_dead(agent)
+    await until_named_free(name)
+    again = agents.spawn(CodeAgent, name)
+    after = outcome((await again.chat.remote(plan(("math_shout", {"text": "hi"})))).text)
+    assert {"math_add", "math_shout", "load_extension", "list_extensions"} <= set(after["tools"])
+    assert after["descriptions"]["math_add"] == "Add two numbers"
+    assert after["results"] == [{"tool": "math_shout", "content": "HI"}]
+    assert (await again.list_extensions.remote())[0]["tools"] == ["math_add", "math_shout"]
+
+
+async def test_a_broken_extension_is_refused_at_load(agents: Agents) -> None:
+    agent = agents.spawn(CodeAgent)
+    message = plan(("load_extension", {"manifest": {"name": "bad"}, "source": "tools = 3"}))
+    answer = outcome((await agent.chat.remote(message)).text)
+    assert "loading extension 'bad' failed" in answer["results"][0]["content"]
+    assert await agent.list_extensions.remote() == []
