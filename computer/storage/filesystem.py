@@ -1009,15 +1009,18 @@ class FileSystem:
                 m.log(real, "write")
                 applied.append(p)
             for p, mode in canon_modes.items():
-                if p in skipped or p in canon_writes or p in canon_dirs:
-                    continue
+                if p in skipped or canon_writes.get(p) is not None:
+                    continue  # written files got their mode with their content
                 try:
-                    ino = self._resolve(p)[0]
+                    ino, kind, real = self._resolve(p)
                 except OSError:
                     continue
-                self._db.execute("UPDATE inodes SET mode = ? WHERE id = ?", (mode, ino))
-                m.log(p, "write")
-                applied.append(p)
+                cur = self._db.execute(
+                    "UPDATE inodes SET mode = ? WHERE id = ? AND mode != ?", (mode, ino, mode)
+                )
+                if cur.rowcount:
+                    m.log(real, _CREATE_OP[kind])
+                    applied.append(p)
         return BatchResult(rev=self._rev, applied=sorted(set(applied)), skipped=sorted(skipped))
 
     def stats(self) -> dict[str, int]:
@@ -1082,7 +1085,7 @@ class _Mutation:
         self._logged += 1
 
     def cancel(self) -> None:
-        """End without changes (a no-op call): roll back the revision bump."""
+        """End without changes (a no-op call): roll back. A call that logged nothing ends the same way."""
         self._cancelled = True
 
     def _rollback(self) -> None:
@@ -1096,6 +1099,8 @@ class _Mutation:
         fs = self._fs
         if isinstance(exc, OSError) and exc.errno == errno.EIO and exc.filename is None:
             exc.filename = self._path
+        if exc_type is None and self._logged == 0:
+            self._cancelled = True  # nothing changed (e.g. a batch of no-ops): no revision either
         if exc_type is not None or self._cancelled:
             if fs._db.conn.in_transaction:
                 self._rollback()
@@ -1105,9 +1110,6 @@ class _Mutation:
                 fs._cache.clear()
             return
         try:
-            if self._logged == 0:
-                # Nothing logged (e.g. a batch of removals of missing paths): persist the bump.
-                fs._db.execute("UPDATE state SET rev = max(rev, ?) WHERE id = 1", (self._rev,))
             if fs.chunks.has_sweepable():
                 fs.chunks.sweep()
             fs._db.execute("COMMIT")

@@ -187,3 +187,23 @@ async def test_commit_batch_skips_everything_when_the_log_is_trimmed(fs: FileSys
     assert result.skipped == ["/a", "/b"]
     assert result.applied == []
     assert await fs.read_file("/a") == b"workspace"
+
+
+async def test_commit_batch_sets_modes_of_existing_directories_and_files(fs: FileSystem) -> None:
+    await fs.mkdir("/w/d", recursive=True)
+    await fs.write_file("/w/f", b"x")
+    rev = fs.rev
+    fs.commit_batch({}, mkdirs=["/w/d"], modes={"/w/d": 0o700, "/w/f": 0o600})
+    assert (await fs.stat("/w/d")).mode == 0o700
+    assert (await fs.stat("/w/f")).mode == 0o600
+    assert {(c.path, c.op) for c in fs.changes_since(rev).changes} == {("/w/d", "mkdir"), ("/w/f", "write")}
+    again = fs.rev
+    fs.commit_batch({}, mkdirs=["/w/d"], modes={"/w/d": 0o700})
+    assert fs.changes_since(again).changes == []
+
+
+async def test_commit_batch_that_changes_nothing_keeps_the_revision(fs: FileSystem) -> None:
+    await fs.mkdir("/w")
+    rev = fs.rev
+    result = fs.commit_batch({"/w/missing": None}, mkdirs=["/w"])
+    assert result.rev == rev == fs.rev
