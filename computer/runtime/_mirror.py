@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
+from ._watch import TreeWatch
 
 __all__ = ["Mirror", "MirrorPool"]
 
@@ -32,6 +33,7 @@ class Mirror:
     rev: int | None = None
     protected: set[str] = field(default_factory=set)
     state: dict[str, Entry] = field(default_factory=dict)  # keyed by path relative to the mirror
+    watch: TreeWatch | None = field(default=None, repr=False)
 
     def host(self, path: str) -> Path:
         return self.directory / self.rel(path)
@@ -49,6 +51,7 @@ class Mirror:
     def invalidate(self) -> None:
         """Forget what the mirror holds: the next push is a full one."""
         self.rev = None
+        self.unwatch()
 
     # ------------------------------------------------------------------ push
 
@@ -56,6 +59,7 @@ class Mirror:
         """Bring the directory to ``push.rev``; returns how many files were written."""
         self.directory.mkdir(parents=True, exist_ok=True)
         if push.full:
+            self.unwatch()
             for child in list(self.directory.iterdir()):
                 _remove(child)
             self.state.clear()
@@ -126,15 +130,62 @@ class Mirror:
                         stack.append((child, e.path))
         return out
 
+    def arm(self) -> None:
+        """Start watching for the run's changes; events the push itself caused are dropped."""
+        if self.watch is not None and self.watch.drain() is None:
+            self.unwatch()
+        if self.watch is None:
+            try:
+                self.watch = TreeWatch(self.directory)
+            except OSError:
+                self.watch = None  # no inotify here: every pull walks the tree
+
+    def unwatch(self) -> None:
+        if self.watch is not None:
+            self.watch.close()
+            self.watch = None
+
     def collect(self) -> tuple[SyncPull, dict[str, Entry]]:
-        """What the program changed since the push, and the new state to adopt after the pull."""
-        now = self.scan()
+        """What the program changed since the push, and the new state to adopt after the pull.
+
+        With a healthy watch only the touched paths are examined; otherwise the whole tree is walked.
+        """
+        touched = self.watch.drain() if self.watch is not None else None
+        if touched is None:
+            self.unwatch()
+            now = self.scan()
+            return self._diff(now, set(now) | set(self.state)), now
+        now = dict(self.state)
+        candidates = set(touched)
+        for rel in sorted(touched, key=lambda r: r.count("/")):
+            try:
+                st = os.lstat(self.directory / rel)
+            except OSError:
+                st = None
+            entry = _entry(st) if st is not None else None
+            if entry is None or entry[0] != "d":
+                prefix = rel + "/"
+                below = [k for k in now if k.startswith(prefix)] if _was_dir(self.state, now, rel) else []
+                for key in below:
+                    del now[key]
+                candidates.update(below)
+            if entry is None:
+                now.pop(rel, None)
+            else:
+                now[rel] = entry
+        return self._diff(now, candidates), now
+
+    def _diff(self, now: dict[str, Entry], candidates: set[str]) -> SyncPull:
         pull = SyncPull(self.root, protected=sorted(self.protected))
-        for rel, entry in now.items():
+        for rel in sorted(candidates):
             old = self.state.get(rel)
+            entry = now.get(rel)
             if old == entry:
                 continue
             path = self.workspace_path(rel)
+            if entry is None:
+                pull.deleted.append(path)
+                continue
             host = self.directory / rel
             kind = entry[0]
             if kind == "d":
@@ -151,11 +202,8 @@ class Mirror:
                 pull.files.append(MirrorFile(path, data, entry[5], entry[3] // 1_000_000))
             if old is not None and old[0] != kind:
                 pull.deleted.append(path)  # replaced by another kind: remove first
-        for rel in self.state:
-            if rel not in now:
-                pull.deleted.append(self.workspace_path(rel))
         pull.dirs.sort(key=lambda d: d.path.count("/"))
-        return pull, now
+        return pull
 
     def settle(self, now: dict[str, Entry], rev: int, skipped: list[str]) -> None:
         """Adopt the post-run state at ``rev``; entries the pull left alone are dropped from the mirror."""
@@ -196,6 +244,7 @@ class MirrorPool:
         if len(free) < self.idle:
             free.append(mirror)
         else:
+            mirror.unwatch()
             shutil.rmtree(mirror.directory, ignore_errors=True)
 
 
@@ -208,6 +257,11 @@ def _entry(st: os.stat_result) -> Entry:
     if stat.S_ISREG(st.st_mode):
         return ("f", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode)
     return ("o", st.st_ino, 0, 0, 0, mode)  # fifos, sockets: never synced
+
+
+def _was_dir(state: dict[str, Entry], now: dict[str, Entry], rel: str) -> bool:
+    old = state.get(rel) or now.get(rel)
+    return old is not None and old[0] == "d"
 
 
 def _within(path: str, root: str) -> bool:

@@ -109,6 +109,7 @@ class ShellBackend:
         try:
             push = await ctx.sync_push(mirror.rev, self.mount_root, self.limits)
             pushed = await asyncio.to_thread(mirror.apply, push)
+            await asyncio.to_thread(mirror.arm)
             host_cwd = mirror.host(cwd)
             if not host_cwd.is_dir():
                 yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")

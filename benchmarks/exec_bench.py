@@ -1,0 +1,162 @@
+"""Exec runtime benchmark: latency, sync cost and a shell-level fs benchmark through the shell backend.
+
+Every figure is printed next to a baseline measured in the same run on the same machine:
+
+1. ``true``: median latency through the embedded shell backend (push, sandbox, pull, journal) next to
+   bare ``bash -c true`` and bare bubblewrap with the same sandbox arguments.
+2. Sync cost of a run that changes one file, in a 100-file and a 10,000-file workspace (target: the
+   10,000-file run costs at most 1.5x the 100-file run).
+3. The shell-level fs benchmark (create/stat/rm 1000 files, mkdir -p 10x10x10, find, dd 64 MiB, read,
+   copy, overwrite), each step one exec including its sync bracket, against the same commands run by
+   bare bash in a tmpfs directory; Cloudflare's published ratios are printed alongside.
+
+Usage: ``python benchmarks/exec_bench.py [--runs N] [--scratch DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import shutil
+import statistics
+import subprocess
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import computer
+from computer.runtime import ShellBackend
+
+CLOUDFLARE = {
+    "create": 6.7,
+    "stat": 1.49,
+    "rm": 2.56,
+    "mkdir": 1.01,
+    "find": 1.00,
+    "write": 4.87,
+    "read": 19.3,
+    "copy": 27.8,
+    "overwrite": 32.9,
+}
+
+FS_STEPS = [
+    ("create", "mkdir -p bench && cd bench && for i in $(seq 1000); do echo $i > f$i; done"),
+    ("stat", "cd bench && for i in $(seq 1000); do [ -f f$i ] || exit 1; done"),
+    ("rm", "cd bench && rm f{1..1000}"),
+    ("mkdir", "mkdir -p tree/d{0..9}/{0..9}/{0..9}"),
+    ("find", "find . > /dev/null"),
+    ("write", "dd if=/dev/zero of=big bs=1M count=64 status=none"),
+    ("read", "cat big > /dev/null"),
+    ("copy", "cp big big2"),
+    ("overwrite", "dd if=/dev/urandom of=big bs=1M count=64 conv=notrunc status=none"),
+]
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+async def timed(fn: Callable[[], Awaitable[object]], runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        await fn()
+        samples.append(time.perf_counter() - start)
+    return median_ms(samples)
+
+
+def timed_sync(fn: Callable[[], object], runs: int) -> float:
+    samples = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return median_ms(samples)
+
+
+async def run_ok(ws: computer.Workspace, source: str) -> computer.ExecResult:
+    result = await (await ws.runtime.exec(source)).result()
+    if result.status != "completed":
+        raise RuntimeError(f"{source!r} ended {result.status}: {result.stderr[-500:]}")
+    return result
+
+
+async def latency(backend: ShellBackend, runs: int) -> None:
+    print("== 1. latency of `true` (median of", runs, "runs)")
+    bash = timed_sync(lambda: subprocess.run(["bash", "-c", "true"], check=True), runs)
+    argv = backend.sandbox.argv(["/bin/bash", "-c", "true"])
+    bwrap = timed_sync(lambda: subprocess.run(argv, check=True), runs)
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run_ok(ws, "true")
+        embedded = await timed(lambda: run_ok(ws, "true"), runs)
+    print(f"  bare bash -c true          {bash:8.2f} ms   1.00x")
+    print(f"  bare bwrap bash -c true    {bwrap:8.2f} ms   {bwrap / bash:5.2f}x bash")
+    print(
+        f"  shell backend (embedded)   {embedded:8.2f} ms   {embedded / bash:5.2f}x bash, {embedded / bwrap:5.2f}x bwrap"
+    )
+
+
+async def sync_cost(backend: ShellBackend, runs: int) -> None:
+    print("== 2. a run changing 1 file (median of", runs, "runs)")
+    figures = {}
+    for count in (100, 10_000):
+        async with computer.Workspace(backends=[backend]) as ws:
+            writes: dict[str, bytes | None] = {
+                f"/workspace/d{i // 100}/f{i}.txt": b"%d\n" % i for i in range(count)
+            }
+            ws.fs.commit_batch(writes, mkdirs=["/workspace"])
+            await run_ok(ws, "true")  # first run: full push
+            figures[count] = await timed(lambda ws=ws: run_ok(ws, "echo x >> d0/f0.txt"), runs)  # type: ignore[misc]
+            pushed = (await run_ok(ws, "cat d0/f0.txt > /dev/null")).pushed
+        print(f"  {count:6d} files: {figures[count]:8.2f} ms (next run pushed {pushed} files)")
+    ratio = figures[10_000] / figures[100]
+    print(f"  ratio 10,000 / 100 files: {ratio:.2f}x (target <= 1.5x) {'OK' if ratio <= 1.5 else 'OVER'}")
+
+
+async def fs_bench(backend: ShellBackend, repeats: int) -> None:
+    print("== 3. shell fs benchmark: each step one exec incl. sync bracket vs bare bash on tmpfs")
+    shm = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
+    ours: dict[str, list[float]] = {name: [] for name, _ in FS_STEPS}
+    base: dict[str, list[float]] = {name: [] for name, _ in FS_STEPS}
+    for _ in range(repeats):
+        directory = Path(tempfile.mkdtemp(dir=shm, prefix="exec-bench-"))
+        try:
+            for name, script in FS_STEPS:
+                start = time.perf_counter()
+                subprocess.run(["bash", "-c", script], cwd=directory, check=True)
+                base[name].append(time.perf_counter() - start)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        async with computer.Workspace(backends=[backend]) as ws:
+            await ws.fs.mkdir("/workspace")
+            await run_ok(ws, "true")
+            for name, script in FS_STEPS:
+                start = time.perf_counter()
+                await run_ok(ws, script)
+                ours[name].append(time.perf_counter() - start)
+    print(f"  {'step':10s} {'tmpfs bash':>11s} {'shell exec':>11s} {'ratio':>7s} {'cloudflare':>11s}")
+    for name, _ in FS_STEPS:
+        b, o = median_ms(base[name]), median_ms(ours[name])
+        print(f"  {name:10s} {b:9.2f}ms {o:9.2f}ms {o / b:6.2f}x {CLOUDFLARE[name]:10.2f}x")
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=20, help="samples per latency/sync figure")
+    parser.add_argument("--repeats", type=int, default=3, help="repeats of the fs benchmark")
+    parser.add_argument("--scratch", default=None, help="where the shell backend keeps its mirrors")
+    args = parser.parse_args()
+    backend = ShellBackend(scratch_dir=args.scratch)
+    print(f"shell backend: startup {backend.info.startup_ms} ms; mirrors in {backend.scratch}")
+    print(f"isolation: {backend.info.isolation}")
+    await latency(backend, args.runs)
+    await sync_cost(backend, args.runs)
+    await fs_bench(backend, args.repeats)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

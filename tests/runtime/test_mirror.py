@@ -1,0 +1,91 @@
+"""The mirror's change detection: the inotify path finds exactly what a full walk finds."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from computer.runtime import MirrorDir, MirrorFile, SyncPush
+from computer.runtime._mirror import Mirror
+
+
+def seeded(tmp_path: Path) -> Mirror:
+    mirror = Mirror(tmp_path / "m", "/workspace")
+    files = [MirrorFile(f"/workspace/d{i % 3}/f{i}.txt", b"%03d" % i, 0o644, 1_000) for i in range(30)]
+    dirs = [MirrorDir(f"/workspace/d{i}") for i in range(3)] + [MirrorDir("/workspace/d0/sub")]
+    files.append(MirrorFile("/workspace/d0/sub/deep.txt", b"deep"))
+    mirror.apply(SyncPush(5, "/workspace", True, files, dirs))
+    mirror.arm()
+    return mirror
+
+
+def expected_pull(mirror: Mirror) -> tuple[set[str], set[str], set[str], dict[str, object]]:
+    now = mirror.scan()
+    pull = mirror._diff(now, set(now) | set(mirror.state))
+    return {f.path for f in pull.files}, {d.path for d in pull.dirs}, set(pull.deleted), dict(now)
+
+
+def edit_files(root: Path) -> None:
+    (root / "d0/new.txt").write_text("new")
+    (root / "d1/f1.txt").write_bytes(b"XXX")  # same size as before
+    os.chmod(root / "d2/f2.txt", 0o755)
+    (root / "d0/f3.txt").unlink()
+    os.utime(root / "d1/f4.txt", ns=(1_000_000_000, 1_000_000_000))  # contents same, touched back in time
+    (root / "d1/f4.txt").write_bytes(b"004")
+    os.utime(root / "d1/f4.txt", ns=(1_000_000_000, 1_000_000_000))
+    (root / "n/e/w").mkdir(parents=True)
+    (root / "n/e/w/file").write_text("x")
+    (root / "n/empty").mkdir()
+    shutil.rmtree(root / "d0/sub")
+    (root / "d2/f5.txt").unlink()
+    (root / "d2/f5.txt").mkdir()
+    (root / "d2/f5.txt/inside").write_text("i")
+    os.rename(root / "d1/f7.txt", root / "d1/renamed.txt")
+
+
+def move_a_directory(root: Path) -> None:
+    os.rename(root / "d1", root / "moved")
+    (root / "moved/after.txt").write_text("a")
+
+
+@pytest.mark.parametrize("change", [edit_files, move_a_directory])
+def test_watched_collect_matches_a_full_walk(tmp_path: Path, change: object) -> None:
+    mirror = seeded(tmp_path)
+    change(mirror.directory)  # type: ignore[operator]
+    files, dirs, deleted, now = expected_pull(mirror)
+    pull, watched_now = mirror.collect()
+    assert watched_now == now
+    assert {f.path for f in pull.files} == files
+    assert {d.path for d in pull.dirs} == dirs
+    assert set(pull.deleted) == deleted
+    assert files  # the scenario changed something
+
+
+def test_an_untouched_mirror_pulls_nothing(tmp_path: Path) -> None:
+    mirror = seeded(tmp_path)
+    pull, now = mirror.collect()
+    assert (pull.files, pull.dirs, pull.deleted) == ([], [], [])
+    assert now == mirror.state
+
+
+def test_host_writes_of_the_push_are_not_reported_as_run_changes(tmp_path: Path) -> None:
+    mirror = seeded(tmp_path)
+    mirror.collect()
+    mirror.apply(SyncPush(6, "/workspace", False, [MirrorFile("/workspace/d0/f0.txt", b"pushed")]))
+    mirror.arm()
+    pull, _ = mirror.collect()
+    assert (pull.files, pull.deleted) == ([], [])
+
+
+def test_a_symlink_left_by_a_run_is_never_written_through(tmp_path: Path) -> None:
+    mirror = seeded(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    shutil.rmtree(mirror.directory / "d2")
+    os.symlink(outside, mirror.directory / "d2")
+    mirror.apply(SyncPush(7, "/workspace", False, [MirrorFile("/workspace/d2/x.txt", b"x")]))
+    assert list(outside.iterdir()) == []
+    assert (mirror.directory / "d2/x.txt").read_bytes() == b"x"
