@@ -72,7 +72,9 @@ class Tool:
     def __post_init__(self) -> None:
         self.parameters = self.input_model.model_json_schema(by_alias=True)
 
-    async def run(self, args: dict[str, Any] | None, *, on_update: ToolUpdate | None = None) -> dict[str, Any]:
+    async def run(
+        self, args: dict[str, Any] | None, *, on_update: ToolUpdate | None = None
+    ) -> dict[str, Any]:
         """Run the tool; bad arguments and failed operations come back as ``{"error": ...}``."""
         try:
             if args is None:
