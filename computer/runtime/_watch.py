@@ -49,12 +49,18 @@ _MASK = (
 )
 _EVENT = struct.Struct("iIII")
 
-try:
-    _libc: ctypes.CDLL | None = ctypes.CDLL(None, use_errno=True)
-    _libc.inotify_init1.argtypes = [ctypes.c_int]
-    _libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
-except (OSError, AttributeError):  # not Linux, or no inotify in this libc
-    _libc = None
+
+def _load_libc() -> ctypes.CDLL | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.inotify_init1.argtypes = [ctypes.c_int]
+        libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    except (OSError, AttributeError):  # not Linux, or no inotify in this libc
+        return None
+    return libc
+
+
+_libc = _load_libc()
 
 
 class TreeWatch:
