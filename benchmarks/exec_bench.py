@@ -16,7 +16,6 @@ Usage: ``python benchmarks/exec_bench.py [--runs N] [--scratch DIR]``.
 from __future__ import annotations
 
 import argparse
-import os
 import asyncio
 import shutil
 import statistics
@@ -40,6 +39,8 @@ CLOUDFLARE = {
     "copy": 27.8,
     "overwrite": 32.9,
 }
+
+TMPFS = Path("/dev/shm") if Path("/dev/shm").is_dir() else Path(tempfile.gettempdir())
 
 FS_STEPS = [
     ("create", "mkdir -p bench && cd bench && for i in $(seq 1000); do echo $i > f$i; done"),
@@ -118,7 +119,7 @@ async def sync_cost(backend: ShellBackend, runs: int) -> None:
 
 async def fs_bench(backend: ShellBackend, repeats: int) -> None:
     print("== 3. shell fs benchmark: each step one exec incl. sync bracket vs bare bash on tmpfs")
-    shm = Path("/dev/shm") if os.path.isdir("/dev/shm") else Path(tempfile.gettempdir())
+    shm = TMPFS
     ours: dict[str, list[float]] = {name: [] for name, _ in FS_STEPS}
     base: dict[str, list[float]] = {name: [] for name, _ in FS_STEPS}
     for _ in range(repeats):
