@@ -1,0 +1,39 @@
+"""SPEC 2: every fs error is the right OSError subclass, names the path and survives the wire form."""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Awaitable, Callable
+
+import pytest
+
+from computer.storage import FileSystem, error_from_wire, error_to_wire
+
+Case = tuple[str, Callable[[FileSystem], Awaitable[object]], type[OSError], int, str]
+
+CASES: list[Case] = [
+    ("missing", lambda fs: fs.read_file("/missing"), FileNotFoundError, errno.ENOENT, "/missing"),
+    ("exists", lambda fs: fs.mkdir("/d"), FileExistsError, errno.EEXIST, "/d"),
+    ("notdir", lambda fs: fs.readdir("/d/f"), NotADirectoryError, errno.ENOTDIR, "/d/f"),
+    ("isdir", lambda fs: fs.read_file("/d"), IsADirectoryError, errno.EISDIR, "/d"),
+    ("notempty", lambda fs: fs.rm("/d"), OSError, errno.ENOTEMPTY, "/d"),
+    ("invalid", lambda fs: fs.rename("/d", "/d/sub"), OSError, errno.EINVAL, "/d/sub"),
+    ("perm", lambda fs: fs.rm("/"), PermissionError, errno.EPERM, "/"),
+    ("loop", lambda fs: fs.stat("/loop"), OSError, errno.ELOOP, "/loop"),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+async def test_error_class_errno_and_path_survive_the_wire(fs: FileSystem, case: Case) -> None:
+    _, call, cls, code, path = case
+    await fs.mkdir("/d")
+    await fs.write_file("/d/f", b"")
+    await fs.symlink("/loop", "/loop")
+    with pytest.raises(cls) as info:
+        await call(fs)
+    err = info.value
+    assert (err.errno, err.filename) == (code, path)
+    assert path in str(err)
+    again = error_from_wire(error_to_wire(err))
+    assert type(again) is type(err)
+    assert (again.errno, again.filename, again.strerror) == (err.errno, err.filename, err.strerror)
