@@ -248,6 +248,11 @@ class MirrorPool:
             shutil.rmtree(mirror.directory, ignore_errors=True)
 
 
+def entry_of(st: os.stat_result) -> Entry:
+    """The change-detection key of one ``lstat`` result."""
+    return _entry(st)
+
+
 def _entry(st: os.stat_result) -> Entry:
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISDIR(st.st_mode):

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from ..storage.paths import canonical, is_within
+from ._assets_bridge import SANDBOX_DIR, AssetsBridge
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
 from ._mirror import MirrorPool
 from ._process import ProcessExit, stream_process
@@ -37,6 +38,7 @@ _COMMANDS = (
     "tar",
     "gzip",
     "python3",
+    "assets (assets publish <path> [<expiry>]: prints a share URL)",
 )
 
 
@@ -115,22 +117,27 @@ class ShellBackend:
                 yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")
                 clean = True
                 return
-            sp = await self.sandbox.spawn(
-                ["/bin/bash", "-c", request.source] if self.sandbox.bwrap else ["bash", "-c", request.source],
-                binds=[Bind(str(mirror.directory), self.mount_root, writable=True)],
-                cwd=cwd if self.sandbox.bwrap else str(host_cwd),
-                env=self._env(request, cwd),
-            )
             exit_code = 0
             timed_out = False
-            async with contextlib.aclosing(
-                stream_process(sp, stdin=request.stdin, timeout=request.timeout)
-            ) as events:
-                async for event in events:
-                    if isinstance(event, ProcessExit):
-                        exit_code, timed_out = event.exit_code, event.timed_out
-                    else:
-                        yield event
+            async with AssetsBridge(ctx, mirror, self.scratch / "run") as bridge:
+                binds = [Bind(str(mirror.directory), self.mount_root, writable=True)]
+                binds.append(Bind(str(bridge.directory), SANDBOX_DIR))
+                sp = await self.sandbox.spawn(
+                    ["/bin/bash", "-c", request.source]
+                    if self.sandbox.bwrap
+                    else ["bash", "-c", request.source],
+                    binds=binds,
+                    cwd=cwd if self.sandbox.bwrap else str(host_cwd),
+                    env=self._env(request, cwd, bridge.directory),
+                )
+                async with contextlib.aclosing(
+                    stream_process(sp, stdin=request.stdin, timeout=request.timeout)
+                ) as events:
+                    async for event in events:
+                        if isinstance(event, ProcessExit):
+                            exit_code, timed_out = event.exit_code, event.timed_out
+                        else:
+                            yield event
             pull, now = await asyncio.to_thread(mirror.collect)
             batch = await ctx.sync_pull(pull, push.rev)
             await asyncio.to_thread(mirror.settle, now, batch.rev, batch.skipped)
@@ -138,7 +145,7 @@ class ShellBackend:
             yield ExitEvent(
                 exit_code,
                 pushed=pushed,
-                pulled=batch.applied,
+                pulled=sorted(set(batch.applied) | set(bridge.saved)),
                 skipped=sorted(set(batch.skipped) | mirror.protected),
                 killed=timed_out,
             )
@@ -147,9 +154,10 @@ class ShellBackend:
                 mirror.invalidate()  # interrupted mid-bracket: resynchronise fully next time
             self._mirrors.release(workspace_id, mirror)
 
-    def _env(self, request: ExecRequest, cwd: str) -> dict[str, str]:
+    def _env(self, request: ExecRequest, cwd: str, bridge: Path) -> dict[str, str]:
+        tools = f"{SANDBOX_DIR}/bin" if self.sandbox.bwrap else str(bridge / "bin")
         env = {
-            "PATH": "/usr/local/bin:/usr/bin:/bin",
+            "PATH": f"/usr/local/bin:/usr/bin:/bin:{tools}",
             "HOME": "/tmp/home" if self.sandbox.bwrap else str(self.scratch),
             "LANG": "C.UTF-8",
             "LC_ALL": "C.UTF-8",

@@ -1,0 +1,104 @@
+"""``AssetsBridge``: the host side of the sandbox's ``assets`` command, for one shell run.
+
+The sandbox gets a directory (bound at ``/run/computer``) holding a unix socket and the ``assets``
+script. A publish request names a path under the mount root; a file the run created or changed is
+first written to the workspace (the share reads the workspace), then ``ctx.share`` returns the URL.
+Only the URL goes back into the sandbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from ..storage.paths import canonical, is_within
+from ._backend import ExecContext
+from ._mirror import Mirror, entry_of
+
+__all__ = ["SANDBOX_DIR", "AssetsBridge"]
+
+SANDBOX_DIR = "/run/computer"
+_SCRIPT = Path(__file__).with_name("_assets_cli.py")
+_MAX_REQUEST = 64 * 1024
+
+
+class AssetsBridge:
+    """Serves ``assets publish`` requests of one run while it is open (``async with``)."""
+
+    def __init__(self, ctx: ExecContext, mirror: Mirror, scratch: Path) -> None:
+        self.ctx = ctx
+        self.mirror = mirror
+        scratch.mkdir(parents=True, exist_ok=True)
+        self.directory = Path(tempfile.mkdtemp(prefix="a", dir=scratch))
+        self._server: asyncio.AbstractServer | None = None
+        self.saved: list[str] = []  # files this run created and the bridge wrote to the workspace
+
+    async def __aenter__(self) -> AssetsBridge:
+        bin_dir = self.directory / "bin"
+        bin_dir.mkdir()
+        script = bin_dir / "assets"
+        script.write_text("#!/usr/bin/python3 -I\n" + _SCRIPT.read_text())
+        script.chmod(0o755)
+        os.chmod(self.directory, 0o755)
+        self._server = await asyncio.start_unix_server(self._serve, path=str(self.directory / "assets.sock"))
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(Exception):
+                await self._server.wait_closed()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            line = await reader.readline()
+            if len(line) > _MAX_REQUEST:
+                reply: dict[str, Any] = {"error": "request too large"}
+            else:
+                reply = await self._publish(json.loads(line or b"{}"))
+        except Exception as exc:
+            reply = {"error": f"{type(exc).__name__}: {exc}"}
+        with contextlib.suppress(ConnectionError, OSError):
+            writer.write(json.dumps(reply).encode() + b"\n")
+            await writer.drain()
+            writer.close()
+
+    async def _publish(self, request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("op") != "publish":
+            return {"error": f"unknown operation {request.get('op')!r}"}
+        path = canonical(str(request.get("path", "")))
+        expires = float(request.get("expires_after", 3600.0))
+        mirror = self.mirror
+        if not is_within(path, mirror.root) or path == mirror.root:
+            return {"error": f"{path} is outside {mirror.root}: only workspace files can be published"}
+        rel = mirror.rel(path)
+        host = mirror.directory / rel
+        try:
+            st = await asyncio.to_thread(os.lstat, host)
+        except OSError:
+            st = None
+        if st is not None:
+            entry = entry_of(st)
+            if entry[0] != "f":
+                return {"error": f"{path} is not a regular file"}
+            if mirror.state.get(rel) != entry:
+                # Made by this run and not pulled yet: the share reads the workspace, so save it first.
+                data = await asyncio.to_thread(host.read_bytes)
+                parent = path.rsplit("/", 1)[0] or "/"
+                await self.ctx.fs_call("mkdir", {"path": parent, "recursive": True})
+                await self.ctx.fs_call("write_file", {"path": path, "data": data, "mode": entry[5]})
+                mirror.state[rel] = entry  # already in the workspace: the pull need not send it
+                self.saved.append(path)
+        elif path not in mirror.protected:
+            return {"error": f"{path}: no such file"}
+        try:
+            return {"url": await self.ctx.share(path, expires)}
+        except Exception as exc:
+            return {"error": str(exc)}

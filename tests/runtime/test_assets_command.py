@@ -1,0 +1,71 @@
+"""The `assets` command inside the shell sandbox publishes through the workspace, never holding credentials."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import computer
+from computer.runtime import ShellBackend
+from computer.runtime._assets_cli import parse_expiry
+
+
+class RecordingPublisher:
+    """An assets surface that records what it was asked to share."""
+
+    def __init__(self) -> None:
+        self.shared: list[tuple[str, float, bytes]] = []
+        self.workspace: computer.Workspace | None = None
+
+    async def share(self, path: str, *, expires_after: float = 3600.0, **options: Any) -> str:
+        assert self.workspace is not None
+        self.shared.append((path, expires_after, await self.workspace.fs.read_file(path)))
+        return f"http://127.0.0.1:8787/share/{len(self.shared)}/{path.rsplit('/', 1)[1]}"
+
+
+def test_expiry_accepts_ms_and_suffixes() -> None:
+    assert [parse_expiry(t) for t in ("1500", "250ms", "30s", "5m", "2h")] == [1.5, 0.25, 30.0, 300.0, 7200.0]
+
+
+async def test_assets_publish_prints_the_url_of_a_file_made_by_the_run(shell_backend: ShellBackend) -> None:
+    publisher = RecordingPublisher()
+    async with computer.Workspace(backends=[shell_backend], assets=publisher) as ws:
+        publisher.workspace = ws
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/old.txt", "old")
+        result = await (
+            await ws.runtime.exec(
+                "cd /workspace && echo chart > chart.png && assets publish chart.png 5m; assets publish old.txt"
+            )
+        ).result()
+        assert result.status == "completed", result.stderr
+        assert (
+            result.stdout
+            == "http://127.0.0.1:8787/share/1/chart.png\nhttp://127.0.0.1:8787/share/2/old.txt\n"
+        )
+        assert publisher.shared == [
+            ("/workspace/chart.png", 300.0, b"chart\n"),
+            ("/workspace/old.txt", 3600.0, b"old"),
+        ]
+        assert await ws.fs.read_text("/workspace/chart.png") == "chart\n"
+        assert "/workspace/chart.png" in result.pulled and result.skipped == []
+
+
+async def test_assets_publish_refuses_paths_outside_the_workspace_and_missing_files(
+    shell_backend: ShellBackend,
+) -> None:
+    publisher = RecordingPublisher()
+    async with computer.Workspace(backends=[shell_backend], assets=publisher) as ws:
+        publisher.workspace = ws
+        await ws.fs.mkdir("/workspace")
+        result = await (
+            await ws.runtime.exec("assets publish /etc/passwd; assets publish missing.txt")
+        ).result()
+        assert result.status == "failed"
+        assert "outside /workspace" in result.stderr and "missing.txt: no such file" in result.stderr
+        assert publisher.shared == []
+
+
+async def test_assets_publish_without_a_publisher_says_so(ws: computer.Workspace) -> None:
+    result = await (await ws.runtime.exec("echo x > a.txt; assets publish a.txt")).result()
+    assert (result.status, result.stdout) == ("failed", "")
+    assert "no assets publisher" in result.stderr
