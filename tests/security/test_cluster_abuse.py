@@ -1,0 +1,172 @@
+"""Abuse through clients of the cluster: fork and memory bombs in the pooled sandbox, network and DNS
+from the sandbox, and workspace names built to reach another workspace's data."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import secrets
+from typing import Any
+
+import pytest
+
+import computer
+from computer.config import Settings
+from computer.tools import create_tools
+
+
+def _host_processes() -> int:
+    return sum(1 for entry in os.listdir("/proc") if entry.isdigit())
+
+
+def _processes_with(marker: str) -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read():
+                        count += 1
+            except OSError:
+                continue
+    return count
+
+
+async def _next_run_works(ws: Any) -> None:
+    result = await (await ws.runtime.exec("echo alive", timeout=30)).result()
+    assert (result.status, result.stdout) == ("completed", "alive\n")
+
+
+async def test_a_fork_bomb_is_contained_and_the_next_run_works(
+    cluster: Settings, name: str, record_property: Any
+) -> None:
+    marker = f"bomb{secrets.token_hex(4)}"
+    before = _host_processes()
+    async with computer.get_workspace(name) as ws:
+        result = await (
+            await ws.runtime.exec(f"{marker}() {{ {marker} | {marker} & }}; {marker}; sleep 2", timeout=15)
+        ).result()
+        assert "Resource temporarily unavailable" in result.stderr  # the process cap said no
+        await _next_run_works(ws)
+    assert _processes_with(marker) == 0  # every process of the bomb ended with the run
+    assert _host_processes() < before + 50
+    record_property("escapes_attempted_fork_bomb", 1)
+
+
+@pytest.mark.parametrize(
+    ("program", "survivors"),
+    [
+        ("python3 -c 'x = bytearray(8 * 1024**3); print(\"survived\")'", 0),
+        (
+            "python3 -c 'x = []\nwhile len(x) < 200: x.append(bytearray(64 * 1024**2))\nprint(\"survived\")'",
+            0,
+        ),
+        # Each process stays under the per-process cap; together they pass the run's 1 GiB cgroup.
+        (
+            "for i in 1 2 3 4; do python3 -c 'import time; x = bytearray(900 * 1024**2); "
+            'x[::4096] = b"1" * len(x[::4096]); time.sleep(2); print("survived")\' & done; wait',
+            1,
+        ),
+    ],
+    ids=["one-huge-allocation", "growing", "four-processes"],
+)
+async def test_a_memory_bomb_is_stopped_and_the_next_run_works(
+    cluster: Settings, name: str, program: str, survivors: int
+) -> None:
+    async with computer.get_workspace(name) as ws:
+        result = await (await ws.runtime.exec(program, timeout=60)).result()
+        assert result.stdout.count("survived") <= survivors
+        assert "MemoryError" in result.stderr or "Killed" in result.stderr
+        await _next_run_works(ws)
+
+
+async def test_the_sandbox_cannot_reach_a_loopback_server_nor_resolve_names(
+    cluster: Settings, name: str
+) -> None:
+    connections = 0
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    probe = (
+        "import socket\n"
+        f"for what, call in [('tcp', lambda: socket.create_connection(('127.0.0.1', {port}), timeout=2)),\n"
+        "                   ('dns', lambda: socket.getaddrinfo('example.com', 80))]:\n"
+        "    try:\n"
+        "        call()\n"
+        "        print(what, 'open')\n"
+        "    except OSError as e:\n"
+        "        print(what, 'blocked')\n"
+    )
+    try:
+        async with computer.get_workspace(name) as ws:
+            tools = create_tools(ws)
+            shell = await tools["exec"].run(
+                {
+                    "backend": "shell",
+                    "command": f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo tcp open; "
+                    "getent hosts example.com || echo dns blocked; ip -o link 2>/dev/null | wc -l",
+                }
+            )
+            python = await tools["exec"].run({"backend": "python", "command": probe})
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert "tcp open" not in shell["stdout"] and "dns blocked" in shell["stdout"]
+    assert python["stdout"] == "tcp blocked\ndns blocked\n"
+    assert connections == 0
+
+
+BAD_NAMES = ["", ".", "..", "../other", "a/b", "/abs", "x\x00y", "n" * 201]
+
+
+async def test_bad_workspace_names_are_rejected_everywhere(cluster: Settings, record_property: Any) -> None:
+    for bad in BAD_NAMES:
+        with pytest.raises(OSError) as info:
+            await computer.get_workspace(bad)
+        assert info.value.errno in (errno.EINVAL, errno.ENAMETOOLONG), bad
+        with pytest.raises(OSError):
+            computer.workspace_actor(bad)
+    record_property("bad_workspace_names", len(BAD_NAMES))
+
+
+async def test_a_near_miss_name_never_resolves_to_another_workspaces_file(
+    cluster: Settings, name: str
+) -> None:
+    async with computer.get_workspace(name) as mine:
+        await mine.fs.write_file("/secret.txt", "mine")
+    near = [
+        f"{name}-other",
+        name.upper(),
+        f" {name}",
+        f"{name} ",
+        f"..{name}",
+        f"{name}\\..",
+        f"{name}.sqlite",
+    ]
+    opened = []
+    try:
+        for other in near:
+            async with computer.get_workspace(other) as ws:
+                opened.append(other)
+                assert not await ws.fs.exists("/secret.txt"), other
+                assert ws.id != mine.id
+        files = sorted(p.name for p in cluster.workspaces_dir.iterdir() if p.suffix == ".sqlite")
+        assert len(files) == len(near) + 1
+        for path in cluster.workspaces_dir.rglob("*"):
+            assert path.resolve().parent == cluster.workspaces_dir.resolve()
+    finally:
+        import ray
+
+        from computer.actors import NAMESPACE, actor_name
+
+        for other in opened:
+            try:
+                ray.kill(ray.get_actor(actor_name(other), namespace=NAMESPACE))
+            except ValueError:
+                pass
