@@ -3,7 +3,7 @@
 A record is written when a run starts (status ``running``) and when it ends (the full result), so
 ``get_exec`` finds a finished run after its owner restarted. Records still ``running`` that belong to
 an earlier owner are reconciled to ``failed`` ("owner restarted") on the first use. Only the newest
-:data:`MAX_RECORDS` are kept.
+:data:`MAX_RECORDS` are kept (pruned every 20 finished runs).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ __all__ = ["JOURNAL_DIR", "MAX_RECORDS", "ExecJournal", "result_from_record"]
 
 JOURNAL_DIR = "/.computer/exec"
 MAX_RECORDS = 200
+_PRUNE_EVERY = 20
 
 
 class ExecJournal:
@@ -30,6 +31,7 @@ class ExecJournal:
         self.owner = owner  # this runtime instance: records of other owners that say running are stale
         self.directory = directory
         self._ready = False
+        self._writes = 0
 
     def _path(self, exec_id: str) -> str:
         return f"{self.directory}/{exec_id}.json"
@@ -82,7 +84,9 @@ class ExecJournal:
             "finished": time.time(),
         }
         await self._write(record)
-        await self._prune()
+        self._writes += 1
+        if self._writes % _PRUNE_EVERY == 1:  # listing the directory every run would cost more than it saves
+            await self._prune()
 
     async def get(self, exec_id: str) -> dict[str, Any] | None:
         await self.ensure_ready()

@@ -239,6 +239,11 @@ class MirrorPool:
             shutil.rmtree(directory, ignore_errors=True)
         return Mirror(directory, self.root)
 
+    def discard(self, mirror: Mirror) -> None:
+        """Drop a mirror whose state is unknown (a run was interrupted mid-sync)."""
+        mirror.unwatch()
+        shutil.rmtree(mirror.directory, ignore_errors=True)
+
     def release(self, workspace_id: str, mirror: Mirror) -> None:
         free = self._free.setdefault(workspace_id, [])
         if len(free) < self.idle:

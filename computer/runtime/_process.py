@@ -95,4 +95,5 @@ async def stream_process(
         for task in tasks:
             with contextlib.suppress(BaseException):
                 await task
-        sp.cleanup()
+        if sp.cgroups:
+            await asyncio.to_thread(sp.cleanup)

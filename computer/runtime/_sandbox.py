@@ -85,7 +85,8 @@ class SandboxProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
-        _sweep(self.cgroups)
+        if self.cgroups:
+            await asyncio.to_thread(_sweep, self.cgroups)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self.proc.wait(), timeout=10)
 

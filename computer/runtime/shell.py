@@ -150,9 +150,13 @@ class ShellBackend:
                 killed=timed_out,
             )
         finally:
-            if not clean:
-                mirror.invalidate()  # interrupted mid-bracket: resynchronise fully next time
-            self._mirrors.release(workspace_id, mirror)
+            if clean:
+                self._mirrors.release(workspace_id, mirror)
+            else:
+                # Interrupted mid-bracket (kill): its content is unknown and a worker thread may still be
+                # writing it, so it is never reused; the next run takes a fresh mirror (full push).
+                mirror.invalidate()
+                await asyncio.to_thread(self._mirrors.discard, mirror)
 
     def _env(self, request: ExecRequest, cwd: str, bridge: Path) -> dict[str, str]:
         tools = f"{SANDBOX_DIR}/bin" if self.sandbox.bwrap else str(bridge / "bin")

@@ -264,3 +264,18 @@ async def test_a_backend_that_raises_fails_the_run_with_its_error() -> None:
         result = await (await ws.runtime.exec("x")).result()
         assert (result.status, result.stdout) == ("failed", "partial\n")
         assert result.error is not None and "worker died" in result.error
+
+
+async def test_the_journal_keeps_only_the_newest_records() -> None:
+    class Instant:
+        info = BackendInfo(id="instant", protocol="command", callable=False)
+
+        async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
+            yield ExitEvent(0)
+
+    async with computer.Workspace(backends=[Instant()]) as ws:
+        ids = [(await (await ws.runtime.exec("x")).result()).id for _ in range(260)]
+        records = await ws.fs.ls("/.computer/exec")
+        assert 200 <= len(records) < 260
+        assert f"/.computer/exec/{ids[-1]}.json" in records
+        assert f"/.computer/exec/{ids[0]}.json" not in records

@@ -193,3 +193,27 @@ async def test_a_missing_mount_root_is_created_by_the_first_write() -> None:
         result = await (await ws.runtime.exec("echo hi > hello.txt")).result()
         assert result.status == "completed"
         assert await ws.fs.read_text("/workspace/hello.txt") == "hi\n"
+
+
+async def test_concurrent_runs_of_one_workspace_each_sync_their_changes(ws: computer.Workspace) -> None:
+    await ws.fs.write_file("/workspace/base.txt", "base")
+    first = await ws.runtime.exec("sleep 0.5; cat base.txt > one.txt")
+    second = await ws.runtime.exec("sleep 0.5; cat base.txt > two.txt")
+    results = [await first.result(), await second.result()]
+    assert [r.status for r in results] == ["completed", "completed"]
+    assert await ws.fs.read_text("/workspace/one.txt") == "base"
+    assert await ws.fs.read_text("/workspace/two.txt") == "base"
+    third = await (await ws.runtime.exec("ls")).result()
+    assert third.stdout == "base.txt\none.txt\ntwo.txt\n"
+
+
+async def test_a_killed_run_leaves_the_next_run_a_consistent_mirror(ws: computer.Workspace) -> None:
+    await ws.fs.write_file("/workspace/kept.txt", "kept")
+    handle = await ws.runtime.exec("echo partial > lost.txt; echo ready; sleep 30")
+    async for snapshot in handle:
+        if "ready" in snapshot.stdout:
+            break
+    await handle.kill()
+    assert not await ws.fs.exists("/workspace/lost.txt")  # a kill discards the run's changes
+    result = await (await ws.runtime.exec("ls")).result()
+    assert result.stdout == "kept.txt\n"
