@@ -13,6 +13,7 @@ import ctypes
 import errno
 import os
 import struct
+import weakref
 from pathlib import Path
 
 __all__ = ["TreeWatch"]
@@ -73,6 +74,8 @@ class TreeWatch:
         if fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1 failed")
         self.fd = fd
+        # A mirror dropped without close() (e.g. by a pool evicting it) must not leak the descriptor.
+        self._close = weakref.finalize(self, _close_fd, fd)
         self.root = root
         self._dirs: dict[int, str] = {}  # watch descriptor -> directory relative to root ("" is root)
         self._broken = False
@@ -152,5 +155,9 @@ class TreeWatch:
         return None if self._broken else touched
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.fd)
+        self._close()
+
+
+def _close_fd(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
