@@ -182,9 +182,10 @@ class LocalExecContext:
         refused.update(p for p in pull.deleted if p in protected)
         for path in _outermost(deleted):
             writes[path] = None
-        mkdirs = [d.path for d in pull.dirs if d.path not in protected]
+        mkdirs = _needed_dirs(pull.dirs, protected, set(writes))
         for d in pull.dirs:
-            modes[d.path] = d.mode
+            if d.mode & 0o7777 != _DEFAULT_DIR_MODE:
+                modes[d.path] = d.mode
         refused.update(link.path for link in pull.symlinks)  # the pull cannot create symlinks
         if not writes and not mkdirs:
             batch = BatchResult(rev=self.fs.rev)
@@ -195,6 +196,29 @@ class LocalExecContext:
         foreign = [c for c in self.fs.changes_since(base_rev, root).changes if c.rev != batch.rev]
         claim = base_rev if foreign else self.fs.rev
         return BatchResult(rev=claim, applied=batch.applied, skipped=sorted(set(batch.skipped) | refused))
+
+
+_DEFAULT_DIR_MODE = 0o755
+
+
+def _needed_dirs(dirs: list[MirrorDir], protected: set[str], written: set[str]) -> list[str]:
+    """The new directories the batch must create explicitly.
+
+    The batch creates missing parents of every path it writes (mode 0o755), so a new directory needs
+    listing only when nothing new lies below it or its mode is not the default. For a ``mkdir -p`` of a
+    deep tree this sends the leaves, not every level.
+    """
+    candidates = sorted({d.path for d in dirs if d.path not in protected}, key=lambda p: p.split("/"))
+    modes = {d.path: d.mode & 0o7777 for d in dirs}
+    below = sorted(set(candidates) | {p for p in written}, key=lambda p: p.split("/"))
+    position = {p: i for i, p in enumerate(below)}
+    out = []
+    for path in candidates:
+        i = position[path]
+        has_child = i + 1 < len(below) and is_within(below[i + 1], path)
+        if not has_child or modes[path] != _DEFAULT_DIR_MODE:
+            out.append(path)
+    return out
 
 
 def _outermost(paths: list[str]) -> list[str]:
