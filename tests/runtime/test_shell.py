@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
-import time
 
 import computer
 from computer.runtime import ShellBackend
@@ -54,6 +54,17 @@ async def test_mode_changes_are_synced(ws: computer.Workspace) -> None:
     result = await (await ws.runtime.exec("chmod 755 run.sh && ./run.sh")).result()
     assert result.stdout == "ran\n"
     assert (await ws.fs.stat("/workspace/run.sh")).mode & 0o777 == 0o755
+
+
+async def test_directory_modes_are_synced(ws: computer.Workspace) -> None:
+    result = await (
+        await ws.runtime.exec("mkdir -m 700 private && mkdir -p private/sub/leaf public/x")
+    ).result()
+    assert result.status == "completed"
+    assert (await ws.fs.stat("/workspace/private")).mode & 0o777 == 0o700
+    assert (await ws.fs.stat("/workspace/private/sub")).mode & 0o777 == 0o755
+    assert (await ws.fs.stat("/workspace/private/sub/leaf")).is_directory
+    assert (await ws.fs.stat("/workspace/public/x")).is_directory
 
 
 async def test_only_changes_since_the_last_run_are_pushed(ws: computer.Workspace) -> None:
@@ -144,13 +155,24 @@ def _alive(marker: str) -> list[int]:
     return found
 
 
-def _gone_soon(marker: str) -> bool:
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline:
-        if not _alive(marker):
-            return True
-        time.sleep(0.02)
-    return False
+async def _gone_soon(marker: str) -> bool:
+    """Wait (at most 5 s) for every process carrying ``marker`` to exit, through pidfds."""
+    loop = asyncio.get_running_loop()
+    for pid in _alive(marker):
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            continue
+        exited = loop.create_future()
+        loop.add_reader(fd, lambda f=exited: f.done() or f.set_result(None))
+        try:
+            await asyncio.wait_for(exited, 5)
+        except TimeoutError:
+            return False
+        finally:
+            loop.remove_reader(fd)
+            os.close(fd)
+    return not _alive(marker)
 
 
 def _marker() -> str:
@@ -161,7 +183,7 @@ async def test_timeout_ends_background_children(ws: computer.Workspace) -> None:
     marker = _marker()
     result = await (await ws.runtime.exec(f"sleep {marker} & echo started; wait", timeout=1)).result()
     assert (result.status, result.exit_code, result.stdout) == ("cancelled", 124, "started\n")
-    assert _gone_soon(marker)
+    assert await _gone_soon(marker)
 
 
 async def test_kill_ends_background_children(ws: computer.Workspace) -> None:
@@ -173,14 +195,14 @@ async def test_kill_ends_background_children(ws: computer.Workspace) -> None:
             break
     await handle.kill()
     assert (await handle.result()).status == "cancelled"
-    assert _gone_soon(marker)
+    assert await _gone_soon(marker)
 
 
 async def test_background_children_end_with_the_command(ws: computer.Workspace) -> None:
     marker = _marker()
     result = await (await ws.runtime.exec(f"sleep {marker} > /dev/null 2>&1 & echo left")).result()
     assert result.stdout == "left\n"
-    assert _gone_soon(marker)
+    assert await _gone_soon(marker)
 
 
 async def test_a_cwd_outside_the_mount_root_fails_clearly(ws: computer.Workspace) -> None:
