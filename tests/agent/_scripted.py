@@ -51,7 +51,7 @@ def _respond(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
             for n, (name, args) in enumerate(script["steps"][step])
         ]
         return ModelResponse(parts=parts)
-    results = []
+    results: list[dict[str, str | None]] = []
     for message in messages[start:]:
         if isinstance(message, ModelRequest):
             for part in message.parts:

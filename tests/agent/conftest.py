@@ -20,8 +20,8 @@ from computer.config import Settings
 from . import _agents, _scripted
 
 # Ray workers cannot import the test package: ship the test agents and the scripted model by value.
-cloudpickle.register_pickle_by_value(_agents)
-cloudpickle.register_pickle_by_value(_scripted)
+cloudpickle.register_pickle_by_value(_agents)  # type: ignore[no-untyped-call]
+cloudpickle.register_pickle_by_value(_scripted)  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture

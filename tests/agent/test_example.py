@@ -1,0 +1,24 @@
+"""examples/agent_durable.py runs offline to completion (its own local Ray, in a subprocess)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "agent_durable.py"
+
+
+def test_durable_agent_example_resumes_an_approval_after_a_kill(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, str(EXAMPLE)], cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    for needle in (
+        "waiting for approval: remove({'path': '/workspace/todo.txt'}) [rm]",
+        "after the restart, still pending: ['rm']",
+        "agent: Wrote a 3-item list, counted it, and removed it.",
+        "agent: This is turn 2; I remember the list.",
+        "todo.txt exists: False",
+    ):
+        assert needle in done.stdout, f"{needle!r} not in:\n{done.stdout}"
