@@ -14,28 +14,26 @@ from ..storage.paths import canonical, is_within
 from ..storage.types import BatchResult
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncLimits, SyncPull, SyncPush
 
-__all__ = ["FS_OPS", "LocalExecContext", "to_plain"]
+__all__ = ["FS_OPS", "GUEST_OPS", "LocalExecContext", "to_plain"]
 
-# The fs operations a backend may call through ``fs_call`` (the python backend's ``workspace`` module).
-FS_OPS = frozenset(
-    {
-        "read_file",
-        "read_text",
-        "write_file",
-        "mkdir",
-        "rm",
-        "readdir",
-        "stat",
-        "exists",
-        "find",
-        "grep",
-        "ls",
-        "rename",
-        "copy",
-        "readlink",
-        "symlink",
-    }
+# What the python backend's ``workspace`` module offers, in the order its description lists them.
+GUEST_OPS = (
+    "read_file",
+    "read_text",
+    "write_file",
+    "mkdir",
+    "rm",
+    "readdir",
+    "stat",
+    "exists",
+    "find",
+    "grep",
+    "ls",
+    "rename",
+    "copy",
 )
+# The fs operations a backend may call through ``fs_call``.
+FS_OPS = frozenset((*GUEST_OPS, "readlink", "symlink"))
 
 
 def to_plain(value: Any) -> Any:

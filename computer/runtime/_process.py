@@ -11,25 +11,28 @@ from typing import Literal
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
 from ._sandbox import SandboxProcess
 
-__all__ = ["TIMEOUT_EXIT_CODE", "ProcessExit", "stream_process"]
+__all__ = ["TIMEOUT_EXIT_CODE", "ProcessOutcome", "stream_process"]
 
 TIMEOUT_EXIT_CODE = 124
 _QUEUE_CHUNKS = 8  # per run, both streams together: bounded memory, back-pressure on the program
 
 
-@dataclass(frozen=True, slots=True)
-class ProcessExit:
-    exit_code: int
-    timed_out: bool
+@dataclass(slots=True)
+class ProcessOutcome:
+    """How the process ended; filled in by :func:`stream_process` once its output is drained."""
+
+    exit_code: int | None = None
+    timed_out: bool = False
 
 
 async def stream_process(
     sp: SandboxProcess,
+    outcome: ProcessOutcome,
     *,
     stdin: bytes | None,
     timeout: float | None,  # noqa: ASYNC109 - a deadline for the program, not for this call
-) -> AsyncGenerator[OutputChunk | ProcessExit, None]:
-    """Yield the program's output, then its exit. Closing the iterator early kills the whole tree."""
+) -> AsyncGenerator[OutputChunk, None]:
+    """Yield the program's output, then fill ``outcome``. Closing the iterator early kills the whole tree."""
     proc = sp.proc
     queue: asyncio.Queue[OutputChunk | None] = asyncio.Queue(maxsize=_QUEUE_CHUNKS)
 
@@ -86,7 +89,7 @@ async def stream_process(
             code = TIMEOUT_EXIT_CODE
         elif code < 0:
             code = 128 - code  # killed by a signal: the shell's convention
-        yield ProcessExit(code, timed_out)
+        outcome.exit_code, outcome.timed_out = code, timed_out
     finally:
         if not finished or proc.returncode is None:
             await sp.kill_tree()

@@ -22,7 +22,8 @@ import msgpack
 from ..storage.errors import error_to_wire
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent
 from ._codec import pack_frame, read_frame
-from ._process import ProcessExit, stream_process
+from ._context import GUEST_OPS
+from ._process import ProcessOutcome, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits, python_prefixes
 from .types import BackendInfo
 
@@ -85,7 +86,7 @@ class PythonBackend:
                 f"Runs Python {version} source in a sandbox. If it defines main(input), main is called with "
                 "the input and its JSON-able return value is the result value. `import workspace` gives "
                 "synchronous functions on the workspace filesystem: "
-                + ", ".join((*_FS_OPS, "rename", "copy"))
+                + ", ".join(GUEST_OPS)
                 + " (same errors as Python's: FileNotFoundError…; relative paths resolve from cwd). "
                 "Modules in the workspace cwd are importable. Only the standard library is installed. "
                 f"Network: {'on' if network else 'off'}. Startup cost about {startup:.0f} ms. "
@@ -127,18 +128,13 @@ class PythonBackend:
             setup = {"source": request.source, "input": request.input, "cwd": request.cwd or self.default_cwd}
             writer.write(pack_frame(setup))
             server = asyncio.create_task(_serve(reader, writer, ctx, result))
-            exit_code = 0
-            timed_out = False
-            async with contextlib.aclosing(
-                stream_process(sp, stdin=request.stdin, timeout=request.timeout)
-            ) as events:
-                async for event in events:
-                    if isinstance(event, ProcessExit):
-                        exit_code, timed_out = event.exit_code, event.timed_out
-                    else:
-                        yield event
+            outcome = ProcessOutcome()
+            output = stream_process(sp, outcome, stdin=request.stdin, timeout=request.timeout)
+            async with contextlib.aclosing(output):
+                async for chunk in output:
+                    yield chunk
             writer.close()
-            yield ExitEvent(exit_code, value=result.get("value"), killed=timed_out, error=result.get("error"))
+            yield ExitEvent(outcome.exit_code, value=result.get("value"), killed=outcome.timed_out)
         finally:
             if server is not None:
                 server.cancel()

@@ -22,7 +22,7 @@ from ..storage.paths import canonical, is_within
 from ._assets_bridge import SANDBOX_DIR, AssetsBridge
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
 from ._mirror import MirrorPool
-from ._process import ProcessExit, stream_process
+from ._process import ProcessOutcome, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits
 from .types import BackendInfo
 
@@ -117,8 +117,6 @@ class ShellBackend:
                 yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")
                 clean = True
                 return
-            exit_code = 0
-            timed_out = False
             async with AssetsBridge(ctx, mirror, self.scratch / "run") as bridge:
                 binds = [Bind(str(mirror.directory), self.mount_root, writable=True)]
                 binds.append(Bind(str(bridge.directory), SANDBOX_DIR))
@@ -130,24 +128,21 @@ class ShellBackend:
                     cwd=cwd if self.sandbox.bwrap else str(host_cwd),
                     env=self._env(request, cwd, bridge.directory),
                 )
-                async with contextlib.aclosing(
-                    stream_process(sp, stdin=request.stdin, timeout=request.timeout)
-                ) as events:
-                    async for event in events:
-                        if isinstance(event, ProcessExit):
-                            exit_code, timed_out = event.exit_code, event.timed_out
-                        else:
-                            yield event
+                outcome = ProcessOutcome()
+                output = stream_process(sp, outcome, stdin=request.stdin, timeout=request.timeout)
+                async with contextlib.aclosing(output):
+                    async for chunk in output:
+                        yield chunk
             pull, now = await asyncio.to_thread(mirror.collect)
             batch = await ctx.sync_pull(pull, push.rev)
             await asyncio.to_thread(mirror.settle, now, batch.rev, batch.skipped)
             clean = True
             yield ExitEvent(
-                exit_code,
+                outcome.exit_code,
                 pushed=pushed,
                 pulled=sorted(set(batch.applied) | set(bridge.saved)),
                 skipped=sorted(set(batch.skipped) | mirror.protected),
-                killed=timed_out,
+                killed=outcome.timed_out,
             )
         finally:
             if clean:
