@@ -84,7 +84,7 @@ def walk(
             if frame.done:
                 stack.pop()
                 continue
-            rows = fs.children_page(frame.ino, frame.after, PAGE_SIZE)
+            rows = fs._children_page(frame.ino, frame.after, PAGE_SIZE)
             if len(rows) < PAGE_SIZE:
                 frame.done = True
             if not rows:
@@ -137,7 +137,7 @@ def find_entries(
             skip -= 1
             continue
         if kind == SYMLINK:
-            kind = DIR if fs.kind_of(cpath) == DIR else FILE
+            kind = DIR if fs._kind_of(cpath) == DIR else FILE
         out.append(FindEntry(path=cpath, type="dir" if kind == DIR else "file"))
         if limit is not None and len(out) >= limit:
             break
@@ -164,7 +164,7 @@ def grep_entries(
         return []
     stop = None if limit is None else offset + limit
     if kind != DIR:
-        found = grep_file(path, fs.iter_file(ino), matcher, context)
+        found = grep_file(path, fs._iter_file(ino), matcher, context)
         return list(islice(found, offset, stop))
     includes = GlobSet(include or [])
     depth = _max_depth(includes.globs) if includes else None
@@ -173,6 +173,6 @@ def grep_entries(
         for cpath, rel, k, child in walk(fs, ino, path, GlobSet(exclude), depth):
             if k != FILE or (includes and not includes.match(rel)):
                 continue
-            yield from grep_file(cpath, fs.iter_file(child), matcher, context)
+            yield from grep_file(cpath, fs._iter_file(child), matcher, context)
 
     return list(islice(matches(), offset, stop))

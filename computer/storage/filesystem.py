@@ -886,7 +886,7 @@ class FileSystem:
             offset=offset,
         )
 
-    def iter_file(self, ino: int) -> Iterator[bytes]:
+    def _iter_file(self, ino: int) -> Iterator[bytes]:
         """The chunks of a file, in order (synchronous: for use inside one operation only)."""
         rows = self._db.execute(
             "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM file_chunks fc "
@@ -898,7 +898,7 @@ class FileSystem:
             self.chunks.count_read()
             yield decode_chunk(data, compressed, size)
 
-    def children_page(self, ino: int, after: str | None, size: int) -> list[tuple[str, int, int]]:
+    def _children_page(self, ino: int, after: str | None, size: int) -> list[tuple[str, int, int]]:
         """Up to ``size`` children ``(name, inode, kind)`` of a directory after ``after``, in name order."""
         if after is None:
             sql = (
@@ -912,7 +912,7 @@ class FileSystem:
         )
         return self._db.execute(sql, (ino, after, size)).fetchall()
 
-    def kind_of(self, path: str) -> int | None:
+    def _kind_of(self, path: str) -> int | None:
         """The kind a path resolves to (following links), or None."""
         try:
             return self._resolve(path)[1]
