@@ -34,6 +34,7 @@ class Mirror:
     protected: set[str] = field(default_factory=set)
     state: dict[str, Entry] = field(default_factory=dict)  # keyed by path relative to the mirror
     watch: TreeWatch | None = field(default=None, repr=False)
+    unsyncable: list[str] = field(default_factory=list)  # paths of the last collect with non-UTF-8 names
 
     def host(self, path: str) -> Path:
         return self.directory / self.rel(path)
@@ -177,10 +178,17 @@ class Mirror:
 
     def _diff(self, now: dict[str, Entry], candidates: set[str]) -> SyncPull:
         pull = SyncPull(self.root, protected=sorted(self.protected))
+        self.unsyncable = []
         for rel in sorted(candidates):
             old = self.state.get(rel)
             entry = now.get(rel)
             if old == entry:
+                continue
+            try:
+                rel.encode("utf-8")
+            except UnicodeEncodeError:  # a name the workspace cannot hold: leave it in the mirror only
+                raw = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                self.unsyncable.append(self.workspace_path(raw))
                 continue
             path = self.workspace_path(rel)
             if entry is None:

@@ -141,7 +141,7 @@ class ShellBackend:
                 outcome.exit_code,
                 pushed=pushed,
                 pulled=sorted(set(batch.applied) | set(bridge.saved)),
-                skipped=sorted(set(batch.skipped) | mirror.protected),
+                skipped=sorted(set(batch.skipped) | mirror.protected | set(mirror.unsyncable)),
                 killed=outcome.timed_out,
             )
         finally:

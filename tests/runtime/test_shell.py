@@ -239,3 +239,14 @@ async def test_a_killed_run_leaves_the_next_run_a_consistent_mirror(ws: computer
     assert not await ws.fs.exists("/workspace/lost.txt")  # a kill discards the run's changes
     result = await (await ws.runtime.exec("ls")).result()
     assert result.stdout == "kept.txt\n"
+
+
+async def test_names_the_workspace_cannot_hold_are_skipped_without_losing_the_rest(
+    ws: computer.Workspace,
+) -> None:
+    result = await (
+        await ws.runtime.exec("touch $'bad\\xff' 'ok é 😀' $'new\\nline'; ln -s ok link; mkfifo pipe")
+    ).result()
+    assert result.status == "completed"
+    assert sorted(await ws.fs.ls("/workspace")) == ["/workspace/new\nline", "/workspace/ok é 😀"]
+    assert {"/workspace/bad\\xff", "/workspace/link"} <= set(result.skipped)
