@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.abc
 import importlib.machinery
 import json
+import linecache
 import os
 import posixpath
 import socket
@@ -152,6 +153,7 @@ class _WorkspaceLoader(importlib.abc.Loader):
 
     def exec_module(self, module: types.ModuleType) -> None:
         source = _call("read_text", path=self.path)
+        _remember_source(self.path, source)
         exec(compile(source, self.path, "exec"), module.__dict__)
 
 
@@ -188,6 +190,11 @@ class _WorkspaceFinder(importlib.abc.MetaPathFinder):
         return None
 
 
+def _remember_source(filename: str, source: str) -> None:
+    """Let tracebacks show the lines of code that never existed as files in this sandbox."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+
+
 def _run() -> int:
     sys.modules["workspace"] = _build_module()
     sys.meta_path.append(_WorkspaceFinder())
@@ -195,6 +202,7 @@ def _run() -> int:
     main_module.__file__ = "<exec>"
     sys.modules["__main__"] = main_module
     try:
+        _remember_source("<exec>", _setup["source"])
         exec(compile(_setup["source"], "<exec>", "exec"), main_module.__dict__)
         value = None
         entry = main_module.__dict__.get("main")

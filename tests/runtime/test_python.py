@@ -35,6 +35,7 @@ async def test_an_exception_fails_with_its_traceback(ws: computer.Workspace) -> 
     result = await run(ws, "def main(input):\n    raise KeyError('missing')")
     assert (result.status, result.exit_code) == ("failed", 1)
     assert "KeyError: 'missing'" in result.stderr
+    assert "raise KeyError('missing')" in result.stderr  # the traceback shows the source line
 
 
 async def test_sys_exit_code_is_the_exit_code(ws: computer.Workspace) -> None:
