@@ -33,6 +33,8 @@ class Database:
         # life (e.g. a Ray actor's loop), but never concurrently.
         self.queries = 0
         self.in_transaction = False
+        self._data_version: int | None = None
+        self.private = path is None
         try:
             self.conn = sqlite3.connect(
                 ":memory:" if path is None else path,
@@ -77,6 +79,18 @@ class Database:
         if version is None or int(version[0]) != SCHEMA_VERSION:
             found = None if version is None else version[0]
             raise sqlite3.DatabaseError(f"unsupported schema version {found!r} (expected {SCHEMA_VERSION})")
+
+    def changed_elsewhere(self) -> bool:
+        """True when another connection committed since the last call (SQLite's ``data_version``)."""
+        if self.private:
+            return False  # an in-memory store has no other connection
+        try:
+            version = self.conn.execute("PRAGMA data_version").fetchone()[0]
+        except sqlite3.Error as exc:
+            raise storage_failure(exc) from exc
+        changed = self._data_version is not None and version != self._data_version
+        self._data_version = version
+        return changed
 
     def execute(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         self.queries += 1

@@ -92,6 +92,15 @@ class FileSystem:
             if fence is not None:
                 db.execute("UPDATE state SET epoch = max(epoch, ?) WHERE id = 1", (fence,))
             self.chunks.collect_orphans()
+        self._rev = 0
+        self._logical = 0
+        self._reload()
+        db.changed_elsewhere()
+
+    def _reload(self) -> None:
+        """(Re)read what this object keeps in memory: revision and logical size; forget resolutions."""
+        db = self._db
+        self._cache.clear()
         self._rev = int(
             db.one("SELECT max(rev, coalesce((SELECT max(rev) FROM changes), 0)) FROM state WHERE id = 1")[0]
         )
@@ -129,7 +138,12 @@ class FileSystem:
     @property
     def rev(self) -> int:
         """The current revision (bumped once per mutating call)."""
+        self._refresh()
         return self._rev
+
+    def _refresh(self) -> None:
+        if not self._closed and not self._db.in_transaction and self._db.changed_elsewhere():
+            self._reload()
 
     @property
     def queries(self) -> int:
@@ -186,9 +200,12 @@ class FileSystem:
         )
 
     def _canon(self, path: str) -> str:
+        """Canonical ``path``; also the entry of every call, where a write by another connection (a
+        zombie or a successor owner on the same file) invalidates what this one cached."""
         p = canonical(path)
         if self._closed:
             raise fs_error(errno.EIO, p, "the workspace store is closed")
+        self._refresh()
         try:
             p.encode("utf-8")
         except UnicodeEncodeError:
@@ -1026,6 +1043,7 @@ class FileSystem:
     def stats(self) -> dict[str, int]:
         """Counters: files, dirs, symlinks, chunks, stored_bytes, chunk_bytes, logical_bytes, queries, chunk_reads."""
         db = self._db
+        self._refresh()
         self._flush_garbage()
         counts = dict.fromkeys((FILE, DIR, SYMLINK), 0)
         for kind, n in db.execute("SELECT kind, count(*) FROM inodes GROUP BY kind"):

@@ -114,3 +114,23 @@ async def test_opening_with_an_older_fence_keeps_the_newer_epoch(tmp_path: Path)
         await current.write_file("/f", b"ok")
     finally:
         current.close()
+
+
+async def test_a_second_connection_sees_changes_made_by_the_other(tmp_path: Path) -> None:
+    path = str(tmp_path / "ws.sqlite")
+    a, b = FileSystem.open(path), FileSystem.open(path)
+    try:
+        await a.mkdir("/d")
+        await a.write_file("/d/f", b"from a")
+        assert await a.read_file("/d/f") == b"from a"  # now cached by a
+        assert await b.read_file("/d/f") == b"from a"
+        await b.rename("/d", "/e")
+        await b.write_file("/e/g", b"from b")
+        with pytest.raises(FileNotFoundError):
+            await a.read_file("/d/f")
+        assert await a.read_file("/e/f") == b"from a"
+        assert a.rev == b.rev
+        assert a.stats()["logical_bytes"] == len(b"from a") + len(b"from b")
+    finally:
+        a.close()
+        b.close()
