@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
+import json
 import logging
 import zlib
 from collections.abc import AsyncIterator, Sequence
@@ -69,8 +71,9 @@ class PoolBackend:
         return len(self._slots)
 
     def _describe(self) -> BackendInfo:
-        info = _infos.get(self.backend)
+        info = _infos.get(self.backend) or _published_info(self.backend)
         if info is not None:
+            _infos[self.backend] = info
             return info
         import ray
         from ray.exceptions import RayActorError
@@ -88,6 +91,7 @@ class PoolBackend:
                     raise
         assert isinstance(info, BackendInfo)
         _infos[self.backend] = info
+        _publish_info(info)
         return info
 
     def _owner_handle(self) -> Any:
@@ -181,6 +185,37 @@ class PoolBackend:
                 return
             yield ExitEvent(None, error=f"exec worker {worker_name(self.backend, slot.index)} sent no exit")
             return
+
+
+def _info_key(backend: str) -> bytes:
+    return f"computer:pool:info:{backend}".encode()
+
+
+def _published_info(backend: str) -> BackendInfo | None:
+    """The description a pool published in the cluster's key-value store (a GCS read, no actor call).
+
+    Owners read it when they open their workspace: blocking on an actor call there would stall the
+    new owner's event loop (and Ray warns about it), so only the very first owner asks a worker.
+    """
+    from ray.experimental import internal_kv
+
+    try:
+        raw = internal_kv._internal_kv_get(_info_key(backend))
+    except Exception:
+        return None
+    if not raw:
+        return None
+    fields = json.loads(raw)
+    fields["commands"] = tuple(fields.get("commands", ()))
+    fields["modules"] = tuple(fields.get("modules", ()))
+    return BackendInfo(**fields)
+
+
+def _publish_info(info: BackendInfo) -> None:
+    from ray.experimental import internal_kv
+
+    with contextlib.suppress(Exception):
+        internal_kv._internal_kv_put(_info_key(info.id), json.dumps(dataclasses.asdict(info)).encode())
 
 
 def _first_line(exc: BaseException) -> str:
