@@ -82,10 +82,12 @@ ExecEvent = OutputChunk | ExitEvent
 
 @dataclass(frozen=True, slots=True)
 class SyncLimits:
-    """What a mirror accepts: larger files, or files beyond the count, stay protected in the workspace."""
+    """What a mirror accepts: larger files, files beyond the count (on a full push) or beyond the bytes
+    one push may carry stay protected in the workspace."""
 
     max_file_bytes: int = 1024 * 1024
     max_files: int = 10_000
+    max_push_bytes: int = 512 * 1024 * 1024  # bounds the memory of one push, whatever the workspace holds
 
 
 @dataclass(frozen=True, slots=True)

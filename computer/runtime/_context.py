@@ -81,12 +81,13 @@ class LocalExecContext:
             if changes.complete and not any(is_within(root, p) for p in paths):
                 return await self._incremental(changes.rev, root, _outermost(paths), limits)
         rev = self.fs.rev  # read before the tree: anything newer is sent again next time
-        files, dirs, links, protected = await self._tree(root, limits)
+        files, dirs, links, protected = await self._tree(root, limits, [limits.max_push_bytes])
         return SyncPush(rev, root, True, files, dirs, links, [], protected)
 
     async def _tree(
-        self, root: str, limits: SyncLimits, count: int = 0
+        self, root: str, limits: SyncLimits, budget: list[int]
     ) -> tuple[list[MirrorFile], list[MirrorDir], list[MirrorSymlink], list[str]]:
+        """Everything below ``root``; ``budget[0]`` is the bytes this push may still carry."""
         files: list[MirrorFile] = []
         dirs: list[MirrorDir] = []
         links: list[MirrorSymlink] = []
@@ -105,17 +106,19 @@ class LocalExecContext:
                     links.append(MirrorSymlink(path, await self.fs.readlink(path)))
                 except OSError:
                     continue
-            elif size > limits.max_file_bytes or count + len(files) >= limits.max_files:
+            elif size > limits.max_file_bytes or size > budget[0] or len(files) >= limits.max_files:
                 protected.append(path)
             else:
                 try:
                     files.append(MirrorFile(path, await self.fs.read_file(path), mode, mtime))
                 except FileNotFoundError:
                     continue  # removed while we walked; the next push sends the removal
+                budget[0] -= len(files[-1].data)
         return files, dirs, links, protected
 
     async def _incremental(self, rev: int, root: str, paths: list[str], limits: SyncLimits) -> SyncPush:
         push = SyncPush(rev, root, False)
+        budget = [limits.max_push_bytes]
         for path in paths:
             try:
                 target = await self.fs.readlink(path)
@@ -137,12 +140,12 @@ class LocalExecContext:
                 # The directory may be new, renamed here or recreated: send it whole, replacing it.
                 push.deleted.append(path)
                 push.dirs.append(MirrorDir(path, st.mode))
-                files, dirs, links, protected = await self._tree(path, limits)
+                files, dirs, links, protected = await self._tree(path, limits, budget)
                 push.files.extend(files)
                 push.dirs.extend(dirs)
                 push.symlinks.extend(links)
                 push.protected.extend(protected)
-            elif st.size > limits.max_file_bytes:
+            elif st.size > limits.max_file_bytes or st.size > budget[0]:
                 push.deleted.append(path)
                 push.protected.append(path)
             else:
@@ -150,6 +153,8 @@ class LocalExecContext:
                     push.files.append(MirrorFile(path, await self.fs.read_file(path), st.mode, st.mtime))
                 except (FileNotFoundError, IsADirectoryError):
                     push.deleted.append(path)
+                    continue
+                budget[0] -= len(push.files[-1].data)
         return push
 
     # ------------------------------------------------------------------ pull

@@ -53,6 +53,7 @@ class ShellBackend:
         network: bool = False,
         max_file_bytes: int = 1024 * 1024,
         max_files: int = 10_000,
+        max_push_bytes: int = 512 * 1024 * 1024,
         memory_mb: int | None = 1024,
         max_processes: int | None = 256,
         cpu_seconds: int | None = None,
@@ -61,7 +62,9 @@ class ShellBackend:
         self.mount_root = canonical(mount_root)
         if self.mount_root == "/":
             raise ValueError("mount_root cannot be / (the sandbox needs its own /usr, /tmp…)")
-        self.limits = SyncLimits(max_file_bytes=max_file_bytes, max_files=max_files)
+        self.limits = SyncLimits(
+            max_file_bytes=max_file_bytes, max_files=max_files, max_push_bytes=max_push_bytes
+        )
         self.sandbox = Sandbox(
             network=network,
             limits=SandboxLimits(memory_mb=memory_mb, max_processes=max_processes, cpu_seconds=cpu_seconds),

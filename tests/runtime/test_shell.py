@@ -250,3 +250,14 @@ async def test_names_the_workspace_cannot_hold_are_skipped_without_losing_the_re
     assert result.status == "completed"
     assert sorted(await ws.fs.ls("/workspace")) == ["/workspace/new\nline", "/workspace/ok é 😀"]
     assert {"/workspace/bad\\xff", "/workspace/link"} <= set(result.skipped)
+
+
+async def test_files_beyond_the_bytes_one_push_may_carry_are_protected() -> None:
+    backend = ShellBackend(max_push_bytes=2500)
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        for i in range(4):
+            await ws.fs.write_file(f"/workspace/{i}.bin", bytes(1000))
+        result = await (await ws.runtime.exec("ls | wc -l")).result()
+        assert result.stdout == "2\n"
+        assert len(result.skipped) == 2
