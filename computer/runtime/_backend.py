@@ -87,7 +87,7 @@ class SyncLimits:
 
     max_file_bytes: int = 1024 * 1024
     max_files: int = 10_000
-    max_push_bytes: int = 512 * 1024 * 1024  # bounds the memory of one push, whatever the workspace holds
+    max_sync_bytes: int = 512 * 1024 * 1024  # bytes one push (or pull) may carry: bounds its memory
 
 
 @dataclass(frozen=True, slots=True)

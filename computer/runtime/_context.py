@@ -81,7 +81,7 @@ class LocalExecContext:
             if changes.complete and not any(is_within(root, p) for p in paths):
                 return await self._incremental(changes.rev, root, _outermost(paths), limits)
         rev = self.fs.rev  # read before the tree: anything newer is sent again next time
-        files, dirs, links, protected = await self._tree(root, limits, [limits.max_push_bytes])
+        files, dirs, links, protected = await self._tree(root, limits, [limits.max_sync_bytes])
         return SyncPush(rev, root, True, files, dirs, links, [], protected)
 
     async def _tree(
@@ -118,7 +118,7 @@ class LocalExecContext:
 
     async def _incremental(self, rev: int, root: str, paths: list[str], limits: SyncLimits) -> SyncPush:
         push = SyncPush(rev, root, False)
-        budget = [limits.max_push_bytes]
+        budget = [limits.max_sync_bytes]
         for path in paths:
             try:
                 target = await self.fs.readlink(path)

@@ -34,7 +34,8 @@ class Mirror:
     protected: set[str] = field(default_factory=set)
     state: dict[str, Entry] = field(default_factory=dict)  # keyed by path relative to the mirror
     watch: TreeWatch | None = field(default=None, repr=False)
-    unsyncable: list[str] = field(default_factory=list)  # paths of the last collect with non-UTF-8 names
+    # Paths the last collect left out: names that are not UTF-8, files over the pull's byte budget.
+    unsyncable: list[str] = field(default_factory=list)
 
     def host(self, path: str) -> Path:
         return self.directory / self.rel(path)
@@ -146,7 +147,7 @@ class Mirror:
             self.watch.close()
             self.watch = None
 
-    def collect(self) -> tuple[SyncPull, dict[str, Entry]]:
+    def collect(self, max_bytes: int | None = None) -> tuple[SyncPull, dict[str, Entry]]:
         """What the program changed since the push, and the new state to adopt after the pull.
 
         With a healthy watch only the touched paths are examined; otherwise the whole tree is walked.
@@ -155,7 +156,7 @@ class Mirror:
         if touched is None:
             self.unwatch()
             now = self.scan()
-            return self._diff(now, set(now) | set(self.state)), now
+            return self._diff(now, set(now) | set(self.state), max_bytes), now
         now = dict(self.state)
         candidates = set(touched)
         for rel in sorted(touched, key=lambda r: r.count("/")):
@@ -174,11 +175,12 @@ class Mirror:
                 now.pop(rel, None)
             else:
                 now[rel] = entry
-        return self._diff(now, candidates), now
+        return self._diff(now, candidates, max_bytes), now
 
-    def _diff(self, now: dict[str, Entry], candidates: set[str]) -> SyncPull:
+    def _diff(self, now: dict[str, Entry], candidates: set[str], max_bytes: int | None = None) -> SyncPull:
         pull = SyncPull(self.root, protected=sorted(self.protected))
         self.unsyncable = []
+        budget = max_bytes if max_bytes is not None else -1
         for rel in sorted(candidates):
             old = self.state.get(rel)
             entry = now.get(rel)
@@ -203,10 +205,14 @@ class Mirror:
                 with contextlib.suppress(OSError):
                     pull.symlinks.append(MirrorSymlink(path, os.readlink(host)))
             elif kind == "f":
+                if budget >= 0 and entry[2] > budget:
+                    self.unsyncable.append(path)  # over what one pull may carry: stays in the mirror only
+                    continue
                 try:
                     data = host.read_bytes()
                 except OSError:
                     continue
+                budget -= len(data) if budget >= 0 else 0
                 pull.files.append(MirrorFile(path, data, entry[5], entry[3] // 1_000_000))
             if old is not None and old[0] != kind:
                 pull.deleted.append(path)  # replaced by another kind: remove first

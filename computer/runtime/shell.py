@@ -53,7 +53,7 @@ class ShellBackend:
         network: bool = False,
         max_file_bytes: int = 1024 * 1024,
         max_files: int = 10_000,
-        max_push_bytes: int = 512 * 1024 * 1024,
+        max_sync_bytes: int = 512 * 1024 * 1024,
         memory_mb: int | None = 1024,
         max_processes: int | None = 256,
         cpu_seconds: int | None = None,
@@ -63,7 +63,7 @@ class ShellBackend:
         if self.mount_root == "/":
             raise ValueError("mount_root cannot be / (the sandbox needs its own /usr, /tmp…)")
         self.limits = SyncLimits(
-            max_file_bytes=max_file_bytes, max_files=max_files, max_push_bytes=max_push_bytes
+            max_file_bytes=max_file_bytes, max_files=max_files, max_sync_bytes=max_sync_bytes
         )
         self.sandbox = Sandbox(
             network=network,
@@ -136,7 +136,7 @@ class ShellBackend:
                 async with contextlib.aclosing(output):
                     async for chunk in output:
                         yield chunk
-            pull, now = await asyncio.to_thread(mirror.collect)
+            pull, now = await asyncio.to_thread(mirror.collect, self.limits.max_sync_bytes)
             batch = await ctx.sync_pull(pull, push.rev)
             await asyncio.to_thread(mirror.settle, now, batch.rev, batch.skipped)
             clean = True

@@ -253,7 +253,7 @@ async def test_names_the_workspace_cannot_hold_are_skipped_without_losing_the_re
 
 
 async def test_files_beyond_the_bytes_one_push_may_carry_are_protected() -> None:
-    backend = ShellBackend(max_push_bytes=2500)
+    backend = ShellBackend(max_sync_bytes=2500)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         for i in range(4):
@@ -261,3 +261,14 @@ async def test_files_beyond_the_bytes_one_push_may_carry_are_protected() -> None
         result = await (await ws.runtime.exec("ls | wc -l")).result()
         assert result.stdout == "2\n"
         assert len(result.skipped) == 2
+
+
+async def test_files_beyond_the_bytes_one_pull_may_carry_stay_out_of_the_workspace() -> None:
+    backend = ShellBackend(max_sync_bytes=2500)
+    async with computer.Workspace(backends=[backend]) as ws:
+        result = await (
+            await ws.runtime.exec("head -c 2000 /dev/zero > a.bin; head -c 2000 /dev/zero > b.bin")
+        ).result()
+        assert result.status == "completed"
+        assert len(await ws.fs.ls("/workspace")) == 1
+        assert len([p for p in result.skipped if p.endswith(".bin")]) == 1
