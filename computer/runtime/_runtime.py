@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 SNAPSHOT_INTERVAL = 0.1  # seconds: at most one snapshot per interval while output flows
 # A backend that does not honour its timeout is cut this long after it.
 TIMEOUT_GRACE = 10.0
+# A killed run reports what a shell reports for a child ended by SIGKILL (the tree is SIGKILLed).
+KILLED_EXIT_CODE = 137
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _FINISHED_CACHE = 200
 
@@ -273,7 +275,7 @@ class Runtime:
         killed = run.killed or (exit_event is not None and exit_event.killed)
         status: ExecStatus
         if exit_event is None:
-            exit_code = None
+            exit_code = KILLED_EXIT_CODE if run.killed else None
             status = "cancelled" if run.killed else "failed"
             error = error or (
                 "killed" if run.killed else "the backend ended without reporting an exit status"

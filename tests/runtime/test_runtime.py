@@ -171,7 +171,7 @@ async def test_kill_cancels_a_running_execution(ws: computer.Workspace) -> None:
             break
     await handle.kill()
     result = await handle.result()
-    assert result.status == "cancelled"
+    assert (result.status, result.exit_code) == ("cancelled", 137)
     assert result.stdout == "ready\n"
 
 
