@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import secrets
 
 import computer
 from computer.runtime import ShellBackend
@@ -102,3 +104,11 @@ async def test_the_python_sandbox_cannot_read_host_files(ws: computer.Workspace)
     code = "import os\nprint(os.path.exists('/etc/shadow'), os.path.exists('/work'), os.getuid())"
     result = await (await ws.runtime.exec(code, backend="python")).result()
     assert result.stdout == "False False 65534\n"
+
+
+async def test_writes_outside_the_mount_root_stay_in_the_sandbox(ws: computer.Workspace) -> None:
+    marker = f"computer-test-{secrets.token_hex(6)}"
+    result = await (await ws.runtime.exec(f"echo x > /tmp/{marker} && cat /tmp/{marker}")).result()
+    assert result.stdout == "x\n"
+    assert not os.path.exists(f"/tmp/{marker}")
+    assert await ws.fs.ls("/workspace") == []
