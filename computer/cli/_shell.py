@@ -139,8 +139,7 @@ async def run_shell(options: GlobalOptions, name: str, console: Console) -> None
     """The prompt loop: one line at a time until ``exit`` or end of input."""
     async with open_workspace(options, name) as workspace:
         shell = WorkspaceShell(workspace, console)
-        if not await workspace.fs.exists(shell.cwd):
-            shell.cwd = "/"
+        await workspace.fs.mkdir(shell.cwd, recursive=True)  # the user root; exec runs below it
         console.print(f"workspace {name}: type help for commands, exit to leave", markup=False)
         while True:
             try:

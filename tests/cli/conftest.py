@@ -29,6 +29,8 @@ def cli_env(data_dir: Path | None = None, **extra: str) -> dict[str, str]:
     """The environment of a CLI subprocess: quiet Ray, no inherited cluster address, a data dir."""
     env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "COMPUTER_REDIS_URL")}
     env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", COLUMNS="200", NO_COLOR="1")
+    # Ray advertises loopback instead of the host's address: the tests stay on 127.0.0.1.
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     if data_dir is not None:
         env["COMPUTER_DATA_DIR"] = str(data_dir)
     env.update(extra)
