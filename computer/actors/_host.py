@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import json
 import logging
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 from ..config import Settings, configure
@@ -113,9 +112,7 @@ class WorkspaceHost(PoolCallbacks):
         """Whether closing now would break something a client is using."""
         if self._inflight or self._streams or self._uploads:
             return True
-        locks: Any = self.workspace.locks
-        held = getattr(locks, "held", None)
-        if callable(held) and held():
+        if self.workspace.locks.held():
             return True
         # Runtime keeps its live runs in ``_running``; a run without a watching client still counts.
         return bool(getattr(self.workspace.runtime, "_running", None))
@@ -178,25 +175,34 @@ class WorkspaceHost(PoolCallbacks):
     def _moved(self) -> Reply:
         return moved(self.name, self.managed)
 
+    async def _serve(self, work: Callable[[], Awaitable[Any]]) -> Reply:
+        """Run one whole operation as an RPC: moved once closing, counted as activity, errors as replies."""
+        if self._closing:
+            return self._moved()
+        with self._activity():
+            try:
+                return ok(await work())
+            except Exception as exc:
+                return fail(exc)
+
     # -- RPC: description ---------------------------------------------------------------------------
 
     async def describe(self) -> Reply:
         """What a client snapshots at creation: id, backends, assets, and who to re-resolve."""
-        if self._closing:
-            return self._moved()
-        with self._activity():
-            return ok(
-                {
-                    "id": self.workspace.id,
-                    "name": self.name,
-                    "epoch": self.epoch,
-                    "managed": self.managed,
-                    "backends": list(self.workspace.runtime.backends()),
-                    "has_assets": self.workspace.assets is not None,
-                    # Clients re-create a managed owner with the owner's own settings, not theirs.
-                    "config": self.config.model_dump(mode="json"),
-                }
-            )
+
+        async def info() -> dict[str, Any]:
+            return {
+                "id": self.workspace.id,
+                "name": self.name,
+                "epoch": self.epoch,
+                "managed": self.managed,
+                "backends": list(self.workspace.runtime.backends()),
+                "has_assets": self.workspace.assets is not None,
+                # Clients re-create a managed owner with the owner's own settings, not theirs.
+                "config": self.config.model_dump(mode="json"),
+            }
+
+        return await self._serve(info)
 
     async def stats(self) -> dict[str, Any]:
         """Internal counters, for tests and the status command."""
@@ -204,7 +210,7 @@ class WorkspaceHost(PoolCallbacks):
             "name": self.name,
             "epoch": self.epoch,
             "node": self.node_id,
-            "inflight": self._inflight - 0,
+            "inflight": self._inflight,
             "streams": self._streams,
             "streams_stopped": self._streams_stopped,
             "uploads": len(self._uploads),
@@ -218,15 +224,9 @@ class WorkspaceHost(PoolCallbacks):
 
     async def call(self, op: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> Reply:
         """Run one filesystem operation ``fs.<op>(*args, **kwargs)``."""
-        if self._closing:
-            return self._moved()
         if op not in READ_OPS and op not in WRITE_OPS:
             return fail(ValueError(f"unknown filesystem operation {op!r}"))
-        with self._activity():
-            try:
-                return ok(await getattr(self.workspace.fs, op)(*args, **(kwargs or {})))
-            except Exception as exc:
-                return fail(exc)
+        return await self._serve(lambda: getattr(self.workspace.fs, op)(*args, **(kwargs or {})))
 
     async def stream(self, path: str, offset: int = 0, length: int | None = None) -> AsyncIterator[Any]:
         """Stream a file as pieces of at most 512 KiB; a failure ends the stream as a reply tuple."""
@@ -256,92 +256,81 @@ class WorkspaceHost(PoolCallbacks):
 
     async def upload_begin(self, path: str, mode: int | None = None) -> Reply:
         """Start a chunked write of ``path``; returns the upload id."""
-        if self._closing:
-            return self._moved()
-        with self._activity():
+
+        async def begin() -> str:
             upload_id = uuid.uuid4().hex
             self._uploads[upload_id] = Upload(self.workspace.fs, path, mode)
-            return ok(upload_id)
+            return upload_id
+
+        return await self._serve(begin)
 
     async def upload_put(self, upload_id: str, piece: bytes) -> Reply:
-        with self._activity():
-            upload = self._uploads.get(upload_id)
-            if upload is None:
-                return fail(RuntimeError(f"unknown or expired upload {upload_id}"))
+        """Add one piece; a failed write ends the upload (its error is the reply)."""
+
+        async def put() -> None:
             try:
-                await upload.put(piece)
-                return ok()
-            except Exception as exc:
+                await self._upload(upload_id).put(piece)
+            except BaseException:
                 self._uploads.pop(upload_id, None)
-                return fail(exc)
+                raise
+
+        return await self._serve(put)
 
     async def upload_commit(self, upload_id: str) -> Reply:
-        with self._activity():
-            upload = self._uploads.pop(upload_id, None)
-            if upload is None:
-                return fail(RuntimeError(f"unknown or expired upload {upload_id}"))
-            try:
-                await upload.commit()
-                return ok()
-            except Exception as exc:
-                return fail(exc)
+        """Commit the upload's write (one transaction)."""
+
+        async def commit() -> None:
+            upload = self._upload(upload_id)
+            del self._uploads[upload_id]
+            await upload.commit()
+
+        return await self._serve(commit)
 
     async def upload_abort(self, upload_id: str) -> Reply:
-        with self._activity():
+        async def abort() -> None:
             upload = self._uploads.pop(upload_id, None)
             if upload is not None:
                 await upload.abort()
-            return ok()
+
+        return await self._serve(abort)
+
+    def _upload(self, upload_id: str) -> Upload:
+        upload = self._uploads.get(upload_id)
+        if upload is None:
+            raise LookupError(f"unknown or expired upload {upload_id}")
+        return upload
 
     # -- RPC: locks ---------------------------------------------------------------------------------
 
     async def lock_acquire(self, holder: str, paths: Sequence[str], subtree: bool = False) -> Reply:
         """Wait for and take a lease on ``paths`` for ``holder``; returns ``(lease_id, ttl)``."""
-        if self._closing:
-            return self._moved()
-        with self._activity():
-            try:
-                lease = await self.workspace.locks.acquire(
-                    list(paths), subtree=subtree, holder=holder, ttl=self._lease_ttl
-                )
-                return ok((lease, self._lease_ttl))
-            except Exception as exc:
-                return fail(exc)
 
-    async def lock_renew(self, lease_id: Any) -> Reply:
-        with self._activity():
-            try:
-                return ok(bool(await _maybe_await(self.workspace.locks.renew(lease_id, self._lease_ttl))))
-            except Exception as exc:
-                return fail(exc)
+        async def acquire() -> tuple[str, float]:
+            locks = self.workspace.locks
+            lease = await locks.acquire(list(paths), subtree=subtree, holder=holder, ttl=self._lease_ttl)
+            return lease, self._lease_ttl
 
-    async def lock_release(self, lease_id: Any) -> Reply:
-        with self._activity():
-            try:
-                await _maybe_await(self.workspace.locks.release(lease_id))
-                return ok()
-            except Exception as exc:
-                return fail(exc)
+        return await self._serve(acquire)
+
+    async def lock_renew(self, lease_id: str) -> Reply:
+        return await self._serve(_now(lambda: self.workspace.locks.renew(lease_id, self._lease_ttl)))
+
+    async def lock_release(self, lease_id: str) -> Reply:
+        return await self._serve(_now(lambda: self.workspace.locks.release(lease_id)))
 
     async def lock_release_holder(self, holder: str) -> Reply:
-        with self._activity():
-            try:
-                return ok(int(await _maybe_await(self.workspace.locks.release_holder(holder))))
-            except Exception as exc:
-                return fail(exc)
+        return await self._serve(_now(lambda: self.workspace.locks.release_holder(holder)))
 
     # -- RPC: runtime -------------------------------------------------------------------------------
 
     async def exec_start(self, source: str, kwargs: dict[str, Any]) -> Reply:
         """Start an execution; returns ``(id, backend)``."""
-        if self._closing:
-            return self._moved()
-        with self._activity():
-            try:
-                handle = await self.workspace.runtime.exec(source, **kwargs)
-                return ok((handle.id, handle.backend))
-            except Exception as exc:
-                return fail(exc)
+
+        async def start() -> tuple[str, str]:
+            handle = await self.workspace.runtime.exec(source, **kwargs)
+            return handle.id, handle.backend
+
+        return await self._serve(start)
 
     async def exec_snapshots(self, exec_id: str) -> AsyncIterator[Any]:
         """Stream the snapshots of an execution (the final one last)."""
@@ -361,43 +350,23 @@ class WorkspaceHost(PoolCallbacks):
             self._streams -= 1
 
     async def exec_result(self, exec_id: str) -> Reply:
-        if self._closing:
-            return self._moved()
-        with self._activity():
-            try:
-                handle = await self.workspace.runtime.get_exec(exec_id)
-                return ok(await handle.result())
-            except Exception as exc:
-                return fail(exc)
+        async def result() -> Any:
+            return await (await self.workspace.runtime.get_exec(exec_id)).result()
 
-    async def exec_kill(self, exec_id: str) -> Reply:
-        return await self._runtime_call("kill_exec", exec_id)
+        return await self._serve(result)
 
     async def get_exec(self, exec_id: str) -> Reply:
-        if self._closing:
-            return self._moved()
-        with self._activity():
-            try:
-                handle = await self.workspace.runtime.get_exec(exec_id)
-                return ok((handle.id, handle.backend))
-            except Exception as exc:
-                return fail(exc)
+        async def find() -> tuple[str, str]:
+            handle = await self.workspace.runtime.get_exec(exec_id)
+            return handle.id, handle.backend
+
+        return await self._serve(find)
 
     async def kill_exec(self, exec_id: str) -> Reply:
-        return await self._runtime_call("kill_exec", exec_id)
+        return await self._serve(lambda: self.workspace.runtime.kill_exec(exec_id))
 
     async def dispose_exec(self, exec_id: str) -> Reply:
-        return await self._runtime_call("dispose_exec", exec_id)
-
-    async def _runtime_call(self, method: str, exec_id: str) -> Reply:
-        if self._closing:
-            return self._moved()
-        with self._activity():
-            try:
-                await getattr(self.workspace.runtime, method)(exec_id)
-                return ok()
-            except Exception as exc:
-                return fail(exc)
+        return await self._serve(lambda: self.workspace.runtime.dispose_exec(exec_id))
 
     # -- RPC: tools ----------------------------------------------------------------------------------
 
@@ -407,16 +376,15 @@ class WorkspaceHost(PoolCallbacks):
         ``options`` are :func:`computer.tools.create_tools` keywords; the result is the tool's result
         dict (a failed call is ``{"error": ...}``, as from any tool).
         """
-        if self._closing:
-            return self._moved()
-        with self._activity():
-            try:
-                tool = self._tools(options).get(name)
-                if tool is None:
-                    return ok({"error": f"unknown tool {name!r}"})
-                return ok(await tool.run(args))
-            except Exception as exc:
-                return fail(exc)
+
+        async def run() -> dict[str, Any]:
+            tool = self._tools(options).get(name)
+            if tool is None:
+                return {"error": f"unknown tool {name!r}"}
+            result: dict[str, Any] = await tool.run(args)
+            return result
+
+        return await self._serve(run)
 
     def _tools(self, options: dict[str, Any] | None) -> dict[str, Any]:
         from ..tools import create_tools
@@ -431,15 +399,21 @@ class WorkspaceHost(PoolCallbacks):
     # -- RPC: assets --------------------------------------------------------------------------------
 
     async def assets_share(self, path: str, kwargs: dict[str, Any]) -> Reply:
-        if self._closing:
-            return self._moved()
-        with self._activity():
+        async def share() -> str:
             if self.workspace.assets is None:
-                return fail(RuntimeError(f"workspace {self.name} has no assets publisher"))
-            try:
-                return ok(await self.workspace.assets.share(path, **kwargs))
-            except Exception as exc:
-                return fail(exc)
+                raise LookupError(f"workspace {self.name} has no assets publisher")
+            return await self.workspace.assets.share(path, **kwargs)
+
+        return await self._serve(share)
+
+
+def _now(fn: Callable[[], Any]) -> Callable[[], Awaitable[Any]]:
+    """Wrap a synchronous operation for :meth:`WorkspaceHost._serve`."""
+
+    async def run() -> Any:
+        return fn()
+
+    return run
 
 
 def _rss_bytes() -> int | None:
@@ -449,7 +423,3 @@ def _rss_bytes() -> int | None:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return None
-
-
-async def _maybe_await(value: Any) -> Any:
-    return await value if inspect.isawaitable(value) else value

@@ -8,7 +8,7 @@ from typing import Any
 from ..config import Settings
 from ._errors import WorkspaceUnavailableError
 from ._init import cluster_settings, ensure_ray
-from ._naming import NAMESPACE, actor_name, check_name
+from ._naming import NAMESPACE, actor_name, check_name, workspace_file
 from ._owner import OwnerActor
 from .directory import open_directory
 
@@ -48,6 +48,10 @@ def _scheduling(config: Settings, name: str) -> Any:
 
     alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
     if record.node not in alive:
+        # A restarted cluster has new node ids: a file that is still on this machine wakes up here.
+        if workspace_file(config, name).exists():
+            here = ray.get_runtime_context().get_node_id()
+            return NodeAffinitySchedulingStrategy(node_id=here, soft=False)
         raise WorkspaceUnavailableError(
             name, f"its file is on node {record.node}, which is not alive (set shared_data_dir if shared)"
         )

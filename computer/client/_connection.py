@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import ray
@@ -51,8 +51,18 @@ class Connection:
 
     # -- calls -----------------------------------------------------------------------------------
 
-    async def request(self, method: str, *args: Any, retry_safe: bool = False) -> Any:
-        """Call ``method`` on the owner and return its value (or raise its error)."""
+    async def request(
+        self,
+        method: str,
+        *args: Any,
+        retry_safe: bool = False,
+        on_cancel: Callable[[Any], None] | None = None,
+    ) -> Any:
+        """Call ``method`` on the owner and return its value (or raise its error).
+
+        When the caller is cancelled, the owner's side is cancelled too; ``on_cancel`` then receives
+        the call's ``ObjectRef`` to undo what the owner may have done before the cancel reached it.
+        """
         deadline = time.monotonic() + _MOVED_DEADLINE
         died_once = False
         while True:
@@ -61,8 +71,9 @@ class Connection:
             try:
                 reply: Reply = await ref
             except asyncio.CancelledError:
-                # Stop the owner's side too: a cancelled lock wait must not grant a lease later.
                 _cancel(ref)
+                if on_cancel is not None:
+                    on_cancel(ref)
                 raise
             except RayActorError as exc:
                 if died_once or not self.managed or not (retry_safe or await self._released_cleanly()):

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from ._connection import Connection
 
@@ -26,12 +27,13 @@ class ClientLocks:
         self.holder = holder
         self._renewers: set[asyncio.Task[None]] = set()
         self._outstanding: set[str] = set()  # leases taken and not yet released for sure
+        self._cleanups: set[asyncio.Future[None]] = set()  # releases of cancelled acquires
 
     @contextlib.asynccontextmanager
     async def hold(self, paths: Sequence[str], *, subtree: bool = False) -> AsyncIterator[None]:
         wanted = [paths] if isinstance(paths, str) else list(paths)
         lease_id, ttl = await self._conn.request(
-            "lock_acquire", self.holder, wanted, subtree, retry_safe=True
+            "lock_acquire", self.holder, wanted, subtree, retry_safe=True, on_cancel=self._undo_acquire
         )
         self._outstanding.add(lease_id)
         renewer = asyncio.create_task(self._renew(lease_id, float(ttl)))
@@ -46,6 +48,21 @@ class ClientLocks:
                 self._outstanding.discard(lease_id)
             except Exception:  # the owner died: its lock table, and our lease, died with it
                 log.warning("could not release lock lease %s", lease_id, exc_info=True)
+
+    def _undo_acquire(self, ref: Any) -> None:
+        """A cancelled acquire may have been granted before the cancel reached the owner: release it."""
+
+        async def undo() -> None:
+            try:
+                reply = await ref
+            except Exception:  # cancelled in time (or the owner is gone): nothing was granted
+                return
+            if reply[0] == "ok":
+                await self._conn.request("lock_release", reply[1][0], retry_safe=True)
+
+        task = asyncio.ensure_future(undo())
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
 
     async def _renew(self, lease_id: str, ttl: float) -> None:
         while True:

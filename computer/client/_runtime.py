@@ -27,7 +27,7 @@ class ClientExecHandle:
         return result
 
     async def kill(self) -> None:
-        await self._conn.request("exec_kill", self.id)
+        await self._conn.request("kill_exec", self.id)
 
     def __repr__(self) -> str:
         return f"ClientExecHandle(id={self.id!r}, backend={self.backend!r})"
