@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 from ._agent import Agent
+from ._client import AgentClient
 from ._extensions import ExtensionManifest
 from ._spawn import agent_actor_name, spawn
 from ._tools import AgentTool, tool
@@ -21,6 +22,7 @@ from ._turn import AgentMovedError, PendingCall, Reply, TurnBusyError, TurnConfi
 
 __all__ = [
     "Agent",
+    "AgentClient",
     "AgentMovedError",
     "AgentTool",
     "ExtensionManifest",

@@ -127,11 +127,15 @@ class Agent(OwnerActor):
         self._check_open()
         return self.name
 
-    async def chat(self, message: str) -> Reply:
-        """Run one turn with ``message``; the reply, or the calls the turn now waits on."""
-        return await self._serialized(lambda: self._turn(message))
+    async def chat(self, message: str, turn_id: str | None = None) -> Reply:
+        """Run one turn with ``message``; the reply, or the calls the turn now waits on.
 
-    async def chat_stream(self, message: str) -> AsyncIterator[dict[str, Any]]:
+        With a ``turn_id``, a retry of a turn that was already committed returns its reply again
+        instead of running the message twice (what :class:`~computer.agent.AgentClient` relies on).
+        """
+        return await self._serialized(lambda: self._turn(message, key=turn_id))
+
+    async def chat_stream(self, message: str, turn_id: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """One turn as events: ``text`` deltas, ``tool_call``, ``tool_result``, then ``reply`` (last).
 
         The model must support streaming (real ones do; a ``FunctionModel`` needs a ``stream_function``).
@@ -147,7 +151,7 @@ class Agent(OwnerActor):
 
         async def run() -> Reply:
             try:
-                return await self._serialized(lambda: self._turn(message, events=handler))
+                return await self._serialized(lambda: self._turn(message, events=handler, key=turn_id))
             finally:
                 queue.put_nowait(None)
 
@@ -234,9 +238,13 @@ class Agent(OwnerActor):
         events: EventHandler | None = None,
         resume: DeferredToolResults | None = None,
         state: AgentState | None = None,
+        key: str | None = None,
     ) -> Reply:
         if state is None:
             state = await self._store.load_state()
+        replayed = state.replay(key) if resume is None else None
+        if replayed is not None:
+            return replayed
         if resume is None and state.paused is not None:
             waiting = ", ".join(c.id for c in state.paused.undecided())
             raise TurnBusyError(f"the last turn waits for approval of {waiting}: approve or reject first")
@@ -260,17 +268,26 @@ class Agent(OwnerActor):
             calls = [PendingCall(c.tool_call_id, c.tool_name, c.args_as_dict()) for c in output.approvals]
             # Only approvals are deferred here; an external call (a tool raising CallDeferred) is denied.
             calls += [PendingCall(c.tool_call_id, c.tool_name, c.args_as_dict()) for c in output.calls]
+            reply = Reply(None, tuple(calls))
+            keys = list(state.paused.decisions) if state.paused else []
             state.paused = PausedTurn(message, calls)
-            await self._store.save_state(state)
-            return Reply(None, tuple(calls))
-        state.paused = None
+        else:
+            reply = Reply(str(output))
+            keys = list(state.paused.decisions) if state.paused else []
+            state.paused = None
+        if key is not None:
+            keys.append(key)
+        state.remember(keys, reply)
         await self._store.save_state(state)
-        return Reply(str(output))
+        return reply
 
     async def _decide(self, call_id: str, decision: bool | str) -> Reply:
         state = await self._store.load_state()
         paused = state.paused
         if paused is None or all(c.id != call_id for c in paused.calls):
+            replayed = state.replay(call_id)  # a retry of the approval that resumed the last turn
+            if replayed is not None:
+                return replayed
             raise LookupError(f"no pending call with id {call_id!r}")
         paused.decisions[call_id] = decision
         await self._store.save_state(state)  # the decision is durable before the turn resumes
@@ -318,6 +335,10 @@ class Agent(OwnerActor):
             tool = available.get(name)
             if tool is None or toolset is None:
                 raise LookupError(f"no tool {name!r}; available: {', '.join(sorted(available))}")
+            if tool.tool_def.kind == "unapproved":  # pydantic-ai's Tool(requires_approval=True)
+                raise PermissionError(
+                    f"{name} needs human approval and cannot be called from code; call it directly"
+                )
             validated = tool.args_validator.validate_python(args)
             try:
                 return await toolset.call_tool(name, validated, inner_ctx, tool)

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
-from ._turn import PendingCall
+from ._turn import PendingCall, Reply
 
 __all__ = ["STATE_DIR", "AgentState", "AgentStore", "PausedTurn"]
 
@@ -43,8 +43,23 @@ class PausedTurn:
 
 @dataclass
 class AgentState:
+    """``last`` is the reply of the last committed turn with the request keys that produced it
+    (a chat's ``turn_id``, the call ids an approval resumed), so a retried request gets it again."""
+
     messages: list[ModelMessage] = field(default_factory=list)
     paused: PausedTurn | None = None
+    last: dict[str, Any] | None = None
+
+    def replay(self, key: str | None) -> Reply | None:
+        """The stored reply if ``key`` produced the last committed turn."""
+        if key is None or self.last is None or key not in self.last["keys"]:
+            return None
+        pending = tuple(PendingCall(c["id"], c["tool"], dict(c["args"])) for c in self.last["pending"])
+        return Reply(self.last["text"], pending)
+
+    def remember(self, keys: list[str], reply: Reply) -> None:
+        pending = [{"id": c.id, "tool": c.tool, "args": c.args} for c in reply.pending]
+        self.last = {"keys": keys, "text": reply.text, "pending": pending}
 
 
 class AgentStore:
@@ -74,13 +89,14 @@ class AgentStore:
             return AgentState()
         messages = ModelMessagesTypeAdapter.validate_python(raw["messages"])
         paused = PausedTurn.from_json(raw["paused"]) if raw.get("paused") else None
-        return AgentState(list(messages), paused)
+        return AgentState(list(messages), paused, raw.get("last"))
 
     async def save_state(self, state: AgentState) -> None:
         value = {
             "version": 1,
             "messages": ModelMessagesTypeAdapter.dump_python(state.messages, mode="json"),
             "paused": state.paused.to_json() if state.paused else None,
+            "last": state.last,
         }
         await self.write_json(self.path("state.json"), value)
 

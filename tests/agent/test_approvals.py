@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import ray
 
@@ -100,3 +102,27 @@ async def test_workspace_tools_can_need_approval(agents: Agents) -> None:
         plan(("read", {"path": "/nothing"}), ("write", {"path": "/w", "content": "x"}))
     )
     assert [c.tool for c in reply.pending] == ["write"]
+
+
+async def test_pydantic_ai_requires_approval_pauses_and_is_refused_from_code(agents: Agents) -> None:
+    from pydantic_ai.tools import Tool
+
+    from ._agents import CodeAgent
+
+    def launch() -> str:
+        """Launch."""
+        return "launched"
+
+    class Launcher(CodeAgent):
+        def get_tools(self) -> list[Any]:
+            return [*super().get_tools(), Tool(launch, requires_approval=True)]
+
+    agent = agents.spawn(Launcher)
+    reply = await agent.chat.remote(plan(("launch", {})))
+    assert [c.tool for c in reply.pending] == ["launch"]
+    assert (
+        outcome((await agent.approve.remote(reply.pending[0].id)).text)["results"][0]["content"] == "launched"
+    )
+    code = outcome((await agent.chat.remote(plan(("execute", {"code": "result = tools.launch()"})))).text)
+    assert "needs human approval" in code["results"][0]["content"]
+    assert "launched" not in code["results"][0]["content"]

@@ -89,6 +89,7 @@ def sampling(peaks: Peaks) -> Iterator[None]:
             200,
             marks=[
                 pytest.mark.slow,
+                pytest.mark.timeout(1800),
                 pytest.mark.skipif(os.environ.get("RUN_SLOW") != "1", reason="set RUN_SLOW=1 to run"),
             ],
         ),
