@@ -185,7 +185,12 @@ def bench(
         for bench_name, path in _run(benchmark_scripts).items():
             console.print(f"{bench_name}\t{path}", markup=False, highlight=False)
         return
-    raise typer.Exit(_run(lambda: run_benchmarks(names or [], ctx.args, console)))
+    # Click hands what follows `--` to the NAMES argument: the first item that looks like an option
+    # starts the arguments for the scripts.
+    given = list(names or [])
+    split = next((i for i, item in enumerate(given) if item.startswith("-")), len(given))
+    chosen, extra = given[:split], [*given[split:], *ctx.args]
+    raise typer.Exit(_run(lambda: run_benchmarks(chosen, extra, console)))
 
 
 @app.command(

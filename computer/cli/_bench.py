@@ -48,9 +48,9 @@ def run_benchmarks(names: Sequence[str], extra: Sequence[str], console: Console)
                 text=True,
             )
             progress.console.rule(script.name)
-            progress.console.print(process.stdout.rstrip(), markup=False, highlight=False)
+            progress.console.print(process.stdout.rstrip(), markup=False, highlight=False, soft_wrap=True)
             if process.returncode != 0:
-                progress.console.print(process.stderr.rstrip()[-4000:], markup=False, style="red")
+                progress.console.print(process.stderr.rstrip()[-4000:], markup=False, style="red", soft_wrap=True)
                 worst = max(worst, process.returncode)
             progress.advance(task)
     return worst
