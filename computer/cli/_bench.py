@@ -50,7 +50,9 @@ def run_benchmarks(names: Sequence[str], extra: Sequence[str], console: Console)
             progress.console.rule(script.name)
             progress.console.print(process.stdout.rstrip(), markup=False, highlight=False, soft_wrap=True)
             if process.returncode != 0:
-                progress.console.print(process.stderr.rstrip()[-4000:], markup=False, style="red", soft_wrap=True)
+                progress.console.print(
+                    process.stderr.rstrip()[-4000:], markup=False, style="red", soft_wrap=True
+                )
                 worst = max(worst, process.returncode)
             progress.advance(task)
     return worst
