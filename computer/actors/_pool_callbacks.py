@@ -59,16 +59,14 @@ class PoolCallbacks:
             except Exception as exc:
                 return fail(exc)
 
-    async def pool_sync_push(
-        self, mirror_rev: int | None, root: str, max_file_bytes: int, max_files: int
-    ) -> Reply:
-        """What a shell mirror at ``mirror_rev`` needs, encoded with :func:`encode_sync`."""
+    async def pool_sync_push(self, mirror_rev: int | None, root: str, limits: dict[str, int]) -> Reply:
+        """What a shell mirror at ``mirror_rev`` needs (``limits``: the fields of a ``SyncLimits``), encoded."""
         if self._closing:
             return self._moved()
         with self._activity():
             try:
-                limits = SyncLimits(max_file_bytes=max_file_bytes, max_files=max_files)
-                return ok(encode_sync(await self._exec_context().sync_push(mirror_rev, root, limits)))
+                push = await self._exec_context().sync_push(mirror_rev, root, SyncLimits(**limits))
+                return ok(encode_sync(push))
             except Exception as exc:
                 return fail(exc)
 

@@ -8,6 +8,7 @@ path).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from ..runtime._backend import SyncLimits, SyncPull, SyncPush
@@ -43,7 +44,7 @@ class OwnerExecContext:
         return await self._call("pool_fs_call", op, args)
 
     async def sync_push(self, mirror_rev: int | None, root: str, limits: SyncLimits) -> SyncPush:
-        data = await self._call("pool_sync_push", mirror_rev, root, limits.max_file_bytes, limits.max_files)
+        data = await self._call("pool_sync_push", mirror_rev, root, dataclasses.asdict(limits))
         return decode_sync(SyncPush, data)
 
     async def sync_pull(self, pull: SyncPull, base_rev: int) -> BatchResult:

@@ -8,7 +8,6 @@ full push); mirrors lent to a running command are never touched.
 
 from __future__ import annotations
 
-import shutil
 from collections import OrderedDict
 from pathlib import Path
 
@@ -45,4 +44,4 @@ class BoundedMirrorPool(MirrorPool):
         while len(self._recent) > self.max_workspaces:
             oldest, _ = self._recent.popitem(last=False)
             for mirror in self._free.pop(oldest, []):
-                shutil.rmtree(mirror.directory, ignore_errors=True)
+                self.discard(mirror)
