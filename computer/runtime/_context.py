@@ -189,16 +189,42 @@ class LocalExecContext:
         for d in pull.dirs:
             if d.mode & 0o7777 != _DEFAULT_DIR_MODE:
                 modes[d.path] = d.mode
-        refused.update(link.path for link in pull.symlinks)  # the pull cannot create symlinks
+        touched = [c.path for c in self.fs.changes_since(base_rev, root).changes]
+        if (writes or mkdirs or pull.symlinks) and not await self.fs.exists(root):
+            mkdirs.insert(0, root)
         if not writes and not mkdirs:
             batch = BatchResult(rev=self.fs.rev)
         else:
-            if not await self.fs.exists(root):
-                mkdirs.insert(0, root)
             batch = self.fs.commit_batch(writes, mkdirs=mkdirs, modes=modes, base_rev=base_rev)
-        foreign = [c for c in self.fs.changes_since(base_rev, root).changes if c.rev != batch.rev]
+        own_revs = {batch.rev}
+        applied = list(batch.applied)
+        # The batch cannot hold symlinks: each goes in its own small step after it, under the same rules.
+        for link in pull.symlinks:
+            conflicted = any(is_within(link.path, t) or is_within(t, link.path) for t in touched)
+            if guarded(link.path) or conflicted or link.path in batch.skipped:
+                refused.add(link.path)
+                continue
+            try:
+                if await self.fs.exists(link.path) or await _is_link(self.fs, link.path):
+                    await self.fs.rm(link.path)
+                    own_revs.add(self.fs.rev)
+                await self.fs.symlink(link.target, link.path)
+            except OSError:
+                refused.add(link.path)
+                continue
+            own_revs.add(self.fs.rev)
+            applied.append(link.path)
+        foreign = [c for c in self.fs.changes_since(base_rev, root).changes if c.rev not in own_revs]
         claim = base_rev if foreign else self.fs.rev
-        return BatchResult(rev=claim, applied=batch.applied, skipped=sorted(set(batch.skipped) | refused))
+        return BatchResult(rev=claim, applied=sorted(applied), skipped=sorted(set(batch.skipped) | refused))
+
+
+async def _is_link(fs: Any, path: str) -> bool:
+    try:
+        await fs.readlink(path)
+    except OSError:
+        return False
+    return True
 
 
 _DEFAULT_DIR_MODE = 0o755

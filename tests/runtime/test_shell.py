@@ -249,7 +249,8 @@ async def test_names_the_workspace_cannot_hold_are_skipped_without_losing_the_re
     ).result()
     assert result.status == "completed"
     assert sorted(await ws.fs.ls("/workspace")) == ["/workspace/new\nline", "/workspace/ok é 😀"]
-    assert {"/workspace/bad\\xff", "/workspace/link"} <= set(result.skipped)
+    assert await ws.fs.readlink("/workspace/link") == "ok"
+    assert "/workspace/bad\\xff" in result.skipped
 
 
 async def test_files_beyond_the_bytes_one_push_may_carry_are_protected() -> None:
@@ -272,3 +273,19 @@ async def test_files_beyond_the_bytes_one_pull_may_carry_stay_out_of_the_workspa
         assert result.status == "completed"
         assert len(await ws.fs.ls("/workspace")) == 1
         assert len([p for p in result.skipped if p.endswith(".bin")]) == 1
+
+
+async def test_symlinks_made_by_a_run_are_synced(ws: computer.Workspace) -> None:
+    await ws.fs.write_file("/workspace/target.txt", "t")
+    await ws.fs.write_file("/workspace/was-file", "f")
+    result = await (
+        await ws.runtime.exec("ln -s target.txt rel && ln -s /etc/passwd abs && rm was-file && ln -s target.txt was-file")
+    ).result()
+    assert result.status == "completed"
+    assert await ws.fs.readlink("/workspace/rel") == "target.txt"
+    assert await ws.fs.readlink("/workspace/abs") == "/etc/passwd"  # a name inside the VFS, not the host's file
+    assert await ws.fs.read_text("/workspace/was-file") == "t"
+    again = await (await ws.runtime.exec("ln -sfn abs rel; readlink rel; cat was-file")).result()
+    assert again.stdout == "abs\nt"
+    assert again.pushed == 0  # the run's own links were not sent back
+    assert await ws.fs.readlink("/workspace/rel") == "abs"
