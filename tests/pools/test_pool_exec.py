@@ -126,3 +126,20 @@ async def test_workers_report_the_runs_they_took(cluster: Settings, name: str) -
     after = await worker_stats("python", 2)
     assert sum(s["runs"] for s in after) == before + 2
     assert all(s["running"] == [] for s in after)
+
+
+async def test_assets_publish_in_a_pooled_shell_shares_through_the_owner(
+    cluster: Settings, name: str
+) -> None:
+    from computer.assets import default_store
+
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        result = await (await ws.runtime.exec("echo chart > chart.txt && assets publish chart.txt")).result()
+        assert result.status == "completed", result.stderr
+    url = result.stdout.strip()
+    assert url.startswith(cluster.assets_url.rstrip("/") + "/") and url.endswith("/chart.txt")
+    key = url[len(cluster.assets_url.rstrip("/")) + 1 :]
+    store = default_store(cluster)
+    assert await store.get(key) is not None
+    assert b"".join([piece async for piece in store.read(key)]) == b"chart\n"
