@@ -19,7 +19,7 @@ from typing import Any
 
 from ..storage.paths import canonical, is_within
 from ._backend import ExecContext
-from ._mirror import Mirror, entry_of
+from ._mirror import Mirror, entry_of, read_beneath
 
 __all__ = ["SANDBOX_DIR", "AssetsBridge"]
 
@@ -90,7 +90,7 @@ class AssetsBridge:
                 return {"error": f"{path} is not a regular file"}
             if mirror.state.get(rel) != entry:
                 # Made by this run and not pulled yet: the share reads the workspace, so save it first.
-                data = await asyncio.to_thread(host.read_bytes)
+                data = await asyncio.to_thread(read_beneath, mirror.directory, rel)
                 parent = path.rsplit("/", 1)[0] or "/"
                 await self.ctx.fs_call("mkdir", {"path": parent, "recursive": True})
                 await self.ctx.fs_call("write_file", {"path": path, "data": data, "mode": entry[5]})

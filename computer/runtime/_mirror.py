@@ -209,7 +209,7 @@ class Mirror:
                     self.unsyncable.append(path)  # over what one pull may carry: stays in the mirror only
                     continue
                 try:
-                    data = host.read_bytes()
+                    data = read_beneath(self.directory, rel)
                 except OSError:
                     continue
                 budget -= len(data) if budget >= 0 else 0
@@ -265,6 +265,29 @@ class MirrorPool:
         else:
             mirror.unwatch()
             shutil.rmtree(mirror.directory, ignore_errors=True)
+
+
+def read_beneath(directory: Path, rel: str) -> bytes:
+    """Read the regular file ``rel`` below ``directory`` without following any symlink on the way.
+
+    A running program may swap a file or a parent directory for a link to a host path between our
+    look and our read; every component is opened with ``O_NOFOLLOW``, so the read stays in the mirror.
+    """
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    parts = rel.split("/")
+    fd = os.open(directory, flags | os.O_DIRECTORY)
+    try:
+        for name in parts[:-1]:
+            next_fd = os.open(name, flags | os.O_DIRECTORY, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        file_fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with os.fdopen(file_fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(f"{rel} is not a regular file")
+        return f.read()
 
 
 def entry_of(st: os.stat_result) -> Entry:

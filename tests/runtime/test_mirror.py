@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from computer.runtime import MirrorDir, MirrorFile, SyncPush
-from computer.runtime._mirror import Mirror
+from computer.runtime._mirror import Mirror, read_beneath
 
 
 def seeded(tmp_path: Path) -> Mirror:
@@ -89,3 +89,18 @@ def test_a_symlink_left_by_a_run_is_never_written_through(tmp_path: Path) -> Non
     mirror.apply(SyncPush(7, "/workspace", False, [MirrorFile("/workspace/d2/x.txt", b"x")]))
     assert list(outside.iterdir()) == []
     assert (mirror.directory / "d2/x.txt").read_bytes() == b"x"
+
+
+def test_reads_never_follow_a_link_swapped_in_for_a_file_or_a_directory(tmp_path: Path) -> None:
+    mirror = seeded(tmp_path)
+    secret = tmp_path / "host-secret"
+    secret.write_text("host only")
+    (mirror.directory / "d1/f1.txt").unlink()
+    os.symlink(secret, mirror.directory / "d1/f1.txt")
+    shutil.rmtree(mirror.directory / "d2")
+    os.symlink(tmp_path, mirror.directory / "d2")
+    with pytest.raises(OSError):
+        read_beneath(mirror.directory, "d1/f1.txt")
+    with pytest.raises(OSError):
+        read_beneath(mirror.directory, "d2/host-secret")
+    assert read_beneath(mirror.directory, "d0/f0.txt") == b"000"

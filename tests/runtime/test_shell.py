@@ -279,11 +279,15 @@ async def test_symlinks_made_by_a_run_are_synced(ws: computer.Workspace) -> None
     await ws.fs.write_file("/workspace/target.txt", "t")
     await ws.fs.write_file("/workspace/was-file", "f")
     result = await (
-        await ws.runtime.exec("ln -s target.txt rel && ln -s /etc/passwd abs && rm was-file && ln -s target.txt was-file")
+        await ws.runtime.exec(
+            "ln -s target.txt rel && ln -s /etc/passwd abs && rm was-file && ln -s target.txt was-file"
+        )
     ).result()
     assert result.status == "completed"
     assert await ws.fs.readlink("/workspace/rel") == "target.txt"
-    assert await ws.fs.readlink("/workspace/abs") == "/etc/passwd"  # a name inside the VFS, not the host's file
+    assert (
+        await ws.fs.readlink("/workspace/abs") == "/etc/passwd"
+    )  # a name inside the VFS, not the host's file
     assert await ws.fs.read_text("/workspace/was-file") == "t"
     again = await (await ws.runtime.exec("ln -sfn abs rel; readlink rel; cat was-file")).result()
     assert again.stdout == "abs\nt"
