@@ -391,3 +391,9 @@ async def test_files_written_in_one_run_are_there_for_a_run_attached_by_its_ref(
     assert ref == WorkspaceRef(provider="computer", id=workspace.id)
     backend = ComputerWorkspaceBackend(workspace, ref=ref)
     assert await Workspace(backend).read_text(posixpath.join("/workspace", "out.txt")) == "written by python"
+
+
+def test_the_module_imports_pydantic_ai_and_no_other_agent_library() -> None:
+    from .test_imports import loaded_after
+
+    assert loaded_after("import computer.tools.pydantic_ai_workspace") == {"pydantic_ai"}
