@@ -76,8 +76,13 @@ class Connection:
                     on_cancel(ref)
                 raise
             except RayActorError as exc:
-                if died_once or not self.managed or not (retry_safe or await self._released_cleanly()):
+                # An idempotent call keeps retrying while Ray restarts the owner (a restart takes
+                # longer than one retry); a mutation is retried once, only after a clean release.
+                again = retry_safe and time.monotonic() < deadline
+                if not self.managed or not (again or (not died_once and await self._released_cleanly())):
                     raise self._unavailable(f"its owner died during {method} ({type(exc).__name__})") from exc
+                if died_once:
+                    await asyncio.sleep(0.1)
                 died_once = True
                 await self._reresolve(handle)
                 continue
