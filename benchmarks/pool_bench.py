@@ -141,7 +141,8 @@ async def main() -> None:
 
     data_dir = Path(tempfile.mkdtemp(prefix="pool-bench-"))
     computer.init(data_dir=data_dir)
-    print(f"machine: {os.cpu_count()} cpus; workspace of {N_FILES} files; median of {runs} runs of `true`")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"machine: {os.cpu_count()} cpus, load average {load}; workspace of {N_FILES} files; {runs} runs")
 
     bare = bare_latency(runs)
     embedded = await embedded_latency(runs)
@@ -159,12 +160,18 @@ async def main() -> None:
         f"{'met' if client < TARGET_MS else 'NOT met'}; files pushed per warm run: {pushed})"
     )
 
+    print(
+        "  (Ray runs its workers, and so the pooled sandboxes, at nice 15: on a busy machine they get less CPU"
+        " than the embedded backend in this process)"
+    )
     print("\nthroughput of 32 concurrent `echo` runs through a client")
     base = None
     for size in (1, 2, 4):
         rate = await throughput(size, data_dir)
         base = base or rate
         print(f"  pool size {size}:  {rate:7.1f} runs/s   x{rate / base:4.2f} size 1")
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"\nload average at the end: {load}")
 
 
 if __name__ == "__main__":
