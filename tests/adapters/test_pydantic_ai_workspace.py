@@ -397,3 +397,20 @@ def test_the_module_imports_pydantic_ai_and_no_other_agent_library() -> None:
     from .test_imports import loaded_after
 
     assert loaded_after("import computer.tools.pydantic_ai_workspace") == {"pydantic_ai"}
+
+
+@pytest.mark.ray
+async def test_a_cluster_client_is_a_backend_too(cluster: Any, workspace_name: str) -> None:
+    client = await computer.get_workspace(workspace_name)
+    backend = ComputerWorkspaceBackend(client)
+    ws = Workspace(backend)
+    await ws.write_text("in.txt", "over ray\n")
+    assert backend.ref == WorkspaceRef(provider="computer", id=client.id)
+    if not any(info.protocol == "command" for info in client.runtime.backends()):
+        pytest.skip("this build's computer.init configures no command backend pool")
+    result = await ws.run("tr a-z A-Z < in.txt | tee out.txt", shell=True, timeout=60)
+    assert (result.exit_code, result.stdout) == (0, "OVER RAY\n")
+    assert await ws.read_text("out.txt") == "OVER RAY\n"
+    await client.close()
+    with pytest.raises(WorkspaceUnavailableError):
+        await ws.read_text("out.txt")
