@@ -64,6 +64,7 @@ def bare_latency(runs: int) -> float:
 
 
 async def embedded_latency(runs: int) -> float:
+    """The embedded shell backend in this process (also run inside an actor, as a same-niceness floor)."""
     ws = computer.Workspace(backends=[ShellBackend()])
     try:
         await _fill(ws.fs)
@@ -80,7 +81,10 @@ async def embedded_latency(runs: int) -> float:
 
 
 class _BenchHost(WorkspaceHost):
-    """An owner that can time its own runtime (no client hop)."""
+    """An owner that can time its own runtime (no client hop), and the embedded backend in its process."""
+
+    async def time_embedded(self, runs: int) -> float:
+        return await embedded_latency(runs)
 
     async def time_true(self, runs: int) -> float:
         times = []
@@ -92,8 +96,8 @@ class _BenchHost(WorkspaceHost):
         return _ms(statistics.median(times))
 
 
-async def pool_latency(runs: int) -> tuple[float, float, list[int]]:
-    """(client median ms, in-owner median ms, files pushed per run) on a warm pool."""
+async def pool_latency(runs: int) -> tuple[float, float, float, list[int]]:
+    """(client, in-owner, embedded-in-the-owner-process median ms, files pushed per run) on a warm pool."""
     import ray
 
     name = f"bench-{uuid.uuid4().hex[:8]}"
@@ -110,8 +114,9 @@ async def pool_latency(runs: int) -> tuple[float, float, list[int]]:
             assert result.status == "completed", result
             pushed.append(result.pushed)
         in_owner = await host.time_true.remote(runs)
+        in_actor = await host.time_embedded.remote(runs)
     ray.kill(host)
-    return _ms(statistics.median(times)), in_owner, sorted(set(pushed))
+    return _ms(statistics.median(times)), in_owner, in_actor, sorted(set(pushed))
 
 
 async def throughput(size: int, data_dir: Path, concurrent: int = 32) -> float:
@@ -146,13 +151,17 @@ async def main() -> None:
 
     bare = bare_latency(runs)
     embedded = await embedded_latency(runs)
-    client, in_owner, pushed = await pool_latency(runs)
+    client, in_owner, in_actor, pushed = await pool_latency(runs)
     print("\nlatency of `true` (ms, median)")
     print(f"  bare bash -c true        {bare:8.2f}")
     print(f"  embedded shell backend   {embedded:8.2f}   x{embedded / bare:6.1f} bare")
     print(
+        f"  embedded, in an actor    {in_actor:8.2f}   x{in_actor / bare:6.1f} bare   "
+        f"x{in_actor / embedded:5.2f} embedded   (same process niceness as the pool)"
+    )
+    print(
         f"  pool, in owner           {in_owner:8.2f}   x{in_owner / bare:6.1f} bare   "
-        f"x{in_owner / embedded:5.2f} embedded"
+        f"x{in_owner / embedded:5.2f} embedded   x{in_owner / in_actor:5.2f} embedded in an actor"
     )
     print(
         f"  pool, through a client   {client:8.2f}   x{client / bare:6.1f} bare   "
