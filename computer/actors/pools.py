@@ -9,6 +9,14 @@ never reached the pull, so the workspace is unchanged, and the worker is replace
 
 :func:`owner_backends` is the hook :mod:`computer.actors._backends` calls when an owner opens its
 workspace: ``shell`` then ``python`` (the first is the default backend), sized by the owner's settings.
+
+Decisions: there is no registry actor. Workers have deterministic names (see ``_pool_registry``), and
+each owner dispatches on its own view of the load (the runs it has in flight per worker), breaking ties
+towards the worker that last ran this workspace (its shell mirror is warm), then towards a "home"
+worker hashed from the workspace id, so different workspaces spread over the pool. A run whose worker
+dies before it announced itself (``RunStarted``) never ran and is sent again; after that it is failed.
+Workers check every few seconds that the owner of each run is still the same live process, and kill
+runs whose owner is gone.
 """
 
 from __future__ import annotations
