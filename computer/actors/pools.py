@@ -235,8 +235,12 @@ def owner_backends(config: Settings, name: str) -> Sequence[Backend]:
     """The pool backends of the owner of workspace ``name``: shell first (the default), then python.
 
     A pool whose size is 0 is left out; a pool that cannot start is logged and left out, so the
-    workspace stays usable without it.
+    workspace stays usable without it. Outside a Ray connection there are no pools.
     """
+    import ray
+
+    if not ray.is_initialized():  # a host built outside Ray (tests, scripts): no pools to reach
+        return []
     backends: list[Backend] = []
     for backend, size in (("shell", config.shell_pool_size), ("python", config.python_pool_size)):
         if size <= 0:
