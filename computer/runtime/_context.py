@@ -8,6 +8,7 @@ run's changes) therefore happen next to the SQLite file, one round trip each.
 from __future__ import annotations
 
 import dataclasses
+import posixpath
 from typing import Any
 
 from ..storage.paths import canonical, is_within
@@ -198,10 +199,12 @@ class LocalExecContext:
             batch = self.fs.commit_batch(writes, mkdirs=mkdirs, modes=modes, base_rev=base_rev)
         own_revs = {batch.rev}
         applied = list(batch.applied)
-        # The batch cannot hold symlinks: each goes in its own small step after it, under the same rules.
+        # The batch cannot hold symlinks: each goes in its own small step after it, under the same rules,
+        # and only when it points inside the mount root.
         for link in pull.symlinks:
             conflicted = any(is_within(link.path, t) or is_within(t, link.path) for t in touched)
-            if guarded(link.path) or conflicted or link.path in batch.skipped:
+            outside = not _points_within(link, root)
+            if guarded(link.path) or conflicted or outside or link.path in batch.skipped:
                 refused.add(link.path)
                 continue
             try:
@@ -217,6 +220,20 @@ class LocalExecContext:
         foreign = [c for c in self.fs.changes_since(base_rev, root).changes if c.rev not in own_revs]
         claim = base_rev if foreign else self.fs.rev
         return BatchResult(rev=claim, applied=sorted(applied), skipped=sorted(set(batch.skipped) | refused))
+
+
+def _points_within(link: MirrorSymlink, root: str) -> bool:
+    """True when the link's target names a path inside ``root``.
+
+    Inside the sandbox a link out of the mount root points at the sandbox's own files (its /etc, its
+    /tmp); in the workspace the same name would mean something else, so such links are not pulled.
+    """
+    parent = link.path.rsplit("/", 1)[0] or "/"
+    target = link.target if link.target.startswith("/") else posixpath.join(parent, link.target)
+    try:
+        return is_within(canonical(target), root)
+    except OSError:
+        return False
 
 
 async def _is_link(fs: Any, path: str) -> bool:

@@ -275,20 +275,29 @@ async def test_files_beyond_the_bytes_one_pull_may_carry_stay_out_of_the_workspa
         assert len([p for p in result.skipped if p.endswith(".bin")]) == 1
 
 
-async def test_symlinks_made_by_a_run_are_synced(ws: computer.Workspace) -> None:
+async def test_symlinks_made_by_a_run_are_synced_when_they_point_inside_the_mount_root(
+    ws: computer.Workspace,
+) -> None:
     await ws.fs.write_file("/workspace/target.txt", "t")
     await ws.fs.write_file("/workspace/was-file", "f")
     result = await (
         await ws.runtime.exec(
-            "ln -s target.txt rel && ln -s /etc/passwd abs && rm was-file && ln -s target.txt was-file"
+            "ln -s target.txt rel && ln -s /workspace/target.txt abs && ln -s /etc/passwd out"
+            " && ln -s ../../etc/passwd up && rm was-file && ln -s target.txt was-file"
         )
     ).result()
     assert result.status == "completed"
     assert await ws.fs.readlink("/workspace/rel") == "target.txt"
-    assert (
-        await ws.fs.readlink("/workspace/abs") == "/etc/passwd"
-    )  # a name inside the VFS, not the host's file
+    assert await ws.fs.readlink("/workspace/abs") == "/workspace/target.txt"
     assert await ws.fs.read_text("/workspace/was-file") == "t"
+    # Links out of the mount root name the sandbox's own files: reported, never pulled.
+    assert {"/workspace/out", "/workspace/up"} <= set(result.skipped)
+    for name in ("out", "up"):
+        try:
+            await ws.fs.readlink(f"/workspace/{name}")
+        except FileNotFoundError:
+            continue
+        raise AssertionError(f"/workspace/{name} was pulled")
     again = await (await ws.runtime.exec("ln -sfn abs rel; readlink rel; cat was-file")).result()
     assert again.stdout == "abs\nt"
     assert again.pushed == 0  # the run's own links were not sent back
