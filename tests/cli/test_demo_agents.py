@@ -131,3 +131,23 @@ async def test_openai_chat_model_reports_an_http_error_clearly(fake_openai: Fake
             await model.complete([{"role": "user", "content": "hi"}], [])
     finally:
         await model.aclose()
+
+
+class _ClientWithout:
+    """Just enough of a client for the demo's exec check."""
+
+    def __init__(self, *ids: str) -> None:
+        from computer.runtime.types import BackendInfo
+
+        infos = [BackendInfo(id=i, protocol="module", callable=True) for i in ids]
+        self.runtime = type("Runtime", (), {"backends": staticmethod(lambda: infos)})()
+
+
+def test_the_demo_refuses_clearly_when_owners_have_no_shell_backend() -> None:
+    from computer.demo._run import DemoError, _require_exec
+
+    with pytest.raises(DemoError, match=r"no 'shell' exec backend \(offered: none\).*computer status"):
+        _require_exec(_ClientWithout())
+    with pytest.raises(DemoError, match=r"offered: python"):
+        _require_exec(_ClientWithout("python"))
+    _require_exec(_ClientWithout("python", "shell"))
