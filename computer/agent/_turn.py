@@ -37,7 +37,8 @@ class Reply:
 
 @dataclass(frozen=True)
 class TurnContext:
-    """What ``before_turn`` sees: the user's message (None when a turn resumes after approvals)."""
+    """What ``before_turn`` sees: the user's message (for a resumed turn, the one that started it),
+    how many messages the stored conversation holds, and whether the turn resumes after approvals."""
 
     message: str | None
     history_length: int

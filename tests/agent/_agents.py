@@ -95,3 +95,13 @@ class LightAgent(Agent):
 
     def get_backends(self) -> Sequence[Backend]:
         return []
+
+
+class PoolAgent(Agent):
+    """Default backends: the cluster's shell and python pools (``owner_backends``)."""
+
+    def get_model(self) -> Model:
+        return scripted_model()
+
+    def get_tools(self) -> Sequence[Any] | Mapping[str, Any]:
+        return [weather, self.create_execute_tool()]

@@ -84,7 +84,7 @@ def sampling(peaks: Peaks) -> Iterator[None]:
 @pytest.mark.parametrize(
     "count",
     [
-        20,
+        pytest.param(20, marks=pytest.mark.timeout(600)),  # ~75 s alone, 150 s on a busy machine
         pytest.param(
             200,
             marks=[
