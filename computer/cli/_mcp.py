@@ -6,7 +6,7 @@ import io
 import os
 import sys
 
-from ._context import GlobalOptions
+from ._context import CliError, GlobalOptions
 from ._workspaces import open_workspace
 
 __all__ = ["serve_mcp"]
@@ -19,7 +19,12 @@ async def serve_mcp(options: GlobalOptions, name: str, *, readonly: bool) -> Non
     local Ray) might print is sent to stderr: fd 1 is pointed at stderr and the protocol gets a
     private copy of the original stdout.
     """
-    from ..tools.mcp import run_stdio
+    try:
+        from ..tools.mcp import run_stdio
+    except ModuleNotFoundError as exc:
+        raise CliError(
+            f"computer mcp needs the MCP SDK ({exc}); install it: pip install -e '.[mcp]'"
+        ) from None
 
     sys.stdout.flush()
     protocol_fd = os.dup(1)
