@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import Any
 
 from ..config import Settings, configure
+from ..storage import FileSystem
 from ..workspace import Workspace
 from ._backends import owner_backends
 from ._init import cluster_settings
@@ -76,6 +77,12 @@ class WorkspaceHost(PoolCallbacks):
         self.epoch = self._directory.acquire_lease(self.name, self.node_id, self.owner_id, self._lease_ttl)
         path = workspace_file(self.config, self.name)
         path.parent.mkdir(parents=True, exist_ok=True)
+        # A directory that lost its records (a Redis restarted empty) counts epochs from 1 again, but
+        # the file keeps the highest it saw and would refuse every write: take leases until ours is higher.
+        stored = FileSystem.stored_epoch(str(path))
+        while self.epoch <= stored:
+            self.owner_id = uuid.uuid4().hex
+            self.epoch = self._directory.acquire_lease(self.name, self.node_id, self.owner_id, self._lease_ttl)
         self.workspace = Workspace(
             str(path),
             backends=owner_backends(self.config, self.name),

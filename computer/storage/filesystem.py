@@ -119,6 +119,21 @@ class FileSystem:
         """
         return cls(Database(path), max_bytes=max_bytes, fence=fence)
 
+    @staticmethod
+    def stored_epoch(path: str) -> int:
+        """The highest owner epoch the store at ``path`` has seen (0 when it does not exist yet)."""
+        try:
+            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        except sqlite3.Error:
+            return 0
+        try:
+            row = con.execute("SELECT epoch FROM state WHERE id = 1").fetchone()
+        except sqlite3.Error:  # missing file or no schema yet
+            return 0
+        finally:
+            con.close()
+        return int(row[0]) if row else 0
+
     def close(self) -> None:
         """Free batched garbage and close the SQLite connection. Idempotent."""
         if not self._closed:
