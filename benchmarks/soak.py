@@ -90,7 +90,7 @@ async def agent(index: int, until: float, log: Log) -> dict[str, str | None]:
                 old = model[path] or ""
                 line = old.splitlines(keepends=True)[0]
                 new_line = f"edited {rng.randrange(10**9)}\n"
-                args = {"path": path, "edits": [{"oldText": line, "newText": new_line}]}
+                args: dict[str, Any] = {"path": path, "edits": [{"oldText": line, "newText": new_line}]}
                 result = await timed(log, "edit", tools["edit"].run(args))
                 if isinstance(result, dict) and "error" not in result:
                     model[path] = old.replace(line, new_line, 1)

@@ -1,0 +1,281 @@
+"""Regenerate docs/RELIABILITY.md: run the fault and abuse suites and a short soak, then write the figures.
+
+Run: ``.venv/bin/python benchmarks/reliability_report.py [--soak-minutes 1] [--agents 16]``.
+``--junit FILE`` reuses a JUnit report of an earlier pytest run instead of running the suites, and
+``--soak-json FILE`` reuses a report written by ``benchmarks/soak.py --json`` instead of soaking.
+The suites record their counts with ``record_property``; this script sums them from the JUnit XML.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DOC = ROOT / "docs" / "RELIABILITY.md"
+# The worker-killed-mid-run fault lives in the pool suite; the report runs it alongside ours.
+SUITES = [
+    "tests/reliability",
+    "tests/security",
+    "tests/pools/test_pool_kills.py::test_a_worker_killed_mid_run_fails_the_run_and_leaves_the_workspace_unchanged",
+]
+
+
+@dataclass
+class Case:
+    file: str
+    name: str
+    outcome: str  # passed | failed | skipped
+    seconds: float
+    properties: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        base = self.name.split("[")[0].removeprefix("test_").replace("_", " ")
+        return base + (f" [{self.name.split('[', 1)[1]}" if "[" in self.name else "")
+
+
+def run_suites(junit: Path) -> None:
+    cmd = [sys.executable, "-m", "pytest", *SUITES, f"--junitxml={junit}", "-o", "junit_family=xunit1"]
+    subprocess.run(cmd, cwd=ROOT, check=False, timeout=1800)
+
+
+def read_junit(junit: Path) -> list[Case]:
+    cases = []
+    for node in ET.parse(junit).getroot().iter("testcase"):
+        outcome = "passed"
+        if node.find("failure") is not None or node.find("error") is not None:
+            outcome = "failed"
+        elif node.find("skipped") is not None:
+            outcome = "skipped"
+        props = {p.get("name", ""): p.get("value", "") for p in node.iter("property")}
+        file = node.get("file") or node.get("classname", "").replace(".", "/") + ".py"
+        cases.append(Case(file, node.get("name", ""), outcome, float(node.get("time", 0)), props))
+    return cases
+
+
+def run_soak(minutes: float, agents: int, out: Path) -> None:
+    cmd = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "soak.py"),
+        "--minutes",
+        str(minutes),
+        "--agents",
+        str(agents),
+    ]
+    subprocess.run([*cmd, "--json", str(out)], cwd=ROOT, check=False, timeout=3600)
+
+
+def total(cases: list[Case], key: str) -> int:
+    return sum(int(float(c.properties[key])) for c in cases if key in c.properties)
+
+
+def render(cases: list[Case], soak: dict[str, Any] | None, soak_note: str) -> str:
+    outcomes = Counter(c.outcome for c in cases)
+    security = [c for c in cases if "security" in c.file]
+    faults = [c for c in cases if "security" not in c.file]
+    lost = (
+        total(cases, "lost_writes") + total(cases, "state_machine_lost") + (soak or {}).get("lost_writes", 0)
+    )
+    acknowledged = total(cases, "acknowledged_writes") + (soak or {}).get("checked_writes", 0)
+    kills = total(cases, "owner_sigkills") + total(cases, "state_machine_kills")
+    faults_injected = {
+        "owner processes SIGKILLed mid-burst": total(cases, "owner_sigkills"),
+        "owners killed at random by the state machine (ray.kill)": total(cases, "state_machine_kills"),
+        "exec pool worker killed mid-run": sum(1 for c in faults if "worker_killed_mid_run" in c.name),
+        "client holding a lock SIGKILLed": sum(1 for c in faults if "sigkilled_client" in c.name),
+        "Redis stopped and restarted (persistent and empty)": total(cases, "redis_restarts")
+        + sum(1 for c in faults if "keep_working_across_a_redis_restart" in c.name),
+        "whole Ray cluster stopped and started again": total(cases, "cluster_restarts"),
+        "writes refused by a full quota": total(cases, "quota_refusals"),
+    }
+    bad_inputs = {
+        "hostile paths x every path argument of every tool": total(cases, "bad_inputs"),
+        "NUL / overlong names": sum(1 for c in security if "overlong_names" in c.name),
+        "10k-edit batches": sum(1 for c in security if "ten_thousand_edit" in c.name),
+        "100 MB write and 100 MB edit": 2 * sum(1 for c in security if "100_mb_write" in c.name),
+        "catastrophic regexes (+1 backreference)": 8 * sum(1 for c in security if "catastrophic" in c.name),
+        "hostile workspace names": total(cases, "bad_workspace_names"),
+        "guessed / near-miss share links": total(cases, "asset_guesses"),
+    }
+    sandbox_files = ("test_symlink_abuse", "test_cluster_abuse", "test_heavy_inputs")
+    escapes = [c for c in security if any(f in c.file for f in sandbox_files)]
+    lines = [
+        "# Reliability and security",
+        "",
+        "What `computer` promises under load, faults and hostile input, what enforces it, what does",
+        "not, and the measured figures. The figures below are generated: run",
+        "",
+        "```bash",
+        ".venv/bin/python benchmarks/reliability_report.py                  # suites + a 1-minute soak of 16 agents",
+        ".venv/bin/python benchmarks/reliability_report.py --agents 50 --soak-minutes 5   # the full soak",
+        "```",
+        "",
+        "which runs `tests/reliability`, `tests/security` and the pool worker-kill test with a JUnit report",
+        "(each test records its counts with `record_property`), runs `benchmarks/soak.py`, and rewrites this",
+        "file. Everything above the *Figures* heading is the script's fixed text.",
+        "",
+        THREAT_MODEL,
+        "## Figures",
+        "",
+        f"Generated {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on a shared 2-core machine "
+        f"(load average {os.getloadavg()[0]:.0f} while generating).",
+        "",
+        "| figure | value |",
+        "| --- | --- |",
+        f"| tests run (faults + abuse) | {len(cases)}: {outcomes['passed']} passed, {outcomes['failed']} failed, "
+        f"{outcomes['skipped']} skipped |",
+        f"| acknowledged writes checked after faults and soak | {acknowledged} |",
+        f"| **lost acknowledged writes** | **{lost}** |",
+        f"| faults injected | {sum(faults_injected.values())} (of which {kills} owner kills) |",
+        f"| bad inputs tried | {sum(bad_inputs.values())} |",
+        f"| sandbox escape attempts (tests) | {len(escapes)}: "
+        f"{sum(1 for c in escapes if c.outcome == 'passed')} blocked |",
+    ]
+    if soak:
+        lines += [
+            f"| soak | {soak['agents']} agents + {soak['shared_workers']} shared workers, {soak['minutes']} min: "
+            f"{soak['ops']} ops, **{soak['ops_per_s']} ops/s**, p50 {soak['p50_ms']} ms, **p99 {soak['p99_ms']} ms** |",
+        ]
+    lines += ["", "### Faults injected", "", "| fault | count |", "| --- | --- |"]
+    lines += [f"| {k} | {v} |" for k, v in faults_injected.items()]
+    lines += ["", "### Bad inputs tried", "", "| input | count |", "| --- | --- |"]
+    lines += [f"| {k} | {v} |" for k, v in bad_inputs.items()]
+    if soak:
+        lines += [
+            "",
+            "### Soak",
+            "",
+            soak_note,
+            "",
+            "| tool | calls | p50 ms | p99 ms |",
+            "| --- | --- | --- | --- |",
+        ]
+        lines += [
+            f"| {t} | {r['count']} | {r['p50_ms']} | {r['p99_ms']} |" for t, r in soak["per_tool"].items()
+        ]
+        errors = ", ".join(f"{k}: {v}" for k, v in soak["errors"].items()) or "none"
+        lines += [
+            "",
+            f"Errors by kind: {errors}. Writes checked against the agents' own logs: {soak['checked_writes']}; "
+            f"lost: {soak['lost_writes']}; shared counter increments acknowledged and found: {soak['increments']}.",
+        ]
+    for title, group in (("Fault tests", faults), ("Abuse tests", security)):
+        lines += ["", f"### {title}", "", "| test | result | s | recorded |", "| --- | --- | --- | --- |"]
+        for c in group:
+            recorded = ", ".join(f"{k}={v}" for k, v in c.properties.items())
+            lines.append(f"| `{Path(c.file).name}`: {c.title} | {c.outcome} | {c.seconds:.1f} | {recorded} |")
+    return "\n".join(lines) + "\n"
+
+
+THREAT_MODEL = """## Threat model
+
+- **Untrusted model output drives the tools.** Every argument of `read, ls, find, grep, write, edit,
+  delete, exec, publish` may be hostile: paths built to escape (`..`, NUL, backslashes, very long),
+  symlinks, regexes built to backtrack forever, batches and payloads built to exhaust memory or time.
+- **Untrusted code runs in `exec`.** Shell commands and Python run code the model wrote, and may try to
+  read host files, reach the network, see other workspaces, fork or allocate without bound, or flood
+  their output.
+- **Faults happen.** Owner processes die (SIGKILL, OOM), exec workers die mid-run, clients die holding
+  locks, Redis restarts (with or without its data), the whole Ray cluster restarts, disks fill up.
+- Out of scope: a hostile operator of the cluster, hostile Ray/Redis peers on the network (Ray and Redis
+  are trusted infrastructure and must not be exposed), and kernel exploits.
+
+## What each layer enforces
+
+- **Paths and the VFS** (`computer/storage`): every path is canonicalised before use; relative paths,
+  NUL and `..` above `/` are `EINVAL` (never clamped), names over 255 bytes and paths over 4096 bytes are
+  `ENAMETOOLONG`. A workspace is rows in its own SQLite file: there is no host path to reach, so `/etc/passwd`
+  in a tool call is the VFS's own `/etc/passwd`. Symlinks resolve inside the VFS (more than 40 hops is
+  `ELOOP`). Backslashes are ordinary name characters. Writes are transactions (no half-written file);
+  `max_workspace_bytes` is enforced by storage (`ENOSPC` naming the path, nothing written).
+- **Tools** (`computer/tools`): validate every argument; caps on write/edit content (2 MiB), read pages
+  and media; grep regexes run on RE2 (linear time; backreferences are refused); tool calls never raise.
+- **Owners, leases and fencing** (`computer/actors`): one owner per workspace name (Ray named actors); a
+  lease with a fencing epoch in the directory, recorded in the file, so a zombie owner's writes fail
+  `EROFS`; a new owner always takes an epoch above the file's, even after the directory lost its records.
+  Workspace names are validated (no `/`, NUL, `.`/`..`, at most 200 bytes), so a name is always one file
+  directly in the workspaces directory.
+- **Locks**: path leases in the owner's table, renewed by the holding client; a dead client's leases
+  expire after `lock_lease` seconds.
+- **Clients** (`computer/client`): a mutation cut by an owner's death fails with
+  `WorkspaceUnavailableError` (errno `EAGAIN`, "outcome unknown, retry"); idempotent reads retry
+  transparently while the owner restarts (bounded, 30 s).
+- **Exec sandbox** (`computer/runtime/_sandbox.py`; every layer is probed and reported in each backend's
+  description): bubblewrap with new user (uid/gid 65534, all capabilities dropped), pid, mount, ipc, uts
+  and network namespaces (no network: not even loopback; no DNS configuration); read-only `/usr`, a
+  synthetic `/etc` (no `shadow`, no keys), private `/proc`, `/dev`, `/tmp`; only the run's own mirror
+  bound at `/workspace`. rlimits: address space 1 GiB, file size 4 GiB, 256 processes, no core files;
+  cgroup v1 `memory` (1 GiB) and `pids` (256) per run for the whole tree; the tree is killed on timeout,
+  kill, or when its owner dies. Links made inside the sandbox are not pulled into the workspace.
+  Output: tails of 2000 lines / 64 KiB in memory; the full output is streamed into a workspace file
+  with back-pressure, so a flood costs a few chunks of memory.
+- **Share links** (`computer/assets`): 128-bit random ids; unknown, expired and malformed links get one
+  identical 404.
+
+## What is NOT enforced (honestly)
+
+- **CPU fairness between workspaces**: no CPU quota or shares per run or per workspace (no
+  `cpu_seconds` by default); a busy workspace slows its neighbours on the same node. Likewise disk
+  I/O bandwidth, and the total number of concurrent runs beyond the pool sizes.
+- **Kernel exploits**: the sandbox is namespaces + rlimits + cgroups, not a VM; a kernel bug reachable
+  from an unprivileged user namespace escapes it. Use gVisor/Firecracker-class isolation for hostile
+  tenants.
+- **The data directory's permissions**: every workspace file lives in one data directory owned by the
+  Ray worker's user; anything running as that user (or root) on the node reads every workspace. Nothing
+  is encrypted at rest. A shared data directory (NFS) inherits that filesystem's permissions.
+- **Information about the host visible inside the sandbox**: `/proc/1/cmdline` shows the bwrap command
+  line (host paths of the run's mirror and scratch directory); `/usr` is the host's, read-only.
+- **Memory of the owner and exec worker processes** is not capped by `computer` (Ray's memory monitor
+  and the OS do that); the 300 MB flood test shows the caller stays bounded, not that every process is.
+- **Quota on the shell mirror**: a run can fill its scratch/mirror on the host up to RLIMIT_FSIZE per
+  file; the quota is enforced when the pull lands in the workspace (the run then fails with `ENOSPC`).
+- **Redis and Ray themselves** are trusted: anyone who can talk to them controls the cluster.
+- Writes acknowledged are durable per SQLite's guarantees on the node's disk (WAL); a lost disk loses
+  its workspaces (no replication).
+"""
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--soak-minutes", type=float, default=1.0)
+    parser.add_argument("--agents", type=int, default=16)
+    parser.add_argument("--junit", type=Path, default=None, help="reuse this JUnit report")
+    parser.add_argument("--soak-json", type=Path, default=None, help="reuse this soak report")
+    parser.add_argument("--no-soak", action="store_true")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="reliability-"))
+    junit = args.junit or work / "junit.xml"
+    if args.junit is None:
+        run_suites(junit)
+    cases = read_junit(junit)
+    soak: dict[str, Any] | None = None
+    if not args.no_soak:
+        soak_json = args.soak_json or work / "soak.json"
+        if args.soak_json is None:
+            run_soak(args.soak_minutes, args.agents, soak_json)
+        soak = json.loads(soak_json.read_text())
+    note = (
+        f"`benchmarks/soak.py --minutes {soak['minutes']} --agents {soak['agents']}`: each agent mixes every "
+        "tool and exec (shell and python) on its own workspace through a client; the shared workers "
+        "increment one counter under the lock table and write their own files in one workspace."
+        if soak
+        else ""
+    )
+    DOC.parent.mkdir(exist_ok=True)
+    DOC.write_text(render(cases, soak, note))
+    print(f"wrote {DOC.relative_to(ROOT)}: {len(cases)} tests")
+
+
+if __name__ == "__main__":
+    main()
