@@ -100,7 +100,7 @@ class RuntimeSurface(Protocol):
         env: dict[str, str] | None = None,
         input: Any = None,
         stdin: str | bytes | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (pinned by SPEC section 6)
         output: Any = None,
     ) -> ExecHandleSurface: ...
     async def get_exec(self, id: str) -> ExecHandleSurface: ...
