@@ -79,9 +79,12 @@ async def ray_session(options: GlobalOptions, **config: Any) -> AsyncIterator[Se
     try:
         # In the main thread: Ray installs its signal handlers there (the event loop has nothing to run yet).
         conf = computer.init(options.address, data_dir=options.data_dir, **config)
-    except ConnectionError as exc:
+    except Exception as exc:  # Ray raises bare Exceptions (a node that did not start in time)
+        import ray
+
+        ray.shutdown()  # whatever part of a local Ray did start
         raise CliError(
-            f"cannot reach the Ray cluster at {options.address or os.environ.get('RAY_ADDRESS')}: {exc}"
+            f"Ray did not start or connect ({options.address or os.environ.get('RAY_ADDRESS') or 'local'}): {exc}"
         ) from None
     try:
         yield conf

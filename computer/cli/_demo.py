@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from ._context import CliError, GlobalOptions, check_reachable
+
+if TYPE_CHECKING:
+    from ..demo import DemoSummary
 
 __all__ = ["run_demo_command"]
 
@@ -21,7 +25,7 @@ def run_demo_command(
     if not options.local:
         check_reachable(options.address or os.environ.get("RAY_ADDRESS"))
 
-    async def demo() -> object:
+    async def demo() -> DemoSummary:
         chat = OpenAIChatModel(model) if model else None
         return await run_demo(
             agents=agents,
@@ -41,5 +45,5 @@ def run_demo_command(
 
         if ray.is_initialized():
             ray.shutdown()  # a Ray started here stops with it; a joined cluster is only left
-    print_summary(summary, console)  # type: ignore[arg-type]
-    return 0 if summary.ok else 1  # type: ignore[attr-defined]
+    print_summary(summary, console)
+    return 0 if summary.ok else 1

@@ -91,8 +91,6 @@ async def run_demo(
     console: Console | None = None,
 ) -> DemoSummary:
     """Run the demo and return its summary (the caller prints it and shuts Ray down)."""
-    import computer
-    from computer.actors import open_directory
 
     from ._scripted_model import ScriptedModel
 
@@ -104,14 +102,7 @@ async def run_demo(
     started = time.perf_counter()
     local = address is None and not os.environ.get("RAY_ADDRESS")
     with _phase(timings, "ray"), console.status("starting Ray" if local else f"joining Ray at {address}"):
-        # A cluster started here is this one machine, so every node sees the data directory.
-        # In the main thread (Ray installs signal handlers there); nothing else runs on the loop yet.
-        config = computer.init(
-            address,
-            data_dir=data_dir,
-            hibernate_after=hibernate_after,
-            shared_data_dir=True if local else None,
-        )
+        config = _start(address, local, console, data_dir=data_dir, hibernate_after=hibernate_after)
     console.print(f"Ray {'started locally' if local else 'joined'}; data directory {config.data_dir}")
     states = [AgentState(f"demo-agent-{i}", project_for(i)) for i in range(agents)]
     with _phase(timings, "open"):
@@ -127,9 +118,30 @@ async def run_demo(
     first_green = next((s for s in states if s.green), None)
     if first_green is not None:
         with _phase(timings, "persistence"):
-            summary.persistence = await _check_persistence(first_green.name, config, open_directory, console)
+            summary.persistence = await _check_persistence(first_green.name, config, console)
     timings["wall"] = time.perf_counter() - started
     return summary
+
+
+def _start(address: str | None, local: bool, console: Console, **config: Any) -> Any:
+    """``computer.init``; a local start that misses Ray's fixed 30 s node-registration budget (a
+    heavily loaded machine) is retried once. Runs in the main thread, where Ray installs its signal
+    handlers (nothing else runs on the event loop yet)."""
+    import ray
+
+    import computer
+
+    if local:
+        config["shared_data_dir"] = True  # a cluster started here is this one machine: all nodes see the data
+    for attempt in (1, 2):
+        try:
+            return computer.init(address, **config)
+        except Exception as exc:  # Ray raises a bare Exception when its node does not come up in time
+            ray.shutdown()
+            if attempt == 2 or not local:
+                raise DemoError(f"Ray did not {'start' if local else 'connect'}: {exc}") from None
+            console.print(f"Ray did not start ({exc}); retrying once")
+    raise AssertionError("unreachable")
 
 
 async def _open_all(names: Sequence[str], console: Console) -> list[Any]:
@@ -178,11 +190,10 @@ async def _run_agents(
         live.update(board(states, title=title))
 
 
-async def _check_persistence(
-    name: str, config: Any, open_directory: Any, console: Console
-) -> PersistenceCheck:
+async def _check_persistence(name: str, config: Any, console: Console) -> PersistenceCheck:
     """Wait until ``name``'s owner hibernated, then read its report through a brand-new client."""
     import computer
+    from computer.actors import open_directory
 
     async with computer.get_workspace(name) as client:
         before = await client.fs.read_file(REPORT_PATH)
