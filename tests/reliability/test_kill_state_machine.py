@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import computer
-from computer.actors import NAMESPACE, actor_name
+from computer.actors import NAMESPACE, WorkspaceUnavailableError, actor_name
 from computer.config import Settings
 from computer.tools import create_tools
 
@@ -60,6 +60,15 @@ class KillMachine(RuleBasedStateMachine):
     @rule(path=PATHS, text=TEXT)
     def write(self, path: str, text: str) -> None:
         self._mutated(path, self.run(self.tools["write"].run({"path": path, "content": text})), text)
+
+    @rule(path=PATHS, text=TEXT)
+    def fs_write(self, path: str, text: str) -> None:
+        """A raw client write (no lock call first to absorb the owner's death): EAGAIN is possible."""
+        try:
+            self.run(self.ws.fs.write_file(path, text))
+            self._mutated(path, {}, text)
+        except WorkspaceUnavailableError:
+            self._mutated(path, {"error": "workspace unavailable"}, text)
 
     @precondition(lambda self: any(len(v) == 1 and None not in v for v in self.model.values()))
     @rule(data=st.data())

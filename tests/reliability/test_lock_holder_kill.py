@@ -15,7 +15,7 @@ import ray
 import computer
 from computer.tools import create_tools
 
-LEASE = 2.0
+LEASE = 5.0  # long enough that a starved (but live) holder still renews in time
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
