@@ -154,3 +154,21 @@ def _processes() -> Iterator[tuple[int, str]]:
         except OSError:
             continue
         yield int(entry.name), raw.replace(b"\0", b" ").decode("utf-8", "replace")
+
+
+def test_a_later_command_with_a_new_local_ray_reads_a_demo_report(demo_run: DemoRun) -> None:
+    # A new Ray has new node ids: the workspace's directory record names a node that no longer exists.
+    proc = run_cli(
+        [
+            "--data-dir",
+            str(demo_run.data_dir),
+            "tool",
+            "demo-agent-1",
+            "read",
+            '{"path": "/workspace/project/REPORT.md"}',
+        ],
+        env=cli_env(),
+        timeout=180,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["content"].startswith("# Report: text#2")
