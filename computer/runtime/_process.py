@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
-from ._sandbox import SandboxProcess
+from ._sandbox import SandboxProcess, run_to_completion
 
 __all__ = ["TIMEOUT_EXIT_CODE", "ProcessOutcome", "stream_process"]
 
@@ -91,12 +91,18 @@ async def stream_process(
             code = 128 - code  # killed by a signal: the shell's convention
         outcome.exit_code, outcome.timed_out = code, timed_out
     finally:
-        if not finished or proc.returncode is None:
-            await sp.kill_tree()
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(BaseException):
-                await task
-        if sp.cgroups:
-            await asyncio.to_thread(sp.cleanup)
+
+        async def teardown() -> None:
+            if not finished or proc.returncode is None:
+                await sp.kill_tree()
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(BaseException):
+                    await task
+            if sp.cgroups:
+                await asyncio.to_thread(sp.cleanup)
+
+        # A second cancellation (a kill, then close) must not cut the kill, the reaping or the cgroup
+        # removal short.
+        await run_to_completion(teardown())

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import logging
 import os
 import resource
 import secrets
@@ -26,11 +27,21 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
-__all__ = ["Bind", "Sandbox", "SandboxLimits", "SandboxProcess"]
+__all__ = ["Bind", "Sandbox", "SandboxLimits", "SandboxProcess", "run_to_completion"]
+
+log = logging.getLogger(__name__)
+_T = TypeVar("_T")
+# How long a cancelled spawn waits for asyncio to finish creating the child before it gives up on
+# it (and only sweeps its cgroups). Creation is a fork/exec plus connecting three pipes: it takes
+# milliseconds, seconds on a machine under heavy load.
+_CREATION_GRACE = 20.0
+# How long a kill waits for the launcher to be reaped and its pipes to close before closing them.
+_REAP_TIMEOUT = 10.0
 
 SANDBOX_UID = 65534
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -79,7 +90,13 @@ class SandboxProcess:
     killed: bool = False
 
     async def kill_tree(self) -> None:
-        """SIGKILL everything the run started, then reap the launcher."""
+        """SIGKILL everything the run started, then reap the launcher.
+
+        ``proc.wait()`` ends only once the launcher is reaped *and* its pipes reached EOF; a process
+        out of reach (no cgroups, and a bubblewrap child that outlived its parent because the kill
+        came before it armed its parent-death signal) could hold them forever, so after
+        ``_REAP_TIMEOUT`` our ends of the pipes are closed instead.
+        """
         self.killed = True
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
@@ -87,8 +104,26 @@ class SandboxProcess:
             self.proc.kill()
         if self.cgroups:
             await asyncio.to_thread(_sweep, self.cgroups)
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(self.proc.wait(), timeout=10)
+        try:
+            await asyncio.wait_for(self.proc.wait(), timeout=_REAP_TIMEOUT)
+        except TimeoutError:
+            log.warning(
+                "sandbox launcher %s: its pipes stayed open after the kill; closing them", self.proc.pid
+            )
+            _close_transport(self.proc)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.proc.wait(), timeout=1)
+        except Exception:  # a kill must not fail on a process that is already gone
+            pass
+
+    async def discard(self) -> None:
+        """Kill the tree, reap it and remove the cgroups, even if the caller is cancelled meanwhile."""
+
+        async def discard() -> None:
+            await self.kill_tree()
+            await asyncio.to_thread(self.cleanup)
+
+        await run_to_completion(discard())
 
     def cleanup(self) -> None:
         """Kill leftovers in the cgroups and remove them (after the launcher exited)."""
@@ -104,6 +139,61 @@ class SandboxProcess:
                     _sweep([group])
                     time.sleep(0.01)
         self.cgroups = []
+
+
+async def run_to_completion(aw: Awaitable[_T]) -> _T:
+    """Await ``aw`` to its end even if the caller is cancelled (once or more) meanwhile.
+
+    For teardown that must not be cut short (killing and reaping a process tree, removing its
+    cgroups): a cancellation that arrived is re-raised once ``aw`` has finished.
+    """
+    task = asyncio.ensure_future(aw)
+    interrupted = False
+    while not task.done():
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            interrupted = True
+    if interrupted:
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("teardown failed while cancelled: %r", task.exception())
+        raise asyncio.CancelledError
+    return task.result()
+
+
+async def _abandon(creation: asyncio.Task[asyncio.subprocess.Process], groups: list[Path]) -> None:
+    """A spawn was cancelled: let the creation finish, then kill and reap what it started."""
+    done, _ = await asyncio.wait({creation}, timeout=_CREATION_GRACE)
+    if not done:
+        # asyncio never finished connecting the pipes: the launcher joined the cgroups before its
+        # exec, so sweeping them ends it; whatever the creation yields later is killed on arrival.
+        log.warning("sandbox spawn: the cancelled creation did not finish; sweeping its cgroups")
+        creation.add_done_callback(_kill_late_arrival)
+        await asyncio.to_thread(SandboxProcess(None, groups).cleanup)  # type: ignore[arg-type]
+        return
+    if creation.cancelled() or creation.exception() is not None:
+        await asyncio.to_thread(SandboxProcess(None, groups).cleanup)  # type: ignore[arg-type]
+        return
+    await SandboxProcess(creation.result(), groups).discard()
+
+
+def _kill_late_arrival(creation: asyncio.Task[asyncio.subprocess.Process]) -> None:
+    if creation.cancelled() or creation.exception() is not None:
+        return
+    proc = creation.result()
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    _close_transport(proc)
+
+
+def _close_transport(proc: asyncio.subprocess.Process) -> None:
+    """Close our ends of the process's pipes (asyncio offers no public way)."""
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            transport.close()
 
 
 def _sweep(groups: Sequence[Path]) -> None:
@@ -204,11 +294,23 @@ class Sandbox:
         host_cwd: str | None = None,
         pass_fds: Sequence[int] = (),
     ) -> SandboxProcess:
-        """Start ``command`` with piped stdin/stdout/stderr inside a fresh sandbox."""
+        """Start ``command`` with piped stdin/stdout/stderr inside a fresh sandbox.
+
+        Cancellation-safe: cancelled before the child was forked, it never starts; cancelled later, the
+        child is killed and reaped and its cgroups removed before the cancellation propagates. (A
+        cancelled ``asyncio.create_subprocess_exec`` kills only the launcher and then waits for its
+        pipes to close, which a half-started bubblewrap child can hold open forever, while the cgroup
+        sweep that would end that child only ran after the wait.)
+        """
+        argv = self.argv(command, binds=binds, cwd=cwd)
         groups = self._make_cgroups()
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *self.argv(command, binds=binds, cwd=cwd),
+        forked = False
+
+        async def create() -> asyncio.subprocess.Process:
+            nonlocal forked
+            forked = True  # the fork happens in this same step: no suspension before it
+            return await asyncio.create_subprocess_exec(
+                *argv,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
@@ -218,6 +320,18 @@ class Sandbox:
                 pass_fds=tuple(pass_fds),
                 preexec_fn=_limiter(self.limits, groups),
             )
+
+        creation = asyncio.create_task(create())
+        try:
+            # Never cancels ``creation``: it finishes even when the caller is cancelled.
+            await asyncio.wait({creation})
+        except BaseException:
+            if not forked:
+                creation.cancel()  # not started yet: the child is never created
+            await run_to_completion(_abandon(creation, groups))
+            raise
+        try:
+            proc = creation.result()
         except BaseException:
             SandboxProcess(None, groups).cleanup()  # type: ignore[arg-type]
             raise

@@ -124,7 +124,11 @@ class PythonBackend:
                 )
             finally:
                 guest_end.close()
-            reader, writer = await asyncio.open_unix_connection(sock=host_end)
+            try:
+                reader, writer = await asyncio.open_unix_connection(sock=host_end)
+            except BaseException:  # cancelled before stream_process owns the process: end it here
+                await sp.discard()
+                raise
             setup = {"source": request.source, "input": request.input, "cwd": request.cwd or self.default_cwd}
             writer.write(pack_frame(setup))
             server = asyncio.create_task(_serve(reader, writer, ctx, result))

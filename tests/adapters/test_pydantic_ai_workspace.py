@@ -258,8 +258,9 @@ async def _journal(workspace: computer.Workspace) -> list[dict[str, Any]]:
 async def _until_started(workspace: computer.Workspace) -> str:
     """The id of the workspace's one execution, once it has printed ``started``.
 
-    Tests stop a command only once its program runs: a kill that lands while the sandbox is still
-    spawning can hang in the runtime (``Sandbox.spawn`` cancelled inside ``create_subprocess_exec``).
+    Tests stop a command only once its program runs, so that they stop a running program; a kill
+    that lands while the sandbox is still starting is covered by
+    ``tests/runtime/test_spawn_cancellation.py``.
     """
     async with asyncio.timeout(30):
         # The journal is the public trace of a started execution; it has no change notification.
