@@ -265,9 +265,13 @@ class Agent(OwnerActor):
         state.messages = list(result.all_messages())
         output = result.output
         if isinstance(output, DeferredToolRequests):
+            if output.calls:
+                # Nothing here could answer an external call later; the turn is not committed.
+                names = ", ".join(c.tool_name for c in output.calls)
+                raise NotImplementedError(
+                    f"tools deferred with CallDeferred ({names}) are not supported; use needs_approval"
+                )
             calls = [PendingCall(c.tool_call_id, c.tool_name, c.args_as_dict()) for c in output.approvals]
-            # Only approvals are deferred here; an external call (a tool raising CallDeferred) is denied.
-            calls += [PendingCall(c.tool_call_id, c.tool_name, c.args_as_dict()) for c in output.calls]
             reply = Reply(None, tuple(calls))
             keys = list(state.paused.decisions) if state.paused else []
             state.paused = PausedTurn(message, calls)

@@ -126,3 +126,21 @@ async def test_pydantic_ai_requires_approval_pauses_and_is_refused_from_code(age
     code = outcome((await agent.chat.remote(plan(("execute", {"code": "result = tools.launch()"})))).text)
     assert "needs human approval" in code["results"][0]["content"]
     assert "launched" not in code["results"][0]["content"]
+
+
+async def test_an_external_deferred_call_is_refused_and_the_turn_not_committed(agents: Agents) -> None:
+    from pydantic_ai.exceptions import CallDeferred
+
+    def ask_human() -> str:
+        """Defer to an outside system."""
+        raise CallDeferred
+
+    class Deferring(ScriptedAgent):
+        def get_tools(self) -> list[Any]:
+            return [ask_human]
+
+    agent = agents.spawn(Deferring)
+    with pytest.raises(NotImplementedError, match="ask_human"):
+        await agent.chat.remote(plan(("ask_human", {})))
+    assert await agent.history.remote() == []
+    assert await agent.pending.remote() == []

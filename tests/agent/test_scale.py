@@ -1,8 +1,9 @@
 """Many agents: each takes one turn, all hibernate (no process left), and any of them continues later.
 
 The count is a parameter: 20 in the default suite, 200 with ``RUN_SLOW=1`` (each awake agent is a
-Ray worker process of ~150 MB, so turns run in waves of :data:`WAVE` and idle agents exit). The test
-prints its figures: wall time, peak agent processes, peak memory in use above the start.
+Ray worker process of ~70 MB, so turns run in waves of :data:`WAVE` and idle agents exit). Agents are
+reached through ``AgentClient``, as a user running many of them would. The test prints its figures:
+wall time, peak agent processes, peak memory in use above the start.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
+
+from computer.agent import AgentClient
 
 from ._agents import LightAgent
 from ._scripted import outcome, plan
@@ -102,8 +105,10 @@ async def test_many_agents_take_a_turn_hibernate_and_continue(agents: Agents, co
 
     async def first_turn(name: str) -> int:
         async with gate:
-            agent = agents.spawn(LightAgent, name)
-            return int(outcome((await agent.chat.remote(plan(reply=name))).text)["turns"])
+            # The client re-spawns an agent that went to sleep before its first call reached it
+            # (hibernate_after is 1 s and a busy machine can take longer than that to deliver it).
+            client = AgentClient(LightAgent, name, recover_within=300)
+            return int(outcome((await client.chat(plan(reply=name))).text)["turns"])
 
     started = time.monotonic()
     with sampling(peaks):
@@ -115,8 +120,8 @@ async def test_many_agents_take_a_turn_hibernate_and_continue(agents: Agents, co
         await _until_no_agent_process(within=60)  # a process ends shortly after its name is freed
         asleep = time.monotonic()
         chosen = random.Random(count).sample(names, min(count, 5))
-        woken = [agents.spawn(LightAgent, name) for name in chosen]
-        again = await asyncio.gather(*(a.chat.remote(plan(reply="again")) for a in woken))
+        woken = [AgentClient(LightAgent, name, recover_within=300) for name in chosen]
+        again = await asyncio.gather(*(a.chat(plan(reply="again")) for a in woken))
     assert [outcome(r.text)["turns"] for r in again] == [2] * len(chosen)
     print(
         f"\n{count} agents: first turns {first_done - started:.1f} s, all hibernated after "
