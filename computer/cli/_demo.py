@@ -22,6 +22,12 @@ def run_demo_command(
     """0 when every agent finished green and the persistence check passed, else 1."""
     from ..demo import DemoError, ModelError, OpenAIChatModel, print_summary, run_demo
 
+    if model and not (os.environ.get("OPENAI_API_KEY") or os.environ.get("OPENAI_BASE_URL")):
+        raise CliError(
+            "--model needs an OpenAI-compatible endpoint: set OPENAI_API_KEY (and OPENAI_BASE_URL for "
+            "another provider or a local server); without --model the demo uses its scripted model",
+            code=2,
+        )
     if not options.local:
         check_reachable(options.address or os.environ.get("RAY_ADDRESS"))
 

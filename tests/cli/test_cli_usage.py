@@ -140,3 +140,13 @@ def test_status_without_a_cluster_still_shows_the_directory(tmp_path: Path) -> N
     assert proc.returncode == 0, proc.stderr
     assert "workspaces: 0" in proc.stdout
     assert "no running cluster" in proc.stdout
+
+
+def test_demo_with_a_model_but_no_endpoint_configured_exits_2_before_starting_ray(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    result = runner.invoke(app, ["demo", "--model", "gpt-x", "--agents", "1"])
+    assert result.exit_code == 2
+    assert "set OPENAI_API_KEY" in result.output
