@@ -108,8 +108,17 @@ def render(cases: list[Case], soak: dict[str, Any] | None, soak_note: str) -> st
         "hostile workspace names": total(cases, "bad_workspace_names"),
         "guessed / near-miss share links": total(cases, "asset_guesses"),
     }
-    sandbox_files = ("test_symlink_abuse", "test_cluster_abuse", "test_heavy_inputs")
-    escapes = [c for c in security if any(f in c.file for f in sandbox_files)]
+    escape_words = (
+        "shell",
+        "bomb",
+        "loopback",
+        "symlink",
+        "pointing_out",
+        "flood",
+        "host_looking",
+        "near_miss_name",
+    )
+    escapes = [c for c in security if any(w in c.name for w in escape_words)]
     lines = [
         "# Reliability and security",
         "",
@@ -126,6 +135,7 @@ def render(cases: list[Case], soak: dict[str, Any] | None, soak_note: str) -> st
         "file. Everything above the *Figures* heading is the script's fixed text.",
         "",
         THREAT_MODEL,
+        FINDINGS,
         "## Figures",
         "",
         f"Generated {datetime.datetime.now(datetime.UTC):%Y-%m-%d %H:%M} UTC on a shared 2-core machine "
@@ -139,7 +149,7 @@ def render(cases: list[Case], soak: dict[str, Any] | None, soak_note: str) -> st
         f"| **lost acknowledged writes** | **{lost}** |",
         f"| faults injected | {sum(faults_injected.values())} (of which {kills} owner kills) |",
         f"| bad inputs tried | {sum(bad_inputs.values())} |",
-        f"| sandbox escape attempts (tests) | {len(escapes)}: "
+        f"| escape attempts (sandbox, links, floods, names; tests) | {len(escapes)}: "
         f"{sum(1 for c in escapes if c.outcome == 'passed')} blocked |",
     ]
     if soak:
@@ -243,6 +253,33 @@ THREAT_MODEL = """## Threat model
 - **Redis and Ray themselves** are trusted: anyone who can talk to them controls the cluster.
 - Writes acknowledged are durable per SQLite's guarantees on the node's disk (WAL); a lost disk loses
   its workspaces (no replication).
+"""
+
+
+FINDINGS = """## Bugs these suites found (fixed)
+
+- **Cluster restart made every workspace unavailable** (`test_cluster_restart`): after `ray stop` and a
+  new cluster on the same data directory, node ids are new, and placement refused every workspace
+  ("its file is on node …, which is not alive"). Fix (`computer/actors/_placement.py`): a workspace
+  whose file is on this machine wakes up here.
+- **A Redis that lost its data made workspaces read-only forever** (`test_redis_restart[forgetful]`):
+  the directory counted epochs from 1 again, below the epoch stored in the file, so storage refused
+  every write of the new owner with `EROFS`. Fix (`computer/actors/_host.py`,
+  `FileSystem.stored_epoch`): a new owner takes leases until its epoch is above the file's.
+- **Reads were not transparent across an owner SIGKILL** (`test_owner_sigkill`): the client retried an
+  idempotent read once, while Ray was still restarting the owner ("actor is restarting"), and surfaced
+  `EAGAIN`. Fix (`computer/client/_connection.py`): idempotent calls retry, with a short backoff,
+  until the 30 s deadline; mutations still fail with `EAGAIN` (outcome unknown).
+
+## Observations
+
+- Tool calls through a client rarely see `EAGAIN` at all after an owner kill: write, edit and delete
+  first take a path lock, an idempotent call that re-resolves the owner, so the mutation itself goes to
+  the new owner. The raw `fs.write_file` does see it (42-54 retryable errors per three-kill burst in our runs).
+- The soak's p99 is dominated by exec: two shell and two python pool workers serve every agent, so runs
+  queue; file tools stay in the low hundreds of ms at p99 even with 50 agents on 2 loaded cores.
+- Inside the sandbox, links the program creates are not pulled back (reported in `skipped`), and
+  `/proc/1/cmdline` shows the bwrap command line (host paths of the run's mirror).
 """
 
 
