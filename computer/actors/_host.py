@@ -82,7 +82,9 @@ class WorkspaceHost(PoolCallbacks):
         stored = FileSystem.stored_epoch(str(path))
         while self.epoch <= stored:
             self.owner_id = uuid.uuid4().hex
-            self.epoch = self._directory.acquire_lease(self.name, self.node_id, self.owner_id, self._lease_ttl)
+            self.epoch = self._directory.acquire_lease(
+                self.name, self.node_id, self.owner_id, self._lease_ttl
+            )
         self.workspace = Workspace(
             str(path),
             backends=owner_backends(self.config, self.name),
@@ -97,6 +99,7 @@ class WorkspaceHost(PoolCallbacks):
         self._last_active = time.time()
         self._uploads: dict[str, Upload] = {}
         self._tool_sets: dict[str, dict[str, Any]] = {}  # run_tool's tools, per options
+        self._lock_waits: dict[str, asyncio.Task[Any]] = {}  # lock requests still waiting, by holder
         self._background: list[asyncio.Task[None]] = []
         try:
             loop = asyncio.get_running_loop()
@@ -310,14 +313,35 @@ class WorkspaceHost(PoolCallbacks):
     # -- RPC: locks ---------------------------------------------------------------------------------
 
     async def lock_acquire(self, holder: str, paths: Sequence[str], subtree: bool = False) -> Reply:
-        """Wait for and take a lease on ``paths`` for ``holder``; returns ``(lease_id, ttl)``."""
+        """Wait for and take a lease on ``paths`` for ``holder``; returns ``(lease_id, ttl)``.
+
+        A client gives every acquire its own holder (``<client>#<request>``) so that
+        :meth:`lock_cancel` can withdraw exactly that request, waiting or already granted.
+        """
 
         async def acquire() -> tuple[str, float]:
-            locks = self.workspace.locks
-            lease = await locks.acquire(list(paths), subtree=subtree, holder=holder, ttl=self._lease_ttl)
+            task = asyncio.current_task()
+            if task is not None:
+                self._lock_waits[holder] = task
+            try:
+                locks = self.workspace.locks
+                lease = await locks.acquire(list(paths), subtree=subtree, holder=holder, ttl=self._lease_ttl)
+            finally:
+                self._lock_waits.pop(holder, None)
             return lease, self._lease_ttl
 
         return await self._serve(acquire)
+
+    async def lock_cancel(self, holder: str) -> Reply:
+        """Withdraw the acquire of ``holder``: stop its wait, or release the lease it was granted."""
+
+        async def cancel() -> int:
+            waiting = self._lock_waits.pop(holder, None)
+            if waiting is not None:
+                waiting.cancel()  # the lock table forgets a cancelled request
+            return self.workspace.locks.release_holder(holder)
+
+        return await self._serve(cancel)
 
     async def lock_renew(self, lease_id: str) -> Reply:
         return await self._serve(_now(lambda: self.workspace.locks.renew(lease_id, self._lease_ttl)))
@@ -326,7 +350,17 @@ class WorkspaceHost(PoolCallbacks):
         return await self._serve(_now(lambda: self.workspace.locks.release(lease_id)))
 
     async def lock_release_holder(self, holder: str) -> Reply:
-        return await self._serve(_now(lambda: self.workspace.locks.release_holder(holder)))
+        """Release every lease (and stop every wait) of client ``holder`` and of its requests."""
+
+        async def release() -> int:
+            mine = [h for h in self._lock_waits if h == holder or h.startswith(holder + "#")]
+            for h in mine:
+                self._lock_waits.pop(h).cancel()
+            locks = self.workspace.locks
+            holders = {h for _, _, _, h in locks.held() if h == holder or h.startswith(holder + "#")}
+            return sum(locks.release_holder(h) for h in holders)
+
+        return await self._serve(release)
 
     # -- RPC: runtime -------------------------------------------------------------------------------
 

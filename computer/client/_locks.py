@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
 
 from ._connection import Connection
 
@@ -27,13 +27,20 @@ class ClientLocks:
         self.holder = holder
         self._renewers: set[asyncio.Task[None]] = set()
         self._outstanding: set[str] = set()  # leases taken and not yet released for sure
-        self._cleanups: set[asyncio.Future[None]] = set()  # releases of cancelled acquires
+        self._cleanups: set[asyncio.Future[None]] = set()  # withdrawals of cancelled requests
 
     @contextlib.asynccontextmanager
     async def hold(self, paths: Sequence[str], *, subtree: bool = False) -> AsyncIterator[None]:
         wanted = [paths] if isinstance(paths, str) else list(paths)
+        # One holder per request, under this client's: a cancelled wait can be withdrawn exactly.
+        request = f"{self.holder}#{uuid.uuid4().hex[:12]}"
         lease_id, ttl = await self._conn.request(
-            "lock_acquire", self.holder, wanted, subtree, retry_safe=True, on_cancel=self._undo_acquire
+            "lock_acquire",
+            request,
+            wanted,
+            subtree,
+            retry_safe=True,
+            on_cancel=lambda _: self._withdraw(request),
         )
         self._outstanding.add(lease_id)
         renewer = asyncio.create_task(self._renew(lease_id, float(ttl)))
@@ -49,18 +56,16 @@ class ClientLocks:
             except Exception:  # the owner died: its lock table, and our lease, died with it
                 log.warning("could not release lock lease %s", lease_id, exc_info=True)
 
-    def _undo_acquire(self, ref: Any) -> None:
-        """A cancelled acquire may have been granted before the cancel reached the owner: release it."""
+    def _withdraw(self, request: str) -> None:
+        """The caller stopped waiting: the owner drops the request, or releases what it granted."""
 
-        async def undo() -> None:
+        async def withdraw() -> None:
             try:
-                reply = await ref
-            except Exception:  # cancelled in time (or the owner is gone): nothing was granted
-                return
-            if reply[0] == "ok":
-                await self._conn.request("lock_release", reply[1][0], retry_safe=True)
+                await self._conn.request("lock_cancel", request, retry_safe=True)
+            except Exception:  # the owner is gone, and the request with it
+                log.warning("could not withdraw lock request %s", request, exc_info=True)
 
-        task = asyncio.ensure_future(undo())
+        task = asyncio.ensure_future(withdraw())
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
 

@@ -6,6 +6,7 @@ import uuid
 from types import TracebackType
 from typing import Any
 
+from ..surface import AssetsSurface, FileSystemSurface, LocksSurface, RuntimeSurface
 from ._assets import ClientAssets
 from ._connection import Connection
 from ._fs import ClientFileSystem
@@ -29,10 +30,12 @@ class WorkspaceClient:
         self.id: str = str(info["id"])
         self.name: str = str(info["name"])
         self.client_id = uuid.uuid4().hex
-        self.fs = ClientFileSystem(connection)
-        self.locks = ClientLocks(connection, holder=f"client:{self.client_id}")
-        self.runtime = ClientRuntime(connection, list(info["backends"]))
-        self.assets: ClientAssets | None = ClientAssets(connection) if info["has_assets"] else None
+        self._locks = ClientLocks(connection, holder=f"client:{self.client_id}")
+        # Typed as the surface protocols, so a client is a ``WorkspaceSurface`` for tools and adapters.
+        self.fs: FileSystemSurface = ClientFileSystem(connection)
+        self.locks: LocksSurface = self._locks
+        self.runtime: RuntimeSurface = ClientRuntime(connection, list(info["backends"]))
+        self.assets: AssetsSurface | None = ClientAssets(connection) if info["has_assets"] else None
         self._closed = False
 
     @property
@@ -58,7 +61,7 @@ class WorkspaceClient:
         if self._closed:
             return
         self._closed = True
-        await self.locks.close()
+        await self._locks.close()
 
     async def __aenter__(self) -> WorkspaceClient:
         return self
