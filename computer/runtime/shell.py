@@ -179,6 +179,9 @@ class ShellBackend:
             "USER": "sandbox",
             "PWD": cwd,
             "WORKSPACE": self.mount_root,
+            # Bytecode caches would be pulled into the workspace as __pycache__ litter, and Python's
+            # (mtime-in-seconds, size) check can run stale bytecode after a same-size edit.
+            "PYTHONDONTWRITEBYTECODE": "1",
         }
         env.update(request.env)
         return env

@@ -302,3 +302,16 @@ async def test_symlinks_made_by_a_run_are_synced_when_they_point_inside_the_moun
     assert again.stdout == "abs\nt"
     assert again.pushed == 0  # the run's own links were not sent back
     assert await ws.fs.readlink("/workspace/rel") == "abs"
+
+
+async def test_python_in_the_shell_sees_a_same_size_edit_and_leaves_no_bytecode(
+    ws: computer.Workspace,
+) -> None:
+    await ws.fs.write_file("/workspace/mod.py", "VALUE = 1\n")
+    first = await (await ws.runtime.exec("python3 -c 'import mod; print(mod.VALUE)'")).result()
+    assert first.stdout == "1\n"
+    # Same size, same second: a bytecode cache keyed on (mtime in seconds, size) would replay VALUE = 1.
+    await ws.fs.write_file("/workspace/mod.py", "VALUE = 2\n")
+    second = await (await ws.runtime.exec("python3 -c 'import mod; print(mod.VALUE)'")).result()
+    assert second.stdout == "2\n"
+    assert not await ws.fs.exists("/workspace/__pycache__")
