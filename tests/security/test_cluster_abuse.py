@@ -170,3 +170,34 @@ async def test_a_near_miss_name_never_resolves_to_another_workspaces_file(
                 ray.kill(ray.get_actor(actor_name(other), namespace=NAMESPACE))
             except ValueError:
                 pass
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not os.environ.get("COMPUTER_RELIABILITY_FULL"),
+    reason="about 1.5 minutes: run by benchmarks/reliability_report.py (COMPUTER_RELIABILITY_FULL=1)",
+)
+async def test_a_1_gb_stdout_flood_through_the_pool_keeps_caller_and_owner_memory_bounded(
+    cluster: Settings, name: str, record_property: Any
+) -> None:
+    total = 1_000_000_000
+    async with computer.get_workspace(name) as ws:
+        await (await ws.runtime.exec("true")).result()  # warm: the owner's first-run allocations
+        owner_before = (await ws.handle.stats.remote())["rss_bytes"]
+        caller_before = _rss()
+        handle = await ws.runtime.exec(
+            f"yes 'one more line of a very large flood' | head -c {total}", timeout=600
+        )
+        result = await handle.result()
+        owner_after = (await ws.handle.stats.remote())["rss_bytes"]
+        cut = result.truncated["stdout"]
+        assert (result.status, cut.status, cut.total_bytes) == ("completed", "saved", total)
+        assert (await ws.fs.stat(cut.path)).size == total
+    assert _rss() - caller_before < 100 * 1024 * 1024
+    assert owner_after - owner_before < 300 * 1024 * 1024
+    record_property("flood_1gb_owner_rss_growth_mib", round((owner_after - owner_before) / 2**20, 1))
+
+
+def _rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
