@@ -27,6 +27,10 @@ TEXT = st.text(alphabet="xyz \n", min_size=1, max_size=40).map(lambda s: s + "!"
 stats = {"kills": 0, "steps": 0, "unknown_outcomes": 0, "lost": 0}
 
 
+async def _open(name: str) -> Any:
+    return await computer.get_workspace(name)
+
+
 class KillMachine(RuleBasedStateMachine):
     """Model: path -> set of contents the workspace may hold (one element once the outcome is known)."""
 
@@ -44,7 +48,7 @@ class KillMachine(RuleBasedStateMachine):
 
     @initialize()
     def open(self) -> None:
-        self.ws = self.run(computer.get_workspace(KillMachine.name))
+        self.ws = self.run(_open(KillMachine.name))
         self.tools = create_tools(self.ws)
         self.run(self.ws.fs.rm("/m", recursive=True, force=True))
         self.run(self.ws.fs.mkdir("/m"))

@@ -40,7 +40,8 @@ async def ws(shell: ShellBackend, python: PythonBackend, tmp_path: Path) -> Asyn
 
 @pytest.fixture
 def tools(ws: computer.Workspace) -> dict[str, Tool]:
-    return create_tools(ws)
+    owner: Any = ws  # the owner serves the workspace surface the tools expect
+    return create_tools(owner)
 
 
 @pytest.fixture

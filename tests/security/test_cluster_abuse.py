@@ -192,7 +192,7 @@ async def test_a_1_gb_stdout_flood_through_the_pool_keeps_caller_and_owner_memor
         owner_after = (await ws.handle.stats.remote())["rss_bytes"]
         cut = result.truncated["stdout"]
         assert (result.status, cut.status, cut.total_bytes) == ("completed", "saved", total)
-        assert (await ws.fs.stat(cut.path)).size == total
+        assert cut.path is not None and (await ws.fs.stat(cut.path)).size == total
     assert _rss() - caller_before < 100 * 1024 * 1024
     assert owner_after - owner_before < 300 * 1024 * 1024
     record_property("flood_1gb_owner_rss_growth_mib", round((owner_after - owner_before) / 2**20, 1))

@@ -145,7 +145,7 @@ async def test_a_300_mb_stdout_flood_is_spooled_with_bounded_caller_memory(
     assert result.status == "completed"
     assert len(result.stdout.encode()) <= 64 * 1024
     assert (cut.status, cut.total_bytes) == ("saved", total)
-    assert (await ws.fs.stat(cut.path)).size == total
+    assert cut.path is not None and (await ws.fs.stat(cut.path)).size == total
     assert peak - baseline < 100 * MIB  # the whole flood is 300 MB
     record_property("flood_bytes", total)
     record_property("flood_caller_rss_growth_mib", round((peak - baseline) / MIB, 1))

@@ -24,11 +24,12 @@ async def test_a_symlink_loop_is_eloop_in_storage_and_an_error_in_the_tools(
         with pytest.raises(OSError) as info:
             await ws.fs.read_file(path)
         assert info.value.errno == errno.ELOOP
-    for tool, args in [
+    calls: list[tuple[str, dict[str, Any]]] = [
         ("read", {"path": "/workspace/a"}),
         ("write", {"path": "/workspace/self", "content": "x"}),
         ("edit", {"path": "/workspace/b", "edits": [{"oldText": "x", "newText": "y"}]}),
-    ]:
+    ]
+    for tool, args in calls:
         assert "error" in await tools[tool].run(args), tool
     # Listing and searching walk past the loops without following them.
     assert (await tools["find"].run({"path": "/workspace", "pattern": "**"}))["count"] == 3
