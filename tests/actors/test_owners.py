@@ -82,6 +82,7 @@ async def test_killed_owner_loses_no_acknowledged_write_and_comes_back(cluster: 
             await ws.fs.write_file(f"/data/{i}", str(i))
         first_owner = ws.handle
         ray.kill(first_owner)
+        await _until_dead(first_owner)
         # An idempotent read through the old client re-resolves the name and retries once.
         assert await ws.fs.read_text("/data/19") == "19"
         assert ws.handle._actor_id != first_owner._actor_id
