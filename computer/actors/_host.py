@@ -124,8 +124,8 @@ class WorkspaceHost(PoolCallbacks):
             return True
         if self.workspace.locks.held():
             return True
-        # Runtime keeps its live runs in ``_running``; a run without a watching client still counts.
-        return bool(getattr(self.workspace.runtime, "_running", None))
+        # A run without a watching client still counts.
+        return self.workspace.runtime.active() > 0
 
     async def _keep_lease(self) -> None:
         """Renew the directory lease; stop serving once another owner took the workspace over."""

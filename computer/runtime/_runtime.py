@@ -81,6 +81,10 @@ class Runtime:
             self._journal = ExecJournal(self.fs, self._owner)
         return self._journal
 
+    def active(self) -> int:
+        """How many executions are running now (watched by a client or not)."""
+        return len(self._running)
+
     def backends(self) -> list[BackendInfo]:
         """What each configured backend says about itself, in configuration order."""
         return [b.info for b in self._backends.values()]

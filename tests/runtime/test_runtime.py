@@ -88,6 +88,18 @@ async def test_caller_id_already_running_is_rejected() -> None:
         assert (await again.result()).id == "job-1"
 
 
+async def test_active_counts_running_executions_only() -> None:
+    backend = ScriptedBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        assert ws.runtime.active() == 0
+        handle = await ws.runtime.exec("x")
+        assert ws.runtime.active() == 1
+        await backend.steps.put(ExitEvent(0))
+        await backend.steps.put(None)
+        await handle.result()
+        assert ws.runtime.active() == 0
+
+
 async def test_generated_ids_are_unique(ws: computer.Workspace) -> None:
     handles = [await ws.runtime.exec("true") for _ in range(5)]
     assert len({h.id for h in handles}) == 5
