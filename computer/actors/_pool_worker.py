@@ -17,6 +17,7 @@ import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from ..runtime import Backend, ExecEvent, ExecRequest, ExitEvent, PythonBackend, ShellBackend
@@ -28,8 +29,6 @@ __all__ = ["BACKENDS", "MIRROR_WORKSPACES", "PoolWorker", "RunStarted"]
 
 log = logging.getLogger(__name__)
 
-# The backends a pool can run, built with their default options.
-BACKENDS: dict[str, Callable[[], Backend]] = {"shell": ShellBackend, "python": PythonBackend}
 
 # How often a running run checks that its owner is still there, and how long it waits for the answer.
 OWNER_CHECK_INTERVAL = 2.0
@@ -37,6 +36,19 @@ OWNER_CHECK_TIMEOUT = 30.0
 
 # A shell worker keeps warm mirrors of this many workspaces (least recently used ones are dropped).
 MIRROR_WORKSPACES = 32
+
+
+def _bounded_mirrors(base: Path, root: str) -> BoundedMirrorPool:
+    return BoundedMirrorPool(base, root, max_workspaces=MIRROR_WORKSPACES)
+
+
+def _pool_shell() -> ShellBackend:
+    # The stock shell pool keeps mirrors of every workspace it ever saw; a shared worker must not.
+    return ShellBackend(mirror_pool=_bounded_mirrors)
+
+
+# The backends a pool can run, built with their default options (shell: bounded mirrors).
+BACKENDS: dict[str, Callable[[], Backend]] = {"shell": _pool_shell, "python": PythonBackend}
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,12 +72,6 @@ class PoolWorker:
         except KeyError:
             raise ValueError(f"no built-in backend {backend!r}; known: {', '.join(BACKENDS)}") from None
         self.backend = factory()
-        if isinstance(self.backend, ShellBackend):
-            # The stock pool keeps mirrors of every workspace it ever saw; a shared worker must not.
-            plain = self.backend._mirrors
-            self.backend._mirrors = BoundedMirrorPool(
-                plain.base, plain.root, max_workspaces=MIRROR_WORKSPACES, idle=plain.idle
-            )
         self.name = name
         self.node_id = str(ray.get_runtime_context().get_node_id())
         self.started_at = time.time()
@@ -79,7 +85,7 @@ class PoolWorker:
 
     async def stats(self) -> dict[str, Any]:
         """Counters for tests, benchmarks and the status command."""
-        mirrors = self.backend._mirrors if isinstance(self.backend, ShellBackend) else None
+        mirrors = self.backend.mirrors if isinstance(self.backend, ShellBackend) else None
         return {
             "name": self.name,
             "node_id": self.node_id,

@@ -15,7 +15,7 @@ import os
 import secrets
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from ..storage.paths import canonical, is_within
@@ -71,6 +71,7 @@ class ShellBackend:
         max_processes: int | None = 256,
         cpu_seconds: int | None = None,
         scratch_dir: str | None = None,
+        mirror_pool: Callable[[Path, str], MirrorPool] | None = None,
     ) -> None:
         self.mount_root = canonical(mount_root)
         if self.mount_root == "/":
@@ -87,7 +88,8 @@ class ShellBackend:
         )
         self.scratch = base
         atexit.register(shutil.rmtree, base, True)
-        self._mirrors = MirrorPool(base, self.mount_root)
+        # ``mirror_pool(base, mount_root)`` builds the pool of warm mirrors (default: a plain MirrorPool).
+        self._mirrors: MirrorPool = (mirror_pool or MirrorPool)(base, self.mount_root)
         startup = self.sandbox.probe_ms()
         self.info = BackendInfo(
             id=id,
@@ -100,6 +102,11 @@ class ShellBackend:
             isolation=self.sandbox.isolation,
             description=self._describe(startup, network),
         )
+
+    @property
+    def mirrors(self) -> MirrorPool:
+        """The pool of warm workspace mirrors (read-only: pass ``mirror_pool`` to choose it)."""
+        return self._mirrors
 
     def _describe(self, startup: float, network: bool) -> str:
         return (

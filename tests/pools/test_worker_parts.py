@@ -1,0 +1,59 @@
+"""Pieces of a pool worker without Ray: the sync limits it forwards, the mirror pool its shell uses."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from computer.actors._pool_context import OwnerExecContext
+from computer.actors._pool_mirrors import BoundedMirrorPool
+from computer.actors._pool_worker import BACKENDS, MIRROR_WORKSPACES
+from computer.runtime import ShellBackend, SyncLimits
+from computer.runtime._mirror import MirrorPool
+
+
+class _Sent(Exception):
+    pass
+
+
+class _Method:
+    def __init__(self, calls: list[tuple[Any, ...]]) -> None:
+        self.calls = calls
+
+    def remote(self, *args: Any) -> Any:
+        self.calls.append(args)
+        raise _Sent
+
+
+class _Owner:
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, ...]] = []
+        self.pool_sync_push = _Method(self.calls)
+
+
+async def test_every_sync_limit_reaches_the_owner() -> None:
+    owner = _Owner()
+    limits = SyncLimits(max_file_bytes=11, max_files=22, max_sync_bytes=33)
+    with pytest.raises(_Sent):
+        await OwnerExecContext(owner, "ws-id").sync_push(None, "/workspace", limits)
+    [(_, _, sent)] = owner.calls
+    assert SyncLimits(**sent) == limits
+
+
+def test_a_shell_backend_takes_its_mirror_pool_from_the_caller() -> None:
+    assert type(ShellBackend().mirrors) is MirrorPool  # the default stays a plain pool
+    built: list[tuple[Any, str]] = []
+
+    def bounded(base: Any, root: str) -> MirrorPool:
+        built.append((base, root))
+        return BoundedMirrorPool(base, root, max_workspaces=3)
+
+    shell = ShellBackend(mount_root="/w", mirror_pool=bounded)
+    assert isinstance(shell.mirrors, BoundedMirrorPool) and shell.mirrors.max_workspaces == 3
+    assert built == [(shell.scratch, "/w")]
+
+
+def test_a_pool_workers_shell_keeps_bounded_mirrors() -> None:
+    mirrors = BACKENDS["shell"]().mirrors  # type: ignore[attr-defined]
+    assert isinstance(mirrors, BoundedMirrorPool) and mirrors.max_workspaces == MIRROR_WORKSPACES
