@@ -133,8 +133,10 @@ def render(cases: list[Case], soak: dict[str, Any] | None, soak_note: str, sourc
         "```",
         "",
         "which runs `tests/reliability`, `tests/security` and the pool worker-kill test with a JUnit report",
-        "(each test records its counts with `record_property`), runs `benchmarks/soak.py`, and rewrites this",
-        "file. Everything above the *Figures* heading is the script's fixed text.",
+        "(each test records its counts with `record_property`; it sets `COMPUTER_RELIABILITY_FULL=1`, which",
+        "adds the slow 1 GB flood the default test run skips), runs `benchmarks/soak.py`, and rewrites this",
+        "file. `--junit FILE` (repeatable) and `--soak-json FILE` reuse earlier reports instead. Everything",
+        "above the *Figures* heading is the script's fixed text.",
         "",
         THREAT_MODEL,
         FINDINGS,
@@ -225,7 +227,8 @@ THREAT_MODEL = """## Threat model
   transparently while the owner restarts (bounded, 30 s).
 - **Exec sandbox** (`computer/runtime/_sandbox.py`; every layer is probed and reported in each backend's
   description): bubblewrap with new user (uid/gid 65534, all capabilities dropped), pid, mount, ipc, uts
-  and network namespaces (no network: not even loopback; no DNS configuration); read-only `/usr`, a
+  and network namespaces (an empty network namespace: the host's network, its loopback included, is
+  unreachable, and there is no DNS configuration); read-only `/usr`, a
   synthetic `/etc` (no `shadow`, no keys), private `/proc`, `/dev`, `/tmp`; only the run's own mirror
   bound at `/workspace`. rlimits: address space 1 GiB, file size 4 GiB, 256 processes, no core files;
   cgroup v1 `memory` (1 GiB) and `pids` (256) per run for the whole tree; the tree is killed on timeout,
