@@ -24,6 +24,7 @@ from ..workspace import Workspace
 from ._backends import owner_backends
 from ._init import cluster_settings
 from ._naming import check_name, workspace_file
+from ._nodes import current_host
 from ._pool_callbacks import PoolCallbacks
 from ._upload import Upload
 from ._wire import Reply, fail, moved, ok
@@ -72,9 +73,12 @@ class WorkspaceHost(PoolCallbacks):
         self.name = check_name(name)
         self.owner_id = uuid.uuid4().hex
         self.node_id = _node_id()
+        self.host = current_host(self.node_id)
         self._directory: Directory = open_directory(self.config)
         self._lease_ttl = self.config.lock_lease
-        self.epoch = self._directory.acquire_lease(self.name, self.node_id, self.owner_id, self._lease_ttl)
+        self.epoch = self._directory.acquire_lease(
+            self.name, self.node_id, self.owner_id, self._lease_ttl, host=self.host
+        )
         path = workspace_file(self.config, self.name)
         path.parent.mkdir(parents=True, exist_ok=True)
         # A directory that lost its records (a Redis restarted empty) counts epochs from 1 again, but
@@ -83,7 +87,7 @@ class WorkspaceHost(PoolCallbacks):
         while self.epoch <= stored:
             self.owner_id = uuid.uuid4().hex
             self.epoch = self._directory.acquire_lease(
-                self.name, self.node_id, self.owner_id, self._lease_ttl
+                self.name, self.node_id, self.owner_id, self._lease_ttl, host=self.host
             )
         self.workspace = Workspace(
             str(path),
@@ -94,6 +98,7 @@ class WorkspaceHost(PoolCallbacks):
         )
         self._closing = False  # set once: every later call is answered MOVED
         self._inflight = 0
+        self._rpcs = 0  # RPCs served (calls and streams; not ``stats``), for tests counting round trips
         self._streams = 0
         self._streams_stopped = 0  # streams ended before their last piece (cancelled by the client)
         self._last_active = time.time()
@@ -189,6 +194,7 @@ class WorkspaceHost(PoolCallbacks):
         """Run one whole operation as an RPC: moved once closing, counted as activity, errors as replies."""
         if self._closing:
             return self._moved()
+        self._rpcs += 1
         with self._activity():
             try:
                 return ok(await work())
@@ -220,7 +226,11 @@ class WorkspaceHost(PoolCallbacks):
             "name": self.name,
             "epoch": self.epoch,
             "node": self.node_id,
+            "host": self.host,
             "inflight": self._inflight,
+            "rpcs": self._rpcs,
+            "locks_held": len(self.workspace.locks.held()),
+            "locks_waiting": len(getattr(self.workspace.locks, "_waiting", ())),
             "streams": self._streams,
             "streams_stopped": self._streams_stopped,
             "uploads": len(self._uploads),
@@ -243,6 +253,7 @@ class WorkspaceHost(PoolCallbacks):
         if self._closing:
             yield self._moved()
             return
+        self._rpcs += 1
         self._streams += 1
         finished = False
         try:
@@ -378,6 +389,7 @@ class WorkspaceHost(PoolCallbacks):
         if self._closing:
             yield self._moved()
             return
+        self._rpcs += 1
         self._streams += 1
         try:
             with self._activity():

@@ -9,6 +9,7 @@ from ..config import Settings
 from ._errors import WorkspaceUnavailableError
 from ._init import cluster_settings, ensure_ray
 from ._naming import NAMESPACE, actor_name, check_name, workspace_file
+from ._nodes import alive_nodes
 from ._owner import OwnerActor
 from .directory import open_directory
 
@@ -33,7 +34,12 @@ def _owner_class() -> Any:
 
 
 def _scheduling(config: Settings, name: str) -> Any:
-    """Pin the owner to the node holding its file, unless the data directory is shared."""
+    """Pin the owner to the node holding its file, unless the data directory is shared.
+
+    The recorded node when it is alive; else (a new Ray session: new node ids) an alive node of the
+    recorded host, since the file is on that machine (the new owner's lease then records its node);
+    else ``WorkspaceUnavailableError``.
+    """
     if config.shared_data_dir:
         return None
     directory = open_directory(config)
@@ -46,16 +52,23 @@ def _scheduling(config: Settings, name: str) -> Any:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    alive = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}  # type: ignore[no-untyped-call]
-    if record.node not in alive:
-        # A restarted cluster has new node ids: a file that is still on this machine wakes up here.
+    alive = alive_nodes()
+    if record.node in alive:
+        return NodeAffinitySchedulingStrategy(node_id=record.node, soft=False)
+    if record.host is not None:
+        same_host = sorted(node for node, host in alive.items() if host == record.host)
+        if same_host:
+            return NodeAffinitySchedulingStrategy(node_id=same_host[0], soft=False)
+        where = f"host {record.host} (node {record.node})"
+    else:
+        # A record from before hosts were recorded: a file still on this machine wakes up here.
         if workspace_file(config, name).exists():
             here = ray.get_runtime_context().get_node_id()
             return NodeAffinitySchedulingStrategy(node_id=here, soft=False)
-        raise WorkspaceUnavailableError(
-            name, f"its file is on node {record.node}, which is not alive (set shared_data_dir if shared)"
-        )
-    return NodeAffinitySchedulingStrategy(node_id=record.node, soft=False)
+        where = f"node {record.node}"
+    raise WorkspaceUnavailableError(
+        name, f"its file is on {where}, which has no alive Ray node (set shared_data_dir if shared)"
+    )
 
 
 def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = None) -> Any:

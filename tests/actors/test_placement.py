@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import ray
+
+import computer
+from computer.actors import WorkspaceUnavailableError, open_directory
+from computer.config import Settings
 
 
-@pytest.mark.slow
-def test_owner_wakes_on_the_node_holding_its_file(tmp_path: Path) -> None:
-    script = Path(__file__).with_name("_two_nodes.py")
+def _run_script(script: str, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "data")],
+        [sys.executable, str(Path(__file__).with_name(script)), str(tmp_path / "data")],
         capture_output=True,
         text=True,
         timeout=240,
@@ -25,3 +29,66 @@ def test_owner_wakes_on_the_node_holding_its_file(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), (
         proc.stdout[-3000:] + proc.stderr[-5000:]
     )
+
+
+@pytest.mark.slow
+def test_owner_wakes_on_the_node_holding_its_file(tmp_path: Path) -> None:
+    _run_script("_two_nodes.py", tmp_path)
+
+
+@pytest.mark.slow
+def test_a_workspace_opens_again_under_a_new_local_ray(tmp_path: Path) -> None:
+    _run_script("_restart.py", tmp_path)
+
+
+async def _stop_owner(name: str) -> None:
+    """Kill the owner of ``name`` and wait until its name is free."""
+    from computer.actors import NAMESPACE, actor_name
+
+    ray.kill(ray.get_actor(actor_name(name), namespace=NAMESPACE))
+    for _ in range(200):
+        try:
+            ray.get_actor(actor_name(name), namespace=NAMESPACE)
+        except ValueError:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the killed owner keeps its name")
+
+
+async def _file_then_record(cluster: Settings, name: str, *, node: str, host: str) -> int:
+    """Write a workspace, stop its owner, and make the directory say it lives on ``node``/``host``."""
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/f", "kept")
+    await _stop_owner(name)
+    directory = open_directory(cluster)
+    try:
+        epoch = directory.acquire_lease(name, node, "earlier-owner", 30.0, host=host)
+        assert directory.release_lease(name, "earlier-owner", epoch, hibernating=True)
+    finally:
+        directory.close()
+    return epoch
+
+
+async def test_a_dead_node_id_falls_back_to_an_alive_node_of_the_same_host(
+    cluster: Settings, name: str
+) -> None:
+    from computer.actors._nodes import alive_nodes
+
+    here = str(ray.get_runtime_context().get_node_id())
+    host = alive_nodes()[here]
+    epoch = await _file_then_record(cluster, name, node="f" * 56, host=host)
+    async with computer.get_workspace(name) as ws:
+        assert await ws.fs.read_text("/f") == "kept"
+        stats = await ws.handle.stats.remote()
+    assert (stats["node"], stats["host"], stats["epoch"]) == (here, host, epoch + 1)
+    directory = open_directory(cluster)
+    record = directory.get(name)
+    directory.close()
+    assert record is not None and (record.node, record.host) == (here, host)
+
+
+async def test_a_file_on_a_host_without_alive_nodes_is_unavailable(cluster: Settings, name: str) -> None:
+    # The file exists on this machine's path, but the directory says the workspace lives elsewhere.
+    await _file_then_record(cluster, name, node="f" * 56, host="elsewhere/198.51.100.7")
+    with pytest.raises(WorkspaceUnavailableError, match="elsewhere"):
+        computer.workspace_actor(name)

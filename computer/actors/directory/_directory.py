@@ -23,8 +23,10 @@ class Directory(Protocol):
         """The record of ``name``, or None when the name was never owned."""
         ...
 
-    def acquire_lease(self, name: str, node: str, owner_id: str, ttl: float) -> int:
-        """Take the lease for ``owner_id`` on ``node``; return its epoch.
+    def acquire_lease(
+        self, name: str, node: str, owner_id: str, ttl: float, *, host: str | None = None
+    ) -> int:
+        """Take the lease for ``owner_id`` on ``node`` (of machine ``host``); return its epoch.
 
         The epoch is strictly greater than every earlier one, unless ``owner_id`` already holds a live
         lease (then the lease is extended and its epoch returned unchanged). The state becomes active.

@@ -8,6 +8,7 @@ from typing import Literal
 
 __all__ = ["WorkspaceRecord", "WorkspaceState"]
 
+# ``node`` is the Ray node id of the last owner, ``host`` the machine it ran on.
 # active: an owner holds (or held, until its lease ran out) the lease; hibernating: the owner went
 # idle and exited, the file waits on ``node``; closed: the owner released the lease on purpose.
 WorkspaceState = Literal["active", "hibernating", "closed"]
@@ -27,6 +28,9 @@ class WorkspaceRecord:
     # The latest epoch whose owner gave the lease up itself (hibernation or close): a call that failed
     # because that owner was gone was never executed, so a client may safely retry it.
     released_epoch: int = 0
+    # Stable identity of the machine holding the file (``<hostname>/<ip>``): node ids change with every
+    # Ray session, the machine does not. None in records written before hosts were recorded.
+    host: str | None = None
 
     def lease_live(self, now: float | None = None) -> bool:
         """Whether an owner holds an unexpired lease."""
@@ -41,6 +45,7 @@ class WorkspaceRecord:
             "last_active": self.last_active,
             "state": self.state,
             "released_epoch": self.released_epoch,
+            "host": self.host,
         }
 
     @classmethod
@@ -57,6 +62,7 @@ class WorkspaceRecord:
             last_active=float(data["last_active"]),  # type: ignore[arg-type]
             state=state,  # type: ignore[arg-type]
             released_epoch=int(data.get("released_epoch") or 0),  # type: ignore[call-overload]
+            host=_opt_str(data.get("host")),
         )
 
 

@@ -50,7 +50,9 @@ class RedisDirectory:
         result: Any = self._redis.transaction(txn, key, value_from_callable=True)  # type: ignore[arg-type]
         return result  # type: ignore[no-any-return]
 
-    def acquire_lease(self, name: str, node: str, owner_id: str, ttl: float) -> int:
+    def acquire_lease(
+        self, name: str, node: str, owner_id: str, ttl: float, *, host: str | None = None
+    ) -> int:
         def change(old: WorkspaceRecord | None) -> tuple[WorkspaceRecord, int]:
             now = time.time()
             if old is None:
@@ -60,7 +62,7 @@ class RedisDirectory:
             else:
                 epoch = old.epoch + 1
             released = 0 if old is None else old.released_epoch
-            new = WorkspaceRecord(name, node, owner_id, epoch, now + ttl, now, "active", released)
+            new = WorkspaceRecord(name, node, owner_id, epoch, now + ttl, now, "active", released, host)
             return new, epoch
 
         return self._update(name, change)
@@ -73,7 +75,15 @@ class RedisDirectory:
                 return None, False
             active = max(old.last_active, last_active or 0.0)
             new = WorkspaceRecord(
-                name, old.node, owner_id, epoch, time.time() + ttl, active, "active", old.released_epoch
+                name,
+                old.node,
+                owner_id,
+                epoch,
+                time.time() + ttl,
+                active,
+                "active",
+                old.released_epoch,
+                old.host,
             )
             return new, True
 
@@ -84,7 +94,9 @@ class RedisDirectory:
             if old is None or old.owner != owner_id or old.epoch != epoch or old.state != "active":
                 return None, False
             state: WorkspaceState = "hibernating" if hibernating else "closed"
-            new = WorkspaceRecord(name, old.node, owner_id, epoch, 0.0, old.last_active, state, epoch)
+            new = WorkspaceRecord(
+                name, old.node, owner_id, epoch, 0.0, old.last_active, state, epoch, old.host
+            )
             return new, True
 
         return self._update(name, change)

@@ -20,11 +20,12 @@ CREATE TABLE IF NOT EXISTS workspaces (
     lease_expires REAL NOT NULL,
     last_active REAL NOT NULL,
     state TEXT NOT NULL,
-    released_epoch INTEGER NOT NULL DEFAULT 0
+    released_epoch INTEGER NOT NULL DEFAULT 0,
+    host TEXT
 ) WITHOUT ROWID
 """
 
-_COLUMNS = "name, node, owner, epoch, lease_expires, last_active, state, released_epoch"
+_COLUMNS = "name, node, owner, epoch, lease_expires, last_active, state, released_epoch, host"
 
 
 class SqliteDirectory:
@@ -41,6 +42,7 @@ class SqliteDirectory:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
+        _add_host_column(self._db)
         self._lock = threading.Lock()
         self._closed = False
 
@@ -49,7 +51,9 @@ class SqliteDirectory:
             row = self._db.execute(f"SELECT {_COLUMNS} FROM workspaces WHERE name = ?", (name,)).fetchone()
         return None if row is None else _record(row)
 
-    def acquire_lease(self, name: str, node: str, owner_id: str, ttl: float) -> int:
+    def acquire_lease(
+        self, name: str, node: str, owner_id: str, ttl: float, *, host: str | None = None
+    ) -> int:
         now = time.time()
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
@@ -66,8 +70,8 @@ class SqliteDirectory:
                 else:
                     epoch = int(row[1]) + 1
                 self._db.execute(
-                    f"INSERT OR REPLACE INTO workspaces ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, 'active', ?)",
-                    (name, node, owner_id, epoch, now + ttl, now, released),
+                    f"INSERT OR REPLACE INTO workspaces ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, 'active', ?, ?)",
+                    (name, node, owner_id, epoch, now + ttl, now, released, host),
                 )
                 self._db.execute("COMMIT")
             except BaseException:
@@ -114,7 +118,7 @@ class SqliteDirectory:
 
 
 def _record(row: tuple[object, ...]) -> WorkspaceRecord:
-    name, node, owner, epoch, lease_expires, last_active, state, released_epoch = row
+    name, node, owner, epoch, lease_expires, last_active, state, released_epoch, host = row
     return WorkspaceRecord.from_wire(
         str(name),
         {
@@ -125,5 +129,18 @@ def _record(row: tuple[object, ...]) -> WorkspaceRecord:
             "last_active": last_active,
             "state": state,
             "released_epoch": released_epoch,
+            "host": host,
         },
     )
+
+
+def _add_host_column(db: sqlite3.Connection) -> None:
+    """Directories written before hosts were recorded lack the ``host`` column: add it once."""
+    columns = {str(row[1]) for row in db.execute("PRAGMA table_info(workspaces)")}
+    if "host" in columns:
+        return
+    try:
+        db.execute("ALTER TABLE workspaces ADD COLUMN host TEXT")
+    except sqlite3.OperationalError as exc:
+        if "duplicate column" not in str(exc):  # another process added it first
+            raise
