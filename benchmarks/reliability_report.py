@@ -282,7 +282,8 @@ FINDINGS = """## Bugs these suites found (fixed)
   first take a path lock, an idempotent call that re-resolves the owner, so the mutation itself goes to
   the new owner. The raw `fs.write_file` does see it (42-54 retryable errors per three-kill burst in our runs).
 - The soak's p99 is dominated by exec: two shell and two python pool workers serve every agent, so runs
-  queue; file tools stay in the low hundreds of ms at p99 even with 50 agents on 2 loaded cores.
+  queue. File tools keep a p50 of tens of ms; their p99 (see the table) runs from a few hundred ms to
+  a few seconds on 2 shared cores, far below exec's.
 - Inside the sandbox, links the program creates are not pulled back (reported in `skipped`), and
   `/proc/1/cmdline` shows the bwrap command line (host paths of the run's mirror).
 """
