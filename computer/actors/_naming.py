@@ -1,18 +1,26 @@
-"""Workspace names: validation, the owner actor's Ray name and namespace, the file path."""
+"""Workspace names: validation, the owner actor's Ray name and namespace, the file path.
+
+An owner's Ray name is scoped by its data directory (``computer:ws:<8 hex of the data dir>:<name>``):
+two drivers with different data directories on one cluster get different owners (each with its own
+file and settings) for the same workspace name.
+"""
 
 from __future__ import annotations
 
 import errno
+import hashlib
 from pathlib import Path
 
 from ..config import Settings
 from ..storage.errors import fs_error
 
-__all__ = ["NAMESPACE", "actor_name", "check_name", "workspace_file"]
+__all__ = ["NAMESPACE", "OWNER_PREFIX", "actor_name", "check_name", "data_dir_key", "workspace_file"]
 
 # Every owner actor lives in this one Ray namespace, whatever namespace the caller's job uses, so a
 # name resolves to the same owner from every driver, task and actor of the cluster.
 NAMESPACE = "computer"
+# Every owner actor's Ray name starts with this.
+OWNER_PREFIX = "computer:ws:"
 
 _MAX_NAME_BYTES = 200  # leaves room for the ".sqlite" suffix and SQLite's "-wal"/"-shm" files
 
@@ -28,9 +36,24 @@ def check_name(name: str) -> str:
     return name
 
 
-def actor_name(name: str) -> str:
-    """The Ray actor name of the owner of workspace ``name``."""
-    return f"computer:ws:{check_name(name)}"
+def data_dir_key(data_dir: str | Path) -> str:
+    """8 hex digits naming a data directory (of its resolved path) in owner actor names."""
+    resolved = str(Path(data_dir).expanduser().resolve())
+    return hashlib.sha256(resolved.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+
+
+def actor_name(name: str, config: Settings | None = None) -> str:
+    """The Ray actor name of the owner of workspace ``name`` in ``config``'s data directory.
+
+    ``config`` defaults to this process's settings if it called ``computer.init``, else the ones the
+    cluster's last ``init`` published.
+    """
+    check_name(name)
+    if config is None:
+        from ._init import cluster_settings
+
+        config = cluster_settings()
+    return f"{OWNER_PREFIX}{data_dir_key(config.data_dir)}:{name}"
 
 
 def workspace_file(config: Settings, name: str) -> Path:

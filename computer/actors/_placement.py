@@ -82,15 +82,15 @@ def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = Non
 
     check_name(name)
     ensure_ray()
-    ray_name = actor_name(name)
-    try:
-        return ray.get_actor(ray_name, namespace=NAMESPACE)
-    except ValueError:
-        pass
     if isinstance(config, dict):
         config = Settings(**config)
     elif config is None:
         config = cluster_settings()
+    ray_name = actor_name(name, config)  # scoped by the data directory
+    try:
+        return ray.get_actor(ray_name, namespace=NAMESPACE)
+    except ValueError:
+        pass
     deadline = time.monotonic() + 30.0
     while True:
         options: dict[str, Any] = {

@@ -15,7 +15,7 @@ AGENT_MAX_CONCURRENCY = 1000
 
 
 def agent_actor_name(name: str) -> str:
-    """The Ray actor name of agent ``name`` (distinct from the plain owner ``computer:ws:<name>``)."""
+    """The Ray actor name of agent ``name`` (distinct from the plain owner ``computer:ws:<dir>:<name>``)."""
     return f"computer:agent:{check_name(name)}"
 
 

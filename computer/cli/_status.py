@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -28,7 +29,7 @@ def show_status(options: GlobalOptions, console: Console) -> None:
         f"hibernate after {config.hibernate_after:g} s"
     )
     _directory_summary(options, console)
-    _cluster(options, console)
+    _cluster(options, console, config.data_dir)
 
 
 def _directory_summary(options: GlobalOptions, console: Console) -> None:
@@ -40,8 +41,10 @@ def _directory_summary(options: GlobalOptions, console: Console) -> None:
     console.print(f"workspaces: {len(rows)}" + (f" ({detail})" if detail else ""))
 
 
-def _cluster(options: GlobalOptions, console: Console) -> None:
+def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
     import ray
+
+    from ..actors._naming import OWNER_PREFIX, data_dir_key
 
     address = options.address or os.environ.get("RAY_ADDRESS") or "auto"
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -67,15 +70,17 @@ def _cluster(options: GlobalOptions, console: Console) -> None:
         console.print(table)
         actors = ray.util.list_named_actors(all_namespaces=True)
         pools: Counter[str] = Counter()
-        owners = 0
+        owners = ours = 0
+        here = f"{OWNER_PREFIX}{data_dir_key(data_dir)}:"  # owners are named per data directory
         for actor in actors:
             name = str(actor.get("name", "")) if isinstance(actor, dict) else str(actor)
             if name.startswith("computer:pool:"):
                 pools[name.split(":")[2]] += 1
-            elif name.startswith("computer:ws:"):
+            elif name.startswith(OWNER_PREFIX):
                 owners += 1
+                ours += name.startswith(here)
         pool_text = ", ".join(f"{backend} {count} worker(s)" for backend, count in sorted(pools.items()))
         console.print(f"exec pools: {pool_text or 'none started yet (they start with the first exec)'}")
-        console.print(f"live workspace owners: {owners}")
+        console.print(f"live workspace owners: {owners} ({ours} of this data directory)")
     finally:
         ray.shutdown()

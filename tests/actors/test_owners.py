@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
+from pathlib import Path
 
 import pytest
 import ray
 
 import computer
-from computer.actors import WorkspaceUnavailableError
+from computer.actors import WorkspaceUnavailableError, actor_name
 from computer.config import Settings
 
 
@@ -128,7 +129,7 @@ class NotesActor(computer.WorkspaceHost):
 
 
 async def test_workspace_host_subclass_is_reachable_by_get_workspace(cluster: Settings, name: str) -> None:
-    host = NotesActor.remote(name)
+    host = NotesActor.remote(name)  # type: ignore[attr-defined]
     try:
         assert await host.note.remote("from the host") == 13
         async with computer.get_workspace(host) as ws:
@@ -141,12 +142,12 @@ async def test_workspace_host_subclass_is_reachable_by_get_workspace(cluster: Se
 
 
 async def test_stale_owner_cannot_write_after_a_newer_one_took_over(cluster: Settings, name: str) -> None:
-    old = NotesActor.remote(name)
+    old = NotesActor.remote(name)  # type: ignore[attr-defined]
     new = None
     try:
         async with computer.get_workspace(old) as stale:
             await stale.fs.write_file("/before", b"ok")
-            new = NotesActor.remote(name)  # takes the lease over with a higher epoch
+            new = NotesActor.remote(name)  # type: ignore[attr-defined]  # takes the lease over with a higher epoch
             async with computer.get_workspace(new) as current:
                 assert await current.fs.read_file("/before") == b"ok"
                 with pytest.raises(OSError) as info:
@@ -161,9 +162,33 @@ async def test_stale_owner_cannot_write_after_a_newer_one_took_over(cluster: Set
 
 
 async def test_dead_host_handle_raises_unavailable_without_recreating(cluster: Settings, name: str) -> None:
-    host = NotesActor.remote(name)
+    host = NotesActor.remote(name)  # type: ignore[attr-defined]
     async with computer.get_workspace(host) as ws:
         await ws.fs.write_file("/x", b"1")
         ray.kill(host)
         with pytest.raises(WorkspaceUnavailableError):
             await ws.fs.read_file("/x")
+
+
+async def test_two_data_directories_get_their_own_owner_for_one_name(
+    ray_session: object, tmp_path: Path, name: str
+) -> None:
+    handles = []
+    try:
+        for data_dir in ("one", "two"):
+            computer.init(data_dir=tmp_path / data_dir)
+            async with computer.get_workspace(name) as ws:
+                assert not await ws.fs.exists("/who")  # nothing leaks in from the other directory
+                await ws.fs.write_file("/who", data_dir)
+                handles.append(ws.handle)
+        assert handles[0]._actor_id != handles[1]._actor_id
+        one, two = (Settings(data_dir=tmp_path / d) for d in ("one", "two"))
+        assert actor_name(name, one) != actor_name(name, two)
+        for data_dir in ("one", "two"):
+            computer.init(data_dir=tmp_path / data_dir)
+            async with computer.get_workspace(name) as ws:
+                assert await ws.fs.read_text("/who") == data_dir
+                assert (await ws.handle.stats.remote())["epoch"] == 1
+    finally:
+        for handle in handles:
+            ray.kill(handle)
