@@ -118,88 +118,96 @@ async def in_process_medians(n: int) -> dict[str, float]:
             return {label: statistics.median(await timed(fn, n)) for label, fn in ops.items()}
 
 
+class ClientSide:
+    """A client's surface without ``run_tool``: tools over it run client-side (the path before forwarding)."""
+
+    def __init__(self, ws: Any) -> None:
+        self.id, self.fs, self.locks, self.runtime, self.assets = (
+            ws.id,
+            ws.fs,
+            ws.locks,
+            ws.runtime,
+            ws.assets,
+        )
+
+    async def close(self) -> None:
+        return None
+
+
+async def tool_rows(
+    kind: str, tools: dict[str, Any], ws: Any, n: int, base_med: float, setup_med: float
+) -> None:
+    """One line per core tool; edit and delete need a fresh file each time (the setup write is subtracted)."""
+    counter = iter(range(10**9))
+    ops: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        ("read", lambda: tools["read"].run({"path": "/workspace/notes.md"})),
+        ("ls", lambda: tools["ls"].run({"path": "/workspace"})),
+        ("find", lambda: tools["find"].run({"path": "/workspace", "pattern": "*.md"})),
+        ("grep", lambda: tools["grep"].run({"path": "/workspace", "query": "beta"})),
+        ("write", lambda: tools["write"].run({"path": "/workspace/t.txt", "content": "hello\n"})),
+    ]
+    for label, fn in ops:
+        samples = await timed(fn, n)
+        med = statistics.median(samples)
+        print(
+            f"{'tool ' + label + ' (' + kind + ')':<36}{med:>9.3f}{percentile(samples, 0.99):>9.3f}{med / base_med:>9.2f}"
+        )
+
+    async def edit_once() -> Any:
+        i = next(counter)
+        await ws.fs.write_file("/workspace/e.txt", f"v{i}\n")
+        return await tools["edit"].run(
+            {"path": "/workspace/e.txt", "edits": [{"oldText": f"v{i}", "newText": "z"}]}
+        )
+
+    async def delete_once() -> Any:
+        await ws.fs.write_file("/workspace/d.txt", b"d")
+        return await tools["delete"].run({"path": "/workspace/d.txt"})
+
+    for label, fn in (("edit", edit_once), ("delete", delete_once)):
+        samples = await timed(fn, n)
+        med = statistics.median(samples) - setup_med
+        p99 = percentile(samples, 0.99) - setup_med
+        print(
+            f"{'tool ' + label + ' (' + kind + ', -setup)':<36}{med:>9.3f}{p99:>9.3f}{med / base_med:>9.2f}"
+        )
+
+
 async def latency(n: int) -> None:
     noop = Noop.remote()  # type: ignore[attr-defined]
     base = await timed(lambda: noop.noop.remote(), n)
     base_med = statistics.median(base)
     print(f"\n== latency, {n} calls each (ms) ==")
-    print(f"{'operation':<28}{'median':>9}{'p99':>9}{'x noop':>9}")
-    print(f"{'no-op async actor call':<28}{base_med:>9.3f}{percentile(base, 0.99):>9.3f}{1.0:>9.2f}")
+    print(f"{'operation':<36}{'median':>9}{'p99':>9}{'x noop':>9}")
+    print(f"{'no-op async actor call':<36}{base_med:>9.3f}{percentile(base, 0.99):>9.3f}{1.0:>9.2f}")
     async with computer.get_workspace("bench-latency") as ws:
         await ws.fs.mkdir("/workspace", recursive=True)
         await ws.fs.write_file("/workspace/small.txt", b"x" * 100)
         await ws.fs.write_file("/workspace/notes.md", "alpha\nbeta\ngamma\n")
-        tools = create_tools(ws)
-        counter = iter(range(10**9))
-        ops: list[tuple[str, Callable[[], Awaitable[Any]]]] = [
+        setup = await timed(lambda: ws.fs.write_file("/workspace/e.txt", b"v\n"), n)
+        setup_med = statistics.median(setup)
+        local = await in_process_medians(n)
+        for label, fs_op in (
             ("fs.stat", lambda: ws.fs.stat("/workspace/small.txt")),
             ("fs.read_file (100 B)", lambda: ws.fs.read_file("/workspace/small.txt")),
             ("fs.write_file (100 B)", lambda: ws.fs.write_file("/workspace/w.txt", b"y" * 100)),
-            ("tool read", lambda: tools["read"].run({"path": "/workspace/notes.md"})),
-            ("tool ls", lambda: tools["ls"].run({"path": "/workspace"})),
-            ("tool find", lambda: tools["find"].run({"path": "/workspace", "pattern": "*.md"})),
-            ("tool grep", lambda: tools["grep"].run({"path": "/workspace", "query": "beta"})),
-            ("tool write", lambda: tools["write"].run({"path": "/workspace/t.txt", "content": "hello\n"})),
-        ]
-
-        async def edit_once() -> Any:
-            i = next(counter)
-            await ws.fs.write_file("/workspace/e.txt", f"v{i}\n")
-            return await tools["edit"].run(
-                {"path": "/workspace/e.txt", "edits": [{"oldText": f"v{i}", "newText": "z"}]}
-            )
-
-        async def delete_once() -> Any:
-            await ws.fs.write_file("/workspace/d.txt", b"d")
-            return await tools["delete"].run({"path": "/workspace/d.txt"})
-
-        local = await in_process_medians(n)
-        for label, fn in ops:
-            samples = await timed(fn, n)
+        ):
+            samples = await timed(fs_op, n)
             med = statistics.median(samples)
-            line = f"{label:<28}{med:>9.3f}{percentile(samples, 0.99):>9.3f}{med / base_med:>9.2f}"
-            if label in local:
-                # What the call costs beyond the owner's own work, in no-op round trips.
-                line += f"   in-process {local[label]:.3f} ms; beyond it {(med - local[label]) / base_med:.2f}x noop"
-            print(line)
-        # edit and delete need a fresh file each time: the setup write is measured separately.
-        setup = await timed(lambda: ws.fs.write_file("/workspace/e.txt", b"v\n"), n)
-        setup_med = statistics.median(setup)
-        for label, fn in (("tool edit", edit_once), ("tool delete", delete_once)):
-            samples = await timed(fn, n)
-            med = statistics.median(samples) - setup_med
+            # What the call costs beyond the owner's own work, in no-op round trips.
+            beyond = (med - local[label]) / base_med
             print(
-                f"{label + ' (minus setup)':<28}{med:>9.3f}{percentile(samples, 0.99) - setup_med:>9.3f}{med / base_med:>9.2f}"
+                f"{label:<36}{med:>9.3f}{percentile(samples, 0.99):>9.3f}{med / base_med:>9.2f}"
+                f"   in-process {local[label]:.3f} ms; beyond it {beyond:.2f}x noop"
             )
-        # The same tools pushed whole to the owner: one round trip each (WorkspaceClient.run_tool).
-        pushed: list[tuple[str, str, dict[str, Any]]] = [
-            ("read", "read", {"path": "/workspace/notes.md"}),
-            ("ls", "ls", {"path": "/workspace"}),
-            ("find", "find", {"path": "/workspace", "pattern": "*.md"}),
-            ("grep", "grep", {"path": "/workspace", "query": "beta"}),
-            ("write", "write", {"path": "/workspace/t.txt", "content": "hello\n"}),
-            ("delete (missing path)", "delete", {"path": "/workspace/never"}),
-        ]
-        for label, tool, args in pushed:
-            samples = await timed(lambda tool=tool, args=args: ws.run_tool(tool, args), n)
-            med = statistics.median(samples)
-            print(
-                f"{'run_tool ' + label:<28}{med:>9.3f}{percentile(samples, 0.99):>9.3f}{med / base_med:>9.2f}"
-            )
-
-        async def pushed_edit() -> Any:
-            i = next(counter)
-            await ws.fs.write_file("/workspace/e.txt", f"v{i}\n")
-            return await ws.run_tool(
-                "edit", {"path": "/workspace/e.txt", "edits": [{"oldText": f"v{i}", "newText": "z"}]}
-            )
-
-        samples = await timed(pushed_edit, n)
-        med = statistics.median(samples) - setup_med
-        print(
-            f"{'run_tool edit (minus setup)':<28}{med:>9.3f}{percentile(samples, 0.99) - setup_med:>9.3f}{med / base_med:>9.2f}"
-        )
-        assert "error" not in await tools["read"].run({"path": "/workspace/notes.md"})
+        # create_tools(client) forwards each file tool call whole to the owner (one round trip); the
+        # same tools over a surface without run_tool run client-side, one round trip per fs/lock step.
+        for kind, tools in (
+            ("forwarded", create_tools(ws)),
+            ("client-side", create_tools(ClientSide(ws))),
+        ):
+            await tool_rows(kind, tools, ws, n, base_med, setup_med)
+        assert "error" not in await create_tools(ws)["read"].run({"path": "/workspace/notes.md"})
     ray.kill(noop)
 
 

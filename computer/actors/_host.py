@@ -35,6 +35,7 @@ __all__ = ["STREAM_CHUNK", "WorkspaceHost"]
 log = logging.getLogger(__name__)
 
 STREAM_CHUNK = 512 * 1024  # largest piece of a streamed read or upload
+_TOOL_SETS = 16  # run_tool's tool sets kept per owner (one per distinct options)
 
 # The fs operations a client may run through ``call``; the read-only ones may be retried after an
 # owner restart because running them twice changes nothing.
@@ -442,11 +443,16 @@ class WorkspaceHost(PoolCallbacks):
     def _tools(self, options: dict[str, Any] | None) -> dict[str, Any]:
         from ..tools import create_tools
 
+        # Building a tool set costs ~3 ms (schemas), more than a round trip: keep one per options,
+        # the most recently used few (clients send plain dicts, ``None`` for all defaults).
         key = json.dumps(options or {}, sort_keys=True, default=repr)
-        tools = self._tool_sets.get(key)
+        tools = self._tool_sets.pop(key, None)
         if tools is None:
             owner: Any = self.workspace  # the owner object serves the same surface as a client
-            tools = self._tool_sets[key] = create_tools(owner, **(options or {}))
+            tools = create_tools(owner, **(options or {}))
+            while len(self._tool_sets) >= _TOOL_SETS:
+                del self._tool_sets[next(iter(self._tool_sets))]
+        self._tool_sets[key] = tools
         return tools
 
     # -- RPC: assets --------------------------------------------------------------------------------

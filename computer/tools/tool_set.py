@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..surface import WorkspaceSurface
+from ._forward import forward_tools, forwarded_options, tool_runner
 from ._options import EditOptions, ReadOptions, WriteOptions, coerce_options
 from ._tool import Tool
 from .delete import create_delete_tool
@@ -35,18 +36,25 @@ def create_tools(
     ``exec`` appears when the workspace has a backend (``exec={}`` leaves it out; a dict selects backends
     and may add a description to each); ``publish`` when the workspace has assets and ``assets`` is not
     False. Every store built here shares the owner's lock table, whatever process it runs in.
+
+    When ``workspace`` offers whole-call execution (``run_tool``, the ``ToolRunner`` capability of a
+    ``get_workspace`` client), read, ls, find, grep, write, edit and delete send each call whole to the
+    owner (one round trip) and give the same results; exec and publish run here.
     """
     store = WorkspaceFileStore(workspace)
+    read_options = coerce_options(ReadOptions, read)
+    write_options = coerce_options(WriteOptions, write)
+    edit_options = coerce_options(EditOptions, edit)
     tools = [
-        create_read_tool(store, options=coerce_options(ReadOptions, read)),
+        create_read_tool(store, options=read_options),
         create_list_tool(workspace),
         create_find_tool(workspace),
         create_grep_tool(workspace),
     ]
     if not readonly:
         tools += [
-            create_write_tool(store, options=coerce_options(WriteOptions, write)),
-            create_edit_tool(store, options=coerce_options(EditOptions, edit)),
+            create_write_tool(store, options=write_options),
+            create_edit_tool(store, options=edit_options),
             create_delete_tool(store),
         ]
         # A non-empty selection always builds the tool, so an unknown backend id is a clear error
@@ -59,4 +67,8 @@ def create_tools(
             from .publish import create_publish_tool
 
             tools.append(create_publish_tool(workspace))
+    runner = tool_runner(workspace)
+    if runner is not None:
+        forwarded = forwarded_options(read_options, write_options, edit_options)
+        forward_tools(tools, runner, forwarded, write_options.max_bytes)
     return {tool.name: tool for tool in tools}
