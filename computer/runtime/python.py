@@ -32,19 +32,6 @@ __all__ = ["PythonBackend"]
 _GUEST = Path(__file__).with_name("_pyguest.py")
 _GUEST_DIR = "/opt/computer"
 _CHANNEL_FD = 3
-_FS_OPS = (
-    "read_file",
-    "read_text",
-    "write_file",
-    "mkdir",
-    "rm",
-    "readdir",
-    "stat",
-    "exists",
-    "find",
-    "grep",
-    "ls",
-)
 
 
 class PythonBackend:
