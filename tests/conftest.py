@@ -11,8 +11,10 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -90,3 +92,28 @@ def redis_url(session_dir: Path) -> Iterator[str]:
     yield f"redis://127.0.0.1:{port}/0"
     proc.terminate()
     proc.wait(timeout=10)
+
+
+@pytest.fixture
+def cluster(ray_session: Any, tmp_path: Path) -> Iterator[Any]:
+    """``computer.init`` over the shared Ray session with a fresh data directory (pools: 2 shell, 2 python)."""
+    import computer
+
+    yield computer.init(data_dir=tmp_path / "data", shell_pool_size=2, python_pool_size=2)
+
+
+@pytest.fixture
+def name(request: pytest.FixtureRequest, ray_session: Any) -> Iterator[str]:
+    """A workspace name no other test uses (prefixed by the test's folder); its owners are stopped after.
+
+    ``<name>-other`` is stopped too, for tests that need a second workspace.
+    """
+    from computer.actors import NAMESPACE, actor_name
+
+    workspace = f"{request.path.parent.name}-{uuid.uuid4().hex[:12]}"
+    yield workspace
+    for each in (workspace, f"{workspace}-other"):
+        try:
+            ray_session.kill(ray_session.get_actor(actor_name(each), namespace=NAMESPACE))
+        except ValueError:
+            pass  # never created, or already gone

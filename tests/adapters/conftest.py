@@ -133,14 +133,6 @@ def json_of(parts: list[dict[str, Any]]) -> Any:
 
 
 @pytest.fixture
-def cluster(ray_session: Any, tmp_path: Any) -> Any:
-    """``computer.init`` over the shared Ray session with a fresh data directory."""
-    import computer
-
-    return computer.init(data_dir=tmp_path / "data")
-
-
-@pytest.fixture
 def workspace_name(ray_session: Any) -> Any:
     """A fresh workspace name; its owner actor is stopped after the test."""
     import uuid

@@ -5,14 +5,12 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 import ray
 from ray import cloudpickle
 
-import computer
 from computer.actors import NAMESPACE
 from computer.agent import agent_actor_name, spawn
 from computer.config import Settings
@@ -22,11 +20,6 @@ from . import _agents, _scripted
 # Ray workers cannot import the test package: ship the test agents and the scripted model by value.
 cloudpickle.register_pickle_by_value(_agents)  # type: ignore[no-untyped-call]
 cloudpickle.register_pickle_by_value(_scripted)  # type: ignore[no-untyped-call]
-
-
-@pytest.fixture
-def cluster(ray_session: Any, tmp_path: Path) -> Iterator[Settings]:
-    yield computer.init(data_dir=tmp_path / "data")
 
 
 class Agents:
