@@ -85,7 +85,7 @@ def redis_url(session_dir: Path) -> Iterator[str]:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 break
         except OSError:
-            time.sleep(0.05)
+            time.sleep(0.05)  # a process starting: nothing to await; bounded by the deadline
     else:
         proc.kill()
         pytest.fail("redis-server did not start within 10 s")
