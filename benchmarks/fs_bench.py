@@ -211,11 +211,10 @@ class RawSqlite:
 # ---------------------------------------------------------------------------- the engine
 
 
-class Embedded:
-    def __init__(self, path: Path) -> None:
-        for suffix in ("", "-wal", "-shm"):
-            Path(str(path) + suffix).unlink(missing_ok=True)
-        self.fs = FileSystem.open(str(path))
+class _SmallFileScenarios:
+    """The small-file scenarios, written once for every async store with the fs surface's calls."""
+
+    fs: Any
 
     async def create(self, n: int, tag: str) -> None:
         await self.fs.mkdir(f"/small{tag}")
@@ -228,7 +227,10 @@ class Embedded:
 
     async def rm(self, n: int, tag: str) -> None:
         for i in range(n):
-            await self.fs.rm(f"/small{tag}/f{i}.txt")
+            await self._remove(f"/small{tag}/f{i}.txt")
+
+    async def _remove(self, path: str) -> None:
+        await self.fs.rm(path)
 
     async def mkdir_tree(self, tag: str) -> None:
         await self.fs.mkdir(f"/tree{tag}")
@@ -239,11 +241,18 @@ class Embedded:
                 for c in range(10):
                     await self.fs.mkdir(f"/tree{tag}/{a}/{b}/{c}")
 
+
+class Embedded(_SmallFileScenarios):
+    def __init__(self, path: Path) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            Path(str(path) + suffix).unlink(missing_ok=True)
+        self.fs = FileSystem.open(str(path))
+
     async def walk(self) -> int:
         return len(await self.fs.find("/tree0"))
 
 
-class AgentFs:
+class AgentFs(_SmallFileScenarios):
     """``agentfs-sdk`` (Turso's AgentFS), when installed."""
 
     def __init__(self, a: Any) -> None:
@@ -259,27 +268,8 @@ class AgentFs:
         _remove_db(path)
         return cls(await AgentFS.open(AgentFSOptions(path=str(path))))
 
-    async def create(self, n: int, tag: str) -> None:
-        await self.fs.mkdir(f"/small{tag}")
-        for i in range(n):
-            await self.fs.write_file(f"/small{tag}/f{i}.txt", b"hello world %d\n" % i)
-
-    async def stat(self, n: int, tag: str) -> None:
-        for i in range(n):
-            await self.fs.stat(f"/small{tag}/f{i}.txt")
-
-    async def rm(self, n: int, tag: str) -> None:
-        for i in range(n):
-            await self.fs.unlink(f"/small{tag}/f{i}.txt")
-
-    async def mkdir_tree(self, tag: str) -> None:
-        await self.fs.mkdir(f"/tree{tag}")
-        for a in range(10):
-            await self.fs.mkdir(f"/tree{tag}/{a}")
-            for b in range(10):
-                await self.fs.mkdir(f"/tree{tag}/{a}/{b}")
-                for c in range(10):
-                    await self.fs.mkdir(f"/tree{tag}/{a}/{b}/{c}")
+    async def _remove(self, path: str) -> None:
+        await self.fs.unlink(path)
 
 
 # ---------------------------------------------------------------------------- data
