@@ -1,6 +1,6 @@
 """Benchmark of the embedded storage engine against plain files and a raw SQLite floor.
 
-Run: ``.venv/bin/python benchmarks/fs_bench.py [--quick] [--no-agentfs]``
+Run: ``.venv/bin/python benchmarks/fs_bench.py [--quick] [--no-agentfs] [--only read,rm,...]``
 
 Columns, all measured in this run on this machine:
 - ``embedded``: ``computer.storage.FileSystem`` on a SQLite file on disk (WAL, synchronous=NORMAL);
@@ -39,6 +39,30 @@ from computer.storage import FileSystem  # noqa: E402 (after the sys.path tweak)
 MiB = 1024 * 1024
 N_SMALL = 1000
 BIG = 64 * MiB
+
+SCENARIOS = (
+    "create",
+    "stat",
+    "rm",
+    "mkdir",
+    "find",
+    "write",
+    "read",
+    "stream",
+    "copy",
+    "overwrite",
+    "grep",
+    "rss",
+)
+NEEDS = {
+    "stat": "create",
+    "rm": "create",
+    "find": "mkdir",
+    "read": "write",
+    "stream": "write",
+    "copy": "write",
+}
+NEEDS["overwrite"] = "write"
 
 
 def _remove_db(path: Path) -> None:
@@ -379,7 +403,24 @@ async def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller big-file and grep sizes")
     parser.add_argument("--no-agentfs", action="store_true")
+    parser.add_argument(
+        "--only",
+        default="",
+        help=f"comma-separated scenarios to run (of {','.join(SCENARIOS)}); "
+        "the ones they build on run too (create for stat/rm, mkdir for find, write for the 64 MiB reads)",
+    )
     args = parser.parse_args()
+    only = {s.strip() for s in args.only.split(",") if s.strip()}
+    unknown = only - set(SCENARIOS)
+    if unknown:
+        parser.error(f"unknown scenarios {sorted(unknown)}; choose from {','.join(SCENARIOS)}")
+    for scenario, needs in NEEDS.items():
+        if scenario in only:
+            only.add(needs)
+
+    def on(scenario: str) -> bool:
+        return not only or scenario in only
+
     big = 16 * MiB if args.quick else BIG
     work = Path(tempfile.mkdtemp(prefix="fsbench-"))
     shm = Path(tempfile.mkdtemp(prefix="fsbench-", dir="/dev/shm"))
@@ -426,6 +467,8 @@ async def main() -> None:
 
         rounds = 3
         for fn, target in (("create", 5), ("stat", 6), ("rm", 6)):
+            if not on(fn):
+                continue
             label = f"create {N_SMALL} small files" if fn == "create" else f"{fn} {N_SMALL}"
             report.add(
                 label, await best(small_columns(fn, N_SMALL), rounds), f"per {N_SMALL}", "tmpfs", target
@@ -439,128 +482,148 @@ async def main() -> None:
         }
         if agent is not None:
             tree_cols["agentfs"] = agent.mkdir_tree
-        report.add("mkdir tree 10x10x10", await best(tree_cols, rounds), "per 1110", "tmpfs", 8)
 
-        assert await emb.walk() == tmpfs.walk() == 1110
-        walk_cols: dict[str, Callable[[str], Any]] = {
-            "embedded": lambda _: emb.walk(),
-            "tmpfs": lambda _: tmpfs.walk(),
-            "disk": lambda _: disk.walk(),
-        }
-        report.add("find over the tree", await best(walk_cols, rounds), "per 1110", "tmpfs", 1)
+        async def find_scenario() -> None:
+            assert await emb.walk() == tmpfs.walk() == 1110
+            walk_cols: dict[str, Callable[[str], Any]] = {
+                "embedded": lambda _: emb.walk(),
+                "tmpfs": lambda _: tmpfs.walk(),
+                "disk": lambda _: disk.walk(),
+            }
+            report.add("find over the tree", await best(walk_cols, rounds), "per 1110", "tmpfs", 1)
 
-        # Fresh random content for every timed write, so no round is helped by dedup.
-        blobs = {key: os.urandom(big) for key in ("w0", "w1", "o0", "o1")}
-        label = f"{big // MiB} MiB"
-        big_rounds = 2
-        # Each round writes a new file (tags 0, 1); round 0's file is then read, copied, overwritten.
-        write_cols: dict[str, Callable[[str], Any]] = {
-            "embedded": lambda tag: emb.fs.write_file(f"/big{tag}", blobs["w" + tag]),
-            "tmpfs": lambda tag: tmpfs.write_big(blobs["w" + tag], tag),
-            "disk": lambda tag: disk.write_big(blobs["w" + tag], tag),
-            "sqlite": lambda tag: raw.write_big(blobs["w" + tag], tag),
-        }
-        report.add(f"write {label}", await best(write_cols, big_rounds), "total", "sqlite", 1.5)
+        async def big_scenarios() -> None:
+            # Fresh random content for every timed write, so no round is helped by dedup.
+            blobs = {key: os.urandom(big) for key in ("w0", "w1", "o0", "o1")}
+            label = f"{big // MiB} MiB"
+            big_rounds = 2
+            # Each round writes a new file (tags 0, 1); round 0's file is then read, copied, overwritten.
+            write_cols: dict[str, Callable[[str], Any]] = {
+                "embedded": lambda tag: emb.fs.write_file(f"/big{tag}", blobs["w" + tag]),
+                "tmpfs": lambda tag: tmpfs.write_big(blobs["w" + tag], tag),
+                "disk": lambda tag: disk.write_big(blobs["w" + tag], tag),
+                "sqlite": lambda tag: raw.write_big(blobs["w" + tag], tag),
+            }
+            report.add(f"write {label}", await best(write_cols, big_rounds), "total", "sqlite", 1.5)
 
-        got: list[bytes] = []
+            got: list[bytes] = []
 
-        async def emb_read(_: str) -> None:
-            got.append(await emb.fs.read_file("/big0"))
+            async def emb_read(_: str) -> None:
+                got.append(await emb.fs.read_file("/big0"))
 
-        read_cols: dict[str, Callable[[str], Any]] = {
-            "embedded": emb_read,
-            "tmpfs": lambda _: tmpfs.read_big("0"),
-            "disk": lambda _: disk.read_big("0"),
-            "sqlite": lambda _: raw.read_big("0"),
-        }
-        report.add(f"read {label}", await best(read_cols, big_rounds), "total", "tmpfs", 1.5)
-        assert got[0] == blobs["w0"]
-        got.clear()
+            if on("read"):
+                read_cols: dict[str, Callable[[str], Any]] = {
+                    "embedded": emb_read,
+                    "tmpfs": lambda _: tmpfs.read_big("0"),
+                    "disk": lambda _: disk.read_big("0"),
+                    "sqlite": lambda _: raw.read_big("0"),
+                }
+                report.add(f"read {label}", await best(read_cols, big_rounds), "total", "tmpfs", 1.5)
+                assert got[0] == blobs["w0"]
+                got.clear()
 
-        async def stream_all(_: str) -> None:
-            n = 0
-            async for piece in emb.fs.stream("/big0"):
-                n += len(piece)
-            assert n == big
+            async def stream_all(_: str) -> None:
+                n = 0
+                async for piece in emb.fs.stream("/big0"):
+                    n += len(piece)
+                assert n == big
 
-        stream_cols: dict[str, Callable[[str], Any]] = {
-            "embedded": stream_all,
-            "tmpfs": lambda _: tmpfs.read_big("0"),
-        }
-        report.add(f"stream {label}", await best(stream_cols, big_rounds), "total", "tmpfs", 1.5)
+            if on("stream"):
+                stream_cols: dict[str, Callable[[str], Any]] = {
+                    "embedded": stream_all,
+                    "tmpfs": lambda _: tmpfs.read_big("0"),
+                }
+                report.add(f"stream {label}", await best(stream_cols, big_rounds), "total", "tmpfs", 1.5)
 
-        copy_cols: dict[str, Callable[[str], Any]] = {
-            "embedded": lambda tag: emb.fs.copy("/big0", f"/big.copy{tag}"),
-            "tmpfs": lambda tag: tmpfs.copy_big(tag),
-            "disk": lambda tag: disk.copy_big(tag),
-        }
-        report.add(f"copy {label}", await best(copy_cols, big_rounds), "total", "tmpfs", 0.5)
+            if on("copy"):
+                copy_cols: dict[str, Callable[[str], Any]] = {
+                    "embedded": lambda tag: emb.fs.copy("/big0", f"/big.copy{tag}"),
+                    "tmpfs": lambda tag: tmpfs.copy_big(tag),
+                    "disk": lambda tag: disk.copy_big(tag),
+                }
+                report.add(f"copy {label}", await best(copy_cols, big_rounds), "total", "tmpfs", 0.5)
 
-        def other(tag: str) -> bytes:
-            return blobs["o" + tag]
+            def other(tag: str) -> bytes:
+                return blobs["o" + tag]
 
-        over_cols: dict[str, Callable[[str], Any]] = {
-            "embedded": lambda tag: emb.fs.write_file("/big1", other(tag)),
-            "tmpfs": lambda tag: tmpfs.write_big(other(tag), "1"),
-            "disk": lambda tag: disk.write_big(other(tag), "1"),
-            "sqlite": lambda tag: raw.write_big(other(tag), "1"),
-        }
-        report.add(f"overwrite {label}", await best(over_cols, big_rounds), "total", "sqlite", 1.5)
+            if on("overwrite"):
+                over_cols: dict[str, Callable[[str], Any]] = {
+                    "embedded": lambda tag: emb.fs.write_file("/big1", other(tag)),
+                    "tmpfs": lambda tag: tmpfs.write_big(other(tag), "1"),
+                    "disk": lambda tag: disk.write_big(other(tag), "1"),
+                    "sqlite": lambda tag: raw.write_big(other(tag), "1"),
+                }
+                report.add(f"overwrite {label}", await best(over_cols, big_rounds), "total", "sqlite", 1.5)
 
-        if agent is not None:
-            t_write = await _timed(lambda: agent.fs.write_file("/big", blobs["w0"]))
-            t_read = await _timed(lambda: agent.fs.read_file("/big", encoding=None))
-            print(f"{'agentfs ' + label:<28} write={t_write * 1e3:8.1f} ms  read={t_read * 1e3:8.1f} ms\n")
-        blobs.clear()
+            if agent is not None:
+                t_write = await _timed(lambda: agent.fs.write_file("/big", blobs["w0"]))
+                t_read = await _timed(lambda: agent.fs.read_file("/big", encoding=None))
+                print(
+                    f"{'agentfs ' + label:<28} write={t_write * 1e3:8.1f} ms  read={t_read * 1e3:8.1f} ms\n"
+                )
+            blobs.clear()
 
-        needle = b"NEEDLE_LITERAL_42"
-        files, size = (500, 10_000) if args.quick else (2000, 10_000)
-        tree = grep_tree(files, size, needle)
-        total = sum(len(v) for v in tree.values())
-        tmpfs.grep_tree(tree)
-        await emb.fs.mkdir("/g")
-        for rel, content in tree.items():
-            parent = "/g/" + rel.rsplit("/", 1)[0]
-            await emb.fs.mkdir(parent, recursive=True)
-            await emb.fs.write_file("/g/" + rel, content)
-        expected = tmpfs.grep(needle)
-        hits = await emb.fs.grep(needle.decode(), "/g")
-        assert len(hits) == expected, (len(hits), expected)
+        async def grep_scenario() -> None:
+            needle = b"NEEDLE_LITERAL_42"
+            files, size = (500, 10_000) if args.quick else (2000, 10_000)
+            tree = grep_tree(files, size, needle)
+            total = sum(len(v) for v in tree.values())
+            tmpfs.grep_tree(tree)
+            await emb.fs.mkdir("/g")
+            for rel, content in tree.items():
+                parent = "/g/" + rel.rsplit("/", 1)[0]
+                await emb.fs.mkdir(parent, recursive=True)
+                await emb.fs.write_file("/g/" + rel, content)
+            expected = tmpfs.grep(needle)
+            hits = await emb.fs.grep(needle.decode(), "/g")
+            assert len(hits) == expected, (len(hits), expected)
 
-        def grep_r() -> None:
-            subprocess.run(
-                ["grep", "-rn", "--", needle.decode(), str(shm / "plain" / "g")],
-                stdout=subprocess.DEVNULL,
-                check=True,
+            def grep_r() -> None:
+                subprocess.run(
+                    ["grep", "-rn", "--", needle.decode(), str(shm / "plain" / "g")],
+                    stdout=subprocess.DEVNULL,
+                    check=True,
+                )
+
+            grep_r()  # warm the page cache
+            grep_cols: dict[str, Callable[[str], Any]] = {
+                "embedded": lambda _: emb.fs.grep(needle.decode(), "/g"),
+                "grep -r": lambda _: grep_r(),
+                "tmpfs": lambda _: tmpfs.grep(needle),
+            }
+            measured = await best(grep_cols, rounds)
+            report.add(f"grep {files} files {total / 1e6:.0f} MB", measured, "total", "grep -r", 3)
+            print(f"{'':<28} ({expected} matching lines)\n")
+
+        async def rss_scenario() -> None:
+            rss_total = (64 if args.quick else 256) * MiB
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-c",
+                RSS_CHILD,
+                str(work / "rss.sqlite"),
+                str(rss_total),
+                stdout=asyncio.subprocess.PIPE,
+                cwd=ROOT,
+            )
+            out, _ = await proc.communicate()
+            growth = int(out.decode().strip())
+            verdict = "OK" if growth < 32 * MiB else "MISS"
+            print(
+                f"{'stream write+read ' + str(rss_total // MiB) + ' MiB':<28} "
+                f"peak RSS growth = {growth / MiB:.1f} MiB  target < 32 MiB  {verdict}"
             )
 
-        grep_r()  # warm the page cache
-        grep_cols: dict[str, Callable[[str], Any]] = {
-            "embedded": lambda _: emb.fs.grep(needle.decode(), "/g"),
-            "grep -r": lambda _: grep_r(),
-            "tmpfs": lambda _: tmpfs.grep(needle),
-        }
-        measured = await best(grep_cols, rounds)
-        report.add(f"grep {files} files {total / 1e6:.0f} MB", measured, "total", "grep -r", 3)
-        print(f"{'':<28} ({expected} matching lines)\n")
-
-        rss_total = (64 if args.quick else 256) * MiB
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-c",
-            RSS_CHILD,
-            str(work / "rss.sqlite"),
-            str(rss_total),
-            stdout=asyncio.subprocess.PIPE,
-            cwd=ROOT,
-        )
-        out, _ = await proc.communicate()
-        growth = int(out.decode().strip())
-        verdict = "OK" if growth < 32 * MiB else "MISS"
-        print(
-            f"{'stream write+read ' + str(rss_total // MiB) + ' MiB':<28} "
-            f"peak RSS growth = {growth / MiB:.1f} MiB  target < 32 MiB  {verdict}"
-        )
+        if on("mkdir"):
+            report.add("mkdir tree 10x10x10", await best(tree_cols, rounds), "per 1110", "tmpfs", 8)
+        if on("find"):
+            await find_scenario()
+        if on("write"):
+            await big_scenarios()
+        if on("grep"):
+            await grep_scenario()
+        if on("rss"):
+            await rss_scenario()
         stats = emb.fs.stats()
         print(f"\nembedded store: {stats}")
         emb.fs.close()
