@@ -15,10 +15,13 @@ from ._chunks import Buffer, chunk_hash, decode_chunk, encode_chunk
 from ._db import Database
 from ._schema import INLINE_MAX
 
-__all__ = ["LAZY_BATCH", "ChunkStore"]
+__all__ = ["LAZY_BATCH", "MAP_MIN", "ChunkStore"]
 
 # Small unreferenced chunks are deleted in batches of this many (or when stats/close ask).
 LAZY_BATCH = 256
+
+# A read of at least this many bytes memory-maps the file while it runs (see ``Database.mapped``).
+MAP_MIN = 128 * 1024
 
 
 class ChunkStore:
@@ -155,17 +158,33 @@ class ChunkStore:
         )
         self._db.executemany("DELETE FROM chunks WHERE id = ? AND refs <= 0", ids)
 
-    def read(self, cid: int) -> bytes:
-        """The bytes of one chunk."""
-        row = self._db.one(
-            "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM chunks c "
-            "LEFT JOIN chunk_data d ON d.id = c.id WHERE c.id = ?",
-            (cid,),
-        )
+    def read(self, cid: int, lo: int = 0, hi: int | None = None) -> bytes:
+        """Bytes ``[lo, hi)`` of one chunk (``hi=None``: to its end)."""
+        row = self._db.one("SELECT data, compressed, size FROM chunks WHERE id = ?", (cid,))
         if row is None:
             raise LookupError(cid)
+        size = int(row[2])
+        end = size if hi is None else min(hi, size)
+        if end - lo >= MAP_MIN:
+            with self._db.mapped():
+                piece = self.piece(cid, row[0], row[1], size, lo, end)
+        else:
+            piece = self.piece(cid, row[0], row[1], size, lo, end)
+        return piece if isinstance(piece, bytes) else bytes(piece)
+
+    def piece(self, cid: int, inline: bytes | None, compressed: int, size: int, lo: int, hi: int) -> Buffer:
+        """Bytes ``[lo, hi)`` of chunk ``cid`` whose row holds ``inline``, ``compressed``, ``size``.
+
+        An uncompressed external chunk is read straight from SQLite, only the range; otherwise the whole
+        chunk is decoded and a view of the range returned (no copy).
+        """
         self.reads += 1
-        return decode_chunk(row[0], row[1], row[2])
+        if inline is None:
+            if not compressed:
+                return self._db.blob(cid, lo, hi)
+            inline = self._db.blob(cid)
+        data = decode_chunk(inline, compressed, size)
+        return data if lo == 0 and hi == size else memoryview(data)[lo:hi]
 
     def count_read(self, n: int = 1) -> None:
         self.reads += n

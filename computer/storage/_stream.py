@@ -51,16 +51,13 @@ class ChunkStream:
         while self._pos < len(self._chunks):
             index, cid = self._chunks[self._pos]
             self._pos += 1
+            start = index * CHUNK_SIZE
             try:
-                data = self._store.read(cid)
+                # Only the requested range of the chunk is read (and copied).
+                data = self._store.read(cid, max(self._offset - start, 0), self._end - start)
             except BaseException:
                 self._release()
                 raise
-            start = index * CHUNK_SIZE
-            lo = max(self._offset - start, 0)
-            hi = min(self._end - start, len(data))
-            if lo > 0 or hi < len(data):
-                data = data[lo:hi]
             if data:
                 return data
         self._release()

@@ -51,6 +51,29 @@ async def test_stream_reads_only_overlapping_chunks(fs: FileSystem) -> None:
     assert fs.stats()["chunk_reads"] - before == 2
 
 
+@pytest.mark.parametrize("on_disk", [False, True])
+async def test_every_range_of_mixed_chunks_reads_exactly(
+    fs: FileSystem, file_fs: FileSystem, on_disk: bool
+) -> None:
+    store = file_fs if on_disk else fs
+    # raw, lz4-compressed and short chunks: read_file copies ranges of each into one buffer
+    data = os.urandom(CHUNK_SIZE) + b"abcdefgh" * (CHUNK_SIZE // 8) + os.urandom(CHUNK_SIZE // 3)
+    await store.write_file("/f", data)
+    ranges = [(0, None), (5, 2 * CHUNK_SIZE), (CHUNK_SIZE - 3, 10), (CHUNK_SIZE + 1, CHUNK_SIZE + 100)]
+    ranges += [(2 * CHUNK_SIZE - 1, 5), (0, CHUNK_SIZE + 1), (len(data) - 1, 9), (3, CHUNK_SIZE - 6)]
+    for off, n in ranges:
+        expected = data[off : None if n is None else off + n]
+        got = await store.read_file("/f", offset=off, length=n)
+        assert type(got) is bytes
+        assert got == expected, (off, n)
+        assert b"".join([p async for p in store.stream("/f", offset=off, length=n)]) == expected
+    # a large read maps the file only while it runs and leaves no read transaction behind
+    conn = store._db.conn
+    mapped = conn.execute("PRAGMA mmap_size").fetchone()  # no row for an in-memory store
+    assert mapped is None or mapped[0] == 0
+    assert not conn.in_transaction
+
+
 @pytest.mark.parametrize(
     ("offset", "length", "expected"),
     [(1, 3, b"ell"), (4, 10, b"o"), (5, None, b""), (0, 0, b""), (0, None, b"hello"), (9, 2, b"")],
