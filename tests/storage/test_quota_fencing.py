@@ -134,3 +134,30 @@ async def test_a_second_connection_sees_changes_made_by_the_other(tmp_path: Path
     finally:
         a.close()
         b.close()
+
+
+async def test_a_write_right_after_another_connections_commit_sees_it(tmp_path: Path) -> None:
+    # write_file/rm/mkdir/symlink check for foreign commits under their write lock, not before
+    path = str(tmp_path / "ws.sqlite")
+    a, b = FileSystem.open(path), FileSystem.open(path)
+    try:
+        await a.mkdir("/d")
+        await a.write_file("/d/f", b"1")  # /d and /d/f now cached by a
+        await b.rename("/d", "/e")
+        await b.mkdir("/d")
+        await a.write_file("/d/f", b"2")
+        assert await b.read_file("/d/f") == b"2"
+        assert await b.read_file("/e/f") == b"1"
+        await b.rename("/d", "/g")
+        with pytest.raises(FileNotFoundError):
+            await a.rm("/d/f")
+        await a.rm("/d/f", force=True)
+        await a.rm("/g/f")
+        await a.mkdir("/d")
+        await a.symlink("/g", "/d/l")
+        assert [e.name for e in await b.readdir("/d")] == ["l"]
+        assert not await b.exists("/g/f")
+        assert a.rev == b.rev
+    finally:
+        a.close()
+        b.close()
