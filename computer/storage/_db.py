@@ -14,7 +14,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from ._schema import SCHEMA, SCHEMA_VERSION
+from ._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from .errors import fs_error
 
 __all__ = ["Database", "storage_failure"]
@@ -81,9 +81,28 @@ class Database:
             c.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
             c.execute("COMMIT")
         version = c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        if version is not None and int(version[0]) in MIGRATIONS:
+            self._migrate(int(version[0]))
+            version = c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if version is None or int(version[0]) != SCHEMA_VERSION:
             found = None if version is None else version[0]
             raise sqlite3.DatabaseError(f"unsupported schema version {found!r} (expected {SCHEMA_VERSION})")
+
+    def _migrate(self, version: int) -> None:
+        """Upgrade the file from ``version`` to :data:`SCHEMA_VERSION`, all in one transaction."""
+        c = self.conn
+        c.execute("BEGIN IMMEDIATE")
+        try:
+            while version in MIGRATIONS:
+                for stmt in MIGRATIONS[version].split(";"):
+                    if stmt.strip():
+                        c.execute(stmt)
+                version += 1
+            c.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (version,))
+        except BaseException:
+            c.execute("ROLLBACK")
+            raise
+        c.execute("COMMIT")
 
     def changed_elsewhere(self) -> bool:
         """True when another connection committed since the last call (SQLite's ``data_version``)."""

@@ -2,9 +2,21 @@
 
 from __future__ import annotations
 
-__all__ = ["DIR", "FILE", "INLINE_MAX", "KIND_NAMES", "ROOT_INODE", "SCHEMA", "SCHEMA_VERSION", "SYMLINK"]
+from ._chunks import CHUNK_SIZE
 
-SCHEMA_VERSION = 1
+__all__ = [
+    "DIR",
+    "FILE",
+    "INLINE_MAX",
+    "KIND_NAMES",
+    "MIGRATIONS",
+    "ROOT_INODE",
+    "SCHEMA",
+    "SCHEMA_VERSION",
+    "SYMLINK",
+]
+
+SCHEMA_VERSION = 2
 
 # Inode kinds, stored as small integers.
 FILE = 0
@@ -25,8 +37,10 @@ INLINE_MAX = 2048
 #   they are small (< INLINE_MAX stored bytes); larger bytes live in ``chunk_data``, so a reference
 #   count update (copy, overwrite, rm) never rewrites a 512 KiB blob. ``refs = 0`` rows are garbage
 #   (or staged parts of a streamed write).
-# - ``file_chunks`` maps (inode, index) to a chunk id; every chunk but the last is exactly
-#   CHUNK_SIZE bytes, so a byte range maps to an index range by arithmetic.
+# - ``inodes.chunk`` is the chunk of a file of one chunk (1 byte to CHUNK_SIZE: every small file), so
+#   creating or removing it touches no ``file_chunks`` page; it is NULL for every other inode.
+# - ``file_chunks`` maps (inode, index) to a chunk id for files of two chunks or more; every chunk but
+#   the last is exactly CHUNK_SIZE bytes, so a byte range maps to an index range by arithmetic.
 # - ``changes`` is keyed by (revision, n-th change of that revision): one b-tree, scanned by rev.
 # - ``state`` is one row: the revision, the owner epoch (fencing) and the change-log floor.
 SCHEMA = f"""
@@ -43,7 +57,8 @@ CREATE TABLE inodes (
     mode INTEGER NOT NULL,
     mtime INTEGER NOT NULL,
     size INTEGER NOT NULL,
-    target TEXT
+    target TEXT,
+    chunk INTEGER
 );
 CREATE TABLE dirents (
     parent INTEGER NOT NULL,
@@ -80,3 +95,14 @@ CREATE TABLE changes (
 INSERT INTO state (id, rev, epoch, log_floor) VALUES (1, 0, 0, 0);
 INSERT INTO inodes (id, kind, mode, mtime, size, target) VALUES ({ROOT_INODE}, {DIR}, 493, 0, 0, NULL);
 """
+
+# Upgrades of an existing file, by the version they start from (each ends at the next version).
+MIGRATIONS = {
+    # 1 -> 2: one-chunk files move their chunk from ``file_chunks`` to ``inodes.chunk``.
+    1: f"""
+ALTER TABLE inodes ADD COLUMN chunk INTEGER;
+UPDATE inodes SET chunk = (SELECT f.chunk FROM file_chunks f WHERE f.inode = inodes.id AND f.idx = 0)
+    WHERE kind = 0 AND size > 0 AND size <= {CHUNK_SIZE};
+DELETE FROM file_chunks WHERE inode IN (SELECT id FROM inodes WHERE chunk IS NOT NULL);
+""",
+}

@@ -334,6 +334,7 @@ class FileSystem:
             self._cache.pop(path, None)
 
     def _file_chunk_ids(self, ino: int) -> list[int]:
+        """The chunk ids of a file of two chunks or more (one chunk lives in ``inodes.chunk``)."""
         return [
             r[0]
             for r in self._db.execute("SELECT chunk FROM file_chunks WHERE inode = ? ORDER BY idx", (ino,))
@@ -341,10 +342,12 @@ class FileSystem:
 
     # ------------------------------------------------------------------ internals: node writes
 
-    def _new_inode(self, kind: int, mode: int, size: int = 0, target: str | None = None) -> int:
+    def _new_inode(
+        self, kind: int, mode: int, size: int = 0, target: str | None = None, chunk: int | None = None
+    ) -> int:
         cur = self._db.execute(
-            "INSERT INTO inodes (kind, mode, mtime, size, target) VALUES (?, ?, ?, ?, ?)",
-            (kind, mode, _now_ms(), size, target),
+            "INSERT INTO inodes (kind, mode, mtime, size, target, chunk) VALUES (?, ?, ?, ?, ?, ?)",
+            (kind, mode, _now_ms(), size, target, chunk),
         )
         return int(cur.lastrowid or 0)
 
@@ -363,39 +366,48 @@ class FileSystem:
         size: int,
         mode: int | None,
     ) -> None:
-        """Point ``real`` at the chunk list ``ids`` (already referenced), replacing an existing file."""
+        """Point ``real`` at the chunk list ``ids`` (already referenced), replacing an existing file.
+
+        One chunk goes into the inode row itself; two or more into ``file_chunks``.
+        """
         db = self._db
         if node is not None and node[1] == DIR:
             raise fs_error(errno.EISDIR, path)
+        one = ids[0] if len(ids) == 1 else None
         if node is None:
-            ino = self._new_inode(FILE, 0o644 if mode is None else mode, size)
+            ino = self._new_inode(FILE, 0o644 if mode is None else mode, size, chunk=one)
             self._link(pino, name, ino, real, FILE)
             old_size = 0
             old_ids: list[int] = []
         else:
             ino = node[0]
-            row = db.one("SELECT size, mtime FROM inodes WHERE id = ?", (ino,))
-            old_size = int(row[0])
+            old_size, old_mtime, old_one = db.one(
+                "SELECT size, mtime, chunk FROM inodes WHERE id = ?", (ino,)
+            )
             # mtime strictly increases on overwrite, even twice in the same millisecond.
-            mtime = max(_now_ms(), int(row[1]) + 1)
+            mtime = max(_now_ms(), int(old_mtime) + 1)
             if mode is None:
-                db.execute("UPDATE inodes SET size = ?, mtime = ? WHERE id = ?", (size, mtime, ino))
+                db.execute(
+                    "UPDATE inodes SET size = ?, mtime = ?, chunk = ? WHERE id = ?", (size, mtime, one, ino)
+                )
             else:
                 db.execute(
-                    "UPDATE inodes SET size = ?, mtime = ?, mode = ? WHERE id = ?", (size, mtime, mode, ino)
+                    "UPDATE inodes SET size = ?, mtime = ?, chunk = ?, mode = ? WHERE id = ?",
+                    (size, mtime, one, mode, ino),
                 )
-            old_ids = self._file_chunk_ids(ino)
-            if old_ids:
+            if old_one is not None:
+                old_ids = [int(old_one)]
+            elif old_size > CHUNK_SIZE:
+                old_ids = self._file_chunk_ids(ino)
                 db.execute("DELETE FROM file_chunks WHERE inode = ?", (ino,))
-        self._check_quota(path, size - old_size)
-        if ids:
-            if len(ids) == 1:
-                db.execute("INSERT INTO file_chunks (inode, idx, chunk) VALUES (?, 0, ?)", (ino, ids[0]))
             else:
-                db.executemany(
-                    "INSERT INTO file_chunks (inode, idx, chunk) VALUES (?, ?, ?)",
-                    [(ino, i, cid) for i, cid in enumerate(ids)],
-                )
+                old_ids = []
+        self._check_quota(path, size - old_size)
+        if len(ids) > 1:
+            db.executemany(
+                "INSERT INTO file_chunks (inode, idx, chunk) VALUES (?, ?, ?)",
+                [(ino, i, cid) for i, cid in enumerate(ids)],
+            )
         if old_ids:
             self.chunks.decref(old_ids)
         self._pending_logical += size - old_size
@@ -424,7 +436,9 @@ class FileSystem:
                 (FILE,),
             )[0]
             counts = db.execute(
-                "SELECT chunk, count(*) FROM file_chunks WHERE inode IN (SELECT id FROM temp.doomed) GROUP BY chunk"
+                "SELECT chunk, count(*) FROM (SELECT chunk FROM file_chunks WHERE inode IN "
+                "(SELECT id FROM temp.doomed) UNION ALL SELECT chunk FROM inodes WHERE chunk IS NOT NULL "
+                "AND id IN (SELECT id FROM temp.doomed)) GROUP BY chunk"
             ).fetchall()
             db.execute("DELETE FROM file_chunks WHERE inode IN (SELECT id FROM temp.doomed)")
             db.execute("DELETE FROM dirents WHERE parent IN (SELECT id FROM temp.doomed)")
@@ -432,44 +446,53 @@ class FileSystem:
             self.chunks.decref_counts((int(c), int(n)) for c, n in counts)
             self._pending_logical -= int(freed)
         else:
-            size = db.one("DELETE FROM inodes WHERE id = ? RETURNING size", (ino,))[0]
+            size, one = db.one("DELETE FROM inodes WHERE id = ? RETURNING size, chunk", (ino,))
             if kind == FILE:
-                ids = [
-                    r[0]
-                    for r in db.execute("DELETE FROM file_chunks WHERE inode = ? RETURNING chunk", (ino,))
-                ]
-                if ids:
+                if one is not None:
+                    self.chunks.decref_counts(((int(one), 1),))
+                elif size > CHUNK_SIZE:
+                    ids = [
+                        r[0]
+                        for r in db.execute("DELETE FROM file_chunks WHERE inode = ? RETURNING chunk", (ino,))
+                    ]
                     self.chunks.decref(ids)
                 self._pending_logical -= int(size)
         self._forget(path, kind)
 
     # ------------------------------------------------------------------ reads
 
-    def _open_file(self, path: str) -> tuple[int, int]:
-        """``(inode, size)`` of the regular file at ``path`` (following links)."""
+    def _open_file(self, path: str) -> tuple[int, int, int | None]:
+        """``(inode, size, chunk of a one-chunk file)`` of the regular file at ``path`` (following links)."""
         ino, kind, _ = self._resolve_read(path)
         if kind == DIR:
             raise fs_error(errno.EISDIR, path)
-        size = self._db.one("SELECT size FROM inodes WHERE id = ?", (ino,))[0]
-        return ino, int(size)
+        size, one = self._db.one("SELECT size, chunk FROM inodes WHERE id = ?", (ino,))
+        return ino, int(size), one
 
     async def read_file(self, path: str, *, offset: int = 0, length: int | None = None) -> bytes:
         """The bytes of a file, or of ``[offset, offset + length)`` of it (clipped at the end)."""
         p = self._canon(path)
         _check_range(p, offset, length)
-        ino, size = self._open_file(p)
+        ino, size, one = self._open_file(p)
         end = size if length is None else min(size, offset + length)
         if offset >= end:
             return b""
         first, last = offset // CHUNK_SIZE, (end - 1) // CHUNK_SIZE
         if first == last:
             # One chunk (every small file): one statement, the bytes with it.
-            row = self._db.one(
-                "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM file_chunks fc "
-                "JOIN chunks c ON c.id = fc.chunk LEFT JOIN chunk_data d ON d.id = c.id "
-                "WHERE fc.inode = ? AND fc.idx = ?",
-                (ino, first),
-            )
+            if one is not None:
+                row = self._db.one(
+                    "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM chunks c "
+                    "LEFT JOIN chunk_data d ON d.id = c.id WHERE c.id = ?",
+                    (one,),
+                )
+            else:
+                row = self._db.one(
+                    "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM file_chunks fc "
+                    "JOIN chunks c ON c.id = fc.chunk LEFT JOIN chunk_data d ON d.id = c.id "
+                    "WHERE fc.inode = ? AND fc.idx = ?",
+                    (ino, first),
+                )
             if row is None:
                 return b""
             self.chunks.count_read()
@@ -506,12 +529,14 @@ class FileSystem:
         try:
             p = self._canon(path)
             _check_range(p, offset, length)
-            ino, size = self._open_file(p)
+            ino, size, one = self._open_file(p)
         except OSError as exc:
             return ChunkStream(self.chunks, [], 0, 0, self._after_unpin, exc)
         end = size if length is None else min(size, offset + length)
         chunks: list[tuple[int, int]] = []
-        if offset < end:
+        if offset < end and one is not None:
+            chunks = [(0, int(one))]
+        elif offset < end:
             rows = self._db.execute(
                 "SELECT idx, chunk FROM file_chunks WHERE inode = ? AND idx BETWEEN ? AND ? ORDER BY idx",
                 (ino, offset // CHUNK_SIZE, (end - 1) // CHUNK_SIZE),
@@ -865,12 +890,17 @@ class FileSystem:
         stack = [(ino, kind, pino, name, real)]
         while stack:
             src_ino, k, parent, nm, path = stack.pop()
-            mode, size, target = db.one("SELECT mode, size, target FROM inodes WHERE id = ?", (src_ino,))
-            new = self._new_inode(k, int(mode), int(size), target)
+            mode, size, target, one = db.one(
+                "SELECT mode, size, target, chunk FROM inodes WHERE id = ?", (src_ino,)
+            )
+            new = self._new_inode(k, int(mode), int(size), target, one)
             self._link(parent, nm, new, path, k)
             if k == FILE:
                 self._check_quota(dst, int(size))
                 self._pending_logical += int(size)
+            if k == FILE and one is not None:
+                self.chunks.incref([int(one)])
+            elif k == FILE and size > CHUNK_SIZE:
                 db.execute(
                     "INSERT INTO file_chunks (inode, idx, chunk) SELECT ?, idx, chunk FROM file_chunks WHERE inode = ?",
                     (new, src_ino),
@@ -945,6 +975,15 @@ class FileSystem:
 
     def _iter_file(self, ino: int) -> Iterator[bytes]:
         """The chunks of a file, in order (synchronous: for use inside one operation only)."""
+        row = self._db.one(
+            "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM inodes i JOIN chunks c "
+            "ON c.id = i.chunk LEFT JOIN chunk_data d ON d.id = c.id WHERE i.id = ?",
+            (ino,),
+        )
+        if row is not None:  # a file of one chunk
+            self.chunks.count_read()
+            yield decode_chunk(row[0], row[1], row[2])
+            return
         rows = self._db.execute(
             "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM file_chunks fc "
             "JOIN chunks c ON c.id = fc.chunk LEFT JOIN chunk_data d ON d.id = c.id "

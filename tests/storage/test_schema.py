@@ -1,0 +1,70 @@
+"""The on-disk schema: version check and the upgrade of files written by an older version."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from computer.storage import FileSystem
+from computer.storage._chunks import CHUNK_SIZE
+from computer.storage._schema import SCHEMA_VERSION
+
+
+def _downgrade_to_v1(path: str) -> None:
+    """Rewrite a current file in the version-1 layout: every chunk list in ``file_chunks``."""
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("BEGIN IMMEDIATE")
+    con.execute(
+        "INSERT INTO file_chunks (inode, idx, chunk) SELECT id, 0, chunk FROM inodes WHERE chunk IS NOT NULL"
+    )
+    con.execute("ALTER TABLE inodes DROP COLUMN chunk")
+    con.execute("UPDATE meta SET value = 1 WHERE key = 'schema_version'")
+    con.execute("COMMIT")
+    con.close()
+
+
+async def test_a_version_1_file_is_upgraded_on_open(tmp_path: Path) -> None:
+    path = str(tmp_path / "ws.sqlite")
+    big = os.urandom(2 * CHUNK_SIZE + 3)
+    files = {"/small": b"hello", "/empty": b"", "/big": big, "/full": b"x" * CHUNK_SIZE}
+    fs = FileSystem.open(path)
+    for p, data in files.items():
+        await fs.write_file(p, data)
+    await fs.copy("/small", "/small2")
+    before = fs.stats()
+    fs.close()
+    _downgrade_to_v1(path)
+
+    fs = FileSystem.open(path)
+    try:
+        con = sqlite3.connect(path)
+        assert (
+            con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == SCHEMA_VERSION
+        )
+        # one-chunk files moved into their inode row; only /big keeps a chunk list
+        assert con.execute("SELECT count(DISTINCT inode) FROM file_chunks").fetchone()[0] == 1
+        con.close()
+        for p, data in files.items():
+            assert await fs.read_file(p) == data
+        assert await fs.read_file("/small2") == b"hello"
+        assert [m.line for m in await fs.grep("hello", "/")] == [1, 1]
+        after = fs.stats()
+        assert (after["chunks"], after["logical_bytes"]) == (before["chunks"], before["logical_bytes"])
+        for p in [*files, "/small2"]:
+            await fs.rm(p)
+        assert fs.stats()["chunks"] == 0  # reference counts survived the move
+    finally:
+        fs.close()
+
+
+def test_an_unknown_schema_version_is_refused(tmp_path: Path) -> None:
+    path = str(tmp_path / "ws.sqlite")
+    FileSystem.open(path).close()
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("UPDATE meta SET value = 99 WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(OSError, match="unsupported schema version"):
+        FileSystem.open(path)
