@@ -183,6 +183,7 @@ class RawSqlite:
         self.db.execute("PRAGMA journal_mode = WAL")
         self.db.execute("PRAGMA synchronous = NORMAL")
         self.db.execute("PRAGMA wal_autocheckpoint = 16384")
+        self.db.execute("PRAGMA secure_delete = FAST")
         self.db.execute("CREATE TABLE f (name TEXT PRIMARY KEY, data BLOB) WITHOUT ROWID")
         self.db.execute("CREATE TABLE d (name TEXT PRIMARY KEY) WITHOUT ROWID")
         self.db.execute("CREATE TABLE big (tag TEXT, idx INTEGER, data BLOB, PRIMARY KEY (tag, idx))")
