@@ -752,28 +752,37 @@ class FileSystem:
     def _ensure_dirs(self, p: str, mode: int, m: _Mutation, *, replace_files: bool = False) -> int:
         """Create every missing directory of ``p``; returns its inode. Symlinks to directories are followed."""
         segs = parts(p)
+        cache = self._cache
         ino, cur = ROOT_INODE, "/"
         for i, name in enumerate(segs):
-            nxt = join(cur, name)
-            try:
-                node_ino, kind, real = self._resolve(nxt)
-            except FileNotFoundError:
-                node_ino, kind, real = -1, -1, nxt
-                dangling = self._lookup(ino, name)
-                if dangling is not None:  # a symlink to nowhere is in the way
+            nxt = join(cur, name)  # ``cur`` is a real path: ``nxt`` names the entry itself
+            node = cache.get(nxt)
+            if node is None:
+                node = self._lookup(ino, name)  # one probe per missing segment
+                if node is not None:
+                    if len(cache) >= _CACHE_LIMIT:
+                        cache.clear()
+                    cache[nxt] = node
+            if node is not None and node[1] == DIR:
+                ino, cur = node[0], nxt
+                continue
+            if node is not None and node[1] == SYMLINK:
+                try:
+                    node_ino, kind, real = self._resolve(nxt)
+                except FileNotFoundError:  # a symlink to nowhere is in the way
                     if not replace_files:
                         raise fs_error(errno.EEXIST, p, "a dangling symlink is in the way") from None
-                    self._remove_node(nxt, ino, name, dangling[0], dangling[1])
-            if kind == DIR:
-                ino, cur = node_ino, real
-                continue
-            if kind != -1:
+                    self._remove_node(nxt, ino, name, node[0], node[1])
+                    node = None
+                else:
+                    if kind == DIR:
+                        ino, cur = node_ino, real
+                        continue
+            if node is not None:  # a file, or a link to one
                 if not replace_files:
                     code = errno.EEXIST if i == len(segs) - 1 else errno.ENOTDIR
                     raise fs_error(code, p, "exists and is not a directory")
-                node = self._lookup(ino, name)
-                if node is not None:
-                    self._remove_node(nxt, ino, name, node[0], node[1])
+                self._remove_node(nxt, ino, name, node[0], node[1])
             new = self._new_inode(DIR, mode)
             real = join(cur, name)
             self._link(ino, name, new, real, DIR)
@@ -1049,9 +1058,10 @@ class FileSystem:
         path is skipped (the workspace wins when we cannot tell).
         """
         modes = dict(modes or {})
-        canon_writes = {self._canon(k): v for k, v in writes.items()}
-        canon_dirs = sorted({self._canon(k) for k in mkdirs})
-        canon_modes = {self._canon(k): v for k, v in modes.items()}
+        self._refresh()  # once for the whole batch, not per path
+        canon_writes = {self._canon(k, refresh=False): v for k, v in writes.items()}
+        canon_dirs = sorted({self._canon(k, refresh=False) for k in mkdirs})
+        canon_modes = {self._canon(k, refresh=False): v for k, v in modes.items()}
         every = sorted(set(canon_writes) | set(canon_dirs) | set(canon_modes))
         skipped: set[str] = set()
         if base_rev is not None:

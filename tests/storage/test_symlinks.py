@@ -116,3 +116,23 @@ async def test_commit_batch_replaces_a_dangling_symlink_in_the_way(fs: FileSyste
     fs.commit_batch({"/link/file": b"x"})
     assert await fs.read_file("/link/file") == b"x"
     assert (await fs.stat("/link")).is_directory
+
+
+async def test_ensuring_directories_follows_links_to_directories_and_replaces_links_to_files(
+    fs: FileSystem,
+) -> None:
+    await fs.mkdir("/real")
+    await fs.write_file("/file", b"f")
+    await fs.symlink("/real", "/to_dir")
+    await fs.symlink("/file", "/to_file")
+    await fs.mkdir("/to_dir/a/b", recursive=True)
+    assert (await fs.stat("/real/a/b")).is_directory
+    with pytest.raises(FileExistsError):
+        await fs.mkdir("/to_file", recursive=True)
+    with pytest.raises(NotADirectoryError):
+        await fs.mkdir("/to_file/x", recursive=True)
+    fs.commit_batch({}, mkdirs=["/to_dir/c", "/to_file/d", "/file2/e"])
+    assert (await fs.stat("/real/c")).is_directory
+    assert (await fs.stat("/to_file/d")).is_directory  # the link to a file was replaced
+    assert await fs.read_file("/file") == b"f"  # its target was not touched
+    assert (await fs.stat("/file2/e")).is_directory
