@@ -30,9 +30,10 @@ class BoundedMirrorPool(MirrorPool):
         self._touch(workspace_id)
         return super().acquire(workspace_id)
 
-    def release(self, workspace_id: str, mirror: Mirror) -> None:
-        super().release(workspace_id, mirror)
+    def release(self, workspace_id: str, mirror: Mirror) -> bool:
+        kept = super().release(workspace_id, mirror)
         self._touch(workspace_id)
+        return kept and any(m is mirror for m in self._free.get(workspace_id, []))
 
     def workspaces(self) -> list[str]:
         """Workspaces with idle mirrors, least recently used first."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import shutil
@@ -28,24 +29,36 @@ _SCRIPT = Path(__file__).with_name("_assets_cli.py")
 _MAX_REQUEST = 64 * 1024
 
 
+@functools.cache
+def _script() -> str:
+    return "#!/usr/bin/python3 -I\n" + _SCRIPT.read_text()
+
+
 class AssetsBridge:
     """Serves ``assets publish`` requests of one run while it is open (``async with``)."""
 
-    def __init__(self, ctx: ExecContext, mirror: Mirror, scratch: Path) -> None:
+    def __init__(self, ctx: ExecContext, mirror: Mirror, directory: Path) -> None:
         self.ctx = ctx
         self.mirror = mirror
-        scratch.mkdir(parents=True, exist_ok=True)
-        self.directory = Path(tempfile.mkdtemp(prefix="a", dir=scratch))
+        self.directory = directory  # made by :meth:`make_directory`; removed when the bridge closes
         self._server: asyncio.AbstractServer | None = None
         self.saved: list[str] = []  # files this run created and the bridge wrote to the workspace
 
-    async def __aenter__(self) -> AssetsBridge:
-        bin_dir = self.directory / "bin"
+    @staticmethod
+    def make_directory(scratch: Path) -> Path:
+        """A fresh bridge directory below ``scratch`` holding ``bin/assets``, to bind at :data:`SANDBOX_DIR`
+        (made before the sandbox starts; the socket appears in it when the bridge opens)."""
+        scratch.mkdir(parents=True, exist_ok=True)
+        directory = Path(tempfile.mkdtemp(prefix="a", dir=scratch))
+        bin_dir = directory / "bin"
         bin_dir.mkdir()
         script = bin_dir / "assets"
-        script.write_text("#!/usr/bin/python3 -I\n" + _SCRIPT.read_text())
+        script.write_text(_script())
         script.chmod(0o755)
-        os.chmod(self.directory, 0o755)
+        os.chmod(directory, 0o755)
+        return directory
+
+    async def __aenter__(self) -> AssetsBridge:
         self._server = await asyncio.start_unix_server(self._serve, path=str(self.directory / "assets.sock"))
         return self
 

@@ -13,6 +13,7 @@ import shutil
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
 from ._watch import TreeWatch
@@ -22,6 +23,12 @@ __all__ = ["Mirror", "MirrorPool"]
 # (kind, ino, size, mtime_ns, ctime_ns, mode) for files; the program cannot forge ctime, so any write,
 # chmod or touch is seen even when size and mtime come out the same.
 Entry = tuple[str, int, int, int, int, int]
+
+
+class Standby(Protocol):
+    """Something kept ready for a mirror's next run (a prepared sandbox); closed when the mirror goes."""
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -36,6 +43,8 @@ class Mirror:
     watch: TreeWatch | None = field(default=None, repr=False)
     # Paths the last collect left out: names that are not UTF-8, files over the pull's byte budget.
     unsyncable: list[str] = field(default_factory=list)
+    # What the backend prepared for the next run on this mirror (closed with the mirror).
+    standby: Standby | None = field(default=None, repr=False)
 
     def host(self, path: str) -> Path:
         return self.directory / self.rel(path)
@@ -54,6 +63,16 @@ class Mirror:
         """Forget what the mirror holds: the next push is a full one."""
         self.rev = None
         self.unwatch()
+        self.drop_standby()
+
+    def take_standby(self) -> Standby | None:
+        standby, self.standby = self.standby, None
+        return standby
+
+    def drop_standby(self) -> None:
+        standby = self.take_standby()
+        if standby is not None:
+            standby.close()
 
     # ------------------------------------------------------------------ push
 
@@ -254,17 +273,19 @@ class MirrorPool:
         return Mirror(directory, self.root)
 
     def discard(self, mirror: Mirror) -> None:
-        """Drop a mirror whose state is unknown (a run was interrupted mid-sync)."""
+        """Drop a mirror (its state is unknown, or the pool no longer keeps it)."""
         mirror.unwatch()
+        mirror.drop_standby()
         shutil.rmtree(mirror.directory, ignore_errors=True)
 
-    def release(self, workspace_id: str, mirror: Mirror) -> None:
+    def release(self, workspace_id: str, mirror: Mirror) -> bool:
+        """Give ``mirror`` back; False when the pool dropped it (enough idle mirrors already)."""
         free = self._free.setdefault(workspace_id, [])
         if len(free) < self.idle:
             free.append(mirror)
-        else:
-            mirror.unwatch()
-            shutil.rmtree(mirror.directory, ignore_errors=True)
+            return True
+        self.discard(mirror)
+        return False
 
 
 def read_beneath(directory: Path, rel: str) -> bytes:

@@ -5,7 +5,7 @@ Layers, each used when available and reported in :attr:`Sandbox.isolation`:
 - bubblewrap: new user (uid/gid 65534, no capabilities), pid, mount, ipc, uts and network namespaces
   (network shared only when asked), read-only system directories, a synthetic ``/etc``, fresh
   ``/proc``, ``/dev`` and ``/tmp``, and only the binds a backend asks for (its mirror);
-- rlimits set before exec: address space, file size, CPU seconds, process count, no core files;
+- rlimits set by the launcher before it execs the sandbox: address space, file size, CPU seconds, process count, no core files;
 - cgroup v1 ``memory`` and ``pids`` groups (one per run) capping the whole tree.
 
 The whole tree ends with the run: bwrap's pid namespace dies with its first process, the launcher is
@@ -19,20 +19,20 @@ import contextlib
 import functools
 import logging
 import os
-import resource
 import secrets
+import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["Bind", "Sandbox", "SandboxLimits", "SandboxProcess", "run_to_completion"]
+__all__ = ["Bind", "Sandbox", "SandboxLimits", "SandboxProcess", "Standby", "run_to_completion"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -139,6 +139,82 @@ class SandboxProcess:
                     _sweep([group])
                     time.sleep(0.01)
         self.cgroups = []
+
+
+# A standby sandbox runs this bash line: it reads its program's command line as a script from the
+# control pipe (until the host closes it) and sources it; the script ``exec``s the program. Closing the
+# pipe without writing ends the standby cleanly (an empty script).
+_STANDBY_STUB = ". /dev/fd/{fd}"
+# A script this small always fits an empty pipe (64 KiB on Linux): it is written without a thread.
+_DIRECT_WRITE = 32 * 1024
+
+
+@dataclass
+class Standby:
+    """A sandbox started ahead of its program: namespaces, binds, cgroups and rlimits are in place and
+    a stub bash waits for the command line (see :meth:`Sandbox.prepare`).
+
+    :meth:`start` hands it the program; it then behaves exactly like :meth:`Sandbox.spawn`'s process.
+    A standby is single-use and bound to the event loop that made it.
+    """
+
+    process: SandboxProcess
+    control: int | None  # write end of the stub's control pipe
+    binds: tuple[Bind, ...]
+    loop: asyncio.AbstractEventLoop
+
+    def usable(self) -> bool:
+        """Still waiting for its program, on this event loop."""
+        try:
+            same_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            same_loop = False
+        return same_loop and self.control is not None and self.process.proc.returncode is None
+
+    async def start(self, command: Sequence[str], *, cwd: str, env: dict[str, str]) -> SandboxProcess:
+        """Run ``command`` in ``cwd`` with exactly ``env`` (raises ``BrokenPipeError`` when the stub
+        is gone; the standby is then spent and should be discarded)."""
+        if self.control is None:
+            raise BrokenPipeError("this standby sandbox was already used or closed")
+        words = ["exec", "/usr/bin/env", "-i", "-C", cwd, "--"]
+        words += [f"{key}={value}" for key, value in env.items()] + list(command)
+        script = (" ".join(shlex.quote(w) for w in words) + "\n").encode("utf-8", "surrogateescape")
+        fd, self.control = self.control, None
+        if len(script) <= _DIRECT_WRITE:
+            _write_all(fd, script)
+        else:  # the stub reads while we write: do not block the event loop on a full pipe
+            await asyncio.to_thread(_write_all, fd, script)
+        return self.process
+
+    def close(self) -> None:
+        """Let the stub end (it reads an empty script); thread-safe, idempotent. Reaping is
+        :meth:`discard`'s job, or the caller's."""
+        fd, self.control = self.control, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    async def discard(self) -> None:
+        """End the standby, reap it and remove its cgroups."""
+        self.close()
+        await self.process.discard()
+
+    def discard_now(self) -> None:
+        """End the standby from any thread or after its loop is gone: kill, then remove its cgroups."""
+        self.close()
+        self.process.killed = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.proc.pid, signal.SIGKILL)
+        self.process.cleanup()
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 async def run_to_completion(aw: Awaitable[_T]) -> _T:
@@ -302,8 +378,8 @@ class Sandbox:
         pipes to close, which a half-started bubblewrap child can hold open forever, while the cgroup
         sweep that would end that child only ran after the wait.)
         """
-        argv = self.argv(command, binds=binds, cwd=cwd)
         groups = self._make_cgroups()
+        argv = _launcher(self.limits, groups) + self.argv(command, binds=binds, cwd=cwd)
         forked = False
 
         async def create() -> asyncio.subprocess.Process:
@@ -318,7 +394,6 @@ class Sandbox:
                 cwd=host_cwd or ("/" if self.bwrap else cwd),
                 start_new_session=True,
                 pass_fds=tuple(pass_fds),
-                preexec_fn=_limiter(self.limits, groups),
             )
 
         creation = asyncio.create_task(create())
@@ -336,6 +411,29 @@ class Sandbox:
             SandboxProcess(None, groups).cleanup()  # type: ignore[arg-type]
             raise
         return SandboxProcess(proc, groups)
+
+    async def prepare(self, *, binds: Sequence[Bind] = ()) -> Standby:
+        """Start a sandbox with ``binds`` whose program is chosen later, by :meth:`Standby.start`.
+
+        All the start-up cost (namespaces, mounts, cgroups, the fork and exec of the launcher) is paid
+        here, so a caller can prepare the next run's sandbox while it is idle. The stub (bash reading
+        its command line from a pipe) never sees the program's environment until ``start``.
+        """
+        read_end, write_end = os.pipe()
+        try:
+            sp = await self.spawn(
+                ["/bin/bash", "--noprofile", "--norc", "-c", _STANDBY_STUB.format(fd=read_end)],
+                binds=binds,
+                cwd="/",
+                env={"PATH": "/usr/bin:/bin"},
+                pass_fds=(read_end,),
+            )
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        return Standby(sp, write_end, tuple(binds), asyncio.get_running_loop())
 
     def _make_cgroups(self) -> list[Path]:
         groups: list[Path] = []
@@ -369,25 +467,37 @@ class Sandbox:
         return sorted(times)[len(times) // 2]
 
 
-def _limiter(limits: SandboxLimits, groups: Sequence[Path]) -> Callable[[], None]:
-    procs_files = [str(g / "cgroup.procs") for g in groups]
+# The launcher: a bash that joins the run's cgroups, sets the rlimits and ``exec``s the sandbox. Doing
+# this in a process of its own (rather than in a ``preexec_fn``) lets Python start it with vfork: a
+# forked copy of a large process (a Ray worker) costs milliseconds of page-table copying, blocking the
+# event loop, while vfork costs a fraction of one. Arguments: the cgroup.procs files, ``--``, argv.
+_LAUNCHER = '''while [ "$1" != -- ]; do
+  echo 0 > "$1" || { echo "sandbox: cannot join the cgroup $1" >&2; exit 125; }
+  shift
+done
+shift
+{limits}
+exec "$@"'''
 
-    def apply() -> None:  # runs in the child between fork and exec
-        for path in procs_files:
-            with open(path, "w") as f:
-                f.write("0")
-        if limits.memory_mb:
-            size = limits.memory_mb * 1024 * 1024
-            resource.setrlimit(resource.RLIMIT_AS, (size, size))
-        if limits.max_file_bytes:
-            resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_bytes, limits.max_file_bytes))
-        if limits.cpu_seconds:
-            resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 1))
-        if limits.max_processes:
-            resource.setrlimit(resource.RLIMIT_NPROC, (limits.max_processes, limits.max_processes))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
-    return apply
+def _launcher(limits: SandboxLimits, groups: Sequence[Path]) -> list[str]:
+    """The argv prefix that starts a command in ``groups`` under ``limits``' rlimits."""
+    lines = []
+    if limits.memory_mb:
+        lines.append(f"ulimit -v {limits.memory_mb * 1024}")  # KiB
+    if limits.max_file_bytes:
+        lines.append(f"ulimit -f {max(1, limits.max_file_bytes // 1024)}")  # 1 KiB blocks
+    if limits.cpu_seconds:  # the soft limit sends SIGXCPU, the hard one a second later SIGKILL
+        lines.append(f"ulimit -S -t {limits.cpu_seconds} && ulimit -H -t {limits.cpu_seconds + 1}")
+    if limits.max_processes:
+        lines.append(f"ulimit -u {limits.max_processes}")
+    lines.append("ulimit -c 0")
+    script = _LAUNCHER.replace("{limits}", " &&\n".join(lines) + " || exit 125")
+    return (
+        ["/bin/bash", "--noprofile", "--norc", "-c", script, "sandbox-launcher"]
+        + [str(g / "cgroup.procs") for g in groups]
+        + ["--"]
+    )
 
 
 @functools.cache

@@ -15,15 +15,16 @@ import os
 import secrets
 import shutil
 import tempfile
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from ..storage.paths import canonical, is_within
 from ._assets_bridge import SANDBOX_DIR, AssetsBridge
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
-from ._mirror import MirrorPool
+from ._mirror import Mirror, MirrorPool
 from ._process import ProcessOutcome, stream_process
-from ._sandbox import Bind, Sandbox, SandboxLimits
+from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, run_to_completion
 from .types import BackendInfo
 
 __all__ = ["ShellBackend"]
@@ -72,6 +73,7 @@ class ShellBackend:
         cpu_seconds: int | None = None,
         scratch_dir: str | None = None,
         mirror_pool: Callable[[Path, str], MirrorPool] | None = None,
+        warm_sandboxes: int = 4,
     ) -> None:
         self.mount_root = canonical(mount_root)
         if self.mount_root == "/":
@@ -90,6 +92,9 @@ class ShellBackend:
         atexit.register(shutil.rmtree, base, True)
         # ``mirror_pool(base, mount_root)`` builds the pool of warm mirrors (default: a plain MirrorPool).
         self._mirrors: MirrorPool = (mirror_pool or MirrorPool)(base, self.mount_root)
+        # Standby sandboxes kept for the most recently used mirrors (at most ``warm_sandboxes``).
+        self.warm_sandboxes = warm_sandboxes
+        self._warm: OrderedDict[_Warm, Mirror] = OrderedDict()
         startup = self.sandbox.probe_ms()
         self.info = BackendInfo(
             id=id,
@@ -129,6 +134,7 @@ class ShellBackend:
             return
         workspace_id = ctx.workspace_id
         mirror = self._mirrors.acquire(workspace_id)
+        ready: tuple[Standby, Path] | None = None
         clean = False
         try:
             push = await ctx.sync_push(mirror.rev, self.mount_root, self.limits)
@@ -139,17 +145,28 @@ class ShellBackend:
                 yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")
                 clean = True
                 return
-            async with AssetsBridge(ctx, mirror, self.scratch / "run") as bridge:
-                binds = [Bind(str(mirror.directory), self.mount_root, writable=True)]
-                binds.append(Bind(str(bridge.directory), SANDBOX_DIR))
-                sp = await self.sandbox.spawn(
-                    ["/bin/bash", "-c", request.source]
-                    if self.sandbox.bwrap
-                    else ["bash", "-c", request.source],
-                    binds=binds,
-                    cwd=cwd if self.sandbox.bwrap else str(host_cwd),
-                    env=self._env(request, cwd, bridge.directory),
-                )
+            warm = mirror.take_standby()
+            if isinstance(warm, _Warm):
+                ready = await warm.take()
+            if ready is None:
+                ready = await self._prepare(mirror)
+            standby, bridge_dir = ready
+            async with AssetsBridge(ctx, mirror, bridge_dir) as bridge:
+                try:
+                    sp = await standby.start(
+                        ["/bin/bash", "-c", request.source],
+                        cwd=cwd if self.sandbox.bwrap else str(host_cwd),
+                        env=self._env(request, cwd, bridge.directory),
+                    )
+                except BrokenPipeError:  # the standby died while it waited: start a fresh sandbox
+                    await standby.discard()
+                    standby, bridge.directory = await self._prepare(mirror, bridge.directory)
+                    sp = await standby.start(
+                        ["/bin/bash", "-c", request.source],
+                        cwd=cwd if self.sandbox.bwrap else str(host_cwd),
+                        env=self._env(request, cwd, bridge.directory),
+                    )
+                ready = None
                 outcome = ProcessOutcome()
                 output = stream_process(sp, outcome, stdin=request.stdin, timeout=request.timeout)
                 async with contextlib.aclosing(output):
@@ -167,13 +184,52 @@ class ShellBackend:
                 killed=outcome.timed_out,
             )
         finally:
+            if ready is not None:  # prepared but never started (cwd missing, cancelled…)
+                await run_to_completion(_discard(*ready))
             if clean:
-                self._mirrors.release(workspace_id, mirror)
+                if self._mirrors.release(workspace_id, mirror):
+                    self._keep_warm(mirror)
             else:
                 # Interrupted mid-bracket (kill): its content is unknown and a worker thread may still be
                 # writing it, so it is never reused; the next run takes a fresh mirror (full push).
                 mirror.invalidate()
                 await asyncio.to_thread(self._mirrors.discard, mirror)
+
+    async def _prepare(self, mirror: Mirror, bridge_dir: Path | None = None) -> tuple[Standby, Path]:
+        """A standby sandbox over ``mirror`` (which must exist) with a fresh assets bridge directory."""
+        if bridge_dir is None:
+            bridge_dir = await asyncio.to_thread(AssetsBridge.make_directory, self.scratch / "run")
+        binds = [
+            Bind(str(mirror.directory), self.mount_root, writable=True),
+            Bind(str(bridge_dir), SANDBOX_DIR),
+        ]
+        try:
+            standby = await self.sandbox.prepare(binds=binds)
+        except BaseException:
+            shutil.rmtree(bridge_dir, ignore_errors=True)
+            raise
+        return standby, bridge_dir
+
+    def _keep_warm(self, mirror: Mirror) -> None:
+        """Prepare the next run's sandbox for ``mirror`` in the background (see the class docstring).
+
+        Started once a run is over (a sandbox starting next to a running program slows it down: on two
+        cores a `true` went from 4 to 17 ms), so a run that follows after a pause (an agent's model turn)
+        finds it ready, and back-to-back runs find it part-way. An idle one costs a waiting bash and a
+        bubblewrap process; at most ``warm_sandboxes`` are kept.
+        """
+        if self.warm_sandboxes <= 0 or not mirror.directory.is_dir():
+            return
+        warm = _Warm(asyncio.ensure_future(self._prepare(mirror)))
+        mirror.drop_standby()
+        mirror.standby = warm
+        self._warm[warm] = mirror
+        while len(self._warm) > self.warm_sandboxes:
+            oldest, owner = self._warm.popitem(last=False)
+            if owner.standby is oldest:
+                owner.drop_standby()
+            else:
+                oldest.close()
 
     def _env(self, request: ExecRequest, cwd: str, bridge: Path) -> dict[str, str]:
         tools = f"{SANDBOX_DIR}/bin" if self.sandbox.bwrap else str(bridge / "bin")
@@ -192,3 +248,75 @@ class ShellBackend:
         }
         env.update(request.env)
         return env
+
+
+async def _discard(standby: Standby, bridge_dir: Path) -> None:
+    await standby.discard()
+    await asyncio.to_thread(shutil.rmtree, bridge_dir, True)
+
+
+class _Warm:
+    """A standby sandbox being prepared in the background for one mirror's next run.
+
+    Taken once by that run (:meth:`take`); otherwise :meth:`close` ends it, from any thread (a mirror
+    may be dropped from a worker thread) and on any event loop state.
+    """
+
+    def __init__(self, task: asyncio.Future[tuple[Standby, Path]]) -> None:
+        self.task = task
+        self.loop = asyncio.get_running_loop()
+        self.taken = False
+        self.closed = False
+
+    async def take(self) -> tuple[Standby, Path] | None:
+        """The prepared sandbox, or None (it failed, died, or belongs to another event loop)."""
+        if self.closed or asyncio.get_running_loop() is not self.loop:
+            self.close()
+            return None
+        self.taken = True
+        try:
+            standby, bridge_dir = await asyncio.shield(self.task)
+        except asyncio.CancelledError:
+            self.taken = False
+            self.close()
+            raise
+        except Exception:
+            return None
+        if not standby.usable():
+            await run_to_completion(_discard(standby, bridge_dir))
+            return None
+        return standby, bridge_dir
+
+    def close(self) -> None:
+        if self.taken or self.closed:
+            return
+        self.closed = True
+        if self.loop.is_closed():
+            self._end_now()
+            return
+        try:
+            self.loop.call_soon_threadsafe(self._end_in_loop)
+        except RuntimeError:  # the loop closed meanwhile
+            self._end_now()
+
+    def _end_in_loop(self) -> None:
+        async def end() -> None:
+            try:
+                standby, bridge_dir = await self.task
+            except BaseException:
+                return
+            await _discard(standby, bridge_dir)
+
+        task = asyncio.ensure_future(end())
+        _ENDING.add(task)
+        task.add_done_callback(_ENDING.discard)
+
+    def _end_now(self) -> None:
+        if self.task.done() and not self.task.cancelled() and self.task.exception() is None:
+            standby, bridge_dir = self.task.result()
+            standby.discard_now()
+            shutil.rmtree(bridge_dir, ignore_errors=True)
+
+
+# Standby sandboxes being ended in the background (a reference keeps their tasks alive).
+_ENDING: set[asyncio.Future[None]] = set()

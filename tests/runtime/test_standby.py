@@ -1,0 +1,142 @@
+"""Standby sandboxes: the shell backend starts the next run's sandbox ahead of it, and the launcher.
+
+A standby is started once a run is over; the next run of that mirror hands it its command line. These
+tests check that the standby is really used, that the program sees exactly the environment, cwd and
+limits of a freshly started sandbox, and that standbys end with their mirror, on eviction and when
+they belong to another event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+from pathlib import Path
+
+import computer
+from computer.runtime import ShellBackend
+from computer.runtime.shell import _Warm
+
+_EXPECTED_ENV = {
+    "PWD",
+    "HOME",
+    "LANG",
+    "LC_ALL",
+    "TERM",
+    "USER",
+    "WORKSPACE",
+    "PYTHONDONTWRITEBYTECODE",
+    "PATH",
+}
+
+
+async def _ready_standby(ws: computer.Workspace, backend: ShellBackend) -> int:
+    """Wait for the prepared sandbox of ``ws``'s idle mirror; its launcher's pid."""
+    (mirror,) = backend.mirrors._free[ws.id]
+    warm = mirror.standby
+    assert isinstance(warm, _Warm)
+    standby, _ = await asyncio.wait_for(asyncio.shield(warm.task), 30)
+    assert standby.usable()
+    return standby.process.proc.pid
+
+
+def _gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:  # bounded: the standby is reaped by its own event loop
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.02)
+    return False
+
+
+async def test_a_run_hands_its_command_to_the_prepared_sandbox() -> None:
+    backend = ShellBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace/sub", recursive=True)
+        first = await (await ws.runtime.exec("echo one > a.txt")).result()
+        assert first.status == "completed"
+        pid = await _ready_standby(ws, backend)
+        result = await (
+            await ws.runtime.exec(
+                'cat ../a.txt; pwd; echo "$X"; env', cwd="/workspace/sub", env={"X": "a b'c"}
+            )
+        ).result()
+        assert result.status == "completed", result
+        lines = result.stdout.splitlines()
+        assert lines[:3] == ["one", "/workspace/sub", "a b'c"]
+        names = {line.split("=", 1)[0] for line in lines[3:]}
+        assert names - {"SHLVL", "_", "X"} == _EXPECTED_ENV  # nothing of the stub's own environment
+        # The standby was consumed by this run (its launcher is gone) and a new one is being prepared.
+        assert _gone(pid)
+        assert await _ready_standby(ws, backend) != pid
+
+
+async def test_the_launcher_sets_the_limits_of_the_sandbox(
+    ws: computer.Workspace, shell_backend: ShellBackend
+) -> None:
+    limits = shell_backend.sandbox.limits
+    result = await (await ws.runtime.exec("ulimit -v; ulimit -f; ulimit -c; ulimit -u")).result()
+    assert result.stdout.split() == [
+        str(limits.memory_mb * 1024),  # type: ignore[operator]
+        str(limits.max_file_bytes // 1024),  # type: ignore[operator]
+        "0",
+        str(limits.max_processes),
+    ]
+
+
+async def test_a_large_command_line_reaches_the_standby_whole() -> None:
+    backend = ShellBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await (await ws.runtime.exec("true")).result()
+        await _ready_standby(ws, backend)
+        payload = "x" * 100_000  # beyond a pipe's buffer (64 KiB): written from a thread while the stub reads
+        result = await (await ws.runtime.exec(f"s='{payload}'; echo ${{#s}}")).result()
+        assert result.stdout == "100000\n"
+
+
+async def test_standbys_beyond_the_cap_and_of_dropped_mirrors_end() -> None:
+    backend = ShellBackend(warm_sandboxes=1)
+    async with (
+        computer.Workspace(backends=[backend]) as a,
+        computer.Workspace(backends=[backend]) as b,
+    ):
+        for ws in (a, b):
+            await ws.fs.mkdir("/workspace")
+        await (await a.runtime.exec("true")).result()
+        pid_a = await _ready_standby(a, backend)
+        await (await b.runtime.exec("true")).result()  # over the cap of 1: a's standby ends
+        assert _gone(pid_a)
+        (mirror_a,) = backend.mirrors._free[a.id]
+        assert mirror_a.standby is None
+        pid_b = await _ready_standby(b, backend)
+        (mirror_b,) = backend.mirrors._free[b.id]
+        backend.mirrors.discard(mirror_b)  # a mirror that goes takes its standby with it
+        assert _gone(pid_b)
+        # The next run of each workspace starts a fresh sandbox and works.
+        for ws in (a, b):
+            assert (await (await ws.runtime.exec("echo ok")).result()).stdout == "ok\n"
+
+
+async def test_a_standby_of_another_event_loop_is_not_used(tmp_path: Path) -> None:
+    backend = ShellBackend()
+    path = str(tmp_path / "ws.db")
+    pids: list[int] = []
+
+    async def elsewhere() -> None:
+        async with computer.Workspace(path, backends=[backend]) as ws:
+            await ws.fs.mkdir("/workspace")
+            await (await ws.runtime.exec("echo 1 > n")).result()
+            pids.append(await _ready_standby(ws, backend))
+
+    thread = threading.Thread(target=asyncio.run, args=(elsewhere(),))
+    thread.start()
+    await asyncio.to_thread(thread.join, 60)
+    assert pids, "the first loop's run did not finish"
+    async with computer.Workspace(path, backends=[backend]) as ws:
+        result = await (await ws.runtime.exec("cat n")).result()
+    assert result.stdout == "1\n" and result.status == "completed"
+    assert _gone(pids[0])
