@@ -4,7 +4,8 @@ Run: ``.venv/bin/python benchmarks/pool_bench.py [--quick]``
 
 Everything is measured in this run on this machine (a local Ray started by ``computer.init``):
 
-1. Latency of ``true`` on a workspace of 1,000 files (median of N, after a warm-up run):
+1. Latency of ``true`` on a workspace of 1,000 files (median of N, after a warm-up run), back to back and
+   each after a pause (``--pause``, as an agent's runs are separated by its model's turns):
    - ``bare``: ``subprocess.run(["bash", "-c", "true"])`` (no sandbox, no sync): the floor;
    - ``embedded``: ``Workspace(backends=[ShellBackend()])`` in this process (sandbox + sync bracket);
    - ``in owner``: the owner actor runs ``runtime.exec`` on its pool backend (no client hop);
@@ -63,19 +64,26 @@ def bare_latency(runs: int) -> float:
     return _ms(statistics.median(times))
 
 
-async def embedded_latency(runs: int) -> float:
+async def time_runs(runtime: Any, runs: int, pause: float) -> tuple[float, list[int]]:
+    """Median ms of ``runtime.exec("true")`` + ``result()``, each after ``pause`` seconds; files pushed."""
+    times, pushed = [], set()
+    for _ in range(runs):
+        await asyncio.sleep(pause)
+        start = time.perf_counter()
+        result = await (await runtime.exec("true")).result()
+        times.append(time.perf_counter() - start)
+        assert result.status == "completed", result
+        pushed.add(result.pushed)
+    return _ms(statistics.median(times)), sorted(pushed)
+
+
+async def embedded_latency(runs: int, pause: float) -> float:
     """The embedded shell backend in this process (also run inside an actor, as a same-niceness floor)."""
     ws = computer.Workspace(backends=[ShellBackend()])
     try:
         await _fill(ws.fs)
         await (await ws.runtime.exec("true")).result()  # the first run pushes the whole tree
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            result = await (await ws.runtime.exec("true")).result()
-            times.append(time.perf_counter() - start)
-            assert result.status == "completed", result
-        return _ms(statistics.median(times))
+        return (await time_runs(ws.runtime, runs, pause))[0]
     finally:
         await ws.close()
 
@@ -83,20 +91,14 @@ async def embedded_latency(runs: int) -> float:
 class _BenchHost(WorkspaceHost):
     """An owner that can time its own runtime (no client hop), and the embedded backend in its process."""
 
-    async def time_embedded(self, runs: int) -> float:
-        return await embedded_latency(runs)
+    async def time_embedded(self, runs: int, pause: float) -> float:
+        return await embedded_latency(runs, pause)
 
-    async def time_true(self, runs: int) -> float:
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            result = await (await self.workspace.runtime.exec("true")).result()
-            times.append(time.perf_counter() - start)
-            assert result.status == "completed", result
-        return _ms(statistics.median(times))
+    async def time_true(self, runs: int, pause: float) -> float:
+        return (await time_runs(self.workspace.runtime, runs, pause))[0]
 
 
-async def pool_latency(runs: int) -> tuple[float, float, float, list[int]]:
+async def pool_latency(runs: int, pause: float) -> tuple[float, float, float, list[int]]:
     """(client, in-owner, embedded-in-the-owner-process median ms, files pushed per run) on a warm pool."""
     import ray
 
@@ -105,18 +107,11 @@ async def pool_latency(runs: int) -> tuple[float, float, float, list[int]]:
     async with computer.get_workspace(host) as ws:
         await _fill(ws.fs)
         await (await ws.runtime.exec("true")).result()
-        pushed = []
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            result = await (await ws.runtime.exec("true")).result()
-            times.append(time.perf_counter() - start)
-            assert result.status == "completed", result
-            pushed.append(result.pushed)
-        in_owner = await host.time_true.remote(runs)
-        in_actor = await host.time_embedded.remote(runs)
+        client, pushed = await time_runs(ws.runtime, runs, pause)
+        in_owner = await host.time_true.remote(runs, pause)
+        in_actor = await host.time_embedded.remote(runs, pause)
     ray.kill(host)
-    return _ms(statistics.median(times)), in_owner, in_actor, sorted(set(pushed))
+    return client, in_owner, in_actor, pushed
 
 
 async def throughput(size: int, data_dir: Path, concurrent: int = 32) -> float:
@@ -141,6 +136,12 @@ async def throughput(size: int, data_dir: Path, concurrent: int = 32) -> float:
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer runs")
+    parser.add_argument(
+        "--pause",
+        type=float,
+        default=0.05,
+        help="seconds between runs of the paused series (an agent's turn)",
+    )
     args = parser.parse_args()
     runs = 15 if args.quick else 40
 
@@ -150,28 +151,32 @@ async def main() -> None:
     print(f"machine: {os.cpu_count()} cpus, load average {load}; workspace of {N_FILES} files; {runs} runs")
 
     bare = bare_latency(runs)
-    embedded = await embedded_latency(runs)
-    client, in_owner, in_actor, pushed = await pool_latency(runs)
-    print("\nlatency of `true` (ms, median)")
-    print(f"  bare bash -c true        {bare:8.2f}")
-    print(f"  embedded shell backend   {embedded:8.2f}   x{embedded / bare:6.1f} bare")
-    print(
-        f"  embedded, in an actor    {in_actor:8.2f}   x{in_actor / bare:6.1f} bare   "
-        f"x{in_actor / embedded:5.2f} embedded   (same process niceness as the pool)"
-    )
-    print(
-        f"  pool, in owner           {in_owner:8.2f}   x{in_owner / bare:6.1f} bare   "
-        f"x{in_owner / embedded:5.2f} embedded   x{in_owner / in_actor:5.2f} embedded in an actor"
-    )
-    print(
-        f"  pool, through a client   {client:8.2f}   x{client / bare:6.1f} bare   "
-        f"x{client / embedded:5.2f} embedded   (target < {TARGET_MS:.0f} ms: "
-        f"{'met' if client < TARGET_MS else 'NOT met'}; files pushed per warm run: {pushed})"
-    )
-
+    for pause, label in (
+        (0.0, "back to back"),
+        (args.pause, f"each after a {args.pause * 1000:.0f} ms pause"),
+    ):
+        embedded = await embedded_latency(runs, pause)
+        client, in_owner, in_actor, pushed = await pool_latency(runs, pause)
+        print(f"\nlatency of `true` (ms, median), runs {label}")
+        print(f"  bare bash -c true        {bare:8.2f}")
+        print(f"  embedded shell backend   {embedded:8.2f}   x{embedded / bare:6.1f} bare")
+        print(
+            f"  embedded, in an actor    {in_actor:8.2f}   x{in_actor / bare:6.1f} bare   "
+            f"x{in_actor / embedded:5.2f} embedded   (same process niceness as the pool)"
+        )
+        print(
+            f"  pool, in owner           {in_owner:8.2f}   x{in_owner / bare:6.1f} bare   "
+            f"x{in_owner / embedded:5.2f} embedded   x{in_owner / in_actor:5.2f} embedded in an actor"
+        )
+        print(
+            f"  pool, through a client   {client:8.2f}   x{client / bare:6.1f} bare   "
+            f"x{client / embedded:5.2f} embedded   (target < {TARGET_MS:.0f} ms: "
+            f"{'met' if client < TARGET_MS else 'NOT met'}; files pushed per warm run: {pushed})"
+        )
     print(
         "  (Ray runs its workers, and so the pooled sandboxes, at nice 15: on a busy machine they get less CPU"
-        " than the embedded backend in this process)"
+        " than the embedded backend in this process. A shell backend prepares the next run's sandbox once a"
+        " run is over: back-to-back runs wait for part of that start-up, runs after a pause find it ready.)"
     )
     print("\nthroughput of 32 concurrent `echo` runs through a client")
     base = None
