@@ -56,11 +56,16 @@ async def test_every_range_of_mixed_chunks_reads_exactly(
     fs: FileSystem, file_fs: FileSystem, on_disk: bool
 ) -> None:
     store = file_fs if on_disk else fs
-    # raw, lz4-compressed and short chunks: read_file copies ranges of each into one buffer
-    data = os.urandom(CHUNK_SIZE) + b"abcdefgh" * (CHUNK_SIZE // 8) + os.urandom(CHUNK_SIZE // 3)
+    # raw, lz4-compressed (stored apart and inline) and short chunks: read_file copies ranges of each
+    # into one buffer
+    repetitive = b"".join(os.urandom(16) * 8 for _ in range(CHUNK_SIZE // 128))  # lz4: ~1/6
+    data = os.urandom(CHUNK_SIZE) + repetitive + b"abcdefgh" * (CHUNK_SIZE // 8) + os.urandom(1000)
     await store.write_file("/f", data)
+    kinds = set(store._db.conn.execute("SELECT compressed, data IS NULL FROM chunks").fetchall())
+    assert {(0, 1), (1, 1), (0, 0)} <= kinds  # raw and compressed stored apart, raw inline
     ranges = [(0, None), (5, 2 * CHUNK_SIZE), (CHUNK_SIZE - 3, 10), (CHUNK_SIZE + 1, CHUNK_SIZE + 100)]
     ranges += [(2 * CHUNK_SIZE - 1, 5), (0, CHUNK_SIZE + 1), (len(data) - 1, 9), (3, CHUNK_SIZE - 6)]
+    ranges += [(3 * CHUNK_SIZE - 2, 100), (2 * CHUNK_SIZE, None), (CHUNK_SIZE * 3, 1000)]
     for off, n in ranges:
         expected = data[off : None if n is None else off + n]
         got = await store.read_file("/f", offset=off, length=n)
