@@ -174,8 +174,8 @@ class FileSystem:
         row = self._db.one("SELECT epoch FROM state WHERE id = 1")
         return int(row[0]) == self._fence
 
-    def _bump(self, path: str) -> int:
-        """First statement of every mutating transaction: check the fence, return the next revision.
+    def _bump(self) -> tuple[int, int]:
+        """First statement of every mutating transaction: ``(stored epoch, next revision)``.
 
         The revision is the newest in the change log (or ``state.rev`` once the log was trimmed), so a
         transaction writes no extra page for it; the epoch is read under the write lock.
@@ -183,16 +183,19 @@ class FileSystem:
         epoch, rev = self._db.one(
             "SELECT epoch, max(rev, coalesce((SELECT max(rev) FROM changes), 0)) FROM state WHERE id = 1"
         )
-        if self._fence is not None and int(epoch) != self._fence:
+        return int(epoch), int(rev) + 1
+
+    def _check_fence(self, epoch: int, path: str) -> None:
+        """EROFS when a newer owner raised the stored epoch above ours."""
+        if self._fence is not None and epoch != self._fence:
             raise fs_error(
                 errno.EROFS,
                 path,
                 f"workspace is owned by a newer owner (epoch {epoch}, ours {self._fence})",
             )
-        return int(rev) + 1
 
-    def _mutation(self, path: str) -> _Mutation:
-        return _Mutation(self, path)
+    def _mutation(self, path: str, *, late_fence: bool = False) -> _Mutation:
+        return _Mutation(self, path, late_fence=late_fence)
 
     def _log(self, rev: int, n: int, path: str, op: str) -> None:
         self._db.execute("INSERT INTO changes (rev, n, path, op) VALUES (?, ?, ?, ?)", (rev, n, path, op))
@@ -795,7 +798,7 @@ class FileSystem:
         p = self._canon(path, refresh=False)  # resolved inside the transaction
         if p == "/":
             raise fs_error(errno.EPERM, p, "cannot remove the root directory")
-        with self._mutation(p) as m:
+        with self._mutation(p, late_fence=True) as m:
             try:
                 ino, kind, real = self._resolve_read(p, follow=False)
                 if kind == DIR and not recursive:
@@ -806,6 +809,7 @@ class FileSystem:
                 if force and exc.errno in (errno.ENOENT, errno.ENOTDIR):
                     return
                 raise
+            m.check_fence()
             parent, name = split(real)
             pino = self._resolve(parent)[0]
             self._remove_node(real, pino, name, ino, kind)
@@ -1163,9 +1167,13 @@ _CREATE_OP = {FILE: "write", DIR: "mkdir", SYMLINK: "symlink"}
 class _Mutation:
     """One mutating call: a transaction that first checks the fence and bumps the revision once."""
 
-    def __init__(self, fs: FileSystem, path: str) -> None:
+    def __init__(self, fs: FileSystem, path: str, *, late_fence: bool = False) -> None:
         self._fs = fs
         self._path = path
+        # late_fence: the caller checks the fence itself (check_fence) after its own checks, so that a
+        # fenced-out owner still reports e.g. a missing path as it did when those ran first.
+        self._late_fence = late_fence
+        self._epoch = 0
         self._rev = 0
         self._logged = 0
         self._cancelled = False
@@ -1182,7 +1190,9 @@ class _Mutation:
         fs._db.in_transaction = True
         fs._pending_logical = 0
         try:
-            self._rev = fs._bump(self._path)
+            self._epoch, self._rev = fs._bump()
+            if not self._late_fence:
+                fs._check_fence(self._epoch, self._path)
             if self._rev != fs._rev + 1:
                 # Another connection on the file committed since we last looked (every committed
                 # mutation logs a new revision): what we cached is stale.
@@ -1191,6 +1201,10 @@ class _Mutation:
             self._rollback()
             raise
         return self
+
+    def check_fence(self) -> None:
+        """EROFS for a fenced-out owner (for a mutation opened with ``late_fence``)."""
+        self._fs._check_fence(self._epoch, self._path)
 
     def log(self, path: str, op: str) -> None:
         self._fs._log(self._rev, self._logged, path, op)

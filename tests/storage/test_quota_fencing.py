@@ -161,3 +161,25 @@ async def test_a_write_right_after_another_connections_commit_sees_it(tmp_path: 
     finally:
         a.close()
         b.close()
+
+
+async def test_a_fenced_out_owner_reports_missing_paths_before_its_fence(tmp_path: Path) -> None:
+    path = str(tmp_path / "ws.sqlite")
+    old = FileSystem.open(path, fence=1)
+    await old.mkdir("/d")
+    await old.write_file("/d/f", b"x")
+    new = FileSystem.open(path, fence=2)
+    try:
+        await old.rm("/missing", force=True)  # nothing to do: no error, as for any owner
+        with pytest.raises(FileNotFoundError):
+            await old.rm("/missing")
+        with pytest.raises(OSError) as info:
+            await old.rm("/d")
+        assert info.value.errno == errno.ENOTEMPTY
+        with pytest.raises(OSError) as info:
+            await old.rm("/d/f")
+        assert info.value.errno == errno.EROFS
+        assert await new.read_file("/d/f") == b"x"
+    finally:
+        old.close()
+        new.close()
