@@ -1,14 +1,20 @@
 """``OwnerExecContext``: a pool worker's :class:`~computer.runtime.ExecContext`, one Ray call per operation.
 
 Each operation is forwarded whole to the owner actor of the workspace (see
-:class:`~computer.actors._pool_callbacks.PoolCallbacks`), so a shell run costs two calls (push, pull)
-and a python ``workspace`` call one. fs errors come back as the owner raised them (same class, errno,
-path).
+:class:`~computer.actors._pool_callbacks.PoolCallbacks`), so a shell run costs at most two calls (push,
+pull) and a python ``workspace`` call one. fs errors come back as the owner raised them (same class,
+errno, path).
+
+A run may arrive with a :class:`Prefetched` push: the owner computed it for the mirror revision this
+worker reported after its last run of the workspace. When the mirror the run took is at exactly that
+revision (same root, same limits), ``sync_push`` answers with it and the push call is saved; otherwise
+it asks the owner as usual. The pull names its run, so the owner learns each run's mirror revision.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any
 
 from ..runtime._backend import SyncLimits, SyncPull, SyncPush
@@ -16,7 +22,17 @@ from ..runtime._codec import decode_sync, encode_sync
 from ..storage.types import BatchResult
 from ._wire import Reply, unwrap
 
-__all__ = ["OwnerClosingError", "OwnerExecContext"]
+__all__ = ["OwnerClosingError", "OwnerExecContext", "Prefetched"]
+
+
+@dataclass(frozen=True, slots=True)
+class Prefetched:
+    """A push the owner computed ahead: what a mirror at ``rev`` (root, limits) needs; encoded."""
+
+    rev: int
+    root: str
+    limits: dict[str, int]
+    push: bytes
 
 
 class OwnerClosingError(RuntimeError):
@@ -26,9 +42,15 @@ class OwnerClosingError(RuntimeError):
 class OwnerExecContext:
     """Forwards a backend's workspace calls to ``owner`` (an owner actor handle)."""
 
-    def __init__(self, owner: Any, workspace_id: str) -> None:
+    def __init__(
+        self, owner: Any, workspace_id: str, run: str | None = None, prefetched: Prefetched | None = None
+    ) -> None:
         self._owner = owner
         self._workspace_id = workspace_id
+        self._run = run
+        self._prefetched = prefetched
+        self._limits: dict[str, int] | None = None
+        self.prefetch_used = False
 
     @property
     def workspace_id(self) -> str:
@@ -44,11 +66,19 @@ class OwnerExecContext:
         return await self._call("pool_fs_call", op, args)
 
     async def sync_push(self, mirror_rev: int | None, root: str, limits: SyncLimits) -> SyncPush:
-        data = await self._call("pool_sync_push", mirror_rev, root, dataclasses.asdict(limits))
+        wanted = dataclasses.asdict(limits)
+        self._limits = wanted
+        ahead, self._prefetched = self._prefetched, None  # good for the first push only
+        if ahead is not None and (ahead.rev, ahead.root, ahead.limits) == (mirror_rev, root, wanted):
+            self.prefetch_used = True
+            return decode_sync(SyncPush, ahead.push)
+        data = await self._call("pool_sync_push", mirror_rev, root, wanted)
         return decode_sync(SyncPush, data)
 
     async def sync_pull(self, pull: SyncPull, base_rev: int) -> BatchResult:
-        result: BatchResult = await self._call("pool_sync_pull", encode_sync(pull), base_rev)
+        result: BatchResult = await self._call(
+            "pool_sync_pull", encode_sync(pull), base_rev, self._run, self._limits
+        )
         return result
 
     async def share(self, path: str, expires_after: float) -> str:

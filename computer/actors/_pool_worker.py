@@ -22,7 +22,7 @@ from typing import Any
 
 from ..runtime import Backend, ExecEvent, ExecRequest, ExitEvent, PythonBackend, ShellBackend
 from ..runtime.types import BackendInfo
-from ._pool_context import OwnerExecContext
+from ._pool_context import OwnerExecContext, Prefetched
 from ._pool_mirrors import BoundedMirrorPool
 
 __all__ = ["BACKENDS", "MIRROR_WORKSPACES", "PoolWorker", "RunStarted"]
@@ -78,6 +78,7 @@ class PoolWorker:
         self._running: dict[str, str] = {}  # run key -> workspace id
         self._runs = 0
         self._failures = 0
+        self._prefetched = 0  # runs whose push came with the request (no push call back to the owner)
 
     async def info(self) -> BackendInfo:
         """What the backend says about itself (the owner shows it as its own)."""
@@ -92,27 +93,36 @@ class PoolWorker:
             "pid": os.getpid(),
             "runs": self._runs,
             "failures": self._failures,
+            "prefetched": self._prefetched,
             "running": sorted(self._running),
             "mirrors": mirrors.workspaces() if isinstance(mirrors, BoundedMirrorPool) else [],
         }
 
     async def run(
-        self, request: ExecRequest, owner: Any, workspace_id: str, owner_token: str | None = None
+        self,
+        request: ExecRequest,
+        owner: Any,
+        workspace_id: str,
+        owner_token: str | None = None,
+        prefetched: Prefetched | None = None,
     ) -> AsyncIterator[RunStarted | ExecEvent]:
         """Stream one run: :class:`RunStarted`, then output chunks, then exactly one ``ExitEvent``.
 
         With ``owner_token`` the run is killed when its owner dies or restarts (nobody would read the
-        result, and a restarted owner no longer knows the run).
+        result, and a restarted owner no longer knows the run). ``prefetched``: the push the owner
+        computed ahead for this worker's mirror (used when the mirror is at its revision).
         """
         key = f"{workspace_id}/{request.id}"
         self._running[key] = workspace_id
         self._runs += 1
         events = None
+        ctx: OwnerExecContext | None = None
         step: asyncio.Future[ExecEvent] | None = None
         watch = None if owner_token is None else asyncio.create_task(_watch_owner(owner, owner_token))
         try:
             yield RunStarted(self.name, self.node_id, os.getpid(), len(self._running))
-            events = aiter(self.backend.run(request, OwnerExecContext(owner, workspace_id)))
+            ctx = OwnerExecContext(owner, workspace_id, request.id, prefetched)
+            events = aiter(self.backend.run(request, ctx))
             while True:
                 step = asyncio.ensure_future(anext(events))
                 if watch is not None:
@@ -142,6 +152,8 @@ class PoolWorker:
                 with contextlib.suppress(Exception):
                     await aclose()
             self._running.pop(key, None)
+            if ctx is not None and ctx.prefetch_used:
+                self._prefetched += 1
 
 
 async def _watch_owner(owner: Any, token: str) -> str:

@@ -32,9 +32,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
-from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent
+from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
+from ..runtime._codec import encode_sync
 from ..runtime.types import BackendInfo
-from ._pool_callbacks import owner_token
+from ._pool_callbacks import SYNCED, MirrorSynced, owner_token
+from ._pool_context import Prefetched
 from ._pool_registry import get_worker, worker_name
 from ._pool_worker import RunStarted
 
@@ -44,6 +46,8 @@ log = logging.getLogger(__name__)
 
 # Events a worker may produce ahead of the owner consuming them (each at most 256 KiB of output).
 STREAM_AHEAD = 16
+# A prefetched push larger than this is not sent along (the worker asks for it if its mirror needs it).
+PREFETCH_MAX_BYTES = 256 * 1024
 # A run that did not reach a live worker (it was dead or being replaced) is re-dispatched this often.
 DISPATCH_RETRIES = 3
 INFO_TIMEOUT = 120.0  # seconds for a new pool's first worker to start and describe itself
@@ -59,6 +63,7 @@ class _Slot:
     handle: Any = None
     inflight: int = 0
     dead_id: Any = None  # actor id of the last handle seen dead, so a lookup does not return it again
+    synced: MirrorSynced | None = None  # where the last run of this workspace left the worker's mirror
 
 
 class PoolBackend:
@@ -131,8 +136,29 @@ class PoolBackend:
         if slot.handle is handle:
             slot.handle = None
             slot.dead_id = handle._actor_id
+        slot.synced = None
         if slot.index in self._warm:
             self._warm.remove(slot.index)
+
+    async def _prefetch(self, slot: _Slot, ctx: ExecContext) -> Prefetched | None:
+        """The push the worker's mirror will need, computed here ahead of dispatch (saves it a call).
+
+        Only for a small incremental push: a full or large one is left for the worker to ask for, since
+        its mirror may have been dropped meanwhile and the bytes would travel for nothing.
+        """
+        synced = slot.synced
+        if synced is None:
+            return None
+        try:
+            push = await ctx.sync_push(synced.rev, synced.root, SyncLimits(**synced.limits))
+        except Exception:
+            return None
+        if push.full:
+            return None
+        data = encode_sync(push)
+        if len(data) > PREFETCH_MAX_BYTES:
+            return None
+        return Prefetched(synced.rev, synced.root, synced.limits, data)
 
     async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
         """Run ``request`` on a pool worker and yield its events as they arrive."""
@@ -153,8 +179,9 @@ class PoolBackend:
             started = finished = False
             try:
                 handle = await self._handle(slot)
+                prefetched = await self._prefetch(slot, ctx)
                 gen = handle.run.options(_generator_backpressure_num_objects=STREAM_AHEAD).remote(
-                    request, owner, workspace_id, self._token
+                    request, owner, workspace_id, self._token, prefetched
                 )
                 async for ref in gen:
                     event = await ref
@@ -182,6 +209,9 @@ class PoolBackend:
                 return
             finally:
                 slot.inflight -= 1
+                synced = SYNCED.pop((workspace_id, request.id), None)
+                if finished:
+                    slot.synced = synced
                 if gen is not None and not finished:
                     # The consumer stopped (closed or cancelled): the worker must kill the program.
                     with contextlib.suppress(Exception):

@@ -106,6 +106,7 @@ async def test_long_output_is_tailed_and_spooled_by_the_owner(cluster: Settings,
 
 
 async def test_a_warm_mirror_receives_only_changes(cluster: Settings, name: str) -> None:
+    prefetched = sum(s["prefetched"] for s in await worker_stats("shell", 2))
     async with computer.get_workspace(name) as ws:
         await ws.fs.mkdir("/workspace")
         for i in range(3):
@@ -116,6 +117,9 @@ async def test_a_warm_mirror_receives_only_changes(cluster: Settings, name: str)
         third = await (await ws.runtime.exec("cat f0")).result()
     assert (first.pushed, second.pushed, third.pushed) == (3, 0, 1)
     assert third.stdout == "changed"
+    # The warm runs got their push with the request (the owner computed it for the worker's mirror
+    # revision), the change included: no push call back to the owner.
+    assert sum(s["prefetched"] for s in await worker_stats("shell", 2)) == prefetched + 2
 
 
 async def test_workers_report_the_runs_they_took(cluster: Settings, name: str) -> None:

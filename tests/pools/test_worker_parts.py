@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -39,6 +40,28 @@ async def test_every_sync_limit_reaches_the_owner() -> None:
         await OwnerExecContext(owner, "ws-id").sync_push(None, "/workspace", limits)
     [(_, _, sent)] = owner.calls
     assert SyncLimits(**sent) == limits
+
+
+async def test_a_prefetched_push_serves_only_the_mirror_revision_it_was_made_for() -> None:
+    from computer.actors._pool_context import Prefetched
+    from computer.runtime import SyncPush
+    from computer.runtime._codec import encode_sync
+
+    limits = SyncLimits()
+    ahead = Prefetched(
+        7, "/workspace", dataclasses.asdict(limits), encode_sync(SyncPush(9, "/workspace", False))
+    )
+    for rev, root, other in ((6, "/workspace", limits), (7, "/w", limits), (7, "/workspace", SyncLimits(1))):
+        owner = _Owner()
+        with pytest.raises(_Sent):  # another revision, root or limits: the worker asks the owner
+            await OwnerExecContext(owner, "ws-id", "run", ahead).sync_push(rev, root, other)
+        assert len(owner.calls) == 1
+    owner = _Owner()
+    ctx = OwnerExecContext(owner, "ws-id", "run", ahead)
+    push = await ctx.sync_push(7, "/workspace", limits)
+    assert (push.rev, owner.calls, ctx.prefetch_used) == (9, [], True)
+    with pytest.raises(_Sent):  # good for one push only
+        await ctx.sync_push(9, "/workspace", limits)
 
 
 def test_a_shell_backend_takes_its_mirror_pool_from_the_caller() -> None:
