@@ -178,9 +178,10 @@ class Mirror:
             return self._diff(now, set(now) | set(self.state), max_bytes), now
         now = dict(self.state)
         candidates = set(touched)
+        base = os.fspath(self.directory)
         for rel in sorted(touched, key=lambda r: r.count("/")):
             try:
-                st = os.lstat(self.directory / rel)
+                st = os.lstat(f"{base}/{rel}")
             except OSError:
                 st = None
             entry = _entry(st) if st is not None else None
@@ -215,14 +216,13 @@ class Mirror:
             if entry is None:
                 pull.deleted.append(path)
                 continue
-            host = self.directory / rel
             kind = entry[0]
             if kind == "d":
                 if old is None or old[0] != "d" or old[5] != entry[5]:
                     pull.dirs.append(MirrorDir(path, entry[5]))
             elif kind == "l":
                 with contextlib.suppress(OSError):
-                    pull.symlinks.append(MirrorSymlink(path, os.readlink(host)))
+                    pull.symlinks.append(MirrorSymlink(path, os.readlink(self.directory / rel)))
             elif kind == "f":
                 if budget >= 0 and entry[2] > budget:
                     self.unsyncable.append(path)  # over what one pull may carry: stays in the mirror only
@@ -271,6 +271,10 @@ class MirrorPool:
         if directory.exists():
             shutil.rmtree(directory, ignore_errors=True)
         return Mirror(directory, self.root)
+
+    def idle_mirrors(self, workspace_id: str) -> list[Mirror]:
+        """The idle mirrors of ``workspace_id`` (still in the pool)."""
+        return list(self._free.get(workspace_id, ()))
 
     def discard(self, mirror: Mirror) -> None:
         """Drop a mirror (its state is unknown, or the pool no longer keeps it)."""

@@ -393,3 +393,9 @@ class Runtime:
                     await asyncio.wait_for(
                         asyncio.shield(run.task), timeout=max(0.1, 30 - (time.monotonic() - started))
                     )
+        # Backends may keep things ready for this workspace (the shell's standby sandboxes): let go.
+        for backend in self._backends.values():
+            close_workspace = getattr(backend, "close_workspace", None)
+            if close_workspace is not None:
+                with contextlib.suppress(Exception):
+                    await close_workspace(str(self._workspace.id))

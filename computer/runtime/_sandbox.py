@@ -420,16 +420,27 @@ class Sandbox:
         its command line from a pipe) never sees the program's environment until ``start``.
         """
         read_end, write_end = os.pipe()
-        try:
-            sp = await self.spawn(
+        spawn = asyncio.ensure_future(
+            self.spawn(
                 ["/bin/bash", "--noprofile", "--norc", "-c", _STANDBY_STUB.format(fd=read_end)],
                 binds=binds,
                 cwd="/",
                 env={"PATH": "/usr/bin:/bin"},
                 pass_fds=(read_end,),
             )
+        )
+        try:
+            sp = await asyncio.shield(spawn)
         except BaseException:
+            # Close our end first: a cancelled spawn waits for the launcher's pipes to close, and a
+            # stub already running holds them until it reads the end of its (empty) command line.
             os.close(write_end)
+
+            async def settle() -> None:
+                with contextlib.suppress(BaseException):
+                    await (await spawn).discard()
+
+            await run_to_completion(settle())
             raise
         finally:
             os.close(read_end)
@@ -521,9 +532,23 @@ def _cgroup_writable(controller: str) -> bool:
         test = parent / f"probe-{os.getpid()}"
         test.mkdir()
         test.rmdir()
-        return True
     except OSError:
         return False
+    _remove_stale_groups(parent)
+    return True
+
+
+def _remove_stale_groups(parent: Path) -> None:
+    """Remove the run groups of processes that are gone (killed before they could remove them, e.g. a
+    pool worker with standby sandboxes killed at shutdown); their programs died with them."""
+    for group in parent.glob("run-*-*"):
+        try:
+            pid = int(group.name.split("-")[1])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            SandboxProcess(None, [group]).cleanup()  # type: ignore[arg-type]
+        except (ValueError, IndexError, PermissionError):
+            continue
 
 
 @functools.cache

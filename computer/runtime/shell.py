@@ -95,6 +95,9 @@ class ShellBackend:
         # Standby sandboxes kept for the most recently used mirrors (at most ``warm_sandboxes``).
         self.warm_sandboxes = warm_sandboxes
         self._warm: OrderedDict[_Warm, Mirror] = OrderedDict()
+        # At exit the standbys would die with this process (bubblewrap's --die-with-parent), but their
+        # cgroups would stay behind: end them first.
+        atexit.register(_end_standbys, self._warm)
         startup = self.sandbox.probe_ms()
         self.info = BackendInfo(
             id=id,
@@ -194,6 +197,15 @@ class ShellBackend:
                 # writing it, so it is never reused; the next run takes a fresh mirror (full push).
                 mirror.invalidate()
                 await asyncio.to_thread(self._mirrors.discard, mirror)
+
+    async def close_workspace(self, workspace_id: str) -> None:
+        """The workspace closed: end the standby sandboxes of its idle mirrors (the mirrors stay warm)."""
+        ends = []
+        for mirror in self._mirrors.idle_mirrors(workspace_id):
+            warm = mirror.take_standby()
+            if isinstance(warm, _Warm):
+                ends.append(warm.aclose())
+        await asyncio.gather(*ends)
 
     async def _prepare(self, mirror: Mirror, bridge_dir: Path | None = None) -> tuple[Standby, Path]:
         """A standby sandbox over ``mirror`` (which must exist) with a fresh assets bridge directory."""
@@ -299,15 +311,25 @@ class _Warm:
         except RuntimeError:  # the loop closed meanwhile
             self._end_now()
 
-    def _end_in_loop(self) -> None:
-        async def end() -> None:
-            try:
-                standby, bridge_dir = await self.task
-            except BaseException:
-                return
-            await _discard(standby, bridge_dir)
+    async def aclose(self) -> None:
+        """End it and wait until it is reaped (in its own event loop)."""
+        if self.taken or self.closed:
+            return
+        if asyncio.get_running_loop() is not self.loop:
+            self.close()
+            return
+        self.closed = True
+        await run_to_completion(self._end())
 
-        task = asyncio.ensure_future(end())
+    async def _end(self) -> None:
+        try:
+            standby, bridge_dir = await self.task
+        except BaseException:
+            return
+        await _discard(standby, bridge_dir)
+
+    def _end_in_loop(self) -> None:
+        task = asyncio.ensure_future(self._end())
         _ENDING.add(task)
         task.add_done_callback(_ENDING.discard)
 
@@ -316,6 +338,13 @@ class _Warm:
             standby, bridge_dir = self.task.result()
             standby.discard_now()
             shutil.rmtree(bridge_dir, ignore_errors=True)
+
+
+def _end_standbys(warm: OrderedDict[_Warm, Mirror]) -> None:
+    for standby in list(warm):
+        if not standby.taken:
+            standby.closed = True
+            standby._end_now()
 
 
 # Standby sandboxes being ended in the background (a reference keeps their tasks alive).

@@ -41,14 +41,15 @@ async def _ready_standby(ws: computer.Workspace, backend: ShellBackend) -> int:
     return standby.process.proc.pid
 
 
-def _gone(pid: int, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:  # bounded: the standby is reaped by its own event loop
+async def _gone(pid: int, within: float = 30.0) -> bool:
+    """Poll (bounded) for a launcher to be gone: it is ended and reaped by tasks of this event loop."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
         except ProcessLookupError:
             return True
-        time.sleep(0.02)
+        await asyncio.sleep(0.02)
     return False
 
 
@@ -70,7 +71,7 @@ async def test_a_run_hands_its_command_to_the_prepared_sandbox() -> None:
         names = {line.split("=", 1)[0] for line in lines[3:]}
         assert names - {"SHLVL", "_", "X"} == _EXPECTED_ENV  # nothing of the stub's own environment
         # The standby was consumed by this run (its launcher is gone) and a new one is being prepared.
-        assert _gone(pid)
+        assert await _gone(pid)
         assert await _ready_standby(ws, backend) != pid
 
 
@@ -109,13 +110,13 @@ async def test_standbys_beyond_the_cap_and_of_dropped_mirrors_end() -> None:
         await (await a.runtime.exec("true")).result()
         pid_a = await _ready_standby(a, backend)
         await (await b.runtime.exec("true")).result()  # over the cap of 1: a's standby ends
-        assert _gone(pid_a)
+        assert await _gone(pid_a)
         (mirror_a,) = backend.mirrors._free[a.id]
         assert mirror_a.standby is None
         pid_b = await _ready_standby(b, backend)
         (mirror_b,) = backend.mirrors._free[b.id]
         backend.mirrors.discard(mirror_b)  # a mirror that goes takes its standby with it
-        assert _gone(pid_b)
+        assert await _gone(pid_b)
         # The next run of each workspace starts a fresh sandbox and works.
         for ws in (a, b):
             assert (await (await ws.runtime.exec("echo ok")).result()).stdout == "ok\n"
@@ -139,4 +140,4 @@ async def test_a_standby_of_another_event_loop_is_not_used(tmp_path: Path) -> No
     async with computer.Workspace(path, backends=[backend]) as ws:
         result = await (await ws.runtime.exec("cat n")).result()
     assert result.stdout == "1\n" and result.status == "completed"
-    assert _gone(pids[0])
+    assert await _gone(pids[0])
