@@ -376,12 +376,20 @@ class WorkspaceHost(PoolCallbacks):
 
     # -- RPC: runtime -------------------------------------------------------------------------------
 
-    async def exec_start(self, source: str, kwargs: dict[str, Any]) -> Reply:
-        """Start an execution; returns ``(id, backend)``."""
+    async def exec_start(self, source: str, kwargs: dict[str, Any], wait: float = 0.0) -> Reply:
+        """Start an execution; returns ``(id, backend, result)``.
 
-        async def start() -> tuple[str, str]:
+        ``result`` is the :class:`~computer.runtime.ExecResult` when the run ended within ``wait``
+        seconds (a short command: the caller's ``result()`` then needs no second round trip), else None.
+        """
+
+        async def start() -> tuple[str, str, Any]:
             handle = await self.workspace.runtime.exec(source, **kwargs)
-            return handle.id, handle.backend
+            result = None
+            if wait > 0:
+                with contextlib.suppress(TimeoutError):
+                    result = await asyncio.wait_for(asyncio.shield(handle.result()), wait)
+            return handle.id, handle.backend, result
 
         return await self._serve(start)
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..runtime._backend import SyncLimits, SyncPull
@@ -21,22 +20,7 @@ if TYPE_CHECKING:
     from ..runtime import ExecContext
     from ..workspace import Workspace
 
-__all__ = ["SYNCED", "MirrorSynced", "PoolCallbacks", "owner_token"]
-
-
-@dataclass(frozen=True, slots=True)
-class MirrorSynced:
-    """Where a run left its worker's mirror: at ``rev`` of the workspace below ``root``, under ``limits``."""
-
-    rev: int
-    root: str
-    limits: dict[str, int]
-
-
-# (workspace id, run id) -> the mirror state its pull left, for the owner's pool backend to take once
-# the run is over (it then prefetches that worker's next push). Per owner process; popped by the run.
-SYNCED: dict[tuple[str, str], MirrorSynced] = {}
-_SYNCED_MAX = 1024
+__all__ = ["PoolCallbacks", "owner_token"]
 
 
 def owner_token() -> str:
@@ -86,27 +70,15 @@ class PoolCallbacks:
             except Exception as exc:
                 return fail(exc)
 
-    async def pool_sync_pull(
-        self, pull: bytes, base_rev: int, run: str | None = None, limits: dict[str, int] | None = None
-    ) -> Reply:
-        """Apply a run's changes (an encoded :class:`SyncPull`) in one transaction; a ``BatchResult``.
-
-        With ``run`` (and the ``limits`` its push used), the mirror's new revision is noted in
-        :data:`SYNCED` for the pool backend that dispatched the run.
-        """
+    async def pool_sync_pull(self, pull: bytes, base_rev: int) -> Reply:
+        """Apply a run's changes (an encoded :class:`SyncPull`) in one transaction; a ``BatchResult``."""
         if self._closing:
             return self._moved()
         with self._activity():
             try:
-                decoded = decode_sync(SyncPull, pull)
-                batch = await self._exec_context().sync_pull(decoded, base_rev)
+                return ok(await self._exec_context().sync_pull(decode_sync(SyncPull, pull), base_rev))
             except Exception as exc:
                 return fail(exc)
-            if run is not None and limits is not None:
-                SYNCED[(self.workspace.id, run)] = MirrorSynced(batch.rev, decoded.root, limits)
-                while len(SYNCED) > _SYNCED_MAX:  # runs whose dispatcher gave up before their pull
-                    SYNCED.pop(next(iter(SYNCED)))
-            return ok(batch)
 
     async def pool_share(self, path: str, expires_after: float) -> Reply:
         """Publish a workspace file for a running program; its URL."""

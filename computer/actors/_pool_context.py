@@ -8,7 +8,8 @@ errno, path).
 A run may arrive with a :class:`Prefetched` push: the owner computed it for the mirror revision this
 worker reported after its last run of the workspace. When the mirror the run took is at exactly that
 revision (same root, same limits), ``sync_push`` answers with it and the push call is saved; otherwise
-it asks the owner as usual. The pull names its run, so the owner learns each run's mirror revision.
+it asks the owner as usual. The owner learns each mirror's revision from the run's deferred pull (see
+:class:`~computer.runtime._backend.DeferringContext`), which it applies itself.
 """
 
 from __future__ import annotations
@@ -43,20 +44,32 @@ class OwnerExecContext:
     """Forwards a backend's workspace calls to ``owner`` (an owner actor handle)."""
 
     def __init__(
-        self, owner: Any, workspace_id: str, run: str | None = None, prefetched: Prefetched | None = None
+        self,
+        owner: Any,
+        workspace_id: str,
+        prefetched: Prefetched | None = None,
+        outcomes: dict[str, tuple[int, list[str]]] | None = None,
     ) -> None:
         self._owner = owner
         self._workspace_id = workspace_id
-        self._run = run
         self._prefetched = prefetched
-        self._limits: dict[str, int] | None = None
         self.prefetch_used = False
+        self.calls = 0  # calls made back to the owner
+        # Runs of this worker whose pulls the owner applied: run id -> (rev, skipped). With it the
+        # shell hands its pull to the owner in the exit event (see ``DeferringContext``).
+        self._outcomes = outcomes
+        self.defers_pull = outcomes is not None
+
+    def pull_outcome(self, run: str) -> tuple[int, list[str]] | None:
+        found = (self._outcomes or {}).get(run)
+        return None if found is None else (int(found[0]), list(found[1]))
 
     @property
     def workspace_id(self) -> str:
         return self._workspace_id
 
     async def _call(self, method: str, *args: Any) -> Any:
+        self.calls += 1
         reply: Reply = await getattr(self._owner, method).remote(*args)
         if reply[0] == "moved":
             raise OwnerClosingError(f"the owner of workspace {reply[1]['name']} is closing")
@@ -67,7 +80,6 @@ class OwnerExecContext:
 
     async def sync_push(self, mirror_rev: int | None, root: str, limits: SyncLimits) -> SyncPush:
         wanted = dataclasses.asdict(limits)
-        self._limits = wanted
         ahead, self._prefetched = self._prefetched, None  # good for the first push only
         if ahead is not None and (ahead.rev, ahead.root, ahead.limits) == (mirror_rev, root, wanted):
             self.prefetch_used = True
@@ -76,9 +88,7 @@ class OwnerExecContext:
         return decode_sync(SyncPush, data)
 
     async def sync_pull(self, pull: SyncPull, base_rev: int) -> BatchResult:
-        result: BatchResult = await self._call(
-            "pool_sync_pull", encode_sync(pull), base_rev, self._run, self._limits
-        )
+        result: BatchResult = await self._call("pool_sync_pull", encode_sync(pull), base_rev)
         return result
 
     async def share(self, path: str, expires_after: float) -> str:

@@ -79,6 +79,7 @@ class PoolWorker:
         self._runs = 0
         self._failures = 0
         self._prefetched = 0  # runs whose push came with the request (no push call back to the owner)
+        self._callbacks = 0  # calls runs made back to their owners (push, pull, python fs, share)
 
     async def info(self) -> BackendInfo:
         """What the backend says about itself (the owner shows it as its own)."""
@@ -94,6 +95,7 @@ class PoolWorker:
             "runs": self._runs,
             "failures": self._failures,
             "prefetched": self._prefetched,
+            "callbacks": self._callbacks,
             "running": sorted(self._running),
             "mirrors": mirrors.workspaces() if isinstance(mirrors, BoundedMirrorPool) else [],
         }
@@ -105,12 +107,15 @@ class PoolWorker:
         workspace_id: str,
         owner_token: str | None = None,
         prefetched: Prefetched | None = None,
+        outcomes: dict[str, tuple[int, list[str]]] | None = None,
     ) -> AsyncIterator[RunStarted | ExecEvent]:
         """Stream one run: :class:`RunStarted`, then output chunks, then exactly one ``ExitEvent``.
 
         With ``owner_token`` the run is killed when its owner dies or restarts (nobody would read the
         result, and a restarted owner no longer knows the run). ``prefetched``: the push the owner
         computed ahead for this worker's mirror (used when the mirror is at its revision).
+        ``outcomes``: how the owner applied the pulls of this worker's earlier runs of the workspace;
+        given (even empty), the run hands its own pull to the owner in its exit event.
         """
         key = f"{workspace_id}/{request.id}"
         self._running[key] = workspace_id
@@ -121,7 +126,7 @@ class PoolWorker:
         watch = None if owner_token is None else asyncio.create_task(_watch_owner(owner, owner_token))
         try:
             yield RunStarted(self.name, self.node_id, os.getpid(), len(self._running))
-            ctx = OwnerExecContext(owner, workspace_id, request.id, prefetched)
+            ctx = OwnerExecContext(owner, workspace_id, prefetched, outcomes)
             events = aiter(self.backend.run(request, ctx))
             while True:
                 step = asyncio.ensure_future(anext(events))
@@ -152,8 +157,9 @@ class PoolWorker:
                 with contextlib.suppress(Exception):
                     await aclose()
             self._running.pop(key, None)
-            if ctx is not None and ctx.prefetch_used:
-                self._prefetched += 1
+            if ctx is not None:
+                self._prefetched += ctx.prefetch_used
+                self._callbacks += ctx.calls
 
 
 async def _watch_owner(owner: Any, token: str) -> str:

@@ -33,9 +33,10 @@ from typing import Any
 
 from ..config import Settings
 from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
+from ..runtime._backend import PendingPull
 from ..runtime._codec import encode_sync
 from ..runtime.types import BackendInfo
-from ._pool_callbacks import SYNCED, MirrorSynced, owner_token
+from ._pool_callbacks import owner_token
 from ._pool_context import Prefetched
 from ._pool_registry import get_worker, worker_name
 from ._pool_worker import RunStarted
@@ -46,6 +47,8 @@ log = logging.getLogger(__name__)
 
 # Events a worker may produce ahead of the owner consuming them (each at most 256 KiB of output).
 STREAM_AHEAD = 16
+# Outcomes of deferred pulls kept per worker (sent with each run, so a mirror of any recent run settles).
+OUTCOMES_KEPT = 8
 # A prefetched push larger than this is not sent along (the worker asks for it if its mirror needs it).
 PREFETCH_MAX_BYTES = 256 * 1024
 # A run that did not reach a live worker (it was dead or being replaced) is re-dispatched this often.
@@ -53,6 +56,15 @@ DISPATCH_RETRIES = 3
 INFO_TIMEOUT = 120.0  # seconds for a new pool's first worker to start and describe itself
 
 _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
+
+
+@dataclass(frozen=True, slots=True)
+class MirrorSynced:
+    """Where a run left its worker's mirror: at ``rev`` of the workspace below ``root``, under ``limits``."""
+
+    rev: int
+    root: str
+    limits: dict[str, int]
 
 
 @dataclass
@@ -64,6 +76,8 @@ class _Slot:
     inflight: int = 0
     dead_id: Any = None  # actor id of the last handle seen dead, so a lookup does not return it again
     synced: MirrorSynced | None = None  # where the last run of this workspace left the worker's mirror
+    # run id -> (rev, skipped) of the deferred pulls this owner applied for runs on this worker
+    outcomes: dict[str, tuple[int, list[str]]] = dataclasses.field(default_factory=dict)
 
 
 class PoolBackend:
@@ -137,6 +151,7 @@ class PoolBackend:
             slot.handle = None
             slot.dead_id = handle._actor_id
         slot.synced = None
+        slot.outcomes = {}
         if slot.index in self._warm:
             self._warm.remove(slot.index)
 
@@ -181,7 +196,7 @@ class PoolBackend:
                 handle = await self._handle(slot)
                 prefetched = await self._prefetch(slot, ctx)
                 gen = handle.run.options(_generator_backpressure_num_objects=STREAM_AHEAD).remote(
-                    request, owner, workspace_id, self._token, prefetched
+                    request, owner, workspace_id, self._token, prefetched, dict(slot.outcomes)
                 )
                 async for ref in gen:
                     event = await ref
@@ -190,6 +205,8 @@ class PoolBackend:
                         continue
                     if isinstance(event, ExitEvent):
                         finished = True
+                        if event.pending is not None:
+                            event = await self._apply(slot, request.id, event, event.pending, ctx)
                     yield event
                     if finished:
                         break  # the run is over; do not wait for the generator's own end
@@ -209,9 +226,6 @@ class PoolBackend:
                 return
             finally:
                 slot.inflight -= 1
-                synced = SYNCED.pop((workspace_id, request.id), None)
-                if finished:
-                    slot.synced = synced
                 if gen is not None and not finished:
                     # The consumer stopped (closed or cancelled): the worker must kill the program.
                     with contextlib.suppress(Exception):
@@ -223,6 +237,26 @@ class PoolBackend:
                 return
             yield ExitEvent(None, error=f"exec worker {worker_name(self.backend, slot.index)} sent no exit")
             return
+
+    async def _apply(
+        self, slot: _Slot, run: str, event: ExitEvent, pending: PendingPull, ctx: ExecContext
+    ) -> ExitEvent:
+        """Apply a run's deferred pull here, next to the workspace; the completed exit event."""
+        try:
+            batch = await ctx.sync_pull(pending.pull, pending.base_rev)
+        except Exception as exc:
+            # The worker's mirror learns no outcome for this run: its next run there pushes it whole.
+            return ExitEvent(None, pushed=event.pushed, error=f"sync failed: {type(exc).__name__}: {exc}")
+        slot.outcomes[run] = (batch.rev, list(batch.skipped))
+        while len(slot.outcomes) > OUTCOMES_KEPT:
+            slot.outcomes.pop(next(iter(slot.outcomes)))
+        slot.synced = MirrorSynced(batch.rev, pending.pull.root, pending.limits)
+        return dataclasses.replace(
+            event,
+            pulled=sorted(set(event.pulled) | set(batch.applied)),
+            skipped=sorted(set(event.skipped) | set(batch.skipped)),
+            pending=None,
+        )
 
 
 def _info_key(backend: str) -> bytes:

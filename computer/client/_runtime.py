@@ -8,21 +8,31 @@ from typing import Any
 from ..runtime.types import BackendInfo, ExecResult, ExecSnapshot
 from ._connection import Connection
 
-__all__ = ["ClientExecHandle", "ClientRuntime"]
+__all__ = ["EXEC_START_WAIT", "ClientExecHandle", "ClientRuntime"]
+
+# ``exec`` lets the owner wait this long for the run to end before it answers: a short command's result
+# comes back with its id (``result()`` then makes no second round trip); a longer one's ``exec`` answers
+# this much later than it would otherwise (its output is not lost: snapshots start from the beginning).
+EXEC_START_WAIT = 0.025
 
 
 class ClientExecHandle:
     """One execution on the owner; iterating streams its snapshots (cancelled when the loop stops)."""
 
-    def __init__(self, connection: Connection, id: str, backend: str) -> None:
+    def __init__(
+        self, connection: Connection, id: str, backend: str, result: ExecResult | None = None
+    ) -> None:
         self._conn = connection
         self.id = id
         self.backend = backend
+        self._result = result  # the run had ended when ``exec`` answered
 
     def __aiter__(self) -> AsyncIterator[ExecSnapshot]:
         return self._conn.stream("exec_snapshots", self.id)
 
     async def result(self) -> ExecResult:
+        if self._result is not None:
+            return self._result
         result: ExecResult = await self._conn.request("exec_result", self.id, retry_safe=True)
         return result
 
@@ -67,8 +77,8 @@ class ClientRuntime:
             "output": output,
         }
         kwargs = {k: v for k, v in given.items() if v is not None}
-        exec_id, backend_id = await self._conn.request("exec_start", source, kwargs)
-        return ClientExecHandle(self._conn, exec_id, backend_id)
+        exec_id, backend_id, result = await self._conn.request("exec_start", source, kwargs, EXEC_START_WAIT)
+        return ClientExecHandle(self._conn, exec_id, backend_id, result)
 
     async def get_exec(self, id: str) -> ClientExecHandle:
         exec_id, backend_id = await self._conn.request("get_exec", id, retry_safe=True)

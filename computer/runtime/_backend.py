@@ -29,6 +29,7 @@ __all__ = [
     "MirrorFile",
     "MirrorSymlink",
     "OutputChunk",
+    "PendingPull",
     "SyncLimits",
     "SyncPull",
     "SyncPush",
@@ -66,6 +67,8 @@ class ExitEvent:
 
     ``killed`` is True when the backend ended the program itself (timeout or cancellation);
     ``error`` says why a run failed outside the program (sandbox could not start, sync failed…).
+    ``pending``: the run's changes, not yet applied, when its context defers pulls (a pool worker's:
+    the owner that dispatched the run applies them and completes ``pulled`` and ``skipped``).
     """
 
     exit_code: int | None
@@ -75,6 +78,7 @@ class ExitEvent:
     skipped: list[str] = field(default_factory=list)
     error: str | None = None
     killed: bool = False
+    pending: PendingPull | None = None
 
 
 ExecEvent = OutputChunk | ExitEvent
@@ -148,6 +152,16 @@ class SyncPull:
     protected: list[str] = field(default_factory=list)
 
 
+@dataclass(frozen=True, slots=True)
+class PendingPull:
+    """A run's changes for its dispatcher to apply: ``pull`` on top of ``base_rev``; ``limits`` are the
+    fields of the :class:`SyncLimits` of the mirror (so the dispatcher can prefetch its next push)."""
+
+    pull: SyncPull
+    base_rev: int
+    limits: dict[str, int]
+
+
 @runtime_checkable
 class ExecContext(Protocol):
     """A backend's only way to the workspace. Whole operations only (no per-file chatter).
@@ -176,6 +190,21 @@ class ExecContext(Protocol):
 
     async def share(self, path: str, expires_after: float) -> str:
         """Publish a workspace file and return its URL (raises when the workspace has no assets)."""
+        ...
+
+
+class DeferringContext(ExecContext, Protocol):
+    """A context whose runs hand their pull to the dispatcher (:attr:`ExitEvent.pending`) instead of
+    calling :meth:`~ExecContext.sync_pull`, which saves a round trip at the end of every run.
+
+    The mirror then waits, unsettled, until a later run learns the pull's outcome from
+    :meth:`pull_outcome`; without it, that run pushes the whole tree again.
+    """
+
+    defers_pull: bool
+
+    def pull_outcome(self, run: str) -> tuple[int, list[str]] | None:
+        """``(rev, skipped)`` of the deferred pull of the earlier run ``run``, when known."""
         ...
 
 

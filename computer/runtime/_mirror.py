@@ -45,6 +45,8 @@ class Mirror:
     unsyncable: list[str] = field(default_factory=list)
     # What the backend prepared for the next run on this mirror (closed with the mirror).
     standby: Standby | None = field(default=None, repr=False)
+    # A run whose pull was deferred: (its id, the state to adopt once its outcome is known).
+    unsettled: tuple[str, dict[str, Entry]] | None = field(default=None, repr=False)
 
     def host(self, path: str) -> Path:
         return self.directory / self.rel(path)
@@ -62,6 +64,7 @@ class Mirror:
     def invalidate(self) -> None:
         """Forget what the mirror holds: the next push is a full one."""
         self.rev = None
+        self.unsettled = None
         self.unwatch()
         self.drop_standby()
 

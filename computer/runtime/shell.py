@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import os
 import secrets
 import shutil
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from ..storage.paths import canonical, is_within
 from ._assets_bridge import SANDBOX_DIR, AssetsBridge
-from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
+from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, PendingPull, SyncLimits, SyncPush
 from ._mirror import Mirror, MirrorPool
 from ._process import ProcessOutcome, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, run_to_completion
@@ -139,10 +140,17 @@ class ShellBackend:
         mirror = self._mirrors.acquire(workspace_id)
         ready: tuple[Standby, Path] | None = None
         clean = False
+        defer = bool(getattr(ctx, "defers_pull", False))
         try:
+            if mirror.unsettled is not None:
+                _settle_deferred(mirror, ctx)
             push = await ctx.sync_push(mirror.rev, self.mount_root, self.limits)
-            pushed = await asyncio.to_thread(mirror.apply, push)
-            await asyncio.to_thread(mirror.arm)
+            # Small steps run inline: a thread hop costs more than applying a handful of entries.
+            pushed = mirror.apply(push) if _small(push) else await asyncio.to_thread(mirror.apply, push)
+            if mirror.watch is not None:
+                mirror.arm()  # drains what the push caused
+            else:
+                await asyncio.to_thread(mirror.arm)  # a new watch walks the whole tree
             host_cwd = mirror.host(cwd)
             if not host_cwd.is_dir():
                 yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")
@@ -176,6 +184,18 @@ class ShellBackend:
                     async for chunk in output:
                         yield chunk
             pull, now = await asyncio.to_thread(mirror.collect, self.limits.max_sync_bytes)
+            if defer:  # the dispatcher applies the pull; a later run settles the mirror
+                mirror.unsettled = (request.id, now)
+                clean = True
+                yield ExitEvent(
+                    outcome.exit_code,
+                    pushed=pushed,
+                    pulled=sorted(bridge.saved),
+                    skipped=sorted(mirror.protected | set(mirror.unsyncable)),
+                    killed=outcome.timed_out,
+                    pending=PendingPull(pull, push.rev, dataclasses.asdict(self.limits)),
+                )
+                return
             batch = await ctx.sync_pull(pull, push.rev)
             await asyncio.to_thread(mirror.settle, now, batch.rev, batch.skipped)
             clean = True
@@ -260,6 +280,28 @@ class ShellBackend:
         }
         env.update(request.env)
         return env
+
+
+def _small(push: SyncPush) -> bool:
+    """A push worth applying without a thread hop: incremental, a few entries, a few KiB."""
+    if push.full or len(push.files) + len(push.dirs) + len(push.symlinks) + len(push.deleted) > 8:
+        return False
+    return sum(len(f.data) for f in push.files) <= 64 * 1024
+
+
+def _settle_deferred(mirror: Mirror, ctx: ExecContext) -> None:
+    """Settle a mirror whose last run deferred its pull, from that pull's outcome; unknown outcome
+    (the dispatcher failed to apply it, or restarted): forget the mirror's revision (full push)."""
+    assert mirror.unsettled is not None
+    run, now = mirror.unsettled
+    mirror.unsettled = None
+    outcome_of = getattr(ctx, "pull_outcome", None)
+    outcome = outcome_of(run) if outcome_of is not None else None
+    if outcome is None:
+        mirror.rev = None
+        return
+    rev, skipped = outcome
+    mirror.settle(now, rev, skipped)
 
 
 async def _discard(standby: Standby, bridge_dir: Path) -> None:

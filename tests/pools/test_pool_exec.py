@@ -122,6 +122,51 @@ async def test_a_warm_mirror_receives_only_changes(cluster: Settings, name: str)
     assert sum(s["prefetched"] for s in await worker_stats("shell", 2)) == prefetched + 2
 
 
+async def test_a_warm_pooled_run_syncs_both_ways_without_calling_the_owner_back(
+    cluster: Settings, name: str
+) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        await (await ws.runtime.exec("echo a > a.txt; mkdir d")).result()
+        await ws.fs.write_file("/workspace/from-client.txt", "client\n")
+        before = sum(s["callbacks"] for s in await worker_stats("shell", 2))
+        result = await (
+            await ws.runtime.exec("cat a.txt from-client.txt; echo b > d/b.txt; rm a.txt")
+        ).result()
+        after = sum(s["callbacks"] for s in await worker_stats("shell", 2))
+        assert (result.status, result.stdout, result.pushed) == ("completed", "a\nclient\n", 1)
+        assert {"/workspace/a.txt", "/workspace/d/b.txt"} <= set(result.pulled)
+        assert await ws.fs.read_text("/workspace/d/b.txt") == "b\n"
+        assert not await ws.fs.exists("/workspace/a.txt")
+        # The push came with the run, the pull went back in its exit event: no call back at all.
+        assert after == before
+        # The mirror settled from the owner's outcome: the next run pushes nothing and sees it all.
+        again = await (await ws.runtime.exec("ls -R")).result()
+        assert again.pushed == 0 and "b.txt" in again.stdout and "a.txt" not in again.stdout
+
+
+async def test_a_file_changed_during_a_pooled_run_keeps_the_workspace_version(
+    cluster: Settings, name: str
+) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/shared.txt", "before\n")
+        await (await ws.runtime.exec("true")).result()  # warm: the next run defers its pull
+        handle = await ws.runtime.exec(
+            "echo ready; sleep 2; echo sandbox > shared.txt; echo other > other.txt"
+        )
+        async for snapshot in handle:
+            if "ready" in snapshot.stdout:
+                await ws.fs.write_file("/workspace/shared.txt", "workspace\n")
+                break
+        result = await handle.result()
+        assert "/workspace/shared.txt" in result.skipped
+        assert await ws.fs.read_text("/workspace/shared.txt") == "workspace\n"
+        assert await ws.fs.read_text("/workspace/other.txt") == "other\n"
+        after = await (await ws.runtime.exec("cat shared.txt other.txt")).result()
+        assert after.stdout == "workspace\nother\n"
+
+
 async def test_workers_report_the_runs_they_took(cluster: Settings, name: str) -> None:
     before = sum(s["runs"] for s in await worker_stats("python", 2))
     async with computer.get_workspace(name) as ws:
@@ -147,3 +192,21 @@ async def test_assets_publish_in_a_pooled_shell_shares_through_the_owner(
     store = default_store(cluster)
     assert await store.get(key) is not None
     assert b"".join([piece async for piece in store.read(key)]) == b"chart\n"
+
+
+async def test_a_short_run_comes_back_with_exec_and_a_long_one_does_not_wait(
+    cluster: Settings, name: str
+) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        await (await ws.runtime.exec("true")).result()  # warm
+        short = await ws.runtime.exec("echo quick")
+        long = await ws.runtime.exec("echo started; sleep 3; echo done")
+        # The long run's exec answered while it still ran: its snapshots show it running.
+        first = await anext(aiter(long))
+        assert first.status == "running"
+        assert (await long.result()).stdout == "started\ndone\n"
+        # A short run that ended within the owner's wait came back with its result already.
+        short_result = await short.result()
+        assert short_result.stdout == "quick\n"
+        assert short_result == await (await ws.runtime.get_exec(short.id)).result()

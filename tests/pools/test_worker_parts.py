@@ -54,10 +54,10 @@ async def test_a_prefetched_push_serves_only_the_mirror_revision_it_was_made_for
     for rev, root, other in ((6, "/workspace", limits), (7, "/w", limits), (7, "/workspace", SyncLimits(1))):
         owner = _Owner()
         with pytest.raises(_Sent):  # another revision, root or limits: the worker asks the owner
-            await OwnerExecContext(owner, "ws-id", "run", ahead).sync_push(rev, root, other)
+            await OwnerExecContext(owner, "ws-id", ahead).sync_push(rev, root, other)
         assert len(owner.calls) == 1
     owner = _Owner()
-    ctx = OwnerExecContext(owner, "ws-id", "run", ahead)
+    ctx = OwnerExecContext(owner, "ws-id", ahead)
     push = await ctx.sync_push(7, "/workspace", limits)
     assert (push.rev, owner.calls, ctx.prefetch_used) == (9, [], True)
     with pytest.raises(_Sent):  # good for one push only
