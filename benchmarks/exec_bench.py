@@ -3,27 +3,40 @@
 Every figure is printed next to a baseline measured in the same run on the same machine:
 
 1. ``true``: median latency through the embedded shell backend (push, sandbox, pull, journal) next to
-   bare ``bash -c true`` and bare bubblewrap with the same sandbox arguments.
+   bare ``bash -c true`` and bare bubblewrap with the same sandbox arguments, and through a warm pool
+   and a client (``get_workspace``) on a 1,000-file workspace (Ray is started for it; ``--no-pool``
+   skips it). Runs are timed back to back and each after a pause (``--pause``, untimed: an agent's
+   runs are separated by its model's turns, and the shell backend prepares the next run's sandbox
+   once a run is over).
 2. Sync cost of a run that changes one file, in a 100-file and a 10,000-file workspace (target: the
    10,000-file run costs at most 1.5x the 100-file run).
 3. The shell-level fs benchmark (create/stat/rm 1000 files, mkdir -p 10x10x10, find, dd 64 MiB, read,
    copy, overwrite), each step one exec including its sync bracket, against the same commands run by
-   bare bash in a tmpfs directory; Cloudflare's published ratios are printed alongside.
+   bare bash in a tmpfs directory, each step of both after the same untimed pause; Cloudflare's
+   published ratios are printed alongside.
 
-Usage: ``python benchmarks/exec_bench.py [--runs N] [--scratch DIR]``.
+Usage: ``python benchmarks/exec_bench.py [--runs N] [--pause S] [--no-pool] [--scratch DIR]``.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+import pool_bench
 
 import computer
 from computer.runtime import ShellBackend
@@ -59,9 +72,10 @@ def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 
 
-async def timed(fn: Callable[[], Awaitable[object]], runs: int) -> float:
+async def timed(fn: Callable[[], Awaitable[object]], runs: int, pause: float = 0.0) -> float:
     samples = []
     for _ in range(runs):
+        await asyncio.sleep(pause)
         start = time.perf_counter()
         await fn()
         samples.append(time.perf_counter() - start)
@@ -84,20 +98,34 @@ async def run_ok(ws: computer.Workspace, source: str) -> computer.ExecResult:
     return result
 
 
-async def latency(backend: ShellBackend, runs: int) -> None:
+async def latency(backend: ShellBackend, runs: int, pause: float, pool: bool) -> None:
     print("== 1. latency of `true` (median of", runs, "runs)")
     bash = timed_sync(lambda: subprocess.run(["bash", "-c", "true"], check=True), runs)
     argv = backend.sandbox.argv(["/bin/bash", "-c", "true"])
     bwrap = timed_sync(lambda: subprocess.run(argv, check=True), runs)
-    async with computer.Workspace(backends=[backend]) as ws:
-        await ws.fs.mkdir("/workspace")
-        await run_ok(ws, "true")
-        embedded = await timed(lambda: run_ok(ws, "true"), runs)
-    print(f"  bare bash -c true          {bash:8.2f} ms   1.00x")
-    print(f"  bare bwrap bash -c true    {bwrap:8.2f} ms   {bwrap / bash:5.2f}x bash")
-    print(
-        f"  shell backend (embedded)   {embedded:8.2f} ms   {embedded / bash:5.2f}x bash, {embedded / bwrap:5.2f}x bwrap"
-    )
+    print(f"  bare bash -c true                       {bash:8.2f} ms   1.00x")
+    print(f"  bare bwrap bash -c true                 {bwrap:8.2f} ms   {bwrap / bash:5.2f}x bash")
+    if pool:
+        from ray import cloudpickle
+
+        cloudpickle.register_pickle_by_value(pool_bench)  # its actor class travels to Ray's workers
+        computer.init(data_dir=tempfile.mkdtemp(prefix="exec-bench-"))
+    for gap, label in ((0.0, "back to back"), (pause, f"after {pause * 1000:.0f} ms")):
+        async with computer.Workspace(backends=[backend]) as ws:
+            await ws.fs.mkdir("/workspace")
+            await run_ok(ws, "true")
+            embedded = await timed(lambda ws=ws: run_ok(ws, "true"), runs, gap)
+        print(
+            f"  shell backend, embedded, {label:14s}{embedded:8.2f} ms   {embedded / bash:5.2f}x bash, "
+            f"{embedded / bwrap:5.2f}x bwrap"
+        )
+        if pool:
+            client, _, _, _ = await pool_bench.pool_latency(runs, gap)
+            met = "met" if client < pool_bench.TARGET_MS else "NOT met"
+            print(
+                f"  warm pool via a client, {label:15s}{client:8.2f} ms   {client / bash:5.2f}x bash "
+                f"(1,000-file workspace; target < {pool_bench.TARGET_MS:.0f} ms: {met})"
+            )
 
 
 async def sync_cost(backend: ShellBackend, runs: int) -> None:
@@ -127,8 +155,11 @@ async def sync_cost(backend: ShellBackend, runs: int) -> None:
     print(f"  ratio 10,000 / 100 files: {ratio:.2f}x (target <= 1.5x) {'OK' if ratio <= 1.5 else 'OVER'}")
 
 
-async def fs_bench(backend: ShellBackend, repeats: int) -> None:
-    print("== 3. shell fs benchmark: each step one exec incl. sync bracket vs bare bash on tmpfs")
+async def fs_bench(backend: ShellBackend, repeats: int, pause: float) -> None:
+    print(
+        "== 3. shell fs benchmark: each step one exec incl. sync bracket vs bare bash on tmpfs "
+        f"(each step of both after an untimed {pause * 1000:.0f} ms pause)"
+    )
     shm = TMPFS
     ours: dict[str, list[float]] = {name: [] for name, _ in FS_STEPS}
     base: dict[str, list[float]] = {name: [] for name, _ in FS_STEPS}
@@ -136,6 +167,7 @@ async def fs_bench(backend: ShellBackend, repeats: int) -> None:
         directory = Path(tempfile.mkdtemp(dir=shm, prefix="exec-bench-"))
         try:
             for name, script in FS_STEPS:
+                await asyncio.sleep(pause)
                 start = time.perf_counter()
                 subprocess.run(["bash", "-c", script], cwd=directory, check=True)  # noqa: ASYNC221 - the baseline
                 base[name].append(time.perf_counter() - start)
@@ -145,6 +177,7 @@ async def fs_bench(backend: ShellBackend, repeats: int) -> None:
             await ws.fs.mkdir("/workspace")
             await run_ok(ws, "true")
             for name, script in FS_STEPS:
+                await asyncio.sleep(pause)
                 start = time.perf_counter()
                 await run_ok(ws, script)
                 ours[name].append(time.perf_counter() - start)
@@ -161,13 +194,15 @@ async def main() -> None:
     parser.add_argument("--runs", type=int, default=20, help="samples per latency/sync figure")
     parser.add_argument("--repeats", type=int, default=3, help="repeats of the fs benchmark")
     parser.add_argument("--scratch", default=None, help="where the shell backend keeps its mirrors")
+    parser.add_argument("--pause", type=float, default=0.05, help="untimed seconds before a paused run")
+    parser.add_argument("--no-pool", action="store_true", help="skip the warm-pool latency (no Ray)")
     args = parser.parse_args()
     backend = ShellBackend(scratch_dir=args.scratch)
     print(f"shell backend: startup {backend.info.startup_ms} ms; mirrors in {backend.scratch}")
     print(f"isolation: {backend.info.isolation}")
-    await latency(backend, args.runs)
+    await latency(backend, args.runs, args.pause, not args.no_pool)
     await sync_cost(backend, args.runs)
-    await fs_bench(backend, args.repeats)
+    await fs_bench(backend, args.repeats, args.pause)
 
 
 if __name__ == "__main__":
