@@ -122,8 +122,10 @@ async def throughput(size: int, data_dir: Path, concurrent: int = 32) -> float:
     name = f"tput-{size}-{uuid.uuid4().hex[:8]}"
     async with computer.get_workspace(name) as ws:
         await ws.fs.mkdir("/workspace")
-        # Warm every worker's mirror of this workspace first.
-        await asyncio.gather(*[(await ws.runtime.exec("true")).result() for _ in range(size)])
+        # Warm every worker's mirror of this workspace first (all started before any is awaited, so
+        # they run at once and spread over the pool: ``exec`` answers once a short run is over).
+        warm = await asyncio.gather(*[ws.runtime.exec("true") for _ in range(size)])
+        await asyncio.gather(*[h.result() for h in warm])
         start = time.perf_counter()
         handles = await asyncio.gather(*[ws.runtime.exec(f"echo {i}") for i in range(concurrent)])
         results = await asyncio.gather(*[h.result() for h in handles])
