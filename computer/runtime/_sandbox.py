@@ -160,6 +160,7 @@ class Standby:
 
     process: SandboxProcess
     control: int | None  # write end of the stub's control pipe
+    stub_fd: int  # the read end's number in the stub (closed before the program starts)
     binds: tuple[Bind, ...]
     loop: asyncio.AbstractEventLoop
 
@@ -178,7 +179,8 @@ class Standby:
             raise BrokenPipeError("this standby sandbox was already used or closed")
         words = ["exec", "/usr/bin/env", "-i", "-C", cwd, "--"]
         words += [f"{key}={value}" for key, value in env.items()] + list(command)
-        script = (" ".join(shlex.quote(w) for w in words) + "\n").encode("utf-8", "surrogateescape")
+        line = f"exec {self.stub_fd}<&-\n" + " ".join(shlex.quote(w) for w in words) + "\n"
+        script = line.encode("utf-8", "surrogateescape")
         fd, self.control = self.control, None
         if len(script) <= _DIRECT_WRITE:
             _write_all(fd, script)
@@ -379,7 +381,17 @@ class Sandbox:
         sweep that would end that child only ran after the wait.)
         """
         groups = self._make_cgroups()
-        argv = _launcher(self.limits, groups) + self.argv(command, binds=binds, cwd=cwd)
+        argv = self.argv(command, binds=binds, cwd=cwd)
+        options_fd = None
+        if self.bwrap:
+            # bubblewrap's options (host paths of the binds among them) travel through a pipe it
+            # reads and closes (``--args``): inside, /proc/1/cmdline is "bwrap --args N -- command".
+            end = argv.index("--")
+            options_fd, write_end = os.pipe()
+            _write_all(write_end, b"".join(os.fsencode(a) + b"\0" for a in argv[1:end]))
+            argv = [argv[0], "--args", str(options_fd), *argv[end:]]
+            pass_fds = (*pass_fds, options_fd)
+        argv = _launcher(self.limits, groups) + argv
         forked = False
 
         async def create() -> asyncio.subprocess.Process:
@@ -401,10 +413,14 @@ class Sandbox:
             # Never cancels ``creation``: it finishes even when the caller is cancelled.
             await asyncio.wait({creation})
         except BaseException:
+            if options_fd is not None:
+                os.close(options_fd)
             if not forked:
                 creation.cancel()  # not started yet: the child is never created
             await run_to_completion(_abandon(creation, groups))
             raise
+        if options_fd is not None:
+            os.close(options_fd)
         try:
             proc = creation.result()
         except BaseException:
@@ -444,7 +460,7 @@ class Sandbox:
             raise
         finally:
             os.close(read_end)
-        return Standby(sp, write_end, tuple(binds), asyncio.get_running_loop())
+        return Standby(sp, write_end, read_end, tuple(binds), asyncio.get_running_loop())
 
     def _make_cgroups(self) -> list[Path]:
         groups: list[Path] = []

@@ -116,3 +116,16 @@ async def test_writes_outside_the_mount_root_stay_in_the_sandbox(ws: computer.Wo
     assert result.stdout == "x\n"
     assert not _host_has(f"/tmp/{marker}")
     assert await ws.fs.ls("/workspace") == []
+
+
+async def test_the_sandbox_sees_no_host_path_and_no_stray_descriptor(
+    ws: computer.Workspace, shell_backend: ShellBackend
+) -> None:
+    script = "tr '\\0' ' ' < /proc/1/cmdline; echo; ls /proc/self/fd"
+    for _ in range(2):  # a fresh sandbox, then (usually) the standby prepared after it
+        result = await (await ws.runtime.exec(script)).result()
+        cmdline, *fds = result.stdout.splitlines()
+        assert cmdline.startswith("bwrap --args ")
+        assert str(shell_backend.scratch) not in result.stdout and "/tmp/computer-etc" not in cmdline
+        assert sorted(fds) == ["0", "1", "2", "3"]  # stdio, and ls's own directory descriptor
+        await asyncio.sleep(0.2)
