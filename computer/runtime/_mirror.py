@@ -25,7 +25,7 @@ __all__ = ["Mirror", "MirrorPool"]
 Entry = tuple[str, int, int, int, int, int]
 
 
-class Standby(Protocol):
+class Closeable(Protocol):
     """Something kept ready for a mirror's next run (a prepared sandbox); closed when the mirror goes."""
 
     def close(self) -> None: ...
@@ -44,7 +44,7 @@ class Mirror:
     # Paths the last collect left out: names that are not UTF-8, files over the pull's byte budget.
     unsyncable: list[str] = field(default_factory=list)
     # What the backend prepared for the next run on this mirror (closed with the mirror).
-    standby: Standby | None = field(default=None, repr=False)
+    standby: Closeable | None = field(default=None, repr=False)
     # A run whose pull was deferred: (its id, the state to adopt once its outcome is known).
     unsettled: tuple[str, dict[str, Entry]] | None = field(default=None, repr=False)
 
@@ -68,7 +68,7 @@ class Mirror:
         self.unwatch()
         self.drop_standby()
 
-    def take_standby(self) -> Standby | None:
+    def take_standby(self) -> Closeable | None:
         standby, self.standby = self.standby, None
         return standby
 

@@ -161,7 +161,6 @@ class Standby:
     process: SandboxProcess
     control: int | None  # write end of the stub's control pipe
     stub_fd: int  # the read end's number in the stub (closed before the program starts)
-    binds: tuple[Bind, ...]
     loop: asyncio.AbstractEventLoop
 
     def usable(self) -> bool:
@@ -460,7 +459,7 @@ class Sandbox:
             raise
         finally:
             os.close(read_end)
-        return Standby(sp, write_end, read_end, tuple(binds), asyncio.get_running_loop())
+        return Standby(sp, write_end, read_end, asyncio.get_running_loop())
 
     def _make_cgroups(self) -> list[Path]:
         groups: list[Path] = []

@@ -163,20 +163,15 @@ class ShellBackend:
                 ready = await self._prepare(mirror)
             standby, bridge_dir = ready
             async with AssetsBridge(ctx, mirror, bridge_dir) as bridge:
+                command = ["/bin/bash", "-c", request.source]
+                start_cwd = cwd if self.sandbox.bwrap else str(host_cwd)
+                env = self._env(request, cwd, bridge_dir)
                 try:
-                    sp = await standby.start(
-                        ["/bin/bash", "-c", request.source],
-                        cwd=cwd if self.sandbox.bwrap else str(host_cwd),
-                        env=self._env(request, cwd, bridge.directory),
-                    )
+                    sp = await standby.start(command, cwd=start_cwd, env=env)
                 except BrokenPipeError:  # the standby died while it waited: start a fresh sandbox
                     await standby.discard()
-                    standby, bridge.directory = await self._prepare(mirror, bridge.directory)
-                    sp = await standby.start(
-                        ["/bin/bash", "-c", request.source],
-                        cwd=cwd if self.sandbox.bwrap else str(host_cwd),
-                        env=self._env(request, cwd, bridge.directory),
-                    )
+                    ready = await self._prepare(mirror, bridge_dir)
+                    sp = await ready[0].start(command, cwd=start_cwd, env=env)
                 ready = None
                 outcome = ProcessOutcome()
                 output = stream_process(sp, outcome, stdin=request.stdin, timeout=request.timeout)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import threading
 import time
 from pathlib import Path
@@ -141,3 +142,16 @@ async def test_a_standby_of_another_event_loop_is_not_used(tmp_path: Path) -> No
         result = await (await ws.runtime.exec("cat n")).result()
     assert result.stdout == "1\n" and result.status == "completed"
     assert await _gone(pids[0])
+
+
+async def test_a_standby_killed_while_it_waits_is_replaced_by_a_fresh_sandbox() -> None:
+    backend = ShellBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await (await ws.runtime.exec("echo 1 > n")).result()
+        pid = await _ready_standby(ws, backend)
+        os.killpg(pid, signal.SIGKILL)  # its launcher leads its own process group (the whole sandbox)
+        # Right away: the run finds it dead (or its pipe broken when it hands over the command line).
+        result = await (await ws.runtime.exec("cat n; echo 2 > n")).result()
+        assert (result.status, result.stdout) == ("completed", "1\n")
+        assert await ws.fs.read_text("/workspace/n") == "2\n"
