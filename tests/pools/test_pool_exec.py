@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from exec_cases import a_file_changed_during_a_run_keeps_the_workspace_version
 from pool_helpers import worker_stats
 
 import computer
@@ -150,21 +151,8 @@ async def test_a_file_changed_during_a_pooled_run_keeps_the_workspace_version(
 ) -> None:
     async with computer.get_workspace(name) as ws:
         await ws.fs.mkdir("/workspace")
-        await ws.fs.write_file("/workspace/shared.txt", "before\n")
         await (await ws.runtime.exec("true")).result()  # warm: the next run defers its pull
-        handle = await ws.runtime.exec(
-            "echo ready; sleep 2; echo sandbox > shared.txt; echo other > other.txt"
-        )
-        async for snapshot in handle:
-            if "ready" in snapshot.stdout:
-                await ws.fs.write_file("/workspace/shared.txt", "workspace\n")
-                break
-        result = await handle.result()
-        assert "/workspace/shared.txt" in result.skipped
-        assert await ws.fs.read_text("/workspace/shared.txt") == "workspace\n"
-        assert await ws.fs.read_text("/workspace/other.txt") == "other\n"
-        after = await (await ws.runtime.exec("cat shared.txt other.txt")).result()
-        assert after.stdout == "workspace\nother\n"
+        await a_file_changed_during_a_run_keeps_the_workspace_version(ws)
 
 
 async def test_workers_report_the_runs_they_took(cluster: Settings, name: str) -> None:

@@ -6,6 +6,8 @@ import asyncio
 import os
 import secrets
 
+from exec_cases import a_file_changed_during_a_run_keeps_the_workspace_version
+
 import computer
 from computer.runtime import ShellBackend
 
@@ -122,19 +124,7 @@ async def test_files_beyond_the_mirror_count_are_protected() -> None:
 async def test_a_file_changed_in_the_workspace_during_the_run_keeps_the_workspace_version(
     ws: computer.Workspace,
 ) -> None:
-    await ws.fs.write_file("/workspace/shared.txt", "before\n")
-    handle = await ws.runtime.exec("echo ready; sleep 2; echo sandbox > shared.txt; echo other > other.txt")
-    async for snapshot in handle:
-        if "ready" in snapshot.stdout:
-            await ws.fs.write_file("/workspace/shared.txt", "workspace\n")
-            break
-    result = await handle.result()
-    assert "/workspace/shared.txt" in result.skipped
-    assert await ws.fs.read_text("/workspace/shared.txt") == "workspace\n"
-    assert await ws.fs.read_text("/workspace/other.txt") == "other\n"
-    # The next run sees the workspace's version, not the sandbox's.
-    after = await (await ws.runtime.exec("cat shared.txt")).result()
-    assert after.stdout == "workspace\n"
+    await a_file_changed_during_a_run_keeps_the_workspace_version(ws)
 
 
 def _alive(marker: str) -> list[int]:
