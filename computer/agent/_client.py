@@ -96,7 +96,7 @@ class AgentClient:
         dead = handle._actor_id
         while time.monotonic() < deadline:
             try:
-                current = ray.get_actor(agent_actor_name(self.name), namespace=NAMESPACE)
+                current = ray.get_actor(agent_actor_name(self.name, self.config), namespace=NAMESPACE)
             except ValueError:
                 return  # released: the next call spawns a new actor
             if current._actor_id != dead:

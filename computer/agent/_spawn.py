@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..actors import NAMESPACE
-from ..actors._naming import check_name
+from ..actors._naming import check_name, data_dir_key
 from ..config import Settings
 
 __all__ = ["AGENT_MAX_CONCURRENCY", "agent_actor_name", "spawn"]
@@ -14,9 +14,20 @@ __all__ = ["AGENT_MAX_CONCURRENCY", "agent_actor_name", "spawn"]
 AGENT_MAX_CONCURRENCY = 1000
 
 
-def agent_actor_name(name: str) -> str:
-    """The Ray actor name of agent ``name`` (distinct from the plain owner ``computer:ws:<dir>:<name>``)."""
-    return f"computer:agent:{check_name(name)}"
+def agent_actor_name(name: str, config: Settings | dict[str, Any] | None = None) -> str:
+    """The Ray actor name of agent ``name``: ``computer:agent:<dir>:<name>``.
+
+    Scoped by the data directory the agent's workspace lives in (``config``'s, read like the owner
+    reads it, else the cluster's settings), as owner names are: the same agent name in two data
+    directories is two agents. Distinct from the plain owner ``computer:ws:<dir>:<name>``.
+    """
+    if isinstance(config, dict):
+        config = Settings(**config)
+    elif config is None:
+        from ..actors._init import cluster_settings
+
+        config = cluster_settings()
+    return f"computer:agent:{data_dir_key(config.data_dir)}:{check_name(name)}"
 
 
 def spawn(
@@ -36,7 +47,7 @@ def spawn(
         init()
     remote = agent_class if hasattr(agent_class, "remote") else ray.remote(agent_class)
     opts: dict[str, Any] = {
-        "name": agent_actor_name(name),
+        "name": agent_actor_name(name, config),
         "namespace": NAMESPACE,
         "get_if_exists": True,
         "lifetime": "detached",

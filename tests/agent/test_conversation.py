@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import ray
 
 import computer
-from computer.agent import Reply, spawn
+from computer.agent import Reply, agent_actor_name, spawn
+from computer.config import Settings
 
 from ._agents import ScriptedAgent, SleepyAgent
 from ._scripted import outcome, plan
@@ -75,6 +78,21 @@ async def test_spawn_returns_the_same_actor_for_a_name(agents: Agents) -> None:
     assert await first.ping.remote() == name
     second = spawn(ScriptedAgent, name)
     assert first._actor_id == second._actor_id
+
+
+async def test_an_agent_name_is_scoped_by_data_directory(
+    agents: Agents, cluster: Settings, tmp_path: Path
+) -> None:
+    name = agents.name()
+    here = agents.spawn(ScriptedAgent, name)
+    other = {**cluster.model_dump(mode="json"), "data_dir": str(tmp_path / "other-data")}
+    there = spawn(ScriptedAgent, name, config=other)
+    try:
+        assert agent_actor_name(name) != agent_actor_name(name, other)
+        assert here._actor_id != there._actor_id  # two agents, one per data directory
+        assert await here.ping.remote() == await there.ping.remote() == name
+    finally:
+        ray.kill(there)
 
 
 async def test_get_model_is_required(agents: Agents) -> None:
