@@ -166,6 +166,7 @@ async def test_dead_host_handle_raises_unavailable_without_recreating(cluster: S
     async with computer.get_workspace(host) as ws:
         await ws.fs.write_file("/x", b"1")
         ray.kill(host)
+        await _until_dead(host)  # the kill takes effect asynchronously: a call may still get through
         with pytest.raises(WorkspaceUnavailableError):
             await ws.fs.read_file("/x")
 
