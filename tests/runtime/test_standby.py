@@ -17,6 +17,7 @@ from pathlib import Path
 
 import computer
 from computer.runtime import ShellBackend
+from computer.runtime._sandbox import Standby
 from computer.runtime.shell import _Warm
 
 _EXPECTED_ENV = {
@@ -32,14 +33,19 @@ _EXPECTED_ENV = {
 }
 
 
-async def _ready_standby(ws: computer.Workspace, backend: ShellBackend) -> int:
-    """Wait for the prepared sandbox of ``ws``'s idle mirror; its launcher's pid."""
+async def _standby(ws: computer.Workspace, backend: ShellBackend) -> Standby:
+    """The prepared sandbox of ``ws``'s idle mirror, once it is ready."""
     (mirror,) = backend.mirrors._free[ws.id]
     warm = mirror.standby
     assert isinstance(warm, _Warm)
     standby, _ = await asyncio.wait_for(asyncio.shield(warm.task), 30)
     assert standby.usable()
-    return standby.process.proc.pid
+    return standby
+
+
+async def _ready_standby(ws: computer.Workspace, backend: ShellBackend) -> int:
+    """Wait for the prepared sandbox of ``ws``'s idle mirror; its launcher's pid."""
+    return (await _standby(ws, backend)).process.proc.pid
 
 
 async def _gone(pid: int, within: float = 30.0) -> bool:
@@ -149,9 +155,16 @@ async def test_a_standby_killed_while_it_waits_is_replaced_by_a_fresh_sandbox() 
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         await (await ws.runtime.exec("echo 1 > n")).result()
-        pid = await _ready_standby(ws, backend)
-        os.killpg(pid, signal.SIGKILL)  # its launcher leads its own process group (the whole sandbox)
-        # Right away: the run finds it dead (or its pipe broken when it hands over the command line).
+        standby = await _standby(ws, backend)
+        # Its launcher leads its own process group (the whole sandbox). A standby killed at the very
+        # moment a run takes it ends that run as killed (137), as a sandbox killed during its run does;
+        # one that died while it waited (seen dead, its exit reaped) is replaced by a fresh sandbox.
+        os.killpg(standby.process.proc.pid, signal.SIGKILL)
+        for _ in range(600):  # bounded: the event loop's child watcher reaps it
+            if not standby.usable():
+                break
+            await asyncio.sleep(0.05)
+        assert not standby.usable()
         result = await (await ws.runtime.exec("cat n; echo 2 > n")).result()
         assert (result.status, result.stdout) == ("completed", "1\n")
         assert await ws.fs.read_text("/workspace/n") == "2\n"
