@@ -23,16 +23,23 @@ from ..runtime._codec import decode_sync, encode_sync
 from ..storage.types import BatchResult
 from ._wire import Reply, unwrap
 
-__all__ = ["OwnerClosingError", "OwnerExecContext", "Prefetched"]
+__all__ = ["MirrorSynced", "OwnerClosingError", "OwnerExecContext", "Prefetched"]
 
 
 @dataclass(frozen=True, slots=True)
-class Prefetched:
-    """A push the owner computed ahead: what a mirror at ``rev`` (root, limits) needs; encoded."""
+class MirrorSynced:
+    """Where a run left its worker's mirror: at ``rev`` of the workspace below ``root``, under ``limits``."""
 
     rev: int
     root: str
     limits: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Prefetched:
+    """A push the owner computed ahead: what a mirror at ``mirror`` needs, encoded."""
+
+    mirror: MirrorSynced
     push: bytes
 
 
@@ -61,8 +68,7 @@ class OwnerExecContext:
         self.defers_pull = outcomes is not None
 
     def pull_outcome(self, run: str) -> tuple[int, list[str]] | None:
-        found = (self._outcomes or {}).get(run)
-        return None if found is None else (int(found[0]), list(found[1]))
+        return self._outcomes.get(run) if self._outcomes else None
 
     @property
     def workspace_id(self) -> str:
@@ -81,7 +87,11 @@ class OwnerExecContext:
     async def sync_push(self, mirror_rev: int | None, root: str, limits: SyncLimits) -> SyncPush:
         wanted = dataclasses.asdict(limits)
         ahead, self._prefetched = self._prefetched, None  # good for the first push only
-        if ahead is not None and (ahead.rev, ahead.root, ahead.limits) == (mirror_rev, root, wanted):
+        if (
+            ahead is not None
+            and mirror_rev is not None
+            and ahead.mirror == MirrorSynced(mirror_rev, root, wanted)
+        ):
             self.prefetch_used = True
             return decode_sync(SyncPush, ahead.push)
         data = await self._call("pool_sync_push", mirror_rev, root, wanted)

@@ -33,11 +33,10 @@ from typing import Any
 
 from ..config import Settings
 from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
-from ..runtime._backend import PendingPull
 from ..runtime._codec import encode_sync
 from ..runtime.types import BackendInfo
 from ._pool_callbacks import owner_token
-from ._pool_context import Prefetched
+from ._pool_context import MirrorSynced, Prefetched
 from ._pool_registry import get_worker, worker_name
 from ._pool_worker import RunStarted
 
@@ -56,15 +55,6 @@ DISPATCH_RETRIES = 3
 INFO_TIMEOUT = 120.0  # seconds for a new pool's first worker to start and describe itself
 
 _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
-
-
-@dataclass(frozen=True, slots=True)
-class MirrorSynced:
-    """Where a run left its worker's mirror: at ``rev`` of the workspace below ``root``, under ``limits``."""
-
-    rev: int
-    root: str
-    limits: dict[str, int]
 
 
 @dataclass
@@ -173,7 +163,7 @@ class PoolBackend:
         data = encode_sync(push)
         if len(data) > PREFETCH_MAX_BYTES:
             return None
-        return Prefetched(synced.rev, synced.root, synced.limits, data)
+        return Prefetched(synced, data)
 
     async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
         """Run ``request`` on a pool worker and yield its events as they arrive."""
@@ -196,7 +186,7 @@ class PoolBackend:
                 handle = await self._handle(slot)
                 prefetched = await self._prefetch(slot, ctx)
                 gen = handle.run.options(_generator_backpressure_num_objects=STREAM_AHEAD).remote(
-                    request, owner, workspace_id, self._token, prefetched, dict(slot.outcomes)
+                    request, owner, workspace_id, self._token, prefetched, slot.outcomes
                 )
                 async for ref in gen:
                     event = await ref
@@ -206,7 +196,7 @@ class PoolBackend:
                     if isinstance(event, ExitEvent):
                         finished = True
                         if event.pending is not None:
-                            event = await self._apply(slot, request.id, event, event.pending, ctx)
+                            event = await self._apply(slot, request.id, event, ctx)
                     yield event
                     if finished:
                         break  # the run is over; do not wait for the generator's own end
@@ -238,10 +228,10 @@ class PoolBackend:
             yield ExitEvent(None, error=f"exec worker {worker_name(self.backend, slot.index)} sent no exit")
             return
 
-    async def _apply(
-        self, slot: _Slot, run: str, event: ExitEvent, pending: PendingPull, ctx: ExecContext
-    ) -> ExitEvent:
+    async def _apply(self, slot: _Slot, run: str, event: ExitEvent, ctx: ExecContext) -> ExitEvent:
         """Apply a run's deferred pull here, next to the workspace; the completed exit event."""
+        pending = event.pending
+        assert pending is not None
         try:
             batch = await ctx.sync_pull(pending.pull, pending.base_rev)
         except Exception as exc:

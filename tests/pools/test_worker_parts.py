@@ -43,13 +43,14 @@ async def test_every_sync_limit_reaches_the_owner() -> None:
 
 
 async def test_a_prefetched_push_serves_only_the_mirror_revision_it_was_made_for() -> None:
-    from computer.actors._pool_context import Prefetched
+    from computer.actors._pool_context import MirrorSynced, Prefetched
     from computer.runtime import SyncPush
     from computer.runtime._codec import encode_sync
 
     limits = SyncLimits()
     ahead = Prefetched(
-        7, "/workspace", dataclasses.asdict(limits), encode_sync(SyncPush(9, "/workspace", False))
+        MirrorSynced(7, "/workspace", dataclasses.asdict(limits)),
+        encode_sync(SyncPush(9, "/workspace", False)),
     )
     for rev, root, other in ((6, "/workspace", limits), (7, "/w", limits), (7, "/workspace", SyncLimits(1))):
         owner = _Owner()
