@@ -1,8 +1,35 @@
-"""Exec cases run both on an embedded workspace (tests/runtime) and through a pool (tests/pools)."""
+"""Exec test pieces shared by the embedded (tests/runtime) and the pooled or cluster suites."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
+
+
+class LoopbackServer:
+    """A TCP server on 127.0.0.1 that counts the connections it accepts (a sandbox must make none)."""
+
+    def __init__(self) -> None:
+        self.port = 0
+        self.connections = 0
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        writer.close()
+
+
+@asynccontextmanager
+async def loopback_server() -> AsyncIterator[LoopbackServer]:
+    counter = LoopbackServer()
+    server = await asyncio.start_server(counter._accept, "127.0.0.1", 0)
+    counter.port = server.sockets[0].getsockname()[1]
+    try:
+        yield counter
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def a_file_changed_during_a_run_keeps_the_workspace_version(ws: Any) -> None:

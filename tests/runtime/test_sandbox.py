@@ -6,6 +6,8 @@ import asyncio
 import os
 import secrets
 
+from exec_cases import loopback_server
+
 import computer
 from computer.runtime import ShellBackend
 
@@ -23,16 +25,8 @@ async def test_sandbox_cannot_write_system_directories(ws: computer.Workspace) -
 
 
 async def test_sandbox_cannot_connect_to_a_loopback_server_of_the_host(ws: computer.Workspace) -> None:
-    connections = 0
-
-    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        writer.close()
-
-    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
+    async with loopback_server() as server:
+        port = server.port
         shell = await (await ws.runtime.exec(f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected")).result()
         code = (
             "import socket\ntry:\n"
@@ -40,12 +34,9 @@ async def test_sandbox_cannot_connect_to_a_loopback_server_of_the_host(ws: compu
             "except OSError as e:\n    print('refused')"
         )
         python = await (await ws.runtime.exec(code, backend="python")).result()
-    finally:
-        server.close()
-        await server.wait_closed()
     assert "connected" not in shell.stdout and shell.status == "failed"
     assert python.stdout == "refused\n"
-    assert connections == 0
+    assert server.connections == 0
 
 
 async def test_sandbox_cannot_see_another_workspace(shell_backend: ShellBackend) -> None:

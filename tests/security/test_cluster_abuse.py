@@ -3,13 +3,13 @@ from the sandbox, and workspace names built to reach another workspace's data.""
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
 import secrets
 from typing import Any
 
 import pytest
+from exec_cases import loopback_server
 
 import computer
 from computer.config import Settings
@@ -84,42 +84,30 @@ async def test_a_memory_bomb_is_stopped_and_the_next_run_works(
 async def test_the_sandbox_cannot_reach_a_loopback_server_nor_resolve_names(
     cluster: Settings, name: str
 ) -> None:
-    connections = 0
-
-    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        nonlocal connections
-        connections += 1
-        writer.close()
-
-    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
-    probe = (
-        "import socket\n"
-        f"for what, call in [('tcp', lambda: socket.create_connection(('127.0.0.1', {port}), timeout=2)),\n"
-        "                   ('dns', lambda: socket.getaddrinfo('example.com', 80))]:\n"
-        "    try:\n"
-        "        call()\n"
-        "        print(what, 'open')\n"
-        "    except OSError as e:\n"
-        "        print(what, 'blocked')\n"
-    )
-    try:
-        async with computer.get_workspace(name) as ws:
-            tools = create_tools(ws)
-            shell = await tools["exec"].run(
-                {
-                    "backend": "shell",
-                    "command": f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo tcp open; "
-                    "getent hosts example.com || echo dns blocked; ip -o link 2>/dev/null | wc -l",
-                }
-            )
-            python = await tools["exec"].run({"backend": "python", "command": probe})
-    finally:
-        server.close()
-        await server.wait_closed()
+    async with loopback_server() as server, computer.get_workspace(name) as ws:
+        port = server.port
+        probe = (
+            "import socket\n"
+            f"for what, call in [('tcp', lambda: socket.create_connection(('127.0.0.1', {port}), timeout=2)),\n"
+            "                   ('dns', lambda: socket.getaddrinfo('example.com', 80))]:\n"
+            "    try:\n"
+            "        call()\n"
+            "        print(what, 'open')\n"
+            "    except OSError as e:\n"
+            "        print(what, 'blocked')\n"
+        )
+        tools = create_tools(ws)
+        shell = await tools["exec"].run(
+            {
+                "backend": "shell",
+                "command": f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo tcp open; "
+                "getent hosts example.com || echo dns blocked; ip -o link 2>/dev/null | wc -l",
+            }
+        )
+        python = await tools["exec"].run({"backend": "python", "command": probe})
     assert "tcp open" not in shell["stdout"] and "dns blocked" in shell["stdout"]
     assert python["stdout"] == "tcp blocked\ndns blocked\n"
-    assert connections == 0
+    assert server.connections == 0
 
 
 BAD_NAMES = ["", ".", "..", "../other", "a/b", "/abs", "x\x00y", "n" * 201]
