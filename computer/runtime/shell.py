@@ -156,8 +156,10 @@ class ShellBackend:
                 yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")
                 clean = True
                 return
-            warm = mirror.take_standby()
-            if isinstance(warm, _Warm):
+            spares = mirror.standby
+            warm = spares.pop() if isinstance(spares, _Spares) else None
+            if warm is not None:
+                self._warm.pop(warm, None)  # no longer counted against the cap
                 ready = await warm.take()
             if ready is None:
                 ready = await self._prepare(mirror)
@@ -217,9 +219,9 @@ class ShellBackend:
         """The workspace closed: end the standby sandboxes of its idle mirrors (the mirrors stay warm)."""
         ends = []
         for mirror in self._mirrors.idle_mirrors(workspace_id):
-            warm = mirror.take_standby()
-            if isinstance(warm, _Warm):
-                ends.append(warm.aclose())
+            spares = mirror.take_standby()
+            if isinstance(spares, _Spares):
+                ends += [warm.aclose() for warm in spares.take_all()]
         await asyncio.gather(*ends)
 
     async def _prepare(self, mirror: Mirror, bridge_dir: Path | None = None) -> tuple[Standby, Path]:
@@ -240,23 +242,27 @@ class ShellBackend:
     def _keep_warm(self, mirror: Mirror) -> None:
         """Prepare the next run's sandbox for ``mirror`` in the background (see the class docstring).
 
-        Started once a run is over (a sandbox starting next to a running program slows it down: on two
-        cores a `true` went from 4 to 17 ms), so a run that follows after a pause (an agent's model turn)
-        finds it ready, and back-to-back runs find it part-way. An idle one costs a waiting bash and a
-        bubblewrap process; at most ``warm_sandboxes`` are kept.
+        Started once a run is over (a sandbox starting next to a running program slows it down), so a
+        run that follows after a pause (an agent's model turn) finds it ready. A mirror whose last run
+        had to wait for its standby (runs back to back) gets a second one: each run then takes a
+        standby started a whole run earlier, while the one started after it gets ready. An idle one
+        costs a waiting bash and a bubblewrap process; at most ``warm_sandboxes`` are kept in all.
         """
         if self.warm_sandboxes <= 0 or not mirror.directory.is_dir():
             return
-        warm = _Warm(asyncio.ensure_future(self._prepare(mirror)))
-        mirror.drop_standby()
-        mirror.standby = warm
-        self._warm[warm] = mirror
+        spares = mirror.standby
+        if not isinstance(spares, _Spares):
+            mirror.drop_standby()
+            spares = mirror.standby = _Spares()
+        while len(spares.items) < (STANDBYS_BACK_TO_BACK if spares.busy else 1):
+            warm = _Warm(asyncio.ensure_future(self._prepare(mirror)))
+            spares.items.append(warm)
+            self._warm[warm] = mirror
         while len(self._warm) > self.warm_sandboxes:
             oldest, owner = self._warm.popitem(last=False)
-            if owner.standby is oldest:
-                owner.drop_standby()
-            else:
-                oldest.close()
+            if isinstance(owner.standby, _Spares):
+                owner.standby.discard(oldest)
+            oldest.close()
 
     def _env(self, request: ExecRequest, cwd: str, bridge: Path) -> dict[str, str]:
         tools = f"{SANDBOX_DIR}/bin" if self.sandbox.bwrap else str(bridge / "bin")
@@ -302,6 +308,40 @@ def _settle_deferred(mirror: Mirror, ctx: ExecContext) -> None:
 async def _discard(standby: Standby, bridge_dir: Path) -> None:
     await standby.discard()
     await asyncio.to_thread(shutil.rmtree, bridge_dir, True)
+
+
+# Standbys kept for a mirror whose runs come back to back (one otherwise).
+STANDBYS_BACK_TO_BACK = 2
+
+
+class _Spares:
+    """The standby sandboxes prepared for one mirror, oldest first (the mirror's ``standby``)."""
+
+    def __init__(self) -> None:
+        self.items: list[_Warm] = []
+        # The last run had to wait for its standby to get ready: runs come back to back.
+        self.busy = False
+
+    def pop(self) -> _Warm | None:
+        """The standby for the next run: the oldest ready one, else the oldest (or None)."""
+        if not self.items:
+            return None
+        chosen = next((w for w in self.items if w.task.done()), self.items[0])
+        self.items.remove(chosen)
+        self.busy = not chosen.task.done()
+        return chosen
+
+    def discard(self, warm: _Warm) -> None:
+        with contextlib.suppress(ValueError):
+            self.items.remove(warm)
+
+    def take_all(self) -> list[_Warm]:
+        items, self.items = self.items, []
+        return items
+
+    def close(self) -> None:
+        for warm in self.take_all():
+            warm.close()
 
 
 class _Warm:

@@ -14,11 +14,12 @@ import signal
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import computer
 from computer.runtime import ShellBackend
 from computer.runtime._sandbox import Standby
-from computer.runtime.shell import _Warm
+from computer.runtime.shell import STANDBYS_BACK_TO_BACK, _Spares
 
 _EXPECTED_ENV = {
     "PWD",
@@ -36,9 +37,9 @@ _EXPECTED_ENV = {
 async def _standby(ws: computer.Workspace, backend: ShellBackend) -> Standby:
     """The prepared sandbox of ``ws``'s idle mirror, once it is ready."""
     (mirror,) = backend.mirrors._free[ws.id]
-    warm = mirror.standby
-    assert isinstance(warm, _Warm)
-    standby, _ = await asyncio.wait_for(asyncio.shield(warm.task), 30)
+    spares = mirror.standby
+    assert isinstance(spares, _Spares) and spares.items
+    standby, _ = await asyncio.wait_for(asyncio.shield(spares.items[0].task), 30)
     assert standby.usable()
     return standby
 
@@ -82,6 +83,58 @@ async def test_a_run_hands_its_command_to_the_prepared_sandbox() -> None:
         assert await _ready_standby(ws, backend) != pid
 
 
+async def test_back_to_back_runs_get_a_second_standby_and_paused_ones_do_not() -> None:
+    backend = ShellBackend()
+    prepare = backend._prepare
+
+    async def slow_prepare(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.3)  # a standby is never ready when the next run comes right away
+        return await prepare(*args, **kwargs)
+
+    backend._prepare = slow_prepare  # type: ignore[method-assign]
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+
+        async def spares() -> list[Any]:
+            await (await ws.runtime.exec("true")).result()
+            (mirror,) = backend.mirrors._free[ws.id]
+            assert isinstance(mirror.standby, _Spares)
+            return mirror.standby.items
+
+        assert len(await spares()) == 1  # the first run prepares one standby
+        # The next run comes at once and waits for that standby: back to back, two are prepared.
+        assert len(await spares()) == STANDBYS_BACK_TO_BACK
+        items = await spares()
+        await asyncio.wait_for(asyncio.gather(*(asyncio.shield(w.task) for w in items)), 30)
+        # After a pause the run takes a ready standby: the mirror is not topped up past one left.
+        await asyncio.sleep(0.05)
+        assert len(await spares()) == STANDBYS_BACK_TO_BACK - 1
+        assert (await (await ws.runtime.exec("echo ok")).result()).stdout == "ok\n"
+
+
+def test_spares_hand_out_the_oldest_ready_standby_first() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        pending, ready_a, ready_b = (loop.create_future() for _ in range(3))
+        ready_a.set_result(None)
+        ready_b.set_result(None)
+        spares = _Spares()
+        spares.items = [_FakeWarm(pending), _FakeWarm(ready_a), _FakeWarm(ready_b)]  # type: ignore[list-item]
+        first = spares.pop()
+        assert first is not None and first.task is ready_a and not spares.busy
+        spares.items = [_FakeWarm(pending)]  # type: ignore[list-item]
+        only = spares.pop()
+        assert only is not None and only.task is pending and spares.busy  # the run will wait
+        assert spares.pop() is None
+    finally:
+        loop.close()
+
+
+class _FakeWarm:
+    def __init__(self, task: asyncio.Future[None]) -> None:
+        self.task = task
+
+
 async def test_the_launcher_sets_the_limits_of_the_sandbox(
     ws: computer.Workspace, shell_backend: ShellBackend
 ) -> None:
@@ -119,7 +172,7 @@ async def test_standbys_beyond_the_cap_and_of_dropped_mirrors_end() -> None:
         await (await b.runtime.exec("true")).result()  # over the cap of 1: a's standby ends
         assert await _gone(pid_a)
         (mirror_a,) = backend.mirrors._free[a.id]
-        assert mirror_a.standby is None
+        assert isinstance(mirror_a.standby, _Spares) and not mirror_a.standby.items
         pid_b = await _ready_standby(b, backend)
         (mirror_b,) = backend.mirrors._free[b.id]
         backend.mirrors.discard(mirror_b)  # a mirror that goes takes its standby with it
