@@ -319,7 +319,7 @@ class _Spares:
 
     def __init__(self) -> None:
         self.items: list[_Warm] = []
-        # The last run had to wait for its standby to get ready: runs come back to back.
+        # The last run found a standby still starting: runs come back to back.
         self.busy = False
 
     def pop(self) -> _Warm | None:
@@ -328,7 +328,8 @@ class _Spares:
             return None
         chosen = next((w for w in self.items if w.task.done()), self.items[0])
         self.items.remove(chosen)
-        self.busy = not chosen.task.done()
+        # Back to back while a run finds a standby still starting (the one it takes, or the next).
+        self.busy = not all(w.task.done() for w in (chosen, *self.items))
         return chosen
 
     def discard(self, warm: _Warm) -> None:

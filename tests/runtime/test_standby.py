@@ -83,6 +83,28 @@ async def test_a_run_hands_its_command_to_the_prepared_sandbox() -> None:
         assert await _ready_standby(ws, backend) != pid
 
 
+async def test_the_program_starts_with_exactly_its_environment() -> None:
+    """The standby's program gets the run's environment (read back from /proc/$$/environ), whether it
+    is set by bash's ``exec`` or, for names bash would refuse there, by ``env -i``."""
+    backend = ShellBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace/sub", recursive=True)
+        await (await ws.runtime.exec("true")).result()
+        for extra in ({"X": "a b'c\n$(echo no) `x` \\"}, {"A-B": "1", "UID": "x", "SHLVL": "7", "_": "u"}):
+            await _ready_standby(ws, backend)
+            result = await (
+                await ws.runtime.exec("cat /proc/$$/environ; pwd -P", cwd="/workspace/sub", env=extra)
+            ).result()
+            assert result.status == "completed", result
+            *pairs, cwd = result.stdout.split("\0")
+            seen = dict(pair.split("=", 1) for pair in pairs)
+            if "SHLVL" not in extra:  # bash's exec passes SHLVL=0, which bash turns into 1 as when unset
+                assert seen.pop("SHLVL", "0") == "0"
+            assert set(seen) == _EXPECTED_ENV | set(extra)
+            assert {k: seen[k] for k in extra} == extra
+            assert seen["PWD"] == "/workspace/sub" and cwd == "/workspace/sub\n"
+
+
 async def test_back_to_back_runs_get_a_second_standby_and_paused_ones_do_not() -> None:
     backend = ShellBackend()
     prepare = backend._prepare
@@ -121,7 +143,12 @@ def test_spares_hand_out_the_oldest_ready_standby_first() -> None:
         spares = _Spares()
         spares.items = [_FakeWarm(pending), _FakeWarm(ready_a), _FakeWarm(ready_b)]  # type: ignore[list-item]
         first = spares.pop()
-        assert first is not None and first.task is ready_a and not spares.busy
+        assert first is not None and first.task is ready_a
+        assert spares.busy  # the next one is still starting: runs come back to back
+        second = spares.pop()
+        assert second is not None and second.task is ready_b and spares.busy
+        spares.items = [_FakeWarm(ready_a), _FakeWarm(ready_b)]  # type: ignore[list-item]
+        assert spares.pop() is not None and not spares.busy  # every standby was ready: a pause
         spares.items = [_FakeWarm(pending)]  # type: ignore[list-item]
         only = spares.pop()
         assert only is not None and only.task is pending and spares.busy  # the run will wait
