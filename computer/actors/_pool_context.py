@@ -14,6 +14,7 @@ it asks the owner as usual. The owner learns each mirror's revision from the run
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -56,8 +57,14 @@ class OwnerExecContext:
         workspace_id: str,
         prefetched: Prefetched | None = None,
         outcomes: dict[str, tuple[int, list[str]]] | None = None,
+        *,
+        announced: bool = True,
     ) -> None:
         self._owner = owner
+        # Calls wait until the run was announced to the dispatcher (see ``PoolWorker.run``).
+        self._announced = asyncio.Event()
+        if announced:
+            self._announced.set()
         self._workspace_id = workspace_id
         self._prefetched = prefetched
         self.prefetch_used = False
@@ -74,7 +81,12 @@ class OwnerExecContext:
     def workspace_id(self) -> str:
         return self._workspace_id
 
+    def announce(self) -> None:
+        """The dispatcher was told the run started: calls to the owner may go out now."""
+        self._announced.set()
+
     async def _call(self, method: str, *args: Any) -> Any:
+        await self._announced.wait()
         self.calls += 1
         reply: Reply = await getattr(self._owner, method).remote(*args)
         if reply[0] == "moved":

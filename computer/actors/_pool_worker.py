@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import time
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from ..runtime.types import BackendInfo
 from ._pool_context import OwnerExecContext, Prefetched
 from ._pool_mirrors import BoundedMirrorPool
 
-__all__ = ["BACKENDS", "MIRROR_WORKSPACES", "PoolWorker", "RunStarted"]
+__all__ = ["BACKENDS", "MIRROR_WORKSPACES", "OwnerUnknown", "PoolWorker", "RunStarted"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,16 @@ class RunStarted:
     load: int
 
 
+@dataclass(frozen=True, slots=True)
+class OwnerUnknown:
+    """The only item of a run sent without its owner's handle to a worker that does not hold it
+    (a new or restarted worker process): nothing ran; send it again with the handle."""
+
+
+# Owner handles a worker keeps (by workspace), so that runs need not carry them: least recent go first.
+OWNERS_KEPT = 256
+
+
 class PoolWorker:
     """Runs requests of any workspace on one backend; named ``computer:pool:<backend>:<i>``."""
 
@@ -80,6 +91,9 @@ class PoolWorker:
         self._failures = 0
         self._prefetched = 0  # runs whose push came with the request (no push call back to the owner)
         self._callbacks = 0  # calls runs made back to their owners (push, pull, python fs, share)
+        self._owner_handles = 0  # runs that arrived with their owner's handle
+        # workspace id -> (owner token, owner handle) of the runs' owners (see ``run``'s ``owner``)
+        self._owners: OrderedDict[str, tuple[str | None, Any]] = OrderedDict()
 
     async def info(self) -> BackendInfo:
         """What the backend says about itself (the owner shows it as its own)."""
@@ -96,6 +110,7 @@ class PoolWorker:
             "failures": self._failures,
             "prefetched": self._prefetched,
             "callbacks": self._callbacks,
+            "owner_handles": self._owner_handles,
             "running": sorted(self._running),
             "mirrors": mirrors.workspaces() if isinstance(mirrors, BoundedMirrorPool) else [],
         }
@@ -108,15 +123,27 @@ class PoolWorker:
         owner_token: str | None = None,
         prefetched: Prefetched | None = None,
         outcomes: dict[str, tuple[int, list[str]]] | None = None,
-    ) -> AsyncIterator[RunStarted | ExecEvent]:
+    ) -> AsyncIterator[RunStarted | OwnerUnknown | ExecEvent]:
         """Stream one run: :class:`RunStarted`, then output chunks, then exactly one ``ExitEvent``.
 
-        With ``owner_token`` the run is killed when its owner dies or restarts (nobody would read the
-        result, and a restarted owner no longer knows the run). ``prefetched``: the push the owner
-        computed ahead for this worker's mirror (used when the mirror is at its revision).
-        ``outcomes``: how the owner applied the pulls of this worker's earlier runs of the workspace;
-        given (even empty), the run hands its own pull to the owner in its exit event.
+        ``owner``: the owner's actor handle, or None when this worker was sent it before (a handle
+        argument costs each call about 0.3 ms); a worker that does not hold it answers
+        :class:`OwnerUnknown` and runs nothing. With ``owner_token`` the run is killed when its owner
+        dies or restarts (nobody would read the result, and a restarted owner no longer knows the
+        run). ``prefetched``: the push the owner computed ahead for this worker's mirror (used when
+        the mirror is at its revision). ``outcomes``: how the owner applied the pulls of this worker's
+        earlier runs of the workspace; given (even empty), the run hands its own pull to the owner in
+        its exit event.
+
+        The backend starts while ``RunStarted`` travels (0.5 ms), but nothing of the run reaches the
+        owner before it: the context holds every call back until it went out, and the exit event
+        follows it. A worker that dies before the dispatcher saw ``RunStarted`` left no trace in the
+        workspace, so the dispatcher may send the run again.
         """
+        owner = self._owner_of(workspace_id, owner_token, owner)
+        if owner is None:
+            yield OwnerUnknown()
+            return
         key = f"{workspace_id}/{request.id}"
         self._running[key] = workspace_id
         self._runs += 1
@@ -125,11 +152,14 @@ class PoolWorker:
         step: asyncio.Future[ExecEvent] | None = None
         watch = None if owner_token is None else asyncio.create_task(_watch_owner(owner, owner_token))
         try:
-            yield RunStarted(self.name, self.node_id, os.getpid(), len(self._running))
-            ctx = OwnerExecContext(owner, workspace_id, prefetched, outcomes)
+            ctx = OwnerExecContext(owner, workspace_id, prefetched, outcomes, announced=False)
             events = aiter(self.backend.run(request, ctx))
+            step = asyncio.ensure_future(anext(events))
+            yield RunStarted(self.name, self.node_id, os.getpid(), len(self._running))
+            ctx.announce()
             while True:
-                step = asyncio.ensure_future(anext(events))
+                if step is None:
+                    step = asyncio.ensure_future(anext(events))
                 if watch is not None:
                     await asyncio.wait({step, watch}, return_when=asyncio.FIRST_COMPLETED)
                     if not step.done():
@@ -140,6 +170,7 @@ class PoolWorker:
                     event = await step
                 except StopAsyncIteration:
                     return
+                step = None
                 yield event
         except Exception as exc:  # the run failed outside the program: report it, keep serving
             self._failures += 1
@@ -160,6 +191,22 @@ class PoolWorker:
             if ctx is not None:
                 self._prefetched += ctx.prefetch_used
                 self._callbacks += ctx.calls
+
+    def _owner_of(self, workspace_id: str, token: str | None, sent: Any) -> Any:
+        """The owner handle of a run: the one sent (kept for later runs), else the kept one of that
+        owner process (``token``), else None."""
+        if sent is not None:
+            self._owner_handles += 1
+            self._owners[workspace_id] = (token, sent)
+            self._owners.move_to_end(workspace_id)
+            while len(self._owners) > OWNERS_KEPT:
+                self._owners.popitem(last=False)
+            return sent
+        kept = self._owners.get(workspace_id)
+        if kept is None or kept[0] != token:
+            return None
+        self._owners.move_to_end(workspace_id)
+        return kept[1]
 
 
 async def _watch_owner(owner: Any, token: str) -> str:

@@ -38,7 +38,7 @@ from ..runtime.types import BackendInfo
 from ._pool_callbacks import owner_token
 from ._pool_context import MirrorSynced, Prefetched
 from ._pool_registry import get_worker, worker_name
-from ._pool_worker import RunStarted
+from ._pool_worker import OwnerUnknown, RunStarted
 
 __all__ = ["PoolBackend", "owner_backends"]
 
@@ -65,6 +65,7 @@ class _Slot:
     handle: Any = None
     inflight: int = 0
     dead_id: Any = None  # actor id of the last handle seen dead, so a lookup does not return it again
+    introduced: bool = False  # the worker holds this owner's handle (runs are sent without it)
     synced: MirrorSynced | None = None  # where the last run of this workspace left the worker's mirror
     # run id -> (rev, skipped) of the deferred pulls this owner applied for runs on this worker
     outcomes: dict[str, tuple[int, list[str]]] = dataclasses.field(default_factory=dict)
@@ -140,6 +141,11 @@ class PoolBackend:
         if slot.handle is handle:
             slot.handle = None
             slot.dead_id = handle._actor_id
+        self._forget(slot)
+
+    def _forget(self, slot: _Slot) -> None:
+        """Forget what the worker process held for this owner (it died or restarts)."""
+        slot.introduced = False
         slot.synced = None
         slot.outcomes = {}
         if slot.index in self._warm:
@@ -167,7 +173,7 @@ class PoolBackend:
 
     async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
         """Run ``request`` on a pool worker and yield its events as they arrive."""
-        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
+        from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError, WorkerCrashedError
 
         workspace_id = ctx.workspace_id
         try:
@@ -181,18 +187,23 @@ class PoolBackend:
             slot.inflight += 1
             handle = None
             gen = None
-            started = finished = False
+            started = finished = unknown = False
             try:
                 handle = await self._handle(slot)
                 prefetched = await self._prefetch(slot, ctx)
+                sent = None if slot.introduced else owner
                 gen = handle.run.options(_generator_backpressure_num_objects=STREAM_AHEAD).remote(
-                    request, owner, workspace_id, self._token, prefetched, slot.outcomes
+                    request, sent, workspace_id, self._token, prefetched, slot.outcomes
                 )
                 async for ref in gen:
                     event = await ref
                     if isinstance(event, RunStarted):
-                        started = True
+                        started = slot.introduced = True
                         continue
+                    if isinstance(event, OwnerUnknown):  # a new worker process: nothing ran
+                        slot.introduced = False
+                        unknown = True
+                        break
                     if isinstance(event, ExitEvent):
                         finished = True
                         if event.pending is not None:
@@ -201,10 +212,16 @@ class PoolBackend:
                     if finished:
                         break  # the run is over; do not wait for the generator's own end
             except (RayActorError, WorkerCrashedError) as exc:
-                if handle is not None:
+                if isinstance(exc, ActorUnavailableError):
+                    # Ray restarts the worker in place (it crashed): same handle, a new process that
+                    # holds no mirror and no owner handle.
+                    self._forget(slot)
+                elif handle is not None:
                     self._bury(slot, handle)
                 if not started and attempt < DISPATCH_RETRIES:
                     attempt += 1  # it never reached a live worker: nothing ran, send it again
+                    if isinstance(exc, ActorUnavailableError):
+                        await asyncio.sleep(0.1 * 2**attempt)  # bounded: 0.2 + 0.4 + 0.8 s
                     continue
                 name = worker_name(self.backend, slot.index)
                 finished = True
@@ -216,7 +233,7 @@ class PoolBackend:
                 return
             finally:
                 slot.inflight -= 1
-                if gen is not None and not finished:
+                if gen is not None and not finished and not unknown:
                     # The consumer stopped (closed or cancelled): the worker must kill the program.
                     with contextlib.suppress(Exception):
                         import ray
@@ -225,6 +242,8 @@ class PoolBackend:
             if finished:
                 self._warm = [slot.index] + [i for i in self._warm if i != slot.index]
                 return
+            if unknown:
+                continue  # sent again, with the owner's handle this time
             yield ExitEvent(None, error=f"exec worker {worker_name(self.backend, slot.index)} sent no exit")
             return
 

@@ -146,6 +146,19 @@ async def test_a_warm_pooled_run_syncs_both_ways_without_calling_the_owner_back(
         assert again.pushed == 0 and "b.txt" in again.stdout and "a.txt" not in again.stdout
 
 
+async def test_only_the_first_run_on_a_worker_carries_the_owner_handle(cluster: Settings, name: str) -> None:
+    size = cluster.shell_pool_size
+    before = await worker_stats("shell", size)
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        for i in range(5):
+            assert (await (await ws.runtime.exec(f"echo {i}")).result()).stdout == f"{i}\n"
+    after = await worker_stats("shell", size)
+    runs = sum(s["runs"] for s in after) - sum(s["runs"] for s in before)
+    handles = sum(s["owner_handles"] for s in after) - sum(s["owner_handles"] for s in before)
+    assert runs == 5 and 1 <= handles <= size
+
+
 async def test_a_file_changed_during_a_pooled_run_keeps_the_workspace_version(
     cluster: Settings, name: str
 ) -> None:

@@ -101,6 +101,25 @@ async def test_a_dead_idle_worker_is_replaced_before_the_next_run(cluster: Setti
     assert (result.status, result.stdout, result.error) == ("completed", "again\n", None)
 
 
+async def test_a_restarted_worker_is_sent_the_owner_handle_again(cluster: Settings, name: str) -> None:
+    """Runs after the first on a worker travel without the owner's handle; a worker restarted in place
+    (same actor, new process) no longer holds it, answers so, and the run is sent again with it."""
+    size = cluster.shell_pool_size
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        before = {s["name"]: s["runs"] for s in await worker_stats("shell", size)}
+        for _ in range(3):
+            assert (await (await ws.runtime.exec("true")).result()).status == "completed"
+        [used] = [s for s in await worker_stats("shell", size) if s["runs"] > before.get(s["name"], 0)]
+        ray.kill(ray.get_actor(used["name"], namespace=NAMESPACE), no_restart=False)
+        result = await (await ws.runtime.exec("echo again > f; cat f")).result()
+        assert (result.status, result.stdout, result.error) == ("completed", "again\n", None), result.error
+        assert await ws.fs.read_text("/workspace/f") == "again\n"
+        [after] = [s for s in await worker_stats("shell", size) if s["name"] == used["name"]]
+    assert after["pid"] != used["pid"]
+    assert (after["runs"], after["owner_handles"]) == (1, 1)
+
+
 async def test_a_run_whose_owner_died_is_killed_on_its_worker(cluster: Settings, name: str) -> None:
     duration = unique_sleep()
     async with computer.get_workspace(name) as ws:

@@ -81,3 +81,18 @@ def test_a_shell_backend_takes_its_mirror_pool_from_the_caller() -> None:
 def test_a_pool_workers_shell_keeps_bounded_mirrors() -> None:
     mirrors = BACKENDS["shell"]().mirrors  # type: ignore[attr-defined]
     assert isinstance(mirrors, BoundedMirrorPool) and mirrors.max_workspaces == MIRROR_WORKSPACES
+
+
+async def test_calls_to_the_owner_wait_until_the_run_was_announced() -> None:
+    """A worker starts the backend while ``RunStarted`` travels; nothing reaches the owner before it."""
+    import asyncio
+
+    owner = _Owner()
+    ctx = OwnerExecContext(owner, "ws-id", announced=False)
+    call = asyncio.ensure_future(ctx.sync_push(None, "/workspace", SyncLimits()))
+    await asyncio.sleep(0.05)
+    assert owner.calls == [] and not call.done()
+    ctx.announce()
+    with pytest.raises(_Sent):
+        await asyncio.wait_for(call, 5)
+    assert len(owner.calls) == 1
