@@ -204,6 +204,14 @@ class Mirror:
         pull = SyncPull(self.root, protected=sorted(self.protected))
         self.unsyncable = []
         budget = max_bytes if max_bytes is not None else -1
+        with _BeneathReader(self.directory) as reader:
+            self._diff_into(pull, now, candidates, budget, reader)
+        pull.dirs.sort(key=lambda d: d.path.count("/"))
+        return pull
+
+    def _diff_into(
+        self, pull: SyncPull, now: dict[str, Entry], candidates: set[str], budget: int, reader: _BeneathReader
+    ) -> None:
         for rel in sorted(candidates):
             old = self.state.get(rel)
             entry = now.get(rel)
@@ -231,15 +239,13 @@ class Mirror:
                     self.unsyncable.append(path)  # over what one pull may carry: stays in the mirror only
                     continue
                 try:
-                    data = read_beneath(self.directory, rel)
+                    data = reader.read(rel)
                 except OSError:
                     continue
                 budget -= len(data) if budget >= 0 else 0
                 pull.files.append(MirrorFile(path, data, entry[5], entry[3] // 1_000_000))
             if old is not None and old[0] != kind:
                 pull.deleted.append(path)  # replaced by another kind: remove first
-        pull.dirs.sort(key=lambda d: d.path.count("/"))
-        return pull
 
     def settle(self, now: dict[str, Entry], rev: int, skipped: list[str]) -> None:
         """Adopt the post-run state at ``rev``; entries the pull left alone are dropped from the mirror."""
@@ -301,21 +307,60 @@ def read_beneath(directory: Path, rel: str) -> bytes:
     A running program may swap a file or a parent directory for a link to a host path between our
     look and our read; every component is opened with ``O_NOFOLLOW``, so the read stays in the mirror.
     """
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-    parts = rel.split("/")
-    fd = os.open(directory, flags | os.O_DIRECTORY)
-    try:
-        for name in parts[:-1]:
-            next_fd = os.open(name, flags | os.O_DIRECTORY, dir_fd=fd)
+    with _BeneathReader(directory) as reader:
+        return reader.read(rel)
+
+
+_NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+_OPEN_DIRS = 64  # directory descriptors a reader keeps open at most
+
+
+class _BeneathReader:
+    """Reads many files below one directory as :func:`read_beneath` does, opening each directory on
+    the way once (a pull of 1,000 new files in one directory opened it 1,000 times: 22 µs a file)."""
+
+    def __init__(self, directory: Path) -> None:
+        self._root = os.fspath(directory)
+        self._dirs: dict[str, int] = {}  # relative directory -> descriptor ("" is the root)
+
+    def __enter__(self) -> _BeneathReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for fd in self._dirs.values():
             os.close(fd)
-            fd = next_fd
-        file_fd = os.open(parts[-1], flags | os.O_NONBLOCK, dir_fd=fd)
-    finally:
-        os.close(fd)
-    with os.fdopen(file_fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise OSError(f"{rel} is not a regular file")
-        return f.read()
+        self._dirs.clear()
+
+    def _dir(self, rel: str) -> int:
+        fd = self._dirs.get(rel)
+        if fd is not None:
+            return fd
+        if len(self._dirs) >= _OPEN_DIRS:
+            self.__exit__()
+        if not rel:
+            fd = os.open(self._root, _NOFOLLOW | os.O_DIRECTORY)
+        else:
+            parent, _, name = rel.rpartition("/")
+            fd = os.open(name, _NOFOLLOW | os.O_DIRECTORY, dir_fd=self._dir(parent))
+        self._dirs[rel] = fd
+        return fd
+
+    def read(self, rel: str) -> bytes:
+        parent, _, name = rel.rpartition("/")
+        fd = os.open(name, _NOFOLLOW | os.O_NONBLOCK, dir_fd=self._dir(parent))
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise OSError(f"{rel} is not a regular file")
+            data = os.read(fd, st.st_size + 1)
+            if len(data) <= st.st_size:
+                return data
+            parts = [data]  # it grew since the fstat: read to the end
+            while chunk := os.read(fd, 1 << 20):
+                parts.append(chunk)
+            return b"".join(parts)
+        finally:
+            os.close(fd)
 
 
 def entry_of(st: os.stat_result) -> Entry:

@@ -104,3 +104,22 @@ def test_reads_never_follow_a_link_swapped_in_for_a_file_or_a_directory(tmp_path
     with pytest.raises(OSError):
         read_beneath(mirror.directory, "d2/host-secret")
     assert read_beneath(mirror.directory, "d0/f0.txt") == b"000"
+
+
+def test_a_pull_over_many_directories_reads_every_file_and_closes_what_it_opened(tmp_path: Path) -> None:
+    """The pull reads files through one descriptor per directory, at most a few dozen open at once."""
+    mirror = seeded(tmp_path)
+    for i in range(150):  # more directories than a reader keeps open
+        (mirror.directory / f"n{i}/deep").mkdir(parents=True)
+        (mirror.directory / f"n{i}/a.txt").write_bytes(b"a%d" % i)
+        (mirror.directory / f"n{i}/deep/b.txt").write_bytes(b"b" * (i * 100))
+    (mirror.directory / "d0/f0.txt").write_bytes(b"changed")
+    open_before = len(os.listdir("/proc/self/fd"))
+    pull, _ = mirror.collect()
+    assert len(os.listdir("/proc/self/fd")) == open_before
+    got = {f.path: f.data for f in pull.files}
+    assert got["/workspace/d0/f0.txt"] == b"changed"
+    for i in range(150):
+        assert got[f"/workspace/n{i}/a.txt"] == b"a%d" % i
+        assert got[f"/workspace/n{i}/deep/b.txt"] == b"b" * (i * 100)
+    assert len(got) == 301
