@@ -231,7 +231,8 @@ class FileSystem:
         if refresh:
             self._refresh()
         try:
-            p.encode("utf-8")
+            if not p.isascii():
+                p.encode("utf-8")
         except UnicodeEncodeError:
             raise fs_error(
                 errno.EINVAL, path.encode("utf-8", "replace").decode(), "path is not valid UTF-8"

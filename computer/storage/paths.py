@@ -19,6 +19,12 @@ MAX_NAME_BYTES = 255
 
 def canonical(path: str) -> str:
     """Return the canonical form of ``path`` or raise EINVAL / ENAMETOOLONG naming it."""
+    if _plain(path):
+        return path
+    return _normalize(path)
+
+
+def _normalize(path: str) -> str:
     if not isinstance(path, str):
         raise fs_error(errno.EINVAL, repr(path), "path must be a string")
     if path == "":
@@ -43,6 +49,21 @@ def canonical(path: str) -> str:
     if len(result.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
         raise fs_error(errno.ENAMETOOLONG, path, "path too long")
     return result
+
+
+def _plain(path: object) -> bool:
+    """True for a path that is canonical as it is (most are): absolute, no empty, ``.`` or ``..``
+    segment, no trailing ``/``, no NUL, and too short for any name or the path to be too long (a
+    character is at most 4 UTF-8 bytes; longer ASCII paths count one byte a character)."""
+    return (
+        type(path) is str
+        and path.startswith("/")
+        and (len(path) <= MAX_NAME_BYTES // 4 or (len(path) <= MAX_NAME_BYTES and path.isascii()))
+        and "//" not in path
+        and "/." not in path
+        and "\x00" not in path
+        and (path == "/" or not path.endswith("/"))
+    )
 
 
 def split(path: str) -> tuple[str, str]:

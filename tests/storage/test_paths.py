@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from computer.storage import FileSystem, FsInvalidError
 from computer.storage.paths import canonical
@@ -105,3 +107,29 @@ async def test_listing_is_in_utf8_byte_order(fs: FileSystem) -> None:
         await fs.write_file("/" + n, b"")
     listed = [e.name for e in await fs.readdir("/")]
     assert listed == sorted(names, key=lambda s: s.encode("utf-8"))
+
+
+@given(
+    st.text(alphabet="/.aé\x00 \udcff", max_size=80) | st.text(alphabet="/ab.", min_size=200, max_size=300)
+)
+@settings(max_examples=500, deadline=None)
+def test_the_fast_path_agrees_with_the_full_normalization(path: str) -> None:
+    """``canonical`` returns a plain path as it is; that must be exactly what normalizing gives."""
+    from computer.storage.paths import _normalize
+
+    try:
+        expected: str | tuple[type[BaseException], int | None] = _normalize(path)
+    except OSError as exc:
+        expected = (type(exc), exc.errno)
+    try:
+        got: str | tuple[type[BaseException], int | None] = canonical(path)
+    except OSError as exc:
+        got = (type(exc), exc.errno)
+    assert got == expected
+
+
+def test_long_and_non_ascii_names_still_get_their_length_checked() -> None:
+    with pytest.raises(OSError) as raised:
+        canonical("/" + "é" * 200)  # 200 characters, 400 bytes: over the 255-byte name limit
+    assert raised.value.errno == errno.ENAMETOOLONG
+    assert canonical("/" + "é" * 60) == "/" + "é" * 60
