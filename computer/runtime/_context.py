@@ -217,7 +217,7 @@ class LocalExecContext:
                 continue
             own_revs.add(self.fs.rev)
             applied.append(link.path)
-        foreign = [c for c in self.fs.changes_since(base_rev, root).changes if c.rev not in own_revs]
+        foreign = self.fs.changes_since(base_rev, root, skip_revs=sorted(own_revs)).changes
         claim = base_rev if foreign else self.fs.rev
         return BatchResult(rev=claim, applied=sorted(applied), skipped=sorted(set(batch.skipped) | refused))
 

@@ -1031,14 +1031,19 @@ class FileSystem:
 
     # ------------------------------------------------------------------ sync support
 
-    def changes_since(self, rev: int, root: str = "/") -> ChangeSet:
-        """Changes at or below ``root`` (or of an ancestor of it) after ``rev``, in order.
+    def changes_since(self, rev: int, root: str = "/", *, skip_revs: Sequence[int] = ()) -> ChangeSet:
+        """Changes at or below ``root`` (or of an ancestor of it) after ``rev``, in order, leaving out
+        the revisions ``skip_revs`` (a caller's own: never read, however many changes they hold).
 
         ``complete`` is False when the log was trimmed past ``rev``: resynchronise from :meth:`manifest`.
         """
         r = self._canon(root)
         floor = int(self._db.one("SELECT log_floor FROM state WHERE id = 1")[0])
-        rows = self._db.execute("SELECT rev, path, op FROM changes WHERE rev > ? ORDER BY rev, n", (rev,))
+        skip = tuple(int(v) for v in skip_revs)
+        unless = f" AND rev NOT IN ({', '.join('?' * len(skip))})" if skip else ""
+        rows = self._db.execute(
+            f"SELECT rev, path, op FROM changes WHERE rev > ?{unless} ORDER BY rev, n", (rev, *skip)
+        )
         changes = [
             Change(path=path, op=op, rev=int(rv))
             for rv, path, op in rows

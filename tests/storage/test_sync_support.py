@@ -47,6 +47,8 @@ async def test_changes_since_lists_changes_below_root(fs: FileSystem) -> None:
     assert [(c.path, c.op) for c in cs.changes] == [("/w/a", "write"), ("/w/d", "mkdir"), ("/w/a", "rm")]
     assert [c.path for c in fs.changes_since(start).changes] == ["/w/a", "/other", "/w/d", "/w/a"]
     assert fs.changes_since(fs.rev).changes == []
+    own = [c.rev for c in cs.changes if c.path == "/w/a"]  # a caller leaves its own revisions out
+    assert [c.path for c in fs.changes_since(start, skip_revs=own).changes] == ["/other", "/w/d"]
 
 
 async def test_rename_logs_old_as_removed_and_new_as_written(fs: FileSystem) -> None:
