@@ -8,6 +8,7 @@ rows from a crash or a batch not yet freed are removed when the store is opened.
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 
@@ -19,6 +20,9 @@ __all__ = ["LAZY_BATCH", "MAP_MIN", "ChunkStore"]
 
 # Small unreferenced chunks are deleted in batches of this many (or when stats/close ask).
 LAZY_BATCH = 256
+
+# Reference count changes of more chunks than this go in one statement.
+_ONE_BY_ONE = 8
 
 # A read of at least this many bytes memory-maps the file while it runs (see ``Database.mapped``).
 MAP_MIN = 128 * 1024
@@ -77,10 +81,25 @@ class ChunkStore:
         self.decref_counts(Counter(ids).items())
 
     def decref_counts(self, counts: Iterable[tuple[int, int]]) -> None:
-        """Drop ``count`` references of each ``(id, count)``; free chunks left with none (unless pinned)."""
+        """Drop ``count`` references of each ``(id, count)``; free chunks left with none (unless pinned).
+
+        Many counts go in one statement (a pull removing 1,000 files made 1,000 updates: 3 ms).
+        """
         db = self._db
         zero: list[tuple[int, bool]] = []
+        total: Counter[int] = Counter()
         for cid, n in counts:
+            total[cid] += n  # one row per chunk: UPDATE … FROM applies one match per row
+        pairs = list(total.items())
+        if len(pairs) > _ONE_BY_ONE:
+            rows = db.execute(
+                "UPDATE chunks SET refs = refs - json_extract(j.value, '$[1]') FROM json_each(?) AS j "
+                "WHERE chunks.id = json_extract(j.value, '$[0]') "
+                "RETURNING chunks.id, chunks.refs, chunks.data IS NULL",
+                (json.dumps(pairs),),
+            ).fetchall()
+            zero = [(int(cid), bool(external)) for cid, refs, external in rows if refs <= 0]
+        for cid, n in pairs if len(pairs) <= _ONE_BY_ONE else ():
             row = db.one(
                 "UPDATE chunks SET refs = refs - ? WHERE id = ? RETURNING refs, data IS NULL", (n, cid)
             )

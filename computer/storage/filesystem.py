@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import errno
 import io
+import json
 import sqlite3
 import time
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -462,6 +464,37 @@ class FileSystem:
                     self.chunks.decref(ids)
                 self._pending_logical -= int(size)
         self._forget(path, kind)
+
+    def _remove_leaves(self, leaves: list[tuple[str, int, str, int, int]], m: _Mutation) -> None:
+        """Remove many files and links ``(real path, parent, name, inode, kind)`` in a few statements
+        (a pull deleting 1,000 files made 4,000: 16 ms); empties ``leaves``."""
+        if not leaves:
+            return
+        db = self._db
+        db.executemany(
+            "DELETE FROM dirents WHERE parent = ? AND name = ?", [(p, n) for _, p, n, _, _ in leaves]
+        )
+        rows = db.execute(
+            "DELETE FROM inodes WHERE id IN (SELECT value FROM json_each(?)) RETURNING kind, size, chunk, id",
+            (json.dumps([ino for *_, ino, _ in leaves]),),
+        ).fetchall()
+        counts: Counter[int] = Counter()
+        for kind, size, one, ino in rows:
+            if kind != FILE:
+                continue
+            self._pending_logical -= int(size)
+            if one is not None:
+                counts[int(one)] += 1
+            elif size > CHUNK_SIZE:
+                counts.update(
+                    r[0]
+                    for r in db.execute("DELETE FROM file_chunks WHERE inode = ? RETURNING chunk", (ino,))
+                )
+        self.chunks.decref_counts(counts.items())
+        for real, _, _, _, kind in leaves:
+            self._forget(real, kind)
+            m.log(real, "rm")
+        leaves.clear()
 
     # ------------------------------------------------------------------ reads
 
@@ -1086,6 +1119,8 @@ class FileSystem:
         if not todo:
             return BatchResult(rev=self._rev, applied=[], skipped=sorted(skipped))
         with self._mutation(todo[0]) as m:
+            leaves: list[tuple[str, int, str, int, int]] = []  # files and links, removed together
+            doomed: set[int] = set()
             for p in sorted((p for p in todo if p in canon_writes and canon_writes[p] is None), reverse=True):
                 if p == "/":
                     continue
@@ -1095,9 +1130,15 @@ class FileSystem:
                     applied.append(p)
                     continue
                 parent, name = split(real)
-                self._remove_node(real, self._resolve(parent)[0], name, ino, kind)
-                m.log(real, "rm")
+                if kind == DIR:
+                    self._remove_leaves(leaves, m)  # in order: they may lie below this directory
+                    self._remove_node(real, self._resolve(parent)[0], name, ino, kind)
+                    m.log(real, "rm")
+                elif ino not in doomed:  # two paths through links may name one file
+                    doomed.add(ino)
+                    leaves.append((real, self._resolve(parent)[0], name, ino, kind))
                 applied.append(p)
+            self._remove_leaves(leaves, m)
             for p in canon_dirs:
                 if p in skipped:
                     continue

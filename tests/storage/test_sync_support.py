@@ -209,3 +209,51 @@ async def test_commit_batch_that_changes_nothing_keeps_the_revision(fs: FileSyst
     rev = fs.rev
     result = fs.commit_batch({"/w/missing": None}, mkdirs=["/w"])
     assert result.rev == rev == fs.rev
+
+
+def _chunk_refs_match_the_files(fs: FileSystem) -> None:
+    """Every chunk's reference count equals the file references to it (none left at zero)."""
+    db = fs._db
+    real = dict(
+        db.execute(
+            "SELECT chunk, count(*) FROM (SELECT chunk FROM file_chunks UNION ALL "
+            "SELECT chunk FROM inodes WHERE chunk IS NOT NULL) GROUP BY chunk"
+        ).fetchall()
+    )
+    stored = {cid: refs for cid, refs in db.execute("SELECT id, refs FROM chunks WHERE refs > 0")}
+    assert stored == real
+    orphans = "SELECT count(*) FROM dirents WHERE child NOT IN (SELECT id FROM inodes)"
+    assert db.one(orphans)[0] == 0
+
+
+async def test_commit_batch_removes_many_files_links_and_trees_together(fs: FileSystem) -> None:
+    """A pull that deletes many paths: shared chunks, a multi-chunk file, links, a file reached
+    through a linked directory, and files below a directory removed in the same batch."""
+    await fs.mkdir("/w/sub/deep", recursive=True)
+    await fs.mkdir("/w/keep")
+    writes: dict[str, bytes | None] = {f"/w/f{i}": b"%d" % i for i in range(40)}
+    writes |= {f"/w/same{i}": b"shared" for i in range(10)}
+    writes |= {f"/w/keep/same{i}": b"shared" for i in range(3)}
+    writes |= {"/w/big": b"x" * (3 * 1024 * 1024 + 5), "/w/sub/a": b"a", "/w/sub/deep/b": b"b"}
+    fs.commit_batch(writes)
+    await fs.symlink("/w/f0", "/w/link")
+    await fs.symlink("/w/sub", "/w/subl")
+    before = fs.stats()
+    rev = fs.rev
+    gone = [f"/w/f{i}" for i in range(1, 40)] + [f"/w/same{i}" for i in range(10)]
+    gone += ["/w/big", "/w/link", "/w/subl/a", "/w/sub/a", "/w/sub", "/w/missing"]
+    result = fs.commit_batch(dict.fromkeys(gone))
+    assert result.rev == rev + 1 and result.skipped == []
+    assert set(result.applied) == set(gone)
+    assert sorted(e.name for e in await fs.readdir("/w")) == ["f0", "keep", "subl"]
+    assert await fs.read_file("/w/f0") == b"0"
+    assert [await fs.read_file(f"/w/keep/same{i}") for i in range(3)] == [b"shared"] * 3
+    stats = fs.stats()
+    assert stats["files"] == before["files"] - 39 - 10 - 1 - 2
+    assert stats["symlinks"] == before["symlinks"] - 1
+    assert stats["logical_bytes"] == 1 + 3 * len(b"shared")
+    _chunk_refs_match_the_files(fs)
+    logged = {(c.path, c.op) for c in fs.changes_since(rev).changes}
+    assert ("/w/f1", "rm") in logged and ("/w/big", "rm") in logged and ("/w/sub", "rm") in logged
+    fs2_content = fs.commit_batch({"/w/f1": b"back"})  # the names are free again
+    assert fs2_content.applied == ["/w/f1"] and await fs.read_file("/w/f1") == b"back"
