@@ -125,10 +125,13 @@ class ChunkStore:
 
     def flush(self) -> None:
         """Free the small unreferenced chunks kept for batching (inside the caller's transaction)."""
-        ready = [(cid,) for cid in self._lazy if self._pins.get(cid, 0) <= 0]
+        ready = [cid for cid in self._lazy if self._pins.get(cid, 0) <= 0]
         self._lazy.clear()
         if ready and self._may_delete():
-            self._db.executemany("DELETE FROM chunks WHERE id = ? AND refs <= 0", ready)
+            self._db.execute(
+                "DELETE FROM chunks WHERE id IN (SELECT value FROM json_each(?)) AND refs <= 0",
+                (json.dumps(ready),),
+            )
 
     @property
     def pending(self) -> int:

@@ -206,6 +206,17 @@ class FileSystem:
             self._log_inserts = 0
             self._trim_log()
 
+    def _log_many(self, rev: int, first: int, entries: Sequence[tuple[str, str]]) -> None:
+        """Log ``(path, op)`` entries numbered from ``first`` in one statement."""
+        self._db.executemany(
+            "INSERT INTO changes (rev, n, path, op) VALUES (?, ?, ?, ?)",
+            [(rev, first + i, path, op) for i, (path, op) in enumerate(entries)],
+        )
+        self._log_inserts += len(entries)
+        if self._log_inserts >= 1024:
+            self._log_inserts = 0
+            self._trim_log()
+
     def _trim_log(self) -> None:
         """Keep about the last ``change_log_limit`` entries (whole revisions); raise the floor."""
         row = self._db.one(
@@ -493,7 +504,7 @@ class FileSystem:
         self.chunks.decref_counts(counts.items())
         for real, _, _, _, kind in leaves:
             self._forget(real, kind)
-            m.log(real, "rm")
+        m.log_many([(real, "rm") for real, *_ in leaves])
         leaves.clear()
 
     # ------------------------------------------------------------------ reads
@@ -1256,6 +1267,12 @@ class _Mutation:
     def log(self, path: str, op: str) -> None:
         self._fs._log(self._rev, self._logged, path, op)
         self._logged += 1
+
+    def log_many(self, entries: Sequence[tuple[str, str]]) -> None:
+        """:meth:`log` of many ``(path, op)`` at once."""
+        if entries:
+            self._fs._log_many(self._rev, self._logged, entries)
+            self._logged += len(entries)
 
     def cancel(self, *, untouched: bool = False) -> None:
         """End without changes (a no-op call): roll back. A call that logged nothing ends the same way.
