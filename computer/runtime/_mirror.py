@@ -164,6 +164,10 @@ class Mirror:
             except OSError:
                 self.watch = None  # no inotify here: every pull walks the tree
 
+    def quiet(self) -> bool:
+        """True when the watch saw no change since it was armed (so :meth:`collect` is trivial)."""
+        return self.watch is not None and self.watch.pending() == 0
+
     def unwatch(self) -> None:
         if self.watch is not None:
             self.watch.close()

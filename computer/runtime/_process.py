@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Literal
@@ -12,6 +13,8 @@ from ._backend import MAX_CHUNK_BYTES, OutputChunk
 from ._sandbox import SandboxProcess, run_to_completion
 
 __all__ = ["TIMEOUT_EXIT_CODE", "ProcessOutcome", "stream_process"]
+
+log = logging.getLogger(__name__)
 
 TIMEOUT_EXIT_CODE = 124
 _QUEUE_CHUNKS = 8  # per run, both streams together: bounded memory, back-pressure on the program
@@ -101,8 +104,31 @@ async def stream_process(
                 with contextlib.suppress(BaseException):
                     await task
             if sp.cgroups:
-                await asyncio.to_thread(sp.cleanup)
+                if finished and not timed_out and not sp.killed and sp.contained:
+                    # The program exited by itself, and its pid namespace took every process of the run
+                    # with it: the cgroups are empty and their removal need not delay the result.
+                    _clean_later(sp)
+                else:
+                    await asyncio.to_thread(sp.cleanup)
 
         # A second cancellation (a kill, then close) must not cut the kill, the reaping or the cgroup
         # removal short.
         await run_to_completion(teardown())
+
+
+# Cgroup removals of runs that ended by themselves, running in the background (kept referenced).
+_CLEANING: set[asyncio.Future[None]] = set()
+
+
+def _clean_later(sp: SandboxProcess) -> None:
+    """Sweep and remove ``sp``'s cgroups in a worker thread (0.35 ms less per run). Cgroups a crash
+    leaves behind are removed when a later process first probes cgroups."""
+    task = asyncio.ensure_future(asyncio.to_thread(sp.cleanup))
+    _CLEANING.add(task)
+    task.add_done_callback(_cleaned)
+
+
+def _cleaned(task: asyncio.Future[None]) -> None:
+    _CLEANING.discard(task)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("removing a run's cgroups failed: %r", task.exception())

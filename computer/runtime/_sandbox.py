@@ -89,6 +89,8 @@ class SandboxProcess:
     proc: asyncio.subprocess.Process
     cgroups: list[Path] = field(default_factory=list)
     killed: bool = False
+    # In its own pid namespace (bubblewrap): every process of the run ends when the launcher does.
+    contained: bool = False
 
     async def kill_tree(self) -> None:
         """SIGKILL everything the run started, then reap the launcher.
@@ -440,7 +442,7 @@ class Sandbox:
         except BaseException:
             SandboxProcess(None, groups).cleanup()  # type: ignore[arg-type]
             raise
-        return SandboxProcess(proc, groups)
+        return SandboxProcess(proc, groups, contained=self.bwrap)
 
     async def prepare(self, *, binds: Sequence[Bind] = ()) -> Standby:
         """Start a sandbox with ``binds`` whose program is chosen later, by :meth:`Standby.start`.

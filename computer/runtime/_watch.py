@@ -8,11 +8,14 @@ vouch for (queue overflow, a directory moved, no watches left, no inotify) makes
 
 from __future__ import annotations
 
+import array
 import contextlib
 import ctypes
 import errno
+import fcntl
 import os
 import struct
+import termios
 import weakref
 from pathlib import Path
 
@@ -157,6 +160,17 @@ class TreeWatch:
         for rel in new_dirs:
             self._watch_tree(rel, touched)
         return None if self._broken else touched
+
+    def pending(self) -> int:
+        """Bytes of events waiting to be drained (-1 when the watch cannot tell)."""
+        if self._broken:
+            return -1
+        size = array.array("i", [0])
+        try:
+            fcntl.ioctl(self.fd, termios.FIONREAD, size, True)
+        except OSError:
+            return -1
+        return size[0]
 
     def close(self) -> None:
         self._close()

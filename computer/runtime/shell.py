@@ -180,7 +180,10 @@ class ShellBackend:
                 async with contextlib.aclosing(output):
                     async for chunk in output:
                         yield chunk
-            pull, now = await asyncio.to_thread(mirror.collect, self.limits.max_sync_bytes)
+            if mirror.quiet():  # the program changed nothing: no thread hop for an empty pull
+                pull, now = mirror.collect(self.limits.max_sync_bytes)
+            else:
+                pull, now = await asyncio.to_thread(mirror.collect, self.limits.max_sync_bytes)
             if defer:  # the dispatcher applies the pull; a later run settles the mirror
                 mirror.unsettled = (request.id, now)
                 clean = True
@@ -194,7 +197,10 @@ class ShellBackend:
                 )
                 return
             batch = await ctx.sync_pull(pull, push.rev)
-            await asyncio.to_thread(mirror.settle, now, batch.rev, batch.skipped)
+            if batch.skipped:  # the mirror drops what the pull left alone
+                await asyncio.to_thread(mirror.settle, now, batch.rev, batch.skipped)
+            else:
+                mirror.settle(now, batch.rev, batch.skipped)
             clean = True
             yield ExitEvent(
                 outcome.exit_code,
@@ -239,6 +245,12 @@ class ShellBackend:
             raise
         return standby, bridge_dir
 
+    async def _prepare_soon(self, mirror: Mirror) -> tuple[Standby, Path]:
+        """:meth:`_prepare`, a moment from now: the run that asked for it delivers its result first
+        (the spawn's cgroup set-up and fork run on the event loop)."""
+        await asyncio.sleep(PREPARE_DELAY)
+        return await self._prepare(mirror)
+
     def _keep_warm(self, mirror: Mirror) -> None:
         """Prepare the next run's sandbox for ``mirror`` in the background (see the class docstring).
 
@@ -255,7 +267,7 @@ class ShellBackend:
             mirror.drop_standby()
             spares = mirror.standby = _Spares()
         while len(spares.items) < (STANDBYS_BACK_TO_BACK if spares.busy else 1):
-            warm = _Warm(asyncio.ensure_future(self._prepare(mirror)))
+            warm = _Warm(asyncio.ensure_future(self._prepare_soon(mirror)))
             spares.items.append(warm)
             self._warm[warm] = mirror
         while len(self._warm) > self.warm_sandboxes:
@@ -309,6 +321,9 @@ async def _discard(standby: Standby, bridge_dir: Path) -> None:
     await standby.discard()
     await asyncio.to_thread(shutil.rmtree, bridge_dir, True)
 
+
+# Seconds between the end of a run and the start of its mirror's next standby.
+PREPARE_DELAY = 0.002
 
 # Standbys kept for a mirror whose runs come back to back (one otherwise).
 STANDBYS_BACK_TO_BACK = 2

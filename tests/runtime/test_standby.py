@@ -248,3 +248,45 @@ async def test_a_standby_killed_while_it_waits_is_replaced_by_a_fresh_sandbox() 
         result = await (await ws.runtime.exec("cat n; echo 2 > n")).result()
         assert (result.status, result.stdout) == ("completed", "1\n")
         assert await ws.fs.read_text("/workspace/n") == "2\n"
+
+
+async def test_cgroups_of_finished_runs_are_removed_in_the_background() -> None:
+    """A run that ended by itself has its cgroups removed after its result (not before); none stay."""
+    groups = [Path("/sys/fs/cgroup") / c / "computer-exec" for c in ("memory", "pids")]
+
+    def ours() -> set[Path]:
+        return {g for parent in groups if parent.is_dir() for g in parent.glob(f"run-{os.getpid()}-*")}
+
+    backend = ShellBackend()
+    if not backend.sandbox.cgroups:
+        return  # nothing to remove on a machine without writable cgroups (the description says so)
+    before = ours()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        for i in range(5):
+            assert (
+                await (await ws.runtime.exec(f"echo {i} > n; sleep 0.01 &")).result()
+            ).status == "completed"
+    # The workspace closed: its standbys ended; the runs' own cgroups go as their removals finish.
+    for _ in range(200):  # bounded: 10 s
+        if ours() <= before:
+            break
+        await asyncio.sleep(0.05)
+    assert ours() <= before
+
+
+def test_the_watch_tells_whether_a_run_changed_anything(tmp_path: Path) -> None:
+    from computer.runtime._mirror import Mirror
+
+    mirror = Mirror(tmp_path / "m", "/workspace")
+    mirror.directory.mkdir()
+    (mirror.directory / "a").write_text("1")
+    mirror.arm()
+    assert mirror.quiet()
+    (mirror.directory / "a").read_text()  # reading is not a change
+    assert mirror.quiet()
+    (mirror.directory / "b").write_text("2")
+    assert not mirror.quiet()
+    pull, _ = mirror.collect()
+    assert [f.path for f in pull.files] == ["/workspace/b"]
+    assert mirror.quiet()  # drained
