@@ -15,6 +15,7 @@ its own process group, and the cgroups are swept with SIGKILL.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import functools
 import logging
@@ -313,7 +314,7 @@ class Sandbox:
         self.limits = limits or SandboxLimits()
         self.bwrap = _bwrap_works()
         self.cgroups = {c for c in ("memory", "pids") if _cgroup_writable(c)}
-        self._etc = _synthetic_etc()
+        self._etc = _sandbox_etc(network)
 
     @property
     def isolation(self) -> str:
@@ -365,13 +366,11 @@ class Sandbox:
                 args += ["--symlink", os.readlink(host), f"/{top}"]
             elif host.is_dir():
                 args += ["--ro-bind", str(host), f"/{top}"]
-        args += ["--dir", "/etc"]
-        for synthetic in sorted(self._etc.iterdir()):
-            if not synthetic.name.startswith("."):
-                args += ["--ro-bind", str(synthetic), f"/etc/{synthetic.name}"]
-        for name in _ETC_FILES + (_NETWORK_ETC if self.network else ()):
-            if os.path.lexists(f"/etc/{name}"):
-                args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]
+        # One bind for all of /etc (18 single-file binds cost bubblewrap 2.4 ms of its 8 ms start).
+        args += ["--ro-bind", str(self._etc), "/etc"]
+        for name in _NETWORK_ETC if self.network else ():
+            if os.path.lexists(f"/etc/{name}") and os.path.lexists(self._etc / name):
+                args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]  # live: DNS and CAs change
         args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home"]
         for bind in binds:
             args += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.dest]
@@ -583,11 +582,30 @@ def _remove_stale_groups(parent: Path) -> None:
             continue
 
 
-@functools.cache
-def _synthetic_etc() -> Path:
-    """A tiny /etc for the sandbox: who uid 65534 is, its hostname, loopback hosts."""
-    root = Path(tempfile.gettempdir()) / f"computer-etc-{os.getuid()}"
-    root.mkdir(exist_ok=True)
+_ETC_DIRS: dict[bool, Path] = {}
+
+
+def _sandbox_etc(network: bool) -> Path:
+    """The sandbox's /etc, built once per process (and network setting): who uid 65534 is, its
+    hostname, loopback hosts, copies of the host's :data:`_ETC_FILES` (links kept as links), and
+    for ``network`` empty mount points for :data:`_NETWORK_ETC`, bound live over them.
+
+    Copies, not binds: bubblewrap spends ~0.13 ms per bind, and a copy of these small files costs
+    a few ms once. A host file changed later (an ``ld.so.cache`` after installing a library) is seen
+    by the next process; the dynamic loader falls back to the default library paths meanwhile.
+    """
+    if network in _ETC_DIRS and _ETC_DIRS[network].is_dir():
+        return _ETC_DIRS[network]
+    base = Path(tempfile.gettempdir())
+    for stale in base.glob(f"computer-etc-{os.getuid()}-*-*"):  # of processes that died without atexit
+        try:
+            os.kill(int(stale.name.split("-")[3]), 0)
+        except ProcessLookupError:
+            shutil.rmtree(stale, ignore_errors=True)
+        except (ValueError, IndexError, PermissionError):
+            continue
+    root = Path(tempfile.mkdtemp(prefix=f"computer-etc-{os.getuid()}-{os.getpid()}-", dir=base))
+    atexit.register(shutil.rmtree, root, True)
     files = {
         "passwd": f"root:x:0:0:root:/root:/bin/bash\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/tmp/home:/bin/bash\n",
         "group": f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n",
@@ -595,13 +613,28 @@ def _synthetic_etc() -> Path:
         "hosts": "127.0.0.1 localhost sandbox\n::1 localhost\n",
     }
     for name, text in files.items():
-        path = root / name
-        if not path.exists() or path.read_text() != text:
-            tmp = root / f".{name}.{os.getpid()}"
-            tmp.write_text(text)
-            tmp.chmod(0o644)
-            tmp.replace(path)
-    root.chmod(0o755)
+        (root / name).write_text(text)
+    for name in _ETC_FILES:
+        source, dest = Path("/etc") / name, root / name
+        try:
+            if source.is_symlink():
+                dest.symlink_to(os.readlink(source))
+            elif source.is_dir():
+                shutil.copytree(source, dest, symlinks=True)
+            elif source.is_file():
+                shutil.copyfile(source, dest)
+        except OSError as exc:  # unreadable or vanished: the sandbox goes without it
+            log.debug("sandbox /etc: %s not copied: %s", source, exc)
+    for name in _NETWORK_ETC if network else ():
+        source, dest = Path("/etc") / name, root / name
+        if source.is_dir():
+            dest.mkdir()
+        elif source.exists():
+            dest.touch()
+    for path in [root, *root.rglob("*")]:
+        if not path.is_symlink():
+            path.chmod(0o755 if path.is_dir() else 0o644)
+    _ETC_DIRS[network] = root
     return root
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+from pathlib import Path
 
 from exec_cases import loopback_server
 
@@ -120,3 +121,26 @@ async def test_the_sandbox_sees_no_host_path_and_no_stray_descriptor(
         assert str(shell_backend.scratch) not in result.stdout and "/tmp/computer-etc" not in cmdline
         assert sorted(fds) == ["0", "1", "2", "3"]  # stdio, and ls's own directory descriptor
         await asyncio.sleep(0.2)
+
+
+async def test_the_sandbox_etc_holds_only_what_a_shell_needs_read_only(ws: computer.Workspace) -> None:
+    result = await (
+        await ws.runtime.exec(
+            "ls -A /etc; id -un; test -r /etc/ld.so.cache && echo cache; touch /etc/x || echo ro"
+        )
+    ).result()
+    lines = result.stdout.split()
+    assert "shadow" not in lines and "gshadow" not in lines and "ssh" not in lines
+    assert {"passwd", "group", "hosts", "nsswitch.conf", "ld.so.cache"} <= set(lines)
+    assert lines[-3:] == ["sandbox", "cache", "ro"]
+
+
+async def test_a_networked_sandbox_sees_the_host_resolver_config_live() -> None:
+    resolv = Path("/etc/resolv.conf")
+    if not await asyncio.to_thread(resolv.exists):
+        return  # nothing to bind on this machine
+    backend = ShellBackend(network=True)
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        result = await (await ws.runtime.exec("cat /etc/resolv.conf")).result()
+    assert result.stdout == await asyncio.to_thread(resolv.read_text)
