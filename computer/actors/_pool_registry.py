@@ -3,7 +3,7 @@
 Worker ``i`` of backend ``b`` is the detached named actor ``computer:pool:<b>:<i>`` in the
 ``computer`` namespace, so every owner of the cluster finds (and shares) the same workers without a
 registry actor; each owner keeps its own view of the loads it puts on them. Workers are spread across
-nodes (``SPREAD``). A dead worker's name becomes free, and the next get-or-create makes a new one.
+nodes (node ``i mod n`` of the alive nodes, soft). A dead worker's name becomes free, and the next get-or-create makes a new one.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import time
 from typing import Any
 
 from ._naming import NAMESPACE
+from ._nodes import alive_nodes
 from ._pool_worker import PoolWorker
 
 __all__ = ["WORKER_MAX_CONCURRENCY", "get_worker", "worker_name"]
@@ -36,6 +37,18 @@ def _worker_class() -> Any:
 
         _remote_class = ray.remote(PoolWorker)
     return _remote_class
+
+
+def _spread(index: int) -> Any:
+    """Worker ``index``'s placement: alive nodes in turn (node ``index mod n`` in node id order), soft,
+    so a busy or leaving node does not block it. Ray's ``SPREAD`` alone is best effort and put all
+    the workers of a pool on one node now and then (seen in the two-node test)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    nodes = sorted(alive_nodes())
+    if len(nodes) < 2:
+        return "SPREAD"
+    return NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=True)
 
 
 def get_worker(backend: str, index: int, *, not_id: Any = None, wait: float = 10.0) -> Any:
@@ -63,7 +76,7 @@ def get_worker(backend: str, index: int, *, not_id: Any = None, wait: float = 10
                         max_concurrency=WORKER_MAX_CONCURRENCY,
                         max_restarts=WORKER_MAX_RESTARTS,
                         num_cpus=0,
-                        scheduling_strategy="SPREAD",
+                        scheduling_strategy=_spread(index),
                     )
                     .remote(backend, name)
                 )

@@ -93,5 +93,5 @@ def test_runs_spread_across_the_nodes_of_a_two_node_cluster(tmp_path: Path) -> N
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["statuses"] == ["completed"] * 8
     assert report["files"] == [f"{i}\n" for i in range(8)]
-    assert len(report["nodes"]) == 2
-    assert set(report["ran_on"]) == set(report["nodes"])
+    assert len(report["nodes"]) == 2, report
+    assert set(report["ran_on"]) == set(report["nodes"]), report
