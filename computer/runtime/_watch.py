@@ -83,6 +83,8 @@ class TreeWatch:
         self._root = os.fspath(root)
         self._dirs: dict[int, str] = {}  # watch descriptor -> directory relative to root ("" is root)
         self._broken = False
+        # Paths whose last event in the last drain removed them (no lstat needed to know they are gone).
+        self.gone: set[str] = set()
         self._watch_tree("")
 
     def _watch(self, rel: str, path: str) -> bool:
@@ -122,6 +124,7 @@ class TreeWatch:
     def drain(self) -> set[str] | None:
         """Relative paths touched since the last drain, or ``None`` when only a full walk can tell."""
         touched: set[str] = set()
+        gone: set[str] = set()
         new_dirs: list[str] = []
         while True:
             try:
@@ -153,12 +156,19 @@ class TreeWatch:
                     continue  # an event on the directory itself: its entries report their own changes
                 rel = f"{parent}/{name}" if parent else name
                 touched.add(rel)
+                if mask & (IN_DELETE | IN_MOVED_FROM):
+                    gone.add(rel)
+                else:
+                    gone.discard(rel)
                 if mask & IN_CREATE and mask & IN_ISDIR:
                     new_dirs.append(rel)
         if self._broken:
             return None
+        walked: set[str] = set()
         for rel in new_dirs:
-            self._watch_tree(rel, touched)
+            self._watch_tree(rel, walked)
+        touched |= walked
+        self.gone = gone - walked  # found in a new directory: there again (rm -r d; mkdir d; touch d/f)
         return None if self._broken else touched
 
     def pending(self) -> int:

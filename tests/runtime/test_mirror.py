@@ -123,3 +123,23 @@ def test_a_pull_over_many_directories_reads_every_file_and_closes_what_it_opened
         assert got[f"/workspace/n{i}/a.txt"] == b"a%d" % i
         assert got[f"/workspace/n{i}/deep/b.txt"] == b"b" * (i * 100)
     assert len(got) == 301
+
+
+def test_paths_removed_then_made_again_below_a_new_directory_are_pulled(tmp_path: Path) -> None:
+    """The pull skips looking at paths whose last event removed them, but not ones a new directory
+    brought back (their creation raised no event: the new directory was not watched yet)."""
+    mirror = seeded(tmp_path)
+    shutil.rmtree(mirror.directory / "d0")
+    (mirror.directory / "d0").mkdir()
+    (mirror.directory / "d0/f0.txt").write_bytes(b"again")
+    (mirror.directory / "d1/f1.txt").unlink()
+    files, dirs, deleted, walked = expected_pull(mirror)  # what a full walk finds
+    pull, now = mirror.collect()
+    assert {f.path: f.data for f in pull.files} == {"/workspace/d0/f0.txt": b"again"}
+    assert "/workspace/d1/f1.txt" in pull.deleted
+    assert ({f.path for f in pull.files}, {d.path for d in pull.dirs}, set(pull.deleted)) == (
+        files,
+        dirs,
+        deleted,
+    )
+    assert now == walked
