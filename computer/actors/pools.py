@@ -191,7 +191,9 @@ class PoolBackend:
             try:
                 handle = await self._handle(slot)
                 prefetched = await self._prefetch(slot, ctx)
-                sent = None if slot.introduced else owner
+                # Without a token (an owner handle given by the caller) the worker could not tell
+                # two owners of one workspace id apart: always send the handle then.
+                sent = None if slot.introduced and self._token is not None else owner
                 gen = handle.run.options(_generator_backpressure_num_objects=STREAM_AHEAD).remote(
                     request, sent, workspace_id, self._token, prefetched, slot.outcomes
                 )
