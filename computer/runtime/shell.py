@@ -256,12 +256,14 @@ class ShellBackend:
 
         Started once a run is over (a sandbox starting next to a running program slows it down), so a
         run that follows after a pause (an agent's model turn) finds it ready. A mirror whose last run
-        had to wait for its standby (runs back to back) gets a second one: each run then takes a
+        found a standby still starting (runs back to back) gets a second one: each run then takes a
         standby started a whole run earlier, while the one started after it gets ready. An idle one
         costs a waiting bash and a bubblewrap process; at most ``warm_sandboxes`` are kept in all.
         """
         if self.warm_sandboxes <= 0 or not mirror.directory.is_dir():
             return
+        for gone in [w for w in self._warm if w.closed or w.taken]:  # ended with their mirror
+            del self._warm[gone]
         spares = mirror.standby
         if not isinstance(spares, _Spares):
             mirror.drop_standby()

@@ -290,3 +290,22 @@ def test_the_watch_tells_whether_a_run_changed_anything(tmp_path: Path) -> None:
     pull, _ = mirror.collect()
     assert [f.path for f in pull.files] == ["/workspace/b"]
     assert mirror.quiet()  # drained
+
+
+async def test_standbys_ended_with_their_mirror_do_not_count_against_the_cap() -> None:
+    backend = ShellBackend(warm_sandboxes=2)
+    async with (
+        computer.Workspace(backends=[backend]) as a,
+        computer.Workspace(backends=[backend]) as b,
+        computer.Workspace(backends=[backend]) as c,
+    ):
+        for ws in (a, b, c):
+            await ws.fs.mkdir("/workspace")
+        await (await a.runtime.exec("true")).result()
+        pid_a = await _ready_standby(a, backend)
+        await (await b.runtime.exec("true")).result()
+        (mirror_b,) = backend.mirrors._free[b.id]
+        backend.mirrors.discard(mirror_b)  # b's standby ends with its mirror
+        await (await c.runtime.exec("true")).result()  # a's and c's standbys: within the cap of 2
+        assert await _ready_standby(a, backend) == pid_a
+        await _ready_standby(c, backend)
