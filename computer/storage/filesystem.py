@@ -464,17 +464,27 @@ class FileSystem:
             self._pending_logical -= int(freed)
         else:
             size, one = db.one("DELETE FROM inodes WHERE id = ? RETURNING size, chunk", (ino,))
-            if kind == FILE:
-                if one is not None:
-                    self.chunks.decref_counts(((int(one), 1),))
-                elif size > CHUNK_SIZE:
-                    ids = [
-                        r[0]
-                        for r in db.execute("DELETE FROM file_chunks WHERE inode = ? RETURNING chunk", (ino,))
-                    ]
-                    self.chunks.decref(ids)
-                self._pending_logical -= int(size)
+            self._release([(kind, size, one, ino)])
         self._forget(path, kind)
+
+    def _release(self, removed: Iterable[tuple[int, int, int | None, int]]) -> None:
+        """Drop the content of deleted inode rows ``(kind, size, one-chunk id, inode)``: their chunk
+        references and their logical size."""
+        counts: Counter[int] = Counter()
+        for kind, size, one, ino in removed:
+            if kind != FILE:
+                continue
+            self._pending_logical -= int(size)
+            if one is not None:
+                counts[int(one)] += 1
+            elif size > CHUNK_SIZE:
+                counts.update(
+                    r[0]
+                    for r in self._db.execute(
+                        "DELETE FROM file_chunks WHERE inode = ? RETURNING chunk", (ino,)
+                    )
+                )
+        self.chunks.decref_counts(counts.items())
 
     def _remove_leaves(self, leaves: list[tuple[str, int, str, int, int]], m: _Mutation) -> None:
         """Remove many files and links ``(real path, parent, name, inode, kind)`` in a few statements
@@ -489,19 +499,7 @@ class FileSystem:
             "DELETE FROM inodes WHERE id IN (SELECT value FROM json_each(?)) RETURNING kind, size, chunk, id",
             (json.dumps([ino for *_, ino, _ in leaves]),),
         ).fetchall()
-        counts: Counter[int] = Counter()
-        for kind, size, one, ino in rows:
-            if kind != FILE:
-                continue
-            self._pending_logical -= int(size)
-            if one is not None:
-                counts[int(one)] += 1
-            elif size > CHUNK_SIZE:
-                counts.update(
-                    r[0]
-                    for r in db.execute("DELETE FROM file_chunks WHERE inode = ? RETURNING chunk", (ino,))
-                )
-        self.chunks.decref_counts(counts.items())
+        self._release(rows)
         for real, _, _, _, kind in leaves:
             self._forget(real, kind)
         m.log_many([(real, "rm") for real, *_ in leaves])
