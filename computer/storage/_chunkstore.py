@@ -87,11 +87,12 @@ class ChunkStore:
         """
         db = self._db
         zero: list[tuple[int, bool]] = []
-        total: Counter[int] = Counter()
-        for cid, n in counts:
-            total[cid] += n  # one row per chunk: UPDATE … FROM applies one match per row
-        pairs = list(total.items())
+        pairs = list(counts)
         if len(pairs) > _ONE_BY_ONE:
+            total: Counter[int] = Counter()
+            for cid, n in pairs:
+                total[cid] += n  # one row per chunk: UPDATE … FROM applies one match per row
+            pairs = list(total.items())
             rows = db.execute(
                 "UPDATE chunks SET refs = refs - json_extract(j.value, '$[1]') FROM json_each(?) AS j "
                 "WHERE chunks.id = json_extract(j.value, '$[0]') "
@@ -99,12 +100,13 @@ class ChunkStore:
                 (json.dumps(pairs),),
             ).fetchall()
             zero = [(int(cid), bool(external)) for cid, refs, external in rows if refs <= 0]
-        for cid, n in pairs if len(pairs) <= _ONE_BY_ONE else ():
-            row = db.one(
-                "UPDATE chunks SET refs = refs - ? WHERE id = ? RETURNING refs, data IS NULL", (n, cid)
-            )
-            if row is not None and row[0] <= 0:
-                zero.append((cid, bool(row[1])))
+        else:
+            for cid, n in pairs:
+                row = db.one(
+                    "UPDATE chunks SET refs = refs - ? WHERE id = ? RETURNING refs, data IS NULL", (n, cid)
+                )
+                if row is not None and row[0] <= 0:
+                    zero.append((cid, bool(row[1])))
         if not zero:
             return
         may_delete: bool | None = None

@@ -464,7 +464,7 @@ class FileSystem:
             self._pending_logical -= int(freed)
         else:
             size, one = db.one("DELETE FROM inodes WHERE id = ? RETURNING size, chunk", (ino,))
-            self._release([(kind, size, one, ino)])
+            self._release(((kind, size, one, ino),))
         self._forget(path, kind)
 
     def _release(self, removed: Iterable[tuple[int, int, int | None, int]]) -> None:

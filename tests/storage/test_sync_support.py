@@ -257,3 +257,15 @@ async def test_commit_batch_removes_many_files_links_and_trees_together(fs: File
     assert ("/w/f1", "rm") in logged and ("/w/big", "rm") in logged and ("/w/sub", "rm") in logged
     fs2_content = fs.commit_batch({"/w/f1": b"back"})  # the names are free again
     assert fs2_content.applied == ["/w/f1"] and await fs.read_file("/w/f1") == b"back"
+
+
+async def test_reference_counts_dropped_many_at_once_add_up_per_chunk(fs: FileSystem) -> None:
+    """Counts for one chunk given several times (more than the one-by-one limit) all apply."""
+    await fs.mkdir("/d")
+    fs.commit_batch({f"/d/f{i}": b"same" for i in range(30)})
+    (cid, refs) = fs._db.one("SELECT id, refs FROM chunks WHERE refs > 0")
+    assert refs == 30
+    with fs._mutation("/d") as m:
+        fs.chunks.decref_counts([(cid, 1)] * 12)
+        m.log("/d", "write")
+    assert fs._db.one("SELECT refs FROM chunks WHERE id = ?", (cid,))[0] == 18
