@@ -3,7 +3,8 @@
 Worker ``i`` of backend ``b`` is the detached named actor ``computer:pool:<b>:<i>`` in the
 ``computer`` namespace, so every owner of the cluster finds (and shares) the same workers without a
 registry actor; each owner keeps its own view of the loads it puts on them. Workers are spread across
-nodes (node ``i mod n`` of the alive nodes, soft). A dead worker's name becomes free, and the next get-or-create makes a new one.
+nodes (node ``i mod n`` of the alive nodes). A dead worker's name becomes free, and the next
+get-or-create makes a new one.
 """
 
 from __future__ import annotations
@@ -40,15 +41,19 @@ def _worker_class() -> Any:
 
 
 def _spread(index: int) -> Any:
-    """Worker ``index``'s placement: alive nodes in turn (node ``index mod n`` in node id order), soft,
-    so a busy or leaving node does not block it. Ray's ``SPREAD`` alone is best effort and put all
-    the workers of a pool on one node now and then (seen in the two-node test)."""
+    """Worker ``index``'s placement: node ``index mod n`` of the alive nodes, in node id order.
+
+    Ray's ``SPREAD`` is best effort and put all the workers of a pool on one node now and then, and
+    so did a *soft* node affinity (seen in the two-node test). The affinity is hard: a worker whose
+    node dies dies with it (Ray does not restart it elsewhere), and the dispatcher's replacement is
+    placed among the nodes alive then.
+    """
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     nodes = sorted(alive_nodes())
     if len(nodes) < 2:
         return "SPREAD"
-    return NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=True)
+    return NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=False)
 
 
 def get_worker(backend: str, index: int, *, not_id: Any = None, wait: float = 10.0) -> Any:
