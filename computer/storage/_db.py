@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import sqlite3
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -17,7 +18,7 @@ from typing import Any
 from ._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from .errors import fs_error
 
-__all__ = ["Database", "storage_failure"]
+__all__ = ["Database", "storage_failure", "use_wal"]
 
 # Memory-map the file only for the duration of one large read (see :meth:`Database.mapped`); SQLite
 # caps this at its compile-time maximum.
@@ -62,7 +63,7 @@ class Database:
             # page_size only applies to a new file. 4 KiB: a small transaction dirties ~7 pages and
             # larger pages made every commit 2-3x slower; 512 KiB chunk blobs stream fine either way.
             c.execute("PRAGMA page_size = 4096")
-            c.execute("PRAGMA journal_mode = WAL")
+            use_wal(c)
             # NORMAL in WAL: a commit survives a process crash; only an OS crash/power loss can lose
             # the last transactions (never corrupt the file).
             c.execute("PRAGMA synchronous = NORMAL")
@@ -76,13 +77,14 @@ class Database:
         c.execute("PRAGMA secure_delete = FAST")
         c.execute("PRAGMA temp_store = MEMORY")
         c.execute("PRAGMA foreign_keys = OFF")
-        row = c.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'meta'").fetchone()
-        if row is None:
+        meta = "SELECT name FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+        if c.execute(meta).fetchone() is None:
             c.execute("BEGIN IMMEDIATE")
-            for stmt in SCHEMA.split(";"):
-                if stmt.strip():
-                    c.execute(stmt)
-            c.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
+            if c.execute(meta).fetchone() is None:  # not created by another opener meanwhile
+                for stmt in SCHEMA.split(";"):
+                    if stmt.strip():
+                        c.execute(stmt)
+                c.execute("INSERT INTO meta (key, value) VALUES ('schema_version', ?)", (SCHEMA_VERSION,))
             c.execute("COMMIT")
         version = c.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
         if version is not None and int(version[0]) in MIGRATIONS:
@@ -215,3 +217,23 @@ class Database:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def use_wal(conn: sqlite3.Connection, *, within: float = 30.0) -> None:
+    """Put ``conn``'s file in WAL mode, retrying (bounded) while another connection opens it too.
+
+    Switching a new file to WAL needs a moment alone with it, and SQLite answers "database is locked"
+    at once instead of waiting (no busy handler): processes opening one new file together (owners
+    starting side by side on a fresh data directory) failed so, 7 times in 30 trials of 8 openers.
+    """
+    deadline = time.monotonic() + within
+    pause = 0.002
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL").fetchone()
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)

@@ -85,12 +85,10 @@ class FileSystem:
         self._log_inserts = 0
         self._pending_logical = 0  # logical-size delta of the open transaction
         row = db.one("SELECT value FROM meta WHERE key = 'id'")
-        if row is None:
-            ident = uuid.uuid4().hex
-            db.execute("INSERT INTO meta (key, value) VALUES ('id', ?)", (ident,))
-        else:
-            ident = str(row[0])
-        self.id: str = ident
+        if row is None:  # a new file; another opener may be naming it at the same moment: one wins
+            db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('id', ?)", (uuid.uuid4().hex,))
+            row = db.one("SELECT value FROM meta WHERE key = 'id'")
+        self.id: str = str(row[0])
         with db.transaction():
             if fence is not None:
                 db.execute("UPDATE state SET epoch = max(epoch, ?) WHERE id = 1", (fence,))

@@ -68,3 +68,37 @@ def test_an_unknown_schema_version_is_refused(tmp_path: Path) -> None:
     con.close()
     with pytest.raises(OSError, match="unsupported schema version"):
         FileSystem.open(path)
+
+
+def _open_together(store: Path, directory: Path, openers: int = 8) -> list[str]:
+    """Open ``store`` (a workspace file) and ``directory`` (a directory file) from ``openers`` threads
+    released at once; the errors they met."""
+    import threading
+
+    from computer.actors.directory._sqlite import SqliteDirectory
+
+    errors: list[str] = []
+    barrier = threading.Barrier(openers)
+
+    def open_both() -> None:
+        barrier.wait()
+        try:
+            FileSystem.open(str(store)).close()
+            SqliteDirectory(directory).close()
+        except Exception as exc:
+            errors.append(f"{type(exc).__name__}: {exc}")
+
+    threads = [threading.Thread(target=open_both) for _ in range(openers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return errors
+
+
+def test_many_openers_of_one_new_file_all_succeed(tmp_path: Path) -> None:
+    """Opening one new workspace file (or directory file) from several connections at once: the switch
+    to WAL and the schema creation each happen once, and no opener sees "database is locked"."""
+    for trial in range(10):
+        errors = _open_together(tmp_path / f"ws{trial}.sqlite", tmp_path / f"dir{trial}.sqlite")
+        assert errors == [], (trial, errors)

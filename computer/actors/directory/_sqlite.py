@@ -7,6 +7,7 @@ import threading
 import time
 from pathlib import Path
 
+from ...storage._db import use_wal
 from ._record import WorkspaceRecord
 
 __all__ = ["SqliteDirectory"]
@@ -39,7 +40,7 @@ class SqliteDirectory:
         self._db = sqlite3.connect(
             str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
         )
-        self._db.execute("PRAGMA journal_mode=WAL")
+        use_wal(self._db)
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
         _add_host_column(self._db)
