@@ -61,8 +61,10 @@ class OwnerExecContext:
         announced: bool = True,
     ) -> None:
         self._owner = owner
-        # Calls wait until the run was announced to the dispatcher (see ``PoolWorker.run``).
+        # Calls wait until the run was announced to the dispatcher (see ``PoolWorker.run``); a call
+        # that waits sets ``wanted``, which makes the worker announce the run.
         self._announced = asyncio.Event()
+        self.wanted = asyncio.Event()
         if announced:
             self._announced.set()
         self._workspace_id = workspace_id
@@ -81,12 +83,18 @@ class OwnerExecContext:
     def workspace_id(self) -> str:
         return self._workspace_id
 
+    @property
+    def announced(self) -> bool:
+        return self._announced.is_set()
+
     def announce(self) -> None:
         """The dispatcher was told the run started: calls to the owner may go out now."""
         self._announced.set()
 
     async def _call(self, method: str, *args: Any) -> Any:
-        await self._announced.wait()
+        if not self._announced.is_set():
+            self.wanted.set()
+            await self._announced.wait()
         self.calls += 1
         reply: Reply = await getattr(self._owner, method).remote(*args)
         if reply[0] == "moved":

@@ -14,7 +14,8 @@ Decisions: there is no registry actor. Workers have deterministic names (see ``_
 each owner dispatches on its own view of the load (the runs it has in flight per worker), breaking ties
 towards the worker that last ran this workspace (its shell mirror is warm), then towards a "home"
 worker hashed from the workspace id, so different workspaces spread over the pool. A run whose worker
-dies before it announced itself (``RunStarted``) never ran and is sent again; after that it is failed.
+dies before the dispatcher saw its first item (output, its exit, or a ``RunStarted`` marker: see
+``PoolWorker.run``) left nothing in the workspace and is sent again; after that it is failed.
 Workers check every few seconds that the owner of each run is still the same live process, and kill
 runs whose owner is gone.
 """
@@ -199,13 +200,14 @@ class PoolBackend:
                 )
                 async for ref in gen:
                     event = await ref
-                    if isinstance(event, RunStarted):
-                        started = slot.introduced = True
-                        continue
                     if isinstance(event, OwnerUnknown):  # a new worker process: nothing ran
                         slot.introduced = False
                         unknown = True
                         break
+                    # Any other first item: the run reached a live worker that holds the owner handle.
+                    started = slot.introduced = True
+                    if isinstance(event, RunStarted):
+                        continue
                     if isinstance(event, ExitEvent):
                         finished = True
                         if event.pending is not None:
@@ -221,7 +223,7 @@ class PoolBackend:
                 elif handle is not None:
                     self._bury(slot, handle)
                 if not started and attempt < DISPATCH_RETRIES:
-                    attempt += 1  # it never reached a live worker: nothing ran, send it again
+                    attempt += 1  # no item came back: nothing reached the workspace, send it again
                     if isinstance(exc, ActorUnavailableError):
                         await asyncio.sleep(0.1 * 2**attempt)  # bounded: 0.2 + 0.4 + 0.8 s
                     continue

@@ -96,3 +96,87 @@ async def test_calls_to_the_owner_wait_until_the_run_was_announced() -> None:
     with pytest.raises(_Sent):
         await asyncio.wait_for(call, 5)
     assert len(owner.calls) == 1
+
+
+class _ScriptedBackend:
+    """A backend whose run waits ``delay`` s, optionally calls the owner, then exits 0."""
+
+    def __init__(self, delay: float = 0.0, call_owner: bool = False, network: bool = False) -> None:
+        from computer.runtime.types import BackendInfo
+
+        self.delay, self.call_owner = delay, call_owner
+        self.info = BackendInfo(id="shell", protocol="command", callable=False, network=network)
+        self.seen: list[str] = []
+
+    async def run(self, request: Any, ctx: Any) -> Any:
+        import asyncio
+
+        from computer.runtime import ExitEvent
+
+        await asyncio.sleep(self.delay)
+        if self.call_owner:
+            await ctx.sync_push(None, "/workspace", SyncLimits())
+        yield ExitEvent(0)
+
+
+class _RecordingOwner:
+    def __init__(self, log: list[str]) -> None:
+        from computer.runtime import SyncPush
+        from computer.runtime._codec import encode_sync
+
+        reply = ("ok", encode_sync(SyncPush(1, "/workspace", True)))
+
+        class Method:
+            def remote(self, *args: Any) -> Any:
+                log.append("owner call")
+
+                async def answer() -> Any:
+                    return reply
+
+                return answer()
+
+        self.pool_sync_push = Method()
+
+
+async def _items(backend: _ScriptedBackend) -> list[str]:
+    from computer.actors._pool_worker import PoolWorker
+    from computer.runtime import ExecRequest
+
+    worker = PoolWorker.__new__(PoolWorker)
+    worker.__dict__.update(
+        backend=backend,
+        name="w",
+        node_id="n",
+        _running={},
+        _runs=0,
+        _failures=0,
+        _prefetched=0,
+        _callbacks=0,
+        _owner_handles=0,
+    )
+    from collections import OrderedDict
+
+    worker._owners = OrderedDict()
+    log: list[str] = []
+    request = ExecRequest(id="r1", backend="shell", source="true")
+    async for item in worker.run(request, _RecordingOwner(log), "ws-id"):
+        log.append(type(item).__name__)
+    return log
+
+
+async def test_a_short_run_needing_no_owner_call_sends_no_run_started_marker() -> None:
+    assert await _items(_ScriptedBackend()) == ["ExitEvent"]
+
+
+async def test_a_run_that_takes_a_while_announces_itself_first() -> None:
+    from computer.actors._pool_worker import ANNOUNCE_AFTER
+
+    assert await _items(_ScriptedBackend(delay=ANNOUNCE_AFTER * 4)) == ["RunStarted", "ExitEvent"]
+
+
+async def test_a_run_announces_itself_before_its_first_owner_call_goes_out() -> None:
+    assert await _items(_ScriptedBackend(call_owner=True)) == ["RunStarted", "owner call", "ExitEvent"]
+
+
+async def test_a_backend_with_network_announces_every_run() -> None:
+    assert await _items(_ScriptedBackend(network=True)) == ["RunStarted", "ExitEvent"]
