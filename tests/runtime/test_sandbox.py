@@ -7,6 +7,7 @@ import os
 import secrets
 from pathlib import Path
 
+import pytest
 from exec_cases import loopback_server
 
 import computer
@@ -144,3 +145,42 @@ async def test_a_networked_sandbox_sees_the_host_resolver_config_live() -> None:
         await ws.fs.mkdir("/workspace")
         result = await (await ws.runtime.exec("cat /etc/resolv.conf")).result()
     assert result.stdout == await asyncio.to_thread(resolv.read_text)
+
+
+async def test_the_program_runs_in_the_runs_own_cgroups(
+    ws: computer.Workspace, shell_backend: ShellBackend
+) -> None:
+    """bubblewrap's sandbox process joins the run's cgroups before it starts the command (no launcher)."""
+    if not shell_backend.sandbox.cgroups:
+        pytest.skip("no writable cgroup v1 controllers here")
+    for _ in range(2):  # a fresh sandbox, then (usually) the standby prepared after it
+        result = await (await ws.runtime.exec("cat /proc/self/cgroup")).result()
+        groups = dict(line.split(":", 2)[1:] for line in result.stdout.splitlines())
+        for controller in shell_backend.sandbox.cgroups:
+            assert f"/computer-exec/run-{os.getpid()}-" in groups[controller], result.stdout
+        await asyncio.sleep(0.2)
+
+
+def test_sandbox_rlimits_never_go_above_a_hard_limit_already_lower() -> None:
+    """The limits are set with prlimit, capped by the hard limit the sandbox process already has (as
+    ``ulimit`` would fail to raise it)."""
+    import resource
+    import subprocess
+
+    from computer.runtime._sandbox import SandboxLimits, _set_limits
+
+    low = 1024 * 1024
+
+    def lower() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (low, low))
+
+    child = subprocess.Popen(["sleep", "30"], preexec_fn=lower)
+    try:
+        _set_limits(child.pid, SandboxLimits(memory_mb=64, max_file_bytes=8 * low, max_processes=9))
+        assert resource.prlimit(child.pid, resource.RLIMIT_FSIZE) == (low, low)
+        assert resource.prlimit(child.pid, resource.RLIMIT_AS) == (64 * low, 64 * low)
+        assert resource.prlimit(child.pid, resource.RLIMIT_NPROC) == (9, 9)
+        assert resource.prlimit(child.pid, resource.RLIMIT_CORE) == (0, 0)
+    finally:
+        child.kill()
+        child.wait()

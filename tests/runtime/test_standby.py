@@ -162,7 +162,7 @@ class _FakeWarm:
         self.task = task
 
 
-async def test_the_launcher_sets_the_limits_of_the_sandbox(
+async def test_the_program_runs_under_the_sandbox_rlimits(
     ws: computer.Workspace, shell_backend: ShellBackend
 ) -> None:
     limits = shell_backend.sandbox.limits
