@@ -622,14 +622,9 @@ class _Admission:
         """Put the sandbox process in ``groups`` under ``limits``, then let it start its command."""
         child = await self._read_child()
         if child is not None:  # None: bubblewrap failed before; its exit status and stderr tell why
-            for group in groups:
-                try:
-                    (group / "cgroup.procs").write_text(str(child))
-                except OSError as exc:
-                    raise OSError(
-                        exc.errno, f"sandbox: cannot join the cgroup {group}: {exc.strerror}"
-                    ) from exc
-            _set_limits(child, limits)
+            # In a thread: moving a process into a memory cgroup now and then waits for an RCU grace
+            # period (1-2 in 100 writes here take 8-23 ms), which must not stall the event loop.
+            await asyncio.to_thread(_enter, child, groups, limits)
         fd, self.block_w = self.block_w, None
         if fd is not None:
             with contextlib.suppress(OSError):
@@ -656,6 +651,16 @@ class _Admission:
 
 # Refusals of sandbox processes whose creation outlived its spawn (a reference keeps them alive).
 _REFUSING: set[asyncio.Future[None]] = set()
+
+
+def _enter(pid: int, groups: Sequence[Path], limits: SandboxLimits) -> None:
+    """Move ``pid`` into ``groups`` and set its rlimits."""
+    for group in groups:
+        try:
+            (group / "cgroup.procs").write_text(str(pid))
+        except OSError as exc:
+            raise OSError(exc.errno, f"sandbox: cannot join the cgroup {group}: {exc.strerror}") from exc
+    _set_limits(pid, limits)
 
 
 def _set_limits(pid: int, limits: SandboxLimits) -> None:
