@@ -14,7 +14,9 @@ import functools
 import json
 import os
 import shutil
+import socket
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,14 @@ __all__ = ["SANDBOX_DIR", "AssetsBridge"]
 SANDBOX_DIR = "/run/computer"
 _SCRIPT = Path(__file__).with_name("_assets_cli.py")
 _MAX_REQUEST = 64 * 1024
+
+
+# Listening sockets made with their bridge directories ahead of the run, by directory (see
+# ``make_directory``); guarded by a lock, as directories are made and removed from worker threads.
+_LISTENING: dict[Path, socket.socket] = {}
+_LISTENING_LOCK = threading.Lock()
+# Bridge directories being removed in the background (a reference keeps their tasks alive).
+_REMOVING: set[asyncio.Future[None]] = set()
 
 
 @functools.cache
@@ -46,8 +56,9 @@ class AssetsBridge:
 
     @staticmethod
     def make_directory(scratch: Path) -> Path:
-        """A fresh bridge directory below ``scratch`` holding ``bin/assets``, to bind at :data:`SANDBOX_DIR`
-        (made before the sandbox starts; the socket appears in it when the bridge opens)."""
+        """A fresh bridge directory below ``scratch`` holding ``bin/assets`` and the listening socket,
+        to bind at :data:`SANDBOX_DIR` (made before the sandbox starts, off the run's path; the
+        socket is served while the bridge is open). Remove it with :meth:`remove_directory`."""
         scratch.mkdir(parents=True, exist_ok=True)
         directory = Path(tempfile.mkdtemp(prefix="a", dir=scratch))
         bin_dir = directory / "bin"
@@ -56,10 +67,34 @@ class AssetsBridge:
         script.write_text(_script())
         script.chmod(0o755)
         os.chmod(directory, 0o755)
+        listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listening.bind(str(directory / "assets.sock"))
+            listening.listen(16)
+        except OSError:
+            listening.close()  # the bridge makes its socket when it opens
+        else:
+            with _LISTENING_LOCK:
+                _LISTENING[directory] = listening
         return directory
 
+    @staticmethod
+    def remove_directory(directory: Path) -> None:
+        """Close the directory's listening socket (if no bridge took it) and remove the directory."""
+        with _LISTENING_LOCK:
+            listening = _LISTENING.pop(directory, None)
+        if listening is not None:
+            listening.close()
+        shutil.rmtree(directory, ignore_errors=True)
+
     async def __aenter__(self) -> AssetsBridge:
-        self._server = await asyncio.start_unix_server(self._serve, path=str(self.directory / "assets.sock"))
+        with _LISTENING_LOCK:
+            listening = _LISTENING.pop(self.directory, None)
+        if listening is None:
+            path = str(self.directory / "assets.sock")
+            self._server = await asyncio.start_unix_server(self._serve, path=path)
+        else:
+            self._server = await asyncio.start_unix_server(self._serve, sock=listening)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -67,7 +102,10 @@ class AssetsBridge:
             self._server.close()
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        # The directory goes in the background: its removal need not delay the run's pull and result.
+        task = asyncio.ensure_future(asyncio.to_thread(shutil.rmtree, self.directory, True))
+        _REMOVING.add(task)
+        task.add_done_callback(_REMOVING.discard)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

@@ -241,7 +241,7 @@ class ShellBackend:
         try:
             standby = await self.sandbox.prepare(binds=binds)
         except BaseException:
-            shutil.rmtree(bridge_dir, ignore_errors=True)
+            AssetsBridge.remove_directory(bridge_dir)
             raise
         return standby, bridge_dir
 
@@ -321,7 +321,7 @@ def _settle_deferred(mirror: Mirror, ctx: ExecContext) -> None:
 
 async def _discard(standby: Standby, bridge_dir: Path) -> None:
     await standby.discard()
-    await asyncio.to_thread(shutil.rmtree, bridge_dir, True)
+    await asyncio.to_thread(AssetsBridge.remove_directory, bridge_dir)
 
 
 # Seconds between the end of a run and the start of its mirror's next standby.
@@ -432,7 +432,7 @@ class _Warm:
         if self.task.done() and not self.task.cancelled() and self.task.exception() is None:
             standby, bridge_dir = self.task.result()
             standby.discard_now()
-            shutil.rmtree(bridge_dir, ignore_errors=True)
+            AssetsBridge.remove_directory(bridge_dir)
 
 
 def _end_standbys(warm: OrderedDict[_Warm, Mirror]) -> None:
