@@ -69,3 +69,32 @@ async def test_assets_publish_without_a_publisher_says_so(ws: computer.Workspace
     result = await (await ws.runtime.exec("echo x > a.txt; assets publish a.txt")).result()
     assert (result.status, result.stdout) == ("failed", "")
     assert "no assets publisher" in result.stderr
+
+
+def test_a_bridge_directory_listens_from_the_start_and_its_socket_closes_with_it(tmp_path: Any) -> None:
+    """The socket is bound when the directory is made (before the sandbox starts, off the run's path);
+    a directory removed unused (its standby discarded) closes that socket."""
+    import socket
+
+    from computer.runtime._assets_bridge import _LISTENING, AssetsBridge
+
+    directory = AssetsBridge.make_directory(tmp_path / "run")
+    listening = _LISTENING[directory]
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.connect(str(directory / "assets.sock"))  # accepted into the backlog until a run serves it
+    AssetsBridge.remove_directory(directory)
+    assert directory not in _LISTENING and listening.fileno() == -1
+    assert not directory.exists()
+
+
+async def test_a_run_whose_bridge_socket_was_prebound_still_publishes(shell_backend: ShellBackend) -> None:
+    """Two runs in a row: the second takes a standby whose bridge socket was bound ahead."""
+    publisher = RecordingPublisher()
+    async with computer.Workspace(backends=[shell_backend], assets=publisher) as ws:
+        publisher.workspace = ws
+        await ws.fs.mkdir("/workspace")
+        for i in range(2):
+            result = await (await ws.runtime.exec(f"echo {i} > f{i}.txt && assets publish f{i}.txt")).result()
+            assert result.status == "completed", result.stderr
+            assert result.stdout.strip().endswith(f"/f{i}.txt")
+    assert [path for path, _, _ in publisher.shared] == ["/workspace/f0.txt", "/workspace/f1.txt"]
