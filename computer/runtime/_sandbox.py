@@ -558,8 +558,7 @@ class _Admission:
         self.block_w: int | None
         self.info_r, self.info_w = os.pipe()
         self.block_r, self.block_w = os.pipe()
-        self.child: int | None = None
-        self._read = False
+        self._reading: asyncio.Future[int | None] | None = None
 
     def close_child_ends(self) -> None:
         for name in ("info_w", "block_r"):
@@ -579,10 +578,12 @@ class _Admission:
                 os.close(fd)
 
     async def _read_child(self) -> int | None:
-        """The sandbox process's pid from bubblewrap's info (None: it ended without one)."""
-        if self._read:
-            return self.child
-        self._read = True
+        """The sandbox process's pid from bubblewrap's info (None: it ended without one); read once."""
+        if self._reading is None:
+            self._reading = asyncio.ensure_future(self._read_info())
+        return await asyncio.shield(self._reading)
+
+    async def _read_info(self) -> int | None:
         self.close_child_ends()
         fd = self.info_r
         assert fd is not None
@@ -613,10 +614,9 @@ class _Admission:
             self.info_r = None
             os.close(fd)
         try:
-            self.child = int(json.loads(raw)["child-pid"])
+            return int(json.loads(raw)["child-pid"])
         except (ValueError, KeyError, TypeError):
-            self.child = None
-        return self.child
+            return None
 
     async def admit(self, groups: Sequence[Path], limits: SandboxLimits) -> None:
         """Put the sandbox process in ``groups`` under ``limits``, then let it start its command."""
