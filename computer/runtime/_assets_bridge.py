@@ -23,6 +23,7 @@ from typing import Any
 from ..storage.paths import canonical, is_within
 from ._backend import ExecContext
 from ._mirror import Mirror, entry_of, read_beneath
+from ._sandbox import in_background
 
 __all__ = ["SANDBOX_DIR", "AssetsBridge"]
 
@@ -35,8 +36,6 @@ _MAX_REQUEST = 64 * 1024
 # ``make_directory``); guarded by a lock, as directories are made and removed from worker threads.
 _LISTENING: dict[Path, socket.socket] = {}
 _LISTENING_LOCK = threading.Lock()
-# Bridge directories being removed in the background (a reference keeps their tasks alive).
-_REMOVING: set[asyncio.Future[None]] = set()
 
 
 @functools.cache
@@ -103,9 +102,7 @@ class AssetsBridge:
             with contextlib.suppress(Exception):
                 await self._server.wait_closed()
         # The directory goes in the background: its removal need not delay the run's pull and result.
-        task = asyncio.ensure_future(asyncio.to_thread(shutil.rmtree, self.directory, True))
-        _REMOVING.add(task)
-        task.add_done_callback(_REMOVING.discard)
+        in_background(asyncio.to_thread(shutil.rmtree, self.directory, True), "removing a bridge directory")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

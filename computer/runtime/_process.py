@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
-from ._sandbox import SandboxProcess, run_to_completion
+from ._sandbox import SandboxProcess, in_background, run_to_completion
 
 __all__ = ["TIMEOUT_EXIT_CODE", "ProcessOutcome", "stream_process"]
 
@@ -116,19 +116,7 @@ async def stream_process(
         await run_to_completion(teardown())
 
 
-# Cgroup removals of runs that ended by themselves, running in the background (kept referenced).
-_CLEANING: set[asyncio.Future[None]] = set()
-
-
 def _clean_later(sp: SandboxProcess) -> None:
     """Sweep and remove ``sp``'s cgroups in a worker thread (0.35 ms less per run). Cgroups a crash
     leaves behind are removed when a later process first probes cgroups."""
-    task = asyncio.ensure_future(asyncio.to_thread(sp.cleanup))
-    _CLEANING.add(task)
-    task.add_done_callback(_cleaned)
-
-
-def _cleaned(task: asyncio.Future[None]) -> None:
-    _CLEANING.discard(task)
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("removing a run's cgroups failed: %r", task.exception())
+    in_background(asyncio.to_thread(sp.cleanup), "removing a run's cgroups")

@@ -38,7 +38,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TypeVar
 
-__all__ = ["Bind", "Sandbox", "SandboxLimits", "SandboxProcess", "Standby", "run_to_completion"]
+__all__ = [
+    "Bind",
+    "Sandbox",
+    "SandboxLimits",
+    "SandboxProcess",
+    "Standby",
+    "in_background",
+    "run_to_completion",
+]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -258,6 +266,23 @@ async def run_to_completion(aw: Awaitable[_T]) -> _T:
             log.warning("teardown failed while cancelled: %r", task.exception())
         raise asyncio.CancelledError
     return task.result()
+
+
+# Teardown running in the background (a reference keeps each task alive until it is done).
+_BACKGROUND: set[asyncio.Future[None]] = set()
+
+
+def in_background(aw: Awaitable[None], what: str) -> None:
+    """Run teardown ``aw`` without waiting for it; its failure is logged as ``what`` failing."""
+    task = asyncio.ensure_future(aw)
+    _BACKGROUND.add(task)
+
+    def done(task: asyncio.Future[None]) -> None:
+        _BACKGROUND.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("%s failed: %r", what, task.exception())
+
+    task.add_done_callback(done)
 
 
 async def _abandon(
@@ -644,13 +669,7 @@ class _Admission:
         self.close()
 
     def _refuse_later(self, creation: asyncio.Task[asyncio.subprocess.Process]) -> None:
-        task = asyncio.ensure_future(self.refuse(creation))
-        _REFUSING.add(task)
-        task.add_done_callback(_REFUSING.discard)
-
-
-# Refusals of sandbox processes whose creation outlived its spawn (a reference keeps them alive).
-_REFUSING: set[asyncio.Future[None]] = set()
+        in_background(self.refuse(creation), "killing a sandbox process never admitted")
 
 
 def _enter(pid: int, groups: Sequence[Path], limits: SandboxLimits) -> None:

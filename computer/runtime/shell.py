@@ -25,7 +25,7 @@ from ._assets_bridge import SANDBOX_DIR, AssetsBridge
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, PendingPull, SyncLimits, SyncPush
 from ._mirror import Mirror, MirrorPool
 from ._process import ProcessOutcome, stream_process
-from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, run_to_completion
+from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, in_background, run_to_completion
 from .types import BackendInfo
 
 __all__ = ["ShellBackend"]
@@ -424,9 +424,7 @@ class _Warm:
         await _discard(standby, bridge_dir)
 
     def _end_in_loop(self) -> None:
-        task = asyncio.ensure_future(self._end())
-        _ENDING.add(task)
-        task.add_done_callback(_ENDING.discard)
+        in_background(self._end(), "ending a standby sandbox")
 
     def _end_now(self) -> None:
         if self.task.done() and not self.task.cancelled() and self.task.exception() is None:
@@ -440,7 +438,3 @@ def _end_standbys(warm: OrderedDict[_Warm, Mirror]) -> None:
         if not standby.taken:
             standby.closed = True
             standby._end_now()
-
-
-# Standby sandboxes being ended in the background (a reference keeps their tasks alive).
-_ENDING: set[asyncio.Future[None]] = set()
