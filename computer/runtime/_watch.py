@@ -4,18 +4,24 @@ A run's writes go through a bind mount of the mirror, which is the same inodes: 
 them. Watches are per directory (one per mirror directory, not per file). Anything the watch cannot
 vouch for (queue overflow, a directory moved, no watches left, no inotify) makes :meth:`drain` return
 ``None`` and the caller walks the whole tree instead, so a missed event can cost time, never data.
+
+Every watch of a process shares one inotify instance (:class:`_Inotify`). Instances are scarce: the
+kernel allows 128 per user by default (``fs.inotify.max_user_instances``), counted over every process
+of that user, and on a container host over every container running as the same uid. One instance per
+mirror ran out at 64 workspaces with two idle mirrors each (after which every pull walked its whole
+tree) and took instances from the user's other programs. Watches are plentiful
+(``max_user_watches``, ~190,000 here), so sharing costs nothing but a lock and a dispatch by watch
+descriptor.
 """
 
 from __future__ import annotations
 
-import array
-import contextlib
+import collections
 import ctypes
 import errno
-import fcntl
 import os
 import struct
-import termios
+import threading
 import weakref
 from pathlib import Path
 
@@ -52,6 +58,10 @@ _MASK = (
     | IN_DONT_FOLLOW
 )
 _EVENT = struct.Struct("iIII")
+# Events a watch holds undrained at most; past that it gives up (a full walk) rather than grow.
+MAX_HELD = 200_000
+# Directories added to the shared instance per hold of its lock.
+BATCH = 64
 
 
 def _load_libc() -> ctypes.CDLL | None:
@@ -59,6 +69,7 @@ def _load_libc() -> ctypes.CDLL | None:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.inotify_init1.argtypes = [ctypes.c_int]
         libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+        libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
     except (OSError, AttributeError):  # not Linux, or no inotify in this libc
         return None
     return libc
@@ -67,125 +78,227 @@ def _load_libc() -> ctypes.CDLL | None:
 _libc = _load_libc()
 
 
+class _Held:
+    """What the shared instance delivered to one watch: its events, and whether it can still vouch."""
+
+    __slots__ = ("broken", "events", "wds")
+
+    def __init__(self) -> None:
+        self.events: list[tuple[int, int, bytes]] = []  # (watch descriptor, mask, name)
+        self.broken = False
+        self.wds: set[int] = set()
+
+
+class _Inotify:
+    """The process's one inotify instance; its events are dispatched to the watch owning their wd.
+
+    Any caller's read moves every queued event to its owner, so a watch drained rarely does not hold
+    up the others. The lock covers the descriptor table and the reads (pulls run in worker threads).
+    """
+
+    def __init__(self) -> None:
+        assert _libc is not None
+        fd = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
+        if fd < 0:
+            code = ctypes.get_errno()
+            raise OSError(code, f"inotify_init1 failed: {os.strerror(code)}")
+        self.fd = fd
+        self.pid = os.getpid()
+        self.lock = threading.Lock()
+        self.owners: dict[int, _Held] = {}
+        self.dropped: collections.deque[_Held] = collections.deque()
+
+    def add(self, held: _Held, paths: list[str]) -> list[int | None]:
+        """Watch each of ``paths`` for ``held``: their wds, None where a path is gone already (or where
+        ``held`` broke: out of watches, or the directory under another watch)."""
+        assert _libc is not None
+        wds: list[int | None] = []
+        with self.lock:  # held from add_watch to the owner's entry: the wd's first events are its own
+            if self.dropped:
+                self._forget_dropped()
+            for path in paths:
+                wd: int = _libc.inotify_add_watch(self.fd, os.fsencode(path), _MASK)
+                if wd < 0:
+                    code = ctypes.get_errno()
+                    if code not in (errno.ENOENT, errno.ENOTDIR):  # those: its parent's events cover it
+                        held.broken = True  # e.g. ENOSPC: out of watches
+                    wds.append(None)
+                    continue
+                if self.owners.setdefault(wd, held) is not held:
+                    # The same directory under another watch: only if a mirror is inside another.
+                    held.broken = True
+                    wds.append(None)
+                    continue
+                held.wds.add(wd)
+                wds.append(wd)
+        return wds
+
+    def release(self, held: _Held) -> None:
+        with self.lock:
+            self._forget(held)
+
+    def drop(self, held: _Held) -> None:
+        """Release ``held`` at the next call that takes the lock: for a finalizer, which the garbage
+        collector may run in a thread that holds the lock already."""
+        self.dropped.append(held)
+
+    def _forget(self, held: _Held) -> None:
+        assert _libc is not None
+        for wd in held.wds:
+            if self.owners.get(wd) is held:
+                del self.owners[wd]
+                _libc.inotify_rm_watch(self.fd, wd)  # EINVAL when the kernel dropped it: fine
+        held.wds.clear()
+        held.events.clear()
+
+    def _forget_dropped(self) -> None:
+        while self.dropped:
+            self._forget(self.dropped.popleft())
+
+    def pump(self) -> None:
+        """Move every queued event to its owner."""
+        with self.lock:
+            self._forget_dropped()
+            while True:
+                try:
+                    data = os.read(self.fd, 1 << 16)
+                except BlockingIOError:
+                    return
+                except OSError:
+                    data = b""
+                if not data:  # cannot read: nobody can vouch for anything now
+                    for held in self.owners.values():
+                        held.broken = True
+                    return
+                offset = 0
+                while offset + _EVENT.size <= len(data):
+                    wd, mask, _cookie, size = _EVENT.unpack_from(data, offset)
+                    name = data[offset + _EVENT.size : offset + _EVENT.size + size]
+                    offset += _EVENT.size + size
+                    if mask & IN_Q_OVERFLOW:  # the shared queue lost events: of anyone's
+                        for held in self.owners.values():
+                            held.broken = True
+                        continue
+                    owner = self.owners.get(wd)
+                    if owner is None:
+                        continue  # a watch released already
+                    if mask & IN_IGNORED:  # the kernel dropped the watch (its directory is gone)
+                        del self.owners[wd]
+                        owner.wds.discard(wd)
+                    if owner.broken:
+                        continue
+                    if len(owner.events) >= MAX_HELD:
+                        owner.broken = True
+                        owner.events.clear()
+                        continue
+                    owner.events.append((wd, mask, name))
+
+    def take(self, held: _Held) -> list[tuple[int, int, bytes]]:
+        self.pump()
+        with self.lock:
+            events, held.events = held.events, []
+            return events
+
+    def count(self, held: _Held) -> int:
+        self.pump()
+        return -1 if held.broken else len(held.events)
+
+
+_shared: _Inotify | None = None
+_shared_lock = threading.Lock()
+
+
+def _instance() -> _Inotify:
+    """The shared instance, made on first use (again in a forked child: the parent's would steal)."""
+    global _shared
+    if _libc is None:
+        raise OSError(errno.ENOSYS, "inotify is not available")
+    with _shared_lock:
+        if _shared is None or _shared.pid != os.getpid():
+            _shared = _Inotify()
+        return _shared
+
+
 class TreeWatch:
     """Watches every directory below ``root``; :meth:`drain` says which relative paths were touched."""
 
     def __init__(self, root: Path) -> None:
-        if _libc is None:
-            raise OSError(errno.ENOSYS, "inotify is not available")
-        fd = _libc.inotify_init1(IN_NONBLOCK | IN_CLOEXEC)
-        if fd < 0:
-            raise OSError(ctypes.get_errno(), "inotify_init1 failed")
-        self.fd = fd
-        # A mirror dropped without close() (e.g. by a pool evicting it) must not leak the descriptor.
-        self._close = weakref.finalize(self, _close_fd, fd)
+        self._inotify = _instance()
+        self._held = _Held()
+        # A mirror dropped without close() (e.g. by a pool evicting it) must not leak its watches.
+        self._close = weakref.finalize(self, self._inotify.drop, self._held)
         self.root = root
         self._root = os.fspath(root)
         self._dirs: dict[int, str] = {}  # watch descriptor -> directory relative to root ("" is root)
-        self._broken = False
         # Paths whose last event in the last drain removed them (no lstat needed to know they are gone).
         self.gone: set[str] = set()
-        self._watch_tree("")
+        self._watch_tree([""])
 
-    def _watch(self, rel: str, path: str) -> bool:
-        assert _libc is not None
-        wd = _libc.inotify_add_watch(self.fd, os.fsencode(path), _MASK)
-        if wd < 0:
-            code = ctypes.get_errno()
-            if code in (errno.ENOENT, errno.ENOTDIR):
-                return False  # gone already: its parent's events cover it
-            self._broken = True  # e.g. ENOSPC: out of watches
-            return False
-        self._dirs[wd] = rel
-        return True
+    def _watch_tree(self, rels: list[str], touched: set[str] | None = None) -> None:
+        """Watch each of ``rels`` and every directory below; add every entry below them to ``touched``.
 
-    def _watch_tree(self, rel: str, touched: set[str] | None = None) -> None:
-        """Watch ``rel`` and every directory below it; add every entry below it to ``touched``.
-
-        Paths are plain strings (``pathlib`` cost 30 µs per directory of a 1,000-directory tree).
+        Directories are added to the shared instance in batches (one lock hold each, short enough not
+        to stall a thread waiting for it). Paths are plain strings (``pathlib`` cost 30 µs per
+        directory of a 1,000-directory tree).
         """
-        stack = [(rel, f"{self._root}/{rel}" if rel else self._root)]
+        stack = [(rel, f"{self._root}/{rel}" if rel else self._root) for rel in rels]
         while stack:
-            current, path = stack.pop()
-            if not self._watch(current, path):
-                continue
-            try:
-                with os.scandir(path) as it:
-                    entries = list(it)
-            except OSError:
-                continue
-            for entry in entries:
-                child = f"{current}/{entry.name}" if current else entry.name
-                if touched is not None:
-                    touched.add(child)
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append((child, entry.path))
+            batch, stack = stack[-BATCH:], stack[:-BATCH]
+            wds = self._inotify.add(self._held, [path for _, path in batch])
+            for (current, path), wd in zip(batch, wds, strict=True):
+                if wd is None:
+                    continue
+                self._dirs[wd] = current
+                try:
+                    with os.scandir(path) as it:
+                        entries = list(it)
+                except OSError:
+                    continue
+                for entry in entries:
+                    child = f"{current}/{entry.name}" if current else entry.name
+                    if touched is not None:
+                        touched.add(child)
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append((child, entry.path))
 
     def drain(self) -> set[str] | None:
         """Relative paths touched since the last drain, or ``None`` when only a full walk can tell."""
         touched: set[str] = set()
         gone: set[str] = set()
         new_dirs: list[str] = []
-        while True:
-            try:
-                data = os.read(self.fd, 1 << 16)
-            except BlockingIOError:
+        for wd, mask, raw in self._inotify.take(self._held):
+            if mask & IN_IGNORED:
+                self._dirs.pop(wd, None)
+                continue
+            if mask & IN_MOVE_SELF or (mask & (IN_MOVED_FROM | IN_MOVED_TO) and mask & IN_ISDIR):
+                self._held.broken = True  # watched paths below a moved directory are stale now
                 break
-            except OSError:
-                self._broken = True
-                break
-            offset = 0
-            while offset + _EVENT.size <= len(data):
-                wd, mask, _cookie, size = _EVENT.unpack_from(data, offset)
-                raw = data[offset + _EVENT.size : offset + _EVENT.size + size]
-                offset += _EVENT.size + size
-                if mask & IN_Q_OVERFLOW:
-                    self._broken = True
-                    continue
-                if mask & IN_IGNORED:
-                    self._dirs.pop(wd, None)
-                    continue
-                if mask & IN_MOVE_SELF or (mask & (IN_MOVED_FROM | IN_MOVED_TO) and mask & IN_ISDIR):
-                    self._broken = True  # watched paths below a moved directory are stale now
-                    continue
-                parent = self._dirs.get(wd)
-                if parent is None:
-                    continue
-                name = os.fsdecode(raw.rstrip(b"\0"))
-                if not name:
-                    continue  # an event on the directory itself: its entries report their own changes
-                rel = f"{parent}/{name}" if parent else name
-                touched.add(rel)
-                if mask & (IN_DELETE | IN_MOVED_FROM):
-                    gone.add(rel)
-                else:
-                    gone.discard(rel)
-                if mask & IN_CREATE and mask & IN_ISDIR:
-                    new_dirs.append(rel)
-        if self._broken:
+            parent = self._dirs.get(wd)
+            if parent is None:
+                continue
+            name = os.fsdecode(raw.rstrip(b"\0"))
+            if not name:
+                continue  # an event on the directory itself: its entries report their own changes
+            rel = f"{parent}/{name}" if parent else name
+            touched.add(rel)
+            if mask & (IN_DELETE | IN_MOVED_FROM):
+                gone.add(rel)
+            else:
+                gone.discard(rel)
+            if mask & IN_CREATE and mask & IN_ISDIR:
+                new_dirs.append(rel)
+        if self._held.broken:
             return None
         walked: set[str] = set()
-        for rel in new_dirs:
-            self._watch_tree(rel, walked)
+        self._watch_tree(new_dirs, walked)
         touched |= walked
         self.gone = gone - walked  # found in a new directory: there again (rm -r d; mkdir d; touch d/f)
-        return None if self._broken else touched
+        return None if self._held.broken else touched
 
     def pending(self) -> int:
-        """Bytes of events waiting to be drained (-1 when the watch cannot tell)."""
-        if self._broken:
-            return -1
-        size = array.array("i", [0])
-        try:
-            fcntl.ioctl(self.fd, termios.FIONREAD, size, True)
-        except OSError:
-            return -1
-        return size[0]
+        """Events waiting to be drained (-1 when the watch cannot tell)."""
+        return self._inotify.count(self._held)
 
     def close(self) -> None:
-        self._close()
-
-
-def _close_fd(fd: int) -> None:
-    with contextlib.suppress(OSError):
-        os.close(fd)
+        if self._close.detach() is not None:
+            self._inotify.release(self._held)

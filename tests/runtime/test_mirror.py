@@ -19,6 +19,7 @@ def seeded(tmp_path: Path) -> Mirror:
     files.append(MirrorFile("/workspace/d0/sub/deep.txt", b"deep"))
     mirror.apply(SyncPush(5, "/workspace", True, files, dirs))
     mirror.arm()
+    assert mirror.watch is not None  # these tests compare the watched path with a full walk
     return mirror
 
 

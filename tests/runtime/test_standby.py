@@ -282,6 +282,7 @@ def test_the_watch_tells_whether_a_run_changed_anything(tmp_path: Path) -> None:
     mirror.directory.mkdir()
     (mirror.directory / "a").write_text("1")
     mirror.arm()
+    assert mirror.watch is not None
     assert mirror.quiet()
     (mirror.directory / "a").read_text()  # reading is not a change
     assert mirror.quiet()

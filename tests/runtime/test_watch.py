@@ -1,0 +1,116 @@
+"""``TreeWatch``: every watch of a process shares one inotify instance, and each sees only its own tree."""
+
+from __future__ import annotations
+
+import gc
+import os
+from pathlib import Path
+
+import pytest
+
+from computer.runtime import _watch
+from computer.runtime._watch import TreeWatch
+
+
+@pytest.fixture(autouse=True)
+def inotify() -> _watch._Inotify:
+    try:
+        return _watch._instance()
+    except OSError as e:  # no inotify, or none left for this user: the mirror walks instead
+        pytest.skip(f"no inotify instance: {e}")
+
+
+def inotify_fds() -> int:
+    return sum(os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify" for fd in _open_fds())
+
+
+def _open_fds() -> list[str]:
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        found.append(fd)
+    return found
+
+
+def test_more_watches_than_the_kernel_allows_instances_share_one(tmp_path: Path) -> None:
+    """128 instances per user is the kernel's default: 300 watches must not need 300 of them."""
+    before = inotify_fds()
+    watches = []
+    for i in range(300):
+        (tmp_path / f"m{i}/sub").mkdir(parents=True)
+        watches.append(TreeWatch(tmp_path / f"m{i}"))
+    assert inotify_fds() == before
+    (tmp_path / "m7/sub/x").write_text("x")
+    (tmp_path / "m299/y").write_text("y")
+    assert [w.pending() > 0 for w in watches].count(True) == 2
+    assert watches[7].drain() == {"sub/x"}
+    assert watches[299].drain() == {"y"}
+    assert watches[0].drain() == set()
+    for w in watches:
+        w.close()
+
+
+def test_a_watch_sees_its_own_tree_only_however_the_events_were_read(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    wa, wb = TreeWatch(a), TreeWatch(b)
+    (b / "f").write_text("1")
+    assert wa.pending() == 0  # reading the shared queue for a moved b's event to b
+    (a / "g").write_text("2")
+    assert wb.drain() == {"f"}
+    assert wa.drain() == {"g"}
+    assert wa.pending() == wb.pending() == 0
+    wa.close()
+    wb.close()
+
+
+def test_a_closed_or_dropped_watch_gives_its_watches_back(tmp_path: Path, inotify: _watch._Inotify) -> None:
+    (tmp_path / "t/a/b").mkdir(parents=True)
+    owned = len(inotify.owners)
+    w = TreeWatch(tmp_path / "t")
+    assert len(inotify.owners) == owned + 3
+    w.close()
+    assert len(inotify.owners) == owned
+    w = TreeWatch(tmp_path / "t")
+    del w
+    gc.collect()
+    inotify.pump()  # a finalizer only queues its release (the collector may run under the lock)
+    assert len(inotify.owners) == owned
+    (tmp_path / "t/after").write_text("x")  # events of a released tree go nowhere
+    inotify.pump()
+    assert all(not held.events for held in inotify.owners.values())
+
+
+def test_an_overflow_of_the_shared_queue_makes_every_watch_walk(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    wa, wb = TreeWatch(tmp_path / "a"), TreeWatch(tmp_path / "b")
+    (tmp_path / "a/1").write_text("1")
+    (tmp_path / "a/2").write_text("2")
+    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    for _ in range(limit // 2 + 10):  # alternating, so the kernel cannot merge them
+        os.utime(tmp_path / "a/1")
+        os.utime(tmp_path / "a/2")
+    assert wb.drain() is None  # b lost nothing of its own, but the queue cannot tell
+    assert wa.drain() is None
+    wa.close()
+    wb.close()
+
+
+def test_a_watch_holding_too_many_events_gives_up_alone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    wa, wb = TreeWatch(tmp_path / "a"), TreeWatch(tmp_path / "b")
+    monkeypatch.setattr(_watch, "MAX_HELD", 5)
+    for i in range(10):
+        (tmp_path / f"a/{i}").write_text("x")
+    assert wb.drain() == set()  # b's events were fine
+    assert wa.drain() is None  # a held too many: it gives up, the pull walks
+    wa.close()
+    wb.close()
