@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from ..runtime import Backend, ExecEvent, ExecRequest, ExitEvent, PythonBackend, ShellBackend
+from ..runtime._mirror import MirrorPool
 from ..runtime.types import BackendInfo
 from ._pool_context import OwnerExecContext, Prefetched
-from ._pool_mirrors import BoundedMirrorPool
 
 __all__ = ["BACKENDS", "MIRROR_WORKSPACES", "OwnerUnknown", "PoolWorker", "RunStarted"]
 
@@ -44,8 +44,8 @@ ANNOUNCE_AFTER = 0.05
 MIRROR_WORKSPACES = 32
 
 
-def _bounded_mirrors(base: Path, root: str) -> BoundedMirrorPool:
-    return BoundedMirrorPool(base, root, max_workspaces=MIRROR_WORKSPACES)
+def _bounded_mirrors(base: Path, root: str) -> MirrorPool:
+    return MirrorPool(base, root, max_workspaces=MIRROR_WORKSPACES)
 
 
 def _pool_shell() -> ShellBackend:
@@ -118,7 +118,7 @@ class PoolWorker:
             "callbacks": self._callbacks,
             "owner_handles": self._owner_handles,
             "running": sorted(self._running),
-            "mirrors": mirrors.workspaces() if isinstance(mirrors, BoundedMirrorPool) else [],
+            "mirrors": mirrors.workspaces() if mirrors is not None else [],
         }
 
     async def run(

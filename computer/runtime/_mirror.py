@@ -8,9 +8,11 @@ a single directory walk tells what the program created, changed or deleted.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import stat
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -270,30 +272,47 @@ class Mirror:
 
 
 class MirrorPool:
-    """Idle mirrors per workspace: a run takes one (or a fresh one) and gives it back."""
+    """Idle mirrors per workspace: a run takes one (or a fresh one) and gives it back.
 
-    def __init__(self, base: Path, root: str, *, idle: int = 2) -> None:
+    At most ``idle`` idle mirrors per workspace, and idle mirrors of at most ``max_workspaces``
+    workspaces: a process serving many workspaces over its life (a pool worker serves the whole
+    cluster, an embedded service one workspace per agent) would otherwise keep a copy of every one
+    it ever ran a command for, on disk, with its watches. The least recently used workspace's idle
+    mirrors go first (its next run does a full push); a mirror lent to a running command is never
+    touched. Evicted mirrors are handed out by :meth:`take_evicted` so the caller can remove them off
+    its event loop (a mirror is a whole directory tree).
+    """
+
+    def __init__(self, base: Path, root: str, *, idle: int = 2, max_workspaces: int = 64) -> None:
+        if max_workspaces < 1:
+            raise ValueError("max_workspaces must be at least 1")
         self.base = base
         self.root = root
         self.idle = idle
+        self.max_workspaces = max_workspaces
         self._free: dict[str, list[Mirror]] = {}
-        self._count: dict[str, int] = {}
+        self._recent: OrderedDict[str, None] = OrderedDict()
+        self._evicted: list[Mirror] = []
+        self._made = itertools.count()
 
     def acquire(self, workspace_id: str) -> Mirror:
+        self._touch(workspace_id)
         free = self._free.get(workspace_id)
         if free:
             return free.pop()
-        n = self._count.get(workspace_id, 0)
-        self._count[workspace_id] = n + 1
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in workspace_id)[:100]
-        directory = self.base / safe / str(n)
-        if directory.exists():
+        directory = self.base / f"{safe}.{next(self._made)}"
+        if directory.exists():  # left by an earlier process
             shutil.rmtree(directory, ignore_errors=True)
         return Mirror(directory, self.root)
 
     def idle_mirrors(self, workspace_id: str) -> list[Mirror]:
         """The idle mirrors of ``workspace_id`` (still in the pool)."""
         return list(self._free.get(workspace_id, ()))
+
+    def workspaces(self) -> list[str]:
+        """Workspaces with idle mirrors, least recently used first."""
+        return [w for w in self._recent if self._free.get(w)]
 
     def discard(self, mirror: Mirror) -> None:
         """Drop a mirror (its state is unknown, or the pool no longer keeps it)."""
@@ -304,11 +323,24 @@ class MirrorPool:
     def release(self, workspace_id: str, mirror: Mirror) -> bool:
         """Give ``mirror`` back; False when the pool dropped it (enough idle mirrors already)."""
         free = self._free.setdefault(workspace_id, [])
-        if len(free) < self.idle:
-            free.append(mirror)
-            return True
-        self.discard(mirror)
-        return False
+        if len(free) >= self.idle:
+            self.discard(mirror)
+            return False
+        free.append(mirror)
+        self._touch(workspace_id)
+        return True
+
+    def take_evicted(self) -> list[Mirror]:
+        """Idle mirrors the bound pushed out since the last call, to :meth:`discard`."""
+        evicted, self._evicted = self._evicted, []
+        return evicted
+
+    def _touch(self, workspace_id: str) -> None:
+        self._recent[workspace_id] = None
+        self._recent.move_to_end(workspace_id)
+        while len(self._recent) > self.max_workspaces:
+            oldest, _ = self._recent.popitem(last=False)
+            self._evicted += self._free.pop(oldest, [])
 
 
 def read_beneath(directory: Path, rel: str) -> bytes:

@@ -91,7 +91,8 @@ class ShellBackend:
         )
         self.scratch = base
         atexit.register(shutil.rmtree, base, True)
-        # ``mirror_pool(base, mount_root)`` builds the pool of warm mirrors (default: a plain MirrorPool).
+        # ``mirror_pool(base, mount_root)`` builds the pool of warm mirrors (default: a MirrorPool
+        # keeping idle mirrors of the 64 most recently used workspaces).
         self._mirrors: MirrorPool = (mirror_pool or MirrorPool)(base, self.mount_root)
         # Standby sandboxes kept for the most recently used mirrors (at most ``warm_sandboxes``).
         self.warm_sandboxes = warm_sandboxes
@@ -138,6 +139,7 @@ class ShellBackend:
             return
         workspace_id = ctx.workspace_id
         mirror = self._mirrors.acquire(workspace_id)
+        self._remove_evicted()
         ready: tuple[Standby, Path] | None = None
         clean = False
         defer = bool(getattr(ctx, "defers_pull", False))
@@ -215,11 +217,17 @@ class ShellBackend:
             if clean:
                 if self._mirrors.release(workspace_id, mirror):
                     self._keep_warm(mirror)
+                self._remove_evicted()
             else:
                 # Interrupted mid-bracket (kill): its content is unknown and a worker thread may still be
                 # writing it, so it is never reused; the next run takes a fresh mirror (full push).
                 mirror.invalidate()
                 await asyncio.to_thread(self._mirrors.discard, mirror)
+
+    def _remove_evicted(self) -> None:
+        """Remove the idle mirrors the pool's bound pushed out, in a worker thread (each is a tree)."""
+        for mirror in self._mirrors.take_evicted():
+            in_background(asyncio.to_thread(self._mirrors.discard, mirror), "removing an evicted mirror")
 
     async def close_workspace(self, workspace_id: str) -> None:
         """The workspace closed: end the standby sandboxes of its idle mirrors (the mirrors stay warm)."""

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from computer.actors._pool_context import OwnerExecContext
-from computer.actors._pool_mirrors import BoundedMirrorPool
 from computer.actors._pool_worker import BACKENDS, MIRROR_WORKSPACES
 from computer.runtime import ShellBackend, SyncLimits
 from computer.runtime._mirror import MirrorPool
@@ -66,21 +65,21 @@ async def test_a_prefetched_push_serves_only_the_mirror_revision_it_was_made_for
 
 
 def test_a_shell_backend_takes_its_mirror_pool_from_the_caller() -> None:
-    assert type(ShellBackend().mirrors) is MirrorPool  # the default stays a plain pool
+    assert ShellBackend().mirrors.max_workspaces == 64  # the default pool is bounded too
     built: list[tuple[Any, str]] = []
 
     def bounded(base: Any, root: str) -> MirrorPool:
         built.append((base, root))
-        return BoundedMirrorPool(base, root, max_workspaces=3)
+        return MirrorPool(base, root, max_workspaces=3)
 
     shell = ShellBackend(mount_root="/w", mirror_pool=bounded)
-    assert isinstance(shell.mirrors, BoundedMirrorPool) and shell.mirrors.max_workspaces == 3
+    assert shell.mirrors.max_workspaces == 3
     assert built == [(shell.scratch, "/w")]
 
 
 def test_a_pool_workers_shell_keeps_bounded_mirrors() -> None:
     mirrors = BACKENDS["shell"]().mirrors  # type: ignore[attr-defined]
-    assert isinstance(mirrors, BoundedMirrorPool) and mirrors.max_workspaces == MIRROR_WORKSPACES
+    assert mirrors.max_workspaces == MIRROR_WORKSPACES
 
 
 async def test_calls_to_the_owner_wait_until_the_run_was_announced() -> None:

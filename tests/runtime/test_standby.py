@@ -310,3 +310,25 @@ async def test_standbys_ended_with_their_mirror_do_not_count_against_the_cap() -
         await (await c.runtime.exec("true")).result()  # a's and c's standbys: within the cap of 2
         assert await _ready_standby(a, backend) == pid_a
         await _ready_standby(c, backend)
+
+
+async def test_a_shell_backend_removes_the_mirrors_of_workspaces_it_no_longer_keeps() -> None:
+    from computer.runtime._mirror import MirrorPool
+
+    backend = ShellBackend(mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=1))
+    async with computer.Workspace(backends=[backend]) as a, computer.Workspace(backends=[backend]) as b:
+        for ws in (a, b):
+            await ws.fs.mkdir("/workspace")
+            await ws.fs.write_file("/workspace/f", "x")
+        await (await a.runtime.exec("cat f")).result()
+        (mirror_a,) = backend.mirrors.idle_mirrors(a.id)
+        assert (mirror_a.directory / "f").exists()
+        await (await b.runtime.exec("cat f")).result()
+        assert backend.mirrors.workspaces() == [b.id]
+        for _ in range(200):  # bounded: 10 s (removed in a worker thread)
+            if not mirror_a.directory.exists():
+                break
+            await asyncio.sleep(0.05)
+        assert not mirror_a.directory.exists() and mirror_a.watch is None
+        result = await (await a.runtime.exec("cat f; echo y > g")).result()  # a starts over: full push
+        assert result.stdout == "x" and await a.fs.read_text("/workspace/g") == "y\n"

@@ -1,4 +1,4 @@
-"""``BoundedMirrorPool``: a pool worker keeps warm mirrors of the most recently used workspaces only."""
+"""``MirrorPool``: warm mirrors are kept for the most recently used workspaces only."""
 
 from __future__ import annotations
 
@@ -6,27 +6,28 @@ from pathlib import Path
 
 import pytest
 
-from computer.actors._pool_mirrors import BoundedMirrorPool
-from computer.runtime._mirror import Mirror
+from computer.runtime._mirror import Mirror, MirrorPool
 
 
-def _used(pool: BoundedMirrorPool, workspace: str) -> Mirror:
+def _used(pool: MirrorPool, workspace: str) -> Mirror:
     """Run a pretend command: take a mirror, write into it, give it back."""
     mirror = pool.acquire(workspace)
     mirror.directory.mkdir(parents=True, exist_ok=True)
     (mirror.directory / "file").write_text(workspace)
     pool.release(workspace, mirror)
+    for evicted in pool.take_evicted():  # what the shell backend does, in a worker thread
+        pool.discard(evicted)
     return mirror
 
 
 def test_a_released_mirror_is_reused_by_the_next_run_of_its_workspace(tmp_path: Path) -> None:
-    pool = BoundedMirrorPool(tmp_path, "/workspace", max_workspaces=2)
+    pool = MirrorPool(tmp_path, "/workspace", max_workspaces=2)
     first = _used(pool, "a")
     assert pool.acquire("a") is first
 
 
 def test_idle_mirrors_of_the_least_recently_used_workspaces_are_removed(tmp_path: Path) -> None:
-    pool = BoundedMirrorPool(tmp_path, "/workspace", max_workspaces=2)
+    pool = MirrorPool(tmp_path, "/workspace", max_workspaces=2)
     a, b = _used(pool, "a"), _used(pool, "b")
     _used(pool, "a")  # a is now more recent than b
     c = _used(pool, "c")
@@ -37,7 +38,7 @@ def test_idle_mirrors_of_the_least_recently_used_workspaces_are_removed(tmp_path
 
 
 def test_a_mirror_lent_to_a_running_command_survives_eviction(tmp_path: Path) -> None:
-    pool = BoundedMirrorPool(tmp_path, "/workspace", max_workspaces=1)
+    pool = MirrorPool(tmp_path, "/workspace", max_workspaces=1)
     running = pool.acquire("a")
     running.directory.mkdir(parents=True)
     (running.directory / "work").write_text("in progress")
@@ -51,4 +52,24 @@ def test_a_mirror_lent_to_a_running_command_survives_eviction(tmp_path: Path) ->
 
 def test_a_pool_must_keep_at_least_one_workspace(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="at least 1"):
-        BoundedMirrorPool(tmp_path, "/workspace", max_workspaces=0)
+        MirrorPool(tmp_path, "/workspace", max_workspaces=0)
+
+
+def test_the_default_pool_is_bounded_too(tmp_path: Path) -> None:
+    """An embedded process serving one workspace per agent must not keep a mirror of each forever."""
+    pool = MirrorPool(tmp_path, "/workspace")
+    mirrors = [_used(pool, f"w{i}") for i in range(pool.max_workspaces + 10)]
+    assert len(pool.workspaces()) == pool.max_workspaces == 64
+    assert sum(m.directory.exists() for m in mirrors) == 64
+    assert pool.workspaces()[0] == "w10"  # the ten least recently used went
+
+
+def test_evicted_mirrors_wait_for_the_caller_to_remove_them(tmp_path: Path) -> None:
+    pool = MirrorPool(tmp_path, "/workspace", max_workspaces=1)
+    a = pool.acquire("a")
+    a.directory.mkdir(parents=True)
+    pool.release("a", a)
+    b = pool.acquire("b")  # a's mirror is pushed out, not removed on the caller's event loop
+    assert pool.take_evicted() == [a] and a.directory.exists()
+    assert pool.take_evicted() == []
+    assert b is not a
