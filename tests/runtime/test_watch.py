@@ -69,20 +69,23 @@ def test_a_watch_sees_its_own_tree_only_however_the_events_were_read(tmp_path: P
 
 
 def test_a_closed_or_dropped_watch_gives_its_watches_back(tmp_path: Path, inotify: _watch._Inotify) -> None:
+    """Other watches of the process (other tests' mirrors) come and go meanwhile: only ours are counted."""
     (tmp_path / "t/a/b").mkdir(parents=True)
-    owned = len(inotify.owners)
     w = TreeWatch(tmp_path / "t")
-    assert len(inotify.owners) == owned + 3
+    wds = set(w._held.wds)
+    assert len(wds) == 3 and all(inotify.owners[wd] is w._held for wd in wds)
     w.close()
-    assert len(inotify.owners) == owned
+    assert not wds & inotify.owners.keys()
     w = TreeWatch(tmp_path / "t")
+    held, wds = w._held, set(w._held.wds)
+    assert wds & inotify.owners.keys() == wds
     del w
     gc.collect()
     inotify.pump()  # a finalizer only queues its release (the collector may run under the lock)
-    assert len(inotify.owners) == owned
+    assert not wds & inotify.owners.keys() and not held.wds
     (tmp_path / "t/after").write_text("x")  # events of a released tree go nowhere
     inotify.pump()
-    assert all(not held.events for held in inotify.owners.values())
+    assert not held.events
 
 
 def test_an_overflow_of_the_shared_queue_makes_every_watch_walk(tmp_path: Path) -> None:
