@@ -8,6 +8,9 @@ Every figure is printed next to a baseline measured in the same run on the same 
    skips it). Runs are timed back to back and each after a pause (``--pause``, untimed: an agent's
    runs are separated by its model's turns, and the shell backend prepares the next run's sandbox
    once a run is over).
+   Also python ``print(1)`` through the embedded python backend, with and without a guest
+   interpreter started ahead (``warm_guests``), back to back and after a pause of at least 0.3 s (a
+   guest takes ~60 ms to start).
 2. Sync cost of a run that changes one file, in a 100-file and a 10,000-file workspace (target: the
    10,000-file run costs at most 1.5x the 100-file run).
 3. The shell-level fs benchmark (create/stat/rm 1000 files, mkdir -p 10x10x10, find, dd 64 MiB, read,
@@ -39,7 +42,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 import pool_bench
 
 import computer
-from computer.runtime import ShellBackend
+from computer.runtime import PythonBackend, ShellBackend
 
 CLOUDFLARE = {
     "create": 6.7,
@@ -187,6 +190,28 @@ async def fs_bench(backend: ShellBackend, repeats: int, pause: float) -> None:
         print(f"  {name:10s} {b:9.2f}ms {o:9.2f}ms {o / b:6.2f}x {CLOUDFLARE[name]:10.2f}x")
 
 
+async def python_latency(runs: int, pause: float) -> None:
+    print("== 1b. latency of python `print(1)` (median of", runs, "runs)")
+    bare = timed_sync(
+        lambda: subprocess.run([sys.executable, "-I", "-c", "print(1)"], check=True, capture_output=True),
+        runs,
+    )
+    print(f"  bare python -I -c 'print(1)'            {bare:8.2f} ms   1.00x")
+    for gap, label in ((0.0, "back to back"), (pause, f"after {pause * 1000:.0f} ms")):
+        figures = []
+        for warm in (0, 1):
+            async with computer.Workspace(backends=[PythonBackend(warm_guests=warm)]) as ws:
+                await ws.fs.mkdir("/workspace")
+                await run_ok(ws, "pass")
+                figures.append(await timed(lambda ws=ws: run_ok(ws, "print(1)"), runs, gap))
+        cold, warm_ms = figures
+        print(f"  no guest ahead, {label:23s}{cold:8.2f} ms   {cold / bare:5.2f}x bare")
+        print(
+            f"  a guest started ahead, {label:16s}{warm_ms:8.2f} ms   {warm_ms / bare:5.2f}x bare, "
+            f"{warm_ms / cold:5.2f}x no guest"
+        )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -201,6 +226,7 @@ async def main() -> None:
     print(f"shell backend: startup {backend.info.startup_ms} ms; mirrors in {backend.scratch}")
     print(f"isolation: {backend.info.isolation}")
     await latency(backend, args.runs, args.pause, not args.no_pool)
+    await python_latency(args.runs, max(args.pause, 0.3))
     await sync_cost(backend, args.runs)
     await fs_bench(backend, args.repeats, args.pause)
 

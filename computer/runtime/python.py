@@ -8,12 +8,15 @@ whose calls travel as msgpack frames over a socket to the host, which answers ea
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import errno
 import os
+import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,7 @@ from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent
 from ._codec import pack_frame, read_frame
 from ._context import GUEST_OPS
 from ._process import ProcessOutcome, stream_process
-from ._sandbox import Bind, Sandbox, SandboxLimits, python_prefixes
+from ._sandbox import Bind, Sandbox, SandboxLimits, SandboxProcess, in_background, python_prefixes
 from .types import BackendInfo
 
 __all__ = ["PythonBackend"]
@@ -47,8 +50,15 @@ class PythonBackend:
         cpu_seconds: int | None = None,
         cwd: str = "/workspace",
         python: str | None = None,
+        warm_guests: int = 1,
     ) -> None:
         self.default_cwd = cwd
+        # Guests started ahead of their runs (see ``_take_guest``), oldest first; ended at exit. A
+        # second one does not help runs back to back: each costs ~50 ms of CPU to start, which is
+        # what bounds them, and two starting at once slowed each other down.
+        self.warm_guests = warm_guests
+        self._guests: list[asyncio.Future[_Guest]] = []
+        atexit.register(_end_guests, self._guests)
         base: str = python or getattr(sys, "_base_executable", None) or sys.executable
         self.python = os.path.realpath(base)
         self.sandbox = Sandbox(
@@ -93,24 +103,71 @@ class PythonBackend:
             times.append((time.perf_counter() - start) * 1000)
         return min(times)
 
-    async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
-        """Spawn the guest, serve its workspace calls, stream its output, report its value."""
+    async def _spawn_guest(self, env: dict[str, str]) -> tuple[SandboxProcess, socket.socket]:
+        """A sandboxed interpreter running the guest, waiting for its run on the returned socket."""
         host_end, guest_end = socket.socketpair()
+        try:
+            full = {"LANG": "C.UTF-8", "HOME": "/tmp/home", "PATH": "/usr/bin:/bin", **env}
+            full["COMPUTER_CHANNEL_FD"] = str(guest_end.fileno())
+            sp = await self.sandbox.spawn(
+                [self.python, "-I", "-u", f"{_GUEST_DIR}/guest.py"],
+                binds=self._binds,
+                cwd="/tmp",
+                env=full,
+                pass_fds=[guest_end.fileno()],
+            )
+        except BaseException:
+            host_end.close()
+            raise
+        finally:
+            guest_end.close()
+        return sp, host_end
+
+    async def _take_guest(self) -> tuple[SandboxProcess, socket.socket] | None:
+        """A guest started ahead, on this event loop and still alive (None: there is none).
+
+        The interpreter's start and the guest's imports are most of a short run (~50 of 60 ms): a
+        run without its own environment variables takes a guest started after an earlier run, whose
+        environment is exactly the default one it would get. A run with ``env`` starts its own (the
+        interpreter reads its locale variables once, at start).
+        """
+        while self._guests:
+            guest = await _started(self._guests.pop(0))
+            if guest is None:
+                continue
+            if guest.sp.proc.returncode is None:
+                return guest.sp, guest.host_end
+            in_background(guest.discard(), "ending a guest that died while it waited")
+        return None
+
+    async def close_workspace(self, workspace_id: str) -> None:
+        """A workspace closed: end the guests started ahead (guests belong to no workspace, so the
+        next run starts one again; a process that closes its workspaces leaves no idle interpreter)."""
+        guests, self._guests[:] = list(self._guests), []
+        for pending in guests:
+            guest = await _started(pending)
+            if guest is not None:
+                await guest.discard()
+
+    def _keep_warm(self) -> None:
+        """Start the next run's guest in the background (a moment after this run: its result first)."""
+
+        async def prepare() -> _Guest:
+            await asyncio.sleep(PREPARE_DELAY)
+            sp, host_end = await self._spawn_guest({})
+            return _Guest(sp, host_end)
+
+        while len(self._guests) < self.warm_guests:
+            self._guests.append(asyncio.ensure_future(prepare()))
+
+    async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
+        """Spawn (or take a started) guest, serve its workspace calls, stream its output, report its value."""
         result: dict[str, Any] = {}
         server: asyncio.Task[None] | None = None
+        warm = not request.env and self.warm_guests > 0
+        taken = await self._take_guest() if warm else None
+        sp, host_end = taken if taken is not None else await self._spawn_guest(request.env)
         try:
-            env = {"LANG": "C.UTF-8", "HOME": "/tmp/home", "PATH": "/usr/bin:/bin", **request.env}
-            env["COMPUTER_CHANNEL_FD"] = str(guest_end.fileno())
-            try:
-                sp = await self.sandbox.spawn(
-                    [self.python, "-I", "-u", f"{_GUEST_DIR}/guest.py"],
-                    binds=self._binds,
-                    cwd="/tmp",
-                    env=env,
-                    pass_fds=[guest_end.fileno()],
-                )
-            finally:
-                guest_end.close()
             try:
                 reader, writer = await asyncio.open_unix_connection(sock=host_end)
             except BaseException:  # cancelled before stream_process owns the process: end it here
@@ -132,6 +189,8 @@ class PythonBackend:
                 with contextlib.suppress(BaseException):
                     await server
             host_end.close()
+            if warm:
+                self._keep_warm()
 
 
 async def _serve(
@@ -162,3 +221,55 @@ async def _serve(
             await writer.drain()
         except (ConnectionError, OSError):
             return
+
+
+# Seconds between the end of a run and the start of the next run's guest.
+PREPARE_DELAY = 0.002
+
+
+@dataclass
+class _Guest:
+    """A guest started ahead: its sandboxed interpreter waits for the setup frame on ``host_end``."""
+
+    sp: SandboxProcess
+    host_end: socket.socket
+
+    async def discard(self) -> None:
+        self.host_end.close()
+        await self.sp.discard()  # runs to completion
+
+    def discard_now(self) -> None:
+        """Kill and clean up from any thread, or after its event loop is gone."""
+        self.host_end.close()
+        self.sp.killed = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.sp.proc.pid, signal.SIGKILL)
+        self.sp.cleanup()
+
+
+async def _started(pending: asyncio.Future[_Guest]) -> _Guest | None:
+    """The guest once started; None if its start failed or it belongs to another event loop (that
+    one is ended when it is ready). A caller cancelled meanwhile leaves the guest to be ended too."""
+    if pending.get_loop() is not asyncio.get_running_loop():
+        pending.add_done_callback(_end_guest_now)
+        return None
+    try:
+        return await asyncio.shield(pending)
+    except asyncio.CancelledError:
+        pending.add_done_callback(_end_guest_now)
+        raise
+    except Exception:
+        return None
+
+
+def _end_guest_now(pending: asyncio.Future[_Guest]) -> None:
+    if not pending.cancelled() and pending.exception() is None:
+        pending.result().discard_now()
+
+
+def _end_guests(guests: list[asyncio.Future[_Guest]]) -> None:
+    """At exit: the guests would die with this process (bubblewrap's --die-with-parent), but their
+    cgroups would stay behind."""
+    for pending in guests:
+        if pending.done():
+            _end_guest_now(pending)

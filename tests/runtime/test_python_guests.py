@@ -1,0 +1,97 @@
+"""The python backend keeps one guest interpreter started ahead, for the next run without ``env``."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import AsyncIterator
+
+import pytest
+
+import computer
+from computer.runtime import PythonBackend
+
+
+@pytest.fixture
+async def backend_ws() -> AsyncIterator[tuple[PythonBackend, computer.Workspace]]:
+    backend = PythonBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        yield backend, ws
+
+
+async def run(ws: computer.Workspace, source: str, **kwargs: object) -> computer.ExecResult:
+    return await (await ws.runtime.exec(source, backend="python", **kwargs)).result()  # type: ignore[arg-type]
+
+
+async def ready_guest_pid(backend: PythonBackend) -> int:
+    """The pid of the guest started ahead, once it is started (bounded: 10 s)."""
+    (pending,) = backend._guests
+    guest = await asyncio.wait_for(asyncio.shield(pending), 10)
+    return guest.sp.proc.pid
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().split(") ")[1][0] != "Z"
+
+
+async def test_the_next_run_without_env_takes_the_guest_started_ahead(backend_ws) -> None:
+    backend, ws = backend_ws
+    assert (await run(ws, "print(1)")).stdout == "1\n"
+    pid = await ready_guest_pid(backend)
+    result = await run(ws, "def main(input):\n    return input + 1", input=41)
+    assert result.value == 42
+    assert backend._guests[0] is not None  # the next one is on its way
+    for _ in range(100):  # bounded: 5 s (the guest's launcher is reaped with the run)
+        if not alive(pid):
+            break
+        await asyncio.sleep(0.05)
+    assert not alive(pid)  # that guest ran the program and ended with it
+
+
+async def test_a_run_with_env_starts_its_own_guest(backend_ws) -> None:
+    backend, ws = backend_ws
+    await run(ws, "pass")
+    pid = await ready_guest_pid(backend)
+    result = await run(ws, "import os\nprint(os.environ['X'])", env={"X": "mine"})
+    assert result.stdout == "mine\n"
+    assert alive(pid) and await ready_guest_pid(backend) == pid  # still waiting for a run without env
+
+
+async def test_runs_on_guests_started_ahead_share_nothing(backend_ws) -> None:
+    backend, ws = backend_ws
+    await run(ws, "open('/tmp/left', 'w').write('secret')\nimport sys\nsys.modules['os'].LEFT = 1")
+    await ready_guest_pid(backend)
+    result = await run(ws, "import os\nprint(os.path.exists('/tmp/left'), hasattr(os, 'LEFT'))")
+    assert result.stdout == "False False\n"
+
+
+async def test_a_guest_that_died_while_it_waited_is_replaced(backend_ws) -> None:
+    backend, ws = backend_ws
+    await run(ws, "pass")
+    os.killpg(await ready_guest_pid(backend), signal.SIGKILL)
+    await asyncio.sleep(0.1)
+    assert (await run(ws, "print('fresh')")).stdout == "fresh\n"
+
+
+async def test_closing_the_workspace_ends_the_guests_started_ahead() -> None:
+    backend = PythonBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run(ws, "pass")
+        pid = await ready_guest_pid(backend)
+    assert backend._guests == [] and not alive(pid)
+
+
+async def test_no_guest_is_kept_when_warm_guests_is_zero() -> None:
+    backend = PythonBackend(warm_guests=0)
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        assert (await run(ws, "print(2)")).stdout == "2\n"
+        assert backend._guests == []
