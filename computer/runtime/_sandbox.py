@@ -682,21 +682,26 @@ def _enter(pid: int, groups: Sequence[Path], limits: SandboxLimits) -> None:
     _set_limits(pid, limits)
 
 
-def _set_limits(pid: int, limits: SandboxLimits) -> None:
-    """``prlimit`` ``pid`` as the launcher's ``ulimit`` lines would (soft = hard), never above the
-    hard limit it already has (raising one would need a capability)."""
+def _rlimits(limits: SandboxLimits) -> list[tuple[int, int, int]]:
+    """``limits`` as (resource, soft, hard): what both ``_set_limits`` and the launcher set."""
     wanted: list[tuple[int, int, int]] = []
     if limits.memory_mb:
         wanted.append((resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024, limits.memory_mb * 1024 * 1024))
     if limits.max_file_bytes:
-        size = max(1, limits.max_file_bytes // 1024) * 1024
+        size = max(1, limits.max_file_bytes // 1024) * 1024  # whole KiB: what ``ulimit -f`` can say
         wanted.append((resource.RLIMIT_FSIZE, size, size))
     if limits.cpu_seconds:  # the soft limit sends SIGXCPU, the hard one a second later SIGKILL
         wanted.append((resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1))
     if limits.max_processes:
         wanted.append((resource.RLIMIT_NPROC, limits.max_processes, limits.max_processes))
     wanted.append((resource.RLIMIT_CORE, 0, 0))
-    for kind, soft, hard in wanted:
+    return wanted
+
+
+def _set_limits(pid: int, limits: SandboxLimits) -> None:
+    """``prlimit`` ``pid`` to ``_rlimits(limits)``, never above the hard limit it already has (raising
+    one would need a capability)."""
+    for kind, soft, hard in _rlimits(limits):
         current = resource.prlimit(pid, kind)[1]
         if current != resource.RLIM_INFINITY:
             hard = min(hard, current)
@@ -717,18 +722,25 @@ shift
 exec "$@"'''
 
 
+# bash's ``ulimit`` flag for a resource, and its unit in bytes (or seconds, or processes).
+_ULIMIT = {
+    resource.RLIMIT_AS: ("-v", 1024),
+    resource.RLIMIT_FSIZE: ("-f", 1024),
+    resource.RLIMIT_CPU: ("-t", 1),
+    resource.RLIMIT_NPROC: ("-u", 1),
+    resource.RLIMIT_CORE: ("-c", 1),
+}
+
+
 def _launcher(limits: SandboxLimits, groups: Sequence[Path]) -> list[str]:
     """The argv prefix that starts a command in ``groups`` under ``limits``' rlimits."""
     lines = []
-    if limits.memory_mb:
-        lines.append(f"ulimit -v {limits.memory_mb * 1024}")  # KiB
-    if limits.max_file_bytes:
-        lines.append(f"ulimit -f {max(1, limits.max_file_bytes // 1024)}")  # 1 KiB blocks
-    if limits.cpu_seconds:  # the soft limit sends SIGXCPU, the hard one a second later SIGKILL
-        lines.append(f"ulimit -S -t {limits.cpu_seconds} && ulimit -H -t {limits.cpu_seconds + 1}")
-    if limits.max_processes:
-        lines.append(f"ulimit -u {limits.max_processes}")
-    lines.append("ulimit -c 0")
+    for kind, soft, hard in _rlimits(limits):
+        flag, unit = _ULIMIT[kind]
+        if soft == hard:
+            lines.append(f"ulimit {flag} {soft // unit}")
+        else:
+            lines.append(f"ulimit -S {flag} {soft // unit} && ulimit -H {flag} {hard // unit}")
     script = _LAUNCHER.replace("{limits}", " &&\n".join(lines) + " || exit 125")
     return (
         ["/bin/bash", "--noprofile", "--norc", "-c", script, "sandbox-launcher"]
