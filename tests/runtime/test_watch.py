@@ -15,9 +15,11 @@ from computer.runtime._watch import TreeWatch
 @pytest.fixture(autouse=True)
 def inotify() -> _watch._Inotify:
     try:
-        return _watch._instance()
+        shared = _watch._instance()
     except OSError as e:  # no inotify, or none left for this user: the mirror walks instead
         pytest.skip(f"no inotify instance: {e}")
+    shared.pump()  # an empty shared queue to start with (an earlier test's releases queue events)
+    return shared
 
 
 def inotify_fds() -> int:
@@ -117,3 +119,18 @@ def test_a_watch_holding_too_many_events_gives_up_alone(
     assert wa.drain() is None  # a held too many: it gives up, the pull walks
     wa.close()
     wb.close()
+
+
+def test_a_quiet_watch_does_not_parse_another_watchs_flood(tmp_path: Path) -> None:
+    """``pending`` runs on the event loop: it reads one small chunk, and says -1 (cannot tell cheaply)
+    rather than parse thousands of another mirror's events; the pull, in a thread, reads them all."""
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "quiet").mkdir()
+    busy, quiet = TreeWatch(tmp_path / "busy"), TreeWatch(tmp_path / "quiet")
+    for i in range(2_000):
+        (tmp_path / f"busy/{i}").touch()
+    assert quiet.pending() == -1
+    assert len(busy.drain() or ()) == 2_000
+    assert quiet.pending() == 0
+    busy.close()
+    quiet.close()
