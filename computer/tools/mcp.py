@@ -9,8 +9,8 @@
 Tools keep their names, descriptions and JSON schemas (passed through as ``inputSchema``). Each carries
 annotations: ``readOnlyHint`` for the tools that do not change the workspace (read, ls, find,
 grep), ``destructiveHint`` from the core tool's own flag, ``idempotentHint`` (everything but exec and
-publish) and ``openWorldHint`` (exec, publish). Results are text content plus ``structuredContent`` (the result
-dict); images from ``read`` are ``ImageContent`` and PDFs an embedded blob resource. A failed call is a
+publish) and ``openWorldHint`` (exec, publish); the fixed-shape ones (write, edit, delete, publish) declare
+their ``outputSchema``. Results are text content plus ``structuredContent`` (the result dict); images from ``read`` are ``ImageContent`` and PDFs an embedded blob resource. A failed call is a
 result with ``isError: true``. While exec runs, a client that sent a progress token receives each
 snapshot as a progress notification (the message is the snapshot as JSON).
 """
@@ -70,11 +70,19 @@ def create_mcp_server(
 
 
 def mcp_tool(tool: Tool) -> types.Tool:
-    """The MCP declaration of one core tool, with behaviour annotations."""
+    """The MCP declaration of one core tool, with behaviour annotations.
+
+    A tool with a fixed result shape (write, edit, delete, publish) declares it as ``outputSchema``:
+    the spec makes its ``structuredContent`` conform, and clients check it (the SDK's ``Client``
+    validates every result that is not an error). The others' results vary with what they return
+    (text, listings, media, exec snapshots) and declare none.
+    """
+    schema = tool.output_schema
     return types.Tool(
         name=tool.name,
         description=tool.description,
         input_schema=tool.parameters,
+        output_schema=schema if schema is not None and schema.get("type") == "object" else None,
         annotations=types.ToolAnnotations(
             read_only_hint=not tool.mutating,
             destructive_hint=tool.destructive if tool.mutating else False,

@@ -47,6 +47,29 @@ async def test_core_tool_annotations() -> None:
     assert all(a and a.idempotent_hint for a in notes.values())
 
 
+async def test_fixed_shape_tools_declare_an_output_schema_their_results_meet(tmp_path: Path) -> None:
+    """The SDK's client validates each non-error result against the declared schema (and raises)."""
+
+    class Assets:  # publish is offered with an asset store
+        async def share(self, path: str, **options: Any) -> str:
+            return "http://127.0.0.1:1/x/a.txt"
+
+    async with computer.Workspace(assets=Assets()) as ws, Client(create_mcp_server(ws)) as client:
+        listed = {t.name: t.output_schema for t in (await client.list_tools()).tools}
+        assert {n for n, schema in listed.items() if schema} == {"write", "edit", "delete", "publish"}
+        assert all(schema["type"] == "object" for schema in listed.values() if schema)
+        results = [
+            await client.call_tool("write", {"path": "/workspace/a.txt", "content": "one\n"}),
+            await client.call_tool(
+                "edit", {"path": "/workspace/a.txt", "edits": [{"oldText": "one", "newText": "two"}]}
+            ),
+            await client.call_tool("publish", {"path": "/workspace/a.txt"}),
+            await client.call_tool("delete", {"path": "/workspace/a.txt"}),
+        ]
+    for result in results:
+        assert result.is_error is False and result.structured_content
+
+
 async def test_a_call_returns_text_and_structured_content(sample_tools: dict[str, Tool]) -> None:
     async with Client(create_mcp_server(sample_tools)) as client:
         result = await client.call_tool("put", {"path": "/a", "content": "xy"})
