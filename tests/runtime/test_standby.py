@@ -9,6 +9,7 @@ they belong to another event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import threading
@@ -332,3 +333,32 @@ async def test_a_shell_backend_removes_the_mirrors_of_workspaces_it_no_longer_ke
         assert not mirror_a.directory.exists() and mirror_a.watch is None
         result = await (await a.runtime.exec("cat f; echo y > g")).result()  # a starts over: full push
         assert result.stdout == "x" and await a.fs.read_text("/workspace/g") == "y\n"
+
+
+async def test_a_process_serving_many_workspaces_keeps_its_resources_bounded() -> None:
+    """One embedded shell backend, 30 workspaces one after another (kept open, as agents' are): the
+    mirrors on disk stay within the pool's bound, one inotify instance serves them all, and the open
+    descriptors do not grow with the number of workspaces."""
+    from computer.runtime._mirror import MirrorPool
+
+    def inotify_fds() -> int:
+        found = 0
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                found += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
+        return found
+
+    backend = ShellBackend(mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=4))
+    async with contextlib.AsyncExitStack() as stack:
+        fds: list[int] = []
+        for i in range(30):
+            ws = await stack.enter_async_context(computer.Workspace(backends=[backend]))
+            await ws.fs.mkdir("/workspace")
+            result = await (await ws.runtime.exec(f"mkdir -p a/b && echo {i} > a/b/f")).result()
+            assert result.status == "completed"
+            fds.append(len(os.listdir("/proc/self/fd")))
+        await asyncio.sleep(0.2)  # evicted mirrors are removed in worker threads
+        on_disk = [d for d in backend.scratch.iterdir() if d.name != "run"]
+        assert len(on_disk) <= 4 and len(backend.mirrors.workspaces()) == 4
+        assert inotify_fds() <= 1
+        assert fds[-1] - fds[9] <= 2  # 20 more workspaces, no more descriptors (each has its SQLite)
