@@ -23,6 +23,7 @@ import errno
 import fcntl
 import os
 import struct
+import sys
 import termios
 import threading
 import weakref
@@ -61,6 +62,7 @@ _MASK = (
     | IN_DONT_FOLLOW
 )
 _EVENT = struct.Struct("iIII")
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 # Events a watch holds undrained at most; past that it gives up (a full walk) rather than grow.
 MAX_HELD = 200_000
 # Bytes of the shared queue a cheap look (``pending``) reads at most.
@@ -182,7 +184,7 @@ class _Inotify:
                 offset = 0
                 while offset + _EVENT.size <= len(data):
                     wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
-                    name = data[offset + _EVENT.size : offset + _EVENT.size + length]
+                    name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
                     offset += _EVENT.size + length
                     if mask & IN_Q_OVERFLOW:  # the shared queue lost events: of anyone's
                         for held in self.owners.values():
@@ -305,7 +307,7 @@ class TreeWatch:
             parent = self._dirs.get(wd)
             if parent is None:
                 continue
-            name = os.fsdecode(raw.rstrip(b"\0"))
+            name = raw.decode(_FS_ENCODING, _FS_ERRORS)  # os.fsdecode, less a call
             if not name:
                 continue  # an event on the directory itself: its entries report their own changes
             rel = f"{parent}/{name}" if parent else name

@@ -20,6 +20,8 @@ __all__ = ["LAZY_BATCH", "MAP_MIN", "ChunkStore"]
 
 # Small unreferenced chunks are deleted in batches of this many (or when stats/close ask).
 LAZY_BATCH = 256
+# Small garbage held for a later flush at most (past it, the next decref frees it in its transaction).
+LAZY_MAX = 64 * LAZY_BATCH
 
 # Reference count changes of more chunks than this go in one statement.
 _ONE_BY_ONE = 8
@@ -31,8 +33,13 @@ MAP_MIN = 128 * 1024
 class ChunkStore:
     """Chunk rows of one database; all methods run inside the caller's transaction."""
 
-    def __init__(self, db: Database, may_delete: Callable[[], bool]) -> None:
+    def __init__(
+        self, db: Database, may_delete: Callable[[], bool], later: Callable[[], bool] | None = None
+    ) -> None:
         self._db = db
+        # ``later()``: take a ready batch of small garbage off the caller's transaction (True when it
+        # will call :meth:`flush` itself soon; False: flush now, inside the transaction).
+        self._later = later
         # Fencing: deleting a zero-count row is only safe for the current owner (a newer owner may be
         # staging that very chunk).
         self._may_delete = may_delete
@@ -126,7 +133,9 @@ class ChunkStore:
                 if may_delete:
                     db.execute("DELETE FROM chunk_data WHERE id = ?", (cid,))
                     db.execute("DELETE FROM chunks WHERE id = ?", (cid,))
-        if len(self._lazy) >= LAZY_BATCH:
+        if len(self._lazy) >= LAZY_BATCH and (
+            len(self._lazy) >= LAZY_MAX or self._later is None or not self._later()
+        ):
             self.flush()
 
     def flush(self) -> None:

@@ -12,9 +12,11 @@ process kill; an OS crash or power loss may lose the last commits but never corr
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import io
 import json
+import logging
 import sqlite3
 import time
 import uuid
@@ -34,6 +36,11 @@ from .paths import canonical, is_within, join, parts, split
 from .types import BatchResult, Change, ChangeSet, DirEntry, FileStat, FindEntry, GrepMatch
 
 __all__ = ["FileSystem"]
+
+log = logging.getLogger(__name__)
+
+# Seconds after a mutation that left a batch of small unreferenced chunks until they are deleted.
+GARBAGE_DELAY = 0.1
 
 MAX_SYMLINK_HOPS = 40
 _CACHE_LIMIT = 200_000
@@ -79,7 +86,8 @@ class FileSystem:
         self.max_bytes = max_bytes
         self._fence = fence
         self._cache: dict[str, Node] = {}
-        self.chunks = ChunkStore(db, self._is_current_owner)
+        self._garbage_timer: asyncio.TimerHandle | None = None
+        self.chunks = ChunkStore(db, self._is_current_owner, self._collect_later)
         self.locks = LockTable()
         self._closed = False
         self._log_inserts = 0
@@ -137,6 +145,9 @@ class FileSystem:
 
     def close(self) -> None:
         """Free batched garbage and close the SQLite connection. Idempotent."""
+        if self._garbage_timer is not None:
+            self._garbage_timer.cancel()
+            self._garbage_timer = None
         if not self._closed:
             try:
                 self._flush_garbage()
@@ -150,6 +161,32 @@ class FileSystem:
         if self.chunks.pending and not self._db.in_transaction:
             with self._db.transaction():
                 self.chunks.flush()
+
+    def _collect_later(self) -> bool:
+        """Free a ready batch of small unreferenced chunks in a transaction of its own, ``GARBAGE_DELAY``
+        seconds from now, off the mutation that made it (a pull removing 1,000 files spent 1.3 ms of its
+        transaction deleting their chunk rows). Without an event loop: False, the caller flushes now.
+
+        Until then the rows stay with zero references: a write of the same bytes takes them back (the
+        delete only takes rows still at zero), and quotas count logical bytes, never chunk rows.
+        """
+        if self._garbage_timer is not None:
+            return True
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+        self._garbage_timer = loop.call_later(GARBAGE_DELAY, self._collect_garbage)
+        return True
+
+    def _collect_garbage(self) -> None:
+        self._garbage_timer = None
+        if self._closed:
+            return
+        try:
+            self._flush_garbage()  # a transaction open across an await: the next batch retries
+        except (sqlite3.Error, OSError) as exc:
+            log.warning("freeing unreferenced chunks of %s failed (retried later): %r", self.id, exc)
 
     @property
     def rev(self) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import tracemalloc
@@ -407,3 +408,35 @@ def test_opening_a_non_database_is_eio(tmp_path: Path) -> None:
     with pytest.raises(OSError) as info:
         FileSystem.open(str(tmp_path / "missing" / "dir" / "ws.sqlite"))
     assert info.value.errno == errno.EIO
+
+
+def _rows(fs: FileSystem) -> int:
+    return int(fs._db.one("SELECT count(*) FROM chunks")[0])
+
+
+async def test_a_batch_of_small_garbage_is_freed_soon_after_not_inside_the_mutation(fs: FileSystem) -> None:
+    """A pull removing 1,000 small files used to delete their chunk rows in its own transaction; with an
+    event loop they go in a transaction of their own a moment later. Meanwhile the same bytes written
+    again take their row back."""
+    from computer.storage.filesystem import GARBAGE_DELAY
+
+    files = {f"/g/f{i}": b"unique %d" % i for i in range(600)}
+    fs.commit_batch(files)
+    assert _rows(fs) == 600
+    fs.commit_batch(dict.fromkeys(files))  # remove them all
+    assert _rows(fs) == 600 and fs.chunks.pending == 600  # not yet: off the removal's transaction
+    await fs.write_file("/again", b"unique 7")  # its row is still there: taken back
+    await asyncio.sleep(GARBAGE_DELAY + 0.2)
+    assert _rows(fs) == 1 and fs.chunks.pending == 0
+    assert await fs.read_file("/again") == b"unique 7"
+
+
+def test_without_an_event_loop_garbage_is_freed_inside_the_mutation(tmp_path: Path) -> None:
+    fs = FileSystem.open(str(tmp_path / "ws.sqlite"))
+    try:
+        files = {f"/g/f{i}": b"unique %d" % i for i in range(600)}
+        fs.commit_batch(files)
+        fs.commit_batch(dict.fromkeys(files))
+        assert _rows(fs) == 0
+    finally:
+        fs.close()
