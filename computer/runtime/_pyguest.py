@@ -1,4 +1,4 @@
-"""The program the python backend runs inside its sandbox (``python3 -I``); stdlib + msgpack only.
+"""The program the python backend runs inside its sandbox (``python3 -I -S``); stdlib + msgpack only.
 
 It receives the source, ``input`` and the workspace cwd over the channel (a socket on the fd named by
 ``COMPUTER_CHANNEL_FD``), installs the ``workspace`` module and an import finder reading ``.py`` files
@@ -8,23 +8,37 @@ its JSON-able return value. Not imported by the host package.
 
 from __future__ import annotations
 
-import importlib.abc
+# Imports are what a guest's start costs (every python run that found no guest started ahead): no
+# ``site`` (-S: 27 ms, the base interpreter's .pth files), no ``importlib.abc`` (20 ms: it pulls in
+# importlib.resources, pathlib, re, tempfile; the finder and loader below are duck-typed), ``_socket``
+# rather than ``socket`` (enum), ``json`` only to check a value, ``linecache`` and ``traceback`` (7 ms:
+# tokenize, re) only when something imports them (see ``_LinecacheHook``).
+import _sitebuiltins
+import _socket
+import builtins
 import importlib.machinery
-import json
-import linecache
 import os
 import posixpath
-import socket
 import struct
 import sys
-import traceback
 import types
-from typing import Any
 
 sys.path.insert(0, "/opt/computer/lib")
 import msgpack
 
-_sock = socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
+MYPY = False
+if MYPY:  # for the type checker only (typing costs 2 ms to import; annotations are not evaluated)
+    from importlib.abc import Loader as _LoaderBase
+    from typing import Any
+else:
+    _LoaderBase = object
+
+# What ``site`` would have added: exit() and quit() (scripts call them), help().
+builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+builtins.help = _sitebuiltins._Helper()
+
+_sock = _socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
 _HEADER = struct.Struct(">I")
 
 
@@ -57,10 +71,6 @@ def _call(op: str, **args: Any) -> Any:
     if "error" in reply:
         raise RuntimeError(reply["error"])
     return reply.get("ok")
-
-
-_setup = _recv()
-_CWD: str = _setup["cwd"]
 
 
 def _abs(path: str) -> str:
@@ -144,7 +154,7 @@ def _build_module() -> types.ModuleType:
     return ws
 
 
-class _WorkspaceLoader(importlib.abc.Loader):
+class _WorkspaceLoader(_LoaderBase):
     def __init__(self, path: str) -> None:
         self.path = path
 
@@ -157,7 +167,7 @@ class _WorkspaceLoader(importlib.abc.Loader):
         exec(compile(source, self.path, "exec"), module.__dict__)
 
 
-class _WorkspaceFinder(importlib.abc.MetaPathFinder):
+class _WorkspaceFinder:
     """Finds modules and packages as ``.py`` files in the workspace, from cwd (after the stdlib)."""
 
     def find_spec(
@@ -190,9 +200,53 @@ class _WorkspaceFinder(importlib.abc.MetaPathFinder):
         return None
 
 
+_SOURCES: dict[str, str] = {}
+
+
 def _remember_source(filename: str, source: str) -> None:
     """Let tracebacks show the lines of code that never existed as files in this sandbox."""
-    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    _SOURCES[filename] = source
+    if "linecache" in sys.modules:
+        _fill_linecache(sys.modules["linecache"])
+
+
+def _fill_linecache(linecache: types.ModuleType) -> None:
+    for name, source in _SOURCES.items():
+        linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
+
+
+class _LinecacheHook:
+    """First on ``sys.meta_path`` until ``linecache`` is imported (by ``traceback``, ``warnings``, the
+    program…): the stdlib module, filled with the sources run so far as it is loaded."""
+
+    def find_spec(
+        self, fullname: str, path: Any, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "linecache":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _FillingLoader(spec.loader)
+        return spec
+
+
+class _FillingLoader(_LoaderBase):
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.loader.exec_module(module)
+        _fill_linecache(module)
+
+    def __getattr__(self, name: str) -> Any:  # get_source, get_filename…
+        return getattr(self.loader, name)
+
+
+sys.meta_path.insert(0, _LinecacheHook())
 
 
 def _run() -> int:
@@ -208,15 +262,20 @@ def _run() -> int:
         entry = main_module.__dict__.get("main")
         if callable(entry):
             value = entry(_setup.get("input"))
-        try:
-            json.dumps(value)
-        except (TypeError, ValueError) as exc:
-            print(f"main() returned a value that is not JSON-able: {exc}", file=sys.stderr)
-            return 1
+        if value is not None:
+            import json  # only for a value: json pulls in re (3 ms)
+
+            try:
+                json.dumps(value)
+            except (TypeError, ValueError) as exc:
+                print(f"main() returned a value that is not JSON-able: {exc}", file=sys.stderr)
+                return 1
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
     except BaseException:
+        import traceback
+
         traceback.print_exc()
         return 1
     _send({"op": "__result__", "value": value})
@@ -225,6 +284,9 @@ def _run() -> int:
 
 
 if __name__ == "__main__":
+    # Everything above ran before the run arrived (for a guest started ahead, before it was needed).
+    _setup = _recv()
+    _CWD: str = _setup["cwd"]
     status = _run()
     sys.stdout.flush()
     sys.stderr.flush()

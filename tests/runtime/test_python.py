@@ -141,3 +141,18 @@ async def test_python_long_output_is_tailed_and_saved(ws: computer.Workspace) ->
     cut = result.truncated["stdout"]
     assert cut.path == f"/.computer/output/python.{handle.id}.stdout.log"
     assert await ws.fs.read_text(cut.path) == "".join(f"{i}\n" for i in range(3000))
+
+
+async def test_exit_and_quit_work_as_in_a_script(ws: computer.Workspace) -> None:
+    """The guest starts without ``site`` (27 ms): it puts back what scripts use from it."""
+    assert (await run(ws, "print('a')\nexit(3)\nprint('b')")).exit_code == 3
+    assert (await run(ws, "quit()")).exit_code == 0
+    result = await run(ws, "import sys\nprint(callable(help), sys.flags.no_site)")
+    assert result.stdout == "True 1\n"
+
+
+async def test_a_traceback_the_program_prints_itself_shows_its_source_lines(ws: computer.Workspace) -> None:
+    """``linecache`` is loaded only when something imports it, and then knows the run's source."""
+    source = "import traceback\ntry:\n    1 / 0  # the line\nexcept ZeroDivisionError:\n    traceback.print_exc()\n"
+    result = await run(ws, source)
+    assert result.exit_code == 0 and "1 / 0  # the line" in result.stderr
