@@ -134,3 +134,54 @@ def test_a_quiet_watch_does_not_parse_another_watchs_flood(tmp_path: Path) -> No
     assert quiet.pending() == 0
     busy.close()
     quiet.close()
+
+
+def test_watches_drained_from_several_threads_each_get_exactly_their_own_events(tmp_path: Path) -> None:
+    """Pulls run in worker threads while the event loop takes cheap looks: every event read by any of
+    them lands with its own watch, none is lost or delivered twice."""
+    import threading
+
+    roots = [tmp_path / f"m{i}" for i in range(4)]
+    for root in roots:
+        root.mkdir()
+    watches = [TreeWatch(root) for root in roots]
+    seen: list[set[str]] = [set() for _ in roots]
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def pull(i: int) -> None:
+        try:
+            while not stop.is_set():
+                touched = watches[i].drain()
+                assert touched is not None
+                seen[i] |= touched
+        except BaseException as e:  # reported below
+            errors.append(e)
+
+    def look() -> None:
+        while not stop.is_set():
+            for w in watches:
+                w.pending()
+
+    threads = [threading.Thread(target=pull, args=(i,)) for i in range(len(roots))]
+    threads.append(threading.Thread(target=look))
+    for t in threads:
+        t.start()
+    try:
+        for n in range(300):
+            (roots[n % len(roots)] / f"f{n}").write_text("x")
+            if n % 50 == 0:
+                (roots[n % len(roots)] / f"d{n}").mkdir()
+                (roots[n % len(roots)] / f"d{n}/inner").write_text("y")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=10)
+    assert not errors
+    for i, w in enumerate(watches):
+        seen[i] |= w.drain() or set()
+        expected = {f"f{n}" for n in range(i, 300, len(roots))}
+        expected |= {f"d{n}" for n in range(0, 300, 50) if n % len(roots) == i}
+        expected |= {f"d{n}/inner" for n in range(0, 300, 50) if n % len(roots) == i}
+        assert seen[i] == expected
+        w.close()
