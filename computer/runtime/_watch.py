@@ -21,15 +21,20 @@ import collections
 import ctypes
 import errno
 import fcntl
+import logging
 import os
+import select
 import struct
 import sys
 import termios
 import threading
+import time
 import weakref
 from pathlib import Path
 
 __all__ = ["TreeWatch"]
+
+log = logging.getLogger(__name__)
 
 IN_MODIFY = 0x00000002
 IN_ATTRIB = 0x00000004
@@ -65,6 +70,8 @@ _EVENT = struct.Struct("iIII")
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 # Events a watch holds undrained at most; past that it gives up (a full walk) rather than grow.
 MAX_HELD = 200_000
+# Seconds the reader thread lets a burst of events gather before it reads them.
+READ_AHEAD = 0.005
 # Bytes of the shared queue a cheap look (``pending``) reads at most.
 QUICK_READ = 4096
 # Directories added to the shared instance per hold of its lock.
@@ -100,7 +107,11 @@ class _Inotify:
     """The process's one inotify instance; its events are dispatched to the watch owning their wd.
 
     Any caller's read moves every queued event to its owner, so a watch drained rarely does not hold
-    up the others. The lock covers the descriptor table and the reads (pulls run in worker threads).
+    up the others. A reader thread does so as events come (a burst gathers for ``READ_AHEAD`` first):
+    the kernel's queue (``max_queued_events``, 16,384 here) is shared by every mirror of the process,
+    and a run writing tens of thousands of files would otherwise overflow it for all of them (each then
+    walks its tree) and for itself. The lock (re-entrant) covers the descriptor table and the reads
+    (pulls run in worker threads).
     """
 
     def __init__(self) -> None:
@@ -111,9 +122,24 @@ class _Inotify:
             raise OSError(code, f"inotify_init1 failed: {os.strerror(code)}")
         self.fd = fd
         self.pid = os.getpid()
-        self.lock = threading.Lock()
+        self.lock = threading.RLock()
         self.owners: dict[int, _Held] = {}
         self.dropped: collections.deque[_Held] = collections.deque()
+        threading.Thread(target=self._read_ahead, name="computer-inotify", daemon=True).start()
+
+    def _read_ahead(self) -> None:
+        """Keep the kernel's queue drained (runs for the life of the process)."""
+        poller = select.poll()
+        poller.register(self.fd, select.POLLIN)
+        while True:
+            try:
+                if not poller.poll():
+                    continue
+                time.sleep(READ_AHEAD)  # one read for a burst, not a wake-up per event
+                self.pump()
+            except Exception:  # never let the thread die: callers' own reads still work
+                log.exception("inotify reader")
+                time.sleep(1)
 
     def add(self, held: _Held, paths: list[str]) -> list[int | None]:
         """Watch each of ``paths`` for ``held``: their wds, None where a path is gone already (or where
