@@ -361,4 +361,6 @@ async def test_a_process_serving_many_workspaces_keeps_its_resources_bounded() -
         on_disk = [d for d in backend.scratch.iterdir() if d.name != "run"]
         assert len(on_disk) <= 4 and len(backend.mirrors.workspaces()) == 4
         assert inotify_fds() <= 1
-        assert fds[-1] - fds[9] <= 2  # 20 more workspaces, no more descriptors (each has its SQLite)
+        # 20 more workspaces: a descriptor kept per workspace (a watch instance, a mirror's standby)
+        # would add 20 or more; the process's other tasks (earlier tests' teardown) move it by a few.
+        assert fds[-1] - fds[9] < 10
