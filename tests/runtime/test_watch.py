@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,22 @@ def inotify() -> _watch._Inotify:
         pytest.skip(f"no inotify instance: {e}")
     shared.pump()  # an empty shared queue to start with (an earlier test's releases queue events)
     return shared
+
+
+@pytest.fixture
+def pair(tmp_path: Path) -> Iterator[tuple[TreeWatch, TreeWatch]]:
+    """Watches of ``tmp_path/a`` and ``tmp_path/b``, closed after the test."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    watches = TreeWatch(tmp_path / "a"), TreeWatch(tmp_path / "b")
+    yield watches
+    for watch in watches:
+        watch.close()
+
+
+def queue_limit() -> int:
+    """Events the kernel queues per inotify instance (``fs.inotify.max_queued_events``)."""
+    return int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
 
 
 def inotify_fds() -> int:
@@ -56,19 +73,17 @@ def test_more_watches_than_the_kernel_allows_instances_share_one(tmp_path: Path)
         w.close()
 
 
-def test_a_watch_sees_its_own_tree_only_however_the_events_were_read(tmp_path: Path) -> None:
+def test_a_watch_sees_its_own_tree_only_however_the_events_were_read(
+    tmp_path: Path, pair: tuple[TreeWatch, TreeWatch]
+) -> None:
     a, b = tmp_path / "a", tmp_path / "b"
-    a.mkdir()
-    b.mkdir()
-    wa, wb = TreeWatch(a), TreeWatch(b)
+    wa, wb = pair
     (b / "f").write_text("1")
     assert wa.pending() == 0  # reading the shared queue for a moved b's event to b
     (a / "g").write_text("2")
     assert wb.drain() == {"f"}
     assert wa.drain() == {"g"}
     assert wa.pending() == wb.pending() == 0
-    wa.close()
-    wb.close()
 
 
 def test_a_closed_or_dropped_watch_gives_its_watches_back(tmp_path: Path, inotify: _watch._Inotify) -> None:
@@ -92,30 +107,26 @@ def test_a_closed_or_dropped_watch_gives_its_watches_back(tmp_path: Path, inotif
 
 
 def test_an_overflow_of_the_shared_queue_makes_every_watch_walk(
-    tmp_path: Path, inotify: _watch._Inotify
+    tmp_path: Path, inotify: _watch._Inotify, pair: tuple[TreeWatch, TreeWatch]
 ) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    wa, wb = TreeWatch(tmp_path / "a"), TreeWatch(tmp_path / "b")
+    wa, wb = pair
     (tmp_path / "a/1").write_text("1")
     (tmp_path / "a/2").write_text("2")
-    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    limit = queue_limit()
     with inotify.lock:  # the reader thread waits: the kernel's queue fills up
         for _ in range(limit // 2 + 10):  # alternating, so the kernel cannot merge them
             os.utime(tmp_path / "a/1")
             os.utime(tmp_path / "a/2")
         assert wb.drain() is None  # b lost nothing of its own, but the queue cannot tell
         assert wa.drain() is None
-    wa.close()
-    wb.close()
 
 
-def test_the_reader_thread_keeps_the_shared_queue_from_overflowing(tmp_path: Path) -> None:
+def test_the_reader_thread_keeps_the_shared_queue_from_overflowing(
+    tmp_path: Path, pair: tuple[TreeWatch, TreeWatch]
+) -> None:
     """More events than the kernel queues, in bursts a run could make: read as they come, none lost."""
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    wa, wb = TreeWatch(tmp_path / "a"), TreeWatch(tmp_path / "b")
-    limit = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    wa, wb = pair
+    limit = queue_limit()
     made = 0
     while made < limit * 1.5:  # bounded: ~25,000 files
         for _ in range(2_000):
@@ -125,23 +136,17 @@ def test_the_reader_thread_keeps_the_shared_queue_from_overflowing(tmp_path: Pat
     touched = wa.drain()
     assert touched is not None and len(touched) == made
     assert wb.drain() == set()
-    wa.close()
-    wb.close()
 
 
 def test_a_watch_holding_too_many_events_gives_up_alone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pair: tuple[TreeWatch, TreeWatch]
 ) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    wa, wb = TreeWatch(tmp_path / "a"), TreeWatch(tmp_path / "b")
+    wa, wb = pair
     monkeypatch.setattr(_watch, "MAX_HELD", 5)
     for i in range(10):
         (tmp_path / f"a/{i}").write_text("x")
     assert wb.drain() == set()  # b's events were fine
     assert wa.drain() is None  # a held too many: it gives up, the pull walks
-    wa.close()
-    wb.close()
 
 
 def test_a_quiet_watch_does_not_parse_another_watchs_flood(tmp_path: Path, inotify: _watch._Inotify) -> None:
