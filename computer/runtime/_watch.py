@@ -300,7 +300,8 @@ class TreeWatch:
         """
         stack = [(rel, f"{self._root}/{rel}" if rel else self._root) for rel in rels]
         while stack:
-            batch, stack = stack[-BATCH:], stack[:-BATCH]
+            batch = stack[-BATCH:]
+            del stack[-BATCH:]  # not ``stack = stack[:-BATCH]``: a copy per batch, quadratic in a big tree
             wds = self._inotify.add(self._held, [path for _, path in batch])
             for (current, path), wd in zip(batch, wds, strict=True):
                 if wd is None:
