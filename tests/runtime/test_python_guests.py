@@ -76,7 +76,12 @@ async def test_a_guest_that_died_while_it_waited_is_replaced(backend_ws) -> None
     backend, ws = backend_ws
     await run(ws, "pass")
     os.killpg(await ready_guest_pid(backend), signal.SIGKILL)
-    await asyncio.sleep(0.1)
+    proc = backend._guests[0].result().sp.proc
+    for _ in range(250):  # bounded: 5 s (the exit is seen once the child watcher reaps it)
+        if proc.returncode is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert proc.returncode is not None  # the run below finds a dead guest and replaces it
     assert (await run(ws, "print('fresh')")).stdout == "fresh\n"
 
 
