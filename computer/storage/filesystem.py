@@ -87,6 +87,7 @@ class FileSystem:
         self._fence = fence
         self._cache: dict[str, Node] = {}
         self._garbage_timer: asyncio.TimerHandle | None = None
+        self._garbage_loop: asyncio.AbstractEventLoop | None = None  # the loop the timer is on
         self.chunks = ChunkStore(db, self._is_current_owner, self._collect_later)
         self.locks = LockTable()
         self._closed = False
@@ -170,12 +171,15 @@ class FileSystem:
         Until then the rows stay with zero references: a write of the same bytes takes them back (the
         delete only takes rows still at zero), and quotas count logical bytes, never chunk rows.
         """
-        if self._garbage_timer is not None:
-            return True
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return False
+        if self._garbage_timer is not None:
+            if self._garbage_loop is loop:
+                return True
+            self._garbage_timer.cancel()  # set on a loop that has ended (asyncio.run) or another one
+        self._garbage_loop = loop
         self._garbage_timer = loop.call_later(GARBAGE_DELAY, self._collect_garbage)
         return True
 

@@ -444,3 +444,32 @@ def test_without_an_event_loop_garbage_is_freed_inside_the_mutation(tmp_path: Pa
         assert _rows(fs) == 0
     finally:
         fs.close()
+
+
+def test_garbage_held_when_an_event_loop_ended_is_freed_under_the_next(tmp_path: Path) -> None:
+    """A timer set on a loop that ended (one ``asyncio.run`` per call) never fires: the next loop sets
+    its own instead of waiting on it."""
+    from computer.storage.filesystem import GARBAGE_DELAY
+
+    fs = FileSystem.open(str(tmp_path / "ws.sqlite"))
+    try:
+        first = {f"/g/a{i}": b"first %d" % i for i in range(300)}
+        second = {f"/g/b{i}": b"second %d" % i for i in range(300)}
+        fs.commit_batch({**first, **second})
+
+        async def remove(paths: dict[str, bytes], *, wait: bool) -> None:
+            fs.commit_batch(dict.fromkeys(paths))
+            if not wait:
+                return  # the loop ends with its timer set
+            await asyncio.sleep(GARBAGE_DELAY)
+            for _ in range(100):  # bounded: 5 s more, until the timer of this loop has run
+                if fs.chunks.pending == 0:
+                    return
+                await asyncio.sleep(0.05)
+
+        asyncio.run(remove(first, wait=False))
+        assert fs.chunks.pending == 300
+        asyncio.run(remove(second, wait=True))
+        assert fs.chunks.pending == 0 and _rows(fs) == 0
+    finally:
+        fs.close()
