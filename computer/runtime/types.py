@@ -86,3 +86,5 @@ class ExecResult:
     id: str = ""
     backend: str = ""
     error: str | None = None  # why a run failed outside the program (dead worker, sandbox error…)
+    # Why each path of ``skipped`` was left out (path -> reason); every skipped path has one.
+    skipped_reasons: dict[str, str] = field(default_factory=dict)
