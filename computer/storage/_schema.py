@@ -14,9 +14,10 @@ __all__ = [
     "SCHEMA",
     "SCHEMA_VERSION",
     "SYMLINK",
+    "clean_mode",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Inode kinds, stored as small integers.
 FILE = 0
@@ -25,6 +26,16 @@ SYMLINK = 2
 KIND_NAMES = {FILE: "file", DIR: "dir", SYMLINK: "symlink"}
 
 ROOT_INODE = 1
+
+# Mode bits never stored: setuid and setgid (SPEC 10: a file never gains privileges when a sandbox
+# or a mirror recreates it).
+PRIVILEGE_BITS = 0o6000
+
+
+def clean_mode(mode: int) -> int:
+    """``mode`` without setuid/setgid: every mode the store keeps goes through here."""
+    return int(mode) & ~PRIVILEGE_BITS
+
 
 # Chunks whose stored bytes are smaller than this are kept inline in their ``chunks`` row.
 INLINE_MAX = 2048
@@ -41,6 +52,9 @@ INLINE_MAX = 2048
 #   creating or removing it touches no ``file_chunks`` page; it is NULL for every other inode.
 # - ``file_chunks`` maps (inode, index) to a chunk id for files of two chunks or more; every chunk but
 #   the last is exactly CHUNK_SIZE bytes, so a byte range maps to an index range by arithmetic.
+# - ``inodes.nlink`` counts the directory entries naming the inode (hard links: ``FileSystem.link``);
+#   the partial index ``inodes_linked`` holds only inodes of two names or more, so a removal finds
+#   the few that survive it without an extra probe per removed row (nearly every inode has one name).
 # - ``changes`` is keyed by (revision, n-th change of that revision): one b-tree, scanned by rev.
 # - ``state`` is one row: the revision, the owner epoch (fencing) and the change-log floor.
 SCHEMA = f"""
@@ -58,8 +72,10 @@ CREATE TABLE inodes (
     mtime INTEGER NOT NULL,
     size INTEGER NOT NULL,
     target TEXT,
-    chunk INTEGER
+    chunk INTEGER,
+    nlink INTEGER NOT NULL DEFAULT 1
 );
+CREATE INDEX inodes_linked ON inodes (id) WHERE nlink > 1;
 CREATE TABLE dirents (
     parent INTEGER NOT NULL,
     name TEXT NOT NULL,
@@ -104,5 +120,11 @@ ALTER TABLE inodes ADD COLUMN chunk INTEGER;
 UPDATE inodes SET chunk = (SELECT f.chunk FROM file_chunks f WHERE f.inode = inodes.id AND f.idx = 0)
     WHERE kind = 0 AND size > 0 AND size <= {CHUNK_SIZE};
 DELETE FROM file_chunks WHERE inode IN (SELECT id FROM inodes WHERE chunk IS NOT NULL);
+""",
+    # 2 -> 3: hard links get a link count; setuid/setgid bits are never kept (SPEC 10).
+    2: f"""
+ALTER TABLE inodes ADD COLUMN nlink INTEGER NOT NULL DEFAULT 1;
+CREATE INDEX inodes_linked ON inodes (id) WHERE nlink > 1;
+UPDATE inodes SET mode = mode & ~{0o6000} WHERE mode & {0o6000} != 0;
 """,
 }

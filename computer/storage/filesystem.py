@@ -27,7 +27,7 @@ from typing import Any
 from ._chunks import CHUNK_SIZE, Buffer, ChunkCutter, decode_chunk
 from ._chunkstore import ChunkStore
 from ._db import Database
-from ._schema import DIR, FILE, KIND_NAMES, ROOT_INODE, SYMLINK
+from ._schema import DIR, FILE, KIND_NAMES, ROOT_INODE, SYMLINK, clean_mode
 from ._search import find_entries, grep_entries, walk_tree
 from ._stream import ChunkStream
 from .errors import fs_error
@@ -403,7 +403,7 @@ class FileSystem:
     ) -> int:
         cur = self._db.execute(
             "INSERT INTO inodes (kind, mode, mtime, size, target, chunk) VALUES (?, ?, ?, ?, ?, ?)",
-            (kind, mode, _now_ms(), size, target, chunk),
+            (kind, clean_mode(mode), _now_ms(), size, target, chunk),
         )
         return int(cur.lastrowid or 0)
 
@@ -449,7 +449,7 @@ class FileSystem:
             else:
                 db.execute(
                     "UPDATE inodes SET size = ?, mtime = ?, chunk = ?, mode = ? WHERE id = ?",
-                    (size, mtime, one, mode, ino),
+                    (size, mtime, one, clean_mode(mode), ino),
                 )
             if old_one is not None:
                 old_ids = [int(old_one)]
@@ -1152,7 +1152,7 @@ class FileSystem:
         self._refresh()  # once for the whole batch, not per path
         canon_writes = {self._canon(k, refresh=False): v for k, v in writes.items()}
         canon_dirs = sorted({self._canon(k, refresh=False) for k in mkdirs})
-        canon_modes = {self._canon(k, refresh=False): v for k, v in modes.items()}
+        canon_modes = {self._canon(k, refresh=False): clean_mode(v) for k, v in modes.items()}
         every = sorted(set(canon_writes) | set(canon_dirs) | set(canon_modes))
         skipped: set[str] = set()
         if base_rev is not None:

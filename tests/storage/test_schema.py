@@ -13,8 +13,25 @@ from computer.storage._chunks import CHUNK_SIZE
 from computer.storage._schema import SCHEMA_VERSION
 
 
+def _downgrade_to_v2(path: str, modes: dict[str, int] | None = None) -> None:
+    """Rewrite a current file in the version-2 layout (no link counts), with raw ``modes`` by name."""
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("BEGIN IMMEDIATE")
+    for name, mode in (modes or {}).items():
+        con.execute(
+            "UPDATE inodes SET mode = ? WHERE id = (SELECT child FROM dirents WHERE parent = 1 AND name = ?)",
+            (mode, name),
+        )
+    con.execute("DROP INDEX inodes_linked")
+    con.execute("ALTER TABLE inodes DROP COLUMN nlink")
+    con.execute("UPDATE meta SET value = 2 WHERE key = 'schema_version'")
+    con.execute("COMMIT")
+    con.close()
+
+
 def _downgrade_to_v1(path: str) -> None:
     """Rewrite a current file in the version-1 layout: every chunk list in ``file_chunks``."""
+    _downgrade_to_v2(path)
     con = sqlite3.connect(path, isolation_level=None)
     con.execute("BEGIN IMMEDIATE")
     con.execute(
@@ -56,6 +73,31 @@ async def test_a_version_1_file_is_upgraded_on_open(tmp_path: Path) -> None:
         for p in [*files, "/small2"]:
             await fs.rm(p)
         assert fs.stats()["chunks"] == 0  # reference counts survived the move
+    finally:
+        fs.close()
+
+
+async def test_a_version_2_file_gets_link_counts_and_loses_setuid_bits(tmp_path: Path) -> None:
+    """Upgrading 2 -> 3 adds ``nlink`` (1 for every node) and strips setuid/setgid from every stored
+    mode, so no later stat, manifest, copy or rename can bring them back."""
+    path = str(tmp_path / "ws.sqlite")
+    fs = FileSystem.open(path)
+    await fs.write_file("/suid", b"#!/bin/sh\n", mode=0o755)
+    await fs.mkdir("/sgid")
+    fs.close()
+    _downgrade_to_v2(path, {"suid": 0o4755, "sgid": 0o2775})
+    fs = FileSystem.open(path)
+    try:
+        assert (await fs.stat("/suid")).mode == 0o755
+        assert (await fs.stat("/sgid")).mode == 0o775
+        await fs.copy("/suid", "/copied")
+        await fs.rename("/suid", "/moved")
+        assert (await fs.stat("/copied")).mode == (await fs.stat("/moved")).mode == 0o755
+        assert {(e[0], e[3]) for e in fs.manifest("/")} == {
+            ("/copied", 0o755),
+            ("/moved", 0o755),
+            ("/sgid", 0o775),
+        }
     finally:
         fs.close()
 
