@@ -399,11 +399,17 @@ class FileSystem:
     # ------------------------------------------------------------------ internals: node writes
 
     def _new_inode(
-        self, kind: int, mode: int, size: int = 0, target: str | None = None, chunk: int | None = None
+        self,
+        kind: int,
+        mode: int,
+        size: int = 0,
+        target: str | None = None,
+        chunk: int | None = None,
+        mtime: int | None = None,
     ) -> int:
         cur = self._db.execute(
             "INSERT INTO inodes (kind, mode, mtime, size, target, chunk) VALUES (?, ?, ?, ?, ?, ?)",
-            (kind, clean_mode(mode), _now_ms(), size, target, chunk),
+            (kind, clean_mode(mode), _now_ms() if mtime is None else int(mtime), size, target, chunk),
         )
         return int(cur.lastrowid or 0)
 
@@ -421,17 +427,20 @@ class FileSystem:
         ids: list[int],
         size: int,
         mode: int | None,
+        mtime: int | None = None,
     ) -> None:
         """Point ``real`` at the chunk list ``ids`` (already referenced), replacing an existing file.
 
-        One chunk goes into the inode row itself; two or more into ``file_chunks``.
+        One chunk goes into the inode row itself; two or more into ``file_chunks``. ``mtime`` (ms) is
+        kept exactly when given (a pull keeps the program's); otherwise now, and on an overwrite
+        strictly later than the old one.
         """
         db = self._db
         if node is not None and node[1] == DIR:
             raise fs_error(errno.EISDIR, path)
         one = ids[0] if len(ids) == 1 else None
         if node is None:
-            ino = self._new_inode(FILE, 0o644 if mode is None else mode, size, chunk=one)
+            ino = self._new_inode(FILE, 0o644 if mode is None else mode, size, chunk=one, mtime=mtime)
             self._link(pino, name, ino, real, FILE)
             old_size = 0
             old_ids: list[int] = []
@@ -440,8 +449,9 @@ class FileSystem:
             old_size, old_mtime, old_one = db.one(
                 "SELECT size, mtime, chunk FROM inodes WHERE id = ?", (ino,)
             )
-            # mtime strictly increases on overwrite, even twice in the same millisecond.
-            mtime = max(_now_ms(), int(old_mtime) + 1)
+            if mtime is None:
+                # mtime strictly increases on overwrite, even twice in the same millisecond.
+                mtime = max(_now_ms(), int(old_mtime) + 1)
             if mode is None:
                 db.execute(
                     "UPDATE inodes SET size = ?, mtime = ?, chunk = ? WHERE id = ?", (size, mtime, one, ino)
@@ -731,8 +741,12 @@ class FileSystem:
         data: bytes | str | AsyncIterable[bytes] | Iterable[bytes],
         *,
         mode: int | None = None,
+        mtime: int | None = None,
     ) -> None:
         """Create or replace a file. The parent must exist; an existing file keeps its mode unless given.
+
+        ``mtime`` (milliseconds since the epoch) is stored exactly when given; by default the write's
+        time, strictly later than the replaced content's.
 
         ``data`` may be bytes, str (UTF-8) or a sync/async iterable of byte pieces of any size; an
         iterable is re-cut into chunks as it arrives (memory stays about one chunk) and the file
@@ -744,14 +758,14 @@ class FileSystem:
         if isinstance(data, str):
             data = data.encode("utf-8")
         if isinstance(data, (bytes, bytearray, memoryview)):
-            self._write_pieces(p, (bytes(data),), mode)
+            self._write_pieces(p, (bytes(data),), mode, mtime)
         elif isinstance(data, AsyncIterable):
             self._refresh()  # ...except for a streamed write, which checks its target first
-            await self._write_async(p, data, mode)
+            await self._write_async(p, data, mode, mtime)
         else:
-            self._write_pieces(p, data, mode)
+            self._write_pieces(p, data, mode, mtime)
 
-    def _write_pieces(self, p: str, pieces: Iterable[bytes], mode: int | None) -> None:
+    def _write_pieces(self, p: str, pieces: Iterable[bytes], mode: int | None, mtime: int | None) -> None:
         with self._mutation(p) as m:
             pino, name, real, node = self._write_target(p)
             if node is not None and node[1] == DIR:
@@ -770,10 +784,12 @@ class FileSystem:
             last = cutter.finish()
             if last is not None:
                 ids.append(self.chunks.put(last))
-            self._set_content(p, pino, name, real, node, ids, cutter.total, mode)
+            self._set_content(p, pino, name, real, node, ids, cutter.total, mode, mtime)
             m.log(real, "write")
 
-    async def _write_async(self, p: str, source: AsyncIterable[bytes], mode: int | None) -> None:
+    async def _write_async(
+        self, p: str, source: AsyncIterable[bytes], mode: int | None, mtime: int | None
+    ) -> None:
         # Fail fast on a bad target before consuming the source.
         _, _, _, node = self._write_target(p)
         if node is not None and node[1] == DIR:
@@ -792,7 +808,7 @@ class FileSystem:
             with self._mutation(p) as m:
                 pino, name, real, node = self._write_target(p)
                 self.chunks.incref(staged)
-                self._set_content(p, pino, name, real, node, staged, cutter.total, mode)
+                self._set_content(p, pino, name, real, node, staged, cutter.total, mode, mtime)
                 m.log(real, "write")
         finally:
             self.chunks.unpin(staged)
@@ -834,8 +850,13 @@ class FileSystem:
         with self._mutation(p) as m:
             self._ensure_dirs(p, mode, m)
 
-    def _ensure_dirs(self, p: str, mode: int, m: _Mutation, *, replace_files: bool = False) -> int:
-        """Create every missing directory of ``p``; returns its inode. Symlinks to directories are followed."""
+    def _ensure_dirs(
+        self, p: str, mode: int, m: _Mutation, *, replace_files: bool = False, mtime: int | None = None
+    ) -> int:
+        """Create every missing directory of ``p``; returns its inode. Symlinks to directories are followed.
+
+        ``mtime`` is the mtime of ``p`` itself when this creates it (its parents get the current time).
+        """
         segs = parts(p)
         cache = self._cache
         ino, cur = ROOT_INODE, "/"
@@ -868,7 +889,7 @@ class FileSystem:
                     code = errno.EEXIST if i == len(segs) - 1 else errno.ENOTDIR
                     raise fs_error(code, p, "exists and is not a directory")
                 self._remove_node(nxt, ino, name, node[0], node[1])
-            new = self._new_inode(DIR, mode)
+            new = self._new_inode(DIR, mode, mtime=mtime if i == len(segs) - 1 else None)
             real = join(cur, name)
             self._link(ino, name, new, real, DIR)
             m.log(real, "mkdir")
@@ -1139,11 +1160,14 @@ class FileSystem:
         mkdirs: Sequence[str] = (),
         modes: Mapping[str, int] | None = None,
         base_rev: int | None = None,
+        mtimes: Mapping[str, int] | None = None,
     ) -> BatchResult:
         """Apply many changes in one transaction and one revision (the shell backend's pull).
 
         ``bytes`` writes a file (creating parents, replacing a directory in the way), ``None`` removes
-        a path (recursively, missing is fine), ``mkdirs`` ensures directories, ``modes`` sets modes.
+        a path (recursively, missing is fine), ``mkdirs`` ensures directories, ``modes`` sets modes,
+        ``mtimes`` sets mtimes in ms, kept exactly (of written files, ensured directories and existing
+        paths alike: a pull keeps the program's mtime, not the sync time).
         With ``base_rev``, a path changed after that revision (itself, an ancestor or a descendant) is
         left alone and listed in ``skipped``; if the change log no longer reaches ``base_rev`` every
         path is skipped (the workspace wins when we cannot tell).
@@ -1153,7 +1177,8 @@ class FileSystem:
         canon_writes = {self._canon(k, refresh=False): v for k, v in writes.items()}
         canon_dirs = sorted({self._canon(k, refresh=False) for k in mkdirs})
         canon_modes = {self._canon(k, refresh=False): clean_mode(v) for k, v in modes.items()}
-        every = sorted(set(canon_writes) | set(canon_dirs) | set(canon_modes))
+        canon_mtimes = {self._canon(k, refresh=False): int(v) for k, v in (mtimes or {}).items()}
+        every = sorted(set(canon_writes) | set(canon_dirs) | set(canon_modes) | set(canon_mtimes))
         skipped: set[str] = set()
         if base_rev is not None:
             changed = self.changes_since(base_rev)
@@ -1190,7 +1215,9 @@ class FileSystem:
             for p in canon_dirs:
                 if p in skipped:
                     continue
-                self._ensure_dirs(p, canon_modes.get(p, 0o755), m, replace_files=True)
+                self._ensure_dirs(
+                    p, canon_modes.get(p, 0o755), m, replace_files=True, mtime=canon_mtimes.get(p)
+                )
                 applied.append(p)
             for p in todo:
                 data = canon_writes.get(p)
@@ -1210,18 +1237,23 @@ class FileSystem:
                 last = cutter.finish()
                 if last is not None:
                     ids.append(self.chunks.put(last))
-                self._set_content(p, pino, name, real, node, ids, cutter.total, canon_modes.get(p))
+                self._set_content(
+                    p, pino, name, real, node, ids, cutter.total, canon_modes.get(p), canon_mtimes.get(p)
+                )
                 m.log(real, "write")
                 applied.append(p)
-            for p, mode in canon_modes.items():
+            for p in sorted(set(canon_modes) | set(canon_mtimes)):
                 if p in skipped or canon_writes.get(p) is not None:
-                    continue  # written files got their mode with their content
+                    continue  # written files got their mode and mtime with their content
                 try:
                     ino, kind, real = self._resolve(p)
                 except OSError:
                     continue
+                mode, mtime = canon_modes.get(p), canon_mtimes.get(p)
                 cur = self._db.execute(
-                    "UPDATE inodes SET mode = ? WHERE id = ? AND mode != ?", (mode, ino, mode)
+                    "UPDATE inodes SET mode = coalesce(?1, mode), mtime = coalesce(?2, mtime) "
+                    "WHERE id = ?3 AND (mode != coalesce(?1, mode) OR mtime != coalesce(?2, mtime))",
+                    (mode, mtime, ino),
                 )
                 if cur.rowcount:
                     m.log(real, _CREATE_OP[kind])

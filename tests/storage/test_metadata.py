@@ -107,3 +107,67 @@ async def test_a_batch_mode_that_only_differs_in_setuid_changes_nothing(fs: File
 async def test_stat_reports_no_privilege_bit(fs: FileSystem, mode: int) -> None:
     await fs.write_file("/f", b"", mode=mode)
     assert (await fs.stat("/f")).mode & PRIVILEGE == 0
+
+
+mtimes = st.integers(min_value=0, max_value=2**41)
+
+
+@_settings
+@given(first=mtimes, second=mtimes)
+def test_write_file_keeps_the_mtime_given(first: int, second: int) -> None:
+    async def go() -> None:
+        fs = FileSystem.open(None)
+        try:
+            await fs.write_file("/f", b"x", mtime=first)
+            assert (await fs.stat("/f")).mtime == first
+            await fs.write_file("/f", b"y", mtime=second)  # even an older one: the caller's word
+            assert (await fs.stat("/f")).mtime == second
+            await fs.write_file("/big", [b"z" * 600_000, b"z"], mtime=first)
+            assert (await fs.stat("/big")).mtime == first
+        finally:
+            fs.close()
+
+    _run(go())
+
+
+@_settings
+@given(file_mtime=mtimes, dir_mtime=mtimes, existing_mtime=mtimes)
+def test_commit_batch_keeps_the_mtimes_given(file_mtime: int, dir_mtime: int, existing_mtime: int) -> None:
+    async def go() -> None:
+        fs = FileSystem.open(None)
+        try:
+            await fs.write_file("/existing", b"e")
+            await fs.mkdir("/olddir")
+            given_mtimes = {"/w/f": file_mtime, "/w/d": dir_mtime, "/existing": existing_mtime}
+            given_mtimes["/olddir"] = dir_mtime
+            fs.commit_batch({"/w/f": b"x"}, mkdirs=["/w/d"], mtimes=given_mtimes)
+            for path, mtime in given_mtimes.items():
+                assert (await fs.stat(path)).mtime == mtime, path
+            listed = {e[0]: e[4] for e in fs.manifest("/")}
+            assert all(listed[p] == m for p, m in given_mtimes.items())
+        finally:
+            fs.close()
+
+    _run(go())
+
+
+async def test_an_mtime_only_change_is_one_logged_revision(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"x", mtime=1_000)
+    rev = fs.rev
+    result = fs.commit_batch({}, mtimes={"/f": 2_000})
+    assert result.rev == rev + 1 and result.applied == ["/f"]
+    assert [(c.path, c.op) for c in fs.changes_since(rev).changes] == [("/f", "write")]
+    again = fs.commit_batch({}, mtimes={"/f": 2_000})  # the same mtime: nothing changes
+    assert again.rev == fs.rev == rev + 1 and again.applied == []
+
+
+async def test_mtime_defaults_still_increase_on_overwrite(fs: FileSystem) -> None:
+    await fs.write_file("/f", b"x", mtime=2**45)  # far in the future
+    await fs.write_file("/f", b"y")
+    assert (await fs.stat("/f")).mtime == 2**45 + 1
+
+
+async def test_a_written_batch_file_keeps_its_mtime_and_mode_together(fs: FileSystem) -> None:
+    fs.commit_batch({"/a/b": b"data"}, modes={"/a/b": 0o700}, mtimes={"/a/b": 123_456})
+    st_ = await fs.stat("/a/b")
+    assert (st_.mode, st_.mtime) == (0o700, 123_456)
