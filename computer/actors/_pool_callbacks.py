@@ -59,7 +59,7 @@ class PoolCallbacks:
             except Exception as exc:
                 return fail(exc)
 
-    async def pool_sync_push(self, mirror_rev: int | None, root: str, limits: dict[str, int]) -> Reply:
+    async def pool_sync_push(self, mirror_rev: int | None, root: str, limits: dict[str, Any]) -> Reply:
         """What a shell mirror at ``mirror_rev`` needs (``limits``: the fields of a ``SyncLimits``), encoded."""
         if self._closing:
             return self._moved()

@@ -19,9 +19,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime._backend import SyncLimits, SyncPull, SyncPush
+from ..runtime._backend import PullResult, SyncLimits, SyncPull, SyncPush
 from ..runtime._codec import decode_sync, encode_sync
-from ..storage.types import BatchResult
 from ._wire import Reply, unwrap
 
 __all__ = ["MirrorSynced", "OwnerClosingError", "OwnerExecContext", "Prefetched"]
@@ -33,7 +32,7 @@ class MirrorSynced:
 
     rev: int
     root: str
-    limits: dict[str, int]
+    limits: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,8 +116,8 @@ class OwnerExecContext:
         data = await self._call("pool_sync_push", mirror_rev, root, wanted)
         return decode_sync(SyncPush, data)
 
-    async def sync_pull(self, pull: SyncPull, base_rev: int) -> BatchResult:
-        result: BatchResult = await self._call("pool_sync_pull", encode_sync(pull), base_rev)
+    async def sync_pull(self, pull: SyncPull, base_rev: int) -> PullResult:
+        result: PullResult = await self._call("pool_sync_pull", encode_sync(pull), base_rev)
         return result
 
     async def share(self, path: str, expires_after: float) -> str:

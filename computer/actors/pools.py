@@ -165,7 +165,7 @@ class PoolBackend:
             push = await ctx.sync_push(synced.rev, synced.root, SyncLimits(**synced.limits))
         except Exception:
             return None
-        if push.full:
+        if push.full or push.more:
             return None
         data = encode_sync(push)
         if len(data) > PREFETCH_MAX_BYTES:
@@ -268,6 +268,7 @@ class PoolBackend:
             event,
             pulled=sorted(set(event.pulled) | set(batch.applied)),
             skipped=sorted(set(event.skipped) | set(batch.skipped)),
+            skipped_reasons={**event.skipped_reasons, **batch.reasons},
             pending=None,
         )
 

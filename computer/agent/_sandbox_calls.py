@@ -14,8 +14,7 @@ import secrets
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
-from ..runtime import LocalExecContext, SyncLimits, SyncPull, SyncPush
-from ..storage.types import BatchResult
+from ..runtime import LocalExecContext, PullResult, SyncLimits, SyncPull, SyncPush
 
 __all__ = ["TOOL_OP", "AgentExecContext", "ToolDispatch"]
 
@@ -60,7 +59,7 @@ class AgentExecContext:
     async def sync_push(self, mirror_rev: int | None, root: str, limits: SyncLimits) -> SyncPush:
         return await self._local.sync_push(mirror_rev, root, limits)
 
-    async def sync_pull(self, pull: SyncPull, base_rev: int) -> BatchResult:
+    async def sync_pull(self, pull: SyncPull, base_rev: int) -> PullResult:
         return await self._local.sync_pull(pull, base_rev)
 
     async def share(self, path: str, expires_after: float) -> str:

@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from ..storage.types import BatchResult
 from .types import BackendInfo
 
 __all__ = [
@@ -30,6 +29,7 @@ __all__ = [
     "MirrorSymlink",
     "OutputChunk",
     "PendingPull",
+    "PullResult",
     "SyncLimits",
     "SyncPull",
     "SyncPush",
@@ -79,6 +79,7 @@ class ExitEvent:
     error: str | None = None
     killed: bool = False
     pending: PendingPull | None = None
+    skipped_reasons: dict[str, str] = field(default_factory=dict)  # path -> why it was left out
 
 
 ExecEvent = OutputChunk | ExitEvent
@@ -86,12 +87,22 @@ ExecEvent = OutputChunk | ExitEvent
 
 @dataclass(frozen=True, slots=True)
 class SyncLimits:
-    """What a mirror accepts: larger files, files beyond the count (on a full push) or beyond the bytes
-    one push may carry stay protected in the workspace."""
+    """What a mirror accepts, and how a sync is cut into pages.
 
-    max_file_bytes: int = 1024 * 1024
-    max_files: int = 10_000
-    max_sync_bytes: int = 512 * 1024 * 1024  # bytes one push (or pull) may carry: bounds its memory
+    ``max_file_bytes`` / ``max_files``: explicit limits (default: none). A file over them, or beyond
+    the count, stays in the workspace only: it is listed in ``protected`` (never overwritten or deleted
+    by a pull) and reported in the run's ``skipped`` with its reason.
+
+    ``max_sync_bytes`` is *not* a limit on what is mirrored: it bounds the file bytes one page of a
+    push or a pull carries (so the memory of one payload). A push with more to send says so
+    (``SyncPush.more``) and the mirror asks for the next page with ``after`` set to the page's
+    ``cursor``; a file larger than a page travels in pieces of at most a page.
+    """
+
+    max_file_bytes: int | None = None
+    max_files: int | None = None
+    max_sync_bytes: int = 64 * 1024 * 1024
+    after: str | None = None  # continue a paged push after this workspace path (None: first page)
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,9 +110,15 @@ class MirrorFile:
     """A file's bytes for (or from) a mirror; ``path`` is an absolute workspace path, ``mtime`` in ms."""
 
     path: str
-    data: bytes
+    data: bytes | None  # None: the content did not fit the page; fetch it in pieces (``size`` bytes)
     mode: int = 0o644
     mtime: int = 0
+    size: int = -1  # the content's length (-1: ``len(data)``)
+    link: str | None = None  # another path of this push or pull naming the same file (a hard link)
+
+    @property
+    def length(self) -> int:
+        return self.size if self.size >= 0 or self.data is None else len(self.data)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +151,10 @@ class SyncPush:
     symlinks: list[MirrorSymlink] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     protected: list[str] = field(default_factory=list)
+    # Paged push: ``more`` means another page follows (ask with ``SyncLimits.after=cursor``).
+    more: bool = False
+    cursor: str | None = None
+    reasons: dict[str, str] = field(default_factory=dict)  # protected path -> why
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +171,25 @@ class SyncPull:
     symlinks: list[MirrorSymlink] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     protected: list[str] = field(default_factory=list)
+    # A pull cut into pages: the revisions the earlier pages of the same pull committed (they are the
+    # run's own changes, not the workspace's), so each page is checked against ``base_rev`` alone.
+    own_revs: list[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class PullResult:
+    """The outcome of one :meth:`ExecContext.sync_pull`.
+
+    ``rev`` is the revision the mirror now reflects (a lower bound: never past a workspace change it
+    does not hold); ``own_revs`` the revisions this pull committed; ``reasons`` says why each path of
+    ``skipped`` was left alone.
+    """
+
+    rev: int
+    applied: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)
+    own_revs: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,7 +199,7 @@ class PendingPull:
 
     pull: SyncPull
     base_rev: int
-    limits: dict[str, int]
+    limits: dict[str, Any]
 
 
 @runtime_checkable
@@ -184,7 +224,7 @@ class ExecContext(Protocol):
         """What a mirror at ``mirror_rev`` (``None``: empty mirror) needs to reach the current rev."""
         ...
 
-    async def sync_pull(self, pull: SyncPull, base_rev: int) -> BatchResult:
+    async def sync_pull(self, pull: SyncPull, base_rev: int) -> PullResult:
         """Apply a run's changes in one transaction; paths changed after ``base_rev`` are skipped."""
         ...
 

@@ -7,13 +7,14 @@ run's changes) therefore happen next to the SQLite file, one round trip each.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
-import posixpath
+import inspect
 from typing import Any
 
 from ..storage.paths import canonical, is_within
 from ..storage.types import BatchResult
-from ._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncLimits, SyncPull, SyncPush
+from ._backend import MirrorDir, MirrorFile, MirrorSymlink, PullResult, SyncLimits, SyncPull, SyncPush
 
 __all__ = ["FS_OPS", "GUEST_OPS", "LocalExecContext", "to_plain"]
 
@@ -51,6 +52,8 @@ class LocalExecContext:
 
     def __init__(self, workspace: Any) -> None:
         self.workspace = workspace
+        # The last tree walked for a push: ((rev, root), ops), reused by the pages of one push.
+        self._tree_cache: tuple[tuple[int, str], list[_Op]] | None = None
 
     @property
     def fs(self) -> Any:
@@ -74,165 +77,349 @@ class LocalExecContext:
     # ------------------------------------------------------------------ push
 
     async def sync_push(self, mirror_rev: int | None, root: str, limits: SyncLimits) -> SyncPush:
+        """One page of what a mirror at ``mirror_rev`` (``None``: empty) needs; see :class:`SyncPush`.
+
+        The page's ``rev`` is read before anything of the tree is, so it is a lower bound of what the
+        page holds: a later change is sent again next time. Pages of one push are cut between paths in
+        walk order (a path's components compared one by one) and carry at most ``max_sync_bytes`` of
+        file content; a file larger than that travels with ``data=None`` and is fetched in pieces.
+        """
         root = canonical(root)
         if mirror_rev is not None:
             changes = self.fs.changes_since(mirror_rev, root)
             paths = [c.path for c in changes.changes]
             # A change at or above the root (the root renamed or removed) needs the whole tree again.
             if changes.complete and not any(is_within(root, p) for p in paths):
-                return await self._incremental(changes.rev, root, _outermost(paths), limits)
+                ops = await self._changed_ops(root, _outermost(paths))
+                return await self._page(changes.rev, root, False, ops, limits)
         rev = self.fs.rev  # read before the tree: anything newer is sent again next time
-        files, dirs, links, protected = await self._tree(root, limits, [limits.max_sync_bytes])
-        return SyncPush(rev, root, True, files, dirs, links, [], protected)
+        return await self._page(rev, root, True, self._tree_ops(root), limits)
 
-    async def _tree(
-        self, root: str, limits: SyncLimits, budget: list[int]
-    ) -> tuple[list[MirrorFile], list[MirrorDir], list[MirrorSymlink], list[str]]:
-        """Everything below ``root``; ``budget[0]`` is the bytes this push may still carry."""
-        files: list[MirrorFile] = []
-        dirs: list[MirrorDir] = []
-        links: list[MirrorSymlink] = []
-        protected: list[str] = []
+    def _tree_ops(self, root: str) -> list[_Op]:
+        """Every entry below ``root`` in walk order (cached while the workspace does not change, so the
+        pages of one push walk the tree once)."""
+        key = (self.fs.rev, root)
+        if self._tree_cache is not None and self._tree_cache[0] == key:
+            return self._tree_cache[1]
         try:
-            entries = self.fs.manifest(root)
+            rows = self.fs.manifest(root)
         except (FileNotFoundError, NotADirectoryError):
-            return files, dirs, links, protected
-        for path, kind, size, mode, mtime in entries:
-            if path == root:
-                continue
-            if kind == "dir":
-                dirs.append(MirrorDir(path, mode))
-            elif kind == "symlink":
-                try:
-                    links.append(MirrorSymlink(path, await self.fs.readlink(path)))
-                except OSError:
-                    continue
-            elif size > limits.max_file_bytes or size > budget[0] or len(files) >= limits.max_files:
-                protected.append(path)
-            else:
-                try:
-                    files.append(MirrorFile(path, await self.fs.read_file(path), mode, mtime))
-                except FileNotFoundError:
-                    continue  # removed while we walked; the next push sends the removal
-                budget[0] -= len(files[-1].data)
-        return files, dirs, links, protected
+            rows = []
+        ops = sorted((_op(row) for row in rows if row[0] != root), key=_op_key)
+        self._tree_cache = (key, ops)
+        return ops
 
-    async def _incremental(self, rev: int, root: str, paths: list[str], limits: SyncLimits) -> SyncPush:
-        push = SyncPush(rev, root, False)
-        budget = [limits.max_sync_bytes]
+    async def _changed_ops(self, root: str, paths: list[str]) -> list[_Op]:
+        ops: list[_Op] = []
         for path in paths:
             try:
                 target = await self.fs.readlink(path)
             except FileNotFoundError:
-                push.deleted.append(path)
+                ops.append(_Op(path, "gone"))
                 continue
             except OSError:
                 target = None
             if target is not None:
-                push.deleted.append(path)
-                push.symlinks.append(MirrorSymlink(path, target))
+                ops.append(_Op(path, "symlink", target=target))
                 continue
             try:
                 st = await self.fs.stat(path)
             except (FileNotFoundError, NotADirectoryError):
-                push.deleted.append(path)
+                ops.append(_Op(path, "gone"))
                 continue
             if st.is_directory:
-                # The directory may be new, renamed here or recreated: send it whole, replacing it.
-                push.deleted.append(path)
-                push.dirs.append(MirrorDir(path, st.mode))
-                files, dirs, links, protected = await self._tree(path, limits, budget)
-                push.files.extend(files)
-                push.dirs.extend(dirs)
-                push.symlinks.extend(links)
-                push.protected.extend(protected)
-            elif st.size > limits.max_file_bytes or st.size > budget[0]:
-                push.deleted.append(path)
-                push.protected.append(path)
+                # The directory may be new, renamed here or recreated: sent whole, replacing it.
+                ops.append(_Op(path, "tree", mode=st.mode))
+                ops.extend(self._tree_ops(path))
             else:
-                try:
-                    push.files.append(MirrorFile(path, await self.fs.read_file(path), st.mode, st.mtime))
-                except (FileNotFoundError, IsADirectoryError):
-                    push.deleted.append(path)
+                ino = getattr(st, "ino", 0)
+                nlink = getattr(st, "nlink", 1)
+                ops.append(_Op(path, "file", st.size, st.mode, st.mtime, ino, nlink))
+        ops.sort(key=_op_key)
+        return ops
+
+    async def _page(self, rev: int, root: str, full: bool, ops: list[_Op], limits: SyncLimits) -> SyncPush:
+        push = SyncPush(rev, root, full)
+        start = 0
+        if limits.after is not None:
+            after = _key(limits.after)
+            start = bisect.bisect_right(ops, after, key=_op_key)
+        budget = limits.max_sync_bytes
+        count = 0 if limits.after is None else sum(1 for op in ops[:start] if op.kind == "file")
+        first_name: dict[int, str] = {}  # inode -> the first path of this push naming it (hard links)
+        cursor: str | None = None
+        for i in range(start, len(ops)):
+            op = ops[i]
+            if i - start >= _PAGE_ENTRIES or (op.kind == "file" and 0 < op.size > budget and cursor):
+                push = dataclasses.replace(push, more=True, cursor=cursor)
+                break
+            cursor = op.path
+            if op.kind == "gone":
+                push.deleted.append(op.path)
+            elif op.kind == "tree":
+                push.deleted.append(op.path)
+                push.dirs.append(MirrorDir(op.path, op.mode))
+            elif op.kind == "dir":
+                push.dirs.append(MirrorDir(op.path, op.mode))
+            elif op.kind == "symlink":
+                target = op.target
+                if target is None:
+                    try:
+                        target = await self.fs.readlink(op.path)
+                    except OSError:
+                        continue
+                push.deleted.append(op.path)
+                push.symlinks.append(MirrorSymlink(op.path, target))
+            else:
+                count += 1
+                reason = _over_limit(op, count, limits)
+                if reason is not None:
+                    push.deleted.append(op.path)
+                    push.protected.append(op.path)
+                    push.reasons[op.path] = reason
                     continue
-                budget[0] -= len(push.files[-1].data)
+                if op.nlink > 1 and op.ino in first_name:
+                    push.files.append(MirrorFile(op.path, b"", op.mode, op.mtime, 0, first_name[op.ino]))
+                    continue
+                if op.nlink > 1:
+                    first_name[op.ino] = op.path
+                if op.size > budget:  # alone on its page and still too big: fetched in pieces
+                    push.files.append(MirrorFile(op.path, None, op.mode, op.mtime, op.size))
+                    budget = 0
+                    continue
+                try:
+                    data = await self.fs.read_file(op.path)
+                except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                    push.deleted.append(op.path)  # removed while we walked; the next push agrees
+                    continue
+                push.files.append(MirrorFile(op.path, data, op.mode, op.mtime))
+                budget -= len(data)
         return push
 
     # ------------------------------------------------------------------ pull
 
-    async def sync_pull(self, pull: SyncPull, base_rev: int) -> BatchResult:
-        """Apply a run's changes in one ``commit_batch``.
+    async def sync_pull(self, pull: SyncPull, base_rev: int) -> PullResult:
+        """Apply a run's changes (one page of them) in one ``commit_batch``.
 
-        The returned ``rev`` is the revision the mirror now reflects: the batch's own revision when
-        nothing else changed below the root since ``base_rev``, else ``base_rev`` (so the next push
-        brings the other changes).
+        A path the workspace changed after ``base_rev`` (itself, an ancestor or a descendant; the
+        earlier pages of the same pull, ``pull.own_revs``, do not count) is left alone and reported,
+        as are protected paths. The returned ``rev`` is the revision the mirror now reflects: the
+        current one when nothing but this pull changed below the root since ``base_rev``, else
+        ``base_rev`` (so the next push brings the other changes, and repairs the paths left alone).
         """
+        fs = self.fs
         root = canonical(pull.root)
+        own = set(pull.own_revs)
         protected = set(pull.protected)
-        refused: set[str] = set()
+        reasons: dict[str, str] = {}
+        since = fs.changes_since(base_rev, root, skip_revs=sorted(own))
+        conflicts = _Conflicts([c.path for c in since.changes], everything=not since.complete)
 
-        def guarded(path: str) -> bool:
-            return path in protected or any(is_within(p, path) for p in protected)
+        def refused(path: str) -> str | None:
+            if path in protected:
+                return PROTECTED
+            if conflicts.hit(path):
+                return CONFLICT
+            return None
 
         writes: dict[str, bytes | None] = {}
         modes: dict[str, int] = {}
+        mtimes: dict[str, int] = {}
+        links: dict[str, str] = {}
         for f in pull.files:
-            if f.path in protected:
-                refused.add(f.path)
+            why = refused(f.path)
+            if why is not None:
+                reasons[f.path] = why
                 continue
-            writes[f.path] = f.data
-            modes[f.path] = f.mode
-        deleted = [p for p in pull.deleted if not guarded(p)]
-        refused.update(p for p in pull.deleted if p in protected)
+            if f.link is not None:
+                links[f.path] = f.link
+                continue
+            writes[f.path] = f.data or b""
+            modes[f.path] = f.mode & _SAFE_BITS
+            mtimes[f.path] = f.mtime
+        deleted: list[str] = []
+        for path in pull.deleted:
+            why = refused(path)
+            if why is None and any(is_within(p, path) for p in protected):
+                why = PROTECTED_BELOW
+            if why is not None:
+                reasons[path] = why
+            else:
+                deleted.append(path)
         for path in _outermost(deleted):
-            writes[path] = None
-        mkdirs = _needed_dirs(pull.dirs, protected, set(writes))
+            writes.setdefault(path, None)
+        dirs = []
         for d in pull.dirs:
+            why = refused(d.path)
+            if why is not None:
+                reasons[d.path] = why
+            else:
+                dirs.append(d)
+        mkdirs = _needed_dirs(dirs, protected, set(writes))
+        for d in dirs:
             if d.mode & 0o7777 != _DEFAULT_DIR_MODE:
-                modes[d.path] = d.mode
-        touched = [c.path for c in self.fs.changes_since(base_rev, root).changes]
-        if (writes or mkdirs or pull.symlinks) and not await self.fs.exists(root):
+                modes[d.path] = d.mode & _SAFE_BITS
+        if (writes or mkdirs or pull.symlinks or links) and not await fs.exists(root):
             mkdirs.insert(0, root)
-        if not writes and not mkdirs:
-            batch = BatchResult(rev=self.fs.rev)
-        else:
-            batch = self.fs.commit_batch(writes, mkdirs=mkdirs, modes=modes, base_rev=base_rev)
-        own_revs = {batch.rev}
-        applied = list(batch.applied)
-        # The batch cannot hold symlinks: each goes in its own small step after it, under the same rules,
-        # and only when it points inside the mount root.
+        applied: list[str] = []
+        if writes or mkdirs:
+            before = fs.rev
+            batch = self._commit(writes, mkdirs, modes, mtimes, links)
+            if batch.rev != before:
+                own.add(batch.rev)
+            applied += batch.applied
+            for path in batch.skipped:
+                reasons.setdefault(path, CONFLICT)
+            links = {k: v for k, v in links.items() if k not in set(batch.applied)}
+        # Hard links the batch could not hold, then symlinks: one small step each, same rules.
+        for path, existing in links.items():
+            await self._step(path, applied, reasons, own, lambda p=path, e=existing: fs.link(e, p))
         for link in pull.symlinks:
-            conflicted = any(is_within(link.path, t) or is_within(t, link.path) for t in touched)
-            outside = not _points_within(link, root)
-            if guarded(link.path) or conflicted or outside or link.path in batch.skipped:
-                refused.add(link.path)
+            why = refused(link.path)
+            if why is not None:
+                reasons[link.path] = why
                 continue
-            try:
-                if await self.fs.exists(link.path) or await _is_link(self.fs, link.path):
-                    await self.fs.rm(link.path)
-                    own_revs.add(self.fs.rev)
-                await self.fs.symlink(link.target, link.path)
-            except OSError:
-                refused.add(link.path)
-                continue
-            own_revs.add(self.fs.rev)
-            applied.append(link.path)
-        foreign = self.fs.changes_since(base_rev, root, skip_revs=sorted(own_revs)).changes
-        claim = base_rev if foreign else self.fs.rev
-        return BatchResult(rev=claim, applied=sorted(applied), skipped=sorted(set(batch.skipped) | refused))
+            await self._step(
+                link.path, applied, reasons, own, lambda t=link.target, p=link.path: fs.symlink(t, p)
+            )
+        foreign = fs.changes_since(base_rev, root, skip_revs=sorted(own)).changes
+        claim = base_rev if foreign else fs.rev
+        return PullResult(
+            rev=claim,
+            applied=sorted(set(applied)),
+            skipped=sorted(reasons),
+            reasons=reasons,
+            own_revs=sorted(own - set(pull.own_revs)),
+        )
+
+    def _commit(
+        self,
+        writes: dict[str, bytes | None],
+        mkdirs: list[str],
+        modes: dict[str, int],
+        mtimes: dict[str, int],
+        links: dict[str, str],
+    ) -> BatchResult:
+        """One ``commit_batch`` (conflicts are already filtered out: no ``base_rev``)."""
+        extra: dict[str, Any] = {}
+        params = _batch_params(self.fs)
+        if "mtimes" in params:
+            extra["mtimes"] = mtimes
+        if "links" in params and links:
+            extra["links"] = links
+        result: BatchResult = self.fs.commit_batch(writes, mkdirs=mkdirs, modes=modes, **extra)
+        return result
+
+    async def _step(
+        self, path: str, applied: list[str], reasons: dict[str, str], own: set[int], make: Any
+    ) -> None:
+        """Replace ``path`` by what ``make()`` creates; each revision it made counts as the run's own
+        only when nothing else committed in between (else the mirror simply claims less)."""
+        fs = self.fs
+
+        async def tracked(step: Any) -> None:
+            before = fs.rev
+            await step()
+            if fs.rev == before + 1:
+                own.add(fs.rev)
+
+        try:
+            if await fs.exists(path) or await _is_link(fs, path):
+                await tracked(lambda: fs.rm(path, recursive=True))
+            await tracked(make)
+        except (OSError, AttributeError) as exc:
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            reasons[path] = f"could not be applied: {detail}"
+            return
+        applied.append(path)
 
 
-def _points_within(link: MirrorSymlink, root: str) -> bool:
-    """True when the link's target names a path inside ``root``.
+# Why a pull left a path alone (``ExecResult.skipped_reasons``).
+CONFLICT = "changed in the workspace during the run: the workspace's version was kept"
+PROTECTED = "protected: the workspace keeps this file out of the sandbox (see the push's reason)"
+PROTECTED_BELOW = "holds a protected file: not removed"
+# Bits a synced mode may carry: never setuid or setgid.
+_SAFE_BITS = 0o1777
+# Entries in one push page at most (bounds the metadata of one payload).
+_PAGE_ENTRIES = 50_000
 
-    Inside the sandbox a link out of the mount root points at the sandbox's own files (its /etc, its
-    /tmp); in the workspace the same name would mean something else, so such links are not pulled.
-    """
-    parent = link.path.rsplit("/", 1)[0] or "/"
-    target = link.target if link.target.startswith("/") else posixpath.join(parent, link.target)
-    try:
-        return is_within(canonical(target), root)
-    except OSError:
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Op:
+    """One step of a push, in walk order: a path and what the mirror must make of it."""
+
+    path: str
+    kind: str  # "file" | "dir" | "symlink" | "gone" (remove) | "tree" (remove, then make a directory)
+    size: int = 0
+    mode: int = 0o644
+    mtime: int = 0
+    ino: int = 0
+    nlink: int = 1
+    target: str | None = None
+
+
+def _op(row: Any) -> _Op:
+    path, kind, size, mode, mtime = row[:5]
+    ino = row[5] if len(row) > 5 else 0
+    nlink = row[6] if len(row) > 6 else 1
+    return _Op(path, kind, size, mode, mtime, ino, nlink)
+
+
+def _key(path: str) -> list[str]:
+    """Walk order: a directory before what it holds, names compared component by component."""
+    return path.split("/")
+
+
+def _op_key(op: _Op) -> list[str]:
+    return op.path.split("/")
+
+
+def _over_limit(op: _Op, count: int, limits: SyncLimits) -> str | None:
+    if limits.max_file_bytes is not None and op.size > limits.max_file_bytes:
+        return f"not mirrored: {op.size} bytes is over the backend's max_file_bytes ({limits.max_file_bytes})"
+    if limits.max_files is not None and count > limits.max_files:
+        return f"not mirrored: beyond the backend's max_files ({limits.max_files})"
+    return None
+
+
+_PARAMS: dict[type, frozenset[str]] = {}
+
+
+def _batch_params(fs: Any) -> frozenset[str]:
+    """The keyword arguments this storage's ``commit_batch`` takes (mtimes and links are newer)."""
+    kind = type(fs)
+    if kind not in _PARAMS:
+        _PARAMS[kind] = frozenset(inspect.signature(fs.commit_batch).parameters)
+    return _PARAMS[kind]
+
+
+class _Conflicts:
+    """Paths the workspace changed: a path conflicts when it, an ancestor or a descendant changed."""
+
+    def __init__(self, touched: list[str], *, everything: bool = False) -> None:
+        self.everything = everything
+        self.touched = set(touched)
+        self.above: set[str] = set()  # every proper ancestor of a touched path
+        for path in self.touched:
+            parent = path.rpartition("/")[0]
+            while parent and parent not in self.above:
+                self.above.add(parent)
+                parent = parent.rpartition("/")[0]
+        if "/" in self.touched:
+            self.everything = True
+
+    def hit(self, path: str) -> bool:
+        if self.everything:
+            return True
+        if not self.touched:
+            return False
+        if path in self.touched or path in self.above:
+            return True
+        parent = path.rpartition("/")[0]
+        while parent:
+            if parent in self.touched:
+                return True
+            parent = parent.rpartition("/")[0]
         return False
 
 

@@ -134,6 +134,7 @@ def result_from_record(record: dict[str, Any]) -> ExecResult:
         pushed=record.get("pushed", 0),
         pulled=list(record.get("pulled", [])),
         skipped=list(record.get("skipped", [])),
+        skipped_reasons=dict(record.get("skipped_reasons") or {}),
         id=record.get("id", ""),
         backend=record.get("backend", ""),
         error=record.get("error"),

@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import shutil
 import stat
 from collections import OrderedDict
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -20,7 +20,7 @@ from typing import Protocol
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
 from ._watch import TreeWatch
 
-__all__ = ["Mirror", "MirrorPool"]
+__all__ = ["Mirror", "MirrorPool", "PullPlan", "remove_tree"]
 
 # (kind, ino, size, mtime_ns, ctime_ns, mode) for files; the program cannot forge ctime, so any write,
 # chmod or touch is seen even when size and mtime come out the same.
@@ -43,12 +43,19 @@ class Mirror:
     protected: set[str] = field(default_factory=set)
     state: dict[str, Entry] = field(default_factory=dict)  # keyed by path relative to the mirror
     watch: TreeWatch | None = field(default=None, repr=False)
-    # Paths the last collect left out: names that are not UTF-8, files over the pull's byte budget.
-    unsyncable: list[str] = field(default_factory=list)
+    # Paths kept in the mirror although the workspace does not have them (FIFOs, names that are not
+    # UTF-8): a settle leaves them where they are.
+    kept: set[str] = field(default_factory=set)
     # What the backend prepared for the next run on this mirror (closed with the mirror).
     standby: Closeable | None = field(default=None, repr=False)
     # A run whose pull was deferred: (its id, the state to adopt once its outcome is known).
     unsettled: tuple[str, dict[str, Entry]] | None = field(default=None, repr=False)
+    # Why each protected path is kept out (from the push).
+    reasons: dict[str, str] = field(default_factory=dict)
+    # Files of the push being applied whose bytes come in pieces (see ``apply``).
+    unfilled: list[MirrorFile] = field(default_factory=list, repr=False)
+    # The host uid/gid that must own what the mirror writes (the sandbox's user), or None.
+    owner: tuple[int, int] | None = None
 
     def host(self, path: str) -> Path:
         return self.directory / self.rel(path)
@@ -81,51 +88,111 @@ class Mirror:
 
     # ------------------------------------------------------------------ push
 
-    def apply(self, push: SyncPush) -> int:
-        """Bring the directory to ``push.rev``; returns how many files were written."""
+    def apply(self, push: SyncPush, *, first: bool = True) -> int:
+        """Apply one page of a push; returns how many files were written.
+
+        ``first``: the push's first page (a full push then empties the mirror). Files whose content
+        did not fit the page (``data is None``) are created empty and listed in :attr:`unfilled`: the
+        caller fetches their bytes with :meth:`fill`. The mirror's ``rev`` is left to the caller,
+        which sets it once every page is in (:meth:`finish_push`).
+
+        Nothing here opens an existing node: whatever stands where a file goes (a FIFO, a socket, a
+        link a program left) is unlinked first and the file is created with ``O_EXCL | O_NOFOLLOW``,
+        so a push never blocks on a FIFO nor writes through a link.
+        """
         self.directory.mkdir(parents=True, exist_ok=True)
-        if push.full:
+        if push.full and first:
             self.unwatch()
             for child in list(self.directory.iterdir()):
                 _remove(child)
             self.state.clear()
-            self.protected = set(push.protected)
-        else:
-            for path in push.deleted:
-                rel = self.rel(path)
-                _remove(self.directory / rel)
-                self._forget(rel)
+            self.protected = set()
+            self.reasons = {}
+        if first:
+            self.unfilled = []
+        for path in push.deleted:
+            rel = self.rel(path)
+            _remove(self.directory / rel)
+            self._forget(rel)
+            if path in self.protected or not push.full:
                 self.protected = {p for p in self.protected if not _within(p, path)}
-            self.protected.update(push.protected)
+        self.protected.update(push.protected)
+        self.reasons.update(push.reasons)
         for d in push.dirs:
             host = self.host(d.path)
             _make_parent(self.directory, host)
             if host.is_symlink() or (host.exists() and not host.is_dir()):
                 _remove(host)
             host.mkdir(exist_ok=True)
-            os.chmod(host, d.mode & 0o7777)
+            os.chmod(host, d.mode & _SAFE_BITS)
+            self._own(host)
             self.state[self.rel(d.path)] = _entry(os.lstat(host))
+        written = 0
         for f in push.files:
             host = self.host(f.path)
             _make_parent(self.directory, host)
-            if host.is_dir() and not host.is_symlink():
-                _remove(host)
-            elif host.is_symlink():
-                host.unlink()
-            with open(host, "wb") as out:
-                out.write(f.data)
-            os.chmod(host, f.mode & 0o7777)
-            ns = f.mtime * 1_000_000
-            os.utime(host, ns=(ns, ns))
-            self.state[self.rel(f.path)] = _entry(os.lstat(host))
+            _clear(host)
+            if f.link is not None:
+                try:
+                    os.link(self.host(f.link), host, follow_symlinks=False)
+                except OSError:
+                    continue  # the first name is gone: the next push carries this one whole
+                self.state[self.rel(f.path)] = _entry(os.lstat(host))
+                self.state[self.rel(f.link)] = _entry(os.lstat(self.host(f.link)))
+                continue
+            fd = os.open(host, _CREATE, f.mode & 0o777)
+            try:
+                if f.data:
+                    _write_all(fd, f.data)
+                os.fchmod(fd, f.mode & _SAFE_BITS)
+                if self.owner is not None:
+                    os.fchown(fd, *self.owner)
+                ns = f.mtime * 1_000_000
+                os.utime(fd, ns=(ns, ns))
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+            written += 1
+            if f.data is None and f.length > 0:
+                self.unfilled.append(f)
+            self.state[self.rel(f.path)] = _entry(st)
         for link in push.symlinks:
             host = self.host(link.path)
             _make_parent(self.directory, host)
             _remove(host)
-            os.symlink(link.target, host)
+            os.symlink(link.target, host)  # stored verbatim; only ever resolved inside the sandbox
+            if self.owner is not None:
+                os.lchown(host, *self.owner)
             self.state[self.rel(link.path)] = _entry(os.lstat(host))
-        self.rev = push.rev
-        return len(push.files)
+        return written
+
+    def fill(self, file: MirrorFile, offset: int, data: bytes) -> None:
+        """Write ``data`` at ``offset`` of a file :meth:`apply` created empty; the last piece
+        (``offset + len(data) >= file.length`` or a short one) restores its mtime and records it."""
+        host = self.host(file.path)
+        parent = _open_beneath(self.directory, self.rel(file.path).rpartition("/")[0])
+        try:
+            fd = os.open(host.name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+        finally:
+            os.close(parent)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(f"{file.path} is not a regular file in the mirror")
+            os.pwrite(fd, data, offset)
+            ns = file.mtime * 1_000_000
+            os.utime(fd, ns=(ns, ns))
+            self.state[self.rel(file.path)] = _entry(os.fstat(fd))
+        finally:
+            os.close(fd)
+
+    def finish_push(self, rev: int) -> None:
+        """Every page is in: the mirror reflects ``rev`` (the first page's, a lower bound)."""
+        self.unfilled = []
+        self.rev = rev
+
+    def _own(self, host: Path) -> None:
+        if self.owner is not None:
+            os.lchown(host, *self.owner)
 
     def _forget(self, rel: str) -> None:
         prefix = rel + "/"
@@ -175,19 +242,17 @@ class Mirror:
             self.watch.close()
             self.watch = None
 
-    def collect(self, max_bytes: int | None = None) -> tuple[SyncPull, dict[str, Entry]]:
-        """What the program changed since the push, and the new state to adopt after the pull.
-
-        With a healthy watch only the touched paths are examined; otherwise the whole tree is walked.
-        """
+    def plan(self) -> tuple[PullPlan, dict[str, Entry]]:
+        """What the program changed since the push (no file bytes read yet), and the new state to
+        adopt after the pull. With a healthy watch only the touched paths are examined; otherwise the
+        whole tree is walked."""
         touched = self.watch.drain() if self.watch is not None else None
         if touched is None:
             self.unwatch()
             now = self.scan()
-            return self._diff(now, set(now) | set(self.state), max_bytes), now
+            return self._plan(now, set(now) | set(self.state)), now
         if not touched:  # nothing changed: no copy of the state (10,000 entries: 0.3 ms)
-            self.unsyncable = []
-            return SyncPull(self.root, protected=sorted(self.protected)), self.state
+            return PullPlan(), self.state
         now = dict(self.state)
         candidates = set(touched)
         base = os.fspath(self.directory)
@@ -210,20 +275,23 @@ class Mirror:
                 now.pop(rel, None)
             else:
                 now[rel] = entry
-        return self._diff(now, candidates, max_bytes), now
+        return self._plan(now, candidates), now
+
+    def collect(self, max_bytes: int | None = None) -> tuple[SyncPull, dict[str, Entry]]:
+        """:meth:`plan` with every changed file read, as one :class:`SyncPull` (small pulls, tests)."""
+        plan, now = self.plan()
+        return self.read_all(plan), now
+
+    def read_all(self, plan: PullPlan) -> SyncPull:
+        pages = list(self.pages(plan, budget=None))
+        return pages[0] if pages else SyncPull(self.root, protected=sorted(self.protected))
 
     def _diff(self, now: dict[str, Entry], candidates: set[str], max_bytes: int | None = None) -> SyncPull:
-        pull = SyncPull(self.root, protected=sorted(self.protected))
-        self.unsyncable = []
-        budget = max_bytes if max_bytes is not None else -1
-        with _BeneathReader(self.directory) as reader:
-            self._diff_into(pull, now, candidates, budget, reader)
-        pull.dirs.sort(key=lambda d: d.path.count("/"))
-        return pull
+        return self.read_all(self._plan(now, candidates))
 
-    def _diff_into(
-        self, pull: SyncPull, now: dict[str, Entry], candidates: set[str], budget: int, reader: _BeneathReader
-    ) -> None:
+    def _plan(self, now: dict[str, Entry], candidates: set[str]) -> PullPlan:
+        plan = PullPlan()
+        first_name: dict[int, str] = {}  # inode -> the first changed path naming it (hard links)
         for rel in sorted(candidates):
             old = self.state.get(rel)
             entry = now.get(rel)
@@ -233,42 +301,102 @@ class Mirror:
                 rel.encode("utf-8")
             except UnicodeEncodeError:  # a name the workspace cannot hold: leave it in the mirror only
                 raw = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-                self.unsyncable.append(self.workspace_path(raw))
+                plan.unsyncable[self.workspace_path(raw)] = NOT_UTF8
                 continue
             path = self.workspace_path(rel)
             if entry is None:
-                pull.deleted.append(path)
+                plan.deleted.append(path)
                 continue
             kind = entry[0]
             if kind == "d":
                 if old is None or old[0] != "d" or old[5] != entry[5]:
-                    pull.dirs.append(MirrorDir(path, entry[5]))
+                    plan.dirs.append(MirrorDir(path, entry[5]))
             elif kind == "l":
                 with contextlib.suppress(OSError):
-                    pull.symlinks.append(MirrorSymlink(path, os.readlink(self.directory / rel)))
+                    plan.symlinks.append(MirrorSymlink(path, os.readlink(self.directory / rel)))
             elif kind == "f":
-                if budget >= 0 and entry[2] > budget:
-                    self.unsyncable.append(path)  # over what one pull may carry: stays in the mirror only
-                    continue
+                ino = entry[1]
+                if ino in first_name:
+                    plan.links.append((rel, first_name[ino]))
+                else:
+                    first_name[ino] = path
+                    plan.files.append((rel, entry))
+            else:
+                plan.unsyncable[path] = SPECIAL
+                if old is not None:
+                    plan.deleted.append(path)  # a file became a FIFO: the workspace's copy goes
+                continue
+            if old is not None and old[0] != kind:
+                plan.deleted.append(path)  # replaced by another kind: remove first
+        plan.dirs.sort(key=lambda d: d.path.count("/"))
+        return plan
+
+    def pages(self, plan: PullPlan, budget: int | None) -> Generator[SyncPull, None, None]:
+        """The pull, cut into pages of at most ``budget`` file bytes (None: one page).
+
+        Removals, directories and links go on the first page (so a later page never lands in a tree
+        the first one still has to clear); files fill pages in path order, a file larger than a page
+        alone on its own. Files the program changed into something else meanwhile are left out."""
+        protected = sorted(self.protected)
+        page = SyncPull(
+            self.root,
+            dirs=list(plan.dirs),
+            symlinks=list(plan.symlinks),
+            deleted=list(plan.deleted),
+            protected=protected,
+        )
+        held = 0
+        with _BeneathReader(self.directory) as reader:
+            for rel, entry in plan.files:
+                if budget is not None and held and held + entry[2] > budget:
+                    yield page
+                    page, held = SyncPull(self.root, protected=protected), 0
                 try:
                     data = reader.read(rel)
                 except OSError:
                     continue
-                budget -= len(data) if budget >= 0 else 0
-                pull.files.append(MirrorFile(path, data, entry[5], entry[3] // 1_000_000))
-            if old is not None and old[0] != kind:
-                pull.deleted.append(path)  # replaced by another kind: remove first
+                held += len(data)
+                page.files.append(MirrorFile(self.workspace_path(rel), data, entry[5], entry[3] // 1_000_000))
+        # Hard links last: their first name is on this page or an earlier one.
+        for rel, first in plan.links:
+            page.files.append(MirrorFile(self.workspace_path(rel), None, 0o644, 0, 0, first))
+        yield page
 
-    def settle(self, now: dict[str, Entry], rev: int, skipped: list[str]) -> None:
-        """Adopt the post-run state at ``rev``; entries the pull left alone are dropped from the mirror."""
+    def settle(self, now: dict[str, Entry], rev: int, skipped: Iterable[str]) -> None:
+        """Adopt the post-run state at ``rev``. Paths the pull left alone are removed from the mirror
+        (their state forgotten), so the next push brings the workspace's version back: ``rev`` is
+        then the run's base revision, before the workspace's change."""
         self.state = now
         for path in skipped:
-            if path == self.root or not _within(path, self.root):
+            if path == self.root or not _within(path, self.root) or path in self.kept:
                 continue
             rel = self.rel(path)
             _remove(self.directory / rel)
             self._forget(rel)
         self.rev = rev
+
+
+@dataclass
+class PullPlan:
+    """What a run changed, before any file's bytes are read (see :meth:`Mirror.pages`)."""
+
+    files: list[tuple[str, Entry]] = field(default_factory=list)  # (relative path, entry)
+    dirs: list[MirrorDir] = field(default_factory=list)
+    symlinks: list[MirrorSymlink] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    links: list[tuple[str, str]] = field(default_factory=list)  # (relative path, first name's path)
+    # Paths left in the mirror only, with the reason (names the workspace cannot hold, FIFOs…).
+    unsyncable: dict[str, str] = field(default_factory=dict)
+
+    def empty(self) -> bool:
+        return not (self.files or self.dirs or self.symlinks or self.deleted or self.links)
+
+    def size(self) -> int:
+        return sum(entry[2] for _, entry in self.files)
+
+
+NOT_UTF8 = "the name is not UTF-8: the workspace cannot hold it (it stays in the sandbox only)"
+SPECIAL = "not a regular file, directory or symlink (FIFO, socket or device): never synced"
 
 
 class MirrorPool:
@@ -303,7 +431,7 @@ class MirrorPool:
         safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in workspace_id)[:100]
         directory = self.base / f"{safe}.{next(self._made)}"
         if directory.exists():  # left by an earlier process
-            shutil.rmtree(directory, ignore_errors=True)
+            remove_tree(directory)
         return Mirror(directory, self.root)
 
     def idle_mirrors(self, workspace_id: str) -> list[Mirror]:
@@ -318,7 +446,7 @@ class MirrorPool:
         """Drop a mirror (its state is unknown, or the pool no longer keeps it)."""
         mirror.unwatch()
         mirror.drop_standby()
-        shutil.rmtree(mirror.directory, ignore_errors=True)
+        remove_tree(mirror.directory)
 
     def release(self, workspace_id: str, mirror: Mirror) -> bool:
         """Give ``mirror`` back; False when the pool dropped it (enough idle mirrors already)."""
@@ -431,11 +559,110 @@ def _within(path: str, root: str) -> bool:
 
 
 def _remove(host: Path) -> None:
-    if host.is_symlink() or (host.exists() and not host.is_dir()):
+    """Remove whatever is at ``host`` (a whole tree for a directory), never following a link."""
+    try:
+        st = os.lstat(host)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        remove_tree(host)
+    else:
         with contextlib.suppress(FileNotFoundError):
-            host.unlink()
-    elif host.is_dir():
-        shutil.rmtree(host, ignore_errors=True)
+            os.unlink(host)
+
+
+def remove_tree(top: Path | str) -> None:
+    """Remove a directory tree of any depth without recursion and without following links.
+
+    ``shutil.rmtree`` recurses once per level (a tree 1,000 deep raised ``RecursionError`` and was
+    left behind); this walks with an explicit stack of directory descriptors, opened with
+    ``O_NOFOLLOW`` below the parent, and makes read-only directories writable on its way.
+    """
+    top = os.fspath(top)
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(top, flags)
+    except FileNotFoundError:
+        return
+    except NotADirectoryError:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(top)
+        return
+    # One descriptor open at a time (a tree 5,000 deep would otherwise exhaust them): down by name,
+    # back up through "..". Each frame: the names still to remove, and the directory's own name.
+    stack: list[tuple[list[str], str | None]] = [(os.listdir(fd), None)]
+    try:
+        while stack:
+            names, name = stack[-1]
+            if not names:
+                stack.pop()
+                if name is None:
+                    break
+                parent = os.open("..", flags, dir_fd=fd)
+                os.close(fd)
+                fd = parent
+                with contextlib.suppress(FileNotFoundError):
+                    os.rmdir(name, dir_fd=fd)
+                continue
+            child = names.pop()
+            try:
+                st = os.lstat(child, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISDIR(st.st_mode):
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(child, dir_fd=fd)
+                continue
+            if st.st_mode & 0o700 != 0o700:
+                with contextlib.suppress(OSError):
+                    os.chmod(child, 0o700, dir_fd=fd)
+            try:
+                down = os.open(child, flags, dir_fd=fd)
+            except OSError:
+                continue
+            os.close(fd)
+            fd = down
+            stack.append((os.listdir(fd), child))
+    finally:
+        os.close(fd)
+    with contextlib.suppress(FileNotFoundError):
+        os.rmdir(top)
+
+
+def _clear(host: Path) -> None:
+    """Make room for a new file at ``host``: unlink what is there (a directory goes as a tree)."""
+    try:
+        st = os.lstat(host)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        remove_tree(host)
+    else:
+        os.unlink(host)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _open_beneath(directory: Path, rel: str) -> int:
+    """A descriptor of the directory ``rel`` below ``directory``, no link followed on the way."""
+    fd = os.open(directory, _NOFOLLOW | os.O_DIRECTORY)
+    for name in rel.split("/") if rel else ():
+        try:
+            child = os.open(name, _NOFOLLOW | os.O_DIRECTORY, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = child
+    return fd
+
+
+# A mode a mirror gives a file or directory: never setuid or setgid.
+_SAFE_BITS = 0o1777
+# How a push creates a file: never opens what was there (it was unlinked), never follows a link.
+_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 def _make_parent(directory: Path, host: Path) -> None:

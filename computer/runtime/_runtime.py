@@ -300,6 +300,7 @@ class Runtime:
             pushed=exit_event.pushed if exit_event else 0,
             pulled=list(exit_event.pulled) if exit_event else [],
             skipped=list(exit_event.skipped) if exit_event else [],
+            skipped_reasons=_reasons(exit_event),
             id=run.id,
             backend=run.backend,
             error=error,
@@ -399,3 +400,11 @@ class Runtime:
             if close_workspace is not None:
                 with contextlib.suppress(Exception):
                     await close_workspace(str(self._workspace.id))
+
+
+def _reasons(event: ExitEvent | None) -> dict[str, str]:
+    """Why each skipped path was left out: every path of ``skipped`` gets a reason."""
+    if event is None:
+        return {}
+    given = event.skipped_reasons
+    return {path: given.get(path, "left out of the sync") for path in event.skipped}

@@ -22,8 +22,19 @@ from pathlib import Path
 
 from ..storage.paths import canonical, is_within
 from ._assets_bridge import SANDBOX_DIR, AssetsBridge
-from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, PendingPull, SyncLimits, SyncPush
-from ._mirror import Mirror, MirrorPool
+from ._backend import (
+    ExecContext,
+    ExecEvent,
+    ExecRequest,
+    ExitEvent,
+    MirrorFile,
+    PendingPull,
+    PullResult,
+    SyncLimits,
+    SyncPush,
+)
+from ._context import PROTECTED
+from ._mirror import Entry, Mirror, MirrorPool, PullPlan
 from ._process import ProcessOutcome, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, in_background, run_to_completion
 from .types import BackendInfo
@@ -66,9 +77,9 @@ class ShellBackend:
         id: str = "shell",
         mount_root: str = "/workspace",
         network: bool = False,
-        max_file_bytes: int = 1024 * 1024,
-        max_files: int = 10_000,
-        max_sync_bytes: int = 512 * 1024 * 1024,
+        max_file_bytes: int | None = None,
+        max_files: int | None = None,
+        max_sync_bytes: int = 64 * 1024 * 1024,
         memory_mb: int | None = 1024,
         max_processes: int | None = 256,
         cpu_seconds: int | None = None,
@@ -118,14 +129,19 @@ class ShellBackend:
         """The pool of warm workspace mirrors (read-only: pass ``mirror_pool`` to choose it)."""
         return self._mirrors
 
+    def _limited(self) -> bool:
+        return self.limits.max_file_bytes is not None or self.limits.max_files is not None
+
     def _describe(self, startup: float, network: bool) -> str:
         return (
             f"Runs a bash command in a sandbox. The workspace's {self.mount_root} appears at "
             f"{self.mount_root} (the default working directory); files created, changed or deleted there "
             f"are saved back to the workspace when the command ends. Anything outside {self.mount_root} "
-            "(e.g. /tmp) is private to the run. Files over "
-            f"{self.limits.max_file_bytes // 1024} KiB (or beyond {self.limits.max_files} files) are not "
-            "copied in and are protected from changes. Available: "
+            "(e.g. /tmp) is private to the run. File contents, modes, mtimes, symlinks, hard links and "
+            "empty directories are kept; anything left out (a FIFO, a name that is not UTF-8"
+            + (", a file over the backend's size or count limits" if self._limited() else "")
+            + ", a file the workspace changed during the command) is listed in the result's skipped "
+            "paths with the reason. Available: "
             + ", ".join(_COMMANDS)
             + f". Network: {'on' if network else 'off'}. Startup cost about {startup:.0f} ms per command "
             "plus the sync of changed files. Isolation: " + self.sandbox.isolation + "."
@@ -146,9 +162,7 @@ class ShellBackend:
         try:
             if mirror.unsettled is not None:
                 _settle_deferred(mirror, ctx)
-            push = await ctx.sync_push(mirror.rev, self.mount_root, self.limits)
-            # Small steps run inline: a thread hop costs more than applying a handful of entries.
-            pushed = mirror.apply(push) if _small(push) else await asyncio.to_thread(mirror.apply, push)
+            push, pushed = await self._push(mirror, ctx)
             if mirror.watch is not None:
                 mirror.arm()  # drains what the push caused
             else:
@@ -183,32 +197,37 @@ class ShellBackend:
                     async for chunk in output:
                         yield chunk
             if mirror.quiet():  # the program changed nothing: no thread hop for an empty pull
-                pull, now = mirror.collect(self.limits.max_sync_bytes)
+                plan, now = mirror.plan()
             else:
-                pull, now = await asyncio.to_thread(mirror.collect, self.limits.max_sync_bytes)
-            if defer:  # the dispatcher applies the pull; a later run settles the mirror
+                plan, now = await asyncio.to_thread(mirror.plan)
+            mirror.kept = set(plan.unsyncable)
+            left_out = {**{p: mirror.reasons.get(p, PROTECTED) for p in mirror.protected}, **plan.unsyncable}
+            if defer and plan.size() <= self.limits.max_sync_bytes:
+                # The dispatcher applies the pull; a later run settles the mirror.
+                pull = (
+                    mirror.read_all(plan) if plan.empty() else await asyncio.to_thread(mirror.read_all, plan)
+                )
                 mirror.unsettled = (request.id, now)
                 clean = True
                 yield ExitEvent(
                     outcome.exit_code,
                     pushed=pushed,
                     pulled=sorted(bridge.saved),
-                    skipped=sorted(mirror.protected | set(mirror.unsyncable)),
+                    skipped=sorted(left_out),
+                    skipped_reasons=left_out,
                     killed=outcome.timed_out,
                     pending=PendingPull(pull, push.rev, dataclasses.asdict(self.limits)),
                 )
                 return
-            batch = await ctx.sync_pull(pull, push.rev)
-            if batch.skipped:  # the mirror drops what the pull left alone
-                await asyncio.to_thread(mirror.settle, now, batch.rev, batch.skipped)
-            else:
-                mirror.settle(now, batch.rev, batch.skipped)
+            result = await self._pull(mirror, ctx, plan, now, push.rev)
+            skipped = {**result.reasons, **left_out}
             clean = True
             yield ExitEvent(
                 outcome.exit_code,
                 pushed=pushed,
-                pulled=sorted(set(batch.applied) | set(bridge.saved)),
-                skipped=sorted(set(batch.skipped) | mirror.protected | set(mirror.unsyncable)),
+                pulled=sorted(set(result.applied) | set(bridge.saved)),
+                skipped=sorted(skipped),
+                skipped_reasons=skipped,
                 killed=outcome.timed_out,
             )
         finally:
@@ -223,6 +242,81 @@ class ShellBackend:
                 # writing it, so it is never reused; the next run takes a fresh mirror (full push).
                 mirror.invalidate()
                 await asyncio.to_thread(self._mirrors.discard, mirror)
+
+    async def _push(self, mirror: Mirror, ctx: ExecContext) -> tuple[SyncPush, int]:
+        """Bring ``mirror`` to the workspace's current revision, page by page; the first page (whose
+        revision the mirror then reflects) and how many files were written.
+
+        A file larger than a page arrives in pieces of at most a page, written in place, so memory
+        stays one page whatever the tree holds. A continuation page that is no longer of the same kind
+        (the change log was trimmed meanwhile) starts the push over as a full one.
+        """
+        limits = self.limits
+        first: SyncPush | None = None
+        pushed = 0
+        while True:
+            page = await ctx.sync_push(mirror.rev, self.mount_root, limits)
+            if first is not None and page.full != first.full:
+                mirror.invalidate()
+                first, pushed, limits = None, 0, self.limits
+                continue
+            starting = first is None
+            if starting:
+                first = page
+            if _small(page):  # a thread hop costs more than applying a handful of entries
+                pushed += mirror.apply(page, first=starting)
+            else:
+                pushed += await asyncio.to_thread(mirror.apply, page, first=starting)
+            for file in list(mirror.unfilled):
+                await self._fill(mirror, ctx, file)
+            mirror.unfilled = []
+            if not page.more:
+                break
+            limits = dataclasses.replace(self.limits, after=page.cursor)
+        assert first is not None
+        mirror.finish_push(first.rev)
+        return first, pushed
+
+    async def _fill(self, mirror: Mirror, ctx: ExecContext, file: MirrorFile) -> None:
+        """Fetch a large file's bytes in pieces of at most a page, each written in place."""
+        piece = max(1 << 20, self.limits.max_sync_bytes)
+        offset = 0
+        while offset < file.length:
+            try:
+                data = await ctx.fs_call("read_file", {"path": file.path, "offset": offset, "length": piece})
+            except FileNotFoundError:
+                return  # removed meanwhile: the next push removes it here too
+            await asyncio.to_thread(mirror.fill, file, offset, bytes(data))
+            if len(data) < piece:
+                return
+            offset += len(data)
+
+    async def _pull(
+        self, mirror: Mirror, ctx: ExecContext, plan: PullPlan, now: dict[str, Entry], base_rev: int
+    ) -> PullResult:
+        """Apply what the run changed, page by page, then settle the mirror on the outcome."""
+        applied: list[str] = []
+        reasons: dict[str, str] = {}
+        own: list[int] = []
+        rev = base_rev
+        # Nothing changed: the mirror still reflects ``base_rev`` exactly (no round trip needed; claiming
+        # more would count a workspace change made during the run as mirrored).
+        if not plan.empty():
+            pages = mirror.pages(plan, self.limits.max_sync_bytes)
+            try:
+                while (page := await asyncio.to_thread(next, pages, None)) is not None:
+                    result = await ctx.sync_pull(dataclasses.replace(page, own_revs=own), base_rev)
+                    own += result.own_revs
+                    applied += result.applied
+                    reasons.update(result.reasons)
+                    rev = result.rev
+            finally:
+                pages.close()
+        if reasons:  # the mirror drops what the pull left alone
+            await asyncio.to_thread(mirror.settle, now, rev, list(reasons))
+        else:
+            mirror.settle(now, rev, ())
+        return PullResult(rev, applied, sorted(reasons), reasons, own)
 
     def _remove_evicted(self) -> None:
         """Remove the idle mirrors the pool's bound pushed out, in a worker thread (each is a tree)."""
@@ -309,7 +403,7 @@ def _small(push: SyncPush) -> bool:
     """A push worth applying without a thread hop: incremental, a few entries, a few KiB."""
     if push.full or len(push.files) + len(push.dirs) + len(push.symlinks) + len(push.deleted) > 8:
         return False
-    return sum(len(f.data) for f in push.files) <= 64 * 1024
+    return sum(f.length for f in push.files) <= 64 * 1024
 
 
 def _settle_deferred(mirror: Mirror, ctx: ExecContext) -> None:

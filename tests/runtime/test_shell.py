@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import secrets
 
@@ -96,13 +97,20 @@ async def test_workspace_changes_between_runs_reach_the_mirror(ws: computer.Work
     assert result.stdout == ".\n./d\n./d/other.txt\n./moved.txt\n"
 
 
-async def test_file_above_the_mirror_limit_is_protected(ws: computer.Workspace) -> None:
+async def test_file_above_an_explicit_size_limit_is_protected_and_reported() -> None:
+    async with computer.Workspace(backends=[ShellBackend(max_file_bytes=1024 * 1024)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await _file_above_the_limit_is_protected(ws)
+
+
+async def _file_above_the_limit_is_protected(ws: computer.Workspace) -> None:
     big = os.urandom(1024 * 1024 + 1)
     await ws.fs.write_file("/workspace/big.bin", big)
     await ws.fs.write_file("/workspace/small.txt", "s")
     result = await (await ws.runtime.exec("ls; echo overwritten > big.bin; cat small.txt")).result()
     assert result.stdout == "small.txt\ns"
     assert "/workspace/big.bin" in result.skipped
+    assert "max_file_bytes" in result.skipped_reasons["/workspace/big.bin"]
     assert await ws.fs.read_file("/workspace/big.bin") == big
     result = await (await ws.runtime.exec("rm -f big.bin; rm -rf /workspace/*")).result()
     assert await ws.fs.read_file("/workspace/big.bin") == big
@@ -119,6 +127,7 @@ async def test_files_beyond_the_mirror_count_are_protected() -> None:
         assert result.stdout == "3\n"
         assert len(result.skipped) == 2
         assert sorted(await ws.fs.ls("/workspace")) == sorted(result.skipped)
+        assert all("max_files" in result.skipped_reasons[p] for p in result.skipped)
 
 
 async def test_a_file_changed_in_the_workspace_during_the_run_keeps_the_workspace_version(
@@ -241,31 +250,41 @@ async def test_names_the_workspace_cannot_hold_are_skipped_without_losing_the_re
     assert sorted(await ws.fs.ls("/workspace")) == ["/workspace/new\nline", "/workspace/ok é 😀"]
     assert await ws.fs.readlink("/workspace/link") == "ok"
     assert "/workspace/bad\\xff" in result.skipped
+    assert "UTF-8" in result.skipped_reasons["/workspace/bad\\xff"]
+    assert "FIFO" in result.skipped_reasons["/workspace/pipe"]
 
 
-async def test_files_beyond_the_bytes_one_push_may_carry_are_protected() -> None:
+async def test_a_push_larger_than_a_page_arrives_whole_in_pages() -> None:
     backend = ShellBackend(max_sync_bytes=2500)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         for i in range(4):
-            await ws.fs.write_file(f"/workspace/{i}.bin", bytes(1000))
-        result = await (await ws.runtime.exec("ls | wc -l")).result()
-        assert result.stdout == "2\n"
-        assert len(result.skipped) == 2
+            await ws.fs.write_file(f"/workspace/{i}.bin", bytes([i]) * 1000)
+        await ws.fs.write_file("/workspace/big.bin", os.urandom(10_000))  # in pieces of a page
+        result = await (await ws.runtime.exec("ls | wc -l; sha256sum big.bin; cat 3.bin | wc -c")).result()
+        digest = hashlib.sha256(await ws.fs.read_file("/workspace/big.bin")).hexdigest()
+        assert result.stdout == f"5\n{digest}  big.bin\n1000\n"
+        assert result.skipped == []
+        assert result.pushed == 5
 
 
-async def test_files_beyond_the_bytes_one_pull_may_carry_stay_out_of_the_workspace() -> None:
+async def test_a_pull_larger_than_a_page_reaches_the_workspace_whole() -> None:
     backend = ShellBackend(max_sync_bytes=2500)
     async with computer.Workspace(backends=[backend]) as ws:
         result = await (
-            await ws.runtime.exec("head -c 2000 /dev/zero > a.bin; head -c 2000 /dev/zero > b.bin")
+            await ws.runtime.exec(
+                "head -c 2000 /dev/zero > a.bin; head -c 2000 /dev/zero > b.bin; head -c 9000 /dev/urandom > c"
+            )
         ).result()
         assert result.status == "completed"
-        assert len(await ws.fs.ls("/workspace")) == 1
-        assert len([p for p in result.skipped if p.endswith(".bin")]) == 1
+        assert result.skipped == []
+        assert sorted(await ws.fs.ls("/workspace")) == ["/workspace/a.bin", "/workspace/b.bin", "/workspace/c"]
+        assert (await ws.fs.stat("/workspace/c")).size == 9000
+        again = await (await ws.runtime.exec("wc -c < c")).result()
+        assert again.stdout == "9000\n" and again.pushed == 0
 
 
-async def test_symlinks_made_by_a_run_are_synced_when_they_point_inside_the_mount_root(
+async def test_symlinks_made_by_a_run_are_synced_verbatim_whatever_they_point_at(
     ws: computer.Workspace,
 ) -> None:
     await ws.fs.write_file("/workspace/target.txt", "t")
@@ -280,14 +299,12 @@ async def test_symlinks_made_by_a_run_are_synced_when_they_point_inside_the_moun
     assert await ws.fs.readlink("/workspace/rel") == "target.txt"
     assert await ws.fs.readlink("/workspace/abs") == "/workspace/target.txt"
     assert await ws.fs.read_text("/workspace/was-file") == "t"
-    # Links out of the mount root name the sandbox's own files: reported, never pulled.
-    assert {"/workspace/out", "/workspace/up"} <= set(result.skipped)
-    for name in ("out", "up"):
-        try:
-            await ws.fs.readlink(f"/workspace/{name}")
-        except FileNotFoundError:
-            continue
-        raise AssertionError(f"/workspace/{name} was pulled")
+    # Links out of the mount root are kept as written: they resolve inside the sandbox only.
+    assert await ws.fs.readlink("/workspace/out") == "/etc/passwd"
+    assert await ws.fs.readlink("/workspace/up") == "../../etc/passwd"
+    assert result.skipped == []
+    seen = await (await ws.runtime.exec("readlink out up; head -c 5 out")).result()
+    assert seen.stdout == "/etc/passwd\n../../etc/passwd\nroot:"
     again = await (await ws.runtime.exec("ln -sfn abs rel; readlink rel; cat was-file")).result()
     assert again.stdout == "abs\nt"
     assert again.pushed == 0  # the run's own links were not sent back
