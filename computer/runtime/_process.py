@@ -1,23 +1,98 @@
-"""Stream one sandboxed process: output chunks as they come, stdin fed, timeout, whole-tree kill."""
+"""A sandboxed process (``SandboxProcess``: the launcher plus its cgroups, whole-tree kill) and
+``stream_process``: its output chunks as they come, stdin fed, timeout."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 from collections.abc import AsyncGenerator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
-from ._sandbox import SandboxProcess, in_background, run_to_completion
+from ._cgroups import remove_groups, sweep
+from ._tasks import in_background, run_to_completion
 
-__all__ = ["TIMEOUT_EXIT_CODE", "ProcessOutcome", "stream_process"]
+__all__ = ["TIMEOUT_EXIT_CODE", "ProcessOutcome", "SandboxProcess", "close_transport", "stream_process"]
 
 log = logging.getLogger(__name__)
 
 TIMEOUT_EXIT_CODE = 124
 _QUEUE_CHUNKS = 8  # per run, both streams together: bounded memory, back-pressure on the program
+# How long a kill waits for the launcher to be reaped and its pipes to close before closing them.
+_REAP_TIMEOUT = 10.0
+
+
+@dataclass
+class SandboxProcess:
+    """A launched program: the launcher process plus its cgroups."""
+
+    proc: asyncio.subprocess.Process
+    cgroups: list[Path] = field(default_factory=list)
+    killed: bool = False
+    # In its own pid namespace (bubblewrap): every process of the run ends when the launcher does.
+    contained: bool = False
+
+    async def kill_tree(self) -> None:
+        """SIGKILL everything the run started, then reap the launcher.
+
+        ``proc.wait()`` ends only once the launcher is reaped *and* its pipes reached EOF; a process
+        out of reach (no cgroups, and a bubblewrap child that outlived its parent because the kill
+        came before it armed its parent-death signal) could hold them forever, so after
+        ``_REAP_TIMEOUT`` our ends of the pipes are closed instead.
+        """
+        self.killed = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        if self.cgroups:
+            await asyncio.to_thread(sweep, self.cgroups)
+        try:
+            await asyncio.wait_for(self.proc.wait(), timeout=_REAP_TIMEOUT)
+        except TimeoutError:
+            log.warning(
+                "sandbox launcher %s: its pipes stayed open after the kill; closing them", self.proc.pid
+            )
+            close_transport(self.proc)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.proc.wait(), timeout=1)
+        except Exception:  # a kill must not fail on a process that is already gone
+            pass
+
+    async def discard(self) -> None:
+        """Kill the tree, reap it and remove the cgroups, even if the caller is cancelled meanwhile."""
+
+        async def discard() -> None:
+            await self.kill_tree()
+            await asyncio.to_thread(self.cleanup)
+
+        await run_to_completion(discard())
+
+    def cleanup(self) -> None:
+        """Kill leftovers in the cgroups and remove them (after the launcher exited; blocking)."""
+        groups, self.cgroups = self.cgroups, []
+        remove_groups(groups)
+
+    def kill_now(self) -> None:
+        """SIGKILL the launcher's process group and remove the cgroups, from any thread, without an
+        event loop (blocking)."""
+        self.killed = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.cleanup()
+
+
+def close_transport(proc: asyncio.subprocess.Process) -> None:
+    """Close our ends of the process's pipes (asyncio offers no public way)."""
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            transport.close()
 
 
 @dataclass(slots=True)

@@ -167,7 +167,7 @@ def test_sandbox_rlimits_never_go_above_a_hard_limit_already_lower() -> None:
     import resource
     import subprocess
 
-    from computer.runtime._sandbox import SandboxLimits, _set_limits
+    from computer.runtime._limits import SandboxLimits, set_limits
 
     low = 1024 * 1024
 
@@ -176,7 +176,7 @@ def test_sandbox_rlimits_never_go_above_a_hard_limit_already_lower() -> None:
 
     child = subprocess.Popen(["sleep", "30"], preexec_fn=lower)
     try:
-        _set_limits(child.pid, SandboxLimits(memory_mb=64, max_file_bytes=8 * low, max_processes=9))
+        set_limits(child.pid, SandboxLimits(memory_mb=64, max_file_bytes=8 * low, max_processes=9))
         assert resource.prlimit(child.pid, resource.RLIMIT_FSIZE) == (low, low)
         assert resource.prlimit(child.pid, resource.RLIMIT_AS) == (64 * low, 64 * low)
         assert resource.prlimit(child.pid, resource.RLIMIT_NPROC) == (9, 9)

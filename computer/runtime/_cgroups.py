@@ -1,0 +1,109 @@
+"""cgroup v1 ``memory`` and ``pids`` groups, one per run, under ``/sys/fs/cgroup/<controller>/computer-exec``.
+
+A run's groups are made before its sandbox starts, joined by its first process (see ``_admission``),
+swept with SIGKILL when the run ends and removed. Groups of processes that died without removing
+theirs are removed by the next process that probes cgroups.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import secrets
+import signal
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from ._limits import SandboxLimits
+
+__all__ = ["CGROUP_PARENT", "CGROUP_ROOT", "cgroup_writable", "make_groups", "remove_groups", "sweep"]
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+CGROUP_PARENT = "computer-exec"
+
+
+def make_groups(controllers: Iterable[str], limits: SandboxLimits) -> list[Path]:
+    """Fresh groups for one run in each of ``controllers``, with ``limits`` written; a controller
+    whose group cannot be made or limited is left out."""
+    groups: list[Path] = []
+    name = f"run-{os.getpid()}-{secrets.token_hex(4)}"
+    for controller in sorted(controllers):
+        group = CGROUP_ROOT / controller / CGROUP_PARENT / name
+        try:
+            group.mkdir(parents=True)
+            if controller == "memory" and limits.memory_mb:
+                limit = str(limits.memory_mb * 1024 * 1024)
+                (group / "memory.limit_in_bytes").write_text(limit)
+                with contextlib.suppress(OSError):
+                    (group / "memory.memsw.limit_in_bytes").write_text(limit)
+            if controller == "pids" and limits.max_processes:
+                (group / "pids.max").write_text(str(limits.max_processes))
+        except OSError:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+            continue
+        groups.append(group)
+    return groups
+
+
+def sweep(groups: Sequence[Path]) -> None:
+    """SIGKILL every process in ``groups`` (a few rounds: a process may fork while it is swept)."""
+    for group in groups:
+        for _ in range(20):
+            try:
+                pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+            except OSError:
+                break
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+
+
+def remove_groups(groups: Sequence[Path]) -> None:
+    """Kill what is left in ``groups`` and remove them (blocking: call it from a worker thread on an
+    event loop). A group that stays busy for 0.5 s is left to the stale-group sweep."""
+    sweep(groups)
+    for group in groups:
+        for _ in range(50):
+            try:
+                group.rmdir()
+                break
+            except FileNotFoundError:
+                break
+            except OSError:
+                sweep([group])
+                time.sleep(0.01)
+
+
+@functools.cache
+def cgroup_writable(controller: str) -> bool:
+    """Whether this process can make run groups under ``controller`` (probed once; the first probe
+    also removes the stale groups of dead processes)."""
+    parent = CGROUP_ROOT / controller / CGROUP_PARENT
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        test = parent / f"probe-{os.getpid()}"
+        test.mkdir()
+        test.rmdir()
+    except OSError:
+        return False
+    remove_stale_groups(parent)
+    return True
+
+
+def remove_stale_groups(parent: Path) -> None:
+    """Remove the run groups of processes that are gone (killed before they could remove them, e.g. a
+    pool worker with standby sandboxes killed at shutdown); their programs died with them."""
+    for group in parent.glob("run-*-*"):
+        try:
+            pid = int(group.name.split("-")[1])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            remove_groups([group])
+        except (ValueError, IndexError, PermissionError):
+            continue

@@ -1,0 +1,105 @@
+"""``Standby``: a sandbox started ahead of its program (see :meth:`Sandbox.prepare`).
+
+A standby sandbox runs a stub bash line: it reads its program's command line as a script from a
+control pipe (until the host closes it) and sources it; the script ``exec``s the program. Closing the
+pipe without writing ends the standby cleanly (an empty script).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ._process import SandboxProcess
+
+__all__ = ["STANDBY_STUB", "Standby", "write_all"]
+
+STANDBY_STUB = ". /dev/fd/{fd}"
+# The stub starts with an empty environment; bash itself exports these. The script unsets them and
+# hands the program its environment as assignments on ``exec`` (one exec, where ``env -i`` costs a
+# second one: 0.4 ms). bash adds SHLVL=0, which the program's bash turns into 1 as it does
+# when SHLVL is unset. Names bash refuses or rewrites there (read-only variables, SHLVL, ``_``) and
+# names that are not shell identifiers go through ``env -i`` instead.
+_STUB_EXPORTS = "PWD OLDPWD SHLVL _"
+_NOT_ON_EXEC = frozenset({"BASHOPTS", "BASH_VERSINFO", "EUID", "PPID", "SHELLOPTS", "UID", "SHLVL", "_"})
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+# A script this small always fits an empty pipe (64 KiB on Linux): it is written without a thread.
+_DIRECT_WRITE = 32 * 1024
+
+
+@dataclass
+class Standby:
+    """A sandbox started ahead of its program: namespaces, binds, cgroups and rlimits are in place and
+    a stub bash waits for the command line.
+
+    :meth:`start` hands it the program; it then behaves exactly like :meth:`Sandbox.spawn`'s process.
+    A standby is single-use and bound to the event loop that made it.
+    """
+
+    process: SandboxProcess
+    control: int | None  # write end of the stub's control pipe
+    stub_fd: int  # the read end's number in the stub (closed before the program starts)
+    loop: asyncio.AbstractEventLoop
+
+    def usable(self) -> bool:
+        """Still waiting for its program, on this event loop."""
+        try:
+            same_loop = asyncio.get_running_loop() is self.loop
+        except RuntimeError:
+            same_loop = False
+        return same_loop and self.control is not None and self.process.proc.returncode is None
+
+    async def start(self, command: Sequence[str], *, cwd: str, env: dict[str, str]) -> SandboxProcess:
+        """Run ``command`` in ``cwd`` with exactly ``env`` (raises ``BrokenPipeError`` when the stub
+        is gone; the standby is then spent and should be discarded)."""
+        if self.control is None:
+            raise BrokenPipeError("this standby sandbox was already used or closed")
+        program = " ".join(shlex.quote(w) for w in command)
+        if all(_IDENTIFIER.match(key) and key not in _NOT_ON_EXEC for key in env):
+            assigned = " ".join(f"{key}={shlex.quote(value)}" for key, value in env.items())
+            body = (
+                f"cd -P -- {shlex.quote(cwd)} || exit 125\nunset {_STUB_EXPORTS}\n{assigned} exec {program}"
+            )
+        else:
+            words = ["/usr/bin/env", "-i", "-C", cwd, "--", *(f"{k}={v}" for k, v in env.items())]
+            body = "exec " + " ".join(shlex.quote(w) for w in words) + f" {program}"
+        script = f"exec {self.stub_fd}<&-\n{body}\n".encode("utf-8", "surrogateescape")
+        fd, self.control = self.control, None
+        if len(script) <= _DIRECT_WRITE:
+            write_all(fd, script)
+        else:  # the stub reads while we write: do not block the event loop on a full pipe
+            await asyncio.to_thread(write_all, fd, script)
+        return self.process
+
+    def close(self) -> None:
+        """Let the stub end (it reads an empty script); thread-safe, idempotent. Reaping is
+        :meth:`discard`'s job, or the caller's."""
+        fd, self.control = self.control, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    async def discard(self) -> None:
+        """End the standby, reap it and remove its cgroups."""
+        self.close()
+        await self.process.discard()
+
+    def discard_now(self) -> None:
+        """End the standby from any thread or after its loop is gone: kill, then remove its cgroups."""
+        self.close()
+        self.process.kill_now()
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to the blocking descriptor ``fd``, then close it."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
