@@ -47,3 +47,43 @@ async def a_file_changed_during_a_run_keeps_the_workspace_version(ws: Any) -> No
     assert await ws.fs.read_text("/workspace/other.txt") == "other\n"
     after = await (await ws.runtime.exec("cat shared.txt other.txt")).result()
     assert after.stdout == "workspace\nother\n"
+
+
+async def _when_ready(ws: Any, source: str) -> Any:
+    """Start ``source`` (which prints ``ready`` first) and return its handle once it has."""
+    handle = await ws.runtime.exec(source)
+    async for snapshot in handle:
+        if "ready" in snapshot.stdout:
+            return handle
+    raise AssertionError("the run ended before it was ready")
+
+
+async def a_write_during_a_run_that_changes_nothing_reaches_the_next_run(ws: Any) -> None:
+    """Issue 16: a run with an empty pull used to claim the workspace's current revision, so a write
+    made while it ran was taken as mirrored (``pushed=0``), and a later ``sed -i`` wrote the stale
+    content back over it."""
+    await ws.fs.write_file("/workspace/notes.txt", "old line\n")
+    await (await ws.runtime.exec("cat notes.txt")).result()
+    handle = await _when_ready(ws, "echo ready; sleep 1")
+    await ws.fs.write_file("/workspace/notes.txt", "new line\n")
+    idle = await handle.result()
+    assert idle.status == "completed" and idle.skipped == []
+    seen = await (await ws.runtime.exec("cat notes.txt")).result()
+    assert seen.stdout == "new line\n" and seen.pushed == 1
+    await (await ws.runtime.exec("sed -i 's/line/LINE/' notes.txt")).result()
+    assert await ws.fs.read_text("/workspace/notes.txt") == "new LINE\n"
+
+
+async def a_conflicted_path_comes_back_with_the_workspace_version(ws: Any) -> None:
+    """Issue 16: after a run and a workspace write race on one new path (the workspace wins, the path
+    is skipped with a reason), the next run sees the workspace's file, and its own edit of it is an
+    ordinary edit of that version."""
+    handle = await _when_ready(ws, "echo ready; sleep 1; echo sandbox > b.txt")
+    await ws.fs.write_file("/workspace/b.txt", "workspace\n")
+    raced = await handle.result()
+    assert raced.skipped == ["/workspace/b.txt"]
+    assert "changed in the workspace" in raced.skipped_reasons["/workspace/b.txt"]
+    seen = await (await ws.runtime.exec("cat b.txt")).result()
+    assert seen.stdout == "workspace\n"
+    await (await ws.runtime.exec("echo more >> b.txt")).result()
+    assert await ws.fs.read_text("/workspace/b.txt") == "workspace\nmore\n"

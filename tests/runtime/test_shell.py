@@ -7,7 +7,11 @@ import hashlib
 import os
 import secrets
 
-from exec_cases import a_file_changed_during_a_run_keeps_the_workspace_version
+from exec_cases import (
+    a_conflicted_path_comes_back_with_the_workspace_version,
+    a_file_changed_during_a_run_keeps_the_workspace_version,
+    a_write_during_a_run_that_changes_nothing_reaches_the_next_run,
+)
 
 import computer
 from computer.runtime import ShellBackend
@@ -134,6 +138,14 @@ async def test_a_file_changed_in_the_workspace_during_the_run_keeps_the_workspac
     ws: computer.Workspace,
 ) -> None:
     await a_file_changed_during_a_run_keeps_the_workspace_version(ws)
+
+
+async def test_a_write_during_a_run_that_changes_nothing_reaches_the_next_run(ws: computer.Workspace) -> None:
+    await a_write_during_a_run_that_changes_nothing_reaches_the_next_run(ws)
+
+
+async def test_a_conflicted_path_comes_back_with_the_workspace_version(ws: computer.Workspace) -> None:
+    await a_conflicted_path_comes_back_with_the_workspace_version(ws)
 
 
 def _alive(marker: str) -> list[int]:
