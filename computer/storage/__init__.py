@@ -17,6 +17,7 @@ from .types import (
     FindEntry,
     GrepContextLine,
     GrepMatch,
+    ManifestEntry,
 )
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "GrepContextLine",
     "GrepMatch",
     "LockTable",
+    "ManifestEntry",
     "error_from_wire",
     "error_to_wire",
     "fs_error",

@@ -29,17 +29,18 @@ PAGE_SIZE = 256
 
 
 _CHILDREN_SQL = (
-    "SELECT d.name, d.child, i.kind, i.size, i.mode, i.mtime FROM dirents d JOIN inodes i "
+    "SELECT d.name, d.child, i.kind, i.size, i.mode, i.mtime, i.nlink FROM dirents d JOIN inodes i "
     "ON i.id = d.child WHERE d.parent = ? ORDER BY d.name"
 )
 
+Row = tuple[str, int, int, int, int, int, int]  # (path, kind, size, mode, mtime, inode, nlink)
 
-def walk_tree(db: Database, ino: int, path: str) -> Iterator[tuple[str, int, int, int, int]]:
-    """Every node below a directory: ``(path, kind, size, mode, mtime)``, depth-first in name order.
 
-    One query per directory; a directory comes right before its subtree.
+def walk_tree(db: Database, ino: int, path: str) -> Iterator[Row]:
+    """Every node below a directory: ``(path, kind, size, mode, mtime, inode, nlink)``, depth-first in
+    name order. One query per directory; a directory comes right before its subtree.
     """
-    work: list[Iterator[tuple[str, int, int, int, int, int]]] = [
+    work: list[Iterator[tuple[str, int, int, int, int, int, int]]] = [
         iter(db.execute(_CHILDREN_SQL, (ino,)).fetchall())
     ]
     paths = [path]
@@ -49,9 +50,9 @@ def walk_tree(db: Database, ino: int, path: str) -> Iterator[tuple[str, int, int
             work.pop()
             paths.pop()
             continue
-        name, child, kind, size, mode, mtime = row
+        name, child, kind, size, mode, mtime, nlink = row
         cpath = join(paths[-1], name)
-        yield cpath, kind, size, mode, mtime
+        yield cpath, kind, size, mode, mtime, child, nlink
         if kind == DIR:
             work.append(iter(db.execute(_CHILDREN_SQL, (child,)).fetchall()))
             paths.append(cpath)

@@ -22,7 +22,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 from ._chunks import CHUNK_SIZE, Buffer, ChunkCutter, decode_chunk
 from ._chunkstore import ChunkStore
@@ -33,7 +33,7 @@ from ._stream import ChunkStream
 from .errors import fs_error
 from .locks import LockTable
 from .paths import canonical, is_within, join, parts, split
-from .types import BatchResult, Change, ChangeSet, DirEntry, FileStat, FindEntry, GrepMatch
+from .types import BatchResult, Change, ChangeSet, DirEntry, FileStat, FindEntry, GrepMatch, ManifestEntry
 
 __all__ = ["FileSystem"]
 
@@ -428,12 +428,16 @@ class FileSystem:
         size: int,
         mode: int | None,
         mtime: int | None = None,
+        *,
+        detach: bool = False,
     ) -> None:
         """Point ``real`` at the chunk list ``ids`` (already referenced), replacing an existing file.
 
         One chunk goes into the inode row itself; two or more into ``file_chunks``. ``mtime`` (ms) is
         kept exactly when given (a pull keeps the program's); otherwise now, and on an overwrite
-        strictly later than the old one.
+        strictly later than the old one. ``detach``: a file of several names (hard links) gets a new
+        node for this name instead of new content for all of them (the batch's rule: a pull sends the
+        names that still share the file as ``links``).
         """
         db = self._db
         if node is not None and node[1] == DIR:
@@ -444,6 +448,14 @@ class FileSystem:
             self._link(pino, name, ino, real, FILE)
             old_size = 0
             old_ids: list[int] = []
+        elif detach and int(db.one("SELECT nlink FROM inodes WHERE id = ?", (node[0],))[0]) > 1:
+            old_mode = int(db.one("SELECT mode FROM inodes WHERE id = ?", (node[0],))[0])
+            db.execute("UPDATE inodes SET nlink = nlink - 1 WHERE id = ?", (node[0],))
+            ino = self._new_inode(FILE, old_mode if mode is None else mode, size, chunk=one, mtime=mtime)
+            db.execute("UPDATE dirents SET child = ? WHERE parent = ? AND name = ?", (ino, pino, name))
+            self._cache[real] = (ino, FILE)
+            old_size = 0
+            old_ids = []
         else:
             ino = node[0]
             old_size, old_mtime, old_one = db.one(
@@ -493,10 +505,11 @@ class FileSystem:
             db.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (id INTEGER PRIMARY KEY)")
             db.execute("DELETE FROM temp.doomed")
             db.execute(
-                "INSERT INTO temp.doomed (id) WITH RECURSIVE sub(id) AS (SELECT ? UNION ALL "
+                "INSERT OR IGNORE INTO temp.doomed (id) WITH RECURSIVE sub(id) AS (SELECT ? UNION ALL "
                 "SELECT d.child FROM dirents d JOIN sub ON d.parent = sub.id) SELECT id FROM sub",
                 (ino,),
             )
+            self._spare_linked_survivors()
             freed = db.one(
                 "SELECT coalesce(sum(size), 0) FROM inodes WHERE kind = ? AND id IN (SELECT id FROM temp.doomed)",
                 (FILE,),
@@ -512,9 +525,35 @@ class FileSystem:
             self.chunks.decref_counts((int(c), int(n)) for c, n in counts)
             self._pending_logical -= int(freed)
         else:
-            size, one = db.one("DELETE FROM inodes WHERE id = ? RETURNING size, chunk", (ino,))
-            self._release(((kind, size, one, ino),))
+            row = db.one("DELETE FROM inodes WHERE id = ? AND nlink <= 1 RETURNING size, chunk", (ino,))
+            if row is None:  # another name of this file (a hard link) keeps it
+                db.execute("UPDATE inodes SET nlink = nlink - 1 WHERE id = ?", (ino,))
+            else:
+                self._release(((kind, row[0], row[1], ino),))
         self._forget(path, kind)
+
+    def _spare_linked_survivors(self) -> None:
+        """Take out of ``temp.doomed`` the files that keep a name outside the doomed tree (hard links),
+        lowering their link count by the names the tree held. A probe of the partial index of
+        linked inodes: nothing more when no doomed file has a second name."""
+        db = self._db
+        linked = db.execute(
+            "SELECT id, nlink FROM inodes WHERE nlink > 1 AND id IN (SELECT id FROM temp.doomed)"
+        ).fetchall()
+        if not linked:
+            return
+        inside = dict(
+            db.execute(
+                "SELECT child, count(*) FROM dirents WHERE parent IN (SELECT id FROM temp.doomed) "
+                "AND child IN (SELECT value FROM json_each(?)) GROUP BY child",
+                (json.dumps([int(i) for i, _ in linked]),),
+            ).fetchall()
+        )
+        for ino, nlink in linked:
+            left = int(nlink) - int(inside.get(ino, 0))
+            if left > 0:
+                db.execute("UPDATE inodes SET nlink = ? WHERE id = ?", (left, ino))
+                db.execute("DELETE FROM temp.doomed WHERE id = ?", (ino,))
 
     def _release(self, removed: Iterable[tuple[int, int, int | None, int]]) -> None:
         """Drop the content of deleted inode rows ``(kind, size, one-chunk id, inode)``: their chunk
@@ -544,10 +583,22 @@ class FileSystem:
         db.executemany(
             "DELETE FROM dirents WHERE parent = ? AND name = ?", [(p, n) for _, p, n, _, _ in leaves]
         )
+        names = Counter(ino for *_, ino, _ in leaves)
         rows = db.execute(
-            "DELETE FROM inodes WHERE id IN (SELECT value FROM json_each(?)) RETURNING kind, size, chunk, id",
-            (json.dumps([ino for *_, ino, _ in leaves]),),
+            "DELETE FROM inodes WHERE id IN (SELECT value FROM json_each(?)) AND nlink <= 1 "
+            "RETURNING kind, size, chunk, id",
+            (json.dumps(list(names)),),
         ).fetchall()
+        if len(rows) < len(names):  # files of several names (hard links): one fewer per name removed
+            for ino in set(names).difference(int(r[3]) for r in rows):
+                row = db.one(
+                    "DELETE FROM inodes WHERE id = ? AND nlink <= ? RETURNING kind, size, chunk, id",
+                    (ino, names[ino]),
+                )
+                if row is None:
+                    db.execute("UPDATE inodes SET nlink = nlink - ? WHERE id = ?", (names[ino], ino))
+                else:
+                    rows.append(row)
         self._release(rows)
         for real, _, _, _, kind in leaves:
             self._forget(real, kind)
@@ -649,7 +700,9 @@ class FileSystem:
         """Metadata of ``path``, following symlinks; ``name`` is the last segment (``""`` for ``/``)."""
         p = self._canon(path)
         ino, kind, _ = self._resolve_read(p)
-        mode, mtime, size = self._db.one("SELECT mode, mtime, size FROM inodes WHERE id = ?", (ino,))
+        mode, mtime, size, nlink = self._db.one(
+            "SELECT mode, mtime, size, nlink FROM inodes WHERE id = ?", (ino,)
+        )
         return FileStat(
             name=split(p)[1],
             mode=int(mode),
@@ -657,6 +710,8 @@ class FileSystem:
             size=int(size),
             is_file=kind == FILE,
             is_directory=kind == DIR,
+            ino=ino,
+            nlink=int(nlink),
         )
 
     async def exists(self, path: str) -> bool:
@@ -719,18 +774,36 @@ class FileSystem:
             return []
         return [row[0] for row in walk_tree(self._db, ino, p) if row[1] == FILE]
 
-    def manifest(self, root: str) -> list[tuple[str, str, int, int, int]]:
+    @overload
+    def manifest(
+        self, root: str, *, inodes: Literal[False] = False
+    ) -> list[tuple[str, str, int, int, int]]: ...
+
+    @overload
+    def manifest(self, root: str, *, inodes: Literal[True]) -> list[ManifestEntry]: ...
+
+    def manifest(
+        self, root: str, *, inodes: bool = False
+    ) -> list[tuple[str, str, int, int, int]] | list[ManifestEntry]:
         """Every node below ``root``: ``(path, "file"|"dir"|"symlink", size, mode, mtime)``, in walk order.
 
+        With ``inodes=True`` each is a :class:`ManifestEntry`, the same five fields then ``ino`` and
+        ``nlink``: names sharing an ``ino`` are hard links of one file. (The plain five-tuple stays the
+        default so that callers unpacking five values keep working.)
         ENOENT when ``root`` is missing; ``[]`` when it is not a directory.
         """
         p = self._canon(root)
         ino, kind, _ = self._resolve_read(p)
         if kind != DIR:
             return []
+        if inodes:
+            return [
+                ManifestEntry(path, KIND_NAMES[k], size, mode, mtime, node, nlink)  # type: ignore[arg-type]
+                for path, k, size, mode, mtime, node, nlink in walk_tree(self._db, ino, p)
+            ]
         return [
             (path, KIND_NAMES[k], size, mode, mtime)
-            for path, k, size, mode, mtime in walk_tree(self._db, ino, p)
+            for path, k, size, mode, mtime, _, _ in walk_tree(self._db, ino, p)
         ]
 
     # ------------------------------------------------------------------ writes
@@ -934,6 +1007,34 @@ class FileSystem:
             self._link(pino, name, ino, real, SYMLINK)
             m.log(real, "symlink")
 
+    async def link(self, existing: str, new: str) -> None:
+        """Give the file (or symlink) at ``existing`` a second name ``new``: a hard link.
+
+        Both names then share one node: content, mode and mtime; a write through either shows in
+        both; removing one keeps the other; ``copy`` makes an independent file; ``rename`` keeps the
+        link. Like ``link(2)``: ``existing`` is not followed when it is a symlink (the link itself gets
+        the name); a directory is EPERM; an existing ``new`` is EEXIST; a missing parent ENOENT.
+        The change log records ``new`` with op ``"link"``; ``stat``/``manifest`` report ``nlink``.
+        """
+        s, d = self._canon(existing), self._canon(new, refresh=False)
+        with self._mutation(d) as m:
+            ino, kind, _ = self._resolve_read(s, follow=False)
+            if kind == DIR:
+                raise fs_error(errno.EPERM, s, "cannot hard-link a directory")
+            if d == "/":
+                raise fs_error(errno.EEXIST, d)
+            pino, name, real_parent = self._resolve_parent(d)
+            real = join(real_parent, name)
+            if self._lookup(pino, name) is not None:
+                raise fs_error(errno.EEXIST, d)
+            self._add_name(pino, name, ino, real, kind)
+            m.log(real, "link")
+
+    def _add_name(self, pino: int, name: str, ino: int, real: str, kind: int) -> None:
+        """One more directory entry for an existing node (a hard link)."""
+        self._db.execute("UPDATE inodes SET nlink = nlink + 1 WHERE id = ?", (ino,))
+        self._link(pino, name, ino, real, kind)
+
     def _prepare_destination(
         self, src: str, src_real: str, src_kind: int, dst: str, overwrite: bool
     ) -> tuple[int, str, str, Node | None]:
@@ -971,8 +1072,8 @@ class FileSystem:
         ino, kind, s_real = self._resolve_read(s, follow=False)
         with self._mutation(s) as m:
             pino, name, d_real, node = self._prepare_destination(s, s_real, kind, d, overwrite)
-            if d_real == s_real:
-                m.cancel()
+            if d_real == s_real or (node is not None and node[0] == ino):
+                m.cancel()  # POSIX: two names of one file (hard links) stay as they are
                 return
             if node is not None:
                 self._remove_node(d_real, pino, name, node[0], node[1])
@@ -1004,12 +1105,18 @@ class FileSystem:
     def _copy_node(self, dst: str, ino: int, kind: int, pino: int, name: str, real: str) -> None:
         db = self._db
         stack = [(ino, kind, pino, name, real)]
+        copied: dict[int, int] = {}  # source inode -> its copy, for files of several names
         while stack:
             src_ino, k, parent, nm, path = stack.pop()
-            mode, size, target, one = db.one(
-                "SELECT mode, size, target, chunk FROM inodes WHERE id = ?", (src_ino,)
+            mode, size, target, one, nlink = db.one(
+                "SELECT mode, size, target, chunk, nlink FROM inodes WHERE id = ?", (src_ino,)
             )
+            if src_ino in copied and src_ino != ino:  # a second name inside the tree: stays one file
+                self._add_name(parent, nm, copied[src_ino], path, k)
+                continue
             new = self._new_inode(k, int(mode), int(size), target, one)
+            if nlink > 1 and src_ino != ino:
+                copied[src_ino] = new
             self._link(parent, nm, new, path, k)
             if k == FILE:
                 self._check_quota(dst, int(size))
@@ -1161,13 +1268,18 @@ class FileSystem:
         modes: Mapping[str, int] | None = None,
         base_rev: int | None = None,
         mtimes: Mapping[str, int] | None = None,
+        links: Mapping[str, str] | None = None,
     ) -> BatchResult:
         """Apply many changes in one transaction and one revision (the shell backend's pull).
 
         ``bytes`` writes a file (creating parents, replacing a directory in the way), ``None`` removes
         a path (recursively, missing is fine), ``mkdirs`` ensures directories, ``modes`` sets modes,
         ``mtimes`` sets mtimes in ms, kept exactly (of written files, ensured directories and existing
-        paths alike: a pull keeps the program's mtime, not the sync time).
+        paths alike: a pull keeps the program's mtime, not the sync time). A write to a name of a file
+        with several names (hard links) gives that name a new file; ``links`` (new path -> existing
+        path) then gives existing files more names, after the writes: a pull sends every name that
+        still shares a file with a written one. A link replaces what is at its path; one whose
+        existing path is missing or a directory is left out and listed in ``skipped``.
         With ``base_rev``, a path changed after that revision (itself, an ancestor or a descendant) is
         left alone and listed in ``skipped``; if the change log no longer reaches ``base_rev`` every
         path is skipped (the workspace wins when we cannot tell).
@@ -1178,7 +1290,12 @@ class FileSystem:
         canon_dirs = sorted({self._canon(k, refresh=False) for k in mkdirs})
         canon_modes = {self._canon(k, refresh=False): clean_mode(v) for k, v in modes.items()}
         canon_mtimes = {self._canon(k, refresh=False): int(v) for k, v in (mtimes or {}).items()}
-        every = sorted(set(canon_writes) | set(canon_dirs) | set(canon_modes) | set(canon_mtimes))
+        canon_links = {
+            self._canon(k, refresh=False): self._canon(v, refresh=False) for k, v in (links or {}).items()
+        }
+        every = sorted(
+            set(canon_writes) | set(canon_dirs) | set(canon_modes) | set(canon_mtimes) | set(canon_links)
+        )
         skipped: set[str] = set()
         if base_rev is not None:
             changed = self.changes_since(base_rev)
@@ -1186,14 +1303,20 @@ class FileSystem:
                 skipped = set(every)
             else:
                 touched = [c.path for c in changed.changes]
-                skipped = {p for p in every if any(is_within(p, t) or is_within(t, p) for t in touched)}
+
+                def conflicts(p: str) -> bool:
+                    return any(is_within(p, t) or is_within(t, p) for t in touched)
+
+                skipped = {p for p in every if conflicts(p)}
+                # A link to a path changed meanwhile would name the workspace's file, not the run's.
+                skipped.update(new for new, old in canon_links.items() if conflicts(old))
         applied: list[str] = []
         todo = [p for p in every if p not in skipped]
         if not todo:
             return BatchResult(rev=self._rev, applied=[], skipped=sorted(skipped))
         with self._mutation(todo[0]) as m:
             leaves: list[tuple[str, int, str, int, int]] = []  # files and links, removed together
-            doomed: set[int] = set()
+            doomed: set[str] = set()
             for p in sorted((p for p in todo if p in canon_writes and canon_writes[p] is None), reverse=True):
                 if p == "/":
                     continue
@@ -1207,8 +1330,8 @@ class FileSystem:
                     self._remove_leaves(leaves, m)  # in order: they may lie below this directory
                     self._remove_node(real, self._resolve(parent)[0], name, ino, kind)
                     m.log(real, "rm")
-                elif ino not in doomed:  # two paths through links may name one file
-                    doomed.add(ino)
+                elif real not in doomed:  # two paths through symlinks may name one entry
+                    doomed.add(real)
                     leaves.append((real, self._resolve(parent)[0], name, ino, kind))
                 applied.append(p)
             self._remove_leaves(leaves, m)
@@ -1238,10 +1361,24 @@ class FileSystem:
                 if last is not None:
                     ids.append(self.chunks.put(last))
                 self._set_content(
-                    p, pino, name, real, node, ids, cutter.total, canon_modes.get(p), canon_mtimes.get(p)
+                    p,
+                    pino,
+                    name,
+                    real,
+                    node,
+                    ids,
+                    cutter.total,
+                    canon_modes.get(p),
+                    canon_mtimes.get(p),
+                    detach=True,
                 )
                 m.log(real, "write")
                 applied.append(p)
+            for p, old in sorted(canon_links.items()):
+                if p not in skipped and not self._batch_link(p, old, m):
+                    skipped.add(p)
+                elif p not in skipped:
+                    applied.append(p)
             for p in sorted(set(canon_modes) | set(canon_mtimes)):
                 if p in skipped or canon_writes.get(p) is not None:
                     continue  # written files got their mode and mtime with their content
@@ -1259,6 +1396,27 @@ class FileSystem:
                     m.log(real, _CREATE_OP[kind])
                     applied.append(p)
         return BatchResult(rev=self._rev, applied=sorted(set(applied)), skipped=sorted(skipped))
+
+    def _batch_link(self, p: str, old: str, m: _Mutation) -> bool:
+        """Name the node at ``old`` also ``p`` (replacing what is there); False when ``old`` is not a
+        file or symlink."""
+        try:
+            ino, kind, _ = self._resolve(old, follow=False)
+        except OSError:
+            return False
+        if kind == DIR or p == "/":
+            return False
+        parent, name = split(p)
+        pino = self._ensure_dirs(parent, 0o755, m, replace_files=True)
+        real = join(self._resolve(parent)[2], name)
+        node = self._lookup(pino, name)
+        if node is not None and node[0] == ino:
+            return True  # already a name of that file
+        if node is not None:
+            self._remove_node(real, pino, name, node[0], node[1])
+        self._add_name(pino, name, ino, real, kind)
+        m.log(real, "link")
+        return True
 
     def stats(self) -> dict[str, int]:
         """Counters: files, dirs, symlinks, chunks, stored_bytes, chunk_bytes, logical_bytes, queries, chunk_reads."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 __all__ = [
     "BatchResult",
@@ -14,6 +14,7 @@ __all__ = [
     "FindEntry",
     "GrepContextLine",
     "GrepMatch",
+    "ManifestEntry",
 ]
 
 
@@ -36,6 +37,21 @@ class FileStat:
     size: int
     is_file: bool
     is_directory: bool
+    ino: int = 0  # the node's id in this store: names with the same ino are hard links of one file
+    nlink: int = 1  # how many names the node has
+
+
+class ManifestEntry(NamedTuple):
+    """One node of :meth:`FileSystem.manifest`. ``ino`` identifies the node (equal for every name of
+    one file: hard links), ``nlink`` counts its names in the whole store (not only below the root)."""
+
+    path: str
+    kind: Literal["file", "dir", "symlink"]
+    size: int
+    mode: int
+    mtime: int  # milliseconds since the epoch
+    ino: int
+    nlink: int
 
 
 @dataclass(frozen=True, slots=True)
