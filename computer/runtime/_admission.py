@@ -18,7 +18,7 @@ import signal
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._limits import SandboxLimits, set_limits
+from ._limits import Rlimit, set_limits
 from ._tasks import in_background
 
 __all__ = ["CREATION_GRACE", "Admission", "enter"]
@@ -100,8 +100,9 @@ class Admission:
         except (ValueError, KeyError, TypeError):
             return None
 
-    async def admit(self, groups: Sequence[Path], limits: SandboxLimits) -> None:
-        """Put the sandbox process in ``groups`` under ``limits``, then let it start its command."""
+    async def admit(self, groups: Sequence[Path], limits: Sequence[Rlimit]) -> None:
+        """Put the sandbox process in ``groups`` under the rlimits ``limits``, then let it start its
+        command."""
         child = await self._read_child()
         if child is not None:  # None: bubblewrap failed before; its exit status and stderr tell why
             # In a thread: moving a process into a memory cgroup now and then waits for an RCU grace
@@ -129,7 +130,7 @@ class Admission:
         in_background(self.refuse(creation), "killing a sandbox process never admitted")
 
 
-def enter(pid: int, groups: Sequence[Path], limits: SandboxLimits) -> None:
+def enter(pid: int, groups: Sequence[Path], limits: Sequence[Rlimit]) -> None:
     """Move ``pid`` into ``groups`` and set its rlimits."""
     for group in groups:
         try:

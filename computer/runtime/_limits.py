@@ -1,14 +1,30 @@
 """``SandboxLimits`` and how they become rlimits: set with ``prlimit`` on a bubblewrap sandbox
-process (see ``_admission``), or by a bash launcher before it execs the program (no bubblewrap)."""
+process (see ``_admission``), or by a bash launcher before it execs the program (no bubblewrap).
+
+Decisions:
+
+- no ``RLIMIT_AS`` where the run has a memory cgroup: address space is not memory (each thread
+  reserves its stack, a JVM reserves its heap up front), and a 1 GiB cap stopped a program at ~14
+  threads and any JVM from starting; the cgroup bounds what the run really uses. Without a memory
+  cgroup ``RLIMIT_AS`` is the only bound there is, and stays;
+- ``RLIMIT_NPROC`` is counted per user namespace on Linux >= 5.14 (each bubblewrap sandbox has its
+  own), per host uid before (shared by every sandbox of the uid, so it would fail runs that are
+  under their own limit): there it is left to the ``pids`` cgroup when one exists;
+- file size and core limits always.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 import resource
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SandboxLimits", "launcher", "rlimits", "set_limits"]
+__all__ = ["Rlimit", "SandboxLimits", "launcher", "rlimits", "set_limits"]
+
+Rlimit = tuple[int, int, int]  # (resource, soft, hard)
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,26 +35,33 @@ class SandboxLimits:
     max_file_bytes: int | None = 4 * 1024**3  # RLIMIT_FSIZE: the largest file the program may write
 
 
-def rlimits(limits: SandboxLimits) -> list[tuple[int, int, int]]:
-    """``limits`` as (resource, soft, hard): what both :func:`set_limits` and the launcher set."""
-    wanted: list[tuple[int, int, int]] = []
-    if limits.memory_mb:
+def rlimits(limits: SandboxLimits, *, memory_cgroup: bool = True, pids_cgroup: bool = True) -> list[Rlimit]:
+    """``limits`` as (resource, soft, hard): what both :func:`set_limits` and the launcher set, given
+    which cgroups bound the run (see the module's decisions)."""
+    wanted: list[Rlimit] = []
+    if limits.memory_mb and not memory_cgroup:
         wanted.append((resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024, limits.memory_mb * 1024 * 1024))
     if limits.max_file_bytes:
         size = max(1, limits.max_file_bytes // 1024) * 1024  # whole KiB: what ``ulimit -f`` can say
         wanted.append((resource.RLIMIT_FSIZE, size, size))
     if limits.cpu_seconds:  # the soft limit sends SIGXCPU, the hard one a second later SIGKILL
         wanted.append((resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1))
-    if limits.max_processes:
+    if limits.max_processes and (not pids_cgroup or _nproc_per_namespace()):
         wanted.append((resource.RLIMIT_NPROC, limits.max_processes, limits.max_processes))
     wanted.append((resource.RLIMIT_CORE, 0, 0))
     return wanted
 
 
-def set_limits(pid: int, limits: SandboxLimits) -> None:
-    """``prlimit`` ``pid`` to ``rlimits(limits)``, never above the hard limit it already has (raising
-    one would need a capability)."""
-    for kind, soft, hard in rlimits(limits):
+def _nproc_per_namespace() -> bool:
+    """Whether this kernel counts ``RLIMIT_NPROC`` per user namespace (Linux >= 5.14)."""
+    match = re.match(r"(\d+)\.(\d+)", os.uname().release)
+    return match is not None and (int(match[1]), int(match[2])) >= (5, 14)
+
+
+def set_limits(pid: int, wanted: Sequence[Rlimit]) -> None:
+    """``prlimit`` ``pid`` to ``wanted`` (from :func:`rlimits`), never above the hard limit it already
+    has (raising one would need a capability)."""
+    for kind, soft, hard in wanted:
         current = resource.prlimit(pid, kind)[1]
         if current != resource.RLIM_INFINITY:
             hard = min(hard, current)
@@ -70,10 +93,10 @@ _ULIMIT = {
 }
 
 
-def launcher(limits: SandboxLimits, groups: Sequence[Path]) -> list[str]:
-    """The argv prefix that starts a command in ``groups`` under ``limits``' rlimits."""
+def launcher(wanted: Sequence[Rlimit], groups: Sequence[Path]) -> list[str]:
+    """The argv prefix that starts a command in ``groups`` under the rlimits ``wanted``."""
     lines = []
-    for kind, soft, hard in rlimits(limits):
+    for kind, soft, hard in wanted:
         flag, unit = _ULIMIT[kind]
         if soft == hard:
             lines.append(f"ulimit {flag} {soft // unit}")

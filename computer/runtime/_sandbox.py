@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import resource
 import signal
 import subprocess
 import time
@@ -28,7 +29,7 @@ from pathlib import Path
 from ._admission import CREATION_GRACE, Admission
 from ._bwrap import SANDBOX_UID, Bind, bwrap_argv, bwrap_works, python_prefixes, sandbox_etc
 from ._cgroups import cgroup_writable, make_groups, remove_groups
-from ._limits import SandboxLimits, launcher
+from ._limits import Rlimit, SandboxLimits, launcher, rlimits
 from ._process import SandboxProcess, close_transport
 from ._standby import STANDBY_STUB, Standby, write_all
 from ._tasks import in_background, run_to_completion
@@ -59,6 +60,13 @@ class Sandbox:
         self._etc = sandbox_etc(network)
 
     @property
+    def rlimits(self) -> list[Rlimit]:
+        """The rlimits every program gets, given :attr:`limits` and the cgroups in use."""
+        return rlimits(
+            self.limits, memory_cgroup="memory" in self.cgroups, pids_cgroup="pids" in self.cgroups
+        )
+
+    @property
     def isolation(self) -> str:
         """Exactly which layers are in force, in one line."""
         parts: list[str] = []
@@ -71,9 +79,14 @@ class Sandbox:
         else:
             parts.append("NO namespace isolation (bubblewrap unavailable): the program runs as this user")
         lim = self.limits
-        rl = ["address space" if lim.memory_mb else "", "file size" if lim.max_file_bytes else ""]
-        rl += ["cpu time" if lim.cpu_seconds else "", "processes" if lim.max_processes else "", "no core"]
-        parts.append("rlimits: " + ", ".join(x for x in rl if x))
+        names = {
+            resource.RLIMIT_AS: "address space",
+            resource.RLIMIT_FSIZE: "file size",
+            resource.RLIMIT_CPU: "cpu time",
+            resource.RLIMIT_NPROC: "processes",
+        }
+        rl = [names[kind] for kind, _, _ in self.rlimits if kind in names]
+        parts.append("rlimits: " + ", ".join([*rl, "no core"]))
         if self.cgroups:
             caps = []
             if "memory" in self.cgroups and lim.memory_mb:
@@ -128,7 +141,7 @@ class Sandbox:
             argv = [argv[0], "--args", str(options_fd), *argv[end:]]
             pass_fds = (*pass_fds, options_fd, info_w, block_r)
         else:
-            argv = launcher(self.limits, groups) + argv
+            argv = launcher(self.rlimits, groups) + argv
         forked = False
 
         async def create() -> asyncio.subprocess.Process:
@@ -168,7 +181,7 @@ class Sandbox:
         sp = SandboxProcess(proc, groups, contained=self.bwrap)
         if admission is not None:
             try:
-                await run_to_completion(admission.admit(groups, self.limits))
+                await run_to_completion(admission.admit(groups, self.rlimits))
             except BaseException:
 
                 async def refuse() -> None:

@@ -79,9 +79,42 @@ async def test_a_fork_bomb_hits_the_process_limit(ws: computer.Workspace) -> Non
     assert int(result.stdout.split()[-1]) < 256
 
 
-async def test_a_memory_bomb_in_one_process_is_stopped(ws: computer.Workspace) -> None:
-    result = await (await ws.runtime.exec("python3 -c 'x = bytearray(3 * 1024**3)'")).result()
-    assert result.status == "failed" and "MemoryError" in result.stderr
+async def test_a_memory_bomb_in_one_process_is_stopped(
+    ws: computer.Workspace, shell_backend: ShellBackend
+) -> None:
+    """3 GiB touched page by page, over the 1 GiB limit: the memory cgroup kills it (SIGKILL), or
+    without one ``RLIMIT_AS`` refuses the allocation."""
+    hog = "x = bytearray(3 * 1024**3); x[::4096] = b'1' * len(x[::4096]); print('survived')"
+    result = await (await ws.runtime.exec(f'python3 -c "{hog}"', timeout=60)).result()
+    assert "survived" not in result.stdout
+    if "memory" in shell_backend.sandbox.cgroups:
+        assert result.exit_code == 137  # SIGKILL by the cgroup's OOM killer
+    else:
+        assert "MemoryError" in result.stderr
+
+
+_THREADS = (
+    "import threading\n"
+    "go = threading.Event()\n"
+    "threads = [threading.Thread(target=go.wait) for _ in range(N)]\n"
+    "for t in threads: t.start()\n"
+    "print(sum(t.is_alive() for t in threads))\n"
+    "go.set()\n"
+    "for t in threads: t.join()\n"
+)
+
+
+async def test_a_program_starts_64_threads(ws: computer.Workspace, shell_backend: ShellBackend) -> None:
+    """No address-space rlimit where a memory cgroup bounds the run: each thread reserves an 8 MiB
+    stack, which a 1 GiB ``RLIMIT_AS`` stopped at ~14 threads."""
+    if "memory" not in shell_backend.sandbox.cgroups:
+        pytest.skip("no memory cgroup here: RLIMIT_AS is the only memory bound and stays")
+    await ws.fs.write_file("/workspace/threads.py", "N = 64\n" + _THREADS)
+    shell = await (await ws.runtime.exec("python3 threads.py; ulimit -v", timeout=60)).result()
+    assert shell.stdout == "64\nunlimited\n", shell.stderr
+    # The python backend's pids cgroup (max_processes=64) counts threads too: 48 fit under it.
+    python = await (await ws.runtime.exec("N = 48\n" + _THREADS, backend="python", timeout=60)).result()
+    assert python.stdout == "48\n", python.stderr
 
 
 async def test_many_processes_together_cannot_exceed_the_memory_limit(ws: computer.Workspace) -> None:
@@ -167,16 +200,17 @@ def test_sandbox_rlimits_never_go_above_a_hard_limit_already_lower() -> None:
     import resource
     import subprocess
 
-    from computer.runtime._limits import SandboxLimits, set_limits
+    from computer.runtime._limits import SandboxLimits, rlimits, set_limits
 
     low = 1024 * 1024
 
     def lower() -> None:
         resource.setrlimit(resource.RLIMIT_FSIZE, (low, low))
 
+    limits = SandboxLimits(memory_mb=64, max_file_bytes=8 * low, max_processes=9)
     child = subprocess.Popen(["sleep", "30"], preexec_fn=lower)
     try:
-        set_limits(child.pid, SandboxLimits(memory_mb=64, max_file_bytes=8 * low, max_processes=9))
+        set_limits(child.pid, rlimits(limits, memory_cgroup=False, pids_cgroup=False))
         assert resource.prlimit(child.pid, resource.RLIMIT_FSIZE) == (low, low)
         assert resource.prlimit(child.pid, resource.RLIMIT_AS) == (64 * low, 64 * low)
         assert resource.prlimit(child.pid, resource.RLIMIT_NPROC) == (9, 9)
@@ -184,3 +218,13 @@ def test_sandbox_rlimits_never_go_above_a_hard_limit_already_lower() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_no_address_space_limit_where_a_memory_cgroup_bounds_the_run() -> None:
+    import resource
+
+    from computer.runtime._limits import SandboxLimits, rlimits
+
+    kinds = {kind for kind, _, _ in rlimits(SandboxLimits(memory_mb=64), memory_cgroup=True)}
+    assert resource.RLIMIT_AS not in kinds
+    assert {resource.RLIMIT_FSIZE, resource.RLIMIT_CORE} <= kinds

@@ -166,14 +166,17 @@ class _FakeWarm:
 async def test_the_program_runs_under_the_sandbox_rlimits(
     ws: computer.Workspace, shell_backend: ShellBackend
 ) -> None:
-    limits = shell_backend.sandbox.limits
-    result = await (await ws.runtime.exec("ulimit -v; ulimit -f; ulimit -c; ulimit -u")).result()
-    assert result.stdout.split() == [
-        str(limits.memory_mb * 1024),  # type: ignore[operator]
-        str(limits.max_file_bytes // 1024),  # type: ignore[operator]
-        "0",
-        str(limits.max_processes),
+    import resource
+
+    wanted = {kind: soft for kind, soft, _ in shell_backend.sandbox.rlimits}
+    flags = {resource.RLIMIT_AS: ("v", 1024), resource.RLIMIT_FSIZE: ("f", 1024)}
+    flags |= {resource.RLIMIT_CORE: ("c", 1), resource.RLIMIT_NPROC: ("u", 1)}
+    script = "; ".join(f"ulimit -{flag}" for flag, _ in flags.values())
+    result = await (await ws.runtime.exec(script)).result()
+    expected = [
+        str(wanted[kind] // unit) if kind in wanted else "unlimited" for kind, (_, unit) in flags.items()
     ]
+    assert result.stdout.split() == expected
 
 
 async def test_a_large_command_line_reaches_the_standby_whole() -> None:
