@@ -2,8 +2,12 @@
 
 The sandbox gets a directory (bound at ``/run/computer``) holding a unix socket and the ``assets``
 script. A publish request names a path under the mount root; a file the run created or changed is
-first written to the workspace (the share reads the workspace), then ``ctx.share`` returns the URL.
-Only the URL goes back into the sandbox.
+first saved to the workspace (the share reads the workspace) through :meth:`ExecContext.sync_pull`,
+under exactly the rules of the run's own pull (never over a protected file, never over a file the
+workspace changed during the run), then ``ctx.share`` returns the URL. Only the URL goes back into
+the sandbox. The path is looked up below the mirror without following any link on the way, and
+every failure to find a regular file there gets one answer, so a link to ``/`` maps nothing of the
+host.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ..storage.paths import canonical, is_within
-from ._backend import ExecContext
-from ._mirror import Mirror, entry_of, read_beneath
+from ._backend import ExecContext, MirrorFile, SyncPull
+from ._mirror import Entry, Mirror, entry_of, lstat_beneath, read_beneath
 from ._sandbox import in_background
 
 __all__ = ["SANDBOX_DIR", "AssetsBridge"]
@@ -52,6 +56,7 @@ class AssetsBridge:
         self.directory = directory  # made by :meth:`make_directory`; removed when the bridge closes
         self._server: asyncio.AbstractServer | None = None
         self.saved: list[str] = []  # files this run created and the bridge wrote to the workspace
+        self.own_revs: list[int] = []  # the revisions those saves committed (the run's own changes)
 
     @staticmethod
     def make_directory(scratch: Path) -> Path:
@@ -127,26 +132,40 @@ class AssetsBridge:
         if not is_within(path, mirror.root) or path == mirror.root:
             return {"error": f"{path} is outside {mirror.root}: only workspace files can be published"}
         rel = mirror.rel(path)
-        host = mirror.directory / rel
         try:
-            st = await asyncio.to_thread(os.lstat, host)
+            st = await asyncio.to_thread(lstat_beneath, mirror.directory, rel)
         except OSError:
             st = None
-        if st is not None:
-            entry = entry_of(st)
-            if entry[0] != "f":
-                return {"error": f"{path} is not a regular file"}
+        entry = entry_of(st) if st is not None else None
+        if entry is not None and entry[0] == "f":
             if mirror.state.get(rel) != entry:
                 # Made by this run and not pulled yet: the share reads the workspace, so save it first.
-                data = await asyncio.to_thread(read_beneath, mirror.directory, rel)
-                parent = path.rsplit("/", 1)[0] or "/"
-                await self.ctx.fs_call("mkdir", {"path": parent, "recursive": True})
-                await self.ctx.fs_call("write_file", {"path": path, "data": data, "mode": entry[5]})
-                mirror.state[rel] = entry  # already in the workspace: the pull need not send it
-                self.saved.append(path)
+                refused = await self._save(path, rel, entry)
+                if refused is not None:
+                    return {"error": f"{path} was not published: {refused}"}
         elif path not in mirror.protected:
-            return {"error": f"{path}: no such file"}
+            return {"error": f"{path}: no such regular file in the workspace"}
         try:
             return {"url": await self.ctx.share(path, expires)}
         except Exception as exc:
             return {"error": str(exc)}
+
+    async def _save(self, path: str, rel: str, entry: Entry) -> str | None:
+        """Save one file of the run as its pull would; the reason when the pull's rules refuse it."""
+        mirror = self.mirror
+        if mirror.rev is None:
+            return "the sandbox's view of the workspace is not settled"
+        data = await asyncio.to_thread(read_beneath, mirror.directory, rel)
+        pull = SyncPull(
+            mirror.root,
+            files=[MirrorFile(path, data, entry[5], entry[3] // 1_000_000)],
+            protected=sorted(mirror.protected),
+            own_revs=list(self.own_revs),
+        )
+        result = await self.ctx.sync_pull(pull, mirror.rev)
+        self.own_revs += result.own_revs
+        if path in result.reasons:
+            return result.reasons[path]
+        mirror.state[rel] = entry  # already in the workspace: the pull need not send it
+        self.saved.append(path)
+        return None

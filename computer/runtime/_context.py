@@ -102,7 +102,7 @@ class LocalExecContext:
         if self._tree_cache is not None and self._tree_cache[0] == key:
             return self._tree_cache[1]
         try:
-            rows = self.fs.manifest(root)
+            rows = self.fs.manifest(root, inodes=True)
         except (FileNotFoundError, NotADirectoryError):
             rows = []
         ops = sorted((_op(row) for row in rows if row[0] != root), key=_op_key)
@@ -147,6 +147,9 @@ class LocalExecContext:
         budget = limits.max_sync_bytes
         count = 0 if limits.after is None else sum(1 for op in ops[:start] if op.kind == "file")
         first_name: dict[int, str] = {}  # inode -> the first path of this push naming it (hard links)
+        for op in ops[:start]:  # names sent on earlier pages
+            if op.nlink > 1 and op.kind == "file":
+                first_name.setdefault(op.ino, op.path)
         cursor: str | None = None
         for i in range(start, len(ops)):
             op = ops[i]

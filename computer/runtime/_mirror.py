@@ -20,7 +20,16 @@ from typing import Protocol
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
 from ._watch import TreeWatch
 
-__all__ = ["Mirror", "MirrorPool", "PullPlan", "remove_tree"]
+__all__ = [
+    "Entry",
+    "Mirror",
+    "MirrorPool",
+    "PullPlan",
+    "entry_of",
+    "lstat_beneath",
+    "read_beneath",
+    "remove_tree",
+]
 
 # (kind, ino, size, mtime_ns, ctime_ns, mode) for files; the program cannot forge ctime, so any write,
 # chmod or touch is seen even when size and mtime come out the same.
@@ -131,6 +140,11 @@ class Mirror:
         for f in push.files:
             host = self.host(f.path)
             _make_parent(self.directory, host)
+            if f.link is None and f.data is not None and _rewrite_shared(host, f):
+                # One name of a hard-linked file: written in place, so every name shows it.
+                self.state[self.rel(f.path)] = _entry(os.lstat(host))
+                written += 1
+                continue
             _clear(host)
             if f.link is not None:
                 try:
@@ -641,10 +655,46 @@ def _clear(host: Path) -> None:
         os.unlink(host)
 
 
+def _rewrite_shared(host: Path, f: MirrorFile) -> bool:
+    """Write ``f`` into the regular file at ``host`` in place when it has other names (hard links);
+    False when ``host`` is anything else (then the caller replaces it). The descriptor is opened
+    without following a link and without blocking, and checked to be that same regular file."""
+    try:
+        st = os.lstat(host)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+        return False
+    fd = os.open(host, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or now.st_ino != st.st_ino:
+            return False
+        os.ftruncate(fd, 0)
+        _write_all(fd, f.data or b"")
+        os.fchmod(fd, f.mode & _SAFE_BITS)
+        ns = f.mtime * 1_000_000
+        os.utime(fd, ns=(ns, ns))
+    finally:
+        os.close(fd)
+    return True
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def lstat_beneath(directory: Path, rel: str) -> os.stat_result:
+    """``lstat`` of ``rel`` below ``directory``, following no link on the way (ELOOP/ENOTDIR when a
+    component is a link or not a directory: a link to ``/`` never reaches a host path)."""
+    parent, _, name = rel.rpartition("/")
+    fd = _open_beneath(directory, parent)
+    try:
+        return os.lstat(name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 def _open_beneath(directory: Path, rel: str) -> int:

@@ -207,6 +207,7 @@ class ShellBackend:
                 pull = (
                     mirror.read_all(plan) if plan.empty() else await asyncio.to_thread(mirror.read_all, plan)
                 )
+                pull = dataclasses.replace(pull, own_revs=bridge.own_revs)
                 mirror.unsettled = (request.id, now)
                 clean = True
                 yield ExitEvent(
@@ -219,7 +220,7 @@ class ShellBackend:
                     pending=PendingPull(pull, push.rev, dataclasses.asdict(self.limits)),
                 )
                 return
-            result = await self._pull(mirror, ctx, plan, now, push.rev)
+            result = await self._pull(mirror, ctx, plan, now, push.rev, bridge.own_revs)
             skipped = {**result.reasons, **left_out}
             clean = True
             yield ExitEvent(
@@ -292,12 +293,18 @@ class ShellBackend:
             offset += len(data)
 
     async def _pull(
-        self, mirror: Mirror, ctx: ExecContext, plan: PullPlan, now: dict[str, Entry], base_rev: int
+        self,
+        mirror: Mirror,
+        ctx: ExecContext,
+        plan: PullPlan,
+        now: dict[str, Entry],
+        base_rev: int,
+        own_revs: list[int],
     ) -> PullResult:
         """Apply what the run changed, page by page, then settle the mirror on the outcome."""
         applied: list[str] = []
         reasons: dict[str, str] = {}
-        own: list[int] = []
+        own = list(own_revs)  # the assets bridge's saves during the run
         rev = base_rev
         # Nothing changed: the mirror still reflects ``base_rev`` exactly (no round trip needed; claiming
         # more would count a workspace change made during the run as mirrored).

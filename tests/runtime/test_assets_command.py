@@ -61,8 +61,57 @@ async def test_assets_publish_refuses_paths_outside_the_workspace_and_missing_fi
             await ws.runtime.exec("assets publish /etc/passwd; assets publish missing.txt")
         ).result()
         assert result.status == "failed"
-        assert "outside /workspace" in result.stderr and "missing.txt: no such file" in result.stderr
+        assert "outside /workspace" in result.stderr and "missing.txt: no such regular file" in result.stderr
         assert publisher.shared == []
+
+
+async def test_assets_publish_saves_under_the_rules_of_the_pull() -> None:
+    """Issue 17 finding 2: the bridge wrote the file into the workspace itself, over a protected file
+    and over a file the workspace changed during the run."""
+    publisher = RecordingPublisher()
+    backend = ShellBackend(max_file_bytes=100)
+    async with computer.Workspace(backends=[backend], assets=publisher) as ws:
+        publisher.workspace = ws
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/big.bin", b"B" * 500)  # protected: not mirrored
+        await ws.fs.write_file("/workspace/doc.txt", "v1\n")
+        handle = await ws.runtime.exec(
+            "echo mine > big.bin; assets publish big.bin; echo ready; sleep 1;"
+            " echo sandbox > doc.txt; assets publish doc.txt; mkdir -p out; echo ok > out/c.txt;"
+            " assets publish out/c.txt"
+        )
+        async for snapshot in handle:
+            if "ready" in snapshot.stdout:
+                await ws.fs.write_file("/workspace/doc.txt", "workspace\n")
+                break
+        result = await handle.result()
+        assert await ws.fs.read_file("/workspace/big.bin") == b"B" * 500
+        assert await ws.fs.read_text("/workspace/doc.txt") == "workspace\n"
+        assert "big.bin was not published: protected" in result.stderr
+        assert "doc.txt was not published: changed in the workspace" in result.stderr
+        assert [p for p, _, _ in publisher.shared] == ["/workspace/out/c.txt"]
+        # The directory the bridge saved with its file is the run's own change, not a conflict.
+        assert "/workspace/out" not in result.skipped
+        assert await ws.fs.read_text("/workspace/out/c.txt") == "ok\n"
+
+
+async def test_assets_publish_through_a_link_to_the_root_maps_nothing_of_the_host(
+    shell_backend: ShellBackend,
+) -> None:
+    """Issue 17 finding 7: through ``ln -s / root`` the answers told a host file, a host directory
+    and a missing path apart."""
+    publisher = RecordingPublisher()
+    async with computer.Workspace(backends=[shell_backend], assets=publisher) as ws:
+        publisher.workspace = ws
+        await ws.fs.mkdir("/workspace")
+        result = await (
+            await ws.runtime.exec(
+                "ln -s / root; for p in root/etc/passwd root/etc root/nonexistent; do assets publish $p; done"
+            )
+        ).result()
+        lines = result.stderr.splitlines()
+        assert len(lines) == 3 and publisher.shared == []
+        assert len({line.split(": ", 2)[2] for line in lines}) == 1, lines
 
 
 async def test_assets_publish_without_a_publisher_says_so(ws: computer.Workspace) -> None:
