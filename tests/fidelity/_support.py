@@ -1,0 +1,111 @@
+"""Helpers of the fidelity tests: open a workspace from a SQLite file, run one bounded step, compare views.
+
+Decisions:
+- ``opened`` builds *fresh* backends each time, so a reopen is what a new process sees: the mirror is
+  rebuilt from the SQLite file (a reopen with the same backend object would reuse a warm mirror and
+  hide every defect of a rebuild).
+- ``run`` bounds every wait: the program's own ``timeout`` plus a margin for the sync bracket.
+- Views are content hashes, so two views compare in one assertion and a failure names the paths.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import computer
+from computer.runtime import PythonBackend, ShellBackend
+from computer.runtime.types import ExecResult
+
+ROOT = "/workspace"
+# Seconds a run's result may take beyond its program's timeout (push, pull, sandbox teardown).
+MARGIN = 120.0
+
+
+@asynccontextmanager
+async def opened(
+    path: Path | str | None,
+    *,
+    shell: ShellBackend | None = None,
+    python: bool = True,
+    **workspace_options: Any,
+) -> AsyncIterator[computer.Workspace]:
+    """A workspace over ``path`` with fresh backends (or ``shell``), ``/workspace`` made; closed after."""
+    backends: list[Any] = [shell or ShellBackend()]
+    if python:
+        backends.append(PythonBackend())
+    ws = computer.Workspace(None if path is None else str(path), backends=backends, **workspace_options)
+    try:
+        if not await ws.fs.exists(ROOT):
+            await ws.fs.mkdir(ROOT, recursive=True)
+        yield ws
+    finally:
+        await asyncio.wait_for(ws.close(), MARGIN)
+
+
+async def run(ws: computer.Workspace, source: str, **options: Any) -> ExecResult:
+    """One exec call (``timeout`` defaults to 60 s), its result awaited within it plus :data:`MARGIN`."""
+    options.setdefault("timeout", 60.0)
+    handle = await ws.runtime.exec(source, **options)
+    return await asyncio.wait_for(handle.result(), options["timeout"] + MARGIN)
+
+
+async def ok(ws: computer.Workspace, source: str, **options: Any) -> ExecResult:
+    """:func:`run` that must complete (the assertion shows the output)."""
+    result = await run(ws, source, **options)
+    assert result.status == "completed", (
+        source,
+        result.exit_code,
+        result.stdout,
+        result.stderr,
+        result.error,
+    )
+    return result
+
+
+async def started(ws: computer.Workspace, source: str, marker: str = "ready", *, seconds: float = 60) -> Any:
+    """Start a run (its timeout: ``seconds``) and return its handle once ``marker`` is in its stdout."""
+    handle = await ws.runtime.exec(source, timeout=seconds)
+
+    async def until_marker() -> None:
+        async for snapshot in handle:
+            if marker in snapshot.stdout or snapshot.done:
+                return
+
+    await asyncio.wait_for(until_marker(), seconds + MARGIN)
+    return handle
+
+
+async def settle(handle: Any, seconds: float = 60) -> ExecResult:
+    """The result of a run started by :func:`started` (bounded like it)."""
+    result: ExecResult = await asyncio.wait_for(handle.result(), seconds + MARGIN)
+    return result
+
+
+def digest(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+async def workspace_view(ws: computer.Workspace, root: str = ROOT) -> dict[str, str]:
+    """Every regular file below ``root`` in the workspace: path -> sha256."""
+    return {path: digest(await ws.fs.read_file(path)) for path in await ws.fs.ls(root)}
+
+
+async def sandbox_view(ws: computer.Workspace, root: str = ROOT) -> dict[str, str]:
+    """Every regular file below ``root`` as a shell run sees it: path -> sha256."""
+    result = await ok(ws, f"cd {root} && find . -type f -print0 | sort -z | xargs -0r sha256sum")
+    view = {}
+    for line in result.stdout.splitlines():
+        checksum, name = line.split("  ", 1)
+        view[f"{root}/{name[2:]}"] = checksum
+    return view
+
+
+def reasons_cover_skipped(result: ExecResult) -> None:
+    """SPEC 10: every path in ``skipped`` has a non-empty reason in ``skipped_reasons``."""
+    missing = [p for p in result.skipped if not result.skipped_reasons.get(p)]
+    assert not missing, f"skipped without a reason: {missing} (reasons: {result.skipped_reasons})"
