@@ -80,12 +80,22 @@ def bwrap_argv(
 
 
 @functools.cache
-def bwrap_works() -> bool:
-    """Whether bubblewrap can make a sandbox here (probed once per process)."""
+def bwrap_works(prefix: tuple[str, ...] = ()) -> bool:
+    """Whether bubblewrap can make a sandbox here, started behind ``prefix`` (the privilege drop of
+    an unprivileged sandbox); probed once per process and prefix."""
     exe = shutil.which("bwrap")
     if exe is None:
         return False
-    probe = [exe, "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    probe = [
+        *prefix,
+        exe,
+        "--unshare-all",
+        "--unshare-user",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_UID),
+    ]
     probe += ["--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--", "/bin/true"]
     try:
         return subprocess.run(probe, capture_output=True, timeout=10, check=False).returncode == 0

@@ -8,8 +8,10 @@ Decisions:
   threads and any JVM from starting; the cgroup bounds what the run really uses. Without a memory
   cgroup ``RLIMIT_AS`` is the only bound there is, and stays;
 - ``RLIMIT_NPROC`` is counted per user namespace on Linux >= 5.14 (each bubblewrap sandbox has its
-  own), per host uid before (shared by every sandbox of the uid, so it would fail runs that are
-  under their own limit): there it is left to the ``pids`` cgroup when one exists;
+  own: measured, two sandboxes of one host uid under ``ulimit -u 6`` and 20 do not see each
+  other's processes), per host uid before and without bubblewrap (shared by every sandbox of the
+  uid, so it would fail runs under their own limit): there it is left to the ``pids`` cgroup when
+  one exists. It binds only for an unprivileged sandbox user (host root is exempt);
 - file size and core limits always.
 """
 
@@ -22,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Rlimit", "SandboxLimits", "launcher", "rlimits", "set_limits"]
+__all__ = ["Rlimit", "SandboxLimits", "can_limit_others", "launcher", "limit_self", "rlimits", "set_limits"]
 
 Rlimit = tuple[int, int, int]  # (resource, soft, hard)
 
@@ -35,7 +37,13 @@ class SandboxLimits:
     max_file_bytes: int | None = 4 * 1024**3  # RLIMIT_FSIZE: the largest file the program may write
 
 
-def rlimits(limits: SandboxLimits, *, memory_cgroup: bool = True, pids_cgroup: bool = True) -> list[Rlimit]:
+def rlimits(
+    limits: SandboxLimits,
+    *,
+    memory_cgroup: bool = True,
+    pids_cgroup: bool = True,
+    own_user_namespace: bool = True,
+) -> list[Rlimit]:
     """``limits`` as (resource, soft, hard): what both :func:`set_limits` and the launcher set, given
     which cgroups bound the run (see the module's decisions)."""
     wanted: list[Rlimit] = []
@@ -46,7 +54,7 @@ def rlimits(limits: SandboxLimits, *, memory_cgroup: bool = True, pids_cgroup: b
         wanted.append((resource.RLIMIT_FSIZE, size, size))
     if limits.cpu_seconds:  # the soft limit sends SIGXCPU, the hard one a second later SIGKILL
         wanted.append((resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1))
-    if limits.max_processes and (not pids_cgroup or _nproc_per_namespace()):
+    if limits.max_processes and (not pids_cgroup or (own_user_namespace and _nproc_per_namespace())):
         wanted.append((resource.RLIMIT_NPROC, limits.max_processes, limits.max_processes))
     wanted.append((resource.RLIMIT_CORE, 0, 0))
     return wanted
@@ -67,6 +75,37 @@ def set_limits(pid: int, wanted: Sequence[Rlimit]) -> None:
             hard = min(hard, current)
             soft = min(soft, hard)
         resource.prlimit(pid, kind, (soft, hard))
+
+
+_CAP_SYS_RESOURCE = 24
+
+
+def can_limit_others() -> bool:
+    """Whether this process may ``prlimit`` a process of another user (``CAP_SYS_RESOURCE``; some
+    containers run root without it)."""
+    try:
+        with open("/proc/self/status") as f:
+            caps = next(line for line in f if line.startswith("CapEff:"))
+        return bool(int(caps.split()[1], 16) >> _CAP_SYS_RESOURCE & 1)
+    except (OSError, StopIteration, ValueError, IndexError):
+        return False
+
+
+# prlimit(1)'s option for a resource.
+_PRLIMIT = {
+    resource.RLIMIT_AS: "--as",
+    resource.RLIMIT_FSIZE: "--fsize",
+    resource.RLIMIT_CPU: "--cpu",
+    resource.RLIMIT_NPROC: "--nproc",
+    resource.RLIMIT_CORE: "--core",
+}
+
+
+def limit_self(wanted: Sequence[Rlimit]) -> list[str]:
+    """The argv prefix with which a program sets ``wanted`` on itself, then execs the rest of the
+    command line (``prlimit`` of util-linux; lowering one's own limits needs no privilege). Run
+    inside the sandbox, after bubblewrap made its user namespace, so ``RLIMIT_NPROC`` counts there."""
+    return ["/usr/bin/prlimit", *(f"{_PRLIMIT[kind]}={soft}:{hard}" for kind, soft, hard in wanted), "--"]
 
 
 # The launcher (without bubblewrap): a bash that joins the run's cgroups, sets the rlimits and ``exec``s

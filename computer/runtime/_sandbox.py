@@ -29,10 +29,11 @@ from pathlib import Path
 from ._admission import CREATION_GRACE, Admission
 from ._bwrap import SANDBOX_UID, Bind, bwrap_argv, bwrap_works, python_prefixes, sandbox_etc
 from ._cgroups import cgroup_writable, make_groups, remove_groups
-from ._limits import Rlimit, SandboxLimits, launcher, rlimits
+from ._limits import Rlimit, SandboxLimits, can_limit_others, launcher, limit_self, rlimits
 from ._process import SandboxProcess, close_transport
 from ._standby import STANDBY_STUB, Standby, write_all
 from ._tasks import in_background, run_to_completion
+from ._users import drop_privileges, running_as_root, sandbox_host_ids
 
 __all__ = [
     "SANDBOX_UID",
@@ -52,32 +53,61 @@ log = logging.getLogger(__name__)
 class Sandbox:
     """Builds and launches sandboxed commands; probes once which layers work."""
 
-    def __init__(self, *, network: bool = False, limits: SandboxLimits | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        network: bool = False,
+        limits: SandboxLimits | None = None,
+        unprivileged: bool = False,
+        host_ids: tuple[int, int] | None = None,
+    ) -> None:
+        """``unprivileged``: when this process is root, programs run as an unprivileged host user
+        (``host_ids``, default :func:`sandbox_host_ids`), never as host root (see ``_users``). A
+        writable bind must then be owned by :attr:`host_ids`, files and directories inside it too."""
         self.network = network
         self.limits = limits or SandboxLimits()
-        self.bwrap = bwrap_works()
+        self._host_ids = (host_ids or sandbox_host_ids()) if unprivileged and running_as_root() else None
+        self._drop = drop_privileges(*self._host_ids) if self._host_ids is not None else []
+        self.bwrap = bwrap_works(tuple(self._drop))
+        # Root without CAP_SYS_RESOURCE may not prlimit another user's process: the sandbox's own
+        # first process then sets its rlimits on itself (one more exec, paid ahead for standbys).
+        self._limit_inside = self._host_ids is not None and self.bwrap and not can_limit_others()
         self.cgroups = {c for c in ("memory", "pids") if cgroup_writable(c)}
         self._etc = sandbox_etc(network)
+
+    @property
+    def host_ids(self) -> tuple[int, int] | None:
+        """The host (uid, gid) the sandbox's programs run as, which must own a bound writable
+        directory and its files; None when they run as this process's own user (no mapping)."""
+        return self._host_ids
 
     @property
     def rlimits(self) -> list[Rlimit]:
         """The rlimits every program gets, given :attr:`limits` and the cgroups in use."""
         return rlimits(
-            self.limits, memory_cgroup="memory" in self.cgroups, pids_cgroup="pids" in self.cgroups
+            self.limits,
+            memory_cgroup="memory" in self.cgroups,
+            pids_cgroup="pids" in self.cgroups,
+            own_user_namespace=self.bwrap,
         )
 
     @property
     def isolation(self) -> str:
         """Exactly which layers are in force, in one line."""
         parts: list[str] = []
+        if self._host_ids is not None:
+            user = f"unprivileged host uid {self._host_ids[0]}"
+        else:
+            user = "host root" if running_as_root() else "this process's host user"
         if self.bwrap:
             net = "shared host network" if self.network else "no network (own empty network namespace)"
             parts.append(
-                f"bubblewrap: user namespace as uid {SANDBOX_UID} with no capabilities, pid/mount/ipc/uts "
-                f"namespaces, {net}, read-only /usr, synthetic /etc, private /tmp, only the run's own binds"
+                f"bubblewrap: user namespace as uid {SANDBOX_UID} ({user}) with no capabilities, "
+                f"pid/mount/ipc/uts namespaces, {net}, read-only /usr, synthetic /etc, private /tmp, "
+                "only the run's own binds (nosuid, nodev)"
             )
         else:
-            parts.append("NO namespace isolation (bubblewrap unavailable): the program runs as this user")
+            parts.append(f"NO namespace isolation (bubblewrap unavailable): the program runs as {user}")
         lim = self.limits
         names = {
             resource.RLIMIT_AS: "address space",
@@ -99,9 +129,12 @@ class Sandbox:
         return "; ".join(parts)
 
     def argv(self, command: Sequence[str], *, binds: Sequence[Bind] = (), cwd: str = "/tmp") -> list[str]:
-        """The full launcher command line for ``command``."""
+        """The full command line for ``command`` (without cgroups and rlimits: see :meth:`spawn`)."""
         if not self.bwrap:
-            return list(command)
+            return [*self._drop, *command]
+        return [*self._drop, *self._bwrap_argv(command, binds, cwd)]
+
+    def _bwrap_argv(self, command: Sequence[str], binds: Sequence[Bind], cwd: str) -> list[str]:
         return bwrap_argv(command, binds=binds, cwd=cwd, network=self.network, etc=self._etc)
 
     async def spawn(
@@ -123,7 +156,10 @@ class Sandbox:
         sweep that would end that child only ran after the wait.)
         """
         groups = make_groups(self.cgroups, self.limits)
-        argv = self.argv(command, binds=binds, cwd=cwd)
+        admitted = self.rlimits
+        if self._limit_inside:
+            command, admitted = [*limit_self(admitted), *command], []
+        argv = self._bwrap_argv(command, binds, cwd) if self.bwrap else list(command)
         options_fd = None
         admission: Admission | None = None
         if self.bwrap:
@@ -138,10 +174,10 @@ class Sandbox:
             # reads and closes (``--args``): inside, /proc/1/cmdline is "bwrap --args N -- command".
             options_fd, write_end = os.pipe()
             write_all(write_end, b"".join(os.fsencode(a) + b"\0" for a in options))
-            argv = [argv[0], "--args", str(options_fd), *argv[end:]]
+            argv = [*self._drop, argv[0], "--args", str(options_fd), *argv[end:]]
             pass_fds = (*pass_fds, options_fd, info_w, block_r)
-        else:
-            argv = launcher(self.rlimits, groups) + argv
+        else:  # the launcher joins the cgroups (as this process's user), then drops to the sandbox's
+            argv = [*launcher(self.rlimits, groups), *self._drop, *argv]
         forked = False
 
         async def create() -> asyncio.subprocess.Process:
@@ -179,9 +215,11 @@ class Sandbox:
             remove_groups(groups)
             raise
         sp = SandboxProcess(proc, groups, contained=self.bwrap)
+        if self._host_ids is not None:  # before the program starts (bubblewrap: it waits for admission)
+            _hand_over_pipes(proc, *self._host_ids)
         if admission is not None:
             try:
-                await run_to_completion(admission.admit(groups, self.rlimits))
+                await run_to_completion(admission.admit(groups, admitted))
             except BaseException:
 
                 async def refuse() -> None:
@@ -200,6 +238,8 @@ class Sandbox:
         its command line from a pipe) never sees the program's environment until ``start``.
         """
         read_end, write_end = os.pipe()
+        if self._host_ids is not None:  # the stub opens it as /dev/fd/N, which checks its owner
+            os.fchown(read_end, *self._host_ids)
         spawn = asyncio.ensure_future(
             self.spawn(
                 ["/bin/bash", "--noprofile", "--norc", "-c", STANDBY_STUB.format(fd=read_end)],
@@ -255,6 +295,20 @@ async def _abandon(
         await asyncio.to_thread(remove_groups, groups)
         return
     await SandboxProcess(creation.result(), groups).discard()
+
+
+def _hand_over_pipes(proc: asyncio.subprocess.Process, uid: int, gid: int) -> None:
+    """Give the program's stdio pipes to the sandbox's host user: a program that reopens them
+    (``echo x > /dev/stdout``, ``tee /dev/stderr``) goes through ``/proc/self/fd``, which checks the
+    pipe's owner and mode (0600, this process's user). asyncio keeps the pipes in its transport
+    (private: no public way to reach the read ends)."""
+    transport = getattr(proc, "_transport", None)
+    for fd in (0, 1, 2):
+        pipe = transport.get_pipe_transport(fd) if transport is not None else None
+        handle = pipe.get_extra_info("pipe") if pipe is not None else None
+        if handle is not None:
+            with contextlib.suppress(OSError, ValueError):
+                os.fchown(handle.fileno(), uid, gid)
 
 
 def _kill_late_arrival(creation: asyncio.Task[asyncio.subprocess.Process]) -> None:
