@@ -20,6 +20,7 @@ from .types import BackendInfo
 
 __all__ = [
     "Backend",
+    "DeferringContext",
     "ExecContext",
     "ExecEvent",
     "ExecRequest",
@@ -233,6 +234,7 @@ class ExecContext(Protocol):
         ...
 
 
+@runtime_checkable
 class DeferringContext(ExecContext, Protocol):
     """A context whose runs hand their pull to the dispatcher (:attr:`ExitEvent.pending`) instead of
     calling :meth:`~ExecContext.sync_pull`, which saves a round trip at the end of every run.

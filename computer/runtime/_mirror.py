@@ -342,8 +342,31 @@ class Mirror:
                 continue
             if old is not None and old[0] != kind:
                 plan.deleted.append(path)  # replaced by another kind: remove first
+        self._other_names(plan, now, first_name)
         plan.dirs.sort(key=lambda d: d.path.count("/"))
         return plan
+
+    def _other_names(self, plan: PullPlan, now: dict[str, Entry], first_name: dict[int, str]) -> None:
+        """A changed file with other names the program did not touch (a write through one hard link
+        changes them all): those names go in the pull as links of it, so the workspace agrees."""
+        shared = []
+        for rel, _ in plan.files:
+            with contextlib.suppress(OSError):
+                if os.lstat(self.directory / rel).st_nlink > 1:
+                    shared.append(rel)
+        if not shared:
+            return
+        by_ino: dict[int, list[str]] = {}
+        for rel, entry in now.items():
+            if entry[0] == "f":
+                by_ino.setdefault(entry[1], []).append(rel)
+        listed = {rel for rel, _ in plan.links}
+        for rel in shared:
+            ino = now[rel][1]
+            for other in by_ino.get(ino, ()):
+                if other != rel and other not in listed and first_name.get(ino) != self.workspace_path(other):
+                    plan.links.append((other, first_name[ino]))
+                    listed.add(other)
 
     def pages(self, plan: PullPlan, budget: int | None) -> Generator[SyncPull, None, None]:
         """The pull, cut into pages of at most ``budget`` file bytes (None: one page).

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import dataclasses
 import os
 import secrets
 import shutil
@@ -27,16 +26,12 @@ from ._backend import (
     ExecEvent,
     ExecRequest,
     ExitEvent,
-    MirrorFile,
-    PendingPull,
-    PullResult,
     SyncLimits,
-    SyncPush,
 )
-from ._context import PROTECTED
-from ._mirror import Entry, Mirror, MirrorPool, PullPlan
+from ._mirror import Mirror, MirrorPool
 from ._process import ProcessOutcome, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, in_background, run_to_completion
+from ._sync import MirrorSync
 from .types import BackendInfo
 
 __all__ = ["ShellBackend"]
@@ -105,6 +100,7 @@ class ShellBackend:
         # ``mirror_pool(base, mount_root)`` builds the pool of warm mirrors (default: a MirrorPool
         # keeping idle mirrors of the 64 most recently used workspaces).
         self._mirrors: MirrorPool = (mirror_pool or MirrorPool)(base, self.mount_root)
+        self._sync = MirrorSync(self._mirrors, self.mount_root, self.limits)
         # Standby sandboxes kept for the most recently used mirrors (at most ``warm_sandboxes``).
         self.warm_sandboxes = warm_sandboxes
         self._warm: OrderedDict[_Warm, Mirror] = OrderedDict()
@@ -154,19 +150,12 @@ class ShellBackend:
             yield ExitEvent(None, error=f"cwd {cwd} is outside the mount root {self.mount_root}")
             return
         workspace_id = ctx.workspace_id
-        mirror = self._mirrors.acquire(workspace_id)
+        mirror = self._sync.acquire(workspace_id, ctx)
         self._remove_evicted()
         ready: tuple[Standby, Path] | None = None
         clean = False
-        defer = bool(getattr(ctx, "defers_pull", False))
         try:
-            if mirror.unsettled is not None:
-                _settle_deferred(mirror, ctx)
-            push, pushed = await self._push(mirror, ctx)
-            if mirror.watch is not None:
-                mirror.arm()  # drains what the push caused
-            else:
-                await asyncio.to_thread(mirror.arm)  # a new watch walks the whole tree
+            push, pushed = await self._sync.push(mirror, ctx)
             host_cwd = mirror.host(cwd)
             if not host_cwd.is_dir():
                 yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")
@@ -196,139 +185,26 @@ class ShellBackend:
                 async with contextlib.aclosing(output):
                     async for chunk in output:
                         yield chunk
-            if mirror.quiet():  # the program changed nothing: no thread hop for an empty pull
-                plan, now = mirror.plan()
-            else:
-                plan, now = await asyncio.to_thread(mirror.plan)
-            mirror.kept = set(plan.unsyncable)
-            left_out = {**{p: mirror.reasons.get(p, PROTECTED) for p in mirror.protected}, **plan.unsyncable}
-            if defer and plan.size() <= self.limits.max_sync_bytes:
-                # The dispatcher applies the pull; a later run settles the mirror.
-                pull = (
-                    mirror.read_all(plan) if plan.empty() else await asyncio.to_thread(mirror.read_all, plan)
-                )
-                pull = dataclasses.replace(pull, own_revs=bridge.own_revs)
-                mirror.unsettled = (request.id, now)
-                clean = True
-                yield ExitEvent(
-                    outcome.exit_code,
-                    pushed=pushed,
-                    pulled=sorted(bridge.saved),
-                    skipped=sorted(left_out),
-                    skipped_reasons=left_out,
-                    killed=outcome.timed_out,
-                    pending=PendingPull(pull, push.rev, dataclasses.asdict(self.limits)),
-                )
-                return
-            result = await self._pull(mirror, ctx, plan, now, push.rev, bridge.own_revs)
-            skipped = {**result.reasons, **left_out}
+            synced = await self._sync.pull(mirror, ctx, push.rev, request.id, bridge)
             clean = True
             yield ExitEvent(
                 outcome.exit_code,
                 pushed=pushed,
-                pulled=sorted(set(result.applied) | set(bridge.saved)),
-                skipped=sorted(skipped),
-                skipped_reasons=skipped,
+                pulled=synced.pulled,
+                skipped=sorted(synced.skipped),
+                skipped_reasons=synced.skipped,
                 killed=outcome.timed_out,
+                pending=synced.pending,
             )
         finally:
             if ready is not None:  # prepared but never started (cwd missing, cancelled…)
                 await run_to_completion(_discard(*ready))
-            if clean:
-                if self._mirrors.release(workspace_id, mirror):
-                    self._keep_warm(mirror)
-                self._remove_evicted()
-            else:
-                # Interrupted mid-bracket (kill): its content is unknown and a worker thread may still be
-                # writing it, so it is never reused; the next run takes a fresh mirror (full push).
-                mirror.invalidate()
-                await asyncio.to_thread(self._mirrors.discard, mirror)
-
-    async def _push(self, mirror: Mirror, ctx: ExecContext) -> tuple[SyncPush, int]:
-        """Bring ``mirror`` to the workspace's current revision, page by page; the first page (whose
-        revision the mirror then reflects) and how many files were written.
-
-        A file larger than a page arrives in pieces of at most a page, written in place, so memory
-        stays one page whatever the tree holds. A continuation page that is no longer of the same kind
-        (the change log was trimmed meanwhile) starts the push over as a full one.
-        """
-        limits = self.limits
-        first: SyncPush | None = None
-        pushed = 0
-        while True:
-            page = await ctx.sync_push(mirror.rev, self.mount_root, limits)
-            if first is not None and page.full != first.full:
-                mirror.invalidate()
-                first, pushed, limits = None, 0, self.limits
-                continue
-            starting = first is None
-            if starting:
-                first = page
-            if _small(page):  # a thread hop costs more than applying a handful of entries
-                pushed += mirror.apply(page, first=starting)
-            else:
-                pushed += await asyncio.to_thread(mirror.apply, page, first=starting)
-            for file in list(mirror.unfilled):
-                await self._fill(mirror, ctx, file)
-            mirror.unfilled = []
-            if not page.more:
-                break
-            limits = dataclasses.replace(self.limits, after=page.cursor)
-        assert first is not None
-        mirror.finish_push(first.rev)
-        return first, pushed
-
-    async def _fill(self, mirror: Mirror, ctx: ExecContext, file: MirrorFile) -> None:
-        """Fetch a large file's bytes in pieces of at most a page, each written in place."""
-        piece = max(1 << 20, self.limits.max_sync_bytes)
-        offset = 0
-        while offset < file.length:
-            try:
-                data = await ctx.fs_call("read_file", {"path": file.path, "offset": offset, "length": piece})
-            except FileNotFoundError:
-                return  # removed meanwhile: the next push removes it here too
-            await asyncio.to_thread(mirror.fill, file, offset, bytes(data))
-            if len(data) < piece:
-                return
-            offset += len(data)
-
-    async def _pull(
-        self,
-        mirror: Mirror,
-        ctx: ExecContext,
-        plan: PullPlan,
-        now: dict[str, Entry],
-        base_rev: int,
-        own_revs: list[int],
-    ) -> PullResult:
-        """Apply what the run changed, page by page, then settle the mirror on the outcome."""
-        applied: list[str] = []
-        reasons: dict[str, str] = {}
-        own = list(own_revs)  # the assets bridge's saves during the run
-        rev = base_rev
-        # Nothing changed: the mirror still reflects ``base_rev`` exactly (no round trip needed; claiming
-        # more would count a workspace change made during the run as mirrored).
-        if not plan.empty():
-            pages = mirror.pages(plan, self.limits.max_sync_bytes)
-            try:
-                while (page := await asyncio.to_thread(next, pages, None)) is not None:
-                    result = await ctx.sync_pull(dataclasses.replace(page, own_revs=own), base_rev)
-                    own += result.own_revs
-                    applied += result.applied
-                    reasons.update(result.reasons)
-                    rev = result.rev
-            finally:
-                pages.close()
-        if reasons:  # the mirror drops what the pull left alone
-            await asyncio.to_thread(mirror.settle, now, rev, list(reasons))
-        else:
-            mirror.settle(now, rev, ())
-        return PullResult(rev, applied, sorted(reasons), reasons, own)
+            if await self._sync.release(workspace_id, mirror, clean=clean):
+                self._keep_warm(mirror)
+            self._remove_evicted()
 
     def _remove_evicted(self) -> None:
-        """Remove the idle mirrors the pool's bound pushed out, in a worker thread (each is a tree)."""
-        for mirror in self._mirrors.take_evicted():
-            in_background(asyncio.to_thread(self._mirrors.discard, mirror), "removing an evicted mirror")
+        self._sync.remove_evicted()
 
     async def close_workspace(self, workspace_id: str) -> None:
         """The workspace closed: end the standby sandboxes of its idle mirrors (the mirrors stay warm)."""
@@ -404,28 +280,6 @@ class ShellBackend:
         }
         env.update(request.env)
         return env
-
-
-def _small(push: SyncPush) -> bool:
-    """A push worth applying without a thread hop: incremental, a few entries, a few KiB."""
-    if push.full or len(push.files) + len(push.dirs) + len(push.symlinks) + len(push.deleted) > 8:
-        return False
-    return sum(f.length for f in push.files) <= 64 * 1024
-
-
-def _settle_deferred(mirror: Mirror, ctx: ExecContext) -> None:
-    """Settle a mirror whose last run deferred its pull, from that pull's outcome; unknown outcome
-    (the dispatcher failed to apply it, or restarted): forget the mirror's revision (full push)."""
-    assert mirror.unsettled is not None
-    run, now = mirror.unsettled
-    mirror.unsettled = None
-    outcome_of = getattr(ctx, "pull_outcome", None)
-    outcome = outcome_of(run) if outcome_of is not None else None
-    if outcome is None:
-        mirror.rev = None
-        return
-    rev, skipped = outcome
-    mirror.settle(now, rev, skipped)
 
 
 async def _discard(standby: Standby, bridge_dir: Path) -> None:

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import os
 import secrets
+from pathlib import Path
 
 from exec_cases import (
     a_conflicted_path_comes_back_with_the_workspace_version,
@@ -334,3 +335,31 @@ async def test_python_in_the_shell_sees_a_same_size_edit_and_leaves_no_bytecode(
     second = await (await ws.runtime.exec("python3 -c 'import mod; print(mod.VALUE)'")).result()
     assert second.stdout == "2\n"
     assert not await ws.fs.exists("/workspace/__pycache__")
+
+
+async def test_mtimes_hard_links_and_outside_symlinks_survive_a_reopen(tmp_path: Path) -> None:
+    """Issue 16: a rebuilt mirror used to stamp the sync time, split hard links and drop links that
+    point outside the mount root (a venv's ``bin/python``)."""
+    path = str(tmp_path / "ws.db")
+    async with computer.Workspace(path, backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        made = await (
+            await ws.runtime.exec(
+                "echo x > f && touch -d '2001-02-03 04:05:06.789' f && ln f hard"
+                " && mkdir -p .venv/bin && ln -s /usr/bin/python3 .venv/bin/python"
+            )
+        ).result()
+        assert made.status == "completed" and made.skipped == []
+        first, second = await ws.fs.stat("/workspace/f"), await ws.fs.stat("/workspace/hard")
+        assert first.mtime == 981173106789 and first.ino == second.ino and first.nlink == 2
+    async with computer.Workspace(path, backends=[ShellBackend()]) as ws:
+        seen = await (
+            await ws.runtime.exec(
+                "stat -c '%y %h' f; [ f -ef hard ] && echo same; .venv/bin/python -c 'print(3)';"
+                " echo y >> hard; cat f"
+            )
+        ).result()
+        assert seen.stdout == "2001-02-03 04:05:06.789000000 +0000 2\nsame\n3\nx\ny\n", seen.stderr
+        assert await ws.fs.read_text("/workspace/f") == "x\ny\n"
+        await ws.fs.write_file("/workspace/f", "z\n")  # through one name: both names in the next run
+        assert (await (await ws.runtime.exec("cat hard")).result()).stdout == "z\n"

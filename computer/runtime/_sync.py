@@ -1,0 +1,219 @@
+"""``MirrorSync``: the sync bracket around one program run over a mirror (shell and python backends).
+
+*acquire* a mirror of the workspace (settling a deferred pull of its last run) → *push* (the mirror
+catches up with the workspace, page by page) → the backend runs its program over the mirror →
+*pull* (what the program changed goes back, page by page, under the pull's rules) → *release*.
+
+Two invariants carry it (ARCHITECTURE, "The mirror is a sync engine"):
+
+1. ``Mirror.rev`` is a lower bound: it only advances over changes the mirror provably holds (the
+   first page of a push it applied; a pull whose every revision was its own). A workspace change made
+   while a run was in flight is therefore always sent to the next run.
+2. A path the pull left alone (the workspace changed it too, or it is protected) is removed from the
+   mirror and the mirror's revision stays at the run's base, so the next push repairs it with the
+   workspace's version.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from ._backend import DeferringContext, ExecContext, MirrorFile, PendingPull, SyncLimits, SyncPull, SyncPush
+from ._context import PROTECTED
+from ._mirror import Entry, Mirror, MirrorPool, PullPlan
+from ._tasks import in_background
+
+__all__ = ["MirrorSync", "Synced"]
+
+
+class RunSaves(Protocol):
+    """What a run saved to the workspace itself while it ran (the assets bridge)."""
+
+    saved: list[str]
+    own_revs: list[int]
+
+
+@dataclass
+class Synced:
+    """The pull's outcome, as an exit event reports it."""
+
+    pulled: list[str] = field(default_factory=list)
+    skipped: dict[str, str] = field(default_factory=dict)  # path -> reason
+    pending: PendingPull | None = None  # handed to the dispatcher (a deferring context)
+
+
+class MirrorSync:
+    """Pushes, pulls and lends the mirrors of one backend (``mount_root`` of every workspace)."""
+
+    def __init__(self, mirrors: MirrorPool, mount_root: str, limits: SyncLimits) -> None:
+        self.mirrors = mirrors
+        self.mount_root = mount_root
+        self.limits = limits
+        # The host uid/gid that must own what mirrors hold (the sandbox's unprivileged user), or None.
+        self.owner: tuple[int, int] | None = None
+
+    def acquire(self, workspace_id: str, ctx: ExecContext) -> Mirror:
+        mirror = self.mirrors.acquire(workspace_id)
+        mirror.owner = self.owner
+        if mirror.unsettled is not None:
+            _settle_deferred(mirror, ctx)
+        return mirror
+
+    async def release(self, workspace_id: str, mirror: Mirror, *, clean: bool) -> bool:
+        """Give the mirror back; True when the pool keeps it (idle and warm).
+
+        A bracket interrupted midway (kill) leaves unknown content, and a worker thread may still be
+        writing it: such a mirror is never reused; the next run takes a fresh one (full push).
+        """
+        if clean:
+            return self.mirrors.release(workspace_id, mirror)
+        mirror.invalidate()
+        await asyncio.to_thread(self.mirrors.discard, mirror)
+        return False
+
+    def remove_evicted(self) -> None:
+        """Remove the idle mirrors the pool's bound pushed out, in a worker thread (each is a tree)."""
+        for mirror in self.mirrors.take_evicted():
+            in_background(asyncio.to_thread(self.mirrors.discard, mirror), "removing an evicted mirror")
+
+    # ------------------------------------------------------------------ push
+
+    async def push(self, mirror: Mirror, ctx: ExecContext) -> tuple[SyncPush, int]:
+        """Bring ``mirror`` to the workspace's current revision, page by page, and start watching it;
+        the first page (whose revision the mirror then reflects) and how many files were written.
+
+        A file larger than a page arrives in pieces of at most a page, written in place, so memory
+        stays one page whatever the tree holds. A continuation page that is no longer of the same kind
+        (the change log was trimmed meanwhile) starts the push over as a full one.
+        """
+        limits = self.limits
+        first: SyncPush | None = None
+        pushed = 0
+        while True:
+            page = await ctx.sync_push(mirror.rev, self.mount_root, limits)
+            if first is not None and page.full != first.full:
+                mirror.invalidate()
+                first, pushed, limits = None, 0, self.limits
+                continue
+            starting = first is None
+            if starting:
+                first = page
+            if _small(page):  # a thread hop costs more than applying a handful of entries
+                pushed += mirror.apply(page, first=starting)
+            else:
+                pushed += await asyncio.to_thread(mirror.apply, page, first=starting)
+            for file in list(mirror.unfilled):
+                await self._fill(mirror, ctx, file)
+            mirror.unfilled = []
+            if not page.more:
+                break
+            limits = dataclasses.replace(self.limits, after=page.cursor)
+        assert first is not None
+        mirror.finish_push(first.rev)
+        if mirror.watch is not None:
+            mirror.arm()  # drains what the push caused
+        else:
+            await asyncio.to_thread(mirror.arm)  # a new watch walks the whole tree
+        return first, pushed
+
+    async def _fill(self, mirror: Mirror, ctx: ExecContext, file: MirrorFile) -> None:
+        """Fetch a large file's bytes in pieces of at most a page, each written in place."""
+        piece = max(1 << 20, self.limits.max_sync_bytes)
+        offset = 0
+        while offset < file.length:
+            try:
+                data = await ctx.fs_call("read_file", {"path": file.path, "offset": offset, "length": piece})
+            except FileNotFoundError:
+                return  # removed meanwhile: the next push removes it here too
+            await asyncio.to_thread(mirror.fill, file, offset, bytes(data))
+            if len(data) < piece:
+                return
+            offset += len(data)
+
+    # ------------------------------------------------------------------ pull
+
+    async def pull(
+        self, mirror: Mirror, ctx: ExecContext, base_rev: int, run: str, saves: RunSaves | None = None
+    ) -> Synced:
+        """Send back what the program changed since the push of ``base_rev``, and settle the mirror.
+
+        A deferring context (a pool worker's) gets the changes in the exit event instead, when they fit
+        one page: its dispatcher applies them, and the mirror is settled by the next run.
+        """
+        if mirror.quiet():  # the program changed nothing: no thread hop for an empty pull
+            plan, now = mirror.plan()
+        else:
+            plan, now = await asyncio.to_thread(mirror.plan)
+        mirror.kept = set(plan.unsyncable)
+        left_out = {**{p: mirror.reasons.get(p, PROTECTED) for p in mirror.protected}, **plan.unsyncable}
+        saved = list(saves.saved) if saves is not None else []
+        own = list(saves.own_revs) if saves is not None else []
+        if (
+            isinstance(ctx, DeferringContext)
+            and ctx.defers_pull
+            and plan.size() <= self.limits.max_sync_bytes
+        ):
+            pull = mirror.read_all(plan) if plan.empty() else await asyncio.to_thread(mirror.read_all, plan)
+            pull = dataclasses.replace(pull, own_revs=own)
+            mirror.unsettled = (run, now)
+            pending = PendingPull(pull, base_rev, dataclasses.asdict(self.limits))
+            return Synced(sorted(saved), left_out, pending)
+        applied, reasons = await self._apply(mirror, ctx, plan, now, base_rev, own)
+        return Synced(sorted(set(applied) | set(saved)), {**reasons, **left_out})
+
+    async def _apply(
+        self,
+        mirror: Mirror,
+        ctx: ExecContext,
+        plan: PullPlan,
+        now: dict[str, Entry],
+        base_rev: int,
+        own: list[int],
+    ) -> tuple[list[str], dict[str, str]]:
+        applied: list[str] = []
+        reasons: dict[str, str] = {}
+        rev = base_rev
+        # Nothing changed: the mirror still reflects ``base_rev`` exactly (no round trip needed; claiming
+        # more would count a workspace change made during the run as mirrored).
+        if not plan.empty():
+            pages = mirror.pages(plan, self.limits.max_sync_bytes)
+            try:
+                while (page := await asyncio.to_thread(next, pages, None)) is not None:
+                    result = await ctx.sync_pull(dataclasses.replace(page, own_revs=own), base_rev)
+                    own = own + result.own_revs
+                    applied += result.applied
+                    reasons.update(result.reasons)
+                    rev = result.rev
+            finally:
+                pages.close()
+        if reasons:  # the mirror drops what the pull left alone
+            await asyncio.to_thread(mirror.settle, now, rev, list(reasons))
+        else:
+            mirror.settle(now, rev, ())
+        return applied, reasons
+
+
+def _small(push: SyncPush | SyncPull) -> bool:
+    """A page worth applying without a thread hop: incremental, a few entries, a few KiB."""
+    if isinstance(push, SyncPush) and push.full:
+        return False
+    if len(push.files) + len(push.dirs) + len(push.symlinks) + len(push.deleted) > 8:
+        return False
+    return sum(f.length for f in push.files) <= 64 * 1024
+
+
+def _settle_deferred(mirror: Mirror, ctx: ExecContext) -> None:
+    """Settle a mirror whose last run deferred its pull, from that pull's outcome; unknown outcome
+    (the dispatcher failed to apply it, or restarted): forget the mirror's revision (full push)."""
+    assert mirror.unsettled is not None
+    run, now = mirror.unsettled
+    mirror.unsettled = None
+    outcome = ctx.pull_outcome(run) if isinstance(ctx, DeferringContext) else None
+    if outcome is None:
+        mirror.rev = None
+        return
+    rev, skipped = outcome
+    mirror.settle(now, rev, skipped)
