@@ -11,17 +11,17 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterator
 from itertools import islice
-from typing import TYPE_CHECKING
 
+from ._content import iter_file
 from ._db import Database
 from ._glob import Glob, GlobSet
 from ._grep import LineMatcher, grep_file
+from ._resolve import kind_of
 from ._schema import DIR, FILE, SYMLINK
+from ._state import Store
+from ._tree import children_page
 from .paths import join
 from .types import FindEntry, GrepMatch
-
-if TYPE_CHECKING:
-    from .filesystem import FileSystem
 
 __all__ = ["PAGE_SIZE", "find_entries", "grep_entries", "walk", "walk_tree"]
 
@@ -71,7 +71,7 @@ class _Frame:
 
 
 def walk(
-    fs: FileSystem, ino: int, path: str, exclude: GlobSet, max_depth: int | None = None
+    st: Store, ino: int, path: str, exclude: GlobSet, max_depth: int | None = None
 ) -> Iterator[tuple[str, str, int, int]]:
     """Paged depth-first walk below a directory: ``(path, relative path, kind, inode)``.
 
@@ -85,7 +85,7 @@ def walk(
             if frame.done:
                 stack.pop()
                 continue
-            rows = fs._children_page(frame.ino, frame.after, PAGE_SIZE)
+            rows = children_page(st, frame.ino, frame.after, PAGE_SIZE)
             if len(rows) < PAGE_SIZE:
                 frame.done = True
             if not rows:
@@ -115,7 +115,7 @@ def _max_depth(patterns: list[Glob]) -> int | None:
 
 
 def find_entries(
-    fs: FileSystem,
+    st: Store,
     ino: int,
     path: str,
     pattern: str | None,
@@ -131,14 +131,14 @@ def find_entries(
     depth = None if glob is None else _max_depth([glob])
     out: list[FindEntry] = []
     skip = offset
-    for cpath, rel, kind, _ in walk(fs, ino, path, GlobSet(exclude), depth):
+    for cpath, rel, kind, _ in walk(st, ino, path, GlobSet(exclude), depth):
         if glob is not None and not glob.match(rel):
             continue
         if skip:
             skip -= 1
             continue
         if kind == SYMLINK:
-            kind = DIR if fs._kind_of(cpath) == DIR else FILE
+            kind = DIR if kind_of(st, cpath) == DIR else FILE
         out.append(FindEntry(path=cpath, type="dir" if kind == DIR else "file"))
         if limit is not None and len(out) >= limit:
             break
@@ -146,7 +146,7 @@ def find_entries(
 
 
 def grep_entries(
-    fs: FileSystem,
+    st: Store,
     ino: int,
     kind: int,
     path: str,
@@ -165,15 +165,15 @@ def grep_entries(
         return []
     stop = None if limit is None else offset + limit
     if kind != DIR:
-        found = grep_file(path, fs._iter_file(ino), matcher, context)
+        found = grep_file(path, iter_file(st, ino), matcher, context)
         return list(islice(found, offset, stop))
     includes = GlobSet(include or [])
     depth = _max_depth(includes.globs) if includes else None
 
     def matches() -> Iterator[GrepMatch]:
-        for cpath, rel, k, child in walk(fs, ino, path, GlobSet(exclude), depth):
+        for cpath, rel, k, child in walk(st, ino, path, GlobSet(exclude), depth):
             if k != FILE or (includes and not includes.match(rel)):
                 continue
-            yield from grep_file(cpath, fs._iter_file(child), matcher, context)
+            yield from grep_file(cpath, iter_file(st, child), matcher, context)
 
     return list(islice(matches(), offset, stop))

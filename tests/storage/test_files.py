@@ -62,7 +62,7 @@ async def test_every_range_of_mixed_chunks_reads_exactly(
     repetitive = b"".join(os.urandom(16) * 8 for _ in range(CHUNK_SIZE // 128))  # lz4: ~1/6
     data = os.urandom(CHUNK_SIZE) + repetitive + b"abcdefgh" * (CHUNK_SIZE // 8) + os.urandom(1000)
     await store.write_file("/f", data)
-    kinds = set(store._db.conn.execute("SELECT compressed, data IS NULL FROM chunks").fetchall())
+    kinds = set(store._store.db.conn.execute("SELECT compressed, data IS NULL FROM chunks").fetchall())
     assert {(0, 1), (1, 1), (0, 0)} <= kinds  # raw and compressed stored apart, raw inline
     ranges = [(0, None), (5, 2 * CHUNK_SIZE), (CHUNK_SIZE - 3, 10), (CHUNK_SIZE + 1, CHUNK_SIZE + 100)]
     ranges += [(2 * CHUNK_SIZE - 1, 5), (0, CHUNK_SIZE + 1), (len(data) - 1, 9), (3, CHUNK_SIZE - 6)]
@@ -74,7 +74,7 @@ async def test_every_range_of_mixed_chunks_reads_exactly(
         assert got == expected, (off, n)
         assert b"".join([p async for p in store.stream("/f", offset=off, length=n)]) == expected
     # a large read maps the file only while it runs and leaves no read transaction behind
-    conn = store._db.conn
+    conn = store._store.db.conn
     mapped = conn.execute("PRAGMA mmap_size").fetchone()  # no row for an in-memory store
     assert mapped is None or mapped[0] == 0
     assert not conn.in_transaction
@@ -411,7 +411,7 @@ def test_opening_a_non_database_is_eio(tmp_path: Path) -> None:
 
 
 def _rows(fs: FileSystem) -> int:
-    return int(fs._db.one("SELECT count(*) FROM chunks")[0])
+    return int(fs._store.db.one("SELECT count(*) FROM chunks")[0])
 
 
 async def test_a_batch_of_small_garbage_is_freed_soon_after_not_inside_the_mutation(fs: FileSystem) -> None:

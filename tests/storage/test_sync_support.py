@@ -213,7 +213,7 @@ async def test_commit_batch_that_changes_nothing_keeps_the_revision(fs: FileSyst
 
 def _chunk_refs_match_the_files(fs: FileSystem) -> None:
     """Every chunk's reference count equals the file references to it (none left at zero)."""
-    db = fs._db
+    db = fs._store.db
     real = dict(
         db.execute(
             "SELECT chunk, count(*) FROM (SELECT chunk FROM file_chunks UNION ALL "
@@ -263,9 +263,9 @@ async def test_reference_counts_dropped_many_at_once_add_up_per_chunk(fs: FileSy
     """Counts for one chunk given several times (more than the one-by-one limit) all apply."""
     await fs.mkdir("/d")
     fs.commit_batch({f"/d/f{i}": b"same" for i in range(30)})
-    (cid, refs) = fs._db.one("SELECT id, refs FROM chunks WHERE refs > 0")
+    (cid, refs) = fs._store.db.one("SELECT id, refs FROM chunks WHERE refs > 0")
     assert refs == 30
-    with fs._mutation("/d") as m:
+    with fs._store.mutation("/d") as m:
         fs.chunks.decref_counts([(cid, 1)] * 12)
         m.log("/d", "write")
-    assert fs._db.one("SELECT refs FROM chunks WHERE id = ?", (cid,))[0] == 18
+    assert fs._store.db.one("SELECT refs FROM chunks WHERE id = ?", (cid,))[0] == 18

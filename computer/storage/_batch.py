@@ -1,0 +1,226 @@
+"""The sync batch: what the exec mirror's bracket uses (``manifest``, ``changes_since``, ``commit_batch``).
+
+Every function takes the shared :class:`~._state.Store`. A pull from a sandbox is one
+``commit_batch``: one transaction, one revision, applied in a fixed order (removals deepest first,
+then directories, then writes, then hard links, then modes and mtimes of existing paths) under one
+conflict rule (see :func:`commit_batch`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from ._chunks import ChunkCutter
+from ._content import set_content
+from ._resolve import lookup, resolve, resolve_read, write_target
+from ._schema import DIR, KIND_NAMES, SYMLINK, clean_mode
+from ._search import walk_tree
+from ._state import CREATE_OP, Mutation, Store
+from ._tree import add_name, ensure_dirs, remove_leaves, remove_node
+from .paths import is_within, join, split
+from .types import BatchResult, Change, ChangeSet, ManifestEntry
+
+__all__ = ["changes_since", "commit_batch", "manifest"]
+
+
+def manifest(
+    st: Store, root: str, *, inodes: bool = False
+) -> list[tuple[str, str, int, int, int]] | list[ManifestEntry]:
+    """Every node below ``root``: ``(path, "file"|"dir"|"symlink", size, mode, mtime)``, in walk order.
+
+    With ``inodes=True`` each is a :class:`ManifestEntry`, the same five fields then ``ino`` and
+    ``nlink``: names sharing an ``ino`` are hard links of one file. (The plain five-tuple stays the
+    default so that callers unpacking five values keep working.)
+    ENOENT when ``root`` is missing; ``[]`` when it is not a directory.
+    """
+    p = st.canon(root)
+    ino, kind, _ = resolve_read(st, p)
+    if kind != DIR:
+        return []
+    if inodes:
+        return [
+            ManifestEntry(path, KIND_NAMES[k], size, mode, mtime, node, nlink)  # type: ignore[arg-type]
+            for path, k, size, mode, mtime, node, nlink in walk_tree(st.db, ino, p)
+        ]
+    return [
+        (path, KIND_NAMES[k], size, mode, mtime)
+        for path, k, size, mode, mtime, _, _ in walk_tree(st.db, ino, p)
+    ]
+
+
+def changes_since(st: Store, rev: int, root: str = "/", *, skip_revs: Sequence[int] = ()) -> ChangeSet:
+    """Changes at or below ``root`` (or of an ancestor of it) after ``rev``, in order, leaving out
+    the revisions ``skip_revs`` (a caller's own: never read, however many changes they hold).
+
+    ``complete`` is False when the log was trimmed past ``rev``: resynchronise from :meth:`manifest`.
+    """
+    r = st.canon(root)
+    floor = int(st.db.one("SELECT log_floor FROM state WHERE id = 1")[0])
+    skip = tuple(int(v) for v in skip_revs)
+    unless = f" AND rev NOT IN ({', '.join('?' * len(skip))})" if skip else ""
+    rows = st.db.execute(
+        f"SELECT rev, path, op FROM changes WHERE rev > ?{unless} ORDER BY rev, n", (rev, *skip)
+    )
+    changes = [
+        Change(path=path, op=op, rev=int(rv))
+        for rv, path, op in rows
+        if is_within(path, r) or is_within(r, path)
+    ]
+    return ChangeSet(rev=st.rev, changes=changes, complete=rev >= floor)
+
+
+def commit_batch(
+    st: Store,
+    writes: Mapping[str, bytes | None],
+    *,
+    mkdirs: Sequence[str] = (),
+    modes: Mapping[str, int] | None = None,
+    base_rev: int | None = None,
+    mtimes: Mapping[str, int] | None = None,
+    links: Mapping[str, str] | None = None,
+) -> BatchResult:
+    """Apply many changes in one transaction and one revision (the shell backend's pull).
+
+    ``bytes`` writes a file (creating parents, replacing a directory in the way), ``None`` removes
+    a path (recursively, missing is fine), ``mkdirs`` ensures directories, ``modes`` sets modes,
+    ``mtimes`` sets mtimes in ms, kept exactly (of written files, ensured directories and existing
+    paths alike: a pull keeps the program's mtime, not the sync time). A write to a name of a file
+    with several names (hard links) gives that name a new file; ``links`` (new path -> existing
+    path) then gives existing files more names, after the writes: a pull sends every name that
+    still shares a file with a written one. A link replaces what is at its path; one whose
+    existing path is missing or a directory is left out and listed in ``skipped``.
+    With ``base_rev``, a path changed after that revision (itself, an ancestor or a descendant) is
+    left alone and listed in ``skipped``; if the change log no longer reaches ``base_rev`` every
+    path is skipped (the workspace wins when we cannot tell).
+    """
+    modes = dict(modes or {})
+    st.refresh()  # once for the whole batch, not per path
+    canon_writes = {st.canon(k, refresh=False): v for k, v in writes.items()}
+    canon_dirs = sorted({st.canon(k, refresh=False) for k in mkdirs})
+    canon_modes = {st.canon(k, refresh=False): clean_mode(v) for k, v in modes.items()}
+    canon_mtimes = {st.canon(k, refresh=False): int(v) for k, v in (mtimes or {}).items()}
+    canon_links = {st.canon(k, refresh=False): st.canon(v, refresh=False) for k, v in (links or {}).items()}
+    every = sorted(
+        set(canon_writes) | set(canon_dirs) | set(canon_modes) | set(canon_mtimes) | set(canon_links)
+    )
+    skipped: set[str] = set()
+    if base_rev is not None:
+        changed = changes_since(st, base_rev)
+        if not changed.complete:
+            skipped = set(every)
+        else:
+            touched = [c.path for c in changed.changes]
+
+            def conflicts(p: str) -> bool:
+                return any(is_within(p, t) or is_within(t, p) for t in touched)
+
+            skipped = {p for p in every if conflicts(p)}
+            # A link to a path changed meanwhile would name the workspace's file, not the run's.
+            skipped.update(new for new, old in canon_links.items() if conflicts(old))
+    applied: list[str] = []
+    todo = [p for p in every if p not in skipped]
+    if not todo:
+        return BatchResult(rev=st.rev, applied=[], skipped=sorted(skipped))
+    with st.mutation(todo[0]) as m:
+        leaves: list[tuple[str, int, str, int, int]] = []  # files and links, removed together
+        doomed: set[str] = set()
+        for p in sorted((p for p in todo if p in canon_writes and canon_writes[p] is None), reverse=True):
+            if p == "/":
+                continue
+            try:
+                ino, kind, real = resolve(st, p, follow=False)
+            except OSError:
+                applied.append(p)
+                continue
+            parent, name = split(real)
+            if kind == DIR:
+                remove_leaves(st, leaves, m)  # in order: they may lie below this directory
+                remove_node(st, real, resolve(st, parent)[0], name, ino, kind)
+                m.log(real, "rm")
+            elif real not in doomed:  # two paths through symlinks may name one entry
+                doomed.add(real)
+                leaves.append((real, resolve(st, parent)[0], name, ino, kind))
+            applied.append(p)
+        remove_leaves(st, leaves, m)
+        for p in canon_dirs:
+            if p in skipped:
+                continue
+            ensure_dirs(st, p, canon_modes.get(p, 0o755), m, replace_files=True, mtime=canon_mtimes.get(p))
+            applied.append(p)
+        for p in todo:
+            data = canon_writes.get(p)
+            if data is None:
+                continue
+            parent, name = split(p)
+            pino = ensure_dirs(st, parent, 0o755, m, replace_files=True)
+            node = lookup(st, pino, name)
+            real = join(resolve(st, parent)[2], name)
+            if node is not None and node[1] == DIR:
+                remove_node(st, real, pino, name, node[0], node[1])
+                node = None
+            if node is not None and node[1] == SYMLINK:
+                pino, name, real, node = write_target(st, p)
+            cutter = ChunkCutter()
+            ids = [st.chunks.put(c) for c in cutter.feed(bytes(data))]
+            last = cutter.finish()
+            if last is not None:
+                ids.append(st.chunks.put(last))
+            set_content(
+                st,
+                p,
+                pino,
+                name,
+                real,
+                node,
+                ids,
+                cutter.total,
+                canon_modes.get(p),
+                canon_mtimes.get(p),
+                detach=True,
+            )
+            m.log(real, "write")
+            applied.append(p)
+        for p, old in sorted(canon_links.items()):
+            if p not in skipped and not _batch_link(st, p, old, m):
+                skipped.add(p)
+            elif p not in skipped:
+                applied.append(p)
+        for p in sorted(set(canon_modes) | set(canon_mtimes)):
+            if p in skipped or canon_writes.get(p) is not None:
+                continue  # written files got their mode and mtime with their content
+            try:
+                ino, kind, real = resolve(st, p)
+            except OSError:
+                continue
+            mode, mtime = canon_modes.get(p), canon_mtimes.get(p)
+            cur = st.db.execute(
+                "UPDATE inodes SET mode = coalesce(?1, mode), mtime = coalesce(?2, mtime) "
+                "WHERE id = ?3 AND (mode != coalesce(?1, mode) OR mtime != coalesce(?2, mtime))",
+                (mode, mtime, ino),
+            )
+            if cur.rowcount:
+                m.log(real, CREATE_OP[kind])
+                applied.append(p)
+    return BatchResult(rev=st.rev, applied=sorted(set(applied)), skipped=sorted(skipped))
+
+
+def _batch_link(st: Store, p: str, old: str, m: Mutation) -> bool:
+    """Name the node at ``old`` also ``p`` (replacing what is there); False when ``old`` is not a
+    file or symlink."""
+    try:
+        ino, kind, _ = resolve(st, old, follow=False)
+    except OSError:
+        return False
+    if kind == DIR or p == "/":
+        return False
+    parent, name = split(p)
+    pino = ensure_dirs(st, parent, 0o755, m, replace_files=True)
+    real = join(resolve(st, parent)[2], name)
+    node = lookup(st, pino, name)
+    if node is not None and node[0] == ino:
+        return True  # already a name of that file
+    if node is not None:
+        remove_node(st, real, pino, name, node[0], node[1])
+    add_name(st, pino, name, ino, real, kind)
+    m.log(real, "link")
+    return True

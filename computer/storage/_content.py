@@ -1,0 +1,316 @@
+"""File content: reading byte ranges and streams, writing files from bytes or pieces, chunk lists.
+
+Every function takes the shared :class:`~._state.Store`. Content is a list of chunks (``_chunks``):
+every chunk but the last is exactly ``CHUNK_SIZE`` bytes, so a byte range maps to chunk indexes by
+arithmetic. A file of one chunk keeps it in ``inodes.chunk``; longer ones list theirs in
+``file_chunks``.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from functools import partial
+from typing import Any
+
+from ._chunks import CHUNK_SIZE, Buffer, ChunkCutter, decode_chunk
+from ._resolve import resolve_read, write_target
+from ._schema import DIR, FILE, clean_mode
+from ._state import Node, Store
+from ._stream import ChunkStream
+from ._tree import add_entry, new_inode, now_ms
+from .errors import fs_error
+
+__all__ = ["after_unpin", "file_chunk_ids", "iter_file", "read_file", "set_content", "stream", "write_file"]
+
+
+def file_chunk_ids(st: Store, ino: int) -> list[int]:
+    """The chunk ids of a file of two chunks or more (one chunk lives in ``inodes.chunk``)."""
+    return [r[0] for r in st.db.execute("SELECT chunk FROM file_chunks WHERE inode = ? ORDER BY idx", (ino,))]
+
+
+def set_content(
+    st: Store,
+    path: str,
+    pino: int,
+    name: str,
+    real: str,
+    node: Node | None,
+    ids: list[int],
+    size: int,
+    mode: int | None,
+    mtime: int | None = None,
+    *,
+    detach: bool = False,
+) -> None:
+    """Point ``real`` at the chunk list ``ids`` (already referenced), replacing an existing file.
+
+    One chunk goes into the inode row itself; two or more into ``file_chunks``. ``mtime`` (ms) is
+    kept exactly when given (a pull keeps the program's); otherwise now, and on an overwrite
+    strictly later than the old one. ``detach``: a file of several names (hard links) gets a new
+    node for this name instead of new content for all of them (the batch's rule: a pull sends the
+    names that still share the file as ``links``).
+    """
+    db = st.db
+    if node is not None and node[1] == DIR:
+        raise fs_error(errno.EISDIR, path)
+    one = ids[0] if len(ids) == 1 else None
+    if node is None:
+        ino = new_inode(st, FILE, 0o644 if mode is None else mode, size, chunk=one, mtime=mtime)
+        add_entry(st, pino, name, ino, real, FILE)
+        old_size = 0
+        old_ids: list[int] = []
+    elif detach and int(db.one("SELECT nlink FROM inodes WHERE id = ?", (node[0],))[0]) > 1:
+        old_mode = int(db.one("SELECT mode FROM inodes WHERE id = ?", (node[0],))[0])
+        db.execute("UPDATE inodes SET nlink = nlink - 1 WHERE id = ?", (node[0],))
+        ino = new_inode(st, FILE, old_mode if mode is None else mode, size, chunk=one, mtime=mtime)
+        db.execute("UPDATE dirents SET child = ? WHERE parent = ? AND name = ?", (ino, pino, name))
+        st.cache[real] = (ino, FILE)
+        old_size = 0
+        old_ids = []
+    else:
+        ino = node[0]
+        old_size, old_mtime, old_one = db.one("SELECT size, mtime, chunk FROM inodes WHERE id = ?", (ino,))
+        if mtime is None:
+            # mtime strictly increases on overwrite, even twice in the same millisecond.
+            mtime = max(now_ms(), int(old_mtime) + 1)
+        if mode is None:
+            db.execute(
+                "UPDATE inodes SET size = ?, mtime = ?, chunk = ? WHERE id = ?", (size, mtime, one, ino)
+            )
+        else:
+            db.execute(
+                "UPDATE inodes SET size = ?, mtime = ?, chunk = ?, mode = ? WHERE id = ?",
+                (size, mtime, one, clean_mode(mode), ino),
+            )
+        if old_one is not None:
+            old_ids = [int(old_one)]
+        elif old_size > CHUNK_SIZE:
+            old_ids = file_chunk_ids(st, ino)
+            db.execute("DELETE FROM file_chunks WHERE inode = ?", (ino,))
+        else:
+            old_ids = []
+    st.check_quota(path, size - old_size)
+    if len(ids) > 1:
+        db.executemany(
+            "INSERT INTO file_chunks (inode, idx, chunk) VALUES (?, ?, ?)",
+            [(ino, i, cid) for i, cid in enumerate(ids)],
+        )
+    if old_ids:
+        st.chunks.decref(old_ids)
+    st.pending_logical += size - old_size
+
+
+def _open_file(st: Store, path: str) -> tuple[int, int, int | None]:
+    """``(inode, size, chunk of a one-chunk file)`` of the regular file at ``path`` (following links)."""
+    ino, kind, _ = resolve_read(st, path)
+    if kind == DIR:
+        raise fs_error(errno.EISDIR, path)
+    size, one = st.db.one("SELECT size, chunk FROM inodes WHERE id = ?", (ino,))
+    return ino, int(size), one
+
+
+def read_file(st: Store, path: str, *, offset: int = 0, length: int | None = None) -> bytes:
+    """The bytes of a file, or of ``[offset, offset + length)`` of it (clipped at the end)."""
+    p = st.canon(path)
+    check_range(p, offset, length)
+    ino, size, one = _open_file(st, p)
+    end = size if length is None else min(size, offset + length)
+    if offset >= end:
+        return b""
+    first, last = offset // CHUNK_SIZE, (end - 1) // CHUNK_SIZE
+    if first == last:
+        # One chunk (every small file): one statement, the bytes with it.
+        if one is not None:
+            row = st.db.one(
+                "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM chunks c "
+                "LEFT JOIN chunk_data d ON d.id = c.id WHERE c.id = ?",
+                (one,),
+            )
+        else:
+            row = st.db.one(
+                "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM file_chunks fc "
+                "JOIN chunks c ON c.id = fc.chunk LEFT JOIN chunk_data d ON d.id = c.id "
+                "WHERE fc.inode = ? AND fc.idx = ?",
+                (ino, first),
+            )
+        if row is None:
+            return b""
+        st.chunks.count_read()
+        piece = decode_chunk(row[0], row[1], row[2])
+        lo, hi = offset - first * CHUNK_SIZE, end - first * CHUNK_SIZE
+        return piece if lo == 0 and hi == len(piece) else piece[lo:hi]
+    # Many chunks: each is copied once into one growing buffer whose bytes are the result
+    # (``BytesIO.getvalue`` hands its buffer over without a copy), in one read snapshot, with the
+    # file memory-mapped meanwhile (see ``Database.mapped``). Collecting the pieces and joining
+    # them instead cost twice the memory and a second pass over it.
+    out = io.BytesIO()
+    with st.db.snapshot(), st.db.mapped():
+        rows = st.db.execute(
+            "SELECT fc.idx, c.id, c.data, c.compressed, c.size FROM file_chunks fc "
+            "JOIN chunks c ON c.id = fc.chunk WHERE fc.inode = ? AND fc.idx BETWEEN ? AND ? "
+            "ORDER BY fc.idx",
+            (ino, first, last),
+        ).fetchall()
+        for idx, cid, inline, compressed, csize in rows:
+            start = idx * CHUNK_SIZE
+            lo, hi = max(offset - start, 0), min(end - start, csize)
+            out.write(st.chunks.piece(cid, inline, compressed, csize, lo, hi))
+    return out.getvalue()
+
+
+def iter_file(st: Store, ino: int) -> Iterator[bytes]:
+    """The chunks of a file, in order (synchronous: for use inside one operation only)."""
+    row = st.db.one(
+        "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM inodes i JOIN chunks c "
+        "ON c.id = i.chunk LEFT JOIN chunk_data d ON d.id = c.id WHERE i.id = ?",
+        (ino,),
+    )
+    if row is not None:  # a file of one chunk
+        st.chunks.count_read()
+        yield decode_chunk(row[0], row[1], row[2])
+        return
+    rows = st.db.execute(
+        "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM file_chunks fc "
+        "JOIN chunks c ON c.id = fc.chunk LEFT JOIN chunk_data d ON d.id = c.id "
+        "WHERE fc.inode = ? ORDER BY fc.idx",
+        (ino,),
+    )
+    for data, compressed, size in rows:
+        st.chunks.count_read()
+        yield decode_chunk(data, compressed, size)
+
+
+def stream(st: Store, path: str, *, offset: int = 0, length: int | None = None) -> AsyncIterator[bytes]:
+    """Yield the file's bytes one chunk at a time, from the version that existed at this call.
+
+    Only chunks overlapping the range are read. Errors surface at the first iteration.
+    """
+    try:
+        p = st.canon(path)
+        check_range(p, offset, length)
+        ino, size, one = _open_file(st, p)
+    except OSError as exc:
+        return ChunkStream(st.chunks, [], 0, 0, partial(after_unpin, st), exc)
+    end = size if length is None else min(size, offset + length)
+    chunks: list[tuple[int, int]] = []
+    if offset < end and one is not None:
+        chunks = [(0, int(one))]
+    elif offset < end:
+        rows = st.db.execute(
+            "SELECT idx, chunk FROM file_chunks WHERE inode = ? AND idx BETWEEN ? AND ? ORDER BY idx",
+            (ino, offset // CHUNK_SIZE, (end - 1) // CHUNK_SIZE),
+        )
+        chunks = [(int(i), int(c)) for i, c in rows]
+    return ChunkStream(st.chunks, chunks, offset, end, partial(after_unpin, st))
+
+
+def after_unpin(st: Store) -> None:
+    if st.closed or st.db.in_transaction or not st.chunks.has_sweepable():
+        return
+    with st.db.transaction():
+        st.chunks.sweep()
+
+
+def _write_pieces(st: Store, p: str, pieces: Iterable[bytes], mode: int | None, mtime: int | None) -> None:
+    with st.mutation(p) as m:
+        pino, name, real, node = write_target(st, p)
+        if node is not None and node[1] == DIR:
+            raise fs_error(errno.EISDIR, p)
+        old = 0 if node is None else int(st.db.one("SELECT size FROM inodes WHERE id = ?", (node[0],))[0])
+        cutter = ChunkCutter()
+        ids: list[int] = []
+        for piece in pieces:
+            for chunk in cutter.feed(_as_bytes(p, piece)):
+                st.check_quota(p, cutter.total - old)
+                ids.append(st.chunks.put(chunk))
+        last = cutter.finish()
+        if last is not None:
+            ids.append(st.chunks.put(last))
+        set_content(st, p, pino, name, real, node, ids, cutter.total, mode, mtime)
+        m.log(real, "write")
+
+
+async def _write_async(
+    st: Store, p: str, source: AsyncIterable[bytes], mode: int | None, mtime: int | None
+) -> None:
+    # Fail fast on a bad target before consuming the source.
+    _, _, _, node = write_target(st, p)
+    if node is not None and node[1] == DIR:
+        raise fs_error(errno.EISDIR, p)
+    old = 0 if node is None else int(st.db.one("SELECT size FROM inodes WHERE id = ?", (node[0],))[0])
+    cutter = ChunkCutter()
+    staged: list[int] = []
+    try:
+        async for piece in source:
+            for chunk in cutter.feed(_as_bytes(p, piece)):
+                st.check_quota(p, cutter.total - old)
+                staged.append(_stage(st, chunk))
+        last = cutter.finish()
+        if last is not None:
+            staged.append(_stage(st, last))
+        with st.mutation(p) as m:
+            pino, name, real, node = write_target(st, p)
+            st.chunks.incref(staged)
+            set_content(st, p, pino, name, real, node, staged, cutter.total, mode, mtime)
+            m.log(real, "write")
+    finally:
+        st.chunks.unpin(staged)
+        if not st.closed:
+            with st.db.transaction():
+                st.chunks.sweep(staged)
+
+
+def _stage(st: Store, chunk: Buffer) -> int:
+    """Store one chunk of a streamed write unreferenced but pinned, in its own small transaction."""
+    with st.db.transaction():
+        cid = st.chunks.put(chunk, refs=0)
+    st.chunks.pin((cid,))
+    return cid
+
+
+async def write_file(
+    st: Store,
+    path: str,
+    data: bytes | str | AsyncIterable[bytes] | Iterable[bytes],
+    *,
+    mode: int | None = None,
+    mtime: int | None = None,
+) -> None:
+    """Create or replace a file. The parent must exist; an existing file keeps its mode unless given.
+
+    ``mtime`` (milliseconds since the epoch) is stored exactly when given; by default the write's
+    time, strictly later than the replaced content's.
+
+    ``data`` may be bytes, str (UTF-8) or a sync/async iterable of byte pieces of any size; an
+    iterable is re-cut into chunks as it arrives (memory stays about one chunk) and the file
+    appears at once when the last piece is committed.
+    """
+    p = st.canon(path, refresh=False)  # resolved inside the write transaction...
+    if p == "/":
+        raise fs_error(errno.EISDIR, p)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        _write_pieces(st, p, (bytes(data),), mode, mtime)
+    elif isinstance(data, AsyncIterable):
+        st.refresh()  # ...except for a streamed write, which checks its target first
+        await _write_async(st, p, data, mode, mtime)
+    else:
+        _write_pieces(st, p, data, mode, mtime)
+
+
+def _as_bytes(path: str, piece: Any) -> bytes:
+    if isinstance(piece, bytes):
+        return piece
+    if isinstance(piece, (bytearray, memoryview)):
+        return bytes(piece)
+    if isinstance(piece, str):
+        return piece.encode("utf-8")
+    raise fs_error(errno.EINVAL, path, f"write_file pieces must be bytes, not {type(piece).__name__}")
+
+
+def check_range(path: str, offset: int, length: int | None) -> None:
+    if offset < 0 or (length is not None and length < 0):
+        raise fs_error(errno.EINVAL, path, "offset and length must not be negative")

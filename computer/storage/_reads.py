@@ -1,0 +1,99 @@
+"""Reads of metadata: ``stat``, ``exists``, ``readlink``, ``readdir``, ``ls`` (SPEC 4).
+
+Every function takes the shared :class:`~._state.Store` and runs no transaction of its own.
+"""
+
+from __future__ import annotations
+
+import errno
+
+from ._resolve import resolve, resolve_read, target
+from ._schema import DIR, FILE, SYMLINK
+from ._search import walk_tree
+from ._state import Store
+from .errors import fs_error
+from .paths import split
+from .types import DirEntry, FileStat
+
+__all__ = ["exists", "ls", "readdir", "readlink", "stat"]
+
+
+def stat(st: Store, path: str) -> FileStat:
+    """Metadata of ``path``, following symlinks; ``name`` is the last segment (``""`` for ``/``)."""
+    p = st.canon(path)
+    ino, kind, _ = resolve_read(st, p)
+    mode, mtime, size, nlink = st.db.one("SELECT mode, mtime, size, nlink FROM inodes WHERE id = ?", (ino,))
+    return FileStat(
+        name=split(p)[1],
+        mode=int(mode),
+        mtime=int(mtime),
+        size=int(size),
+        is_file=kind == FILE,
+        is_directory=kind == DIR,
+        ino=ino,
+        nlink=int(nlink),
+    )
+
+
+def exists(st: Store, path: str) -> bool:
+    """True when ``path`` resolves (a dangling symlink does not)."""
+    p = st.canon(path)
+    try:
+        resolve(st, p)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+            return False
+        raise
+    return True
+
+
+def readlink(st: Store, path: str) -> str:
+    """The target of the symlink at ``path`` (EINVAL when it is not a symlink)."""
+    p = st.canon(path)
+    ino, kind, _ = resolve_read(st, p, follow=False)
+    if kind != SYMLINK:
+        raise fs_error(errno.EINVAL, p, "not a symbolic link")
+    return target(st, ino)
+
+
+def readdir(st: Store, path: str, *, limit: int | None = None, offset: int = 0) -> list[DirEntry]:
+    """Children of a directory in byte order of their names, paged by ``offset``/``limit``."""
+    p = st.canon(path)
+    if offset < 0 or (limit is not None and limit < 0):
+        raise fs_error(errno.EINVAL, p, "offset and limit must not be negative")
+    ino, kind, _ = resolve_read(st, p)
+    if kind != DIR:
+        raise fs_error(errno.ENOTDIR, p)
+    rows = st.db.execute(
+        "SELECT d.name, i.kind, i.size, i.mtime FROM dirents d JOIN inodes i ON i.id = d.child "
+        "WHERE d.parent = ? ORDER BY d.name LIMIT ? OFFSET ?",
+        (ino, -1 if limit is None else limit, offset),
+    )
+    return [
+        DirEntry(
+            name=name,
+            parent_path=p,
+            size=int(size),
+            mtime=int(mtime),
+            is_file=k == FILE,
+            is_directory=k == DIR,
+            is_symlink=k == SYMLINK,
+        )
+        for name, k, size, mtime in rows
+    ]
+
+
+def ls(st: Store, prefix: str) -> list[str]:
+    """Every regular file at or under ``prefix`` (segment-aware), in walk order; ``[]`` when missing."""
+    p = st.canon(prefix)
+    try:
+        ino, kind, _ = resolve_read(st, p)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ELOOP):
+            return []
+        raise
+    if kind == FILE:
+        return [p]
+    if kind != DIR:
+        return []
+    return [row[0] for row in walk_tree(st.db, ino, p) if row[1] == FILE]

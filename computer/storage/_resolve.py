@@ -1,0 +1,148 @@
+"""Path resolution: from a canonical path to ``(inode, kind, real path)``, following symlinks.
+
+Every function takes the shared :class:`~._state.Store`. Resolutions are cached by real path (no
+symlink before the last segment), so replacing a link only invalidates its own key; removing or moving
+a directory clears the cache (``Store.forget``).
+"""
+
+from __future__ import annotations
+
+import errno
+from collections.abc import Sequence
+
+from ._schema import DIR, ROOT_INODE, SYMLINK
+from ._state import CACHE_LIMIT, Node, Store
+from .errors import fs_error
+from .paths import join, parts, split
+
+__all__ = [
+    "MAX_SYMLINK_HOPS",
+    "kind_of",
+    "link_path",
+    "lookup",
+    "resolve",
+    "resolve_parent",
+    "resolve_read",
+    "target",
+    "write_target",
+]
+
+MAX_SYMLINK_HOPS = 40
+
+
+def lookup(st: Store, parent: int, name: str) -> Node | None:
+    row = st.db.one(
+        "SELECT d.child, i.kind FROM dirents d JOIN inodes i ON i.id = d.child WHERE d.parent = ? AND d.name = ?",
+        (parent, name),
+    )
+    return None if row is None else (int(row[0]), int(row[1]))
+
+
+def target(st: Store, ino: int) -> str:
+    return str(st.db.one("SELECT target FROM inodes WHERE id = ?", (ino,))[0])
+
+
+def resolve(st: Store, path: str, *, follow: bool = True) -> tuple[int, int, str]:
+    """``(inode, kind, real path)`` of canonical ``path``, following symlinks on the way.
+
+    The last segment is followed only when ``follow``. Raises ENOENT (missing), ENOTDIR (a parent
+    segment is not a directory) or ELOOP (more than 40 links). Cached entries are keyed by real
+    paths (no symlink before the last segment), so replacing a link only invalidates its own key.
+    """
+    cache = st.cache
+    hops = 0
+    while True:
+        hit = cache.get(path)
+        if hit is not None and (hit[1] != SYMLINK or not follow):
+            return hit[0], hit[1], path
+        segs = parts(path)
+        ino, kind, cur, i = ROOT_INODE, DIR, "/", 0
+        if hit is None and len(segs) > 1:
+            parent, _ = split(path)
+            phit = cache.get(parent)
+            if phit is not None and phit[1] == DIR:
+                ino, kind, cur, i = phit[0], DIR, parent, len(segs) - 1
+        restarted = False
+        while i < len(segs):
+            if kind != DIR:
+                raise fs_error(errno.ENOTDIR, path, "a parent segment is not a directory")
+            name = segs[i]
+            nxt = join(cur, name)
+            node = cache.get(nxt)
+            if node is None:
+                node = lookup(st, ino, name)
+                if node is None:
+                    raise fs_error(errno.ENOENT, path)
+                if len(cache) >= CACHE_LIMIT:
+                    cache.clear()
+                cache[nxt] = node
+            ino, kind = node
+            cur = nxt
+            i += 1
+            if kind == SYMLINK and (i < len(segs) or follow):
+                hops += 1
+                if hops > MAX_SYMLINK_HOPS:
+                    raise fs_error(errno.ELOOP, path, "too many levels of symbolic links")
+                path = link_path(cur, target(st, ino), segs[i:])
+                restarted = True
+                break
+        if not restarted:
+            return ino, kind, cur
+
+
+def resolve_read(st: Store, path: str, *, follow: bool = True) -> tuple[int, int, str]:
+    """Like :meth:`_resolve`, but a file in a parent position is ENOENT (SPEC: stat/read)."""
+    try:
+        return resolve(st, path, follow=follow)
+    except NotADirectoryError:
+        raise fs_error(errno.ENOENT, path) from None
+
+
+def resolve_parent(st: Store, path: str) -> tuple[int, str, str]:
+    """``(parent inode, name, real parent path)`` for creating ``path``: ENOENT / ENOTDIR otherwise."""
+    parent, name = split(path)
+    ino, kind, real = resolve(st, parent)
+    if kind != DIR:
+        raise fs_error(errno.ENOTDIR, path, "parent is not a directory")
+    return ino, name, real
+
+
+def write_target(st: Store, path: str) -> tuple[int, str, str, Node | None]:
+    """Where writing ``path`` lands: ``(parent inode, name, real path, existing node)``.
+
+    A symlink at the target is followed (like ``open(O_TRUNC)``); a dangling one creates its target.
+    """
+    hops = 0
+    while True:
+        pino, name, real_parent = resolve_parent(st, path)
+        real = join(real_parent, name)
+        node = st.cache.get(real) or lookup(st, pino, name)
+        if node is None or node[1] != SYMLINK:
+            return pino, name, real, node
+        hops += 1
+        if hops > MAX_SYMLINK_HOPS:
+            raise fs_error(errno.ELOOP, path, "too many levels of symbolic links")
+        path = link_path(real, target(st, node[0]), ())
+
+
+def kind_of(st: Store, path: str) -> int | None:
+    """The kind a path resolves to (following links), or None."""
+    try:
+        return resolve(st, path)[1]
+    except OSError:
+        return None
+
+
+def link_path(link_path: str, target: str, rest: Sequence[str]) -> str:
+    """Where a symlink at ``link_path`` points, with ``rest`` appended (``..`` clamps at ``/``)."""
+    base = [] if target.startswith("/") else parts(split(link_path)[0])
+    out = list(base)
+    for seg in [*target.split("/"), *rest]:
+        if seg in ("", "."):
+            continue
+        if seg == "..":
+            if out:
+                out.pop()
+            continue
+        out.append(seg)
+    return "/" + "/".join(out)
