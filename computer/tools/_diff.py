@@ -1,21 +1,24 @@
 """The diffs edit returns: a unified ``patch`` (4 lines of context) and a line-numbered display ``diff``.
 
-Common leading and trailing lines are stripped before ``difflib`` runs, so a small edit of a large file
-costs little. Very large diffs are shortened and flagged (``truncated``).
+Common leading and trailing lines are stripped first, so a small edit of a large file costs little. The
+rest is diffed by a work-bounded Myers (``_myers``): whatever the lines are, one diff costs at most
+``DIFF_BUDGET`` units of work (~1-2 s). Past that budget the changed region is *summarised*: shown as one
+hunk that replaces every line between the common head and tail (still a valid patch) and flagged
+``truncated``. Very large diffs are shortened and flagged the same way.
 """
 
 from __future__ import annotations
 
-import difflib
 from dataclasses import dataclass
 
-__all__ = ["CONTEXT_LINES", "MAX_DIFF_BYTES", "MAX_DIFF_LINES", "FileDiff", "diff_texts"]
+from ._myers import DEFAULT_BUDGET, Opcode, myers_opcodes
+
+__all__ = ["CONTEXT_LINES", "DIFF_BUDGET", "MAX_DIFF_BYTES", "MAX_DIFF_LINES", "FileDiff", "diff_texts"]
 
 CONTEXT_LINES = 4
 MAX_DIFF_LINES = 2000  # changed lines beyond which the diff is shortened
 MAX_DIFF_BYTES = 128 * 1024
-
-Opcode = tuple[str, int, int, int, int]
+DIFF_BUDGET = DEFAULT_BUDGET  # units of Myers work per diff before the region is summarised
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,10 +26,11 @@ class FileDiff:
     patch: str
     diff: str
     first_changed_line: int | None  # 1-based, in the new text
-    truncated: bool
+    truncated: bool  # shortened or summarised: read the file to see the result
 
 
-def _opcodes(old: list[str], new: list[str]) -> list[Opcode]:
+def _opcodes(old: list[str], new: list[str], budget: int) -> tuple[list[Opcode], bool]:
+    """Opcodes over the whole texts and whether the middle was summarised (over ``budget``)."""
     head = 0
     limit = min(len(old), len(new))
     while head < limit and old[head] == new[head]:
@@ -34,17 +38,20 @@ def _opcodes(old: list[str], new: list[str]) -> list[Opcode]:
     tail = 0
     while tail < limit - head and old[len(old) - 1 - tail] == new[len(new) - 1 - tail]:
         tail += 1
-    middle = difflib.SequenceMatcher(
-        None, old[head : len(old) - tail], new[head : len(new) - tail], autojunk=False
-    )
+    old_middle, new_middle = old[head : len(old) - tail], new[head : len(new) - tail]
+    middle = myers_opcodes(old_middle, new_middle, budget) if old_middle and new_middle else None
+    summarised = middle is None and bool(old_middle) and bool(new_middle)
+    if middle is None:  # one side empty (a pure insert or delete), or over the budget
+        tag = "replace" if old_middle and new_middle else ("delete" if old_middle else "insert")
+        middle = [(tag, 0, len(old_middle), 0, len(new_middle))] if old_middle or new_middle else []
     codes: list[Opcode] = []
     if head:
         codes.append(("equal", 0, head, 0, head))
-    for tag, i1, i2, j1, j2 in middle.get_opcodes():
+    for tag, i1, i2, j1, j2 in middle:
         codes.append((tag, i1 + head, i2 + head, j1 + head, j2 + head))
     if tail:
         codes.append(("equal", len(old) - tail, len(old), len(new) - tail, len(new)))
-    return codes
+    return codes, summarised
 
 
 def _groups(codes: list[Opcode], n: int) -> list[list[Opcode]]:
@@ -108,8 +115,15 @@ def _line_count(text: str) -> int:
     return text.count("\n") + (1 if text and not text.endswith("\n") else 0)
 
 
-def diff_texts(old: str, new: str, path: str, *, changed: tuple[int, int, int] | None = None) -> FileDiff:
-    """Diff two LF texts.
+def diff_texts(
+    old: str,
+    new: str,
+    path: str,
+    *,
+    changed: tuple[int, int, int] | None = None,
+    budget: int = DIFF_BUDGET,
+) -> FileDiff:
+    """Diff two LF texts in bounded time (see the module docstring).
 
     ``changed = (start, old_end, new_end)`` promises that the texts differ only within
     ``old[start:old_end]`` / ``new[start:new_end]``; only that region (plus context) is then diffed.
@@ -132,7 +146,7 @@ def diff_texts(old: str, new: str, path: str, *, changed: tuple[int, int, int] |
         old_lines = old.splitlines(keepends=True)
         new_lines = new.splitlines(keepends=True)
         width = len(str(max(len(old_lines), len(new_lines), 1)))
-    codes = _opcodes(old_lines, new_lines)
+    codes, summarised = _opcodes(old_lines, new_lines, budget)
     first_changed: int | None = None
     for tag, _, _, j1, _ in codes:
         if tag != "equal":
@@ -177,4 +191,9 @@ def diff_texts(old: str, new: str, path: str, *, changed: tuple[int, int, int] |
         note = "... (diff truncated: too many changed lines; read the file to see the result)"
         patch.append(note + "\n")
         display.append(note)
-    return FileDiff("".join(patch) if len(patch) > 2 else "", "\n".join(display), first_changed, truncated)
+    elif summarised:
+        # The patch stays a valid unified diff; only the display says it is coarser than a minimal one.
+        display.append("... (diff summarised: the changed lines are shown as one replacement)")
+    return FileDiff(
+        "".join(patch) if len(patch) > 2 else "", "\n".join(display), first_changed, truncated or summarised
+    )

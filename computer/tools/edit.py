@@ -2,10 +2,16 @@
 
 Matching (exact, then fuzzy) is in ``_edit_match``; this module adds the file round trip under the
 path lock: stat, read, splice, write with the old mode, all while no other write can land.
+
+The CPU-heavy steps (matching and splicing, then the diff) run in a worker thread (``asyncio.to_thread``)
+once the file or the edits pass ``THREAD_BYTES``, so a large edit never stalls the event loop that serves
+other tools and workspaces; small edits stay inline, where a thread hop would cost more than the work.
+The diff itself is work-bounded (``_diff``), so one call finishes in bounded time whatever the file holds.
 """
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 from typing import Any
@@ -14,8 +20,8 @@ from pydantic import Field, model_validator
 
 from ..storage.errors import fs_error
 from ..storage.paths import canonical
-from ._diff import CONTEXT_LINES, diff_texts
-from ._edit_match import Edit, apply_edits, check_edits
+from ._diff import CONTEXT_LINES, FileDiff, diff_texts
+from ._edit_match import Edit, EditOutcome, apply_edits, check_edits
 from ._input import ToolInput
 from ._locks import PathLocks
 from ._options import EditOptions, coerce_options
@@ -23,7 +29,9 @@ from ._sizes import human_bytes
 from ._tool import Tool, ToolUpdate
 from .file_store import FileStore
 
-__all__ = ["EditInput", "EditItem", "create_edit_tool"]
+__all__ = ["THREAD_BYTES", "EditInput", "EditItem", "create_edit_tool"]
+
+THREAD_BYTES = 64 * 1024  # file + edit text size from which matching and diffing leave the event loop
 
 EDIT_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -88,6 +96,17 @@ def _viewable(text: str) -> str:
     return text
 
 
+def _splice(data: bytes, edits: list[Edit], path: str) -> tuple[EditOutcome, bytes]:
+    outcome = apply_edits(data.decode("utf-8", "surrogateescape"), edits, path)
+    return outcome, outcome.content.encode("utf-8", "surrogateescape")
+
+
+def _diff(outcome: EditOutcome, path: str) -> FileDiff:
+    old_view, new_view = _viewable(outcome.old_view), _viewable(outcome.new_view)
+    # Replacement characters keep lengths, so the changed region still holds after _viewable.
+    return diff_texts(old_view, new_view, path, changed=outcome.changed)
+
+
 def create_edit_tool(store: FileStore, **edit_options: Any) -> Tool:
     """The ``edit`` tool over ``store``; keyword options are :class:`EditOptions` fields."""
     options = coerce_options(EditOptions, edit_options.pop("options", None), **edit_options)
@@ -117,14 +136,15 @@ def create_edit_tool(store: FileStore, **edit_options: Any) -> Tool:
                 raise fs_error(errno.ENOENT, path, "File not found (use write to create it)")
             if len(data) > options.max_bytes:
                 raise over_cap(path, len(data), "is")
-            outcome = apply_edits(data.decode("utf-8", "surrogateescape"), edits, path)
-            new_data = outcome.content.encode("utf-8", "surrogateescape")
+            heavy = len(data) + sum(len(e.old_text) + len(e.new_text) for e in edits) >= THREAD_BYTES
+            if heavy:
+                outcome, new_data = await asyncio.to_thread(_splice, data, edits, path)
+            else:
+                outcome, new_data = _splice(data, edits, path)
             if len(new_data) > options.max_bytes:
                 raise over_cap(path, len(new_data), "would become")
             await store.write(path, new_data, mode=stat.mode)
-        old_view, new_view = _viewable(outcome.old_view), _viewable(outcome.new_view)
-        # Replacement characters keep lengths, so the changed region still holds after _viewable.
-        diff = diff_texts(old_view, new_view, path, changed=outcome.changed)
+        diff = await asyncio.to_thread(_diff, outcome, path) if heavy else _diff(outcome, path)
         result: dict[str, Any] = {
             "path": path,
             "editsApplied": outcome.applied,
