@@ -136,7 +136,14 @@ class MirrorSync:
     # ------------------------------------------------------------------ pull
 
     async def pull(
-        self, mirror: Mirror, ctx: ExecContext, base_rev: int, run: str, saves: RunSaves | None = None
+        self,
+        mirror: Mirror,
+        ctx: ExecContext,
+        base_rev: int,
+        run: str,
+        saves: RunSaves | None = None,
+        *,
+        defer: bool = True,
     ) -> Synced:
         """Send back what the program changed since the push of ``base_rev``, and settle the mirror.
 
@@ -151,11 +158,8 @@ class MirrorSync:
         left_out = {**{p: mirror.reasons.get(p, PROTECTED) for p in mirror.protected}, **plan.unsyncable}
         saved = list(saves.saved) if saves is not None else []
         own = list(saves.own_revs) if saves is not None else []
-        if (
-            isinstance(ctx, DeferringContext)
-            and ctx.defers_pull
-            and plan.size() <= self.limits.max_sync_bytes
-        ):
+        deferring = defer and isinstance(ctx, DeferringContext) and ctx.defers_pull
+        if deferring and plan.size() <= self.limits.max_sync_bytes:
             pull = mirror.read_all(plan) if plan.empty() else await asyncio.to_thread(mirror.read_all, plan)
             pull = dataclasses.replace(pull, own_revs=own)
             mirror.unsettled = (run, now)

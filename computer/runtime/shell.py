@@ -182,9 +182,15 @@ class ShellBackend:
                 ready = None
                 outcome = ProcessOutcome()
                 output = stream_process(sp, outcome, stdin=request.stdin, timeout=request.timeout)
-                async with contextlib.aclosing(output):
-                    async for chunk in output:
-                        yield chunk
+                try:
+                    async with contextlib.aclosing(output):
+                        async for chunk in output:
+                            yield chunk
+                except (asyncio.CancelledError, GeneratorExit):
+                    # Killed: the tree is dead (``aclosing`` ended it); what it wrote is kept.
+                    await self._sync.pull(mirror, ctx, push.rev, request.id, bridge, defer=False)
+                    clean = True
+                    raise
             synced = await self._sync.pull(mirror, ctx, push.rev, request.id, bridge)
             clean = True
             yield ExitEvent(

@@ -248,9 +248,11 @@ async def test_a_killed_run_leaves_the_next_run_a_consistent_mirror(ws: computer
         if "ready" in snapshot.stdout:
             break
     await handle.kill()
-    assert not await ws.fs.exists("/workspace/lost.txt")  # a kill discards the run's changes
-    result = await (await ws.runtime.exec("ls")).result()
-    assert result.stdout == "kept.txt\n"
+    # SPEC section 10: a kill keeps what the program already wrote (pulled after the tree is killed).
+    assert await ws.fs.read_text("/workspace/lost.txt") == "partial\n"
+    result = await (await ws.runtime.exec("ls; cat lost.txt")).result()
+    assert result.stdout == "kept.txt\nlost.txt\npartial\n"
+    assert result.pushed == 0  # the kill's pull settled the mirror
 
 
 async def test_names_the_workspace_cannot_hold_are_skipped_without_losing_the_rest(
@@ -291,7 +293,11 @@ async def test_a_pull_larger_than_a_page_reaches_the_workspace_whole() -> None:
         ).result()
         assert result.status == "completed"
         assert result.skipped == []
-        assert sorted(await ws.fs.ls("/workspace")) == ["/workspace/a.bin", "/workspace/b.bin", "/workspace/c"]
+        assert sorted(await ws.fs.ls("/workspace")) == [
+            "/workspace/a.bin",
+            "/workspace/b.bin",
+            "/workspace/c",
+        ]
         assert (await ws.fs.stat("/workspace/c")).size == 9000
         again = await (await ws.runtime.exec("wc -c < c")).result()
         assert again.stdout == "9000\n" and again.pushed == 0
