@@ -107,7 +107,8 @@ class Admission:
         if child is not None:  # None: bubblewrap failed before; its exit status and stderr tell why
             # In a thread: moving a process into a memory cgroup now and then waits for an RCU grace
             # period (1-2 in 100 writes here take 8-23 ms), which must not stall the event loop.
-            await asyncio.to_thread(enter, child, groups, limits)
+            with contextlib.suppress(ProcessLookupError):  # it died in its set-up (a bind failed…):
+                await asyncio.to_thread(enter, child, groups, limits)  # bubblewrap's status tells why
         fd, self.block_w = self.block_w, None
         if fd is not None:
             with contextlib.suppress(OSError):

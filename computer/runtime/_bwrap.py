@@ -8,17 +8,17 @@ and ``nodev`` (``/proc/self/mountinfo`` inside shows it).
 
 from __future__ import annotations
 
-import atexit
 import functools
 import logging
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from ._scratch import process_scratch, remove_tree
 
 __all__ = ["SANDBOX_UID", "Bind", "bwrap_argv", "bwrap_works", "python_prefixes", "sandbox_etc"]
 
@@ -103,32 +103,29 @@ def bwrap_works(prefix: tuple[str, ...] = ()) -> bool:
         return False
 
 
-_ETC_DIRS: dict[bool, Path] = {}
+_ETC_DIRS: dict[tuple[bool, tuple[int, int] | None], Path] = {}
 
 
-def sandbox_etc(network: bool) -> Path:
-    """The sandbox's /etc, built once per process (and network setting): who uid 65534 is, its
-    hostname, loopback hosts, copies of the host's :data:`_ETC_FILES` (links kept as links), and
-    for ``network`` empty mount points for :data:`NETWORK_ETC`, bound live over them.
+def sandbox_etc(network: bool, owner: tuple[int, int] | None = None) -> Path:
+    """The sandbox's /etc, built once per process (network setting and sandbox user) in the
+    process's scratch directory of the temp directory (see ``_scratch``; ``owner``: the sandbox's
+    host user, who must be able to reach it): who uid 65534 is, its hostname, loopback hosts, copies
+    of the host's :data:`_ETC_FILES` (links kept as links), and for ``network`` empty mount points for
+    :data:`NETWORK_ETC`, bound live over them.
 
     Copies, not binds: bubblewrap spends ~0.13 ms per bind, and a copy of these small files costs
     a few ms once. A host file changed later (an ``ld.so.cache`` after installing a library) is seen
     by the next process; the dynamic loader falls back to the default library paths meanwhile.
     """
-    if network in _ETC_DIRS and _ETC_DIRS[network].is_dir():
-        return _ETC_DIRS[network]
-    base = Path(tempfile.gettempdir())
-    for stale in base.glob(f"computer-etc-{os.getuid()}-*-*"):  # of processes that died without atexit
-        try:
-            os.kill(int(stale.name.split("-")[3]), 0)
-        except ProcessLookupError:
-            shutil.rmtree(stale, ignore_errors=True)
-        except (ValueError, IndexError, PermissionError):
-            continue
-    root = Path(tempfile.mkdtemp(prefix=f"computer-etc-{os.getuid()}-{os.getpid()}-", dir=base))
-    atexit.register(shutil.rmtree, root, True)
+    key = (network, owner)
+    if key in _ETC_DIRS and _ETC_DIRS[key].is_dir():
+        return _ETC_DIRS[key]
+    root = process_scratch(None, owner) / ("etc-net" if network else "etc")
+    if root.exists():
+        remove_tree(root)
+    root.mkdir()
     _fill_etc(root, network)
-    _ETC_DIRS[network] = root
+    _ETC_DIRS[key] = root
     return root
 
 

@@ -16,9 +16,19 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ._lifetime import is_alive, process_tag
 from ._limits import SandboxLimits
 
-__all__ = ["CGROUP_PARENT", "CGROUP_ROOT", "cgroup_writable", "make_groups", "remove_groups", "sweep"]
+__all__ = [
+    "CGROUP_PARENT",
+    "CGROUP_ROOT",
+    "cgroup_writable",
+    "make_groups",
+    "remove_dead_groups",
+    "remove_groups",
+    "remove_own_groups",
+    "sweep",
+]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "computer-exec"
@@ -28,7 +38,7 @@ def make_groups(controllers: Iterable[str], limits: SandboxLimits) -> list[Path]
     """Fresh groups for one run in each of ``controllers``, with ``limits`` written; a controller
     whose group cannot be made or limited is left out."""
     groups: list[Path] = []
-    name = f"run-{os.getpid()}-{secrets.token_hex(4)}"
+    name = f"run-{process_tag()}-{secrets.token_hex(4)}"
     for controller in sorted(controllers):
         group = CGROUP_ROOT / controller / CGROUP_PARENT / name
         try:
@@ -98,12 +108,33 @@ def cgroup_writable(controller: str) -> bool:
 
 def remove_stale_groups(parent: Path) -> None:
     """Remove the run groups of processes that are gone (killed before they could remove them, e.g. a
-    pool worker with standby sandboxes killed at shutdown); their programs died with them."""
-    for group in parent.glob("run-*-*"):
+    pool worker with standby sandboxes killed at shutdown); their programs died with them. Names are
+    ``run-<pid>-<start>-<token>``, or ``run-<pid>-<token>`` from earlier versions."""
+    try:
+        groups = list(parent.glob("run-*-*"))
+    except OSError:
+        return
+    for group in groups:
+        parts = group.name.split("-")
         try:
-            pid = int(group.name.split("-")[1])
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            remove_groups([group])
-        except (ValueError, IndexError, PermissionError):
+            pid, start = int(parts[1]), (int(parts[2]) if len(parts) == 4 else None)
+        except (IndexError, ValueError):
             continue
+        if not is_alive(pid, start):
+            remove_groups([group])
+
+
+def remove_own_groups() -> None:
+    """Remove every run group of this process (at its exit: its programs end with it)."""
+    for controller in ("memory", "pids"):
+        parent = CGROUP_ROOT / controller / CGROUP_PARENT
+        with contextlib.suppress(OSError):
+            remove_groups(sorted(parent.glob(f"run-{process_tag()}-*")))
+
+
+def remove_dead_groups() -> None:
+    """Remove the run groups of dead processes in every controller."""
+    for controller in ("memory", "pids"):
+        parent = CGROUP_ROOT / controller / CGROUP_PARENT
+        if parent.is_dir():
+            remove_stale_groups(parent)

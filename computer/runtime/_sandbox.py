@@ -73,7 +73,7 @@ class Sandbox:
         # first process then sets its rlimits on itself (one more exec, paid ahead for standbys).
         self._limit_inside = self._host_ids is not None and self.bwrap and not can_limit_others()
         self.cgroups = {c for c in ("memory", "pids") if cgroup_writable(c)}
-        self._etc = sandbox_etc(network)
+        sandbox_etc(network, self._host_ids)  # built now, not on the first run's path
 
     @property
     def host_ids(self) -> tuple[int, int] | None:
@@ -135,7 +135,8 @@ class Sandbox:
         return [*self._drop, *self._bwrap_argv(command, binds, cwd)]
 
     def _bwrap_argv(self, command: Sequence[str], binds: Sequence[Bind], cwd: str) -> list[str]:
-        return bwrap_argv(command, binds=binds, cwd=cwd, network=self.network, etc=self._etc)
+        etc = sandbox_etc(self.network, self._host_ids)  # remade if release_process removed it
+        return bwrap_argv(command, binds=binds, cwd=cwd, network=self.network, etc=etc)
 
     async def spawn(
         self,

@@ -1,0 +1,259 @@
+"""Scratch directories of a process, and their removal at exit or by whoever starts after a crash.
+
+Each process keeps what it writes on the host (mirrors, bridge directories, the sandbox's ``/etc``)
+in one directory per base directory, :func:`process_scratch`: ``<base>/computer-<pid>-<start>``
+(``-<uid>`` appended when it belongs to a sandbox user), where ``<start>`` is the process's start
+time in clock ticks since boot (``/proc/<pid>/stat``, field 22). A pid alone is reused; a pid with its
+start time names one process for the life of the machine, so :func:`reap_dead` removes exactly the
+directories of processes that are gone and never those of a live one.
+
+Permissions (decision): the directory is mode 0700. Owned by this process's user, unless a sandbox
+runs as an unprivileged host user (``Sandbox.host_ids``): bubblewrap started as that user needs to
+search every directory on the path of a bind source (its capabilities live in its own user namespace
+and do not override the permissions of files owned by an unmapped user such as root), so the
+directory is then that user's. Nobody else can list or enter it: another local user cannot reach a
+mirror, nor run a file a sandbox left in it. Root (this process) enters everything regardless.
+
+Removal (decision): :func:`remove_tree` is iterative, keeps one directory descriptor open at a time
+(a tree 5,000 deep exhausts neither the stack nor the descriptors; its paths are longer than
+``PATH_MAX``, so everything is relative to a descriptor), never follows a symlink (every open is
+``O_NOFOLLOW`` below a descriptor; going back up through ``..`` is checked against the recorded
+identity of the parent) and makes read-only directories writable on its way.
+
+A process removes its own at exit (``atexit``) or when :func:`release_process` is called (a Ray
+actor's shutdown: Ray may end a worker without running ``atexit``); the first scratch directory a
+process makes in a base reaps the dead processes' ones there, their ``computer-etc-*`` and
+``computer-shell-*`` directories of earlier versions, and their cgroups.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import errno
+import logging
+import os
+import re
+import stat
+import tempfile
+import threading
+from pathlib import Path
+
+from ._cgroups import remove_dead_groups, remove_own_groups
+from ._lifetime import is_alive, process_tag
+
+__all__ = ["process_scratch", "reap_dead", "release_process", "remove_tree"]
+
+log = logging.getLogger(__name__)
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_NAME = re.compile(r"computer-(\d+)-(\d+)(?:-\d+)?\Z")
+# Earlier versions: computer-shell-<pid>-<hex>, computer-etc-<uid>-<pid>-<random>.
+_LEGACY = (re.compile(r"computer-shell-(\d+)-[0-9a-f]+\Z"), re.compile(r"computer-etc-\d+-(\d+)-\w+\Z"))
+
+
+def remove_tree(path: str | os.PathLike[str]) -> None:
+    """Remove ``path`` and, if it is a directory, everything below it (see the module's decisions).
+
+    A missing ``path`` is not an error; a link is removed, never followed. Raises ``OSError`` (with
+    the path) when something cannot be removed, after removing everything else it could.
+    """
+    top = os.fspath(path)
+    parent_path, name = os.path.split(top.rstrip("/") or "/")
+    parent = os.open(parent_path or ".", _DIR_FLAGS)
+    try:
+        try:
+            st = os.lstat(name, dir_fd=parent)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(name, dir_fd=parent)
+            return
+        _remove_below(parent, name, top)
+    finally:
+        os.close(parent)
+
+
+def _remove_below(parent: int, name: str, top: str) -> None:
+    """Remove the directory ``name`` of ``parent`` (a descriptor, left open) with all it holds.
+
+    One descriptor is open at a time: down by name, back up through ``..`` (checked against the
+    identity recorded on the way down). The first failure is raised once everything else is gone.
+    """
+    fd = _open_dir(parent, name)
+    # A frame per level: the directory's name, its parent's identity, the parent's names left to do.
+    stack: list[tuple[str, tuple[int, int], list[str]]] = []
+    failed: OSError | None = None
+    try:
+        identity = _identity(fd)
+        pending, failed = _clear_files(fd, failed)
+        while pending or stack:
+            if pending:
+                child = pending.pop()
+                try:
+                    child_fd = _open_dir(fd, child)
+                except FileNotFoundError:
+                    continue
+                except NotADirectoryError:  # replaced meanwhile: remove what is there now
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(child, dir_fd=fd)
+                    continue
+                except OSError as exc:
+                    failed = failed or exc
+                    continue
+                stack.append((child, identity, pending))
+                os.close(fd)
+                fd, identity = child_fd, _identity(child_fd)
+                pending, failed = _clear_files(fd, failed)
+                continue
+            child, identity, pending = stack.pop()
+            up = os.open("..", _DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = up
+            if _identity(fd) != identity:  # moved while we were below it: never walk out of the tree
+                raise OSError(errno.EBUSY, f"a directory of {top} moved during its removal", top)
+            try:
+                os.rmdir(child, dir_fd=fd)
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                if exc.errno == errno.ENOTEMPTY and failed is None:  # added meanwhile: one more pass
+                    pending.append(child)
+                else:
+                    failed = failed or exc
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=parent)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:
+        failed = failed or exc
+    if failed is not None:
+        raise OSError(failed.errno, f"cannot remove all of {top}: {failed.strerror}", top) from failed
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+def _open_dir(parent: int, name: str) -> int:
+    """Open the directory ``name`` below ``parent`` without following a link, making it readable,
+    searchable and writable first if it is not (a read-only directory a program left)."""
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    except PermissionError:
+        handle = os.open(name, _DIR_FLAGS | os.O_PATH, dir_fd=parent)
+        try:
+            os.chmod(f"/proc/self/fd/{handle}", 0o700)  # the descriptor's directory, never a link
+        finally:
+            os.close(handle)
+        fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+    st = os.fstat(fd)
+    if st.st_mode & 0o300 != 0o300 and os.geteuid() != 0:
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, stat.S_IMODE(st.st_mode) | 0o700)
+    return fd
+
+
+def _clear_files(fd: int, failed: OSError | None) -> tuple[list[str], OSError | None]:
+    """Unlink every non-directory in ``fd``; the names of its subdirectories, and the first failure."""
+    directories = []
+    with os.scandir(fd) as entries:
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    directories.append(entry.name)
+                else:
+                    os.unlink(entry.name, dir_fd=fd)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                failed = failed or exc
+    return directories, failed
+
+
+_LOCK = threading.Lock()
+_MADE: dict[tuple[str, tuple[int, int] | None], Path] = {}
+_REAPED: set[str] = set()
+
+
+def process_scratch(base: str | os.PathLike[str] | None = None, owner: tuple[int, int] | None = None) -> Path:
+    """This process's scratch directory in ``base`` (default the temp directory), mode 0700, owned by
+    ``owner`` (uid, gid) when given (the sandbox's host user), else by this process's user.
+
+    Made once per base and owner; removed by :func:`release_process` (at exit). The first call for a
+    base reaps what dead processes left there (:func:`reap_dead`).
+    """
+    parent = Path(base if base is not None else tempfile.gettempdir())
+    key = (os.path.abspath(parent), owner)
+    with _LOCK:
+        made = _MADE.get(key)
+        if made is not None and made.is_dir():
+            return made
+        if key[0] not in _REAPED:
+            _REAPED.add(key[0])
+            reap_dead(parent)
+        directory = parent / (f"computer-{process_tag()}" + (f"-{owner[0]}" if owner is not None else ""))
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)  # whatever the umask or an earlier directory said
+        if owner is not None:
+            os.chown(directory, *owner)
+        if not _MADE:
+            atexit.register(release_process)
+        _MADE[key] = directory
+        return directory
+
+
+def release_process() -> None:
+    """Remove this process's scratch directories and cgroups now (what happens at exit).
+
+    For a Ray pool worker's shutdown: Ray can end a worker without running ``atexit``. Safe to call
+    more than once; a later :func:`process_scratch` makes a fresh directory.
+    """
+    with _LOCK:
+        made = list(_MADE.values())
+        _MADE.clear()
+    for directory in made:
+        try:
+            remove_tree(directory)
+        except OSError as exc:
+            log.warning("scratch directory %s not removed: %s", directory, exc)
+    remove_own_groups()
+
+
+def reap_dead(base: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Remove what processes that are gone left in ``base`` (default the temp directory): their
+    scratch directories and the ``computer-shell-*``/``computer-etc-*`` directories of earlier
+    versions; and their cgroups. Never touches a live process's. Returns the directories removed."""
+    parent = Path(base if base is not None else tempfile.gettempdir())
+    removed = []
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        names = []
+    for name in names:
+        owner = _owner(name)
+        if owner is None or is_alive(*owner):
+            continue
+        try:
+            remove_tree(parent / name)
+        except OSError as exc:
+            log.warning("a dead process's scratch directory %s not removed: %s", parent / name, exc)
+            continue
+        removed.append(parent / name)
+    remove_dead_groups()
+    return removed
+
+
+def _owner(name: str) -> tuple[int, int | None] | None:
+    """(pid, start time or None) of the process a scratch directory named ``name`` belongs to."""
+    match = _NAME.match(name)
+    if match is not None:
+        return int(match[1]), int(match[2])
+    for legacy in _LEGACY:
+        match = legacy.match(name)
+        if match is not None:
+            return int(match[1]), None
+    return None
