@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from ._chunks import ChunkCutter
 from ._content import set_content
+from ._pieces import Assembler, Piece
 from ._resolve import lookup, resolve, resolve_read, write_target
 from ._schema import DIR, KIND_NAMES, SYMLINK, clean_mode
 from ._search import walk_tree
@@ -71,7 +71,7 @@ def changes_since(st: Store, rev: int, root: str = "/", *, skip_revs: Sequence[i
 
 def commit_batch(
     st: Store,
-    writes: Mapping[str, bytes | None],
+    writes: Mapping[str, bytes | Sequence[Piece] | None],
     *,
     mkdirs: Sequence[str] = (),
     modes: Mapping[str, int] | None = None,
@@ -81,7 +81,8 @@ def commit_batch(
 ) -> BatchResult:
     """Apply many changes in one transaction and one revision (the shell backend's pull).
 
-    ``bytes`` writes a file (creating parents, replacing a directory in the way), ``None`` removes
+    ``bytes`` (or a list of pieces: bytes and existing chunks by :class:`ChunkRef` or hex hash, see
+    ``_pieces``) writes a file (creating parents, replacing a directory in the way), ``None`` removes
     a path (recursively, missing is fine), ``mkdirs`` ensures directories, ``modes`` sets modes,
     ``mtimes`` sets mtimes in ms, kept exactly (of written files, ensured directories and existing
     paths alike: a pull keeps the program's mtime, not the sync time). A write to a name of a file
@@ -160,11 +161,13 @@ def commit_batch(
                 node = None
             if node is not None and node[1] == SYMLINK:
                 pino, name, real, node = write_target(st, p)
-            cutter = ChunkCutter()
-            ids = [st.chunks.put(c) for c in cutter.feed(bytes(data))]
-            last = cutter.finish()
-            if last is not None:
-                ids.append(st.chunks.put(last))
+            parts = Assembler(st, p, None, staged=False)
+            if isinstance(data, (bytes, bytearray, memoryview)):
+                parts.feed_bytes(bytes(data))
+            else:
+                for piece in data:
+                    parts.feed(piece)
+            ids = parts.finish()
             set_content(
                 st,
                 p,
@@ -173,7 +176,7 @@ def commit_batch(
                 real,
                 node,
                 ids,
-                cutter.total,
+                parts.total,
                 canon_modes.get(p),
                 canon_mtimes.get(p),
                 detach=True,

@@ -73,6 +73,16 @@ class ChunkCutter:
         if len(view):
             self._buf += view
 
+    @property
+    def aligned(self) -> bool:
+        """True when no partial chunk is held: the next byte starts a chunk."""
+        return not self._buf
+
+    def skip(self, size: int) -> None:
+        """Count ``size`` bytes of a whole chunk used as it is (only when :attr:`aligned`)."""
+        assert not self._buf, "skip() only between chunks"
+        self.total += size
+
     def finish(self) -> bytes | None:
         """The last, partial chunk (None when the content ended on a chunk boundary or was empty)."""
         if not self._buf:

@@ -14,7 +14,8 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from functools import partial
 from typing import Any
 
-from ._chunks import CHUNK_SIZE, Buffer, ChunkCutter, decode_chunk
+from ._chunks import CHUNK_SIZE, decode_chunk
+from ._pieces import Assembler, Piece
 from ._resolve import resolve_read, write_target
 from ._schema import DIR, FILE, clean_mode
 from ._state import Node, Store
@@ -22,7 +23,16 @@ from ._stream import ChunkStream
 from ._tree import add_entry, new_inode, now_ms
 from .errors import fs_error
 
-__all__ = ["after_unpin", "file_chunk_ids", "iter_file", "read_file", "set_content", "stream", "write_file"]
+__all__ = [
+    "after_unpin",
+    "file_chunk_ids",
+    "iter_file",
+    "read_file",
+    "set_content",
+    "stream",
+    "write_chunks",
+    "write_file",
+]
 
 
 def file_chunk_ids(st: Store, ino: int) -> list[int]:
@@ -213,61 +223,74 @@ def after_unpin(st: Store) -> None:
         st.chunks.sweep()
 
 
-def _write_pieces(st: Store, p: str, pieces: Iterable[bytes], mode: int | None, mtime: int | None) -> None:
+def _old_size(st: Store, node: Node | None) -> int:
+    return 0 if node is None else int(st.db.one("SELECT size FROM inodes WHERE id = ?", (node[0],))[0])
+
+
+def _write_pieces(
+    st: Store, p: str, pieces: Iterable[Any], mode: int | None, mtime: int | None, *, refs: bool = False
+) -> None:
+    """Write a file from pieces in one transaction. ``refs``: pieces may name existing chunks
+    (``write_chunks``); otherwise every piece is content (``write_file``: str is UTF-8 text)."""
     with st.mutation(p) as m:
         pino, name, real, node = write_target(st, p)
         if node is not None and node[1] == DIR:
             raise fs_error(errno.EISDIR, p)
-        old = 0 if node is None else int(st.db.one("SELECT size FROM inodes WHERE id = ?", (node[0],))[0])
-        cutter = ChunkCutter()
-        ids: list[int] = []
+        parts = Assembler(st, p, _old_size(st, node), staged=False)
         for piece in pieces:
-            for chunk in cutter.feed(_as_bytes(p, piece)):
-                st.check_quota(p, cutter.total - old)
-                ids.append(st.chunks.put(chunk))
-        last = cutter.finish()
-        if last is not None:
-            ids.append(st.chunks.put(last))
-        set_content(st, p, pino, name, real, node, ids, cutter.total, mode, mtime)
+            if refs:
+                parts.feed(piece)
+            else:
+                parts.feed_bytes(_as_bytes(p, piece))
+        ids = parts.finish()
+        set_content(st, p, pino, name, real, node, ids, parts.total, mode, mtime)
         m.log(real, "write")
 
 
 async def _write_async(
-    st: Store, p: str, source: AsyncIterable[bytes], mode: int | None, mtime: int | None
+    st: Store, p: str, source: AsyncIterable[Any], mode: int | None, mtime: int | None, *, refs: bool = False
 ) -> None:
+    """Write a file from pieces arriving across awaits: chunks staged (pinned), linked in one final
+    transaction."""
     # Fail fast on a bad target before consuming the source.
     _, _, _, node = write_target(st, p)
     if node is not None and node[1] == DIR:
         raise fs_error(errno.EISDIR, p)
-    old = 0 if node is None else int(st.db.one("SELECT size FROM inodes WHERE id = ?", (node[0],))[0])
-    cutter = ChunkCutter()
-    staged: list[int] = []
+    parts = Assembler(st, p, _old_size(st, node), staged=True)
     try:
         async for piece in source:
-            for chunk in cutter.feed(_as_bytes(p, piece)):
-                st.check_quota(p, cutter.total - old)
-                staged.append(_stage(st, chunk))
-        last = cutter.finish()
-        if last is not None:
-            staged.append(_stage(st, last))
+            if refs:
+                parts.feed(piece)
+            else:
+                parts.feed_bytes(_as_bytes(p, piece))
+        ids = parts.finish()
         with st.mutation(p) as m:
             pino, name, real, node = write_target(st, p)
-            st.chunks.incref(staged)
-            set_content(st, p, pino, name, real, node, staged, cutter.total, mode, mtime)
+            st.chunks.incref(ids)
+            set_content(st, p, pino, name, real, node, ids, parts.total, mode, mtime)
             m.log(real, "write")
     finally:
-        st.chunks.unpin(staged)
-        if not st.closed:
-            with st.db.transaction():
-                st.chunks.sweep(staged)
+        parts.release()
 
 
-def _stage(st: Store, chunk: Buffer) -> int:
-    """Store one chunk of a streamed write unreferenced but pinned, in its own small transaction."""
-    with st.db.transaction():
-        cid = st.chunks.put(chunk, refs=0)
-    st.chunks.pin((cid,))
-    return cid
+async def write_chunks(
+    st: Store,
+    path: str,
+    pieces: Iterable[Piece] | AsyncIterable[Piece],
+    *,
+    mode: int | None = None,
+    mtime: int | None = None,
+) -> None:
+    """Create or replace a file from pieces: new bytes, or existing chunks by :class:`ChunkRef` or
+    hex hash (see ``_pieces``). Same rules as :func:`write_file`; an unknown chunk is EINVAL."""
+    p = st.canon(path, refresh=False)
+    if p == "/":
+        raise fs_error(errno.EISDIR, p)
+    if isinstance(pieces, AsyncIterable):
+        st.refresh()
+        await _write_async(st, p, pieces, mode, mtime, refs=True)
+    else:
+        _write_pieces(st, p, pieces, mode, mtime, refs=True)
 
 
 async def write_file(

@@ -26,15 +26,16 @@ import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
 from typing import Literal, overload
 
-from . import _batch, _content, _reads, _tree
+from . import _batch, _content, _pieces, _reads, _tree
 from ._db import Database
+from ._pieces import Piece
 from ._resolve import resolve_read
 from ._schema import DIR, FILE, SYMLINK
 from ._search import find_entries, grep_entries
 from ._state import Store
 from .errors import fs_error
 from .locks import LockTable
-from .types import BatchResult, ChangeSet, DirEntry, FileStat, FindEntry, GrepMatch, ManifestEntry
+from .types import BatchResult, ChangeSet, ChunkRef, DirEntry, FileStat, FindEntry, GrepMatch, ManifestEntry
 
 __all__ = ["GARBAGE_DELAY", "FileSystem"]
 
@@ -340,7 +341,7 @@ class FileSystem:
 
     def commit_batch(
         self,
-        writes: Mapping[str, bytes | None],
+        writes: Mapping[str, bytes | Sequence[Piece] | None],
         *,
         mkdirs: Sequence[str] = (),
         modes: Mapping[str, int] | None = None,
@@ -349,10 +350,43 @@ class FileSystem:
         links: Mapping[str, str] | None = None,
     ) -> BatchResult:
         """Apply many changes in one transaction and one revision (the shell backend's pull); see
-        ``_batch.commit_batch`` for the order and the conflict rule."""
+        ``_batch.commit_batch`` for the order and the conflict rule. A write is bytes or a list of
+        pieces as in :meth:`write_chunks`."""
         return _batch.commit_batch(
             self._store, writes, mkdirs=mkdirs, modes=modes, base_rev=base_rev, mtimes=mtimes, links=links
         )
+
+    # ------------------------------------------------------------------ chunk-level sync
+
+    def file_chunks(self, path: str) -> list[ChunkRef]:
+        """The chunks of a file (following symlinks), in order: hex SHA-256 and size of each.
+
+        Chunks are cut at fixed 512 KiB offsets (every one but the last full), so a change of a few
+        bytes in place changes one entry: compare two lists to find what to send (see ``_pieces``).
+        """
+        return _pieces.file_chunks(self._store, path)
+
+    def read_chunks(self, hashes: Iterable[ChunkRef | str]) -> dict[str, bytes]:
+        """Bytes of the chunks named (hex hash -> bytes); the ones the store lacks are left out."""
+        return _pieces.read_chunks(self._store, hashes)
+
+    def missing_chunks(self, hashes: Iterable[ChunkRef | str]) -> list[str]:
+        """The hashes among ``hashes`` that the store does not hold: what a sender must send as bytes."""
+        return _pieces.missing_chunks(self._store, hashes)
+
+    async def write_chunks(
+        self,
+        path: str,
+        pieces: Iterable[Piece] | AsyncIterable[Piece],
+        *,
+        mode: int | None = None,
+        mtime: int | None = None,
+    ) -> None:
+        """Create or replace a file from pieces, each new bytes or an existing chunk (a :class:`ChunkRef`
+        or its hex hash), in bounded memory (one partial chunk). Existing chunks on 512 KiB boundaries
+        are used without reading or writing them. Otherwise as :meth:`write_file`; a chunk the store
+        does not hold is EINVAL (ask :meth:`missing_chunks` first)."""
+        await _content.write_chunks(self._store, path, pieces, mode=mode, mtime=mtime)
 
     def stats(self) -> dict[str, int]:
         """Counters: files, dirs, symlinks, chunks, stored_bytes, chunk_bytes, logical_bytes, queries,

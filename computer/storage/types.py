@@ -9,6 +9,7 @@ __all__ = [
     "BatchResult",
     "Change",
     "ChangeSet",
+    "ChunkRef",
     "DirEntry",
     "FileStat",
     "FindEntry",
@@ -39,6 +40,16 @@ class FileStat:
     is_directory: bool
     ino: int = 0  # the node's id in this store: names with the same ino are hard links of one file
     nlink: int = 1  # how many names the node has
+
+
+@dataclass(frozen=True, slots=True)
+class ChunkRef:
+    """One chunk of a file's content (:meth:`FileSystem.file_chunks`): ``hash`` is the hex SHA-256 of
+    its bytes, ``size`` their length. Every chunk of a file but the last is 512 KiB, cut at fixed
+    offsets, so an in-place change of a few bytes changes the hash of one chunk only."""
+
+    hash: str
+    size: int
 
 
 class ManifestEntry(NamedTuple):
