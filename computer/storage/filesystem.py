@@ -52,10 +52,13 @@ class FileSystem:
     revision; ``locks`` the owner's :class:`LockTable`; ``chunks`` the chunk table.
     """
 
-    def __init__(self, db: Database, *, max_bytes: int | None, fence: int | None) -> None:
+    def __init__(
+        self, db: Database, *, max_bytes: int | None, fence: int | None, garbage_timer: bool = True
+    ) -> None:
         self._garbage_timer: asyncio.TimerHandle | None = None
         self._garbage_loop: asyncio.AbstractEventLoop | None = None  # the loop the timer is on
-        self._store = st = Store(db, max_bytes=max_bytes, fence=fence, later=self._collect_later)
+        later = self._collect_later if garbage_timer else _hold
+        self._store = st = Store(db, max_bytes=max_bytes, fence=fence, later=later)
         self.chunks = st.chunks
         self.locks = LockTable()
         row = db.one("SELECT value FROM meta WHERE key = 'id'")
@@ -73,14 +76,23 @@ class FileSystem:
     # ------------------------------------------------------------------ lifecycle
 
     @classmethod
-    def open(cls, path: str | None, *, max_bytes: int | None = None, fence: int | None = None) -> FileSystem:
+    def open(
+        cls,
+        path: str | None,
+        *,
+        max_bytes: int | None = None,
+        fence: int | None = None,
+        garbage_timer: bool = True,
+    ) -> FileSystem:
         """Open (creating when missing) the store at ``path``; ``None`` is a private in-memory store.
 
         ``max_bytes`` caps the logical bytes of all files (ENOSPC beyond). ``fence`` is this owner's
         epoch: the stored epoch becomes ``max(stored, fence)`` and every later write checks it is still
-        ours (EROFS once a newer owner raised it).
+        ours (EROFS once a newer owner raised it). ``garbage_timer=False``: the store never touches an
+        event loop; freed small chunks wait for :meth:`collect_garbage` (called by the owner when
+        :attr:`garbage_pending`), or for a mutation past 16,384 of them, ``stats()`` or ``close()``.
         """
-        return cls(Database(path), max_bytes=max_bytes, fence=fence)
+        return cls(Database(path), max_bytes=max_bytes, fence=fence, garbage_timer=garbage_timer)
 
     @staticmethod
     def stored_epoch(path: str) -> int:
@@ -111,6 +123,22 @@ class FileSystem:
             finally:
                 st.closed = True
                 st.db.close()
+
+    @property
+    def garbage_pending(self) -> bool:
+        """True when freed small chunks wait to be deleted (see :meth:`collect_garbage`)."""
+        return bool(self._store.chunks.pending)
+
+    def collect_garbage(self) -> None:
+        """Delete the freed small chunks held for batching now, in a transaction of their own.
+
+        With the default timer the store does this itself 0.1 s after the mutation that filled a batch
+        (``GARBAGE_DELAY``); an owner that opened with ``garbage_timer=False`` calls it instead (e.g.
+        off its own loop after a burst of mutations, whenever :attr:`garbage_pending`). A no-op when
+        nothing waits, on a closed store, or inside a transaction.
+        """
+        if not self._store.closed:
+            self._flush_garbage()
 
     def _flush_garbage(self) -> None:
         st = self._store
@@ -416,6 +444,11 @@ class FileSystem:
 
     def __repr__(self) -> str:
         return f"FileSystem(id={self.id!r}, rev={self._store.rev})"
+
+
+def _hold() -> bool:
+    """Batched garbage waits for ``collect_garbage`` (``garbage_timer=False``)."""
+    return True
 
 
 def _as_list(value: str | Sequence[str]) -> Sequence[str]:

@@ -473,3 +473,45 @@ def test_garbage_held_when_an_event_loop_ended_is_freed_under_the_next(tmp_path:
         assert fs.chunks.pending == 0 and _rows(fs) == 0
     finally:
         fs.close()
+
+
+def test_with_garbage_timer_off_the_owner_collects_explicitly(tmp_path: Path) -> None:
+    """``garbage_timer=False``: the store sets no timer on any loop; a batch of freed small chunks
+    waits, reported by ``garbage_pending``, until ``collect_garbage()`` frees it in its own
+    transaction (same bytes written meanwhile take their row back)."""
+    from computer.storage.filesystem import GARBAGE_DELAY
+
+    fs = FileSystem.open(str(tmp_path / "ws.sqlite"), garbage_timer=False)
+
+    async def churn() -> None:
+        files = {f"/g/f{i}": b"unique %d" % i for i in range(600)}
+        fs.commit_batch(files)
+        assert not fs.garbage_pending
+        fs.commit_batch(dict.fromkeys(files))
+        await fs.write_file("/again", b"unique 7")
+        await asyncio.sleep(3 * GARBAGE_DELAY)  # a timer would have freed the batch by now
+        assert fs.garbage_pending
+
+    try:
+        asyncio.run(churn())
+        assert fs.garbage_pending and _rows(fs) == 600
+        rev = fs.rev
+        fs.collect_garbage()
+        assert not fs.garbage_pending and _rows(fs) == 1 and fs.rev == rev
+        fs.collect_garbage()  # nothing waits: a no-op
+    finally:
+        fs.close()
+    fs.collect_garbage()  # closed: a no-op
+
+
+def test_with_garbage_timer_off_a_mutation_past_the_cap_frees_inline() -> None:
+    from computer.storage._chunkstore import LAZY_MAX
+
+    fs = FileSystem.open(None, garbage_timer=False)
+    try:
+        files = {f"/g/f{i}": b"u%d" % i for i in range(LAZY_MAX + 10)}
+        fs.commit_batch(files)
+        fs.commit_batch(dict.fromkeys(files))
+        assert not fs.garbage_pending and _rows(fs) == 0
+    finally:
+        fs.close()
