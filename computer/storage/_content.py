@@ -66,22 +66,25 @@ def set_content(
     if node is not None and node[1] == DIR:
         raise fs_error(errno.EISDIR, path)
     one = ids[0] if len(ids) == 1 else None
-    if node is None:
+    old: tuple[int, int, int | None, int, int] | None = None
+    if node is not None:  # one read of the replaced node: size, mtime, chunk, names, mode
+        old = db.one("SELECT size, mtime, chunk, nlink, mode FROM inodes WHERE id = ?", (node[0],))
+    if old is None or (detach and old[3] > 1):
+        if node is not None and old is not None:  # leave the other names their file
+            db.execute("UPDATE inodes SET nlink = nlink - 1 WHERE id = ?", (node[0],))
+            mode = int(old[4]) if mode is None else mode
         ino = new_inode(st, FILE, 0o644 if mode is None else mode, size, chunk=one, mtime=mtime)
-        add_entry(st, pino, name, ino, real, FILE)
+        if node is None:
+            add_entry(st, pino, name, ino, real, FILE)
+        else:
+            db.execute("UPDATE dirents SET child = ? WHERE parent = ? AND name = ?", (ino, pino, name))
+            st.cache[real] = (ino, FILE)
         old_size = 0
         old_ids: list[int] = []
-    elif detach and int(db.one("SELECT nlink FROM inodes WHERE id = ?", (node[0],))[0]) > 1:
-        old_mode = int(db.one("SELECT mode FROM inodes WHERE id = ?", (node[0],))[0])
-        db.execute("UPDATE inodes SET nlink = nlink - 1 WHERE id = ?", (node[0],))
-        ino = new_inode(st, FILE, old_mode if mode is None else mode, size, chunk=one, mtime=mtime)
-        db.execute("UPDATE dirents SET child = ? WHERE parent = ? AND name = ?", (ino, pino, name))
-        st.cache[real] = (ino, FILE)
-        old_size = 0
-        old_ids = []
     else:
+        assert node is not None
         ino = node[0]
-        old_size, old_mtime, old_one = db.one("SELECT size, mtime, chunk FROM inodes WHERE id = ?", (ino,))
+        old_size, old_mtime, old_one = old[0], old[1], old[2]
         if mtime is None:
             # mtime strictly increases on overwrite, even twice in the same millisecond.
             mtime = max(now_ms(), int(old_mtime) + 1)
