@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from ._arguments import nesting_problem
+
 __all__ = ["ContentPart", "Tool", "ToolUpdate", "error_result", "format_validation_error"]
 
 log = logging.getLogger(__name__)
@@ -81,9 +83,14 @@ class Tool:
                 args = {}
             if not isinstance(args, dict):
                 return error_result(f"Invalid arguments: expected an object, got {type(args).__name__}")
+            problem = nesting_problem(args)
+            if problem is not None:
+                return error_result(f"Invalid arguments: {problem}")
             params = self.input_model.model_validate(args)
         except ValidationError as exc:
             return error_result(format_validation_error(exc))
+        except Exception as exc:  # a validator that fails in an unexpected way is still a bad call
+            return error_result(f"Invalid arguments: {type(exc).__name__}: {exc}")
         try:
             return await self.handler(params, on_update)
         except OSError as exc:

@@ -45,6 +45,7 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from ._adapter_tools import build_tools, select_tools
+from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool
 
 __all__ = ["DiscoverToolsTool", "WorkspaceTool", "create_langchain_tools", "visible_tools"]
@@ -171,6 +172,20 @@ class WorkspaceTool(BaseTool):
         wrapped._lazy = lazy
         return wrapped
 
+    def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        return super().run(_screened(tool_input, self.name), *args, **kwargs)
+
+    async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        return await super().arun(_screened(tool_input, self.name), *args, **kwargs)
+
+    def _to_args_and_kwargs(
+        self, tool_input: Any, tool_call_id: str | None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if isinstance(tool_input, dict) and _BAD_ARGUMENTS in tool_input:
+            # Raised inside BaseTool.arun's error handling: a ToolMessage with status="error".
+            raise ToolException(f"Error: {tool_input[_BAD_ARGUMENTS]}")
+        return super()._to_args_and_kwargs(tool_input, tool_call_id)
+
     @property
     def visible(self) -> bool:
         """Whether the model should see this tool now (lazy tools only once discovered)."""
@@ -239,6 +254,23 @@ class DiscoverToolsTool(BaseTool):
 
     async def _arun(self, names: list[str] | None = None, **kwargs: Any) -> str:
         return self._run(names)
+
+
+# The key of the stand-in input that carries a parse failure through BaseTool's own error handling.
+_BAD_ARGUMENTS = "__computer_bad_arguments__"
+
+
+def _screened(tool_input: Any, name: str) -> Any:
+    """``tool_input`` if it is a usable arguments object, else a stand-in carrying the error.
+
+    LangChain turns its input into a string for callbacks (``str()``, recursive) before any error
+    handling, and refuses a string or non-dict input with a plain exception; both would escape the
+    tool. A JSON string holding an object is accepted as that object.
+    """
+    try:
+        return parse_arguments(tool_input, name)
+    except ArgumentError as exc:
+        return {_BAD_ARGUMENTS: str(exc)}
 
 
 def _ask_approval(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 
 from ._adapter_tools import build_tools
+from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool
 
 __all__ = ["create_mcp_server", "mcp_tool", "run_stdio", "serve_http"]
@@ -50,7 +51,11 @@ def create_mcp_server(
         tool = tools.get(params.name)
         if tool is None:
             return _error(f"Unknown tool {params.name!r}. Available tools: {', '.join(tools)}.")
-        result = await tool.run(params.arguments or {}, on_update=_progress_forwarder(ctx))
+        try:
+            arguments = parse_arguments(params.arguments, params.name)
+        except ArgumentError as exc:
+            return _error(str(exc))
+        result = await tool.run(arguments, on_update=_progress_forwarder(ctx))
         if "error" in result and len(result) == 1:
             return _error(str(result["error"]))
         content: list[types.ContentBlock] = [_content_block(part) for part in tool.to_model_output(result)]

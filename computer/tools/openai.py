@@ -38,12 +38,12 @@ Anthropic ``tool_use`` blocks (``{id, name, input}``) and returns Anthropic cont
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
 from ._adapter_schema import StrictSchemaError, drop_unaccepted_nulls, strict_schema
 from ._adapter_tools import build_tools
+from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool, ToolUpdate
 
 __all__ = ["CONSTRAINED_TOOLS", "ExecuteToolCall", "create_openai_tools"]
@@ -88,8 +88,10 @@ def create_openai_tools(
         """Run one tool call; bad calls and failed tools come back with ``is_error: True``."""
         try:
             name, args = _parse_call(tool_call, format)
-        except _BadCall as exc:
+        except (_BadCall, ArgumentError) as exc:
             return _error(str(exc), format)
+        except Exception as exc:  # a tool call object that cannot even be read
+            return _error(f"Malformed tool call: {type(exc).__name__}: {exc}", format)
         tool = tools.get(name)
         if tool is None:
             return _error(f"Unknown tool {name!r}. Available tools: {', '.join(tools)}.", format)
@@ -153,18 +155,7 @@ def _parse_call(call: Any, format: str) -> tuple[str, dict[str, Any]]:
         name, raw = _field(function, "name"), _field(function, "arguments")
     if not isinstance(name, str) or not name:
         raise _BadCall("Malformed tool call: the tool name is missing.")
-    if raw is None or raw == "":
-        return name, {}
-    if isinstance(raw, str | bytes):
-        try:
-            raw = json.loads(raw)
-        except ValueError as exc:
-            raise _BadCall(
-                f"The arguments of {name} are not valid JSON ({exc}). Send a JSON object."
-            ) from None
-    if not isinstance(raw, Mapping):
-        raise _BadCall(f"The arguments of {name} must be a JSON object, not {type(raw).__name__}.")
-    return name, dict(raw)
+    return name, parse_arguments(raw, name)
 
 
 def _error(message: str, format: str) -> dict[str, Any]:

@@ -17,12 +17,11 @@ the run ends with ``DeferredToolRequests`` and resumes with ``DeferredToolResult
 from __future__ import annotations
 
 import base64
-import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from pydantic_ai import BinaryContent, CustomEvent, ModelRetry, RunContext, ToolFailed
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.tools import ToolDefinition
@@ -31,6 +30,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import from_json
 
 from ._adapter_tools import build_tools, select_tools
+from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool
 
 __all__ = ["ExecProgressEvent", "WorkspaceToolset", "create_pydantic_ai_tools"]
@@ -91,7 +91,7 @@ class WorkspaceToolset(AbstractToolset[Any]):
                     metadata={"mutating": tool.mutating, "destructive": tool.destructive},
                 ),
                 max_retries=self.max_retries,
-                args_validator=_ArgsValidator(tool.input_model),
+                args_validator=_ArgsValidator(tool.input_model, name),
             )
             for name, tool in self.tools.items()
         }
@@ -134,21 +134,34 @@ class _ArgsValidator:
     """
 
     model: type[BaseModel]
+    name: str = "this tool"
 
     def validate_json(
         self, input: str | bytes | bytearray, *, allow_partial: Any = False, **kwargs: Any
     ) -> Any:
         partial = allow_partial not in (False, "off")
+        if partial:
+            try:
+                return from_json(input or b"{}", allow_partial=True)
+            except Exception as exc:  # a call still streaming: nothing to check yet
+                raise ModelRetry(f"The arguments are not valid JSON ({exc}); send a JSON object.") from None
         try:
-            data = from_json(input or b"{}", allow_partial=partial) if partial else json.loads(input or "{}")
-        except ValueError as exc:
-            raise ModelRetry(f"The arguments are not valid JSON ({exc}); send a JSON object.") from None
+            data = parse_arguments(input, self.name)
+        except ArgumentError as exc:
+            raise ModelRetry(str(exc)) from None
         return self.validate_python(data, allow_partial=allow_partial)
 
     def validate_python(self, input: Any, *, allow_partial: Any = False, **kwargs: Any) -> Any:
         if allow_partial not in (False, "off"):
             return input  # streaming a call in progress: nothing to check yet
-        if not isinstance(input, dict):
-            raise ModelRetry(f"The arguments must be a JSON object, not {type(input).__name__}.")
-        self.model.model_validate(input)
-        return dict(input)
+        try:
+            data = parse_arguments(input, self.name)
+        except ArgumentError as exc:
+            raise ModelRetry(str(exc)) from None
+        try:
+            self.model.model_validate(data)
+        except ValidationError:
+            raise  # pydantic-ai turns it into a retry prompt listing each problem
+        except Exception as exc:
+            raise ModelRetry(f"Invalid arguments: {type(exc).__name__}: {exc}") from None
+        return data

@@ -1,0 +1,81 @@
+"""Turning whatever a model sent as tool arguments into a plain dict, or a model-actionable error.
+
+Every adapter goes through here (and ``Tool.run`` checks the depth again), so a malformed call is
+always a tool error result and never an exception: invalid JSON, JSON that is not an object, and
+values nested deeper than :data:`MAX_ARGUMENT_DEPTH`. The depth cap exists because a few hundred
+levels already make recursive code (``json``, ``repr``, validators, serializers) raise
+``RecursionError``; no tool argument needs more than a handful of levels, so 64 leaves room for exec's
+free-form ``input`` while keeping every later step far from the interpreter's recursion limit.
+The depth walk is iterative and stops at the first value past the cap.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["MAX_ARGUMENT_DEPTH", "ArgumentError", "nesting_problem", "parse_arguments"]
+
+MAX_ARGUMENT_DEPTH = 64  # the arguments object itself is level 1
+
+
+class ArgumentError(ValueError):
+    """Arguments that cannot be used at all; the message says what to send instead."""
+
+
+def nesting_problem(value: Any, limit: int = MAX_ARGUMENT_DEPTH) -> str | None:
+    """A message when ``value`` nests dicts/lists deeper than ``limit`` levels, else ``None``."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, Mapping):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > limit:
+            return f"The arguments are nested more than {limit} levels deep; send a flatter JSON object."
+        stack.extend((child, depth + 1) for child in children)
+    return None
+
+
+def parse_arguments(raw: Any, tool: str = "the tool") -> dict[str, Any]:
+    """``raw`` (a JSON string or bytes, a mapping, or nothing) as a dict; :class:`ArgumentError` if not.
+
+    ``None`` and ``""`` mean no arguments (``{}``).
+    """
+    if raw is None or raw == "" or raw == b"":
+        return {}
+    if isinstance(raw, str | bytes | bytearray):
+        try:
+            raw = json.loads(raw)
+        except RecursionError:
+            raise ArgumentError(
+                f"The arguments of {tool} are nested too deeply to parse; send a flatter JSON object."
+            ) from None
+        except ValueError as exc:
+            raise ArgumentError(
+                f"The arguments of {tool} are not valid JSON ({exc}). Send a JSON object."
+            ) from None
+    if not isinstance(raw, Mapping):
+        raise ArgumentError(f"The arguments of {tool} must be a JSON object, not {_json_kind(raw)}.")
+    problem = nesting_problem(raw)
+    if problem is not None:
+        raise ArgumentError(problem)
+    return dict(raw)
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list | tuple):
+        return "an array"
+    return type(value).__name__
