@@ -13,10 +13,11 @@ from collections.abc import Mapping, Sequence
 from ._content import set_content
 from ._pieces import Assembler, Piece
 from ._resolve import lookup, resolve, resolve_read, write_target
+from ._resolve import target as target_of
 from ._schema import DIR, KIND_NAMES, SYMLINK, clean_mode
 from ._search import walk_tree
 from ._state import CREATE_OP, Mutation, Store
-from ._tree import add_name, ensure_dirs, remove_leaves, remove_node
+from ._tree import add_entry, add_name, ensure_dirs, new_inode, remove_leaves, remove_node
 from .paths import is_within, join, split
 from .types import BatchResult, Change, ChangeSet, ManifestEntry
 
@@ -78,6 +79,7 @@ def commit_batch(
     base_rev: int | None = None,
     mtimes: Mapping[str, int] | None = None,
     links: Mapping[str, str] | None = None,
+    symlinks: Mapping[str, str] | None = None,
 ) -> BatchResult:
     """Apply many changes in one transaction and one revision (the shell backend's pull).
 
@@ -89,7 +91,10 @@ def commit_batch(
     with several names (hard links) gives that name a new file; ``links`` (new path -> existing
     path) then gives existing files more names, after the writes: a pull sends every name that
     still shares a file with a written one. A link replaces what is at its path; one whose
-    existing path is missing or a directory is left out and listed in ``skipped``.
+    existing path is missing or a directory is left out and listed in ``skipped``. ``symlinks``
+    (path -> target, stored verbatim) makes symlinks after the writes and before the links,
+    replacing what is there (the same link already there is no change); an empty target or one
+    with NUL is skipped. Modes and mtimes of existing paths follow symlinks.
     With ``base_rev``, a path changed after that revision (itself, an ancestor or a descendant) is
     left alone and listed in ``skipped``; if the change log no longer reaches ``base_rev`` every
     path is skipped (the workspace wins when we cannot tell).
@@ -101,8 +106,14 @@ def commit_batch(
     canon_modes = {st.canon(k, refresh=False): clean_mode(v) for k, v in modes.items()}
     canon_mtimes = {st.canon(k, refresh=False): int(v) for k, v in (mtimes or {}).items()}
     canon_links = {st.canon(k, refresh=False): st.canon(v, refresh=False) for k, v in (links or {}).items()}
+    canon_symlinks = {st.canon(k, refresh=False): v for k, v in (symlinks or {}).items()}
     every = sorted(
-        set(canon_writes) | set(canon_dirs) | set(canon_modes) | set(canon_mtimes) | set(canon_links)
+        set(canon_writes)
+        | set(canon_dirs)
+        | set(canon_modes)
+        | set(canon_mtimes)
+        | set(canon_links)
+        | set(canon_symlinks)
     )
     skipped: set[str] = set()
     if base_rev is not None:
@@ -183,6 +194,11 @@ def commit_batch(
             )
             m.log(real, "write")
             applied.append(p)
+        for p, target in sorted(canon_symlinks.items()):
+            if p not in skipped and not _batch_symlink(st, p, target, m):
+                skipped.add(p)
+            elif p not in skipped:
+                applied.append(p)
         for p, old in sorted(canon_links.items()):
             if p not in skipped and not _batch_link(st, p, old, m):
                 skipped.add(p)
@@ -205,6 +221,25 @@ def commit_batch(
                 m.log(real, CREATE_OP[kind])
                 applied.append(p)
     return BatchResult(rev=st.rev, applied=sorted(set(applied)), skipped=sorted(skipped))
+
+
+def _batch_symlink(st: Store, p: str, target: str, m: Mutation) -> bool:
+    """Make ``p`` a symlink to ``target`` (verbatim), replacing what is there; False for a target
+    ``symlink`` refuses (empty, NUL) or ``/``."""
+    if not isinstance(target, str) or target == "" or "\x00" in target or p == "/":
+        return False
+    parent, name = split(p)
+    pino = ensure_dirs(st, parent, 0o755, m, replace_files=True)
+    real = join(resolve(st, parent)[2], name)
+    node = lookup(st, pino, name)
+    if node is not None and node[1] == SYMLINK and target_of(st, node[0]) == target:
+        return True  # already that link
+    if node is not None:
+        remove_node(st, real, pino, name, node[0], node[1])
+    ino = new_inode(st, SYMLINK, 0o777, len(target.encode("utf-8")), target)
+    add_entry(st, pino, name, ino, real, SYMLINK)
+    m.log(real, "symlink")
+    return True
 
 
 def _batch_link(st: Store, p: str, old: str, m: Mutation) -> bool:

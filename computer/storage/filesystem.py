@@ -376,12 +376,20 @@ class FileSystem:
         base_rev: int | None = None,
         mtimes: Mapping[str, int] | None = None,
         links: Mapping[str, str] | None = None,
+        symlinks: Mapping[str, str] | None = None,
     ) -> BatchResult:
         """Apply many changes in one transaction and one revision (the shell backend's pull); see
         ``_batch.commit_batch`` for the order and the conflict rule. A write is bytes or a list of
         pieces as in :meth:`write_chunks`."""
         return _batch.commit_batch(
-            self._store, writes, mkdirs=mkdirs, modes=modes, base_rev=base_rev, mtimes=mtimes, links=links
+            self._store,
+            writes,
+            mkdirs=mkdirs,
+            modes=modes,
+            base_rev=base_rev,
+            mtimes=mtimes,
+            links=links,
+            symlinks=symlinks,
         )
 
     # ------------------------------------------------------------------ chunk-level sync

@@ -311,3 +311,41 @@ TestHardLinks = HardLinks.TestCase
 TestHardLinks.settings = settings(
     max_examples=60, stateful_step_count=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
+
+
+async def test_commit_batch_makes_symlinks_verbatim_in_the_same_revision(fs: FileSystem) -> None:
+    await fs.mkdir("/w/venv/bin", recursive=True)
+    await fs.write_file("/w/was_file", b"x")
+    await fs.mkdir("/w/was_dir/sub", recursive=True)
+    await fs.symlink("/same", "/w/same")
+    rev = fs.rev
+    links = {
+        "/w/venv/bin/python": "/usr/bin/python3.12",  # an absolute host path: stored, never resolved
+        "/w/venv/bin/python3": "python",
+        "/w/new/deep/l": "../../nowhere",  # parents made
+        "/w/was_file": "target",  # replaces a file
+        "/w/was_dir": "/x",  # replaces a tree
+        "/w/same": "/same",  # already so: no change
+        "/w/bad": "",
+    }
+    result = fs.commit_batch({}, symlinks=links, links={"/w/venv/bin/py": "/w/venv/bin/python"})
+    assert result.rev == rev + 1 and result.skipped == ["/w/bad"]
+    assert set(result.applied) == set(links) - {"/w/bad"} | {"/w/venv/bin/py"}
+    for path, target in links.items():
+        if target:
+            assert await fs.readlink(path) == target
+    assert (await fs.readlink("/w/venv/bin/py")) == "/usr/bin/python3.12"
+    logged = {(c.path, c.op) for c in fs.changes_since(rev).changes}
+    assert ("/w/venv/bin/python", "symlink") in logged and ("/w/same", "symlink") not in logged
+    assert not await fs.exists("/w/was_dir/sub")
+    again = fs.commit_batch({}, symlinks={"/w/same": "/same"})
+    assert again.rev == fs.rev == rev + 1
+
+
+async def test_commit_batch_symlinks_follow_the_conflict_rule(fs: FileSystem) -> None:
+    await fs.mkdir("/w")
+    base = fs.rev
+    await fs.write_file("/w/taken", b"workspace wins")
+    result = fs.commit_batch({}, symlinks={"/w/taken": "/elsewhere", "/w/free": "t"}, base_rev=base)
+    assert result.skipped == ["/w/taken"] and result.applied == ["/w/free"]
+    assert await fs.read_file("/w/taken") == b"workspace wins"
