@@ -4,8 +4,10 @@ Each process keeps what it writes on the host (mirrors, bridge directories, the 
 in one directory per base directory, :func:`process_scratch`: ``<base>/computer-<pid>-<start>``
 (``-<uid>`` appended when it belongs to a sandbox user), where ``<start>`` is the process's start
 time in clock ticks since boot (``/proc/<pid>/stat``, field 22). A pid alone is reused; a pid with its
-start time names one process for the life of the machine, so :func:`reap_dead` removes exactly the
-directories of processes that are gone and never those of a live one.
+start time names one process within one boot and one pid namespace, which a ``.owner`` file in the
+directory records: :func:`reap_dead` removes exactly the directories of processes that are gone (or
+of an earlier boot), never those of a live one, and leaves those of another pid namespace (a
+container sharing ``/dev/shm``) alone.
 
 Permissions (decision): the directory is mode 0700. Owned by this process's user, unless a sandbox
 runs as an unprivileged host user (``Sandbox.host_ids``): bubblewrap started as that user needs to
@@ -60,7 +62,12 @@ def remove_tree(path: str | os.PathLike[str]) -> None:
     """
     top = os.fspath(path)
     parent_path, name = os.path.split(top.rstrip("/") or "/")
-    parent = os.open(parent_path or ".", _DIR_FLAGS)
+    if name in ("", ".", ".."):
+        raise IsADirectoryError(21, "refusing to remove a root or relative directory by name", top)
+    try:
+        parent = os.open(parent_path or ".", _DIR_FLAGS)
+    except FileNotFoundError:
+        return
     try:
         try:
             st = os.lstat(name, dir_fd=parent)
@@ -174,6 +181,8 @@ def _clear_files(fd: int, failed: OSError | None) -> tuple[list[str], OSError | 
     return directories, failed
 
 
+# In each scratch directory: the boot and pid namespace its pid belongs to (see ``_host_mark``).
+_MARK = ".owner"
 _LOCK = threading.Lock()
 _MADE: dict[tuple[str, tuple[int, int] | None], Path] = {}
 _REAPED: set[str] = set()
@@ -200,6 +209,7 @@ def process_scratch(base: str | os.PathLike[str] | None = None, owner: tuple[int
         os.chmod(directory, 0o700)  # whatever the umask or an earlier directory said
         if owner is not None:
             os.chown(directory, *owner)
+        (directory / _MARK).write_text(_host_mark())
         if not _MADE:
             atexit.register(release_process)
         _MADE[key] = directory
@@ -233,10 +243,17 @@ def reap_dead(base: str | os.PathLike[str] | None = None) -> list[Path]:
         names = os.listdir(parent)
     except OSError:
         names = []
+    here_boot, _, here_namespace = _host_mark().partition(" ")
     for name in names:
         owner = _owner(name)
-        if owner is None or is_alive(*owner):
+        if owner is None:
             continue
+        try:
+            boot, _, namespace = (parent / name / _MARK).read_text().partition(" ")
+        except OSError:  # earlier versions, or not written yet: judged by pid (and start) alone
+            boot, namespace = here_boot, here_namespace
+        if boot == here_boot and (namespace != here_namespace or is_alive(*owner)):
+            continue  # alive, or a process of another pid namespace (a container sharing the base)
         try:
             remove_tree(parent / name)
         except OSError as exc:
@@ -245,6 +262,20 @@ def reap_dead(base: str | os.PathLike[str] | None = None) -> list[Path]:
         removed.append(parent / name)
     remove_dead_groups()
     return removed
+
+
+def _host_mark() -> str:
+    """``<boot id> <pid namespace>`` of this process: a pid (and start time) means a process only
+    within one boot and one pid namespace."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        boot = "unknown-boot"
+    try:
+        namespace = str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        namespace = "unknown-namespace"
+    return f"{boot} {namespace}"
 
 
 def _owner(name: str) -> tuple[int, int | None] | None:

@@ -18,7 +18,6 @@ the host filesystems bound (``/usr``, ``/tmp``'s filesystem, the mirror's tmpfs 
 
 from __future__ import annotations
 
-import functools
 import itertools
 import os
 import shutil
@@ -75,10 +74,15 @@ def stage_python(executable: str | None = None, owner: tuple[int, int] | None = 
     library only, staged and bound at :data:`PYTHON_DIR`; an interpreter under ``/usr`` is already
     in every sandbox and is used where it is. Built once per process, interpreter and owner."""
     exe = os.path.realpath(executable or getattr(sys, "_base_executable", None) or sys.executable)
-    return _stage_python(exe, owner)
+    staged = _STAGED_PYTHONS.get((exe, owner))
+    if staged is None or not all(os.path.isdir(b.source) for b in staged.binds):  # or released since
+        staged = _STAGED_PYTHONS[exe, owner] = _stage_python(exe, owner)
+    return staged
 
 
-@functools.cache
+_STAGED_PYTHONS: dict[tuple[str, tuple[int, int] | None], StagedPython] = {}
+
+
 def _stage_python(exe: str, owner: tuple[int, int] | None) -> StagedPython:
     prefix = os.path.dirname(os.path.dirname(exe))
     if prefix == "/usr" or prefix.startswith("/usr/"):

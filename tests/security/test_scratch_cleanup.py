@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import stat
 import subprocess
 import sys
 import tempfile
@@ -19,7 +18,7 @@ from computer.runtime._bwrap import Bind
 from computer.runtime._cgroups import CGROUP_PARENT, CGROUP_ROOT
 from computer.runtime._lifetime import process_tag, start_time
 from computer.runtime._sandbox import Sandbox
-from computer.runtime._scratch import process_scratch, reap_dead, release_process, remove_tree
+from computer.runtime._scratch import process_scratch, reap_dead, remove_tree
 
 DEPTH = 5_000
 
@@ -128,6 +127,20 @@ def test_reap_dead_removes_dead_processes_directories_and_keeps_live_ones(base: 
         live.wait()
 
 
+def test_reap_dead_judges_pids_within_their_boot_and_pid_namespace(base: Path) -> None:
+    """A directory of another pid namespace (a container sharing the base) is left alone even when its
+    pid means nothing here; one of an earlier boot goes even when its pid and start match a live one."""
+    dead_pid, dead_start = _ended_tag()
+    boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    other_namespace = base / f"computer-{dead_pid}-{dead_start}"
+    earlier_boot = base / f"computer-{process_tag()}"
+    for directory, mark in ((other_namespace, f"{boot} 1"), (earlier_boot, "another-boot 1")):
+        directory.mkdir()
+        (directory / ".owner").write_text(mark)
+    assert reap_dead(base) == [earlier_boot]
+    assert other_namespace.exists()
+
+
 def test_reap_dead_removes_dead_processes_cgroups(base: Path) -> None:
     parent = CGROUP_ROOT / "pids" / CGROUP_PARENT
     if not os.access(parent, os.W_OK):
@@ -146,18 +159,47 @@ def test_reap_dead_removes_dead_processes_cgroups(base: Path) -> None:
                 group.rmdir()
 
 
-def test_process_scratch_is_private_and_released(base: Path) -> None:
-    scratch = process_scratch(base)
-    assert scratch.name == f"computer-{process_tag()}"
-    st = scratch.stat()
-    assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
-    assert process_scratch(base) == scratch
-    (scratch / "mirror" / "deep").mkdir(parents=True)
-    release_process()
-    assert not scratch.exists()
-    again = process_scratch(base)  # usable after a release: a fresh directory
-    assert again.is_dir()
-    release_process()
+def _python(code: str) -> subprocess.CompletedProcess[bytes]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, env=env, timeout=60)
+
+
+def test_process_scratch_is_private_and_removed_at_exit(base: Path) -> None:
+    code = f"""
+import os, stat
+from pathlib import Path
+from computer.runtime._lifetime import process_tag
+from computer.runtime._scratch import process_scratch
+scratch = process_scratch({str(base)!r})
+assert scratch == process_scratch({str(base)!r})
+assert scratch.name == f"computer-{{process_tag()}}", scratch
+st = scratch.stat()
+assert stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == os.geteuid()
+(scratch / "mirror" / "deep").mkdir(parents=True)
+print(scratch)
+"""
+    done = _python(code)
+    assert done.returncode == 0, done.stderr.decode()
+    assert not Path(done.stdout.decode().strip()).exists()
+    assert os.listdir(base) == []
+
+
+def test_release_process_removes_it_now_and_a_later_one_is_fresh(base: Path) -> None:
+    """What a Ray worker's shutdown calls (Ray may end it without ``atexit``)."""
+    code = f"""
+from computer.runtime._scratch import process_scratch, release_process
+first = process_scratch({str(base)!r})
+(first / "x").write_text("x")
+release_process()
+assert not first.exists()
+again = process_scratch({str(base)!r})
+assert again.is_dir() and not (again / "x").exists()
+import os; os._exit(0)  # no atexit: the directory stays, for the next process to reap
+"""
+    done = _python(code)
+    assert done.returncode == 0, done.stderr.decode()
+    (left,) = os.listdir(base)
+    assert reap_dead(base) == [base / left] and os.listdir(base) == []
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="only root maps the sandbox to another host user")
@@ -191,4 +233,5 @@ async def test_an_unprivileged_sandbox_binds_a_mirror_only_from_a_scratch_direct
         await sp.discard()
         assert sp.proc.returncode != 0
     finally:
-        release_process()
+        remove_tree(process_scratch(base, ids))
+        remove_tree(process_scratch(base))
