@@ -2,6 +2,8 @@
 
 Unknown, expired and malformed keys all get the same 404, so a response never hints whether a link
 ever existed; there are no listings (a prefix is not a key). Bodies are streamed from the store.
+Active content types (HTML, SVG, XML…) are served with ``Content-Security-Policy: sandbox``
+(``_active_types``); a ``Range`` header of any shape gets a 206, a 416 or the whole body, never an error.
 A background task sweeps expired links while the app runs.
 """
 
@@ -21,6 +23,7 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from ..config import settings
+from ._active_types import SANDBOX_POLICY, is_active_type
 from ._disposition import content_disposition
 from ._open import base_path_of, default_store
 from ._record import AssetRecord
@@ -30,7 +33,11 @@ __all__ = ["create_app", "create_server", "serve"]
 
 log = logging.getLogger(__name__)
 
-_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+_RANGE = re.compile(r"bytes=([0-9]*)-([0-9]*)", re.ASCII)
+# Any position with more significant digits than this is past the end of every stored file; such a
+# number is never converted (Python refuses int() of over 4,300 digits, which used to give a 500).
+_MAX_DIGITS = 18
+_HUGE = 10**_MAX_DIGITS
 _COMMON = {"X-Content-Type-Options": "nosniff"}
 _NOT_FOUND_HEADERS = {**_COMMON, "Cache-Control": "no-store"}
 
@@ -41,32 +48,43 @@ def _not_found(method: str) -> Response:
     return Response(body, status_code=404, media_type="text/plain; charset=utf-8", headers=headers)
 
 
+def _position(digits: str) -> int:
+    """A byte position from ASCII digits of any length (leading zeros allowed), capped at ``_HUGE``."""
+    significant = digits.lstrip("0")
+    if not significant:
+        return 0
+    return int(significant) if len(significant) <= _MAX_DIGITS else _HUGE
+
+
 def _parse_range(header: str, size: int) -> tuple[int, int] | bool | None:
     """``(start, end_exclusive)`` for one satisfiable range; ``None`` to ignore the header (serve it
-    all: malformed or multi-range); ``False`` when unsatisfiable (416)."""
-    match = _RANGE.match(header.strip().replace(" ", ""))
+    all: malformed, inverted or multi-range, as RFC 9110 section 14.2 allows); ``False`` when
+    unsatisfiable (416). Positions of any length are handled without converting huge numbers."""
+    match = _RANGE.fullmatch(header.strip().replace(" ", "").replace("\t", ""))
     if match is None:
         return None
     first, last = match.groups()
     if not first and not last:
         return None
     if not first:  # suffix: the last N bytes
-        suffix = int(last)
+        suffix = _position(last)
         if suffix == 0 or size == 0:
             return False
         return max(0, size - suffix), size
-    start = int(first)
-    if last and int(last) < start:
+    start = _position(first)
+    if last and _position(last) < start:
         return None
     if start >= size:
         return False
-    end = size if not last else min(size, int(last) + 1)
+    end = size if not last else min(size, _position(last) + 1)
     return start, end
 
 
 def _headers(record: AssetRecord, now: float) -> dict[str, str]:
+    active = {"Content-Security-Policy": SANDBOX_POLICY} if is_active_type(record.content_type) else {}
     return {
         **_COMMON,
+        **active,
         "Content-Type": record.content_type,
         "Content-Disposition": content_disposition(record.disposition, record.filename),
         "ETag": f'"{record.etag}"',
