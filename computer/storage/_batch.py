@@ -8,45 +8,58 @@ conflict rule (see :func:`commit_batch`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import errno
+from collections.abc import Iterable, Mapping, Sequence
+from itertools import islice
 
 from ._content import set_content
 from ._pieces import Assembler, Piece
 from ._resolve import lookup, resolve, resolve_read, write_target
 from ._resolve import target as target_of
 from ._schema import DIR, KIND_NAMES, SYMLINK, clean_mode
-from ._search import walk_tree
+from ._search import Row, walk_tree, walk_tree_after
 from ._state import CREATE_OP, Mutation, Store
 from ._tree import add_entry, add_name, ensure_dirs, new_inode, remove_leaves, remove_node
-from .paths import is_within, join, split
+from .errors import fs_error
+from .paths import is_within, join, parts, split
 from .types import BatchResult, Change, ChangeSet, ManifestEntry
 
 __all__ = ["changes_since", "commit_batch", "manifest"]
 
 
 def manifest(
-    st: Store, root: str, *, inodes: bool = False
+    st: Store, root: str, *, inodes: bool = False, after: str | None = None, limit: int | None = None
 ) -> list[tuple[str, str, int, int, int]] | list[ManifestEntry]:
     """Every node below ``root``: ``(path, "file"|"dir"|"symlink", size, mode, mtime)``, in walk order.
 
     With ``inodes=True`` each is a :class:`ManifestEntry`, the same five fields then ``ino`` and
     ``nlink``: names sharing an ``ino`` are hard links of one file. (The plain five-tuple stays the
     default so that callers unpacking five values keep working.)
-    ENOENT when ``root`` is missing; ``[]`` when it is not a directory.
+    ``after``/``limit`` page it: at most ``limit`` entries strictly after the path ``after`` (in walk
+    order, which is the order of paths compared segment by segment), read a page of children at a
+    time, so a tree of millions of entries never sits in memory at once (``after`` need not exist
+    any more). ENOENT when ``root`` is missing; ``[]`` when it is not a directory.
     """
     p = st.canon(root)
+    if limit is not None and limit < 0:
+        raise fs_error(errno.EINVAL, p, "limit must not be negative")
     ino, kind, _ = resolve_read(st, p)
     if kind != DIR:
         return []
+    if after is None and limit is None:
+        rows: Iterable[Row] = walk_tree(st.db, ino, p)
+    else:
+        start = st.canon(after) if after is not None else p
+        if not is_within(start, p):
+            raise fs_error(errno.EINVAL, start, f"not below the manifest root {p}")
+        with st.db.snapshot():  # one consistent page
+            rows = list(islice(walk_tree_after(st.db, ino, p, parts(start)[len(parts(p)) :]), limit))
     if inodes:
         return [
             ManifestEntry(path, KIND_NAMES[k], size, mode, mtime, node, nlink)  # type: ignore[arg-type]
-            for path, k, size, mode, mtime, node, nlink in walk_tree(st.db, ino, p)
+            for path, k, size, mode, mtime, node, nlink in rows
         ]
-    return [
-        (path, KIND_NAMES[k], size, mode, mtime)
-        for path, k, size, mode, mtime, _, _ in walk_tree(st.db, ino, p)
-    ]
+    return [(path, KIND_NAMES[k], size, mode, mtime) for path, k, size, mode, mtime, _, _ in rows]
 
 
 def changes_since(st: Store, rev: int, root: str = "/", *, skip_revs: Sequence[int] = ()) -> ChangeSet:

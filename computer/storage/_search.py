@@ -23,7 +23,7 @@ from ._tree import children_page
 from .paths import join
 from .types import FindEntry, GrepMatch
 
-__all__ = ["PAGE_SIZE", "find_entries", "grep_entries", "walk", "walk_tree"]
+__all__ = ["PAGE_SIZE", "find_entries", "grep_entries", "walk", "walk_tree", "walk_tree_after"]
 
 PAGE_SIZE = 256
 
@@ -56,6 +56,52 @@ def walk_tree(db: Database, ino: int, path: str) -> Iterator[Row]:
         if kind == DIR:
             work.append(iter(db.execute(_CHILDREN_SQL, (child,)).fetchall()))
             paths.append(cpath)
+
+
+_PAGE_SQL = (
+    "SELECT d.name, d.child, i.kind, i.size, i.mode, i.mtime, i.nlink FROM dirents d JOIN inodes i "
+    "ON i.id = d.child WHERE d.parent = ? AND d.name > ? ORDER BY d.name LIMIT ?"
+)
+
+
+def walk_tree_after(db: Database, ino: int, path: str, after: list[str]) -> Iterator[Row]:
+    """:func:`walk_tree` from just after the node at relative segments ``after`` (``[]``: from the
+    start), reading children in pages of :data:`PAGE_SIZE`: memory stays one page per level, so a
+    caller can page through a tree of millions of entries. Segments that no longer exist still
+    place the walk (names compare as in the walk: UTF-8 byte order).
+    """
+    # Frames (directory inode, its path, last name read, rows read but not yet walked); the walk
+    # resumes inside every ancestor of ``after``, after the segment it came down through.
+    stack: list[tuple[int, str, str, deque[tuple[str, int, int, int, int, int, int]]]] = []
+    cur_ino, cur_path = ino, path
+    for i, seg in enumerate(after):
+        stack.append((cur_ino, cur_path, seg, deque()))
+        row = db.one(
+            "SELECT d.child, i.kind FROM dirents d JOIN inodes i ON i.id = d.child WHERE d.parent = ? AND d.name = ?",
+            (cur_ino, seg),
+        )
+        if row is None or int(row[1]) != DIR:
+            break
+        cur_ino, cur_path = int(row[0]), join(cur_path, seg)
+        if i == len(after) - 1:  # ``after`` is a directory: its children come next
+            stack.append((cur_ino, cur_path, "", deque()))
+    else:
+        if not after:
+            stack.append((ino, path, "", deque()))
+    while stack:
+        d_ino, d_path, last, page = stack[-1]
+        if not page:
+            rows = db.execute(_PAGE_SQL, (d_ino, last, PAGE_SIZE)).fetchall()
+            if not rows:
+                stack.pop()
+                continue
+            page.extend(rows)
+        name, child, kind, size, mode, mtime, nlink = page.popleft()
+        stack[-1] = (d_ino, d_path, name, page)
+        cpath = join(d_path, name)
+        yield cpath, kind, size, mode, mtime, child, nlink
+        if kind == DIR:
+            stack.append((child, cpath, "", deque()))
 
 
 class _Frame:

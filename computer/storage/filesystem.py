@@ -349,18 +349,26 @@ class FileSystem:
 
     @overload
     def manifest(
-        self, root: str, *, inodes: Literal[False] = False
+        self,
+        root: str,
+        *,
+        inodes: Literal[False] = False,
+        after: str | None = None,
+        limit: int | None = None,
     ) -> list[tuple[str, str, int, int, int]]: ...
 
     @overload
-    def manifest(self, root: str, *, inodes: Literal[True]) -> list[ManifestEntry]: ...
+    def manifest(
+        self, root: str, *, inodes: Literal[True], after: str | None = None, limit: int | None = None
+    ) -> list[ManifestEntry]: ...
 
     def manifest(
-        self, root: str, *, inodes: bool = False
+        self, root: str, *, inodes: bool = False, after: str | None = None, limit: int | None = None
     ) -> list[tuple[str, str, int, int, int]] | list[ManifestEntry]:
         """Every node below ``root``: ``(path, "file"|"dir"|"symlink", size, mode, mtime)``, in walk order;
-        with ``inodes=True`` a :class:`ManifestEntry` that adds ``ino`` and ``nlink`` (see ``_batch``)."""
-        return _batch.manifest(self._store, root, inodes=inodes)
+        with ``inodes=True`` a :class:`ManifestEntry` that adds ``ino`` and ``nlink``; ``after``/``limit``
+        page through a large tree in bounded memory (see ``_batch.manifest``)."""
+        return _batch.manifest(self._store, root, inodes=inodes, after=after, limit=limit)
 
     def changes_since(self, rev: int, root: str = "/", *, skip_revs: Sequence[int] = ()) -> ChangeSet:
         """Changes at or below ``root`` (or of an ancestor of it) after ``rev``, in order, leaving out

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from computer.storage import FileSystem
 
@@ -269,3 +274,61 @@ async def test_reference_counts_dropped_many_at_once_add_up_per_chunk(fs: FileSy
         fs.chunks.decref_counts([(cid, 1)] * 12)
         m.log("/d", "write")
     assert fs._store.db.one("SELECT refs FROM chunks WHERE id = ?", (cid,))[0] == 18
+
+
+_names = st.sampled_from(["a", "b", "a!", "a b", "é", "z", "0"])
+_trees = st.lists(st.lists(_names, min_size=1, max_size=4).map(lambda s: "/r/" + "/".join(s)), max_size=30)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(paths=_trees, limit=st.integers(min_value=1, max_value=7), inodes=st.booleans())
+def test_manifest_pages_add_up_to_the_whole_manifest(paths: list[str], limit: int, inodes: bool) -> None:
+    async def go() -> None:
+        fs = FileSystem.open(None)
+        try:
+            await fs.mkdir("/r")
+            for p in paths:  # the last segment is a file unless something was made below it
+                try:
+                    await fs.mkdir(p, recursive=True)
+                except OSError:
+                    pass
+            whole = fs.manifest("/r", inodes=inodes)  # type: ignore[call-overload]
+            pages: list[object] = []
+            after: str | None = None
+            while True:
+                page = fs.manifest("/r", inodes=inodes, after=after, limit=limit)  # type: ignore[call-overload]
+                assert len(page) <= limit
+                if not page:
+                    break
+                pages.extend(page)
+                after = page[-1][0]
+            assert pages == whole
+            assert [e[0] for e in whole] == sorted((e[0] for e in whole), key=lambda p: p.split("/"))
+        finally:
+            fs.close()
+
+    asyncio.run(go())
+
+
+async def test_a_manifest_page_resumes_after_a_path_that_went_away(fs: FileSystem) -> None:
+    for d in ("/r/a/x", "/r/b/y", "/r/c"):
+        await fs.mkdir(d, recursive=True)
+    first = fs.manifest("/r", limit=2)
+    assert [e[0] for e in first] == ["/r/a", "/r/a/x"]
+    await fs.rm("/r/a", recursive=True)  # the page's last path is gone: the walk still knows where
+    rest = fs.manifest("/r", after="/r/a/x", limit=10)
+    assert [e[0] for e in rest] == ["/r/b", "/r/b/y", "/r/c"]
+    assert fs.manifest("/r", after="/r/c", limit=10) == []
+    assert fs.manifest("/r", limit=0) == []
+    with pytest.raises(OSError) as outside:
+        fs.manifest("/r", after="/elsewhere", limit=1)
+    assert outside.value.errno == errno.EINVAL
+
+
+async def test_a_manifest_page_of_a_big_directory_reads_about_one_page(fs: FileSystem) -> None:
+    await fs.mkdir("/r/deep/er", recursive=True)
+    fs.commit_batch({f"/r/deep/er/f{i:05}": b"" for i in range(3000)})
+    before = fs.queries
+    page = fs.manifest("/r", after="/r/deep/er/f01000", limit=100, inodes=True)
+    assert [e.path for e in page] == [f"/r/deep/er/f{i:05}" for i in range(1001, 1101)]
+    assert fs.queries - before <= 8  # the descent, one page of children, the snapshot
