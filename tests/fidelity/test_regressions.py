@@ -289,8 +289,8 @@ async def test_a_setuid_program_made_in_the_sandbox_is_not_setuid_root_on_the_ho
         assert await asyncio.to_thread(_setuid_root_files, ["/dev/shm", tempfile.gettempdir()], since) == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 (1): write_file stores setuid/setgid bits")
 async def test_write_file_never_stores_setuid_or_setgid_bits(db: Path) -> None:
+    """Issue 17 (1), the write paths: ``ws.fs.write_file`` and the python guest's (a guard: this held)."""
     async with opened(db) as ws:
         for name, mode in (("u", 0o4755), ("g", 0o2755)):
             try:
