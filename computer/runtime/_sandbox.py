@@ -69,6 +69,13 @@ class Sandbox:
         self._host_ids = (host_ids or sandbox_host_ids()) if unprivileged and running_as_root() else None
         self._drop = drop_privileges(*self._host_ids) if self._host_ids is not None else []
         self.bwrap = bwrap_works(tuple(self._drop))
+        if self._host_ids is not None and not self.bwrap and bwrap_works():
+            # Namespaces matter more than the host uid (without them a program sees the host's files
+            # and network): keep bubblewrap as root, say so.
+            log.warning(
+                "bubblewrap does not work as uid %s here: sandboxes map to host root", self._host_ids[0]
+            )
+            self._host_ids, self._drop, self.bwrap = None, [], True
         # Root without CAP_SYS_RESOURCE may not prlimit another user's process: the sandbox's own
         # first process then sets its rlimits on itself (one more exec, paid ahead for standbys).
         self._limit_inside = self._host_ids is not None and self.bwrap and not can_limit_others()

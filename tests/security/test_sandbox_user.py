@@ -128,3 +128,18 @@ async def test_the_program_can_reopen_its_stdio(sandbox: Sandbox) -> None:
     script = "echo out > /dev/stdout; echo err > /dev/stderr; cat /dev/stdin"
     code, out, err = await _run(await sandbox.spawn(["/bin/bash", "-c", script]), b"in\n")
     assert (code, out, err) == (0, "out\nin\n", "err\n")
+
+
+def test_without_user_namespaces_for_the_sandbox_user_bubblewrap_stays_as_root(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Namespaces matter more than the host uid: no silent fall back to running without bubblewrap."""
+    import computer.runtime._sandbox as module
+    from computer.runtime._bwrap import bwrap_works
+
+    if not bwrap_works():
+        pytest.skip("bubblewrap does not work here")
+    monkeypatch.setattr(module, "bwrap_works", lambda prefix=(): not prefix and bwrap_works())
+    sandbox = Sandbox(unprivileged=True)
+    assert sandbox.bwrap and sandbox.host_ids is None
+    assert "(host root)" in sandbox.isolation
