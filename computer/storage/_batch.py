@@ -189,6 +189,7 @@ def commit_batch(
             if isinstance(data, (bytes, bytearray, memoryview)):
                 parts.feed_bytes(bytes(data))
             else:
+                parts.prefetch(data)
                 for piece in data:
                     parts.feed(piece)
             ids = parts.finish()

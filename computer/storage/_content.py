@@ -240,6 +240,8 @@ def _write_pieces(
         if node is not None and node[1] == DIR:
             raise fs_error(errno.EISDIR, p)
         parts = Assembler(st, p, _old_size(st, node), staged=False)
+        if refs and isinstance(pieces, (list, tuple)):
+            parts.prefetch(pieces)
         for piece in pieces:
             if refs:
                 parts.feed(piece)

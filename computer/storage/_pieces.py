@@ -122,6 +122,14 @@ class Assembler:
         self._held: tuple[int, int] | None = None  # an aligned short chunk: last piece, or re-cut
         self.ids: list[int] = []
         self._pinned: list[int] = []
+        self._reused: list[int] = []  # existing chunks used, referenced together in finish()
+        self._known: dict[bytes, tuple[int, int]] = {}
+
+    def prefetch(self, pieces: Iterable[object]) -> None:
+        """Look up every chunk named among ``pieces`` in a few statements (instead of one each)."""
+        digests = _hashes(p for p in pieces if isinstance(p, (ChunkRef, str)))
+        for cid, digest, size in _rows(self._st, "SELECT id, hash, size FROM chunks", digests):
+            self._known[bytes(digest)] = (int(cid), int(size))
 
     @property
     def total(self) -> int:
@@ -165,11 +173,14 @@ class Assembler:
             self._cutter.skip(size)
             self._quota()
             self._use(cid)
-            return self.ids
-        last = self._cutter.finish()
-        if last is not None:
-            self._quota()
-            self.ids.append(self._store(last))
+        else:
+            last = self._cutter.finish()
+            if last is not None:
+                self._quota()
+                self.ids.append(self._store(last))
+        if self._reused:
+            self._st.chunks.incref(self._reused)
+            self._reused = []
         return self.ids
 
     def release(self) -> None:
@@ -184,6 +195,8 @@ class Assembler:
         self._pinned = []
 
     def _unhold(self) -> None:
+        # A chunk re-cut here is read before finish() references it: still in this transaction (or
+        # pinned, staged), so nothing can delete it meanwhile.
         if self._held is not None:  # more follows: the short chunk is re-cut with it
             cid, _ = self._held
             self._held = None
@@ -191,7 +204,9 @@ class Assembler:
 
     def _find(self, ref: ChunkRef | str) -> tuple[int, int]:
         (digest,) = _hashes([ref])
-        row = self._st.db.one("SELECT id, size FROM chunks WHERE hash = ?", (digest,))
+        row = self._known.get(digest) or self._st.db.one(
+            "SELECT id, size FROM chunks WHERE hash = ?", (digest,)
+        )
         if row is None:
             raise fs_error(errno.EINVAL, self._path, f"unknown chunk {digest.hex()} (send its bytes)")
         if isinstance(ref, ChunkRef) and ref.size != int(row[1]):
@@ -219,5 +234,5 @@ class Assembler:
             self._st.chunks.pin((cid,))
             self._pinned.append(cid)
         else:
-            self._st.chunks.incref([cid])
+            self._reused.append(cid)
         self.ids.append(cid)
