@@ -1,11 +1,38 @@
-"""Wire forms of the runtime: length-prefixed msgpack frames (the python sandbox channel) and
-lz4-compressed msgpack for sync payloads crossing processes (a pool worker and the owner)."""
+"""Wire forms of the runtime: the python guest's channel frames, and lz4-compressed msgpack for sync
+payloads crossing processes (a pool worker and the owner).
+
+The guest channel (see ``python.py``) is untrusted input: code in the sandbox can reach its socket
+(nothing inside one interpreter can be hidden from code running in it: ``gc``, ``ctypes``,
+``/proc/self/fd``), so any per-run secret the guest holds would be readable too. Instead a frame can
+ask for nothing a ``workspace`` function could not, and the host reads every frame within limits
+(:class:`ChannelLimits`) that bound its memory, whatever the bytes:
+
+- a request is a header ``>II`` (head bytes, body bytes), a msgpack head ``{"op", "args"}`` and a
+  body of raw bytes, which only ``write_file`` has (its ``data``): the head of a request is at most
+  ``request_bytes``, of the result frame (``op == "__result__"``) ``result_bytes``, a body
+  ``write_bytes``; sizes are checked before anything is read, the body only once the head named
+  ``write_file``;
+- a head is unpacked with msgpack's ``max_*_len`` limits and a budget of ``items`` (elements of all
+  maps and arrays together; hooks count them as the unpacker builds them): the worst case of small
+  objects (an empty map is 1 byte on the wire and ~70 in Python) stays a few tens of MiB;
+- the op must be a known one with arguments of the right names and types (:func:`check_args`); the
+  result value and a tool call's arguments are re-checked as JSON-able and at most ``depth`` deep.
+
+A frame that breaks the framing (sizes, msgpack, shape) raises :class:`ChannelError`: the host stops
+reading and closes the channel (the stream may be out of step). A well-formed request with a bad
+argument is answered with an error, like a bad argument to the ``fs`` method.
+
+Frames from the host to the guest are a ``>I`` length and msgpack (:func:`pack_frame`).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import math
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import lz4.frame
@@ -13,28 +40,243 @@ import msgpack
 
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
 
-__all__ = ["decode_sync", "encode_sync", "pack_frame", "read_frame"]
+__all__ = [
+    "RESULT_OP",
+    "ChannelError",
+    "ChannelLimits",
+    "GuestRequest",
+    "check_args",
+    "decode_sync",
+    "encode_sync",
+    "pack_frame",
+    "read_request",
+]
 
 _HEADER = struct.Struct(">I")
-MAX_FRAME = 256 * 1024 * 1024
+REQUEST_HEADER = struct.Struct(">II")  # head bytes, body bytes
+RESULT_OP = "__result__"
+_BODY_CHUNK = 1024 * 1024  # a large body is read (and handed to write_file) in pieces of this size
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelLimits:
+    """What the host accepts from one guest frame (see the module docstring)."""
+
+    request_bytes: int = 1024 * 1024  # a request's head: paths, patterns, a tool call's arguments
+    result_bytes: int = 4 * 1024 * 1024  # the result frame's head: main()'s value
+    write_bytes: int = 64 * 1024 * 1024  # the data of one write_file
+    items: int = 262_144  # elements of all maps and arrays of one head
+    depth: int = 100  # nesting of a JSON-able value
+
+
+class ChannelError(ValueError):
+    """The guest broke the channel's framing: the host closes the channel."""
+
+
+@dataclass(frozen=True, slots=True)
+class GuestRequest:
+    op: str
+    args: dict[str, Any]
+    # write_file's data: bytes, or its pieces when larger than one piece (no copy joins them)
+    body: bytes | list[bytes] | None = None
 
 
 def pack_frame(obj: Any) -> bytes:
-    """One frame: a 4-byte big-endian length, then msgpack."""
+    """One frame from the host: a 4-byte big-endian length, then msgpack."""
     data: bytes = msgpack.packb(obj, use_bin_type=True)
     return _HEADER.pack(len(data)) + data
 
 
-async def read_frame(reader: asyncio.StreamReader) -> Any:
-    """Read one frame; ``EOFError`` when the peer closed between frames."""
+async def read_request(reader: asyncio.StreamReader, limits: ChannelLimits) -> GuestRequest:
+    """Read one guest frame within ``limits``: ``EOFError`` when the guest closed between frames,
+    :class:`ChannelError` when it broke the framing."""
     try:
-        header = await reader.readexactly(_HEADER.size)
-    except asyncio.IncompleteReadError:
+        header = await reader.readexactly(REQUEST_HEADER.size)
+    except asyncio.IncompleteReadError as exc:
+        if exc.partial:
+            raise ChannelError("the channel ended inside a frame header") from None
         raise EOFError from None
-    (size,) = _HEADER.unpack(header)
-    if size > MAX_FRAME:
-        raise ValueError(f"frame of {size} bytes is over the {MAX_FRAME}-byte limit")
-    return msgpack.unpackb(await reader.readexactly(size), raw=False)
+    head_size, body_size = REQUEST_HEADER.unpack(header)
+    if head_size > max(limits.request_bytes, limits.result_bytes):
+        raise ChannelError(f"a frame head of {head_size} bytes is over the limit")
+    if body_size > limits.write_bytes:
+        raise ChannelError(f"a frame body of {body_size} bytes is over the {limits.write_bytes}-byte limit")
+    head = _unpack_head(await _read(reader, head_size), limits)
+    if not isinstance(head, dict) or set(head) != {"op", "args"}:
+        raise ChannelError("a frame head must be a map of exactly 'op' and 'args'")
+    op, args = head["op"], head["args"]
+    if not isinstance(op, str) or not isinstance(args, dict):
+        raise ChannelError("a frame's 'op' must be a string and its 'args' a map")
+    if op != RESULT_OP and head_size > limits.request_bytes:
+        raise ChannelError(
+            f"a request head of {head_size} bytes is over the {limits.request_bytes}-byte limit"
+        )
+    if op == RESULT_OP:
+        if set(args) != {"value"}:
+            raise ChannelError("the result frame carries exactly one argument, 'value'")
+        problem = json_problem(args["value"], limits.depth)
+        if problem is not None:
+            raise ChannelError(f"main()'s value {problem}")
+    if body_size and op != "write_file":
+        raise ChannelError(f"only write_file frames carry a body, not {op!r}")
+    body = await _read_body(reader, body_size) if op == "write_file" else None
+    return GuestRequest(op, args, body)
+
+
+async def _read(reader: asyncio.StreamReader, size: int) -> bytes:
+    try:
+        return await reader.readexactly(size)
+    except asyncio.IncompleteReadError:
+        raise ChannelError("the channel ended inside a frame") from None
+
+
+async def _read_body(reader: asyncio.StreamReader, size: int) -> bytes | list[bytes]:
+    if size <= _BODY_CHUNK:
+        return await _read(reader, size)
+    pieces = []
+    while size:
+        pieces.append(await _read(reader, min(size, _BODY_CHUNK)))
+        size -= len(pieces[-1])
+    return pieces
+
+
+def _unpack_head(data: bytes, limits: ChannelLimits) -> Any:
+    budget = [limits.items]
+
+    def count(container: Any) -> Any:
+        budget[0] -= len(container) + 1
+        if budget[0] < 0:
+            raise ChannelError(f"a frame head holds more than {limits.items} elements")
+        return container
+
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            list_hook=count,
+            object_hook=count,
+            max_str_len=len(data),
+            max_bin_len=len(data),
+            max_array_len=limits.items,
+            max_map_len=limits.items,
+            max_ext_len=0,
+        )
+    except ChannelError:
+        raise
+    except Exception as exc:  # untrusted bytes: every way msgpack can refuse them
+        raise ChannelError(f"a frame head is not valid msgpack ({type(exc).__name__}: {exc})") from None
+
+
+def json_problem(value: Any, depth: int) -> str | None:
+    """Why ``value`` is not JSON-able within ``depth`` levels (None: it is). Iterative: any depth is
+    answered without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if item is None or isinstance(item, bool | int | str):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return f"holds {item}, which JSON cannot represent"
+            continue
+        if level >= depth:
+            return f"is nested deeper than {depth} levels"
+        if isinstance(item, list):
+            stack.extend((v, level + 1) for v in item)
+        elif isinstance(item, dict):
+            if not all(isinstance(k, str) for k in item):
+                return "has a map with keys that are not strings"
+            stack.extend((v, level + 1) for v in item.values())
+        else:
+            return f"holds a {type(item).__name__}, which is not JSON-able"
+    return None
+
+
+def _str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _bool(v: Any) -> bool:
+    return isinstance(v, bool)
+
+
+def _opt_int(v: Any) -> bool:
+    return v is None or _int(v)
+
+
+def _opt_str(v: Any) -> bool:
+    return v is None or _str(v)
+
+
+def _strs(v: Any) -> bool:
+    return isinstance(v, list) and all(_str(s) for s in v)
+
+
+def _include(v: Any) -> bool:
+    return v is None or _str(v) or _strs(v)
+
+
+def _map(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+_Check = Callable[[Any], bool]
+_PATH: dict[str, _Check] = {"path": _str}
+_TWO: dict[str, _Check] = {"src": _str, "dst": _str, "overwrite": _bool}
+_PAGE: dict[str, _Check] = {"limit": _opt_int, "offset": _int}
+# The arguments each op of the guest may send, by name (the ``workspace`` module's signatures). Not
+# here, so refused: ``symlink``, ``readlink`` and anything else an ``ExecContext`` may answer.
+# ``agent_tool`` is the agent's op (``computer.agent``'s ``TOOL_OP``): its context answers it for the
+# token it issued to one execution; any other context refuses it as an unknown op.
+GUEST_ARGS: dict[str, dict[str, _Check]] = {
+    "read_file": {**_PATH, "offset": _int, "length": _opt_int},
+    "read_text": _PATH,
+    "write_file": {**_PATH, "mode": _opt_int},  # data: the frame's body
+    "mkdir": {**_PATH, "recursive": _bool, "mode": _int},
+    "rm": {**_PATH, "recursive": _bool, "force": _bool},
+    "readdir": {**_PATH, **_PAGE},
+    "stat": _PATH,
+    "exists": _PATH,
+    "find": {"directory": _str, "pattern": _opt_str, "exclude": _strs, **_PAGE},
+    "grep": {
+        "pattern": _str,
+        **_PATH,
+        "regex": _bool,
+        "ignore_case": _bool,
+        "context": _int,
+        "include": _include,
+        "exclude": _strs,
+        **_PAGE,
+    },
+    "ls": {"prefix": _str},
+    "rename": _TWO,
+    "copy": _TWO,
+    "agent_tool": {"token": _str, "name": _str, "args": _map},
+}
+
+
+def check_args(request: GuestRequest, depth: int) -> str | None:
+    """What is wrong with a request's op or arguments (None: nothing); the host answers it as an
+    invalid argument instead of calling the workspace."""
+    allowed = GUEST_ARGS.get(request.op)
+    if allowed is None:
+        return f"unknown workspace operation {request.op!r}"
+    for name, value in request.args.items():
+        check = allowed.get(name)
+        if check is None:
+            return f"{request.op}() got an unexpected argument {name!r}"
+        if not check(value):
+            return f"{request.op}(): argument {name!r} has the wrong type ({type(value).__name__})"
+    if request.op == "agent_tool":
+        problem = json_problem(request.args.get("args"), depth)
+        if problem is not None:
+            return f"a tool call's arguments {problem}"
+    return None
 
 
 T = TypeVar("T", SyncPush, SyncPull)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import _sitebuiltins
 import _socket
 import builtins
+import errno
 import importlib.machinery
 import os
 import posixpath
@@ -39,12 +40,18 @@ builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
 builtins.help = _sitebuiltins._Helper()
 
 _sock = _socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
-_HEADER = struct.Struct(">I")
+_HEADER = struct.Struct(">I")  # the host's frames: length, msgpack
+_REQUEST = struct.Struct(">II")  # ours: head length, body length; msgpack head, raw body (see _codec)
 
 
-def _send(obj: Any) -> None:
-    data = msgpack.packb(obj, use_bin_type=True)
-    _sock.sendall(_HEADER.pack(len(data)) + data)
+def _send(op: str, args: Any, body: bytes = b"") -> None:
+    head = msgpack.packb({"op": op, "args": args}, use_bin_type=True)
+    limit = _setup["limits"]["request_bytes"]
+    if len(head) > limit and op != "__result__":
+        raise OSError(errno.E2BIG, f"the arguments of one {op} call are over {limit} bytes")
+    _sock.sendall(_REQUEST.pack(len(head), len(body)) + head)
+    if body:
+        _sock.sendall(body)
 
 
 def _recv_exact(n: int) -> bytes:
@@ -63,7 +70,11 @@ def _recv() -> Any:
 
 
 def _call(op: str, **args: Any) -> Any:
-    _send({"op": op, "args": args})
+    _send(op, args)
+    return _reply()
+
+
+def _reply() -> Any:
     reply = _recv()
     if "err" in reply:
         code, message, filename = reply["err"]
@@ -95,7 +106,13 @@ def _build_module() -> types.ModuleType:
         return str(_call("read_text", path=_abs(path)))
 
     def write_file(path: str, data: bytes | str, mode: int | None = None) -> None:
-        _call("write_file", path=_abs(path), data=data, mode=mode)
+        path = _abs(path)
+        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        limit = _setup["limits"]["write_bytes"]
+        if len(body) > limit:
+            raise OSError(errno.EFBIG, f"one write_file carries at most {limit} bytes", path)
+        _send("write_file", {"path": path, "mode": mode}, body)
+        _reply()
 
     def mkdir(path: str, recursive: bool = False, mode: int = 0o755) -> None:
         _call("mkdir", path=_abs(path), recursive=recursive, mode=mode)
@@ -249,6 +266,25 @@ class _FillingLoader(_LoaderBase):
 sys.meta_path.insert(0, _LinecacheHook())
 
 
+def _value_problem(value: Any) -> str | None:
+    """Why the host would refuse ``value`` (its limits, see ``_codec.ChannelLimits``), or None."""
+    limits = _setup["limits"]
+    size = len(msgpack.packb({"op": "__result__", "args": {"value": value}}, use_bin_type=True))
+    if size > limits["result_bytes"]:
+        return f"of {size} bytes; the limit is {limits['result_bytes']}"
+    items, stack = 0, [(value, 0)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, list | tuple | dict):
+            if level >= limits["depth"]:
+                return f"nested deeper than {limits['depth']} levels"
+            items += len(item) + 1
+            stack.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    if items > limits["items"]:
+        return f"of {items} list and map elements; the limit is {limits['items']}"
+    return None
+
+
 def _run() -> int:
     sys.modules["workspace"] = _build_module()
     sys.meta_path.append(_WorkspaceFinder())
@@ -266,9 +302,13 @@ def _run() -> int:
             import json  # only for a value: json pulls in re (3 ms)
 
             try:
-                json.dumps(value)
+                json.dumps(value, allow_nan=False)
             except (TypeError, ValueError) as exc:
                 print(f"main() returned a value that is not JSON-able: {exc}", file=sys.stderr)
+                return 1
+            problem = _value_problem(value)
+            if problem is not None:
+                print(f"main() returned a value {problem}", file=sys.stderr)
                 return 1
     except SystemExit as exc:
         code = exc.code
@@ -278,8 +318,12 @@ def _run() -> int:
 
         traceback.print_exc()
         return 1
-    _send({"op": "__result__", "value": value})
-    _recv()
+    try:
+        _send("__result__", {"value": value})
+        _recv()
+    except OSError as exc:  # the host closed the channel (after a frame it refused)
+        print(f"the result could not be sent: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

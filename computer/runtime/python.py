@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import errno
 import os
 import signal
@@ -24,7 +25,7 @@ import msgpack
 
 from ..storage.errors import error_to_wire
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent
-from ._codec import pack_frame, read_frame
+from ._codec import RESULT_OP, ChannelError, ChannelLimits, GuestRequest, check_args, pack_frame, read_request
 from ._context import GUEST_OPS
 from ._process import ProcessOutcome, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits, SandboxProcess, in_background, python_prefixes
@@ -53,8 +54,12 @@ class PythonBackend:
         cwd: str = "/workspace",
         python: str | None = None,
         warm_guests: int = 1,
+        max_write_bytes: int = 64 * 1024 * 1024,
     ) -> None:
         self.default_cwd = cwd
+        # What the host reads from the guest's channel (see ``_codec``); ``max_write_bytes`` is the
+        # largest ``workspace.write_file`` (the host holds that much while the workspace stores it).
+        self.limits = ChannelLimits(write_bytes=max_write_bytes)
         # Guests started ahead of their runs (see ``_take_guest``), oldest first; ended at exit. A
         # second one does not help runs back to back: each costs ~20 ms of CPU to start, which is
         # what bounds them, and two starting at once slowed each other down.
@@ -186,16 +191,26 @@ class PythonBackend:
             except BaseException:  # cancelled before stream_process owns the process: end it here
                 await sp.discard()
                 raise
-            setup = {"source": request.source, "input": request.input, "cwd": request.cwd or self.default_cwd}
+            setup = {
+                "source": request.source,
+                "input": request.input,
+                "cwd": request.cwd or self.default_cwd,
+                "limits": dataclasses.asdict(self.limits),
+            }
             writer.write(pack_frame(setup))
-            server = asyncio.create_task(_serve(reader, writer, ctx, result))
+            server = asyncio.create_task(_serve(reader, writer, ctx, self.limits, result))
             outcome = ProcessOutcome()
             output = stream_process(sp, outcome, stdin=request.stdin, timeout=request.timeout)
             async with contextlib.aclosing(output):
                 async for chunk in output:
                     yield chunk
             writer.close()
-            yield ExitEvent(outcome.exit_code, value=result.get("value"), killed=outcome.timed_out)
+            yield ExitEvent(
+                outcome.exit_code,
+                value=result.get("value"),
+                error=result.get("error"),
+                killed=outcome.timed_out,
+            )
         finally:
             if server is not None:
                 server.cancel()
@@ -207,33 +222,58 @@ class PythonBackend:
 
 
 async def _serve(
-    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ctx: ExecContext, result: dict[str, Any]
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    ctx: ExecContext,
+    limits: ChannelLimits,
+    result: dict[str, Any],
 ) -> None:
-    """Answer the guest's calls until it closes the channel."""
+    """Answer the guest's calls until it closes the channel; a frame that breaks the framing ends the
+    channel and fails the run (``result["error"]``; see ``_codec``)."""
     while True:
         try:
-            frame = await read_frame(reader)
-        except (EOFError, ConnectionError, ValueError):
+            request = await read_request(reader, limits)
+        except (EOFError, ConnectionError):
             return
-        op = frame.get("op") if isinstance(frame, dict) else None
-        if op == "__result__":
-            result["value"] = frame.get("value")
+        except ChannelError as exc:
+            result["error"] = f"the program broke the workspace channel's protocol: {exc}"
+            writer.close()  # the guest's next call fails: the stream may be out of step
+            return
+        if request.op == RESULT_OP:
+            result["value"] = request.args["value"]
             reply: dict[str, Any] = {"ok": None}
         else:
-            try:
-                args = frame.get("args") or {}
-                reply = {"ok": await ctx.fs_call(str(op), dict(args))}
-            except OSError as exc:
-                reply = {"err": list(error_to_wire(exc))}
-            except (ValueError, TypeError) as exc:
-                reply = {"err": [errno.EINVAL, str(exc), None]}
-            except Exception as exc:
-                reply = {"error": f"{type(exc).__name__}: {exc}"}
+            reply = await _answer(request, ctx, limits)
         try:
             writer.write(pack_frame(reply))
             await writer.drain()
         except (ConnectionError, OSError):
             return
+
+
+# The permission bits a guest may set: never setuid or setgid (issue 17: the sandbox user is host
+# root in a mirror, and storage pushes modes back); the sticky bit is harmless.
+_MODE_BITS = 0o1777
+
+
+async def _answer(request: GuestRequest, ctx: ExecContext, limits: ChannelLimits) -> dict[str, Any]:
+    """One validated call of the guest, answered by ``ctx`` (errors as the guest raises them)."""
+    problem = check_args(request, limits.depth)
+    if problem is not None:
+        return {"err": [errno.EINVAL, problem, None]}
+    args = dict(request.args)
+    if isinstance(args.get("mode"), int):
+        args["mode"] &= _MODE_BITS
+    if request.op == "write_file":
+        args["data"] = request.body
+    try:
+        return {"ok": await ctx.fs_call(request.op, args)}
+    except OSError as exc:
+        return {"err": list(error_to_wire(exc))}
+    except (ValueError, TypeError) as exc:
+        return {"err": [errno.EINVAL, str(exc), None]}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 # Seconds between the end of a run and the start of the next run's guest.

@@ -4,8 +4,20 @@ from __future__ import annotations
 
 import asyncio
 
+import msgpack
+import pytest
+
 from computer.runtime import MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
-from computer.runtime._codec import decode_sync, encode_sync, pack_frame, read_frame
+from computer.runtime._codec import (
+    REQUEST_HEADER,
+    ChannelError,
+    ChannelLimits,
+    GuestRequest,
+    check_args,
+    decode_sync,
+    encode_sync,
+    read_request,
+)
 
 
 def test_sync_push_round_trips_through_msgpack_and_lz4() -> None:
@@ -31,15 +43,100 @@ def test_sync_pull_round_trips() -> None:
     assert decode_sync(SyncPull, encode_sync(pull)) == pull
 
 
-async def test_frames_are_read_back_one_by_one() -> None:
+def frame(op: object, args: object, body: bytes = b"", *, head: bytes | None = None) -> bytes:
+    """A guest frame as ``_pyguest`` writes it (``head`` replaces the msgpack head)."""
+    if head is None:
+        head = msgpack.packb({"op": op, "args": args}, use_bin_type=True)
+    return REQUEST_HEADER.pack(len(head), len(body)) + head + body
+
+
+async def read_all(data: bytes, limits: ChannelLimits | None = None) -> list[GuestRequest]:
     reader = asyncio.StreamReader()
-    reader.feed_data(pack_frame({"op": "stat", "args": {"path": "/x"}}) + pack_frame([1, b"\x00"]))
+    reader.feed_data(data)
     reader.feed_eof()
-    assert await read_frame(reader) == {"op": "stat", "args": {"path": "/x"}}
-    assert await read_frame(reader) == [1, b"\x00"]
-    try:
-        await read_frame(reader)
-    except EOFError:
-        pass
-    else:
-        raise AssertionError("expected EOFError at the end of the stream")
+    out = []
+    while True:
+        try:
+            out.append(await read_request(reader, limits or ChannelLimits()))
+        except EOFError:
+            return out
+
+
+async def test_requests_are_read_back_one_by_one_with_write_data_as_the_body() -> None:
+    data = frame("stat", {"path": "/x"}) + frame("write_file", {"path": "/f", "mode": None}, b"\x00\xff")
+    data += frame("__result__", {"value": {"a": [1, 2.5, None]}})
+    stat, write, result = await read_all(data)
+    assert stat == GuestRequest("stat", {"path": "/x"})
+    assert write == GuestRequest("write_file", {"path": "/f", "mode": None}, b"\x00\xff")
+    assert result.args == {"value": {"a": [1, 2.5, None]}}
+
+
+async def test_a_large_body_arrives_in_pieces_of_one_mib() -> None:
+    (write,) = await read_all(frame("write_file", {"path": "/f", "mode": None}, b"x" * (2 * 1024 * 1024 + 5)))
+    assert isinstance(write.body, list) and [len(p) for p in write.body] == [1024 * 1024, 1024 * 1024, 5]
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (REQUEST_HEADER.pack(16 * 1024 * 1024, 0) + b"\x80" * 100, "head of 16777216 bytes is over"),
+        (REQUEST_HEADER.pack(10, 2**31), "body of 2147483648 bytes is over"),
+        (frame("stat", {"path": "/" + "x" * 1024 * 1024}), "request head of"),
+        (frame("stat", {"path": "/x"}, b"data"), "only write_file frames carry a body"),
+        (frame(None, None, head=b"\xc1"), "not valid msgpack"),
+        (frame(None, None, head=b"\xd7\xff" + b"\0" * 8), "not valid msgpack"),  # an ext (timestamp)
+        (frame(None, None, head=msgpack.packb({1: 2})), "not valid msgpack"),  # a key that is not a string
+        (frame(None, None, head=msgpack.packb([{}] * 300_000)), "not valid msgpack"),  # over max_array_len
+        (frame(None, None, head=msgpack.packb([[{}] * 1000] * 300)), "more than 262144 elements"),
+        (frame(None, None, head=msgpack.packb(["op", "args"])), "exactly 'op' and 'args'"),
+        (frame(1, {}), "'op' must be a string"),
+        (frame("__result__", {"value": b"bytes"}), "holds a bytes"),
+        (frame("__result__", {"value": {"a": float("nan")}}), "JSON cannot represent"),
+        (frame("__result__", {"value": 1, "more": 2}), "exactly one argument"),
+        (REQUEST_HEADER.pack(100, 0) + b"\x80", "ended inside a frame"),
+        (b"\x00\x00", "ended inside a frame header"),
+    ],
+)
+async def test_frames_that_break_the_framing_are_refused(data: bytes, message: str) -> None:
+    with pytest.raises(ChannelError, match=message):
+        await read_all(data)
+
+
+async def test_values_are_checked_iteratively_to_any_depth() -> None:
+    deep: list[object] = []
+    for _ in range(100):
+        deep = [deep]
+    with pytest.raises(ChannelError, match="nested deeper than 100 levels"):
+        await read_all(frame("__result__", {"value": deep}))
+    assert await read_all(frame("__result__", {"value": deep[0]}))
+
+
+@pytest.mark.parametrize(
+    ("request_", "problem"),
+    [
+        (GuestRequest("symlink", {"path": "/l", "target": "/etc"}), "unknown workspace operation 'symlink'"),
+        (GuestRequest("readlink", {"path": "/l"}), "unknown workspace operation 'readlink'"),
+        (GuestRequest("read_file", {"path": 1}), "argument 'path' has the wrong type"),
+        (GuestRequest("read_file", {"path": "/x", "offset": True}), "argument 'offset'"),
+        (GuestRequest("write_file", {"path": "/x", "data": b"inline"}, b""), "unexpected argument 'data'"),
+        (GuestRequest("find", {"directory": "/", "exclude": ["a", 1]}), "argument 'exclude'"),
+        (GuestRequest("agent_tool", {"token": "t", "name": "n", "args": {"x": b"b"}}), "holds a bytes"),
+    ],
+)
+def test_requests_with_unknown_ops_or_bad_arguments_are_answered_with_an_error(
+    request_: GuestRequest, problem: str
+) -> None:
+    assert problem in (check_args(request_, 100) or "")
+
+
+def test_good_requests_pass() -> None:
+    grep = {"pattern": "x", "path": "/", "regex": True, "include": ["*.py"], "exclude": [], "limit": None}
+    assert check_args(GuestRequest("grep", grep), 100) is None
+    assert check_args(GuestRequest("write_file", {"path": "/x", "mode": 0o644}, b""), 100) is None
+
+
+def test_the_guest_ops_are_exactly_the_workspace_modules_plus_the_agents_tool_call() -> None:
+    from computer.runtime._codec import GUEST_ARGS
+    from computer.runtime._context import GUEST_OPS
+
+    assert set(GUEST_ARGS) == {*GUEST_OPS, "agent_tool"}
