@@ -9,11 +9,11 @@ from __future__ import annotations
 from ._backends import owner_backends
 from ._errors import WorkspaceUnavailableError
 from ._host import WorkspaceHost
-from ._init import init
-from ._naming import NAMESPACE, actor_name
+from ._init import cluster_settings, ensure_ray, init
 from ._owner import OwnerActor
 from ._placement import workspace_actor
 from .directory import Directory, RedisDirectory, SqliteDirectory, WorkspaceRecord, open_directory
+from .naming import NAMESPACE, actor_name
 
 __all__ = [
     "NAMESPACE",
@@ -25,6 +25,8 @@ __all__ = [
     "WorkspaceRecord",
     "WorkspaceUnavailableError",
     "actor_name",
+    "cluster_settings",
+    "ensure_ray",
     "init",
     "open_directory",
     "owner_backends",

@@ -3,7 +3,7 @@
 A host opens ``<data_dir>/workspaces/<name>.sqlite`` under a directory lease (its fencing epoch is
 passed to storage, so a zombie host can never commit after a newer one opened the file) and serves
 the RPC methods that :func:`computer.get_workspace` clients call. Every RPC carries a whole operation
-and answers with a :mod:`~computer.actors._wire` reply, never an exception.
+and answers with a :mod:`~computer.actors.wire` reply, never an exception.
 """
 
 from __future__ import annotations
@@ -23,18 +23,17 @@ from ..storage import FileSystem
 from ..workspace import Workspace
 from ._backends import owner_backends
 from ._init import cluster_settings
-from ._naming import check_name, workspace_file
 from ._nodes import current_host
 from ._pool_callbacks import PoolCallbacks
 from ._upload import Upload
-from ._wire import Reply, fail, moved, ok
 from .directory import Directory, open_directory
+from .naming import check_name, workspace_file
+from .wire import STREAM_CHUNK, Reply, fail, moved, ok
 
 __all__ = ["STREAM_CHUNK", "WorkspaceHost"]
 
 log = logging.getLogger(__name__)
 
-STREAM_CHUNK = 512 * 1024  # largest piece of a streamed read or upload
 _TOOL_SETS = 16  # run_tool's tool sets kept per owner (one per distinct options)
 
 # The fs operations a client may run through ``call``; the read-only ones may be retried after an

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings, configure, settings
+from .raycompat import kv_get, kv_put
 
 __all__ = ["cluster_settings", "ensure_ray", "init"]
 
@@ -42,21 +43,23 @@ def cluster_settings() -> Settings:
     """This process's settings if it called ``init``, else the ones the cluster's last ``init`` published."""
     if _initialised_here:
         return settings()
-    from ray.experimental import internal_kv
+    import ray
 
+    if not ray.is_initialized():  # no cluster: this process's own settings are the only ones
+        return settings()
     try:
-        raw = internal_kv._internal_kv_get(_KV_KEY)
-    except Exception:  # not connected, or the KV store is unreachable: local settings
-        raw = None
-    if raw is None:
+        raw = kv_get(_KV_KEY)
+    except Exception as exc:
+        # The settings choose the data directory and the owner's actor name: guessing them locally
+        # could open (and create) a different, empty workspace. Fail loudly instead.
+        raise RuntimeError(f"cannot read the cluster's settings from Ray's key-value store: {exc}") from exc
+    if raw is None:  # connected to a cluster on which nobody called computer.init: the defaults
         return settings()
     return Settings.model_validate_json(raw)
 
 
 def _publish(conf: Settings) -> None:
-    from ray.experimental import internal_kv
-
-    internal_kv._internal_kv_put(_KV_KEY, conf.model_dump_json().encode(), overwrite=True)
+    kv_put(_KV_KEY, conf.model_dump_json().encode())
 
 
 def ensure_ray(address: str | None = None, *, object_store_memory: int | None = None) -> None:

@@ -1,7 +1,7 @@
 """``OwnerActor``: the managed owner of one workspace (the durable object), with hibernation.
 
 Created by :func:`computer.workspace_actor` as the detached named actor
-``computer:ws:<data dir hash>:<name>`` (see :func:`~computer.actors._naming.actor_name`). When
+``computer:ws:<data dir hash>:<name>`` (see :func:`~computer.actors.naming.actor_name`). When
 nothing has used it for ``hibernate_after`` seconds (no call, stream, upload, held lock or running
 execution), it stops answering (calls get MOVED, so clients re-resolve), closes its workspace, marks
 itself hibernating in the directory and exits; the file stays, and the next call re-creates the owner.

@@ -8,10 +8,10 @@ from typing import Any
 from ..config import Settings
 from ._errors import WorkspaceUnavailableError
 from ._init import cluster_settings, ensure_ray
-from ._naming import NAMESPACE, actor_name, check_name, workspace_file
 from ._nodes import alive_nodes
 from ._owner import OwnerActor
 from .directory import open_directory
+from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
 __all__ = ["OWNER_MAX_CONCURRENCY", "OWNER_MAX_RESTARTS", "workspace_actor"]
 

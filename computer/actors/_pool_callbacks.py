@@ -3,7 +3,7 @@
 They are the owner-side half of :class:`~computer.actors._pool_context.OwnerExecContext`: each is one
 whole :class:`~computer.runtime.ExecContext` operation, answered by the workspace runtime's own
 (local) context next to the SQLite file. Like every owner RPC they answer with a
-:mod:`~computer.actors._wire` reply and never raise; sync payloads travel lz4-compressed msgpack.
+:mod:`~computer.actors.wire` reply and never raise; sync payloads travel lz4-compressed msgpack.
 """
 
 from __future__ import annotations
@@ -12,9 +12,8 @@ import os
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
-from ..runtime._backend import SyncLimits, SyncPull
-from ..runtime._codec import decode_sync, encode_sync
-from ._wire import Reply, fail, ok
+from ..runtime import SyncLimits, SyncPull, decode_sync, encode_sync
+from .wire import Reply, fail, ok
 
 if TYPE_CHECKING:
     from ..runtime import ExecContext

@@ -19,9 +19,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from ..runtime._backend import PullResult, SyncLimits, SyncPull, SyncPush
-from ..runtime._codec import decode_sync, encode_sync
-from ._wire import Reply, unwrap
+from ..runtime import PullResult, SyncLimits, SyncPull, SyncPush, decode_sync, encode_sync
+from .wire import Reply, unwrap
 
 __all__ = ["MirrorSynced", "OwnerClosingError", "OwnerExecContext", "Prefetched"]
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ._naming import NAMESPACE
 from ._nodes import alive_nodes
 from ._pool_worker import PoolWorker
+from .naming import NAMESPACE
+from .raycompat import actor_id
 
 __all__ = ["WORKER_MAX_CONCURRENCY", "get_worker", "worker_name"]
 
@@ -87,7 +88,7 @@ def get_worker(backend: str, index: int, *, not_id: Any = None, wait: float = 10
                 )
             except ValueError:  # lost a creation race to a name being freed: look again
                 handle = None
-        if handle is not None and (not_id is None or handle._actor_id != not_id):
+        if handle is not None and (not_id is None or actor_id(handle) != not_id):
             return handle
         if time.monotonic() > deadline:
             raise RuntimeError(f"pool worker {name} could not be replaced within {wait:.0f} s")

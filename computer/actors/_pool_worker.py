@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..runtime import Backend, ExecEvent, ExecRequest, ExitEvent, PythonBackend, ShellBackend
-from ..runtime._mirror import MirrorPool
+from ..runtime import Backend, ExecEvent, ExecRequest, ExitEvent, MirrorPool, PythonBackend, ShellBackend
 from ..runtime.types import BackendInfo
 from ._pool_context import OwnerExecContext, Prefetched
 

@@ -33,13 +33,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
-from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
-from ..runtime._codec import encode_sync
+from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits, encode_sync
 from ..runtime.types import BackendInfo
 from ._pool_callbacks import owner_token
 from ._pool_context import MirrorSynced, Prefetched
 from ._pool_registry import get_worker, worker_name
 from ._pool_worker import OwnerUnknown, RunStarted
+from .raycompat import actor_id, kv_get, kv_put, streaming
 
 __all__ = ["PoolBackend", "owner_backends"]
 
@@ -141,7 +141,7 @@ class PoolBackend:
         """Forget a dead worker; the next dispatch to this slot gets (or creates) its replacement."""
         if slot.handle is handle:
             slot.handle = None
-            slot.dead_id = handle._actor_id
+            slot.dead_id = actor_id(handle)
         self._forget(slot)
 
     def _forget(self, slot: _Slot) -> None:
@@ -195,7 +195,7 @@ class PoolBackend:
                 # Without a token (an owner handle given by the caller) the worker could not tell
                 # two owners of one workspace id apart: always send the handle then.
                 sent = None if slot.introduced and self._token is not None else owner
-                gen = handle.run.options(_generator_backpressure_num_objects=STREAM_AHEAD).remote(
+                gen = streaming(handle.run, STREAM_AHEAD).remote(
                     request, sent, workspace_id, self._token, prefetched, slot.outcomes
                 )
                 async for ref in gen:
@@ -283,10 +283,8 @@ def _published_info(backend: str) -> BackendInfo | None:
     Owners read it when they open their workspace: blocking on an actor call there would stall the
     new owner's event loop (and Ray warns about it), so only the very first owner asks a worker.
     """
-    from ray.experimental import internal_kv
-
     try:
-        raw = internal_kv._internal_kv_get(_info_key(backend))
+        raw = kv_get(_info_key(backend))
     except Exception:
         return None
     if not raw:
@@ -298,10 +296,8 @@ def _published_info(backend: str) -> BackendInfo | None:
 
 
 def _publish_info(info: BackendInfo) -> None:
-    from ray.experimental import internal_kv
-
     with contextlib.suppress(Exception):
-        internal_kv._internal_kv_put(_info_key(info.id), json.dumps(dataclasses.asdict(info)).encode())
+        kv_put(_info_key(info.id), json.dumps(dataclasses.asdict(info)).encode())
 
 
 def _first_line(exc: BaseException) -> str:

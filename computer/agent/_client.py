@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from ..actors import NAMESPACE
+from ..actors.raycompat import actor_id
 from ..config import Settings
 from ._spawn import agent_actor_name, spawn
 from ._turn import AgentMovedError, PendingCall, Reply
@@ -93,13 +94,13 @@ class AgentClient:
         if time.monotonic() > deadline:
             raise exc
         self._handle = None
-        dead = handle._actor_id
+        dead = actor_id(handle)
         while time.monotonic() < deadline:
             try:
                 current = ray.get_actor(agent_actor_name(self.name, self.config), namespace=NAMESPACE)
             except ValueError:
                 return  # released: the next call spawns a new actor
-            if current._actor_id != dead:
+            if actor_id(current) != dead:
                 return  # someone else already spawned the next one
             await asyncio.sleep(0.05)  # Ray offers nothing to await for a name's release
         raise exc

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..actors import NAMESPACE
-from ..actors._naming import check_name, data_dir_key
+from ..actors.naming import check_name, data_dir_key
 from ..config import Settings
 
 __all__ = ["AGENT_MAX_CONCURRENCY", "agent_actor_name", "spawn"]
@@ -24,7 +24,7 @@ def agent_actor_name(name: str, config: Settings | dict[str, Any] | None = None)
     if isinstance(config, dict):
         config = Settings(**config)
     elif config is None:
-        from ..actors._init import cluster_settings
+        from ..actors import cluster_settings
 
         config = cluster_settings()
     return f"computer:agent:{data_dir_key(config.data_dir)}:{check_name(name)}"

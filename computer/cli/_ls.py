@@ -26,7 +26,7 @@ class WorkspaceRow:
 def list_workspaces(options: GlobalOptions) -> list[WorkspaceRow]:
     """Every workspace the directory knows, sorted by name."""
     from ..actors import open_directory
-    from ..actors._naming import workspace_file
+    from ..actors.naming import workspace_file
 
     config = local_settings(options)
     directory = open_directory(config)

@@ -44,7 +44,7 @@ def _directory_summary(options: GlobalOptions, console: Console) -> None:
 def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
     import ray
 
-    from ..actors._naming import OWNER_PREFIX, data_dir_key
+    from ..actors.naming import OWNER_PREFIX, data_dir_key
 
     address = options.address or os.environ.get("RAY_ADDRESS") or "auto"
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")

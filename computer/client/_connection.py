@@ -22,7 +22,8 @@ import ray
 from ray.exceptions import RayActorError
 
 from ..actors import WorkspaceUnavailableError, open_directory, workspace_actor
-from ..actors._wire import Reply, unwrap
+from ..actors.raycompat import streaming
+from ..actors.wire import Reply, unwrap
 from ..config import Settings
 
 __all__ = ["Connection"]
@@ -100,7 +101,7 @@ class Connection:
         while True:
             handle = self.handle
             # Backpressure: the owner runs at most a few pieces ahead of this consumer.
-            gen = getattr(handle, method).options(_generator_backpressure_num_objects=_AHEAD).remote(*args)
+            gen = streaming(getattr(handle, method), _AHEAD).remote(*args)
             retry = False
             try:
                 async for ref in gen:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from typing import Any
 
-from ..actors._host import STREAM_CHUNK
+from ..actors.wire import STREAM_CHUNK
 from ..storage.types import DirEntry, FileStat, FindEntry, GrepMatch
 from ..surface import WriteData
 from ._connection import Connection

@@ -7,9 +7,8 @@ from collections.abc import Generator
 from types import TracebackType
 from typing import Any
 
-from ..actors import workspace_actor
-from ..actors._init import ensure_ray
-from ..actors._naming import check_name
+from ..actors import ensure_ray, workspace_actor
+from ..actors.naming import check_name
 from ._connection import Connection
 from ._workspace import WorkspaceClient
 

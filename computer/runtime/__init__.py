@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ._backend import (
     Backend,
+    DeferringContext,
     ExecContext,
     ExecEvent,
     ExecRequest,
@@ -12,13 +13,16 @@ from ._backend import (
     MirrorFile,
     MirrorSymlink,
     OutputChunk,
+    PendingPull,
     PullResult,
     SyncLimits,
     SyncPull,
     SyncPush,
 )
+from ._codec import decode_sync, encode_sync
 from ._context import LocalExecContext
 from ._handle import ExecHandle
+from ._mirror import MirrorPool
 from ._options import OutputOptions
 from ._runtime import Runtime
 from .python import PythonBackend
@@ -28,6 +32,7 @@ from .types import BackendInfo, ExecResult, ExecSnapshot, ExecStatus, OutputTrun
 __all__ = [
     "Backend",
     "BackendInfo",
+    "DeferringContext",
     "ExecContext",
     "ExecEvent",
     "ExecHandle",
@@ -39,10 +44,12 @@ __all__ = [
     "LocalExecContext",
     "MirrorDir",
     "MirrorFile",
+    "MirrorPool",
     "MirrorSymlink",
     "OutputChunk",
     "OutputOptions",
     "OutputTruncation",
+    "PendingPull",
     "PullResult",
     "PythonBackend",
     "Runtime",
@@ -50,5 +57,7 @@ __all__ = [
     "SyncLimits",
     "SyncPull",
     "SyncPush",
+    "decode_sync",
+    "encode_sync",
     "status_for_exit",
 ]

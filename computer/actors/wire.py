@@ -1,4 +1,6 @@
-"""The reply of every owner RPC: a value, an fs error as ``(errno, message, path)``, or a retry signal.
+"""What crosses between an owner and its callers (no Ray import: clients load it cheaply).
+
+The reply of every owner RPC: a value, an fs error as ``(errno, message, path)``, or a retry signal.
 
 Owners never let an exception escape an RPC: Ray would wrap it and lose ``errno``/``filename``. The
 client rebuilds fs errors with :func:`computer.storage.errors.error_from_wire` (same class, errno, path).
@@ -10,7 +12,9 @@ from typing import Any
 
 from ..storage.errors import error_from_wire, error_to_wire
 
-__all__ = ["Reply", "fail", "moved", "ok", "unwrap"]
+__all__ = ["STREAM_CHUNK", "Reply", "fail", "moved", "ok", "unwrap"]
+
+STREAM_CHUNK = 512 * 1024  # largest piece of a streamed read or upload
 
 # ("ok", value) | ("os", (errno, message, path)) | ("exc", exception) | ("moved", {name, managed})
 Reply = tuple[str, Any]

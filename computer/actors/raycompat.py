@@ -1,0 +1,42 @@
+"""Every Ray API outside Ray's public, stable surface that this project uses, in one place.
+
+A Ray upgrade that moves or renames one of these breaks here and nowhere else:
+
+- the GCS key-value store (``ray.experimental.internal_kv``), for cluster settings and published
+  backend descriptions: readable without an actor call (an owner opening a workspace must not block
+  its event loop on one);
+- an actor handle's id (``handle._actor_id``): tells a restarted actor from the one that died;
+- a streaming generator's backpressure (``_generator_backpressure_num_objects``): bounds how far a
+  producer may run ahead of its consumer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["actor_id", "kv_get", "kv_put", "streaming"]
+
+
+def kv_get(key: bytes) -> bytes | None:
+    """The value stored under ``key`` in the cluster's key-value store (None when absent)."""
+    from ray.experimental import internal_kv
+
+    value: bytes | None = internal_kv._internal_kv_get(key)
+    return value
+
+
+def kv_put(key: bytes, value: bytes) -> None:
+    """Store ``value`` under ``key`` (replacing it) in the cluster's key-value store."""
+    from ray.experimental import internal_kv
+
+    internal_kv._internal_kv_put(key, value, overwrite=True)
+
+
+def actor_id(handle: Any) -> Any:
+    """The id of the actor behind ``handle`` (equal for two handles of the same actor incarnation)."""
+    return handle._actor_id
+
+
+def streaming(method: Any, ahead: int) -> Any:
+    """``method`` (an actor method of a streaming generator) with at most ``ahead`` items in flight."""
+    return method.options(_generator_backpressure_num_objects=ahead)
