@@ -1,26 +1,34 @@
-"""The ``exec`` tool: run a command or code on one of the workspace's backends (SPEC section 8).
+"""The ``exec`` tool: run a command or code on one of the workspace's backends (SPEC sections 8 and 10).
 
-The arguments follow the configured backends, so the model is only offered what can work:
+Arguments, the same whatever the backends (SPEC section 10 wins over section 8's per-backend shapes):
 
-============================  =================================================
-backends                      arguments
-============================  =================================================
-one command backend           ``command``, ``cwd``, ``env``
-one callable backend          ``command``, ``cwd``, ``env``, ``input``
-several                       ``command``, ``cwd``, ``backend`` (required), ``env``,
-                              plus ``input`` when any backend is callable
-============================  =================================================
+- ``command`` (required): the command, or the source code on a module backend.
+- ``backend`` (optional): one of the configured ids; omitted, the first one runs. With a single backend
+  a ``backend`` sent anyway (even a wrong one) is dropped: there is nothing to choose.
+- ``cwd``, ``env``: working directory and extra environment variables.
+- ``input``: the JSON value passed to ``main(input)``; only a callable backend takes it (an error
+  otherwise, naming the callable backends).
+- ``timeout``: seconds, > 0; ``default_timeout`` (120) when omitted, at most ``max_timeout`` (3600),
+  both options of :func:`create_exec_tool`. The runtime stops the program at that deadline (keeping
+  what it wrote); the tool also stops waiting ``TIMEOUT_GRACE`` seconds later whatever the backend
+  does, kills the run and answers, so a hanging program never blocks the agent loop. A run stopped by
+  its deadline answers ``status: "cancelled"`` with ``timedOut: true``.
 
-A ``backend`` the model sends anyway with a single backend is dropped; the result still names the
-backend that ran. Each of stdout/stderr shows its tail (``max_lines`` lines or ``max_bytes`` bytes,
+The result is the run's camelCase view; ``skipped: [{path, reason}]`` lists every path the run left out
+of the sync (``ExecResult.skipped`` with ``ExecResult.skipped_reasons``; "left out of the sync" when a
+path has no reason). Each of stdout/stderr shows its tail (``max_lines`` lines or ``max_bytes`` bytes,
 whichever is hit first); a cut stream ends with a note naming the saved full log, which the model can
 open with ``read`` or search with ``grep``. Exec output is untrusted text.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import inspect
-from collections.abc import Mapping
+import math
+import time
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
@@ -28,7 +36,19 @@ from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 from ..runtime.types import BackendInfo, ExecResult, ExecSnapshot, OutputTruncation
 from ._tool import Tool, ToolUpdate
 
-__all__ = ["ExecBackendOptions", "create_exec_tool", "exec_result_dict"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "MAX_TIMEOUT",
+    "TIMEOUT_GRACE",
+    "ExecBackendOptions",
+    "create_exec_tool",
+    "exec_result_dict",
+]
+
+DEFAULT_TIMEOUT = 120.0  # seconds, when the call gives no timeout
+MAX_TIMEOUT = 3600.0  # the largest timeout a call may ask for
+TIMEOUT_GRACE = 15.0  # how long past the deadline the tool waits for the runtime before giving up
+NO_REASON = "left out of the sync"
 
 # What the caller may say about one backend: ``{"description": "Use for data work."}``.
 ExecBackendOptions = Mapping[str, Any]
@@ -41,47 +61,77 @@ def create_exec_tool(
     backends: Mapping[str, ExecBackendOptions] | None = None,
     max_bytes: int = 65536,
     max_lines: int = 2000,
+    *,
+    default_timeout: float = DEFAULT_TIMEOUT,
+    max_timeout: float = MAX_TIMEOUT,
 ) -> Tool:
     """Build the ``exec`` tool over ``workspace.runtime``.
 
     ``backends=None`` offers every backend of ``workspace.runtime.backends()``; a dict selects
     backends by id (in its order) and may add ``{"description": ...}`` to each. An unknown id is a
     ``ValueError`` naming the configured ids; an empty selection is a ``ValueError`` too (pass
-    ``exec={}`` to ``create_tools`` to leave the tool out).
+    ``exec={}`` to ``create_tools`` to leave the tool out). ``default_timeout`` (seconds) applies when
+    a call gives no ``timeout``; ``max_timeout`` is the largest a call may give.
     """
     if max_bytes < 1 or max_lines < 1:
         raise ValueError("max_bytes and max_lines must be at least 1")
+    if not (math.isfinite(max_timeout) and max_timeout > 0):
+        raise ValueError("max_timeout must be a positive number of seconds")
+    if not (math.isfinite(default_timeout) and 0 < default_timeout <= max_timeout):
+        raise ValueError("default_timeout must be positive and at most max_timeout")
     selected = _select_backends(workspace.runtime.backends(), backends)
     ids = [info.id for info, _ in selected]
-    any_callable = any(info.callable for info, _ in selected)
-    input_model = _input_model(ids, any_callable)
+    callable_ids = [info.id for info, _ in selected if info.callable]
+    input_model = _input_model(ids, callable_ids, default_timeout, max_timeout)
     limits = {"max_lines": max_lines, "max_bytes": max_bytes}
-    callable_ids = {info.id for info, _ in selected if info.callable}
 
     async def handler(params: Any, on_update: ToolUpdate | None) -> dict[str, Any]:
-        backend = getattr(params, "backend", None) or ids[0]
-        kwargs: dict[str, Any] = {"backend": backend, "cwd": params.cwd, "env": params.env, "output": limits}
-        if backend in callable_ids:
-            kwargs["input"] = getattr(params, "input", None)
-        elif getattr(params, "input", None) is not None:
-            return {"error": f"backend {backend!r} is not callable and takes no input; drop input"}
+        backend = params.backend or ids[0]
+        is_callable = backend in callable_ids
+        if params.input is not None and not is_callable:
+            takes = ", ".join(callable_ids) or "none of the configured backends"
+            return {
+                "error": f"backend {backend!r} is not callable and takes no input; drop input "
+                f"(callable backends: {takes})"
+            }
+        timeout = float(params.timeout)
+        kwargs: dict[str, Any] = {
+            "backend": backend,
+            "cwd": params.cwd,
+            "env": params.env,
+            "output": limits,
+            "timeout": timeout,
+        }
+        if is_callable:
+            kwargs["input"] = params.input
+        started = time.monotonic()
         handle = await workspace.runtime.exec(params.command, **kwargs)
         finished = False
+        result: ExecResult | None = None
         try:
-            async for snapshot in handle:
-                if on_update is not None:
-                    pending = on_update(exec_result_dict(snapshot, callable=backend in callable_ids))
-                    if inspect.isawaitable(pending):
-                        await pending
-            result = await handle.result()
+            # The runtime enforces the deadline; this backstop answers even if the backend does not.
+            async with asyncio.timeout(timeout + TIMEOUT_GRACE):
+                async for snapshot in handle:
+                    if on_update is not None:
+                        pending = on_update(exec_result_dict(snapshot, callable=is_callable))
+                        if inspect.isawaitable(pending):
+                            await pending
+                result = await handle.result()
             finished = True
+        except TimeoutError:
+            pass
         finally:
             if not finished:
-                # Cancellation (or a failing update sink) must not leave the process running.
+                # Cancellation, the deadline backstop or a failing update sink: never leave it running.
                 await handle.kill()
-        shaped = exec_result_dict(result, callable=backend in callable_ids)
+        if result is None:
+            result = await _result_after_kill(handle, backend, timeout)
+        shaped = exec_result_dict(result, callable=is_callable)
         shaped.setdefault("backend", backend)
         shaped.setdefault("id", handle.id)
+        if result.status == "cancelled" and time.monotonic() - started >= timeout:
+            shaped["timedOut"] = True
+            shaped.setdefault("error", f"timed out after {timeout:g} s")
         return shaped
 
     return Tool(
@@ -91,6 +141,23 @@ def create_exec_tool(
         handler=handler,
         mutating=True,
         destructive=True,
+    )
+
+
+async def _result_after_kill(handle: Any, backend: str, seconds: float) -> ExecResult:
+    """The killed run's own result when the runtime gives it within a few seconds, else a stand-in."""
+    with contextlib.suppress(Exception):
+        async with asyncio.timeout(5):
+            result: ExecResult = await handle.result()
+            return result
+    return ExecResult(
+        "cancelled",
+        None,
+        "",
+        "",
+        id=getattr(handle, "id", ""),
+        backend=backend,
+        error=f"timed out after {seconds:g} s; the backend did not report, so its output is not shown",
     )
 
 
@@ -109,8 +176,12 @@ def exec_result_dict(result: ExecResult | ExecSnapshot, *, callable: bool = Fals
         shaped["value"] = result.value
     if result.truncated:
         shaped["truncated"] = {name: _truncation_dict(t) for name, t in result.truncated.items()}
-    if isinstance(result, ExecResult) and result.error:
-        shaped["error"] = result.error
+    if isinstance(result, ExecResult):
+        if result.skipped:
+            reasons = result.skipped_reasons or {}
+            shaped["skipped"] = [{"path": p, "reason": reasons.get(p) or NO_REASON} for p in result.skipped]
+        if result.error:
+            shaped["error"] = result.error
     return shaped
 
 
@@ -176,7 +247,7 @@ def _description(selected: list[tuple[BackendInfo, str]]) -> str:
         lines.append(f"Run a command on the workspace's `{info.id}` backend and return its output.")
     else:
         lines.append("Run a command on one of the workspace's backends and return its output.")
-        lines.append("Name the backend on every call; there is no default.")
+        lines.append(f"Choose one with `backend`; without it, `{selected[0][0].id}` runs.")
     lines.append("")
     lines.append("Backends:")
     for info, caller_text in selected:
@@ -197,6 +268,10 @@ def _description(selected: list[tuple[BackendInfo, str]]) -> str:
     lines.append(
         "stdout and stderr each show their last lines; when a stream was cut, a note at its end names "
         "the workspace file holding the full output (open it with read or search it with grep)."
+    )
+    lines.append(
+        "`timeout` (seconds) stops a run that takes too long (status cancelled, timedOut true); "
+        "`skipped` lists files the run left out of the workspace sync, each with its reason."
     )
     lines.append(_UNTRUSTED)
     return "\n".join(lines)
@@ -220,22 +295,47 @@ class _SingleBackendArgs(_ExecArgs):
         return data
 
 
-_INPUT_FIELD = (
-    Any,
-    Field(default=None, description="JSON value passed to main(input) on a callable backend."),
-)
+def _enum_schema(ids: list[str]) -> Callable[[dict[str, Any]], None]:
+    """An ``enum`` of the ids even for one backend (pydantic writes ``const`` for a one-value Literal)."""
+
+    def shape(schema: dict[str, Any]) -> None:
+        schema.pop("const", None)
+        schema["type"] = "string"
+        schema["enum"] = list(ids)
+
+    return shape
 
 
-def _input_model(ids: list[str], any_callable: bool) -> type[BaseModel]:
-    fields: dict[str, Any] = {}
-    if len(ids) == 1:
-        base: type[BaseModel] = _SingleBackendArgs
-    else:
-        base = _ExecArgs
-        fields["backend"] = (
+def _input_model(
+    ids: list[str], callable_ids: list[str], default_timeout: float, max_timeout: float
+) -> type[BaseModel]:
+    base: type[BaseModel] = _SingleBackendArgs if len(ids) == 1 else _ExecArgs
+    takes = ", ".join(callable_ids) if callable_ids else "none of this workspace's backends"
+    fields: dict[str, Any] = {
+        "backend": (
             Literal[tuple(ids)],
-            Field(description="The backend to run on: " + ", ".join(ids) + "."),
-        )
-    if any_callable:
-        fields["input"] = _INPUT_FIELD
+            Field(
+                default=ids[0],
+                description=f"The backend to run on: {', '.join(ids)}. Default: {ids[0]}.",
+                json_schema_extra=_enum_schema(ids),
+            ),
+        ),
+        "input": (
+            Any,
+            Field(
+                default=None,
+                description=f"JSON value passed to main(input) on a callable backend ({takes}).",
+            ),
+        ),
+        "timeout": (
+            float,
+            Field(
+                default=default_timeout,
+                gt=0,
+                le=max_timeout,
+                description=f"Seconds before the run is stopped (default {default_timeout:g}, "
+                f"at most {max_timeout:g}).",
+            ),
+        ),
+    }
     return create_model("ExecArgs", __base__=base, **fields)

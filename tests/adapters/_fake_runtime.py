@@ -36,6 +36,8 @@ class ScriptedHandle:
             await asyncio.Event().wait()
 
     async def result(self) -> ExecResult:
+        if self.killed:  # what the runtime reports for a run it killed
+            return ExecResult("cancelled", 137, "", "", id=self.id, backend=self.backend, error="killed")
         return self.final
 
     async def kill(self) -> None:

@@ -78,3 +78,23 @@ async def test_cancelling_the_tool_call_kills_the_running_command(workspace: Any
     result = await asyncio.wait_for(handle.result(), 30)
     assert result.status == "cancelled"
     assert not await workspace.fs.exists("/workspace/late.txt")
+
+
+@pytest.mark.timeout(120)
+async def test_a_hanging_command_is_stopped_by_its_timeout(workspace: Any) -> None:
+    tool = create_tools(workspace)["exec"]
+    result = await asyncio.wait_for(tool.run({"command": "echo started; sleep 600", "timeout": 1}), 60)
+    assert result["status"] == "cancelled", result
+    assert result["timedOut"] is True
+    assert "started" in result["stdout"]
+    after = await tool.run({"command": "echo next"})
+    assert after["status"] == "completed" and after["stdout"] == "next\n"
+
+
+@pytest.mark.timeout(120)
+async def test_a_hanging_python_run_is_stopped_by_its_timeout(workspace: Any) -> None:
+    tool = create_tools(workspace)["exec"]
+    result = await asyncio.wait_for(
+        tool.run({"backend": "python", "command": "import time\ntime.sleep(600)", "timeout": 1}), 60
+    )
+    assert result["status"] == "cancelled" and result["timedOut"] is True, result

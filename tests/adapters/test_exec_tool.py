@@ -18,36 +18,42 @@ def _tool(*infos: Any, backends: Any = None, **runtime: Any) -> tuple[Any, Scrip
     return create_exec_tool(ScriptedWorkspace(rt), backends), rt
 
 
-def test_one_command_backend_offers_command_cwd_env() -> None:
-    tool, _ = _tool(SHELL)
-    assert set(tool.parameters["properties"]) == {"command", "cwd", "env"}
+EXEC_PARAMETERS = {"command", "backend", "cwd", "env", "input", "timeout"}
+
+
+@pytest.mark.parametrize("infos", [(SHELL,), (PYTHON,), (SHELL, PYTHON), (SHELL, BARE)])
+def test_the_parameters_are_the_same_whatever_the_backends(infos: tuple[Any, ...]) -> None:
+    tool, _ = _tool(*infos)
+    props = tool.parameters["properties"]
+    assert set(props) == EXEC_PARAMETERS
     assert tool.parameters["required"] == ["command"]
+    assert props["backend"]["enum"] == [info.id for info in infos]
+    assert props["backend"]["default"] == infos[0].id
+    assert props["timeout"]["default"] == 120
+    assert props["timeout"]["maximum"] == 3600 and props["timeout"]["exclusiveMinimum"] == 0
     assert tool.mutating and tool.destructive
 
 
-def test_one_callable_backend_adds_input() -> None:
-    tool, _ = _tool(PYTHON)
-    assert set(tool.parameters["properties"]) == {"command", "cwd", "env", "input"}
-
-
-def test_several_backends_require_backend_without_default() -> None:
-    tool, _ = _tool(SHELL, PYTHON)
-    props = tool.parameters["properties"]
-    assert set(props) == {"command", "cwd", "env", "backend", "input"}
-    assert props["backend"]["enum"] == ["shell", "python"]
-    assert "default" not in props["backend"]
-    assert set(tool.parameters["required"]) == {"command", "backend"}
-
-
-def test_several_command_backends_have_no_input() -> None:
-    tool, _ = _tool(SHELL, BARE)
-    assert "input" not in tool.parameters["properties"]
-
-
-async def test_missing_backend_with_several_is_an_error() -> None:
+async def test_omitted_backend_runs_the_first_one() -> None:
     tool, rt = _tool(SHELL, PYTHON)
     result = await tool.run({"command": "ls"})
-    assert "backend" in result["error"]
+    assert "error" not in result
+    assert rt.calls[0]["backend"] == "shell"
+    await tool.run({"command": "print(1)", "backend": "python"})
+    assert rt.calls[1]["backend"] == "python"
+
+
+async def test_an_unknown_backend_with_several_is_an_error_listing_them() -> None:
+    tool, rt = _tool(SHELL, PYTHON)
+    result = await tool.run({"command": "ls", "backend": "node"})
+    assert "backend" in result["error"] and "'shell'" in result["error"]
+    assert rt.calls == []
+
+
+async def test_input_to_a_command_only_workspace_is_an_error() -> None:
+    tool, rt = _tool(SHELL)
+    result = await tool.run({"command": "ls", "input": [1]})
+    assert "not callable" in result["error"]
     assert rt.calls == []
 
 
@@ -72,6 +78,7 @@ async def test_run_passes_limits_cwd_env_and_input() -> None:
             "env": {"A": "1"},
             "input": [1],
             "output": {"max_lines": 7, "max_bytes": 100},
+            "timeout": 120.0,
         }
     ]
     assert result["value"] == {"n": 3}
@@ -97,7 +104,7 @@ def test_description_lists_caller_text_then_backend_text_and_a_default() -> None
 def test_backends_selection_keeps_only_named_ones() -> None:
     tool, _ = _tool(SHELL, PYTHON, backends={"python": {}})
     assert "- shell" not in tool.description
-    assert "backend" not in tool.parameters["properties"]
+    assert tool.parameters["properties"]["backend"]["enum"] == ["python"]
 
 
 def test_unknown_backend_names_configured_ids() -> None:
@@ -168,3 +175,59 @@ async def test_a_finished_run_is_not_killed() -> None:
     tool, rt = _tool(SHELL)
     await tool.run({"command": "true"})
     assert not rt.handles[0].killed
+
+
+async def test_timeout_is_passed_to_the_runtime_and_checked() -> None:
+    tool, rt = _tool(SHELL)
+    await tool.run({"command": "make", "timeout": 2.5})
+    assert rt.calls[0]["timeout"] == 2.5
+    for bad in (0, -1, 3601, "soon"):
+        result = await tool.run({"command": "make", "timeout": bad})
+        assert "timeout" in result["error"], bad
+    assert len(rt.calls) == 1
+
+
+def test_default_and_maximum_timeout_are_options_of_the_factory() -> None:
+    rt = ScriptedRuntime([SHELL])
+    tool = create_exec_tool(ScriptedWorkspace(rt), default_timeout=30, max_timeout=60)
+    props = tool.parameters["properties"]["timeout"]
+    assert (props["default"], props["maximum"]) == (30, 60)
+    assert "default 30, at most 60" in props["description"]
+    for bad in ({"default_timeout": 0}, {"max_timeout": -1}, {"default_timeout": 90, "max_timeout": 60}):
+        with pytest.raises(ValueError, match="timeout"):
+            create_exec_tool(ScriptedWorkspace(rt), **bad)
+
+
+async def test_a_backend_that_ignores_its_timeout_is_killed_and_the_call_answers(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import computer.tools.exec as exec_module
+
+    monkeypatch.setattr(exec_module, "TIMEOUT_GRACE", 0.2)
+    rt = ScriptedRuntime(
+        [SHELL], hang=True, snapshots=[ExecSnapshot("exec-1", "shell", "running", None, "", "")]
+    )
+    tool = create_exec_tool(ScriptedWorkspace(rt))
+    result = await asyncio.wait_for(tool.run({"command": "sleep 600", "timeout": 0.3}), 10)
+    assert rt.handles[0].killed
+    assert result["status"] == "cancelled" and result["timedOut"] is True
+    assert "error" in result
+
+
+async def test_skipped_paths_come_back_with_their_reasons() -> None:
+    final = ExecResult(
+        "completed",
+        0,
+        "",
+        "",
+        skipped=["/workspace/fifo", "/workspace/big.bin"],
+        skipped_reasons={"/workspace/fifo": "a FIFO is never pulled"},
+    )
+    tool, _ = _tool(SHELL, final=final)
+    result = await tool.run({"command": "mkfifo fifo"})
+    assert result["skipped"] == [
+        {"path": "/workspace/fifo", "reason": "a FIFO is never pulled"},
+        {"path": "/workspace/big.bin", "reason": "left out of the sync"},
+    ]
+    clean, _ = _tool(SHELL)
+    assert "skipped" not in await clean.run({"command": "true"})
