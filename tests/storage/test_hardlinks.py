@@ -279,6 +279,17 @@ class HardLinks(RuleBasedStateMachine):
             self.names[dst] = self.names.pop(src)
         self._gc()
 
+    @rule(src=names, dst=names)
+    def copy(self, src: str, dst: str) -> None:
+        try:
+            self.run(self.fs.copy(src, dst, overwrite=True))
+        except FileNotFoundError:
+            assert src not in self.names
+            return
+        if src != dst:
+            self.names[dst] = self._new(self.content[self.names[src]])  # an independent file
+        self._gc()
+
     @invariant()
     def agrees(self) -> None:
         counts: dict[int, int] = {}
