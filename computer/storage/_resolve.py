@@ -91,7 +91,7 @@ def resolve(st: Store, path: str, *, follow: bool = True) -> tuple[int, int, str
 
 
 def resolve_read(st: Store, path: str, *, follow: bool = True) -> tuple[int, int, str]:
-    """Like :meth:`_resolve`, but a file in a parent position is ENOENT (SPEC: stat/read)."""
+    """Like :func:`resolve`, but a file in a parent position is ENOENT (SPEC: stat/read)."""
     try:
         return resolve(st, path, follow=follow)
     except NotADirectoryError:
