@@ -5,6 +5,8 @@ Imports nothing else of the project.
 
 from __future__ import annotations
 
+from ._chunks import CHUNK_SIZE
+from ._db import use_wal
 from .errors import FsInvalidError, error_from_wire, error_to_wire, fs_error
 from .filesystem import FileSystem
 from .locks import LockTable
@@ -22,6 +24,7 @@ from .types import (
 )
 
 __all__ = [
+    "CHUNK_SIZE",
     "BatchResult",
     "Change",
     "ChangeSet",
@@ -38,4 +41,5 @@ __all__ = [
     "error_from_wire",
     "error_to_wire",
     "fs_error",
+    "use_wal",
 ]

@@ -7,7 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from ...storage._db import use_wal
+from ...storage import use_wal
 from ._record import WorkspaceRecord
 
 __all__ = ["SqliteDirectory"]
