@@ -20,7 +20,8 @@ SOCKET = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('s')\n"
 
 
 @pytest.mark.xfail(
-    strict=True, reason="issue 16: a socket or FIFO made in place of a file deletes it silently"
+    strict=True,
+    reason="issue 16: a socket or FIFO made in place of a file: reported skipped, yet the file is deleted",
 )
 @pytest.mark.parametrize("make", ['python3 -c "$SRC"', "mkfifo s"])
 async def test_a_socket_or_fifo_where_the_workspace_has_a_file_is_skipped_and_the_file_kept(
@@ -40,7 +41,6 @@ async def test_a_socket_or_fifo_where_the_workspace_has_a_file_is_skipped_and_th
         assert (await run(ws, "cat s keep.txt", timeout=20)).stdout == "data\nkeep\n"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16: a directory replaced by a file in one run is deleted")
 async def test_a_file_replaced_by_a_directory_between_runs_and_back(db: Path) -> None:
     async with opened(db) as ws:
         await ws.fs.write_file("/workspace/x", "file\n")
@@ -56,7 +56,6 @@ async def test_a_file_replaced_by_a_directory_between_runs_and_back(db: Path) ->
         assert (await ok(ws, "cat x")).stdout == "file again\n"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16: skipped paths have no reason in skipped_reasons")
 async def test_a_name_that_is_not_utf8_is_skipped_with_a_reason_and_nothing_else_is_lost(db: Path) -> None:
     async with opened(db) as ws:
         result = await ok(ws, "touch $'bad\\xff.txt' && echo good > good.txt")

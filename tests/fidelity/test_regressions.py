@@ -45,7 +45,6 @@ def db(tmp_path: Path) -> Path:
 # ---------------------------------------------------------------------------------------------- issue 16
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16: an edit made while a no-change run is in flight is lost")
 async def test_an_edit_made_while_a_run_that_changes_nothing_is_in_flight_reaches_later_runs(
     db: Path,
 ) -> None:
@@ -64,7 +63,6 @@ async def test_an_edit_made_while_a_run_that_changes_nothing_is_in_flight_reache
         assert (await ok(ws, "cat a.txt")).stdout == "w2\n"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16: a conflicted file vanishes from the sandbox")
 async def test_a_conflicted_file_comes_back_into_the_sandbox_with_the_workspace_version(db: Path) -> None:
     async with opened(db) as ws:
         await ok(ws, "true")  # the mirror is in use: the file then arrives in it by an incremental push
@@ -111,7 +109,6 @@ def _evicting_shell() -> ShellBackend:
     return ShellBackend(mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=1))
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16: files over 1 MiB disappear when a mirror is rebuilt")
 @pytest.mark.parametrize("how", ["reopen", "concurrent", "eviction"])
 async def test_a_file_over_1_mib_survives_a_mirror_rebuild(db: Path, how: str) -> None:
     shell = _evicting_shell()
@@ -126,7 +123,6 @@ async def test_a_file_over_1_mib_survives_a_mirror_rebuild(db: Path, how: str) -
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 16: trees over 10,000 files are cut when a mirror is rebuilt")
 async def test_a_tree_over_10000_files_survives_a_reopen(db: Path) -> None:
     async with opened(db) as ws:
         await ok(ws, "mkdir t && cd t && seq 1 12002 | xargs touch", timeout=120)
@@ -137,7 +133,6 @@ async def test_a_tree_over_10000_files_survives_a_reopen(db: Path) -> None:
         assert result.skipped == []
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16: symlinks pointing outside /workspace are dropped")
 async def test_a_symlink_out_of_the_workspace_is_kept_verbatim(db: Path) -> None:
     async with opened(db) as ws:
         await ok(
@@ -151,7 +146,6 @@ async def test_a_symlink_out_of_the_workspace_is_kept_verbatim(db: Path) -> None
         assert result.stdout == "42\n../../x\n"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16: mtimes are replaced by the sync time")
 async def test_mtimes_round_trip_through_the_workspace_and_a_reopen(db: Path) -> None:
     async with opened(db) as ws:
         await ok(ws, "echo old > old.txt && touch -d @1577836800.250 old.txt")
@@ -167,7 +161,6 @@ async def test_mtimes_round_trip_through_the_workspace_and_a_reopen(db: Path) ->
         assert (await ws.fs.stat("/workspace/out.txt")).mtime == 1500000000000
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16: hard links split between the sandbox, ws.fs and a reopen")
 async def test_hard_links_show_the_same_bytes_in_every_view(db: Path) -> None:
     async with opened(db) as ws:
         await ok(ws, "echo one > a && ln a b")
@@ -196,7 +189,6 @@ print(len(threads))
 """
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16: RLIMIT_AS stops a program at ~14 threads")
 async def test_64_threads_start_in_one_program(db: Path) -> None:
     async with opened(db) as ws:
         await ws.fs.write_file("/workspace/threads.py", THREADS)
@@ -231,7 +223,6 @@ async def test_the_python_backend_reads_and_writes_workspace_files_through_open(
         assert result.stdout == "written by open\n"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16: skipped paths have no reason in skipped_reasons")
 async def test_every_skipped_path_has_a_reason(db: Path) -> None:
     async with opened(db) as ws:
         await ws.fs.write_file("/workspace/shared.txt", "before\n")
@@ -315,7 +306,6 @@ class _Publisher:
         return f"http://127.0.0.1:8787/share/{len(self.shared)}"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 (2): assets publish overwrites a protected file")
 async def test_assets_publish_in_the_sandbox_leaves_a_protected_file_alone(db: Path) -> None:
     # A protected file: one the backend's explicit size limit keeps out of the mirror.
     shell = ShellBackend(max_file_bytes=1024)
@@ -327,7 +317,6 @@ async def test_assets_publish_in_the_sandbox_leaves_a_protected_file_alone(db: P
         assert await ws.fs.read_file("/workspace/big.bin") == original
 
 
-@pytest.mark.xfail(strict=True, reason="issue 17 (2): assets publish overwrites a file the workspace changed")
 async def test_assets_publish_in_the_sandbox_keeps_a_workspace_change_made_during_the_run(db: Path) -> None:
     async with opened(db, assets=_Publisher()) as ws:
         await ws.fs.write_file("/workspace/s.txt", "before\n")
@@ -372,7 +361,6 @@ def _unblock_fifos(directory: Path, ticker: _Ticker, done: threading.Event) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 17 (3): a FIFO in the mirror freezes the event loop")
 async def test_a_fifo_where_the_workspace_writes_a_file_blocks_nothing(db: Path) -> None:
     # a short scratch path of our own (the run's unix socket lives there), so the watchdog knows where
     scratch = Path(tempfile.mkdtemp(prefix="fid-", dir="/tmp"))
@@ -431,9 +419,6 @@ asyncio.run(main())
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True, reason="issue 17 (6): mirrors keep what a pull left out and outlive the process"
-)
 def test_mirrors_leave_nothing_behind_in_dev_shm(tmp_path: Path) -> None:
     """Three workspaces (each with a 32 MiB quota) write 200 MB each, one also a tree 3,000 deep; then
     they close and the process exits. What the pulls left out is not held in /dev/shm after the runs,

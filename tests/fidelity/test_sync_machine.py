@@ -20,7 +20,7 @@ Decisions:
 - Two concurrent runs: the model applies them in the order their results arrived (a pull is one
   transaction); a path both runs changed to different contents may be applied by at most one of them.
 - Bounded: few examples and steps, no shrinking (each step costs real sandboxed runs; the unshrunk
-  failing program is still printed). Deterministic (``derandomize``), so the xfail marker is stable.
+  failing program is still printed). Deterministic (``derandomize``): a failure is reproducible.
 """
 
 from __future__ import annotations
@@ -270,13 +270,6 @@ class SyncMachine(RuleBasedStateMachine):
             shutil.rmtree(self.dir, ignore_errors=True)
 
 
-XFAIL = pytest.mark.xfail(
-    strict=True,
-    reason="issue 16: an edit made during a run that changes nothing is lost; a conflicted file vanishes",
-)
-
-
-@XFAIL
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_sync_bracket_state_machine(record_property: Any) -> None:

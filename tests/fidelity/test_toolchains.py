@@ -24,7 +24,6 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 16: a pack over 1 MiB and an outside symlink vanish on reopen")
 async def test_git_repository_with_a_multi_mb_binary_stays_intact_across_calls_and_a_reopen(db: Path) -> None:
     need("git")
     async with opened(db) as ws:
@@ -62,7 +61,6 @@ async def test_git_repository_with_a_multi_mb_binary_stays_intact_across_calls_a
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 16: symlinks out of /workspace (.venv/bin/python) are dropped")
 async def test_a_venv_made_in_one_call_is_used_in_later_calls_and_after_a_reopen(db: Path) -> None:
     async with opened(db) as ws:
         made = await ok(ws, "python3 -m venv .venv || python3 -m venv --without-pip .venv", timeout=180)
@@ -106,7 +104,6 @@ print(os.path.getsize("big.db") > 100_000_000)
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(strict=True, reason="issue 16: a 100 MB SQLite file is not in a rebuilt mirror")
 async def test_a_100_mb_sqlite_database_changed_in_place_survives_calls_and_a_reopen(db: Path) -> None:
     async with opened(db) as ws:
         await ws.fs.write_file("/workspace/grow.py", SQLITE_GROW)
@@ -125,7 +122,6 @@ async def test_a_100_mb_sqlite_database_changed_in_place_survives_calls_and_a_re
 MAKEFILE = "out.txt: src.txt\n\tcp src.txt out.txt\n"
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16: mtimes are replaced by the sync time")
 async def test_make_decides_correctly_after_each_reopen(db: Path) -> None:
     need("make")
     question = "make -q out.txt; echo $?"
@@ -170,7 +166,6 @@ TREE_SUM = "find src -type f | wc -l && find src -type f -print0 | sort -z | xar
 
 @pytest.mark.slow
 @pytest.mark.timeout(1200)
-@pytest.mark.xfail(strict=True, reason="issue 16: trees over 10,000 files are cut")
 async def test_tar_of_100000_files_out_and_back(db: Path) -> None:
     need("tar")
     async with opened(db) as ws:
@@ -207,7 +202,9 @@ print(len(threads))
 """
 
 
-@pytest.mark.xfail(strict=True, reason="issue 16: RLIMIT_AS stops a program at ~14 threads")
+@pytest.mark.xfail(
+    strict=True, reason="issue 16: the python backend still stops a program at ~14 threads (RLIMIT_AS)"
+)
 async def test_64_threads_in_one_program_in_both_backends(db: Path) -> None:
     async with opened(db) as ws:
         await ws.fs.write_file("/workspace/threads.py", THREADS)
@@ -239,7 +236,6 @@ for path, text in files.items():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 16: a test module over 1 MiB is missing from a rebuilt mirror")
 async def test_unittest_of_a_package_with_a_test_module_over_1_mib_runs_every_test(db: Path) -> None:
     suite = "cd pkg && python3 -m unittest discover -s tests -t . 2>&1 | tail -3"
     async with opened(db) as ws:
