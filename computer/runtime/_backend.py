@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from ..storage import CHUNK_SIZE
 from .types import BackendInfo
 
 __all__ = [
@@ -35,6 +36,10 @@ __all__ = [
     "SyncPull",
     "SyncPush",
 ]
+
+# Files at least this large travel as their chunks (``MirrorFile.chunks``, the storage's fixed 512 KiB
+# chunks): only the chunks that differ move, in either direction.
+BIG_FILE = 2 * CHUNK_SIZE
 
 # A backend coalesces its output into chunks of at most this many bytes.
 MAX_CHUNK_BYTES = 256 * 1024
@@ -116,6 +121,9 @@ class MirrorFile:
     mtime: int = 0
     size: int = -1  # the content's length (-1: ``len(data)``)
     link: str | None = None  # another path of this push or pull naming the same file (a hard link)
+    # A large file as its chunks (hex SHA-256 of each 512 KiB piece, the storage's rule): a receiver
+    # moves only the chunks it lacks (``data`` is then None).
+    chunks: list[str] | None = None
 
     @property
     def length(self) -> int:
@@ -175,6 +183,11 @@ class SyncPull:
     # A pull cut into pages: the revisions the earlier pages of the same pull committed (they are the
     # run's own changes, not the workspace's), so each page is checked against ``base_rev`` alone.
     own_revs: list[int] = field(default_factory=list)
+    # New chunks of large files (``MirrorFile.chunks``), stored under ``/.computer/sync/<staging>``
+    # until a page names them; ``done`` on the last page removes that staging directory.
+    stage: list[bytes] = field(default_factory=list)
+    staging: str | None = None
+    done: bool = True
 
 
 @dataclass(frozen=True, slots=True)

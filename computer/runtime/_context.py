@@ -8,13 +8,24 @@ run's changes) therefore happen next to the SQLite file, one round trip each.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import dataclasses
+import hashlib
 import inspect
 from typing import Any
 
 from ..storage.paths import canonical, is_within
 from ..storage.types import BatchResult
-from ._backend import MirrorDir, MirrorFile, MirrorSymlink, PullResult, SyncLimits, SyncPull, SyncPush
+from ._backend import (
+    BIG_FILE,
+    MirrorDir,
+    MirrorFile,
+    MirrorSymlink,
+    PullResult,
+    SyncLimits,
+    SyncPull,
+    SyncPush,
+)
 
 __all__ = ["FS_OPS", "GUEST_OPS", "LocalExecContext", "to_plain"]
 
@@ -34,8 +45,10 @@ GUEST_OPS = (
     "rename",
     "copy",
 )
-# The fs operations a backend may call through ``fs_call``.
-FS_OPS = frozenset((*GUEST_OPS, "readlink", "symlink"))
+# The fs operations a backend may call through ``fs_call`` (chunk reads serve a mirror's large files).
+FS_OPS = frozenset((*GUEST_OPS, "readlink", "symlink", "file_chunks", "read_chunks"))
+# Where a pull stages the new chunks of large files until a page names them.
+STAGING = "/.computer/sync"
 
 
 def to_plain(value: Any) -> Any:
@@ -66,7 +79,10 @@ class LocalExecContext:
     async def fs_call(self, op: str, args: dict[str, Any]) -> Any:
         if op not in FS_OPS:
             raise ValueError(f"unknown workspace operation {op!r}")
-        return to_plain(await getattr(self.fs, op)(**args))
+        result = getattr(self.fs, op)(**args)
+        if inspect.isawaitable(result):
+            result = await result
+        return to_plain(result)
 
     async def share(self, path: str, expires_after: float) -> str:
         assets = getattr(self.workspace, "assets", None)
@@ -153,7 +169,7 @@ class LocalExecContext:
         cursor: str | None = None
         for i in range(start, len(ops)):
             op = ops[i]
-            if i - start >= _PAGE_ENTRIES or (op.kind == "file" and 0 < op.size > budget and cursor):
+            if i - start >= _PAGE_ENTRIES or (op.kind == "file" and budget < op.size < BIG_FILE and cursor):
                 push = dataclasses.replace(push, more=True, cursor=cursor)
                 break
             cursor = op.path
@@ -186,6 +202,14 @@ class LocalExecContext:
                     continue
                 if op.nlink > 1:
                     first_name[op.ino] = op.path
+                if op.size >= BIG_FILE:  # as its chunks: the mirror fetches the ones it lacks
+                    try:
+                        chunks = [c.hash for c in self.fs.file_chunks(op.path)]
+                    except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+                        push.deleted.append(op.path)
+                        continue
+                    push.files.append(MirrorFile(op.path, None, op.mode, op.mtime, op.size, None, chunks))
+                    continue
                 if op.size > budget:  # alone on its page and still too big: fetched in pieces
                     push.files.append(MirrorFile(op.path, None, op.mode, op.mtime, op.size))
                     budget = 0
@@ -229,6 +253,8 @@ class LocalExecContext:
         modes: dict[str, int] = {}
         mtimes: dict[str, int] = {}
         links: dict[str, str] = {}
+        chunked: list[MirrorFile] = []
+        staged = self._stage(pull, own)
         for f in pull.files:
             why = refused(f.path)
             if why is not None:
@@ -236,6 +262,9 @@ class LocalExecContext:
                 continue
             if f.link is not None:
                 links[f.path] = f.link
+                continue
+            if f.chunks is not None:
+                chunked.append(f)
                 continue
             writes[f.path] = f.data or b""
             modes[f.path] = f.mode & _SAFE_BITS
@@ -274,7 +303,18 @@ class LocalExecContext:
             for path in batch.skipped:
                 reasons.setdefault(path, CONFLICT)
             links = {k: v for k, v in links.items() if k not in set(batch.applied)}
-        # Hard links the batch could not hold, then symlinks: one small step each, same rules.
+        # Large files from their chunks, hard links the batch could not hold, then symlinks: one small
+        # step each, same rules.
+        for f in chunked:
+            mode, mtime = f.mode & _SAFE_BITS, f.mtime
+            await self._step(
+                f.path,
+                applied,
+                reasons,
+                own,
+                lambda f=f, mode=mode, mtime=mtime: fs.write_chunks(f.path, f.chunks, mode=mode, mtime=mtime),
+                replace=False,
+            )
         for path, existing in links.items():
             await self._step(path, applied, reasons, own, lambda p=path, e=existing: fs.link(e, p))
         for link in pull.symlinks:
@@ -285,6 +325,12 @@ class LocalExecContext:
             await self._step(
                 link.path, applied, reasons, own, lambda t=link.target, p=link.path: fs.symlink(t, p)
             )
+        if staged is not None and pull.done:
+            with contextlib.suppress(OSError):
+                before = fs.rev
+                await fs.rm(staged, recursive=True, force=True)
+                if fs.rev == before + 1:
+                    own.add(fs.rev)
         foreign = fs.changes_since(base_rev, root, skip_revs=sorted(own)).changes
         claim = base_rev if foreign else fs.rev
         return PullResult(
@@ -313,8 +359,33 @@ class LocalExecContext:
         result: BatchResult = self.fs.commit_batch(writes, mkdirs=mkdirs, modes=modes, **extra)
         return result
 
+    def _stage(self, pull: SyncPull, own: set[int]) -> str | None:
+        """Store the page's new chunks (one staging file each, so each is one chunk of the store) until
+        a page names them; the staging directory of this pull, if it has one."""
+        if pull.staging is None:
+            return None
+        if not all(c.isalnum() or c in "-_" for c in pull.staging):
+            raise ValueError(f"bad staging name {pull.staging!r}")
+        staged = f"{STAGING}/{pull.staging}"
+        if pull.stage:
+            writes: dict[str, bytes | None] = {
+                f"{staged}/{hashlib.sha256(data).hexdigest()}": data for data in pull.stage
+            }
+            before = self.fs.rev
+            batch = self.fs.commit_batch(writes)
+            if batch.rev != before:
+                own.add(batch.rev)
+        return staged
+
     async def _step(
-        self, path: str, applied: list[str], reasons: dict[str, str], own: set[int], make: Any
+        self,
+        path: str,
+        applied: list[str],
+        reasons: dict[str, str],
+        own: set[int],
+        make: Any,
+        *,
+        replace: bool = True,
     ) -> None:
         """Replace ``path`` by what ``make()`` creates; each revision it made counts as the run's own
         only when nothing else committed in between (else the mirror simply claims less)."""
@@ -327,7 +398,7 @@ class LocalExecContext:
                 own.add(fs.rev)
 
         try:
-            if await fs.exists(path) or await _is_link(fs, path):
+            if replace and (await fs.exists(path) or await _is_link(fs, path)):
                 await tracked(lambda: fs.rm(path, recursive=True))
             await tracked(make)
         except (OSError, AttributeError) as exc:

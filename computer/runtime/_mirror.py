@@ -8,16 +8,20 @@ a single directory walk tells what the program created, changed or deleted.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import hashlib
 import itertools
 import os
+import secrets
 import stat
 from collections import OrderedDict
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
+from ..storage import CHUNK_SIZE
+from ._backend import BIG_FILE, MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
 from ._watch import TreeWatch
 
 __all__ = [
@@ -61,8 +65,12 @@ class Mirror:
     unsettled: tuple[str, dict[str, Entry]] | None = field(default=None, repr=False)
     # Why each protected path is kept out (from the push).
     reasons: dict[str, str] = field(default_factory=dict)
-    # Files of the push being applied whose bytes come in pieces (see ``apply``).
-    unfilled: list[MirrorFile] = field(default_factory=list, repr=False)
+    # Files of the push being applied whose bytes come in pieces (see ``apply``), each with the
+    # indexes of the chunks to fetch (None: fetch by byte ranges).
+    unfilled: list[tuple[MirrorFile, list[int] | None]] = field(default_factory=list, repr=False)
+    # The chunk hashes of the content each large file of the mirror holds (by relative path), as last
+    # synced: a push moves only the chunks that differ, a pull sends only chunks the store lacks.
+    chunks: dict[str, list[str]] = field(default_factory=dict, repr=False)
     # The host uid/gid that must own what the mirror writes (the sandbox's user), or None.
     owner: tuple[int, int] | None = None
 
@@ -115,6 +123,7 @@ class Mirror:
             for child in list(self.directory.iterdir()):
                 _remove(child)
             self.state.clear()
+            self.chunks.clear()
             self.protected = set()
             self.reasons = {}
         if first:
@@ -140,6 +149,11 @@ class Mirror:
         for f in push.files:
             host = self.host(f.path)
             _make_parent(self.directory, host)
+            if f.chunks is not None:
+                self._prepare_chunked(host, f)
+                written += 1
+                continue
+            self.chunks.pop(self.rel(f.path), None)
             if f.link is None and f.data is not None and _rewrite_shared(host, f):
                 # One name of a hard-linked file: written in place, so every name shows it.
                 self.state[self.rel(f.path)] = _entry(os.lstat(host))
@@ -168,7 +182,7 @@ class Mirror:
                 os.close(fd)
             written += 1
             if f.data is None and f.length > 0:
-                self.unfilled.append(f)
+                self.unfilled.append((f, None))
             self.state[self.rel(f.path)] = _entry(st)
         for link in push.symlinks:
             host = self.host(link.path)
@@ -179,6 +193,53 @@ class Mirror:
                 os.lchown(host, *self.owner)
             self.state[self.rel(link.path)] = _entry(os.lstat(host))
         return written
+
+    def _prepare_chunked(self, host: Path, f: MirrorFile) -> None:
+        """Make ready a large file that arrives as chunks: the copy the mirror holds is kept (and only
+        the chunks that differ are fetched) when it is still exactly what was last synced."""
+        rel = self.rel(f.path)
+        assert f.chunks is not None
+        old = self.chunks.pop(rel, None)
+        try:
+            st = os.lstat(host)
+        except FileNotFoundError:
+            st = None
+        keep = (
+            old is not None
+            and st is not None
+            and stat.S_ISREG(st.st_mode)
+            and self.state.get(rel) == _entry(st)
+        )
+        if keep:
+            assert old is not None
+            fd = os.open(host, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            needed = [i for i, h in enumerate(f.chunks) if i >= len(old) or old[i] != h]
+        else:
+            _clear(host)
+            fd = os.open(host, _CREATE, f.mode & 0o777)
+            needed = list(range(len(f.chunks)))
+        try:
+            os.ftruncate(fd, f.length)
+            os.fchmod(fd, f.mode & _SAFE_BITS)
+            if self.owner is not None:
+                os.fchown(fd, *self.owner)
+            ns = f.mtime * 1_000_000
+            os.utime(fd, ns=(ns, ns))
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        self.state[rel] = _entry(st)
+        if needed:
+            self.unfilled.append((f, needed))
+        else:
+            self.chunks[rel] = list(f.chunks)
+
+    def fill_chunks(self, file: MirrorFile, pieces: dict[int, bytes], last: bool) -> None:
+        """Write chunks (by index) of a large file :meth:`apply` made ready; ``last``: it is complete."""
+        for index, data in pieces.items():
+            self.fill(file, index * CHUNK_SIZE, data)
+        if last and file.chunks is not None:
+            self.chunks[self.rel(file.path)] = list(file.chunks)
 
     def fill(self, file: MirrorFile, offset: int, data: bytes) -> None:
         """Write ``data`` at ``offset`` of a file :meth:`apply` created empty; the last piece
@@ -212,6 +273,7 @@ class Mirror:
         prefix = rel + "/"
         for key in [k for k in self.state if k == rel or k.startswith(prefix)]:
             del self.state[key]
+            self.chunks.pop(key, None)
 
     # ------------------------------------------------------------------ pull
 
@@ -369,40 +431,83 @@ class Mirror:
                     listed.add(other)
 
     def pages(self, plan: PullPlan, budget: int | None) -> Generator[SyncPull, None, None]:
-        """The pull, cut into pages of at most ``budget`` file bytes (None: one page).
+        """The pull, cut into pages of at most ``budget`` new bytes (None: one page).
 
         Removals, directories and links go on the first page (so a later page never lands in a tree
-        the first one still has to clear); files fill pages in path order, a file larger than a page
-        alone on its own. Files the program changed into something else meanwhile are left out."""
+        the first one still has to clear); files fill pages in path order. A large file (at least two
+        chunks) is read a chunk at a time and hashed: chunks the store already holds (the ones the
+        mirror last synced for that path, or staged earlier in this pull) travel as their hash, new
+        ones as bytes on the page's ``stage``, so a 4 KiB change in a 100 MB file moves one chunk and
+        no page holds more than ``budget`` bytes whatever the file's size. Files the program changed
+        into something else meanwhile are left out."""
         protected = sorted(self.protected)
+        staging = secrets.token_hex(8)
         page = SyncPull(
             self.root,
             dirs=list(plan.dirs),
             symlinks=list(plan.symlinks),
             deleted=list(plan.deleted),
             protected=protected,
+            staging=staging,
+            done=False,
         )
         held = 0
+        staged: set[str] = set()
         with _BeneathReader(self.directory) as reader:
             for rel, entry in plan.files:
+                path = self.workspace_path(rel)
+                mtime = entry[3] // 1_000_000
+                if entry[2] >= BIG_FILE:
+                    known = set(self.chunks.get(rel, ())) | staged
+                    hashes: list[str] = []
+                    size = 0
+                    try:
+                        for piece in reader.chunks(rel):
+                            digest = hashlib.sha256(piece).hexdigest()
+                            hashes.append(digest)
+                            size += len(piece)
+                            if digest in known:
+                                continue
+                            if budget is not None and held and held + len(piece) > budget:
+                                yield page
+                                page, held = (
+                                    SyncPull(self.root, protected=protected, staging=staging, done=False),
+                                    0,
+                                )
+                            page.stage.append(piece)
+                            held += len(piece)
+                            known.add(digest)
+                            staged.add(digest)
+                    except OSError:
+                        continue
+                    plan.chunk_lists[rel] = hashes
+                    page.files.append(MirrorFile(path, None, entry[5], mtime, size, None, hashes))
+                    continue
                 if budget is not None and held and held + entry[2] > budget:
                     yield page
-                    page, held = SyncPull(self.root, protected=protected), 0
+                    page, held = SyncPull(self.root, protected=protected, staging=staging, done=False), 0
                 try:
                     data = reader.read(rel)
                 except OSError:
                     continue
                 held += len(data)
-                page.files.append(MirrorFile(self.workspace_path(rel), data, entry[5], entry[3] // 1_000_000))
+                page.files.append(MirrorFile(path, data, entry[5], mtime))
         # Hard links last: their first name is on this page or an earlier one.
         for rel, first in plan.links:
             page.files.append(MirrorFile(self.workspace_path(rel), None, 0o644, 0, 0, first))
-        yield page
+        yield dataclasses.replace(page, done=True, staging=staging if staged else None)
 
-    def settle(self, now: dict[str, Entry], rev: int, skipped: Iterable[str]) -> None:
+    def settle(
+        self, now: dict[str, Entry], rev: int, skipped: Iterable[str], plan: PullPlan | None = None
+    ) -> None:
         """Adopt the post-run state at ``rev``. Paths the pull left alone are removed from the mirror
         (their state forgotten), so the next push brings the workspace's version back: ``rev`` is
-        then the run's base revision, before the workspace's change."""
+        then the run's base revision, before the workspace's change. ``plan``: the pull's, whose
+        large files' chunk lists the mirror now holds (without it, those of changed files are
+        forgotten: the next push of one fetches all its chunks)."""
+        self.forget_chunks(plan)
+        if plan is not None:
+            self.chunks.update(plan.chunk_lists)
         self.state = now
         for path in skipped:
             if path == self.root or not _within(path, self.root) or path in self.kept:
@@ -411,6 +516,15 @@ class Mirror:
             _remove(self.directory / rel)
             self._forget(rel)
         self.rev = rev
+
+    def forget_chunks(self, plan: PullPlan | None) -> None:
+        """Forget the chunk lists of the files a run changed (their content is no longer that)."""
+        if plan is None:
+            return
+        for rel, _ in plan.files:
+            self.chunks.pop(rel, None)
+        for rel, _ in plan.links:
+            self.chunks.pop(rel, None)
 
 
 @dataclass
@@ -422,6 +536,8 @@ class PullPlan:
     symlinks: list[MirrorSymlink] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     links: list[tuple[str, str]] = field(default_factory=list)  # (relative path, first name's path)
+    # Filled by ``Mirror.pages``: the chunk hashes of each large file it sent as chunks.
+    chunk_lists: dict[str, list[str]] = field(default_factory=dict)
     # Paths left in the mirror only, with the reason (names the workspace cannot hold, FIFOs…).
     unsyncable: dict[str, str] = field(default_factory=dict)
 
@@ -551,6 +667,22 @@ class _BeneathReader:
             fd = os.open(name, _NOFOLLOW | os.O_DIRECTORY, dir_fd=self._dir(parent))
         self._dirs[rel] = fd
         return fd
+
+    def chunks(self, rel: str) -> Iterator[bytes]:
+        """The regular file ``rel`` in pieces of the storage's chunk size (one in memory at a time)."""
+        parent, _, name = rel.rpartition("/")
+        fd = os.open(name, _NOFOLLOW | os.O_NONBLOCK, dir_fd=self._dir(parent))
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(f"{rel} is not a regular file")
+            while True:
+                piece = _read_full(fd, CHUNK_SIZE)
+                if piece:
+                    yield piece
+                if len(piece) < CHUNK_SIZE:
+                    return
+        finally:
+            os.close(fd)
 
     def read(self, rel: str) -> bytes:
         parent, _, name = rel.rpartition("/")
@@ -701,6 +833,19 @@ def _rewrite_shared(host: Path, f: MirrorFile) -> bool:
     finally:
         os.close(fd)
     return True
+
+
+def _read_full(fd: int, size: int) -> bytes:
+    """Up to ``size`` bytes: short only at the end of the file."""
+    data = os.read(fd, size)
+    if len(data) in (0, size):
+        return data
+    parts = [data]
+    got = len(data)
+    while got < size and (more := os.read(fd, size - got)):
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
 
 
 def _write_all(fd: int, data: bytes) -> None:

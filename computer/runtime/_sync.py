@@ -21,6 +21,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from ..storage import CHUNK_SIZE
 from ._backend import DeferringContext, ExecContext, MirrorFile, PendingPull, SyncLimits, SyncPull, SyncPush
 from ._context import PROTECTED
 from ._mirror import Entry, Mirror, MirrorPool, PullPlan
@@ -105,8 +106,11 @@ class MirrorSync:
                 pushed += mirror.apply(page, first=starting)
             else:
                 pushed += await asyncio.to_thread(mirror.apply, page, first=starting)
-            for file in list(mirror.unfilled):
-                await self._fill(mirror, ctx, file)
+            for file, needed in list(mirror.unfilled):
+                if needed is None:
+                    await self._fill(mirror, ctx, file)
+                else:
+                    await self._fill_chunks(mirror, ctx, file, needed)
             mirror.unfilled = []
             if not page.more:
                 break
@@ -132,6 +136,31 @@ class MirrorSync:
             if len(data) < piece:
                 return
             offset += len(data)
+
+    async def _fill_chunks(
+        self, mirror: Mirror, ctx: ExecContext, file: MirrorFile, needed: list[int]
+    ) -> None:
+        """Fetch the chunks of a large file the mirror lacks, a page of them per call. A chunk the
+        store no longer holds (the file changed since the page was made) is read by its byte range
+        instead: the next push brings the newer version whole anyway (the mirror's rev predates it)."""
+        assert file.chunks is not None
+        per_call = max(1, self.limits.max_sync_bytes // CHUNK_SIZE)
+        for start in range(0, len(needed), per_call):
+            batch = needed[start : start + per_call]
+            got = await ctx.fs_call("read_chunks", {"hashes": [file.chunks[i] for i in batch]})
+            pieces: dict[int, bytes] = {}
+            for i in batch:
+                data = got.get(file.chunks[i])
+                if data is None:
+                    try:
+                        data = await ctx.fs_call(
+                            "read_file", {"path": file.path, "offset": i * CHUNK_SIZE, "length": CHUNK_SIZE}
+                        )
+                    except FileNotFoundError:
+                        return
+                pieces[i] = bytes(data)
+            last = start + per_call >= len(needed)
+            await asyncio.to_thread(mirror.fill_chunks, file, pieces, last)
 
     # ------------------------------------------------------------------ pull
 
@@ -162,6 +191,7 @@ class MirrorSync:
         if deferring and plan.size() <= self.limits.max_sync_bytes:
             pull = mirror.read_all(plan) if plan.empty() else await asyncio.to_thread(mirror.read_all, plan)
             pull = dataclasses.replace(pull, own_revs=own)
+            mirror.forget_chunks(plan)  # settled later without the plan
             mirror.unsettled = (run, now)
             pending = PendingPull(pull, base_rev, dataclasses.asdict(self.limits))
             return Synced(sorted(saved), left_out, pending)
@@ -194,9 +224,9 @@ class MirrorSync:
             finally:
                 pages.close()
         if reasons:  # the mirror drops what the pull left alone
-            await asyncio.to_thread(mirror.settle, now, rev, list(reasons))
+            await asyncio.to_thread(mirror.settle, now, rev, list(reasons), plan)
         else:
-            mirror.settle(now, rev, ())
+            mirror.settle(now, rev, (), plan)
         return applied, reasons
 
 

@@ -7,6 +7,7 @@ import hashlib
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 from exec_cases import (
     a_conflicted_path_comes_back_with_the_workspace_version,
@@ -15,7 +16,7 @@ from exec_cases import (
 )
 
 import computer
-from computer.runtime import ShellBackend
+from computer.runtime import LocalExecContext, PullResult, Runtime, ShellBackend, SyncPull
 
 
 async def test_cat_copy_append_and_rm_are_reflected_in_the_workspace(ws: computer.Workspace) -> None:
@@ -369,3 +370,50 @@ async def test_mtimes_hard_links_and_outside_symlinks_survive_a_reopen(tmp_path:
         assert await ws.fs.read_text("/workspace/f") == "x\ny\n"
         await ws.fs.write_file("/workspace/f", "z\n")  # through one name: both names in the next run
         assert (await (await ws.runtime.exec("cat hard")).result()).stdout == "z\n"
+
+
+class _CountingContext(LocalExecContext):
+    """Counts the chunk bytes that cross the seam in each direction."""
+
+    def __init__(self, workspace: computer.Workspace) -> None:
+        super().__init__(workspace)
+        self.staged = 0  # new chunk bytes a pull sent
+        self.fetched = 0  # chunk bytes a push fetched
+
+    async def sync_pull(self, pull: SyncPull, base_rev: int) -> PullResult:
+        self.staged += sum(len(piece) for piece in pull.stage)
+        return await super().sync_pull(pull, base_rev)
+
+    async def fs_call(self, op: str, args: dict[str, Any]) -> Any:
+        result = await super().fs_call(op, args)
+        if op == "read_chunks":
+            self.fetched += sum(len(v) for v in result.values())
+        return result
+
+
+async def test_a_small_change_in_a_large_file_moves_one_chunk_each_way(tmp_path: Path) -> None:
+    """Issue 16: a page changed inside a large file moves a chunk, not the file, in both directions;
+    the file is exact everywhere, and no staging is left behind."""
+    backend = ShellBackend(max_sync_bytes=4 << 20)  # pages smaller than the file: staged across pages
+    async with computer.Workspace(str(tmp_path / "ws.db"), backends=[backend]) as ws:
+        ctx = _CountingContext(ws)
+        runtime = Runtime(ws, [backend], context=ctx)
+        await ws.fs.mkdir("/workspace")
+        made = await (await runtime.exec("head -c 20000000 /dev/urandom > big.db")).result()
+        assert made.status == "completed" and made.skipped == []
+        assert ctx.staged == 20_000_000  # a new file: every chunk is new
+        ctx.staged = 0
+        page = "dd if=/dev/urandom of=big.db bs=4096 count=1 seek=1000 conv=notrunc status=none"
+        changed = await (await runtime.exec(page + "; sha256sum big.db")).result()
+        assert ctx.staged == 512 * 1024  # one chunk
+        digest = hashlib.sha256(await ws.fs.read_file("/workspace/big.db")).hexdigest()
+        assert changed.stdout.split()[0] == digest
+        chunks = [c.hash for c in ws.fs.file_chunks("/workspace/big.db")]
+        await ws.fs.write_chunks("/workspace/big.db", [*chunks[:5], b"x" * (512 * 1024), *chunks[6:]])
+        seen = await (await runtime.exec("sha256sum big.db")).result()
+        await runtime.close()
+        assert ctx.fetched == 512 * 1024  # the push fetched the one chunk the mirror lacked
+        assert (
+            seen.stdout.split()[0] == hashlib.sha256(await ws.fs.read_file("/workspace/big.db")).hexdigest()
+        )
+        assert not await ws.fs.exists("/.computer/sync/x") and await ws.fs.ls("/.computer/sync") == []
