@@ -24,7 +24,7 @@ import struct
 import sys
 import types
 
-sys.path.insert(0, "/opt/computer/lib")
+sys.path.insert(0, posixpath.join(posixpath.dirname(__file__), "lib"))  # msgpack, staged with us
 import msgpack
 
 MYPY = False

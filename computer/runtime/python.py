@@ -28,13 +28,13 @@ from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent
 from ._codec import RESULT_OP, ChannelError, ChannelLimits, GuestRequest, check_args, pack_frame, read_request
 from ._context import GUEST_OPS
 from ._process import ProcessOutcome, stream_process
-from ._sandbox import Bind, Sandbox, SandboxLimits, SandboxProcess, in_background, python_prefixes
+from ._pystage import GUEST_DIR, PYTHON_DIR, stage_python
+from ._sandbox import Bind, Sandbox, SandboxLimits, SandboxProcess, in_background
 from .types import BackendInfo
 
 __all__ = ["PythonBackend"]
 
 _GUEST = Path(__file__).with_name("_pyguest.py")
-_GUEST_DIR = "/opt/computer"
 # Isolated mode, and no ``site``: only the standard library, and no .pth file of the host's interpreter
 # runs (27 ms of every start here). The guest puts back what scripts use from ``site`` (exit, quit).
 _FLAGS = ("-I", "-S")
@@ -68,16 +68,22 @@ class PythonBackend:
         self._go: dict[asyncio.Future[_Guest], asyncio.Future[None]] = {}  # a guest's start signal
         atexit.register(_end_guests, self._guests)
         base: str = python or getattr(sys, "_base_executable", None) or sys.executable
-        self.python = os.path.realpath(base)
+        staged = stage_python(os.path.realpath(base), str(_GUEST), os.path.dirname(msgpack.__file__))
         self.sandbox = Sandbox(
             network=network,
             limits=SandboxLimits(memory_mb=memory_mb, max_processes=max_processes, cpu_seconds=cpu_seconds),
         )
-        self._binds = [Bind(str(_GUEST), f"{_GUEST_DIR}/guest.py")]
-        self._binds.append(Bind(os.path.dirname(msgpack.__file__), f"{_GUEST_DIR}/lib/msgpack"))
-        self._binds += [Bind(prefix, prefix) for prefix in python_prefixes()]
+        # Only the staged copies are mounted (see ``_pystage``): inside, no host path. Without
+        # bubblewrap there are no mounts: the program runs the stage directories where they are.
+        inside = self.sandbox.bwrap
+        python_dir = PYTHON_DIR if inside else staged.python_stage
+        guest_dir = GUEST_DIR if inside else staged.guest_stage
+        self.python = staged.executable if inside else staged.executable.replace(PYTHON_DIR, python_dir, 1)
+        self._guest = f"{guest_dir}/guest.py"
+        self._env = {k: v.replace(PYTHON_DIR, python_dir) for k, v in staged.env.items()}
+        self._binds = [Bind(staged.python_stage, PYTHON_DIR), Bind(staged.guest_stage, GUEST_DIR)]
         startup = self._probe()
-        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        version = staged.version
         self.info = BackendInfo(
             id=id,
             protocol="module",
@@ -107,7 +113,7 @@ class PythonBackend:
         times = []
         for _ in range(2):  # the first start warms the page cache
             start = time.perf_counter()
-            subprocess.run(argv, capture_output=True, check=False)
+            subprocess.run(argv, capture_output=True, check=False, env={**os.environ, **self._env})
             times.append((time.perf_counter() - start) * 1000)
         return min(times)
 
@@ -115,10 +121,10 @@ class PythonBackend:
         """A sandboxed interpreter running the guest, waiting for its run on the returned socket."""
         host_end, guest_end = socket.socketpair()
         try:
-            full = {"LANG": "C.UTF-8", "HOME": "/tmp/home", "PATH": "/usr/bin:/bin", **env}
+            full = {"LANG": "C.UTF-8", "HOME": "/tmp/home", "PATH": "/usr/bin:/bin", **self._env, **env}
             full["COMPUTER_CHANNEL_FD"] = str(guest_end.fileno())
             sp = await self.sandbox.spawn(
-                [self.python, *_FLAGS, "-u", f"{_GUEST_DIR}/guest.py"],
+                [self.python, *_FLAGS, "-u", self._guest],
                 binds=self._binds,
                 cwd="/tmp",
                 env=full,
