@@ -15,8 +15,8 @@ machine into a stage directory named by a digest, and mounted read-only:
 - ``/opt/computer``: ``guest.py`` and ``lib/msgpack``.
 
 Stage directories live under ``/var/tmp/computer-python-<uid>`` (kept across reboots: staging the
-standard library costs ~5 s of CPU; a later process reuses it), built in a temporary directory and
-renamed into place, so concurrent processes never see half a stage. The directory must belong to
+standard library costs ~5 s of CPU; a later process reuses it), built by one process at a time (a
+lock file) in a temporary directory and renamed into place, so no process sees half a stage. The directory must belong to
 this user and be writable by nobody else; otherwise a private one (removed at exit) is used.
 
 Not hidden: the interpreter binary still contains its build prefix as bytes (compiled in).
@@ -27,6 +27,7 @@ from __future__ import annotations
 import atexit
 import compileall
 import contextlib
+import fcntl
 import functools
 import hashlib
 import io
@@ -174,6 +175,15 @@ def _stage(kind: str, key: list[str], build: Callable[[Path], None]) -> str:
     final = base / f"{kind}-{digest}"
     if final.is_dir():
         return str(final)
+    # One builder at a time (pool workers start together): the others wait, then find it built.
+    with open(base / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not final.is_dir():
+            _build(base, kind, final, build)
+    return str(final)
+
+
+def _build(base: Path, kind: str, final: Path, build: Callable[[Path], None]) -> None:
     work = Path(tempfile.mkdtemp(prefix=f".{kind}-", dir=base))
     try:
         build(work)
@@ -181,15 +191,10 @@ def _stage(kind: str, key: list[str], build: Callable[[Path], None]) -> str:
             if not path.is_symlink():
                 mode = path.stat().st_mode
                 path.chmod(0o755 if stat.S_ISDIR(mode) or mode & 0o100 else 0o644)
-        try:
-            work.rename(final)
-        except OSError:  # another process staged the same meanwhile
-            if not final.is_dir():
-                raise
+        work.rename(final)
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)
-    return str(final)
 
 
 @functools.cache
