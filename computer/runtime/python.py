@@ -8,16 +8,14 @@ whose calls travel as msgpack frames over a socket to the host, which answers ea
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
 import dataclasses
 import errno
 import os
-import signal
 import socket
 import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from collections.abc import AsyncGenerator, AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,8 @@ from ._codec import RESULT_OP, ChannelError, ChannelLimits, GuestRequest, check_
 from ._context import GUEST_OPS
 from ._process import ProcessOutcome, stream_process
 from ._pystage import GUEST_DIR, PYTHON_DIR, stage_python
-from ._sandbox import Bind, Sandbox, SandboxLimits, SandboxProcess, in_background
+from ._pystandby import Guest, StandbyGuests
+from ._sandbox import Bind, Sandbox, SandboxLimits
 from .types import BackendInfo
 
 __all__ = ["PythonBackend"]
@@ -60,13 +59,8 @@ class PythonBackend:
         # What the host reads from the guest's channel (see ``_codec``); ``max_write_bytes`` is the
         # largest ``workspace.write_file`` (the host holds that much while the workspace stores it).
         self.limits = ChannelLimits(write_bytes=max_write_bytes)
-        # Guests started ahead of their runs (see ``_take_guest``), oldest first; ended at exit. A
-        # second one does not help runs back to back: each costs ~20 ms of CPU to start, which is
-        # what bounds them, and two starting at once slowed each other down.
         self.warm_guests = warm_guests
-        self._guests: list[asyncio.Future[_Guest]] = []
-        self._go: dict[asyncio.Future[_Guest], asyncio.Future[None]] = {}  # a guest's start signal
-        atexit.register(_end_guests, self._guests)
+        self.standby = StandbyGuests(lambda: self._spawn_guest({}), warm_guests)
         base: str = python or getattr(sys, "_base_executable", None) or sys.executable
         staged = stage_python(os.path.realpath(base), str(_GUEST), os.path.dirname(msgpack.__file__))
         self.sandbox = Sandbox(
@@ -117,7 +111,7 @@ class PythonBackend:
             times.append((time.perf_counter() - start) * 1000)
         return min(times)
 
-    async def _spawn_guest(self, env: dict[str, str]) -> tuple[SandboxProcess, socket.socket]:
+    async def _spawn_guest(self, env: dict[str, str]) -> Guest:
         """A sandboxed interpreter running the guest, waiting for its run on the returned socket."""
         host_end, guest_end = socket.socketpair()
         try:
@@ -135,96 +129,76 @@ class PythonBackend:
             raise
         finally:
             guest_end.close()
-        return sp, host_end
-
-    async def _take_guest(self) -> tuple[SandboxProcess, socket.socket] | None:
-        """A guest started ahead, on this event loop and still alive (None: there is none).
-
-        The interpreter's start and the guest's imports are most of a short run (~20 of 25 ms): a
-        run without its own environment variables takes a guest started after an earlier run, whose
-        environment is exactly the default one it would get. A run with ``env`` starts its own (the
-        interpreter reads its locale variables once, at start).
-        """
-        while self._guests:
-            pending = self._guests.pop(0)
-            go = self._go.get(pending)
-            if go is not None:  # still waiting for its moment: a run is here, start it now
-                _go(go)
-            guest = await _started(pending)
-            if guest is None:
-                continue
-            if guest.sp.proc.returncode is None:
-                return guest.sp, guest.host_end
-            in_background(guest.discard(), "ending a guest that died while it waited")
-        return None
+        return Guest(sp, host_end)
 
     async def close_workspace(self, workspace_id: str) -> None:
         """A workspace closed: end the guests started ahead (guests belong to no workspace, so the
         next run starts one again; a process that closes its workspaces leaves no idle interpreter)."""
-        guests, self._guests[:] = list(self._guests), []
-        for pending in guests:
-            guest = await _started(pending)
-            if guest is not None:
-                await guest.discard()
-
-    def _keep_warm(self) -> None:
-        """Start the next run's guest in the background (a moment after this run: its result first)."""
-        loop = asyncio.get_running_loop()
-
-        async def prepare(go: asyncio.Future[None]) -> _Guest:
-            await go
-            sp, host_end = await self._spawn_guest({})
-            return _Guest(sp, host_end)
-
-        while len(self._guests) < self.warm_guests:
-            go: asyncio.Future[None] = loop.create_future()
-            loop.call_later(PREPARE_DELAY, _go, go)
-            pending = asyncio.ensure_future(prepare(go))
-            self._go[pending] = go
-            pending.add_done_callback(self._go.pop)
-            self._guests.append(pending)
+        await self.standby.close()
 
     async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
-        """Spawn (or take a started) guest, serve its workspace calls, stream its output, report its value."""
-        result: dict[str, Any] = {}
-        server: asyncio.Task[None] | None = None
-        warm = not request.env and self.warm_guests > 0
-        taken = await self._take_guest() if warm else None
-        sp, host_end = taken if taken is not None else await self._spawn_guest(request.env)
+        """Take a guest started ahead (or spawn one), run the request in it, report its value.
+
+        Shaped for a sync bracket (a cwd mirrored like the shell's): a push would go before the
+        guest is taken, a pull after ``_session`` ended and before the ``ExitEvent``.
+        """
+        warm = not request.env and self.standby.size > 0
+        guest = await self.standby.take() if warm else None
         try:
-            try:
-                reader, writer = await asyncio.open_unix_connection(sock=host_end)
-            except BaseException:  # cancelled before stream_process owns the process: end it here
-                await sp.discard()
-                raise
-            setup = {
-                "source": request.source,
-                "input": request.input,
-                "cwd": request.cwd or self.default_cwd,
-                "limits": dataclasses.asdict(self.limits),
-            }
-            writer.write(pack_frame(setup))
-            server = asyncio.create_task(_serve(reader, writer, ctx, self.limits, result))
-            outcome = ProcessOutcome()
-            output = stream_process(sp, outcome, stdin=request.stdin, timeout=request.timeout)
+            if guest is None:
+                guest = await self._spawn_guest(request.env)
+            session = _Session()
+            output = self._session(guest, request, ctx, session)
+            async with contextlib.aclosing(output):
+                async for chunk in output:
+                    yield chunk
+            yield ExitEvent(
+                session.outcome.exit_code,
+                value=session.result.get("value"),
+                error=session.result.get("error"),
+                killed=session.outcome.timed_out,
+            )
+        finally:
+            if guest is not None:
+                guest.host_end.close()
+            if warm:
+                self.standby.refill()
+
+    async def _session(
+        self, guest: Guest, request: ExecRequest, ctx: ExecContext, session: _Session
+    ) -> AsyncGenerator[ExecEvent, None]:
+        """Send the run to ``guest``, answer its workspace calls and stream its output until it ends."""
+        try:
+            reader, writer = await asyncio.open_unix_connection(sock=guest.host_end)
+        except BaseException:  # cancelled before stream_process owns the process: end it here
+            await guest.sp.discard()
+            raise
+        setup = {
+            "source": request.source,
+            "input": request.input,
+            "cwd": request.cwd or self.default_cwd,
+            "limits": dataclasses.asdict(self.limits),
+        }
+        writer.write(pack_frame(setup))
+        server = asyncio.create_task(_serve(reader, writer, ctx, self.limits, session.result))
+        try:
+            output = stream_process(guest.sp, session.outcome, stdin=request.stdin, timeout=request.timeout)
             async with contextlib.aclosing(output):
                 async for chunk in output:
                     yield chunk
             writer.close()
-            yield ExitEvent(
-                outcome.exit_code,
-                value=result.get("value"),
-                error=result.get("error"),
-                killed=outcome.timed_out,
-            )
         finally:
-            if server is not None:
-                server.cancel()
-                with contextlib.suppress(BaseException):
-                    await server
-            host_end.close()
-            if warm:
-                self._keep_warm()
+            server.cancel()
+            with contextlib.suppress(BaseException):
+                await server
+
+
+@dataclass
+class _Session:
+    """What one run of a guest reports: its exit (``outcome``), its value and a protocol error."""
+
+    outcome: ProcessOutcome = field(default_factory=ProcessOutcome)
+    result: dict[str, Any] = field(default_factory=dict)
 
 
 async def _serve(
@@ -280,60 +254,3 @@ async def _answer(request: GuestRequest, ctx: ExecContext, limits: ChannelLimits
         return {"err": [errno.EINVAL, str(exc), None]}
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
-
-
-# Seconds between the end of a run and the start of the next run's guest.
-PREPARE_DELAY = 0.002
-
-
-@dataclass
-class _Guest:
-    """A guest started ahead: its sandboxed interpreter waits for the setup frame on ``host_end``."""
-
-    sp: SandboxProcess
-    host_end: socket.socket
-
-    async def discard(self) -> None:
-        self.host_end.close()
-        await self.sp.discard()  # runs to completion
-
-    def discard_now(self) -> None:
-        """Kill and clean up from any thread, or after its event loop is gone."""
-        self.host_end.close()
-        self.sp.killed = True
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.sp.proc.pid, signal.SIGKILL)
-        self.sp.cleanup()
-
-
-async def _started(pending: asyncio.Future[_Guest]) -> _Guest | None:
-    """The guest once started; None if its start failed or it belongs to another event loop (that
-    one is ended when it is ready). A caller cancelled meanwhile leaves the guest to be ended too."""
-    if pending.get_loop() is not asyncio.get_running_loop():
-        pending.add_done_callback(_end_guest_now)
-        return None
-    try:
-        return await asyncio.shield(pending)
-    except asyncio.CancelledError:
-        pending.add_done_callback(_end_guest_now)
-        raise
-    except Exception:
-        return None
-
-
-def _go(go: asyncio.Future[None]) -> None:
-    if not go.done():
-        go.set_result(None)
-
-
-def _end_guest_now(pending: asyncio.Future[_Guest]) -> None:
-    if not pending.cancelled() and pending.exception() is None:
-        pending.result().discard_now()
-
-
-def _end_guests(guests: list[asyncio.Future[_Guest]]) -> None:
-    """At exit: the guests would die with this process (bubblewrap's --die-with-parent), but their
-    cgroups would stay behind."""
-    for pending in guests:
-        if pending.done():
-            _end_guest_now(pending)

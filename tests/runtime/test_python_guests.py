@@ -27,7 +27,7 @@ async def run(ws: computer.Workspace, source: str, **kwargs: object) -> computer
 
 async def ready_guest_pid(backend: PythonBackend) -> int:
     """The pid of the guest started ahead, once it is started (bounded: 10 s)."""
-    (pending,) = backend._guests
+    (pending,) = backend.standby.pending
     guest = await asyncio.wait_for(asyncio.shield(pending), 10)
     return guest.sp.proc.pid
 
@@ -47,7 +47,7 @@ async def test_the_next_run_without_env_takes_the_guest_started_ahead(backend_ws
     pid = await ready_guest_pid(backend)
     result = await run(ws, "def main(input):\n    return input + 1", input=41)
     assert result.value == 42
-    assert backend._guests[0] is not None  # the next one is on its way
+    assert backend.standby.pending[0] is not None  # the next one is on its way
     for _ in range(100):  # bounded: 5 s (the guest's launcher is reaped with the run)
         if not alive(pid):
             break
@@ -76,7 +76,7 @@ async def test_a_guest_that_died_while_it_waited_is_replaced(backend_ws) -> None
     backend, ws = backend_ws
     await run(ws, "pass")
     os.killpg(await ready_guest_pid(backend), signal.SIGKILL)
-    proc = backend._guests[0].result().sp.proc
+    proc = backend.standby.pending[0].result().sp.proc
     for _ in range(250):  # bounded: 5 s (the exit is seen once the child watcher reaps it)
         if proc.returncode is not None:
             break
@@ -91,7 +91,7 @@ async def test_closing_the_workspace_ends_the_guests_started_ahead() -> None:
         await ws.fs.mkdir("/workspace")
         await run(ws, "pass")
         pid = await ready_guest_pid(backend)
-    assert backend._guests == [] and not alive(pid)
+    assert backend.standby.pending == [] and not alive(pid)
 
 
 async def test_no_guest_is_kept_when_warm_guests_is_zero() -> None:
@@ -99,4 +99,4 @@ async def test_no_guest_is_kept_when_warm_guests_is_zero() -> None:
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         assert (await run(ws, "print(2)")).stdout == "2\n"
-        assert backend._guests == []
+        assert backend.standby.pending == []
