@@ -107,7 +107,12 @@ def _build_module() -> types.ModuleType:
 
     def write_file(path: str, data: bytes | str, mode: int | None = None) -> None:
         path = _abs(path)
-        body = data.encode("utf-8") if isinstance(data, str) else bytes(data)
+        if isinstance(data, str):
+            body = data.encode("utf-8")
+        elif isinstance(data, bytes | bytearray | memoryview):
+            body = bytes(data)
+        else:
+            raise TypeError(f"write_file() data must be bytes or str, not {type(data).__name__}")
         limit = _setup["limits"]["write_bytes"]
         if len(body) > limit:
             raise OSError(errno.EFBIG, f"one write_file carries at most {limit} bytes", path)

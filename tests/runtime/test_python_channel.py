@@ -190,3 +190,20 @@ async def test_forged_frames_keep_the_hosts_memory_bounded(ws: computer.Workspac
     assert grown < 100, f"the host's peak resident size grew by {grown:.0f} MiB"
     assert result.status == "failed", result
     assert "broke the workspace channel's protocol" in (result.error or ""), result
+
+
+async def test_write_file_takes_bytes_like_data_or_text_only(ws: computer.Workspace) -> None:
+    source = (
+        "import workspace\n"
+        "workspace.write_file('/workspace/a', bytearray(b'ab'))\n"
+        "workspace.write_file('/workspace/b', memoryview(b'cd'))\n"
+        "workspace.write_file('/workspace/c', 'é')\n"
+        "try:\n"
+        "    workspace.write_file('/workspace/d', 5)\n"
+        "except TypeError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = await run(ws, source)
+    assert result.stdout == "write_file() data must be bytes or str, not int\n", result
+    assert [await ws.fs.read_file(f"/workspace/{n}") for n in "abc"] == [b"ab", b"cd", "é".encode()]
+    assert not await ws.fs.exists("/workspace/d")
