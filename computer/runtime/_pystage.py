@@ -16,7 +16,9 @@ machine into a stage directory named by a digest, and mounted read-only:
 
 Stage directories live under ``/var/tmp/computer-python-<uid>`` (kept across reboots: staging the
 standard library costs ~5 s of CPU; a later process reuses it), built by one process at a time (a
-lock file) in a temporary directory and renamed into place, so no process sees half a stage. The directory must belong to
+lock file) in a temporary directory and renamed into place, so no process sees half a stage; a
+stage missing any file its list (``<stage>.files``) names is built again (``/var/tmp`` cleaners
+remove files not read for weeks). The directory must belong to
 this user and be writable by nobody else; otherwise a private one (removed at exit) is used.
 
 Not hidden: the interpreter binary still contains its build prefix as bytes (compiled in).
@@ -169,29 +171,45 @@ def _tree_digest(directory: str) -> str:
 
 
 def _stage(kind: str, key: list[str], build: Callable[[Path], None]) -> str:
-    """The stage directory for ``key``, built by ``build(dir)`` when it does not exist yet."""
+    """The stage directory for ``key``, built by ``build(dir)`` unless it exists whole (every file
+    its list names, ``<stage>.files``, is there: a cleaner of ``/var/tmp`` may have removed some)."""
     digest = hashlib.sha256("\0".join(key).encode()).hexdigest()[:20]
     base = _base_dir()
     final = base / f"{kind}-{digest}"
-    if final.is_dir():
+    if _whole(final):
         return str(final)
     # One builder at a time (pool workers start together): the others wait, then find it built.
     with open(base / ".lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not final.is_dir():
+        if not _whole(final):
             _build(base, kind, final, build)
     return str(final)
+
+
+def _whole(final: Path) -> bool:
+    try:
+        names = json.loads(final.with_name(final.name + ".files").read_text())
+    except (OSError, ValueError):
+        return False
+    return all(os.path.lexists(final / name) for name in names)
 
 
 def _build(base: Path, kind: str, final: Path, build: Callable[[Path], None]) -> None:
     work = Path(tempfile.mkdtemp(prefix=f".{kind}-", dir=base))
     try:
         build(work)
+        names = []
         for path in [work, *work.rglob("*")]:  # readable by the sandbox user, writable by nobody else
             if not path.is_symlink():
                 mode = path.stat().st_mode
                 path.chmod(0o755 if stat.S_ISDIR(mode) or mode & 0o100 else 0o644)
+            if path != work:
+                names.append(str(path.relative_to(work)))
+        if final.exists():  # an incomplete stage: set aside (sandboxes may still have it mounted)
+            final.rename(base / f".old-{final.name}-{os.getpid()}")
+            shutil.rmtree(base / f".old-{final.name}-{os.getpid()}", ignore_errors=True)
         work.rename(final)
+        final.with_name(final.name + ".files").write_text(json.dumps(names))
     finally:
         if work.exists():
             shutil.rmtree(work, ignore_errors=True)

@@ -45,7 +45,11 @@ def test_concurrent_stagers_build_once_and_all_get_the_whole_stage(base: Path) -
         for p in [final, final / "sub", final / "sub" / "f", final / "run"]
     }
     assert modes == {final.name: 0o755, "sub": 0o755, "f": 0o644, "run": 0o755}
-    assert sorted(p.name for p in base.iterdir()) == [".lock", final.name]  # no half-built leftovers
+    assert sorted(p.name for p in base.iterdir()) == [
+        ".lock",
+        final.name,
+        final.name + ".files",
+    ]  # nothing else
 
 
 def test_a_failed_build_leaves_nothing_and_the_next_one_builds_again(base: Path) -> None:
@@ -58,3 +62,15 @@ def test_a_failed_build_leaves_nothing_and_the_next_one_builds_again(base: Path)
     assert [p.name for p in base.iterdir()] == [".lock"]
     final = Path(_pystage._stage("k", ["b"], lambda d: (d / "ok").write_text("y") and None))
     assert (final / "ok").read_text() == "y"
+
+
+def test_a_stage_missing_a_file_is_built_again(base: Path) -> None:
+    def build(d: Path) -> None:
+        (d / "sub").mkdir()
+        (d / "sub" / "f").write_text("x")
+
+    final = Path(_pystage._stage("k", ["c"], build))
+    (final / "sub" / "f").unlink()  # what a cleaner of /var/tmp may do to a file not read for weeks
+    assert Path(_pystage._stage("k", ["c"], build)) == final
+    assert (final / "sub" / "f").read_text() == "x"
+    assert sorted(p.name for p in base.iterdir()) == [".lock", final.name, final.name + ".files"]
