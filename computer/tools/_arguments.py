@@ -7,15 +7,30 @@ levels already make recursive code (``json``, ``repr``, validators, serializers)
 ``RecursionError``; no tool argument needs more than a handful of levels, so 64 leaves room for exec's
 free-form ``input`` while keeping every later step far from the interpreter's recursion limit.
 The depth walk is iterative and stops at the first value past the cap.
+
+Unknown argument names (SPEC section 10, "Tool arguments") are rejected with one message that names
+each of them and lists the valid names (the schema's, camelCase); an input model opts out only by
+declaring ``extra="allow"``. A model may accept more spellings than its schema shows through a
+``extra_argument_names`` class attribute (edit's top-level ``oldText``/``newText`` shorthand).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_ARGUMENT_DEPTH", "ArgumentError", "nesting_problem", "parse_arguments"]
+from pydantic import BaseModel
+
+__all__ = [
+    "MAX_ARGUMENT_DEPTH",
+    "ArgumentError",
+    "argument_names",
+    "nesting_problem",
+    "parse_arguments",
+    "unknown_arguments_problem",
+]
 
 MAX_ARGUMENT_DEPTH = 64  # the arguments object itself is level 1
 
@@ -79,3 +94,30 @@ def _json_kind(value: Any) -> str:
     if isinstance(value, list | tuple):
         return "an array"
     return type(value).__name__
+
+
+@functools.cache
+def argument_names(model: type[BaseModel]) -> tuple[frozenset[str], tuple[str, ...]]:
+    """``(accepted, shown)``: every spelling ``model`` takes, and the names to list in an error."""
+    shown: list[str] = []
+    accepted: set[str] = set(getattr(model, "extra_argument_names", ()))
+    for name, info in model.model_fields.items():
+        alias = info.alias or name
+        shown.append(alias)
+        accepted.update((alias, name))
+        if isinstance(info.validation_alias, str):
+            accepted.add(info.validation_alias)
+    return frozenset(accepted), tuple(shown)
+
+
+def unknown_arguments_problem(model: type[BaseModel], args: Mapping[str, Any]) -> str | None:
+    """A message naming every unknown key of ``args`` and the valid names, or ``None``."""
+    if model.model_config.get("extra") == "allow":
+        return None
+    accepted, shown = argument_names(model)
+    unknown = [key for key in args if key not in accepted]
+    if not unknown:
+        return None
+    names = ", ".join(repr(key) for key in unknown)
+    noun = "argument" if len(unknown) == 1 else "arguments"
+    return f"Unknown {noun} {names}. Valid arguments: {', '.join(shown) or 'none'}."

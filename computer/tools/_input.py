@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
+
+from ._arguments import unknown_arguments_problem
 
 __all__ = ["DEFAULT_PAGE", "MAX_PAGE", "PagedInput", "ToolInput", "as_glob_list", "paged"]
 
@@ -13,9 +15,25 @@ T = TypeVar("T")
 
 
 class ToolInput(BaseModel):
-    """Fields validate from their camelCase alias (or the Python name) and dump by alias."""
+    """Fields validate from their camelCase alias (or the Python name) and dump by alias.
 
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True)
+    Unknown names are rejected at every level (an edit item too), naming each and listing the valid
+    ones; ``extra_argument_names`` lists extra spellings a subclass accepts and consumes itself.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True, extra="forbid"
+    )
+    extra_argument_names: ClassVar[tuple[str, ...]] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_unknown_names(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            problem = unknown_arguments_problem(cls, data)
+            if problem is not None:
+                raise ValueError(problem)
+        return data
 
 
 MAX_PAGE = 1000

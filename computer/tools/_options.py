@@ -1,7 +1,8 @@
 """Limits and defaults of the file tools: one options model per option group.
 
 ``create_tools(read=..., write=..., edit=...)`` and the individual factories accept either the model
-or a plain dict of the same snake_case keys.
+or a plain dict of the same keys, in snake_case (``max_lines``) or in the seed's camelCase
+(``maxLines``), as SPEC section 10 pins. Unknown keys are errors.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
 
 __all__ = [
     "KIB",
@@ -24,11 +26,14 @@ __all__ = [
 KIB = 1024
 MIB = 1024 * 1024
 
+# snake_case field names, camelCase aliases; both validate, dumps use the snake_case names.
+_OPTIONS = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+
 
 class LineTruncation(BaseModel):
     """Shorten each line to ``chars`` code points or ``bytes`` UTF-8 bytes (exactly one of them)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _OPTIONS
 
     chars: int | None = Field(default=None, ge=1)
     bytes: int | None = Field(default=None, ge=1)
@@ -43,7 +48,7 @@ class LineTruncation(BaseModel):
 class ReadOptions(BaseModel):
     """Caps of the read tool."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _OPTIONS
 
     max_lines: int = Field(default=2000, ge=1)
     max_bytes: int = Field(default=256 * KIB, ge=1)
@@ -56,7 +61,7 @@ class ReadOptions(BaseModel):
 class WriteOptions(BaseModel):
     """Cap of the write tool (UTF-8 bytes of ``content``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _OPTIONS
 
     max_bytes: int = Field(default=2 * MIB, ge=1)
 
@@ -64,7 +69,7 @@ class WriteOptions(BaseModel):
 class EditOptions(BaseModel):
     """Cap of the edit tool (bytes of the file before and after the edit)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = _OPTIONS
 
     max_bytes: int = Field(default=2 * MIB, ge=1)
 
@@ -87,4 +92,9 @@ def coerce_options(
             f"{cls.__name__}: expected {cls.__name__}, a dict or None, got {type(value).__name__}"
         )
     data.update(overrides)
-    return cls.model_validate(data)
+    # One spelling per option, so ``{"maxLines": 5}`` plus ``max_lines=7`` is an override, not a clash.
+    by_alias = {info.alias: name for name, info in cls.model_fields.items() if info.alias}
+    normalised: dict[str, Any] = {}
+    for key, item in data.items():
+        normalised[by_alias.get(key, key)] = item
+    return cls.model_validate(normalised)

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from ._arguments import nesting_problem
+from ._arguments import nesting_problem, unknown_arguments_problem
 
 __all__ = ["ContentPart", "Tool", "ToolUpdate", "error_result", "format_validation_error"]
 
@@ -83,7 +83,7 @@ class Tool:
                 args = {}
             if not isinstance(args, dict):
                 return error_result(f"Invalid arguments: expected an object, got {type(args).__name__}")
-            problem = nesting_problem(args)
+            problem = nesting_problem(args) or unknown_arguments_problem(self.input_model, args)
             if problem is not None:
                 return error_result(f"Invalid arguments: {problem}")
             params = self.input_model.model_validate(args)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
 
@@ -56,6 +56,8 @@ class EditItem(ToolInput):
 
 
 class EditInput(ToolInput):
+    extra_argument_names: ClassVar[tuple[str, ...]] = ("oldText", "newText", "old_text", "new_text")
+
     path: str = Field(description="Absolute path of the file to edit.")
     edits: list[EditItem] = Field(
         description="Replacements applied together, atomically. Each edit batch applies against the "

@@ -30,7 +30,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import from_json
 
 from ._adapter_tools import build_tools, select_tools
-from ._arguments import ArgumentError, parse_arguments
+from ._arguments import ArgumentError, parse_arguments, unknown_arguments_problem
 from ._tool import ContentPart, Tool
 
 __all__ = ["ExecProgressEvent", "WorkspaceToolset", "create_pydantic_ai_tools"]
@@ -158,6 +158,9 @@ class _ArgsValidator:
             data = parse_arguments(input, self.name)
         except ArgumentError as exc:
             raise ModelRetry(str(exc)) from None
+        unknown = unknown_arguments_problem(self.model, data)
+        if unknown is not None:
+            raise ModelRetry(unknown)
         try:
             self.model.model_validate(data)
         except ValidationError:

@@ -1,0 +1,154 @@
+"""SPEC section 10, "Tool arguments": unknown names are rejected by every tool, naming each and listing
+the valid names; option groups take the seed's camelCase keys as well as snake_case."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from computer import Workspace
+from computer.runtime.types import BackendInfo
+from computer.tools import ReadOptions, Tool, create_read_tool, create_tools
+from computer.tools.exec import create_exec_tool
+from computer.tools.publish import create_publish_tool
+
+# Arguments that pass validation for each tool (the calls may still fail on a missing file).
+GOOD: dict[str, dict[str, Any]] = {
+    "read": {"path": "/a.txt"},
+    "ls": {"path": "/"},
+    "find": {"pattern": "*"},
+    "grep": {"query": "x"},
+    "write": {"path": "/a.txt", "content": "x"},
+    "edit": {"path": "/a.txt", "edits": [{"oldText": "x", "newText": "y"}]},
+    "delete": {"path": "/nothing"},
+    "exec": {"command": "true"},
+    "publish": {"path": "/a.txt"},
+}
+
+
+class _Runtime:
+    def backends(self) -> list[BackendInfo]:
+        return [BackendInfo("shell", "command", False, "")]
+
+    async def exec(self, source: str, **kwargs: Any) -> Any:
+        raise AssertionError("an invalid call must not run")
+
+
+class _Assets:
+    async def share(self, path: str, **options: Any) -> str:
+        raise AssertionError("an invalid call must not run")
+
+
+class _Surface:
+    runtime = _Runtime()
+    assets = _Assets()
+
+
+@pytest.fixture
+async def every_tool(workspace: Workspace) -> dict[str, Tool]:
+    tools = create_tools(workspace)
+    tools["exec"] = create_exec_tool(_Surface())
+    tools["publish"] = create_publish_tool(_Surface())
+    assert set(tools) == set(GOOD)
+    return tools
+
+
+@pytest.mark.parametrize("name", list(GOOD))
+async def test_unknown_argument_names_are_named_with_the_valid_ones(
+    every_tool: dict[str, Tool], name: str
+) -> None:
+    tool = every_tool[name]
+    result = await tool.run({**GOOD[name], "bogus": 1, "also_wrong": True})
+    message = result["error"]
+    assert "'bogus'" in message and "'also_wrong'" in message, message
+    valid = list(tool.parameters["properties"])
+    assert "Valid arguments: " + ", ".join(valid) in message, message
+    single = await tool.run({**GOOD[name], "extraThing": 1})
+    assert "Unknown argument 'extraThing'" in single["error"]
+
+
+async def test_snake_case_argument_names_are_still_accepted(workspace: Workspace) -> None:
+    tools = create_tools(workspace)
+    await tools["write"].run({"path": "/a.txt", "content": "one\ntwo\n"})
+    result = await tools["grep"].run({"query": "ONE", "ignore_case": True, "path": "/"})
+    assert result["count"] == 1
+    edited = await tools["edit"].run({"path": "/a.txt", "old_text": "two", "new_text": "2"})
+    assert edited["editsApplied"] == 1
+
+
+async def test_unknown_names_inside_an_edit_item_are_named_too(workspace: Workspace) -> None:
+    tools = create_tools(workspace)
+    await tools["write"].run({"path": "/a.txt", "content": "x"})
+    result = await tools["edit"].run(
+        {"path": "/a.txt", "edits": [{"oldText": "x", "newText": "y", "replaceAll": True}]}
+    )
+    assert "'replaceAll'" in result["error"] and "oldText, newText" in result["error"]
+
+
+async def test_an_exec_call_with_an_unknown_name_does_not_run() -> None:
+    class Recording(_Runtime):
+        calls = 0
+
+        async def exec(self, source: str, **kwargs: Any) -> Any:
+            self.calls += 1
+            raise AssertionError
+
+    class Surface:
+        runtime = Recording()
+
+    tool = create_exec_tool(Surface())
+    result = await tool.run({"command": "ls", "timeOut": 5})
+    assert "'timeOut'" in result["error"] and "timeout" in result["error"]
+    assert Surface.runtime.calls == 0
+
+
+@pytest.mark.parametrize(
+    ("camel", "snake"),
+    [
+        ({"maxLines": 1}, {"max_lines": 1}),
+        ({"includeLineNumbers": True}, {"include_line_numbers": True}),
+        ({"lineTruncation": {"chars": 2}}, {"line_truncation": {"chars": 2}}),
+        (
+            {"maxBytes": 4096, "maxModelBytes": 1024, "mediaSniffBytes": 64},
+            {
+                "max_bytes": 4096,
+                "max_model_bytes": 1024,
+                "media_sniff_bytes": 64,
+            },
+        ),
+    ],
+)
+async def test_read_options_accept_camel_and_snake_case(
+    workspace: Workspace, camel: dict[str, Any], snake: dict[str, Any]
+) -> None:
+    from computer.tools._options import coerce_options
+
+    assert coerce_options(ReadOptions, camel) == coerce_options(ReadOptions, snake)
+    await create_tools(workspace)["write"].run({"path": "/f.txt", "content": "alpha\nbeta\n"})
+    by_camel = await create_tools(workspace, read=camel)["read"].run({"path": "/f.txt"})
+    by_snake = await create_tools(workspace, read=snake)["read"].run({"path": "/f.txt"})
+    assert by_camel == by_snake
+
+
+async def test_write_and_edit_options_accept_camel_case(workspace: Workspace) -> None:
+    tools = create_tools(workspace, write={"maxBytes": 3}, edit={"maxBytes": 4})
+    assert "3 bytes write cap" in (await tools["write"].run({"path": "/w.txt", "content": "four"}))["error"]
+    await create_tools(workspace)["write"].run({"path": "/e.txt", "content": "12345"})
+    assert "cap" in (await tools["edit"].run({"path": "/e.txt", "oldText": "1", "newText": "x"}))["error"]
+
+
+async def test_factory_keywords_accept_camel_case_and_a_later_override_wins(workspace: Workspace) -> None:
+    from computer.tools import WorkspaceFileStore
+
+    await create_tools(workspace)["write"].run({"path": "/f.txt", "content": "a\nb\nc\n"})
+    tool = create_read_tool(WorkspaceFileStore(workspace), options={"maxLines": 1}, max_lines=2)
+    result = await tool.run({"path": "/f.txt"})
+    assert result["endLine"] == 2
+
+
+def test_unknown_option_keys_are_errors() -> None:
+    from computer.tools._options import coerce_options
+
+    with pytest.raises(ValueError, match="maxLine"):
+        coerce_options(ReadOptions, {"maxLine": 1})
