@@ -14,6 +14,7 @@ counted), so memory is bounded by the budget too.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 __all__ = ["DEFAULT_BUDGET", "Opcode", "myers_opcodes"]
@@ -43,7 +44,9 @@ def _forward(a: list[int], b: list[int], budget: int) -> list[list[int]] | None:
     n, m = len(a), len(b)
     if n == 0 and m == 0:
         return []
-    max_d = n + m
+    # Step d alone costs 2d+1 units, so no step past sqrt(budget) can start within it: the frontier
+    # never needs more room than that (and is never one huge allocation for a huge input).
+    max_d = min(n + m, math.isqrt(max(budget, 0)) + 1)
     offset = max_d + 1
     v = [0] * (2 * max_d + 3)
     trace: list[list[int]] = []
@@ -67,7 +70,7 @@ def _forward(a: list[int], b: list[int], budget: int) -> list[list[int]] | None:
                 return trace
         if work > budget:
             return None
-    return trace  # unreachable: d = n + m always reaches the end
+    return None  # max_d steps were not enough (only when capped by the budget)
 
 
 def _matches(trace: list[list[int]], n: int, m: int) -> list[tuple[int, int, int]]:
