@@ -32,6 +32,19 @@ Whatever the declarations, ``execute`` drops a ``null`` sent for an optional fie
 one (a strict-mode model sends ``"limit": null`` for "no limit") and keeps a null the tool accepts
 (exec's ``input``).
 
+``api="responses"`` targets the Responses API instead: declarations are flat function tools
+(``{"type": "function", "name", "description", "parameters", "strict"}``, ``strict`` always stated since
+it defaults to true there) and ``execute(item)`` takes a ``function_call`` item (``{"type":
+"function_call", "call_id", "name", "arguments"}``, dict or SDK object) and returns a
+``function_call_output`` item (``{"type": "function_call_output", "call_id", "output"}``), whose
+``output`` is the text, or ``input_text``/``input_image``/``input_file`` items when ``read`` returns
+media. A failure is an output starting with ``Error:``; nothing raises::
+
+    tools, execute = create_openai_tools(workspace, api="responses")
+    response = client.responses.create(model=..., input=items, tools=tools)
+    for call in (i for i in response.output if i.type == "function_call"):
+        items.append(await execute(call))
+
 ``format="anthropic"`` emits Anthropic tool definitions (``{name, description, input_schema}``), takes
 Anthropic ``tool_use`` blocks (``{id, name, input}``) and returns Anthropic content blocks.
 """
@@ -66,12 +79,15 @@ def create_openai_tools(
     *,
     constrained_sampling: ConstrainedSampling = "prefer",
     format: Literal["openai", "anthropic"] = "openai",
+    api: Literal["chat", "responses"] = "chat",
     **options: Any,
 ) -> tuple[list[dict[str, Any]], ExecuteToolCall]:
     """Declarations for an OpenAI-compatible (or Anthropic) client and the ``execute`` that runs a call.
 
-    ``options`` are ``create_tools``' options (``readonly``, ``read``, ``exec``…). ``workspace`` may also be
-    a ``dict[str, Tool]`` already built.
+    ``api="chat"`` (default) is the Chat Completions shape; ``api="responses"`` declares Responses API
+    function tools and ``execute`` takes a ``function_call`` item and returns a ``function_call_output``
+    item. ``options`` are ``create_tools``' options (``readonly``, ``read``, ``exec``…). ``workspace``
+    may also be a ``dict[str, Tool]`` already built.
     """
     if constrained_sampling is True:
         constrained_sampling = "prefer"
@@ -81,28 +97,37 @@ def create_openai_tools(
         )
     if format not in ("openai", "anthropic"):
         raise ValueError(f'format must be "openai" or "anthropic", not {format!r}')
+    if api not in ("chat", "responses"):
+        raise ValueError(f'api must be "chat" or "responses", not {api!r}')
+    if api == "responses" and format != "openai":
+        raise ValueError('api="responses" is an OpenAI API: use it with format="openai"')
+    shape = "responses" if api == "responses" else format
     tools = build_tools(workspace, options)
-    declarations = [_declare(tool, constrained_sampling, format) for tool in tools.values()]
+    declarations = [_declare(tool, constrained_sampling, shape) for tool in tools.values()]
 
-    async def execute(tool_call: Any, *, on_update: ToolUpdate | None = None) -> dict[str, Any]:
-        """Run one tool call; bad calls and failed tools come back with ``is_error: True``."""
+    async def run(tool_call: Any, on_update: ToolUpdate | None) -> tuple[list[ContentPart], bool]:
         try:
-            name, args = _parse_call(tool_call, format)
+            name, args = _parse_call(tool_call, shape)
         except (_BadCall, ArgumentError) as exc:
-            return _error(str(exc), format)
+            return _error_parts(str(exc)), True
         except Exception as exc:  # a tool call object that cannot even be read
-            return _error(f"Malformed tool call: {type(exc).__name__}: {exc}", format)
+            return _error_parts(f"Malformed tool call: {type(exc).__name__}: {exc}"), True
         tool = tools.get(name)
         if tool is None:
-            return _error(f"Unknown tool {name!r}. Available tools: {', '.join(tools)}.", format)
+            return _error_parts(f"Unknown tool {name!r}. Available tools: {', '.join(tools)}."), True
         try:
             args = drop_unaccepted_nulls(args, tool.parameters)
             result = await tool.run(args, on_update=on_update)
-            parts = tool.to_model_output(result)
-            content = [_content_part(part, format) for part in parts]
+            return tool.to_model_output(result), "error" in result
         except Exception as exc:  # execute never raises: the loop must be able to continue
-            return _error(f"{name} failed: {type(exc).__name__}: {exc}", format)
-        return {"content": content, "is_error": "error" in result}
+            return _error_parts(f"{name} failed: {type(exc).__name__}: {exc}"), True
+
+    async def execute(tool_call: Any, *, on_update: ToolUpdate | None = None) -> dict[str, Any]:
+        """Run one tool call; bad calls and failed tools come back as errors, never as exceptions."""
+        parts, is_error = await run(tool_call, on_update)
+        if shape == "responses":
+            return _function_call_output(tool_call, parts)
+        return {"content": [_content_part(part, format) for part in parts], "is_error": is_error}
 
     return declarations, execute
 
@@ -119,6 +144,15 @@ def _declare(tool: Tool, constrained: ConstrainedSampling, format: str) -> dict[
                 raise ValueError(
                     f'constrained_sampling="require": the {tool.name} tool cannot be declared strict ({exc})'
                 ) from exc
+    if format == "responses":
+        # Responses API function tools are flat, and `strict` defaults to true there: always say it.
+        return {
+            "type": "function",
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": parameters,
+            "strict": strict,
+        }
     if format == "anthropic":
         # Anthropic has its own `strict` flag on tool definitions with the same closed-schema rules.
         declaration: dict[str, Any] = {
@@ -148,6 +182,11 @@ def _field(obj: Any, key: str) -> Any:
 def _parse_call(call: Any, format: str) -> tuple[str, dict[str, Any]]:
     if format == "anthropic":
         name, raw = _field(call, "name"), _field(call, "input")
+    elif format == "responses":
+        kind = _field(call, "type")
+        if kind not in (None, "function_call"):
+            raise _BadCall(f"Malformed tool call: expected a function_call item, not {kind!r}.")
+        name, raw = _field(call, "name"), _field(call, "arguments")
     else:
         function = _field(call, "function")
         if function is None:
@@ -158,11 +197,37 @@ def _parse_call(call: Any, format: str) -> tuple[str, dict[str, Any]]:
     return name, parse_arguments(raw, name)
 
 
-def _error(message: str, format: str) -> dict[str, Any]:
+def _error_parts(message: str) -> list[ContentPart]:
+    return [{"type": "text", "text": f"Error: {message}"}]
+
+
+def _function_call_output(call: Any, parts: list[ContentPart]) -> dict[str, Any]:
+    """A Responses API ``function_call_output`` item: a string when all text, else input content items."""
+    try:
+        call_id = _field(call, "call_id")
+    except Exception:
+        call_id = None
+    output: str | list[dict[str, Any]]
+    if all(part.get("type") == "text" for part in parts):
+        output = "\n".join(str(part["text"]) for part in parts)
+    else:
+        output = [_responses_part(part) for part in parts]
     return {
-        "content": [_content_part({"type": "text", "text": f"Error: {message}"}, format)],
-        "is_error": True,
+        "type": "function_call_output",
+        "call_id": call_id if isinstance(call_id, str) else "",
+        "output": output,
     }
+
+
+def _responses_part(part: ContentPart) -> dict[str, Any]:
+    kind = part.get("type")
+    if kind == "text":
+        return {"type": "input_text", "text": part["text"]}
+    media_type, data = part.get("media_type", "application/octet-stream"), part.get("data", "")
+    url = f"data:{media_type};base64,{data}"
+    if kind == "image":
+        return {"type": "input_image", "image_url": url, "detail": "auto"}
+    return {"type": "input_file", "filename": part.get("filename") or "file", "file_data": url}
 
 
 def _content_part(part: ContentPart, format: str) -> dict[str, Any]:

@@ -122,3 +122,15 @@ async def test_mcp_declares_and_answers_the_same() -> None:
     assert result.is_error is False
     assert result.structured_content is not None and result.structured_content["skipped"] == SKIPPED
     assert rt.calls[0]["timeout"] == 5.0
+
+
+async def test_openai_responses_declares_and_answers_the_same() -> None:
+    tools, rt = exec_tools()
+    declarations, execute = create_openai_tools(tools, api="responses")
+    check_schema(declarations[0]["parameters"])
+    assert declarations[0]["strict"] is False  # env is a map: strict mode cannot express it
+    output = await execute(
+        {"type": "function_call", "call_id": "c1", "name": "exec", "arguments": json.dumps(CALL)}
+    )
+    assert json.loads(output["output"])["skipped"] == SKIPPED
+    assert rt.calls[0]["timeout"] == 5.0
