@@ -26,14 +26,15 @@ from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent
 from ._codec import RESULT_OP, ChannelError, ChannelLimits, GuestRequest, check_args, pack_frame, read_request
 from ._context import GUEST_OPS
 from ._process import ProcessOutcome, stream_process
-from ._pystage import GUEST_DIR, PYTHON_DIR, stage_python
 from ._pystandby import Guest, StandbyGuests
 from ._sandbox import Bind, Sandbox, SandboxLimits
+from ._staging import stage, stage_python
 from .types import BackendInfo
 
 __all__ = ["PythonBackend"]
 
 _GUEST = Path(__file__).with_name("_pyguest.py")
+_GUEST_DIR = "/opt/computer"
 # Isolated mode, and no ``site``: only the standard library, and no .pth file of the host's interpreter
 # runs (27 ms of every start here). The guest puts back what scripts use from ``site`` (exit, quit).
 _FLAGS = ("-I", "-S")
@@ -54,30 +55,25 @@ class PythonBackend:
         python: str | None = None,
         warm_guests: int = 1,
         max_write_bytes: int = 64 * 1024 * 1024,
+        unprivileged: bool = True,
     ) -> None:
+        """``unprivileged``: as root, programs run as an unprivileged host user (see ``Sandbox``)."""
         self.default_cwd = cwd
         # What the host reads from the guest's channel (see ``_codec``); ``max_write_bytes`` is the
         # largest ``workspace.write_file`` (the host holds that much while the workspace stores it).
         self.limits = ChannelLimits(write_bytes=max_write_bytes)
         self.warm_guests = warm_guests
         self.standby = StandbyGuests(lambda: self._spawn_guest({}), warm_guests)
-        base: str = python or getattr(sys, "_base_executable", None) or sys.executable
-        staged = stage_python(os.path.realpath(base), str(_GUEST), os.path.dirname(msgpack.__file__))
         self.sandbox = Sandbox(
             network=network,
             limits=SandboxLimits(memory_mb=memory_mb, max_processes=max_processes, cpu_seconds=cpu_seconds),
+            unprivileged=unprivileged,
         )
-        # Only the staged copies are mounted (see ``_pystage``): inside, no host path. Without
-        # bubblewrap there are no mounts: the program runs the stage directories where they are.
-        inside = self.sandbox.bwrap
-        python_dir = PYTHON_DIR if inside else staged.python_stage
-        guest_dir = GUEST_DIR if inside else staged.guest_stage
-        self.python = staged.executable if inside else staged.executable.replace(PYTHON_DIR, python_dir, 1)
-        self._guest = f"{guest_dir}/guest.py"
-        self._env = {k: v.replace(PYTHON_DIR, python_dir) for k, v in staged.env.items()}
-        self._binds = [Bind(staged.python_stage, PYTHON_DIR), Bind(staged.guest_stage, GUEST_DIR)]
+        base = os.path.realpath(python or getattr(sys, "_base_executable", None) or sys.executable)
+        self._base = base
+        self.python, self._guest, self._env, self._binds = self._mounts()
         startup = self._probe()
-        version = staged.version
+        version = _version(base)
         self.info = BackendInfo(
             id=id,
             protocol="module",
@@ -111,8 +107,25 @@ class PythonBackend:
             times.append((time.perf_counter() - start) * 1000)
         return min(times)
 
+    def _mounts(self) -> tuple[str, str, dict[str, str], list[Bind]]:
+        """The interpreter, the guest script, their environment and the binds, for the next spawn.
+
+        Only staged trees are bound (see ``_staging``): the interpreter with its standard library at
+        ``/opt/python``, the guest and msgpack at ``/opt/computer``, so no host path appears inside.
+        Staged again if the process's scratch directory was released meanwhile. Without bubblewrap
+        nothing is bound: the host interpreter runs the staged guest where it is.
+        """
+        owner = self.sandbox.host_ids
+        guest_stage = _stage_guest(owner)
+        if not self.sandbox.bwrap:
+            return self._base, f"{guest_stage}/guest.py", {}, []
+        staged = stage_python(self._base, owner)
+        binds = [*staged.binds, Bind(guest_stage, _GUEST_DIR)]
+        return staged.executable, f"{_GUEST_DIR}/guest.py", dict(staged.env), binds
+
     async def _spawn_guest(self, env: dict[str, str]) -> Guest:
         """A sandboxed interpreter running the guest, waiting for its run on the returned socket."""
+        self.python, self._guest, self._env, self._binds = self._mounts()
         host_end, guest_end = socket.socketpair()
         try:
             full = {"LANG": "C.UTF-8", "HOME": "/tmp/home", "PATH": "/usr/bin:/bin", **self._env, **env}
@@ -254,3 +267,29 @@ async def _answer(request: GuestRequest, ctx: ExecContext, limits: ChannelLimits
         return {"err": [errno.EINVAL, str(exc), None]}
     except Exception as exc:
         return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def _version(python: str) -> str:
+    """``X.Y`` of the interpreter ``python``."""
+    if python == os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable):
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+    import subprocess
+
+    script = "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"
+    return subprocess.run(
+        [python, "-I", "-S", "-c", script], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+_GUEST_STAGES: dict[tuple[int, int] | None, str] = {}
+
+
+def _stage_guest(owner: tuple[int, int] | None) -> str:
+    """The guest and msgpack, staged once per process (and sandbox user) for every backend; again
+    if the process's scratch directory was released."""
+    staged = _GUEST_STAGES.get(owner)
+    if staged is None or not os.path.isdir(staged):
+        tree = {"guest.py": _GUEST, "lib/msgpack": os.path.dirname(msgpack.__file__)}
+        name = "python-guest" if owner is None else f"python-guest-{owner[0]}"
+        staged = _GUEST_STAGES[owner] = str(stage(name, tree, owner))
+    return staged
