@@ -10,8 +10,8 @@ Tools keep their names, descriptions and JSON schemas (passed through as ``input
 annotations: ``readOnlyHint`` for the tools that do not change the workspace (read, ls, find,
 grep), ``destructiveHint`` from the core tool's own flag, ``idempotentHint`` (everything but exec and
 publish) and ``openWorldHint`` (exec, publish); the fixed-shape ones (write, edit, delete, publish) declare
-their ``outputSchema``. Results are text content plus ``structuredContent`` (the result dict); images from ``read`` are ``ImageContent`` and PDFs an embedded blob resource. A failed call is a
-result with ``isError: true``. While exec runs, a client that sent a progress token receives each
+their ``outputSchema``. Results are text content plus ``structuredContent`` (the result dict); images from ``read`` are ``ImageContent`` and PDFs an embedded blob resource. A failed call (bad arguments included) is a
+result with ``isError: true``; an unknown tool name is a JSON-RPC error ``-32602`` (invalid params). While exec runs, a client that sent a progress token receives each
 snapshot as a progress notification (the message is the snapshot as JSON).
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 
 import mcp_types as types
 from mcp.server import Server, ServerRequestContext
+from mcp.shared.exceptions import MCPError
 
 from ._adapter_tools import build_tools
 from ._arguments import ArgumentError, parse_arguments
@@ -50,7 +51,10 @@ def create_mcp_server(
     ) -> types.CallToolResult:
         tool = tools.get(params.name)
         if tool is None:
-            return _error(f"Unknown tool {params.name!r}. Available tools: {', '.join(tools)}.")
+            # SPEC section 10: an unknown tool is a protocol error (invalid params), not a tool result.
+            raise MCPError(
+                types.INVALID_PARAMS, f"Unknown tool {params.name!r}. Available tools: {', '.join(tools)}."
+            )
         try:
             arguments = parse_arguments(params.arguments, params.name)
         except ArgumentError as exc:

@@ -79,14 +79,25 @@ async def test_a_call_returns_text_and_structured_content(sample_tools: dict[str
     assert json.loads(result.content[0].text) == {"path": "/a", "bytesWritten": 2}
 
 
-async def test_failures_and_unknown_tools_are_error_results(sample_tools: dict[str, Tool]) -> None:
+async def test_failures_are_error_results(sample_tools: dict[str, Tool]) -> None:
     async with Client(create_mcp_server(sample_tools)) as client:
         missing = await client.call_tool("get", {"path": "/missing"})
-        unknown = await client.call_tool("nope", {})
         invalid = await client.call_tool("get", {"path": "/a", "limit": 0})
-    for result, needle in ((missing, "No such file"), (unknown, "Unknown tool"), (invalid, "limit")):
+    for result, needle in ((missing, "No such file"), (invalid, "limit")):
         assert result.is_error is True
         assert isinstance(result.content[0], types.TextContent) and needle in result.content[0].text
+
+
+async def test_an_unknown_tool_is_a_json_rpc_invalid_params_error(sample_tools: dict[str, Tool]) -> None:
+    from mcp.shared.exceptions import MCPError
+
+    async with Client(create_mcp_server(sample_tools)) as client:
+        with pytest.raises(MCPError) as caught:
+            await client.call_tool("nope", {})
+        after = await client.call_tool("put", {"path": "/a", "content": "x"})
+    assert caught.value.code == -32602 == types.INVALID_PARAMS
+    assert "Unknown tool 'nope'" in caught.value.message and "put" in caught.value.message
+    assert after.is_error is False
 
 
 async def test_images_are_image_content_and_pdfs_embedded_blobs(sample_tools: dict[str, Tool]) -> None:
