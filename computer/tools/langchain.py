@@ -235,6 +235,19 @@ class DiscoverToolsTool(BaseTool):
     args_schema: Any = Field(default_factory=lambda: dict(_DISCOVER_SCHEMA))
     registry: _LazyRegistry = Field(exclude=True)
 
+    def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        return super().run(_screened(tool_input, self.name), *args, **kwargs)
+
+    async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        return await super().arun(_screened(tool_input, self.name), *args, **kwargs)
+
+    def _to_args_and_kwargs(
+        self, tool_input: Any, tool_call_id: str | None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if isinstance(tool_input, dict) and _BAD_ARGUMENTS in tool_input:
+            raise ToolException(f"Error: {tool_input[_BAD_ARGUMENTS]}")
+        return super()._to_args_and_kwargs(tool_input, tool_call_id)
+
     def _run(self, names: list[str] | None = None, **kwargs: Any) -> str:
         registry = self.registry
         if not names:

@@ -216,3 +216,13 @@ async def test_mcp_call_with_deep_arguments_is_an_error_result(sample_tools: dic
     assert deep.is_error is True
     assert isinstance(deep.content[0], types.TextContent) and "nested" in deep.content[0].text
     assert ok.is_error is False
+
+
+async def test_langchain_discover_tools_screens_its_input_too(sample_tools: dict[str, Tool]) -> None:
+    pytest.importorskip("langchain_core")
+    from computer.tools.langchain import create_langchain_tools
+
+    discover = create_langchain_tools(sample_tools, lazy="all", format="object")["discover_tools"]
+    assert "nested" in await discover.ainvoke({"names": deep_dict()})
+    assert "not valid JSON" in await discover.ainvoke("{bad")
+    assert "Tools you can enable" in await discover.ainvoke({})
