@@ -65,9 +65,6 @@ async def test_a_name_that_is_not_utf8_is_skipped_with_a_reason_and_nothing_else
         assert (await ok(ws, "cat good.txt")).stdout == "good\n"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 16: a run writing past the workspace quota fails whole (ENOSPC)"
-)
 async def test_a_run_writing_past_the_workspace_quota_skips_the_file_with_a_reason(db: Path) -> None:
     """The quota is a limit that remains (an explicit setting): what it keeps out is listed in
     ``skipped`` with its reason, the run's other changes land, nothing of the workspace is lost."""

@@ -426,6 +426,10 @@ asyncio.run(main())
 
 
 @pytest.mark.slow
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 17 (6): a mirror holding a 3,000-deep tree is left in /dev/shm at exit (RecursionError)",
+)
 def test_mirrors_leave_nothing_behind_in_dev_shm(tmp_path: Path) -> None:
     """Three workspaces (each with a 32 MiB quota) write 200 MB each, one also a tree 3,000 deep; then
     they close and the process exits. What the pulls left out is not held in /dev/shm after the runs,
@@ -442,6 +446,8 @@ def test_mirrors_leave_nothing_behind_in_dev_shm(tmp_path: Path) -> None:
     held_while_open = closed - start
     left_after_exit = (after.f_blocks - after.f_bfree - (before.f_blocks - before.f_bfree)) * after.f_frsize
     leftovers = [p.name for p in Path("/dev/shm").glob(f"*-{pid}-*")]  # today's names carry the pid
+    for name in leftovers:  # the test leaves nothing itself (rm -rf: any depth)
+        subprocess.run(["rm", "-rf", "--one-file-system", f"/dev/shm/{name}"], timeout=120, check=False)
     assert held_while_open < 64 * MiB, f"{held_while_open / MiB:.0f} MiB held by closed workspaces"
     assert left_after_exit < 64 * MiB, f"{left_after_exit / MiB:.0f} MiB left after exit"
     assert leftovers == []
