@@ -19,6 +19,10 @@ __all__ = ["Edit", "EditError", "EditOutcome", "apply_edits", "check_edits", "to
 
 _BOM = "\ufeff"
 _MAX_FUZZY_CANDIDATES = 1000
+# Characters of fuzzy candidate work per oldText (each candidate costs about len(needle) to find and
+# to check): a long needle that overlaps itself everywhere ("a a a ...") gets fewer candidates, so one
+# edit stays bounded in time (it took 15 s for a 10,000-character needle in a 1 MB file).
+_FUZZY_WORK = 2_000_000
 _CRLF = re.compile("\r\n")
 
 
@@ -87,8 +91,9 @@ def _count_text(count: int, cap: int) -> str:
     return f"at least {cap}" if count >= cap else str(count)
 
 
-def _fuzzy_candidates(fuzzy: FuzzyText, old: str) -> tuple[list[tuple[int, int, bool]], int]:
-    """Normalised hits ``(start, end, tail_kept)`` of ``old``, and how many were found before mapping.
+def _fuzzy_candidates(fuzzy: FuzzyText, old: str) -> tuple[list[tuple[int, int, bool]], dict[bool, str], int]:
+    """Normalised hits ``(start, end, tail_kept)`` of ``old``, the normalised needle for each
+    ``tail_kept``, and the candidate cap used.
 
     The needle's last line is tried trimmed (a hit must then end where a line ends, or ``x = `` would
     match the ``x =`` of ``x = 1``) and, when trimming removed something, untrimmed (a hit inside a line).
@@ -98,20 +103,26 @@ def _fuzzy_candidates(fuzzy: FuzzyText, old: str) -> tuple[list[tuple[int, int, 
     if tail_trimmed:
         variants.append((normalize_fuzzy(old, keep_tail=True)[0], True))
     hits: list[tuple[int, int, bool]] = []
+    cap = _fuzzy_cap(len(needle))
     for text, tail_kept in variants:
         if not text.strip():
             continue
-        for start in _occurrences(fuzzy.normalized, text, _MAX_FUZZY_CANDIDATES):
+        for start in _occurrences(fuzzy.normalized, text, cap):
             end = start + len(text)
             if tail_trimmed and not tail_kept and not fuzzy.is_line_end(end):
                 continue
             hits.append((start, end, tail_kept))
-    return hits, len(hits)
+    return hits, {kept: text for text, kept in variants}, cap
+
+
+def _fuzzy_cap(needle_length: int) -> int:
+    """How many fuzzy candidates one needle may try: at least 2 (enough to tell "not unique")."""
+    return max(2, min(_MAX_FUZZY_CANDIDATES, _FUZZY_WORK // max(1, needle_length)))
 
 
 def _locate_fuzzy(fuzzy: FuzzyText, old: str, index: int, path: str) -> tuple[int, int] | None:
-    hits, placed = _fuzzy_candidates(fuzzy, old)
-    if not placed:
+    hits, wanted, cap = _fuzzy_candidates(fuzzy, old)
+    if not hits:
         return None
     spans: list[tuple[int, int]] = []
     for start, end, tail_kept in hits:
@@ -119,12 +130,12 @@ def _locate_fuzzy(fuzzy: FuzzyText, old: str, index: int, path: str) -> tuple[in
         if span is None:
             continue
         original = fuzzy.original[span[0] : span[1]]
-        if normalize_fuzzy(original, keep_tail=tail_kept)[0] != normalize_fuzzy(old, keep_tail=tail_kept)[0]:
+        if normalize_fuzzy(original, keep_tail=tail_kept)[0] != wanted[tail_kept]:
             continue
         spans.append(span)
     if len(spans) > 1:
         raise EditError(
-            f"edits[{index}].oldText was found {_count_text(len(spans), _MAX_FUZZY_CANDIDATES)} times in "
+            f"edits[{index}].oldText was found {_count_text(len(spans), cap)} times in "
             f"{path} (after normalising quotes, dashes, spaces and trailing whitespace); it must be "
             "unique. Include more surrounding lines to pick one occurrence."
         )
@@ -141,7 +152,9 @@ def _locate(text: str, fuzzy: list[FuzzyText], old: str, index: int, path: str) 
     if len(exact) == 1:
         return exact[0], exact[0] + len(old)
     if len(exact) > 1:
-        count = len(_occurrences(text, old, 1_000_000))
+        # Non-overlapping count in one linear pass (counting overlapping hits one find at a time was
+        # quadratic: 61 s for a 20,000-character run of one letter); two overlapping hits say "2".
+        count = max(2, text.count(old))
         raise EditError(
             f"edits[{index}].oldText was found {count} times in {path}; it must be unique. "
             "Include more surrounding lines to pick one occurrence."

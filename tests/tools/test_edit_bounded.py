@@ -139,3 +139,33 @@ async def test_random_edit_at_the_cap_is_flagged_and_never_stalls_the_loop(tmp_p
     assert isinstance(result, dict) and result.get("diffTruncated") is True, result
     assert (tmp_path / "f.txt").read_text() == new
     assert stall < MAX_STALL, f"the event loop stalled {stall:.2f} s"
+
+
+@pytest.mark.timeout(120)
+def test_counting_a_self_overlapping_exact_needle_is_linear() -> None:
+    from computer.tools._edit_match import Edit, EditError, apply_edits
+
+    def attempt() -> str:
+        try:
+            apply_edits("a" * 1_000_000, [Edit("a" * 200_000, "b")], "/f")
+        except EditError as exc:
+            return str(exc)
+        return "applied"
+
+    message = finishes_in_a_thread(attempt)
+    assert "found 5 times" in str(message) and "unique" in str(message)
+
+
+@pytest.mark.timeout(120)
+def test_fuzzy_candidates_of_a_long_self_overlapping_needle_are_bounded() -> None:
+    from computer.tools._edit_match import Edit, EditError, apply_edits
+
+    def attempt() -> str:
+        try:
+            apply_edits("a " * 500_000, [Edit("a\u00a0" * 20_000, "b")], "/f")
+        except EditError as exc:
+            return str(exc)
+        return "applied"
+
+    message = finishes_in_a_thread(attempt)
+    assert "at least" in str(message) and "unique" in str(message)
