@@ -22,7 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..runtime import Backend, ExecEvent, ExecRequest, ExitEvent, MirrorPool, PythonBackend, ShellBackend
+from ..runtime import (
+    Backend,
+    ExecEvent,
+    ExecRequest,
+    ExitEvent,
+    MirrorPool,
+    PythonBackend,
+    ShellBackend,
+    release_process,
+)
 from ..runtime.types import BackendInfo
 from ._pool_context import OwnerExecContext, Prefetched
 
@@ -99,6 +108,11 @@ class PoolWorker:
         self._owner_handles = 0  # runs that arrived with their owner's handle
         # workspace id -> (owner token, owner handle) of the runs' owners (see ``run``'s ``owner``)
         self._owners: OrderedDict[str, tuple[str | None, Any]] = OrderedDict()
+
+    def __ray_shutdown__(self) -> None:
+        """Ray ends this worker gracefully: remove its scratch (mirrors, staged trees) and cgroups now
+        (a killed worker's are removed by the next process to start on the node: ``reap_dead``)."""
+        release_process()
 
     async def info(self) -> BackendInfo:
         """What the backend says about itself (the owner shows it as its own)."""

@@ -25,6 +25,7 @@ from ._handle import ExecHandle
 from ._mirror import MirrorPool
 from ._options import OutputOptions
 from ._runtime import Runtime
+from ._scratch import release_process
 from .python import PythonBackend
 from .shell import ShellBackend
 from .types import BackendInfo, ExecResult, ExecSnapshot, ExecStatus, OutputTruncation, status_for_exit
@@ -59,5 +60,6 @@ __all__ = [
     "SyncPush",
     "decode_sync",
     "encode_sync",
+    "release_process",
     "status_for_exit",
 ]

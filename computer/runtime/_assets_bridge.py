@@ -59,7 +59,7 @@ class AssetsBridge:
         self.own_revs: list[int] = []  # the revisions those saves committed (the run's own changes)
 
     @staticmethod
-    def make_directory(scratch: Path) -> Path:
+    def make_directory(scratch: Path, owner: tuple[int, int] | None = None) -> Path:
         """A fresh bridge directory below ``scratch`` holding ``bin/assets`` and the listening socket,
         to bind at :data:`SANDBOX_DIR` (made before the sandbox starts, off the run's path; the
         socket is served while the bridge is open). Remove it with :meth:`remove_directory`."""
@@ -74,6 +74,8 @@ class AssetsBridge:
         listening = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             listening.bind(str(directory / "assets.sock"))
+            if owner is not None:  # the sandbox's user must be able to connect
+                os.chown(directory / "assets.sock", *owner)
             listening.listen(16)
         except OSError:
             listening.close()  # the bridge makes its socket when it opens
@@ -97,6 +99,8 @@ class AssetsBridge:
         if listening is None:
             path = str(self.directory / "assets.sock")
             self._server = await asyncio.start_unix_server(self._serve, path=path)
+            if self.mirror.owner is not None:  # the sandbox's user must be able to connect
+                os.chown(path, *self.mirror.owner)
         else:
             self._server = await asyncio.start_unix_server(self._serve, sock=listening)
         return self

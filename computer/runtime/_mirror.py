@@ -22,6 +22,7 @@ from typing import Protocol
 
 from ..storage import CHUNK_SIZE
 from ._backend import BIG_FILE, MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
+from ._scratch import remove_tree
 from ._watch import TreeWatch
 
 __all__ = [
@@ -106,7 +107,9 @@ class Mirror:
     # ------------------------------------------------------------------ push
 
     def apply(self, push: SyncPush, *, first: bool = True) -> int:
-        """Apply one page of a push; returns how many files were written.
+        """Apply one page of a push; returns how many files were written. Everything made is owned by
+        :attr:`owner` (the sandbox's host user) from the start: a chown afterwards would change the
+        ctime the pull compares.
 
         ``first``: the push's first page (a full push then empties the mirror). Files whose content
         did not fit the page (``data is None``) are created empty and listed in :attr:`unfilled`: the
@@ -117,7 +120,9 @@ class Mirror:
         link a program left) is unlinked first and the file is created with ``O_EXCL | O_NOFOLLOW``,
         so a push never blocks on a FIFO nor writes through a link.
         """
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self.directory.is_dir():
+            self.directory.mkdir(mode=0o755)
+            self._own(self.directory)
         if push.full and first:
             self.unwatch()
             for child in list(self.directory.iterdir()):
@@ -138,17 +143,17 @@ class Mirror:
         self.reasons.update(push.reasons)
         for d in push.dirs:
             host = self.host(d.path)
-            _make_parent(self.directory, host)
+            _make_parent(self.directory, host, self.owner)
             if host.is_symlink() or (host.exists() and not host.is_dir()):
                 _remove(host)
             host.mkdir(exist_ok=True)
-            os.chmod(host, d.mode & _SAFE_BITS)
             self._own(host)
+            os.chmod(host, d.mode & _SAFE_BITS)
             self.state[self.rel(d.path)] = _entry(os.lstat(host))
         written = 0
         for f in push.files:
             host = self.host(f.path)
-            _make_parent(self.directory, host)
+            _make_parent(self.directory, host, self.owner)
             if f.chunks is not None:
                 self._prepare_chunked(host, f)
                 written += 1
@@ -170,11 +175,11 @@ class Mirror:
                 continue
             fd = os.open(host, _CREATE, f.mode & 0o777)
             try:
+                if self.owner is not None:
+                    os.fchown(fd, *self.owner)
                 if f.data:
                     _write_all(fd, f.data)
                 os.fchmod(fd, f.mode & _SAFE_BITS)
-                if self.owner is not None:
-                    os.fchown(fd, *self.owner)
                 ns = f.mtime * 1_000_000
                 os.utime(fd, ns=(ns, ns))
                 st = os.fstat(fd)
@@ -186,7 +191,7 @@ class Mirror:
             self.state[self.rel(f.path)] = _entry(st)
         for link in push.symlinks:
             host = self.host(link.path)
-            _make_parent(self.directory, host)
+            _make_parent(self.directory, host, self.owner)
             _remove(host)
             os.symlink(link.target, host)  # stored verbatim; only ever resolved inside the sandbox
             if self.owner is not None:
@@ -219,10 +224,10 @@ class Mirror:
             fd = os.open(host, _CREATE, f.mode & 0o777)
             needed = list(range(len(f.chunks)))
         try:
-            os.ftruncate(fd, f.length)
-            os.fchmod(fd, f.mode & _SAFE_BITS)
             if self.owner is not None:
                 os.fchown(fd, *self.owner)
+            os.ftruncate(fd, f.length)
+            os.fchmod(fd, f.mode & _SAFE_BITS)
             ns = f.mtime * 1_000_000
             os.utime(fd, ns=(ns, ns))
             st = os.fstat(fd)
@@ -384,6 +389,12 @@ class Mirror:
                 plan.deleted.append(path)
                 continue
             kind = entry[0]
+            if kind in "fd" and entry[5] & 0o6000:
+                # setuid/setgid never survive, not even in the mirror (the sandbox's own user owns it,
+                # but nobody gets a set-id program out of a run).
+                with contextlib.suppress(OSError, NotImplementedError):
+                    os.chmod(self.directory / rel, entry[5] & _SAFE_BITS, follow_symlinks=False)
+                    entry = now[rel] = _entry(os.lstat(self.directory / rel))
             if kind == "d":
                 if old is None or old[0] != "d" or old[5] != entry[5]:
                     plan.dirs.append(MirrorDir(path, entry[5]))
@@ -581,8 +592,8 @@ class MirrorPool:
         free = self._free.get(workspace_id)
         if free:
             return free.pop()
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in workspace_id)[:100]
-        directory = self.base / f"{safe}.{next(self._made)}"
+        # Named by a counter, not the workspace id: the name shows inside the sandbox (mountinfo).
+        directory = self.base / f"m{next(self._made)}"
         if directory.exists():  # left by an earlier process
             remove_tree(directory)
         return Mirror(directory, self.root)
@@ -740,64 +751,6 @@ def _remove(host: Path) -> None:
             os.unlink(host)
 
 
-def remove_tree(top: Path | str) -> None:
-    """Remove a directory tree of any depth without recursion and without following links.
-
-    ``shutil.rmtree`` recurses once per level (a tree 1,000 deep raised ``RecursionError`` and was
-    left behind); this walks with an explicit stack of directory descriptors, opened with
-    ``O_NOFOLLOW`` below the parent, and makes read-only directories writable on its way.
-    """
-    top = os.fspath(top)
-    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-    try:
-        fd = os.open(top, flags)
-    except FileNotFoundError:
-        return
-    except NotADirectoryError:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(top)
-        return
-    # One descriptor open at a time (a tree 5,000 deep would otherwise exhaust them): down by name,
-    # back up through "..". Each frame: the names still to remove, and the directory's own name.
-    stack: list[tuple[list[str], str | None]] = [(os.listdir(fd), None)]
-    try:
-        while stack:
-            names, name = stack[-1]
-            if not names:
-                stack.pop()
-                if name is None:
-                    break
-                parent = os.open("..", flags, dir_fd=fd)
-                os.close(fd)
-                fd = parent
-                with contextlib.suppress(FileNotFoundError):
-                    os.rmdir(name, dir_fd=fd)
-                continue
-            child = names.pop()
-            try:
-                st = os.lstat(child, dir_fd=fd)
-            except FileNotFoundError:
-                continue
-            if not stat.S_ISDIR(st.st_mode):
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(child, dir_fd=fd)
-                continue
-            if st.st_mode & 0o700 != 0o700:
-                with contextlib.suppress(OSError):
-                    os.chmod(child, 0o700, dir_fd=fd)
-            try:
-                down = os.open(child, flags, dir_fd=fd)
-            except OSError:
-                continue
-            os.close(fd)
-            fd = down
-            stack.append((os.listdir(fd), child))
-    finally:
-        os.close(fd)
-    with contextlib.suppress(FileNotFoundError):
-        os.rmdir(top)
-
-
 def _clear(host: Path) -> None:
     """Make room for a new file at ``host``: unlink what is there (a directory goes as a tree)."""
     try:
@@ -883,7 +836,7 @@ _SAFE_BITS = 0o1777
 _CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def _make_parent(directory: Path, host: Path) -> None:
+def _make_parent(directory: Path, host: Path, owner: tuple[int, int] | None = None) -> None:
     """Make ``host``'s parents real directories below ``directory``.
 
     A link or file where a directory must go is removed: a run may have left a symlink pointing out of
@@ -896,7 +849,11 @@ def _make_parent(directory: Path, host: Path) -> None:
             st = os.lstat(current)
         except FileNotFoundError:
             current.mkdir()
+            if owner is not None:
+                os.chown(current, *owner)
             continue
         if not stat.S_ISDIR(st.st_mode):
             _remove(current)
             current.mkdir()
+            if owner is not None:
+                os.chown(current, *owner)

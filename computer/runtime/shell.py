@@ -13,7 +13,7 @@ import atexit
 import contextlib
 import os
 import secrets
-import shutil
+import stat
 import tempfile
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -31,6 +31,7 @@ from ._backend import (
 from ._mirror import Mirror, MirrorPool
 from ._process import ProcessOutcome, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, in_background, run_to_completion
+from ._scratch import process_scratch
 from ._sync import MirrorSync
 from .types import BackendInfo
 
@@ -48,6 +49,30 @@ _COMMANDS = (
     "python3",
     "assets (assets publish <path> [<expiry>]: prints a share URL)",
 )
+
+
+def _check_reachable(directory: str, owner: tuple[int, int]) -> None:
+    """The sandbox's user must be able to reach ``directory`` (bubblewrap, running as that user, binds
+    a mirror from below it): every existing ancestor must be searchable by that user."""
+    path = Path(os.path.abspath(directory))
+    uid, gid = owner
+    for ancestor in [path, *path.parents]:
+        try:
+            st = os.stat(ancestor)
+        except FileNotFoundError:
+            continue
+        if st.st_uid == uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid == gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            raise ValueError(
+                f"scratch_dir {directory}: the sandbox's user (host uid {uid}) cannot reach it, as "
+                f"{ancestor} is not searchable by it; choose a directory others may search (e.g. one "
+                "made with mode 0o711), or pass unprivileged=False"
+            )
 
 
 def _default_scratch() -> str:
@@ -81,6 +106,7 @@ class ShellBackend:
         scratch_dir: str | None = None,
         mirror_pool: Callable[[Path, str], MirrorPool] | None = None,
         warm_sandboxes: int = 4,
+        unprivileged: bool = True,
     ) -> None:
         self.mount_root = canonical(mount_root)
         if self.mount_root == "/":
@@ -88,19 +114,28 @@ class ShellBackend:
         self.limits = SyncLimits(
             max_file_bytes=max_file_bytes, max_files=max_files, max_sync_bytes=max_sync_bytes
         )
+        # ``unprivileged``: as root, programs run as an unprivileged host user that owns nothing else
+        # (the mirror is that user's), never as a host root without capabilities (issue 17).
         self.sandbox = Sandbox(
             network=network,
             limits=SandboxLimits(memory_mb=memory_mb, max_processes=max_processes, cpu_seconds=cpu_seconds),
+            unprivileged=unprivileged,
         )
-        base = (
-            Path(scratch_dir or _default_scratch()) / f"computer-shell-{os.getpid()}-{secrets.token_hex(3)}"
-        )
+        # This process's scratch directory (0700, the sandbox user's; removed at exit, and by any
+        # later process if this one dies), then one directory per backend in it.
+        owner = self.sandbox.host_ids
+        if owner is not None:
+            _check_reachable(scratch_dir or _default_scratch(), owner)
+        base = process_scratch(scratch_dir or _default_scratch(), owner) / f"shell-{secrets.token_hex(3)}"
+        base.mkdir(mode=0o700)
+        if owner is not None:
+            os.chown(base, *owner)
         self.scratch = base
-        atexit.register(shutil.rmtree, base, True)
         # ``mirror_pool(base, mount_root)`` builds the pool of warm mirrors (default: a MirrorPool
         # keeping idle mirrors of the 64 most recently used workspaces).
         self._mirrors: MirrorPool = (mirror_pool or MirrorPool)(base, self.mount_root)
         self._sync = MirrorSync(self._mirrors, self.mount_root, self.limits)
+        self._sync.owner = owner
         # Standby sandboxes kept for the most recently used mirrors (at most ``warm_sandboxes``).
         self.warm_sandboxes = warm_sandboxes
         self._warm: OrderedDict[_Warm, Mirror] = OrderedDict()
@@ -224,7 +259,9 @@ class ShellBackend:
     async def _prepare(self, mirror: Mirror, bridge_dir: Path | None = None) -> tuple[Standby, Path]:
         """A standby sandbox over ``mirror`` (which must exist) with a fresh assets bridge directory."""
         if bridge_dir is None:
-            bridge_dir = await asyncio.to_thread(AssetsBridge.make_directory, self.scratch / "run")
+            bridge_dir = await asyncio.to_thread(
+                AssetsBridge.make_directory, self.scratch / "run", self.sandbox.host_ids
+            )
         binds = [
             Bind(str(mirror.directory), self.mount_root, writable=True),
             Bind(str(bridge_dir), SANDBOX_DIR),

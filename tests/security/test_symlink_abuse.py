@@ -69,9 +69,10 @@ async def test_in_the_shell_a_link_to_host_secrets_gives_nothing(ws: computer.Wo
     assert (
         "bwrap" in result.stdout or "bash" in result.stdout
     )  # pid 1 is the sandbox's own, not the host init
-    # A link made inside the sandbox is not pulled (links out of the mirror never become workspace
-    # content); a hard link to a host file cannot even be made (other filesystem, not visible).
-    assert "/workspace/made" in result.skipped
+    # A link made inside the sandbox is kept verbatim (SPEC section 10) and resolves only in the
+    # workspace's own namespace, where /etc/passwd is not the host's (nothing there); a hard link to
+    # a host file cannot even be made (other filesystem, not visible).
+    assert await ws.fs.readlink("/workspace/made") == "/etc/passwd"
     assert not await ws.fs.exists("/workspace/made")
     assert not await ws.fs.exists("/workspace/hard")
 
