@@ -336,6 +336,11 @@ if __name__ == "__main__":
     # Everything above ran before the run arrived (for a guest started ahead, before it was needed).
     _setup = _recv()
     _CWD: str = _setup["cwd"]
+    if _setup.get("chdir"):  # the mirrored workspace directory: open() and os see workspace files
+        try:
+            os.chdir(_CWD)
+        except OSError:  # a cwd the workspace does not have (yet): its calls still resolve from it
+            pass
     status = _run()
     sys.stdout.flush()
     sys.stderr.flush()

@@ -19,6 +19,7 @@ import contextlib
 import os
 import signal
 import socket
+import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -59,8 +60,8 @@ class StandbyGuests:
         self._start = start
         self._go: dict[asyncio.Future[Guest], asyncio.Future[None]] = {}  # a guest's start signal
         # At exit the guests would die with this process (bubblewrap's --die-with-parent), but their
-        # cgroups would stay behind.
-        atexit.register(_end_all_now, self.pending)
+        # cgroups would stay behind: one exit hook ends the guests of every live set.
+        _ALL.add(self)
 
     async def take(self) -> Guest | None:
         """A guest started ahead, on this event loop and still alive (None: there is none)."""
@@ -92,6 +93,20 @@ class StandbyGuests:
             self._go[pending] = go
             pending.add_done_callback(self._go.pop)
             self.pending.append(pending)
+
+    def close_now(self) -> None:
+        """End every guest started ahead, from any thread (a mirror dropped in a worker thread): the
+        ones still starting are ended when they are ready, on their own event loop."""
+        guests, self.pending[:] = list(self.pending), []
+        for pending in guests:
+            if pending.done():
+                _end_now(pending)
+                continue
+            loop = pending.get_loop()
+            try:
+                loop.call_soon_threadsafe(pending.add_done_callback, _end_now)
+            except RuntimeError:  # its loop is closed: nothing will finish it
+                continue
 
     async def close(self) -> None:
         """End every guest started ahead (the next run starts one again)."""
@@ -127,7 +142,12 @@ def _end_now(pending: asyncio.Future[Guest]) -> None:
         pending.result().discard_now()
 
 
-def _end_all_now(guests: list[asyncio.Future[Guest]]) -> None:
-    for pending in guests:
-        if pending.done():
-            _end_now(pending)
+_ALL: weakref.WeakSet[StandbyGuests] = weakref.WeakSet()
+
+
+@atexit.register
+def _end_all_now() -> None:
+    for standby in list(_ALL):
+        for pending in standby.pending:
+            if pending.done():
+                _end_now(pending)

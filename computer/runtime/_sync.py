@@ -18,16 +18,22 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
+import secrets
+import stat
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from ..storage import CHUNK_SIZE
 from ._backend import DeferringContext, ExecContext, MirrorFile, PendingPull, SyncLimits, SyncPull, SyncPush
 from ._context import PROTECTED
 from ._mirror import Entry, Mirror, MirrorPool, PullPlan
+from ._scratch import process_scratch
 from ._tasks import in_background
 
-__all__ = ["MirrorSync", "Synced"]
+__all__ = ["MirrorSync", "Synced", "backend_scratch"]
 
 
 class RunSaves(Protocol):
@@ -228,6 +234,57 @@ class MirrorSync:
         else:
             mirror.settle(now, rev, (), plan)
         return applied, reasons
+
+
+def _check_reachable(directory: str, owner: tuple[int, int]) -> None:
+    """The sandbox's user must be able to reach ``directory`` (bubblewrap, running as that user, binds
+    a mirror from below it): every existing ancestor must be searchable by that user."""
+    path = Path(os.path.abspath(directory))
+    uid, gid = owner
+    for ancestor in [path, *path.parents]:
+        try:
+            st = os.stat(ancestor)
+        except FileNotFoundError:
+            continue
+        if st.st_uid == uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid == gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            raise ValueError(
+                f"scratch_dir {directory}: the sandbox's user (host uid {uid}) cannot reach it, as "
+                f"{ancestor} is not searchable by it; choose a directory others may search (e.g. one "
+                "made with mode 0o711), or pass unprivileged=False"
+            )
+
+
+def _default_scratch() -> str:
+    """Where mirrors live by default: tmpfs when the machine has a writable one.
+
+    A mirror is a cache of the workspace (the SQLite file is the durable copy), and programs create and
+    delete many small files in it; on tmpfs that costs what it costs on a laptop's tmpfs, while a busy
+    disk can be 20x slower. ``scratch_dir`` puts mirrors on disk instead.
+    """
+    shm = "/dev/shm"
+    if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK):
+        return shm
+    return tempfile.gettempdir()
+
+
+def backend_scratch(scratch_dir: str | None, owner: tuple[int, int] | None, kind: str) -> Path:
+    """A fresh directory for one backend's mirrors and run directories, in this process's scratch
+    directory (0700, the sandbox user's; removed at exit, and by any later process if this one dies).
+    ``scratch_dir``: where (default: tmpfs when the machine has a writable one)."""
+    where = scratch_dir or _default_scratch()
+    if owner is not None:
+        _check_reachable(where, owner)
+    base = process_scratch(where, owner) / f"{kind}-{secrets.token_hex(3)}"
+    base.mkdir(mode=0o700)
+    if owner is not None:
+        os.chown(base, *owner)
+    return base
 
 
 def _small(push: SyncPush | SyncPull) -> bool:

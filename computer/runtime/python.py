@@ -1,8 +1,15 @@
 """``PythonBackend``: Python source in a sandboxed ``python3 -I -S``, callable (SPEC section 6).
 
-No mirror: the program reaches the authoritative workspace through the injected ``workspace`` module,
-whose calls travel as msgpack frames over a socket to the host, which answers each with
-``ctx.fs_call``. If the source defines ``main(input)``, its JSON-able return value is the result.
+The program's working directory is a mirror of the workspace's ``mount_root`` (default
+``/workspace``), synced like a shell run (:class:`~computer.runtime._sync.MirrorSync`: push before,
+pull after), so ``open``, ``os``, ``pathlib`` and ``subprocess`` read and write workspace files (SPEC
+section 10). The injected ``workspace`` module stays for direct access: its calls travel as msgpack
+frames over a socket to the host, which answers each with ``ctx.fs_call`` on the authoritative
+workspace at once. Decision: the two views meet at the run's edges, as a shell run and a workspace
+write do: a path written both through ``workspace`` and through ``open()`` in one run keeps the
+``workspace`` write (the pull leaves a path the workspace changed during the run alone, and reports
+it in ``skipped``). A ``cwd`` outside the mount root runs without a mirror (process cwd ``/tmp``).
+If the source defines ``main(input)``, its JSON-able return value is the result.
 """
 
 from __future__ import annotations
@@ -22,13 +29,16 @@ from typing import Any
 import msgpack
 
 from ..storage.errors import error_to_wire
-from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent
+from ..storage.paths import canonical, is_within
+from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
 from ._codec import RESULT_OP, ChannelError, ChannelLimits, GuestRequest, check_args, pack_frame, read_request
 from ._context import GUEST_OPS
+from ._mirror import Mirror, MirrorPool
 from ._process import ProcessOutcome, stream_process
 from ._pystandby import Guest, StandbyGuests
 from ._sandbox import Bind, Sandbox, SandboxLimits
 from ._staging import stage, stage_python
+from ._sync import MirrorSync, backend_scratch
 from .types import BackendInfo
 
 __all__ = ["PythonBackend"]
@@ -51,14 +61,23 @@ class PythonBackend:
         memory_mb: int | None = 1024,
         max_processes: int | None = 64,
         cpu_seconds: int | None = None,
-        cwd: str = "/workspace",
+        cwd: str | None = None,
         python: str | None = None,
         warm_guests: int = 1,
         max_write_bytes: int = 64 * 1024 * 1024,
         unprivileged: bool = True,
+        mount_root: str = "/workspace",
+        max_file_bytes: int | None = None,
+        max_files: int | None = None,
+        max_sync_bytes: int = 64 * 1024 * 1024,
+        scratch_dir: str | None = None,
     ) -> None:
-        """``unprivileged``: as root, programs run as an unprivileged host user (see ``Sandbox``)."""
-        self.default_cwd = cwd
+        """``unprivileged``: as root, programs run as an unprivileged host user (see ``Sandbox``).
+        ``mount_root`` is mirrored (the default cwd); the sync settings are the shell backend's."""
+        self.mount_root = canonical(mount_root)
+        if self.mount_root == "/":
+            raise ValueError("mount_root cannot be / (the sandbox needs its own /usr, /tmp…)")
+        self.default_cwd = cwd or self.mount_root
         # What the host reads from the guest's channel (see ``_codec``); ``max_write_bytes`` is the
         # largest ``workspace.write_file`` (the host holds that much while the workspace stores it).
         self.limits = ChannelLimits(write_bytes=max_write_bytes)
@@ -69,6 +88,13 @@ class PythonBackend:
             limits=SandboxLimits(memory_mb=memory_mb, max_processes=max_processes, cpu_seconds=cpu_seconds),
             unprivileged=unprivileged,
         )
+        owner = self.sandbox.host_ids
+        self.scratch = backend_scratch(scratch_dir, owner, "python")
+        self.sync_limits = SyncLimits(
+            max_file_bytes=max_file_bytes, max_files=max_files, max_sync_bytes=max_sync_bytes
+        )
+        self._sync = MirrorSync(MirrorPool(self.scratch, self.mount_root), self.mount_root, self.sync_limits)
+        self._sync.owner = owner
         base = os.path.realpath(python or getattr(sys, "_base_executable", None) or sys.executable)
         self._base = base
         self.python, self._guest, self._env, self._binds = self._mounts()
@@ -85,8 +111,11 @@ class PythonBackend:
             isolation=self.sandbox.isolation,
             description=(
                 f"Runs Python {version} source in a sandbox. If it defines main(input), main is called with "
-                "the input and its JSON-able return value is the result value. `import workspace` gives "
-                "synchronous functions on the workspace filesystem: "
+                "the input and its JSON-able return value is the result value. The working directory is "
+                f"the workspace's {self.mount_root} (default cwd): open(), os, pathlib and subprocess read "
+                "and write workspace files, saved back when the run ends (anything left out is listed in "
+                "skipped with the reason). `import workspace` gives synchronous functions acting on the "
+                "workspace at once: "
                 + ", ".join(GUEST_OPS)
                 + " (same errors as Python's: FileNotFoundError…; relative paths resolve from cwd). "
                 "Modules in the workspace cwd are importable. Only the standard library is installed. "
@@ -123,16 +152,25 @@ class PythonBackend:
         binds = [*staged.binds, Bind(guest_stage, _GUEST_DIR)]
         return staged.executable, f"{_GUEST_DIR}/guest.py", dict(staged.env), binds
 
-    async def _spawn_guest(self, env: dict[str, str]) -> Guest:
-        """A sandboxed interpreter running the guest, waiting for its run on the returned socket."""
+    @property
+    def mirrors(self) -> MirrorPool:
+        """The pool of warm workspace mirrors."""
+        return self._sync.mirrors
+
+    async def _spawn_guest(self, env: dict[str, str], mirror: Mirror | None = None) -> Guest:
+        """A sandboxed interpreter running the guest, waiting for its run on the returned socket;
+        with ``mirror`` bound read-write at the mount root."""
         self.python, self._guest, self._env, self._binds = self._mounts()
+        binds = list(self._binds)
+        if mirror is not None:
+            binds.append(Bind(str(mirror.directory), self.mount_root, writable=True))
         host_end, guest_end = socket.socketpair()
         try:
             full = {"LANG": "C.UTF-8", "HOME": "/tmp/home", "PATH": "/usr/bin:/bin", **self._env, **env}
             full["COMPUTER_CHANNEL_FD"] = str(guest_end.fileno())
             sp = await self.sandbox.spawn(
                 [self.python, *_FLAGS, "-u", self._guest],
-                binds=self._binds,
+                binds=binds,
                 cwd="/tmp",
                 env=full,
                 pass_fds=[guest_end.fileno()],
@@ -145,23 +183,88 @@ class PythonBackend:
         return Guest(sp, host_end)
 
     async def close_workspace(self, workspace_id: str) -> None:
-        """A workspace closed: end the guests started ahead (guests belong to no workspace, so the
-        next run starts one again; a process that closes its workspaces leaves no idle interpreter)."""
+        """A workspace closed: end the guests started ahead (for its idle mirrors, and the ones of runs
+        without a mirror), so a process that closes its workspaces leaves no idle interpreter."""
+        for mirror in self._sync.mirrors.idle_mirrors(workspace_id):
+            spares = mirror.take_standby()
+            if isinstance(spares, _MirrorGuests):
+                await spares.guests.close()
         await self.standby.close()
 
     async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
-        """Take a guest started ahead (or spawn one), run the request in it, report its value.
+        """The run over a mirror of the workspace (the sync bracket around a guest), or without one
+        when its cwd is outside the mount root."""
+        cwd = request.cwd or self.default_cwd
+        if not is_within(cwd, self.mount_root):
+            async for event in self._run_unmirrored(request, ctx):
+                yield event
+            return
+        workspace_id = ctx.workspace_id
+        mirror = self._sync.acquire(workspace_id, ctx)
+        self._sync.remove_evicted()
+        guest: Guest | None = None
+        clean = False
+        try:
+            push, pushed = await self._sync.push(mirror, ctx)
+            spares = mirror.standby
+            if isinstance(spares, _MirrorGuests) and not request.env:
+                guest = await spares.guests.take()
+            if guest is None:
+                guest = await self._spawn_guest(request.env, mirror)
+            session = _Session()
+            output = self._session(guest, request, ctx, session, chdir=True)
+            try:
+                async with contextlib.aclosing(output):
+                    async for chunk in output:
+                        yield chunk
+            except (asyncio.CancelledError, GeneratorExit):
+                # Killed: the guest is dead; what it wrote is kept (SPEC section 10).
+                await self._sync.pull(mirror, ctx, push.rev, request.id, defer=False)
+                clean = True
+                raise
+            synced = await self._sync.pull(mirror, ctx, push.rev, request.id)
+            clean = True
+            yield ExitEvent(
+                session.outcome.exit_code,
+                value=session.result.get("value"),
+                error=session.result.get("error"),
+                killed=session.outcome.timed_out,
+                pushed=pushed,
+                pulled=synced.pulled,
+                skipped=sorted(synced.skipped),
+                skipped_reasons=synced.skipped,
+                pending=synced.pending,
+            )
+        finally:
+            if guest is not None:
+                guest.host_end.close()
+            if await self._sync.release(workspace_id, mirror, clean=clean):
+                self._keep_warm(mirror)
+            self._sync.remove_evicted()
 
-        Shaped for a sync bracket (a cwd mirrored like the shell's): a push would go before the
-        guest is taken, a pull after ``_session`` ended and before the ``ExitEvent``.
-        """
+    def _keep_warm(self, mirror: Mirror) -> None:
+        """Start the next run's guest over ``mirror`` in the background (a moment after this run):
+        the guest waits with the mirror bound, so the workspace's next run skips the interpreter's
+        start; it belongs to that mirror only, and ends with it."""
+        if self.warm_guests <= 0 or not mirror.directory.is_dir():
+            return
+        spares = mirror.standby
+        if not isinstance(spares, _MirrorGuests):
+            mirror.drop_standby()
+            spares = mirror.standby = _MirrorGuests(
+                StandbyGuests(lambda: self._spawn_guest({}, mirror), self.warm_guests)
+            )
+        spares.guests.refill()
+
+    async def _run_unmirrored(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
+        """Take a guest started ahead (or spawn one), run the request in it, report its value."""
         warm = not request.env and self.standby.size > 0
         guest = await self.standby.take() if warm else None
         try:
             if guest is None:
                 guest = await self._spawn_guest(request.env)
             session = _Session()
-            output = self._session(guest, request, ctx, session)
+            output = self._session(guest, request, ctx, session, chdir=False)
             async with contextlib.aclosing(output):
                 async for chunk in output:
                     yield chunk
@@ -178,7 +281,7 @@ class PythonBackend:
                 self.standby.refill()
 
     async def _session(
-        self, guest: Guest, request: ExecRequest, ctx: ExecContext, session: _Session
+        self, guest: Guest, request: ExecRequest, ctx: ExecContext, session: _Session, *, chdir: bool
     ) -> AsyncGenerator[ExecEvent, None]:
         """Send the run to ``guest``, answer its workspace calls and stream its output until it ends."""
         try:
@@ -190,6 +293,7 @@ class PythonBackend:
             "source": request.source,
             "input": request.input,
             "cwd": request.cwd or self.default_cwd,
+            "chdir": chdir,  # the process's cwd too (a mirrored cwd exists inside the sandbox)
             "limits": dataclasses.asdict(self.limits),
         }
         writer.write(pack_frame(setup))
@@ -204,6 +308,16 @@ class PythonBackend:
             server.cancel()
             with contextlib.suppress(BaseException):
                 await server
+
+
+class _MirrorGuests:
+    """The guests started ahead over one mirror (its ``standby``); closed with the mirror."""
+
+    def __init__(self, guests: StandbyGuests) -> None:
+        self.guests = guests
+
+    def close(self) -> None:
+        self.guests.close_now()
 
 
 @dataclass

@@ -11,10 +11,6 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
-import os
-import secrets
-import stat
-import tempfile
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -31,8 +27,7 @@ from ._backend import (
 from ._mirror import Mirror, MirrorPool
 from ._process import ProcessOutcome, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, in_background, run_to_completion
-from ._scratch import process_scratch
-from ._sync import MirrorSync
+from ._sync import MirrorSync, backend_scratch
 from .types import BackendInfo
 
 __all__ = ["ShellBackend"]
@@ -49,43 +44,6 @@ _COMMANDS = (
     "python3",
     "assets (assets publish <path> [<expiry>]: prints a share URL)",
 )
-
-
-def _check_reachable(directory: str, owner: tuple[int, int]) -> None:
-    """The sandbox's user must be able to reach ``directory`` (bubblewrap, running as that user, binds
-    a mirror from below it): every existing ancestor must be searchable by that user."""
-    path = Path(os.path.abspath(directory))
-    uid, gid = owner
-    for ancestor in [path, *path.parents]:
-        try:
-            st = os.stat(ancestor)
-        except FileNotFoundError:
-            continue
-        if st.st_uid == uid:
-            bit = stat.S_IXUSR
-        elif st.st_gid == gid:
-            bit = stat.S_IXGRP
-        else:
-            bit = stat.S_IXOTH
-        if not st.st_mode & bit:
-            raise ValueError(
-                f"scratch_dir {directory}: the sandbox's user (host uid {uid}) cannot reach it, as "
-                f"{ancestor} is not searchable by it; choose a directory others may search (e.g. one "
-                "made with mode 0o711), or pass unprivileged=False"
-            )
-
-
-def _default_scratch() -> str:
-    """Where mirrors live by default: tmpfs when the machine has a writable one.
-
-    A mirror is a cache of the workspace (the SQLite file is the durable copy), and programs create and
-    delete many small files in it; on tmpfs that costs what it costs on a laptop's tmpfs, while a busy
-    disk can be 20x slower. ``scratch_dir`` puts mirrors on disk instead.
-    """
-    shm = "/dev/shm"
-    if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK):
-        return shm
-    return tempfile.gettempdir()
 
 
 class ShellBackend:
@@ -124,12 +82,7 @@ class ShellBackend:
         # This process's scratch directory (0700, the sandbox user's; removed at exit, and by any
         # later process if this one dies), then one directory per backend in it.
         owner = self.sandbox.host_ids
-        if owner is not None:
-            _check_reachable(scratch_dir or _default_scratch(), owner)
-        base = process_scratch(scratch_dir or _default_scratch(), owner) / f"shell-{secrets.token_hex(3)}"
-        base.mkdir(mode=0o700)
-        if owner is not None:
-            os.chown(base, *owner)
+        base = backend_scratch(scratch_dir, owner, "shell")
         self.scratch = base
         # ``mirror_pool(base, mount_root)`` builds the pool of warm mirrors (default: a MirrorPool
         # keeping idle mirrors of the 64 most recently used workspaces).

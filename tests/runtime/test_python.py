@@ -156,3 +156,51 @@ async def test_a_traceback_the_program_prints_itself_shows_its_source_lines(ws: 
     source = "import traceback\ntry:\n    1 / 0  # the line\nexcept ZeroDivisionError:\n    traceback.print_exc()\n"
     result = await run(ws, source)
     assert result.exit_code == 0 and "1 / 0  # the line" in result.stderr
+
+
+async def test_the_cwd_is_the_mirrored_workspace_directory(ws: computer.Workspace) -> None:
+    """Issue 16 / SPEC section 10: ``open()`` failed (the cwd was /tmp) and files written with it were
+    silently lost; now the cwd is the workspace's /workspace, synced like a shell run."""
+    await ws.fs.write_file("/workspace/data.csv", "a,b\n1,2\n")
+    source = (
+        "import csv, os, pathlib, subprocess\n"
+        "rows = list(csv.reader(open('data.csv')))\n"
+        "pathlib.Path('out').mkdir()\n"
+        "open('out/sum.txt', 'w').write(str(sum(int(x) for x in rows[1])))\n"
+        "subprocess.run(['cp', 'data.csv', 'copy.csv'], check=True)\n"
+        "def main(input):\n    return [os.getcwd(), rows]"
+    )
+    result = await run(ws, source)
+    assert result.value == ["/workspace", [["a", "b"], ["1", "2"]]], result.stderr
+    assert set(result.pulled) >= {"/workspace/out/sum.txt", "/workspace/copy.csv"}
+    assert await ws.fs.read_text("/workspace/out/sum.txt") == "3"
+    assert await ws.fs.read_text("/workspace/copy.csv") == "a,b\n1,2\n"
+    shell = await (await ws.runtime.exec("cat out/sum.txt")).result()
+    assert shell.stdout == "3"  # the shell sees the same directory
+    again = await run(ws, "print(open('out/sum.txt').read())")
+    assert again.stdout == "3\n" and again.pushed == 0  # the run's own changes are not sent back
+
+
+async def test_a_path_written_through_workspace_and_open_in_one_run_keeps_the_workspace_write(
+    ws: computer.Workspace,
+) -> None:
+    """The decision written in the backend's docstring: the two views meet at the run's edges."""
+    source = (
+        "import workspace\n"
+        "open('both.txt', 'w').write('through open')\n"
+        "workspace.write_file('both.txt', 'through workspace')\n"
+    )
+    result = await run(ws, source)
+    assert await ws.fs.read_text("/workspace/both.txt") == "through workspace"
+    assert "/workspace/both.txt" in result.skipped and result.skipped_reasons["/workspace/both.txt"]
+    after = await run(ws, "print(open('both.txt').read())")
+    assert after.stdout == "through workspace\n"
+
+
+async def test_a_cwd_outside_the_mount_root_runs_without_a_mirror(ws: computer.Workspace) -> None:
+    await ws.fs.mkdir("/proj")
+    await ws.fs.write_file("/proj/helper.py", "VALUE = 7\n")
+    result = await run(
+        ws, "import helper, os\ndef main(input):\n    return [helper.VALUE, os.getcwd()]", cwd="/proj"
+    )
+    assert result.value == [7, "/tmp"], result.stderr

@@ -1,4 +1,5 @@
-"""The python backend keeps one guest interpreter started ahead, for the next run without ``env``."""
+"""The python backend keeps one guest interpreter started ahead over each warm mirror, for the
+workspace's next run without ``env``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import asyncio
 import os
 import signal
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -25,11 +27,21 @@ async def run(ws: computer.Workspace, source: str, **kwargs: object) -> computer
     return await (await ws.runtime.exec(source, backend="python", **kwargs)).result()  # type: ignore[arg-type]
 
 
+def standby_of(backend: PythonBackend) -> list[asyncio.Future[Any]]:
+    """The guests started ahead over the backend's idle mirrors (one workspace in these tests)."""
+    pending: list[asyncio.Future[Any]] = []
+    for workspace in backend.mirrors.workspaces():
+        for mirror in backend.mirrors.idle_mirrors(workspace):
+            guests = getattr(mirror.standby, "guests", None)
+            pending += guests.pending if guests is not None else []
+    return pending
+
+
 async def ready_guest_pid(backend: PythonBackend) -> int:
     """The pid of the guest started ahead, once it is started (bounded: 10 s)."""
-    (pending,) = backend.standby.pending
+    (pending,) = standby_of(backend)
     guest = await asyncio.wait_for(asyncio.shield(pending), 10)
-    return guest.sp.proc.pid
+    return int(guest.sp.proc.pid)
 
 
 def alive(pid: int) -> bool:
@@ -47,7 +59,7 @@ async def test_the_next_run_without_env_takes_the_guest_started_ahead(backend_ws
     pid = await ready_guest_pid(backend)
     result = await run(ws, "def main(input):\n    return input + 1", input=41)
     assert result.value == 42
-    assert backend.standby.pending[0] is not None  # the next one is on its way
+    assert standby_of(backend)[0] is not None  # the next one is on its way
     for _ in range(100):  # bounded: 5 s (the guest's launcher is reaped with the run)
         if not alive(pid):
             break
@@ -76,7 +88,7 @@ async def test_a_guest_that_died_while_it_waited_is_replaced(backend_ws) -> None
     backend, ws = backend_ws
     await run(ws, "pass")
     os.killpg(await ready_guest_pid(backend), signal.SIGKILL)
-    proc = backend.standby.pending[0].result().sp.proc
+    proc = standby_of(backend)[0].result().sp.proc
     for _ in range(250):  # bounded: 5 s (the exit is seen once the child watcher reaps it)
         if proc.returncode is not None:
             break
@@ -91,7 +103,7 @@ async def test_closing_the_workspace_ends_the_guests_started_ahead() -> None:
         await ws.fs.mkdir("/workspace")
         await run(ws, "pass")
         pid = await ready_guest_pid(backend)
-    assert backend.standby.pending == [] and not alive(pid)
+    assert standby_of(backend) == [] and not alive(pid)
 
 
 async def test_no_guest_is_kept_when_warm_guests_is_zero() -> None:
@@ -99,4 +111,4 @@ async def test_no_guest_is_kept_when_warm_guests_is_zero() -> None:
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         assert (await run(ws, "print(2)")).stdout == "2\n"
-        assert backend.standby.pending == []
+        assert standby_of(backend) == [] and backend.standby.pending == []
