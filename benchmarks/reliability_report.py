@@ -230,9 +230,10 @@ THREAT_MODEL = """## Threat model
   and network namespaces (an empty network namespace: the host's network, its loopback included, is
   unreachable, and there is no DNS configuration); read-only `/usr`, a
   synthetic `/etc` (no `shadow`, no keys), private `/proc`, `/dev`, `/tmp`; only the run's own mirror
-  bound at `/workspace`. rlimits: address space 1 GiB, file size 4 GiB, 256 processes, no core files;
+  bound at `/workspace`. rlimits: file size 4 GiB, 256 processes, no core files (no address-space limit:
+  it stopped programs at ~14 threads and any JVM; memory is bounded by the cgroup);
   cgroup v1 `memory` (1 GiB) and `pids` (256) per run for the whole tree; the tree is killed on timeout,
-  kill, or when its owner dies. Links made inside the sandbox are not pulled into the workspace.
+  kill, or when its owner dies. Programs run as an unprivileged host uid (see the table below).
   Output: tails of 2000 lines / 64 KiB in memory; the full output is streamed into a workspace file
   with back-pressure, so a flood costs a few chunks of memory.
 - **Share links** (`computer/assets`): 128-bit random ids; unknown, expired and malformed links get one
@@ -253,11 +254,41 @@ THREAT_MODEL = """## Threat model
   line (host paths of the run's mirror and scratch directory); `/usr` is the host's, read-only.
 - **Memory of the owner and exec worker processes** is not capped by `computer` (Ray's memory monitor
   and the OS do that); the 300 MB flood test shows the caller stays bounded, not that every process is.
-- **Quota on the shell mirror**: a run can fill its scratch/mirror on the host up to RLIMIT_FSIZE per
-  file; the quota is enforced when the pull lands in the workspace (the run then fails with `ENOSPC`).
+- **A scratch budget per process**: mirrors live on tmpfs (host RAM). What a run writes there is
+  charged to its memory cgroup (1 GiB by default) while it runs, and the workspace quota applies when
+  the pull lands (what it keeps out is listed in `skipped` with its reason, the rest lands); but the
+  mirrors a process keeps warm (two per workspace, 64 workspaces) are bounded only by those quotas,
+  not by one budget for the process.
 - **Redis and Ray themselves** are trusted: anyone who can talk to them controls the cluster.
 - Writes acknowledged are durable per SQLite's guarantees on the node's disk (WAL); a lost disk loses
   its workspaces (no replication).
+
+## Threat-model table (exec layer, round 2)
+
+Every attack tried against the exec layer by an attacker-controlled agent (embedded workspace, both
+backends, and through a pool worker), how it is blocked now, and the test that proves it. Rows marked
+*held* already held in round 1.
+
+| attack | how it is blocked | test |
+| --- | --- | --- |
+| A sandboxed program leaves a setuid-root file on the host (`cp /usr/bin/id x; chmod 4755 x`: the sandbox user was host root) | as root, programs run as an unprivileged host uid that owns nothing else (`unprivileged=True`, setpriv + user namespace); mirrors live in a 0700 per-process directory of that user; every mount inside is nosuid,nodev; setuid/setgid are stripped in the mirror, on pull, on push and in every storage write path | `tests/fidelity/test_regressions.py::test_a_setuid_program_made_in_the_sandbox_is_not_setuid_root_on_the_host`, `tests/security/test_sandbox_user.py::test_a_file_made_setuid_inside_is_not_a_root_program_on_the_host`, `::test_every_mount_inside_is_nosuid_and_binds_are_nodev`, `tests/storage/test_metadata.py` |
+| `RLIMIT_NPROC` never binds (uid 0 outside) | the unprivileged uid; the pids cgroup per run | `tests/security/test_sandbox_user.py::test_rlimit_nproc_binds_for_the_sandbox_user` |
+| The python guest sets a mode of 0o4755 through `workspace.write_file` | the host masks modes with 0o1777 before `fs_call`; the storage strips them too | `tests/runtime/test_python_channel.py::test_modes_reach_the_workspace_without_setuid_or_setgid_bits`, `tests/fidelity/test_regressions.py` (write_file guard) |
+| `assets publish` inside the sandbox overwrites a protected file or a file the workspace changed during the run | the bridge saves through `sync_pull`, under exactly the pull's rules; its revisions count as the run's own | `tests/runtime/test_assets_command.py::test_assets_publish_saves_under_the_rules_of_the_pull`, `tests/fidelity/test_regressions.py` (17(2) tests) |
+| A FIFO in the mirror freezes the owner or a pool worker when the next push writes that path | a push never opens an existing node: it unlinks what stands there and creates the file with `O_EXCL \| O_NOFOLLOW`; reads use `O_NONBLOCK` and check `fstat` for a regular file; FIFOs, sockets and devices are never pulled nor opened on the host | `tests/fidelity/test_regressions.py::test_a_fifo_where_the_workspace_writes_a_file_blocks_nothing`, `tests/fidelity/test_bad_input.py` |
+| A forged frame on the python guest's socket inflates the host (16 MiB of empty maps: 40 -> 1,229 MiB) or bypasses the JSON check | every frame is read within limits (head 1 MiB, result 4 MiB, write body 64 MiB, 262,144 elements, depth 100), ops and argument types checked, the result re-checked as JSON-able on the host; a broken frame closes the channel and fails the run | `tests/runtime/test_python_channel.py::test_forged_frames_keep_the_hosts_memory_bounded`, `tests/runtime/test_codec.py::test_frames_that_break_the_framing_are_refused`, `test_python_channel.py::test_a_forged_result_that_is_not_json_fails_the_run` |
+| The python guest calls `symlink`/`readlink` with host targets | not guest ops (allowlist); symlinks are stored verbatim anyway and only ever resolved inside the sandbox or the workspace's own namespace | `tests/runtime/test_python_channel.py::test_symlink_and_readlink_are_not_guest_ops`, `tests/security/test_symlink_abuse.py` |
+| One `edit` call runs for tens of seconds (quadratic diff; self-overlapping needles) | Myers diff with a work budget, summarised past it (`diffTruncated`); linear counting; big edits off the event loop | `tests/tools/test_edit_bounded.py::test_adversarial_edit_finishes_and_never_stalls_the_loop` |
+| Mirrors accumulate host RAM and outlive the process (files over the pull budget left in /dev/shm; a 1,000-deep tree breaks `rmtree`; dead processes' directories) | no pull budget leaves files behind (pages, chunked large files); iterative `remove_tree` of any depth; per-process scratch removed at exit, by `__ray_shutdown__` in pool workers, and by the next process to start (`reap_dead`, by pid, start time, boot and pid namespace) | `tests/fidelity/test_regressions.py` (17(6)), `tests/security/test_scratch_cleanup.py::test_a_tree_5000_deep_is_removed_where_rmtree_gives_up`, `::test_reap_dead_removes_dead_processes_directories_and_keeps_live_ones` |
+| `/proc/self/mountinfo` inside names host paths (mirror with workspace id, package source, virtualenv, interpreter prefix) | every bind comes from a neutral staging path in the scratch directory; mirrors are named `m<n>`; what stays visible: the scratch directory's name (pid, start time, sandbox uid) | `tests/security/test_info_leaks.py::test_the_shell_sandbox_names_no_host_path`, `::test_the_python_sandbox_names_no_host_path_and_holds_the_standard_library_only` |
+| The python sandbox reads the host interpreter's site-packages | only the standard library is staged and bound at `/opt/python` | `tests/runtime/test_python_stdlib.py::test_only_the_standard_library_is_importable`, `::test_host_site_packages_cannot_be_read` |
+| Mirrors world-readable on the host | 0700 per-process scratch directory, owned by the sandbox user | `tests/security/test_scratch_cleanup.py::test_process_scratch_is_private_and_removed_at_exit` |
+| `assets publish` through `ln -s / root` tells a host file, a host directory and a missing path apart | the path is looked up below the mirror following no link; one answer for anything that is not a regular file there | `tests/runtime/test_assets_command.py::test_assets_publish_through_a_link_to_the_root_maps_nothing_of_the_host` |
+| Arguments nested 1,000 deep make the OpenAI adapter raise `RecursionError` (also invalid JSON, non-objects, in every adapter) | one shared parser (depth 64, object required) in every adapter; tools never raise | `tests/adapters/test_argument_parsing.py` |
+| A `Range` header of thousands of digits gives a 500 with a traceback | only ASCII digits count; over 18 digits means past the end (416, or 206 to the end) | `tests/assets/test_server_hardening.py::test_absurd_ranges_get_416_206_or_the_whole_body_never_500` |
+| A published `.html` / `.svg` runs its scripts on the share-link origin | active types get `Content-Security-Policy: sandbox` and `nosniff` (viewable, scriptless) | `tests/assets/test_server_hardening.py::test_active_types_are_sandboxed_and_nosniff_on_every_response` |
+| A write made while a run is in flight is lost (a run that changed nothing claimed the current revision) | a mirror's revision is a lower bound: it advances only over changes it holds; a run that changed nothing claims its base | `tests/runtime/test_shell.py::test_a_write_during_a_run_that_changes_nothing_reaches_the_next_run`, `tests/fidelity/test_sync_machine.py` |
+| *held*: network from the sandbox, host reads, `/etc`, daemons, fork and memory bombs, RE2, the share-link store | empty network namespace; synthetic `/etc`; pid namespace; pids and memory cgroups; RE2 | `tests/security/test_path_abuse.py`, `test_heavy_inputs.py`, `test_cluster_abuse.py`, `test_asset_guessing.py`, `tests/runtime/test_sandbox.py` |
 """
 
 
