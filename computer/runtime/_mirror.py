@@ -409,9 +409,9 @@ class Mirror:
                     first_name[ino] = path
                     plan.files.append((rel, entry))
             else:
+                # Never synced, and nothing is lost for it either: a workspace file the program
+                # replaced by a FIFO or socket stays in the workspace (reported in ``skipped``).
                 plan.unsyncable[path] = SPECIAL
-                if old is not None:
-                    plan.deleted.append(path)  # a file became a FIFO: the workspace's copy goes
                 continue
             if old is not None and old[0] != kind:
                 plan.deleted.append(path)  # replaced by another kind: remove first

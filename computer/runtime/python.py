@@ -59,7 +59,7 @@ class PythonBackend:
         id: str = "python",
         network: bool = False,
         memory_mb: int | None = 1024,
-        max_processes: int | None = 64,
+        max_processes: int | None = 256,
         cpu_seconds: int | None = None,
         cwd: str | None = None,
         python: str | None = None,

@@ -19,10 +19,6 @@ def db(tmp_path: Path) -> Path:
 SOCKET = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('s')\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 16: a socket or FIFO made in place of a file: reported skipped, yet the file is deleted",
-)
 @pytest.mark.parametrize("make", ['python3 -c "$SRC"', "mkfifo s"])
 async def test_a_socket_or_fifo_where_the_workspace_has_a_file_is_skipped_and_the_file_kept(
     db: Path, make: str

@@ -196,9 +196,6 @@ async def test_64_threads_start_in_one_program(db: Path) -> None:
         assert result.stdout == "64\n"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 16: the python backend's cwd is /tmp, not the mirrored /workspace"
-)
 async def test_the_python_backend_reads_and_writes_workspace_files_through_open(db: Path) -> None:
     async with opened(db) as ws:
         await ws.fs.write_file("/workspace/data.csv", "a,b\n1,2\n")
@@ -263,9 +260,6 @@ def _setuid_root_files(roots: list[str], since: float, budget: int = 400_000) ->
     return found
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 17 (1): a sandboxed program leaves a setuid-root file on the host"
-)
 async def test_a_setuid_program_made_in_the_sandbox_is_not_setuid_root_on_the_host(db: Path) -> None:
     since = time.time() - 1
     async with opened(db) as ws:
@@ -364,6 +358,7 @@ def _unblock_fifos(directory: Path, ticker: _Ticker, done: threading.Event) -> N
 async def test_a_fifo_where_the_workspace_writes_a_file_blocks_nothing(db: Path) -> None:
     # a short scratch path of our own (the run's unix socket lives there), so the watchdog knows where
     scratch = Path(tempfile.mkdtemp(prefix="fid-", dir="/tmp"))
+    os.chmod(scratch, 0o711)  # the sandbox's unprivileged user must reach its mirrors below it
     shell = ShellBackend(scratch_dir=str(scratch))
     ticker = _Ticker()
     task = asyncio.ensure_future(ticker.tick())
@@ -426,10 +421,6 @@ asyncio.run(main())
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 17 (6): a mirror holding a 3,000-deep tree is left in /dev/shm at exit (RecursionError)",
-)
 def test_mirrors_leave_nothing_behind_in_dev_shm(tmp_path: Path) -> None:
     """Three workspaces (each with a 32 MiB quota) write 200 MB each, one also a tree 3,000 deep; then
     they close and the process exits. What the pulls left out is not held in /dev/shm after the runs,

@@ -202,9 +202,6 @@ print(len(threads))
 """
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 16: the python backend still stops a program at ~14 threads (RLIMIT_AS)"
-)
 async def test_64_threads_in_one_program_in_both_backends(db: Path) -> None:
     async with opened(db) as ws:
         await ws.fs.write_file("/workspace/threads.py", THREADS)
