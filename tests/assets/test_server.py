@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from asset_helpers import make_record, pieces
+from .asset_helpers import make_record, pieces
 
 from computer.assets import AssetRecord, AssetStore, RedisAssetStore, SqliteAssetStore, create_app
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from asset_helpers import make_record, pieces, read_all
+from .asset_helpers import make_record, pieces, read_all
 
 from computer.assets import AssetNotFoundError, AssetStore, RedisAssetStore, SqliteAssetStore
 from computer.assets._blobs import key_digest

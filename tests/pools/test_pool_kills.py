@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import ray
-from pool_helpers import processes_with, unique_sleep, wait_until, worker_stats
+from .pool_helpers import processes_with, unique_sleep, wait_until, worker_stats
 
 import computer
 from computer.actors import NAMESPACE

@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from pool_helpers import worker_stats
+from .pool_helpers import worker_stats
 
 import computer
 from computer.config import Settings
