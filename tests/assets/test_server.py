@@ -8,9 +8,10 @@ from collections.abc import AsyncIterator
 
 import httpx
 import pytest
-from .asset_helpers import make_record, pieces
 
 from computer.assets import AssetRecord, AssetStore, RedisAssetStore, SqliteAssetStore, create_app
+
+from .asset_helpers import make_record, pieces
 
 BODY = b"0123456789abcdefghij"
 

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from .asset_helpers import make_record, pieces
 
 from computer.assets import AssetRecord, AssetStore, SqliteAssetStore, create_app
 from computer.assets._active_types import is_active_type
+
+from .asset_helpers import make_record, pieces
 
 BODY = b"0123456789abcdefghij"
 MANY = "9" * 5000

@@ -8,10 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
-from .asset_helpers import make_record, pieces, read_all
 
 from computer.assets import AssetNotFoundError, AssetStore, RedisAssetStore, SqliteAssetStore
 from computer.assets._blobs import key_digest
+
+from .asset_helpers import make_record, pieces, read_all
 
 BIG = bytes(range(256)) * 300  # 76,800 bytes: above the Redis inline limit used in these tests
 

@@ -7,11 +7,12 @@ from exec_cases import (
     a_file_changed_during_a_run_keeps_the_workspace_version,
     a_write_during_a_run_that_changes_nothing_reaches_the_next_run,
 )
-from .pool_helpers import worker_stats
 
 import computer
 from computer.config import Settings
 from computer.runtime import ExecSnapshot
+
+from .pool_helpers import worker_stats
 
 
 async def test_client_lists_shell_then_python_with_their_descriptions(cluster: Settings, name: str) -> None:

@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import ray
-from .pool_helpers import processes_with, unique_sleep, wait_until, worker_stats
 
 import computer
 from computer.actors import NAMESPACE
 from computer.actors.pools import PoolBackend
 from computer.config import Settings
 from computer.runtime import ExecRequest, OutputChunk
+
+from .pool_helpers import processes_with, unique_sleep, wait_until, worker_stats
 
 
 async def _wait_for_output(handle: Any, text: str) -> None:

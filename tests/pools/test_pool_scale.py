@@ -10,10 +10,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-from .pool_helpers import worker_stats
-
 import computer
 from computer.config import Settings
+
+from .pool_helpers import worker_stats
 
 
 async def test_eight_concurrent_runs_on_a_pool_of_two_all_complete(cluster: Settings, name: str) -> None:

@@ -73,3 +73,30 @@ def test_evicted_mirrors_wait_for_the_caller_to_remove_them(tmp_path: Path) -> N
     assert pool.take_evicted() == [a] and a.directory.exists()
     assert pool.take_evicted() == []
     assert b is not a
+
+
+def test_every_pool_of_the_process_counts_against_one_scratch_budget(tmp_path: Path) -> None:
+    """Issue 17 finding 6: warm mirrors held host RAM without a bound; now the idle mirrors of every
+    pool count against one budget and the least recently used go first, whichever pool holds them."""
+    from computer.runtime._mirror import ScratchBudget
+
+    budget = ScratchBudget(limit=2500)
+    first = MirrorPool(tmp_path / "a", "/workspace", budget=budget)
+    second = MirrorPool(tmp_path / "b", "/workspace", budget=budget)
+
+    def idle(pool: MirrorPool, workspace: str, size: int) -> Mirror:
+        mirror = pool.acquire(workspace)
+        mirror.state = {"f": ("f", 1, size, 0, 0, 0o644)}
+        assert pool.release(workspace, mirror) or size > budget.limit
+        return mirror
+
+    old = idle(first, "w1", 1000)
+    middle = idle(second, "w2", 1000)
+    assert budget.held() == 2000 and budget.take_evicted() == []
+    idle(first, "w3", 1000)  # 3000 > 2500: the oldest idle mirror (another workspace's) goes
+    evicted = first.take_evicted()
+    assert [m is old for m in evicted] == [True]
+    assert budget.held() == 2000 and second.idle_mirrors("w2") == [middle]
+    huge = idle(second, "w4", 5000)  # alone over the budget: not kept, and nothing else is needed
+    assert [m is huge for m in second.take_evicted()] == [True]  # the others fit: kept
+    assert second.idle_mirrors("w4") == [] and budget.held() == 2000
