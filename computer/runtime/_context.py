@@ -167,6 +167,7 @@ class LocalExecContext:
             if op.nlink > 1 and op.kind == "file":
                 first_name.setdefault(op.ino, op.path)
         cursor: str | None = None
+        small: list[tuple[int, _Op]] = []  # (index in push.files, op) of files read in bulk
         for i in range(start, len(ops)):
             op = ops[i]
             if i - start >= _PAGE_ENTRIES or (op.kind == "file" and budget < op.size < BIG_FILE and cursor):
@@ -214,14 +215,31 @@ class LocalExecContext:
                     push.files.append(MirrorFile(op.path, None, op.mode, op.mtime, op.size))
                     budget = 0
                     continue
+                small.append((len(push.files), op))  # read in bulk below
+                push.files.append(MirrorFile(op.path, b"", op.mode, op.mtime))
+                budget -= op.size
+        if small:
+            await self._read_small(push, small)
+        return push
+
+    async def _read_small(self, push: SyncPush, small: list[tuple[int, _Op]]) -> None:
+        """Fill in the page's small files: in bulk by inode where the storage can (one chunk or
+        empty), else by path; a file removed meanwhile is removed from the page (the next push agrees)."""
+        bulk = getattr(self.fs, "read_small_files", None)
+        found = bulk([op.ino for _, op in small if op.ino]) if bulk is not None else {}
+        gone: list[int] = []
+        for index, op in small:
+            data = found.get(op.ino) if op.ino else None
+            if data is None or len(data) != op.size:
                 try:
                     data = await self.fs.read_file(op.path)
                 except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-                    push.deleted.append(op.path)  # removed while we walked; the next push agrees
+                    gone.append(index)
+                    push.deleted.append(op.path)
                     continue
-                push.files.append(MirrorFile(op.path, data, op.mode, op.mtime))
-                budget -= len(data)
-        return push
+            push.files[index] = MirrorFile(op.path, data, op.mode, op.mtime)
+        for index in reversed(gone):
+            del push.files[index]
 
     # ------------------------------------------------------------------ pull
 

@@ -159,20 +159,37 @@ class Mirror:
             os.chmod(host, d.mode & _SAFE_BITS)
             self.state[self.rel(d.path)] = _entry(os.lstat(host))
         written = 0
+        base = os.fspath(self.directory)
+        ready: set[str] = set()  # parent directories already made real in this page
         for f in push.files:
+            rel = self.rel(f.path)
             host = self.host(f.path)
-            _make_parent(self.directory, host, self.owner)
+            parent = rel.rpartition("/")[0]
+            if parent not in ready:
+                _make_parent(self.directory, host, self.owner)
+                ready.add(parent)
             if f.chunks is not None:
                 self._prepare_chunked(host, f)
                 written += 1
                 continue
-            self.chunks.pop(self.rel(f.path), None)
-            if f.link is None and f.data is not None and _rewrite_shared(host, f):
-                # One name of a hard-linked file: written in place, so every name shows it.
-                self.state[self.rel(f.path)] = _entry(os.lstat(host))
-                written += 1
-                continue
-            _clear(host)
+            if self.chunks:
+                self.chunks.pop(rel, None)
+            path = f"{base}/{rel}"
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                st = None
+            if st is not None:
+                if f.link is None and f.data is not None and st.st_nlink > 1 and _rewrite_shared(host, f):
+                    # One name of a hard-linked file: written in place, so every name shows it.
+                    self.state[rel] = _entry(os.lstat(path))
+                    written += 1
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    remove_tree(path)
+                    ready = {p for p in ready if not _within("/" + p, "/" + rel)}
+                else:
+                    os.unlink(path)
             if f.link is not None:
                 try:
                     os.link(self.host(f.link), host, follow_symlinks=False)
@@ -181,13 +198,14 @@ class Mirror:
                 self.state[self.rel(f.path)] = _entry(os.lstat(host))
                 self.state[self.rel(f.link)] = _entry(os.lstat(self.host(f.link)))
                 continue
-            fd = os.open(host, _CREATE, f.mode & 0o777)
+            fd = os.open(path, _CREATE, f.mode & 0o777)
             try:
                 if self.owner is not None:
                     os.fchown(fd, *self.owner)
                 if f.data:
                     _write_all(fd, f.data)
-                os.fchmod(fd, f.mode & _SAFE_BITS)
+                if f.mode & 0o7777 != _CREATED_MODE.get(f.mode & 0o777):
+                    os.fchmod(fd, f.mode & _SAFE_BITS)  # beyond what the umask left
                 ns = f.mtime * 1_000_000
                 os.utime(fd, ns=(ns, ns))
                 st = os.fstat(fd)
@@ -196,7 +214,7 @@ class Mirror:
             written += 1
             if f.data is None and f.length > 0:
                 self.unfilled.append((f, None))
-            self.state[self.rel(f.path)] = _entry(st)
+            self.state[rel] = _entry(st)
         for link in push.symlinks:
             host = self.host(link.path)
             _make_parent(self.directory, host, self.owner)
@@ -937,6 +955,15 @@ def _open_beneath(directory: Path, rel: str) -> int:
         fd = child
     return fd
 
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# The mode ``open(O_CREAT, mode)`` gives a file under this process's umask: no fchmod when it matches.
+_CREATED_MODE = {mode: mode & ~_umask() for mode in range(0o1000)}
 
 # A mode a mirror gives a file or directory: never setuid or setgid.
 _SAFE_BITS = 0o1777

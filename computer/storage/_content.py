@@ -124,6 +124,34 @@ def _open_file(st: Store, path: str) -> tuple[int, int, int | None]:
     return ino, int(size), one
 
 
+_IN_BATCH = 500  # inodes per statement
+
+
+def read_small_files(st: Store, inodes: Iterable[int]) -> dict[int, bytes]:
+    """The whole content of each regular file among ``inodes`` held in at most one chunk (every file
+    under 512 KiB), in one snapshot and a statement per 500; others (larger, gone, not files) are
+    left out for the caller to read one by one. A mirror's push of 100,000 small files paid a path
+    resolution and two statements per file (95 us) through ``read_file``."""
+    wanted = sorted(set(inodes))
+    out: dict[int, bytes] = {}
+    with st.db.snapshot():
+        for start in range(0, len(wanted), _IN_BATCH):
+            batch = wanted[start : start + _IN_BATCH]
+            marks = ", ".join("?" * len(batch))
+            rows = st.db.execute(
+                "SELECT i.id, i.size, coalesce(c.data, d.data), c.compressed, c.size FROM inodes i "
+                "LEFT JOIN chunks c ON c.id = i.chunk LEFT JOIN chunk_data d ON d.id = c.id "
+                f"WHERE i.id IN ({marks}) AND i.kind = ? AND (i.chunk IS NOT NULL OR i.size = 0)",
+                (*batch, FILE),
+            ).fetchall()
+            for ino, size, stored, compressed, csize in rows:
+                if int(size) == 0:
+                    out[int(ino)] = b""
+                elif stored is not None and int(csize) == int(size):
+                    out[int(ino)] = decode_chunk(stored, compressed, csize)
+    return out
+
+
 def read_file(st: Store, path: str, *, offset: int = 0, length: int | None = None) -> bytes:
     """The bytes of a file, or of ``[offset, offset + length)`` of it (clipped at the end)."""
     p = st.canon(path)

@@ -210,6 +210,12 @@ class FileSystem:
         """The bytes of a file, or of ``[offset, offset + length)`` of it (clipped at the end)."""
         return _content.read_file(self._store, path, offset=offset, length=length)
 
+    def read_small_files(self, inodes: Iterable[int]) -> dict[int, bytes]:
+        """Content by inode (``manifest(inodes=True)``) of the regular files among ``inodes`` held in
+        one chunk (under 512 KiB), read in bulk; the others are left out (read them by path)."""
+        self._store.refresh()
+        return _content.read_small_files(self._store, inodes)
+
     async def read_text(self, path: str) -> str:
         """The file decoded as UTF-8 (strict: invalid bytes raise ``UnicodeDecodeError``)."""
         return (await self.read_file(path)).decode("utf-8")
