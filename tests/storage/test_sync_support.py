@@ -332,3 +332,18 @@ async def test_a_manifest_page_of_a_big_directory_reads_about_one_page(fs: FileS
     page = fs.manifest("/r", after="/r/deep/er/f01000", limit=100, inodes=True)
     assert [e.path for e in page] == [f"/r/deep/er/f{i:05}" for i in range(1001, 1101)]
     assert fs.queries - before <= 8  # the descent, one page of children, the snapshot
+
+
+async def test_small_files_are_read_in_bulk_by_inode_and_the_rest_left_to_the_caller(fs: FileSystem) -> None:
+    import os
+
+    contents = {f"/d/f{i}": os.urandom(i * 997) for i in range(40)}  # 0 B .. ~38 KiB, some compressible
+    contents["/d/zeros"] = bytes(100_000)
+    contents["/d/big"] = os.urandom(600 * 1024)  # two chunks: not read in bulk
+    fs.commit_batch(contents, mkdirs=["/d/sub"])
+    entries = {e.path: e for e in fs.manifest("/d", inodes=True)}
+    found = fs.read_small_files([e.ino for e in entries.values()] + [999_999])
+    by_path = {path: found.get(entries[path].ino) for path in contents}
+    assert by_path.pop("/d/big") is None  # more than one chunk
+    assert by_path == {path: data for path, data in contents.items() if path != "/d/big"}
+    assert entries["/d/sub"].ino not in found  # a directory
