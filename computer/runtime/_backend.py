@@ -107,7 +107,7 @@ class SyncLimits:
 
     max_file_bytes: int | None = None
     max_files: int | None = None
-    max_sync_bytes: int = 64 * 1024 * 1024
+    max_sync_bytes: int = 32 * 1024 * 1024
     after: str | None = None  # continue a paged push after this workspace path (None: first page)
 
 

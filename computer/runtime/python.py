@@ -69,7 +69,7 @@ class PythonBackend:
         mount_root: str = "/workspace",
         max_file_bytes: int | None = None,
         max_files: int | None = None,
-        max_sync_bytes: int = 64 * 1024 * 1024,
+        max_sync_bytes: int = 32 * 1024 * 1024,
         scratch_dir: str | None = None,
     ) -> None:
         """``unprivileged``: as root, programs run as an unprivileged host user (see ``Sandbox``).

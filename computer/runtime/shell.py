@@ -57,7 +57,7 @@ class ShellBackend:
         network: bool = False,
         max_file_bytes: int | None = None,
         max_files: int | None = None,
-        max_sync_bytes: int = 64 * 1024 * 1024,
+        max_sync_bytes: int = 32 * 1024 * 1024,
         memory_mb: int | None = 1024,
         max_processes: int | None = 256,
         cpu_seconds: int | None = None,
