@@ -246,7 +246,7 @@ class Mirror:
             fd = os.open(host, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
             needed = [i for i, h in enumerate(f.chunks) if i >= len(old) or old[i] != h]
         else:
-            _clear(host)
+            _remove(host)
             fd = os.open(host, _CREATE, f.mode & 0o777)
             needed = list(range(len(f.chunks)))
         try:
@@ -875,18 +875,6 @@ def _remove(host: Path) -> None:
     else:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(host)
-
-
-def _clear(host: Path) -> None:
-    """Make room for a new file at ``host``: unlink what is there (a directory goes as a tree)."""
-    try:
-        st = os.lstat(host)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        remove_tree(host)
-    else:
-        os.unlink(host)
 
 
 def _rewrite_shared(host: Path, f: MirrorFile) -> bool:

@@ -46,6 +46,20 @@ _COMMANDS = (
 )
 
 
+def _on_tmpfs(path: Path) -> bool:
+    """Whether ``path`` lies on a tmpfs (its pages are memory, charged to the writer's cgroup)."""
+    best, kind = "", ""
+    try:
+        with open("/proc/mounts") as mounts:
+            for line in mounts:
+                fields = line.split()
+                if len(fields) > 2 and is_within(str(path), fields[1]) and len(fields[1]) >= len(best):
+                    best, kind = fields[1], fields[2]
+    except OSError:
+        return False
+    return kind == "tmpfs"
+
+
 class ShellBackend:
     """Runs ``bash -c source`` in a sandbox over a synced mirror of ``mount_root``."""
 
@@ -125,7 +139,14 @@ class ShellBackend:
             "empty directories are kept; anything left out (a FIFO, a name that is not UTF-8"
             + (", a file over the backend's size or count limits" if self._limited() else "")
             + ", a file the workspace changed during the command) is listed in the result's skipped "
-            "paths with the reason. Available: "
+            "paths with the reason. "
+            + (
+                f"Files under {self.mount_root} are kept in memory while the command runs and count "
+                f"against its memory limit ({self.sandbox.limits.memory_mb} MiB). "
+                if self.sandbox.limits.memory_mb and _on_tmpfs(self.scratch)
+                else ""
+            )
+            + "Available: "
             + ", ".join(_COMMANDS)
             + f". Network: {'on' if network else 'off'}. Startup cost about {startup:.0f} ms per command "
             "plus the sync of changed files. Isolation: " + self.sandbox.isolation + "."

@@ -109,3 +109,21 @@ def reasons_cover_skipped(result: ExecResult) -> None:
     """SPEC 10: every path in ``skipped`` has a non-empty reason in ``skipped_reasons``."""
     missing = [p for p in result.skipped if not result.skipped_reasons.get(p)]
     assert not missing, f"skipped without a reason: {missing} (reasons: {result.skipped_reasons})"
+
+
+# A program that starts 64 threads (an address-space rlimit stopped it at ~14) and prints how many.
+THREADS = """
+import threading
+go = threading.Event()
+threads = []
+try:
+    for _ in range(64):
+        t = threading.Thread(target=go.wait, args=(30,))
+        t.start()
+        threads.append(t)
+finally:
+    go.set()
+    for t in threads:
+        t.join(30)
+print(len(threads))
+"""

@@ -25,6 +25,7 @@ from computer.runtime import ShellBackend
 from computer.runtime._mirror import MirrorPool
 
 from ._support import (
+    THREADS,
     digest,
     ok,
     opened,
@@ -172,21 +173,6 @@ async def test_hard_links_show_the_same_bytes_in_every_view(db: Path) -> None:
         assert (await ok(ws, "cat a; cat b")).stdout == "one\ntwo\none\ntwo\n"
 
 
-THREADS = """
-import sys, threading
-go = threading.Event()
-threads = []
-try:
-    for _ in range(64):
-        t = threading.Thread(target=go.wait, args=(30,))
-        t.start()
-        threads.append(t)
-finally:
-    go.set()
-    for t in threads:
-        t.join(30)
-print(len(threads))
-"""
 
 
 async def test_64_threads_start_in_one_program(db: Path) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ._support import ok, opened
+from ._support import THREADS, ok, opened
 
 MiB = 1024 * 1024
 
@@ -185,21 +185,6 @@ async def test_tar_of_100000_files_out_and_back(db: Path) -> None:
         assert after.skipped == []
 
 
-THREADS = """
-import threading
-go = threading.Event()
-threads = []
-try:
-    for _ in range(64):
-        t = threading.Thread(target=go.wait, args=(30,))
-        t.start()
-        threads.append(t)
-finally:
-    go.set()
-    for t in threads:
-        t.join(30)
-print(len(threads))
-"""
 
 
 async def test_64_threads_in_one_program_in_both_backends(db: Path) -> None:
