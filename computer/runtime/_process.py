@@ -17,7 +17,14 @@ from ._backend import MAX_CHUNK_BYTES, OutputChunk
 from ._cgroups import remove_groups, sweep
 from ._tasks import in_background, run_to_completion
 
-__all__ = ["TIMEOUT_EXIT_CODE", "ProcessOutcome", "SandboxProcess", "close_transport", "stream_process"]
+__all__ = [
+    "TIMEOUT_EXIT_CODE",
+    "ProcessOutcome",
+    "SandboxProcess",
+    "close_transport",
+    "out_of_memory_error",
+    "stream_process",
+]
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +108,8 @@ class ProcessOutcome:
 
     exit_code: int | None = None
     timed_out: bool = False
+    # The kernel killed a process of the run for going over its memory cgroup's limit.
+    out_of_memory: bool = False
 
 
 async def stream_process(
@@ -163,6 +172,7 @@ async def stream_process(
                 await sp.kill_tree()
         code = await proc.wait()
         finished = True
+        outcome.out_of_memory = _oom_killed(sp.cgroups)
         if timed_out:
             code = TIMEOUT_EXIT_CODE
         elif code < 0:
@@ -189,6 +199,32 @@ async def stream_process(
         # A second cancellation (a kill, then close) must not cut the kill, the reaping or the cgroup
         # removal short.
         await run_to_completion(teardown())
+
+
+def out_of_memory_error(limit_mb: int | None, mount_root: str) -> str:
+    """What a run killed for its memory says (files written under the mirror are memory on tmpfs)."""
+    limit = f" ({limit_mb} MiB)" if limit_mb else ""
+    return (
+        f"out of memory: the run went over its memory limit{limit} and the kernel killed it; files "
+        f"written under {mount_root} count against that limit while the run lasts (what was written "
+        "before the kill is kept)"
+    )
+
+
+def _oom_killed(groups: list[Path]) -> bool:
+    """Whether the run's memory cgroup (v1) counted an out-of-memory kill (``oom_kill`` in
+    ``memory.oom_control``, Linux 4.13+); False where that cannot be told."""
+    for group in groups:
+        if "memory" not in group.parts:
+            continue
+        try:
+            for line in (group / "memory.oom_control").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value or 0) > 0
+        except (OSError, ValueError):
+            return False
+    return False
 
 
 def _clean_later(sp: SandboxProcess) -> None:

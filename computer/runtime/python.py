@@ -34,7 +34,7 @@ from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
 from ._codec import RESULT_OP, ChannelError, ChannelLimits, GuestRequest, check_args, pack_frame, read_request
 from ._context import GUEST_OPS
 from ._mirror import Mirror, MirrorPool
-from ._process import ProcessOutcome, stream_process
+from ._process import ProcessOutcome, out_of_memory_error, stream_process
 from ._pystandby import Guest, StandbyGuests
 from ._sandbox import Bind, Sandbox, SandboxLimits
 from ._staging import stage, stage_python
@@ -224,10 +224,13 @@ class PythonBackend:
                 raise
             synced = await self._sync.pull(mirror, ctx, push.rev, request.id)
             clean = True
+            oom = session.outcome.out_of_memory
             yield ExitEvent(
                 session.outcome.exit_code,
                 value=session.result.get("value"),
-                error=session.result.get("error"),
+                error=out_of_memory_error(self.sandbox.limits.memory_mb, self.mount_root)
+                if oom
+                else session.result.get("error"),
                 killed=session.outcome.timed_out,
                 pushed=pushed,
                 pulled=synced.pulled,

@@ -25,7 +25,7 @@ from ._backend import (
     SyncLimits,
 )
 from ._mirror import Mirror, MirrorPool
-from ._process import ProcessOutcome, stream_process
+from ._process import ProcessOutcome, out_of_memory_error, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, in_background, run_to_completion
 from ._sync import MirrorSync, backend_scratch
 from .types import BackendInfo
@@ -210,6 +210,11 @@ class ShellBackend:
                 skipped_reasons=synced.skipped,
                 killed=outcome.timed_out,
                 pending=synced.pending,
+                error=(
+                    out_of_memory_error(self.sandbox.limits.memory_mb, self.mount_root)
+                    if outcome.out_of_memory
+                    else None
+                ),
             )
         finally:
             if ready is not None:  # prepared but never started (cwd missing, cancelled…)

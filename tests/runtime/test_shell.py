@@ -417,3 +417,22 @@ async def test_a_small_change_in_a_large_file_moves_one_chunk_each_way(tmp_path:
             seen.stdout.split()[0] == hashlib.sha256(await ws.fs.read_file("/workspace/big.db")).hexdigest()
         )
         assert not await ws.fs.exists("/.computer/sync/x") and await ws.fs.ls("/.computer/sync") == []
+
+
+async def test_a_run_that_fills_its_scratch_space_says_why_and_loses_nothing() -> None:
+    """Issue 16 (bad input): files under /workspace live on tmpfs and count against the run's memory
+    cgroup; a run writing past it is killed by the kernel. The result says so; what it wrote before
+    is kept; the workspace and the next run are fine."""
+    async with computer.Workspace(backends=[ShellBackend(memory_mb=64)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/kept.txt", "kept\n")
+        result = await (
+            await ws.runtime.exec("echo first > a.txt; head -c 300000000 /dev/zero > big; echo after > b.txt")
+        ).result()
+        assert result.exit_code == 137 and result.error is not None
+        assert "out of memory" in result.error and "/workspace" in result.error
+        assert await ws.fs.read_text("/workspace/a.txt") == "first\n"
+        assert not await ws.fs.exists("/workspace/b.txt")
+        assert await ws.fs.read_text("/workspace/kept.txt") == "kept\n"
+        after = await (await ws.runtime.exec("rm big; cat a.txt kept.txt")).result()
+        assert (after.status, after.stdout, after.error) == ("completed", "first\nkept\n", None)
