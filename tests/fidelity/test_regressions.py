@@ -134,6 +134,21 @@ async def test_a_tree_over_10000_files_survives_a_reopen(db: Path) -> None:
         assert result.skipped == []
 
 
+@pytest.mark.slow
+async def test_a_tree_of_a_million_entries_is_mirrored_whole_and_then_incrementally(db: Path) -> None:
+    """Issue 16: trees of at least 1,000,000 entries (pushed in pages of at most 50,000 entries); a
+    later run moves only its own change. About 100 s and 1 GiB here."""
+    async with opened(db, python=False) as ws:
+        for d in range(1000):
+            ws.fs.commit_batch({f"/workspace/t/d{d}/f{i}": b"" for i in range(999)})
+        whole = await ok(ws, "find t | wc -l", timeout=600)
+        assert whole.stdout == "1000001\n" and whole.pushed == 999_000 and whole.skipped == []
+        small = await ok(ws, "touch t/d5/new && rm t/d7/f3 && find t -type f | wc -l", timeout=120)
+        assert small.stdout == "999000\n" and small.pushed == 0
+        assert sorted(small.pulled) == ["/workspace/t/d5/new", "/workspace/t/d7/f3"]
+        assert await ws.fs.exists("/workspace/t/d5/new") and not await ws.fs.exists("/workspace/t/d7/f3")
+
+
 async def test_a_symlink_out_of_the_workspace_is_kept_verbatim(db: Path) -> None:
     async with opened(db) as ws:
         await ok(
