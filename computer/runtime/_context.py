@@ -15,7 +15,6 @@ import inspect
 from typing import Any
 
 from ..storage.paths import canonical, is_within
-from ..storage.types import BatchResult
 from ._backend import (
     BIG_FILE,
     MirrorDir,
@@ -244,7 +243,8 @@ class LocalExecContext:
     # ------------------------------------------------------------------ pull
 
     async def sync_pull(self, pull: SyncPull, base_rev: int) -> PullResult:
-        """Apply a run's changes (one page of them) in one ``commit_batch``.
+        """Apply a run's changes (one page of them) in one ``commit_batch`` (files, removals,
+        directories, modes, mtimes, symlinks and hard links), then each large file from its chunks.
 
         A path the workspace changed after ``base_rev`` (itself, an ancestor or a descendant; the
         earlier pages of the same pull, ``pull.own_revs``, do not count) is left alone and reported,
@@ -309,40 +309,30 @@ class LocalExecContext:
         for d in dirs:
             if d.mode & 0o7777 != _DEFAULT_DIR_MODE:
                 modes[d.path] = d.mode & _SAFE_BITS
-        if (writes or mkdirs or pull.symlinks or links) and not await fs.exists(root):
-            mkdirs.insert(0, root)
-        applied: list[str] = []
-        if writes or mkdirs:
-            before = fs.rev
-            batch = self._commit(writes, mkdirs, modes, mtimes, links)
-            if batch.rev != before:
-                own.add(batch.rev)
-            applied += batch.applied
-            for path in batch.skipped:
-                reasons.setdefault(path, CONFLICT)
-            links = {k: v for k, v in links.items() if k not in set(batch.applied)}
-        # Large files from their chunks, hard links the batch could not hold, then symlinks: one small
-        # step each, same rules.
-        for f in chunked:
-            mode, mtime = f.mode & _SAFE_BITS, f.mtime
-            await self._step(
-                f.path,
-                applied,
-                reasons,
-                own,
-                lambda f=f, mode=mode, mtime=mtime: fs.write_chunks(f.path, f.chunks, mode=mode, mtime=mtime),
-                replace=False,
-            )
-        for path, existing in links.items():
-            await self._step(path, applied, reasons, own, lambda p=path, e=existing: fs.link(e, p))
+        symlinks: dict[str, str] = {}
         for link in pull.symlinks:
             why = refused(link.path)
             if why is not None:
                 reasons[link.path] = why
-                continue
-            await self._step(
-                link.path, applied, reasons, own, lambda t=link.target, p=link.path: fs.symlink(t, p)
+            else:
+                symlinks[link.path] = link.target  # verbatim: resolved only inside a sandbox or the VFS
+        if (writes or mkdirs or symlinks or links or chunked) and not await fs.exists(root):
+            mkdirs.insert(0, root)
+        applied: list[str] = []
+        if writes or mkdirs or symlinks or links:
+            before = fs.rev
+            batch = fs.commit_batch(
+                writes, mkdirs=mkdirs, modes=modes, mtimes=mtimes, links=links, symlinks=symlinks
             )
+            if batch.rev != before:
+                own.add(batch.rev)
+            applied += batch.applied
+            for path in batch.skipped:  # no base_rev: only what the batch itself could not make
+                reasons.setdefault(path, UNAPPLIED)
+        # Large files from their chunks, one transaction each (a chunk the store no longer holds
+        # fails that file alone).
+        for f in chunked:
+            await self._write_chunks(f, applied, reasons, own)
         if staged is not None and pull.done:
             with contextlib.suppress(OSError):
                 before = fs.rev
@@ -358,24 +348,6 @@ class LocalExecContext:
             reasons=reasons,
             own_revs=sorted(own - set(pull.own_revs)),
         )
-
-    def _commit(
-        self,
-        writes: dict[str, bytes | None],
-        mkdirs: list[str],
-        modes: dict[str, int],
-        mtimes: dict[str, int],
-        links: dict[str, str],
-    ) -> BatchResult:
-        """One ``commit_batch`` (conflicts are already filtered out: no ``base_rev``)."""
-        extra: dict[str, Any] = {}
-        params = _batch_params(self.fs)
-        if "mtimes" in params:
-            extra["mtimes"] = mtimes
-        if "links" in params and links:
-            extra["links"] = links
-        result: BatchResult = self.fs.commit_batch(writes, mkdirs=mkdirs, modes=modes, **extra)
-        return result
 
     def _stage(self, pull: SyncPull, own: set[int]) -> str | None:
         """Store the page's new chunks (one staging file each, so each is one chunk of the store) until
@@ -395,41 +367,30 @@ class LocalExecContext:
                 own.add(batch.rev)
         return staged
 
-    async def _step(
-        self,
-        path: str,
-        applied: list[str],
-        reasons: dict[str, str],
-        own: set[int],
-        make: Any,
-        *,
-        replace: bool = True,
+    async def _write_chunks(
+        self, f: MirrorFile, applied: list[str], reasons: dict[str, str], own: set[int]
     ) -> None:
-        """Replace ``path`` by what ``make()`` creates; each revision it made counts as the run's own
-        only when nothing else committed in between (else the mirror simply claims less)."""
+        """Write one large file from its chunks; its revision counts as the run's own only when
+        nothing else committed in between (else the mirror simply claims less)."""
         fs = self.fs
-
-        async def tracked(step: Any) -> None:
-            before = fs.rev
-            await step()
-            if fs.rev == before + 1:
-                own.add(fs.rev)
-
+        before = fs.rev
         try:
-            if replace and (await fs.exists(path) or await _is_link(fs, path)):
-                await tracked(lambda: fs.rm(path, recursive=True))
-            await tracked(make)
-        except (OSError, AttributeError) as exc:
-            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            reasons[path] = f"could not be applied: {detail}"
+            await fs.write_chunks(f.path, f.chunks, mode=f.mode & _SAFE_BITS, mtime=f.mtime)
+        except OSError as exc:
+            reasons[f.path] = f"could not be applied: {exc.strerror or exc}"
             return
-        applied.append(path)
+        if fs.rev == before + 1:
+            own.add(fs.rev)
+        applied.append(f.path)
 
 
 # Why a pull left a path alone (``ExecResult.skipped_reasons``).
 CONFLICT = "changed in the workspace during the run: the workspace's version was kept"
 PROTECTED = "protected: the workspace keeps this file out of the sandbox (see the push's reason)"
 PROTECTED_BELOW = "holds a protected file: not removed"
+UNAPPLIED = (
+    "could not be applied (a hard link whose file is gone, or a symlink target the workspace cannot hold)"
+)
 # Bits a synced mode may carry: never setuid or setgid.
 _SAFE_BITS = 0o1777
 # Entries in one push page at most (bounds the metadata of one payload).
@@ -474,17 +435,6 @@ def _over_limit(op: _Op, count: int, limits: SyncLimits) -> str | None:
     return None
 
 
-_PARAMS: dict[type, frozenset[str]] = {}
-
-
-def _batch_params(fs: Any) -> frozenset[str]:
-    """The keyword arguments this storage's ``commit_batch`` takes (mtimes and links are newer)."""
-    kind = type(fs)
-    if kind not in _PARAMS:
-        _PARAMS[kind] = frozenset(inspect.signature(fs.commit_batch).parameters)
-    return _PARAMS[kind]
-
-
 class _Conflicts:
     """Paths the workspace changed: a path conflicts when it, an ancestor or a descendant changed."""
 
@@ -513,14 +463,6 @@ class _Conflicts:
                 return True
             parent = parent.rpartition("/")[0]
         return False
-
-
-async def _is_link(fs: Any, path: str) -> bool:
-    try:
-        await fs.readlink(path)
-    except OSError:
-        return False
-    return True
 
 
 _DEFAULT_DIR_MODE = 0o755
