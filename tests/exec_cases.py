@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -87,3 +88,31 @@ async def a_conflicted_path_comes_back_with_the_workspace_version(ws: Any) -> No
     assert seen.stdout == "workspace\n"
     await (await ws.runtime.exec("echo more >> b.txt")).result()
     assert await ws.fs.read_text("/workspace/b.txt") == "workspace\nmore\n"
+
+
+def setuid_root_files(roots: list[str], since: float) -> list[str]:
+    """Regular files below ``roots`` owned by root with setuid or setgid, whose inode changed at or
+    after ``since``. ``find``, not ``os.walk``: a mirror may hold a tree deeper than Python's
+    recursion allows."""
+    found: list[str] = []
+    for root in roots:
+        listed = subprocess.run(
+            [
+                "find",
+                root,
+                "-xdev",
+                "-type",
+                "f",
+                "-perm",
+                "/6000",
+                "-uid",
+                "0",
+                "-newerct",
+                f"@{int(since)}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        found += listed.stdout.split("\n")
+    return [path for path in found if path]

@@ -137,7 +137,26 @@ class _LazyRegistry:
         self.tools: dict[str, BaseTool] = {}
 
 
-class WorkspaceTool(BaseTool):
+class _ScreenedTool(BaseTool):
+    """A tool whose raw input is screened before LangChain parses it: input it cannot parse (nested
+    too deep, not an object…) becomes a tool error, never an exception out of ``run``/``arun``."""
+
+    def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        return super().run(_screened(tool_input, self.name), *args, **kwargs)
+
+    async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        return await super().arun(_screened(tool_input, self.name), *args, **kwargs)
+
+    def _to_args_and_kwargs(
+        self, tool_input: Any, tool_call_id: str | None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if isinstance(tool_input, dict) and _BAD_ARGUMENTS in tool_input:
+            # Raised inside BaseTool.arun's error handling: a ToolMessage with status="error".
+            raise ToolException(f"Error: {tool_input[_BAD_ARGUMENTS]}")
+        return super()._to_args_and_kwargs(tool_input, tool_call_id)
+
+
+class WorkspaceTool(_ScreenedTool):
     """One core tool as a LangChain tool; ``core`` does the work, this class only shapes it."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -171,20 +190,6 @@ class WorkspaceTool(BaseTool):
         )
         wrapped._lazy = lazy
         return wrapped
-
-    def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
-        return super().run(_screened(tool_input, self.name), *args, **kwargs)
-
-    async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
-        return await super().arun(_screened(tool_input, self.name), *args, **kwargs)
-
-    def _to_args_and_kwargs(
-        self, tool_input: Any, tool_call_id: str | None
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        if isinstance(tool_input, dict) and _BAD_ARGUMENTS in tool_input:
-            # Raised inside BaseTool.arun's error handling: a ToolMessage with status="error".
-            raise ToolException(f"Error: {tool_input[_BAD_ARGUMENTS]}")
-        return super()._to_args_and_kwargs(tool_input, tool_call_id)
 
     @property
     def visible(self) -> bool:
@@ -221,7 +226,7 @@ class WorkspaceTool(BaseTool):
         return _to_langchain(self.core.to_model_output(result)), result
 
 
-class DiscoverToolsTool(BaseTool):
+class DiscoverToolsTool(_ScreenedTool):
     """Lists the withheld tools and enables the ones named, so the next model turn can call them."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -234,19 +239,6 @@ class DiscoverToolsTool(BaseTool):
     )
     args_schema: Any = Field(default_factory=lambda: dict(_DISCOVER_SCHEMA))
     registry: _LazyRegistry = Field(exclude=True)
-
-    def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
-        return super().run(_screened(tool_input, self.name), *args, **kwargs)
-
-    async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
-        return await super().arun(_screened(tool_input, self.name), *args, **kwargs)
-
-    def _to_args_and_kwargs(
-        self, tool_input: Any, tool_call_id: str | None
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        if isinstance(tool_input, dict) and _BAD_ARGUMENTS in tool_input:
-            raise ToolException(f"Error: {tool_input[_BAD_ARGUMENTS]}")
-        return super()._to_args_and_kwargs(tool_input, tool_call_id)
 
     def _run(self, names: list[str] | None = None, **kwargs: Any) -> str:
         registry = self.registry

@@ -19,10 +19,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
+from exec_cases import setuid_root_files
 
 import computer
-from computer.runtime import ShellBackend
-from computer.runtime._mirror import MirrorPool
+from computer.runtime import MirrorPool, ShellBackend
 
 from ._support import (
     THREADS,
@@ -188,8 +188,6 @@ async def test_hard_links_show_the_same_bytes_in_every_view(db: Path) -> None:
         assert (await ok(ws, "cat a; cat b")).stdout == "one\ntwo\none\ntwo\n"
 
 
-
-
 async def test_64_threads_start_in_one_program(db: Path) -> None:
     async with opened(db) as ws:
         await ws.fs.write_file("/workspace/threads.py", THREADS)
@@ -236,43 +234,18 @@ async def test_every_skipped_path_has_a_reason(db: Path) -> None:
 # ---------------------------------------------------------------------------------------------- issue 17
 
 
-def _setuid_root_files(roots: list[str], since: float, budget: int = 400_000) -> list[str]:
-    """Files under ``roots`` owned by root with setuid or setgid, changed after ``since`` (bounded walk)."""
-    found: list[str] = []
-    seen = 0
-    for root in roots:
-        for directory, _dirs, files in os.walk(root):
-            for name in files:
-                seen += 1
-                path = os.path.join(directory, name)
-                try:
-                    st = os.lstat(path)
-                except OSError:
-                    continue
-                if (
-                    stat.S_ISREG(st.st_mode)
-                    and st.st_mode & (stat.S_ISUID | stat.S_ISGID)
-                    and st.st_uid == 0
-                    and st.st_ctime >= since
-                ):
-                    found.append(path)
-            if seen > budget:
-                return found
-    return found
-
-
 async def test_a_setuid_program_made_in_the_sandbox_is_not_setuid_root_on_the_host(db: Path) -> None:
     since = time.time() - 1
     async with opened(db) as ws:
         await ok(ws, "cp /usr/bin/id x && chmod 4755 x && cp /usr/bin/id y && chmod 2755 y")
         roots = ["/dev/shm", tempfile.gettempdir()]
-        found = await asyncio.to_thread(_setuid_root_files, roots, since)
+        found = await asyncio.to_thread(setuid_root_files, roots, since)
         assert found == []
         for name in ("x", "y"):
             assert (await ws.fs.stat(f"/workspace/{name}")).mode & 0o6000 == 0
     async with opened(db) as ws:
         assert (await ok(ws, "stat -c %a x y")).stdout == "755\n755\n"
-        assert await asyncio.to_thread(_setuid_root_files, ["/dev/shm", tempfile.gettempdir()], since) == []
+        assert await asyncio.to_thread(setuid_root_files, ["/dev/shm", tempfile.gettempdir()], since) == []
 
 
 async def test_write_file_never_stores_setuid_or_setgid_bits(db: Path) -> None:

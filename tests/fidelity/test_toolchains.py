@@ -185,8 +185,6 @@ async def test_tar_of_100000_files_out_and_back(db: Path) -> None:
         assert after.skipped == []
 
 
-
-
 async def test_64_threads_in_one_program_in_both_backends(db: Path) -> None:
     async with opened(db) as ws:
         await ws.fs.write_file("/workspace/threads.py", THREADS)

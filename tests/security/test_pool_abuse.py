@@ -5,10 +5,11 @@ another workspace's runs go on there."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
+
+from exec_cases import setuid_root_files
 
 import computer
 
@@ -17,18 +18,6 @@ async def _run(ws: Any, source: str, limit: float = 30) -> computer.ExecResult:
     """Run ``source`` with a timeout of ``limit`` seconds; the result must come within a minute more."""
     handle = await ws.runtime.exec(source, timeout=limit)
     return await asyncio.wait_for(handle.result(), limit + 60)
-
-
-def _setuid_root_files_since(start: float, top: str = "/dev/shm") -> list[str]:
-    """Files below ``top`` that are setuid or setgid and owned by root, changed since ``start``
-    (``find``: a mirror may hold a tree deeper than Python's recursion allows)."""
-    found = subprocess.run(
-        ["find", top, "-xdev", "-type", "f", "-perm", "/6000", "-uid", "0", "-newermt", f"@{start:.0f}"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    return found.stdout.split()
 
 
 async def test_one_workspaces_attacks_on_a_pool_worker_leave_anothers_runs_alone(
@@ -59,4 +48,4 @@ async def test_one_workspaces_attacks_on_a_pool_worker_leave_anothers_runs_alone
         assert hit.stdout == "over the fifo\n"
         assert (await attacker.fs.stat("/workspace/x")).mode & 0o6000 == 0
         assert (await _run(attacker, "find deep -type d | wc -l")).stdout == "1501\n"
-    assert _setuid_root_files_since(start) == []
+    assert setuid_root_files(["/dev/shm"], start) == []
