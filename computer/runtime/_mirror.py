@@ -805,13 +805,20 @@ class _BeneathReader:
         self._dirs[rel] = fd
         return fd
 
-    def chunks(self, rel: str) -> Iterator[bytes]:
-        """The regular file ``rel`` in pieces of the storage's chunk size (one in memory at a time)."""
+    def _open_regular(self, rel: str) -> tuple[int, os.stat_result]:
+        """A descriptor of the regular file ``rel`` (never a link followed, never blocking on a FIFO)."""
         parent, _, name = rel.rpartition("/")
         fd = os.open(name, _NOFOLLOW | os.O_NONBLOCK, dir_fd=self._dir(parent))
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise OSError(f"{rel} is not a regular file")
+        return fd, st
+
+    def chunks(self, rel: str) -> Iterator[bytes]:
+        """The regular file ``rel`` in pieces of the storage's chunk size (one in memory at a time)."""
+        fd, _ = self._open_regular(rel)
         try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise OSError(f"{rel} is not a regular file")
             while True:
                 piece = _read_full(fd, CHUNK_SIZE)
                 if piece:
@@ -822,12 +829,8 @@ class _BeneathReader:
             os.close(fd)
 
     def read(self, rel: str) -> bytes:
-        parent, _, name = rel.rpartition("/")
-        fd = os.open(name, _NOFOLLOW | os.O_NONBLOCK, dir_fd=self._dir(parent))
+        fd, st = self._open_regular(rel)
         try:
-            st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode):
-                raise OSError(f"{rel} is not a regular file")
             data = os.read(fd, st.st_size + 1)
             if len(data) <= st.st_size:
                 return data
