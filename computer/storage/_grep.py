@@ -23,6 +23,12 @@ __all__ = ["BINARY_SNIFF_BYTES", "LineMatcher", "grep_file"]
 BINARY_SNIFF_BYTES = 8192
 
 
+def _re2_message(exc: re2.error) -> str:
+    """RE2's reason as text (the binding carries it as bytes: ``b'missing ): foo('``)."""
+    reason = exc.args[0] if exc.args else exc
+    return reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+
+
 class LineMatcher:
     """A compiled grep query. ``block`` scans many lines at once; ``line`` tests one line."""
 
@@ -37,11 +43,14 @@ class LineMatcher:
         source = pattern if regex else re.escape(pattern)
         options = re2.Options()
         options.case_sensitive = not ignore_case
+        options.log_errors = False  # the error is raised to the caller, not also written to stderr
         try:
             self._line = re2.compile(source, options)
             self._block = re2.compile("(?m:" + source + ")", options)
         except re2.error as exc:
-            raise fs_error(errno.EINVAL, path, f"Invalid regular expression: {exc}") from None
+            raise fs_error(
+                errno.EINVAL, path, f"Invalid regular expression (RE2 syntax): {_re2_message(exc)}"
+            ) from None
 
     def line(self, text: str) -> bool:
         if self.literal is not None:

@@ -108,6 +108,22 @@ async def test_grep_invalid_regex_is_a_structured_error(workspace: Workspace, to
     assert "Invalid regular expression" in result["error"]
 
 
+@pytest.mark.parametrize(
+    ("query", "reason"),
+    [("foo(", "missing ): foo("), ("a{2,1}", "invalid repetition size: {2,1}"), ("é(", "missing ): é(")],
+)
+async def test_grep_invalid_regex_reads_as_text_and_re2_writes_nothing_to_stderr(
+    workspace: Workspace, tools: dict[str, Tool], capfd: pytest.CaptureFixture[str], query: str, reason: str
+) -> None:
+    await put(workspace, "/workspace/t.txt", "x\n")
+    capfd.readouterr()
+    result = await tools["grep"].run({"query": query, "regex": True})
+    assert result["error"] == f"Invalid regular expression (RE2 syntax): {reason}: /workspace"
+    assert "b'" not in result["error"]
+    # RE2 logs through absl to file descriptor 2 unless told not to.
+    assert capfd.readouterr().err == ""
+
+
 async def test_grep_context_lines_carry_is_match(workspace: Workspace, tools: dict[str, Tool]) -> None:
     await put(workspace, "/workspace/t.txt", "a\nhit1\nhit2\nb\n")
     result = await tools["grep"].run({"query": "hit", "context": 1})
