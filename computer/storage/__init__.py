@@ -5,6 +5,7 @@ Imports nothing else of the project.
 
 from __future__ import annotations
 
+from ._audit import AuditLog, AuditRecord, audit_caller, current_caller
 from ._chunks import CHUNK_SIZE
 from ._db import use_wal
 from .errors import FsInvalidError, error_from_wire, error_to_wire, fs_error
@@ -25,6 +26,8 @@ from .types import (
 
 __all__ = [
     "CHUNK_SIZE",
+    "AuditLog",
+    "AuditRecord",
     "BatchResult",
     "Change",
     "ChangeSet",
@@ -38,6 +41,8 @@ __all__ = [
     "GrepMatch",
     "LockTable",
     "ManifestEntry",
+    "audit_caller",
+    "current_caller",
     "error_from_wire",
     "error_to_wire",
     "fs_error",

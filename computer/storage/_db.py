@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote
 
 from ._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from .errors import fs_error
@@ -26,14 +27,17 @@ _MMAP_SIZE = 1 << 40
 
 
 def storage_failure(exc: sqlite3.Error) -> OSError:
-    """EIO for a failure of SQLite itself (disk full, I/O error, closed store…)."""
+    """EIO for a failure of SQLite itself (disk full, I/O error, closed store…); EROFS for a write
+    through a read-only open."""
+    if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc):
+        return fs_error(errno.EROFS, None, f"read-only store: {exc}")
     return fs_error(errno.EIO, None, f"storage failure: {exc}")
 
 
 class Database:
     """One SQLite connection in autocommit mode; :meth:`transaction` wraps ``BEGIN IMMEDIATE``/``COMMIT``."""
 
-    def __init__(self, path: str | None) -> None:
+    def __init__(self, path: str | None, *, readonly: bool = False) -> None:
         # check_same_thread=False: the owner may be driven from different event-loop threads over its
         # life (e.g. a Ray actor's loop), but never concurrently.
         self.queries = 0
@@ -41,17 +45,24 @@ class Database:
         self._data_version: int | None = None
         self._mapped = False
         self.private = path is None
+        # readonly: a reader beside the owner (the dashboard, ``computer log``): it never writes,
+        # creates, migrates or takes the write lock; a file of an older schema is refused (EIO).
+        self.readonly = readonly and path is not None
         try:
             self.conn = sqlite3.connect(
-                ":memory:" if path is None else path,
+                f"file:{quote(path)}?mode=ro" if self.readonly and path is not None else (path or ":memory:"),
                 isolation_level=None,
                 check_same_thread=False,
                 cached_statements=256,
+                uri=self.readonly,
             )
         except sqlite3.Error as exc:
             raise fs_error(errno.EIO, path, f"cannot open the workspace store: {exc}") from exc
         try:
-            self._configure(path is None)
+            if self.readonly:
+                self._check_version()
+            else:
+                self._configure(path is None)
         except (sqlite3.Error, OSError) as exc:
             self.conn.close()
             raise fs_error(errno.EIO, path, f"cannot open the workspace store: {exc}") from exc
@@ -93,6 +104,20 @@ class Database:
         if version is None or int(version[0]) != SCHEMA_VERSION:
             found = None if version is None else version[0]
             raise sqlite3.DatabaseError(f"unsupported schema version {found!r} (expected {SCHEMA_VERSION})")
+
+    def _check_version(self) -> None:
+        """A read-only open: the file must exist with the current schema (it is never upgraded here)."""
+        self.conn.execute("PRAGMA busy_timeout = 10000")
+        self.conn.execute("PRAGMA cache_size = -8192")
+        try:
+            version = self.conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.OperationalError as exc:
+            raise sqlite3.DatabaseError(f"not a workspace store: {exc}") from None
+        if version is None or int(version[0]) != SCHEMA_VERSION:
+            found = None if version is None else version[0]
+            raise sqlite3.DatabaseError(
+                f"schema version {found!r} (expected {SCHEMA_VERSION}): open it once with its owner to upgrade"
+            )
 
     def _migrate(self, version: int) -> None:
         """Upgrade the file from ``version`` to :data:`SCHEMA_VERSION`, all in one transaction."""

@@ -17,7 +17,7 @@ __all__ = [
     "clean_mode",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # Inode kinds, stored as small integers.
 FILE = 0
@@ -57,6 +57,25 @@ INLINE_MAX = 2048
 #   the few that survive it without an extra probe per removed row (nearly every inode has one name).
 # - ``changes`` is keyed by (revision, n-th change of that revision): one b-tree, scanned by rev.
 # - ``state`` is one row: the revision, the owner epoch (fencing) and the change-log floor.
+# - ``audit`` is the audit log (``_audit.py``): AUTOINCREMENT so an id is never reused after the
+#   oldest records are trimmed (followers page by id); ``size`` is what retention counts.
+AUDIT_TABLE = """
+CREATE TABLE IF NOT EXISTS audit (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    time INTEGER NOT NULL,
+    kind TEXT NOT NULL,
+    tool TEXT,
+    status TEXT NOT NULL,
+    error TEXT,
+    duration_ms REAL,
+    caller TEXT,
+    args TEXT,
+    detail TEXT,
+    size INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS audit_time ON audit (time);
+"""
+
 SCHEMA = f"""
 CREATE TABLE meta (key TEXT PRIMARY KEY, value) WITHOUT ROWID;
 CREATE TABLE state (
@@ -108,7 +127,7 @@ CREATE TABLE changes (
     op TEXT NOT NULL,
     PRIMARY KEY (rev, n)
 ) WITHOUT ROWID;
-INSERT INTO state (id, rev, epoch, log_floor) VALUES (1, 0, 0, 0);
+{AUDIT_TABLE}INSERT INTO state (id, rev, epoch, log_floor) VALUES (1, 0, 0, 0);
 INSERT INTO inodes (id, kind, mode, mtime, size, target) VALUES ({ROOT_INODE}, {DIR}, 493, 0, 0, NULL);
 """
 
@@ -127,4 +146,7 @@ ALTER TABLE inodes ADD COLUMN nlink INTEGER NOT NULL DEFAULT 1;
 CREATE INDEX inodes_linked ON inodes (id) WHERE nlink > 1;
 UPDATE inodes SET mode = mode & ~{0o6000} WHERE mode & {0o6000} != 0;
 """,
+    # 3 -> 4: the audit log (tool calls, exec runs, share links) lives in the workspace's own file
+    # (IF NOT EXISTS: a file downgraded by hand may still hold the table).
+    3: AUDIT_TABLE,
 }

@@ -27,6 +27,7 @@ from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Seq
 from typing import Literal, overload
 
 from . import _batch, _content, _pieces, _reads, _tree
+from ._audit import AuditLog
 from ._db import Database
 from ._pieces import Piece
 from ._resolve import resolve_read
@@ -61,11 +62,19 @@ class FileSystem:
         self._store = st = Store(db, max_bytes=max_bytes, fence=fence, later=later)
         self.chunks = st.chunks
         self.locks = LockTable()
+        # The audit log shares the file and the fence (a fenced-out owner records nothing).
+        self.audit = AuditLog(db, writable=not db.readonly, is_owner=st.is_current_owner)
+        self.readonly = db.readonly
         row = db.one("SELECT value FROM meta WHERE key = 'id'")
+        if db.readonly:  # a reader beside the owner: nothing to name, fence or collect
+            self.id: str = "" if row is None else str(row[0])
+            st.reload()
+            db.changed_elsewhere()
+            return
         if row is None:  # a new file; another opener may be naming it at the same moment: one wins
             db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('id', ?)", (uuid.uuid4().hex,))
             row = db.one("SELECT value FROM meta WHERE key = 'id'")
-        self.id: str = str(row[0])
+        self.id = str(row[0])
         with db.transaction():
             if fence is not None:
                 db.execute("UPDATE state SET epoch = max(epoch, ?) WHERE id = 1", (fence,))
@@ -83,6 +92,7 @@ class FileSystem:
         max_bytes: int | None = None,
         fence: int | None = None,
         garbage_timer: bool = True,
+        readonly: bool = False,
     ) -> FileSystem:
         """Open (creating when missing) the store at ``path``; ``None`` is a private in-memory store.
 
@@ -91,8 +101,11 @@ class FileSystem:
         ours (EROFS once a newer owner raised it). ``garbage_timer=False``: the store never touches an
         event loop; freed small chunks wait for :meth:`collect_garbage` (called by the owner when
         :attr:`garbage_pending`), or for a mutation past 16,384 of them, ``stats()`` or ``close()``.
+        ``readonly=True`` reads an existing file beside its owner (the dashboard, ``computer log``):
+        nothing is created, migrated or written (a write fails with EIO), the audit log only reads.
         """
-        return cls(Database(path), max_bytes=max_bytes, fence=fence, garbage_timer=garbage_timer)
+        db = Database(path, readonly=readonly)
+        return cls(db, max_bytes=max_bytes, fence=fence, garbage_timer=garbage_timer)
 
     @staticmethod
     def stored_epoch(path: str) -> int:
@@ -116,6 +129,7 @@ class FileSystem:
             self._garbage_timer = None
         st = self._store
         if not st.closed:
+            self.audit.close()
             try:
                 self._flush_garbage()
             except sqlite3.Error:

@@ -1,0 +1,406 @@
+"""The audit log of one workspace: every tool call, exec run and share link, in the workspace's own file.
+
+Records live in the ``audit`` table of the workspace's SQLite file (schema version 4; see
+``_schema.py``), so they move, hibernate and wake with the workspace and need no side file.
+
+Writing: :meth:`AuditLog.record` scrubs the record (secret-looking values redacted, long values cut)
+and appends it to a small in-memory batch; the batch is committed in one transaction of its own
+``FLUSH_DELAY`` seconds later (or at once when no event loop runs, when it reaches ``FLUSH_BATCH``
+records, before a query and at close). A tool call therefore never waits for an audit commit, and a
+burst of calls costs one commit. The price: a process killed outright loses at most the records of
+its last ``FLUSH_DELAY`` seconds. A zombie owner (fenced out by a newer one) writes nothing.
+
+Retention is bounded by count and bytes (``max_records``, ``max_bytes``): past either, the oldest
+records go, down to 90% of the limit, so trims are rare and whole.
+
+Reading: :meth:`AuditLog.query` and :meth:`AuditLog.follow` (SPEC section 10). ``follow`` wakes on
+this process's own flushes and polls the file for other writers (a read-only reader: the dashboard,
+``computer log``).
+
+Who called: :func:`audit_caller` sets fields of the caller (``client``, ``agent``, ``adapter``) for
+the calls made inside it; nested uses merge. :data:`current_tool_call` lets a transport say that the
+current tool call is recorded elsewhere (a client forwarding it whole to the owner).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from ._audit_record import (
+    COLUMNS,
+    AuditKind,
+    AuditRecord,
+    AuditStatus,
+    ToolCall,
+    audit_caller,
+    current_caller,
+    current_tool_call,
+    record_from_row,
+    since_clause,
+)
+from ._db import Database
+from ._redact import MAX_ERROR_CHARS, cut, payload_size, redact, scrub
+
+__all__ = [
+    "DEFAULT_MAX_AUDIT_BYTES",
+    "DEFAULT_MAX_AUDIT_RECORDS",
+    "AuditLog",
+    "AuditRecord",
+    "ToolCall",
+    "audit_caller",
+    "current_caller",
+    "current_tool_call",
+    "redact",
+    "scrub",
+]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_AUDIT_RECORDS = 10_000
+DEFAULT_MAX_AUDIT_BYTES = 16 * 1024 * 1024
+FLUSH_DELAY = 0.05  # seconds between a record and the commit that holds it
+FLUSH_BATCH = 256  # records held at most before a commit
+POLL_INTERVAL = 0.5  # seconds between looks at the file while following other writers
+
+
+class AuditLog:
+    """The audit log of one store (see the module docstring).
+
+    ``writable`` is False for a read-only store (records are then refused); ``is_owner`` says whether
+    this process still owns the file (a fenced-out owner writes nothing).
+    """
+
+    def __init__(
+        self,
+        db: Database,
+        *,
+        writable: bool = True,
+        is_owner: Callable[[], bool] = lambda: True,
+        max_records: int = DEFAULT_MAX_AUDIT_RECORDS,
+        max_bytes: int = DEFAULT_MAX_AUDIT_BYTES,
+        client: str = "local",
+    ) -> None:
+        self._db = db
+        self.writable = writable
+        self._is_owner = is_owner
+        self.max_records = max_records
+        self.max_bytes = max_bytes
+        self.client = client  # the caller's ``client`` when no audit_caller block names one
+        self._pending: list[tuple[Any, ...]] = []
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiters: set[asyncio.Event] = set()
+        self._count: int | None = None  # records and bytes stored, loaded on the first flush
+        self._bytes = 0
+        self.closed = False
+        self.dropped = 0  # records not written (fenced out, or a failed commit)
+
+    def configure(self, *, max_records: int | None = None, max_bytes: int | None = None) -> None:
+        """Change the retention limits (``None`` keeps one); applied at the next commit."""
+        if max_records is not None:
+            if max_records < 1:
+                raise ValueError("max_records must be at least 1")
+            self.max_records = max_records
+        if max_bytes is not None:
+            if max_bytes < 1024:
+                raise ValueError("max_bytes must be at least 1024")
+            self.max_bytes = max_bytes
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def record(
+        self,
+        kind: AuditKind,
+        *,
+        tool: str | None,
+        status: AuditStatus,
+        error: str | None = None,
+        duration_ms: float | None = None,
+        caller: Mapping[str, str] | None = None,
+        args: Mapping[str, Any] | None = None,
+        detail: Mapping[str, Any] | None = None,
+        at: float | None = None,
+    ) -> None:
+        """Append one record (committed shortly after; see the module docstring). Never raises."""
+        if self.closed or not self.writable:
+            return
+        try:
+            who = dict(caller) if caller is not None else current_caller(client=self.client)
+            caller_json = json.dumps(scrub(who), ensure_ascii=False)
+            args_json = json.dumps(scrub(dict(args or {})), ensure_ascii=False)
+            detail_json = json.dumps(scrub(dict(detail or {}), limit=1024), ensure_ascii=False)
+            text = None if error is None else cut(redact(str(error)[: MAX_ERROR_CHARS + 64]), MAX_ERROR_CHARS)
+            size = (
+                64 + len(caller_json) + len(args_json) + len(detail_json) + len(text or "") + len(tool or "")
+            )
+            micros = int((time.time() if at is None else at) * 1e6)
+            duration = None if duration_ms is None else round(float(duration_ms), 3)
+            self._pending.append(
+                (micros, kind, tool, status, text, duration, caller_json, args_json, detail_json, size)
+            )
+        except Exception:  # an unserialisable value must never fail the call being recorded
+            log.exception("audit: could not record a %s entry", kind)
+            return
+        self._schedule()
+
+    def record_tool(
+        self, name: str, args: Any, result: Any, duration_s: float, *, caller: Mapping[str, str] | None = None
+    ) -> None:
+        """Record one tool call from its arguments and its result dict (``{"error": ...}`` = failed)."""
+        error = result.get("error") if isinstance(result, Mapping) else None
+        self.record(
+            "tool",
+            tool=name,
+            status="error" if error is not None else "ok",
+            error=None if error is None else str(error),
+            duration_ms=duration_s * 1000.0,
+            caller=caller,
+            args=args if isinstance(args, Mapping) else {"arguments": args},
+            detail={"bytes_in": payload_size(args), "bytes_out": payload_size(result)},
+        )
+
+    def record_exec(
+        self,
+        result: Any,
+        *,
+        command: str,
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        duration_s: float | None = None,
+    ) -> None:
+        """Record one finished run from its ``ExecResult`` (read by attribute)."""
+        logs = {
+            stream: cut.path
+            for stream, cut in (getattr(result, "truncated", None) or {}).items()
+            if getattr(cut, "path", None)
+        }
+        status = str(getattr(result, "status", "failed"))
+        exit_code = getattr(result, "exit_code", None)
+        error = getattr(result, "error", None)
+        if status != "completed" and not error:
+            error = f"{status} (exit code {exit_code})"
+        args: dict[str, Any] = {"command": command}
+        if cwd is not None:
+            args["cwd"] = cwd
+        if env:
+            args["env"] = sorted(env)  # names only: values are where secrets live
+        if timeout is not None:
+            args["timeout"] = timeout
+        self.record(
+            "exec",
+            tool=str(getattr(result, "backend", "")) or None,
+            status="ok" if status == "completed" else "error",
+            error=error,
+            duration_ms=None if duration_s is None else duration_s * 1000.0,
+            args=args,
+            detail={
+                "id": getattr(result, "id", None),
+                "backend": getattr(result, "backend", None),
+                "status": status,
+                "exit_code": exit_code,
+                "pushed": getattr(result, "pushed", 0),
+                "pulled": len(getattr(result, "pulled", ()) or ()),
+                "skipped": len(getattr(result, "skipped", ()) or ()),
+                "logs": logs,
+            },
+        )
+
+    def record_share(
+        self, path: str, url: str, *, options: Mapping[str, Any], detail: Mapping[str, Any]
+    ) -> None:
+        """Record one share link created for ``path``."""
+        self.record(
+            "share",
+            tool="share",
+            status="ok",
+            args={"path": path, **{k: v for k, v in options.items() if v is not None}},
+            detail={"url": url, **detail},
+        )
+
+    def _schedule(self) -> None:
+        if len(self._pending) >= FLUSH_BATCH:
+            self.flush()
+            return
+        if self._timer is not None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        self._timer = loop.call_later(FLUSH_DELAY, self._flush_later)
+
+    def _flush_later(self) -> None:
+        self._timer = None
+        self.flush()
+
+    def flush(self) -> None:
+        """Commit the records waiting in memory, in one transaction. Never raises."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._pending:
+            return
+        db = self._db
+        if db.in_transaction:  # a transaction left open across an await: try again shortly
+            self._schedule()
+            return
+        rows, self._pending = self._pending, []
+        try:
+            if not self._is_owner():
+                self.dropped += len(rows)
+                return
+            with db.transaction():
+                if self._count is None:
+                    count, size = db.one("SELECT count(*), coalesce(sum(size), 0) FROM audit")
+                    self._count, self._bytes = int(count), int(size)
+                db.executemany(
+                    "INSERT INTO audit (time, kind, tool, status, error, duration_ms, caller, args, detail, size)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+                self._count = (self._count or 0) + len(rows)
+                self._bytes += sum(row[-1] for row in rows)
+                if self._count > self.max_records or self._bytes > self.max_bytes:
+                    self._trim()
+        except Exception as exc:
+            self.dropped += len(rows)
+            self._count = None
+            log.warning("audit: %d record(s) could not be written: %r", len(rows), exc)
+            return
+        for waiter in self._waiters:
+            waiter.set()
+
+    def _trim(self) -> None:
+        """Delete the oldest records until both totals are at most 90% of their limits."""
+        db = self._db
+        keep_records = max(1, self.max_records * 9 // 10)
+        keep_bytes = self.max_bytes * 9 // 10
+        row = db.one(
+            "SELECT id FROM (SELECT id, sum(size) OVER (ORDER BY id DESC) AS acc,"
+            " row_number() OVER (ORDER BY id DESC) AS n FROM audit)"
+            " WHERE acc > ? OR n > ? ORDER BY id DESC LIMIT 1",
+            (keep_bytes, keep_records),
+        )
+        if row is None:
+            return
+        db.execute("DELETE FROM audit WHERE id <= ?", (int(row[0]),))
+        count, size = db.one("SELECT count(*), coalesce(sum(size), 0) FROM audit")
+        self._count, self._bytes = int(count), int(size)
+
+    def close(self) -> None:
+        """Commit what waits and stop accepting records; wakes every follower."""
+        if self.closed:
+            return
+        self.flush()
+        self.closed = True
+        for waiter in self._waiters:
+            waiter.set()
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def _select(
+        self,
+        *,
+        since: datetime | int | float | None,
+        tool: str | None,
+        status: str | None,
+        kind: str | None,
+        limit: int,
+        newest: bool,
+    ) -> list[AuditRecord]:
+        if status is not None and status not in ("ok", "error"):
+            raise ValueError(f"status must be 'ok' or 'error', not {status!r}")
+        if kind is not None and kind not in ("tool", "exec", "share"):
+            raise ValueError(f"kind must be 'tool', 'exec' or 'share', not {kind!r}")
+        if limit < 0:
+            raise ValueError("limit must not be negative")
+        where, params = since_clause(since)
+        clauses = [where] if where else []
+        for column, value in (("tool", tool), ("status", status), ("kind", kind)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        sql = f"SELECT {COLUMNS} FROM audit"
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += f" ORDER BY id {'DESC' if newest else 'ASC'} LIMIT ?"
+        params.append(limit)
+        rows = self._db.execute(sql, params).fetchall()
+        records = [record_from_row(row) for row in rows]
+        if newest:
+            records.reverse()
+        return records
+
+    async def query(
+        self,
+        *,
+        since: datetime | int | float | None = None,
+        tool: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        kind: str | None = None,
+    ) -> list[AuditRecord]:
+        """Records in the order they were written (oldest first).
+
+        Without ``since``: the newest ``limit`` matching records. With ``since`` (a datetime, epoch
+        seconds as a float, or a record id as an int): the first ``limit`` matching records from
+        then on, so ``since=records[-1].id`` pages forward. ``status`` is "ok" or "error";
+        ``kind`` "tool", "exec" or "share".
+        """
+        self.flush()
+        return self._select(
+            since=since, tool=tool, status=status, kind=kind, limit=limit, newest=since is None
+        )
+
+    async def follow(
+        self,
+        *,
+        since: datetime | int | float | None = None,
+        tool: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        poll: float = POLL_INTERVAL,
+    ) -> AsyncIterator[AuditRecord]:
+        """Every new matching record as it is written, until the log closes or the caller stops.
+
+        Starts after the newest record now (``since`` starts earlier: every record after it first).
+        Records written by this process arrive as their batch commits (≤ ``FLUSH_DELAY`` s); those of
+        another process (an owner seen through a read-only store) within ``poll`` seconds.
+        """
+        if since is None:
+            self.flush()
+            row = self._db.one("SELECT coalesce(max(id), 0) FROM audit")
+            since = int(row[0])
+        event = asyncio.Event()
+        self._waiters.add(event)
+        try:
+            while True:
+                self.flush()
+                # One read snapshot: the records and the newest id agree, even with another writer.
+                with self._db.snapshot():
+                    batch = self._select(
+                        since=since, tool=tool, status=status, kind=kind, limit=500, newest=False
+                    )
+                    top = int(self._db.one("SELECT coalesce(max(id), 0) FROM audit")[0])
+                for record in batch:
+                    yield record
+                if len(batch) == 500:
+                    since = batch[-1].id
+                    continue
+                # The next look starts after the newest record seen, whether it matched or not.
+                since = top
+                if self.closed:
+                    return
+                event.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(event.wait(), poll)
+        finally:
+            self._waiters.discard(event)

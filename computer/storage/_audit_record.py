@@ -1,0 +1,156 @@
+"""The audit log's record type, the caller context (who is calling) and the current tool call."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+__all__ = [
+    "COLUMNS",
+    "AuditKind",
+    "AuditRecord",
+    "AuditStatus",
+    "ToolCall",
+    "audit_caller",
+    "current_caller",
+    "current_tool_call",
+    "record_from_row",
+    "since_clause",
+]
+
+AuditKind = Literal["tool", "exec", "share"]
+AuditStatus = Literal["ok", "error"]
+
+# -- who is calling --------------------------------------------------------------------------------
+
+_caller: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("audit_caller", default=None)
+
+
+@contextlib.contextmanager
+def audit_caller(**fields: str | None) -> Iterator[dict[str, str]]:
+    """Mark the calls made inside the block as coming from this caller (``client``, ``agent``,
+    ``adapter``, or any other field); nested blocks merge, ``None`` values are ignored."""
+    merged = {**(_caller.get() or {}), **{k: str(v) for k, v in fields.items() if v is not None}}
+    token = _caller.set(merged)
+    try:
+        yield merged
+    finally:
+        _caller.reset(token)
+
+
+def current_caller(**defaults: str) -> dict[str, str]:
+    """The caller of the code running now: ``defaults`` overridden by :func:`audit_caller` blocks."""
+    given = _caller.get()
+    return {**defaults, **given} if given else dict(defaults)
+
+
+@dataclass
+class ToolCall:
+    """The tool call running now; a transport that hands it whole to another process (which records
+    it there) sets ``recorded_elsewhere``."""
+
+    name: str
+    recorded_elsewhere: bool = False
+
+
+current_tool_call: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
+    "current_tool_call", default=None
+)
+
+
+# -- records ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AuditRecord:
+    """One entry of the audit log (SPEC section 10).
+
+    ``kind`` "tool": ``tool`` is the tool's name, ``args`` its arguments, ``detail`` ``bytes_in``,
+    ``bytes_out``. "exec": ``tool`` is the backend id, ``args`` the command (``command``, ``cwd``, env
+    names, ``timeout``), ``detail`` the run (``id``, ``backend``, ``status``, ``exit_code``,
+    ``pushed``, ``pulled``, ``skipped``, ``logs``). "share": ``tool`` is "share", ``args`` the path
+    and options, ``detail`` ``url``, ``key``, ``expires_at``, ``content_type``.
+    ``caller`` holds ``client``, ``agent`` and ``adapter`` when known. ``time`` is UTC.
+    """
+
+    id: int
+    time: datetime
+    kind: AuditKind
+    tool: str | None
+    status: AuditStatus
+    error: str | None
+    duration_ms: float | None
+    caller: dict[str, str] = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (``time`` as ISO 8601 with ``+00:00``)."""
+        return {
+            "id": self.id,
+            "time": self.time.isoformat(),
+            "kind": self.kind,
+            "tool": self.tool,
+            "status": self.status,
+            "error": self.error,
+            "duration_ms": self.duration_ms,
+            "caller": self.caller,
+            "args": self.args,
+            "detail": self.detail,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> AuditRecord:
+        return cls(
+            id=int(data["id"]),
+            time=datetime.fromisoformat(str(data["time"])),
+            kind=data["kind"],
+            tool=data.get("tool"),
+            status=data["status"],
+            error=data.get("error"),
+            duration_ms=data.get("duration_ms"),
+            caller=dict(data.get("caller") or {}),
+            args=dict(data.get("args") or {}),
+            detail=dict(data.get("detail") or {}),
+        )
+
+
+COLUMNS = "id, time, kind, tool, status, error, duration_ms, caller, args, detail"
+
+
+def record_from_row(row: tuple[Any, ...]) -> AuditRecord:
+    rid, micros, kind, tool, status, error, duration, caller, args, detail = row
+    return AuditRecord(
+        id=int(rid),
+        time=datetime.fromtimestamp(micros / 1e6, tz=UTC),
+        kind=kind,
+        tool=tool,
+        status=status,
+        error=error,
+        duration_ms=duration,
+        caller=json.loads(caller) if caller else {},
+        args=json.loads(args) if args else {},
+        detail=json.loads(detail) if detail else {},
+    )
+
+
+def since_clause(since: datetime | int | float | None) -> tuple[str, list[Any]]:
+    """SQL condition and parameters for ``since``: a record id (int: records after it) or a time
+    (datetime, naive taken as UTC, or seconds since the epoch as a float: records at or after it)."""
+    if since is None:
+        return "", []
+    if isinstance(since, bool):
+        raise TypeError("since must be a datetime, a record id or epoch seconds")
+    if isinstance(since, int):
+        return "id > ?", [since]
+    if isinstance(since, float):
+        return "time >= ?", [int(since * 1e6)]
+    if isinstance(since, datetime):
+        moment = since if since.tzinfo is not None else since.replace(tzinfo=UTC)
+        return "time >= ?", [int(moment.timestamp() * 1e6)]
+    raise TypeError(f"since must be a datetime, a record id or epoch seconds, not {type(since).__name__}")
