@@ -7,14 +7,16 @@ A Ray upgrade that moves or renames one of these breaks here and nowhere else:
   its event loop on one);
 - an actor handle's id (``handle._actor_id``): tells a restarted actor from the one that died;
 - a streaming generator's backpressure (``_generator_backpressure_num_objects``): bounds how far a
-  producer may run ahead of its consumer.
+  producer may run ahead of its consumer;
+- the resources still available on each node (``ray._private.state``): where the exec pools' control
+  loop places a new worker.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["actor_id", "kv_get", "kv_put", "streaming"]
+__all__ = ["actor_id", "available_per_node", "kv_get", "kv_put", "streaming"]
 
 
 def kv_get(key: bytes) -> bytes | None:
@@ -40,3 +42,10 @@ def actor_id(handle: Any) -> Any:
 def streaming(method: Any, ahead: int) -> Any:
     """``method`` (an actor method of a streaming generator) with at most ``ahead`` items in flight."""
     return method.options(_generator_backpressure_num_objects=ahead)
+
+
+def available_per_node() -> dict[str, dict[str, float]]:
+    """Node id -> resources not reserved now (a resource fully taken is absent), one GCS call."""
+    from ray._private.state import available_resources_per_node
+
+    return {str(node): dict(res) for node, res in available_resources_per_node().items()}
