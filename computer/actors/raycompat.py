@@ -48,4 +48,5 @@ def available_per_node() -> dict[str, dict[str, float]]:
     """Node id -> resources not reserved now (a resource fully taken is absent), one GCS call."""
     from ray._private.state import available_resources_per_node
 
-    return {str(node): dict(res) for node, res in available_resources_per_node().items()}
+    per_node = available_resources_per_node()  # type: ignore[no-untyped-call]
+    return {str(node): dict(res) for node, res in per_node.items()}
