@@ -21,7 +21,7 @@ __all__ = ["Workspace"]
 
 
 class Workspace:
-    """One workspace: ``fs`` (SQLite VFS), ``locks``, ``runtime`` (exec backends) and ``assets``.
+    """One workspace: ``fs`` (SQLite VFS), ``locks``, ``runtime`` (exec backends), ``assets`` and ``audit``.
 
     ``path=None`` is a private in-memory store; a path is one SQLite file (created when missing).
     ``assets=None`` means no publisher; ``True`` uses the configured default store; an object with a
@@ -38,6 +38,7 @@ class Workspace:
         fence: int | None = None,
         max_bytes: int | None = None,
     ) -> None:
+        from .config import settings
         from .runtime import Runtime
 
         self.path = path
@@ -46,6 +47,9 @@ class Workspace:
         self.fs = FileSystem.open(path, fence=fence, max_bytes=max_bytes)
         self.id: str = self.fs.id
         self.locks = self.fs.locks
+        # The audit log (SPEC 10): tool calls, exec runs and share links, kept in the same file.
+        self.audit = self.fs.audit
+        self.audit.configure(max_records=settings().audit_max_records, max_bytes=settings().audit_max_bytes)
         self.runtime = Runtime(self, list(backends), output=output)
         self.assets: AssetsSurface | None = None
         if assets is not None and assets is not False:
