@@ -167,6 +167,7 @@ class Runtime:
         self, run: ExecRun, backend: Backend, request: ExecRequest, options: OutputOptions
     ) -> None:
         """Consume the backend's events in a child task (kill cancels it), then settle the result."""
+        started = time.monotonic()
         prefix = f"{options.dir.rstrip('/')}/{request.backend}.{request.id}"
         captures = {
             "stdout": StreamCapture(self.fs, options, f"{prefix}.stdout.log"),
@@ -200,6 +201,7 @@ class Runtime:
                     await run.consumer
         try:
             await self._settle(run, request, captures, exit_event[0] if exit_event else None, error, options)
+            self._record_run(self._finished.get(run.id), request, started)
         except Exception as exc:  # never leave a caller waiting on a result that will not come
             log.exception("exec %s: settling failed", run.id)
             failed = ExecResult(
@@ -210,6 +212,7 @@ class Runtime:
                 run.id, run.backend, "failed", None, "", "", {}, True, run.snapshot.seq + 1
             )
             run.finish(failed, snapshot)
+            self._record_run(failed, request, started)
 
     async def _consume(
         self,
@@ -327,6 +330,20 @@ class Runtime:
         while len(self._finished) > _FINISHED_CACHE:
             self._finished.popitem(last=False)
         run.finish(result, final)
+
+    def _record_run(self, result: ExecResult | None, request: ExecRequest, started: float) -> None:
+        """The run's audit record (SPEC 10) in the workspace's own file; never raises."""
+        audit = getattr(self._workspace, "audit", None)
+        if audit is None or result is None:
+            return
+        audit.record_exec(
+            result,
+            command=request.source,
+            cwd=request.cwd,
+            env=request.env,
+            timeout=request.timeout,
+            duration_s=time.monotonic() - started,
+        )
 
     async def _prune_logs(self, options: OutputOptions) -> None:
         """Keep only the newest ``options.keep`` saved logs in the output directory."""

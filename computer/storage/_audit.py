@@ -154,6 +154,10 @@ class AuditLog:
     ) -> None:
         """Record one tool call from its arguments and its result dict (``{"error": ...}`` = failed)."""
         error = result.get("error") if isinstance(result, Mapping) else None
+        try:
+            sizes = {"bytes_in": payload_size(args), "bytes_out": payload_size(result)}
+        except Exception:  # an odd value in a result must not fail the call being recorded
+            sizes = {}
         self.record(
             "tool",
             tool=name,
@@ -162,7 +166,7 @@ class AuditLog:
             duration_ms=duration_s * 1000.0,
             caller=caller,
             args=args if isinstance(args, Mapping) else {"arguments": args},
-            detail={"bytes_in": payload_size(args), "bytes_out": payload_size(result)},
+            detail=sizes,
         )
 
     def record_exec(
@@ -175,7 +179,24 @@ class AuditLog:
         timeout: float | None = None,
         duration_s: float | None = None,
     ) -> None:
-        """Record one finished run from its ``ExecResult`` (read by attribute)."""
+        """Record one finished run from its ``ExecResult`` (read by attribute). Never raises."""
+        try:
+            self._record_exec(
+                result, command=command, cwd=cwd, env=env, timeout=timeout, duration_s=duration_s
+            )
+        except Exception:
+            log.exception("audit: could not record a run")
+
+    def _record_exec(
+        self,
+        result: Any,
+        *,
+        command: str,
+        cwd: str | None,
+        env: Mapping[str, str] | None,
+        timeout: float | None,
+        duration_s: float | None,
+    ) -> None:
         logs = {
             stream: cut.path
             for stream, cut in (getattr(result, "truncated", None) or {}).items()
