@@ -95,7 +95,13 @@ class Assets:
             prefix=prefix,
         )
         stored = await self.store.put(record, fs.stream(path))
-        return f"{self.base_url}/{quote(stored.key, safe='/')}"
+        url = f"{self.base_url}/{quote(stored.key, safe='/')}"
+        audit = getattr(self.workspace, "audit", None)  # every link created is in the audit log (SPEC 10)
+        if audit is not None:
+            options = {"expires_after": expires_after, "prefix": prefix, "filename": filename}
+            detail = {"key": stored.key, "expires_at": stored.expires_at, "content_type": content_type}
+            audit.record_share(path, url, options=options, detail=detail)
+        return url
 
     def __repr__(self) -> str:
         return f"Assets({self.store!r}, base_url={self.base_url!r})"
