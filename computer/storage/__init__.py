@@ -5,7 +5,7 @@ Imports nothing else of the project.
 
 from __future__ import annotations
 
-from ._audit import AuditLog, AuditRecord, audit_caller, current_caller
+from ._audit import AuditLog, AuditRecord, ToolCall, audit_caller, current_caller, current_tool_call
 from ._chunks import CHUNK_SIZE
 from ._db import use_wal
 from .errors import FsInvalidError, error_from_wire, error_to_wire, fs_error
@@ -41,8 +41,10 @@ __all__ = [
     "GrepMatch",
     "LockTable",
     "ManifestEntry",
+    "ToolCall",
     "audit_caller",
     "current_caller",
+    "current_tool_call",
     "error_from_wire",
     "error_to_wire",
     "fs_error",

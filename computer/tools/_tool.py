@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ValidationError
 
+from ..storage import ToolCall, current_tool_call
 from ._arguments import nesting_problem, unknown_arguments_problem
 
 __all__ = ["ContentPart", "Tool", "ToolUpdate", "error_result", "format_validation_error"]
@@ -31,6 +33,12 @@ ToolUpdate = Callable[[dict[str, Any]], Awaitable[None] | None]
 
 Handler = Callable[[Any, "ToolUpdate | None"], Awaitable[dict[str, Any]]]
 ModelOutput = Callable[[dict[str, Any]], list[ContentPart]]
+
+
+class ToolAudit(Protocol):
+    """Where tool calls are recorded: a workspace's audit log (``workspace.audit``, owner or client)."""
+
+    def record_tool(self, name: str, args: Any, result: Any, duration_s: float) -> None: ...
 
 
 def error_result(message: str) -> dict[str, Any]:
@@ -70,6 +78,8 @@ class Tool:
     output_schema: dict[str, Any] | None = None
     model_output: ModelOutput = default_model_output
     parameters: dict[str, Any] = field(init=False)
+    # Where each call is recorded (the workspace's audit log; ``create_tools`` sets it). None: not audited.
+    audit: ToolAudit | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         self.parameters = self.input_model.model_json_schema(by_alias=True)
@@ -77,7 +87,26 @@ class Tool:
     async def run(
         self, args: dict[str, Any] | None, *, on_update: ToolUpdate | None = None
     ) -> dict[str, Any]:
-        """Run the tool; bad arguments and failed operations come back as ``{"error": ...}``."""
+        """Run the tool; bad arguments and failed operations come back as ``{"error": ...}``.
+
+        With ``audit`` set, the call leaves one audit record (a cancelled call too), unless its
+        transport had it recorded where it ran (a client forwarding the call whole to its owner).
+        """
+        if self.audit is None:
+            return await self._run(args, on_update)
+        call = ToolCall(self.name)
+        token = current_tool_call.set(call)
+        started = time.perf_counter()
+        result = error_result("cancelled")
+        try:
+            result = await self._run(args, on_update)
+            return result
+        finally:
+            current_tool_call.reset(token)
+            if not call.recorded_elsewhere:
+                self.audit.record_tool(self.name, args, result, time.perf_counter() - started)
+
+    async def _run(self, args: dict[str, Any] | None, on_update: ToolUpdate | None) -> dict[str, Any]:
         try:
             if args is None:
                 args = {}

@@ -67,6 +67,9 @@ def create_tools(
             from .publish import create_publish_tool
 
             tools.append(create_publish_tool(workspace))
+    audit = getattr(workspace, "audit", None)  # every call leaves a record in the audit log (SPEC 10)
+    for tool in tools:
+        tool.audit = audit
     runner = tool_runner(workspace)
     if runner is not None:
         forwarded = forwarded_options(read_options, write_options, edit_options)
