@@ -22,16 +22,21 @@ from ._limits import SandboxLimits
 __all__ = [
     "CGROUP_PARENT",
     "CGROUP_ROOT",
+    "CONTROLLERS",
     "cgroup_writable",
+    "freeze",
     "make_groups",
     "remove_dead_groups",
     "remove_groups",
     "remove_own_groups",
     "sweep",
+    "thaw",
 ]
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "computer-exec"
+# Every controller a run group may use: ``freezer`` only for live sandboxes (paused while they sync).
+CONTROLLERS = ("memory", "pids", "freezer")
 
 
 def make_groups(controllers: Iterable[str], limits: SandboxLimits) -> list[Path]:
@@ -59,8 +64,12 @@ def make_groups(controllers: Iterable[str], limits: SandboxLimits) -> list[Path]
 
 
 def sweep(groups: Sequence[Path]) -> None:
-    """SIGKILL every process in ``groups`` (a few rounds: a process may fork while it is swept)."""
+    """SIGKILL every process in ``groups`` (a few rounds: a process may fork while it is swept).
+    A frozen group is thawed first: a frozen process cannot die."""
     for group in groups:
+        if "freezer" in group.parts:
+            with contextlib.suppress(OSError):
+                (group / "freezer.state").write_text("THAWED")
         for _ in range(20):
             try:
                 pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
@@ -126,7 +135,7 @@ def remove_stale_groups(parent: Path) -> None:
 
 def remove_own_groups() -> None:
     """Remove every run group of this process (at its exit: its programs end with it)."""
-    for controller in ("memory", "pids"):
+    for controller in CONTROLLERS:
         parent = CGROUP_ROOT / controller / CGROUP_PARENT
         with contextlib.suppress(OSError):
             remove_groups(sorted(parent.glob(f"run-{process_tag()}-*")))
@@ -134,7 +143,31 @@ def remove_own_groups() -> None:
 
 def remove_dead_groups() -> None:
     """Remove the run groups of dead processes in every controller."""
-    for controller in ("memory", "pids"):
+    for controller in CONTROLLERS:
         parent = CGROUP_ROOT / controller / CGROUP_PARENT
         if parent.is_dir():
             remove_stale_groups(parent)
+
+
+def freeze(group: Path, timeout: float = 1.0) -> bool:
+    """Freeze every process of the freezer ``group`` and wait until they all are (blocking; a few ms).
+    False, with the group thawed again, when it did not freeze within ``timeout`` (a process stuck in
+    the kernel): the caller must then not rely on the group standing still."""
+    state = group / "freezer.state"
+    try:
+        state.write_text("FROZEN")
+        deadline = time.monotonic() + timeout
+        while state.read_text().strip() != "FROZEN":
+            if time.monotonic() > deadline:
+                state.write_text("THAWED")
+                return False
+            time.sleep(0.0005)
+    except OSError:
+        return False
+    return True
+
+
+def thaw(group: Path) -> None:
+    """Let the processes of the freezer ``group`` run again."""
+    with contextlib.suppress(OSError):
+        (group / "freezer.state").write_text("THAWED")

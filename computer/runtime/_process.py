@@ -22,6 +22,7 @@ __all__ = [
     "ProcessOutcome",
     "SandboxProcess",
     "close_transport",
+    "oom_kills",
     "out_of_memory_error",
     "stream_process",
 ]
@@ -212,8 +213,13 @@ def out_of_memory_error(limit_mb: int | None, mount_root: str) -> str:
 
 
 def _oom_killed(groups: list[Path]) -> bool:
-    """Whether the run's memory cgroup (v1) counted an out-of-memory kill (``oom_kill`` in
-    ``memory.oom_control``, Linux 4.13+); False where that cannot be told."""
+    """Whether the run's memory cgroup (v1) counted an out-of-memory kill."""
+    return oom_kills(groups) > 0
+
+
+def oom_kills(groups: list[Path]) -> int:
+    """How many out-of-memory kills the memory cgroup (v1) among ``groups`` counted (``oom_kill`` in
+    ``memory.oom_control``, Linux 4.13+); 0 where that cannot be told."""
     for group in groups:
         if "memory" not in group.parts:
             continue
@@ -221,10 +227,10 @@ def _oom_killed(groups: list[Path]) -> bool:
             for line in (group / "memory.oom_control").read_text().splitlines():
                 key, _, value = line.partition(" ")
                 if key == "oom_kill":
-                    return int(value or 0) > 0
+                    return int(value or 0)
         except (OSError, ValueError):
-            return False
-    return False
+            return 0
+    return 0
 
 
 def _clean_later(sp: SandboxProcess) -> None:

@@ -88,26 +88,32 @@ class MirrorSync:
 
     # ------------------------------------------------------------------ push
 
-    async def push(self, mirror: Mirror, ctx: ExecContext) -> tuple[SyncPush, int]:
+    async def push(
+        self, mirror: Mirror, ctx: ExecContext, *, first: SyncPush | None = None
+    ) -> tuple[SyncPush, int]:
         """Bring ``mirror`` to the workspace's current revision, page by page, and start watching it;
         the first page (whose revision the mirror then reflects) and how many files were written.
 
         A file larger than a page arrives in pieces of at most a page, written in place, so memory
         stays one page whatever the tree holds. A continuation page that is no longer of the same kind
-        (the change log was trimmed meanwhile) starts the push over as a full one.
+        (the change log was trimmed meanwhile) starts the push over as a full one. ``first``: the
+        first page, already fetched for ``mirror.rev`` (a live sandbox looks before it pauses).
         """
         limits = self.limits
-        first: SyncPush | None = None
+        given, start = first, None
         pushed = 0
         while True:
-            page = await ctx.sync_push(mirror.rev, self.mount_root, limits)
-            if first is not None and page.full != first.full:
+            if given is not None:
+                page, given = given, None
+            else:
+                page = await ctx.sync_push(mirror.rev, self.mount_root, limits)
+            if start is not None and page.full != start.full:
                 mirror.invalidate()
-                first, pushed, limits = None, 0, self.limits
+                start, pushed, limits = None, 0, self.limits
                 continue
-            starting = first is None
+            starting = start is None
             if starting:
-                first = page
+                start = page
             if _small(page):  # a thread hop costs more than applying a handful of entries
                 pushed += mirror.apply(page, first=starting)
             else:
@@ -121,13 +127,13 @@ class MirrorSync:
             if not page.more:
                 break
             limits = dataclasses.replace(self.limits, after=page.cursor)
-        assert first is not None
-        mirror.finish_push(first.rev)
+        assert start is not None
+        mirror.finish_push(start.rev)
         if mirror.watch is not None:
             mirror.arm()  # drains what the push caused
         else:
             await asyncio.to_thread(mirror.arm)  # a new watch walks the whole tree
-        return first, pushed
+        return start, pushed
 
     async def _fill(self, mirror: Mirror, ctx: ExecContext, file: MirrorFile) -> None:
         """Fetch a large file's bytes in pieces of at most a page, each written in place."""

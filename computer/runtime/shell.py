@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import os
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -24,11 +25,13 @@ from ._backend import (
     ExitEvent,
     SyncLimits,
 )
+from ._cgroups import cgroup_writable
+from ._live import INIT_PYTHON, LiveSandbox, LiveSandboxError
 from ._mirror import Mirror, MirrorPool
 from ._process import ProcessOutcome, out_of_memory_error, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, in_background, run_to_completion
 from ._sync import MirrorSync, backend_scratch
-from .types import BackendInfo
+from .types import BackendInfo, ProcessInfo
 
 __all__ = ["ShellBackend"]
 
@@ -79,7 +82,14 @@ class ShellBackend:
         mirror_pool: Callable[[Path, str], MirrorPool] | None = None,
         warm_sandboxes: int = 4,
         unprivileged: bool = True,
+        live: bool = True,
+        live_idle: float = 60.0,
+        live_lifetime: float = 3600.0,
     ) -> None:
+        """``live``: runs of one workspace share a live sandbox (see ``_live``: background processes
+        survive the call, files sync both ways while anything runs); it ends after ``live_idle``
+        seconds with no process left, or ``live_lifetime`` seconds in all. Needs the cgroup v1
+        ``freezer`` and ``/usr/bin/python3``; without them every run has a sandbox of its own."""
         self.mount_root = canonical(mount_root)
         if self.mount_root == "/":
             raise ValueError("mount_root cannot be / (the sandbox needs its own /usr, /tmp…)")
@@ -95,6 +105,12 @@ class ShellBackend:
         )
         # This process's scratch directory (0700, the sandbox user's; removed at exit, and by any
         # later process if this one dies), then one directory per backend in it.
+        self.live = live and cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
+        if self.live:
+            self.sandbox.cgroups.add("freezer")
+        self.live_idle, self.live_lifetime = live_idle, live_lifetime
+        self._live: dict[str, LiveSandbox] = {}
+        self._live_starting: dict[str, asyncio.Lock] = {}
         owner = self.sandbox.host_ids
         base = backend_scratch(scratch_dir, owner, "shell")
         self.scratch = base
@@ -157,6 +173,10 @@ class ShellBackend:
         cwd = request.cwd or self.mount_root
         if not is_within(cwd, self.mount_root):
             yield ExitEvent(None, error=f"cwd {cwd} is outside the mount root {self.mount_root}")
+            return
+        if self.live:
+            async for event in self._run_live(request, ctx, cwd):
+                yield event
             return
         workspace_id = ctx.workspace_id
         mirror = self._sync.acquire(workspace_id, ctx)
@@ -223,11 +243,175 @@ class ShellBackend:
                 self._keep_warm(mirror)
             self._remove_evicted()
 
+    # ------------------------------------------------------------------ live sandboxes
+
+    async def _run_live(self, request: ExecRequest, ctx: ExecContext, cwd: str) -> AsyncIterator[ExecEvent]:
+        """One run inside the workspace's live sandbox (started by the first run)."""
+        try:
+            sandbox = await self._live_sandbox(ctx)
+        except (OSError, LiveSandboxError, TimeoutError) as exc:
+            yield ExitEvent(None, error=f"the sandbox could not start: {exc}")
+            return
+        changes = sandbox.open_run(request.id)
+        finished = False
+        try:
+            _, pushed = await sandbox.sync()  # the run starts from the workspace as it is now
+            pushed, sandbox.pushed = pushed + sandbox.pushed, 0
+            host_cwd = sandbox.mirror.host(cwd)
+            if not host_cwd.is_dir():
+                yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")
+                finished = True
+                return
+            env = self._env(request, cwd, sandbox.bridge_dir)
+            env["COMPUTER_EXEC_ID"] = request.id
+            start_cwd = cwd if self.sandbox.bwrap else str(host_cwd)
+            outcome = ProcessOutcome()
+            error = None
+            try:
+                job = await sandbox.start_job(
+                    request.id,
+                    ["/bin/bash", "-c", request.source],
+                    cwd=start_cwd,
+                    env=env,
+                    stdin=request.stdin,
+                )
+                output = sandbox.output(job, outcome, timeout=request.timeout)
+                async with contextlib.aclosing(output):
+                    async for chunk in output:
+                        yield chunk
+            except LiveSandboxError as exc:  # the sandbox died under the run: what it wrote is pulled
+                error = f"{exc}; the next run starts a fresh sandbox"
+                self._forget_live(sandbox)
+                await sandbox.end()
+            if sandbox.alive:
+                await sandbox.sync(push=False)
+            finished = True
+            if error is None and outcome.out_of_memory:
+                # The mirror's files stay charged to the sandbox's memory group: end the sandbox (its
+                # processes with it) so that the next run starts in a fresh one.
+                error = out_of_memory_error(self.sandbox.limits.memory_mb, self.mount_root) + (
+                    "; the live sandbox was ended with its processes, the next run starts a fresh one"
+                )
+                self._forget_live(sandbox)
+                await sandbox.end("out of memory")
+            yield ExitEvent(
+                outcome.exit_code,
+                pushed=pushed,
+                pulled=sorted(changes.pulled),
+                skipped=sorted(changes.skipped),
+                skipped_reasons=dict(changes.skipped),
+                killed=outcome.timed_out,
+                error=error,
+            )
+        finally:
+            if not finished and sandbox.alive:  # killed: the job is dead; keep what it wrote
+                with contextlib.suppress(Exception):
+                    await run_to_completion(sandbox.sync(push=False))
+            sandbox.close_run(request.id)
+
+    async def _live_sandbox(self, ctx: ExecContext) -> LiveSandbox:
+        """The workspace's live sandbox, started when there is none (one start at a time)."""
+        workspace_id = ctx.workspace_id
+        lock = self._live_starting.setdefault(workspace_id, asyncio.Lock())
+        async with lock:
+            sandbox = self._live.get(workspace_id)
+            if sandbox is not None and sandbox.alive:
+                sandbox.ctx = ctx
+                if sandbox.bridge is not None:
+                    sandbox.bridge.ctx = ctx
+                return sandbox
+            mirror = self._sync.acquire(workspace_id, ctx)
+            self._remove_evicted()
+            clean = False
+            started: LiveSandbox | None = None
+            try:
+                _, pushed = await self._sync.push(mirror, ctx)
+                spares = mirror.standby
+                warm = spares.pop() if isinstance(spares, _Spares) else None
+                ready = None
+                if warm is not None:
+                    self._warm.pop(warm, None)
+                    ready = await warm.take()
+                for attempt in range(2):
+                    if ready is None:
+                        ready = await self._prepare(mirror)
+                    standby, bridge_dir = ready
+                    try:
+                        started = await LiveSandbox.start(
+                            standby,
+                            bridge_dir,
+                            inside_dir=SANDBOX_DIR if self.sandbox.bwrap else str(bridge_dir),
+                            workspace_id=workspace_id,
+                            mirror=mirror,
+                            sync=self._sync,
+                            ctx=ctx,
+                            idle_end=self.live_idle,
+                            lifetime=self.live_lifetime,
+                            host_ids=self.sandbox.host_ids,
+                        )
+                        break
+                    except BrokenPipeError:  # the standby died while it waited
+                        await run_to_completion(_discard(standby, bridge_dir))
+                        ready = None
+                        if attempt:
+                            raise
+                clean = True
+            finally:
+                if not clean:
+                    await self._sync.release(workspace_id, mirror, clean=False)
+            assert started is not None
+            started.pushed = pushed
+            self._live[workspace_id] = started
+            started.ended_callback = self._live_ended
+            return started
+
+    def _live_ended(self, sandbox: LiveSandbox) -> None:
+        """A live sandbox ended (idle, lifetime, killed): forget it; its mirror stays warm."""
+        self._forget_live(sandbox)
+        if sandbox.mirror.directory.is_dir() and sandbox.mirror in self._mirrors.idle_mirrors(
+            sandbox.workspace_id
+        ):
+            self._keep_warm(sandbox.mirror)
+
+    def _forget_live(self, sandbox: LiveSandbox) -> None:
+        if self._live.get(sandbox.workspace_id) is sandbox:
+            del self._live[sandbox.workspace_id]
+
+    def live_sandboxes(self) -> int:
+        """How many live sandboxes this backend holds (a pool drains such a worker instead of killing it)."""
+        return sum(1 for sandbox in self._live.values() if sandbox.alive)
+
+    async def processes(self, workspace_id: str) -> list[ProcessInfo]:
+        """The processes of the workspace's live sandbox (none when it has no live sandbox)."""
+        sandbox = self._live.get(workspace_id)
+        if sandbox is None or not sandbox.alive:
+            return []
+        return await sandbox.processes()
+
+    async def kill_process(self, workspace_id: str, pid: int) -> None:
+        """SIGKILL one process of the workspace's live sandbox; ``ProcessLookupError`` when none has ``pid``."""
+        sandbox = self._live.get(workspace_id)
+        if sandbox is None or not sandbox.alive:
+            raise ProcessLookupError(f"no process {pid}: the workspace has no live sandbox")
+        await sandbox.kill_process(pid)
+
+    async def end_sandbox(self, workspace_id: str) -> bool:
+        """Kill everything in the workspace's live sandbox, pull what it wrote and drop it; False when
+        there was none."""
+        sandbox = self._live.pop(workspace_id, None)
+        if sandbox is None:
+            return False
+        await sandbox.end("ended by end_sandbox")
+        return True
+
     def _remove_evicted(self) -> None:
         self._sync.remove_evicted()
 
     async def close_workspace(self, workspace_id: str) -> None:
-        """The workspace closed: end the standby sandboxes of its idle mirrors (the mirrors stay warm)."""
+        """The workspace closed: end its live sandbox (what it wrote is pulled) and the standby
+        sandboxes of its idle mirrors (the mirrors stay warm)."""
+        with contextlib.suppress(Exception):
+            await self.end_sandbox(workspace_id)
         ends = []
         for mirror in self._mirrors.idle_mirrors(workspace_id):
             spares = mirror.take_standby()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 __all__ = [
@@ -11,6 +12,7 @@ __all__ = [
     "ExecSnapshot",
     "ExecStatus",
     "OutputTruncation",
+    "ProcessInfo",
     "status_for_exit",
 ]
 
@@ -88,3 +90,22 @@ class ExecResult:
     error: str | None = None  # why a run failed outside the program (dead worker, sandbox error…)
     # Why each path of ``skipped`` was left out (path -> reason); every skipped path has one.
     skipped_reasons: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessInfo:
+    """One process of a live sandbox (SPEC section 10), as ``ps`` inside the sandbox would show it.
+
+    ``pid`` is the sandbox's own (what ``$!`` printed there, what ``kill_process`` takes); ``started``
+    is UTC; ``exec_id`` is the run that started it (its log of output written after the run returned
+    is ``log``, under ``/.computer/output/``), when known.
+    """
+
+    pid: int
+    command: str
+    started: datetime
+    cpu_seconds: float
+    rss_bytes: int
+    ppid: int = 0
+    exec_id: str | None = None
+    log: str | None = None

@@ -1,4 +1,5 @@
-"""Fixtures of the runtime tests: one shell and one python backend per session, a fresh workspace per test."""
+"""Fixtures of the runtime tests: one shell (per-call) and one python backend per session, a fresh
+workspace per test."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from computer.runtime import PythonBackend, ShellBackend
 
 @pytest.fixture(scope="session")
 def shell_backend() -> ShellBackend:
-    return ShellBackend()
+    """Per-call sandboxes (``live=False``): these tests pin down the sync bracket of one run, which a
+    live sandbox repeats continuously; ``test_live.py`` covers the live default."""
+    return ShellBackend(live=False)
 
 
 @pytest.fixture(scope="session")

@@ -69,7 +69,7 @@ async def test_assets_publish_saves_under_the_rules_of_the_pull() -> None:
     """Issue 17 finding 2: the bridge wrote the file into the workspace itself, over a protected file
     and over a file the workspace changed during the run."""
     publisher = RecordingPublisher()
-    backend = ShellBackend(max_file_bytes=100)
+    backend = ShellBackend(live=False, max_file_bytes=100)
     async with computer.Workspace(backends=[backend], assets=publisher) as ws:
         publisher.workspace = ws
         await ws.fs.mkdir("/workspace")

@@ -43,7 +43,7 @@ async def _apply(ctx: _Deferring, run: str, event: ExitEvent, *, tell: bool) -> 
 
 
 async def test_the_next_run_settles_the_mirror_from_the_outcome_or_pushes_it_whole() -> None:
-    backend = ShellBackend()
+    backend = ShellBackend(live=False)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         ctx = _Deferring(ws)

@@ -394,7 +394,9 @@ class _CountingContext(LocalExecContext):
 async def test_a_small_change_in_a_large_file_moves_one_chunk_each_way(tmp_path: Path) -> None:
     """Issue 16: a page changed inside a large file moves a chunk, not the file, in both directions;
     the file is exact everywhere, and no staging is left behind."""
-    backend = ShellBackend(max_sync_bytes=4 << 20)  # pages smaller than the file: staged across pages
+    backend = ShellBackend(
+        live=False, max_sync_bytes=4 << 20
+    )  # per call; pages smaller than the file: staged across pages
     async with computer.Workspace(str(tmp_path / "ws.db"), backends=[backend]) as ws:
         ctx = _CountingContext(ws)
         runtime = Runtime(ws, [backend], context=ctx)

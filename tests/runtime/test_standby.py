@@ -63,7 +63,7 @@ async def _gone(pid: int, within: float = 30.0) -> bool:
 
 
 async def test_a_run_hands_its_command_to_the_prepared_sandbox() -> None:
-    backend = ShellBackend()
+    backend = ShellBackend(live=False)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace/sub", recursive=True)
         first = await (await ws.runtime.exec("echo one > a.txt")).result()
@@ -87,7 +87,7 @@ async def test_a_run_hands_its_command_to_the_prepared_sandbox() -> None:
 async def test_the_program_starts_with_exactly_its_environment() -> None:
     """The standby's program gets the run's environment (read back from /proc/$$/environ), whether it
     is set by bash's ``exec`` or, for names bash would refuse there, by ``env -i``."""
-    backend = ShellBackend()
+    backend = ShellBackend(live=False)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace/sub", recursive=True)
         await (await ws.runtime.exec("true")).result()
@@ -107,7 +107,7 @@ async def test_the_program_starts_with_exactly_its_environment() -> None:
 
 
 async def test_back_to_back_runs_get_a_second_standby_and_paused_ones_do_not() -> None:
-    backend = ShellBackend()
+    backend = ShellBackend(live=False)
     prepare = backend._prepare
 
     async def slow_prepare(*args: Any, **kwargs: Any) -> Any:
@@ -180,7 +180,7 @@ async def test_the_program_runs_under_the_sandbox_rlimits(
 
 
 async def test_a_large_command_line_reaches_the_standby_whole() -> None:
-    backend = ShellBackend()
+    backend = ShellBackend(live=False)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         await (await ws.runtime.exec("true")).result()
@@ -191,7 +191,7 @@ async def test_a_large_command_line_reaches_the_standby_whole() -> None:
 
 
 async def test_standbys_beyond_the_cap_and_of_dropped_mirrors_end() -> None:
-    backend = ShellBackend(warm_sandboxes=1)
+    backend = ShellBackend(live=False, warm_sandboxes=1)
     async with (
         computer.Workspace(backends=[backend]) as a,
         computer.Workspace(backends=[backend]) as b,
@@ -214,7 +214,7 @@ async def test_standbys_beyond_the_cap_and_of_dropped_mirrors_end() -> None:
 
 
 async def test_a_standby_of_another_event_loop_is_not_used(tmp_path: Path) -> None:
-    backend = ShellBackend()
+    backend = ShellBackend(live=False)
     path = str(tmp_path / "ws.db")
     pids: list[int] = []
 
@@ -235,7 +235,7 @@ async def test_a_standby_of_another_event_loop_is_not_used(tmp_path: Path) -> No
 
 
 async def test_a_standby_killed_while_it_waits_is_replaced_by_a_fresh_sandbox() -> None:
-    backend = ShellBackend()
+    backend = ShellBackend(live=False)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         await (await ws.runtime.exec("echo 1 > n")).result()
@@ -261,7 +261,7 @@ async def test_cgroups_of_finished_runs_are_removed_in_the_background() -> None:
     def ours() -> set[Path]:
         return {g for parent in groups if parent.is_dir() for g in parent.glob(f"run-{os.getpid()}-*")}
 
-    backend = ShellBackend()
+    backend = ShellBackend(live=False)
     if not backend.sandbox.cgroups:
         return  # nothing to remove on a machine without writable cgroups (the description says so)
     before = ours()
@@ -298,7 +298,7 @@ def test_the_watch_tells_whether_a_run_changed_anything(tmp_path: Path) -> None:
 
 
 async def test_standbys_ended_with_their_mirror_do_not_count_against_the_cap() -> None:
-    backend = ShellBackend(warm_sandboxes=2)
+    backend = ShellBackend(live=False, warm_sandboxes=2)
     async with (
         computer.Workspace(backends=[backend]) as a,
         computer.Workspace(backends=[backend]) as b,
@@ -319,7 +319,9 @@ async def test_standbys_ended_with_their_mirror_do_not_count_against_the_cap() -
 async def test_a_shell_backend_removes_the_mirrors_of_workspaces_it_no_longer_keeps() -> None:
     from computer.runtime._mirror import MirrorPool
 
-    backend = ShellBackend(mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=1))
+    backend = ShellBackend(
+        live=False, mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=1)
+    )
     async with computer.Workspace(backends=[backend]) as a, computer.Workspace(backends=[backend]) as b:
         for ws in (a, b):
             await ws.fs.mkdir("/workspace")
@@ -351,7 +353,9 @@ async def test_a_process_serving_many_workspaces_keeps_its_resources_bounded() -
                 found += os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:inotify"
         return found
 
-    backend = ShellBackend(mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=4))
+    backend = ShellBackend(
+        live=False, mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=4)
+    )
     async with contextlib.AsyncExitStack() as stack:
         fds: list[int] = []
         for i in range(30):

@@ -1,0 +1,708 @@
+"""``LiveSandbox``: one long-lived sandbox per workspace and backend (SPEC section 10, "Live sandboxes").
+
+The first run of a workspace starts it; later runs execute *inside* it: same mount, same network
+namespace, same process tree. Its first program is a small init (``_live_init.py``, a child subreaper
+that starts each command in its own process group with the host's pipes as its streams, over a
+``SOCK_SEQPACKET`` socket). So
+
+- a process started in the background (``setsid server &``, ``python -m http.server &``) keeps running
+  after its call returns, and a later call reaches it (on loopback when the sandbox has no network);
+  what it prints after the call returned goes to ``/.computer/output/<exec id>.background.log``
+  (the last :data:`BACKGROUND_LOG_BYTES`);
+- while any process besides the init runs, the mirror and the workspace are synced both ways every
+  :data:`SYNC_INTERVAL` (a write on either side is visible on the other within ~250 ms): the sandbox's
+  processes are frozen (cgroup v1 ``freezer``) for the few milliseconds a sync takes, so a pull never
+  reads a half-replaced tree and a push never races a program swapping a directory for a symlink. The
+  pull's rules are those of a run's pull (a path the workspace changed meanwhile keeps the workspace's
+  version; it is reported as skipped);
+- killing a run (or its timeout) kills that run's process group, as Ctrl-C does in a terminal; what it
+  wrote is pulled; processes that left the group (``setsid``) keep running;
+- limits (memory, processes) are the sandbox's, shared by everything running in it, not per call;
+- each call has its own ``cwd`` and ``env`` (the backend's defaults plus the request's); a background
+  process keeps those of the call that started it.
+
+It ends after :attr:`idle_end` seconds with no process left besides the init, after :attr:`lifetime`
+seconds in all (once no run is in progress), on ``end_sandbox``/``kill_process`` of everything, when
+its workspace closes (hibernation) and when its process dies (a worker lost). Ending kills every
+process, then pulls what they wrote.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import select
+import shutil
+import signal
+import socket
+import time
+from collections.abc import AsyncGenerator, Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ._assets_bridge import AssetsBridge
+from ._backend import MAX_CHUNK_BYTES, ExecContext, OutputChunk
+from ._cgroups import freeze, thaw
+from ._mirror import Mirror
+from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess, oom_kills
+from ._standby import Standby, write_all
+from ._sync import MirrorSync, Synced
+from ._tasks import in_background, run_to_completion
+from .types import ProcessInfo
+
+__all__ = ["BACKGROUND_LOG_BYTES", "SYNC_INTERVAL", "LiveSandbox", "LiveSandboxError", "background_log"]
+
+log = logging.getLogger(__name__)
+
+INIT_SCRIPT = Path(__file__).with_name("_live_init.py")
+INIT_PYTHON = "/usr/bin/python3"
+SOCKET_NAME = "live.sock"
+# Seconds between two looks at a busy sandbox (changes on either side).
+SYNC_INTERVAL = 0.1
+# What a run's background processes printed after it returned: the last this many bytes are kept.
+BACKGROUND_LOG_BYTES = 1 << 20
+_START_TIMEOUT = 10.0
+_PACKET = 1 << 16
+# How long a killed job may take to be reported dead before the sandbox is ended instead.
+_KILL_GRACE = 5.0
+
+
+class LiveSandboxError(RuntimeError):
+    """The live sandbox ended under a run (its init died, it was ended, or it could not start)."""
+
+
+def background_log(exec_id: str) -> str:
+    """Where what a run's background processes print after it returned is kept (workspace path)."""
+    return f"/.computer/output/{exec_id}.background.log"
+
+
+@dataclass
+class _Job:
+    id: str
+    started: asyncio.Future[int]
+    exited: asyncio.Future[tuple[int, str | None]]
+    fds: dict[int, str] = field(default_factory=dict)  # our read ends -> stream name
+
+
+@dataclass
+class RunChanges:
+    """What the syncs made while one run was in progress (attributed to every run in progress)."""
+
+    pulled: set[str] = field(default_factory=set)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def add(self, synced: Synced) -> None:
+        self.pulled.update(synced.pulled)
+        for path in synced.pulled:
+            self.skipped.pop(path, None)
+        self.skipped.update(synced.skipped)
+
+
+class _BackgroundLog:
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.dropped = 0
+        self.dirty = False
+        self.written = False  # in the workspace at least once
+
+    def append(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > BACKGROUND_LOG_BYTES:
+            cut = len(self.data) - BACKGROUND_LOG_BYTES
+            self.dropped += cut
+            del self.data[:cut]
+        self.dirty = True
+
+    def content(self) -> bytes:
+        head = f"[... {self.dropped} earlier bytes dropped]\n".encode() if self.dropped else b""
+        return head + bytes(self.data)
+
+
+class LiveSandbox:
+    """A running live sandbox of one workspace (see the module docstring). Use :meth:`start`."""
+
+    def __init__(
+        self,
+        *,
+        workspace_id: str,
+        mirror: Mirror,
+        sync: MirrorSync,
+        process: SandboxProcess,
+        channel: socket.socket,
+        bridge_dir: Path,
+        ctx: ExecContext,
+        idle_end: float,
+        lifetime: float,
+        host_ids: tuple[int, int] | None,
+    ) -> None:
+        self.workspace_id = workspace_id
+        self.mirror = mirror
+        self.sync_ = sync
+        self.process = process
+        self.channel = channel
+        self.bridge_dir = bridge_dir
+        self.ctx = ctx  # the latest run's context (a pool worker's is tied to the owner it came from)
+        self.idle_end = idle_end
+        self.lifetime = lifetime
+        self.host_ids = host_ids
+        self.lock = asyncio.Lock()  # syncs, starts and the end, one at a time
+        self.loop = asyncio.get_running_loop()
+        self.created = time.monotonic()
+        self.idle_since: float | None = time.monotonic()
+        self.jobs: dict[str, _Job] = {}
+        self.runs: dict[str, RunChanges] = {}
+        self.background: dict[str, _BackgroundLog] = {}
+        self._requests: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._next_ref = 0
+        self.dead: str | None = None  # why the sandbox cannot take runs any more
+        self.ended = asyncio.Event()
+        self._ending: asyncio.Task[None] | None = None
+        self.bridge: AssetsBridge | None = None
+        self.pushed = 0  # files the start's push wrote: counted by the first run
+        groups = {g.parts[-3]: g for g in process.cgroups if len(g.parts) >= 3}
+        self._freezer = groups.get("freezer")
+        self._pids = groups.get("pids")
+        self._baseline = 0
+        self._ticker: asyncio.Task[None] | None = None
+        self._adopted: set[int] = set()  # pipes of background processes, read into their logs
+        # Called once it ended (its backend forgets it and keeps the mirror warm).
+        self.ended_callback: Callable[[LiveSandbox], None] | None = None
+
+    # ------------------------------------------------------------------ start
+
+    @classmethod
+    async def start(
+        cls,
+        standby: Standby,
+        bridge_dir: Path,
+        *,
+        inside_dir: str,
+        **fields: Any,
+    ) -> LiveSandbox:
+        """Start the init in ``standby`` (whose binds hold ``bridge_dir`` at ``inside_dir``) and wait
+        until it reports in. ``fields`` are the constructor's."""
+        loop = asyncio.get_running_loop()
+        host_ids: tuple[int, int] | None = fields["host_ids"]
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK)
+        try:
+            path = bridge_dir / SOCKET_NAME
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+            listener.bind(str(path))
+            if host_ids is not None:
+                os.chown(path, *host_ids)
+            listener.listen(1)
+            script = bridge_dir / "live_init.py"
+            shutil.copyfile(INIT_SCRIPT, script)
+            script.chmod(0o644)
+            process = await standby.start(
+                [INIT_PYTHON, "-I", "-S", f"{inside_dir}/live_init.py", f"{inside_dir}/{SOCKET_NAME}"],
+                cwd="/",
+                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+            )
+            try:
+                channel, _ = await asyncio.wait_for(loop.sock_accept(listener), _START_TIMEOUT)
+            except BaseException:
+                await run_to_completion(process.discard())
+                raise
+        finally:
+            listener.close()
+        channel.setblocking(False)
+        sandbox = cls(process=process, channel=channel, bridge_dir=bridge_dir, **fields)
+        sandbox._baseline = sandbox._tasks() or 0
+        await asyncio.to_thread(sandbox._protect_init)
+        loop.add_reader(channel.fileno(), sandbox._readable)
+        # The program's own output is not read by anyone: the init writes nothing, a crash says why.
+        sandbox.bridge = AssetsBridge(sandbox.ctx, sandbox.mirror, bridge_dir)
+        await sandbox.bridge.__aenter__()
+        sandbox._ticker = asyncio.create_task(sandbox._tick())
+        return sandbox
+
+    def _protect_init(self) -> None:
+        """Out of memory, the kernel kills a command, never the init or bubblewrap (which would end
+        the sandbox): their ``oom_score_adj`` is -1000 (root only; commands set theirs to 500)."""
+        for group in self.process.cgroups:
+            try:
+                pids = (group / "cgroup.procs").read_text().split()
+            except OSError:
+                continue
+            for pid in pids:
+                with contextlib.suppress(OSError):
+                    Path(f"/proc/{pid}/oom_score_adj").write_text("-1000")
+            return
+
+    @property
+    def alive(self) -> bool:
+        return self.dead is None
+
+    # ------------------------------------------------------------------ channel
+
+    def _readable(self) -> None:
+        while True:
+            try:
+                data = self.channel.recv(1 << 22)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._lost("its first process ended")
+                return
+            try:
+                message = json.loads(data)
+            except ValueError:
+                log.warning("live sandbox of %s: unreadable message from its init", self.workspace_id)
+                continue
+            self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        if op in ("started", "exit"):
+            job = self.jobs.get(str(message.get("id")))
+            if job is None:
+                return
+            if op == "started":
+                if not job.started.done():
+                    job.started.set_result(int(message["pid"]))
+                return
+            if not job.started.done():
+                job.started.set_result(0)
+            if not job.exited.done():
+                job.exited.set_result((int(message["code"]), message.get("error")))
+        elif op in ("killed", "ps"):
+            future = self._requests.pop(int(message.get("ref") or 0), None)
+            if future is not None and not future.done():
+                future.set_result(message)
+        else:
+            log.warning("live sandbox of %s: init says %s", self.workspace_id, message.get("error"))
+
+    def _lost(self, why: str) -> None:
+        if self.dead is None:
+            self.dead = why
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(self.channel.fileno())
+        error = LiveSandboxError(f"the live sandbox ended: {self.dead}")
+        _fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
+        _fail(list(self._requests.values()), error)
+        self._requests.clear()
+        if self._ending is None:
+            self._ending = asyncio.ensure_future(self._end())
+
+    def _send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+        if self.dead is not None:
+            raise LiveSandboxError(f"the live sandbox ended: {self.dead}")
+        data = json.dumps(message).encode()
+        for _ in range(200):
+            try:
+                socket.send_fds(self.channel, [data], list(fds))
+                return
+            except BlockingIOError:
+                time.sleep(0.001)
+            except OSError as exc:
+                self._lost(f"its init cannot be reached ({exc.strerror})")
+                raise LiveSandboxError(f"the live sandbox ended: {self.dead}") from exc
+        raise LiveSandboxError("the live sandbox's init does not read its messages")
+
+    async def _request(self, message: dict[str, Any]) -> dict[str, Any]:
+        self._next_ref += 1
+        ref = self._next_ref
+        future: asyncio.Future[dict[str, Any]] = self.loop.create_future()
+        self._requests[ref] = future
+        try:
+            self._send({**message, "ref": ref})
+            return await asyncio.wait_for(future, 10)
+        finally:
+            self._requests.pop(ref, None)
+
+    # ------------------------------------------------------------------ processes
+
+    def _tasks(self) -> int | None:
+        """Tasks in the sandbox's pids group (its init and bubblewrap's included), or None."""
+        if self._pids is None:
+            return None
+        try:
+            return int((self._pids / "pids.current").read_text())
+        except (OSError, ValueError):
+            return None
+
+    async def busy(self) -> bool:
+        """Whether any process besides the init runs (so files may change under the mirror)."""
+        if self.jobs:
+            return True
+        tasks = self._tasks()
+        if tasks is not None:
+            return tasks > self._baseline
+        return bool(await self.processes())
+
+    async def processes(self) -> list[ProcessInfo]:
+        reply = await self._request({"op": "ps"})
+        found = []
+        for p in reply.get("processes", []):
+            run = p.get("exec_id")
+            found.append(
+                ProcessInfo(
+                    pid=int(p["pid"]),
+                    command=str(p["command"]),
+                    started=datetime.fromtimestamp(float(p["started"]), UTC),
+                    cpu_seconds=float(p["cpu_seconds"]),
+                    rss_bytes=int(p["rss_bytes"]),
+                    ppid=int(p.get("ppid", 0)),
+                    exec_id=run,
+                    log=background_log(run)
+                    if run in self.background and self.background[run].written
+                    else None,
+                )
+            )
+        return found
+
+    async def kill_process(self, pid: int, sig: int = signal.SIGKILL) -> None:
+        """Signal one process of the sandbox (its own pid); ``ProcessLookupError`` when it has none."""
+        reply = await self._request({"op": "kill", "pid": int(pid), "sig": int(sig)})
+        if reply.get("error"):
+            raise ProcessLookupError(reply["error"])
+
+    # ------------------------------------------------------------------ runs
+
+    def open_run(self, run: str) -> RunChanges:
+        self.idle_since = None
+        changes = self.runs[run] = RunChanges()
+        return changes
+
+    def close_run(self, run: str) -> None:
+        self.runs.pop(run, None)
+        if not self.runs:
+            self.idle_since = time.monotonic()
+
+    async def start_job(
+        self, run: str, argv: Sequence[str], *, cwd: str, env: dict[str, str], stdin: bytes | None
+    ) -> _Job:
+        """Start ``argv`` in the sandbox as its own process group; its output is read with :meth:`output`."""
+        job = _Job(run, self.loop.create_future(), self.loop.create_future())
+        pipes = [os.pipe() for _ in range(3)]
+        theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
+        ours_in = pipes[0][1]
+        if self.host_ids is not None:  # reopened as /dev/stdout by a program: owner checked
+            for fd in theirs:
+                with contextlib.suppress(OSError):
+                    os.fchown(fd, *self.host_ids)
+        job.fds = {pipes[1][0]: "stdout", pipes[2][0]: "stderr"}
+        message: dict[str, Any] = {"op": "run", "id": run}
+        spec = json.dumps({"argv": list(argv), "cwd": cwd, "env": env}).encode()
+        spec_w: int | None = None
+        if len(spec) < _PACKET - 256:
+            message.update(json.loads(spec))
+        else:  # too large for one packet: through a pipe the init reads whole
+            spec_r, spec_w = os.pipe()
+            theirs.append(spec_r)
+        self.jobs[run] = job
+        try:
+            self._send(message, theirs)
+        except BaseException:
+            self.jobs.pop(run, None)
+            for fd in (*job.fds, ours_in, *([spec_w] if spec_w is not None else [])):
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        if spec_w is not None:
+            in_background(asyncio.to_thread(write_all, spec_w, spec), "sending a large command line")
+        if stdin:
+            in_background(asyncio.to_thread(_feed, ours_in, stdin), "feeding a run's stdin")
+        else:
+            os.close(ours_in)
+        return job
+
+    async def output(
+        self,
+        job: _Job,
+        outcome: ProcessOutcome,
+        *,
+        timeout: float | None,  # noqa: ASYNC109 - a deadline for the program
+    ) -> AsyncGenerator[OutputChunk, None]:
+        """The job's output until it exits, then ``outcome``; closed early, the job's process group is
+        killed. What stays open after its exit (a background process holding the pipes) is adopted
+        into the run's background log."""
+        loop = self.loop
+        chunks: list[OutputChunk] = []
+        wake = asyncio.Event()
+        paused: set[int] = set()
+        open_fds = dict(job.fds)
+
+        def readable(fd: int) -> None:
+            try:
+                data = os.read(fd, MAX_CHUNK_BYTES)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                loop.remove_reader(fd)
+                os.close(fd)
+                open_fds.pop(fd, None)
+            else:
+                chunks.append(OutputChunk(open_fds[fd], data))  # type: ignore[arg-type]
+                if len(chunks) >= 8:  # back-pressure: stop reading until the consumer caught up
+                    loop.remove_reader(fd)
+                    paused.add(fd)
+            wake.set()
+
+        for fd in open_fds:
+            os.set_blocking(fd, False)
+            loop.add_reader(fd, readable, fd)
+        oom_before = oom_kills(self.process.cgroups)
+        deadline = None if timeout is None else loop.time() + timeout
+        timed_out = False
+        finished = False
+        job.exited.add_done_callback(lambda _: wake.set())
+        try:
+            while True:
+                while chunks:
+                    yield chunks.pop(0)
+                for fd in list(paused):
+                    if fd in open_fds:
+                        loop.add_reader(fd, readable, fd)
+                paused.clear()
+                if job.exited.done():
+                    break
+                wake.clear()
+                wait = None if deadline is None else max(0.0, deadline - loop.time())
+                try:
+                    await asyncio.wait_for(wake.wait(), wait)
+                except TimeoutError:
+                    timed_out, deadline = True, None
+                    self.signal_job(job)
+                    await self._await_exit(job)
+            code, error = job.exited.result()
+            # Everything the program wrote before it exited is in the pipes: drain it now.
+            for fd in list(open_fds):
+                loop.remove_reader(fd)
+                for chunk in _drain(fd, open_fds[fd]):
+                    yield chunk
+            for fd in [fd for fd, _ in list(open_fds.items()) if _is_eof(fd)]:
+                os.close(fd)
+                open_fds.pop(fd)
+            finished = True
+            if error:
+                outcome.exit_code = code
+                raise LiveSandboxError(error)
+            if timed_out:
+                code = TIMEOUT_EXIT_CODE
+            elif code < 0:
+                code = 128 - code
+            outcome.exit_code, outcome.timed_out = code, timed_out
+            outcome.out_of_memory = oom_kills(self.process.cgroups) > oom_before
+        finally:
+            for fd in open_fds:
+                with contextlib.suppress(Exception):
+                    loop.remove_reader(fd)
+            if not finished:
+
+                async def stop() -> None:
+                    self.signal_job(job)
+                    await self._await_exit(job)
+
+                await run_to_completion(stop())
+            self.jobs.pop(job.id, None)
+            if open_fds:  # background processes still hold them
+                self._adopt(job.id, open_fds)
+
+    def signal_job(self, job: _Job, sig: int = signal.SIGKILL) -> None:
+        with contextlib.suppress(LiveSandboxError):
+            self._send({"op": "signal", "id": job.id, "sig": int(sig)})
+
+    async def _await_exit(self, job: _Job) -> None:
+        try:
+            await asyncio.wait_for(asyncio.shield(job.exited), _KILL_GRACE)
+        except TimeoutError:
+            log.warning("live sandbox of %s: a killed job did not end; ending the sandbox", self.workspace_id)
+            self._lost("a killed command did not end")
+        except Exception:
+            pass
+
+    def _adopt(self, run: str, fds: dict[int, str]) -> None:
+        """Keep reading what a run's background processes print, into its background log."""
+        logged = self.background.setdefault(run, _BackgroundLog())
+
+        def readable(fd: int) -> None:
+            try:
+                data = os.read(fd, MAX_CHUNK_BYTES)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if data:
+                logged.append(data)
+                return
+            self.loop.remove_reader(fd)
+            os.close(fd)
+            self._adopted.discard(fd)
+
+        for fd in fds:
+            self._adopted.add(fd)
+            self.loop.add_reader(fd, readable, fd)
+
+    # ------------------------------------------------------------------ sync
+
+    async def sync(self, *, push: bool = True) -> tuple[Synced | None, int]:
+        """One two-way sync (pull what the sandbox changed, then push what the workspace changed),
+        with the sandbox frozen while it lasts when anything runs in it. Returns the pull (or None)
+        and how many files the push wrote."""
+        async with self.lock:
+            return await self._sync_locked(push=push)
+
+    async def _sync_locked(self, *, push: bool) -> tuple[Synced | None, int]:
+        frozen = False
+        if self._freezer is not None and await self.busy():
+            frozen = await asyncio.to_thread(freeze, self._freezer)
+            if not frozen:
+                raise LiveSandboxError("the live sandbox could not be paused for a sync")
+        try:
+            synced = None
+            mirror, ctx = self.mirror, self.ctx
+            if not mirror.quiet() and mirror.rev is not None:
+                synced = await self.sync_.pull(mirror, ctx, mirror.rev, "live", self.bridge, defer=False)
+                if self.bridge is not None:
+                    self.bridge.saved.clear()
+                    self.bridge.own_revs.clear()
+                for changes in self.runs.values():
+                    changes.add(synced)
+            pushed = 0
+            if push:
+                page = await ctx.sync_push(mirror.rev, self.sync_.mount_root, self.sync_.limits)
+                if _has_changes(page) or mirror.rev is None:
+                    _, pushed = await self.sync_.push(mirror, ctx, first=page)
+            return synced, pushed
+        finally:
+            if frozen and self._freezer is not None:
+                thaw(self._freezer)
+
+    async def _tick(self) -> None:
+        """While the sandbox lives: sync while anything runs, flush background logs, end when idle."""
+        failures = 0
+        while self.dead is None:
+            await asyncio.sleep(SYNC_INTERVAL)
+            if self.dead is not None:
+                return
+            try:
+                busy = await self.busy()
+                now = time.monotonic()
+                if busy or self.runs:
+                    self.idle_since = None
+                elif self.idle_since is None:
+                    self.idle_since = now
+                if busy and not self.lock.locked():
+                    await self.sync()
+                await self._flush_logs()
+                failures = 0
+            except LiveSandboxError:
+                return
+            except Exception as exc:  # the workspace unreachable for a moment: try again next tick
+                failures += 1
+                if failures in (1, 50):
+                    log.warning("live sandbox of %s: sync failed: %r", self.workspace_id, exc)
+            if not self.runs and (
+                (self.idle_since is not None and now - self.idle_since >= self.idle_end)
+                or now - self.created >= self.lifetime
+            ):
+                self.dead = "idle" if self.idle_since is not None else "lifetime reached"
+                self._ending = asyncio.ensure_future(self._end())
+                return
+
+    async def _flush_logs(self) -> None:
+        for run, logged in list(self.background.items()):
+            if logged.dirty:
+                logged.dirty = False
+                await self.ctx.fs_call("write_file", {"path": background_log(run), "data": logged.content()})
+                logged.written = True
+
+    # ------------------------------------------------------------------ end
+
+    async def end(self, why: str = "ended") -> None:
+        """Kill every process, pull what they wrote, let the mirror go (idempotent; waits for it)."""
+        if self.dead is None:
+            self.dead = why
+        if self._ending is None:
+            self._ending = asyncio.ensure_future(self._end())
+        await asyncio.shield(self._ending)
+
+    async def _end(self) -> None:
+        ticker = self._ticker
+        if ticker is not None and ticker is not asyncio.current_task():
+            ticker.cancel()
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(self.channel.fileno())
+        error = LiveSandboxError(f"the live sandbox ended: {self.dead}")
+        _fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
+        async with self.lock:
+            await self.process.kill_tree()
+            clean = False
+            try:
+                if not self.mirror.quiet() and self.mirror.rev is not None:
+                    await self.sync_.pull(
+                        self.mirror, self.ctx, self.mirror.rev, "live", self.bridge, defer=False
+                    )
+                clean = True
+            except Exception as exc:
+                log.warning("live sandbox of %s: the final pull failed: %r", self.workspace_id, exc)
+            for fd in list(self._adopted):
+                with contextlib.suppress(Exception):
+                    self.loop.remove_reader(fd)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            self._adopted.clear()
+            with contextlib.suppress(Exception):
+                await self._flush_logs()
+            await asyncio.to_thread(self.process.cleanup)
+            self.channel.close()
+            if self.bridge is not None:
+                with contextlib.suppress(Exception):
+                    await self.bridge.__aexit__(None, None, None)
+            await asyncio.to_thread(AssetsBridge.remove_directory, self.bridge_dir)
+            with contextlib.suppress(Exception):
+                await self.sync_.release(self.workspace_id, self.mirror, clean=clean)
+        self.ended.set()
+        if self.ended_callback is not None:
+            self.ended_callback(self)
+
+
+def _has_changes(page: Any) -> bool:
+    return bool(page.full or page.more or page.files or page.dirs or page.symlinks or page.deleted)
+
+
+def _fail(futures: Sequence[asyncio.Future[Any]], error: BaseException) -> None:
+    """Fail the futures still pending with ``error`` (marked retrieved: whoever waits sees it)."""
+    for future in futures:
+        if not future.done():
+            future.set_exception(error)
+            future.exception()
+
+
+def _drain(fd: int, name: str) -> list[OutputChunk]:
+    out: list[OutputChunk] = []
+    while True:
+        try:
+            data = os.read(fd, MAX_CHUNK_BYTES)
+        except (BlockingIOError, OSError):
+            return out
+        if not data:
+            return out
+        out.append(OutputChunk(name, data))  # type: ignore[arg-type]
+
+
+def _is_eof(fd: int) -> bool:
+    """Whether every writer of the (non-blocking, drained) pipe ``fd`` is gone."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    events = poller.poll(0)
+    return any(ev & select.POLLHUP for _, ev in events)
+
+
+def _feed(fd: int, data: bytes) -> None:
+    with contextlib.suppress(BrokenPipeError, OSError):
+        write_all(fd, data)
