@@ -12,7 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -35,6 +35,7 @@ Handler = Callable[[Any, "ToolUpdate | None"], Awaitable[dict[str, Any]]]
 ModelOutput = Callable[[dict[str, Any]], list[ContentPart]]
 
 
+@runtime_checkable  # pydantic models holding a Tool (the LangChain adapter) check the field with isinstance
 class ToolAudit(Protocol):
     """Where tool calls are recorded: a workspace's audit log (``workspace.audit``, owner or client)."""
 

@@ -44,6 +44,7 @@ from langchain_core.runnables.config import patch_config
 from langchain_core.tools import BaseTool, ToolException
 from pydantic import ConfigDict, Field, PrivateAttr
 
+from ..storage import audit_caller
 from ._adapter_tools import build_tools, select_tools
 from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool
@@ -220,7 +221,8 @@ class WorkspaceTool(_ScreenedTool):
             # Custom events need the tool's own run as their parent, as in LangChain's own tools.
             child = patch_config(config, callbacks=run_manager.get_child()) if run_manager else config
             on_update = _stream_forwarder(self.stream_event_name, child)
-        result = await self.core.run(arguments, on_update=on_update)
+        with audit_caller(adapter="langchain"):
+            result = await self.core.run(arguments, on_update=on_update)
         if "error" in result and len(result) == 1:
             raise ToolException(f"Error: {result['error']}")
         return _to_langchain(self.core.to_model_output(result)), result

@@ -24,6 +24,7 @@ import mcp_types as types
 from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
+from ..storage import audit_caller
 from ._adapter_tools import build_tools
 from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool
@@ -59,7 +60,8 @@ def create_mcp_server(
             arguments = parse_arguments(params.arguments, params.name)
         except ArgumentError as exc:
             return _error(str(exc))
-        result = await tool.run(arguments, on_update=_progress_forwarder(ctx))
+        with audit_caller(adapter="mcp"):
+            result = await tool.run(arguments, on_update=_progress_forwarder(ctx))
         if "error" in result and len(result) == 1:
             return _error(str(result["error"]))
         content: list[types.ContentBlock] = [_content_block(part) for part in tool.to_model_output(result)]

@@ -54,6 +54,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
+from ..storage import audit_caller
 from ._adapter_schema import StrictSchemaError, drop_unaccepted_nulls, strict_schema
 from ._adapter_tools import build_tools
 from ._arguments import ArgumentError, parse_arguments
@@ -117,7 +118,8 @@ def create_openai_tools(
             return _error_parts(f"Unknown tool {name!r}. Available tools: {', '.join(tools)}."), True
         try:
             args = drop_unaccepted_nulls(args, tool.parameters)
-            result = await tool.run(args, on_update=on_update)
+            with audit_caller(adapter="openai"):
+                result = await tool.run(args, on_update=on_update)
             return tool.to_model_output(result), "error" in result
         except Exception as exc:  # execute never raises: the loop must be able to continue
             return _error_parts(f"{name} failed: {type(exc).__name__}: {exc}"), True

@@ -29,6 +29,7 @@ from pydantic_ai.toolsets import AbstractToolset, ApprovalRequiredToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import from_json
 
+from ..storage import audit_caller
 from ._adapter_tools import build_tools, select_tools
 from ._arguments import ArgumentError, parse_arguments, unknown_arguments_problem
 from ._tool import ContentPart, Tool
@@ -107,7 +108,8 @@ class WorkspaceToolset(AbstractToolset[Any]):
             except UserError:
                 pass  # a context without an event stream (a direct call outside an agent run)
 
-        result = await core.run(tool_args, on_update=forward)
+        with audit_caller(adapter="pydantic_ai"):
+            result = await core.run(tool_args, on_update=forward)
         if "error" in result and len(result) == 1:
             raise ToolFailed(str(result["error"]))
         return _to_pydantic_ai(core.to_model_output(result))
