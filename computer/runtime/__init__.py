@@ -9,6 +9,7 @@ from ._backend import (
     ExecEvent,
     ExecRequest,
     ExitEvent,
+    LiveBackend,
     MirrorDir,
     MirrorFile,
     MirrorSymlink,
@@ -28,7 +29,15 @@ from ._runtime import Runtime
 from ._scratch import release_process
 from .python import PythonBackend
 from .shell import ShellBackend
-from .types import BackendInfo, ExecResult, ExecSnapshot, ExecStatus, OutputTruncation, status_for_exit
+from .types import (
+    BackendInfo,
+    ExecResult,
+    ExecSnapshot,
+    ExecStatus,
+    OutputTruncation,
+    ProcessInfo,
+    status_for_exit,
+)
 
 __all__ = [
     "Backend",
@@ -42,6 +51,7 @@ __all__ = [
     "ExecSnapshot",
     "ExecStatus",
     "ExitEvent",
+    "LiveBackend",
     "LocalExecContext",
     "MirrorDir",
     "MirrorFile",
@@ -51,6 +61,7 @@ __all__ = [
     "OutputOptions",
     "OutputTruncation",
     "PendingPull",
+    "ProcessInfo",
     "PullResult",
     "PythonBackend",
     "Runtime",

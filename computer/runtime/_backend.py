@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from ..storage import CHUNK_SIZE
-from .types import BackendInfo
+from .types import BackendInfo, ProcessInfo
 
 __all__ = [
     "Backend",
@@ -26,6 +26,7 @@ __all__ = [
     "ExecEvent",
     "ExecRequest",
     "ExitEvent",
+    "LiveBackend",
     "MirrorDir",
     "MirrorFile",
     "MirrorSymlink",
@@ -86,6 +87,9 @@ class ExitEvent:
     killed: bool = False
     pending: PendingPull | None = None
     skipped_reasons: dict[str, str] = field(default_factory=dict)  # path -> why it was left out
+    # The run executed in a live sandbox that is still alive: later runs of the workspace belong on
+    # the same worker (a pool pins the workspace to it).
+    live: bool = False
 
 
 ExecEvent = OutputChunk | ExitEvent
@@ -273,3 +277,20 @@ class Backend(Protocol):
     info: BackendInfo
 
     def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]: ...
+
+
+@runtime_checkable
+class LiveBackend(Protocol):
+    """A backend whose runs of one workspace share a live sandbox (SPEC section 10)."""
+
+    async def processes(self, workspace_id: str) -> list[ProcessInfo]:
+        """The processes of the workspace's live sandbox; none when it has none."""
+        ...
+
+    async def kill_process(self, workspace_id: str, pid: int) -> None:
+        """SIGKILL one of them (``ProcessLookupError`` when none has ``pid``)."""
+        ...
+
+    async def end_sandbox(self, workspace_id: str) -> bool:
+        """Kill everything in it, keep what it wrote, drop it; False when there was none."""
+        ...

@@ -596,8 +596,10 @@ class LiveSandbox:
                     self.idle_since = None
                 elif self.idle_since is None:
                     self.idle_since = now
-                if busy and not self.lock.locked():
-                    await self.sync()
+                # A process that wrote and exited since the last look leaves the mirror changed
+                # with nothing running: pull that too (pushes matter only to a running process).
+                if (busy or not self.mirror.quiet()) and not self.lock.locked():
+                    await self.sync(push=busy)
                 await self._flush_logs()
                 failures = 0
             except LiveSandboxError:

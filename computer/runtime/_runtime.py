@@ -18,13 +18,21 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..storage.paths import canonical
-from ._backend import Backend, ExecContext, ExecRequest, ExitEvent, OutputChunk
+from ._backend import Backend, ExecContext, ExecRequest, ExitEvent, LiveBackend, OutputChunk
 from ._capture import StreamCapture
 from ._context import LocalExecContext
 from ._handle import ExecHandle, ExecRun
 from ._journal import ExecJournal, result_from_record
 from ._options import OutputOptions
-from .types import BackendInfo, ExecResult, ExecSnapshot, ExecStatus, OutputTruncation, status_for_exit
+from .types import (
+    BackendInfo,
+    ExecResult,
+    ExecSnapshot,
+    ExecStatus,
+    OutputTruncation,
+    ProcessInfo,
+    status_for_exit,
+)
 
 __all__ = ["Runtime"]
 
@@ -395,6 +403,34 @@ class Runtime:
         removed = await self.journal.dispose(id) if _ID_RE.match(id) else False
         if not cached and not removed:
             raise LookupError(f"no execution with id {id!r}")
+
+    # ------------------------------------------------------------------ live sandboxes
+
+    def _live(self, backend: str | None) -> LiveBackend | None:
+        chosen = self._select(backend)
+        return chosen if isinstance(chosen, LiveBackend) else None
+
+    async def processes(self, backend: str | None = None) -> list[ProcessInfo]:
+        """The processes running in the workspace's live sandbox of ``backend`` (default: the first
+        backend); empty when it has none (never started, ended, or a backend without live sandboxes)."""
+        live = self._live(backend)
+        return [] if live is None else await live.processes(str(self._workspace.id))
+
+    async def kill_process(self, pid: int, backend: str | None = None) -> None:
+        """SIGKILL the process ``pid`` (as :meth:`processes` lists it) of the live sandbox;
+        ``ProcessLookupError`` when the sandbox has no such process."""
+        if isinstance(pid, bool) or not isinstance(pid, int):
+            raise TypeError("pid must be an int")
+        live = self._live(backend)
+        if live is None:
+            raise ProcessLookupError(f"no process {pid}: backend {backend or 'default'} has no live sandbox")
+        await live.kill_process(str(self._workspace.id), pid)
+
+    async def end_sandbox(self, backend: str | None = None) -> bool:
+        """Kill everything in the workspace's live sandbox of ``backend``, keep what it wrote (pulled
+        after the kill) and drop it; the next run starts a fresh one. False when there was none."""
+        live = self._live(backend)
+        return False if live is None else await live.end_sandbox(str(self._workspace.id))
 
     async def close(self) -> None:
         """Kill running executions and wait for them to settle. Idempotent."""

@@ -302,6 +302,7 @@ class ShellBackend:
                 skipped_reasons=dict(changes.skipped),
                 killed=outcome.timed_out,
                 error=error,
+                live=sandbox.alive,
             )
         finally:
             if not finished and sandbox.alive:  # killed: the job is dead; keep what it wrote
@@ -377,9 +378,14 @@ class ShellBackend:
         if self._live.get(sandbox.workspace_id) is sandbox:
             del self._live[sandbox.workspace_id]
 
-    def live_sandboxes(self) -> int:
-        """How many live sandboxes this backend holds (a pool drains such a worker instead of killing it)."""
-        return sum(1 for sandbox in self._live.values() if sandbox.alive)
+    def live_sandboxes(self, workspace_id: str | None = None) -> int:
+        """How many live sandboxes this backend holds (of ``workspace_id``, or all): a pool drains such
+        a worker instead of removing it."""
+        return sum(
+            1
+            for key, sandbox in self._live.items()
+            if sandbox.alive and (workspace_id is None or key == workspace_id)
+        )
 
     async def processes(self, workspace_id: str) -> list[ProcessInfo]:
         """The processes of the workspace's live sandbox (none when it has no live sandbox)."""

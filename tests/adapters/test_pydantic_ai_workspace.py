@@ -109,48 +109,9 @@ class TestConformance(WorkspaceBackendSuite):
         # The workspace store has no users: file operations bypass mode bits, as E2B's file API does.
         return False
 
-    @pytest.fixture
-    def can_detect_exit_with_inherited_output_pipes(self) -> bool:
-        # Opted out for time, not for failing: a run's background children end with it (the sandbox's
-        # pid namespace), so the command does return at once (test_a_background_child_*), but the
-        # rule's cleanup then waits its full 30 s for a `finished` file no child is left to write.
-        return False
-
-    # The rules below watch, through the file API, for a file that a command writes while it is still
-    # running. In this workspace a run's file changes arrive when it ends (push → run → pull), so each
-    # would wait out its hang guard; the behaviour each checks is tested below in its own terms.
-
-    @pytest.mark.skip(
-        reason="a running command's files reach the workspace when it ends; see test_cancelling_*"
-    )
-    async def test_cancellation_stops_foreground_work(
-        self, backend: WorkspaceBackend, has_real_posix_shell: bool
-    ) -> None:
-        await super().test_cancellation_stops_foreground_work(backend, has_real_posix_shell)
-
-    @pytest.mark.skip(reason="a running command's files reach the workspace when it ends; see test_closing_*")
-    async def test_destroying_environment_during_command_raises_unavailable(
-        self,
-        destructive_backend: Callable[[], WorkspaceBackend] | None,
-        destroy_environment: Callable[[WorkspaceBackend], Awaitable[None]] | None,
-        has_real_posix_shell: bool,
-    ) -> None:
-        await super().test_destroying_environment_during_command_raises_unavailable(
-            destructive_backend, destroy_environment, has_real_posix_shell
-        )
-
-    @pytest.mark.skip(
-        reason="nothing a command starts outlives its run (the sandbox's pid namespace ends with it)"
-    )
-    async def test_a_backend_attached_by_ref_reaches_a_detached_process(
-        self,
-        backend: WorkspaceBackend,
-        attach_backend: Callable[[WorkspaceRef], WorkspaceBackend] | None,
-        has_real_posix_shell: bool,
-    ) -> None:
-        await super().test_a_backend_attached_by_ref_reaches_a_detached_process(
-            backend, attach_backend, has_real_posix_shell
-        )
+    # Every other rule runs as the suite ships it, the three that watch a running command's files or
+    # reach a process that outlived its call included: runs of a workspace share a live sandbox
+    # (SPEC section 10), whose files sync both ways while anything runs in it.
 
     async def test_symlink_loop_does_not_break_listing(
         self, backend: WorkspaceBackend, has_real_posix_shell: bool
