@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import Any
 
 from ..config import Settings, configure
-from ..storage import FileSystem
+from ..storage import FileSystem, audit_caller
 from ..workspace import Workspace
 from ._backends import owner_backends
 from ._init import cluster_settings
@@ -431,18 +431,26 @@ class WorkspaceHost(PoolCallbacks):
 
     # -- RPC: tools ----------------------------------------------------------------------------------
 
-    async def run_tool(self, name: str, args: dict[str, Any], options: dict[str, Any] | None = None) -> Reply:
+    async def run_tool(
+        self,
+        name: str,
+        args: dict[str, Any],
+        options: dict[str, Any] | None = None,
+        caller: dict[str, str] | None = None,
+    ) -> Reply:
         """Run one agent tool whole, next to the file: one round trip for the caller.
 
         ``options`` are :func:`computer.tools.create_tools` keywords; the result is the tool's result
-        dict (a failed call is ``{"error": ...}``, as from any tool).
+        dict (a failed call is ``{"error": ...}``, as from any tool). ``caller`` (client, agent,
+        adapter) goes into the call's audit record, written here.
         """
 
         async def run() -> dict[str, Any]:
             tool = self._tools(options).get(name)
             if tool is None:
                 return {"error": f"unknown tool {name!r}"}
-            result: dict[str, Any] = await tool.run(args)
+            with audit_caller(**(caller or {})):
+                result: dict[str, Any] = await tool.run(args)
             return result
 
         return await self._serve(run)
@@ -461,6 +469,38 @@ class WorkspaceHost(PoolCallbacks):
                 del self._tool_sets[next(iter(self._tool_sets))]
         self._tool_sets[key] = tools
         return tools
+
+    # -- RPC: audit log (SPEC 10) ---------------------------------------------------------------------
+    # Reading the log is not activity: a watched idle workspace still hibernates.
+
+    async def _read_audit(self, read: Callable[[], Any]) -> Reply:
+        if self._closing:
+            return self._moved()
+        try:
+            return ok(read())
+        except Exception as exc:
+            return fail(exc)
+
+    async def audit_query(self, filters: dict[str, Any]) -> Reply:
+        """``workspace.audit.query(**filters)`` as JSON-ready dicts."""
+        return await self._read_audit(lambda: [r.to_json() for r in self.workspace.audit.read(**filters)])
+
+    async def audit_top(self) -> Reply:
+        """The id of the newest audit record (where a client's ``follow`` starts)."""
+        return await self._read_audit(self.workspace.audit.top)
+
+    async def audit_page(self, filters: dict[str, Any]) -> Reply:
+        """One page of a client's ``follow``: ``{"records": [...], "top": id to resume after}``."""
+
+        def page() -> dict[str, Any]:
+            records, top = self.workspace.audit.page(**filters)
+            return {"records": [r.to_json() for r in records], "top": top}
+
+        return await self._read_audit(page)
+
+    async def audit_record(self, entry: dict[str, Any]) -> Reply:
+        """Record a tool call a client ran itself (exec, publish, a call rejected before any I/O)."""
+        return await self._read_audit(lambda: self.workspace.audit.record(**entry))
 
     # -- RPC: assets --------------------------------------------------------------------------------
 

@@ -6,8 +6,10 @@ import uuid
 from types import TracebackType
 from typing import Any
 
+from ..storage import current_tool_call
 from ..surface import AssetsSurface, FileSystemSurface, LocksSurface, RuntimeSurface
 from ._assets import ClientAssets
+from ._audit import ClientAudit, default_client_id
 from ._connection import Connection
 from ._fs import ClientFileSystem
 from ._locks import ClientLocks
@@ -36,6 +38,8 @@ class WorkspaceClient:
         self.locks: LocksSurface = self._locks
         self.runtime: RuntimeSurface = ClientRuntime(connection, list(info["backends"]))
         self.assets: AssetsSurface | None = ClientAssets(connection) if info["has_assets"] else None
+        # The audit log (SPEC 10); this client's calls carry ``client_id`` as their caller's client.
+        self.audit = ClientAudit(connection, default_client_id(self.client_id))
         self._closed = False
 
     @property
@@ -51,8 +55,11 @@ class WorkspaceClient:
         ``options`` are :func:`computer.tools.create_tools` keywords. Exec snapshots are not streamed
         this way: use ``create_tools(client)`` for ``on_update``.
         """
+        call = current_tool_call.get()
+        if call is not None:
+            call.recorded_elsewhere = True  # the owner records the call as it runs it (no extra trip)
         result: dict[str, Any] = await self._conn.request(
-            "run_tool", name, args, options, retry_safe=name in _READ_ONLY_TOOLS
+            "run_tool", name, args, options, self.audit.caller(), retry_safe=name in _READ_ONLY_TOOLS
         )
         return result
 
@@ -62,6 +69,7 @@ class WorkspaceClient:
             return
         self._closed = True
         await self._locks.close()
+        await self.audit.drain()
 
     async def __aenter__(self) -> WorkspaceClient:
         return self

@@ -360,6 +360,45 @@ class AuditLog:
             records.reverse()
         return records
 
+    def read(
+        self,
+        *,
+        since: datetime | int | float | None = None,
+        tool: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        kind: str | None = None,
+    ) -> list[AuditRecord]:
+        """:meth:`query` without the coroutine (for callers that are not async)."""
+        self.flush()
+        return self._select(
+            since=since, tool=tool, status=status, kind=kind, limit=limit, newest=since is None
+        )
+
+    def top(self) -> int:
+        """The id of the newest record (0 when there is none)."""
+        self.flush()
+        return int(self._db.one("SELECT coalesce(max(id), 0) FROM audit")[0])
+
+    def page(
+        self,
+        *,
+        since: datetime | int | float | None,
+        tool: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        limit: int = 500,
+    ) -> tuple[list[AuditRecord], int]:
+        """The first ``limit`` matching records after ``since`` and the newest id, read together."""
+        self.flush()
+        # One read snapshot: the records and the newest id agree, even with another writer.
+        with self._db.snapshot():
+            batch = self._select(since=since, tool=tool, status=status, kind=kind, limit=limit, newest=False)
+            top = int(self._db.one("SELECT coalesce(max(id), 0) FROM audit")[0])
+        if batch and len(batch) == limit:
+            top = batch[-1].id  # more may follow: resume after the last one given
+        return batch, top
+
     async def query(
         self,
         *,
@@ -376,10 +415,7 @@ class AuditLog:
         then on, so ``since=records[-1].id`` pages forward. ``status`` is "ok" or "error";
         ``kind`` "tool", "exec" or "share".
         """
-        self.flush()
-        return self._select(
-            since=since, tool=tool, status=status, kind=kind, limit=limit, newest=since is None
-        )
+        return self.read(since=since, tool=tool, status=status, limit=limit, kind=kind)
 
     async def follow(
         self,
@@ -397,27 +433,18 @@ class AuditLog:
         another process (an owner seen through a read-only store) within ``poll`` seconds.
         """
         if since is None:
-            self.flush()
-            row = self._db.one("SELECT coalesce(max(id), 0) FROM audit")
-            since = int(row[0])
+            since = self.top()
         event = asyncio.Event()
         self._waiters.add(event)
         try:
             while True:
-                self.flush()
-                # One read snapshot: the records and the newest id agree, even with another writer.
-                with self._db.snapshot():
-                    batch = self._select(
-                        since=since, tool=tool, status=status, kind=kind, limit=500, newest=False
-                    )
-                    top = int(self._db.one("SELECT coalesce(max(id), 0) FROM audit")[0])
+                batch, top = self.page(since=since, tool=tool, status=status, kind=kind, limit=500)
                 for record in batch:
                     yield record
-                if len(batch) == 500:
-                    since = batch[-1].id
-                    continue
                 # The next look starts after the newest record seen, whether it matched or not.
                 since = top
+                if len(batch) == 500:
+                    continue
                 if self.closed:
                     return
                 event.clear()

@@ -1,0 +1,125 @@
+"""The client's audit log: ``query`` and ``follow`` on the owner, and the records of calls run here.
+
+``follow`` through a client polls (one ``audit_query`` call every ``poll`` seconds, 0.5 by default,
+and at once again while a page comes back full) rather than holding a stream open: an open stream
+would keep the owner from hibernating for as long as someone watches, and a poll costs one small
+round trip. Reading the log never counts as activity on the owner, so a watched idle workspace
+still hibernates (the next poll wakes it again).
+
+Tool calls a client runs itself (``exec``, ``publish``, and calls answered here without touching a
+file, such as invalid arguments) are recorded on the owner with one call that nobody waits for, so
+they cost the tool call no round trip; calls forwarded whole are recorded by the owner as they run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator
+from datetime import datetime
+from typing import Any
+
+from ..storage import AuditRecord, current_caller
+from ..storage._redact import payload_size, scrub
+from ._connection import Connection
+
+__all__ = ["ClientAudit", "default_client_id"]
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL = 0.5
+_PAGE = 500
+
+
+def default_client_id(unique: str) -> str:
+    """``<host>:<pid>:<8 hex>``: which machine and process a client's calls came from."""
+    return f"{socket.gethostname()}:{os.getpid()}:{unique[:8]}"
+
+
+class ClientAudit:
+    """``workspace.audit`` of a :func:`computer.get_workspace` client (same API as the owner's).
+
+    ``client`` is this client's identity in the records of its calls (``caller["client"]``); an
+    :func:`~computer.storage.audit_caller` block naming ``client`` overrides it.
+    """
+
+    def __init__(self, connection: Connection, client: str) -> None:
+        self._conn = connection
+        self.client = client
+        self._sent: set[asyncio.Task[Any]] = set()
+
+    def caller(self) -> dict[str, str]:
+        """The caller of a call made now through this client."""
+        return current_caller(client=self.client)
+
+    async def query(
+        self,
+        *,
+        since: datetime | int | float | None = None,
+        tool: str | None = None,
+        status: str | None = None,
+        limit: int = 100,
+        kind: str | None = None,
+    ) -> list[AuditRecord]:
+        """As ``Workspace.audit.query``: records oldest first; the newest ``limit`` without ``since``."""
+        filters = {"since": since, "tool": tool, "status": status, "limit": limit, "kind": kind}
+        rows: list[dict[str, Any]] = await self._conn.request("audit_query", filters, retry_safe=True)
+        return [AuditRecord.from_json(row) for row in rows]
+
+    async def follow(
+        self,
+        *,
+        since: datetime | int | float | None = None,
+        tool: str | None = None,
+        status: str | None = None,
+        kind: str | None = None,
+        poll: float = POLL_INTERVAL,
+    ) -> AsyncIterator[AuditRecord]:
+        """Every new matching record, polled every ``poll`` seconds (see the module docstring)."""
+        filters = {"since": since, "tool": tool, "status": status, "kind": kind}
+        cursor: Any = since
+        if cursor is None:
+            cursor = await self._conn.request("audit_top", retry_safe=True)
+        while True:
+            page: dict[str, Any] = await self._conn.request(
+                "audit_page", {**filters, "since": cursor, "limit": _PAGE}, retry_safe=True
+            )
+            for row in page["records"]:
+                yield AuditRecord.from_json(row)
+            cursor = page["top"]
+            if len(page["records"]) < _PAGE:
+                await asyncio.sleep(poll)
+
+    def record_tool(self, name: str, args: Any, result: Any, duration_s: float) -> None:
+        """Record a tool call run here on the owner, without waiting (``Tool.audit``)."""
+        error = result.get("error") if isinstance(result, dict) else None
+        entry = {
+            "kind": "tool",
+            "tool": name,
+            "status": "error" if error is not None else "ok",
+            "error": None if error is None else str(error),
+            "duration_ms": duration_s * 1000.0,
+            "caller": self.caller(),
+            # Scrubbed here: an oversized write rejected locally must not travel whole to be recorded.
+            "args": scrub(args if isinstance(args, dict) else {"arguments": args}),
+            "detail": {"bytes_in": payload_size(args), "bytes_out": payload_size(result)},
+        }
+        try:
+            task = asyncio.get_running_loop().create_task(self._send(entry))
+        except RuntimeError:
+            return  # no loop: nothing can send it (tools always run on one)
+        self._sent.add(task)
+        task.add_done_callback(self._sent.discard)
+
+    async def _send(self, entry: dict[str, Any]) -> None:
+        try:
+            await self._conn.request("audit_record", entry)
+        except Exception as exc:  # the call it records has already answered: never surface this
+            log.warning("audit: a %s call could not be recorded on its owner: %r", entry["tool"], exc)
+
+    async def drain(self) -> None:
+        """Wait until the records sent so far reached the owner (``close`` does)."""
+        if self._sent:
+            await asyncio.gather(*list(self._sent), return_exceptions=True)
