@@ -9,13 +9,21 @@ free-form ``input`` while keeping every later step far from the interpreter's re
 The depth walk is iterative and stops at the first value past the cap.
 
 Unknown argument names (SPEC section 10, "Tool arguments") are rejected with one message that names
-each of them and lists the valid names (the schema's, camelCase); an input model opts out only by
-declaring ``extra="allow"``. A model may accept more spellings than its schema shows through a
+each of them, suggests the valid name it most likely meant ("did you mean 'ignoreCase'?") and lists
+the valid names (the schema's, camelCase); an input model opts out only by declaring
+``extra="allow"``. A model may accept more spellings than its schema shows through a
 ``extra_argument_names`` class attribute (edit's top-level ``oldText``/``newText`` shorthand).
+
+A suggestion is never applied silently (a misspelled ``ignorecase`` must not quietly turn into a
+case-insensitive search the model did not ask for in the schema's words): it only tells the model
+what to send next. Suggestions come from the spelling (case, ``_``/``-`` and small typos ignored) and
+from :data:`SYNONYMS`, the names other agent tool sets use for the same thing (``file_path``,
+``startLine``, ``old_string``…), each offered only when its target is a field of the tool.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 from collections.abc import Mapping
@@ -25,10 +33,12 @@ from pydantic import BaseModel
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
+    "SYNONYMS",
     "ArgumentError",
     "argument_names",
     "nesting_problem",
     "parse_arguments",
+    "suggest_name",
     "unknown_arguments_problem",
 ]
 
@@ -96,6 +106,110 @@ def _json_kind(value: Any) -> str:
     return type(value).__name__
 
 
+# Names other tool sets (Claude Code, Codex, the seed's Think tools, shell habits) give to our fields,
+# folded (lower case, no "_"/"-"), mapped to the field each most likely means.
+SYNONYMS: dict[str, tuple[str, ...]] = {
+    "file": ("path",),
+    "filepath": ("path",),
+    "filename": ("path",),
+    "dir": ("path",),
+    "directory": ("path",),
+    "folder": ("path",),
+    "absolutepath": ("path",),
+    "target": ("path",),
+    "cwd": ("path",),
+    "startline": ("offset",),
+    "start": ("offset",),
+    "line": ("offset",),
+    "fromline": ("offset",),
+    "linenumber": ("offset",),
+    "skip": ("offset",),
+    "page": ("offset",),
+    "nextoffset": ("offset",),
+    "nextbyteoffset": ("byteOffset",),
+    "byte": ("byteOffset",),
+    "endline": ("limit",),
+    "lines": ("limit",),
+    "count": ("limit",),
+    "maxresults": ("limit",),
+    "max": ("limit",),
+    "headlimit": ("limit",),
+    "n": ("limit",),
+    "text": ("content", "query"),
+    "data": ("content",),
+    "body": ("content",),
+    "contents": ("content",),
+    "filecontent": ("content",),
+    "pattern": ("query", "include"),
+    "regexp": ("regex", "query"),
+    "search": ("query", "pattern"),
+    "term": ("query",),
+    "string": ("query",),
+    "glob": ("pattern", "include"),
+    "name": ("pattern",),
+    "files": ("include",),
+    "filter": ("include", "pattern"),
+    "ignore": ("exclude",),
+    "excludes": ("exclude",),
+    "caseinsensitive": ("ignoreCase",),
+    "insensitive": ("ignoreCase",),
+    "nocase": ("ignoreCase",),
+    "i": ("ignoreCase",),
+    "contextlines": ("context",),
+    "c": ("context",),
+    "a": ("context",),
+    "b": ("context",),
+    "r": ("recursive",),
+    "force": ("recursive",),
+    "oldstring": ("oldText",),
+    "old": ("oldText",),
+    "searchtext": ("oldText",),
+    "find": ("oldText",),
+    "newstring": ("newText",),
+    "new": ("newText",),
+    "replace": ("newText",),
+    "replacement": ("newText",),
+    "changes": ("edits",),
+    "replacements": ("edits",),
+    "edit": ("edits",),
+    "cmd": ("command",),
+    "script": ("command",),
+    "code": ("command",),
+    "shell": ("backend",),
+    "runtime": ("backend",),
+    "language": ("backend",),
+    "workdir": ("cwd",),
+    "workingdirectory": ("cwd",),
+    "dirpath": ("cwd", "path"),
+    "environment": ("env",),
+    "stdin": ("input",),
+    "args": ("input",),
+    "timeoutseconds": ("timeout",),
+    "timeoutms": ("timeout",),
+    "seconds": ("timeout",),
+    "id": ("pid",),
+    "processid": ("pid",),
+    "process": ("pid",),
+}
+
+
+def _fold(name: str) -> str:
+    return name.replace("_", "").replace("-", "").lower()
+
+
+def suggest_name(unknown: str, valid: tuple[str, ...]) -> str | None:
+    """The valid name ``unknown`` most likely meant, or ``None`` when nothing is close."""
+    folded = {_fold(name): name for name in valid}
+    key = _fold(unknown)
+    if key in folded:
+        return folded[key]
+    for target in SYNONYMS.get(key, ()):
+        if target in valid:
+            return target
+    close = difflib.get_close_matches(key, list(folded), n=1, cutoff=0.75)
+    return folded[close[0]] if close else None
+
+
 @functools.cache
 def argument_names(model: type[BaseModel]) -> tuple[frozenset[str], tuple[str, ...]]:
     """``(accepted, shown)``: every spelling ``model`` takes, and the names to list in an error."""
@@ -118,6 +232,9 @@ def unknown_arguments_problem(model: type[BaseModel], args: Mapping[str, Any]) -
     unknown = [key for key in args if key not in accepted]
     if not unknown:
         return None
-    names = ", ".join(repr(key) for key in unknown)
+    described = []
+    for key in unknown:
+        guess = suggest_name(str(key), shown)
+        described.append(f"{key!r} (did you mean {guess!r}?)" if guess else repr(key))
     noun = "argument" if len(unknown) == 1 else "arguments"
-    return f"Unknown {noun} {names}. Valid arguments: {', '.join(shown) or 'none'}."
+    return f"Unknown {noun} {', '.join(described)}. Valid arguments: {', '.join(shown) or 'none'}."

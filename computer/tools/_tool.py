@@ -17,7 +17,8 @@ from typing import Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from ..storage import ToolCall, current_tool_call
-from ._arguments import nesting_problem, unknown_arguments_problem
+from ._adapter_schema import drop_unaccepted_nulls
+from ._arguments import ArgumentError, nesting_problem, unknown_arguments_problem
 
 __all__ = ["ContentPart", "Tool", "ToolUpdate", "error_result", "format_validation_error"]
 
@@ -85,6 +86,32 @@ class Tool:
     def __post_init__(self) -> None:
         self.parameters = self.input_model.model_json_schema(by_alias=True)
 
+    def check_arguments(self, args: Any) -> tuple[dict[str, Any], BaseModel]:
+        """``(arguments, params)``: the arguments as the tool takes them and their validated model.
+
+        A ``null`` sent for an optional field whose schema takes no null means "not given" and is
+        dropped (strict-mode callers send every field); unknown names, too-deep nesting and invalid
+        values raise :class:`ArgumentError` with the message the model should see.
+        """
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            raise ArgumentError(f"Invalid arguments: expected an object, got {type(args).__name__}")
+        try:
+            problem = nesting_problem(args)
+            if problem is None:
+                args = drop_unaccepted_nulls(args, self.parameters)
+                problem = unknown_arguments_problem(self.input_model, args)
+            if problem is not None:
+                raise ArgumentError(f"Invalid arguments: {problem}")
+            return args, self.input_model.model_validate(args)
+        except ValidationError as exc:
+            raise ArgumentError(format_validation_error(exc)) from None
+        except ArgumentError:
+            raise
+        except Exception as exc:  # a validator that fails in an unexpected way is still a bad call
+            raise ArgumentError(f"Invalid arguments: {type(exc).__name__}: {exc}") from None
+
     async def run(
         self, args: dict[str, Any] | None, *, on_update: ToolUpdate | None = None
     ) -> dict[str, Any]:
@@ -109,18 +136,9 @@ class Tool:
 
     async def _run(self, args: dict[str, Any] | None, on_update: ToolUpdate | None) -> dict[str, Any]:
         try:
-            if args is None:
-                args = {}
-            if not isinstance(args, dict):
-                return error_result(f"Invalid arguments: expected an object, got {type(args).__name__}")
-            problem = nesting_problem(args) or unknown_arguments_problem(self.input_model, args)
-            if problem is not None:
-                return error_result(f"Invalid arguments: {problem}")
-            params = self.input_model.model_validate(args)
-        except ValidationError as exc:
-            return error_result(format_validation_error(exc))
-        except Exception as exc:  # a validator that fails in an unexpected way is still a bad call
-            return error_result(f"Invalid arguments: {type(exc).__name__}: {exc}")
+            _, params = self.check_arguments(args)
+        except ArgumentError as exc:
+            return error_result(str(exc))
         try:
             return await self.handler(params, on_update)
         except OSError as exc:

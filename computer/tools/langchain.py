@@ -142,6 +142,12 @@ class _ScreenedTool(BaseTool):
     """A tool whose raw input is screened before LangChain parses it: input it cannot parse (nested
     too deep, not an object…) becomes a tool error, never an exception out of ``run``/``arun``."""
 
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return super().invoke(_screened_call(input, self.name), config, **kwargs)
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        return await super().ainvoke(_screened_call(input, self.name), config, **kwargs)
+
     def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
         return super().run(_screened(tool_input, self.name), *args, **kwargs)
 
@@ -278,6 +284,18 @@ def _screened(tool_input: Any, name: str) -> Any:
         return parse_arguments(tool_input, name)
     except ArgumentError as exc:
         return {_BAD_ARGUMENTS: str(exc)}
+
+
+def _screened_call(value: Any, name: str) -> Any:
+    """A ``ToolCall`` whose ``args`` is not an object gets them screened (LangChain would ``.copy()``
+    them and raise); anything else is passed on as it is."""
+    if (
+        isinstance(value, Mapping)
+        and value.get("type") == "tool_call"
+        and not isinstance(value.get("args"), dict)
+    ):
+        return {**value, "args": _screened(value.get("args"), name)}
+    return value
 
 
 def _ask_approval(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

@@ -6,8 +6,16 @@
     agent = Agent(model, toolsets=[toolset], output_type=[str, DeferredToolRequests])
 
 Names, descriptions and JSON schemas are the core tools' own (passed through, not re-derived from a
-signature). Bad arguments become pydantic-ai retry prompts; a failed operation becomes a
-``ToolFailed`` the model sees; images and PDFs from ``read`` reach the model as ``BinaryContent``.
+signature). A failed operation becomes a ``ToolFailed`` the model sees; images and PDFs from ``read``
+reach the model as ``BinaryContent``.
+
+Invalid arguments (an unknown name, with "did you mean"; a wrong type; a missing field) come back as a
+retry prompt saying what to fix, ``max_retries`` times in a row per tool (default 3; a valid call of
+the tool starts the count again). Past that budget, by default (``retries_exhausted="fail"``) each
+further invalid call comes back as a failed tool call carrying the same message, so the run goes on and
+the model can still correct itself or do something else: a bad call never ends the run.
+``retries_exhausted="end_run"`` keeps pydantic-ai's own rule instead (``UnexpectedModelBehavior`` ends
+the run once the budget is spent).
 While exec runs, each snapshot is emitted as an :class:`ExecProgressEvent` (a pydantic-ai ``CustomEvent``)
 into the run's event stream (``event_stream_handler``, ``run_stream_events``, UI adapters).
 ``approve`` (tool names or ``"mutating"``) wraps the toolset in pydantic-ai's ``ApprovalRequiredToolset``:
@@ -21,7 +29,6 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
 from pydantic_ai import BinaryContent, CustomEvent, ModelRetry, RunContext, ToolFailed
 from pydantic_ai.exceptions import UserError
 from pydantic_ai.tools import ToolDefinition
@@ -31,10 +38,14 @@ from pydantic_core import from_json
 
 from ..storage import audit_caller
 from ._adapter_tools import build_tools, select_tools
-from ._arguments import ArgumentError, parse_arguments, unknown_arguments_problem
+from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool
 
 __all__ = ["ExecProgressEvent", "WorkspaceToolset", "create_pydantic_ai_tools"]
+
+
+DEFAULT_MAX_RETRIES = 3  # retry prompts in a row per tool before invalid calls become failed calls
+RetriesExhausted = Literal["fail", "end_run"]
 
 
 @dataclass(kw_only=True)
@@ -49,16 +60,21 @@ def create_pydantic_ai_tools(
     *,
     approve: Literal["mutating"] | Collection[str] | None = None,
     id: str | None = "computer",
-    max_retries: int = 1,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    retries_exhausted: RetriesExhausted = "fail",
     **options: Any,
 ) -> AbstractToolset[Any]:
     """A pydantic-ai toolset over ``create_tools(workspace, **options)``.
 
     ``approve`` names the tools whose calls need human approval (``"mutating"``: write, edit, delete,
-    exec, publish). ``max_retries`` is pydantic-ai's per-tool retry budget for invalid arguments.
+    exec, publish). ``max_retries`` is the per-tool budget of retry prompts for invalid arguments in a
+    row; past it, ``retries_exhausted="fail"`` (default) answers each invalid call as a failed call and
+    the run goes on, ``"end_run"`` lets pydantic-ai end the run (``UnexpectedModelBehavior``).
     """
     tools = build_tools(workspace, options)
-    toolset: AbstractToolset[Any] = WorkspaceToolset(tools, toolset_id=id, max_retries=max_retries)
+    toolset: AbstractToolset[Any] = WorkspaceToolset(
+        tools, toolset_id=id, max_retries=max_retries, retries_exhausted=retries_exhausted
+    )
     needs_approval = select_tools(approve, tools, option="approve", groups=("mutating",))
     if needs_approval:
         toolset = ApprovalRequiredToolset(
@@ -71,11 +87,21 @@ class WorkspaceToolset(AbstractToolset[Any]):
     """The core tools as a pydantic-ai leaf toolset (one ``ToolDefinition`` per ``Tool``)."""
 
     def __init__(
-        self, tools: Mapping[str, Tool], *, toolset_id: str | None = None, max_retries: int = 1
+        self,
+        tools: Mapping[str, Tool],
+        *,
+        toolset_id: str | None = None,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        retries_exhausted: RetriesExhausted = "fail",
     ) -> None:
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ValueError(f"max_retries must be a non-negative integer, not {max_retries!r}")
+        if retries_exhausted not in ("fail", "end_run"):
+            raise ValueError(f'retries_exhausted must be "fail" or "end_run", not {retries_exhausted!r}')
         self.tools = dict(tools)
         self._id = toolset_id
         self.max_retries = max_retries
+        self.retries_exhausted = retries_exhausted
 
     @property
     def id(self) -> str | None:
@@ -92,7 +118,13 @@ class WorkspaceToolset(AbstractToolset[Any]):
                     metadata={"mutating": tool.mutating, "destructive": tool.destructive},
                 ),
                 max_retries=self.max_retries,
-                args_validator=_ArgsValidator(tool.input_model, name),
+                args_validator=_ArgsValidator(
+                    tool,
+                    # pydantic-ai ends the run when a tool that already used its whole budget fails
+                    # validation again: from then on an invalid call is a failed call instead.
+                    fail_instead=self.retries_exhausted == "fail"
+                    and ctx.retries.get(name, 0) >= self.max_retries,
+                ),
             )
             for name, tool in self.tools.items()
         }
@@ -129,44 +161,34 @@ def _to_pydantic_ai(parts: list[ContentPart]) -> str | list[str | BinaryContent]
 
 @dataclass
 class _ArgsValidator:
-    """Validates arguments against the tool's input model and hands the original dict on.
+    """Validates arguments as the core tool does and hands the cleaned dict on.
 
-    A ``ValidationError`` here makes pydantic-ai send a retry prompt; the core tool validates again
+    An invalid call raises ``ModelRetry`` (a retry prompt with the tool's own message), or
+    ``ToolFailed`` with the same message when ``fail_instead`` (the tool's retry budget is spent):
+    pydantic-ai reports that as a failed call without ending the run. The core tool validates again
     when it runs, so the adapter never re-implements a rule.
     """
 
-    model: type[BaseModel]
-    name: str = "this tool"
+    tool: Tool
+    fail_instead: bool = False
 
     def validate_json(
         self, input: str | bytes | bytearray, *, allow_partial: Any = False, **kwargs: Any
     ) -> Any:
-        partial = allow_partial not in (False, "off")
-        if partial:
+        if allow_partial not in (False, "off"):
             try:
                 return from_json(input or b"{}", allow_partial=True)
             except Exception as exc:  # a call still streaming: nothing to check yet
                 raise ModelRetry(f"The arguments are not valid JSON ({exc}); send a JSON object.") from None
-        try:
-            data = parse_arguments(input, self.name)
-        except ArgumentError as exc:
-            raise ModelRetry(str(exc)) from None
-        return self.validate_python(data, allow_partial=allow_partial)
+        return self.validate_python(input, allow_partial=allow_partial)
 
     def validate_python(self, input: Any, *, allow_partial: Any = False, **kwargs: Any) -> Any:
         if allow_partial not in (False, "off"):
             return input  # streaming a call in progress: nothing to check yet
         try:
-            data = parse_arguments(input, self.name)
+            arguments, _ = self.tool.check_arguments(parse_arguments(input, self.tool.name))
         except ArgumentError as exc:
+            if self.fail_instead:
+                raise ToolFailed(f"{exc} The call was not run; send corrected arguments.") from None
             raise ModelRetry(str(exc)) from None
-        unknown = unknown_arguments_problem(self.model, data)
-        if unknown is not None:
-            raise ModelRetry(unknown)
-        try:
-            self.model.model_validate(data)
-        except ValidationError:
-            raise  # pydantic-ai turns it into a retry prompt listing each problem
-        except Exception as exc:
-            raise ModelRetry(f"Invalid arguments: {type(exc).__name__}: {exc}") from None
-        return data
+        return arguments

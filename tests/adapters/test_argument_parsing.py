@@ -192,7 +192,7 @@ async def test_pydantic_ai_deep_dict_is_a_retry_not_a_crash(sample_tools: dict[s
 
     from computer.tools.pydantic_ai import _ArgsValidator
 
-    validator = _ArgsValidator(sample_tools["put"].input_model, "put")
+    validator = _ArgsValidator(sample_tools["put"])
     with pytest.raises(ModelRetry, match="nested"):
         validator.validate_python(deep_dict())
     with pytest.raises(ModelRetry, match="nested"):
