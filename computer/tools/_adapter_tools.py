@@ -59,5 +59,6 @@ def select_tools(
     return names & frozenset(tools)
 
 
-# Names that may be absent from a given set (no backend, no assets, read-only) without being typos.
-_OPTIONAL_TOOLS = ("write", "edit", "delete", "exec", "publish")
+# Names that may be absent from a given set (no backend, no assets, read-only, optional tools off, the
+# other naming) without being typos.
+_OPTIONAL_TOOLS = ("write", "edit", "delete", "exec", "publish", "processes", "kill", "ls", "list", "bash")
