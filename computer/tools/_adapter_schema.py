@@ -1,4 +1,4 @@
-"""JSON Schema shaping for adapters: OpenAI strict mode, and the null handling that goes with it.
+"""JSON Schema shaping for adapters: OpenAI and Anthropic strict modes, and the null handling.
 
 Strict mode ("Structured Outputs" for function calling) accepts a subset of JSON Schema: every object
 lists all its properties in ``required`` and sets ``additionalProperties: false``; optional fields
@@ -6,14 +6,30 @@ become nullable instead; only a fixed set of keywords is allowed. :func:`strict_
 our tool schemas, or raises :class:`StrictSchemaError` when it cannot be expressed (a free-form value
 such as exec's ``input``, a map such as exec's ``env``). Constraints strict mode does not support
 (``minLength``, ``default``…) are dropped from the declaration only; the tool still enforces them.
+
+Anthropic's strict tool use takes a different subset: one ``type`` per node (a nullable field is an
+``anyOf``), no numeric or length bounds, no ``default``, ``minItems`` only 0 or 1, ``enum``/``const``
+without a ``type`` beside them, nothing beside a ``$ref``; optional properties may simply be left out of
+``required``. :func:`anthropic_strict_schema` writes a schema in exactly that subset, so the
+``anthropic`` package's own normaliser (``anthropic.transform_schema``) returns it unchanged: the
+bounds it would move into the description are moved there here, in words ("at least 1, at most
+1000; default 200"), and the tool still enforces them when it runs.
 """
 
 from __future__ import annotations
 
 import copy
+import json
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["STRICT_KEYWORDS", "StrictSchemaError", "drop_unaccepted_nulls", "strict_schema"]
+__all__ = [
+    "STRICT_KEYWORDS",
+    "StrictSchemaError",
+    "anthropic_strict_schema",
+    "drop_unaccepted_nulls",
+    "strict_schema",
+]
 
 
 class StrictSchemaError(ValueError):
@@ -43,29 +59,15 @@ _STRING_FORMATS = frozenset(
 
 def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """A strict-mode copy of an object schema (optional → required and nullable, closed objects)."""
-    if schema.get("type") != "object":
-        raise StrictSchemaError("", "the root must be an object schema")
-    defs = schema.get("$defs", {})
-    out = _strict(copy.deepcopy({k: v for k, v in schema.items() if k != "$defs"}), "", defs)
-    if defs:
-        out["$defs"] = {
-            name: _strict(copy.deepcopy(sub), f"/$defs/{name}", defs) for name, sub in defs.items()
-        }
-    return out
+    return _convert_root(schema, _strict)
 
 
 def _strict(node: dict[str, Any], where: str, defs: dict[str, Any]) -> dict[str, Any]:
     if not isinstance(node, dict):
         raise StrictSchemaError(where, "not a schema object")
     if "$ref" in node:
-        siblings = {k: v for k, v in node.items() if k not in ("$ref", "title", "default")}
-        if not siblings:
-            return {"$ref": node["$ref"]}
-        # Strict mode does not take keywords beside $ref: inline the definition with them.
-        target = defs.get(str(node["$ref"]).rsplit("/", 1)[-1])
-        if target is None:
-            raise StrictSchemaError(where, f"unresolvable $ref {node['$ref']}")
-        return _strict({**copy.deepcopy(target), **siblings}, where, defs)
+        inlined = _inline_ref(node, where, defs, ignored=("title", "default"))
+        return {"$ref": node["$ref"]} if inlined is None else _strict(inlined, where, defs)
     if "anyOf" in node or "oneOf" in node:
         branches: list[Any] = node.get("anyOf", node.get("oneOf")) or []
         out: dict[str, Any] = {
@@ -74,9 +76,7 @@ def _strict(node: dict[str, Any], where: str, defs: dict[str, Any]) -> dict[str,
         if "description" in node:
             out["description"] = node["description"]
         return out
-    for bad in ("allOf", "not", "patternProperties", "if", "then", "else", "dependentRequired"):
-        if bad in node:
-            raise StrictSchemaError(where, f"{bad} is not supported in strict mode")
+    _reject_unsupported(node, where)
     if "const" in node and "type" not in node:
         node = {**node, "enum": [node["const"]]}
         node.pop("const")
@@ -113,6 +113,166 @@ def _strict(node: dict[str, Any], where: str, defs: dict[str, Any]) -> dict[str,
             raise StrictSchemaError(where, "an array without an items schema cannot be strict")
         out["items"] = _strict(node["items"], f"{where}/items", defs)
     return out
+
+
+# What Anthropic's strict subset keeps per type (besides description and title); anything else is moved
+# into the description in words.
+_ANTHROPIC_STRING_FORMATS = frozenset(
+    {"date-time", "time", "date", "duration", "email", "hostname", "uri", "ipv4", "ipv6", "uuid"}
+)
+_ANTHROPIC_TYPES = frozenset({"object", "array", "string", "integer", "number", "boolean", "null"})
+_BOUND_WORDS = {
+    "minimum": "at least {}",
+    "exclusiveMinimum": "greater than {}",
+    "maximum": "at most {}",
+    "exclusiveMaximum": "less than {}",
+    "multipleOf": "a multiple of {}",
+    "minLength": "at least {} characters",
+    "maxLength": "at most {} characters",
+    "pattern": "matching the regular expression {}",
+    "format": "in {} format",
+    "minItems": "at least {} items",
+    "maxItems": "at most {} items",
+    "uniqueItems": "items unique: {}",
+    "default": "default {}",
+}
+
+
+def anthropic_strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """A copy of an object schema in Anthropic's strict subset (a fixed point of its normaliser).
+
+    Optional properties stay optional (left out of ``required``); an optional property that is
+    "the value or null" becomes just the value, since leaving it out already says "not given".
+    Raises :class:`StrictSchemaError` for what the subset cannot express (a map, a value without type).
+    """
+    return _convert_root(schema, _anthropic)
+
+
+def _convert_root(
+    schema: dict[str, Any], convert: Callable[[Any, str, dict[str, Any]], dict[str, Any]]
+) -> dict[str, Any]:
+    """``convert`` applied to an object schema's root and to each of its ``$defs`` (on copies)."""
+    if schema.get("type") != "object":
+        raise StrictSchemaError("", "the root must be an object schema")
+    defs = schema.get("$defs", {})
+    out = convert(copy.deepcopy({k: v for k, v in schema.items() if k != "$defs"}), "", defs)
+    if defs:
+        out["$defs"] = {
+            name: convert(copy.deepcopy(sub), f"/$defs/{name}", defs) for name, sub in defs.items()
+        }
+    return out
+
+
+def _anthropic(node: Any, where: str, defs: dict[str, Any]) -> dict[str, Any]:
+    if not isinstance(node, dict):
+        raise StrictSchemaError(where, "not a schema object")
+    words: list[str] = []
+    if "$ref" in node:
+        inlined = _inline_ref(node, where, defs, ignored=("title",))
+        return {"$ref": node["$ref"]} if inlined is None else _anthropic(inlined, where, defs)
+    _reject_unsupported(node, where)
+    out: dict[str, Any] = {}
+    branches = node.get("anyOf", node.get("oneOf"))
+    types = node.get("type")
+    if isinstance(types, list) and len(types) > 1 and branches is None:
+        # One type per node: [X, "null"] is an anyOf of one node per type, bounds going with each.
+        shared = {k: v for k, v in node.items() if k in ("description", "title", "default")}
+        rest = {k: v for k, v in node.items() if k not in shared and k != "type"}
+        branches = [{**rest, "type": t} if t != "null" else {"type": "null"} for t in types]
+        node = {**shared, "anyOf": branches}
+        types = None
+    if branches is not None:
+        out["anyOf"] = [_anthropic(b, f"{where}/anyOf/{i}", defs) for i, b in enumerate(branches)]
+    elif "enum" in node or "const" in node:
+        key = "enum" if "enum" in node else "const"
+        values = node[key] if key == "enum" else [node[key]]
+        if not values or not all(v is None or isinstance(v, str | int | float | bool) for v in values):
+            raise StrictSchemaError(where, f"{key} must list strings, numbers, booleans or null")
+        out[key] = list(node[key]) if key == "enum" else node[key]
+    else:
+        if isinstance(types, list):
+            types = types[0] if types else None
+        if types not in _ANTHROPIC_TYPES:
+            raise StrictSchemaError(where, "a value without a single known type cannot be strict")
+        out["type"] = types
+    for key, template in _BOUND_WORDS.items():
+        value = node.get(key)
+        if key not in node or (key == "format" and value in _ANTHROPIC_STRING_FORMATS):
+            continue
+        if key == "minItems" and value in (0, 1):
+            out[key] = value
+        elif not (key == "default" and value is None):
+            words.append(template.format(json.dumps(value, ensure_ascii=False)))
+    if node.get("format") in _ANTHROPIC_STRING_FORMATS and types == "string":
+        out["format"] = node["format"]
+    description = node.get("description")
+    if words:
+        said = ", ".join(words)
+        description = f"{description} ({said})" if description else said[0].upper() + said[1:] + "."
+    if description is not None:
+        out["description"] = description
+    if "title" in node:
+        out["title"] = node["title"]
+    if types == "object":
+        props = node.get("properties") or {}
+        extra = node.get("additionalProperties", False)
+        if extra not in (False, None) and extra != {}:
+            raise StrictSchemaError(where, "an object without fixed properties (a map) cannot be strict")
+        required = [name for name in node.get("required", ()) if name in props]
+        out["properties"] = {
+            name: _anthropic(
+                sub if name in required else _without_null_branch(sub), f"{where}/properties/{name}", defs
+            )
+            for name, sub in props.items()
+        }
+        out["additionalProperties"] = False
+        if "required" in node:
+            out["required"] = required
+    if types == "array":
+        if "items" not in node:
+            raise StrictSchemaError(where, "an array without an items schema cannot be strict")
+        out["items"] = _anthropic(node["items"], f"{where}/items", defs)
+    return out
+
+
+def _without_null_branch(node: Any) -> Any:
+    """An optional property's schema without its "or null" (leaving the property out says it)."""
+    if not isinstance(node, dict):
+        return node
+    shared = {k: v for k, v in node.items() if k in ("description", "title")}
+    branches = node.get("anyOf")
+    if isinstance(branches, list):
+        kept = [b for b in branches if not (isinstance(b, dict) and b.get("type") == "null" and len(b) == 1)]
+        if len(kept) == len(branches) or not kept:
+            return node
+        if len(kept) == 1 and isinstance(kept[0], dict):
+            return {**kept[0], **shared, **({"default": node["default"]} if "default" in node else {})}
+        return {**{k: v for k, v in node.items() if k != "anyOf"}, "anyOf": kept}
+    types = node.get("type")
+    if isinstance(types, list) and "null" in types and len(types) > 1:
+        kept_types = [t for t in types if t != "null"]
+        return {**node, "type": kept_types[0] if len(kept_types) == 1 else kept_types}
+    return node
+
+
+def _inline_ref(
+    node: dict[str, Any], where: str, defs: dict[str, Any], *, ignored: tuple[str, ...]
+) -> dict[str, Any] | None:
+    """The definition a ``$ref`` points to merged with the keywords beside it (neither strict mode
+    takes any), or ``None`` when nothing but ``ignored`` keywords stands beside it."""
+    siblings = {k: v for k, v in node.items() if k != "$ref" and k not in ignored}
+    if not siblings:
+        return None
+    target = defs.get(str(node["$ref"]).rsplit("/", 1)[-1])
+    if target is None:
+        raise StrictSchemaError(where, f"unresolvable $ref {node['$ref']}")
+    return {**copy.deepcopy(target), **siblings}
+
+
+def _reject_unsupported(node: dict[str, Any], where: str) -> None:
+    for bad in ("allOf", "not", "patternProperties", "if", "then", "else", "dependentRequired"):
+        if bad in node:
+            raise StrictSchemaError(where, f"{bad} is not supported in strict mode")
 
 
 def _nullable(node: dict[str, Any]) -> dict[str, Any]:

@@ -28,9 +28,9 @@ verbatim strings, so they ask for it:
   or ``edit`` cannot be declared strict, for a pinned model known to enforce schemas.
 - ``False``: open schemas everywhere, no ``strict`` key.
 
-Whatever the declarations, ``execute`` drops a ``null`` sent for an optional field that does not accept
-one (a strict-mode model sends ``"limit": null`` for "no limit") and keeps a null the tool accepts
-(exec's ``input``).
+Whatever the declarations, a ``null`` sent for an optional field that does not accept one means "not
+given" (a strict-mode model sends ``"limit": null`` for "no limit"; every tool drops it, in every
+adapter) while a null the tool accepts is kept (exec's ``input``).
 
 ``api="responses"`` targets the Responses API instead: declarations are flat function tools
 (``{"type": "function", "name", "description", "parameters", "strict"}``, ``strict`` always stated since
@@ -46,7 +46,11 @@ media. A failure is an output starting with ``Error:``; nothing raises::
         items.append(await execute(call))
 
 ``format="anthropic"`` emits Anthropic tool definitions (``{name, description, input_schema}``), takes
-Anthropic ``tool_use`` blocks (``{id, name, input}``) and returns Anthropic content blocks.
+Anthropic ``tool_use`` blocks (``{id, name, input}``) and returns Anthropic content blocks. With
+constrained sampling on, read, write, edit and the mutating tools (delete, publish) are marked
+``strict: true`` with schemas in Anthropic's strict subset, which ``anthropic.transform_schema`` leaves
+unchanged (bounds and defaults are stated in the field descriptions and enforced by the tool); ls,
+find, grep and exec keep open schemas (see :func:`_declare_anthropic` for why).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
 from ..storage import audit_caller
-from ._adapter_schema import StrictSchemaError, drop_unaccepted_nulls, strict_schema
+from ._adapter_schema import StrictSchemaError, anthropic_strict_schema, strict_schema
 from ._adapter_tools import build_tools
 from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool, ToolUpdate
@@ -117,7 +121,6 @@ def create_openai_tools(
         if tool is None:
             return _error_parts(f"Unknown tool {name!r}. Available tools: {', '.join(tools)}."), True
         try:
-            args = drop_unaccepted_nulls(args, tool.parameters)
             with audit_caller(adapter="openai"):
                 result = await tool.run(args, on_update=on_update)
             return tool.to_model_output(result), "error" in result
@@ -135,6 +138,8 @@ def create_openai_tools(
 
 
 def _declare(tool: Tool, constrained: ConstrainedSampling, format: str) -> dict[str, Any]:
+    if format == "anthropic":
+        return _declare_anthropic(tool, constrained)
     parameters = tool.parameters
     strict = False
     if constrained:
@@ -142,10 +147,7 @@ def _declare(tool: Tool, constrained: ConstrainedSampling, format: str) -> dict[
             parameters = strict_schema(tool.parameters)
             strict = True
         except StrictSchemaError as exc:
-            if constrained == "require" and tool.name in CONSTRAINED_TOOLS:
-                raise ValueError(
-                    f'constrained_sampling="require": the {tool.name} tool cannot be declared strict ({exc})'
-                ) from exc
+            _check_required(tool, constrained, exc)
     if format == "responses":
         # Responses API function tools are flat, and `strict` defaults to true there: always say it.
         return {
@@ -155,20 +157,41 @@ def _declare(tool: Tool, constrained: ConstrainedSampling, format: str) -> dict[
             "parameters": parameters,
             "strict": strict,
         }
-    if format == "anthropic":
-        # Anthropic has its own `strict` flag on tool definitions with the same closed-schema rules.
-        declaration: dict[str, Any] = {
-            "name": tool.name,
-            "description": tool.description,
-            "input_schema": parameters,
-        }
-        if strict:
-            declaration["strict"] = True
-        return declaration
     function: dict[str, Any] = {"name": tool.name, "description": tool.description, "parameters": parameters}
     if strict:
         function["strict"] = True
     return {"type": "function", "function": function}
+
+
+def _declare_anthropic(tool: Tool, constrained: ConstrainedSampling) -> dict[str, Any]:
+    """An Anthropic tool definition; ``strict`` only for the tools that gain most from it.
+
+    Anthropic compiles every strict schema of a request into one grammar, with caps on the optional
+    and union-typed parameters across all of them. So strict is spent where a malformed call costs
+    most: the tools that ask for constrained sampling (read, write, edit: offsets and verbatim text)
+    and every mutating tool (delete, publish…; exec's free-form ``input`` cannot be strict). The
+    listing tools (ls, find, grep: read-only, cheap to retry, and most of the optional parameters)
+    keep their full open schema.
+    """
+    declaration: dict[str, Any] = {
+        "name": tool.name,
+        "description": tool.description,
+        "input_schema": tool.parameters,
+    }
+    if constrained and (tool.mutating or tool.name in CONSTRAINED_TOOLS):
+        try:
+            declaration["input_schema"] = anthropic_strict_schema(tool.parameters)
+            declaration["strict"] = True
+        except StrictSchemaError as exc:
+            _check_required(tool, constrained, exc)
+    return declaration
+
+
+def _check_required(tool: Tool, constrained: ConstrainedSampling, exc: StrictSchemaError) -> None:
+    if constrained == "require" and tool.name in CONSTRAINED_TOOLS:
+        raise ValueError(
+            f'constrained_sampling="require": the {tool.name} tool cannot be declared strict ({exc})'
+        ) from exc
 
 
 class _BadCall(Exception):

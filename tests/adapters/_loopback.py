@@ -1,0 +1,31 @@
+"""Loopback servers in tests: a free port, and waiting until something listens on it."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def wait_until_listening(port: int, seconds: float = 20) -> None:
+    """Return once 127.0.0.1:``port`` accepts a connection; ``OSError`` after ``seconds``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            if loop.time() > deadline:
+                raise
+            await asyncio.sleep(0.05)  # the server is still binding; there is nothing to await on
+            continue
+        writer.close()
+        await writer.wait_closed()
+        return
