@@ -17,7 +17,9 @@ snapshot as a progress notification (the message is the snapshot as JSON).
 
 from __future__ import annotations
 
+import asyncio
 import json
+from importlib import metadata
 from typing import Any
 
 import mcp_types as types
@@ -29,8 +31,9 @@ from ._adapter_tools import build_tools
 from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool
 
-__all__ = ["create_mcp_server", "mcp_tool", "run_stdio", "serve_http"]
+__all__ = ["create_mcp_server", "mcp_tool", "package_version", "run_stdio", "serve_http"]
 
+SHUTDOWN_GRACE = 5  # seconds serve_http lets requests in flight finish when it is stopped
 _IDEMPOTENT = frozenset({"read", "ls", "find", "grep", "write", "edit", "delete"})
 _OPEN_WORLD = frozenset({"exec", "publish"})
 
@@ -73,11 +76,20 @@ def create_mcp_server(
 
     return Server(
         name,
+        version=package_version(),
         instructions=instructions
         or "Tools over one durable workspace filesystem. Paths are absolute; the user root is /workspace.",
         on_list_tools=list_tools,
         on_call_tool=call_tool,
     )
+
+
+def package_version() -> str:
+    """This package's version from its installed metadata (``serverInfo.version``); ``"0"`` when unknown."""
+    try:
+        return metadata.version("ray-computer")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        return "0"
 
 
 def mcp_tool(tool: Tool) -> types.Tool:
@@ -115,13 +127,38 @@ async def run_stdio(workspace: Any, **options: Any) -> None:
 async def serve_http(
     workspace: Any, host: str = "127.0.0.1", port: int = 8765, *, path: str = "/mcp", **options: Any
 ) -> None:
-    """Serve the tools over streamable HTTP at ``http://host:port/mcp`` until cancelled."""
+    """Serve the tools over streamable HTTP at ``http://host:port/mcp`` until cancelled.
+
+    Cancelling the caller stops the server cleanly: it stops accepting, lets requests in flight finish
+    (up to ``SHUTDOWN_GRACE`` seconds), runs the app's shutdown, then re-raises the cancellation; no
+    error is logged.
+    """
     import uvicorn
 
     server = create_mcp_server(workspace, **options)
     app = server.streamable_http_app(streamable_http_path=path, host=host)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
-    await uvicorn.Server(config).serve()
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_graceful_shutdown=SHUTDOWN_GRACE,
+    )
+    http = uvicorn.Server(config)
+    serving = asyncio.create_task(http.serve())
+    try:
+        await asyncio.shield(serving)
+    except asyncio.CancelledError:
+        # Cancelling uvicorn's serve() mid-flight leaves its lifespan task to log a traceback; asking
+        # it to exit runs the normal shutdown instead.
+        http.should_exit = True
+        try:
+            await asyncio.shield(serving)
+        except asyncio.CancelledError:
+            http.force_exit = True  # cancelled again: skip the grace period
+            await serving
+        raise
 
 
 def _progress_forwarder(ctx: ServerRequestContext[Any]) -> Any:

@@ -1,0 +1,119 @@
+"""MCP protocol details checked with the SDK's own client: serverInfo, protocol errors, output
+schemas, and a clean stop of the HTTP server."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import AsyncIterator
+from importlib import metadata
+
+import pytest
+
+pytest.importorskip("mcp")
+
+import mcp_types as types
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+from computer.tools import create_tools
+from computer.tools.mcp import create_mcp_server, package_version, serve_http
+
+from ._every_tool import GOOD, EverySurface, every_surface
+from ._loopback import free_port, wait_until_listening
+
+
+@pytest.fixture
+async def surface() -> AsyncIterator[EverySurface]:
+    s = await every_surface()
+    yield s
+    await s.close()
+
+
+async def test_server_info_carries_the_package_version(surface: EverySurface) -> None:
+    assert package_version() == metadata.version("ray-computer") != ""
+    async with Client(create_mcp_server(surface)) as client:
+        info = client.server_info
+    assert info is not None and info.name == "computer"
+    assert info.version == metadata.version("ray-computer")
+
+
+async def test_an_unknown_tool_is_invalid_params_naming_the_tools(surface: EverySurface) -> None:
+    async with Client(create_mcp_server(surface, processes=True)) as client:
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("lss", {"path": "/"})
+    assert raised.value.error.code == types.INVALID_PARAMS == -32602
+    assert "Unknown tool 'lss'" in raised.value.error.message and "processes" in raised.value.error.message
+
+
+async def test_every_result_meets_its_declared_output_schema(surface: EverySurface) -> None:
+    """The SDK client validates structuredContent against outputSchema and raises if it does not fit."""
+    async with Client(create_mcp_server(surface, processes=True)) as client:
+        listed = {t.name: t for t in (await client.list_tools()).tools}
+        assert {n for n, t in listed.items() if t.output_schema} == {
+            "write",
+            "edit",
+            "delete",
+            "publish",
+            "processes",
+            "kill",
+        }
+        for name, args in GOOD.items():
+            result = await client.call_tool(name, args)
+            assert result.is_error is False, (name, result.content)
+        # A failure of a fixed-shape tool is an error result, which clients do not check.
+        gone = await client.call_tool("kill", {"pid": 42})
+        assert gone.is_error is True and "no process 42" in gone.content[0].text  # type: ignore[union-attr]
+
+
+@pytest.fixture
+async def http_server(
+    surface: EverySurface, caplog: pytest.LogCaptureFixture
+) -> AsyncIterator[tuple[int, asyncio.Task[None]]]:
+    """``serve_http`` running on a free loopback port (stopped by the test, or here if it did not)."""
+    caplog.set_level(logging.INFO)
+    port = free_port()
+    server = asyncio.create_task(serve_http(surface, "127.0.0.1", port))
+    await wait_until_listening(port)
+    yield port, server
+    server.cancel()
+    await asyncio.gather(server, return_exceptions=True)
+
+
+def _errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+async def test_cancelling_serve_http_stops_cleanly_and_frees_the_port(
+    http_server: tuple[int, asyncio.Task[None]], caplog: pytest.LogCaptureFixture
+) -> None:
+    port, server = http_server
+    async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+        result = await client.call_tool("ls", {"path": "/workspace"})
+    assert result.is_error is False
+    server.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await server
+    assert _errors(caplog) == []
+    with socket.socket() as again:  # the listening socket is closed
+        again.bind(("127.0.0.1", port))
+
+
+async def test_serve_http_stops_while_a_client_session_is_still_open(
+    http_server: tuple[int, asyncio.Task[None]], caplog: pytest.LogCaptureFixture
+) -> None:
+    port, server = http_server
+    async with Client(f"http://127.0.0.1:{port}/mcp") as client:
+        await client.list_tools()
+        server.cancel()
+        async with asyncio.timeout(30):  # bounded by the shutdown grace, not by the open session
+            with pytest.raises(asyncio.CancelledError):
+                await server
+    assert _errors(caplog) == []
+
+
+def test_tool_set_options_reach_the_mcp_server(surface: EverySurface) -> None:
+    tools = create_tools(surface, names="think", processes=True)
+    server = create_mcp_server(tools)
+    assert server.version == package_version()
