@@ -13,7 +13,7 @@ from .storage.errors import FsInvalidError
 from .storage.types import DirEntry, FileStat, FindEntry, GrepContextLine, GrepMatch
 
 if TYPE_CHECKING:
-    from .actors import WorkspaceHost, init, workspace_actor
+    from .actors import WorkspaceHost, delete_workspace, init, workspace_actor
     from .client import get_workspace
     from .config import Settings
     from .runtime.types import BackendInfo, ExecResult, ExecSnapshot, OutputTruncation
@@ -33,6 +33,7 @@ __all__ = [
     "Settings",
     "Workspace",
     "WorkspaceHost",
+    "delete_workspace",
     "get_workspace",
     "init",
     "workspace_actor",
@@ -43,6 +44,7 @@ _LAZY = {
     "init": ".actors",
     "workspace_actor": ".actors",
     "WorkspaceHost": ".actors",
+    "delete_workspace": ".actors",
     "get_workspace": ".client",
     "Settings": ".config",
     "BackendInfo": ".runtime.types",

@@ -7,6 +7,7 @@ workspace; a ``WorkspaceHost`` subclass lets a user's own actor own a workspace.
 from __future__ import annotations
 
 from ._backends import owner_backends
+from ._delete import DeletedWorkspace, delete_workspace
 from ._errors import WorkspaceUnavailableError
 from ._host import WorkspaceHost
 from ._init import cluster_settings, ensure_ray, init
@@ -17,6 +18,7 @@ from .naming import NAMESPACE, actor_name
 
 __all__ = [
     "NAMESPACE",
+    "DeletedWorkspace",
     "Directory",
     "OwnerActor",
     "RedisDirectory",
@@ -26,6 +28,7 @@ __all__ = [
     "WorkspaceUnavailableError",
     "actor_name",
     "cluster_settings",
+    "delete_workspace",
     "ensure_ray",
     "init",
     "open_directory",

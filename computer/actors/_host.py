@@ -234,6 +234,7 @@ class WorkspaceHost(PoolCallbacks):
             "streams": self._streams,
             "streams_stopped": self._streams_stopped,
             "uploads": len(self._uploads),
+            "runs": self.workspace.runtime.active(),  # executions going (delete_workspace asks)
             "closing": self._closing,
             "last_active": self._last_active,
             "pid": os.getpid(),

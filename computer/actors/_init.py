@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings, configure, settings
-from .raycompat import kv_get, kv_put
+from .raycompat import kv_get, kv_put, quiet_driver_messages
 
 __all__ = ["cluster_settings", "ensure_ray", "init"]
 
@@ -73,6 +73,7 @@ def ensure_ray(address: str | None = None, *, object_store_memory: int | None = 
             return
         for key, value in _RAY_ENV.items():
             os.environ.setdefault(key, value)
+        quiet_driver_messages()  # before connecting: messages arrive as soon as it is
         address = address or os.environ.get("RAY_ADDRESS")
         if address:
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)

@@ -9,14 +9,18 @@ A Ray upgrade that moves or renames one of these breaks here and nowhere else:
 - a streaming generator's backpressure (``_generator_backpressure_num_objects``): bounds how far a
   producer may run ahead of its consumer;
 - the resources still available on each node (``ray._private.state``): where the exec pools' control
-  loop places a new worker.
+  loop places a new worker;
+- the driver's printer of cluster messages (``ray._private.worker.print_to_stdstream``), which
+  writes them to stdout with colour codes, in the middle of a command's own output.
 """
 
 from __future__ import annotations
 
+import re
+import sys
 from typing import Any
 
-__all__ = ["actor_id", "available_per_node", "kv_get", "kv_put", "streaming"]
+__all__ = ["actor_id", "available_per_node", "kv_get", "kv_put", "quiet_driver_messages", "streaming"]
 
 
 def kv_get(key: bytes) -> bytes | None:
@@ -50,3 +54,36 @@ def available_per_node() -> dict[str, dict[str, float]]:
 
     per_node = available_resources_per_node()  # type: ignore[no-untyped-call]
     return {str(node): dict(res) for node, res in per_node.items()}
+
+
+# Advice for Ray's developers, not a failure of the user's work: "N PYTHON worker processes have been
+# started on node ... (12x the maximum expected startup concurrency)", printed whenever many actors
+# start at once (the demo opens one owner per agent).
+_NOISE = (re.compile(r"worker processes have been started on node"),)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def quiet_driver_messages() -> None:
+    """Route the messages Ray's raylet and GCS send to this driver (a worker died, out of memory...)
+    to stderr as plain ``ray: <message>`` lines, without colour codes, dropping known noise.
+
+    Ray prints them from a background thread of every driver to stdout, so they land inside a
+    command's tables and JSON. Worker output (``log_to_driver``) is untouched. Idempotent.
+    """
+    from ray._private import worker
+
+    original = worker.print_to_stdstream
+    if getattr(original, "_computer_quiet", False):
+        return
+
+    def print_quietly(data: dict[str, Any], ignore_prefix: bool) -> None:
+        if data.get("pid") != "raylet":  # worker output, when a driver asked for it
+            original(data, ignore_prefix)
+            return
+        for line in data.get("lines", ()):
+            text = _ANSI.sub("", str(line)).strip()
+            if text and not any(noise.search(text) for noise in _NOISE):
+                print(f"ray: {text}", file=sys.stderr, flush=True)
+
+    print_quietly._computer_quiet = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = print_quietly

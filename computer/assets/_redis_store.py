@@ -168,6 +168,28 @@ class RedisAssetStore:
             await self.blobs.remove(wire["blob"])
         return wire is not None and bool(removed)
 
+    async def delete_workspace_links(self, workspace_id: str) -> int:
+        """Remove every link shared from workspace ``workspace_id`` (its URLs answer 404); how many.
+
+        Records are keyed by link, not by workspace: this scans the namespace's records (every link
+        expires within 7 days, so there are only as many as were shared in that time).
+        """
+        client = self._client()
+        removed = 0
+        async for meta_key in client.scan_iter(match=f"{self.namespace}:m:*", count=500):
+            raw = await client.get(meta_key)
+            if raw is None:
+                continue
+            wire: dict[str, Any] = msgpack.unpackb(raw)
+            if wire.get("workspace_id") != workspace_id:
+                continue
+            digest = key_digest(str(wire["key"]))
+            if await client.delete(self._meta_key(digest), self._data_key(digest)):
+                removed += 1
+            if wire.get("blob") is not None:
+                await self.blobs.remove(wire["blob"])
+        return removed
+
     async def sweep(self) -> int:
         """Reclaim blob files whose record expired or is gone (Redis drops the records itself)."""
         now = time.time()

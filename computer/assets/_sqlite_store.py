@@ -156,6 +156,18 @@ class SqliteAssetStore:
         await self.blobs.remove(blob)
         return True
 
+    async def delete_workspace_links(self, workspace_id: str) -> int:
+        """Remove every link shared from workspace ``workspace_id`` (its URLs answer 404); how many."""
+
+        def remove(conn: sqlite3.Connection) -> list[str]:
+            rows = conn.execute("DELETE FROM assets WHERE workspace_id = ? RETURNING blob", (workspace_id,))
+            return [r[0] for r in rows.fetchall()]
+
+        blobs = await self._run(remove)
+        for blob in blobs:
+            await self.blobs.remove(blob)
+        return len(blobs)
+
     async def sweep(self) -> int:
         now = time.time()
         self._last_sweep = now

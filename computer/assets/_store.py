@@ -26,6 +26,10 @@ class AssetStore(Protocol):
       rest is delivered even if the link expires meanwhile.
     - ``delete`` removes a link now (``True`` when it existed).
     - ``sweep`` reclaims the records and bytes of expired links; returns how many it removed.
+
+    Both built-in stores also have ``delete_workspace_links(workspace_id) -> int`` (every link shared
+    from one workspace, for :func:`computer.delete_workspace`); it is not part of the protocol, so a
+    custom store without it still qualifies.
     """
 
     async def put(self, record: AssetRecord, data: AsyncIterable[bytes]) -> AssetRecord: ...

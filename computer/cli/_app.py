@@ -27,7 +27,10 @@ app = typer.Typer(
 console = Console()
 errors = Console(stderr=True)
 
-NEEDS_RAY = "Needs Ray: joins --address (or RAY_ADDRESS), else starts a local Ray for the command's lifetime."
+IN_PROCESS = (
+    "No cluster named: works in this process on the data directory (no Ray). "
+    "With --address (or RAY_ADDRESS): joins that cluster."
+)
 NO_RAY = "Needs no Ray: reads the data directory only."
 
 
@@ -70,7 +73,9 @@ def main_options(
 
 
 @app.command(
-    help=f"Run N scripted agents at once, each repairing a small project in its own workspace. {NEEDS_RAY}"
+    help="Run N scripted agents at once, each repairing a small project in its own workspace, in a "
+    "data directory of its own (a new temporary one unless --data-dir). Starts a local Ray for its "
+    "lifetime, or joins --address (or RAY_ADDRESS)."
 )
 def demo(
     ctx: typer.Context,
@@ -105,39 +110,96 @@ def demo(
 
 
 @app.command(
-    help=f"Call one tool on a workspace and print its result as JSON (exit 1 if the tool reports an error). {NEEDS_RAY}"
+    help="Call one tool on a workspace and print its result as JSON (exit 1 if the tool reports an "
+    f"error). `computer tool NAME TOOL --help` describes TOOL. {IN_PROCESS}",
+    context_settings={"help_option_names": []},
 )
 def tool(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Workspace name (created on first use).")],
+    name: Annotated[str | None, typer.Argument(help="Workspace name (created on first use).")] = None,
     tool_name: Annotated[
-        str,
+        str | None,
         typer.Argument(metavar="TOOL", help="read, ls, find, grep, write, edit, delete, exec or publish."),
-    ],
+    ] = None,
     arguments: Annotated[
         str, typer.Argument(metavar="ARGS", help="The tool's arguments as one JSON object.")
     ] = "{}",
+    show_help: Annotated[
+        bool, typer.Option("--help", "-h", help="Show this message, or TOOL's arguments and an example.")
+    ] = False,
 ) -> None:
-    from ._tool import parse_arguments, run_tool
+    from ._tool import parse_arguments, run_tool, tool_help, tools_overview
 
+    if tool_name is None or show_help:
+        if tool_name is not None:
+            console.print(_run(lambda: tool_help(tool_name)), markup=False, highlight=False)
+        else:
+            console.print(ctx.get_help(), markup=False, highlight=False)
+            console.print()
+            console.print(tools_overview(), markup=False, highlight=False)
+        raise typer.Exit(0 if show_help or name is None else 2)
+    assert name is not None
     options = _options(ctx)
     args = _run(lambda: parse_arguments(tool_name, arguments))
     raise typer.Exit(_run_async(lambda: run_tool(options, name, tool_name, args)))
 
 
-@app.command("ls", help=f"List the workspaces of the directory: size, last activity, state. {NO_RAY}")
+@app.command(help="Describe the tools: what each does, its arguments and an example call. Needs no Ray.")
+def tools(
+    tool_name: Annotated[
+        str | None, typer.Argument(metavar="[TOOL]", help="One tool: its full description and JSON schema.")
+    ] = None,
+) -> None:
+    from ._tool import tool_help, tools_overview
+
+    text = _run(lambda: tool_help(tool_name) if tool_name else tools_overview())
+    console.print(text, markup=False, highlight=False)
+
+
+@app.command("ls", help=f"List the workspaces: awake or asleep, size, last activity, live runs. {NO_RAY}")
 def list_command(
     ctx: typer.Context,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    prefix: Annotated[str, typer.Option("--prefix", help="Only names starting with this.")] = "",
 ) -> None:
     from ._ls import list_workspaces, print_workspaces
 
     options = _options(ctx)
-    print_workspaces(_run(lambda: list_workspaces(options)), as_json=as_json, console=console)
+    rows = _run(lambda: list_workspaces(options, prefix=prefix))
+    print_workspaces(rows, as_json=as_json, console=console)
 
 
 @app.command(
-    help=f"An interactive prompt over one workspace: ls, cat, edit (in $EDITOR), exec, cd. {NEEDS_RAY}"
+    "rm",
+    help="Delete workspaces: stops the owner, removes the file, its directory record and its share "
+    f"links (their URLs answer 404). Asks first unless --yes. {IN_PROCESS}",
+)
+def remove_command(
+    ctx: typer.Context,
+    names: Annotated[
+        list[str] | None, typer.Argument(metavar="NAME...", help="Workspaces to delete.")
+    ] = None,
+    prefix: Annotated[
+        str | None,
+        typer.Option("--prefix", help="Also every workspace whose name starts with P.", metavar="P"),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Delete even a workspace a live client holds (calls, locks, runs)."),
+    ] = False,
+) -> None:
+    from ._rm import remove_workspaces
+
+    options = _options(ctx)
+    code = _run(
+        lambda: remove_workspaces(options, names or [], prefix=prefix, yes=yes, force=force, console=console)
+    )
+    raise typer.Exit(code)
+
+
+@app.command(
+    help=f"An interactive prompt over one workspace: ls, cat, edit (in $EDITOR), exec, cd. {IN_PROCESS}"
 )
 def shell(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Workspace name.")]) -> None:
     from ._shell import run_shell
@@ -146,7 +208,7 @@ def shell(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Workspac
     _run_async(lambda: run_shell(options, name, console))
 
 
-@app.command(help=f"Serve one workspace's tools over MCP on stdin/stdout (for MCP clients). {NEEDS_RAY}")
+@app.command(help=f"Serve one workspace's tools over MCP on stdin/stdout (for MCP clients). {IN_PROCESS}")
 def mcp(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Workspace name.")],

@@ -1,8 +1,8 @@
 """The global options (``--data-dir``, ``--address``) and the two ways a command reaches workspaces.
 
-Commands that only read the data directory (``ls``, ``serve``) never import Ray. Commands that talk to
-workspaces (``tool``, ``shell``, ``mcp``, ``demo``) go through :func:`ray_session`: it joins the cluster
-at ``--address`` (or ``RAY_ADDRESS``), else starts a local one for the command's lifetime.
+With no cluster named (no ``--address``, no ``RAY_ADDRESS``) commands never import Ray: ``tool``,
+``shell``, ``mcp``, ``ls`` and ``rm`` work on the data directory in this process (``_inprocess``).
+With a cluster named they join it through :func:`ray_session`. Only ``demo`` starts a Ray of its own.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class GlobalOptions:
 
     @property
     def local(self) -> bool:
-        """Whether a command starts its own single-machine Ray (no cluster named)."""
+        """Whether no cluster is named: commands then work in this process, without Ray."""
         return self.address is None and not os.environ.get("RAY_ADDRESS")
 
 
@@ -64,28 +64,20 @@ def local_settings(options: GlobalOptions) -> Settings:
 
 @asynccontextmanager
 async def ray_session(options: GlobalOptions, **config: Any) -> AsyncIterator[Settings]:
-    """``computer.init`` for one command; disconnects at the end (a Ray started here stops with it).
-
-    A Ray started here spans this machine only, so every node of it sees the data directory
-    (``shared_data_dir``): a workspace whose file was written under an earlier local Ray opens again.
-    """
+    """Join the cluster at ``--address`` (or ``RAY_ADDRESS``) for one command; disconnect at the end."""
 
     import computer
 
-    if options.local:
-        config.setdefault("shared_data_dir", True)
-    else:
-        check_reachable(options.address or os.environ.get("RAY_ADDRESS"))
+    address = options.address or os.environ.get("RAY_ADDRESS")
+    check_reachable(address)
     try:
         # In the main thread: Ray installs its signal handlers there (the event loop has nothing to run yet).
         conf = computer.init(options.address, data_dir=options.data_dir, **config)
-    except Exception as exc:  # Ray raises bare Exceptions (a node that did not start in time)
+    except Exception as exc:  # Ray raises bare Exceptions (a cluster that does not answer in time)
         import ray
 
-        ray.shutdown()  # whatever part of a local Ray did start
-        raise CliError(
-            f"Ray did not start or connect ({options.address or os.environ.get('RAY_ADDRESS') or 'local'}): {exc}"
-        ) from None
+        ray.shutdown()
+        raise CliError(f"cannot join the Ray cluster at {address}: {exc}") from None
     try:
         yield conf
     finally:

@@ -1,15 +1,33 @@
-"""``computer ls``: the workspaces of the directory with size, last activity and state (no Ray)."""
+"""``computer ls``: the workspaces of the data directory, each awake or asleep, with size, last
+activity and live runs, from facts that hold whether or not a cluster runs (Ray is never imported).
+
+- **awake on <where>**: an owner holds the workspace's lease (it renews it every few seconds); where is
+  a Ray node (its id and machine) or a command's own process. An owner that died without giving the
+  lease up counts as awake until its lease runs out (``lock_lease``, 30 s by default).
+- **asleep**: nobody holds the lease: the workspace is only its file; the next call wakes it.
+- **size**: the SQLite file and its write-ahead log on this machine (none when the file is elsewhere).
+- **live runs**: executions an awake workspace's journal records as running (asleep: 0).
+
+A workspace file with no directory record (the directory was lost) is listed too, asleep.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
 from ._context import GlobalOptions, local_settings
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ..actors.directory import WorkspaceRecord
 
 __all__ = ["WorkspaceRow", "list_workspaces", "print_workspaces"]
 
@@ -17,38 +35,77 @@ __all__ = ["WorkspaceRow", "list_workspaces", "print_workspaces"]
 @dataclass(frozen=True)
 class WorkspaceRow:
     name: str
+    state: str  # "awake" or "asleep"
+    where: str | None  # awake: the owner's node or process, in words
     size: int | None  # bytes of the SQLite file and its WAL on this machine; None when not here
-    last_active: float
-    state: str
-    node: str | None
+    last_active: float | None  # wall-clock seconds; None when no owner ever recorded it
+    live_runs: int
+    node: str | None  # the directory's node of the last owner (a Ray node id, or process:<pid>@<host>)
 
 
-def list_workspaces(options: GlobalOptions) -> list[WorkspaceRow]:
-    """Every workspace the directory knows, sorted by name."""
-    from ..actors import open_directory
+def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[WorkspaceRow]:
+    """Every workspace of the data directory (directory records and files), sorted by name."""
+    from ..actors._lease import awake_where
+    from ..actors.directory import open_directory
     from ..actors.naming import workspace_file
 
     config = local_settings(options)
     directory = open_directory(config)
     try:
+        names = set(directory.names())
+        if config.workspaces_dir.is_dir():
+            names.update(p.name.removesuffix(".sqlite") for p in config.workspaces_dir.glob("*.sqlite"))
         rows = []
         now = time.time()
-        for name in directory.names():
+        for name in sorted((n for n in names if n.startswith(prefix)), key=lambda n: n.encode()):
             record = directory.get(name)
-            if record is None:
-                continue
-            state: str = record.state
-            if state == "active" and not record.lease_live(now):
-                state = "active (lease expired)"  # its owner stopped without hibernating
             path = workspace_file(config, name)
-            files = [path, path.with_name(path.name + "-wal")]
-            sizes = [f.stat().st_size for f in files if f.exists()]
+            sizes = [f.stat().st_size for f in (path, path.with_name(path.name + "-wal")) if f.exists()]
+            awake = record is not None and record.lease_live(now)
             rows.append(
-                WorkspaceRow(name, sum(sizes) if sizes else None, record.last_active, state, record.node)
+                WorkspaceRow(
+                    name=name,
+                    state="awake" if awake else "asleep",
+                    where=awake_where(record) if awake and record is not None else None,
+                    size=sum(sizes) if sizes else None,
+                    last_active=_last_active(record, path),
+                    live_runs=_live_runs(path) if awake and sizes else 0,
+                    node=None if record is None else record.node,
+                )
             )
         return rows
     finally:
         directory.close()
+
+
+def _last_active(record: WorkspaceRecord | None, path: Path) -> float | None:
+    if record is not None:
+        return record.last_active
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return None
+
+
+def _live_runs(path: Path) -> int:
+    """Runs the workspace's exec journal records as running (read beside its owner, never written)."""
+    from ..runtime._journal import JOURNAL_DIR
+    from ..storage import FileSystem
+
+    async def count() -> int:
+        fs = FileSystem.open(str(path), readonly=True, garbage_timer=False)
+        try:
+            matches = await fs.grep('"status": "running"', JOURNAL_DIR, include="*.json")
+        except FileNotFoundError:
+            return 0  # no run yet
+        finally:
+            fs.close()
+        return len(matches)
+
+    try:
+        return asyncio.run(count())
+    except OSError:
+        return 0  # unreadable right now (being deleted, say): nothing to report
 
 
 def print_workspaces(rows: list[WorkspaceRow], *, as_json: bool, console: Console) -> None:
@@ -56,15 +113,17 @@ def print_workspaces(rows: list[WorkspaceRow], *, as_json: bool, console: Consol
         print(json.dumps([asdict(row) for row in rows], indent=2))
         return
     if not rows:
-        console.print("no workspaces yet (`computer demo` creates some)")
+        console.print("no workspaces yet (`computer tool NAME write ...` or `computer demo` creates some)")
         return
-    table = Table()
-    for column in ("name", "size", "last activity", "state"):
-        table.add_column(column, justify="right" if column == "size" else "left")
+    table = Table(box=None, pad_edge=False)
+    for column in ("name", "state", "size", "last activity", "live runs"):
+        table.add_column(column, justify="right" if column in ("size", "live runs") else "left")
     now = time.time()
     for row in rows:
-        size = "not on this node" if row.size is None else _size(row.size)
-        table.add_row(row.name, size, _ago(now - row.last_active), row.state)
+        size = "elsewhere" if row.size is None else _size(row.size)
+        state = f"awake {row.where}" if row.where else row.state
+        ago = "-" if row.last_active is None else _ago(now - row.last_active)
+        table.add_row(row.name, state, size, ago, str(row.live_runs))
     console.print(table)
 
 

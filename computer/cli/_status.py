@@ -49,8 +49,11 @@ def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
     address = options.address or os.environ.get("RAY_ADDRESS") or "auto"
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    from ..actors.raycompat import quiet_driver_messages
+
     try:
         check_reachable(address)
+        quiet_driver_messages()
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except (CliError, ConnectionError, RuntimeError) as exc:
         console.print(

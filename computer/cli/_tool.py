@@ -1,17 +1,40 @@
-"""``computer tool NAME TOOL ARGS``: one tool call on a workspace, the result printed as JSON."""
+"""``computer tool NAME TOOL ARGS``: one tool call on a workspace, the result printed as JSON; and the
+help of each tool (``computer tool NAME TOOL --help``, ``computer tools``)."""
 
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from typing import Any
 
 from ._context import CliError, GlobalOptions
 from ._workspaces import open_workspace
 
-__all__ = ["TOOL_NAMES", "parse_arguments", "run_tool"]
+__all__ = ["EXAMPLES", "TOOL_NAMES", "parse_arguments", "run_tool", "tool_help", "tools_overview"]
 
 TOOL_NAMES = ("read", "ls", "find", "grep", "write", "edit", "delete", "exec", "publish")
+
+# One example call per tool: shown by the help, and run in this order by the tests (each must succeed
+# on a fresh workspace after the ones before it).
+EXAMPLES: dict[str, dict[str, Any]] = {
+    "write": {"path": "/workspace/notes.md", "content": "# notes\nTODO: tidy up\n"},
+    "read": {"path": "/workspace/notes.md"},
+    "ls": {"path": "/workspace"},
+    "find": {"pattern": "**/*.md"},
+    "grep": {"query": "TODO", "include": "**/*.md"},
+    "edit": {"path": "/workspace/notes.md", "edits": [{"oldText": "TODO: tidy up", "newText": "done"}]},
+    "exec": {"command": "wc -l notes.md"},
+    "publish": {"path": "/workspace/notes.md"},
+    "delete": {"path": "/workspace/notes.md"},
+}
+
+# What a newcomer trips over, per tool (shown under the description).
+NOTES: dict[str, str] = {
+    "find": 'Patterns: "*.md" matches only directly in path; "**/*.md" matches at any depth.',
+    "exec": "Without backend, the first backend (shell) runs; backend: python runs Python source.",
+    "publish": "The link is answered by `computer serve` (same data directory).",
+}
 
 
 def parse_arguments(tool: str, raw: str) -> dict[str, Any]:
@@ -22,7 +45,8 @@ def parse_arguments(tool: str, raw: str) -> dict[str, Any]:
         args = json.loads(raw)
     except ValueError as exc:
         raise CliError(
-            f'the arguments are not valid JSON ({exc}); pass one JSON object, e.g. \'{{"path": "/workspace"}}\'',
+            f"the arguments are not valid JSON ({exc}); pass one JSON object, e.g. "
+            f"{_quoted(EXAMPLES[tool])} (see computer tool NAME {tool} --help)",
             code=2,
         ) from None
     if not isinstance(args, dict):
@@ -31,10 +55,14 @@ def parse_arguments(tool: str, raw: str) -> dict[str, Any]:
 
 
 async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str, Any]) -> int:
-    """Run the call; exit code 0 on success, 1 when the tool reports an error."""
+    """Run the call; exit code 0 on success, 1 when the tool reports an error.
+
+    In process, only ``exec`` gets the exec backends and only ``publish`` the share-link publisher:
+    the other tools do not depend on them, and building them would cost most of the command's time.
+    """
     from ..tools import create_tools
 
-    async with open_workspace(options, name) as workspace:
+    async with open_workspace(options, name, backends=tool == "exec", assets=tool == "publish") as workspace:
         tools = create_tools(workspace)
         if tool not in tools:
             raise CliError(
@@ -45,3 +73,70 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
     json.dump(result, sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
     return 1 if "error" in result else 0
+
+
+def _quoted(args: dict[str, Any]) -> str:
+    return shlex.quote(json.dumps(args, ensure_ascii=False))
+
+
+def _reference_tools() -> dict[str, Any]:
+    """The full tool set (both exec backends, a publisher) over a throw-away in-memory workspace:
+    the descriptions and schemas every in-process workspace offers."""
+    from ..runtime import PythonBackend, ShellBackend
+    from ..tools import create_tools
+    from ..workspace import Workspace
+
+    class _Publisher:  # never called: the publish tool only needs a publisher to exist
+        async def share(self, path: str, **options: Any) -> str:
+            raise NotImplementedError
+
+    workspace = Workspace(None, backends=[ShellBackend(), PythonBackend()], assets=_Publisher())
+    surface: Any = workspace  # the owner object serves the same surface as a client
+    try:
+        return create_tools(surface)
+    finally:
+        workspace.fs.close()
+
+
+def tool_help(tool: str) -> str:
+    """Description, JSON schema and an example call of one tool."""
+    if tool not in TOOL_NAMES:
+        raise CliError(f"unknown tool {tool!r}; tools: {', '.join(TOOL_NAMES)}", code=2)
+    spec = _reference_tools()[tool]
+    lines = [
+        f"computer tool NAME {tool} '<arguments as JSON>'",
+        "",
+        spec.description,
+    ]
+    if tool in NOTES:
+        lines += ["", NOTES[tool]]
+    lines += [
+        "",
+        "Arguments (JSON schema):",
+        json.dumps(spec.parameters, indent=2, ensure_ascii=False),
+        "",
+        "Example:",
+        f"  computer tool my-workspace {tool} {_quoted(EXAMPLES[tool])}",
+        "",
+        'The result is printed as JSON; exit code 1 when it is {"error": ...}.',
+    ]
+    return "\n".join(lines)
+
+
+def tools_overview() -> str:
+    """Every tool with the first sentence of its description, its arguments and an example."""
+    tools = _reference_tools()
+    lines = ["Tools (computer tool NAME TOOL --help shows one in full):", ""]
+    for tool in TOOL_NAMES:
+        spec = tools[tool]
+        properties = spec.parameters.get("properties", {})
+        required = set(spec.parameters.get("required", ()))
+        args = ", ".join(f"{p}" if p in required else f"{p}?" for p in properties)
+        first = spec.description.split(". ")[0].rstrip(".") + "."
+        lines += [
+            f"{tool}: {first}",
+            f"    arguments: {args}",
+            f"    example: computer tool my-workspace {tool} {_quoted(EXAMPLES[tool])}",
+        ]
+    lines += ["", "Arguments ending in ? are optional."]
+    return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Opening one workspace for a CLI command, with clear errors and a clean exit."""
+"""Opening one workspace for a CLI command: in this process, or through the cluster named."""
 
 from __future__ import annotations
 
@@ -6,18 +6,30 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ._context import CliError, GlobalOptions, ray_session
+from ._context import CliError, GlobalOptions, local_settings, ray_session
 
 __all__ = ["open_workspace"]
 
 
 @asynccontextmanager
-async def open_workspace(options: GlobalOptions, name: str) -> AsyncIterator[Any]:
-    """A client of workspace ``name`` over Ray (its owner is created on first use).
+async def open_workspace(
+    options: GlobalOptions, name: str, *, backends: bool = True, assets: bool = True
+) -> AsyncIterator[Any]:
+    """The workspace ``name`` for one command (created on first use).
 
-    When Ray was started by this command, the owner is closed before Ray stops, so the directory
-    records the workspace as closed rather than as an owner that vanished.
+    No cluster named: its owner is this process (see ``_inprocess``); ``backends`` and ``assets`` say
+    whether the command needs the exec backends and the share-link publisher (both cost start-up
+    time). A cluster named: a client of its owner actor there, with whatever that owner offers.
     """
+    if options.local:
+        from ._inprocess import in_process_workspace
+
+        async with in_process_workspace(
+            local_settings(options), name, backends=backends, assets=assets
+        ) as workspace:
+            yield workspace
+        return
+
     import computer
 
     async with ray_session(options):
@@ -29,5 +41,3 @@ async def open_workspace(options: GlobalOptions, name: str) -> AsyncIterator[Any
             yield client
         finally:
             await client.close()
-            if options.local:
-                await client.handle.close_workspace.remote()

@@ -17,7 +17,7 @@ from computer.cli import app
 
 from .conftest import REPO, cli_env
 
-COMMANDS = ["demo", "tool", "ls", "shell", "mcp", "serve", "bench", "status"]
+COMMANDS = ["demo", "tool", "tools", "ls", "rm", "shell", "mcp", "serve", "bench", "status"]
 runner = CliRunner()
 
 
@@ -34,9 +34,12 @@ def test_every_command_has_help_saying_whether_it_needs_ray(command: str) -> Non
     assert result.exit_code == 0, result.output
     text = re.sub(r"[\s│]+", " ", result.output)  # help is wrapped inside a box
     assert "Usage:" in text
-    if command in ("tool", "shell", "mcp", "demo"):
-        assert "Needs Ray" in text
-    if command in ("ls", "serve"):
+    if command in ("tool", "shell", "mcp", "rm"):
+        assert "works in this process on the data directory (no Ray)" in text
+        assert "With --address (or RAY_ADDRESS): joins that cluster" in text
+    if command == "demo":
+        assert "Starts a local Ray" in text
+    if command in ("ls", "serve", "tools"):
         assert "Needs no Ray" in text
 
 
@@ -91,11 +94,12 @@ def test_ls_on_an_empty_data_directory_says_so(tmp_path: Path) -> None:
     assert "no workspaces yet" in result.output
 
 
-def test_ls_shows_size_last_activity_and_state_from_the_directory(tmp_path: Path) -> None:
+def test_ls_shows_awake_or_asleep_with_size_and_last_activity_without_a_cluster(tmp_path: Path) -> None:
     directory = SqliteDirectory(tmp_path / "directory.sqlite")
     epoch = directory.acquire_lease("alpha", "node-1", "owner-a", 30.0)
     directory.release_lease("alpha", "owner-a", epoch, hibernating=True)
-    directory.acquire_lease("beta", "node-1", "owner-b", 30.0)
+    directory.acquire_lease("beta", "b" * 56, "owner-b", 30.0, host="box/10.0.0.2")
+    directory.acquire_lease("gamma", "process:812@laptop", "owner-c", 30.0)
     directory.close()
     (tmp_path / "workspaces").mkdir()
     (tmp_path / "workspaces" / "alpha.sqlite").write_bytes(b"x" * 4096)
@@ -103,21 +107,33 @@ def test_ls_shows_size_last_activity_and_state_from_the_directory(tmp_path: Path
     result = runner.invoke(app, ["--data-dir", str(tmp_path), "ls", "--json"])
     assert result.exit_code == 0, result.output
     rows = {row["name"]: row for row in json.loads(result.output)}
-    assert rows["alpha"]["state"] == "hibernating" and rows["alpha"]["size"] == 4096
-    assert rows["beta"]["state"] == "active" and rows["beta"]["size"] is None
+    assert rows["alpha"]["state"] == "asleep" and rows["alpha"]["size"] == 4096
+    assert rows["alpha"]["where"] is None and rows["alpha"]["live_runs"] == 0
+    assert rows["beta"]["state"] == "awake" and rows["beta"]["size"] is None
+    assert rows["beta"]["where"] == "on node bbbbbbbb (box)"
+    assert rows["gamma"]["where"] == "in process 812 on laptop"
     assert time.time() - rows["alpha"]["last_active"] < 60
 
     table = runner.invoke(app, ["--data-dir", str(tmp_path), "ls"], env={"COLUMNS": "200"})
-    assert "alpha" in table.output and "4.0 KiB" in table.output and "hibernating" in table.output
-    assert "not on this node" in table.output
+    assert "alpha" in table.output and "4.0 KiB" in table.output and "asleep" in table.output
+    assert "awake on node bbbbbbbb (box)" in table.output and "elsewhere" in table.output
+    only = runner.invoke(app, ["--data-dir", str(tmp_path), "ls", "--json", "--prefix", "g"])
+    assert [row["name"] for row in json.loads(only.output)] == ["gamma"]
 
 
-def test_ls_reports_an_owner_that_vanished_without_hibernating(tmp_path: Path) -> None:
+def test_ls_counts_an_owner_that_vanished_as_asleep_once_its_lease_ran_out(tmp_path: Path) -> None:
     directory = SqliteDirectory(tmp_path / "directory.sqlite")
     directory.acquire_lease("gone", "node-1", "owner-x", 0.001)
     directory.close()
     result = runner.invoke(app, ["--data-dir", str(tmp_path), "ls", "--json"])
-    assert json.loads(result.output)[0]["state"] == "active (lease expired)"
+    assert json.loads(result.output)[0]["state"] == "asleep"
+
+
+def test_ls_lists_a_workspace_file_the_directory_lost(tmp_path: Path) -> None:
+    (tmp_path / "workspaces").mkdir()
+    (tmp_path / "workspaces" / "orphan.sqlite").write_bytes(b"x" * 10)
+    rows = json.loads(runner.invoke(app, ["--data-dir", str(tmp_path), "ls", "--json"]).output)
+    assert [(r["name"], r["state"], r["size"]) for r in rows] == [("orphan", "asleep", 10)]
 
 
 def test_bench_list_names_the_scripts_under_benchmarks() -> None:

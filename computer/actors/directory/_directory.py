@@ -43,6 +43,14 @@ class Directory(Protocol):
         """Give the lease up, leaving the state hibernating or closed; False if it was taken over."""
         ...
 
+    def remove(self, name: str, owner_id: str) -> bool:
+        """Forget ``name`` if ``owner_id`` holds (or last held) its lease; False otherwise.
+
+        Used by ``computer.delete_workspace``, which takes the lease first so that a removal never
+        erases the record of an owner that started meanwhile.
+        """
+        ...
+
     def names(self) -> list[str]:
         """Every recorded workspace name, sorted."""
         ...

@@ -101,6 +101,21 @@ class RedisDirectory:
 
         return self._update(name, change)
 
+    def remove(self, name: str, owner_id: str) -> bool:
+        key = self._key(name)
+
+        def txn(pipe: Any) -> bool:
+            raw = pipe.get(key)
+            mine = raw is not None and _decode(name, raw).owner == owner_id
+            pipe.multi()
+            if mine:
+                pipe.delete(key)
+                pipe.srem(self._names_key, name)
+            return mine
+
+        removed: Any = self._redis.transaction(txn, key, value_from_callable=True)  # type: ignore[arg-type]
+        return bool(removed)
+
     def names(self) -> list[str]:
         raw = self._redis.smembers(self._names_key)
         names = (n.decode("utf-8", "surrogatepass") if isinstance(n, bytes) else str(n) for n in raw)

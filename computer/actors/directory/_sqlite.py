@@ -102,6 +102,11 @@ class SqliteDirectory:
             )
             return cur.rowcount == 1
 
+    def remove(self, name: str, owner_id: str) -> bool:
+        with self._lock:
+            cur = self._db.execute("DELETE FROM workspaces WHERE name = ? AND owner = ?", (name, owner_id))
+            return cur.rowcount == 1
+
     def names(self) -> list[str]:
         with self._lock:
             rows = self._db.execute("SELECT name FROM workspaces").fetchall()

@@ -1,0 +1,172 @@
+"""``delete_workspace``: remove a workspace as a whole (SPEC section 10, "Workspaces as a whole").
+
+In order: refuse when a live client holds it (unless ``force``); stop its owner actor when this
+process is connected to Ray (closed, then killed, so its name is free); take the workspace's lease
+with a new epoch and raise the file's stored epoch to it, so any owner still running (one we could not
+reach, or one started meanwhile) has every later write refused; remove its share links (their URLs
+answer 404), its SQLite file with SQLite's journal files (``-wal``, ``-shm``, ``-journal``), and last
+its directory record. A later ``get_workspace`` of the same name starts an empty workspace.
+
+"Held by a live client" means what keeps an owner from hibernating, except idle time: a call, stream
+or upload in flight, a lock held, or a run going. An idle awake owner is simply stopped. An owner this
+process cannot reach (no Ray connection, another cluster, a command's own process, a user's
+``WorkspaceHost`` actor) whose lease is live counts as held: ``force`` deletes anyway, and that owner's
+writes are refused from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import Settings, settings
+from ..storage import FileSystem
+from ..storage.errors import fs_error
+from ._lease import awake_where, take_lease
+from .directory import Directory, WorkspaceRecord, open_directory
+from .naming import NAMESPACE, actor_name, check_name, workspace_file
+
+__all__ = ["DeletedWorkspace", "delete_workspace", "workspace_files"]
+
+# SQLite's files beside the database: the write-ahead log, its index, a rollback journal.
+_SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
+_STOP_TIMEOUT = 30.0  # seconds a busy owner may take to close before it is killed anyway
+_DELETE_LEASE = 60.0  # the deletion's own lease: long enough for the removal, short if it dies midway
+
+
+@dataclass(frozen=True)
+class DeletedWorkspace:
+    """What :func:`delete_workspace` removed."""
+
+    name: str
+    owner_stopped: bool  # an awake owner actor was stopped
+    bytes: int  # size of the files removed (SQLite file and journals)
+    links: int  # share links removed
+
+
+def workspace_files(config: Settings, name: str) -> list[Path]:
+    """The SQLite file of ``name`` and its journal files, those that exist."""
+    base = workspace_file(config, name)
+    return [p for p in (base.with_name(base.name + s) for s in _SQLITE_SUFFIXES) if p.exists()]
+
+
+async def delete_workspace(name: str, *, force: bool = False) -> DeletedWorkspace:
+    """Remove workspace ``name``: owner stopped, file, directory record, journal, share links.
+
+    ``FileNotFoundError`` when neither a record nor a file of ``name`` exists; ``OSError`` with errno
+    ``EBUSY`` when a live client holds it (the message says how), unless ``force``.
+    """
+    check_name(name)
+    config = _settings()
+    directory = await asyncio.to_thread(open_directory, config)
+    try:
+        record = await asyncio.to_thread(directory.get, name)
+        if record is None and not workspace_files(config, name):
+            raise fs_error(errno.ENOENT, name, "no such workspace")
+        stopped = await _stop_owner(config, name, force=force)
+        record = await asyncio.to_thread(directory.get, name)
+        if record is not None and record.lease_live() and not force:
+            raise fs_error(errno.EBUSY, name, _unreachable_owner(record))
+        return await asyncio.to_thread(_remove, config, directory, name, stopped)
+    finally:
+        await asyncio.to_thread(directory.close)
+
+
+def _settings() -> Settings:
+    """The cluster's settings when this process is connected to Ray, else its own (Ray not imported)."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        from ._init import cluster_settings
+
+        return cluster_settings()
+    return settings()
+
+
+async def _stop_owner(config: Settings, name: str, *, force: bool) -> bool:
+    """Close and kill the owner actor of ``name`` if this process reaches one; True when it did."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return False
+    try:
+        handle = ray.get_actor(actor_name(name, config), namespace=NAMESPACE)
+    except ValueError:
+        return False  # no owner actor: asleep, or owned outside this cluster
+    try:
+        stats: dict[str, Any] = await handle.stats.remote()
+    except ray.exceptions.RayActorError:
+        return False  # it died meanwhile
+    reasons = _in_use(stats)
+    if reasons and not force:
+        raise fs_error(
+            errno.EBUSY,
+            name,
+            f"in use by a live client ({', '.join(reasons)}); retry when it is done, or force the deletion",
+        )
+    try:
+        await asyncio.wait_for(handle.close_workspace.remote(), _STOP_TIMEOUT)
+    except (TimeoutError, ray.exceptions.RayActorError):
+        pass  # killed below either way; the fence stops whatever it would still write
+    ray.kill(handle, no_restart=True)
+    return True
+
+
+def _in_use(stats: dict[str, Any]) -> list[str]:
+    """Why an owner counts as held by a live client, from its ``stats`` (empty when it is not)."""
+    counts = (
+        ("inflight", "call(s) in flight"),
+        ("streams", "stream(s) open"),
+        ("uploads", "upload(s) open"),
+        ("locks_held", "lock(s) held"),
+        ("runs", "run(s) going"),
+    )
+    return [f"{stats[key]} {what}" for key, what in counts if stats.get(key)]
+
+
+def _unreachable_owner(record: WorkspaceRecord) -> str:
+    left = max(0.0, record.lease_expires - time.time())
+    return (
+        f"awake {awake_where(record)}, an owner this process cannot stop: connect to its cluster first, "
+        f"wait until it is asleep (within {left:.0f} s if that owner is gone), or force the deletion"
+    )
+
+
+def _remove(config: Settings, directory: Directory, name: str, stopped: bool) -> DeletedWorkspace:
+    """Fence, then remove links, files and the record (blocking: runs in a thread)."""
+    path = workspace_file(config, name)
+    owner_id, epoch = take_lease(directory, name, path, node="deleting", host=None, ttl=_DELETE_LEASE)
+    workspace_id = None
+    if path.exists():
+        # Raising the stored epoch refuses every write of an owner still running somewhere.
+        fs = FileSystem.open(str(path), fence=epoch, garbage_timer=False)
+        try:
+            workspace_id = fs.id
+        finally:
+            fs.close()
+    links = asyncio.run(_remove_links(config, workspace_id)) if workspace_id else 0
+    size = 0
+    for file in workspace_files(config, name):  # after the fence, which may have made -wal/-shm
+        try:
+            size += file.stat().st_size
+            file.unlink()
+        except FileNotFoundError:
+            pass
+    directory.remove(name, owner_id)
+    return DeletedWorkspace(name, stopped, size, links)
+
+
+async def _remove_links(config: Settings, workspace_id: str) -> int:
+    from ..assets import default_store
+
+    store = default_store(config)
+    remove = getattr(store, "delete_workspace_links", None)  # both built-in stores have it
+    if remove is None:
+        return 0
+    try:
+        return int(await remove(workspace_id))
+    finally:
+        await store.close()

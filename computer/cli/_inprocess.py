@@ -1,0 +1,125 @@
+"""A workspace owned by the command's own process: no Ray, answers in a fraction of a second.
+
+With no cluster named (no ``--address``, no ``RAY_ADDRESS``) ``tool``, ``shell``, ``ls``, ``log`` and
+``mcp`` open the workspace's file here, as an owner like any other: they take the directory lease
+(a new fencing epoch, above every epoch the file has seen) and open the file with it. A cluster owner
+created later takes the lease over with a higher epoch, and from that moment this process's writes
+are refused (EROFS); its lease renewal fails and it says so on stderr. At the end the lease is
+released (the workspace is asleep, ``closed`` in the directory).
+
+A workspace whose lease another owner holds (awake on a Ray node, or in another command's process)
+is not taken over: the command stops with a message saying where it is awake and how to reach it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import sys
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from ._context import CliError
+
+if TYPE_CHECKING:
+    from ..actors.directory import Directory
+    from ..config import Settings
+    from ..runtime import Backend
+    from ..workspace import Workspace
+
+__all__ = ["in_process_workspace"]
+
+log = logging.getLogger(__name__)
+
+
+@contextlib.asynccontextmanager
+async def in_process_workspace(
+    config: Settings, name: str, *, backends: bool, assets: bool
+) -> AsyncIterator[Workspace]:
+    """Own workspace ``name`` in this process for the duration of the block.
+
+    ``backends``: configure the ``shell`` and ``python`` exec backends (building them costs ~0.2 s
+    each, so a command that runs no exec goes without); ``assets``: the share-link publisher.
+    """
+    from ..actors._lease import awake_where, process_node, take_lease
+    from ..actors.directory import open_directory
+    from ..actors.naming import workspace_file
+
+    try:
+        path = workspace_file(config, name)
+    except OSError as exc:
+        raise CliError(f"cannot open workspace {name!r}: {exc.strerror}", code=2) from None
+    directory = open_directory(config)
+    try:
+        record = directory.get(name)
+        if record is not None and record.lease_live():
+            raise CliError(
+                f"workspace {name!r} is awake {awake_where(record)}: another owner holds it. Reach it "
+                "through its cluster (--address HOST:PORT, or RAY_ADDRESS), or wait until it is asleep "
+                "(`computer ls` shows which)"
+            )
+        ttl = config.lock_lease
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            owner_id, epoch = take_lease(directory, name, path, node=process_node(), host=None, ttl=ttl)
+        except OSError as exc:
+            raise CliError(f"cannot open workspace {name!r}: {exc}") from None
+        try:
+            workspace = _open(config, str(path), epoch, backends=backends, assets=assets)
+        except BaseException as exc:
+            directory.release_lease(name, owner_id, epoch)
+            if isinstance(exc, OSError):
+                raise CliError(f"cannot open workspace {name!r}: {exc}") from None
+            raise
+        renewal = asyncio.create_task(_keep_lease(directory, name, owner_id, epoch, ttl))
+        try:
+            yield workspace
+        finally:
+            renewal.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewal
+            try:
+                await workspace.close()
+            finally:
+                directory.release_lease(name, owner_id, epoch)
+    finally:
+        directory.close()
+
+
+def _open(config: Settings, path: str, epoch: int, *, backends: bool, assets: bool) -> Workspace:
+    from ..workspace import Workspace
+
+    chosen: list[Backend] = []
+    if backends:
+        from ..runtime import PythonBackend, ShellBackend
+
+        chosen = [ShellBackend(), PythonBackend()]
+    return Workspace(
+        path,
+        backends=chosen,
+        assets=True if assets else None,
+        fence=epoch,
+        max_bytes=config.max_workspace_bytes,
+    )
+
+
+async def _keep_lease(directory: Directory, name: str, owner_id: str, epoch: int, ttl: float) -> None:
+    """Renew the lease every third of its term; say once on stderr when another owner took it over."""
+    while True:
+        await asyncio.sleep(max(ttl / 3.0, 0.05))
+        try:
+            kept = await asyncio.to_thread(
+                directory.renew_lease, name, owner_id, epoch, ttl, last_active=time.time()
+            )
+        except Exception as exc:  # the directory is unreachable for now: the next renewal retries
+            log.warning("renewing the lease of workspace %s failed: %s", name, exc)
+            continue
+        if not kept:
+            print(
+                f"computer: workspace {name!r} was taken over by another owner (a cluster owner opened it); "
+                "this command's writes are refused from now on",
+                file=sys.stderr,
+            )
+            return

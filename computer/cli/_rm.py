@@ -1,0 +1,96 @@
+"""``computer rm NAME... [--prefix P] [--yes] [--force]``: delete workspaces (``computer.delete_workspace``).
+
+It lists what it is about to delete and asks first (``--yes`` skips the question; without a terminal
+to ask on, ``--yes`` is required). With no cluster named it works on the data directory in this
+process; a workspace awake on a cluster is then refused (its owner cannot be stopped from here) unless
+``--force``. With ``--address`` (or ``RAY_ADDRESS``) it joins the cluster and stops awake owners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import sys
+from collections.abc import Sequence
+
+import typer
+from rich.console import Console
+
+from ._context import CliError, GlobalOptions, local_settings, ray_session
+from ._ls import WorkspaceRow, _size, list_workspaces
+
+__all__ = ["remove_workspaces"]
+
+
+def remove_workspaces(
+    options: GlobalOptions,
+    names: Sequence[str],
+    *,
+    prefix: str | None,
+    yes: bool,
+    force: bool,
+    console: Console,
+) -> int:
+    """0 when every workspace named was deleted, 1 when one could not be, 2 for bad usage."""
+    if not names and prefix is None:
+        raise CliError("name the workspaces to delete, or give --prefix P (e.g. --prefix demo-)", code=2)
+    if prefix == "":
+        raise CliError("--prefix must not be empty (it would match every workspace)", code=2)
+    rows = {row.name: row for row in list_workspaces(options)}
+    targets = list(dict.fromkeys([*names, *(n for n in rows if prefix is not None and n.startswith(prefix))]))
+    missing = [n for n in names if n not in rows]
+    for name in missing:
+        console.print(f"no workspace named {name!r}", markup=False, highlight=False)
+    targets = [n for n in targets if n in rows]
+    if not targets:
+        if prefix is not None and not names:
+            console.print(f"no workspace starts with {prefix!r}", markup=False, highlight=False)
+            return 0
+        return 1
+    _show(console, [rows[n] for n in targets])
+    if not yes:
+        if not sys.stdin.isatty():
+            raise CliError("not deleting without confirmation: pass --yes", code=2)
+        if not typer.confirm(f"Delete {len(targets)} workspace(s)?", default=False):
+            console.print("nothing deleted")
+            return 1
+    failed = asyncio.run(_delete_all(options, targets, force=force, console=console))
+    return 1 if failed or missing else 0
+
+
+def _show(console: Console, rows: list[WorkspaceRow]) -> None:
+    for row in rows:
+        size = "elsewhere" if row.size is None else _size(row.size)
+        state = f"awake {row.where}" if row.where else row.state
+        console.print(f"  {row.name}  ({state}, {size})", markup=False, highlight=False)
+
+
+async def _delete_all(options: GlobalOptions, names: list[str], *, force: bool, console: Console) -> int:
+    from ..actors import delete_workspace
+
+    async def each() -> int:
+        failed = 0
+        for name in names:
+            try:
+                done = await delete_workspace(name, force=force)
+            except OSError as exc:
+                failed += 1
+                hint = ""
+                if exc.errno == errno.EBUSY:
+                    hint = " (--force deletes it anyway"
+                    hint += "; --address joins its cluster)" if options.local else ")"
+                console.print(
+                    f"not deleted: {name}: {exc.strerror or exc}{hint}", markup=False, highlight=False
+                )
+                continue
+            details = [_size(done.bytes), f"{done.links} share link(s)"]
+            if done.owner_stopped:
+                details.append("owner stopped")
+            console.print(f"deleted {name} ({', '.join(details)})", markup=False, highlight=False)
+        return failed
+
+    if options.local:
+        local_settings(options)  # delete_workspace reads the active settings: this data directory
+        return await each()
+    async with ray_session(options):
+        return await each()

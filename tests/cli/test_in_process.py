@@ -1,0 +1,101 @@
+"""With no cluster named, ``tool``, ``shell``, ``mcp`` and ``ls`` work in the command's own process:
+no Ray, the workspace's lease taken like any owner's, so a cluster owner started later fences it."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import computer
+from computer.cli import app
+from computer.cli._context import GlobalOptions
+from computer.cli._inprocess import in_process_workspace
+from computer.cli._ls import list_workspaces
+from computer.config import configure
+
+from .conftest import REPO, cli_env
+
+runner = CliRunner()
+
+
+def test_tool_calls_run_in_process_without_importing_ray(tmp_path: Path) -> None:
+    code = f"""
+import json, sys
+from typer.testing import CliRunner
+from computer.cli import app
+base = ["--data-dir", {str(tmp_path)!r}, "tool", "notes"]
+runner = CliRunner()
+wrote = runner.invoke(app, [*base, "write", json.dumps({{"path": "/workspace/a.txt", "content": "kept\\n"}})])
+read = runner.invoke(app, [*base, "read", json.dumps({{"path": "/workspace/a.txt"}})])
+listed = runner.invoke(app, ["--data-dir", {str(tmp_path)!r}, "ls", "--json"])
+print(json.dumps([wrote.exit_code, read.exit_code, json.loads(read.output)["content"],
+                  json.loads(listed.output)[0]["state"], "ray" in sys.modules]))
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.splitlines()[-1]) == [0, 0, "kept", "asleep", False]
+
+
+def test_exec_runs_in_process_on_the_first_backend(tmp_path: Path) -> None:
+    base = ["--data-dir", str(tmp_path), "tool", "runner"]
+    result = runner.invoke(app, [*base, "exec", json.dumps({"command": "echo $((6 * 7))"})])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert (out["backend"], out["status"], out["stdout"]) == ("shell", "completed", "42\n")
+    wrong = runner.invoke(app, [*base, "exec", json.dumps({"command": "true", "backend": "ruby"})])
+    assert wrong.exit_code == 1 and "'shell' or 'python'" in wrong.output
+
+
+async def test_an_awake_workspace_shows_its_process_and_live_runs(tmp_path: Path) -> None:
+    config = configure(data_dir=tmp_path)
+    async with in_process_workspace(config, "busy", backends=True, assets=False) as ws:
+        await ws.fs.mkdir("/workspace", recursive=True)
+        handle = await ws.runtime.exec("sleep 60", backend="shell")
+        try:
+            rows = await asyncio.to_thread(list_workspaces, GlobalOptions(data_dir=tmp_path))
+        finally:
+            await handle.kill()
+        (row,) = rows
+        assert row.state == "awake" and row.where is not None and row.where.startswith("in process ")
+        assert row.live_runs == 1
+    (row,) = await asyncio.to_thread(list_workspaces, GlobalOptions(data_dir=tmp_path))
+    assert (row.state, row.where, row.live_runs) == ("asleep", None, 0)
+
+
+async def test_a_second_in_process_owner_is_refused_while_the_first_holds_the_lease(tmp_path: Path) -> None:
+    config = configure(data_dir=tmp_path)
+    async with in_process_workspace(config, "mine", backends=False, assets=False):
+        result = await asyncio.to_thread(
+            runner.invoke, app, ["--data-dir", str(tmp_path), "tool", "mine", "ls", '{"path": "/"}']
+        )
+    assert result.exit_code == 1
+    assert "is awake in process" in result.output and "--address" in result.output
+
+
+async def test_a_cluster_owner_started_later_fences_the_in_process_owner(cluster: Any, name: str) -> None:
+    async with in_process_workspace(cluster, name, backends=False, assets=False) as local:
+        await local.fs.write_file("/from-cli", "written in process")
+        async with computer.get_workspace(name) as client:  # takes the lease over, opens the file
+            assert await client.fs.read_text("/from-cli") == "written in process"
+            with pytest.raises(OSError) as caught:
+                await local.fs.write_file("/late", "must not land")
+            assert caught.value.errno == errno.EROFS
+            await client.fs.write_file("/from-cluster", "ok")
+            assert not await client.fs.exists("/late")
+    # The cluster owner holds the lease now: the command refuses rather than taking it back.
+    refused = await asyncio.to_thread(
+        runner.invoke,
+        app,
+        ["--data-dir", str(cluster.data_dir), "tool", name, "read", '{"path": "/from-cluster"}'],
+    )
+    assert refused.exit_code == 1 and "is awake on node" in refused.output
