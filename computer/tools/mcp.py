@@ -6,13 +6,15 @@
     await run_stdio(workspace)                   # serve on stdin/stdout
     await serve_http(workspace, "127.0.0.1", 8765)   # streamable HTTP at http://127.0.0.1:8765/mcp
 
+``serverInfo`` names the server (``computer`` by default) with this package's version.
 Tools keep their names, descriptions and JSON schemas (passed through as ``inputSchema``). Each carries
 annotations: ``readOnlyHint`` for the tools that do not change the workspace (read, ls, find,
-grep), ``destructiveHint`` from the core tool's own flag, ``idempotentHint`` (everything but exec and
-publish) and ``openWorldHint`` (exec, publish); the fixed-shape ones (write, edit, delete, publish) declare
-their ``outputSchema``. Results are text content plus ``structuredContent`` (the result dict); images from ``read`` are ``ImageContent`` and PDFs an embedded blob resource. A failed call (bad arguments included) is a
+grep, processes), ``destructiveHint`` from the core tool's own flag, ``idempotentHint`` (everything but
+exec, publish and kill) and ``openWorldHint`` (exec, publish); the fixed-shape ones (write, edit, delete,
+publish, processes, kill) declare their ``outputSchema``. Results are text content plus ``structuredContent`` (the result dict); images from ``read`` are ``ImageContent`` and PDFs an embedded blob resource. A failed call (bad arguments included) is a
 result with ``isError: true``; an unknown tool name is a JSON-RPC error ``-32602`` (invalid params). While exec runs, a client that sent a progress token receives each
-snapshot as a progress notification (the message is the snapshot as JSON).
+snapshot as a progress notification (the message is the snapshot as JSON). Cancelling ``serve_http``
+stops the HTTP server through its normal shutdown.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from ._tool import ContentPart, Tool
 __all__ = ["create_mcp_server", "mcp_tool", "package_version", "run_stdio", "serve_http"]
 
 SHUTDOWN_GRACE = 5  # seconds serve_http lets requests in flight finish when it is stopped
-_IDEMPOTENT = frozenset({"read", "ls", "find", "grep", "write", "edit", "delete"})
+_IDEMPOTENT = frozenset({"read", "ls", "find", "grep", "write", "edit", "delete", "processes"})
 _OPEN_WORLD = frozenset({"exec", "publish"})
 
 
@@ -95,7 +97,7 @@ def package_version() -> str:
 def mcp_tool(tool: Tool) -> types.Tool:
     """The MCP declaration of one core tool, with behaviour annotations.
 
-    A tool with a fixed result shape (write, edit, delete, publish) declares it as ``outputSchema``:
+    A tool with a fixed result shape (write, edit, delete, publish, processes, kill) declares it as ``outputSchema``:
     the spec makes its ``structuredContent`` conform, and clients check it (the SDK's ``Client``
     validates every result that is not an error). The others' results vary with what they return
     (text, listings, media, exec snapshots) and declare none.

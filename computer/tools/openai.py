@@ -11,11 +11,12 @@
 No ``openai`` package is needed: declarations are plain dicts and ``execute`` accepts a tool call as a
 dict or as the SDK object of the same shape.
 
-Content parts are OpenAI-style: ``{"type": "text", "text"}`` and, for an image from ``read``,
+Content parts are Chat Completions parts: ``{"type": "text", "text"}`` and, for an image from ``read``,
 ``{"type": "image_url", "image_url": {"url": "data:<type>;base64,..."}}``; a PDF becomes text saying it
-cannot be attached. The Responses API and most OpenAI-compatible servers take image parts in a tool
-result; Chat Completions accepts only text in ``role: "tool"`` messages, so there send the text parts
-as the tool message and the image parts in a ``role: "user"`` message right after it.
+cannot be attached. Chat Completions accepts only text in ``role: "tool"`` messages, so send the text
+parts as the tool message and the image parts in a ``role: "user"`` message right after it. These are
+not Responses API shapes: for the Responses API use ``api="responses"`` (below), whose outputs carry
+media as ``input_image``/``input_file`` items.
 
 Constrained sampling (OpenAI strict mode). ``read``, ``write`` and ``edit`` carry byte offsets and long
 verbatim strings, so they ask for it:
