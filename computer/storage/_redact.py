@@ -23,8 +23,8 @@ REDACTED = "[redacted]"
 
 # Keys whose values are secrets whatever they look like.
 _SECRET_KEY = re.compile(
-    r"(pass(word|wd|phrase)?|secret|token|api[-_]?key|apikey|auth(orization)?|credential|cookie|"
-    r"private[-_]?key|session[-_]?(id|key)|access[-_]?key)",
+    r"(pass(word|wd|phrase)?(?![a-z])|secret|token|api[-_]?key|apikey|auth(orization)?(?![a-z])|"
+    r"credential|cookie|private[-_]?key|session[-_]?(id|key)|access[-_]?key)",
     re.IGNORECASE,
 )
 # Values that look like secrets wherever they appear (inside commands, file content, errors).
@@ -39,10 +39,12 @@ _SECRET_VALUE = re.compile(
 )
 # ``Bearer <x>``, ``Basic <x>`` and ``NAME=value`` / ``--name value`` / ``"name": "value"`` with a
 # secret-looking NAME: the value part goes, the name stays (so the record still says what was set).
+_SECRET_SCHEME = re.compile(r"\b(?P<head>(?:Bearer|Basic)\s+)(?P<value>[^\s\"'&;,]{4,})")
+# The name is a word or a --flag; prose ("the token budget") keeps its words: a bare space separates
+# a value only after a --flag.
+_NAME = r"[A-Za-z0-9_.-]*" + _SECRET_KEY.pattern + r"[A-Za-z0-9_.-]*"
 _SECRET_ASSIGNMENT = re.compile(
-    r"(?P<head>\b(?:Bearer|Basic)\s+"
-    r"|(?:[A-Za-z0-9_.-]*" + _SECRET_KEY.pattern + r"[A-Za-z0-9_.-]*)"
-    r"(?:\"|')?\s*(?:=|:|\s)\s*(?:\"|')?)"
+    r"(?P<head>(?:" + _NAME + r"[\"']?\s*[=:]\s*[\"']?|--" + _NAME + r"(?:\s+|=)))"
     r"(?P<value>[^\s\"'&;,]{4,})",
     re.IGNORECASE,
 )
@@ -53,6 +55,7 @@ def redact(text: str) -> str:
     if not text:
         return text
     text = _SECRET_VALUE.sub(REDACTED, text)
+    text = _SECRET_SCHEME.sub(lambda m: m.group("head") + REDACTED, text)
     return _SECRET_ASSIGNMENT.sub(lambda m: m.group("head") + REDACTED, text)
 
 
@@ -85,7 +88,7 @@ def scrub(value: Any, *, limit: int = MAX_VALUE_CHARS, _depth: int = 0) -> Any:
                 out["…"] = f"{len(value) - MAX_ITEMS} more"
                 break
             name = str(key)
-            if _SECRET_KEY.search(name) and item not in (None, "", False):
+            if _SECRET_KEY.search(name) and isinstance(item, str | bytes | Mapping | list) and item:
                 out[name] = REDACTED
             else:
                 out[name] = scrub(item, limit=limit, _depth=_depth + 1)

@@ -1,0 +1,245 @@
+"""The audit log in the workspace's own file: records, retention, redaction, query, follow, readers."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from computer import Workspace
+from computer.storage import FileSystem, audit_caller
+from computer.storage._redact import redact, scrub
+from computer.storage._schema import SCHEMA_VERSION
+from computer.tools import create_tools
+
+
+async def test_a_tool_call_leaves_one_record_with_its_outcome_and_caller(tmp_path: Path) -> None:
+    async with Workspace(str(tmp_path / "w.sqlite")) as ws:
+        tools = create_tools(ws)
+        with audit_caller(agent="agent-7", adapter="custom"):
+            await tools["write"].run({"path": "/a.txt", "content": "hello"})
+        await tools["read"].run({"path": "/missing.txt"})
+        ok, failed = await ws.audit.query()
+    assert (ok.kind, ok.tool, ok.status, ok.error) == ("tool", "write", "ok", None)
+    assert ok.caller == {"client": "local", "agent": "agent-7", "adapter": "custom"}
+    assert ok.args == {"path": "/a.txt", "content": "hello"}
+    assert ok.detail["bytes_in"] == len("/a.txt") + len("hello") + len("path") + len("content")
+    assert ok.detail["bytes_out"] > 0 and ok.duration_ms is not None and ok.duration_ms >= 0
+    assert ok.time.tzinfo is UTC and abs(datetime.now(UTC) - ok.time) < timedelta(minutes=1)
+    assert (failed.tool, failed.status) == ("read", "error")
+    assert failed.error is not None and "/missing.txt" in failed.error
+    assert failed.caller == {"client": "local"}
+    assert failed.id > ok.id
+
+
+async def test_records_survive_reopening_the_file(tmp_path: Path) -> None:
+    path = str(tmp_path / "w.sqlite")
+    async with Workspace(path) as ws:
+        await create_tools(ws)["ls"].run({"path": "/"})
+    async with Workspace(path) as ws:
+        (record,) = await ws.audit.query()
+    assert record.tool == "ls" and record.status == "ok"
+
+
+async def test_invalid_arguments_and_a_cancelled_call_are_recorded_as_errors() -> None:
+    async with Workspace() as ws:
+        tools = create_tools(ws)
+        await tools["read"].run({"path": "/x", "bogus": 1})
+        async with ws.locks.hold(["/held.txt"]):
+            call = asyncio.create_task(tools["write"].run({"path": "/held.txt", "content": "x"}))
+            await asyncio.sleep(0.05)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+        bad, cancelled = await ws.audit.query()
+    assert bad.status == "error" and bad.error is not None and "bogus" in bad.error
+    assert (cancelled.tool, cancelled.status, cancelled.error) == ("write", "error", "cancelled")
+
+
+def test_secret_looking_values_are_redacted_everywhere() -> None:
+    assert scrub({"api_key": "abc", "headers": {"Authorization": "Bearer x"}, "n": 1}) == {
+        "api_key": "[redacted]",
+        "headers": {"Authorization": "[redacted]"},
+        "n": 1,
+    }
+    text = (
+        "export OPENAI_API_KEY=sk-proj-abcdefghijklmnopqrstu; curl -H 'Authorization: Bearer tok123456' "
+        "--password hunter22 https://x AKIAABCDEFGHIJKLMNOP ghp_abcdefghijklmnopqrstuvwxyz0123 path=/src/a.py"
+    )
+    cleaned = redact(text)
+    for secret in (
+        "sk-proj-abcdefghijklmnopqrstu",
+        "tok123456",
+        "hunter22",
+        "AKIAABCDEFGHIJKLMNOP",
+        "ghp_abc",
+    ):
+        assert secret not in cleaned
+    assert "OPENAI_API_KEY=[redacted]" in cleaned and "path=/src/a.py" in cleaned
+    prose = "the token budget is 5; author: Jane; pass the passthrough test"
+    assert redact(prose) == prose
+    key = "-----BEGIN RSA PRIVATE KEY-----\nMIIEow\n-----END RSA PRIVATE KEY-----"
+    assert redact(f"a {key} b") == "a [redacted] b"
+
+
+async def test_large_values_are_cut_and_secrets_in_them_still_redacted() -> None:
+    async with Workspace() as ws:
+        content = "token: sk-abcdefghijklmnopqrstuvwx " + "x" * 100_000
+        await create_tools(ws)["write"].run({"path": "/big.txt", "content": content})
+        (record,) = await ws.audit.query()
+    kept = record.args["content"]
+    assert len(kept) < 400 and kept.endswith(f"({len(content)} chars)")
+    assert "sk-abc" not in kept and "[redacted]" in kept
+    assert record.detail["bytes_in"] >= len(content)
+
+
+async def test_retention_keeps_the_newest_records_within_count_and_bytes() -> None:
+    fs = FileSystem.open(None)
+    fs.audit.configure(max_records=50)
+    for i in range(120):
+        fs.audit.record("tool", tool=f"t{i}", status="ok")
+    fs.audit.flush()
+    kept = fs.audit.read(limit=1000)
+    assert 45 <= len(kept) <= 50 and kept[-1].tool == "t119"
+    assert [r.id for r in kept] == sorted(r.id for r in kept) and kept[0].id > 1
+    fs.audit.configure(max_records=10_000, max_bytes=20_000)
+    for _ in range(200):
+        fs.audit.record("tool", tool="big", status="ok", args={"v": "y" * 200})
+    fs.audit.flush()
+    stored = fs._store.db.one("SELECT sum(size) FROM audit")[0]
+    assert stored <= 20_000 and fs.audit.read(limit=1)[0].tool == "big"
+    fs.close()
+
+
+async def test_ids_never_repeat_after_a_trim(tmp_path: Path) -> None:
+    path = str(tmp_path / "w.sqlite")
+    fs = FileSystem.open(path)
+    fs.audit.configure(max_records=2)
+    for i in range(5):
+        fs.audit.record("tool", tool=f"t{i}", status="ok")
+        fs.audit.flush()
+    ids = [r.id for r in fs.audit.read()]
+    assert ids[-1] == 5
+    fs.close()
+
+
+async def test_query_filters_and_pages(tmp_path: Path) -> None:
+    fs = FileSystem.open(None)
+    for i in range(10):
+        fs.audit.record("tool", tool="read" if i % 2 else "write", status="error" if i % 3 == 0 else "ok")
+    fs.audit.record("exec", tool="shell", status="ok")
+    newest = await fs.audit.query(limit=3)
+    assert [r.id for r in newest] == [9, 10, 11]
+    assert {r.tool for r in await fs.audit.query(tool="read", limit=100)} == {"read"}
+    assert [r.id for r in await fs.audit.query(status="error")] == [1, 4, 7, 10]
+    assert [r.kind for r in await fs.audit.query(kind="exec")] == ["exec"]
+    page = await fs.audit.query(since=0, limit=4)
+    assert [r.id for r in page] == [1, 2, 3, 4]
+    assert [r.id for r in await fs.audit.query(since=page[-1].id, limit=4)] == [5, 6, 7, 8]
+    later = datetime.now(UTC) + timedelta(hours=1)
+    assert await fs.audit.query(since=later) == []
+    assert len(await fs.audit.query(since=datetime.now(UTC) - timedelta(hours=1))) == 11
+    with pytest.raises(ValueError):
+        await fs.audit.query(status="fine")
+    fs.close()
+
+
+async def test_follow_yields_new_records_as_they_are_written() -> None:
+    async with Workspace() as ws:
+        tools = create_tools(ws)
+        await tools["ls"].run({"path": "/"})  # before follow: not yielded
+        seen: list[str] = []
+
+        async def watch() -> None:
+            async for record in ws.audit.follow(status="ok"):
+                seen.append(str(record.tool))
+                if len(seen) == 2:
+                    return
+
+        watcher = asyncio.create_task(watch())
+        await asyncio.sleep(0.05)
+        await tools["write"].run({"path": "/a", "content": "1"})
+        await tools["read"].run({"path": "/missing"})  # an error: filtered out
+        await tools["read"].run({"path": "/a"})
+        await asyncio.wait_for(watcher, 5)
+    assert seen == ["write", "read"]
+
+
+async def test_a_read_only_reader_follows_another_writer(tmp_path: Path) -> None:
+    path = str(tmp_path / "w.sqlite")
+    owner = Workspace(path)
+    reader = FileSystem.open(path, readonly=True)
+    try:
+
+        async def first() -> str:
+            async for record in reader.audit.follow(poll=0.05):
+                return str(record.tool)
+            return ""
+
+        task = asyncio.create_task(first())
+        await asyncio.sleep(0.1)
+        await create_tools(owner)["ls"].run({"path": "/"})
+        assert await asyncio.wait_for(task, 5) == "ls"
+        with pytest.raises(OSError) as caught:
+            await reader.write_file("/x", b"no")
+        assert caught.value.errno == 30  # EROFS
+        reader.audit.record("tool", tool="never", status="ok")  # refused quietly
+        assert [r.tool for r in await owner.audit.query()] == ["ls"]
+    finally:
+        reader.close()
+        await owner.close()
+
+
+async def test_a_fenced_out_owner_records_nothing(tmp_path: Path) -> None:
+    path = str(tmp_path / "w.sqlite")
+    old = FileSystem.open(path, fence=1)
+    new = FileSystem.open(path, fence=2)
+    old.audit.record("tool", tool="zombie", status="ok")
+    old.audit.flush()
+    new.audit.record("tool", tool="owner", status="ok")
+    assert [r.tool for r in await new.audit.query()] == ["owner"]
+    assert old.audit.dropped == 1
+    old.close()
+    new.close()
+
+
+def test_a_version_3_file_gains_the_audit_table(tmp_path: Path) -> None:
+    path = str(tmp_path / "w.sqlite")
+    FileSystem.open(path).close()
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("DROP TABLE audit")
+    con.execute("UPDATE meta SET value = 3 WHERE key = 'schema_version'")
+    con.close()
+    with pytest.raises(OSError):  # a reader never upgrades
+        FileSystem.open(path, readonly=True)
+    fs = FileSystem.open(path)
+    fs.audit.record("tool", tool="ls", status="ok")
+    assert [r.tool for r in fs.audit.read()] == ["ls"]
+    fs.close()
+    con = sqlite3.connect(path)
+    assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == SCHEMA_VERSION
+    con.close()
+
+
+async def test_exec_runs_and_share_links_leave_records(tmp_path: Path) -> None:
+    from computer.assets import SqliteAssetStore
+    from computer.runtime.shell import ShellBackend
+
+    store = SqliteAssetStore(tmp_path / "assets")
+    async with Workspace(str(tmp_path / "w.sqlite"), backends=[ShellBackend()], assets=store) as ws:
+        await ws.fs.write_file("/report.txt", b"hi")
+        handle = await ws.runtime.exec("echo out; echo API_TOKEN=abcdef123 >&2; exit 3", env={"SECRET": "s"})
+        result = await handle.result()
+        url = await ws.assets.share("/report.txt", expires_after=60)
+        run, share = await ws.audit.query()
+    assert (run.kind, run.tool, run.status) == ("exec", "shell", "error")
+    assert run.detail["id"] == result.id and run.detail["exit_code"] == 3
+    assert run.detail["status"] == "failed" and run.detail["pulled"] == 0 and run.detail["skipped"] == 0
+    assert run.args["command"].startswith("echo out") and "abcdef123" not in run.args["command"]
+    assert run.args["env"] == ["SECRET"] and run.duration_ms is not None
+    assert (share.kind, share.tool, share.status) == ("share", "share", "ok")
+    assert share.args["path"] == "/report.txt" and share.detail["url"] == url
+    await store.close()
