@@ -9,6 +9,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
+from .storage._audit_record import AuditRecord, audit_caller
 from .storage.errors import FsInvalidError
 from .storage.types import DirEntry, FileStat, FindEntry, GrepContextLine, GrepMatch
 
@@ -20,6 +21,7 @@ if TYPE_CHECKING:
     from .workspace import Workspace
 
 __all__ = [
+    "AuditRecord",
     "BackendInfo",
     "DirEntry",
     "ExecResult",
@@ -33,6 +35,7 @@ __all__ = [
     "Settings",
     "Workspace",
     "WorkspaceHost",
+    "audit_caller",
     "delete_workspace",
     "get_workspace",
     "init",
