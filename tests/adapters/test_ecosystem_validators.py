@@ -200,3 +200,11 @@ async def test_bounds_moved_out_of_anthropic_schemas_are_still_enforced_by_the_t
         assert jsonschema.Draft202012Validator(schemas[name]).is_valid(args)  # the grammar allows it
         out = await execute({"type": "tool_use", "id": "t", "name": name, "input": args})
         assert out["is_error"] is True and "greater than or equal to 1" in out["content"][0]["text"]
+
+
+def test_every_input_and_output_schema_is_draft_2020_12(every_tool: dict[str, Tool]) -> None:
+    """What MCP (inputSchema/outputSchema), LangChain (args_schema) and pydantic-ai pass on as is."""
+    for tool in every_tool.values():
+        jsonschema.Draft202012Validator.check_schema(tool.parameters)
+        if tool.output_schema is not None:
+            jsonschema.Draft202012Validator.check_schema(tool.output_schema)
