@@ -233,6 +233,31 @@ def serve(
 
 
 @app.command(
+    "log",
+    help="A workspace's audit log: tool calls, exec runs, share links (newest LIMIT, oldest first). "
+    "No cluster named: reads its file read-only, waking nothing. With --address: through the cluster.",
+)
+def log_command(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new records.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
+    tool: Annotated[str | None, typer.Option("--tool", help="Only this tool (or backend, or share).")] = None,
+    errors_only: Annotated[bool, typer.Option("--errors", help="Only failed calls and runs.")] = False,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=0, help="How many records first.")] = 50,
+) -> None:
+    from ._log import show_log
+
+    options = _options(ctx)
+    _run_async(
+        lambda: show_log(
+            options, name, follow=follow, as_json=as_json, tool=tool, errors=errors_only, limit=limit,
+            console=console,
+        )
+    )  # fmt: skip
+
+
+@app.command(
     help="Run the benchmarks under benchmarks/ (all, or the NAMES given: fs, tools…); arguments after -- go to each script.",
     context_settings={"allow_extra_args": True},
 )

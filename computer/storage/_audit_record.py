@@ -104,6 +104,24 @@ class AuditRecord:
             "detail": self.detail,
         }
 
+    def summary(self) -> str:
+        """One line saying what the record is about (the CLI's and the dashboard's description)."""
+        a, d = self.args, self.detail
+        if self.kind == "exec":
+            text = f"{d.get('id', '')} $ {a.get('command', '')}"
+            if d.get("exit_code") is not None:
+                text += f"  → exit {d['exit_code']}"
+            if d.get("pulled") or d.get("skipped"):
+                text += f", pulled {d.get('pulled', 0)}, skipped {d.get('skipped', 0)}"
+        elif self.kind == "share":
+            text = f"{a.get('path', '')} → {d.get('url', '')}"
+        else:
+            main = next((a[k] for k in _MAIN_ARGS if isinstance(a.get(k), str)), None)
+            text = main if main is not None else ", ".join(f"{k}={v}" for k, v in list(a.items())[:3])
+        if self.error:
+            text = f"{text}  ✗ {self.error}" if text else f"✗ {self.error}"
+        return " ".join(text.split())
+
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> AuditRecord:
         return cls(
@@ -119,6 +137,9 @@ class AuditRecord:
             detail=dict(data.get("detail") or {}),
         )
 
+
+# The argument that says most about a tool call, by preference.
+_MAIN_ARGS = ("command", "path", "pattern", "query", "directory")
 
 COLUMNS = "id, time, kind, tool, status, error, duration_ms, caller, args, detail"
 

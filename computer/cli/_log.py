@@ -1,0 +1,140 @@
+"""``computer log NAME``: a workspace's audit log (tool calls, exec runs, share links) as a table or JSON.
+
+Where it reads: with no cluster named, the workspace's file itself, read-only, beside whatever owner
+holds it (awake in a cluster, in another command, or asleep): nothing is woken, taken over or
+written. With ``--address``/``RAY_ADDRESS``, through a client of its owner in that cluster.
+``--follow`` keeps printing records as they are written (a read-only file is polled every 0.5 s;
+through a client, see ``computer.client``). ``--json`` prints one JSON object per line (JSON Lines),
+so a follow can be piped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ..storage import AuditRecord
+from ._context import CliError, GlobalOptions, local_settings
+
+__all__ = ["format_row", "open_log", "show_log"]
+
+_COLUMNS = ("id", "time (UTC)", "kind", "tool", "status", "ms", "caller", "what")
+
+
+@asynccontextmanager
+async def open_log(options: GlobalOptions, name: str) -> AsyncIterator[Any]:
+    """The audit log of workspace ``name``: of its file read-only, or of a client in the cluster named."""
+    if not options.local:
+        from ._workspaces import open_workspace
+
+        async with open_workspace(options, name, backends=False, assets=False) as workspace:
+            yield workspace.audit
+        return
+    from ..actors.naming import workspace_file
+    from ..storage import FileSystem
+
+    config = local_settings(options)
+    try:
+        path = workspace_file(config, name)
+    except OSError as exc:
+        raise CliError(f"cannot open workspace {name!r}: {exc.strerror}", code=2) from None
+    if not path.exists():
+        raise CliError(f"no workspace {name!r} in {config.data_dir} (`computer ls` lists them)")
+    try:
+        fs = FileSystem.open(str(path), readonly=True)
+    except OSError as exc:
+        raise CliError(f"cannot read workspace {name!r}: {exc.strerror or exc}") from None
+    try:
+        yield fs.audit
+    finally:
+        fs.close()
+
+
+async def show_log(
+    options: GlobalOptions,
+    name: str,
+    *,
+    follow: bool,
+    as_json: bool,
+    tool: str | None,
+    errors: bool,
+    limit: int,
+    console: Console,
+) -> None:
+    """Print the newest ``limit`` matching records, then (``follow``) every new one until interrupted."""
+    status = "error" if errors else None
+    async with open_log(options, name) as audit:
+        try:
+            records: list[AuditRecord] = await audit.query(tool=tool, status=status, limit=limit)
+        except (ValueError, TypeError) as exc:
+            raise CliError(str(exc), code=2) from None
+        if as_json:
+            for record in records:
+                print(json.dumps(record.to_json(), ensure_ascii=False), flush=True)
+        elif not follow:
+            _print_table(records, name, console)
+        else:
+            for record in records:
+                console.print(format_row(record), soft_wrap=True)
+        if not follow:
+            return
+        since = records[-1].id if records else None
+        async for record in audit.follow(since=since, tool=tool, status=status):
+            if as_json:
+                print(json.dumps(record.to_json(), ensure_ascii=False), flush=True)
+            else:
+                console.print(format_row(record), soft_wrap=True)
+
+
+def _print_table(records: list[AuditRecord], name: str, console: Console) -> None:
+    if not records:
+        console.print(f"no audit records for {name} (yet)")
+        return
+    table = Table(title=f"audit log of {name}: {len(records)} record(s), oldest first")
+    for column in _COLUMNS:
+        table.add_column(column, justify="right" if column in ("id", "ms") else "left", overflow="fold")
+    for record in records:
+        table.add_row(*_cells(record))
+    console.print(table)
+
+
+def _cells(record: AuditRecord) -> list[Text | str]:
+    status = Text(record.status, style="green" if record.status == "ok" else "bold red")
+    duration = "" if record.duration_ms is None else f"{record.duration_ms:.1f}"
+    return [
+        str(record.id),
+        record.time.strftime("%m-%d %H:%M:%S"),
+        record.kind,
+        record.tool or "",
+        status,
+        duration,
+        caller_text(record.caller),
+        Text(record.summary()),
+    ]
+
+
+def caller_text(caller: dict[str, str]) -> str:
+    """``agent via adapter (client)``, with the parts that are known."""
+    text = caller.get("agent", "")
+    if caller.get("adapter"):
+        text = f"{text} via {caller['adapter']}" if text else caller["adapter"]
+    client = caller.get("client")
+    if client and client != "local":
+        text = f"{text} ({client})" if text else client
+    return text or caller.get("client", "")
+
+
+def format_row(record: AuditRecord) -> Text:
+    """One record as one line (``--follow``)."""
+    line = Text()
+    for i, cell in enumerate(_cells(record)):
+        if i:
+            line.append("  ")
+        line.append(cell if isinstance(cell, Text) else Text(cell))
+    return line

@@ -1,0 +1,93 @@
+"""``computer log``: the table, JSON lines, filters, follow, and reading beside a live owner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from computer import Workspace
+from computer.config import Settings
+from computer.storage import audit_caller
+from computer.tools import create_tools
+
+REPO = Path(__file__).resolve().parents[2]
+COMPUTER = [sys.executable, "-m", "computer.cli"]
+
+
+def cli_env(data_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "COMPUTER_REDIS_URL")}
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", COLUMNS="200", NO_COLOR="1")
+    env["COMPUTER_DATA_DIR"] = str(data_dir)
+    return env
+
+
+def run_cli(args: list[str], *, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*COMPUTER, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout
+    )
+
+
+async def _workspace(data_dir: Path, name: str) -> Workspace:
+    """An owner of workspace ``name`` in this process (the CLI reads its file beside it)."""
+    from computer.actors.naming import workspace_file
+
+    path = workspace_file(Settings(data_dir=data_dir), name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return Workspace(str(path))
+
+
+async def test_log_prints_a_table_json_lines_and_filters(tmp_path: Path) -> None:
+    ws = await _workspace(tmp_path, "proj")
+    tools = create_tools(ws)
+    with audit_caller(agent="fixer", adapter="openai"):
+        await tools["write"].run({"path": "/workspace/app.py", "content": "print(1)\n"})
+        await tools["read"].run({"path": "/workspace/missing.py"})
+        await tools["grep"].run({"query": "print"})
+    ws.audit.flush()
+    env = cli_env(tmp_path)
+    try:  # read while the owner still has the file open
+        table = run_cli(["log", "proj"], env=env, timeout=60)
+        assert table.returncode == 0, table.stderr
+        for text in ("write", "/workspace/app.py", "error", "No such file", "fixer via openai", "grep"):
+            assert text in table.stdout
+        lines = run_cli(["log", "proj", "--json"], env=env, timeout=60).stdout.splitlines()
+        assert [json.loads(line)["tool"] for line in lines] == ["write", "read", "grep"]
+        errors = run_cli(["log", "proj", "--json", "--errors"], env=env, timeout=60).stdout.splitlines()
+        assert [json.loads(line)["tool"] for line in errors] == ["read"]
+        only = run_cli(["log", "proj", "--json", "--tool", "grep"], env=env, timeout=60).stdout.splitlines()
+        assert [json.loads(line)["tool"] for line in only] == ["grep"]
+        newest = run_cli(["log", "proj", "--json", "-n", "1"], env=env, timeout=60).stdout.splitlines()
+        assert [json.loads(line)["tool"] for line in newest] == ["grep"]
+    finally:
+        await ws.close()
+    missing = run_cli(["log", "nothing-here"], env=env, timeout=60)
+    assert missing.returncode == 1 and "no workspace 'nothing-here'" in missing.stderr
+
+
+async def test_log_follow_prints_records_as_they_are_written(tmp_path: Path) -> None:
+    ws = await _workspace(tmp_path, "live")
+    tools = create_tools(ws)
+    await tools["ls"].run({"path": "/"})
+    ws.audit.flush()
+    proc = subprocess.Popen(
+        [*COMPUTER, "log", "live", "--follow", "--json"],
+        env=cli_env(tmp_path),
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert json.loads(proc.stdout.readline())["tool"] == "ls"  # the newest first
+        await tools["write"].run({"path": "/workspace/new.txt", "content": "x"})
+        ws.audit.flush()
+        arrived = json.loads(proc.stdout.readline())
+        assert (arrived["tool"], arrived["args"]["path"]) == ("write", "/workspace/new.txt")
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+        await ws.close()
