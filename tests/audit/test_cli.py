@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -72,22 +73,26 @@ async def test_log_follow_prints_records_as_they_are_written(tmp_path: Path) -> 
     tools = create_tools(ws)
     await tools["ls"].run({"path": "/"})
     ws.audit.flush()
-    proc = subprocess.Popen(
-        [*COMPUTER, "log", "live", "--follow", "--json"],
+    proc = await asyncio.create_subprocess_exec(
+        *COMPUTER,
+        "log",
+        "live",
+        "--follow",
+        "--json",
         env=cli_env(tmp_path),
         cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
     )
     try:
         assert proc.stdout is not None
-        assert json.loads(proc.stdout.readline())["tool"] == "ls"  # the newest first
+        first = await asyncio.wait_for(proc.stdout.readline(), 60)
+        assert json.loads(first)["tool"] == "ls"  # the newest first
         await tools["write"].run({"path": "/workspace/new.txt", "content": "x"})
         ws.audit.flush()
-        arrived = json.loads(proc.stdout.readline())
+        arrived = json.loads(await asyncio.wait_for(proc.stdout.readline(), 30))
         assert (arrived["tool"], arrived["args"]["path"]) == ("write", "/workspace/new.txt")
     finally:
         proc.kill()
-        proc.wait(timeout=10)
+        await asyncio.wait_for(proc.wait(), 10)
         await ws.close()
