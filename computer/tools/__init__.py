@@ -1,4 +1,5 @@
-"""Agent tools over a workspace: read, ls, find, grep, write, edit, delete (plus exec and publish).
+"""Agent tools over a workspace: read, ls, find, grep, write, edit, delete (plus exec and publish, and
+the optional processes and kill).
 
 Library-neutral :class:`Tool` objects; one adapter module per agent library wraps them. Importing
 this package imports no agent library and no Ray.
@@ -16,6 +17,7 @@ from .file_store import FileStore, FileStoreStat
 from .find import create_find_tool
 from .grep import create_grep_tool
 from .ls import create_list_tool
+from .processes import create_kill_tool, create_processes_tool
 from .read import create_read_tool
 from .tool_set import create_tools
 from .workspace_store import WorkspaceFileStore
@@ -41,7 +43,9 @@ __all__ = [
     "create_exec_tool",
     "create_find_tool",
     "create_grep_tool",
+    "create_kill_tool",
     "create_list_tool",
+    "create_processes_tool",
     "create_publish_tool",
     "create_read_tool",
     "create_tools",
