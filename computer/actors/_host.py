@@ -430,6 +430,17 @@ class WorkspaceHost(PoolCallbacks):
     async def dispose_exec(self, exec_id: str) -> Reply:
         return await self._serve(lambda: self.workspace.runtime.dispose_exec(exec_id))
 
+    # -- RPC: live sandboxes (SPEC section 10) ----------------------------------------------------
+
+    async def live_processes(self, backend: str | None = None) -> Reply:
+        return await self._serve(lambda: self.workspace.runtime.processes(backend=backend))
+
+    async def kill_process(self, pid: int, backend: str | None = None) -> Reply:
+        return await self._serve(lambda: self.workspace.runtime.kill_process(pid, backend=backend))
+
+    async def end_sandbox(self, backend: str | None = None) -> Reply:
+        return await self._serve(lambda: self.workspace.runtime.end_sandbox(backend=backend))
+
     # -- RPC: tools ----------------------------------------------------------------------------------
 
     async def run_tool(

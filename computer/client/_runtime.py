@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..runtime.types import BackendInfo, ExecResult, ExecSnapshot
+from ..runtime.types import BackendInfo, ExecResult, ExecSnapshot, ProcessInfo
 from ._connection import Connection
 
 __all__ = ["EXEC_START_WAIT", "ClientExecHandle", "ClientRuntime"]
@@ -89,3 +89,13 @@ class ClientRuntime:
 
     async def dispose_exec(self, id: str) -> None:
         await self._conn.request("dispose_exec", id)
+
+    async def processes(self, backend: str | None = None) -> list[ProcessInfo]:
+        """The processes of the workspace's live sandbox (SPEC section 10)."""
+        return list(await self._conn.request("live_processes", backend, retry_safe=True))
+
+    async def kill_process(self, pid: int, backend: str | None = None) -> None:
+        await self._conn.request("kill_process", pid, backend)
+
+    async def end_sandbox(self, backend: str | None = None) -> bool:
+        return bool(await self._conn.request("end_sandbox", backend))

@@ -76,9 +76,12 @@ class LiveSandboxError(RuntimeError):
     """The live sandbox ended under a run (its init died, it was ended, or it could not start)."""
 
 
+BACKGROUND_LOG_DIR = "/.computer/output"
+
+
 def background_log(exec_id: str) -> str:
     """Where what a run's background processes print after it returned is kept (workspace path)."""
-    return f"/.computer/output/{exec_id}.background.log"
+    return f"{BACKGROUND_LOG_DIR}/{exec_id}.background.log"
 
 
 @dataclass
@@ -170,6 +173,7 @@ class LiveSandbox:
         self._baseline = 0
         self._ticker: asyncio.Task[None] | None = None
         self._adopted: set[int] = set()  # pipes of background processes, read into their logs
+        self._log_dir_made = False
         # Called once it ended (its backend forgets it and keeps the mirror warm).
         self.ended_callback: Callable[[LiveSandbox], None] | None = None
 
@@ -496,7 +500,9 @@ class LiveSandbox:
             elif code < 0:
                 code = 128 - code
             outcome.exit_code, outcome.timed_out = code, timed_out
-            outcome.out_of_memory = oom_kills(self.process.cgroups) > oom_before
+            # The kernel's choice may be another process of the sandbox: the run was killed for its
+            # memory only when it died of SIGKILL while the group counted a kill.
+            outcome.out_of_memory = code == 137 and oom_kills(self.process.cgroups) > oom_before
         finally:
             for fd in open_fds:
                 with contextlib.suppress(Exception):
@@ -619,6 +625,9 @@ class LiveSandbox:
     async def _flush_logs(self) -> None:
         for run, logged in list(self.background.items()):
             if logged.dirty:
+                if not self._log_dir_made:
+                    await self.ctx.fs_call("mkdir", {"path": BACKGROUND_LOG_DIR, "recursive": True})
+                    self._log_dir_made = True
                 logged.dirty = False
                 await self.ctx.fs_call("write_file", {"path": background_log(run), "data": logged.content()})
                 logged.written = True

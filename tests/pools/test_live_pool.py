@@ -1,0 +1,79 @@
+"""Live sandboxes through a Ray pool (issue 18): the workspace is pinned to the worker holding its live
+sandbox, a client reaches its processes, and a worker lost under it gives a fresh one."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import computer
+from computer.config import Settings
+
+from .pool_helpers import processes_with, unique_sleep, wait_until
+
+
+async def _until_exists(ws: object, path: str, within: float = 5.0) -> None:
+    deadline = time.monotonic() + within
+    while not await ws.fs.exists(path):  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, f"{path} did not appear within {within} s"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_background_process_outlives_its_call_and_later_calls_reach_it(
+    cluster: Settings, name: str
+) -> None:
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        first = await (await ws.runtime.exec(f"setsid sleep {marker} & echo $! > sleeper.pid")).result()
+        assert first.status == "completed", first.error
+        listed = await ws.runtime.processes()
+        assert any(p.command == f"sleep {marker}" for p in listed), (listed, first)
+        seen = await (
+            await ws.runtime.exec(
+                f"ps -eo args 2>/dev/null | grep -c '^sleep {marker}' || pgrep -fc 'sleep {marker}'"
+            )
+        ).result()
+        assert seen.stdout.strip() not in ("", "0"), seen
+        pid = next(p.pid for p in listed if p.command == f"sleep {marker}")
+        await ws.runtime.kill_process(pid)
+        await wait_until(lambda: not processes_with(f"sleep {marker}"))
+        assert await ws.runtime.end_sandbox() is True
+        assert await ws.runtime.processes() == []
+
+
+async def test_a_pid_file_written_by_a_running_command_is_visible_through_a_client(
+    cluster: Settings, name: str
+) -> None:
+    async with computer.get_workspace(name) as ws:
+        handle = await ws.runtime.exec("echo $$ > app.pid; sleep 3; echo done")
+        await _until_exists(ws, "/workspace/app.pid", within=3.0)
+        await handle.kill()
+        assert (await handle.result()).status == "cancelled"
+
+
+async def test_a_worker_lost_under_a_live_sandbox_gives_a_fresh_one_and_keeps_what_was_synced(
+    cluster: Settings, name: str
+) -> None:
+    import ray
+
+    from computer.actors import NAMESPACE
+    from computer.actors._pool_registry import named_workers
+
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        first = await (await ws.runtime.exec(f"echo kept > kept.txt; setsid sleep {marker} &")).result()
+        assert first.status == "completed"
+        await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
+        for worker, (kind, _) in named_workers().items():
+            if kind == "shell":
+                ray.kill(ray.get_actor(worker, namespace=NAMESPACE), no_restart=False)
+        await wait_until(lambda: not processes_with(f"sleep {marker}"), within=30)
+        after = None
+        for _ in range(20):  # bounded: the pool replaces its workers
+            after = await (await ws.runtime.exec("cat kept.txt")).result()
+            if after.status == "completed":
+                break
+            assert after.error is not None and "worker" in after.error
+            await asyncio.sleep(0.5)
+        assert after is not None and (after.status, after.stdout) == ("completed", "kept\n")
+        assert all(marker not in p.command for p in await ws.runtime.processes())

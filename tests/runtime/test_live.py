@@ -1,0 +1,225 @@
+"""Live sandboxes (issue 18, SPEC section 10): runs of one workspace share a sandbox whose files sync
+both ways while anything runs in it; background processes outlive their call; kill keeps work.
+
+Each test makes its own backend (and so its own live sandboxes): ``live_idle`` short where a test
+waits for the idle end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+import computer
+from computer.runtime import ProcessInfo, ShellBackend
+
+pytestmark = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgroup freezer here")
+
+
+@pytest.fixture
+async def ws() -> AsyncIterator[computer.Workspace]:
+    async with computer.Workspace(backends=[ShellBackend()]) as workspace:
+        await workspace.fs.mkdir("/workspace")
+        yield workspace
+
+
+async def run(ws: computer.Workspace, source: str, **kwargs: object) -> computer.ExecResult:
+    return await (await ws.runtime.exec(source, **kwargs)).result()  # type: ignore[arg-type]
+
+
+async def eventually(check: object, within: float = 5.0) -> None:
+    """Poll ``check`` (an async callable returning bool) until true, within a bound."""
+    deadline = time.monotonic() + within
+    while not await check():  # type: ignore[operator]
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {within} s")
+        await asyncio.sleep(0.05)
+
+
+def host_pids_with(marker: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as f:
+                    if marker.encode() in f.read().replace(b"\0", b" "):
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return [p for p in found if p != os.getpid()]
+
+
+async def test_a_server_started_in_one_call_answers_the_next(ws: computer.Workspace) -> None:
+    started = await run(
+        ws,
+        "python3 -m http.server 8765 --bind 127.0.0.1 > server.log 2>&1 & "
+        "for i in $(seq 100); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8765))' "
+        "2>/dev/null && break; sleep 0.05; done; echo up",
+    )
+    assert (started.status, started.stdout) == ("completed", "up\n")
+    await ws.fs.write_file("/workspace/page.txt", "served\n")
+    fetched = await run(
+        ws,
+        "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8765/page.txt').read().decode(), end='')\"",
+    )
+    assert (fetched.status, fetched.stdout) == ("completed", "served\n")
+    listed = await ws.runtime.processes()
+    assert any("http.server" in p.command for p in listed)
+    assert all(isinstance(p, ProcessInfo) and p.pid > 1 for p in listed)
+
+
+async def test_a_pid_file_is_visible_through_fs_while_the_command_runs(ws: computer.Workspace) -> None:
+    handle = await ws.runtime.exec("echo $$ > app.pid; sleep 3; echo done")
+    await eventually(lambda: ws.fs.exists("/workspace/app.pid"), within=2.0)
+    assert (await ws.fs.read_text("/workspace/app.pid")).strip().isdigit()
+    await handle.kill()
+    result = await handle.result()
+    assert result.status == "cancelled"
+
+
+async def test_a_workspace_write_reaches_a_running_command(ws: computer.Workspace) -> None:
+    handle = await ws.runtime.exec(
+        "for i in $(seq 100); do [ -f go ] && cat go && exit 0; sleep 0.05; done; exit 1"
+    )
+    await asyncio.sleep(0.2)
+    await ws.fs.write_file("/workspace/go", "from the workspace\n")
+    result = await handle.result()
+    assert (result.status, result.stdout) == ("completed", "from the workspace\n")
+
+
+async def test_a_killed_loop_keeps_the_files_it_wrote(ws: computer.Workspace) -> None:
+    handle = await ws.runtime.exec("for i in $(seq 50); do echo $i > f$i; done; echo wrote; sleep 100")
+    async for snapshot in handle:
+        if "wrote" in snapshot.stdout:
+            break
+    await handle.kill()
+    result = await handle.result()
+    assert result.status == "cancelled"
+    names = {e.name for e in await ws.fs.readdir("/workspace")}
+    assert {f"f{i}" for i in range(1, 51)} <= names
+    assert await ws.fs.read_text("/workspace/f50") == "50\n"
+
+
+async def test_a_timeout_keeps_the_files_and_background_processes_survive_it(ws: computer.Workspace) -> None:
+    marker = f"{700 + os.getpid() % 200}.{time.time_ns() % 10**6:06d}"
+    result = await run(ws, f"setsid sleep {marker} & echo partial > partial.txt; sleep 100", timeout=1)
+    assert (result.status, result.exit_code) == ("cancelled", 124)
+    assert await ws.fs.read_text("/workspace/partial.txt") == "partial\n"
+    assert any(p.command == f"sleep {marker}" for p in await ws.runtime.processes())
+
+
+async def test_background_output_goes_to_its_log_and_kill_process_ends_it(ws: computer.Workspace) -> None:
+    started = await run(ws, "(for i in $(seq 1000); do echo tick $i; sleep 0.05; done) & echo started")
+    assert started.stdout == "started\n"
+    log = f"/.computer/output/{started.id}.background.log"
+    await eventually(lambda: ws.fs.exists(log), within=3.0)
+    await eventually(lambda: _contains(ws, log, "tick 3"), within=3.0)
+    loop = [p for p in await ws.runtime.processes() if p.exec_id == started.id and "seq" not in p.command]
+    assert loop and loop[0].log == log
+    for process in loop:
+        if "sleep" not in process.command:
+            await ws.runtime.kill_process(process.pid)
+    with pytest.raises(ProcessLookupError):
+        await ws.runtime.kill_process(999_999)
+
+
+async def _contains(ws: computer.Workspace, path: str, text: str) -> bool:
+    return text in await ws.fs.read_text(path)
+
+
+async def test_env_and_cwd_are_per_call(ws: computer.Workspace) -> None:
+    await ws.fs.mkdir("/workspace/sub")
+    first = await run(ws, "pwd; echo ${ONLY_FIRST:-unset}", cwd="/workspace/sub", env={"ONLY_FIRST": "1"})
+    second = await run(ws, "pwd; echo ${ONLY_FIRST:-unset}")
+    assert first.stdout == "/workspace/sub\n1\n"
+    assert second.stdout == "/workspace\nunset\n"
+
+
+async def test_the_sandbox_ends_after_its_idle_time_and_its_processes_are_gone() -> None:
+    backend = ShellBackend(live_idle=0.5)
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        marker = f"{300 + os.getpid() % 200}.{time.time_ns() % 10**6:06d}"
+        # A process that ends by itself; the sandbox then idles out and everything of it is gone.
+        result = await run(
+            ws, f"setsid sleep {marker} & setsid sh -c 'sleep 0.3; echo late > late.txt' & true"
+        )
+        assert result.status == "completed"
+        assert host_pids_with(f"sleep {marker}")
+        await ws.runtime.kill_process(
+            next(p.pid for p in await ws.runtime.processes() if marker in p.command)
+        )
+
+        async def ended() -> bool:
+            return backend.live_sandboxes() == 0
+
+        await eventually(ended, within=10)
+        assert await ws.fs.read_text("/workspace/late.txt") == "late\n"
+        assert not host_pids_with(f"sleep {marker}")
+        again = await run(ws, "cat late.txt")
+        assert again.stdout == "late\n"
+
+
+async def test_end_sandbox_kills_everything_and_keeps_what_was_written(ws: computer.Workspace) -> None:
+    marker = f"{100 + os.getpid() % 200}.{time.time_ns() % 10**6:06d}"
+    await run(ws, f"setsid sh -c 'echo kept > kept.txt; exec sleep {marker}' & sleep 0.2")
+    assert host_pids_with(f"sleep {marker}")
+    assert await ws.runtime.end_sandbox() is True
+    assert not host_pids_with(f"sleep {marker}")
+    assert await ws.fs.read_text("/workspace/kept.txt") == "kept\n"
+    assert await ws.runtime.processes() == []
+    assert await ws.runtime.end_sandbox() is False
+
+
+async def test_the_memory_limit_holds_across_calls() -> None:
+    """The sandbox's memory limit is shared by everything in it: a background process holding memory
+    counts against a later call's, so one of the two is killed (the kernel picks), never both kept."""
+    async with computer.Workspace(backends=[ShellBackend(memory_mb=128)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        hold = (
+            "import time; b = bytearray(80 << 20); b[::4096] = b'x' * len(b[::4096]); "
+            "print('held', flush=True); time.sleep(60)"
+        )
+        started = await run(
+            ws,
+            f"setsid python3 -c {shlex.quote(hold)} > hold.log 2>&1 & "
+            "for i in $(seq 100); do grep -q held hold.log && break; sleep 0.05; done; echo holding",
+        )
+        assert started.stdout == "holding\n"
+        grab = "b = bytearray(80 << 20); b[::4096] = b'x' * len(b[::4096]); print('got')"
+        second = await run(ws, f"python3 -c {shlex.quote(grab)}")
+        holder_alive = any("bytearray" in p.command for p in await ws.runtime.processes())
+        if second.exit_code == 137:  # the call was the victim: it says so
+            assert second.error is not None and "out of memory" in second.error
+        else:  # the background holder was: the call is a normal result
+            assert (second.status, second.stdout, second.error) == ("completed", "got\n", None)
+            assert not holder_alive
+        after = await run(ws, "echo fine")
+        assert (after.status, after.stdout) == ("completed", "fine\n")
+
+
+async def test_concurrent_calls_run_in_the_same_sandbox(ws: computer.Workspace) -> None:
+    first = await ws.runtime.exec("echo one > one.txt; sleep 0.5; cat two.txt")
+    second = await ws.runtime.exec("sleep 0.2; echo two > two.txt; cat one.txt")
+    a, b = await first.result(), await second.result()
+    assert (a.stdout, b.stdout) == ("two\n", "one\n")
+    assert "/workspace/one.txt" in a.pulled and "/workspace/two.txt" in b.pulled
+
+
+async def test_a_reopened_workspace_gets_a_fresh_sandbox_with_everything_synced(tmp_path: object) -> None:
+    path = f"{tmp_path}/ws.db"
+    backend = ShellBackend()
+    async with computer.Workspace(path, backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run(ws, "setsid sh -c 'sleep 0.3; echo written-late > late.txt' & echo x > early.txt")
+    # Closing the workspace ended the sandbox: what the background process had written by then is
+    # kept; it was killed with the sandbox, so late.txt never came.
+    async with computer.Workspace(path, backends=[backend]) as ws:
+        seen = await run(ws, "cat early.txt; ls")
+        assert seen.stdout.startswith("x\n")
+        assert backend.live_sandboxes() == 1
