@@ -123,14 +123,13 @@ def _think_names(
                 continue
             shell = dict(selected["shell"] or {})
             bash_options = {**shell, "description": shell.get("description") or BASH_DESCRIPTION}
-            out.append(
-                dataclasses.replace(
-                    create_exec_tool(workspace, backends={"shell": bash_options}), name="bash"
-                )
-            )
+            bash = create_exec_tool(workspace, backends={"shell": bash_options})
+            out.append(dataclasses.replace(bash, name="bash", audit=tool.audit))
             others = {key: value for key, value in selected.items() if key != "shell"}
             if others:
-                out.append(create_exec_tool(workspace, backends=others))
+                out.append(
+                    dataclasses.replace(create_exec_tool(workspace, backends=others), audit=tool.audit)
+                )
         else:
             out.append(tool)
     return out

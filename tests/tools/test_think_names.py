@@ -138,3 +138,20 @@ async def test_think_names_over_a_forwarding_client_still_forward_under_the_core
     tools = create_tools(client, names="think")
     await tools["list"].run({"path": "/workspace"})
     assert client.forwarded == ["ls"]  # the owner's tool set knows it as ls
+
+
+async def test_calls_under_think_names_are_audited_under_those_names(ws: Workspace) -> None:
+    class Audit:
+        def __init__(self) -> None:
+            self.names: list[str] = []
+
+        def record_tool(self, name: str, args: Any, result: Any, duration_s: float) -> None:
+            self.names.append(name)
+
+    surface = _Surface(ws, [SHELL, PYTHON])
+    surface.audit = Audit()  # type: ignore[attr-defined]
+    tools = create_tools(surface, names="think")
+    await tools["list"].run({"path": "/workspace"})
+    await tools["bash"].run({"command": "true"})
+    await tools["exec"].run({"command": "print(1)"})
+    assert surface.audit.names == ["list", "bash", "exec"]  # type: ignore[attr-defined]
