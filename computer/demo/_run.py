@@ -11,6 +11,8 @@ import asyncio
 import contextlib
 import hashlib
 import os
+import shlex
+import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -56,6 +58,7 @@ class DemoSummary:
     agents: list[AgentState]
     model: str
     data_dir: Path
+    temporary: bool = False  # the data directory was made for this run (everything in it is the run's)
     persistence: PersistenceCheck | None = None
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -101,9 +104,14 @@ async def run_demo(
     timings: dict[str, float] = {}
     started = time.perf_counter()
     local = address is None and not os.environ.get("RAY_ADDRESS")
+    temporary = local and data_dir is None
+    if temporary:  # never the user's own data directory: a run of its own, easy to serve and remove
+        data_dir = tempfile.mkdtemp(prefix="computer-demo-")
     with _phase(timings, "ray"), console.status("starting Ray" if local else f"joining Ray at {address}"):
         config = _start(address, local, console, data_dir=data_dir, hibernate_after=hibernate_after)
-    console.print(f"Ray {'started locally' if local else 'joined'}; data directory {config.data_dir}")
+    console.print(f"Ray {'started locally' if local else 'joined'}", soft_wrap=True)
+    kind = " (new, temporary: this run's workspaces and links)" if temporary else ""
+    console.print(f"data directory: {config.data_dir}{kind}", soft_wrap=True, markup=False, highlight=False)
     states = [AgentState(f"demo-agent-{i}", project_for(i)) for i in range(agents)]
     with _phase(timings, "open"):
         clients = await _open_all([s.name for s in states], console)
@@ -114,13 +122,32 @@ async def run_demo(
     finally:
         await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
         await model.aclose()
-    summary = DemoSummary(states, model.name, config.data_dir, timings=timings)
+    summary = DemoSummary(states, model.name, config.data_dir, temporary, timings=timings)
     first_green = next((s for s in states if s.green), None)
     if first_green is not None:
         with _phase(timings, "persistence"):
             summary.persistence = await _check_persistence(first_green.name, config, console)
+    if local:
+        await _put_to_sleep([s.name for s in states], config)
     timings["wall"] = time.perf_counter() - started
     return summary
+
+
+async def _put_to_sleep(names: Sequence[str], config: Any) -> None:
+    """Close the owners still awake, so their workspaces are asleep (lease released) when the Ray
+    started here stops, rather than awake until their leases run out."""
+    import ray
+
+    from computer.actors import NAMESPACE, actor_name
+
+    async def close(name: str) -> None:
+        try:
+            handle = ray.get_actor(actor_name(name, config), namespace=NAMESPACE)
+        except ValueError:
+            return  # asleep already (hibernated)
+        await handle.close_workspace.remote()
+
+    await asyncio.gather(*(close(name) for name in names), return_exceptions=True)
 
 
 def _start(address: str | None, local: bool, console: Console, **config: Any) -> Any:
@@ -181,13 +208,17 @@ async def _run_agents(
     clients: Sequence[Any], states: list[AgentState], model: ChatModel, console: Console
 ) -> None:
     title = f"{len(states)} agents, model: {model.name}"
-    with Live(board(states, title=title), console=console, refresh_per_second=4) as live:
+
+    def render() -> Any:
+        return board(states, title=title, width=console.width)
+
+    with Live(render(), console=console, refresh_per_second=4) as live:
         tasks = [asyncio.create_task(run_agent(c, model, s)) for c, s in zip(clients, states, strict=True)]
         pending = set(tasks)
         while pending:
             _, pending = await asyncio.wait(pending, timeout=0.25)
-            live.update(board(states, title=title))
-        live.update(board(states, title=title))
+            live.update(render())
+        live.update(render())
 
 
 async def _check_persistence(name: str, config: Any, console: Console) -> PersistenceCheck:
@@ -253,10 +284,14 @@ def print_summary(summary: DemoSummary, console: Console) -> None:
             f"client read its report back ({check.size} bytes, {verdict})",
             soft_wrap=True,
         )
-    console.print(
-        f"links are served by: computer --data-dir {summary.data_dir} serve  (see README, Assets)",
-        soft_wrap=True,
-    )
+    where = shlex.quote(str(summary.data_dir))
+    lines = [f"links: run `computer --data-dir {where} serve` in another terminal, then open them"]
+    if summary.temporary:
+        lines.append(f"remove this run: rm -rf {where}")
+    else:
+        lines.append(f"remove this run: computer --data-dir {where} rm --prefix demo- --yes")
+    for line in lines:
+        console.print(line, soft_wrap=True, markup=False, highlight=False)
     t = summary.timings
     phases = ", ".join(f"{k} {v:.1f} s" for k, v in t.items() if k != "wall")
     console.print(f"wall time: {t.get('wall', 0.0):.1f} s ({phases})", soft_wrap=True)

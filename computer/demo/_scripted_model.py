@@ -108,7 +108,7 @@ def _report(messages: list[dict[str, Any]], project: Project, final: dict[str, A
     return (
         f"# Report: {project.label}\n\n"
         f"## What failed\n\n```\n{chr(10).join(failing) or failure.strip()[-500:]}\n```\n\n"
-        f"## The fix\n\n{project.summary}.\n\n```diff\n{diff.strip()}\n```\n\n"
+        f"## The fix\n\n{project.summary}.\n\n```diff\n{diff.strip(chr(10))}\n```\n\n"
         f"## Final test run\n\n```\n{chr(10).join(tail)}\n```\n"
     )
 

@@ -1,7 +1,8 @@
 """``computer demo --agents 4`` end to end on the embedded default (a local Ray it starts, no Redis),
-then ``computer serve`` answering one of its links and ``computer ls`` showing its workspaces.
+in a temporary data directory of its own, then ``computer serve`` answering one of its links,
+``computer ls`` showing its workspaces asleep and ``computer rm`` removing them.
 
-One demo run (a subprocess) is shared by the tests of this module.
+One demo run (a subprocess, with HOME and TMPDIR of its own) is shared by the tests of this module.
 """
 
 from __future__ import annotations
@@ -9,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -29,6 +32,8 @@ LINK = re.compile(r"^  (demo-agent-\d+)  (\S+)  (http://\S+)$", re.MULTILINE)
 
 @dataclass
 class DemoRun:
+    home: Path
+    tmp: Path
     data_dir: Path
     pid: int
     returncode: int
@@ -41,10 +46,15 @@ class DemoRun:
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
-    data_dir = tmp_path_factory.mktemp("demo-data")
+    home = tmp_path_factory.mktemp("home")
+    # The sandbox user must reach the runs' scratch space under $TMPDIR: pytest's base is private (0700).
+    scratch = Path(tempfile.mkdtemp(prefix="demo-tmp-", dir="/tmp"))
+    scratch.chmod(0o755)
+    env = {k: v for k, v in cli_env().items() if k != "COMPUTER_DATA_DIR"}
+    env.update(HOME=str(home), TMPDIR=str(scratch), COLUMNS="80")
     proc = subprocess.Popen(
-        [*COMPUTER, "--data-dir", str(data_dir), "demo", "--agents", str(AGENTS)],
-        env=cli_env(),
+        [*COMPUTER, "demo", "--agents", str(AGENTS)],
+        env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -56,7 +66,32 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[DemoRun]:
         proc.kill()
         stdout, stderr = proc.communicate()
         pytest.fail(f"the demo did not finish within 240 s\n{stdout[-4000:]}\n{stderr[-4000:]}")
-    yield DemoRun(data_dir, proc.pid, proc.returncode, stdout, stderr)
+    found = re.search(r"^data directory: (\S+) \(new, temporary", stdout, re.MULTILINE)
+    data_dir = Path(found.group(1)) if found else scratch / "not-printed"
+    yield DemoRun(home, scratch, data_dir, proc.pid, proc.returncode, stdout, stderr)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+
+def test_the_demo_runs_in_a_temporary_data_directory_of_its_own(demo_run: DemoRun) -> None:
+    assert demo_run.returncode == 0, demo_run.explain()
+    assert demo_run.data_dir.name.startswith("computer-demo-") and demo_run.data_dir.is_dir()
+    assert demo_run.data_dir.parent == demo_run.tmp  # made in the temp directory ($TMPDIR)
+    assert not (demo_run.home / ".local" / "share" / "computer").exists()  # the default data dir
+    where = str(demo_run.data_dir)
+    assert f"links: run `computer --data-dir {where} serve` in another terminal" in demo_run.stdout
+    assert f"remove this run: rm -rf {where}" in demo_run.stdout
+
+
+def test_no_ray_messages_or_colour_codes_in_the_output(demo_run: DemoRun) -> None:
+    for stream in (demo_run.stdout, demo_run.stderr):
+        assert "(raylet)" not in stream and "\x1b[" not in stream, demo_run.explain()
+        assert "worker processes have been started" not in stream
+
+
+def test_the_table_fits_80_columns_and_explains_its_columns(demo_run: DemoRun) -> None:
+    table = demo_run.stdout.split(f"{AGENTS} agents, model: scripted")[1].split("agents: ")[0]
+    assert max(len(line) for line in table.splitlines()) <= 80, table
+    assert "2 runs, pass" in table and "how many times the agent ran its tests" in table
 
 
 def test_every_agent_finishes_green_with_a_report_link(demo_run: DemoRun) -> None:
@@ -124,13 +159,33 @@ def test_serve_answers_a_published_link(demo_run: DemoRun) -> None:
         server.wait(timeout=30)
 
 
-def test_ls_lists_the_demo_workspaces_with_their_size_and_state(demo_run: DemoRun) -> None:
+def test_ls_lists_the_demo_workspaces_asleep_with_their_size(demo_run: DemoRun) -> None:
     proc = run_cli(["--data-dir", str(demo_run.data_dir), "ls", "--json"], env=cli_env(), timeout=60)
     assert proc.returncode == 0, proc.stderr
     rows = {row["name"]: row for row in json.loads(proc.stdout)}
     assert set(rows) == {f"demo-agent-{i}" for i in range(AGENTS)}
-    assert all(row["size"] > 0 for row in rows.values())
-    assert any(row["state"] == "hibernating" for row in rows.values())  # the one the demo waited for
+    assert all(row["size"] > 0 and row["live_runs"] == 0 for row in rows.values())
+    assert {row["state"] for row in rows.values()} == {"asleep"}  # the demo put its owners to sleep
+
+
+def test_the_report_diff_keeps_the_first_lines_indentation(demo_run: DemoRun) -> None:
+    proc = run_cli(
+        [
+            "--data-dir",
+            str(demo_run.data_dir),
+            "tool",
+            "demo-agent-0",
+            "read",
+            '{"path": "/workspace/project/REPORT.md"}',
+        ],
+        env=cli_env(),
+        timeout=60,
+    )
+    report = json.loads(proc.stdout)["content"]
+    diff = report.split("```diff\n")[1].split("```")[0]
+    assert re.match(r" +\d+ ", diff), (
+        diff
+    )  # "  5     return ...": line numbers right-aligned from the first line
 
 
 def _get_when_listening(url: str, server: subprocess.Popen[str]) -> httpx.Response:
@@ -172,3 +227,11 @@ def test_a_later_command_with_a_new_local_ray_reads_a_demo_report(demo_run: Demo
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["content"].startswith("# Report: text#2")
+
+
+def test_rm_prefix_removes_the_demo_workspaces_and_their_links(demo_run: DemoRun) -> None:
+    # Last in this module: it deletes what the other tests read.
+    proc = run_cli(["--data-dir", str(demo_run.data_dir), "rm", "--prefix", "demo-", "--yes"], env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("deleted demo-agent-") == AGENTS and "1 share link(s)" in proc.stdout
+    assert not list((demo_run.data_dir / "workspaces").glob("*.sqlite*"))
