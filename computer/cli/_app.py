@@ -258,6 +258,24 @@ def log_command(
 
 
 @app.command(
+    help="A read-only dashboard in the browser: workspaces, live timelines, files, runs, links, cluster. "
+    "No cluster named: reads the data directory (no Ray). With --address: that cluster too.",
+)
+def dashboard(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option("--host", help="Interface; not loopback needs a token.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 8788,
+    token: Annotated[
+        str | None, typer.Option("--token", help="Token to require (env COMPUTER_DASHBOARD_TOKEN).")
+    ] = None,
+) -> None:
+    from ._dashboard import run_dashboard
+
+    options = _options(ctx)
+    _run(lambda: run_dashboard(options, host, port, token, console))
+
+
+@app.command(
     help="Run the benchmarks under benchmarks/ (all, or the NAMES given: fs, tools…); arguments after -- go to each script.",
     context_settings={"allow_extra_args": True},
 )

@@ -1,0 +1,253 @@
+"""The dashboard's HTTP app (Starlette): read-only pages, fragments and server-sent event streams.
+
+Routes (all ``GET``; nothing here writes to a workspace):
+
+- ``/`` workspaces; ``/fragments/workspaces`` their rows (the page's script swaps them every second)
+- ``/w/{name}`` a workspace: timeline, runs, published links; ``/events/w/{name}/audit?after=ID``
+  streams new timeline rows (``event: record``, ``data``: the row's HTML)
+- ``/w/{name}/files?path=`` a directory; ``/w/{name}/file?path=`` a file (text, or an image);
+  ``/w/{name}/raw?path=`` an image's bytes (raster types only)
+- ``/w/{name}/runs/{id}`` a run; ``/events/w/{name}/runs/{id}`` streams its output
+  (``event: snapshot``, ``data``: JSON ``{status, stdout, stderr, exit_code, live, note}``)
+- ``/cluster`` nodes, exec pools, awake owners; ``/fragments/cluster``
+- ``/api/workspaces``, ``/api/w/{name}/records?limit=&tool=&status=&kind=`` JSON, for scripts
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import mimetypes
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from ..storage.paths import canonical
+from . import _pages as pages
+from ._access import AccessPolicy, TokenGate
+from ._source import DataDirSource
+
+__all__ = ["create_app"]
+
+STATIC = Path(__file__).with_name("static")
+TEXT_PREVIEW = 256 * 1024  # bytes of a text file shown
+IMAGE_MAX = 20 * 1024 * 1024
+HEARTBEAT = 15.0  # seconds between keep-alive comments on an idle event stream
+# Raster images only: an SVG can carry script, so it is shown as text.
+IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp", "image/x-icon"})
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; img-src 'self'; script-src 'self'; style-src 'self'; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+
+
+def _html(text: str, status: int = 200) -> HTMLResponse:
+    return HTMLResponse(text, status_code=status, headers=_HEADERS)
+
+
+def _not_found(what: str) -> HTMLResponse:
+    return _html(pages.layout("not found", f"<h1>Not found</h1><p>{pages._e(what)}</p>"), 404)
+
+
+def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Starlette:
+    """The dashboard over ``source``, behind ``policy`` (default: loopback, no token)."""
+    policy = policy or AccessPolicy("127.0.0.1", None)
+
+    async def index(request: Request) -> Response:
+        return _html(pages.index_page(await source.workspaces(), source.mode))
+
+    async def workspace_rows(request: Request) -> Response:
+        return _html(pages.workspace_rows(await source.workspaces()))
+
+    async def workspaces_json(request: Request) -> Response:
+        return JSONResponse(await source.workspaces(), headers=_HEADERS)
+
+    async def workspace(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            store = source.store(name)
+        except OSError:
+            return _not_found(f"no workspace {name!r} here")
+        records = await store.audit.query(limit=100)
+        top = store.audit.top()
+        return _html(
+            pages.workspace_page(name, records, await source.runs(name), await source.links(name), top)
+        )
+
+    async def records_json(request: Request) -> Response:
+        name = request.path_params["name"]
+        q = request.query_params
+        try:
+            records = await source.records(
+                name,
+                limit=int(q.get("limit", "100")),
+                tool=q.get("tool"),
+                status=q.get("status"),
+                kind=q.get("kind"),
+            )
+        except OSError:
+            return JSONResponse({"error": f"no workspace {name!r} here"}, status_code=404)
+        except ValueError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse([r.to_json() for r in records], headers=_HEADERS)
+
+    async def audit_events(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            after = int(request.query_params.get("after", "0"))
+            records = source.follow(name, after)
+        except (OSError, ValueError):
+            return PlainTextResponse("no such workspace\n", status_code=404)
+
+        async def rows() -> AsyncIterator[tuple[str, str]]:
+            async for record in records:
+                yield "record", pages.record_row(record, name)
+
+        return _event_stream(request, rows())
+
+    async def directory(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            path = canonical(request.query_params.get("path", "/"))
+            entries = await source.store(name).readdir(path)
+        except (OSError, ValueError) as exc:
+            return _not_found(str(exc))
+        entries.sort(key=lambda e: (not e.is_directory, e.name))
+        return _html(pages.directory_page(name, path, entries))
+
+    async def file(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            path = canonical(request.query_params.get("path", "/"))
+            fs = source.store(name)
+            stat = await fs.stat(path)
+            if stat.is_directory:
+                return _html(pages.directory_page(name, path, await fs.readdir(path)))
+            if _image_type(path) is not None:
+                return _html(pages.file_page(name, path, size=stat.size, text=None, image=True, cut=False))
+            head = await fs.read_file(path, length=TEXT_PREVIEW)
+        except (OSError, ValueError) as exc:
+            return _not_found(str(exc))
+        text = None if b"\0" in head[:8192] else head.decode("utf-8", "replace")
+        cut = stat.size > len(head)
+        return _html(pages.file_page(name, path, size=stat.size, text=text, image=False, cut=cut))
+
+    async def raw(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            path = canonical(request.query_params.get("path", "/"))
+            media = _image_type(path)
+            fs = source.store(name)
+            if media is None or (await fs.stat(path)).size > IMAGE_MAX:
+                return PlainTextResponse("only images up to 20 MiB are served raw\n", status_code=404)
+            data = await fs.read_file(path)
+        except (OSError, ValueError):
+            return PlainTextResponse("not found\n", status_code=404)
+        return Response(data, media_type=media, headers=_HEADERS)
+
+    async def run(request: Request) -> Response:
+        name, exec_id = request.path_params["name"], request.path_params["exec_id"]
+        try:
+            record = await source.run(name, exec_id)
+        except OSError:
+            return _not_found(f"no workspace {name!r} here")
+        return _html(pages.run_page(name, exec_id, record))
+
+    async def run_events(request: Request) -> Response:
+        name, exec_id = request.path_params["name"], request.path_params["exec_id"]
+
+        async def snapshots() -> AsyncIterator[tuple[str, str]]:
+            async for snapshot in source.run_output(name, exec_id):
+                yield "snapshot", json.dumps(snapshot, ensure_ascii=False)
+
+        return _event_stream(request, snapshots(), end="done")
+
+    async def cluster(request: Request) -> Response:
+        return _html(pages.cluster_page(await source.cluster()))
+
+    async def cluster_fragment(request: Request) -> Response:
+        return _html(pages.cluster_fragment(await source.cluster()))
+
+    routes = [
+        Route("/", index),
+        Route("/fragments/workspaces", workspace_rows),
+        Route("/api/workspaces", workspaces_json),
+        Route("/w/{name}", workspace),
+        Route("/api/w/{name}/records", records_json),
+        Route("/events/w/{name}/audit", audit_events),
+        Route("/w/{name}/files", directory),
+        Route("/w/{name}/file", file),
+        Route("/w/{name}/raw", raw),
+        Route("/w/{name}/runs/{exec_id}", run),
+        Route("/events/w/{name}/runs/{exec_id}", run_events),
+        Route("/cluster", cluster),
+        Route("/fragments/cluster", cluster_fragment),
+        Mount("/static", StaticFiles(directory=STATIC), name="static"),
+    ]
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            source.close()
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.add_middleware(TokenGate, policy=policy)
+    return app
+
+
+def _image_type(path: str) -> str | None:
+    media = mimetypes.guess_type(path)[0]
+    return media if media in IMAGE_TYPES else None
+
+
+def _event_stream(
+    request: Request, events: AsyncIterator[tuple[str, str]], *, end: str | None = None
+) -> StreamingResponse:
+    """Server-sent events from ``(event, data)`` pairs, with keep-alive comments; ``end`` is sent last."""
+
+    async def body() -> AsyncIterator[str]:
+        queue: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue(maxsize=64)
+
+        async def pump() -> None:
+            try:
+                async for item in events:
+                    await queue.put(item)
+            finally:
+                await queue.put(None)
+
+        task = asyncio.create_task(pump())
+        try:
+            yield "retry: 1000\n\n"
+            while True:
+                try:
+                    item = await asyncio.wait_for(queue.get(), HEARTBEAT)
+                except TimeoutError:
+                    if await request.is_disconnected():
+                        return
+                    yield ": keep-alive\n\n"
+                    continue
+                if item is None:
+                    if end is not None:
+                        yield f"event: {end}\ndata: {{}}\n\n"
+                    return
+                event, data = item
+                payload = "".join(f"data: {line}\n" for line in data.split("\n"))
+                yield f"event: {event}\n{payload}\n"
+        finally:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    headers = {**_HEADERS, "X-Accel-Buffering": "no"}
+    return StreamingResponse(body(), media_type="text/event-stream", headers=headers)

@@ -1,0 +1,245 @@
+"""Where the dashboard reads: the data directory (embedded) and, when a cluster runs, that cluster.
+
+Everything about a workspace is read from its own file, read-only (``FileSystem.open(readonly=True)``)
+beside whatever owner holds it: the audit log, the file tree, the exec journal and saved logs. Nothing
+is written and no asleep workspace is woken by looking at it. Two things need an owner: the output of
+a run *while it runs* (it lives in the owner's memory until the run ends) and the cluster view. An
+in-process owner (a ``Workspace`` given to :class:`DataDirSource`) or, in :class:`ClusterSource`, a
+client of an awake owner in the cluster provides them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import asdict
+from typing import Any
+
+from ..config import Settings
+from ..runtime._journal import JOURNAL_DIR
+from ..storage import AuditRecord, FileSystem
+
+__all__ = ["ClusterSource", "DataDirSource", "Source"]
+
+_OPEN_STORES = 32  # read-only stores kept open (least recently used closed first)
+_RUNS_SHOWN = 50
+
+
+class DataDirSource:
+    """The dashboard's view of one data directory (see the module docstring).
+
+    ``workspaces``: owners living in this process, by name; their running executions stream live.
+    """
+
+    mode = "embedded"
+
+    def __init__(self, config: Settings, *, workspaces: Mapping[str, Any] | None = None) -> None:
+        self.config = config
+        self.owners = dict(workspaces or {})
+        self._stores: OrderedDict[str, FileSystem] = OrderedDict()
+
+    # -- workspaces ---------------------------------------------------------------------------------
+
+    async def workspaces(self) -> list[dict[str, Any]]:
+        """Every workspace: name, state, where, size, last activity, live runs."""
+        from ..cli._context import GlobalOptions
+        from ..cli._ls import list_workspaces
+
+        rows = await asyncio.to_thread(list_workspaces, GlobalOptions(data_dir=self.config.data_dir))
+        listed = [asdict(row) for row in rows]
+        for row in listed:
+            owner = self.owners.get(row["name"])
+            if owner is not None:  # an owner of this process: its own count is exact
+                row["live_runs"] = owner.runtime.active()
+                row["state"], row["where"] = "awake", "in this process"
+        return listed
+
+    def store(self, name: str) -> FileSystem:
+        """The read-only store of workspace ``name`` (ENOENT when it has no file here)."""
+        from ..actors.naming import workspace_file
+
+        store = self._stores.pop(name, None)
+        if store is None:
+            path = workspace_file(self.config, name)
+            if not path.exists():
+                raise FileNotFoundError(2, "no such workspace here", name)
+            store = FileSystem.open(str(path), readonly=True, garbage_timer=False)
+            while len(self._stores) >= _OPEN_STORES:
+                self._stores.popitem(last=False)[1].close()
+        self._stores[name] = store
+        return store
+
+    def close(self) -> None:
+        for store in self._stores.values():
+            store.close()
+        self._stores.clear()
+
+    # -- audit log ------------------------------------------------------------------------------------
+
+    async def records(self, name: str, *, limit: int = 100, **filters: Any) -> list[AuditRecord]:
+        return await self.store(name).audit.query(limit=limit, **filters)
+
+    def follow(self, name: str, since: int) -> AsyncIterator[AuditRecord]:
+        return self.store(name).audit.follow(since=since, poll=0.25)
+
+    async def links(self, name: str) -> list[AuditRecord]:
+        return await self.records(name, kind="share", limit=200)
+
+    # -- runs ----------------------------------------------------------------------------------------
+
+    async def runs(self, name: str) -> list[dict[str, Any]]:
+        """The exec journal's records, newest first (status ``running`` while a run goes on)."""
+        fs = self.store(name)
+        try:
+            entries = [e for e in await fs.readdir(JOURNAL_DIR) if e.is_file and e.name.endswith(".json")]
+        except FileNotFoundError:
+            return []
+        entries.sort(key=lambda e: (e.mtime, e.name), reverse=True)
+        runs = []
+        for entry in entries[:_RUNS_SHOWN]:
+            record = await self.run(name, entry.name.removesuffix(".json"))
+            if record is not None:
+                runs.append(record)
+        return runs
+
+    async def run(self, name: str, exec_id: str) -> dict[str, Any] | None:
+        try:
+            record = json.loads(await self.store(name).read_file(f"{JOURNAL_DIR}/{exec_id}.json"))
+        except (OSError, ValueError):
+            return None
+        return record if isinstance(record, dict) else None
+
+    async def live_runtime(self, name: str) -> Any | None:
+        """The runtime of an owner that holds workspace ``name``'s running executions, if reachable."""
+        owner = self.owners.get(name)
+        return None if owner is None else owner.runtime
+
+    async def run_output(self, name: str, exec_id: str) -> AsyncIterator[dict[str, Any]]:
+        """The run's output: live snapshots while it runs (when its owner is reachable), then the final one."""
+        record = await self.run(name, exec_id)
+        if record is not None and record.get("status") == "running":
+            runtime = await self.live_runtime(name)
+            if runtime is not None:
+                try:
+                    handle = await runtime.get_exec(exec_id)
+                    async for snapshot in handle:
+                        yield {
+                            "status": snapshot.status,
+                            "stdout": snapshot.stdout,
+                            "stderr": snapshot.stderr,
+                            "exit_code": snapshot.exit_code,
+                            "live": True,
+                        }
+                except LookupError:
+                    pass
+                record = await self.run(name, exec_id)
+        if record is None:
+            yield {"status": "unknown", "stdout": "", "stderr": "", "exit_code": None, "live": False}
+            return
+        yield {
+            "status": record.get("status"),
+            "stdout": record.get("stdout", ""),
+            "stderr": record.get("stderr", ""),
+            "exit_code": record.get("exit_code"),
+            "live": False,
+            "note": "" if record.get("status") != "running" else _NOT_LIVE,
+        }
+
+    # -- cluster -------------------------------------------------------------------------------------
+
+    async def cluster(self) -> dict[str, Any]:
+        """Nodes, exec pools and awake owners (embedded: owners from the directory only)."""
+        rows = await self.workspaces()
+        return {
+            "mode": self.mode,
+            "nodes": [],
+            "pools": [],
+            "owners": [{"name": r["name"], "where": r["where"]} for r in rows if r["state"] == "awake"],
+        }
+
+
+_NOT_LIVE = (
+    "running: its output shows when it ends (live output needs its owner: a dashboard in the same "
+    "process, or one started with --address against its cluster)"
+)
+
+
+class ClusterSource(DataDirSource):
+    """A running cluster: what :class:`DataDirSource` reads, plus live runs and the cluster view."""
+
+    mode = "cluster"
+
+    def __init__(self, config: Settings) -> None:
+        super().__init__(config)
+        self._clients: dict[str, Any] = {}
+        self._pool_samples: dict[str, tuple[float, int]] = {}
+
+    async def live_runtime(self, name: str) -> Any | None:
+        """A client's runtime, only for a workspace awake now (a dashboard never wakes one)."""
+        rows = {r["name"]: r for r in await self.workspaces()}
+        if rows.get(name, {}).get("state") != "awake":
+            return None
+        client = self._clients.get(name)
+        if client is None:
+            import computer
+
+            client = self._clients[name] = await computer.get_workspace(name)
+        return client.runtime
+
+    async def cluster(self) -> dict[str, Any]:
+        import ray
+
+        from ..actors import NAMESPACE
+        from ..actors.naming import OWNER_PREFIX, data_dir_key
+
+        view = await super().cluster()
+        view["mode"] = self.mode
+        nodes = await asyncio.to_thread(ray.nodes)
+        view["nodes"] = [
+            {
+                "id": str(n["NodeID"])[:12],
+                "address": n.get("NodeManagerAddress"),
+                "cpus": n.get("Resources", {}).get("CPU", 0),
+                "memory_gib": round(n.get("Resources", {}).get("memory", 0) / 2**30, 1),
+            }
+            for n in nodes
+            if n.get("Alive")
+        ]
+        actors = await asyncio.to_thread(ray.util.list_named_actors, all_namespaces=True)
+        here = f"{OWNER_PREFIX}{data_dir_key(self.config.data_dir)}:"
+        pools: list[dict[str, Any]] = []
+        owners = 0
+        now = time.monotonic()
+        for actor in actors:
+            actor_name = str(actor.get("name", "")) if isinstance(actor, dict) else str(actor)
+            if actor_name.startswith(here):
+                owners += 1
+            if not actor_name.startswith("computer:pool:"):
+                continue
+            try:
+                handle = ray.get_actor(actor_name, namespace=NAMESPACE)
+                stats: dict[str, Any] = await asyncio.wait_for(handle.stats.remote(), 2.0)
+            except Exception:
+                continue
+            runs = int(stats.get("runs", 0))
+            before = self._pool_samples.get(actor_name)
+            self._pool_samples[actor_name] = (now, runs)
+            rate = None if before is None or now <= before[0] else (runs - before[1]) / (now - before[0])
+            pools.append(
+                {
+                    "worker": actor_name.removeprefix("computer:pool:"),
+                    "node": str(stats.get("node_id", ""))[:12],
+                    "running": len(stats.get("running", [])),
+                    "runs": runs,
+                    "runs_per_s": None if rate is None else round(rate, 2),
+                }
+            )
+        view["pools"] = sorted(pools, key=lambda p: str(p["worker"]))
+        view["owner_actors"] = owners
+        return view
+
+
+Source = DataDirSource
