@@ -132,11 +132,11 @@ def tool(
 
     if tool_name is None or show_help:
         if tool_name is not None:
-            console.print(_run(lambda: tool_help(tool_name)), markup=False, highlight=False)
+            console.print(_run(lambda: tool_help(tool_name)), markup=False, highlight=False, soft_wrap=True)
         else:
-            console.print(ctx.get_help(), markup=False, highlight=False)
+            console.print(ctx.get_help(), markup=False, highlight=False, soft_wrap=True)
             console.print()
-            console.print(tools_overview(), markup=False, highlight=False)
+            console.print(tools_overview(), markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(0 if show_help or name is None else 2)
     assert name is not None
     options = _options(ctx)
@@ -153,7 +153,7 @@ def tools(
     from ._tool import tool_help, tools_overview
 
     text = _run(lambda: tool_help(tool_name) if tool_name else tools_overview())
-    console.print(text, markup=False, highlight=False)
+    console.print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("ls", help=f"List the workspaces: awake or asleep, size, last activity, live runs. {NO_RAY}")
@@ -206,6 +206,45 @@ def shell(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Workspac
 
     options = _options(ctx)
     _run_async(lambda: run_shell(options, name, console))
+
+
+LIVE = (
+    "A live sandbox runs in the process that owns the workspace: joins the cluster of --address (or "
+    "RAY_ADDRESS); with none, says where the workspace is awake."
+)
+
+
+@app.command(
+    help=f"List the processes of a workspace's live sandbox (pid, start, cpu, memory, command). {LIVE}"
+)
+def ps(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="Exec backend (default: the first).")
+    ] = None,
+) -> None:
+    from ._ps import list_processes
+
+    options = _options(ctx)
+    raise typer.Exit(_run_async(lambda: list_processes(options, name, backend, console)))
+
+
+@app.command(
+    help=f"Kill one process of a workspace's live sandbox (its PID as `computer ps` shows it). {LIVE}"
+)
+def kill(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    pid: Annotated[int, typer.Argument(help="Process id, as `computer ps` lists it.")],
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="Exec backend (default: the first).")
+    ] = None,
+) -> None:
+    from ._ps import kill_process
+
+    options = _options(ctx)
+    raise typer.Exit(_run_async(lambda: kill_process(options, name, pid, backend, console)))
 
 
 @app.command(help=f"Serve one workspace's tools over MCP on stdin/stdout (for MCP clients). {IN_PROCESS}")
