@@ -208,6 +208,45 @@ def shell(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Workspac
     _run_async(lambda: run_shell(options, name, console))
 
 
+LIVE = (
+    "A live sandbox runs in the process that owns the workspace: joins the cluster of --address (or "
+    "RAY_ADDRESS); with none, says where the workspace is awake."
+)
+
+
+@app.command(
+    help=f"List the processes of a workspace's live sandbox (pid, start, cpu, memory, command). {LIVE}"
+)
+def ps(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="Exec backend (default: the first).")
+    ] = None,
+) -> None:
+    from ._ps import list_processes
+
+    options = _options(ctx)
+    raise typer.Exit(_run_async(lambda: list_processes(options, name, backend, console)))
+
+
+@app.command(
+    help=f"Kill one process of a workspace's live sandbox (its PID as `computer ps` shows it). {LIVE}"
+)
+def kill(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    pid: Annotated[int, typer.Argument(help="Process id, as `computer ps` lists it.")],
+    backend: Annotated[
+        str | None, typer.Option("--backend", help="Exec backend (default: the first).")
+    ] = None,
+) -> None:
+    from ._ps import kill_process
+
+    options = _options(ctx)
+    raise typer.Exit(_run_async(lambda: kill_process(options, name, pid, backend, console)))
+
+
 @app.command(help=f"Serve one workspace's tools over MCP on stdin/stdout (for MCP clients). {IN_PROCESS}")
 def mcp(
     ctx: typer.Context,

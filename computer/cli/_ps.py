@@ -1,0 +1,83 @@
+"""``computer ps NAME`` and ``computer kill NAME PID``: the processes of a workspace's live sandbox.
+
+A live sandbox lives in the process that owns the workspace (an owner actor of a cluster, or the
+process of a ``computer shell`` session) and ends with it. So these commands join the cluster named
+by ``--address``/``RAY_ADDRESS``; with none, the workspace is opened in this process only to say
+where it is awake (or that it is asleep, when nothing of it can be running).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from rich.console import Console
+from rich.table import Table
+
+from ._context import CliError, GlobalOptions
+from ._workspaces import open_workspace
+
+__all__ = ["kill_process", "list_processes"]
+
+_ASLEEP = (
+    "workspace {name!r} is asleep: no live sandbox, nothing of it runs (a live sandbox lives in the "
+    "process that owns the workspace: join its cluster with --address or RAY_ADDRESS)"
+)
+
+
+async def list_processes(options: GlobalOptions, name: str, backend: str | None, console: Console) -> int:
+    async with open_workspace(options, name, backends=False, assets=False) as workspace:
+        if options.local:
+            console.print(_ASLEEP.format(name=name), markup=False, highlight=False)
+            return 0
+        try:
+            found = await workspace.runtime.processes(backend=backend)
+        except ValueError as exc:  # an unknown backend: the message lists the configured ones
+            raise CliError(str(exc), code=2) from None
+    if not found:
+        console.print(f"no processes: workspace {name!r} has no live sandbox running anything")
+        return 0
+    table = Table(box=None, header_style="bold")
+    for column in ("PID", "STARTED", "CPU", "RSS", "EXEC", "COMMAND"):
+        table.add_column(
+            column,
+            no_wrap=column != "COMMAND",
+            justify="right" if column in ("PID", "CPU", "RSS") else "left",
+        )
+    now = datetime.now(UTC)
+    for p in found:
+        table.add_row(
+            str(p.pid),
+            _ago(now, p.started),
+            f"{p.cpu_seconds:.1f}s",
+            f"{p.rss_bytes / 2**20:.1f}M",
+            p.exec_id or "",
+            p.command,
+        )
+    console.print(table)
+    return 0
+
+
+async def kill_process(
+    options: GlobalOptions, name: str, pid: int, backend: str | None, console: Console
+) -> int:
+    async with open_workspace(options, name, backends=False, assets=False) as workspace:
+        if options.local:
+            raise CliError(_ASLEEP.format(name=name), code=1)
+        try:
+            await workspace.runtime.kill_process(pid, backend=backend)
+        except ProcessLookupError as exc:
+            raise CliError(str(exc) or f"no process {pid}", code=1) from None
+        except ValueError as exc:
+            raise CliError(str(exc), code=2) from None
+    console.print(f"killed {pid}")
+    return 0
+
+
+def _ago(now: datetime, then: datetime) -> str:
+    seconds = max(0.0, (now - then).total_seconds())
+    if seconds < 120:
+        return f"{seconds:.0f}s ago"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f}m ago"
+    return time.strftime("%H:%M:%S", then.timetuple())

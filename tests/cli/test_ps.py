@@ -1,0 +1,48 @@
+"""``computer ps`` and ``computer kill`` (issue 18): the processes of a workspace's live sandbox on a
+cluster, from separate CLI calls; with no cluster, ``ps`` says the workspace is asleep."""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from pathlib import Path
+
+from .conftest import cli_env, run_cli
+
+
+def test_ps_lists_a_background_process_and_kill_ends_it(two_node_cluster: str, tmp_path: Path) -> None:
+    name = f"ps-{uuid.uuid4().hex[:8]}"
+    base = ["--data-dir", str(tmp_path), "--address", two_node_cluster]
+    env = cli_env()
+    started = run_cli(
+        [
+            *base,
+            "tool",
+            name,
+            "exec",
+            json.dumps({"command": "setsid sleep 777.25 > /dev/null 2>&1 & echo ok"}),
+        ],
+        env=env,
+    )
+    assert started.returncode == 0, started.stderr
+    assert json.loads(started.stdout)["stdout"] == "ok\n"
+
+    listed = run_cli([*base, "ps", name], env=env)
+    assert listed.returncode == 0, listed.stderr
+    line = next(row for row in listed.stdout.splitlines() if "sleep 777.25" in row)
+    pid = int(re.match(r"\s*(\d+)", line).group(1))  # type: ignore[union-attr]
+
+    killed = run_cli([*base, "kill", name, str(pid)], env=env)
+    assert killed.returncode == 0, killed.stderr
+    after = run_cli([*base, "ps", name], env=env)
+    assert "sleep 777.25" not in after.stdout
+
+    missing = run_cli([*base, "kill", name, "99999"], env=env)
+    assert missing.returncode == 1 and "99999" in missing.stderr
+
+
+def test_ps_without_a_cluster_says_the_workspace_is_asleep(tmp_path: Path) -> None:
+    proc = run_cli(["--data-dir", str(tmp_path), "ps", "nothing-runs"], env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    assert "asleep" in proc.stdout
