@@ -106,7 +106,8 @@ def _json_kind(value: Any) -> str:
     return type(value).__name__
 
 
-# Names other tool sets (Claude Code, Codex, the seed's Think tools, shell habits) give to our fields,
+# Names other tool sets (Claude Code, Anthropic's text editor, Codex, the seed's Think tools, shell
+# habits) give to our fields,
 # folded (lower case, no "_"/"-"), mapped to the field each most likely means.
 SYNONYMS: dict[str, tuple[str, ...]] = {
     "file": ("path",),
@@ -140,6 +141,7 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "body": ("content",),
     "contents": ("content",),
     "filecontent": ("content",),
+    "filetext": ("content",),
     "pattern": ("query", "include"),
     "regexp": ("regex", "query"),
     "search": ("query", "pattern"),
@@ -162,10 +164,12 @@ SYNONYMS: dict[str, tuple[str, ...]] = {
     "r": ("recursive",),
     "force": ("recursive",),
     "oldstring": ("oldText",),
+    "oldstr": ("oldText",),
     "old": ("oldText",),
     "searchtext": ("oldText",),
     "find": ("oldText",),
     "newstring": ("newText",),
+    "newstr": ("newText",),
     "new": ("newText",),
     "replace": ("newText",),
     "replacement": ("newText",),
@@ -199,7 +203,9 @@ def _fold(name: str) -> str:
 
 def suggest_name(unknown: str, valid: tuple[str, ...]) -> str | None:
     """The valid name ``unknown`` most likely meant, or ``None`` when nothing is close."""
-    folded = {_fold(name): name for name in valid}
+    folded: dict[str, str] = {}
+    for name in valid:
+        folded.setdefault(_fold(name), name)  # the first spelling of a name is the one suggested
     key = _fold(unknown)
     if key in folded:
         return folded[key]
@@ -233,8 +239,9 @@ def unknown_arguments_problem(model: type[BaseModel], args: Mapping[str, Any]) -
     if not unknown:
         return None
     described = []
+    candidates = (*shown, *getattr(model, "extra_argument_names", ()))
     for key in unknown:
-        guess = suggest_name(str(key), shown)
+        guess = suggest_name(str(key), candidates)
         described.append(f"{key!r} (did you mean {guess!r}?)" if guess else repr(key))
     noun = "argument" if len(unknown) == 1 else "arguments"
     return f"Unknown {noun} {', '.join(described)}. Valid arguments: {', '.join(shown) or 'none'}."

@@ -152,3 +152,37 @@ def test_unknown_option_keys_are_errors() -> None:
 
     with pytest.raises(ValueError, match="maxLine"):
         coerce_options(ReadOptions, {"maxLine": 1})
+
+
+@pytest.mark.parametrize(
+    ("name", "args", "meant"),
+    [
+        ("grep", {"query": "x", "ignorecase": True}, ("ignorecase", "ignoreCase")),
+        ("grep", {"query": "x", "IgnoreCase": True}, ("IgnoreCase", "ignoreCase")),
+        ("grep", {"query": "x", "case_insensitive": True}, ("case_insensitive", "ignoreCase")),
+        ("grep", {"pattern": "x"}, ("pattern", "query")),
+        ("read", {"path": "/a.txt", "startLine": 9}, ("startLine", "offset")),
+        ("read", {"file_path": "/a.txt"}, ("file_path", "path")),
+        ("read", {"path": "/a.txt", "limt": 2}, ("limt", "limit")),
+        ("write", {"path": "/a.txt", "file_text": "x"}, ("file_text", "content")),
+        ("edit", {"path": "/a.txt", "old_string": "x", "new_string": "y"}, ("old_string", "oldText")),
+        ("edit", {"path": "/a.txt", "old_str": "x", "new_str": "y"}, ("new_str", "newText")),
+        ("delete", {"path": "/a.txt", "recurse": True}, ("recurse", "recursive")),
+        ("exec", {"cmd": "true"}, ("cmd", "command")),
+        ("find", {"glob": "*.py"}, ("glob", "pattern")),
+    ],
+)
+async def test_an_unknown_name_suggests_the_name_it_most_likely_meant(
+    every_tool: dict[str, Tool], name: str, args: dict[str, Any], meant: tuple[str, str]
+) -> None:
+    result = await every_tool[name].run(args)
+    wrong, right = meant
+    assert f"{wrong!r} (did you mean {right!r}?)" in result["error"], result
+
+
+async def test_no_suggestion_when_nothing_is_close(every_tool: dict[str, Tool]) -> None:
+    result = await every_tool["ls"].run({"path": "/", "zebra": 1})
+    assert (
+        result["error"]
+        == "Invalid arguments: Unknown argument 'zebra'. Valid arguments: limit, offset, path."
+    )
