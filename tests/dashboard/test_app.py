@@ -1,0 +1,143 @@
+"""The dashboard over HTTP: pages, fragments, the file viewer, event streams and who may read it."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import httpx
+import pytest
+
+from computer.config import Settings
+from computer.dashboard import AccessPolicy, DataDirSource, check_origin, is_loopback
+from computer.storage import audit_caller
+from computer.tools import create_tools
+
+from .conftest import PNG, Serve, open_workspace
+
+
+async def test_pages_show_workspaces_timeline_files_and_links(settings: Settings, serve: Serve) -> None:
+    ws = open_workspace(settings, "alpha")
+    tools = create_tools(ws)
+    with audit_caller(agent="fixer", adapter="openai"):
+        await tools["write"].run({"path": "/workspace/notes.md", "content": "# hello <b>world</b>\n"})
+        await tools["read"].run({"path": "/workspace/missing.md"})
+    await ws.fs.write_file("/workspace/pic.png", PNG)
+    await ws.fs.write_file("/workspace/x.svg", b"<svg onload=alert(1)></svg>")
+    ws.audit.flush()
+    base = await serve(DataDirSource(settings, workspaces={"alpha": ws}))
+    async with httpx.AsyncClient(base_url=base) as http:
+        index = await http.get("/")
+        assert index.status_code == 200 and 'data-name="alpha"' in index.text
+        assert "default-src 'self'" in index.headers["content-security-policy"]
+        rows = (await http.get("/fragments/workspaces")).text
+        assert "alpha" in rows and "awake in this process" in rows
+        page = (await http.get("/w/alpha")).text
+        assert "/workspace/notes.md" in page and "fixer via openai" in page and "No such file" in page
+        listing = (await http.get("/w/alpha/files", params={"path": "/workspace"})).text
+        assert "notes.md" in listing and "pic.png" in listing
+        text = (await http.get("/w/alpha/file", params={"path": "/workspace/notes.md"})).text
+        assert "# hello &lt;b&gt;world&lt;/b&gt;" in text  # escaped, never markup
+        image = await http.get("/w/alpha/raw", params={"path": "/workspace/pic.png"})
+        assert (
+            image.status_code == 200 and image.content == PNG and image.headers["content-type"] == "image/png"
+        )
+        svg = await http.get("/w/alpha/raw", params={"path": "/workspace/x.svg"})
+        assert svg.status_code == 404  # an SVG can carry script: shown as text only
+        assert "&lt;svg onload" in (await http.get("/w/alpha/file", params={"path": "/workspace/x.svg"})).text
+        assert (await http.get("/w/nobody")).status_code == 404
+        records = (await http.get("/api/w/alpha/records", params={"status": "error"})).json()
+        assert [r["tool"] for r in records] == ["read"]
+        assert "embedded view" in (await http.get("/cluster")).text
+        assert (await http.post("/")).status_code == 405  # read-only
+    await ws.close()
+
+
+async def test_the_timeline_streams_new_records_as_server_sent_events(
+    settings: Settings, serve: Serve
+) -> None:
+    ws = open_workspace(settings, "beta")
+    tools = create_tools(ws)
+    await tools["ls"].run({"path": "/"})
+    ws.audit.flush()
+    base = await serve(DataDirSource(settings))
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        async with http.stream("GET", "/events/w/beta/audit", params={"after": ws.audit.top()}) as stream:
+            assert stream.headers["content-type"].startswith("text/event-stream")
+            lines = stream.aiter_lines()
+
+            async def next_event() -> tuple[str, str]:
+                event = data = ""
+                async for line in lines:
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("data: "):
+                        data += line[6:]
+                    elif not line and event:
+                        return event, data
+                raise AssertionError("the stream ended")
+
+            await tools["write"].run({"path": "/workspace/new.txt", "content": "x"})
+            event, row = await asyncio.wait_for(next_event(), 10)
+    assert event == "record" and "/workspace/new.txt" in row and 'class="record ok"' in row
+    await ws.close()
+
+
+async def test_a_finished_runs_output_comes_from_its_journal(settings: Settings, serve: Serve) -> None:
+    from computer.runtime.shell import ShellBackend
+
+    ws = open_workspace(settings, "gamma", backends=[ShellBackend()])
+    result = await (await ws.runtime.exec("echo from-the-run; echo oops >&2; exit 4")).result()
+    await ws.close()  # the owner is gone: the dashboard reads the file alone
+    base = await serve(DataDirSource(settings))
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        page = (await http.get(f"/w/gamma/runs/{result.id}")).text
+        assert "echo from-the-run" in page
+        body = (await http.get(f"/events/w/gamma/runs/{result.id}")).text
+    snapshot = json.loads(next(line[6:] for line in body.splitlines() if line.startswith("data: {")))
+    assert snapshot["stdout"] == "from-the-run\n" and snapshot["stderr"] == "oops\n"
+    assert (snapshot["status"], snapshot["exit_code"], snapshot["live"]) == ("failed", 4, False)
+    assert "event: done" in body
+
+
+def test_loopback_and_the_share_link_origin() -> None:
+    assert is_loopback("127.0.0.1") and is_loopback("127.0.0.2") and is_loopback("::1")
+    assert is_loopback("localhost") and not is_loopback("0.0.0.0") and not is_loopback("192.0.2.7")
+    with pytest.raises(ValueError, match="share links"):
+        check_origin("127.0.0.1", 8787, "http://127.0.0.1:8787")
+    with pytest.raises(ValueError, match="share links"):
+        check_origin("localhost", 8787, "http://127.0.0.1:8787")
+    check_origin("127.0.0.1", 8788, "http://127.0.0.1:8787")
+    assert AccessPolicy.for_bind("127.0.0.1", None).token is None
+    assert len(AccessPolicy.for_bind("0.0.0.0", None).token or "") >= 24  # a token is always made
+
+
+async def test_a_non_loopback_bind_refuses_requests_without_its_token(
+    settings: Settings, serve: Serve
+) -> None:
+    # The policy of a dashboard bound to a non-loopback address, served here on 127.0.0.1 (tests never
+    # touch other addresses): the token logic is what is under test.
+    policy = AccessPolicy.for_bind("192.0.2.7", "s3cret-token-value")
+    base = await serve(DataDirSource(settings), policy)
+    async with httpx.AsyncClient(base_url=base) as http:
+        refused = await http.get("/")
+        assert refused.status_code == 401 and "token" in refused.text
+        assert (await http.get("/api/workspaces")).status_code == 401
+        assert (await http.get("/events/w/x/audit")).status_code == 401
+        assert (await http.get("/", params={"token": "wrong"})).status_code == 401
+        assert (await http.get("/", headers={"Authorization": "Bearer wrong"})).status_code == 401
+        opened = await http.get("/", params={"token": "s3cret-token-value"})
+        assert opened.status_code == 200 and "HttpOnly" in opened.headers["set-cookie"]
+        assert (await http.get("/api/workspaces")).status_code == 200  # the cookie now
+    async with httpx.AsyncClient(base_url=base) as other:
+        bearer = await other.get("/api/workspaces", headers={"Authorization": "Bearer s3cret-token-value"})
+        assert bearer.status_code == 200
+
+
+async def test_a_loopback_bind_answers_only_loopback_host_names(settings: Settings, serve: Serve) -> None:
+    base = await serve(DataDirSource(settings))
+    async with httpx.AsyncClient(base_url=base) as http:
+        assert (await http.get("/")).status_code == 200
+        assert (await http.get("/", headers={"Host": "localhost"})).status_code == 200
+        rebound = await http.get("/", headers={"Host": "attacker.example"})  # DNS rebinding
+        assert rebound.status_code == 401
