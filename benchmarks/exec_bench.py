@@ -22,6 +22,10 @@ Every figure is printed next to a baseline measured in the same run on the same 
    4 KiB change inside a 100 MB file against a 4 KiB file change (target <= 2x); the peak RSS of this
    process (the owner and the worker in one, embedded) above idle while 2 GiB sync both ways (target
    <= 128 MiB); ``git status`` in a 5,000-file repository, through exec against the host.
+5. Live sandboxes (``--only-live`` runs this and section 3 only): the cost of starting one, a warm
+   call inside one against a fresh sandbox per call (section 1), the delay from a write on one side
+   to its visibility on the other (p50/p95), and this process's RSS per live sandbox holding a
+   background process. Section 3 runs both in a live sandbox and with a fresh sandbox per call.
 
 Usage: ``python benchmarks/exec_bench.py [--runs N] [--pause S] [--no-pool] [--scratch DIR]``.
 """
@@ -118,14 +122,22 @@ async def latency(backend: ShellBackend, runs: int, pause: float, pool: bool) ->
 
         cloudpickle.register_pickle_by_value(pool_bench)  # its actor class travels to Ray's workers
         computer.init(data_dir=tempfile.mkdtemp(prefix="exec-bench-"))
+    per_call = ShellBackend(live=False)
     for gap, label in ((0.0, "back to back"), (pause, f"after {pause * 1000:.0f} ms")):
-        async with computer.Workspace(backends=[backend]) as ws:
-            await ws.fs.mkdir("/workspace")
-            await run_ok(ws, "true")
-            embedded = await timed(lambda ws=ws: run_ok(ws, "true"), runs, gap)
+        figures = {}
+        for kind, chosen in (("per call", per_call), ("live", backend)):
+            async with computer.Workspace(backends=[chosen]) as ws:
+                await ws.fs.mkdir("/workspace")
+                await run_ok(ws, "true")
+                figures[kind] = await timed(lambda ws=ws: run_ok(ws, "true"), runs, gap)
+        for kind, embedded in figures.items():
+            print(
+                f"  shell, embedded, {kind:8s} {label:14s}{embedded:8.2f} ms   {embedded / bash:5.2f}x bash, "
+                f"{embedded / bwrap:5.2f}x bwrap"
+            )
         print(
-            f"  shell backend, embedded, {label:14s}{embedded:8.2f} ms   {embedded / bash:5.2f}x bash, "
-            f"{embedded / bwrap:5.2f}x bwrap"
+            f"  live sandbox vs a fresh sandbox per call: {figures['per call'] / figures['live']:.2f}x faster "
+            "(target >= 2x)"
         )
         if pool:
             client, _, _, _ = await pool_bench.pool_latency(runs, gap)
@@ -164,8 +176,9 @@ async def sync_cost(backend: ShellBackend, runs: int) -> None:
 
 
 async def fs_bench(backend: ShellBackend, repeats: int, pause: float) -> None:
+    kind = "in a live sandbox" if backend.live else "a fresh sandbox per call"
     print(
-        "== 3. shell fs benchmark: each step one exec incl. sync bracket vs bare bash on tmpfs "
+        f"== 3. shell fs benchmark ({kind}): each step one exec incl. sync vs bare bash on tmpfs "
         f"(each step of both after an untimed {pause * 1000:.0f} ms pause)"
     )
     shm = TMPFS
@@ -350,6 +363,77 @@ async def size_bench(scratch: str | None) -> None:
         print(f"  git status, 5,000 files: exec {ours:8.2f} ms   host {bare:8.2f} ms   {ours / bare:5.2f}x")
 
 
+async def live_bench(runs: int) -> None:
+    """Section 5: live sandboxes (issue 18)."""
+    print("== 5. live sandboxes")
+    backend = ShellBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run_ok(ws, "true")
+        warm = await timed(lambda: run_ok(ws, "true"), runs, 0.05)
+        starts = []
+        for _ in range(runs):
+            await ws.runtime.end_sandbox()
+            await asyncio.sleep(0.1)  # the mirror's next standby sandbox gets ready meanwhile
+            start = time.perf_counter()
+            await run_ok(ws, "true")
+            starts.append(time.perf_counter() - start)
+        first = median_ms(starts)
+        print(
+            f"  first run after end_sandbox {first:8.2f} ms; a warm run {warm:8.2f} ms; so starting a live "
+            f"sandbox costs {first - warm:6.2f} ms (target <= 20 ms)"
+        )
+        # Write -> visible delays, both ways, while a background process keeps the sandbox busy.
+        await run_ok(ws, "setsid sleep 600 > /dev/null 2>&1 &")
+        to_ws, to_box = [], []
+        for i in range(runs):
+            handle = await ws.runtime.exec(f"sleep 0.05; echo {i} > out{i}; echo wrote")
+            async for snap in handle:
+                if "wrote" in snap.stdout:
+                    break
+            written = time.perf_counter()
+            while not await ws.fs.exists(f"/workspace/out{i}"):  # noqa: ASYNC110 - the polling is measured
+                await asyncio.sleep(0.005)
+            to_ws.append(time.perf_counter() - written)
+            await handle.result()
+        mirror = backend._live[str(ws.id)].mirror  # the host directory the sandbox sees
+        for i in range(runs):
+            await ws.fs.write_file(f"/workspace/in{i}", b"x")
+            written = time.perf_counter()
+            while not mirror.host(f"/workspace/in{i}").exists():  # noqa: ASYNC110 - the polling is measured
+                await asyncio.sleep(0.005)
+            to_box.append(time.perf_counter() - written)
+        for label, samples in (("sandbox -> ws.fs", to_ws), ("ws.fs -> sandbox", to_box)):
+            ordered = sorted(samples)
+            p95 = ordered[min(len(ordered) - 1, int(len(ordered) * 0.95))] * 1000
+            print(f"  {label}: p50 {median_ms(samples):6.1f} ms, p95 {p95:6.1f} ms (target p95 <= 250 ms)")
+    # What a live sandbox holding one background process costs this process (the worker).
+    count = 20
+    workspaces = [computer.Workspace(backends=[backend]) for _ in range(count)]
+    try:
+        for ws in workspaces:
+            await ws.fs.mkdir("/workspace")
+        await run_ok(workspaces[0], "true")
+        before = _rss_mib()
+        for ws in workspaces[1:]:
+            await run_ok(ws, "setsid sleep 600 > /dev/null 2>&1 &")
+        per = (_rss_mib() - before) / (count - 1)
+        print(
+            f"  this process's RSS per live sandbox holding a background process: {per:.2f} MiB (target <= 10)"
+        )
+    finally:
+        for ws in workspaces:
+            await ws.close()
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -361,6 +445,7 @@ async def main() -> None:
     parser.add_argument("--no-pool", action="store_true", help="skip the warm-pool latency (no Ray)")
     parser.add_argument("--no-size", action="store_true", help="skip the sync-at-size section (4)")
     parser.add_argument("--only-size", action="store_true", help="run only the sync-at-size section (4)")
+    parser.add_argument("--only-live", action="store_true", help="run only the live-sandbox section (5)")
     args = parser.parse_args()
     backend = ShellBackend(scratch_dir=args.scratch)
     print(f"shell backend: startup {backend.info.startup_ms} ms; mirrors in {backend.scratch}")
@@ -368,10 +453,16 @@ async def main() -> None:
     if args.only_size:
         await size_bench(args.scratch)
         return
+    if args.only_live:
+        await live_bench(args.runs)
+        await fs_bench(backend, args.repeats, args.pause)
+        return
     await latency(backend, args.runs, args.pause, not args.no_pool)
     await python_latency(args.runs, max(args.pause, 0.3))
     await sync_cost(backend, args.runs)
     await fs_bench(backend, args.repeats, args.pause)
+    await fs_bench(ShellBackend(live=False, scratch_dir=args.scratch), args.repeats, args.pause)
+    await live_bench(args.runs)
     if not args.no_size:
         await size_bench(args.scratch)
 

@@ -55,7 +55,15 @@ from ._sync import MirrorSync, Synced
 from ._tasks import in_background, run_to_completion
 from .types import ProcessInfo
 
-__all__ = ["BACKGROUND_LOG_BYTES", "SYNC_INTERVAL", "LiveSandbox", "LiveSandboxError", "background_log"]
+__all__ = [
+    "BACKGROUND_LOG_BYTES",
+    "SYNC_INTERVAL",
+    "Launched",
+    "LiveSandbox",
+    "LiveSandboxError",
+    "background_log",
+    "launch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +90,97 @@ BACKGROUND_LOG_DIR = "/.computer/output"
 def background_log(exec_id: str) -> str:
     """Where what a run's background processes print after it returned is kept (workspace path)."""
     return f"{BACKGROUND_LOG_DIR}/{exec_id}.background.log"
+
+
+@dataclass
+class Launched:
+    """A sandbox whose init runs and reported in, not yet bound to a workspace's run (it can be
+    started ahead, like a standby sandbox: see the shell backend's warm sandboxes)."""
+
+    process: SandboxProcess
+    channel: socket.socket
+    bridge_dir: Path
+    baseline: int  # tasks in its pids group with only the init (and bubblewrap) running
+
+    def usable(self) -> bool:
+        """Its init still waits: alive, channel open, nothing said (it speaks only when asked)."""
+        if self.process.proc.returncode is not None or self.channel.fileno() < 0:
+            return False
+        readable, _, _ = select.select([self.channel], [], [], 0)
+        return not readable
+
+    async def discard(self) -> None:
+        self.channel.close()
+        await self.process.discard()
+        await asyncio.to_thread(AssetsBridge.remove_directory, self.bridge_dir)
+
+    def discard_now(self) -> None:
+        self.channel.close()
+        self.process.kill_now()
+        AssetsBridge.remove_directory(self.bridge_dir)
+
+
+async def launch(
+    standby: Standby, bridge_dir: Path, *, inside_dir: str, host_ids: tuple[int, int] | None
+) -> Launched:
+    """Start the init in ``standby`` (whose binds hold ``bridge_dir`` at ``inside_dir``) and wait
+    until it reports in."""
+    loop = asyncio.get_running_loop()
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK)
+    try:
+        path = bridge_dir / SOCKET_NAME
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        listener.bind(str(path))
+        if host_ids is not None:
+            os.chown(path, *host_ids)
+        listener.listen(1)
+        script = bridge_dir / "live_init.py"
+        shutil.copyfile(INIT_SCRIPT, script)
+        script.chmod(0o644)
+        process = await standby.start(
+            [INIT_PYTHON, "-I", "-S", f"{inside_dir}/live_init.py", f"{inside_dir}/{SOCKET_NAME}"],
+            cwd="/",
+            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
+        )
+        try:
+            channel, _ = await asyncio.wait_for(loop.sock_accept(listener), _START_TIMEOUT)
+        except BaseException:
+            await run_to_completion(process.discard())
+            raise
+    finally:
+        listener.close()
+    channel.setblocking(False)
+    await asyncio.to_thread(_protect_init, process)
+    return Launched(process, channel, bridge_dir, _tasks_in(process) or 0)
+
+
+def _pids_group(process: SandboxProcess) -> Path | None:
+    return next((g for g in process.cgroups if "pids" in g.parts), None)
+
+
+def _tasks_in(process: SandboxProcess) -> int | None:
+    group = _pids_group(process)
+    if group is None:
+        return None
+    try:
+        return int((group / "pids.current").read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _protect_init(process: SandboxProcess) -> None:
+    """Out of memory, the kernel kills a command, never the init or bubblewrap (which would end the
+    sandbox): their ``oom_score_adj`` is -1000 (root only; commands set theirs to 500)."""
+    for group in process.cgroups:
+        try:
+            pids = (group / "cgroup.procs").read_text().split()
+        except OSError:
+            continue
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                Path(f"/proc/{pid}/oom_score_adj").write_text("-1000")
+        return
 
 
 @dataclass
@@ -180,65 +279,18 @@ class LiveSandbox:
     # ------------------------------------------------------------------ start
 
     @classmethod
-    async def start(
-        cls,
-        standby: Standby,
-        bridge_dir: Path,
-        *,
-        inside_dir: str,
-        **fields: Any,
-    ) -> LiveSandbox:
-        """Start the init in ``standby`` (whose binds hold ``bridge_dir`` at ``inside_dir``) and wait
-        until it reports in. ``fields`` are the constructor's."""
-        loop = asyncio.get_running_loop()
-        host_ids: tuple[int, int] | None = fields["host_ids"]
-        listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK)
-        try:
-            path = bridge_dir / SOCKET_NAME
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
-            listener.bind(str(path))
-            if host_ids is not None:
-                os.chown(path, *host_ids)
-            listener.listen(1)
-            script = bridge_dir / "live_init.py"
-            shutil.copyfile(INIT_SCRIPT, script)
-            script.chmod(0o644)
-            process = await standby.start(
-                [INIT_PYTHON, "-I", "-S", f"{inside_dir}/live_init.py", f"{inside_dir}/{SOCKET_NAME}"],
-                cwd="/",
-                env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-            )
-            try:
-                channel, _ = await asyncio.wait_for(loop.sock_accept(listener), _START_TIMEOUT)
-            except BaseException:
-                await run_to_completion(process.discard())
-                raise
-        finally:
-            listener.close()
-        channel.setblocking(False)
-        sandbox = cls(process=process, channel=channel, bridge_dir=bridge_dir, **fields)
-        sandbox._baseline = sandbox._tasks() or 0
-        await asyncio.to_thread(sandbox._protect_init)
-        loop.add_reader(channel.fileno(), sandbox._readable)
-        # The program's own output is not read by anyone: the init writes nothing, a crash says why.
-        sandbox.bridge = AssetsBridge(sandbox.ctx, sandbox.mirror, bridge_dir)
+    async def start(cls, launched: Launched, **fields: Any) -> LiveSandbox:
+        """A live sandbox over the init ``launched`` (see :func:`launch`); ``fields`` are the
+        constructor's."""
+        sandbox = cls(
+            process=launched.process, channel=launched.channel, bridge_dir=launched.bridge_dir, **fields
+        )
+        sandbox._baseline = launched.baseline
+        sandbox.loop.add_reader(launched.channel.fileno(), sandbox._readable)
+        sandbox.bridge = AssetsBridge(sandbox.ctx, sandbox.mirror, launched.bridge_dir)
         await sandbox.bridge.__aenter__()
         sandbox._ticker = asyncio.create_task(sandbox._tick())
         return sandbox
-
-    def _protect_init(self) -> None:
-        """Out of memory, the kernel kills a command, never the init or bubblewrap (which would end
-        the sandbox): their ``oom_score_adj`` is -1000 (root only; commands set theirs to 500)."""
-        for group in self.process.cgroups:
-            try:
-                pids = (group / "cgroup.procs").read_text().split()
-            except OSError:
-                continue
-            for pid in pids:
-                with contextlib.suppress(OSError):
-                    Path(f"/proc/{pid}/oom_score_adj").write_text("-1000")
-            return
 
     @property
     def alive(self) -> bool:

@@ -26,7 +26,7 @@ from ._backend import (
     SyncLimits,
 )
 from ._cgroups import cgroup_writable
-from ._live import INIT_PYTHON, LiveSandbox, LiveSandboxError
+from ._live import INIT_PYTHON, Launched, LiveSandbox, LiveSandboxError, launch
 from ._mirror import Mirror, MirrorPool
 from ._process import ProcessOutcome, out_of_memory_error, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, in_background, run_to_completion
@@ -150,8 +150,19 @@ class ShellBackend:
         return (
             f"Runs a bash command in a sandbox. The workspace's {self.mount_root} appears at "
             f"{self.mount_root} (the default working directory); files created, changed or deleted there "
-            f"are saved back to the workspace when the command ends. Anything outside {self.mount_root} "
-            "(e.g. /tmp) is private to the run. File contents, modes, mtimes, symlinks, hard links and "
+            + (
+                "are saved back to the workspace while the command runs (within about a quarter of a "
+                "second) and when it ends, and workspace changes reach running commands as fast. "
+                "Commands of this workspace share one sandbox: a process started in the background "
+                "(`server &`) keeps running after the command returns and later commands reach it "
+                "(on 127.0.0.1); what it prints afterwards goes to /.computer/output/<exec id>."
+                "background.log. Killing a command or its timeout ends its process group and keeps "
+                "what it wrote. "
+                if self.live
+                else "are saved back to the workspace when the command ends. "
+            )
+            + f"Anything outside {self.mount_root} (e.g. /tmp) is private to the sandbox. "
+            "File contents, modes, mtimes, symlinks, hard links and "
             "empty directories are kept; anything left out (a FIFO, a name that is not UTF-8"
             + (", a file over the backend's size or count limits" if self._limited() else "")
             + ", a file the workspace changed during the command) is listed in the result's skipped "
@@ -194,7 +205,11 @@ class ShellBackend:
             warm = spares.pop() if isinstance(spares, _Spares) else None
             if warm is not None:
                 self._warm.pop(warm, None)  # no longer counted against the cap
-                ready = await warm.take()
+                taken = await warm.take()
+                if isinstance(taken, Launched):  # made for live sandboxes (not this mode)
+                    await run_to_completion(taken.discard())
+                    taken = None
+                ready = taken
             if ready is None:
                 ready = await self._prepare(mirror)
             standby, bridge_dir = ready
@@ -329,33 +344,30 @@ class ShellBackend:
                 _, pushed = await self._sync.push(mirror, ctx)
                 spares = mirror.standby
                 warm = spares.pop() if isinstance(spares, _Spares) else None
-                ready = None
+                taken = await warm.take() if warm is not None else None
                 if warm is not None:
                     self._warm.pop(warm, None)
-                    ready = await warm.take()
                 for attempt in range(2):
-                    if ready is None:
-                        ready = await self._prepare(mirror)
-                    standby, bridge_dir = ready
                     try:
-                        started = await LiveSandbox.start(
-                            standby,
-                            bridge_dir,
-                            inside_dir=SANDBOX_DIR if self.sandbox.bwrap else str(bridge_dir),
-                            workspace_id=workspace_id,
-                            mirror=mirror,
-                            sync=self._sync,
-                            ctx=ctx,
-                            idle_end=self.live_idle,
-                            lifetime=self.live_lifetime,
-                            host_ids=self.sandbox.host_ids,
-                        )
+                        if isinstance(taken, Launched):  # started ahead: its init already waits
+                            launched = taken
+                        else:
+                            launched = await self._launch(taken or await self._prepare(mirror))
                         break
-                    except BrokenPipeError:  # the standby died while it waited
-                        await run_to_completion(_discard(standby, bridge_dir))
-                        ready = None
+                    except (BrokenPipeError, ConnectionError, TimeoutError):  # died while it waited
+                        taken = None
                         if attempt:
                             raise
+                started = await LiveSandbox.start(
+                    launched,
+                    workspace_id=workspace_id,
+                    mirror=mirror,
+                    sync=self._sync,
+                    ctx=ctx,
+                    idle_end=self.live_idle,
+                    lifetime=self.live_lifetime,
+                    host_ids=self.sandbox.host_ids,
+                )
                 clean = True
             finally:
                 if not clean:
@@ -442,11 +454,26 @@ class ShellBackend:
             raise
         return standby, bridge_dir
 
-    async def _prepare_soon(self, mirror: Mirror) -> tuple[Standby, Path]:
+    async def _launch(self, ready: tuple[Standby, Path]) -> Launched:
+        """Start a live sandbox's init in the prepared sandbox ``ready`` (discarded if that fails)."""
+        standby, bridge_dir = ready
+        try:
+            return await launch(
+                standby,
+                bridge_dir,
+                inside_dir=SANDBOX_DIR if self.sandbox.bwrap else str(bridge_dir),
+                host_ids=self.sandbox.host_ids,
+            )
+        except BaseException:
+            await run_to_completion(_discard(standby, bridge_dir))
+            raise
+
+    async def _prepare_soon(self, mirror: Mirror) -> Prepared:
         """:meth:`_prepare`, a moment from now: the run that asked for it delivers its result first
         (the spawn's cgroup set-up and fork run on the event loop)."""
         await asyncio.sleep(PREPARE_DELAY)
-        return await self._prepare(mirror)
+        ready = await self._prepare(mirror)
+        return await self._launch(ready) if self.live else ready
 
     def _keep_warm(self, mirror: Mirror) -> None:
         """Prepare the next run's sandbox for ``mirror`` in the background (see the class docstring).
@@ -492,6 +519,18 @@ class ShellBackend:
         }
         env.update(request.env)
         return env
+
+
+# What a warm sandbox holds: a standby and its bridge directory (a sandbox per call), or a sandbox
+# whose init already runs (live sandboxes).
+Prepared = tuple[Standby, Path] | Launched
+
+
+async def _discard_prepared(prepared: Prepared) -> None:
+    if isinstance(prepared, Launched):
+        await prepared.discard()
+    else:
+        await _discard(*prepared)
 
 
 async def _discard(standby: Standby, bridge_dir: Path) -> None:
@@ -544,30 +583,31 @@ class _Warm:
     may be dropped from a worker thread) and on any event loop state.
     """
 
-    def __init__(self, task: asyncio.Future[tuple[Standby, Path]]) -> None:
+    def __init__(self, task: asyncio.Future[Prepared]) -> None:
         self.task = task
         self.loop = asyncio.get_running_loop()
         self.taken = False
         self.closed = False
 
-    async def take(self) -> tuple[Standby, Path] | None:
+    async def take(self) -> Prepared | None:
         """The prepared sandbox, or None (it failed, died, or belongs to another event loop)."""
         if self.closed or asyncio.get_running_loop() is not self.loop:
             self.close()
             return None
         self.taken = True
         try:
-            standby, bridge_dir = await asyncio.shield(self.task)
+            prepared = await asyncio.shield(self.task)
         except asyncio.CancelledError:
             self.taken = False
             self.close()
             raise
         except Exception:
             return None
-        if not standby.usable():
-            await run_to_completion(_discard(standby, bridge_dir))
+        usable = prepared.usable() if isinstance(prepared, Launched) else prepared[0].usable()
+        if not usable:
+            await run_to_completion(_discard_prepared(prepared))
             return None
-        return standby, bridge_dir
+        return prepared
 
     def close(self) -> None:
         if self.taken or self.closed:
@@ -593,19 +633,22 @@ class _Warm:
 
     async def _end(self) -> None:
         try:
-            standby, bridge_dir = await self.task
+            prepared = await self.task
         except BaseException:
             return
-        await _discard(standby, bridge_dir)
+        await _discard_prepared(prepared)
 
     def _end_in_loop(self) -> None:
         in_background(self._end(), "ending a standby sandbox")
 
     def _end_now(self) -> None:
         if self.task.done() and not self.task.cancelled() and self.task.exception() is None:
-            standby, bridge_dir = self.task.result()
-            standby.discard_now()
-            AssetsBridge.remove_directory(bridge_dir)
+            prepared = self.task.result()
+            if isinstance(prepared, Launched):
+                prepared.discard_now()
+            else:
+                prepared[0].discard_now()
+                AssetsBridge.remove_directory(prepared[1])
 
 
 def _end_standbys(warm: OrderedDict[_Warm, Mirror]) -> None:
