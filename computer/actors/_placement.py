@@ -1,7 +1,17 @@
-"""``workspace_actor``: find or create the owner actor of a workspace, on the node holding its file."""
+"""``workspace_actor``: find or create the owner actor of a workspace, on the node holding its file.
+
+Placement never invents an empty workspace. With a directory record, the owner wakes on the recorded
+node (or an alive node of the recorded host); a file on no alive node is ``WorkspaceUnavailableError``.
+Without a record (a new name, a Redis that restarted empty, a record lost), every alive node is asked
+whether it holds the file before anything is created: the owner goes to the node that has it (the
+highest stored epoch when several do), and only a name whose file no node holds is created new. A node
+that does not answer makes the call ``WorkspaceUnavailableError`` rather than a guess. The one case
+placement cannot tell from a new name: the record is lost *and* the only node holding the file is down.
+"""
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -13,7 +23,9 @@ from ._owner import OwnerActor
 from .directory import open_directory
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
-__all__ = ["OWNER_MAX_CONCURRENCY", "OWNER_MAX_RESTARTS", "workspace_actor"]
+log = logging.getLogger(__name__)
+
+__all__ = ["OWNER_MAX_CONCURRENCY", "OWNER_MAX_RESTARTS", "nodes_holding", "workspace_actor"]
 
 # Lock waits and exec streams park calls inside the owner: they must never starve other calls.
 OWNER_MAX_CONCURRENCY = 1000
@@ -21,7 +33,59 @@ OWNER_MAX_CONCURRENCY = 1000
 # so a crash loop surfaces; the next workspace_actor() call creates a fresh one anyway.
 OWNER_MAX_RESTARTS = 3
 
+_PROBE_TIMEOUT = 20.0  # seconds every alive node has to say whether it holds a workspace file
+
 _remote_class: Any = None
+_probe_task: Any = None
+
+
+def _stored_epoch_here(path: str) -> int | None:
+    """Run on one node: the file's stored epoch when the file exists there, else None."""
+    import os
+
+    from ..storage import FileSystem
+
+    if not os.path.exists(path):
+        return None
+    return FileSystem.stored_epoch(path)
+
+
+def nodes_holding(config: Settings, name: str, alive: dict[str, str]) -> dict[str, int]:
+    """Ask every node of ``alive`` whether it holds the file of ``name``: node id -> stored epoch."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    global _probe_task
+    if _probe_task is None:
+        _probe_task = ray.remote(num_cpus=0, max_retries=0)(_stored_epoch_here)
+    path = str(workspace_file(config, name))
+    refs = {
+        node: _probe_task.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False)
+        ).remote(path)
+        for node in alive
+    }
+    ready, _ = ray.wait(list(refs.values()), num_returns=len(refs), timeout=_PROBE_TIMEOUT)
+    answered = {ref.hex() for ref in ready}
+    holding: dict[str, int] = {}
+    silent: list[str] = []
+    for node, ref in refs.items():
+        if ref.hex() not in answered:
+            silent.append(node)
+            ray.cancel(ref, force=True)
+            continue
+        try:
+            epoch = ray.get(ref)
+        except Exception:  # the node died while answering
+            silent.append(node)
+            continue
+        if epoch is not None:
+            holding[node] = int(epoch)
+    if silent:
+        raise WorkspaceUnavailableError(
+            name, f"node(s) {', '.join(n[:12] for n in silent)} did not say whether they hold its file"
+        )
+    return holding
 
 
 def _owner_class() -> Any:
@@ -47,12 +111,20 @@ def _scheduling(config: Settings, name: str) -> Any:
         record = directory.get(name)
     finally:
         directory.close()
-    if record is None or not record.node:
-        return None
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     alive = alive_nodes()
+    if record is None or not record.node:
+        if len(alive) <= 1:
+            return None  # one node: its file is here, or the workspace is new
+        holding = nodes_holding(config, name, alive)
+        if not holding:
+            return None  # on no node: a new workspace
+        if len(holding) > 1:
+            log.warning("workspace %s has a file on %d nodes: the highest epoch wins", name, len(holding))
+        node = max(holding, key=lambda n: (holding[n], n))
+        return NodeAffinitySchedulingStrategy(node_id=node, soft=False)
     if record.node in alive:
         return NodeAffinitySchedulingStrategy(node_id=record.node, soft=False)
     if record.host is not None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,10 +18,10 @@ from computer.actors import WorkspaceUnavailableError, open_directory
 from computer.config import Settings
 
 
-def _run_script(script: str, tmp_path: Path) -> None:
+def _run_script(script: str, tmp_path: Path, *extra: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     proc = subprocess.run(
-        [sys.executable, str(Path(__file__).with_name(script)), str(tmp_path / "data")],
+        [sys.executable, str(Path(__file__).with_name(script)), str(tmp_path / "data"), *extra],
         capture_output=True,
         text=True,
         timeout=240,
@@ -34,6 +36,19 @@ def _run_script(script: str, tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_owner_wakes_on_the_node_holding_its_file(tmp_path: Path) -> None:
     _run_script("_two_nodes.py", tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_a_workspace_on_a_node_local_disk_is_found_never_created_empty_elsewhere() -> None:
+    """Issue 25 (1): owners on a second node with its own data directory die, the directory forgot them
+    (Redis flushed) or never had them (an embedded directory per node); every workspace comes back with
+    its bytes on that node, none empty on the head."""
+    short = Path(tempfile.mkdtemp(prefix="nl-", dir="/tmp"))  # Ray's socket paths must stay short
+    try:
+        _run_script("_node_local.py", short, str(short / "ray"))
+    finally:
+        shutil.rmtree(short, ignore_errors=True)
 
 
 @pytest.mark.slow

@@ -4,9 +4,11 @@ everything), without ever handing a workspace an epoch that storage would refuse
 
 from __future__ import annotations
 
+import errno
 import shutil
 import socket
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,6 +20,7 @@ import ray
 import redis
 
 import computer
+from computer.actors import WorkspaceUnavailableError
 from computer.actors.directory import RedisDirectory
 
 
@@ -98,13 +101,18 @@ def redis_process(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Re
 def test_directory_fails_clearly_while_redis_is_down_and_recovers_on_restart(
     redis_process: RedisProcess, record_property: Any
 ) -> None:
-    directory = RedisDirectory(redis_process.url)
+    directory = RedisDirectory(redis_process.url, retry_for=0.5)
     try:
         assert directory.acquire_lease("ws", "node-a", "owner-1", 30.0) == 1
         assert directory.acquire_lease("ws", "node-a", "owner-2", 30.0) == 2
         redis_process.stop()
-        with pytest.raises(redis.ConnectionError):
+        started = time.monotonic()
+        # Retried with backoff for retry_for seconds, then the documented error, never a raw redis one.
+        with pytest.raises(WorkspaceUnavailableError, match="unreachable") as failed:
             directory.renew_lease("ws", "owner-2", 2, 30.0)
+        assert failed.value.errno == errno.EAGAIN and time.monotonic() - started >= 0.5
+        with pytest.raises(WorkspaceUnavailableError):
+            directory.get("ws")
         redis_process.start()
         record = directory.get("ws")
         if redis_process.persistent:
@@ -119,6 +127,23 @@ def test_directory_fails_clearly_while_redis_is_down_and_recovers_on_restart(
     finally:
         directory.close()
     record_property("redis_restarts", 1)
+
+
+def test_a_directory_call_rides_through_a_short_redis_outage(redis_process: RedisProcess) -> None:
+    """Found by issue 25: a read raised ``redis.ConnectionError`` 0.01 s after Redis went away."""
+    directory = RedisDirectory(redis_process.url)
+    try:
+        assert directory.acquire_lease("ws", "node-a", "owner-1", 30.0) == 1
+        redis_process.stop()
+        restarter = threading.Timer(1.0, redis_process.start)
+        restarter.start()
+        try:
+            record = directory.get("ws")  # retried until Redis is back
+        finally:
+            restarter.join()
+        assert (record is not None) == redis_process.persistent
+    finally:
+        directory.close()
 
 
 async def _kill(handle: Any) -> None:

@@ -5,6 +5,7 @@ last activity and hibernation state. One protocol, an embedded SQLite and a clus
 from __future__ import annotations
 
 from ._directory import Directory
+from ._head import HeadDirectory
 from ._open import open_directory
 from ._record import WorkspaceRecord, WorkspaceState
 from ._redis import RedisDirectory
@@ -12,6 +13,7 @@ from ._sqlite import SqliteDirectory
 
 __all__ = [
     "Directory",
+    "HeadDirectory",
     "RedisDirectory",
     "SqliteDirectory",
     "WorkspaceRecord",

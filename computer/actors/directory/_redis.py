@@ -1,4 +1,11 @@
-"""The cluster directory: records in Redis, msgpack-encoded, updated with optimistic transactions."""
+"""The cluster directory: records in Redis, msgpack-encoded, updated with optimistic transactions.
+
+Redis going away (restarting, stopped, unreachable) is retried with backoff for up to 30 s
+(``retry_for``) on every call; after that the call raises
+:class:`~computer.actors.WorkspaceUnavailableError` (EAGAIN) naming the cause, never a raw ``redis``
+exception. Every call may be repeated safely: a lease acquire repeated by the same owner gets the same
+epoch back, a renew extends again, and a release repeated answers False (already released).
+"""
 
 from __future__ import annotations
 
@@ -9,27 +16,49 @@ from typing import Any, TypeVar
 import msgpack
 import redis
 
+from .._errors import WorkspaceUnavailableError
 from ._record import WorkspaceRecord, WorkspaceState
 
 __all__ = ["RedisDirectory"]
 
 T = TypeVar("T")
 
+RETRY_FOR = 30.0  # seconds a call keeps retrying while Redis is unreachable (README: "retried for 30 s")
+
 
 class RedisDirectory:
     """A :class:`Directory` in Redis: one key per workspace (``<prefix>ws:<name>``) plus a name set."""
 
-    def __init__(self, url: str, *, prefix: str = "computer:dir:") -> None:
+    def __init__(self, url: str, *, prefix: str = "computer:dir:", retry_for: float = RETRY_FOR) -> None:
         self.url = url
         self.prefix = prefix
-        self._redis: redis.Redis = redis.Redis.from_url(url)
+        self.retry_for = retry_for
+        # Bounded socket timeouts: a stopped (SIGSTOP) Redis must not hang a caller past retry_for.
+        self._redis: redis.Redis = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0)
         self._names_key = f"{prefix}names"
 
     def _key(self, name: str) -> str:
         return f"{self.prefix}ws:{name}"
 
+    def _retrying(self, name: str, call: Callable[[], T]) -> T:
+        """Run ``call``, retrying connection failures with backoff within ``retry_for`` seconds."""
+        deadline = time.monotonic() + self.retry_for
+        pause = 0.05
+        while True:
+            try:
+                return call()
+            except (redis.ConnectionError, redis.TimeoutError, redis.BusyLoadingError) as exc:
+                # ConnectionError also covers a Redis that is still loading its data after a restart.
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise WorkspaceUnavailableError(
+                        name, f"the directory (Redis at {self.url}) is unreachable: {exc}"
+                    ) from exc
+                time.sleep(min(pause, left))
+                pause = min(pause * 2, 1.0)
+
     def get(self, name: str) -> WorkspaceRecord | None:
-        raw: Any = self._redis.get(self._key(name))
+        raw: Any = self._retrying(name, lambda: self._redis.get(self._key(name)))
         return None if raw is None else _decode(name, raw)
 
     def _update(
@@ -47,7 +76,10 @@ class RedisDirectory:
                 pipe.sadd(self._names_key, name)
             return answer
 
-        result: Any = self._redis.transaction(txn, key, value_from_callable=True)  # type: ignore[arg-type]
+        result: Any = self._retrying(
+            name,
+            lambda: self._redis.transaction(txn, key, value_from_callable=True),  # type: ignore[arg-type]
+        )
         return result  # type: ignore[no-any-return]
 
     def acquire_lease(
@@ -113,11 +145,14 @@ class RedisDirectory:
                 pipe.srem(self._names_key, name)
             return mine
 
-        removed: Any = self._redis.transaction(txn, key, value_from_callable=True)  # type: ignore[arg-type]
+        removed: Any = self._retrying(
+            name,
+            lambda: self._redis.transaction(txn, key, value_from_callable=True),  # type: ignore[arg-type]
+        )
         return bool(removed)
 
     def names(self) -> list[str]:
-        raw = self._redis.smembers(self._names_key)
+        raw: Any = self._retrying("*", lambda: self._redis.smembers(self._names_key))
         names = (n.decode("utf-8", "surrogatepass") if isinstance(n, bytes) else str(n) for n in raw)
         return sorted(names, key=lambda n: n.encode("utf-8", "surrogatepass"))
 

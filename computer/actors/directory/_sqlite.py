@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from ...storage import use_wal
+from ...storage._db import storage_failure
 from ._record import WorkspaceRecord
 
 __all__ = ["SqliteDirectory"]
@@ -55,6 +56,12 @@ class SqliteDirectory:
     def acquire_lease(
         self, name: str, node: str, owner_id: str, ttl: float, *, host: str | None = None
     ) -> int:
+        try:
+            return self._acquire_lease(name, node, owner_id, ttl, host)
+        except sqlite3.Error as exc:  # a full disk is ENOSPC, as in the workspace's own file
+            raise storage_failure(exc, str(self.path)) from exc
+
+    def _acquire_lease(self, name: str, node: str, owner_id: str, ttl: float, host: str | None) -> int:
         now = time.time()
         with self._lock:
             self._db.execute("BEGIN IMMEDIATE")
@@ -76,7 +83,8 @@ class SqliteDirectory:
                 )
                 self._db.execute("COMMIT")
             except BaseException:
-                self._db.execute("ROLLBACK")
+                if self._db.in_transaction:  # SQLite may have rolled back itself (a full disk)
+                    self._db.execute("ROLLBACK")
                 raise
         return epoch
 

@@ -1,0 +1,138 @@
+"""The embedded directory on a multi-node cluster: the head node's SQLite file, reached through one actor.
+
+The embedded directory is a SQLite file in the data directory, which is node-local unless it is shared
+storage. Were every node to keep its own, a workspace's record would live only on the node of its last
+owner, and a caller elsewhere would not find it. So there is one embedded directory per cluster: the
+head node's. Processes on the head node open that file directly; processes on other nodes reach it
+through ``DirectoryService``, a detached actor pinned to the head node that opens the same file (SQLite
+keeps the two kinds of access consistent). Redis (``redis_url``) or a shared data directory
+(``shared_data_dir``) replace this.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from ...config import Settings
+from .._errors import WorkspaceUnavailableError
+from ._record import WorkspaceRecord
+from ._sqlite import SqliteDirectory
+
+__all__ = ["HeadDirectory", "head_node_id", "on_head_node"]
+
+_CALL_TIMEOUT = 30.0  # seconds one directory call may take before the directory counts as unavailable
+_HEAD_RESOURCE = "node:__internal_head__"
+_service_class: Any = None
+_head: str | None = None
+
+
+def head_node_id() -> str | None:
+    """The Ray node id of the head node (None outside Ray, or when Ray does not mark one)."""
+    global _head
+    if _head is None:
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        for node in nodes:
+            if node.get("Alive") and _HEAD_RESOURCE in (node.get("Resources") or {}):
+                _head = str(node["NodeID"])
+    return _head
+
+
+def on_head_node() -> bool:
+    """Whether this process runs on the head node (True outside Ray: there is only this machine)."""
+    ray = sys.modules.get("ray")  # not imported: no cluster (and importing it would cost ~0.5 s)
+    if ray is None or not ray.is_initialized():
+        return True
+    head = head_node_id()
+    return head is None or head == str(ray.get_runtime_context().get_node_id())
+
+
+class DirectoryService:
+    """The Ray actor (on the head node) serving the head's embedded directory to other nodes."""
+
+    def __init__(self, path: str) -> None:
+        self._directory = SqliteDirectory(path)
+
+    def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        if method not in {"get", "acquire_lease", "renew_lease", "release_lease", "remove", "names"}:
+            raise ValueError(f"unknown directory method {method!r}")
+        return getattr(self._directory, method)(*args, **kwargs)
+
+
+def _service(config: Settings) -> Any:
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from ..naming import NAMESPACE, data_dir_key
+
+    global _service_class
+    if _service_class is None:
+        _service_class = ray.remote(DirectoryService)
+    head = head_node_id()
+    if head is None:
+        raise WorkspaceUnavailableError("?", "the cluster has no alive head node to keep the directory")
+    path = str(Path(config.data_dir).expanduser() / "directory.sqlite")
+    return _service_class.options(
+        name=f"computer:directory:{data_dir_key(config.data_dir)}",
+        namespace=NAMESPACE,
+        get_if_exists=True,
+        lifetime="detached",
+        max_restarts=-1,
+        num_cpus=0,
+        scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False),
+    ).remote(path)
+
+
+class HeadDirectory:
+    """A :class:`~computer.actors.directory.Directory` whose records live in the head node's SQLite file."""
+
+    def __init__(self, config: Settings) -> None:
+        self._config = config
+        self._actor = _service(config)
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        name = str(args[0]) if args else "?"
+        try:
+            return ray.get(self._actor.call.remote(method, args, kwargs), timeout=_CALL_TIMEOUT)
+        except (RayActorError, GetTimeoutError) as exc:
+            raise WorkspaceUnavailableError(
+                name, f"the directory on the head node did not answer ({type(exc).__name__})"
+            ) from exc
+
+    def get(self, name: str) -> WorkspaceRecord | None:
+        record: WorkspaceRecord | None = self._call("get", name)
+        return record
+
+    def acquire_lease(
+        self, name: str, node: str, owner_id: str, ttl: float, *, host: str | None = None
+    ) -> int:
+        return int(self._call("acquire_lease", name, node, owner_id, ttl, host=host))
+
+    def renew_lease(
+        self, name: str, owner_id: str, epoch: int, ttl: float, *, last_active: float | None = None
+    ) -> bool:
+        return bool(self._call("renew_lease", name, owner_id, epoch, ttl, last_active=last_active))
+
+    def release_lease(self, name: str, owner_id: str, epoch: int, *, hibernating: bool = False) -> bool:
+        return bool(self._call("release_lease", name, owner_id, epoch, hibernating=hibernating))
+
+    def remove(self, name: str, owner_id: str) -> bool:
+        return bool(self._call("remove", name, owner_id))
+
+    def names(self) -> list[str]:
+        names: list[str] = self._call("names")
+        return names
+
+    def close(self) -> None:
+        """Nothing to release: the service actor stays for the next caller."""
+
+    def __repr__(self) -> str:
+        return f"HeadDirectory({str(self._config.data_dir)!r})"
