@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ._backends import owner_backends
 from ._delete import DeletedWorkspace, delete_workspace
-from ._errors import WorkspaceUnavailableError
+from ._errors import OutcomeUnknownError, UploadLostError, WorkspaceUnavailableError
 from ._host import WorkspaceHost
 from ._init import cluster_settings, ensure_ray, init
 from ._owner import OwnerActor
@@ -20,9 +20,11 @@ __all__ = [
     "NAMESPACE",
     "DeletedWorkspace",
     "Directory",
+    "OutcomeUnknownError",
     "OwnerActor",
     "RedisDirectory",
     "SqliteDirectory",
+    "UploadLostError",
     "WorkspaceHost",
     "WorkspaceRecord",
     "WorkspaceUnavailableError",

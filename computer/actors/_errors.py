@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import errno
 
-__all__ = ["WorkspaceUnavailableError"]
+__all__ = ["OutcomeUnknownError", "UploadLostError", "WorkspaceUnavailableError"]
 
 
 class WorkspaceUnavailableError(OSError):
@@ -15,3 +15,18 @@ class WorkspaceUnavailableError(OSError):
 
     def __init__(self, name: str, detail: str) -> None:
         super().__init__(errno.EAGAIN, f"workspace unavailable: {detail}", name)
+
+
+class UploadLostError(WorkspaceUnavailableError):
+    """EAGAIN: an upload's owner restarted (or dropped it as stale) between two pieces; nothing was written.
+
+    The client restarts the upload when it can send the data again (bytes), else raises this.
+    """
+
+
+class OutcomeUnknownError(WorkspaceUnavailableError):
+    """EAGAIN, "unknown outcome": the owner died while running a mutation, which may or may not have applied.
+
+    Calls that provably did not run are sent again by the client instead; this is only raised when
+    nobody can tell. Read the state back before retrying a mutation that is not idempotent.
+    """

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import os
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
@@ -22,9 +24,11 @@ from ..config import Settings, configure
 from ..storage import FileSystem, audit_caller
 from ..workspace import Workspace
 from ._backends import owner_backends
+from ._errors import UploadLostError
 from ._init import cluster_settings
 from ._nodes import current_host
 from ._pool_callbacks import PoolCallbacks
+from ._reserve import DiskReserve
 from ._upload import Upload
 from .directory import Directory, open_directory
 from .naming import check_name, workspace_file
@@ -35,6 +39,8 @@ __all__ = ["STREAM_CHUNK", "WorkspaceHost"]
 log = logging.getLogger(__name__)
 
 _TOOL_SETS = 16  # run_tool's tool sets kept per owner (one per distinct options)
+_REPLIES_KEPT = 4096  # idempotency keys of mutating calls remembered per owner
+_REPLIES_TTL = 600.0  # seconds one is remembered
 
 # The fs operations a client may run through ``call``; the read-only ones may be retried after an
 # owner restart because running them twice changes nothing.
@@ -81,6 +87,7 @@ class WorkspaceHost(PoolCallbacks):
         )
         path = workspace_file(self.config, self.name)
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._reserve = DiskReserve(path.with_name(path.name + "-reserve"))
         # A directory that lost its records (a Redis restarted empty) counts epochs from 1 again, but
         # the file keeps the highest it saw and would refuse every write: take leases until ours is higher.
         stored = FileSystem.stored_epoch(str(path))
@@ -96,6 +103,9 @@ class WorkspaceHost(PoolCallbacks):
             fence=self.epoch,
             max_bytes=self.config.max_workspace_bytes,
         )
+        # Lock tokens carry this owner's epoch: a token is never handed out twice, even across restarts.
+        self.workspace.locks.epoch = self.epoch
+        self._reserve.keep()
         self._closing = False  # set once: every later call is answered MOVED
         self._inflight = 0
         self._rpcs = 0  # RPCs served (calls and streams; not ``stats``), for tests counting round trips
@@ -105,6 +115,8 @@ class WorkspaceHost(PoolCallbacks):
         self._uploads: dict[str, Upload] = {}
         self._tool_sets: dict[str, dict[str, Any]] = {}  # run_tool's tools, per options
         self._lock_waits: dict[str, asyncio.Task[Any]] = {}  # lock requests still waiting, by holder
+        # Replies of recent mutating calls by idempotency key (a future while the call still runs).
+        self._replies: OrderedDict[str, tuple[float, asyncio.Future[Reply]]] = OrderedDict()
         self._background: list[asyncio.Task[None]] = []
         try:
             loop = asyncio.get_running_loop()
@@ -138,6 +150,7 @@ class WorkspaceHost(PoolCallbacks):
         while not self._closing:
             await asyncio.sleep(interval)
             await self._drop_stale_uploads()
+            self._reserve.keep()  # made again once space came back after a removal used it
             try:
                 kept = await asyncio.to_thread(
                     self._directory.renew_lease,
@@ -211,6 +224,7 @@ class WorkspaceHost(PoolCallbacks):
                 "id": self.workspace.id,
                 "name": self.name,
                 "epoch": self.epoch,
+                "owner": self.owner_id,
                 "managed": self.managed,
                 "backends": list(self.workspace.runtime.backends()),
                 "has_assets": self.workspace.assets is not None,
@@ -243,11 +257,77 @@ class WorkspaceHost(PoolCallbacks):
 
     # -- RPC: filesystem ----------------------------------------------------------------------------
 
-    async def call(self, op: str, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> Reply:
-        """Run one filesystem operation ``fs.<op>(*args, **kwargs)``."""
+    async def call(
+        self,
+        op: str,
+        args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None,
+        fence: Sequence[Any] = (),
+        key: str | None = None,
+    ) -> Reply:
+        """Run one filesystem operation ``fs.<op>(*args, **kwargs)``.
+
+        ``fence``: the fencing tokens of the locks the caller holds (``(token, paths)``); a mutation is
+        refused with ``LockLostError`` (ENOLCK) when one of those leases is gone. ``key``: the
+        caller's idempotency key; a call sent again with the same key is answered with the first
+        call's reply instead of running twice (see :meth:`_once`).
+        """
         if op not in READ_OPS and op not in WRITE_OPS:
             return fail(ValueError(f"unknown filesystem operation {op!r}"))
-        return await self._serve(lambda: getattr(self.workspace.fs, op)(*args, **(kwargs or {})))
+
+        async def run() -> Any:
+            if op in WRITE_OPS:
+                self.workspace.locks.check(fence, _first_path(args))
+            method = getattr(self.workspace.fs, op)
+            try:
+                try:
+                    return await method(*args, **(kwargs or {}))
+                except OSError as exc:
+                    # Freeing space must always be possible: a removal that found the disk full
+                    # gets the space held in reserve for it, once.
+                    if exc.errno != errno.ENOSPC or op != "rm" or not self._reserve.release():
+                        raise
+                    return await method(*args, **(kwargs or {}))
+            except OSError as exc:
+                if exc.filename is None:  # every fs error names its path (a full disk's ENOSPC too)
+                    exc.filename = _first_path(args)
+                raise
+
+        if key is None or op in READ_OPS:
+            return await self._serve(run)
+        return await self._once(key, lambda: self._serve(run))
+
+    async def _once(self, key: str, serve: Callable[[], Awaitable[Reply]]) -> Reply:
+        """Run a keyed mutation at most once while this owner remembers the key.
+
+        Keys live in this owner's memory (the last ``_REPLIES_KEPT`` for ``_REPLIES_TTL`` seconds): a
+        call resent to the same owner process (its reply was lost on the way back) gets the first
+        reply, or waits for the first attempt still running. A restarted owner has forgotten them; the
+        client reports a call cut by an owner's death as an unknown outcome instead.
+        """
+        now = time.monotonic()
+        while self._replies:
+            oldest = next(iter(self._replies.values()))
+            if len(self._replies) < _REPLIES_KEPT and oldest[0] > now - _REPLIES_TTL:
+                break
+            self._replies.popitem(last=False)
+        known = self._replies.get(key)
+        if known is not None:
+            return await asyncio.shield(known[1])
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self._replies[key] = (now, future)
+        try:
+            reply = await serve()
+        except BaseException as exc:
+            # Cancelled (the caller gave up): a resend runs again, as it may not have applied.
+            self._replies.pop(key, None)
+            future.set_exception(exc)
+            future.exception()  # retrieved: no "never retrieved" warning when nobody resent
+            raise
+        if reply[0] == "moved":  # did not run: a resend (to the next owner) must run it
+            self._replies.pop(key, None)
+        future.set_result(reply)
+        return reply
 
     async def stream(self, path: str, offset: int = 0, length: int | None = None) -> AsyncIterator[Any]:
         """Stream a file as pieces of at most 512 KiB; a failure ends the stream as a reply tuple."""
@@ -276,12 +356,16 @@ class WorkspaceHost(PoolCallbacks):
             if not finished:
                 self._streams_stopped += 1
 
-    async def upload_begin(self, path: str, mode: int | None = None) -> Reply:
-        """Start a chunked write of ``path``; returns the upload id."""
+    async def upload_begin(self, path: str, mode: int | None = None, fence: Sequence[Any] = ()) -> Reply:
+        """Start a chunked write of ``path``; returns the upload id.
+
+        ``fence`` as for :meth:`call`: checked now and again when the upload commits.
+        """
 
         async def begin() -> str:
+            self.workspace.locks.check(fence, path)
             upload_id = uuid.uuid4().hex
-            self._uploads[upload_id] = Upload(self.workspace.fs, path, mode)
+            self._uploads[upload_id] = Upload(self.workspace.fs, path, mode, fence=list(fence))
             return upload_id
 
         return await self._serve(begin)
@@ -304,6 +388,11 @@ class WorkspaceHost(PoolCallbacks):
         async def commit() -> None:
             upload = self._upload(upload_id)
             del self._uploads[upload_id]
+            try:
+                self.workspace.locks.check(upload.fence, upload.path)
+            except OSError:
+                await upload.abort()
+                raise
             await upload.commit()
 
         return await self._serve(commit)
@@ -319,19 +408,21 @@ class WorkspaceHost(PoolCallbacks):
     def _upload(self, upload_id: str) -> Upload:
         upload = self._uploads.get(upload_id)
         if upload is None:
-            raise LookupError(f"unknown or expired upload {upload_id}")
+            # This owner never began it: a restarted owner (uploads live in memory) or one dropped as
+            # stale. Nothing of it was written; EAGAIN, so the client restarts or reports it.
+            raise UploadLostError(self.name, f"upload {upload_id} is unknown to this owner (restarted?)")
         return upload
 
     # -- RPC: locks ---------------------------------------------------------------------------------
 
     async def lock_acquire(self, holder: str, paths: Sequence[str], subtree: bool = False) -> Reply:
-        """Wait for and take a lease on ``paths`` for ``holder``; returns ``(lease_id, ttl)``.
+        """Wait for and take a lease on ``paths`` for ``holder``; returns ``(lease_id, ttl, token)``.
 
         A client gives every acquire its own holder (``<client>#<request>``) so that
         :meth:`lock_cancel` can withdraw exactly that request, waiting or already granted.
         """
 
-        async def acquire() -> tuple[str, float]:
+        async def acquire() -> tuple[str, float, int]:
             task = asyncio.current_task()
             if task is not None:
                 self._lock_waits[holder] = task
@@ -340,7 +431,7 @@ class WorkspaceHost(PoolCallbacks):
                 lease = await locks.acquire(list(paths), subtree=subtree, holder=holder, ttl=self._lease_ttl)
             finally:
                 self._lock_waits.pop(holder, None)
-            return lease, self._lease_ttl
+            return lease, self._lease_ttl, locks.token(lease) or 0
 
         return await self._serve(acquire)
 
@@ -523,6 +614,11 @@ class WorkspaceHost(PoolCallbacks):
             return await self.workspace.assets.share(path, **kwargs)
 
         return await self._serve(share)
+
+
+def _first_path(args: Sequence[Any]) -> str | None:
+    """The path a mutation names first (for the error of a refused write)."""
+    return args[0] if args and isinstance(args[0], str) else None
 
 
 def _now(fn: Callable[[], Any]) -> Callable[[], Awaitable[Any]]:

@@ -16,11 +16,20 @@ class Upload:
     The write runs as a task over a small queue, so the owner holds a few pieces at most, never the file.
     """
 
-    def __init__(self, fs: Any, path: str, mode: int | None) -> None:
+    def __init__(self, fs: Any, path: str, mode: int | None, *, fence: list[Any] | None = None) -> None:
         self.path = path
+        self.fence = fence or []  # the caller's lock fences, checked again at commit
         self.touched = time.monotonic()
         self._queue: asyncio.Queue[bytes | None] = asyncio.Queue(maxsize=4)
-        self._task = asyncio.ensure_future(fs.write_file(path, self._pieces(), mode=mode))
+        self._task = asyncio.ensure_future(self._write(fs, mode))
+
+    async def _write(self, fs: Any, mode: int | None) -> None:
+        try:
+            await fs.write_file(self.path, self._pieces(), mode=mode)
+        except OSError as exc:
+            if exc.filename is None:  # every fs error names its path (a full disk's ENOSPC too)
+                exc.filename = self.path
+            raise
 
     async def _pieces(self) -> AsyncIterator[bytes]:
         while (piece := await self._queue.get()) is not None:

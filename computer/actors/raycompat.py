@@ -6,6 +6,8 @@ A Ray upgrade that moves or renames one of these breaks here and nowhere else:
   backend descriptions: readable without an actor call (an owner opening a workspace must not block
   its event loop on one);
 - an actor handle's id (``handle._actor_id``): tells a restarted actor from the one that died;
+- the GCS actor table (``ray._private.state``): when an actor died, so a client can tell a call sent
+  to an already dead owner (it never ran) from one cut by the death (its outcome is unknown);
 - a streaming generator's backpressure (``_generator_backpressure_num_objects``): bounds how far a
   producer may run ahead of its consumer;
 - the resources still available on each node (``ray._private.state``): where the exec pools' control
@@ -41,6 +43,23 @@ def kv_put(key: bytes, value: bytes) -> None:
 def actor_id(handle: Any) -> Any:
     """The id of the actor behind ``handle`` (equal for two handles of the same actor incarnation)."""
     return handle._actor_id
+
+
+def actor_death_time(handle: Any) -> float | None:
+    """When the actor behind ``handle`` died for good (wall-clock seconds), None if it is not dead.
+
+    An actor restarted in place is not dead; one killed without restart, or out of restarts, is.
+    None as well when the table cannot be read (the caller must then assume the worst).
+    """
+    try:
+        from ray._private.state import state
+
+        info: dict[str, Any] = state.actor_table(handle._actor_id.hex())
+    except Exception:
+        return None
+    if not info or info.get("State") != "DEAD" or not info.get("EndTime"):
+        return None
+    return float(info["EndTime"]) / 1000.0
 
 
 def streaming(method: Any, ahead: int) -> Any:

@@ -3,17 +3,24 @@
 Recovery rules (ARCHITECTURE, durable-object emulation):
 - the owner answered "moved" (it is hibernating or was taken over and did not run the call): re-resolve
   by name and retry, until a bounded deadline;
-- the owner died during the call: retry once after re-resolving if the call is idempotent, or if the
-  directory shows that owner released its lease itself (it hibernated, so it ran nothing after that);
-  otherwise raise :class:`WorkspaceUnavailableError` (EAGAIN), since a mutation may or may not have
-  committed.
-Only managed owners (created by ``workspace_actor``) are re-created; a ``WorkspaceHost`` actor of the
-user's is not ours to re-create.
+- a call to an owner already known dead (an earlier call saw it die) first re-resolves: a client
+  heals on any call, reads and writes alike;
+- the owner died during the call: an idempotent call is retried after re-resolving (with backoff, for
+  up to 30 s). A mutation is sent again only when it provably did not run: the owner that answers is
+  the same process (the call carries an idempotency key, so a resend is answered with the first
+  reply), Ray's actor table says the owner was dead before the call was sent, or the directory shows
+  the owner released its lease itself (it hibernated, running nothing after). Otherwise
+  :class:`WorkspaceUnavailableError` (EAGAIN) says "unknown outcome": it may or may not have applied.
+Every EAGAIN an owner answers (an upload it lost in a restart, ...) reaches the caller as
+``WorkspaceUnavailableError``. Only managed owners (created by ``workspace_actor``) are re-created; a
+``WorkspaceHost`` actor of the user's is not ours to re-create.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -21,15 +28,19 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError
 
-from ..actors import WorkspaceUnavailableError, open_directory, workspace_actor
-from ..actors.raycompat import streaming
+from ..actors import OutcomeUnknownError, WorkspaceUnavailableError, open_directory, workspace_actor
+from ..actors.raycompat import actor_death_time, actor_id, streaming
 from ..actors.wire import Reply, unwrap
 from ..config import Settings
+from ..storage.errors import fs_error
 
 __all__ = ["Connection"]
 
 _AHEAD = 4  # stream pieces an owner may produce before the consumer takes them
 _MOVED_DEADLINE = 30.0  # seconds to wait for a hibernating owner to exit and a new one to answer
+# An owner that died at least this long before a call was sent certainly never received it (Ray's
+# actor table records the death in milliseconds, from the GCS's clock).
+_DEATH_MARGIN = 0.25
 
 
 class Connection:
@@ -40,13 +51,16 @@ class Connection:
         self.name = name
         self.managed = managed
         self.epoch = 0
+        self.owner_id: str | None = None  # the owner process we last spoke to (from ``describe``)
         self.config: Settings | None = None
+        self._dead: Any = None  # actor id of a handle a call saw die: re-resolve before the next call
 
     def learn(self, info: dict[str, Any]) -> None:
         """Remember who the owner is (from ``describe``)."""
         self.name = str(info["name"])
         self.managed = bool(info["managed"])
         self.epoch = int(info["epoch"])
+        self.owner_id = info.get("owner")
         if info.get("config") is not None:
             self.config = Settings.model_validate(info["config"])
 
@@ -57,17 +71,23 @@ class Connection:
         method: str,
         *args: Any,
         retry_safe: bool = False,
+        keyed: bool = False,
         on_cancel: Callable[[Any], None] | None = None,
     ) -> Any:
         """Call ``method`` on the owner and return its value (or raise its error).
 
         When the caller is cancelled, the owner's side is cancelled too; ``on_cancel`` then receives
         the call's ``ObjectRef`` to undo what the owner may have done before the cancel reached it.
+        ``retry_safe``: running it twice changes nothing (reads). ``keyed``: the arguments carry an
+        idempotency key, so the same owner process answers a resend with the first reply.
         """
         deadline = time.monotonic() + _MOVED_DEADLINE
         died_once = False
         while True:
+            if self._dead is not None and self.managed and actor_id(self.handle) == self._dead:
+                await self._reresolve(self.handle)  # known dead: never send to it
             handle = self.handle
+            sent_at = time.time()
             ref = getattr(handle, method).remote(*args)
             try:
                 reply: Reply = await ref
@@ -77,21 +97,74 @@ class Connection:
                     on_cancel(ref)
                 raise
             except RayActorError as exc:
-                # An idempotent call keeps retrying while Ray restarts the owner (a restart takes
-                # longer than one retry); a mutation is retried once, only after a clean release.
-                again = retry_safe and time.monotonic() < deadline
-                if not self.managed or not (again or (not died_once and await self._released_cleanly())):
+                self._dead = actor_id(handle)
+                if getattr(exc, "actor_init_failed", False):
+                    # The owner never started (it ran nothing): say why, with the cause's errno.
+                    raise _creation_failure(self.name or "?", exc) from exc
+                if not self.managed:
                     raise self._unavailable(f"its owner died during {method} ({type(exc).__name__})") from exc
+                # An idempotent call keeps retrying while Ray restarts the owner (a restart takes
+                # longer than one retry); a mutation only when it provably did not run.
                 if died_once:
                     await asyncio.sleep(0.1)
-                died_once = True
-                await self._reresolve(handle)
-                continue
+                if retry_safe:
+                    if time.monotonic() > deadline:
+                        raise self._unavailable(
+                            f"its owner died during {method} ({type(exc).__name__})"
+                        ) from exc
+                    died_once = True
+                    await self._reresolve(handle)
+                    continue
+                if not died_once and await self._did_not_run(handle, sent_at, keyed=keyed):
+                    died_once = True
+                    continue
+                await self._reresolve_quietly(handle)
+                raise OutcomeUnknownError(
+                    self.name or "?",
+                    f"unknown outcome: its owner died during {method} ({type(exc).__name__}); "
+                    "the call may or may not have been applied",
+                ) from exc
             if reply[0] == "moved":
                 self._moved(reply, deadline)
                 await self._reresolve(handle, backoff=True)
                 continue
+            return self._unwrap(reply)
+
+    def _unwrap(self, reply: Reply) -> Any:
+        """``unwrap``, with an owner's EAGAIN (a lost upload, ...) as the documented class."""
+        try:
             return unwrap(reply)
+        except OSError as err:
+            if err.errno == errno.EAGAIN and not isinstance(err, WorkspaceUnavailableError):
+                raise WorkspaceUnavailableError(self.name or "?", err.strerror or str(err)) from err
+            raise
+
+    async def _did_not_run(self, handle: Any, sent_at: float, *, keyed: bool) -> bool:
+        """After a call to ``handle`` died: re-resolve, and say whether sending it again is safe.
+
+        It is when the old owner was already dead before the call was sent, when that owner released
+        its lease itself (hibernation) before dying, or, for a ``keyed`` call, when the owner that
+        answers now is the same process (it remembers the key: a resend gets the first reply).
+        """
+        before = self.owner_id
+        died = await asyncio.to_thread(actor_death_time, handle)
+        released = await self._released_cleanly()
+        try:
+            await self._reresolve(handle)
+        except OSError:
+            return False
+        same = before is not None and self.owner_id == before and actor_id(self.handle) == actor_id(handle)
+        if keyed and same:
+            self._dead = None
+            return True
+        return released or (died is not None and died < sent_at - _DEATH_MARGIN)
+
+    async def _reresolve_quietly(self, stale: Any) -> None:
+        """Re-resolve so that the next call goes to the new owner; a failure is the next call's to report."""
+        try:
+            await self._reresolve(stale)
+        except Exception:
+            pass
 
     async def stream(self, method: str, *args: Any, retry_safe: bool = True) -> AsyncIterator[Any]:
         """Iterate an owner's streaming generator; stopping early (or being cancelled) cancels it."""
@@ -111,7 +184,7 @@ class Connection:
                             self._moved(item, deadline)
                             retry = True
                             break
-                        unwrap(item)  # an error reply ends the stream by raising
+                        self._unwrap(item)  # an error reply ends the stream by raising
                     started = True
                     yield item
                 if not retry:
@@ -163,12 +236,30 @@ class Connection:
             await asyncio.sleep(0.02)
         name, config = self.name, self.config
         self.handle = await asyncio.to_thread(workspace_actor, name, config=config)
+        if self._dead is not None and actor_id(self.handle) != self._dead:
+            self._dead = None
         try:
             reply: Reply = await self.handle.describe.remote()
         except RayActorError:
             return  # the retried call reports it
         if reply[0] == "ok":
             self.learn(reply[1])
+            self._dead = None
+
+
+_ERRNO = re.compile(r"\[Errno (\d+)\] ([^\n]*)")
+
+
+def _creation_failure(name: str, exc: BaseException) -> OSError:
+    """The error of an owner whose constructor failed: the cause's errno (ENOSPC for a full disk…)
+    with its message, else ``WorkspaceUnavailableError`` quoting the cause."""
+    text = str(exc)
+    found = _ERRNO.findall(text)
+    if found:
+        code, message = found[-1]
+        return fs_error(int(code), name, f"cannot open workspace {name}: {message}")
+    last = next((line for line in reversed(text.splitlines()) if line.strip()), text)
+    return WorkspaceUnavailableError(name, f"its owner could not start: {last.strip()}")
 
 
 def _cancel(ref: Any) -> None:

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
 from typing import Any
 
+from ..actors import OutcomeUnknownError, UploadLostError, WorkspaceUnavailableError
 from ..actors.wire import STREAM_CHUNK
 from ..storage.types import DirEntry, FileStat, FindEntry, GrepMatch
 from ..surface import WriteData
 from ._connection import Connection
+from ._locks import fences_for
 
 __all__ = ["ClientFileSystem"]
 
 # Data up to this size travels as one argument; larger or iterable data is a chunked upload.
 DIRECT_WRITE_MAX = 4 * 1024 * 1024
+# An upload of bytes whose owner restarted between two pieces starts again, at most this many times.
+UPLOAD_ATTEMPTS = 3
 
 
 class ClientFileSystem:
@@ -26,7 +31,10 @@ class ClientFileSystem:
         return await self._conn.request("call", op, args, kwargs, retry_safe=True)
 
     async def _write(self, op: str, *args: Any, **kwargs: Any) -> Any:
-        return await self._conn.request("call", op, args, kwargs)
+        """A mutation: presents the task's lock fences, and a fresh idempotency key (see Connection)."""
+        key = uuid.uuid4().hex
+        fences = fences_for(self._conn)
+        return await self._conn.request("call", op, args, kwargs, fences, key, keyed=True)
 
     async def read_file(self, path: str, *, offset: int = 0, length: int | None = None) -> bytes:
         data: bytes = await self._read("read_file", path, offset=offset, length=length)
@@ -48,9 +56,18 @@ class ClientFileSystem:
                 await self._write("write_file", path, bytes(data), mode=mode)
                 return
             view = memoryview(data)
-            await self._upload(
-                path, (view[i : i + STREAM_CHUNK] for i in range(0, len(view), STREAM_CHUNK)), mode
-            )
+
+            def pieces() -> Iterable[memoryview]:
+                return (view[i : i + STREAM_CHUNK] for i in range(0, len(view), STREAM_CHUNK))
+
+            # Bytes can be sent again: an upload lost with a restarted owner starts over.
+            for attempt in range(UPLOAD_ATTEMPTS):
+                try:
+                    await self._upload(path, pieces(), mode)
+                    return
+                except UploadLostError:
+                    if attempt + 1 == UPLOAD_ATTEMPTS:
+                        raise
             return
         await self._upload(path, data, mode)
 
@@ -60,8 +77,14 @@ class ClientFileSystem:
         pieces: AsyncIterable[bytes] | Iterable[bytes] | Iterable[memoryview],
         mode: int | None,
     ) -> None:
-        """Send pieces re-cut to at most 512 KiB, one call each; the owner commits them in one write."""
-        upload_id = await self._conn.request("upload_begin", path, mode)
+        """Send pieces re-cut to at most 512 KiB, one call each; the owner commits them in one write.
+
+        An owner that restarted between two pieces has forgotten the upload (nothing was written):
+        :class:`UploadLostError` (a ``WorkspaceUnavailableError``), which the caller may restart when
+        it can replay its data; an iterator cannot be replayed, so its writer gets the error.
+        """
+        fences = fences_for(self._conn)
+        upload_id = await self._conn.request("upload_begin", path, mode, fences)
         try:
             buffer = bytearray()
             async for piece in _aiter(pieces):
@@ -71,13 +94,26 @@ class ClientFileSystem:
                     del buffer[:STREAM_CHUNK]
             if buffer:
                 await self._conn.request("upload_put", upload_id, bytes(buffer))
+        except WorkspaceUnavailableError as exc:
+            # The owner forgot the upload (restarted between two pieces) or died during one: nothing
+            # of it was committed, whatever the owner that answers next says.
+            await self._abort(upload_id)
+            raise UploadLostError(exc.filename or path, f"upload of {path} lost: {exc.strerror}") from exc
         except BaseException:
-            try:
-                await self._conn.request("upload_abort", upload_id)
-            except Exception:  # the owner is gone or already dropped it: nothing was committed
-                pass
+            await self._abort(upload_id)
             raise
-        await self._conn.request("upload_commit", upload_id)
+        try:
+            await self._conn.request("upload_commit", upload_id)
+        except OutcomeUnknownError:
+            raise  # the owner died while committing: applied or not, nobody can tell
+        except WorkspaceUnavailableError as exc:  # the owner that answered never had the upload
+            raise UploadLostError(exc.filename or path, f"upload of {path} lost: {exc.strerror}") from exc
+
+    async def _abort(self, upload_id: str) -> None:
+        try:
+            await self._conn.request("upload_abort", upload_id)
+        except Exception:  # the owner is gone or already dropped it: nothing was committed
+            pass
 
     async def mkdir(self, path: str, *, recursive: bool = False, mode: int = 0o755) -> None:
         await self._write("mkdir", path, recursive=recursive, mode=mode)

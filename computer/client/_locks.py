@@ -1,4 +1,11 @@
-"""The client's view of the owner's lock table: leases held for this client, renewed in the background."""
+"""The client's view of the owner's lock table: leases held for this client, renewed in the background.
+
+Fencing: every lease comes with its fencing token. While a ``hold`` block runs, the token is in a
+context variable of the task, and every mutating call that task makes through the same connection
+presents it; the owner refuses the call with ``LockLostError`` (ENOLCK) once the lease is gone (it
+expired, or the owner restarted and its volatile lock table with it), so a holder never writes after
+losing its lock, even when it has not noticed.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +14,23 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Sequence
+from contextvars import ContextVar
 
 from ._connection import Connection
 
-__all__ = ["ClientLocks"]
+__all__ = ["ClientLocks", "fences_for"]
 
 log = logging.getLogger(__name__)
+
+# The leases the current task holds: (connection, fencing token, paths), innermost last.
+_HELD: ContextVar[tuple[tuple[Connection, int, tuple[str, ...]], ...]] = ContextVar(
+    "computer_held", default=()
+)
+
+
+def fences_for(connection: Connection) -> list[tuple[int, list[str]]]:
+    """The fences (token, paths) the current task must present on a mutating call through ``connection``."""
+    return [(token, list(paths)) for conn, token, paths in _HELD.get() if conn is connection]
 
 
 class ClientLocks:
@@ -34,7 +52,7 @@ class ClientLocks:
         wanted = [paths] if isinstance(paths, str) else list(paths)
         # One holder per request, under this client's: a cancelled wait can be withdrawn exactly.
         request = f"{self.holder}#{uuid.uuid4().hex[:12]}"
-        lease_id, ttl = await self._conn.request(
+        lease_id, ttl, token = await self._conn.request(
             "lock_acquire",
             request,
             wanted,
@@ -45,9 +63,12 @@ class ClientLocks:
         self._outstanding.add(lease_id)
         renewer = asyncio.create_task(self._renew(lease_id, float(ttl)))
         self._renewers.add(renewer)
+        outer = _HELD.get()
+        _HELD.set((*outer, (self._conn, int(token), tuple(wanted))))
         try:
             yield
         finally:
+            _HELD.set(outer)
             renewer.cancel()
             self._renewers.discard(renewer)
             try:

@@ -8,6 +8,7 @@ of every 512 KiB blob.)
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import sqlite3
 import time
@@ -19,19 +20,47 @@ from urllib.parse import quote
 from ._schema import MIGRATIONS, SCHEMA, SCHEMA_VERSION
 from .errors import fs_error
 
-__all__ = ["Database", "storage_failure", "use_wal"]
+__all__ = [
+    "WAL_AUTOCHECKPOINT_PAGES",
+    "WAL_LIMIT_BYTES",
+    "Database",
+    "is_disk_full",
+    "storage_failure",
+    "use_wal",
+]
 
 # Memory-map the file only for the duration of one large read (see :meth:`Database.mapped`); SQLite
 # caps this at its compile-time maximum.
 _MMAP_SIZE = 1 << 40
 
 
-def storage_failure(exc: sqlite3.Error) -> OSError:
-    """EIO for a failure of SQLite itself (disk full, I/O error, closed store…); EROFS for a write
-    through a read-only open."""
+# SQLite keeps the WAL at most this big after a checkpoint (it grows during one large transaction
+# and is cut back afterwards), and checkpoints once it holds this many pages (4 KiB each): a busy
+# workspace keeps at most ~4 MiB of WAL on disk, so after a full disk a few MiB let it recover. (The
+# default journal_size_limit keeps the largest WAL ever reached: 64 MiB per workspace here before.)
+WAL_LIMIT_BYTES = 4 * 1024 * 1024
+WAL_AUTOCHECKPOINT_PAGES = 1024
+
+
+def storage_failure(exc: sqlite3.Error, path: str | None = None) -> OSError:
+    """The ``OSError`` for a failure of SQLite itself: ENOSPC for a full disk, EROFS for a write
+    through a read-only open, else EIO (I/O error, closed store…)."""
+    if is_disk_full(exc):
+        return fs_error(
+            errno.ENOSPC, path, f"no space left on device: the disk holding the workspace is full ({exc})"
+        )
     if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc):
-        return fs_error(errno.EROFS, None, f"read-only store: {exc}")
-    return fs_error(errno.EIO, None, f"storage failure: {exc}")
+        return fs_error(errno.EROFS, path, f"read-only store: {exc}")
+    return fs_error(errno.EIO, path, f"storage failure: {exc}")
+
+
+def is_disk_full(exc: BaseException) -> bool:
+    """Whether SQLite (or the OS under it) failed because the disk or the filesystem's quota is full."""
+    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+        return True
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "database or disk is full" in str(exc)
 
 
 class Database:
@@ -57,7 +86,7 @@ class Database:
                 uri=self.readonly,
             )
         except sqlite3.Error as exc:
-            raise fs_error(errno.EIO, path, f"cannot open the workspace store: {exc}") from exc
+            raise _open_failure(exc, path) from exc
         try:
             if self.readonly:
                 self._check_version()
@@ -65,7 +94,7 @@ class Database:
                 self._configure(path is None)
         except (sqlite3.Error, OSError) as exc:
             self.conn.close()
-            raise fs_error(errno.EIO, path, f"cannot open the workspace store: {exc}") from exc
+            raise _open_failure(exc, path) from exc
 
     def _configure(self, memory: bool) -> None:
         c = self.conn
@@ -78,7 +107,13 @@ class Database:
             # NORMAL in WAL: a commit survives a process crash; only an OS crash/power loss can lose
             # the last transactions (never corrupt the file).
             c.execute("PRAGMA synchronous = NORMAL")
-            c.execute("PRAGMA wal_autocheckpoint = 16384")
+            c.execute(f"PRAGMA wal_autocheckpoint = {WAL_AUTOCHECKPOINT_PAGES}")
+            c.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+            # Fold what an earlier owner left in the WAL into the file before accepting writes, so a
+            # restart after a full disk starts from a small WAL. Best effort: on a disk still full
+            # the checkpoint stops part way, and writes then report ENOSPC themselves.
+            with contextlib.suppress(sqlite3.Error):
+                c.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
             # No mmap: mapped pages of a large file count as resident memory while it streams.
             c.execute("PRAGMA mmap_size = 0")
         c.execute("PRAGMA cache_size = -8192")  # 8 MiB page cache
@@ -242,6 +277,12 @@ class Database:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _open_failure(exc: BaseException, path: str | None) -> OSError:
+    """A store that cannot be opened: ENOSPC when the disk is full (a new workspace), else EIO."""
+    code = errno.ENOSPC if is_disk_full(exc) else errno.EIO
+    return fs_error(code, path, f"cannot open the workspace store: {exc}")
 
 
 def use_wal(conn: sqlite3.Connection, *, within: float = 30.0) -> None:

@@ -254,7 +254,7 @@ class Mutation:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         st = self._st
-        if isinstance(exc, OSError) and exc.errno == errno.EIO and exc.filename is None:
+        if isinstance(exc, OSError) and exc.errno in (errno.EIO, errno.ENOSPC) and exc.filename is None:
             exc.filename = self._path
         if exc_type is None and self._logged == 0:
             self._cancelled = True  # nothing changed (e.g. a batch of no-ops): no revision either
@@ -265,9 +265,15 @@ class Mutation:
             if st.chunks.has_sweepable():
                 st.chunks.sweep()
             st.db.execute("COMMIT")
-        except BaseException:
+        except BaseException as failed:
             if st.db.conn.in_transaction:
                 self._rollback()
+            else:  # SQLite rolled back by itself (a full disk at COMMIT): drop what we cached too
+                st.db.in_transaction = False
+                st.pending_logical = 0
+                st.cache.clear()
+            if isinstance(failed, OSError) and failed.filename is None:
+                failed.filename = self._path
             raise
         st.db.in_transaction = False
         st.rev = self._rev

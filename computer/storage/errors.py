@@ -9,11 +9,19 @@ from __future__ import annotations
 import errno as _errno
 import os
 
-__all__ = ["FsInvalidError", "error_from_wire", "error_to_wire", "fs_error"]
+__all__ = ["FsInvalidError", "LockLostError", "error_from_wire", "error_to_wire", "fs_error"]
 
 
 class FsInvalidError(OSError, ValueError):
     """EINVAL: a bad path or a bad option. Also a ``ValueError`` so plain validation code catches it."""
+
+
+class LockLostError(OSError):
+    """ENOLCK: a write made under a lock whose lease was lost (expired, or its owner restarted) was refused.
+
+    Nothing was written. Take the lock again and re-read before writing: another holder may have
+    changed what the lost lock protected.
+    """
 
 
 _CLASSES: dict[int, type[OSError]] = {
@@ -24,6 +32,7 @@ _CLASSES: dict[int, type[OSError]] = {
     _errno.EPERM: PermissionError,
     _errno.EACCES: PermissionError,
     _errno.EINVAL: FsInvalidError,
+    _errno.ENOLCK: LockLostError,
 }
 
 

@@ -5,18 +5,33 @@ holds conflict when they share a path; a ``subtree`` hold also conflicts with ev
 ancestor or a descendant of its paths. Holds are leases: with a ``ttl`` a hold lapses unless renewed,
 and waiters are woken when it does. Waiters are served in arrival order: a request never overtakes
 an earlier one it conflicts with, so nobody starves.
+
+Fencing: every grant carries a token, ``(epoch << 32) + n``, strictly increasing per workspace: ``n``
+counts grants of this table and ``epoch`` is the owner's fencing epoch, which is stored in the SQLite
+file and grows with every new owner, so a token is never handed out twice, even across owner restarts.
+A write made under a lease presents its token (:meth:`LockTable.check`) and is refused with
+``LockLostError`` (ENOLCK) once that lease is gone: expired, released, or lost with a restarted owner.
+
+The table itself is volatile (in the owner's memory) by decision: a restart loses every lease, and
+the fencing check tells each holder so before it can write (its next write under the lost lease is
+refused, nothing written). Persisting leases would cost a SQLite commit per acquire, renew and release
+(three per tool call through a client), and a lock could then not be taken on a full disk, where the
+delete tool must still free space. Owners never hibernate while a lease is held, so only a crash loses one.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import itertools
 import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
+from .errors import fs_error
 from .paths import canonical, is_within
 
 __all__ = ["LockTable"]
@@ -34,6 +49,7 @@ class _Claim:
     expires: float | None = None
     granted: asyncio.Future[str] | None = None
     seq: int = 0
+    token: int = 0  # fencing token, set when granted
 
     def conflicts(self, other: _Claim) -> bool:
         wide = self.subtree or other.subtree
@@ -47,10 +63,13 @@ class _Claim:
 class LockTable:
     """Exclusive path leases for one workspace; different tables never interact."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, epoch: int = 0) -> None:
         self._held: dict[str, _Claim] = {}
         self._waiting: list[_Claim] = []
         self._seq = itertools.count()
+        self._grants = itertools.count(1)
+        #: The owner's fencing epoch: the high bits of every token (set by the owner once it has one).
+        self.epoch = epoch
 
     # ------------------------------------------------------------------ public
 
@@ -151,6 +170,36 @@ class LockTable:
             self._dispatch()
         return len(doomed)
 
+    def token(self, lease_id: str) -> int | None:
+        """The fencing token of a held lease (None when it is not held)."""
+        self._expire()
+        claim = self._held.get(lease_id)
+        return None if claim is None else claim.token
+
+    def check(self, fences: Sequence[int | Sequence[Any]], path: str | None = None) -> None:
+        """Raise ``LockLostError`` (ENOLCK) unless every lease presented in ``fences`` is still held.
+
+        Each fence is a token, or ``(token, paths)`` (the paths name the lock in the error). A mutating
+        call made under locks presents their fences; the owner runs this first, so a holder whose lease
+        expired, was released or died with a restarted owner never writes under it.
+        """
+        if not fences:
+            return
+        self._expire()
+        live = {c.token for c in self._held.values()}
+        for fence in fences:
+            token, paths = (fence, ()) if isinstance(fence, int) else (int(fence[0]), tuple(fence[1]))
+            if token not in live:
+                epoch, n = divmod(token, 1 << 32)
+                lock = f"the lock on {', '.join(paths)}" if paths else "a lock"
+                raise fs_error(
+                    errno.ENOLCK,
+                    path,
+                    f"lock lost: {lock} (fencing token {epoch}:{n}) expired, was released or died with "
+                    "a restarted owner, so this write was refused (nothing written); take the lock "
+                    "again and re-read before writing",
+                )
+
     def held(self) -> list[tuple[str, tuple[str, ...], bool, str]]:
         """Current leases as ``(lease id, paths, subtree, holder)`` (for diagnostics and tests)."""
         self._expire()
@@ -162,6 +211,7 @@ class LockTable:
         return not any(claim.conflicts(h) for h in self._held.values())
 
     def _grant(self, claim: _Claim) -> None:
+        claim.token = (self.epoch << 32) + next(self._grants)
         if claim.ttl is not None:
             claim.expires = time.monotonic() + claim.ttl
         self._held[claim.lease_id] = claim

@@ -1,0 +1,147 @@
+"""A real full disk (a small tmpfs with ``size=``), not the per-workspace quota: issue 25 (6).
+
+Before: writes reported ``EIO ... database or disk is full``, a new workspace failed as "owner died
+during describe", and the WAL kept 64 MiB per busy workspace, all of it needed again to recover.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import computer
+from computer import Workspace
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
+
+SIZE_MIB = 24
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE_MIB}m", "tmpfs", str(mount)], check=True)
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def fill(disk: Path, *, leave: int = 0) -> Path:
+    """Fill the disk with a plain file, leaving ``leave`` bytes free; returns the file."""
+    filler = disk / "filler"
+    with open(filler, "ab") as f:
+        while True:
+            free = shutil.disk_usage(disk).free - leave
+            if free <= 0:
+                break
+            try:
+                f.write(b"\0" * min(free, 1 << 20))
+                f.flush()
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC
+                break
+    return filler
+
+
+def assert_enospc(exc: BaseException, path: str | None = None) -> None:
+    assert isinstance(exc, OSError) and exc.errno == errno.ENOSPC, repr(exc)
+    if path is not None:
+        assert exc.filename == path, (exc.filename, path)
+
+
+async def test_a_full_disk_is_enospc_and_rm_still_frees_space(small_disk: Path) -> None:
+    path = str(small_disk / "ws.sqlite")
+    ws = Workspace(path)
+    try:
+        await ws.fs.write_file("/keep", b"kept")
+        await ws.fs.write_file("/big", os.urandom(6 << 20))
+        filler = fill(small_disk, leave=1 << 20)
+        with pytest.raises(OSError) as full:
+            await ws.fs.write_file("/huge", os.urandom(16 << 20))
+        assert_enospc(full.value, "/huge")
+        assert "no space left" in str(full.value)
+        assert not await ws.fs.exists("/huge")
+        fill(small_disk)  # now completely full (the failed write's WAL space stays the workspace's)
+        await ws.fs.rm("/big")  # freeing space must always be possible
+        assert not await ws.fs.exists("/big")
+        await ws.fs.write_file("/small", os.urandom(1 << 20))  # the freed pages are used again
+        assert await ws.fs.read_file("/keep") == b"kept"
+        # A new workspace on the full disk names the real cause.
+        fill(small_disk)
+        with pytest.raises(OSError) as new:
+            Workspace(str(small_disk / "new.sqlite"))
+        assert_enospc(new.value, str(small_disk / "new.sqlite"))
+        filler.unlink()
+    finally:
+        await ws.close()
+
+
+async def test_after_a_full_disk_a_few_mib_are_enough_to_recover(small_disk: Path) -> None:
+    path = str(small_disk / "ws.sqlite")
+    ws = Workspace(path)
+    for i in range(24):  # a busy workspace: many small writes
+        await ws.fs.write_file(f"/f{i}", os.urandom(256 << 10))
+    wal_size = os.stat(path + "-wal").st_size
+    assert wal_size <= 8 << 20, wal_size  # the WAL is cut back after checkpoints (it was 64 MiB)
+    filler = fill(small_disk)
+    with pytest.raises(OSError) as full:
+        await ws.fs.write_file("/x", os.urandom(2 << 20))
+    assert_enospc(full.value)
+    await ws.close()
+    # Free 6 MiB only: the owner opens again and takes writes.
+    os.truncate(filler, max(os.stat(filler).st_size - (6 << 20), 0))
+    ws = Workspace(path)
+    try:
+        await ws.fs.write_file("/after", os.urandom(1 << 20))
+        assert len(await ws.fs.read_file("/f0")) == 256 << 10
+    finally:
+        await ws.close()
+
+
+async def test_a_full_disk_through_a_client_and_a_new_workspace(
+    ray_session: Any, small_disk: Path, tmp_path: Path
+) -> None:
+    data = small_disk / "data"
+    computer.init(data_dir=data)
+    try:
+        async with computer.get_workspace("full-disk-a") as ws:
+            await ws.fs.write_file("/keep", b"kept")
+            await ws.fs.write_file("/big", os.urandom(1 << 20))
+            fill(small_disk)
+            with pytest.raises(OSError) as full:
+                await ws.fs.write_file("/more", os.urandom(3 << 20))
+            assert_enospc(full.value, "/more")
+            fill(small_disk)
+            with pytest.raises(OSError) as upload:  # a chunked upload, too
+                await ws.fs.write_file("/more", os.urandom(12 << 20))
+            assert_enospc(upload.value)
+            fill(small_disk)
+            await ws.fs.rm("/big")  # on a full disk: the owner's reserve makes room for it
+            assert not await ws.fs.exists("/big")
+            assert await ws.fs.read_file("/keep") == b"kept"
+        fill(small_disk)
+        with pytest.raises(OSError) as new:
+            async with computer.get_workspace("full-disk-b"):
+                pass
+        assert_enospc(new.value)
+        assert "owner died" not in str(new.value)
+    finally:
+        import ray
+
+        from computer.actors import NAMESPACE, actor_name
+
+        for name in ("full-disk-a", "full-disk-b"):
+            try:
+                ray.kill(ray.get_actor(actor_name(name), namespace=NAMESPACE))
+            except ValueError:
+                pass
+        computer.init(data_dir=tmp_path / "data")
