@@ -69,7 +69,13 @@ class Shopper(Agent):
 
 
 async def main() -> None:
-    computer.init(data_dir=tempfile.mkdtemp(prefix="agent-example-"))
+    # A data directory of its own, removed at the end: the example leaves nothing behind.
+    with tempfile.TemporaryDirectory(prefix="agent-example-", ignore_cleanup_errors=True) as data_dir:
+        await run(data_dir)
+
+
+async def run(data_dir: str) -> None:
+    computer.init(data_dir=data_dir)
     agent = spawn(Shopper, "shopper")
     reply = await agent.chat.remote("Make a shopping list, count it, then clean up.")
     for call in reply.pending:
