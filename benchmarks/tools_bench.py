@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
+import tempfile
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable
@@ -192,11 +194,139 @@ async def page_large_file(ws: Workspace, megabytes: int) -> tuple[float, float, 
     return mb / read_s, mb / stream_s, mb / read_cpu, mb / stream_cpu, peak / 1e6, pages
 
 
+async def mean_ms(call: Call, calls: int, settle: Callable[[], None]) -> float:
+    """Mean per call, ``settle`` (the audit commit of what is still pending) included: batched work
+    that lands on some calls only counts in full."""
+    for _ in range(min(20, calls)):
+        await call()
+    settle()
+    start = time.perf_counter()
+    for _ in range(calls):
+        await call()
+    settle()
+    return (time.perf_counter() - start) / calls * 1000
+
+
+async def audit_overhead(calls: int) -> list[tuple[str, float, float]]:
+    """Owner-side time of tool calls with and without their audit record, on a workspace file.
+
+    This is what the owner does for a forwarded call (``run_tool`` runs the same ``Tool.run``), so the
+    ratio is the audit log's share of a forwarded call's owner-side time (target <= 1.10x). The record
+    itself travels inside the forwarded call (tests/audit/test_client.py counts the RPCs).
+    """
+    with tempfile.TemporaryDirectory() as directory:
+        async with Workspace(f"{directory}/w.sqlite") as ws:
+            audited = create_tools(ws)
+            bare = create_tools(ws)
+            for tool in bare.values():
+                tool.audit = None
+            body = "".join(f"line of text number {i}\n" for i in range(40))
+            await ws.fs.mkdir("/workspace/d", recursive=True)
+            for i in range(20):
+                await ws.fs.write_file(f"/workspace/d/f{i:02}.txt", body)
+            cases: list[tuple[str, str, dict[str, Any]]] = [
+                ("read 1 KB", "read", {"path": "/workspace/d/f00.txt"}),
+                ("write 1 KB", "write", {"path": "/workspace/w.txt", "content": body}),
+                ("ls 20 entries", "ls", {"path": "/workspace/d"}),
+                ("grep 20 files", "grep", {"query": "number 7", "path": "/workspace/d"}),
+                ("read missing (error)", "read", {"path": "/workspace/nope.txt"}),
+            ]
+            rows = []
+            for label, name, args in cases:
+                # Alternate and keep the best of three rounds each: the two differ only by the record.
+                off, on = [], []
+                for _ in range(3):
+                    off.append(await mean_ms(lambda t=bare[name], a=args: t.run(a), calls, ws.audit.flush))
+                    on.append(await mean_ms(lambda t=audited[name], a=args: t.run(a), calls, ws.audit.flush))
+                rows.append((label, min(off), min(on)))
+            stored = ws.fs._store.db.one("SELECT count(*), sum(size) FROM audit")
+            print(
+                f"(audit table after the runs: {stored[0]} records, {stored[1] / 1024:.0f} KiB, retention on)"
+            )
+            return rows
+
+
+def _process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of process ``pid`` so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def forwarded_overhead(calls: int) -> list[tuple[str, float, float, float, float]]:
+    """Forwarded tool calls through a client on a local Ray: owner CPU and client latency per call,
+    audit off (setting ``audit=False``) against audit on, the two owners driven alternately.
+
+    Owner CPU is the whole owner process (Ray's task handling, the tool, and the audit batch commits
+    in the background), read from /proc before and after each series.
+    """
+    import computer
+
+    with tempfile.TemporaryDirectory() as directory:
+        clients = {}
+        for audited in (False, True):
+            computer.init(data_dir=directory, audit=audited, shell_pool_size=0, python_pool_size=0)
+            clients[audited] = await computer.get_workspace(f"bench-audit-{int(audited)}")
+        body = "".join(f"line of text number {i}\n" for i in range(40))
+        tools = {}
+        for audited, client in clients.items():
+            await client.fs.mkdir("/workspace/d", recursive=True)
+            for i in range(20):
+                await client.fs.write_file(f"/workspace/d/f{i:02}.txt", body)
+            tools[audited] = create_tools(client)
+        pids = {a: int((await c.handle.stats.remote())["pid"]) for a, c in clients.items()}
+        cases: list[tuple[str, str, dict[str, Any]]] = [
+            ("read 1 KB", "read", {"path": "/workspace/d/f00.txt"}),
+            ("write 1 KB", "write", {"path": "/workspace/w.txt", "content": body}),
+            ("ls 20 entries", "ls", {"path": "/workspace/d"}),
+            ("grep 20 files", "grep", {"query": "number 7", "path": "/workspace/d"}),
+        ]
+        rows = []
+        for label, name, args in cases:
+            cpu: dict[bool, list[float]] = {False: [], True: []}
+            wall: dict[bool, list[float]] = {False: [], True: []}
+            for _ in range(3):
+                for audited in (False, True):
+                    tool = tools[audited][name]
+                    before_cpu = _process_cpu(pids[audited])
+                    start = time.perf_counter()
+                    for _ in range(calls):
+                        await expect_ok(tool.run(args))
+                    elapsed = time.perf_counter() - start
+                    await asyncio.sleep(0.1)  # the owner's last audit batch commits (counted in its CPU)
+                    cpu[audited].append((_process_cpu(pids[audited]) - before_cpu) / calls * 1000)
+                    wall[audited].append(elapsed / calls * 1000)
+            rows.append((label, min(cpu[False]), min(cpu[True]), min(wall[False]), min(wall[True])))
+        for client in clients.values():
+            await client.close()
+        return rows
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--paging-mb", type=int, default=50)
+    parser.add_argument("--no-forwarded", action="store_true", help="skip the section that starts Ray")
     options = parser.parse_args()
+    if not options.no_forwarded:
+        print(
+            f"audit log: forwarded tool calls through a client (local Ray), {options.calls} calls per series"
+        )
+        print(
+            f"{'call':<18}{'owner CPU ms: off':>19}{'on':>8}{'ratio':>8}{'   latency ms: off':>19}{'on':>8}{'ratio':>8}"
+        )
+        for label, cpu_off, cpu_on, wall_off, wall_on in await forwarded_overhead(options.calls):
+            print(
+                f"{label:<18}{cpu_off:>19.3f}{cpu_on:>8.3f}{cpu_on / cpu_off:>7.2f}x"
+                f"{wall_off:>19.3f}{wall_on:>8.3f}{wall_on / wall_off:>7.2f}x"
+            )
+        print()
+    print(f"audit log: owner-side time per tool call, mean of {options.calls} calls (workspace file, WAL)")
+    rows = await audit_overhead(options.calls)
+    print(f"{'call':<22}{'no record ms':>14}{'recorded ms':>13}{'ratio':>8}")
+    for label, off, on in rows:
+        print(f"{label:<22}{off:>14.3f}{on:>13.3f}{on / off:>7.2f}x")
+    print()
     async with Workspace() as ws:
         print(f"small files, median of {options.calls} calls (in-process Workspace)")
         print(f"{'tool':<20}{'fs call ms':>12}{'tool ms':>10}{'ratio':>8}")

@@ -28,7 +28,8 @@ class Settings(BaseSettings):
     max_workspace_bytes: int | None = None  # per-workspace size limit (ENOSPC beyond it); None: unlimited
     shared_data_dir: bool = False  # data_dir is shared storage: owners may wake on any node
     object_store_memory: int = 256 * 1024 * 1024  # for a local Ray started by init()
-    # audit log retention per workspace (issue 21): the oldest records go past either limit
+    # audit log per workspace (issue 21): False writes no records; retention: the oldest go past either limit
+    audit: bool = True
     audit_max_records: int = Field(default=10_000, ge=1)
     audit_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
 

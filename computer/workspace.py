@@ -50,6 +50,7 @@ class Workspace:
         # The audit log (SPEC 10): tool calls, exec runs and share links, kept in the same file.
         self.audit = self.fs.audit
         self.audit.configure(max_records=settings().audit_max_records, max_bytes=settings().audit_max_bytes)
+        self.audit.writable = self.audit.writable and settings().audit
         self.runtime = Runtime(self, list(backends), output=output)
         self.assets: AssetsSurface | None = None
         if assets is not None and assets is not False:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import time
@@ -68,6 +69,41 @@ DEFAULT_MAX_AUDIT_BYTES = 16 * 1024 * 1024
 FLUSH_DELAY = 0.05  # seconds between a record and the commit that holds it
 FLUSH_BATCH = 256  # records held at most before a commit
 POLL_INTERVAL = 0.5  # seconds between looks at the file while following other writers
+
+
+_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # one encoder for every record
+_NO_RESULT = object()
+
+
+@functools.lru_cache(maxsize=256)
+def _caller_json(fields: tuple[tuple[str, str], ...]) -> str:
+    """A caller's JSON (a few distinct callers write most records)."""
+    return _json(scrub(dict(fields)))  # a record that is not a tool call's: no sizes to add
+
+
+def _encode(
+    at: float,
+    kind: str,
+    tool: str | None,
+    status: str,
+    error: Any,
+    duration_ms: float | None,
+    caller: Mapping[str, str],
+    args: Mapping[str, Any] | None,
+    detail: Mapping[str, Any] | None,
+    result: Any,
+) -> tuple[Any, ...]:
+    """One pending record as its table row: scrubbed, sized and encoded (at commit time)."""
+    if result is _NO_RESULT:
+        detail_json = _json(scrub(dict(detail or {}), limit=1024))
+    else:  # a tool call's detail is its two sizes
+        detail_json = f'{{"bytes_in":{payload_size(args)},"bytes_out":{payload_size(result)}}}'
+    caller_json = _caller_json(tuple(caller.items()))
+    args_json = _json(scrub(dict(args or {})))
+    text = None if error is None else cut(redact(str(error)[: MAX_ERROR_CHARS + 64]), MAX_ERROR_CHARS)
+    size = 64 + len(caller_json) + len(args_json) + len(detail_json) + len(text or "") + len(tool or "")
+    duration = None if duration_ms is None else round(float(duration_ms), 3)
+    return (int(at * 1e6), kind, tool, status, text, duration, caller_json, args_json, detail_json, size)
 
 
 class AuditLog:
@@ -128,46 +164,40 @@ class AuditLog:
         at: float | None = None,
     ) -> None:
         """Append one record (committed shortly after; see the module docstring). Never raises."""
-        if self.closed or not self.writable:
-            return
-        try:
-            who = dict(caller) if caller is not None else current_caller(client=self.client)
-            caller_json = json.dumps(scrub(who), ensure_ascii=False)
-            args_json = json.dumps(scrub(dict(args or {})), ensure_ascii=False)
-            detail_json = json.dumps(scrub(dict(detail or {}), limit=1024), ensure_ascii=False)
-            text = None if error is None else cut(redact(str(error)[: MAX_ERROR_CHARS + 64]), MAX_ERROR_CHARS)
-            size = (
-                64 + len(caller_json) + len(args_json) + len(detail_json) + len(text or "") + len(tool or "")
-            )
-            micros = int((time.time() if at is None else at) * 1e6)
-            duration = None if duration_ms is None else round(float(duration_ms), 3)
-            self._pending.append(
-                (micros, kind, tool, status, text, duration, caller_json, args_json, detail_json, size)
-            )
-        except Exception:  # an unserialisable value must never fail the call being recorded
-            log.exception("audit: could not record a %s entry", kind)
-            return
-        self._schedule()
+        self._append(kind, tool, status, error, duration_ms, caller, args, detail, at, _NO_RESULT)
 
     def record_tool(
         self, name: str, args: Any, result: Any, duration_s: float, *, caller: Mapping[str, str] | None = None
     ) -> None:
-        """Record one tool call from its arguments and its result dict (``{"error": ...}`` = failed)."""
-        error = result.get("error") if isinstance(result, Mapping) else None
-        try:
-            sizes = {"bytes_in": payload_size(args), "bytes_out": payload_size(result)}
-        except Exception:  # an odd value in a result must not fail the call being recorded
-            sizes = {}
-        self.record(
-            "tool",
-            tool=name,
-            status="error" if error is not None else "ok",
-            error=None if error is None else str(error),
-            duration_ms=duration_s * 1000.0,
-            caller=caller,
-            args=args if isinstance(args, Mapping) else {"arguments": args},
-            detail=sizes,
-        )
+        """Record one tool call from its arguments and its result dict (``{"error": ...}`` = failed).
+
+        Only references are kept here: scrubbing, sizes (``bytes_in``/``bytes_out``) and encoding
+        happen in the batch's commit, off the call's path.
+        """
+        error = result.get("error") if type(result) is dict else None
+        status: AuditStatus = "ok" if error is None else "error"
+        arguments = args if type(args) is dict else {"arguments": args}
+        self._append("tool", name, status, error, duration_s * 1000.0, caller, arguments, None, None, result)
+
+    def _append(
+        self,
+        kind: AuditKind,
+        tool: str | None,
+        status: AuditStatus,
+        error: Any,
+        duration_ms: float | None,
+        caller: Mapping[str, str] | None,
+        args: Mapping[str, Any] | None,
+        detail: Mapping[str, Any] | None,
+        at: float | None,
+        result: Any,
+    ) -> None:
+        if self.closed or not self.writable:
+            return
+        who = caller if caller is not None else current_caller(client=self.client)
+        moment = time.time() if at is None else at
+        self._pending.append((moment, kind, tool, status, error, duration_ms, who, args, detail, result))
+        self._schedule()
 
     def record_exec(
         self,
@@ -273,7 +303,14 @@ class AuditLog:
         if db.in_transaction:  # a transaction left open across an await: try again shortly
             self._schedule()
             return
-        rows, self._pending = self._pending, []
+        pending, self._pending = self._pending, []
+        rows = []
+        for entry in pending:
+            try:
+                rows.append(_encode(*entry))
+            except Exception:  # an unserialisable value must never fail a commit of the others
+                self.dropped += 1
+                log.exception("audit: could not encode a %s record", entry[1])
         try:
             if not self._is_owner():
                 self.dropped += len(rows)
