@@ -1,0 +1,42 @@
+"""The fault-injection suite (issue 25 item 7): clients in two processes, owners, pool workers and
+Redis killed at random moments, every history checked (see ``_faults.py``). Short by default;
+``COMPUTER_FAULTS_SECONDS`` (or ``benchmarks/soak.py --faults``) runs it longer."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import computer
+
+from ._faults import run
+from .test_redis_restart import RedisProcess
+
+SECONDS = float(os.environ.get("COMPUTER_FAULTS_SECONDS", "25"))
+
+
+@pytest.mark.slow
+async def test_histories_under_random_faults_are_linearizable(
+    ray_session: Any, tmp_path: Path, record_property: Any
+) -> None:
+    redis = RedisProcess(tmp_path, persistent=True)
+    redis.start()
+    computer.init(
+        data_dir=tmp_path / "data", redis_url=redis.url, lock_lease=3.0, shell_pool_size=1, python_pool_size=1
+    )
+    try:
+        report = await run(seconds=SECONDS, clients_per_process=2, every=(1.0, 3.0), redis=redis)
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+        if redis.proc is not None:
+            redis.stop()
+    print(report.as_dict())
+    record_property("fault_injection_operations", report.operations)
+    record_property("fault_injection_faults", sum(report.faults.values()))
+    record_property("fault_injection_anomalies", len(report.anomalies))
+    assert report.operations > 50, report.as_dict()
+    assert sum(report.faults.values()) >= 3, report.as_dict()
+    assert report.anomalies == [], report.as_dict()
