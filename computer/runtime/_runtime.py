@@ -150,6 +150,16 @@ class Runtime:
         self._finished.pop(exec_id, None)
         try:
             await self.journal.started(exec_id, info.id, source)
+        except OSError as exc:
+            # Issue 25 (faults on a cluster): a journal the workspace cannot write (a full disk is
+            # ENOSPC) fails the run with its cause instead of raising out of exec().
+            self._running.pop(exec_id, None)
+            failed = ExecResult(
+                "failed", None, "", f"{exc}\n", id=exec_id, backend=info.id, error=f"cannot start: {exc}"
+            )
+            run.finish(failed, ExecSnapshot(exec_id, info.id, "failed", None, "", failed.stderr, {}, True, 1))
+            self._finished[exec_id] = failed
+            return self._handle(run)
         except BaseException:
             self._running.pop(exec_id, None)
             raise

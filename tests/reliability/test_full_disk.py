@@ -85,6 +85,21 @@ async def test_a_full_disk_is_enospc_and_rm_still_frees_space(small_disk: Path) 
         await ws.close()
 
 
+async def test_exec_on_a_full_disk_returns_a_failed_run(small_disk: Path) -> None:
+    from computer.runtime import ShellBackend
+
+    ws = Workspace(str(small_disk / "ws.sqlite"), backends=[ShellBackend()])
+    try:
+        await ws.fs.write_file("/keep", b"kept")
+        fill(small_disk)
+        handle = await ws.runtime.exec("echo hi")  # its journal cannot be written: a failed run
+        result = await handle.result()
+        assert result.status == "failed" and "no space left" in result.stderr, result
+        assert (await ws.runtime.get_exec(handle.id)).id == handle.id
+    finally:
+        await ws.close()
+
+
 async def test_after_a_full_disk_a_few_mib_are_enough_to_recover(small_disk: Path) -> None:
     path = str(small_disk / "ws.sqlite")
     ws = Workspace(path)
