@@ -65,7 +65,7 @@ async def test_an_edit_made_while_a_run_that_changes_nothing_is_in_flight_reache
 
 
 async def test_a_conflicted_file_comes_back_into_the_sandbox_with_the_workspace_version(db: Path) -> None:
-    async with opened(db) as ws:
+    async with opened(db, shell=_per_call()) as ws:
         await ok(ws, "true")  # the mirror is in use: the file then arrives in it by an incremental push
         await ws.fs.write_file("/workspace/shared.txt", "before\n")
         # the run's only change is the conflicted one (its pull is then empty)
@@ -79,8 +79,15 @@ async def test_a_conflicted_file_comes_back_into_the_sandbox_with_the_workspace_
         # an edit in the sandbox now starts from the workspace's version
         await ok(ws, "echo more >> shared.txt")
         assert await ws.fs.read_text("/workspace/shared.txt") == "workspace\nmore\n"
-    async with opened(db) as ws:
+    async with opened(db, shell=_per_call()) as ws:
         assert (await ok(ws, "cat shared.txt")).stdout == "workspace\nmore\n"
+
+
+def _per_call() -> ShellBackend:
+    """A sandbox per run: the tests using it pin down the per-run bracket's conflict rule (a live
+    sandbox syncs while the program runs, so the same steps there are ordinary later writes; see
+    tests/runtime/test_live.py and the live state machine)."""
+    return ShellBackend(live=False)
 
 
 @asynccontextmanager
@@ -220,7 +227,7 @@ async def test_the_python_backend_reads_and_writes_workspace_files_through_open(
 
 
 async def test_every_skipped_path_has_a_reason(db: Path) -> None:
-    async with opened(db) as ws:
+    async with opened(db, shell=_per_call()) as ws:
         await ws.fs.write_file("/workspace/shared.txt", "before\n")
         handle = await started(ws, "echo ready; sleep 1.5; echo sandbox > shared.txt; touch $'bad\\xffname'")
         await ws.fs.write_file("/workspace/shared.txt", "workspace\n")
@@ -286,7 +293,7 @@ async def test_assets_publish_in_the_sandbox_leaves_a_protected_file_alone(db: P
 
 
 async def test_assets_publish_in_the_sandbox_keeps_a_workspace_change_made_during_the_run(db: Path) -> None:
-    async with opened(db, assets=_Publisher()) as ws:
+    async with opened(db, shell=_per_call(), assets=_Publisher()) as ws:
         await ws.fs.write_file("/workspace/s.txt", "before\n")
         handle = await started(ws, "echo ready; sleep 1.5; echo sandbox > s.txt; assets publish s.txt")
         await ws.fs.write_file("/workspace/s.txt", "workspace\n")

@@ -90,12 +90,13 @@ def shell_of(op: Op, model: dict[str, bytes]) -> tuple[str, dict[str, bytes | No
     if kind == "delete":
         return f"rm -f {_q(path)}", ({path: None} if path in model else {})
     if kind == "rename":
-        if path not in model or path == other:
+        if path == other:
             return "true", {}
-        return f"mkdir -p {_q(posixpath.dirname(other) or '.')} && mv -f {_q(path)} {_q(other)}", {
-            path: None,
-            other: model[path],
-        }
+        # Conditional in the shell too: a live run may act on a tree changed after it was planned.
+        source = f"if [ -f {_q(path)} ]; then mkdir -p {_q(posixpath.dirname(other) or '.')} && mv -f {_q(path)} {_q(other)}; fi"
+        if path not in model:
+            return source, {}
+        return source, {path: None, other: model[path]}
     if kind == "rmdir":
         return f"rm -rf {_q(path)}", {p: None for p in model if p.startswith(path + "/")}
     return "true", {}
@@ -121,7 +122,10 @@ class SyncMachine(RuleBasedStateMachine):
 
     @staticmethod
     def _shell() -> ShellBackend:
-        return ShellBackend(mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=1))
+        # A sandbox per run: the rules below are the per-run sync bracket's (LiveSyncMachine: live).
+        return ShellBackend(
+            live=False, mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=1)
+        )
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
         return self.loop.run_until_complete(asyncio.wait_for(coro, 4 * MARGIN))
@@ -268,6 +272,83 @@ class SyncMachine(RuleBasedStateMachine):
         finally:
             self.loop.close()
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class LiveSyncMachine(SyncMachine):
+    """The same machine over live sandboxes (the default): runs of the workspace share one sandbox
+    whose files sync both ways while anything runs. A workspace change made while a run sleeps reaches
+    it before it acts (so the run acts on the changed tree), and two overlapping runs act on one tree
+    one after the other: in both cases the model is the sequential one, and nothing is skipped."""
+
+    @staticmethod
+    def _shell() -> ShellBackend:
+        return ShellBackend(mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=1))
+
+    @rule(run_op=RUN_OPS, ws_op=WS_OPS)
+    def workspace_change_during_a_run(self, run_op: Op, ws_op: Op) -> None:
+        source, _ = shell_of(run_op, self.model)
+
+        async def step() -> tuple[ExecResult, dict[str, bytes | None]]:
+            handle = await self.ws.runtime.exec(
+                f"echo ready; sleep 1.5; {source}", env={"C": run_op[3].decode()}, timeout=60
+            )
+            async for snapshot in handle:
+                if "ready" in snapshot.stdout:
+                    break
+            await self._ws_op(ws_op)  # the model takes it now; the run acts on the changed tree
+            effects = shell_of(run_op, self.model)[1]
+            result: ExecResult = await asyncio.wait_for(handle.result(), 60 + MARGIN)
+            return result, effects
+
+        result, effects = self.call(step())
+        assert result.skipped == [], result.skipped
+        self.apply_run(result, effects)
+        stats["in_flight"] += 1
+
+    @rule(first=RUN_OPS, second=RUN_OPS)
+    def two_concurrent_runs(self, first: Op, second: Op) -> None:
+        async def step() -> None:
+            source, effects = shell_of(first, self.model)
+            one = await self.ws.runtime.exec(source + "; sleep 1", env={"C": first[3].decode()}, timeout=60)
+            await asyncio.sleep(0.3)  # the first acted (its sleep keeps it running)
+            self_model_after_first = dict(self.model)
+            for path, content in effects.items():
+                if content is None:
+                    self_model_after_first.pop(path, None)
+                else:
+                    self_model_after_first[path] = content
+            source2, effects2 = shell_of(second, self_model_after_first)
+            two = await self.ws.runtime.exec(source2, env={"C": second[3].decode()}, timeout=60)
+            results = [await asyncio.wait_for(h.result(), 60 + MARGIN) for h in (one, two)]
+            for result in results:
+                assert result.skipped == [], result.skipped
+            self.apply_run(results[0], effects)
+            self.apply_run(results[1], effects2)
+
+        self.call(step())
+        stats["concurrent"] += 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_live_sandbox_state_machine(record_property: Any) -> None:
+    """Live sandboxes under the same rules (sequential model): nothing lost, nothing skipped."""
+    for key in stats:
+        stats[key] = 0
+    runner = settings(
+        max_examples=10,
+        stateful_step_count=15,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )(LiveSyncMachine)
+    runner.TestCase().runTest()
+    for key, value in stats.items():
+        record_property(f"live_machine_{key}", value)
+    print("live machine:", stats)
+    assert all(stats[k] for k in ("runs", "in_flight", "concurrent", "evictions", "reopens")), stats
 
 
 @pytest.mark.slow

@@ -169,16 +169,16 @@ async def test_a_file_changed_during_a_pooled_run_keeps_the_workspace_version(
 ) -> None:
     async with computer.get_workspace(name) as ws:
         await ws.fs.mkdir("/workspace")
-        await (await ws.runtime.exec("true")).result()  # warm: the next run defers its pull
-        await a_file_changed_during_a_run_keeps_the_workspace_version(ws)
+        await (await ws.runtime.exec("true")).result()  # the workspace's live sandbox on its worker
+        await a_file_changed_during_a_run_keeps_the_workspace_version(ws, live=True)
 
 
 async def test_pooled_runs_keep_workspace_writes_made_while_they_ran(cluster: Settings, name: str) -> None:
     async with computer.get_workspace(name) as ws:
         await ws.fs.mkdir("/workspace")
-        await (await ws.runtime.exec("true")).result()  # warm: the next run defers its pull
-        await a_write_during_a_run_that_changes_nothing_reaches_the_next_run(ws)
-        await a_conflicted_path_comes_back_with_the_workspace_version(ws)
+        await (await ws.runtime.exec("true")).result()  # the workspace's live sandbox on its worker
+        await a_write_during_a_run_that_changes_nothing_reaches_the_next_run(ws, live=True)
+        await a_conflicted_path_comes_back_with_the_workspace_version(ws, live=True)
 
 
 async def test_workers_report_the_runs_they_took(cluster: Settings, name: str) -> None:
