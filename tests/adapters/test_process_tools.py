@@ -179,3 +179,38 @@ async def test_a_lookup_error_that_does_not_name_the_pid_is_completed() -> None:
     surface = Surface(runtime=NoSandbox([SHELL]))
     result = await create_kill_tool(surface).run({"pid": 12})
     assert result == {"error": "no process 12 in the live sandbox (the workspace has no live sandbox)"}
+
+
+async def _background_sleeper_round_trip(ws: Any) -> None:
+    """exec starts a background program; processes lists it; kill stops it; a second kill names it."""
+    tools = create_tools(ws, processes=True, exec={"shell": {}})
+    started = await tools["exec"].run({"command": "sleep 300 & echo $!"})
+    assert started["status"] == "completed", started
+    listed = await tools["processes"].run({"backend": "shell"})
+    (sleeper,) = [p for p in listed["processes"] if p["command"] == "sleep 300"]
+    assert sleeper["pid"] == int(started["stdout"].strip())
+    assert sleeper["started"].endswith("Z") and sleeper["rssBytes"] > 0
+    assert await tools["kill"].run({"pid": sleeper["pid"]}) == {"killed": sleeper["pid"]}
+    after = await tools["processes"].run({})
+    assert all(p["pid"] != sleeper["pid"] for p in after["processes"])
+    again = await tools["kill"].run({"pid": sleeper["pid"]})
+    assert str(sleeper["pid"]) in again["error"]
+
+
+async def test_a_real_live_sandbox_through_the_tools() -> None:
+    from computer.runtime import ShellBackend
+
+    async with Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await _background_sleeper_round_trip(ws)
+
+
+@pytest.mark.ray
+async def test_a_real_live_sandbox_through_a_client(cluster: Any, workspace_name: str) -> None:
+    import computer
+
+    async with computer.get_workspace(workspace_name) as client:
+        if not any(b.id == "shell" for b in client.runtime.backends()):
+            pytest.skip("this build's computer.init configures no shell backend pool")
+        await client.fs.mkdir("/workspace")
+        await _background_sleeper_round_trip(client)
