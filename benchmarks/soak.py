@@ -11,6 +11,12 @@ the logs: a file that is missing, different, or present after an acknowledged de
 
 Prints (and with ``--json`` writes) ops/s, p50/p99 latency per tool, errors by kind, and lost writes.
 Starts its own local Ray and data directory; needs no Redis.
+
+``--faults``: instead, the fault-injection workload of ``tests/reliability/_faults.py`` for
+``--minutes``: clients in two processes (``--clients`` each) on one workspace, owners, shell pool
+workers and a Redis of its own killed at random every 1-3 s, every history checked by the
+linearizability-style checker. Prints operations, faults injected and anomalies (target: zero);
+exits 1 on any anomaly.
 """
 
 from __future__ import annotations
@@ -236,14 +242,54 @@ def _print(report: dict[str, Any]) -> None:
         print(f"  LOST {line}")
 
 
+def faults(minutes: float, clients: int, data_dir: Path) -> dict[str, Any]:
+    """The fault-injection run (see ``--faults``), with a Redis of its own on a loopback port."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from tests.reliability._faults import run
+    from tests.reliability.test_redis_restart import RedisProcess
+
+    redis = RedisProcess(data_dir, persistent=True)
+    redis.start()
+    try:
+        computer.init(data_dir=data_dir / "data", redis_url=redis.url, lock_lease=3.0, shell_pool_size=1)
+        started = time.monotonic()
+        report = asyncio.run(
+            run(seconds=minutes * 60, clients_per_process=clients, every=(1.0, 3.0), redis=redis)
+        ).as_dict()
+        report["seconds"] = round(time.monotonic() - started, 1)
+    finally:
+        if redis.proc is not None:
+            redis.stop()
+    return report
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=5.0)
     parser.add_argument("--agents", type=int, default=50)
     parser.add_argument("--shared-workers", type=int, default=8)
+    parser.add_argument("--faults", action="store_true", help="run the fault-injection workload instead")
+    parser.add_argument("--clients", type=int, default=3, help="--faults: clients per process")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     args = parser.parse_args()
     data_dir = Path(tempfile.mkdtemp(prefix="soak-"))
+    if args.faults:
+        ray.init(
+            include_dashboard=False,
+            object_store_memory=256 * 1024 * 1024,
+            _temp_dir=tempfile.mkdtemp(prefix="rs-", dir="/tmp"),
+            log_to_driver=False,
+        )
+        try:
+            result = faults(args.minutes, args.clients, data_dir)
+        finally:
+            ray.shutdown()
+        print(json.dumps(result, indent=2))
+        if args.json is not None:
+            args.json.write_text(json.dumps(result, indent=2))
+        raise SystemExit(1 if result["anomalies"] else 0)
     ray.init(
         include_dashboard=False,
         object_store_memory=256 * 1024 * 1024,

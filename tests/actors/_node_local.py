@@ -29,7 +29,7 @@ import redis
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import computer
-from computer.actors import NAMESPACE, actor_name
+from computer.actors import NAMESPACE, actor_name, open_directory
 
 NAMES = [f"nl-{i}" for i in range(4)]
 
@@ -119,6 +119,12 @@ async def scenario(data_dir: Path, second: str, *, redis_url: str | None) -> Non
     assert on_second, f"no owner was placed on the second node: {placed}"
     if redis_url:
         redis.Redis.from_url(redis_url).flushall()  # the directory forgets every placement
+    else:  # one embedded directory for the cluster: the head's file holds the second node's leases too
+        directory = open_directory(conf)
+        for name in on_second:
+            record = directory.get(name)
+            assert record is not None and record.node == second, (name, record)
+        directory.close()
     kill_owners(names, conf)
     for name in names:
         async with computer.get_workspace(name) as ws:

@@ -6,7 +6,9 @@ on a few keys (every value unique), increments of one counter under a lock (read
 and now and then a shell run that writes a key. Meanwhile an injector kills, at random moments, the
 owner (SIGKILL: restarted in place; ``ray.kill``: re-created), an exec pool worker, and Redis (stopped,
 then started again on the same port). Every operation is logged with its start, end and outcome:
-``ok``, ``failed`` (definitely not applied: a refused write, a failed run), or ``unknown``.
+``ok``, ``failed`` (definitely not applied: a write refused under a lost lock, an upload lost with its
+owner), or ``unknown`` (cut by a death; a shell run that did not complete cleanly, since a killed run
+keeps what it wrote).
 
 The checker, per key (values are unique, so a read names the write it saw):
 - a read returns the initial value or a value of a write that was not ``failed`` and had started
@@ -106,11 +108,15 @@ async def client_loop(
         if roll < exec_share:
             op = Op(client, "exec", key, value, time.time())
             try:
-                handle = await ws.runtime.exec(f"printf %s {value} > {key}", backend="shell", timeout=60)
-                result = await handle.result()
+                # Written aside and renamed: the key never holds a half-written value. A run that did
+                # not complete may still have been pulled (a killed run keeps what it wrote), and a
+                # skipped path is left as the workspace had it: either way, the outcome is unknown.
+                tmp = f"{key}.{client}.tmp"
+                command = f"printf %s {value} > {tmp} && mv {tmp} {key}"
+                result = await (await ws.runtime.exec(command, backend="shell", timeout=60)).result()
                 if result.status != "completed" or key in result.skipped:
-                    op.outcome = "failed"
-                    op.error = f"{result.status} {result.skipped}"
+                    op.outcome = "unknown"
+                    op.error = f"exec {result.status}" + (" (skipped)" if key in result.skipped else "")
             except Exception as exc:
                 op.outcome, op.error = "unknown", type(exc).__name__
         elif roll < 0.45:
