@@ -23,7 +23,7 @@ from ._backend import (
 from ._codec import decode_sync, encode_sync
 from ._context import LocalExecContext
 from ._handle import ExecHandle
-from ._mirror import MirrorPool
+from ._mirror_pool import MirrorPool
 from ._options import OutputOptions
 from ._runtime import Runtime
 from ._scratch import release_process

@@ -26,7 +26,8 @@ from typing import Any
 
 from ..storage.paths import canonical, is_within
 from ._backend import ExecContext, MirrorFile, SyncPull
-from ._mirror import Entry, Mirror, entry_of, lstat_beneath, read_beneath
+from ._beneath import lstat_beneath, read_beneath
+from ._mirror import Entry, Mirror, entry_of
 from ._sandbox import in_background
 
 __all__ = ["SANDBOX_DIR", "AssetsBridge"]

@@ -10,35 +10,34 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import itertools
 import os
 import secrets
 import stat
-import threading
-import time
-import weakref
-from collections import OrderedDict
-from collections.abc import Generator, Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from ..storage import CHUNK_SIZE
 from ._backend import BIG_FILE, MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
+from ._beneath import (
+    CREATE,
+    CREATED_MODE,
+    SAFE_BITS,
+    BeneathReader,
+    make_parent,
+    open_beneath,
+    remove_node,
+    write_all,
+)
 from ._scratch import remove_tree
 from ._watch import TreeWatch
 
 __all__ = [
     "Entry",
     "Mirror",
-    "MirrorPool",
     "PullPlan",
-    "ScratchBudget",
     "entry_of",
-    "lstat_beneath",
-    "process_budget",
-    "read_beneath",
-    "remove_tree",
 ]
 
 # (kind, ino, size, mtime_ns, ctime_ns, mode) for files; the program cannot forge ctime, so any write,
@@ -134,7 +133,7 @@ class Mirror:
         if push.full and first:
             self.unwatch()
             for child in list(self.directory.iterdir()):
-                _remove(child)
+                remove_node(child)
             self.state.clear()
             self.chunks.clear()
             self.protected = set()
@@ -143,7 +142,7 @@ class Mirror:
             self.unfilled = []
         for path in push.deleted:
             rel = self.rel(path)
-            _remove(self.directory / rel)
+            remove_node(self.directory / rel)
             self._forget(rel)
             if path in self.protected or not push.full:
                 self.protected = {p for p in self.protected if not _within(p, path)}
@@ -151,12 +150,12 @@ class Mirror:
         self.reasons.update(push.reasons)
         for d in push.dirs:
             host = self.host(d.path)
-            _make_parent(self.directory, host, self.owner)
+            make_parent(self.directory, host, self.owner)
             if host.is_symlink() or (host.exists() and not host.is_dir()):
-                _remove(host)
+                remove_node(host)
             host.mkdir(exist_ok=True)
             self._own(host)
-            os.chmod(host, d.mode & _SAFE_BITS)
+            os.chmod(host, d.mode & SAFE_BITS)
             self.state[self.rel(d.path)] = _entry(os.lstat(host))
         written = 0
         base = os.fspath(self.directory)
@@ -166,7 +165,7 @@ class Mirror:
             host = self.host(f.path)
             parent = rel.rpartition("/")[0]
             if parent not in ready:
-                _make_parent(self.directory, host, self.owner)
+                make_parent(self.directory, host, self.owner)
                 ready.add(parent)
             if f.chunks is not None:
                 self._prepare_chunked(host, f)
@@ -198,14 +197,14 @@ class Mirror:
                 self.state[self.rel(f.path)] = _entry(os.lstat(host))
                 self.state[self.rel(f.link)] = _entry(os.lstat(self.host(f.link)))
                 continue
-            fd = os.open(path, _CREATE, f.mode & 0o777)
+            fd = os.open(path, CREATE, f.mode & 0o777)
             try:
                 if self.owner is not None:
                     os.fchown(fd, *self.owner)
                 if f.data:
-                    _write_all(fd, f.data)
-                if f.mode & 0o7777 != _CREATED_MODE.get(f.mode & 0o777):
-                    os.fchmod(fd, f.mode & _SAFE_BITS)  # beyond what the umask left
+                    write_all(fd, f.data)
+                if f.mode & 0o7777 != CREATED_MODE.get(f.mode & 0o777):
+                    os.fchmod(fd, f.mode & SAFE_BITS)  # beyond what the umask left
                 ns = f.mtime * 1_000_000
                 os.utime(fd, ns=(ns, ns))
                 st = os.fstat(fd)
@@ -217,8 +216,8 @@ class Mirror:
             self.state[rel] = _entry(st)
         for link in push.symlinks:
             host = self.host(link.path)
-            _make_parent(self.directory, host, self.owner)
-            _remove(host)
+            make_parent(self.directory, host, self.owner)
+            remove_node(host)
             os.symlink(link.target, host)  # stored verbatim; only ever resolved inside the sandbox
             if self.owner is not None:
                 os.lchown(host, *self.owner)
@@ -246,14 +245,14 @@ class Mirror:
             fd = os.open(host, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
             needed = [i for i, h in enumerate(f.chunks) if i >= len(old) or old[i] != h]
         else:
-            _remove(host)
-            fd = os.open(host, _CREATE, f.mode & 0o777)
+            remove_node(host)
+            fd = os.open(host, CREATE, f.mode & 0o777)
             needed = list(range(len(f.chunks)))
         try:
             if self.owner is not None:
                 os.fchown(fd, *self.owner)
             os.ftruncate(fd, f.length)
-            os.fchmod(fd, f.mode & _SAFE_BITS)
+            os.fchmod(fd, f.mode & SAFE_BITS)
             ns = f.mtime * 1_000_000
             os.utime(fd, ns=(ns, ns))
             st = os.fstat(fd)
@@ -276,7 +275,7 @@ class Mirror:
         """Write ``data`` at ``offset`` of a file :meth:`apply` created empty; the last piece
         (``offset + len(data) >= file.length`` or a short one) restores its mtime and records it."""
         host = self.host(file.path)
-        parent = _open_beneath(self.directory, self.rel(file.path).rpartition("/")[0])
+        parent = open_beneath(self.directory, self.rel(file.path).rpartition("/")[0])
         try:
             fd = os.open(host.name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
         finally:
@@ -419,7 +418,7 @@ class Mirror:
                 # setuid/setgid never survive, not even in the mirror (the sandbox's own user owns it,
                 # but nobody gets a set-id program out of a run).
                 with contextlib.suppress(OSError, NotImplementedError):
-                    os.chmod(self.directory / rel, entry[5] & _SAFE_BITS, follow_symlinks=False)
+                    os.chmod(self.directory / rel, entry[5] & SAFE_BITS, follow_symlinks=False)
                     entry = now[rel] = _entry(os.lstat(self.directory / rel))
             if kind == "d":
                 if old is None or old[0] != "d" or old[5] != entry[5]:
@@ -490,7 +489,7 @@ class Mirror:
         )
         held = 0
         staged: set[str] = set()
-        with _BeneathReader(self.directory) as reader:
+        with BeneathReader(self.directory) as reader:
             for rel, entry in plan.files:
                 path = self.workspace_path(rel)
                 mtime = entry[3] // 1_000_000
@@ -550,7 +549,7 @@ class Mirror:
             if path == self.root or not _within(path, self.root) or path in self.kept:
                 continue
             rel = self.rel(path)
-            _remove(self.directory / rel)
+            remove_node(self.directory / rel)
             self._forget(rel)
         self.rev = rev
 
@@ -589,259 +588,6 @@ NOT_UTF8 = "the name is not UTF-8: the workspace cannot hold it (it stays in the
 SPECIAL = "not a regular file, directory or symlink (FIFO, socket or device): never synced"
 
 
-class MirrorPool:
-    """Idle mirrors per workspace: a run takes one (or a fresh one) and gives it back.
-
-    At most ``idle`` idle mirrors per workspace, and idle mirrors of at most ``max_workspaces``
-    workspaces: a process serving many workspaces over its life (a pool worker serves the whole
-    cluster, an embedded service one workspace per agent) would otherwise keep a copy of every one
-    it ever ran a command for, on disk, with its watches. The least recently used workspace's idle
-    mirrors go first (its next run does a full push); a mirror lent to a running command is never
-    touched. Evicted mirrors are handed out by :meth:`take_evicted` so the caller can remove them off
-    its event loop (a mirror is a whole directory tree).
-    """
-
-    def __init__(
-        self,
-        base: Path,
-        root: str,
-        *,
-        idle: int = 2,
-        max_workspaces: int = 64,
-        budget: ScratchBudget | None = None,
-    ) -> None:
-        if max_workspaces < 1:
-            raise ValueError("max_workspaces must be at least 1")
-        # Every pool of the process counts against one budget of idle mirror bytes by default.
-        self.budget = budget if budget is not None else process_budget()
-        self.budget.register(self)
-        self.base = base
-        self.root = root
-        self.idle = idle
-        self.max_workspaces = max_workspaces
-        self._free: dict[str, list[Mirror]] = {}
-        self._recent: OrderedDict[str, None] = OrderedDict()
-        self._evicted: list[Mirror] = []
-        self._made = itertools.count()
-
-    def acquire(self, workspace_id: str) -> Mirror:
-        self._touch(workspace_id)
-        free = self._free.get(workspace_id)
-        if free:
-            return free.pop()
-        # Named by a counter, not the workspace id: the name shows inside the sandbox (mountinfo).
-        directory = self.base / f"m{next(self._made)}"
-        if directory.exists():  # left by an earlier process
-            remove_tree(directory)
-        return Mirror(directory, self.root)
-
-    def idle_mirrors(self, workspace_id: str) -> list[Mirror]:
-        """The idle mirrors of ``workspace_id`` (still in the pool)."""
-        return list(self._free.get(workspace_id, ()))
-
-    def workspaces(self) -> list[str]:
-        """Workspaces with idle mirrors, least recently used first."""
-        return [w for w in self._recent if self._free.get(w)]
-
-    def discard(self, mirror: Mirror) -> None:
-        """Drop a mirror (its state is unknown, or the pool no longer keeps it)."""
-        mirror.unwatch()
-        mirror.drop_standby()
-        remove_tree(mirror.directory)
-
-    def release(self, workspace_id: str, mirror: Mirror) -> bool:
-        """Give ``mirror`` back; False when the pool dropped it (enough idle mirrors already)."""
-        free = self._free.setdefault(workspace_id, [])
-        if len(free) >= self.idle:
-            self.discard(mirror)
-            return False
-        mirror.held_bytes = sum(entry[2] for entry in mirror.state.values() if entry[0] == "f")
-        mirror.idle_since = time.monotonic()
-        free.append(mirror)
-        self._touch(workspace_id)
-        self.budget.settle()
-        return any(held is mirror for held in free)
-
-    def _drop_idle(self, mirror: Mirror) -> None:
-        """Take an idle mirror out of the pool (the budget evicts it)."""
-        for free in self._free.values():
-            for i, held in enumerate(free):
-                if held is mirror:
-                    del free[i]
-                    return
-
-    def take_evicted(self) -> list[Mirror]:
-        """Idle mirrors the bounds pushed out since the last call, to :meth:`discard`: this pool's, and
-        any pool's that the process's scratch budget evicted (removing one needs nothing of its pool)."""
-        evicted, self._evicted = self._evicted, []
-        return evicted + self.budget.take_evicted()
-
-    def idle_bytes(self) -> int:
-        return sum(mirror.held_bytes for free in self._free.values() for mirror in free)
-
-    def _touch(self, workspace_id: str) -> None:
-        self._recent[workspace_id] = None
-        self._recent.move_to_end(workspace_id)
-        while len(self._recent) > self.max_workspaces:
-            oldest, _ = self._recent.popitem(last=False)
-            self._evicted += self._free.pop(oldest, [])
-
-
-class ScratchBudget:
-    """File bytes the idle mirrors of every :class:`MirrorPool` of this process may hold in all.
-
-    Mirrors live on tmpfs (host RAM) by default. While a run writes into its mirror, its memory cgroup
-    bounds it; once the run is over the mirror stays warm for the next run, and this budget bounds what
-    all warm mirrors of the process hold together: past it, the least recently used idle mirrors are
-    evicted (their next run pushes in full), whichever backend or pool they belong to. A mirror larger
-    than the whole budget is not kept at all (it goes first).
-
-    The limit: ``COMPUTER_SCRATCH_BUDGET`` (bytes) when set, else a quarter of the machine's memory,
-    at most 8 GiB.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self._pools: weakref.WeakSet[MirrorPool] = weakref.WeakSet()
-        self._evicted: list[Mirror] = []
-        self._lock = threading.Lock()
-
-    def register(self, pool: MirrorPool) -> None:
-        self._pools.add(pool)
-
-    def held(self) -> int:
-        """Bytes the idle mirrors of every pool hold now."""
-        return sum(pool.idle_bytes() for pool in list(self._pools))
-
-    def settle(self) -> None:
-        """Evict the least recently used idle mirrors until what is left fits the limit."""
-        with self._lock:
-            idle = sorted(
-                (
-                    (mirror, pool)
-                    for pool in list(self._pools)
-                    for free in pool._free.values()
-                    for mirror in free
-                ),
-                key=lambda item: (item[0].held_bytes <= self.limit, item[0].idle_since),
-            )
-            held = sum(mirror.held_bytes for mirror, _ in idle)
-            for mirror, pool in idle:
-                if held <= self.limit:
-                    break
-                pool._drop_idle(mirror)
-                self._evicted.append(mirror)
-                held -= mirror.held_bytes
-
-    def take_evicted(self) -> list[Mirror]:
-        with self._lock:
-            evicted, self._evicted = self._evicted, []
-        return evicted
-
-
-def _default_budget() -> int:
-    configured = os.environ.get("COMPUTER_SCRATCH_BUDGET")
-    if configured:
-        return int(configured)
-    try:
-        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError):
-        memory = 8 << 30
-    return min(8 << 30, memory // 4)
-
-
-_BUDGET: ScratchBudget | None = None
-
-
-def process_budget() -> ScratchBudget:
-    """The scratch budget every mirror pool of this process counts against (see :class:`ScratchBudget`)."""
-    global _BUDGET
-    if _BUDGET is None:
-        _BUDGET = ScratchBudget(_default_budget())
-    return _BUDGET
-
-
-def read_beneath(directory: Path, rel: str) -> bytes:
-    """Read the regular file ``rel`` below ``directory`` without following any symlink on the way.
-
-    A running program may swap a file or a parent directory for a link to a host path between our
-    look and our read; every component is opened with ``O_NOFOLLOW``, so the read stays in the mirror.
-    """
-    with _BeneathReader(directory) as reader:
-        return reader.read(rel)
-
-
-_NOFOLLOW = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
-_OPEN_DIRS = 64  # directory descriptors a reader keeps open at most
-
-
-class _BeneathReader:
-    """Reads many files below one directory as :func:`read_beneath` does, opening each directory on
-    the way once (a pull of 1,000 new files in one directory opened it 1,000 times: 22 µs a file)."""
-
-    def __init__(self, directory: Path) -> None:
-        self._root = os.fspath(directory)
-        self._dirs: dict[str, int] = {}  # relative directory -> descriptor ("" is the root)
-
-    def __enter__(self) -> _BeneathReader:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        for fd in self._dirs.values():
-            os.close(fd)
-        self._dirs.clear()
-
-    def _dir(self, rel: str) -> int:
-        fd = self._dirs.get(rel)
-        if fd is not None:
-            return fd
-        if len(self._dirs) >= _OPEN_DIRS:
-            self.__exit__()
-        if not rel:
-            fd = os.open(self._root, _NOFOLLOW | os.O_DIRECTORY)
-        else:
-            parent, _, name = rel.rpartition("/")
-            fd = os.open(name, _NOFOLLOW | os.O_DIRECTORY, dir_fd=self._dir(parent))
-        self._dirs[rel] = fd
-        return fd
-
-    def _open_regular(self, rel: str) -> tuple[int, os.stat_result]:
-        """A descriptor of the regular file ``rel`` (never a link followed, never blocking on a FIFO)."""
-        parent, _, name = rel.rpartition("/")
-        fd = os.open(name, _NOFOLLOW | os.O_NONBLOCK, dir_fd=self._dir(parent))
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            raise OSError(f"{rel} is not a regular file")
-        return fd, st
-
-    def chunks(self, rel: str) -> Iterator[bytes]:
-        """The regular file ``rel`` in pieces of the storage's chunk size (one in memory at a time)."""
-        fd, _ = self._open_regular(rel)
-        try:
-            while True:
-                piece = _read_full(fd, CHUNK_SIZE)
-                if piece:
-                    yield piece
-                if len(piece) < CHUNK_SIZE:
-                    return
-        finally:
-            os.close(fd)
-
-    def read(self, rel: str) -> bytes:
-        fd, st = self._open_regular(rel)
-        try:
-            data = os.read(fd, st.st_size + 1)
-            if len(data) <= st.st_size:
-                return data
-            parts = [data]  # it grew since the fstat: read to the end
-            while chunk := os.read(fd, 1 << 20):
-                parts.append(chunk)
-            return b"".join(parts)
-        finally:
-            os.close(fd)
-
-
 def entry_of(st: os.stat_result) -> Entry:
     """The change-detection key of one ``lstat`` result."""
     return _entry(st)
@@ -867,19 +613,6 @@ def _within(path: str, root: str) -> bool:
     return root == "/" or path == root or path.startswith(root + "/")
 
 
-def _remove(host: Path) -> None:
-    """Remove whatever is at ``host`` (a whole tree for a directory), never following a link."""
-    try:
-        st = os.lstat(host)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        remove_tree(host)
-    else:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(host)
-
-
 def _rewrite_shared(host: Path, f: MirrorFile) -> bool:
     """Write ``f`` into the regular file at ``host`` in place when it has other names (hard links);
     False when ``host`` is anything else (then the caller replaces it). The descriptor is opened
@@ -896,90 +629,10 @@ def _rewrite_shared(host: Path, f: MirrorFile) -> bool:
         if not stat.S_ISREG(now.st_mode) or now.st_ino != st.st_ino:
             return False
         os.ftruncate(fd, 0)
-        _write_all(fd, f.data or b"")
-        os.fchmod(fd, f.mode & _SAFE_BITS)
+        write_all(fd, f.data or b"")
+        os.fchmod(fd, f.mode & SAFE_BITS)
         ns = f.mtime * 1_000_000
         os.utime(fd, ns=(ns, ns))
     finally:
         os.close(fd)
     return True
-
-
-def _read_full(fd: int, size: int) -> bytes:
-    """Up to ``size`` bytes: short only at the end of the file."""
-    data = os.read(fd, size)
-    if len(data) in (0, size):
-        return data
-    parts = [data]
-    got = len(data)
-    while got < size and (more := os.read(fd, size - got)):
-        parts.append(more)
-        got += len(more)
-    return b"".join(parts)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def lstat_beneath(directory: Path, rel: str) -> os.stat_result:
-    """``lstat`` of ``rel`` below ``directory``, following no link on the way (ELOOP/ENOTDIR when a
-    component is a link or not a directory: a link to ``/`` never reaches a host path)."""
-    parent, _, name = rel.rpartition("/")
-    fd = _open_beneath(directory, parent)
-    try:
-        return os.lstat(name, dir_fd=fd)
-    finally:
-        os.close(fd)
-
-
-def _open_beneath(directory: Path, rel: str) -> int:
-    """A descriptor of the directory ``rel`` below ``directory``, no link followed on the way."""
-    fd = os.open(directory, _NOFOLLOW | os.O_DIRECTORY)
-    for name in rel.split("/") if rel else ():
-        try:
-            child = os.open(name, _NOFOLLOW | os.O_DIRECTORY, dir_fd=fd)
-        finally:
-            os.close(fd)
-        fd = child
-    return fd
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-# The mode ``open(O_CREAT, mode)`` gives a file under this process's umask: no fchmod when it matches.
-_CREATED_MODE = {mode: mode & ~_umask() for mode in range(0o1000)}
-
-# A mode a mirror gives a file or directory: never setuid or setgid.
-_SAFE_BITS = 0o1777
-# How a push creates a file: never opens what was there (it was unlinked), never follows a link.
-_CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-def _make_parent(directory: Path, host: Path, owner: tuple[int, int] | None = None) -> None:
-    """Make ``host``'s parents real directories below ``directory``.
-
-    A link or file where a directory must go is removed: a run may have left a symlink pointing out of
-    the mirror, and the host must never write through it.
-    """
-    current = directory
-    for name in host.relative_to(directory).parts[:-1]:
-        current = current / name
-        try:
-            st = os.lstat(current)
-        except FileNotFoundError:
-            current.mkdir()
-            if owner is not None:
-                os.chown(current, *owner)
-            continue
-        if not stat.S_ISDIR(st.st_mode):
-            _remove(current)
-            current.mkdir()
-            if owner is not None:
-                os.chown(current, *owner)

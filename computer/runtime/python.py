@@ -33,7 +33,8 @@ from ..storage.paths import canonical, is_within
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
 from ._codec import RESULT_OP, ChannelError, ChannelLimits, GuestRequest, check_args, pack_frame, read_request
 from ._context import GUEST_OPS
-from ._mirror import Mirror, MirrorPool
+from ._mirror import Mirror
+from ._mirror_pool import MirrorPool
 from ._process import ProcessOutcome, out_of_memory_error, stream_process
 from ._pystandby import Guest, StandbyGuests
 from ._sandbox import Bind, Sandbox, SandboxLimits

@@ -27,10 +27,20 @@ from ._backend import (
 )
 from ._cgroups import cgroup_writable
 from ._live import INIT_PYTHON, Launched, LiveSandbox, LiveSandboxError, launch
-from ._mirror import Mirror, MirrorPool
+from ._mirror import Mirror
+from ._mirror_pool import MirrorPool
 from ._process import ProcessOutcome, out_of_memory_error, stream_process
-from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, in_background, run_to_completion
+from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, run_to_completion
 from ._sync import MirrorSync, backend_scratch
+from ._warm import (
+    PREPARE_DELAY,
+    STANDBYS_BACK_TO_BACK,
+    Prepared,
+    Spares,
+    Warm,
+    discard_standby,
+    end_standbys,
+)
 from .types import BackendInfo, ProcessInfo
 
 __all__ = ["ShellBackend"]
@@ -121,10 +131,10 @@ class ShellBackend:
         self._sync.owner = owner
         # Standby sandboxes kept for the most recently used mirrors (at most ``warm_sandboxes``).
         self.warm_sandboxes = warm_sandboxes
-        self._warm: OrderedDict[_Warm, Mirror] = OrderedDict()
+        self._warm: OrderedDict[Warm, Mirror] = OrderedDict()
         # At exit the standbys would die with this process (bubblewrap's --die-with-parent), but their
         # cgroups would stay behind: end them first.
-        atexit.register(_end_standbys, self._warm)
+        atexit.register(end_standbys, self._warm)
         startup = self.sandbox.probe_ms()
         self.info = BackendInfo(
             id=id,
@@ -202,7 +212,7 @@ class ShellBackend:
                 clean = True
                 return
             spares = mirror.standby
-            warm = spares.pop() if isinstance(spares, _Spares) else None
+            warm = spares.pop() if isinstance(spares, Spares) else None
             if warm is not None:
                 self._warm.pop(warm, None)  # no longer counted against the cap
                 taken = await warm.take()
@@ -253,7 +263,7 @@ class ShellBackend:
             )
         finally:
             if ready is not None:  # prepared but never started (cwd missing, cancelled…)
-                await run_to_completion(_discard(*ready))
+                await run_to_completion(discard_standby(*ready))
             if await self._sync.release(workspace_id, mirror, clean=clean):
                 self._keep_warm(mirror)
             self._remove_evicted()
@@ -343,7 +353,7 @@ class ShellBackend:
             try:
                 _, pushed = await self._sync.push(mirror, ctx)
                 spares = mirror.standby
-                warm = spares.pop() if isinstance(spares, _Spares) else None
+                warm = spares.pop() if isinstance(spares, Spares) else None
                 taken = await warm.take() if warm is not None else None
                 if warm is not None:
                     self._warm.pop(warm, None)
@@ -433,7 +443,7 @@ class ShellBackend:
         ends = []
         for mirror in self._mirrors.idle_mirrors(workspace_id):
             spares = mirror.take_standby()
-            if isinstance(spares, _Spares):
+            if isinstance(spares, Spares):
                 ends += [warm.aclose() for warm in spares.take_all()]
         await asyncio.gather(*ends)
 
@@ -465,7 +475,7 @@ class ShellBackend:
                 host_ids=self.sandbox.host_ids,
             )
         except BaseException:
-            await run_to_completion(_discard(standby, bridge_dir))
+            await run_to_completion(discard_standby(standby, bridge_dir))
             raise
 
     async def _prepare_soon(self, mirror: Mirror) -> Prepared:
@@ -489,16 +499,16 @@ class ShellBackend:
         for gone in [w for w in self._warm if w.closed or w.taken]:  # ended with their mirror
             del self._warm[gone]
         spares = mirror.standby
-        if not isinstance(spares, _Spares):
+        if not isinstance(spares, Spares):
             mirror.drop_standby()
-            spares = mirror.standby = _Spares()
+            spares = mirror.standby = Spares()
         while len(spares.items) < (STANDBYS_BACK_TO_BACK if spares.busy else 1):
-            warm = _Warm(asyncio.ensure_future(self._prepare_soon(mirror)))
+            warm = Warm(asyncio.ensure_future(self._prepare_soon(mirror)))
             spares.items.append(warm)
             self._warm[warm] = mirror
         while len(self._warm) > self.warm_sandboxes:
             oldest, owner = self._warm.popitem(last=False)
-            if isinstance(owner.standby, _Spares):
+            if isinstance(owner.standby, Spares):
                 owner.standby.discard(oldest)
             oldest.close()
 
@@ -519,140 +529,3 @@ class ShellBackend:
         }
         env.update(request.env)
         return env
-
-
-# What a warm sandbox holds: a standby and its bridge directory (a sandbox per call), or a sandbox
-# whose init already runs (live sandboxes).
-Prepared = tuple[Standby, Path] | Launched
-
-
-async def _discard_prepared(prepared: Prepared) -> None:
-    if isinstance(prepared, Launched):
-        await prepared.discard()
-    else:
-        await _discard(*prepared)
-
-
-async def _discard(standby: Standby, bridge_dir: Path) -> None:
-    await standby.discard()
-    await asyncio.to_thread(AssetsBridge.remove_directory, bridge_dir)
-
-
-# Seconds between the end of a run and the start of its mirror's next standby.
-PREPARE_DELAY = 0.002
-
-# Standbys kept for a mirror whose runs come back to back (one otherwise).
-STANDBYS_BACK_TO_BACK = 2
-
-
-class _Spares:
-    """The standby sandboxes prepared for one mirror, oldest first (the mirror's ``standby``)."""
-
-    def __init__(self) -> None:
-        self.items: list[_Warm] = []
-        # The last run found a standby still starting: runs come back to back.
-        self.busy = False
-
-    def pop(self) -> _Warm | None:
-        """The standby for the next run: the oldest ready one, else the oldest (or None)."""
-        if not self.items:
-            return None
-        chosen = next((w for w in self.items if w.task.done()), self.items[0])
-        self.items.remove(chosen)
-        # Back to back while a run finds a standby still starting (the one it takes, or the next).
-        self.busy = not all(w.task.done() for w in (chosen, *self.items))
-        return chosen
-
-    def discard(self, warm: _Warm) -> None:
-        with contextlib.suppress(ValueError):
-            self.items.remove(warm)
-
-    def take_all(self) -> list[_Warm]:
-        items, self.items = self.items, []
-        return items
-
-    def close(self) -> None:
-        for warm in self.take_all():
-            warm.close()
-
-
-class _Warm:
-    """A standby sandbox being prepared in the background for one mirror's next run.
-
-    Taken once by that run (:meth:`take`); otherwise :meth:`close` ends it, from any thread (a mirror
-    may be dropped from a worker thread) and on any event loop state.
-    """
-
-    def __init__(self, task: asyncio.Future[Prepared]) -> None:
-        self.task = task
-        self.loop = asyncio.get_running_loop()
-        self.taken = False
-        self.closed = False
-
-    async def take(self) -> Prepared | None:
-        """The prepared sandbox, or None (it failed, died, or belongs to another event loop)."""
-        if self.closed or asyncio.get_running_loop() is not self.loop:
-            self.close()
-            return None
-        self.taken = True
-        try:
-            prepared = await asyncio.shield(self.task)
-        except asyncio.CancelledError:
-            self.taken = False
-            self.close()
-            raise
-        except Exception:
-            return None
-        usable = prepared.usable() if isinstance(prepared, Launched) else prepared[0].usable()
-        if not usable:
-            await run_to_completion(_discard_prepared(prepared))
-            return None
-        return prepared
-
-    def close(self) -> None:
-        if self.taken or self.closed:
-            return
-        self.closed = True
-        if self.loop.is_closed():
-            self._end_now()
-            return
-        try:
-            self.loop.call_soon_threadsafe(self._end_in_loop)
-        except RuntimeError:  # the loop closed meanwhile
-            self._end_now()
-
-    async def aclose(self) -> None:
-        """End it and wait until it is reaped (in its own event loop)."""
-        if self.taken or self.closed:
-            return
-        if asyncio.get_running_loop() is not self.loop:
-            self.close()
-            return
-        self.closed = True
-        await run_to_completion(self._end())
-
-    async def _end(self) -> None:
-        try:
-            prepared = await self.task
-        except BaseException:
-            return
-        await _discard_prepared(prepared)
-
-    def _end_in_loop(self) -> None:
-        in_background(self._end(), "ending a standby sandbox")
-
-    def _end_now(self) -> None:
-        if self.task.done() and not self.task.cancelled() and self.task.exception() is None:
-            prepared = self.task.result()
-            if isinstance(prepared, Launched):
-                prepared.discard_now()
-            else:
-                prepared[0].discard_now()
-                AssetsBridge.remove_directory(prepared[1])
-
-
-def _end_standbys(warm: OrderedDict[_Warm, Mirror]) -> None:
-    for standby in list(warm):
-        if not standby.taken:
-            standby.closed = True
-            standby._end_now()

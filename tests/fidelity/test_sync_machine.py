@@ -39,8 +39,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import computer
-from computer.runtime import ShellBackend
-from computer.runtime._mirror import MirrorPool
+from computer.runtime import MirrorPool, ShellBackend
 from computer.runtime.types import ExecResult
 
 from ._support import MARGIN, ROOT, digest, ok, reasons_cover_skipped, sandbox_view, workspace_view

@@ -9,8 +9,7 @@ import pytest
 
 from computer.actors._pool_context import OwnerExecContext
 from computer.actors._pool_worker import BACKENDS, MIRROR_WORKSPACES
-from computer.runtime import ShellBackend, SyncLimits
-from computer.runtime._mirror import MirrorPool
+from computer.runtime import MirrorPool, ShellBackend, SyncLimits
 
 
 class _Sent(Exception):
@@ -138,11 +137,14 @@ class _RecordingOwner:
 
 
 async def _items(backend: _ScriptedBackend) -> list[str]:
+    from computer.actors._pool_admission import Admission
     from computer.actors._pool_worker import PoolWorker
     from computer.runtime import ExecRequest
 
     worker = PoolWorker.__new__(PoolWorker)
     worker.__dict__.update(
+        admission=Admission(4),
+        cpus=0.0,
         backend=backend,
         name="w",
         node_id="n",

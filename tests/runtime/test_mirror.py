@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from computer.runtime import MirrorDir, MirrorFile, SyncPush
-from computer.runtime._mirror import Mirror, read_beneath
+from computer.runtime._beneath import read_beneath
+from computer.runtime._mirror import Mirror
 
 
 def seeded(tmp_path: Path) -> Mirror:

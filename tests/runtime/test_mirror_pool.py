@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from computer.runtime._mirror import Mirror, MirrorPool
+from computer.runtime import MirrorPool
+from computer.runtime._mirror import Mirror
 
 
 def _used(pool: MirrorPool, workspace: str) -> Mirror:
@@ -78,7 +79,7 @@ def test_evicted_mirrors_wait_for_the_caller_to_remove_them(tmp_path: Path) -> N
 def test_every_pool_of_the_process_counts_against_one_scratch_budget(tmp_path: Path) -> None:
     """Issue 17 finding 6: warm mirrors held host RAM without a bound; now the idle mirrors of every
     pool count against one budget and the least recently used go first, whichever pool holds them."""
-    from computer.runtime._mirror import ScratchBudget
+    from computer.runtime._mirror_pool import ScratchBudget
 
     budget = ScratchBudget(limit=2500)
     first = MirrorPool(tmp_path / "a", "/workspace", budget=budget)

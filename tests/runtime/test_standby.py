@@ -20,7 +20,7 @@ from typing import Any
 import computer
 from computer.runtime import ShellBackend
 from computer.runtime._sandbox import Standby
-from computer.runtime.shell import STANDBYS_BACK_TO_BACK, _Spares
+from computer.runtime._warm import STANDBYS_BACK_TO_BACK, Spares
 
 _EXPECTED_ENV = {
     "PWD",
@@ -39,7 +39,7 @@ async def _standby(ws: computer.Workspace, backend: ShellBackend) -> Standby:
     """The prepared sandbox of ``ws``'s idle mirror, once it is ready."""
     (mirror,) = backend.mirrors._free[ws.id]
     spares = mirror.standby
-    assert isinstance(spares, _Spares) and spares.items
+    assert isinstance(spares, Spares) and spares.items
     standby, _ = await asyncio.wait_for(asyncio.shield(spares.items[0].task), 30)
     assert standby.usable()
     return standby
@@ -121,7 +121,7 @@ async def test_back_to_back_runs_get_a_second_standby_and_paused_ones_do_not() -
         async def spares() -> list[Any]:
             await (await ws.runtime.exec("true")).result()
             (mirror,) = backend.mirrors._free[ws.id]
-            assert isinstance(mirror.standby, _Spares)
+            assert isinstance(mirror.standby, Spares)
             return mirror.standby.items
 
         assert len(await spares()) == 1  # the first run prepares one standby
@@ -141,7 +141,7 @@ def test_spares_hand_out_the_oldest_ready_standby_first() -> None:
         pending, ready_a, ready_b = (loop.create_future() for _ in range(3))
         ready_a.set_result(None)
         ready_b.set_result(None)
-        spares = _Spares()
+        spares = Spares()
         spares.items = [_FakeWarm(pending), _FakeWarm(ready_a), _FakeWarm(ready_b)]  # type: ignore[list-item]
         first = spares.pop()
         assert first is not None and first.task is ready_a
@@ -203,7 +203,7 @@ async def test_standbys_beyond_the_cap_and_of_dropped_mirrors_end() -> None:
         await (await b.runtime.exec("true")).result()  # over the cap of 1: a's standby ends
         assert await _gone(pid_a)
         (mirror_a,) = backend.mirrors._free[a.id]
-        assert isinstance(mirror_a.standby, _Spares) and not mirror_a.standby.items
+        assert isinstance(mirror_a.standby, Spares) and not mirror_a.standby.items
         pid_b = await _ready_standby(b, backend)
         (mirror_b,) = backend.mirrors._free[b.id]
         backend.mirrors.discard(mirror_b)  # a mirror that goes takes its standby with it
@@ -317,7 +317,7 @@ async def test_standbys_ended_with_their_mirror_do_not_count_against_the_cap() -
 
 
 async def test_a_shell_backend_removes_the_mirrors_of_workspaces_it_no_longer_keeps() -> None:
-    from computer.runtime._mirror import MirrorPool
+    from computer.runtime import MirrorPool
 
     backend = ShellBackend(
         live=False, mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=1)
@@ -344,7 +344,7 @@ async def test_a_process_serving_many_workspaces_keeps_its_resources_bounded() -
     """One embedded shell backend, 30 workspaces one after another (kept open, as agents' are): the
     mirrors on disk stay within the pool's bound, one inotify instance serves them all, and the open
     descriptors do not grow with the number of workspaces."""
-    from computer.runtime._mirror import MirrorPool
+    from computer.runtime import MirrorPool
 
     def inotify_fds() -> int:
         found = 0
