@@ -25,8 +25,12 @@ pytest.importorskip("openai")
 pytest.importorskip("anthropic")
 
 import anthropic
-from anthropic.types import ToolParam
-from openai.types.chat import ChatCompletionToolParam
+from anthropic.types import ToolParam, ToolResultBlockParam
+from openai.types.chat import (
+    ChatCompletionContentPartParam,
+    ChatCompletionToolMessageParam,
+    ChatCompletionToolParam,
+)
 from openai.types.responses import FunctionToolParam
 from openai.types.responses.response_input_item_param import FunctionCallOutput
 from pydantic_ai.profiles.openai import OpenAIJsonSchemaTransformer
@@ -55,7 +59,16 @@ def every_tool(surface: EverySurface) -> dict[str, Tool]:
 
 
 def _exactly(adapter: TypeAdapter[Any], value: Any) -> None:
-    assert adapter.validate_python(value) == value
+    assert _materialised(adapter.validate_python(value)) == value
+
+
+def _materialised(value: Any) -> Any:
+    """Validated ``Iterable[...]`` fields are lazy iterators (each item validated when read): read them."""
+    if isinstance(value, dict):
+        return {key: _materialised(item) for key, item in value.items()}
+    if isinstance(value, list | tuple) or type(value).__name__ == "ValidatorIterator":
+        return [_materialised(item) for item in value]
+    return value
 
 
 @pytest.mark.parametrize("constrained", CONSTRAINED)
@@ -208,3 +221,39 @@ def test_every_input_and_output_schema_is_draft_2020_12(every_tool: dict[str, To
         jsonschema.Draft202012Validator.check_schema(tool.parameters)
         if tool.output_schema is not None:
             jsonschema.Draft202012Validator.check_schema(tool.output_schema)
+
+
+async def test_anthropic_results_are_tool_result_blocks(every_tool: dict[str, Tool]) -> None:
+    """``{"type": "tool_result", "tool_use_id", "content": out["content"], "is_error"}`` as documented."""
+    adapter = TypeAdapter(ToolResultBlockParam)
+    for tools in (every_tool, make_sample_tools()):
+        _, execute = create_openai_tools(tools, format="anthropic")
+        calls = [(name, args) for name, args in GOOD.items() if name in tools]
+        calls += [("show", {"kind": "image"}), ("show", {"kind": "pdf"}), ("read", {"path": 1}), ("nope", {})]
+        for name, args in calls:
+            out = await execute({"type": "tool_use", "id": "toolu_1", "name": name, "input": args})
+            block = {
+                "type": "tool_result",
+                "tool_use_id": "toolu_1",
+                "content": out["content"],
+                "is_error": out["is_error"],
+            }
+            _exactly(adapter, block)
+
+
+async def test_chat_results_are_tool_messages_and_media_user_content(every_tool: dict[str, Tool]) -> None:
+    """Text parts make the ``role: "tool"`` message; an image part is valid user-message content."""
+    message = TypeAdapter(ChatCompletionToolMessageParam)
+    part = TypeAdapter(ChatCompletionContentPartParam)
+    for tools in (every_tool, make_sample_tools()):
+        _, execute = create_openai_tools(tools)
+        calls = [(name, args) for name, args in GOOD.items() if name in tools]
+        calls += [("show", {"kind": "image"}), ("show", {"kind": "pdf"}), ("nope", {})]
+        for name, args in calls:
+            out = await execute(
+                {"id": "c1", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+            )
+            text = [p for p in out["content"] if p["type"] == "text"]
+            _exactly(message, {"role": "tool", "tool_call_id": "c1", "content": text})
+            for media in (p for p in out["content"] if p["type"] != "text"):
+                _exactly(part, media)
