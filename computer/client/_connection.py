@@ -26,7 +26,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError
+from ray.exceptions import RayActorError, RayError
 
 from ..actors import OutcomeUnknownError, WorkspaceUnavailableError, open_directory, workspace_actor
 from ..actors.raycompat import actor_death_time, actor_id, streaming
@@ -124,6 +124,17 @@ class Connection:
                     f"unknown outcome: its owner died during {method} ({type(exc).__name__}); "
                     "the call may or may not have been applied",
                 ) from exc
+            except RayError as exc:
+                # Anything else Ray can raise for a call (an object lost, the object store full, a
+                # system error): a read is retried within the deadline, never a raw Ray exception.
+                if retry_safe and time.monotonic() < deadline:
+                    await asyncio.sleep(0.1)
+                    continue
+                kind = WorkspaceUnavailableError if retry_safe else OutcomeUnknownError
+                prefix = "" if retry_safe else "unknown outcome: "
+                raise kind(
+                    self.name or "?", f"{prefix}{method} failed in Ray ({type(exc).__name__})"
+                ) from exc
             if reply[0] == "moved":
                 self._moved(reply, deadline)
                 await self._reresolve(handle, backoff=True)
@@ -190,9 +201,12 @@ class Connection:
                 if not retry:
                     return
             except RayActorError as exc:
+                self._dead = actor_id(handle)
                 if started or died_once or not self.managed or not retry_safe:
                     raise self._unavailable(f"its owner died during {method} ({type(exc).__name__})") from exc
                 died_once = True
+            except RayError as exc:  # never a raw Ray exception (an object lost, a system error)
+                raise self._unavailable(f"{method} failed in Ray ({type(exc).__name__})") from exc
             finally:
                 _cancel(gen)
             await self._reresolve(handle, backoff=retry)

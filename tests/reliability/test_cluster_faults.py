@@ -152,3 +152,32 @@ async def test_an_upload_cut_by_an_owner_restart_is_unavailable_or_replayed(
             assert await ws.fs.read_file("/up") == data
         finally:
             conn.request = real  # type: ignore[method-assign]
+
+
+class _FailingMethod:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+        self.calls = 0
+
+    def remote(self, *args: Any) -> asyncio.Future[Any]:
+        self.calls += 1
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        future.set_exception(self.error)
+        return future
+
+
+async def test_no_raw_ray_exception_reaches_a_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Audit (issue 25): a Ray error other than an actor's death (an object lost, a system error) is the
+    documented class too: a read retries within the deadline, then ``WorkspaceUnavailableError``; a
+    mutation is an unknown outcome."""
+    from computer.client import _connection
+
+    monkeypatch.setattr(_connection, "_MOVED_DEADLINE", 0.3)
+    method = _FailingMethod(ray.exceptions.RaySystemError("the object store went away"))
+    handle = type("Handle", (), {"call": method})()
+    conn = _connection.Connection(handle, name="w", managed=False)
+    with pytest.raises(WorkspaceUnavailableError) as read:
+        await conn.request("call", "read_file", ("/f",), {}, retry_safe=True)
+    assert not isinstance(read.value, OutcomeUnknownError) and method.calls > 1
+    with pytest.raises(OutcomeUnknownError, match="unknown outcome"):
+        await conn.request("call", "write_file", ("/f", b"x"), {}, keyed=True)
