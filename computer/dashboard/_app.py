@@ -9,6 +9,7 @@ Routes (all ``GET``; nothing here writes to a workspace):
   ``/w/{name}/raw?path=`` an image's bytes (raster types only)
 - ``/w/{name}/runs/{id}`` a run; ``/events/w/{name}/runs/{id}`` streams its output
   (``event: snapshot``, ``data``: JSON ``{status, stdout, stderr, exit_code, live, note}``)
+- ``/w/{name}/transcript`` the agent transcript the workspace keeps (``_transcript.py``), refreshed
 - ``/cluster`` nodes, exec pools, awake owners; ``/fragments/cluster``
 - ``/api/workspaces``, ``/api/w/{name}/records?limit=&tool=&status=&kind=`` JSON, for scripts
 """
@@ -32,6 +33,7 @@ from ..storage.paths import canonical
 from . import _pages as pages
 from ._access import AccessPolicy, TokenGate
 from ._source import DataDirSource
+from ._transcript import read_transcript
 
 __all__ = ["create_app"]
 
@@ -171,6 +173,21 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
 
         return _event_stream(request, snapshots(), end="done")
 
+    async def transcript(request: Request) -> Response:
+        name = request.path_params["name"]
+        try:
+            messages = await read_transcript(source.store(name))
+        except OSError:
+            return _not_found(f"no workspace {name!r} here")
+        return _html(pages.transcript_page(name, messages))
+
+    async def transcript_fragment(request: Request) -> Response:
+        try:
+            messages = await read_transcript(source.store(request.path_params["name"]))
+        except OSError:
+            messages = None
+        return _html(pages.transcript_fragment(messages))
+
     async def cluster(request: Request) -> Response:
         return _html(pages.cluster_page(await source.cluster()))
 
@@ -189,6 +206,8 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
         Route("/w/{name}/raw", raw),
         Route("/w/{name}/runs/{exec_id}", run),
         Route("/events/w/{name}/runs/{exec_id}", run_events),
+        Route("/w/{name}/transcript", transcript),
+        Route("/fragments/w/{name}/transcript", transcript_fragment),
         Route("/cluster", cluster),
         Route("/fragments/cluster", cluster_fragment),
         Mount("/static", StaticFiles(directory=STATIC), name="static"),

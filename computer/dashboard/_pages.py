@@ -156,7 +156,7 @@ def workspace_page(
 ) -> str:
     timeline = "".join(record_row(r, name) for r in reversed(records))
     body = f"""<h1>{_e(name)}</h1>
-<p><a href="/w/{_q(name)}/files?path=%2F">files</a></p>
+<p><a href="/w/{_q(name)}/files?path=%2F">files</a> · <a href="/w/{_q(name)}/transcript">agent transcript</a></p>
 <section><h2>Timeline <span class="live" id="live-state">live</span></h2>
 <table class="grid"><thead><tr><th>time (UTC)</th><th>kind</th><th>tool</th><th>status</th><th>ms</th><th>caller</th><th>what</th></tr></thead>
 <tbody id="timeline" data-stream="/events/w/{_q(name)}/audit?after={top}">{timeline}</tbody></table></section>
@@ -227,6 +227,33 @@ def _log_links(name: str, run: dict[str, Any]) -> str:
         for stream, path in saved
     )
     return f"<h2>Saved logs (full output)</h2><ul>{items}</ul>"
+
+
+def transcript_fragment(messages: list[dict[str, Any]] | None) -> str:
+    if messages is None:
+        return '<p class="muted">this workspace keeps no transcript (see computer/dashboard/README.md)</p>'
+    items = []
+    for message in messages:
+        role = str(message.get("role", "?"))
+        content = message.get("content")
+        text = content if isinstance(content, str) else ("" if content is None else str(content))
+        calls = "".join(
+            f'<div class="call"><b>{_e((c.get("function") or {}).get("name"))}</b> '
+            f"<code>{_e((c.get('function') or {}).get('arguments'))}</code></div>"
+            for c in message.get("tool_calls") or []
+            if isinstance(c, dict)
+        )
+        body = f"<pre>{_e(text)}</pre>" if text else ""
+        items.append(f'<li class="message {_e(role)}"><span class="role">{_e(role)}</span>{body}{calls}</li>')
+    return f'<ol class="transcript">{"".join(items)}</ol>'
+
+
+def transcript_page(name: str, messages: list[dict[str, Any]] | None) -> str:
+    body = (
+        f"<h1>{_e(name)}: transcript</h1>"
+        f'<div id="transcript" data-refresh="/fragments/w/{_q(name)}/transcript">{transcript_fragment(messages)}</div>'
+    )
+    return layout(f"{name} transcript", body, crumbs=f'<a href="/w/{_q(name)}">{_e(name)}</a>')
 
 
 # -- cluster ----------------------------------------------------------------------------------------

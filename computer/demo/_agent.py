@@ -7,6 +7,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..dashboard._transcript import keep_transcript
+from ..storage import audit_caller
 from ..tools.openai import create_openai_tools
 from ._projects import Project
 from ._prompt import TEST_COMMAND, task_messages
@@ -52,7 +54,17 @@ class AgentState:
 async def run_agent(
     workspace: Any, model: ChatModel, state: AgentState, *, max_turns: int = MAX_TURNS
 ) -> None:
-    """Run the conversation to its end; failures are recorded in ``state``, never raised."""
+    """Run the conversation to its end; failures are recorded in ``state``, never raised.
+
+    The agent's tool calls carry its name in the audit log, and its transcript (the model's messages
+    and tool calls) is kept in its workspace after every turn, for the dashboard (issue 21).
+    """
+    with audit_caller(agent=state.name):
+        await _converse(workspace, model, state, max_turns)
+
+
+async def _converse(workspace: Any, model: ChatModel, state: AgentState, max_turns: int) -> None:
+    messages: list[dict[str, Any]] = []
     try:
         tools, execute = create_openai_tools(workspace)
         messages = task_messages(state.project)
@@ -66,11 +78,14 @@ async def run_agent(
                 break
             for call in calls:
                 messages.append(await _run_call(execute, call, state))
+            await keep_transcript(workspace, messages)
         else:
             state.failure = f"no answer after {max_turns} turns"
     except Exception as exc:  # one broken agent must not stop the others
         state.failure = f"{type(exc).__name__}: {exc}"
     finally:
+        if messages:
+            await keep_transcript(workspace, messages)
         state.done = True
         state.step = "done" if state.green else "failed"
 

@@ -32,6 +32,7 @@ from rich.progress import (
 
 from ._agent import AgentState, ChatModel, run_agent
 from ._board import board
+from ._dashboard import demo_dashboard
 from ._latency import percentile
 from ._projects import project_for
 from ._prompt import REPORT_PATH
@@ -117,8 +118,9 @@ async def run_demo(
         clients = await _open_all([s.name for s in states], console)
     try:
         _require_exec(clients[0])
-        with _phase(timings, "agents"):
-            await _run_agents(clients, states, model, console)
+        async with demo_dashboard(config, console):  # issue 21: the live dashboard of this run
+            with _phase(timings, "agents"):
+                await _run_agents(clients, states, model, console)
     finally:
         await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
         await model.aclose()
@@ -285,7 +287,10 @@ def print_summary(summary: DemoSummary, console: Console) -> None:
             soft_wrap=True,
         )
     where = shlex.quote(str(summary.data_dir))
-    lines = [f"links: run `computer --data-dir {where} serve` in another terminal, then open them"]
+    lines = [
+        f"links: run `computer --data-dir {where} serve` in another terminal, then open them",
+        f"dashboard (timelines, files, runs, transcripts): computer --data-dir {where} dashboard",
+    ]
     if summary.temporary:
         lines.append(f"remove this run: rm -rf {where}")
     else:

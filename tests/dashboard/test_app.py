@@ -141,3 +141,30 @@ async def test_a_loopback_bind_answers_only_loopback_host_names(settings: Settin
         assert (await http.get("/", headers={"Host": "localhost"})).status_code == 200
         rebound = await http.get("/", headers={"Host": "attacker.example"})  # DNS rebinding
         assert rebound.status_code == 401
+
+
+async def test_an_agents_transcript_kept_in_its_workspace_is_shown(settings: Settings, serve: Serve) -> None:
+    from computer.dashboard._transcript import TRANSCRIPT_PATH, keep_transcript
+
+    ws = open_workspace(settings, "delta")
+    messages = [
+        {"role": "user", "content": "Fix <the> bug"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "read", "arguments": '{"path": "/a"}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "def add(a, b): return a - b"},
+    ]
+    await keep_transcript(ws, messages[:1])  # the first write makes its directory
+    await keep_transcript(ws, messages)
+    assert (await ws.fs.stat(TRANSCRIPT_PATH)).size > 0
+    base = await serve(DataDirSource(settings))
+    async with httpx.AsyncClient(base_url=base) as http:
+        page = (await http.get("/w/delta/transcript")).text
+        assert "Fix &lt;the&gt; bug" in page and "return a - b" in page and "read" in page
+        none = (await http.get("/fragments/w/alpha-none/transcript")).text
+        assert "keeps no transcript" in none
+    await ws.close()
