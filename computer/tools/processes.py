@@ -125,8 +125,9 @@ def _with_backend(result: dict[str, Any], backend: str | None) -> dict[str, Any]
     return {"backend": backend, **result} if backend is not None else result
 
 
-def create_processes_tool(workspace: Any) -> Tool:
-    """The ``processes`` tool over ``workspace.runtime.processes``."""
+def create_processes_tool(workspace: Any, *, with_kill: bool = True) -> Tool:
+    """The ``processes`` tool over ``workspace.runtime.processes``; ``with_kill``: the description
+    points to the ``kill`` tool (leave it False when there is none, e.g. a read-only tool set)."""
     runtime = workspace.runtime
     input_model: type[ToolInput] = create_model(
         "ProcessesInput", __base__=ToolInput, backend=_backend_field(workspace)
@@ -143,7 +144,8 @@ def create_processes_tool(workspace: Any) -> Tool:
             "List the programs still running in the workspace's live sandbox (for example ones an exec "
             "call started in the background with &): pid, command, start time (UTC), CPU seconds, "
             "resident memory in bytes and, when known, the exec run that started it and the workspace "
-            "file (log) holding what it printed since. Pass a pid to kill to stop one."
+            "file (log) holding what it printed since."
+            + (" Pass a pid to kill to stop one." if with_kill else "")
         ),
         input_model=input_model,
         handler=handler,

@@ -90,7 +90,7 @@ def create_tools(
     if processes:
         from .processes import create_kill_tool, create_processes_tool
 
-        tools.append(create_processes_tool(workspace))
+        tools.append(create_processes_tool(workspace, with_kill=not readonly))
         if not readonly:
             tools.append(create_kill_tool(workspace))
     audit = getattr(workspace, "audit", None)  # every call leaves a record in the audit log (SPEC 10)

@@ -134,6 +134,7 @@ async def test_create_tools_adds_them_only_when_asked() -> None:
         assert {"processes", "kill"} <= set(create_tools(with_backend, processes=True, exec={}))
         readonly = create_tools(with_backend, processes=True, readonly=True)
         assert "processes" in readonly and "kill" not in readonly
+        assert "kill" not in readonly["processes"].description
 
 
 class _WithRuntime:
