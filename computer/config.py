@@ -21,8 +21,18 @@ class Settings(BaseSettings):
     data_dir: Path = Field(default_factory=lambda: Path.home() / ".local" / "share" / "computer")
     redis_url: str | None = None  # unset: embedded SQLite directory and asset store
     assets_url: str = "http://127.0.0.1:8787"  # public base URL of `computer serve`
+    # Exec pools (SPEC section 10): ``*_pool_size`` is each pool's minimum number of workers and
+    # ``*_pool_max`` its maximum; None = elastic (the cluster's CPUs / pool_worker_cpus, plus one more
+    # node's worth that the autoscaler can add); equal to the minimum = fixed; below it counts as it.
+    # A size of 0 turns the pool off unless its max is set above 0 (then it scales from zero).
     shell_pool_size: int = Field(default=2, ge=0)
     python_pool_size: int = Field(default=2, ge=0)
+    shell_pool_max: int | None = Field(default=None, ge=0)
+    python_pool_max: int | None = Field(default=None, ge=0)
+    pool_worker_cpus: float = Field(default=1.0, ge=0)  # CPUs each pool worker reserves from Ray
+    pool_worker_memory: int = Field(default=512 * 1024 * 1024, ge=0)  # bytes each worker reserves
+    pool_runs_per_cpu: float = Field(default=4.0, gt=0)  # concurrent runs per reserved CPU; more wait
+    pool_idle_after: float = Field(default=60.0, gt=0)  # seconds idle before a worker above the minimum goes
     hibernate_after: float = Field(default=300.0, gt=0)  # seconds an owner may stay idle
     lock_lease: float = Field(default=30.0, gt=0)  # seconds a client's lock outlives its last renewal
     max_workspace_bytes: int | None = None  # per-workspace size limit (ENOSPC beyond it); None: unlimited

@@ -1,35 +1,48 @@
-"""Where pool workers live: deterministic names in the project namespace, get-or-create, replacement.
+"""Where pool workers live: names in the project namespace, creation with real resources, lookup.
 
 Worker ``i`` of backend ``b`` is the detached named actor ``computer:pool:<b>:<i>`` in the
-``computer`` namespace, so every owner of the cluster finds (and shares) the same workers without a
-registry actor; each owner keeps its own view of the loads it puts on them. Workers are spread across
-nodes (node ``i mod n`` of the alive nodes). A dead worker's name becomes free, and the next
-get-or-create makes a new one.
+``computer`` namespace. Only the pool's control loop (:mod:`~computer.actors._pool_scaler`) creates
+and removes workers; it hands out new indices in increasing order, so a name is never reused while
+dispatchers may still remember its dead worker. Owners learn the workers from the control loop's view
+and look the handles up by name.
+
+A worker reserves ``num_cpus`` and ``memory`` from Ray: a pool wanting more than the cluster has
+leaves pending actors, which Ray's autoscaler reads as demand and answers with nodes from
+``cluster.yaml``. The control loop chooses each new worker's node (spread over nodes, where CPUs are
+free) and asks for it softly: a node that filled up meanwhile sends the worker elsewhere.
 """
 
 from __future__ import annotations
 
-import time
+import re
 from typing import Any
 
-from ._nodes import alive_nodes
 from ._pool_worker import PoolWorker
 from .naming import NAMESPACE
-from .raycompat import actor_id
 
-__all__ = ["WORKER_MAX_CONCURRENCY", "get_worker", "worker_name"]
+__all__ = [
+    "WORKER_MAX_CONCURRENCY",
+    "WORKER_PREFIX",
+    "create_worker",
+    "named_workers",
+    "worker_handle",
+    "worker_name",
+]
 
-# Runs of one worker proceed concurrently (each is mostly waiting on its process or the owner).
-WORKER_MAX_CONCURRENCY = 256
+# Runs of one worker proceed concurrently (each is mostly waiting on its process or the owner); how
+# many actually run at once is the worker's admission target, the rest wait in its line.
+WORKER_MAX_CONCURRENCY = 1024
 # A crashed worker process is restarted by Ray (it holds only caches); ``ray.kill`` ends it for good.
 WORKER_MAX_RESTARTS = 3
+WORKER_PREFIX = "computer:pool:"
+_NAME = re.compile(r"^computer:pool:([a-z0-9_]+):(\d+)$")
 
 _remote_class: Any = None
 
 
 def worker_name(backend: str, index: int) -> str:
     """The Ray actor name of worker ``index`` of ``backend``'s pool."""
-    return f"computer:pool:{backend}:{index}"
+    return f"{WORKER_PREFIX}{backend}:{index}"
 
 
 def _worker_class() -> Any:
@@ -41,55 +54,48 @@ def _worker_class() -> Any:
     return _remote_class
 
 
-def _spread(index: int) -> Any:
-    """Worker ``index``'s placement: node ``index mod n`` of the alive nodes, in node id order.
-
-    Ray's ``SPREAD`` is best effort and put all the workers of a pool on one node now and then, and
-    so did a *soft* node affinity (seen in the two-node test). The affinity is hard: a worker whose
-    node dies dies with it (Ray does not restart it elsewhere), and the dispatcher's replacement is
-    placed among the nodes alive then.
-    """
+def create_worker(
+    backend: str, index: int, *, cpus: float, memory: int, target: int, node_id: str | None
+) -> Any:
+    """Start worker ``index`` of ``backend`` reserving ``cpus`` and ``memory`` (bytes), on ``node_id``
+    when it has room (soft affinity), else wherever Ray finds room (none: the actor waits, pending)."""
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    nodes = sorted(alive_nodes())
-    if len(nodes) < 2:
-        return "SPREAD"
-    return NodeAffinitySchedulingStrategy(nodes[index % len(nodes)], soft=False)
+    strategy: Any = (
+        "SPREAD" if node_id is None else NodeAffinitySchedulingStrategy(node_id=node_id, soft=True)
+    )
+    name = worker_name(backend, index)
+    options: dict[str, Any] = {
+        "name": name,
+        "namespace": NAMESPACE,
+        "get_if_exists": True,
+        "lifetime": "detached",
+        "max_concurrency": WORKER_MAX_CONCURRENCY,
+        "max_restarts": WORKER_MAX_RESTARTS,
+        "num_cpus": cpus,
+        "scheduling_strategy": strategy,
+    }
+    if memory > 0:
+        options["memory"] = memory
+    return _worker_class().options(**options).remote(backend, name, cpus, target)
 
 
-def get_worker(backend: str, index: int, *, not_id: Any = None, wait: float = 10.0) -> Any:
-    """Worker ``index`` of ``backend`` (an ``ActorHandle``), created when missing (blocking GCS calls).
-
-    ``not_id`` is the actor id of a worker known to be dead: until the cluster has freed its name, the
-    lookup may still return it, so this waits (up to ``wait`` seconds) for a different one.
-    """
+def named_workers() -> dict[str, tuple[str, int]]:
+    """Every live named pool worker of the cluster: name -> (backend, index) (a blocking GCS call)."""
     import ray
 
-    name = worker_name(backend, index)
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            handle = ray.get_actor(name, namespace=NAMESPACE)
-        except ValueError:
-            try:
-                handle = (
-                    _worker_class()
-                    .options(
-                        name=name,
-                        namespace=NAMESPACE,
-                        get_if_exists=True,
-                        lifetime="detached",
-                        max_concurrency=WORKER_MAX_CONCURRENCY,
-                        max_restarts=WORKER_MAX_RESTARTS,
-                        num_cpus=0,
-                        scheduling_strategy=_spread(index),
-                    )
-                    .remote(backend, name)
-                )
-            except ValueError:  # lost a creation race to a name being freed: look again
-                handle = None
-        if handle is not None and (not_id is None or actor_id(handle) != not_id):
-            return handle
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"pool worker {name} could not be replaced within {wait:.0f} s")
-        time.sleep(0.05)  # the cluster is still releasing the dead worker's name
+    found: dict[str, tuple[str, int]] = {}
+    for entry in ray.util.list_named_actors(all_namespaces=True):
+        if not isinstance(entry, dict) or entry.get("namespace") != NAMESPACE:
+            continue
+        match = _NAME.match(str(entry.get("name", "")))
+        if match:
+            found[match.group(0)] = (match.group(1), int(match.group(2)))
+    return found
+
+
+def worker_handle(name: str) -> Any:
+    """The handle of the named worker (a blocking GCS call); ``ValueError`` when there is none."""
+    import ray
+
+    return ray.get_actor(name, namespace=NAMESPACE)

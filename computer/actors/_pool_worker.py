@@ -33,9 +33,11 @@ from ..runtime import (
     release_process,
 )
 from ..runtime.types import BackendInfo
+from ._pool_admission import Admission, LoadReport, Requeue
 from ._pool_context import OwnerExecContext, Prefetched
+from ._pool_live import LiveSandboxCalls
 
-__all__ = ["BACKENDS", "MIRROR_WORKSPACES", "OwnerUnknown", "PoolWorker", "RunStarted"]
+__all__ = ["BACKENDS", "MIRROR_WORKSPACES", "OwnerUnknown", "PoolWorker", "Requeue", "RunStarted"]
 
 log = logging.getLogger(__name__)
 
@@ -86,10 +88,10 @@ class OwnerUnknown:
 OWNERS_KEPT = 256
 
 
-class PoolWorker:
+class PoolWorker(LiveSandboxCalls):
     """Runs requests of any workspace on one backend; named ``computer:pool:<backend>:<i>``."""
 
-    def __init__(self, backend: str, name: str) -> None:
+    def __init__(self, backend: str, name: str, cpus: float = 0.0, target: int = 4) -> None:
         import ray
 
         try:
@@ -108,6 +110,40 @@ class PoolWorker:
         self._owner_handles = 0  # runs that arrived with their owner's handle
         # workspace id -> (owner token, owner handle) of the runs' owners (see ``run``'s ``owner``)
         self._owners: OrderedDict[str, tuple[str | None, Any]] = OrderedDict()
+        self.cpus = cpus  # what this worker reserved from Ray; ``target`` runs at once follow from it
+        self.admission = Admission(target)
+
+    # --- elastic pools (see _pool_admission, _pool_scaler): load, drain, what pins this worker ---
+
+    def live_sandboxes(self, workspace_id: str | None = None) -> int:
+        """Live sandboxes this worker holds (of ``workspace_id``, or all): a worker holding one is
+        drained, never removed, and runs of that workspace are admitted even while it drains."""
+        return self.live_count(workspace_id)
+
+    async def load(self) -> LoadReport:
+        """The load since the previous call (the pool's control loop polls it)."""
+        return self.admission.report(
+            self.name,
+            self.node_id,
+            self.cpus,
+            live_sandboxes=self.live_sandboxes(),
+            mirrors_in_use=len(set(self._running.values())),
+        )
+
+    async def drain(self) -> LoadReport:
+        """Take no new run (runs in flight finish; waiting ones go back to their dispatchers)."""
+        self.admission.drain()
+        return await self.load()
+
+    async def undrain(self) -> None:
+        """Take runs again (the pool needs this worker after all)."""
+        self.admission.undrain()
+
+    async def shed(self) -> int:
+        """Hand the runs waiting in line back to their dispatchers (the pool has room elsewhere)."""
+        return self.admission.shed()
+
+    # --- end of elastic pools ---
 
     def __ray_shutdown__(self) -> None:
         """Ray ends this worker gracefully: remove its scratch (mirrors, staged trees) and cgroups now
@@ -142,7 +178,7 @@ class PoolWorker:
         owner_token: str | None = None,
         prefetched: Prefetched | None = None,
         outcomes: dict[str, tuple[int, list[str]]] | None = None,
-    ) -> AsyncIterator[RunStarted | OwnerUnknown | ExecEvent]:
+    ) -> AsyncIterator[RunStarted | OwnerUnknown | Requeue | ExecEvent]:
         """Stream one run: output chunks, then exactly one ``ExitEvent``; :class:`RunStarted` first when
         the run announces itself.
 
@@ -167,6 +203,9 @@ class PoolWorker:
         owner = self._owner_of(workspace_id, owner_token, owner)
         if owner is None:
             yield OwnerUnknown()
+            return
+        if not await self.admission.enter(pinned=self.live_sandboxes(workspace_id) > 0):
+            yield Requeue(self.name, "draining" if self.admission.draining else "shed")
             return
         key = f"{workspace_id}/{request.id}"
         self._running[key] = workspace_id
@@ -218,6 +257,7 @@ class PoolWorker:
             log.warning("%s: run %s failed: %s", self.name, key, exc, exc_info=True)
             yield ExitEvent(None, error=f"{self.name}: {type(exc).__name__}: {exc}")
         finally:
+            self.admission.leave()
             for task in (watch, wanted):
                 if task is not None:
                     task.cancel()

@@ -10,14 +10,25 @@ never reached the pull, so the workspace is unchanged, and the worker is replace
 :func:`owner_backends` is the hook :mod:`computer.actors._backends` calls when an owner opens its
 workspace: ``shell`` then ``python`` (the first is the default backend), sized by the owner's settings.
 
-Decisions: there is no registry actor. Workers have deterministic names (see ``_pool_registry``), and
-each owner dispatches on its own view of the load (the runs it has in flight per worker), breaking ties
-towards the worker that last ran this workspace (its shell mirror is warm), then towards a "home"
-worker hashed from the workspace id, so different workspaces spread over the pool. A run whose worker
-dies before the dispatcher saw its first item (output, its exit, or a ``RunStarted`` marker: see
-``PoolWorker.run``) left nothing in the workspace and is sent again; after that it is failed.
-Workers check every few seconds that the owner of each run is still the same live process, and kill
-runs whose owner is gone.
+Elastic pools (issue 23): how many workers a pool has is decided by one control loop for the whole
+cluster (:mod:`~computer.actors._pool_scaler`); each worker runs at most its target of runs at once,
+the others wait in its line (:mod:`~computer.actors._pool_admission`). Each owner dispatches on its
+own: it refreshes the loop's :class:`~computer.actors._pool_scaler.PoolView` (ready workers, their
+node, target and load) at most every :data:`VIEW_TTL` seconds, in the background, and picks, in
+order: the worker its workspace is *pinned* to (a live sandbox lives there; first-class input:
+:meth:`PoolBackend.pin`), else among workers with a free slot (its estimate: the load reported plus
+its own runs there) the one with this workspace's warm mirror (most recent first), then one on the
+owner's own node (the file is there: less data on the wire), then the least loaded, then a
+workspace-specific order (rendezvous hashing, stable while workers come and go); with no free slot
+anywhere, the least loaded (the run waits in that worker's line, which makes the pool grow).
+
+A run whose worker dies before the dispatcher saw its first item (output, its exit, or a
+``RunStarted`` marker: see ``PoolWorker.run``) left nothing in the workspace and is sent again; after
+that it is failed. A run handed back by its worker (:class:`~computer.actors._pool_admission.Requeue`:
+the worker drains, or shed its line because capacity appeared elsewhere) had not started either and
+is sent to another worker. So removing a worker loses no run and runs none twice. Workers check every
+few seconds that the owner of each run is still the same live process, and kill runs whose owner is
+gone.
 """
 
 from __future__ import annotations
@@ -27,6 +38,8 @@ import contextlib
 import dataclasses
 import json
 import logging
+import math
+import time
 import zlib
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -35,11 +48,13 @@ from typing import Any
 from ..config import Settings
 from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits, encode_sync
 from ..runtime.types import BackendInfo
+from ._pool_admission import Requeue
 from ._pool_callbacks import owner_token
 from ._pool_context import MirrorSynced, Prefetched
-from ._pool_registry import get_worker, worker_name
+from ._pool_registry import worker_handle
+from ._pool_scaler import PoolView, enabled, get_scaler, limits_from
 from ._pool_worker import OwnerUnknown, RunStarted
-from .raycompat import actor_id, kv_get, kv_put, streaming
+from .raycompat import kv_get, kv_put, streaming
 
 __all__ = ["PoolBackend", "owner_backends"]
 
@@ -54,40 +69,58 @@ PREFETCH_MAX_BYTES = 256 * 1024
 # A run that did not reach a live worker (it was dead or being replaced) is re-dispatched this often.
 DISPATCH_RETRIES = 3
 INFO_TIMEOUT = 120.0  # seconds for a new pool's first worker to start and describe itself
+VIEW_TTL = 1.0  # seconds a dispatcher uses the control loop's view before refreshing it (in the background)
+# A run with no ready worker to go to waits this long for one (a pool growing from zero, a new node the
+# autoscaler adds) before it fails. Seconds.
+WORKER_WAIT = 300.0
+# A run handed back this many times (workers draining or shedding one after another) fails.
+REQUEUES_MAX = 100
+DEAD_REMEMBERED = 60.0  # seconds a dispatcher ignores a worker it saw dead (the view may lag behind)
 
 _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
 
 
 @dataclass
 class _Slot:
-    """This owner's view of one worker: its handle (``None`` until used) and the runs sent to it."""
+    """This owner's view of one worker: what the control loop reported, the runs this owner sent."""
 
-    index: int
+    name: str
     handle: Any = None
+    node_id: str = ""
+    target: int = 1
+    load: int = 0  # running + waiting at the control loop's last poll (all owners)
+    draining: bool = False
+    listed: bool = True  # in the latest view (an unlisted slot is kept only while runs use it)
     inflight: int = 0
-    dead_id: Any = None  # actor id of the last handle seen dead, so a lookup does not return it again
     introduced: bool = False  # the worker holds this owner's handle (runs are sent without it)
     synced: MirrorSynced | None = None  # where the last run of this workspace left the worker's mirror
     # run id -> (rev, skipped) of the deferred pulls this owner applied for runs on this worker
     outcomes: dict[str, tuple[int, list[str]]] = dataclasses.field(default_factory=dict)
 
+    @property
+    def estimate(self) -> int:
+        return self.load + self.inflight
+
+
+_scaler: Any = None  # per process: the control loop's handle
+
 
 class PoolBackend:
-    """The backend ``backend`` (``"shell"``, ``"python"``) served by ``size`` pool workers."""
+    """The backend ``backend`` (``"shell"``, ``"python"``) served by the cluster's elastic pool."""
 
-    def __init__(self, backend: str, size: int, *, owner: Any = None) -> None:
-        if size < 1:
-            raise ValueError("a pool needs at least one worker")
+    def __init__(self, backend: str, *, owner: Any = None) -> None:
         self.backend = backend
-        self._slots = [_Slot(i) for i in range(size)]
-        self._warm: list[int] = []  # workers that ran this owner's workspace, most recent first
+        self._slots: dict[str, _Slot] = {}
+        self._warm: list[str] = []  # workers that ran this owner's workspace, most recent first
+        self._pins: dict[str, str] = {}  # workspace id -> worker its runs must go to (a live sandbox)
+        self._dead: dict[str, float] = {}  # worker name -> when this owner saw it dead
         self._owner = owner
         self._token: str | None = None
+        self._node = ""
+        self._view_at = -math.inf
+        self._refreshing: asyncio.Task[None] | None = None
+        self.requeued = 0  # runs a worker handed back (draining, shedding) and this owner sent again
         self.info: BackendInfo = self._describe()
-
-    @property
-    def size(self) -> int:
-        return len(self._slots)
 
     def _describe(self) -> BackendInfo:
         info = _infos.get(self.backend) or _published_info(self.backend)
@@ -97,15 +130,23 @@ class PoolBackend:
         import ray
         from ray.exceptions import RayActorError
 
-        slot = self._slots[0]
+        # Blocking, once per cluster: Runtime needs ``info`` when the owner opens its workspace.
+        deadline = time.monotonic() + INFO_TIMEOUT
         for attempt in range(DISPATCH_RETRIES + 1):
-            slot.handle = get_worker(self.backend, 0, not_id=slot.dead_id)
+            view: PoolView = ray.get(
+                _scaler_handle().view.remote(self.backend, 1, INFO_TIMEOUT), timeout=INFO_TIMEOUT + 10
+            )
+            ready = [w for w in view.workers if not w.draining]
+            if not ready:
+                raise RuntimeError(
+                    f"no worker of the {self.backend} pool became ready within {INFO_TIMEOUT:g} s"
+                )
             try:
-                # Blocking, once per process: Runtime needs ``info`` when the owner opens its workspace.
-                info = ray.get(slot.handle.info.remote(), timeout=INFO_TIMEOUT)
+                info = ray.get(
+                    worker_handle(ready[0].name).info.remote(), timeout=max(1.0, deadline - time.monotonic())
+                )
                 break
-            except RayActorError:  # a worker that just died (its name not yet freed): replace it
-                self._bury(slot, slot.handle)
+            except (RayActorError, ValueError):  # a worker that just died: ask for another
                 if attempt == DISPATCH_RETRIES:
                     raise
         assert isinstance(info, BackendInfo)
@@ -119,38 +160,174 @@ class PoolBackend:
 
             self._owner = ray.get_runtime_context().current_actor
             self._token = owner_token()  # only the owner's own process can vouch for itself
+        if not self._node:
+            import ray
+
+            with contextlib.suppress(Exception):
+                self._node = str(ray.get_runtime_context().get_node_id())
         return self._owner
 
-    def loads(self) -> list[int]:
-        """Runs in flight per worker, as this owner sees them."""
-        return [slot.inflight for slot in self._slots]
+    # --- affinity pins: runs of a workspace that must go to one worker (its live sandbox is there) ---
 
-    def _pick(self, workspace_id: str) -> _Slot:
-        """The least-loaded worker; ties go to warm workers, then to the workspace's home worker."""
-        n = len(self._slots)
-        home = zlib.crc32(workspace_id.encode()) % n
-        order = [i for i in self._warm if i < n] + [(home + k) % n for k in range(n)]
-        return min((self._slots[i] for i in dict.fromkeys(order)), key=lambda s: s.inflight)
+    def pin(self, workspace_id: str, worker: str) -> None:
+        """Send every run of ``workspace_id`` to ``worker`` (even while it drains) until :meth:`unpin`."""
+        self._pins[workspace_id] = worker
+
+    def unpin(self, workspace_id: str) -> None:
+        self._pins.pop(workspace_id, None)
+
+    def pinned(self, workspace_id: str) -> str | None:
+        return self._pins.get(workspace_id)
+
+    # --- live sandboxes (issue 18): asked of the worker the workspace is pinned to ---
+
+    async def _pinned_handle(self, workspace_id: str) -> Any:
+        name = self.pinned(workspace_id)
+        slot = self._slots.get(name) if name is not None else None
+        return await self._handle(slot) if slot is not None else None
+
+    async def processes(self, workspace_id: str) -> list[Any]:
+        handle = await self._pinned_handle(workspace_id)
+        if handle is None:
+            return []
+        try:
+            return list(await handle.live_processes.remote(workspace_id))
+        except Exception:  # the worker is gone: so is its sandbox
+            self.unpin(workspace_id)
+            return []
+
+    async def kill_process(self, workspace_id: str, pid: int) -> None:
+        from ray.exceptions import RayTaskError
+
+        handle = await self._pinned_handle(workspace_id)
+        if handle is None:
+            raise ProcessLookupError(f"no process {pid}: the workspace has no live {self.backend} sandbox")
+        try:
+            await handle.live_kill.remote(workspace_id, pid)
+        except RayTaskError as exc:
+            cause = exc.cause
+            raise (cause if isinstance(cause, OSError) else ProcessLookupError(str(cause))) from None
+
+    async def end_sandbox(self, workspace_id: str) -> bool:
+        handle = await self._pinned_handle(workspace_id)
+        self.unpin(workspace_id)
+        if handle is None:
+            return False
+        try:
+            return bool(await handle.live_end.remote(workspace_id))
+        except Exception:
+            return False
+
+    async def close_workspace(self, workspace_id: str) -> None:
+        """The workspace closes (hibernation, takeover): its live sandbox ends with it (what it wrote
+        is pulled first)."""
+        if self.pinned(workspace_id) is not None:
+            await self.end_sandbox(workspace_id)
+
+    def loads(self) -> dict[str, int]:
+        """Runs in flight per worker, as this owner sees them."""
+        return {name: slot.inflight for name, slot in self._slots.items()}
+
+    # --- the control loop's view ---
+
+    def _take_view(self, view: PoolView) -> None:
+        now = time.monotonic()
+        self._dead = {n: t for n, t in self._dead.items() if now - t < DEAD_REMEMBERED}
+        listed = set()
+        for w in view.workers:
+            if w.name in self._dead:
+                continue
+            listed.add(w.name)
+            slot = self._slots.get(w.name) or self._slots.setdefault(w.name, _Slot(w.name))
+            slot.node_id, slot.target, slot.load, slot.draining, slot.listed = (
+                w.node_id,
+                w.target,
+                w.load,
+                w.draining,
+                True,
+            )
+        for name, slot in list(self._slots.items()):
+            if name not in listed:
+                slot.listed = False
+                if slot.inflight == 0 and name not in self._pins.values():
+                    del self._slots[name]
+                    if name in self._warm:
+                        self._warm.remove(name)
+        self._view_at = now
+
+    async def _refresh(self, waiting: int = 0, wait: float = 0.0) -> None:
+        global _scaler
+        from ray.exceptions import RayActorError
+
+        try:
+            if _scaler is None:
+                await asyncio.to_thread(_scaler_handle)
+            view = await _scaler.view.remote(self.backend, waiting, wait)
+        except RayActorError:  # the control loop is restarting (or was killed): ask again next time
+            _scaler = None
+            return
+        except Exception:
+            log.warning("%s pool: the control loop did not answer", self.backend, exc_info=True)
+            return
+        self._take_view(view)
+
+    async def _fresh(self) -> None:
+        """Refresh the view in the background once it is older than :data:`VIEW_TTL` (now, when empty)."""
+        if not any(s.listed for s in self._slots.values()):
+            await self._refresh()
+            return
+        if time.monotonic() - self._view_at > VIEW_TTL and (
+            self._refreshing is None or self._refreshing.done()
+        ):
+            self._refreshing = asyncio.create_task(self._refresh())
+
+    def _pick(self, workspace_id: str) -> _Slot | None:
+        """Pinned worker; else with a free slot: warm, same node, least loaded, hashed; else least loaded."""
+        pinned = self._pins.get(workspace_id)
+        if pinned is not None:
+            slot = self._slots.get(pinned)
+            if slot is not None and slot.listed and pinned not in self._dead:
+                return slot
+        usable = [s for s in self._slots.values() if s.listed and not s.draining and s.name not in self._dead]
+        if not usable:
+            return None
+        warm = {name: rank for rank, name in enumerate(self._warm)}
+        order = {s.name: zlib.crc32(f"{workspace_id}/{s.name}".encode()) for s in usable}
+        free = [s for s in usable if s.estimate < s.target]
+        if free:
+            return min(
+                free,
+                key=lambda s: (
+                    warm.get(s.name, len(warm)),
+                    s.node_id != self._node,
+                    s.estimate,
+                    order[s.name],
+                ),
+            )
+        return min(
+            usable, key=lambda s: (s.estimate / max(1, s.target), warm.get(s.name, len(warm)), order[s.name])
+        )
 
     async def _handle(self, slot: _Slot) -> Any:
         if slot.handle is None:
-            slot.handle = await asyncio.to_thread(get_worker, self.backend, slot.index, not_id=slot.dead_id)
+            slot.handle = await asyncio.to_thread(worker_handle, slot.name)
         return slot.handle
 
-    def _bury(self, slot: _Slot, handle: Any) -> None:
-        """Forget a dead worker; the next dispatch to this slot gets (or creates) its replacement."""
-        if slot.handle is handle:
-            slot.handle = None
-            slot.dead_id = actor_id(handle)
+    def _bury(self, slot: _Slot) -> None:
+        """Forget a dead worker (the control loop replaces it); runs go elsewhere."""
+        self._dead[slot.name] = time.monotonic()
+        slot.listed = False
+        slot.handle = None
         self._forget(slot)
+        self._view_at = -math.inf  # the next run asks the control loop again
 
     def _forget(self, slot: _Slot) -> None:
         """Forget what the worker process held for this owner (it died or restarts)."""
         slot.introduced = False
         slot.synced = None
         slot.outcomes = {}
-        if slot.index in self._warm:
-            self._warm.remove(slot.index)
+        if slot.name in self._warm:
+            self._warm.remove(slot.name)
 
     async def _prefetch(self, slot: _Slot, ctx: ExecContext) -> Prefetched | None:
         """The push the worker's mirror will need, computed here ahead of dispatch (saves it a call).
@@ -172,6 +349,18 @@ class PoolBackend:
             return None
         return Prefetched(synced, data)
 
+    async def _choose(self, workspace_id: str) -> _Slot | None:
+        """A worker for the next run: from the view, waiting (bounded) for one to be ready when none is."""
+        await self._fresh()
+        slot = self._pick(workspace_id)
+        deadline = time.monotonic() + WORKER_WAIT
+        while slot is None and time.monotonic() < deadline:
+            await self._refresh(waiting=1, wait=min(30.0, max(0.1, deadline - time.monotonic())))
+            slot = self._pick(workspace_id)
+            if slot is None:
+                await asyncio.sleep(0.2)  # bounded: the control loop answered without a ready worker
+        return slot
+
     async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
         """Run ``request`` on a pool worker and yield its events as they arrive."""
         from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError, WorkerCrashedError
@@ -182,13 +371,20 @@ class PoolBackend:
         except Exception as exc:
             yield ExitEvent(None, error=f"pool backend {self.backend!r} needs an owner actor: {exc}")
             return
-        attempt = 0
+        attempt = requeues = 0
         while True:
-            slot = self._pick(workspace_id)
+            slot = await self._choose(workspace_id)
+            if slot is None:
+                yield ExitEvent(
+                    None,
+                    error=f"no worker of the {self.backend} pool became ready within {WORKER_WAIT:g} s "
+                    "(see `computer status`: pending workers wait for CPUs the cluster lacks)",
+                )
+                return
             slot.inflight += 1
             handle = None
             gen = None
-            started = finished = unknown = False
+            started = finished = unknown = requeued = False
             try:
                 handle = await self._handle(slot)
                 prefetched = await self._prefetch(slot, ctx)
@@ -204,32 +400,44 @@ class PoolBackend:
                         slot.introduced = False
                         unknown = True
                         break
+                    if isinstance(event, Requeue):  # handed back before it started: nothing ran
+                        slot.draining = slot.draining or event.reason == "draining"
+                        requeued = True
+                        break
                     # Any other first item: the run reached a live worker that holds the owner handle.
                     started = slot.introduced = True
                     if isinstance(event, RunStarted):
                         continue
                     if isinstance(event, ExitEvent):
                         finished = True
+                        # A live sandbox stays on that worker: later runs of the workspace go there.
+                        if event.live:
+                            self.pin(workspace_id, slot.name)
+                        elif self.pinned(workspace_id) == slot.name:
+                            self.unpin(workspace_id)
                         if event.pending is not None:
                             event = await self._apply(slot, request.id, event, ctx)
                     yield event
                     if finished:
                         break  # the run is over; do not wait for the generator's own end
-            except (RayActorError, WorkerCrashedError) as exc:
+            except (RayActorError, WorkerCrashedError, ValueError) as exc:
                 if isinstance(exc, ActorUnavailableError):
                     # Ray restarts the worker in place (it crashed): same handle, a new process that
                     # holds no mirror and no owner handle.
                     self._forget(slot)
-                elif handle is not None:
-                    self._bury(slot, handle)
+                else:  # dead (or its name already gone: ValueError from the lookup)
+                    self._bury(slot)
                 if not started and attempt < DISPATCH_RETRIES:
                     attempt += 1  # no item came back: nothing reached the workspace, send it again
                     if isinstance(exc, ActorUnavailableError):
                         await asyncio.sleep(0.1 * 2**attempt)  # bounded: 0.2 + 0.4 + 0.8 s
                     continue
-                name = worker_name(self.backend, slot.index)
                 finished = True
-                yield ExitEvent(None, error=f"exec worker died: {name} ({_first_line(exc)})")
+                lost = ""
+                if self.pinned(workspace_id) == slot.name:  # its live sandbox died with it
+                    self.unpin(workspace_id)
+                    lost = "; the workspace's live sandbox (its background processes) ended with it, the next run starts a fresh one"
+                yield ExitEvent(None, error=f"exec worker died: {slot.name} ({_first_line(exc)}){lost}")
                 return
             except RayTaskError as exc:
                 finished = True
@@ -237,18 +445,28 @@ class PoolBackend:
                 return
             finally:
                 slot.inflight -= 1
-                if gen is not None and not finished and not unknown:
+                if gen is not None and not finished and not unknown and not requeued:
                     # The consumer stopped (closed or cancelled): the worker must kill the program.
                     with contextlib.suppress(Exception):
                         import ray
 
                         ray.cancel(gen)
             if finished:
-                self._warm = [slot.index] + [i for i in self._warm if i != slot.index]
+                self._warm = [slot.name] + [n for n in self._warm if n != slot.name]
                 return
             if unknown:
                 continue  # sent again, with the owner's handle this time
-            yield ExitEvent(None, error=f"exec worker {worker_name(self.backend, slot.index)} sent no exit")
+            if requeued:
+                self.requeued += 1
+                requeues += 1
+                if requeues > REQUEUES_MAX:
+                    yield ExitEvent(
+                        None, error=f"exec run handed back {requeues} times by the {self.backend} pool"
+                    )
+                    return
+                await self._refresh()  # the worker drains or shed its line: see where room is now
+                continue
+            yield ExitEvent(None, error=f"exec worker {slot.name} sent no exit")
             return
 
     async def _apply(self, slot: _Slot, run: str, event: ExitEvent, ctx: ExecContext) -> ExitEvent:
@@ -305,22 +523,31 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+def _scaler_handle() -> Any:
+    """The control loop's handle, looked up (or started) once per process (blocking GCS calls)."""
+    global _scaler
+    if _scaler is None:
+        _scaler = get_scaler()
+    return _scaler
+
+
 def owner_backends(config: Settings, name: str) -> Sequence[Backend]:
     """The pool backends of the owner of workspace ``name``: shell first (the default), then python.
 
-    A pool whose size is 0 is left out; a pool that cannot start is logged and left out, so the
-    workspace stays usable without it. Outside a Ray connection there are no pools.
+    A pool with minimum and maximum 0 is left out (a minimum of 0 with a maximum above it scales from
+    zero); a pool that cannot start is logged and left out, so the workspace stays usable without it.
+    Outside a Ray connection there are no pools.
     """
     import ray
 
     if not ray.is_initialized():  # a host built outside Ray (tests, scripts): no pools to reach
         return []
     backends: list[Backend] = []
-    for backend, size in (("shell", config.shell_pool_size), ("python", config.python_pool_size)):
-        if size <= 0:
+    for backend in ("shell", "python"):
+        if not enabled(limits_from(config, backend)):
             continue
         try:
-            backends.append(PoolBackend(backend, size))
+            backends.append(PoolBackend(backend))
         except Exception:
             log.exception("workspace %s: the %s pool is unavailable", name, backend)
     return backends

@@ -10,20 +10,23 @@ from collections.abc import Callable
 from typing import Any
 
 from computer.actors import NAMESPACE
-from computer.actors._pool_registry import worker_name
+from computer.actors._pool_registry import named_workers
 
 
-async def worker_stats(backend: str, size: int) -> list[dict[str, Any]]:
-    """The stats of the live workers ``0..size-1`` of a pool (missing ones are left out)."""
+async def worker_stats(backend: str, size: int = 0) -> list[dict[str, Any]]:
+    """The stats of every live worker of a pool (elastic: ``size`` is no longer needed, nor used)."""
     import ray
+    from ray.exceptions import RayActorError
 
     out = []
-    for i in range(size):
-        try:
-            handle = ray.get_actor(worker_name(backend, i), namespace=NAMESPACE)
-        except ValueError:
+    for name, (kind, _) in sorted(named_workers().items(), key=lambda item: item[1]):
+        if kind != backend:
             continue
-        out.append(await handle.stats.remote())
+        try:
+            handle = ray.get_actor(name, namespace=NAMESPACE)
+            out.append(await handle.stats.remote())
+        except (ValueError, RayActorError):
+            continue  # removed by the control loop meanwhile
     return out
 
 

@@ -51,7 +51,7 @@ async def test_closing_the_pool_iterator_cancels_the_worker_run(cluster: Setting
         workspace_id = info["id"]
 
     duration = unique_sleep()
-    backend = PoolBackend("shell", 2, owner=owner)
+    backend = PoolBackend("shell", owner=owner)
     request = ExecRequest(id="closing", backend="shell", source=f"echo started; sleep {duration}")
     events = backend.run(request, Context())  # type: ignore[arg-type]
     first = await anext(events)
@@ -59,7 +59,7 @@ async def test_closing_the_pool_iterator_cancels_the_worker_run(cluster: Setting
     await wait_until(lambda: bool(processes_with(f"sleep {duration}")))
     await events.aclose()  # type: ignore[attr-defined]
     await wait_until(lambda: not processes_with(duration))
-    assert backend.loads() == [0, 0]
+    assert set(backend.loads().values()) <= {0}
 
 
 async def test_a_worker_killed_mid_run_fails_the_run_and_leaves_the_workspace_unchanged(

@@ -18,7 +18,7 @@ from .pool_helpers import worker_stats
 
 async def test_eight_concurrent_runs_on_a_pool_of_two_all_complete(cluster: Settings, name: str) -> None:
     assert cluster.shell_pool_size == 2
-    before = {s["name"]: s["runs"] for s in await worker_stats("shell", 2)}
+    before = {s["name"]: s["runs"] for s in await worker_stats("shell")}
     async with computer.get_workspace(name) as ws:
         await ws.fs.mkdir("/workspace")
         handles = await asyncio.gather(
@@ -28,10 +28,10 @@ async def test_eight_concurrent_runs_on_a_pool_of_two_all_complete(cluster: Sett
         assert [(r.status, r.stdout) for r in results] == [("completed", f"{i}\n") for i in range(8)]
         for i in range(8):
             assert await ws.fs.read_text(f"/workspace/f{i}") == f"{i}\n"
-    after = {s["name"]: s["runs"] for s in await worker_stats("shell", 2)}
+    after = {s["name"]: s["runs"] for s in await worker_stats("shell")}
     took = {worker: runs - before.get(worker, 0) for worker, runs in after.items()}
     assert sum(took.values()) == 8
-    assert all(n >= 2 for n in took.values()), took  # least-loaded dispatch used both workers
+    assert len([n for n in took.values() if n]) >= 2, took  # least-loaded dispatch used several workers
 
 
 _TWO_NODES = textwrap.dedent(
@@ -49,7 +49,8 @@ _TWO_NODES = textwrap.dedent(
     cluster.add_node(num_cpus=2, object_store_memory=80 * 1024 * 1024)
     ray.init(address=cluster.address, log_to_driver=False)
     cluster.wait_for_nodes()
-    computer.init(data_dir=sys.argv[1], shell_pool_size=4, python_pool_size=1)
+    # One run at a time per worker: 8 runs fill the owner's node (its workers are preferred) and spill over.
+    computer.init(data_dir=sys.argv[1], shell_pool_size=4, shell_pool_max=4, python_pool_size=1, pool_runs_per_cpu=1)
 
     async def main():
         async with computer.get_workspace("spread") as ws:
@@ -58,9 +59,10 @@ _TWO_NODES = textwrap.dedent(
             results = await asyncio.gather(*[h.result() for h in handles])
             files = [await ws.fs.read_text(f"/workspace/f{i}") for i in range(8)]
         stats = []
-        for i in range(4):
-            handle = ray.get_actor(f"computer:pool:shell:{i}", namespace="computer")
-            stats.append(await handle.stats.remote())
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            if entry["name"].startswith("computer:pool:shell:"):
+                handle = ray.get_actor(entry["name"], namespace="computer")
+                stats.append(await handle.stats.remote())
         nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
         print(json.dumps({
             "statuses": [r.status for r in results],

@@ -1,0 +1,183 @@
+"""A pool worker's admission: at most ``target`` runs at once, the rest wait in line (elastic pools).
+
+The line is where a run's *wait* is measured: from its arrival at the worker to the moment it gets a
+slot. The worker reports the waits, its queue and its idle time to the pool's control loop
+(:mod:`~computer.actors._pool_scaler`) in a :class:`LoadReport`; the loop grows the pool when runs
+wait and shrinks it when workers stay idle.
+
+A run that waits in line has not started: a worker being drained, or told to *shed* its line because
+capacity appeared elsewhere, hands it back to the dispatcher with :class:`Requeue` (nothing ran), and
+the dispatcher sends it to another worker. A run pinned here (its workspace's live sandbox lives on
+this worker) is admitted even while draining: it could run nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+__all__ = ["WAITS_REPORTED", "Admission", "LoadReport", "Requeue", "target_runs"]
+
+# Waits a report carries at most (the newest ones): a report stays small under any load.
+WAITS_REPORTED = 2048
+
+
+def target_runs(cpus: float, runs_per_cpu: float) -> int:
+    """Concurrent runs of a worker holding ``cpus`` CPUs (at least one; a 0-CPU worker counts as one CPU)."""
+    return max(1, round((cpus if cpus > 0 else 1.0) * runs_per_cpu))
+
+
+@dataclass(frozen=True, slots=True)
+class Requeue:
+    """The only item of a run a worker hands back before starting it (draining, or shedding its line):
+    nothing ran; send it to another worker."""
+
+    worker: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    """A worker's load as its pool's control loop sees it (one report per poll)."""
+
+    name: str
+    node_id: str
+    cpus: float
+    target: int
+    running: int
+    queued: int
+    waits: list[float]  # seconds each run admitted since the previous report waited in line
+    admitted: int  # runs admitted since the previous report (``waits`` keeps the newest of them)
+    idle_for: float  # seconds since the worker last had a run running or waiting (0.0 while it has one)
+    draining: bool
+    live_sandboxes: int = 0  # live sandboxes this worker holds: it is drained, never killed, while > 0
+    mirrors_in_use: int = 0  # warm mirrors a running run is using
+    extra: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def holds(self) -> int:
+        """What keeps this worker from being removed now: runs, waiting runs, live sandboxes."""
+        return self.running + self.queued + self.live_sandboxes
+
+
+class Admission:
+    """``target`` slots and a FIFO line in front of them (one per worker, on its event loop)."""
+
+    def __init__(self, target: int) -> None:
+        self.target = max(1, target)
+        self.running = 0
+        self.draining = False
+        self._line: deque[asyncio.Future[bool]] = deque()
+        self._waits: deque[float] = deque(maxlen=WAITS_REPORTED)
+        self._admitted = 0
+        self._idle_since: float | None = time.monotonic()
+
+    @property
+    def queued(self) -> int:
+        return sum(1 for f in self._line if not f.done())
+
+    async def enter(self, *, pinned: bool = False) -> bool:
+        """Wait for a slot; True once the run holds one (it must then :meth:`leave`), False when the run
+        is handed back untouched (the worker drains, or shed its line)."""
+        arrived = time.monotonic()
+        self._idle_since = None
+        if self.draining and not pinned:
+            self._settle_idle()
+            return False
+        if self.running < self.target and not self._line:
+            self._grant(arrived)
+            return True
+        if pinned:  # its sandbox lives here: it must not be sent elsewhere, nor wait behind others
+            self._grant(arrived)
+            return True
+        slot: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._line.append(slot)
+        try:
+            granted = await slot
+        except BaseException:
+            if slot.done() and not slot.cancelled() and slot.result():
+                self.leave()  # granted just as it was cancelled: give the slot back
+            else:
+                self._drop(slot)
+            raise
+        if granted:
+            self._record(arrived)
+        else:
+            self._settle_idle()
+        return granted
+
+    def leave(self) -> None:
+        """A run that held a slot is over: the next in line gets it."""
+        self.running -= 1
+        self._next()
+        self._settle_idle()
+
+    def drain(self) -> int:
+        """Admit nothing new (but pinned runs); hand back every run waiting in line. Returns how many."""
+        self.draining = True
+        return self.shed()
+
+    def undrain(self) -> None:
+        self.draining = False
+
+    def shed(self) -> int:
+        """Hand back every run waiting in line (capacity appeared elsewhere); how many."""
+        shed = 0
+        while self._line:
+            slot = self._line.popleft()
+            if not slot.done():
+                slot.set_result(False)
+                shed += 1
+        return shed
+
+    def report(self, name: str, node_id: str, cpus: float, **extra: int) -> LoadReport:
+        """The load since the previous report (the waits and admissions counted are reset)."""
+        waits = list(self._waits)
+        admitted, self._admitted = self._admitted, 0
+        self._waits.clear()
+        idle_since = self._idle_since
+        live = extra.pop("live_sandboxes", 0)
+        mirrors = extra.pop("mirrors_in_use", 0)
+        return LoadReport(
+            name=name,
+            node_id=node_id,
+            cpus=cpus,
+            target=self.target,
+            running=self.running,
+            queued=self.queued,
+            waits=waits,
+            admitted=admitted,
+            idle_for=0.0 if idle_since is None else time.monotonic() - idle_since,
+            draining=self.draining,
+            live_sandboxes=live,
+            mirrors_in_use=mirrors,
+            extra=extra,
+        )
+
+    def _grant(self, arrived: float) -> None:
+        self.running += 1
+        self._record(arrived)
+
+    def _record(self, arrived: float) -> None:
+        self._admitted += 1
+        self._waits.append(time.monotonic() - arrived)
+
+    def _next(self) -> None:
+        while self._line and self.running < self.target:
+            slot = self._line.popleft()
+            if not slot.done():
+                self.running += 1
+                slot.set_result(True)
+
+    def _drop(self, slot: asyncio.Future[bool]) -> None:
+        try:
+            self._line.remove(slot)
+        except ValueError:
+            pass
+        self._settle_idle()
+
+    def _settle_idle(self) -> None:
+        if self.running == 0 and self.queued == 0 and self._idle_since is None:
+            self._idle_since = time.monotonic()

@@ -1,0 +1,630 @@
+"""The exec pools' control loop: one actor for the whole cluster grows and shrinks every pool.
+
+``PoolScaler`` is the detached named actor ``computer:pools`` (namespace ``computer``), restarted by
+Ray when it dies; a restarted one adopts the workers it finds by name. Every :data:`TICK` seconds it
+
+1. reads the pool settings the cluster's last ``computer.init`` published (min/max workers, CPUs and
+   memory per worker, runs per CPU, idle time) and the alive nodes with their CPUs;
+2. polls every worker's :class:`~computer.actors._pool_admission.LoadReport` (running, waiting in
+   line, how long admitted runs waited, idle time, live sandboxes);
+3. decides with :func:`plan` (pure, unit-tested) and applies: *grow* when runs wait (a worker's line
+   is not empty, or a run waited more than :data:`GROW_WAIT`), up to the maximum; *shed* the lines
+   of busy workers when others have free slots (those runs have not started: their dispatchers send
+   them again); *drain* workers idle for ``pool_idle_after`` while the pool is above its minimum
+   (a draining worker takes no new run, runs in flight finish, a live sandbox keeps it until it ends)
+   and *remove* a draining worker once it holds nothing; *replace* dead workers (keeping the minimum).
+
+Owners ask it for a :class:`PoolView` (the ready workers with their node, target and load) at most
+once a second while they dispatch; each owner still chooses the worker of every run itself (pin,
+warm mirror, its own node, least load). ``status()`` feeds ``computer status``.
+
+Decisions where the issue is silent:
+
+- A new worker goes to the node with the fewest workers of its pool among nodes with the CPUs free
+  (ties: the most free CPUs). Without room anywhere it is created without a node: it stays pending
+  and Ray's autoscaler sees the demand. Workers of the minimum are the exception: the floor must
+  come up on any cluster (a laptop with 2 CPUs and 2 + 2 workers), so one that finds no room reserves
+  what is left on the emptiest node, possibly 0 CPUs (its target then counts one CPU).
+- The elastic maximum (``*_pool_max`` unset) is recomputed every tick from the alive nodes: the
+  workers their CPUs hold, plus one more node's worth, so that waiting runs leave pending workers the
+  autoscaler can answer; once a new node joins, the maximum grows with it.
+- Pending workers count towards the pool's size (they are coming); they are the first to go when the
+  runs stop waiting for ``pool_idle_after``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from collections import deque
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config import Settings
+from ._pool_admission import LoadReport, target_runs
+from ._pool_registry import create_worker, named_workers, worker_handle, worker_name
+from .naming import NAMESPACE
+
+__all__ = [
+    "BACKENDS",
+    "SCALER_NAME",
+    "Plan",
+    "PoolLimits",
+    "PoolScaler",
+    "PoolView",
+    "WorkerState",
+    "WorkerView",
+    "get_scaler",
+    "limits_from",
+    "plan",
+    "resolve_max",
+]
+
+log = logging.getLogger(__name__)
+
+SCALER_NAME = "computer:pools"
+BACKENDS = ("shell", "python")
+TICK = 0.5  # seconds between two rounds of polls and decisions
+POLL_TIMEOUT = 10.0  # a worker that does not answer its load within this is left out of that round
+GROW_WAIT = 0.1  # seconds: a run that waited longer in a line is a reason to grow
+WINDOW = 60.0  # seconds of waits and runs the status summarises
+DECISIONS_KEPT = 64
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLimits:
+    """One pool's settings: minimum and maximum workers (None: elastic), what each worker reserves."""
+
+    backend: str
+    min_workers: int
+    max_workers: int | None
+    worker_cpus: float
+    worker_memory: int
+    runs_per_cpu: float
+    idle_after: float
+
+    @property
+    def target(self) -> int:
+        """Concurrent runs of a worker reserving ``worker_cpus``."""
+        return target_runs(self.worker_cpus, self.runs_per_cpu)
+
+
+def limits_from(config: Settings, backend: str) -> PoolLimits:
+    """The limits of ``backend``'s pool in ``config``."""
+    low = int(getattr(config, f"{backend}_pool_size"))
+    high = getattr(config, f"{backend}_pool_max")
+    return PoolLimits(
+        backend=backend,
+        min_workers=low,
+        max_workers=None if high is None else max(low, int(high)),
+        worker_cpus=config.pool_worker_cpus,
+        worker_memory=config.pool_worker_memory,
+        runs_per_cpu=config.pool_runs_per_cpu,
+        idle_after=config.pool_idle_after,
+    )
+
+
+def enabled(limits: PoolLimits) -> bool:
+    """A pool exists when its minimum is above 0, or its maximum is (then it scales from zero)."""
+    return limits.min_workers > 0 or (limits.max_workers or 0) > 0
+
+
+def resolve_max(limits: PoolLimits, node_cpus: Iterable[float]) -> int:
+    """The pool's maximum: the configured one, else what the nodes' CPUs hold plus one node's worth."""
+    if limits.max_workers is not None:
+        return max(limits.min_workers, limits.max_workers)
+    per = limits.worker_cpus if limits.worker_cpus > 0 else 1.0
+    fits = [math.floor(c / per + 1e-9) for c in node_cpus]
+    elastic = sum(fits) + max(fits, default=1)
+    return max(limits.min_workers, elastic, 1)
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerState:
+    """What the control loop knows of one worker when it decides."""
+
+    name: str
+    state: str  # "pending" (created, not answered yet) | "ready" | "draining"
+    created: float  # monotonic
+    report: LoadReport | None = None  # the latest answer (None while pending)
+
+
+@dataclass
+class Plan:
+    """What one round decided for one pool."""
+
+    grow: int = 0  # new workers to create
+    floor: int = 0  # of which keep the pool at its minimum (created even without room)
+    undrain: list[str] = field(default_factory=list)  # draining workers taken back instead of new ones
+    drain: list[str] = field(default_factory=list)
+    remove: list[str] = field(default_factory=list)  # drained and holding nothing, or pending and unneeded
+    shed: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+
+def plan(
+    limits: PoolLimits,
+    max_workers: int,
+    workers: Sequence[WorkerState],
+    *,
+    waiting: int = 0,
+    pressure_at: float | None = None,
+    now: float,
+) -> Plan:
+    """Decide one round for one pool (no Ray, no clock: ``now`` and the reports are given).
+
+    ``waiting``: runs dispatchers hold without any worker to send them to (a pool scaled to zero).
+    ``pressure_at``: when runs last waited (pending workers are kept ``idle_after`` past it).
+    """
+    out = Plan()
+    target = limits.target
+    ready = [w for w in workers if w.state == "ready"]
+    pending = [w for w in workers if w.state == "pending"]
+    draining = [w for w in workers if w.state == "draining"]
+    reports = [w.report for w in ready + draining if w.report is not None]
+    running = sum(r.running for r in reports)
+    queued = sum(r.queued for r in reports if not r.draining) + waiting
+    waited = max((max(r.waits, default=0.0) for r in reports), default=0.0)
+
+    for w in draining:  # drained and holding nothing (the report came after the drain): gone
+        if w.report is not None and w.report.draining and w.report.holds == 0:
+            out.remove.append(w.name)
+            out.reasons.append(f"remove {w.name}: drained, holds nothing")
+
+    active = len(ready) + len(pending)
+    if active > max_workers:  # the maximum went down: pending first, then the least loaded
+        excess = active - max_workers
+        for w in pending[:excess]:
+            out.remove.append(w.name)
+            out.reasons.append(f"remove {w.name}: pending, above the maximum {max_workers}")
+        excess -= min(excess, len(pending))
+        by_load = sorted(ready, key=lambda w: (w.report.holds if w.report else 0, w.name))
+        for w in by_load[:excess]:
+            out.drain.append(w.name)
+            out.reasons.append(f"drain {w.name}: above the maximum {max_workers}")
+        return out
+
+    pressure = queued > 0 or waited > GROW_WAIT
+    if pressure:
+        need = math.ceil((running + queued) / target) if queued else active + (0 if pending else 1)
+        want = min(max_workers, max(need, limits.min_workers))
+        grow = want - active
+        if grow > 0:
+            back = [w for w in draining if w.name not in out.remove][:grow]
+            out.undrain = [w.name for w in back]
+            out.grow = grow - len(back)
+            out.floor = max(0, min(limits.min_workers - active - len(back), out.grow))
+            why = f"{queued} run(s) waiting" if queued else f"a run waited {waited:.2f} s"
+            out.reasons.append(f"grow by {grow} to {want} (max {max_workers}): {why}, {running} running")
+        free = [r for r in reports if not r.draining and r.running + r.queued < r.target]
+        if free or out.grow or out.undrain:
+            lines = [r for r in reports if not r.draining and r.queued > 0]
+            out.shed = [r.name for r in lines] if free else []
+            if out.shed:
+                out.reasons.append(f"shed the lines of {', '.join(out.shed)}: slots free elsewhere")
+        return out
+
+    if active < limits.min_workers:
+        out.grow = out.floor = limits.min_workers - active
+        out.reasons.append(f"grow by {out.grow}: the minimum is {limits.min_workers}")
+        return out
+
+    spare = active - limits.min_workers
+    calm_since = pressure_at if pressure_at is not None else -math.inf
+    for w in sorted(pending, key=lambda w: -w.created):  # the newest pending first
+        if spare <= 0:
+            break
+        if now - max(w.created, calm_since) >= limits.idle_after:
+            out.remove.append(w.name)
+            out.reasons.append(f"remove {w.name}: pending, not needed for {limits.idle_after:g} s")
+            spare -= 1
+    idle = [
+        w
+        for w in ready
+        if w.report is not None
+        and w.report.running == 0
+        and w.report.queued == 0
+        and w.report.idle_for >= limits.idle_after
+    ]
+    for w in sorted(idle, key=lambda w: -(w.report.idle_for if w.report else 0.0)):
+        if spare <= 0:
+            break
+        out.drain.append(w.name)
+        assert w.report is not None
+        out.reasons.append(f"drain {w.name}: idle {w.report.idle_for:.0f} s")
+        spare -= 1
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """A ready worker as dispatchers see it."""
+
+    name: str
+    node_id: str
+    target: int
+    load: int  # running + waiting at the last poll
+    draining: bool
+
+
+@dataclass(frozen=True, slots=True)
+class PoolView:
+    backend: str
+    workers: tuple[WorkerView, ...]
+    pending: int  # workers created but not ready yet
+
+
+@dataclass
+class _Worker:
+    name: str
+    index: int
+    handle: Any
+    state: str
+    created: float
+    cpus: float
+    target: int
+    node_id: str | None  # asked for (until the first report says where it runs)
+    report: LoadReport | None = None
+    poll: asyncio.Task[LoadReport] | None = None
+
+    def as_state(self) -> WorkerState:
+        return WorkerState(self.name, self.state, self.created, self.report)
+
+
+@dataclass
+class _Pool:
+    backend: str
+    workers: dict[str, _Worker] = field(default_factory=dict)
+    limits: PoolLimits | None = None
+    max_workers: int = 0
+    waits: deque[tuple[float, float]] = field(default_factory=lambda: deque(maxlen=50_000))
+    admitted: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=10_000))
+    decisions: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=DECISIONS_KEPT))
+    waiting: int = 0  # runs dispatchers hold with no worker (reported with ``view``) since the last round
+    pressure_at: float | None = None
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+class PoolScaler:
+    """The one control loop of every exec pool of the cluster (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._pools = {backend: _Pool(backend) for backend in BACKENDS}
+        self._next_index = 0
+        self._wake = asyncio.Event()
+        self.started_at = time.time()
+        self.rounds = 0
+        self._adopt()
+        self._loop = asyncio.get_running_loop().create_task(self._run())
+
+    def _adopt(self) -> None:
+        """Take over the workers a previous incarnation (or an older release) left running."""
+        now = time.monotonic()
+        for name, (backend, index) in named_workers().items():
+            self._next_index = max(self._next_index, index + 1)
+            pool = self._pools.get(backend)
+            if pool is None:
+                continue
+            try:
+                handle = worker_handle(name)
+            except ValueError:
+                continue
+            pool.workers[name] = _Worker(name, index, handle, "pending", now, 0.0, 1, None)
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                await self._round()
+            except Exception:
+                log.exception("pool control loop: a round failed")
+            self._wake.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), TICK)
+
+    async def _round(self) -> None:
+        config, nodes = await asyncio.to_thread(_cluster_state)
+        self.rounds += 1
+        # CPUs free per node, less what workers of any pool asked for there and Ray has not placed yet
+        # (shared by the pools of this round: a worker created for one is not free for the next).
+        free = {node: available for node, (_, available) in nodes.items()}
+        for pool in self._pools.values():
+            for w in pool.workers.values():
+                if w.state == "pending" and w.node_id in free:
+                    free[w.node_id] -= w.cpus
+        for backend, pool in self._pools.items():
+            limits = limits_from(config, backend)
+            pool.limits = limits
+            pool.max_workers = (
+                resolve_max(limits, [cpus for cpus, _ in nodes.values()]) if enabled(limits) else 0
+            )
+            await self._collect(pool)
+            now = time.monotonic()
+            if any(r.queued or max(r.waits, default=0.0) > GROW_WAIT for r in _reports(pool)) or pool.waiting:
+                pool.pressure_at = now
+            decided = plan(
+                limits,
+                pool.max_workers,
+                [w.as_state() for w in pool.workers.values()],
+                waiting=pool.waiting,
+                pressure_at=pool.pressure_at,
+                now=now,
+            )
+            pool.waiting = 0
+            await self._apply(pool, limits, decided, free)
+
+    async def _collect(self, pool: _Pool) -> None:
+        """Start a poll of every worker without one in flight; take the answers that came."""
+        from ray.exceptions import ActorUnavailableError, RayActorError
+
+        polls = [w.poll for w in pool.workers.values() if w.poll is not None]
+        for w in pool.workers.values():
+            if w.poll is None:
+                w.poll = asyncio.ensure_future(_poll(w.handle))
+                polls.append(w.poll)
+        if polls:  # give the round's answers a moment (pending workers stay unanswered)
+            await asyncio.wait(polls, timeout=min(TICK, POLL_TIMEOUT))
+        now = time.monotonic()
+        for w in list(pool.workers.values()):
+            task = w.poll
+            if task is None or not task.done():
+                continue
+            w.poll = None
+            try:
+                report = task.result()
+            except ActorUnavailableError:
+                continue  # restarting in place: still there
+            except RayActorError as exc:
+                del pool.workers[w.name]
+                self._decided(pool, f"{w.name} died ({type(exc).__name__}): forgotten, replaced as needed")
+                continue
+            except Exception:
+                continue
+            w.report = report
+            w.node_id = report.node_id
+            w.target, w.cpus = report.target, report.cpus
+            if w.state == "pending":
+                w.state = "draining" if report.draining else "ready"
+                pool.ready.set()
+            pool.waits.extend((now, x) for x in report.waits)
+            if report.admitted:
+                pool.admitted.append((now, report.admitted))
+
+    async def _apply(self, pool: _Pool, limits: PoolLimits, decided: Plan, free: dict[str, float]) -> None:
+        for reason in decided.reasons:
+            self._decided(pool, reason)
+        for name in decided.remove:
+            w = pool.workers.pop(name, None)
+            if w is None:
+                continue
+            if w.poll is not None:
+                w.poll.cancel()
+            await _stop(w.handle, graceful=w.state != "pending")
+        for name in decided.drain:
+            w = pool.workers.get(name)
+            if w is not None:
+                w.state = "draining"
+                with contextlib.suppress(Exception):
+                    w.report = await asyncio.wait_for(w.handle.drain.remote(), POLL_TIMEOUT)
+        for name in decided.undrain:
+            w = pool.workers.get(name)
+            if w is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(w.handle.undrain.remote(), POLL_TIMEOUT)
+                    w.state = "ready"
+        for name in decided.shed:
+            w = pool.workers.get(name)
+            if w is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(w.handle.shed.remote(), POLL_TIMEOUT)
+        if decided.grow:
+            await self._grow(pool, limits, decided.grow, decided.floor, free)
+
+    async def _grow(
+        self, pool: _Pool, limits: PoolLimits, count: int, floor: int, free: dict[str, float]
+    ) -> None:
+        per_node: dict[str, int] = {}
+        for w in pool.workers.values():
+            if w.node_id is not None:
+                per_node[w.node_id] = per_node.get(w.node_id, 0) + 1
+        now = time.monotonic()
+        for k in range(count):
+            cpus = limits.worker_cpus
+            node = _choose_node(free, per_node, cpus)
+            if node is None and k < floor and free:
+                node = max(free, key=lambda n: free[n])  # the floor comes up even without room
+                cpus = max(0.0, min(cpus, math.floor(free[node] * 100) / 100))
+            if node is not None:
+                free[node] -= cpus
+                per_node[node] = per_node.get(node, 0) + 1
+            index = self._next_index
+            self._next_index += 1
+            target = target_runs(cpus, limits.runs_per_cpu)
+            try:
+                handle = await asyncio.to_thread(
+                    create_worker,
+                    pool.backend,
+                    index,
+                    cpus=cpus,
+                    memory=limits.worker_memory,
+                    target=target,
+                    node_id=node,
+                )
+            except Exception as exc:
+                self._decided(pool, f"could not create {worker_name(pool.backend, index)}: {exc}")
+                continue
+            name = worker_name(pool.backend, index)
+            pool.workers[name] = _Worker(name, index, handle, "pending", now, cpus, target, node)
+            where = f"node {node[:12]}" if node else "no node with room (pending: autoscaler demand)"
+            self._decided(pool, f"create {name}: {cpus:g} CPU, {target} runs at once, {where}")
+
+    def _decided(self, pool: _Pool, what: str) -> None:
+        log.info("pool %s: %s", pool.backend, what)
+        pool.decisions.append((time.time(), what))
+
+    # --- what owners and the CLI call ---
+
+    async def view(self, backend: str, waiting: int = 0, wait: float = 0.0) -> PoolView:
+        """The ready workers of ``backend``'s pool. ``waiting``: runs the caller holds because no worker
+        is ready (the pool grows from zero for them); ``wait``: seconds to wait for a ready worker."""
+        pool = self._pools[backend]
+        if waiting:
+            pool.waiting = max(pool.waiting, waiting)
+            self._wake.set()
+        if wait > 0 and not _ready(pool):
+            pool.ready.clear()
+            deadline = time.monotonic() + wait
+            while not _ready(pool) and time.monotonic() < deadline:
+                pool.waiting = max(pool.waiting, max(1, waiting))
+                self._wake.set()
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(
+                        pool.ready.wait(), min(TICK, max(0.0, deadline - time.monotonic()))
+                    )
+                pool.ready.clear()
+        return _view(pool)
+
+    async def nudge(self) -> int:
+        """Run a round now (tests, the CLI); the number of rounds run so far."""
+        await self._round()
+        return self.rounds
+
+    async def status(self) -> dict[str, Any]:
+        """The pools' state and recent decisions, for ``computer status``."""
+        now = time.monotonic()
+        pools = {}
+        for backend, pool in self._pools.items():
+            waits = sorted(w for t, w in pool.waits if now - t <= WINDOW)
+            span = min(WINDOW, max(1e-9, time.time() - self.started_at))
+            admitted = sum(n for t, n in pool.admitted if now - t <= WINDOW)
+            limits = pool.limits
+            pools[backend] = {
+                "min": limits.min_workers if limits else None,
+                "max": pool.max_workers,
+                "max_setting": limits.max_workers if limits else None,
+                "target": limits.target if limits else None,
+                "worker_cpus": limits.worker_cpus if limits else None,
+                "idle_after": limits.idle_after if limits else None,
+                "workers": [
+                    {
+                        "name": w.name,
+                        "state": w.state,
+                        "node_id": w.node_id,
+                        "cpus": w.cpus,
+                        "target": w.target,
+                        "running": w.report.running if w.report else 0,
+                        "queued": w.report.queued if w.report else 0,
+                        "idle_for": w.report.idle_for if w.report else 0.0,
+                        "live_sandboxes": w.report.live_sandboxes if w.report else 0,
+                    }
+                    for w in sorted(pool.workers.values(), key=lambda w: w.index)
+                ],
+                "queued": sum(r.queued for r in _reports(pool)),
+                "running": sum(r.running for r in _reports(pool)),
+                "wait_p50": _quantile(waits, 0.5),
+                "wait_p99": _quantile(waits, 0.99),
+                "waits_counted": len(waits),
+                "runs_per_s": admitted / span,
+                "decisions": list(pool.decisions)[-20:],
+            }
+        return {"rounds": self.rounds, "window": WINDOW, "pools": pools}
+
+
+def _reports(pool: _Pool) -> list[LoadReport]:
+    return [w.report for w in pool.workers.values() if w.report is not None and w.state != "pending"]
+
+
+def _ready(pool: _Pool) -> bool:
+    return any(w.state == "ready" for w in pool.workers.values())
+
+
+def _view(pool: _Pool) -> PoolView:
+    workers = tuple(
+        WorkerView(
+            w.name,
+            w.node_id or "",
+            w.target,
+            (w.report.running + w.report.queued) if w.report else 0,
+            w.state == "draining",
+        )
+        for w in pool.workers.values()
+        if w.state != "pending"
+    )
+    return PoolView(pool.backend, workers, sum(1 for w in pool.workers.values() if w.state == "pending"))
+
+
+def _choose_node(free: dict[str, float], per_node: dict[str, int], cpus: float) -> str | None:
+    """The node with room for ``cpus`` that has the fewest of this pool's workers (then the most room)."""
+    fits = [n for n, room in free.items() if room + 1e-9 >= cpus]
+    if not fits:
+        return None
+    return min(fits, key=lambda n: (per_node.get(n, 0), -free[n], n))
+
+
+def _quantile(ordered: Sequence[float], q: float) -> float | None:
+    if not ordered:
+        return None
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+async def _poll(handle: Any) -> LoadReport:
+    report: LoadReport = await asyncio.wait_for(handle.load.remote(), POLL_TIMEOUT * 6)
+    return report
+
+
+async def _stop(handle: Any, *, graceful: bool) -> None:
+    """End a worker: gracefully (its scratch is released) when it runs, at once when still pending."""
+    import ray
+
+    if graceful:
+        with contextlib.suppress(Exception):
+            handle.__ray_terminate__.remote()
+            return
+    with contextlib.suppress(Exception):
+        ray.kill(handle, no_restart=True)
+
+
+def _cluster_state() -> tuple[Settings, dict[str, tuple[float, float]]]:
+    """The cluster's published settings, and every alive node's (total, available) CPUs (blocking)."""
+    import ray
+
+    from ._init import cluster_settings
+    from .raycompat import available_per_node
+
+    config = cluster_settings()
+    available = available_per_node()
+    nodes: dict[str, tuple[float, float]] = {}
+    for node in ray.nodes():  # type: ignore[no-untyped-call]
+        if node.get("Alive"):
+            node_id = str(node["NodeID"])
+            total = float(node.get("Resources", {}).get("CPU", 0.0))
+            nodes[node_id] = (total, float(available.get(node_id, {}).get("CPU", 0.0)))
+    return config, nodes
+
+
+_scaler_class: Any = None
+
+
+def get_scaler() -> Any:
+    """The cluster's pool control loop (an ``ActorHandle``), created when missing (blocking GCS calls)."""
+    import ray
+
+    global _scaler_class
+    try:
+        return ray.get_actor(SCALER_NAME, namespace=NAMESPACE)
+    except ValueError:
+        pass
+    if _scaler_class is None:
+        _scaler_class = ray.remote(PoolScaler)
+    return _scaler_class.options(
+        name=SCALER_NAME,
+        namespace=NAMESPACE,
+        get_if_exists=True,
+        lifetime="detached",
+        max_restarts=-1,
+        max_concurrency=1000,
+        num_cpus=0,
+    ).remote()
