@@ -8,6 +8,7 @@ import shlex
 import sys
 from typing import Any
 
+from ..storage import audit_caller
 from ._context import CliError, GlobalOptions
 from ._workspaces import open_workspace
 
@@ -69,7 +70,8 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
                 f"tool {tool!r} is not available on workspace {name!r} (available: {', '.join(tools)})",
                 code=2,
             )
-        result = await tools[tool].run(args)
+        with audit_caller(adapter="cli"):  # the audit log says the call came from this command
+            result = await tools[tool].run(args)
     json.dump(result, sys.stdout, indent=2, ensure_ascii=False)
     sys.stdout.write("\n")
     return 1 if "error" in result else 0
