@@ -219,8 +219,14 @@ class Injector:
         from computer.actors import NAMESPACE
 
         with contextlib.suppress(Exception):
-            ray.kill(ray.get_actor(self.rng.choice(names), namespace=NAMESPACE), no_restart=False)
-            self._count("shell pool worker killed")
+            worker = ray.get_actor(self.rng.choice(names), namespace=NAMESPACE)
+            if self.rng.random() < 0.5:
+                ray.kill(worker, no_restart=False)
+                self._count("shell pool worker ray.kill")
+            else:
+                pid = int((await asyncio.wait_for(worker.stats.remote(), 5))["pid"])
+                os.kill(pid, signal.SIGKILL)
+                self._count("shell pool worker SIGKILL")
 
     async def restart_redis(self) -> None:
         if self.redis is None:

@@ -25,22 +25,23 @@ __all__ = ["HeadDirectory", "head_node_id", "on_head_node"]
 _CALL_TIMEOUT = 30.0  # seconds one directory call may take before the directory counts as unavailable
 _HEAD_RESOURCE = "node:__internal_head__"
 _service_class: Any = None
-_head: str | None = None
+_heads: dict[str, str | None] = {}  # per cluster (GCS address): a process may join a new Ray session
 
 
 def head_node_id() -> str | None:
     """The Ray node id of the head node (None outside Ray, or when Ray does not mark one)."""
-    global _head
-    if _head is None:
-        import ray
+    import ray
 
-        if not ray.is_initialized():
-            return None
+    if not ray.is_initialized():
+        return None
+    cluster = str(ray.get_runtime_context().gcs_address)
+    if cluster not in _heads:
         nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
-        for node in nodes:
-            if node.get("Alive") and _HEAD_RESOURCE in (node.get("Resources") or {}):
-                _head = str(node["NodeID"])
-    return _head
+        heads = [
+            str(n["NodeID"]) for n in nodes if n.get("Alive") and _HEAD_RESOURCE in (n.get("Resources") or {})
+        ]
+        _heads[cluster] = heads[0] if heads else None
+    return _heads[cluster]
 
 
 def on_head_node() -> bool:
@@ -97,12 +98,12 @@ class HeadDirectory:
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
+        from ray.exceptions import GetTimeoutError, RayError
 
         name = str(args[0]) if args else "?"
         try:
             return ray.get(self._actor.call.remote(method, args, kwargs), timeout=_CALL_TIMEOUT)
-        except (RayActorError, GetTimeoutError) as exc:
+        except (RayError, GetTimeoutError) as exc:
             raise WorkspaceUnavailableError(
                 name, f"the directory on the head node did not answer ({type(exc).__name__})"
             ) from exc
