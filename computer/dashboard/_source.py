@@ -39,7 +39,7 @@ class DataDirSource:
     def __init__(self, config: Settings, *, workspaces: Mapping[str, Any] | None = None) -> None:
         self.config = config
         self.owners = dict(workspaces or {})
-        self._stores: OrderedDict[str, FileSystem] = OrderedDict()
+        self._stores: OrderedDict[str, tuple[FileSystem, int]] = OrderedDict()  # name -> (store, inode)
 
     # -- workspaces ---------------------------------------------------------------------------------
 
@@ -58,22 +58,32 @@ class DataDirSource:
         return listed
 
     def store(self, name: str) -> FileSystem:
-        """The read-only store of workspace ``name`` (ENOENT when it has no file here)."""
+        """The read-only store of workspace ``name`` (ENOENT when it has no file here).
+
+        Kept open between requests; reopened when the file was replaced (deleted and made again).
+        """
         from ..actors.naming import workspace_file
 
-        store = self._stores.pop(name, None)
-        if store is None:
-            path = workspace_file(self.config, name)
-            if not path.exists():
-                raise FileNotFoundError(2, "no such workspace here", name)
-            store = FileSystem.open(str(path), readonly=True, garbage_timer=False)
+        path = workspace_file(self.config, name)
+        try:
+            inode = path.stat().st_ino
+        except FileNotFoundError:
+            inode = None
+        cached = self._stores.pop(name, None)
+        if cached is not None and cached[1] != inode:
+            cached[0].close()
+            cached = None
+        if inode is None:
+            raise FileNotFoundError(2, "no such workspace here", name)
+        if cached is None:
+            cached = (FileSystem.open(str(path), readonly=True, garbage_timer=False), inode)
             while len(self._stores) >= _OPEN_STORES:
-                self._stores.popitem(last=False)[1].close()
-        self._stores[name] = store
-        return store
+                self._stores.popitem(last=False)[1][0].close()
+        self._stores[name] = cached
+        return cached[0]
 
     def close(self) -> None:
-        for store in self._stores.values():
+        for store, _ in self._stores.values():
             store.close()
         self._stores.clear()
 

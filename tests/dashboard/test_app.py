@@ -168,3 +168,24 @@ async def test_an_agents_transcript_kept_in_its_workspace_is_shown(settings: Set
         none = (await http.get("/fragments/w/alpha-none/transcript")).text
         assert "keeps no transcript" in none
     await ws.close()
+
+
+async def test_a_workspace_deleted_and_made_again_is_read_anew(settings: Settings, serve: Serve) -> None:
+    from computer.actors.naming import workspace_file
+
+    ws = open_workspace(settings, "epsilon")
+    await create_tools(ws)["write"].run({"path": "/workspace/old.txt", "content": "1"})
+    await ws.close()
+    base = await serve(DataDirSource(settings))
+    async with httpx.AsyncClient(base_url=base) as http:
+        assert "/workspace/old.txt" in (await http.get("/w/epsilon")).text
+        path = workspace_file(settings, "epsilon")
+        for leftover in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+            leftover.unlink(missing_ok=True)
+        assert (await http.get("/w/epsilon")).status_code == 404
+        ws = open_workspace(settings, "epsilon")
+        await create_tools(ws)["write"].run({"path": "/workspace/new.txt", "content": "2"})
+        ws.audit.flush()
+        page = (await http.get("/w/epsilon")).text
+        assert "/workspace/new.txt" in page and "/workspace/old.txt" not in page
+        await ws.close()
