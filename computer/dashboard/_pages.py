@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ..cli._log import caller_text
+from ..cli._ls import _ago, _size
 from ..storage import AuditRecord
 
 __all__ = [
@@ -50,27 +51,11 @@ def layout(title: str, body: str, *, crumbs: str = "") -> str:
 
 
 def size_text(n: int | None) -> str:
-    if n is None:
-        return "elsewhere"
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{n} B"
+    return "elsewhere" if n is None else _size(n)
 
 
 def ago_text(when: float | None) -> str:
-    if when is None:
-        return "-"
-    seconds = max(0.0, time.time() - when)
-    if seconds < 60:
-        return f"{seconds:.0f} s ago"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min ago"
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f} h ago"
-    return f"{seconds / 86400:.1f} days ago"
+    return "-" if when is None else _ago(time.time() - when)
 
 
 # -- workspaces ------------------------------------------------------------------------------------
