@@ -34,13 +34,10 @@ import contextlib
 import json
 import logging
 import os
-import select
-import shutil
 import signal
 import socket
 import time
 from collections.abc import AsyncGenerator, Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -48,33 +45,30 @@ from typing import Any
 from ._assets_bridge import AssetsBridge
 from ._backend import MAX_CHUNK_BYTES, ExecContext, OutputChunk
 from ._cgroups import freeze, thaw
+from ._live_launch import Launched
+from ._live_parts import (
+    BackgroundLog,
+    Job,
+    RunChanges,
+    drain,
+    fail,
+    feed,
+    has_changes,
+    is_eof,
+)
 from ._mirror import Mirror
 from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess, oom_kills
-from ._standby import Standby, write_all
+from ._standby import write_all
 from ._sync import MirrorSync, Synced
 from ._tasks import in_background, run_to_completion
 from .types import ProcessInfo
 
-__all__ = [
-    "BACKGROUND_LOG_BYTES",
-    "SYNC_INTERVAL",
-    "Launched",
-    "LiveSandbox",
-    "LiveSandboxError",
-    "background_log",
-    "launch",
-]
+__all__ = ["SYNC_INTERVAL", "LiveSandbox", "LiveSandboxError", "background_log"]
 
 log = logging.getLogger(__name__)
 
-INIT_SCRIPT = Path(__file__).with_name("_live_init.py")
-INIT_PYTHON = "/usr/bin/python3"
-SOCKET_NAME = "live.sock"
 # Seconds between two looks at a busy sandbox (changes on either side).
 SYNC_INTERVAL = 0.1
-# What a run's background processes printed after it returned: the last this many bytes are kept.
-BACKGROUND_LOG_BYTES = 1 << 20
-_START_TIMEOUT = 10.0
 _PACKET = 1 << 16
 # How long a killed job may take to be reported dead before the sandbox is ended instead.
 _KILL_GRACE = 5.0
@@ -90,139 +84,6 @@ BACKGROUND_LOG_DIR = "/.computer/output"
 def background_log(exec_id: str) -> str:
     """Where what a run's background processes print after it returned is kept (workspace path)."""
     return f"{BACKGROUND_LOG_DIR}/{exec_id}.background.log"
-
-
-@dataclass
-class Launched:
-    """A sandbox whose init runs and reported in, not yet bound to a workspace's run (it can be
-    started ahead, like a standby sandbox: see the shell backend's warm sandboxes)."""
-
-    process: SandboxProcess
-    channel: socket.socket
-    bridge_dir: Path
-    baseline: int  # tasks in its pids group with only the init (and bubblewrap) running
-
-    def usable(self) -> bool:
-        """Its init still waits: alive, channel open, nothing said (it speaks only when asked)."""
-        if self.process.proc.returncode is not None or self.channel.fileno() < 0:
-            return False
-        readable, _, _ = select.select([self.channel], [], [], 0)
-        return not readable
-
-    async def discard(self) -> None:
-        self.channel.close()
-        await self.process.discard()
-        await asyncio.to_thread(AssetsBridge.remove_directory, self.bridge_dir)
-
-    def discard_now(self) -> None:
-        self.channel.close()
-        self.process.kill_now()
-        AssetsBridge.remove_directory(self.bridge_dir)
-
-
-async def launch(
-    standby: Standby, bridge_dir: Path, *, inside_dir: str, host_ids: tuple[int, int] | None
-) -> Launched:
-    """Start the init in ``standby`` (whose binds hold ``bridge_dir`` at ``inside_dir``) and wait
-    until it reports in."""
-    loop = asyncio.get_running_loop()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_NONBLOCK)
-    try:
-        path = bridge_dir / SOCKET_NAME
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-        listener.bind(str(path))
-        if host_ids is not None:
-            os.chown(path, *host_ids)
-        listener.listen(1)
-        script = bridge_dir / "live_init.py"
-        shutil.copyfile(INIT_SCRIPT, script)
-        script.chmod(0o644)
-        process = await standby.start(
-            [INIT_PYTHON, "-I", "-S", f"{inside_dir}/live_init.py", f"{inside_dir}/{SOCKET_NAME}"],
-            cwd="/",
-            env={"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"},
-        )
-        try:
-            channel, _ = await asyncio.wait_for(loop.sock_accept(listener), _START_TIMEOUT)
-        except BaseException:
-            await run_to_completion(process.discard())
-            raise
-    finally:
-        listener.close()
-    channel.setblocking(False)
-    await asyncio.to_thread(_protect_init, process)
-    return Launched(process, channel, bridge_dir, _tasks_in(process) or 0)
-
-
-def _pids_group(process: SandboxProcess) -> Path | None:
-    return next((g for g in process.cgroups if "pids" in g.parts), None)
-
-
-def _tasks_in(process: SandboxProcess) -> int | None:
-    group = _pids_group(process)
-    if group is None:
-        return None
-    try:
-        return int((group / "pids.current").read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def _protect_init(process: SandboxProcess) -> None:
-    """Out of memory, the kernel kills a command, never the init or bubblewrap (which would end the
-    sandbox): their ``oom_score_adj`` is -1000 (root only; commands set theirs to 500)."""
-    for group in process.cgroups:
-        try:
-            pids = (group / "cgroup.procs").read_text().split()
-        except OSError:
-            continue
-        for pid in pids:
-            with contextlib.suppress(OSError):
-                Path(f"/proc/{pid}/oom_score_adj").write_text("-1000")
-        return
-
-
-@dataclass
-class _Job:
-    id: str
-    started: asyncio.Future[int]
-    exited: asyncio.Future[tuple[int, str | None]]
-    fds: dict[int, str] = field(default_factory=dict)  # our read ends -> stream name
-
-
-@dataclass
-class RunChanges:
-    """What the syncs made while one run was in progress (attributed to every run in progress)."""
-
-    pulled: set[str] = field(default_factory=set)
-    skipped: dict[str, str] = field(default_factory=dict)
-
-    def add(self, synced: Synced) -> None:
-        self.pulled.update(synced.pulled)
-        for path in synced.pulled:
-            self.skipped.pop(path, None)
-        self.skipped.update(synced.skipped)
-
-
-class _BackgroundLog:
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.dropped = 0
-        self.dirty = False
-        self.written = False  # in the workspace at least once
-
-    def append(self, chunk: bytes) -> None:
-        self.data += chunk
-        if len(self.data) > BACKGROUND_LOG_BYTES:
-            cut = len(self.data) - BACKGROUND_LOG_BYTES
-            self.dropped += cut
-            del self.data[:cut]
-        self.dirty = True
-
-    def content(self) -> bytes:
-        head = f"[... {self.dropped} earlier bytes dropped]\n".encode() if self.dropped else b""
-        return head + bytes(self.data)
 
 
 class LiveSandbox:
@@ -256,9 +117,9 @@ class LiveSandbox:
         self.loop = asyncio.get_running_loop()
         self.created = time.monotonic()
         self.idle_since: float | None = time.monotonic()
-        self.jobs: dict[str, _Job] = {}
+        self.jobs: dict[str, Job] = {}
         self.runs: dict[str, RunChanges] = {}
-        self.background: dict[str, _BackgroundLog] = {}
+        self.background: dict[str, BackgroundLog] = {}
         self._requests: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._next_ref = 0
         self.dead: str | None = None  # why the sandbox cannot take runs any more
@@ -343,8 +204,8 @@ class LiveSandbox:
         with contextlib.suppress(Exception):
             self.loop.remove_reader(self.channel.fileno())
         error = LiveSandboxError(f"the live sandbox ended: {self.dead}")
-        _fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
-        _fail(list(self._requests.values()), error)
+        fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
+        fail(list(self._requests.values()), error)
         self._requests.clear()
         if self._ending is None:
             self._ending = asyncio.ensure_future(self._end())
@@ -436,9 +297,9 @@ class LiveSandbox:
 
     async def start_job(
         self, run: str, argv: Sequence[str], *, cwd: str, env: dict[str, str], stdin: bytes | None
-    ) -> _Job:
+    ) -> Job:
         """Start ``argv`` in the sandbox as its own process group; its output is read with :meth:`output`."""
-        job = _Job(run, self.loop.create_future(), self.loop.create_future())
+        job = Job(run, self.loop.create_future(), self.loop.create_future())
         pipes = [os.pipe() for _ in range(3)]
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
         ours_in = pipes[0][1]
@@ -469,14 +330,14 @@ class LiveSandbox:
         if spec_w is not None:
             in_background(asyncio.to_thread(write_all, spec_w, spec), "sending a large command line")
         if stdin:
-            in_background(asyncio.to_thread(_feed, ours_in, stdin), "feeding a run's stdin")
+            in_background(asyncio.to_thread(feed, ours_in, stdin), "feeding a run's stdin")
         else:
             os.close(ours_in)
         return job
 
     async def output(
         self,
-        job: _Job,
+        job: Job,
         outcome: ProcessOutcome,
         *,
         timeout: float | None,  # noqa: ASYNC109 - a deadline for the program
@@ -538,9 +399,9 @@ class LiveSandbox:
             # Everything the program wrote before it exited is in the pipes: drain it now.
             for fd in list(open_fds):
                 loop.remove_reader(fd)
-                for chunk in _drain(fd, open_fds[fd]):
+                for chunk in drain(fd, open_fds[fd]):
                     yield chunk
-            for fd in [fd for fd, _ in list(open_fds.items()) if _is_eof(fd)]:
+            for fd in [fd for fd, _ in list(open_fds.items()) if is_eof(fd)]:
                 os.close(fd)
                 open_fds.pop(fd)
             finished = True
@@ -570,11 +431,11 @@ class LiveSandbox:
             if open_fds:  # background processes still hold them
                 self._adopt(job.id, open_fds)
 
-    def signal_job(self, job: _Job, sig: int = signal.SIGKILL) -> None:
+    def signal_job(self, job: Job, sig: int = signal.SIGKILL) -> None:
         with contextlib.suppress(LiveSandboxError):
             self._send({"op": "signal", "id": job.id, "sig": int(sig)})
 
-    async def _await_exit(self, job: _Job) -> None:
+    async def _await_exit(self, job: Job) -> None:
         try:
             await asyncio.wait_for(asyncio.shield(job.exited), _KILL_GRACE)
         except TimeoutError:
@@ -585,7 +446,7 @@ class LiveSandbox:
 
     def _adopt(self, run: str, fds: dict[int, str]) -> None:
         """Keep reading what a run's background processes print, into its background log."""
-        logged = self.background.setdefault(run, _BackgroundLog())
+        logged = self.background.setdefault(run, BackgroundLog())
 
         def readable(fd: int) -> None:
             try:
@@ -633,7 +494,7 @@ class LiveSandbox:
             pushed = 0
             if push:
                 page = await ctx.sync_push(mirror.rev, self.sync_.mount_root, self.sync_.limits)
-                if _has_changes(page) or mirror.rev is None:
+                if has_changes(page) or mirror.rev is None:
                     _, pushed = await self.sync_.push(mirror, ctx, first=page)
             return synced, pushed
         finally:
@@ -701,7 +562,7 @@ class LiveSandbox:
         with contextlib.suppress(Exception):
             self.loop.remove_reader(self.channel.fileno())
         error = LiveSandboxError(f"the live sandbox ended: {self.dead}")
-        _fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
+        fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
         async with self.lock:
             await self.process.kill_tree()
             clean = False
@@ -732,40 +593,3 @@ class LiveSandbox:
         self.ended.set()
         if self.ended_callback is not None:
             self.ended_callback(self)
-
-
-def _has_changes(page: Any) -> bool:
-    return bool(page.full or page.more or page.files or page.dirs or page.symlinks or page.deleted)
-
-
-def _fail(futures: Sequence[asyncio.Future[Any]], error: BaseException) -> None:
-    """Fail the futures still pending with ``error`` (marked retrieved: whoever waits sees it)."""
-    for future in futures:
-        if not future.done():
-            future.set_exception(error)
-            future.exception()
-
-
-def _drain(fd: int, name: str) -> list[OutputChunk]:
-    out: list[OutputChunk] = []
-    while True:
-        try:
-            data = os.read(fd, MAX_CHUNK_BYTES)
-        except (BlockingIOError, OSError):
-            return out
-        if not data:
-            return out
-        out.append(OutputChunk(name, data))  # type: ignore[arg-type]
-
-
-def _is_eof(fd: int) -> bool:
-    """Whether every writer of the (non-blocking, drained) pipe ``fd`` is gone."""
-    poller = select.poll()
-    poller.register(fd, select.POLLIN | select.POLLHUP)
-    events = poller.poll(0)
-    return any(ev & select.POLLHUP for _, ev in events)
-
-
-def _feed(fd: int, data: bytes) -> None:
-    with contextlib.suppress(BrokenPipeError, OSError):
-        write_all(fd, data)

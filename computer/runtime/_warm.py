@@ -10,7 +10,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from ._assets_bridge import AssetsBridge
-from ._live import Launched
+from ._live_launch import Launched
 from ._mirror import Mirror
 from ._sandbox import Standby, in_background, run_to_completion
 

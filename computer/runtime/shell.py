@@ -26,7 +26,8 @@ from ._backend import (
     SyncLimits,
 )
 from ._cgroups import cgroup_writable
-from ._live import INIT_PYTHON, Launched, LiveSandbox, LiveSandboxError, launch
+from ._live import LiveSandbox, LiveSandboxError
+from ._live_launch import INIT_PYTHON, Launched, launch
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import ProcessOutcome, out_of_memory_error, stream_process

@@ -1,0 +1,110 @@
+"""The small parts of a live sandbox (see ``_live``): a started command, what the syncs made while
+a run was in progress, a run's background log, and pipe helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import select
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._backend import MAX_CHUNK_BYTES, OutputChunk
+from ._standby import write_all
+from ._sync import Synced
+
+__all__ = [
+    "BACKGROUND_LOG_BYTES",
+    "BackgroundLog",
+    "Job",
+    "RunChanges",
+    "drain",
+    "fail",
+    "feed",
+    "has_changes",
+    "is_eof",
+]
+
+# What a run's background processes printed after it returned: the last this many bytes are kept.
+BACKGROUND_LOG_BYTES = 1 << 20
+
+
+@dataclass
+class Job:
+    id: str
+    started: asyncio.Future[int]
+    exited: asyncio.Future[tuple[int, str | None]]
+    fds: dict[int, str] = field(default_factory=dict)  # our read ends -> stream name
+
+
+@dataclass
+class RunChanges:
+    """What the syncs made while one run was in progress (attributed to every run in progress)."""
+
+    pulled: set[str] = field(default_factory=set)
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def add(self, synced: Synced) -> None:
+        self.pulled.update(synced.pulled)
+        for path in synced.pulled:
+            self.skipped.pop(path, None)
+        self.skipped.update(synced.skipped)
+
+
+class BackgroundLog:
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.dropped = 0
+        self.dirty = False
+        self.written = False  # in the workspace at least once
+
+    def append(self, chunk: bytes) -> None:
+        self.data += chunk
+        if len(self.data) > BACKGROUND_LOG_BYTES:
+            cut = len(self.data) - BACKGROUND_LOG_BYTES
+            self.dropped += cut
+            del self.data[:cut]
+        self.dirty = True
+
+    def content(self) -> bytes:
+        head = f"[... {self.dropped} earlier bytes dropped]\n".encode() if self.dropped else b""
+        return head + bytes(self.data)
+
+
+def has_changes(page: Any) -> bool:
+    return bool(page.full or page.more or page.files or page.dirs or page.symlinks or page.deleted)
+
+
+def fail(futures: Sequence[asyncio.Future[Any]], error: BaseException) -> None:
+    """Fail the futures still pending with ``error`` (marked retrieved: whoever waits sees it)."""
+    for future in futures:
+        if not future.done():
+            future.set_exception(error)
+            future.exception()
+
+
+def drain(fd: int, name: str) -> list[OutputChunk]:
+    out: list[OutputChunk] = []
+    while True:
+        try:
+            data = os.read(fd, MAX_CHUNK_BYTES)
+        except (BlockingIOError, OSError):
+            return out
+        if not data:
+            return out
+        out.append(OutputChunk(name, data))  # type: ignore[arg-type]
+
+
+def is_eof(fd: int) -> bool:
+    """Whether every writer of the (non-blocking, drained) pipe ``fd`` is gone."""
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    events = poller.poll(0)
+    return any(ev & select.POLLHUP for _, ev in events)
+
+
+def feed(fd: int, data: bytes) -> None:
+    with contextlib.suppress(BrokenPipeError, OSError):
+        write_all(fd, data)
