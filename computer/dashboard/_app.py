@@ -77,8 +77,8 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
         name = request.path_params["name"]
         try:
             store = source.store(name)
-        except OSError:
-            return _not_found(f"no workspace {name!r} here")
+        except OSError as exc:
+            return _not_found(_unreadable(name, exc))
         records = await store.audit.query(limit=100)
         top = store.audit.top()
         return _html(
@@ -96,8 +96,8 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
                 status=q.get("status"),
                 kind=q.get("kind"),
             )
-        except OSError:
-            return JSONResponse({"error": f"no workspace {name!r} here"}, status_code=404)
+        except OSError as exc:
+            return JSONResponse({"error": _unreadable(name, exc)}, status_code=404)
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
         return JSONResponse([r.to_json() for r in records], headers=_HEADERS)
@@ -160,8 +160,8 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
         name, exec_id = request.path_params["name"], request.path_params["exec_id"]
         try:
             record = await source.run(name, exec_id)
-        except OSError:
-            return _not_found(f"no workspace {name!r} here")
+        except OSError as exc:
+            return _not_found(_unreadable(name, exc))
         return _html(pages.run_page(name, exec_id, record))
 
     async def run_events(request: Request) -> Response:
@@ -177,8 +177,8 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
         name = request.path_params["name"]
         try:
             messages = await read_transcript(source.store(name))
-        except OSError:
-            return _not_found(f"no workspace {name!r} here")
+        except OSError as exc:
+            return _not_found(_unreadable(name, exc))
         return _html(pages.transcript_page(name, messages))
 
     async def transcript_fragment(request: Request) -> Response:
@@ -223,6 +223,13 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
     app = Starlette(routes=routes, lifespan=lifespan)
     app.add_middleware(TokenGate, policy=policy)
     return app
+
+
+def _unreadable(name: str, exc: OSError) -> str:
+    """Why workspace ``name`` cannot be shown: not here, or its file cannot be read (say, an older schema)."""
+    if isinstance(exc, FileNotFoundError):
+        return f"no workspace {name!r} in this data directory"
+    return f"workspace {name!r} cannot be read: {exc.strerror or exc}"
 
 
 def _image_type(path: str) -> str | None:
