@@ -467,15 +467,19 @@ class WorkspaceHost(PoolCallbacks):
 
     # -- RPC: runtime -------------------------------------------------------------------------------
 
-    async def exec_start(self, source: str, kwargs: dict[str, Any], wait: float = 0.0) -> Reply:
+    async def exec_start(
+        self, source: str, kwargs: dict[str, Any], wait: float = 0.0, caller: dict[str, str] | None = None
+    ) -> Reply:
         """Start an execution; returns ``(id, backend, result)``.
 
         ``result`` is the :class:`~computer.runtime.ExecResult` when the run ended within ``wait``
         seconds (a short command: the caller's ``result()`` then needs no second round trip), else None.
+        ``caller`` names the client in the run's audit record (its task inherits the context).
         """
 
         async def start() -> tuple[str, str, Any]:
-            handle = await self.workspace.runtime.exec(source, **kwargs)
+            with audit_caller(**(caller or {})):
+                handle = await self.workspace.runtime.exec(source, **kwargs)
             result = None
             if wait > 0:
                 with contextlib.suppress(TimeoutError):
@@ -607,11 +611,14 @@ class WorkspaceHost(PoolCallbacks):
 
     # -- RPC: assets --------------------------------------------------------------------------------
 
-    async def assets_share(self, path: str, kwargs: dict[str, Any]) -> Reply:
+    async def assets_share(
+        self, path: str, kwargs: dict[str, Any], caller: dict[str, str] | None = None
+    ) -> Reply:
         async def share() -> str:
             if self.workspace.assets is None:
                 raise LookupError(f"workspace {self.name} has no assets publisher")
-            return await self.workspace.assets.share(path, **kwargs)
+            with audit_caller(**(caller or {})):  # the link's audit record names the client
+                return await self.workspace.assets.share(path, **kwargs)
 
         return await self._serve(share)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ._connection import Connection
 
 __all__ = ["ClientAssets"]
@@ -10,8 +12,9 @@ __all__ = ["ClientAssets"]
 class ClientAssets:
     """Present on a client only when the owner has an assets publisher."""
 
-    def __init__(self, connection: Connection) -> None:
+    def __init__(self, connection: Connection, *, caller: Callable[[], dict[str, str]] | None = None) -> None:
         self._conn = connection
+        self._caller = caller  # who creates a link, for its audit record on the owner
 
     async def share(
         self,
@@ -30,5 +33,6 @@ class ClientAssets:
             "filename": filename,
             "disposition": disposition,
         }
-        url: str = await self._conn.request("assets_share", path, kwargs)
+        who = self._caller() if self._caller is not None else None
+        url: str = await self._conn.request("assets_share", path, kwargs, who)
         return url

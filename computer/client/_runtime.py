@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from ..runtime.types import BackendInfo, ExecResult, ExecSnapshot, ProcessInfo
@@ -46,9 +46,16 @@ class ClientExecHandle:
 class ClientRuntime:
     """``backends()`` answers from the snapshot taken when the client was created (no round trip)."""
 
-    def __init__(self, connection: Connection, backends: list[BackendInfo]) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        backends: list[BackendInfo],
+        *,
+        caller: Callable[[], dict[str, str]] | None = None,
+    ) -> None:
         self._conn = connection
         self._backends = list(backends)
+        self._caller = caller  # who starts a run, for its audit record on the owner
 
     def backends(self) -> list[BackendInfo]:
         return list(self._backends)
@@ -77,7 +84,10 @@ class ClientRuntime:
             "output": output,
         }
         kwargs = {k: v for k, v in given.items() if v is not None}
-        exec_id, backend_id, result = await self._conn.request("exec_start", source, kwargs, EXEC_START_WAIT)
+        who = self._caller() if self._caller is not None else None
+        exec_id, backend_id, result = await self._conn.request(
+            "exec_start", source, kwargs, EXEC_START_WAIT, who
+        )
         return ClientExecHandle(self._conn, exec_id, backend_id, result)
 
     async def get_exec(self, id: str) -> ClientExecHandle:

@@ -36,10 +36,13 @@ class WorkspaceClient:
         # Typed as the surface protocols, so a client is a ``WorkspaceSurface`` for tools and adapters.
         self.fs: FileSystemSurface = ClientFileSystem(connection)
         self.locks: LocksSurface = self._locks
-        self.runtime: RuntimeSurface = ClientRuntime(connection, list(info["backends"]))
-        self.assets: AssetsSurface | None = ClientAssets(connection) if info["has_assets"] else None
-        # The audit log (SPEC 10); this client's calls carry ``client_id`` as their caller's client.
+        # The audit log (SPEC 10); this client's calls, runs and links carry it as their caller.
         self.audit = ClientAudit(connection, default_client_id(self.client_id))
+        self.runtime: RuntimeSurface = ClientRuntime(
+            connection, list(info["backends"]), caller=self.audit.caller
+        )
+        assets = ClientAssets(connection, caller=self.audit.caller) if info["has_assets"] else None
+        self.assets: AssetsSurface | None = assets
         self._closed = False
 
     @property

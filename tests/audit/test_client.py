@@ -74,3 +74,19 @@ async def test_query_and_follow_through_a_client(cluster: Settings, name: str) -
         newest = await ws.audit.query(limit=2)
         assert [r.tool for r in newest] == ["write", "find"]
         assert [r.tool for r in await ws.audit.query(tool="ls")] == ["ls"]
+
+
+async def test_a_clients_runs_and_links_carry_its_identity(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        tools = create_tools(ws)
+        with audit_caller(agent="builder", adapter="custom"):
+            await tools["write"].run({"path": "/workspace/r.txt", "content": "report"})
+            await tools["exec"].run({"command": "cat r.txt"})
+            await tools["publish"].run({"path": "/workspace/r.txt"})
+        run = (await _records(ws, 1, kind="exec"))[0]
+        share = (await _records(ws, 1, kind="share"))[0]
+        tool_calls = await _records(ws, 3, kind="tool")
+    expected = {"client": ws.audit.client, "agent": "builder", "adapter": "custom"}
+    assert run.caller == expected and run.status == "ok" and run.args["command"] == "cat r.txt"
+    assert share.caller == expected and share.args["path"] == "/workspace/r.txt"
+    assert [(r.tool, r.caller) for r in tool_calls] == [(t, expected) for t in ("write", "exec", "publish")]
