@@ -4,8 +4,8 @@ In order: refuse when a live client holds it (unless ``force``); stop its owner 
 process is connected to Ray (closed, then killed, so its name is free); take the workspace's lease
 with a new epoch and raise the file's stored epoch to it, so any owner still running (one we could not
 reach, or one started meanwhile) has every later write refused; remove its share links (their URLs
-answer 404), its SQLite file with SQLite's journal files (``-wal``, ``-shm``, ``-journal``), and last
-its directory record. A later ``get_workspace`` of the same name starts an empty workspace.
+answer 404), its SQLite file with the files beside it (SQLite's ``-wal``, ``-shm``, ``-journal``), and
+last its directory record. A later ``get_workspace`` of the same name starts an empty workspace.
 
 "Held by a live client" means what keeps an owner from hibernating, except idle time: a call, stream
 or upload in flight, a lock held, or a run going. An idle awake owner is simply stopped. An owner this
@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
+import re
 import sys
 import time
 from dataclasses import dataclass
@@ -33,8 +35,6 @@ from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
 __all__ = ["DeletedWorkspace", "delete_workspace", "workspace_files"]
 
-# SQLite's files beside the database: the write-ahead log, its index, a rollback journal.
-_SQLITE_SUFFIXES = ("", "-wal", "-shm", "-journal")
 _STOP_TIMEOUT = 30.0  # seconds a busy owner may take to close before it is killed anyway
 _DELETE_LEASE = 60.0  # the deletion's own lease: long enough for the removal, short if it dies midway
 
@@ -50,9 +50,16 @@ class DeletedWorkspace:
 
 
 def workspace_files(config: Settings, name: str) -> list[Path]:
-    """The SQLite file of ``name`` and its journal files, those that exist."""
+    """The SQLite file of ``name`` and every file beside it named ``<file>-<letters>`` (SQLite's
+    ``-wal``, ``-shm``, ``-journal``, and any such companion, e.g. a space reserve). A suffix never
+    holds a dot, so another workspace's file (``<name>.sqlite-x.sqlite``) never matches."""
     base = workspace_file(config, name)
-    return [p for p in (base.with_name(base.name + s) for s in _SQLITE_SUFFIXES) if p.exists()]
+    companion = re.compile(re.escape(base.name) + r"(-[a-z]+)?")
+    try:
+        names = os.listdir(base.parent)
+    except FileNotFoundError:
+        return []
+    return sorted(base.parent / n for n in names if companion.fullmatch(n))
 
 
 async def delete_workspace(name: str, *, force: bool = False) -> DeletedWorkspace:

@@ -284,3 +284,26 @@ def test_a_directory_forgets_a_name_only_for_the_owner_of_its_lease(
         assert directory.remove("ws", "owner-3") is False
     finally:
         directory.close()
+
+
+async def test_delete_removes_every_companion_file_but_never_another_workspaces(tmp_path: Path) -> None:
+    configure(data_dir=tmp_path)
+    folder = tmp_path / "workspaces"
+    folder.mkdir()
+    for file in (
+        "a.sqlite",
+        "a.sqlite-wal",
+        "a.sqlite-reserve",
+        "a.sqlite-x.sqlite",
+        "a.sqlite-x.sqlite-wal",
+        "ab.sqlite",
+    ):
+        (folder / file).write_bytes(b"")
+    from computer.actors._delete import workspace_files
+    from computer.config import settings
+
+    assert [p.name for p in workspace_files(settings(), "a")] == [
+        "a.sqlite",
+        "a.sqlite-reserve",
+        "a.sqlite-wal",
+    ]

@@ -1,0 +1,168 @@
+"""CLI speed: one ``computer`` command, in process (no cluster named) and joined to a running cluster.
+
+Run: ``.venv/bin/python benchmarks/cli_bench.py [--runs N] [--no-cluster] [--no-local-ray]``. Every
+command is a fresh subprocess, as a user or a script runs it; the wall time of each is measured from
+spawn to exit. Printed, per command: median and slowest of N runs, and the ratio to the baselines
+measured in the same run (and the median CPU time of the command's process, which a loaded machine
+inflates less than wall time):
+
+- ``python -c pass``: the interpreter's own start (no command can be faster);
+- ``computer --help``: the command line's start (typer, rich), no workspace opened;
+- a command as it was before it worked in process: each invocation started a local Ray for its
+  lifetime (``ray.init()`` + ``ray.shutdown()`` in a fresh interpreter; measured once or twice, it
+  takes seconds).
+
+With a cluster: a loopback Ray cluster (one node, started by this script, stopped at the end: only its
+own processes), and the same commands with ``--address``. The target: in process "well under a
+second" per command.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+COMPUTER = [sys.executable, "-m", "computer.cli"]
+
+_CLUSTER = """
+import os, select, sys
+os.environ.pop("RAY_ADDRESS", None)
+from ray.cluster_utils import Cluster
+cluster = Cluster(initialize_head=True, head_node_args={
+    "num_cpus": 2, "object_store_memory": 100 * 1024 * 1024, "node_ip_address": "127.0.0.1",
+    "include_dashboard": False})
+try:
+    cluster.wait_for_nodes()
+    print(cluster.address, flush=True)
+    sys.stdin.readline()  # until the benchmark closes stdin
+finally:
+    cluster.shutdown()
+"""
+
+
+def env(data_dir: Path, **extra: str) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "COMPUTER_REDIS_URL")}
+    out.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", COMPUTER_DATA_DIR=str(data_dir))
+    # Ray advertises loopback instead of the host's address: the cluster stays on 127.0.0.1.
+    out["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    out.update(extra)
+    return out
+
+
+CPU: list[float] = []  # CPU seconds (user + system) of each command run, in order
+
+
+def timed(args: Sequence[str], environ: dict[str, str]) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.run(args, env=environ, cwd=REPO, capture_output=True, text=True, timeout=300)
+    elapsed = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+    return elapsed
+
+
+def series(args: Sequence[str], environ: dict[str, str], runs: int) -> list[float]:
+    return [timed(args, environ) for _ in range(runs)]
+
+
+def row(label: str, samples: list[float], baselines: dict[str, float]) -> str:
+    """Median wall time (slowest), median CPU time of the same runs, ratios of the wall medians."""
+    median = statistics.median(samples)
+    cpu = statistics.median(CPU[-len(samples) :])
+    ratios = "  ".join(f"{median / base:5.1f}x {name}" for name, base in baselines.items())
+    return f"  {label:<40} {median * 1000:7.0f} ms (max {max(samples) * 1000:5.0f}, cpu {cpu * 1000:4.0f})  {ratios}"
+
+
+COMMANDS: list[tuple[str, list[str]]] = [
+    ("tool write", ["tool", "bench", "write", json.dumps({"path": "/workspace/a.txt", "content": "x\n"})]),
+    ("tool read", ["tool", "bench", "read", json.dumps({"path": "/workspace/a.txt"})]),
+    ("tool grep", ["tool", "bench", "grep", json.dumps({"query": "x"})]),
+    ("tool exec (shell sandbox)", ["tool", "bench", "exec", json.dumps({"command": "true"})]),
+    ("ls", ["ls"]),
+]
+
+
+@contextmanager
+def loopback_cluster() -> Iterator[str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CLUSTER],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=env(Path(tempfile.gettempdir())),
+    )
+    assert proc.stdout is not None and proc.stdin is not None
+    address = proc.stdout.readline().strip()
+    try:
+        if not address:
+            raise RuntimeError("the loopback cluster did not start")
+        yield address
+    finally:
+        proc.stdin.close()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7, help="invocations per command (default 7)")
+    parser.add_argument("--no-cluster", action="store_true", help="skip the joined-cluster section")
+    parser.add_argument("--no-local-ray", action="store_true", help="skip the old per-command Ray start")
+    opts = parser.parse_args()
+    runs = max(1, opts.runs)
+
+    with tempfile.TemporaryDirectory(prefix="cli-bench-") as tmp:
+        data = Path(tmp) / "data"
+        environ = env(data)
+        print(f"cli_bench: {runs} runs per command, load average {os.getloadavg()[0]:.1f}")
+        baselines = {
+            "python": statistics.median(series([sys.executable, "-c", "pass"], environ, runs)),
+            "--help": statistics.median(series([*COMPUTER, "--help"], environ, runs)),
+        }
+        print(f"  {'python -c pass':<40} {baselines['python'] * 1000:7.0f} ms")
+        print(f"  {'computer --help':<40} {baselines['--help'] * 1000:7.0f} ms")
+        if not opts.no_local_ray:
+            start_ray = (
+                "import ray; ray.init(include_dashboard=False, num_cpus=1, object_store_memory=78643200, "
+                f"_temp_dir={str(Path(tmp) / 'ray')!r}); ray.shutdown()"
+            )
+            before = series([sys.executable, "-c", start_ray], environ, min(2, runs))
+            baselines["local Ray"] = statistics.median(before)
+            print(
+                f"  {'a local Ray started and stopped (old path)':<40} {baselines['local Ray'] * 1000:7.0f} ms"
+            )
+
+        print("in process (no cluster named):")
+        for label, args in COMMANDS:
+            print(row(label, series([*COMPUTER, *args], environ, runs), baselines), flush=True)
+
+        if opts.no_cluster:
+            return
+        with loopback_cluster() as address:
+            joined = env(Path(tmp) / "cluster-data")
+            timed([*COMPUTER, "--address", address, *COMMANDS[0][1]], joined)  # creates the owner once
+            print(f"joined to a running cluster (--address {address}):")
+            for label, args in COMMANDS:
+                samples = series([*COMPUTER, "--address", address, *args], joined, runs)
+                print(row(label, samples, baselines), flush=True)
+
+
+if __name__ == "__main__":
+    main()
