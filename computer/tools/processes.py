@@ -7,8 +7,11 @@ the model see and stop such programs:
 - ``processes {backend?}`` → ``{backend?, count, processes: [{pid, command, started, cpuSeconds,
   rssBytes, ppid, execId?, log?}]}`` over ``workspace.runtime.processes(backend=...)``; ``started`` is
   ISO 8601 UTC, ``log`` the workspace file holding what the process printed after its run returned.
-- ``kill {pid, backend?}`` → ``{killed: pid, backend?}`` over ``workspace.runtime.kill_process``; a pid
-  the sandbox does not have is an error naming it.
+- ``kill {pid, backend?}`` → ``{killed: pid, exited, backend?}`` over ``workspace.runtime.kill_process``;
+  a pid the sandbox does not have is an error naming it. SIGKILL is asynchronous (the process is gone
+  once the kernel reaps it), so the tool then watches ``processes`` for up to ``KILL_SETTLE`` seconds:
+  ``exited: true`` means a ``processes`` call made now no longer lists it; ``false`` that it was still
+  listed when the tool stopped watching (a process stuck in uninterruptible I/O).
 
 Both are off by default (``create_tools(workspace, processes=True)``, or the same option of any
 adapter): most agents never start background programs, and a smaller tool list is a better prompt.
@@ -19,6 +22,7 @@ already one round trip.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -31,6 +35,7 @@ from ._tool import Tool, ToolUpdate
 __all__ = ["PROCESS_TOOLS", "create_kill_tool", "create_processes_tool", "process_dict"]
 
 PROCESS_TOOLS = ("processes", "kill")
+KILL_SETTLE = 5.0  # seconds kill watches for the process to leave the sandbox's process table
 
 PROCESSES_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -62,6 +67,7 @@ KILL_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "killed": {"type": "integer"},
+        "exited": {"type": "boolean"},
         "backend": {"type": "string"},
         "error": {"type": "string"},
     },
@@ -172,7 +178,8 @@ def create_kill_tool(workspace: Any) -> Tool:
             if str(params.pid) not in detail:
                 detail = f"no process {params.pid} in the live sandbox" + (f" ({detail})" if detail else "")
             raise ProcessLookupError(detail) from None
-        return _with_backend({"killed": params.pid}, params.backend)
+        exited = await _gone(runtime, params.pid, _backend_kwargs(params.backend))
+        return _with_backend({"killed": params.pid, "exited": exited}, params.backend)
 
     return Tool(
         name="kill",
@@ -186,3 +193,18 @@ def create_kill_tool(workspace: Any) -> Tool:
         destructive=True,
         output_schema=KILL_OUTPUT_SCHEMA,
     )
+
+
+async def _gone(runtime: Any, pid: int, kwargs: dict[str, Any]) -> bool:
+    """Whether ``pid`` leaves the process table within ``KILL_SETTLE`` seconds (checked with backoff)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + KILL_SETTLE
+    delay = 0.01
+    while True:
+        if all(info.pid != pid for info in await runtime.processes(**kwargs)):
+            return True
+        if loop.time() >= deadline:
+            return False
+        # The runtime offers no event for "reaped": poll, backing off to 0.2 s.
+        await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
+        delay = min(delay * 2, 0.2)
