@@ -256,10 +256,12 @@ def cluster_fragment(view: dict[str, Any]) -> str:
     pools = (
         "".join(
             f'<tr><td>{_e(p["worker"])}</td><td>{_e(p["node"])}</td><td class="num">{_e(p["running"])}</td>'
+            f'<td class="num">{_e("-" if p.get("queued") is None else p["queued"])}</td>'
+            f'<td class="num">{_e(p.get("failures", 0))}</td>'
             f'<td class="num">{_e(p["runs"])}</td><td class="num">{_e(p["runs_per_s"] if p["runs_per_s"] is not None else "-")}</td></tr>'
             for p in view.get("pools", [])
         )
-        or '<tr class="empty"><td colspan="5">no exec pool workers</td></tr>'
+        or '<tr class="empty"><td colspan="7">no exec pool workers</td></tr>'
     )
     owners = (
         "".join(
@@ -270,7 +272,7 @@ def cluster_fragment(view: dict[str, Any]) -> str:
     )
     return f"""<p class="muted">{_e(view.get("mode"))} view</p>
 <h2>Nodes</h2><table class="grid"><thead><tr><th>node</th><th>address</th><th>CPUs</th><th>memory</th></tr></thead><tbody>{nodes}</tbody></table>
-<h2>Exec pools</h2><table class="grid"><thead><tr><th>worker</th><th>node</th><th>running</th><th>runs</th><th>runs/s</th></tr></thead><tbody>{pools}</tbody></table>
+<h2>Exec pools</h2><table class="grid"><thead><tr><th>worker</th><th>node</th><th>running</th><th>queued</th><th>failed</th><th>runs</th><th>runs/s</th></tr></thead><tbody>{pools}</tbody></table>
 <h2>Awake owners</h2><table class="grid"><thead><tr><th>workspace</th><th>where</th></tr></thead><tbody>{owners}</tbody></table>"""
 
 

@@ -243,6 +243,9 @@ class ClusterSource(DataDirSource):
                     "worker": actor_name.removeprefix("computer:pool:"),
                     "node": str(stats.get("node_id", ""))[:12],
                     "running": len(stats.get("running", [])),
+                    # Runs waiting for a slot, when the worker reports them (admission queue).
+                    "queued": stats.get("queued", stats.get("waiting")),
+                    "failures": int(stats.get("failures", 0)),
                     "runs": runs,
                     "runs_per_s": None if rate is None else round(rate, 2),
                 }
