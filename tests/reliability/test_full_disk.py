@@ -85,7 +85,24 @@ async def test_a_full_disk_is_enospc_and_rm_still_frees_space(small_disk: Path) 
         await ws.close()
 
 
-async def test_exec_on_a_full_disk_returns_a_failed_run(small_disk: Path) -> None:
+async def test_exec_whose_pull_finds_the_disk_full_returns_a_failed_run(small_disk: Path) -> None:
+    from computer.runtime import ShellBackend
+
+    ws = Workspace(str(small_disk / "ws.sqlite"), backends=[ShellBackend()])
+    try:
+        await ws.fs.mkdir("/workspace", recursive=True)
+        await (await ws.runtime.exec("true")).result()
+        fill(small_disk, leave=1 << 20)
+        # The pull of what the program wrote cannot be stored: a failed run naming ENOSPC.
+        pulled = await (await ws.runtime.exec("head -c 8000000 /dev/urandom > /workspace/big")).result()
+        assert pulled.status == "failed" and "No space left" not in pulled.stdout, pulled
+        assert "[Errno 28]" in (pulled.error or "") or "/workspace/big" in pulled.skipped_reasons, pulled
+        assert not await ws.fs.exists("/workspace/big")
+    finally:
+        await ws.close()
+
+
+async def test_exec_whose_journal_cannot_be_written_returns_a_failed_run(small_disk: Path) -> None:
     from computer.runtime import ShellBackend
 
     ws = Workspace(str(small_disk / "ws.sqlite"), backends=[ShellBackend()])
