@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +36,8 @@ from ..config import Settings
 from ..storage.errors import fs_error
 
 __all__ = ["Connection"]
+
+log = logging.getLogger(__name__)
 
 _AHEAD = 4  # stream pieces an owner may produce before the consumer takes them
 _MOVED_DEADLINE = 30.0  # seconds to wait for a hibernating owner to exit and a new one to answer
@@ -62,7 +65,10 @@ class Connection:
         self.epoch = int(info["epoch"])
         self.owner_id = info.get("owner")
         if info.get("config") is not None:
-            self.config = Settings.model_validate(info["config"])
+            try:
+                self.config = Settings.model_validate(info["config"])
+            except ValueError:  # an owner of another version (a setting this process lacks): keep ours
+                log.warning("workspace %s: its owner's settings do not validate here", self.name)
 
     # -- calls -----------------------------------------------------------------------------------
 
