@@ -136,3 +136,18 @@ async def test_the_browser_is_refused_without_the_token(settings: Settings, serv
     again = await page.goto(base + "/cluster")  # the cookie carries it from now on
     assert again is not None and again.status == 200
     await asyncio.sleep(0)
+
+
+@pytest.mark.ray
+async def test_the_cluster_view_in_a_browser(cluster: Settings, name: str, serve: Serve, page: Any) -> None:
+    import computer
+    from computer.dashboard import ClusterSource
+
+    async with computer.get_workspace(name) as ws:
+        await create_tools(ws)["exec"].run({"command": "echo warm"})  # a pool worker has run something
+        base = await serve(ClusterSource(cluster))
+        await page.goto(base + "/cluster")
+        await expect(page.locator("#cluster")).to_contain_text("cluster view")
+        await expect(page.locator("#cluster")).to_contain_text("shell")
+        await expect(page.locator("#cluster")).to_contain_text(name)
+        await _shot(page, "cluster")
