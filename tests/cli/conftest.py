@@ -3,6 +3,7 @@ and a fake OpenAI-compatible endpoint on loopback."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -48,6 +49,40 @@ def run_cli(
     return subprocess.run(
         [*COMPUTER, *args], env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout, input=input
     )
+
+
+MCP_HANDSHAKE: list[dict[str, Any]] = [
+    {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+]  # fmt: skip
+
+
+def mcp_exchange(
+    args: Sequence[str], messages: Sequence[dict[str, Any]] = MCP_HANDSHAKE
+) -> list[dict[str, Any]]:
+    """Send ``messages`` to ``computer ARGS`` (an MCP server on stdio) one by one; the replies to those
+    with an id, in order. The server must exit 0 once its stdin closes."""
+    proc = subprocess.Popen(
+        [*COMPUTER, *args], env=cli_env(), cwd=REPO,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        replies = []
+        for message in messages:
+            proc.stdin.write(json.dumps(message) + "\n")
+            proc.stdin.flush()
+            if "id" in message:
+                replies.append(json.loads(proc.stdout.readline()))  # every stdout line is protocol
+        proc.stdin.close()
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return replies
 
 
 @pytest.fixture(scope="session")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import subprocess
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import yaml
 
 from computer.config import Settings
 
-from .conftest import COMPUTER, REPO, FakeOpenAI, cli_env, run_cli
+from .conftest import REPO, FakeOpenAI, cli_env, mcp_exchange, run_cli
 
 CLUSTER_YAML = REPO / "cluster.yaml"
 
@@ -118,35 +117,7 @@ def test_tool_calls_through_the_cluster_print_json(two_node_cluster: str, tmp_pa
 @pytest.mark.slow
 def test_mcp_answers_initialize_and_lists_the_tools_over_stdio(two_node_cluster: str, tmp_path: Path) -> None:
     name = f"mcp-{uuid.uuid4().hex[:8]}"
-    messages = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}},
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        [*COMPUTER, "--data-dir", str(tmp_path), "--address", two_node_cluster, "mcp", name],
-        env=cli_env(),
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        replies = []
-        for message in messages:
-            proc.stdin.write(json.dumps(message) + "\n")
-            proc.stdin.flush()
-            if "id" in message:
-                replies.append(json.loads(proc.stdout.readline()))  # every stdout line is protocol
-        proc.stdin.close()
-        assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    replies = mcp_exchange(["--data-dir", str(tmp_path), "--address", two_node_cluster, "mcp", name])
     initialize, listing = replies
     assert initialize["id"] == 1 and initialize["result"]["serverInfo"]["name"] == "computer"
     names = {tool["name"] for tool in listing["result"]["tools"]}

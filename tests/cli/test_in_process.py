@@ -21,7 +21,7 @@ from computer.cli._inprocess import in_process_workspace
 from computer.cli._ls import list_workspaces
 from computer.config import configure
 
-from .conftest import COMPUTER, REPO, cli_env
+from .conftest import COMPUTER, REPO, cli_env, mcp_exchange
 
 runner = CliRunner()
 
@@ -102,31 +102,8 @@ async def test_a_cluster_owner_started_later_fences_the_in_process_owner(cluster
 
 
 def test_mcp_serves_the_full_tool_set_in_process(tmp_path: Path) -> None:
-    messages = [
-        {"jsonrpc": "2.0", "id": 1, "method": "initialize",
-         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}},
-        {"jsonrpc": "2.0", "method": "notifications/initialized"},
-        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
-    ]  # fmt: skip
-    proc = subprocess.Popen(
-        [*COMPUTER, "--data-dir", str(tmp_path), "mcp", "served"],
-        env=cli_env(), cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        replies = []
-        for message in messages:
-            proc.stdin.write(json.dumps(message) + "\n")
-            proc.stdin.flush()
-            if "id" in message:
-                replies.append(json.loads(proc.stdout.readline()))  # every stdout line is protocol
-        proc.stdin.close()
-        assert proc.wait(timeout=60) == 0
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    names = {tool["name"] for tool in replies[-1]["result"]["tools"]}
+    _, listing = mcp_exchange(["--data-dir", str(tmp_path), "mcp", "served"])
+    names = {tool["name"] for tool in listing["result"]["tools"]}
     assert names == {"read", "ls", "find", "grep", "write", "edit", "delete", "exec", "publish"}
 
 
