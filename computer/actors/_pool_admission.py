@@ -8,7 +8,7 @@ wait and shrinks it when workers stay idle.
 A run that waits in line has not started: a worker being drained, or told to *shed* its line because
 capacity appeared elsewhere, hands it back to the dispatcher with :class:`Requeue` (nothing ran), and
 the dispatcher sends it to another worker. A run pinned here (its workspace's live sandbox lives on
-this worker) is admitted even while draining: it could run nowhere else.
+this worker) waits in line like any other but is never handed back: it could run nowhere else.
 """
 
 from __future__ import annotations
@@ -52,6 +52,9 @@ class LoadReport:
     admitted: int  # runs admitted since the previous report (``waits`` keeps the newest of them)
     idle_for: float  # seconds since the worker last had a run running or waiting (0.0 while it has one)
     draining: bool
+    # Of ``queued``, runs pinned here (their live sandbox is here): more workers would not help them.
+    pinned_queued: int = 0
+    movable_wait: float = 0.0  # the longest wait of an admitted run that was not pinned
     live_sandboxes: int = 0  # live sandboxes this worker holds: it is drained, never killed, while > 0
     mirrors_in_use: int = 0  # warm mirrors a running run is using
     extra: dict[str, int] = field(default_factory=dict)
@@ -69,18 +72,19 @@ class Admission:
         self.target = max(1, target)
         self.running = 0
         self.draining = False
-        self._line: deque[asyncio.Future[bool]] = deque()
+        self._line: deque[tuple[asyncio.Future[bool], bool]] = deque()  # (slot, pinned) in arrival order
         self._waits: deque[float] = deque(maxlen=WAITS_REPORTED)
         self._admitted = 0
+        self._movable_wait = 0.0
         self._idle_since: float | None = time.monotonic()
 
     @property
     def queued(self) -> int:
-        return sum(1 for f in self._line if not f.done())
+        return sum(1 for f, _ in self._line if not f.done())
 
     async def enter(self, *, pinned: bool = False) -> bool:
         """Wait for a slot; True once the run holds one (it must then :meth:`leave`), False when the run
-        is handed back untouched (the worker drains, or shed its line)."""
+        is handed back untouched (the worker drains, or shed its line; never a ``pinned`` run)."""
         arrived = time.monotonic()
         self._idle_since = None
         if self.draining and not pinned:
@@ -89,22 +93,23 @@ class Admission:
         if self.running < self.target and not self._line:
             self._grant(arrived)
             return True
-        if pinned:  # its sandbox lives here: it must not be sent elsewhere, nor wait behind others
-            self._grant(arrived)
-            return True
         slot: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._line.append(slot)
+        entry = (slot, pinned)
+        self._line.append(entry)
         try:
             granted = await slot
         except BaseException:
             if slot.done() and not slot.cancelled() and slot.result():
                 self.leave()  # granted just as it was cancelled: give the slot back
             else:
-                self._drop(slot)
+                self._drop(entry)
             raise
         if granted:
-            self._record(arrived)
-        else:
+            self._record(arrived, pinned)
+        else:  # handed back: the time it waited here is a wait all the same (not an admission)
+            self._waits.append(time.monotonic() - arrived)
+            if not pinned:
+                self._movable_wait = max(self._movable_wait, time.monotonic() - arrived)
             self._settle_idle()
         return granted
 
@@ -123,19 +128,26 @@ class Admission:
         self.draining = False
 
     def shed(self) -> int:
-        """Hand back every run waiting in line (capacity appeared elsewhere); how many."""
+        """Hand back every run waiting in line but the pinned ones (capacity appeared elsewhere); how many."""
+        kept: deque[tuple[asyncio.Future[bool], bool]] = deque()
         shed = 0
         while self._line:
-            slot = self._line.popleft()
-            if not slot.done():
-                slot.set_result(False)
+            slot, pinned = self._line.popleft()
+            if slot.done():
+                continue
+            if pinned:
+                kept.append((slot, pinned))
+            else:
+                slot.set_result(False)  # its wait so far is counted by ``enter``
                 shed += 1
+        self._line = kept
         return shed
 
     def report(self, name: str, node_id: str, cpus: float, **extra: int) -> LoadReport:
         """The load since the previous report (the waits and admissions counted are reset)."""
         waits = list(self._waits)
         admitted, self._admitted = self._admitted, 0
+        movable_wait, self._movable_wait = self._movable_wait, 0.0
         self._waits.clear()
         idle_since = self._idle_since
         live = extra.pop("live_sandboxes", 0)
@@ -151,6 +163,8 @@ class Admission:
             admitted=admitted,
             idle_for=0.0 if idle_since is None else time.monotonic() - idle_since,
             draining=self.draining,
+            pinned_queued=sum(1 for f, pinned in self._line if pinned and not f.done()),
+            movable_wait=movable_wait,
             live_sandboxes=live,
             mirrors_in_use=mirrors,
             extra=extra,
@@ -158,22 +172,25 @@ class Admission:
 
     def _grant(self, arrived: float) -> None:
         self.running += 1
-        self._record(arrived)
+        self._record(arrived, False)
 
-    def _record(self, arrived: float) -> None:
+    def _record(self, arrived: float, pinned: bool) -> None:
         self._admitted += 1
-        self._waits.append(time.monotonic() - arrived)
+        waited = time.monotonic() - arrived
+        self._waits.append(waited)
+        if not pinned:
+            self._movable_wait = max(self._movable_wait, waited)
 
     def _next(self) -> None:
         while self._line and self.running < self.target:
-            slot = self._line.popleft()
+            slot, _ = self._line.popleft()
             if not slot.done():
                 self.running += 1
                 slot.set_result(True)
 
-    def _drop(self, slot: asyncio.Future[bool]) -> None:
+    def _drop(self, entry: tuple[asyncio.Future[bool], bool]) -> None:
         try:
-            self._line.remove(slot)
+            self._line.remove(entry)
         except ValueError:
             pass
         self._settle_idle()

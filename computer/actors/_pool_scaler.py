@@ -167,8 +167,11 @@ def plan(
     draining = [w for w in workers if w.state == "draining"]
     reports = [w.report for w in ready + draining if w.report is not None]
     running = sum(r.running for r in reports)
-    queued = sum(r.queued for r in reports if not r.draining) + waiting
-    waited = max((max(r.waits, default=0.0) for r in reports), default=0.0)
+    # Runs pinned to their worker (a live sandbox) wait there whatever the pool's size: they count
+    # for the workers needed, but only runs that could go elsewhere make the pool grow.
+    queued = sum(r.queued - r.pinned_queued for r in reports if not r.draining) + waiting
+    pinned = sum(r.pinned_queued for r in reports)
+    waited = max((r.movable_wait for r in reports), default=0.0)
 
     for w in draining:  # drained and holding nothing (the report came after the drain): gone
         if w.report is not None and w.report.draining and w.report.holds == 0:
@@ -190,7 +193,7 @@ def plan(
 
     pressure = queued > 0 or waited > GROW_WAIT
     if pressure:
-        need = math.ceil((running + queued) / target) if queued else active + (0 if pending else 1)
+        need = math.ceil((running + queued + pinned) / target) if queued else active + (0 if pending else 1)
         want = min(max_workers, max(need, limits.min_workers))
         grow = want - active
         if grow > 0:
@@ -202,7 +205,7 @@ def plan(
             out.reasons.append(f"grow by {grow} to {want} (max {max_workers}): {why}, {running} running")
         free = [r for r in reports if not r.draining and r.running + r.queued < r.target]
         if free or out.grow or out.undrain:
-            lines = [r for r in reports if not r.draining and r.queued > 0]
+            lines = [r for r in reports if not r.draining and r.queued > r.pinned_queued]
             out.shed = [r.name for r in lines] if free else []
             if out.shed:
                 out.reasons.append(f"shed the lines of {', '.join(out.shed)}: slots free elsewhere")
@@ -343,7 +346,10 @@ class PoolScaler:
             )
             await self._collect(pool)
             now = time.monotonic()
-            if any(r.queued or max(r.waits, default=0.0) > GROW_WAIT for r in _reports(pool)) or pool.waiting:
+            if (
+                any(r.queued > r.pinned_queued or r.movable_wait > GROW_WAIT for r in _reports(pool))
+                or pool.waiting
+            ):
                 pool.pressure_at = now
             decided = plan(
                 limits,

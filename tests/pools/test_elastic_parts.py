@@ -1,0 +1,171 @@
+"""Elastic pools without Ray: a worker's admission line, the control loop's decisions, the maximum."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from computer.actors._pool_admission import Admission, LoadReport, target_runs
+from computer.actors._pool_scaler import PoolLimits, WorkerState, limits_from, plan, resolve_max
+from computer.config import Settings
+
+LIMITS = PoolLimits("shell", 2, 6, worker_cpus=1.0, worker_memory=0, runs_per_cpu=2.0, idle_after=30.0)
+
+
+def _report(
+    name: str, *, running: int = 0, queued: int = 0, idle_for: float = 0.0, **kw: object
+) -> LoadReport:
+    fields: dict[str, object] = {
+        "name": name, "node_id": "n", "cpus": 1.0, "target": 2, "running": running, "queued": queued,
+        "waits": [], "admitted": 0, "idle_for": idle_for, "draining": False,
+    }  # fmt: skip
+    fields.update(kw)
+    return LoadReport(**fields)  # type: ignore[arg-type]
+
+
+def _ready(name: str, **kw: object) -> WorkerState:
+    return WorkerState(name, "ready", 0.0, _report(name, **kw))  # type: ignore[arg-type]
+
+
+def test_targets_follow_the_cpus_a_worker_holds() -> None:
+    assert [target_runs(c, 4.0) for c in (0.0, 0.25, 1.0, 2.0)] == [4, 1, 4, 8]
+    assert LIMITS.target == 2
+
+
+def test_the_elastic_maximum_grows_with_the_cluster_and_a_set_one_is_kept() -> None:
+    elastic = PoolLimits("shell", 2, None, 1.0, 0, 4.0, 60.0)
+    assert resolve_max(elastic, [2.0]) == 4  # 2 CPUs, plus one more node's worth for the autoscaler
+    assert resolve_max(elastic, [4.0, 4.0, 4.0]) == 16
+    assert resolve_max(elastic, []) == 2  # no node known: the minimum
+    assert resolve_max(PoolLimits("shell", 2, 3, 1.0, 0, 4.0, 60.0), [64.0]) == 3
+    assert resolve_max(PoolLimits("shell", 5, 3, 1.0, 0, 4.0, 60.0), [64.0]) == 5  # below the min: the min
+
+
+def test_settings_give_each_backend_its_own_limits() -> None:
+    config = Settings(shell_pool_size=1, shell_pool_max=9, python_pool_size=3, pool_idle_after=5)
+    shell, python = limits_from(config, "shell"), limits_from(config, "python")
+    assert (shell.min_workers, shell.max_workers, shell.idle_after) == (1, 9, 5.0)
+    assert (python.min_workers, python.max_workers) == (3, None)
+    assert limits_from(Settings(shell_pool_size=4, shell_pool_max=2), "shell").max_workers == 4
+
+
+def test_runs_waiting_grow_the_pool_up_to_the_maximum() -> None:
+    busy = [_ready("a", running=2, queued=5), _ready("b", running=2, queued=5)]
+    decided = plan(LIMITS, 6, busy, now=100.0)
+    assert decided.grow == 4 and not decided.drain  # 14 runs want 7 workers; the maximum is 6
+    small = plan(LIMITS, 6, [_ready("a", running=2, queued=1), _ready("b", running=2)], now=100.0)
+    assert small.grow == 1  # 5 runs at 2 per worker: 3 workers
+    pending = [*busy, WorkerState("c", "pending", 99.0), WorkerState("d", "pending", 99.0)]
+    assert plan(LIMITS, 6, pending, now=100.0).grow == 2  # the pending ones count
+
+
+def test_a_long_wait_grows_by_one_even_with_an_empty_line() -> None:
+    waited = [_ready("a", running=2, waits=[0.5], movable_wait=0.5), _ready("b", running=1)]
+    assert plan(LIMITS, 6, waited, now=100.0).grow == 1
+
+
+def test_runs_pinned_to_their_live_sandbox_do_not_grow_the_pool() -> None:
+    pinned = [_ready("a", running=2, queued=4, pinned_queued=4, waits=[3.0]), _ready("b")]
+    decided = plan(LIMITS, 6, pinned, now=100.0)
+    assert (decided.grow, decided.shed) == (0, [])
+
+
+def test_a_pool_at_its_maximum_does_not_grow_and_sheds_no_line_without_room() -> None:
+    full = [_ready(n, running=2, queued=3) for n in "abcdef"]
+    decided = plan(LIMITS, 6, full, now=100.0)
+    assert (decided.grow, decided.shed, decided.drain, decided.remove) == (0, [], [], [])
+
+
+def test_lines_are_shed_when_another_worker_has_free_slots() -> None:
+    decided = plan(LIMITS, 6, [_ready("a", running=2, queued=3), _ready("b")], now=100.0)
+    assert decided.shed == ["a"]
+
+
+def test_idle_workers_above_the_minimum_are_drained_never_below_it() -> None:
+    workers = [_ready(n, idle_for=t) for n, t in (("a", 100.0), ("b", 50.0), ("c", 40.0), ("d", 5.0))]
+    decided = plan(LIMITS, 6, workers, now=100.0)
+    assert decided.drain == ["a", "b"]  # the most idle first; c is idle too but the minimum is 2
+    busy = [_ready("a", running=1, idle_for=0.0), _ready("b", idle_for=100.0), _ready("c", idle_for=100.0)]
+    assert plan(LIMITS, 6, busy, now=100.0).drain == ["b"]
+
+
+def test_a_drained_worker_is_removed_only_once_it_holds_nothing() -> None:
+    def drained(**kw: object) -> WorkerState:
+        return WorkerState("x", "draining", 0.0, _report("x", draining=True, **kw))  # type: ignore[arg-type]
+
+    base = [_ready("a"), _ready("b")]
+    assert plan(LIMITS, 6, [*base, drained(running=1)], now=100.0).remove == []
+    assert plan(LIMITS, 6, [*base, drained(live_sandboxes=1)], now=100.0).remove == []
+    assert plan(LIMITS, 6, [*base, drained()], now=100.0).remove == ["x"]
+
+
+def test_a_lowered_maximum_drains_the_least_loaded_even_while_busy() -> None:
+    workers = [_ready("a", running=2), _ready("b", running=1), _ready("c", running=2)]
+    decided = plan(PoolLimits("shell", 1, 2, 1.0, 0, 2.0, 30.0), 2, workers, now=100.0)
+    assert decided.drain == ["b"] and decided.grow == 0
+
+
+def test_unneeded_pending_workers_go_after_the_idle_time() -> None:
+    workers = [_ready("a"), _ready("b"), WorkerState("p", "pending", 10.0)]
+    assert plan(LIMITS, 6, workers, pressure_at=50.0, now=60.0).remove == []
+    assert plan(LIMITS, 6, workers, pressure_at=50.0, now=81.0).remove == ["p"]
+
+
+def test_the_minimum_is_kept_and_a_pool_grows_from_zero_for_a_waiting_run() -> None:
+    assert plan(LIMITS, 6, [_ready("a")], now=1.0).grow == 1
+    zero = PoolLimits("shell", 0, 4, 1.0, 0, 2.0, 30.0)
+    assert plan(zero, 4, [], now=1.0).grow == 0
+    assert plan(zero, 4, [], waiting=1, now=1.0).grow == 1
+
+
+async def test_admission_runs_the_target_at_once_and_queues_the_rest_in_order() -> None:
+    gate = Admission(2)
+    assert await gate.enter() and await gate.enter()
+    order: list[int] = []
+
+    async def waiter(i: int) -> None:
+        assert await gate.enter()
+        order.append(i)
+
+    tasks = [asyncio.create_task(waiter(i)) for i in range(3)]
+    await asyncio.sleep(0)
+    assert (gate.running, gate.queued) == (2, 3)
+    for _ in range(3):
+        gate.leave()
+        await asyncio.sleep(0)
+    await asyncio.gather(*tasks)
+    assert order == [0, 1, 2]
+    report = gate.report("w", "n", 1.0)
+    assert (report.running, report.queued, report.admitted, len(report.waits)) == (2, 0, 5, 5)
+    assert gate.report("w", "n", 1.0).admitted == 0  # counted once
+
+
+async def test_draining_hands_waiting_runs_back_and_admits_only_pinned_ones() -> None:
+    gate = Admission(1)
+    assert await gate.enter()
+    waiting = asyncio.create_task(gate.enter())
+    await asyncio.sleep(0)
+    assert gate.drain() == 1
+    assert await waiting is False  # handed back: it never ran
+    assert await gate.enter() is False
+    pinned = asyncio.create_task(gate.enter(pinned=True))  # its live sandbox is here: it waits its turn
+    await asyncio.sleep(0)
+    assert gate.shed() == 0 and gate.queued == 1
+    gate.leave()
+    assert await pinned is True
+    assert gate.report("w", "n", 1.0).draining
+
+
+async def test_a_cancelled_waiter_leaves_the_line_and_idle_time_starts_when_all_is_done() -> None:
+    gate = Admission(1)
+    assert await gate.enter()
+    waiting = asyncio.create_task(gate.enter())
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert gate.queued == 0 and gate.report("w", "n", 1.0).idle_for == 0.0
+    gate.leave()
+    assert gate.running == 0 and gate.report("w", "n", 1.0).idle_for >= 0.0
+    assert await gate.enter()  # the slot is free again
