@@ -90,6 +90,9 @@ class ExitEvent:
     # The run executed in a live sandbox that is still alive: later runs of the workspace belong on
     # the same worker (a pool pins the workspace to it).
     live: bool = False
+    # A live sandbox's mirror after the run: (rev, root, limits as a dict). A pool's dispatcher then
+    # computes the next run's push ahead (as it does from a deferred pull's outcome).
+    synced_to: tuple[int, str, dict[str, Any]] | None = None
 
 
 ExecEvent = OutputChunk | ExitEvent

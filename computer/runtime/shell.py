@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import dataclasses
 import os
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
@@ -329,6 +330,11 @@ class ShellBackend:
                 killed=outcome.timed_out,
                 error=error,
                 live=sandbox.alive,
+                synced_to=(
+                    (sandbox.mirror.rev, self.mount_root, dataclasses.asdict(self.limits))
+                    if sandbox.alive and sandbox.mirror.rev is not None
+                    else None
+                ),
             )
         finally:
             if not finished and sandbox.alive:  # killed: the job is dead; keep what it wrote
