@@ -413,6 +413,8 @@ class PoolBackend:
                         # A live sandbox stays on that worker: later runs of the workspace go there.
                         if event.live:
                             self.pin(workspace_id, slot.name)
+                            if event.synced_to is not None:  # the next run's push is computed ahead
+                                slot.synced = MirrorSynced(*event.synced_to)
                         elif self.pinned(workspace_id) == slot.name:
                             self.unpin(workspace_id)
                         if event.pending is not None:
