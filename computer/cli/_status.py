@@ -24,9 +24,15 @@ def show_status(options: GlobalOptions, console: Console) -> None:
     config = local_settings(options)
     console.print(f"data directory: {config.data_dir}", soft_wrap=True)
     console.print(f"directory: {'Redis ' + config.redis_url if config.redis_url else 'SQLite (embedded)'}")
+
+    def bounds(low: int, high: int | None) -> str:
+        return f"{low}..{'elastic' if high is None else max(low, high)}"
+
     console.print(
-        f"pool sizes: shell {config.shell_pool_size}, python {config.python_pool_size}; "
-        f"hibernate after {config.hibernate_after:g} s"
+        f"pool workers (min..max): shell {bounds(config.shell_pool_size, config.shell_pool_max)}, "
+        f"python {bounds(config.python_pool_size, config.python_pool_max)}; each reserves "
+        f"{config.pool_worker_cpus:g} CPU, runs {config.pool_runs_per_cpu:g} per CPU at once, goes after "
+        f"{config.pool_idle_after:g} s idle; hibernate after {config.hibernate_after:g} s"
     )
     _directory_summary(options, console)
     _cluster(options, console, config.data_dir)
@@ -84,6 +90,68 @@ def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
                 ours += name.startswith(here)
         pool_text = ", ".join(f"{backend} {count} worker(s)" for backend, count in sorted(pools.items()))
         console.print(f"exec pools: {pool_text or 'none started yet (they start with the first exec)'}")
+        _pools(console)
         console.print(f"live workspace owners: {owners} ({ours} of this data directory)")
     finally:
         ray.shutdown()
+
+
+def _pools(console: Console) -> None:
+    """The pools' control loop: workers per node, queue, waits, runs/s, its latest decisions."""
+    import ray
+
+    from ..actors._pool_scaler import SCALER_NAME
+    from ..actors.naming import NAMESPACE
+
+    try:
+        scaler = ray.get_actor(SCALER_NAME, namespace=NAMESPACE)
+        answer: Any = ray.get(scaler.status.remote(), timeout=15)
+    except Exception as exc:  # not started yet (no exec so far), or restarting
+        console.print(f"pool control loop: not answering ({type(exc).__name__})")
+        return
+    state: dict[str, Any] = answer
+    window = f"last {state['window']:g} s"
+    table = Table(
+        title=f"exec pools (control loop: {state['rounds']} rounds; waits and runs/s over the {window})"
+    )
+    for column in (
+        "pool",
+        "min..max",
+        "workers per node",
+        "running",
+        "queued",
+        "p50 wait",
+        "p99 wait",
+        "runs/s",
+    ):
+        table.add_column(column)
+    decisions: list[str] = []
+    for backend, pool in sorted(state["pools"].items()):
+        per_node: dict[str, Counter[str]] = {}
+        for worker in pool["workers"]:
+            node = (worker["node_id"] or "unplaced")[:12]
+            per_node.setdefault(node, Counter())[worker["state"]] += 1
+        nodes = "; ".join(
+            f"{node}: " + ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items()))
+            for node, counts in sorted(per_node.items())
+        )
+        table.add_row(
+            backend,
+            f"{pool['min']}..{pool['max']}" + (" (elastic)" if pool["max_setting"] is None else ""),
+            nodes or "none",
+            str(pool["running"]),
+            str(pool["queued"]),
+            _seconds(pool["wait_p50"]),
+            _seconds(pool["wait_p99"]),
+            f"{pool['runs_per_s']:.1f}",
+        )
+        decisions += [f"{backend}: {what}" for _, what in pool["decisions"][-5:]]
+    console.print(table)
+    if decisions:
+        console.print("latest decisions:\n  " + "\n  ".join(decisions), soft_wrap=True)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f} ms" if value < 10 else f"{value:.0f} s"
