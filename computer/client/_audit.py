@@ -107,13 +107,25 @@ class ClientAudit:
             "detail": {"bytes_in": payload_size(args), "bytes_out": payload_size(result)},
         }
         try:
-            task = asyncio.get_running_loop().create_task(self._send(entry))
-        except RuntimeError:
-            return  # no loop: nothing can send it (tools always run on one)
+            loop = asyncio.get_running_loop()
+            # Submitted now, not from a task started later: a query made right after this call is
+            # submitted after the record, so it finds it.
+            ref = self._conn.handle.audit_record.remote(entry)
+        except Exception as exc:  # no loop or no owner handle: the call has answered; never surface this
+            log.warning("audit: a %s call could not be recorded on its owner: %r", name, exc)
+            return
+        task = loop.create_task(self._confirm(ref, entry))
         self._sent.add(task)
         task.add_done_callback(self._sent.discard)
 
-    async def _send(self, entry: dict[str, Any]) -> None:
+    async def _confirm(self, ref: Any, entry: dict[str, Any]) -> None:
+        """Check the record's reply; one the owner did not take (it moved, or died) is sent again."""
+        try:
+            reply = await ref
+        except Exception:  # the owner died or went away: the retrying path below re-resolves it
+            reply = None
+        if reply is not None and reply[0] == "ok":
+            return
         try:
             await self._conn.request("audit_record", entry)
         except Exception as exc:  # the call it records has already answered: never surface this
