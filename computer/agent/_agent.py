@@ -35,6 +35,7 @@ from pydantic_core import to_jsonable_python
 from ..actors import OwnerActor, owner_backends
 from ..config import Settings
 from ..runtime import Runtime
+from ..storage import audit_caller
 from ._execute import EXECUTE_DESCRIPTION, CodeRunner
 from ._extensions import ExtensionManager, ExtensionToolset
 from ._mcp import McpRegistry
@@ -256,12 +257,13 @@ class Agent(OwnerActor):
             output_type=[str, DeferredToolRequests],
             instructions=self.get_instructions(),
         )
-        result = await runner.run(
-            None if resume is not None else message,
-            message_history=state.messages or None,
-            deferred_tool_results=resume,
-            event_stream_handler=events,
-        )
+        with audit_caller(agent=self.name):  # its tool calls carry the agent's name in the audit log
+            result = await runner.run(
+                None if resume is not None else message,
+                message_history=state.messages or None,
+                deferred_tool_results=resume,
+                event_stream_handler=events,
+            )
         state.messages = list(result.all_messages())
         output = result.output
         if isinstance(output, DeferredToolRequests):
