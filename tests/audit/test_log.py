@@ -243,3 +243,24 @@ async def test_exec_runs_and_share_links_leave_records(tmp_path: Path) -> None:
     assert (share.kind, share.tool, share.status) == ("share", "share", "ok")
     assert share.args["path"] == "/report.txt" and share.detail["url"] == url
     await store.close()
+
+
+async def test_settings_bound_the_log_or_turn_it_off(tmp_path: Path) -> None:
+    from computer.config import configure, settings
+
+    before = settings().model_dump()
+    try:
+        configure(**{**before, "audit_max_records": 5})
+        async with Workspace(str(tmp_path / "bounded.sqlite")) as ws:
+            tools = create_tools(ws)
+            for i in range(20):
+                await tools["write"].run({"path": f"/workspace/{i}.txt", "content": "x"})
+                ws.audit.flush()
+            kept = await ws.audit.query(limit=100)
+        assert 1 <= len(kept) <= 5 and kept[-1].args["path"] == "/workspace/19.txt"
+        configure(**{**before, "audit": False})
+        async with Workspace(str(tmp_path / "off.sqlite")) as ws:
+            await create_tools(ws)["ls"].run({"path": "/"})
+            assert await ws.audit.query() == []
+    finally:
+        configure(**before)
