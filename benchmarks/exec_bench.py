@@ -385,17 +385,21 @@ async def live_bench(runs: int) -> None:
         )
         # Write -> visible delays, both ways, while a background process keeps the sandbox busy.
         await run_ok(ws, "setsid sleep 600 > /dev/null 2>&1 &")
-        to_ws, to_box = [], []
-        for i in range(runs):
-            handle = await ws.runtime.exec(f"sleep 0.05; echo {i} > out{i}; echo wrote")
-            async for snap in handle:
-                if "wrote" in snap.stdout:
-                    break
-            written = time.perf_counter()
-            while not await ws.fs.exists(f"/workspace/out{i}"):  # noqa: ASYNC110 - the polling is measured
+        to_ws: list[float] = []
+        to_box: list[float] = []
+        # The sandbox stamps each file with the time it wrote it; this process polls ws.fs for it.
+        await run_ok(
+            ws,
+            f"setsid sh -c 'for i in $(seq {runs}); do date +%s.%N > w$i; sleep 0.2; done' > /dev/null 2>&1 &",
+        )
+        for i in range(1, runs + 1):
+            path = f"/workspace/w{i}"
+            while not await ws.fs.exists(path):  # noqa: ASYNC110 - the polling is measured
                 await asyncio.sleep(0.005)
-            to_ws.append(time.perf_counter() - written)
-            await handle.result()
+            seen = time.time()
+            stamp = (await ws.fs.read_text(path)).strip()
+            if stamp:
+                to_ws.append(max(0.0, seen - float(stamp)))
         mirror = backend._live[str(ws.id)].mirror  # the host directory the sandbox sees
         for i in range(runs):
             await ws.fs.write_file(f"/workspace/in{i}", b"x")

@@ -130,6 +130,53 @@ class TestConformance(WorkspaceBackendSuite):
         await super().test_symlink_loop_does_not_break_listing(backend, has_real_posix_shell)
 
 
+class TestConformanceThroughAPool(TestConformance):
+    """The same contract over a cluster client: files through the owner actor, commands in the live
+    sandbox a shell pool worker keeps for the workspace (pinned to it)."""
+
+    @pytest.fixture
+    def clients(self, cluster: Any, name: str) -> Iterator[dict[str, Any]]:
+        """The test's clients by workspace id (how a ref finds its workspace here)."""
+        made: dict[str, Any] = {}
+        yield made
+        for client in made.values():
+            _run_detached(client.close())
+
+    @pytest.fixture
+    def new_client(self, clients: dict[str, Any], name: str) -> Callable[[], Any]:
+        counter = iter(range(1000))
+
+        def make() -> Any:
+            client = _run_detached(computer.get_workspace(f"{name}-{next(counter)}"))
+            clients[client.id] = client
+            return client
+
+        return make
+
+    @pytest.fixture
+    def workspace(self, new_client: Callable[[], Any]) -> Any:  # type: ignore[override]
+        return new_client()
+
+    @pytest.fixture
+    def destructive_backend(self, new_client: Callable[[], Any]) -> Callable[[], WorkspaceBackend]:  # type: ignore[override]
+        client = new_client()  # made here: the suite calls the factory inside its running loop
+        return lambda: ComputerWorkspaceBackend(client)
+
+    @pytest.fixture
+    def attach_backend(self, clients: dict[str, Any]) -> Callable[[WorkspaceRef], WorkspaceBackend]:  # type: ignore[override]
+        return lambda ref: ComputerWorkspaceBackend(clients[ref.id], ref=ref)
+
+
+def _run_detached(awaitable: Any) -> Any:
+    """Await on a private loop (fixtures here are synchronous; a client's calls are Ray object refs,
+    which any loop can await later)."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(awaitable)
+    finally:
+        loop.close()
+
+
 # -- what the suite leaves to each backend ---------------------------------------------------------
 
 
