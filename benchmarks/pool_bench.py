@@ -1,8 +1,18 @@
-"""Benchmark of the exec backend pools against the embedded shell backend and bare ``bash -c true``.
+"""Benchmark of the exec backend pools: many agents on elastic vs fixed pools, and single-run latency.
 
-Run: ``.venv/bin/python benchmarks/pool_bench.py [--quick]``
+Run: ``.venv/bin/python benchmarks/pool_bench.py [--duration 60] [--agents 64] [--nodes 1|3] [--latency]``
 
-Everything is measured in this run on this machine (a local Ray started by ``computer.init``):
+Agents (the default section; issue 23): ``--agents`` concurrent agents, each with its own workspace,
+each starting a short command (``--command``, default ``true``) every second for ``--duration``
+seconds, first on a *fixed* pool (the default minimum 2, maximum 2) then on an *elastic* one (minimum 2,
+maximum unset: the cluster's CPUs plus a node's worth), in the same process and cluster. Printed per
+pool: runs/s, the agents' latency (exec + result) p50/p99, the pool's wait in the workers' lines
+p50/p99 (from its control loop), the workers at the end; the ratio to the command's own time (its
+latency alone on an idle warm pool; target: p99 within 2x), and after the elastic run how long the
+pool takes to shrink back to its minimum (``--idle``: ``pool_idle_after``). ``--nodes 3`` runs it on a
+three-node local cluster (2 declared CPUs each, loopback) instead of a local Ray of this machine.
+
+Latency (``--latency``), everything measured in this run on this machine:
 
 1. Latency of ``true`` on a workspace of 1,000 files (median of N, after a warm-up run), back to back and
    each after a pause (``--pause``, as an agent's runs are separated by its model's turns):
@@ -118,7 +128,7 @@ async def throughput(size: int, data_dir: Path, concurrent: int = 32) -> float:
     """Runs per second of ``concurrent`` short runs through a client on a shell pool of ``size``."""
     import ray
 
-    computer.init(data_dir=data_dir, shell_pool_size=size, python_pool_size=1)
+    computer.init(data_dir=data_dir, shell_pool_size=size, shell_pool_max=size, python_pool_size=1)
     name = f"tput-{size}-{uuid.uuid4().hex[:8]}"
     async with computer.get_workspace(name) as ws:
         await ws.fs.mkdir("/workspace")
@@ -135,8 +145,140 @@ async def throughput(size: int, data_dir: Path, concurrent: int = 32) -> float:
     return concurrent / elapsed
 
 
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return (
+        ordered[min(len(ordered) - 1, max(0, int(q * len(ordered) + 0.999999) - 1))]
+        if ordered
+        else float("nan")
+    )
+
+
+async def _pool_state(window: float) -> dict[str, Any]:
+    import ray
+
+    scaler = ray.get_actor("computer:pools", namespace=NAMESPACE)
+    state: dict[str, Any] = (await scaler.status.remote(window))["pools"]["shell"]
+    return state
+
+
+async def agents_run(spaces: list[Any], duration: float, command: str) -> dict[str, Any]:
+    """Every agent starts ``command`` once a second (at its own phase) for ``duration`` s; latencies."""
+    latencies: list[float] = []
+    failures: list[str] = []
+    start = time.perf_counter()
+
+    async def agent(k: int, ws: Any) -> None:
+        tick = start + k / len(spaces)  # agents spread over the second
+        while tick < start + duration:
+            await asyncio.sleep(max(0.0, tick - time.perf_counter()))
+            began = time.perf_counter()
+            result = await (await ws.runtime.exec(command)).result()
+            latencies.append(time.perf_counter() - began)
+            if result.status != "completed":
+                failures.append(f"{result.status}: {result.error}")
+            tick += 1.0
+
+    await asyncio.gather(*[agent(k, ws) for k, ws in enumerate(spaces)])
+    elapsed = time.perf_counter() - start
+    pool = await _pool_state(elapsed)
+    return {
+        "runs": len(latencies),
+        "runs_per_s": len(latencies) / elapsed,
+        "p50": _quantile(latencies, 0.5),
+        "p99": _quantile(latencies, 0.99),
+        "wait_p50": pool["wait_p50"],
+        "wait_p99": pool["wait_p99"],
+        "workers": len([w for w in pool["workers"] if w["state"] != "pending"]),
+        "pending": len([w for w in pool["workers"] if w["state"] == "pending"]),
+        "max": pool["max"],
+        "failures": failures[:3],
+        "failed": len(failures),
+    }
+
+
+async def agents_bench(args: argparse.Namespace, data_dir: Path) -> None:
+    from contextlib import AsyncExitStack
+
+    base = {"data_dir": data_dir, "python_pool_size": 1, "python_pool_max": 1, "pool_idle_after": args.idle}
+    computer.init(**base, shell_pool_size=2, shell_pool_max=2)
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(
+        f"agents: {args.agents} agents x `{args.command}` every second for {args.duration:g} s; "
+        f"{os.cpu_count()} cpus, load average {load}"
+    )
+    async with AsyncExitStack() as stack:
+        spaces = []
+        for k in range(args.agents):  # opened one after another: only the runs come at once
+            ws = await stack.enter_async_context(computer.get_workspace(f"agent-{uuid.uuid4().hex[:6]}-{k}"))
+            await ws.fs.mkdir("/workspace")
+            spaces.append(ws)
+        await asyncio.gather(*[(await ws.runtime.exec("true")).result() for ws in spaces[:4]])
+        own = statistics.median([await _timed(spaces[0], args.command) for _ in range(15)])
+        print(f"  the command's own time (one agent, idle warm pool): {own * 1000:.1f} ms")
+        rows = {}
+        for label, settings in (
+            ("fixed 2..2", {"shell_pool_max": 2}),
+            ("elastic 2..auto", {"shell_pool_max": None}),
+        ):
+            computer.init(**base, shell_pool_size=2, **settings)
+            await asyncio.sleep(1.0)  # the control loop reads the new settings
+            rows[label] = row = await agents_run(spaces, args.duration, args.command)
+            wait50 = "-" if row["wait_p50"] is None else f"{row['wait_p50'] * 1000:.1f}"
+            wait99 = "-" if row["wait_p99"] is None else f"{row['wait_p99'] * 1000:.1f}"
+            print(
+                f"  {label:16} {row['runs_per_s']:6.1f} runs/s  latency p50 {row['p50'] * 1000:7.1f} ms "
+                f"p99 {row['p99'] * 1000:7.1f} ms (x{row['p99'] / own:4.1f} own; target <= 2)  "
+                f"wait p50 {wait50} ms p99 {wait99} ms  workers {row['workers']} (+{row['pending']} pending, "
+                f"max {row['max']})  failed {row['failed']} {row['failures']}"
+            )
+        fixed, elastic = rows["fixed 2..2"], rows["elastic 2..auto"]
+        print(
+            f"  elastic / fixed: runs/s x{elastic['runs_per_s'] / fixed['runs_per_s']:.2f}, "
+            f"p99 latency x{elastic['p99'] / fixed['p99']:.2f}"
+        )
+    started = time.perf_counter()
+    deadline = started + args.idle + 120
+    while time.perf_counter() < deadline:
+        state = await _pool_state(1.0)
+        if len(state["workers"]) <= 2:
+            break
+        await asyncio.sleep(1.0)
+    print(
+        f"  after the run: {len(state['workers'])} shell worker(s) {time.perf_counter() - started:.0f} s later "
+        f"(idle time {args.idle:g} s; live sandboxes keep a worker until they end)"
+    )
+
+
+async def _timed(ws: Any, command: str) -> float:
+    began = time.perf_counter()
+    await (await ws.runtime.exec(command)).result()
+    return time.perf_counter() - began
+
+
+def start_three_nodes() -> Any:
+    """A three-node local cluster (2 declared CPUs each, loopback), connected; its ``Cluster``."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # nodes and this driver on 127.0.0.1
+    import ray
+    from ray.cluster_utils import Cluster
+
+    node = {"num_cpus": 2, "object_store_memory": 100 * 1024 * 1024, "node_ip_address": "127.0.0.1"}
+    cluster = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+    for _ in range(2):
+        cluster.add_node(**node)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False, _node_ip_address="127.0.0.1")
+    return cluster
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of each agents run")
+    parser.add_argument("--agents", type=int, default=64, help="concurrent agents")
+    parser.add_argument("--command", default="true", help="the short command each agent runs every second")
+    parser.add_argument("--nodes", type=int, choices=(1, 3), default=1, help="3: a three-node local cluster")
+    parser.add_argument("--idle", type=float, default=10.0, help="pool_idle_after of the agents runs")
+    parser.add_argument("--latency", action="store_true", help="also the single-run latency sections")
     parser.add_argument("--quick", action="store_true", help="fewer runs")
     parser.add_argument(
         "--pause",
@@ -148,6 +290,20 @@ async def main() -> None:
     runs = 15 if args.quick else 40
 
     data_dir = Path(tempfile.mkdtemp(prefix="pool-bench-"))
+    cluster = start_three_nodes() if args.nodes == 3 else None
+    try:
+        await agents_bench(args, data_dir)
+        if args.latency:
+            await latency_sections(args, data_dir, runs)
+    finally:
+        if cluster is not None:
+            import ray
+
+            ray.shutdown()
+            cluster.shutdown()
+
+
+async def latency_sections(args: argparse.Namespace, data_dir: Path, runs: int) -> None:
     computer.init(data_dir=data_dir)
     load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
     print(f"machine: {os.cpu_count()} cpus, load average {load}; workspace of {N_FILES} files; {runs} runs")

@@ -498,14 +498,16 @@ class PoolScaler:
         await self._round()
         return self.rounds
 
-    async def status(self) -> dict[str, Any]:
-        """The pools' state and recent decisions, for ``computer status``."""
+    async def status(self, window: float = WINDOW) -> dict[str, Any]:
+        """The pools' state and recent decisions, for ``computer status``; waits and runs/s over the last
+        ``window`` seconds (at most :data:`WINDOW`)."""
+        window = max(1e-3, min(window, WINDOW))
         now = time.monotonic()
         pools = {}
         for backend, pool in self._pools.items():
-            waits = sorted(w for t, w in pool.waits if now - t <= WINDOW)
-            span = min(WINDOW, max(1e-9, time.time() - self.started_at))
-            admitted = sum(n for t, n in pool.admitted if now - t <= WINDOW)
+            waits = sorted(w for t, w in pool.waits if now - t <= window)
+            span = min(window, max(1e-9, time.time() - self.started_at))
+            admitted = sum(n for t, n in pool.admitted if now - t <= window)
             limits = pool.limits
             pools[backend] = {
                 "min": limits.min_workers if limits else None,
@@ -536,7 +538,7 @@ class PoolScaler:
                 "runs_per_s": admitted / span,
                 "decisions": list(pool.decisions)[-20:],
             }
-        return {"rounds": self.rounds, "window": WINDOW, "pools": pools}
+        return {"rounds": self.rounds, "window": window, "pools": pools}
 
 
 def _reports(pool: _Pool) -> list[LoadReport]:

@@ -19,6 +19,8 @@ import pytest
 
 SCRIPT = Path(__file__).with_name("_elastic_cluster.py")
 
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1000)]
+
 
 @pytest.fixture(scope="module")
 def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
@@ -45,7 +47,6 @@ def _phase(report: dict[str, Any], name: str) -> dict[str, Any]:
     return phase
 
 
-@pytest.mark.slow
 def test_a_burst_grows_the_pool_to_its_maximum_across_nodes_and_the_rest_queue(
     report: dict[str, Any],
 ) -> None:
@@ -57,12 +58,10 @@ def test_a_burst_grows_the_pool_to_its_maximum_across_nodes_and_the_rest_queue(
     assert any(d.startswith("grow by") and "waiting" in d for d in burst["decisions"]), burst["decisions"]
 
 
-@pytest.mark.slow
 def test_an_idle_pool_shrinks_back_to_its_minimum(report: dict[str, Any]) -> None:
     assert _phase(report, "shrink")["workers"] == 1
 
 
-@pytest.mark.slow
 def test_runs_in_flight_on_workers_chosen_for_removal_complete_once(report: dict[str, Any]) -> None:
     removal = _phase(report, "removal")
     assert removal["before"] == 4 and len(removal["draining"]) == 2
@@ -72,7 +71,6 @@ def test_runs_in_flight_on_workers_chosen_for_removal_complete_once(report: dict
     assert not set(removal["draining"]) & set(removal["left"])  # the drained workers are gone
 
 
-@pytest.mark.slow
 def test_a_pool_wanting_more_cpus_than_exist_leaves_a_pending_demand_for_the_autoscaler(
     report: dict[str, Any],
 ) -> None:
