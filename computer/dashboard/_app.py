@@ -105,14 +105,15 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
     async def audit_events(request: Request) -> Response:
         name = request.path_params["name"]
         try:
-            after = int(request.query_params.get("after", "0"))
+            # A reconnecting EventSource says the last record it got: nothing is shown twice.
+            after = int(request.headers.get("last-event-id") or request.query_params.get("after", "0"))
             records = source.follow(name, after)
         except (OSError, ValueError):
             return PlainTextResponse("no such workspace\n", status_code=404)
 
-        async def rows() -> AsyncIterator[tuple[str, str]]:
+        async def rows() -> AsyncIterator[tuple[str, str, int | None]]:
             async for record in records:
-                yield "record", pages.record_row(record, name)
+                yield "record", pages.record_row(record, name), record.id
 
         return _event_stream(request, rows())
 
@@ -167,9 +168,9 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
     async def run_events(request: Request) -> Response:
         name, exec_id = request.path_params["name"], request.path_params["exec_id"]
 
-        async def snapshots() -> AsyncIterator[tuple[str, str]]:
+        async def snapshots() -> AsyncIterator[tuple[str, str, int | None]]:
             async for snapshot in source.run_output(name, exec_id):
-                yield "snapshot", json.dumps(snapshot, ensure_ascii=False)
+                yield "snapshot", json.dumps(snapshot, ensure_ascii=False), None
 
         return _event_stream(request, snapshots(), end="done")
 
@@ -238,12 +239,13 @@ def _image_type(path: str) -> str | None:
 
 
 def _event_stream(
-    request: Request, events: AsyncIterator[tuple[str, str]], *, end: str | None = None
+    request: Request, events: AsyncIterator[tuple[str, str, int | None]], *, end: str | None = None
 ) -> StreamingResponse:
-    """Server-sent events from ``(event, data)`` pairs, with keep-alive comments; ``end`` is sent last."""
+    """Server-sent events from ``(event, data, id)`` triples, with keep-alive comments; ``end`` is sent
+    last. An ``id`` comes back as ``Last-Event-ID`` when the browser reconnects."""
 
     async def body() -> AsyncIterator[str]:
-        queue: asyncio.Queue[tuple[str, str] | None] = asyncio.Queue(maxsize=64)
+        queue: asyncio.Queue[tuple[str, str, int | None] | None] = asyncio.Queue(maxsize=64)
 
         async def pump() -> None:
             try:
@@ -267,9 +269,10 @@ def _event_stream(
                     if end is not None:
                         yield f"event: {end}\ndata: {{}}\n\n"
                     return
-                event, data = item
+                event, data, event_id = item
                 payload = "".join(f"data: {line}\n" for line in data.split("\n"))
-                yield f"event: {event}\n{payload}\n"
+                head = f"id: {event_id}\n" if event_id is not None else ""
+                yield f"{head}event: {event}\n{payload}\n"
         finally:
             task.cancel()
             with contextlib.suppress(BaseException):

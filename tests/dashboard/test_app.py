@@ -189,3 +189,25 @@ async def test_a_workspace_deleted_and_made_again_is_read_anew(settings: Setting
         page = (await http.get("/w/epsilon")).text
         assert "/workspace/new.txt" in page and "/workspace/old.txt" not in page
         await ws.close()
+
+
+async def test_a_reconnecting_timeline_resumes_after_the_last_record_it_got(
+    settings: Settings, serve: Serve
+) -> None:
+    ws = open_workspace(settings, "zeta")
+    tools = create_tools(ws)
+    for path in ("/workspace/1", "/workspace/2"):
+        await tools["write"].run({"path": path, "content": "x"})
+    ws.audit.flush()
+    first, second = await ws.audit.query()
+    base = await serve(DataDirSource(settings))
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        headers = {"Last-Event-ID": str(first.id)}
+        async with http.stream("GET", "/events/w/zeta/audit", params={"after": 0}, headers=headers) as stream:
+            lines = []
+            async for line in stream.aiter_lines():
+                lines.append(line)
+                if line.startswith("data: "):
+                    break
+    assert f"id: {second.id}" in lines and "/workspace/2" in lines[-1] and "/workspace/1" not in lines[-1]
+    await ws.close()
