@@ -1,0 +1,60 @@
+"""The pools' control loop in the shared Ray session: one for the cluster, restartable, observable."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import ray
+
+import computer
+from computer.actors import NAMESPACE
+from computer.actors._pool_scaler import SCALER_NAME
+from computer.config import Settings
+
+
+async def _status() -> dict[str, Any]:
+    scaler = ray.get_actor(SCALER_NAME, namespace=NAMESPACE)
+    state: dict[str, Any] = await scaler.status.remote()
+    return state
+
+
+async def test_a_restarted_control_loop_adopts_the_workers_and_runs_go_on(
+    cluster: Settings, name: str
+) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        assert (await (await ws.runtime.exec("echo one")).result()).stdout == "one\n"
+        before = {w["name"] for w in (await _status())["pools"]["shell"]["workers"] if w["state"] == "ready"}
+        scaler = ray.get_actor(SCALER_NAME, namespace=NAMESPACE)
+        ray.kill(scaler, no_restart=False)  # Ray restarts it in a new process
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                state = await _status()
+                ready = {w["name"] for w in state["pools"]["shell"]["workers"] if w["state"] == "ready"}
+                if before <= ready:
+                    break
+            except ray.exceptions.RayActorError:
+                pass  # still restarting
+            assert time.monotonic() < deadline, "the control loop did not come back with its workers"
+            await asyncio.sleep(0.2)
+        result = await (await ws.runtime.exec("echo two")).result()
+        assert (result.status, result.stdout) == ("completed", "two\n")
+
+
+async def test_the_status_reports_workers_waits_and_runs(cluster: Settings, name: str) -> None:
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        handles = await asyncio.gather(*[ws.runtime.exec(f"echo {i}") for i in range(6)])
+        assert [(await h.result()).status for h in handles] == ["completed"] * 6
+    shell = (await _status())["pools"]["shell"]
+    assert shell["min"] == 2 and shell["max"] >= 2 and shell["max_setting"] is None
+    assert len([w for w in shell["workers"] if w["state"] == "ready"]) >= 2
+    assert all(w["node_id"] for w in shell["workers"] if w["state"] == "ready")
+    assert shell["waits_counted"] >= 6 and shell["wait_p99"] is not None and shell["runs_per_s"] > 0
+    assert (
+        any("create computer:pool:shell:" in what for _, what in shell["decisions"])
+        or shell["decisions"] == []
+    )
