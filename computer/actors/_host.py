@@ -24,7 +24,8 @@ from ..config import Settings, configure
 from ..storage import FileSystem, audit_caller
 from ..workspace import Workspace
 from ._backends import owner_backends
-from ._errors import UploadLostError
+from ._calls import CallJournal
+from ._errors import UploadLostError, WorkspaceUnavailableError
 from ._init import cluster_settings
 from ._nodes import current_host
 from ._pool_callbacks import PoolCallbacks
@@ -88,6 +89,7 @@ class WorkspaceHost(PoolCallbacks):
         path = workspace_file(self.config, self.name)
         path.parent.mkdir(parents=True, exist_ok=True)
         self._reserve = DiskReserve(path.with_name(path.name + "-reserve"))
+        self._calls = CallJournal(path.with_name(path.name + "-calls"))
         # A directory that lost its records (a Redis restarted empty) counts epochs from 1 again, but
         # the file keeps the highest it saw and would refuse every write: take leases until ours is higher.
         stored = FileSystem.stored_epoch(str(path))
@@ -190,6 +192,7 @@ class WorkspaceHost(PoolCallbacks):
         self._uploads.clear()
         try:
             await self.workspace.close()
+            self._calls.close()
         finally:
             await asyncio.to_thread(
                 self._directory.release_lease, self.name, self.owner_id, self.epoch, hibernating=hibernating
@@ -295,15 +298,16 @@ class WorkspaceHost(PoolCallbacks):
 
         if key is None or op in READ_OPS:
             return await self._serve(run)
-        return await self._once(key, lambda: self._serve(run))
+        return await self._once(key, lambda: self._serve(run), _mutated_paths(op, args))
 
-    async def _once(self, key: str, serve: Callable[[], Awaitable[Reply]]) -> Reply:
-        """Run a keyed mutation at most once while this owner remembers the key.
+    async def _once(self, key: str, serve: Callable[[], Awaitable[Reply]], paths: list[str]) -> Reply:
+        """Run a keyed mutation at most once.
 
-        Keys live in this owner's memory (the last ``_REPLIES_KEPT`` for ``_REPLIES_TTL`` seconds): a
-        call resent to the same owner process (its reply was lost on the way back) gets the first
-        reply, or waits for the first attempt still running. A restarted owner has forgotten them; the
-        client reports a call cut by an owner's death as an unknown outcome instead.
+        In this process: a resend (its reply was lost on the way back) gets the first reply, or waits
+        for the first attempt still running (the last ``_REPLIES_KEPT`` keys, ``_REPLIES_TTL``
+        seconds). Across owner restarts: the call journal beside the file (see
+        :class:`~computer.actors._calls.CallJournal`) answers a call resent after its owner died with
+        its first reply, runs it if it provably never applied, or says "unknown outcome" (EAGAIN).
         """
         now = time.monotonic()
         while self._replies:
@@ -314,8 +318,24 @@ class WorkspaceHost(PoolCallbacks):
         known = self._replies.get(key)
         if known is not None:
             return await asyncio.shield(known[1])
+        earlier = self._calls.lookup(key)
+        if earlier is not None:
+            if "d" in earlier:  # it ran under an earlier owner: its first reply
+                kind, value = earlier["d"]
+                return (str(kind), tuple(value) if kind == "os" else None)
+            rev, started_paths = earlier["p"]
+            if self._changed_since(int(rev), list(started_paths)):
+                return fail(
+                    WorkspaceUnavailableError(
+                        self.name,
+                        "unknown outcome: this call was running when its owner died and "
+                        f"{', '.join(started_paths)} changed since; it may or may not have applied",
+                    )
+                )
+            # It started under an earlier owner and nothing it names changed: it never applied.
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._replies[key] = (now, future)
+        self._calls.begin(key, self.workspace.fs.rev, paths)
         try:
             reply = await serve()
         except BaseException as exc:
@@ -324,6 +344,8 @@ class WorkspaceHost(PoolCallbacks):
             future.set_exception(exc)
             future.exception()  # retrieved: no "never retrieved" warning when nobody resent
             raise
+        if reply[0] != "moved":
+            self._calls.done(key, reply)
         if reply[0] == "moved":  # did not run: a resend (to the next owner) must run it
             self._replies.pop(key, None)
         future.set_result(reply)
@@ -404,6 +426,17 @@ class WorkspaceHost(PoolCallbacks):
                 await upload.abort()
 
         return await self._serve(abort)
+
+    def _changed_since(self, rev: int, paths: list[str]) -> bool:
+        """Whether any of ``paths`` (or an ancestor) changed after ``rev``, or the log cannot tell."""
+        for path in paths:
+            try:
+                changes = self.workspace.fs.changes_since(rev, path)
+            except OSError:
+                return True
+            if not changes.complete or changes.changes:
+                return True
+        return False
 
     def _upload(self, upload_id: str) -> Upload:
         upload = self._uploads.get(upload_id)
@@ -621,6 +654,16 @@ class WorkspaceHost(PoolCallbacks):
                 return await self.workspace.assets.share(path, **kwargs)
 
         return await self._serve(share)
+
+
+def _mutated_paths(op: str, args: Sequence[Any]) -> list[str]:
+    """The paths a mutation changes (a symlink's target is not one of them)."""
+    named = [a for a in args[:2] if isinstance(a, str)]
+    if op in ("rename", "copy"):
+        return named[:2]
+    if op == "symlink":
+        return named[1:2]
+    return named[:1]
 
 
 def _first_path(args: Sequence[Any]) -> str | None:

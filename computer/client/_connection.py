@@ -124,6 +124,11 @@ class Connection:
                 if not died_once and await self._did_not_run(handle, sent_at, keyed=keyed):
                     died_once = True
                     continue
+                if keyed and not died_once:
+                    # The next owner's call journal knows this key: it answers the first reply, runs
+                    # the call if it never applied, or says "unknown outcome". Send it once more.
+                    died_once = True
+                    continue
                 await self._reresolve_quietly(handle)
                 raise OutcomeUnknownError(
                     self.name or "?",
@@ -153,7 +158,9 @@ class Connection:
             return unwrap(reply)
         except OSError as err:
             if err.errno == errno.EAGAIN and not isinstance(err, WorkspaceUnavailableError):
-                raise WorkspaceUnavailableError(self.name or "?", err.strerror or str(err)) from err
+                message = err.strerror or str(err)
+                kind = OutcomeUnknownError if "unknown outcome" in message else WorkspaceUnavailableError
+                raise kind(self.name or "?", message.removeprefix("workspace unavailable: ")) from err
             raise
 
     async def _did_not_run(self, handle: Any, sent_at: float, *, keyed: bool) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import json
 import os
 import signal
 import uuid
@@ -119,6 +120,30 @@ async def test_a_resent_keyed_mutation_is_answered_with_its_first_reply(cluster:
         assert first == again == ("ok", None)
         fresh = await ws.handle.call.remote("mkdir", ("/d",), {}, (), uuid.uuid4().hex)
         assert fresh[0] == "os" and fresh[1][0] == errno.EEXIST
+
+
+async def test_a_keyed_mutation_resent_after_its_owner_died_is_answered_from_the_call_journal(
+    cluster: Settings, name: str
+) -> None:
+    """Across an owner's death: a key that ran gets its first reply; one that started but changed
+    nothing runs; one whose paths changed since it started is an unknown outcome, never run twice."""
+    from computer.actors.naming import workspace_file
+
+    async with computer.get_workspace(name) as ws:
+        ran, never, maybe = (uuid.uuid4().hex for _ in range(3))
+        assert await ws.handle.call.remote("mkdir", ("/d",), {}, (), ran) == ("ok", None)
+        journal = workspace_file(cluster, name).with_name(f"{name}.sqlite-calls")
+        # Two calls cut by a death: one before it changed anything, one after /d changed.
+        lines = [json.dumps({"k": never, "p": [0, ["/never"]]}), json.dumps({"k": maybe, "p": [0, ["/d"]]})]
+        fd = os.open(journal, os.O_WRONLY | os.O_APPEND)
+        os.write(fd, "".join(line + "\n" for line in lines).encode())
+        os.close(fd)
+        await _restart_in_place(ws)
+        assert await ws.handle.call.remote("mkdir", ("/d",), {}, (), ran) == ("ok", None)  # not EEXIST
+        assert await ws.handle.call.remote("mkdir", ("/never",), {}, (), never) == ("ok", None)
+        assert await ws.fs.exists("/never")
+        unknown = await ws.handle.call.remote("mkdir", ("/d",), {}, (), maybe)
+        assert unknown[0] == "os" and unknown[1][0] == errno.EAGAIN and "unknown outcome" in unknown[1][1]
 
 
 async def test_an_upload_cut_by_an_owner_restart_is_unavailable_or_replayed(
