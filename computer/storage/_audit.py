@@ -300,8 +300,11 @@ class AuditLog:
         if not self._pending:
             return
         db = self._db
-        if db.in_transaction:  # a transaction left open across an await: try again shortly
-            self._schedule()
+        if db.in_transaction:  # a transaction is open (across an await): try again shortly, or with the
+            try:  # next record, query or close when no loop runs
+                self._timer = asyncio.get_running_loop().call_later(FLUSH_DELAY, self._flush_later)
+            except RuntimeError:
+                pass
             return
         pending, self._pending = self._pending, []
         rows = []

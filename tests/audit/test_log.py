@@ -264,3 +264,13 @@ async def test_settings_bound_the_log_or_turn_it_off(tmp_path: Path) -> None:
             assert await ws.audit.query() == []
     finally:
         configure(**before)
+
+
+def test_records_made_while_a_transaction_is_open_wait_for_it() -> None:
+    fs = FileSystem.open(None)
+    db = fs._store.db
+    with db.transaction():  # no event loop here: the batch stays pending, never recursing
+        for i in range(300):
+            fs.audit.record("tool", tool=f"t{i}", status="ok")
+    assert len(fs.audit.read(limit=1000)) == 300
+    fs.close()
