@@ -96,3 +96,18 @@ async def test_log_follow_prints_records_as_they_are_written(tmp_path: Path) -> 
         proc.kill()
         await asyncio.wait_for(proc.wait(), 10)
         await ws.close()
+
+
+def test_log_and_dashboard_help_say_where_they_read() -> None:
+    import re
+
+    from typer.testing import CliRunner
+
+    from computer.cli import app
+
+    top = CliRunner().invoke(app, ["--help"])
+    assert top.exit_code == 0 and "log" in top.output and "dashboard" in top.output
+    for command in ("log", "dashboard"):
+        result = CliRunner().invoke(app, [command, "--help"])
+        text = re.sub(r"[\s│]+", " ", result.output)
+        assert result.exit_code == 0 and "No cluster named" in text and "--address" in text
