@@ -71,6 +71,9 @@ BACKENDS = ("shell", "python")
 TICK = 0.5  # seconds between two rounds of polls and decisions
 POLL_TIMEOUT = 10.0  # a worker that does not answer its load within this is left out of that round
 GROW_WAIT = 0.1  # seconds: a run that waited longer in a line is a reason to grow
+# A worker of the minimum still pending after this long (its CPUs were taken meanwhile) is replaced by
+# one reserving what is left: the floor must serve. Seconds.
+FLOOR_STUCK = 15.0
 WINDOW = 60.0  # seconds of waits and runs the status summarises
 DECISIONS_KEPT = 64
 
@@ -131,6 +134,7 @@ class WorkerState:
     state: str  # "pending" (created, not answered yet) | "ready" | "draining"
     created: float  # monotonic
     report: LoadReport | None = None  # the latest answer (None while pending)
+    cpus: float = 0.0  # what it asked Ray for
 
 
 @dataclass
@@ -164,6 +168,12 @@ def plan(
     target = limits.target
     ready = [w for w in workers if w.state == "ready"]
     pending = [w for w in workers if w.state == "pending"]
+    if len(ready) < limits.min_workers:
+        stuck = [w for w in pending if w.cpus > 0 and now - w.created >= FLOOR_STUCK]
+        for w in stuck[: limits.min_workers - len(ready)]:
+            pending.remove(w)
+            out.remove.append(w.name)
+            out.reasons.append(f"remove {w.name}: pending {now - w.created:.0f} s below the minimum")
     draining = [w for w in workers if w.state == "draining"]
     reports = [w.report for w in ready + draining if w.report is not None]
     running = sum(r.running for r in reports)
@@ -275,7 +285,7 @@ class _Worker:
     poll: asyncio.Task[LoadReport] | None = None
 
     def as_state(self) -> WorkerState:
-        return WorkerState(self.name, self.state, self.created, self.report)
+        return WorkerState(self.name, self.state, self.created, self.report, self.cpus)
 
 
 @dataclass

@@ -169,3 +169,10 @@ async def test_a_cancelled_waiter_leaves_the_line_and_idle_time_starts_when_all_
     gate.leave()
     assert gate.running == 0 and gate.report("w", "n", 1.0).idle_for >= 0.0
     assert await gate.enter()  # the slot is free again
+
+
+def test_a_worker_of_the_minimum_stuck_pending_is_replaced_by_one_that_fits() -> None:
+    stuck = WorkerState("p", "pending", 0.0, None, 1.0)
+    assert plan(LIMITS, 6, [_ready("a"), stuck], now=5.0).remove == []  # not yet: it may still start
+    decided = plan(LIMITS, 6, [_ready("a"), stuck], now=20.0)
+    assert decided.remove == ["p"] and decided.grow == decided.floor == 1
