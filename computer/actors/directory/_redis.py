@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
-import redis
 
 from .._errors import WorkspaceUnavailableError
 from ._record import WorkspaceRecord, WorkspaceState
+
+if TYPE_CHECKING:
+    import redis
 
 __all__ = ["RedisDirectory"]
 
@@ -33,6 +35,8 @@ class RedisDirectory:
         self.url = url
         self.prefix = prefix
         self.retry_for = retry_for
+        import redis  # here, not at the top: a process without Redis configured never pays ~0.2 s for it
+
         # Bounded socket timeouts: a stopped (SIGSTOP) Redis must not hang a caller past retry_for.
         self._redis: redis.Redis = redis.Redis.from_url(url, socket_timeout=5.0, socket_connect_timeout=5.0)
         self._names_key = f"{prefix}names"
@@ -42,6 +46,8 @@ class RedisDirectory:
 
     def _retrying(self, name: str, call: Callable[[], T]) -> T:
         """Run ``call``, retrying connection failures with backoff within ``retry_for`` seconds."""
+        import redis
+
         deadline = time.monotonic() + self.retry_for
         pause = 0.05
         while True:
