@@ -1,14 +1,13 @@
 """Exec backend pools: each backend runs as a horizontally scaled pool of Ray actors (SPEC sections 6, 9).
 
 :class:`PoolBackend` is a :class:`~computer.runtime.Backend` living in the owner actor: its ``run``
-dispatches the request to one worker of the pool (least loaded; the worker that holds this
-workspace's warm mirror wins ties), streams the worker's events back as they come, and cancels the
+dispatches the request to one worker of the pool (see below for which), streams the worker's events back as they come, and cancels the
 worker's generator when its consumer stops (the worker then kills the process tree). A worker that
 dies mid-run gives an ``ExitEvent`` with ``exit_code=None`` and ``"exec worker died: …"``; its run
 never reached the pull, so the workspace is unchanged, and the worker is replaced.
 
 :func:`owner_backends` is the hook :mod:`computer.actors._backends` calls when an owner opens its
-workspace: ``shell`` then ``python`` (the first is the default backend), sized by the owner's settings.
+workspace: ``shell`` then ``python`` (the first is the default backend), the pools its settings enable.
 
 Elastic pools (issue 23): how many workers a pool has is decided by one control loop for the whole
 cluster (:mod:`~computer.actors._pool_scaler`); each worker runs at most its target of runs at once,
