@@ -109,7 +109,7 @@ class AssetsBridge:
     async def __aexit__(self, *exc: object) -> None:
         if self._server is not None:
             self._server.close()
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # best-effort: the run is over, its result matters
                 await self._server.wait_closed()
         # The directory goes in the background: its removal need not delay the run's pull and result.
         in_background(asyncio.to_thread(shutil.rmtree, self.directory, True), "removing a bridge directory")
@@ -121,7 +121,7 @@ class AssetsBridge:
                 reply: dict[str, Any] = {"error": "request too large"}
             else:
                 reply = await self._publish(json.loads(line or b"{}"))
-        except Exception as exc:
+        except Exception as exc:  # not swallowed: the program in the sandbox gets it as its answer
             reply = {"error": f"{type(exc).__name__}: {exc}"}
         with contextlib.suppress(ConnectionError, OSError):
             writer.write(json.dumps(reply).encode() + b"\n")
@@ -152,7 +152,7 @@ class AssetsBridge:
             return {"error": f"{path}: no such regular file in the workspace"}
         try:
             return {"url": await self.ctx.share(path, expires)}
-        except Exception as exc:
+        except Exception as exc:  # not swallowed: the program in the sandbox gets it as its answer
             return {"error": str(exc)}
 
     async def _save(self, path: str, rel: str, entry: Entry) -> str | None:

@@ -67,7 +67,7 @@ class SandboxProcess:
                 "sandbox launcher %s: its pipes stayed open after the kill; closing them", self.proc.pid
             )
             close_transport(self.proc)
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(Exception):  # best-effort: the warning above says what went wrong
                 await asyncio.wait_for(self.proc.wait(), timeout=1)
         except Exception:  # a kill must not fail on a process that is already gone
             pass
@@ -99,7 +99,7 @@ def close_transport(proc: asyncio.subprocess.Process) -> None:
     """Close our ends of the process's pipes (asyncio offers no public way)."""
     transport = getattr(proc, "_transport", None)
     if transport is not None:
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # best-effort cleanup of a process already killed
             transport.close()
 
 
@@ -187,7 +187,7 @@ async def stream_process(
             for task in tasks:
                 task.cancel()
             for task in tasks:
-                with contextlib.suppress(BaseException):
+                with contextlib.suppress(BaseException):  # cancelled just above: only their end matters
                     await task
             if sp.cgroups:
                 if finished and not timed_out and not sp.killed and sp.contained:

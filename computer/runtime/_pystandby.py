@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import contextlib
+import logging
 import os
 import signal
 import socket
@@ -26,6 +27,8 @@ from dataclasses import dataclass
 from ._sandbox import SandboxProcess, in_background
 
 __all__ = ["PREPARE_DELAY", "Guest", "StandbyGuests"]
+
+log = logging.getLogger(__name__)
 
 # Seconds between the end of a run and the start of the next run's guest.
 PREPARE_DELAY = 0.002
@@ -128,7 +131,9 @@ async def _started(pending: asyncio.Future[Guest]) -> Guest | None:
     except asyncio.CancelledError:
         pending.add_done_callback(_end_now)
         raise
-    except Exception:
+    except Exception as exc:
+        # Said aloud: without it every run would silently pay a cold start.
+        log.warning("a python guest started ahead failed to start (the run starts its own): %r", exc)
         return None
 
 

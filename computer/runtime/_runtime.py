@@ -215,7 +215,7 @@ class Runtime:
                 # The runtime itself is being cancelled (close): stop the backend too.
                 run.killed = True
                 run.consumer.cancel()
-                with contextlib.suppress(BaseException):
+                with contextlib.suppress(BaseException):  # cancelled just above: only its end matters
                     await run.consumer
         try:
             await self._settle(run, request, captures, exit_event[0] if exit_event else None, error, options)
@@ -453,16 +453,24 @@ class Runtime:
         started = time.monotonic()
         for run in runs:
             if run.task is not None:
-                with contextlib.suppress(BaseException):
+                try:
                     await asyncio.wait_for(
                         asyncio.shield(run.task), timeout=max(0.1, 30 - (time.monotonic() - started))
                     )
+                except TimeoutError:
+                    log.warning("exec %s: still settling 30 s after its workspace began to close", run.id)
+                except BaseException:  # a run's failure is its own result (_drive logs it): close goes on
+                    pass
         # Backends may keep things ready for this workspace (the shell's standby sandboxes): let go.
-        for backend in self._backends.values():
+        for name, backend in self._backends.items():
             close_workspace = getattr(backend, "close_workspace", None)
             if close_workspace is not None:
-                with contextlib.suppress(Exception):
+                try:
                     await close_workspace(str(self._workspace.id))
+                except Exception as exc:  # one backend's failure must not keep the others' going
+                    log.warning(
+                        "closing backend %s for workspace %s failed: %r", name, self._workspace.id, exc
+                    )
 
 
 def _reasons(event: ExitEvent | None) -> dict[str, str]:

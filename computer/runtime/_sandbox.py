@@ -265,7 +265,7 @@ class Sandbox:
             os.close(write_end)
 
             async def settle() -> None:
-                with contextlib.suppress(BaseException):
+                with contextlib.suppress(BaseException):  # the spawn failed: there is nothing to end
                     await (await spawn).discard()
 
             await run_to_completion(settle())

@@ -73,7 +73,7 @@ class OutputSpool:
             await asyncio.wait({put, task}, return_when=asyncio.FIRST_COMPLETED)
             if not put.done():
                 put.cancel()
-        with contextlib.suppress(Exception):
+        with contextlib.suppress(Exception):  # the task's failure is noted just below
             await asyncio.shield(task)
         self._note_failure(task)
         return self.failed is None
@@ -83,7 +83,7 @@ class OutputSpool:
         task = self._task
         if task is not None and not task.done():
             task.cancel()
-            with contextlib.suppress(BaseException):
+            with contextlib.suppress(BaseException):  # aborted: the file is not committed anyway
                 await task
         self.failed = self.failed or "aborted"
 

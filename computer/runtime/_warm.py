@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import OrderedDict
 from pathlib import Path
 
@@ -24,6 +25,8 @@ __all__ = [
     "discard_standby",
     "end_standbys",
 ]
+
+log = logging.getLogger(__name__)
 
 
 # What a warm sandbox holds: a standby and its bridge directory (a sandbox per call), or a sandbox
@@ -106,7 +109,9 @@ class Warm:
             self.taken = False
             self.close()
             raise
-        except Exception:
+        except Exception as exc:
+            # Said aloud: without it every run would silently pay a cold start.
+            log.warning("a sandbox started ahead failed to start (this run starts its own): %r", exc)
             return None
         usable = prepared.usable() if isinstance(prepared, Launched) else prepared[0].usable()
         if not usable:
@@ -139,7 +144,8 @@ class Warm:
     async def _end(self) -> None:
         try:
             prepared = await self.task
-        except BaseException:
+        except BaseException as exc:  # it never started (failed or cancelled): nothing to end
+            log.debug("a sandbox started ahead ended before it was ready: %r", exc)
             return
         await discard_prepared(prepared)
 

@@ -4,6 +4,7 @@ workspace's next run without ``env``."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 from collections.abc import AsyncIterator
@@ -13,6 +14,7 @@ import pytest
 
 import computer
 from computer.runtime import PythonBackend
+from computer.runtime._pystandby import Guest, StandbyGuests
 
 
 @pytest.fixture
@@ -112,3 +114,14 @@ async def test_no_guest_is_kept_when_warm_guests_is_zero() -> None:
         await ws.fs.mkdir("/workspace")
         assert (await run(ws, "print(2)")).stdout == "2\n"
         assert standby_of(backend) == [] and backend.standby.pending == []
+
+
+async def test_a_guest_that_failed_to_start_is_reported(caplog: pytest.LogCaptureFixture) -> None:
+    async def fail() -> Guest:
+        raise OSError("no interpreter at /usr/bin/python3")
+
+    guests = StandbyGuests(fail, 1)
+    guests.refill()
+    with caplog.at_level(logging.WARNING, logger="computer.runtime._pystandby"):
+        assert await guests.take() is None
+    assert "failed to start" in caplog.text and "no interpreter" in caplog.text

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import signal
 import threading
@@ -17,10 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import computer
 from computer.runtime import ShellBackend
 from computer.runtime._sandbox import Standby
-from computer.runtime._warm import STANDBYS_BACK_TO_BACK, Spares
+from computer.runtime._warm import STANDBYS_BACK_TO_BACK, Prepared, Spares, Warm
 
 _EXPECTED_ENV = {
     "PWD",
@@ -161,6 +164,18 @@ def test_spares_hand_out_the_oldest_ready_standby_first() -> None:
 class _FakeWarm:
     def __init__(self, task: asyncio.Future[None]) -> None:
         self.task = task
+
+
+async def test_a_standby_that_failed_to_start_is_reported_and_the_run_starts_its_own(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def fail() -> Prepared:
+        raise OSError("bwrap: cannot create a namespace")
+
+    warm = Warm(asyncio.ensure_future(fail()))
+    with caplog.at_level(logging.WARNING, logger="computer.runtime._warm"):
+        assert await warm.take() is None
+    assert "failed to start" in caplog.text and "cannot create a namespace" in caplog.text
 
 
 async def test_the_program_runs_under_the_sandbox_rlimits(
