@@ -26,6 +26,7 @@ __all__ = ["ClusterSource", "DataDirSource", "Source"]
 
 _OPEN_STORES = 32  # read-only stores kept open (least recently used closed first)
 _RUNS_SHOWN = 50
+LIST_TTL = 0.5  # seconds one workspace listing is reused
 
 
 class DataDirSource:
@@ -40,16 +41,24 @@ class DataDirSource:
         self.config = config
         self.owners = dict(workspaces or {})
         self._stores: OrderedDict[str, tuple[FileSystem, int]] = OrderedDict()  # name -> (store, inode)
+        self._listing: tuple[float, list[dict[str, Any]]] | None = None
 
     # -- workspaces ---------------------------------------------------------------------------------
 
     async def workspaces(self) -> list[dict[str, Any]]:
-        """Every workspace: name, state, where, size, last activity, live runs."""
+        """Every workspace: name, state, where, size, last activity, live runs.
+
+        One listing serves every request of the next ``LIST_TTL`` seconds (each open tab asks every
+        second, and a listing opens the journal of every awake workspace).
+        """
         from ..cli._context import GlobalOptions
         from ..cli._ls import list_workspaces
 
-        rows = await asyncio.to_thread(list_workspaces, GlobalOptions(data_dir=self.config.data_dir))
-        listed = [asdict(row) for row in rows]
+        now = time.monotonic()
+        if self._listing is None or now - self._listing[0] > LIST_TTL:
+            rows = await asyncio.to_thread(list_workspaces, GlobalOptions(data_dir=self.config.data_dir))
+            self._listing = (time.monotonic(), [asdict(row) for row in rows])
+        listed = [dict(row) for row in self._listing[1]]
         for row in listed:
             owner = self.owners.get(row["name"])
             if owner is not None:  # an owner of this process: its own count is exact
