@@ -142,7 +142,7 @@ class AssetsBridge:
         except OSError:
             st = None
         entry = entry_of(st) if st is not None else None
-        if entry is not None and entry[0] == "f":
+        if entry is not None and entry.kind == "f":
             if mirror.state.get(rel) != entry:
                 # Made by this run and not pulled yet: the share reads the workspace, so save it first.
                 refused = await self._save(path, rel, entry)
@@ -163,7 +163,7 @@ class AssetsBridge:
         data = await asyncio.to_thread(read_beneath, mirror.directory, rel)
         pull = SyncPull(
             mirror.root,
-            files=[MirrorFile(path, data, entry[5], entry[3] // 1_000_000)],
+            files=[MirrorFile(path, data, entry.mode, entry.mtime_ns // 1_000_000)],
             protected=sorted(mirror.protected),
             own_revs=list(self.own_revs),
         )

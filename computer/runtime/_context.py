@@ -14,6 +14,7 @@ import hashlib
 import inspect
 from typing import Any
 
+from ..storage import ManifestEntry
 from ..storage.paths import canonical, is_within
 from ._backend import (
     BIG_FILE,
@@ -116,11 +117,12 @@ class LocalExecContext:
         key = (self.fs.rev, root)
         if self._tree_cache is not None and self._tree_cache[0] == key:
             return self._tree_cache[1]
+        rows: list[ManifestEntry]
         try:
             rows = self.fs.manifest(root, inodes=True)
         except (FileNotFoundError, NotADirectoryError):
             rows = []
-        ops = sorted((_op(row) for row in rows if row[0] != root), key=_op_key)
+        ops = sorted((_op(row) for row in rows if row.path != root), key=_op_key)
         self._tree_cache = (key, ops)
         return ops
 
@@ -411,11 +413,8 @@ class _Op:
     target: str | None = None
 
 
-def _op(row: Any) -> _Op:
-    path, kind, size, mode, mtime = row[:5]
-    ino = row[5] if len(row) > 5 else 0
-    nlink = row[6] if len(row) > 6 else 1
-    return _Op(path, kind, size, mode, mtime, ino, nlink)
+def _op(row: ManifestEntry) -> _Op:
+    return _Op(row.path, row.kind, row.size, row.mode, row.mtime, row.ino, row.nlink)
 
 
 def _key(path: str) -> list[str]:

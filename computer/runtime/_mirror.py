@@ -16,7 +16,7 @@ import stat
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..storage import CHUNK_SIZE
 from ._backend import BIG_FILE, MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
@@ -40,9 +40,17 @@ __all__ = [
     "entry_of",
 ]
 
-# (kind, ino, size, mtime_ns, ctime_ns, mode) for files; the program cannot forge ctime, so any write,
-# chmod or touch is seen even when size and mtime come out the same.
-Entry = tuple[str, int, int, int, int, int]
+
+class Entry(NamedTuple):
+    """The change-detection key of one path of the mirror, from its ``lstat``: the program cannot
+    forge ctime, so any write, chmod or touch is seen even when size and mtime come out the same."""
+
+    kind: str  # "f" file, "d" directory, "l" symlink, "o" anything else (never synced)
+    ino: int
+    size: int
+    mtime_ns: int
+    ctime_ns: int
+    mode: int  # permission bits (``stat.S_IMODE``)
 
 
 class Closeable(Protocol):
@@ -371,7 +379,7 @@ class Mirror:
             except OSError:
                 st = None
             entry = _entry(st) if st is not None else None
-            if entry is None or entry[0] != "d":
+            if entry is None or entry.kind != "d":
                 prefix = rel + "/"
                 below = [k for k in now if k.startswith(prefix)] if _was_dir(self.state, now, rel) else []
                 for key in below:
@@ -413,21 +421,21 @@ class Mirror:
             if entry is None:
                 plan.deleted.append(path)
                 continue
-            kind = entry[0]
-            if kind in "fd" and entry[5] & 0o6000:
+            kind = entry.kind
+            if kind in "fd" and entry.mode & 0o6000:
                 # setuid/setgid never survive, not even in the mirror (the sandbox's own user owns it,
                 # but nobody gets a set-id program out of a run).
                 with contextlib.suppress(OSError, NotImplementedError):
-                    os.chmod(self.directory / rel, entry[5] & SAFE_BITS, follow_symlinks=False)
+                    os.chmod(self.directory / rel, entry.mode & SAFE_BITS, follow_symlinks=False)
                     entry = now[rel] = _entry(os.lstat(self.directory / rel))
             if kind == "d":
-                if old is None or old[0] != "d" or old[5] != entry[5]:
-                    plan.dirs.append(MirrorDir(path, entry[5]))
+                if old is None or old.kind != "d" or old.mode != entry.mode:
+                    plan.dirs.append(MirrorDir(path, entry.mode))
             elif kind == "l":
                 with contextlib.suppress(OSError):
                     plan.symlinks.append(MirrorSymlink(path, os.readlink(self.directory / rel)))
             elif kind == "f":
-                ino = entry[1]
+                ino = entry.ino
                 if ino in first_name:
                     plan.links.append((rel, first_name[ino]))
                 else:
@@ -438,7 +446,7 @@ class Mirror:
                 # replaced by a FIFO or socket stays in the workspace (reported in ``skipped``).
                 plan.unsyncable[path] = SPECIAL
                 continue
-            if old is not None and old[0] != kind:
+            if old is not None and old.kind != kind:
                 plan.deleted.append(path)  # replaced by another kind: remove first
         self._other_names(plan, now, first_name)
         plan.dirs.sort(key=lambda d: d.path.count("/"))
@@ -456,11 +464,11 @@ class Mirror:
             return
         by_ino: dict[int, list[str]] = {}
         for rel, entry in now.items():
-            if entry[0] == "f":
-                by_ino.setdefault(entry[1], []).append(rel)
+            if entry.kind == "f":
+                by_ino.setdefault(entry.ino, []).append(rel)
         listed = {rel for rel, _ in plan.links}
         for rel in shared:
-            ino = now[rel][1]
+            ino = now[rel].ino
             for other in by_ino.get(ino, ()):
                 if other != rel and other not in listed and first_name.get(ino) != self.workspace_path(other):
                     plan.links.append((other, first_name[ino]))
@@ -492,8 +500,8 @@ class Mirror:
         with BeneathReader(self.directory) as reader:
             for rel, entry in plan.files:
                 path = self.workspace_path(rel)
-                mtime = entry[3] // 1_000_000
-                if entry[2] >= BIG_FILE:
+                mtime = entry.mtime_ns // 1_000_000
+                if entry.size >= BIG_FILE:
                     known = set(self.chunks.get(rel, ())) | staged
                     hashes: list[str] = []
                     size = 0
@@ -517,9 +525,9 @@ class Mirror:
                     except OSError:
                         continue
                     plan.chunk_lists[rel] = hashes
-                    page.files.append(MirrorFile(path, None, entry[5], mtime, size, None, hashes))
+                    page.files.append(MirrorFile(path, None, entry.mode, mtime, size, None, hashes))
                     continue
-                if budget is not None and held and held + entry[2] > budget:
+                if budget is not None and held and held + entry.size > budget:
                     yield page
                     page, held = SyncPull(self.root, protected=protected, staging=staging, done=False), 0
                 try:
@@ -527,7 +535,7 @@ class Mirror:
                 except OSError:
                     continue
                 held += len(data)
-                page.files.append(MirrorFile(path, data, entry[5], mtime))
+                page.files.append(MirrorFile(path, data, entry.mode, mtime))
         # Hard links last: their first name is on this page or an earlier one.
         for rel, first in plan.links:
             page.files.append(MirrorFile(self.workspace_path(rel), None, 0o644, 0, 0, first))
@@ -581,7 +589,7 @@ class PullPlan:
         return not (self.files or self.dirs or self.symlinks or self.deleted or self.links)
 
     def size(self) -> int:
-        return sum(entry[2] for _, entry in self.files)
+        return sum(entry.size for _, entry in self.files)
 
 
 NOT_UTF8 = "the name is not UTF-8: the workspace cannot hold it (it stays in the sandbox only)"
@@ -596,17 +604,17 @@ def entry_of(st: os.stat_result) -> Entry:
 def _entry(st: os.stat_result) -> Entry:
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISDIR(st.st_mode):
-        return ("d", 0, 0, 0, 0, mode)
+        return Entry("d", 0, 0, 0, 0, mode)
     if stat.S_ISLNK(st.st_mode):
-        return ("l", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode)
+        return Entry("l", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode)
     if stat.S_ISREG(st.st_mode):
-        return ("f", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode)
-    return ("o", st.st_ino, 0, 0, 0, mode)  # fifos, sockets: never synced
+        return Entry("f", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode)
+    return Entry("o", st.st_ino, 0, 0, 0, mode)  # fifos, sockets: never synced
 
 
 def _was_dir(state: dict[str, Entry], now: dict[str, Entry], rel: str) -> bool:
     old = state.get(rel) or now.get(rel)
-    return old is not None and old[0] == "d"
+    return old is not None and old.kind == "d"
 
 
 def _within(path: str, root: str) -> bool:

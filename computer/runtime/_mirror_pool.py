@@ -83,7 +83,7 @@ class MirrorPool:
         if len(free) >= self.idle:
             self.discard(mirror)
             return False
-        mirror.held_bytes = sum(entry[2] for entry in mirror.state.values() if entry[0] == "f")
+        mirror.held_bytes = sum(entry.size for entry in mirror.state.values() if entry.kind == "f")
         mirror.idle_since = time.monotonic()
         free.append(mirror)
         self._touch(workspace_id)

@@ -10,7 +10,7 @@ from ._chunks import CHUNK_SIZE
 from ._db import use_wal
 from .errors import FsInvalidError, error_from_wire, error_to_wire, fs_error
 from .filesystem import FileSystem
-from .locks import LockTable
+from .locks import HeldLease, LockTable
 from .types import (
     BatchResult,
     Change,
@@ -22,6 +22,7 @@ from .types import (
     GrepContextLine,
     GrepMatch,
     ManifestEntry,
+    ManifestRow,
 )
 
 __all__ = [
@@ -39,8 +40,10 @@ __all__ = [
     "FsInvalidError",
     "GrepContextLine",
     "GrepMatch",
+    "HeldLease",
     "LockTable",
     "ManifestEntry",
+    "ManifestRow",
     "ToolCall",
     "audit_caller",
     "current_caller",

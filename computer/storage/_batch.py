@@ -22,18 +22,19 @@ from ._state import CREATE_OP, Mutation, Store
 from ._tree import add_entry, add_name, ensure_dirs, new_inode, remove_leaves, remove_node
 from .errors import fs_error
 from .paths import is_within, join, parts, split
-from .types import BatchResult, Change, ChangeSet, ManifestEntry
+from .types import BatchResult, Change, ChangeSet, ManifestEntry, ManifestRow
 
 __all__ = ["changes_since", "commit_batch", "manifest"]
 
 
 def manifest(
     st: Store, root: str, *, inodes: bool = False, after: str | None = None, limit: int | None = None
-) -> list[tuple[str, str, int, int, int]] | list[ManifestEntry]:
-    """Every node below ``root``: ``(path, "file"|"dir"|"symlink", size, mode, mtime)``, in walk order.
+) -> list[ManifestRow] | list[ManifestEntry]:
+    """Every node below ``root`` as a :class:`ManifestRow` ``(path, "file"|"dir"|"symlink", size,
+    mode, mtime)``, in walk order.
 
     With ``inodes=True`` each is a :class:`ManifestEntry`, the same five fields then ``ino`` and
-    ``nlink``: names sharing an ``ino`` are hard links of one file. (The plain five-tuple stays the
+    ``nlink``: names sharing an ``ino`` are hard links of one file. (The five fields stay the
     default so that callers unpacking five values keep working.)
     ``after``/``limit`` page it: at most ``limit`` entries strictly after the path ``after`` (in walk
     order, which is the order of paths compared segment by segment), read a page of children at a
@@ -59,7 +60,10 @@ def manifest(
             ManifestEntry(path, KIND_NAMES[k], size, mode, mtime, node, nlink)  # type: ignore[arg-type]
             for path, k, size, mode, mtime, node, nlink in rows
         ]
-    return [(path, KIND_NAMES[k], size, mode, mtime) for path, k, size, mode, mtime, _, _ in rows]
+    return [
+        ManifestRow(path, KIND_NAMES[k], size, mode, mtime)  # type: ignore[arg-type]
+        for path, k, size, mode, mtime, _, _ in rows
+    ]
 
 
 def changes_since(st: Store, rev: int, root: str = "/", *, skip_revs: Sequence[int] = ()) -> ChangeSet:

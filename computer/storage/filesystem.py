@@ -36,7 +36,17 @@ from ._search import find_entries, grep_entries
 from ._state import Store
 from .errors import fs_error
 from .locks import LockTable
-from .types import BatchResult, ChangeSet, ChunkRef, DirEntry, FileStat, FindEntry, GrepMatch, ManifestEntry
+from .types import (
+    BatchResult,
+    ChangeSet,
+    ChunkRef,
+    DirEntry,
+    FileStat,
+    FindEntry,
+    GrepMatch,
+    ManifestEntry,
+    ManifestRow,
+)
 
 __all__ = ["GARBAGE_DELAY", "FileSystem"]
 
@@ -369,13 +379,8 @@ class FileSystem:
 
     @overload
     def manifest(
-        self,
-        root: str,
-        *,
-        inodes: Literal[False] = False,
-        after: str | None = None,
-        limit: int | None = None,
-    ) -> list[tuple[str, str, int, int, int]]: ...
+        self, root: str, *, inodes: Literal[False] = False, after: str | None = None, limit: int | None = None
+    ) -> list[ManifestRow]: ...
 
     @overload
     def manifest(
@@ -384,10 +389,9 @@ class FileSystem:
 
     def manifest(
         self, root: str, *, inodes: bool = False, after: str | None = None, limit: int | None = None
-    ) -> list[tuple[str, str, int, int, int]] | list[ManifestEntry]:
-        """Every node below ``root``: ``(path, "file"|"dir"|"symlink", size, mode, mtime)``, in walk order;
-        with ``inodes=True`` a :class:`ManifestEntry` that adds ``ino`` and ``nlink``; ``after``/``limit``
-        page through a large tree in bounded memory (see ``_batch.manifest``)."""
+    ) -> list[ManifestRow] | list[ManifestEntry]:
+        """Every node below ``root`` in walk order: a :class:`ManifestRow`, or with ``inodes=True`` a
+        :class:`ManifestEntry` (adds ``ino``, ``nlink``); ``after``/``limit`` page it (``_batch.manifest``)."""
         return _batch.manifest(self._store, root, inodes=inodes, after=after, limit=limit)
 
     def changes_since(self, rev: int, root: str = "/", *, skip_revs: Sequence[int] = ()) -> ChangeSet:

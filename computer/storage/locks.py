@@ -29,12 +29,21 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import fs_error
 from .paths import canonical, is_within
 
-__all__ = ["LockTable"]
+__all__ = ["HeldLease", "LockTable"]
+
+
+class HeldLease(NamedTuple):
+    """One lease of :meth:`LockTable.held`."""
+
+    lease_id: str
+    paths: tuple[str, ...]
+    subtree: bool
+    holder: str
 
 
 @dataclass(eq=False)
@@ -200,10 +209,10 @@ class LockTable:
                     "again and re-read before writing",
                 )
 
-    def held(self) -> list[tuple[str, tuple[str, ...], bool, str]]:
-        """Current leases as ``(lease id, paths, subtree, holder)`` (for diagnostics and tests)."""
+    def held(self) -> list[HeldLease]:
+        """Current leases (for diagnostics and tests)."""
         self._expire()
-        return [(lid, c.paths, c.subtree, c.holder) for lid, c in self._held.items()]
+        return [HeldLease(lid, c.paths, c.subtree, c.holder) for lid, c in self._held.items()]
 
     # ------------------------------------------------------------------ internals
 

@@ -16,6 +16,7 @@ __all__ = [
     "GrepContextLine",
     "GrepMatch",
     "ManifestEntry",
+    "ManifestRow",
 ]
 
 
@@ -50,6 +51,16 @@ class ChunkRef:
 
     hash: str
     size: int
+
+
+class ManifestRow(NamedTuple):
+    """One node of :meth:`FileSystem.manifest` (the default, without ``inodes``)."""
+
+    path: str
+    kind: Literal["file", "dir", "symlink"]
+    size: int
+    mode: int
+    mtime: int  # milliseconds since the epoch
 
 
 class ManifestEntry(NamedTuple):

@@ -66,10 +66,10 @@ async def test_several_paths_are_taken_all_at_once() -> None:
     b = await table.acquire(["/b"])
     both = await _blocked(table.acquire(["/a", "/b"]), table)
     # No partial hold: while the request waits for /b it holds nothing, not even /a.
-    assert [h[1] for h in table.held()] == [("/b",)]
+    assert [h.paths for h in table.held()] == [("/b",)]
     table.release(b)
     lease = await asyncio.wait_for(both, 1)
-    assert [h[1] for h in table.held()] == [("/a", "/b")]
+    assert [h.paths for h in table.held()] == [("/a", "/b")]
     table.release(lease)
 
 
@@ -87,7 +87,7 @@ async def test_expired_lease_is_dropped_and_waiter_woken() -> None:
     table = LockTable()
     await table.acquire(["/f"], holder="dead-client", ttl=0.05)
     lease = await asyncio.wait_for(table.acquire(["/f"]), 2)
-    assert [h[3] for h in table.held()] == ["local"]
+    assert [h.holder for h in table.held()] == ["local"]
     assert table.release(lease)
 
 
@@ -106,7 +106,7 @@ async def test_acquire_timeout_holds_nothing() -> None:
     lease = await table.acquire(["/f"])
     with pytest.raises(TimeoutError):
         await table.acquire(["/f", "/g"], timeout=0.05)
-    assert [h[1] for h in table.held()] == [("/f",)]
+    assert [h.paths for h in table.held()] == [("/f",)]
     table.release(lease)
     await asyncio.wait_for(table.acquire(["/g"]), 1)
 
@@ -128,7 +128,7 @@ async def test_release_holder_frees_all_its_leases() -> None:
     await table.acquire(["/b"], holder="client-1")
     await table.acquire(["/c"], holder="client-2")
     assert table.release_holder("client-1") == 2
-    assert [h[3] for h in table.held()] == ["client-2"]
+    assert [h.holder for h in table.held()] == ["client-2"]
 
 
 async def test_waiters_are_served_in_arrival_order() -> None:

@@ -37,7 +37,7 @@ async def _run(sequence: list[tuple[str, object]]) -> None:
                 assert table.release(granted[0])
         for _ in range(3):
             await asyncio.sleep(0)
-        held = [(paths, subtree) for _, paths, subtree, _ in table.held()]
+        held = [(lease.paths, lease.subtree) for lease in table.held()]
         for i, a in enumerate(held):
             for b in held[i + 1 :]:
                 assert not _conflict(a, b), (a, b)

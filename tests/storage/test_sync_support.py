@@ -116,6 +116,7 @@ async def test_manifest_lists_every_node_below_root(fs: FileSystem) -> None:
         ("/w/link", "symlink", 3, 0o777),
     ]
     assert all(isinstance(mtime, int) and mtime > 0 for *_, mtime in rows)
+    assert (rows[2].path, rows[2].kind, rows[2].size, rows[2].mode) == ("/w/d/f", "file", 3, 0o600)
     with pytest.raises(FileNotFoundError):
         fs.manifest("/missing")
     assert fs.manifest("/outside") == []
