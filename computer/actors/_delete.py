@@ -29,7 +29,7 @@ from typing import Any
 from ..config import Settings, settings
 from ..storage import FileSystem
 from ..storage.errors import fs_error
-from ._lease import awake_where, take_lease
+from ._lease import awake, awake_where, take_lease
 from .directory import Directory, WorkspaceRecord, open_directory
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
@@ -77,7 +77,7 @@ async def delete_workspace(name: str, *, force: bool = False) -> DeletedWorkspac
             raise fs_error(errno.ENOENT, name, "no such workspace")
         stopped = await _stop_owner(config, name, force=force)
         record = await asyncio.to_thread(directory.get, name)
-        if record is not None and record.lease_live() and not force:
+        if awake(record) and record is not None and not force:
             raise fs_error(errno.EBUSY, name, _unreachable_owner(record))
         return await asyncio.to_thread(_remove, config, directory, name, stopped)
     finally:

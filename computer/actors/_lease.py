@@ -16,7 +16,7 @@ from pathlib import Path
 from ..storage import FileSystem
 from .directory import Directory, WorkspaceRecord
 
-__all__ = ["awake_where", "process_node", "take_lease"]
+__all__ = ["awake", "awake_where", "process_node", "take_lease"]
 
 
 def take_lease(
@@ -49,3 +49,24 @@ def awake_where(record: WorkspaceRecord) -> str:
         return f"in process {pid} on {hostname}" if hostname else f"in process {pid}"
     hostname = (record.host or "").partition("/")[0]
     return f"on node {node[:8]} ({hostname})" if hostname else f"on node {node[:8]}"
+
+
+def awake(record: WorkspaceRecord | None, now: float | None = None) -> bool:
+    """Whether an owner holds ``record``'s workspace: a live lease, unless that owner was a process of
+    this machine that is gone (killed before it could release the lease: no need to wait it out).
+    A pid reused by another process counts as alive: the safe side."""
+    if record is None or not record.lease_live(now):
+        return False
+    node = record.node or ""
+    if not node.startswith("process:"):
+        return True
+    pid, _, hostname = node.removeprefix("process:").partition("@")
+    if hostname != socket.gethostname() or not pid.isdigit():
+        return True
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True

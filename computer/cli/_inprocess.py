@@ -8,7 +8,8 @@ are refused (EROFS); its lease renewal fails and it says so on stderr. At the en
 released (the workspace is asleep, ``closed`` in the directory).
 
 A workspace whose lease another owner holds (awake on a Ray node, or in another command's process)
-is not taken over: the command stops with a message saying where it is awake and how to reach it.
+is not taken over: the command stops with a message saying where it is awake and how to reach it. A
+command's process that was killed before it released the lease holds nothing: its lease is taken.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ async def in_process_workspace(
     ``backends``: configure the ``shell`` and ``python`` exec backends (building them costs ~0.2 s
     each, so a command that runs no exec goes without); ``assets``: the share-link publisher.
     """
-    from ..actors._lease import awake_where, process_node, take_lease
+    from ..actors._lease import awake, awake_where, process_node, take_lease
     from ..actors.directory import open_directory
     from ..actors.naming import workspace_file
 
@@ -54,7 +55,7 @@ async def in_process_workspace(
     directory = open_directory(config)
     try:
         record = directory.get(name)
-        if record is not None and record.lease_live():
+        if record is not None and awake(record):
             raise CliError(
                 f"workspace {name!r} is awake {awake_where(record)}: another owner holds it. Reach it "
                 "through its cluster (--address HOST:PORT, or RAY_ADDRESS), or wait until it is asleep "

@@ -3,7 +3,8 @@ activity and live runs, from facts that hold whether or not a cluster runs (Ray 
 
 - **awake on <where>**: an owner holds the workspace's lease (it renews it every few seconds); where is
   a Ray node (its id and machine) or a command's own process. An owner that died without giving the
-  lease up counts as awake until its lease runs out (``lock_lease``, 30 s by default).
+  lease up counts as awake until its lease runs out (``lock_lease``, 30 s by default), except a
+  command's process of this machine that is gone: asleep at once.
 - **asleep**: nobody holds the lease: the workspace is only its file; the next call wakes it.
 - **size**: the SQLite file and its write-ahead log on this machine (none when the file is elsewhere).
 - **live runs**: executions an awake workspace's journal records as running (asleep: 0).
@@ -45,7 +46,7 @@ class WorkspaceRow:
 
 def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[WorkspaceRow]:
     """Every workspace of the data directory (directory records and files), sorted by name."""
-    from ..actors._lease import awake_where
+    from ..actors._lease import awake, awake_where
     from ..actors.directory import open_directory
     from ..actors.naming import workspace_file
 
@@ -61,15 +62,15 @@ def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[Workspa
             record = directory.get(name)
             path = workspace_file(config, name)
             sizes = [f.stat().st_size for f in (path, path.with_name(path.name + "-wal")) if f.exists()]
-            awake = record is not None and record.lease_live(now)
+            is_awake = awake(record, now)
             rows.append(
                 WorkspaceRow(
                     name=name,
-                    state="awake" if awake else "asleep",
-                    where=awake_where(record) if awake and record is not None else None,
+                    state="awake" if is_awake else "asleep",
+                    where=awake_where(record) if is_awake and record is not None else None,
                     size=sum(sizes) if sizes else None,
                     last_active=_last_active(record, path),
-                    live_runs=_live_runs(path) if awake and sizes else 0,
+                    live_runs=_live_runs(path) if is_awake and sizes else 0,
                     node=None if record is None else record.node,
                 )
             )

@@ -117,3 +117,28 @@ def test_shell_runs_in_process_and_leaves_the_workspace_asleep(tmp_path: Path) -
     assert "f.txt" in proc.stdout and "hello" in proc.stdout
     (row,) = list_workspaces(GlobalOptions(data_dir=tmp_path))
     assert (row.name, row.state) == ("prompt", "asleep")
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_workspace_whose_command_was_killed_is_asleep_and_opens_at_once(tmp_path: Path) -> None:
+    import socket
+
+    from computer.actors.directory import SqliteDirectory
+
+    directory = SqliteDirectory(tmp_path / "directory.sqlite")
+    directory.acquire_lease("crashed", f"process:{_dead_pid()}@{socket.gethostname()}", "gone", 60.0)
+    directory.acquire_lease("elsewhere", "process:1@another-machine", "remote", 60.0)
+    directory.close()
+    (row_crashed, row_elsewhere) = list_workspaces(GlobalOptions(data_dir=tmp_path))
+    assert (row_crashed.name, row_crashed.state) == ("crashed", "asleep")
+    assert (row_elsewhere.name, row_elsewhere.state) == ("elsewhere", "awake")  # cannot tell: its lease holds
+    base = ["--data-dir", str(tmp_path), "tool"]
+    opened = runner.invoke(app, [*base, "crashed", "write", '{"path": "/workspace/a", "content": "x"}'])
+    assert opened.exit_code == 0, opened.output
+    refused = runner.invoke(app, [*base, "elsewhere", "ls", '{"path": "/"}'])
+    assert refused.exit_code == 1 and "awake in process 1 on another-machine" in refused.output
