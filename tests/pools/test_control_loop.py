@@ -49,7 +49,10 @@ async def test_the_status_reports_workers_waits_and_runs(cluster: Settings, name
         await ws.fs.mkdir("/workspace")
         handles = await asyncio.gather(*[ws.runtime.exec(f"echo {i}") for i in range(6)])
         assert [(await h.result()).status for h in handles] == ["completed"] * 6
-    shell = (await _status())["pools"]["shell"]
+    deadline = time.monotonic() + 20  # the loop collects the runs' waits at its next polls
+    while (shell := (await _status())["pools"]["shell"])["waits_counted"] < 6:
+        assert time.monotonic() < deadline, shell
+        await asyncio.sleep(0.2)
     assert shell["min"] == 2 and shell["max"] >= 2 and shell["max_setting"] is None
     assert len([w for w in shell["workers"] if w["state"] == "ready"]) >= 2
     assert all(w["node_id"] for w in shell["workers"] if w["state"] == "ready")
