@@ -26,6 +26,7 @@ __all__ = [
     "Database",
     "is_disk_full",
     "storage_failure",
+    "stored_epoch",
     "use_wal",
 ]
 
@@ -56,6 +57,21 @@ def storage_failure(exc: sqlite3.Error, path: str | None = None) -> OSError:
     if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc):
         return fs_error(errno.EROFS, path, f"read-only store: {exc}")
     return fs_error(errno.EIO, path, f"storage failure: {exc}")
+
+
+def stored_epoch(path: str) -> int:
+    """The highest owner epoch the store at ``path`` has seen (0 when it does not exist yet)."""
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return 0
+    try:
+        row = con.execute("SELECT epoch FROM state WHERE id = 1").fetchone()
+    except sqlite3.Error:  # missing file or no schema yet
+        return 0
+    finally:
+        con.close()
+    return int(row[0]) if row else 0
 
 
 def is_disk_full(exc: BaseException) -> bool:

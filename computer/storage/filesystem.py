@@ -23,12 +23,12 @@ import errno
 import logging
 import sqlite3
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Literal, overload
 
 from . import _batch, _content, _pieces, _reads, _tree
 from ._audit import AuditLog
-from ._db import Database
+from ._db import Database, stored_epoch
 from ._pieces import Piece
 from ._resolve import resolve_read
 from ._schema import DIR, FILE, SYMLINK
@@ -64,11 +64,17 @@ class FileSystem:
     """
 
     def __init__(
-        self, db: Database, *, max_bytes: int | None, fence: int | None, garbage_timer: bool = True
+        self,
+        db: Database,
+        *,
+        max_bytes: int | None,
+        fence: int | None,
+        garbage_timer: bool = True,
+        on_garbage: Callable[[], bool] | None = None,
     ) -> None:
         self._garbage_timer: asyncio.TimerHandle | None = None
         self._garbage_loop: asyncio.AbstractEventLoop | None = None  # the loop the timer is on
-        later = self._collect_later if garbage_timer else _hold
+        later = self._collect_later if garbage_timer else on_garbage or _hold
         self._store = st = Store(db, max_bytes=max_bytes, fence=fence, later=later)
         self.chunks = st.chunks
         self.locks = LockTable()
@@ -102,6 +108,7 @@ class FileSystem:
         max_bytes: int | None = None,
         fence: int | None = None,
         garbage_timer: bool = True,
+        on_garbage: Callable[[], bool] | None = None,
         readonly: bool = False,
     ) -> FileSystem:
         """Open (creating when missing) the store at ``path``; ``None`` is a private in-memory store.
@@ -111,26 +118,18 @@ class FileSystem:
         ours (EROFS once a newer owner raised it). ``garbage_timer=False``: the store never touches an
         event loop; freed small chunks wait for :meth:`collect_garbage` (called by the owner when
         :attr:`garbage_pending`), or for a mutation past 16,384 of them, ``stats()`` or ``close()``.
+        ``on_garbage()`` then tells the owner, inside the mutation, that a batch is ready: True when the
+        owner collects it soon (``Workspace``: ``GARBAGE_DELAY`` later), False to free it in the mutation.
         ``readonly=True`` reads an existing file beside its owner (the dashboard, ``computer log``):
         nothing is created, migrated or written (a write fails with EIO), the audit log only reads.
         """
         db = Database(path, readonly=readonly)
-        return cls(db, max_bytes=max_bytes, fence=fence, garbage_timer=garbage_timer)
+        return cls(db, max_bytes=max_bytes, fence=fence, garbage_timer=garbage_timer, on_garbage=on_garbage)
 
     @staticmethod
     def stored_epoch(path: str) -> int:
         """The highest owner epoch the store at ``path`` has seen (0 when it does not exist yet)."""
-        try:
-            con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        except sqlite3.Error:
-            return 0
-        try:
-            row = con.execute("SELECT epoch FROM state WHERE id = 1").fetchone()
-        except sqlite3.Error:  # missing file or no schema yet
-            return 0
-        finally:
-            con.close()
-        return int(row[0]) if row else 0
+        return stored_epoch(path)
 
     def close(self) -> None:
         """Free batched garbage and close the SQLite connection. Idempotent."""

@@ -504,6 +504,33 @@ def test_with_garbage_timer_off_the_owner_collects_explicitly(tmp_path: Path) ->
     fs.collect_garbage()  # closed: a no-op
 
 
+def test_with_garbage_timer_off_on_garbage_tells_the_owner_a_batch_is_ready() -> None:
+    """``on_garbage()`` is called once a batch of freed small chunks is ready: True leaves it for the
+    owner's ``collect_garbage()``, False frees it inside the mutation."""
+    calls: list[bool] = []
+    answer = True
+
+    def on_garbage() -> bool:
+        calls.append(answer)
+        return answer
+
+    fs = FileSystem.open(None, garbage_timer=False, on_garbage=on_garbage)
+    try:
+        files = {f"/g/f{i}": b"unique %d" % i for i in range(300)}
+        fs.commit_batch(files)
+        assert calls == []  # nothing freed yet
+        fs.commit_batch(dict.fromkeys(files))
+        assert calls == [True] and fs.garbage_pending and _rows(fs) == 300
+        fs.collect_garbage()
+        assert not fs.garbage_pending and _rows(fs) == 0
+        answer = False
+        fs.commit_batch(files)
+        fs.commit_batch(dict.fromkeys(files))
+        assert calls == [True, False] and not fs.garbage_pending and _rows(fs) == 0
+    finally:
+        fs.close()
+
+
 def test_with_garbage_timer_off_a_mutation_past_the_cap_frees_inline() -> None:
     from computer.storage._chunkstore import LAZY_MAX
 
