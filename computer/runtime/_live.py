@@ -63,7 +63,7 @@ from ._sync import MirrorSync, Synced
 from ._tasks import in_background, run_to_completion
 from .types import ProcessInfo
 
-__all__ = ["SYNC_INTERVAL", "LiveSandbox", "LiveSandboxError", "background_log"]
+__all__ = ["SYNC_INTERVAL", "LiveSandbox", "LiveSandboxError", "LiveStartError", "background_log"]
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +76,11 @@ _KILL_GRACE = 5.0
 
 class LiveSandboxError(RuntimeError):
     """The live sandbox ended under a run (its init died, it was ended, or it could not start)."""
+
+
+class LiveStartError(LiveSandboxError):
+    """The init could not start a command: the sandbox is at its process limit (EAGAIN) or out of
+    memory (ENOMEM), e.g. a fork bomb left running in the background."""
 
 
 BACKGROUND_LOG_DIR = "/.computer/output"
@@ -133,6 +138,7 @@ class LiveSandbox:
         self._baseline = 0
         self._ticker: asyncio.Task[None] | None = None
         self._adopted: set[int] = set()  # pipes of background processes, read into their logs
+        self._stderr: asyncio.Task[None] | None = None
         self._log_dir_made = False
         # Called once it ended (its backend forgets it and keeps the mirror warm).
         self.ended_callback: Callable[[LiveSandbox], None] | None = None
@@ -151,7 +157,20 @@ class LiveSandbox:
         sandbox.bridge = AssetsBridge(sandbox.ctx, sandbox.mirror, launched.bridge_dir)
         await sandbox.bridge.__aenter__()
         sandbox._ticker = asyncio.create_task(sandbox._tick())
+        sandbox._stderr = asyncio.create_task(sandbox._log_init_stderr())
         return sandbox
+
+    async def _log_init_stderr(self) -> None:
+        """What the init itself writes (a traceback if it ever crashes) goes to this process's log
+        (read, so it never blocks on a full pipe)."""
+        stream = self.process.proc.stderr
+        if stream is None:
+            return
+        with contextlib.suppress(Exception):
+            while line := await stream.readline():
+                log.warning(
+                    "live sandbox of %s: init: %s", self.workspace_id, line.decode(errors="replace").rstrip()
+                )
 
     @property
     def alive(self) -> bool:
@@ -407,7 +426,7 @@ class LiveSandbox:
             finished = True
             if error:
                 outcome.exit_code = code
-                raise LiveSandboxError(error)
+                raise (LiveStartError if code == 126 else LiveSandboxError)(error)
             if timed_out:
                 code = TIMEOUT_EXIT_CODE
             elif code < 0:
@@ -559,6 +578,8 @@ class LiveSandbox:
         ticker = self._ticker
         if ticker is not None and ticker is not asyncio.current_task():
             ticker.cancel()
+        if self._stderr is not None:
+            self._stderr.cancel()
         with contextlib.suppress(Exception):
             self.loop.remove_reader(self.channel.fileno())
         error = LiveSandboxError(f"the live sandbox ended: {self.dead}")

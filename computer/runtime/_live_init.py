@@ -25,6 +25,7 @@ import selectors
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -74,9 +75,12 @@ def main() -> None:
                 return  # the host closed the channel: the sandbox ends
             try:
                 handle(json.loads(data), fds, jobs, send)
-            except (ValueError, KeyError, TypeError) as exc:
+            except (ValueError, KeyError, TypeError) as exc:  # a malformed message: say so, go on
                 for fd in fds:
-                    os.close(fd)
+                    try:
+                        os.close(fd)
+                    except OSError:
+                        pass
                 send({"op": "error", "error": str(exc)})
 
 
@@ -101,12 +105,9 @@ def handle(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: 
                 message.update(json.loads(spec.read()))
         start(message, fds, jobs, send)
     elif op == "signal":
-        for pid, job in jobs.items():
+        for pid, job in list(jobs.items()):
             if job == message["id"]:
-                try:
-                    os.killpg(pid, int(message["sig"]))
-                except OSError:
-                    pass
+                kill_group(pid, int(message["sig"]))
     elif op == "kill":
         pid = int(message["pid"])
         error = None
@@ -124,6 +125,17 @@ def handle(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: 
         send({"op": "ps", "ref": message.get("ref"), "processes": processes()})
 
 
+def kill_group(pgid: int, sig: int) -> None:
+    """Signal the process group ``pgid``; SIGKILL a few more rounds (a fork bomb forks while it is
+    being killed; under the pids limit its newborns are few). Stops once the group is gone."""
+    for _ in range(20 if sig == signal.SIGKILL else 1):
+        try:
+            os.killpg(pgid, sig)
+        except OSError:
+            return
+        time.sleep(0.002)
+
+
 def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: Send) -> None:
     argv, env, cwd = message["argv"], message["env"], message["cwd"]
     job = message["id"]
@@ -132,7 +144,13 @@ def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: S
             os.close(fd)
         send({"op": "exit", "id": job, "code": 125, "error": "a run needs its three standard streams"})
         return
-    pid = os.fork()
+    try:
+        pid = os.fork()
+    except OSError as exc:  # at the process limit (EAGAIN) or out of memory (ENOMEM): the init lives on
+        for fd in fds:
+            os.close(fd)
+        send({"op": "exit", "id": job, "code": 126, "error": f"cannot start the command: {exc.strerror}"})
+        return
     if pid == 0:  # the job: its own session and process group, the host's pipes as its streams
         try:
             try:  # under memory pressure the kernel kills a command, not the init

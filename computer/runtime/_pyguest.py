@@ -156,6 +156,11 @@ def _build_module() -> types.ModuleType:
     def copy(src: str, dst: str, overwrite: bool = False) -> None:
         _call("copy", src=_abs(src), dst=_abs(dst), overwrite=overwrite)
 
+    def call(op: str, **args: Any) -> Any:
+        """One operation of the host by name, arguments as given (no cwd applied): for what the
+        functions above do not cover, e.g. the agent's ``agent_tool``. The host refuses the rest."""
+        return _call(op, **args)
+
     for fn in (
         read_file,
         read_text,
@@ -170,6 +175,7 @@ def _build_module() -> types.ModuleType:
         ls,
         rename,
         copy,
+        call,
     ):
         setattr(ws, fn.__name__, fn)
     ws.cwd = _CWD  # type: ignore[attr-defined]

@@ -24,10 +24,11 @@ from ._backend import (
     ExecEvent,
     ExecRequest,
     ExitEvent,
+    OutputChunk,
     SyncLimits,
 )
 from ._cgroups import cgroup_writable
-from ._live import LiveSandbox, LiveSandboxError
+from ._live import LiveSandbox, LiveSandboxError, LiveStartError
 from ._live_launch import INIT_PYTHON, Launched, launch
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
@@ -272,8 +273,14 @@ class ShellBackend:
 
     # ------------------------------------------------------------------ live sandboxes
 
-    async def _run_live(self, request: ExecRequest, ctx: ExecContext, cwd: str) -> AsyncIterator[ExecEvent]:
-        """One run inside the workspace's live sandbox (started by the first run)."""
+    async def _run_live(
+        self, request: ExecRequest, ctx: ExecContext, cwd: str, *, retried: bool = False
+    ) -> AsyncIterator[ExecEvent]:
+        """One run inside the workspace's live sandbox (started by the first run).
+
+        A sandbox that cannot start the command at all (at its process limit or out of memory: a fork
+        bomb left in the background) is ended with its processes (what they wrote is kept) and the
+        command runs in a fresh one, saying so on stderr."""
         try:
             sandbox = await self._live_sandbox(ctx)
         except (OSError, LiveSandboxError, TimeoutError) as exc:
@@ -306,6 +313,20 @@ class ShellBackend:
                 async with contextlib.aclosing(output):
                     async for chunk in output:
                         yield chunk
+            except LiveStartError as exc:
+                self._forget_live(sandbox)
+                await sandbox.end("it could not start a command")
+                if not retried:
+                    finished = True
+                    note = (
+                        f"computer: the live sandbox could not start this command ({exc}); it was ended "
+                        "with its processes and the command runs in a fresh sandbox\n"
+                    )
+                    yield OutputChunk("stderr", note.encode())
+                    async for event in self._run_live(request, ctx, cwd, retried=True):
+                        yield event
+                    return
+                error = str(exc)
             except LiveSandboxError as exc:  # the sandbox died under the run: what it wrote is pulled
                 error = f"{exc}; the next run starts a fresh sandbox"
                 self._forget_live(sandbox)
