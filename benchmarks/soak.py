@@ -242,7 +242,7 @@ def _print(report: dict[str, Any]) -> None:
         print(f"  LOST {line}")
 
 
-def faults(minutes: float, clients: int, data_dir: Path) -> dict[str, Any]:
+def faults(minutes: float, clients: int, data_dir: Path, exec_share: float) -> dict[str, Any]:
     """The fault-injection run (see ``--faults``), with a Redis of its own on a loopback port."""
     import sys
 
@@ -256,7 +256,13 @@ def faults(minutes: float, clients: int, data_dir: Path) -> dict[str, Any]:
         computer.init(data_dir=data_dir / "data", redis_url=redis.url, lock_lease=3.0, shell_pool_size=1)
         started = time.monotonic()
         report = asyncio.run(
-            run(seconds=minutes * 60, clients_per_process=clients, every=(1.0, 3.0), redis=redis)
+            run(
+                seconds=minutes * 60,
+                clients_per_process=clients,
+                every=(1.0, 3.0),
+                redis=redis,
+                exec_share=exec_share,
+            )
         ).as_dict()
         report["seconds"] = round(time.monotonic() - started, 1)
     finally:
@@ -272,6 +278,7 @@ def main() -> None:
     parser.add_argument("--shared-workers", type=int, default=8)
     parser.add_argument("--faults", action="store_true", help="run the fault-injection workload instead")
     parser.add_argument("--clients", type=int, default=3, help="--faults: clients per process")
+    parser.add_argument("--exec-share", type=float, default=0.03, help="--faults: share of shell runs")
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     args = parser.parse_args()
     data_dir = Path(tempfile.mkdtemp(prefix="soak-"))
@@ -283,7 +290,7 @@ def main() -> None:
             log_to_driver=False,
         )
         try:
-            result = faults(args.minutes, args.clients, data_dir)
+            result = faults(args.minutes, args.clients, data_dir, args.exec_share)
         finally:
             ray.shutdown()
         print(json.dumps(result, indent=2))

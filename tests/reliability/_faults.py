@@ -241,7 +241,8 @@ class Injector:
         if self.redis is not None:
             choices.append(self.restart_redis)
         while True:
-            await asyncio.sleep(self.rng.uniform(*every))
+            delay = self.rng.uniform(*every)
+            await asyncio.sleep(max(min(delay, until - time.time()), 0.0))
             if time.time() >= until:
                 return
             await self.rng.choice(choices)()

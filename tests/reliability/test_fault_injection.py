@@ -18,9 +18,22 @@ from .test_redis_restart import RedisProcess
 SECONDS = float(os.environ.get("COMPUTER_FAULTS_SECONDS", "25"))
 
 
+LIVE_SYNC_ANOMALY = pytest.mark.xfail(
+    strict=False,
+    reason="found by this suite (2026-12-02), with no fault injected: shell runs writing a key while "
+    "clients write it make the workspace hold '' (a value nobody wrote) and once an older value over "
+    "an acknowledged newer one; it appeared with the live-sandbox sync (computer/runtime/_live*.py), "
+    "runs before it showed 0 anomalies; reported to the runtime's owner",
+)
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    "exec_share",
+    [pytest.param(0.0, id="fs-and-locks"), pytest.param(0.03, id="with-shell", marks=LIVE_SYNC_ANOMALY)],
+)
 async def test_histories_under_random_faults_are_linearizable(
-    ray_session: Any, tmp_path: Path, record_property: Any
+    ray_session: Any, tmp_path: Path, record_property: Any, exec_share: float
 ) -> None:
     redis = RedisProcess(tmp_path, persistent=True)
     redis.start()
@@ -28,7 +41,9 @@ async def test_histories_under_random_faults_are_linearizable(
         data_dir=tmp_path / "data", redis_url=redis.url, lock_lease=3.0, shell_pool_size=1, python_pool_size=1
     )
     try:
-        report = await run(seconds=SECONDS, clients_per_process=2, every=(1.0, 3.0), redis=redis)
+        report = await run(
+            seconds=SECONDS, clients_per_process=2, every=(1.0, 3.0), redis=redis, exec_share=exec_share
+        )
     finally:
         computer.init(data_dir=tmp_path / "data")
         if redis.proc is not None:
