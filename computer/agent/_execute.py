@@ -27,7 +27,7 @@ EXECUTE_DESCRIPTION = (
     "print() output is returned as stdout. Use it to chain many tool calls in one step."
 )
 
-# Runs inside the sandbox. ``_call`` is the guest's channel function behind the ``workspace`` module.
+# Runs inside the sandbox. ``workspace.call(op, **args)`` sends one operation over the guest's channel.
 DRIVER = """
 import workspace
 
@@ -51,9 +51,8 @@ class _Tools:
 
 
 def main(input):
-    call = workspace.exists.__globals__["_call"]
     namespace = {"__name__": "__execute__", "workspace": workspace}
-    namespace["tools"] = _Tools(call, input["token"], input["tools"])
+    namespace["tools"] = _Tools(workspace.call, input["token"], input["tools"])
     exec(compile(input["code"], "<execute>", "exec"), namespace)
     if callable(namespace.get("main")):
         return namespace["main"]()

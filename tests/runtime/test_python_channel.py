@@ -18,8 +18,8 @@ async def run(ws: computer.Workspace, source: str, **kwargs: object) -> computer
     return await (await ws.runtime.exec(source, backend="python", **kwargs)).result()  # type: ignore[arg-type]
 
 
-# The guest's own channel function and raw socket, as any program can reach them.
-_CALL = "import workspace\n_call = workspace.exists.__globals__['_call']\n"
+# The guest's channel function (public: any op by name) and its raw socket, as any program can reach it.
+_CALL = "import workspace\n_call = workspace.call\n"
 _SOCK = "import workspace\n_sock = workspace.exists.__globals__['_sock']\n"
 
 
