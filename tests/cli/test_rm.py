@@ -6,6 +6,7 @@ share links (their URLs answer 404); it refuses a workspace a live client holds 
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import json
 from pathlib import Path
@@ -118,6 +119,11 @@ async def test_delete_stops_an_idle_cluster_owner(cluster: Any, name: str, ray_s
     async with computer.get_workspace(name) as client:
         await client.fs.write_file("/note", "kept until deleted")
     ray_session.get_actor(actor_name(name), namespace=NAMESPACE)  # awake
+    from computer.cli._context import GlobalOptions
+    from computer.cli._ls import list_workspaces
+
+    (row,) = await asyncio.to_thread(list_workspaces, GlobalOptions(data_dir=cluster.data_dir))
+    assert row.name == name and row.node is not None and not row.node.startswith("process:")  # a Ray node
 
     deleted = await computer.delete_workspace(name)
 
@@ -125,6 +131,7 @@ async def test_delete_stops_an_idle_cluster_owner(cluster: Any, name: str, ray_s
     with pytest.raises(ValueError):
         ray_session.get_actor(actor_name(name), namespace=NAMESPACE)
     assert _files(cluster.data_dir, name) == []
+    assert await asyncio.to_thread(list_workspaces, GlobalOptions(data_dir=cluster.data_dir)) == []
     async with computer.get_workspace(name) as again:  # the name starts over, empty
         with pytest.raises(FileNotFoundError):
             await again.fs.read_file("/note")
