@@ -116,6 +116,10 @@ class SyncLimits:
     max_files: int | None = None
     max_sync_bytes: int = 32 * 1024 * 1024
     after: str | None = None  # continue a paged push after this workspace path (None: first page)
+    # Revisions the mirror's own pulls committed after its revision: what they changed is in the
+    # mirror already, so a push leaves them out (re-creating a file a running program holds open
+    # would cut it off from what it writes next: a live sandbox syncs while programs run).
+    skip_revs: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

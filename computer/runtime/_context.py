@@ -102,7 +102,7 @@ class LocalExecContext:
         """
         root = canonical(root)
         if mirror_rev is not None:
-            changes = self.fs.changes_since(mirror_rev, root)
+            changes = self.fs.changes_since(mirror_rev, root, skip_revs=tuple(limits.skip_revs))
             paths = [c.path for c in changes.changes]
             # A change at or above the root (the root renamed or removed) needs the whole tree again.
             if changes.complete and not any(is_within(root, p) for p in paths):

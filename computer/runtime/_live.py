@@ -512,7 +512,7 @@ class LiveSandbox:
                     changes.add(synced)
             pushed = 0
             if push:
-                page = await ctx.sync_push(mirror.rev, self.sync_.mount_root, self.sync_.limits)
+                page = await ctx.sync_push(mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror))
                 if has_changes(page) or mirror.rev is None:
                     _, pushed = await self.sync_.push(mirror, ctx, first=page)
             return synced, pushed

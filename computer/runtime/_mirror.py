@@ -89,6 +89,8 @@ class Mirror:
     # File bytes the mirror holds and when it went idle (for the process's scratch budget).
     held_bytes: int = 0
     idle_since: float = 0.0
+    # Revisions after ``rev`` that the mirror's own pulls committed (a push leaves them out).
+    own_revs: list[int] = field(default_factory=list)
 
     def host(self, path: str) -> Path:
         return self.directory / self.rel(path)
@@ -107,6 +109,7 @@ class Mirror:
         """Forget what the mirror holds: the next push is a full one."""
         self.rev = None
         self.unsettled = None
+        self.own_revs = []
         self.unwatch()
         self.drop_standby()
 

@@ -89,6 +89,14 @@ class MirrorSync:
 
     # ------------------------------------------------------------------ push
 
+    def push_limits(self, mirror: Mirror) -> SyncLimits:
+        """The limits of a push to ``mirror``: the backend's, leaving out what the mirror's own pulls
+        committed after its revision (see ``SyncLimits.skip_revs``)."""
+        if mirror.rev is None or not mirror.own_revs:
+            return self.limits
+        own = tuple(r for r in mirror.own_revs if r > mirror.rev)
+        return dataclasses.replace(self.limits, skip_revs=own) if own else self.limits
+
     async def push(
         self, mirror: Mirror, ctx: ExecContext, *, first: SyncPush | None = None
     ) -> tuple[SyncPush, int]:
@@ -100,7 +108,7 @@ class MirrorSync:
         (the change log was trimmed meanwhile) starts the push over as a full one. ``first``: the
         first page, already fetched for ``mirror.rev`` (a live sandbox looks before it pauses).
         """
-        limits = self.limits
+        limits = self.push_limits(mirror)
         given, start = first, None
         pushed = 0
         while True:
@@ -110,7 +118,7 @@ class MirrorSync:
                 page = await ctx.sync_push(mirror.rev, self.mount_root, limits)
             if start is not None and page.full != start.full:
                 mirror.invalidate()
-                start, pushed, limits = None, 0, self.limits
+                start, pushed, limits = None, 0, self.push_limits(mirror)
                 continue
             starting = start is None
             if starting:
@@ -127,9 +135,10 @@ class MirrorSync:
             mirror.unfilled = []
             if not page.more:
                 break
-            limits = dataclasses.replace(self.limits, after=page.cursor)
+            limits = dataclasses.replace(limits, after=page.cursor)
         assert start is not None
         mirror.finish_push(start.rev)
+        mirror.own_revs = [r for r in mirror.own_revs if r > start.rev]
         if mirror.watch is not None:
             mirror.arm()  # drains what the push caused
         else:
@@ -240,6 +249,10 @@ class MirrorSync:
             await asyncio.to_thread(mirror.settle, now, rev, list(reasons), plan)
         else:
             mirror.settle(now, rev, (), plan)
+        # What this pull committed is in the mirror: the next push leaves those revisions out.
+        mirror.own_revs = sorted(
+            {r for r in (*mirror.own_revs, *own) if mirror.rev is None or r > mirror.rev}
+        )
         return applied, reasons
 
 

@@ -18,19 +18,10 @@ from .test_redis_restart import RedisProcess
 SECONDS = float(os.environ.get("COMPUTER_FAULTS_SECONDS", "25"))
 
 
-LIVE_SYNC_ANOMALY = pytest.mark.xfail(
-    strict=False,
-    reason="found by this suite (2026-12-02), with no fault injected: shell runs writing a key while "
-    "clients write it make the workspace hold '' (a value nobody wrote) and once an older value over "
-    "an acknowledged newer one; it appeared with the live-sandbox sync (computer/runtime/_live*.py), "
-    "runs before it showed 0 anomalies; reported to the runtime's owner",
-)
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "exec_share",
-    [pytest.param(0.0, id="fs-and-locks"), pytest.param(0.03, id="with-shell", marks=LIVE_SYNC_ANOMALY)],
+    [pytest.param(0.0, id="fs-and-locks"), pytest.param(0.03, id="with-shell")],
 )
 async def test_histories_under_random_faults_are_linearizable(
     ray_session: Any, tmp_path: Path, record_property: Any, exec_share: float
