@@ -224,3 +224,23 @@ async def test_a_reopened_workspace_gets_a_fresh_sandbox_with_everything_synced(
         seen = await run(ws, "cat early.txt; ls")
         assert seen.stdout.startswith("x\n")
         assert backend.live_sandboxes() == 1
+
+
+async def test_a_file_a_running_program_holds_open_is_never_replaced_under_it(ws: computer.Workspace) -> None:
+    """A sync pulls a file the program has open but not written yet (empty); a workspace write
+    elsewhere then makes the push carry everything since the mirror's revision. The push must not
+    re-create that file (the program would write into a file no longer there, and rename an empty
+    one over its target)."""
+    started = await run(
+        ws, "setsid sh -c 'exec 3> k.tmp; sleep 1; echo v >&3; mv k.tmp k' > /dev/null 2>&1 &"
+    )
+    assert started.status == "completed"
+    for i in range(40):  # workspace writes while the program holds k.tmp open
+        await ws.fs.write_file(f"/workspace/other{i % 3}", str(i))
+        await asyncio.sleep(0.025)
+
+    async def renamed() -> bool:
+        return await ws.fs.exists("/workspace/k")
+
+    await eventually(renamed, within=10)
+    assert await ws.fs.read_text("/workspace/k") == "v\n"
