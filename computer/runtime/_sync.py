@@ -217,7 +217,13 @@ class MirrorSync:
             mirror.unsettled = (run, now)
             pending = PendingPull(pull, base_rev, dataclasses.asdict(self.limits))
             return Synced(sorted(saved), left_out, pending)
-        applied, reasons = await self._apply(mirror, ctx, plan, now, base_rev, own)
+        try:
+            applied, reasons = await self._apply(mirror, ctx, plan, now, base_rev, own)
+        except BaseException:
+            # The watch's events are spent and the state not settled: the next plan walks the whole
+            # tree, so what this pull could not store (a full disk, the owner gone) is tried again.
+            mirror.unwatch()
+            raise
         return Synced(sorted(set(applied) | set(saved)), {**reasons, **left_out})
 
     async def _apply(

@@ -85,12 +85,6 @@ async def test_a_full_disk_is_enospc_and_rm_still_frees_space(small_disk: Path) 
         await ws.close()
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="live sandboxes (computer/runtime/_live.py) sync a run's writes in the background: when that "
-    "sync hits ENOSPC it is only logged ('sync failed'), and the run can end 'completed' with its file "
-    "missing and nothing in skipped (seen 1 run in 3); reported to the runtime's owner",
-)
 async def test_exec_whose_pull_finds_the_disk_full_returns_a_failed_run(small_disk: Path) -> None:
     from computer.runtime import ShellBackend
 
