@@ -257,7 +257,20 @@ class LiveSandbox:
 
     # ------------------------------------------------------------------ processes
 
-    def _tasks(self) -> int | None:
+    def forks_refused(self) -> int:
+        """How many forks the sandbox's process limit refused so far (``pids.events``; 0 unknown)."""
+        if self._pids is None:
+            return 0
+        try:
+            for line in (self._pids / "pids.events").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "max":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def tasks(self) -> int | None:
         """Tasks in the sandbox's pids group (its init and bubblewrap's included), or None."""
         if self._pids is None:
             return None
@@ -270,7 +283,7 @@ class LiveSandbox:
         """Whether any process besides the init runs (so files may change under the mirror)."""
         if self.jobs:
             return True
-        tasks = self._tasks()
+        tasks = self.tasks()
         if tasks is not None:
             return tasks > self._baseline
         return bool(await self.processes())

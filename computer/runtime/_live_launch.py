@@ -108,13 +108,18 @@ def tasks_in(process: SandboxProcess) -> int | None:
 
 def _protect_init(process: SandboxProcess) -> None:
     """Out of memory, the kernel kills a command, never the init or bubblewrap (which would end the
-    sandbox): their ``oom_score_adj`` is -1000 (root only; commands set theirs to 500)."""
+    sandbox): their ``oom_score_adj`` is -1000, or, without CAP_SYS_RESOURCE (a Ray worker, whose own
+    is 1000 and inherited), 0, the lowest such a process may set; commands set theirs to 500."""
     for group in process.cgroups:
         try:
             pids = (group / "cgroup.procs").read_text().split()
         except OSError:
             continue
         for pid in pids:
-            with contextlib.suppress(OSError):
-                Path(f"/proc/{pid}/oom_score_adj").write_text("-1000")
+            for value in ("-1000", "0"):
+                try:
+                    Path(f"/proc/{pid}/oom_score_adj").write_text(value)
+                    break
+                except OSError:
+                    continue
         return

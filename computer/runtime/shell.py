@@ -301,6 +301,7 @@ class ShellBackend:
             start_cwd = cwd if self.sandbox.bwrap else str(host_cwd)
             outcome = ProcessOutcome()
             error = None
+            refused = sandbox.forks_refused()
             try:
                 job = await sandbox.start_job(
                     request.id,
@@ -333,6 +334,19 @@ class ShellBackend:
                 await sandbox.end()
             if sandbox.alive:
                 await sandbox.sync(push=False)
+            limit = self.sandbox.limits.max_processes
+            at_limit = limit is not None and (sandbox.tasks() or 0) >= limit * 0.9
+            if sandbox.alive and (sandbox.forks_refused() > refused or at_limit) and await sandbox.busy():
+                # The command ran into the sandbox's process limit and left processes behind (a fork
+                # bomb in the background): nothing could start there any more. End it (what its
+                # processes wrote is kept); the next run starts a fresh one.
+                self._forget_live(sandbox)
+                await sandbox.end("process limit reached")
+                note = (
+                    "computer: this command reached the sandbox's process limit and left processes "
+                    "running; the live sandbox was ended with them (their files are kept)\n"
+                )
+                yield OutputChunk("stderr", note.encode())
             finished = True
             if error is None and outcome.out_of_memory:
                 # The mirror's files stay charged to the sandbox's memory group: end the sandbox (its
