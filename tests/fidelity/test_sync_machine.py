@@ -328,45 +328,38 @@ class LiveSyncMachine(SyncMachine):
         stats["concurrent"] += 1
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(1500)
-def test_live_sandbox_state_machine(record_property: Any) -> None:
-    """Live sandboxes under the same rules (sequential model): nothing lost, nothing skipped."""
+def _exercise(
+    machine: type[SyncMachine], examples: int, steps: int, label: str, record_property: Any
+) -> None:
+    """Run ``machine`` (derandomized, no example database) and record what it exercised."""
     for key in stats:
         stats[key] = 0
     runner = settings(
-        max_examples=10,
-        stateful_step_count=15,
+        max_examples=examples,
+        stateful_step_count=steps,
         deadline=None,
         derandomize=True,
         database=None,
         phases=[Phase.explicit, Phase.generate],
         suppress_health_check=list(HealthCheck),
-    )(LiveSyncMachine)
+    )(machine)
     runner.TestCase().runTest()
     for key, value in stats.items():
-        record_property(f"live_machine_{key}", value)
-    print("live machine:", stats)
+        record_property(f"{label}_{key}", value)
+    print(f"{label}:", stats)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_live_sandbox_state_machine(record_property: Any) -> None:
+    """Live sandboxes under the same rules (sequential model): nothing lost, nothing skipped."""
+    _exercise(LiveSyncMachine, 10, 15, "live_machine", record_property)
     assert all(stats[k] for k in ("runs", "in_flight", "concurrent", "evictions", "reopens")), stats
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_sync_bracket_state_machine(record_property: Any) -> None:
-    for key in stats:
-        stats[key] = 0
-    runner = settings(
-        max_examples=15,
-        stateful_step_count=20,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )(SyncMachine)
-    runner.TestCase().runTest()
-    for key, value in stats.items():
-        record_property(f"sync_machine_{key}", value)
-    print("sync machine:", stats)
+    _exercise(SyncMachine, 15, 20, "sync_machine", record_property)
     # the machine did race: runs skipped paths, ran in flight, concurrently, after evictions and reopens
     assert all(stats.values()), stats
