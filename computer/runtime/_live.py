@@ -384,6 +384,10 @@ class LiveSandbox:
         open_fds = dict(job.fds)
 
         def readable(fd: int) -> None:
+            name = open_fds.get(fd)
+            if name is None:  # no longer this run's (drained, closed, or handed to the background log)
+                loop.remove_reader(fd)
+                return
             try:
                 data = os.read(fd, MAX_CHUNK_BYTES)
             except BlockingIOError:
@@ -392,10 +396,11 @@ class LiveSandbox:
                 data = b""
             if not data:
                 loop.remove_reader(fd)
-                os.close(fd)
                 open_fds.pop(fd, None)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
             else:
-                chunks.append(OutputChunk(open_fds[fd], data))  # type: ignore[arg-type]
+                chunks.append(OutputChunk(name, data))  # type: ignore[arg-type]
                 if len(chunks) >= 8:  # back-pressure: stop reading until the consumer caught up
                     loop.remove_reader(fd)
                     paused.add(fd)
@@ -429,9 +434,10 @@ class LiveSandbox:
                     await self._await_exit(job)
             code, error = job.exited.result()
             # Everything the program wrote before it exited is in the pipes: drain it now.
-            for fd in list(open_fds):
+            for fd in list(open_fds):  # no reader may pop a stream while the drain yields
                 loop.remove_reader(fd)
-                for chunk in drain(fd, open_fds[fd]):
+            for fd, name in list(open_fds.items()):
+                for chunk in drain(fd, name):
                     yield chunk
             for fd in [fd for fd, _ in list(open_fds.items()) if is_eof(fd)]:
                 os.close(fd)
