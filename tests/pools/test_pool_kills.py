@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import ray
@@ -62,7 +63,7 @@ async def test_closing_the_pool_iterator_cancels_the_worker_run(cluster: Setting
     assert set(backend.loads().values()) <= {0}
 
 
-async def test_a_worker_killed_mid_run_fails_the_run_and_leaves_the_workspace_unchanged(
+async def test_a_worker_killed_mid_run_fails_the_run_and_keeps_only_what_was_synced(
     cluster: Settings, name: str
 ) -> None:
     duration = unique_sleep()
@@ -73,6 +74,10 @@ async def test_a_worker_killed_mid_run_fails_the_run_and_leaves_the_workspace_un
             f"echo half > half; echo changed > existing; echo started; sleep {duration}"
         )
         await _wait_for_output(handle, "started")
+        for _ in range(100):  # bounded: the live sandbox's sync brings them within ~0.1 s
+            if await ws.fs.exists("/workspace/half"):
+                break
+            await asyncio.sleep(0.05)
         stats = await worker_stats("shell", cluster.shell_pool_size)
         running = [s for s in stats if any(key.endswith(f"/{handle.id}") for key in s["running"])]
         assert len(running) == 1
@@ -82,12 +87,14 @@ async def test_a_worker_killed_mid_run_fails_the_run_and_leaves_the_workspace_un
         assert (result.status, result.exit_code) == ("failed", None)
         assert result.error is not None and result.error.startswith("exec worker died: ")
         assert running[0]["name"] in result.error
-        assert not await ws.fs.exists("/workspace/half")
-        assert await ws.fs.read_text("/workspace/existing") == "orig"
+        # A live sandbox syncs while its run runs: what it wrote before "started" (the worker was
+        # killed after) was already in the workspace, and stays; nothing half-applied.
+        assert await ws.fs.read_text("/workspace/half") == "half\n"
+        assert await ws.fs.read_text("/workspace/existing") == "changed\n"
         await wait_until(lambda: not processes_with(duration))  # the sandbox died with its worker
 
         after = await (await ws.runtime.exec("cat existing; ls")).result()
-        assert (after.status, after.stdout) == ("completed", "origexisting\n")
+        assert (after.status, after.stdout) == ("completed", "changed\nexisting\nhalf\n")
     replaced = {s["name"]: s["pid"] for s in await worker_stats("shell", cluster.shell_pool_size)}
     assert running[0]["name"] not in replaced or replaced[running[0]["name"]] != running[0]["pid"]
 
