@@ -117,9 +117,15 @@ async def shrink(out: dict[str, Any]) -> None:
 
 
 async def removal(data_dir: str, out: dict[str, Any]) -> None:
-    async with computer.get_workspace("removal") as ws:
-        await ws.fs.mkdir("/workspace")
-        handles = [await ws.runtime.exec(f"echo started; sleep 5; echo x >> h{i}") for i in range(4)]
+    # Four workspaces, one run each: runs of one workspace share its live sandbox on one worker (they
+    # wait there for it), while runs of different workspaces spread over the pool.
+    clients = [await computer.get_workspace(f"removal-{i}") for i in range(4)]
+    try:
+        for ws in clients:
+            await ws.fs.mkdir("/workspace")
+        handles = [
+            await ws.runtime.exec(f"echo started; sleep 5; echo x >> h{i}") for i, ws in enumerate(clients)
+        ]
         await until(lambda r: sum(w["running"] for w in r["workers"]) == 4, within=60)
         before = {w["name"] for w in alive(await status())}
         computer.init(data_dir=data_dir, **{**SETTINGS, "shell_pool_max": 2})
@@ -127,7 +133,10 @@ async def removal(data_dir: str, out: dict[str, Any]) -> None:
         draining = [w["name"] for w in chosen["workers"] if w["state"] == "draining"]
         busy_when_chosen = [w["running"] for w in chosen["workers"] if w["state"] == "draining"]
         results = [await h.result() for h in handles]
-        files = [await ws.fs.read_text(f"/workspace/h{i}") for i in range(4)]
+        files = [await ws.fs.read_text(f"/workspace/h{i}") for i, ws in enumerate(clients)]
+    finally:
+        for ws in clients:
+            await ws.close()
     after = await until(lambda r: not set(draining) & {w["name"] for w in r["workers"]}, within=150)
     out["removal"] = {
         "before": len(before),
