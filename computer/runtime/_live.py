@@ -341,10 +341,11 @@ class LiveSandbox:
                     os.fchown(fd, *self.host_ids)
         job.fds = {pipes[1][0]: "stdout", pipes[2][0]: "stderr"}
         message: dict[str, Any] = {"op": "run", "id": run}
-        spec = json.dumps({"argv": list(argv), "cwd": cwd, "env": env}).encode()
+        fields = {"argv": list(argv), "cwd": cwd, "env": env}
+        spec = json.dumps(fields).encode()
         spec_w: int | None = None
         if len(spec) < _PACKET - 256:
-            message.update(json.loads(spec))
+            message.update(fields)
         else:  # too large for one packet: through a pipe the init reads whole
             spec_r, spec_w = os.pipe()
             theirs.append(spec_r)
@@ -520,15 +521,8 @@ class LiveSandbox:
             if not frozen:
                 raise LiveSandboxError("the live sandbox could not be paused for a sync")
         try:
-            synced = None
+            synced = await self._pull()
             mirror, ctx = self.mirror, self.ctx
-            if not mirror.quiet() and mirror.rev is not None:
-                synced = await self.sync_.pull(mirror, ctx, mirror.rev, "live", self.bridge, defer=False)
-                if self.bridge is not None:
-                    self.bridge.saved.clear()
-                    self.bridge.own_revs.clear()
-                for changes in self.runs.values():
-                    changes.add(synced)
             pushed = 0
             if push:
                 page = await ctx.sync_push(mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror))
@@ -538,6 +532,20 @@ class LiveSandbox:
         finally:
             if frozen and self._freezer is not None:
                 thaw(self._freezer)
+
+    async def _pull(self) -> Synced | None:
+        """Bring what changed in the mirror to the workspace (nothing to do: None), and tell every
+        run in progress; the sandbox must not be running unfrozen (the caller's job)."""
+        mirror = self.mirror
+        if mirror.quiet() or mirror.rev is None:
+            return None
+        synced = await self.sync_.pull(mirror, self.ctx, mirror.rev, "live", self.bridge, defer=False)
+        if self.bridge is not None:  # its saves are in the workspace and the mirror now
+            self.bridge.saved.clear()
+            self.bridge.own_revs.clear()
+        for changes in self.runs.values():
+            changes.add(synced)
+        return synced
 
     async def _tick(self) -> None:
         """While the sandbox lives: sync while anything runs, flush background logs, end when idle."""
@@ -607,10 +615,7 @@ class LiveSandbox:
             await self.process.kill_tree()
             clean = False
             try:
-                if not self.mirror.quiet() and self.mirror.rev is not None:
-                    await self.sync_.pull(
-                        self.mirror, self.ctx, self.mirror.rev, "live", self.bridge, defer=False
-                    )
+                await self._pull()  # the tree is dead: nothing to freeze
                 clean = True
             except Exception as exc:
                 log.warning("live sandbox of %s: the final pull failed: %r", self.workspace_id, exc)

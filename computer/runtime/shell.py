@@ -315,8 +315,7 @@ class ShellBackend:
                     async for chunk in output:
                         yield chunk
             except LiveStartError as exc:
-                self._forget_live(sandbox)
-                await sandbox.end("it could not start a command")
+                await self._drop_live(sandbox, "it could not start a command")
                 if not retried:
                     finished = True
                     note = (
@@ -330,8 +329,7 @@ class ShellBackend:
                 error = str(exc)
             except LiveSandboxError as exc:  # the sandbox died under the run: what it wrote is pulled
                 error = f"{exc}; the next run starts a fresh sandbox"
-                self._forget_live(sandbox)
-                await sandbox.end()
+                await self._drop_live(sandbox, "it ended under a run")
             if sandbox.alive:
                 await sandbox.sync(push=False)
             limit = self.sandbox.limits.max_processes
@@ -340,8 +338,7 @@ class ShellBackend:
                 # The command ran into the sandbox's process limit and left processes behind (a fork
                 # bomb in the background): nothing could start there any more. End it (what its
                 # processes wrote is kept); the next run starts a fresh one.
-                self._forget_live(sandbox)
-                await sandbox.end("process limit reached")
+                await self._drop_live(sandbox, "process limit reached")
                 note = (
                     "computer: this command reached the sandbox's process limit and left processes "
                     "running; the live sandbox was ended with them (their files are kept)\n"
@@ -354,8 +351,7 @@ class ShellBackend:
                 error = out_of_memory_error(self.sandbox.limits.memory_mb, self.mount_root) + (
                     "; the live sandbox was ended with its processes, the next run starts a fresh one"
                 )
-                self._forget_live(sandbox)
-                await sandbox.end("out of memory")
+                await self._drop_live(sandbox, "out of memory")
             yield ExitEvent(
                 outcome.exit_code,
                 pushed=pushed,
@@ -442,6 +438,11 @@ class ShellBackend:
         if self._live.get(sandbox.workspace_id) is sandbox:
             del self._live[sandbox.workspace_id]
 
+    async def _drop_live(self, sandbox: LiveSandbox, why: str) -> None:
+        """End ``sandbox`` (its processes killed, what they wrote pulled); the next run starts fresh."""
+        self._forget_live(sandbox)
+        await sandbox.end(why)
+
     def live_sandboxes(self, workspace_id: str | None = None) -> int:
         """How many live sandboxes this backend holds (of ``workspace_id``, or all): a pool drains such
         a worker instead of removing it."""
@@ -468,10 +469,10 @@ class ShellBackend:
     async def end_sandbox(self, workspace_id: str) -> bool:
         """Kill everything in the workspace's live sandbox, pull what it wrote and drop it; False when
         there was none."""
-        sandbox = self._live.pop(workspace_id, None)
+        sandbox = self._live.get(workspace_id)
         if sandbox is None:
             return False
-        await sandbox.end("ended by end_sandbox")
+        await self._drop_live(sandbox, "ended by end_sandbox")
         return True
 
     def _remove_evicted(self) -> None:
