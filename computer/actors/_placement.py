@@ -4,7 +4,8 @@ Placement never invents an empty workspace. With a directory record, the owner w
 node (or an alive node of the recorded host); a file on no alive node is ``WorkspaceUnavailableError``.
 Without a record (a new name, a Redis that restarted empty, a record lost), every alive node is asked
 whether it holds the file before anything is created: the owner goes to the node that has it (the
-highest stored epoch when several do), and only a name whose file no node holds is created new. A node
+highest stored epoch when several do), and only a name whose file no node holds is created new (on the
+caller's node). A node
 that does not answer makes the call ``WorkspaceUnavailableError`` rather than a guess. The one case
 placement cannot tell from a new name: the record is lost *and* the only node holding the file is down.
 """
@@ -120,7 +121,10 @@ def _scheduling(config: Settings, name: str) -> Any:
             return None  # one node: its file is here, or the workspace is new
         holding = nodes_holding(config, name, alive)
         if not holding:
-            return None  # on no node: a new workspace
+            # On no node: a new workspace, created on the caller's node (its file is written there),
+            # not wherever Ray's scheduler likes: a worker on node B making workspaces gets them on B.
+            here = ray.get_runtime_context().get_node_id()
+            return NodeAffinitySchedulingStrategy(node_id=here, soft=here not in alive)
         if len(holding) > 1:
             log.warning("workspace %s has a file on %d nodes: the highest epoch wins", name, len(holding))
         node = max(holding, key=lambda n: (holding[n], n))

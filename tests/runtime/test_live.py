@@ -120,11 +120,16 @@ async def test_background_output_goes_to_its_log_and_kill_process_ends_it(ws: co
     log = f"/.computer/output/{started.id}.background.log"
     await eventually(lambda: ws.fs.exists(log), within=15.0)
     await eventually(lambda: _contains(ws, log, "tick 3"), within=15.0)
-    loop = [p for p in await ws.runtime.processes() if p.exec_id == started.id and "seq" not in p.command]
-    assert loop and loop[0].log == log
-    for process in loop:
-        if "sleep" not in process.command:
-            await ws.runtime.kill_process(process.pid)
+    # The loop is the forked subshell: its command line is the whole script (a `sleep 0.05` of it may show too).
+    mine = [p for p in await ws.runtime.processes() if p.exec_id == started.id]
+    loop = [p for p in mine if p.command.startswith("/bin/bash -c (for i")]
+    assert len(loop) == 1 and loop[0].log == log and all(p.log == log for p in mine), mine
+    await ws.runtime.kill_process(loop[0].pid)
+
+    async def loop_gone() -> bool:
+        return not [p for p in await ws.runtime.processes() if p.exec_id == started.id]
+
+    await eventually(loop_gone, within=15.0)
     with pytest.raises(ProcessLookupError):
         await ws.runtime.kill_process(999_999)
 
