@@ -19,13 +19,16 @@ if TYPE_CHECKING:
     from ._errors import OutcomeUnknownError, UploadLostError, WorkspaceUnavailableError
     from ._host import WorkspaceHost
     from ._init import cluster_settings, ensure_ray, init
+    from ._lease import awake, awake_where, process_node, take_lease
     from ._owner import OwnerActor
     from ._placement import workspace_actor
+    from ._pool_scaler import SCALER_NAME
     from .directory import Directory, RedisDirectory, SqliteDirectory, WorkspaceRecord, open_directory
     from .naming import NAMESPACE, actor_name
 
 __all__ = [
     "NAMESPACE",
+    "SCALER_NAME",
     "DeletedWorkspace",
     "Directory",
     "OutcomeUnknownError",
@@ -37,12 +40,16 @@ __all__ = [
     "WorkspaceRecord",
     "WorkspaceUnavailableError",
     "actor_name",
+    "awake",
+    "awake_where",
     "cluster_settings",
     "delete_workspace",
     "ensure_ray",
     "init",
     "open_directory",
     "owner_backends",
+    "process_node",
+    "take_lease",
     "workspace_actor",
 ]
 
@@ -57,8 +64,13 @@ _LAZY = {
     "cluster_settings": "._init",
     "ensure_ray": "._init",
     "init": "._init",
+    "awake": "._lease",
+    "awake_where": "._lease",
+    "process_node": "._lease",
+    "take_lease": "._lease",
     "OwnerActor": "._owner",
     "workspace_actor": "._placement",
+    "SCALER_NAME": "._pool_scaler",
     "Directory": ".directory",
     "RedisDirectory": ".directory",
     "SqliteDirectory": ".directory",
