@@ -44,7 +44,7 @@ async def in_process_workspace(
     ``backends``: configure the ``shell`` and ``python`` exec backends (building them costs ~0.2 s
     each, so a command that runs no exec goes without); ``assets``: the share-link publisher.
     """
-    from ..actors._lease import awake, awake_where, process_node, take_lease
+    from ..actors import awake, awake_where, process_node, take_lease
     from ..actors.directory import open_directory
     from ..actors.naming import workspace_file
 

@@ -46,7 +46,7 @@ class WorkspaceRow:
 
 def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[WorkspaceRow]:
     """Every workspace of the data directory (directory records and files), sorted by name."""
-    from ..actors._lease import awake, awake_where
+    from ..actors import awake, awake_where
     from ..actors.directory import open_directory
     from ..actors.naming import workspace_file
 

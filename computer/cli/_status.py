@@ -100,7 +100,7 @@ def _pools(console: Console) -> None:
     """The pools' control loop: workers per node, queue, waits, runs/s, its latest decisions."""
     import ray
 
-    from ..actors._pool_scaler import SCALER_NAME
+    from ..actors import SCALER_NAME
     from ..actors.naming import NAMESPACE
 
     try:
