@@ -21,6 +21,7 @@ from rich.text import Text
 
 from ..storage import AuditRecord
 from ._context import CliError, GlobalOptions, local_settings
+from .display import caller_text
 
 __all__ = ["format_row", "open_log", "show_log"]
 
@@ -117,17 +118,6 @@ def _cells(record: AuditRecord) -> list[Text | str]:
         caller_text(record.caller),
         Text(record.summary()),
     ]
-
-
-def caller_text(caller: dict[str, str]) -> str:
-    """``agent via adapter (client)``, with the parts that are known."""
-    text = caller.get("agent", "")
-    if caller.get("adapter"):
-        text = f"{text} via {caller['adapter']}" if text else caller["adapter"]
-    client = caller.get("client")
-    if client and client != "local":
-        text = f"{text} ({client})" if text else client
-    return text or caller.get("client", "")
 
 
 def format_row(record: AuditRecord) -> Text:

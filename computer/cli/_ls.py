@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ._context import GlobalOptions, local_settings
+from .display import ago_text, size_text
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -121,30 +122,8 @@ def print_workspaces(rows: list[WorkspaceRow], *, as_json: bool, console: Consol
         table.add_column(column, justify="right" if column in ("size", "live runs") else "left")
     now = time.time()
     for row in rows:
-        size = "elsewhere" if row.size is None else _size(row.size)
+        size = "elsewhere" if row.size is None else size_text(row.size)
         state = f"awake {row.where}" if row.where else row.state
-        ago = "-" if row.last_active is None else _ago(now - row.last_active)
+        ago = "-" if row.last_active is None else ago_text(now - row.last_active)
         table.add_row(row.name, state, size, ago, str(row.live_runs))
     console.print(table)
-
-
-def _size(n: int) -> str:
-    if n < 1024:
-        return f"{n} B"
-    value = n / 1024
-    for unit in ("KiB", "MiB"):
-        if value < 1024:
-            return f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"
-
-
-def _ago(seconds: float) -> str:
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f} s ago"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f} min ago"
-    if seconds < 86400:
-        return f"{seconds / 3600:.1f} h ago"
-    return f"{seconds / 86400:.1f} days ago"

@@ -17,7 +17,8 @@ import typer
 from rich.console import Console
 
 from ._context import CliError, GlobalOptions, local_settings, ray_session
-from ._ls import WorkspaceRow, _size, list_workspaces
+from ._ls import WorkspaceRow, list_workspaces
+from .display import size_text
 
 __all__ = ["remove_workspaces"]
 
@@ -60,7 +61,7 @@ def remove_workspaces(
 
 def _show(console: Console, rows: list[WorkspaceRow]) -> None:
     for row in rows:
-        size = "elsewhere" if row.size is None else _size(row.size)
+        size = "elsewhere" if row.size is None else size_text(row.size)
         state = f"awake {row.where}" if row.where else row.state
         console.print(f"  {row.name}  ({state}, {size})", markup=False, highlight=False)
 
@@ -83,7 +84,7 @@ async def _delete_all(options: GlobalOptions, names: list[str], *, force: bool, 
                     f"not deleted: {name}: {exc.strerror or exc}{hint}", markup=False, highlight=False
                 )
                 continue
-            details = [_size(done.bytes), f"{done.links} share link(s)"]
+            details = [size_text(done.bytes), f"{done.links} share link(s)"]
             if done.owner_stopped:
                 details.append("owner stopped")
             console.print(f"deleted {name} ({', '.join(details)})", markup=False, highlight=False)

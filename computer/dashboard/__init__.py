@@ -11,8 +11,10 @@ from ._access import AccessPolicy, check_origin, is_loopback
 from ._app import create_app
 from ._serve import dashboard_url, serve_dashboard
 from ._source import ClusterSource, DataDirSource
+from ._transcript import TRANSCRIPT_PATH, keep_transcript, read_transcript
 
 __all__ = [
+    "TRANSCRIPT_PATH",
     "AccessPolicy",
     "ClusterSource",
     "DataDirSource",
@@ -20,5 +22,7 @@ __all__ = [
     "create_app",
     "dashboard_url",
     "is_loopback",
+    "keep_transcript",
+    "read_transcript",
     "serve_dashboard",
 ]

@@ -12,8 +12,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
-from ..cli._log import caller_text
-from ..cli._ls import _ago, _size
+from ..cli import display
 from ..storage import AuditRecord
 
 __all__ = [
@@ -51,11 +50,11 @@ def layout(title: str, body: str, *, crumbs: str = "") -> str:
 
 
 def size_text(n: int | None) -> str:
-    return "elsewhere" if n is None else _size(n)
+    return "elsewhere" if n is None else display.size_text(n)
 
 
 def ago_text(when: float | None) -> str:
-    return "-" if when is None else _ago(time.time() - when)
+    return "-" if when is None else display.ago_text(time.time() - when)
 
 
 # -- workspaces ------------------------------------------------------------------------------------
@@ -96,7 +95,7 @@ def record_row(record: AuditRecord, name: str) -> str:
     return (
         f'<tr class="record {_e(record.status)}" data-id="{record.id}"><td>{_e(record.time.strftime("%H:%M:%S"))}</td>'
         f'<td>{_e(record.kind)}</td><td>{_e(record.tool)}</td><td class="status">{_e(record.status)}</td>'
-        f'<td class="num">{ms}</td><td>{_e(caller_text(record.caller))}</td><td class="what">{what}</td></tr>'
+        f'<td class="num">{ms}</td><td>{_e(display.caller_text(record.caller))}</td><td class="what">{what}</td></tr>'
     )
 
 

@@ -51,8 +51,7 @@ class DataDirSource:
         One listing serves every request of the next ``LIST_TTL`` seconds (each open tab asks every
         second, and a listing opens the journal of every awake workspace).
         """
-        from ..cli._context import GlobalOptions
-        from ..cli._ls import list_workspaces
+        from ..cli import GlobalOptions, list_workspaces
 
         now = time.monotonic()
         if self._listing is None or now - self._listing[0] > LIST_TTL:

@@ -7,7 +7,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from ..dashboard._transcript import keep_transcript
+from ..dashboard import keep_transcript
 from ..storage import audit_caller
 from ..tools.openai import create_openai_tools
 from ._projects import Project
