@@ -21,8 +21,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-from ..storage import AuditRecord, current_caller
-from ..storage._redact import payload_size, scrub
+from ..storage import AuditRecord, current_caller, payload_size, scrub
 from ._connection import Connection
 
 __all__ = ["ClientAudit", "default_client_id"]
