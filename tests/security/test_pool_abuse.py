@@ -1,6 +1,6 @@
 """Issue 17 through a pool worker: one workspace's attacks (a FIFO where the workspace then writes a
 file, a setuid program, a tree deeper than ``rmtree`` survives) on the only shell worker, while
-another workspace's runs go on there."""
+another workspace's runs go on there (the pool is held at one worker: elastic, it would grow)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ async def _run(ws: Any, source: str, limit: float = 30) -> computer.ExecResult:
 async def test_one_workspaces_attacks_on_a_pool_worker_leave_anothers_runs_alone(
     ray_session: Any, tmp_path: Path, name: str
 ) -> None:
-    computer.init(data_dir=tmp_path / "data", shell_pool_size=1, python_pool_size=1)
+    computer.init(
+        data_dir=tmp_path / "data", shell_pool_size=1, shell_pool_max=1, python_pool_size=1, python_pool_max=1
+    )
     start = time.time()
     async with computer.get_workspace(name) as attacker, computer.get_workspace(f"{name}-other") as victim:
         await attacker.fs.mkdir("/workspace")
