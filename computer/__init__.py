@@ -9,7 +9,7 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .storage._audit_record import AuditRecord, audit_caller
+from .storage import AuditRecord, audit_caller
 from .storage.errors import FsInvalidError
 from .storage.types import DirEntry, FileStat, FindEntry, GrepContextLine, GrepMatch
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from ._audit import AuditLog, AuditRecord, ToolCall, audit_caller, current_caller, current_tool_call
 from ._chunks import CHUNK_SIZE
-from ._db import use_wal
+from ._db import storage_failure, use_wal
 from ._redact import payload_size, scrub
 from .errors import FsInvalidError, error_from_wire, error_to_wire, fs_error
 from .filesystem import FileSystem
@@ -54,5 +54,6 @@ __all__ = [
     "fs_error",
     "payload_size",
     "scrub",
+    "storage_failure",
     "use_wal",
 ]

@@ -7,8 +7,7 @@ import threading
 import time
 from pathlib import Path
 
-from ...storage import use_wal
-from ...storage._db import storage_failure
+from ...storage import storage_failure, use_wal
 from ._record import WorkspaceRecord
 
 __all__ = ["SqliteDirectory"]
