@@ -91,7 +91,7 @@ def _last_active(record: WorkspaceRecord | None, path: Path) -> float | None:
 
 def _live_runs(path: Path) -> int:
     """Runs the workspace's exec journal records as running (read beside its owner, never written)."""
-    from ..runtime._journal import JOURNAL_DIR
+    from ..runtime import JOURNAL_DIR
     from ..storage import FileSystem
 
     async def count() -> int:

@@ -19,7 +19,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ..config import Settings
-from ..runtime._journal import JOURNAL_DIR
+from ..runtime import JOURNAL_DIR
 from ..storage import AuditRecord, FileSystem
 
 __all__ = ["ClusterSource", "DataDirSource", "Source"]

@@ -1,45 +1,56 @@
-"""Exec runtime: backends, handles, snapshots, output tails and the execution journal."""
+"""Exec runtime: backends, handles, snapshots, output tails and the execution journal.
+
+Names load on first use (as in ``computer/actors/__init__.py``): a process that only needs the result
+types or the journal's location (the command line writing a file in process, the dashboard) does not
+pay for the backends, the sandbox layers and the mirror machinery they import (issue 22).
+"""
 
 from __future__ import annotations
 
-from ._backend import (
-    Backend,
-    DeferringContext,
-    ExecContext,
-    ExecEvent,
-    ExecRequest,
-    ExitEvent,
-    LiveBackend,
-    MirrorDir,
-    MirrorFile,
-    MirrorSymlink,
-    OutputChunk,
-    PendingPull,
-    PullResult,
-    SyncLimits,
-    SyncPull,
-    SyncPush,
-)
-from ._codec import decode_sync, encode_sync
-from ._context import LocalExecContext
-from ._handle import ExecHandle
-from ._mirror_pool import MirrorPool
-from ._options import OutputOptions
-from ._runtime import Runtime
-from ._scratch import release_process
-from .python import PythonBackend
-from .shell import ShellBackend
-from .types import (
-    BackendInfo,
-    ExecResult,
-    ExecSnapshot,
-    ExecStatus,
-    OutputTruncation,
-    ProcessInfo,
-    status_for_exit,
-)
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ._backend import (
+        Backend,
+        DeferringContext,
+        ExecContext,
+        ExecEvent,
+        ExecRequest,
+        ExitEvent,
+        LiveBackend,
+        MirrorDir,
+        MirrorFile,
+        MirrorSymlink,
+        OutputChunk,
+        PendingPull,
+        PullResult,
+        SyncLimits,
+        SyncPull,
+        SyncPush,
+    )
+    from ._codec import decode_sync, encode_sync
+    from ._context import LocalExecContext
+    from ._handle import ExecHandle
+    from ._journal import JOURNAL_DIR
+    from ._mirror_pool import MirrorPool
+    from ._options import OutputOptions
+    from ._runtime import Runtime
+    from ._scratch import release_process
+    from .python import PythonBackend
+    from .shell import ShellBackend
+    from .types import (
+        BackendInfo,
+        ExecResult,
+        ExecSnapshot,
+        ExecStatus,
+        OutputTruncation,
+        ProcessInfo,
+        status_for_exit,
+    )
 
 __all__ = [
+    "JOURNAL_DIR",
     "Backend",
     "BackendInfo",
     "DeferringContext",
@@ -74,3 +85,63 @@ __all__ = [
     "release_process",
     "status_for_exit",
 ]
+
+_LAZY = {
+    **dict.fromkeys(
+        (
+            "Backend",
+            "DeferringContext",
+            "ExecContext",
+            "ExecEvent",
+            "ExecRequest",
+            "ExitEvent",
+            "LiveBackend",
+            "MirrorDir",
+            "MirrorFile",
+            "MirrorSymlink",
+            "OutputChunk",
+            "PendingPull",
+            "PullResult",
+            "SyncLimits",
+            "SyncPull",
+            "SyncPush",
+        ),
+        "._backend",
+    ),
+    "decode_sync": "._codec",
+    "encode_sync": "._codec",
+    "LocalExecContext": "._context",
+    "ExecHandle": "._handle",
+    "JOURNAL_DIR": "._journal",
+    "MirrorPool": "._mirror_pool",
+    "OutputOptions": "._options",
+    "Runtime": "._runtime",
+    "release_process": "._scratch",
+    "PythonBackend": ".python",
+    "ShellBackend": ".shell",
+    **dict.fromkeys(
+        (
+            "BackendInfo",
+            "ExecResult",
+            "ExecSnapshot",
+            "ExecStatus",
+            "OutputTruncation",
+            "ProcessInfo",
+            "status_for_exit",
+        ),
+        ".types",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'computer.runtime' has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
