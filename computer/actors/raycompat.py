@@ -22,7 +22,16 @@ import re
 import sys
 from typing import Any
 
-__all__ = ["actor_id", "available_per_node", "kv_get", "kv_put", "quiet_driver_messages", "streaming"]
+__all__ = [
+    "actor_id",
+    "available_per_node",
+    "kv_del",
+    "kv_get",
+    "kv_put",
+    "kv_put_new",
+    "quiet_driver_messages",
+    "streaming",
+]
 
 
 def kv_get(key: bytes) -> bytes | None:
@@ -38,6 +47,22 @@ def kv_put(key: bytes, value: bytes) -> None:
     from ray.experimental import internal_kv
 
     internal_kv._internal_kv_put(key, value, overwrite=True)
+
+
+def kv_put_new(key: bytes, value: bytes) -> bool:
+    """Store ``value`` under ``key`` unless a value is there already; True when this call stored it.
+    Atomic in the GCS: of several processes racing, exactly one stores its value."""
+    from ray.experimental import internal_kv
+
+    existed: bool = internal_kv._internal_kv_put(key, value, overwrite=False)
+    return not existed
+
+
+def kv_del(key: bytes) -> None:
+    """Remove ``key`` from the cluster's key-value store (nothing when absent)."""
+    from ray.experimental import internal_kv
+
+    internal_kv._internal_kv_del(key)
 
 
 def actor_id(handle: Any) -> Any:
