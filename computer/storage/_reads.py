@@ -1,4 +1,4 @@
-"""Reads of metadata: ``stat``, ``exists``, ``readlink``, ``readdir``, ``ls`` (SPEC 4).
+"""Reads of metadata: ``stat``, ``exists``, ``readlink``, ``readdir``, ``ls`` (SPEC 4) and ``stats``.
 
 Every function takes the shared :class:`~._state.Store` and runs no transaction of its own.
 """
@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 
+from ._garbage import flush_garbage
 from ._resolve import resolve, resolve_read, target
 from ._schema import DIR, FILE, SYMLINK
 from ._search import walk_tree
@@ -15,7 +16,7 @@ from .errors import fs_error
 from .paths import split
 from .types import DirEntry, FileStat
 
-__all__ = ["exists", "ls", "readdir", "readlink", "stat"]
+__all__ = ["exists", "ls", "readdir", "readlink", "stat", "stats"]
 
 
 def stat(st: Store, path: str) -> FileStat:
@@ -97,3 +98,29 @@ def ls(st: Store, prefix: str) -> list[str]:
     if kind != DIR:
         return []
     return [row[0] for row in walk_tree(st.db, ino, p) if row[1] == FILE]
+
+
+def stats(st: Store) -> dict[str, int]:
+    """Counters: files, dirs, symlinks, chunks, stored_bytes, chunk_bytes, logical_bytes, queries,
+    chunk_reads, rev (freed garbage is collected first, so the chunk counts are exact)."""
+    db = st.db
+    st.refresh()
+    flush_garbage(st)
+    counts = dict.fromkeys((FILE, DIR, SYMLINK), 0)
+    for kind, n in db.execute("SELECT kind, count(*) FROM inodes GROUP BY kind"):
+        counts[int(kind)] = int(n)
+    chunks, stored, raw = db.one(
+        "SELECT count(*), coalesce(sum(stored), 0), coalesce(sum(size), 0) FROM chunks"
+    )
+    return {
+        "files": counts[FILE],
+        "dirs": counts[DIR],
+        "symlinks": counts[SYMLINK],
+        "chunks": int(chunks),
+        "stored_bytes": int(stored),
+        "chunk_bytes": int(raw),
+        "logical_bytes": st.logical,
+        "queries": db.queries,
+        "chunk_reads": st.chunks.reads,
+        "rev": st.rev,
+    }

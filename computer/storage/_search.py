@@ -8,22 +8,24 @@ by what it returns plus one page per visited directory. Symlinks are listed but 
 
 from __future__ import annotations
 
+import errno
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from itertools import islice
 
 from ._content import iter_file
 from ._db import Database
 from ._glob import Glob, GlobSet
 from ._grep import LineMatcher, grep_file
-from ._resolve import kind_of
+from ._resolve import kind_of, resolve_read
 from ._schema import DIR, FILE, SYMLINK
 from ._state import Store
 from ._tree import children_page
+from .errors import fs_error
 from .paths import join
 from .types import FindEntry, GrepMatch
 
-__all__ = ["PAGE_SIZE", "find_entries", "grep_entries", "walk", "walk_tree", "walk_tree_after"]
+__all__ = ["PAGE_SIZE", "find", "grep", "walk", "walk_tree", "walk_tree_after"]
 
 PAGE_SIZE = 256
 
@@ -160,15 +162,21 @@ def _max_depth(patterns: list[Glob]) -> int | None:
     return depth
 
 
-def find_entries(
+def find(
     st: Store,
-    ino: int,
-    path: str,
+    directory: str,
     pattern: str | None,
-    exclude: list[str],
+    *,
+    exclude: Sequence[str],
     limit: int | None,
     offset: int,
 ) -> list[FindEntry]:
+    """Files and directories below ``directory`` whose relative path matches the glob (SPEC 4)."""
+    path = st.canon(directory)
+    _check_paging(path, offset, limit)
+    ino, kind, _ = resolve_read(st, path)
+    if kind != DIR:
+        raise fs_error(errno.ENOTDIR, path)
     if limit == 0:
         return []
     if pattern and pattern.startswith("./"):
@@ -177,7 +185,7 @@ def find_entries(
     depth = None if glob is None else _max_depth([glob])
     out: list[FindEntry] = []
     skip = offset
-    for cpath, rel, kind, _ in walk(st, ino, path, GlobSet(exclude), depth):
+    for cpath, rel, kind, _ in walk(st, ino, path, GlobSet(_as_list(exclude)), depth):
         if glob is not None and not glob.match(rel):
             continue
         if skip:
@@ -191,21 +199,25 @@ def find_entries(
     return out
 
 
-def grep_entries(
+def grep(
     st: Store,
-    ino: int,
-    kind: int,
-    path: str,
     pattern: str,
+    where: str,
     *,
     regex: bool,
     ignore_case: bool,
     context: int,
-    include: list[str] | None,
-    exclude: list[str],
+    include: str | Sequence[str] | None,
+    exclude: Sequence[str],
     limit: int | None,
     offset: int,
 ) -> list[GrepMatch]:
+    """Matching lines of a file, or of the files below a directory (SPEC 4)."""
+    path = st.canon(where)
+    _check_paging(path, offset, limit)
+    if not 0 <= context <= 10:
+        raise fs_error(errno.EINVAL, path, "context must be between 0 and 10")
+    ino, kind, _ = resolve_read(st, path)
     matcher = LineMatcher(pattern, regex=regex, ignore_case=ignore_case, path=path)
     if limit == 0:
         return []
@@ -213,13 +225,22 @@ def grep_entries(
     if kind != DIR:
         found = grep_file(path, iter_file(st, ino), matcher, context)
         return list(islice(found, offset, stop))
-    includes = GlobSet(include or [])
+    includes = GlobSet([] if include is None else _as_list(include))
     depth = _max_depth(includes.globs) if includes else None
 
     def matches() -> Iterator[GrepMatch]:
-        for cpath, rel, k, child in walk(st, ino, path, GlobSet(exclude), depth):
+        for cpath, rel, k, child in walk(st, ino, path, GlobSet(_as_list(exclude)), depth):
             if k != FILE or (includes and not includes.match(rel)):
                 continue
             yield from grep_file(cpath, iter_file(st, child), matcher, context)
 
     return list(islice(matches(), offset, stop))
+
+
+def _as_list(value: str | Sequence[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _check_paging(path: str, offset: int, limit: int | None) -> None:
+    if offset < 0 or (limit is not None and limit < 0):
+        raise fs_error(errno.EINVAL, path, "offset and limit must not be negative")

@@ -12,29 +12,24 @@ process kill; an OS crash or power loss may lose the last commits but never corr
 Rooms: this class is the public surface and the lifecycle (open, close, garbage collection); the work
 is done by functions over one shared :class:`~._state.Store`, by concern: ``_resolve`` (paths to
 nodes), ``_reads`` (metadata reads), ``_content`` (file bytes), ``_tree`` (nodes and names),
-``_batch`` (the exec mirror's sync bracket), ``_search`` (walks, find, grep); ``_state`` holds the
-store and the transaction of one mutating call. Imports go one way, towards ``_state``.
+``_batch`` (the exec mirror's sync bracket), ``_search`` (walks, find, grep), ``_garbage`` (when
+freed chunks are deleted); ``_state`` holds the store and the transaction of one mutating call.
+Imports go one way, towards ``_state``.
 """
 
 from __future__ import annotations
 
-import asyncio
-import errno
-import logging
 import sqlite3
 import uuid
 from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
 from typing import Literal, overload
 
-from . import _batch, _content, _pieces, _reads, _tree
+from . import _batch, _content, _pieces, _reads, _search, _tree
 from ._audit import AuditLog
 from ._db import Database, stored_epoch
+from ._garbage import GARBAGE_DELAY, GarbageTimer, flush_garbage, hold
 from ._pieces import Piece
-from ._resolve import resolve_read
-from ._schema import DIR, FILE, SYMLINK
-from ._search import find_entries, grep_entries
 from ._state import Store
-from .errors import fs_error
 from .locks import LockTable
 from .types import (
     BatchResult,
@@ -49,11 +44,6 @@ from .types import (
 )
 
 __all__ = ["GARBAGE_DELAY", "FileSystem"]
-
-log = logging.getLogger(__name__)
-
-# Seconds after a mutation that left a batch of small unreferenced chunks until they are deleted.
-GARBAGE_DELAY = 0.1
 
 
 class FileSystem:
@@ -72,9 +62,8 @@ class FileSystem:
         garbage_timer: bool = True,
         on_garbage: Callable[[], bool] | None = None,
     ) -> None:
-        self._garbage_timer: asyncio.TimerHandle | None = None
-        self._garbage_loop: asyncio.AbstractEventLoop | None = None  # the loop the timer is on
-        later = self._collect_later if garbage_timer else on_garbage or _hold
+        self._timer = GarbageTimer()
+        later = self._timer.later if garbage_timer else on_garbage or hold
         self._store = st = Store(db, max_bytes=max_bytes, fence=fence, later=later)
         self.chunks = st.chunks
         self.locks = LockTable()
@@ -91,6 +80,7 @@ class FileSystem:
             db.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('id', ?)", (uuid.uuid4().hex,))
             row = db.one("SELECT value FROM meta WHERE key = 'id'")
         self.id = str(row[0])
+        self._timer.bind(st, self.id)
         with db.transaction():
             if fence is not None:
                 db.execute("UPDATE state SET epoch = max(epoch, ?) WHERE id = 1", (fence,))
@@ -133,14 +123,12 @@ class FileSystem:
 
     def close(self) -> None:
         """Free batched garbage and close the SQLite connection. Idempotent."""
-        if self._garbage_timer is not None:
-            self._garbage_timer.cancel()
-            self._garbage_timer = None
+        self._timer.cancel()
         st = self._store
         if not st.closed:
             self.audit.close()
             try:
-                self._flush_garbage()
+                flush_garbage(st)
             except sqlite3.Error:
                 pass  # the next open collects it
             finally:
@@ -161,42 +149,7 @@ class FileSystem:
         nothing waits, on a closed store, or inside a transaction.
         """
         if not self._store.closed:
-            self._flush_garbage()
-
-    def _flush_garbage(self) -> None:
-        st = self._store
-        if st.chunks.pending and not st.db.in_transaction:
-            with st.db.transaction():
-                st.chunks.flush()
-
-    def _collect_later(self) -> bool:
-        """Free a ready batch of small unreferenced chunks in a transaction of its own, ``GARBAGE_DELAY``
-        seconds from now, off the mutation that made it (a pull removing 1,000 files spent 1.3 ms of its
-        transaction deleting their chunk rows). Without an event loop: False, the caller flushes now.
-
-        Until then the rows stay with zero references: a write of the same bytes takes them back (the
-        delete only takes rows still at zero), and quotas count logical bytes, never chunk rows.
-        """
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return False
-        if self._garbage_timer is not None:
-            if self._garbage_loop is loop:
-                return True
-            self._garbage_timer.cancel()  # set on a loop that has ended (asyncio.run) or another one
-        self._garbage_loop = loop
-        self._garbage_timer = loop.call_later(GARBAGE_DELAY, self._collect_garbage)
-        return True
-
-    def _collect_garbage(self) -> None:
-        self._garbage_timer = None
-        if self._store.closed:
-            return
-        try:
-            self._flush_garbage()  # a transaction open across an await: the next batch retries
-        except (sqlite3.Error, OSError) as exc:
-            log.warning("freeing unreferenced chunks of %s failed (retried later): %r", self.id, exc)
+            flush_garbage(self._store)
 
     @property
     def rev(self) -> int:
@@ -281,13 +234,7 @@ class FileSystem:
         offset: int = 0,
     ) -> list[FindEntry]:
         """Files and directories below ``directory`` whose relative path matches the glob (see SPEC 4)."""
-        st = self._store
-        p = st.canon(directory)
-        _check_paging(p, offset, limit)
-        ino, kind, _ = resolve_read(st, p)
-        if kind != DIR:
-            raise fs_error(errno.ENOTDIR, p)
-        return find_entries(st, ino, p, pattern, list(_as_list(exclude)), limit, offset)
+        return _search.find(self._store, directory, pattern, exclude=exclude, limit=limit, offset=offset)
 
     async def grep(
         self,
@@ -303,23 +250,15 @@ class FileSystem:
         offset: int = 0,
     ) -> list[GrepMatch]:
         """Matching lines of a file, or of the files below a directory (see SPEC 4 and ``_search``)."""
-        st = self._store
-        p = st.canon(path)
-        _check_paging(p, offset, limit)
-        if not 0 <= context <= 10:
-            raise fs_error(errno.EINVAL, p, "context must be between 0 and 10")
-        ino, kind, _ = resolve_read(st, p)
-        return grep_entries(
-            st,
-            ino,
-            kind,
-            p,
+        return _search.grep(
+            self._store,
             pattern,
+            path,
             regex=regex,
             ignore_case=ignore_case,
             context=context,
-            include=None if include is None else list(_as_list(include)),
-            exclude=list(_as_list(exclude)),
+            include=include,
+            exclude=exclude,
             limit=limit,
             offset=offset,
         )
@@ -457,43 +396,8 @@ class FileSystem:
 
     def stats(self) -> dict[str, int]:
         """Counters: files, dirs, symlinks, chunks, stored_bytes, chunk_bytes, logical_bytes, queries,
-        chunk_reads, rev."""
-        st = self._store
-        db = st.db
-        st.refresh()
-        self._flush_garbage()
-        counts = dict.fromkeys((FILE, DIR, SYMLINK), 0)
-        for kind, n in db.execute("SELECT kind, count(*) FROM inodes GROUP BY kind"):
-            counts[int(kind)] = int(n)
-        chunks, stored, raw = db.one(
-            "SELECT count(*), coalesce(sum(stored), 0), coalesce(sum(size), 0) FROM chunks"
-        )
-        return {
-            "files": counts[FILE],
-            "dirs": counts[DIR],
-            "symlinks": counts[SYMLINK],
-            "chunks": int(chunks),
-            "stored_bytes": int(stored),
-            "chunk_bytes": int(raw),
-            "logical_bytes": st.logical,
-            "queries": db.queries,
-            "chunk_reads": st.chunks.reads,
-            "rev": st.rev,
-        }
+        chunk_reads, rev (freed garbage is collected first, so the chunk counts are exact)."""
+        return _reads.stats(self._store)
 
     def __repr__(self) -> str:
         return f"FileSystem(id={self.id!r}, rev={self._store.rev})"
-
-
-def _hold() -> bool:
-    """Batched garbage waits for ``collect_garbage`` (``garbage_timer=False``)."""
-    return True
-
-
-def _as_list(value: str | Sequence[str]) -> Sequence[str]:
-    return [value] if isinstance(value, str) else value
-
-
-def _check_paging(path: str, offset: int, limit: int | None) -> None:
-    if offset < 0 or (limit is not None and limit < 0):
-        raise fs_error(errno.EINVAL, path, "offset and limit must not be negative")
