@@ -7,7 +7,7 @@ variables; :func:`settings` returns the active one (the last ``configure``/``ini
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -34,6 +34,12 @@ class Settings(BaseSettings):
     pool_runs_per_cpu: float = Field(default=4.0, gt=0)  # concurrent runs per reserved CPU; more wait
     pool_idle_after: float = Field(default=60.0, gt=0)  # seconds idle before a worker above the minimum goes
     hibernate_after: float = Field(default=300.0, gt=0)  # seconds an owner may stay idle
+    # The owner model (SPEC section 10, issue 20): "hosted" puts many workspaces in each owner host
+    # actor (a few per node); "dedicated" gives every awake workspace an actor process of its own.
+    owners: Literal["hosted", "dedicated"] = "dedicated"
+    # Owner hosts per node for "hosted" (0: one per CPU of the node). The first process placing a
+    # workspace on a node fixes the number for that node and data directory for the Ray session.
+    owner_hosts_per_node: int = Field(default=0, ge=0)
     lock_lease: float = Field(default=30.0, gt=0)  # seconds a client's lock outlives its last renewal
     max_workspace_bytes: int | None = None  # per-workspace size limit (ENOSPC beyond it); None: unlimited
     shared_data_dir: bool = False  # data_dir is shared storage: owners may wake on any node

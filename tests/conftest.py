@@ -117,3 +117,6 @@ def name(request: pytest.FixtureRequest, ray_session: Any) -> Iterator[str]:
             ray_session.kill(ray_session.get_actor(actor_name(each), namespace=NAMESPACE))
         except ValueError:
             pass  # never created, or already gone
+    from computer.actors._hosts import kill_hosts
+
+    kill_hosts()  # owners="hosted" (COMPUTER_OWNERS): the owner hosts of the test's data directory

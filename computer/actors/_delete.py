@@ -1,7 +1,8 @@
 """``delete_workspace``: remove a workspace as a whole (SPEC section 10, "Workspaces as a whole").
 
 In order: refuse when a live client holds it (unless ``force``); stop its owner actor when this
-process is connected to Ray (closed, then killed, so its name is free); take the workspace's lease
+process is connected to Ray (closed, then killed, so its name is free; a hosted workspace is closed
+inside its owner host, which keeps serving its other workspaces); take the workspace's lease
 with a new epoch and raise the file's stored epoch to it, so any owner still running (one we could not
 reach, or one started meanwhile) has every later write refused; remove its share links (their URLs
 answer 404), its SQLite file with the files beside it (SQLite's ``-wal``, ``-shm``, ``-journal``), and
@@ -99,14 +100,15 @@ async def _stop_owner(config: Settings, name: str, *, force: bool) -> bool:
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():
         return False
+    stopped = await _stop_hosted(config, name, force=force)  # whatever the model: it may have changed
     try:
         handle = ray.get_actor(actor_name(name, config), namespace=NAMESPACE)
     except ValueError:
-        return False  # no owner actor: asleep, or owned outside this cluster
+        return stopped  # no owner actor: asleep, hosted, or owned outside this cluster
     try:
         stats: dict[str, Any] = await handle.stats.remote()
     except ray.exceptions.RayActorError:
-        return False  # it died meanwhile
+        return stopped  # it died meanwhile
     reasons = _in_use(stats)
     if reasons and not force:
         raise fs_error(
@@ -120,6 +122,39 @@ async def _stop_owner(config: Settings, name: str, *, force: bool) -> bool:
         pass  # killed below either way; the fence stops whatever it would still write
     ray.kill(handle, no_restart=True)
     return True
+
+
+async def _stop_hosted(config: Settings, name: str, *, force: bool) -> bool:
+    """Close ``name`` in whichever owner host of this data directory has it open (``owners="hosted"``);
+    the host stays up for its other workspaces. True when one did."""
+    import ray
+
+    from ._hosts import forget_claim, host_handles
+
+    await asyncio.to_thread(forget_claim, config, name)  # a new workspace of that name goes anywhere
+    hosts = await asyncio.to_thread(host_handles, config)
+    stopped = False
+    for host in hosts.values():
+        try:
+            stats: dict[str, Any] | None = await host.ws_info.remote(name)
+        except ray.exceptions.RayActorError:
+            continue  # died or exited meanwhile: it holds nothing
+        if stats is None:
+            continue
+        reasons = _in_use(stats)
+        if reasons and not force:
+            raise fs_error(
+                errno.EBUSY,
+                name,
+                f"in use by a live client ({', '.join(reasons)}); retry when it is done, or force the deletion",
+            )
+        try:
+            stopped = (
+                bool(await asyncio.wait_for(host.close_workspace.remote(name), _STOP_TIMEOUT)) or stopped
+            )
+        except (TimeoutError, ray.exceptions.RayActorError):
+            stopped = True  # the fence below stops whatever it would still write
+    return stopped
 
 
 def _in_use(stats: dict[str, Any]) -> list[str]:

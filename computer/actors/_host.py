@@ -78,7 +78,7 @@ class WorkspaceHost(PoolCallbacks):
         # The owner's process (and the assets store Workspace opens) must see these settings.
         self.config: Settings = configure(**config.model_dump())
         self.name = check_name(name)
-        self.owner_id = uuid.uuid4().hex
+        self.owner_id = self._new_owner_id()
         self.node_id = _node_id()
         self.host = current_host(self.node_id)
         self._directory: Directory = open_directory(self.config)
@@ -94,7 +94,7 @@ class WorkspaceHost(PoolCallbacks):
         # the file keeps the highest it saw and would refuse every write: take leases until ours is higher.
         stored = FileSystem.stored_epoch(str(path))
         while self.epoch <= stored:
-            self.owner_id = uuid.uuid4().hex
+            self.owner_id = self._new_owner_id()
             self.epoch = self._directory.acquire_lease(
                 self.name, self.node_id, self.owner_id, self._lease_ttl, host=self.host
             )
@@ -127,6 +127,10 @@ class WorkspaceHost(PoolCallbacks):
         self._background.append(loop.create_task(self._keep_lease()))
 
     # -- bookkeeping ------------------------------------------------------------------------------
+
+    def _new_owner_id(self) -> str:
+        """The id this owner holds the directory lease under (a new one for every lease taken)."""
+        return uuid.uuid4().hex
 
     @contextlib.contextmanager
     def _activity(self) -> Iterator[None]:

@@ -124,6 +124,10 @@ def _scheduling(config: Settings, name: str) -> Any:
             # On no node: a new workspace, created on the caller's node (its file is written there),
             # not wherever Ray's scheduler likes: a worker on node B making workspaces gets them on B.
             here = ray.get_runtime_context().get_node_id()
+            if config.owners == "hosted":  # no actor name settles a race of nodes there: a claim does
+                from ._hosts import claim_new_node
+
+                here = claim_new_node(config, name, here, alive)
             return NodeAffinitySchedulingStrategy(node_id=here, soft=here not in alive)
         if len(holding) > 1:
             log.warning("workspace %s has a file on %d nodes: the highest epoch wins", name, len(holding))
@@ -148,7 +152,8 @@ def _scheduling(config: Settings, name: str) -> Any:
 
 
 def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = None) -> Any:
-    """The owner actor of workspace ``name`` (a Ray ``ActorHandle``), created on first use.
+    """The owner actor of workspace ``name`` (a Ray ``ActorHandle``), created on first use; with
+    ``owners="hosted"``, a :class:`~computer.actors._hosts.HostedHandle` of its owner host instead.
 
     Exactly one per name in the cluster, even when many processes race: Ray named actors with
     ``get_if_exists`` settle the race, and a lost creation race is retried by lookup. A new owner gets
@@ -162,6 +167,10 @@ def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = Non
         config = Settings(**config)
     elif config is None:
         config = cluster_settings()
+    if config.owners == "hosted":  # many workspaces per owner host (issue 20)
+        from ._hosts import hosted_owner
+
+        return hosted_owner(name, config)
     ray_name = actor_name(name, config)  # scoped by the data directory
     try:
         return ray.get_actor(ray_name, namespace=NAMESPACE)

@@ -14,13 +14,25 @@ from pathlib import Path
 from ..config import Settings
 from ..storage.errors import fs_error
 
-__all__ = ["NAMESPACE", "OWNER_PREFIX", "actor_name", "check_name", "data_dir_key", "workspace_file"]
+__all__ = [
+    "HOST_PREFIX",
+    "NAMESPACE",
+    "OWNER_PREFIX",
+    "actor_name",
+    "check_name",
+    "data_dir_key",
+    "host_actor_name",
+    "host_index",
+    "workspace_file",
+]
 
 # Every owner actor lives in this one Ray namespace, whatever namespace the caller's job uses, so a
 # name resolves to the same owner from every driver, task and actor of the cluster.
 NAMESPACE = "computer"
 # Every owner actor's Ray name starts with this.
 OWNER_PREFIX = "computer:ws:"
+# Every owner host's Ray name (``owners="hosted"``) starts with this.
+HOST_PREFIX = "computer:host:"
 
 _MAX_NAME_BYTES = 200  # leaves room for the ".sqlite" suffix and SQLite's "-wal"/"-shm" files
 
@@ -54,6 +66,19 @@ def actor_name(name: str, config: Settings | None = None) -> str:
 
         config = cluster_settings()
     return f"{OWNER_PREFIX}{data_dir_key(config.data_dir)}:{name}"
+
+
+def host_actor_name(config: Settings, node: str, index: int) -> str:
+    """The Ray name of owner host ``index`` of ``node`` for ``config``'s data directory:
+    ``computer:host:<8 hex of the data dir>:<12 hex of the node id>:<index>``."""
+    return f"{HOST_PREFIX}{data_dir_key(config.data_dir)}:{node[:12]}:{index}"
+
+
+def host_index(name: str, hosts: int) -> int:
+    """Which of a node's ``hosts`` owner hosts serves workspace ``name``: a stable hash of the name,
+    the same in every process and Ray session."""
+    digest = hashlib.sha256(check_name(name).encode("utf-8", "surrogatepass")).digest()
+    return int.from_bytes(digest[:8], "big") % max(1, hosts)
 
 
 def workspace_file(config: Settings, name: str) -> Path:
