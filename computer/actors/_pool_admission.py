@@ -8,7 +8,10 @@ wait and shrinks it when workers stay idle.
 A run that waits in line has not started: a worker being drained, or told to *shed* its line because
 capacity appeared elsewhere, hands it back to the dispatcher with :class:`Requeue` (nothing ran), and
 the dispatcher sends it to another worker. A run pinned here (its workspace's live sandbox lives on
-this worker) waits in line like any other but is never handed back: it could run nowhere else.
+this worker) waits in line like any other but is never handed back: it could run nowhere else. (A
+pinned run that finds this worker full while its sandbox holds no process is not pinned for long:
+the worker ends that sandbox and hands the run back, ``Requeue(reason="moved")``, before it enters
+the line; see ``PoolWorker.run``.)
 """
 
 from __future__ import annotations
@@ -57,6 +60,9 @@ class LoadReport:
     movable_wait: float = 0.0  # the longest wait of an admitted run that was not pinned
     live_sandboxes: int = 0  # live sandboxes this worker holds: it is drained, never killed, while > 0
     mirrors_in_use: int = 0  # warm mirrors a running run is using
+    # Runs since the previous report whose idle live sandbox this worker ended to send them elsewhere
+    # (it was full): their pin no longer held them here.
+    moved: int = 0
     extra: dict[str, int] = field(default_factory=dict)
 
     @property
@@ -81,6 +87,11 @@ class Admission:
     @property
     def queued(self) -> int:
         return sum(1 for f, _ in self._line if not f.done())
+
+    @property
+    def full(self) -> bool:
+        """Whether a run arriving now would wait in line (every slot taken, or others wait already)."""
+        return self.running >= self.target or self.queued > 0
 
     async def enter(self, *, pinned: bool = False) -> bool:
         """Wait for a slot; True once the run holds one (it must then :meth:`leave`), False when the run
@@ -152,6 +163,7 @@ class Admission:
         idle_since = self._idle_since
         live = extra.pop("live_sandboxes", 0)
         mirrors = extra.pop("mirrors_in_use", 0)
+        moved = extra.pop("moved", 0)
         return LoadReport(
             name=name,
             node_id=node_id,
@@ -167,6 +179,7 @@ class Admission:
             movable_wait=movable_wait,
             live_sandboxes=live,
             mirrors_in_use=mirrors,
+            moved=moved,
             extra=extra,
         )
 

@@ -269,6 +269,7 @@ class PoolView:
     backend: str
     workers: tuple[WorkerView, ...]
     pending: int  # workers created but not ready yet
+    room: int = 0  # workers the pool may still add (its maximum less the workers it has)
 
 
 @dataclass
@@ -298,6 +299,7 @@ class _Pool:
     admitted: deque[tuple[float, int]] = field(default_factory=lambda: deque(maxlen=10_000))
     decisions: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=DECISIONS_KEPT))
     waiting: int = 0  # runs dispatchers hold with no worker (reported with ``view``) since the last round
+    moved: int = 0  # runs sent elsewhere after their idle live sandbox was ended (since the loop started)
     pressure_at: float | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -399,6 +401,14 @@ class PoolScaler:
                 continue
             except Exception:
                 continue
+            if report.pinned_queued and not (w.report and w.report.pinned_queued):
+                self._decided(
+                    pool,
+                    f"{w.name}: {report.pinned_queued} run(s) wait for their live sandbox here (it "
+                    "runs processes or other runs of its workspace, which moving would end; or no "
+                    "worker has room)",
+                )
+            pool.moved += report.moved
             w.report = report
             w.node_id = report.node_id
             w.target, w.cpus = report.target, report.cpus
@@ -537,10 +547,15 @@ class PoolScaler:
                         "queued": w.report.queued if w.report else 0,
                         "idle_for": w.report.idle_for if w.report else 0.0,
                         "live_sandboxes": w.report.live_sandboxes if w.report else 0,
+                        "pinned_queued": w.report.pinned_queued if w.report else 0,
                     }
                     for w in sorted(pool.workers.values(), key=lambda w: w.index)
                 ],
                 "queued": sum(r.queued for r in _reports(pool)),
+                # Of ``queued``: runs waiting for their worker because their live sandbox there runs
+                # processes (moving would end them) or the pool has no room; more workers do not help.
+                "pinned_queued": sum(r.pinned_queued for r in _reports(pool)),
+                "moved": pool.moved,  # runs whose idle live sandbox was ended to run elsewhere
                 "running": sum(r.running for r in _reports(pool)),
                 "wait_p50": _quantile(waits, 0.5),
                 "wait_p99": _quantile(waits, 0.99),
@@ -571,7 +586,13 @@ def _view(pool: _Pool) -> PoolView:
         for w in pool.workers.values()
         if w.state != "pending"
     )
-    return PoolView(pool.backend, workers, sum(1 for w in pool.workers.values() if w.state == "pending"))
+    active = sum(1 for w in pool.workers.values() if w.state != "draining")
+    return PoolView(
+        pool.backend,
+        workers,
+        sum(1 for w in pool.workers.values() if w.state == "pending"),
+        max(0, pool.max_workers - active),
+    )
 
 
 def _choose_node(free: dict[str, float], per_node: dict[str, int], cpus: float) -> str | None:

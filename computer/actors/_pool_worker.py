@@ -16,8 +16,8 @@ import contextlib
 import logging
 import os
 import time
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections import Counter, OrderedDict
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,16 +91,31 @@ OWNERS_KEPT = 256
 class PoolWorker(LiveSandboxCalls):
     """Runs requests of any workspace on one backend; named ``computer:pool:<backend>:<i>``."""
 
-    def __init__(self, backend: str, name: str, cpus: float = 0.0, target: int = 4) -> None:
-        import ray
-
-        try:
-            factory = BACKENDS[backend]
-        except KeyError:
-            raise ValueError(f"no built-in backend {backend!r}; known: {', '.join(BACKENDS)}") from None
-        self.backend = factory()
+    def __init__(
+        self,
+        backend: str | Backend,
+        name: str,
+        cpus: float = 0.0,
+        target: int = 4,
+        *,
+        node_id: str | None = None,
+    ) -> None:
+        """``backend``: the name of a built-in one (:data:`BACKENDS`), or a backend (tests); ``node_id``:
+        where it runs (default: asked of Ray, which must then be connected)."""
+        if isinstance(backend, str):
+            try:
+                factory = BACKENDS[backend]
+            except KeyError:
+                raise ValueError(f"no built-in backend {backend!r}; known: {', '.join(BACKENDS)}") from None
+            self.backend: Backend = factory()
+        else:
+            self.backend = backend
         self.name = name
-        self.node_id = str(ray.get_runtime_context().get_node_id())
+        if node_id is None:
+            import ray
+
+            node_id = str(ray.get_runtime_context().get_node_id())
+        self.node_id = node_id
         self.started_at = time.time()
         self._running: dict[str, str] = {}  # run key -> workspace id
         self._runs = 0
@@ -112,6 +127,9 @@ class PoolWorker(LiveSandboxCalls):
         self._owners: OrderedDict[str, tuple[str | None, Any]] = OrderedDict()
         self.cpus = cpus  # what this worker reserved from Ray; ``target`` runs at once follow from it
         self.admission = Admission(target)
+        self._here: Counter[str] = Counter()  # workspace id -> its runs here (waiting or running)
+        self._moved = 0  # runs sent elsewhere after their idle live sandbox here was ended (all time)
+        self._moved_reported = 0
 
     # --- elastic pools (see _pool_admission, _pool_scaler): load, drain, what pins this worker ---
 
@@ -122,12 +140,14 @@ class PoolWorker(LiveSandboxCalls):
 
     async def load(self) -> LoadReport:
         """The load since the previous call (the pool's control loop polls it)."""
+        moved, self._moved_reported = self._moved - self._moved_reported, self._moved
         return self.admission.report(
             self.name,
             self.node_id,
             self.cpus,
             live_sandboxes=self.live_sandboxes(),
             mirrors_in_use=len(set(self._running.values())),
+            moved=moved,
         )
 
     async def drain(self) -> LoadReport:
@@ -166,6 +186,7 @@ class PoolWorker(LiveSandboxCalls):
             "prefetched": self._prefetched,
             "callbacks": self._callbacks,
             "owner_handles": self._owner_handles,
+            "moved": self._moved,
             "running": sorted(self._running),
             "mirrors": mirrors.workspaces() if mirrors is not None else [],
         }
@@ -178,6 +199,7 @@ class PoolWorker(LiveSandboxCalls):
         owner_token: str | None = None,
         prefetched: Prefetched | None = None,
         outcomes: dict[str, tuple[int, list[str]]] | None = None,
+        movable: bool = False,
     ) -> AsyncIterator[RunStarted | OwnerUnknown | Requeue | ExecEvent]:
         """Stream one run: output chunks, then exactly one ``ExitEvent``; :class:`RunStarted` first when
         the run announces itself.
@@ -199,11 +221,62 @@ class PoolWorker(LiveSandboxCalls):
         shell run: its push comes prefetched, its pull goes in the exit event) yields only its own
         events, one Ray message less (~0.45 ms, ~0.85 ms of CPU). A backend with network access
         announces at once: sending its run again could repeat what it did outside the sandbox.
+
+        ``movable``: the dispatcher has room for this run elsewhere (a worker with a free slot, or a
+        pool that can grow). A run pinned here by its workspace's live sandbox that finds this worker
+        full then moves when it would lose nothing but the sandbox's ~1 ms start: when no other run of
+        the workspace is here and the sandbox holds no process (nothing in the background), this
+        worker ends the sandbox (what it wrote is pulled first; its mirror stays warm here) and hands
+        the run back untouched, ``Requeue(reason="moved")``; the dispatcher unpins the workspace and
+        sends the run to a worker with room, where it starts a fresh live sandbox. A sandbox with
+        processes of its own keeps its pin and the run waits in line here: moving would kill them.
         """
         owner = self._owner_of(workspace_id, owner_token, owner)
         if owner is None:
             yield OwnerUnknown()
             return
+        self._here[workspace_id] += 1
+        try:
+            pinned = self.live_sandboxes(workspace_id) > 0
+            if pinned and movable and self.admission.full and await self._sandbox_may_move(workspace_id):
+                self._moved += 1
+                yield Requeue(self.name, "moved")
+                return
+            # Closed with the outer generator (a cancelled run must end its process tree at once).
+            run = self._admitted_run(request, owner, workspace_id, owner_token, prefetched, outcomes)
+            async with contextlib.aclosing(run):
+                async for item in run:
+                    yield item
+        finally:
+            self._here[workspace_id] -= 1
+            if self._here[workspace_id] <= 0:
+                del self._here[workspace_id]
+
+    async def _sandbox_may_move(self, workspace_id: str) -> bool:
+        """End the workspace's live sandbox here when it holds no process and no other run of the
+        workspace is here (the run asking is the only one); whether it was ended."""
+        if self._here[workspace_id] != 1:
+            return False
+        try:
+            if await self.live_processes(workspace_id):
+                return False  # background processes: moving would kill them
+            if self._here[workspace_id] != 1 or not self.admission.full:
+                return False  # another run of the workspace came meanwhile, or a slot came free
+            return await self.live_end(workspace_id)
+        except Exception:  # the sandbox could not be asked or ended: keep the pin, wait here
+            log.warning("%s: live sandbox of %s could not be moved", self.name, workspace_id, exc_info=True)
+            return False
+
+    async def _admitted_run(
+        self,
+        request: ExecRequest,
+        owner: Any,
+        workspace_id: str,
+        owner_token: str | None,
+        prefetched: Prefetched | None,
+        outcomes: dict[str, tuple[int, list[str]]] | None,
+    ) -> AsyncGenerator[RunStarted | Requeue | ExecEvent, None]:
+        """The run once its owner is known: its admission (or hand-back), then its events."""
         if not await self.admission.enter(pinned=self.live_sandboxes(workspace_id) > 0):
             yield Requeue(self.name, "draining" if self.admission.draining else "shed")
             return

@@ -119,6 +119,8 @@ class PoolBackend:
         self._view_at = -math.inf
         self._refreshing: asyncio.Task[None] | None = None
         self.requeued = 0  # runs a worker handed back (draining, shedding) and this owner sent again
+        self.moved = 0  # runs a full worker handed back after ending their idle live sandbox there
+        self._room = 0  # workers the pool may still add (from the control loop's view)
         self.info: BackendInfo = self._describe()
 
     def _describe(self) -> BackendInfo:
@@ -252,6 +254,7 @@ class PoolBackend:
                     del self._slots[name]
                     if name in self._warm:
                         self._warm.remove(name)
+        self._room = view.room
         self._view_at = now
 
     async def _refresh(self, waiting: int = 0, wait: float = 0.0) -> None:
@@ -305,6 +308,23 @@ class PoolBackend:
             )
         return min(
             usable, key=lambda s: (s.estimate / max(1, s.target), warm.get(s.name, len(warm)), order[s.name])
+        )
+
+    def _movable(self, workspace_id: str, slot: _Slot) -> bool:
+        """Whether a run pinned to ``slot`` could go elsewhere: another worker has a free slot (as this
+        owner sees it) or the pool can still grow. Sent with the run: the worker decides (see
+        ``PoolWorker.run``: only when it is full and the live sandbox runs nothing)."""
+        if self._pins.get(workspace_id) != slot.name:
+            return False
+        if self._room > 0:
+            return True
+        return any(
+            s is not slot
+            and s.listed
+            and not s.draining
+            and s.name not in self._dead
+            and s.estimate < s.target
+            for s in self._slots.values()
         )
 
     async def _handle(self, slot: _Slot) -> Any:
@@ -383,15 +403,16 @@ class PoolBackend:
             slot.inflight += 1
             handle = None
             gen = None
-            started = finished = unknown = requeued = False
+            started = finished = unknown = requeued = moved = False
             try:
                 handle = await self._handle(slot)
                 prefetched = await self._prefetch(slot, ctx)
                 # Without a token (an owner handle given by the caller) the worker could not tell
                 # two owners of one workspace id apart: always send the handle then.
                 sent = None if slot.introduced and self._token is not None else owner
+                movable = self._movable(workspace_id, slot)
                 gen = streaming(handle.run, STREAM_AHEAD).remote(
-                    request, sent, workspace_id, self._token, prefetched, slot.outcomes
+                    request, sent, workspace_id, self._token, prefetched, slot.outcomes, movable
                 )
                 async for ref in gen:
                     event = await ref
@@ -401,6 +422,10 @@ class PoolBackend:
                         break
                     if isinstance(event, Requeue):  # handed back before it started: nothing ran
                         slot.draining = slot.draining or event.reason == "draining"
+                        if event.reason == "moved":  # it ended the idle live sandbox: go elsewhere
+                            self.unpin(workspace_id)
+                            slot.load = max(slot.load, slot.target)  # full, until the next view
+                            moved = True
                         requeued = True
                         break
                     # Any other first item: the run reached a live worker that holds the owner handle.
@@ -457,6 +482,9 @@ class PoolBackend:
                 return
             if unknown:
                 continue  # sent again, with the owner's handle this time
+            if moved:
+                self.moved += 1
+                continue  # this owner's view has room elsewhere: no need to ask the control loop
             if requeued:
                 self.requeued += 1
                 requeues += 1

@@ -137,27 +137,10 @@ class _RecordingOwner:
 
 
 async def _items(backend: _ScriptedBackend) -> list[str]:
-    from computer.actors._pool_admission import Admission
     from computer.actors._pool_worker import PoolWorker
     from computer.runtime import ExecRequest
 
-    worker = PoolWorker.__new__(PoolWorker)
-    worker.__dict__.update(
-        admission=Admission(4),
-        cpus=0.0,
-        backend=backend,
-        name="w",
-        node_id="n",
-        _running={},
-        _runs=0,
-        _failures=0,
-        _prefetched=0,
-        _callbacks=0,
-        _owner_handles=0,
-    )
-    from collections import OrderedDict
-
-    worker._owners = OrderedDict()
+    worker = PoolWorker(backend, "w", target=4, node_id="n")  # type: ignore[arg-type]
     log: list[str] = []
     request = ExecRequest(id="r1", backend="shell", source="true")
     async for item in worker.run(request, _RecordingOwner(log), "ws-id"):

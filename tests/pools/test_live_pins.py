@@ -1,0 +1,163 @@
+"""When a run pinned to its live sandbox moves (issue 23): a real pool worker (its live shell backend)
+without Ray, its owners in this process (the owner RPCs of ``PoolCallbacks`` over a local workspace).
+
+A worker with one slot is kept full by another workspace's long run; the pinned run that arrives
+moves (the worker ends its idle sandbox and hands the run back) or waits (its sandbox runs a
+background process, or the dispatcher has no room elsewhere). Counted, never timed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+import computer
+from computer.actors._pool_admission import Requeue
+from computer.actors._pool_callbacks import PoolCallbacks
+from computer.actors._pool_worker import PoolWorker, RunStarted
+from computer.actors.wire import Reply
+from computer.runtime import ExecRequest, ExitEvent, MirrorPool, OutputChunk, ShellBackend
+
+from .pool_helpers import processes_with, unique_sleep, wait_until
+
+pytestmark = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgroup freezer here")
+
+
+class _Owner(PoolCallbacks):
+    """The owner side of a worker's calls, over a workspace of this process."""
+
+    def __init__(self, workspace: computer.Workspace) -> None:
+        self.workspace = workspace
+        self._closing = False
+        self.calls = 0
+
+    def _activity(self) -> contextlib.AbstractContextManager[None]:
+        self.calls += 1
+        return contextlib.nullcontext()
+
+    def _moved(self) -> Reply:
+        return ("moved", {"name": "local"})
+
+
+class _Handle:
+    """``handle.method.remote(*args)`` awaited in this process, as a Ray actor handle is."""
+
+    def __init__(self, target: object) -> None:
+        self._target = target
+
+    def __getattr__(self, method: str) -> Any:
+        call = getattr(self._target, method)
+
+        class _Method:
+            def remote(self, *args: Any) -> Any:
+                return call(*args)
+
+        return _Method()
+
+
+@pytest.fixture
+async def worker() -> AsyncIterator[PoolWorker]:
+    shell = ShellBackend(mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=4))
+    yield PoolWorker(shell, "w", target=1, node_id="n")
+    for ws in ("a", "b"):  # live sandboxes and the sandboxes started ahead for the next runs
+        await shell.close_workspace(ws)
+
+
+@pytest.fixture
+async def owners() -> AsyncIterator[dict[str, _Handle]]:
+    """Workspaces ``a`` (the pinned one) and ``b`` (the one that fills the worker)."""
+    async with computer.Workspace() as a, computer.Workspace() as b:
+        for ws in (a, b):
+            await ws.fs.mkdir("/workspace")
+        yield {"a": _Handle(_Owner(a)), "b": _Handle(_Owner(b))}
+
+
+_ids = iter(range(10**6))
+
+
+def _run(worker: PoolWorker, owners: dict[str, _Handle], ws: str, source: str, **kw: Any) -> Any:
+    request = ExecRequest(id=f"r{next(_ids)}", backend="shell", source=source)
+    return worker.run(request, owners[ws], ws, None, None, None, **kw)
+
+
+async def _all(items: Any) -> list[Any]:
+    return [item async for item in items if not isinstance(item, RunStarted)]
+
+
+@contextlib.asynccontextmanager
+async def _full(worker: PoolWorker, owners: dict[str, _Handle]) -> AsyncIterator[asyncio.Task[list[Any]]]:
+    """The worker's one slot taken by a long run of workspace ``b`` (cancelled on exit)."""
+    marker = unique_sleep()
+    blocker = asyncio.ensure_future(_all(_run(worker, owners, "b", f"sleep {marker}")))
+    try:
+        await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
+        assert worker.admission.full
+        yield blocker
+    finally:
+        blocker.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await blocker
+        await wait_until(lambda: not processes_with(f"sleep {marker}"))
+
+
+async def test_a_pinned_run_at_a_full_worker_ends_its_idle_sandbox_and_moves(
+    worker: PoolWorker, owners: dict[str, _Handle]
+) -> None:
+    [first] = await _all(_run(worker, owners, "a", "echo one > one.txt"))
+    assert isinstance(first, ExitEvent) and first.exit_code == 0 and first.live
+    assert worker.live_sandboxes("a") == 1
+    async with _full(worker, owners):
+        items = await _all(_run(worker, owners, "a", "echo two", movable=True))
+        assert items == [Requeue("w", "moved")]
+        assert worker.live_sandboxes("a") == 0  # ended here: the next run starts fresh elsewhere
+        assert (await worker.stats())["moved"] == 1
+        assert (await worker.load()).moved == 1
+    # What the ended sandbox wrote is in the workspace (its end pulled it).
+    a = owners["a"]._target.workspace  # type: ignore[attr-defined]
+    assert await a.fs.read_file("/workspace/one.txt") == b"one\n"
+
+
+async def test_a_pinned_run_whose_sandbox_runs_a_background_process_keeps_its_pin_and_waits(
+    worker: PoolWorker, owners: dict[str, _Handle]
+) -> None:
+    marker = unique_sleep()
+    [started] = await _all(_run(worker, owners, "a", f"setsid sleep {marker} > /dev/null 2>&1 &"))
+    assert isinstance(started, ExitEvent) and started.live
+    async with _full(worker, owners):
+        waiting = asyncio.ensure_future(_all(_run(worker, owners, "a", "echo two", movable=True)))
+        await wait_until(lambda: worker.admission.queued == 1)
+        assert (await worker.load()).pinned_queued == 1  # it waits pinned: more workers would not help
+        assert not waiting.done() and worker.live_sandboxes("a") == 1
+    *output, done = await waiting  # the slot came free: it ran in the same sandbox
+    assert b"".join(c.data for c in output if isinstance(c, OutputChunk)) == b"two\n"
+    assert isinstance(done, ExitEvent) and done.exit_code == 0 and done.live
+    assert processes_with(f"sleep {marker}"), "the background process survived"
+    assert (await worker.stats())["moved"] == 0
+    assert await worker.live_end("a")
+    await wait_until(lambda: not processes_with(f"sleep {marker}"))
+
+
+async def test_a_pinned_run_without_room_elsewhere_waits_for_its_idle_sandbox(
+    worker: PoolWorker, owners: dict[str, _Handle]
+) -> None:
+    await _all(_run(worker, owners, "a", "true"))
+    async with _full(worker, owners):
+        waiting = asyncio.ensure_future(_all(_run(worker, owners, "a", "echo two", movable=False)))
+        await wait_until(lambda: worker.admission.queued == 1)
+        assert worker.live_sandboxes("a") == 1
+    *_, done = await waiting
+    assert isinstance(done, ExitEvent) and done.exit_code == 0 and done.live
+    assert (await worker.stats())["moved"] == 0
+
+
+async def test_a_pinned_run_at_a_worker_with_a_free_slot_stays(
+    worker: PoolWorker, owners: dict[str, _Handle]
+) -> None:
+    await _all(_run(worker, owners, "a", "true"))
+    *_, done = await _all(_run(worker, owners, "a", "echo again", movable=True))
+    assert isinstance(done, ExitEvent) and done.live and worker.live_sandboxes("a") == 1
+    assert (await worker.stats())["moved"] == 0
