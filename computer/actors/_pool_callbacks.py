@@ -9,11 +9,11 @@ whole :class:`~computer.runtime.ExecContext` operation, answered by the workspac
 from __future__ import annotations
 
 import os
-from contextlib import AbstractContextManager
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from ..runtime import SyncLimits, SyncPull, decode_sync, encode_sync
-from .wire import Reply, fail, ok
+from .wire import Reply
 
 if TYPE_CHECKING:
     from ..runtime import ExecContext
@@ -31,15 +31,16 @@ def owner_token() -> str:
 
 
 class PoolCallbacks:
-    """Mixin of :class:`~computer.actors.WorkspaceHost`: ``fs_call``, ``sync_push``, ``sync_pull``, ``share``."""
+    """Mixin of :class:`~computer.actors.WorkspaceHost`: ``fs_call``, ``sync_push``, ``sync_pull``, ``share``.
+
+    Each is served by the host's ``_serve`` (moved once closing, counted as activity and in the host's
+    ``rpcs``, errors as replies), like every other owner RPC.
+    """
 
     if TYPE_CHECKING:
         workspace: Workspace
-        _closing: bool
 
-        def _activity(self) -> AbstractContextManager[None]: ...
-
-        def _moved(self) -> Reply: ...
+        async def _serve(self, work: Callable[[], Awaitable[Any]]) -> Reply: ...
 
     async def pool_ping(self) -> str:
         """The :func:`owner_token` of this process: a worker checks its runs' owner is still there."""
@@ -50,41 +51,22 @@ class PoolCallbacks:
 
     async def pool_fs_call(self, op: str, args: dict[str, Any]) -> Reply:
         """One fs operation of the python backend's ``workspace`` module; results as plain values."""
-        if self._closing:
-            return self._moved()
-        with self._activity():
-            try:
-                return ok(await self._exec_context().fs_call(op, args))
-            except Exception as exc:
-                return fail(exc)
+        return await self._serve(lambda: self._exec_context().fs_call(op, args))
 
     async def pool_sync_push(self, mirror_rev: int | None, root: str, limits: dict[str, Any]) -> Reply:
         """What a shell mirror at ``mirror_rev`` needs (``limits``: the fields of a ``SyncLimits``), encoded."""
-        if self._closing:
-            return self._moved()
-        with self._activity():
-            try:
-                push = await self._exec_context().sync_push(mirror_rev, root, SyncLimits(**limits))
-                return ok(encode_sync(push))
-            except Exception as exc:
-                return fail(exc)
+
+        async def push() -> bytes:
+            return encode_sync(await self._exec_context().sync_push(mirror_rev, root, SyncLimits(**limits)))
+
+        return await self._serve(push)
 
     async def pool_sync_pull(self, pull: bytes, base_rev: int) -> Reply:
         """Apply a run's changes (an encoded :class:`SyncPull`) in one transaction; a ``BatchResult``."""
-        if self._closing:
-            return self._moved()
-        with self._activity():
-            try:
-                return ok(await self._exec_context().sync_pull(decode_sync(SyncPull, pull), base_rev))
-            except Exception as exc:
-                return fail(exc)
+        return await self._serve(
+            lambda: self._exec_context().sync_pull(decode_sync(SyncPull, pull), base_rev)
+        )
 
     async def pool_share(self, path: str, expires_after: float) -> Reply:
         """Publish a workspace file for a running program; its URL."""
-        if self._closing:
-            return self._moved()
-        with self._activity():
-            try:
-                return ok(await self._exec_context().share(path, expires_after))
-            except Exception as exc:
-                return fail(exc)
+        return await self._serve(lambda: self._exec_context().share(path, expires_after))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -19,7 +19,7 @@ import computer
 from computer.actors._pool_admission import Requeue
 from computer.actors._pool_callbacks import PoolCallbacks
 from computer.actors._pool_worker import PoolWorker, RunStarted
-from computer.actors.wire import Reply
+from computer.actors.wire import Reply, fail, ok
 from computer.runtime import ExecRequest, ExitEvent, MirrorPool, OutputChunk, ShellBackend
 
 from .pool_helpers import processes_with, unique_sleep, wait_until
@@ -32,15 +32,12 @@ class _Owner(PoolCallbacks):
 
     def __init__(self, workspace: computer.Workspace) -> None:
         self.workspace = workspace
-        self._closing = False
-        self.calls = 0
 
-    def _activity(self) -> contextlib.AbstractContextManager[None]:
-        self.calls += 1
-        return contextlib.nullcontext()
-
-    def _moved(self) -> Reply:
-        return ("moved", {"name": "local"})
+    async def _serve(self, work: Callable[[], Awaitable[Any]]) -> Reply:
+        try:
+            return ok(await work())
+        except Exception as exc:
+            return fail(exc)
 
 
 class _Handle:
