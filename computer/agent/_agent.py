@@ -83,7 +83,7 @@ class Agent(OwnerActor):
             self.config = self.config.model_copy(update={"hibernate_after": float(self.hibernate_after)})
         self._agent_exec = AgentExecContext(self.workspace)
         # The agent's own runtime: its backends (get_backends) and a context that lets sandboxed code
-        # call the agent's tools. Nothing has run on the host's runtime yet, so swapping it is safe.
+        # call the agent's tools. Nothing has run on the first runtime yet, so swapping it is safe.
         self.workspace.runtime = Runtime(self.workspace, list(self.get_backends()), context=self._agent_exec)
         self._store = AgentStore(self.workspace.fs)
         self._turn_lock = asyncio.Lock()

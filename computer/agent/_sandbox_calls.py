@@ -2,7 +2,7 @@
 
 Sandboxed Python (the ``execute`` tool, extension tools) calls back to the agent over the python
 backend's existing channel: the guest's ``workspace`` module sends msgpack frames ``{op, args}`` that
-the host answers with ``ctx.fs_call``. This context answers ``op == "agent_tool"`` by running one of
+the runtime answers, outside the sandbox, with ``ctx.fs_call``. This context answers ``op == "agent_tool"`` by running one of
 the agent's tools, but only for a token the agent issued to that one execution; every other op goes
 to the workspace as before. No new socket, no new process.
 """

@@ -42,7 +42,7 @@ class WorkspaceRow:
     size: int | None  # bytes of the SQLite file and its WAL on this machine; None when not here
     last_active: float | None  # wall-clock seconds; None when no owner ever recorded it
     live_runs: int
-    node: str | None  # the directory's node of the last owner (a Ray node id, or process:<pid>@<host>)
+    node: str | None  # the directory's node of the last owner (a Ray node id, or process:<pid>@<hostname>)
 
 
 def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[WorkspaceRow]:

@@ -294,7 +294,7 @@ class FileSystem:
 
     async def symlink(self, target: str, path: str) -> None:
         """Create a symlink at ``path`` pointing to ``target``: any non-empty string without NUL, stored
-        verbatim (absolute, relative, dangling; never resolved on the host)."""
+        verbatim (absolute, relative, dangling; never resolved on the machine)."""
         _tree.symlink(self._store, target, path)
 
     async def link(self, existing: str, new: str) -> None:

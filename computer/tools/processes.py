@@ -9,7 +9,7 @@ the model see and stop such programs:
   ISO 8601 UTC, ``log`` the workspace file holding what the process printed after its run returned.
 - ``kill {pid, backend?}`` → ``{killed: pid, exited, backend?}`` over ``workspace.runtime.kill_process``;
   a pid the sandbox does not have is an error naming it. SIGKILL is asynchronous (the process is gone
-  once the kernel reaps it), so the tool then watches ``processes`` for up to ``KILL_SETTLE`` seconds:
+  once the kernel reaps it), so the tool then watches ``processes`` for up to ``KILL_WAIT`` seconds:
   ``exited: true`` means a ``processes`` call made now no longer lists it; ``false`` that it was still
   listed when the tool stopped watching (a process stuck in uninterruptible I/O).
 
@@ -35,7 +35,7 @@ from ._tool import Tool, ToolUpdate
 __all__ = ["PROCESS_TOOLS", "create_kill_tool", "create_processes_tool", "process_dict"]
 
 PROCESS_TOOLS = ("processes", "kill")
-KILL_SETTLE = 5.0  # seconds kill watches for the process to leave the sandbox's process table
+KILL_WAIT = 5.0  # seconds kill watches for the process to leave the sandbox's process table
 
 PROCESSES_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -196,9 +196,9 @@ def create_kill_tool(workspace: Any) -> Tool:
 
 
 async def _gone(runtime: Any, pid: int, kwargs: dict[str, Any]) -> bool:
-    """Whether ``pid`` leaves the process table within ``KILL_SETTLE`` seconds (checked with backoff)."""
+    """Whether ``pid`` leaves the process table within ``KILL_WAIT`` seconds (checked with backoff)."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + KILL_SETTLE
+    deadline = loop.time() + KILL_WAIT
     delay = 0.01
     while True:
         if all(info.pid != pid for info in await runtime.processes(**kwargs)):

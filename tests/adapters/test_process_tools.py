@@ -229,7 +229,7 @@ async def test_kill_reports_a_process_that_lingers_after_the_signal(monkeypatch:
         async def kill_process(self, pid: int, backend: str = "shell") -> None:
             self.process_calls.append({"op": "kill", "pid": pid, "backend": backend})  # listed on
 
-    monkeypatch.setattr(processes_module, "KILL_SETTLE", 0.2)
+    monkeypatch.setattr(processes_module, "KILL_WAIT", 0.2)
     surface = Surface(runtime=Lingering([SHELL]))
     surface.runtime.table["shell"] = [sleeper(7)]
     assert await create_kill_tool(surface).run({"pid": 7}) == {"killed": 7, "exited": False}
