@@ -6,8 +6,9 @@ Without a record (a new name, a Redis that restarted empty, a record lost), ever
 whether it holds the file before anything is created: the owner goes to the node that has it (the
 highest stored epoch when several do), and only a name whose file no node holds is created new (on the
 caller's node). A node
-that does not answer makes the call ``WorkspaceUnavailableError`` rather than a guess. The one case
-placement cannot tell from a new name: the record is lost *and* the only node holding the file is down.
+that does not answer makes the call ``WorkspaceUnavailableError`` rather than a guess. When the record
+is lost *and* the only node holding the file is down, the file registry kept on the head node beside a
+Redis directory (``directory/_registry.py``) still knows the file's machine: ``WorkspaceUnavailableError``.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from ._errors import WorkspaceUnavailableError
 from ._init import cluster_settings, ensure_ray
 from ._nodes import alive_nodes
 from ._owner import OwnerActor
-from .directory import open_directory
+from .directory import last_known_file, open_directory
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
 log = logging.getLogger(__name__)
@@ -117,10 +118,13 @@ def _scheduling(config: Settings, name: str) -> Any:
 
     alive = alive_nodes()
     if record is None or not record.node:
-        if len(alive) <= 1:
-            return None  # one node: its file is here, or the workspace is new
-        holding = nodes_holding(config, name, alive)
+        if len(alive) <= 1 and workspace_file(config, name).exists():
+            return None  # one node: its file is here
+        holding = nodes_holding(config, name, alive) if len(alive) > 1 else {}
         if not holding:
+            _refuse_a_file_on_a_dead_node(config, name, alive)
+            if len(alive) <= 1:
+                return None  # a new workspace on the one node
             # On no node: a new workspace, created on the caller's node (its file is written there),
             # not wherever Ray's scheduler likes: a worker on node B making workspaces gets them on B.
             here = ray.get_runtime_context().get_node_id()
@@ -148,6 +152,22 @@ def _scheduling(config: Settings, name: str) -> Any:
         where = f"node {record.node}"
     raise WorkspaceUnavailableError(
         name, f"its file is on {where}, which has no alive Ray node (set shared_data_dir if shared)"
+    )
+
+
+def _refuse_a_file_on_a_dead_node(config: Settings, name: str, alive: dict[str, str]) -> None:
+    """No record and no alive node holds the file: unless the file registry (Redis directories, see
+    ``directory/_registry.py``) last saw it on a machine with no alive node, the name is new."""
+    known = last_known_file(config, name)
+    if known is None:
+        return
+    node, host = known
+    if node in alive or host in alive.values():
+        return  # its machine is up and does not hold it: removed by hand, a new workspace
+    raise WorkspaceUnavailableError(
+        name,
+        f"the directory has no record of it and its file was last on host {host} (node {node[:12]}), "
+        "which has no alive Ray node",
     )
 
 

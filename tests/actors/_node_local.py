@@ -4,7 +4,8 @@ The head is ``ray start --head`` on loopback; the second node is ``ray start`` i
 --mount`` with its own hostname and a private tmpfs over the data directory, as on a real second
 machine. Both run in sessions of their own and are stopped by process group (never ``ray stop``). Workspaces are created from a task on that node; then the directory forgets (Redis flushed)
 or was never shared (the embedded directory), the owners die, and the head opens every workspace
-again: each must come back with its bytes from the second node, never empty on the head.
+again: each must come back with its bytes from the second node, never empty on the head. Then the second
+node goes down (and Redis forgets again): each of its workspaces is ``WorkspaceUnavailableError``.
 Prints ``OK`` on success; any failure exits non-zero with a traceback.
 """
 
@@ -29,7 +30,7 @@ import redis
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import computer
-from computer.actors import NAMESPACE, actor_name, open_directory
+from computer.actors import NAMESPACE, WorkspaceUnavailableError, actor_name, open_directory
 
 NAMES = [f"nl-{i}" for i in range(4)]
 
@@ -137,6 +138,23 @@ async def scenario(data_dir: Path, second: str, *, redis_url: str | None) -> Non
     print(f"{'redis' if redis_url else 'embedded'}: {len(on_second)} of {len(names)} on the second node")
 
 
+async def scenario_node_down(data_dir: Path, names: list[str], *, redis_url: str | None) -> None:
+    """The second node is down and the directory forgot (Redis flushed) or still knows (embedded) its
+    files: opening one of them is ``WorkspaceUnavailableError``, never a new, empty workspace here."""
+    conf = computer.init(data_dir=data_dir, redis_url=redis_url)
+    if redis_url:
+        redis.Redis.from_url(redis_url).flushall()
+    for name in names:
+        try:
+            async with computer.get_workspace(name) as ws:
+                text = await ws.fs.read_text("/who")
+        except WorkspaceUnavailableError as exc:
+            assert "no alive Ray node" in str(exc), exc
+        else:
+            raise AssertionError(f"{name} opened with its node down (read {text!r})")
+        assert not (conf.workspaces_dir / f"{name}.sqlite").exists(), name
+
+
 def main(data: Path, temp: Path) -> None:
     data.mkdir(parents=True, exist_ok=True)
     port = _free_port()
@@ -182,6 +200,15 @@ def main(data: Path, temp: Path) -> None:
         second = str(alive[0])
         asyncio.run(scenario(data / "embedded", second, redis_url=None))
         asyncio.run(scenario(data / "redis", second, redis_url=f"redis://127.0.0.1:{port}/0"))
+        stop(second_proc)
+        second_proc = None
+        deadline = time.monotonic() + 120
+        while any(n["Alive"] for n in ray.nodes() if n["NodeID"] == second):
+            assert time.monotonic() < deadline, "the second node is still alive"
+            time.sleep(0.5)
+        for kind, url in (("embedded", None), ("redis", f"redis://127.0.0.1:{port}/0")):
+            asyncio.run(scenario_node_down(data / kind, [f"{n}-{kind}" for n in NAMES], redis_url=url))
+        print("node down: every workspace of it unavailable, none created empty")
         print("OK")
     finally:
         ray.shutdown()

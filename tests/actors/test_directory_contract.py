@@ -10,10 +10,18 @@ from pathlib import Path
 
 import pytest
 
-from computer.actors.directory import Directory, RedisDirectory, SqliteDirectory
+import computer
+from computer.actors.directory import (
+    Directory,
+    RedisDirectory,
+    RegisteredDirectory,
+    SqliteDirectory,
+    last_known_file,
+    open_directory,
+)
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", "redis", "redis+registry"])
 def directory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Directory]:
     d: Directory
     if request.param == "sqlite":
@@ -21,7 +29,31 @@ def directory(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Direct
     else:
         url = request.getfixturevalue("redis_url")
         d = RedisDirectory(url, prefix=f"test:{uuid.uuid4().hex}:")
+        if request.param == "redis+registry":
+            d = RegisteredDirectory(computer.Settings(data_dir=tmp_path, redis_url=url), d)
     yield d
+    d.close()
+
+
+def test_the_registry_beside_redis_keeps_where_each_file_is(tmp_path: Path, redis_url: str) -> None:
+    """Issue 25: a Redis that forgets (flushed, restarted empty) does not take the file's place with it."""
+    config = computer.Settings(data_dir=tmp_path, redis_url=redis_url)
+    redis = RedisDirectory(redis_url, prefix=f"test:{uuid.uuid4().hex}:")
+    d = RegisteredDirectory(config, redis)
+    assert isinstance(open_directory(config), RegisteredDirectory)
+    assert not isinstance(
+        open_directory(config.model_copy(update={"shared_data_dir": True})), RegisteredDirectory
+    )
+    d.acquire_lease("ws", "node-b", "o1", 30.0, host="box-b/10.0.0.2")
+    d.acquire_lease("cli", "process:12@box", "o2", 30.0, host=None)  # outside Ray: no place to note
+    d.acquire_lease("gone", "node-b", "o3", 30.0, host="box-b/10.0.0.2")
+    assert d.remove("gone", "o3")
+    redis.remove("ws", "o1")  # Redis forgets behind the registry's back
+    assert d.get("ws") is None
+    assert last_known_file(config, "ws") == ("node-b", "box-b/10.0.0.2")
+    assert last_known_file(config, "cli") is None
+    assert last_known_file(config, "gone") is None  # a deleted workspace is nowhere
+    assert last_known_file(config.model_copy(update={"redis_url": None}), "ws") is None
     d.close()
 
 

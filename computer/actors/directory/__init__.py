@@ -9,14 +9,17 @@ from ._head import HeadDirectory
 from ._open import open_directory
 from ._record import WorkspaceRecord, WorkspaceState
 from ._redis import RedisDirectory
+from ._registry import RegisteredDirectory, last_known_file
 from ._sqlite import SqliteDirectory
 
 __all__ = [
     "Directory",
     "HeadDirectory",
     "RedisDirectory",
+    "RegisteredDirectory",
     "SqliteDirectory",
     "WorkspaceRecord",
     "WorkspaceState",
+    "last_known_file",
     "open_directory",
 ]

@@ -22,6 +22,19 @@ from ._sqlite import SqliteDirectory
 
 __all__ = ["HeadDirectory", "head_node_id", "on_head_node"]
 
+_METHODS = frozenset(
+    {
+        "get",
+        "acquire_lease",
+        "renew_lease",
+        "release_lease",
+        "remove",
+        "names",
+        "note_file",
+        "file_of",
+        "forget_file",
+    }
+)
 _CALL_TIMEOUT = 30.0  # seconds one directory call may take before the directory counts as unavailable
 _HEAD_RESOURCE = "node:__internal_head__"
 _service_class: Any = None
@@ -60,7 +73,7 @@ class DirectoryService:
         self._directory = SqliteDirectory(path)
 
     def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        if method not in {"get", "acquire_lease", "renew_lease", "release_lease", "remove", "names"}:
+        if method not in _METHODS:
             raise ValueError(f"unknown directory method {method!r}")
         return getattr(self._directory, method)(*args, **kwargs)
 
@@ -131,6 +144,16 @@ class HeadDirectory:
     def names(self) -> list[str]:
         names: list[str] = self._call("names")
         return names
+
+    def note_file(self, name: str, node: str, host: str) -> None:
+        self._call("note_file", name, node, host)
+
+    def file_of(self, name: str) -> tuple[str, str] | None:
+        found = self._call("file_of", name)
+        return None if found is None else (str(found[0]), str(found[1]))
+
+    def forget_file(self, name: str) -> None:
+        self._call("forget_file", name)
 
     def close(self) -> None:
         """Nothing to release: the service actor stays for the next caller."""

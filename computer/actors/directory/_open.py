@@ -6,6 +6,7 @@ from ...config import Settings
 from ._directory import Directory
 from ._head import HeadDirectory, on_head_node
 from ._redis import RedisDirectory
+from ._registry import RegisteredDirectory, registry_used
 from ._sqlite import SqliteDirectory
 
 __all__ = ["open_directory"]
@@ -14,13 +15,14 @@ __all__ = ["open_directory"]
 def open_directory(config: Settings) -> Directory:
     """The directory shared by every owner configured like ``config``, on every node of the cluster.
 
-    Redis when ``redis_url`` is set. Otherwise the embedded SQLite file: opened directly on the head
+    Redis when ``redis_url`` is set (noting each file's place in the head node's file too, unless the
+    data directory is shared: see :mod:`._registry`). Otherwise the embedded SQLite file: opened directly on the head
     node (or anywhere when ``shared_data_dir`` says every node sees the same data directory), and
     through the head node's directory actor on other nodes, so that a multi-node cluster never has
     one directory per node (see :mod:`._head`).
     """
     if config.redis_url:
-        return RedisDirectory(config.redis_url)
+        return RegisteredDirectory(config) if registry_used(config) else RedisDirectory(config.redis_url)
     if not config.shared_data_dir and not on_head_node():
         return HeadDirectory(config)
     return SqliteDirectory(config.data_dir / "directory.sqlite")

@@ -28,6 +28,17 @@ CREATE TABLE IF NOT EXISTS workspaces (
 
 _COLUMNS = "name, node, owner, epoch, lease_expires, last_active, state, released_epoch, host"
 
+# Where each workspace's file was last opened, kept on the head node when the directory proper is Redis
+# (see ``_registry.py``): a Redis that restarted empty forgets placements, this file does not.
+_FILES_SCHEMA = """
+CREATE TABLE IF NOT EXISTS files (
+    name TEXT PRIMARY KEY,
+    node TEXT NOT NULL,
+    host TEXT NOT NULL,
+    noted REAL NOT NULL
+) WITHOUT ROWID
+"""
+
 
 class SqliteDirectory:
     """A :class:`Directory` in one SQLite file; every process of the node may open the same file."""
@@ -43,6 +54,7 @@ class SqliteDirectory:
         use_wal(self._db)
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(_SCHEMA)
+        self._db.execute(_FILES_SCHEMA)
         _add_host_column(self._db)
         self._lock = threading.Lock()
         self._closed = False
@@ -119,6 +131,30 @@ class SqliteDirectory:
             rows = self._db.execute("SELECT name FROM workspaces").fetchall()
         # Byte order of the UTF-8 names, as everywhere else in the project.
         return sorted((str(r[0]) for r in rows), key=lambda n: n.encode("utf-8", "surrogatepass"))
+
+    # -- the file registry (used by ``RegisteredDirectory`` on the head node's file) ----------------
+
+    def note_file(self, name: str, node: str, host: str) -> None:
+        """Remember that ``name``'s file is on ``node`` of machine ``host`` (an owner just opened it)."""
+        try:
+            with self._lock:
+                self._db.execute(
+                    "INSERT OR REPLACE INTO files (name, node, host, noted) VALUES (?, ?, ?, ?)",
+                    (name, node, host, time.time()),
+                )
+        except sqlite3.Error as exc:
+            raise storage_failure(exc, str(self.path)) from exc
+
+    def file_of(self, name: str) -> tuple[str, str] | None:
+        """``(node, host)`` last noted for ``name``'s file, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT node, host FROM files WHERE name = ?", (name,)).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
+
+    def forget_file(self, name: str) -> None:
+        """The workspace was deleted: its file is nowhere."""
+        with self._lock:
+            self._db.execute("DELETE FROM files WHERE name = ?", (name,))
 
     def close(self) -> None:
         with self._lock:

@@ -1,0 +1,105 @@
+"""The file registry: where each workspace's file is, kept on the head node's disk beside Redis.
+
+Redis (``redis_url``) is the directory of a multi-node cluster, and a Redis restarted empty (or a key
+evicted, or flushed by hand) forgets every placement. Placement then asks every alive node whether it
+holds the file, which finds every file on an alive node; a file whose only node is down could not be
+told from a name never used, and a new, empty workspace would be created elsewhere. So every lease
+taken through Redis also notes ``(node, host)`` of the file in the head node's SQLite directory file
+(``<data_dir>/directory.sqlite``, table ``files``: the embedded directory's file, which a Redis
+deployment does not otherwise use), and placement reads it when Redis has no record and no alive node
+holds the file: a file last seen on a machine with no alive node is ``WorkspaceUnavailableError``.
+
+Only with Redis and node-local data directories: the embedded directory keeps its records on the head
+already (it is its own registry), and a shared data directory has every file on every node. A note
+costs one local SQLite write on the head node, one directory actor call (about 1 ms) elsewhere, once
+per owner wake. Owners outside Ray (the command line working in process, a deletion) note nothing:
+their node is not a Ray node, and the file stays where the registry says.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from ...config import Settings
+from ._head import HeadDirectory, on_head_node
+from ._record import WorkspaceRecord
+from ._redis import RedisDirectory
+from ._sqlite import SqliteDirectory
+
+__all__ = ["RegisteredDirectory", "file_registry", "last_known_file"]
+
+log = logging.getLogger(__name__)
+
+
+def file_registry(config: Settings) -> SqliteDirectory | HeadDirectory:
+    """The head node's directory file, opened directly on the head and through its actor elsewhere."""
+    if on_head_node():
+        return SqliteDirectory(config.data_dir / "directory.sqlite")
+    return HeadDirectory(config)
+
+
+def registry_used(config: Settings) -> bool:
+    """Whether placements are also noted in the head's file (Redis with node-local data directories)."""
+    return bool(config.redis_url) and not config.shared_data_dir
+
+
+def last_known_file(config: Settings, name: str) -> tuple[str, str] | None:
+    """``(node, host)`` where ``name``'s file was last opened by an owner, when the registry is used."""
+    if not registry_used(config):
+        return None
+    registry = file_registry(config)
+    try:
+        return registry.file_of(name)
+    finally:
+        registry.close()
+
+
+class RegisteredDirectory:
+    """A :class:`RedisDirectory` whose leases also note the file's place in the head's registry."""
+
+    def __init__(self, config: Settings, redis: RedisDirectory | None = None) -> None:
+        assert config.redis_url is not None
+        self._config = config
+        self._redis = redis if redis is not None else RedisDirectory(config.redis_url)
+
+    def get(self, name: str) -> WorkspaceRecord | None:
+        return self._redis.get(name)
+
+    def acquire_lease(
+        self, name: str, node: str, owner_id: str, ttl: float, *, host: str | None = None
+    ) -> int:
+        epoch = self._redis.acquire_lease(name, node, owner_id, ttl, host=host)
+        if host is not None and not node.startswith("process:") and node != "deleting":
+            self._registry(lambda registry: registry.note_file(name, node, host))
+        return epoch
+
+    def renew_lease(
+        self, name: str, owner_id: str, epoch: int, ttl: float, *, last_active: float | None = None
+    ) -> bool:
+        return self._redis.renew_lease(name, owner_id, epoch, ttl, last_active=last_active)
+
+    def release_lease(self, name: str, owner_id: str, epoch: int, *, hibernating: bool = False) -> bool:
+        return self._redis.release_lease(name, owner_id, epoch, hibernating=hibernating)
+
+    def remove(self, name: str, owner_id: str) -> bool:
+        removed = self._redis.remove(name, owner_id)
+        if removed:
+            self._registry(lambda registry: registry.forget_file(name))
+        return removed
+
+    def names(self) -> list[str]:
+        return self._redis.names()
+
+    def close(self) -> None:
+        self._redis.close()
+
+    def _registry(self, step: Any) -> None:
+        registry = file_registry(self._config)
+        try:
+            step(registry)
+        finally:
+            registry.close()
+
+    def __repr__(self) -> str:
+        return f"RegisteredDirectory({self._redis!r})"
