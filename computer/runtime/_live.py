@@ -328,19 +328,27 @@ class LiveSandbox:
             self.idle_since = time.monotonic()
 
     async def start_job(
-        self, run: str, argv: Sequence[str], *, cwd: str, env: dict[str, str], stdin: bytes | None
+        self,
+        run: str,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: dict[str, str],
+        stdin: bytes | None,
+        fds: Sequence[int] = (),
     ) -> Job:
-        """Start ``argv`` in the sandbox as its own process group; its output is read with :meth:`output`."""
+        """Start ``argv`` in the sandbox as its own process group; its output is read with :meth:`output`.
+        ``fds`` are the command's descriptors 3, 4… (this call closes them)."""
         job = Job(run, self.loop.create_future(), self.loop.create_future())
         pipes = [os.pipe() for _ in range(3)]
-        theirs = [pipes[0][0], pipes[1][1], pipes[2][1]]
+        theirs = [pipes[0][0], pipes[1][1], pipes[2][1], *fds]
         ours_in = pipes[0][1]
         if self.host_ids is not None:  # reopened as /dev/stdout by a program: owner checked
             for fd in theirs:
                 with contextlib.suppress(OSError):
                     os.fchown(fd, *self.host_ids)
         job.fds = {pipes[1][0]: "stdout", pipes[2][0]: "stderr"}
-        message: dict[str, Any] = {"op": "run", "id": run}
+        message: dict[str, Any] = {"op": "run", "id": run, "fds": len(fds)}
         fields = {"argv": list(argv), "cwd": cwd, "env": env}
         spec = json.dumps(fields).encode()
         spec_w: int | None = None
@@ -349,6 +357,7 @@ class LiveSandbox:
         else:  # too large for one packet: through a pipe the init reads whole
             spec_r, spec_w = os.pipe()
             theirs.append(spec_r)
+            message["spec"] = True
         self.jobs[run] = job
         try:
             self._send(message, theirs)

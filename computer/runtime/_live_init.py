@@ -6,8 +6,10 @@ the host listens on at path ``argv[1]``. One JSON message per packet:
 
 host → init                                              init → host
 ``{"op": "run", "id", "argv", "cwd", "env"}`` + 3 fds    ``{"op": "started", "id", "pid"}`` or
-  (stdin, stdout, stderr; a 4th fd instead of the          ``{"op": "exit", "id", "code", "error"}``
-  inline fields when the spec is large: read it whole)   ``{"op": "exit", "id", "code"}`` when it ends
+  (stdin, stdout, stderr; ``"fds": n`` more, kept as       ``{"op": "exit", "id", "code", "error"}``
+  the command's 3..3+n-1: the python guest's channel;    ``{"op": "exit", "id", "code"}`` when it ends
+  with ``"spec": true`` a last fd instead of the inline
+  fields when the spec is large: read it whole)
 ``{"op": "signal", "id", "sig"}``  the job's process group
 ``{"op": "kill", "pid", "sig", "ref"}``                  ``{"op": "killed", "ref", "error"}``
 ``{"op": "ps", "ref"}``                                  ``{"op": "ps", "ref", "processes": [...]}``
@@ -19,6 +21,7 @@ the socket (or killing the tree).
 """
 
 import ctypes
+import fcntl
 import json
 import os
 import selectors
@@ -33,6 +36,7 @@ Send = Callable[[dict[str, Any]], None]
 
 PR_SET_CHILD_SUBREAPER = 36
 MAX_PACKET = 1 << 16
+MAX_FDS = 8  # the three streams, a few more for the command, the spec pipe
 
 
 def main() -> None:
@@ -68,7 +72,7 @@ def main() -> None:
                 reap(jobs, send)
                 continue
             try:
-                data, fds, _, _ = socket.recv_fds(channel, MAX_PACKET, 4)
+                data, fds, _, _ = socket.recv_fds(channel, MAX_PACKET, MAX_FDS)
             except ConnectionError:
                 data = b""
             if not data:
@@ -100,7 +104,7 @@ def reap(jobs: dict[int, str], send: Send) -> None:
 def handle(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: Send) -> None:
     op = message["op"]
     if op == "run":
-        if len(fds) == 4:  # the spec came through a pipe (too large for a packet)
+        if message.get("spec") and fds:  # the spec came through a pipe (too large for a packet)
             with os.fdopen(fds.pop(), "rb") as spec:
                 message.update(json.loads(spec.read()))
         start(message, fds, jobs, send)
@@ -139,7 +143,7 @@ def kill_group(pgid: int, sig: int) -> None:
 def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: Send) -> None:
     argv, env, cwd = message["argv"], message["env"], message["cwd"]
     job = message["id"]
-    if len(fds) != 3:
+    if len(fds) != 3 + int(message.get("fds", 0)):
         for fd in fds:
             os.close(fd)
         send({"op": "exit", "id": job, "code": 125, "error": "a run needs its three standard streams"})
@@ -159,15 +163,14 @@ def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: S
             except OSError:
                 pass
             os.setsid()
-            for number, fd in enumerate(fds):
+            # Out of the way of the numbers they take (0, 1, 2, then the command's own), then there.
+            high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 256) for fd in fds]
+            for number, fd in enumerate(high):
                 os.dup2(fd, number)
-            for fd in fds:
-                if fd > 2:
-                    os.close(fd)
             for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGPIPE, signal.SIGCHLD):
                 signal.signal(sig, signal.SIG_DFL)
             signal.set_wakeup_fd(-1)
-            os.closerange(3, 1 << 16)
+            os.closerange(len(fds), 1 << 16)
             try:
                 os.chdir(cwd)
             except OSError as exc:

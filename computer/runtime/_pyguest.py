@@ -40,6 +40,9 @@ builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
 builtins.help = _sitebuiltins._Helper()
 
 _sock = _socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
+os.set_inheritable(
+    _sock.fileno(), False
+)  # a program's own children (os.system, a fork) never hold the channel
 _HEADER = struct.Struct(">I")  # the host's frames: length, msgpack
 _REQUEST = struct.Struct(">II")  # ours: head length, body length; msgpack head, raw body (see _codec)
 
@@ -344,7 +347,7 @@ if __name__ == "__main__":
     _CWD: str = _setup["cwd"]
     if _setup.get("chdir"):  # the mirrored workspace directory: open() and os see workspace files
         try:
-            os.chdir(_CWD)
+            os.chdir(_setup["chdir"])
         except OSError:  # a cwd the workspace does not have (yet): its calls still resolve from it
             pass
     status = _run()

@@ -1,15 +1,23 @@
 """``PythonBackend``: Python source in a sandboxed ``python3 -I -S``, callable (SPEC section 6).
 
 The program's working directory is a mirror of the workspace's ``mount_root`` (default
-``/workspace``), synced like a shell run (:class:`~computer.runtime._sync.MirrorSync`: push before,
-pull after), so ``open``, ``os``, ``pathlib`` and ``subprocess`` read and write workspace files (SPEC
-section 10). The injected ``workspace`` module stays for direct access: its calls travel as msgpack
-frames over a socket to the host, which answers each with ``ctx.fs_call`` on the authoritative
-workspace at once. Decision: the two views meet at the run's edges, as a shell run and a workspace
-write do: a path written both through ``workspace`` and through ``open()`` in one run keeps the
-``workspace`` write (the pull leaves a path the workspace changed during the run alone, and reports
-it in ``skipped``). A ``cwd`` outside the mount root runs without a mirror (process cwd ``/tmp``).
-If the source defines ``main(input)``, its JSON-able return value is the result.
+``/workspace``), so ``open``, ``os``, ``pathlib`` and ``subprocess`` read and write workspace files
+(SPEC section 10). By default (``live=True``) runs of one workspace share a live sandbox, exactly as
+the shell backend's do (``_live_set``): each run is a fresh guest interpreter started by the
+sandbox's init as its own process group, files sync both ways while anything runs, a kill or timeout
+keeps what was written, and a process the program starts (``subprocess.Popen``) outlives the run and
+is listed by ``processes``. Decision: what is per call is the interpreter (globals, imported modules,
+``sys.path`` changes start fresh every run); what lasts is the sandbox (its processes, ``/tmp``, the
+mirror). With ``live=False`` every run has a sandbox of its own (:class:`MirrorSync`: push before,
+pull after), and a guest started ahead over the mirror takes the interpreter's start off the run.
+
+The injected ``workspace`` module stays for direct access: its calls travel as msgpack frames over a
+socket to the host, which answers each with ``ctx.fs_call`` on the authoritative workspace at once.
+Decision: the two views meet at the syncs, as a shell run and a workspace write do: a path written
+both through ``workspace`` and through ``open()`` in one interval keeps the ``workspace`` write (the
+pull leaves a path the workspace changed meanwhile alone, and reports it in ``skipped``). A ``cwd``
+outside the mount root runs with process cwd ``/tmp``. If the source defines ``main(input)``, its
+JSON-able return value is the result.
 """
 
 from __future__ import annotations
@@ -17,34 +25,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import errno
 import os
 import socket
 import sys
 from collections.abc import AsyncGenerator, AsyncIterator
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-import msgpack
-
-from ..storage.errors import error_to_wire
 from ..storage.paths import canonical, is_within
+from ._assets_bridge import SANDBOX_DIR, AssetsBridge
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
-from ._codec import RESULT_OP, ChannelError, ChannelLimits, GuestRequest, check_args, pack_frame, read_request
+from ._cgroups import cgroup_writable
+from ._codec import ChannelLimits, pack_frame
 from ._context import GUEST_OPS
+from ._live import LiveSandbox
+from ._live_launch import INIT_PYTHON
+from ._live_set import JobSpec, LiveSandboxes
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
-from ._process import ProcessOutcome, out_of_memory_error, stream_process
-from ._pystandby import Guest, StandbyGuests
+from ._process import out_of_memory_error, stream_process
+from ._pychannel import Guest, Session, guest_version, serve, stage_guest
 from ._sandbox import Bind, Sandbox, SandboxLimits
-from ._staging import stage, stage_python
+from ._staging import stage_python
 from ._sync import MirrorSync, backend_scratch
-from .types import BackendInfo
+from ._tasks import run_to_completion
+from ._warm import PreparedSandbox, Ready, WarmSandboxes
+from .types import BackendInfo, ProcessInfo
 
 __all__ = ["PythonBackend"]
 
-_GUEST = Path(__file__).with_name("_pyguest.py")
 _GUEST_DIR = "/opt/computer"
 # Isolated mode, and no ``site``: only the standard library, and no .pth file of the host's interpreter
 # runs (27 ms of every start here). The guest puts back what scripts use from ``site`` (exit, quit).
@@ -72,9 +80,16 @@ class PythonBackend:
         max_files: int | None = None,
         max_sync_bytes: int = 32 * 1024 * 1024,
         scratch_dir: str | None = None,
+        live: bool = True,
+        live_idle: float = 60.0,
+        live_lifetime: float = 3600.0,
+        warm_sandboxes: int = 4,
     ) -> None:
         """``unprivileged``: as root, programs run as an unprivileged host user (see ``Sandbox``).
-        ``mount_root`` is mirrored (the default cwd); the sync settings are the shell backend's."""
+        ``mount_root`` is mirrored (the default cwd); the sync settings are the shell backend's, and so
+        are ``live``, ``live_idle`` and ``live_lifetime``. ``warm_guests``: what is started ahead per
+        warm mirror (a live sandbox, or with ``live=False`` a guest interpreter; 0: none), at most
+        ``warm_sandboxes`` in all."""
         self.mount_root = canonical(mount_root)
         if self.mount_root == "/":
             raise ValueError("mount_root cannot be / (the sandbox needs its own /usr, /tmp…)")
@@ -83,11 +98,18 @@ class PythonBackend:
         # largest ``workspace.write_file`` (the host holds that much while the workspace stores it).
         self.limits = ChannelLimits(write_bytes=max_write_bytes)
         self.warm_guests = warm_guests
-        self.standby = StandbyGuests(lambda: self._spawn_guest({}), warm_guests)
         self.sandbox = Sandbox(
             network=network,
             limits=SandboxLimits(memory_mb=memory_mb, max_processes=max_processes, cpu_seconds=cpu_seconds),
             unprivileged=unprivileged,
+        )
+        self.live = live and cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
+        if self.live:
+            self.sandbox.cgroups.add("freezer")
+        # A second one ahead did not help python runs back to back (two starting at once slowed each
+        # other down), so a mirror keeps at most ``warm_guests``.
+        self._warm: WarmSandboxes[Ready] = WarmSandboxes(
+            warm_sandboxes, per_mirror=warm_guests, back_to_back=warm_guests
         )
         owner = self.sandbox.host_ids
         self.scratch = backend_scratch(scratch_dir, owner, "python")
@@ -96,11 +118,20 @@ class PythonBackend:
         )
         self._sync = MirrorSync(MirrorPool(self.scratch, self.mount_root), self.mount_root, self.sync_limits)
         self._sync.owner = owner
+        self._lives = LiveSandboxes(
+            sandbox=self.sandbox,
+            sync=self._sync,
+            limits=self.sync_limits,
+            warm=self._warm,
+            prepare=self._prepare,
+            idle=live_idle,
+            lifetime=live_lifetime,
+        )
         base = os.path.realpath(python or getattr(sys, "_base_executable", None) or sys.executable)
         self._base = base
         self.python, self._guest, self._env, self._binds = self._mounts()
         startup = self._probe()
-        version = _version(base)
+        version = guest_version(base)
         self.info = BackendInfo(
             id=id,
             protocol="module",
@@ -114,8 +145,18 @@ class PythonBackend:
                 f"Runs Python {version} source in a sandbox. If it defines main(input), main is called with "
                 "the input and its JSON-able return value is the result value. The working directory is "
                 f"the workspace's {self.mount_root} (default cwd): open(), os, pathlib and subprocess read "
-                "and write workspace files, saved back when the run ends (anything left out is listed in "
-                "skipped with the reason). `import workspace` gives synchronous functions acting on the "
+                "and write workspace files, saved back "
+                + (
+                    "while the program runs (within about a quarter of a second) and when it ends "
+                    "(anything left out is listed in skipped with the reason). Each run is a fresh "
+                    "interpreter (no globals survive), but runs of this workspace share one sandbox: a "
+                    "process started with subprocess.Popen keeps running after the run returns and "
+                    "later runs reach it (on 127.0.0.1); killing a run or its timeout keeps what it "
+                    "wrote. "
+                    if self.live
+                    else "when the run ends (anything left out is listed in skipped with the reason). "
+                )
+                + "`import workspace` gives synchronous functions acting on the "
                 "workspace at once: "
                 + ", ".join(GUEST_OPS)
                 + " (same errors as Python's: FileNotFoundError…; relative paths resolve from cwd). "
@@ -146,7 +187,7 @@ class PythonBackend:
         nothing is bound: the host interpreter runs the staged guest where it is.
         """
         owner = self.sandbox.host_ids
-        guest_stage = _stage_guest(owner)
+        guest_stage = stage_guest(owner)
         if not self.sandbox.bwrap:
             return self._base, f"{guest_stage}/guest.py", {}, []
         staged = stage_python(self._base, owner)
@@ -183,20 +224,29 @@ class PythonBackend:
             guest_end.close()
         return Guest(sp, host_end)
 
-    async def close_workspace(self, workspace_id: str) -> None:
-        """A workspace closed: end the guests started ahead (for its idle mirrors, and the ones of runs
-        without a mirror), so a process that closes its workspaces leaves no idle interpreter."""
-        for mirror in self._sync.mirrors.idle_mirrors(workspace_id):
-            spares = mirror.take_standby()
-            if isinstance(spares, _MirrorGuests):
-                await spares.guests.close()
-        await self.standby.close()
+    def _guest_env(self, request: ExecRequest) -> dict[str, str]:
+        return {"LANG": "C.UTF-8", "HOME": "/tmp/home", "PATH": "/usr/bin:/bin", **self._env, **request.env}
+
+    def _setup(self, request: ExecRequest, chdir: str | None) -> dict[str, Any]:
+        """The guest's setup frame; ``chdir``: the process's directory to change to (None: stay)."""
+        return {
+            "source": request.source,
+            "input": request.input,
+            "cwd": request.cwd or self.default_cwd,
+            "chdir": chdir,
+            "limits": dataclasses.asdict(self.limits),
+        }
 
     async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
-        """The run over a mirror of the workspace (the sync bracket around a guest), or without one
-        when its cwd is outside the mount root."""
+        """The run in the workspace's live sandbox, or (``live=False``) over a mirror of the workspace
+        (the sync bracket around a guest), or without one when its cwd is outside the mount root."""
         cwd = request.cwd or self.default_cwd
-        if not is_within(cwd, self.mount_root):
+        mirrored = is_within(cwd, self.mount_root)
+        if self.live:
+            async for event in self._run_live(request, ctx, cwd, mirrored=mirrored):
+                yield event
+            return
+        if not mirrored:
             async for event in self._run_unmirrored(request, ctx):
                 yield event
             return
@@ -207,13 +257,11 @@ class PythonBackend:
         clean = False
         try:
             push, pushed = await self._sync.push(mirror, ctx)
-            spares = mirror.standby
-            if isinstance(spares, _MirrorGuests) and not request.env:
-                guest = await spares.guests.take()
+            guest = await self._take_guest(mirror, request)
             if guest is None:
                 guest = await self._spawn_guest(request.env, mirror)
-            session = _Session()
-            output = self._session(guest, request, ctx, session, chdir=True)
+            session = Session()
+            output = self._session(guest, request, ctx, session, chdir=cwd)
             try:
                 async with contextlib.aclosing(output):
                     async for chunk in output:
@@ -246,29 +294,31 @@ class PythonBackend:
                 self._keep_warm(mirror)
             self._sync.remove_evicted()
 
+    async def _take_guest(self, mirror: Mirror | None, request: ExecRequest) -> Guest | None:
+        """A guest started ahead for ``mirror`` (None: runs without one), for a run without ``env``
+        (the interpreter reads its locale variables once, at start)."""
+        if request.env:
+            return None
+        taken = await self._warm.take(mirror)
+        if taken is not None and not isinstance(taken, Guest):  # a live sandbox (not this mode)
+            await run_to_completion(taken.discard())
+            return None
+        return taken
+
     def _keep_warm(self, mirror: Mirror) -> None:
         """Start the next run's guest over ``mirror`` in the background (a moment after this run):
         the guest waits with the mirror bound, so the workspace's next run skips the interpreter's
         start; it belongs to that mirror only, and ends with it."""
-        if self.warm_guests <= 0 or not mirror.directory.is_dir():
-            return
-        spares = mirror.standby
-        if not isinstance(spares, _MirrorGuests):
-            mirror.drop_standby()
-            spares = mirror.standby = _MirrorGuests(
-                StandbyGuests(lambda: self._spawn_guest({}, mirror), self.warm_guests)
-            )
-        spares.guests.refill()
+        self._warm.keep(mirror, lambda: self._spawn_guest({}, mirror))
 
     async def _run_unmirrored(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
         """Take a guest started ahead (or spawn one), run the request in it, report its value."""
-        warm = not request.env and self.standby.size > 0
-        guest = await self.standby.take() if warm else None
+        guest = await self._take_guest(None, request)
         try:
             if guest is None:
                 guest = await self._spawn_guest(request.env)
-            session = _Session()
-            output = self._session(guest, request, ctx, session, chdir=False)
+            session = Session()
+            output = self._session(guest, request, ctx, session, chdir=None)
             async with contextlib.aclosing(output):
                 async for chunk in output:
                     yield chunk
@@ -281,11 +331,11 @@ class PythonBackend:
         finally:
             if guest is not None:
                 guest.host_end.close()
-            if warm:
-                self.standby.refill()
+            if not request.env:
+                self._warm.keep(None, lambda: self._spawn_guest({}))
 
     async def _session(
-        self, guest: Guest, request: ExecRequest, ctx: ExecContext, session: _Session, *, chdir: bool
+        self, guest: Guest, request: ExecRequest, ctx: ExecContext, session: Session, *, chdir: str | None
     ) -> AsyncGenerator[ExecEvent, None]:
         """Send the run to ``guest``, answer its workspace calls and stream its output until it ends."""
         try:
@@ -293,15 +343,8 @@ class PythonBackend:
         except BaseException:  # cancelled before stream_process owns the process: end it here
             await guest.sp.discard()
             raise
-        setup = {
-            "source": request.source,
-            "input": request.input,
-            "cwd": request.cwd or self.default_cwd,
-            "chdir": chdir,  # the process's cwd too (a mirrored cwd exists inside the sandbox)
-            "limits": dataclasses.asdict(self.limits),
-        }
-        writer.write(pack_frame(setup))
-        server = asyncio.create_task(_serve(reader, writer, ctx, self.limits, session.result))
+        writer.write(pack_frame(self._setup(request, chdir)))
+        server = asyncio.create_task(serve(reader, writer, ctx, self.limits, session.result))
         try:
             output = stream_process(guest.sp, session.outcome, stdin=request.stdin, timeout=request.timeout)
             async with contextlib.aclosing(output):
@@ -313,101 +356,86 @@ class PythonBackend:
             with contextlib.suppress(BaseException):  # cancelled just above; it answers its own errors
                 await server
 
+    # ------------------------------------------------------------------ live sandboxes
 
-class _MirrorGuests:
-    """The guests started ahead over one mirror (its ``standby``); closed with the mirror."""
+    async def _run_live(
+        self, request: ExecRequest, ctx: ExecContext, cwd: str, *, mirrored: bool
+    ) -> AsyncIterator[ExecEvent]:
+        """One run in the workspace's live sandbox: a fresh guest started by its init, its channel
+        handed over as descriptor 3 (see ``_live_set``)."""
+        sessions: list[Session] = []
 
-    def __init__(self, guests: StandbyGuests) -> None:
-        self.guests = guests
+        @contextlib.asynccontextmanager
+        async def command(sandbox: LiveSandbox) -> AsyncIterator[JobSpec]:
+            session = Session()
+            sessions.append(session)
+            host_end, guest_end = socket.socketpair()
+            try:
+                reader, writer = await asyncio.open_unix_connection(sock=host_end)
+            except BaseException:
+                host_end.close()
+                guest_end.close()
+                raise
+            # The init changes to the run's directory before the guest starts.
+            writer.write(pack_frame(self._setup(request, None)))
+            server = asyncio.create_task(serve(reader, writer, ctx, self.limits, session.result))
+            try:
+                env = {**self._guest_env(request), "COMPUTER_CHANNEL_FD": "3"}
+                yield JobSpec([self.python, *_FLAGS, "-u", self._guest], env, [guest_end.detach()])
+            finally:
+                writer.close()
+                server.cancel()
+                with contextlib.suppress(BaseException):  # cancelled just above
+                    await server
 
-    def close(self) -> None:
-        self.guests.close_now()
+        async for event in self._lives.run(request, ctx, cwd, command, mirrored=mirrored):
+            if isinstance(event, ExitEvent) and sessions:
+                result = sessions[-1].result
+                event = dataclasses.replace(
+                    event, value=result.get("value"), error=event.error or result.get("error")
+                )
+            yield event
 
-
-@dataclass
-class _Session:
-    """What one run of a guest reports: its exit (``outcome``), its value and a protocol error."""
-
-    outcome: ProcessOutcome = field(default_factory=ProcessOutcome)
-    result: dict[str, Any] = field(default_factory=dict)
-
-
-async def _serve(
-    reader: asyncio.StreamReader,
-    writer: asyncio.StreamWriter,
-    ctx: ExecContext,
-    limits: ChannelLimits,
-    result: dict[str, Any],
-) -> None:
-    """Answer the guest's calls until it closes the channel; a frame that breaks the framing ends the
-    channel and fails the run (``result["error"]``; see ``_codec``)."""
-    while True:
+    async def _prepare(self, mirror: Mirror) -> PreparedSandbox:
+        """A standby sandbox over ``mirror`` with the interpreter and the guest bound, and a fresh
+        assets bridge directory (for a live sandbox's init)."""
+        self.python, self._guest, self._env, self._binds = self._mounts()
+        bridge_dir = await asyncio.to_thread(
+            AssetsBridge.make_directory, self.scratch / "run", self.sandbox.host_ids
+        )
+        binds = [
+            *self._binds,
+            Bind(str(mirror.directory), self.mount_root, writable=True),
+            Bind(str(bridge_dir), SANDBOX_DIR),
+        ]
         try:
-            request = await read_request(reader, limits)
-        except (EOFError, ConnectionError):
-            return
-        except ChannelError as exc:
-            result["error"] = f"the program broke the workspace channel's protocol: {exc}"
-            writer.close()  # the guest's next call fails: the stream may be out of step
-            return
-        if request.op == RESULT_OP:
-            result["value"] = request.args["value"]
-            reply: dict[str, Any] = {"ok": None}
-        else:
-            reply = await _answer(request, ctx, limits)
-        try:
-            writer.write(pack_frame(reply))
-            await writer.drain()
-        except (ConnectionError, OSError):
-            return
+            standby = await self.sandbox.prepare(binds=binds)
+        except BaseException:
+            AssetsBridge.remove_directory(bridge_dir)
+            raise
+        return PreparedSandbox(standby, bridge_dir)
 
+    def live_sandboxes(self, workspace_id: str | None = None) -> int:
+        """How many live sandboxes this backend holds (of ``workspace_id``, or all)."""
+        return self._lives.count(workspace_id)
 
-# The permission bits a guest may set: never setuid or setgid (issue 17: the sandbox user is host
-# root in a mirror, and storage pushes modes back); the sticky bit is harmless.
-_MODE_BITS = 0o1777
+    async def processes(self, workspace_id: str) -> list[ProcessInfo]:
+        """The processes of the workspace's live sandbox (none when it has no live sandbox)."""
+        return await self._lives.processes(workspace_id)
 
+    async def kill_process(self, workspace_id: str, pid: int) -> None:
+        """SIGKILL one process of the workspace's live sandbox; ``ProcessLookupError`` when none has ``pid``."""
+        await self._lives.kill_process(workspace_id, pid)
 
-async def _answer(request: GuestRequest, ctx: ExecContext, limits: ChannelLimits) -> dict[str, Any]:
-    """One validated call of the guest, answered by ``ctx`` (errors as the guest raises them)."""
-    problem = check_args(request, limits.depth)
-    if problem is not None:
-        return {"err": [errno.EINVAL, problem, None]}
-    args = dict(request.args)
-    if isinstance(args.get("mode"), int):
-        args["mode"] &= _MODE_BITS
-    if request.op == "write_file":
-        args["data"] = request.body
-    try:
-        return {"ok": await ctx.fs_call(request.op, args)}
-    except OSError as exc:
-        return {"err": list(error_to_wire(exc))}
-    except (ValueError, TypeError) as exc:
-        return {"err": [errno.EINVAL, str(exc), None]}
-    except Exception as exc:  # not swallowed: the guest raises it
-        return {"error": f"{type(exc).__name__}: {exc}"}
+    async def end_sandbox(self, workspace_id: str) -> bool:
+        """Kill everything in the workspace's live sandbox, pull what it wrote and drop it; False when
+        there was none."""
+        return await self._lives.end_sandbox(workspace_id)
 
-
-def _version(python: str) -> str:
-    """``X.Y`` of the interpreter ``python``."""
-    if python == os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable):
-        return f"{sys.version_info.major}.{sys.version_info.minor}"
-    import subprocess
-
-    script = "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"
-    return subprocess.run(
-        [python, "-I", "-S", "-c", script], capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
-_GUEST_STAGES: dict[tuple[int, int] | None, str] = {}
-
-
-def _stage_guest(owner: tuple[int, int] | None) -> str:
-    """The guest and msgpack, staged once per process (and sandbox user) for every backend; again
-    if the process's scratch directory was released."""
-    staged = _GUEST_STAGES.get(owner)
-    if staged is None or not os.path.isdir(staged):
-        tree = {"guest.py": _GUEST, "lib/msgpack": os.path.dirname(msgpack.__file__)}
-        name = "python-guest" if owner is None else f"python-guest-{owner[0]}"
-        staged = _GUEST_STAGES[owner] = str(stage(name, tree, owner))
-    return staged
+    async def close_workspace(self, workspace_id: str) -> None:
+        """A workspace closed: end its live sandbox (what it wrote is pulled) and what was started
+        ahead for its idle mirrors and for runs without a mirror, so a process that closes its
+        workspaces leaves no idle interpreter."""
+        with contextlib.suppress(Exception):
+            await self.end_sandbox(workspace_id)
+        await self._warm.close(self._sync.mirrors.idle_mirrors(workspace_id))

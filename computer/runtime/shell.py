@@ -9,11 +9,8 @@ never over protected files nor over files the workspace changed meanwhile).
 from __future__ import annotations
 
 import asyncio
-import atexit
 import contextlib
-import dataclasses
 import os
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -24,26 +21,18 @@ from ._backend import (
     ExecEvent,
     ExecRequest,
     ExitEvent,
-    OutputChunk,
     SyncLimits,
 )
 from ._cgroups import cgroup_writable
-from ._live import LiveSandbox, LiveSandboxError, LiveStartError
-from ._live_launch import INIT_PYTHON, Launched, launch
+from ._live import LiveSandbox
+from ._live_launch import INIT_PYTHON
+from ._live_set import JobSpec, LiveSandboxes
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import ProcessOutcome, out_of_memory_error, stream_process
-from ._sandbox import Bind, Sandbox, SandboxLimits, Standby, run_to_completion
+from ._sandbox import Bind, Sandbox, SandboxLimits, run_to_completion
 from ._sync import MirrorSync, backend_scratch
-from ._warm import (
-    PREPARE_DELAY,
-    STANDBYS_BACK_TO_BACK,
-    Prepared,
-    Spares,
-    Warm,
-    discard_standby,
-    end_standbys,
-)
+from ._warm import PreparedSandbox, Ready, WarmSandboxes
 from .types import BackendInfo, ProcessInfo
 
 __all__ = ["ShellBackend"]
@@ -122,8 +111,6 @@ class ShellBackend:
         if self.live:
             self.sandbox.cgroups.add("freezer")
         self.live_idle, self.live_lifetime = live_idle, live_lifetime
-        self._live: dict[str, LiveSandbox] = {}
-        self._live_starting: dict[str, asyncio.Lock] = {}
         owner = self.sandbox.host_ids
         base = backend_scratch(scratch_dir, owner, "shell")
         self.scratch = base
@@ -132,12 +119,18 @@ class ShellBackend:
         self._mirrors: MirrorPool = (mirror_pool or MirrorPool)(base, self.mount_root)
         self._sync = MirrorSync(self._mirrors, self.mount_root, self.limits)
         self._sync.owner = owner
-        # Standby sandboxes kept for the most recently used mirrors (at most ``warm_sandboxes``).
+        # Sandboxes started ahead for the most recently used mirrors (at most ``warm_sandboxes``).
         self.warm_sandboxes = warm_sandboxes
-        self._warm: OrderedDict[Warm, Mirror] = OrderedDict()
-        # At exit the standbys would die with this process (bubblewrap's --die-with-parent), but their
-        # cgroups would stay behind: end them first.
-        atexit.register(end_standbys, self._warm)
+        self._warm: WarmSandboxes[Ready] = WarmSandboxes(warm_sandboxes)
+        self._lives = LiveSandboxes(
+            sandbox=self.sandbox,
+            sync=self._sync,
+            limits=self.limits,
+            warm=self._warm,
+            prepare=self._prepare,
+            idle=live_idle,
+            lifetime=live_lifetime,
+        )
         startup = self.sandbox.probe_ms()
         self.info = BackendInfo(
             id=id,
@@ -204,8 +197,8 @@ class ShellBackend:
             return
         workspace_id = ctx.workspace_id
         mirror = self._sync.acquire(workspace_id, ctx)
-        self._remove_evicted()
-        ready: tuple[Standby, Path] | None = None
+        self._sync.remove_evicted()
+        ready: PreparedSandbox | None = None
         clean = False
         try:
             push, pushed = await self._sync.push(mirror, ctx)
@@ -214,17 +207,11 @@ class ShellBackend:
                 yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")
                 clean = True
                 return
-            spares = mirror.standby
-            warm = spares.pop() if isinstance(spares, Spares) else None
-            if warm is not None:
-                self._warm.pop(warm, None)  # no longer counted against the cap
-                taken = await warm.take()
-                if isinstance(taken, Launched):  # made for live sandboxes (not this mode)
-                    await run_to_completion(taken.discard())
-                    taken = None
-                ready = taken
-            if ready is None:
-                ready = await self._prepare(mirror)
+            taken = await self._warm.take(mirror)
+            if taken is not None and not isinstance(taken, PreparedSandbox):  # made for live sandboxes
+                await run_to_completion(taken.discard())
+                taken = None
+            ready = taken if taken is not None else await self._prepare(mirror)
             standby, bridge_dir = ready
             async with AssetsBridge(ctx, mirror, bridge_dir) as bridge:
                 command = ["/bin/bash", "-c", request.source]
@@ -266,231 +253,48 @@ class ShellBackend:
             )
         finally:
             if ready is not None:  # prepared but never started (cwd missing, cancelled…)
-                await run_to_completion(discard_standby(*ready))
+                await run_to_completion(ready.discard())
             if await self._sync.release(workspace_id, mirror, clean=clean):
                 self._keep_warm(mirror)
-            self._remove_evicted()
+            self._sync.remove_evicted()
 
     # ------------------------------------------------------------------ live sandboxes
 
-    async def _run_live(
-        self, request: ExecRequest, ctx: ExecContext, cwd: str, *, retried: bool = False
-    ) -> AsyncIterator[ExecEvent]:
-        """One run inside the workspace's live sandbox (started by the first run).
+    def _run_live(self, request: ExecRequest, ctx: ExecContext, cwd: str) -> AsyncIterator[ExecEvent]:
+        """One run inside the workspace's live sandbox (see ``_live_set``)."""
 
-        A sandbox that cannot start the command at all (at its process limit or out of memory: a fork
-        bomb left in the background) is ended with its processes (what they wrote is kept) and the
-        command runs in a fresh one, saying so on stderr."""
-        try:
-            sandbox = await self._live_sandbox(ctx)
-        except (OSError, LiveSandboxError, TimeoutError) as exc:
-            yield ExitEvent(None, error=f"the sandbox could not start: {exc}")
-            return
-        changes = sandbox.open_run(request.id)
-        finished = False
-        try:
-            _, pushed = await sandbox.sync()  # the run starts from the workspace as it is now
-            pushed, sandbox.pushed = pushed + sandbox.pushed, 0
-            host_cwd = sandbox.mirror.host(cwd)
-            if not host_cwd.is_dir():
-                yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")
-                finished = True
-                return
-            env = self._env(request, cwd, sandbox.bridge_dir)
-            env["COMPUTER_EXEC_ID"] = request.id
-            start_cwd = cwd if self.sandbox.bwrap else str(host_cwd)
-            outcome = ProcessOutcome()
-            error = None
-            refused = sandbox.forks_refused()
-            try:
-                job = await sandbox.start_job(
-                    request.id,
-                    ["/bin/bash", "-c", request.source],
-                    cwd=start_cwd,
-                    env=env,
-                    stdin=request.stdin,
-                )
-                output = sandbox.output(job, outcome, timeout=request.timeout)
-                async with contextlib.aclosing(output):
-                    async for chunk in output:
-                        yield chunk
-            except LiveStartError as exc:
-                await self._drop_live(sandbox, "it could not start a command")
-                if not retried:
-                    finished = True
-                    note = (
-                        f"computer: the live sandbox could not start this command ({exc}); it was ended "
-                        "with its processes and the command runs in a fresh sandbox\n"
-                    )
-                    yield OutputChunk("stderr", note.encode())
-                    async for event in self._run_live(request, ctx, cwd, retried=True):
-                        yield event
-                    return
-                error = str(exc)
-            except LiveSandboxError as exc:  # the sandbox died under the run: what it wrote is pulled
-                error = f"{exc}; the next run starts a fresh sandbox"
-                await self._drop_live(sandbox, "it ended under a run")
-            if sandbox.alive:
-                await sandbox.sync(push=False)
-            limit = self.sandbox.limits.max_processes
-            at_limit = limit is not None and (sandbox.tasks() or 0) >= limit * 0.9
-            if sandbox.alive and (sandbox.forks_refused() > refused or at_limit) and await sandbox.busy():
-                # The command ran into the sandbox's process limit and left processes behind (a fork
-                # bomb in the background): nothing could start there any more. End it (what its
-                # processes wrote is kept); the next run starts a fresh one.
-                await self._drop_live(sandbox, "process limit reached")
-                note = (
-                    "computer: this command reached the sandbox's process limit and left processes "
-                    "running; the live sandbox was ended with them (their files are kept)\n"
-                )
-                yield OutputChunk("stderr", note.encode())
-            finished = True
-            if error is None and outcome.out_of_memory:
-                # The mirror's files stay charged to the sandbox's memory group: end the sandbox (its
-                # processes with it) so that the next run starts in a fresh one.
-                error = out_of_memory_error(self.sandbox.limits.memory_mb, self.mount_root) + (
-                    "; the live sandbox was ended with its processes, the next run starts a fresh one"
-                )
-                await self._drop_live(sandbox, "out of memory")
-            yield ExitEvent(
-                outcome.exit_code,
-                pushed=pushed,
-                pulled=sorted(changes.pulled),
-                skipped=sorted(changes.skipped),
-                skipped_reasons=dict(changes.skipped),
-                killed=outcome.timed_out,
-                error=error,
-                live=sandbox.alive,
-                synced_to=(
-                    (sandbox.mirror.rev, self.mount_root, dataclasses.asdict(self.limits))
-                    if sandbox.alive and sandbox.mirror.rev is not None
-                    else None
-                ),
-            )
-        finally:
-            if not finished and sandbox.alive:  # killed: the job is dead; keep what it wrote
-                with contextlib.suppress(Exception):
-                    await run_to_completion(sandbox.sync(push=False))
-            sandbox.close_run(request.id)
+        @contextlib.asynccontextmanager
+        async def command(sandbox: LiveSandbox) -> AsyncIterator[JobSpec]:
+            yield JobSpec(["/bin/bash", "-c", request.source], self._env(request, cwd, sandbox.bridge_dir))
 
-    async def _live_sandbox(self, ctx: ExecContext) -> LiveSandbox:
-        """The workspace's live sandbox, started when there is none (one start at a time)."""
-        workspace_id = ctx.workspace_id
-        lock = self._live_starting.setdefault(workspace_id, asyncio.Lock())
-        async with lock:
-            sandbox = self._live.get(workspace_id)
-            if sandbox is not None and sandbox.alive:
-                sandbox.ctx = ctx
-                if sandbox.bridge is not None:
-                    sandbox.bridge.ctx = ctx
-                return sandbox
-            mirror = self._sync.acquire(workspace_id, ctx)
-            self._remove_evicted()
-            clean = False
-            started: LiveSandbox | None = None
-            try:
-                _, pushed = await self._sync.push(mirror, ctx)
-                spares = mirror.standby
-                warm = spares.pop() if isinstance(spares, Spares) else None
-                taken = await warm.take() if warm is not None else None
-                if warm is not None:
-                    self._warm.pop(warm, None)
-                for attempt in range(2):
-                    try:
-                        if isinstance(taken, Launched):  # started ahead: its init already waits
-                            launched = taken
-                        else:
-                            launched = await self._launch(taken or await self._prepare(mirror))
-                        break
-                    except (BrokenPipeError, ConnectionError, TimeoutError):  # died while it waited
-                        taken = None
-                        if attempt:
-                            raise
-                started = await LiveSandbox.start(
-                    launched,
-                    workspace_id=workspace_id,
-                    mirror=mirror,
-                    sync=self._sync,
-                    ctx=ctx,
-                    idle_end=self.live_idle,
-                    lifetime=self.live_lifetime,
-                    host_ids=self.sandbox.host_ids,
-                )
-                clean = True
-            finally:
-                if not clean:
-                    await self._sync.release(workspace_id, mirror, clean=False)
-            assert started is not None
-            started.pushed = pushed
-            self._live[workspace_id] = started
-            started.ended_callback = self._live_ended
-            return started
-
-    def _live_ended(self, sandbox: LiveSandbox) -> None:
-        """A live sandbox ended (idle, lifetime, killed): forget it; its mirror stays warm."""
-        self._forget_live(sandbox)
-        if sandbox.mirror.directory.is_dir() and sandbox.mirror in self._mirrors.idle_mirrors(
-            sandbox.workspace_id
-        ):
-            self._keep_warm(sandbox.mirror)
-
-    def _forget_live(self, sandbox: LiveSandbox) -> None:
-        if self._live.get(sandbox.workspace_id) is sandbox:
-            del self._live[sandbox.workspace_id]
-
-    async def _drop_live(self, sandbox: LiveSandbox, why: str) -> None:
-        """End ``sandbox`` (its processes killed, what they wrote pulled); the next run starts fresh."""
-        self._forget_live(sandbox)
-        await sandbox.end(why)
+        return self._lives.run(request, ctx, cwd, command)
 
     def live_sandboxes(self, workspace_id: str | None = None) -> int:
         """How many live sandboxes this backend holds (of ``workspace_id``, or all): a pool drains such
         a worker instead of removing it."""
-        return sum(
-            1
-            for key, sandbox in self._live.items()
-            if sandbox.alive and (workspace_id is None or key == workspace_id)
-        )
+        return self._lives.count(workspace_id)
 
     async def processes(self, workspace_id: str) -> list[ProcessInfo]:
         """The processes of the workspace's live sandbox (none when it has no live sandbox)."""
-        sandbox = self._live.get(workspace_id)
-        if sandbox is None or not sandbox.alive:
-            return []
-        return await sandbox.processes()
+        return await self._lives.processes(workspace_id)
 
     async def kill_process(self, workspace_id: str, pid: int) -> None:
         """SIGKILL one process of the workspace's live sandbox; ``ProcessLookupError`` when none has ``pid``."""
-        sandbox = self._live.get(workspace_id)
-        if sandbox is None or not sandbox.alive:
-            raise ProcessLookupError(f"no process {pid}: the workspace has no live sandbox")
-        await sandbox.kill_process(pid)
+        await self._lives.kill_process(workspace_id, pid)
 
     async def end_sandbox(self, workspace_id: str) -> bool:
         """Kill everything in the workspace's live sandbox, pull what it wrote and drop it; False when
         there was none."""
-        sandbox = self._live.get(workspace_id)
-        if sandbox is None:
-            return False
-        await self._drop_live(sandbox, "ended by end_sandbox")
-        return True
-
-    def _remove_evicted(self) -> None:
-        self._sync.remove_evicted()
+        return await self._lives.end_sandbox(workspace_id)
 
     async def close_workspace(self, workspace_id: str) -> None:
-        """The workspace closed: end its live sandbox (what it wrote is pulled) and the standby
-        sandboxes of its idle mirrors (the mirrors stay warm)."""
+        """The workspace closed: end its live sandbox (what it wrote is pulled) and the sandboxes
+        started ahead for its idle mirrors (the mirrors stay warm)."""
         with contextlib.suppress(Exception):
             await self.end_sandbox(workspace_id)
-        ends = []
-        for mirror in self._mirrors.idle_mirrors(workspace_id):
-            spares = mirror.take_standby()
-            if isinstance(spares, Spares):
-                ends += [warm.aclose() for warm in spares.take_all()]
-        await asyncio.gather(*ends)
+        await self._warm.close(self._mirrors.idle_mirrors(workspace_id))
 
-    async def _prepare(self, mirror: Mirror, bridge_dir: Path | None = None) -> tuple[Standby, Path]:
+    async def _prepare(self, mirror: Mirror, bridge_dir: Path | None = None) -> PreparedSandbox:
         """A standby sandbox over ``mirror`` (which must exist) with a fresh assets bridge directory."""
         if bridge_dir is None:
             bridge_dir = await asyncio.to_thread(
@@ -505,55 +309,16 @@ class ShellBackend:
         except BaseException:
             AssetsBridge.remove_directory(bridge_dir)
             raise
-        return standby, bridge_dir
-
-    async def _launch(self, ready: tuple[Standby, Path]) -> Launched:
-        """Start a live sandbox's init in the prepared sandbox ``ready`` (discarded if that fails)."""
-        standby, bridge_dir = ready
-        try:
-            return await launch(
-                standby,
-                bridge_dir,
-                inside_dir=SANDBOX_DIR if self.sandbox.bwrap else str(bridge_dir),
-                host_ids=self.sandbox.host_ids,
-            )
-        except BaseException:
-            await run_to_completion(discard_standby(standby, bridge_dir))
-            raise
-
-    async def _prepare_soon(self, mirror: Mirror) -> Prepared:
-        """:meth:`_prepare`, a moment from now: the run that asked for it delivers its result first
-        (the spawn's cgroup set-up and fork run on the event loop)."""
-        await asyncio.sleep(PREPARE_DELAY)
-        ready = await self._prepare(mirror)
-        return await self._launch(ready) if self.live else ready
+        return PreparedSandbox(standby, bridge_dir)
 
     def _keep_warm(self, mirror: Mirror) -> None:
-        """Prepare the next run's sandbox for ``mirror`` in the background (see the class docstring).
-
-        Started once a run is over (a sandbox starting next to a running program slows it down), so a
-        run that follows after a pause (an agent's model turn) finds it ready. A mirror whose last run
-        found a standby still starting (runs back to back) gets a second one: each run then takes a
-        standby started a whole run earlier, while the one started after it gets ready. An idle one
-        costs a waiting bash and a bubblewrap process; at most ``warm_sandboxes`` are kept in all.
-        """
-        if self.warm_sandboxes <= 0 or not mirror.directory.is_dir():
-            return
-        for gone in [w for w in self._warm if w.closed or w.taken]:  # ended with their mirror
-            del self._warm[gone]
-        spares = mirror.standby
-        if not isinstance(spares, Spares):
-            mirror.drop_standby()
-            spares = mirror.standby = Spares()
-        while len(spares.items) < (STANDBYS_BACK_TO_BACK if spares.busy else 1):
-            warm = Warm(asyncio.ensure_future(self._prepare_soon(mirror)))
-            spares.items.append(warm)
-            self._warm[warm] = mirror
-        while len(self._warm) > self.warm_sandboxes:
-            oldest, owner = self._warm.popitem(last=False)
-            if isinstance(owner.standby, Spares):
-                owner.standby.discard(oldest)
-            oldest.close()
+        """Start the next run's sandbox for ``mirror`` in the background (see ``_warm``): a standby,
+        or a live sandbox's init. An idle one costs a waiting bash (or init) and a bubblewrap
+        process; at most ``warm_sandboxes`` are kept in all."""
+        if self.live:
+            self._lives.keep_warm(mirror)
+        else:
+            self._warm.keep(mirror, lambda: self._prepare(mirror))
 
     def _env(self, request: ExecRequest, cwd: str, bridge: Path) -> dict[str, str]:
         tools = f"{SANDBOX_DIR}/bin" if self.sandbox.bwrap else str(bridge / "bin")

@@ -1,5 +1,6 @@
-"""The python backend keeps one guest interpreter started ahead over each warm mirror, for the
-workspace's next run without ``env``."""
+"""With a sandbox per call (``live=False``) the python backend keeps one guest interpreter started
+ahead over each warm mirror, for the workspace's next run without ``env`` (the warm sandboxes of
+``_warm``, as the shell backend's standbys and the live sandboxes started ahead)."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ import pytest
 
 import computer
 from computer.runtime import PythonBackend
-from computer.runtime._pystandby import Guest, StandbyGuests
+from computer.runtime._pychannel import Guest
+from computer.runtime._warm import WarmSandboxes
 
 
 @pytest.fixture
 async def backend_ws() -> AsyncIterator[tuple[PythonBackend, computer.Workspace]]:
-    backend = PythonBackend()
+    backend = PythonBackend(live=False)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         yield backend, ws
@@ -34,8 +36,8 @@ def standby_of(backend: PythonBackend) -> list[asyncio.Future[Any]]:
     pending: list[asyncio.Future[Any]] = []
     for workspace in backend.mirrors.workspaces():
         for mirror in backend.mirrors.idle_mirrors(workspace):
-            guests = getattr(mirror.standby, "guests", None)
-            pending += guests.pending if guests is not None else []
+            items = getattr(mirror.standby, "items", [])
+            pending += [warm.task for warm in items]
     return pending
 
 
@@ -100,7 +102,7 @@ async def test_a_guest_that_died_while_it_waited_is_replaced(backend_ws) -> None
 
 
 async def test_closing_the_workspace_ends_the_guests_started_ahead() -> None:
-    backend = PythonBackend()
+    backend = PythonBackend(live=False)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         await run(ws, "pass")
@@ -109,19 +111,38 @@ async def test_closing_the_workspace_ends_the_guests_started_ahead() -> None:
 
 
 async def test_no_guest_is_kept_when_warm_guests_is_zero() -> None:
-    backend = PythonBackend(warm_guests=0)
+    backend = PythonBackend(warm_guests=0, live=False)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         assert (await run(ws, "print(2)")).stdout == "2\n"
-        assert standby_of(backend) == [] and backend.standby.pending == []
+        assert (await run(ws, "print(3)", cwd="/tmp")).stdout == "3\n"  # no mirror: none either
+        assert standby_of(backend) == [] and backend._warm.unmirrored.items == []
 
 
 async def test_a_guest_that_failed_to_start_is_reported(caplog: pytest.LogCaptureFixture) -> None:
     async def fail() -> Guest:
         raise OSError("no interpreter at /usr/bin/python3")
 
-    guests = StandbyGuests(fail, 1)
-    guests.refill()
-    with caplog.at_level(logging.WARNING, logger="computer.runtime._pystandby"):
-        assert await guests.take() is None
+    guests: WarmSandboxes[Guest] = WarmSandboxes(4)
+    guests.keep(None, fail)
+    with caplog.at_level(logging.WARNING, logger="computer.runtime._warm"):
+        assert await guests.take(None) is None
     assert "failed to start" in caplog.text and "no interpreter" in caplog.text
+
+
+async def test_a_run_without_a_mirror_takes_a_guest_started_ahead_too(backend_ws) -> None:
+    """A cwd outside the mount root has no mirror: its guests started ahead are the backend's own,
+    ended with the workspace like the others."""
+    backend, ws = backend_ws
+    assert (await run(ws, "import os\nprint(os.getcwd())", cwd="/tmp")).stdout == "/tmp\n"
+    (warm,) = backend._warm.unmirrored.items
+    guest = await asyncio.wait_for(asyncio.shield(warm.task), 10)
+    pid = int(guest.sp.proc.pid)
+    assert (await run(ws, "def main(input):\n    return input * 2", input=21, cwd="/tmp")).value == 42
+    for _ in range(100):  # bounded: 5 s
+        if not alive(pid):
+            break
+        await asyncio.sleep(0.05)
+    assert not alive(pid)  # that guest ran it
+    await ws.close()
+    assert backend._warm.unmirrored.items == []

@@ -23,7 +23,7 @@ import pytest
 import computer
 from computer.runtime import ShellBackend
 from computer.runtime._sandbox import Standby
-from computer.runtime._warm import STANDBYS_BACK_TO_BACK, Prepared, Spares, Warm
+from computer.runtime._warm import STANDBYS_BACK_TO_BACK, PreparedSandbox, Spares, Warm
 
 _EXPECTED_ENV = {
     "PWD",
@@ -169,10 +169,10 @@ class _FakeWarm:
 async def test_a_standby_that_failed_to_start_is_reported_and_the_run_starts_its_own(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    async def fail() -> Prepared:
+    async def fail() -> PreparedSandbox:
         raise OSError("bwrap: cannot create a namespace")
 
-    warm = Warm(asyncio.ensure_future(fail()))
+    warm: Warm[PreparedSandbox] = Warm(asyncio.ensure_future(fail()))
     with caplog.at_level(logging.WARNING, logger="computer.runtime._warm"):
         assert await warm.take() is None
     assert "failed to start" in caplog.text and "cannot create a namespace" in caplog.text

@@ -1,0 +1,305 @@
+"""``LiveSandboxes``: the live sandboxes of one backend (one per workspace), and a run inside one.
+
+Both built-in backends keep theirs here (SPEC section 10, "Live sandboxes": runs of one workspace on
+one backend share one): the shell backend's jobs are ``bash -c source``, the python backend's are a
+fresh guest interpreter (see ``python.py``). What a job is comes from the backend as a
+:data:`Command`; everything else is shared: starting the sandbox (taking one started ahead from the
+backend's :class:`~computer.runtime._warm.WarmSandboxes`), the run's sync before it starts and the
+pull after it, its output, a kill or timeout (its process group; what it wrote is kept), the sandbox's
+process limit and memory, the processes API, and the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+
+from ._assets_bridge import SANDBOX_DIR
+from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, OutputChunk, SyncLimits
+from ._live import LiveSandbox, LiveSandboxError, LiveStartError
+from ._live_launch import Launched, launch
+from ._mirror import Mirror
+from ._process import ProcessOutcome, out_of_memory_error
+from ._sandbox import Sandbox
+from ._sync import MirrorSync
+from ._tasks import run_to_completion
+from ._warm import PreparedSandbox, Ready, WarmSandboxes
+from .types import ProcessInfo
+
+__all__ = ["Command", "JobSpec", "LiveSandboxes"]
+
+
+@dataclass
+class JobSpec:
+    """One run's command inside a live sandbox: ``argv`` with exactly ``env``; ``fds`` become its
+    descriptors 3, 4… (handed over: closed by the start)."""
+
+    argv: list[str]
+    env: dict[str, str]
+    fds: list[int] = field(default_factory=list)
+
+
+# A run's command, made once per attempt (a run retried in a fresh sandbox makes it again) and kept
+# open while the run streams (the python backend answers its guest's channel meanwhile).
+Command = Callable[[LiveSandbox], AbstractAsyncContextManager[JobSpec]]
+
+
+class LiveSandboxes:
+    """The live sandboxes of one backend, by workspace id (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        sandbox: Sandbox,
+        sync: MirrorSync,
+        limits: SyncLimits,
+        warm: WarmSandboxes[Ready],
+        prepare: Callable[[Mirror], Awaitable[PreparedSandbox]],
+        idle: float,
+        lifetime: float,
+    ) -> None:
+        self.sandbox = sandbox
+        self.sync = sync
+        self.limits = limits
+        self.warm = warm
+        self.prepare = prepare  # a standby over a mirror, with the backend's binds
+        self.idle, self.lifetime = idle, lifetime
+        self.mount_root = sync.mount_root
+        self._live: dict[str, LiveSandbox] = {}
+        self._starting: dict[str, asyncio.Lock] = {}
+
+    # ------------------------------------------------------------------ a run
+
+    async def run(
+        self,
+        request: ExecRequest,
+        ctx: ExecContext,
+        cwd: str,
+        command: Command,
+        *,
+        mirrored: bool = True,
+        retried: bool = False,
+    ) -> AsyncIterator[ExecEvent]:
+        """One run inside the workspace's live sandbox (started by the first run), in ``cwd`` (a
+        workspace path below the mount root; ``mirrored=False``: ``/tmp``, never checked).
+
+        A sandbox that cannot start the command at all (at its process limit or out of memory: a fork
+        bomb left in the background) is ended with its processes (what they wrote is kept) and the
+        command runs in a fresh one, saying so on stderr."""
+        try:
+            sandbox = await self._sandbox_of(ctx)
+        except (OSError, LiveSandboxError, TimeoutError) as exc:
+            yield ExitEvent(None, error=f"the sandbox could not start: {exc}")
+            return
+        changes = sandbox.open_run(request.id)
+        finished = False
+        try:
+            _, pushed = await sandbox.sync()  # the run starts from the workspace as it is now
+            pushed, sandbox.pushed = pushed + sandbox.pushed, 0
+            host_cwd = sandbox.mirror.host(cwd)
+            if mirrored and not host_cwd.is_dir():
+                yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")
+                finished = True
+                return
+            start_cwd = "/tmp" if not mirrored else cwd if self.sandbox.bwrap else str(host_cwd)
+            outcome = ProcessOutcome()
+            error = None
+            refused = sandbox.forks_refused()
+            try:
+                async with command(sandbox) as spec:
+                    job = await sandbox.start_job(
+                        request.id,
+                        spec.argv,
+                        cwd=start_cwd,
+                        env={**spec.env, "COMPUTER_EXEC_ID": request.id},
+                        stdin=request.stdin,
+                        fds=spec.fds,
+                    )
+                    output = sandbox.output(job, outcome, timeout=request.timeout)
+                    async with contextlib.aclosing(output):
+                        async for chunk in output:
+                            yield chunk
+            except LiveStartError as exc:
+                await self.drop(sandbox, "it could not start a command")
+                if not retried:
+                    finished = True
+                    note = (
+                        f"computer: the live sandbox could not start this command ({exc}); it was ended "
+                        "with its processes and the command runs in a fresh sandbox\n"
+                    )
+                    yield OutputChunk("stderr", note.encode())
+                    again = self.run(request, ctx, cwd, command, mirrored=mirrored, retried=True)
+                    async for event in again:
+                        yield event
+                    return
+                error = str(exc)
+            except LiveSandboxError as exc:  # the sandbox died under the run: what it wrote is pulled
+                error = f"{exc}; the next run starts a fresh sandbox"
+                await self.drop(sandbox, "it ended under a run")
+            if sandbox.alive:
+                await sandbox.sync(push=False)
+            limit = self.sandbox.limits.max_processes
+            at_limit = limit is not None and (sandbox.tasks() or 0) >= limit * 0.9
+            if sandbox.alive and (sandbox.forks_refused() > refused or at_limit) and await sandbox.busy():
+                # The command ran into the sandbox's process limit and left processes behind (a fork
+                # bomb in the background): nothing could start there any more. End it (what its
+                # processes wrote is kept); the next run starts a fresh one.
+                await self.drop(sandbox, "process limit reached")
+                note = (
+                    "computer: this command reached the sandbox's process limit and left processes "
+                    "running; the live sandbox was ended with them (their files are kept)\n"
+                )
+                yield OutputChunk("stderr", note.encode())
+            finished = True
+            if error is None and outcome.out_of_memory:
+                # The mirror's files stay charged to the sandbox's memory group: end the sandbox (its
+                # processes with it) so that the next run starts in a fresh one.
+                error = out_of_memory_error(self.sandbox.limits.memory_mb, self.mount_root) + (
+                    "; the live sandbox was ended with its processes, the next run starts a fresh one"
+                )
+                await self.drop(sandbox, "out of memory")
+            yield ExitEvent(
+                outcome.exit_code,
+                pushed=pushed,
+                pulled=sorted(changes.pulled),
+                skipped=sorted(changes.skipped),
+                skipped_reasons=dict(changes.skipped),
+                killed=outcome.timed_out,
+                error=error,
+                live=sandbox.alive,
+                synced_to=(
+                    (sandbox.mirror.rev, self.mount_root, dataclasses.asdict(self.limits))
+                    if sandbox.alive and sandbox.mirror.rev is not None
+                    else None
+                ),
+            )
+        finally:
+            if not finished and sandbox.alive:  # killed: the job is dead; keep what it wrote
+                with contextlib.suppress(Exception):
+                    await run_to_completion(sandbox.sync(push=False))
+            sandbox.close_run(request.id)
+
+    # ------------------------------------------------------------------ start and end
+
+    async def _sandbox_of(self, ctx: ExecContext) -> LiveSandbox:
+        """The workspace's live sandbox, started when there is none (one start at a time)."""
+        workspace_id = ctx.workspace_id
+        lock = self._starting.setdefault(workspace_id, asyncio.Lock())
+        async with lock:
+            sandbox = self._live.get(workspace_id)
+            if sandbox is not None and sandbox.alive:
+                sandbox.ctx = ctx
+                if sandbox.bridge is not None:
+                    sandbox.bridge.ctx = ctx
+                return sandbox
+            mirror = self.sync.acquire(workspace_id, ctx)
+            self.sync.remove_evicted()
+            clean = False
+            started: LiveSandbox | None = None
+            try:
+                _, pushed = await self.sync.push(mirror, ctx)
+                taken = await self.warm.take(mirror)
+                for attempt in range(2):
+                    try:
+                        if isinstance(taken, Launched):  # started ahead: its init already waits
+                            launched = taken
+                        else:
+                            if taken is not None:  # made for a sandbox per call (not this mode)
+                                await run_to_completion(taken.discard())
+                            launched = await self.launch(await self.prepare(mirror))
+                        break
+                    except (BrokenPipeError, ConnectionError, TimeoutError):  # died while it waited
+                        taken = None
+                        if attempt:
+                            raise
+                started = await LiveSandbox.start(
+                    launched,
+                    workspace_id=workspace_id,
+                    mirror=mirror,
+                    sync=self.sync,
+                    ctx=ctx,
+                    idle_end=self.idle,
+                    lifetime=self.lifetime,
+                    host_ids=self.sandbox.host_ids,
+                )
+                clean = True
+            finally:
+                if not clean:
+                    await self.sync.release(workspace_id, mirror, clean=False)
+            assert started is not None
+            started.pushed = pushed
+            self._live[workspace_id] = started
+            started.ended_callback = self._ended
+            return started
+
+    async def launch(self, ready: PreparedSandbox) -> Launched:
+        """Start a live sandbox's init in the prepared sandbox ``ready`` (discarded if that fails)."""
+        try:
+            return await launch(
+                ready.standby,
+                ready.bridge_dir,
+                inside_dir=SANDBOX_DIR if self.sandbox.bwrap else str(ready.bridge_dir),
+                host_ids=self.sandbox.host_ids,
+            )
+        except BaseException:
+            await run_to_completion(ready.discard())
+            raise
+
+    def keep_warm(self, mirror: Mirror) -> None:
+        """Start the next live sandbox over ``mirror`` ahead (its workspace's sandbox ended, or a
+        mirror went idle)."""
+
+        async def start() -> Launched:
+            return await self.launch(await self.prepare(mirror))
+
+        self.warm.keep(mirror, start)
+
+    def _ended(self, sandbox: LiveSandbox) -> None:
+        """A live sandbox ended (idle, lifetime, killed): forget it; its mirror stays warm."""
+        self._forget(sandbox)
+        if sandbox.mirror.directory.is_dir() and sandbox.mirror in self.sync.mirrors.idle_mirrors(
+            sandbox.workspace_id
+        ):
+            self.keep_warm(sandbox.mirror)
+
+    def _forget(self, sandbox: LiveSandbox) -> None:
+        if self._live.get(sandbox.workspace_id) is sandbox:
+            del self._live[sandbox.workspace_id]
+
+    async def drop(self, sandbox: LiveSandbox, why: str) -> None:
+        """End ``sandbox`` (its processes killed, what they wrote pulled); the next run starts fresh."""
+        self._forget(sandbox)
+        await sandbox.end(why)
+
+    # ------------------------------------------------------------------ the processes API
+
+    def count(self, workspace_id: str | None = None) -> int:
+        """Live sandboxes held (of ``workspace_id``, or all)."""
+        return sum(
+            1
+            for key, sandbox in self._live.items()
+            if sandbox.alive and (workspace_id is None or key == workspace_id)
+        )
+
+    async def processes(self, workspace_id: str) -> list[ProcessInfo]:
+        sandbox = self._live.get(workspace_id)
+        if sandbox is None or not sandbox.alive:
+            return []
+        return await sandbox.processes()
+
+    async def kill_process(self, workspace_id: str, pid: int) -> None:
+        sandbox = self._live.get(workspace_id)
+        if sandbox is None or not sandbox.alive:
+            raise ProcessLookupError(f"no process {pid}: the workspace has no live sandbox")
+        await sandbox.kill_process(pid)
+
+    async def end_sandbox(self, workspace_id: str) -> bool:
+        sandbox = self._live.get(workspace_id)
+        if sandbox is None:
+            return False
+        await self.drop(sandbox, "ended by end_sandbox")
+        return True

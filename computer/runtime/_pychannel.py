@@ -1,0 +1,141 @@
+"""The python backend's host side of a guest: the ``Guest`` process (started ahead or on demand), the
+``workspace`` channel it calls (:func:`serve`, one validated call at a time, answered by ``ctx``) and
+what a run reports (:class:`Session`); the guest and msgpack, staged once per process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import os
+import signal
+import socket
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from ..storage.errors import error_to_wire
+from ._backend import ExecContext
+from ._codec import RESULT_OP, ChannelError, ChannelLimits, GuestRequest, check_args, pack_frame, read_request
+from ._process import ProcessOutcome, SandboxProcess
+from ._staging import stage
+
+__all__ = ["GUEST_SCRIPT", "Guest", "Session", "guest_version", "serve", "stage_guest"]
+
+GUEST_SCRIPT = Path(__file__).with_name("_pyguest.py")
+
+
+@dataclass
+class Guest:
+    """A sandboxed interpreter running the guest (a sandbox per call); it waits for its setup frame on
+    ``host_end``."""
+
+    sp: SandboxProcess
+    host_end: socket.socket
+
+    def usable(self) -> bool:
+        return self.sp.proc.returncode is None and self.host_end.fileno() >= 0
+
+    async def discard(self) -> None:
+        self.host_end.close()
+        await self.sp.discard()  # runs to completion
+
+    def discard_now(self) -> None:
+        """Kill and clean up from any thread, or after its event loop is gone."""
+        self.host_end.close()
+        self.sp.killed = True
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.sp.proc.pid, signal.SIGKILL)
+        self.sp.cleanup()
+
+
+@dataclass
+class Session:
+    """What one run of a guest reports: its exit (``outcome``), its value and a protocol error."""
+
+    outcome: ProcessOutcome = field(default_factory=ProcessOutcome)
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+async def serve(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    ctx: ExecContext,
+    limits: ChannelLimits,
+    result: dict[str, Any],
+) -> None:
+    """Answer the guest's calls until it closes the channel; a frame that breaks the framing ends the
+    channel and fails the run (``result["error"]``; see ``_codec``)."""
+    while True:
+        try:
+            request = await read_request(reader, limits)
+        except (EOFError, ConnectionError):
+            return
+        except ChannelError as exc:
+            result["error"] = f"the program broke the workspace channel's protocol: {exc}"
+            writer.close()  # the guest's next call fails: the stream may be out of step
+            return
+        if request.op == RESULT_OP:
+            result["value"] = request.args["value"]
+            reply: dict[str, Any] = {"ok": None}
+        else:
+            reply = await _answer(request, ctx, limits)
+        try:
+            writer.write(pack_frame(reply))
+            await writer.drain()
+        except (ConnectionError, OSError):
+            return
+
+
+# The permission bits a guest may set: never setuid or setgid (issue 17: the sandbox user is host
+# root in a mirror, and storage pushes modes back); the sticky bit is harmless.
+_MODE_BITS = 0o1777
+
+
+async def _answer(request: GuestRequest, ctx: ExecContext, limits: ChannelLimits) -> dict[str, Any]:
+    """One validated call of the guest, answered by ``ctx`` (errors as the guest raises them)."""
+    problem = check_args(request, limits.depth)
+    if problem is not None:
+        return {"err": [errno.EINVAL, problem, None]}
+    args = dict(request.args)
+    if isinstance(args.get("mode"), int):
+        args["mode"] &= _MODE_BITS
+    if request.op == "write_file":
+        args["data"] = request.body
+    try:
+        return {"ok": await ctx.fs_call(request.op, args)}
+    except OSError as exc:
+        return {"err": list(error_to_wire(exc))}
+    except (ValueError, TypeError) as exc:
+        return {"err": [errno.EINVAL, str(exc), None]}
+    except Exception as exc:  # not swallowed: the guest raises it
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def guest_version(python: str) -> str:
+    """``X.Y`` of the interpreter ``python``."""
+    if python == os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable):
+        return f"{sys.version_info.major}.{sys.version_info.minor}"
+    import subprocess
+
+    script = "import sys; print(f'{sys.version_info[0]}.{sys.version_info[1]}')"
+    return subprocess.run(
+        [python, "-I", "-S", "-c", script], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+_GUEST_STAGES: dict[tuple[int, int] | None, str] = {}
+
+
+def stage_guest(owner: tuple[int, int] | None) -> str:
+    """The guest and msgpack, staged once per process (and sandbox user) for every backend; again
+    if the process's scratch directory was released."""
+    staged = _GUEST_STAGES.get(owner)
+    if staged is None or not os.path.isdir(staged):
+        tree = {"guest.py": GUEST_SCRIPT, "lib/msgpack": os.path.dirname(msgpack.__file__)}
+        name = "python-guest" if owner is None else f"python-guest-{owner[0]}"
+        staged = _GUEST_STAGES[owner] = str(stage(name, tree, owner))
+    return staged
