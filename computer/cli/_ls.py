@@ -2,7 +2,8 @@
 activity and live runs, from facts that hold whether or not a cluster runs (Ray is never imported).
 
 - **awake on <where>**: an owner holds the workspace's lease (it renews it every few seconds); where is
-  a Ray node (its id and machine) or a command's own process. An owner that died without giving the
+  a Ray node (its id and machine) or a command's own process; for a hosted workspace
+  (``owners="hosted"``) also which owner host of that node and its process (``host 3 (pid 812)``). An owner that died without giving the
   lease up counts as awake until its lease runs out (``lock_lease``, 30 s by default), except a
   command's process of this machine that is gone: asleep at once.
 - **asleep**: nobody holds the lease: the workspace is only its file; the next call wakes it.
@@ -43,6 +44,8 @@ class WorkspaceRow:
     last_active: float | None  # wall-clock seconds; None when no owner ever recorded it
     live_runs: int
     node: str | None  # the directory's node of the last owner (a Ray node id, or process:<pid>@<hostname>)
+    # awake in an owner host (``owners="hosted"``): which one of its node, and its process
+    owner_host: str | None = None
 
 
 def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[WorkspaceRow]:
@@ -73,11 +76,24 @@ def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[Workspa
                     last_active=_last_active(record, path),
                     live_runs=_live_runs(path) if is_awake and sizes else 0,
                     node=None if record is None else record.node,
+                    owner_host=_owner_host(record) if is_awake else None,
                 )
             )
         return rows
     finally:
         directory.close()
+
+
+def _owner_host(record: WorkspaceRecord | None) -> str | None:
+    """``host 3 (pid 812)`` when an owner host holds the lease: its owner id is
+    ``computer:host:<data dir>:<node>:<i>#<pid>/<uuid>`` (a dedicated owner's is a bare uuid)."""
+    from ..actors.naming import HOST_PREFIX
+
+    owner = (record.owner if record is not None else None) or ""
+    if not owner.startswith(HOST_PREFIX) or "#" not in owner:
+        return None
+    host, _, rest = owner.partition("#")
+    return f"host {host.rsplit(':', 1)[-1]} (pid {rest.partition('/')[0]})"
 
 
 def _last_active(record: WorkspaceRecord | None, path: Path) -> float | None:
@@ -124,6 +140,8 @@ def print_workspaces(rows: list[WorkspaceRow], *, as_json: bool, console: Consol
     for row in rows:
         size = "elsewhere" if row.size is None else size_text(row.size)
         state = f"awake {row.where}" if row.where else row.state
+        if row.owner_host:
+            state += f", {row.owner_host}"
         ago = "-" if row.last_active is None else ago_text(now - row.last_active)
         table.add_row(row.name, state, size, ago, str(row.live_runs))
     console.print(table)

@@ -1,4 +1,5 @@
-"""``computer status``: the Ray cluster (nodes, resources), the exec pools and owners, the directory.
+"""``computer status``: the Ray cluster (nodes, resources), the exec pools, the owners (dedicated
+actors, and owner hosts with their workspaces and memory), the directory.
 
 It joins a running cluster (``--address``, ``RAY_ADDRESS``, else ``auto``: one started with
 ``ray start`` on this machine) and never starts one.
@@ -50,7 +51,7 @@ def _directory_summary(options: GlobalOptions, console: Console) -> None:
 def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
     import ray
 
-    from ..actors.naming import OWNER_PREFIX, data_dir_key
+    from ..actors.naming import HOST_PREFIX, OWNER_PREFIX, data_dir_key
 
     address = options.address or os.environ.get("RAY_ADDRESS") or "auto"
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -81,6 +82,9 @@ def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
         pools: Counter[str] = Counter()
         owners = ours = 0
         here = f"{OWNER_PREFIX}{data_dir_key(data_dir)}:"  # owners are named per data directory
+        hosts_here = f"{HOST_PREFIX}{data_dir_key(data_dir)}:"
+        hosts: list[str] = []
+        other_hosts = 0
         for actor in actors:
             name = str(actor.get("name", "")) if isinstance(actor, dict) else str(actor)
             if name.startswith("computer:pool:"):
@@ -88,12 +92,55 @@ def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
             elif name.startswith(OWNER_PREFIX):
                 owners += 1
                 ours += name.startswith(here)
+            elif name.startswith(hosts_here):
+                hosts.append(name)
+            elif name.startswith(HOST_PREFIX):
+                other_hosts += 1
         pool_text = ", ".join(f"{backend} {count} worker(s)" for backend, count in sorted(pools.items()))
         console.print(f"exec pools: {pool_text or 'none started yet (they start with the first exec)'}")
         _pools(console)
-        console.print(f"live workspace owners: {owners} ({ours} of this data directory)")
+        console.print(f"dedicated workspace owners: {owners} ({ours} of this data directory)")
+        _hosts(console, sorted(hosts), other_hosts)
     finally:
         ray.shutdown()
+
+
+def _hosts(console: Console, names: list[str], others: int) -> None:
+    """Owner hosts (``owners="hosted"``) of this data directory: node, process, memory, workspaces."""
+    import ray
+
+    from ..actors.naming import NAMESPACE
+
+    suffix = f" (+{others} of other data directories)" if others else ""
+    if not names:
+        console.print(f"owner hosts: none awake{suffix}")
+        return
+    table = Table(title=f"owner hosts: {len(names)}{suffix}")
+    for column in ("host", "node", "pid", "memory", "workspaces", "awake"):
+        table.add_column(column, justify="right" if column in ("pid", "memory", "workspaces") else "left")
+    total = 0
+    for name in names:
+        try:
+            stats: dict[str, Any] = ray.get(
+                ray.get_actor(name, namespace=NAMESPACE).host_stats.remote(), timeout=15
+            )
+        except Exception as exc:  # exited meanwhile, or not answering
+            table.add_row(name.rsplit(":", 2)[-1], name.split(":")[3], "-", "-", "-", type(exc).__name__)
+            continue
+        awake: list[str] = stats["workspaces"]
+        total += len(awake)
+        rss = stats.get("rss_bytes")
+        shown = ", ".join(awake[:4]) + (f", ... (+{len(awake) - 4})" if len(awake) > 4 else "")
+        table.add_row(
+            name.rsplit(":", 1)[-1],
+            str(stats["node"])[:12],
+            str(stats["pid"]),
+            "-" if rss is None else f"{rss / 2**20:.0f} MiB",
+            str(len(awake)),
+            shown or "-",
+        )
+    console.print(table)
+    console.print(f"hosted workspaces awake: {total}")
 
 
 def _pools(console: Console) -> None:
