@@ -121,12 +121,11 @@ def _hosts(console: Console, names: list[str], others: int) -> None:
     total = 0
     for name in names:
         try:
-            stats: dict[str, Any] = ray.get(
-                ray.get_actor(name, namespace=NAMESPACE).host_stats.remote(), timeout=15
-            )
+            answer: Any = ray.get(ray.get_actor(name, namespace=NAMESPACE).host_stats.remote(), timeout=15)
         except Exception as exc:  # exited meanwhile, or not answering
-            table.add_row(name.rsplit(":", 2)[-1], name.split(":")[3], "-", "-", "-", type(exc).__name__)
+            table.add_row(name.rsplit(":", 1)[-1], name.split(":")[3], "-", "-", "-", type(exc).__name__)
             continue
+        stats: dict[str, Any] = answer
         awake: list[str] = stats["workspaces"]
         total += len(awake)
         rss = stats.get("rss_bytes")
