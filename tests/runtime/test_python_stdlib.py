@@ -9,8 +9,6 @@ import sys
 import sysconfig
 from pathlib import Path
 
-import pytest
-
 import computer
 
 # Everything inside that could name a host path: mounts, sys.*, sysconfig, the environment, the
@@ -108,13 +106,6 @@ def main(host_paths):
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_staging hard-links the stdlib's __pycache__: every .pyc records its host path (co_filename; "
-    "tracebacks show the staged path, but the bytes are readable) and _sysconfigdata's .pyc keeps the "
-    "build prefix its rewritten .py no longer has. Fix in _staging: leave __pycache__ out and compile "
-    "for the path inside (compileall ddir=/opt/python/...), once per machine",
-)
 async def test_compiled_files_name_no_host_path(ws: computer.Workspace) -> None:
     result = await run(ws, _COMPILED, input=sorted(host_paths()))
     assert result.status == "completed", result
