@@ -124,12 +124,21 @@ class AssetsSurface(Protocol):
 
 @runtime_checkable
 class WorkspaceSurface(Protocol):
-    """``id`` is stable for one workspace in every process (it is the tools' lock identity)."""
+    """``id`` is stable for one workspace in every process (it is the tools' lock identity).
 
-    id: str
-    fs: FileSystemSurface
-    locks: LocksSurface
-    runtime: RuntimeSurface
-    assets: AssetsSurface | None
+    The members are read-only here (properties), so a class whose ``fs`` is a :class:`FileSystem`
+    (the owner's ``Workspace``) or a client's proxy both satisfy the protocol.
+    """
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def fs(self) -> FileSystemSurface: ...
+    @property
+    def locks(self) -> LocksSurface: ...
+    @property
+    def runtime(self) -> RuntimeSurface: ...
+    @property
+    def assets(self) -> AssetsSurface | None: ...
 
     async def close(self) -> None: ...

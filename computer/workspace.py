@@ -18,7 +18,8 @@ from .storage import FileSystem
 from .storage.filesystem import GARBAGE_DELAY
 
 if TYPE_CHECKING:
-    from .runtime import Backend
+    from .assets import AssetStore
+    from .runtime import Backend, OutputOptions
     from .surface import AssetsSurface
 
 __all__ = ["Workspace"]
@@ -30,8 +31,10 @@ class Workspace:
     """One workspace: ``fs`` (SQLite VFS), ``locks``, ``runtime`` (exec backends), ``assets`` and ``audit``.
 
     ``path=None`` is a private in-memory store; a path is one SQLite file (created when missing).
-    ``assets=None`` means no publisher; ``True`` uses the configured default store; an object with a
-    ``share`` coroutine (an ``AssetsSurface``) or an asset store is used as given.
+    ``assets=None`` (or False) means no publisher; ``True`` uses the configured default store; an object
+    with a ``share`` coroutine (an ``AssetsSurface``) is used as given, an ``AssetStore`` with the
+    configured base URL. ``output`` is the default output policy of every run (``OutputOptions``, a
+    dict of its fields to override, ``False``: keep everything in memory; see ``Runtime``).
     """
 
     def __init__(
@@ -39,8 +42,8 @@ class Workspace:
         path: str | None = None,
         *,
         backends: Sequence[Backend] = (),
-        assets: Any = None,
-        output: Any = None,
+        assets: bool | AssetsSurface | AssetStore | None = None,
+        output: bool | dict[str, Any] | OutputOptions | None = None,
         fence: int | None = None,
         max_bytes: int | None = None,
     ) -> None:

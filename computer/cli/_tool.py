@@ -93,9 +93,8 @@ def _reference_tools() -> dict[str, Any]:
             raise NotImplementedError
 
     workspace = Workspace(None, backends=[ShellBackend(), PythonBackend()], assets=_Publisher())
-    surface: Any = workspace  # the owner object serves the same surface as a client
     try:
-        return create_tools(surface)
+        return create_tools(workspace)
     finally:
         workspace.fs.close()
 

@@ -12,6 +12,8 @@ import json
 import logging
 from typing import Any
 
+from ..surface import FileSystemSurface, WorkspaceSurface
+
 __all__ = ["TRANSCRIPT_PATH", "keep_transcript", "read_transcript"]
 
 log = logging.getLogger(__name__)
@@ -19,7 +21,7 @@ log = logging.getLogger(__name__)
 TRANSCRIPT_PATH = "/.computer/transcript.json"
 
 
-async def keep_transcript(workspace: Any, messages: list[dict[str, Any]]) -> None:
+async def keep_transcript(workspace: WorkspaceSurface, messages: list[dict[str, Any]]) -> None:
     """Write ``messages`` as the workspace's transcript (one write; a failure is logged, never raised)."""
     try:
         data = json.dumps(messages, ensure_ascii=False, default=str).encode()
@@ -32,7 +34,7 @@ async def keep_transcript(workspace: Any, messages: list[dict[str, Any]]) -> Non
         log.warning("keeping the transcript failed: %r", exc)
 
 
-async def read_transcript(fs: Any) -> list[dict[str, Any]] | None:
+async def read_transcript(fs: FileSystemSurface) -> list[dict[str, Any]] | None:
     """The transcript of a workspace (``None`` when it keeps none)."""
     try:
         messages = json.loads(await fs.read_file(TRANSCRIPT_PATH))

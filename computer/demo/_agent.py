@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from ..dashboard import keep_transcript
 from ..storage import audit_caller
+from ..surface import WorkspaceSurface
 from ..tools.openai import create_openai_tools
 from ._projects import Project
 from ._prompt import TEST_COMMAND, task_messages
@@ -52,7 +53,7 @@ class AgentState:
 
 
 async def run_agent(
-    workspace: Any, model: ChatModel, state: AgentState, *, max_turns: int = MAX_TURNS
+    workspace: WorkspaceSurface, model: ChatModel, state: AgentState, *, max_turns: int = MAX_TURNS
 ) -> None:
     """Run the conversation to its end; failures are recorded in ``state``, never raised.
 
@@ -63,7 +64,7 @@ async def run_agent(
         await _converse(workspace, model, state, max_turns)
 
 
-async def _converse(workspace: Any, model: ChatModel, state: AgentState, max_turns: int) -> None:
+async def _converse(workspace: WorkspaceSurface, model: ChatModel, state: AgentState, max_turns: int) -> None:
     messages: list[dict[str, Any]] = []
     try:
         tools, execute = create_openai_tools(workspace)

@@ -45,6 +45,7 @@ from langchain_core.tools import BaseTool, ToolException
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..storage import audit_caller
+from ..surface import WorkspaceSurface
 from ._adapter_tools import build_tools, select_tools
 from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool
@@ -68,7 +69,7 @@ _DISCOVER_SCHEMA: dict[str, Any] = {
 
 @overload
 def create_langchain_tools(
-    workspace: Any,
+    workspace: WorkspaceSurface,
     *,
     format: Literal["array"] = "array",
     approve: Literal["mutating"] | Collection[str] | None = None,
@@ -80,7 +81,7 @@ def create_langchain_tools(
 
 @overload
 def create_langchain_tools(
-    workspace: Any,
+    workspace: WorkspaceSurface,
     *,
     format: Literal["object"],
     approve: Literal["mutating"] | Collection[str] | None = None,
@@ -91,7 +92,7 @@ def create_langchain_tools(
 
 
 def create_langchain_tools(
-    workspace: Any,
+    workspace: WorkspaceSurface,
     *,
     format: Literal["array", "object"] = "array",
     approve: Literal["mutating"] | Collection[str] | None = None,

@@ -29,6 +29,7 @@ from mcp.server import Server, ServerRequestContext
 from mcp.shared.exceptions import MCPError
 
 from ..storage import audit_caller
+from ..surface import WorkspaceSurface
 from ._adapter_tools import build_tools
 from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool
@@ -41,7 +42,7 @@ _OPEN_WORLD = frozenset({"exec", "publish"})
 
 
 def create_mcp_server(
-    workspace: Any, *, name: str = "computer", instructions: str | None = None, **options: Any
+    workspace: WorkspaceSurface, *, name: str = "computer", instructions: str | None = None, **options: Any
 ) -> Server[Any]:
     """A low-level MCP ``Server`` listing and calling ``create_tools(workspace, **options)``."""
     tools = build_tools(workspace, options)
@@ -117,7 +118,7 @@ def mcp_tool(tool: Tool) -> types.Tool:
     )
 
 
-async def run_stdio(workspace: Any, **options: Any) -> None:
+async def run_stdio(workspace: WorkspaceSurface, **options: Any) -> None:
     """Serve the tools of ``workspace`` on stdin/stdout until the client disconnects."""
     from mcp.server.stdio import stdio_server
 
@@ -127,7 +128,12 @@ async def run_stdio(workspace: Any, **options: Any) -> None:
 
 
 async def serve_http(
-    workspace: Any, host: str = "127.0.0.1", port: int = 8765, *, path: str = "/mcp", **options: Any
+    workspace: WorkspaceSurface,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    *,
+    path: str = "/mcp",
+    **options: Any,
 ) -> None:
     """Serve the tools over streamable HTTP at ``http://host:port/mcp`` until cancelled.
 

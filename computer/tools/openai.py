@@ -60,6 +60,7 @@ from collections.abc import Mapping
 from typing import Any, Literal, Protocol
 
 from ..storage import audit_caller
+from ..surface import WorkspaceSurface
 from ._adapter_schema import StrictSchemaError, anthropic_strict_schema, strict_schema
 from ._adapter_tools import build_tools
 from ._arguments import ArgumentError, parse_arguments
@@ -81,7 +82,7 @@ CONSTRAINED_TOOLS = ("read", "write", "edit")
 
 
 def create_openai_tools(
-    workspace: Any,
+    workspace: WorkspaceSurface,
     *,
     constrained_sampling: ConstrainedSampling = "prefer",
     format: Literal["openai", "anthropic"] = "openai",

@@ -37,6 +37,7 @@ from pydantic_ai.toolsets.abstract import ToolsetTool
 from pydantic_core import from_json
 
 from ..storage import audit_caller
+from ..surface import WorkspaceSurface
 from ._adapter_tools import build_tools, select_tools
 from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool
@@ -56,7 +57,7 @@ class ExecProgressEvent(CustomEvent):
 
 
 def create_pydantic_ai_tools(
-    workspace: Any,
+    workspace: WorkspaceSurface,
     *,
     approve: Literal["mutating"] | Collection[str] | None = None,
     id: str | None = "computer",
