@@ -15,10 +15,8 @@ import pytest
 from typer.testing import CliRunner
 
 import computer
-from computer.cli import app
-from computer.cli._context import GlobalOptions
+from computer.cli import GlobalOptions, app, list_workspaces
 from computer.cli._inprocess import in_process_workspace
-from computer.cli._ls import list_workspaces
 from computer.config import configure
 
 from .conftest import COMPUTER, REPO, cli_env, mcp_exchange

@@ -119,8 +119,7 @@ async def test_delete_stops_an_idle_cluster_owner(cluster: Any, name: str, ray_s
     async with computer.get_workspace(name) as client:
         await client.fs.write_file("/note", "kept until deleted")
     ray_session.get_actor(actor_name(name), namespace=NAMESPACE)  # awake
-    from computer.cli._context import GlobalOptions
-    from computer.cli._ls import list_workspaces
+    from computer.cli import GlobalOptions, list_workspaces
 
     (row,) = await asyncio.to_thread(list_workspaces, GlobalOptions(data_dir=cluster.data_dir))
     assert row.name == name and row.node is not None and not row.node.startswith("process:")  # a Ray node

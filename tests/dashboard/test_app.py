@@ -144,7 +144,7 @@ async def test_a_loopback_bind_answers_only_loopback_host_names(settings: Settin
 
 
 async def test_an_agents_transcript_kept_in_its_workspace_is_shown(settings: Settings, serve: Serve) -> None:
-    from computer.dashboard._transcript import TRANSCRIPT_PATH, keep_transcript
+    from computer.dashboard import TRANSCRIPT_PATH, keep_transcript
 
     ws = open_workspace(settings, "delta")
     messages = [

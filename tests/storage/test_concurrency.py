@@ -7,8 +7,7 @@ import hashlib
 import random
 from collections.abc import AsyncIterator
 
-from computer.storage import FileSystem
-from computer.storage._chunks import CHUNK_SIZE
+from computer.storage import CHUNK_SIZE, FileSystem
 
 
 def _content(seed: int, size: int) -> bytes:

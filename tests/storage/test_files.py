@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from computer.storage import FileSystem, FsInvalidError
-from computer.storage._chunks import CHUNK_SIZE
+from computer.storage import CHUNK_SIZE, FileSystem, FsInvalidError
 
 
 async def test_empty_file_reads_empty_streams_nothing_and_has_no_chunks(fs: FileSystem) -> None:

@@ -7,8 +7,7 @@ import time
 
 import pytest
 
-from computer.storage import FileSystem, FsInvalidError, GrepContextLine
-from computer.storage._chunks import CHUNK_SIZE
+from computer.storage import CHUNK_SIZE, FileSystem, FsInvalidError, GrepContextLine
 
 
 async def _files(fs: FileSystem, files: dict[str, bytes | str]) -> None:

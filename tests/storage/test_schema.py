@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from computer.storage import FileSystem
-from computer.storage._chunks import CHUNK_SIZE
+from computer.storage import CHUNK_SIZE, FileSystem
 from computer.storage._schema import SCHEMA_VERSION
 
 
@@ -117,7 +116,7 @@ def _open_together(store: Path, directory: Path, openers: int = 8) -> list[str]:
     released at once; the errors they met."""
     import threading
 
-    from computer.actors.directory._sqlite import SqliteDirectory
+    from computer.actors.directory import SqliteDirectory
 
     errors: list[str] = []
     barrier = threading.Barrier(openers)

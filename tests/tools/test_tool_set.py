@@ -23,7 +23,7 @@ class QuietBackend:
         self.info = BackendInfo(backend_id, "command", False, description="Runs nothing.")
 
     async def run(self, request: Any, ctx: Any) -> AsyncIterator[Any]:
-        from computer.runtime._backend import ExitEvent
+        from computer.runtime import ExitEvent
 
         yield ExitEvent(exit_code=0)
 
