@@ -1,0 +1,228 @@
+"""The push side of a mirror (see ``_mirror``): a page of the workspace's changes applied to the host
+directory (never opening an existing node, never following a link), large files made ready for
+their chunks and filled, the revision adopted once every page is in."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from ..storage import CHUNK_SIZE
+from ._backend import MirrorFile, SyncPush
+from ._beneath import CREATE, CREATED_MODE, SAFE_BITS, make_parent, open_beneath, remove_node, write_all
+from ._mirror_base import MirrorBase, entry_of, is_below
+from ._scratch import remove_tree
+
+__all__ = ["MirrorPush"]
+
+
+class MirrorPush(MirrorBase):
+    """Applying pushes to the mirror's directory (a part of :class:`~computer.runtime._mirror.Mirror`)."""
+
+    def apply(self, push: SyncPush, *, first: bool = True) -> int:
+        """Apply one page of a push; returns how many files were written. Everything made is owned by
+        :attr:`owner` (the sandbox's host user) from the start: a chown afterwards would change the
+        ctime the pull compares.
+
+        ``first``: the push's first page (a full push then empties the mirror). Files whose content
+        did not fit the page (``data is None``) are created empty and listed in :attr:`unfilled`: the
+        caller fetches their bytes with :meth:`fill`. The mirror's ``rev`` is left to the caller,
+        which sets it once every page is in (:meth:`finish_push`).
+
+        Nothing here opens an existing node: whatever stands where a file goes (a FIFO, a socket, a
+        link a program left) is unlinked first and the file is created with ``O_EXCL | O_NOFOLLOW``,
+        so a push never blocks on a FIFO nor writes through a link.
+        """
+        if not self.directory.is_dir():
+            self.directory.mkdir(mode=0o755)
+            self._own(self.directory)
+        if push.full and first:
+            self.unwatch()
+            for child in list(self.directory.iterdir()):
+                remove_node(child)
+            self.state.clear()
+            self.chunks.clear()
+            self.protected = set()
+            self.reasons = {}
+        if first:
+            self.unfilled = []
+        for path in push.deleted:
+            rel = self.rel(path)
+            remove_node(self.directory / rel)
+            self._forget(rel)
+            if path in self.protected or not push.full:
+                self.protected = {p for p in self.protected if not is_below(p, path)}
+        self.protected.update(push.protected)
+        self.reasons.update(push.reasons)
+        for d in push.dirs:
+            host = self.host(d.path)
+            make_parent(self.directory, host, self.owner)
+            if host.is_symlink() or (host.exists() and not host.is_dir()):
+                remove_node(host)
+            host.mkdir(exist_ok=True)
+            self._own(host)
+            os.chmod(host, d.mode & SAFE_BITS)
+            self.state[self.rel(d.path)] = entry_of(os.lstat(host))
+        written = 0
+        base = os.fspath(self.directory)
+        ready: set[str] = set()  # parent directories already made real in this page
+        for f in push.files:
+            rel = self.rel(f.path)
+            host = self.host(f.path)
+            parent = rel.rpartition("/")[0]
+            if parent not in ready:
+                make_parent(self.directory, host, self.owner)
+                ready.add(parent)
+            if f.chunks is not None:
+                self._prepare_chunked(host, f)
+                written += 1
+                continue
+            if self.chunks:
+                self.chunks.pop(rel, None)
+            path = f"{base}/{rel}"
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                st = None
+            if st is not None:
+                if f.link is None and f.data is not None and st.st_nlink > 1 and _rewrite_shared(host, f):
+                    # One name of a hard-linked file: written in place, so every name shows it.
+                    self.state[rel] = entry_of(os.lstat(path))
+                    written += 1
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    remove_tree(path)
+                    ready = {p for p in ready if not is_below("/" + p, "/" + rel)}
+                else:
+                    os.unlink(path)
+            if f.link is not None:
+                try:
+                    os.link(self.host(f.link), host, follow_symlinks=False)
+                except OSError:
+                    continue  # the first name is gone: the next push carries this one whole
+                self.state[self.rel(f.path)] = entry_of(os.lstat(host))
+                self.state[self.rel(f.link)] = entry_of(os.lstat(self.host(f.link)))
+                continue
+            fd = os.open(path, CREATE, f.mode & 0o777)
+            try:
+                if self.owner is not None:
+                    os.fchown(fd, *self.owner)
+                if f.data:
+                    write_all(fd, f.data)
+                if f.mode & 0o7777 != CREATED_MODE.get(f.mode & 0o777):
+                    os.fchmod(fd, f.mode & SAFE_BITS)  # beyond what the umask left
+                ns = f.mtime * 1_000_000
+                os.utime(fd, ns=(ns, ns))
+                st = os.fstat(fd)
+            finally:
+                os.close(fd)
+            written += 1
+            if f.data is None and f.length > 0:
+                self.unfilled.append((f, None))
+            self.state[rel] = entry_of(st)
+        for link in push.symlinks:
+            host = self.host(link.path)
+            make_parent(self.directory, host, self.owner)
+            remove_node(host)
+            os.symlink(link.target, host)  # stored verbatim; only ever resolved inside the sandbox
+            if self.owner is not None:
+                os.lchown(host, *self.owner)
+            self.state[self.rel(link.path)] = entry_of(os.lstat(host))
+        return written
+
+    def _prepare_chunked(self, host: Path, f: MirrorFile) -> None:
+        """Make ready a large file that arrives as chunks: the copy the mirror holds is kept (and only
+        the chunks that differ are fetched) when it is still exactly what was last synced."""
+        rel = self.rel(f.path)
+        assert f.chunks is not None
+        old = self.chunks.pop(rel, None)
+        try:
+            st = os.lstat(host)
+        except FileNotFoundError:
+            st = None
+        keep = (
+            old is not None
+            and st is not None
+            and stat.S_ISREG(st.st_mode)
+            and self.state.get(rel) == entry_of(st)
+        )
+        if keep:
+            assert old is not None
+            fd = os.open(host, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            needed = [i for i, h in enumerate(f.chunks) if i >= len(old) or old[i] != h]
+        else:
+            remove_node(host)
+            fd = os.open(host, CREATE, f.mode & 0o777)
+            needed = list(range(len(f.chunks)))
+        try:
+            if self.owner is not None:
+                os.fchown(fd, *self.owner)
+            os.ftruncate(fd, f.length)
+            os.fchmod(fd, f.mode & SAFE_BITS)
+            ns = f.mtime * 1_000_000
+            os.utime(fd, ns=(ns, ns))
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        self.state[rel] = entry_of(st)
+        if needed:
+            self.unfilled.append((f, needed))
+        else:
+            self.chunks[rel] = list(f.chunks)
+
+    def fill_chunks(self, file: MirrorFile, pieces: dict[int, bytes], last: bool) -> None:
+        """Write chunks (by index) of a large file :meth:`apply` made ready; ``last``: it is complete."""
+        for index, data in pieces.items():
+            self.fill(file, index * CHUNK_SIZE, data)
+        if last and file.chunks is not None:
+            self.chunks[self.rel(file.path)] = list(file.chunks)
+
+    def fill(self, file: MirrorFile, offset: int, data: bytes) -> None:
+        """Write ``data`` at ``offset`` of a file :meth:`apply` created empty; the last piece
+        (``offset + len(data) >= file.length`` or a short one) restores its mtime and records it."""
+        host = self.host(file.path)
+        parent = open_beneath(self.directory, self.rel(file.path).rpartition("/")[0])
+        try:
+            fd = os.open(host.name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
+        finally:
+            os.close(parent)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise OSError(f"{file.path} is not a regular file in the mirror")
+            os.pwrite(fd, data, offset)
+            ns = file.mtime * 1_000_000
+            os.utime(fd, ns=(ns, ns))
+            self.state[self.rel(file.path)] = entry_of(os.fstat(fd))
+        finally:
+            os.close(fd)
+
+    def finish_push(self, rev: int) -> None:
+        """Every page is in: the mirror reflects ``rev`` (the first page's, a lower bound)."""
+        self.unfilled = []
+        self.rev = rev
+
+
+def _rewrite_shared(host: Path, f: MirrorFile) -> bool:
+    """Write ``f`` into the regular file at ``host`` in place when it has other names (hard links);
+    False when ``host`` is anything else (then the caller replaces it). The descriptor is opened
+    without following a link and without blocking, and checked to be that same regular file."""
+    try:
+        st = os.lstat(host)
+    except FileNotFoundError:
+        return False
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+        return False
+    fd = os.open(host, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        now = os.fstat(fd)
+        if not stat.S_ISREG(now.st_mode) or now.st_ino != st.st_ino:
+            return False
+        os.ftruncate(fd, 0)
+        write_all(fd, f.data or b"")
+        os.fchmod(fd, f.mode & SAFE_BITS)
+        ns = f.mtime * 1_000_000
+        os.utime(fd, ns=(ns, ns))
+    finally:
+        os.close(fd)
+    return True
