@@ -1,28 +1,65 @@
-"""``OwnerExecContext``: a pool worker's :class:`~computer.runtime.ExecContext`, one Ray call per operation.
+"""The fast paths of a pooled run, one explicit piece each (drawn in ``computer/actors/README.md``,
+"A pooled run, message by message"; the owner RPCs each one saves are counted in
+``tests/pools/test_round_trips.py``).
 
-Each operation is forwarded whole to the owner actor of the workspace (see
-:class:`~computer.actors._pool_callbacks.PoolCallbacks`), so a shell run costs at most two calls (push,
-pull) and a python ``workspace`` call one. fs errors come back as the owner raised them (same class,
-errno, path).
+- :class:`RunOrder`: everything a dispatcher (the owner's ``PoolBackend``) sends a worker with one run.
+- *The owner's handle once per worker*: ``RunOrder.owner`` is None when this owner already sent it to
+  that worker (:attr:`WorkerMemory.introduced`); the worker keeps the handles it was sent
+  (``PoolWorker``'s ``OwnerHandles``) and answers ``OwnerUnknown`` when it has none (a new process).
+- *The prefetched push*: the dispatcher remembers where the last run left the worker's mirror
+  (:attr:`WorkerMemory.synced`) and sends the push that mirror needs (:class:`Prefetched`); the
+  worker's :class:`OwnerExecContext` answers the run's first ``sync_push`` with it when the mirror is
+  at exactly that revision, else asks the owner.
+- *Deferred pulls*: a run sent with ``RunOrder.outcomes`` gets a :class:`DeferringOwnerContext` (a
+  :class:`~computer.runtime.DeferringContext`): the backend hands its pull to the dispatcher in its
+  exit event (``ExitEvent.pending``) instead of calling ``sync_pull``; the dispatcher applies it next
+  to the SQLite file and sends its outcome with the next runs (:attr:`WorkerMemory.outcomes`, the last
+  :data:`OUTCOMES_KEPT`), from which the worker settles the mirror. Live sandboxes sync while they
+  run and do not defer (their exit event says where the mirror stands: ``ExitEvent.synced_to``).
+- *Calls held until the run is announced*: an ``OwnerExecContext`` made with ``announced=False``
+  holds every call back to the owner until the dispatcher saw the run's first item (``RunStarted``
+  or the run's own first event; see ``PoolWorker.run``), and sets :attr:`~OwnerExecContext.wanted`
+  meanwhile so that the worker announces the run at once.
 
-A run may arrive with a :class:`Prefetched` push: the owner computed it for the mirror revision this
-worker reported after its last run of the workspace. When the mirror the run took is at exactly that
-revision (same root, same limits), ``sync_push`` answers with it and the push call is saved; otherwise
-it asks the owner as usual. The owner learns each mirror's revision from the run's deferred pull (see
-:class:`~computer.runtime._backend.DeferringContext`), which it applies itself.
+fs errors come back as the owner raised them (same class, errno, path).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
-from dataclasses import dataclass
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
-from ..runtime import PullResult, SyncLimits, SyncPull, SyncPush, decode_sync, encode_sync
+from ..runtime import (
+    DeferringContext,
+    ExecRequest,
+    ExitEvent,
+    PullResult,
+    SyncLimits,
+    SyncPull,
+    SyncPush,
+    decode_sync,
+    encode_sync,
+)
 from .wire import Reply, unwrap
 
-__all__ = ["MirrorSynced", "OwnerClosingError", "OwnerExecContext", "Prefetched"]
+__all__ = [
+    "OUTCOMES_KEPT",
+    "DeferringOwnerContext",
+    "MirrorSynced",
+    "OwnerClosingError",
+    "OwnerExecContext",
+    "Prefetched",
+    "RunOrder",
+    "WorkerMemory",
+    "owner_context",
+]
+
+# Outcomes of deferred pulls a dispatcher keeps per worker (sent with each run, so a mirror of any
+# recent run settles).
+OUTCOMES_KEPT = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +79,62 @@ class Prefetched:
     push: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class RunOrder:
+    """One run as a dispatcher sends it to a pool worker (the argument of ``PoolWorker.run``)."""
+
+    request: ExecRequest
+    workspace_id: str
+    # The owner's actor handle; None when this owner sent it to this worker before (a handle argument
+    # costs a call about 0.3 ms). Without ``owner_token`` the handle is always sent.
+    owner: Any = None
+    owner_token: str | None = None  # which owner process sends the run (a restarted one has another)
+    prefetched: Prefetched | None = None  # the push the worker's mirror needs, computed ahead
+    # Outcomes (run id -> (rev, skipped)) of the deferred pulls of this workspace's earlier runs on
+    # this worker that the owner applied; given (even empty), the run defers its own pull.
+    outcomes: dict[str, tuple[int, list[str]]] | None = None
+    movable: bool = False  # the dispatcher has room elsewhere: a run pinned here may move (see the worker)
+
+
+@dataclass
+class WorkerMemory:
+    """What a dispatcher remembers of one worker for its workspace: the dispatcher's half of the fast
+    paths. Forgotten (:meth:`forget`) when the worker's process dies or restarts."""
+
+    introduced: bool = False  # the worker holds this owner's handle: runs go without it
+    synced: MirrorSynced | None = None  # where the last run of the workspace left the worker's mirror
+    outcomes: dict[str, tuple[int, list[str]]] = field(default_factory=dict)  # deferred pulls applied
+
+    def forget(self) -> None:
+        self.introduced = False
+        self.synced = None
+        self.outcomes = {}
+
+    def order(
+        self,
+        request: ExecRequest,
+        workspace_id: str,
+        owner: Any,
+        token: str | None,
+        prefetched: Prefetched | None,
+        movable: bool,
+    ) -> RunOrder:
+        sent = None if self.introduced and token is not None else owner
+        return RunOrder(request, workspace_id, sent, token, prefetched, dict(self.outcomes), movable)
+
+    def ended_live(self, event: ExitEvent) -> None:
+        """A run left its live sandbox (and mirror) at ``event.synced_to``: prefetch the next push from it."""
+        if event.synced_to is not None:
+            self.synced = MirrorSynced(*event.synced_to)
+
+    def applied(self, run: str, pending_root: str, limits: dict[str, Any], result: PullResult) -> None:
+        """The owner applied ``run``'s deferred pull: the worker learns it with the next run."""
+        self.outcomes[run] = (result.rev, list(result.skipped))
+        while len(self.outcomes) > OUTCOMES_KEPT:
+            self.outcomes.pop(next(iter(self.outcomes)))
+        self.synced = MirrorSynced(result.rev, pending_root, limits)
+
+
 class OwnerClosingError(RuntimeError):
     """The owner is closing (hibernating or taken over) and did not run the operation."""
 
@@ -54,7 +147,6 @@ class OwnerExecContext:
         owner: Any,
         workspace_id: str,
         prefetched: Prefetched | None = None,
-        outcomes: dict[str, tuple[int, list[str]]] | None = None,
         *,
         announced: bool = True,
     ) -> None:
@@ -68,14 +160,7 @@ class OwnerExecContext:
         self._workspace_id = workspace_id
         self._prefetched = prefetched
         self.prefetch_used = False
-        self.calls = 0  # calls made back to the owner
-        # Runs of this worker whose pulls the owner applied: run id -> (rev, skipped). With it the
-        # shell hands its pull to the owner in the exit event (see ``DeferringContext``).
-        self._outcomes = outcomes
-        self.defers_pull = outcomes is not None
-
-    def pull_outcome(self, run: str) -> tuple[int, list[str]] | None:
-        return self._outcomes.get(run) if self._outcomes else None
+        self.calls: Counter[str] = Counter()  # calls made back to the owner, by owner RPC
 
     @property
     def workspace_id(self) -> str:
@@ -93,7 +178,7 @@ class OwnerExecContext:
         if not self._announced.is_set():
             self.wanted.set()
             await self._announced.wait()
-        self.calls += 1
+        self.calls[method] += 1
         reply: Reply = await getattr(self._owner, method).remote(*args)
         if reply[0] == "moved":
             raise OwnerClosingError(f"the owner of workspace {reply[1]['name']} is closing")
@@ -121,3 +206,35 @@ class OwnerExecContext:
 
     async def share(self, path: str, expires_after: float) -> str:
         return str(await self._call("pool_share", path, expires_after))
+
+
+class DeferringOwnerContext(OwnerExecContext, DeferringContext):
+    """An :class:`OwnerExecContext` whose runs hand their pull to the dispatcher in their exit event
+    (:class:`~computer.runtime.DeferringContext`); ``outcomes``: how the dispatcher applied the pulls
+    of this workspace's earlier runs on this worker, run id -> (rev, skipped)."""
+
+    defers_pull = True
+
+    def __init__(
+        self,
+        owner: Any,
+        workspace_id: str,
+        prefetched: Prefetched | None = None,
+        outcomes: dict[str, tuple[int, list[str]]] | None = None,
+        *,
+        announced: bool = True,
+    ) -> None:
+        super().__init__(owner, workspace_id, prefetched, announced=announced)
+        self._outcomes = dict(outcomes or {})
+
+    def pull_outcome(self, run: str) -> tuple[int, list[str]] | None:
+        return self._outcomes.get(run)
+
+
+def owner_context(order: RunOrder, owner: Any, *, announced: bool = True) -> OwnerExecContext:
+    """The context of one ordered run: deferring its pull when the order carries outcomes."""
+    if order.outcomes is None:
+        return OwnerExecContext(owner, order.workspace_id, order.prefetched, announced=announced)
+    return DeferringOwnerContext(
+        owner, order.workspace_id, order.prefetched, order.outcomes, announced=announced
+    )

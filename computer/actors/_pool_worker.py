@@ -25,7 +25,6 @@ from typing import Any
 from ..runtime import (
     Backend,
     ExecEvent,
-    ExecRequest,
     ExitEvent,
     MirrorPool,
     PythonBackend,
@@ -34,7 +33,7 @@ from ..runtime import (
 )
 from ..runtime.types import BackendInfo
 from ._pool_admission import Admission, LoadReport, Requeue
-from ._pool_context import OwnerExecContext, Prefetched
+from ._pool_context import OwnerExecContext, RunOrder, owner_context
 from ._pool_live import LiveSandboxCalls
 
 __all__ = ["BACKENDS", "MIRROR_WORKSPACES", "OwnerUnknown", "PoolWorker", "Requeue", "RunStarted"]
@@ -88,6 +87,37 @@ class OwnerUnknown:
 OWNERS_KEPT = 256
 
 
+class OwnerHandles:
+    """The owners' actor handles a worker was sent, by workspace: the worker's half of "the owner's
+    handle once per worker" (a run then arrives without it; see :class:`RunOrder`)."""
+
+    def __init__(self, kept: int = OWNERS_KEPT) -> None:
+        self._kept = kept
+        self._owners: OrderedDict[str, tuple[str | None, Any]] = OrderedDict()
+        self.received = 0  # runs that arrived with their owner's handle
+
+    def workspaces(self) -> list[str]:
+        """The workspaces whose owners sent runs here (the most recent last)."""
+        return list(self._owners)
+
+    def resolve(self, order: RunOrder) -> Any:
+        """The owner handle of ``order``: the one sent (kept for later runs), else the one kept for
+        that owner process (``owner_token``), else None (the worker answers :class:`OwnerUnknown`)."""
+        workspace_id, token = order.workspace_id, order.owner_token
+        if order.owner is not None:
+            self.received += 1
+            self._owners[workspace_id] = (token, order.owner)
+            self._owners.move_to_end(workspace_id)
+            while len(self._owners) > self._kept:
+                self._owners.popitem(last=False)
+            return order.owner
+        kept = self._owners.get(workspace_id)
+        if kept is None or kept[0] != token:
+            return None
+        self._owners.move_to_end(workspace_id)
+        return kept[1]
+
+
 class PoolWorker(LiveSandboxCalls):
     """Runs requests of any workspace on one backend; named ``computer:pool:<backend>:<i>``."""
 
@@ -121,10 +151,10 @@ class PoolWorker(LiveSandboxCalls):
         self._runs = 0
         self._failures = 0
         self._prefetched = 0  # runs whose push came with the request (no push call back to the owner)
-        self._callbacks = 0  # calls runs made back to their owners (push, pull, python fs, share)
-        self._owner_handles = 0  # runs that arrived with their owner's handle
-        # workspace id -> (owner token, owner handle) of the runs' owners (see ``run``'s ``owner``)
-        self._owners: OrderedDict[str, tuple[str | None, Any]] = OrderedDict()
+        # Calls runs made back to their owners, by owner RPC (pool_sync_push, pool_sync_pull, ...).
+        self._callbacks: Counter[str] = Counter()
+        self.owners = OwnerHandles()
+        self._announced = 0  # runs that sent a ``RunStarted`` marker
         self.cpus = cpus  # what this worker reserved from Ray; ``target`` runs at once follow from it
         self.admission = Admission(target)
         self._here: Counter[str] = Counter()  # workspace id -> its runs here (waiting or running)
@@ -151,8 +181,16 @@ class PoolWorker(LiveSandboxCalls):
         )
 
     async def drain(self) -> LoadReport:
-        """Take no new run (runs in flight finish; waiting ones go back to their dispatchers)."""
+        """Take no new run (runs in flight finish; waiting ones go back to their dispatchers) and end
+        the live sandboxes that run nothing, so that an idle worker gives its memory back now rather
+        than when they end on their own (a sandbox running processes keeps the worker until it ends;
+        a later run of an ended one starts afresh on another worker, about 1 ms)."""
         self.admission.drain()
+        for workspace_id in self.owners.workspaces():
+            if self.live_sandboxes(workspace_id) and not self._here[workspace_id]:
+                with contextlib.suppress(Exception):
+                    if not await self.live_processes(workspace_id) and not self._here[workspace_id]:
+                        await self.live_end(workspace_id)
         return await self.load()
 
     async def undrain(self) -> None:
@@ -184,34 +222,27 @@ class PoolWorker(LiveSandboxCalls):
             "runs": self._runs,
             "failures": self._failures,
             "prefetched": self._prefetched,
-            "callbacks": self._callbacks,
-            "owner_handles": self._owner_handles,
+            "callbacks": self._callbacks.total(),
+            "callbacks_by": dict(self._callbacks),
+            "owner_handles": self.owners.received,
+            "announced": self._announced,
             "moved": self._moved,
             "running": sorted(self._running),
             "mirrors": mirrors.workspaces() if mirrors is not None else [],
         }
 
-    async def run(
-        self,
-        request: ExecRequest,
-        owner: Any,
-        workspace_id: str,
-        owner_token: str | None = None,
-        prefetched: Prefetched | None = None,
-        outcomes: dict[str, tuple[int, list[str]]] | None = None,
-        movable: bool = False,
-    ) -> AsyncIterator[RunStarted | OwnerUnknown | Requeue | ExecEvent]:
+    async def run(self, order: RunOrder) -> AsyncIterator[RunStarted | OwnerUnknown | Requeue | ExecEvent]:
         """Stream one run: output chunks, then exactly one ``ExitEvent``; :class:`RunStarted` first when
         the run announces itself.
 
-        ``owner``: the owner's actor handle, or None when this worker was sent it before (a handle
-        argument costs each call about 0.3 ms); a worker that does not hold it answers
-        :class:`OwnerUnknown` and runs nothing. With ``owner_token`` the run is killed when its owner
-        dies or restarts (nobody would read the result, and a restarted owner no longer knows the
-        run). ``prefetched``: the push the owner computed ahead for this worker's mirror (used when
-        the mirror is at its revision). ``outcomes``: how the owner applied the pulls of this worker's
-        earlier runs of the workspace; given (even empty), the run hands its own pull to the owner in
-        its exit event.
+        ``order.owner``: the owner's actor handle, or None when this worker was sent it before
+        (:class:`OwnerHandles`); a worker that does not hold it answers :class:`OwnerUnknown` and
+        runs nothing. With ``order.owner_token`` the run is killed when its owner dies or restarts
+        (nobody would read the result, and a restarted owner no longer knows the run).
+        ``order.prefetched``: the push the owner computed ahead for this worker's mirror (used when
+        the mirror is at its revision). ``order.outcomes``: how the owner applied the pulls of this
+        worker's earlier runs of the workspace; given (even empty), the run hands its own pull to the
+        owner in its exit event (:class:`DeferringOwnerContext`).
 
         The first item the dispatcher sees tells it that the run reached a live worker; a worker that
         dies before that left no trace in the workspace, so the dispatcher sends the run again.
@@ -222,7 +253,7 @@ class PoolWorker(LiveSandboxCalls):
         events, one Ray message less (~0.45 ms, ~0.85 ms of CPU). A backend with network access
         announces at once: sending its run again could repeat what it did outside the sandbox.
 
-        ``movable``: the dispatcher has room for this run elsewhere (a worker with a free slot, or a
+        ``order.movable``: the dispatcher has room for this run elsewhere (a worker with a free slot, or a
         pool that can grow). A run pinned here by its workspace's live sandbox that finds this worker
         full then moves when it would lose nothing but the sandbox's ~1 ms start: when no other run of
         the workspace is here and the sandbox holds no process (nothing in the background), this
@@ -231,19 +262,25 @@ class PoolWorker(LiveSandboxCalls):
         sends the run to a worker with room, where it starts a fresh live sandbox. A sandbox with
         processes of its own keeps its pin and the run waits in line here: moving would kill them.
         """
-        owner = self._owner_of(workspace_id, owner_token, owner)
+        owner = self.owners.resolve(order)
         if owner is None:
             yield OwnerUnknown()
             return
+        workspace_id = order.workspace_id
         self._here[workspace_id] += 1
         try:
             pinned = self.live_sandboxes(workspace_id) > 0
-            if pinned and movable and self.admission.full and await self._sandbox_may_move(workspace_id):
+            if (
+                pinned
+                and order.movable
+                and self.admission.full
+                and await self._sandbox_may_move(workspace_id)
+            ):
                 self._moved += 1
                 yield Requeue(self.name, "moved")
                 return
             # Closed with the outer generator (a cancelled run must end its process tree at once).
-            run = self._admitted_run(request, owner, workspace_id, owner_token, prefetched, outcomes)
+            run = self._admitted_run(order, owner)
             async with contextlib.aclosing(run):
                 async for item in run:
                     yield item
@@ -268,15 +305,10 @@ class PoolWorker(LiveSandboxCalls):
             return False
 
     async def _admitted_run(
-        self,
-        request: ExecRequest,
-        owner: Any,
-        workspace_id: str,
-        owner_token: str | None,
-        prefetched: Prefetched | None,
-        outcomes: dict[str, tuple[int, list[str]]] | None,
+        self, order: RunOrder, owner: Any
     ) -> AsyncGenerator[RunStarted | Requeue | ExecEvent, None]:
         """The run once its owner is known: its admission (or hand-back), then its events."""
+        request, workspace_id, owner_token = order.request, order.workspace_id, order.owner_token
         if not await self.admission.enter(pinned=self.live_sandboxes(workspace_id) > 0):
             yield Requeue(self.name, "draining" if self.admission.draining else "shed")
             return
@@ -289,13 +321,14 @@ class PoolWorker(LiveSandboxCalls):
         watch = None if owner_token is None else asyncio.create_task(_watch_owner(owner, owner_token))
         wanted: asyncio.Future[Any] | None = None
         try:
-            ctx = OwnerExecContext(owner, workspace_id, prefetched, outcomes, announced=False)
+            ctx = owner_context(order, owner, announced=False)
             events = aiter(self.backend.run(request, ctx))
             step = asyncio.ensure_future(anext(events))
             loop = asyncio.get_running_loop()
             quiet_until = loop.time() + ANNOUNCE_AFTER
             wanted = asyncio.ensure_future(ctx.wanted.wait())
             if self.backend.info.network:
+                self._announced += 1
                 yield RunStarted(self.name, self.node_id, os.getpid(), len(self._running))
                 ctx.announce()
             while True:
@@ -315,6 +348,7 @@ class PoolWorker(LiveSandboxCalls):
                     log.warning("%s: run %s stopped: %s", self.name, key, watch.result())
                     return  # the finally kills the program; nobody is left to tell
                 if announce:
+                    self._announced += 1
                     yield RunStarted(self.name, self.node_id, os.getpid(), len(self._running))
                     ctx.announce()
                     continue
@@ -345,23 +379,7 @@ class PoolWorker(LiveSandboxCalls):
             self._running.pop(key, None)
             if ctx is not None:
                 self._prefetched += ctx.prefetch_used
-                self._callbacks += ctx.calls
-
-    def _owner_of(self, workspace_id: str, token: str | None, sent: Any) -> Any:
-        """The owner handle of a run: the one sent (kept for later runs), else the kept one of that
-        owner process (``token``), else None."""
-        if sent is not None:
-            self._owner_handles += 1
-            self._owners[workspace_id] = (token, sent)
-            self._owners.move_to_end(workspace_id)
-            while len(self._owners) > OWNERS_KEPT:
-                self._owners.popitem(last=False)
-            return sent
-        kept = self._owners.get(workspace_id)
-        if kept is None or kept[0] != token:
-            return None
-        self._owners.move_to_end(workspace_id)
-        return kept[1]
+                self._callbacks.update(ctx.calls)
 
 
 async def _watch_owner(owner: Any, token: str) -> str:

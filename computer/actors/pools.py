@@ -49,7 +49,7 @@ from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, S
 from ..runtime.types import BackendInfo
 from ._pool_admission import Requeue
 from ._pool_callbacks import owner_token
-from ._pool_context import MirrorSynced, Prefetched
+from ._pool_context import Prefetched, WorkerMemory
 from ._pool_registry import worker_handle
 from ._pool_scaler import PoolView, enabled, get_scaler, limits_from
 from ._pool_worker import OwnerUnknown, RunStarted
@@ -61,8 +61,6 @@ log = logging.getLogger(__name__)
 
 # Events a worker may produce ahead of the owner consuming them (each at most 256 KiB of output).
 STREAM_AHEAD = 16
-# Outcomes of deferred pulls kept per worker (sent with each run, so a mirror of any recent run settles).
-OUTCOMES_KEPT = 8
 # A prefetched push larger than this is not sent along (the worker asks for it if its mirror needs it).
 PREFETCH_MAX_BYTES = 256 * 1024
 # A run that did not reach a live worker (it was dead or being replaced) is re-dispatched this often.
@@ -91,10 +89,8 @@ class _Slot:
     draining: bool = False
     listed: bool = True  # in the latest view (an unlisted slot is kept only while runs use it)
     inflight: int = 0
-    introduced: bool = False  # the worker holds this owner's handle (runs are sent without it)
-    synced: MirrorSynced | None = None  # where the last run of this workspace left the worker's mirror
-    # run id -> (rev, skipped) of the deferred pulls this owner applied for runs on this worker
-    outcomes: dict[str, tuple[int, list[str]]] = dataclasses.field(default_factory=dict)
+    # What this owner knows of the worker's state for its workspace (the fast paths: see _pool_context)
+    memory: WorkerMemory = dataclasses.field(default_factory=WorkerMemory)
 
     @property
     def estimate(self) -> int:
@@ -342,9 +338,7 @@ class PoolBackend:
 
     def _forget(self, slot: _Slot) -> None:
         """Forget what the worker process held for this owner (it died or restarts)."""
-        slot.introduced = False
-        slot.synced = None
-        slot.outcomes = {}
+        slot.memory.forget()
         if slot.name in self._warm:
             self._warm.remove(slot.name)
 
@@ -354,7 +348,7 @@ class PoolBackend:
         Only for a small incremental push: a full or large one is left for the worker to ask for, since
         its mirror may have been dropped meanwhile and the bytes would travel for nothing.
         """
-        synced = slot.synced
+        synced = slot.memory.synced
         if synced is None:
             return None
         try:
@@ -408,28 +402,30 @@ class PoolBackend:
                 handle = await self._handle(slot)
                 prefetched = await self._prefetch(slot, ctx)
                 # Without a token (an owner handle given by the caller) the worker could not tell
-                # two owners of one workspace id apart: always send the handle then.
-                sent = None if slot.introduced and self._token is not None else owner
-                movable = self._movable(workspace_id, slot)
-                gen = streaming(handle.run, STREAM_AHEAD).remote(
-                    request, sent, workspace_id, self._token, prefetched, slot.outcomes, movable
+                # two owners of one workspace id apart: the handle is always sent then.
+                order = slot.memory.order(
+                    request, workspace_id, owner, self._token, prefetched, self._movable(workspace_id, slot)
                 )
+                gen = streaming(handle.run, STREAM_AHEAD).remote(order)
                 async for ref in gen:
                     event = await ref
                     if isinstance(event, OwnerUnknown):  # a new worker process: nothing ran
-                        slot.introduced = False
+                        slot.memory.introduced = False
                         unknown = True
                         break
                     if isinstance(event, Requeue):  # handed back before it started: nothing ran
                         slot.draining = slot.draining or event.reason == "draining"
-                        if event.reason == "moved":  # it ended the idle live sandbox: go elsewhere
+                        if self.pinned(workspace_id) == slot.name:
+                            # A worker keeps a run whose live sandbox it holds: this one's has ended
+                            # (on its own, or at a drain), or the worker just ended it ("moved").
                             self.unpin(workspace_id)
+                        if event.reason == "moved":  # it is full: go elsewhere
                             slot.load = max(slot.load, slot.target)  # full, until the next view
                             moved = True
                         requeued = True
                         break
                     # Any other first item: the run reached a live worker that holds the owner handle.
-                    started = slot.introduced = True
+                    started = slot.memory.introduced = True
                     if isinstance(event, RunStarted):
                         continue
                     if isinstance(event, ExitEvent):
@@ -437,8 +433,7 @@ class PoolBackend:
                         # A live sandbox stays on that worker: later runs of the workspace go there.
                         if event.live:
                             self.pin(workspace_id, slot.name)
-                            if event.synced_to is not None:  # the next run's push is computed ahead
-                                slot.synced = MirrorSynced(*event.synced_to)
+                            slot.memory.ended_live(event)  # the next run's push is computed ahead
                         elif self.pinned(workspace_id) == slot.name:
                             self.unpin(workspace_id)
                         if event.pending is not None:
@@ -507,10 +502,7 @@ class PoolBackend:
         except Exception as exc:
             # The worker's mirror learns no outcome for this run: its next run there pushes it whole.
             return ExitEvent(None, pushed=event.pushed, error=f"sync failed: {type(exc).__name__}: {exc}")
-        slot.outcomes[run] = (batch.rev, list(batch.skipped))
-        while len(slot.outcomes) > OUTCOMES_KEPT:
-            slot.outcomes.pop(next(iter(slot.outcomes)))
-        slot.synced = MirrorSynced(batch.rev, pending.pull.root, pending.limits)
+        slot.memory.applied(run, pending.pull.root, pending.limits, batch)
         return dataclasses.replace(
             event,
             pulled=sorted(set(event.pulled) | set(batch.applied)),

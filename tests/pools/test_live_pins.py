@@ -18,6 +18,7 @@ import pytest
 import computer
 from computer.actors._pool_admission import Requeue
 from computer.actors._pool_callbacks import PoolCallbacks
+from computer.actors._pool_context import RunOrder
 from computer.actors._pool_worker import PoolWorker, RunStarted
 from computer.actors.wire import Reply, fail, ok
 from computer.runtime import ExecRequest, ExitEvent, MirrorPool, OutputChunk, ShellBackend
@@ -78,7 +79,7 @@ _ids = iter(range(10**6))
 
 def _run(worker: PoolWorker, owners: dict[str, _Handle], ws: str, source: str, **kw: Any) -> Any:
     request = ExecRequest(id=f"r{next(_ids)}", backend="shell", source=source)
-    return worker.run(request, owners[ws], ws, None, None, None, **kw)
+    return worker.run(RunOrder(request, ws, owners[ws], **kw))
 
 
 async def _all(items: Any) -> list[Any]:
@@ -158,3 +159,23 @@ async def test_a_pinned_run_at_a_worker_with_a_free_slot_stays(
     *_, done = await _all(_run(worker, owners, "a", "echo again", movable=True))
     assert isinstance(done, ExitEvent) and done.live and worker.live_sandboxes("a") == 1
     assert (await worker.stats())["moved"] == 0
+
+
+async def test_a_drained_worker_ends_its_idle_sandboxes_and_keeps_those_running_processes(
+    worker: PoolWorker, owners: dict[str, _Handle]
+) -> None:
+    marker = unique_sleep()
+    await _all(_run(worker, owners, "a", "echo a > a.txt"))
+    await _all(_run(worker, owners, "b", f"setsid sleep {marker} > /dev/null 2>&1 &"))
+    assert (worker.live_sandboxes("a"), worker.live_sandboxes("b")) == (1, 1)
+    report = await worker.drain()
+    # ``a`` ran nothing: ended (its file pulled), the worker's memory given back now; ``b`` runs a
+    # background process: it keeps the worker (drained, not removable) until it ends.
+    assert (worker.live_sandboxes("a"), worker.live_sandboxes("b")) == (0, 1)
+    assert report.draining and report.live_sandboxes == 1 and report.holds == 1
+    a = owners["a"]._target.workspace  # type: ignore[attr-defined]
+    assert await a.fs.read_file("/workspace/a.txt") == b"a\n"
+    assert processes_with(f"sleep {marker}")
+    assert await worker.live_end("b")
+    await wait_until(lambda: not processes_with(f"sleep {marker}"))
+    assert (await worker.load()).holds == 0

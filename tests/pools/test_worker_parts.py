@@ -137,13 +137,14 @@ class _RecordingOwner:
 
 
 async def _items(backend: _ScriptedBackend) -> list[str]:
+    from computer.actors._pool_context import RunOrder
     from computer.actors._pool_worker import PoolWorker
     from computer.runtime import ExecRequest
 
     worker = PoolWorker(backend, "w", target=4, node_id="n")  # type: ignore[arg-type]
     log: list[str] = []
     request = ExecRequest(id="r1", backend="shell", source="true")
-    async for item in worker.run(request, _RecordingOwner(log), "ws-id"):
+    async for item in worker.run(RunOrder(request, "ws-id", _RecordingOwner(log))):
         log.append(type(item).__name__)
     return log
 
@@ -164,3 +165,55 @@ async def test_a_run_announces_itself_before_its_first_owner_call_goes_out() -> 
 
 async def test_a_backend_with_network_announces_every_run() -> None:
     assert await _items(_ScriptedBackend(network=True)) == ["RunStarted", "ExitEvent"]
+
+
+def test_only_a_run_sent_with_outcomes_defers_its_pull() -> None:
+    """The deferred pull is a type (a ``DeferringContext``), not a flag read with getattr."""
+    from computer.actors._pool_context import DeferringOwnerContext, RunOrder, owner_context
+    from computer.runtime import DeferringContext, ExecContext, ExecRequest
+
+    request = ExecRequest(id="r1", backend="python", source="1")
+    plain = owner_context(RunOrder(request, "ws-id"), _Owner())
+    assert isinstance(plain, ExecContext) and not isinstance(plain, DeferringContext)
+    deferring = owner_context(RunOrder(request, "ws-id", outcomes={"r0": (5, ["/workspace/x"])}), _Owner())
+    assert isinstance(deferring, DeferringOwnerContext) and isinstance(deferring, DeferringContext)
+    assert deferring.pull_outcome("r0") == (5, ["/workspace/x"]) and deferring.pull_outcome("r9") is None
+    assert isinstance(owner_context(RunOrder(request, "ws-id", outcomes={}), _Owner()), DeferringContext)
+
+
+def test_a_dispatcher_sends_the_owner_handle_until_the_worker_holds_it_and_remembers_eight_outcomes() -> None:
+    from computer.actors._pool_context import OUTCOMES_KEPT, WorkerMemory
+    from computer.runtime import ExecRequest, PullResult
+
+    memory, owner = WorkerMemory(), object()
+    request = ExecRequest(id="r1", backend="shell", source="true")
+    assert memory.order(request, "ws", owner, "tok", None, False).owner is owner
+    memory.introduced = True
+    assert memory.order(request, "ws", owner, "tok", None, False).owner is None
+    assert memory.order(request, "ws", owner, None, None, False).owner is owner  # no token: always sent
+    for k in range(OUTCOMES_KEPT + 3):
+        memory.applied(f"r{k}", "/workspace", {}, PullResult(rev=k, skipped=[]))
+    order = memory.order(request, "ws", owner, "tok", None, False)
+    assert order.outcomes is not None and sorted(order.outcomes) == sorted(
+        f"r{k}" for k in range(3, OUTCOMES_KEPT + 3)
+    )
+    assert memory.synced is not None and memory.synced.rev == OUTCOMES_KEPT + 2
+    memory.forget()
+    assert memory.order(request, "ws", owner, "tok", None, False).owner is owner and memory.synced is None
+
+
+def test_a_worker_runs_nothing_for_an_owner_it_does_not_hold_and_keeps_the_newest_handles() -> None:
+    from computer.actors._pool_context import RunOrder
+    from computer.actors._pool_worker import OwnerHandles
+    from computer.runtime import ExecRequest
+
+    request = ExecRequest(id="r1", backend="shell", source="true")
+    handles, owner = OwnerHandles(kept=2), object()
+    assert handles.resolve(RunOrder(request, "a", None, "tok")) is None  # a new worker process
+    assert handles.resolve(RunOrder(request, "a", owner, "tok")) is owner
+    assert handles.resolve(RunOrder(request, "a", None, "tok")) is owner
+    assert handles.resolve(RunOrder(request, "a", None, "other owner process")) is None
+    handles.resolve(RunOrder(request, "b", object(), "tok"))
+    handles.resolve(RunOrder(request, "c", object(), "tok"))
+    assert handles.resolve(RunOrder(request, "a", None, "tok")) is None  # the least recent went first
+    assert handles.received == 3
