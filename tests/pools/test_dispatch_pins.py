@@ -1,0 +1,122 @@
+"""The dispatcher's half of moving a pinned run (issue 23), without Ray: ``PoolBackend.run`` over
+fake worker handles that record the orders they get. Counted: which worker got which order, with
+``movable`` or not, and where the workspace is pinned after."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from computer.actors import pools
+from computer.actors._pool_admission import Requeue
+from computer.actors._pool_context import RunOrder
+from computer.actors._pool_scaler import PoolView, WorkerView
+from computer.runtime import ExecRequest, ExitEvent
+from computer.runtime.types import BackendInfo
+
+
+class _Worker:
+    """A worker handle: ``run.options(...).remote(order)`` streams what ``answer(order)`` gives."""
+
+    def __init__(self, name: str, answer: Any) -> None:
+        self.name, self.answer = name, answer
+        self.orders: list[RunOrder] = []
+        self.run = self
+
+    def options(self, **_: Any) -> _Worker:
+        return self
+
+    def remote(self, order: RunOrder) -> AsyncIterator[Any]:
+        self.orders.append(order)
+
+        async def items() -> AsyncIterator[Any]:
+            for item in self.answer(order):
+
+                async def ref(item: Any = item) -> Any:
+                    return item
+
+                yield ref()
+
+        return items()
+
+
+class _Ctx:
+    workspace_id = "ws"
+
+
+def _live(_: RunOrder) -> list[Any]:
+    return [ExitEvent(0, live=True)]
+
+
+def _moves_when_movable(order: RunOrder) -> list[Any]:
+    """A full worker whose live sandbox of the workspace runs nothing."""
+    return [Requeue("a", "moved")] if order.movable else [ExitEvent(0, live=True)]
+
+
+def _dispatcher(monkeypatch: pytest.MonkeyPatch, b_load: int, room: int, **workers: _Worker) -> Any:
+    monkeypatch.setattr(pools, "VIEW_TTL", 1e9)  # the view given here stays (no control loop)
+    monkeypatch.setitem(pools._infos, "shell", BackendInfo(id="shell", protocol="command", callable=False))
+    backend = pools.PoolBackend("shell", owner=object())
+    view = PoolView(
+        "shell",
+        (WorkerView("a", "n", 4, 4, False), WorkerView("b", "n", 4, b_load, False)),
+        pending=0,
+        room=room,
+    )
+    backend._take_view(view)
+    for name, worker in workers.items():
+        backend._slots[name].handle = worker
+    backend.pin("ws", "a")
+    return backend
+
+
+async def _run(backend: Any) -> list[Any]:
+    request = ExecRequest(id="r1", backend="shell", source="true")
+    return [event async for event in backend.run(request, _Ctx())]
+
+
+async def test_a_pinned_run_moves_to_a_worker_with_room_when_its_worker_hands_it_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b = _Worker("a", _moves_when_movable), _Worker("b", _live)
+    backend = _dispatcher(monkeypatch, b_load=0, room=0, a=a, b=b)
+    assert await _run(backend) == [ExitEvent(0, live=True)]
+    assert [o.movable for o in a.orders] == [True] and [o.movable for o in b.orders] == [False]
+    assert backend.pinned("ws") == "b" and (backend.moved, backend.requeued) == (1, 0)
+
+
+async def test_a_pinned_run_is_sent_movable_when_the_pool_can_still_grow(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b = _Worker("a", _moves_when_movable), _Worker("b", _live)
+    backend = _dispatcher(monkeypatch, b_load=4, room=2, a=a, b=b)
+    await _run(backend)
+    assert [o.movable for o in a.orders] == [True] and len(b.orders) == 1
+
+
+async def test_without_room_anywhere_a_pinned_run_is_not_movable_and_stays(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b = _Worker("a", _moves_when_movable), _Worker("b", _live)
+    backend = _dispatcher(monkeypatch, b_load=4, room=0, a=a, b=b)
+    assert await _run(backend) == [ExitEvent(0, live=True)]
+    assert [o.movable for o in a.orders] == [False] and b.orders == []
+    assert backend.pinned("ws") == "a" and backend.moved == 0
+
+
+async def test_a_worker_that_no_longer_holds_the_sandbox_unpins_the_workspace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def draining(_: RunOrder) -> list[Any]:
+        return [Requeue("a", "draining")]
+
+    async def no_control_loop(*_: Any, **__: Any) -> None:
+        return None
+
+    a, b = _Worker("a", draining), _Worker("b", _live)
+    backend = _dispatcher(monkeypatch, b_load=0, room=0, a=a, b=b)
+    monkeypatch.setattr(backend, "_refresh", no_control_loop)
+    assert await _run(backend) == [ExitEvent(0, live=True)]
+    assert (len(a.orders), len(b.orders), backend.pinned("ws"), backend.requeued) == (1, 1, "b", 1)
