@@ -104,3 +104,13 @@ def test_the_package_map_lists_every_package_and_top_level_module() -> None:
     assert [f"{name}/" for name in packages if f"| `{name}/` |" not in text] == []
     assert [name for name in modules if f"| `{name}` |" not in text] == []
     assert [name for name in packages if not (ROOT / name / "README.md").is_file()] == []
+
+
+def test_every_test_folder_is_a_package() -> None:
+    """Test files repeat basenames across folders (``test_locks.py``): each folder below ``tests/`` is a
+    package, so pytest imports them as ``storage.test_locks``, ``tools.test_locks``... and a new
+    duplicate never breaks collection. (``tests/`` itself is the root on ``sys.path``: the shared
+    ``exec_cases`` helper is imported by its bare name.)"""
+    tests = Path(__file__).parent
+    folders = {p.parent for p in tests.rglob("*.py") if "__pycache__" not in p.parts} - {tests}
+    assert sorted(str(f.relative_to(tests)) for f in folders if not (f / "__init__.py").is_file()) == []
