@@ -26,6 +26,16 @@ from ._backend import (
     SyncPull,
     SyncPush,
 )
+from ._pull_rules import (
+    CONFLICT,
+    DEFAULT_DIR_MODE,
+    PROTECTED,
+    PROTECTED_BELOW,
+    UNAPPLIED,
+    Conflicts,
+    needed_dirs,
+    outermost,
+)
 
 __all__ = ["FS_OPS", "GUEST_OPS", "LocalExecContext", "to_plain"]
 
@@ -106,7 +116,7 @@ class LocalExecContext:
             paths = [c.path for c in changes.changes]
             # A change at or above the root (the root renamed or removed) needs the whole tree again.
             if changes.complete and not any(is_within(root, p) for p in paths):
-                ops = await self._changed_ops(root, _outermost(paths))
+                ops = await self._changed_ops(root, outermost(paths))
                 return await self._page(changes.rev, root, False, ops, limits)
         rev = self.fs.rev  # read before the tree: anything newer is sent again next time
         return await self._page(rev, root, True, self._tree_ops(root), limits)
@@ -260,7 +270,7 @@ class LocalExecContext:
         protected = set(pull.protected)
         reasons: dict[str, str] = {}
         since = fs.changes_since(base_rev, root, skip_revs=sorted(own))
-        conflicts = _Conflicts([c.path for c in since.changes], everything=not since.complete)
+        conflicts = Conflicts([c.path for c in since.changes], everything=not since.complete)
 
         def refused(path: str) -> str | None:
             if path in protected:
@@ -298,7 +308,7 @@ class LocalExecContext:
                 reasons[path] = why
             else:
                 deleted.append(path)
-        for path in _outermost(deleted):
+        for path in outermost(deleted):
             writes.setdefault(path, None)
         dirs = []
         for d in pull.dirs:
@@ -307,9 +317,9 @@ class LocalExecContext:
                 reasons[d.path] = why
             else:
                 dirs.append(d)
-        mkdirs = _needed_dirs(dirs, protected, set(writes))
+        mkdirs = needed_dirs(dirs, protected, set(writes))
         for d in dirs:
-            if d.mode & 0o7777 != _DEFAULT_DIR_MODE:
+            if d.mode & 0o7777 != DEFAULT_DIR_MODE:
                 modes[d.path] = d.mode & _SAFE_BITS
         symlinks: dict[str, str] = {}
         for link in pull.symlinks:
@@ -386,13 +396,6 @@ class LocalExecContext:
         applied.append(f.path)
 
 
-# Why a pull left a path alone (``ExecResult.skipped_reasons``).
-CONFLICT = "changed in the workspace during the run: the workspace's version was kept"
-PROTECTED = "protected: the workspace keeps this file out of the sandbox (see the push's reason)"
-PROTECTED_BELOW = "holds a protected file: not removed"
-UNAPPLIED = (
-    "could not be applied (a hard link whose file is gone, or a symlink target the workspace cannot hold)"
-)
 # Bits a synced mode may carry: never setuid or setgid.
 _SAFE_BITS = 0o1777
 # Entries in one push page at most (bounds the metadata of one payload).
@@ -432,74 +435,3 @@ def _over_limit(op: _Op, count: int, limits: SyncLimits) -> str | None:
     if limits.max_files is not None and count > limits.max_files:
         return f"not mirrored: beyond the backend's max_files ({limits.max_files})"
     return None
-
-
-class _Conflicts:
-    """Paths the workspace changed: a path conflicts when it, an ancestor or a descendant changed."""
-
-    def __init__(self, touched: list[str], *, everything: bool = False) -> None:
-        self.everything = everything
-        self.touched = set(touched)
-        self.above: set[str] = set()  # every proper ancestor of a touched path
-        for path in self.touched:
-            parent = path.rpartition("/")[0]
-            while parent and parent not in self.above:
-                self.above.add(parent)
-                parent = parent.rpartition("/")[0]
-        if "/" in self.touched:
-            self.everything = True
-
-    def hit(self, path: str) -> bool:
-        if self.everything:
-            return True
-        if not self.touched:
-            return False
-        if path in self.touched or path in self.above:
-            return True
-        parent = path.rpartition("/")[0]
-        while parent:
-            if parent in self.touched:
-                return True
-            parent = parent.rpartition("/")[0]
-        return False
-
-
-_DEFAULT_DIR_MODE = 0o755
-
-
-def _needed_dirs(dirs: list[MirrorDir], protected: set[str], written: set[str]) -> list[str]:
-    """The new directories the batch must create explicitly.
-
-    The batch creates missing parents of every path it writes (mode 0o755), so a new directory needs
-    listing only when nothing new lies below it or its mode is not the default. For a ``mkdir -p`` of a
-    deep tree this sends the leaves, not every level.
-    """
-    candidates = {d.path for d in dirs if d.path not in protected}
-    if not candidates:  # a pull of removals or writes only (sorting 1,000 written paths: 0.7 ms)
-        return []
-    modes = {d.path: d.mode & 0o7777 for d in dirs}
-    # Every proper ancestor of a new path; each walk stops at one seen already (its ancestors are in).
-    # The 1,110 directories of a 10x10x10 tree: 0.36 ms, where sorting by split segments took 2.1.
-    parents: set[str] = set()
-    for path in candidates | written:
-        parent = path.rpartition("/")[0]
-        while parent and parent not in parents:
-            parents.add(parent)
-            parent = parent.rpartition("/")[0]
-    return sorted(p for p in candidates if p not in parents or modes[p] != _DEFAULT_DIR_MODE)
-
-
-def _outermost(paths: list[str]) -> list[str]:
-    """Unique paths, sorted, without those below another listed path (each path's ancestors are looked
-    up in a set: 1,000 paths 0.34 ms, where sorting by split segments took 0.78)."""
-    unique = set(paths)
-    if "/" in unique:
-        return ["/"]
-    out: list[str] = []
-    for path in sorted(unique):
-        parent = path.rpartition("/")[0]
-        while parent and parent not in unique:
-            parent = parent.rpartition("/")[0]
-        if not parent:
-            out.append(path)
-    return out

@@ -28,9 +28,9 @@ from typing import Protocol
 
 from ..storage import CHUNK_SIZE
 from ._backend import DeferringContext, ExecContext, MirrorFile, PendingPull, SyncLimits, SyncPull, SyncPush
-from ._context import PROTECTED
 from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
+from ._pull_rules import PROTECTED
 from ._scratch import process_scratch
 from ._tasks import in_background
 

@@ -1,0 +1,244 @@
+"""The commands of a live sandbox (see ``_live``): each started by the init as its own process group
+with pipes the host made, its output read until it exits (then drained), killed with its group on a
+timeout or when its reader goes, and what stays open after its exit (a background process holding
+the pipes) read into the run's background log. A part of :class:`~computer.runtime._live.LiveSandbox`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+from collections.abc import AsyncGenerator, Sequence
+from typing import Any
+
+from ._backend import MAX_CHUNK_BYTES, OutputChunk
+from ._live_parts import BackgroundLog, Job, drain, feed, is_eof
+from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess, oom_kills
+from ._standby import write_all
+from ._tasks import in_background, run_to_completion
+
+__all__ = ["LiveJobs", "LiveSandboxError", "LiveStartError"]
+
+log = logging.getLogger("computer.runtime._live")
+
+_PACKET = 1 << 16
+# How long a killed job may take to be reported dead before the sandbox is ended instead.
+_KILL_GRACE = 5.0
+
+
+class LiveSandboxError(RuntimeError):
+    """The live sandbox ended under a run (its init died, it was ended, or it could not start)."""
+
+
+class LiveStartError(LiveSandboxError):
+    """The init could not start a command: the sandbox is at its process limit (EAGAIN) or out of
+    memory (ENOMEM), e.g. a fork bomb left running in the background."""
+
+
+class LiveJobs:
+    """Starting and reading the commands of a live sandbox (fields and the channel: ``LiveSandbox``)."""
+
+    workspace_id: str
+    loop: asyncio.AbstractEventLoop
+    process: SandboxProcess
+    host_ids: tuple[int, int] | None
+    jobs: dict[str, Job]
+    background: dict[str, BackgroundLog]
+    _adopted: set[int]
+
+    def _send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+        raise NotImplementedError  # the channel's (``LiveSandbox``)
+
+    def _lost(self, why: str) -> None:
+        raise NotImplementedError
+
+    async def start_job(
+        self,
+        run: str,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: dict[str, str],
+        stdin: bytes | None,
+        fds: Sequence[int] = (),
+    ) -> Job:
+        """Start ``argv`` in the sandbox as its own process group; its output is read with :meth:`output`.
+        ``fds`` are the command's descriptors 3, 4… (this call closes them)."""
+        job = Job(run, self.loop.create_future(), self.loop.create_future())
+        pipes = [os.pipe() for _ in range(3)]
+        theirs = [pipes[0][0], pipes[1][1], pipes[2][1], *fds]
+        ours_in = pipes[0][1]
+        if self.host_ids is not None:  # reopened as /dev/stdout by a program: owner checked
+            for fd in theirs:
+                with contextlib.suppress(OSError):
+                    os.fchown(fd, *self.host_ids)
+        job.fds = {pipes[1][0]: "stdout", pipes[2][0]: "stderr"}
+        message: dict[str, Any] = {"op": "run", "id": run, "fds": len(fds)}
+        fields = {"argv": list(argv), "cwd": cwd, "env": env}
+        spec = json.dumps(fields).encode()
+        spec_w: int | None = None
+        if len(spec) < _PACKET - 256:
+            message.update(fields)
+        else:  # too large for one packet: through a pipe the init reads whole
+            spec_r, spec_w = os.pipe()
+            theirs.append(spec_r)
+            message["spec"] = True
+        self.jobs[run] = job
+        try:
+            self._send(message, theirs)
+        except BaseException:
+            self.jobs.pop(run, None)
+            for fd in (*job.fds, ours_in, *([spec_w] if spec_w is not None else [])):
+                os.close(fd)
+            raise
+        finally:
+            for fd in theirs:
+                os.close(fd)
+        if spec_w is not None:
+            in_background(asyncio.to_thread(write_all, spec_w, spec), "sending a large command line")
+        if stdin:
+            in_background(asyncio.to_thread(feed, ours_in, stdin), "feeding a run's stdin")
+        else:
+            os.close(ours_in)
+        return job
+
+    async def output(
+        self,
+        job: Job,
+        outcome: ProcessOutcome,
+        *,
+        timeout: float | None,  # noqa: ASYNC109 - a deadline for the program
+    ) -> AsyncGenerator[OutputChunk, None]:
+        """The job's output until it exits, then ``outcome``; closed early, the job's process group is
+        killed. What stays open after its exit (a background process holding the pipes) is adopted
+        into the run's background log."""
+        loop = self.loop
+        chunks: list[OutputChunk] = []
+        wake = asyncio.Event()
+        paused: set[int] = set()
+        open_fds = dict(job.fds)
+
+        def readable(fd: int) -> None:
+            name = open_fds.get(fd)
+            if name is None:  # no longer this run's (drained, closed, or handed to the background log)
+                loop.remove_reader(fd)
+                return
+            try:
+                data = os.read(fd, MAX_CHUNK_BYTES)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                loop.remove_reader(fd)
+                open_fds.pop(fd, None)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+            else:
+                chunks.append(OutputChunk(name, data))  # type: ignore[arg-type]
+                if len(chunks) >= 8:  # back-pressure: stop reading until the consumer caught up
+                    loop.remove_reader(fd)
+                    paused.add(fd)
+            wake.set()
+
+        for fd in open_fds:
+            os.set_blocking(fd, False)
+            loop.add_reader(fd, readable, fd)
+        oom_before = oom_kills(self.process.cgroups)
+        deadline = None if timeout is None else loop.time() + timeout
+        timed_out = False
+        finished = False
+        job.exited.add_done_callback(lambda _: wake.set())
+        try:
+            while True:
+                while chunks:
+                    yield chunks.pop(0)
+                for fd in list(paused):
+                    if fd in open_fds:
+                        loop.add_reader(fd, readable, fd)
+                paused.clear()
+                if job.exited.done():
+                    break
+                wake.clear()
+                wait = None if deadline is None else max(0.0, deadline - loop.time())
+                try:
+                    await asyncio.wait_for(wake.wait(), wait)
+                except TimeoutError:
+                    timed_out, deadline = True, None
+                    self.signal_job(job)
+                    await self._await_exit(job)
+            code, error = job.exited.result()
+            # Everything the program wrote before it exited is in the pipes: drain it now.
+            for fd in list(open_fds):  # no reader may pop a stream while the drain yields
+                loop.remove_reader(fd)
+            for fd, name in list(open_fds.items()):
+                for chunk in drain(fd, name):
+                    yield chunk
+            for fd in [fd for fd, _ in list(open_fds.items()) if is_eof(fd)]:
+                os.close(fd)
+                open_fds.pop(fd)
+            finished = True
+            if error:
+                outcome.exit_code = code
+                raise (LiveStartError if code == 126 else LiveSandboxError)(error)
+            if timed_out:
+                code = TIMEOUT_EXIT_CODE
+            elif code < 0:
+                code = 128 - code
+            outcome.exit_code, outcome.timed_out = code, timed_out
+            # The kernel's choice may be another process of the sandbox: the run was killed for its
+            # memory only when it died of SIGKILL while the group counted a kill.
+            outcome.out_of_memory = code == 137 and oom_kills(self.process.cgroups) > oom_before
+        finally:
+            for fd in open_fds:
+                with contextlib.suppress(Exception):
+                    loop.remove_reader(fd)
+            if not finished:
+
+                async def stop() -> None:
+                    self.signal_job(job)
+                    await self._await_exit(job)
+
+                await run_to_completion(stop())
+            self.jobs.pop(job.id, None)
+            if open_fds:  # background processes still hold them
+                self._adopt(job.id, open_fds)
+
+    def signal_job(self, job: Job, sig: int = signal.SIGKILL) -> None:
+        with contextlib.suppress(LiveSandboxError):
+            self._send({"op": "signal", "id": job.id, "sig": int(sig)})
+
+    async def _await_exit(self, job: Job) -> None:
+        try:
+            await asyncio.wait_for(asyncio.shield(job.exited), _KILL_GRACE)
+        except TimeoutError:
+            log.warning("live sandbox of %s: a killed job did not end; ending the sandbox", self.workspace_id)
+            self._lost("a killed command did not end")
+        except Exception:
+            pass
+
+    def _adopt(self, run: str, fds: dict[int, str]) -> None:
+        """Keep reading what a run's background processes print, into its background log."""
+        logged = self.background.setdefault(run, BackgroundLog())
+
+        def readable(fd: int) -> None:
+            try:
+                data = os.read(fd, MAX_CHUNK_BYTES)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if data:
+                logged.append(data)
+                return
+            self.loop.remove_reader(fd)
+            os.close(fd)
+            self._adopted.discard(fd)
+
+        for fd in fds:
+            self._adopted.add(fd)
+            self.loop.add_reader(fd, readable, fd)
