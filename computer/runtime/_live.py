@@ -61,6 +61,7 @@ from ._live_parts import (
 from ._mirror import Mirror
 from ._process import SandboxProcess
 from ._sync import MirrorSync, Synced
+from ._warm import Warm
 from .types import ProcessInfo
 
 __all__ = ["SYNC_INTERVAL", "LiveSandbox", "LiveSandboxError", "LiveStartError", "background_log"]
@@ -128,6 +129,8 @@ class LiveSandbox(LiveJobs):
         self._adopted: set[int] = set()  # pipes of background processes, read into their logs
         self._stderr: asyncio.Task[None] | None = None
         self._log_dir_made = False
+        # What the backend started ahead inside this sandbox (a python guest), ended with it.
+        self.spare: Warm[Any] | None = None
         # Called once it ended (its backend forgets it and keeps the mirror warm).
         self.ended_callback: Callable[[LiveSandbox], None] | None = None
 
@@ -269,18 +272,29 @@ class LiveSandbox(LiveJobs):
 
     async def busy(self) -> bool:
         """Whether any process besides the init runs (so files may change under the mirror)."""
-        if self.jobs:
+        waiting = sum(1 for job in self.jobs.values() if job.waiting)
+        if len(self.jobs) > waiting:
             return True
         tasks = self.tasks()
         if tasks is not None:
-            return tasks > self._baseline
+            return tasks > self._baseline + waiting
         return bool(await self.processes())
 
     async def processes(self) -> list[ProcessInfo]:
         reply = await self._request({"op": "ps"})
         found = []
+        jobs = list(self.jobs.values())
+        hidden = {
+            j.started.result()
+            for j in jobs
+            if j.waiting and j.started.done() and not j.started.cancelled() and j.started.exception() is None
+        }
+        runs = {j.id: j.run for j in jobs if j.run}  # a job started ahead serves a run of another name
         for p in reply.get("processes", []):
+            if int(p["pid"]) in hidden:  # started ahead, waiting for a run: not a process of the user's
+                continue
             run = p.get("exec_id")
+            run = runs.get(run, run)
             found.append(
                 ProcessInfo(
                     pid=int(p["pid"]),
@@ -421,6 +435,9 @@ class LiveSandbox(LiveJobs):
             self.loop.remove_reader(self.channel.fileno())
         error = LiveSandboxError(f"the live sandbox ended: {self.dead}")
         fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
+        if self.spare is not None:
+            self.spare.close()
+            self.spare = None
         async with self.lock:
             await self.process.kill_tree()
             clean = False

@@ -206,7 +206,7 @@ class LiveJobs:
                 await run_to_completion(stop())
             self.jobs.pop(job.id, None)
             if open_fds:  # background processes still hold them
-                self._adopt(job.id, open_fds)
+                self._adopt(job.run or job.id, open_fds)
 
     def signal_job(self, job: Job, sig: int = signal.SIGKILL) -> None:
         with contextlib.suppress(LiveSandboxError):

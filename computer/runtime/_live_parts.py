@@ -33,10 +33,16 @@ BACKGROUND_LOG_BYTES = 1 << 20
 
 @dataclass
 class Job:
+    """A command of a live sandbox: ``id`` is the init's name for it; ``run`` the run it serves (its
+    background log's name). A job started ahead (``waiting``: a python guest waiting for its run) is
+    neither "busy" nor listed until a run takes it."""
+
     id: str
     started: asyncio.Future[int]
     exited: asyncio.Future[tuple[int, str | None]]
     fds: dict[int, str] = field(default_factory=dict)  # our read ends -> stream name
+    run: str = ""
+    waiting: bool = False
 
 
 @dataclass

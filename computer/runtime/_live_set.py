@@ -22,6 +22,7 @@ from ._assets_bridge import SANDBOX_DIR
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, OutputChunk, SyncLimits
 from ._live import LiveSandbox, LiveSandboxError, LiveStartError
 from ._live_launch import Launched, launch
+from ._live_parts import Job
 from ._mirror import Mirror
 from ._process import ProcessOutcome, out_of_memory_error
 from ._sandbox import Sandbox
@@ -36,16 +37,19 @@ __all__ = ["Command", "JobSpec", "LiveSandboxes"]
 @dataclass
 class JobSpec:
     """One run's command inside a live sandbox: ``argv`` with exactly ``env``; ``fds`` become its
-    descriptors 3, 4… (handed over: closed by the start)."""
+    descriptors 3, 4… (handed over: closed by the start). ``job``: one the backend started ahead in
+    this sandbox instead (a python guest waiting for its run), taken by this run."""
 
     argv: list[str]
     env: dict[str, str]
     fds: list[int] = field(default_factory=list)
+    job: Job | None = None
 
 
-# A run's command, made once per attempt (a run retried in a fresh sandbox makes it again) and kept
-# open while the run streams (the python backend answers its guest's channel meanwhile).
-Command = Callable[[LiveSandbox], AbstractAsyncContextManager[JobSpec]]
+# A run's command in a sandbox and a directory (inside it), made once per attempt (a run retried in a
+# fresh sandbox makes it again) and kept open while the run streams (the python backend answers its
+# guest's channel meanwhile).
+Command = Callable[[LiveSandbox, str], AbstractAsyncContextManager[JobSpec]]
 
 
 class LiveSandboxes:
@@ -110,15 +114,19 @@ class LiveSandboxes:
             error = None
             refused = sandbox.forks_refused()
             try:
-                async with command(sandbox) as spec:
-                    job = await sandbox.start_job(
-                        request.id,
-                        spec.argv,
-                        cwd=start_cwd,
-                        env={**spec.env, "COMPUTER_EXEC_ID": request.id},
-                        stdin=request.stdin,
-                        fds=spec.fds,
-                    )
+                async with command(sandbox, start_cwd) as spec:
+                    if spec.job is not None:
+                        job = spec.job
+                        job.waiting, job.run = False, request.id
+                    else:
+                        job = await sandbox.start_job(
+                            request.id,
+                            spec.argv,
+                            cwd=start_cwd,
+                            env={**spec.env, "COMPUTER_EXEC_ID": request.id},
+                            stdin=request.stdin,
+                            fds=spec.fds,
+                        )
                     output = sandbox.output(job, outcome, timeout=request.timeout)
                     async with contextlib.aclosing(output):
                         async for chunk in output:

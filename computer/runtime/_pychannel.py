@@ -20,10 +20,12 @@ import msgpack
 from ..storage.errors import error_to_wire
 from ._backend import ExecContext
 from ._codec import RESULT_OP, ChannelError, ChannelLimits, GuestRequest, check_args, pack_frame, read_request
+from ._live import LiveSandbox
+from ._live_parts import Job
 from ._process import ProcessOutcome, SandboxProcess
 from ._staging import stage
 
-__all__ = ["GUEST_SCRIPT", "Guest", "Session", "guest_version", "serve", "stage_guest"]
+__all__ = ["GUEST_SCRIPT", "AheadGuest", "Guest", "Session", "guest_version", "serve", "stage_guest"]
 
 GUEST_SCRIPT = Path(__file__).with_name("_pyguest.py")
 
@@ -50,6 +52,37 @@ class Guest:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.sp.proc.pid, signal.SIGKILL)
         self.sp.cleanup()
+
+
+@dataclass
+class AheadGuest:
+    """A guest started ahead *inside* a live sandbox (a job of its init, ``waiting``): it waits for
+    its setup frame on ``host_end``; the sandbox's next run without ``env`` or stdin takes it."""
+
+    sandbox: LiveSandbox
+    job: Job
+    host_end: socket.socket
+
+    def usable(self) -> bool:
+        return (
+            self.sandbox.alive
+            and self.job.waiting
+            and not self.job.exited.done()
+            and self.host_end.fileno() >= 0
+        )
+
+    async def discard(self) -> None:
+        self.discard_now()
+
+    def discard_now(self) -> None:
+        """Kill its process group (when the sandbox still runs), close our ends; from any thread."""
+        self.host_end.close()
+        if self.sandbox.jobs.pop(self.job.id, None) is not None and not self.job.exited.done():
+            self.sandbox.signal_job(self.job)
+        for fd in list(self.job.fds):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.job.fds.clear()
 
 
 @dataclass

@@ -345,6 +345,8 @@ if __name__ == "__main__":
     # Everything above ran before the run arrived (for a guest started ahead, before it was needed).
     _setup = _recv()
     _CWD: str = _setup["cwd"]
+    if _setup.get("exec_id"):  # started ahead in a live sandbox: the run it serves, for its children
+        os.environ["COMPUTER_EXEC_ID"] = _setup["exec_id"]
     if _setup.get("chdir"):  # the mirrored workspace directory: open() and os see workspace files
         try:
             os.chdir(_setup["chdir"])

@@ -43,12 +43,12 @@ from ._live_set import JobSpec, LiveSandboxes
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import out_of_memory_error, stream_process
-from ._pychannel import Guest, Session, guest_version, serve, stage_guest
+from ._pychannel import AheadGuest, Guest, Session, guest_version, serve, stage_guest
 from ._sandbox import Bind, Sandbox, SandboxLimits
 from ._staging import stage_python
 from ._sync import MirrorSync, backend_scratch
 from ._tasks import run_to_completion
-from ._warm import PreparedSandbox, Ready, WarmSandboxes
+from ._warm import PreparedSandbox, Ready, Warm, WarmSandboxes
 from .types import BackendInfo, ProcessInfo
 
 __all__ = ["PythonBackend"]
@@ -98,6 +98,7 @@ class PythonBackend:
         # largest ``workspace.write_file`` (the host holds that much while the workspace stores it).
         self.limits = ChannelLimits(write_bytes=max_write_bytes)
         self.warm_guests = warm_guests
+        self._ahead = 0  # guests started ahead in live sandboxes so far (their jobs' names)
         self.sandbox = Sandbox(
             network=network,
             limits=SandboxLimits(memory_mb=memory_mb, max_processes=max_processes, cpu_seconds=cpu_seconds),
@@ -224,8 +225,8 @@ class PythonBackend:
             guest_end.close()
         return Guest(sp, host_end)
 
-    def _guest_env(self, request: ExecRequest) -> dict[str, str]:
-        return {"LANG": "C.UTF-8", "HOME": "/tmp/home", "PATH": "/usr/bin:/bin", **self._env, **request.env}
+    def _guest_env(self, env: dict[str, str]) -> dict[str, str]:
+        return {"LANG": "C.UTF-8", "HOME": "/tmp/home", "PATH": "/usr/bin:/bin", **self._env, **env}
 
     def _setup(self, request: ExecRequest, chdir: str | None) -> dict[str, Any]:
         """The guest's setup frame; ``chdir``: the process's directory to change to (None: stay)."""
@@ -361,27 +362,35 @@ class PythonBackend:
     async def _run_live(
         self, request: ExecRequest, ctx: ExecContext, cwd: str, *, mirrored: bool
     ) -> AsyncIterator[ExecEvent]:
-        """One run in the workspace's live sandbox: a fresh guest started by its init, its channel
-        handed over as descriptor 3 (see ``_live_set``)."""
+        """One run in the workspace's live sandbox: a guest started by its init (ahead of the run, or
+        now), its channel handed over as descriptor 3 (see ``_live_set``)."""
         sessions: list[Session] = []
+        used: list[LiveSandbox] = []
 
         @contextlib.asynccontextmanager
-        async def command(sandbox: LiveSandbox) -> AsyncIterator[JobSpec]:
+        async def command(sandbox: LiveSandbox, start_cwd: str) -> AsyncIterator[JobSpec]:
             session = Session()
             sessions.append(session)
-            host_end, guest_end = socket.socketpair()
+            used.append(sandbox)
+            ahead = await self._take_ahead(sandbox, request)
+            if ahead is not None:  # its process is in /tmp: the setup frame moves it
+                host_end, fds, job = ahead.host_end, [], ahead.job
+                setup = {**self._setup(request, start_cwd), "exec_id": request.id}
+            else:
+                host_end, guest_end = socket.socketpair()
+                fds, job, setup = [guest_end.detach()], None, self._setup(request, None)
             try:
                 reader, writer = await asyncio.open_unix_connection(sock=host_end)
             except BaseException:
                 host_end.close()
-                guest_end.close()
+                for fd in fds:
+                    os.close(fd)
                 raise
-            # The init changes to the run's directory before the guest starts.
-            writer.write(pack_frame(self._setup(request, None)))
+            writer.write(pack_frame(setup))
             server = asyncio.create_task(serve(reader, writer, ctx, self.limits, session.result))
             try:
-                env = {**self._guest_env(request), "COMPUTER_CHANNEL_FD": "3"}
-                yield JobSpec([self.python, *_FLAGS, "-u", self._guest], env, [guest_end.detach()])
+                env = {**self._guest_env(request.env), "COMPUTER_CHANNEL_FD": "3"}
+                yield JobSpec([self.python, *_FLAGS, "-u", self._guest], env, fds, job)
             finally:
                 writer.close()
                 server.cancel()
@@ -395,6 +404,46 @@ class PythonBackend:
                     event, value=result.get("value"), error=event.error or result.get("error")
                 )
             yield event
+        # The run's result is out: start the next run's guest in the sandbox, a moment from now.
+        if used and used[-1].alive and used[-1].spare is None and self.warm_guests > 0:
+            sandbox = used[-1]
+            sandbox.spare = Warm.start(lambda: self._start_ahead(sandbox))
+
+    async def _take_ahead(self, sandbox: LiveSandbox, request: ExecRequest) -> AheadGuest | None:
+        """The guest started ahead in ``sandbox``, for a run without ``env`` (the interpreter reads
+        its locale variables once, at start) or stdin (its stdin is already closed)."""
+        spare = sandbox.spare
+        if spare is None or request.env or request.stdin:
+            return None
+        sandbox.spare = None
+        taken = await spare.take()
+        if taken is not None and not isinstance(taken, AheadGuest):
+            await run_to_completion(taken.discard())
+            return None
+        return taken
+
+    async def _start_ahead(self, sandbox: LiveSandbox) -> AheadGuest:
+        """Start a guest in ``sandbox`` that waits for the next run (its imports done meanwhile)."""
+        self._ahead += 1
+        name = f"ahead-{self._ahead}"
+        host_end, guest_end = socket.socketpair()
+        env = {**self._guest_env({}), "COMPUTER_CHANNEL_FD": "3", "COMPUTER_EXEC_ID": name}
+        argv = [self.python, *_FLAGS, "-u", self._guest]
+        try:
+            job = await sandbox.start_job(
+                name, argv, cwd="/tmp", env=env, stdin=None, fds=[guest_end.detach()]
+            )
+        except BaseException:
+            host_end.close()
+            raise
+        job.waiting = True
+        ahead = AheadGuest(sandbox, job, host_end)
+        try:
+            await asyncio.wait_for(asyncio.shield(job.started), 10)
+        except BaseException:
+            ahead.discard_now()
+            raise
+        return ahead
 
     async def _prepare(self, mirror: Mirror) -> PreparedSandbox:
         """A standby sandbox over ``mirror`` with the interpreter and the guest bound, and a fresh

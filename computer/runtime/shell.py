@@ -264,7 +264,7 @@ class ShellBackend:
         """One run inside the workspace's live sandbox (see ``_live_set``)."""
 
         @contextlib.asynccontextmanager
-        async def command(sandbox: LiveSandbox) -> AsyncIterator[JobSpec]:
+        async def command(sandbox: LiveSandbox, _: str) -> AsyncIterator[JobSpec]:
             yield JobSpec(["/bin/bash", "-c", request.source], self._env(request, cwd, sandbox.bridge_dir))
 
         return self._lives.run(request, ctx, cwd, command)

@@ -281,3 +281,46 @@ async def test_without_live_a_python_run_keeps_nothing_running() -> None:
         assert result.stdout == "ok\n" and not backend.live
         assert await ws.runtime.processes(backend="python") == []
         assert not host_pids_with(f"sleep {marker}")
+
+
+async def _ready_ahead_pid(backend: PythonBackend, ws: computer.Workspace) -> int:
+    """The pid (inside the sandbox) of the guest started ahead in ``ws``'s live sandbox, once started."""
+    sandbox = backend._lives._live[ws.id]
+    assert sandbox.spare is not None
+    ahead = await asyncio.wait_for(asyncio.shield(sandbox.spare.task), 15)
+    return int(await ahead.job.started)
+
+
+async def test_the_next_run_takes_the_guest_started_ahead_in_the_sandbox(backend_ws) -> None:
+    """After a run, the next run's interpreter is started ahead inside the sandbox (its imports done):
+    a run without env or stdin takes it; it is not a process of the user's meanwhile; its children
+    carry the run's id; a run with env starts its own."""
+    backend, ws = backend_ws
+    assert (await run(ws, "print('first')")).stdout == "first\n"
+    pid = await _ready_ahead_pid(backend, ws)
+    assert all(p.pid != pid for p in await ws.runtime.processes(backend="python"))
+    own = await run(ws, "import os\nprint(os.getpid(), os.environ.get('X'))", env={"X": "mine"})
+    assert own.stdout.split()[1] == "mine" and int(own.stdout.split()[0]) != pid
+    assert await _ready_ahead_pid(backend, ws) == pid  # still waiting: a run with env left it
+    taken = await run(
+        ws,
+        "import os, subprocess\n"
+        "child = subprocess.run(['sh', '-c', 'echo $COMPUTER_EXEC_ID'], capture_output=True, text=True)\n"
+        "print(os.getpid(), os.getcwd(), child.stdout.strip())\n"
+        "def main(input):\n    return input",
+        input={"a": 1},
+        cwd="/workspace",
+    )
+    assert taken.stdout == f"{pid} /workspace {taken.id}\n", taken.stderr
+    assert taken.value == {"a": 1}
+    assert await _ready_ahead_pid(backend, ws) != pid  # the next one
+
+
+async def test_a_guest_started_ahead_that_was_killed_is_replaced(backend_ws) -> None:
+    backend, ws = backend_ws
+    await run(ws, "pass")
+    pid = await _ready_ahead_pid(backend, ws)
+    # Killed from inside the sandbox (a program may do that): the next run starts a fresh guest.
+    await run(ws, f"import os, signal\nos.kill({pid}, signal.SIGKILL)", env={"NOT_AHEAD": "1"})
+    again = await run(ws, "import os\nprint(os.getpid())")
+    assert again.status == "completed" and int(again.stdout) != pid, again.stderr
