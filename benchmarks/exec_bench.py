@@ -8,9 +8,9 @@ Every figure is printed next to a baseline measured in the same run on the same 
    skips it). Runs are timed back to back and each after a pause (``--pause``, untimed: an agent's
    runs are separated by its model's turns, and the shell backend prepares the next run's sandbox
    once a run is over).
-   Also python ``print(1)`` through the embedded python backend, with and without a guest
-   interpreter started ahead (``warm_guests``), back to back and after a pause of at least 0.3 s (a
-   guest takes ~60 ms to start).
+   Also python ``print(1)`` through the embedded python backend, in its live sandbox and with a
+   sandbox per call (``live=False``), with and without a guest interpreter started ahead
+   (``warm_guests``), back to back and after a pause of at least 0.3 s (a guest takes ~60 ms to start).
 2. Sync cost of a run that changes one file, in a 100-file and a 10,000-file workspace (target: the
    10,000-file run costs at most 1.5x the 100-file run).
 3. The shell-level fs benchmark (create/stat/rm 1000 files, mkdir -p 10x10x10, find, dd 64 MiB, read,
@@ -215,19 +215,22 @@ async def python_latency(runs: int, pause: float) -> None:
         runs,
     )
     print(f"  bare python -I -c 'print(1)'            {bare:8.2f} ms   1.00x")
-    for gap, label in ((0.0, "back to back"), (pause, f"after {pause * 1000:.0f} ms")):
-        figures = []
-        for warm in (0, 1):
-            async with computer.Workspace(backends=[PythonBackend(warm_guests=warm)]) as ws:
-                await ws.fs.mkdir("/workspace")
-                await run_ok(ws, "pass")
-                figures.append(await timed(lambda ws=ws: run_ok(ws, "print(1)"), runs, gap))
-        cold, warm_ms = figures
-        print(f"  no guest ahead, {label:23s}{cold:8.2f} ms   {cold / bare:5.2f}x bare")
-        print(
-            f"  a guest started ahead, {label:16s}{warm_ms:8.2f} ms   {warm_ms / bare:5.2f}x bare, "
-            f"{warm_ms / cold:5.2f}x no guest"
-        )
+    for live in (False, True):
+        mode = "live sandbox" if live else "a sandbox per call"
+        for gap, label in ((0.0, "back to back"), (pause, f"after {pause * 1000:.0f} ms")):
+            figures = []
+            for warm in (0, 1):
+                backend = PythonBackend(warm_guests=warm, live=live)
+                async with computer.Workspace(backends=[backend]) as ws:
+                    await ws.fs.mkdir("/workspace")
+                    await run_ok(ws, "pass")
+                    figures.append(await timed(lambda ws=ws: run_ok(ws, "print(1)"), runs, gap))
+            cold, warm_ms = figures
+            print(f"  {mode}, no guest ahead, {label:16s}{cold:8.2f} ms   {cold / bare:5.2f}x bare")
+            print(
+                f"  {mode}, a guest started ahead, {label:9s}{warm_ms:8.2f} ms   {warm_ms / bare:5.2f}x bare, "
+                f"{warm_ms / cold:5.2f}x no guest"
+            )
 
 
 class PeakRss:
@@ -450,12 +453,16 @@ async def main() -> None:
     parser.add_argument("--no-size", action="store_true", help="skip the sync-at-size section (4)")
     parser.add_argument("--only-size", action="store_true", help="run only the sync-at-size section (4)")
     parser.add_argument("--only-live", action="store_true", help="run only the live-sandbox section (5)")
+    parser.add_argument("--only-python", action="store_true", help="run only python's latency (1b)")
     args = parser.parse_args()
     backend = ShellBackend(scratch_dir=args.scratch)
     print(f"shell backend: startup {backend.info.startup_ms} ms; mirrors in {backend.scratch}")
     print(f"isolation: {backend.info.isolation}")
     if args.only_size:
         await size_bench(args.scratch)
+        return
+    if args.only_python:
+        await python_latency(args.runs, max(args.pause, 0.3))
         return
     if args.only_live:
         await live_bench(args.runs)
