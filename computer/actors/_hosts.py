@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import inspect
 import logging
 import os
@@ -43,7 +44,7 @@ from ._host import _rss_bytes
 from ._owner import OwnerActor
 from .naming import HOST_PREFIX, NAMESPACE, data_dir_key, host_actor_name, host_index
 from .raycompat import kv_get, kv_put_new
-from .wire import Reply, fail, moved
+from .wire import fail, moved
 
 __all__ = [
     "HOST_MAX_CONCURRENCY",
@@ -144,10 +145,16 @@ class HostedHandle:
 # -- one workspace inside a host --------------------------------------------------------------------
 
 
+class _LoopClosedError(Exception):
+    """The workspace's loop stopped before (or while) a call ran there: the workspace left the host."""
+
+
 class _LoopThread:
     """An event loop on a thread of its own: where one hosted workspace runs everything it does."""
 
     def __init__(self, label: str, executor: concurrent.futures.Executor) -> None:
+        self.closed = False
+        self._pending: set[concurrent.futures.Future[Any]] = set()
         self.loop = asyncio.new_event_loop()
         self.loop.set_default_executor(executor)  # to_thread: the host's shared pool, not one per loop
         self.thread = threading.Thread(target=self._main, name=f"ws:{label}"[:60], daemon=True)
@@ -168,17 +175,32 @@ class _LoopThread:
             log.exception("a workspace loop failed while stopping")
         finally:
             self.loop.close()
+            for future in list(self._pending):  # scheduled too late to run: never left waiting
+                with contextlib.suppress(concurrent.futures.InvalidStateError):
+                    future.set_exception(_LoopClosedError())
 
     async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on this loop and await its result from another loop (cancellation follows)."""
+        """Run ``coro`` on this loop and await its result from another loop (cancellation follows);
+        :class:`_LoopClosedError` once the loop stopped."""
+        if self.closed:
+            coro.close()
+            raise _LoopClosedError()
         try:
             future = asyncio.run_coroutine_threadsafe(coro, self.loop)
         except RuntimeError:  # the loop was closed meanwhile
             coro.close()
+            raise _LoopClosedError() from None
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        try:
+            return await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            if self.closed and not future.cancelled():
+                raise _LoopClosedError() from None  # cancelled by the loop's end, not by our caller
             raise
-        return await asyncio.wrap_future(future)
 
     def stop(self) -> None:
+        self.closed = True
         try:
             self.loop.call_soon_threadsafe(self.loop.stop)
         except RuntimeError:
@@ -250,13 +272,11 @@ class OwnerHost:
 
     # -- workspaces -------------------------------------------------------------------------------
 
-    async def _workspace(self, name: str) -> HostedWorkspace | Reply:
-        """The open workspace ``name``, opened here on demand; MOVED once this host is exiting."""
+    async def _workspace(self, name: str) -> HostedWorkspace:
+        """The open workspace ``name``, opened here on demand."""
         self._waiting += 1
         try:
             while True:
-                if self._exiting:
-                    return moved(name, True)
                 ws = self._open.get(name)
                 if ws is not None and not ws._left:
                     return ws
@@ -306,19 +326,26 @@ class OwnerHost:
         ws._thread.stop()
         self._exit_if_idle()
 
+    def _idle(self) -> bool:
+        return not (self._open or self._opening or self._leaving or self._waiting)
+
     def _exit_if_idle(self) -> None:
-        if self._exiting or self._open or self._opening or self._leaving or self._waiting:
+        if self._exiting or not self._idle():
             return
-        self._exiting = True  # every later call is answered MOVED: its client re-resolves
-        log.info("owner host %s holds no workspace: exiting", self.host_name)
+        self._exiting = True  # an exit is on its way (once)
         import ray
 
-        # exit_actor must run inside an actor task, not a callback: ask ourselves.
+        # exit_actor must run inside an actor task, not a callback: ask ourselves. Calls arriving
+        # meanwhile are served; the exit happens only if the host is still idle when it runs.
         ray.get_runtime_context().current_actor._exit.remote()
 
     async def _exit(self) -> None:
         import ray
 
+        self._exiting = False
+        if not self._idle():
+            return  # a call came meanwhile: stay
+        log.info("owner host %s holds no workspace: exiting", self.host_name)
         self._executor.shutdown(wait=False)
         ray.actor.exit_actor()  # type: ignore[no-untyped-call]
 
@@ -332,13 +359,16 @@ class OwnerHost:
             if method == "pool_ping":
                 return f"closed:{self.host_name}:{name}"  # not the run's owner token: it ends the run
             return fail(WorkspaceUnavailableError(name, "its owner closed it (the run's owner is gone)"))
-        try:
-            ws = await self._workspace(name)
-        except Exception as exc:
-            return fail(exc)
-        if isinstance(ws, tuple):
-            return ws
-        return await ws._thread.run(getattr(ws, method)(*args, **kwargs))
+        for _ in range(3):
+            try:
+                ws = await self._workspace(name)
+            except Exception as exc:
+                return fail(exc)
+            try:
+                return await ws._thread.run(getattr(ws, method)(*args, **kwargs))
+            except _LoopClosedError:
+                continue  # it left the host before the call ran there: open it again
+        return moved(name, True)
 
     async def ws_stream(self, name: str, method: str, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         """Stream owner RPC ``method`` (an async generator) of workspace ``name``."""
@@ -350,15 +380,15 @@ class OwnerHost:
         except Exception as exc:
             yield fail(exc)
             return
-        if isinstance(ws, tuple):
-            yield ws
-            return
         source = getattr(ws, method)(*args, **kwargs)
         try:
             while True:
                 try:
                     item = await ws._thread.run(source.__anext__())
                 except StopAsyncIteration:
+                    return
+                except _LoopClosedError:
+                    yield fail(WorkspaceUnavailableError(name, "its owner closed it during the stream"))
                     return
                 yield item
         finally:
@@ -372,7 +402,10 @@ class OwnerHost:
         ws = self._open.get(name)
         if ws is None or ws._left:
             return None
-        return await ws._thread.run(ws.stats())
+        try:
+            return await ws._thread.run(ws.stats())
+        except _LoopClosedError:
+            return None
 
     async def close_workspace(self, name: str) -> bool:
         """Close workspace ``name`` if it is open here (lease released); True when it was."""
@@ -381,7 +414,8 @@ class OwnerHost:
             return False
         leaving = self._leaving.get(name)
         if leaving is None:
-            await ws._thread.run(ws.close_workspace())
+            with contextlib.suppress(_LoopClosedError):
+                await ws._thread.run(ws.close_workspace())
         leaving = self._leaving.get(name)
         if leaving is not None:
             await leaving.wait()
