@@ -9,6 +9,15 @@ numbers and ratios against baselines measured in the same run:
 - memory in use after touching ``--touch`` workspaces once and waiting past the hibernation timeout,
   against the memory in use before (target: back within 10%).
 Exec pools are turned off (pool sizes 0) so the numbers are those of owners and clients alone.
+
+``--models`` (issue 20) instead compares the owner models in one run, ``dedicated`` (an actor process
+per awake workspace) against ``hosted`` (owner hosts, here one per node so that neighbours share it):
+- awake workspaces per GiB of machine memory (``--awake`` hosted workspaces, ``--awake-dedicated``
+  dedicated ones: each costs a process; target hosted >= 300/GiB);
+- cold wake through a client (``get_workspace`` + one ``stat`` of a workspace whose owner closed it),
+  p50 and p99 (target hosted p50 <= 20 ms);
+- a small op's latency through a client (stat, 100 B read, 100 B write), hosted / dedicated (target
+  <= 1.1x), and the stat's while a neighbour writes 64 MiB again and again (target p99 <= 5 ms).
 """
 
 from __future__ import annotations
@@ -289,6 +298,148 @@ async def hibernation(touch: int, hibernate_after: float) -> None:
     )
 
 
+async def _settled_open(names: list[str]) -> list[Any]:
+    clients = []
+    for batch in range(0, len(names), 16):
+        clients += await asyncio.gather(*[computer.get_workspace(n) for n in names[batch : batch + 16]])
+    await asyncio.gather(*[c.fs.write_file("/f", b"1") for c in clients])
+    return clients
+
+
+async def _close_owner(client: Any) -> None:
+    """Make ``client``'s workspace asleep: closed inside its host, or its dedicated owner killed."""
+    from computer.actors._hosts import HostedHandle
+
+    handle = client.handle
+    if isinstance(handle, HostedHandle):
+        await handle.host.close_workspace.remote(handle.name)
+        return
+    ray.kill(handle)
+    for _ in range(200):
+        try:
+            await handle.stats.remote()
+        except ray.exceptions.RayActorError:
+            return
+        await asyncio.sleep(0.05)
+
+
+async def one_model(owners: str, awake: int, wakes: int, n: int, big_writes: float) -> dict[str, Any]:
+    data_dir = tempfile.mkdtemp(prefix=f"cbench-{owners}-")
+    computer.init(
+        data_dir=data_dir,
+        owners=owners,
+        owner_hosts_per_node=1,
+        hibernate_after=3600.0,
+        shell_pool_size=0,
+        python_pool_size=0,
+    )
+    out: dict[str, Any] = {}
+    anchor = await computer.get_workspace(f"anchor-{owners}")  # the host stays up (hosted)
+    await anchor.fs.write_file("/f", b"1")
+    before = await settled_mem_mib(20.0)
+    start = time.monotonic()
+    clients = await _settled_open([f"awake-{owners}-{i}" for i in range(awake)])
+    opened = time.monotonic() - start
+    peak = await settled_mem_mib(20.0)
+    per = (peak - before) / awake
+    out["awake"] = awake
+    out["mib_per_workspace"] = per
+    out["per_gib"] = 1024 / per if per > 0 else float("inf")
+    out["open_rate"] = awake / opened
+    print(
+        f"{owners}: {awake} awake workspaces opened in {opened:.1f} s ({awake / opened:.0f}/s); memory "
+        f"{before:.0f} -> {peak:.0f} MiB: {per:.2f} MiB each, {out['per_gib']:.0f} awake workspaces per GiB"
+    )
+    # Cold wake: the owner closed (its file and the host stay), then a client's first call.
+    sleepers = clients[:wakes]
+    for c in sleepers:
+        await _close_owner(c)
+        await c.close()
+    samples = []
+    for c in sleepers:
+        t = time.perf_counter()
+        async with computer.get_workspace(c.name) as ws:
+            await ws.fs.stat("/f")
+        samples.append((time.perf_counter() - t) * 1000)
+    out["wake_p50"], out["wake_p99"] = statistics.median(samples), percentile(samples, 0.99)
+    print(
+        f"{owners}: cold wake through a client, {wakes} wakes: p50 {out['wake_p50']:.1f} ms, p99 {out['wake_p99']:.1f} ms"
+    )
+    # Small ops through a client.
+    ws = clients[-1]
+    await ws.fs.write_file("/small", b"x" * 100)
+    for label, op in (
+        ("stat", lambda: ws.fs.stat("/small")),
+        ("read 100 B", lambda: ws.fs.read_file("/small")),
+        ("write 100 B", lambda: ws.fs.write_file("/w", b"y" * 100)),
+    ):
+        got = await timed(op, n)
+        out[label] = (statistics.median(got), percentile(got, 0.99))
+        print(f"{owners}: {label:<12} p50 {out[label][0]:.3f} ms, p99 {out[label][1]:.3f} ms")
+    # A neighbour (same host when hosted) writes 64 MiB again and again meanwhile.
+    big = clients[-2]
+    payload = os.urandom(64 * 2**20)
+    stop = time.monotonic() + big_writes
+    writes = 0
+
+    async def writer() -> None:
+        nonlocal writes
+        while time.monotonic() < stop:
+            await big.fs.write_file("/big", payload)
+            writes += 1
+
+    task = asyncio.create_task(writer())
+    during = []
+    while not task.done():
+        t = time.perf_counter()
+        await ws.fs.stat("/small")
+        during.append((time.perf_counter() - t) * 1000)
+    await task
+    out["neighbour"] = (statistics.median(during), percentile(during, 0.99), max(during))
+    same = (await big.handle.stats.remote())["pid"] == (await ws.handle.stats.remote())["pid"]
+    print(
+        f"{owners}: stat while a neighbour ({'same' if same else 'another'} process) wrote 64 MiB x{writes}: "
+        f"p50 {out['neighbour'][0]:.3f} ms, p99 {out['neighbour'][1]:.3f} ms, max {out['neighbour'][2]:.1f} ms "
+        f"({len(during)} stats)"
+    )
+    for c in [*clients, anchor]:
+        await c.close()
+    from computer.actors._hosts import kill_hosts
+
+    kill_hosts()
+    for name in [c.name for c in clients] + [anchor.name]:
+        try:
+            ray.kill(ray.get_actor(actor_name(name), namespace=NAMESPACE))
+        except ValueError:
+            pass
+    return out
+
+
+async def owner_models(args: argparse.Namespace) -> None:
+    print(f"\n== owner models (issue 20), {args.iterations} calls per latency ==")
+    dedicated = await one_model(
+        "dedicated", args.awake_dedicated, args.wakes, args.iterations, args.big_seconds
+    )
+    hosted = await one_model("hosted", args.awake, args.wakes, args.iterations, args.big_seconds)
+    print("\n== hosted vs dedicated ==")
+    print(
+        f"awake workspaces per GiB: hosted {hosted['per_gib']:.0f}, dedicated {dedicated['per_gib']:.0f} "
+        f"({hosted['per_gib'] / dedicated['per_gib']:.1f}x; target hosted >= 300)"
+    )
+    print(
+        f"cold wake p50: hosted {hosted['wake_p50']:.1f} ms, dedicated {dedicated['wake_p50']:.1f} ms "
+        f"({dedicated['wake_p50'] / hosted['wake_p50']:.1f}x faster; target hosted <= 20 ms)"
+    )
+    for label in ("stat", "read 100 B", "write 100 B"):
+        print(
+            f"{label:<12} p50 hosted / dedicated: {hosted[label][0] / dedicated[label][0]:.2f}x (target <= 1.1x)"
+        )
+    print(
+        f"stat p99 next to 64 MiB writes: hosted {hosted['neighbour'][1]:.2f} ms, dedicated "
+        f"{dedicated['neighbour'][1]:.2f} ms (target hosted <= 5 ms)"
+    )
+
+
 async def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -299,7 +450,21 @@ async def main() -> None:
         "--touch", type=int, default=40, help="workspaces touched for the memory test (spec: 500)"
     )
     parser.add_argument("--hibernate-after", type=float, default=5.0)
+    parser.add_argument("--models", action="store_true", help="compare the owner models (issue 20) only")
+    parser.add_argument(
+        "--awake", type=int, default=200, help="--models: awake hosted workspaces (issue: 2,000)"
+    )
+    parser.add_argument("--awake-dedicated", type=int, default=30, help="--models: awake dedicated ones")
+    parser.add_argument("--wakes", type=int, default=20, help="--models: cold wakes measured per model")
+    parser.add_argument(
+        "--big-seconds", type=float, default=6.0, help="--models: neighbour 64 MiB writes for"
+    )
     args = parser.parse_args()
+    if args.models:
+        ray.init(include_dashboard=False, object_store_memory=512 * 2**20, log_to_driver=False)
+        print(f"ray {ray.__version__}; {os.cpu_count()} cores")
+        await owner_models(args)
+        return
     data_dir = tempfile.mkdtemp(prefix="cbench-")
     computer.init(
         data_dir=data_dir, hibernate_after=args.hibernate_after, shell_pool_size=0, python_pool_size=0
