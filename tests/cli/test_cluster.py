@@ -57,7 +57,9 @@ def test_cluster_yaml_settings_are_real_computer_settings(monkeypatch: pytest.Mo
         monkeypatch.setenv(key, re.sub(r"\$\{RAY_HEAD_IP[^}]*\}\)?\}?", "10.0.0.5", value))
     settings = Settings()  # extra="forbid": an unknown COMPUTER_ name would not be read at all
     assert settings.redis_url == "redis://10.0.0.5:6380/0"
-    assert settings.shell_pool_size == 16 and settings.python_pool_size == 8
+    assert (
+        settings.shell_pool_size == 4 and settings.python_pool_size == 2
+    )  # minimums; the maximum is elastic
     assert settings.shared_data_dir is False
 
 
@@ -142,4 +144,5 @@ def test_status_shows_both_nodes_and_the_pools(two_node_cluster: str, tmp_path: 
     proc = run_cli(["--data-dir", str(tmp_path), "--address", two_node_cluster, "status"], env=cli_env())
     assert proc.returncode == 0, proc.stderr
     assert "2 node(s)" in proc.stdout
-    assert "exec pools:" in proc.stdout and "live workspace owners:" in proc.stdout
+    assert "exec pools:" in proc.stdout and "dedicated workspace owners:" in proc.stdout
+    assert "owner hosts:" in proc.stdout
