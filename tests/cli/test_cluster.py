@@ -57,9 +57,8 @@ def test_cluster_yaml_settings_are_real_computer_settings(monkeypatch: pytest.Mo
         monkeypatch.setenv(key, re.sub(r"\$\{RAY_HEAD_IP[^}]*\}\)?\}?", "10.0.0.5", value))
     settings = Settings()  # extra="forbid": an unknown COMPUTER_ name would not be read at all
     assert settings.redis_url == "redis://10.0.0.5:6380/0"
-    assert (
-        settings.shell_pool_size == 4 and settings.python_pool_size == 2
-    )  # minimums; the maximum is elastic
+    # each pool's minimum (the maximum is elastic)
+    assert settings.shell_pool_size == 4 and settings.python_pool_size == 2
     assert settings.shared_data_dir is False
 
 
