@@ -334,6 +334,7 @@ async def one_model(owners: str, awake: int, wakes: int, n: int, big_writes: flo
         python_pool_size=0,
     )
     out: dict[str, Any] = {}
+    base = await settled_mem_mib(20.0)
     anchor = await computer.get_workspace(f"anchor-{owners}")  # the host stays up (hosted)
     await anchor.fs.write_file("/f", b"1")
     before = await settled_mem_mib(20.0)
@@ -345,10 +346,14 @@ async def one_model(owners: str, awake: int, wakes: int, n: int, big_writes: flo
     out["awake"] = awake
     out["mib_per_workspace"] = per
     out["per_gib"] = 1024 / per if per > 0 else float("inf")
+    whole = (peak - base) / (awake + 1)  # with the anchor and, hosted, the host process itself
+    out["per_gib_whole"] = 1024 / whole if whole > 0 else float("inf")
     out["open_rate"] = awake / opened
     print(
         f"{owners}: {awake} awake workspaces opened in {opened:.1f} s ({awake / opened:.0f}/s); memory "
-        f"{before:.0f} -> {peak:.0f} MiB: {per:.2f} MiB each, {out['per_gib']:.0f} awake workspaces per GiB"
+        f"{base:.0f} (none) -> {before:.0f} (one) -> {peak:.0f} MiB: {per:.2f} MiB each beyond the first, "
+        f"{out['per_gib']:.0f} awake workspaces per GiB; {whole:.2f} MiB each counting the first "
+        f"(and its host): {out['per_gib_whole']:.0f} per GiB"
     )
     # Cold wake: the owner closed (its file and the host stay), then a client's first call.
     sleepers = clients[:wakes]
@@ -422,6 +427,10 @@ async def owner_models(args: argparse.Namespace) -> None:
     )
     hosted = await one_model("hosted", args.awake, args.wakes, args.iterations, args.big_seconds)
     print("\n== hosted vs dedicated ==")
+    print(
+        f"awake workspaces per GiB counting the host process: hosted {hosted['per_gib_whole']:.0f} "
+        f"({args.awake} awake), dedicated {dedicated['per_gib_whole']:.0f} ({args.awake_dedicated} awake)"
+    )
     print(
         f"awake workspaces per GiB: hosted {hosted['per_gib']:.0f}, dedicated {dedicated['per_gib']:.0f} "
         f"({hosted['per_gib'] / dedicated['per_gib']:.1f}x; target hosted >= 300)"
