@@ -127,12 +127,9 @@ class LiveJobs:
             if name is None:  # no longer this run's (drained, closed, or handed to the background log)
                 loop.remove_reader(fd)
                 return
-            try:
-                data = os.read(fd, MAX_CHUNK_BYTES)
-            except BlockingIOError:
+            data = read_some(fd)
+            if data is None:
                 return
-            except OSError:
-                data = b""
             if not data:
                 loop.remove_reader(fd)
                 open_fds.pop(fd, None)
@@ -226,12 +223,9 @@ class LiveJobs:
         logged = self.background.setdefault(run, BackgroundLog())
 
         def readable(fd: int) -> None:
-            try:
-                data = os.read(fd, MAX_CHUNK_BYTES)
-            except BlockingIOError:
+            data = read_some(fd)
+            if data is None:
                 return
-            except OSError:
-                data = b""
             if data:
                 logged.append(data)
                 return
@@ -242,3 +236,14 @@ class LiveJobs:
         for fd in fds:
             self._adopted.add(fd)
             self.loop.add_reader(fd, readable, fd)
+
+
+def read_some(fd: int) -> bytes | None:
+    """What the non-blocking pipe ``fd`` holds (at most a chunk); ``b""`` at its end (or on an error),
+    None when nothing is there yet."""
+    try:
+        return os.read(fd, MAX_CHUNK_BYTES)
+    except BlockingIOError:
+        return None
+    except OSError:
+        return b""

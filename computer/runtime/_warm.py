@@ -25,8 +25,10 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
-from ._assets_bridge import AssetsBridge
+from ._assets_bridge import SANDBOX_DIR, AssetsBridge
+from ._bwrap import Bind
 from ._mirror import Mirror
+from ._sandbox import Sandbox
 from ._standby import Standby
 from ._tasks import in_background, run_to_completion
 
@@ -38,6 +40,7 @@ __all__ = [
     "Spares",
     "Warm",
     "WarmSandboxes",
+    "prepare_sandbox",
 ]
 
 log = logging.getLogger(__name__)
@@ -84,6 +87,21 @@ class PreparedSandbox(NamedTuple):
     def discard_now(self) -> None:
         self.standby.discard_now()
         AssetsBridge.remove_directory(self.bridge_dir)
+
+
+async def prepare_sandbox(
+    sandbox: Sandbox, scratch: Path, binds: list[Bind], bridge_dir: Path | None = None
+) -> PreparedSandbox:
+    """A standby of ``sandbox`` with ``binds`` and an assets bridge directory (fresh, in ``scratch``,
+    unless given) bound at :data:`SANDBOX_DIR`."""
+    if bridge_dir is None:
+        bridge_dir = await asyncio.to_thread(AssetsBridge.make_directory, scratch / "run", sandbox.host_ids)
+    try:
+        standby = await sandbox.prepare(binds=[*binds, Bind(str(bridge_dir), SANDBOX_DIR)])
+    except BaseException:
+        AssetsBridge.remove_directory(bridge_dir)
+        raise
+    return PreparedSandbox(standby, bridge_dir)
 
 
 class Warm(Generic[R]):

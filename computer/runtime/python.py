@@ -32,14 +32,13 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 from ..storage.paths import canonical, is_within
-from ._assets_bridge import SANDBOX_DIR, AssetsBridge
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
 from ._cgroups import cgroup_writable
 from ._codec import ChannelLimits, pack_frame
 from ._context import GUEST_OPS
 from ._live import LiveSandbox
 from ._live_launch import INIT_PYTHON
-from ._live_set import JobSpec, LiveSandboxes
+from ._live_set import JobSpec, LiveCalls, LiveSandboxes
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import out_of_memory_error, stream_process
@@ -48,8 +47,8 @@ from ._sandbox import Bind, Sandbox, SandboxLimits
 from ._staging import stage_python
 from ._sync import MirrorSync, backend_scratch
 from ._tasks import run_to_completion
-from ._warm import PreparedSandbox, Ready, Warm, WarmSandboxes
-from .types import BackendInfo, ProcessInfo
+from ._warm import PreparedSandbox, Ready, Warm, WarmSandboxes, prepare_sandbox
+from .types import BackendInfo
 
 __all__ = ["PythonBackend"]
 
@@ -59,7 +58,7 @@ _GUEST_DIR = "/opt/computer"
 _FLAGS = ("-I", "-S")
 
 
-class PythonBackend:
+class PythonBackend(LiveCalls):
     """Runs Python source in a sandbox; ``import workspace`` reaches the workspace filesystem."""
 
     def __init__(
@@ -449,42 +448,5 @@ class PythonBackend:
         """A standby sandbox over ``mirror`` with the interpreter and the guest bound, and a fresh
         assets bridge directory (for a live sandbox's init)."""
         self.python, self._guest, self._env, self._binds = self._mounts()
-        bridge_dir = await asyncio.to_thread(
-            AssetsBridge.make_directory, self.scratch / "run", self.sandbox.host_ids
-        )
-        binds = [
-            *self._binds,
-            Bind(str(mirror.directory), self.mount_root, writable=True),
-            Bind(str(bridge_dir), SANDBOX_DIR),
-        ]
-        try:
-            standby = await self.sandbox.prepare(binds=binds)
-        except BaseException:
-            AssetsBridge.remove_directory(bridge_dir)
-            raise
-        return PreparedSandbox(standby, bridge_dir)
-
-    def live_sandboxes(self, workspace_id: str | None = None) -> int:
-        """How many live sandboxes this backend holds (of ``workspace_id``, or all)."""
-        return self._lives.count(workspace_id)
-
-    async def processes(self, workspace_id: str) -> list[ProcessInfo]:
-        """The processes of the workspace's live sandbox (none when it has no live sandbox)."""
-        return await self._lives.processes(workspace_id)
-
-    async def kill_process(self, workspace_id: str, pid: int) -> None:
-        """SIGKILL one process of the workspace's live sandbox; ``ProcessLookupError`` when none has ``pid``."""
-        await self._lives.kill_process(workspace_id, pid)
-
-    async def end_sandbox(self, workspace_id: str) -> bool:
-        """Kill everything in the workspace's live sandbox, pull what it wrote and drop it; False when
-        there was none."""
-        return await self._lives.end_sandbox(workspace_id)
-
-    async def close_workspace(self, workspace_id: str) -> None:
-        """A workspace closed: end its live sandbox (what it wrote is pulled) and what was started
-        ahead for its idle mirrors and for runs without a mirror, so a process that closes its
-        workspaces leaves no idle interpreter."""
-        with contextlib.suppress(Exception):
-            await self.end_sandbox(workspace_id)
-        await self._warm.close(self._sync.mirrors.idle_mirrors(workspace_id))
+        binds = [*self._binds, Bind(str(mirror.directory), self.mount_root, writable=True)]
+        return await prepare_sandbox(self.sandbox, self.scratch, binds)

@@ -26,14 +26,14 @@ from ._backend import (
 from ._cgroups import cgroup_writable
 from ._live import LiveSandbox
 from ._live_launch import INIT_PYTHON
-from ._live_set import JobSpec, LiveSandboxes
+from ._live_set import JobSpec, LiveCalls, LiveSandboxes
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import ProcessOutcome, out_of_memory_error, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits, run_to_completion
 from ._sync import MirrorSync, backend_scratch
-from ._warm import PreparedSandbox, Ready, WarmSandboxes
-from .types import BackendInfo, ProcessInfo
+from ._warm import PreparedSandbox, Ready, WarmSandboxes, prepare_sandbox
+from .types import BackendInfo
 
 __all__ = ["ShellBackend"]
 
@@ -65,7 +65,7 @@ def _on_tmpfs(path: Path) -> bool:
     return kind == "tmpfs"
 
 
-class ShellBackend:
+class ShellBackend(LiveCalls):
     """Runs ``bash -c source`` in a sandbox over a synced mirror of ``mount_root``."""
 
     def __init__(
@@ -269,47 +269,10 @@ class ShellBackend:
 
         return self._lives.run(request, ctx, cwd, command)
 
-    def live_sandboxes(self, workspace_id: str | None = None) -> int:
-        """How many live sandboxes this backend holds (of ``workspace_id``, or all): a pool drains such
-        a worker instead of removing it."""
-        return self._lives.count(workspace_id)
-
-    async def processes(self, workspace_id: str) -> list[ProcessInfo]:
-        """The processes of the workspace's live sandbox (none when it has no live sandbox)."""
-        return await self._lives.processes(workspace_id)
-
-    async def kill_process(self, workspace_id: str, pid: int) -> None:
-        """SIGKILL one process of the workspace's live sandbox; ``ProcessLookupError`` when none has ``pid``."""
-        await self._lives.kill_process(workspace_id, pid)
-
-    async def end_sandbox(self, workspace_id: str) -> bool:
-        """Kill everything in the workspace's live sandbox, pull what it wrote and drop it; False when
-        there was none."""
-        return await self._lives.end_sandbox(workspace_id)
-
-    async def close_workspace(self, workspace_id: str) -> None:
-        """The workspace closed: end its live sandbox (what it wrote is pulled) and the sandboxes
-        started ahead for its idle mirrors (the mirrors stay warm)."""
-        with contextlib.suppress(Exception):
-            await self.end_sandbox(workspace_id)
-        await self._warm.close(self._mirrors.idle_mirrors(workspace_id))
-
     async def _prepare(self, mirror: Mirror, bridge_dir: Path | None = None) -> PreparedSandbox:
         """A standby sandbox over ``mirror`` (which must exist) with a fresh assets bridge directory."""
-        if bridge_dir is None:
-            bridge_dir = await asyncio.to_thread(
-                AssetsBridge.make_directory, self.scratch / "run", self.sandbox.host_ids
-            )
-        binds = [
-            Bind(str(mirror.directory), self.mount_root, writable=True),
-            Bind(str(bridge_dir), SANDBOX_DIR),
-        ]
-        try:
-            standby = await self.sandbox.prepare(binds=binds)
-        except BaseException:
-            AssetsBridge.remove_directory(bridge_dir)
-            raise
-        return PreparedSandbox(standby, bridge_dir)
+        binds = [Bind(str(mirror.directory), self.mount_root, writable=True)]
+        return await prepare_sandbox(self.sandbox, self.scratch, binds, bridge_dir)
 
     def _keep_warm(self, mirror: Mirror) -> None:
         """Start the next run's sandbox for ``mirror`` in the background (see ``_warm``): a standby,

@@ -17,6 +17,8 @@ import pytest
 import computer
 from computer.runtime import PythonBackend, ShellBackend
 
+from ._live_support import eventually, host_pids_with
+
 pytestmark = pytest.mark.skipif(not PythonBackend(live=True).live, reason="no cgroup freezer here")
 
 
@@ -31,28 +33,6 @@ async def backend_ws() -> AsyncIterator[tuple[PythonBackend, computer.Workspace]
 async def run(ws: computer.Workspace, source: str, **kwargs: object) -> computer.ExecResult:
     kwargs.setdefault("backend", "python")
     return await (await ws.runtime.exec(source, **kwargs)).result()  # type: ignore[arg-type]
-
-
-async def eventually(check: object, within: float = 10.0) -> None:
-    """Poll ``check`` (an async callable returning bool) until true, within a bound."""
-    deadline = time.monotonic() + within
-    while not await check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {within} s")
-        await asyncio.sleep(0.05)
-
-
-def host_pids_with(marker: str) -> list[int]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                with open(f"/proc/{entry}/cmdline", "rb") as f:
-                    if marker.encode() in f.read().replace(b"\0", b" "):
-                        found.append(int(entry))
-            except OSError:
-                pass
-    return [p for p in found if p != os.getpid()]
 
 
 def _marker(base: int) -> str:
