@@ -100,7 +100,7 @@ class WorkspaceHost(PoolCallbacks):
             )
         self.workspace = Workspace(
             str(path),
-            backends=owner_backends(self.config, self.name),
+            backends=self._backends(),
             assets=True,
             fence=self.epoch,
             max_bytes=self.config.max_workspace_bytes,
@@ -127,6 +127,10 @@ class WorkspaceHost(PoolCallbacks):
         self._background.append(loop.create_task(self._keep_lease()))
 
     # -- bookkeeping ------------------------------------------------------------------------------
+
+    def _backends(self) -> Sequence[Any]:
+        """The workspace's exec backends (the cluster's pools, when configured)."""
+        return owner_backends(self.config, self.name)
 
     def _new_owner_id(self) -> str:
         """The id this owner holds the directory lease under (a new one for every lease taken)."""

@@ -35,13 +35,14 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import Any, TypeVar
 
 from ..config import Settings
 from ._errors import WorkspaceUnavailableError
 from ._host import _rss_bytes
 from ._owner import OwnerActor
+from ._pool_callbacks import owner_token
 from .naming import HOST_PREFIX, NAMESPACE, data_dir_key, host_actor_name, host_index
 from .raycompat import kv_get, kv_put_new
 from .wire import fail, moved
@@ -218,6 +219,17 @@ class HostedWorkspace(OwnerActor):
         self._left = False
         super().__init__(name, config)
 
+    def _backends(self) -> Sequence[Any]:
+        # Pool workers call the owner back through the handle a run carries: this workspace's
+        # HostedHandle, not the host's actor handle (``current_actor``, what a pool backend assumes).
+        backends = super()._backends()
+        handle = HostedHandle(self._host_obj.handle, self.name, self._host_obj.host_name)
+        for backend in backends:
+            if getattr(backend, "_owner", False) is None:  # a PoolBackend that has not met its owner
+                backend._owner = handle
+                backend._token = owner_token()
+        return backends
+
     def _new_owner_id(self) -> str:
         # The lease says which host holds it (``computer ls`` shows it): "<host name>#<pid>/<uuid>".
         return f"{self._host_obj.host_name}#{os.getpid()}/{uuid.uuid4().hex}"
@@ -261,6 +273,9 @@ class OwnerHost:
         self.config = Settings(**config)
         self.host_name = host_name
         self.loop = asyncio.get_running_loop()
+        import ray
+
+        self.handle = ray.get_runtime_context().current_actor  # the host's own ActorHandle
         self._executor = concurrent.futures.ThreadPoolExecutor(_IO_THREADS, thread_name_prefix="host-io")
         self._open: dict[str, HostedWorkspace] = {}
         self._opening: dict[str, asyncio.Future[None]] = {}
