@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from ..surface import WorkspaceSurface
 from ._store import AgentStore
 
 __all__ = ["DRIVER", "EXECUTE_DESCRIPTION", "CodeRunner", "python_backend_id"]
@@ -71,7 +72,7 @@ def python_backend_id(runtime: Any) -> str:
 class CodeRunner:
     """Runs code on the python backend with a tool dispatch, and keeps the execution records."""
 
-    def __init__(self, workspace: Any, context: Any, store: AgentStore) -> None:
+    def __init__(self, workspace: WorkspaceSurface, context: Any, store: AgentStore) -> None:
         self.workspace = workspace
         self.context = context
         self.store = store

@@ -30,6 +30,7 @@ from pydantic_ai.tools import Tool
 from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
+from ..surface import WorkspaceSurface
 from ._execute import python_backend_id
 from ._store import AgentStore
 
@@ -78,7 +79,7 @@ def _object_schema(parameters: dict[str, Any]) -> dict[str, Any]:
 class ExtensionManager:
     """Loads, stores and runs the agent's extensions (the files are the truth, this is a cache)."""
 
-    def __init__(self, workspace: Any, store: AgentStore) -> None:
+    def __init__(self, workspace: WorkspaceSurface, store: AgentStore) -> None:
         self.workspace = workspace
         self.store = store
         self._cache: dict[str, dict[str, Any]] | None = None

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from ..runtime import LocalExecContext, PullResult, SyncLimits, SyncPull, SyncPush
+from ..surface import WorkspaceSurface
 
 __all__ = ["TOOL_OP", "AgentExecContext", "ToolDispatch"]
 
@@ -27,7 +28,7 @@ ToolDispatch = Callable[[str, dict[str, Any]], Awaitable[Any]]
 class AgentExecContext:
     """An ``ExecContext`` over the agent's workspace that also routes tool calls of sandboxed code."""
 
-    def __init__(self, workspace: Any) -> None:
+    def __init__(self, workspace: WorkspaceSurface) -> None:
         self._local = LocalExecContext(workspace)
         self._sessions: dict[str, ToolDispatch] = {}
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 
+from ..surface import FileSystemSurface
 from ._turn import PendingCall, Reply
 
 __all__ = ["STATE_DIR", "AgentState", "AgentStore", "PausedTurn"]
@@ -65,7 +66,7 @@ class AgentState:
 class AgentStore:
     """Reads and writes the agent's files through ``workspace.fs`` (the owner's, in-process)."""
 
-    def __init__(self, fs: Any, root: str = STATE_DIR) -> None:
+    def __init__(self, fs: FileSystemSurface, root: str = STATE_DIR) -> None:
         self.fs = fs
         self.root = root
 

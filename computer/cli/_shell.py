@@ -9,11 +9,11 @@ import shlex
 import subprocess
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 
+from ..surface import WorkspaceSurface
 from ._context import GlobalOptions
 from ._workspaces import open_workspace
 
@@ -31,7 +31,7 @@ HELP = """commands:
 class WorkspaceShell:
     """The commands of the prompt, over any workspace surface."""
 
-    def __init__(self, workspace: Any, console: Console, *, cwd: str = "/workspace") -> None:
+    def __init__(self, workspace: WorkspaceSurface, console: Console, *, cwd: str = "/workspace") -> None:
         self.workspace = workspace
         self.console = console
         self.cwd = cwd
