@@ -103,7 +103,8 @@ _scaler: Any = None  # per process: the control loop's handle
 class PoolBackend:
     """The backend ``backend`` (``"shell"``, ``"python"``) served by the cluster's elastic pool."""
 
-    def __init__(self, backend: str, *, owner: Any = None) -> None:
+    def __init__(self, backend: str, *, owner: Any = None, node: str = "") -> None:
+        """``owner``: the owner actor's handle, ``node``: its node id (default: this actor's, from Ray)."""
         self.backend = backend
         self._slots: dict[str, _Slot] = {}
         self._warm: list[str] = []  # workers that ran this owner's workspace, most recent first
@@ -111,7 +112,7 @@ class PoolBackend:
         self._dead: dict[str, float] = {}  # worker name -> when this owner saw it dead
         self._owner = owner
         self._token: str | None = None
-        self._node = ""
+        self._node = node
         self._view_at = -math.inf
         self._refreshing: asyncio.Task[None] | None = None
         self.requeued = 0  # runs a worker handed back (draining, shedding) and this owner sent again
@@ -307,10 +308,12 @@ class PoolBackend:
         )
 
     def _movable(self, workspace_id: str, slot: _Slot) -> bool:
-        """Whether a run pinned to ``slot`` could go elsewhere: another worker has a free slot (as this
-        owner sees it) or the pool can still grow. Sent with the run: the worker decides (see
-        ``PoolWorker.run``: only when it is full and the live sandbox runs nothing)."""
-        if self._pins.get(workspace_id) != slot.name:
+        """Whether a run pinned to ``slot`` could go elsewhere: as this owner sees the pool, that
+        worker is full and another has a free slot, or the pool can still grow. Sent with the run:
+        the worker decides (see ``PoolWorker.run``: only when it is full and the live sandbox runs
+        nothing). Moving between workers that are all busy would only trade a short wait for a
+        fresh sandbox (and maybe a cold mirror) on a worker as busy."""
+        if self._pins.get(workspace_id) != slot.name or slot.estimate < slot.target:
             return False
         if self._room > 0:
             return True

@@ -58,7 +58,8 @@ def _moves_when_movable(order: RunOrder) -> list[Any]:
 def _dispatcher(monkeypatch: pytest.MonkeyPatch, b_load: int, room: int, **workers: _Worker) -> Any:
     monkeypatch.setattr(pools, "VIEW_TTL", 1e9)  # the view given here stays (no control loop)
     monkeypatch.setitem(pools._infos, "shell", BackendInfo(id="shell", protocol="command", callable=False))
-    backend = pools.PoolBackend("shell", owner=object())
+    # Owner and node given: nothing asks Ray (which would join whatever cluster runs on this machine).
+    backend = pools.PoolBackend("shell", owner=object(), node="n")
     view = PoolView(
         "shell",
         (WorkerView("a", "n", 4, 4, False), WorkerView("b", "n", 4, b_load, False)),
