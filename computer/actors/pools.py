@@ -15,7 +15,8 @@ the others wait in its line (:mod:`~computer.actors._pool_admission`). Each owne
 own: it refreshes the loop's :class:`~computer.actors._pool_scaler.PoolView` (ready workers, their
 node, target and load) at most every :data:`VIEW_TTL` seconds, in the background, and picks, in
 order: the worker its workspace is *pinned* to (a live sandbox lives there; first-class input:
-:meth:`PoolBackend.pin`), else among workers with a free slot (its estimate: the load reported plus
+:meth:`PoolBackend.pin`; a pinned run whose worker is full moves when its sandbox runs nothing: see
+``PoolWorker.run``), else among workers with a free slot (its estimate: the load reported plus
 its own runs there) the one with this workspace's warm mirror (most recent first), then one on the
 owner's own node (the file is there: less data on the wire), then the least loaded, then a
 workspace-specific order (rendezvous hashing, stable while workers come and go); with no free slot
