@@ -506,7 +506,8 @@ def _owner_node(config: Settings, name: str) -> str:
         return str(strategy.node_id)
     here = str(ray.get_runtime_context().get_node_id())
     if config.shared_data_dir:
-        # Any node may open the file: the one whose owner holds the lease, else the caller's.
+        # Any node may open the file: the one whose owner holds the lease, else the name's claimant
+        # (racing first calls from two nodes must agree), else the caller's.
         from ._nodes import alive_nodes
         from .directory import open_directory
 
@@ -515,8 +516,11 @@ def _owner_node(config: Settings, name: str) -> str:
             record = directory.get(name)
         finally:
             directory.close()
-        if record is not None and record.node in alive_nodes() and record.lease_live():
+        alive = alive_nodes()
+        if record is not None and record.node in alive and record.lease_live():
             return record.node
+        if len(alive) > 1:
+            return claim_new_node(config, name, here, alive)
     return here
 
 
