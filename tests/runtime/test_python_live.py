@@ -304,3 +304,18 @@ async def test_a_guest_started_ahead_that_was_killed_is_replaced(backend_ws) -> 
     await run(ws, f"import os, signal\nos.kill({pid}, signal.SIGKILL)", env={"NOT_AHEAD": "1"})
     again = await run(ws, "import os\nprint(os.getpid())")
     assert again.status == "completed" and int(again.stdout) != pid, again.stderr
+
+
+async def test_a_cwd_outside_the_mount_root_runs_in_the_same_sandbox_from_tmp(backend_ws) -> None:
+    backend, ws = backend_ws
+    await ws.fs.mkdir("/data")
+    await ws.fs.write_file("/data/in.txt", "workspace side\n")
+    result = await run(
+        ws,
+        "import os, workspace\nopen('/tmp/mark', 'w').write('x')\n"
+        "print(os.getcwd(), workspace.read_text('in.txt'), end='')",
+        cwd="/data",
+    )
+    assert result.stdout == "/tmp workspace side\n", result.stderr
+    again = await run(ws, "print(open('/tmp/mark').read())")  # the same sandbox's /tmp
+    assert again.stdout == "x\n" and backend.live_sandboxes(ws.id) == 1
