@@ -403,7 +403,9 @@ async def live_bench(runs: int) -> None:
             stamp = (await ws.fs.read_text(path)).strip()
             if stamp:
                 to_ws.append(max(0.0, seen - float(stamp)))
-        mirror = backend._live[str(ws.id)].mirror  # the host directory the sandbox sees
+        sandbox = backend._lives.get(str(ws.id))
+        assert sandbox is not None
+        mirror = sandbox.mirror  # the host directory the sandbox sees
         for i in range(runs):
             await ws.fs.write_file(f"/workspace/in{i}", b"x")
             written = time.perf_counter()

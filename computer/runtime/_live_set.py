@@ -285,6 +285,11 @@ class LiveSandboxes:
 
     # ------------------------------------------------------------------ the processes API
 
+    def get(self, workspace_id: str) -> LiveSandbox | None:
+        """The workspace's live sandbox while it lives."""
+        sandbox = self._live.get(workspace_id)
+        return sandbox if sandbox is not None and sandbox.alive else None
+
     def count(self, workspace_id: str | None = None) -> int:
         """Live sandboxes held (of ``workspace_id``, or all)."""
         return sum(

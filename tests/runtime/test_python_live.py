@@ -265,8 +265,8 @@ async def test_without_live_a_python_run_keeps_nothing_running() -> None:
 
 async def _ready_ahead_pid(backend: PythonBackend, ws: computer.Workspace) -> int:
     """The pid (inside the sandbox) of the guest started ahead in ``ws``'s live sandbox, once started."""
-    sandbox = backend._lives._live[ws.id]
-    assert sandbox.spare is not None
+    sandbox = backend._lives.get(ws.id)
+    assert sandbox is not None and sandbox.spare is not None
     ahead = await asyncio.wait_for(asyncio.shield(sandbox.spare.task), 15)
     return int(await ahead.job.started)
 
