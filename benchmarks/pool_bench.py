@@ -154,6 +154,48 @@ def _quantile(values: list[float], q: float) -> float:
     )
 
 
+_ROLES = (("ray::OwnerActor", "owners"), ("ray::PoolWorker", "workers"), ("ray::PoolScaler", "control loop"))
+
+
+def cpu_by_role() -> dict[str, float]:
+    """CPU seconds used so far by this process (the agents' clients) and its descendants, by role:
+    owner actors, pool workers (with their sandboxes), the control loop, the rest of Ray. Read from
+    /proc (a process's own time plus that of its children it reaped)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    procs: dict[int, tuple[int, float, str]] = {}  # pid -> (ppid, cpu seconds, command line)
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        cpu = sum(int(x) for x in fields[11:15]) / ticks  # utime, stime, cutime, cstime
+        procs[int(entry)] = (int(fields[1]), cpu, cmdline)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    out = {"clients": 0.0, "owners": 0.0, "workers": 0.0, "control loop": 0.0, "ray": 0.0}
+
+    def walk(pid: int, role: str) -> None:
+        _, cpu, cmdline = procs[pid]
+        for prefix, named in _ROLES:
+            if cmdline.startswith(prefix):
+                role = named
+        out[role] += cpu
+        for child in children.get(pid, []):
+            walk(child, "ray" if role == "clients" else role)
+
+    me = os.getpid()
+    if me in procs:
+        walk(me, "clients")
+    return out
+
+
 async def _pool_state(window: float) -> dict[str, Any]:
     import ray
 
@@ -167,6 +209,7 @@ async def agents_run(spaces: list[Any], duration: float, command: str) -> dict[s
     latencies: list[float] = []
     failures: list[str] = []
     moved_before = (await _pool_state(1.0)).get("moved", 0)
+    cpu_before = cpu_by_role()
     start = time.perf_counter()
 
     async def agent(k: int, ws: Any) -> None:
@@ -182,6 +225,7 @@ async def agents_run(spaces: list[Any], duration: float, command: str) -> dict[s
 
     await asyncio.gather(*[agent(k, ws) for k, ws in enumerate(spaces)])
     elapsed = time.perf_counter() - start
+    cpu_after = cpu_by_role()
     pool = await _pool_state(elapsed)
     return {
         "runs": len(latencies),
@@ -196,6 +240,8 @@ async def agents_run(spaces: list[Any], duration: float, command: str) -> dict[s
         "moved": pool.get("moved", 0) - moved_before,  # runs moved off a full worker (idle sandbox ended)
         "failures": failures[:3],
         "failed": len(failures),
+        # CPU ms per run by role (what the machine spends on one run, wherever it runs)
+        "cpu_ms": {k: (cpu_after[k] - cpu_before[k]) * 1000 / max(1, len(latencies)) for k in cpu_after},
     }
 
 
@@ -238,6 +284,12 @@ async def agents_bench(args: argparse.Namespace, data_dir: Path) -> None:
                 f"wait p50 {wait50} ms p99 {wait99} ms  workers {row['workers']} (+{row['pending']} pending, "
                 f"max {row['max']}; {row['moved']} moved off a full worker)  failed {row['failed']} "
                 f"{row['failures']}  load average after: {load}"
+            )
+            cpu = row["cpu_ms"]
+            print(
+                f"  {'':16} CPU per run: {sum(cpu.values()):.1f} ms ("
+                + ", ".join(f"{role} {ms:.1f}" for role, ms in cpu.items())
+                + f"); {sum(cpu.values()) * row['runs_per_s'] / 1000:.2f} CPUs busy for these runs"
             )
         fixed, elastic = rows["fixed 2..2"], rows["elastic 2..auto"]
         print(
