@@ -13,7 +13,8 @@ Elastic pools (issue 23): how many workers a pool has is decided by one control 
 cluster (:mod:`~computer.actors._pool_scaler`); each worker runs at most its target of runs at once,
 the others wait in its line (:mod:`~computer.actors._pool_admission`). Each owner dispatches on its
 own: it refreshes the loop's :class:`~computer.actors._pool_scaler.PoolView` (ready workers, their
-node, target and load) at most every :data:`VIEW_TTL` seconds, in the background, and picks, in
+node, target and load) at most every :data:`VIEW_TTL` seconds while the pool is busy (every
+:data:`VIEW_TTL_CALM` seconds while every worker has room), in the background, and picks, in
 order: the worker its workspace is *pinned* to (a live sandbox lives there; first-class input:
 :meth:`PoolBackend.pin`; a pinned run whose worker is full moves when its sandbox runs nothing: see
 ``PoolWorker.run``), else among workers with a free slot (its estimate: the load reported plus
@@ -68,6 +69,12 @@ PREFETCH_MAX_BYTES = 256 * 1024
 DISPATCH_RETRIES = 3
 INFO_TIMEOUT = 120.0  # seconds for a new pool's first worker to start and describe itself
 VIEW_TTL = 1.0  # seconds a dispatcher uses the control loop's view before refreshing it (in the background)
+# The same while the pool is calm: every worker had a free slot in the last view, none pending, no run of
+# this owner found the workers full. A view call costs the owner and the control loop ~1-2 ms of CPU
+# each: refreshed every second, it was a call per run for an agent running a command a second (the
+# control loop spent 1.9 ms of CPU per run in pool_bench). A dead worker or a run handed back
+# refreshes at once either way.
+VIEW_TTL_CALM = 5.0
 # A run with no ready worker to go to waits this long for one (a pool growing from zero, a new node the
 # autoscaler adds) before it fails. Seconds.
 WORKER_WAIT = 300.0
@@ -119,6 +126,7 @@ class PoolBackend:
         self.requeued = 0  # runs a worker handed back (draining, shedding) and this owner sent again
         self.moved = 0  # runs a full worker handed back after ending their idle live sandbox there
         self._room = 0  # workers the pool may still add (from the control loop's view)
+        self._busy = True  # the last view (or a run since) found a worker full or one pending
         self.info: BackendInfo = self._describe()
 
     def _describe(self) -> BackendInfo:
@@ -253,6 +261,7 @@ class PoolBackend:
                     if name in self._warm:
                         self._warm.remove(name)
         self._room = view.room
+        self._busy = view.pending > 0 or any(w.load >= w.target for w in view.workers if not w.draining)
         self._view_at = now
 
     async def _refresh(self, waiting: int = 0, wait: float = 0.0) -> None:
@@ -272,13 +281,13 @@ class PoolBackend:
         self._take_view(view)
 
     async def _fresh(self) -> None:
-        """Refresh the view in the background once it is older than :data:`VIEW_TTL` (now, when empty)."""
+        """Refresh the view in the background once it is older than :data:`VIEW_TTL` (or
+        :data:`VIEW_TTL_CALM`); now, when it is empty."""
         if not any(s.listed for s in self._slots.values()):
             await self._refresh()
             return
-        if time.monotonic() - self._view_at > VIEW_TTL and (
-            self._refreshing is None or self._refreshing.done()
-        ):
+        ttl = VIEW_TTL if self._busy else VIEW_TTL_CALM
+        if time.monotonic() - self._view_at > ttl and (self._refreshing is None or self._refreshing.done()):
             self._refreshing = asyncio.create_task(self._refresh())
 
     def _pick(self, workspace_id: str) -> _Slot | None:
@@ -287,6 +296,7 @@ class PoolBackend:
         if pinned is not None:
             slot = self._slots.get(pinned)
             if slot is not None and slot.listed and pinned not in self._dead:
+                self._busy = self._busy or slot.estimate >= slot.target
                 return slot
         usable = [s for s in self._slots.values() if s.listed and not s.draining and s.name not in self._dead]
         if not usable:
@@ -294,6 +304,7 @@ class PoolBackend:
         warm = {name: rank for rank, name in enumerate(self._warm)}
         order = {s.name: zlib.crc32(f"{workspace_id}/{s.name}".encode()) for s in usable}
         free = [s for s in usable if s.estimate < s.target]
+        self._busy = self._busy or not free
         if free:
             return min(
                 free,

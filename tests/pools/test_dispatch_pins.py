@@ -4,6 +4,7 @@ fake worker handles that record the orders they get. Counted: which worker got w
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -121,3 +122,23 @@ async def test_a_worker_that_no_longer_holds_the_sandbox_unpins_the_workspace(
     monkeypatch.setattr(backend, "_refresh", no_control_loop)
     assert await _run(backend) == [ExitEvent(0, live=True)]
     assert (len(a.orders), len(b.orders), backend.pinned("ws"), backend.requeued) == (1, 1, "b", 1)
+
+
+async def test_a_calm_pool_is_viewed_less_often_than_a_busy_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted: control-loop view calls a dispatcher makes for runs one after another."""
+    monkeypatch.setitem(pools._infos, "shell", BackendInfo(id="shell", protocol="command", callable=False))
+    calls: list[float] = []
+
+    async def refresh(*_: Any, **__: Any) -> None:
+        calls.append(0.0)
+
+    for busy_load, expected in ((0, 0), (4, 1)):
+        backend = pools.PoolBackend("shell", owner=object(), node="n")
+        backend._take_view(PoolView("shell", (WorkerView("a", "n", 4, busy_load, False),), pending=0))
+        backend._slots["a"].handle = _Worker("a", _live)
+        monkeypatch.setattr(backend, "_refresh", refresh)
+        calls.clear()
+        backend._view_at -= pools.VIEW_TTL + 0.5  # older than the busy TTL, younger than the calm one
+        await _run(backend)
+        await asyncio.sleep(0)  # the background refresh, when one was started
+        assert len(calls) == expected, busy_load
