@@ -195,7 +195,7 @@ def process_scratch(base: str | os.PathLike[str] | None = None, owner: tuple[int
     Made once per base and owner; removed by :func:`release_process` (at exit). The first call for a
     base reaps what dead processes left there (:func:`reap_dead`).
     """
-    parent = Path(base if base is not None else tempfile.gettempdir())
+    parent = Path(base if base is not None else _temp_base(owner))
     key = (os.path.abspath(parent), owner)
     with _LOCK:
         made = _MADE.get(key)
@@ -214,6 +214,51 @@ def process_scratch(base: str | os.PathLike[str] | None = None, owner: tuple[int
             atexit.register(release_process)
         _MADE[key] = directory
         return directory
+
+
+def _temp_base(owner: tuple[int, int] | None) -> str:
+    """The temp directory, or, when the sandbox's host user ``owner`` cannot search its path (a
+    private ``TMPDIR``, 0700, as ``mktemp -d`` makes), the first of ``/tmp``, ``/dev/shm``,
+    ``/var/tmp`` it can: bubblewrap runs as that user and must reach every bind source (the
+    sandbox's ``/etc``, staged trees, mirrors). None reachable: ``PermissionError`` naming them."""
+    temp = tempfile.gettempdir()
+    if owner is None:
+        return temp
+    candidates = [temp, *(d for d in ("/tmp", "/dev/shm", "/var/tmp") if d != temp)]
+    for candidate in candidates:
+        if os.path.isdir(candidate) and searchable(candidate, owner):
+            if candidate != temp:
+                log.info(
+                    "sandbox user %d cannot reach %s: scratch directories go to %s", owner[0], temp, candidate
+                )
+            return candidate
+    raise PermissionError(
+        errno.EACCES,
+        f"the sandbox user (uid {owner[0]}) cannot search the temp directory {temp} nor "
+        f"{', '.join(candidates[1:])}: make one searchable (chmod o+x) or set TMPDIR to one",
+        temp,
+    )
+
+
+def searchable(path: str, owner: tuple[int, int]) -> bool:
+    """Whether user ``owner`` (uid, gid) may search every directory from ``/`` down to ``path``."""
+    uid, gid = owner
+    current = "/"
+    for part in [p for p in os.path.realpath(path).split("/") if p] + [""]:
+        try:
+            st = os.stat(current)
+        except OSError:
+            return False
+        if st.st_uid == uid:
+            allowed = st.st_mode & stat.S_IXUSR
+        elif st.st_gid == gid:
+            allowed = st.st_mode & stat.S_IXGRP
+        else:
+            allowed = st.st_mode & stat.S_IXOTH
+        if uid != 0 and not allowed:
+            return False
+        current = os.path.join(current, part)
+    return True
 
 
 def release_process() -> None:

@@ -166,13 +166,6 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runtime: the sandbox's /etc copy and staged trees go to process_scratch(None, owner) under "
-    "$TMPDIR, which bubblewrap (run as the sandbox user) cannot search when TMPDIR is 0700 root; it exits "
-    "('Can't find source path ... Permission denied') and the run reports 'Broken pipe' (shell) or an "
-    "empty error (python). Remove this mark once the runtime picks a reachable directory or says so.",
-)
 def test_runs_work_or_fail_clearly_with_a_private_temp_directory() -> None:
     """``TMPDIR=$(mktemp -d)`` (mode 0700, root's): each run either works, or fails with an error that
     names the directory, never a bare "Broken pipe"."""
