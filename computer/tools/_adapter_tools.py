@@ -9,12 +9,13 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from ..surface import WorkspaceSurface
 from ._tool import Tool
 
 __all__ = ["build_tools", "select_tools"]
 
 
-def build_tools(workspace: Any, options: Mapping[str, Any]) -> dict[str, Tool]:
+def build_tools(workspace: WorkspaceSurface, options: Mapping[str, Any]) -> dict[str, Tool]:
     """The core tools for ``workspace`` (``create_tools(workspace, **options)``), or given tools as they are.
 
     ``workspace`` may also be a ``dict[str, Tool]`` (or a list of tools) already built, so an adapter can

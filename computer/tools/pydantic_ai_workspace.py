@@ -52,7 +52,7 @@ from pydantic_ai.workspaces import (
 )
 
 from ..runtime.types import ExecResult
-from ..surface import ExecHandleSurface, FileSystemSurface, RuntimeSurface
+from ..surface import ExecHandleSurface, FileSystemSurface, RuntimeSurface, WorkspaceSurface
 
 __all__ = ["PROVIDER", "ComputerWorkspace", "ComputerWorkspaceBackend"]
 
@@ -79,7 +79,7 @@ class ComputerWorkspaceBackend(WorkspaceBackend, SupportsFilesystem, SupportsCom
 
     def __init__(
         self,
-        workspace: Any,
+        workspace: WorkspaceSurface,
         *,
         ref: WorkspaceRef | None = None,
         working_dir: str = DEFAULT_WORKING_DIR,
@@ -348,7 +348,7 @@ class ComputerWorkspaceBackend(WorkspaceBackend, SupportsFilesystem, SupportsCom
         return f"ComputerWorkspaceBackend(workspace={self.workspace.id!r}, working_dir={self._working_dir!r})"
 
 
-def ref_of(workspace: Any) -> WorkspaceRef:
+def ref_of(workspace: WorkspaceSurface) -> WorkspaceRef:
     """The ``WorkspaceRef`` naming ``workspace`` (stable in every process, like its id)."""
     return WorkspaceRef(provider=PROVIDER, id=workspace.id)
 
