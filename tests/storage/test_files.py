@@ -434,6 +434,41 @@ async def test_a_batch_of_small_garbage_is_freed_soon_after_not_inside_the_mutat
     assert await fs.read_file("/again") == b"unique 7"
 
 
+async def test_a_timed_collection_that_fails_is_logged_with_the_store_and_retried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The timer's delete failing (a disk error) is a warning naming the store's id, never an exception
+    on the event loop; the batch stays and the next collection frees it."""
+    import sqlite3
+
+    from computer.storage.filesystem import GARBAGE_DELAY
+
+    fs = FileSystem.open(str(tmp_path / "ws.sqlite"))
+    try:
+        files = {f"/g/f{i}": b"unique %d" % i for i in range(300)}
+        fs.commit_batch(files)
+        real_flush = fs.chunks.flush
+
+        def broken() -> None:
+            raise sqlite3.OperationalError("disk I/O error")
+
+        monkeypatch.setattr(fs.chunks, "flush", broken)
+        with caplog.at_level("WARNING", logger="computer.storage"):
+            fs.commit_batch(dict.fromkeys(files))
+            await asyncio.sleep(GARBAGE_DELAY)
+            for _ in range(100):  # bounded: 5 s more, until the timer has run
+                if any("freeing unreferenced chunks" in r.getMessage() for r in caplog.records):
+                    break
+                await asyncio.sleep(0.05)
+        assert [r.getMessage() for r in caplog.records if fs.id in r.getMessage()], caplog.text
+        assert fs.chunks.pending == 300 and _rows(fs) == 300  # kept for the next collection
+        monkeypatch.setattr(fs.chunks, "flush", real_flush)
+        fs.collect_garbage()
+        assert fs.chunks.pending == 0 and _rows(fs) == 0
+    finally:
+        fs.close()
+
+
 def test_without_an_event_loop_garbage_is_freed_inside_the_mutation(tmp_path: Path) -> None:
     fs = FileSystem.open(str(tmp_path / "ws.sqlite"))
     try:
