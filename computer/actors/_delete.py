@@ -109,13 +109,7 @@ async def _stop_owner(config: Settings, name: str, *, force: bool) -> bool:
         stats: dict[str, Any] = await handle.stats.remote()
     except ray.exceptions.RayActorError:
         return stopped  # it died meanwhile
-    reasons = _in_use(stats)
-    if reasons and not force:
-        raise fs_error(
-            errno.EBUSY,
-            name,
-            f"in use by a live client ({', '.join(reasons)}); retry when it is done, or force the deletion",
-        )
+    _refuse_if_in_use(name, stats, force=force)
     try:
         await asyncio.wait_for(handle.close_workspace.remote(), _STOP_TIMEOUT)
     except (TimeoutError, ray.exceptions.RayActorError):
@@ -141,13 +135,7 @@ async def _stop_hosted(config: Settings, name: str, *, force: bool) -> bool:
             continue  # died or exited meanwhile: it holds nothing
         if stats is None:
             continue
-        reasons = _in_use(stats)
-        if reasons and not force:
-            raise fs_error(
-                errno.EBUSY,
-                name,
-                f"in use by a live client ({', '.join(reasons)}); retry when it is done, or force the deletion",
-            )
+        _refuse_if_in_use(name, stats, force=force)
         try:
             stopped = (
                 bool(await asyncio.wait_for(host.close_workspace.remote(name), _STOP_TIMEOUT)) or stopped
@@ -155,6 +143,17 @@ async def _stop_hosted(config: Settings, name: str, *, force: bool) -> bool:
         except (TimeoutError, ray.exceptions.RayActorError):
             stopped = True  # the fence below stops whatever it would still write
     return stopped
+
+
+def _refuse_if_in_use(name: str, stats: dict[str, Any], *, force: bool) -> None:
+    """EBUSY when an owner's ``stats`` say a live client holds ``name`` (unless ``force``)."""
+    reasons = _in_use(stats)
+    if reasons and not force:
+        raise fs_error(
+            errno.EBUSY,
+            name,
+            f"in use by a live client ({', '.join(reasons)}); retry when it is done, or force the deletion",
+        )
 
 
 def _in_use(stats: dict[str, Any]) -> list[str]:

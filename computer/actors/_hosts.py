@@ -246,13 +246,7 @@ class HostedWorkspace(OwnerActor):
         host = self._host_obj
         host.loop.call_soon_threadsafe(host.leaving, self)
         try:
-            if release:
-                await self._shutdown(hibernating=hibernating)
-            else:
-                self._closing = True
-                await self.workspace.close()
-        except Exception:
-            log.exception("closing workspace %s failed", self.name)
+            await self._close_quietly(hibernating=hibernating, release=release)
         finally:
             host.loop.call_soon_threadsafe(host.gone, self)
 

@@ -53,6 +53,12 @@ class OwnerActor(WorkspaceHost):
         """Close and exit the actor process (the name becomes free for the next owner)."""
         import ray
 
+        await self._close_quietly(hibernating=hibernating, release=release)
+        # exit_actor must run inside an actor task, not a background coroutine: ask ourselves.
+        ray.get_runtime_context().current_actor._exit.remote()
+
+    async def _close_quietly(self, *, hibernating: bool, release: bool) -> None:
+        """Close the workspace, releasing the lease unless fenced (a newer owner holds it); log failures."""
         try:
             if release:
                 await self._shutdown(hibernating=hibernating)
@@ -61,8 +67,6 @@ class OwnerActor(WorkspaceHost):
                 await self.workspace.close()
         except Exception:
             log.exception("closing workspace %s failed", self.name)
-        # exit_actor must run inside an actor task, not a background coroutine: ask ourselves.
-        ray.get_runtime_context().current_actor._exit.remote()
 
     async def _exit(self) -> None:
         import ray

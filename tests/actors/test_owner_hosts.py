@@ -7,8 +7,6 @@ import asyncio
 import base64
 import os
 import pickle
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -265,16 +263,6 @@ async def test_a_host_restarted_in_place_reopens_its_workspaces(model: Settings,
 @pytest.mark.slow
 def test_racing_first_calls_from_two_nodes_create_one_hosted_workspace(tmp_path: Path) -> None:
     """Hosts are named per node: a claim in the GCS settles which node creates a new name."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    script = Path(__file__).with_name("_hosted_two_nodes.py")
-    proc = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "data")],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env=env,
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), (
-        proc.stdout[-3000:] + proc.stderr[-5000:]
-    )
+    from .test_placement import _run_script
+
+    _run_script("_hosted_two_nodes.py", tmp_path)
