@@ -58,6 +58,9 @@ class Mirror(MirrorPush, MirrorPull):
     # The chunk hashes of the content each large file of the mirror holds (by relative path), as last
     # synced: a push moves only the chunks that differ, a pull sends only chunks the store lacks.
     chunks: dict[str, list[str]] = field(default_factory=dict, repr=False)
+    # Per large file, fast keyed fingerprints of its chunks as the last pull read them, with the chunk
+    # list they belong to: the next pull hashes (SHA-256) only the chunks whose fingerprint changed.
+    prints: dict[str, tuple[tuple[str, ...], list[int]]] = field(default_factory=dict, repr=False)
     # The host uid/gid that must own what the mirror writes (the sandbox's user), or None.
     owner: tuple[int, int] | None = None
     # File bytes the mirror holds and when it went idle (for the process's scratch budget).

@@ -42,6 +42,7 @@ class MirrorBase:
     reasons: dict[str, str]
     unfilled: list[tuple[MirrorFile, list[int] | None]]
     chunks: dict[str, list[str]]
+    prints: dict[str, tuple[tuple[str, ...], list[int]]]
     owner: tuple[int, int] | None
 
     def host(self, path: str) -> Path:
@@ -66,6 +67,7 @@ class MirrorBase:
         for key in [k for k in self.state if k == rel or k.startswith(prefix)]:
             del self.state[key]
             self.chunks.pop(key, None)
+            self.prints.pop(key, None)
 
     def unwatch(self) -> None:
         if self.watch is not None:
@@ -84,6 +86,8 @@ class PullPlan:
     links: list[tuple[str, str]] = field(default_factory=list)  # (relative path, first name's path)
     # Filled by ``Mirror.pages``: the chunk hashes of each large file it sent as chunks.
     chunk_lists: dict[str, list[str]] = field(default_factory=dict)
+    # ... and the fast fingerprints of those chunks (``Mirror.prints``).
+    chunk_prints: dict[str, list[int]] = field(default_factory=dict)
     # Paths left in the mirror only, with the reason (names the workspace cannot hold, FIFOs…).
     unsyncable: dict[str, str] = field(default_factory=dict)
 

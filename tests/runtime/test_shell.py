@@ -9,6 +9,7 @@ import secrets
 from pathlib import Path
 from typing import Any
 
+import pytest
 from exec_cases import (
     a_conflicted_path_comes_back_with_the_workspace_version,
     a_file_changed_during_a_run_keeps_the_workspace_version,
@@ -16,7 +17,7 @@ from exec_cases import (
 )
 
 import computer
-from computer.runtime import LocalExecContext, PullResult, Runtime, ShellBackend, SyncPull
+from computer.runtime import LocalExecContext, PullResult, Runtime, ShellBackend, SyncPull, _mirror_pull
 
 
 async def test_cat_copy_append_and_rm_are_reflected_in_the_workspace(ws: computer.Workspace) -> None:
@@ -419,6 +420,50 @@ async def test_a_small_change_in_a_large_file_moves_one_chunk_each_way(tmp_path:
             seen.stdout.split()[0] == hashlib.sha256(await ws.fs.read_file("/workspace/big.db")).hexdigest()
         )
         assert not await ws.fs.exists("/.computer/sync/x") and await ws.fs.ls("/.computer/sync") == []
+
+
+class _CountingSha256:
+    """Stands in for ``hashlib`` in the mirror's pull: counts the SHA-256 computations."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def sha256(self, data: bytes) -> Any:
+        self.calls += 1
+        return hashlib.sha256(data)
+
+
+async def test_a_pull_hashes_only_the_chunks_whose_fingerprint_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 16 (4 KiB in 100 MB): a pull reads a large file whole but SHA-256s only the chunks
+    whose keyed fingerprint differs from the last pull's; the file stays exact in the workspace,
+    also after a push replaced it (its fingerprints no longer apply: everything is hashed once)."""
+    counting = _CountingSha256()
+    monkeypatch.setattr(_mirror_pull, "hashlib", counting)
+    backend = ShellBackend(live=False)
+    async with computer.Workspace(str(tmp_path / "ws.db"), backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+
+        async def step(command: str) -> int:
+            counting.calls = 0
+            result = await (await ws.runtime.exec(command + "; sha256sum big.db")).result()
+            assert result.status == "completed", result
+            stored = hashlib.sha256(await ws.fs.read_file("/workspace/big.db")).hexdigest()
+            assert result.stdout.split()[0] == stored
+            return counting.calls
+
+        page = "dd if=/dev/urandom of=big.db bs=4096 count=1 seek={} conv=notrunc status=none"
+        chunks = -(-20_000_000 // (512 * 1024))
+        assert await step("head -c 20000000 /dev/urandom > big.db") == chunks
+        assert await step(page.format(1000)) == 1
+        assert await step(page.format(10) + "; " + page.format(3000)) == 2
+        assert await step(page.format(3000)) == 1  # the same chunk again: compared with the last pull
+        assert await step("head -c 4096 /dev/urandom >> big.db") == 1  # the last chunk grew
+        listed = [c.hash for c in ws.fs.file_chunks("/workspace/big.db")]
+        await ws.fs.write_chunks("/workspace/big.db", [*listed[:5], b"x" * (512 * 1024), *listed[6:]])
+        assert await step(page.format(2000)) == chunks  # pushed since: no fingerprint applies
+        assert await step(page.format(4000)) == 1
 
 
 async def test_a_run_that_fills_its_scratch_space_says_why_and_loses_nothing() -> None:
