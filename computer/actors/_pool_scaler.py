@@ -69,6 +69,10 @@ log = logging.getLogger(__name__)
 SCALER_NAME = "computer:pools"
 BACKENDS = ("shell", "python")
 TICK = 0.5  # seconds between two rounds of polls and decisions
+# Between two rounds while every pool is calm (every worker ready, nothing running or waiting, no
+# dispatcher waiting for a worker): an idle cluster's control loop polls 4x less (each round costs a
+# few GCS calls and one actor call per worker). A dispatcher asking for a view wakes it at once.
+TICK_CALM = 2.0
 POLL_TIMEOUT = 10.0  # a worker that does not answer its load within this is left out of that round
 GROW_WAIT = 0.1  # seconds: a run that waited longer in a line is a reason to grow
 # A worker of the minimum still pending after this long (its CPUs were taken meanwhile) is replaced by
@@ -311,6 +315,7 @@ class PoolScaler:
         self._pools = {backend: _Pool(backend) for backend in BACKENDS}
         self._next_index = 0
         self._wake = asyncio.Event()
+        self._resting = False  # the loop waits TICK_CALM: a view call wakes it
         self.started_at = time.time()
         self.rounds = 0
         self._adopt()
@@ -337,8 +342,22 @@ class PoolScaler:
             except Exception:
                 log.exception("pool control loop: a round failed")
             self._wake.clear()
+            self._resting = self.calm()
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), TICK)
+                await asyncio.wait_for(self._wake.wait(), TICK_CALM if self._resting else TICK)
+            self._resting = False
+
+    def calm(self) -> bool:
+        """Whether every pool is calm: its workers ready (none pending or draining), none running or
+        holding a waiting run, no dispatcher waiting for a worker."""
+        for pool in self._pools.values():
+            if pool.waiting:
+                return False
+            for w in pool.workers.values():
+                r = w.report
+                if w.state != "ready" or r is None or r.running or r.queued or r.movable_wait > GROW_WAIT:
+                    return False
+        return True
 
     async def _round(self) -> None:
         config, nodes = await asyncio.to_thread(_cluster_state)
@@ -497,6 +516,8 @@ class PoolScaler:
         """The ready workers of ``backend``'s pool. ``waiting``: runs the caller holds because no worker
         is ready (the pool grows from zero for them); ``wait``: seconds to wait for a ready worker."""
         pool = self._pools[backend]
+        if self._resting:  # a dispatcher at work: look at the pools now, then at the busy pace
+            self._wake.set()
         if waiting:
             pool.waiting = max(pool.waiting, waiting)
             self._wake.set()

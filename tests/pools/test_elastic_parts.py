@@ -176,3 +176,26 @@ def test_a_worker_of_the_minimum_stuck_pending_is_replaced_by_one_that_fits() ->
     assert plan(LIMITS, 6, [_ready("a"), stuck], now=5.0).remove == []  # not yet: it may still start
     decided = plan(LIMITS, 6, [_ready("a"), stuck], now=20.0)
     assert decided.remove == ["p"] and decided.grow == decided.floor == 1
+
+
+def test_the_control_loop_rests_only_while_every_pool_is_calm() -> None:
+    from computer.actors._pool_scaler import PoolScaler, _Pool, _Worker
+
+    def loop(*workers: _Worker, waiting: int = 0) -> PoolScaler:
+        scaler = PoolScaler.__new__(PoolScaler)  # no Ray: no adoption, no loop task
+        shell, python = _Pool("shell"), _Pool("python", waiting=waiting)
+        shell.workers = {w.name: w for w in workers}
+        scaler._pools = {"shell": shell, "python": python}
+        return scaler
+
+    def worker(name: str, state: str = "ready", **kw: object) -> _Worker:
+        return _Worker(name, 0, None, state, 0.0, 1.0, 2, "n", _report(name, **kw))
+
+    assert loop(worker("a"), worker("b", idle_for=99.0)).calm()
+    assert loop().calm()
+    assert not loop(worker("a"), worker("b", running=1)).calm()
+    assert not loop(worker("a", queued=1)).calm()
+    assert not loop(worker("a", movable_wait=1.0)).calm()
+    assert not loop(worker("a"), worker("b", state="pending")).calm()
+    assert not loop(worker("a"), worker("b", state="draining")).calm()  # to be removed soon
+    assert not loop(worker("a"), waiting=1).calm()  # a dispatcher waits for a worker
