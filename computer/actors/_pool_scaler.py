@@ -1,7 +1,8 @@
 """The exec pools' control loop: one actor for the whole cluster grows and shrinks every pool.
 
 ``PoolScaler`` is the detached named actor ``computer:pools`` (namespace ``computer``), restarted by
-Ray when it dies; a restarted one adopts the workers it finds by name. Every :data:`TICK` seconds it
+Ray when it dies; a restarted one adopts the workers it finds by name. Every :data:`TICK` seconds
+(:data:`TICK_CALM` while every pool is calm) it
 
 1. reads the pool settings the cluster's last ``computer.init`` published (min/max workers, CPUs and
    memory per worker, runs per CPU, idle time) and the alive nodes with their CPUs;
@@ -15,7 +16,7 @@ Ray when it dies; a restarted one adopts the workers it finds by name. Every :da
    and *remove* a draining worker once it holds nothing; *replace* dead workers (keeping the minimum).
 
 Owners ask it for a :class:`PoolView` (the ready workers with their node, target and load) at most
-once a second while they dispatch; each owner still chooses the worker of every run itself (pin,
+once a second while they dispatch to a busy pool (every 5 s to a calm one); each owner still chooses the worker of every run itself (pin,
 warm mirror, its own node, least load). ``status()`` feeds ``computer status``.
 
 Decisions where the issue is silent:
