@@ -34,6 +34,7 @@ from typing import Any
 
 from ..runtime import (
     DeferringContext,
+    ExecContext,
     ExecRequest,
     ExitEvent,
     PullResult,
@@ -60,6 +61,8 @@ __all__ = [
 # Outcomes of deferred pulls a dispatcher keeps per worker (sent with each run, so a mirror of any
 # recent run settles).
 OUTCOMES_KEPT = 8
+# A prefetched push larger than this is not sent along (the worker asks for it if its mirror needs it).
+PREFETCH_MAX_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +124,41 @@ class WorkerMemory:
     ) -> RunOrder:
         sent = None if self.introduced and token is not None else owner
         return RunOrder(request, workspace_id, sent, token, prefetched, dict(self.outcomes), movable)
+
+    async def prefetch(self, ctx: ExecContext) -> Prefetched | None:
+        """The push the worker's mirror will need, computed by the owner (``ctx``: its own context)
+        ahead of dispatch: it saves the run a call. Only a small incremental push: a full or large one
+        is left for the worker to ask for (its mirror may have been dropped meanwhile)."""
+        synced = self.synced
+        if synced is None:
+            return None
+        try:
+            push = await ctx.sync_push(synced.rev, synced.root, SyncLimits(**synced.limits))
+        except Exception:
+            return None
+        if push.full or push.more:
+            return None
+        data = encode_sync(push)
+        return Prefetched(synced, data) if len(data) <= PREFETCH_MAX_BYTES else None
+
+    async def apply(self, run: str, event: ExitEvent, ctx: ExecContext) -> ExitEvent:
+        """Apply ``run``'s deferred pull (``event.pending``) next to the workspace (``ctx``: the owner's
+        own context); the completed exit event. Its outcome goes to the worker with the next runs."""
+        pending = event.pending
+        assert pending is not None
+        try:
+            batch = await ctx.sync_pull(pending.pull, pending.base_rev)
+        except Exception as exc:
+            # The worker's mirror learns no outcome for this run: its next run there pushes it whole.
+            return ExitEvent(None, pushed=event.pushed, error=f"sync failed: {type(exc).__name__}: {exc}")
+        self.applied(run, pending.pull.root, pending.limits, batch)
+        return dataclasses.replace(
+            event,
+            pulled=sorted(set(event.pulled) | set(batch.applied)),
+            skipped=sorted(set(event.skipped) | set(batch.skipped)),
+            skipped_reasons={**event.skipped_reasons, **batch.reasons},
+            pending=None,
+        )
 
     def ended_live(self, event: ExitEvent) -> None:
         """A run left its live sandbox (and mirror) at ``event.synced_to``: prefetch the next push from it."""

@@ -47,11 +47,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
-from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits, encode_sync
+from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent
 from ..runtime.types import BackendInfo
 from ._pool_admission import Requeue
 from ._pool_callbacks import owner_token
-from ._pool_context import Prefetched, WorkerMemory
+from ._pool_context import WorkerMemory
 from ._pool_registry import worker_handle
 from ._pool_scaler import PoolView, enabled, get_scaler, limits_from
 from ._pool_worker import OwnerUnknown, RunStarted
@@ -63,8 +63,6 @@ log = logging.getLogger(__name__)
 
 # Events a worker may produce ahead of the owner consuming them (each at most 256 KiB of output).
 STREAM_AHEAD = 16
-# A prefetched push larger than this is not sent along (the worker asks for it if its mirror needs it).
-PREFETCH_MAX_BYTES = 256 * 1024
 # A run that did not reach a live worker (it was dead or being replaced) is re-dispatched this often.
 DISPATCH_RETRIES = 3
 INFO_TIMEOUT = 120.0  # seconds for a new pool's first worker to start and describe itself
@@ -357,26 +355,6 @@ class PoolBackend:
         if slot.name in self._warm:
             self._warm.remove(slot.name)
 
-    async def _prefetch(self, slot: _Slot, ctx: ExecContext) -> Prefetched | None:
-        """The push the worker's mirror will need, computed here ahead of dispatch (saves it a call).
-
-        Only for a small incremental push: a full or large one is left for the worker to ask for, since
-        its mirror may have been dropped meanwhile and the bytes would travel for nothing.
-        """
-        synced = slot.memory.synced
-        if synced is None:
-            return None
-        try:
-            push = await ctx.sync_push(synced.rev, synced.root, SyncLimits(**synced.limits))
-        except Exception:
-            return None
-        if push.full or push.more:
-            return None
-        data = encode_sync(push)
-        if len(data) > PREFETCH_MAX_BYTES:
-            return None
-        return Prefetched(synced, data)
-
     async def _choose(self, workspace_id: str) -> _Slot | None:
         """A worker for the next run: from the view, waiting (bounded) for one to be ready when none is."""
         await self._fresh()
@@ -415,7 +393,7 @@ class PoolBackend:
             started = finished = unknown = requeued = moved = False
             try:
                 handle = await self._handle(slot)
-                prefetched = await self._prefetch(slot, ctx)
+                prefetched = await slot.memory.prefetch(ctx)
                 # Without a token (an owner handle given by the caller) the worker could not tell
                 # two owners of one workspace id apart: the handle is always sent then.
                 order = slot.memory.order(
@@ -452,7 +430,7 @@ class PoolBackend:
                         elif self.pinned(workspace_id) == slot.name:
                             self.unpin(workspace_id)
                         if event.pending is not None:
-                            event = await self._apply(slot, request.id, event, ctx)
+                            event = await slot.memory.apply(request.id, event, ctx)
                     yield event
                     if finished:
                         break  # the run is over; do not wait for the generator's own end
@@ -507,24 +485,6 @@ class PoolBackend:
                 continue
             yield ExitEvent(None, error=f"exec worker {slot.name} sent no exit")
             return
-
-    async def _apply(self, slot: _Slot, run: str, event: ExitEvent, ctx: ExecContext) -> ExitEvent:
-        """Apply a run's deferred pull here, next to the workspace; the completed exit event."""
-        pending = event.pending
-        assert pending is not None
-        try:
-            batch = await ctx.sync_pull(pending.pull, pending.base_rev)
-        except Exception as exc:
-            # The worker's mirror learns no outcome for this run: its next run there pushes it whole.
-            return ExitEvent(None, pushed=event.pushed, error=f"sync failed: {type(exc).__name__}: {exc}")
-        slot.memory.applied(run, pending.pull.root, pending.limits, batch)
-        return dataclasses.replace(
-            event,
-            pulled=sorted(set(event.pulled) | set(batch.applied)),
-            skipped=sorted(set(event.skipped) | set(batch.skipped)),
-            skipped_reasons={**event.skipped_reasons, **batch.reasons},
-            pending=None,
-        )
 
 
 def _info_key(backend: str) -> bytes:

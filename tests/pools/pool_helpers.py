@@ -1,4 +1,5 @@
-"""Helpers of the pool tests: worker stats by name, host processes by command line."""
+"""Helpers of the pool tests: worker stats by name, host processes by command line, an owner in the
+test's process for a worker built without Ray."""
 
 from __future__ import annotations
 
@@ -6,11 +7,50 @@ import asyncio
 import os
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import computer
 from computer.actors import NAMESPACE
+from computer.actors._pool_callbacks import PoolCallbacks
 from computer.actors._pool_registry import named_workers
+from computer.actors.wire import Reply, fail, ok
+
+
+class LocalOwner(PoolCallbacks):
+    """The owner side of a worker's calls back (``pool_sync_push``…), over a workspace of this process;
+    counts them by name."""
+
+    def __init__(self, workspace: computer.Workspace) -> None:
+        self.workspace = workspace
+        self.served: list[str] = []
+
+    async def _serve(self, work: Callable[[], Awaitable[Any]]) -> Reply:
+        try:
+            return ok(await work())
+        except Exception as exc:
+            return fail(exc)
+
+    def __getattribute__(self, name: str) -> Any:
+        if name.startswith("pool_"):
+            object.__getattribute__(self, "served").append(name)
+        return object.__getattribute__(self, name)
+
+
+class InProcessHandle:
+    """``handle.method.remote(*args)`` awaited in this process, as on a Ray actor handle."""
+
+    def __init__(self, target: Any) -> None:
+        self.target = target
+
+    def __getattr__(self, method: str) -> Any:
+        call = getattr(self.target, method)
+
+        class _Method:
+            def remote(self, *args: Any) -> Any:
+                return call(*args)
+
+        return _Method()
 
 
 async def worker_stats(backend: str, size: int = 0) -> list[dict[str, Any]]:

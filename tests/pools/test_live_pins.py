@@ -10,51 +10,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 import computer
 from computer.actors._pool_admission import Requeue
-from computer.actors._pool_callbacks import PoolCallbacks
 from computer.actors._pool_context import RunOrder
 from computer.actors._pool_worker import PoolWorker, RunStarted
-from computer.actors.wire import Reply, fail, ok
 from computer.runtime import ExecRequest, ExitEvent, MirrorPool, OutputChunk, ShellBackend
 
-from .pool_helpers import processes_with, unique_sleep, wait_until
+from .pool_helpers import InProcessHandle, LocalOwner, processes_with, unique_sleep, wait_until
 
 pytestmark = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgroup freezer here")
-
-
-class _Owner(PoolCallbacks):
-    """The owner side of a worker's calls, over a workspace of this process."""
-
-    def __init__(self, workspace: computer.Workspace) -> None:
-        self.workspace = workspace
-
-    async def _serve(self, work: Callable[[], Awaitable[Any]]) -> Reply:
-        try:
-            return ok(await work())
-        except Exception as exc:
-            return fail(exc)
-
-
-class _Handle:
-    """``handle.method.remote(*args)`` awaited in this process, as a Ray actor handle is."""
-
-    def __init__(self, target: object) -> None:
-        self._target = target
-
-    def __getattr__(self, method: str) -> Any:
-        call = getattr(self._target, method)
-
-        class _Method:
-            def remote(self, *args: Any) -> Any:
-                return call(*args)
-
-        return _Method()
 
 
 @pytest.fixture
@@ -66,18 +35,18 @@ async def worker() -> AsyncIterator[PoolWorker]:
 
 
 @pytest.fixture
-async def owners() -> AsyncIterator[dict[str, _Handle]]:
+async def owners() -> AsyncIterator[dict[str, InProcessHandle]]:
     """Workspaces ``a`` (the pinned one) and ``b`` (the one that fills the worker)."""
     async with computer.Workspace() as a, computer.Workspace() as b:
         for ws in (a, b):
             await ws.fs.mkdir("/workspace")
-        yield {"a": _Handle(_Owner(a)), "b": _Handle(_Owner(b))}
+        yield {"a": InProcessHandle(LocalOwner(a)), "b": InProcessHandle(LocalOwner(b))}
 
 
 _ids = iter(range(10**6))
 
 
-def _run(worker: PoolWorker, owners: dict[str, _Handle], ws: str, source: str, **kw: Any) -> Any:
+def _run(worker: PoolWorker, owners: dict[str, InProcessHandle], ws: str, source: str, **kw: Any) -> Any:
     request = ExecRequest(id=f"r{next(_ids)}", backend="shell", source=source)
     return worker.run(RunOrder(request, ws, owners[ws], **kw))
 
@@ -87,7 +56,9 @@ async def _all(items: Any) -> list[Any]:
 
 
 @contextlib.asynccontextmanager
-async def _full(worker: PoolWorker, owners: dict[str, _Handle]) -> AsyncIterator[asyncio.Task[list[Any]]]:
+async def _full(
+    worker: PoolWorker, owners: dict[str, InProcessHandle]
+) -> AsyncIterator[asyncio.Task[list[Any]]]:
     """The worker's one slot taken by a long run of workspace ``b`` (cancelled on exit)."""
     marker = unique_sleep()
     blocker = asyncio.ensure_future(_all(_run(worker, owners, "b", f"sleep {marker}")))
@@ -103,7 +74,7 @@ async def _full(worker: PoolWorker, owners: dict[str, _Handle]) -> AsyncIterator
 
 
 async def test_a_pinned_run_at_a_full_worker_ends_its_idle_sandbox_and_moves(
-    worker: PoolWorker, owners: dict[str, _Handle]
+    worker: PoolWorker, owners: dict[str, InProcessHandle]
 ) -> None:
     [first] = await _all(_run(worker, owners, "a", "echo one > one.txt"))
     assert isinstance(first, ExitEvent) and first.exit_code == 0 and first.live
@@ -115,12 +86,12 @@ async def test_a_pinned_run_at_a_full_worker_ends_its_idle_sandbox_and_moves(
         assert (await worker.stats())["moved"] == 1
         assert (await worker.load()).moved == 1
     # What the ended sandbox wrote is in the workspace (its end pulled it).
-    a = owners["a"]._target.workspace  # type: ignore[attr-defined]
+    a = owners["a"].target.workspace
     assert await a.fs.read_file("/workspace/one.txt") == b"one\n"
 
 
 async def test_a_pinned_run_whose_sandbox_runs_a_background_process_keeps_its_pin_and_waits(
-    worker: PoolWorker, owners: dict[str, _Handle]
+    worker: PoolWorker, owners: dict[str, InProcessHandle]
 ) -> None:
     marker = unique_sleep()
     [started] = await _all(_run(worker, owners, "a", f"setsid sleep {marker} > /dev/null 2>&1 &"))
@@ -140,7 +111,7 @@ async def test_a_pinned_run_whose_sandbox_runs_a_background_process_keeps_its_pi
 
 
 async def test_a_pinned_run_without_room_elsewhere_waits_for_its_idle_sandbox(
-    worker: PoolWorker, owners: dict[str, _Handle]
+    worker: PoolWorker, owners: dict[str, InProcessHandle]
 ) -> None:
     await _all(_run(worker, owners, "a", "true"))
     async with _full(worker, owners):
@@ -153,7 +124,7 @@ async def test_a_pinned_run_without_room_elsewhere_waits_for_its_idle_sandbox(
 
 
 async def test_a_pinned_run_at_a_worker_with_a_free_slot_stays(
-    worker: PoolWorker, owners: dict[str, _Handle]
+    worker: PoolWorker, owners: dict[str, InProcessHandle]
 ) -> None:
     await _all(_run(worker, owners, "a", "true"))
     *_, done = await _all(_run(worker, owners, "a", "echo again", movable=True))
@@ -162,7 +133,7 @@ async def test_a_pinned_run_at_a_worker_with_a_free_slot_stays(
 
 
 async def test_a_drained_worker_ends_its_idle_sandboxes_and_keeps_those_running_processes(
-    worker: PoolWorker, owners: dict[str, _Handle]
+    worker: PoolWorker, owners: dict[str, InProcessHandle]
 ) -> None:
     marker = unique_sleep()
     await _all(_run(worker, owners, "a", "echo a > a.txt"))
@@ -173,7 +144,7 @@ async def test_a_drained_worker_ends_its_idle_sandboxes_and_keeps_those_running_
     # background process: it keeps the worker (drained, not removable) until it ends.
     assert (worker.live_sandboxes("a"), worker.live_sandboxes("b")) == (0, 1)
     assert report.draining and report.live_sandboxes == 1 and report.holds == 1
-    a = owners["a"]._target.workspace  # type: ignore[attr-defined]
+    a = owners["a"].target.workspace
     assert await a.fs.read_file("/workspace/a.txt") == b"a\n"
     assert processes_with(f"sleep {marker}")
     assert await worker.live_end("b")

@@ -10,16 +10,21 @@ outcome is certain either way.
 
 from __future__ import annotations
 
+import dataclasses
+import uuid
 from collections import Counter
 from typing import Any
 
 import pytest
 
 import computer
+from computer.actors._pool_context import Prefetched, RunOrder, WorkerMemory
+from computer.actors._pool_worker import PoolWorker, RunStarted
 from computer.client import _runtime as client_runtime
 from computer.config import Settings
+from computer.runtime import ExecRequest, ExitEvent, ShellBackend
 
-from .pool_helpers import worker_stats
+from .pool_helpers import InProcessHandle, LocalOwner, worker_stats
 
 
 async def _owner_rpcs(ws: Any) -> int:
@@ -78,7 +83,7 @@ async def test_a_run_outlasting_the_exec_wait_costs_a_second_client_rpc_and_anno
         assert moved["announced"] == 1  # it outlasted ANNOUNCE_AFTER: RunStarted went first
 
 
-async def test_a_python_run_defers_its_pull_to_the_owner_and_the_next_push_comes_prefetched(
+async def test_a_warm_python_run_is_one_client_rpc_with_its_push_prefetched(
     cluster: Settings, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(client_runtime, "EXEC_START_WAIT", 60.0)
@@ -89,12 +94,53 @@ async def test_a_python_run_defers_its_pull_to_the_owner_and_the_next_push_comes
         source = "open('made.txt', 'w').write('made by python\\n')"
         result, rpcs, moved = await _counted(ws, "python", source)
         assert result.status == "completed", result
-        assert "/workspace/made.txt" in result.pulled
         assert await ws.fs.read_text("/workspace/made.txt") == "made by python\n"
-        # The pull travelled in the exit event and the owner applied it (no pool_sync_pull call);
-        # the push came with the run: the whole run was the one exec_start.
         assert (moved["prefetched"], moved["owner_handles"], rpcs) == (1, 0, 1), moved
-        assert not [k for k in moved if k.startswith("callback ")], moved
-        # The worker settles its mirror from the outcome sent with the next run: nothing pushed.
-        again, rpcs, moved = await _counted(ws, "python", "print(open('made.txt').read(), end='')")
-        assert (again.pushed, again.stdout, rpcs, moved["prefetched"]) == (0, "made by python\n", 1, 1)
+        # A live python sandbox syncs while the guest runs and pulls at its end (not deferred).
+        assert set(k for k in moved if k.startswith("callback ")) <= {
+            "callback pool_sync_push",
+            "callback pool_sync_pull",
+        }, moved
+
+
+def _order(
+    memory: WorkerMemory, owner: InProcessHandle, source: str, prefetched: Prefetched | None
+) -> RunOrder:
+    request = ExecRequest(id=uuid.uuid4().hex, backend="shell", source=source)
+    return memory.order(request, "ws", owner, "token", prefetched, False)
+
+
+async def test_a_run_without_a_live_sandbox_defers_its_pull_to_the_dispatcher_and_settles_from_it() -> None:
+    """A worker without Ray, a non-live shell (no cgroup v1 freezer on the host, or ``live=False``), its
+    owner and dispatcher halves in this process: the calls back to the owner, by name."""
+    shell = ShellBackend(live=False)
+    worker = PoolWorker(shell, "w", target=2, node_id="n")
+    async with computer.Workspace() as ws:
+        await ws.fs.mkdir("/workspace")
+        owner = LocalOwner(ws)
+        handle, memory, ctx = InProcessHandle(owner), WorkerMemory(), ws.runtime.context
+
+        async def run(source: str) -> ExitEvent:
+            order = _order(memory, handle, source, await memory.prefetch(ctx))
+            *_, exit = [i async for i in worker.run(order) if not isinstance(i, RunStarted)]
+            memory.introduced = True
+            assert isinstance(exit, ExitEvent) and exit.exit_code == 0, exit
+            return await memory.apply(order.request.id, exit, ctx) if exit.pending else exit
+
+        try:
+            first = await run("echo one > one.txt")  # cold: the worker asks for the whole push
+            assert owner.served == ["pool_sync_push"] and first.pulled == ["/workspace/one.txt"]
+            assert await ws.fs.read_text("/workspace/one.txt") == "one\n"  # applied by the dispatcher
+            owner.served.clear()
+            second = await run("cat one.txt; echo two > two.txt")
+            # The push came with the order, the pull went back in the exit event: no call back at all.
+            assert owner.served == [] and second.pulled == ["/workspace/two.txt"]
+            assert (await worker.stats())["prefetched"] == 1
+            # Without outcomes (a dispatcher that does not defer) the run pulls through the owner.
+            plain = dataclasses.replace(_order(memory, handle, "echo three > three.txt", None), outcomes=None)
+            *_, exit = [i async for i in worker.run(plain) if not isinstance(i, RunStarted)]
+            assert isinstance(exit, ExitEvent) and exit.pending is None
+            assert "pool_sync_pull" in owner.served
+            assert await ws.fs.read_text("/workspace/three.txt") == "three\n"
+        finally:
+            await shell.close_workspace("ws")
