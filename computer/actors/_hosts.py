@@ -68,6 +68,8 @@ HOST_MAX_RESTARTS = 3
 # The interpreter hands the GIL over this often (seconds; CPython's default is 5 ms): a workspace
 # busy in Python code delays a neighbour's call by at most about this much per hand-over.
 SWITCH_INTERVAL = 0.0005
+# Seconds a host left with no workspace stays up before it exits (at most ``hibernate_after``).
+HOST_LINGER = 5.0
 _IO_THREADS = 16  # the host's shared pool for ``asyncio.to_thread`` of every workspace it owns
 
 # The owner RPC methods a host dispatches (public coroutine methods of a managed owner), and those of
@@ -342,11 +344,12 @@ class OwnerHost:
         if self._exiting or not self._idle():
             return
         self._exiting = True  # an exit is on its way (once)
-        import ray
-
-        # exit_actor must run inside an actor task, not a callback: ask ourselves. Calls arriving
-        # meanwhile are served; the exit happens only if the host is still idle when it runs.
-        ray.get_runtime_context().current_actor._exit.remote()
+        # Linger a little: a workspace that hibernated a moment ago, or its neighbour, often comes
+        # back soon, and waking it here costs milliseconds instead of a new process. exit_actor must
+        # run inside an actor task, not a callback: ask ourselves then. Calls arriving meanwhile are
+        # served; the exit happens only if the host is still idle when it runs.
+        linger = min(self.config.hibernate_after, HOST_LINGER)
+        self.loop.call_later(linger, lambda: self.handle._exit.remote())
 
     async def _exit(self) -> None:
         import ray
