@@ -323,7 +323,7 @@ class PoolBackend:
         the worker decides (see ``PoolWorker.run``: only when it is full and the live sandbox runs
         nothing). Moving between workers that are all busy would only trade a short wait for a
         fresh sandbox (and maybe a cold mirror) on a worker as busy."""
-        if self._pins.get(workspace_id) != slot.name or slot.estimate < slot.target:
+        if self._pins.get(workspace_id) != slot.name or slot.estimate <= slot.target:  # counts this run
             return False
         if self._room > 0:
             return True

@@ -142,3 +142,13 @@ async def test_a_calm_pool_is_viewed_less_often_than_a_busy_one(monkeypatch: pyt
         await _run(backend)
         await asyncio.sleep(0)  # the background refresh, when one was started
         assert len(calls) == expected, busy_load
+
+
+async def test_a_pinned_run_that_fills_the_last_slot_of_its_worker_is_not_movable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, b = _Worker("a", _moves_when_movable), _Worker("b", _live)
+    backend = _dispatcher(monkeypatch, b_load=0, room=2, a=a, b=b)
+    backend._slots["a"].load = 3  # three of its four slots taken: this run takes the last one
+    await _run(backend)
+    assert [o.movable for o in a.orders] == [False] and b.orders == []
