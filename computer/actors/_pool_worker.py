@@ -186,11 +186,19 @@ class PoolWorker(LiveSandboxCalls):
         than when they end on their own (a sandbox running processes keeps the worker until it ends;
         a later run of an ended one starts afresh on another worker, about 1 ms)."""
         self.admission.drain()
-        for workspace_id in self.owners.workspaces():
-            if self.live_sandboxes(workspace_id) and not self._here[workspace_id]:
-                with contextlib.suppress(Exception):
-                    if not await self.live_processes(workspace_id) and not self._here[workspace_id]:
-                        await self.live_end(workspace_id)
+
+        async def end_if_idle(workspace_id: str) -> None:
+            with contextlib.suppress(Exception):
+                if not await self.live_processes(workspace_id) and not self._here[workspace_id]:
+                    await self.live_end(workspace_id)
+
+        await asyncio.gather(
+            *[
+                end_if_idle(workspace_id)
+                for workspace_id in self.owners.workspaces()
+                if self.live_sandboxes(workspace_id) and not self._here[workspace_id]
+            ]
+        )
         return await self.load()
 
     async def undrain(self) -> None:
