@@ -71,9 +71,12 @@ SCALER_NAME = "computer:pools"
 BACKENDS = ("shell", "python")
 TICK = 0.5  # seconds between two rounds of polls and decisions
 # Between two rounds while every pool is calm (every worker ready, nothing running or waiting, no
-# dispatcher waiting for a worker): an idle cluster's control loop polls 4x less (each round costs a
-# few GCS calls and one actor call per worker). A dispatcher asking for a view wakes it at once.
+# dispatcher waiting for a worker, no view asked for in the last CALM_AFTER_VIEW seconds): an idle
+# cluster's control loop polls 4x less (each round costs a few GCS calls and one actor call per
+# worker). A dispatcher asking for a view wakes it at once, and keeps it at the busy pace a while
+# (its runs reach the workers' lines just after the view: a round then must not wait 2 s to see them).
 TICK_CALM = 2.0
+CALM_AFTER_VIEW = 10.0
 POLL_TIMEOUT = 10.0  # a worker that does not answer its load within this is left out of that round
 GROW_WAIT = 0.1  # seconds: a run that waited longer in a line is a reason to grow
 # A worker of the minimum still pending after this long (its CPUs were taken meanwhile) is replaced by
@@ -317,6 +320,7 @@ class PoolScaler:
         self._next_index = 0
         self._wake = asyncio.Event()
         self._resting = False  # the loop waits TICK_CALM: a view call wakes it
+        self._viewed_at = -math.inf  # when a dispatcher last asked for a view (monotonic)
         self.started_at = time.time()
         self.rounds = 0
         self._adopt()
@@ -350,7 +354,9 @@ class PoolScaler:
 
     def calm(self) -> bool:
         """Whether every pool is calm: its workers ready (none pending or draining), none running or
-        holding a waiting run, no dispatcher waiting for a worker."""
+        holding a waiting run, no dispatcher waiting for a worker or asking for a view lately."""
+        if time.monotonic() - self._viewed_at < CALM_AFTER_VIEW:
+            return False
         for pool in self._pools.values():
             if pool.waiting:
                 return False
@@ -517,6 +523,7 @@ class PoolScaler:
         """The ready workers of ``backend``'s pool. ``waiting``: runs the caller holds because no worker
         is ready (the pool grows from zero for them); ``wait``: seconds to wait for a ready worker."""
         pool = self._pools[backend]
+        self._viewed_at = time.monotonic()
         if self._resting:  # a dispatcher at work: look at the pools now, then at the busy pace
             self._wake.set()
         if waiting:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -183,6 +184,7 @@ def test_the_control_loop_rests_only_while_every_pool_is_calm() -> None:
 
     def loop(*workers: _Worker, waiting: int = 0) -> PoolScaler:
         scaler = PoolScaler.__new__(PoolScaler)  # no Ray: no adoption, no loop task
+        scaler._viewed_at = -1e9  # no view asked for lately
         shell, python = _Pool("shell"), _Pool("python", waiting=waiting)
         shell.workers = {w.name: w for w in workers}
         scaler._pools = {"shell": shell, "python": python}
@@ -199,3 +201,6 @@ def test_the_control_loop_rests_only_while_every_pool_is_calm() -> None:
     assert not loop(worker("a"), worker("b", state="pending")).calm()
     assert not loop(worker("a"), worker("b", state="draining")).calm()  # to be removed soon
     assert not loop(worker("a"), waiting=1).calm()  # a dispatcher waits for a worker
+    viewed = loop(worker("a"))
+    viewed._viewed_at = time.monotonic()  # a dispatcher asked for a view: its runs are on their way
+    assert not viewed.calm()
