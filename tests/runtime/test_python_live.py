@@ -319,3 +319,35 @@ async def test_a_cwd_outside_the_mount_root_runs_in_the_same_sandbox_from_tmp(ba
     assert result.stdout == "/tmp workspace side\n", result.stderr
     again = await run(ws, "print(open('/tmp/mark').read())")  # the same sandbox's /tmp
     assert again.stdout == "x\n" and backend.live_sandboxes(ws.id) == 1
+
+
+async def test_the_process_limit_is_the_sandboxs_shared_by_every_python_run() -> None:
+    """25 sleepers a first run left behind count against a second run's processes (limit 40, both
+    runs' interpreters, the init and bubblewrap included): the second cannot start its 25; the
+    sandbox that ran into its limit with processes left is ended (its files kept), the next run gets
+    a fresh one."""
+    backend = PythonBackend(max_processes=40)
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        start = (
+            "import subprocess\n"
+            "started = failed = 0\n"
+            "for _ in range(25):\n"
+            "    try:\n"
+            "        subprocess.Popen(['sleep', '300'], start_new_session=True)\n"
+            "        started += 1\n"
+            "    except OSError:\n"
+            "        failed += 1\n"
+            "open(f'run-{started}-{failed}', 'w').close()\n"
+            "def main(input):\n    return [started, failed]"
+        )
+        first = await run(ws, start)
+        assert first.value == [25, 0], (first.stderr, first.error)
+        second = await run(ws, start)
+        assert second.value is not None and second.value[0] < 25 and second.value[1] > 0, second.stderr
+        assert "process limit" in second.stderr  # ended with its processes: said so
+        assert await ws.runtime.processes(backend="python") == []
+        names = {e.name for e in await ws.fs.readdir("/workspace")}
+        assert "run-25-0" in names and f"run-{second.value[0]}-{second.value[1]}" in names
+        third = await run(ws, start)
+        assert third.value == [25, 0], third.stderr
