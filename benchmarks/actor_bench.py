@@ -470,7 +470,10 @@ async def main() -> None:
     )
     args = parser.parse_args()
     if args.models:
-        ray.init(include_dashboard=False, object_store_memory=512 * 2**20, log_to_driver=False)
+        # A cluster of its own (never one another process started): its memory is what is measured.
+        ray.init(
+            address="local", include_dashboard=False, object_store_memory=512 * 2**20, log_to_driver=False
+        )
         print(f"ray {ray.__version__}; {os.cpu_count()} cores")
         await owner_models(args)
         return

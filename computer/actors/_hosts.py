@@ -67,7 +67,7 @@ HOST_MAX_CONCURRENCY = 100_000
 HOST_MAX_RESTARTS = 3
 # The interpreter hands the GIL over this often (seconds; CPython's default is 5 ms): a workspace
 # busy in Python code delays a neighbour's call by at most about this much per hand-over.
-SWITCH_INTERVAL = 0.0005
+SWITCH_INTERVAL = 0.0001
 # Seconds a host left with no workspace stays up before it exits (at most ``hibernate_after``).
 HOST_LINGER = 5.0
 _IO_THREADS = 16  # the host's shared pool for ``asyncio.to_thread`` of every workspace it owns
