@@ -470,6 +470,9 @@ async def main() -> None:
     )
     args = parser.parse_args()
     if args.models:
+        from computer.actors.raycompat import quiet_driver_messages
+
+        quiet_driver_messages()  # Ray's advice about starting many workers is not a result
         # A cluster of its own (never one another process started): its memory is what is measured.
         ray.init(
             address="local", include_dashboard=False, object_store_memory=512 * 2**20, log_to_driver=False
