@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from ._delete import DeletedWorkspace, delete_workspace
     from ._errors import OutcomeUnknownError, UploadLostError, WorkspaceUnavailableError
     from ._host import WorkspaceHost
+    from ._hosts import HostedHandle, OwnerHost
     from ._init import cluster_settings, ensure_ray, init
     from ._lease import awake, awake_where, process_node, take_lease
     from ._owner import OwnerActor
@@ -31,8 +32,10 @@ __all__ = [
     "SCALER_NAME",
     "DeletedWorkspace",
     "Directory",
+    "HostedHandle",
     "OutcomeUnknownError",
     "OwnerActor",
+    "OwnerHost",
     "RedisDirectory",
     "SqliteDirectory",
     "UploadLostError",
@@ -69,6 +72,8 @@ _LAZY = {
     "process_node": "._lease",
     "take_lease": "._lease",
     "OwnerActor": "._owner",
+    "HostedHandle": "._hosts",
+    "OwnerHost": "._hosts",
     "workspace_actor": "._placement",
     "SCALER_NAME": "._pool_scaler",
     "Directory": ".directory",
