@@ -288,8 +288,14 @@ class PoolBackend:
         if time.monotonic() - self._view_at > ttl and (self._refreshing is None or self._refreshing.done()):
             self._refreshing = asyncio.create_task(self._refresh())
 
-    def _pick(self, workspace_id: str) -> _Slot | None:
-        """Pinned worker; else with a free slot: warm, same node, least loaded, hashed; else least loaded."""
+    def _pick(self, workspace_id: str, *, spread: bool = False) -> _Slot | None:
+        """Pinned worker; else with a free slot: warm, same node, least loaded, hashed; else least loaded.
+
+        ``spread``: the run was handed back from a worker's line (capacity appeared elsewhere): the same
+        node is not preferred. Owners on one node re-dispatching at once from views of the same age
+        all chose the one free worker of their node, and queued there again (the elastic test's
+        removal phase: three shed runs landed on one new worker, one after another).
+        """
         pinned = self._pins.get(workspace_id)
         if pinned is not None:
             slot = self._slots.get(pinned)
@@ -308,7 +314,7 @@ class PoolBackend:
                 free,
                 key=lambda s: (
                     warm.get(s.name, len(warm)),
-                    s.node_id != self._node,
+                    not spread and s.node_id != self._node,
                     s.estimate,
                     order[s.name],
                 ),
@@ -355,14 +361,14 @@ class PoolBackend:
         if slot.name in self._warm:
             self._warm.remove(slot.name)
 
-    async def _choose(self, workspace_id: str) -> _Slot | None:
+    async def _choose(self, workspace_id: str, *, spread: bool = False) -> _Slot | None:
         """A worker for the next run: from the view, waiting (bounded) for one to be ready when none is."""
         await self._fresh()
-        slot = self._pick(workspace_id)
+        slot = self._pick(workspace_id, spread=spread)
         deadline = time.monotonic() + WORKER_WAIT
         while slot is None and time.monotonic() < deadline:
             await self._refresh(waiting=1, wait=min(30.0, max(0.1, deadline - time.monotonic())))
-            slot = self._pick(workspace_id)
+            slot = self._pick(workspace_id, spread=spread)
             if slot is None:
                 await asyncio.sleep(0.2)  # bounded: the control loop answered without a ready worker
         return slot
@@ -379,7 +385,7 @@ class PoolBackend:
             return
         attempt = requeues = 0
         while True:
-            slot = await self._choose(workspace_id)
+            slot = await self._choose(workspace_id, spread=requeues > 0)
             if slot is None:
                 yield ExitEvent(
                     None,

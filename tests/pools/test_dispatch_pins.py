@@ -152,3 +152,39 @@ async def test_a_pinned_run_that_fills_the_last_slot_of_its_worker_is_not_movabl
     backend._slots["a"].load = 3  # three of its four slots taken: this run takes the last one
     await _run(backend)
     assert [o.movable for o in a.orders] == [False] and b.orders == []
+
+
+async def test_runs_handed_back_from_a_line_spread_instead_of_all_taking_the_free_worker_of_their_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Owners on one node, a run each in the line of worker ``a`` when capacity appears on b, c, d."""
+    monkeypatch.setitem(pools._infos, "shell", BackendInfo(id="shell", protocol="command", callable=False))
+    monkeypatch.setattr(pools, "VIEW_TTL", 1e9)
+    workers = {"a": _Worker("a", lambda _: [Requeue("a", "shed")])} | {n: _Worker(n, _live) for n in "bcd"}
+
+    def view(a_load: int) -> PoolView:
+        nodes = {"a": "n", "b": "n", "c": "m", "d": "m"}  # b is on the owners' node
+        return PoolView(
+            "shell", tuple(WorkerView(w, nodes[w], 1, a_load if w == "a" else 0, False) for w in "abcd"), 0
+        )
+
+    for k in range(6):
+        backend = pools.PoolBackend("shell", owner=object(), node="n")
+        backend._take_view(view(a_load=0))
+        backend._warm = ["a"]  # its mirror is warm there: the first choice
+        for name, worker in workers.items():
+            backend._slots[name].handle = worker
+
+        async def refresh(*_: Any, backend: Any = backend, **__: Any) -> None:
+            backend._take_view(view(a_load=1))  # the line it came from: a is full now
+
+        monkeypatch.setattr(backend, "_refresh", refresh)
+
+        class Ctx:
+            workspace_id = f"ws-{k}"
+
+        request = ExecRequest(id="r", backend="shell", source="true")
+        assert [e async for e in backend.run(request, Ctx())] == [ExitEvent(0, live=True)]
+    assert len(workers["a"].orders) == 6
+    taken = {name: len(workers[name].orders) for name in "bcd"}
+    assert sum(taken.values()) == 6 and taken["b"] < 6 and taken["c"] + taken["d"] > 0, taken
