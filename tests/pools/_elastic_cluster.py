@@ -118,13 +118,16 @@ async def shrink(out: dict[str, Any]) -> None:
 
 async def removal(data_dir: str, out: dict[str, Any]) -> None:
     # Four workspaces, one run each: runs of one workspace share its live sandbox on one worker (they
-    # wait there for it), while runs of different workspaces spread over the pool.
+    # wait there for it), while runs of different workspaces spread over the pool. 15 s each: the
+    # pool has one worker when they start, the three new ones take seconds to start on a busy machine
+    # and the runs waiting for them are shed there: with 5 s the first run could end before the
+    # last one started, and four never ran at once (the phase failed so at the base commit too).
     clients = [await computer.get_workspace(f"removal-{i}") for i in range(4)]
     try:
         for ws in clients:
             await ws.fs.mkdir("/workspace")
         handles = [
-            await ws.runtime.exec(f"echo started; sleep 5; echo x >> h{i}") for i, ws in enumerate(clients)
+            await ws.runtime.exec(f"echo started; sleep 15; echo x >> h{i}") for i, ws in enumerate(clients)
         ]
         await until(lambda r: sum(w["running"] for w in r["workers"]) == 4, within=60)
         before = {w["name"] for w in alive(await status())}
