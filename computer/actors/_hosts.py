@@ -506,13 +506,9 @@ def _owner_node(config: Settings, name: str) -> str:
         # Any node may open the file: the one whose owner holds the lease, else the name's claimant
         # (racing first calls from two nodes must agree), else the caller's.
         from ._nodes import alive_nodes
-        from .directory import open_directory
+        from ._placement import directory_record
 
-        directory = open_directory(config)
-        try:
-            record = directory.get(name)
-        finally:
-            directory.close()
+        record = directory_record(config, name)
         alive = alive_nodes()
         if record is not None and record.node in alive and record.lease_live():
             return record.node

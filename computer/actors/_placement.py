@@ -22,7 +22,7 @@ from ._errors import WorkspaceUnavailableError
 from ._init import cluster_settings, ensure_ray
 from ._nodes import alive_nodes
 from ._owner import OwnerActor
-from .directory import last_known_file, open_directory
+from .directory import WorkspaceRecord, last_known_file, open_directory
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,15 @@ def _owner_class() -> Any:
     return _remote_class
 
 
+def directory_record(config: Settings, name: str) -> WorkspaceRecord | None:
+    """The directory's record of ``name`` now (one read; the directory is opened and closed)."""
+    directory = open_directory(config)
+    try:
+        return directory.get(name)
+    finally:
+        directory.close()
+
+
 def _scheduling(config: Settings, name: str) -> Any:
     """Pin the owner to the node holding its file, unless the data directory is shared.
 
@@ -108,11 +117,7 @@ def _scheduling(config: Settings, name: str) -> Any:
     """
     if config.shared_data_dir:
         return None
-    directory = open_directory(config)
-    try:
-        record = directory.get(name)
-    finally:
-        directory.close()
+    record = directory_record(config, name)
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

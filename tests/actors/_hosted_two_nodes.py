@@ -17,7 +17,7 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ.pop("RAY_ADDRESS", None)
 
 import ray
-from ray.cluster_utils import Cluster
+from _cluster import run_on_two_nodes  # this script's folder is on sys.path
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import computer
@@ -72,15 +72,4 @@ async def main(data_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 1, "object_store_memory": 80 * 1024 * 1024, "include_dashboard": False},
-    )
-    cluster.add_node(num_cpus=1, object_store_memory=80 * 1024 * 1024)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, log_to_driver=False)
-    try:
-        asyncio.run(main(sys.argv[1]))
-    finally:
-        ray.shutdown()
-        cluster.shutdown()
+    run_on_two_nodes(main, sys.argv[1])
