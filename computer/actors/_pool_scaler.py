@@ -277,7 +277,6 @@ class PoolView:
     backend: str
     workers: tuple[WorkerView, ...]
     pending: int  # workers created but not ready yet
-    room: int = 0  # workers the pool may still add (its maximum less the workers it has)
 
 
 @dataclass
@@ -615,13 +614,7 @@ def _view(pool: _Pool) -> PoolView:
         for w in pool.workers.values()
         if w.state != "pending"
     )
-    active = sum(1 for w in pool.workers.values() if w.state != "draining")
-    return PoolView(
-        pool.backend,
-        workers,
-        sum(1 for w in pool.workers.values() if w.state == "pending"),
-        max(0, pool.max_workers - active),
-    )
+    return PoolView(pool.backend, workers, sum(1 for w in pool.workers.values() if w.state == "pending"))
 
 
 def _choose_node(free: dict[str, float], per_node: dict[str, int], cpus: float) -> str | None:

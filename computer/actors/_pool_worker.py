@@ -261,8 +261,8 @@ class PoolWorker(LiveSandboxCalls):
         events, one Ray message less (~0.45 ms, ~0.85 ms of CPU). A backend with network access
         announces at once: sending its run again could repeat what it did outside the sandbox.
 
-        ``order.movable``: the dispatcher has room for this run elsewhere (a worker with a free slot, or a
-        pool that can grow). A run pinned here by its workspace's live sandbox that finds this worker
+        ``order.movable``: the dispatcher has room for this run elsewhere (a worker with a free slot).
+        A run pinned here by its workspace's live sandbox that finds this worker
         full then moves when it would lose nothing but the sandbox's ~1 ms start: when no other run of
         the workspace is here and the sandbox holds no process (nothing in the background), this
         worker ends the sandbox (what it wrote is pulled first; its mirror stays warm here) and hands

@@ -56,7 +56,7 @@ def _moves_when_movable(order: RunOrder) -> list[Any]:
     return [Requeue("a", "moved")] if order.movable else [ExitEvent(0, live=True)]
 
 
-def _dispatcher(monkeypatch: pytest.MonkeyPatch, b_load: int, room: int, **workers: _Worker) -> Any:
+def _dispatcher(monkeypatch: pytest.MonkeyPatch, b_load: int, **workers: _Worker) -> Any:
     monkeypatch.setattr(pools, "VIEW_TTL", 1e9)  # the view given here stays (no control loop)
     monkeypatch.setitem(pools._infos, "shell", BackendInfo(id="shell", protocol="command", callable=False))
     # Owner and node given: nothing asks Ray (which would join whatever cluster runs on this machine).
@@ -65,7 +65,6 @@ def _dispatcher(monkeypatch: pytest.MonkeyPatch, b_load: int, room: int, **worke
         "shell",
         (WorkerView("a", "n", 4, 4, False), WorkerView("b", "n", 4, b_load, False)),
         pending=0,
-        room=room,
     )
     backend._take_view(view)
     for name, worker in workers.items():
@@ -83,26 +82,27 @@ async def test_a_pinned_run_moves_to_a_worker_with_room_when_its_worker_hands_it
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     a, b = _Worker("a", _moves_when_movable), _Worker("b", _live)
-    backend = _dispatcher(monkeypatch, b_load=0, room=0, a=a, b=b)
+    backend = _dispatcher(monkeypatch, b_load=0, a=a, b=b)
     assert await _run(backend) == [ExitEvent(0, live=True)]
     assert [o.movable for o in a.orders] == [True] and [o.movable for o in b.orders] == [False]
     assert backend.pinned("ws") == "b" and (backend.moved, backend.requeued) == (1, 0)
 
 
-async def test_a_pinned_run_is_sent_movable_when_the_pool_can_still_grow(
+async def test_a_pinned_run_that_fills_the_last_slot_of_its_worker_is_not_movable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     a, b = _Worker("a", _moves_when_movable), _Worker("b", _live)
-    backend = _dispatcher(monkeypatch, b_load=4, room=2, a=a, b=b)
+    backend = _dispatcher(monkeypatch, b_load=0, a=a, b=b)
+    backend._slots["a"].load = 3  # three of its four slots taken: this run takes the last one
     await _run(backend)
-    assert [o.movable for o in a.orders] == [True] and len(b.orders) == 1
+    assert [o.movable for o in a.orders] == [False] and b.orders == []
 
 
 async def test_without_room_anywhere_a_pinned_run_is_not_movable_and_stays(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     a, b = _Worker("a", _moves_when_movable), _Worker("b", _live)
-    backend = _dispatcher(monkeypatch, b_load=4, room=0, a=a, b=b)
+    backend = _dispatcher(monkeypatch, b_load=4, a=a, b=b)
     assert await _run(backend) == [ExitEvent(0, live=True)]
     assert [o.movable for o in a.orders] == [False] and b.orders == []
     assert backend.pinned("ws") == "a" and backend.moved == 0
@@ -118,7 +118,7 @@ async def test_a_worker_that_no_longer_holds_the_sandbox_unpins_the_workspace(
         return None
 
     a, b = _Worker("a", draining), _Worker("b", _live)
-    backend = _dispatcher(monkeypatch, b_load=0, room=0, a=a, b=b)
+    backend = _dispatcher(monkeypatch, b_load=0, a=a, b=b)
     monkeypatch.setattr(backend, "_refresh", no_control_loop)
     assert await _run(backend) == [ExitEvent(0, live=True)]
     assert (len(a.orders), len(b.orders), backend.pinned("ws"), backend.requeued) == (1, 1, "b", 1)
@@ -142,16 +142,6 @@ async def test_a_calm_pool_is_viewed_less_often_than_a_busy_one(monkeypatch: pyt
         await _run(backend)
         await asyncio.sleep(0)  # the background refresh, when one was started
         assert len(calls) == expected, busy_load
-
-
-async def test_a_pinned_run_that_fills_the_last_slot_of_its_worker_is_not_movable(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    a, b = _Worker("a", _moves_when_movable), _Worker("b", _live)
-    backend = _dispatcher(monkeypatch, b_load=0, room=2, a=a, b=b)
-    backend._slots["a"].load = 3  # three of its four slots taken: this run takes the last one
-    await _run(backend)
-    assert [o.movable for o in a.orders] == [False] and b.orders == []
 
 
 async def test_runs_handed_back_from_a_line_spread_instead_of_all_taking_the_free_worker_of_their_node(
