@@ -12,6 +12,7 @@ import ray
 
 import computer
 from computer.actors import NAMESPACE, actor_name, open_directory
+from computer.actors.directory import last_known_file
 from computer.config import Settings
 
 
@@ -109,6 +110,8 @@ async def test_owner_uses_the_redis_directory_when_configured(
             record = open_directory(conf).get(name)
             assert record is not None and record.state == "active" and record.epoch == 1
             assert not (tmp_path / "data" / "directory.sqlite").exists()
+            # ... and notes where the file is in the head's registry (issue 25: Redis may forget it)
+            assert last_known_file(conf, name) == (record.node, record.host)
             await _until_hibernating(conf, name)
             assert await ws.fs.read_file("/f") == b"redis"
             assert _state(conf, name) == ("active", 2)

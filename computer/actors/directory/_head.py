@@ -35,6 +35,7 @@ _METHODS = frozenset(
         "forget_file",
     }
 )
+DIRECTORY_FILE = "directory.sqlite"
 _CALL_TIMEOUT = 30.0  # seconds one directory call may take before the directory counts as unavailable
 _HEAD_RESOURCE = "node:__internal_head__"
 _service_class: Any = None
@@ -78,7 +79,7 @@ class DirectoryService:
         return getattr(self._directory, method)(*args, **kwargs)
 
 
-def _service(config: Settings) -> Any:
+def _service(config: Settings, file: str) -> Any:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -90,9 +91,10 @@ def _service(config: Settings) -> Any:
     head = head_node_id()
     if head is None:
         raise WorkspaceUnavailableError("?", "the cluster has no alive head node to keep the directory")
-    path = str(Path(config.data_dir).expanduser() / "directory.sqlite")
+    path = str(Path(config.data_dir).expanduser() / file)
+    suffix = "" if file == DIRECTORY_FILE else f":{file}"
     return _service_class.options(
-        name=f"computer:directory:{data_dir_key(config.data_dir)}",
+        name=f"computer:directory:{data_dir_key(config.data_dir)}{suffix}",
         namespace=NAMESPACE,
         get_if_exists=True,
         lifetime="detached",
@@ -105,9 +107,10 @@ def _service(config: Settings) -> Any:
 class HeadDirectory:
     """A :class:`~computer.actors.directory.Directory` whose records live in the head node's SQLite file."""
 
-    def __init__(self, config: Settings) -> None:
+    def __init__(self, config: Settings, file: str = "directory.sqlite") -> None:
+        """``file``: the SQLite file in the head's data directory (the file registry uses its own)."""
         self._config = config
-        self._actor = _service(config)
+        self._actor = _service(config, file)
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         import ray

@@ -4,9 +4,9 @@ Redis (``redis_url``) is the directory of a multi-node cluster, and a Redis rest
 evicted, or flushed by hand) forgets every placement. Placement then asks every alive node whether it
 holds the file, which finds every file on an alive node; a file whose only node is down could not be
 told from a name never used, and a new, empty workspace would be created elsewhere. So every lease
-taken through Redis also notes ``(node, host)`` of the file in the head node's SQLite directory file
-(``<data_dir>/directory.sqlite``, table ``files``: the embedded directory's file, which a Redis
-deployment does not otherwise use), and placement reads it when Redis has no record and no alive node
+taken through Redis also notes ``(node, host)`` of the file in a SQLite file on the head node
+(``<data_dir>/placements.sqlite``, table ``files``; other nodes reach it through a head actor, as the
+embedded directory), and placement reads it when Redis has no record and no alive node
 holds the file: a file last seen on a machine with no alive node is ``WorkspaceUnavailableError``.
 
 Only with Redis and node-local data directories: the embedded directory keeps its records on the head
@@ -27,16 +27,18 @@ from ._record import WorkspaceRecord
 from ._redis import RedisDirectory
 from ._sqlite import SqliteDirectory
 
-__all__ = ["RegisteredDirectory", "file_registry", "last_known_file"]
+__all__ = ["REGISTRY_FILE", "RegisteredDirectory", "file_registry", "last_known_file"]
+
+REGISTRY_FILE = "placements.sqlite"
 
 log = logging.getLogger(__name__)
 
 
 def file_registry(config: Settings) -> SqliteDirectory | HeadDirectory:
-    """The head node's directory file, opened directly on the head and through its actor elsewhere."""
+    """The head node's registry file, opened directly on the head and through its actor elsewhere."""
     if on_head_node():
-        return SqliteDirectory(config.data_dir / "directory.sqlite")
-    return HeadDirectory(config)
+        return SqliteDirectory(config.data_dir / REGISTRY_FILE)
+    return HeadDirectory(config, REGISTRY_FILE)
 
 
 def registry_used(config: Settings) -> bool:
