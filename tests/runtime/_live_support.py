@@ -7,6 +7,7 @@ import asyncio
 import os
 import time
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 
 async def eventually(check: Callable[[], Awaitable[bool]], within: float = 5.0) -> None:
@@ -30,3 +31,18 @@ def host_pids_with(marker: str) -> list[int]:
             except OSError:
                 pass
     return [p for p in found if p != os.getpid()]
+
+
+async def kill_after_the_loop_wrote(ws: Any, source: str, *, backend: str | None = None) -> None:
+    """Run ``source`` (it writes f1..f50 with each one's number, prints ``wrote``, then sleeps), kill
+    it once it printed, and check the 50 files are in the workspace: kill keeps what was written."""
+    handle = await ws.runtime.exec(source, **({"backend": backend} if backend else {}))
+    async for snapshot in handle:
+        if "wrote" in snapshot.stdout:
+            break
+    await handle.kill()
+    result = await handle.result()
+    assert result.status == "cancelled"
+    names = {e.name for e in await ws.fs.readdir("/workspace")}
+    assert {f"f{i}" for i in range(1, 51)} <= names
+    assert (await ws.fs.read_text("/workspace/f50")).strip() == "50"

@@ -18,7 +18,7 @@ import pytest
 import computer
 from computer.runtime import ProcessInfo, ShellBackend
 
-from ._live_support import eventually, host_pids_with
+from ._live_support import eventually, host_pids_with, kill_after_the_loop_wrote
 
 pytestmark = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgroup freezer here")
 
@@ -73,16 +73,7 @@ async def test_a_workspace_write_reaches_a_running_command(ws: computer.Workspac
 
 
 async def test_a_killed_loop_keeps_the_files_it_wrote(ws: computer.Workspace) -> None:
-    handle = await ws.runtime.exec("for i in $(seq 50); do echo $i > f$i; done; echo wrote; sleep 100")
-    async for snapshot in handle:
-        if "wrote" in snapshot.stdout:
-            break
-    await handle.kill()
-    result = await handle.result()
-    assert result.status == "cancelled"
-    names = {e.name for e in await ws.fs.readdir("/workspace")}
-    assert {f"f{i}" for i in range(1, 51)} <= names
-    assert await ws.fs.read_text("/workspace/f50") == "50\n"
+    await kill_after_the_loop_wrote(ws, "for i in $(seq 50); do echo $i > f$i; done; echo wrote; sleep 100")
 
 
 async def test_a_timeout_keeps_the_files_and_background_processes_survive_it(ws: computer.Workspace) -> None:

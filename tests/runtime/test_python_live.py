@@ -17,7 +17,7 @@ import pytest
 import computer
 from computer.runtime import PythonBackend, ShellBackend
 
-from ._live_support import eventually, host_pids_with
+from ._live_support import eventually, host_pids_with, kill_after_the_loop_wrote
 
 pytestmark = pytest.mark.skipif(not PythonBackend(live=True).live, reason="no cgroup freezer here")
 
@@ -121,7 +121,8 @@ async def test_a_workspace_write_reaches_a_running_python_program(backend_ws) ->
 
 async def test_a_killed_python_loop_keeps_its_files(backend_ws) -> None:
     _, ws = backend_ws
-    handle = await ws.runtime.exec(
+    await kill_after_the_loop_wrote(
+        ws,
         "import time\n"
         "for i in range(1, 51):\n"
         "    open(f'f{i}', 'w').write(str(i))\n"
@@ -129,15 +130,6 @@ async def test_a_killed_python_loop_keeps_its_files(backend_ws) -> None:
         "time.sleep(100)\n",
         backend="python",
     )
-    async for snapshot in handle:
-        if "wrote" in snapshot.stdout:
-            break
-    await handle.kill()
-    result = await handle.result()
-    assert result.status == "cancelled"
-    names = {e.name for e in await ws.fs.readdir("/workspace")}
-    assert {f"f{i}" for i in range(1, 51)} <= names
-    assert await ws.fs.read_text("/workspace/f50") == "50"
 
 
 async def test_a_timeout_keeps_the_files_and_the_popen_children_that_left_its_group(backend_ws) -> None:
