@@ -132,7 +132,8 @@ async def removal(data_dir: str, out: dict[str, Any]) -> None:
         await until(lambda r: sum(w["running"] for w in r["workers"]) == 4, within=60)
         before = {w["name"] for w in alive(await status())}
         computer.init(data_dir=data_dir, **{**SETTINGS, "shell_pool_max": 2})
-        chosen = await until(lambda r: any(w["state"] == "draining" for w in r["workers"]), within=30)
+        # The control loop may mark the two it removes in successive rounds: wait for both.
+        chosen = await until(lambda r: sum(w["state"] == "draining" for w in r["workers"]) >= 2, within=30)
         draining = [w["name"] for w in chosen["workers"] if w["state"] == "draining"]
         busy_when_chosen = [w["running"] for w in chosen["workers"] if w["state"] == "draining"]
         results = [await h.result() for h in handles]
