@@ -44,7 +44,7 @@ from pathlib import Path
 from ._cgroups import remove_dead_groups, remove_own_groups
 from ._lifetime import is_alive, process_tag
 
-__all__ = ["process_scratch", "reap_dead", "release_process", "remove_tree"]
+__all__ = ["blocking_ancestor", "process_scratch", "reap_dead", "release_process", "remove_tree"]
 
 log = logging.getLogger(__name__)
 
@@ -226,7 +226,7 @@ def _temp_base(owner: tuple[int, int] | None) -> str:
         return temp
     candidates = [temp, *(d for d in ("/tmp", "/dev/shm", "/var/tmp") if d != temp)]
     for candidate in candidates:
-        if os.path.isdir(candidate) and searchable(candidate, owner):
+        if os.path.isdir(candidate) and blocking_ancestor(candidate, owner) is None:
             if candidate != temp:
                 log.info(
                     "sandbox user %d cannot reach %s: scratch directories go to %s", owner[0], temp, candidate
@@ -240,25 +240,26 @@ def _temp_base(owner: tuple[int, int] | None) -> str:
     )
 
 
-def searchable(path: str, owner: tuple[int, int]) -> bool:
-    """Whether user ``owner`` (uid, gid) may search every directory from ``/`` down to ``path``."""
+def blocking_ancestor(directory: str, owner: tuple[int, int]) -> Path | None:
+    """The first existing ancestor of ``directory`` (itself included) that user ``owner`` (uid, gid)
+    may not search, or None when it can reach ``directory`` (bubblewrap, running as that user, must
+    reach every bind source)."""
+    path = Path(os.path.abspath(directory))
     uid, gid = owner
-    current = "/"
-    for part in [p for p in os.path.realpath(path).split("/") if p] + [""]:
+    for ancestor in [path, *path.parents]:
         try:
-            st = os.stat(current)
-        except OSError:
-            return False
+            st = os.stat(ancestor)
+        except FileNotFoundError:
+            continue
         if st.st_uid == uid:
-            allowed = st.st_mode & stat.S_IXUSR
+            bit = stat.S_IXUSR
         elif st.st_gid == gid:
-            allowed = st.st_mode & stat.S_IXGRP
+            bit = stat.S_IXGRP
         else:
-            allowed = st.st_mode & stat.S_IXOTH
-        if uid != 0 and not allowed:
-            return False
-        current = os.path.join(current, part)
-    return True
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return ancestor
+    return None
 
 
 def release_process() -> None:

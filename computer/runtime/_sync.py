@@ -20,7 +20,6 @@ import asyncio
 import dataclasses
 import os
 import secrets
-import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +30,7 @@ from ._backend import DeferringContext, ExecContext, MirrorFile, PendingPull, Sy
 from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
 from ._pull_rules import PROTECTED
-from ._scratch import process_scratch
+from ._scratch import blocking_ancestor, process_scratch
 from ._tasks import in_background
 
 __all__ = ["MirrorSync", "Synced", "backend_scratch"]
@@ -265,25 +264,13 @@ class MirrorSync:
 def _check_reachable(directory: str, owner: tuple[int, int]) -> None:
     """The sandbox's user must be able to reach ``directory`` (bubblewrap, running as that user, binds
     a mirror from below it): every existing ancestor must be searchable by that user."""
-    path = Path(os.path.abspath(directory))
-    uid, gid = owner
-    for ancestor in [path, *path.parents]:
-        try:
-            st = os.stat(ancestor)
-        except FileNotFoundError:
-            continue
-        if st.st_uid == uid:
-            bit = stat.S_IXUSR
-        elif st.st_gid == gid:
-            bit = stat.S_IXGRP
-        else:
-            bit = stat.S_IXOTH
-        if not st.st_mode & bit:
-            raise ValueError(
-                f"scratch_dir {directory}: the sandbox's user (host uid {uid}) cannot reach it, as "
-                f"{ancestor} is not searchable by it; choose a directory others may search (e.g. one "
-                "made with mode 0o711), or pass unprivileged=False"
-            )
+    ancestor = blocking_ancestor(directory, owner)
+    if ancestor is not None:
+        raise ValueError(
+            f"scratch_dir {directory}: the sandbox's user (host uid {owner[0]}) cannot reach it, as "
+            f"{ancestor} is not searchable by it; choose a directory others may search (e.g. one "
+            "made with mode 0o711), or pass unprivileged=False"
+        )
 
 
 def _default_scratch() -> str:
