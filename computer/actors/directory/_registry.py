@@ -64,6 +64,7 @@ class RegisteredDirectory:
         assert config.redis_url is not None
         self._config = config
         self._redis = redis if redis is not None else RedisDirectory(config.redis_url)
+        self._files: SqliteDirectory | HeadDirectory | None = None  # opened at the first note, kept
 
     def get(self, name: str) -> WorkspaceRecord | None:
         return self._redis.get(name)
@@ -95,13 +96,13 @@ class RegisteredDirectory:
 
     def close(self) -> None:
         self._redis.close()
+        if self._files is not None:
+            self._files.close()
 
     def _registry(self, step: Any) -> None:
-        registry = file_registry(self._config)
-        try:
-            step(registry)
-        finally:
-            registry.close()
+        if self._files is None:  # an owner keeps its directory: one registry opened per owner
+            self._files = file_registry(self._config)
+        step(self._files)
 
     def __repr__(self) -> str:
         return f"RegisteredDirectory({self._redis!r})"
