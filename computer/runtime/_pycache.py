@@ -46,9 +46,8 @@ def compiled_stdlib(stdlib: Path, prefix: str, inside: str, leave_out: tuple[str
     objects name ``inside`` instead of ``prefix``, without the top-level entries ``leave_out``
     (installed packages, tests: never staged); None when it cannot be built here (then stage no
     compiled files at all)."""
-    found = _built.get((str(stdlib), inside))
-    if found is not None or (str(stdlib), inside) in _built:
-        return found
+    if (str(stdlib), inside) in _built:
+        return _built[str(stdlib), inside]
     try:
         found = _machine_tree(stdlib, prefix, inside, leave_out)
     except OSError as exc:
