@@ -3,9 +3,12 @@ payloads crossing processes (a pool worker and the owner).
 
 The guest channel (see ``python.py``) is untrusted input: code in the sandbox can reach its socket
 (nothing inside one interpreter can be hidden from code running in it: ``gc``, ``ctypes``,
-``/proc/self/fd``), so any per-run secret the guest holds would be readable too. Instead a frame can
-ask for nothing a ``workspace`` function could not, and the host reads every frame within limits
-(:class:`ChannelLimits`) that bound its memory, whatever the bytes:
+``/proc/self/fd``), so any per-run secret the guest holds would be readable too: frames are not
+authenticated (decision). Instead a frame can ask for nothing a ``workspace`` function could not; no
+other process can reach the channel (the guest makes itself non-dumpable before its first frame, so a
+child of the run or a background process of the live sandbox, same uid, can neither ``pidfd_getfd`` it
+nor read its ``/proc`` fds: ``tests/security/test_guest_channel.py``); and the host reads every frame
+within limits (:class:`ChannelLimits`) that bound its memory, whatever the bytes:
 
 - a request is a header ``>II`` (head bytes, body bytes), a msgpack head ``{"op", "args"}`` and a
   body of raw bytes, which only ``write_file`` has (its ``data``): the head of a request is at most
