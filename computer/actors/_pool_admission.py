@@ -58,6 +58,9 @@ class LoadReport:
     # Of ``queued``, runs pinned here (their live sandbox is here): more workers would not help them.
     pinned_queued: int = 0
     movable_wait: float = 0.0  # the longest wait of an admitted run that was not pinned
+    # The longest wait of an admitted pinned run: demand too (the control loop grows a pool with no
+    # free slot anywhere for it; the next runs of idle sandboxes then move to the new worker).
+    pinned_wait: float = 0.0
     live_sandboxes: int = 0  # live sandboxes this worker holds: it is drained, never killed, while > 0
     mirrors_in_use: int = 0  # warm mirrors a running run is using
     # Runs since the previous report whose idle live sandbox this worker ended to send them elsewhere
@@ -82,6 +85,7 @@ class Admission:
         self._waits: deque[float] = deque(maxlen=WAITS_REPORTED)
         self._admitted = 0
         self._movable_wait = 0.0
+        self._pinned_wait = 0.0
         self._idle_since: float | None = time.monotonic()
 
     @property
@@ -159,6 +163,7 @@ class Admission:
         waits = list(self._waits)
         admitted, self._admitted = self._admitted, 0
         movable_wait, self._movable_wait = self._movable_wait, 0.0
+        pinned_wait, self._pinned_wait = self._pinned_wait, 0.0
         self._waits.clear()
         idle_since = self._idle_since
         live = extra.pop("live_sandboxes", 0)
@@ -177,6 +182,7 @@ class Admission:
             draining=self.draining,
             pinned_queued=sum(1 for f, pinned in self._line if pinned and not f.done()),
             movable_wait=movable_wait,
+            pinned_wait=pinned_wait,
             live_sandboxes=live,
             mirrors_in_use=mirrors,
             moved=moved,
@@ -191,7 +197,9 @@ class Admission:
         self._admitted += 1
         waited = time.monotonic() - arrived
         self._waits.append(waited)
-        if not pinned:
+        if pinned:
+            self._pinned_wait = max(self._pinned_wait, waited)
+        else:
             self._movable_wait = max(self._movable_wait, waited)
 
     def _next(self) -> None:

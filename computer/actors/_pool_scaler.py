@@ -9,7 +9,8 @@ Ray when it dies; a restarted one adopts the workers it finds by name. Every :da
 2. polls every worker's :class:`~computer.actors._pool_admission.LoadReport` (running, waiting in
    line, how long admitted runs waited, idle time, live sandboxes);
 3. decides with :func:`plan` (pure, unit-tested) and applies: *grow* when runs wait (a worker's line
-   is not empty, or a run waited more than :data:`GROW_WAIT`), up to the maximum; *shed* the lines
+   is not empty, or a run waited more than :data:`GROW_WAIT`; runs pinned to a live sandbox count
+   when no worker has a free slot), up to the maximum; *shed* the lines
    of busy workers when others have free slots (those runs have not started: their dispatchers send
    them again); *drain* workers idle for ``pool_idle_after`` while the pool is above its minimum
    (a draining worker takes no new run, runs in flight finish, a live sandbox keeps it until it ends)
@@ -156,6 +157,7 @@ class Plan:
     remove: list[str] = field(default_factory=list)  # drained and holding nothing, or pending and unneeded
     shed: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    pressure: bool = False  # runs wait that more workers would serve sooner (movable, or none has room)
 
 
 def plan(
@@ -185,11 +187,18 @@ def plan(
     draining = [w for w in workers if w.state == "draining"]
     reports = [w.report for w in ready + draining if w.report is not None]
     running = sum(r.running for r in reports)
-    # Runs pinned to their worker (a live sandbox) wait there whatever the pool's size: they count
-    # for the workers needed, but only runs that could go elsewhere make the pool grow.
     queued = sum(r.queued - r.pinned_queued for r in reports if not r.draining) + waiting
-    pinned = sum(r.pinned_queued for r in reports)
     waited = max((r.movable_wait for r in reports), default=0.0)
+    # Runs pinned to their worker (a live sandbox) wait there while it is full. They are demand all
+    # the same, but one more worker helps them only when no worker has a free slot: with a free slot
+    # somewhere, dispatchers already send them ``movable`` (an idle sandbox moves) and new workspaces
+    # go there. Without one, the pool grows; once the new worker is in their view, the next runs of
+    # idle sandboxes move to it and new workspaces start there (see ``PoolBackend._movable``).
+    serving = [r for r in reports if not r.draining]
+    pinned = sum(r.pinned_queued for r in serving)
+    room = any(r.running + r.queued < r.target for r in serving)
+    pinned_waited = max((r.pinned_wait for r in serving), default=0.0)
+    pins_wait = not room and (pinned > 0 or pinned_waited > GROW_WAIT)
 
     for w in draining:  # drained and holding nothing (the report came after the drain): gone
         if w.report is not None and w.report.draining and w.report.holds == 0:
@@ -209,9 +218,12 @@ def plan(
             out.reasons.append(f"drain {w.name}: above the maximum {max_workers}")
         return out
 
-    pressure = queued > 0 or waited > GROW_WAIT
-    if pressure:
-        need = math.ceil((running + queued + pinned) / target) if queued else active + (0 if pending else 1)
+    out.pressure = queued > 0 or waited > GROW_WAIT or pins_wait
+    if out.pressure:
+        if queued or (pins_wait and pinned):
+            need = math.ceil((running + queued + pinned) / target)
+        else:
+            need = active + (0 if pending else 1)
         want = min(max_workers, max(need, limits.min_workers))
         grow = want - active
         if grow > 0:
@@ -219,7 +231,14 @@ def plan(
             out.undrain = [w.name for w in back]
             out.grow = grow - len(back)
             out.floor = max(0, min(limits.min_workers - active - len(back), out.grow))
-            why = f"{queued} run(s) waiting" if queued else f"a run waited {waited:.2f} s"
+            if queued:
+                why = f"{queued} run(s) waiting"
+            elif not pins_wait:
+                why = f"a run waited {waited:.2f} s"
+            elif pinned:
+                why = f"{pinned} run(s) waiting for their live sandbox, no worker has a free slot"
+            else:
+                why = f"a run waited {pinned_waited:.2f} s for its live sandbox, no worker has a free slot"
             out.reasons.append(f"grow by {grow} to {want} (max {max_workers}): {why}, {running} running")
         free = [r for r in reports if not r.draining and r.running + r.queued < r.target]
         if free or out.grow or out.undrain:
@@ -361,7 +380,9 @@ class PoolScaler:
                 return False
             for w in pool.workers.values():
                 r = w.report
-                if w.state != "ready" or r is None or r.running or r.queued or r.movable_wait > GROW_WAIT:
+                if w.state != "ready" or r is None or r.running or r.queued:
+                    return False
+                if max(r.movable_wait, r.pinned_wait) > GROW_WAIT:
                     return False
         return True
 
@@ -383,11 +404,6 @@ class PoolScaler:
             )
             await self._collect(pool)
             now = time.monotonic()
-            if (
-                any(r.queued > r.pinned_queued or r.movable_wait > GROW_WAIT for r in _reports(pool))
-                or pool.waiting
-            ):
-                pool.pressure_at = now
             decided = plan(
                 limits,
                 pool.max_workers,
@@ -397,6 +413,8 @@ class PoolScaler:
                 now=now,
             )
             pool.waiting = 0
+            if decided.pressure:
+                pool.pressure_at = now
             await self._apply(pool, limits, decided, free)
 
     async def _collect(self, pool: _Pool) -> None:
@@ -431,7 +449,7 @@ class PoolScaler:
                     pool,
                     f"{w.name}: {report.pinned_queued} run(s) wait for their live sandbox here (it "
                     "runs processes or other runs of its workspace, which moving would end; or no "
-                    "worker has room)",
+                    "worker had a free slot: the pool grows for them then)",
                 )
             pool.moved += report.moved
             w.report = report

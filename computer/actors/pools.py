@@ -329,7 +329,9 @@ class PoolBackend:
         Not when the pool could merely grow: the moved run would wait in another line for a worker
         still to come, then for a cold mirror there, while its own worker frees a slot sooner for a
         short command (the 3-node pool_bench moved 223 runs in 20 s so, with 3 of 8 workers pending).
-        So runs pinned to live sandboxes do not make a pool grow (see the README).
+        Pinned runs that wait while no worker has a free slot make the pool grow all the same (the
+        control loop's ``plan``): once the new worker is in this owner's view, the next run of an idle
+        sandbox pinned to a full worker is sent movable and starts there.
         """
         if self._pins.get(workspace_id) != slot.name or slot.estimate <= slot.target:  # counts this run
             return False

@@ -11,6 +11,12 @@ idle time of 2 s. Phases, each bounded in time; the last stdout line is a JSON r
    removal, their runs complete (each exactly once) and the workers go afterwards;
 4. ``demand``: a maximum of 8 on 6 CPUs leaves pending workers, whose CPUs Ray's autoscaler state
    lists as demand; the runs complete all the same.
+
+``pinned`` (run alone: ``_elastic_cluster.py DATA pinned``, by test_elastic_pins.py): two workspaces
+whose live sandboxes are both on the one worker of a pool (maximum 2, one run at a time per worker)
+run a 2 s command at once, round after round: the second run of each round waits pinned behind the
+first. The pool must grow for that wait, and a later round's run must move its idle sandbox to the
+new worker (``moved``).
 """
 
 from __future__ import annotations
@@ -182,10 +188,46 @@ async def demand(data_dir: str, out: dict[str, Any]) -> None:
     }
 
 
-async def main(data_dir: str) -> dict[str, Any]:
+async def pinned(data_dir: str, out: dict[str, Any]) -> None:
+    # A long idle time: the new worker must not be drained while the pinned runs find their way to it.
+    computer.init(data_dir=data_dir, **{**SETTINGS, "shell_pool_max": 2, "pool_idle_after": 60.0})
+    clients = [await computer.get_workspace(f"pinned-{i}") for i in range(2)]
+    rounds: list[dict[str, Any]] = []
+    statuses: list[str] = []
+    try:
+        for ws in clients:  # one after another: both live sandboxes on the pool's one worker
+            await ws.fs.mkdir("/workspace")
+            statuses.append((await (await ws.runtime.exec("true")).result()).status)
+        start = alive(await status())
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline:
+            handles = [await ws.runtime.exec(f"sleep 2; echo {len(rounds)} >> f") for ws in clients]
+            statuses += [(await h.result()).status for h in handles]
+            report = await status()
+            rounds.append({"workers": len(alive(report)), "moved": report["moved"]})
+            if report["moved"] >= 1:
+                break
+        files = [await ws.fs.read_text("/workspace/f") for ws in clients]
+    finally:
+        for ws in clients:
+            await ws.close()
+    report = await status()
+    out["pinned"] = {
+        "workers_at_start": len(start),
+        "rounds": rounds,
+        "statuses": statuses,
+        "files_ok": files == ["".join(f"{k}\n" for k in range(len(rounds)))] * 2,
+        "decisions": [d for _, d in report["decisions"]],
+    }
+
+
+PHASES = {"burst": burst, "shrink": shrink, "removal": removal, "demand": demand, "pinned": pinned}
+
+
+async def main(data_dir: str, phases: list[str]) -> dict[str, Any]:
     computer.init(data_dir=data_dir, **SETTINGS)
     out: dict[str, Any] = {"nodes": len([n for n in ray.nodes() if n["Alive"]])}
-    for phase in (burst, shrink, removal, demand):
+    for phase in [PHASES[p] for p in phases]:
         started = time.monotonic()
         try:
             await (phase(data_dir, out) if phase is not shrink else phase(out))  # type: ignore[call-arg,arg-type]
@@ -202,7 +244,7 @@ if __name__ == "__main__":
             cluster.add_node(**NODE)
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, log_to_driver=False, _node_ip_address="127.0.0.1")
-        report = asyncio.run(main(sys.argv[1]))
+        report = asyncio.run(main(sys.argv[1], sys.argv[2:] or ["burst", "shrink", "removal", "demand"]))
         print(json.dumps(report, default=list), flush=True)
     finally:
         ray.shutdown()

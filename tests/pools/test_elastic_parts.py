@@ -66,10 +66,32 @@ def test_a_long_wait_grows_by_one_even_with_an_empty_line() -> None:
     assert plan(LIMITS, 6, waited, now=100.0).grow == 1
 
 
-def test_runs_pinned_to_their_live_sandbox_do_not_grow_the_pool() -> None:
-    pinned = [_ready("a", running=2, queued=4, pinned_queued=4, waits=[3.0]), _ready("b")]
+def test_runs_pinned_to_their_live_sandbox_do_not_grow_a_pool_with_a_free_slot() -> None:
+    # b has room: the pinned runs' dispatchers send them movable (an idle sandbox moves to b) and new
+    # workspaces go to b; one more worker would not serve them sooner.
+    pinned = [_ready("a", running=2, queued=4, pinned_queued=4, pinned_wait=3.0), _ready("b")]
     decided = plan(LIMITS, 6, pinned, now=100.0)
-    assert (decided.grow, decided.shed) == (0, [])
+    assert (decided.grow, decided.shed, decided.pressure) == (0, [], False)
+
+
+def test_runs_pinned_to_a_full_worker_grow_a_pool_without_a_free_slot() -> None:
+    # Every slot taken, only pinned runs wait: demand all the same (issue 23). 4 running + 3 pinned
+    # waiting at 2 per worker want 4 workers.
+    full = [_ready("a", running=2, queued=3, pinned_queued=3), _ready("b", running=2)]
+    decided = plan(LIMITS, 6, full, now=100.0)
+    assert decided.grow == 2 and decided.pressure and decided.shed == []
+    assert "live sandbox" in decided.reasons[0]
+    # A pinned run that waited (its line already empty) grows by one, as a movable one does.
+    waited = [_ready("a", running=2, pinned_wait=0.5), _ready("b", running=2)]
+    assert plan(LIMITS, 6, waited, now=100.0).grow == 1
+    # The worker coming counts: no second one for the same runs.
+    coming = [*waited, WorkerState("c", "pending", 99.0)]
+    assert plan(LIMITS, 6, coming, now=100.0).grow == 0
+    # A short pinned wait (under GROW_WAIT) is no reason.
+    assert (
+        plan(LIMITS, 6, [_ready("a", running=2, pinned_wait=0.01), _ready("b", running=2)], now=100.0).grow
+        == 0
+    )
 
 
 def test_a_pool_at_its_maximum_does_not_grow_and_sheds_no_line_without_room() -> None:
@@ -153,9 +175,12 @@ async def test_draining_hands_waiting_runs_back_and_admits_only_pinned_ones() ->
     pinned = asyncio.create_task(gate.enter(pinned=True))  # its live sandbox is here: it waits its turn
     await asyncio.sleep(0)
     assert gate.shed() == 0 and gate.queued == 1
+    await asyncio.sleep(0.01)
     gate.leave()
     assert await pinned is True
-    assert gate.report("w", "n", 1.0).draining
+    report = gate.report("w", "n", 1.0)
+    assert report.draining
+    assert report.pinned_wait >= 0.01  # its wait is counted as pinned (the hand-back above as movable)
 
 
 async def test_a_cancelled_waiter_leaves_the_line_and_idle_time_starts_when_all_is_done() -> None:
@@ -198,6 +223,7 @@ def test_the_control_loop_rests_only_while_every_pool_is_calm() -> None:
     assert not loop(worker("a"), worker("b", running=1)).calm()
     assert not loop(worker("a", queued=1)).calm()
     assert not loop(worker("a", movable_wait=1.0)).calm()
+    assert not loop(worker("a", pinned_wait=1.0)).calm()
     assert not loop(worker("a"), worker("b", state="pending")).calm()
     assert not loop(worker("a"), worker("b", state="draining")).calm()  # to be removed soon
     assert not loop(worker("a"), waiting=1).calm()  # a dispatcher waits for a worker
