@@ -81,6 +81,12 @@ REQUEUES_MAX = 100
 DEAD_REMEMBERED = 60.0  # seconds a dispatcher ignores a worker it saw dead (the view may lag behind)
 
 _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
+# Per process: the latest view of each pool a dispatcher here got from the control loop (when, view).
+# An owner host serves many workspaces in one process, each with its own dispatcher: a dispatcher whose
+# view is stale takes a fresher one another took, instead of a call of its own. 64 agents' owners each
+# asked once a second while the pool was busy: as many view calls as runs, ~1-2 ms of CPU each on the
+# owner and the control loop.
+_views: dict[str, tuple[float, PoolView]] = {}
 
 
 @dataclass
@@ -234,7 +240,8 @@ class PoolBackend:
 
     # --- the control loop's view ---
 
-    def _take_view(self, view: PoolView) -> None:
+    def _take_view(self, view: PoolView, at: float | None = None) -> None:
+        """Adopt ``view`` (got from the control loop ``at``, monotonic; default now)."""
         now = time.monotonic()
         self._dead = {n: t for n, t in self._dead.items() if now - t < DEAD_REMEMBERED}
         listed = set()
@@ -258,7 +265,16 @@ class PoolBackend:
                     if name in self._warm:
                         self._warm.remove(name)
         self._busy = view.pending > 0 or any(w.load >= w.target for w in view.workers if not w.draining)
-        self._view_at = now
+        self._view_at = now if at is None else at
+
+    def _take_shared(self, ttl: float) -> bool:
+        """Adopt the view another dispatcher of this process got, when newer than ours and younger
+        than ``ttl``; whether it did."""
+        latest = _views.get(self.backend)
+        if latest is None or latest[0] <= self._view_at or time.monotonic() - latest[0] > ttl:
+            return False
+        self._take_view(latest[1], latest[0])
+        return True
 
     async def _refresh(self, waiting: int = 0, wait: float = 0.0) -> None:
         global _scaler
@@ -274,16 +290,22 @@ class PoolBackend:
         except Exception:
             log.warning("%s pool: the control loop did not answer", self.backend, exc_info=True)
             return
-        self._take_view(view)
+        at = time.monotonic()
+        _views[self.backend] = (at, view)
+        self._take_view(view, at)
 
     async def _fresh(self) -> None:
         """Refresh the view in the background once it is older than :data:`VIEW_TTL` (or
-        :data:`VIEW_TTL_CALM`); now, when it is empty."""
+        :data:`VIEW_TTL_CALM`); now, when it is empty. A fresh enough view another dispatcher of
+        this process took serves instead (:data:`_views`)."""
+        ttl = VIEW_TTL if self._busy else VIEW_TTL_CALM
+        if time.monotonic() - self._view_at <= ttl and any(s.listed for s in self._slots.values()):
+            return
+        if self._take_shared(ttl) and any(s.listed for s in self._slots.values()):
+            return
         if not any(s.listed for s in self._slots.values()):
             await self._refresh()
-            return
-        ttl = VIEW_TTL if self._busy else VIEW_TTL_CALM
-        if time.monotonic() - self._view_at > ttl and (self._refreshing is None or self._refreshing.done()):
+        elif self._refreshing is None or self._refreshing.done():
             self._refreshing = asyncio.create_task(self._refresh())
 
     def _pick(self, workspace_id: str, *, spread: bool = False) -> _Slot | None:

@@ -178,3 +178,35 @@ async def test_runs_handed_back_from_a_line_spread_instead_of_all_taking_the_fre
     assert len(workers["a"].orders) == 6
     taken = {name: len(workers[name].orders) for name in "bcd"}
     assert sum(taken.values()) == 6 and taken["b"] < 6 and taken["c"] + taken["d"] > 0, taken
+
+
+async def test_dispatchers_of_one_process_share_a_fresh_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Counted: control-loop view calls of two dispatchers in one process (an owner host's workspaces),
+    each with a stale view of a busy pool: the first asks, the second takes what it got."""
+    monkeypatch.setitem(pools._infos, "shell", BackendInfo(id="shell", protocol="command", callable=False))
+    monkeypatch.setattr(pools, "_views", {})
+    calls: list[str] = []
+    busy = PoolView("shell", (WorkerView("a", "n", 4, 4, False),), pending=0)
+
+    class _Loop:
+        class view:  # a Ray actor method's shape: ``view.remote(...)``
+            @staticmethod
+            async def remote(backend: str, *_: Any) -> PoolView:
+                calls.append(backend)
+                return busy
+
+    monkeypatch.setattr(pools, "_scaler", _Loop())
+    backends = []
+    for _ in range(2):
+        backend = pools.PoolBackend("shell", owner=object(), node="n")
+        backend._take_view(busy)
+        backend._slots["a"].handle = _Worker("a", _live)
+        backend._view_at -= pools.VIEW_TTL + 0.5  # stale for a busy pool
+        backends.append(backend)
+    await _run(backends[0])
+    await asyncio.sleep(0)  # its background refresh
+    assert calls == ["shell"]
+    await _run(backends[1])
+    await asyncio.sleep(0)
+    assert calls == ["shell"]  # the second took the first one's view
+    assert backends[1]._view_at == backends[0]._view_at
