@@ -52,8 +52,9 @@ from ..runtime.types import BackendInfo
 from ._pool_admission import Requeue
 from ._pool_callbacks import owner_token
 from ._pool_context import WorkerMemory
+from ._pool_plan import enabled, limits_from
 from ._pool_registry import worker_handle
-from ._pool_scaler import PoolView, enabled, get_scaler, limits_from
+from ._pool_scaler import PoolView, get_scaler
 from ._pool_worker import OwnerUnknown, RunStarted
 from .raycompat import kv_get, kv_put, streaming
 

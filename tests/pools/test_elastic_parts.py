@@ -8,7 +8,7 @@ import time
 import pytest
 
 from computer.actors._pool_admission import Admission, LoadReport, target_runs
-from computer.actors._pool_scaler import PoolLimits, WorkerState, limits_from, plan, resolve_max
+from computer.actors._pool_plan import PoolLimits, WorkerState, limits_from, plan, resolve_max
 from computer.config import Settings
 
 LIMITS = PoolLimits("shell", 2, 6, worker_cpus=1.0, worker_memory=0, runs_per_cpu=2.0, idle_after=30.0)
