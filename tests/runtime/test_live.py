@@ -220,3 +220,31 @@ async def test_a_file_a_running_program_holds_open_is_never_replaced_under_it(ws
 
     await eventually(renamed, within=10)
     assert await ws.fs.read_text("/workspace/k") == "v\n"
+
+
+async def test_a_command_gets_its_own_streams_directory_and_signals_only(ws: computer.Workspace) -> None:
+    """The init starts commands with ``posix_spawn``: a command holds only its three streams (none of
+    the init's descriptors), runs in its own directory and session with default signal handling, at
+    an OOM score above the init's; a missing directory or program is reported as a shell would."""
+    await ws.fs.mkdir("/workspace/sub")
+    seen = await run(
+        ws,
+        "ls /proc/$$/fd > ../fds; tr '\\n' ' ' < ../fds; echo; pwd; grep SigIgn /proc/self/status; "
+        "cat /proc/$$/oom_score_adj; [ $(ps -o sid= -p $$) = $$ ] && echo leader",
+        cwd="/workspace/sub",
+    )
+    lines = seen.stdout.splitlines()
+    assert sorted(map(int, lines[0].split())) == [0, 1, 2], lines
+    assert lines[1] == "/workspace/sub"
+    assert (
+        int(lines[2].split()[1], 16) & 0x7FFFFFFF == 0
+    )  # nothing ignored (the init ignores SIGINT, SIGPIPE)
+    assert int(lines[3]) >= 500
+    assert lines[4] == "leader"
+    missing = await run(ws, "exec no-such-program-here")
+    assert missing.exit_code == 127
+    await ws.fs.rm("/workspace/sub", recursive=True)
+    gone = await run(ws, "true", cwd="/workspace/sub")
+    assert gone.status == "failed"
+    after = await run(ws, "pwd")
+    assert after.stdout == "/workspace\n"
