@@ -22,7 +22,8 @@ Every figure is printed next to a baseline measured in the same run on the same 
    4 KiB change inside a 100 MB file against a 4 KiB file change (target <= 2x); the peak RSS of this
    process (the owner and the worker in one, embedded) above idle while 2 GiB sync both ways (target
    <= 128 MiB); ``git status`` in a 5,000-file repository, through exec against the host.
-5. Live sandboxes (``--only-live`` runs this and section 3 only): the cost of starting one, a warm
+5. Live sandboxes (``--only-live`` runs this and section 3 only; ``--only-fs`` section 3 in a live
+   sandbox only): the cost of starting one, a warm
    call inside one against a fresh sandbox per call (section 1), the delay from a write on one side
    to its visibility on the other (p50/p95), and this process's RSS per live sandbox holding a
    background process. Section 3 runs both in a live sandbox and with a fresh sandbox per call.
@@ -456,6 +457,9 @@ async def main() -> None:
     parser.add_argument("--only-size", action="store_true", help="run only the sync-at-size section (4)")
     parser.add_argument("--only-live", action="store_true", help="run only the live-sandbox section (5)")
     parser.add_argument("--only-python", action="store_true", help="run only python's latency (1b)")
+    parser.add_argument(
+        "--only-fs", action="store_true", help="run only the shell fs benchmark (3) in a live sandbox"
+    )
     args = parser.parse_args()
     backend = ShellBackend(scratch_dir=args.scratch)
     print(f"shell backend: startup {backend.info.startup_ms} ms; mirrors in {backend.scratch}")
@@ -465,6 +469,9 @@ async def main() -> None:
         return
     if args.only_python:
         await python_latency(args.runs, max(args.pause, 0.3))
+        return
+    if args.only_fs:
+        await fs_bench(backend, args.repeats, args.pause)
         return
     if args.only_live:
         await live_bench(args.runs)
