@@ -12,7 +12,7 @@ from typing import Any
 from ..surface import WorkspaceSurface
 from ._tool import Tool
 
-__all__ = ["build_tools", "select_tools"]
+__all__ = ["build_tools", "record_refused", "select_tools"]
 
 
 def build_tools(workspace: WorkspaceSurface, options: Mapping[str, Any]) -> dict[str, Tool]:
@@ -33,6 +33,21 @@ def build_tools(workspace: WorkspaceSurface, options: Mapping[str, Any]) -> dict
 
     tools: dict[str, Tool] = create_tools(workspace, **options)
     return tools
+
+
+def record_refused(tools: Mapping[str, Tool], name: str, args: Any, message: str) -> None:
+    """Record a call refused before it ran: bad arguments for tool ``name``, or ``name`` unknown.
+
+    An unknown name is recorded under that name (cut to 100 characters) through the set's audit log
+    (every tool of a set records in the same workspace), so the log shows what the model asked for.
+    """
+    tool = tools.get(name)
+    if tool is not None:
+        tool.record_refused(args, message)
+        return
+    for any_tool in tools.values():
+        any_tool.record_refused(args, message, name=name[:100])
+        return
 
 
 def select_tools(

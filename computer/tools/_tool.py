@@ -134,6 +134,16 @@ class Tool:
             if not call.recorded_elsewhere:
                 self.audit.record_tool(self.name, args, result, time.perf_counter() - started)
 
+    def record_refused(self, args: Any, message: str, *, name: str | None = None) -> None:
+        """Record a call an adapter refused before :meth:`run` (so no :meth:`run` records it).
+
+        Arguments that are not JSON, not an object, or that a library validated before running the
+        tool (pydantic-ai's retries), and a call to a tool of another ``name`` that is not in the set:
+        each is a failed call the audit log shows, with the message the model got.
+        """
+        if self.audit is not None:
+            self.audit.record_tool(name or self.name, args, error_result(message), 0.0)
+
     async def _run(self, args: dict[str, Any] | None, on_update: ToolUpdate | None) -> dict[str, Any]:
         try:
             _, params = self.check_arguments(args)

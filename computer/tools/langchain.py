@@ -199,6 +199,14 @@ class WorkspaceTool(_ScreenedTool):
         wrapped._lazy = lazy
         return wrapped
 
+    def _to_args_and_kwargs(
+        self, tool_input: Any, tool_call_id: str | None
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        if isinstance(tool_input, dict) and _BAD_ARGUMENTS in tool_input:
+            with audit_caller(adapter="langchain"):  # refused before the core tool runs: record it here
+                self.core.record_refused({}, str(tool_input[_BAD_ARGUMENTS]))
+        return super()._to_args_and_kwargs(tool_input, tool_call_id)
+
     @property
     def visible(self) -> bool:
         """Whether the model should see this tool now (lazy tools only once discovered)."""

@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 
 from ..storage import audit_caller
 from ..surface import WorkspaceSurface
-from ._adapter_tools import build_tools
+from ._adapter_tools import build_tools, record_refused
 from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool
 
@@ -57,16 +57,17 @@ def create_mcp_server(
         ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         tool = tools.get(params.name)
-        if tool is None:
-            # SPEC section 10: an unknown tool is a protocol error (invalid params), not a tool result.
-            raise MCPError(
-                types.INVALID_PARAMS, f"Unknown tool {params.name!r}. Available tools: {', '.join(tools)}."
-            )
-        try:
-            arguments = parse_arguments(params.arguments, params.name)
-        except ArgumentError as exc:
-            return _error(str(exc))
         with audit_caller(adapter="mcp"):
+            if tool is None:
+                # SPEC section 10: an unknown tool is a protocol error (invalid params), not a tool result.
+                message = f"Unknown tool {params.name!r}. Available tools: {', '.join(tools)}."
+                record_refused(tools, params.name, params.arguments, message)
+                raise MCPError(types.INVALID_PARAMS, message)
+            try:
+                arguments = parse_arguments(params.arguments, params.name)
+            except ArgumentError as exc:
+                tool.record_refused(params.arguments, str(exc))
+                return _error(str(exc))
             result = await tool.run(arguments, on_update=_progress_forwarder(ctx))
         if "error" in result and len(result) == 1:
             return _error(str(result["error"]))

@@ -62,7 +62,7 @@ from typing import Any, Literal, Protocol
 from ..storage import audit_caller
 from ..surface import WorkspaceSurface
 from ._adapter_schema import StrictSchemaError, anthropic_strict_schema, strict_schema
-from ._adapter_tools import build_tools
+from ._adapter_tools import build_tools, record_refused
 from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool, ToolUpdate
 
@@ -109,25 +109,31 @@ def create_openai_tools(
     if api == "responses" and format != "openai":
         raise ValueError('api="responses" is an OpenAI API: use it with format="openai"')
     shape = "responses" if api == "responses" else format
+    adapter = "anthropic" if format == "anthropic" else "openai"  # the caller named in the audit log
     tools = build_tools(workspace, options)
     declarations = [_declare(tool, constrained_sampling, shape) for tool in tools.values()]
 
     async def run(tool_call: Any, on_update: ToolUpdate | None) -> tuple[list[ContentPart], bool]:
         try:
-            name, args = _parse_call(tool_call, shape)
-        except (_BadCall, ArgumentError) as exc:
+            name, raw = _parse_call(tool_call, shape)
+        except _BadCall as exc:
             return _error_parts(str(exc)), True
         except Exception as exc:  # a tool call object that cannot even be read
             return _error_parts(f"Malformed tool call: {type(exc).__name__}: {exc}"), True
-        tool = tools.get(name)
-        if tool is None:
-            return _error_parts(f"Unknown tool {name!r}. Available tools: {', '.join(tools)}."), True
-        try:
-            with audit_caller(adapter="openai"):
+        with audit_caller(adapter=adapter):
+            tool = tools.get(name)
+            try:
+                if tool is None:
+                    raise ArgumentError(f"Unknown tool {name!r}. Available tools: {', '.join(tools)}.")
+                args = parse_arguments(raw, name)
+            except ArgumentError as exc:
+                record_refused(tools, name, raw, str(exc))
+                return _error_parts(str(exc)), True
+            try:
                 result = await tool.run(args, on_update=on_update)
-            return tool.to_model_output(result), "error" in result
-        except Exception as exc:  # execute never raises: the loop must be able to continue
-            return _error_parts(f"{name} failed: {type(exc).__name__}: {exc}"), True
+                return tool.to_model_output(result), "error" in result
+            except Exception as exc:  # execute never raises: the loop must be able to continue
+                return _error_parts(f"{name} failed: {type(exc).__name__}: {exc}"), True
 
     async def execute(tool_call: Any, *, on_update: ToolUpdate | None = None) -> dict[str, Any]:
         """Run one tool call; bad calls and failed tools come back as errors, never as exceptions."""
@@ -206,7 +212,8 @@ def _field(obj: Any, key: str) -> Any:
     return getattr(obj, key, None)
 
 
-def _parse_call(call: Any, format: str) -> tuple[str, dict[str, Any]]:
+def _parse_call(call: Any, format: str) -> tuple[str, Any]:
+    """The tool name and the raw arguments (parsed by the caller, so a refusal can be recorded)."""
     if format == "anthropic":
         name, raw = _field(call, "name"), _field(call, "input")
     elif format == "responses":
@@ -221,7 +228,7 @@ def _parse_call(call: Any, format: str) -> tuple[str, dict[str, Any]]:
         name, raw = _field(function, "name"), _field(function, "arguments")
     if not isinstance(name, str) or not name:
         raise _BadCall("Malformed tool call: the tool name is missing.")
-    return name, parse_arguments(raw, name)
+    return name, raw
 
 
 def _error_parts(message: str) -> list[ContentPart]:

@@ -189,6 +189,9 @@ class _ArgsValidator:
         try:
             arguments, _ = self.tool.check_arguments(parse_arguments(input, self.tool.name))
         except ArgumentError as exc:
+            # pydantic-ai never runs the tool for this call, so it is recorded here.
+            with audit_caller(adapter="pydantic_ai"):
+                self.tool.record_refused(input, str(exc))
             if self.fail_instead:
                 raise ToolFailed(f"{exc} The call was not run; send corrected arguments.") from None
             raise ModelRetry(str(exc)) from None

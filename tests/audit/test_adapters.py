@@ -124,3 +124,63 @@ async def test_a_failed_call_through_an_adapter_is_one_error_record(tmp_path: Pa
         records = await ws.audit.query()
     assert [(r.tool, r.status) for r in records] == [("read", "error"), ("read", "error")]
     assert "unknown" in str(records[1].error)
+
+
+@pytest.mark.parametrize("adapter", list(ADAPTERS))
+async def test_a_call_refused_before_the_tool_runs_is_one_error_record(adapter: str) -> None:
+    """A misspelled argument is refused by pydantic-ai's validation, before the tool runs: recorded too."""
+    async with Workspace() as ws:
+        run = await ADAPTERS[adapter](ws)
+        await run("read", {"file_path": "/x"})
+        ws.audit.flush()
+        records = await ws.audit.query()
+    assert [(r.tool, r.status, r.caller.get("adapter")) for r in records] == [("read", "error", adapter)]
+    assert "'file_path' (did you mean 'path'?)" in str(records[0].error)
+
+
+@pytest.mark.parametrize("shape", ["chat", "responses", "anthropic"])
+async def test_unparsable_arguments_and_unknown_tools_are_recorded(shape: str) -> None:
+    from computer.tools.openai import create_openai_tools
+
+    async with Workspace() as ws:
+        options: dict[str, Any] = {"format": "anthropic"} if shape == "anthropic" else {"api": shape}
+        _, execute = create_openai_tools(ws, **options)
+        for name, raw in [("read", "{not json"), ("rm_rf", '{"path": "/"}')]:
+            if shape == "anthropic":
+                await execute({"type": "tool_use", "id": "t1", "name": name, "input": raw})
+            elif shape == "responses":
+                await execute({"type": "function_call", "call_id": "c1", "name": name, "arguments": raw})
+            else:
+                await execute({"id": "c1", "type": "function", "function": {"name": name, "arguments": raw}})
+        ws.audit.flush()
+        records = await ws.audit.query()
+    adapter = "anthropic" if shape == "anthropic" else "openai"
+    assert [(r.tool, r.status, r.caller.get("adapter")) for r in records] == [
+        ("read", "error", adapter),
+        ("rm_rf", "error", adapter),
+    ]
+    assert "not valid JSON" in str(records[0].error) and records[0].args == {"arguments": "{not json"}
+    assert "Unknown tool 'rm_rf'" in str(records[1].error)
+
+
+async def test_langchain_and_mcp_record_what_they_refuse() -> None:
+    pytest.importorskip("langchain_core")
+    pytest.importorskip("mcp")
+    from mcp import Client
+    from mcp.shared.exceptions import MCPError
+
+    from computer.tools.langchain import create_langchain_tools
+    from computer.tools.mcp import create_mcp_server
+
+    async with Workspace() as ws:
+        tools = create_langchain_tools(ws, format="object")
+        await tools["read"].ainvoke({"type": "tool_call", "name": "read", "args": "{not json", "id": "c1"})
+        async with Client(create_mcp_server(ws)) as client:
+            with pytest.raises(MCPError):
+                await client.call_tool("rm_rf", {"path": "/"})
+        ws.audit.flush()
+        records = await ws.audit.query()
+    assert [(r.tool, r.status, r.caller.get("adapter")) for r in records] == [
+        ("read", "error", "langchain"),
+        ("rm_rf", "error", "mcp"),
+    ]
