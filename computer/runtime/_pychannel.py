@@ -11,6 +11,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -161,14 +162,18 @@ def guest_version(python: str) -> str:
 
 
 _GUEST_STAGES: dict[tuple[int, int] | None, str] = {}
+_GUEST_LOCK = threading.Lock()
 
 
 def stage_guest(owner: tuple[int, int] | None) -> str:
     """The guest and msgpack, staged once per process (and sandbox user) for every backend; again
     if the process's scratch directory was released."""
-    staged = _GUEST_STAGES.get(owner)
-    if staged is None or not os.path.isdir(staged):
-        tree = {"guest.py": GUEST_SCRIPT, "lib/msgpack": os.path.dirname(msgpack.__file__)}
-        name = "python-guest" if owner is None else f"python-guest-{owner[0]}"
-        staged = _GUEST_STAGES[owner] = str(stage(name, tree, owner))
-    return staged
+    with (
+        _GUEST_LOCK
+    ):  # staged from threads (``PythonBackend._mount``): a second staging would remove the first
+        staged = _GUEST_STAGES.get(owner)
+        if staged is None or not os.path.isdir(staged):
+            tree = {"guest.py": GUEST_SCRIPT, "lib/msgpack": os.path.dirname(msgpack.__file__)}
+            name = "python-guest" if owner is None else f"python-guest-{owner[0]}"
+            staged = _GUEST_STAGES[owner] = str(stage(name, tree, owner))
+        return staged

@@ -37,6 +37,7 @@ PYTHON_DIR = "/opt/python"
 # Top-level entries of lib/pythonX.Y never staged: installed packages, tests, GUI and build files.
 _NOT_STDLIB = ("site-packages", "dist-packages", "test", "idlelib", "tkinter", "turtledemo", "ensurepip")
 _LOCK = threading.Lock()
+_MEMO_LOCK = threading.Lock()  # the memo of staged interpreters
 _STAGED = itertools.count()
 
 
@@ -75,10 +76,11 @@ def stage_python(executable: str | None = None, owner: tuple[int, int] | None = 
     library only, staged and bound at :data:`PYTHON_DIR`; an interpreter under ``/usr`` is already
     in every sandbox and is used where it is. Built once per process, interpreter and owner."""
     exe = os.path.realpath(executable or getattr(sys, "_base_executable", None) or sys.executable)
-    staged = _STAGED_PYTHONS.get((exe, owner))
-    if staged is None or not all(os.path.isdir(b.source) for b in staged.binds):  # or released since
-        staged = _STAGED_PYTHONS[exe, owner] = _stage_python(exe, owner)
-    return staged
+    with _MEMO_LOCK:  # backends stage from threads (``PythonBackend._mount``): one staging at a time
+        staged = _STAGED_PYTHONS.get((exe, owner))
+        if staged is None or not all(os.path.isdir(b.source) for b in staged.binds):  # or released since
+            staged = _STAGED_PYTHONS[exe, owner] = _stage_python(exe, owner)
+        return staged
 
 
 _STAGED_PYTHONS: dict[tuple[str, tuple[int, int] | None], StagedPython] = {}
