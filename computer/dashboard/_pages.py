@@ -262,6 +262,17 @@ def cluster_fragment(view: dict[str, Any]) -> str:
         )
         or '<tr class="empty"><td colspan="7">no exec pool workers</td></tr>'
     )
+    totals = (
+        "".join(
+            f'<tr><td>{_e(t["backend"])}</td><td class="num">{_e(t["workers"])}'
+            + (f" (+{_e(t['pending'])} starting)" if t["pending"] else "")
+            + f'</td><td class="num">{_e(t["running"])}</td><td class="num">{_e(t["queued"])}</td>'
+            f'<td class="num">{_e(_wait(t["wait_p50"]))}</td><td class="num">{_e(_wait(t["wait_p99"]))}</td>'
+            f'<td class="num">{_e(t["runs_per_s"])}</td></tr>'
+            for t in view.get("pool_totals", [])
+        )
+        or '<tr class="empty"><td colspan="7">no pool control loop (no exec run yet)</td></tr>'
+    )
     owners = (
         "".join(
             f'<tr><td><a href="/w/{_q(o["name"])}">{_e(o["name"])}</a></td><td>{_e(o["where"])}</td></tr>'
@@ -271,8 +282,16 @@ def cluster_fragment(view: dict[str, Any]) -> str:
     )
     return f"""<p class="muted">{_e(view.get("mode"))} view</p>
 <h2>Nodes</h2><table class="grid"><thead><tr><th>node</th><th>address</th><th>CPUs</th><th>memory</th></tr></thead><tbody>{nodes}</tbody></table>
-<h2>Exec pools</h2><table class="grid"><thead><tr><th>worker</th><th>node</th><th>running</th><th>queued</th><th>failed</th><th>runs</th><th>runs/s</th></tr></thead><tbody>{pools}</tbody></table>
+<h2>Exec pools</h2><table class="grid" id="pool-totals"><thead><tr><th>pool</th><th>workers</th><th>running</th><th>queued</th><th>p50 wait</th><th>p99 wait</th><th>runs/s</th></tr></thead><tbody>{totals}</tbody></table>
+<h2>Pool workers</h2><table class="grid"><thead><tr><th>worker</th><th>node</th><th>running</th><th>queued</th><th>failed</th><th>runs</th><th>runs/s</th></tr></thead><tbody>{pools}</tbody></table>
 <h2>Awake owners</h2><table class="grid"><thead><tr><th>workspace</th><th>where</th></tr></thead><tbody>{owners}</tbody></table>"""
+
+
+def _wait(seconds: float | None) -> str:
+    """A queue wait as the pools' control loop measured it (``-`` when no run waited lately)."""
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.0f} ms" if seconds < 10 else f"{seconds:.0f} s"  # as `computer status`
 
 
 def cluster_page(view: dict[str, Any]) -> str:

@@ -258,9 +258,49 @@ class ClusterSource(DataDirSource):
                     "runs_per_s": None if rate is None else round(rate, 2),
                 }
             )
+        totals, queued = await _pool_control_status()
+        for pool in pools:
+            if pool["queued"] is None:
+                pool["queued"] = queued.get(str(pool["worker"]))
         view["pools"] = sorted(pools, key=lambda p: str(p["worker"]))
+        view["pool_totals"] = totals
         view["owner_actors"] = owners
         return view
+
+
+async def _pool_control_status() -> tuple[list[dict[str, Any]], dict[str, int]]:
+    """Each pool's queue, running runs, waits and runs/s from the pools' control loop (what ``computer
+    status`` prints), and each worker's queue by worker name; nothing when the loop does not answer
+    (no exec so far). A worker's own ``stats`` has no queue: runs wait in its admission line, which
+    reports to the control loop."""
+    import ray
+
+    from ..actors import NAMESPACE, SCALER_NAME
+
+    try:
+        scaler = ray.get_actor(SCALER_NAME, namespace=NAMESPACE)
+        state: dict[str, Any] = await asyncio.wait_for(scaler.status.remote(), 2.0)
+    except Exception:
+        return [], {}
+    totals: list[dict[str, Any]] = []
+    queued: dict[str, int] = {}
+    for backend, pool in sorted(state.get("pools", {}).items()):
+        workers = pool.get("workers", [])
+        for worker in workers:
+            queued[str(worker.get("name", "")).removeprefix("computer:pool:")] = int(worker.get("queued", 0))
+        totals.append(
+            {
+                "backend": backend,
+                "workers": sum(1 for w in workers if w.get("state") != "pending"),
+                "pending": sum(1 for w in workers if w.get("state") == "pending"),
+                "running": pool.get("running", 0),
+                "queued": pool.get("queued", 0),
+                "wait_p50": pool.get("wait_p50"),
+                "wait_p99": pool.get("wait_p99"),
+                "runs_per_s": round(float(pool.get("runs_per_s", 0.0)), 2),
+            }
+        )
+    return totals, queued
 
 
 Source = DataDirSource

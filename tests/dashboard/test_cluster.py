@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from typing import Any
 
 import httpx
@@ -58,6 +59,15 @@ async def test_the_dashboard_reads_a_cluster(cluster: Settings, name: str, serve
             assert live[0]["live"] is True and live[0]["status"] == "running"
             cluster_page = (await http.get("/cluster")).text
             assert "cluster view" in cluster_page and "no Ray cluster" not in cluster_page
+            # Each pool's queue, waits and runs/s (from the pools' control loop), and each worker's queue.
+            totals = cluster_page.split('id="pool-totals"', 1)[1].split("</table>", 1)[0]
+            assert re.search(
+                r'<td>shell</td><td class="num">\d+[^<]*</td>(<td class="num">[^<]+</td>){5}', totals
+            )
+            workers = cluster_page.split("Pool workers", 1)[1].split("</table>", 1)[0]
+            assert re.search(
+                r'<td>shell:\d+</td><td>[^<]*</td><td class="num">\d+</td><td class="num">\d+</td>', workers
+            )
         await handle.result()
 
 
