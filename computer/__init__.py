@@ -1,7 +1,8 @@
 """computer: durable, isolated workspaces for AI agents, on Ray.
 
-The public face. Heavy pieces (Ray, the actors) load on first use, so ``import computer`` is cheap
-and the embedded ``Workspace`` never imports Ray.
+The public face. Every name loads on first use (Ray and the actors, and the storage engine too), so
+``import computer`` is cheap, the embedded ``Workspace`` never imports Ray, and a command that
+needs no workspace file (``computer --help``, ``computer ls``) does not load the storage engine.
 """
 
 from __future__ import annotations
@@ -9,15 +10,14 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING, Any
 
-from .storage import AuditRecord, audit_caller
-from .storage.errors import FsInvalidError
-from .storage.types import DirEntry, FileStat, FindEntry, GrepContextLine, GrepMatch
-
 if TYPE_CHECKING:
     from .actors import WorkspaceHost, delete_workspace, init, workspace_actor
     from .client import get_workspace
     from .config import Settings
     from .runtime.types import BackendInfo, ExecResult, ExecSnapshot, OutputTruncation
+    from .storage import AuditRecord, audit_caller
+    from .storage.errors import FsInvalidError
+    from .storage.types import DirEntry, FileStat, FindEntry, GrepContextLine, GrepMatch
     from .workspace import Workspace
 
 __all__ = [
@@ -43,6 +43,10 @@ __all__ = [
 ]
 
 _LAZY = {
+    "AuditRecord": ".storage",
+    "audit_caller": ".storage",
+    "FsInvalidError": ".storage.errors",
+    **dict.fromkeys(("DirEntry", "FileStat", "FindEntry", "GrepContextLine", "GrepMatch"), ".storage.types"),
     "Workspace": ".workspace",
     "init": ".actors",
     "workspace_actor": ".actors",

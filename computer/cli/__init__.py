@@ -1,13 +1,28 @@
 """The ``computer`` command line: demo, tool, ls, shell, mcp, serve, bench, status.
 
 Besides the app, the workspace listing behind ``computer ls`` (``list_workspaces``, given the
-``GlobalOptions`` of a command) is public: the dashboard lists workspaces with it.
+``GlobalOptions`` of a command) is public: the dashboard lists workspaces with it. It loads on first
+use, so a command that lists nothing (``tool``, ``mcp``) does not import rich's tables.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._app import app, main
 from ._context import GlobalOptions
-from ._ls import WorkspaceRow, list_workspaces
+
+if TYPE_CHECKING:
+    from ._ls import WorkspaceRow, list_workspaces
 
 __all__ = ["GlobalOptions", "WorkspaceRow", "app", "list_workspaces", "main"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("WorkspaceRow", "list_workspaces"):
+        from . import _ls
+
+        value = getattr(_ls, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'computer.cli' has no attribute {name!r}")

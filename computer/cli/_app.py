@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
-from rich.console import Console
 
 from ._context import CliError, GlobalOptions
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 __all__ = ["app", "main"]
 
@@ -24,8 +27,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-console = Console()
-errors = Console(stderr=True)
+
+
+@functools.cache
+def console() -> Console:
+    """The console of stdout, made (and rich imported) when a command first prints through it: ``tool``
+    writes its JSON directly, and rich costs ~40 ms of its start."""
+    from rich.console import Console
+
+    return Console()
+
+
+@functools.cache
+def errors() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
+
 
 IN_PROCESS = (
     "No cluster named: works in this process on the data directory (no Ray). "
@@ -44,7 +62,7 @@ def _run(action: Callable[[], T]) -> T:
     try:
         return action()
     except CliError as exc:
-        errors.print(f"[red]error:[/] {exc}", soft_wrap=True)
+        errors().print(f"[red]error:[/] {exc}", soft_wrap=True)
         raise typer.Exit(exc.code) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
@@ -103,7 +121,7 @@ def demo(
         options = GlobalOptions(options.data_dir, address)
     code = _run(
         lambda: run_demo_command(
-            options, agents=agents, model=model, hibernate_after=hibernate_after, console=console
+            options, agents=agents, model=model, hibernate_after=hibernate_after, console=console()
         )
     )
     raise typer.Exit(code)
@@ -132,11 +150,11 @@ def tool(
 
     if tool_name is None or show_help:
         if tool_name is not None:
-            console.print(_run(lambda: tool_help(tool_name)), markup=False, highlight=False, soft_wrap=True)
+            console().print(_run(lambda: tool_help(tool_name)), markup=False, highlight=False, soft_wrap=True)
         else:
-            console.print(ctx.get_help(), markup=False, highlight=False, soft_wrap=True)
-            console.print()
-            console.print(tools_overview(), markup=False, highlight=False, soft_wrap=True)
+            console().print(ctx.get_help(), markup=False, highlight=False, soft_wrap=True)
+            console().print()
+            console().print(tools_overview(), markup=False, highlight=False, soft_wrap=True)
         raise typer.Exit(0 if show_help or name is None else 2)
     assert name is not None
     options = _options(ctx)
@@ -153,7 +171,7 @@ def tools(
     from ._tool import tool_help, tools_overview
 
     text = _run(lambda: tool_help(tool_name) if tool_name else tools_overview())
-    console.print(text, markup=False, highlight=False, soft_wrap=True)
+    console().print(text, markup=False, highlight=False, soft_wrap=True)
 
 
 @app.command("ls", help=f"List the workspaces: awake or asleep, size, last activity, live runs. {NO_RAY}")
@@ -166,7 +184,7 @@ def list_command(
 
     options = _options(ctx)
     rows = _run(lambda: list_workspaces(options, prefix=prefix))
-    print_workspaces(rows, as_json=as_json, console=console)
+    print_workspaces(rows, as_json=as_json, console=console())
 
 
 @app.command(
@@ -193,19 +211,29 @@ def remove_command(
 
     options = _options(ctx)
     code = _run(
-        lambda: remove_workspaces(options, names or [], prefix=prefix, yes=yes, force=force, console=console)
+        lambda: remove_workspaces(
+            options, names or [], prefix=prefix, yes=yes, force=force, console=console()
+        )
     )
     raise typer.Exit(code)
 
 
 @app.command(
-    help=f"An interactive prompt over one workspace: ls, cat, edit (in $EDITOR), exec, cd. {IN_PROCESS}"
+    help="An interactive prompt over one workspace: ls, cat, edit (in $EDITOR), exec, cd; -c runs one "
+    f"line of it (exit code 1 when it fails). {IN_PROCESS}"
 )
-def shell(ctx: typer.Context, name: Annotated[str, typer.Argument(help="Workspace name.")]) -> None:
+def shell(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    command: Annotated[
+        str | None,
+        typer.Option("--command", "-c", help="Run this one line (e.g. 'ls', 'cat f', '!make') and exit."),
+    ] = None,
+) -> None:
     from ._shell import run_shell
 
     options = _options(ctx)
-    _run_async(lambda: run_shell(options, name, console))
+    raise typer.Exit(_run_async(lambda: run_shell(options, name, console(), command=command)))
 
 
 LIVE = (
@@ -227,7 +255,7 @@ def ps(
     from ._ps import list_processes
 
     options = _options(ctx)
-    raise typer.Exit(_run_async(lambda: list_processes(options, name, backend, console)))
+    raise typer.Exit(_run_async(lambda: list_processes(options, name, backend, console())))
 
 
 @app.command(
@@ -244,7 +272,7 @@ def kill(
     from ._ps import kill_process
 
     options = _options(ctx)
-    raise typer.Exit(_run_async(lambda: kill_process(options, name, pid, backend, console)))
+    raise typer.Exit(_run_async(lambda: kill_process(options, name, pid, backend, console())))
 
 
 @app.command(help=f"Serve one workspace's tools over MCP on stdin/stdout (for MCP clients). {IN_PROCESS}")
@@ -268,7 +296,7 @@ def serve(
     from ._serve import serve_assets
 
     options = _options(ctx)
-    _run(lambda: serve_assets(options, host, port, console))
+    _run(lambda: serve_assets(options, host, port, console()))
 
 
 @app.command(
@@ -291,7 +319,7 @@ def log_command(
     _run_async(
         lambda: show_log(
             options, name, follow=follow, as_json=as_json, tool=tool, errors=errors_only, limit=limit,
-            console=console,
+            console=console(),
         )
     )  # fmt: skip
 
@@ -311,7 +339,7 @@ def dashboard(
     from ._dashboard import run_dashboard
 
     options = _options(ctx)
-    _run(lambda: run_dashboard(options, host, port, token, console))
+    _run(lambda: run_dashboard(options, host, port, token, console()))
 
 
 @app.command(
@@ -327,14 +355,14 @@ def bench(
 
     if list_only:
         for bench_name, path in _run(benchmark_scripts).items():
-            console.print(f"{bench_name}\t{path}", markup=False, highlight=False)
+            console().print(f"{bench_name}\t{path}", markup=False, highlight=False)
         return
     # Click hands what follows `--` to the NAMES argument: the first item that looks like an option
     # starts the arguments for the scripts.
     given = list(names or [])
     split = next((i for i, item in enumerate(given) if item.startswith("-")), len(given))
     chosen, extra = given[:split], [*given[split:], *ctx.args]
-    raise typer.Exit(_run(lambda: run_benchmarks(chosen, extra, console)))
+    raise typer.Exit(_run(lambda: run_benchmarks(chosen, extra, console())))
 
 
 @app.command(
@@ -344,7 +372,7 @@ def status(ctx: typer.Context) -> None:
     from ._status import show_status
 
     options = _options(ctx)
-    _run(lambda: show_status(options, console))
+    _run(lambda: show_status(options, console()))
 
 
 def main() -> None:

@@ -32,7 +32,8 @@ async def serve_mcp(options: GlobalOptions, name: str, *, readonly: bool) -> Non
     protocol_out = io.TextIOWrapper(os.fdopen(protocol_fd, "wb"), encoding="utf-8", write_through=True)
     sys.stdout = protocol_out
     try:
-        async with open_workspace(options, name) as workspace:
+        # Read-only serves read, ls, find and grep: no exec backends, no share-link publisher to build.
+        async with open_workspace(options, name, backends=not readonly, assets=not readonly) as workspace:
             await run_stdio(workspace, readonly=readonly)
     finally:
         sys.stdout = sys.__stdout__

@@ -1,4 +1,5 @@
-"""``computer shell NAME``: an interactive prompt over one workspace (ls, cat, edit, exec, cd)."""
+"""``computer shell NAME``: an interactive prompt over one workspace (ls, cat, edit, exec, cd); with
+``-c LINE``, one line of it, for scripts."""
 
 from __future__ import annotations
 
@@ -35,6 +36,7 @@ class WorkspaceShell:
         self.workspace = workspace
         self.console = console
         self.cwd = cwd
+        self.failed = False  # whether the last line failed (an error, an exec that did not exit 0)
 
     def resolve(self, path: str) -> str:
         return posixpath.normpath(posixpath.join(self.cwd, path)) if path else self.cwd
@@ -42,6 +44,7 @@ class WorkspaceShell:
     async def run_line(self, line: str) -> bool:
         """Run one line; False when the user asked to leave."""
         line = line.strip()
+        self.failed = False
         if not line:
             return True
         if line.startswith("!"):
@@ -66,8 +69,10 @@ class WorkspaceShell:
             elif command == "exec":
                 await self.exec(rest)
             else:
+                self.failed = True
                 self.console.print(f"unknown command {command!r}; try help", markup=False)
         except OSError as exc:
+            self.failed = True
             self.console.print(f"[red]{escape(type(exc).__name__)}:[/] {escape(str(exc))}")
         return True
 
@@ -132,14 +137,33 @@ class WorkspaceShell:
             self.console.file.write(result.stderr)
         self.console.file.flush()
         if result.exit_code != 0:
+            self.failed = True
             self.console.print(f"[{result.status}, exit {result.exit_code}]", markup=False)
 
 
-async def run_shell(options: GlobalOptions, name: str, console: Console) -> None:
-    """The prompt loop: one line at a time until ``exit`` or end of input."""
-    async with open_workspace(options, name) as workspace:
+def runs_exec(line: str) -> bool:
+    """Whether a prompt line runs a command (``exec ...`` or ``!...``): only then does the workspace
+    need its exec backends."""
+    line = line.strip()
+    return line.startswith("!") or line.partition(" ")[0] == "exec"
+
+
+async def run_shell(
+    options: GlobalOptions, name: str, console: Console, *, command: str | None = None
+) -> int:
+    """The prompt loop: one line at a time until ``exit`` or end of input; exit code 0.
+
+    ``command``: run that one line instead, without the prompt (``computer shell NAME -c LINE``), for
+    scripts; exit code 1 when it failed. Decision: a line that runs no command opens the workspace
+    without its exec backends (building them is most of a command's start-up in process).
+    """
+    backends = command is None or runs_exec(command)
+    async with open_workspace(options, name, backends=backends, assets=False) as workspace:
         shell = WorkspaceShell(workspace, console)
         await workspace.fs.mkdir(shell.cwd, recursive=True)  # the user root; exec runs below it
+        if command is not None:
+            await shell.run_line(command)
+            return 1 if shell.failed else 0
         console.print(f"workspace {name}: type help for commands, exit to leave", markup=False)
         while True:
             try:
@@ -148,3 +172,4 @@ async def run_shell(options: GlobalOptions, name: str, console: Console) -> None
                 break
             if not await shell.run_line(line):
                 break
+    return 0

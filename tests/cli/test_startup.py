@@ -1,0 +1,72 @@
+"""What an in-process command loads (issue 22, CLI speed): only what it uses. No Ray, no rich for
+``tool`` (its output is JSON), no exec backends for a tool or a ``shell -c`` line that runs nothing,
+no staged python interpreter for a shell exec; ``shell -c LINE`` runs one line with an exit code, and
+``mcp --readonly`` serves the four reading tools."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from .conftest import MCP_HANDSHAKE, REPO, cli_env, mcp_exchange
+
+# Run one command as ``python -m computer.cli`` does, then print what it left loaded (as JSON, on the
+# last line of stderr: stdout is the command's).
+_LOADED = """
+import atexit, json, runpy, sys
+def loaded():
+    from computer.runtime import _staging
+    heavy = ("ray", "rich", "redis", "mcp", "computer.runtime.shell", "computer.runtime.python")
+    print(json.dumps({"modules": [m for m in heavy if m in sys.modules],
+                      "staged_python": bool(_staging._STAGED_PYTHONS)}), file=sys.stderr)
+atexit.register(loaded)
+sys.argv = ["computer", *sys.argv[1:]]
+runpy.run_module("computer.cli", run_name="__main__")
+"""
+
+
+def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, object]]:
+    proc = subprocess.run(
+        [sys.executable, "-c", _LOADED, "--data-dir", str(tmp_path), *args],
+        env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return proc, json.loads(proc.stderr.splitlines()[-1])
+
+
+def test_a_tool_call_loads_neither_ray_nor_rich_nor_the_backends(tmp_path: Path) -> None:
+    write = json.dumps({"path": "/workspace/a.txt", "content": "x\n"})
+    for args in (
+        ["write", write],
+        ["read", json.dumps({"path": "/workspace/a.txt"})],
+        ["grep", '{"query": "x"}'],
+    ):
+        proc, loaded = _run(tmp_path, "tool", "quick", *args)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert loaded == {"modules": [], "staged_python": False}, args
+
+
+def test_a_shell_exec_stages_no_python_interpreter(tmp_path: Path) -> None:
+    proc, loaded = _run(tmp_path, "tool", "quick", "exec", json.dumps({"command": "echo ok"}))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["stdout"] == "ok\n"
+    assert loaded["staged_python"] is False and "ray" not in loaded["modules"]  # type: ignore[operator]
+
+
+def test_shell_c_runs_one_line_and_says_how_it_went(tmp_path: Path) -> None:
+    made, loaded = _run(tmp_path, "shell", "lines", "-c", "!echo hello > f.txt")
+    assert made.returncode == 0, made.stderr[-3000:]
+    assert "computer.runtime.shell" in loaded["modules"]  # type: ignore[operator]
+    cat, loaded = _run(tmp_path, "shell", "lines", "-c", "cat f.txt")
+    assert (cat.returncode, cat.stdout) == (0, "hello\n")
+    assert not {"computer.runtime.shell", "computer.runtime.python"} & set(loaded["modules"])  # type: ignore[call-overload]
+    missing, _ = _run(tmp_path, "shell", "lines", "-c", "cat nope.txt")
+    assert missing.returncode == 1 and "FileNotFoundError" in missing.stdout
+    failed, _ = _run(tmp_path, "shell", "lines", "-c", "!exit 3")
+    assert failed.returncode == 1 and "exit 3" in failed.stdout
+
+
+def test_mcp_readonly_serves_the_reading_tools(tmp_path: Path) -> None:
+    _, listing = mcp_exchange(["--data-dir", str(tmp_path), "mcp", "reader", "--readonly"], MCP_HANDSHAKE)
+    assert {tool["name"] for tool in listing["result"]["tools"]} == {"read", "ls", "find", "grep"}
