@@ -18,8 +18,8 @@ from ._resolve import lookup, resolve, resolve_read, write_target
 from ._resolve import target as target_of
 from ._schema import DIR, KIND_NAMES, SYMLINK, clean_mode
 from ._search import Row, walk_tree, walk_tree_after
-from ._state import CREATE_OP, Mutation, Store
-from ._tree import add_entry, add_name, ensure_dirs, new_inode, remove_leaves, remove_node
+from ._state import CACHE_LIMIT, CREATE_OP, Mutation, Store
+from ._tree import add_entry, add_name, ensure_dirs, new_inode, now_ms, remove_leaves, remove_node
 from .errors import fs_error
 from .paths import is_within, join, parts, split
 from .types import BatchResult, Change, ChangeSet, ManifestEntry, ManifestRow
@@ -171,11 +171,9 @@ def commit_batch(
                 leaves.append((real, resolve(st, parent)[0], name, ino, kind))
             applied.append(p)
         remove_leaves(st, leaves, m)
-        for p in canon_dirs:
-            if p in skipped:
-                continue
-            ensure_dirs(st, p, canon_modes.get(p, 0o755), m, replace_files=True, mtime=canon_mtimes.get(p))
-            applied.append(p)
+        ensured = [p for p in canon_dirs if p not in skipped]
+        made = _make_dirs(st, ensured, canon_modes, canon_mtimes, m)
+        applied += ensured
         for p in todo:
             data = canon_writes.get(p)
             if data is None:
@@ -222,9 +220,10 @@ def commit_batch(
                 skipped.add(p)
             elif p not in skipped:
                 applied.append(p)
+        settled = made - canon_symlinks.keys() - canon_links.keys()
         for p in sorted(set(canon_modes) | set(canon_mtimes)):
-            if p in skipped or canon_writes.get(p) is not None:
-                continue  # written files got their mode and mtime with their content
+            if p in skipped or canon_writes.get(p) is not None or p in settled:
+                continue  # written files and new directories got their mode and mtime when made
             try:
                 ino, kind, real = resolve(st, p)
             except OSError:
@@ -239,6 +238,77 @@ def commit_batch(
                 m.log(real, CREATE_OP[kind])
                 applied.append(p)
     return BatchResult(rev=st.rev, applied=sorted(set(applied)), skipped=sorted(skipped))
+
+
+def _make_dirs(
+    st: Store, dirs: Sequence[str], modes: Mapping[str, int], mtimes: Mapping[str, int], m: Mutation
+) -> set[str]:
+    """Ensure the directories ``dirs`` (canonical) and their missing parents: each of ``dirs`` made
+    with its mode in ``modes`` and its mtime in ``mtimes`` (else 0o755 and now), a parent made here
+    with 0o755 and now; returns those of ``dirs`` it made.
+
+    Parents come first (the paths sorted, ancestors added). A directory whose parent this call made
+    cannot exist yet: it is made without a lookup, and all such rows go in three ``executemany``
+    statements (inodes, with ids allocated past the largest as SQLite itself would; entries; the
+    change log) instead of four statements each (a pull of ``mkdir -p`` of 1,110 directories made
+    ~4,450: ~57 ms of a live sandbox's mkdir row). Any other directory goes through
+    :func:`ensure_dirs` (links followed, files in the way replaced) after the rows held so far are
+    written: for a tree, its existing ancestors and its top.
+    """
+    wanted = set(dirs)
+    every = set(wanted)
+    for p in wanted:
+        parent = split(p)[0]
+        while parent not in every and parent != "/":
+            every.add(parent)
+            parent = split(parent)[0]
+    made: set[str] = set()
+    fresh: dict[str, tuple[int, str]] = {}  # made here: path -> (inode, real path)
+    inodes: list[tuple[int, int, int, int]] = []
+    entries: list[tuple[int, str, int]] = []
+    logs: list[tuple[str, str]] = []
+    next_id = 0
+
+    def flush() -> None:
+        nonlocal next_id
+        if inodes:
+            st.db.executemany(
+                "INSERT INTO inodes (id, kind, mode, mtime, size) VALUES (?, ?, ?, ?, 0)", inodes
+            )
+            st.db.executemany("INSERT INTO dirents (parent, name, child) VALUES (?, ?, ?)", entries)
+            m.log_many(logs)
+            inodes.clear()
+            entries.clear()
+            logs.clear()
+        next_id = 0
+
+    cache = st.cache
+    for p in sorted(every):
+        mode, mtime = (clean_mode(modes.get(p, 0o755)), mtimes.get(p)) if p in wanted else (0o755, None)
+        parent, name = split(p)
+        above = fresh.get(parent)
+        if above is None or p == "/":
+            flush()
+            before = m.logged
+            ino = ensure_dirs(st, p, mode, m, replace_files=True, mtime=mtime)
+            if m.logged != before:  # it made ``p``: nothing can be below it yet
+                fresh[p] = (ino, resolve(st, p)[2])
+                made.add(p)
+            continue
+        if not next_id:
+            next_id = int(st.db.one("SELECT coalesce(max(id), 0) + 1 FROM inodes")[0])
+        ino, real = next_id, join(above[1], name)
+        next_id += 1
+        inodes.append((ino, DIR, mode, now_ms() if mtime is None else int(mtime)))
+        entries.append((above[0], name, ino))
+        logs.append((real, "mkdir"))
+        if len(cache) >= CACHE_LIMIT:
+            cache.clear()
+        cache[real] = (ino, DIR)
+        fresh[p] = (ino, real)
+        made.add(p)
+    flush()
+    return made & wanted
 
 
 def _batch_symlink(st: Store, p: str, target: str, m: Mutation) -> bool:

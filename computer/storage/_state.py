@@ -216,6 +216,11 @@ class Mutation:
         """EROFS for a fenced-out owner (for a mutation opened with ``late_fence``)."""
         self._st.check_fence(self._epoch, self._path)
 
+    @property
+    def logged(self) -> int:
+        """How many change-log entries this mutation wrote so far."""
+        return self._logged
+
     def log(self, path: str, op: str) -> None:
         self._st.log(self._rev, self._logged, path, op)
         self._logged += 1
