@@ -95,6 +95,10 @@ def create_on_second_node(names: list[str]) -> dict[str, str]:
 
 
 def kill_owners(names: list[str], config: computer.Settings) -> None:
+    """Kill every owner process of ``names``: their dedicated actors, or every owner host of the data
+    directory (``owners="hosted"``); wait until their names are free."""
+    from computer.actors._hosts import host_handles, kill_hosts
+
     for name in names:
         try:
             ray.kill(ray.get_actor(actor_name(name, config), namespace=NAMESPACE))
@@ -107,6 +111,10 @@ def kill_owners(names: list[str], config: computer.Settings) -> None:
             except ValueError:
                 break
             time.sleep(0.05)
+    kill_hosts(config)
+    deadline = time.monotonic() + 20
+    while host_handles(config) and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 async def scenario(data_dir: Path, second: str, *, redis_url: str | None) -> None:

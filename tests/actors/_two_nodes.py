@@ -19,15 +19,13 @@ import ray
 from _cluster import run_on_two_nodes  # this script's folder is on sys.path
 
 import computer
-from computer.actors import NAMESPACE, actor_name, open_directory
+from computer.actors import Directory, open_directory
 
 
-def owner_gone(name: str) -> bool:
-    try:
-        ray.get_actor(actor_name(name), namespace=NAMESPACE)
-    except ValueError:
-        return True
-    return False
+def hibernated(directory: Directory, name: str) -> bool:
+    """The owner left (either owner model: a dedicated actor exits, a hosted workspace leaves its host)."""
+    record = directory.get(name)
+    return record is not None and record.state == "hibernating"
 
 
 async def main(data_dir: str) -> None:
@@ -46,7 +44,7 @@ async def main(data_dir: str) -> None:
         async with computer.get_workspace(handle) as ws:
             await ws.fs.write_file("/f", node)
         deadline = time.monotonic() + 20
-        while not owner_gone(name):
+        while not hibernated(directory, name):
             assert time.monotonic() < deadline, "owner did not hibernate"
             await asyncio.sleep(0.05)
         record = directory.get(name)

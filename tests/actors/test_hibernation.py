@@ -1,4 +1,5 @@
-"""Idle owners hibernate (the actor exits, the file stays) and wake on the next call."""
+"""Idle owners hibernate (the workspace closes and leaves its host, or its dedicated actor exits; the
+file stays) and wake on the next call, in a new activation (a higher epoch)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import ray
+from owner_models import epoch, owner_awake
 
 import computer
-from computer.actors import NAMESPACE, actor_name, open_directory
+from computer.actors import open_directory
 from computer.actors.directory import last_known_file
 from computer.config import Settings
 
@@ -33,18 +34,10 @@ def _state(conf: Settings, name: str) -> tuple[str, int] | None:
     return None if record is None else (record.state, record.epoch)
 
 
-def _owner_alive(name: str) -> bool:
-    try:
-        ray.get_actor(actor_name(name), namespace=NAMESPACE)
-    except ValueError:
-        return False
-    return True
-
-
 async def _until_hibernating(conf: Settings, name: str) -> None:
     for _ in range(300):
         state = _state(conf, name)
-        if state is not None and state[0] == "hibernating" and not _owner_alive(name):
+        if state is not None and state[0] == "hibernating" and not await owner_awake(name, conf):
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"{name} did not hibernate: {_state(conf, name)}")
@@ -53,12 +46,12 @@ async def _until_hibernating(conf: Settings, name: str) -> None:
 async def test_idle_owner_hibernates_and_wakes_with_its_data(sleepy: Settings, name: str) -> None:
     async with computer.get_workspace(name) as ws:
         await ws.fs.write_file("/kept", b"across hibernation")
-        first = ws.handle
+        assert await epoch(ws) == 1
         await _until_hibernating(sleepy, name)
         # The old client recovers transparently: a read, and a write (the owner left cleanly).
         assert await ws.fs.read_file("/kept") == b"across hibernation"
         await ws.fs.write_file("/after", b"woken")
-        assert ws.handle._actor_id != first._actor_id
+        assert await epoch(ws) == 2  # woken in a new activation
         assert _state(sleepy, name) == ("active", 2)
     async with computer.get_workspace(name) as again:
         assert await again.fs.read_file("/after") == b"woken"
@@ -71,7 +64,7 @@ async def test_a_held_lock_keeps_the_owner_awake(sleepy: Settings, name: str) ->
             # Three hibernation periods pass while the lease is held (and renewed).
             for _ in range(30):
                 await asyncio.sleep(0.1)
-                assert _owner_alive(name)
+                assert await owner_awake(name, sleepy)
             stats = await handle.stats.remote()
             assert not stats["closing"]
         await _until_hibernating(sleepy, name)

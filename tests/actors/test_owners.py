@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from owner_models import epoch, kill_owner, owner_process
 
 import computer
 from computer.actors import WorkspaceUnavailableError, actor_name
@@ -81,12 +82,10 @@ async def test_killed_owner_loses_no_acknowledged_write_and_comes_back(cluster: 
         await ws.fs.mkdir("/data")
         for i in range(20):
             await ws.fs.write_file(f"/data/{i}", str(i))
-        first_owner = ws.handle
-        ray.kill(first_owner)
-        await _until_dead(first_owner)
+        await kill_owner(ws.handle)  # hosted: its host (owners="dedicated": its own actor)
         # An idempotent read through the old client re-resolves the name and retries once.
         assert await ws.fs.read_text("/data/19") == "19"
-        assert ws.handle._actor_id != first_owner._actor_id
+        assert await epoch(ws) == 2  # a new owner
     async with computer.get_workspace(name) as again:
         assert sorted(await again.fs.ls("/data"), key=lambda p: int(p.rsplit("/", 1)[1])) == [
             f"/data/{i}" for i in range(20)
@@ -101,13 +100,11 @@ async def test_a_mutation_sent_after_its_owner_died_goes_to_the_new_owner(
     re-resolves and sends it to the new owner (it used to fail with EAGAIN)."""
     async with computer.get_workspace(name) as ws:
         await ws.fs.write_file("/f", b"1")
-        dead = ws.handle
-        ray.kill(dead)
-        await _until_dead(dead)
+        await kill_owner(ws.handle)
         await asyncio.sleep(0.5)  # the death is recorded before the write is sent
         await ws.fs.write_file("/f", b"2")
         assert await ws.fs.read_file("/f") == b"2"
-        assert ws.handle._actor_id != dead._actor_id
+        assert await epoch(ws) == 2  # the new owner ran it
 
 
 async def test_workspace_actor_is_created_on_first_use_and_reused(cluster: Settings, name: str) -> None:
@@ -192,4 +189,4 @@ async def test_two_data_directories_get_their_own_owner_for_one_name(
                 assert (await ws.handle.stats.remote())["epoch"] == 1
     finally:
         for handle in handles:
-            ray.kill(handle)
+            ray.kill(owner_process(handle))

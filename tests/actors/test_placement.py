@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
 import subprocess
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import ray
+from owner_models import kill_owner
 
 import computer
 from computer.actors import WorkspaceUnavailableError, open_directory
@@ -57,17 +57,8 @@ def test_a_workspace_opens_again_under_a_new_local_ray(tmp_path: Path) -> None:
 
 
 async def _stop_owner(name: str) -> None:
-    """Kill the owner of ``name`` and wait until its name is free."""
-    from computer.actors import NAMESPACE, actor_name
-
-    ray.kill(ray.get_actor(actor_name(name), namespace=NAMESPACE))
-    for _ in range(200):
-        try:
-            ray.get_actor(actor_name(name), namespace=NAMESPACE)
-        except ValueError:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the killed owner keeps its name")
+    """Kill the process owning ``name`` (its host, or its dedicated actor) and wait until it is gone."""
+    await kill_owner(computer.workspace_actor(name))
 
 
 async def _file_then_record(cluster: Settings, name: str, *, node: str, host: str) -> int:
