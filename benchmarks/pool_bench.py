@@ -244,6 +244,7 @@ async def _pool_state(window: float) -> dict[str, Any]:
 async def agents_run(spaces: list[Any], duration: float, command: str, interval: float) -> dict[str, Any]:
     """Every agent starts ``command`` every ``interval`` s (at its own phase) for ``duration`` s."""
     latencies: list[float] = []
+    second: list[float] = []  # latencies of runs whose result took a second round trip
     failures: list[str] = []
     moved_before = (await _pool_state(1.0)).get("moved", 0)
     cpu_before = cpu_by_role()
@@ -254,8 +255,14 @@ async def agents_run(spaces: list[Any], duration: float, command: str, interval:
         while tick < start + duration:
             await asyncio.sleep(max(0.0, tick - time.perf_counter()))
             began = time.perf_counter()
-            result = await (await ws.runtime.exec(command)).result()
+            handle = await ws.runtime.exec(command)
+            answered = time.perf_counter()
+            result = await handle.result()
             latencies.append(time.perf_counter() - began)
+            # A run over by the owner's exec_start wait (25 ms) comes back with its answer; a longer
+            # one costs a second round trip for its result.
+            if time.perf_counter() - answered > 1e-3:
+                second.append(time.perf_counter() - began)
             if result.status != "completed":
                 failures.append(f"{result.status}: {result.error}")
             tick += interval
@@ -280,6 +287,8 @@ async def agents_run(spaces: list[Any], duration: float, command: str, interval:
         # CPU ms per run by role (what the machine spends on one run, wherever it runs)
         "cpu_ms": {k: (cpu_after[k] - cpu_before[k]) * 1000 / max(1, len(latencies)) for k in cpu_after},
         "load": os.getloadavg()[0],
+        "second": len(second) / max(1, len(latencies)),
+        "slow_second": sum(1 for x in second if x >= _quantile(latencies, 0.99)),
     }
 
 
@@ -295,10 +304,14 @@ async def agents_bench(args: argparse.Namespace, data_dir: Path) -> None:
     base = {"data_dir": data_dir, "python_pool_size": 1, "python_pool_max": 1, "pool_idle_after": args.idle}
     computer.init(**base, shell_pool_size=2, shell_pool_max=2)
     nodes = "a three-node local cluster, 2 declared CPUs per node" if args.nodes == 3 else "one local Ray"
+    every = (
+        f"every {args.interval:g} s ({args.agents / args.interval:.0f} runs/s offered)"
+        if args.interval > 0
+        else "at a rate chosen below"
+    )
     print(
-        f"agents: {args.agents} agents x `{args.command}` every {args.interval:g} s for {args.duration:g} s "
-        f"(offered {args.agents / args.interval:.0f} runs/s) on {nodes}; this machine has {os.cpu_count()} "
-        f"cores, load average {_load()}"
+        f"agents: {args.agents} agents x `{args.command}` {every} for {args.duration:g} s on {nodes}; "
+        f"this machine has {os.cpu_count()} cores, load average {_load()}"
     )
     async with AsyncExitStack() as stack:
         spaces = []
@@ -310,12 +323,23 @@ async def agents_bench(args: argparse.Namespace, data_dir: Path) -> None:
         # a few at a time: the first pool measured must not pay the others' warm-up.
         for k in range(0, len(spaces), 8):
             await asyncio.gather(*[_timed(ws, "true") for ws in spaces[k : k + 8]])
+        cpu_before = cpu_by_role()
         own_series = sorted([await _timed(spaces[0], args.command) for _ in range(21)])
+        cpu_per_run = sum(cpu_by_role().values()) - sum(cpu_before.values())
+        cpu_per_run /= len(own_series)
         own = statistics.median(own_series)
         print(
             f"  the command's own time (one agent alone, warm pool, 21 runs): median {own * 1000:.1f} ms, "
-            f"max {own_series[-1] * 1000:.1f} ms; the targets below are ratios to the median"
+            f"max {own_series[-1] * 1000:.1f} ms, {cpu_per_run * 1000:.1f} ms of CPU per run (every "
+            "process of this run's Ray); the targets below are ratios to the median"
         )
+        if args.interval <= 0:  # the rate that keeps half of this machine's cores busy with these runs
+            cores = os.cpu_count() or 1
+            args.interval = round(max(0.1, args.agents * cpu_per_run / (cores * args.share)), 2)
+            print(
+                f"  interval chosen: {args.interval:g} s per agent ({args.agents / args.interval:.0f} runs/s), "
+                f"so that these runs need {args.share * 100:.0f}% of the machine's {cores} cores"
+            )
         rows = {}
         for label, settings in (
             ("fixed 2..2", {"shell_pool_max": 2}),
@@ -337,7 +361,9 @@ async def agents_bench(args: argparse.Namespace, data_dir: Path) -> None:
             )
             print(
                 f"  {'':16} workers {row['workers']} (+{row['pending']} pending, max {row['max']}; "
-                f"{row['moved']} runs moved off a full worker)  failed {row['failed']} {row['failures']}  "
+                f"{row['moved']} runs moved off a full worker)  {row['second'] * 100:.0f}% of the runs "
+                f"outlasted the owner's 25 ms answer wait (a second round trip; {row['slow_second']} of "
+                f"the runs at or above p99)  failed {row['failed']} {row['failures']}  "
                 f"load average after: {_load()}"
             )
             cpu = row["cpu_ms"]
@@ -423,8 +449,10 @@ async def main() -> None:
         "--interval",
         type=float,
         default=1.0,
-        help="seconds between an agent's runs (the issue's 1 s; larger fits a machine with fewer cores)",
+        help="seconds between an agent's runs (the issue's 1 s; larger fits a machine with fewer cores; "
+        "0: chosen from the CPU a run costs, measured first, so the runs need --share of the cores)",
     )
+    parser.add_argument("--share", type=float, default=0.5, help="with --interval 0: the cores' share to use")
     parser.add_argument("--only", choices=("fixed", "elastic"), help="only this pool")
     parser.add_argument("--latency", action="store_true", help="also the single-run latency sections")
     parser.add_argument("--quick", action="store_true", help="fewer runs")
