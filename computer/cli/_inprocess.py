@@ -37,12 +37,16 @@ log = logging.getLogger(__name__)
 
 @contextlib.asynccontextmanager
 async def in_process_workspace(
-    config: Settings, name: str, *, backends: bool, assets: bool
+    config: Settings, name: str, *, backends: bool, assets: bool, live: bool = True
 ) -> AsyncIterator[Workspace]:
     """Own workspace ``name`` in this process for the duration of the block.
 
     ``backends``: configure the ``shell`` and ``python`` exec backends (building them costs ~0.2 s
     each, so a command that runs no exec goes without); ``assets``: the share-link publisher.
+    ``live``: the backends' live sandboxes (runs share one sandbox whose processes outlive a run).
+    Decision: a command that runs one exec and ends (``tool NAME exec``, ``shell -c``) goes without
+    (``live=False``, a sandbox per run): what a live sandbox adds, processes that outlive the run,
+    ends with the command anyway, and starting and ending one cost ~0.15 s more than a sandbox per run.
     """
     from ..actors import awake, awake_where, process_node, take_lease
     from ..actors.directory import open_directory
@@ -68,7 +72,7 @@ async def in_process_workspace(
         except OSError as exc:
             raise CliError(f"cannot open workspace {name!r}: {exc}") from None
         try:
-            workspace = _open(config, str(path), epoch, backends=backends, assets=assets)
+            workspace = _open(config, str(path), epoch, backends=backends, assets=assets, live=live)
         except BaseException as exc:
             directory.release_lease(name, owner_id, epoch)
             if isinstance(exc, OSError):
@@ -89,14 +93,14 @@ async def in_process_workspace(
         directory.close()
 
 
-def _open(config: Settings, path: str, epoch: int, *, backends: bool, assets: bool) -> Workspace:
+def _open(config: Settings, path: str, epoch: int, *, backends: bool, assets: bool, live: bool) -> Workspace:
     from ..workspace import Workspace
 
     chosen: list[Backend] = []
     if backends:
         from ..runtime import PythonBackend, ShellBackend
 
-        chosen = [ShellBackend(), PythonBackend()]
+        chosen = [ShellBackend(live=live), PythonBackend(live=live)]
     return Workspace(
         path,
         backends=chosen,

@@ -158,7 +158,8 @@ async def run_shell(
     without its exec backends (building them is most of a command's start-up in process).
     """
     backends = command is None or runs_exec(command)
-    async with open_workspace(options, name, backends=backends, assets=False) as workspace:
+    live = command is None  # one line: a sandbox per run (see ``_inprocess``)
+    async with open_workspace(options, name, backends=backends, assets=False, live=live) as workspace:
         shell = WorkspaceShell(workspace, console)
         await workspace.fs.mkdir(shell.cwd, recursive=True)  # the user root; exec runs below it
         if command is not None:

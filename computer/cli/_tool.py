@@ -58,12 +58,14 @@ def parse_arguments(tool: str, raw: str) -> dict[str, Any]:
 async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str, Any]) -> int:
     """Run the call; exit code 0 on success, 1 when the tool reports an error.
 
-    In process, only ``exec`` gets the exec backends and only ``publish`` the share-link publisher:
-    the other tools do not depend on them, and building them would cost most of the command's time.
+    In process, only ``exec`` gets the exec backends (with a sandbox per run: one run, then the
+    command ends) and only ``publish`` the share-link publisher: the other tools do not depend on
+    them, and building them would cost most of the command's time.
     """
     from ..tools import create_tools
 
-    async with open_workspace(options, name, backends=tool == "exec", assets=tool == "publish") as workspace:
+    needs = {"backends": tool == "exec", "assets": tool == "publish", "live": False}
+    async with open_workspace(options, name, **needs) as workspace:
         tools = create_tools(workspace)
         if tool not in tools:
             raise CliError(

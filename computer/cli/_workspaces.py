@@ -13,19 +13,20 @@ __all__ = ["open_workspace"]
 
 @asynccontextmanager
 async def open_workspace(
-    options: GlobalOptions, name: str, *, backends: bool = True, assets: bool = True
+    options: GlobalOptions, name: str, *, backends: bool = True, assets: bool = True, live: bool = True
 ) -> AsyncIterator[Any]:
     """The workspace ``name`` for one command (created on first use).
 
     No cluster named: its owner is this process (see ``_inprocess``); ``backends`` and ``assets`` say
     whether the command needs the exec backends and the share-link publisher (both cost start-up
-    time). A cluster named: a client of its owner actor there, with whatever that owner offers.
+    time), ``live`` whether its backends keep live sandboxes (not for one run). A cluster named: a
+    client of its owner actor there, with whatever that owner offers.
     """
     if options.local:
         from ._inprocess import in_process_workspace
 
         async with in_process_workspace(
-            local_settings(options), name, backends=backends, assets=assets
+            local_settings(options), name, backends=backends, assets=assets, live=live
         ) as workspace:
             yield workspace
         return
