@@ -11,7 +11,8 @@ accepts them as current. Without compiled files, every import inside would compi
 Built once per machine, interpreter and standard library (about 1-3 s for ~2,400 files, by the first
 process that stages that interpreter), in ``<tmp>/computer-pyc-<uid>-<key>``: made in a temporary
 directory and renamed into place, so concurrent processes never see half of it; used only when it is
-a real directory owned by this user and writable by nobody else. The build configuration's
+a real directory owned by this user and writable by nobody else. A half-built one that a killed
+process left (``.computer-pyc-<uid>-*``) is removed by a later process once it is an hour old. The build configuration's
 ``_sysconfigdata`` holds the build prefix in its constants too: its compiled files are never staged
 (its source is rewritten, see ``_staging``). Files of another bytecode version than this process's
 are left out (an interpreter other than this one compiles from source inside).
@@ -27,12 +28,13 @@ import os
 import stat
 import sys
 import tempfile
+import time
 from pathlib import Path
 from types import CodeType
 
 from ._scratch import remove_tree
 
-__all__ = ["compiled_stdlib"]
+__all__ = ["compiled_stdlib", "reap_stale_builds"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,7 @@ def _machine_tree(stdlib: Path, prefix: str, inside: str, leave_out: tuple[str, 
     )
     key = hashlib.sha256(identity.encode()).hexdigest()[:16]
     tree = Path(tempfile.gettempdir()) / f"computer-pyc-{os.getuid()}-{key}"
+    reap_stale_builds(tree.parent)
     if _trusted(tree):
         return tree
     building = Path(tempfile.mkdtemp(prefix=f".computer-pyc-{os.getuid()}-", dir=tree.parent))
@@ -79,6 +82,20 @@ def _machine_tree(stdlib: Path, prefix: str, inside: str, leave_out: tuple[str, 
         if building.exists():
             remove_tree(building)
     return tree if _trusted(tree) else None
+
+
+def reap_stale_builds(parent: Path, *, older_than: float = 3600.0) -> None:
+    """Remove the half-built trees (``.computer-pyc-<uid>-*``) of processes killed while building,
+    once they are ``older_than`` seconds old (a build takes seconds, so none is still being made);
+    only this user's. Once per process, when it first looks for its tree."""
+    cutoff = time.time() - older_than
+    for entry in parent.glob(f".computer-pyc-{os.getuid()}-*"):
+        try:
+            st = os.lstat(entry)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid() and st.st_mtime < cutoff:
+                remove_tree(entry)
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove: the next process tries again
 
 
 def _trusted(tree: Path) -> bool:
