@@ -12,6 +12,7 @@ new actor id: a hosted workspace that wakes on its live host keeps the host's ac
 from __future__ import annotations
 
 import asyncio
+import os
 from typing import Any
 
 import ray
@@ -50,23 +51,32 @@ def kill_owner_now(handle: Any) -> None:
     ray.kill(owner_process(handle))
 
 
-async def owner_awake(name: str, config: Settings) -> bool:
-    """Whether an owner holds ``name`` open right now: its dedicated actor is up, or an owner host of
-    ``config``'s data directory has it open (never wakes it)."""
+async def awake_owner(name: str, config: Settings) -> Any | None:
+    """The ``ActorHandle`` of the process holding ``name`` open right now (its dedicated actor, or an
+    owner host of ``config``'s data directory that has it open), None when it sleeps; never wakes it."""
     from computer.actors._hosts import host_handles
 
     try:
-        ray.get_actor(actor_name(name, config), namespace=NAMESPACE)
-        return True
+        return ray.get_actor(actor_name(name, config), namespace=NAMESPACE)
     except ValueError:
         pass
     for host in host_handles(config).values():
         try:
             if await host.ws_info.remote(name) is not None:
-                return True
+                return host
         except ray.exceptions.RayActorError:
             continue  # exited meanwhile: it holds nothing
-    return False
+    return None
+
+
+async def owner_awake(name: str, config: Settings) -> bool:
+    """Whether an owner holds ``name`` open right now (see :func:`awake_owner`)."""
+    return await awake_owner(name, config) is not None
+
+
+async def process_pid(process: Any) -> int:
+    """The pid of an owner process (an ``ActorHandle``: a host or a dedicated owner)."""
+    return int(await process.__ray_call__.remote(lambda _self: os.getpid()))
 
 
 async def epoch(ws: Any) -> int:

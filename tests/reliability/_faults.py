@@ -180,21 +180,21 @@ class Injector:
         self.faults[fault] = self.faults.get(fault, 0) + 1
 
     async def _owner(self) -> Any:
-        import ray
+        """The process owning the workspace now (its host, or its dedicated actor); None asleep."""
+        from owner_models import awake_owner
 
-        from computer.actors import NAMESPACE, actor_name
+        from computer.actors import cluster_settings
 
-        try:
-            return ray.get_actor(actor_name(self.name), namespace=NAMESPACE)
-        except ValueError:
-            return None
+        return await awake_owner(self.name, cluster_settings())
 
     async def sigkill_owner(self) -> None:
+        from owner_models import process_pid
+
         owner = await self._owner()
         if owner is None:
             return
         with contextlib.suppress(Exception):
-            pid = int((await asyncio.wait_for(owner.stats.remote(), 5))["pid"])
+            pid = await asyncio.wait_for(process_pid(owner), 5)
             os.kill(pid, signal.SIGKILL)
             self._count("owner SIGKILL (restarted in place)")
 
@@ -358,9 +358,9 @@ async def run(
                         raise
                     await asyncio.sleep(0.2)
     with contextlib.suppress(Exception):
-        from computer.actors import NAMESPACE, actor_name
+        from owner_models import owner_process
 
-        ray.kill(ray.get_actor(actor_name(name), namespace=NAMESPACE))
+        ray.kill(owner_process(computer.workspace_actor(name)))
     report = check(history, final)
     report.faults = injector.faults
     return report

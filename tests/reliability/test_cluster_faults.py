@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import ray
+from owner_models import kill_owner, kill_owner_now
 
 import computer
 from computer.actors import OutcomeUnknownError, UploadLostError, WorkspaceUnavailableError
@@ -33,18 +34,6 @@ async def _restart_in_place(ws: Any) -> None:
             pass
         await asyncio.sleep(0.05)
     raise AssertionError("the owner was not restarted")
-
-
-async def _kill_for_good(handle: Any) -> None:
-    """``ray.kill`` without restart, and wait until the actor answers no more."""
-    ray.kill(handle)
-    for _ in range(400):
-        try:
-            await handle.stats.remote()
-        except ray.exceptions.RayActorError:
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("the killed owner keeps answering")
 
 
 async def test_a_lock_lost_with_its_owner_refuses_the_stale_holders_write(
@@ -92,7 +81,7 @@ async def test_a_client_that_only_writes_heals_after_its_owner_is_killed(
     reports an unknown outcome."""
     async with computer.get_workspace(name) as ws:
         await ws.fs.write_file("/f", b"0")
-        await _kill_for_good(ws.handle)
+        await kill_owner(ws.handle)  # its host, or its dedicated actor: gone for good
         await asyncio.sleep(0.5)  # the death is recorded well before the next call is sent
         for i in range(1, 6):
             await ws.fs.write_file("/f", str(i).encode())  # never EAGAIN: the owner died before
@@ -101,7 +90,7 @@ async def test_a_client_that_only_writes_heals_after_its_owner_is_killed(
         outcomes = []
         for i in range(3):
             write = asyncio.ensure_future(ws.fs.write_file("/g", str(i).encode()))
-            ray.kill(ws.handle)
+            kill_owner_now(ws.handle)
             try:
                 await write
                 outcomes.append("ok")

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import ray
+from owner_models import owner_process
 
 import computer
 from computer.tools import create_tools
@@ -60,7 +61,7 @@ async def test_a_full_workspace_answers_enospc_and_keeps_earlier_files(
         record_property("quota_refusals", 4)
     finally:
         try:
-            ray.kill(computer.workspace_actor(name))
+            ray.kill(owner_process(computer.workspace_actor(name)))
         except Exception:
             pass
         computer.init(data_dir=tmp_path / "data")

@@ -143,7 +143,7 @@ async def test_a_full_disk_through_a_client_and_a_new_workspace(
     ray_session: Any, small_disk: Path, tmp_path: Path
 ) -> None:
     data = small_disk / "data"
-    computer.init(data_dir=data)
+    conf = computer.init(data_dir=data)
     try:
         async with computer.get_workspace("full-disk-a") as ws:
             await ws.fs.write_file("/keep", b"kept")
@@ -168,12 +168,10 @@ async def test_a_full_disk_through_a_client_and_a_new_workspace(
         assert "owner died" not in str(new.value)
     finally:
         import ray
-
-        from computer.actors import NAMESPACE, actor_name
+        from owner_models import awake_owner
 
         for name in ("full-disk-a", "full-disk-b"):
-            try:
-                ray.kill(ray.get_actor(actor_name(name), namespace=NAMESPACE))
-            except ValueError:
-                pass
+            owner = await awake_owner(name, conf)  # its host, or its dedicated actor
+            if owner is not None:
+                ray.kill(owner)
         computer.init(data_dir=tmp_path / "data")

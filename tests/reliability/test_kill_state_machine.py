@@ -14,9 +14,10 @@ import ray
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
+from owner_models import awake_owner, kill_owner_now
 
 import computer
-from computer.actors import NAMESPACE, WorkspaceUnavailableError, actor_name
+from computer.actors import WorkspaceUnavailableError
 from computer.config import Settings
 from computer.tools import create_tools
 
@@ -102,7 +103,7 @@ class KillMachine(RuleBasedStateMachine):
 
     @rule()
     def kill_owner(self) -> None:
-        ray.kill(self.ws.handle)
+        kill_owner_now(self.ws.handle)  # its host, or its dedicated actor
         stats["kills"] += 1
 
     @invariant()
@@ -135,10 +136,9 @@ def test_no_acknowledged_write_is_lost_across_random_owner_kills(
         )(KillMachine)
         runner.TestCase().runTest()
     finally:
-        try:
-            ray.kill(ray.get_actor(actor_name(KillMachine.name), namespace=NAMESPACE))
-        except ValueError:
-            pass
+        owner = asyncio.run(awake_owner(KillMachine.name, config))
+        if owner is not None:
+            ray.kill(owner)
         computer.init(data_dir=config.data_dir)
     assert stats["lost"] == 0
     assert stats["kills"] > 0

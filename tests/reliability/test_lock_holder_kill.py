@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
+from owner_models import owner_process
 
 import computer
 from computer.tools import create_tools
@@ -56,7 +57,7 @@ async def test_locks_of_a_sigkilled_client_expire_and_the_next_writer_proceeds(
     finally:
         ray.kill(holder)
         try:
-            ray.kill(computer.workspace_actor(name))
+            ray.kill(owner_process(computer.workspace_actor(name)))
         except Exception:
             pass
         computer.init(data_dir=tmp_path / "data")

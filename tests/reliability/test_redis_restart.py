@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import ray
 import redis
+from owner_models import kill_owner, owner_process
 
 import computer
 from computer.actors import WorkspaceUnavailableError
@@ -147,11 +148,8 @@ def test_a_directory_call_rides_through_a_short_redis_outage(redis_process: Redi
 
 
 async def _kill(handle: Any) -> None:
-    """``ray.kill`` and wait until the owner answers no more (the kill takes effect asynchronously)."""
-    ray.kill(handle)
-    with pytest.raises(ray.exceptions.RayActorError):
-        for _ in range(400):
-            await handle.stats.remote()
+    """Kill the owner's process (its host, or its dedicated actor) and wait until it answers no more."""
+    await kill_owner(handle)
 
 
 async def test_workspaces_keep_working_across_a_redis_restart(
@@ -172,7 +170,7 @@ async def test_workspaces_keep_working_across_a_redis_restart(
             assert sorted(await ws.fs.ls("/")) == ["/after", "/before", "/second"]
     finally:
         try:
-            ray.kill(computer.workspace_actor(name))
+            ray.kill(owner_process(computer.workspace_actor(name)))
         except Exception:
             pass
         computer.init(data_dir=tmp_path / "data")
