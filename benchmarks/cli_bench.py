@@ -12,9 +12,12 @@ inflates less than wall time):
   lifetime (``ray.init()`` + ``ray.shutdown()`` in a fresh interpreter; measured once or twice, it
   takes seconds).
 
-With a cluster: a loopback Ray cluster (one node, started by this script, stopped at the end: only its
-own processes), and the same commands with ``--address``. The target: in process "well under a
-second" per command.
+The commands: ``tool`` (write, read, grep, ls, exec on the shell and on the python backend), ``ls``,
+``log``, ``shell -c`` (a line that reads, and one that runs a command) and ``mcp``: for ``mcp``, the
+time from spawn to the answer of its ``initialize`` request (what an MCP client waits for), and to
+its exit once stdin closes. With a cluster: a loopback Ray cluster (one node, started by this script,
+stopped at the end: only its own processes), and the same commands with ``--address``. The target: in
+process "well under a second" per command.
 """
 
 from __future__ import annotations
@@ -79,21 +82,89 @@ def series(args: Sequence[str], environ: dict[str, str], runs: int) -> list[floa
     return [timed(args, environ) for _ in range(runs)]
 
 
-def row(label: str, samples: list[float], baselines: dict[str, float]) -> str:
+def mcp_timed(args: Sequence[str], environ: dict[str, str]) -> tuple[float, float]:
+    """``computer mcp``: seconds from spawn to the answer of ``initialize``, and to its exit after
+    stdin closes (its CPU time appended to :data:`CPU`)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    proc = subprocess.Popen(
+        args,
+        env=environ,
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        proc.stdin.write(json.dumps(_INITIALIZE) + "\n")
+        proc.stdin.flush()
+        reply = proc.stdout.readline()
+        answered = time.perf_counter() - started
+        proc.stdin.close()
+        code = proc.wait(timeout=300)
+        ended = time.perf_counter() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    if code != 0 or '"serverInfo"' not in reply:
+        raise RuntimeError(
+            f"{' '.join(args)} failed ({code}): {reply[:500]} {proc.stderr.read()[-2000:] if proc.stderr else ''}"
+        )
+    return answered, ended
+
+
+def measure(prefix: Sequence[str], environ: dict[str, str], runs: int, baselines: dict[str, float]) -> None:
+    """One row per command, then ``mcp`` (first answer, then exit)."""
+    for label, args in COMMANDS:
+        print(row(label, series([*prefix, *args], environ, runs), baselines), flush=True)
+    samples = [mcp_timed([*prefix, *MCP], environ) for _ in range(runs)]
+    print(row("mcp: spawn to initialize answered", [a for a, _ in samples], baselines, cpu=False), flush=True)
+    print(row("mcp: spawn to exit (stdin closed)", [e for _, e in samples], baselines), flush=True)
+
+
+def _ratio(value: float) -> str:
+    return f"{value:5.1f}x" if value >= 1 else f"{value:5.2f}x"
+
+
+def row(label: str, samples: list[float], baselines: dict[str, float], *, cpu: bool = True) -> str:
     """Median wall time (slowest), median CPU time of the same runs, ratios of the wall medians."""
     median = statistics.median(samples)
-    cpu = statistics.median(CPU[-len(samples) :])
-    ratios = "  ".join(f"{median / base:5.1f}x {name}" for name, base in baselines.items())
-    return f"  {label:<40} {median * 1000:7.0f} ms (max {max(samples) * 1000:5.0f}, cpu {cpu * 1000:4.0f})  {ratios}"
+    used = f"cpu {statistics.median(CPU[-len(samples) :]) * 1000:4.0f}" if cpu else " " * 8
+    ratios = "  ".join(f"{_ratio(median / base)} {name}" for name, base in baselines.items())
+    return f"  {label:<40} {median * 1000:7.0f} ms (max {max(samples) * 1000:5.0f}, {used})  {ratios}"
 
 
 COMMANDS: list[tuple[str, list[str]]] = [
     ("tool write", ["tool", "bench", "write", json.dumps({"path": "/workspace/a.txt", "content": "x\n"})]),
     ("tool read", ["tool", "bench", "read", json.dumps({"path": "/workspace/a.txt"})]),
     ("tool grep", ["tool", "bench", "grep", json.dumps({"query": "x"})]),
-    ("tool exec (shell sandbox)", ["tool", "bench", "exec", json.dumps({"command": "true"})]),
+    ("tool ls", ["tool", "bench", "ls", json.dumps({"path": "/workspace"})]),
+    ("tool exec (shell: true)", ["tool", "bench", "exec", json.dumps({"command": "true"})]),
+    (
+        "tool exec (python: pass)",
+        ["tool", "bench", "exec", json.dumps({"command": "pass", "backend": "python"})],
+    ),
     ("ls", ["ls"]),
+    ("log", ["log", "bench"]),
+    ("shell -c 'cat a.txt'", ["shell", "bench", "-c", "cat a.txt"]),
+    ("shell -c '!true'", ["shell", "bench", "-c", "!true"]),
 ]
+MCP = ["mcp", "bench"]
+_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "bench", "version": "0"},
+    },
+}
 
 
 @contextmanager
@@ -150,8 +221,7 @@ def main() -> None:
             )
 
         print("in process (no cluster named):")
-        for label, args in COMMANDS:
-            print(row(label, series([*COMPUTER, *args], environ, runs), baselines), flush=True)
+        measure(COMPUTER, environ, runs, baselines)
 
         if opts.no_cluster:
             return
@@ -159,9 +229,7 @@ def main() -> None:
             joined = env(Path(tmp) / "cluster-data")
             timed([*COMPUTER, "--address", address, *COMMANDS[0][1]], joined)  # creates the owner once
             print(f"joined to a running cluster (--address {address}):")
-            for label, args in COMMANDS:
-                samples = series([*COMPUTER, "--address", address, *args], joined, runs)
-                print(row(label, samples, baselines), flush=True)
+            measure([*COMPUTER, "--address", address], joined, runs, baselines)
 
 
 if __name__ == "__main__":
