@@ -129,10 +129,12 @@ async def test_a_restarted_worker_is_sent_the_owner_handle_again(cluster: Settin
 
 
 async def test_a_run_whose_owner_died_is_killed_on_its_worker(cluster: Settings, name: str) -> None:
+    from owner_models import owner_process  # hosted: the owner host; dedicated: the workspace's actor
+
     duration = unique_sleep()
     async with computer.get_workspace(name) as ws:
         handle = await ws.runtime.exec(f"echo started; sleep {duration}")
         await _wait_for_output(handle, "started")
         await wait_until(lambda: bool(processes_with(f"sleep {duration}")))
-        ray.kill(computer.workspace_actor(name))
+        ray.kill(owner_process(computer.workspace_actor(name)))
     await wait_until(lambda: not processes_with(duration), within=30.0)
