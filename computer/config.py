@@ -34,9 +34,11 @@ class Settings(BaseSettings):
     pool_runs_per_cpu: float = Field(default=4.0, gt=0)  # concurrent runs per reserved CPU; more wait
     pool_idle_after: float = Field(default=60.0, gt=0)  # seconds idle before a worker above the minimum goes
     hibernate_after: float = Field(default=300.0, gt=0)  # seconds an owner may stay idle
-    # The owner model (SPEC section 10, issue 20): "hosted" puts many workspaces in each owner host
-    # actor (a few per node); "dedicated" gives every awake workspace an actor process of its own.
-    owners: Literal["hosted", "dedicated"] = "dedicated"
+    # The owner model (SPEC section 10, issue 20): "hosted" (the default) puts many workspaces in each
+    # owner host actor (a few per node: ~0.5 MiB and ~15 ms to wake one on a live host); "dedicated"
+    # gives every awake workspace an actor process of its own (~63 MiB and ~0.4 s to wake), for a
+    # workspace that needs a process of its own.
+    owners: Literal["hosted", "dedicated"] = "hosted"
     # Owner hosts per node for "hosted" (0: one per CPU of the node). The first process placing a
     # workspace on a node fixes the number for that node and data directory for the Ray session.
     owner_hosts_per_node: int = Field(default=0, ge=0)
