@@ -89,6 +89,8 @@ TICK = 0.5  # seconds between two rounds of polls and decisions
 TICK_CALM = 2.0
 CALM_AFTER_VIEW = 10.0
 POLL_TIMEOUT = 10.0  # a worker that does not answer its load within this is left out of that round
+# The shortest rest of the loop before an idle worker's drain is due, and the margin past it (seconds).
+IDLE_DUE_MIN = 0.05
 WINDOW = 60.0  # seconds of waits and runs the status summarises
 DECISIONS_KEPT = 64
 
@@ -123,6 +125,7 @@ class _Worker:
     node_id: str | None  # asked for (until the first report says where it runs)
     report: LoadReport | None = None
     poll: asyncio.Task[LoadReport] | None = None
+    reported_at: float = 0.0  # monotonic, when ``report`` came
 
     def as_state(self) -> WorkerState:
         return WorkerState(self.name, self.state, self.created, self.report, self.cpus)
@@ -179,9 +182,28 @@ class PoolScaler:
                 log.exception("pool control loop: a round failed")
             self._wake.clear()
             self._resting = self.calm()
+            rest = min(TICK_CALM if self._resting else TICK, self._idle_due())
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), TICK_CALM if self._resting else TICK)
+                await asyncio.wait_for(self._wake.wait(), rest)
             self._resting = False
+
+    def _idle_due(self) -> float:
+        """Seconds until the first idle worker above its pool's minimum reaches ``pool_idle_after``
+        (at least :data:`IDLE_DUE_MIN`), so that it is drained then and its memory is back within the
+        idle time, not up to a calm round (:data:`TICK_CALM`) and a removal round later."""
+        now = time.monotonic()
+        due = math.inf
+        for pool in self._pools.values():
+            limits = pool.limits
+            if limits is None or sum(w.state == "ready" for w in pool.workers.values()) <= limits.min_workers:
+                continue
+            for w in pool.workers.values():
+                r = w.report
+                if w.state == "ready" and r is not None and not (r.running or r.queued):
+                    left = limits.idle_after - r.idle_for - (now - w.reported_at)
+                    if left > 0:  # one already past it waits for the usual pace (it may be needed)
+                        due = min(due, left)
+        return max(IDLE_DUE_MIN, due + IDLE_DUE_MIN)
 
     def calm(self) -> bool:
         """Whether every pool is calm: its workers ready (none pending or draining), none running or
@@ -265,7 +287,7 @@ class PoolScaler:
                     "worker had a free slot: the pool grows for them then)",
                 )
             pool.moved += report.moved
-            w.report = report
+            w.report, w.reported_at = report, now
             w.node_id = report.node_id
             w.target, w.cpus = report.target, report.cpus
             if w.state == "pending":
@@ -291,6 +313,15 @@ class PoolScaler:
                 w.state = "draining"
                 with contextlib.suppress(Exception):
                     w.report = await asyncio.wait_for(w.handle.drain.remote(), POLL_TIMEOUT)
+                    w.reported_at = time.monotonic()
+                if w.report is not None and w.report.draining and w.report.holds == 0:
+                    # Drained holding nothing (its idle live sandboxes ended with the drain): gone
+                    # now, not a round later, so an idle worker's memory is back at the idle time.
+                    self._decided(pool, f"remove {name}: drained, holds nothing")
+                    del pool.workers[name]
+                    if w.poll is not None:
+                        w.poll.cancel()
+                    await _stop(w.handle, graceful=True)
         for name in decided.undrain:
             w = pool.workers.get(name)
             if w is not None:

@@ -230,3 +230,54 @@ def test_the_control_loop_rests_only_while_every_pool_is_calm() -> None:
     viewed = loop(worker("a"))
     viewed._viewed_at = time.monotonic()  # a dispatcher asked for a view: its runs are on their way
     assert not viewed.calm()
+
+
+def test_the_control_loop_wakes_when_an_idle_worker_reaches_the_idle_time() -> None:
+    """Its rest ends when the first idle worker above the minimum is due for its drain, so that the
+    worker's memory is back at the idle time rather than up to a calm round later."""
+    from computer.actors._pool_scaler import IDLE_DUE_MIN, PoolScaler, _Pool, _Worker
+
+    now = time.monotonic()
+
+    def worker(name: str, **kw: object) -> _Worker:
+        w = _Worker(name, 0, None, "ready", 0.0, 1.0, 2, "n", _report(name, **kw))
+        w.reported_at = now
+        return w
+
+    scaler = PoolScaler.__new__(PoolScaler)  # no Ray: no adoption, no loop task
+    shell = _Pool("shell", limits=LIMITS)  # minimum 2, idle time 30 s
+    scaler._pools = {"shell": shell, "python": _Pool("python")}
+    shell.workers = {w.name: w for w in (worker("a", idle_for=25.0), worker("b", running=1), worker("c"))}
+    assert 4.9 <= scaler._idle_due() <= 5.0 + IDLE_DUE_MIN  # a: 5 s to go
+    shell.workers["a"] = worker("a", idle_for=31.0)  # past it: the usual pace (it may be needed)
+    assert scaler._idle_due() > 29.0  # c: idle 0 s so far
+    del shell.workers["c"]
+    assert scaler._idle_due() == float("inf")  # at the minimum: nothing to drain
+
+
+async def test_a_worker_drained_holding_nothing_is_removed_in_the_same_round() -> None:
+    from computer.actors._pool_scaler import Plan, PoolScaler, _Pool, _Worker
+
+    calls: list[str] = []
+
+    class _Drain:
+        @staticmethod
+        async def remote() -> LoadReport:
+            calls.append("drain")
+            return _report("x", draining=True)  # idle: nothing running, waiting or live
+
+    class _Terminate:
+        @staticmethod
+        def remote() -> None:
+            calls.append("terminate")
+
+    class _Handle:
+        drain = _Drain
+        __ray_terminate__ = _Terminate
+
+    scaler = PoolScaler.__new__(PoolScaler)
+    pool = _Pool("shell")
+    pool.workers = {"x": _Worker("x", 0, _Handle(), "ready", 0.0, 1.0, 2, "n", _report("x", idle_for=99.0))}
+    await scaler._apply(pool, LIMITS, Plan(drain=["x"]), {})
+    assert pool.workers == {} and calls == ["drain", "terminate"]
+    assert [d for _, d in pool.decisions] == ["remove x: drained, holds nothing"]
