@@ -339,6 +339,21 @@ class LiveSandbox(LiveJobs):
             return await self._sync_locked(push=push)
 
     async def _sync_locked(self, *, push: bool) -> tuple[Synced | None, int]:
+        """Look first, pause only for work: a quiet watch and an empty page freeze nothing (a tick
+        during ``find`` costs it two cheap looks). An empty page moves the mirror's revision up to
+        its own, so later looks read the change log from there (every run's journal records are
+        changes outside the root: the scan grew with each run)."""
+        mirror, ctx = self.mirror, self.ctx
+        page = None
+        if mirror.rev is not None and mirror.quiet():
+            if not push:
+                return None, 0
+            page = await ctx.sync_push(mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror))
+            if not has_changes(page):
+                if page.rev > mirror.rev:
+                    mirror.finish_push(page.rev)
+                    mirror.own_revs = [r for r in mirror.own_revs if r > page.rev]
+                return None, 0
         frozen = False
         if self._freezer is not None and await self.busy():
             frozen = await asyncio.to_thread(freeze, self._freezer)
@@ -346,10 +361,12 @@ class LiveSandbox(LiveJobs):
                 raise LiveSandboxError("the live sandbox could not be paused for a sync")
         try:
             synced = await self._pull()
-            mirror, ctx = self.mirror, self.ctx
             pushed = 0
             if push:
-                page = await ctx.sync_push(mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror))
+                if page is None or synced is not None:  # none yet, or the pull moved the mirror on
+                    page = await ctx.sync_push(
+                        mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror)
+                    )
                 if has_changes(page) or mirror.rev is None:
                     _, pushed = await self.sync_.push(mirror, ctx, first=page)
             return synced, pushed

@@ -283,6 +283,7 @@ def _make_dirs(
         next_id = 0
 
     cache = st.cache
+    now = now_ms()  # one transaction: one time for the directories it makes without an mtime
     for p in sorted(every):
         mode, mtime = (clean_mode(modes.get(p, 0o755)), mtimes.get(p)) if p in wanted else (0o755, None)
         parent, name = split(p)
@@ -299,7 +300,7 @@ def _make_dirs(
             next_id = int(st.db.one("SELECT coalesce(max(id), 0) + 1 FROM inodes")[0])
         ino, real = next_id, join(above[1], name)
         next_id += 1
-        inodes.append((ino, DIR, mode, now_ms() if mtime is None else int(mtime)))
+        inodes.append((ino, DIR, mode, now if mtime is None else int(mtime)))
         entries.append((above[0], name, ino))
         logs.append((real, "mkdir"))
         if len(cache) >= CACHE_LIMIT:

@@ -248,3 +248,22 @@ async def test_a_command_gets_its_own_streams_directory_and_signals_only(ws: com
     assert gone.status == "failed"
     after = await run(ws, "pwd")
     assert after.stdout == "/workspace\n"
+
+
+async def test_a_busy_sandbox_that_changes_nothing_is_never_paused(
+    ws: computer.Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ticker looks before it freezes: a command that only reads (``find``, ``sleep``) runs
+    without a pause; one that writes is paused for the sync that brings its file."""
+    from computer.runtime import _live
+
+    paused: list[object] = []
+    freeze = _live.freeze
+    monkeypatch.setattr(_live, "freeze", lambda group: paused.append(group) or freeze(group))
+    await run(ws, "mkdir -p a/b && touch a/b/c")
+    paused.clear()
+    quiet = await run(ws, "sleep 0.5; find . > /dev/null; ls a/b")
+    assert (quiet.stdout, paused) == ("c\n", [])
+    written = await run(ws, "echo x > f; sleep 0.5")
+    assert written.status == "completed" and paused
+    assert await ws.fs.read_text("/workspace/f") == "x\n"
