@@ -289,7 +289,11 @@ async def forwarded_overhead(calls: int) -> list[tuple[str, float, float, float,
     with tempfile.TemporaryDirectory() as directory:
         clients = {}
         for audited in (False, True):
-            computer.init(data_dir=directory, audit=audited, shell_pool_size=0, python_pool_size=0)
+            # Dedicated owners: one process each, so each process's CPU is one owner's, and each owner
+            # keeps the audit setting it was created with (hosted owners may share a host's process).
+            computer.init(
+                data_dir=directory, audit=audited, owners="dedicated", shell_pool_size=0, python_pool_size=0
+            )
             clients[audited] = await computer.get_workspace(f"bench-audit-{int(audited)}")
         body = "".join(f"line of text number {i}\n" for i in range(40))
         tools = {}
