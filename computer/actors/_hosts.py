@@ -35,12 +35,13 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Coroutine, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from ..config import Settings
 from ._errors import WorkspaceUnavailableError
 from ._host import _rss_bytes
+from ._loop_thread import LoopClosedError, LoopThread
 from ._owner import OwnerActor
 from ._pool_callbacks import owner_token
 from .naming import HOST_PREFIX, NAMESPACE, data_dir_key, host_actor_name, host_index
@@ -58,8 +59,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 # Lock waits and exec streams park calls inside a host, for every workspace it owns.
 HOST_MAX_CONCURRENCY = 100_000
@@ -148,74 +147,12 @@ class HostedHandle:
 # -- one workspace inside a host --------------------------------------------------------------------
 
 
-class _LoopClosedError(Exception):
-    """The workspace's loop stopped before (or while) a call ran there: the workspace left the host."""
-
-
-class _LoopThread:
-    """An event loop on a thread of its own: where one hosted workspace runs everything it does."""
-
-    def __init__(self, label: str, executor: concurrent.futures.Executor) -> None:
-        self.closed = False
-        self._pending: set[concurrent.futures.Future[Any]] = set()
-        self.loop = asyncio.new_event_loop()
-        self.loop.set_default_executor(executor)  # to_thread: the host's shared pool, not one per loop
-        self.thread = threading.Thread(target=self._main, name=f"ws:{label}"[:60], daemon=True)
-        self.thread.start()
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_forever()
-            # Stopped: end what the workspace left behind (its background tasks were cancelled on close).
-            pending = [t for t in asyncio.all_tasks(self.loop) if not t.done()]
-            for task in pending:
-                task.cancel()
-            if pending:
-                self.loop.run_until_complete(asyncio.wait(pending, timeout=5.0))
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-        except Exception:
-            log.exception("a workspace loop failed while stopping")
-        finally:
-            self.loop.close()
-            for future in list(self._pending):  # scheduled too late to run: never left waiting
-                with contextlib.suppress(concurrent.futures.InvalidStateError):
-                    future.set_exception(_LoopClosedError())
-
-    async def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on this loop and await its result from another loop (cancellation follows);
-        :class:`_LoopClosedError` once the loop stopped."""
-        if self.closed:
-            coro.close()
-            raise _LoopClosedError()
-        try:
-            future = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        except RuntimeError:  # the loop was closed meanwhile
-            coro.close()
-            raise _LoopClosedError() from None
-        self._pending.add(future)
-        future.add_done_callback(self._pending.discard)
-        try:
-            return await asyncio.wrap_future(future)
-        except asyncio.CancelledError:
-            if self.closed and not future.cancelled():
-                raise _LoopClosedError() from None  # cancelled by the loop's end, not by our caller
-            raise
-
-    def stop(self) -> None:
-        self.closed = True
-        try:
-            self.loop.call_soon_threadsafe(self.loop.stop)
-        except RuntimeError:
-            pass  # already closed
-
-
 class HostedWorkspace(OwnerActor):
     """A managed owner living inside an :class:`OwnerHost` (constructed on its own loop thread)."""
 
     managed = True
 
-    def __init__(self, name: str, config: Settings, host: OwnerHost, thread: _LoopThread) -> None:
+    def __init__(self, name: str, config: Settings, host: OwnerHost, thread: LoopThread) -> None:
         self._host_obj = host
         self._thread = thread
         self._left = False
@@ -253,7 +190,7 @@ class HostedWorkspace(OwnerActor):
             host.loop.call_soon_threadsafe(host.gone, self)
 
 
-async def _construct(name: str, config: Settings, host: OwnerHost, thread: _LoopThread) -> HostedWorkspace:
+async def _construct(name: str, config: Settings, host: OwnerHost, thread: LoopThread) -> HostedWorkspace:
     """Open a workspace (on its own loop: the constructor's background tasks belong to that loop)."""
     return HostedWorkspace(name, config, host, thread)
 
@@ -307,7 +244,7 @@ class OwnerHost:
     async def _wake(self, name: str) -> HostedWorkspace:
         future: asyncio.Future[None] = self.loop.create_future()
         self._opening[name] = future
-        thread = _LoopThread(name, self._executor)
+        thread = LoopThread(name, self._executor)
         try:
             ws = await thread.run(_construct(name, self.config, self, thread))
         except BaseException as exc:
@@ -372,13 +309,15 @@ class OwnerHost:
                 return f"closed:{self.host_name}:{name}"  # not the run's owner token: it ends the run
             return fail(WorkspaceUnavailableError(name, "its owner closed it (the run's owner is gone)"))
         for _ in range(3):
-            try:
-                ws = await self._workspace(name)
-            except Exception as exc:
-                return fail(exc)
+            ws = self._open.get(name)  # the common case, awake here: no bookkeeping of a wait
+            if ws is None or ws._left:
+                try:
+                    ws = await self._workspace(name)
+                except Exception as exc:
+                    return fail(exc)
             try:
                 return await ws._thread.run(getattr(ws, method)(*args, **kwargs))
-            except _LoopClosedError:
+            except LoopClosedError:
                 continue  # it left the host before the call ran there: open it again
         return moved(name, True)
 
@@ -399,7 +338,7 @@ class OwnerHost:
                     item = await ws._thread.run(source.__anext__())
                 except StopAsyncIteration:
                     return
-                except _LoopClosedError:
+                except LoopClosedError:
                     yield fail(WorkspaceUnavailableError(name, "its owner closed it during the stream"))
                     return
                 yield item
@@ -416,7 +355,7 @@ class OwnerHost:
             return None
         try:
             return await ws._thread.run(ws.stats())
-        except _LoopClosedError:
+        except LoopClosedError:
             return None
 
     async def close_workspace(self, name: str) -> bool:
@@ -426,7 +365,7 @@ class OwnerHost:
             return False
         leaving = self._leaving.get(name)
         if leaving is None:
-            with contextlib.suppress(_LoopClosedError):
+            with contextlib.suppress(LoopClosedError):
                 await ws._thread.run(ws.close_workspace())
         leaving = self._leaving.get(name)
         if leaving is not None:
