@@ -80,6 +80,11 @@ WORKER_WAIT = 300.0
 # A run handed back this many times (workers draining or shedding one after another) fails.
 REQUEUES_MAX = 100
 DEAD_REMEMBERED = 60.0  # seconds a dispatcher ignores a worker it saw dead (the view may lag behind)
+# A workspace whose run moved (its idle live sandbox ended on a full worker) is not sent movable again
+# for this long (seconds). Owners see a new worker's free slots in views of the same age and move to it
+# together, fill it, and moved on again: 64 agents on a 3-node local cluster moved 333 runs in 30 s,
+# each a sandbox started anew and a cold mirror pushed.
+MOVE_HOLD = 10.0
 
 _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
 # Per process: the latest view of each pool a dispatcher here got from the control loop (when, view).
@@ -123,6 +128,7 @@ class PoolBackend:
         self._warm: list[str] = []  # workers that ran this owner's workspace, most recent first
         self._pins: dict[str, str] = {}  # workspace id -> worker its runs must go to (a live sandbox)
         self._dead: dict[str, float] = {}  # worker name -> when this owner saw it dead
+        self._moved_at: dict[str, float] = {}  # workspace id -> when its run last moved (MOVE_HOLD)
         self._owner = owner
         self._token: str | None = None
         self._node = node
@@ -358,6 +364,8 @@ class PoolBackend:
         """
         if self._pins.get(workspace_id) != slot.name or slot.estimate <= slot.target:  # counts this run
             return False
+        if time.monotonic() - self._moved_at.get(workspace_id, -math.inf) < MOVE_HOLD:
+            return False  # it moved a moment ago: wait here rather than chase free slots with the others
         return any(
             s is not slot
             and s.listed
@@ -503,6 +511,7 @@ class PoolBackend:
                 continue  # sent again, with the owner's handle this time
             if moved:
                 self.moved += 1
+                self._moved_at[workspace_id] = time.monotonic()
                 continue  # this owner's view has room elsewhere: no need to ask the control loop
             if requeued:
                 self.requeued += 1

@@ -210,3 +210,20 @@ async def test_dispatchers_of_one_process_share_a_fresh_view(monkeypatch: pytest
     await asyncio.sleep(0)
     assert calls == ["shell"]  # the second took the first one's view
     assert backends[1]._view_at == backends[0]._view_at
+
+
+async def test_a_workspace_that_just_moved_is_not_sent_movable_again_for_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Owners that see a new worker's free slots at once all move there and fill it: a workspace
+    moves at most once per MOVE_HOLD, instead of chasing free slots from worker to worker."""
+    a, b = _Worker("a", _moves_when_movable), _Worker("b", _moves_when_movable)
+    backend = _dispatcher(monkeypatch, b_load=0, a=a, b=b)
+    await _run(backend)
+    assert backend.pinned("ws") == "b" and backend.moved == 1
+    backend._slots["a"].load, backend._slots["b"].load = 0, 4  # now b is full and a has room
+    await _run(backend)
+    assert [o.movable for o in b.orders] == [False, False] and backend.pinned("ws") == "b"
+    monkeypatch.setattr(pools, "MOVE_HOLD", 0.0)  # once the hold is over it may move again
+    await _run(backend)
+    assert b.orders[-1].movable and backend.pinned("ws") == "a" and backend.moved == 2
