@@ -275,16 +275,17 @@ def cluster_fragment(view: dict[str, Any]) -> str:
     )
     owners = (
         "".join(
-            f'<tr><td><a href="/w/{_q(o["name"])}">{_e(o["name"])}</a></td><td>{_e(o["where"])}</td></tr>'
+            f'<tr><td><a href="/w/{_q(o["name"])}">{_e(o["name"])}</a></td><td>{_e(o["where"])}</td>'
+            f"<td>{_e(o.get('host') or '-')}</td></tr>"
             for o in view.get("owners", [])
         )
-        or '<tr class="empty"><td colspan="2">no awake owners</td></tr>'
+        or '<tr class="empty"><td colspan="3">no awake owners</td></tr>'
     )
     return f"""<p class="muted">{_e(view.get("mode"))} view</p>
 <h2>Nodes</h2><table class="grid"><thead><tr><th>node</th><th>address</th><th>CPUs</th><th>memory</th></tr></thead><tbody>{nodes}</tbody></table>
 <h2>Exec pools</h2><table class="grid" id="pool-totals"><thead><tr><th>pool</th><th>workers</th><th>running</th><th>queued</th><th>p50 wait</th><th>p99 wait</th><th>runs/s</th></tr></thead><tbody>{totals}</tbody></table>
 <h2>Pool workers</h2><table class="grid"><thead><tr><th>worker</th><th>node</th><th>running</th><th>queued</th><th>failed</th><th>runs</th><th>runs/s</th></tr></thead><tbody>{pools}</tbody></table>
-<h2>Awake owners</h2><table class="grid"><thead><tr><th>workspace</th><th>where</th></tr></thead><tbody>{owners}</tbody></table>"""
+<h2>Awake owners</h2><table class="grid"><thead><tr><th>workspace</th><th>where</th><th>owner host</th></tr></thead><tbody>{owners}</tbody></table>"""
 
 
 def _wait(seconds: float | None) -> str:

@@ -175,7 +175,12 @@ class DataDirSource:
             "mode": self.mode,
             "nodes": [],
             "pools": [],
-            "owners": [{"name": r["name"], "where": r["where"]} for r in rows if r["state"] == "awake"],
+            # ``host``: the owner host holding it (owners="hosted"), as `computer ls` names it.
+            "owners": [
+                {"name": r["name"], "where": r["where"], "host": r.get("owner_host")}
+                for r in rows
+                if r["state"] == "awake"
+            ],
         }
 
 
@@ -211,7 +216,6 @@ class ClusterSource(DataDirSource):
         import ray
 
         from ..actors import NAMESPACE
-        from ..actors.naming import OWNER_PREFIX, data_dir_key
 
         view = await super().cluster()
         view["mode"] = self.mode
@@ -227,14 +231,10 @@ class ClusterSource(DataDirSource):
             if n.get("Alive")
         ]
         actors = await asyncio.to_thread(ray.util.list_named_actors, all_namespaces=True)
-        here = f"{OWNER_PREFIX}{data_dir_key(self.config.data_dir)}:"
         pools: list[dict[str, Any]] = []
-        owners = 0
         now = time.monotonic()
         for actor in actors:
             actor_name = str(actor.get("name", "")) if isinstance(actor, dict) else str(actor)
-            if actor_name.startswith(here):
-                owners += 1
             if not actor_name.startswith("computer:pool:"):
                 continue
             try:
@@ -264,7 +264,6 @@ class ClusterSource(DataDirSource):
                 pool["queued"] = queued.get(str(pool["worker"]))
         view["pools"] = sorted(pools, key=lambda p: str(p["worker"]))
         view["pool_totals"] = totals
-        view["owner_actors"] = owners
         return view
 
 

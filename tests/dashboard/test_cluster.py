@@ -64,6 +64,11 @@ async def test_the_dashboard_reads_a_cluster(cluster: Settings, name: str, serve
             assert re.search(
                 r'<td>shell</td><td class="num">\d+[^<]*</td>(<td class="num">[^<]+</td>){5}', totals
             )
+            # The awake owner, and (owners="hosted") the host holding it, as `computer ls` names it.
+            owners = cluster_page.split("Awake owners", 1)[1].split("</table>", 1)[0]
+            assert name in owners
+            if cluster.owners == "hosted":
+                assert re.search(r"<td>host \d+ \(pid \d+\)</td>", owners), owners
             workers = cluster_page.split("Pool workers", 1)[1].split("</table>", 1)[0]
             assert re.search(
                 r'<td>shell:\d+</td><td>[^<]*</td><td class="num">\d+</td><td class="num">\d+</td>', workers
