@@ -81,7 +81,7 @@ class WorkspaceHost(PoolCallbacks):
         self.owner_id = self._new_owner_id()
         self.node_id = _node_id()
         self.host = current_host(self.node_id)
-        self._directory: Directory = open_directory(self.config)
+        self._directory: Directory = self._open_directory()
         self._lease_ttl = self.config.lock_lease
         self.epoch = self._directory.acquire_lease(
             self.name, self.node_id, self.owner_id, self._lease_ttl, host=self.host
@@ -132,6 +132,10 @@ class WorkspaceHost(PoolCallbacks):
         """The workspace's exec backends (the cluster's pools, when configured)."""
         return owner_backends(self.config, self.name)
 
+    def _open_directory(self) -> Directory:
+        """The directory this owner takes, renews and releases its lease in (its own connection)."""
+        return open_directory(self.config)
+
     def _new_owner_id(self) -> str:
         """The id this owner holds the directory lease under (a new one for every lease taken)."""
         return uuid.uuid4().hex
@@ -154,6 +158,10 @@ class WorkspaceHost(PoolCallbacks):
         # A run without a watching client still counts.
         return self.workspace.runtime.active() > 0
 
+    #: Whether :meth:`_keep_lease` renews the lease; an owner host renews those of all its workspaces
+    #: together (one directory write per round) and calls :meth:`_taken_over` for the ones lost.
+    renews_own_lease = True
+
     async def _keep_lease(self) -> None:
         """Renew the directory lease; stop serving once another owner took the workspace over."""
         interval = max(self._lease_ttl / 3.0, 0.05)
@@ -161,6 +169,8 @@ class WorkspaceHost(PoolCallbacks):
             await asyncio.sleep(interval)
             await self._drop_stale_uploads()
             self._reserve.keep()  # made again once space came back after a removal used it
+            if not self.renews_own_lease:
+                continue
             try:
                 kept = await asyncio.to_thread(
                     self._directory.renew_lease,
@@ -174,9 +184,15 @@ class WorkspaceHost(PoolCallbacks):
                 log.exception("renewing the lease of workspace %s failed", self.name)
                 continue
             if not kept and not self._closing:
-                log.warning("workspace %s was taken over (epoch %d is stale)", self.name, self.epoch)
-                await self._on_fenced()
+                await self._taken_over()
                 return
+
+    async def _taken_over(self) -> None:
+        """The lease renewal failed: another owner holds the workspace now (a higher epoch)."""
+        if self._closing:
+            return  # it released the lease itself meanwhile (hibernation, a close)
+        log.warning("workspace %s was taken over (epoch %d is stale)", self.name, self.epoch)
+        await self._on_fenced()
 
     async def _on_fenced(self) -> None:
         """A newer owner holds the lease. A plain host keeps running (storage rejects its writes)."""

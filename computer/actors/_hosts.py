@@ -44,6 +44,7 @@ from ._host import _rss_bytes
 from ._loop_thread import LoopClosedError, LoopThread
 from ._owner import OwnerActor
 from ._pool_callbacks import owner_token
+from .directory import Directory, LeaseRenewal, open_directory, renew_leases
 from .naming import HOST_PREFIX, NAMESPACE, data_dir_key, host_actor_name, host_index
 from .raycompat import kv_get, kv_put_new
 from .wire import fail, moved
@@ -151,12 +152,16 @@ class HostedWorkspace(OwnerActor):
     """A managed owner living inside an :class:`OwnerHost` (constructed on its own loop thread)."""
 
     managed = True
+    renews_own_lease = False  # the host renews every lease it holds in one write per round
 
     def __init__(self, name: str, config: Settings, host: OwnerHost, thread: LoopThread) -> None:
         self._host_obj = host
         self._thread = thread
         self._left = False
         super().__init__(name, config)
+
+    def _open_directory(self) -> Directory:
+        return self._host_obj.directory  # one connection per host, not one per workspace (thread-safe)
 
     def _backends(self) -> Sequence[Any]:
         # Pool workers call the owner back through the handle a run carries: this workspace's
@@ -217,6 +222,36 @@ class OwnerHost:
         self._exiting = False
         self._wakes = 0
         self._started = time.time()
+        self.directory: Directory = open_directory(self.config)
+        self._telling: set[asyncio.Task[None]] = set()
+        self._renewing = self.loop.create_task(self._renew_leases())
+
+    async def _renew_leases(self) -> None:
+        """Renew the lease of every workspace open here together, every third of the lease (as a
+        dedicated owner renews its own): one directory write per round instead of one per workspace.
+        A workspace whose lease another owner took over is told so on its own loop (it closes)."""
+        interval = max(self.config.lock_lease / 3.0, 0.05)
+        while True:
+            await asyncio.sleep(interval)
+            held = [ws for ws in self._open.values() if not (ws._left or ws._closing)]
+            if not held:
+                continue
+            renewals = [LeaseRenewal(w.name, w.owner_id, w.epoch, w._lease_ttl, w._last_active) for w in held]
+            try:
+                kept = await self.loop.run_in_executor(self._executor, renew_leases, self.directory, renewals)
+            except Exception:
+                log.exception("renewing the leases of %d workspaces failed", len(held))
+                continue
+            for ws, still in zip(held, kept, strict=True):
+                if not still and not ws._closing:
+                    telling = self.loop.create_task(self._taken_over(ws))
+                    self._telling.add(telling)  # kept until done (the loop holds tasks weakly)
+                    telling.add_done_callback(self._telling.discard)
+
+    @staticmethod
+    async def _taken_over(ws: HostedWorkspace) -> None:
+        with contextlib.suppress(LoopClosedError):
+            await ws._thread.run(ws._taken_over())
 
     # -- workspaces -------------------------------------------------------------------------------
 

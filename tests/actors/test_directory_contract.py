@@ -13,11 +13,13 @@ import pytest
 import computer
 from computer.actors.directory import (
     Directory,
+    LeaseRenewal,
     RedisDirectory,
     RegisteredDirectory,
     SqliteDirectory,
     last_known_file,
     open_directory,
+    renew_leases,
 )
 
 
@@ -97,6 +99,36 @@ def test_stale_owner_cannot_renew_after_takeover(directory: Directory) -> None:
     assert directory.renew_lease("ws", "new", new, 30.0) is True
     rec = directory.get("ws")
     assert rec is not None and (rec.owner, rec.node, rec.epoch) == ("new", "n2", new)
+
+
+def test_renewing_many_leases_at_once_is_renewing_each(directory: Directory) -> None:
+    """An owner host renews all its workspaces' leases in one write (one SQLite transaction; Redis
+    one by one): each answers as its own ``renew_lease`` would."""
+    held = directory.acquire_lease("a", "n", "host#1", 0.5)
+    stale = directory.acquire_lease("b", "n", "host#2", 30.0)
+    directory.acquire_lease("b", "n2", "elsewhere", 30.0)  # b was taken over
+    released = directory.acquire_lease("c", "n", "host#3", 30.0)
+    assert directory.release_lease("c", "host#3", released, hibernating=True)
+    before = directory.get("a")
+    assert before is not None
+    stamp = before.last_active + 100.0
+    kept = renew_leases(
+        directory,
+        [
+            LeaseRenewal("a", "host#1", held, 60.0, stamp),
+            LeaseRenewal("b", "host#2", stale, 60.0, stamp),
+            LeaseRenewal("c", "host#3", released, 60.0, stamp),
+            LeaseRenewal("never", "host#4", 1, 60.0, None),
+        ],
+    )
+    assert kept == [True, False, False, False]
+    a, b, c = (directory.get(n) for n in "abc")
+    assert a is not None and a.lease_expires > before.lease_expires + 50.0
+    assert a.last_active == pytest.approx(stamp)
+    assert b is not None and b.owner == "elsewhere"
+    assert c is not None and c.state == "hibernating"
+    assert directory.get("never") is None
+    assert renew_leases(directory, []) == []
 
 
 def test_stale_owner_cannot_release_after_takeover(directory: Directory) -> None:

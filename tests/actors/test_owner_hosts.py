@@ -266,3 +266,48 @@ def test_racing_first_calls_from_two_nodes_create_one_hosted_workspace(tmp_path:
     from .test_placement import _run_script
 
     _run_script("_hosted_two_nodes.py", tmp_path)
+
+
+@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
+async def test_leases_are_renewed_and_a_taken_over_workspace_leaves(
+    ray_session: Any, tmp_path: Path, name: str, owners: str
+) -> None:
+    """An idle awake workspace keeps its lease (hosted: the host renews all of its leases in one
+    directory write per round); one whose lease another owner took closes, its neighbour stays."""
+    from owner_models import owner_awake
+
+    conf = computer.init(
+        data_dir=tmp_path / "data",
+        owners=owners,
+        owner_hosts_per_node=1,
+        lock_lease=0.6,
+        shell_pool_size=0,
+        python_pool_size=0,
+    )
+    names = [f"{name}-stays", f"{name}-taken"]
+    directory = open_directory(conf)
+    try:
+        async with computer.get_workspace(names[0]) as stays, computer.get_workspace(names[1]) as taken:
+            await stays.fs.write_file("/f", b"1")
+            await taken.fs.write_file("/f", b"2")
+            pid = int((await stays.handle.stats.remote())["pid"])
+            await asyncio.sleep(2.0)  # more than three leases, with no call
+            for n in names:
+                record = directory.get(n)
+                assert record is not None and record.lease_live() and record.epoch == 1, record
+            taken_record = directory.get(names[1])
+            assert taken_record is not None
+            directory.acquire_lease(names[1], taken_record.node, "another-owner", 30.0)
+            for _ in range(100):
+                if not await owner_awake(names[1], conf):
+                    break
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("the taken-over workspace stayed open")
+            assert await stays.fs.read_file("/f") == b"1"
+            assert int((await stays.handle.stats.remote())["pid"]) == pid
+    finally:
+        directory.close()
+        for n in names:
+            await computer.delete_workspace(n, force=True)
+        computer.init(data_dir=tmp_path / "data")

@@ -10,11 +10,13 @@ from ._open import open_directory
 from ._record import WorkspaceRecord, WorkspaceState
 from ._redis import RedisDirectory
 from ._registry import RegisteredDirectory, last_known_file
+from ._renew import LeaseRenewal, renew_leases
 from ._sqlite import SqliteDirectory
 
 __all__ = [
     "Directory",
     "HeadDirectory",
+    "LeaseRenewal",
     "RedisDirectory",
     "RegisteredDirectory",
     "SqliteDirectory",
@@ -22,4 +24,5 @@ __all__ = [
     "WorkspaceState",
     "last_known_file",
     "open_directory",
+    "renew_leases",
 ]

@@ -12,6 +12,7 @@ keeps the two kinds of access consistent). Redis (``redis_url``) or a shared dat
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ _METHODS = frozenset(
         "get",
         "acquire_lease",
         "renew_lease",
+        "renew_leases",
         "release_lease",
         "remove",
         "names",
@@ -137,6 +139,11 @@ class HeadDirectory:
         self, name: str, owner_id: str, epoch: int, ttl: float, *, last_active: float | None = None
     ) -> bool:
         return bool(self._call("renew_lease", name, owner_id, epoch, ttl, last_active=last_active))
+
+    def renew_leases(self, renewals: Sequence[tuple[str, str, int, float, float | None]]) -> list[bool]:
+        """Every renewal in one call to the head's directory (one SQLite transaction there)."""
+        kept: list[bool] = self._call("renew_leases", [tuple(r) for r in renewals])
+        return kept
 
     def release_lease(self, name: str, owner_id: str, epoch: int, *, hibernating: bool = False) -> bool:
         return bool(self._call("release_lease", name, owner_id, epoch, hibernating=hibernating))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from ...storage import storage_failure, use_wal
@@ -110,6 +111,27 @@ class SqliteDirectory:
                 (now + ttl, last_active if last_active is not None else 0.0, name, owner_id, epoch),
             )
             return cur.rowcount == 1
+
+    def renew_leases(self, renewals: Sequence[tuple[str, str, int, float, float | None]]) -> list[bool]:
+        """``renew_lease`` of each ``(name, owner_id, epoch, ttl, last_active)`` in one transaction."""
+        now = time.time()
+        kept: list[bool] = []
+        with self._lock:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                for name, owner_id, epoch, ttl, last_active in renewals:
+                    cur = self._db.execute(
+                        "UPDATE workspaces SET lease_expires = ?, last_active = MAX(last_active, ?), "
+                        "state = 'active' WHERE name = ? AND owner = ? AND epoch = ? AND state = 'active'",
+                        (now + ttl, last_active if last_active is not None else 0.0, name, owner_id, epoch),
+                    )
+                    kept.append(cur.rowcount == 1)
+                self._db.execute("COMMIT")
+            except BaseException:
+                if self._db.in_transaction:
+                    self._db.execute("ROLLBACK")
+                raise
+        return kept
 
     def release_lease(self, name: str, owner_id: str, epoch: int, *, hibernating: bool = False) -> bool:
         state = "hibernating" if hibernating else "closed"
