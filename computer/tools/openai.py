@@ -129,6 +129,10 @@ def create_openai_tools(
             except ArgumentError as exc:
                 record_refused(tools, name, raw, str(exc))
                 return _error_parts(str(exc)), True
+            except Exception as exc:  # arguments that cannot even be read (an odd SDK object)
+                message = f"Malformed tool call: {type(exc).__name__}: {exc}"
+                record_refused(tools, name, None, message)
+                return _error_parts(message), True
             try:
                 result = await tool.run(args, on_update=on_update)
                 return tool.to_model_output(result), "error" in result

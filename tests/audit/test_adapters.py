@@ -184,3 +184,23 @@ async def test_langchain_and_mcp_record_what_they_refuse() -> None:
         ("read", "error", "langchain"),
         ("rm_rf", "error", "mcp"),
     ]
+
+
+async def test_arguments_that_cannot_even_be_read_are_an_error_and_a_record() -> None:
+    """An SDK object whose arguments raise when looked at: ``execute`` still answers, and records it."""
+    from computer.tools.openai import create_openai_tools
+
+    class Unreadable:
+        def __eq__(self, other: object) -> bool:
+            raise RuntimeError("cannot compare")
+
+        __hash__ = object.__hash__
+
+    async with Workspace() as ws:
+        _, execute = create_openai_tools(ws)
+        call = {"id": "c1", "type": "function", "function": {"name": "read", "arguments": Unreadable()}}
+        outcome = await execute(call)
+        ws.audit.flush()
+        records = await ws.audit.query()
+    assert outcome["is_error"] is True and "Malformed tool call" in outcome["content"][0]["text"]
+    assert [(r.tool, r.status) for r in records] == [("read", "error")]
