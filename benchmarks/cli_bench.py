@@ -66,13 +66,20 @@ def env(data_dir: Path, **extra: str) -> dict[str, str]:
 CPU: list[float] = []  # CPU seconds (user + system) of each command run, in order
 
 
-def timed(args: Sequence[str], environ: dict[str, str]) -> float:
+@contextmanager
+def children_cpu() -> Iterator[None]:
+    """Append the CPU time of the child processes that ended inside the block to :data:`CPU`."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    proc = subprocess.run(args, env=environ, cwd=REPO, capture_output=True, text=True, timeout=300)
-    elapsed = time.perf_counter() - started
+    yield
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+
+
+def timed(args: Sequence[str], environ: dict[str, str]) -> float:
+    with children_cpu():
+        started = time.perf_counter()
+        proc = subprocess.run(args, env=environ, cwd=REPO, capture_output=True, text=True, timeout=300)
+        elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
     return elapsed
@@ -85,36 +92,26 @@ def series(args: Sequence[str], environ: dict[str, str], runs: int) -> list[floa
 def mcp_timed(args: Sequence[str], environ: dict[str, str]) -> tuple[float, float]:
     """``computer mcp``: seconds from spawn to the answer of ``initialize``, and to its exit after
     stdin closes (its CPU time appended to :data:`CPU`)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    started = time.perf_counter()
-    proc = subprocess.Popen(
-        args,
-        env=environ,
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    try:
-        proc.stdin.write(json.dumps(_INITIALIZE) + "\n")
-        proc.stdin.flush()
-        reply = proc.stdout.readline()
-        answered = time.perf_counter() - started
-        proc.stdin.close()
-        code = proc.wait(timeout=300)
-        ended = time.perf_counter() - started
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    pipe = subprocess.PIPE
+    with children_cpu():
+        started = time.perf_counter()
+        proc = subprocess.Popen(args, env=environ, cwd=REPO, stdin=pipe, stdout=pipe, stderr=pipe, text=True)
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(json.dumps(_INITIALIZE) + "\n")
+            proc.stdin.flush()
+            reply = proc.stdout.readline()
+            answered = time.perf_counter() - started
+            proc.stdin.close()
+            code = proc.wait(timeout=300)
+            ended = time.perf_counter() - started
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     if code != 0 or '"serverInfo"' not in reply:
-        raise RuntimeError(
-            f"{' '.join(args)} failed ({code}): {reply[:500]} {proc.stderr.read()[-2000:] if proc.stderr else ''}"
-        )
+        err = proc.stderr.read()[-2000:] if proc.stderr else ""
+        raise RuntimeError(f"{' '.join(args)} failed ({code}): {reply[:500]} {err}")
     return answered, ended
 
 
