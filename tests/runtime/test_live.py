@@ -267,3 +267,15 @@ async def test_a_busy_sandbox_that_changes_nothing_is_never_paused(
     written = await run(ws, "echo x > f; sleep 0.5")
     assert written.status == "completed" and paused
     assert await ws.fs.read_text("/workspace/f") == "x\n"
+
+
+async def test_a_command_line_larger_than_a_packet_reaches_the_init_through_a_pipe(
+    ws: computer.Workspace,
+) -> None:
+    """A command (with its environment) over the channel's 64 KiB packet goes through a pipe the init
+    reads whole; the command still gets only its three streams."""
+    big = "x" * 100_000
+    result = await run(
+        ws, f": {big}; echo ${{#BIG}}; ls /proc/$$/fd > ../fds; wc -l < ../fds", env={"BIG": big}
+    )
+    assert (result.status, result.stdout) == ("completed", "100000\n3\n"), result.stderr
