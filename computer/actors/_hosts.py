@@ -16,11 +16,8 @@ process starts); hibernation closes the file and gives the lease up; a host left
 exits. A host that dies (or is restarted by Ray) loses nothing acknowledged: its workspaces reopen on
 the next call, with a new epoch that fences the dead host's writes.
 
-Clients hold a :class:`HostedHandle` (what :func:`~computer.actors.workspace_actor` returns in this
-model): its attributes are the owner's RPC methods with ``.remote(*args)`` and ``.options(...)``,
-sent as ``ws_call(name, method, *args)`` (``ws_stream`` for the streaming ones), so the client's
-connection, pool workers calling back and tests reading ``handle.stats`` work as with an actor
-handle; ``raycompat.actor_id`` of it is the host's (the recovery rules reason per owner process).
+Clients hold a :class:`HostedHandle` and find a host through :func:`hosted_owner`, both in
+``_host_placement.py`` (re-exported here: tests and benchmarks import them from this module).
 """
 
 from __future__ import annotations
@@ -28,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import inspect
 import logging
 import os
 import sys
@@ -41,30 +37,45 @@ from typing import Any
 from ..config import Settings
 from ._errors import WorkspaceUnavailableError
 from ._host import _rss_bytes
+from ._host_placement import (
+    HOST_MAX_CONCURRENCY,
+    HOST_MAX_RESTARTS,
+    METHODS,
+    STREAM_METHODS,
+    HostedHandle,
+    HostedMethod,
+    claim_new_node,
+    forget_claim,
+    host_handles,
+    hosted_owner,
+    hosts_per_node,
+    kill_hosts,
+)
 from ._loop_thread import LoopClosedError, LoopThread
 from ._owner import OwnerActor
 from ._pool_callbacks import owner_token
 from .directory import Directory, LeaseRenewal, open_directory, renew_leases
-from .naming import HOST_PREFIX, NAMESPACE, data_dir_key, host_actor_name, host_index
-from .raycompat import kv_get, kv_put_new
 from .wire import fail, moved
 
 __all__ = [
     "HOST_MAX_CONCURRENCY",
+    "HOST_MAX_RESTARTS",
+    "METHODS",
+    "STREAM_METHODS",
     "HostedHandle",
+    "HostedMethod",
     "HostedWorkspace",
     "OwnerHost",
+    "claim_new_node",
+    "forget_claim",
     "host_handles",
     "hosted_owner",
     "hosts_per_node",
+    "kill_hosts",
 ]
 
 log = logging.getLogger(__name__)
 
-# Lock waits and exec streams park calls inside a host, for every workspace it owns.
-HOST_MAX_CONCURRENCY = 100_000
-# A crashing host is restarted a few times (its workspaces reopen on their next call), then left dead.
-HOST_MAX_RESTARTS = 3
 # The interpreter hands the GIL over this often (seconds; CPython's default is 5 ms): a workspace
 # busy in Python code delays a neighbour's call by at most about this much per hand-over.
 SWITCH_INTERVAL = 0.0001
@@ -72,77 +83,9 @@ SWITCH_INTERVAL = 0.0001
 HOST_LINGER = 5.0
 _IO_THREADS = 16  # the host's shared pool for ``asyncio.to_thread`` of every workspace it owns
 
-# The owner RPC methods a host dispatches (public coroutine methods of a managed owner), and those of
-# them that stream (async generators).
-_METHODS = frozenset(
-    n
-    for n, f in inspect.getmembers(OwnerActor)
-    if not n.startswith("_") and (inspect.iscoroutinefunction(f) or inspect.isasyncgenfunction(f))
-)
-STREAM_METHODS = frozenset(n for n in _METHODS if inspect.isasyncgenfunction(getattr(OwnerActor, n)))
 # Calls a pool worker makes about a run of an owner: they never wake a workspace (a workspace that is
 # not open here has no run going here: the run's owner is gone).
 _NO_WAKE = frozenset({"pool_ping", "pool_fs_call", "pool_sync_push", "pool_sync_pull", "pool_share"})
-
-
-# -- the handle clients hold ------------------------------------------------------------------------
-
-
-class HostedMethod:
-    """One owner RPC method of a hosted workspace: ``.remote(*args)`` and ``.options(**ray_options)``."""
-
-    def __init__(self, host: Any, name: str, method: str, options: dict[str, Any] | None = None) -> None:
-        self._host = host
-        self._name = name
-        self._method = method
-        self._options = options or {}
-
-    def options(self, **options: Any) -> HostedMethod:
-        return HostedMethod(self._host, self._name, self._method, {**self._options, **options})
-
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
-        target = self._host.ws_stream if self._method in STREAM_METHODS else self._host.ws_call
-        if self._options:
-            target = target.options(**self._options)
-        return target.remote(self._name, self._method, *args, **kwargs)
-
-
-class HostedHandle:
-    """The owner of workspace ``name`` inside the owner host ``host`` (an ``ActorHandle``); picklable.
-
-    ``handle.<method>.remote(*args)`` calls the workspace's owner RPC ``method``, as on the handle of a
-    dedicated owner actor. ``_actor_id`` is the host's: the process the recovery rules reason about.
-    """
-
-    def __init__(self, host: Any, name: str, host_name: str) -> None:
-        self._host = host
-        self._name = name
-        self._host_name = host_name
-
-    @property
-    def host(self) -> Any:
-        """The owner host's ``ActorHandle`` (``ray.kill(handle.host)`` kills every workspace it owns)."""
-        return self._host
-
-    @property
-    def name(self) -> str:
-        return self._name
-
-    @property
-    def host_name(self) -> str:
-        return self._host_name
-
-    @property
-    def _actor_id(self) -> Any:
-        return self._host._actor_id
-
-    def __getattr__(self, method: str) -> HostedMethod:
-        if method.startswith("_"):
-            raise AttributeError(method)
-        return HostedMethod(self._host, self._name, method)
-
-    def __repr__(self) -> str:
-        return f"HostedHandle({self._name!r} on {self._host_name})"
 
 
 # -- one workspace inside a host --------------------------------------------------------------------
@@ -337,7 +280,7 @@ class OwnerHost:
 
     async def ws_call(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call owner RPC ``method`` of workspace ``name``, opening it here first if it is asleep."""
-        if method not in _METHODS or method in STREAM_METHODS:
+        if method not in METHODS or method in STREAM_METHODS:
             return fail(AttributeError(f"owners have no RPC method {method!r}"))
         if method in _NO_WAKE and name not in self._open:
             if method == "pool_ping":
@@ -423,167 +366,3 @@ class OwnerHost:
             "exiting": self._exiting,
             "started": self._started,
         }
-
-
-# -- placement --------------------------------------------------------------------------------------
-
-_remote_class: Any = None
-_hosts_of: dict[tuple[str, str], int] = {}  # (data dir key, node) -> hosts of that node (fixed)
-
-
-def _host_class() -> Any:
-    global _remote_class
-    if _remote_class is None:
-        import ray
-
-        _remote_class = ray.remote(OwnerHost)
-    return _remote_class
-
-
-def _node_cpus(node: str) -> int:
-    import ray
-
-    for info in ray.nodes():  # type: ignore[no-untyped-call]
-        if info.get("NodeID") == node:
-            return max(1, int(info.get("Resources", {}).get("CPU", 1)))
-    return 1
-
-
-def hosts_per_node(config: Settings, node: str) -> int:
-    """How many owner hosts ``node`` has for ``config``'s data directory (decided once per session)."""
-    key = (data_dir_key(config.data_dir), node)
-    known = _hosts_of.get(key)
-    if known is not None:
-        return known
-    wanted = config.owner_hosts_per_node or _node_cpus(node)
-    kv_key = f"computer:hosts:{key[0]}:{node}".encode()
-    if kv_put_new(kv_key, str(wanted).encode()):
-        count = wanted
-    else:
-        raw = kv_get(kv_key)
-        count = int(raw) if raw else wanted
-    _hosts_of[key] = count
-    return count
-
-
-def _owner_node(config: Settings, name: str) -> str:
-    """The node a hosted owner of ``name`` goes to: where placement puts a dedicated one."""
-    import ray
-
-    from ._placement import _scheduling
-
-    strategy = _scheduling(config, name)
-    if strategy is not None:
-        return str(strategy.node_id)
-    here = str(ray.get_runtime_context().get_node_id())
-    if config.shared_data_dir:
-        # Any node may open the file: the one whose owner holds the lease, else the name's claimant
-        # (racing first calls from two nodes must agree), else the caller's.
-        from ._nodes import alive_nodes
-        from ._placement import directory_record
-
-        record = directory_record(config, name)
-        alive = alive_nodes()
-        if record is not None and record.node in alive and record.lease_live():
-            return record.node
-        if len(alive) > 1:
-            return claim_new_node(config, name, here, alive)
-    return here
-
-
-def hosted_owner(name: str, config: Settings) -> HostedHandle:
-    """The :class:`HostedHandle` of workspace ``name``: its node's host for the name, created if needed."""
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-    node = _owner_node(config, name)
-    host_name = host_actor_name(config, node, host_index(name, hosts_per_node(config, node)))
-    try:
-        return HostedHandle(ray.get_actor(host_name, namespace=NAMESPACE), name, host_name)
-    except ValueError:
-        pass
-    deadline = time.monotonic() + 30.0
-    while True:
-        try:
-            host = (
-                _host_class()
-                .options(
-                    name=host_name,
-                    namespace=NAMESPACE,
-                    get_if_exists=True,
-                    lifetime="detached",
-                    max_restarts=HOST_MAX_RESTARTS,
-                    max_concurrency=HOST_MAX_CONCURRENCY,
-                    num_cpus=0,
-                    scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
-                )
-                .remote(config.model_dump(mode="json"), host_name)
-            )
-            return HostedHandle(host, name, host_name)
-        except ValueError:
-            # Another process registered the name between our lookup and our creation.
-            try:
-                return HostedHandle(ray.get_actor(host_name, namespace=NAMESPACE), name, host_name)
-            except ValueError:
-                if time.monotonic() > deadline:
-                    raise WorkspaceUnavailableError(name, "could not create its owner host") from None
-                time.sleep(0.05)  # an exiting host still holds the name: back off, then retry
-
-
-def host_handles(config: Settings) -> dict[str, Any]:
-    """Every live owner host of ``config``'s data directory in the cluster: Ray name -> handle."""
-    import ray
-
-    prefix = f"{HOST_PREFIX}{data_dir_key(config.data_dir)}:"
-    found: dict[str, Any] = {}
-    for actor in ray.util.list_named_actors(all_namespaces=True):
-        name = str(actor.get("name", "")) if isinstance(actor, dict) else str(actor)
-        if name.startswith(prefix):
-            try:
-                found[name] = ray.get_actor(name, namespace=NAMESPACE)
-            except ValueError:
-                continue  # exited meanwhile
-    return found
-
-
-def _claim_key(config: Settings, name: str) -> bytes:
-    return f"computer:new:{data_dir_key(config.data_dir)}:{name}".encode("utf-8", "surrogatepass")
-
-
-def claim_new_node(config: Settings, name: str, here: str, alive: dict[str, str]) -> str:
-    """The node a new workspace ``name`` is created on when no node holds its file: the first
-    claimant's (this caller's node unless another process claimed the name first, on a node still
-    alive). Dedicated owners need no claim: their actor name is unique in the cluster; hosts are
-    named per node, so two callers on two nodes would otherwise each create the workspace."""
-    from .raycompat import kv_put
-
-    key = _claim_key(config, name)
-    if kv_put_new(key, here.encode()):
-        return here
-    raw = kv_get(key)
-    claimed = raw.decode() if raw else None
-    if claimed in alive:
-        return str(claimed)
-    kv_put(key, here.encode())  # the claimant's node is gone: its claim made nothing that lives
-    return here
-
-
-def forget_claim(config: Settings, name: str) -> None:
-    """Drop the creation claim of ``name`` (its workspace was deleted: a new one goes anywhere)."""
-    from .raycompat import kv_del
-
-    kv_del(_claim_key(config, name))
-
-
-def kill_hosts(config: Settings | None = None) -> int:
-    """Kill every owner host of ``config``'s data directory (default: the cluster's settings), as
-    tests do after each test; their workspaces reopen on the next call. The number killed."""
-    import ray
-
-    from ._init import cluster_settings
-
-    killed = 0
-    for handle in host_handles(config or cluster_settings()).values():
-        ray.kill(handle, no_restart=True)
-        killed += 1
-    return killed
