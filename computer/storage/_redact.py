@@ -3,8 +3,10 @@
 One place for the policy, applied to every record (arguments, details, errors, callers) whatever its
 kind. A value under a secret-looking key (``password``, ``api_key``, ``Authorization``…) is replaced
 whole; inside any text, known token shapes (OpenAI/Anthropic ``sk-…``, GitHub, Slack, AWS, Google,
-JWTs, PEM private keys) and the value of ``NAME=value``, ``--name value``, ``Bearer x`` with a
-secret-looking name are replaced by ``[redacted]``.
+GitLab, JWTs, PEM private keys) and the value of ``NAME=value``, ``--name value``, ``Bearer x`` with
+a secret-looking name, a whole ``Authorization:`` header value (any scheme), the password of a URL's
+``user:password@``, of ``curl -u user:password`` and of ``mysql -ppassword`` are replaced by
+``[redacted]``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ _SECRET_KEY = re.compile(
 _SECRET_VALUE = re.compile(
     r"(sk-(ant-|proj-)?[A-Za-z0-9_-]{16,}"  # OpenAI, Anthropic
     r"|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}"  # GitHub
+    r"|glpat-[A-Za-z0-9_-]{20,}"  # GitLab
     r"|xox[abpors]-[A-Za-z0-9-]{10,}"  # Slack
     r"|AKIA[0-9A-Z]{16}"  # AWS access key id
     r"|AIza[0-9A-Za-z_-]{30,}"  # Google API key
@@ -40,6 +43,16 @@ _SECRET_VALUE = re.compile(
 # ``Bearer <x>``, ``Basic <x>`` and ``NAME=value`` / ``--name value`` / ``"name": "value"`` with a
 # secret-looking NAME: the value part goes, the name stays (so the record still says what was set).
 _SECRET_SCHEME = re.compile(r"\b(?P<head>(?:Bearer|Basic)\s+)(?P<value>[^\s\"'&;,]{4,})")
+# Credentials in a fixed place, whatever their name: an ``Authorization:`` header's whole value (its
+# scheme may be ``token``, ``Digest``...), the password in a URL (``scheme://user:password@host``),
+# ``curl -u user:password`` (``--user``), and a MySQL/MariaDB client's ``-ppassword``.
+_SECRET_PLACE = re.compile(
+    r"(?P<head>\bAuthorization\s*[:=]\s*)(?P<value>Digest\s[^\r\n']+|[^\r\n\"']+)"
+    r"|(?P<head2>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]+:)(?P<value2>[^\s/@]+)(?=@)"
+    r"|(?P<head3>(?:^|\s)(?:-u|--user)(?:\s+|=)?[^\s:]+:)(?P<value3>[^\s\"'&;]+)"
+    r"|(?P<head4>\b(?:mysql|mysqldump|mysqladmin|mariadb)\b[^\n;|&]*?\s-p)(?P<value4>[^\s\"'&;]+)",
+    re.IGNORECASE,
+)
 # The name is a word or a --flag; prose ("the token budget") keeps its words: a bare space separates
 # a value only after a --flag.
 _NAME = r"[A-Za-z0-9_.-]*" + _SECRET_KEY.pattern + r"[A-Za-z0-9_.-]*"
@@ -55,6 +68,7 @@ _SECRET_ASSIGNMENT = re.compile(
 _TRIGGERS = (
     "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xox", "akia", "aiza", "eyj", "-----begin",
     "bearer", "basic", "pass", "secret", "token", "key", "auth", "credential", "cookie", "session",
+    "glpat-", "://", "-u", "--user", "mysql", "mariadb",
 )  # fmt: skip
 
 
@@ -66,8 +80,15 @@ def redact(text: str) -> str:
     if not any(trigger in lowered for trigger in _TRIGGERS):
         return text
     text = _SECRET_VALUE.sub(REDACTED, text)
+    text = _SECRET_PLACE.sub(_keep_head, text)
     text = _SECRET_SCHEME.sub(lambda m: m.group("head") + REDACTED, text)
     return _SECRET_ASSIGNMENT.sub(lambda m: m.group("head") + REDACTED, text)
+
+
+def _keep_head(match: re.Match[str]) -> str:
+    """The matched place's head (whichever alternative matched) followed by ``[redacted]``."""
+    head = next(h for h in match.group("head", "head2", "head3", "head4") if h is not None)
+    return head + REDACTED
 
 
 def cut(text: str, limit: int) -> str:

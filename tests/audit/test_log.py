@@ -85,6 +85,33 @@ def test_secret_looking_values_are_redacted_everywhere() -> None:
     assert redact(f"a {key} b") == "a [redacted] b"
 
 
+@pytest.mark.parametrize(
+    ("text", "secret"),
+    [
+        ('curl -H "Authorization: token abc123" https://x', "abc123"),
+        ('curl -H \'Authorization: Digest username="u", response="9f8e7d"\' x', "9f8e7d"),
+        ("git clone https://user:pa55word@github.com/x.git", "pa55word"),
+        ("psql postgres://bob:pw42@db/x", "pw42"),
+        ("export GL=glpat-abcdefghijklmnopqrstuv", "glpat-abcdefghijklmnopqrstuv"),
+        ("curl -u user:hunter2 https://x", "hunter2"),
+        ("curl --user=bob:s3cr3t x", "s3cr3t"),
+        ("mysql -u root -pS3cret db", "S3cret"),
+        ("mysqldump -h h -psecretpw db > dump.sql", "secretpw"),
+    ],
+)
+def test_credentials_in_fixed_places_are_redacted(text: str, secret: str) -> None:
+    cleaned = redact(text)
+    assert secret not in cleaned and "[redacted]" in cleaned, cleaned
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["git push -u origin main", "sort -u names.txt", "see https://example.com/a:b@c", "ssh://git@host/x"],
+)
+def test_look_alikes_of_fixed_places_are_kept(text: str) -> None:
+    assert redact(text) == text
+
+
 async def test_large_values_are_cut_and_secrets_in_them_still_redacted() -> None:
     async with Workspace() as ws:
         content = "token: sk-abcdefghijklmnopqrstuvwx " + "x" * 100_000
