@@ -23,7 +23,6 @@ Clients hold a :class:`HostedHandle` and find a host through :func:`hosted_owner
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import logging
 import os
@@ -51,7 +50,7 @@ from ._host_placement import (
     hosts_per_node,
     kill_hosts,
 )
-from ._loop_thread import LoopClosedError, LoopThread
+from ._loop_thread import LoopClosedError, LoopThread, SharedThreadPool
 from ._owner import OwnerActor
 from ._pool_callbacks import owner_token
 from .directory import Directory, LeaseRenewal, open_directory, renew_leases
@@ -157,7 +156,7 @@ class OwnerHost:
         import ray
 
         self.handle = ray.get_runtime_context().current_actor  # the host's own ActorHandle
-        self._executor = concurrent.futures.ThreadPoolExecutor(_IO_THREADS, thread_name_prefix="host-io")
+        self._executor = SharedThreadPool(_IO_THREADS, thread_name_prefix="host-io")
         self._open: dict[str, HostedWorkspace] = {}
         self._opening: dict[str, asyncio.Future[None]] = {}
         self._leaving: dict[str, asyncio.Event] = {}  # closing now: calls wait, then open it afresh
@@ -273,7 +272,7 @@ class OwnerHost:
         if not self._idle():
             return  # a call came meanwhile: stay
         log.info("owner host %s holds no workspace: exiting", self.host_name)
-        self._executor.shutdown(wait=False)
+        self._executor.close()
         ray.actor.exit_actor()  # type: ignore[no-untyped-call]
 
     # -- RPC ----------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
-__all__ = ["LoopClosedError", "LoopThread"]
+__all__ = ["LoopClosedError", "LoopThread", "SharedThreadPool"]
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +60,26 @@ class _Call:
             self.caller.call_soon_threadsafe(self.settle, outcome)
 
 
+class SharedThreadPool(concurrent.futures.ThreadPoolExecutor):
+    """A thread pool that many loops share as their default executor (``to_thread``).
+
+    A loop's ``close()`` (and ``shutdown_default_executor()``) shuts its default executor down: with a
+    plain pool, the first hosted workspace to leave would end ``to_thread`` for every other workspace
+    of the host ("cannot schedule new futures after shutdown"). Here ``shutdown`` is a no-op; the
+    owner of the pool ends it with :meth:`close`.
+    """
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """A loop that used this pool closed: the pool goes on for the others."""
+
+    def close(self, wait: bool = False) -> None:
+        super().shutdown(wait=wait)
+
+
 class LoopThread:
     """An event loop running on a daemon thread of its own until :meth:`stop`."""
 
-    def __init__(self, label: str, executor: concurrent.futures.Executor) -> None:
+    def __init__(self, label: str, executor: SharedThreadPool) -> None:
         self.closed = False
         self._pending: set[_Call] = set()
         self.loop = asyncio.new_event_loop()
