@@ -42,7 +42,6 @@ import logging
 import math
 import time
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +58,7 @@ from ._pool_plan import (
     resolve_max,
 )
 from ._pool_registry import create_worker, named_workers, worker_handle, worker_name
+from ._pool_status import pool_status
 from .naming import NAMESPACE
 
 __all__ = [
@@ -412,52 +412,9 @@ class PoolScaler:
         """The pools' state and recent decisions, for ``computer status``; waits and runs/s over the last
         ``window`` seconds (at most :data:`WINDOW`)."""
         window = max(1e-3, min(window, WINDOW))
-        now = time.monotonic()
-        pools = {}
-        for backend, pool in self._pools.items():
-            waits = sorted(w for t, w in pool.waits if now - t <= window)
-            span = min(window, max(1e-9, time.time() - self.started_at))
-            admitted = sum(n for t, n in pool.admitted if now - t <= window)
-            limits = pool.limits
-            pools[backend] = {
-                "min": limits.min_workers if limits else None,
-                "max": pool.max_workers,
-                "max_setting": limits.max_workers if limits else None,
-                "target": limits.target if limits else None,
-                "worker_cpus": limits.worker_cpus if limits else None,
-                "idle_after": limits.idle_after if limits else None,
-                "workers": [
-                    {
-                        "name": w.name,
-                        "state": w.state,
-                        "node_id": w.node_id,
-                        "cpus": w.cpus,
-                        "target": w.target,
-                        "running": w.report.running if w.report else 0,
-                        "queued": w.report.queued if w.report else 0,
-                        "idle_for": w.report.idle_for if w.report else 0.0,
-                        "live_sandboxes": w.report.live_sandboxes if w.report else 0,
-                        "pinned_queued": w.report.pinned_queued if w.report else 0,
-                    }
-                    for w in sorted(pool.workers.values(), key=lambda w: w.index)
-                ],
-                "queued": sum(r.queued for r in _reports(pool)),
-                # Of ``queued``: runs waiting for their worker because their live sandbox there runs
-                # processes (moving would end them) or the pool has no room; more workers do not help.
-                "pinned_queued": sum(r.pinned_queued for r in _reports(pool)),
-                "moved": pool.moved,  # runs whose idle live sandbox was ended to run elsewhere
-                "running": sum(r.running for r in _reports(pool)),
-                "wait_p50": _quantile(waits, 0.5),
-                "wait_p99": _quantile(waits, 0.99),
-                "waits_counted": len(waits),
-                "runs_per_s": admitted / span,
-                "decisions": list(pool.decisions)[-20:],
-            }
+        span = min(window, max(1e-9, time.time() - self.started_at))
+        pools = {backend: pool_status(pool, window, span) for backend, pool in self._pools.items()}
         return {"rounds": self.rounds, "window": window, "pools": pools}
-
-
-def _reports(pool: _Pool) -> list[LoadReport]:
-    return [w.report for w in pool.workers.values() if w.report is not None and w.state != "pending"]
 
 
 def _ready(pool: _Pool) -> bool:
@@ -485,12 +442,6 @@ def _choose_node(free: dict[str, float], per_node: dict[str, int], cpus: float) 
     if not fits:
         return None
     return min(fits, key=lambda n: (per_node.get(n, 0), -free[n], n))
-
-
-def _quantile(ordered: Sequence[float], q: float) -> float | None:
-    if not ordered:
-        return None
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 async def _poll(handle: Any) -> LoadReport:
