@@ -6,6 +6,9 @@ and removes workers; it hands out new indices in increasing order, so a name is 
 dispatchers may still remember its dead worker. Owners learn the workers from the control loop's view
 and look the handles up by name.
 
+A pool's description (its backend's ``BackendInfo``) is published once in Ray's key-value store, so
+that owners opening a workspace read it without an actor call (:func:`published_info`).
+
 A worker reserves ``num_cpus`` and ``memory`` from Ray: a pool wanting more than the cluster has
 leaves pending actors, which Ray's autoscaler reads as demand and answers with nodes from
 ``cluster.yaml``. The control loop chooses each new worker's node (spread over nodes, where CPUs are
@@ -14,17 +17,24 @@ free) and asks for it softly: a node that filled up meanwhile sends the worker e
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
+import json
 import re
 from typing import Any
 
+from ..runtime.types import BackendInfo
 from ._pool_worker import PoolWorker
 from .naming import NAMESPACE
+from .raycompat import kv_get, kv_put
 
 __all__ = [
     "WORKER_MAX_CONCURRENCY",
     "WORKER_PREFIX",
     "create_worker",
     "named_workers",
+    "publish_info",
+    "published_info",
     "worker_handle",
     "worker_name",
 ]
@@ -99,3 +109,30 @@ def worker_handle(name: str) -> Any:
     import ray
 
     return ray.get_actor(name, namespace=NAMESPACE)
+
+
+def _info_key(backend: str) -> bytes:
+    return f"computer:pool:info:{backend}".encode()
+
+
+def published_info(backend: str) -> BackendInfo | None:
+    """The description a pool published in the cluster's key-value store (a GCS read, no actor call).
+
+    Owners read it when they open their workspace: blocking on an actor call there would stall the
+    new owner's event loop (and Ray warns about it), so only the very first owner asks a worker.
+    """
+    try:
+        raw = kv_get(_info_key(backend))
+    except Exception:
+        return None
+    if not raw:
+        return None
+    fields = json.loads(raw)
+    fields["commands"] = tuple(fields.get("commands", ()))
+    fields["modules"] = tuple(fields.get("modules", ()))
+    return BackendInfo(**fields)
+
+
+def publish_info(info: BackendInfo) -> None:
+    with contextlib.suppress(Exception):
+        kv_put(_info_key(info.id), json.dumps(dataclasses.asdict(info)).encode())

@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import math
 import time
@@ -53,10 +52,10 @@ from ._pool_admission import Requeue
 from ._pool_callbacks import owner_token
 from ._pool_context import WorkerMemory
 from ._pool_plan import enabled, limits_from
-from ._pool_registry import worker_handle
+from ._pool_registry import publish_info, published_info, worker_handle
 from ._pool_scaler import PoolView, get_scaler
 from ._pool_worker import OwnerUnknown, RunStarted
-from .raycompat import kv_get, kv_put, streaming
+from .raycompat import streaming
 
 __all__ = ["PoolBackend", "owner_backends"]
 
@@ -140,7 +139,7 @@ class PoolBackend:
         self.info: BackendInfo = self._describe()
 
     def _describe(self) -> BackendInfo:
-        info = _infos.get(self.backend) or _published_info(self.backend)
+        info = _infos.get(self.backend) or published_info(self.backend)
         if info is not None:
             _infos[self.backend] = info
             return info
@@ -168,7 +167,7 @@ class PoolBackend:
                     raise
         assert isinstance(info, BackendInfo)
         _infos[self.backend] = info
-        _publish_info(info)
+        publish_info(info)
         return info
 
     def _owner_handle(self) -> Any:
@@ -525,33 +524,6 @@ class PoolBackend:
                 continue
             yield ExitEvent(None, error=f"exec worker {slot.name} sent no exit")
             return
-
-
-def _info_key(backend: str) -> bytes:
-    return f"computer:pool:info:{backend}".encode()
-
-
-def _published_info(backend: str) -> BackendInfo | None:
-    """The description a pool published in the cluster's key-value store (a GCS read, no actor call).
-
-    Owners read it when they open their workspace: blocking on an actor call there would stall the
-    new owner's event loop (and Ray warns about it), so only the very first owner asks a worker.
-    """
-    try:
-        raw = kv_get(_info_key(backend))
-    except Exception:
-        return None
-    if not raw:
-        return None
-    fields = json.loads(raw)
-    fields["commands"] = tuple(fields.get("commands", ()))
-    fields["modules"] = tuple(fields.get("modules", ()))
-    return BackendInfo(**fields)
-
-
-def _publish_info(info: BackendInfo) -> None:
-    with contextlib.suppress(Exception):
-        kv_put(_info_key(info.id), json.dumps(dataclasses.asdict(info)).encode())
 
 
 def _first_line(exc: BaseException) -> str:
