@@ -75,8 +75,7 @@ class WorkspaceHost(PoolCallbacks):
             config = Settings(**config)
         elif config is None:
             config = cluster_settings()
-        # The owner's process (and the assets store Workspace opens) must see these settings.
-        self.config: Settings = configure(**config.model_dump())
+        self.config: Settings = self._configure(config)
         self.name = check_name(name)
         self.owner_id = self._new_owner_id()
         self.node_id = _node_id()
@@ -131,6 +130,11 @@ class WorkspaceHost(PoolCallbacks):
     def _backends(self) -> Sequence[Any]:
         """The workspace's exec backends (the cluster's pools, when configured)."""
         return owner_backends(self.config, self.name)
+
+    def _configure(self, config: Settings) -> Settings:
+        """Make ``config`` the process's settings (the owner's process, and the assets store its
+        Workspace opens, must see them): built again from the environment plus ``config``."""
+        return configure(**config.model_dump())
 
     def _open_directory(self) -> Directory:
         """The directory this owner takes, renews and releases its lease in (its own connection)."""
