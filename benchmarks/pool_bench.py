@@ -1,16 +1,21 @@
 """Benchmark of the exec backend pools: many agents on elastic vs fixed pools, and single-run latency.
 
-Run: ``.venv/bin/python benchmarks/pool_bench.py [--duration 60] [--agents 64] [--nodes 1|3] [--latency]``
+Run: ``.venv/bin/python benchmarks/pool_bench.py [--duration 60] [--agents 64] [--nodes 1|3]
+[--interval 1 | --interval 0 --share 0.5] [--only fixed|elastic] [--latency]``
 
 Agents (the default section; issue 23): ``--agents`` concurrent agents, each with its own workspace,
-each starting a short command (``--command``, default ``true``) every second for ``--duration``
+each starting a short command (``--command``, default ``true``) every ``--interval`` seconds (the
+issue's 1 s; ``0``: chosen from the CPU a run costs, measured first, so that the runs need ``--share``
+of this machine's cores: 64 runs/s need more than 2 shared cores give) for ``--duration``
 seconds, first on a *fixed* pool (the default minimum 2, maximum 2) then on an *elastic* one (minimum 2,
 maximum unset: the cluster's CPUs plus a node's worth), in the same process and cluster. Printed per
 pool: runs/s, the agents' latency (exec + result) p50/p99, the pool's wait in the workers' lines
 p50/p99 (from its control loop), the workers at the end; the ratio to the command's own time (its
-latency alone on an idle warm pool; target: p99 within 2x), and after the elastic run how long the
-pool takes to shrink back to its minimum (``--idle``: ``pool_idle_after``). ``--nodes 3`` runs it on a
-three-node local cluster (2 declared CPUs each, loopback) instead of a local Ray of this machine.
+latency alone on an idle warm pool, measured before and after; target: the line wait p99 within 2x),
+and after the elastic run how long the pool takes to shrink back to its minimum (``--idle``:
+``pool_idle_after``) with the pool workers' memory (their process trees, from /proc) before and
+after. ``--nodes 3`` runs it on a three-node local cluster (2 declared CPUs each, loopback) instead
+of a local Ray of this machine.
 
 Latency (``--latency``), everything measured in this run on this machine:
 
