@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ._backends import owner_backends
-    from ._delete import DeletedWorkspace, delete_workspace
+    from ._delete import DeletedWorkspace, close_owners, delete_workspace
     from ._errors import OutcomeUnknownError, UploadLostError, WorkspaceUnavailableError
     from ._host import WorkspaceHost
     from ._hosts import HostedHandle, OwnerHost
@@ -45,6 +45,7 @@ __all__ = [
     "actor_name",
     "awake",
     "awake_where",
+    "close_owners",
     "cluster_settings",
     "delete_workspace",
     "ensure_ray",
@@ -59,6 +60,7 @@ __all__ = [
 _LAZY = {
     "owner_backends": "._backends",
     "DeletedWorkspace": "._delete",
+    "close_owners": "._delete",
     "delete_workspace": "._delete",
     "OutcomeUnknownError": "._errors",
     "UploadLostError": "._errors",

@@ -34,7 +34,7 @@ from ._lease import awake, awake_where, take_lease
 from .directory import Directory, WorkspaceRecord, open_directory
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
-__all__ = ["DeletedWorkspace", "delete_workspace", "workspace_files"]
+__all__ = ["DeletedWorkspace", "close_owners", "delete_workspace", "workspace_files"]
 
 _STOP_TIMEOUT = 30.0  # seconds a busy owner may take to close before it is killed anyway
 _DELETE_LEASE = 60.0  # the deletion's own lease: long enough for the removal, short if it dies midway
@@ -83,6 +83,38 @@ async def delete_workspace(name: str, *, force: bool = False) -> DeletedWorkspac
         return await asyncio.to_thread(_remove, config, directory, name, stopped)
     finally:
         await asyncio.to_thread(directory.close)
+
+
+async def close_owners(names: list[str], config: Settings | None = None) -> int:
+    """Close the awake owners of ``names`` that this process reaches, in either owner model (a
+    workspace in an owner host is closed there; the host stays for its others; a dedicated owner actor
+    closes and ends): afterwards those workspaces are asleep, lease released, nothing removed. A
+    workspace asleep already is skipped. Returns how many were closed. For a process about to stop the
+    Ray it started (``computer demo``), so its workspaces read as asleep rather than awake until their
+    leases run out."""
+    import ray
+
+    from ._hosts import host_handles
+
+    config = config or _settings()
+    hosts = list((await asyncio.to_thread(host_handles, config)).values())
+
+    async def close(name: str) -> bool:
+        closed = False
+        for host in hosts:
+            try:
+                closed = bool(await host.close_workspace.remote(name)) or closed
+            except ray.exceptions.RayActorError:
+                continue  # exited meanwhile: it holds nothing
+        try:
+            handle = ray.get_actor(actor_name(name, config), namespace=NAMESPACE)
+        except ValueError:
+            return closed
+        await handle.close_workspace.remote()
+        return True
+
+    outcomes = await asyncio.gather(*(close(name) for name in names), return_exceptions=True)
+    return sum(1 for outcome in outcomes if outcome is True)
 
 
 def _settings() -> Settings:

@@ -136,20 +136,11 @@ async def run_demo(
 
 
 async def _put_to_sleep(names: Sequence[str], config: Any) -> None:
-    """Close the owners still awake, so their workspaces are asleep (lease released) when the Ray
-    started here stops, rather than awake until their leases run out."""
-    import ray
+    """Close the owners still awake (either owner model), so their workspaces are asleep (lease
+    released) when the Ray started here stops, rather than awake until their leases run out."""
+    from computer.actors import close_owners
 
-    from computer.actors import NAMESPACE, actor_name
-
-    async def close(name: str) -> None:
-        try:
-            handle = ray.get_actor(actor_name(name, config), namespace=NAMESPACE)
-        except ValueError:
-            return  # asleep already (hibernated)
-        await handle.close_workspace.remote()
-
-    await asyncio.gather(*(close(name) for name in names), return_exceptions=True)
+    await close_owners(list(names), config)
 
 
 def _start(address: str | None, local: bool, console: Console, **config: Any) -> Any:
