@@ -159,6 +159,25 @@ def test_serve_answers_a_published_link(demo_run: DemoRun) -> None:
         server.wait(timeout=30)
 
 
+def test_the_dashboard_transcripts_and_the_audit_log_show_what_each_agent_did(demo_run: DemoRun) -> None:
+    # Issue 21: the demo prints the dashboard's address, keeps each agent's transcript in its workspace
+    # and its tool calls carry the agent's name in the workspace's audit log.
+    assert re.search(r"^dashboard: http://127\.0\.0\.1:\d+/", demo_run.stdout, re.MULTILINE), (
+        demo_run.explain()
+    )
+    where = ["--data-dir", str(demo_run.data_dir)]
+    name = "demo-agent-2"
+    proc = run_cli([*where, "tool", name, "read", '{"path": "/.computer/transcript.json"}'], env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    transcript = json.loads(json.loads(proc.stdout)["content"])
+    roles = [message["role"] for message in transcript]
+    assert roles[:2] == ["system", "user"] and "assistant" in roles and "tool" in roles
+    proc = run_cli([*where, "log", name, "--json", "--tool", "write"], env=cli_env())
+    assert proc.returncode == 0, proc.stderr
+    records = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert records and all(r["tool"] == "write" and r["caller"]["agent"] == name for r in records)
+
+
 def test_ls_lists_the_demo_workspaces_asleep_with_their_size(demo_run: DemoRun) -> None:
     proc = run_cli(["--data-dir", str(demo_run.data_dir), "ls", "--json"], env=cli_env(), timeout=60)
     assert proc.returncode == 0, proc.stderr
