@@ -22,16 +22,16 @@ SCRIPT = Path(__file__).with_name("_elastic_cluster.py")
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1000)]
 
 
-@pytest.fixture(scope="module")
-def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def run_cluster(workdir: Path, *phases: str, timeout: float) -> dict[str, Any]:
+    """``_elastic_cluster.py`` in a subprocess (a three-node cluster of its own) through ``phases``
+    (default: burst, shrink, removal, demand); its JSON report."""
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
-    workdir = tmp_path_factory.mktemp("elastic")
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(workdir / "data")],
+        [sys.executable, str(SCRIPT), str(workdir / "data"), *phases],
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=timeout,
         cwd=workdir,
         env=env,
     )
@@ -39,6 +39,11 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["nodes"] == 3, out
     return out
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return run_cluster(tmp_path_factory.mktemp("elastic"), timeout=900)
 
 
 def _phase(report: dict[str, Any], name: str) -> dict[str, Any]:

@@ -10,33 +10,18 @@ and the new one free: its idle sandbox is ended and the run starts on the new wo
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-SCRIPT = Path(__file__).with_name("_elastic_cluster.py")
+from .test_elastic import run_cluster
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_runs_waiting_for_their_live_sandbox_on_a_full_pool_grow_it_and_move(tmp_path: Path) -> None:
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    env.pop("RAY_ADDRESS", None)
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(tmp_path / "data"), "pinned"],
-        capture_output=True,
-        text=True,
-        timeout=500,
-        cwd=tmp_path,
-        env=env,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    report: dict[str, Any] = run_cluster(tmp_path, "pinned", timeout=500)
     assert "failed" not in report, report["failed"]
     pinned = report["pinned"]
     assert pinned["workers_at_start"] == 1, pinned  # both sandboxes on the one worker
