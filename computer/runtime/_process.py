@@ -54,10 +54,13 @@ class SandboxProcess:
         ``_REAP_TIMEOUT`` our ends of the pipes are closed instead.
         """
         self.killed = True
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the launcher leads its group: it is in there
+        except (ProcessLookupError, PermissionError):
+            # Only then the launcher alone: Popen.send_signal polls (waitpid) first, reaping a child
+            # asyncio's watcher then misses ("Unknown child process pid ..., returncode 255").
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
         if self.cgroups:
             await asyncio.to_thread(sweep, self.cgroups)
         try:

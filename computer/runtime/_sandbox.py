@@ -323,8 +323,9 @@ def _kill_late_arrival(creation: asyncio.Task[asyncio.subprocess.Process]) -> No
     if creation.cancelled() or creation.exception() is not None:
         return
     proc = creation.result()
-    with contextlib.suppress(ProcessLookupError, PermissionError):
+    try:
         os.killpg(proc.pid, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()  # only then: it polls (waitpid) first, which asyncio's child watcher would miss
     close_transport(proc)
