@@ -16,17 +16,21 @@ def db(tmp_path: Path) -> Path:
     return tmp_path / "ws.sqlite"
 
 
-SOCKET = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('s')\n"
+SOCKET = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('s.new')\n"
 
 
-@pytest.mark.parametrize("make", ['python3 -c "$SRC"', "mkfifo s"])
+# Made under another name and renamed over the file: with ``rm s`` first, a live sandbox's sync tick
+# between the two could pull the removal (a legitimate outcome, not the case under test).
+@pytest.mark.parametrize("make", ['python3 -c "$SRC"', "mkfifo s.new"])
 async def test_a_socket_or_fifo_where_the_workspace_has_a_file_is_skipped_and_the_file_kept(
     db: Path, make: str
 ) -> None:
     async with opened(db) as ws:
         await ws.fs.write_file("/workspace/s", "data\n")
         await ws.fs.write_file("/workspace/keep.txt", "keep\n")
-        result = await run(ws, f"rm s && {make} && echo made > made.txt", env={"SRC": SOCKET}, timeout=20)
+        result = await run(
+            ws, f"{make} && mv s.new s && echo made > made.txt", env={"SRC": SOCKET}, timeout=20
+        )
         assert result.status == "completed", result.stderr
         assert "/workspace/s" in result.skipped
         reasons_cover_skipped(result)
