@@ -294,6 +294,16 @@ async def test_a_guest_started_ahead_that_was_killed_is_replaced(backend_ws) -> 
     pid = await _ready_ahead_pid(backend, ws)
     # Killed from inside the sandbox (a program may do that): the next run starts a fresh guest.
     await run(ws, f"import os, signal\nos.kill({pid}, signal.SIGKILL)", env={"NOT_AHEAD": "1"})
+    sandbox = backend._lives.get(ws.id)
+    assert sandbox is not None and sandbox.spare is not None
+    ahead = await asyncio.wait_for(asyncio.shield(sandbox.spare.task), 15)
+
+    async def exit_reported() -> bool:
+        return not ahead.usable()
+
+    # The init reports the death a moment later; a run taking the guest before that fails (a race
+    # only a program killing the guest ahead can cause: its own run's doing).
+    await eventually(exit_reported, within=15)
     again = await run(ws, "import os\nprint(os.getpid())")
     assert again.status == "completed" and int(again.stdout) != pid, again.stderr
 
