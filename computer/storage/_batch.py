@@ -264,6 +264,7 @@ def _make_dirs(
             parent = split(parent)[0]
     made: set[str] = set()
     fresh: dict[str, tuple[int, str]] = {}  # made here: path -> (inode, real path)
+    known: dict[str, tuple[int, str]] = {}  # there before: path -> (inode, real path)
     inodes: list[tuple[int, int, int, int]] = []
     entries: list[tuple[int, str, int]] = []
     logs: list[tuple[str, str]] = []
@@ -288,12 +289,21 @@ def _make_dirs(
         mode, mtime = (clean_mode(modes.get(p, 0o755)), mtimes.get(p)) if p in wanted else (0o755, None)
         parent, name = split(p)
         above = fresh.get(parent)
+        if above is None and p != "/" and (there := known.get(parent)) is not None:
+            # Below a directory that was there: one probe (not a walk from the root: in a tree 1,500
+            # deep, every ancestor walked from the root was ~1M lookups per pull).
+            node = lookup(st, there[0], name)
+            if node is not None and node[1] == DIR:
+                known[p] = (node[0], join(there[1], name))
+                continue
+            if node is None:
+                above = there  # missing: made below it like below a directory made here
         if above is None or p == "/":
             flush()
             before = m.logged
             ino = ensure_dirs(st, p, mode, m, replace_files=True, mtime=mtime)
+            (fresh if m.logged != before else known)[p] = (ino, resolve(st, p)[2])
             if m.logged != before:  # it made ``p``: nothing can be below it yet
-                fresh[p] = (ino, resolve(st, p)[2])
                 made.add(p)
             continue
         if not next_id:

@@ -4,7 +4,11 @@ mtimes, the change log, a file or link in the way)."""
 
 from __future__ import annotations
 
-from computer.storage import FileSystem
+from typing import Any
+
+import pytest
+
+from computer.storage import FileSystem, _batch
 
 LEAVES = [f"/w/tree/d{a}/{b}/{c}" for a in range(10) for b in range(10) for c in range(10)]
 
@@ -53,3 +57,29 @@ async def test_existing_directories_links_and_files_in_the_way(fs: FileSystem) -
     assert await fs.readlink("/w/link") == "/w/real"  # still the link
     paths = {c.path for c in fs.changes_since(0, "/w").changes}
     assert {"/w/real/old/new", "/w/real/old/new/a", "/w/real/fresh", "/w/real/fresh/b"} <= paths
+
+
+async def test_new_directories_deep_below_existing_ones_cost_one_probe_per_ancestor(
+    fs: FileSystem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A live sandbox's pull of ``for i in $(seq 1500); do mkdir d && cd d; done`` comes in ticks:
+    # each batch names a few new directories below hundreds that exist. Each ancestor used to be
+    # walked from the root (ensure_dirs per ancestor: quadratic in the depth, 1,500 deep timed out).
+    walks: list[str] = []
+    real = _batch.ensure_dirs
+
+    def counting(st: Any, p: str, *args: Any, **kwargs: Any) -> int:
+        walks.append(p)
+        return real(st, p, *args, **kwargs)
+
+    monkeypatch.setattr(_batch, "ensure_dirs", counting)
+    chain = "/w" + "/d" * 300
+    fs.commit_batch({}, mkdirs=[chain])
+    walks.clear()
+    before = fs.queries
+    deeper = [chain + "/d" * i for i in range(1, 21)]
+    result = fs.commit_batch({}, mkdirs=deeper)
+    assert result.applied == deeper
+    assert walks == ["/w"]  # the top alone; every ancestor below it is one probe under its parent
+    assert fs.queries - before < 400  # ~300 probes and a few statements
+    assert (await fs.stat(deeper[-1])).is_directory
