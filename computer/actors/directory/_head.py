@@ -109,7 +109,7 @@ def _service(config: Settings, file: str) -> Any:
 class HeadDirectory:
     """A :class:`~computer.actors.directory.Directory` whose records live in the head node's SQLite file."""
 
-    def __init__(self, config: Settings, file: str = "directory.sqlite") -> None:
+    def __init__(self, config: Settings, file: str = DIRECTORY_FILE) -> None:
         """``file``: the SQLite file in the head's data directory (the file registry uses its own)."""
         self._config = config
         self._actor = _service(config, file)

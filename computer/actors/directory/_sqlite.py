@@ -105,12 +105,18 @@ class SqliteDirectory:
     ) -> bool:
         now = time.time()
         with self._lock:
-            cur = self._db.execute(
-                "UPDATE workspaces SET lease_expires = ?, last_active = MAX(last_active, ?), state = 'active' "
-                "WHERE name = ? AND owner = ? AND epoch = ? AND state = 'active'",
-                (now + ttl, last_active if last_active is not None else 0.0, name, owner_id, epoch),
-            )
-            return cur.rowcount == 1
+            return self._renew(now, name, owner_id, epoch, ttl, last_active)
+
+    def _renew(
+        self, now: float, name: str, owner_id: str, epoch: int, ttl: float, last_active: float | None
+    ) -> bool:
+        """One lease renewal (the lock held): whether ``owner_id`` at ``epoch`` still held it."""
+        cur = self._db.execute(
+            "UPDATE workspaces SET lease_expires = ?, last_active = MAX(last_active, ?), state = 'active' "
+            "WHERE name = ? AND owner = ? AND epoch = ? AND state = 'active'",
+            (now + ttl, last_active if last_active is not None else 0.0, name, owner_id, epoch),
+        )
+        return cur.rowcount == 1
 
     def renew_leases(self, renewals: Sequence[tuple[str, str, int, float, float | None]]) -> list[bool]:
         """``renew_lease`` of each ``(name, owner_id, epoch, ttl, last_active)`` in one transaction."""
@@ -120,12 +126,7 @@ class SqliteDirectory:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 for name, owner_id, epoch, ttl, last_active in renewals:
-                    cur = self._db.execute(
-                        "UPDATE workspaces SET lease_expires = ?, last_active = MAX(last_active, ?), "
-                        "state = 'active' WHERE name = ? AND owner = ? AND epoch = ? AND state = 'active'",
-                        (now + ttl, last_active if last_active is not None else 0.0, name, owner_id, epoch),
-                    )
-                    kept.append(cur.rowcount == 1)
+                    kept.append(self._renew(now, name, owner_id, epoch, ttl, last_active))
                 self._db.execute("COMMIT")
             except BaseException:
                 if self._db.in_transaction:
