@@ -94,7 +94,7 @@ async def close_owners(names: list[str], config: Settings | None = None) -> int:
     leases run out."""
     import ray
 
-    from ._hosts import host_handles
+    from ._host_placement import host_handles
 
     config = config or _settings()
     hosts = list((await asyncio.to_thread(host_handles, config)).values())
@@ -155,7 +155,7 @@ async def _stop_hosted(config: Settings, name: str, *, force: bool) -> bool:
     the host stays up for its other workspaces. True when one did."""
     import ray
 
-    from ._hosts import forget_claim, host_handles
+    from ._host_placement import forget_claim, host_handles
 
     await asyncio.to_thread(forget_claim, config, name)  # a new workspace of that name goes anywhere
     hosts = await asyncio.to_thread(host_handles, config)

@@ -134,7 +134,7 @@ def _scheduling(config: Settings, name: str) -> Any:
             # not wherever Ray's scheduler likes: a worker on node B making workspaces gets them on B.
             here = ray.get_runtime_context().get_node_id()
             if config.owners == "hosted":  # no actor name settles a race of nodes there: a claim does
-                from ._hosts import claim_new_node
+                from ._host_placement import claim_new_node
 
                 here = claim_new_node(config, name, here, alive)
             return NodeAffinitySchedulingStrategy(node_id=here, soft=here not in alive)
@@ -193,7 +193,7 @@ def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = Non
     elif config is None:
         config = cluster_settings()
     if config.owners == "hosted":  # many workspaces per owner host (issue 20)
-        from ._hosts import hosted_owner
+        from ._host_placement import hosted_owner
 
         return hosted_owner(name, config)
     ray_name = actor_name(name, config)  # scoped by the data directory
