@@ -301,12 +301,7 @@ class PoolScaler:
         for reason in decided.reasons:
             self._decided(pool, reason)
         for name in decided.remove:
-            w = pool.workers.pop(name, None)
-            if w is None:
-                continue
-            if w.poll is not None:
-                w.poll.cancel()
-            await _stop(w.handle, graceful=w.state != "pending")
+            await _remove(pool, name)
         for name in decided.drain:
             w = pool.workers.get(name)
             if w is not None:
@@ -318,10 +313,7 @@ class PoolScaler:
                     # Drained holding nothing (its idle live sandboxes ended with the drain): gone
                     # now, not a round later, so an idle worker's memory is back at the idle time.
                     self._decided(pool, f"remove {name}: drained, holds nothing")
-                    del pool.workers[name]
-                    if w.poll is not None:
-                        w.poll.cancel()
-                    await _stop(w.handle, graceful=True)
+                    await _remove(pool, name)
         for name in decided.undrain:
             w = pool.workers.get(name)
             if w is not None:
@@ -447,6 +439,17 @@ def _choose_node(free: dict[str, float], per_node: dict[str, int], cpus: float) 
 async def _poll(handle: Any) -> LoadReport:
     report: LoadReport = await asyncio.wait_for(handle.load.remote(), POLL_TIMEOUT * 6)
     return report
+
+
+async def _remove(pool: _Pool, name: str) -> None:
+    """Forget worker ``name`` of ``pool`` (its polling too) and stop it: gracefully unless it never
+    came up."""
+    w = pool.workers.pop(name, None)
+    if w is None:
+        return
+    if w.poll is not None:
+        w.poll.cancel()
+    await _stop(w.handle, graceful=w.state != "pending")
 
 
 async def _stop(handle: Any, *, graceful: bool) -> None:
