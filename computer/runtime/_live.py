@@ -352,7 +352,6 @@ class LiveSandbox(LiveJobs):
             if not has_changes(page):
                 if page.rev > mirror.rev:
                     mirror.finish_push(page.rev)
-                    mirror.own_revs = [r for r in mirror.own_revs if r > page.rev]
                 return None, 0
         frozen = False
         if self._freezer is not None and await self.busy():

@@ -44,6 +44,7 @@ class MirrorBase:
     chunks: dict[str, list[str]]
     prints: dict[str, tuple[tuple[str, ...], list[int]]]
     owner: tuple[int, int] | None
+    own_revs: list[int]
 
     def host(self, path: str) -> Path:
         return self.directory / self.rel(path)

@@ -198,9 +198,11 @@ class MirrorPush(MirrorBase):
             os.close(fd)
 
     def finish_push(self, rev: int) -> None:
-        """Every page is in: the mirror reflects ``rev`` (the first page's, a lower bound)."""
+        """Every page is in: the mirror reflects ``rev`` (the first page's, a lower bound); revisions
+        its own pulls made up to ``rev`` need no leaving out any more."""
         self.unfilled = []
         self.rev = rev
+        self.own_revs = [r for r in self.own_revs if r > rev]
 
 
 def _rewrite_shared(host: Path, f: MirrorFile) -> bool:

@@ -168,9 +168,8 @@ _GUEST_LOCK = threading.Lock()
 def stage_guest(owner: tuple[int, int] | None) -> str:
     """The guest and msgpack, staged once per process (and sandbox user) for every backend; again
     if the process's scratch directory was released."""
-    with (
-        _GUEST_LOCK
-    ):  # staged from threads (``PythonBackend._mount``): a second staging would remove the first
+    # Staged from threads (``PythonBackend._mount``): a second staging would remove the first.
+    with _GUEST_LOCK:
         staged = _GUEST_STAGES.get(owner)
         if staged is None or not os.path.isdir(staged):
             tree = {"guest.py": GUEST_SCRIPT, "lib/msgpack": os.path.dirname(msgpack.__file__)}

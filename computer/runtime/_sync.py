@@ -137,7 +137,6 @@ class MirrorSync:
             limits = dataclasses.replace(limits, after=page.cursor)
         assert start is not None
         mirror.finish_push(start.rev)
-        mirror.own_revs = [r for r in mirror.own_revs if r > start.rev]
         if mirror.watch is not None:
             mirror.arm()  # drains what the push caused
         else:
