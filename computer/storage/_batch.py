@@ -18,7 +18,7 @@ from ._resolve import lookup, resolve, resolve_read, write_target
 from ._resolve import target as target_of
 from ._schema import DIR, KIND_NAMES, SYMLINK, clean_mode
 from ._search import Row, walk_tree, walk_tree_after
-from ._state import CACHE_LIMIT, CREATE_OP, Mutation, Store
+from ._state import CREATE_OP, Mutation, Store
 from ._tree import add_entry, add_name, ensure_dirs, new_inode, now_ms, remove_leaves, remove_node
 from .errors import fs_error
 from .paths import is_within, join, parts, split
@@ -251,9 +251,10 @@ def _make_dirs(
     cannot exist yet: it is made without a lookup, and all such rows go in three ``executemany``
     statements (inodes, with ids allocated past the largest as SQLite itself would; entries; the
     change log) instead of four statements each (a pull of ``mkdir -p`` of 1,110 directories made
-    ~4,450: ~57 ms of a live sandbox's mkdir row). Any other directory goes through
-    :func:`ensure_dirs` (links followed, files in the way replaced) after the rows held so far are
-    written: for a tree, its existing ancestors and its top.
+    ~4,450: ~57 ms of a live sandbox's mkdir row). Below a directory that was there, one probe
+    finds the name (a directory: kept; missing: made as above). Anything else (the top of a tree, a
+    link or a file in the way) goes through :func:`ensure_dirs` (links followed, files replaced)
+    after the rows held so far are written.
     """
     wanted = set(dirs)
     every = set(wanted)
@@ -283,7 +284,6 @@ def _make_dirs(
             logs.clear()
         next_id = 0
 
-    cache = st.cache
     now = now_ms()  # one transaction: one time for the directories it makes without an mtime
     for p in sorted(every):
         mode, mtime = (clean_mode(modes.get(p, 0o755)), mtimes.get(p)) if p in wanted else (0o755, None)
@@ -302,9 +302,11 @@ def _make_dirs(
             flush()
             before = m.logged
             ino = ensure_dirs(st, p, mode, m, replace_files=True, mtime=mtime)
-            (fresh if m.logged != before else known)[p] = (ino, resolve(st, p)[2])
             if m.logged != before:  # it made ``p``: nothing can be below it yet
+                fresh[p] = (ino, resolve(st, p)[2])
                 made.add(p)
+            else:
+                known[p] = (ino, resolve(st, p)[2])
             continue
         if not next_id:
             next_id = int(st.db.one("SELECT coalesce(max(id), 0) + 1 FROM inodes")[0])
@@ -313,9 +315,7 @@ def _make_dirs(
         inodes.append((ino, DIR, mode, now if mtime is None else int(mtime)))
         entries.append((above[0], name, ino))
         logs.append((real, "mkdir"))
-        if len(cache) >= CACHE_LIMIT:
-            cache.clear()
-        cache[real] = (ino, DIR)
+        st.remember(real, (ino, DIR))
         fresh[p] = (ino, real)
         made.add(p)
     flush()

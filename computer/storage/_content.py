@@ -78,7 +78,7 @@ def set_content(
             add_entry(st, pino, name, ino, real, FILE)
         else:
             db.execute("UPDATE dirents SET child = ? WHERE parent = ? AND name = ?", (ino, pino, name))
-            st.cache[real] = (ino, FILE)
+            st.remember(real, (ino, FILE))
         old_size = 0
         old_ids: list[int] = []
     else:

@@ -11,7 +11,7 @@ import errno
 from collections.abc import Sequence
 
 from ._schema import DIR, ROOT_INODE, SYMLINK
-from ._state import CACHE_LIMIT, Node, Store
+from ._state import Node, Store
 from .errors import fs_error
 from .paths import join, parts, split
 
@@ -73,9 +73,7 @@ def resolve(st: Store, path: str, *, follow: bool = True) -> tuple[int, int, str
                 node = lookup(st, ino, name)
                 if node is None:
                     raise fs_error(errno.ENOENT, path)
-                if len(cache) >= CACHE_LIMIT:
-                    cache.clear()
-                cache[nxt] = node
+                st.remember(nxt, node)
             ino, kind = node
             cur = nxt
             i += 1

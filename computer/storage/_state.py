@@ -158,6 +158,13 @@ class Store:
             ) from None
         return p
 
+    def remember(self, path: str, node: Node) -> None:
+        """Cache ``path``'s resolution (its real path: no link on the way), the cache held to
+        :data:`CACHE_LIMIT` entries (emptied when full)."""
+        if len(self.cache) >= CACHE_LIMIT:
+            self.cache.clear()
+        self.cache[path] = node
+
     def forget(self, path: str, kind: int) -> None:
         """Invalidate cached resolutions after ``path`` (of ``kind``) went away or moved."""
         if kind == DIR:

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from ._chunks import CHUNK_SIZE
 from ._resolve import lookup, resolve, resolve_parent, resolve_read
 from ._schema import DIR, FILE, ROOT_INODE, SYMLINK, clean_mode
-from ._state import CACHE_LIMIT, CREATE_OP, Mutation, Node, Store
+from ._state import CREATE_OP, Mutation, Node, Store
 from .errors import fs_error
 from .paths import is_within, join, parts, split
 
@@ -62,7 +62,7 @@ def new_inode(
 
 def add_entry(st: Store, parent: int, name: str, child: int, real: str, kind: int) -> None:
     st.db.execute("INSERT INTO dirents (parent, name, child) VALUES (?, ?, ?)", (parent, name, child))
-    st.cache[real] = (child, kind)
+    st.remember(real, (child, kind))
 
 
 def add_name(st: Store, pino: int, name: str, ino: int, real: str, kind: int) -> None:
@@ -194,9 +194,7 @@ def ensure_dirs(
         if node is None:
             node = lookup(st, ino, name)  # one probe per missing segment
             if node is not None:
-                if len(cache) >= CACHE_LIMIT:
-                    cache.clear()
-                cache[nxt] = node
+                st.remember(nxt, node)
         if node is not None and node[1] == DIR:
             ino, cur = node[0], nxt
             continue
@@ -424,7 +422,7 @@ def rename(st: Store, src: str, dst: str, *, overwrite: bool = False) -> None:
             (pino, name, s_pino, s_name),
         )
         st.forget(s_real, kind)
-        st.cache[d_real] = (ino, kind)
+        st.remember(d_real, (ino, kind))
         m.log(s_real, "rm")
         m.log(d_real, CREATE_OP[kind])
 
