@@ -12,7 +12,7 @@ from typing import Any
 from ..surface import WorkspaceSurface
 from ._tool import Tool
 
-__all__ = ["build_tools", "record_refused", "select_tools"]
+__all__ = ["build_tools", "record_refused", "select_tools", "unknown_tool"]
 
 
 def build_tools(workspace: WorkspaceSurface, options: Mapping[str, Any]) -> dict[str, Tool]:
@@ -44,10 +44,13 @@ def record_refused(tools: Mapping[str, Tool], name: str, args: Any, message: str
     tool = tools.get(name)
     if tool is not None:
         tool.record_refused(args, message)
-        return
-    for any_tool in tools.values():
+    elif (any_tool := next(iter(tools.values()), None)) is not None:
         any_tool.record_refused(args, message, name=name[:100])
-        return
+
+
+def unknown_tool(tools: Mapping[str, Tool], name: str) -> str:
+    """What every adapter answers a call to a tool the set does not have."""
+    return f"Unknown tool {name!r}. Available tools: {', '.join(tools)}."
 
 
 def select_tools(

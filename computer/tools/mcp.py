@@ -30,7 +30,7 @@ from mcp.shared.exceptions import MCPError
 
 from ..storage import audit_caller
 from ..surface import WorkspaceSurface
-from ._adapter_tools import build_tools, record_refused
+from ._adapter_tools import build_tools, record_refused, unknown_tool
 from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool
 
@@ -60,7 +60,7 @@ def create_mcp_server(
         with audit_caller(adapter="mcp"):
             if tool is None:
                 # SPEC section 10: an unknown tool is a protocol error (invalid params), not a tool result.
-                message = f"Unknown tool {params.name!r}. Available tools: {', '.join(tools)}."
+                message = unknown_tool(tools, params.name)
                 record_refused(tools, params.name, params.arguments, message)
                 raise MCPError(types.INVALID_PARAMS, message)
             try:

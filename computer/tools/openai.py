@@ -62,7 +62,7 @@ from typing import Any, Literal, Protocol
 from ..storage import audit_caller
 from ..surface import WorkspaceSurface
 from ._adapter_schema import StrictSchemaError, anthropic_strict_schema, strict_schema
-from ._adapter_tools import build_tools, record_refused
+from ._adapter_tools import build_tools, record_refused, unknown_tool
 from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool, ToolUpdate
 
@@ -124,7 +124,7 @@ def create_openai_tools(
             tool = tools.get(name)
             try:
                 if tool is None:
-                    raise ArgumentError(f"Unknown tool {name!r}. Available tools: {', '.join(tools)}.")
+                    raise ArgumentError(unknown_tool(tools, name))
                 args = parse_arguments(raw, name)
             except ArgumentError as exc:
                 record_refused(tools, name, raw, str(exc))
