@@ -114,7 +114,7 @@ def kill_owners(names: list[str], config: computer.Settings) -> None:
     kill_hosts(config)
     deadline = time.monotonic() + 20
     while host_handles(config) and time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(0.05)  # bounded: Ray frees a killed actor's name asynchronously, with no event to await
 
 
 async def scenario(data_dir: Path, second: str, *, redis_url: str | None) -> None:

@@ -50,7 +50,7 @@ for _ in range(400):
         pid = int(open("guest.pid").read())
         break
     except (OSError, ValueError):
-        time.sleep(0.025)
+        time.sleep(0.025)  # bounded (10 s): a file another run writes, polled inside the sandbox
 else:
     raise SystemExit("no guest.pid")
 pidfd = libc.syscall(434, pid, 0)  # pidfd_open
@@ -74,7 +74,7 @@ os.rename("guest.pid.tmp", "guest.pid")
 for _ in range(400):
     if os.path.exists("probe.txt"):
         break
-    time.sleep(0.025)
+    time.sleep(0.025)  # bounded (10 s): the probe's answer, polled inside the sandbox
 def main(input):
     return open("probe.txt").read() if os.path.exists("probe.txt") else "no probe"
 """
