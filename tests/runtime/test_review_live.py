@@ -4,6 +4,8 @@
   ended once its lifetime is reached (idle time alone would keep it forever), its processes are gone
   from the host, what they wrote stays in the workspace, and the next run gets a fresh sandbox.
 - A run's ``ExecResult.pulled`` lists what changed while it ran, not what an earlier run changed.
+- A background process's log (``/.computer/output/<exec id>.background.log``) is capped: its last
+  MiB, headed by how many bytes were dropped.
 """
 
 from __future__ import annotations
@@ -61,3 +63,30 @@ async def test_a_later_run_that_changes_nothing_pulls_nothing() -> None:
         third = await run(ws, "rm one.txt")
         assert third.pulled == ["/workspace/one.txt"]
         assert not await ws.fs.exists("/workspace/one.txt")
+
+
+async def test_a_background_processs_log_keeps_its_last_mebibyte_and_says_what_it_dropped() -> None:
+    lines = 300_000  # "line 0000000\n" is 13 bytes: 3.9 MB in all, well over the 1 MiB kept
+    program = (
+        "import sys, time; time.sleep(0.5); "
+        f"sys.stdout.write(''.join(f'line {{i:07d}}\\n' for i in range({lines}))); "
+        "print('the end', flush=True); time.sleep(60)"
+    )
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        started = await run(ws, f'python3 -c "{program}" & echo started')
+        assert started.stdout == "started\n"
+        log = f"/.computer/output/{started.id}.background.log"
+
+        async def ended() -> bool:
+            return await ws.fs.exists(log) and (await ws.fs.read_file(log)).endswith(b"the end\n")
+
+        await eventually(ended, within=30.0)
+        data = await ws.fs.read_file(log)
+        head, _, kept = data.partition(b"\n")
+        assert head.startswith(b"[... ") and head.endswith(b" earlier bytes dropped]"), head[:80]
+        dropped = int(head.split()[1])
+        assert len(kept) == 1 << 20
+        assert dropped + len(kept) == lines * 13 + len(b"the end\n")
+        assert kept.endswith(f"line {lines - 1:07d}\nthe end\n".encode())
+        await ws.runtime.end_sandbox()
