@@ -9,6 +9,7 @@ conflict rule (see :func:`commit_batch`).
 from __future__ import annotations
 
 import errno
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import islice
 
@@ -18,7 +19,7 @@ from ._resolve import lookup, resolve, resolve_read, write_target
 from ._resolve import target as target_of
 from ._schema import DIR, KIND_NAMES, SYMLINK, clean_mode
 from ._search import Row, walk_tree, walk_tree_after
-from ._state import CREATE_OP, Mutation, Store
+from ._state import CREATE_OP, JSON_ROWS, Mutation, Store
 from ._tree import add_entry, add_name, ensure_dirs, new_inode, now_ms, remove_leaves, remove_node
 from .errors import fs_error
 from .paths import is_within, join, parts, split
@@ -151,26 +152,9 @@ def commit_batch(
     if not todo:
         return BatchResult(rev=st.rev, applied=[], skipped=sorted(skipped))
     with st.mutation(todo[0]) as m:
-        leaves: list[tuple[str, int, str, int, int]] = []  # files and links, removed together
-        doomed: set[str] = set()
-        for p in sorted((p for p in todo if p in canon_writes and canon_writes[p] is None), reverse=True):
-            if p == "/":
-                continue
-            try:
-                ino, kind, real = resolve(st, p, follow=False)
-            except OSError:
-                applied.append(p)
-                continue
-            parent, name = split(real)
-            if kind == DIR:
-                remove_leaves(st, leaves, m)  # in order: they may lie below this directory
-                remove_node(st, real, resolve(st, parent)[0], name, ino, kind)
-                m.log(real, "rm")
-            elif real not in doomed:  # two paths through symlinks may name one entry
-                doomed.add(real)
-                leaves.append((real, resolve(st, parent)[0], name, ino, kind))
-            applied.append(p)
-        remove_leaves(st, leaves, m)
+        removed = [p for p in todo if p in canon_writes and canon_writes[p] is None]
+        _remove(st, removed, m)
+        applied += removed
         ensured = [p for p in canon_dirs if p not in skipped]
         made = _make_dirs(st, ensured, canon_modes, canon_mtimes, m)
         applied += ensured
@@ -240,6 +224,53 @@ def commit_batch(
     return BatchResult(rev=st.rev, applied=sorted(set(applied)), skipped=sorted(skipped))
 
 
+def _remove(st: Store, paths: Sequence[str], m: Mutation) -> None:
+    """Remove ``paths`` (canonical; missing is fine, ``/`` is never removed), links not followed.
+
+    Set-wise, by parent: each parent is resolved once (links followed, as any path's parents are)
+    and its listed names are found in one query, so a pull of 1,000 removals in one directory costs
+    one resolution and one query, not two resolutions per path. Files and links are removed
+    together (:func:`remove_leaves`), a directory with its tree at once; parents are taken deepest
+    first (reverse order: a path sorts after its ancestors), and the files held so far are removed
+    before each directory, since they may lie below it.
+    """
+    names: dict[str, list[str]] = {}
+    for p in paths:
+        if p != "/":
+            parent, name = split(p)
+            names.setdefault(parent, []).append(name)
+    leaves: list[tuple[str, int, str, int, int]] = []  # files and links, removed together
+    doomed: set[str] = set()
+    for parent in sorted(names, reverse=True):
+        try:
+            pino, pkind, preal = resolve(st, parent)
+        except OSError:
+            continue  # its parent is missing (or not a directory): nothing to remove
+        if pkind != DIR:
+            continue
+        listed = names[parent]
+        if len(listed) == 1:
+            node = lookup(st, pino, listed[0])
+            found = [] if node is None else [(listed[0], *node)]
+        else:
+            found = st.db.execute(
+                "SELECT d.name, d.child, i.kind FROM dirents d JOIN inodes i ON i.id = d.child "
+                "WHERE d.parent = ? AND d.name IN (SELECT value FROM json_each(?))",
+                (pino, json.dumps(listed, ensure_ascii=False)),
+            ).fetchall()
+            found.sort(reverse=True)
+        for name, ino, kind in found:
+            real = join(preal, name)
+            if kind == DIR:
+                remove_leaves(st, leaves, m)  # in order: they may lie below this directory
+                remove_node(st, real, pino, name, ino, kind)
+                m.log(real, "rm")
+            elif real not in doomed:  # two paths through symlinks may name one entry
+                doomed.add(real)
+                leaves.append((real, pino, name, ino, kind))
+    remove_leaves(st, leaves, m)
+
+
 def _make_dirs(
     st: Store, dirs: Sequence[str], modes: Mapping[str, int], mtimes: Mapping[str, int], m: Mutation
 ) -> set[str]:
@@ -274,9 +305,19 @@ def _make_dirs(
     def flush() -> None:
         nonlocal next_id
         if inodes:
-            st.db.executemany(
-                "INSERT INTO inodes (id, kind, mode, mtime, size) VALUES (?, ?, ?, ?, 0)", inodes
-            )
+            first, mtime = inodes[0][0], inodes[0][3]
+            if len(inodes) >= JSON_ROWS and all(row[3] == mtime for row in inodes):
+                # Ids are consecutive and one mtime is the rule (a pull sends none for directories):
+                # the modes as one JSON array (1,000 rows ~0.5 ms, a row at a time ~1.3).
+                st.db.execute(
+                    "INSERT INTO inodes (id, kind, mode, mtime, size) SELECT ? + key, ?, value, ?, 0 "
+                    "FROM json_each(?)",
+                    (first, DIR, mtime, json.dumps([row[2] for row in inodes])),
+                )
+            else:
+                st.db.executemany(
+                    "INSERT INTO inodes (id, kind, mode, mtime, size) VALUES (?, ?, ?, ?, 0)", inodes
+                )
             st.db.executemany("INSERT INTO dirents (parent, name, child) VALUES (?, ?, ?)", entries)
             m.log_many(logs)
             inodes.clear()
