@@ -81,11 +81,13 @@ class MirrorPull(MirrorBase):
         candidates = set(touched)
         base = os.fspath(self.directory)
         gone = self.watch.gone if self.watch is not None else set()
+        # New directories the watch lstat-ed as it added them (nothing runs now: still true).
+        known = self.watch.stats if self.watch is not None else {}
         for rel in sorted(touched, key=lambda r: r.count("/")):
             try:
                 # A path whose last event removed it is gone: the program has exited, nothing can
                 # have brought it back (1,000 lstat calls that fail cost 2 ms).
-                st = None if rel in gone else os.lstat(f"{base}/{rel}")
+                st = None if rel in gone else known.get(rel) or os.lstat(f"{base}/{rel}")
             except OSError:
                 st = None
             entry = entry_of(st) if st is not None else None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import array
 import collections
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -26,6 +27,7 @@ import os
 import select
 import struct
 import sys
+import tempfile
 import termios
 import threading
 import time
@@ -261,6 +263,48 @@ class _Inotify:
         return size[0]
 
 
+_EMPTY_SIZES: dict[int, int | None] = {}
+
+
+def _empty_size(where: str) -> int | None:
+    """The ``st_size`` of an empty directory on the filesystem of ``where``, when a directory of
+    that size is always empty there, else None (probed once per filesystem, in a directory made
+    and removed in ``where``).
+
+    tmpfs (the default home of mirrors) counts 20 bytes per entry on top of 40 for an empty
+    directory, btrfs the lengths of its names: a directory of the empty size holds nothing. ext4's
+    directories stay 4096 bytes with a first entry: there the probe says None and every new
+    directory is listed.
+    """
+    try:
+        device = os.stat(where).st_dev
+    except OSError:
+        return None
+    if device in _EMPTY_SIZES:
+        return _EMPTY_SIZES[device]
+    found: int | None = None
+    try:
+        probe = tempfile.mkdtemp(prefix=".size-probe-", dir=where)
+    except OSError:
+        return None
+    try:
+        empty = os.lstat(probe).st_size
+        os.mkdir(f"{probe}/d")
+        one = os.lstat(probe).st_size
+        os.rmdir(f"{probe}/d")
+        if one > empty and os.lstat(probe).st_size == empty:
+            found = empty
+    except OSError:
+        pass
+    finally:
+        with contextlib.suppress(OSError):
+            os.rmdir(f"{probe}/d")
+        with contextlib.suppress(OSError):
+            os.rmdir(probe)
+    _EMPTY_SIZES[device] = found
+    return found
+
+
 _shared: _Inotify | None = None
 _shared_lock = threading.Lock()
 
@@ -289,6 +333,9 @@ class TreeWatch:
         self._dirs: dict[int, str] = {}  # watch descriptor -> directory relative to root ("" is root)
         # Paths whose last event in the last drain removed them (no lstat needed to know they are gone).
         self.gone: set[str] = set()
+        # The lstat of each directory the last drain found new and watched (the plan's, taken early).
+        self.stats: dict[str, os.stat_result] = {}
+        self._empty = _empty_size(os.path.dirname(self._root))
         self._watch_tree([""])
 
     def _watch_tree(self, rels: list[str], touched: set[str] | None = None) -> None:
@@ -297,7 +344,16 @@ class TreeWatch:
         Directories are added to the shared instance in batches (one lock hold each, short enough not
         to stall a thread waiting for it). Paths are plain strings (``pathlib`` cost 30 µs per
         directory of a 1,000-directory tree).
+
+        A new directory (``touched`` given) is ``lstat``-ed once watched, and kept in :attr:`stats`
+        for the pull's plan (which would ``lstat`` it anyway). Where the size of a directory tells
+        whether it is empty (see :func:`_empty_size`), one of the empty size is not listed: an entry
+        made before the watch was added would show in that size, one made after is an event. The
+        1,000 empty leaves of ``mkdir -p`` of a 10x10x10 tree skip 1,000 ``scandir`` calls (~12 µs
+        each here; the ``lstat`` moved from the plan costs ~4).
         """
+        empty = self._empty if touched is not None else None
+        stats = self.stats
         stack = [(rel, f"{self._root}/{rel}" if rel else self._root) for rel in rels]
         while stack:
             batch = stack[-BATCH:]
@@ -307,6 +363,14 @@ class TreeWatch:
                 if wd is None:
                     continue
                 self._dirs[wd] = current
+                if touched is not None:
+                    try:
+                        st = os.lstat(path)
+                    except OSError:
+                        continue
+                    stats[current] = st
+                    if st.st_size == empty:
+                        continue
                 try:
                     with os.scandir(path) as it:
                         entries = list(it)
@@ -348,6 +412,7 @@ class TreeWatch:
         if self._held.broken:
             return None
         walked: set[str] = set()
+        self.stats = {}
         self._watch_tree(new_dirs, walked)
         touched |= walked
         self.gone = gone - walked  # found in a new directory: there again (rm -r d; mkdir d; touch d/f)

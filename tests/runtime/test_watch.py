@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -214,3 +216,54 @@ def test_watches_drained_from_several_threads_each_get_exactly_their_own_events(
         expected |= {f"d{n}/inner" for n in range(0, 300, 50) if n % len(roots) == i}
         assert seen[i] == expected
         w.close()
+
+
+@pytest.fixture
+def shm_dir() -> Iterator[Path]:
+    """A directory on tmpfs (the default home of mirrors)."""
+    if not os.path.isdir("/dev/shm"):
+        pytest.skip("no /dev/shm")
+    where = Path(tempfile.mkdtemp(prefix="watch-test-", dir="/dev/shm"))
+    (where / "m").mkdir()
+    yield where / "m"
+    shutil.rmtree(where)
+
+
+def test_new_empty_directories_are_watched_without_a_listing(
+    shm_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mkdir -p`` of a tree: each new directory is watched and lstat-ed (kept for the plan); only
+    those whose size says they hold something are listed, and what they hold is still found."""
+    (shm_dir.parent / "probe").mkdir()
+    empty = os.lstat(shm_dir.parent / "probe").st_size
+    (shm_dir.parent / "probe/x").mkdir()
+    if os.lstat(shm_dir.parent / "probe").st_size == empty:
+        pytest.skip("directory sizes on /dev/shm do not count their entries")
+    watch = TreeWatch(shm_dir)
+    try:
+        for a in range(3):
+            for b in range(4):
+                (shm_dir / f"t/d{a}/{b}").mkdir(parents=True)
+        (shm_dir / "t/d1/2/file").write_text("x")  # made before its directory is watched
+        (shm_dir / "t/d2/3/sub").mkdir()
+        listed: list[str] = []
+        scandir = os.scandir
+
+        def counting(path: str) -> object:
+            listed.append(os.path.relpath(path, shm_dir))
+            return scandir(path)
+
+        monkeypatch.setattr(_watch.os, "scandir", counting)
+        touched = watch.drain()
+        monkeypatch.undo()
+        new_dirs = {"t", *(f"t/d{a}" for a in range(3)), *(f"t/d{a}/{b}" for a in range(3) for b in range(4))}
+        assert touched == new_dirs | {"t/d1/2/file", "t/d2/3/sub"}
+        # Listed: the directories that hold something; the 11 empty leaves only lstat-ed.
+        assert sorted(listed) == sorted(["t", "t/d0", "t/d1", "t/d2", "t/d1/2", "t/d2/3"])
+        assert set(watch.stats) == new_dirs | {"t/d2/3/sub"}
+        assert all(st.st_ino == os.lstat(shm_dir / rel).st_ino for rel, st in watch.stats.items())
+        # An empty leaf that was not listed is watched all the same.
+        (shm_dir / "t/d0/0/later").write_text("y")
+        assert watch.drain() == {"t/d0/0/later"}
+    finally:
+        watch.close()
