@@ -8,21 +8,31 @@ and ``nodev`` (``/proc/self/mountinfo`` inside shows it).
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import functools
+import hashlib
+import json
 import logging
 import os
+import secrets
 import shutil
+import stat
 import subprocess
 import sys
-from collections.abc import Sequence
+import tempfile
+import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar, cast
 
-from ._scratch import process_scratch, remove_tree
+from ._scratch import hold_shared, holds, process_scratch, remove_tree, shared_directory
 
-__all__ = ["SANDBOX_UID", "Bind", "bwrap_argv", "bwrap_works", "python_prefixes", "sandbox_etc"]
+__all__ = ["SANDBOX_UID", "Bind", "bwrap_argv", "bwrap_works", "python_prefixes", "remembered", "sandbox_etc"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SANDBOX_UID = 65534
 # /etc files a shell needs; nothing secret (no shadow, no keys).
@@ -82,7 +92,14 @@ def bwrap_argv(
 @functools.cache
 def bwrap_works(prefix: tuple[str, ...] = ()) -> bool:
     """Whether bubblewrap can make a sandbox here, started behind ``prefix`` (the privilege drop of
-    an unprivileged sandbox); probed once per process and prefix."""
+    an unprivileged sandbox); probed once per process and prefix, and once per machine state for
+    every process after it (:func:`_probe_key`).
+
+    Decision: only a success is remembered across processes. A probe that failed (bubblewrap timed
+    out on a loaded machine, a sysctl forbade user namespaces for a while) is run again by the next
+    process: a remembered failure would run every later program without namespaces. A remembered
+    success that no longer holds can only make runs fail, never run them less isolated.
+    """
     exe = shutil.which("bwrap")
     if exe is None:
         return False
@@ -97,67 +114,237 @@ def bwrap_works(prefix: tuple[str, ...] = ()) -> bool:
         str(SANDBOX_UID),
     ]
     probe += ["--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--", "/bin/true"]
+    key = _probe_key(probe)
+    if _recalled(key) is True:
+        return True
     try:
-        return subprocess.run(probe, capture_output=True, timeout=10, check=False).returncode == 0
+        works = subprocess.run(probe, capture_output=True, timeout=10, check=False).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+    if works:
+        _remember(key, True)
+    return works
 
 
-_ETC_DIRS: dict[tuple[bool, tuple[int, int] | None], Path] = {}
+def remembered(argv: Sequence[str], measure: Callable[[], T]) -> T:
+    """What ``measure()`` found about running ``argv`` (a JSON value), measured once per machine
+    state (:func:`_probe_key`): an earlier process's result when there is one, else measured now
+    and remembered for the next processes. For figures a backend reports about itself (its start-up
+    time), not for anything isolation depends on (see :func:`bwrap_works`)."""
+    key = _probe_key(argv)
+    value = _recalled(key)
+    if value is not None:
+        return cast(T, value)
+    measured = measure()
+    _remember(key, measured)
+    return measured
+
+
+def _probe_key(argv: Sequence[str]) -> str:
+    """The name under which the result of running ``argv`` (a probe of bubblewrap) is remembered:
+    a digest of everything the result depends on, as far as a process can tell: ``argv``, the
+    identity of the files it names (path, device, inode, size, mtime: the executables), the kernel
+    (release, build) and this boot, the user and pid namespaces this process is in, its effective
+    user, and the sysctls that allow or forbid unprivileged user namespaces."""
+    parts: list[str] = [*argv, f"euid={os.geteuid()}", *os.uname()]
+    for name in argv:
+        if name.startswith("/"):
+            try:
+                st = os.stat(name)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode):  # an executable; not a directory (a bound one's mtime moves)
+                parts.append(f"{name}:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}")
+    for link in ("/proc/self/ns/user", "/proc/self/ns/pid"):
+        try:
+            parts.append(f"{link}:{os.stat(link).st_ino}")
+        except OSError:
+            parts.append(f"{link}:-")
+    for name in _PROBE_SYSCTLS:
+        try:
+            parts.append(f"{name}={Path(name).read_text().strip()}")
+        except OSError:
+            parts.append(f"{name}:-")
+    return "probe-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:32]
+
+
+_PROBE_SYSCTLS = (
+    "/proc/sys/kernel/random/boot_id",
+    "/proc/sys/user/max_user_namespaces",
+    "/proc/sys/kernel/unprivileged_userns_clone",
+    "/proc/sys/kernel/apparmor_restrict_unprivileged_userns",
+)
+
+
+def _probes() -> Path | None:
+    return shared_directory(tempfile.gettempdir())
+
+
+def _recalled(key: str) -> object:
+    """A probe result an earlier process remembered under ``key`` (None when there is none)."""
+    directory = _probes()
+    if directory is None:
+        return None
+    try:
+        with open(directory / key, encoding="utf-8") as f:
+            value = json.load(f)
+            os.utime(f.fileno())  # used: kept by the reaper (``_scratch``)
+    except (OSError, ValueError):
+        return None
+    return value
+
+
+def _remember(key: str, value: object) -> None:
+    """Remember a probe result for later processes (written beside, then renamed into place)."""
+    directory = _probes()
+    if directory is None:
+        return
+    stage = directory / f".stage-{secrets.token_hex(6)}"
+    try:
+        stage.write_text(json.dumps(value), encoding="utf-8")
+        os.rename(stage, directory / key)
+    except OSError as exc:
+        log.debug("probe result %s not remembered: %s", key, exc)
+        with contextlib.suppress(OSError):
+            stage.unlink()
+
+
+_ETC_LOCK = threading.Lock()
+_ETC_DIRS: dict[tuple[bool, tuple[int, int] | None], tuple[Path, bool]] = {}
 
 
 def sandbox_etc(network: bool, owner: tuple[int, int] | None = None) -> Path:
-    """The sandbox's /etc, built once per process (network setting and sandbox user) in the
-    process's scratch directory of the temp directory (see ``_scratch``; ``owner``: the sandbox's
-    host user, who must be able to reach it): who uid 65534 is, its hostname, loopback hosts, copies
-    of the host's :data:`_ETC_FILES` (links kept as links), and for ``network`` empty mount points for
-    :data:`NETWORK_ETC`, bound live over them.
+    """The sandbox's /etc for the network setting and the sandbox's host user ``owner`` (who must
+    be able to reach it): who uid 65534 is, its hostname, loopback hosts, copies of the host's
+    :data:`_ETC_FILES` (links kept as links), and for ``network`` empty mount points for
+    :data:`NETWORK_ETC`, bound live over them. Directories 0755, files 0644, this process's user's.
 
-    Copies, not binds: bubblewrap spends ~0.13 ms per bind, and a copy of these small files costs
-    a few ms once. A host file changed later (an ``ld.so.cache`` after installing a library) is seen
-    by the next process; the dynamic loader falls back to the default library paths meanwhile.
+    Copies, not binds: bubblewrap spends ~0.13 ms per bind. Shared (decision): one copy per content
+    serves every process of the user, in its :func:`~._scratch.shared_directory` of the scratch base,
+    named by a digest of what it holds, made once (beside, then renamed into place) and held while
+    the process runs (``_scratch``: the reaper removes a copy nobody holds nor used for a day).
+    Building it was ~390 links (``/etc/alternatives``), 50-140 ms and as long again to remove at each
+    process's exit; now a process reads the host's files to name the copy (a few ms) and builds it
+    only when the host's files changed. A host file changed later (an ``ld.so.cache`` after
+    installing a library) is seen by the next process, which names a new copy; the dynamic loader
+    falls back to the default library paths meanwhile. Where the shared directory cannot be used
+    (another user's name in the way), the copy is the process's own, in its scratch directory.
     """
     key = (network, owner)
-    if key in _ETC_DIRS and _ETC_DIRS[key].is_dir():
-        return _ETC_DIRS[key]
-    root = process_scratch(None, owner) / ("etc-net" if network else "etc")
-    if root.exists():
-        remove_tree(root)
-    root.mkdir()
-    _fill_etc(root, network)
-    _ETC_DIRS[key] = root
-    return root
+    with _ETC_LOCK:
+        known = _ETC_DIRS.get(key)
+        if known is not None and (holds(known[0]) if known[1] else known[0].is_dir()):
+            return known[0]
+        scratch = process_scratch(None, owner)  # the base's reaping, once per process
+        entries = _etc_entries(network)
+        shared = shared_directory(scratch.parent, owner)
+        root = _shared_etc(shared, entries) if shared is not None else None
+        if root is None:
+            root = scratch / ("etc-net" if network else "etc")
+            if root.exists():
+                remove_tree(root)
+            _write_etc(root, entries)
+        _ETC_DIRS[key] = (root, root.parent == shared)
+        return root
 
 
-def _fill_etc(root: Path, network: bool) -> None:
-    files = {
-        "passwd": f"root:x:0:0:root:/root:/bin/bash\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/tmp/home:/bin/bash\n",
-        "group": f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n",
-        "hostname": "sandbox\n",
-        "hosts": "127.0.0.1 localhost sandbox\n::1 localhost\n",
-    }
-    for name, text in files.items():
-        (root / name).write_text(text)
+# One entry of a sandbox's /etc: its path below /etc, and a directory (None), a link ("->", target)
+# or a file (its bytes).
+_Entry = tuple[str, tuple[str, str] | bytes | None]
+
+
+def _etc_entries(network: bool) -> list[_Entry]:
+    """What the sandbox's /etc holds, parents before their children."""
+    entries: list[_Entry] = [
+        (
+            "passwd",
+            f"root:x:0:0:root:/root:/bin/bash\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}:sandbox:/tmp/home:/bin/bash\n".encode(),
+        ),
+        ("group", f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n".encode()),
+        ("hostname", b"sandbox\n"),
+        ("hosts", b"127.0.0.1 localhost sandbox\n::1 localhost\n"),
+    ]
     for name in _ETC_FILES:
-        source, dest = Path("/etc") / name, root / name
-        try:
-            if source.is_symlink():
-                dest.symlink_to(os.readlink(source))
-            elif source.is_dir():
-                shutil.copytree(source, dest, symlinks=True)
-            elif source.is_file():
-                shutil.copyfile(source, dest)
-        except OSError as exc:  # unreadable or vanished: the sandbox goes without it
-            log.debug("sandbox /etc: %s not copied: %s", source, exc)
+        _host_entries(Path("/etc") / name, name, entries)
     for name in NETWORK_ETC if network else ():
-        source, dest = Path("/etc") / name, root / name
+        source = Path("/etc") / name
         if source.is_dir():
-            dest.mkdir()
+            entries.append((name, None))
         elif source.exists():
-            dest.touch()
-    for path in [root, *root.rglob("*")]:
-        if not path.is_symlink():
-            path.chmod(0o755 if path.is_dir() else 0o644)
+            entries.append((name, b""))
+    return entries
+
+
+def _host_entries(source: Path, name: str, entries: list[_Entry]) -> None:
+    """The host's ``source`` as entries named ``name`` (a tree for a directory; links kept as links)."""
+    try:
+        if source.is_symlink():
+            entries.append((name, ("->", os.readlink(source))))
+        elif source.is_dir():
+            entries.append((name, None))
+            for child in sorted(os.listdir(source)):
+                _host_entries(source / child, f"{name}/{child}", entries)
+        elif source.is_file():
+            entries.append((name, source.read_bytes()))
+    except OSError as exc:  # unreadable or vanished: the sandbox goes without it
+        log.debug("sandbox /etc: %s not copied: %s", source, exc)
+
+
+def _digest(entries: list[_Entry]) -> str:
+    h = hashlib.sha256()
+    for name, what in entries:
+        if what is None:
+            kind, data = "d", b""
+        elif isinstance(what, tuple):
+            kind, data = "l", what[1].encode()
+        else:
+            kind, data = "f", what
+        h.update(f"{kind}{len(name)}:{name}{len(data)}:".encode())
+        h.update(data)
+    return h.hexdigest()[:32]
+
+
+def _shared_etc(shared: Path, entries: list[_Entry]) -> Path | None:
+    """The shared copy holding ``entries``, made if no process made it yet, and held; None when it
+    could be neither made nor held."""
+    root = shared / f"etc-{_digest(entries)}"
+    if hold_shared(root):
+        return root
+    stage = shared / f".stage-{secrets.token_hex(6)}"
+    try:
+        _write_etc(stage, entries)
+        try:
+            os.rename(stage, root)
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            remove_tree(stage)  # another process made it meanwhile: the same content
+    except OSError as exc:
+        log.warning("the sandbox's shared /etc %s not made: %s", root, exc)
+        with contextlib.suppress(OSError):
+            remove_tree(stage)
+        return None
+    return root if hold_shared(root) else None
+
+
+def _write_etc(root: Path, entries: list[_Entry]) -> None:
+    root.mkdir()
+    os.chmod(root, 0o755)
+    for name, what in entries:
+        path = root / name
+        try:
+            if what is None:
+                path.mkdir()
+                os.chmod(path, 0o755)
+            elif isinstance(what, tuple):
+                path.symlink_to(what[1])
+            else:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+                with os.fdopen(os.open(path, flags, 0o644), "wb") as f:
+                    os.fchmod(f.fileno(), 0o644)  # whatever the umask said
+                    f.write(what)
+        except FileNotFoundError:  # below a directory that could not be made
+            log.debug("sandbox /etc: %s not made", path)
 
 
 def python_prefixes() -> list[str]:

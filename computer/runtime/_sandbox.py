@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._admission import CREATION_GRACE, Admission
-from ._bwrap import SANDBOX_UID, Bind, bwrap_argv, bwrap_works, python_prefixes, sandbox_etc
+from ._bwrap import SANDBOX_UID, Bind, bwrap_argv, bwrap_works, python_prefixes, remembered, sandbox_etc
 from ._cgroups import cgroup_writable, make_groups, remove_groups
 from ._limits import Rlimit, SandboxLimits, can_limit_others, launcher, limit_self, rlimits
 from ._process import SandboxProcess, close_transport
@@ -275,13 +275,19 @@ class Sandbox:
         return Standby(sp, write_end, read_end, asyncio.get_running_loop())
 
     def probe_ms(self, runs: int = 3) -> float:
-        """Median wall time of starting and ending ``true`` in this sandbox (the startup cost)."""
-        times = []
-        for _ in range(runs):
-            start = time.perf_counter()
-            subprocess.run(self.argv(["/bin/true"]), check=False, capture_output=True)
-            times.append((time.perf_counter() - start) * 1000)
-        return sorted(times)[len(times) // 2]
+        """Median wall time of starting and ending ``true`` in this sandbox (the startup cost),
+        measured once per machine state: later processes reuse it (``_bwrap.remembered``)."""
+        argv = self.argv(["/bin/true"])
+
+        def measure() -> float:
+            times = []
+            for _ in range(runs):
+                start = time.perf_counter()
+                subprocess.run(argv, check=False, capture_output=True)
+                times.append((time.perf_counter() - start) * 1000)
+            return sorted(times)[len(times) // 2]
+
+        return float(remembered([f"startup of {runs}", *argv], measure))
 
 
 async def _abandon(

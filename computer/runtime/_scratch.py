@@ -26,6 +26,19 @@ A process removes its own at exit (``atexit``) or when :func:`release_process` i
 actor's shutdown: Ray may end a worker without running ``atexit``); the first scratch directory a
 process makes in a base reaps the dead processes' ones there, their ``computer-etc-*`` and
 ``computer-shell-*`` directories of earlier versions, and their cgroups.
+
+Shared entries (decision): what every process would otherwise build alike (the sandbox's ``/etc``,
+bubblewrap's probe results, see ``_bwrap``) is kept once per user and base in
+:func:`shared_directory`, ``<base>/computer-shared-<uid>`` (``uid``: the sandbox's host user, else
+this process's), mode 0700, or 0750 with the sandbox user's group: owned by this process's user,
+nobody else can list, enter or change it. Its entries are content-keyed (the name carries a digest
+of what is in them), appear only complete (built beside, then renamed into place) and are never
+changed afterwards. A process using a directory entry holds a shared ``flock`` on it
+(:func:`hold_shared`, released by :func:`release_process` or the process's end) and marks it used
+(its mtime). Reaping: :func:`reap_dead` removes an entry that no process holds and that nobody
+used for :data:`SHARED_UNUSED` seconds (a stale digest after the host's files changed, a stage a
+crashed process left), taking the exclusive lock first and renaming the entry out of its name
+before removing it, so a valid name never shows a half-removed tree.
 """
 
 from __future__ import annotations
@@ -33,18 +46,32 @@ from __future__ import annotations
 import atexit
 import contextlib
 import errno
+import fcntl
+import functools
 import logging
 import os
 import re
+import secrets
 import stat
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 from ._cgroups import remove_dead_groups, remove_own_groups
 from ._lifetime import is_alive, process_tag
 
-__all__ = ["blocking_ancestor", "process_scratch", "reap_dead", "release_process", "remove_tree"]
+__all__ = [
+    "SHARED_UNUSED",
+    "blocking_ancestor",
+    "hold_shared",
+    "holds",
+    "process_scratch",
+    "reap_dead",
+    "release_process",
+    "remove_tree",
+    "shared_directory",
+]
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +79,8 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _NAME = re.compile(r"computer-(\d+)-(\d+)(?:-\d+)?\Z")
 # Earlier versions: computer-shell-<pid>-<hex>, computer-etc-<uid>-<pid>-<random>.
 _LEGACY = (re.compile(r"computer-shell-(\d+)-[0-9a-f]+\Z"), re.compile(r"computer-etc-\d+-(\d+)-\w+\Z"))
+_SHARED = "computer-shared-"
+SHARED_UNUSED = 24 * 3600.0  # seconds an unheld shared entry is kept after its last use
 
 
 def remove_tree(path: str | os.PathLike[str]) -> None:
@@ -210,8 +239,7 @@ def process_scratch(base: str | os.PathLike[str] | None = None, owner: tuple[int
         if owner is not None:
             os.chown(directory, *owner)
         (directory / _MARK).write_text(_host_mark())
-        if not _MADE:
-            atexit.register(release_process)
+        _release_at_exit()
         _MADE[key] = directory
         return directory
 
@@ -262,8 +290,79 @@ def blocking_ancestor(directory: str, owner: tuple[int, int]) -> Path | None:
     return None
 
 
+def shared_directory(base: str | os.PathLike[str], owner: tuple[int, int] | None = None) -> Path | None:
+    """This user's directory of shared entries in ``base`` (see the module's decisions), made if
+    missing: for the sandbox's host user ``owner`` (uid, gid) mode 0750 with its group, else 0700.
+    None when the name is taken by something this process must not trust (not a directory, another
+    owner, writable or readable by others): the caller then keeps its own copy, as before sharing."""
+    uid = owner[0] if owner is not None else os.geteuid()
+    path = Path(base) / f"{_SHARED}{uid}"
+    mode = 0o750 if owner is not None else 0o700
+    try:
+        os.mkdir(path, mode)
+    except FileExistsError:
+        pass
+    except OSError as exc:
+        log.debug("shared directory %s not made: %s", path, exc)
+        return None
+    else:
+        if owner is not None:
+            os.chown(path, -1, owner[1])
+        os.chmod(path, mode)  # whatever the umask said
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    trusted = stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o027
+    if not trusted or (owner is not None and st.st_gid != owner[1]):
+        log.warning("%s is not this user's private directory: shared entries not used", path)
+        return None
+    return path
+
+
+_HELD: dict[str, int] = {}  # a held shared entry's path -> the descriptor holding its shared lock
+
+
+def hold_shared(path: str | os.PathLike[str]) -> bool:
+    """Hold the shared entry ``path`` (a directory in a :func:`shared_directory`) for this process:
+    a shared lock until :func:`release_process` or the process's end, so no reaper removes it while
+    this process may bind it; and mark it used now. False when it is not there (a reaper removed it
+    meanwhile, or nobody made it yet)."""
+    key = os.fspath(path)
+    with _LOCK:
+        if key in _HELD:
+            return True
+        try:
+            fd = os.open(key, _DIR_FLAGS)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            st = os.lstat(key)
+            if (st.st_dev, st.st_ino) != _identity(fd):  # removed between the open and the lock
+                raise FileNotFoundError(errno.ENOENT, "removed meanwhile", key)
+            os.utime(fd)
+        except OSError:
+            os.close(fd)
+            return False
+        _HELD[key] = fd
+        _release_at_exit()
+        return True
+
+
+@functools.cache
+def _release_at_exit() -> None:
+    atexit.register(release_process)
+
+
+def holds(path: str | os.PathLike[str]) -> bool:
+    """Whether this process holds the shared entry ``path`` (:func:`hold_shared`)."""
+    return os.fspath(path) in _HELD
+
+
 def release_process() -> None:
-    """Remove this process's scratch directories and cgroups now (what happens at exit).
+    """Remove this process's scratch directories and cgroups now (what happens at exit), and let go
+    of the shared entries it holds (they stay for the next process).
 
     For a Ray pool worker's shutdown: Ray can end a worker without running ``atexit``. Safe to call
     more than once; a later :func:`process_scratch` makes a fresh directory.
@@ -271,6 +370,10 @@ def release_process() -> None:
     with _LOCK:
         made = list(_MADE.values())
         _MADE.clear()
+        held = list(_HELD.values())
+        _HELD.clear()
+    for fd in held:
+        os.close(fd)
     for directory in made:
         try:
             remove_tree(directory)
@@ -282,7 +385,8 @@ def release_process() -> None:
 def reap_dead(base: str | os.PathLike[str] | None = None) -> list[Path]:
     """Remove what processes that are gone left in ``base`` (default the temp directory): their
     scratch directories and the ``computer-shell-*``/``computer-etc-*`` directories of earlier
-    versions; and their cgroups. Never touches a live process's. Returns the directories removed."""
+    versions; and their cgroups. Never touches a live process's. Also the shared entries of this
+    user that nobody holds nor used for :data:`SHARED_UNUSED` seconds. Returns what it removed."""
     parent = Path(base if base is not None else tempfile.gettempdir())
     removed = []
     try:
@@ -291,6 +395,9 @@ def reap_dead(base: str | os.PathLike[str] | None = None) -> list[Path]:
         names = []
     here_boot, _, here_namespace = _host_mark().partition(" ")
     for name in names:
+        if name.startswith(_SHARED):
+            removed += _reap_shared(parent / name)
+            continue
         owner = _owner(name)
         if owner is None:
             continue
@@ -307,6 +414,43 @@ def reap_dead(base: str | os.PathLike[str] | None = None) -> list[Path]:
             continue
         removed.append(parent / name)
     remove_dead_groups()
+    return removed
+
+
+def _reap_shared(directory: Path) -> list[Path]:
+    """The entries of the shared directory ``directory`` that nobody holds nor used for
+    :data:`SHARED_UNUSED` seconds, removed (only this user's own directory is looked into)."""
+    try:
+        st = os.lstat(directory)
+        names = os.listdir(directory) if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() else []
+    except OSError:
+        return []
+    removed = []
+    unused_since = time.time() - SHARED_UNUSED
+    for name in names:
+        path = directory / name
+        try:
+            if os.lstat(path).st_mtime > unused_since:
+                continue
+            fd = os.open(path, _DIR_FLAGS) if path.is_dir() and not path.is_symlink() else None
+        except OSError:
+            continue
+        try:
+            if fd is not None:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue  # a live process holds it
+            doomed = directory / f".removing-{secrets.token_hex(6)}"
+            os.rename(path, doomed)
+            remove_tree(doomed)
+        except OSError as exc:
+            log.warning("a shared entry %s not removed: %s", path, exc)
+            continue
+        finally:
+            if fd is not None:
+                os.close(fd)
+        removed.append(path)
     return removed
 
 

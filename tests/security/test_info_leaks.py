@@ -20,7 +20,6 @@ import pytest
 
 import computer
 from computer.runtime._bwrap import Bind
-from computer.runtime._lifetime import process_tag
 from computer.runtime._sandbox import Sandbox
 from computer.runtime._scratch import process_scratch
 from computer.runtime._staging import PYTHON_DIR, stage, stage_python
@@ -80,7 +79,7 @@ async def test_the_python_sandbox_names_no_host_path_and_holds_the_standard_libr
 
 async def test_the_shell_sandbox_names_no_host_path(tmp_path: Path) -> None:
     """A mirror kept in the process's scratch directory under an opaque name, and the sandbox's /etc:
-    the binds name the scratch directory only (the mirror's naming is the caller's: no workspace id)."""
+    the binds name the scratch base only (the mirror's naming is the caller's: no workspace id)."""
     sandbox = Sandbox()
     if not sandbox.bwrap:
         pytest.skip("bubblewrap does not work here")
@@ -97,4 +96,5 @@ async def test_the_shell_sandbox_names_no_host_path(tmp_path: Path) -> None:
     for path in [*_forbidden(), "computer-etc", "computer-shell"]:
         assert path not in text, path
     etc = next(line.split() for line in text.splitlines() if " /etc " in line)
-    assert etc[3].startswith(os.path.join(tempfile.gettempdir(), f"computer-{process_tag()}/")), etc
+    # The /etc copy is the user's shared one (``_bwrap.sandbox_etc``), named by a digest of its content.
+    assert etc[3].startswith(os.path.join(tempfile.gettempdir(), f"computer-shared-{os.geteuid()}/etc-")), etc
