@@ -9,9 +9,9 @@ A run that waits in line has not started: a worker being drained, or told to *sh
 capacity appeared elsewhere, hands it back to the dispatcher with :class:`Requeue` (nothing ran), and
 the dispatcher sends it to another worker. A run pinned here (its workspace's live sandbox lives on
 this worker) waits in line like any other but is never handed back: it could run nowhere else. (A
-pinned run that finds this worker full while its sandbox holds no process is not pinned for long:
-the worker ends that sandbox and hands the run back, ``Requeue(reason="moved")``, before it enters
-the line; see ``PoolWorker.run``.)
+pinned run that finds this worker full while its sandbox holds no process, behind a line longer than
+a move costs, is not pinned for long: the worker ends that sandbox and hands the run back,
+``Requeue(reason="moved")``, before it enters the line; see ``PoolWorker.run`` and ``_pool_moves``.)
 """
 
 from __future__ import annotations
@@ -66,6 +66,11 @@ class LoadReport:
     # Runs since the previous report whose idle live sandbox this worker ended to send them elsewhere
     # (it was full): their pin no longer held them here.
     moved: int = 0
+    # Runs since the previous report sent movable to this full worker that waited here instead: their
+    # expected wait was shorter than a move (``_pool_moves``).
+    stayed: int = 0
+    slot_time: float = 0.0  # seconds between two slots coming free here (measured, ``MoveCost``)
+    move_cost: float = 0.0  # seconds a move costs a run of an empty workspace (measured, ``MoveCost``)
     extra: dict[str, int] = field(default_factory=dict)
 
     @property

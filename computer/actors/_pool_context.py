@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -199,6 +200,11 @@ class OwnerExecContext:
         self._prefetched = prefetched
         self.prefetch_used = False
         self.calls: Counter[str] = Counter()  # calls made back to the owner, by owner RPC
+        # The run's pushes (the worker's move cost learns from them: ``_pool_moves``): seconds in push
+        # calls to the owner (not counting the wait for the announcement), bytes, whether one was whole.
+        self.push_seconds = 0.0
+        self.push_bytes = 0
+        self.full_push = False
 
     @property
     def workspace_id(self) -> str:
@@ -217,7 +223,10 @@ class OwnerExecContext:
             self.wanted.set()
             await self._announced.wait()
         self.calls[method] += 1
+        began = time.perf_counter()
         reply: Reply = await getattr(self._owner, method).remote(*args)
+        if method == "pool_sync_push":
+            self.push_seconds += time.perf_counter() - began
         if reply[0] == "moved":
             raise OwnerClosingError(f"the owner of workspace {reply[1]['name']} is closing")
         return unwrap(reply)
@@ -234,9 +243,13 @@ class OwnerExecContext:
             and ahead.mirror == MirrorSynced(mirror_rev, root, wanted)
         ):
             self.prefetch_used = True
+            self.push_bytes += len(ahead.push)
             return decode_sync(SyncPush, ahead.push)
         data = await self._call("pool_sync_push", mirror_rev, root, wanted)
-        return decode_sync(SyncPush, data)
+        push = decode_sync(SyncPush, data)
+        self.push_bytes += len(data)
+        self.full_push = self.full_push or push.full
+        return push
 
     async def sync_pull(self, pull: SyncPull, base_rev: int) -> PullResult:
         result: PullResult = await self._call("pool_sync_pull", encode_sync(pull), base_rev)

@@ -10,6 +10,19 @@ waited more than :data:`GROW_WAIT`, runs a dispatcher holds with no worker at al
 their live sandbox on a full worker when no worker has a free slot (with a free slot somewhere, the
 dispatchers move those whose sandbox is idle and start new workspaces there: one more worker would not
 serve them sooner).
+
+Growth under a machine-wide stall (decided, issue 23): the pool grows when runs wait for a slot, also
+when the wait comes from a node whose real CPUs are saturated (other processes, a stall) while Ray
+shows its declared CPUs free. The control loop sees declared CPUs, not real ones, and in a line a
+stall and too few slots look alike (slots held longer). Refusing growth on a measured saturation
+would refuse it where a new worker does help (on a real cluster a new worker goes to the node with the
+fewest workers of the pool: usually another machine) and would make growth depend on other tenants'
+load. What stalls cost before was not the growth but the moves it invited (each a fresh sandbox and a
+cold mirror: pool_bench's CPU per run doubled): a pinned run now moves only when its wait is longer
+than a move (``_pool_moves``), so a worker added in a stall serves new workspaces and the runs of long
+lines, and is returned after ``pool_idle_after``. An operator whose nodes run out of real CPU before
+declared CPU sets ``pool_worker_cpus`` to what a worker's runs use: declared CPUs then run out where
+real ones do, and the pool asks the autoscaler for nodes instead of adding workers to a busy one.
 """
 
 from __future__ import annotations

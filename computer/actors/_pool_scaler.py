@@ -142,6 +142,7 @@ class _Pool:
     decisions: deque[tuple[float, str]] = field(default_factory=lambda: deque(maxlen=DECISIONS_KEPT))
     waiting: int = 0  # runs dispatchers hold with no worker (reported with ``view``) since the last round
     moved: int = 0  # runs sent elsewhere after their idle live sandbox was ended (since the loop started)
+    stayed: int = 0  # runs sent movable that waited: shorter than a move (since the loop started)
     pressure_at: float | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -287,6 +288,7 @@ class PoolScaler:
                     "worker had a free slot: the pool grows for them then)",
                 )
             pool.moved += report.moved
+            pool.stayed += report.stayed
             w.report, w.reported_at = report, now
             w.node_id = report.node_id
             w.target, w.cpus = report.target, report.cpus

@@ -46,6 +46,9 @@ def pool_status(pool: _Pool, window: float, span: float) -> dict[str, Any]:
                 "idle_for": w.report.idle_for if w.report else 0.0,
                 "live_sandboxes": w.report.live_sandboxes if w.report else 0,
                 "pinned_queued": w.report.pinned_queued if w.report else 0,
+                # What a pinned run's move is weighed with here (``_pool_moves``), seconds.
+                "slot_time": w.report.slot_time if w.report else 0.0,
+                "move_cost": w.report.move_cost if w.report else 0.0,
             }
             for w in sorted(pool.workers.values(), key=lambda w: w.index)
         ],
@@ -54,6 +57,8 @@ def pool_status(pool: _Pool, window: float, span: float) -> dict[str, Any]:
         # processes, which moving would end, or no worker had a free slot: the pool grows for them then).
         "pinned_queued": sum(r.pinned_queued for r in reports),
         "moved": pool.moved,  # runs whose idle live sandbox was ended to run elsewhere
+        # Runs sent movable to their full worker that waited there: a slot was due sooner than a move.
+        "stayed": pool.stayed,
         "running": sum(r.running for r in reports),
         "wait_p50": _quantile(waits, 0.5),
         "wait_p99": _quantile(waits, 0.99),

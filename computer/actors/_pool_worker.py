@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import time
@@ -35,6 +36,7 @@ from ..runtime.types import BackendInfo
 from ._pool_admission import Admission, LoadReport, Requeue
 from ._pool_context import OwnerExecContext, RunOrder, owner_context
 from ._pool_live import LiveSandboxCalls
+from ._pool_moves import MoveCost, RunMeasure
 
 __all__ = ["BACKENDS", "MIRROR_WORKSPACES", "OwnerUnknown", "PoolWorker", "Requeue", "RunStarted"]
 
@@ -160,6 +162,11 @@ class PoolWorker(LiveSandboxCalls):
         self._here: Counter[str] = Counter()  # workspace id -> its runs here (waiting or running)
         self._moved = 0  # runs sent elsewhere after their idle live sandbox here was ended (all time)
         self._moved_reported = 0
+        # Runs sent movable to this full worker that waited here: the wait was shorter than a move.
+        self._stayed = 0
+        self._stayed_reported = 0
+        self.moves = MoveCost()  # slot time and move cost, measured from the runs here
+        self._since: dict[str, float] = {}  # run key -> when it took its slot (monotonic)
 
     # --- elastic pools (see _pool_admission, _pool_scaler): load, drain, what pins this worker ---
 
@@ -171,7 +178,8 @@ class PoolWorker(LiveSandboxCalls):
     async def load(self) -> LoadReport:
         """The load since the previous call (the pool's control loop polls it)."""
         moved, self._moved_reported = self._moved - self._moved_reported, self._moved
-        return self.admission.report(
+        stayed, self._stayed_reported = self._stayed - self._stayed_reported, self._stayed
+        report = self.admission.report(
             self.name,
             self.node_id,
             self.cpus,
@@ -179,6 +187,17 @@ class PoolWorker(LiveSandboxCalls):
             mirrors_in_use=len(set(self._running.values())),
             moved=moved,
         )
+        return dataclasses.replace(
+            report,
+            stayed=stayed,
+            slot_time=self.moves.slot_time(self.admission.target, self._ages()),
+            move_cost=self.moves.cost(),
+        )
+
+    def _ages(self) -> list[float]:
+        """Seconds each run holding a slot has held it."""
+        now = time.monotonic()
+        return [now - t for t in self._since.values()]
 
     async def drain(self) -> LoadReport:
         """Take no new run (runs in flight finish; waiting ones go back to their dispatchers) and end
@@ -235,6 +254,9 @@ class PoolWorker(LiveSandboxCalls):
             "owner_handles": self.owners.received,
             "announced": self._announced,
             "moved": self._moved,
+            "stayed": self._stayed,
+            "slot_time": self.moves.slot_time(self.admission.target, self._ages()),
+            "move_cost": self.moves.cost(),
             "running": sorted(self._running),
             "mirrors": mirrors.workspaces() if mirrors is not None else [],
         }
@@ -262,13 +284,16 @@ class PoolWorker(LiveSandboxCalls):
         announces at once: sending its run again could repeat what it did outside the sandbox.
 
         ``order.movable``: the dispatcher has room for this run elsewhere (a worker with a free slot).
-        A run pinned here by its workspace's live sandbox that finds this worker
-        full then moves when it would lose nothing but the sandbox's ~1 ms start: when no other run of
-        the workspace is here and the sandbox holds no process (nothing in the background), this
-        worker ends the sandbox (what it wrote is pulled first; its mirror stays warm here) and hands
-        the run back untouched, ``Requeue(reason="moved")``; the dispatcher unpins the workspace and
-        sends the run to a worker with room, where it starts a fresh live sandbox. A sandbox with
-        processes of its own keeps its pin and the run waits in line here: moving would kill them.
+        A run pinned here by its workspace's live sandbox that finds this worker full then moves when
+        its expected wait here is longer than a move costs (:class:`~computer.actors._pool_moves.MoveCost`:
+        the line ahead of it times this worker's slot time, against a fresh sandbox's start plus its
+        mirror pushed cold, all measured here; a run that stays is counted, ``stayed``) and it would
+        lose nothing else: when no other run of the workspace is here and the sandbox holds no
+        process (nothing in the background), this worker ends the sandbox (what it wrote is pulled
+        first; its mirror stays warm here) and hands the run back untouched,
+        ``Requeue(reason="moved")``; the dispatcher unpins the workspace and sends the run to a
+        worker with room, where it starts a fresh live sandbox. A sandbox with processes of its own
+        keeps its pin and the run waits in line here: moving would kill them.
         """
         owner = self.owners.resolve(order)
         if owner is None:
@@ -278,15 +303,15 @@ class PoolWorker(LiveSandboxCalls):
         self._here[workspace_id] += 1
         try:
             pinned = self.live_sandboxes(workspace_id) > 0
-            if (
-                pinned
-                and order.movable
-                and self.admission.full
-                and await self._sandbox_may_move(workspace_id)
-            ):
-                self._moved += 1
-                yield Requeue(self.name, "moved")
-                return
+            if pinned and order.movable and self.admission.full:
+                if not self.moves.worth_moving(
+                    workspace_id, self.admission.queued, self.admission.target, self._ages()
+                ):
+                    self._stayed += 1  # a slot here comes free sooner than a move would start it
+                elif await self._sandbox_may_move(workspace_id):
+                    self._moved += 1
+                    yield Requeue(self.name, "moved")
+                    return
             # Closed with the outer generator (a cancelled run must end its process tree at once).
             run = self._admitted_run(order, owner)
             async with contextlib.aclosing(run):
@@ -317,12 +342,15 @@ class PoolWorker(LiveSandboxCalls):
     ) -> AsyncGenerator[RunStarted | Requeue | ExecEvent, None]:
         """The run once its owner is known: its admission (or hand-back), then its events."""
         request, workspace_id, owner_token = order.request, order.workspace_id, order.owner_token
-        if not await self.admission.enter(pinned=self.live_sandboxes(workspace_id) > 0):
+        was_live = self.live_sandboxes(workspace_id) > 0
+        if not await self.admission.enter(pinned=was_live):
             yield Requeue(self.name, "draining" if self.admission.draining else "shed")
             return
         key = f"{workspace_id}/{request.id}"
         self._running[key] = workspace_id
+        self._since[key] = granted = time.monotonic()
         self._runs += 1
+        live_after: bool | None = None  # the run's exit said whether its live sandbox stays
         events = None
         ctx: OwnerExecContext | None = None
         step: asyncio.Future[ExecEvent] | None = None
@@ -365,6 +393,8 @@ class PoolWorker(LiveSandboxCalls):
                 except StopAsyncIteration:
                     return
                 step = None
+                if isinstance(event, ExitEvent):
+                    live_after = event.live and event.exit_code is not None
                 yield event
                 ctx.announce()  # the dispatcher saw the run's first item
         except Exception as exc:  # the run failed outside the program: report it, keep serving
@@ -372,6 +402,7 @@ class PoolWorker(LiveSandboxCalls):
             log.warning("%s: run %s failed: %s", self.name, key, exc, exc_info=True)
             yield ExitEvent(None, error=f"{self.name}: {type(exc).__name__}: {exc}")
         finally:
+            held = time.monotonic() - granted
             self.admission.leave()
             for task in (watch, wanted):
                 if task is not None:
@@ -385,9 +416,21 @@ class PoolWorker(LiveSandboxCalls):
                 with contextlib.suppress(Exception):
                     await aclose()
             self._running.pop(key, None)
+            self._since.pop(key, None)
             if ctx is not None:
                 self._prefetched += ctx.prefetch_used
                 self._callbacks.update(ctx.calls)
+                self.moves.ran(
+                    RunMeasure(
+                        workspace_id,
+                        held,
+                        fresh=live_after is True and not was_live,
+                        warm=live_after is True and was_live,
+                        push_seconds=ctx.push_seconds,
+                        push_bytes=ctx.push_bytes,
+                        full_push=ctx.full_push,
+                    )
+                )
 
 
 async def _watch_owner(owner: Any, token: str) -> str:

@@ -16,8 +16,8 @@ own: it refreshes the loop's :class:`~computer.actors._pool_scaler.PoolView` (re
 node, target and load) at most every :data:`VIEW_TTL` seconds while the pool is busy (every
 :data:`VIEW_TTL_CALM` seconds while every worker has room), in the background, and picks, in
 order: the worker its workspace is *pinned* to (a live sandbox lives there; first-class input:
-:meth:`PoolBackend.pin`; a pinned run whose worker is full moves when its sandbox runs nothing: see
-``PoolWorker.run``), else among workers with a free slot (its estimate: the load reported plus
+:meth:`PoolBackend.pin`; a pinned run whose worker is full moves when its sandbox runs nothing and
+its wait there is longer than a move costs: see ``PoolWorker.run`` and ``_pool_moves``), else among workers with a free slot (its estimate: the load reported plus
 its own runs there) the one with this workspace's warm mirror (most recent first), then one on the
 owner's own node (the file is there: less data on the wire), then the least loaded, then a
 workspace-specific order (rendezvous hashing, stable while workers come and go); with no free slot
@@ -352,7 +352,8 @@ class PoolBackend:
     def _movable(self, workspace_id: str, slot: _Slot) -> bool:
         """Whether a run pinned to ``slot`` could go elsewhere: as this owner sees the pool, that
         worker is full and another has a free slot. Sent with the run: the worker decides (see
-        ``PoolWorker.run``: only when it is full and the live sandbox runs nothing).
+        ``PoolWorker.run``: only when it is full, the live sandbox runs nothing and the run's wait
+        there, by the line it finds, is longer than a move costs: ``_pool_moves.MoveCost``).
 
         Not when the pool could merely grow: the moved run would wait in another line for a worker
         still to come, then for a cold mirror there, while its own worker frees a slot sooner for a

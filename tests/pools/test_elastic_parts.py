@@ -8,6 +8,7 @@ import time
 import pytest
 
 from computer.actors._pool_admission import Admission, LoadReport, target_runs
+from computer.actors._pool_moves import START_PRIOR, MoveCost, RunMeasure
 from computer.actors._pool_plan import PoolLimits, WorkerState, limits_from, plan, resolve_max
 from computer.config import Settings
 
@@ -281,3 +282,27 @@ async def test_a_worker_drained_holding_nothing_is_removed_in_the_same_round() -
     await scaler._apply(pool, LIMITS, Plan(drain=["x"]), {})
     assert pool.workers == {} and calls == ["drain", "terminate"]
     assert [d for _, d in pool.decisions] == ["remove x: drained, holds nothing"]
+
+
+def test_a_move_costs_the_measured_sandbox_start_plus_the_mirror_pushed_at_the_measured_rate() -> None:
+    moves = MoveCost()
+    assert moves.cost("w") == START_PRIOR  # nothing measured: the prior, an empty mirror
+    # The workspace's first run here started its sandbox (0.30 s held, 0.10 s of it pushing 1 MiB
+    # whole); its next run found the sandbox (0.05 s): a fresh start cost 0.15 s.
+    moves.ran(RunMeasure("w", 0.30, fresh=True, push_seconds=0.10, push_bytes=2**20, full_push=True))
+    moves.ran(RunMeasure("w", 0.05, warm=True))
+    assert moves.start == pytest.approx(0.15) and moves.push_rate == pytest.approx(10 * 2**20)
+    assert moves.cost("w") == pytest.approx(0.15 + 0.1)  # 1 MiB at 10 MiB/s
+    assert moves.cost("other") == pytest.approx(0.15)  # a mirror of unknown size: the start alone
+    moves.ran(RunMeasure("w", 0.05, warm=True, push_bytes=2**19))  # an incremental push adds to it
+    assert moves.cost("w") == pytest.approx(0.15 + 0.15)
+
+
+def test_a_pinned_run_moves_only_when_its_wait_in_line_is_longer_than_a_move() -> None:
+    moves = MoveCost()
+    moves.hold, moves.start = 0.04, 0.05  # runs hold a slot 40 ms; 4 slots: one comes free every 10 ms
+    assert moves.slot_time(4) == pytest.approx(0.01)
+    assert not moves.worth_moving("w", ahead=3, target=4)  # 40 ms < 50 ms: it waits
+    assert moves.worth_moving("w", ahead=5, target=4)  # 60 ms: it moves
+    # Slots held by long runs (their median age 2 s) are known before those runs end.
+    assert moves.worth_moving("w", ahead=0, target=4, ages=[2.0, 2.0, 3.0, 0.1])

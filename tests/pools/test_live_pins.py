@@ -3,7 +3,9 @@ without Ray, its owners in this process (the owner RPCs of ``PoolCallbacks`` ove
 
 A worker with one slot is kept full by another workspace's long run; the pinned run that arrives
 moves (the worker ends its idle sandbox and hands the run back) or waits (its sandbox runs a
-background process, or the dispatcher has no room elsewhere). Counted, never timed.
+background process, the dispatcher has no room elsewhere, or the line is short: a slot is due sooner
+than a move would start it). Counted, never timed: the worker's slot time and move cost are set
+(``_measured``) where a test needs a wait longer or shorter than a move.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ def _run(worker: PoolWorker, owners: dict[str, InProcessHandle], ws: str, source
     return worker.run(RunOrder(request, ws, owners[ws], **kw))
 
 
+def _measured(worker: PoolWorker, *, hold: float, start: float) -> None:
+    """What the worker measured: runs hold a slot ``hold`` s, a fresh sandbox costs ``start`` s."""
+    worker.moves.hold, worker.moves.start = hold, start
+
+
 async def _all(items: Any) -> list[Any]:
     return [item async for item in items if not isinstance(item, RunStarted)]
 
@@ -80,6 +87,7 @@ async def test_a_pinned_run_at_a_full_worker_ends_its_idle_sandbox_and_moves(
     assert isinstance(first, ExitEvent) and first.exit_code == 0 and first.live
     assert worker.live_sandboxes("a") == 1
     async with _full(worker, owners):
+        _measured(worker, hold=60.0, start=0.05)  # the slot comes free in a minute: a move is cheaper
         items = await _all(_run(worker, owners, "a", "echo two", movable=True))
         assert items == [Requeue("w", "moved")]
         assert worker.live_sandboxes("a") == 0  # ended here: the next run starts fresh elsewhere
@@ -108,6 +116,36 @@ async def test_a_pinned_run_whose_sandbox_runs_a_background_process_keeps_its_pi
     assert (await worker.stats())["moved"] == 0
     assert await worker.live_end("a")
     await wait_until(lambda: not processes_with(f"sleep {marker}"))
+
+
+async def test_a_pinned_run_waits_behind_a_short_line_and_moves_from_a_long_one(
+    worker: PoolWorker, owners: dict[str, InProcessHandle]
+) -> None:
+    """The move rule: the line ahead times the slot time, against what a move costs (issue 23)."""
+    await _all(_run(worker, owners, "a", "true"))
+    async with _full(worker, owners):
+        # Nobody ahead: the slot is due in 30 s, a move costs 75 s. The run waits in the line, pinned.
+        _measured(worker, hold=30.0, start=75.0)
+        waiting = asyncio.ensure_future(_all(_run(worker, owners, "a", "echo short", movable=True)))
+        await wait_until(lambda: worker.admission.queued == 1)
+        assert worker.live_sandboxes("a") == 1 and (await worker.stats())["stayed"] == 1
+    *_, done = await waiting
+    assert isinstance(done, ExitEvent) and done.exit_code == 0 and done.live
+    assert (await worker.stats())["moved"] == 0
+    async with _full(worker, owners):
+        # Three runs of b ahead in the line: the slot is due in 4 x 30 s, more than the move's 75 s.
+        ahead = [asyncio.ensure_future(_all(_run(worker, owners, "b", "true"))) for _ in range(3)]
+        await wait_until(lambda: worker.admission.queued == 3)
+        _measured(worker, hold=30.0, start=75.0)
+        items = await _all(_run(worker, owners, "a", "echo long", movable=True))
+        assert items == [Requeue("w", "moved")] and worker.live_sandboxes("a") == 0
+        assert (await worker.stats())["moved"] == 1
+        report = await worker.load()
+        assert (report.moved, report.stayed) == (1, 1)  # the run that stayed above, the one that moved
+        assert (report.slot_time, report.move_cost) == (30.0, 75.0)
+        for run in ahead:
+            run.cancel()
+        await asyncio.gather(*ahead, return_exceptions=True)
 
 
 async def test_a_pinned_run_without_room_elsewhere_waits_for_its_idle_sandbox(
