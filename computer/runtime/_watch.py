@@ -266,10 +266,11 @@ class _Inotify:
 _EMPTY_SIZES: dict[int, int | None] = {}
 
 
-def _empty_size(where: str) -> int | None:
+def _empty_size(where: str, device: int | None = None) -> int | None:
     """The ``st_size`` of an empty directory on the filesystem of ``where``, when a directory of
     that size is always empty there, else None (probed once per filesystem, in a directory made
-    and removed in ``where``).
+    and removed in ``where``). ``device``: the filesystem the answer is for (None when ``where``
+    is on another one: a mirror that is a mount point of its own is listed as before).
 
     tmpfs (the default home of mirrors) counts 20 bytes per entry on top of 40 for an empty
     directory, btrfs the lengths of its names: a directory of the empty size holds nothing. ext4's
@@ -277,8 +278,12 @@ def _empty_size(where: str) -> int | None:
     directory is listed.
     """
     try:
-        device = os.stat(where).st_dev
+        here = os.stat(where).st_dev
     except OSError:
+        return None
+    if device is None:
+        device = here
+    elif device != here:
         return None
     if device in _EMPTY_SIZES:
         return _EMPTY_SIZES[device]
@@ -335,7 +340,10 @@ class TreeWatch:
         self.gone: set[str] = set()
         # The lstat of each directory the last drain found new and watched (the plan's, taken early).
         self.stats: dict[str, os.stat_result] = {}
-        self._empty = _empty_size(os.path.dirname(self._root))
+        try:
+            self._empty = _empty_size(os.path.dirname(self._root), os.stat(self._root).st_dev)
+        except OSError:
+            self._empty = None
         self._watch_tree([""])
 
     def _watch_tree(self, rels: list[str], touched: set[str] | None = None) -> None:
