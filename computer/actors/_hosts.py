@@ -53,6 +53,7 @@ from ._host_placement import (
 from ._loop_thread import LoopClosedError, LoopThread, SharedThreadPool
 from ._owner import OwnerActor
 from ._pool_callbacks import owner_token
+from ._small_calls import small_call
 from .directory import Directory, LeaseRenewal, open_directory, renew_leases
 from .wire import fail, moved
 
@@ -172,6 +173,9 @@ class OwnerHost:
         self.directory: Directory = open_directory(self.config)
         self._telling: set[asyncio.Task[None]] = set()
         self._renewing = self.loop.create_task(self._renew_leases())
+        # Small calls of an idle workspace run right on this loop (``_small_calls.py``); False hands
+        # every call to the workspace's thread (``inline_small_calls``: benchmarks compare both).
+        self.inline = True
 
     async def _renew_leases(self) -> None:
         """Renew the lease of every workspace open here together, every third of the lease (as a
@@ -297,8 +301,11 @@ class OwnerHost:
                     ws = await self._workspace(name)
                 except Exception as exc:
                     return fail(exc)
+            inline = None
+            if self.inline:
+                inline = lambda ws=ws: small_call(ws, method, args, kwargs)  # noqa: E731
             try:
-                return await ws._thread.run(getattr(ws, method)(*args, **kwargs))
+                return await ws._thread.run(getattr(ws, method)(*args, **kwargs), inline=inline)
             except LoopClosedError:
                 continue  # it left the host before the call ran there: open it again
         return moved(name, True)
@@ -354,6 +361,13 @@ class OwnerHost:
             await leaving.wait()
         return True
 
+    async def inline_small_calls(self, enabled: bool) -> bool:
+        """Whether small calls of an idle workspace run on this loop (the default) or cross to the
+        workspace's thread like every other call; returns the previous choice. For benchmarks, which
+        compare both paths in one process and window."""
+        previous, self.inline = self.inline, bool(enabled)
+        return previous
+
     async def host_stats(self) -> dict[str, Any]:
         """The host as a whole, for ``computer status`` and benchmarks."""
         import ray
@@ -367,6 +381,7 @@ class OwnerHost:
             "opening": len(self._opening),
             "wakes": self._wakes,
             "threads": threading.active_count(),
+            "inlined": sum(ws._thread.inlined for ws in self._open.values()),
             "exiting": self._exiting,
             "started": self._started,
         }

@@ -7,6 +7,17 @@ workspace's and back, so that crossing is on the path of every small operation t
 task and future on either side, instead of ``run_coroutine_threadsafe`` + ``wrap_future`` (a
 ``concurrent.futures.Future`` chained to both loops, with its locks and callbacks): measured on the
 2-core machine under load, ~50 µs per call instead of ~100 µs.
+
+A small call need not cross at all. The loop thread holds its *gate* (a lock) whenever it runs
+anything, and lets go of it only while it waits for events (:class:`_GatedSelector`). When no call
+handed over is still going there and the gate is free, :meth:`LoopThread.run` with ``inline`` runs
+the call's first step right on the caller's thread, holding the gate, with this loop set as the
+running loop: whatever the call creates (futures, timers, tasks) belongs to this loop, and nothing of
+the workspace runs on its own thread meanwhile (it waits for the gate). That is exactly what running
+the call as a task here, while the loop waits for events, would do, minus two thread wake-ups. A call
+that suspends (it should not: the caller picks calls that run to the end in one step) goes on here as
+a task. The caller decides what is small (``inline``, asked under the gate): the workspace's order is
+kept because a call arriving while another one handed over is still going crosses too, behind it.
 """
 
 from __future__ import annotations
@@ -14,9 +25,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import logging
+import selectors
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 __all__ = ["LoopClosedError", "LoopThread", "SharedThreadPool"]
@@ -28,6 +41,10 @@ T = TypeVar("T")
 
 class LoopClosedError(Exception):
     """The workspace's loop stopped before (or while) a call ran there: the workspace left the host."""
+
+
+def _nothing() -> None:
+    """Wakes a loop up (see :meth:`LoopThread._step_inline`)."""
 
 
 class _Call:
@@ -60,6 +77,39 @@ class _Call:
             self.caller.call_soon_threadsafe(self.settle, outcome)
 
 
+class _GatedSelector(selectors.DefaultSelector):
+    """The loop's selector: the loop thread gives its gate up only while it waits for events."""
+
+    def __init__(self, gate: threading.Lock) -> None:
+        super().__init__()
+        self._gate = gate
+
+    def select(self, timeout: float | None = None) -> list[tuple[selectors.SelectorKey, int]]:
+        self._gate.release()
+        try:
+            return super().select(timeout)
+        finally:
+            self._gate.acquire()
+
+
+async def _go_on(coro: Coroutine[Any, Any, T], waiting: Any, context: contextvars.Context) -> T:
+    """Run the rest of ``coro``, whose first step ran inline and left it waiting on ``waiting`` (what
+    it yielded: a future of this loop, or None for a bare yield), as its own task would have."""
+    while True:
+        if waiting is None:
+            await asyncio.sleep(0)
+        else:
+            waiting._asyncio_future_blocking = False
+            try:
+                await asyncio.wait((waiting,))
+            except asyncio.CancelledError:
+                waiting.cancel()  # as Task.cancel: what it waits for is cancelled, it sees the error
+        try:
+            waiting = context.run(coro.send, None)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+
 class SharedThreadPool(concurrent.futures.ThreadPoolExecutor):
     """A thread pool that many loops share as their default executor (``to_thread``).
 
@@ -82,7 +132,12 @@ class LoopThread:
     def __init__(self, label: str, executor: SharedThreadPool) -> None:
         self.closed = False
         self._pending: set[_Call] = set()
-        self.loop = asyncio.new_event_loop()
+        self.inlined = 0  # calls run inline on a caller's thread (for tests and benchmarks)
+        # Held by the loop thread except while it waits for events; a caller running a call inline
+        # holds it meanwhile (see the module's docstring).
+        self.gate = threading.Lock()
+        self.gate.acquire()  # the thread's from the start: nothing runs inline before it waits
+        self.loop: asyncio.AbstractEventLoop = asyncio.SelectorEventLoop(_GatedSelector(self.gate))
         self.loop.set_default_executor(executor)  # to_thread: the host's shared pool, not one per loop
         self.thread = threading.Thread(target=self._main, name=f"ws:{label}"[:60], daemon=True)
         self.thread.start()
@@ -101,7 +156,10 @@ class LoopThread:
         except Exception:
             log.exception("a workspace loop failed while stopping")
         finally:
+            self.closed = True  # before the gate is free: no caller runs a call inline any more
             self.loop.close()
+            with contextlib.suppress(RuntimeError):  # held from the last wait for events
+                self.gate.release()
             for call in list(self._pending):  # started too late, or cut: never left waiting
                 call.send(LoopClosedError())
 
@@ -121,13 +179,29 @@ class LoopThread:
         # A task cancelled because this loop stopped (not by its caller) means the workspace left.
         call.send(LoopClosedError() if task.cancelled() and self.closed else task)
 
-    async def run(self, coro: Awaitable[T]) -> T:
+    async def run(self, coro: Awaitable[T], *, inline: Callable[[], bool] | None = None) -> T:
         """Run ``coro`` on this loop and await its result from another loop (cancellation follows);
-        :class:`LoopClosedError` once the loop stopped."""
+        :class:`LoopClosedError` once the loop stopped.
+
+        ``inline``: when this loop is idle (no call handed over is going, the gate is free) and
+        ``inline()`` (asked holding the gate) says so, ``coro``'s first step runs right here instead.
+        """
         if self.closed:
             if asyncio.iscoroutine(coro):
                 coro.close()
             raise LoopClosedError()
+        if (
+            inline is not None
+            and not self._pending
+            and asyncio.iscoroutine(coro)
+            and self.gate.acquire(False)
+        ):
+            stepped = self._step_inline(coro, inline)
+            if stepped is not None:
+                done, outcome = stepped
+                if done:
+                    return outcome  # type: ignore[no-any-return]
+                coro = outcome  # suspended: the rest goes on there, as a task
         caller = asyncio.get_running_loop()
         call = _Call(caller, caller.create_future())
         self._pending.add(call)
@@ -147,6 +221,34 @@ class LoopThread:
             if call.task is None or not call.task.done():
                 self._withdraw(call)
             raise
+
+    def _step_inline(
+        self, coro: Coroutine[Any, Any, T], inline: Callable[[], bool]
+    ) -> tuple[bool, Any] | None:
+        """Holding the gate: run ``coro``'s first step here if ``inline()``; None when it did not
+        run, ``(True, result)`` when it ended (its error is raised), else ``(False, the rest)``."""
+        loop = self.loop
+        ready, timers = len(loop._ready), len(loop._scheduled)  # type: ignore[attr-defined]
+        caller = asyncio.events._get_running_loop()
+        context = contextvars.Context()  # as a new task of the loop thread: nothing of the caller's
+        try:
+            if loop.get_debug() or not inline():  # asyncio's debug mode refuses calls from other threads
+                return None
+            self.inlined += 1
+            asyncio.events._set_running_loop(loop)
+            try:
+                waiting = context.run(coro.send, None)
+            except StopIteration as stop:
+                return True, stop.value
+            finally:
+                asyncio.events._set_running_loop(caller)
+        finally:
+            # It may have scheduled something on the loop (a timer, a task): the loop thread, waiting
+            # for events with the timeout it computed before, must look again.
+            if len(loop._ready) != ready or len(loop._scheduled) != timers:  # type: ignore[attr-defined]
+                loop.call_soon_threadsafe(_nothing)
+            self.gate.release()
+        return False, _go_on(coro, waiting, context)
 
     def _withdraw(self, call: _Call) -> None:
         """The caller gave up: cancel the task there (or never start it)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 
 import pytest
@@ -107,3 +108,124 @@ async def test_a_stopped_loop_ends_waiting_and_later_calls_with_loop_closed(thre
         await asyncio.wait_for(call, 10)
     with pytest.raises(LoopClosedError):
         await thread.run(asyncio.sleep(0))
+
+
+# -- small calls run inline on the caller's thread when the loop is idle -----------------------------
+
+
+async def test_an_inline_call_runs_here_as_if_on_the_loop(thread: LoopThread) -> None:
+    asked: list[str] = []
+
+    async def where() -> tuple[str, bool]:
+        return threading.current_thread().name, asyncio.get_running_loop() is thread.loop
+
+    def small() -> bool:
+        asked.append(threading.current_thread().name)
+        return True
+
+    caller = threading.current_thread().name
+    assert await thread.run(where(), inline=small) == (caller, True)  # here, with its loop running
+    assert asked == [caller] and thread.inlined == 1
+    assert await thread.run(where(), inline=lambda: False) == ("ws:test", True)  # not small: crosses
+    assert asyncio.get_running_loop() is not thread.loop  # the caller's loop is back
+
+    async def fails() -> None:
+        raise FileNotFoundError(2, "no such file", "/x")
+
+    with pytest.raises(FileNotFoundError):
+        await thread.run(fails(), inline=lambda: True)
+
+
+async def test_a_call_arriving_while_another_is_going_there_queues_behind_it(thread: LoopThread) -> None:
+    release = threading.Event()
+    order: list[str] = []
+
+    async def long() -> None:
+        await asyncio.to_thread(release.wait, 10)
+        order.append("long")
+
+    async def small() -> str:
+        order.append("small")
+        return threading.current_thread().name
+
+    first = asyncio.ensure_future(thread.run(long()))
+    await asyncio.sleep(0.05)
+    second = asyncio.ensure_future(thread.run(small(), inline=lambda: True))
+    await asyncio.sleep(0.05)
+    # A dedicated owner's loop would interleave the two at the long call's await: so does this one,
+    # but on the loop thread, never on the caller's next to a call still going there.
+    assert await second == "ws:test"
+    assert thread.inlined == 0
+    release.set()
+    await first
+    assert order == ["small", "long"]
+
+
+async def test_the_loop_thread_runs_nothing_while_a_call_runs_inline(thread: LoopThread) -> None:
+    ticks = 0
+
+    def tick() -> None:
+        nonlocal ticks
+        ticks += 1
+        thread.loop.call_later(0.001, tick)
+
+    thread.loop.call_soon_threadsafe(tick)
+    await asyncio.sleep(0.05)
+
+    async def holds() -> int:
+        before = ticks
+        # Blocking on purpose: it lets the GIL go, so only the gate keeps the loop thread out.
+        time.sleep(0.1)  # noqa: ASYNC251
+        return ticks - before
+
+    assert await thread.run(holds(), inline=lambda: True) == 0
+    assert thread.inlined == 1
+    before = ticks
+    await asyncio.sleep(0.1)
+    assert ticks > before  # and it goes on after
+
+
+async def test_what_an_inline_call_leaves_on_the_loop_runs_there(thread: LoopThread) -> None:
+    fired = threading.Event()
+    where: list[str] = []
+
+    async def schedules() -> None:
+        def later() -> None:
+            where.append(threading.current_thread().name)
+            fired.set()
+
+        asyncio.get_running_loop().call_later(0.01, later)
+
+    await thread.run(schedules(), inline=lambda: True)
+    assert await asyncio.to_thread(fired.wait, 10)
+    assert where == ["ws:test"]
+
+
+async def test_an_inline_call_that_waits_goes_on_there(thread: LoopThread) -> None:
+    async def waits() -> tuple[str, str]:
+        first = threading.current_thread().name
+        await asyncio.sleep(0.01)
+        return first, threading.current_thread().name
+
+    caller = threading.current_thread().name
+    assert await thread.run(waits(), inline=lambda: True) == (caller, "ws:test")
+    assert await thread.run(asyncio.sleep(0, result="next"), inline=lambda: True) == "next"
+
+    started = threading.Event()
+    cancelled = threading.Event()
+
+    async def long() -> None:
+        await asyncio.sleep(0)
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    call = asyncio.ensure_future(thread.run(long(), inline=lambda: True))
+    await asyncio.to_thread(started.wait, 10)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert await asyncio.to_thread(cancelled.wait, 10)

@@ -204,6 +204,37 @@ async def test_a_slow_operation_does_not_stall_a_neighbour(model: Settings, name
         await computer.delete_workspace(f"{name}-{suffix}", force=True)
 
 
+async def test_small_calls_run_on_the_hosts_loop_and_long_ones_on_the_workspaces_thread(
+    model: Settings, name: str
+) -> None:
+    """Hosted: a small call of an idle workspace runs inline on the host's loop (no hop to the
+    workspace's thread and back); a call whose cost depends on data (a 1 MiB write or read, a grep)
+    crosses to the workspace's thread, off the loop its neighbours need. Both models answer alike."""
+    async with computer.get_workspace(name) as ws:
+        host = ws.handle.host if isinstance(ws.handle, HostedHandle) else None
+
+        async def inlined() -> int:
+            return int((await host.host_stats.remote())["inlined"]) if host is not None else 0
+
+        await ws.fs.write_file("/s", b"x" * 100)
+        before = await inlined()
+        await ws.fs.write_file("/t", b"y" * 100)
+        assert await ws.fs.read_file("/t") == b"y" * 100
+        assert (await ws.fs.stat("/t")).size == 100
+        await ws.fs.mkdir("/d")
+        await ws.fs.rm("/d")
+        with pytest.raises(FileNotFoundError):
+            await ws.fs.read_file("/missing")
+        small = await inlined() - before
+        await ws.fs.write_file("/big", b"z" * MiB)
+        assert len(await ws.fs.read_file("/big")) == MiB
+        assert len(await ws.fs.grep("y", "/")) == 1
+        long = await inlined() - before - small
+    if host is not None:
+        assert (small, long) == (6, 0)
+    await computer.delete_workspace(name, force=True)
+
+
 async def test_deleting_one_hosted_workspace_leaves_its_neighbours(model: Settings, name: str) -> None:
     async with computer.get_workspace(f"{name}-stays") as stays:
         await stays.fs.write_file("/f", b"1")
