@@ -28,9 +28,10 @@ if TYPE_CHECKING:
     from ..actors.directory import Directory
     from ..config import Settings
     from ..runtime import Backend
+    from ..surface import AssetsSurface
     from ..workspace import Workspace
 
-__all__ = ["in_process_workspace"]
+__all__ = ["SharePublisher", "in_process_workspace"]
 
 log = logging.getLogger(__name__)
 
@@ -101,13 +102,46 @@ def _open(config: Settings, path: str, epoch: int, *, backends: bool, assets: bo
         from ..runtime import PythonBackend, ShellBackend
 
         chosen = [ShellBackend(live=live), PythonBackend(live=live)]
-    return Workspace(
-        path,
-        backends=chosen,
-        assets=True if assets else None,
-        fence=epoch,
-        max_bytes=config.max_workspace_bytes,
-    )
+    workspace = Workspace(path, backends=chosen, fence=epoch, max_bytes=config.max_workspace_bytes)
+    if assets:
+        workspace.assets = SharePublisher(workspace)
+    return workspace
+
+
+class SharePublisher:
+    """The workspace's share-link publisher (``Workspace(assets=True)``'s), made at its first use.
+
+    Decision: ``computer.assets`` loads the Redis client whether or not Redis is configured, ~0.2 s
+    of CPU, which ``mcp`` paid before it could answer ``initialize`` although most sessions never
+    share a link, and ``tool NAME TOOL --help`` for a publisher it never calls. The first ``share``
+    pays it instead, with the same store and base URL."""
+
+    def __init__(self, workspace: Workspace) -> None:
+        self._workspace = workspace
+        self._assets: AssetsSurface | None = None
+
+    async def share(
+        self,
+        path: str,
+        *,
+        expires_after: float = 3600.0,
+        prefix: str | None = None,
+        content_type: str | None = None,
+        filename: str | None = None,
+        disposition: str = "inline",
+    ) -> str:
+        if self._assets is None:
+            from ..assets import open_assets
+
+            self._assets = open_assets(True, self._workspace)
+        return await self._assets.share(
+            path,
+            expires_after=expires_after,
+            prefix=prefix,
+            content_type=content_type,
+            filename=filename,
+            disposition=disposition,
+        )
 
 
 async def _keep_lease(directory: Directory, name: str, owner_id: str, epoch: int, ttl: float) -> None:

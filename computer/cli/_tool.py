@@ -89,12 +89,10 @@ def _reference_tools() -> dict[str, Any]:
     from ..runtime import PythonBackend, ShellBackend
     from ..tools import create_tools
     from ..workspace import Workspace
+    from ._inprocess import SharePublisher
 
-    class _Publisher:  # never called: the publish tool only needs a publisher to exist
-        async def share(self, path: str, **options: Any) -> str:
-            raise NotImplementedError
-
-    workspace = Workspace(None, backends=[ShellBackend(), PythonBackend()], assets=_Publisher())
+    workspace = Workspace(None, backends=[ShellBackend(), PythonBackend()])
+    workspace.assets = SharePublisher(workspace)  # never called: the publish tool needs one to exist
     try:
         return create_tools(workspace)
     finally:

@@ -5,10 +5,12 @@ no staged python interpreter for a shell exec; ``shell -c LINE`` runs one line w
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from .conftest import MCP_HANDSHAKE, REPO, cli_env, mcp_exchange
 
@@ -70,3 +72,58 @@ def test_shell_c_runs_one_line_and_says_how_it_went(tmp_path: Path) -> None:
 def test_mcp_readonly_serves_the_reading_tools(tmp_path: Path) -> None:
     _, listing = mcp_exchange(["--data-dir", str(tmp_path), "mcp", "reader", "--readonly"], MCP_HANDSHAKE)
     assert {tool["name"] for tool in listing["result"]["tools"]} == {"read", "ls", "find", "grep"}
+
+
+def _mcp_loaded(
+    tmp_path: Path, messages: list[dict[str, object]]
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """``computer mcp quick`` in process: the replies to ``messages`` and what it had loaded at its exit."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LOADED, "--data-dir", str(tmp_path), "mcp", "quick"],
+        env=cli_env(), cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    try:
+        replies = []
+        for message in messages:
+            proc.stdin.write(json.dumps(message) + "\n")
+            proc.stdin.flush()
+            if "id" in message:
+                replies.append(json.loads(proc.stdout.readline()))
+        proc.stdin.close()
+        assert proc.wait(timeout=120) == 0
+        return replies, json.loads(proc.stderr.read().splitlines()[-1])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_share_link_publisher_is_made_at_the_first_share(tmp_path: Path) -> None:
+    """``computer.assets`` loads the Redis client (~0.2 s): ``mcp`` answers without it until a link
+    is shared, and the link it then shares is in the data directory's store."""
+    replies, loaded = _mcp_loaded(tmp_path, MCP_HANDSHAKE)
+    assert "publish" in {tool["name"] for tool in replies[1]["result"]["tools"]}
+    assert "redis" not in loaded["modules"] and "mcp" in loaded["modules"]
+    write = {"name": "write", "arguments": {"path": "/workspace/a.txt", "content": "x\n"}}
+    publish = {"name": "publish", "arguments": {"path": "/workspace/a.txt"}}
+    calls = [
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": write},
+        {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": publish},
+    ]
+    replies, loaded = _mcp_loaded(tmp_path, [*MCP_HANDSHAKE, *calls])
+    shared = replies[3]["result"]["structuredContent"]
+    assert shared["ok"] is True and "redis" in loaded["modules"], replies[3]
+    assert asyncio.run(_stored(tmp_path / "assets", "/".join(shared["url"].split("/")[-2:]))) == "a.txt"
+
+
+async def _stored(assets_dir: Path, key: str) -> str | None:
+    """The file name of the share link ``key`` (``<id>/<file name>``) in the SQLite store at ``assets_dir``."""
+    from computer.assets import SqliteAssetStore
+
+    store = SqliteAssetStore(assets_dir)
+    try:
+        record = await store.get(key)
+        return None if record is None else record.filename
+    finally:
+        await store.close()
