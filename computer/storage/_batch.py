@@ -227,12 +227,14 @@ def commit_batch(
 def _remove(st: Store, paths: Sequence[str], m: Mutation) -> None:
     """Remove ``paths`` (canonical; missing is fine, ``/`` is never removed), links not followed.
 
-    Set-wise, by parent: each parent is resolved once (links followed, as any path's parents are)
-    and its listed names are found in one query, so a pull of 1,000 removals in one directory costs
-    one resolution and one query, not two resolutions per path. Files and links are removed
-    together (:func:`remove_leaves`), a directory with its tree at once; parents are taken deepest
-    first (reverse order: a path sorts after its ancestors), and the files held so far are removed
-    before each directory, since they may lie below it.
+    Set-wise, by parent: each parent is resolved once (links followed, as any path's parents are);
+    its listed names are taken from the resolution cache, and those it lacks found in one query
+    (1,000 names ~3 ms of SQLite: the cache first), so a pull of 1,000 removals in one directory
+    costs one resolution and at most one query, not two resolutions per path (a cold cache: a
+    query or more per path). Files and links are removed together (:func:`remove_leaves`), a
+    directory with its tree at once; parents are taken deepest first (reverse order: a path sorts
+    after its ancestors), and the files held so far are removed before each directory, since they
+    may lie below it.
     """
     names: dict[str, list[str]] = {}
     for p in paths:
@@ -241,6 +243,7 @@ def _remove(st: Store, paths: Sequence[str], m: Mutation) -> None:
             names.setdefault(parent, []).append(name)
     leaves: list[tuple[str, int, str, int, int]] = []  # files and links, removed together
     doomed: set[str] = set()
+    cache = st.cache  # emptied in place when a directory goes (``Store.forget``)
     for parent in sorted(names, reverse=True):
         try:
             pino, pkind, preal = resolve(st, parent)
@@ -248,17 +251,26 @@ def _remove(st: Store, paths: Sequence[str], m: Mutation) -> None:
             continue  # its parent is missing (or not a directory): nothing to remove
         if pkind != DIR:
             continue
-        listed = names[parent]
-        if len(listed) == 1:
-            node = lookup(st, pino, listed[0])
-            found = [] if node is None else [(listed[0], *node)]
-        else:
-            found = st.db.execute(
+        found: list[tuple[str, int, int]] = []
+        unknown: list[str] = []
+        prefix = preal if preal == "/" else preal + "/"
+        for name in names[parent]:
+            node = cache.get(prefix + name)
+            if node is None:
+                unknown.append(name)
+            else:
+                found.append((name, *node))
+        if len(unknown) == 1:
+            node = lookup(st, pino, unknown[0])
+            if node is not None:
+                found.append((unknown[0], *node))
+        elif unknown:
+            found += st.db.execute(
                 "SELECT d.name, d.child, i.kind FROM dirents d JOIN inodes i ON i.id = d.child "
                 "WHERE d.parent = ? AND d.name IN (SELECT value FROM json_each(?))",
-                (pino, json.dumps(listed, ensure_ascii=False)),
+                (pino, json.dumps(unknown, ensure_ascii=False)),
             ).fetchall()
-            found.sort(reverse=True)
+        found.sort(reverse=True)
         for name, ino, kind in found:
             real = join(preal, name)
             if kind == DIR:
