@@ -7,9 +7,9 @@ create, take back from draining, drain, remove, and whose lines to shed. The con
 
 Demand is the queue and the wait of runs: runs waiting in a line that could go elsewhere, a run that
 waited more than :data:`GROW_WAIT`, runs a dispatcher holds with no worker at all, and runs pinned to
-their live sandbox on a full worker when no worker has a free slot (with a free slot somewhere, the
-dispatchers move those whose sandbox is idle and start new workspaces there: one more worker would not
-serve them sooner).
+their live sandbox on a full worker, waiting longer than a move costs, when no worker has a free
+slot (with a free slot somewhere, the dispatchers move those whose sandbox is idle and start new
+workspaces there: one more worker would not serve them sooner).
 
 Growth under a machine-wide stall (decided, issue 23): the pool grows when runs wait for a slot, also
 when the wait comes from a node whose real CPUs are saturated (other processes, a stall) while Ray
@@ -160,9 +160,14 @@ def plan(
     # go there. Without one, the pool grows; once the new worker is in their view, the next runs of
     # idle sandboxes move to it and new workspaces start there (see ``PoolBackend._movable``).
     serving = [r for r in reports if not r.draining]
-    pinned = sum(r.pinned_queued for r in serving)
+    # Only pinned runs whose wait is longer than a move (the worker's measured ``move_cost``) count: a
+    # new worker serves the others no sooner, as they would not move to it (``_pool_moves``): made for
+    # them, it would idle until drained. A report without a measured cost (0) counts them all.
+    pinned = sum(
+        r.pinned_queued for r in serving if (r.queued + 1) * r.slot_time > r.move_cost or not r.move_cost
+    )
     room = any(r.running + r.queued < r.target for r in serving)
-    pinned_waited = max((r.pinned_wait for r in serving), default=0.0)
+    pinned_waited = max((r.pinned_wait for r in serving if r.pinned_wait > r.move_cost), default=0.0)
     pins_wait = not room and (pinned > 0 or pinned_waited > GROW_WAIT)
 
     for w in draining:  # drained and holding nothing (the report came after the drain): gone

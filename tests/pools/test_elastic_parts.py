@@ -306,3 +306,17 @@ def test_a_pinned_run_moves_only_when_its_wait_in_line_is_longer_than_a_move() -
     assert moves.worth_moving("w", ahead=5, target=4)  # 60 ms: it moves
     # Slots held by long runs (their median age 2 s) are known before those runs end.
     assert moves.worth_moving("w", ahead=0, target=4, ages=[2.0, 2.0, 3.0, 0.1])
+
+
+def test_pinned_runs_that_wait_less_than_a_move_do_not_grow_the_pool() -> None:
+    # Every slot taken, pinned runs wait, but a slot comes free sooner than a move would start them
+    # elsewhere: they would not move to a new worker, which would idle. A longer wait grows it.
+    def full(**kw: object) -> list[WorkerState]:
+        return [_ready("a", running=2, **kw), _ready("b", running=2)]
+
+    short = full(queued=1, pinned_queued=1, pinned_wait=0.3, slot_time=0.05, move_cost=0.4)
+    assert (plan(LIMITS, 6, short, now=100.0).grow, plan(LIMITS, 6, short, now=100.0).pressure) == (0, False)
+    long_line = full(queued=9, pinned_queued=9, slot_time=0.05, move_cost=0.4)
+    assert plan(LIMITS, 6, long_line, now=100.0).grow > 0  # 10 x 50 ms: longer than the move
+    long_wait = full(pinned_wait=0.5, slot_time=0.05, move_cost=0.4)
+    assert plan(LIMITS, 6, long_wait, now=100.0).grow == 1
