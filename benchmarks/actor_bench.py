@@ -19,6 +19,9 @@ per awake workspace) against ``hosted`` (owner hosts, here one per node so that 
 - a small op's latency through a client (stat, 100 B read, 100 B write), hosted / dedicated (target
   <= 1.1x), measured for both models in alternating turns in one window (a shared machine's load
   drifts), and the stat's while a neighbour writes 64 MiB again and again (target p99 <= 5 ms).
+Hosted is measured in the same turns with small calls inline on the host's loop (the default) and
+with every call handed to the workspace's thread (``OwnerHost.inline_small_calls(False)``), and that
+hand-over alone in process (a stat on a ``LoopThread``, no Ray).
 """
 
 from __future__ import annotations
@@ -376,7 +379,9 @@ async def one_model(owners: str, awake: int, wakes: int, big_writes: float) -> t
     )
     ws = clients[-1]
     await ws.fs.write_file("/small", b"x" * 100)
-    # A neighbour (same host when hosted) writes 64 MiB again and again meanwhile.
+    # A neighbour (same host when hosted) writes 64 MiB again and again meanwhile. Hosted, in turns
+    # with small calls inline on the host's loop (the default) and without (every call crossing to
+    # the workspace's thread, as before): both in one window.
     big = clients[-2]
     payload = os.urandom(64 * 2**20)
     stop = time.monotonic() + big_writes
@@ -388,20 +393,33 @@ async def one_model(owners: str, awake: int, wakes: int, big_writes: float) -> t
             await big.fs.write_file("/big", payload)
             writes += 1
 
+    paths = [True, False] if owners == "hosted" else [None]
+    during: dict[bool | None, list[float]] = {p: [] for p in paths}
     task = asyncio.create_task(writer())
-    during = []
+    turn = 0
     while not task.done():
-        t = time.perf_counter()
-        await ws.fs.stat("/small")
-        during.append((time.perf_counter() - t) * 1000)
+        inline = paths[turn % len(paths)]
+        if inline is not None:
+            await ws.handle.host.inline_small_calls.remote(inline)
+        turn_end = time.monotonic() + 0.5
+        while not task.done() and time.monotonic() < turn_end:
+            t = time.perf_counter()
+            await ws.fs.stat("/small")
+            during[inline].append((time.perf_counter() - t) * 1000)
+        turn += 1
     await task
-    out["neighbour"] = (statistics.median(during), percentile(during, 0.99), max(during))
+    if owners == "hosted":
+        await ws.handle.host.inline_small_calls.remote(True)
     same = (await big.handle.stats.remote())["pid"] == (await ws.handle.stats.remote())["pid"]
-    print(
-        f"{owners}: stat while a neighbour ({'same' if same else 'another'} process) wrote 64 MiB x{writes}: "
-        f"p50 {out['neighbour'][0]:.3f} ms, p99 {out['neighbour'][1]:.3f} ms, max {out['neighbour'][2]:.1f} ms "
-        f"({len(during)} stats)"
-    )
+    for inline, got in during.items():
+        key = "neighbour" if inline in (None, True) else "neighbour_crossing"
+        out[key] = (statistics.median(got), percentile(got, 0.99), max(got))
+        how = {None: "", True: " (small calls inline)", False: " (every call crossing to its thread)"}[inline]
+        print(
+            f"{owners}{how}: stat while a neighbour ({'same' if same else 'another'} process) wrote 64 MiB "
+            f"x{writes}: p50 {out[key][0]:.3f} ms, p99 {out[key][1]:.3f} ms, max {out[key][2]:.1f} ms "
+            f"({len(got)} stats)"
+        )
     for c in [*clients[:-1], anchor]:
         await c.close()
         if owners == "hosted":
@@ -414,7 +432,9 @@ async def one_model(owners: str, awake: int, wakes: int, big_writes: float) -> t
 
 async def small_ops(models: dict[str, Any], n: int, rounds: int = 6) -> dict[str, dict[str, Any]]:
     """A small op's latency through a client of each model, ``n`` calls per op and model, measured
-    in ``rounds`` alternating turns (on a loaded machine, load drifts: turns share it fairly)."""
+    in ``rounds`` alternating turns (on a loaded machine, load drifts: turns share it fairly).
+    ``"hosted, crossing"`` is the hosted client with small calls handed to the workspace's thread
+    like every call (``OwnerHost.inline_small_calls(False)``): the code before they ran inline."""
     ops = {
         "stat": lambda ws: ws.fs.stat("/small"),
         "read 100 B": lambda ws: ws.fs.read_file("/small"),
@@ -423,9 +443,14 @@ async def small_ops(models: dict[str, Any], n: int, rounds: int = 6) -> dict[str
     samples: dict[str, dict[str, list[float]]] = {m: {label: [] for label in ops} for m in models}
     for turn in range(rounds):
         for model in models if turn % 2 == 0 else reversed(list(models)):
+            ws = models[model]
+            if model.startswith("hosted"):
+                await ws.handle.host.inline_small_calls.remote(model == "hosted")
             for label, op in ops.items():
-                ws = models[model]
                 samples[model][label] += await timed(lambda ws=ws, op=op: op(ws), max(1, n // rounds))
+    for model in models:
+        if model.startswith("hosted"):
+            await models[model].handle.host.inline_small_calls.remote(True)
     out: dict[str, dict[str, Any]] = {m: {} for m in models}
     for model, by_op in samples.items():
         for label, got in by_op.items():
@@ -434,6 +459,38 @@ async def small_ops(models: dict[str, Any], n: int, rounds: int = 6) -> dict[str
                 f"{model}: {label:<12} p50 {out[model][label][0]:.3f} ms, p99 {out[model][label][1]:.3f} ms"
             )
     return out
+
+
+async def hand_over_in_process(n: int, rounds: int = 10) -> tuple[float, float]:
+    """The hop a hosted call makes from the host's loop to its workspace's loop thread and back, in
+    this process (no Ray, no client: the difference alone): a ``stat`` of a workspace open on a
+    ``LoopThread``, run inline (the default for small calls) and handed over, in alternating turns.
+    Returns the medians in µs."""
+    from computer.actors._loop_thread import LoopThread, SharedThreadPool
+    from computer.workspace import Workspace
+
+    pool = SharedThreadPool(2, thread_name_prefix="bench-io")
+    thread = LoopThread("bench", pool)
+    path = os.path.join(tempfile.mkdtemp(prefix="cbench-hop-"), "w.sqlite")
+
+    async def open_it() -> Workspace:
+        return Workspace(path)
+
+    ws = await thread.run(open_it())
+    await thread.run(ws.fs.write_file("/small", b"x" * 100))
+    got: dict[bool, list[float]] = {True: [], False: []}
+    for turn in range(2 * rounds):
+        inline = turn % 2 == 0
+        small = (lambda: True) if inline else None
+        for _ in range(max(1, n // rounds)):
+            t = time.perf_counter()
+            await thread.run(ws.fs.stat("/small"), inline=small)
+            got[inline].append((time.perf_counter() - t) * 1e6)
+    await thread.run(ws.close())
+    thread.stop()
+    thread.thread.join(10)
+    pool.close()
+    return statistics.median(got[True]), statistics.median(got[False])
 
 
 async def _stop(ws: Any) -> None:
@@ -445,11 +502,20 @@ async def owner_models(args: argparse.Namespace) -> None:
     print(f"\n== owner models (issue 20), {args.iterations} calls per latency ==")
     dedicated, dedicated_ws = await one_model("dedicated", args.awake_dedicated, args.wakes, args.big_seconds)
     hosted, hosted_ws = await one_model("hosted", args.awake, args.wakes, args.big_seconds)
-    latencies = await small_ops({"dedicated": dedicated_ws, "hosted": hosted_ws}, args.iterations)
+    latencies = await small_ops(
+        {"dedicated": dedicated_ws, "hosted": hosted_ws, "hosted, crossing": hosted_ws},
+        args.iterations,
+        args.rounds,
+    )
     dedicated.update(latencies["dedicated"])
     hosted.update(latencies["hosted"])
     for ws in (dedicated_ws, hosted_ws):
         await _stop(ws)
+    inline_us, crossing_us = await hand_over_in_process(10 * args.iterations)
+    print(
+        f"in process, a stat of a hosted workspace: inline {inline_us:.0f} µs, handed to its thread and "
+        f"back {crossing_us:.0f} µs (p50; {crossing_us - inline_us:.0f} µs saved per small call)"
+    )
     print("\n== hosted vs dedicated ==")
     print(
         f"awake workspaces per GiB counting the host process: hosted {hosted['per_gib_whole']:.0f} "
@@ -463,13 +529,16 @@ async def owner_models(args: argparse.Namespace) -> None:
         f"cold wake p50: hosted {hosted['wake_p50']:.1f} ms, dedicated {dedicated['wake_p50']:.1f} ms "
         f"({dedicated['wake_p50'] / hosted['wake_p50']:.1f}x faster; target hosted <= 20 ms)"
     )
+    crossing = latencies["hosted, crossing"]
     for label in ("stat", "read 100 B", "write 100 B"):
         print(
-            f"{label:<12} p50 hosted / dedicated: {hosted[label][0] / dedicated[label][0]:.2f}x (target <= 1.1x)"
+            f"{label:<12} p50 hosted / dedicated: {hosted[label][0] / dedicated[label][0]:.2f}x (target <= 1.1x); "
+            f"every call crossing to its thread: {crossing[label][0] / dedicated[label][0]:.2f}x"
         )
     print(
-        f"stat p99 next to 64 MiB writes: hosted {hosted['neighbour'][1]:.2f} ms, dedicated "
-        f"{dedicated['neighbour'][1]:.2f} ms (target hosted <= 5 ms)"
+        f"stat p99 next to 64 MiB writes: hosted {hosted['neighbour'][1]:.2f} ms (every call crossing: "
+        f"{hosted['neighbour_crossing'][1]:.2f} ms), dedicated {dedicated['neighbour'][1]:.2f} ms "
+        "(target hosted <= 5 ms)"
     )
 
 
@@ -489,6 +558,7 @@ async def main() -> None:
     )
     parser.add_argument("--awake-dedicated", type=int, default=30, help="--models: awake dedicated ones")
     parser.add_argument("--wakes", type=int, default=20, help="--models: cold wakes measured per model")
+    parser.add_argument("--rounds", type=int, default=6, help="--models: alternating turns of small ops")
     parser.add_argument(
         "--big-seconds", type=float, default=6.0, help="--models: neighbour 64 MiB writes for"
     )
