@@ -1,6 +1,7 @@
 """CLI speed: one ``computer`` command, in process (no cluster named) and joined to a running cluster.
 
-Run: ``.venv/bin/python benchmarks/cli_bench.py [--runs N] [--no-cluster] [--no-local-ray]``. Every
+Run: ``.venv/bin/python benchmarks/cli_bench.py [--runs N] [--no-cluster] [--no-local-ray]
+[--compare CHECKOUT]``. Every
 command is a fresh subprocess, as a user or a script runs it; the wall time of each is measured from
 spawn to exit. Printed, per command: median and slowest of N runs, and the ratio to the baselines
 measured in the same run (and the median CPU time of the command's process, which a loaded machine
@@ -18,6 +19,10 @@ time from spawn to the answer of its ``initialize`` request (what an MCP client 
 its exit once stdin closes. With a cluster: a loopback Ray cluster (one node, started by this script,
 stopped at the end: only its own processes), and the same commands with ``--address``. The target: in
 process "well under a second" per command.
+
+``--compare CHECKOUT`` measures only the in-process commands, alternating runs of an earlier revision's
+checkout (``git worktree add /tmp/old REV``) with this one's, each in a data directory of its own:
+old and new under the same load, with the ratio new/old of the wall and CPU medians.
 """
 
 from __future__ import annotations
@@ -75,10 +80,10 @@ def children_cpu() -> Iterator[None]:
     CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
 
 
-def timed(args: Sequence[str], environ: dict[str, str]) -> float:
+def timed(args: Sequence[str], environ: dict[str, str], cwd: Path = REPO) -> float:
     with children_cpu():
         started = time.perf_counter()
-        proc = subprocess.run(args, env=environ, cwd=REPO, capture_output=True, text=True, timeout=300)
+        proc = subprocess.run(args, env=environ, cwd=cwd, capture_output=True, text=True, timeout=300)
         elapsed = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args)} failed ({proc.returncode}): {proc.stderr[-2000:]}")
@@ -89,13 +94,13 @@ def series(args: Sequence[str], environ: dict[str, str], runs: int) -> list[floa
     return [timed(args, environ) for _ in range(runs)]
 
 
-def mcp_timed(args: Sequence[str], environ: dict[str, str]) -> tuple[float, float]:
+def mcp_timed(args: Sequence[str], environ: dict[str, str], cwd: Path = REPO) -> tuple[float, float]:
     """``computer mcp``: seconds from spawn to the answer of ``initialize``, and to its exit after
     stdin closes (its CPU time appended to :data:`CPU`)."""
     pipe = subprocess.PIPE
     with children_cpu():
         started = time.perf_counter()
-        proc = subprocess.Popen(args, env=environ, cwd=REPO, stdin=pipe, stdout=pipe, stderr=pipe, text=True)
+        proc = subprocess.Popen(args, env=environ, cwd=cwd, stdin=pipe, stdout=pipe, stderr=pipe, text=True)
         assert proc.stdin is not None and proc.stdout is not None
         try:
             proc.stdin.write(json.dumps(_INITIALIZE) + "\n")
@@ -122,6 +127,33 @@ def measure(prefix: Sequence[str], environ: dict[str, str], runs: int, baselines
     samples = [mcp_timed([*prefix, *MCP], environ) for _ in range(runs)]
     print(row("mcp: spawn to initialize answered", [a for a, _ in samples], baselines, cpu=False), flush=True)
     print(row("mcp: spawn to exit (stdin closed)", [e for _, e in samples], baselines), flush=True)
+
+
+def compare(other: Path, environs: tuple[dict[str, str], dict[str, str]], runs: int) -> None:
+    """Each command in process, run alternately from the checkout ``other`` (an earlier revision,
+    e.g. ``git worktree add /tmp/old REV``) and from this one, so both see the same load: two rows
+    per command (median wall, median CPU) and the ratio new/old of each."""
+    trees = (other, REPO)
+    print(f"old ({other}) vs new ({REPO}), alternating, in process:")
+    for cwd, environ in zip(trees, environs, strict=True):
+        timed([*COMPUTER, *COMMANDS[0][1]], environ, cwd)  # creates the workspace in its data dir
+    for label, args in [*COMMANDS, ("mcp: spawn to initialize answered", MCP)]:
+        wall: tuple[list[float], list[float]] = ([], [])
+        cpu: tuple[list[float], list[float]] = ([], [])
+        for _ in range(runs):
+            for side, (cwd, environ) in enumerate(zip(trees, environs, strict=True)):
+                if args is MCP:
+                    wall[side].append(mcp_timed([*COMPUTER, *args], environ, cwd)[0])
+                else:
+                    wall[side].append(timed([*COMPUTER, *args], environ, cwd))
+                cpu[side].append(CPU[-1])
+        old, new = (statistics.median(w) * 1000 for w in wall)
+        old_cpu, new_cpu = (statistics.median(c) * 1000 for c in cpu)
+        print(
+            f"  {label:<40} old {old:6.0f} ms (cpu {old_cpu:5.0f})  new {new:6.0f} ms (cpu {new_cpu:5.0f})"
+            f"  new/old {_ratio(new / old)} wall {_ratio(new_cpu / old_cpu)} cpu",
+            flush=True,
+        )
 
 
 def _ratio(value: float) -> str:
@@ -193,12 +225,23 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=7, help="invocations per command (default 7)")
     parser.add_argument("--no-cluster", action="store_true", help="skip the joined-cluster section")
     parser.add_argument("--no-local-ray", action="store_true", help="skip the old per-command Ray start")
+    parser.add_argument(
+        "--compare",
+        type=Path,
+        metavar="CHECKOUT",
+        help="only compare, in process, this checkout's commands with those of CHECKOUT (an earlier revision)",
+    )
     opts = parser.parse_args()
     runs = max(1, opts.runs)
 
     with tempfile.TemporaryDirectory(prefix="cli-bench-") as tmp:
         data = Path(tmp) / "data"
         environ = env(data)
+        if opts.compare is not None:
+            print(f"cli_bench: {runs} runs per command and side, load average {os.getloadavg()[0]:.1f}")
+            compare(opts.compare.resolve(), (env(Path(tmp) / "old-data"), environ), runs)
+            print(f"load average at the end {os.getloadavg()[0]:.1f}")
+            return
         print(f"cli_bench: {runs} runs per command, load average {os.getloadavg()[0]:.1f}")
         baselines = {
             "python": statistics.median(series([sys.executable, "-c", "pass"], environ, runs)),
