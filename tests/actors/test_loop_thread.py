@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 
 import pytest
 
@@ -74,7 +74,11 @@ async def test_an_async_generator_steps_across(thread: LoopThread) -> None:
     assert got == [0, 1, 2]
 
 
-async def test_a_cancelled_caller_cancels_the_call_there(thread: LoopThread) -> None:
+@pytest.mark.parametrize("inline", [None, lambda: True], ids=["handed-over", "inline-then-waits"])
+async def test_a_cancelled_caller_cancels_the_call_there(
+    thread: LoopThread, inline: Callable[[], bool] | None
+) -> None:
+    """Handed over, or run inline until it waits and then gone on there as a task: the same."""
     started, cancelled = threading.Event(), threading.Event()
 
     async def long() -> None:
@@ -85,7 +89,7 @@ async def test_a_cancelled_caller_cancels_the_call_there(thread: LoopThread) -> 
             cancelled.set()
             raise
 
-    call = asyncio.ensure_future(thread.run(long()))
+    call = asyncio.ensure_future(thread.run(long(), inline=inline))
     await asyncio.to_thread(started.wait, 10)
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -210,22 +214,3 @@ async def test_an_inline_call_that_waits_goes_on_there(thread: LoopThread) -> No
     caller = threading.current_thread().name
     assert await thread.run(waits(), inline=lambda: True) == (caller, "ws:test")
     assert await thread.run(asyncio.sleep(0, result="next"), inline=lambda: True) == "next"
-
-    started = threading.Event()
-    cancelled = threading.Event()
-
-    async def long() -> None:
-        await asyncio.sleep(0)
-        started.set()
-        try:
-            await asyncio.sleep(60)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    call = asyncio.ensure_future(thread.run(long(), inline=lambda: True))
-    await asyncio.to_thread(started.wait, 10)
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
-    assert await asyncio.to_thread(cancelled.wait, 10)
