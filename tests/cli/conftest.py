@@ -60,12 +60,17 @@ MCP_HANDSHAKE: list[dict[str, Any]] = [
 
 
 def mcp_exchange(
-    args: Sequence[str], messages: Sequence[dict[str, Any]] = MCP_HANDSHAKE
+    args: Sequence[str],
+    messages: Sequence[dict[str, Any]] = MCP_HANDSHAKE,
+    *,
+    command: Sequence[str] = COMPUTER,
+    stderr: list[str] | None = None,
 ) -> list[dict[str, Any]]:
-    """Send ``messages`` to ``computer ARGS`` (an MCP server on stdio) one by one; the replies to those
-    with an id, in order. The server must exit 0 once its stdin closes."""
+    """Send ``messages`` to ``computer ARGS`` (an MCP server on stdio, started as ``command``) one by
+    one; the replies to those with an id, in order. The server must exit 0 once its stdin closes;
+    what it wrote on stderr is appended to ``stderr`` when given."""
     proc = subprocess.Popen(
-        [*COMPUTER, *args], env=cli_env(), cwd=REPO,
+        [*command, *args], env=cli_env(), cwd=REPO,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None
@@ -76,8 +81,10 @@ def mcp_exchange(
             proc.stdin.flush()
             if "id" in message:
                 replies.append(json.loads(proc.stdout.readline()))  # every stdout line is protocol
-        proc.stdin.close()
-        assert proc.wait(timeout=60) == 0
+        _, err = proc.communicate(timeout=60)  # closes stdin
+        assert proc.returncode == 0, err[-3000:]
+        if stderr is not None:
+            stderr.append(err)
     finally:
         if proc.poll() is None:
             proc.kill()

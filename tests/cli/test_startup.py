@@ -75,28 +75,17 @@ def test_mcp_readonly_serves_the_reading_tools(tmp_path: Path) -> None:
 
 
 def _mcp_loaded(
-    tmp_path: Path, messages: list[dict[str, object]]
+    tmp_path: Path, messages: list[dict[str, Any]]
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """``computer mcp quick`` in process: the replies to ``messages`` and what it had loaded at its exit."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _LOADED, "--data-dir", str(tmp_path), "mcp", "quick"],
-        env=cli_env(), cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    try:
-        replies = []
-        for message in messages:
-            proc.stdin.write(json.dumps(message) + "\n")
-            proc.stdin.flush()
-            if "id" in message:
-                replies.append(json.loads(proc.stdout.readline()))
-        proc.stdin.close()
-        assert proc.wait(timeout=120) == 0
-        return replies, json.loads(proc.stderr.read().splitlines()[-1])
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    stderr: list[str] = []
+    replies = mcp_exchange(
+        ["--data-dir", str(tmp_path), "mcp", "quick"],
+        messages,
+        command=[sys.executable, "-c", _LOADED],
+        stderr=stderr,
+    )
+    return replies, json.loads(stderr[0].splitlines()[-1])
 
 
 def test_the_share_link_publisher_is_made_at_the_first_share(tmp_path: Path) -> None:
