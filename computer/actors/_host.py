@@ -145,13 +145,23 @@ class WorkspaceHost(PoolCallbacks):
         return uuid.uuid4().hex
 
     @contextlib.contextmanager
-    def _activity(self) -> Iterator[None]:
+    def _activity(self, *, background: bool = False) -> Iterator[None]:
+        """One call in progress: the owner does not close under it, and its end counts as use
+        (``_last_active``, what ``hibernate_after`` counts from).
+
+        ``background``: a call a live sandbox makes on its own, the continuous sync that carries its
+        processes' writes while no run is in progress. It keeps the owner open while it runs but is
+        not use: a workspace whose only activity is a background process (a dev server nobody calls)
+        hibernates after ``hibernate_after``, which ends its live sandbox and the process (what it
+        wrote is pulled first). The same sync during a run counts, as the run does.
+        """
         self._inflight += 1
         try:
             yield
         finally:
             self._inflight -= 1
-            self._last_active = time.time()
+            if not background or self.workspace.runtime.active() > 0:
+                self._last_active = time.time()
 
     def _busy(self) -> bool:
         """Whether closing now would break something a client is using."""
@@ -234,12 +244,13 @@ class WorkspaceHost(PoolCallbacks):
     def _moved(self) -> Reply:
         return moved(self.name, self.managed)
 
-    async def _serve(self, work: Callable[[], Awaitable[Any]]) -> Reply:
-        """Run one whole operation as an RPC: moved once closing, counted as activity, errors as replies."""
+    async def _serve(self, work: Callable[[], Awaitable[Any]], *, background: bool = False) -> Reply:
+        """Run one whole operation as an RPC: moved once closing, counted as activity (see
+        :meth:`_activity` for ``background``), errors as replies."""
         if self._closing:
             return self._moved()
         self._rpcs += 1
-        with self._activity():
+        with self._activity(background=background):
             try:
                 return ok(await work())
             except Exception as exc:

@@ -33,14 +33,15 @@ def owner_token() -> str:
 class PoolCallbacks:
     """Mixin of :class:`~computer.actors.WorkspaceHost`: ``fs_call``, ``sync_push``, ``sync_pull``, ``share``.
 
-    Each is served by the host's ``_serve`` (moved once closing, counted as activity and in the host's
-    ``rpcs``, errors as replies), like every other owner RPC.
+    Each is served by the host's ``_serve`` (moved once closing, counted in the host's ``rpcs``,
+    errors as replies), like every other owner RPC. The sync calls count as use only while a run is
+    in progress: a live sandbox's background processes alone do not keep the workspace awake.
     """
 
     if TYPE_CHECKING:
         workspace: Workspace
 
-        async def _serve(self, work: Callable[[], Awaitable[Any]]) -> Reply: ...
+        async def _serve(self, work: Callable[[], Awaitable[Any]], *, background: bool = False) -> Reply: ...
 
     async def pool_ping(self) -> str:
         """The :func:`owner_token` of this process: a worker checks its runs' owner is still there."""
@@ -59,12 +60,12 @@ class PoolCallbacks:
         async def push() -> bytes:
             return encode_sync(await self._exec_context().sync_push(mirror_rev, root, SyncLimits(**limits)))
 
-        return await self._serve(push)
+        return await self._serve(push, background=True)
 
     async def pool_sync_pull(self, pull: bytes, base_rev: int) -> Reply:
         """Apply a run's changes (an encoded :class:`SyncPull`) in one transaction; a ``BatchResult``."""
         return await self._serve(
-            lambda: self._exec_context().sync_pull(decode_sync(SyncPull, pull), base_rev)
+            lambda: self._exec_context().sync_pull(decode_sync(SyncPull, pull), base_rev), background=True
         )
 
     async def pool_share(self, path: str, expires_after: float) -> Reply:

@@ -25,7 +25,7 @@ class LocalOwner(PoolCallbacks):
         self.workspace = workspace
         self.served: list[str] = []
 
-    async def _serve(self, work: Callable[[], Awaitable[Any]]) -> Reply:
+    async def _serve(self, work: Callable[[], Awaitable[Any]], *, background: bool = False) -> Reply:
         try:
             return ok(await work())
         except Exception as exc:
