@@ -24,8 +24,10 @@ workspace-specific order (rendezvous hashing, stable while workers come and go);
 anywhere, the least loaded (the run waits in that worker's line, which makes the pool grow).
 
 A run whose worker dies before the dispatcher saw its first item (output, its exit, or a
-``RunStarted`` marker: see ``PoolWorker.run``) left nothing in the workspace and is sent again; after
-that it is failed. A run handed back by its worker (:class:`~computer.actors._pool_admission.Requeue`:
+``RunStarted`` marker: see ``PoolWorker.run``) left nothing in the workspace and is sent again (to a
+worker Ray restarts in place: until it answers, for at most :data:`RESTART_WAIT` seconds); after that
+it is failed. When that worker held the workspace's live sandbox, its background processes ended with
+it: the run goes on in a fresh sandbox and says so first on its stderr (:data:`LOST_SANDBOX`). A run handed back by its worker (:class:`~computer.actors._pool_admission.Requeue`:
 the worker drains, or shed its line because capacity appeared elsewhere) had not started either and
 is sent to another worker. So removing a worker loses no run and runs none twice. Workers check every
 few seconds that the owner of each run is still the same live process, and kill runs whose owner is
@@ -46,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
-from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent
+from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, OutputChunk
 from ..runtime.types import BackendInfo
 from ._pool_admission import Requeue
 from ._pool_callbacks import owner_token
@@ -65,6 +67,15 @@ log = logging.getLogger(__name__)
 STREAM_AHEAD = 16
 # A run that did not reach a live worker (it was dead or being replaced) is re-dispatched this often.
 DISPATCH_RETRIES = 3
+# ... and while the worker it went to is being restarted by Ray (a crash, a kill), for up to this many
+# seconds: a worker process starts in seconds, more on a loaded machine. Seconds.
+RESTART_WAIT = 60.0
+# What a run says first on its stderr when the worker holding its workspace's live sandbox died.
+LOST_SANDBOX = (
+    "computer: the exec worker holding this workspace's live sandbox died ({why}); its background "
+    "processes ended with it (what they had written and synced is kept) and this command runs in a "
+    "fresh sandbox\n"
+)
 INFO_TIMEOUT = 120.0  # seconds for a new pool's first worker to start and describe itself
 VIEW_TTL = 1.0  # seconds a dispatcher uses the control loop's view before refreshing it (in the background)
 # The same while the pool is calm: every worker had a free slot in the last view, none pending, no run of
@@ -388,6 +399,11 @@ class PoolBackend:
         self._forget(slot)
         self._view_at = -math.inf  # the next run asks the control loop again
 
+    def _gone(self, name: str) -> bool:
+        """Whether the worker ``name`` is known dead or no longer in the pool."""
+        slot = self._slots.get(name)
+        return slot is None or not slot.listed or name in self._dead
+
     def _forget(self, slot: _Slot) -> None:
         """Forget what the worker process held for this owner (it died or restarts)."""
         slot.memory.forget()
@@ -417,8 +433,18 @@ class PoolBackend:
             yield ExitEvent(None, error=f"pool backend {self.backend!r} needs an owner actor: {exc}")
             return
         attempt = requeues = 0
+        restarting_until: float | None = None  # set by the first worker found restarting
+        lost: str | None = None  # why the live sandbox this run expected is gone (said once it runs)
         while True:
+            was_pinned = self.pinned(workspace_id)
             slot = await self._choose(workspace_id, spread=requeues > 0)
+            if (
+                was_pinned is not None
+                and (slot is None or slot.name != was_pinned)
+                and self._gone(was_pinned)
+            ):
+                self.unpin(workspace_id)  # found dead since the last run: its live sandbox with it
+                lost = f"{was_pinned}: gone"
             if slot is None:
                 yield ExitEvent(
                     None,
@@ -444,6 +470,9 @@ class PoolBackend:
                     if isinstance(event, OwnerUnknown):  # a new worker process: nothing ran
                         slot.memory.introduced = False
                         unknown = True
+                        if self.pinned(workspace_id) == slot.name:  # restarted: the live sandbox is gone
+                            self.unpin(workspace_id)
+                            lost = f"{slot.name}: restarted"
                         break
                     if isinstance(event, Requeue):  # handed back before it started: nothing ran
                         slot.draining = slot.draining or event.reason == "draining"
@@ -458,6 +487,9 @@ class PoolBackend:
                         break
                     # Any other first item: the run reached a live worker that holds the owner handle.
                     started = slot.memory.introduced = True
+                    if lost is not None:
+                        yield OutputChunk("stderr", LOST_SANDBOX.format(why=lost).encode())
+                        lost = None
                     if isinstance(event, RunStarted):
                         continue
                     if isinstance(event, ExitEvent):
@@ -480,10 +512,19 @@ class PoolBackend:
                     self._forget(slot)
                 else:  # dead (or its name already gone: ValueError from the lookup)
                     self._bury(slot)
-                if not started and attempt < DISPATCH_RETRIES:
+                restarting = isinstance(exc, ActorUnavailableError)
+                if restarting and restarting_until is None:
+                    restarting_until = time.monotonic() + RESTART_WAIT
+                if not started and (
+                    attempt < DISPATCH_RETRIES
+                    or (restarting and restarting_until is not None and time.monotonic() < restarting_until)
+                ):
                     attempt += 1  # no item came back: nothing reached the workspace, send it again
-                    if isinstance(exc, ActorUnavailableError):
-                        await asyncio.sleep(0.1 * 2**attempt)  # bounded: 0.2 + 0.4 + 0.8 s
+                    if self.pinned(workspace_id) == slot.name:  # its live sandbox died with it
+                        self.unpin(workspace_id)
+                        lost = f"{slot.name}: {_first_line(exc)}"
+                    if restarting:
+                        await asyncio.sleep(min(0.1 * 2**attempt, 2.0))  # bounded by RESTART_WAIT
                     continue
                 finished = True
                 lost = ""
