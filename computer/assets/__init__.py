@@ -7,16 +7,42 @@ is configured); :func:`serve` (``computer serve``) answers the URLs from the sam
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from ._assets import Assets, asset_key, guess_content_type
 from ._disposition import content_disposition
 from ._expiry import DEFAULT_EXPIRES_AFTER, MAX_EXPIRES_AFTER, link_lifetime
 from ._ids import CROCKFORD_ALPHABET, ID_LENGTH, new_asset_id
 from ._open import base_path_of, default_store, open_assets
 from ._record import AssetRecord
-from ._redis_store import RedisAssetStore
-from ._server import create_app, create_server, serve
 from ._sqlite_store import SqliteAssetStore
 from ._store import AssetNotFoundError, AssetStore
+
+if TYPE_CHECKING:
+    from ._redis_store import RedisAssetStore
+    from ._server import create_app, create_server, serve
+
+# Imported at first use (PEP 562): the Redis client (~0.25 s of CPU) and the web server (uvicorn,
+# starlette) are not needed by a workspace that publishes to the default SQLite store, which is
+# every CLI command and owner without ``redis_url``.
+_LAZY = {
+    "RedisAssetStore": "._redis_store",
+    "create_app": "._server",
+    "create_server": "._server",
+    "serve": "._server",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "CROCKFORD_ALPHABET",

@@ -7,7 +7,6 @@ from urllib.parse import urlsplit
 
 from ..config import Settings, settings
 from ._assets import Assets
-from ._redis_store import RedisAssetStore
 from ._sqlite_store import SqliteAssetStore
 from ._store import AssetStore
 
@@ -31,6 +30,8 @@ def default_store(config: Settings | None = None) -> AssetStore:
     store = _stores.get(ident)
     if store is None:
         if config.redis_url:
+            from ._redis_store import RedisAssetStore  # the Redis client only when configured
+
             store = RedisAssetStore(config.redis_url, config.assets_dir / "blobs")
         else:
             store = SqliteAssetStore(config.assets_dir)
