@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import TYPE_CHECKING
 
 from rich.console import Console
@@ -42,6 +43,7 @@ def run_demo_command(
             console=console,
         )
 
+    since = time.time()
     try:
         summary = asyncio.run(demo())
     except (DemoError, ModelError) as exc:
@@ -51,5 +53,12 @@ def run_demo_command(
 
         if ray.is_initialized():
             ray.shutdown()  # a Ray started here stops with it; a joined cluster is only left
+        if options.local:
+            from ..runtime._scratch import reap_settled
+
+            # The Ray workers of a Ray started here exit after the shutdown without their exit
+            # handlers: their scratch directories would stay in the temp directory until the next
+            # process reaps them.
+            reap_settled(since)
     print_summary(summary, console)
     return 0 if summary.ok else 1

@@ -417,6 +417,38 @@ def reap_dead(base: str | os.PathLike[str] | None = None) -> list[Path]:
     return removed
 
 
+def reap_settled(since: float, within: float = 5.0, base: str | os.PathLike[str] | None = None) -> list[Path]:
+    """:func:`reap_dead`, then again while a process that made its scratch directory at ``since`` or
+    later is still alive, for at most ``within`` seconds (bounded): what a program that just stopped
+    its own processes (``computer demo`` after ``ray.shutdown()``: the Ray workers exit a moment
+    later, without their exit handlers) calls so that their directories do not outlive it."""
+    parent = Path(base if base is not None else tempfile.gettempdir())
+    removed = reap_dead(parent)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and _made_since(parent, since):
+        time.sleep(0.1)
+        removed += reap_dead(parent)
+    return removed
+
+
+def _made_since(parent: Path, since: float) -> bool:
+    """Whether a scratch directory of another live process in ``parent`` was made at ``since`` or later."""
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return False
+    for name in names:
+        owner = _owner(name)
+        if owner is None or owner[0] == os.getpid():
+            continue
+        try:
+            if (parent / name).stat().st_mtime >= since and is_alive(*owner):
+                return True
+        except OSError:
+            continue
+    return False
+
+
 def _reap_shared(directory: Path) -> list[Path]:
     """The entries of the shared directory ``directory`` that nobody holds nor used for
     :data:`SHARED_UNUSED` seconds, removed (only this user's own directory is looked into)."""
