@@ -26,14 +26,16 @@ PYTHON = [
     for i, (lang, body) in enumerate(BLOCKS)
     if lang == "python"
 ]
-# Console sessions made only of `computer` commands that need no cluster and no server.
+# Console sessions made only of `computer` commands that need no cluster and no server (after an
+# optional first line choosing a scratch data directory, which the test does with its own).
+SCRATCH = "$ export COMPUTER_DATA_DIR=$(mktemp -d)"
 SESSIONS = [
-    body
+    body.removeprefix(SCRATCH + "\n")
     for lang, body in BLOCKS
     if lang == "console"
     and all(
         re.match(r"\$ computer (tool|tools|ls|rm)\b", line)
-        for line in body.splitlines()
+        for line in body.removeprefix(SCRATCH + "\n").splitlines()
         if line.startswith("$")
     )
 ]
