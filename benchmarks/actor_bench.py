@@ -393,27 +393,43 @@ async def one_model(owners: str, awake: int, wakes: int, big_writes: float) -> t
             await big.fs.write_file("/big", payload)
             writes += 1
 
-    paths = [True, False] if owners == "hosted" else [None]
-    during: dict[bool | None, list[float]] = {p: [] for p in paths}
+    # "noop": in the same turns, a no-op call to an async actor of its own (no workspace, no owner):
+    # the floor any call pays on this machine while the neighbour's client and owner use the CPUs.
+    floor = Noop.remote()
+    await floor.noop.remote()
+    paths: list[bool | str | None] = [True, False, "noop"] if owners == "hosted" else [None, "noop"]
+    during: dict[bool | str | None, list[float]] = {p: [] for p in paths}
     task = asyncio.create_task(writer())
     turn = 0
     while not task.done():
         inline = paths[turn % len(paths)]
-        if inline is not None:
+        if isinstance(inline, bool):
             await ws.handle.host.inline_small_calls.remote(inline)
         turn_end = time.monotonic() + 0.5
         while not task.done() and time.monotonic() < turn_end:
             t = time.perf_counter()
-            await ws.fs.stat("/small")
+            if inline == "noop":
+                await floor.noop.remote()
+            else:
+                await ws.fs.stat("/small")
             during[inline].append((time.perf_counter() - t) * 1000)
         turn += 1
     await task
     if owners == "hosted":
         await ws.handle.host.inline_small_calls.remote(True)
     same = (await big.handle.stats.remote())["pid"] == (await ws.handle.stats.remote())["pid"]
+    ray.kill(floor)
     for inline, got in during.items():
-        key = "neighbour" if inline in (None, True) else "neighbour_crossing"
+        key = {None: "neighbour", True: "neighbour", False: "neighbour_crossing", "noop": "neighbour_floor"}[
+            inline
+        ]
         out[key] = (statistics.median(got), percentile(got, 0.99), max(got))
+        if inline == "noop":
+            print(
+                f"{owners}: a no-op call to an actor of its own meanwhile (the floor): p50 {out[key][0]:.3f} ms, "
+                f"p99 {out[key][1]:.3f} ms, max {out[key][2]:.1f} ms ({len(got)} calls)"
+            )
+            continue
         how = {None: "", True: " (small calls inline)", False: " (every call crossing to its thread)"}[inline]
         print(
             f"{owners}{how}: stat while a neighbour ({'same' if same else 'another'} process) wrote 64 MiB "
@@ -539,6 +555,11 @@ async def owner_models(args: argparse.Namespace) -> None:
         f"stat p99 next to 64 MiB writes: hosted {hosted['neighbour'][1]:.2f} ms (every call crossing: "
         f"{hosted['neighbour_crossing'][1]:.2f} ms), dedicated {dedicated['neighbour'][1]:.2f} ms "
         "(target hosted <= 5 ms)"
+    )
+    print(
+        f"the floor meanwhile, a no-op call to an actor of its own: p99 {hosted['neighbour_floor'][1]:.2f} ms "
+        f"(hosted turns), {dedicated['neighbour_floor'][1]:.2f} ms (dedicated turns); hosted stat p99 / floor "
+        f"{hosted['neighbour'][1] / hosted['neighbour_floor'][1]:.2f}x"
     )
 
 
