@@ -61,10 +61,15 @@ async def in_process_workspace(
     try:
         record = directory.get(name)
         if record is not None and awake(record):
+            if (record.node or "").startswith("process:"):  # another command like this one, no cluster
+                reach = "wait until that command ends (it releases the workspace)"
+            else:
+                reach = (
+                    "reach it through its cluster (--address HOST:PORT, or RAY_ADDRESS), or wait until "
+                    "it is asleep (`computer ls` shows which)"
+                )
             raise CliError(
-                f"workspace {name!r} is awake {awake_where(record)}: another owner holds it. Reach it "
-                "through its cluster (--address HOST:PORT, or RAY_ADDRESS), or wait until it is asleep "
-                "(`computer ls` shows which)"
+                f"workspace {name!r} is awake {awake_where(record)}: another owner holds it; {reach}"
             )
         ttl = config.lock_lease
         try:

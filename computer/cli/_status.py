@@ -183,7 +183,7 @@ def _pools(console: Console) -> None:
         )
         table.add_row(
             backend,
-            f"{pool['min']}..{pool['max']}" + (" (elastic)" if pool["max_setting"] is None else ""),
+            _size(pool),
             nodes or "none",
             str(pool["running"]),
             str(pool["queued"]),
@@ -195,6 +195,17 @@ def _pools(console: Console) -> None:
     console.print(table)
     if decisions:
         console.print("latest decisions:\n  " + "\n  ".join(decisions), soft_wrap=True)
+
+
+def _size(pool: dict[str, Any]) -> str:
+    """A pool's size column: ``off`` for a pool turned off (maximum 0), else ``min..max``, elastic when
+    the maximum is above the minimum (``auto``: a maximum not set follows the cluster's CPUs)."""
+    if not pool["max"]:
+        return "off"
+    size = f"{pool['min']}..{pool['max']}"
+    if pool["max"] > pool["min"]:
+        size += " (elastic, auto)" if pool["max_setting"] is None else " (elastic)"
+    return size
 
 
 def _seconds(value: float | None) -> str:

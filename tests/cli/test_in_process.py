@@ -77,7 +77,8 @@ async def test_a_second_in_process_owner_is_refused_while_the_first_holds_the_le
             runner.invoke, app, ["--data-dir", str(tmp_path), "tool", "mine", "ls", '{"path": "/"}']
         )
     assert result.exit_code == 1
-    assert "is awake in process" in result.output and "--address" in result.output
+    assert "is awake in process" in result.output and "wait until that command ends" in result.output
+    assert "--address" not in result.output  # another command of this machine holds it: no cluster to join
 
 
 async def test_a_cluster_owner_started_later_fences_the_in_process_owner(cluster: Any, name: str) -> None:
@@ -97,6 +98,7 @@ async def test_a_cluster_owner_started_later_fences_the_in_process_owner(cluster
         ["--data-dir", str(cluster.data_dir), "tool", name, "read", '{"path": "/from-cluster"}'],
     )
     assert refused.exit_code == 1 and "is awake on node" in refused.output
+    assert "--address" in refused.output  # reach it through its cluster
 
 
 def test_mcp_serves_the_full_tool_set_in_process(tmp_path: Path) -> None:
