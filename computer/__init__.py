@@ -7,8 +7,9 @@ needs no workspace file (``computer --help``, ``computer ls``) does not load the
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from .lazy import lazy_attribute
 
 if TYPE_CHECKING:
     from .actors import WorkspaceHost, delete_workspace, init, workspace_actor
@@ -62,9 +63,4 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'computer' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(__name__, _LAZY, name)

@@ -10,8 +10,9 @@ the runtime they import (~0.3 s of CPU).
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from ..lazy import lazy_attribute
 
 if TYPE_CHECKING:
     from ._backends import owner_backends
@@ -89,9 +90,4 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'computer.actors' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(__name__, _LAZY, name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ..lazy import lazy_attribute
 from ._assets import Assets, asset_key, guess_content_type
 from ._disposition import content_disposition
 from ._expiry import DEFAULT_EXPIRES_AFTER, MAX_EXPIRES_AFTER, link_lifetime
@@ -34,14 +35,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(__name__, _LAZY, name)
 
 
 __all__ = [

@@ -19,10 +19,6 @@ __all__ = ["GlobalOptions", "WorkspaceRow", "app", "list_workspaces", "main"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in ("WorkspaceRow", "list_workspaces"):
-        from . import _ls
+    from ..lazy import lazy_attribute
 
-        value = getattr(_ls, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'computer.cli' has no attribute {name!r}")
+    return lazy_attribute(__name__, {"WorkspaceRow": "._ls", "list_workspaces": "._ls"}, name)

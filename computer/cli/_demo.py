@@ -54,7 +54,7 @@ def run_demo_command(
         if ray.is_initialized():
             ray.shutdown()  # a Ray started here stops with it; a joined cluster is only left
         if options.local:
-            from ..runtime._scratch import reap_settled
+            from ..runtime import reap_settled
 
             # The Ray workers of a Ray started here exit after the shutdown without their exit
             # handlers: their scratch directories would stay in the temp directory until the next

@@ -7,8 +7,9 @@ pay for the backends, the sandbox layers and the mirror machinery they import (i
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING, Any
+
+from ..lazy import lazy_attribute
 
 if TYPE_CHECKING:
     from ._backend import (
@@ -36,7 +37,7 @@ if TYPE_CHECKING:
     from ._mirror_pool import MirrorPool
     from ._options import OutputOptions
     from ._runtime import Runtime
-    from ._scratch import release_process
+    from ._scratch import reap_settled, release_process
     from .python import PythonBackend
     from .shell import ShellBackend
     from .types import (
@@ -82,6 +83,7 @@ __all__ = [
     "SyncPush",
     "decode_sync",
     "encode_sync",
+    "reap_settled",
     "release_process",
     "status_for_exit",
 ]
@@ -116,6 +118,7 @@ _LAZY = {
     "MirrorPool": "._mirror_pool",
     "OutputOptions": "._options",
     "Runtime": "._runtime",
+    "reap_settled": "._scratch",
     "release_process": "._scratch",
     "PythonBackend": ".python",
     "ShellBackend": ".shell",
@@ -135,12 +138,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'computer.runtime' has no attribute {name!r}")
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(__name__, _LAZY, name)
 
 
 def __dir__() -> list[str]:

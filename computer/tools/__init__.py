@@ -58,11 +58,6 @@ _LAZY = {"create_exec_tool": ".exec", "create_publish_tool": ".publish"}
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'computer.tools' has no attribute {name!r}")
-    from importlib import import_module
+    from ..lazy import lazy_attribute
 
-    value = getattr(import_module(module, __name__), name)
-    globals()[name] = value
-    return value
+    return lazy_attribute(__name__, _LAZY, name)

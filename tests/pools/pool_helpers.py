@@ -7,7 +7,7 @@ import asyncio
 import os
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import computer
@@ -98,3 +98,28 @@ async def wait_until(condition: Callable[[], bool], *, within: float = 20.0) -> 
 def unique_sleep() -> str:
     """A ``sleep`` duration no other test uses, to find that one process on the host."""
     return f"{500 + secrets.randbelow(400)}.{secrets.randbelow(10**6):06d}"
+
+
+class ScriptedWorker:
+    """A worker handle: ``run.options(...).remote(order)`` streams what ``answer(order)`` gives."""
+
+    def __init__(self, name: str, answer: Any) -> None:
+        self.name, self.answer = name, answer
+        self.orders: list[Any] = []
+        self.run = self
+
+    def options(self, **_: Any) -> ScriptedWorker:
+        return self
+
+    def remote(self, order: Any) -> AsyncIterator[Any]:
+        self.orders.append(order)
+
+        async def items() -> AsyncIterator[Any]:
+            for item in self.answer(order):
+
+                async def ref(item: Any = item) -> Any:
+                    return item
+
+                yield ref()
+
+        return items()

@@ -5,7 +5,6 @@ fake worker handles that record the orders they get. Counted: which worker got w
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -17,30 +16,7 @@ from computer.actors._pool_scaler import PoolView, WorkerView
 from computer.runtime import ExecRequest, ExitEvent
 from computer.runtime.types import BackendInfo
 
-
-class _Worker:
-    """A worker handle: ``run.options(...).remote(order)`` streams what ``answer(order)`` gives."""
-
-    def __init__(self, name: str, answer: Any) -> None:
-        self.name, self.answer = name, answer
-        self.orders: list[RunOrder] = []
-        self.run = self
-
-    def options(self, **_: Any) -> _Worker:
-        return self
-
-    def remote(self, order: RunOrder) -> AsyncIterator[Any]:
-        self.orders.append(order)
-
-        async def items() -> AsyncIterator[Any]:
-            for item in self.answer(order):
-
-                async def ref(item: Any = item) -> Any:
-                    return item
-
-                yield ref()
-
-        return items()
+from .pool_helpers import ScriptedWorker
 
 
 class _Ctx:
@@ -56,7 +32,7 @@ def _moves_when_movable(order: RunOrder) -> list[Any]:
     return [Requeue("a", "moved")] if order.movable else [ExitEvent(0, live=True)]
 
 
-def _dispatcher(monkeypatch: pytest.MonkeyPatch, b_load: int, **workers: _Worker) -> Any:
+def _dispatcher(monkeypatch: pytest.MonkeyPatch, b_load: int, **workers: ScriptedWorker) -> Any:
     monkeypatch.setattr(pools, "VIEW_TTL", 1e9)  # the view given here stays (no control loop)
     monkeypatch.setitem(pools._infos, "shell", BackendInfo(id="shell", protocol="command", callable=False))
     # Owner and node given: nothing asks Ray (which would join whatever cluster runs on this machine).
@@ -81,7 +57,7 @@ async def _run(backend: Any) -> list[Any]:
 async def test_a_pinned_run_moves_to_a_worker_with_room_when_its_worker_hands_it_back(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    a, b = _Worker("a", _moves_when_movable), _Worker("b", _live)
+    a, b = ScriptedWorker("a", _moves_when_movable), ScriptedWorker("b", _live)
     backend = _dispatcher(monkeypatch, b_load=0, a=a, b=b)
     assert await _run(backend) == [ExitEvent(0, live=True)]
     assert [o.movable for o in a.orders] == [True] and [o.movable for o in b.orders] == [False]
@@ -91,7 +67,7 @@ async def test_a_pinned_run_moves_to_a_worker_with_room_when_its_worker_hands_it
 async def test_a_pinned_run_that_fills_the_last_slot_of_its_worker_is_not_movable(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    a, b = _Worker("a", _moves_when_movable), _Worker("b", _live)
+    a, b = ScriptedWorker("a", _moves_when_movable), ScriptedWorker("b", _live)
     backend = _dispatcher(monkeypatch, b_load=0, a=a, b=b)
     backend._slots["a"].load = 3  # three of its four slots taken: this run takes the last one
     await _run(backend)
@@ -101,7 +77,7 @@ async def test_a_pinned_run_that_fills_the_last_slot_of_its_worker_is_not_movabl
 async def test_without_room_anywhere_a_pinned_run_is_not_movable_and_stays(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    a, b = _Worker("a", _moves_when_movable), _Worker("b", _live)
+    a, b = ScriptedWorker("a", _moves_when_movable), ScriptedWorker("b", _live)
     backend = _dispatcher(monkeypatch, b_load=4, a=a, b=b)
     assert await _run(backend) == [ExitEvent(0, live=True)]
     assert [o.movable for o in a.orders] == [False] and b.orders == []
@@ -117,7 +93,7 @@ async def test_a_worker_that_no_longer_holds_the_sandbox_unpins_the_workspace(
     async def no_control_loop(*_: Any, **__: Any) -> None:
         return None
 
-    a, b = _Worker("a", draining), _Worker("b", _live)
+    a, b = ScriptedWorker("a", draining), ScriptedWorker("b", _live)
     backend = _dispatcher(monkeypatch, b_load=0, a=a, b=b)
     monkeypatch.setattr(backend, "_refresh", no_control_loop)
     assert await _run(backend) == [ExitEvent(0, live=True)]
@@ -135,7 +111,7 @@ async def test_a_calm_pool_is_viewed_less_often_than_a_busy_one(monkeypatch: pyt
     for busy_load, expected in ((0, 0), (4, 1)):
         backend = pools.PoolBackend("shell", owner=object(), node="n")
         backend._take_view(PoolView("shell", (WorkerView("a", "n", 4, busy_load, False),), pending=0))
-        backend._slots["a"].handle = _Worker("a", _live)
+        backend._slots["a"].handle = ScriptedWorker("a", _live)
         monkeypatch.setattr(backend, "_refresh", refresh)
         calls.clear()
         backend._view_at -= pools.VIEW_TTL + 0.5  # older than the busy TTL, younger than the calm one
@@ -150,7 +126,9 @@ async def test_runs_handed_back_from_a_line_spread_instead_of_all_taking_the_fre
     """Owners on one node, a run each in the line of worker ``a`` when capacity appears on b, c, d."""
     monkeypatch.setitem(pools._infos, "shell", BackendInfo(id="shell", protocol="command", callable=False))
     monkeypatch.setattr(pools, "VIEW_TTL", 1e9)
-    workers = {"a": _Worker("a", lambda _: [Requeue("a", "shed")])} | {n: _Worker(n, _live) for n in "bcd"}
+    workers = {"a": ScriptedWorker("a", lambda _: [Requeue("a", "shed")])} | {
+        n: ScriptedWorker(n, _live) for n in "bcd"
+    }
 
     def view(a_load: int) -> PoolView:
         nodes = {"a": "n", "b": "n", "c": "m", "d": "m"}  # b is on the owners' node
@@ -200,7 +178,7 @@ async def test_dispatchers_of_one_process_share_a_fresh_view(monkeypatch: pytest
     for _ in range(2):
         backend = pools.PoolBackend("shell", owner=object(), node="n")
         backend._take_view(busy)
-        backend._slots["a"].handle = _Worker("a", _live)
+        backend._slots["a"].handle = ScriptedWorker("a", _live)
         backend._view_at -= pools.VIEW_TTL + 0.5  # stale for a busy pool
         backends.append(backend)
     await _run(backends[0])
@@ -217,7 +195,7 @@ async def test_a_workspace_that_just_moved_is_not_sent_movable_again_for_a_while
 ) -> None:
     """Owners that see a new worker's free slots at once all move there and fill it: a workspace
     moves at most once per MOVE_HOLD, instead of chasing free slots from worker to worker."""
-    a, b = _Worker("a", _moves_when_movable), _Worker("b", _moves_when_movable)
+    a, b = ScriptedWorker("a", _moves_when_movable), ScriptedWorker("b", _moves_when_movable)
     backend = _dispatcher(monkeypatch, b_load=0, a=a, b=b)
     await _run(backend)
     assert backend.pinned("ws") == "b" and backend.moved == 1

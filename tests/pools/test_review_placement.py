@@ -10,45 +10,23 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from computer.actors import _pool_registry, pools
-from computer.actors._pool_context import RunOrder
 from computer.actors._pool_scaler import PoolView, WorkerView
 from computer.runtime import ExecRequest, ExitEvent
 from computer.runtime.types import BackendInfo
 
-
-class _Worker:
-    """A worker handle: ``run.options(...).remote(order)`` records the order and ends the run."""
-
-    def __init__(self) -> None:
-        self.orders: list[RunOrder] = []
-        self.run = self
-
-    def options(self, **_: Any) -> _Worker:
-        return self
-
-    def remote(self, order: RunOrder) -> AsyncIterator[Any]:
-        self.orders.append(order)
-
-        async def items() -> AsyncIterator[Any]:
-            async def ref() -> Any:
-                return ExitEvent(0)
-
-            yield ref()
-
-        return items()
+from .pool_helpers import ScriptedWorker
 
 
 async def _dispatch(monkeypatch: pytest.MonkeyPatch, near_load: int, runs: int = 8) -> dict[str, int]:
     """``runs`` runs of as many workspaces from an owner on node ``n``; how many each worker got."""
     monkeypatch.setattr(pools, "VIEW_TTL", 1e9)  # the view given here stays (no control loop)
     monkeypatch.setitem(pools._infos, "shell", BackendInfo(id="shell", protocol="command", callable=False))
-    workers = {"near": _Worker(), "far": _Worker()}
+    workers = {n: ScriptedWorker(n, lambda _: [ExitEvent(0)]) for n in ("near", "far")}
     for k in range(runs):
         # Owner and node given: nothing asks Ray. Target 4 runs at once per worker.
         backend = pools.PoolBackend("shell", owner=object(), node="n")
