@@ -417,36 +417,24 @@ def reap_dead(base: str | os.PathLike[str] | None = None) -> list[Path]:
     return removed
 
 
-def reap_settled(since: float, within: float = 5.0, base: str | os.PathLike[str] | None = None) -> list[Path]:
-    """:func:`reap_dead`, then again while a process that made its scratch directory at ``since`` or
-    later is still alive, for at most ``within`` seconds (bounded): what a program that just stopped
-    its own processes (``computer demo`` after ``ray.shutdown()``: the Ray workers exit a moment
-    later, without their exit handlers) calls so that their directories do not outlive it."""
-    parent = Path(base if base is not None else tempfile.gettempdir())
-    removed = reap_dead(parent)
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline and _made_since(parent, since):
+def reap_settled(since: float, within: float = 5.0) -> None:
+    """:func:`reap_dead`, again while a live process's scratch directory made since ``since`` is left
+    (bounded: ``within`` s): for ``computer demo``, whose Ray workers exit after its ``ray.shutdown()``."""
+    parent, deadline = Path(tempfile.gettempdir()), time.monotonic() + within
+    while True:
+        reap_dead(parent)
+        if time.monotonic() >= deadline or not any(_young(parent / n, since) for n in os.listdir(parent)):
+            return
         time.sleep(0.1)
-        removed += reap_dead(parent)
-    return removed
 
 
-def _made_since(parent: Path, since: float) -> bool:
-    """Whether a scratch directory of another live process in ``parent`` was made at ``since`` or later."""
+def _young(path: Path, since: float) -> bool:
+    owner = _owner(path.name)
+    alive = owner is not None and owner[0] != os.getpid() and is_alive(*owner)
     try:
-        names = os.listdir(parent)
-    except OSError:
+        return alive and path.stat().st_mtime >= since
+    except OSError:  # removed meanwhile (its process exited)
         return False
-    for name in names:
-        owner = _owner(name)
-        if owner is None or owner[0] == os.getpid():
-            continue
-        try:
-            if (parent / name).stat().st_mtime >= since and is_alive(*owner):
-                return True
-        except OSError:
-            continue
-    return False
 
 
 def _reap_shared(directory: Path) -> list[Path]:

@@ -20,7 +20,7 @@ _LOADED = """
 import atexit, json, runpy, sys
 def loaded():
     from computer.runtime import _staging
-    heavy = ("ray", "rich", "redis", "mcp", "computer.runtime.shell", "computer.runtime.python")
+    heavy = ("ray", "rich", "redis", "mcp", "computer.assets", "computer.runtime.shell", "computer.runtime.python")
     print(json.dumps({"modules": [m for m in heavy if m in sys.modules],
                       "staged_python": bool(_staging._STAGED_PYTHONS)}), file=sys.stderr)
 atexit.register(loaded)
@@ -89,11 +89,12 @@ def _mcp_loaded(
 
 
 def test_the_share_link_publisher_is_made_at_the_first_share(tmp_path: Path) -> None:
-    """``computer.assets`` loads the Redis client (~0.2 s): ``mcp`` answers without it until a link
-    is shared, and the link it then shares is in the data directory's store."""
+    """``mcp`` answers without ``computer.assets`` until a link is shared (it loaded the Redis client,
+    ~0.2 s, before that was lazy too), and the link it then shares is in the data directory's store;
+    a SQLite store never loads the Redis client."""
     replies, loaded = _mcp_loaded(tmp_path, MCP_HANDSHAKE)
     assert "publish" in {tool["name"] for tool in replies[1]["result"]["tools"]}
-    assert "redis" not in loaded["modules"] and "mcp" in loaded["modules"]
+    assert "computer.assets" not in loaded["modules"] and "mcp" in loaded["modules"]
     write = {"name": "write", "arguments": {"path": "/workspace/a.txt", "content": "x\n"}}
     publish = {"name": "publish", "arguments": {"path": "/workspace/a.txt"}}
     calls = [
@@ -102,7 +103,8 @@ def test_the_share_link_publisher_is_made_at_the_first_share(tmp_path: Path) -> 
     ]
     replies, loaded = _mcp_loaded(tmp_path, [*MCP_HANDSHAKE, *calls])
     shared = replies[3]["result"]["structuredContent"]
-    assert shared["ok"] is True and "redis" in loaded["modules"], replies[3]
+    assert shared["ok"] is True and "computer.assets" in loaded["modules"], replies[3]
+    assert "redis" not in loaded["modules"]  # the default store is SQLite
     assert asyncio.run(_stored(tmp_path / "assets", "/".join(shared["url"].split("/")[-2:]))) == "a.txt"
 
 
