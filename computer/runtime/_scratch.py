@@ -417,7 +417,7 @@ def reap_dead(base: str | os.PathLike[str] | None = None) -> list[Path]:
     return removed
 
 
-def reap_settled(since: float, within: float = 5.0) -> None:
+def reap_settled(since: float, within: float = 20.0) -> None:
     """:func:`reap_dead`, again while a live process's scratch directory made since ``since`` is left
     (bounded: ``within`` s): for ``computer demo``, whose Ray workers exit after its ``ray.shutdown()``."""
     parent, deadline = Path(tempfile.gettempdir()), time.monotonic() + within
