@@ -203,6 +203,13 @@ class PoolBackend:
     def unpin(self, workspace_id: str) -> None:
         self._pins.pop(workspace_id, None)
 
+    def _unpin_from(self, workspace_id: str, worker: str) -> bool:
+        """Unpin the workspace if it is pinned to ``worker``; whether it was."""
+        if self._pins.get(workspace_id) != worker:
+            return False
+        del self._pins[workspace_id]
+        return True
+
     def pinned(self, workspace_id: str) -> str | None:
         return self._pins.get(workspace_id)
 
@@ -433,8 +440,8 @@ class PoolBackend:
             yield ExitEvent(None, error=f"pool backend {self.backend!r} needs an owner actor: {exc}")
             return
         attempt = requeues = 0
-        restarting_until: float | None = None  # set by the first worker found restarting
-        lost: str | None = None  # why the live sandbox this run expected is gone (said once it runs)
+        restart_deadline = 0.0  # set by the first worker found restarting
+        lost_sandbox: str | None = None  # why the live sandbox this run expected is gone (said once it runs)
         while True:
             was_pinned = self.pinned(workspace_id)
             slot = await self._choose(workspace_id, spread=requeues > 0)
@@ -442,9 +449,9 @@ class PoolBackend:
                 was_pinned is not None
                 and (slot is None or slot.name != was_pinned)
                 and self._gone(was_pinned)
+                and self._unpin_from(workspace_id, was_pinned)  # found dead since the last run
             ):
-                self.unpin(workspace_id)  # found dead since the last run: its live sandbox with it
-                lost = f"{was_pinned}: gone"
+                lost_sandbox = f"{was_pinned}: gone"
             if slot is None:
                 yield ExitEvent(
                     None,
@@ -470,16 +477,14 @@ class PoolBackend:
                     if isinstance(event, OwnerUnknown):  # a new worker process: nothing ran
                         slot.memory.introduced = False
                         unknown = True
-                        if self.pinned(workspace_id) == slot.name:  # restarted: the live sandbox is gone
-                            self.unpin(workspace_id)
-                            lost = f"{slot.name}: restarted"
+                        if self._unpin_from(workspace_id, slot.name):  # restarted: the live sandbox is gone
+                            lost_sandbox = f"{slot.name}: restarted"
                         break
                     if isinstance(event, Requeue):  # handed back before it started: nothing ran
                         slot.draining = slot.draining or event.reason == "draining"
-                        if self.pinned(workspace_id) == slot.name:
-                            # A worker keeps a run whose live sandbox it holds: this one's has ended
-                            # (on its own, or at a drain), or the worker just ended it ("moved").
-                            self.unpin(workspace_id)
+                        # A worker keeps a run whose live sandbox it holds: this one's has ended
+                        # (on its own, or at a drain), or the worker just ended it ("moved").
+                        self._unpin_from(workspace_id, slot.name)
                         if event.reason == "moved":  # it is full: go elsewhere
                             slot.load = max(slot.load, slot.target)  # full, until the next view
                             moved = True
@@ -487,9 +492,9 @@ class PoolBackend:
                         break
                     # Any other first item: the run reached a live worker that holds the owner handle.
                     started = slot.memory.introduced = True
-                    if lost is not None:
-                        yield OutputChunk("stderr", LOST_SANDBOX.format(why=lost).encode())
-                        lost = None
+                    if lost_sandbox is not None:
+                        yield OutputChunk("stderr", LOST_SANDBOX.format(why=lost_sandbox).encode())
+                        lost_sandbox = None
                     if isinstance(event, RunStarted):
                         continue
                     if isinstance(event, ExitEvent):
@@ -498,8 +503,8 @@ class PoolBackend:
                         if event.live:
                             self.pin(workspace_id, slot.name)
                             slot.memory.ended_live(event)  # the next run's push is computed ahead
-                        elif self.pinned(workspace_id) == slot.name:
-                            self.unpin(workspace_id)
+                        else:
+                            self._unpin_from(workspace_id, slot.name)
                         if event.pending is not None:
                             event = await slot.memory.apply(request.id, event, ctx)
                     yield event
@@ -513,23 +518,21 @@ class PoolBackend:
                 else:  # dead (or its name already gone: ValueError from the lookup)
                     self._bury(slot)
                 restarting = isinstance(exc, ActorUnavailableError)
-                if restarting and restarting_until is None:
-                    restarting_until = time.monotonic() + RESTART_WAIT
+                if restarting and not restart_deadline:
+                    restart_deadline = time.monotonic() + RESTART_WAIT
                 if not started and (
-                    attempt < DISPATCH_RETRIES
-                    or (restarting and restarting_until is not None and time.monotonic() < restarting_until)
+                    attempt < DISPATCH_RETRIES or (restarting and time.monotonic() < restart_deadline)
                 ):
                     attempt += 1  # no item came back: nothing reached the workspace, send it again
-                    if self.pinned(workspace_id) == slot.name:  # its live sandbox died with it
-                        self.unpin(workspace_id)
-                        lost = f"{slot.name}: {_first_line(exc)}"
+                    if self._unpin_from(workspace_id, slot.name):  # its live sandbox died with it
+                        lost_sandbox = f"{slot.name}: {_first_line(exc)}"
                     if restarting:
                         await asyncio.sleep(min(0.1 * 2**attempt, 2.0))  # bounded by RESTART_WAIT
                     continue
                 finished = True
                 lost = ""
-                if self.pinned(workspace_id) == slot.name:  # its live sandbox died with it
-                    self.unpin(workspace_id)
+                # Its live sandbox died with it (or with a worker an earlier attempt of this run found).
+                if self._unpin_from(workspace_id, slot.name) or lost_sandbox is not None:
                     lost = "; the workspace's live sandbox (its background processes) ended with it, the next run starts a fresh one"
                 yield ExitEvent(None, error=f"exec worker died: {slot.name} ({_first_line(exc)}){lost}")
                 return
