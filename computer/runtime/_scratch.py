@@ -418,14 +418,12 @@ def reap_dead(base: str | os.PathLike[str] | None = None) -> list[Path]:
 
 
 def reap_settled(since: float, within: float = 20.0) -> None:
-    """:func:`reap_dead`, again while a live process's scratch directory made since ``since`` is left
-    (bounded: ``within`` s): for ``computer demo``, whose Ray workers exit after its ``ray.shutdown()``."""
+    """:func:`reap_dead` once no live process's scratch directory made since ``since`` is left (waited
+    for at most ``within`` s): for ``computer demo``, whose Ray workers exit after its ``ray.shutdown()``."""
     parent, deadline = Path(tempfile.gettempdir()), time.monotonic() + within
-    while True:
-        reap_dead(parent)
-        if time.monotonic() >= deadline or not any(_young(parent / n, since) for n in os.listdir(parent)):
-            return
-        time.sleep(0.1)
+    while time.monotonic() < deadline and any(_young(parent / n, since) for n in os.listdir(parent)):
+        time.sleep(0.1)  # a process's exit has no event this process could wait on
+    reap_dead(parent)
 
 
 def _young(path: Path, since: float) -> bool:

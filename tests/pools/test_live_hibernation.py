@@ -28,7 +28,9 @@ async def test_a_background_process_alone_does_not_keep_its_workspace_awake(
         # The live sandbox pushes to the owner every ~100 ms while its process runs; before, each of
         # those calls counted as use and the owner never hibernated (until `live_lifetime`, an hour).
         deadline = asyncio.get_running_loop().time() + 30.0
-        while await owner_awake(name, conf):  # bounded: 30 s for a 1 s hibernate_after
+        # Bounded (30 s for a 1 s hibernate_after); polled: hibernation is seen in the directory, it
+        # sends nothing this test could await.
+        while await owner_awake(name, conf):
             assert asyncio.get_running_loop().time() < deadline, "the owner never hibernated"
             await asyncio.sleep(0.1)
         await wait_until(lambda: not processes_with(f"sleep {marker}"), within=30)
