@@ -50,13 +50,16 @@ def _nothing() -> None:
 class _Call:
     """One call crossing to the loop thread: the caller's future, and the task running it there."""
 
-    __slots__ = ("caller", "future", "task", "withdrawn")
+    __slots__ = ("caller", "future", "resumed", "task", "withdrawn")
 
-    def __init__(self, caller: asyncio.AbstractEventLoop, future: asyncio.Future[Any]) -> None:
+    def __init__(
+        self, caller: asyncio.AbstractEventLoop, future: asyncio.Future[Any], *, resumed: bool = False
+    ) -> None:
         self.caller = caller
         self.future = future
+        self.resumed = resumed  # its first step ran inline: it is already going, only not here yet
         self.task: asyncio.Task[Any] | None = None
-        self.withdrawn = False  # the caller was cancelled before the task started: never start it
+        self.withdrawn = False  # the caller was cancelled before the task started
 
     def settle(self, outcome: asyncio.Task[Any] | BaseException) -> None:
         """On the caller's loop: pass the task's outcome (or ``outcome`` itself) on, unless cancelled."""
@@ -94,18 +97,24 @@ class _GatedSelector(selectors.DefaultSelector):
 
 async def _go_on(coro: Coroutine[Any, Any, T], waiting: Any, context: contextvars.Context) -> T:
     """Run the rest of ``coro``, whose first step ran inline and left it waiting on ``waiting`` (what
-    it yielded: a future of this loop, or None for a bare yield), as its own task would have."""
+    it yielded: a future of this loop, or None for a bare yield), as its own task would have: a
+    cancellation cancels what it waits for, or is thrown into it when that cannot be cancelled."""
     while True:
-        if waiting is None:
-            await asyncio.sleep(0)
-        else:
-            waiting._asyncio_future_blocking = False
-            try:
-                await asyncio.wait((waiting,))
-            except asyncio.CancelledError:
-                waiting.cancel()  # as Task.cancel: what it waits for is cancelled, it sees the error
+        error: asyncio.CancelledError | None = None
         try:
-            waiting = context.run(coro.send, None)
+            if waiting is None:
+                await asyncio.sleep(0)
+            else:
+                waiting._asyncio_future_blocking = False
+                await asyncio.wait((waiting,))
+        except asyncio.CancelledError as cancelled:
+            if waiting is None or not waiting.cancel():  # as Task.cancel
+                error = cancelled
+        try:
+            if error is None:
+                waiting = context.run(coro.send, None)
+            else:
+                waiting = context.run(coro.throw, error)
         except StopIteration as stop:
             return stop.value  # type: ignore[no-any-return]
 
@@ -165,14 +174,27 @@ class LoopThread:
 
     def _start(self, call: _Call, coro: Awaitable[Any]) -> None:
         """On this loop: run ``coro`` as a task whose end settles ``call`` on the caller's loop."""
-        if call.withdrawn or self.closed:
+        if self.closed or (call.withdrawn and not call.resumed):  # never started: it never runs
             if asyncio.iscoroutine(coro):
                 coro.close()
             call.send(LoopClosedError() if self.closed else asyncio.CancelledError())
             return
         task = asyncio.ensure_future(coro)
-        call.task = task
         task.add_done_callback(lambda done: self._finish(call, done))
+        if call.resumed:
+            # Its first step ran inline and it waits on something: a cancellation must reach it
+            # there (its ``except``/``finally`` run), as it reaches a task waiting. A task cancelled
+            # before its first step never enters its coroutine: the caller's cancellation (already
+            # asked, or asked later) applies only once the task has stepped into its wait.
+            self.loop.call_soon(self._stepped, call, task)
+        else:
+            call.task = task
+
+    @staticmethod
+    def _stepped(call: _Call, task: asyncio.Task[Any]) -> None:
+        call.task = task
+        if call.withdrawn:
+            task.cancel()
 
     def _finish(self, call: _Call, task: asyncio.Task[Any]) -> None:
         self._pending.discard(call)
@@ -190,6 +212,7 @@ class LoopThread:
             if asyncio.iscoroutine(coro):
                 coro.close()
             raise LoopClosedError()
+        resumed = False
         if (
             inline is not None
             and not self._pending
@@ -201,9 +224,9 @@ class LoopThread:
                 done, outcome = stepped
                 if done:
                     return outcome  # type: ignore[no-any-return]
-                coro = outcome  # suspended: the rest goes on there, as a task
+                coro, resumed = outcome, True  # suspended: the rest goes on there, as a task
         caller = asyncio.get_running_loop()
-        call = _Call(caller, caller.create_future())
+        call = _Call(caller, caller.create_future(), resumed=resumed)
         self._pending.add(call)
         try:
             self.loop.call_soon_threadsafe(self._start, call, coro)

@@ -8,6 +8,7 @@ import asyncio
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -96,6 +97,48 @@ async def test_a_cancelled_caller_cancels_the_call_there(
         await call
     assert await asyncio.to_thread(cancelled.wait, 10)
     assert await thread.run(asyncio.sleep(0, result="still serving")) == "still serving"
+
+
+async def test_a_call_stepped_inline_then_withdrawn_before_it_goes_on_there_sees_the_cancel() -> None:
+    """The race CI hit under load: the caller is cancelled after the first step ran inline and before
+    the rest started as a task on the loop thread. The coroutine is already going (it waits on a
+    timer of that loop): it must see the cancellation, not be dropped without its ``except``."""
+    withdrawn = threading.Event()
+
+    class Late(LoopThread):
+        def _start(self, call: Any, coro: Any) -> None:
+            withdrawn.wait(10)  # the loop thread is slow to start it: the caller gives up first
+            super()._start(call, coro)
+
+        def _withdraw(self, call: Any) -> None:
+            super()._withdraw(call)
+            withdrawn.set()
+
+    pool = SharedThreadPool(2, thread_name_prefix="test-io")
+    late = Late("late", pool)
+    started, cancelled = threading.Event(), threading.Event()
+
+    async def long() -> None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    try:
+        call = asyncio.ensure_future(late.run(long(), inline=lambda: True))
+        await asyncio.to_thread(started.wait, 10)
+        assert late.inlined == 1
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        assert await asyncio.to_thread(cancelled.wait, 10)
+        assert await late.run(asyncio.sleep(0, result="still serving")) == "still serving"
+    finally:
+        late.stop()
+        late.thread.join(10)
+        pool.close()
 
 
 async def test_a_stopped_loop_ends_waiting_and_later_calls_with_loop_closed(thread: LoopThread) -> None:
