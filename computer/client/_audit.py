@@ -62,7 +62,12 @@ class ClientAudit:
         limit: int = 100,
         kind: str | None = None,
     ) -> list[AuditRecord]:
-        """As ``Workspace.audit.query``: records oldest first; the newest ``limit`` without ``since``."""
+        """As ``Workspace.audit.query``: records oldest first; the newest ``limit`` without ``since``.
+
+        It reads this client's own records too: it waits first for those still on their way (a call
+        answered here is recorded without waiting, and an async owner may run a later query first).
+        """
+        await self.drain()
         filters = {"since": since, "tool": tool, "status": status, "limit": limit, "kind": kind}
         rows: list[dict[str, Any]] = await self._conn.request("audit_query", filters, retry_safe=True)
         return [AuditRecord.from_json(row) for row in rows]
@@ -79,6 +84,7 @@ class ClientAudit:
         """Every new matching record, polled every ``poll`` seconds (see the module docstring)."""
         filters = {"since": since, "tool": tool, "status": status, "kind": kind}
         cursor: Any = since
+        await self.drain()  # as query: this client's own records first
         if cursor is None:
             cursor = await self._conn.request("audit_top", retry_safe=True)
         while True:
@@ -107,8 +113,8 @@ class ClientAudit:
         }
         try:
             loop = asyncio.get_running_loop()
-            # Submitted now, not from a task started later: a query made right after this call is
-            # submitted after the record, so it finds it.
+            # Submitted now, not from a task started later. Ray does not keep an async actor's calls
+            # in order, so a query of this client waits for it (``drain``) before it is sent.
             ref = self._conn.handle.audit_record.remote(entry)
         except Exception as exc:  # no loop or no owner handle: the call has answered; never surface this
             log.warning("audit: a %s call could not be recorded on its owner: %r", name, exc)

@@ -52,6 +52,41 @@ async def test_a_clients_calls_carry_its_identity_and_cost_no_extra_round_trip(
     assert "bogus" in str(bad.error)
 
 
+class _SlowRecords:
+    """An owner handle whose ``audit_record`` reaches the owner late, as an async actor may run a
+    later call of the same client first (Ray keeps no order among an async actor's calls)."""
+
+    def __init__(self, handle: Any) -> None:
+        self._handle = handle
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self._handle, name)
+        if name != "audit_record":
+            return method
+
+        class _Late:
+            @staticmethod
+            def remote(*args: Any) -> Any:
+                async def late() -> Any:
+                    await asyncio.sleep(0.5)
+                    return await method.remote(*args)
+
+                return asyncio.ensure_future(late())
+
+        return _Late
+
+
+async def test_a_query_finds_this_clients_own_records_still_on_their_way(
+    cluster: Settings, name: str
+) -> None:
+    async with computer.get_workspace(name) as ws:
+        ws.audit._conn.handle = _SlowRecords(ws.audit._conn.handle)
+        tools = create_tools(ws)
+        await tools["read"].run({"path": "/workspace/a.txt", "bogus": 1})  # answered here, recorded late
+        assert [(r.tool, r.status) for r in await ws.audit.query()] == [("read", "error")]
+        ws.audit._conn.handle = ws.audit._conn.handle._handle
+
+
 async def test_query_and_follow_through_a_client(cluster: Settings, name: str) -> None:
     async with computer.get_workspace(name) as ws:
         tools = create_tools(ws)
