@@ -22,7 +22,11 @@ class ToolInput(BaseModel):
     """
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, serialize_by_alias=True, extra="forbid"
+        alias_generator=to_camel,
+        populate_by_name=True,
+        serialize_by_alias=True,
+        extra="forbid",
+        defer_build=True,
     )
     extra_argument_names: ClassVar[tuple[str, ...]] = ()
 

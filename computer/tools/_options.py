@@ -27,7 +27,9 @@ KIB = 1024
 MIB = 1024 * 1024
 
 # snake_case field names, camelCase aliases; both validate, dumps use the snake_case names.
-_OPTIONS = ConfigDict(frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True)
+_OPTIONS = ConfigDict(
+    frozen=True, extra="forbid", alias_generator=to_camel, populate_by_name=True, defer_build=True
+)
 
 
 class LineTruncation(BaseModel):

@@ -7,6 +7,7 @@ own library's types.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -79,12 +80,14 @@ class Tool:
     destructive: bool = False
     output_schema: dict[str, Any] | None = None
     model_output: ModelOutput = default_model_output
-    parameters: dict[str, Any] = field(init=False)
     # Where each call is recorded (the workspace's audit log; ``create_tools`` sets it). None: not audited.
     audit: ToolAudit | None = field(default=None, repr=False)
 
-    def __post_init__(self) -> None:
-        self.parameters = self.input_model.model_json_schema(by_alias=True)
+    @functools.cached_property
+    def parameters(self) -> dict[str, Any]:
+        """Made at first use: a command that runs one tool (``computer tool``) builds no other tool's
+        schema, nor, with the input models' ``defer_build``, their validators (~0.1 s in all)."""
+        return self.input_model.model_json_schema(by_alias=True)
 
     def check_arguments(self, args: Any) -> tuple[dict[str, Any], BaseModel]:
         """``(arguments, params)``: the arguments as the tool takes them and their validated model.
