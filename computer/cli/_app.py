@@ -3,19 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import functools
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import typer
 
 from ._context import CliError, GlobalOptions
+from ._output import console, errors, report
 
-if TYPE_CHECKING:
-    from rich.console import Console
-
-__all__ = ["app", "main"]
+__all__ = ["app", "console", "errors", "main"]
 
 T = TypeVar("T")
 
@@ -27,22 +24,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-
-@functools.cache
-def console() -> Console:
-    """The console of stdout, made (and rich imported) when a command first prints through it: ``tool``
-    writes its JSON directly, and rich costs ~40 ms of its start."""
-    from rich.console import Console
-
-    return Console()
-
-
-@functools.cache
-def errors() -> Console:
-    from rich.console import Console
-
-    return Console(stderr=True)
 
 
 IN_PROCESS = (
@@ -62,8 +43,7 @@ def _run(action: Callable[[], T]) -> T:
     try:
         return action()
     except CliError as exc:
-        errors().print(f"[red]error:[/] {exc}", soft_wrap=True)
-        raise typer.Exit(exc.code) from None
+        raise typer.Exit(report(exc)) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
 
@@ -376,5 +356,6 @@ def status(ctx: typer.Context) -> None:
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: the typer app for every command line (``computer.cli.main`` runs
+    the everyday ones without it, ``_fast``)."""
     app()

@@ -35,15 +35,20 @@ __all__ = ["SharePublisher", "in_process_workspace"]
 
 log = logging.getLogger(__name__)
 
+BACKENDS = ("shell", "python")  # the exec backends of a workspace opened in process, in this order
+# Which of them to build: all (True), none (False), or those named (in BACKENDS' order).
+Backends = bool | tuple[str, ...]
+
 
 @contextlib.asynccontextmanager
 async def in_process_workspace(
-    config: Settings, name: str, *, backends: bool, assets: bool, live: bool = True
+    config: Settings, name: str, *, backends: Backends, assets: bool, live: bool = True
 ) -> AsyncIterator[Workspace]:
     """Own workspace ``name`` in this process for the duration of the block.
 
-    ``backends``: configure the ``shell`` and ``python`` exec backends (building them costs ~0.2 s
-    each, so a command that runs no exec goes without); ``assets``: the share-link publisher.
+    ``backends``: configure the ``shell`` and ``python`` exec backends (True), none (False), or only
+    those named (building them costs ~0.2 s each, so a command that runs no exec goes without, and
+    one shell run without python); ``assets``: the share-link publisher.
     ``live``: the backends' live sandboxes (runs share one sandbox whose processes outlive a run).
     Decision: a command that runs one exec and ends (``tool NAME exec``, ``shell -c``) goes without
     (``live=False``, a sandbox per run): what a live sandbox adds, processes that outlive the run,
@@ -99,14 +104,21 @@ async def in_process_workspace(
         directory.close()
 
 
-def _open(config: Settings, path: str, epoch: int, *, backends: bool, assets: bool, live: bool) -> Workspace:
+def _open(
+    config: Settings, path: str, epoch: int, *, backends: Backends, assets: bool, live: bool
+) -> Workspace:
     from ..workspace import Workspace
 
+    names = BACKENDS if backends is True else () if backends is False else backends
     chosen: list[Backend] = []
-    if backends:
-        from ..runtime import PythonBackend, ShellBackend
+    if "shell" in names:
+        from ..runtime import ShellBackend
 
-        chosen = [ShellBackend(live=live), PythonBackend(live=live)]
+        chosen.append(ShellBackend(live=live))
+    if "python" in names:
+        from ..runtime import PythonBackend
+
+        chosen.append(PythonBackend(live=live))
     workspace = Workspace(path, backends=chosen, fence=epoch, max_bytes=config.max_workspace_bytes)
     if assets:
         workspace.assets = SharePublisher(workspace)

@@ -12,7 +12,15 @@ from ..storage import audit_caller
 from ._context import CliError, GlobalOptions
 from ._workspaces import open_workspace
 
-__all__ = ["EXAMPLES", "TOOL_NAMES", "parse_arguments", "run_tool", "tool_help", "tools_overview"]
+__all__ = [
+    "EXAMPLES",
+    "TOOL_NAMES",
+    "exec_backends",
+    "parse_arguments",
+    "run_tool",
+    "tool_help",
+    "tools_overview",
+]
 
 TOOL_NAMES = ("read", "ls", "find", "grep", "write", "edit", "delete", "exec", "publish")
 
@@ -55,17 +63,38 @@ def parse_arguments(tool: str, raw: str) -> dict[str, Any]:
     return args
 
 
+# The exec arguments whose meaning and messages do not depend on which backends exist.
+_SHELL_ONLY_ARGUMENTS = frozenset({"command", "cwd", "env", "timeout", "backend"})
+
+
+def exec_backends(args: dict[str, Any]) -> bool | tuple[str, ...]:
+    """The backends an in-process ``exec`` call needs built: only the shell for a call that runs on it
+    (no ``backend``, or ``"shell"``) and names no argument outside the shell's, all of them otherwise.
+
+    Decision: building the python backend costs ~0.3 s of CPU (its modules, and a sandbox and an
+    interpreter started to measure its start-up), a third of such a command. With the shell alone
+    the call runs and answers the same: a ``backend`` given to a single-backend exec is dropped, and
+    its other fields, defaults and messages are the same. A call with ``input``, another backend or an
+    unknown name gets every backend, so its messages list them as before."""
+    if args.keys() <= _SHELL_ONLY_ARGUMENTS and args.get("backend", "shell") == "shell":
+        return ("shell",)
+    return True
+
+
 async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str, Any]) -> int:
     """Run the call; exit code 0 on success, 1 when the tool reports an error.
 
     In process, only ``exec`` gets the exec backends (with a sandbox per run: one run, then the
-    command ends) and only ``publish`` the share-link publisher: the other tools do not depend on
-    them, and building them would cost most of the command's time.
+    command ends), and only the shell one for a call the shell answers alike (:func:`exec_backends`);
+    only ``publish`` gets the share-link publisher: the other tools do not depend on them, and building
+    them would cost most of the command's time.
     """
     from ..tools import create_tools
 
-    needs = {"backends": tool == "exec", "assets": tool == "publish", "live": False}
-    async with open_workspace(options, name, **needs) as workspace:
+    backends = exec_backends(args) if tool == "exec" else False
+    async with open_workspace(
+        options, name, backends=backends, assets=tool == "publish", live=False
+    ) as workspace:
         tools = create_tools(workspace)
         if tool not in tools:
             raise CliError(

@@ -13,13 +13,18 @@ __all__ = ["open_workspace"]
 
 @asynccontextmanager
 async def open_workspace(
-    options: GlobalOptions, name: str, *, backends: bool = True, assets: bool = True, live: bool = True
+    options: GlobalOptions,
+    name: str,
+    *,
+    backends: bool | tuple[str, ...] = True,
+    assets: bool = True,
+    live: bool = True,
 ) -> AsyncIterator[Any]:
     """The workspace ``name`` for one command (created on first use).
 
     No cluster named: its owner is this process (see ``_inprocess``); ``backends`` and ``assets`` say
-    whether the command needs the exec backends and the share-link publisher (both cost start-up
-    time), ``live`` whether its backends keep live sandboxes (not for one run). A cluster named: a
+    whether the command needs the exec backends (all, or only those named) and the share-link
+    publisher (both cost start-up time), ``live`` whether its backends keep live sandboxes (not for one run). A cluster named: a
     client of its owner actor there, with whatever that owner offers.
     """
     if options.local:

@@ -20,7 +20,8 @@ _LOADED = """
 import atexit, json, runpy, sys
 def loaded():
     from computer.runtime import _staging
-    heavy = ("ray", "rich", "redis", "mcp", "computer.assets", "computer.runtime.shell", "computer.runtime.python")
+    heavy = ("ray", "rich", "redis", "mcp", "computer.assets", "computer.runtime.shell", "computer.runtime.python",
+             "typer", "pydantic_settings")
     print(json.dumps({"modules": [m for m in heavy if m in sys.modules],
                       "staged_python": bool(_staging._STAGED_PYTHONS)}), file=sys.stderr)
 atexit.register(loaded)
@@ -38,6 +39,7 @@ def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], 
 
 
 def test_a_tool_call_loads_neither_ray_nor_rich_nor_the_backends(tmp_path: Path) -> None:
+    """Nor typer (``computer.cli.main`` parses the call itself) nor pydantic-settings (``config``)."""
     write = json.dumps({"path": "/workspace/a.txt", "content": "x\n"})
     for args in (
         ["write", write],
@@ -54,6 +56,8 @@ def test_a_shell_exec_stages_no_python_interpreter(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout)["stdout"] == "ok\n"
     assert loaded["staged_python"] is False and "ray" not in loaded["modules"]  # type: ignore[operator]
+    # Nor builds the python backend: the shell answers the call alike (``_tool.exec_backends``).
+    assert "computer.runtime.python" not in loaded["modules"]  # type: ignore[operator]
 
 
 def test_shell_c_runs_one_line_and_says_how_it_went(tmp_path: Path) -> None:

@@ -1,0 +1,144 @@
+"""``computer.cli.main`` runs the everyday command lines without typer (``_fast``, issue 22 CLI speed):
+what it runs gets the same values as the typer app would pass, prints the same and exits the same;
+anything else goes to typer."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from computer.cli import _fast, _log, _ls, _mcp, _shell, _tool, app
+
+from .conftest import COMPUTER, REPO, cli_env
+
+# Each runs through the fast path; typer parses the same line (CliRunner) for the comparison.
+SAME = [
+    ["tool", "w", "read", '{"path": "/a"}'],
+    ["tool", "w", "ls"],
+    ["--data-dir", "/tmp/d", "tool", "w", "write", '{"path": "/a", "content": "-x"}'],
+    ["--data-dir=/tmp/d", "--address", "h:1", "tool", "w", "read", "{}"],
+    ["tool", "w", "exec", "-"],
+    ["shell", "w", "-c", "ls /"],
+    ["shell", "w", "--command=!make -k"],
+    ["shell", "w", "-c", "-x"],
+    ["shell", "w"],
+    ["mcp", "w"],
+    ["mcp", "--readonly", "w"],
+    ["ls"],
+    ["ls", "--json", "--prefix", "demo-"],
+    ["--data-dir", "/tmp/d", "ls", "--prefix=", "--json"],
+    ["log", "w"],
+    ["log", "w", "-f", "--json", "--tool", "exec", "--errors", "-n", "5"],
+    ["log", "--limit=0", "w"],
+]
+
+# Typer's: help, unknown or combined options, bad values, missing or extra arguments, other commands.
+TYPER = [
+    [],
+    ["--help"],
+    ["tool"],
+    ["tool", "w"],
+    ["tool", "w", "read", "--help"],
+    ["tool", "w", "read", "{}", "extra"],
+    ["tool", "--", "w", "read"],
+    ["--data-dir"],
+    ["--verbose", "ls"],
+    ["shell", "w", "-c"],
+    ["shell", "w", "x"],
+    ["mcp", "w", "--readonly=yes"],
+    ["ls", "--bogus"],
+    ["ls", "extra"],
+    ["log", "w", "-n", "-1"],
+    ["log", "w", "--limit", "five"],
+    ["log", "w", "-fn", "5"],
+    ["rm", "w", "--yes"],
+    ["tools"],
+    ["demo"],
+]
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, dict[str, Any]]]:
+    """What each command's implementation was called with (it runs nothing)."""
+    seen: list[tuple[str, Any, dict[str, Any]]] = []
+
+    def record(label: str, result: Any) -> Any:
+        def fake(options: Any, *args: Any, **kwargs: Any) -> Any:
+            kwargs.pop("console", None)
+            seen.append((label, options, {"args": [a for a in args if not hasattr(a, "print")], **kwargs}))
+            return result
+
+        return fake
+
+    async def nothing() -> int:
+        return 0
+
+    for module, name, result in (
+        (_tool, "run_tool", 0),
+        (_shell, "run_shell", 0),
+        (_mcp, "serve_mcp", None),
+        (_log, "show_log", None),
+    ):
+        fake = record(name, result)
+        monkeypatch.setattr(module, name, lambda *a, _fake=fake, **k: (_fake(*a, **k), nothing())[1])
+    monkeypatch.setattr(_ls, "list_workspaces", record("list_workspaces", []))
+    monkeypatch.setattr(_ls, "print_workspaces", lambda rows, **kwargs: seen.append(("print", rows, {})))
+    return seen
+
+
+@pytest.mark.parametrize("argv", SAME, ids=" ".join)
+def test_the_fast_path_passes_what_typer_passes(
+    argv: list[str], calls: list[tuple[str, Any, dict[str, Any]]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    run = _fast.fast_command(argv)
+    assert run is not None
+    fast_code = run()
+    fast_calls = list(calls)
+    calls.clear()
+    result = CliRunner().invoke(app, argv)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.output
+    assert (fast_code, fast_calls) == (result.exit_code, calls)
+
+
+@pytest.mark.parametrize("argv", TYPER, ids=" ".join)
+def test_other_command_lines_go_to_typer(argv: list[str]) -> None:
+    assert _fast.fast_command(argv) is None
+
+
+def _both(data_dir: Path, *argv: str) -> tuple[subprocess.CompletedProcess[str], ...]:
+    """``argv`` through ``computer`` (the fast path) and through the typer app."""
+    typer_app = [sys.executable, "-c", "from computer.cli import app; app()"]
+    env = cli_env()
+    return tuple(
+        subprocess.run(
+            [*command, "--data-dir", str(data_dir), *argv], env=env, cwd=REPO, capture_output=True, text=True
+        )
+        for command in (COMPUTER, typer_app)
+    )
+
+
+def test_both_paths_print_the_same_and_exit_the_same(tmp_path: Path) -> None:
+    write = json.dumps({"path": "/workspace/a.txt", "content": "one\n"})
+    for argv in (
+        ["tool", "same", "write", write],
+        ["tool", "same", "read", '{"path": "/workspace/a.txt"}'],
+        ["tool", "same", "read", '{"path": "/workspace/missing"}'],  # the tool's error: exit 1
+        ["tool", "same", "read", "not json"],  # usage: exit 2, one red line
+        ["tool", "same", "nope"],
+        ["shell", "same", "-c", "cat /workspace/a.txt"],
+        ["ls", "--json"],
+    ):
+        fast, typed = _both(tmp_path, *argv)
+        if argv[0] == "ls":  # the last activity moves between the two runs
+            fast_rows, typed_rows = json.loads(fast.stdout), json.loads(typed.stdout)
+            assert [r["name"] for r in fast_rows] == [r["name"] for r in typed_rows] == ["same"]
+        else:
+            assert fast.stdout == typed.stdout, argv
+        assert (fast.returncode, fast.stderr) == (typed.returncode, typed.stderr), argv
