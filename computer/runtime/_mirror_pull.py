@@ -81,7 +81,8 @@ class MirrorPull(MirrorBase):
         candidates = set(touched)
         base = os.fspath(self.directory)
         gone = self.watch.gone if self.watch is not None else set()
-        # New directories the watch lstat-ed as it added them (nothing runs now: still true).
+        # New directories the watch lstat-ed as it added them (while the run went on: those a later
+        # event named, a chmod or a removal, are left out and lstat-ed here).
         known = self.watch.stats if self.watch is not None else {}
         for rel in sorted(touched, key=lambda r: r.count("/")):
             try:

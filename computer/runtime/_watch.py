@@ -95,14 +95,23 @@ _libc = _load_libc()
 
 
 class _Held:
-    """What the shared instance delivered to one watch: its events, and whether it can still vouch."""
+    """What the shared instance delivered to one watch: its events, whether it can still vouch, and
+    the directories it watches (the reader thread adds new ones as their events come: see
+    :meth:`_Inotify.adopt`)."""
 
-    __slots__ = ("broken", "events", "wds")
+    __slots__ = ("broken", "dirs", "empty", "events", "root", "stats", "walked", "wds")
 
-    def __init__(self) -> None:
+    def __init__(self, root: str = "", empty: int | None = None) -> None:
         self.events: list[tuple[int, int, bytes]] = []  # (watch descriptor, mask, name)
         self.broken = False
         self.wds: set[int] = set()
+        self.root = root
+        self.empty = empty  # the size of an empty directory there, when sizes tell (``_empty_size``)
+        self.dirs: dict[int, str] = {}  # watch descriptor -> directory relative to root ("" is root)
+        # What the new directories watched since the last take held (relative paths), and the lstat
+        # of each new directory, taken once it was watched (the pull's plan would take it anyway).
+        self.walked: set[str] = set()
+        self.stats: dict[str, os.stat_result] = {}
 
 
 class _Inotify:
@@ -143,15 +152,16 @@ class _Inotify:
                 log.exception("inotify reader")
                 time.sleep(1)
 
-    def add(self, held: _Held, paths: list[str]) -> list[int | None]:
-        """Watch each of ``paths`` for ``held``: their wds, None where a path is gone already (or where
-        ``held`` broke: out of watches, or the directory under another watch)."""
+    def add(self, held: _Held, batch: list[tuple[str, str]]) -> list[int | None]:
+        """Watch each directory of ``batch`` (relative path, path) for ``held``: their wds, None where
+        a path is gone already (or where ``held`` broke: out of watches, or the directory under
+        another watch)."""
         assert _libc is not None
         wds: list[int | None] = []
         with self.lock:  # held from add_watch to the owner's entry: the wd's first events are its own
             if self.dropped:
                 self._forget_dropped()
-            for path in paths:
+            for rel, path in batch:
                 wd: int = _libc.inotify_add_watch(self.fd, os.fsencode(path), _MASK)
                 if wd < 0:
                     code = ctypes.get_errno()
@@ -165,8 +175,56 @@ class _Inotify:
                     wds.append(None)
                     continue
                 held.wds.add(wd)
+                held.dirs[wd] = rel
                 wds.append(wd)
         return wds
+
+    def adopt(self, held: _Held, rels: list[str], touched: set[str] | None) -> None:
+        """Watch each of the directories ``rels`` of ``held`` and every directory below; add every
+        entry below them to ``touched`` (None: the watch's first walk).
+
+        Directories are added in batches (one lock hold each, short enough not to stall a thread
+        waiting for it). Paths are plain strings (``pathlib`` cost 30 µs per directory of a
+        1,000-directory tree).
+
+        A new directory (``touched`` given) is ``lstat``-ed once watched, and kept in ``held.stats``
+        for the pull's plan (which would ``lstat`` it anyway). Where the size of a directory tells
+        whether it is empty (see :func:`_empty_size`), one of the empty size is not listed: an entry
+        made before the watch was added would show in that size, one made after is an event. The
+        1,000 empty leaves of ``mkdir -p`` of a 10x10x10 tree skip 1,000 ``scandir`` calls (~12 µs
+        each here; the ``lstat`` moved from the plan costs ~4).
+        """
+        empty = held.empty if touched is not None else None
+        stats = held.stats
+        root = held.root
+        stack = [(rel, f"{root}/{rel}" if rel else root) for rel in rels]
+        while stack:
+            batch = stack[-BATCH:]
+            del stack[-BATCH:]  # not ``stack = stack[:-BATCH]``: a copy per batch, quadratic in a big tree
+            wds = self.add(held, batch)
+            for (current, path), wd in zip(batch, wds, strict=True):
+                if wd is None:
+                    continue
+                if touched is not None:
+                    try:
+                        st = os.lstat(path)
+                    except OSError:
+                        stats.pop(current, None)
+                        continue
+                    stats[current] = st
+                    if st.st_size == empty:
+                        continue
+                try:
+                    with os.scandir(path) as it:
+                        entries = list(it)
+                except OSError:
+                    continue
+                for entry in entries:
+                    child = f"{current}/{entry.name}" if current else entry.name
+                    if touched is not None:
+                        touched.add(child)
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append((child, entry.path))
 
     def release(self, held: _Held) -> None:
         with self.lock:
@@ -185,6 +243,9 @@ class _Inotify:
                 _libc.inotify_rm_watch(self.fd, wd)  # EINVAL when the kernel dropped it: fine
         held.wds.clear()
         held.events.clear()
+        held.dirs.clear()
+        held.walked.clear()
+        held.stats.clear()
 
     def _forget_dropped(self) -> None:
         while self.dropped:
@@ -231,12 +292,28 @@ class _Inotify:
                         owner.events.clear()
                         continue
                     owner.events.append((wd, mask, name))
+                    if mask & IN_CREATE and mask & IN_ISDIR:
+                        self._new_dir(owner, wd, name)
 
-    def take(self, held: _Held) -> list[tuple[int, int, bytes]]:
+    def _new_dir(self, held: _Held, wd: int, raw: bytes) -> None:
+        """A directory made below ``held``'s tree: watched (and what it holds found) as its event is
+        read, by whichever thread reads it: mostly the reader thread, while the run that makes it is
+        still going (``mkdir -p`` of 1,110 directories: ~20 ms of watches, lstat and listings off
+        the run's path, on the machine's other core). A directory moved in breaks the watch anyway."""
+        parent = held.dirs.get(wd)
+        name = raw.decode(_FS_ENCODING, _FS_ERRORS)
+        if parent is None or not name or held.broken:
+            return
+        self.adopt(held, [f"{parent}/{name}" if parent else name], held.walked)
+
+    def take(self, held: _Held) -> tuple[list[tuple[int, int, bytes]], set[str], dict[str, os.stat_result]]:
+        """``held``'s events since the last take, with what its new directories held and their
+        lstat (see :meth:`adopt`)."""
         self.pump()
         with self.lock:
-            events, held.events = held.events, []
-            return events
+            taken = held.events, held.walked, held.stats
+            held.events, held.walked, held.stats = [], set(), {}
+            return taken
 
     def count(self, held: _Held) -> int:
         """``held``'s events, or -1 when that cannot be told cheaply.
@@ -330,80 +407,36 @@ class TreeWatch:
 
     def __init__(self, root: Path) -> None:
         self._inotify = _instance()
-        self._held = _Held()
-        # A mirror dropped without close() (e.g. by a pool evicting it) must not leak its watches.
-        self._close = weakref.finalize(self, self._inotify.drop, self._held)
         self.root = root
         self._root = os.fspath(root)
-        self._dirs: dict[int, str] = {}  # watch descriptor -> directory relative to root ("" is root)
+        try:
+            empty = _empty_size(os.path.dirname(self._root), os.stat(self._root).st_dev)
+        except OSError:
+            empty = None
+        self._held = _Held(self._root, empty)
+        # A mirror dropped without close() (e.g. by a pool evicting it) must not leak its watches.
+        self._close = weakref.finalize(self, self._inotify.drop, self._held)
         # Paths whose last event in the last drain removed them (no lstat needed to know they are gone).
         self.gone: set[str] = set()
-        # The lstat of each directory the last drain found new and watched (the plan's, taken early).
+        # The lstat of each directory the last drain found new and watched (the plan's, taken early),
+        # of those no later event named (a chmod of it, a removal) while the run went on.
         self.stats: dict[str, os.stat_result] = {}
-        try:
-            self._empty = _empty_size(os.path.dirname(self._root), os.stat(self._root).st_dev)
-        except OSError:
-            self._empty = None
-        self._watch_tree([""])
-
-    def _watch_tree(self, rels: list[str], touched: set[str] | None = None) -> None:
-        """Watch each of ``rels`` and every directory below; add every entry below them to ``touched``.
-
-        Directories are added to the shared instance in batches (one lock hold each, short enough not
-        to stall a thread waiting for it). Paths are plain strings (``pathlib`` cost 30 µs per
-        directory of a 1,000-directory tree).
-
-        A new directory (``touched`` given) is ``lstat``-ed once watched, and kept in :attr:`stats`
-        for the pull's plan (which would ``lstat`` it anyway). Where the size of a directory tells
-        whether it is empty (see :func:`_empty_size`), one of the empty size is not listed: an entry
-        made before the watch was added would show in that size, one made after is an event. The
-        1,000 empty leaves of ``mkdir -p`` of a 10x10x10 tree skip 1,000 ``scandir`` calls (~12 µs
-        each here; the ``lstat`` moved from the plan costs ~4).
-        """
-        empty = self._empty if touched is not None else None
-        stats = self.stats
-        stack = [(rel, f"{self._root}/{rel}" if rel else self._root) for rel in rels]
-        while stack:
-            batch = stack[-BATCH:]
-            del stack[-BATCH:]  # not ``stack = stack[:-BATCH]``: a copy per batch, quadratic in a big tree
-            wds = self._inotify.add(self._held, [path for _, path in batch])
-            for (current, path), wd in zip(batch, wds, strict=True):
-                if wd is None:
-                    continue
-                self._dirs[wd] = current
-                if touched is not None:
-                    try:
-                        st = os.lstat(path)
-                    except OSError:
-                        continue
-                    stats[current] = st
-                    if st.st_size == empty:
-                        continue
-                try:
-                    with os.scandir(path) as it:
-                        entries = list(it)
-                except OSError:
-                    continue
-                for entry in entries:
-                    child = f"{current}/{entry.name}" if current else entry.name
-                    if touched is not None:
-                        touched.add(child)
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append((child, entry.path))
+        self._inotify.adopt(self._held, [""], None)
 
     def drain(self) -> set[str] | None:
         """Relative paths touched since the last drain, or ``None`` when only a full walk can tell."""
         touched: set[str] = set()
         gone: set[str] = set()
-        new_dirs: list[str] = []
-        for wd, mask, raw in self._inotify.take(self._held):
+        events, walked, stats = self._inotify.take(self._held)
+        dirs = self._held.dirs
+        for wd, mask, raw in events:
             if mask & IN_IGNORED:
-                self._dirs.pop(wd, None)
+                dirs.pop(wd, None)
                 continue
             if mask & IN_MOVE_SELF or (mask & (IN_MOVED_FROM | IN_MOVED_TO) and mask & IN_ISDIR):
                 self._held.broken = True  # watched paths below a moved directory are stale now
                 break
-            parent = self._dirs.get(wd)
+            parent = dirs.get(wd)
             if parent is None:
                 continue
             name = raw.decode(_FS_ENCODING, _FS_ERRORS)  # os.fsdecode, less a call
@@ -415,14 +448,14 @@ class TreeWatch:
                 gone.add(rel)
             else:
                 gone.discard(rel)
-            if mask & IN_CREATE and mask & IN_ISDIR:
-                new_dirs.append(rel)
+            if not (mask & IN_CREATE and mask & IN_ISDIR):
+                # Its lstat was taken when its creation was read: this later change makes it stale
+                # (a directory made again was lstat-ed again, as its creation was read again).
+                stats.pop(rel, None)
         if self._held.broken:
             return None
-        walked: set[str] = set()
-        self.stats = {}
-        self._watch_tree(new_dirs, walked)
         touched |= walked
+        self.stats = stats
         self.gone = gone - walked  # found in a new directory: there again (rm -r d; mkdir d; touch d/f)
         return None if self._held.broken else touched
 
