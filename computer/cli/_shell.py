@@ -155,9 +155,13 @@ async def run_shell(
 
     ``command``: run that one line instead, without the prompt (``computer shell NAME -c LINE``), for
     scripts; exit code 1 when it failed. Decision: a line that runs no command opens the workspace
-    without its exec backends (building them is most of a command's start-up in process).
+    without its exec backends (building them is most of a command's start-up in process), and a line
+    that runs one with the shell backend alone: the prompt runs every command on the first backend,
+    the shell, so the python backend's build (~0.3 s of CPU) would serve nothing.
     """
-    backends = command is None or runs_exec(command)
+    backends: bool | tuple[str, ...] = True
+    if command is not None:
+        backends = ("shell",) if runs_exec(command) else False
     live = command is None  # one line: a sandbox per run (see ``_inprocess``)
     async with open_workspace(options, name, backends=backends, assets=False, live=live) as workspace:
         shell = WorkspaceShell(workspace, console)

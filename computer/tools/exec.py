@@ -278,7 +278,8 @@ def _description(selected: list[tuple[BackendInfo, str]]) -> str:
 
 
 class _ExecArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Built at first use, like the other tools' inputs (``_input.ToolInput``).
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     command: str = Field(min_length=1, description="The command (or source code) to run.")
     cwd: str | None = Field(default=None, description="Working directory (absolute). Default: /workspace.")

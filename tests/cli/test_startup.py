@@ -64,6 +64,7 @@ def test_shell_c_runs_one_line_and_says_how_it_went(tmp_path: Path) -> None:
     made, loaded = _run(tmp_path, "shell", "lines", "-c", "!echo hello > f.txt")
     assert made.returncode == 0, made.stderr[-3000:]
     assert "computer.runtime.shell" in loaded["modules"]  # type: ignore[operator]
+    assert "computer.runtime.python" not in loaded["modules"]  # type: ignore[operator]  # the shell runs it
     cat, loaded = _run(tmp_path, "shell", "lines", "-c", "cat f.txt")
     assert (cat.returncode, cat.stdout) == (0, "hello\n")
     assert not {"computer.runtime.shell", "computer.runtime.python"} & set(loaded["modules"])  # type: ignore[call-overload]
