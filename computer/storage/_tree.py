@@ -134,17 +134,21 @@ def _spare_linked_survivors(st: Store) -> None:
 def release(st: Store, removed: Iterable[tuple[int, int, int | None, int]]) -> None:
     """Drop the content of deleted inode rows ``(kind, size, one-chunk id, inode)``: their chunk
     references and their logical size."""
+    ones: list[int] = []  # one-chunk files' chunks, counted once at the end (a Counter per row: ~1 ms)
+    freed = 0
     counts: Counter[int] = Counter()
     for kind, size, one, ino in removed:
         if kind != FILE:
             continue
-        st.pending_logical -= int(size)
+        freed += size
         if one is not None:
-            counts[int(one)] += 1
+            ones.append(one)
         elif size > CHUNK_SIZE:
             counts.update(
                 r[0] for r in st.db.execute("DELETE FROM file_chunks WHERE inode = ? RETURNING chunk", (ino,))
             )
+    st.pending_logical -= int(freed)
+    counts.update(ones)
     st.chunks.decref_counts(counts.items())
 
 
@@ -172,8 +176,9 @@ def remove_leaves(st: Store, leaves: list[tuple[str, int, str, int, int]], m: Mu
             else:
                 rows.append(row)
     release(st, rows)
-    for real, _, _, _, kind in leaves:
-        st.forget(real, kind)
+    cache = st.cache
+    for real, *_ in leaves:  # files and links (never a directory): ``Store.forget`` of each, inline
+        cache.pop(real, None)
     m.log_many([(real, "rm") for real, *_ in leaves])
     leaves.clear()
 
