@@ -116,9 +116,13 @@ def test_a_pull_over_many_directories_reads_every_file_and_closes_what_it_opened
         (mirror.directory / f"n{i}/a.txt").write_bytes(b"a%d" % i)
         (mirror.directory / f"n{i}/deep/b.txt").write_bytes(b"b" * (i * 100))
     (mirror.directory / "d0/f0.txt").write_bytes(b"changed")
-    open_before = len(os.listdir("/proc/self/fd"))
-    pull, _ = mirror.collect()
-    assert len(os.listdir("/proc/self/fd")) == open_before
+    assert mirror.watch is not None
+    # The inotify reader thread lists new directories as it reads their events, under this lock:
+    # held, no descriptor of it comes or goes while they are counted.
+    with mirror.watch._inotify.lock:
+        open_before = len(os.listdir("/proc/self/fd"))
+        pull, _ = mirror.collect()
+        assert len(os.listdir("/proc/self/fd")) == open_before
     got = {f.path: f.data for f in pull.files}
     assert got["/workspace/d0/f0.txt"] == b"changed"
     for i in range(150):
