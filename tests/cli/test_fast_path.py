@@ -142,3 +142,31 @@ def test_both_paths_print_the_same_and_exit_the_same(tmp_path: Path) -> None:
         else:
             assert fast.stdout == typed.stdout, argv
         assert (fast.returncode, fast.stderr) == (typed.returncode, typed.stderr), argv
+
+
+def test_the_fast_table_declares_what_the_typer_app_declares() -> None:
+    """A new option or argument of ``tool``, ``shell``, ``mcp``, ``ls`` or ``log`` in ``_app.py``
+    must be in ``_fast._COMMANDS`` too, with the same kind (typer's own ``--help`` aside), and an
+    optional argument with the same default: the two declarations never drift apart."""
+    import typer.main
+
+    group: Any = typer.main.get_command(app)
+
+    def declared(params: list[Any]) -> tuple[list[tuple[str, Any]], dict[str, tuple[str, str]]]:
+        arguments = [(p.name, p.default) for p in params if not p.opts[0].startswith("-")]
+        options: dict[str, tuple[str, str]] = {}
+        for p in params:
+            if p.opts[0].startswith("-") and "--help" not in p.opts:
+                kind = "flag" if p.is_flag else "str"
+                if p.type_descriptor.annotation is int:
+                    kind = "int"  # the fast parser's int: non-negative (typer checks the rest)
+                    assert (p.min, p.max) == (0, None), f"{p.opts}: teach _fast this range"
+                options.update({opt: (p.name, kind) for opt in [*p.opts, *p.secondary_opts]})
+        return arguments, options
+
+    assert declared(group.params)[1] == _fast._GLOBAL
+    for name, fast in _fast._COMMANDS.items():
+        arguments, options = declared(group.commands[name].params)
+        assert [a for a, _ in arguments] == [*fast.positionals, *(k for k, _ in fast.optional)], name
+        assert [(k, d) for k, d in arguments if k in dict(fast.optional)] == list(fast.optional), name
+        assert options == fast.options, name
