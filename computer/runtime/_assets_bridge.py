@@ -28,7 +28,7 @@ from ..storage.paths import canonical, is_within
 from ._backend import ExecContext, MirrorFile, SyncPull
 from ._beneath import lstat_beneath, read_beneath
 from ._mirror import Entry, Mirror, entry_of
-from ._sandbox import in_background
+from ._tasks import in_thread
 
 __all__ = ["SANDBOX_DIR", "AssetsBridge"]
 
@@ -112,7 +112,7 @@ class AssetsBridge:
             with contextlib.suppress(Exception):  # best-effort: the run is over, its result matters
                 await self._server.wait_closed()
         # The directory goes in the background: its removal need not delay the run's pull and result.
-        in_background(asyncio.to_thread(shutil.rmtree, self.directory, True), "removing a bridge directory")
+        in_thread(lambda: shutil.rmtree(self.directory, True), "removing a bridge directory")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:

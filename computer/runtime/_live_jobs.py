@@ -19,7 +19,7 @@ from ._backend import MAX_CHUNK_BYTES, OutputChunk
 from ._live_parts import BackgroundLog, Job, drain, feed, is_eof
 from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess, oom_kills
 from ._standby import write_all
-from ._tasks import in_background, run_to_completion
+from ._tasks import in_thread, run_to_completion
 
 __all__ = ["LiveJobs", "LiveSandboxError", "LiveStartError"]
 
@@ -99,9 +99,9 @@ class LiveJobs:
             for fd in theirs:
                 os.close(fd)
         if spec_w is not None:
-            in_background(asyncio.to_thread(write_all, spec_w, spec), "sending a large command line")
+            in_thread(lambda: write_all(spec_w, spec), "sending a large command line", daemon=True)
         if stdin:
-            in_background(asyncio.to_thread(feed, ours_in, stdin), "feeding a run's stdin")
+            in_thread(lambda: feed(ours_in, stdin), "feeding a run's stdin", daemon=True)
         else:
             os.close(ours_in)
         return job

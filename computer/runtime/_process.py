@@ -15,7 +15,7 @@ from typing import Literal
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
 from ._cgroups import remove_groups, sweep
-from ._tasks import in_background, run_to_completion
+from ._tasks import in_thread, run_to_completion
 
 __all__ = [
     "TIMEOUT_EXIT_CODE",
@@ -239,4 +239,4 @@ def oom_kills(groups: list[Path]) -> int:
 def _clean_later(sp: SandboxProcess) -> None:
     """Sweep and remove ``sp``'s cgroups in a worker thread (0.35 ms less per run). Cgroups a crash
     leaves behind are removed when a later process first probes cgroups."""
-    in_background(asyncio.to_thread(sp.cleanup), "removing a run's cgroups")
+    in_thread(sp.cleanup, "removing a run's cgroups")

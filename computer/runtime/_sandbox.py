@@ -32,7 +32,7 @@ from ._cgroups import cgroup_writable, make_groups, remove_groups
 from ._limits import Rlimit, SandboxLimits, can_limit_others, launcher, limit_self, rlimits
 from ._process import SandboxProcess, close_transport
 from ._standby import STANDBY_STUB, Standby, write_all
-from ._tasks import in_background, run_to_completion
+from ._tasks import run_to_completion
 from ._users import drop_privileges, running_as_root, sandbox_host_ids
 
 __all__ = [
@@ -42,7 +42,6 @@ __all__ = [
     "SandboxLimits",
     "SandboxProcess",
     "Standby",
-    "in_background",
     "python_prefixes",
     "run_to_completion",
 ]

@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import os
 import secrets
 import tempfile
+import threading
+from collections.abc import Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -31,7 +34,7 @@ from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
 from ._pull_rules import PROTECTED
 from ._scratch import blocking_ancestor, process_scratch
-from ._tasks import in_background
+from ._tasks import in_thread
 
 __all__ = ["MirrorSync", "Synced", "backend_scratch"]
 
@@ -84,7 +87,7 @@ class MirrorSync:
     def remove_evicted(self) -> None:
         """Remove the idle mirrors the pool's bound pushed out, in a worker thread (each is a tree)."""
         for mirror in self.mirrors.take_evicted():
-            in_background(asyncio.to_thread(self.mirrors.discard, mirror), "removing an evicted mirror")
+            in_thread(functools.partial(self.mirrors.discard, mirror), "removing an evicted mirror")
 
     # ------------------------------------------------------------------ push
 
@@ -239,14 +242,14 @@ class MirrorSync:
         # Nothing changed: the mirror still reflects ``base_rev`` exactly (no round trip needed; claiming
         # more would count a workspace change made during the run as mirrored).
         if not plan.empty():
-            pages = mirror.pages(plan, self.limits.max_sync_bytes)
+            pages = _Pages(mirror.pages(plan, self.limits.max_sync_bytes))
             # Pages are read in a worker thread when they read files; removals, directories and
             # links are lists already (1,000 removals: no hop, which under load costs milliseconds).
             # The last page says so (``done``): no hop to learn that nothing follows.
             light = not plan.files
             try:
                 while True:
-                    page = next(pages, None) if light else await asyncio.to_thread(next, pages, None)
+                    page = pages.next() if light else await asyncio.to_thread(pages.next)
                     if page is None:
                         break
                     result = await ctx.sync_pull(dataclasses.replace(page, own_revs=own), base_rev)
@@ -267,6 +270,34 @@ class MirrorSync:
             {r for r in (*mirror.own_revs, *own) if mirror.rev is None or r > mirror.rev}
         )
         return applied, reasons
+
+
+class _Pages:
+    """A pull's pages, stepped in worker threads and closed from the loop. A pull cancelled while a
+    thread is inside the generator cannot close it there ("generator already executing", which
+    replaced the cancellation: a live sandbox's tick then went on as if its sync had failed); the
+    close waits for that step, on a thread of its own."""
+
+    def __init__(self, pages: Generator[SyncPull, None, None]) -> None:
+        self._pages = pages
+        self._stepping = threading.Lock()
+
+    def next(self) -> SyncPull | None:
+        with self._stepping:
+            return next(self._pages, None)
+
+    def close(self) -> None:
+        if self._stepping.acquire(blocking=False):
+            try:
+                self._pages.close()
+            finally:
+                self._stepping.release()
+        else:
+            in_thread(self._close_after_step, "closing a cancelled pull's pages")
+
+    def _close_after_step(self) -> None:
+        with self._stepping:
+            self._pages.close()
 
 
 def _check_reachable(directory: str, owner: tuple[int, int]) -> None:

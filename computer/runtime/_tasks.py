@@ -1,13 +1,15 @@
-"""Task helpers for teardown: finish it despite cancellation, or run it in the background."""
+"""Task helpers for teardown: finish it despite cancellation, or run it in the background (on the
+caller's loop for a coroutine, on a thread of its own for blocking work)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+import threading
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["in_background", "run_to_completion"]
+__all__ = ["in_background", "in_thread", "run_to_completion"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -48,3 +50,23 @@ def in_background(aw: Awaitable[None], what: str) -> None:
             log.warning("%s failed: %r", what, task.exception())
 
     task.add_done_callback(done)
+
+
+def in_thread(work: Callable[[], object], what: str, *, daemon: bool = False) -> None:
+    """Run blocking teardown ``work`` on a thread of its own, without waiting; its failure is logged
+    as ``what`` failing.
+
+    Not ``in_background(asyncio.to_thread(...))``: that task belongs to the caller's loop, and a loop
+    closed before the thread is done (a test's, a command's) leaves it pending: "Task was destroyed
+    but it is pending" at exit, for work that had finished. A thread needs no loop. ``daemon``: work
+    that may block for good (feeding a pipe nobody reads) must not hold the interpreter's exit;
+    bounded clean-up (directories, cgroups) is waited for at exit, so it is not left half done.
+    """
+
+    def run() -> None:
+        try:
+            work()
+        except Exception as exc:
+            log.warning("%s failed: %r", what, exc)
+
+    threading.Thread(target=run, name=f"computer: {what}"[:60], daemon=daemon).start()
