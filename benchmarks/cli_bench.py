@@ -5,7 +5,9 @@ Run: ``.venv/bin/python benchmarks/cli_bench.py [--runs N] [--no-cluster] [--no-
 command is a fresh subprocess, as a user or a script runs it; the wall time of each is measured from
 spawn to exit. Printed, per command: median and slowest of N runs, and the ratio to the baselines
 measured in the same run (and the median CPU time of the command's process, which a loaded machine
-inflates less than wall time):
+inflates less than wall time). The package is compiled to bytecode first and the commands run without
+``PYTHONDONTWRITEBYTECODE``: what a user's commands cost after the first one (with that variable set,
+a source tree's edited modules were compiled again by every command, ~0.2 s). The baselines:
 
 - ``python -c pass``: the interpreter's own start (no command can be faster);
 - ``computer --help``: the command line's start (typer, rich), no workspace opened;
@@ -60,7 +62,11 @@ finally:
 
 
 def env(data_dir: Path, **extra: str) -> dict[str, str]:
-    out = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "COMPUTER_REDIS_URL")}
+    # PYTHONDONTWRITEBYTECODE (set in some shells and CI images) would leave a source tree's changed
+    # modules without bytecode: every command compiled them again (~0.2 s here), which no installed
+    # copy does. The commands write and use bytecode, as a user's second command does (``bytecode``).
+    drop = ("RAY_ADDRESS", "COMPUTER_REDIS_URL", "PYTHONDONTWRITEBYTECODE")
+    out = {k: v for k, v in os.environ.items() if k not in drop}
     out.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0", COMPUTER_DATA_DIR=str(data_dir))
     # Ray advertises loopback instead of the host's address: the cluster stays on 127.0.0.1.
     out["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
@@ -78,6 +84,17 @@ def children_cpu() -> Iterator[None]:
     yield
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     CPU.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+
+
+def bytecode(checkout: Path) -> None:
+    """Compile ``checkout``'s package once before measuring: the first command after an edit pays for
+    compiling it, later ones do not (a pip install compiles at install time)."""
+    subprocess.run(
+        [sys.executable, "-m", "compileall", "-q", str(checkout / "computer")],
+        env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"},
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
 
 
 def timed(args: Sequence[str], environ: dict[str, str], cwd: Path = REPO) -> float:
@@ -134,6 +151,8 @@ def compare(other: Path, environs: tuple[dict[str, str], dict[str, str]], runs: 
     e.g. ``git worktree add /tmp/old REV``) and from this one, so both see the same load: two rows
     per command (median wall, median CPU) and the ratio new/old of each."""
     trees = (other, REPO)
+    for tree in trees:
+        bytecode(tree)
     print(f"old ({other}) vs new ({REPO}), alternating, in process:")
     for cwd, environ in zip(trees, environs, strict=True):
         timed([*COMPUTER, *COMMANDS[0][1]], environ, cwd)  # creates the workspace in its data dir
@@ -234,6 +253,7 @@ def main() -> None:
     opts = parser.parse_args()
     runs = max(1, opts.runs)
 
+    bytecode(REPO)
     with tempfile.TemporaryDirectory(prefix="cli-bench-") as tmp:
         data = Path(tmp) / "data"
         environ = env(data)
