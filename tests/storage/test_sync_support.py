@@ -348,3 +348,27 @@ async def test_small_files_are_read_in_bulk_by_inode_and_the_rest_left_to_the_ca
     assert by_path.pop("/d/big") is None  # more than one chunk
     assert by_path == {path: data for path, data in contents.items() if path != "/d/big"}
     assert entries["/d/sub"].ino not in found  # a directory
+
+
+async def test_a_large_change_log_is_trimmed_every_sixteenth_of_its_limit(
+    fs: FileSystem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trim steps over ``change_log_limit`` index entries: pulls of ~1,000 new directories each must
+    not pay one apiece, and the log still stays near its limit."""
+    fs.change_log_limit = 32_000  # a trim every 2,000 inserts
+    store = fs._store
+    trims = 0
+    trim = store.trim_log
+
+    def counted() -> None:
+        nonlocal trims
+        trims += 1
+        trim()
+
+    monkeypatch.setattr(store, "trim_log", counted)
+    for i in range(40):
+        fs.commit_batch({}, mkdirs=[f"/t{i}/d{a}/{b}" for a in range(10) for b in range(110)])
+    assert trims == 20  # at every second batch of 1,111 entries (at 1,024 inserts: every batch)
+    assert not fs.changes_since(0).complete
+    rows = store.db.one("SELECT count(*) FROM changes")[0]
+    assert 32_000 - 1111 <= rows <= 32_000 + 2_000 + 1111  # whole revisions go
