@@ -63,21 +63,28 @@ def parse_arguments(tool: str, raw: str) -> dict[str, Any]:
     return args
 
 
-# The exec arguments whose meaning and messages do not depend on which backends exist.
-_SHELL_ONLY_ARGUMENTS = frozenset({"command", "cwd", "env", "timeout", "backend"})
+# The exec arguments whose meaning and messages do not depend on which other backends exist, per
+# backend: only a callable backend (python) takes ``input``.
+_ALONE_ARGUMENTS = {
+    "shell": frozenset({"command", "cwd", "env", "timeout", "backend"}),
+    "python": frozenset({"command", "cwd", "env", "timeout", "backend", "input"}),
+}
 
 
 def exec_backends(args: dict[str, Any]) -> bool | tuple[str, ...]:
-    """The backends an in-process ``exec`` call needs built: only the shell for a call that runs on it
-    (no ``backend``, or ``"shell"``) and names no argument outside the shell's, all of them otherwise.
+    """The backends an in-process ``exec`` call needs built: only the one it runs on (no ``backend``:
+    the shell; ``"shell"`` or ``"python"``) when it names no argument outside that backend's, all of
+    them otherwise.
 
-    Decision: building the python backend costs ~0.3 s of CPU (its modules, and a sandbox and an
-    interpreter started to measure its start-up), a third of such a command. With the shell alone
-    the call runs and answers the same: a ``backend`` given to a single-backend exec is dropped, and
-    its other fields, defaults and messages are the same. A call with ``input``, another backend or an
-    unknown name gets every backend, so its messages list them as before."""
-    if args.keys() <= _SHELL_ONLY_ARGUMENTS and args.get("backend", "shell") == "shell":
-        return ("shell",)
+    Decision: building a backend costs a third of such a command (the python one ~0.3 s of CPU: its
+    modules, and a sandbox and an interpreter started to measure its start-up; the shell one ~0.2 s).
+    With the one backend alone the call runs and answers the same: a ``backend`` given to a
+    single-backend exec is dropped, and its other fields, defaults and messages are the same. A call
+    with ``input`` on the shell, another backend or an unknown name gets every backend, so its
+    messages list them as before."""
+    backend = args.get("backend", "shell")
+    if isinstance(backend, str) and args.keys() <= _ALONE_ARGUMENTS.get(backend, frozenset()):
+        return (backend,)
     return True
 
 
@@ -85,7 +92,7 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
     """Run the call; exit code 0 on success, 1 when the tool reports an error.
 
     In process, only ``exec`` gets the exec backends (with a sandbox per run: one run, then the
-    command ends), and only the shell one for a call the shell answers alike (:func:`exec_backends`);
+    command ends), and only the one it runs on when that one alone answers it alike (:func:`exec_backends`);
     only ``publish`` gets the share-link publisher: the other tools do not depend on them, and building
     them would cost most of the command's time.
     """

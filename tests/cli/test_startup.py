@@ -60,6 +60,18 @@ def test_a_shell_exec_stages_no_python_interpreter(tmp_path: Path) -> None:
     assert "computer.runtime.python" not in loaded["modules"]  # type: ignore[operator]
 
 
+def test_a_python_exec_builds_only_the_python_backend(tmp_path: Path) -> None:
+    call = {"command": "def main(x):\n    return x * 2", "backend": "python", "input": 21}
+    proc, loaded = _run(tmp_path, "tool", "quick", "exec", json.dumps(call))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["value"] == 42
+    assert "computer.runtime.shell" not in loaded["modules"]  # type: ignore[operator]
+    # input on the shell: every backend, so the error names the callable ones as before.
+    proc, loaded = _run(tmp_path, "tool", "quick", "exec", json.dumps({"command": "true", "input": 1}))
+    assert proc.returncode == 1 and "callable backends: python" in proc.stdout
+    assert {"computer.runtime.shell", "computer.runtime.python"} <= set(loaded["modules"])  # type: ignore[call-overload]
+
+
 def test_shell_c_runs_one_line_and_says_how_it_went(tmp_path: Path) -> None:
     made, loaded = _run(tmp_path, "shell", "lines", "-c", "!echo hello > f.txt")
     assert made.returncode == 0, made.stderr[-3000:]
