@@ -10,9 +10,9 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from ._context import CliError, GlobalOptions
-from ._output import console, errors, report
+from ._output import console, report
 
-__all__ = ["app", "console", "errors", "main"]
+__all__ = ["app"]
 
 T = TypeVar("T")
 
@@ -353,9 +353,3 @@ def status(ctx: typer.Context) -> None:
 
     options = _options(ctx)
     _run(lambda: show_status(options, console()))
-
-
-def main() -> None:
-    """Console-script entry point: the typer app for every command line (``computer.cli.main`` runs
-    the everyday ones without it, ``_fast``)."""
-    app()
