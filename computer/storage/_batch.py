@@ -19,7 +19,7 @@ from ._resolve import lookup, resolve, resolve_read, write_target
 from ._resolve import target as target_of
 from ._schema import DIR, KIND_NAMES, SYMLINK, clean_mode
 from ._search import Row, walk_tree, walk_tree_after
-from ._state import CACHE_LIMIT, CREATE_OP, JSON_ROWS, Mutation, Store
+from ._state import CREATE_OP, JSON_ROWS, Mutation, Store
 from ._tree import add_entry, add_name, ensure_dirs, new_inode, now_ms, remove_leaves, remove_node
 from .errors import fs_error
 from .paths import is_within, join, parts, split
@@ -338,11 +338,9 @@ def _make_dirs(
         next_id = 0
 
     now = now_ms()  # one transaction: one time for the directories it makes without an mtime
-    cache = st.cache
+    remember = st.remember
     for p in sorted(every):
-        # ``split`` and ``join`` inline, and ``Store.remember``: a call each was ~1 ms of 1,110.
-        parent, _, name = p.rpartition("/")
-        parent = parent or "/"
+        parent, name = split(p)
         above = fresh.get(parent)
         if p in wanted:
             mode, mtime = clean_mode(modes.get(p, 0o755)), mtimes.get(p)
@@ -370,14 +368,12 @@ def _make_dirs(
         if not next_id:
             next_id = int(st.db.one("SELECT coalesce(max(id), 0) + 1 FROM inodes")[0])
         ino = next_id
-        real = above[1] + name if above[1] == "/" else f"{above[1]}/{name}"
+        real = join(above[1], name)
         next_id += 1
         inodes.append((ino, DIR, mode, now if mtime is None else int(mtime)))
         entries.append((above[0], name, ino))
         logs.append((real, "mkdir"))
-        if len(cache) >= CACHE_LIMIT:
-            cache.clear()
-        cache[real] = (ino, DIR)
+        remember(real, (ino, DIR))
         fresh[p] = (ino, real)
         made.add(p)
     flush()

@@ -176,9 +176,9 @@ def remove_leaves(st: Store, leaves: list[tuple[str, int, str, int, int]], m: Mu
             else:
                 rows.append(row)
     release(st, rows)
-    cache = st.cache
-    for real, *_ in leaves:  # files and links (never a directory): ``Store.forget`` of each, inline
-        cache.pop(real, None)
+    forget = st.forget
+    for real, *_, kind in leaves:
+        forget(real, kind)
     m.log_many([(real, "rm") for real, *_ in leaves])
     leaves.clear()
 
