@@ -15,24 +15,122 @@ publish, processes, kill) declare their ``outputSchema``. Results are text conte
 result with ``isError: true``; an unknown tool name is a JSON-RPC error ``-32602`` (invalid params). While exec runs, a client that sent a progress token receives each
 snapshot as a progress notification (the message is the snapshot as JSON). Cancelling ``serve_http``
 stops the HTTP server through its normal shutdown.
+
+Importing this module loads the SDK's server side only, with its per-version wire models built at
+their first use (``_server_side_only``, ``_defer_surface_models``): ``computer mcp`` answered
+``initialize`` ~0.4 s sooner; the rest of the SDK loads when something asks for it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
+import sys
+import threading
 from importlib import metadata
+from types import ModuleType
 from typing import Any
 
-import mcp_types as types
-from mcp.server import Server, ServerRequestContext
-from mcp.shared.exceptions import MCPError
 
-from ..storage import audit_caller
-from ..surface import WorkspaceSurface
-from ._adapter_tools import build_tools, record_refused, unknown_tool
-from ._arguments import ArgumentError, parse_arguments
-from ._tool import ContentPart, Tool
+def _defer_surface_models() -> None:
+    """Build the SDK's wire-shape models at their first use, not when ``mcp_types`` is imported.
+
+    ``mcp_types.methods`` imports the surface models of both protocol eras (``_v2025_11_25``,
+    ``_v2026_07_28``: ~300 pydantic models, ~0.15 s of CPU) to check each request against the
+    negotiated version's shape, one model per method: a session uses a handful of them. pydantic has
+    no process-wide ``defer_build`` switch, only the per-model ``ConfigDict`` key, which subclasses
+    inherit from their base's ``model_config``: every surface model derives from
+    ``mcp_types._wire_base.WireModel``, so setting it there before the eras are defined defers them
+    all (pydantic then builds one at its first validation: the same schema, the same errors). Not for
+    the version-free models of ``mcp_types._types`` the server code receives: that module builds
+    ``TypeAdapter``s of its big request/result unions when imported, which build them anyway.
+
+    Decision: an SDK without ``WireModel``, or whose eras are already imported, is left as it is (the
+    models are built at import, as before); a change only in time, never in behaviour."""
+    if "mcp_types._v2025_11_25" in sys.modules or "mcp_types._v2026_07_28" in sys.modules:
+        return
+    try:
+        from mcp_types._wire_base import WireModel
+    except ImportError:
+        return
+    config = getattr(WireModel, "model_config", None)
+    if isinstance(config, dict):
+        config.setdefault("defer_build", True)
+
+
+def _server_side_only() -> None:
+    """Import the SDK's server side without running ``mcp/__init__`` and ``mcp/server/__init__``.
+
+    ``mcp/__init__`` imports the whole client side (``mcp.client``: its session, transports,
+    ``httpx``), ``mcp/server/__init__`` the high-level ``MCPServer`` (resources, prompts, templates):
+    ~0.5 s of CPU before ``computer mcp`` could answer ``initialize``, for code a low-level stdio
+    server never runs. The SDK offers no server-only entry point, so each package is put in
+    ``sys.modules`` as its real module object (made from its own spec: ``__path__``, ``__file__``,
+    ``__spec__``), with its ``__init__`` not yet run: its submodules import as usual
+    (``mcp.server.lowlevel.server`` and the others this module uses). The first access to a name
+    the package does not have yet (``from mcp import Client`` in ``computer.agent``, ``mcp.Client``,
+    ``from mcp import *``) runs the real ``__init__`` into that same module (PEP 562 module
+    ``__getattr__``), once, and answers from it: from then on the package is what ``import mcp``
+    makes. Another thread asking meanwhile waits for it; the ``__init__`` itself asking for a name
+    not defined yet gets ``AttributeError``, as in any import in progress.
+
+    Decision: only while neither package was imported (a process that imported ``mcp`` first keeps
+    it as it is) and only for a package found as a regular package on disk; otherwise nothing is
+    changed and the import below runs the ``__init__`` files as before."""
+    for name in ("mcp", "mcp.server"):
+        if name in sys.modules:
+            return
+        spec = importlib.util.find_spec(name)  # of mcp.server: below the package put in place just before
+        if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+            return
+        module = importlib.util.module_from_spec(spec)
+        module.__getattr__ = _completing(module)  # type: ignore[method-assign]
+        sys.modules[name] = module
+        parent, _, child = name.rpartition(".")
+        if parent:
+            setattr(sys.modules[parent], child, module)
+
+
+def _completing(module: ModuleType) -> Any:
+    """``module.__getattr__``: run the package's own ``__init__`` into ``module`` once, then answer."""
+    lock = threading.RLock()
+    state = {"done": False, "running": False}
+
+    def __getattr__(attr: str) -> Any:
+        with lock:
+            if not state["done"] and not state["running"]:
+                state["running"] = True
+                try:
+                    spec = module.__spec__
+                    assert spec is not None and spec.loader is not None
+                    spec.loader.exec_module(module)
+                    state["done"] = True
+                finally:
+                    state["running"] = False
+                if state["done"] and module.__dict__.get("__getattr__") is __getattr__:
+                    del module.__dict__["__getattr__"]
+        try:
+            return module.__dict__[attr]
+        except KeyError:
+            raise AttributeError(f"module {module.__name__!r} has no attribute {attr!r}") from None
+
+    return __getattr__
+
+
+_defer_surface_models()
+_server_side_only()
+
+import mcp_types as types  # noqa: E402
+from mcp.server.context import ServerRequestContext  # noqa: E402
+from mcp.server.lowlevel.server import Server  # noqa: E402
+from mcp.shared.exceptions import MCPError  # noqa: E402
+
+from ..storage import audit_caller  # noqa: E402
+from ..surface import WorkspaceSurface  # noqa: E402
+from ._adapter_tools import build_tools, record_refused, unknown_tool  # noqa: E402
+from ._arguments import ArgumentError, parse_arguments  # noqa: E402
+from ._tool import ContentPart, Tool  # noqa: E402
 
 __all__ = ["create_mcp_server", "mcp_tool", "package_version", "run_stdio", "serve_http"]
 

@@ -21,7 +21,7 @@ import atexit, json, runpy, sys
 def loaded():
     from computer.runtime import _staging
     heavy = ("ray", "rich", "redis", "mcp", "computer.assets", "computer.runtime.shell", "computer.runtime.python",
-             "typer", "pydantic_settings")
+             "typer", "pydantic_settings", "mcp.client", "mcp.server.mcpserver")
     print(json.dumps({"modules": [m for m in heavy if m in sys.modules],
                       "staged_python": bool(_staging._STAGED_PYTHONS)}), file=sys.stderr)
 atexit.register(loaded)
@@ -123,6 +123,19 @@ def test_the_share_link_publisher_is_made_at_the_first_share(tmp_path: Path) -> 
     assert shared["ok"] is True and "computer.assets" in loaded["modules"], replies[3]
     assert "redis" not in loaded["modules"]  # the default store is SQLite
     assert asyncio.run(_stored(tmp_path / "assets", "/".join(shared["url"].split("/")[-2:]))) == "a.txt"
+
+
+def test_mcp_serves_without_the_sdk_client_side(tmp_path: Path) -> None:
+    """The SDK's client side and its high-level ``MCPServer`` are not loaded (``tools.mcp``'s
+    ``_server_side_only``): ~0.5 s of CPU before ``initialize`` was answered."""
+    call = {"name": "write", "arguments": {"path": "/workspace/a.txt", "content": "x\n"}}
+    replies, loaded = _mcp_loaded(
+        tmp_path, [*MCP_HANDSHAKE, {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": call}]
+    )
+    assert replies[0]["result"]["serverInfo"]["name"] == "computer"
+    assert replies[2]["result"]["isError"] is False, replies[2]
+    assert "mcp" in loaded["modules"]
+    assert not {"mcp.client", "mcp.server.mcpserver"} & set(loaded["modules"])
 
 
 async def _stored(assets_dir: Path, key: str) -> str | None:
