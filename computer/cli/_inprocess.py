@@ -53,6 +53,10 @@ async def in_process_workspace(
     Decision: a command that runs one exec and ends (``tool NAME exec``, ``shell -c``) goes without
     (``live=False``, a sandbox per run): what a live sandbox adds, processes that outlive the run,
     ends with the command anyway, and starting and ending one cost ~0.15 s more than a sandbox per run.
+    Such a workspace serves that one run, so its backends start nothing ahead for a next one (the
+    shell's standby sandbox, the python backend's next guest: each was started after the run and
+    discarded unused at the close, ~40 ms), and a python backend alone, which is there because a python
+    run comes, stages its interpreter from the moment it is built (``PythonBackend.stage_ahead``).
     """
     from ..actors import awake, awake_where, process_node, take_lease
     from ..actors.directory import open_directory
@@ -114,11 +118,14 @@ def _open(
     if "shell" in names:
         from ..runtime import ShellBackend
 
-        chosen.append(ShellBackend(live=live))
+        chosen.append(ShellBackend(live=live) if live else ShellBackend(live=False, warm_sandboxes=0))
     if "python" in names:
         from ..runtime import PythonBackend
 
-        chosen.append(PythonBackend(live=live))
+        python = PythonBackend(live=live) if live else PythonBackend(live=False, warm_guests=0)
+        if not live and names == ("python",):
+            python.stage_ahead()
+        chosen.append(python)
     workspace = Workspace(path, backends=chosen, fence=epoch, max_bytes=config.max_workspace_bytes)
     if assets:
         workspace.assets = SharePublisher(workspace)
