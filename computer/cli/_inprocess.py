@@ -55,8 +55,10 @@ async def in_process_workspace(
     ends with the command anyway, and starting and ending one cost ~0.15 s more than a sandbox per run.
     Such a workspace serves that one run, so its backends start nothing ahead for a next one (the
     shell's standby sandbox, the python backend's next guest: each was started after the run and
-    discarded unused at the close, ~40 ms), and a python backend alone, which is there because a python
-    run comes, stages its interpreter from the moment it is built (``PythonBackend.stage_ahead``).
+    discarded unused at the close, ~40 ms).
+    Not done: staging the python backend's interpreter (~0.2 s of links) in a thread from the moment
+    the backend is built rather than at the run's spawn. It overlapped with the command's own Python
+    work, which holds the GIL: both went slower, the command no sooner (11 runs each, median).
     """
     from ..actors import awake, awake_where, process_node, take_lease
     from ..actors.directory import open_directory
@@ -122,10 +124,7 @@ def _open(
     if "python" in names:
         from ..runtime import PythonBackend
 
-        python = PythonBackend(live=live) if live else PythonBackend(live=False, warm_guests=0)
-        if not live and names == ("python",):
-            python.stage_ahead()
-        chosen.append(python)
+        chosen.append(PythonBackend(live=live) if live else PythonBackend(live=False, warm_guests=0))
     workspace = Workspace(path, backends=chosen, fence=epoch, max_bytes=config.max_workspace_bytes)
     if assets:
         workspace.assets = SharePublisher(workspace)

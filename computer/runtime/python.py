@@ -134,7 +134,6 @@ class PythonBackend(LiveCalls):
         self.python, self._guest = "", ""
         self._env: dict[str, str] = {}
         self._binds: list[Bind] = []
-        self._staging: asyncio.Future[Any] | None = None  # see ``stage_ahead``
         startup = self._startup_ms()
         version = guest_version(base)
         self.info = BackendInfo(
@@ -205,19 +204,6 @@ class PythonBackend(LiveCalls):
         staged = stage_python(self._base, owner)
         binds = [*staged.binds, Bind(guest_stage, _GUEST_DIR)]
         return staged.executable, f"{_GUEST_DIR}/guest.py", dict(staged.env), binds
-
-    def stage_ahead(self) -> None:
-        """Start staging the interpreter and the guest now, in a thread (call from the event loop),
-        for a run that is known to come: its first spawn then waits only for what is left of it.
-
-        Decision: for a one-run command (``computer tool NAME exec`` on this backend), whose staging
-        (~3,200 links, ~0.2 s, mostly system calls) otherwise starts only when the run spawns its
-        guest: started when the backend is built, it overlaps with what the command does meanwhile
-        (the tools' build, the workspace's mirror push). A failure here is left to that spawn, which
-        stages again and reports it."""
-        staging = asyncio.get_running_loop().run_in_executor(None, self._mounts)  # starts at once
-        staging.add_done_callback(_consume)
-        self._staging = staging
 
     async def _mount(self) -> None:
         """Stage (or check) the interpreter and the guest before a spawn, in a thread: the first
@@ -480,9 +466,3 @@ class PythonBackend(LiveCalls):
         await self._mount()
         binds = [*self._binds, Bind(str(mirror.directory), self.mount_root, writable=True)]
         return await prepare_sandbox(self.sandbox, self.scratch, binds)
-
-
-def _consume(future: asyncio.Future[Any]) -> None:
-    """Retrieve a finished background call's exception (its failure is met again where it matters)."""
-    if not future.cancelled():
-        future.exception()

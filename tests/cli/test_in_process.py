@@ -147,15 +147,11 @@ def test_a_workspace_whose_command_was_killed_is_asleep_and_opens_at_once(tmp_pa
 async def test_a_one_run_workspace_starts_nothing_ahead(tmp_path: Path) -> None:
     """``live=False`` (``tool NAME exec``, ``shell -c``): one run, then the command ends, so neither
     backend starts the next run's sandbox or guest after it (they were discarded unused at the
-    close); a python-only one stages its interpreter from the start."""
-    from computer.runtime import PythonBackend
-
+    close)."""
     config = configure(data_dir=tmp_path)
     for backends in (("python",), ("shell",)):
         async with in_process_workspace(config, "once", backends=backends, assets=False, live=False) as ws:
             backend: Any = ws.runtime._backends[backends[0]]
-            if isinstance(backend, PythonBackend):
-                assert backend._staging is not None
             await ws.fs.mkdir("/workspace", recursive=True)
             command = "print(6 * 7)" if backends == ("python",) else "echo 42"
             result = await (await ws.runtime.exec(command, backend=backends[0])).result()
