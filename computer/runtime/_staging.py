@@ -4,7 +4,9 @@
 filesystem: binding ``/root/.pyenv/versions/3.11.7`` or ``<package>/_pyguest.py`` tells a program
 where the interpreter, the virtualenv and the package live on the host (issue 17, item 7). Staged
 trees live in the process's scratch directory (``/tmp/computer-<pid>-<start>[-<uid>]/stage/<name>``,
-see ``_scratch``) and are bound from there, so a bind names only that.
+see ``_scratch``), or for the interpreter in the user's shared directory
+(``/tmp/computer-shared-<uid>/python-<digest>``, as the sandbox's ``/etc``), and are bound from
+there, so a bind names only that.
 
 Files are hard links where the filesystem allows (the same inode: no copy, a few ms for the whole
 standard library), copies otherwise. A staged interpreter (:func:`stage_python`) holds only the
@@ -12,26 +14,35 @@ standard library: no ``site-packages``, no test suite, no build configuration; t
 that names the build prefix (``_sysconfigdata_*.py``) is copied with the prefix rewritten.
 
 What stays visible inside (documented, not secret): the staging path itself (the owner process's pid
-and start time, the sandbox user's uid), the device numbers, filesystem types and mount options of
-the host filesystems bound (``/usr``, ``/tmp``'s filesystem, the mirror's tmpfs and its size).
+and start time, the sandbox user's uid; for the shared interpreter the uid and a digest of file
+identities, inode numbers included, from which no path can be read back), the device numbers,
+filesystem types and mount options of the host filesystems bound (``/usr``, ``/tmp``'s filesystem,
+the mirror's tmpfs and its size).
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import hashlib
 import itertools
+import logging
 import os
+import secrets
 import shutil
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._bwrap import Bind
 from ._pycache import compiled_stdlib
-from ._scratch import process_scratch, remove_tree
+from ._scratch import hold_shared, holds, process_scratch, remove_tree, shared_directory
 
 __all__ = ["PYTHON_DIR", "StagedPython", "stage", "stage_python"]
+
+log = logging.getLogger(__name__)
 
 PYTHON_DIR = "/opt/python"
 # Top-level entries of lib/pythonX.Y never staged: installed packages, tests, GUI and build files.
@@ -74,16 +85,34 @@ def stage(
 def stage_python(executable: str | None = None, owner: tuple[int, int] | None = None) -> StagedPython:
     """The interpreter ``executable`` (default: this process's base interpreter) with its standard
     library only, staged and bound at :data:`PYTHON_DIR`; an interpreter under ``/usr`` is already
-    in every sandbox and is used where it is. Built once per process, interpreter and owner."""
+    in every sandbox and is used where it is. Looked up once per process, interpreter and owner.
+
+    Shared (decision, as ``_bwrap.sandbox_etc``): one staged tree per content serves every process
+    of the user, in its :func:`~._scratch.shared_directory` of the scratch base, named
+    ``python-<digest>`` by :func:`_python_key` (what the tree would hold: the interpreter, its
+    libpython, the identity of every standard library file, the compiled files' tree), made once
+    (beside, then renamed into place) and held while the process runs; the reaper removes a tree
+    nobody holds nor used for a day (a stale digest after the interpreter changed). Linking the
+    ~3,200 files took 0.11-0.22 s per process and ~0.07 s again to remove them at its exit; naming
+    the tree takes ~6 ms (a one-shot ``tool exec`` on python: 0.72x, ~160 ms less). Where the shared directory cannot be used, the tree is the process's own, in its
+    scratch directory, as before sharing."""
     exe = os.path.realpath(executable or getattr(sys, "_base_executable", None) or sys.executable)
     with _MEMO_LOCK:  # backends stage from threads (``PythonBackend._mount``): one staging at a time
         staged = _STAGED_PYTHONS.get((exe, owner))
-        if staged is None or not all(os.path.isdir(b.source) for b in staged.binds):  # or released since
+        if staged is None or not all(_still_bound(b.source) for b in staged.binds):  # or released since
             staged = _STAGED_PYTHONS[exe, owner] = _stage_python(exe, owner)
         return staged
 
 
 _STAGED_PYTHONS: dict[tuple[str, tuple[int, int] | None], StagedPython] = {}
+_SHARED_TREES: set[str] = set()  # staged trees that are shared entries (held, not this process's)
+_KEY_FORMAT = "1"  # bump when the staged tree's layout changes: a new name, a new tree
+
+
+def _still_bound(source: str) -> bool:
+    """Whether the staged tree ``source`` is still there for this process: held when it is a shared
+    entry (``release_process`` lets go of it), present when it is the process's own."""
+    return holds(source) if source in _SHARED_TREES else os.path.isdir(source)
 
 
 def _stage_python(exe: str, owner: tuple[int, int] | None) -> StagedPython:
@@ -92,26 +121,106 @@ def _stage_python(exe: str, owner: tuple[int, int] | None) -> StagedPython:
         return StagedPython(exe)
     version = _version_of(prefix) or f"python{sys.version_info.major}.{sys.version_info.minor}"
     stdlib = Path(prefix) / "lib" / version
-    with _LOCK:
-        root = _fresh(f"python-{next(_STAGED)}", owner)
-        (root / "bin").mkdir()
-        (root / "lib").mkdir()
-        _link_or_copy(exe, os.fspath(root / "bin" / version))
-        os.symlink(version, root / "bin" / "python3")
-        for entry in os.scandir(Path(prefix) / "lib"):  # the shared libpython, when it is one
-            if entry.name.startswith("libpython") and not entry.is_dir():
-                _link_or_copy(entry.path, os.fspath(root / "lib" / entry.name), follow_symlinks=False)
+    compiled = compiled_stdlib(stdlib, prefix, PYTHON_DIR, _NOT_STDLIB)
 
-        _link_tree(stdlib, root / "lib" / version, compiled_stdlib(stdlib, prefix, PYTHON_DIR, _NOT_STDLIB))
-        for data in stdlib.glob("_sysconfigdata*.py"):  # the one file naming the build prefix
-            text = data.read_text().replace(prefix, PYTHON_DIR)
-            (root / "lib" / version / data.name).write_text(text)
+    def fill(root: Path) -> None:
+        _fill_python(root, exe, prefix, version, stdlib, compiled)
+
+    scratch = process_scratch(None, owner)  # the base's reaping, once per process
+    shared = shared_directory(scratch.parent, owner)
+    root = None
+    if shared is not None:
+        root = _shared_entry(shared, f"python-{_python_key(exe, prefix, stdlib, compiled)}", fill)
+    if root is not None:
+        _SHARED_TREES.add(os.fspath(root))
+    else:
+        with _LOCK:
+            root = _fresh(f"python-{next(_STAGED)}", owner)
+            fill(root)
     # The interpreter may look for libpython by its build prefix (RUNPATH): tell the loader where it is.
     return StagedPython(
         f"{PYTHON_DIR}/bin/python3",
         (Bind(os.fspath(root), PYTHON_DIR),),
         {"LD_LIBRARY_PATH": f"{PYTHON_DIR}/lib"},
     )
+
+
+def _shared_entry(shared: Path, name: str, build: Callable[[Path], None]) -> Path | None:
+    """The entry ``name`` of the shared directory ``shared``, held (``hold_shared``); made first when
+    no process made it yet: ``build`` fills a fresh directory beside it (0755), renamed into place, so
+    the name never shows half of it (a concurrent builder loses the rename and removes its own). None
+    when it could be neither made nor held. The same steps as ``_bwrap._shared_etc``."""
+    root = shared / name
+    if hold_shared(root):
+        return root
+    stage = shared / f".stage-{secrets.token_hex(6)}"
+    try:
+        stage.mkdir(mode=0o755)
+        os.chmod(stage, 0o755)
+        build(stage)
+        try:
+            os.rename(stage, root)
+        except OSError as exc:
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
+                raise
+            remove_tree(stage)  # another process made it meanwhile: the same content
+    except OSError as exc:
+        log.warning("the shared staged tree %s not made: %s", root, exc)
+        with contextlib.suppress(OSError):
+            remove_tree(stage)
+        return None
+    return root if hold_shared(root) else None
+
+
+def _fill_python(
+    root: Path, exe: str, prefix: str, version: str, stdlib: Path, compiled: Path | None
+) -> None:
+    """Stage the interpreter ``exe`` of ``prefix`` in the empty directory ``root``: ``bin``, its
+    shared libpython, the standard library ``stdlib`` with the compiled files of ``compiled``."""
+    (root / "bin").mkdir()
+    (root / "lib").mkdir()
+    _link_or_copy(exe, os.fspath(root / "bin" / version))
+    os.symlink(version, root / "bin" / "python3")
+    for entry in _libpythons(prefix):  # the shared libpython, when it is one
+        _link_or_copy(entry.path, os.fspath(root / "lib" / entry.name), follow_symlinks=False)
+    _link_tree(stdlib, root / "lib" / version, compiled)
+    for data in stdlib.glob("_sysconfigdata*.py"):  # the one file naming the build prefix
+        text = data.read_text().replace(prefix, PYTHON_DIR)
+        (root / "lib" / version / data.name).write_text(text)
+
+
+def _libpythons(prefix: str) -> list[os.DirEntry[str]]:
+    return [e for e in os.scandir(Path(prefix) / "lib") if e.name.startswith("libpython") and not e.is_dir()]
+
+
+def _python_key(exe: str, prefix: str, stdlib: Path, compiled: Path | None) -> str:
+    """A digest of what :func:`_fill_python` would stage: changes when the interpreter, its
+    libpython or a standard library file is replaced, added or removed (each file's inode, size and
+    mtime; each ``__pycache__`` directory's inode and mtime, whose listing picks the compiled files),
+    or the compiled files' tree is another. One ``scandir`` walk without the compiled files: ~6 ms for
+    ~900 files and 54 directories (reading every file would be the 0.2 s this avoids)."""
+    h = hashlib.sha256()
+
+    def add(name: str, st: os.stat_result) -> None:
+        h.update(f"{name}\0{st.st_mode}\0{st.st_ino}\0{st.st_dev}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+
+    h.update("\0".join((_KEY_FORMAT, exe, prefix, PYTHON_DIR, str(compiled), *_NOT_STDLIB)).encode())
+    add("bin", os.stat(exe))
+    for entry in _libpythons(prefix):
+        add(f"lib/{entry.name}", entry.stat(follow_symlinks=False))
+    pending = [""]
+    while pending:
+        rel = pending.pop()
+        with os.scandir(stdlib / rel if rel else stdlib) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                path = f"{rel}/{entry.name}" if rel else entry.name
+                if not entry.is_dir(follow_symlinks=False):
+                    add(path, entry.stat(follow_symlinks=False))
+                elif entry.name == "__pycache__":
+                    add(path, entry.stat(follow_symlinks=False))
+                elif rel or (entry.name not in _NOT_STDLIB and not entry.name.startswith("config-")):
+                    pending.append(path)
+    return h.hexdigest()[:32]
 
 
 def _link_tree(stdlib: Path, dest: Path, compiled: Path | None) -> None:
