@@ -9,7 +9,6 @@ and ``nodev`` (``/proc/self/mountinfo`` inside shows it).
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import hashlib
 import json
@@ -27,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar, cast
 
-from ._scratch import hold_shared, holds, process_scratch, remove_tree, shared_directory
+from ._scratch import holds, process_scratch, remove_tree, shared_directory
+from ._shared_copy import shared_copy
 
 __all__ = ["SANDBOX_UID", "Bind", "bwrap_argv", "bwrap_works", "python_prefixes", "remembered", "sandbox_etc"]
 
@@ -307,29 +307,18 @@ def _digest(entries: list[_Entry]) -> str:
 def _shared_etc(shared: Path, entries: list[_Entry]) -> Path | None:
     """The shared copy holding ``entries``, made if no process made it yet, and held; None when it
     could be neither made nor held."""
-    root = shared / f"etc-{_digest(entries)}"
-    if hold_shared(root):
-        return root
-    stage = shared / f".stage-{secrets.token_hex(6)}"
-    try:
-        _write_etc(stage, entries)
-        try:
-            os.rename(stage, root)
-        except OSError as exc:
-            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-            remove_tree(stage)  # another process made it meanwhile: the same content
-    except OSError as exc:
-        log.warning("the sandbox's shared /etc %s not made: %s", root, exc)
-        with contextlib.suppress(OSError):
-            remove_tree(stage)
-        return None
-    return root if hold_shared(root) else None
+    return shared_copy(
+        shared, f"etc-{_digest(entries)}", lambda root: _fill_etc(root, entries), "the sandbox's shared /etc"
+    )
 
 
 def _write_etc(root: Path, entries: list[_Entry]) -> None:
     root.mkdir()
     os.chmod(root, 0o755)
+    _fill_etc(root, entries)
+
+
+def _fill_etc(root: Path, entries: list[_Entry]) -> None:
     for name, what in entries:
         path = root / name
         try:

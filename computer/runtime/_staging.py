@@ -22,23 +22,21 @@ the mirror's tmpfs and its size).
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import hashlib
 import itertools
 import logging
 import os
-import secrets
 import shutil
 import sys
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ._bwrap import Bind
 from ._pycache import compiled_stdlib
-from ._scratch import hold_shared, holds, process_scratch, remove_tree, shared_directory
+from ._scratch import holds, process_scratch, remove_tree, shared_directory
+from ._shared_copy import shared_copy
 
 __all__ = ["PYTHON_DIR", "StagedPython", "stage", "stage_python"]
 
@@ -130,7 +128,8 @@ def _stage_python(exe: str, owner: tuple[int, int] | None) -> StagedPython:
     shared = shared_directory(scratch.parent, owner)
     root = None
     if shared is not None:
-        root = _shared_entry(shared, f"python-{_python_key(exe, prefix, stdlib, compiled)}", fill)
+        name = f"python-{_python_key(exe, prefix, stdlib, compiled)}"
+        root = shared_copy(shared, name, fill, "the shared staged interpreter")
     if root is not None:
         _SHARED_TREES.add(os.fspath(root))
     else:
@@ -143,33 +142,6 @@ def _stage_python(exe: str, owner: tuple[int, int] | None) -> StagedPython:
         (Bind(os.fspath(root), PYTHON_DIR),),
         {"LD_LIBRARY_PATH": f"{PYTHON_DIR}/lib"},
     )
-
-
-def _shared_entry(shared: Path, name: str, build: Callable[[Path], None]) -> Path | None:
-    """The entry ``name`` of the shared directory ``shared``, held (``hold_shared``); made first when
-    no process made it yet: ``build`` fills a fresh directory beside it (0755), renamed into place, so
-    the name never shows half of it (a concurrent builder loses the rename and removes its own). None
-    when it could be neither made nor held. The same steps as ``_bwrap._shared_etc``."""
-    root = shared / name
-    if hold_shared(root):
-        return root
-    stage = shared / f".stage-{secrets.token_hex(6)}"
-    try:
-        stage.mkdir(mode=0o755)
-        os.chmod(stage, 0o755)
-        build(stage)
-        try:
-            os.rename(stage, root)
-        except OSError as exc:
-            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY):
-                raise
-            remove_tree(stage)  # another process made it meanwhile: the same content
-    except OSError as exc:
-        log.warning("the shared staged tree %s not made: %s", root, exc)
-        with contextlib.suppress(OSError):
-            remove_tree(stage)
-        return None
-    return root if hold_shared(root) else None
 
 
 def _fill_python(
