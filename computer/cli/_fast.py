@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from . import _gc
 from ._context import CliError, GlobalOptions
 from ._output import console, report
 
@@ -157,6 +158,7 @@ def _run_mcp(options: GlobalOptions, name: str, readonly: bool = False) -> int:
 def _run_ls(options: GlobalOptions, as_json: bool = False, prefix: str = "") -> int:
     from ._ls import list_workspaces, print_workspaces
 
+    _gc.resume()
     print_workspaces(list_workspaces(options, prefix=prefix), as_json=as_json, console=console())
     return 0
 
@@ -174,6 +176,7 @@ def _run_log(
 
     from ._log import show_log
 
+    _gc.resume()
     asyncio.run(
         show_log(
             options, name, follow=follow, as_json=as_json, tool=tool, errors=errors_only, limit=limit,
@@ -225,6 +228,7 @@ def main() -> None:
 
         app()
         return
+    _gc.pause()  # until the command's imports are done (``_gc``)
     try:
         code = call()
     except EOFError:

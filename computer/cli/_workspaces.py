@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
+from . import _gc
 from ._context import CliError, GlobalOptions, local_settings, ray_session
 
 __all__ = ["open_workspace"]
@@ -33,6 +34,7 @@ async def open_workspace(
         async with in_process_workspace(
             local_settings(options), name, backends=backends, assets=assets, live=live
         ) as workspace:
+            _gc.resume()
             yield workspace
         return
 
@@ -43,6 +45,7 @@ async def open_workspace(
             client = await computer.get_workspace(name)
         except OSError as exc:  # a bad name (EINVAL) or an unreachable owner (EAGAIN)
             raise CliError(f"cannot open workspace {name!r}: {exc.strerror or exc}") from None
+        _gc.resume()
         try:
             yield client
         finally:
