@@ -243,4 +243,6 @@ def main() -> None:
         # Nothing more can reach the reader; the flush at exit must not raise again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         code = 1
+    finally:
+        _gc.resume()  # a command that ended before its workspace opened (an embedder's process goes on)
     sys.exit(code)

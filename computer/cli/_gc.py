@@ -10,8 +10,8 @@ later collections see only what the command itself makes. Measured on ``computer
 alternating): CPU to exit 1,334 -> 888 ms, ``initialize`` answered 1,130 -> 846 ms.
 
 Decision: the start-up's own cyclic garbage (~700 objects) is frozen with the rest and never freed;
-a command that never calls :func:`resume` (an early error) ends with the collector off, which the
-process's exit makes moot. Only a pause of ours is resumed: a collector its embedder turned off
+``main`` resumes in any case when the command returns (an early error; a caller of ``main`` in its
+own process goes on with the collector on). Only a pause of ours is resumed: a collector its embedder turned off
 stays off.
 """
 

@@ -151,6 +151,9 @@ def test_the_start_is_frozen_and_the_collector_turned_back_on(tmp_path: Path) ->
         assert enabled is True and frozen > 10_000, (args, loaded)
     _, loaded = _mcp_loaded(tmp_path, MCP_HANDSHAKE)
     assert loaded["gc"][0] is True and loaded["gc"][1] > 10_000, loaded
+    # A command that fails before opening its workspace (a bad JSON argument) turns it back on too.
+    proc, loaded = _run(tmp_path, "tool", "quick", "write", "{not json")
+    assert proc.returncode != 0 and loaded["gc"][0] is True, (proc.stdout, loaded)
 
 
 async def _stored(assets_dir: Path, key: str) -> str | None:
