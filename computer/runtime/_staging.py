@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-import logging
 import os
 import shutil
 import sys
@@ -39,8 +38,6 @@ from ._scratch import holds, process_scratch, remove_tree, shared_directory
 from ._shared_copy import shared_copy
 
 __all__ = ["PYTHON_DIR", "StagedPython", "stage", "stage_python"]
-
-log = logging.getLogger(__name__)
 
 PYTHON_DIR = "/opt/python"
 # Top-level entries of lib/pythonX.Y never staged: installed packages, tests, GUI and build files.
