@@ -11,8 +11,8 @@ alternating): CPU to exit 1,334 -> 888 ms, ``initialize`` answered 1,130 -> 846 
 
 Decision: the start-up's own cyclic garbage (~700 objects) is frozen with the rest and never freed;
 ``main`` resumes in any case when the command returns (an early error; a caller of ``main`` in its
-own process goes on with the collector on). Only a pause of ours is resumed: a collector its embedder turned off
-stays off.
+own process goes on with the collector on). Only a pause of ours is resumed: a collector its
+embedder turned off stays off.
 """
 
 from __future__ import annotations

@@ -83,14 +83,13 @@ def stage_python(executable: str | None = None, owner: tuple[int, int] | None = 
     in every sandbox and is used where it is. Looked up once per process, interpreter and owner.
 
     Shared (decision, as ``_bwrap.sandbox_etc``): one staged tree per content serves every process
-    of the user, in its :func:`~._scratch.shared_directory` of the scratch base, named
-    ``python-<digest>`` by :func:`_python_key` (what the tree would hold: the interpreter, its
-    libpython, the identity of every standard library file, the compiled files' tree), made once
-    (beside, then renamed into place) and held while the process runs; the reaper removes a tree
-    nobody holds nor used for a day (a stale digest after the interpreter changed). Linking the
-    ~3,200 files took 0.11-0.22 s per process and ~0.07 s again to remove them at its exit; naming
-    the tree takes ~6 ms (a one-shot ``tool exec`` on python: 0.72x, ~160 ms less). Where the shared directory cannot be used, the tree is the process's own, in its
-    scratch directory, as before sharing."""
+    of the user, named ``python-<digest>`` by :func:`_python_key` (what the tree would hold: the
+    interpreter, its libpython, the identity of every standard library file, the compiled files'
+    tree) and made, held and reaped as ``_shared_copy.shared_copy`` says (a stale digest after the
+    interpreter changed is reaped unused). Linking the ~3,200 files took 0.11-0.22 s per process and
+    ~0.07 s again to remove them at its exit; naming the tree takes ~6 ms (a one-shot ``tool exec``
+    on python: 0.72x, ~160 ms less). Where the shared directory cannot be used, the tree is the
+    process's own, in its scratch directory, as before sharing."""
     exe = os.path.realpath(executable or getattr(sys, "_base_executable", None) or sys.executable)
     with _MEMO_LOCK:  # backends stage from threads (``PythonBackend._mount``): one staging at a time
         staged = _STAGED_PYTHONS.get((exe, owner))
