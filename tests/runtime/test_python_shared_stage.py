@@ -190,3 +190,51 @@ async def test_a_python_run_binds_the_shared_tree_and_names_no_host_path() -> No
     shared = os.path.join(tempfile.gettempdir(), f"computer-shared-{uid}")
     assert re.fullmatch(re.escape(shared) + r"/python-[0-9a-f]{32}", line[3]), line
     assert _HOST_PREFIX not in result.stdout and sys.prefix not in result.stdout
+
+
+def _cli_exec(data_dir: Path, code: str) -> dict[str, object]:
+    """``computer tool shared exec`` on the python backend, in a process of its own (the workspace
+    reopened from its file each time)."""
+    call = json.dumps({"command": code, "backend": "python"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "computer.cli", "--data-dir", str(data_dir), "tool", "shared", "exec", call],
+        env={**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    result: dict[str, object] = json.loads(proc.stdout)
+    return result
+
+
+def test_separate_processes_run_real_programs_on_one_shared_tree(tmp_path: Path) -> None:
+    """A program's work in one process (sqlite3, json, the ``workspace`` files) is there for the next
+    process's program, after the workspace was reopened and written between the calls, and both ran
+    on the same shared interpreter tree."""
+    _interpreter_staged()
+    if not PythonBackend(warm_guests=0).sandbox.bwrap:
+        pytest.skip("bubblewrap does not work here")
+    mounts = "[l.split()[3] for l in open('/proc/self/mountinfo') if ' /opt/python ' in l]"
+    first = _cli_exec(
+        tmp_path,
+        "import sqlite3, json\n"
+        "db = sqlite3.connect('notes.db'); db.execute('create table t (v)')\n"
+        "db.execute('insert into t values (?)', (json.dumps({'n': 1}),)); db.commit(); db.close()\n"
+        f"print({mounts}[0])",
+    )
+    write = json.dumps({"path": "/workspace/extra.txt", "content": "between\n"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "computer.cli", "--data-dir", str(tmp_path), "tool", "shared", "write", write],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    second = _cli_exec(
+        tmp_path,
+        "import sqlite3, json\n"
+        "rows = sqlite3.connect('notes.db').execute('select v from t').fetchall()\n"
+        "print(json.loads(rows[0][0])['n'], open('extra.txt').read().strip())\n"
+        f"print({mounts}[0])",
+    )
+    assert first["status"] == second["status"] == "completed", (first, second)
+    tree = str(first["stdout"]).strip()
+    assert re.search(r"/computer-shared-\d+/python-[0-9a-f]{32}\Z", tree), first
+    assert str(second["stdout"]).splitlines() == ["1 between", tree]
