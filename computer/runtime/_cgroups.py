@@ -23,6 +23,7 @@ __all__ = [
     "CGROUP_PARENT",
     "CGROUP_ROOT",
     "CONTROLLERS",
+    "ControlFile",
     "cgroup_writable",
     "freeze",
     "make_groups",
@@ -37,6 +38,36 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "computer-exec"
 # Every controller a run group may use: ``freezer`` only for live sandboxes (paused while they sync).
 CONTROLLERS = ("memory", "pids", "freezer")
+
+
+class ControlFile:
+    """One control file of a group read again and again (a live sandbox's ``pids.current`` and
+    ``pids.events``, looked at around every run): through one descriptor, ``pread`` from offset 0 makes
+    the kernel render it afresh, ~1 µs where opening it each time cost ~20 (three looks sat on each
+    run's path). :meth:`read` gives None where the file cannot be read (the group gone) and once
+    closed; close it before the group is removed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fd: int | None = None
+        self._closed = False
+
+    def read(self) -> str | None:
+        if self._closed:
+            return None
+        try:
+            if self._fd is None:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            return os.pread(self._fd, 4096, 0).decode()
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        self._closed = True
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
 
 def make_groups(controllers: Iterable[str], limits: SandboxLimits) -> list[Path]:

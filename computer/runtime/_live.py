@@ -48,7 +48,7 @@ from typing import Any
 
 from ._assets_bridge import AssetsBridge
 from ._backend import ExecContext
-from ._cgroups import freeze, thaw
+from ._cgroups import ControlFile, freeze, thaw
 from ._live_jobs import LiveJobs, LiveSandboxError, LiveStartError
 from ._live_launch import Launched
 from ._live_parts import (
@@ -123,7 +123,9 @@ class LiveSandbox(LiveJobs):
         self.pushed = 0  # files the start's push wrote: counted by the first run
         groups = {g.parts[-3]: g for g in process.cgroups if len(g.parts) >= 3}
         self._freezer = groups.get("freezer")
-        self._pids = groups.get("pids")
+        pids = groups.get("pids")
+        self._pids_current = ControlFile(pids / "pids.current") if pids is not None else None
+        self._pids_events = ControlFile(pids / "pids.events") if pids is not None else None
         self._baseline = 0
         self._ticker: asyncio.Task[None] | None = None
         self._adopted: set[int] = set()  # pipes of background processes, read into their logs
@@ -250,24 +252,20 @@ class LiveSandbox(LiveJobs):
 
     def forks_refused(self) -> int:
         """How many forks the sandbox's process limit refused so far (``pids.events``; 0 unknown)."""
-        if self._pids is None:
-            return 0
-        try:
-            for line in (self._pids / "pids.events").read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "max":
+        text = self._pids_events.read() if self._pids_events is not None else None
+        for line in (text or "").splitlines():
+            key, _, value = line.partition(" ")
+            if key == "max":
+                with contextlib.suppress(ValueError):
                     return int(value)
-        except (OSError, ValueError):
-            pass
         return 0
 
     def tasks(self) -> int | None:
         """Tasks in the sandbox's pids group (its init and bubblewrap's included), or None."""
-        if self._pids is None:
-            return None
+        text = self._pids_current.read() if self._pids_current is not None else None
         try:
-            return int((self._pids / "pids.current").read_text())
-        except (OSError, ValueError):
+            return int(text) if text is not None else None
+        except ValueError:
             return None
 
     async def busy(self) -> bool:
@@ -470,6 +468,9 @@ class LiveSandbox(LiveJobs):
             self._adopted.clear()
             with contextlib.suppress(Exception):
                 await self._flush_logs()
+            for control in (self._pids_current, self._pids_events):
+                if control is not None:
+                    control.close()
             await asyncio.to_thread(self.process.cleanup)
             self.channel.close()
             if self.bridge is not None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 import secrets
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,8 @@ from exec_cases import loopback_server
 
 import computer
 from computer.runtime import ShellBackend
+from computer.runtime._cgroups import ControlFile, cgroup_writable, make_groups, remove_groups
+from computer.runtime._limits import SandboxLimits
 
 
 async def test_sandbox_runs_as_an_unprivileged_user_without_host_secrets(ws: computer.Workspace) -> None:
@@ -228,3 +232,32 @@ def test_no_address_space_limit_where_a_memory_cgroup_bounds_the_run() -> None:
     kinds = {kind for kind, _, _ in rlimits(SandboxLimits(memory_mb=64), memory_cgroup=True)}
     assert resource.RLIMIT_AS not in kinds
     assert {resource.RLIMIT_FSIZE, resource.RLIMIT_CORE} <= kinds
+
+
+@pytest.mark.skipif(not cgroup_writable("pids"), reason="needs a writable cgroup v1 pids controller")
+def test_a_control_file_read_through_one_descriptor_is_rendered_afresh_each_time() -> None:
+    """A live sandbox looks at ``pids.current`` and ``pids.events`` around every run through descriptors
+    it keeps open: each read must show the group as it is now, and nothing once closed."""
+    (group,) = make_groups(["pids"], SandboxLimits(max_processes=64))
+    current = ControlFile(group / "pids.current")
+    child = None
+    try:
+        assert current.read() == "0\n"
+        child = subprocess.Popen(["sleep", "30"])
+        (group / "cgroup.procs").write_text(str(child.pid))
+        assert current.read() == "1\n"
+        child.kill()
+        child.wait()
+        for _ in range(200):  # the kernel drops the exited task from the group promptly, not at once
+            if current.read() == "0\n":
+                break
+            time.sleep(0.01)
+        assert current.read() == "0\n"
+    finally:
+        current.close()
+        if child is not None and child.poll() is None:
+            child.kill()
+            child.wait()
+        remove_groups([group])
+    assert current.read() is None
+    assert ControlFile(group / "pids.current").read() is None  # the group is gone
