@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import errno
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from ._chunkstore import ChunkStore
 from ._db import Database
 from ._schema import DIR, FILE, SYMLINK
 from .errors import fs_error
-from .paths import canonical
+from .paths import all_plain, canonical
 
 __all__ = ["CACHE_LIMIT", "CREATE_OP", "JSON_ROWS", "Mutation", "Node", "Store"]
 
@@ -124,24 +124,35 @@ class Store:
         return max(1024, self.change_log_limit // 16)
 
     def log_many(self, rev: int, first: int, entries: Sequence[tuple[str, str]]) -> None:
-        """Log ``(path, op)`` entries numbered from ``first`` in one statement.
-
-        Entries of one op (a pull's removals, its new directories) go as one JSON array of paths
-        (``json_each``: an index is the entry's number): 1,000 rows ~1.0 ms, where ``executemany``
-        (a bind and a step per row) took ~3.2 ms.
-        """
+        """Log ``(path, op)`` entries numbered from ``first`` in one statement (see :meth:`log_op`)."""
         op = entries[0][1] if entries else ""
         if len(entries) >= JSON_ROWS and all(o == op for _, o in entries):
-            self.db.execute(
-                "INSERT INTO changes (rev, n, path, op) SELECT ?, ? + key, value, ? FROM json_each(?)",
-                (rev, first, op, json.dumps([path for path, _ in entries], ensure_ascii=False)),
-            )
-        else:
-            self.db.executemany(
-                "INSERT INTO changes (rev, n, path, op) VALUES (?, ?, ?, ?)",
-                [(rev, first + i, path, op) for i, (path, op) in enumerate(entries)],
-            )
-        self.log_inserts += len(entries)
+            self.log_op(rev, first, [path for path, _ in entries], op)
+            return
+        self.db.executemany(
+            "INSERT INTO changes (rev, n, path, op) VALUES (?, ?, ?, ?)",
+            [(rev, first + i, path, op) for i, (path, op) in enumerate(entries)],
+        )
+        self._logged_many(len(entries))
+
+    def log_op(self, rev: int, first: int, paths: Sequence[str], op: str) -> None:
+        """Log ``paths``, all with ``op``, numbered from ``first`` in one statement.
+
+        From :data:`JSON_ROWS` entries (a pull's removals, its new directories) the paths go as one
+        JSON array (``json_each``: an index is the entry's number): 1,000 rows ~1.0 ms, where
+        ``executemany`` (a bind and a step per row) took ~3.2 ms.
+        """
+        if len(paths) < JSON_ROWS:
+            self.log_many(rev, first, [(path, op) for path in paths])
+            return
+        self.db.execute(
+            "INSERT INTO changes (rev, n, path, op) SELECT ?, ? + key, value, ? FROM json_each(?)",
+            (rev, first, op, json.dumps(paths, ensure_ascii=False)),
+        )
+        self._logged_many(len(paths))
+
+    def _logged_many(self, count: int) -> None:
+        self.log_inserts += count
         if self.log_inserts >= self._trim_every():
             self.log_inserts = 0
             self.trim_log()
@@ -180,6 +191,16 @@ class Store:
                 errno.EINVAL, path.encode("utf-8", "replace").decode(), "path is not valid UTF-8"
             ) from None
         return p
+
+    def canon_many(self, paths: Iterable[str]) -> list[str]:
+        """``[canon(p, refresh=False) for p in paths]``: for the paths of one batch, which are nearly
+        always canonical already: one check of them all (``paths.all_plain``) instead of one per
+        path (1,000 paths ~0.05 ms instead of ~0.6); any other path, or a closed store, and each is
+        canonicalised (or refused) as by :meth:`canon`, in order."""
+        given = list(paths)
+        if not self.closed and all_plain(given):
+            return given
+        return [self.canon(p, refresh=False) for p in given]
 
     def remember(self, path: str, node: Node) -> None:
         """Cache ``path``'s resolution (its real path: no link on the way), the cache held to
@@ -260,6 +281,12 @@ class Mutation:
         if entries:
             self._st.log_many(self._rev, self._logged, entries)
             self._logged += len(entries)
+
+    def log_op(self, paths: Sequence[str], op: str) -> None:
+        """:meth:`log` of many paths with one ``op`` at once."""
+        if paths:
+            self._st.log_op(self._rev, self._logged, paths, op)
+            self._logged += len(paths)
 
     def cancel(self, *, untouched: bool = False) -> None:
         """End without changes (a no-op call): roll back. A call that logged nothing ends the same way.

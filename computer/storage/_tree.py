@@ -13,11 +13,13 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable
+from itertools import groupby
+from operator import itemgetter
 
 from ._chunks import CHUNK_SIZE
 from ._resolve import lookup, resolve, resolve_parent, resolve_read
 from ._schema import DIR, FILE, ROOT_INODE, SYMLINK, clean_mode
-from ._state import CREATE_OP, Mutation, Node, Store
+from ._state import CREATE_OP, JSON_ROWS, Mutation, Node, Store
 from .errors import fs_error
 from .paths import is_within, join, parts, split
 
@@ -158,8 +160,20 @@ def remove_leaves(st: Store, leaves: list[tuple[str, int, str, int, int]], m: Mu
     if not leaves:
         return
     db = st.db
-    db.executemany("DELETE FROM dirents WHERE parent = ? AND name = ?", [(p, n) for _, p, n, _, _ in leaves])
-    names = Counter(ino for *_, ino, _ in leaves)
+    few: list[tuple[int, str]] = []
+    for pino, run in groupby(leaves, key=itemgetter(1)):  # a caller's leaves come parent by parent
+        names_in = [leaf[2] for leaf in run]
+        if len(names_in) >= JSON_ROWS:  # a pull's removals in one directory: one IN probe of its key
+            db.execute(
+                "DELETE FROM dirents WHERE parent = ? AND name IN (SELECT value FROM json_each(?))",
+                (pino, json.dumps(names_in, ensure_ascii=False)),
+            )
+        else:
+            few += [(pino, name) for name in names_in]
+    if few:
+        db.executemany("DELETE FROM dirents WHERE parent = ? AND name = ?", few)
+    inos = [leaf[3] for leaf in leaves]
+    names = Counter(inos)
     rows = db.execute(
         "DELETE FROM inodes WHERE id IN (SELECT value FROM json_each(?)) AND nlink <= 1 "
         "RETURNING kind, size, chunk, id",
@@ -176,10 +190,11 @@ def remove_leaves(st: Store, leaves: list[tuple[str, int, str, int, int]], m: Mu
             else:
                 rows.append(row)
     release(st, rows)
-    forget = st.forget
-    for real, *_, kind in leaves:
-        forget(real, kind)
-    m.log_many([(real, "rm") for real, *_ in leaves])
+    reals = [leaf[0] for leaf in leaves]
+    drop = st.cache.pop  # ``Store.forget`` of a file or link: only its own key
+    for real in reals:
+        drop(real, None)
+    m.log_op(reals, "rm")
     leaves.clear()
 
 

@@ -133,3 +133,54 @@ def test_long_and_non_ascii_names_still_get_their_length_checked() -> None:
         canonical("/" + "é" * 200)  # 200 characters, 400 bytes: over the 255-byte name limit
     assert raised.value.errno == errno.ENAMETOOLONG
     assert canonical("/" + "é" * 60) == "/" + "é" * 60
+
+
+PLAIN = ["/w/a", "/w/é", "/w/" + "b" * 120, "/w/" + "é" * 30]
+
+
+@given(
+    st.lists(
+        st.sampled_from(PLAIN) | st.text(alphabet="/.aé\x00 \udcff", max_size=70) | st.just("/"),
+        max_size=6,
+    )
+)
+@settings(max_examples=500, deadline=None)
+def test_a_batch_of_paths_checked_at_once_agrees_with_one_at_a_time(paths: list[str]) -> None:
+    """``Store.canon_many`` (``commit_batch``'s paths) keeps the batch as it is only when every path
+    is canonical and valid UTF-8; otherwise each is canonicalised or refused like ``canon`` alone."""
+    store = FileSystem.open(None)
+    try:
+        one_by_one: list[str] | tuple[type[BaseException], int | None, object] = []
+        try:
+            one_by_one = [store._store.canon(p, refresh=False) for p in paths]
+        except OSError as exc:
+            one_by_one = (type(exc), exc.errno, exc.filename)
+        try:
+            batch: list[str] | tuple[type[BaseException], int | None, object] = store._store.canon_many(paths)
+        except OSError as exc:
+            batch = (type(exc), exc.errno, exc.filename)
+        assert batch == one_by_one
+    finally:
+        store.close()
+
+
+def test_a_batch_with_one_odd_path_is_canonicalised_or_refused_whole() -> None:
+    fs = FileSystem.open(None)
+    try:
+        fs.commit_batch({"/w/a": b"a", "/w/./b/": b"b", "/w/c/../d": b"d"}, mkdirs=["/w/e", "/w//f/"])
+        assert [r.path for r in fs.manifest("/w")] == ["/w/a", "/w/b", "/w/d", "/w/e", "/w/f"]
+        for writes, dirs, code in (
+            ({"/w/x": b"x", "relative": b"r"}, [], errno.EINVAL),
+            ({}, ["/w/y", "/w/z\x00"], errno.EINVAL),
+            ({"/w/x": b"x", "/w/\udcff": b"s"}, [], errno.EINVAL),
+            ({}, ["/w/y", "/w/" + "n" * 256], errno.ENAMETOOLONG),
+        ):
+            with pytest.raises(OSError) as raised:
+                fs.commit_batch(writes, mkdirs=dirs)
+            assert raised.value.errno == code
+        assert [r.path for r in fs.manifest("/w")] == ["/w/a", "/w/b", "/w/d", "/w/e", "/w/f"]
+    finally:
+        fs.close()
+    with pytest.raises(OSError) as raised:
+        fs.commit_batch({"/w/a": None, "/w/b": None})
+    assert raised.value.errno == errno.EIO and raised.value.filename == "/w/a"
