@@ -33,6 +33,7 @@ from ._pull_rules import (
     PROTECTED_BELOW,
     UNAPPLIED,
     Conflicts,
+    add_ancestors,
     needed_dirs,
     outermost,
 )
@@ -271,6 +272,11 @@ class LocalExecContext:
         reasons: dict[str, str] = {}
         since = fs.changes_since(base_rev, root, skip_revs=sorted(own))
         conflicts = Conflicts([c.path for c in since.changes], everything=not since.complete)
+        # Nothing to refuse (no protected path, no workspace change below the root): the common case
+        # asks nothing per path (1,000 removals: ~0.3 ms of look-ups).
+        strict = bool(protected) or not conflicts.none()
+        # A removal of a proper ancestor of a protected path (or of "/") leaves it alone.
+        holding = add_ancestors({"/"}, protected) if protected else set()
 
         def refused(path: str) -> str | None:
             if path in protected:
@@ -286,7 +292,7 @@ class LocalExecContext:
         chunked: list[MirrorFile] = []
         staged = self._stage(pull, own)
         for f in pull.files:
-            why = refused(f.path)
+            why = refused(f.path) if strict else None
             if why is not None:
                 reasons[f.path] = why
                 continue
@@ -301,8 +307,8 @@ class LocalExecContext:
             mtimes[f.path] = f.mtime
         deleted: list[str] = []
         for path in pull.deleted:
-            why = refused(path)
-            if why is None and any(is_within(p, path) for p in protected):
+            why = refused(path) if strict else None
+            if why is None and path in holding:
                 why = PROTECTED_BELOW
             if why is not None:
                 reasons[path] = why
@@ -312,7 +318,7 @@ class LocalExecContext:
             writes.setdefault(path, None)
         dirs = []
         for d in pull.dirs:
-            why = refused(d.path)
+            why = refused(d.path) if strict else None
             if why is not None:
                 reasons[d.path] = why
             else:
@@ -323,7 +329,7 @@ class LocalExecContext:
                 modes[d.path] = d.mode & _SAFE_BITS
         symlinks: dict[str, str] = {}
         for link in pull.symlinks:
-            why = refused(link.path)
+            why = refused(link.path) if strict else None
             if why is not None:
                 reasons[link.path] = why
             else:

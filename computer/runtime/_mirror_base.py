@@ -106,18 +106,28 @@ SPECIAL = "not a regular file, directory or symlink (FIFO, socket or device): ne
 # What ``Entry(...)`` does minus its Python-level ``__new__``: a full scan builds one per path (10,000
 # paths: Entry(...) cost ~10% of the walk).
 _new_entry = tuple.__new__
+# The entry of a directory depends on its mode alone: one shared tuple per mode.
+_DIR_ENTRIES: dict[int, Entry] = {}
+_IFMT, _IFDIR, _IFREG, _IFLNK = 0o170000, stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK
 
 
 def entry_of(st: os.stat_result) -> Entry:
-    """The change-detection key of one ``lstat`` result."""
-    mode = stat.S_IMODE(st.st_mode)
-    if stat.S_ISDIR(st.st_mode):
-        return _new_entry(Entry, ("d", 0, 0, 0, 0, mode))
-    if stat.S_ISLNK(st.st_mode):
-        return _new_entry(Entry, ("l", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode))
-    if stat.S_ISREG(st.st_mode):
-        return _new_entry(Entry, ("f", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode))
-    return _new_entry(Entry, ("o", st.st_ino, 0, 0, 0, mode))  # fifos, sockets: never synced
+    """The change-detection key of one ``lstat`` result.
+
+    The file type is compared on ``st_mode`` directly (``stat.S_ISDIR`` and ``S_IMODE`` are calls:
+    a directory's entry took 0.32 µs, 0.12 now; the 1,111 of a ``mkdir -p`` each need one)."""
+    mode = st.st_mode
+    kind = mode & _IFMT
+    if kind == _IFDIR:
+        entry = _DIR_ENTRIES.get(mode)
+        if entry is None:
+            entry = _DIR_ENTRIES[mode] = _new_entry(Entry, ("d", 0, 0, 0, 0, mode & 0o7777))
+        return entry
+    if kind == _IFREG:
+        return _new_entry(Entry, ("f", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode & 0o7777))
+    if kind == _IFLNK:
+        return _new_entry(Entry, ("l", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode & 0o7777))
+    return _new_entry(Entry, ("o", st.st_ino, 0, 0, 0, mode & 0o7777))  # fifos, sockets: never synced
 
 
 def was_dir(state: dict[str, Entry], now: dict[str, Entry], rel: str) -> bool:

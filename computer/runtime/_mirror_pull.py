@@ -77,24 +77,48 @@ class MirrorPull(MirrorBase):
             return self._plan(now, set(now) | set(self.state)), now
         if not touched:  # nothing changed: no copy of the state (10,000 entries: 0.3 ms)
             return PullPlan(), self.state
-        now = dict(self.state)
+        state = self.state
+        now = dict(state)
         candidates = set(touched)
-        base = os.fspath(self.directory)
+        base = os.fspath(self.directory) + "/"
         gone = self.watch.gone if self.watch is not None else set()
         # New directories the watch lstat-ed as it added them (while the run went on: those a later
         # event named, a chmod or a removal, are left out and lstat-ed here).
         known = self.watch.stats if self.watch is not None else {}
-        for rel in sorted(touched, key=lambda r: r.count("/")):
-            try:
-                # A path whose last event removed it is gone: the program has exited, nothing can
-                # have brought it back (1,000 lstat calls that fail cost 2 ms).
-                st = None if rel in gone else known.get(rel) or os.lstat(f"{base}/{rel}")
-            except OSError:
-                st = None
-            entry = entry_of(st) if st is not None else None
+        lstat = os.lstat
+        found: list[tuple[str, Entry | None]] = []
+        replaced = False  # a directory of the state is something else now (or gone)
+        for rel in touched:
+            # A path whose last event removed it is gone: the program has exited, nothing can have
+            # brought it back (1,000 lstat calls that fail cost 2 ms).
+            if rel in gone:
+                entry = None
+            else:
+                st = known.get(rel)
+                if st is None:
+                    try:
+                        st = lstat(base + rel)
+                    except OSError:
+                        st = None
+                entry = entry_of(st) if st is not None else None
+            found.append((rel, entry))
+            if not replaced and (entry is None or entry.kind != "d"):
+                replaced = was_dir(state, now, rel)
+        if not replaced:
+            # No entry leaves the state: each path's entry is its own (no sort by depth, ~0.15 ms
+            # of 1,111 paths; the lstat calls come first, in any order, as the program has exited).
+            for rel, entry in found:
+                if entry is None:
+                    now.pop(rel, None)
+                else:
+                    now[rel] = entry
+            return self._plan(now, candidates), now
+        # Shallow paths first: what was below a directory that is gone leaves ``now`` with it.
+        found.sort(key=lambda item: item[0].count("/"))
+        for rel, entry in found:
             if entry is None or entry.kind != "d":
                 prefix = rel + "/"
-                below = [k for k in now if k.startswith(prefix)] if was_dir(self.state, now, rel) else []
+                below = [k for k in now if k.startswith(prefix)] if was_dir(state, now, rel) else []
                 for key in below:
                     del now[key]
                 candidates.update(below)
@@ -117,20 +141,34 @@ class MirrorPull(MirrorBase):
         return self.read_all(self._plan(now, candidates))
 
     def _plan(self, now: dict[str, Entry], candidates: set[str]) -> PullPlan:
+        """What changed among ``candidates`` between the state and ``now``, in path order.
+
+        Per path it is a few dict look-ups (1,111 new directories: ~1 ms): names are checked for
+        UTF-8 all at once (one per path only when some name is not), and workspace paths are the
+        root's prefix plus the relative path."""
         plan = PullPlan()
         first_name: dict[int, str] = {}  # inode -> the first changed path naming it (hard links)
-        for rel in sorted(candidates):
-            old = self.state.get(rel)
+        state = self.state
+        ordered = sorted(candidates)
+        try:
+            "\0".join(ordered).encode("utf-8")
+            checked = True
+        except UnicodeEncodeError:
+            checked = False  # some name is not: each is checked below
+        prefix = "/" if self.root == "/" else self.root + "/"
+        for rel in ordered:
+            old = state.get(rel)
             entry = now.get(rel)
             if old == entry:
                 continue
-            try:
-                rel.encode("utf-8")
-            except UnicodeEncodeError:  # a name the workspace cannot hold: leave it in the mirror only
-                raw = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-                plan.unsyncable[self.workspace_path(raw)] = NOT_UTF8
-                continue
-            path = self.workspace_path(rel)
+            if not checked:
+                try:
+                    rel.encode("utf-8")
+                except UnicodeEncodeError:  # a name the workspace cannot hold: leave it in the mirror only
+                    raw = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                    plan.unsyncable[self.workspace_path(raw)] = NOT_UTF8
+                    continue
+            path = prefix + rel if rel else self.root
             if entry is None:
                 plan.deleted.append(path)
                 continue

@@ -5,6 +5,8 @@ outermost of a set of paths."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from ._backend import MirrorDir
 
 __all__ = [
@@ -14,6 +16,7 @@ __all__ = [
     "PROTECTED_BELOW",
     "UNAPPLIED",
     "Conflicts",
+    "add_ancestors",
     "needed_dirs",
     "outermost",
 ]
@@ -33,14 +36,13 @@ class Conflicts:
     def __init__(self, touched: list[str], *, everything: bool = False) -> None:
         self.everything = everything
         self.touched = set(touched)
-        self.above: set[str] = set()  # every proper ancestor of a touched path
-        for path in self.touched:
-            parent = path.rpartition("/")[0]
-            while parent and parent not in self.above:
-                self.above.add(parent)
-                parent = parent.rpartition("/")[0]
+        self.above = add_ancestors(set(), self.touched)  # every proper ancestor of a touched path
         if "/" in self.touched:
             self.everything = True
+
+    def none(self) -> bool:
+        """True when no path can conflict (the workspace changed nothing below the root)."""
+        return not self.everything and not self.touched
 
     def hit(self, path: str) -> bool:
         if self.everything:
@@ -60,6 +62,17 @@ class Conflicts:
 DEFAULT_DIR_MODE = 0o755
 
 
+def add_ancestors(into: set[str], paths: Iterable[str]) -> set[str]:
+    """``into`` with every proper ancestor of each of ``paths`` added (``/`` never is); each walk
+    stops at a parent ``into`` holds already (its own ancestors are in)."""
+    for path in paths:
+        parent = path.rpartition("/")[0]
+        while parent and parent not in into:
+            into.add(parent)
+            parent = parent.rpartition("/")[0]
+    return into
+
+
 def needed_dirs(dirs: list[MirrorDir], protected: set[str], written: set[str]) -> list[str]:
     """The new directories the batch must create explicitly.
 
@@ -73,26 +86,27 @@ def needed_dirs(dirs: list[MirrorDir], protected: set[str], written: set[str]) -
     modes = {d.path: d.mode & 0o7777 for d in dirs}
     # Every proper ancestor of a new path; each walk stops at one seen already (its ancestors are in).
     # The 1,110 directories of a 10x10x10 tree: 0.36 ms, where sorting by split segments took 2.1.
-    parents: set[str] = set()
-    for path in candidates | written:
-        parent = path.rpartition("/")[0]
-        while parent and parent not in parents:
-            parents.add(parent)
-            parent = parent.rpartition("/")[0]
+    parents = add_ancestors(add_ancestors(set(), candidates), written)
     return sorted(p for p in candidates if p not in parents or modes[p] != DEFAULT_DIR_MODE)
 
 
 def outermost(paths: list[str]) -> list[str]:
-    """Unique paths, sorted, without those below another listed path (each path's ancestors are looked
-    up in a set: 1,000 paths 0.34 ms, where sorting by split segments took 0.78)."""
+    """Unique paths, sorted, without those below another listed path. Each parent is looked up once
+    (whether it or an ancestor is listed), not each path's ancestors (1,000 removals from one
+    directory: 0.34 ms walking each path's ancestors, 0.26 now; sorting by split segments took 0.78)."""
     unique = set(paths)
     if "/" in unique:
         return ["/"]
+    covered: dict[str, bool] = {}  # parent -> whether it or one of its ancestors is listed
     out: list[str] = []
     for path in sorted(unique):
         parent = path.rpartition("/")[0]
-        while parent and parent not in unique:
-            parent = parent.rpartition("/")[0]
-        if not parent:
+        inside = covered.get(parent)
+        if inside is None:
+            above = parent
+            while above and above not in unique:
+                above = above.rpartition("/")[0]
+            inside = covered[parent] = bool(above)
+        if not inside:
             out.append(path)
     return out
