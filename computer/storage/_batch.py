@@ -122,10 +122,21 @@ def commit_batch(
     canon = st.canon_many  # one check of a group's paths when they are canonical already (nearly always)
     canon_writes = dict(zip(canon(writes), writes.values(), strict=True))
     canon_dirs = _sorted_unique(canon(mkdirs))
-    canon_modes = {st.canon(k, refresh=False): clean_mode(v) for k, v in modes.items()}
-    canon_mtimes = {st.canon(k, refresh=False): int(v) for k, v in (mtimes or {}).items()}
-    canon_links = {st.canon(k, refresh=False): st.canon(v, refresh=False) for k, v in (links or {}).items()}
-    canon_symlinks = {st.canon(k, refresh=False): v for k, v in (symlinks or {}).items()}
+    # Keys checked at once too, values (modes, mtimes) then taken in the same order as one at a time.
+    mtimes, links, symlinks = mtimes or {}, links or {}, symlinks or {}
+    if st.plain(list(modes)):
+        canon_modes = dict(zip(modes, map(clean_mode, modes.values()), strict=True))
+    else:
+        canon_modes = {st.canon(k, refresh=False): clean_mode(v) for k, v in modes.items()}
+    if st.plain(list(mtimes)):
+        canon_mtimes = dict(zip(mtimes, map(int, mtimes.values()), strict=True))
+    else:
+        canon_mtimes = {st.canon(k, refresh=False): int(v) for k, v in mtimes.items()}
+    if st.plain(list(links)) and st.plain(list(links.values())):
+        canon_links = dict(links)
+    else:
+        canon_links = {st.canon(k, refresh=False): st.canon(v, refresh=False) for k, v in links.items()}
+    canon_symlinks = dict(zip(canon(symlinks), symlinks.values(), strict=True))
     groups = [
         g for g in (canon_writes, canon_dirs, canon_modes, canon_mtimes, canon_links, canon_symlinks) if g
     ]
@@ -314,8 +325,12 @@ def _make_dirs(
     wanted = set(dirs)
     order = list(dirs)  # with the missing parents, sorted below: parents first
     seen = set(wanted)
+    last = ""
     for p in dirs:
         parent = p.rpartition("/")[0] or "/"
+        if parent == last:
+            continue  # a sibling of the path before: its parents are in ``seen`` already
+        last = parent
         while parent not in seen and parent != "/":
             seen.add(parent)
             order.append(parent)
@@ -323,6 +338,7 @@ def _make_dirs(
     order.sort()  # the paths given sorted and their parents after them: two runs, merged
     dir_modes = {p: mode for p, mode in modes.items() if p in wanted}  # clean already (``clean_mode``)
     dir_mtimes = {p: mtime for p, mtime in mtimes.items() if p in wanted}
+    given = bool(dir_modes or dir_mtimes)  # else every directory 0o755 and now (a pull's rule)
     fresh: dict[str, tuple[int, str]] = {}  # made here: path -> (inode, real path)
     known: dict[str, tuple[int, str]] = {}  # there before: path -> (inode, real path)
     # The rows held for one flush, as columns: inode ids run from ``first`` (consecutive).
@@ -364,11 +380,17 @@ def _make_dirs(
     now = now_ms()  # one transaction: one time for the directories it makes without an mtime
     # ``Store.remember`` inline (a call a directory) while the cache cannot reach its limit meanwhile.
     remember = st.remember if len(st.cache) + len(order) >= CACHE_LIMIT else st.cache.__setitem__
+    push_mode, push_mtime, push_entry, push_log = (
+        new_modes.append,
+        new_mtimes.append,
+        entries.append,
+        logs.append,
+    )
     for p in order:
         parent, _, name = p.rpartition("/")
         parent = parent or "/"
         above = fresh.get(parent)
-        mode, mtime = dir_modes.get(p, 0o755), dir_mtimes.get(p)
+        mode, mtime = (dir_modes.get(p, 0o755), dir_mtimes.get(p)) if given else (0o755, None)
         if above is None and p != "/" and (there := known.get(parent)) is not None:
             # Below a directory that was there: one probe (not a walk from the root: in a tree 1,500
             # deep, every ancestor walked from the root was ~1M lookups per pull).
@@ -393,10 +415,10 @@ def _make_dirs(
         next_id += 1
         above_real = above[1]
         real = "/" + name if above_real == "/" else above_real + "/" + name  # ``join``
-        new_modes.append(mode)
-        new_mtimes.append(now if mtime is None else mtime)
-        entries.append((above[0], name, ino))
-        logs.append(real)
+        push_mode(mode)
+        push_mtime(now if mtime is None else mtime)
+        push_entry((above[0], name, ino))
+        push_log(real)
         remember(real, (ino, DIR))
         fresh[p] = (ino, real)
     flush()

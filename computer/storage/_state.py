@@ -198,9 +198,13 @@ class Store:
         path (1,000 paths ~0.05 ms instead of ~0.6); any other path, or a closed store, and each is
         canonicalised (or refused) as by :meth:`canon`, in order."""
         given = list(paths)
-        if not self.closed and all_plain(given):
+        if self.plain(given):
             return given
         return [self.canon(p, refresh=False) for p in given]
+
+    def plain(self, paths: Sequence[str]) -> bool:
+        """Whether :meth:`canon` would return each of ``paths`` as it is (checked at once)."""
+        return not self.closed and all_plain(paths)
 
     def remember(self, path: str, node: Node) -> None:
         """Cache ``path``'s resolution (its real path: no link on the way), the cache held to
