@@ -361,7 +361,7 @@ class LocalExecContext:
         claim = base_rev if foreign else fs.rev
         return PullResult(
             rev=claim,
-            applied=sorted(set(applied)),
+            applied=sorted(dict.fromkeys(applied)),  # the batch's paths come sorted: cheap
             skipped=sorted(reasons),
             reasons=reasons,
             own_revs=sorted(own - set(pull.own_revs)),

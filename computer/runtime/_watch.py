@@ -69,6 +69,9 @@ _MASK = (
     | IN_DONT_FOLLOW
 )
 _EVENT = struct.Struct("iIII")
+_NEW_DIR = IN_CREATE | IN_ISDIR
+_GONE = IN_DELETE | IN_MOVED_FROM
+_RARE = IN_IGNORED | IN_MOVE_SELF | IN_MOVED_FROM | IN_MOVED_TO  # looked at closer in ``drain``
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 # Events a watch holds undrained at most; past that it gives up (a full walk) rather than grow.
 MAX_HELD = 200_000
@@ -275,41 +278,52 @@ class _Inotify:
                     for held in self.owners.values():
                         held.broken = True
                     return
-                offset = 0
                 # Directories this read found made, per watch: adopted together after the read's
-                # events are dispatched (one ``adopt`` per read, not per directory: ~3 µs each of
-                # the 1,000 leaves of ``mkdir -p``). A wd is only known once its directory is
-                # watched, so no event of this read can come from one of them; a later event of this
-                # read naming one (a chmod, a removal) drops its lstat in ``drain`` as before.
+                # events are dispatched (one ``adopt`` per read, not per directory: ~3 µs each of the
+                # 1,000 leaves of ``mkdir -p``). No event of this read comes from one of them (not yet
+                # watched); a later one naming one (a chmod, a removal) drops its lstat in ``drain``.
                 fresh: dict[_Held, list[str]] = {}
-                while offset + _EVENT.size <= len(data):
-                    wd, mask, _cookie, length = _EVENT.unpack_from(data, offset)
-                    name = data[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
-                    offset += _EVENT.size + length
-                    if mask & IN_Q_OVERFLOW:  # the shared queue lost events: of anyone's
-                        for held in self.owners.values():
-                            held.broken = True
-                        continue
-                    owner = self.owners.get(wd)
-                    if owner is None:
-                        continue  # a watch released already
-                    if mask & IN_IGNORED:  # the kernel dropped the watch (its directory is gone)
-                        del self.owners[wd]
-                        owner.wds.discard(wd)
-                    if owner.broken:
-                        continue
-                    if len(owner.events) >= MAX_HELD:
-                        owner.broken = True
-                        owner.events.clear()
-                        continue
-                    owner.events.append((wd, mask, name))
-                    if mask & IN_CREATE and mask & IN_ISDIR and name:
-                        parent = owner.dirs.get(wd)
-                        if parent is not None:
-                            rel = name.decode(_FS_ENCODING, _FS_ERRORS)
-                            fresh.setdefault(owner, []).append(f"{parent}/{rel}" if parent else rel)
+                self._dispatch(data, fresh)
                 for owner, rels in fresh.items():
                     self._new_dirs(owner, rels)
+
+    def _dispatch(self, data: bytes, fresh: dict[_Held, list[str]]) -> None:
+        """Move the events of one read to their owners, and the directories they made to ``fresh``
+        (with the lock held). Events come in runs of one wd (``mkdir -p`` makes ten leaves in a row
+        in each directory): its owner and prefix are looked up once a run (1,000: 0.77 ms, was 1.1)."""
+        owners, unpack, head, offset = self.owners, _EVENT.unpack_from, _EVENT.size, 0
+        last, owner, events, prefix, made = -1, None, [], None, None
+        while offset + head <= len(data):
+            wd, mask, _cookie, length = unpack(data, offset)
+            start, offset = offset + head, offset + head + length
+            if wd != last or mask & (IN_Q_OVERFLOW | IN_IGNORED):
+                if mask & IN_Q_OVERFLOW:  # the shared queue lost events: of anyone's
+                    for held in owners.values():
+                        held.broken = True
+                    continue
+                owner, last = owners.get(wd), wd
+                if owner is None:
+                    last = -1
+                    continue  # a watch released already
+                if mask & IN_IGNORED:  # the kernel dropped the watch (its directory is gone)
+                    del owners[wd]
+                    owner.wds.discard(wd)
+                    last = -1
+                parent = owner.dirs.get(wd)
+                events, made, prefix = owner.events, None, None if parent is None else parent and f"{parent}/"
+            assert owner is not None
+            if owner.broken:
+                continue
+            if len(events) >= MAX_HELD:
+                owner.broken = True
+                events.clear()
+                continue
+            name = data[start:offset].rstrip(b"\0")
+            events.append((wd, mask, name))
+            if mask & _NEW_DIR == _NEW_DIR and name and prefix is not None:
+                if made is None:
+                    made = fresh.setdefault(owner, [])
+                made.append(prefix + name.decode(_FS_ENCODING, _FS_ERRORS))
 
     def _new_dirs(self, held: _Held, rels: list[str]) -> None:
         """Directories made below ``held``'s tree: watched (and what they hold found) as their events
@@ -443,26 +457,30 @@ class TreeWatch:
         gone: set[str] = set()
         events, walked, stats = self._inotify.take(self._held)
         dirs = self._held.dirs
+        last, prefix = -1, None  # the wd whose directory prefix is at hand (events come in runs)
         for wd, mask, raw in events:
-            if mask & IN_IGNORED:
-                dirs.pop(wd, None)
-                continue
-            if mask & IN_MOVE_SELF or (mask & (IN_MOVED_FROM | IN_MOVED_TO) and mask & IN_ISDIR):
-                self._held.broken = True  # watched paths below a moved directory are stale now
-                break
-            parent = dirs.get(wd)
-            if parent is None:
-                continue
-            name = raw.decode(_FS_ENCODING, _FS_ERRORS)  # os.fsdecode, less a call
-            if not name:
+            if mask & _RARE:
+                if mask & IN_IGNORED:
+                    dirs.pop(wd, None)
+                    last = -1
+                    continue
+                if mask & IN_MOVE_SELF or mask & IN_ISDIR:
+                    self._held.broken = True  # watched paths below a moved directory are stale now
+                    break
+            if not raw:
                 continue  # an event on the directory itself: its entries report their own changes
-            rel = f"{parent}/{name}" if parent else name
+            if wd != last:
+                parent = dirs.get(wd)
+                last, prefix = wd, None if parent is None else parent and f"{parent}/"
+            if prefix is None:
+                continue
+            rel = prefix + raw.decode(_FS_ENCODING, _FS_ERRORS)  # os.fsdecode, less a call
             touched.add(rel)
-            if mask & (IN_DELETE | IN_MOVED_FROM):
+            if mask & _GONE:
                 gone.add(rel)
             else:
                 gone.discard(rel)
-            if not (mask & IN_CREATE and mask & IN_ISDIR):
+            if stats and mask & _NEW_DIR != _NEW_DIR:
                 # Its lstat was taken when its creation was read: this later change makes it stale
                 # (a directory made again was lstat-ed again, as its creation was read again).
                 stats.pop(rel, None)
