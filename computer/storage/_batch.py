@@ -446,9 +446,10 @@ def _batch_symlink(st: Store, p: str, target: str, m: Mutation) -> bool:
 
 def _batch_link(st: Store, p: str, old: str, m: Mutation) -> bool:
     """Name the node at ``old`` also ``p`` (replacing what is there); False when ``old`` is not a
-    file or symlink."""
+    file or symlink, or lies inside the directory at ``p`` (kept then) or on the way to ``p`` (a
+    file that making ``p``'s parents replaced): naming a deleted node left an entry to nothing."""
     try:
-        ino, kind, _ = resolve(st, old, follow=False)
+        ino, kind, old_real = resolve(st, old, follow=False)
     except OSError:
         return False
     if kind == DIR or p == "/":
@@ -459,8 +460,14 @@ def _batch_link(st: Store, p: str, old: str, m: Mutation) -> bool:
     node = lookup(st, pino, name)
     if node is not None and node[0] == ino:
         return True  # already a name of that file
+    if node is not None and node[1] == DIR and is_within(old_real, real):
+        return False
     if node is not None:
         remove_node(st, real, pino, name, node[0], node[1])
+    if st.db.one("SELECT kind FROM inodes WHERE id = ?", (ino,)) != (kind,):
+        return (
+            False  # ``ensure_dirs`` replaced it (its id may be a new directory's: SQLite reuses the top id)
+        )
     add_name(st, pino, name, ino, real, kind)
     m.log(real, "link")
     return True

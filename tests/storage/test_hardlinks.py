@@ -360,3 +360,16 @@ async def test_commit_batch_symlinks_follow_the_conflict_rule(fs: FileSystem) ->
     result = fs.commit_batch({}, symlinks={"/w/taken": "/elsewhere", "/w/free": "t"}, base_rev=base)
     assert result.skipped == ["/w/taken"] and result.applied == ["/w/free"]
     assert await fs.read_file("/w/taken") == b"workspace wins"
+
+
+async def test_a_batch_link_never_names_a_node_its_own_replacement_deleted(fs: FileSystem) -> None:
+    """A link onto the directory holding its source, or below its source (a file made a directory on
+    the way), is skipped: it named a deleted node, an entry to nothing that broke every later look."""
+    result = fs.commit_batch({}, symlinks={"/w/d/s": "b"}, links={"/w/d": "/w/d/s"})
+    assert result.skipped == ["/w/d"] and (await fs.readlink("/w/d/s")) == "b"
+    fs.commit_batch({"/w/f": b"f"})
+    result = fs.commit_batch({}, links={"/w/f/x": "/w/f"})
+    assert result.skipped == ["/w/f/x"]
+    assert (await fs.stat("/w/f")).is_directory and [e.name for e in await fs.readdir("/w/f")] == []
+    fs.commit_batch({"/w/d/s": None, "/w/g": None})  # every path still resolves
+    assert [r.path for r in fs.manifest("/w")] == ["/w/d", "/w/f"]
