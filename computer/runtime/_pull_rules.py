@@ -80,21 +80,24 @@ def needed_dirs(dirs: list[MirrorDir], protected: set[str], written: set[str]) -
     listing only when nothing new lies below it or its mode is not the default. For a ``mkdir -p`` of a
     deep tree this sends the leaves, not every level.
     """
-    candidates = {d.path for d in dirs if d.path not in protected}
+    # In the order given (a plan's: by depth, then by path), so the leaves come out nearly sorted
+    # (1,000 leaves: 0.26 ms, 0.45 from a set's order).
+    modes = {d.path: d.mode & 0o7777 for d in dirs}
+    candidates = modes.keys() - protected if protected else modes.keys()
     if not candidates:  # a pull of removals or writes only (sorting 1,000 written paths: 0.7 ms)
         return []
-    modes = {d.path: d.mode & 0o7777 for d in dirs}
     # Every proper ancestor of a new path; each walk stops at one seen already (its ancestors are in).
     # The 1,110 directories of a 10x10x10 tree: 0.36 ms, where sorting by split segments took 2.1.
     parents = add_ancestors(add_ancestors(set(), candidates), written)
-    return sorted(p for p in candidates if p not in parents or modes[p] != DEFAULT_DIR_MODE)
+    return sorted([p for p in candidates if p not in parents or modes[p] != DEFAULT_DIR_MODE])
 
 
 def outermost(paths: list[str]) -> list[str]:
     """Unique paths, sorted, without those below another listed path. Each parent is looked up once
-    (whether it or an ancestor is listed), not each path's ancestors (1,000 removals from one
-    directory: 0.34 ms walking each path's ancestors, 0.26 now; sorting by split segments took 0.78)."""
-    unique = set(paths)
+    (whether it or an ancestor is listed), not each path's ancestors, and duplicates go in the order
+    given, which a pull's plan sorted already (1,000 removals from one directory: 0.34 ms walking
+    each path's ancestors, 0.20 now; sorting by split segments took 0.78)."""
+    unique = dict.fromkeys(paths)
     if "/" in unique:
         return ["/"]
     covered: dict[str, bool] = {}  # parent -> whether it or one of its ancestors is listed
