@@ -109,7 +109,8 @@ def commit_batch(
     with several names (hard links) gives that name a new file; ``links`` (new path -> existing
     path) then gives existing files more names, after the writes: a pull sends every name that
     still shares a file with a written one. A link replaces what is at its path; one whose
-    existing path is missing or a directory is left out and listed in ``skipped``. ``symlinks``
+    existing path is missing or a directory, or would go with what the link replaces (inside the
+    directory at its path, or a file its parents replace), is left out and listed in ``skipped``. ``symlinks``
     (path -> target, stored verbatim) makes symlinks after the writes and before the links,
     replacing what is there (the same link already there is no change); an empty target or one
     with NUL is skipped. Modes and mtimes of existing paths follow symlinks.
