@@ -379,8 +379,7 @@ def _make_dirs(
         next_id = 0
 
     now = now_ms()  # one transaction: one time for the directories it makes without an mtime
-    # ``Store.remember`` inline (a call a directory) while the cache cannot reach its limit meanwhile.
-    remember = st.remember if len(st.cache) + len(order) >= CACHE_LIMIT else st.cache.__setitem__
+    cache = st.cache  # written below as ``Store.remember`` does, without a call a directory
     push_mode, push_mtime, push_entry, push_log = (
         new_modes.append,
         new_mtimes.append,
@@ -420,7 +419,9 @@ def _make_dirs(
         push_mtime(now if mtime is None else mtime)
         push_entry((above[0], name, ino))
         push_log(real)
-        remember(real, (ino, DIR))
+        if len(cache) >= CACHE_LIMIT:
+            cache.clear()
+        cache[real] = (ino, DIR)
         fresh[p] = (ino, real)
     flush()
     return wanted.intersection(fresh)
