@@ -59,7 +59,7 @@ from ._live_parts import (
     has_changes,
 )
 from ._mirror import Mirror
-from ._process import SandboxProcess
+from ._process import SandboxProcess, oom_kill_count
 from ._sync import MirrorSync, Synced
 from ._warm import Warm
 from .types import ProcessInfo
@@ -126,6 +126,8 @@ class LiveSandbox(LiveJobs):
         pids = groups.get("pids")
         self._pids_current = ControlFile(pids / "pids.current") if pids is not None else None
         self._pids_events = ControlFile(pids / "pids.events") if pids is not None else None
+        memory = groups.get("memory")
+        self._oom_control = ControlFile(memory / "memory.oom_control") if memory is not None else None
         self._baseline = 0
         self._ticker: asyncio.Task[None] | None = None
         self._adopted: set[int] = set()  # pipes of background processes, read into their logs
@@ -259,6 +261,10 @@ class LiveSandbox(LiveJobs):
                 with contextlib.suppress(ValueError):
                     return int(value)
         return 0
+
+    def oom_kills(self) -> int:
+        """Out-of-memory kills the sandbox's memory group counted so far (0 unknown)."""
+        return oom_kill_count(self._oom_control.read() if self._oom_control is not None else None)
 
     def tasks(self) -> int | None:
         """Tasks in the sandbox's pids group (its init and bubblewrap's included), or None."""
@@ -468,7 +474,7 @@ class LiveSandbox(LiveJobs):
             self._adopted.clear()
             with contextlib.suppress(Exception):
                 await self._flush_logs()
-            for control in (self._pids_current, self._pids_events):
+            for control in (self._pids_current, self._pids_events, self._oom_control):
                 if control is not None:
                     control.close()
             await asyncio.to_thread(self.process.cleanup)

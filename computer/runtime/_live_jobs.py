@@ -17,7 +17,7 @@ from typing import Any
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
 from ._live_parts import BackgroundLog, Job, drain, feed, is_eof
-from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess, oom_kills
+from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess
 from ._standby import write_all
 from ._tasks import in_thread, run_to_completion
 
@@ -55,6 +55,9 @@ class LiveJobs:
 
     def _lost(self, why: str) -> None:
         raise NotImplementedError
+
+    def oom_kills(self) -> int:
+        raise NotImplementedError  # the sandbox's memory group (``LiveSandbox``)
 
     async def start_job(
         self,
@@ -145,7 +148,7 @@ class LiveJobs:
         for fd in open_fds:
             os.set_blocking(fd, False)
             loop.add_reader(fd, readable, fd)
-        oom_before = oom_kills(self.process.cgroups)
+        oom_before = self.oom_kills()
         deadline = None if timeout is None else loop.time() + timeout
         timed_out = False
         finished = False
@@ -189,7 +192,7 @@ class LiveJobs:
             outcome.exit_code, outcome.timed_out = code, timed_out
             # The kernel's choice may be another process of the sandbox: the run was killed for its
             # memory only when it died of SIGKILL while the group counted a kill.
-            outcome.out_of_memory = code == 137 and oom_kills(self.process.cgroups) > oom_before
+            outcome.out_of_memory = code == 137 and self.oom_kills() > oom_before
         finally:
             for fd in open_fds:
                 with contextlib.suppress(Exception):

@@ -22,6 +22,7 @@ __all__ = [
     "ProcessOutcome",
     "SandboxProcess",
     "close_transport",
+    "oom_kill_count",
     "oom_kills",
     "out_of_memory_error",
     "stream_process",
@@ -227,11 +228,19 @@ def oom_kills(groups: list[Path]) -> int:
         if "memory" not in group.parts:
             continue
         try:
-            for line in (group / "memory.oom_control").read_text().splitlines():
-                key, _, value = line.partition(" ")
-                if key == "oom_kill":
-                    return int(value or 0)
-        except (OSError, ValueError):
+            return oom_kill_count((group / "memory.oom_control").read_text())
+        except OSError:
+            return 0
+    return 0
+
+
+def oom_kill_count(text: str | None) -> int:
+    """The ``oom_kill`` count of a ``memory.oom_control`` text; 0 where it does not tell."""
+    for line in (text or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill":
+            with contextlib.suppress(ValueError):
+                return int(value or 0)
             return 0
     return 0
 

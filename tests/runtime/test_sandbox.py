@@ -16,6 +16,7 @@ import computer
 from computer.runtime import ShellBackend
 from computer.runtime._cgroups import ControlFile, cgroup_writable, make_groups, remove_groups
 from computer.runtime._limits import SandboxLimits
+from computer.runtime._process import oom_kill_count
 
 
 async def test_sandbox_runs_as_an_unprivileged_user_without_host_secrets(ws: computer.Workspace) -> None:
@@ -261,3 +262,28 @@ def test_a_control_file_read_through_one_descriptor_is_rendered_afresh_each_time
         remove_groups([group])
     assert current.read() is None
     assert ControlFile(group / "pids.current").read() is None  # the group is gone
+
+
+@pytest.mark.skipif(not cgroup_writable("memory"), reason="needs a writable cgroup v1 memory controller")
+def test_out_of_memory_kills_are_counted_through_a_kept_descriptor() -> None:
+    """A live sandbox tells an out-of-memory kill from a plain SIGKILL by the ``oom_kill`` count of its
+    memory group before and after the run, read through a descriptor it keeps open."""
+    (group,) = make_groups(["memory"], SandboxLimits(memory_mb=16))
+    control = ControlFile(group / "memory.oom_control")
+    try:
+        assert oom_kill_count(control.read()) == 0
+        script = "import sys, time; sys.stdin.readline(); b = b'x' * (64 << 20); time.sleep(30)"
+        child = subprocess.Popen(["python3", "-c", script], stdin=subprocess.PIPE)
+        try:
+            (group / "cgroup.procs").write_text(str(child.pid))  # in the group before it allocates
+            child.communicate(b"go\n", timeout=30)
+        finally:
+            child.kill()
+            child.wait()
+        assert child.returncode == -9
+        assert oom_kill_count(control.read()) == 1
+    finally:
+        control.close()
+        remove_groups([group])
+    assert oom_kill_count(control.read()) == 0  # closed: nothing to tell
+    assert oom_kill_count("oom_kill_disable 0\nunder_oom 0\n") == 0  # a kernel before 4.13
