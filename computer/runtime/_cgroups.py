@@ -25,6 +25,7 @@ __all__ = [
     "CONTROLLERS",
     "ControlFile",
     "cgroup_writable",
+    "count_in",
     "freeze",
     "make_groups",
     "remove_dead_groups",
@@ -68,6 +69,18 @@ class ControlFile:
         if fd is not None:
             with contextlib.suppress(OSError):
                 os.close(fd)
+
+
+def count_in(text: str | None, key: str) -> int:
+    """The count a keyed control file (``pids.events``, ``memory.oom_control``: a ``key value`` line
+    each) gives for ``key``; 0 where the text does not tell (None, no such line, not a number)."""
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            with contextlib.suppress(ValueError):
+                return int(value)
+            return 0
+    return 0
 
 
 def make_groups(controllers: Iterable[str], limits: SandboxLimits) -> list[Path]:

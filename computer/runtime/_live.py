@@ -48,7 +48,7 @@ from typing import Any
 
 from ._assets_bridge import AssetsBridge
 from ._backend import ExecContext
-from ._cgroups import ControlFile, freeze, thaw
+from ._cgroups import ControlFile, count_in, freeze, thaw
 from ._live_jobs import LiveJobs, LiveSandboxError, LiveStartError
 from ._live_launch import Launched
 from ._live_parts import (
@@ -59,7 +59,7 @@ from ._live_parts import (
     has_changes,
 )
 from ._mirror import Mirror
-from ._process import SandboxProcess, oom_kill_count
+from ._process import SandboxProcess
 from ._sync import MirrorSync, Synced
 from ._warm import Warm
 from .types import ProcessInfo
@@ -254,17 +254,7 @@ class LiveSandbox(LiveJobs):
 
     def forks_refused(self) -> int:
         """How many forks the sandbox's process limit refused so far (``pids.events``; 0 unknown)."""
-        text = self._pids_events.read() if self._pids_events is not None else None
-        for line in (text or "").splitlines():
-            key, _, value = line.partition(" ")
-            if key == "max":
-                with contextlib.suppress(ValueError):
-                    return int(value)
-        return 0
-
-    def oom_kills(self) -> int:
-        """Out-of-memory kills the sandbox's memory group counted so far (0 unknown)."""
-        return oom_kill_count(self._oom_control.read() if self._oom_control is not None else None)
+        return count_in(self._pids_events.read() if self._pids_events is not None else None, "max")
 
     def tasks(self) -> int | None:
         """Tasks in the sandbox's pids group (its init and bubblewrap's included), or None."""

@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
+from ._cgroups import ControlFile, count_in
 from ._live_parts import BackgroundLog, Job, drain, feed, is_eof
 from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess
 from ._standby import write_all
@@ -49,6 +50,7 @@ class LiveJobs:
     jobs: dict[str, Job]
     background: dict[str, BackgroundLog]
     _adopted: set[int]
+    _oom_control: ControlFile | None  # ``memory.oom_control``, kept open
 
     def _send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
         raise NotImplementedError  # the channel's (``LiveSandbox``)
@@ -57,7 +59,9 @@ class LiveJobs:
         raise NotImplementedError
 
     def oom_kills(self) -> int:
-        raise NotImplementedError  # the sandbox's memory group (``LiveSandbox``)
+        """Out-of-memory kills the sandbox's memory group counted so far (0 unknown)."""
+        control = self._oom_control
+        return count_in(control.read() if control is not None else None, "oom_kill")
 
     async def start_job(
         self,

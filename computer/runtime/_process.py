@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
-from ._cgroups import remove_groups, sweep
+from ._cgroups import count_in, remove_groups, sweep
 from ._tasks import in_thread, run_to_completion
 
 __all__ = [
@@ -22,7 +22,6 @@ __all__ = [
     "ProcessOutcome",
     "SandboxProcess",
     "close_transport",
-    "oom_kill_count",
     "oom_kills",
     "out_of_memory_error",
     "stream_process",
@@ -228,19 +227,8 @@ def oom_kills(groups: list[Path]) -> int:
         if "memory" not in group.parts:
             continue
         try:
-            return oom_kill_count((group / "memory.oom_control").read_text())
+            return count_in((group / "memory.oom_control").read_text(), "oom_kill")
         except OSError:
-            return 0
-    return 0
-
-
-def oom_kill_count(text: str | None) -> int:
-    """The ``oom_kill`` count of a ``memory.oom_control`` text; 0 where it does not tell."""
-    for line in (text or "").splitlines():
-        key, _, value = line.partition(" ")
-        if key == "oom_kill":
-            with contextlib.suppress(ValueError):
-                return int(value or 0)
             return 0
     return 0
 
