@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import errno
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
+from typing import TypeVar
 
 from ._content import set_content
 from ._pieces import Assembler, Piece
@@ -24,6 +25,9 @@ from ._tree import add_entry, add_name, ensure_dirs, new_inode, now_ms, remove_l
 from .errors import fs_error
 from .paths import is_within, join, parts, split
 from .types import BatchResult, Change, ChangeSet, ManifestEntry, ManifestRow
+
+V = TypeVar("V")
+W = TypeVar("W")
 
 __all__ = ["changes_since", "commit_batch", "manifest"]
 
@@ -120,24 +124,13 @@ def commit_batch(
     """
     modes = dict(modes or {})
     st.refresh()  # once for the whole batch, not per path
-    canon = st.canon_many  # one check of a group's paths when they are canonical already (nearly always)
-    canon_writes = dict(zip(canon(writes), writes.values(), strict=True))
-    canon_dirs = _sorted_unique(canon(mkdirs))
-    # Keys checked at once too, values (modes, mtimes) then taken in the same order as one at a time.
-    mtimes, links, symlinks = mtimes or {}, links or {}, symlinks or {}
-    if st.plain(list(modes)):
-        canon_modes = dict(zip(modes, map(clean_mode, modes.values()), strict=True))
-    else:
-        canon_modes = {st.canon(k, refresh=False): clean_mode(v) for k, v in modes.items()}
-    if st.plain(list(mtimes)):
-        canon_mtimes = dict(zip(mtimes, map(int, mtimes.values()), strict=True))
-    else:
-        canon_mtimes = {st.canon(k, refresh=False): int(v) for k, v in mtimes.items()}
-    if st.plain(list(links)) and st.plain(list(links.values())):
-        canon_links = dict(links)
-    else:
-        canon_links = {st.canon(k, refresh=False): st.canon(v, refresh=False) for k, v in links.items()}
-    canon_symlinks = dict(zip(canon(symlinks), symlinks.values(), strict=True))
+    canon_writes = dict(zip(st.canon_many(writes), writes.values(), strict=True))
+    canon_dirs = _sorted_unique(st.canon_many(mkdirs))
+    canon_modes = _canon_keys(st, modes, clean_mode)
+    canon_mtimes = _canon_keys(st, mtimes or {}, int)
+    canon_links = _canon_keys(st, links or {}, lambda old: st.canon(old, refresh=False))
+    symlinks = symlinks or {}
+    canon_symlinks = dict(zip(st.canon_many(symlinks), symlinks.values(), strict=True))
     groups = [
         g for g in (canon_writes, canon_dirs, canon_modes, canon_mtimes, canon_links, canon_symlinks) if g
     ]
@@ -232,6 +225,15 @@ def commit_batch(
                 m.log(real, CREATE_OP[kind])
                 applied.append(p)
     return BatchResult(rev=st.rev, applied=_sorted_unique(applied), skipped=sorted(skipped))
+
+
+def _canon_keys(st: Store, given: Mapping[str, V], value: Callable[[V], W]) -> dict[str, W]:
+    """``given`` with canonical keys (refused as by ``Store.canon``) and each value through ``value``.
+    Keys canonical already, as a batch's nearly always are, are checked at once (``Store.plain``:
+    1,000 paths ~0.05 ms, one at a time ~0.6); otherwise key then value, item by item."""
+    if st.plain(list(given)):
+        return dict(zip(given, map(value, given.values()), strict=True))
+    return {st.canon(k, refresh=False): value(v) for k, v in given.items()}
 
 
 def _sorted_unique(paths: list[str]) -> list[str]:
