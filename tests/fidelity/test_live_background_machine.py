@@ -1,25 +1,19 @@
-"""Stateful property of a live sandbox's continuous two-way sync with *background processes* (SPEC 10):
-a writer started in the background (``setsid ... &``, python or bash) keeps creating, appending,
-renaming and deleting files every few milliseconds across calls, while the workspace writes, appends,
-deletes and renames the same and neighbouring paths and removes or renames the writer's directory
-(``ws.fs``); foreground runs change files; the writer is killed (the processes API, or ``kill`` in a
-run) or runs to its end; the workspace is closed (ending the sandbox) and reopened (a warm or a fresh
-backend). ``p/`` is the writers' own, ``g/`` the runs', ``n/`` the workspace's; ``d/``, ``e/``, ``sN``
-are shared. Every line anyone writes is unique and names its writer (``bgN i``, ``ws K``, ``fg K``).
+"""Stateful property of a live sandbox's two-way sync with *background processes* (SPEC 10): a writer
+started in the background (``setsid ... &``, python or bash) creates, appends, renames and deletes files
+every few ms across calls, while the workspace (``ws.fs``) changes the same and neighbouring paths and
+removes or renames the writer's directory; foreground runs change files; the writer is killed (the
+processes API, ``kill`` in a run) or ends; the workspace is closed and reopened (warm or fresh backend).
+``p/`` is the writers', ``g/`` the runs', ``n/`` the workspace's; ``d/``, ``e/``, ``sN`` are shared.
+Every line written is unique and names its writer (``bgN i``, ``ws K``, ``fg K``).
 
-Invariants once settled (no writer left, one more no-op run):
-- the sandbox's view (``find -type f | sha256sum`` in a run) equals the workspace's (``ws.fs``);
-- ``n/`` and ``g/`` equal the model exactly (nothing acknowledged lost, nothing of a run's skipped);
-- a writer that ran to its end left exactly its deterministic result in ``p/``; a killed one a prefix
-  (its log: rounds ``0..m-1``, each with the time it ended);
-- a workspace change to a shared path made while no writer ran holds exactly; one made while a writer
-  ran may be replaced only by a writer's round that ended after the change began (same clock);
-- every line of every file was written by someone; a writer's lines in the shared log only increase.
+Invariants once settled (no writer left, a no-op run): the sandbox's view (a run's ``find | sha256sum``)
+equals the workspace's; ``n/``, ``g/`` equal the model; a writer that ended left exactly its ``p/``, a
+killed one a prefix (its log: rounds ``0..m-1``, each with its end time); a shared path's workspace
+change made while no writer ran holds, one made while a writer ran may be replaced only by a round that
+ended after it began (same clock); every line was written by someone, a writer's in order in d/log.
 
-Decision: the machine whose workspace changes overlap runs (their start and end) fails on a defect
-(:data:`LOST_BY_A_SECOND_PULL`, reproduced alone below) in some runs, as timing decides: it is marked
-``xfail`` without ``strict``; :class:`QuietRunsMachine` makes its changes between runs and passes.
-Bounded and deterministic (``derandomize``, few examples and steps, every wait under a timeout).
+Decisions: the machine whose workspace changes overlap runs' starts and ends hits a defect as timing
+decides (non-strict ``xfail``), :class:`QuietRunsMachine` passes; defects are reproduced alone below.
 """
 
 from __future__ import annotations
@@ -50,9 +44,14 @@ pytestmark = pytest.mark.skipif(not ShellBackend().live, reason="no live sandbox
 
 T = TypeVar("T")
 LOST_BY_A_SECOND_PULL = (
-    "a live pull right after another (a run's end, then the ticker) takes the first's commits for "
-    "workspace changes (MirrorSync.pull skips saves.own_revs, not mirror.own_revs): the sandbox's newer "
-    "writes there (a background process's, a run's) are refused as conflicts and dropped, unreported"
+    "a live pull right after another (a run's end, then the ticker) takes the first's commits for workspace "
+    "changes (MirrorSync.pull skips saves.own_revs, not mirror.own_revs): the sandbox's newer writes "
+    "there (a background process's, a run's) are refused as conflicts and dropped, unreported"
+)
+DIRECTORY_DROPPED = (
+    "a live pull that refuses a directory the sandbox made anew (renamed back) because the workspace "
+    "changed a file below it removes the whole directory from the mirror (Mirror.settle); the next push "
+    "sends only what changed since the pull's base: the workspace's older files there never come back"
 )
 SHARED = ["d/f0", "d/f1", "d/f3", "d/log", "d/save", "e/f0", "e/f3", "s0", "s1"]
 OWN = ["n/a", "n/b", "n/c/d"]  # the workspace's own
@@ -107,6 +106,15 @@ SH_WRITER = (
 )
 
 
+async def until_quiet(ws: Any, within: float, marker: str = "") -> bool:
+    """Wait (bounded) until no process (whose command holds ``marker``) runs; whether none does."""
+    for _ in range(int(within / 0.05) + 1):
+        if not [p for p in await ws.runtime.processes() if marker in p.command]:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
 def writer_result(tag: str, rounds: int) -> dict[str, bytes]:
     """What a writer of ``rounds`` rounds leaves in its own files (``p/``), the pid file left out."""
     files: dict[str, bytes] = {}
@@ -131,8 +139,7 @@ def check_race(
         return i == len(ended) or (i < len(ended) and ended[i] * 1000 + 1000 >= began)
 
     def written_by(text: bytes) -> list[int]:  # the writer's rounds whose lines ``text`` is
-        lines = text.decode().splitlines()
-        return [int(line.split()[1]) for line in lines if line.split()[0] == tag]
+        return [int(line.split()[1]) for line in text.decode().splitlines() if line.split()[0] == tag]
 
     if got == wrote:
         return
@@ -185,18 +192,6 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
     def next_line(self, who: str) -> bytes:
         self.k += 1
         return f"{who} {self.k}\n".encode()
-
-    async def _mine(self) -> list[Any]:
-        """The processes of writers still running."""
-        return [p for p in await self.ws.runtime.processes() if re.search(r"\bbg\d+\b", p.command)]
-
-    async def _until_no_writer(self, within: float) -> bool:
-        """Wait (bounded) for the writers to end; whether they did."""
-        for _ in range(int(within / 0.05)):
-            if not await self._mine():
-                return True
-            await asyncio.sleep(0.05)
-        return not await self._mine()
 
     def _removed(self, path: str) -> None:
         """The model after the workspace removed ``path`` (a file or a directory)."""
@@ -257,9 +252,7 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
         elif kind == "delete":
             await fs.rm(full, force=True, recursive=True)
             self._removed(path)
-        elif kind == "rename" and path != other and (path in OWN) == (other in OWN):
-            if not await fs.exists(full):
-                return
+        elif kind == "rename" and path != other and (path in OWN) == (other in OWN) and await fs.exists(full):
             try:
                 await fs.mkdir(posixpath.dirname(f"{ROOT}/{other}"), recursive=True)
                 await fs.rename(full, f"{ROOT}/{other}", overwrite=True)
@@ -291,9 +284,8 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
         wait = f"for i in $(seq 300); do [ -s p/{tag}.pid ] && break; sleep 0.01; done"
         self.writer = tag
         self.writers[tag] = rounds
-        self.shared.clear()  # it writes them all from now on
-        self.racy.clear()
-        self.last.clear()
+        for known in (self.shared, self.racy, self.last):  # it writes them all from now on
+            known.clear()
         self.call(self._with_ops(ok(self.ws, f"{source} > /dev/null 2>&1 & {wait}", timeout=30), ops, True))
         stats["writers"] += 1
 
@@ -303,8 +295,7 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
             await asyncio.sleep(pause)
 
     async def _with_ops(self, work: Coroutine[Any, Any, Any], ops: list[Op] | None, run: bool) -> None:
-        """``work`` with the workspace changes ``ops`` made while it goes on (before it, when it is a
-        run and the machine makes no changes during runs)."""
+        """``work`` with the workspace changes ``ops`` meanwhile (before it: a run, not DURING_RUNS)."""
         if run and not self.DURING_RUNS:
             await self._ops(ops)
             await work
@@ -363,10 +354,10 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
             if from_a_run:
                 await ok(self.ws, f"kill -KILL $(cat p/{tag}.pid) 2>/dev/null; true", timeout=30)
             else:
-                for process in await self._mine():
+                for process in [p for p in await self.ws.runtime.processes() if "bg" in p.command]:
                     with contextlib.suppress(ProcessLookupError):  # it ended by itself meanwhile
                         await self.ws.runtime.kill_process(process.pid)
-            assert await self._until_no_writer(10), "the killed writer still runs"
+            assert await until_quiet(self.ws, 10, "bg"), "the killed writer still runs"
 
         self.call(self._with_ops(kill(), ops, from_a_run))
         self.writer = None
@@ -389,13 +380,12 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
 
     async def _settle(self) -> None:
         if self.writer is not None:
-            assert await self._until_no_writer(20), "a writer did not end"
+            assert await until_quiet(self.ws, 20, "bg"), "a writer did not end"
             stats["finished"] += 1
             self.writer = None
         await ok(self.ws, "true")
         files = {p[len(ROOT) + 1 :]: await self.ws.fs.read_file(p) for p in await self.ws.fs.ls(ROOT)}
-        seen = await sandbox_view(self.ws)
-        assert seen == await workspace_view(self.ws), "the sandbox's view differs from the workspace"
+        assert await sandbox_view(self.ws) == await workspace_view(self.ws), "the sandbox's view differs"
         own = {p: c for p, c in files.items() if p.startswith(("n/", "g/"))}
         assert own == self.own, "the workspace's or a run's own files differ from the model"
         rounds_ended: dict[str, list[int]] = {}  # a writer's rounds: when each ended (us)
@@ -424,8 +414,7 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
                     order[tag] = i
         # No writer runs now: the shared paths are what the workspace holds.
         self.shared = {p: files.get(p) for p in {*SHARED, *files} if not p.startswith(("n/", "g/", "p/"))}
-        self.racy.clear()
-        self.last.clear()
+        self.racy, self.last = set(), {}
 
     def teardown(self) -> None:
         try:
@@ -439,12 +428,16 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
 
 
 class QuietRunsMachine(LiveBackgroundMachine):
-    """The same, the workspace's changes made between runs (what passes while the defect stands)."""
-
-    DURING_RUNS = False
+    DURING_RUNS = False  # the workspace's changes made between runs (passes while the defect stands)
 
 
-def _exercise(machine: type[LiveBackgroundMachine], label: str, record_property: Any) -> None:
+SOMETIMES = pytest.mark.xfail(reason=LOST_BY_A_SECOND_PULL)  # (not strict: timing decides)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("machine", [QuietRunsMachine, pytest.param(LiveBackgroundMachine, marks=SOMETIMES)])
+def test_live_sync_with_background_writers(machine: Any, record_property: Any) -> None:
     """Run ``machine`` (derandomized, bounded, no shrinking) and check it exercised every rule."""
     for key in stats:
         stats[key] = 0
@@ -452,22 +445,8 @@ def _exercise(machine: type[LiveBackgroundMachine], label: str, record_property:
     runner = settings(bounded, deadline=None, derandomize=True, database=None, suppress_health_check=HEALTH)
     runner(machine).TestCase().runTest()
     for key, value in stats.items():
-        record_property(f"{label}_{key}", value)
-    print(f"{label}:", stats)
+        record_property(f"{machine.__name__}_{key}", value)
     assert all(stats.values()), stats
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_live_sync_with_background_writers(record_property: Any) -> None:
-    _exercise(QuietRunsMachine, "live_background", record_property)
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-@pytest.mark.xfail(reason=LOST_BY_A_SECOND_PULL)  # not strict: its timing decides whether it hits it
-def test_live_sync_with_background_writers_and_changes_during_runs(record_property: Any) -> None:
-    _exercise(LiveBackgroundMachine, "live_background_during_runs", record_property)
 
 
 COUNT = "for i in $(seq 0 299); do echo $i >> {}; sleep 0.004; done"
@@ -482,17 +461,39 @@ async def test_a_pull_after_a_run_never_takes_an_earlier_pull_for_a_workspace_ch
         long = asyncio.ensure_future(run(ws, COUNT.format("mine"), timeout=30))
         for _ in range(3):
             result = asyncio.ensure_future(run(ws, "sleep 0.25", timeout=30))
-            i = 0
             while not result.done():  # a workspace change after the run's last sync, before its end
-                i += 1
-                await ws.fs.write_file(f"{ROOT}/other", f"{i}\n")
+                await ws.fs.write_file(f"{ROOT}/other", f"{time.time_ns()}\n")
                 await asyncio.sleep(0.01)
             assert (await result).skipped == []
         assert (await long).skipped == []
-        for _ in range(200):
-            if not await ws.runtime.processes():
-                break
-            await asyncio.sleep(0.05)
+        assert await until_quiet(ws, 10)
         await ok(ws, "true")
         counted = "".join(f"{i}\n" for i in range(300))
         assert [await ws.fs.read_text(f"{ROOT}/{name}") for name in ("log", "mine")] == [counted, counted]
+
+
+PING = "for i in $(seq 50); do mv -T d d2; sleep 0.003; mv -T d2 d; sleep 0.003; done 2> /dev/null"
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=DIRECTORY_DROPPED)
+async def test_a_workspace_write_below_a_directory_a_process_renames_reaches_the_sandbox() -> None:
+    """A background process renames ``d`` to ``d2`` and back while the workspace writes files in
+    both, creates ``d`` and removes ``d2``: once it ended, the next runs see what the workspace holds."""
+    async with opened(None, python=False) as ws:
+        await ok(ws, "mkdir d && for k in 0 1 2 3; do echo w > d/w$k; done")
+        for _ in range(8):
+            await ok(ws, f"setsid bash -c {shlex.quote(PING)} > /dev/null 2>&1 &")
+            k = 0
+            while not await until_quiet(ws, 0) and k < 2000:
+                k += 1
+                with contextlib.suppress(OSError):
+                    if k % 5 == 1:
+                        await ws.fs.mkdir(f"{ROOT}/d", recursive=True)
+                    elif k % 5 == 4:
+                        await ws.fs.rm(f"{ROOT}/d2", recursive=True, force=True)
+                    else:
+                        await ws.fs.write_file(f"{ROOT}/{'d2' if k % 5 == 3 else 'd'}/x{k % 3}", f"{k}\n")
+                await asyncio.sleep((0, 0.005, 0.02)[k % 3])
+            await ok(ws, "true")
+            assert await sandbox_view(ws) == await workspace_view(ws)
