@@ -120,6 +120,9 @@ class SyncLimits:
     # mirror already, so a push leaves them out (re-creating a file a running program holds open
     # would cut it off from what it writes next: a live sandbox syncs while programs run).
     skip_revs: tuple[int, ...] = ()
+    # Workspace paths the mirror dropped (a pull left them alone: see ``Mirror.settle``): an incremental
+    # push sends each whole (its subtree as the workspace holds it), whether or not it changed.
+    refetch: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

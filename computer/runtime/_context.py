@@ -114,7 +114,7 @@ class LocalExecContext:
         root = canonical(root)
         if mirror_rev is not None:
             changes = self.fs.changes_since(mirror_rev, root, skip_revs=tuple(limits.skip_revs))
-            paths = [c.path for c in changes.changes]
+            paths = [c.path for c in changes.changes] + [p for p in limits.refetch if is_within(p, root)]
             # A change at or above the root (the root renamed or removed) needs the whole tree again.
             if changes.complete and not any(is_within(root, p) for p in paths):
                 ops = await self._changed_ops(root, outermost(paths))

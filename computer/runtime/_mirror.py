@@ -68,12 +68,15 @@ class Mirror(MirrorPush, MirrorPull):
     idle_since: float = 0.0
     # Revisions after ``rev`` that the mirror's own pulls committed (a push leaves them out).
     own_revs: list[int] = field(default_factory=list)
+    # Workspace paths a pull left alone and removed from the mirror: the next push sends them whole.
+    refetch: set[str] = field(default_factory=set)
 
     def invalidate(self) -> None:
         """Forget what the mirror holds: the next push is a full one."""
         self.rev = None
         self.unsettled = None
         self.own_revs = []
+        self.refetch = set()
         self.unwatch()
         self.drop_standby()
 

@@ -45,6 +45,7 @@ class MirrorBase:
     prints: dict[str, tuple[tuple[str, ...], list[int]]]
     owner: tuple[int, int] | None
     own_revs: list[int]
+    refetch: set[str]
 
     def host(self, path: str) -> Path:
         return self.directory / self.rel(path)

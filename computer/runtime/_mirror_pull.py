@@ -321,8 +321,9 @@ class MirrorPull(MirrorBase):
         self, now: dict[str, Entry], rev: int, skipped: Iterable[str], plan: PullPlan | None = None
     ) -> None:
         """Adopt the post-run state at ``rev``. Paths the pull left alone are removed from the mirror
-        (their state forgotten), so the next push brings the workspace's version back: ``rev`` is
-        then the run's base revision, before the workspace's change. ``plan``: the pull's, whose
+        (their state forgotten) and the next push brings the workspace's version of each back, whole
+        (``refetch``): a directory refused for a change below it held other workspace files too,
+        which changed nothing since and no incremental push would send again. ``plan``: the pull's, whose
         large files' chunk lists the mirror now holds (without it, those of changed files are
         forgotten: the next push of one fetches all its chunks)."""
         self.forget_chunks(plan)
@@ -337,6 +338,7 @@ class MirrorPull(MirrorBase):
             rel = self.rel(path)
             remove_node(self.directory / rel)
             self._forget(rel)
+            self.refetch.add(path)
         self.rev = rev
 
     def forget_chunks(self, plan: PullPlan | None) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Iterable
 from pathlib import Path
 
 from ..storage import CHUNK_SIZE
@@ -197,12 +198,13 @@ class MirrorPush(MirrorBase):
         finally:
             os.close(fd)
 
-    def finish_push(self, rev: int) -> None:
+    def finish_push(self, rev: int, refetched: Iterable[str] = ()) -> None:
         """Every page is in: the mirror reflects ``rev`` (the first page's, a lower bound); revisions
-        its own pulls made up to ``rev`` need no leaving out any more."""
+        its own pulls made up to ``rev`` need no leaving out any more, nor the paths it ``refetched``."""
         self.unfilled = []
         self.rev = rev
         self.own_revs = [r for r in self.own_revs if r > rev]
+        self.refetch.difference_update(refetched)
 
 
 def _rewrite_shared(host: Path, f: MirrorFile) -> bool:

@@ -94,10 +94,10 @@ class MirrorSync:
     def push_limits(self, mirror: Mirror) -> SyncLimits:
         """The limits of a push to ``mirror``: the backend's, leaving out what the mirror's own pulls
         committed after its revision (see ``SyncLimits.skip_revs``)."""
-        if mirror.rev is None or not mirror.own_revs:
+        if mirror.rev is None or not (mirror.own_revs or mirror.refetch):
             return self.limits
         own = tuple(r for r in mirror.own_revs if r > mirror.rev)
-        return dataclasses.replace(self.limits, skip_revs=own) if own else self.limits
+        return dataclasses.replace(self.limits, skip_revs=own, refetch=tuple(sorted(mirror.refetch)))
 
     async def push(
         self, mirror: Mirror, ctx: ExecContext, *, first: SyncPush | None = None
@@ -139,7 +139,7 @@ class MirrorSync:
                 break
             limits = dataclasses.replace(limits, after=page.cursor)
         assert start is not None
-        mirror.finish_push(start.rev)
+        mirror.finish_push(start.rev, limits.refetch)
         if mirror.watch is not None:
             mirror.arm()  # drains what the push caused
         else:
@@ -209,7 +209,10 @@ class MirrorSync:
         mirror.kept = set(plan.unsyncable)
         left_out = {**{p: mirror.reasons.get(p, PROTECTED) for p in mirror.protected}, **plan.unsyncable}
         saved = list(saves.saved) if saves is not None else []
-        own = list(saves.own_revs) if saves is not None else []
+        # Revisions committed since ``base_rev`` by this mirror's earlier pulls (a live sandbox's pull at a
+        # run's end, then its tick's before any push) are no workspace change either: counted as one,
+        # the program's newer writes to those paths were refused and removed from the mirror.
+        own = [*(saves.own_revs if saves is not None else ()), *(r for r in mirror.own_revs if r > base_rev)]
         deferring = defer and isinstance(ctx, DeferringContext) and ctx.defers_pull
         if deferring and plan.size() <= self.limits.max_sync_bytes:
             pull = mirror.read_all(plan) if plan.empty() else await asyncio.to_thread(mirror.read_all, plan)

@@ -423,3 +423,20 @@ def test_mirrors_leave_nothing_behind_in_dev_shm(tmp_path: Path) -> None:
     assert held_while_open < 64 * MiB, f"{held_while_open / MiB:.0f} MiB held by closed workspaces"
     assert left_after_exit < 64 * MiB, f"{left_after_exit / MiB:.0f} MiB left after exit"
     assert leftovers == []
+
+
+async def test_a_refused_directory_comes_back_whole_from_the_workspace() -> None:
+    """A run changes ``d``'s mode while the workspace changes ``d/w0``: the pull refuses ``d`` and drops
+    it from the mirror. The next run sees the workspace's ``d`` whole: its changed ``d/w0`` and its
+    untouched ``d/w1`` (an incremental push sent only ``d/w0``: ``d/w1`` was gone from the sandbox for
+    good, while the workspace held it)."""
+    async with opened(None, shell=ShellBackend(live=False), python=False) as ws:
+        await ok(ws, "mkdir d && echo 0 > d/w0 && echo 1 > d/w1")
+        handle = await started(ws, "echo ready; sleep 1; chmod 700 d")
+        await ws.fs.write_file("/workspace/d/w0", "changed\n")
+        result = await settle(handle)
+        assert "/workspace/d" in result.skipped, result.skipped
+        reasons_cover_skipped(result)
+        seen = await ok(ws, "for f in d/*; do echo $f $(cat $f); done")
+        assert seen.stdout.split("\n")[:-1] == ["d/w0 changed", "d/w1 1"]
+        assert sorted(e.name for e in await ws.fs.readdir("/workspace/d")) == ["w0", "w1"]
