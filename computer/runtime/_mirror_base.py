@@ -60,6 +60,11 @@ class MirrorBase:
             return self.root
         return f"/{rel}" if self.root == "/" else f"{self.root}/{rel}"
 
+    def own_since(self, rev: int) -> list[int]:
+        """The revisions after ``rev`` that this mirror's own pulls committed: what they changed is in
+        the mirror already (a push leaves them out, a pull does not take them for workspace changes)."""
+        return [r for r in self.own_revs if r > rev]
+
     def _own(self, host: Path) -> None:
         if self.owner is not None:
             os.lchown(host, *self.owner)

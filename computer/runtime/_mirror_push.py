@@ -203,7 +203,7 @@ class MirrorPush(MirrorBase):
         its own pulls made up to ``rev`` need no leaving out any more, nor the paths it ``refetched``."""
         self.unfilled = []
         self.rev = rev
-        self.own_revs = [r for r in self.own_revs if r > rev]
+        self.own_revs = self.own_since(rev)
         self.refetch.difference_update(refetched)
 
 

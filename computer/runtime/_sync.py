@@ -93,11 +93,14 @@ class MirrorSync:
 
     def push_limits(self, mirror: Mirror) -> SyncLimits:
         """The limits of a push to ``mirror``: the backend's, leaving out what the mirror's own pulls
-        committed after its revision (see ``SyncLimits.skip_revs``)."""
-        if mirror.rev is None or not (mirror.own_revs or mirror.refetch):
+        committed after its revision (``SyncLimits.skip_revs``) and asking again for the paths its pulls
+        left alone (``SyncLimits.refetch``)."""
+        if mirror.rev is None:
             return self.limits
-        own = tuple(r for r in mirror.own_revs if r > mirror.rev)
-        return dataclasses.replace(self.limits, skip_revs=own, refetch=tuple(sorted(mirror.refetch)))
+        own = mirror.own_since(mirror.rev)
+        if not own and not mirror.refetch:
+            return self.limits
+        return dataclasses.replace(self.limits, skip_revs=tuple(own), refetch=tuple(sorted(mirror.refetch)))
 
     async def push(
         self, mirror: Mirror, ctx: ExecContext, *, first: SyncPush | None = None
@@ -212,7 +215,7 @@ class MirrorSync:
         # Revisions committed since ``base_rev`` by this mirror's earlier pulls (a live sandbox's pull at a
         # run's end, then its tick's before any push) are no workspace change either: counted as one,
         # the program's newer writes to those paths were refused and removed from the mirror.
-        own = [*(saves.own_revs if saves is not None else ()), *(r for r in mirror.own_revs if r > base_rev)]
+        own = [*(saves.own_revs if saves is not None else ()), *mirror.own_since(base_rev)]
         deferring = defer and isinstance(ctx, DeferringContext) and ctx.defers_pull
         if deferring and plan.size() <= self.limits.max_sync_bytes:
             pull = mirror.read_all(plan) if plan.empty() else await asyncio.to_thread(mirror.read_all, plan)

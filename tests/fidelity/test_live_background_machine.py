@@ -102,7 +102,9 @@ SH_WRITER = (
 
 
 async def until_quiet(ws: Any, within: float, marker: str = "") -> bool:
-    """Wait (bounded) until no process (whose command holds ``marker``) runs; whether none does."""
+    """Wait (bounded) until no process (whose command holds ``marker``) runs; whether none does. Polled:
+    the processes API has nothing to await for "no process left" (a background process's end has no
+    event a caller can wait on)."""
     for _ in range(int(within / 0.05) + 1):
         if not [p for p in await ws.runtime.processes() if marker in p.command]:
             return True
