@@ -425,18 +425,22 @@ def test_mirrors_leave_nothing_behind_in_dev_shm(tmp_path: Path) -> None:
     assert leftovers == []
 
 
-async def test_a_refused_directory_comes_back_whole_from_the_workspace() -> None:
+async def test_a_refused_directory_comes_back_whole_from_the_workspace(tmp_path: Path) -> None:
     """A run changes ``d``'s mode while the workspace changes ``d/w0``: the pull refuses ``d`` and drops
     it from the mirror. The next run sees the workspace's ``d`` whole: its changed ``d/w0`` and its
     untouched ``d/w1`` (an incremental push sent only ``d/w0``: ``d/w1`` was gone from the sandbox for
-    good, while the workspace held it)."""
-    async with opened(None, shell=ShellBackend(live=False), python=False) as ws:
+    good, while the workspace held it), also after a reopen with the same backend (its warm mirror)
+    and with a fresh one."""
+    shell = ShellBackend(live=False)
+    async with opened(tmp_path / "ws.db", shell=shell, python=False) as ws:
         await ok(ws, "mkdir d && echo 0 > d/w0 && echo 1 > d/w1")
         handle = await started(ws, "echo ready; sleep 1; chmod 700 d")
         await ws.fs.write_file("/workspace/d/w0", "changed\n")
         result = await settle(handle)
         assert "/workspace/d" in result.skipped, result.skipped
         reasons_cover_skipped(result)
-        seen = await ok(ws, "for f in d/*; do echo $f $(cat $f); done")
-        assert seen.stdout.split("\n")[:-1] == ["d/w0 changed", "d/w1 1"]
-        assert sorted(e.name for e in await ws.fs.readdir("/workspace/d")) == ["w0", "w1"]
+    for backend in (shell, None):
+        async with opened(tmp_path / "ws.db", shell=backend, python=False) as ws:
+            seen = await ok(ws, "for f in d/*; do echo $f $(cat $f); done")
+            assert seen.stdout.split("\n")[:-1] == ["d/w0 changed", "d/w1 1"]
+            assert sorted(e.name for e in await ws.fs.readdir("/workspace/d")) == ["w0", "w1"]
