@@ -82,13 +82,17 @@ def changes_since(st: Store, rev: int, root: str = "/", *, skip_revs: Sequence[i
     skip = tuple(int(v) for v in skip_revs)
     unless = f" AND rev NOT IN ({', '.join('?' * len(skip))})" if skip else ""
     rows = st.db.execute(
-        f"SELECT rev, path, op FROM changes WHERE rev > ?{unless} ORDER BY rev, n", (rev, *skip)
+        f"SELECT rev, n, path, op FROM changes WHERE rev > ?{unless} ORDER BY rev, n", (rev, *skip)
     )
-    changes = [
-        Change(path=path, op=op, rev=int(rv))
-        for rv, path, op in rows
-        if is_within(path, r) or is_within(r, path)
-    ]
+    changes: list[Change] = []
+    previous: tuple[int, int, str] | None = None  # (rev, n, path) of the row before, when a removal
+    for rv, n, path, op in rows:
+        source = None
+        if op == "rename" and previous is not None and previous[:2] == (rv, n - 1):
+            source = previous[2]  # the pair's first row (see ``_tree.rename``), even outside ``root``
+        previous = (rv, n, path) if op == "rm" else None
+        if is_within(path, r) or is_within(r, path):
+            changes.append(Change(path=path, op=op, rev=int(rv), source=source))
     return ChangeSet(rev=st.rev, changes=changes, complete=rev >= floor)
 
 

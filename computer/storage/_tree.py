@@ -470,8 +470,10 @@ def rename(st: Store, src: str, dst: str, *, overwrite: bool = False) -> None:
         )
         st.forget(s_real, kind)
         st.remember(d_real, (ino, kind))
+        # Logged as a pair: the old name removed, then the new one "rename" (``changes_since`` gives
+        # that entry its ``source``), so a mirror can move what it holds instead of making it again.
         m.log(s_real, "rm")
-        m.log(d_real, CREATE_OP[kind])
+        m.log(d_real, "rename")
 
 
 def copy(st: Store, src: str, dst: str, *, overwrite: bool = False) -> None:

@@ -99,11 +99,16 @@ class GrepMatch:
 
 @dataclass(frozen=True, slots=True)
 class Change:
-    """One entry of the change log: ``op`` is ``"write"``, ``"mkdir"``, ``"rm"``, ``"rename"``, ``"symlink"``…"""
+    """One entry of the change log: ``op`` is ``"write"``, ``"mkdir"``, ``"rm"``, ``"rename"``, ``"symlink"``…
+
+    A rename is two entries of one revision: ``"rm"`` of the old path, then ``"rename"`` of the new
+    one, whose ``source`` is the old path (a mirror moves what it holds rather than making it again).
+    """
 
     path: str
     op: str
     rev: int
+    source: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,21 +56,40 @@ async def test_changes_since_lists_changes_below_root(fs: FileSystem) -> None:
     assert [c.path for c in fs.changes_since(start, skip_revs=own).changes] == ["/other", "/w/d"]
 
 
-async def test_rename_logs_old_as_removed_and_new_as_written(fs: FileSystem) -> None:
+async def test_rename_logs_old_as_removed_and_new_as_renamed_from_it(fs: FileSystem) -> None:
     await fs.mkdir("/w/dir", recursive=True)
     await fs.write_file("/w/dir/f", b"x")
     await fs.write_file("/w/file", b"y")
+    await fs.write_file("/w/old", b"z")
     rev = fs.rev
     await fs.rename("/w/dir", "/w/moved")
-    await fs.rename("/w/file", "/w/renamed")
+    await fs.rename("/w/file", "/w/old", overwrite=True)  # over an existing file: still one pair
+    await fs.rm("/w/moved/f")
     changes = fs.changes_since(rev, "/w").changes
-    assert [(c.path, c.op) for c in changes] == [
-        ("/w/dir", "rm"),
-        ("/w/moved", "mkdir"),
-        ("/w/file", "rm"),
-        ("/w/renamed", "write"),
+    assert [(c.path, c.op, c.source) for c in changes] == [
+        ("/w/dir", "rm", None),
+        ("/w/moved", "rename", "/w/dir"),
+        ("/w/file", "rm", None),
+        ("/w/old", "rename", "/w/file"),
+        ("/w/moved/f", "rm", None),
     ]
     assert changes[0].rev == changes[1].rev == rev + 1
+
+
+async def test_a_rename_into_a_subtree_names_its_source_from_outside_it(fs: FileSystem) -> None:
+    await fs.mkdir("/w/sub", recursive=True)
+    await fs.write_file("/out", b"x")
+    rev = fs.rev
+    await fs.rename("/out", "/w/sub/in")
+    await fs.rename("/w/sub/in", "/gone")
+    assert [(c.path, c.op, c.source) for c in fs.changes_since(rev, "/w").changes] == [
+        ("/w/sub/in", "rename", "/out"),
+        ("/w/sub/in", "rm", None),
+    ]
+    own = [fs.rev]  # a left-out revision takes both of its entries with it
+    assert [(c.path, c.source) for c in fs.changes_since(rev, "/w", skip_revs=own).changes] == [
+        ("/w/sub/in", "/out")
+    ]
 
 
 async def test_changes_of_an_ancestor_are_reported_for_a_subtree(fs: FileSystem) -> None:
