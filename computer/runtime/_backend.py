@@ -161,9 +161,11 @@ class SyncPush:
     """Everything a mirror needs to reach workspace revision ``rev`` below ``root``.
 
     ``full`` means: this is the whole tree; drop anything of the mirror not listed (a first sync, or
-    the change log no longer reached back to the mirror's rev). Otherwise apply ``deleted`` first,
-    then ``dirs``, ``files`` and ``symlinks``. ``protected`` lists workspace files the mirror does not
-    get (too big, too many); the pull must never overwrite or delete them.
+    the change log no longer reached back to the mirror's rev). Otherwise apply ``moves`` first (the
+    workspace's renames the mirror follows by renaming what it holds, in order; one it cannot follow
+    it drops, and fetches the new name again whole: see ``_moves``), then ``deleted``, ``dirs``,
+    ``files`` and ``symlinks``. ``protected`` lists workspace files the mirror does not get (too big,
+    too many); the pull must never overwrite or delete them.
     """
 
     rev: int
@@ -178,6 +180,7 @@ class SyncPush:
     more: bool = False
     cursor: str | None = None
     reasons: dict[str, str] = field(default_factory=dict)  # protected path -> why
+    moves: list[tuple[str, str]] = field(default_factory=list)  # (old, new): first page only
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +205,9 @@ class SyncPull:
     stage: list[bytes] = field(default_factory=list)
     staging: str | None = None
     done: bool = True
+    # A live sandbox's pull: what the program changed below a path the workspace renamed since the
+    # last sync goes to the new name, and the mirror renames its node (``PullResult.moves``).
+    follow_moves: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +216,9 @@ class PullResult:
 
     ``rev`` is the revision the mirror now reflects (a lower bound: never past a workspace change it
     does not hold); ``own_revs`` the revisions this pull committed; ``reasons`` says why each path of
-    ``skipped`` was left alone.
+    ``skipped`` was left alone. ``moves`` (a pull that follows moves): the workspace's renames since
+    the base, ``(old, new, rev)`` in order, that the mirror is to follow before anything else (the
+    applied and skipped paths are named as after them); each one it follows it then holds.
     """
 
     rev: int
@@ -218,6 +226,7 @@ class PullResult:
     skipped: list[str] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)
     own_revs: list[int] = field(default_factory=list)
+    moves: list[tuple[str, str, int]] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

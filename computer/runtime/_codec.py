@@ -305,4 +305,6 @@ def decode_sync(kind: type[T], data: bytes) -> T:
     plain = msgpack.unpackb(lz4.frame.decompress(data), raw=False)
     for name, item in _ITEMS.items():
         plain[name] = [item(*row) for row in plain.get(name, [])]
+    if "moves" in plain:
+        plain["moves"] = [tuple(move) for move in plain["moves"]]
     return kind(**plain)

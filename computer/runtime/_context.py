@@ -26,6 +26,7 @@ from ._backend import (
     SyncPull,
     SyncPush,
 )
+from ._moves import Move, follow, followable
 from ._pull_rules import (
     CONFLICT,
     DEFAULT_DIR_MODE,
@@ -37,6 +38,7 @@ from ._pull_rules import (
     needed_dirs,
     outermost,
 )
+from ._push_ops import Op, op_key, op_of, ops_below, over_limit, walk_key
 
 __all__ = ["FS_OPS", "GUEST_OPS", "LocalExecContext", "to_plain"]
 
@@ -77,7 +79,7 @@ class LocalExecContext:
     def __init__(self, workspace: Any) -> None:
         self.workspace = workspace
         # The last tree walked for a push: ((rev, root), ops), reused by the pages of one push.
-        self._tree_cache: tuple[tuple[int, str], list[_Op]] | None = None
+        self._tree_cache: tuple[tuple[int, str], list[Op]] | None = None
 
     @property
     def fs(self) -> Any:
@@ -114,15 +116,26 @@ class LocalExecContext:
         root = canonical(root)
         if mirror_rev is not None:
             changes = self.fs.changes_since(mirror_rev, root, skip_revs=tuple(limits.skip_revs))
-            paths = [c.path for c in changes.changes] + [p for p in limits.refetch if is_within(p, root)]
+            refetch = [p for p in limits.refetch if is_within(p, root)]
+            moves, followed = followable(changes.changes, root, refetch)
+            paths = [c.path for i, c in enumerate(changes.changes) if i not in followed] + refetch
             # A change at or above the root (the root renamed or removed) needs the whole tree again.
             if changes.complete and not any(is_within(root, p) for p in paths):
-                ops = await self._changed_ops(root, outermost(paths))
-                return await self._page(changes.rev, root, False, ops, limits)
+                # A directory sent whole is removed first: one that was removed, replaced or renamed
+                # here (not followed) or that the mirror dropped. One only made or chmod-ed keeps what
+                # the mirror holds (what a followed rename moved there) and gets its changes below.
+                whole = {
+                    c.path for i, c in enumerate(changes.changes) if i not in followed and c.op != "mkdir"
+                }
+                ops = await self._changed_ops(root, paths, whole.union(refetch))
+                page = await self._page(changes.rev, root, False, ops, limits)
+                if moves and limits.after is None:
+                    page = dataclasses.replace(page, moves=[(m.src, m.dst) for m in moves])
+                return page
         rev = self.fs.rev  # read before the tree: anything newer is sent again next time
         return await self._page(rev, root, True, self._tree_ops(root), limits)
 
-    def _tree_ops(self, root: str) -> list[_Op]:
+    def _tree_ops(self, root: str) -> list[Op]:
         """Every entry below ``root`` in walk order (cached while the workspace does not change, so the
         pages of one push walk the tree once)."""
         key = (self.fs.rev, root)
@@ -133,45 +146,48 @@ class LocalExecContext:
             rows = self.fs.manifest(root, inodes=True)
         except (FileNotFoundError, NotADirectoryError):
             rows = []
-        ops = sorted((_op(row) for row in rows if row.path != root), key=_op_key)
+        ops = sorted((op_of(row) for row in rows if row.path != root), key=op_key)
         self._tree_cache = (key, ops)
         return ops
 
-    async def _changed_ops(self, root: str, paths: list[str]) -> list[_Op]:
-        ops: list[_Op] = []
-        for path in paths:
+    async def _changed_ops(self, root: str, paths: list[str], whole: set[str]) -> list[Op]:
+        ops: list[Op] = []
+        for path in outermost(paths):
             try:
                 target = await self.fs.readlink(path)
             except FileNotFoundError:
-                ops.append(_Op(path, "gone"))
+                ops.append(Op(path, "gone"))
                 continue
             except OSError:
                 target = None
             if target is not None:
-                ops.append(_Op(path, "symlink", target=target))
+                ops.append(Op(path, "symlink", target=target))
                 continue
             try:
                 st = await self.fs.stat(path)
             except (FileNotFoundError, NotADirectoryError):
-                ops.append(_Op(path, "gone"))
+                ops.append(Op(path, "gone"))
                 continue
-            if st.is_directory:
-                # The directory may be new, renamed here or recreated: sent whole, replacing it.
-                ops.append(_Op(path, "tree", mode=st.mode))
+            if st.is_directory and path not in whole:
+                ops.append(Op(path, "dir", mode=st.mode))
+                ops.extend(ops_below(self._tree_ops(path), path, paths, whole))
+            elif st.is_directory:
+                # Removed, replaced or renamed here, or dropped by the mirror: sent whole, replacing it.
+                ops.append(Op(path, "tree", mode=st.mode))
                 ops.extend(self._tree_ops(path))
             else:
                 ino = getattr(st, "ino", 0)
                 nlink = getattr(st, "nlink", 1)
-                ops.append(_Op(path, "file", st.size, st.mode, st.mtime, ino, nlink))
-        ops.sort(key=_op_key)
+                ops.append(Op(path, "file", st.size, st.mode, st.mtime, ino, nlink))
+        ops.sort(key=op_key)
         return ops
 
-    async def _page(self, rev: int, root: str, full: bool, ops: list[_Op], limits: SyncLimits) -> SyncPush:
+    async def _page(self, rev: int, root: str, full: bool, ops: list[Op], limits: SyncLimits) -> SyncPush:
         push = SyncPush(rev, root, full)
         start = 0
         if limits.after is not None:
-            after = _key(limits.after)
-            start = bisect.bisect_right(ops, after, key=_op_key)
+            after = walk_key(limits.after)
+            start = bisect.bisect_right(ops, after, key=op_key)
         budget = limits.max_sync_bytes
         count = 0 if limits.after is None else sum(1 for op in ops[:start] if op.kind == "file")
         first_name: dict[int, str] = {}  # inode -> the first path of this push naming it (hard links)
@@ -179,7 +195,7 @@ class LocalExecContext:
             if op.nlink > 1 and op.kind == "file":
                 first_name.setdefault(op.ino, op.path)
         cursor: str | None = None
-        small: list[tuple[int, _Op]] = []  # (index in push.files, op) of files read in bulk
+        small: list[tuple[int, Op]] = []  # (index in push.files, op) of files read in bulk
         for i in range(start, len(ops)):
             op = ops[i]
             if i - start >= _PAGE_ENTRIES or (op.kind == "file" and budget < op.size < BIG_FILE and cursor):
@@ -204,7 +220,7 @@ class LocalExecContext:
                 push.symlinks.append(MirrorSymlink(op.path, target))
             else:
                 count += 1
-                reason = _over_limit(op, count, limits)
+                reason = over_limit(op, count, limits)
                 if reason is not None:
                     push.deleted.append(op.path)
                     push.protected.append(op.path)
@@ -234,7 +250,7 @@ class LocalExecContext:
             await self._read_small(push, small)
         return push
 
-    async def _read_small(self, push: SyncPush, small: list[tuple[int, _Op]]) -> None:
+    async def _read_small(self, push: SyncPush, small: list[tuple[int, Op]]) -> None:
         """Fill in the page's small files: in bulk by inode where the storage can (one chunk or
         empty), else by path; a file removed meanwhile is removed from the page (the next push agrees)."""
         bulk = getattr(self.fs, "read_small_files", None)
@@ -264,6 +280,9 @@ class LocalExecContext:
         as are protected paths. The returned ``rev`` is the revision the mirror now reflects: the
         current one when nothing but this pull changed below the root since ``base_rev``, else
         ``base_rev`` (so the next push brings the other changes, and repairs the paths left alone).
+        A page that follows moves (a live sandbox's) takes what the program changed below a path the
+        workspace renamed since ``base_rev`` to the new name (``_moves.follow``) and returns the renames
+        for the mirror to follow (``moves``).
         """
         fs = self.fs
         root = canonical(pull.root)
@@ -272,6 +291,12 @@ class LocalExecContext:
         reasons: dict[str, str] = {}
         since = fs.changes_since(base_rev, root, skip_revs=sorted(own))
         conflicts = Conflicts([c.path for c in since.changes], everything=not since.complete)
+        moves: list[Move] = []
+        translated: set[str] = set()  # checked against the workspace's later changes already
+        if pull.follow_moves and since.complete and not conflicts.none():
+            followed = follow(pull, since.changes, root)
+            pull, moves, translated = followed.pull, followed.moves, followed.translated
+            reasons.update(dict.fromkeys(followed.refused, CONFLICT))
         # Nothing to refuse (no protected path, no workspace change below the root): the common case
         # asks nothing per path (1,000 removals: ~0.3 ms of look-ups).
         strict = bool(protected) or not conflicts.none()
@@ -281,7 +306,7 @@ class LocalExecContext:
         def refused(path: str) -> str | None:
             if path in protected:
                 return PROTECTED
-            if conflicts.hit(path):
+            if path not in translated and conflicts.hit(path):
                 return CONFLICT
             return None
 
@@ -365,6 +390,7 @@ class LocalExecContext:
             skipped=sorted(reasons),
             reasons=reasons,
             own_revs=sorted(own - set(pull.own_revs)),
+            moves=[(m.src, m.dst, m.rev) for m in moves],
         )
 
     def _stage(self, pull: SyncPull, own: set[int]) -> str | None:
@@ -406,38 +432,3 @@ class LocalExecContext:
 _SAFE_BITS = 0o1777
 # Entries in one push page at most (bounds the metadata of one payload).
 _PAGE_ENTRIES = 50_000
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Op:
-    """One step of a push, in walk order: a path and what the mirror must make of it."""
-
-    path: str
-    kind: str  # "file" | "dir" | "symlink" | "gone" (remove) | "tree" (remove, then make a directory)
-    size: int = 0
-    mode: int = 0o644
-    mtime: int = 0
-    ino: int = 0
-    nlink: int = 1
-    target: str | None = None
-
-
-def _op(row: ManifestEntry) -> _Op:
-    return _Op(row.path, row.kind, row.size, row.mode, row.mtime, row.ino, row.nlink)
-
-
-def _key(path: str) -> list[str]:
-    """Walk order: a directory before what it holds, names compared component by component."""
-    return path.split("/")
-
-
-def _op_key(op: _Op) -> list[str]:
-    return op.path.split("/")
-
-
-def _over_limit(op: _Op, count: int, limits: SyncLimits) -> str | None:
-    if limits.max_file_bytes is not None and op.size > limits.max_file_bytes:
-        return f"not mirrored: {op.size} bytes is over the backend's max_file_bytes ({limits.max_file_bytes})"
-    if limits.max_files is not None and count > limits.max_files:
-        return f"not mirrored: beyond the backend's max_files ({limits.max_files})"
-    return None

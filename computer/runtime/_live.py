@@ -373,7 +373,9 @@ class LiveSandbox(LiveJobs):
         mirror = self.mirror
         if mirror.quiet() or mirror.rev is None:
             return None
-        synced = await self.sync_.pull(mirror, self.ctx, mirror.rev, "live", self.bridge, defer=False)
+        synced = await self.sync_.pull(
+            mirror, self.ctx, mirror.rev, "live", self.bridge, defer=False, follow=True
+        )
         if self.bridge is not None:  # its saves are in the workspace and the mirror now
             self.bridge.saved.clear()
             self.bridge.own_revs.clear()

@@ -80,7 +80,9 @@ class BackgroundLog:
 
 
 def has_changes(page: Any) -> bool:
-    return bool(page.full or page.more or page.files or page.dirs or page.symlinks or page.deleted)
+    return bool(
+        page.full or page.more or page.files or page.dirs or page.symlinks or page.deleted or page.moves
+    )
 
 
 def fail(futures: Sequence[asyncio.Future[Any]], error: BaseException) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink
+from ._beneath import make_parent, open_beneath
 from ._watch import TreeWatch
 
 __all__ = ["NOT_UTF8", "SPECIAL", "Entry", "MirrorBase", "PullPlan", "entry_of", "is_below", "was_dir"]
@@ -75,6 +76,73 @@ class MirrorBase:
             del self.state[key]
             self.chunks.pop(key, None)
             self.prints.pop(key, None)
+
+    def move(self, src: str, dst: str) -> bool:
+        """Follow a workspace rename: the node the mirror holds at ``src`` is renamed to ``dst``, so it
+        stays the same file or directory (a program holding it open goes on writing into it, its hard
+        links stay links, a process working in a renamed directory stays in it). What ``dst`` held
+        is replaced, as the rename replaced it in the workspace.
+
+        False, with nothing changed, when the mirror cannot: ``src`` is not what it last synced
+        there, it keeps something out at or below it (a protected, kept or dropped path), ``dst``'s
+        parent is not a directory it holds, or the rename fails (a non-empty directory in the way).
+        The parents are opened without following a link (a program may have planted one)."""
+        if not (_strictly_below(src, self.root) and _strictly_below(dst, self.root)) or is_below(dst, src):
+            return False
+        s, d = self.rel(src), self.rel(dst)
+        entry = self.state.get(s)
+        s_parent, _, s_name = s.rpartition("/")
+        d_parent, _, d_name = d.rpartition("/")
+        if entry is None or any(is_below(p, src) for p in (*self.protected, *self.refetch, *self.kept)):
+            return False
+        if d_parent and getattr(self.state.get(d_parent), "kind", None) != "d":
+            # A directory the same push makes (``mkdir n; mv f n/``): made here first; the push's
+            # own step for it then sets its mode (or, had it been replaced, removes it).
+            try:
+                make_parent(self.directory, self.directory / d, self.owner)
+                parent = d_parent
+                while parent and getattr(self.state.get(parent), "kind", None) != "d":
+                    self.state[parent] = entry_of(os.lstat(self.directory / parent))
+                    parent = parent.rpartition("/")[0]
+            except OSError:
+                return False
+        fds: list[int] = []
+        try:
+            fds.append(open_beneath(self.directory, s_parent))
+            fds.append(open_beneath(self.directory, d_parent))
+            if entry_of(os.lstat(s_name, dir_fd=fds[0])) != entry:
+                return False
+            os.rename(s_name, d_name, src_dir_fd=fds[0], dst_dir_fd=fds[1])
+            moved = os.lstat(d_name, dir_fd=fds[1])
+        except OSError:
+            return False
+        finally:
+            for fd in fds:
+                os.close(fd)
+        old = self.state.get(d)
+        if old is not None:
+            self._forget(d) if old.kind == "d" else self._drop(d)
+        self.protected = {p for p in self.protected if not is_below(p, dst)}
+        self.kept = {p for p in self.kept if not is_below(p, dst)}
+        if entry.kind == "d":
+            prefix = s + "/"
+            for key in [k for k in self.state if k.startswith(prefix)]:
+                self._rename_key(key, d + key[len(s) :])
+        self._rename_key(s, d)
+        self.state[d] = entry_of(moved)  # a rename changes the ctime the pull compares
+        return True
+
+    def _rename_key(self, old: str, new: str) -> None:
+        self.state[new] = self.state.pop(old)
+        if old in self.chunks:
+            self.chunks[new] = self.chunks.pop(old)
+        if old in self.prints:
+            self.prints[new] = self.prints.pop(old)
+
+    def _drop(self, rel: str) -> None:
+        self.state.pop(rel, None)
+        self.chunks.pop(rel, None)
+        self.prints.pop(rel, None)
 
     def unwatch(self) -> None:
         if self.watch is not None:
@@ -143,3 +211,7 @@ def was_dir(state: dict[str, Entry], now: dict[str, Entry], rel: str) -> bool:
 
 def is_below(path: str, root: str) -> bool:
     return root == "/" or path == root or path.startswith(root + "/")
+
+
+def _strictly_below(path: str, root: str) -> bool:
+    return path != root and is_below(path, root)

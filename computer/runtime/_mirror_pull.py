@@ -10,7 +10,7 @@ import hashlib
 import os
 import secrets
 import stat
-from collections.abc import Generator, Iterable
+from collections.abc import Generator, Iterable, Sequence
 
 from xxhash import xxh3_128_intdigest
 
@@ -318,20 +318,34 @@ class MirrorPull(MirrorBase):
         yield dataclasses.replace(page, done=True, staging=staging if staged else None)
 
     def settle(
-        self, now: dict[str, Entry], rev: int, skipped: Iterable[str], plan: PullPlan | None = None
+        self,
+        now: dict[str, Entry],
+        rev: int,
+        skipped: Iterable[str],
+        plan: PullPlan | None = None,
+        moves: Sequence[tuple[str, str, int]] = (),
     ) -> None:
         """Adopt the post-run state at ``rev``. Paths the pull left alone are removed from the mirror
         (their state forgotten) and the next push brings the workspace's version of each back, whole
         (``refetch``): a directory refused for a change below it held other workspace files too,
         which changed nothing since and no incremental push would send again. ``plan``: the pull's, whose
         large files' chunk lists the mirror now holds (without it, those of changed files are
-        forgotten: the next push of one fetches all its chunks)."""
+        forgotten: the next push of one fetches all its chunks). ``moves``: workspace renames the pull
+        followed (``(old, new, rev)``, in order), done here first: each one the mirror follows it
+        holds (``own_revs``); one it cannot is dropped and its new name fetched again whole."""
         self.forget_chunks(plan)
         if plan is not None:
             self.chunks.update(plan.chunk_lists)
             for rel, prints in plan.chunk_prints.items():
                 self.prints[rel] = (tuple(plan.chunk_lists[rel]), prints)
         self.state = now
+        for src, dst, move_rev in moves:
+            if self.move(src, dst):
+                self.own_revs.append(move_rev)
+            else:
+                remove_node(self.host(src))
+                self._forget(self.rel(src))
+                self.refetch.add(dst)
         for path in skipped:
             if path == self.root or not is_below(path, self.root) or path in self.kept:
                 continue

@@ -46,6 +46,11 @@ class MirrorPush(MirrorBase):
             self.chunks.clear()
             self.protected = set()
             self.reasons = {}
+        for src, dst in push.moves:
+            if not self.move(src, dst):  # dropped here; the new name is fetched again, whole
+                remove_node(self.host(src))
+                self._forget(self.rel(src))
+                self.refetch.add(dst)
         if first:
             self.unfilled = []
         for path in push.deleted:

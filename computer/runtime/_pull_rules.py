@@ -40,6 +40,13 @@ class Conflicts:
         if "/" in self.touched:
             self.everything = True
 
+    def add(self, path: str) -> None:
+        """Count ``path`` as changed too."""
+        if path == "/":
+            self.everything = True
+        self.touched.add(path)
+        add_ancestors(self.above, (path,))
+
     def none(self) -> bool:
         """True when no path can conflict (the workspace changed nothing below the root)."""
         return not self.everything and not self.touched

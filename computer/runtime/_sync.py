@@ -107,12 +107,27 @@ class MirrorSync:
     ) -> tuple[SyncPush, int]:
         """Bring ``mirror`` to the workspace's current revision, page by page, and start watching it;
         the first page (whose revision the mirror then reflects) and how many files were written.
+        A rename the mirror could not follow (``Mirror.move``) leaves the new name to fetch again:
+        one more round sends it, and its first page is the one returned.
 
         A file larger than a page arrives in pieces of at most a page, written in place, so memory
         stays one page whatever the tree holds. A continuation page that is no longer of the same kind
         (the change log was trimmed meanwhile) starts the push over as a full one. ``first``: the
         first page, already fetched for ``mirror.rev`` (a live sandbox looks before it pauses).
         """
+        start, pushed = await self._push_pages(mirror, ctx, first)
+        if mirror.refetch:  # a rename it could not follow: the new name, whole (one more round)
+            start, again = await self._push_pages(mirror, ctx, None)
+            pushed += again
+        if mirror.watch is not None:
+            mirror.arm()  # drains what the push caused
+        else:
+            await asyncio.to_thread(mirror.arm)  # a new watch walks the whole tree
+        return start, pushed
+
+    async def _push_pages(
+        self, mirror: Mirror, ctx: ExecContext, first: SyncPush | None
+    ) -> tuple[SyncPush, int]:
         limits = self.push_limits(mirror)
         given, start = first, None
         pushed = 0
@@ -143,10 +158,6 @@ class MirrorSync:
             limits = dataclasses.replace(limits, after=page.cursor)
         assert start is not None
         mirror.finish_push(start.rev, limits.refetch)
-        if mirror.watch is not None:
-            mirror.arm()  # drains what the push caused
-        else:
-            await asyncio.to_thread(mirror.arm)  # a new watch walks the whole tree
         return start, pushed
 
     async def _fill(self, mirror: Mirror, ctx: ExecContext, file: MirrorFile) -> None:
@@ -199,11 +210,14 @@ class MirrorSync:
         saves: RunSaves | None = None,
         *,
         defer: bool = True,
+        follow: bool = False,
     ) -> Synced:
         """Send back what the program changed since the push of ``base_rev``, and settle the mirror.
 
         A deferring context (a pool worker's) gets the changes in the exit event instead, when they fit
-        one page: its dispatcher applies them, and the mirror is settled by the next run.
+        one page: its dispatcher applies them, and the mirror is settled by the next run. ``follow``
+        (a live sandbox, whose programs outlive a sync): what the program changed below a path the
+        workspace renamed goes to the new name, and the mirror follows the rename (``_moves``).
         """
         if mirror.quiet():  # the program changed nothing: no thread hop for an empty pull
             plan, now = mirror.plan()
@@ -225,7 +239,7 @@ class MirrorSync:
             pending = PendingPull(pull, base_rev, dataclasses.asdict(self.limits))
             return Synced(sorted(saved), left_out, pending)
         try:
-            applied, reasons = await self._apply(mirror, ctx, plan, now, base_rev, own)
+            applied, reasons = await self._apply(mirror, ctx, plan, now, base_rev, own, follow)
         except BaseException:
             # The watch's events are spent and the state not settled: the next plan walks the whole
             # tree, so what this pull could not store (a full disk, the owner gone) is tried again.
@@ -243,9 +257,11 @@ class MirrorSync:
         now: dict[str, Entry],
         base_rev: int,
         own: list[int],
+        follow: bool,
     ) -> tuple[list[str], dict[str, str]]:
         applied: list[str] = []
         reasons: dict[str, str] = {}
+        moves: dict[int, tuple[str, str, int]] = {}  # by revision: every page names the same ones
         rev = base_rev
         # Nothing changed: the mirror still reflects ``base_rev`` exactly (no round trip needed; claiming
         # more would count a workspace change made during the run as mirrored).
@@ -260,8 +276,10 @@ class MirrorSync:
                     page = pages.next() if light else await asyncio.to_thread(pages.next)
                     if page is None:
                         break
-                    result = await ctx.sync_pull(dataclasses.replace(page, own_revs=own), base_rev)
+                    page = dataclasses.replace(page, own_revs=own, follow_moves=follow)
+                    result = await ctx.sync_pull(page, base_rev)
                     own = own + result.own_revs
+                    moves.update((r, (src, dst, r)) for src, dst, r in result.moves)
                     applied += result.applied
                     reasons.update(result.reasons)
                     rev = result.rev
@@ -269,8 +287,9 @@ class MirrorSync:
                         break
             finally:
                 pages.close()
-        if reasons:  # the mirror drops what the pull left alone
-            await asyncio.to_thread(mirror.settle, now, rev, list(reasons), plan)
+        followed = [moves[r] for r in sorted(moves)]
+        if reasons or followed:  # the mirror follows renames, drops what the pull left alone
+            await asyncio.to_thread(mirror.settle, now, rev, list(reasons), plan, followed)
         else:
             mirror.settle(now, rev, (), plan)
         # What this pull committed is in the mirror: the next push leaves those revisions out.
@@ -351,7 +370,8 @@ def _small(push: SyncPush | SyncPull) -> bool:
     """A page worth applying without a thread hop: incremental, a few entries, a few KiB."""
     if isinstance(push, SyncPush) and push.full:
         return False
-    if len(push.files) + len(push.dirs) + len(push.symlinks) + len(push.deleted) > 8:
+    moves = len(push.moves) if isinstance(push, SyncPush) else 0
+    if len(push.files) + len(push.dirs) + len(push.symlinks) + len(push.deleted) + moves > 8:
         return False
     return sum(f.length for f in push.files) <= 64 * 1024
 

@@ -30,6 +30,7 @@ def test_sync_push_round_trips_through_msgpack_and_lz4() -> None:
         symlinks=[MirrorSymlink("/workspace/l", "a")],
         deleted=["/workspace/old"],
         protected=["/workspace/big"],
+        moves=[("/workspace/x", "/workspace/y")],
     )
     wire = encode_sync(push)
     assert len(wire) < 10_000  # repetitive file bytes compress
@@ -38,7 +39,10 @@ def test_sync_push_round_trips_through_msgpack_and_lz4() -> None:
 
 def test_sync_pull_round_trips() -> None:
     pull = SyncPull(
-        root="/workspace", files=[MirrorFile("/workspace/b", b"\x00\xff")], deleted=["/workspace/c"]
+        root="/workspace",
+        files=[MirrorFile("/workspace/b", b"\x00\xff")],
+        deleted=["/workspace/c"],
+        follow_moves=True,
     )
     assert decode_sync(SyncPull, encode_sync(pull)) == pull
 

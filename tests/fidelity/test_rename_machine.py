@@ -1,0 +1,222 @@
+"""Stateful property: the sandbox keeps a file's identity through workspace renames, as any machine does.
+
+Random sequences of workspace writes, deletes, file renames (onto existing names too, into
+directories not there yet) and directory renames, and of runs that write in place, replace by
+tmp-and-rename and delete; close and reopen. After every step one run lists every file's inode and
+content. The model is ``path -> (bytes, identity)``: a program's in-place write keeps the identity, a
+replacement or a workspace write makes a new one, a workspace rename carries it.
+
+Invariants after every step:
+- the run's view equals the workspace (``ws.fs``) equals the model;
+- a file whose identity the sandbox was seen holding has the same inode now: a workspace rename
+  (of it or of a directory above it) moved the file, it did not make a copy (before: every rename
+  made a new file, so a program holding it open wrote into a removed one).
+
+Decisions: file names never double as directory names; a reopen forgets what inodes were seen (a
+fresh backend rebuilds the mirror); both sandbox kinds (a sandbox per run and a live sandbox);
+derandomized, few examples, no shrinking (each step costs real sandboxed runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import posixpath
+import shutil
+import tempfile
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+import computer
+from computer.runtime import ShellBackend
+
+from ._support import MARGIN, ROOT, digest, ok, workspace_view
+
+T = TypeVar("T")
+FILES = st.sampled_from(["a", "b", "d/c", "d/e", "f/g/h", "m/c"])
+# Directory renames (old, new): taken only when the old one holds a file and the new one is not there.
+DIR_MOVES = [("d", "m"), ("m", "d"), ("f/g", "m/g"), ("m/g", "f/g"), ("f", "k"), ("k", "f")]
+CONTENT = st.binary(min_size=0, max_size=16)
+stats = {"renames": 0, "dir_renames": 0, "claims": 0, "reopens": 0}
+
+
+def _q(path: str) -> str:
+    return "'" + path + "'"
+
+
+class RenameMachine(RuleBasedStateMachine):
+    live = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.dir = Path(tempfile.mkdtemp(prefix="fid-rm-"))
+        self.db = str(self.dir / "ws.sqlite")
+        self.model: dict[str, tuple[bytes, int]] = {}
+        self.ids = itertools.count()
+        self.seen: dict[int, str] = {}  # identity -> the inode the sandbox held it as
+        self.ws = self.call(self._open())
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(asyncio.wait_for(coro, 4 * MARGIN))
+
+    async def _open(self) -> computer.Workspace:
+        ws = computer.Workspace(self.db, backends=[ShellBackend(live=self.live)])
+        if not await ws.fs.exists(ROOT):
+            await ws.fs.mkdir(ROOT)
+        return ws
+
+    def _run(self, source: str, content: bytes = b"") -> None:
+        result = self.call(ok(self.ws, source, stdin=content))
+        assert result.skipped == [], result.skipped
+
+    # ------------------------------------------------------------------ runs
+
+    @rule(path=FILES, content=CONTENT)
+    def run_writes_in_place(self, path: str, content: bytes) -> None:
+        self._run(f"mkdir -p {_q(posixpath.dirname(path) or '.')} && cat > {_q(path)}", content)
+        old = self.model.get(path)
+        self.model[path] = (content, old[1] if old is not None else next(self.ids))
+
+    @rule(path=FILES, content=CONTENT)
+    def run_replaces(self, path: str, content: bytes) -> None:
+        self._run(
+            f"mkdir -p {_q(posixpath.dirname(path) or '.')} && cat > .tmp && mv -f .tmp {_q(path)}", content
+        )
+        self.model[path] = (content, next(self.ids))
+
+    @rule(path=FILES)
+    def run_deletes(self, path: str) -> None:
+        self._run(f"rm -f {_q(path)}")
+        self.model.pop(path, None)
+
+    # ------------------------------------------------------------------ workspace
+
+    @rule(path=FILES, content=CONTENT)
+    def workspace_writes(self, path: str, content: bytes) -> None:
+        async def step() -> None:
+            await self.ws.fs.mkdir(f"{ROOT}/{posixpath.dirname(path)}".rstrip("/"), recursive=True)
+            await self.ws.fs.write_file(f"{ROOT}/{path}", content)
+
+        self.call(step())
+        self.model[path] = (content, next(self.ids))
+
+    @rule(path=FILES)
+    def workspace_deletes(self, path: str) -> None:
+        self.call(self.ws.fs.rm(f"{ROOT}/{path}", force=True))
+        self.model.pop(path, None)
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data(), other=FILES)
+    def workspace_renames_a_file(self, data: st.DataObject, other: str) -> None:
+        path = data.draw(st.sampled_from(sorted(self.model)))
+        if path == other:
+            return
+
+        async def step() -> None:
+            await self.ws.fs.mkdir(f"{ROOT}/{posixpath.dirname(other)}".rstrip("/"), recursive=True)
+            await self.ws.fs.rename(f"{ROOT}/{path}", f"{ROOT}/{other}", overwrite=True)
+
+        self.call(step())
+        self.model[other] = self.model.pop(path)
+        stats["renames"] += 1
+
+    @precondition(lambda self: any(p.startswith(old + "/") for old, _ in DIR_MOVES for p in self.model))
+    @rule(data=st.data())
+    def workspace_renames_a_directory(self, data: st.DataObject) -> None:
+        possible = [(old, new) for old, new in DIR_MOVES if any(p.startswith(old + "/") for p in self.model)]
+        old, new = data.draw(st.sampled_from(possible))
+        below = [p for p in self.model if p.startswith(old + "/")]
+        if self.call(self.ws.fs.exists(f"{ROOT}/{new}")):
+            return
+
+        async def step() -> None:
+            await self.ws.fs.mkdir(f"{ROOT}/{posixpath.dirname(new)}".rstrip("/"), recursive=True)
+            await self.ws.fs.rename(f"{ROOT}/{old}", f"{ROOT}/{new}")
+
+        self.call(step())
+        for path in below:
+            self.model[new + path[len(old) :]] = self.model.pop(path)
+        stats["dir_renames"] += 1
+
+    @rule(dice=st.integers(0, 3))
+    def close_and_reopen(self, dice: int) -> None:
+        if dice != 3:  # a rule without arguments is drawn far more often than the others
+            return
+        self.call(self.ws.close())
+        self.ws = self.call(self._open())
+        self.seen.clear()
+        stats["reopens"] += 1
+
+    # ------------------------------------------------------------------ invariants
+
+    @invariant()
+    def files_keep_their_identity_and_every_view_equals_the_model(self) -> None:
+        listed = self.call(
+            ok(
+                self.ws,
+                "find . -type f -printf '%i %P\\n' | sort -k2; find . -type f -print0 | xargs -0r sha256sum",
+            )
+        )
+        lines = listed.stdout.splitlines()
+        inodes = {name: inode for inode, name in (line.split(" ", 1) for line in lines if "  " not in line)}
+        sums = {
+            f"{ROOT}/{name[2:]}": checksum
+            for checksum, name in (line.split("  ", 1) for line in lines if "  " in line)
+        }
+        expected = {f"{ROOT}/{path}": digest(content) for path, (content, _) in self.model.items()}
+        assert self.call(workspace_view(self.ws)) == expected, "the workspace lost or kept a change"
+        assert sums == expected, "the run's view differs from the workspace"
+        for path, (_, identity) in self.model.items():
+            if identity in self.seen:
+                stats["claims"] += 1
+                assert inodes[path] == self.seen[identity], f"{path} is a new file: a rename made a copy"
+            self.seen[identity] = inodes[path]
+
+    def teardown(self) -> None:
+        try:
+            self.call(self.ws.close())
+        finally:
+            self.loop.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class LiveRenameMachine(RenameMachine):
+    live = True
+
+
+def _exercise(machine: type[RenameMachine], record_property: Any) -> None:
+    for key in stats:
+        stats[key] = 0
+    settings(
+        max_examples=15,
+        stateful_step_count=20,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )(type(machine.__name__, (machine,), {})).TestCase().runTest()  # a subclass: settings once each
+    for key, value in stats.items():
+        record_property(f"{machine.__name__}_{key}", value)
+    print(machine.__name__, stats)
+    assert all(stats.values()), stats  # it renamed files and directories and checked what it claims
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_a_sandbox_per_run_keeps_files_through_workspace_renames(record_property: Any) -> None:
+    _exercise(RenameMachine, record_property)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgroup freezer here")
+def test_a_live_sandbox_keeps_files_through_workspace_renames(record_property: Any) -> None:
+    _exercise(LiveRenameMachine, record_property)

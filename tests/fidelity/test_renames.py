@@ -1,0 +1,163 @@
+"""A workspace rename keeps the file itself in the sandbox, as a rename does on any machine: a program
+holding the file open goes on writing into it under its new name, hard links stay links, a process
+working in a renamed directory stays in it, and an unchanged file keeps its inode from run to run.
+Real programs (bash, coreutils) across separate calls, checked through ``ws.fs``, later runs and a
+reopen with fresh backends."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from computer.runtime import ShellBackend
+
+from ._support import ROOT, ok, opened, sandbox_view, workspace_view
+
+LIVE = ShellBackend(live=True).live
+
+
+def _shell(live: bool) -> ShellBackend:
+    return ShellBackend(live=live)
+
+
+async def _until(check: Callable[[], Awaitable[bool]], within: float = 60.0) -> None:
+    """Poll ``check`` until true, within a bound (a background program's pace sets how long)."""
+    deadline = time.monotonic() + within
+    while not await check():
+        assert time.monotonic() < deadline, f"not true within {within} s"
+        await asyncio.sleep(0.05)
+
+
+def _inodes(stdout: str) -> dict[str, str]:
+    return {name: inode for inode, name in (line.split(" ", 1) for line in stdout.splitlines())}
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_hard_link_stays_a_link_when_the_workspace_renames_one_name(
+    tmp_path: Path, live: bool
+) -> None:
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=_shell(live), python=False) as ws:
+        await ok(ws, "echo one > x && ln x y")
+        await ws.fs.rename(f"{ROOT}/x", f"{ROOT}/z")
+        seen = await ok(ws, "echo two >> y && stat -c %h z && cat z")
+        assert seen.stdout == "2\none\ntwo\n"  # was "1\none\n": z had become a copy
+        assert await ws.fs.read_text(f"{ROOT}/z") == "one\ntwo\n"
+        assert await ws.fs.read_text(f"{ROOT}/y") == "one\ntwo\n"
+    async with opened(db, python=False) as ws:
+        again = await ok(ws, "echo three >> z && stat -c %h y && cat y")
+        assert again.stdout == "2\none\ntwo\nthree\n"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_files_the_workspace_renames_keep_their_inode_from_run_to_run(
+    tmp_path: Path, live: bool
+) -> None:
+    """One batch of workspace renames between two runs (the mirror stays warm): a file, a file over
+    another, a directory, a chain, into a directory made in the same batch, and out of a renamed
+    directory; each file is the same inode afterwards. A file the workspace rewrites after renaming
+    it has the new content (no claim on its inode)."""
+    async with opened(tmp_path / "ws.sqlite", shell=_shell(live), python=False) as ws:
+        made = await ok(
+            ws,
+            "mkdir -p d/s && for f in a c e g j d/x d/s/y w; do echo $f > $f; done && "
+            "stat -c '%i %n' a c g j d/x d/s/y",
+        )
+        before = _inodes(made.stdout)
+        fs = ws.fs
+        await fs.rename(f"{ROOT}/a", f"{ROOT}/b")
+        await fs.rename(f"{ROOT}/c", f"{ROOT}/e", overwrite=True)
+        await fs.rename(f"{ROOT}/d", f"{ROOT}/f")
+        await fs.rename(f"{ROOT}/f/s/y", f"{ROOT}/y")
+        await fs.rename(f"{ROOT}/g", f"{ROOT}/h")
+        await fs.rename(f"{ROOT}/h", f"{ROOT}/i")
+        await fs.mkdir(f"{ROOT}/n")
+        await fs.rename(f"{ROOT}/j", f"{ROOT}/n/j")
+        await fs.rename(f"{ROOT}/w", f"{ROOT}/v")
+        await fs.write_file(f"{ROOT}/v", b"rewritten\n")
+        after = _inodes(
+            (await ok(ws, "stat -c '%i %n' b e f/x y i n/j && cat v && ls")).stdout.split("rewritten")[0]
+        )
+        assert after == {
+            "b": before["a"],
+            "e": before["c"],
+            "f/x": before["d/x"],
+            "y": before["d/s/y"],
+            "i": before["g"],
+            "n/j": before["j"],
+        }
+        view = await workspace_view(ws)
+        assert await sandbox_view(ws) == view
+        assert sorted(p[len(ROOT) + 1 :] for p in view) == ["b", "e", "f/x", "i", "n/j", "v", "y"]
+        assert await fs.read_text(f"{ROOT}/v") == "rewritten\n"
+
+
+@pytest.mark.skipif(not LIVE, reason="no cgroup freezer here")
+async def test_a_program_holding_a_file_open_writes_on_into_it_after_workspace_renames(
+    tmp_path: Path,
+) -> None:
+    """A background program appends 400 lines to a descriptor it keeps (``exec 3>>``) while the
+    workspace renames the file, then moves it into another directory, then renames that directory:
+    every line ends up, in order, in the file under its last name (before: the rename made a new
+    file and the program's later lines went to the old, unlinked one: ~55 of 200 survived)."""
+    db = tmp_path / "ws.sqlite"
+    expected = "".join(f"{i}\n" for i in range(1, 401))
+    async with opened(db, shell=_shell(True), python=False) as ws:
+        fs = ws.fs
+        await fs.mkdir(f"{ROOT}/logs")
+        await ok(
+            ws, "(exec 3>>app.log; for i in $(seq 1 400); do echo $i >&3; sleep 0.01; done) >/dev/null 2>&1 &"
+        )
+
+        async def lines(path: str) -> int:
+            return (await fs.read_text(path)).count("\n") if await fs.exists(path) else 0
+
+        async def grown(path: str, at_least: int) -> bool:
+            return await lines(path) >= at_least
+
+        await _until(lambda: grown(f"{ROOT}/app.log", 30))
+        await fs.rename(f"{ROOT}/app.log", f"{ROOT}/renamed.log")
+        await _until(lambda: grown(f"{ROOT}/renamed.log", 120))
+        await fs.rename(f"{ROOT}/renamed.log", f"{ROOT}/logs/renamed.log")
+        await _until(lambda: grown(f"{ROOT}/logs/renamed.log", 220))
+        await fs.rename(f"{ROOT}/logs", f"{ROOT}/kept")
+        final = f"{ROOT}/kept/renamed.log"
+
+        async def complete() -> bool:
+            return await fs.exists(final) and (await fs.read_text(final)).endswith("\n400\n")
+
+        await _until(complete)
+        assert await fs.read_text(final) == expected
+        assert sorted(await fs.ls(ROOT)) == [final]
+        assert (await ok(ws, "cat kept/renamed.log")).stdout == expected
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, "cat kept/renamed.log && ls")).stdout == expected + "kept\n"
+
+
+@pytest.mark.skipif(not LIVE, reason="no cgroup freezer here")
+async def test_a_process_goes_on_working_in_a_directory_the_workspace_renames(tmp_path: Path) -> None:
+    """A background loop appends by name (``>> log``) in its working directory; the workspace renames
+    that directory meanwhile: every line lands in the directory's new name, and the old name does not
+    come back (before: the directory was removed and made again; the loop went on in the removed one,
+    and 6 of 30 lines reached the workspace)."""
+    async with opened(tmp_path / "ws.sqlite", shell=_shell(True), python=False) as ws:
+        fs = ws.fs
+        await ok(
+            ws,
+            "mkdir app && cd app && (for i in $(seq 1 60); do echo $i >> log; sleep 0.02; done) >/dev/null 2>&1 &",
+        )
+        await _until(lambda: fs.exists(f"{ROOT}/app/log"))
+        await fs.rename(f"{ROOT}/app", f"{ROOT}/app2")
+
+        async def complete() -> bool:
+            path = f"{ROOT}/app2/log"
+            return await fs.exists(path) and (await fs.read_text(path)).endswith("\n60\n")
+
+        await _until(complete)
+        assert await fs.read_text(f"{ROOT}/app2/log") == "".join(f"{i}\n" for i in range(1, 61))
+        assert not await fs.exists(f"{ROOT}/app")
+        assert (await ok(ws, "ls; wc -l < app2/log")).stdout == "app2\n60\n"

@@ -1,0 +1,176 @@
+"""The rules of followed renames (``computer.runtime._moves``) and of a push's steps
+(``computer.runtime._push_ops``), on change logs made by a real store and on hand-made pull pages."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from computer.runtime._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncPull
+from computer.runtime._moves import Move, follow, followable, translate
+from computer.runtime._push_ops import Op, ops_below
+from computer.storage import FileSystem
+from computer.storage.types import Change
+
+W = "/w"
+
+
+@pytest.fixture
+def fs() -> Iterator[FileSystem]:
+    store = FileSystem.open(None)
+    yield store
+    store.close()
+
+
+async def _tree(fs: FileSystem, *files: str) -> int:
+    for path in files:
+        await fs.mkdir(path.rpartition("/")[0] or "/", recursive=True)
+        await fs.write_file(path, path.encode())
+    return fs.rev
+
+
+def _moves(
+    fs: FileSystem, rev: int, lacking: tuple[str, ...] = ()
+) -> tuple[list[tuple[str, str]], list[str]]:
+    """The followed renames since ``rev`` and the paths a push still sends (entries not followed)."""
+    changes = fs.changes_since(rev, W).changes
+    moves, followed = followable(changes, W, lacking)
+    return [(m.src, m.dst) for m in moves], [c.path for i, c in enumerate(changes) if i not in followed]
+
+
+async def test_a_rename_of_what_the_mirror_holds_is_followed_and_leaves_nothing_to_send(
+    fs: FileSystem,
+) -> None:
+    rev = await _tree(fs, "/w/a", "/w/d/x")
+    await fs.rename("/w/a", "/w/b")
+    await fs.rename("/w/d", "/w/e")
+    assert _moves(fs, rev) == ([("/w/a", "/w/b"), ("/w/d", "/w/e")], [])
+
+
+async def test_renames_in_a_chain_are_all_followed(fs: FileSystem) -> None:
+    rev = await _tree(fs, "/w/a", "/w/d/x")
+    await fs.rename("/w/a", "/w/b")
+    await fs.rename("/w/b", "/w/c")
+    await fs.rename("/w/d", "/w/e")
+    await fs.rename("/w/e/x", "/w/y")  # out of a directory a followed rename moved
+    assert _moves(fs, rev)[0] == [("/w/a", "/w/b"), ("/w/b", "/w/c"), ("/w/d", "/w/e"), ("/w/e/x", "/w/y")]
+    assert translate("/w/d/x", [Move("/w/d", "/w/e", 1), Move("/w/e/x", "/w/y", 2)]) == ("/w/y", [0, 1])
+    assert translate("/w/d/z", [Move("/w/d", "/w/e", 1), Move("/w/e/x", "/w/y", 2)]) == ("/w/e/z", [0])
+    assert translate("/w/q", [Move("/w/d", "/w/e", 1)]) == ("/w/q", [])
+
+
+async def test_a_rename_of_a_path_changed_before_it_is_sent_as_before(fs: FileSystem) -> None:
+    rev = await _tree(fs, "/w/a", "/w/d/x")
+    await fs.write_file("/w/a", b"new")  # the mirror does not hold this version
+    await fs.rename("/w/a", "/w/b")
+    await fs.write_file("/w/d/x", b"new")  # a change below a directory renamed after it
+    await fs.rename("/w/d", "/w/e")
+    moves, paths = _moves(fs, rev)
+    assert moves == []
+    assert paths == ["/w/a", "/w/a", "/w/b", "/w/d/x", "/w/d", "/w/e"]
+
+
+async def test_a_rename_of_a_path_the_mirror_lacks_is_not_followed(fs: FileSystem) -> None:
+    rev = await _tree(fs, "/w/d/x", "/w/f")
+    await fs.rename("/w/d", "/w/e")
+    await fs.rename("/w/f", "/w/g")
+    assert _moves(fs, rev, lacking=("/w/d/x",))[0] == [("/w/f", "/w/g")]
+
+
+async def test_renames_across_the_root_or_of_it_are_not_followed(fs: FileSystem) -> None:
+    rev = await _tree(fs, "/w/a", "/out")
+    await fs.rename("/out", "/w/in")
+    await fs.rename("/w/a", "/gone")
+    moves, paths = _moves(fs, rev)
+    assert moves == []
+    assert paths == ["/w/in", "/w/a"]
+    await fs.rename("/w", "/v")
+    changes = fs.changes_since(fs.rev - 1, "/w").changes
+    assert followable(changes, W)[0] == []
+
+
+async def test_earlier_changes_at_a_followed_renames_new_name_are_superseded(fs: FileSystem) -> None:
+    rev = await _tree(fs, "/w/a", "/w/b")
+    await fs.write_file("/w/b", b"replaced by the rename below")
+    await fs.write_file("/w/c", b"not below the new name")
+    await fs.rename("/w/a", "/w/b", overwrite=True)
+    assert _moves(fs, rev) == ([("/w/a", "/w/b")], ["/w/c"])
+
+
+def _change(path: str, op: str, rev: int, source: str | None = None) -> Change:
+    return Change(path=path, op=op, rev=rev, source=source)
+
+
+def test_a_live_pull_takes_what_the_program_changed_below_a_renamed_path_to_the_new_name() -> None:
+    changes = [
+        _change("/w/d", "rm", 5),
+        _change("/w/e", "rename", 5, "/w/d"),
+        _change("/w/e/late", "write", 6),  # the workspace wrote this name after the rename
+    ]
+    page = SyncPull(
+        root=W,
+        files=[
+            MirrorFile("/w/d/log", b"appended"),
+            MirrorFile("/w/d/late", b"the program's"),
+            MirrorFile("/w/d/name2", b"", link="/w/d/log"),
+            MirrorFile("/w/other", b"not moved"),
+        ],
+        dirs=[MirrorDir("/w/d/sub")],
+        symlinks=[MirrorSymlink("/w/d/link", "log")],
+        deleted=["/w/d/old", "/w/d"],
+    )
+    followed = follow(page, changes, W)
+    assert followed.moves == [Move("/w/d", "/w/e", 5)]
+    assert [(f.path, f.link) for f in followed.pull.files] == [
+        ("/w/e/log", None),
+        ("/w/e/name2", "/w/e/log"),
+        ("/w/other", None),
+    ]
+    assert [d.path for d in followed.pull.dirs] == ["/w/e/sub"]
+    assert [s.path for s in followed.pull.symlinks] == ["/w/e/link"]
+    # a removal of the renamed path itself stays as it is (the ordinary conflict rule refuses it)
+    assert followed.pull.deleted == ["/w/e/old", "/w/d"]
+    assert followed.refused == ["/w/e/late"]
+    assert followed.translated == {"/w/e/log", "/w/e/name2", "/w/e/sub", "/w/e/link", "/w/e/old"}
+
+
+def test_a_translated_path_another_followed_rename_replaced_is_refused() -> None:
+    changes = [
+        _change("/w/a", "rm", 5),
+        _change("/w/b", "rename", 5, "/w/a"),
+        _change("/w/c", "rm", 6),
+        _change("/w/b", "rename", 6, "/w/c"),  # the workspace then renamed another file over it
+    ]
+    followed = follow(SyncPull(root=W, files=[MirrorFile("/w/a", b"appended")]), changes, W)
+    assert [m.src for m in followed.moves] == ["/w/a", "/w/c"]
+    assert followed.pull.files == []
+    assert followed.refused == ["/w/b"]
+
+
+def test_a_page_with_no_followed_rename_is_left_as_it_is() -> None:
+    page = SyncPull(root=W, files=[MirrorFile("/w/a", b"x")])
+    followed = follow(page, [_change("/w/a", "write", 3)], W)
+    assert followed.pull is page and followed.moves == [] and followed.refused == []
+
+
+def test_changes_below_a_directory_only_made_are_sent_alone_a_replaced_one_whole() -> None:
+    listing = [
+        Op("/w/n/kept", "file", 3),  # moved in by a followed rename: not sent again
+        Op("/w/n/new", "file", 1),
+        Op("/w/n/r", "dir", mode=0o755),
+        Op("/w/n/r/x", "file", 2),
+        Op("/w/n/r/y/z", "file", 2),
+        Op("/w/n/s", "dir", mode=0o700),
+        Op("/w/n/s/t", "file", 1),
+    ]
+    paths = ["/w/n/new", "/w/n/gone", "/w/n/gone/below", "/w/n/r", "/w/n/r/x", "/w/n/s", "/w/n"]
+    ops = ops_below(listing, "/w/n", paths, whole={"/w/n/r"})
+    assert [(op.path, op.kind) for op in ops] == [
+        ("/w/n/gone", "gone"),
+        ("/w/n/new", "file"),
+        ("/w/n/r", "tree"),
+        ("/w/n/r/x", "file"),
+        ("/w/n/r/y/z", "file"),
+        ("/w/n/s", "dir"),
+    ]
