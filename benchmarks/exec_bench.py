@@ -174,6 +174,34 @@ async def sync_cost(backend: ShellBackend, runs: int) -> None:
             await ws.close()
     ratio = median_ms(samples[10_000]) / median_ms(samples[100])
     print(f"  ratio 10,000 / 100 files: {ratio:.2f}x (target <= 1.5x) {'OK' if ratio <= 1.5 else 'OVER'}")
+    await rename_cost(backend, runs)
+
+
+async def rename_cost(backend: ShellBackend, runs: int) -> None:
+    """A run after the workspace renamed a directory of 1,000 files (1 KiB each) against a run after
+    nothing changed, interleaved: a followed rename moves the directory in the mirror (no file sent)."""
+    print("== 2b. a run after the workspace renamed a 1,000-file directory (median of", runs, "runs)")
+    async with computer.Workspace(backends=[backend]) as ws:
+        ws.fs.commit_batch({f"/workspace/big/f{i}": b"x" * 1024 for i in range(1000)}, mkdirs=["/workspace"])
+        await run_ok(ws, "true")
+        renamed: list[float] = []
+        still: list[float] = []
+        names = ["/workspace/big", "/workspace/big2"]
+        pushed = 0
+        for i in range(runs):
+            start = time.perf_counter()
+            await run_ok(ws, "true")
+            still.append(time.perf_counter() - start)
+            await ws.fs.rename(names[i % 2], names[(i + 1) % 2])
+            start = time.perf_counter()
+            result = await run_ok(ws, "true")
+            renamed.append(time.perf_counter() - start)
+            pushed = max(pushed, result.pushed)
+    ratio = median_ms(renamed) / median_ms(still)
+    print(
+        f"  after a rename {median_ms(renamed):.2f} ms, after nothing {median_ms(still):.2f} ms: "
+        f"{ratio:.2f}x; files a push wrote at most: {pushed}"
+    )
 
 
 async def fs_bench(backend: ShellBackend, repeats: int, pause: float) -> None:
