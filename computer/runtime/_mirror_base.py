@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink
-from ._beneath import make_parent, open_beneath
+from ._beneath import make_parent, open_beneath, remove_node
 from ._watch import TreeWatch
 
 __all__ = ["NOT_UTF8", "SPECIAL", "Entry", "MirrorBase", "PullPlan", "entry_of", "is_below", "was_dir"]
@@ -129,8 +129,21 @@ class MirrorBase:
             for key in [k for k in self.state if k.startswith(prefix)]:
                 self._rename_key(key, d + key[len(s) :])
         self._rename_key(s, d)
-        self.state[d] = entry_of(moved)  # a rename changes the ctime the pull compares
+        self.state[d] = now = entry_of(moved)  # a rename changes the ctime the pull compares
+        if now.kind == "f" and moved.st_nlink > 1:  # ... of every name of the file
+            for key, other in self.state.items():
+                if other.kind == "f" and other.ino == now.ino:
+                    self.state[key] = now
         return True
+
+    def move_or_drop(self, src: str, dst: str) -> bool:
+        """:meth:`move`, or else drop ``src`` and ask for ``dst`` again whole (``refetch``)."""
+        if self.move(src, dst):
+            return True
+        remove_node(self.host(src))
+        self._forget(self.rel(src))
+        self.refetch.add(dst)
+        return False
 
     def _rename_key(self, old: str, new: str) -> None:
         self.state[new] = self.state.pop(old)

@@ -340,12 +340,8 @@ class MirrorPull(MirrorBase):
                 self.prints[rel] = (tuple(plan.chunk_lists[rel]), prints)
         self.state = now
         for src, dst, move_rev in moves:
-            if self.move(src, dst):
+            if self.move_or_drop(src, dst):
                 self.own_revs.append(move_rev)
-            else:
-                remove_node(self.host(src))
-                self._forget(self.rel(src))
-                self.refetch.add(dst)
         for path in skipped:
             if path == self.root or not is_below(path, self.root) or path in self.kept:
                 continue

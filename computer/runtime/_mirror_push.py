@@ -47,10 +47,7 @@ class MirrorPush(MirrorBase):
             self.protected = set()
             self.reasons = {}
         for src, dst in push.moves:
-            if not self.move(src, dst):  # dropped here; the new name is fetched again, whole
-                remove_node(self.host(src))
-                self._forget(self.rel(src))
-                self.refetch.add(dst)
+            self.move_or_drop(src, dst)  # one it cannot follow: the new name is fetched again, whole
         if first:
             self.unfilled = []
         for path in push.deleted:

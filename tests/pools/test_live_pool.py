@@ -78,3 +78,38 @@ async def test_a_worker_lost_under_a_live_sandbox_gives_a_fresh_one_and_keeps_wh
         again = await (await ws.runtime.exec("true")).result()
         assert (again.status, again.stderr) == ("completed", ""), again  # said once
         assert all(marker not in p.command for p in await ws.runtime.processes())
+
+
+async def test_a_workspace_rename_keeps_the_file_a_background_process_writes_through_a_pool(
+    cluster: Settings, name: str
+) -> None:
+    """The push's renames and the live pull's followed renames cross the worker's owner calls (the
+    codec and the pickled pull result): a hard link stays one, a descriptor keeps writing."""
+    expected = "".join(f"{i}\n" for i in range(1, 201))
+    async with computer.get_workspace(name) as ws:
+        made = await (await ws.runtime.exec("echo one > x && ln x y")).result()
+        assert made.status == "completed", made
+        await ws.fs.rename("/workspace/x", "/workspace/z")
+        linked = await (await ws.runtime.exec("echo two >> y && stat -c %h z")).result()
+        assert (linked.status, linked.stdout) == ("completed", "2\n"), linked
+        assert await ws.fs.read_text("/workspace/z") == "one\ntwo\n"
+        started = await (
+            await ws.runtime.exec(
+                "(exec 3>>app.log; for i in $(seq 1 200); do echo $i >&3; sleep 0.01; done) >/dev/null 2>&1 &"
+            )
+        ).result()
+        assert started.status == "completed", started
+        await _until_exists(ws, "/workspace/app.log", within=10.0)
+        await ws.fs.rename("/workspace/app.log", "/workspace/kept.log")
+
+        async def complete() -> bool:
+            return await ws.fs.exists("/workspace/kept.log") and (
+                await ws.fs.read_text("/workspace/kept.log")
+            ).endswith("\n200\n")
+
+        deadline = time.monotonic() + 60
+        while not await complete():
+            assert time.monotonic() < deadline, "the background writer's lines did not all arrive"
+            await asyncio.sleep(0.05)
+        assert await ws.fs.read_text("/workspace/kept.log") == expected
+        assert not await ws.fs.exists("/workspace/app.log")
