@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..storage import CHUNK_SIZE
-from ._scratch import remove_tree
+from ._scratch import remove_below, remove_tree
 
 __all__ = [
     "CREATE",
@@ -200,3 +200,24 @@ def remove_node(host: Path) -> None:
     else:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(host)
+
+
+def remove_beneath(directory: Path, rel: str) -> None:
+    """:func:`remove_node` of ``rel`` below ``directory``, following no link on the way: when a
+    parent is a link (a program planted it) or gone, nothing is removed (a path resolved from the
+    top would have followed it to the host)."""
+    parent, _, name = rel.rpartition("/")
+    try:
+        fd = open_beneath(directory, parent)
+    except OSError:
+        return
+    try:
+        st = os.lstat(name, dir_fd=fd)
+        if stat.S_ISDIR(st.st_mode):
+            remove_below(fd, name, f"{directory}/{rel}")
+        else:
+            os.unlink(name, dir_fd=fd)
+    except FileNotFoundError:
+        pass
+    finally:
+        os.close(fd)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink
-from ._beneath import make_parent, open_beneath, remove_node
+from ._beneath import make_parent, open_beneath, remove_beneath
 from ._watch import TreeWatch
 
 __all__ = ["NOT_UTF8", "SPECIAL", "Entry", "MirrorBase", "PullPlan", "entry_of", "is_below", "was_dir"]
@@ -140,7 +140,7 @@ class MirrorBase:
         """:meth:`move`, or else drop ``src`` and ask for ``dst`` again whole (``refetch``)."""
         if self.move(src, dst):
             return True
-        remove_node(self.host(src))
+        remove_beneath(self.directory, self.rel(src))
         self._forget(self.rel(src))
         self.refetch.add(dst)
         return False

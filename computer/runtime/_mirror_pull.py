@@ -15,7 +15,7 @@ from collections.abc import Generator, Iterable, Sequence
 from xxhash import xxh3_128_intdigest
 
 from ._backend import BIG_FILE, MirrorDir, MirrorFile, MirrorSymlink, SyncPull
-from ._beneath import SAFE_BITS, BeneathReader, remove_node
+from ._beneath import SAFE_BITS, BeneathReader, remove_beneath
 from ._mirror_base import NOT_UTF8, SPECIAL, Entry, MirrorBase, PullPlan, entry_of, is_below, was_dir
 from ._watch import TreeWatch
 
@@ -346,7 +346,7 @@ class MirrorPull(MirrorBase):
             if path == self.root or not is_below(path, self.root) or path in self.kept:
                 continue
             rel = self.rel(path)
-            remove_node(self.directory / rel)
+            remove_beneath(self.directory, rel)
             self._forget(rel)
             self.refetch.add(path)
         self.rev = rev

@@ -11,7 +11,16 @@ from pathlib import Path
 
 from ..storage import CHUNK_SIZE
 from ._backend import MirrorFile, SyncPush
-from ._beneath import CREATE, CREATED_MODE, SAFE_BITS, make_parent, open_beneath, remove_node, write_all
+from ._beneath import (
+    CREATE,
+    CREATED_MODE,
+    SAFE_BITS,
+    make_parent,
+    open_beneath,
+    remove_beneath,
+    remove_node,
+    write_all,
+)
 from ._mirror_base import MirrorBase, entry_of, is_below
 from ._scratch import remove_tree
 
@@ -52,7 +61,7 @@ class MirrorPush(MirrorBase):
             self.unfilled = []
         for path in push.deleted:
             rel = self.rel(path)
-            remove_node(self.directory / rel)
+            remove_beneath(self.directory, rel)
             self._forget(rel)
             if path in self.protected or not push.full:
                 self.protected = {p for p in self.protected if not is_below(p, path)}

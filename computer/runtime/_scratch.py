@@ -69,6 +69,7 @@ __all__ = [
     "process_scratch",
     "reap_dead",
     "release_process",
+    "remove_below",
     "remove_tree",
     "shared_directory",
 ]
@@ -105,12 +106,12 @@ def remove_tree(path: str | os.PathLike[str]) -> None:
         if not stat.S_ISDIR(st.st_mode):
             os.unlink(name, dir_fd=parent)
             return
-        _remove_below(parent, name, top)
+        remove_below(parent, name, top)
     finally:
         os.close(parent)
 
 
-def _remove_below(parent: int, name: str, top: str) -> None:
+def remove_below(parent: int, name: str, top: str) -> None:
     """Remove the directory ``name`` of ``parent`` (a descriptor, left open) with all it holds.
 
     One descriptor is open at a time: down by name, back up through ``..`` (checked against the

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from computer.runtime._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncPull
+from computer.runtime._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
+from computer.runtime._mirror import Mirror
+from computer.runtime._mirror_base import entry_of
 from computer.runtime._moves import Move, follow, followable, translate
 from computer.runtime._push_ops import Op, ops_below
 from computer.storage import FileSystem
@@ -174,3 +178,76 @@ def test_changes_below_a_directory_only_made_are_sent_alone_a_replaced_one_whole
         ("/w/n/r/y/z", "file"),
         ("/w/n/s", "dir"),
     ]
+
+
+def _mirror(tmp_path: Path) -> Mirror:
+    mirror = Mirror(tmp_path / "m", "/w")
+    files = [MirrorFile("/w/a", b"a"), MirrorFile("/w/d/x", b"x"), MirrorFile("/w/b", b"b")]
+    mirror.apply(SyncPush(3, "/w", True, files, [MirrorDir("/w/d"), MirrorDir("/w/sub")]))
+    return mirror
+
+
+def test_the_mirror_moves_its_node_and_its_state_with_it(tmp_path: Path) -> None:
+    mirror = _mirror(tmp_path)
+    inode = os.lstat(mirror.directory / "d/x").st_ino
+    assert mirror.move("/w/d", "/w/n/e")  # a parent the same push makes is made first
+    assert mirror.move("/w/a", "/w/b")  # over an existing file
+    assert os.lstat(mirror.directory / "n/e/x").st_ino == inode
+    assert sorted(mirror.state) == ["b", "n", "n/e", "n/e/x", "sub"]
+    assert mirror.state["b"] == entry_of(os.lstat(mirror.directory / "b"))
+    assert (mirror.directory / "b").read_bytes() == b"a"
+    assert mirror.scan() == mirror.state  # nothing for a pull to find
+
+
+def test_the_mirror_does_not_follow_what_it_does_not_hold_as_synced(tmp_path: Path) -> None:
+    mirror = _mirror(tmp_path)
+    (mirror.directory / "a").write_bytes(b"changed by a program")
+    assert not mirror.move("/w/a", "/w/c")  # not what it synced
+    assert not mirror.move("/w/nothing", "/w/c")
+    assert not mirror.move("/w/d", "/w/d/inside")  # into itself
+    assert not mirror.move("/w", "/w2") and not mirror.move("/w/b", "/elsewhere")
+    (mirror.directory / "sub/full").write_bytes(b"")
+    mirror.state["sub/full"] = entry_of(os.lstat(mirror.directory / "sub/full"))
+    assert not mirror.move("/w/d", "/w/sub")  # a non-empty directory in the way
+    mirror.refetch.add("/w/d/x")
+    assert not mirror.move("/w/d", "/w/e")  # it holds something to fetch again below it
+    assert sorted(os.listdir(mirror.directory)) == ["a", "b", "d", "sub"]
+
+
+def test_a_link_a_program_planted_on_the_way_is_never_followed(tmp_path: Path) -> None:
+    """A program replaced ``sub`` (a directory the mirror synced) by a link to a host directory: the
+    rename into it is not followed (and the push's fallback removes the link, fetching the new name
+    again), so nothing is ever moved onto the host."""
+    host = tmp_path / "host"
+    host.mkdir()
+    mirror = _mirror(tmp_path)
+    (mirror.directory / "sub").rmdir()
+    (mirror.directory / "sub").symlink_to(host)
+    assert not mirror.move("/w/a", "/w/sub/a")
+    (mirror.directory / "d").rename(mirror.directory / "d-real")
+    (mirror.directory / "d").symlink_to(host)
+    assert not mirror.move("/w/d/x", "/w/y")  # nor through a link on the old name's way
+    mirror.apply(SyncPush(4, "/w", False, moves=[("/w/a", "/w/sub/a")]))
+    assert os.listdir(host) == []
+    assert "/w/sub/a" in mirror.refetch and not (mirror.directory / "a").exists()
+
+
+def test_a_removal_never_goes_through_a_link_a_program_planted(tmp_path: Path) -> None:
+    """The push's removals and the fallback of a rename it cannot follow resolve the parents without
+    following a link: a program's ``d -> /host/dir`` never makes the host lose a file."""
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "x").write_bytes(b"the host's")
+    mirror = _mirror(tmp_path)
+    (mirror.directory / "d/x").unlink()
+    (mirror.directory / "d").rmdir()
+    (mirror.directory / "d").symlink_to(host)
+    mirror.apply(SyncPush(4, "/w", False, deleted=["/w/d/x"], moves=[("/w/d/x", "/w/z")]))
+    assert (host / "x").read_bytes() == b"the host's"
+    (mirror.directory / "sub/gone").mkdir()
+    (mirror.directory / "sub/gone/f").write_bytes(b"")
+    mirror.apply(SyncPush(5, "/w", False, deleted=["/w/sub/gone", "/w/b"]))
+    assert (
+        sorted(os.listdir(mirror.directory)) == ["a", "d", "sub"]
+        and os.listdir(mirror.directory / "sub") == []
+    )
