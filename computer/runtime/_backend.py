@@ -138,6 +138,9 @@ class MirrorFile:
     # A large file as its chunks (hex SHA-256 of each 512 KiB piece, the storage's rule): a receiver
     # moves only the chunks it lacks (``data`` is then None).
     chunks: list[str] | None = None
+    # A push's file the workspace wrote, not replaced, since the mirror's revision: the mirror writes
+    # it into the file it holds there (a program holding it open, its other names, see the write).
+    same: bool = False
 
     @property
     def length(self) -> int:

@@ -118,17 +118,18 @@ class LocalExecContext:
             changes = self.fs.changes_since(mirror_rev, root, skip_revs=tuple(limits.skip_revs))
             refetch = [p for p in limits.refetch if is_within(p, root)]
             moves, followed = followable(changes.changes, root, refetch)
-            paths = [c.path for i, c in enumerate(changes.changes) if i not in followed] + refetch
+            rest = [c for i, c in enumerate(changes.changes) if i not in followed]
+            paths = [c.path for c in rest] + refetch
             # A change at or above the root (the root renamed or removed) needs the whole tree again.
             if changes.complete and not any(is_within(root, p) for p in paths):
                 # A directory sent whole is removed first: one that was removed, replaced or renamed
                 # here (not followed) or that the mirror dropped. One only made or chmod-ed keeps what
                 # the mirror holds (what a followed rename moved there) and gets its changes below.
-                whole = {
-                    c.path for i, c in enumerate(changes.changes) if i not in followed and c.op != "mkdir"
-                }
+                whole = {c.path for c in rest if c.op != "mkdir"}
                 ops = await self._changed_ops(root, paths, whole.union(refetch))
-                page = await self._page(changes.rev, root, False, ops, limits)
+                # A file only written (not removed, replaced or renamed here) is written in place.
+                replaced = {c.path for c in rest if c.op in _REPLACING}
+                page = await self._page(changes.rev, root, False, ops, limits, replaced)
                 if moves and limits.after is None:
                     page = dataclasses.replace(page, moves=[(m.src, m.dst) for m in moves])
                 return page
@@ -182,7 +183,15 @@ class LocalExecContext:
         ops.sort(key=op_key)
         return ops
 
-    async def _page(self, rev: int, root: str, full: bool, ops: list[Op], limits: SyncLimits) -> SyncPush:
+    async def _page(
+        self,
+        rev: int,
+        root: str,
+        full: bool,
+        ops: list[Op],
+        limits: SyncLimits,
+        replaced: set[str] | None = None,
+    ) -> SyncPush:
         push = SyncPush(rev, root, full)
         start = 0
         if limits.after is not None:
@@ -244,7 +253,8 @@ class LocalExecContext:
                     budget = 0
                     continue
                 small.append((len(push.files), op))  # read in bulk below
-                push.files.append(MirrorFile(op.path, b"", op.mode, op.mtime))
+                same = replaced is not None and op.path not in replaced
+                push.files.append(MirrorFile(op.path, b"", op.mode, op.mtime, same=same))
                 budget -= op.size
         if small:
             await self._read_small(push, small)
@@ -265,7 +275,7 @@ class LocalExecContext:
                     gone.append(index)
                     push.deleted.append(op.path)
                     continue
-            push.files[index] = MirrorFile(op.path, data, op.mode, op.mtime)
+            push.files[index] = dataclasses.replace(push.files[index], data=data)
         for index in reversed(gone):
             del push.files[index]
 
@@ -428,6 +438,8 @@ class LocalExecContext:
         applied.append(f.path)
 
 
+# Change log entries after which a path holds another file than before (a write keeps the file).
+_REPLACING = frozenset({"rm", "rename", "symlink", "link"})
 # Bits a synced mode may carry: never setuid or setgid.
 _SAFE_BITS = 0o1777
 # Entries in one push page at most (bounds the metadata of one payload).

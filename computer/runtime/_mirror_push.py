@@ -40,9 +40,11 @@ class MirrorPush(MirrorBase):
         caller fetches their bytes with :meth:`fill`. The mirror's ``rev`` is left to the caller,
         which sets it once every page is in (:meth:`finish_push`).
 
-        Nothing here opens an existing node: whatever stands where a file goes (a FIFO, a socket, a
-        link a program left) is unlinked first and the file is created with ``O_EXCL | O_NOFOLLOW``,
-        so a push never blocks on a FIFO nor writes through a link.
+        An existing node is opened only to write a file the workspace wrote (``MirrorFile.same``) in
+        place, without following a link or blocking, and only when it is that regular file; anything
+        else where a file goes (a FIFO, a socket, a link a program left) is unlinked first and the file
+        is created with ``O_EXCL | O_NOFOLLOW``, so a push never blocks on a FIFO nor writes through a
+        link.
         """
         if not self.directory.is_dir():
             self.directory.mkdir(mode=0o755)
@@ -98,8 +100,9 @@ class MirrorPush(MirrorBase):
             except FileNotFoundError:
                 st = None
             if st is not None:
-                if f.link is None and f.data is not None and st.st_nlink > 1 and _rewrite_shared(host, f):
-                    # One name of a hard-linked file: written in place, so every name shows it.
+                if f.same and f.link is None and f.data is not None and _rewrite_in_place(host, f):
+                    # The file the workspace wrote: written into, as a write does (every name of a
+                    # hard-linked one shows it, a program holding it open writes on after it).
                     self.state[rel] = entry_of(os.lstat(path))
                     written += 1
                     continue
@@ -218,17 +221,20 @@ class MirrorPush(MirrorBase):
         self.refetch.difference_update(refetched)
 
 
-def _rewrite_shared(host: Path, f: MirrorFile) -> bool:
-    """Write ``f`` into the regular file at ``host`` in place when it has other names (hard links);
-    False when ``host`` is anything else (then the caller replaces it). The descriptor is opened
-    without following a link and without blocking, and checked to be that same regular file."""
+def _rewrite_in_place(host: Path, f: MirrorFile) -> bool:
+    """Write ``f`` into the regular file at ``host``; False when ``host`` is anything else or cannot be
+    opened for writing (a program runs it: ``ETXTBSY``), and the caller replaces it. The descriptor is
+    opened without following a link and without blocking, and checked to be that same regular file."""
     try:
         st = os.lstat(host)
     except FileNotFoundError:
         return False
-    if not stat.S_ISREG(st.st_mode) or st.st_nlink < 2:
+    if not stat.S_ISREG(st.st_mode):
         return False
-    fd = os.open(host, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        fd = os.open(host, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return False
     try:
         now = os.fstat(fd)
         if not stat.S_ISREG(now.st_mode) or now.st_ino != st.st_ino:

@@ -3,14 +3,14 @@
 Random sequences of workspace writes, deletes, file renames (onto existing names too, into
 directories not there yet) and directory renames, and of runs that write in place, replace by
 tmp-and-rename and delete; close and reopen. After every step one run lists every file's inode and
-content. The model is ``path -> (bytes, identity)``: a program's in-place write keeps the identity, a
-replacement or a workspace write makes a new one, a workspace rename carries it.
+content. The model is ``path -> (bytes, identity)``: an in-place write (a program's or the
+workspace's) keeps the identity, a replacement makes a new one, a workspace rename carries it.
 
 Invariants after every step:
 - the run's view equals the workspace (``ws.fs``) equals the model;
 - a file whose identity the sandbox was seen holding has the same inode now: a workspace rename
-  (of it or of a directory above it) moved the file, it did not make a copy (before: every rename
-  made a new file, so a program holding it open wrote into a removed one).
+  (of it or of a directory above it) moved the file and a workspace write wrote into it, neither made
+  a copy (before: both made a new file, so a program holding it open wrote into a removed one).
 
 Decisions: file names never double as directory names; a reopen forgets what inodes were seen (a
 fresh backend rebuilds the mirror); both sandbox kinds (a sandbox per run and a live sandbox);
@@ -105,7 +105,8 @@ class RenameMachine(RuleBasedStateMachine):
             await self.ws.fs.write_file(f"{ROOT}/{path}", content)
 
         self.call(step())
-        self.model[path] = (content, next(self.ids))
+        old = self.model.get(path)  # a write into the file there keeps it (in place, as on any machine)
+        self.model[path] = (content, old[1] if old is not None else next(self.ids))
 
     @rule(path=FILES)
     def workspace_deletes(self, path: str) -> None:

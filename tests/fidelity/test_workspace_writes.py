@@ -1,0 +1,85 @@
+"""A workspace write reaches the sandbox as a write does on any machine: into the same file when the
+workspace wrote the file it had (a program holding it open sees the new content and goes on writing
+into it; every name of a hard-linked file shows it), as a new file when the workspace replaced it
+(removed and wrote again: the file's other names keep the old content). Real programs across calls,
+checked through ``ws.fs``, later runs and a reopen."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from computer.runtime import ShellBackend
+
+from ._support import ROOT, ok, opened
+
+LIVE = ShellBackend(live=True).live
+
+
+async def _until(check: Callable[[], Awaitable[bool]], within: float = 60.0) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        assert time.monotonic() < deadline, f"not true within {within} s"
+        await asyncio.sleep(0.05)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_name_the_workspace_replaced_leaves_the_files_other_names_alone(
+    tmp_path: Path, live: bool
+) -> None:
+    """Before: the push wrote the new ``a`` into the file ``a`` and ``c`` shared, so the sandbox showed
+    ``c`` = "new" while the workspace kept "one"."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ok(ws, "echo one > a && ln a c && echo keep > k && ln k l")
+        await ws.fs.rm(f"{ROOT}/a")
+        await ws.fs.write_file(f"{ROOT}/a", "new\n")
+        await ws.fs.write_file(f"{ROOT}/k", "kept, both names\n")  # written, not replaced
+        seen = await ok(ws, "cat a c k l; stat -c %h c k")
+        assert seen.stdout == "new\none\nkept, both names\nkept, both names\n1\n2\n"
+        assert await ws.fs.read_text(f"{ROOT}/c") == "one\n"
+        assert await ws.fs.read_text(f"{ROOT}/l") == "kept, both names\n"
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, "cat a c l")).stdout == "new\none\nkept, both names\n"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_file_the_workspace_writes_keeps_its_inode(tmp_path: Path, live: bool) -> None:
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        before = (await ok(ws, "echo v1 > f && stat -c %i f")).stdout
+        await ws.fs.write_file(f"{ROOT}/f", "v2, longer than before\n")
+        assert (await ok(ws, "stat -c %i f && cat f")).stdout == before + "v2, longer than before\n"
+        await ws.fs.write_file(f"{ROOT}/f", "")
+        assert (await ok(ws, "stat -c '%i %s' f")).stdout == before.strip() + " 0\n"
+
+
+@pytest.mark.skipif(not LIVE, reason="no cgroup freezer here")
+async def test_a_program_appending_to_a_file_the_workspace_rewrites_goes_on_after_the_new_content(
+    tmp_path: Path,
+) -> None:
+    """A background program appends one line per go-file the workspace writes (``exec 3>>log``); the
+    workspace rewrites the log between two lines: the program's next lines follow the new content in
+    the same file (before: the rewrite made a new file, and the program wrote into the removed one)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=True), python=False) as ws:
+        fs = ws.fs
+        await ok(
+            ws,
+            "(exec 3>>log; for i in 1 2 3 4; do while [ ! -e go$i ]; do sleep 0.01; done; echo $i >&3; done)"
+            " >/dev/null 2>&1 &",
+        )
+
+        async def log_is(text: str) -> bool:
+            return await fs.exists(f"{ROOT}/log") and await fs.read_text(f"{ROOT}/log") == text
+
+        await fs.write_file(f"{ROOT}/go1", "")
+        await _until(lambda: log_is("1\n"))
+        await fs.write_file(f"{ROOT}/log", "rotated\n")
+        assert (await ok(ws, "cat log")).stdout == "rotated\n"  # a run's start pushes it
+        for i in (2, 3, 4):
+            await fs.write_file(f"{ROOT}/go{i}", "")
+        await _until(lambda: log_is("rotated\n2\n3\n4\n"))
+        assert (await ok(ws, "cat log")).stdout == "rotated\n2\n3\n4\n"
