@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -84,6 +85,14 @@ async def settle(handle: Any, seconds: float = 60) -> ExecResult:
     """The result of a run started by :func:`started` (bounded like it)."""
     result: ExecResult = await asyncio.wait_for(handle.result(), seconds + MARGIN)
     return result
+
+
+async def until(check: Callable[[], Awaitable[bool]], within: float = 60.0) -> None:
+    """Poll ``check`` until true, within a bound (a background program's pace sets how long)."""
+    deadline = time.monotonic() + within
+    while not await check():
+        assert time.monotonic() < deadline, f"not true within {within} s"
+        await asyncio.sleep(0.05)
 
 
 def digest(data: bytes) -> str:

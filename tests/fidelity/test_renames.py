@@ -6,30 +6,19 @@ reopen with fresh backends."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from computer.runtime import ShellBackend
 
-from ._support import ROOT, ok, opened, sandbox_view, workspace_view
+from ._support import ROOT, ok, opened, sandbox_view, until, workspace_view
 
 LIVE = ShellBackend(live=True).live
 
 
 def _shell(live: bool) -> ShellBackend:
     return ShellBackend(live=live)
-
-
-async def _until(check: Callable[[], Awaitable[bool]], within: float = 60.0) -> None:
-    """Poll ``check`` until true, within a bound (a background program's pace sets how long)."""
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, f"not true within {within} s"
-        await asyncio.sleep(0.05)
 
 
 def _inodes(stdout: str) -> dict[str, str]:
@@ -122,18 +111,18 @@ async def test_a_program_holding_a_file_open_writes_on_into_it_after_workspace_r
         async def grown(path: str, at_least: int) -> bool:
             return await lines(path) >= at_least
 
-        await _until(lambda: grown(f"{ROOT}/app.log", 30))
+        await until(lambda: grown(f"{ROOT}/app.log", 30))
         await fs.rename(f"{ROOT}/app.log", f"{ROOT}/renamed.log")
-        await _until(lambda: grown(f"{ROOT}/renamed.log", 120))
+        await until(lambda: grown(f"{ROOT}/renamed.log", 120))
         await fs.rename(f"{ROOT}/renamed.log", f"{ROOT}/logs/renamed.log")
-        await _until(lambda: grown(f"{ROOT}/logs/renamed.log", 220))
+        await until(lambda: grown(f"{ROOT}/logs/renamed.log", 220))
         await fs.rename(f"{ROOT}/logs", f"{ROOT}/kept")
         final = f"{ROOT}/kept/renamed.log"
 
         async def complete() -> bool:
             return await fs.exists(final) and (await fs.read_text(final)).endswith("\n400\n")
 
-        await _until(complete)
+        await until(complete)
         assert await fs.read_text(final) == expected
         assert sorted(await fs.ls(ROOT)) == [final]
         assert (await ok(ws, "cat kept/renamed.log")).stdout == expected
@@ -153,14 +142,14 @@ async def test_a_process_goes_on_working_in_a_directory_the_workspace_renames(tm
             ws,
             "mkdir app && cd app && (for i in $(seq 1 60); do echo $i >> log; sleep 0.02; done) >/dev/null 2>&1 &",
         )
-        await _until(lambda: fs.exists(f"{ROOT}/app/log"))
+        await until(lambda: fs.exists(f"{ROOT}/app/log"))
         await fs.rename(f"{ROOT}/app", f"{ROOT}/app2")
 
         async def complete() -> bool:
             path = f"{ROOT}/app2/log"
             return await fs.exists(path) and (await fs.read_text(path)).endswith("\n60\n")
 
-        await _until(complete)
+        await until(complete)
         assert await fs.read_text(f"{ROOT}/app2/log") == "".join(f"{i}\n" for i in range(1, 61))
         assert not await fs.exists(f"{ROOT}/app")
         assert (await ok(ws, "ls; wc -l < app2/log")).stdout == "app2\n60\n"

@@ -6,25 +6,15 @@ checked through ``ws.fs``, later runs and a reopen."""
 
 from __future__ import annotations
 
-import asyncio
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 
 from computer.runtime import ShellBackend
 
-from ._support import ROOT, ok, opened
+from ._support import ROOT, ok, opened, until
 
 LIVE = ShellBackend(live=True).live
-
-
-async def _until(check: Callable[[], Awaitable[bool]], within: float = 60.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, f"not true within {within} s"
-        await asyncio.sleep(0.05)
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
@@ -76,10 +66,10 @@ async def test_a_program_appending_to_a_file_the_workspace_rewrites_goes_on_afte
             return await fs.exists(f"{ROOT}/log") and await fs.read_text(f"{ROOT}/log") == text
 
         await fs.write_file(f"{ROOT}/go1", "")
-        await _until(lambda: log_is("1\n"))
+        await until(lambda: log_is("1\n"))
         await fs.write_file(f"{ROOT}/log", "rotated\n")
         assert (await ok(ws, "cat log")).stdout == "rotated\n"  # a run's start pushes it
         for i in (2, 3, 4):
             await fs.write_file(f"{ROOT}/go{i}", "")
-        await _until(lambda: log_is("rotated\n2\n3\n4\n"))
+        await until(lambda: log_is("rotated\n2\n3\n4\n"))
         assert (await ok(ws, "cat log")).stdout == "rotated\n2\n3\n4\n"
