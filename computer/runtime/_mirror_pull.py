@@ -324,9 +324,12 @@ class MirrorPull(MirrorBase):
         skipped: Iterable[str],
         plan: PullPlan | None = None,
         moves: Sequence[tuple[str, str, int]] = (),
+        conflicts: Iterable[str] = (),
     ) -> None:
         """Adopt the post-run state at ``rev``. Paths the pull left alone are removed from the mirror
-        (their state forgotten) and the next push brings the workspace's version of each back, whole
+        (a regular file in ``conflicts``, one the workspace changed too, is kept for the push to write
+        the workspace's version into), their state forgotten, and the next push
+        brings the workspace's version of each back, whole
         (``refetch``): a directory refused for a change below it held other workspace files too,
         which changed nothing since and no incremental push would send again. ``plan``: the pull's, whose
         large files' chunk lists the mirror now holds (without it, those of changed files are
@@ -342,11 +345,17 @@ class MirrorPull(MirrorBase):
         for src, dst, move_rev in moves:
             if self.move_or_drop(src, dst):
                 self.own_revs.append(move_rev)
+        keep = set(conflicts)
         for path in skipped:
             if path == self.root or not is_below(path, self.root) or path in self.kept:
                 continue
             rel = self.rel(path)
-            remove_beneath(self.directory, rel)
+            entry = now.get(rel)
+            if entry is None or entry.kind != "f" or path not in keep:
+                remove_beneath(self.directory, rel)
+            # A conflicting regular file stays, its state forgotten: the push writes the workspace's
+            # version into it when the workspace wrote that file (a program holding it open keeps
+            # it), else replaces it. Anything else refused (too big, protected) is not held here.
             self._forget(rel)
             self.refetch.add(path)
         self.rev = rev

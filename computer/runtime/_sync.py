@@ -9,7 +9,7 @@ Two invariants carry it (ARCHITECTURE, "The mirror is a sync engine"):
 1. ``Mirror.rev`` is a lower bound: it only advances over changes the mirror provably holds (the
    first page of a push it applied; a pull whose every revision was its own). A workspace change made
    while a run was in flight is therefore always sent to the next run.
-2. A path the pull left alone (the workspace changed it too, or it is protected) is removed from the
+2. A path the pull left alone (the workspace changed it too, or it is protected) is dropped from the
    mirror and the mirror's revision stays at the run's base, so the next push repairs it with the
    workspace's version.
 """
@@ -32,7 +32,7 @@ from ..storage import CHUNK_SIZE
 from ._backend import DeferringContext, ExecContext, MirrorFile, PendingPull, SyncLimits, SyncPull, SyncPush
 from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
-from ._pull_rules import PROTECTED
+from ._pull_rules import CONFLICT, PROTECTED
 from ._scratch import blocking_ancestor, process_scratch
 from ._tasks import in_thread
 
@@ -289,7 +289,8 @@ class MirrorSync:
                 pages.close()
         followed = [moves[r] for r in sorted(moves)]
         if reasons or followed:  # the mirror follows renames, drops what the pull left alone
-            await asyncio.to_thread(mirror.settle, now, rev, list(reasons), plan, followed)
+            conflicts = [path for path, why in reasons.items() if why == CONFLICT]
+            await asyncio.to_thread(mirror.settle, now, rev, list(reasons), plan, followed, conflicts)
         else:
             mirror.settle(now, rev, (), plan)
         # What this pull committed is in the mirror: the next push leaves those revisions out.

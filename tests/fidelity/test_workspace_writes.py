@@ -73,3 +73,35 @@ async def test_a_program_appending_to_a_file_the_workspace_rewrites_goes_on_afte
             await fs.write_file(f"{ROOT}/go{i}", "")
         await until(lambda: log_is("rotated\n2\n3\n4\n"))
         assert (await ok(ws, "cat log")).stdout == "rotated\n2\n3\n4\n"
+
+
+@pytest.mark.skipif(not LIVE, reason="no cgroup freezer here")
+async def test_a_program_appending_all_the_time_goes_on_after_a_workspace_rewrite(tmp_path: Path) -> None:
+    """The same while the program appends every few ms: the lines it wrote since the last sync meet the
+    workspace's rewrite (a conflict: the workspace's version is kept), and the mirror writes that
+    version into the program's file rather than making a new one, so every later line follows it
+    (before: the refused file was removed and made again, and the program's later lines were lost)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=True), python=False) as ws:
+        fs = ws.fs
+        await ok(
+            ws, "(exec 3>>log; for i in $(seq 1 300); do echo $i >&3; sleep 0.005; done) >/dev/null 2>&1 &"
+        )
+
+        async def lines() -> list[str]:
+            return (await fs.read_text(f"{ROOT}/log")).splitlines() if await fs.exists(f"{ROOT}/log") else []
+
+        async def past(n: int) -> bool:
+            return len(await lines()) >= n
+
+        await until(lambda: past(40))
+        await fs.write_file(f"{ROOT}/log", "rotated\n")
+
+        async def ended() -> bool:
+            return (await lines())[-1:] == ["300"]
+
+        await until(ended)
+        after = await lines()
+        assert after[0] == "rotated", after[:5]
+        numbers = [int(n) for n in after[1:]]
+        assert numbers == list(range(numbers[0], 301)), after  # every line after the rotation, in order
+        assert numbers[0] < 300 and (await ok(ws, "cat log")).stdout == "".join(f"{n}\n" for n in after)
