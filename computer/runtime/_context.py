@@ -38,7 +38,7 @@ from ._pull_rules import (
     needed_dirs,
     outermost,
 )
-from ._push_ops import Op, op_key, op_of, ops_below, over_limit, walk_key
+from ._push_ops import Op, below_tops, op_key, op_of, ops_below, over_limit, replaced, sent_whole, walk_key
 
 __all__ = ["FS_OPS", "GUEST_OPS", "LocalExecContext", "to_plain"]
 
@@ -125,11 +125,9 @@ class LocalExecContext:
                 # A directory sent whole is removed first: one that was removed, replaced or renamed
                 # here (not followed) or that the mirror dropped. One only made or chmod-ed keeps what
                 # the mirror holds (what a followed rename moved there) and gets its changes below.
-                whole = {c.path for c in rest if c.op != "mkdir"}
-                ops = await self._changed_ops(root, paths, whole.union(refetch))
+                ops = await self._changed_ops(root, paths, sent_whole(rest, refetch))
                 # A file only written (not removed, replaced or renamed here) is written in place.
-                replaced = {c.path for c in rest if c.op in _REPLACING}
-                page = await self._page(changes.rev, root, False, ops, limits, replaced)
+                page = await self._page(changes.rev, root, False, ops, limits, replaced(rest))
                 if moves and limits.after is None:
                     page = dataclasses.replace(page, moves=[(m.src, m.dst) for m in moves])
                 return page
@@ -153,7 +151,9 @@ class LocalExecContext:
 
     async def _changed_ops(self, root: str, paths: list[str], whole: set[str]) -> list[Op]:
         ops: list[Op] = []
-        for path in outermost(paths):
+        tops = outermost(paths)
+        below = below_tops(tops, paths)
+        for path in tops:
             try:
                 target = await self.fs.readlink(path)
             except FileNotFoundError:
@@ -171,7 +171,7 @@ class LocalExecContext:
                 continue
             if st.is_directory and path not in whole:
                 ops.append(Op(path, "dir", mode=st.mode))
-                ops.extend(ops_below(self._tree_ops(path), path, paths, whole))
+                ops.extend(ops_below(self._tree_ops(path), path, below[path], whole))
             elif st.is_directory:
                 # Removed, replaced or renamed here, or dropped by the mirror: sent whole, replacing it.
                 ops.append(Op(path, "tree", mode=st.mode))
@@ -438,8 +438,6 @@ class LocalExecContext:
         applied.append(f.path)
 
 
-# Change log entries after which a path holds another file than before (a write keeps the file).
-_REPLACING = frozenset({"rm", "rename", "symlink", "link"})
 # Bits a synced mode may carry: never setuid or setgid.
 _SAFE_BITS = 0o1777
 # Entries in one push page at most (bounds the metadata of one payload).

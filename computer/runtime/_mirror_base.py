@@ -71,6 +71,14 @@ class MirrorBase:
             os.lchown(host, *self.owner)
 
     def _forget(self, rel: str) -> None:
+        """Forget ``rel`` and everything below it (only a directory's entry has entries below it:
+        a file's is forgotten without a pass over the whole state)."""
+        entry = self.state.get(rel)
+        if entry is not None and entry.kind != "d":
+            del self.state[rel]
+            self.chunks.pop(rel, None)
+            self.prints.pop(rel, None)
+            return
         prefix = rel + "/"
         for key in [k for k in self.state if k == rel or k.startswith(prefix)]:
             del self.state[key]
@@ -119,9 +127,7 @@ class MirrorBase:
         finally:
             for fd in fds:
                 os.close(fd)
-        old = self.state.get(d)
-        if old is not None:
-            self._forget(d) if old.kind == "d" else self._drop(d)
+        self._forget(d)  # what ``dst`` held is replaced
         self.protected = {p for p in self.protected if not is_below(p, dst)}
         self.kept = {p for p in self.kept if not is_below(p, dst)}
         if entry.kind == "d":
@@ -151,11 +157,6 @@ class MirrorBase:
             self.chunks[new] = self.chunks.pop(old)
         if old in self.prints:
             self.prints[new] = self.prints.pop(old)
-
-    def _drop(self, rel: str) -> None:
-        self.state.pop(rel, None)
-        self.chunks.pop(rel, None)
-        self.prints.pop(rel, None)
 
     def unwatch(self) -> None:
         if self.watch is not None:

@@ -10,12 +10,27 @@ the mirror holds there stays (a file a followed rename moved in keeps its inode)
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 
 from ..storage import ManifestEntry
 from ..storage.paths import is_within
+from ..storage.types import Change
 from ._backend import SyncLimits
 
-__all__ = ["Op", "op_key", "op_of", "ops_below", "over_limit", "walk_key"]
+__all__ = [
+    "Op",
+    "below_tops",
+    "op_key",
+    "op_of",
+    "ops_below",
+    "over_limit",
+    "replaced",
+    "sent_whole",
+    "walk_key",
+]
+
+# Change log entries after which a path holds another file than before (a write keeps the file).
+_REPLACING = frozenset({"rm", "rename", "symlink", "link"})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -53,7 +68,31 @@ def over_limit(op: Op, count: int, limits: SyncLimits) -> str | None:
     return None
 
 
-def ops_below(listing: list[Op], top: str, paths: list[str], whole: set[str]) -> list[Op]:
+def sent_whole(changes: Iterable[Change], dropped: Iterable[str]) -> set[str]:
+    """The changed paths a push sends whole (a directory among them removed first): any but one only
+    made or chmod-ed (``"mkdir"``), and what the mirror ``dropped``."""
+    return {c.path for c in changes if c.op != "mkdir"}.union(dropped)
+
+
+def replaced(changes: Iterable[Change]) -> set[str]:
+    """The paths holding another file than before the ``changes`` (a write keeps the file: the
+    mirror writes into it, ``MirrorFile.same``)."""
+    return {c.path for c in changes if c.op in _REPLACING}
+
+
+def below_tops(tops: Iterable[str], paths: Iterable[str]) -> dict[str, list[str]]:
+    """``paths`` strictly below each of ``tops`` (outermost paths), found by each path's ancestors."""
+    found: dict[str, list[str]] = {top: [] for top in tops}
+    for path in paths:
+        parent = path.rpartition("/")[0]
+        while parent and parent not in found:
+            parent = parent.rpartition("/")[0]
+        if parent:
+            found[parent].append(path)
+    return found
+
+
+def ops_below(listing: list[Op], top: str, paths: Iterable[str], whole: set[str]) -> list[Op]:
     """The ops of the changed ``paths`` strictly below the directory ``top`` (itself only made or
     chmod-ed), by the same rule, read from ``listing`` (every entry below ``top``, in walk order): a
     path the listing lacks is gone, a directory in ``whole`` is sent whole, any other only with its

@@ -13,7 +13,7 @@ from computer.runtime._backend import MirrorDir, MirrorFile, MirrorSymlink, Sync
 from computer.runtime._mirror import Mirror
 from computer.runtime._mirror_base import entry_of
 from computer.runtime._moves import Move, follow, followable, translate
-from computer.runtime._push_ops import Op, ops_below
+from computer.runtime._push_ops import Op, below_tops, ops_below
 from computer.storage import FileSystem
 from computer.storage.types import Change
 
@@ -251,3 +251,9 @@ def test_a_removal_never_goes_through_a_link_a_program_planted(tmp_path: Path) -
         sorted(os.listdir(mirror.directory)) == ["a", "d", "sub"]
         and os.listdir(mirror.directory / "sub") == []
     )
+
+
+def test_changed_paths_are_grouped_under_their_outermost_path_by_their_ancestors() -> None:
+    tops = ["/w/a", "/w/n"]
+    paths = ["/w/a", "/w/n/x", "/w/n/x/y", "/w/a/b", "/w/other/z"]
+    assert below_tops(tops, paths) == {"/w/a": ["/w/a/b"], "/w/n": ["/w/n/x", "/w/n/x/y"]}
