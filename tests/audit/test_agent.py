@@ -3,7 +3,9 @@ agent name when known"), read from the workspace file beside the agent that owns
 
 from __future__ import annotations
 
+import asyncio
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -60,9 +62,15 @@ def agent_name(cluster: Settings) -> Iterator[str]:
 async def test_a_durable_agents_calls_carry_its_name(cluster: Settings, agent_name: str) -> None:
     agent: Any = spawn(AuditedAgent, agent_name)
     assert (await agent.chat.remote("go")).text == "done"
+    # The owner commits its audit batch up to FLUSH_DELAY after the call, off the call's path (a
+    # reader in another process sees it then, later on a loaded machine): wait for it, bounded.
     fs = FileSystem.open(str(workspace_file(cluster, agent_name)), readonly=True)
     try:
+        deadline = time.monotonic() + 30.0
         records = await fs.audit.query(kind="tool")
+        while len(records) < len(CALLS) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+            records = await fs.audit.query(kind="tool")
     finally:
         fs.close()
     assert [(r.tool, r.status) for r in records] == [("write", "ok"), ("list", "ok"), ("read", "error")]
