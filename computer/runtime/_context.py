@@ -240,20 +240,22 @@ class LocalExecContext:
                     continue
                 if op.nlink > 1:
                     first_name[op.ino] = op.path
+                same = replaced is not None and op.path not in replaced
                 if op.size >= BIG_FILE:  # as its chunks: the mirror fetches the ones it lacks
                     try:
                         chunks = [c.hash for c in self.fs.file_chunks(op.path)]
                     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
                         push.deleted.append(op.path)
                         continue
-                    push.files.append(MirrorFile(op.path, None, op.mode, op.mtime, op.size, None, chunks))
+                    push.files.append(
+                        MirrorFile(op.path, None, op.mode, op.mtime, op.size, None, chunks, same)
+                    )
                     continue
                 if op.size > budget:  # alone on its page and still too big: fetched in pieces
-                    push.files.append(MirrorFile(op.path, None, op.mode, op.mtime, op.size))
+                    push.files.append(MirrorFile(op.path, None, op.mode, op.mtime, op.size, same=same))
                     budget = 0
                     continue
                 small.append((len(push.files), op))  # read in bulk below
-                same = replaced is not None and op.path not in replaced
                 push.files.append(MirrorFile(op.path, b"", op.mode, op.mtime, same=same))
                 budget -= op.size
         if small:
@@ -369,6 +371,11 @@ class LocalExecContext:
                 reasons[link.path] = why
             else:
                 symlinks[link.path] = link.target  # verbatim: resolved only inside a sandbox or the VFS
+        # A link to a large file of this page is made once that file is written (after the batch).
+        big = {f.path for f in chunked}
+        late = {path: first for path, first in links.items() if first in big} if big else {}
+        for path in late:
+            del links[path]
         if (writes or mkdirs or symlinks or links or chunked) and not await fs.exists(root):
             mkdirs.insert(0, root)
         applied: list[str] = []
@@ -386,6 +393,8 @@ class LocalExecContext:
         # fails that file alone).
         for f in chunked:
             await self._write_chunks(f, applied, reasons, own)
+        if late:
+            self._commit_links(late, applied, reasons, own)
         if staged is not None and pull.done:
             with contextlib.suppress(OSError):
                 before = fs.rev
@@ -420,6 +429,25 @@ class LocalExecContext:
             if batch.rev != before:
                 own.add(batch.rev)
         return staged
+
+    def _commit_links(
+        self, links: dict[str, str], applied: list[str], reasons: dict[str, str], own: set[int]
+    ) -> None:
+        """Make hard links (one batch) whose file is written only now; one whose file could not be
+        written is refused with it."""
+        for path, first in list(links.items()):
+            if first in reasons:
+                reasons[path] = reasons[first]
+                del links[path]
+        if not links:
+            return
+        before = self.fs.rev
+        batch = self.fs.commit_batch({}, links=links)
+        if batch.rev != before:
+            own.add(batch.rev)
+        applied += batch.applied
+        for path in batch.skipped:
+            reasons.setdefault(path, UNAPPLIED)
 
     async def _write_chunks(
         self, f: MirrorFile, applied: list[str], reasons: dict[str, str], own: set[int]

@@ -100,11 +100,13 @@ class MirrorPush(MirrorBase):
             except FileNotFoundError:
                 st = None
             if st is not None:
-                if f.same and f.link is None and f.data is not None and _rewrite_in_place(host, f):
+                if f.same and f.link is None and _rewrite_in_place(host, f):
                     # The file the workspace wrote: written into, as a write does (every name of a
                     # hard-linked one shows it, a program holding it open writes on after it).
                     self.state[rel] = entry_of(os.lstat(path))
                     written += 1
+                    if f.data is None and f.length > 0:  # emptied; its pieces are fetched next
+                        self.unfilled.append((f, None))
                     continue
                 if stat.S_ISDIR(st.st_mode):
                     remove_tree(path)
@@ -147,8 +149,12 @@ class MirrorPush(MirrorBase):
         return written
 
     def _prepare_chunked(self, host: Path, f: MirrorFile) -> None:
-        """Make ready a large file that arrives as chunks: the copy the mirror holds is kept (and only
-        the chunks that differ are fetched) when it is still exactly what was last synced."""
+        """Make ready a large file that arrives as chunks. Only the chunks that differ from the copy
+        the mirror holds are fetched when that copy is still exactly what was last synced (its chunk
+        list known); else all of them. A file the workspace wrote (``same``) is written into the file
+        the mirror holds, as a small one is (:func:`_rewrite_in_place`); anything else is a new file
+        (a name the workspace replaced: the old file's other names keep its content), which starts as
+        a copy of the held one when that is what was last synced, so the fetch stays the same."""
         rel = self.rel(f.path)
         assert f.chunks is not None
         old = self.chunks.pop(rel, None)
@@ -156,20 +162,19 @@ class MirrorPush(MirrorBase):
             st = os.lstat(host)
         except FileNotFoundError:
             st = None
-        keep = (
+        synced = (
             old is not None
             and st is not None
             and stat.S_ISREG(st.st_mode)
             and self.state.get(rel) == entry_of(st)
         )
-        if keep:
+        fd = _open_in_place(host) if f.same else None
+        if fd is None:
+            fd, synced = _new_file(host, f.mode, synced)
+        needed = list(range(len(f.chunks)))
+        if synced:
             assert old is not None
-            fd = os.open(host, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-            needed = [i for i, h in enumerate(f.chunks) if i >= len(old) or old[i] != h]
-        else:
-            remove_node(host)
-            fd = os.open(host, CREATE, f.mode & 0o777)
-            needed = list(range(len(f.chunks)))
+            needed = [i for i in needed if i >= len(old) or old[i] != f.chunks[i]]
         try:
             if self.owner is not None:
                 os.fchown(fd, *self.owner)
@@ -221,24 +226,68 @@ class MirrorPush(MirrorBase):
         self.refetch.difference_update(refetched)
 
 
-def _rewrite_in_place(host: Path, f: MirrorFile) -> bool:
-    """Write ``f`` into the regular file at ``host``; False when ``host`` is anything else or cannot be
-    opened for writing (a program runs it: ``ETXTBSY``), and the caller replaces it. The descriptor is
-    opened without following a link and without blocking, and checked to be that same regular file."""
+def _open_in_place(host: Path) -> int | None:
+    """A descriptor to write into the regular file at ``host``; None when ``host`` is anything else or
+    cannot be opened for writing (a program runs it: ``ETXTBSY``). Opened without following a link and
+    without blocking, and checked to be the file ``lstat`` saw."""
     try:
         st = os.lstat(host)
     except FileNotFoundError:
-        return False
+        return None
     if not stat.S_ISREG(st.st_mode):
-        return False
+        return None
     try:
         fd = os.open(host, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
+        return None
+    now = os.fstat(fd)
+    if not stat.S_ISREG(now.st_mode) or now.st_ino != st.st_ino:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _new_file(host: Path, mode: int, copy: bool) -> tuple[int, bool]:
+    """Replace whatever is at ``host`` by a new empty file; with ``copy``, holding the old regular
+    file's bytes first (copied in the kernel). Its descriptor, and whether the copy was made."""
+    source = None
+    if copy:
+        try:
+            source = os.open(host, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+            if not stat.S_ISREG(os.fstat(source).st_mode):
+                os.close(source)
+                source = None
+        except OSError:
+            source = None
+    try:
+        remove_node(host)
+        fd = os.open(host, CREATE, mode & 0o777)
+        if source is None:
+            return fd, False
+        try:
+            left = os.fstat(source).st_size
+            while left > 0:
+                done = os.copy_file_range(source, fd, left)
+                if done == 0:
+                    break
+                left -= done
+        except OSError:
+            os.ftruncate(fd, 0)
+            return fd, False
+        return fd, True
+    finally:
+        if source is not None:
+            os.close(source)
+
+
+def _rewrite_in_place(host: Path, f: MirrorFile) -> bool:
+    """Write ``f`` into the regular file at ``host`` (see :func:`_open_in_place`; one whose bytes come
+    in pieces is emptied, and filled by :meth:`MirrorPush.fill`); False when it cannot, and the caller
+    replaces it."""
+    fd = _open_in_place(host)
+    if fd is None:
         return False
     try:
-        now = os.fstat(fd)
-        if not stat.S_ISREG(now.st_mode) or now.st_ino != st.st_ino:
-            return False
         os.ftruncate(fd, 0)
         write_all(fd, f.data or b"")
         os.fchmod(fd, f.mode & SAFE_BITS)

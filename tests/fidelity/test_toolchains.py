@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from computer.runtime import ShellBackend
+
 from ._support import THREADS, ok, opened
 
 MiB = 1024 * 1024
@@ -58,6 +60,36 @@ async def test_git_repository_with_a_multi_mb_binary_stays_intact_across_calls_a
         assert (
             await ok(ws, "cd repo && git status --porcelain && git rev-list --count main")
         ).stdout == "2\n"
+
+
+# Each repository checked: whole (fsck), its history, and how many of the two repositories' object
+# files have two names (the clone's hard links).
+_CLONES = (
+    "for r in src copy; do git -C $r fsck --strict 2>&1 && git -C $r rev-list --count HEAD; done"
+    " && find src/.git/objects copy/.git/objects -path '*/objects/??/*' -type f -links 2 | wc -l"
+)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_git_clone_local_keeps_both_repositories_whole(db: Path, live: bool) -> None:
+    """``git clone --local`` hard-links the source's objects into the clone; an object over 1 MiB is
+    pulled as chunks. Before: the link was applied before the file it names was written and refused,
+    so the source repository lost the object ("missing blob", per call) or held a copy of it (live)."""
+    need("git")
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ok(
+            ws,
+            "git init -q -b main src && cd src && git config user.email a@b.c && git config user.name T"
+            " && head -c 2500000 /dev/urandom > blob.bin && echo hi > a.txt && git add -A && git commit -qm one",
+        )
+        cloned = await ok(ws, "git clone -q --local src copy")
+        assert cloned.skipped == [], cloned.skipped_reasons
+        assert (await ok(ws, _CLONES)).stdout == "1\n1\n8\n"  # 4 objects (blob, blob, tree, commit) x 2
+        await ok(
+            ws, "cd copy && echo more >> a.txt && git -c user.email=a@b.c -c user.name=T commit -qam two"
+        )
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        assert (await ok(ws, _CLONES)).stdout == "1\n2\n8\n"
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ import pytest
 
 from computer.runtime import ShellBackend
 
-from ._support import ROOT, ok, opened, until
+from ._support import ROOT, digest, ok, opened, until
 
 LIVE = ShellBackend(live=True).live
 
@@ -37,12 +37,18 @@ async def test_a_name_the_workspace_replaced_leaves_the_files_other_names_alone(
         assert (await ok(ws, "cat a c l")).stdout == "new\none\nkept, both names\n"
 
 
+@pytest.mark.parametrize("pieces", [False, True], ids=["whole", "in-pieces"])
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
-async def test_a_file_the_workspace_writes_keeps_its_inode(tmp_path: Path, live: bool) -> None:
-    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+async def test_a_file_the_workspace_writes_keeps_its_inode(tmp_path: Path, live: bool, pieces: bool) -> None:
+    """``pieces``: pages of 64 KiB, so a 200 KB write does not fit one and is fetched in pieces (before:
+    such a file was made anew, so whether a write kept the file depended on where a page ended)."""
+    shell = ShellBackend(live=live, max_sync_bytes=64 * 1024) if pieces else ShellBackend(live=live)
+    text = "v2, longer than before\n" * (9000 if pieces else 1)
+    async with opened(tmp_path / "ws.sqlite", shell=shell, python=False) as ws:
         before = (await ok(ws, "echo v1 > f && stat -c %i f")).stdout
-        await ws.fs.write_file(f"{ROOT}/f", "v2, longer than before\n")
-        assert (await ok(ws, "stat -c %i f && cat f")).stdout == before + "v2, longer than before\n"
+        await ws.fs.write_file(f"{ROOT}/f", text)
+        seen = await ok(ws, "stat -c %i f && sha256sum f | cut -c1-64")
+        assert seen.stdout == before + digest(text.encode()) + "\n"
         await ws.fs.write_file(f"{ROOT}/f", "")
         assert (await ok(ws, "stat -c '%i %s' f")).stdout == before.strip() + " 0\n"
 
@@ -105,3 +111,38 @@ async def test_a_program_appending_all_the_time_goes_on_after_a_workspace_rewrit
         numbers = [int(n) for n in after[1:]]
         assert numbers == list(range(numbers[0], 301)), after  # every line after the rotation, in order
         assert numbers[0] < 300 and (await ok(ws, "cat log")).stdout == "".join(f"{n}\n" for n in after)
+
+
+BIG = 3 * 1024 * 1024 + 7  # over 1 MiB: sent both ways as chunks, fetched and written one by one
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_large_file_keeps_its_names_and_its_identity(tmp_path: Path, live: bool) -> None:
+    """The same rules for a file sent as chunks. Before: a run's hard link to a large file was applied
+    in the workspace before the file it names was written, so the link was refused and lost on both
+    sides; a large file the workspace wrote was made anew in the sandbox (a program holding it lost
+    it), and a large hard-linked name the workspace replaced was written in place when the mirror
+    knew its chunks (its other names showed the new content)."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        made = await ok(
+            ws,
+            f"head -c {BIG} /dev/urandom > a && ln a c && head -c {BIG} /dev/urandom > k && ln k l"
+            " && sha256sum a | cut -c1-64 && stat -c %i k",
+        )
+        assert made.skipped == [], made.skipped_reasons
+        old_a, ino_k = made.stdout.split()
+        for name in ("a", "c", "k", "l"):
+            assert (await ws.fs.stat(f"{ROOT}/{name}")).nlink == 2
+        assert digest(await ws.fs.read_file(f"{ROOT}/c")) == old_a
+        await ws.fs.rm(f"{ROOT}/a")
+        await ws.fs.write_file(f"{ROOT}/a", b"n" * BIG)  # replaced: a new file
+        await ws.fs.write_file(f"{ROOT}/k", b"w" * BIG)  # written: the same file, both names
+        seen = await ok(ws, "sha256sum a c k l | cut -c1-64 && stat -c %h c k && stat -c %i k")
+        new_a, new_k = digest(b"n" * BIG), digest(b"w" * BIG)
+        assert seen.stdout.split() == [new_a, old_a, new_k, new_k, "1", "2", ino_k]
+        assert digest(await ws.fs.read_file(f"{ROOT}/c")) == old_a
+        assert digest(await ws.fs.read_file(f"{ROOT}/l")) == new_k
+    async with opened(db, python=False) as ws:
+        again = await ok(ws, "sha256sum a c k l | cut -c1-64 && stat -c %h c k")
+        assert again.stdout.split() == [new_a, old_a, new_k, new_k, "1", "2"]

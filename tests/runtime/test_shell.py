@@ -407,17 +407,29 @@ async def test_a_small_change_in_a_large_file_moves_one_chunk_each_way(tmp_path:
         assert ctx.staged == 20_000_000  # a new file: every chunk is new
         ctx.staged = 0
         page = "dd if=/dev/urandom of=big.db bs=4096 count=1 seek=1000 conv=notrunc status=none"
-        changed = await (await runtime.exec(page + "; sha256sum big.db")).result()
+        look = "; sha256sum big.db | cut -c1-64; stat -c %i big.db"
+        changed = await (await runtime.exec(page + look)).result()
         assert ctx.staged == 512 * 1024  # one chunk
         digest = hashlib.sha256(await ws.fs.read_file("/workspace/big.db")).hexdigest()
         assert changed.stdout.split()[0] == digest
         chunks = [c.hash for c in ws.fs.file_chunks("/workspace/big.db")]
         await ws.fs.write_chunks("/workspace/big.db", [*chunks[:5], b"x" * (512 * 1024), *chunks[6:]])
-        seen = await (await runtime.exec("sha256sum big.db")).result()
-        await runtime.close()
+        seen = await (await runtime.exec("true" + look)).result()
         assert ctx.fetched == 512 * 1024  # the push fetched the one chunk the mirror lacked
+        digest = hashlib.sha256(await ws.fs.read_file("/workspace/big.db")).hexdigest()
+        assert seen.stdout.split() == [digest, changed.stdout.split()[1]]  # written into the same file
+        # Replaced (removed, written again): a new file, made from the held copy: still one chunk.
+        data = bytearray(await ws.fs.read_file("/workspace/big.db"))
+        data[7 * 512 * 1024 : 8 * 512 * 1024] = b"y" * (512 * 1024)
+        await ws.fs.rm("/workspace/big.db")
+        await ws.fs.write_file("/workspace/big.db", bytes(data))
+        ctx.fetched = 0
+        replaced = await (await runtime.exec("true" + look)).result()
+        await runtime.close()
+        assert ctx.fetched == 512 * 1024
+        digest = hashlib.sha256(await ws.fs.read_file("/workspace/big.db")).hexdigest()
         assert (
-            seen.stdout.split()[0] == hashlib.sha256(await ws.fs.read_file("/workspace/big.db")).hexdigest()
+            replaced.stdout.split()[0] == digest and replaced.stdout.split()[1] != changed.stdout.split()[1]
         )
         assert not await ws.fs.exists("/.computer/sync/x") and await ws.fs.ls("/.computer/sync") == []
 
