@@ -117,6 +117,7 @@ class LiveSandbox(LiveJobs):
         self._requests: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._next_ref = 0
         self.dead: str | None = None  # why the sandbox cannot take runs any more
+        self.kills_at_end = 0  # the memory group's out-of-memory kills when it ended
         self.ended = asyncio.Event()
         self._ending: asyncio.Task[None] | None = None
         self.bridge: AssetsBridge | None = None
@@ -215,6 +216,7 @@ class LiveSandbox(LiveJobs):
     def _lost(self, why: str) -> None:
         if self.dead is None:
             self.dead = why
+            self.kills_at_end = self.oom_kills()  # read while the group is there (see LiveJobs.output)
         with contextlib.suppress(Exception):
             self.loop.remove_reader(self.channel.fileno())
         error = LiveSandboxError(f"the live sandbox ended: {self.dead}")

@@ -51,6 +51,7 @@ class LiveJobs:
     background: dict[str, BackgroundLog]
     _adopted: set[int]
     _oom_control: ControlFile | None  # ``memory.oom_control``, kept open
+    kills_at_end: int  # ``oom_kills()`` when the sandbox ended
 
     def _send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
         raise NotImplementedError  # the channel's (``LiveSandbox``)
@@ -175,7 +176,14 @@ class LiveJobs:
                     timed_out, deadline = True, None
                     self.signal_job(job)
                     await self._await_exit(job)
-            code, error = job.exited.result()
+            try:
+                code, error = job.exited.result()
+            except LiveSandboxError:
+                # The sandbox ended under the run. Out of memory, its files still fill the group once
+                # the command is killed, and the init is killed next where it cannot be made immune
+                # (no CAP_SYS_RESOURCE: a Ray worker, a container): the run died of its memory.
+                outcome.out_of_memory = self.kills_at_end > oom_before
+                raise
             # Everything the program wrote before it exited is in the pipes: drain it now.
             for fd in list(open_fds):  # no reader may pop a stream while the drain yields
                 loop.remove_reader(fd)

@@ -147,6 +147,11 @@ class LiveSandboxes:
                 error = str(exc)
             except LiveSandboxError as exc:  # the sandbox died under the run: what it wrote is pulled
                 error = f"{exc}; the next run starts a fresh sandbox"
+                if outcome.out_of_memory:  # killed with it (SIGKILL) for the memory it used
+                    outcome.exit_code = 137
+                    error = out_of_memory_error(self.sandbox.limits.memory_mb, self.mount_root) + (
+                        f"; the live sandbox ended with it ({sandbox.dead}), the next run starts a fresh one"
+                    )
                 await self.drop(sandbox, "it ended under a run")
             if sandbox.alive:
                 await sandbox.sync(push=False)

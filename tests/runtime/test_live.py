@@ -180,6 +180,48 @@ async def test_the_memory_limit_holds_across_calls() -> None:
         assert (after.status, after.stdout) == ("completed", "fine\n")
 
 
+def _init_above(pid: int) -> int:
+    """The host pid of the live sandbox's init: the first ``python3`` above ``pid``."""
+    for _ in range(8):
+        with open(f"/proc/{pid}/stat") as f:
+            pid = int(f.read().rpartition(")")[2].split()[1])
+        with open(f"/proc/{pid}/comm") as f:
+            if f.read().strip() == "python3":
+                return pid
+    raise AssertionError("no init above the command")
+
+
+async def test_a_sandbox_ended_under_a_run_after_an_out_of_memory_kill_says_out_of_memory() -> None:
+    """Out of memory with the group still full of the run's files, the kernel kills the init next where
+    it cannot be made immune (no CAP_SYS_RESOURCE: a Ray worker, a container like this machine's):
+    the result said "the live sandbox ended: its first process ended", no exit code (the scratch test
+    of test_shell.py, 64 MiB: 11 runs of 15 here right after a full suite, 1 of 8 later). Now it says
+    why, with 137. The kernel's order is not reproducible on
+    demand: here a real kill is counted by the group (a program over the limit), then the init is
+    killed by hand while the run goes on."""
+    marker = "61.375"
+    hog = "python3 -c 'b = bytearray(200 << 20); b[::4096] = bytes(len(b[::4096]))'"
+    async with computer.Workspace(backends=[ShellBackend(memory_mb=64)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        handle = await ws.runtime.exec(f"{hog} || echo killed; echo kept > kept.txt; sleep {marker}")
+        async for snapshot in handle:
+            if "killed" in snapshot.stdout:
+                break
+
+        async def sleeping() -> bool:
+            return bool(host_pids_with(f"sleep {marker}"))
+
+        await eventually(sleeping)
+        (sleeper,) = host_pids_with(f"sleep {marker}")
+        os.kill(_init_above(sleeper), 9)
+        result = await asyncio.wait_for(handle.result(), 60)
+        assert result.exit_code == 137 and result.error is not None, result
+        assert "out of memory" in result.error and "its first process ended" in result.error
+        assert await ws.fs.read_text("/workspace/kept.txt") == "kept\n"
+        after = await run(ws, "echo fine")
+        assert (after.status, after.stdout) == ("completed", "fine\n")
+
+
 async def test_concurrent_calls_run_in_the_same_sandbox(ws: computer.Workspace) -> None:
     first = await ws.runtime.exec("echo one > one.txt; sleep 0.5; cat two.txt")
     second = await ws.runtime.exec("sleep 0.2; echo two > two.txt; cat one.txt")
