@@ -452,17 +452,26 @@ class LocalExecContext:
     async def _write_chunks(
         self, f: MirrorFile, applied: list[str], reasons: dict[str, str], own: set[int]
     ) -> None:
-        """Write one large file from its chunks; its revision counts as the run's own only when
-        nothing else committed in between (else the mirror simply claims less)."""
+        """Write one large file from its chunks, in a batch of its own: as a batch's write, a name of a
+        file with several names gets a new file (the program replaced it; names that still share the
+        file come as links, after it), where ``write_chunks`` would write into the shared file. Its
+        revision counts as the run's own only when nothing else committed in between (else the
+        mirror simply claims less)."""
         fs = self.fs
+        assert f.chunks is not None
         before = fs.rev
         try:
-            await fs.write_chunks(f.path, f.chunks, mode=f.mode & _SAFE_BITS, mtime=f.mtime)
+            batch = fs.commit_batch(
+                {f.path: list(f.chunks)}, modes={f.path: f.mode & _SAFE_BITS}, mtimes={f.path: f.mtime}
+            )
         except OSError as exc:
             reasons[f.path] = f"could not be applied: {exc.strerror or exc}"
             return
-        if fs.rev == before + 1:
-            own.add(fs.rev)
+        if batch.rev == before + 1:
+            own.add(batch.rev)
+        if f.path in batch.skipped:
+            reasons[f.path] = UNAPPLIED
+            return
         applied.append(f.path)
 
 

@@ -10,7 +10,7 @@ import hashlib
 import os
 import secrets
 import stat
-from collections.abc import Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
 
@@ -361,9 +361,25 @@ class MirrorPull(MirrorBase):
         self.rev = rev
 
     def forget_chunks(self, plan: PullPlan | None) -> None:
-        """Forget the chunk lists of the files a run changed (their content is no longer that)."""
+        """Forget the chunk lists of the files a run changed (their content is no longer that) or
+        removed, below a removed directory too (the store frees their chunks: a pull taking them as
+        held when a program makes the same file there again would name chunks the store lacks)."""
         if plan is None:
             return
         for rel, _ in [*plan.files, *plan.links]:
             self.chunks.pop(rel, None)
             self.prints.pop(rel, None)
+        if plan.deleted and self.chunks:
+            gone = {self.rel(path) for path in plan.deleted}
+            for rel in [r for r in self.chunks if any(a in gone for a in _self_and_ancestors(r))]:
+                del self.chunks[rel]
+                self.prints.pop(rel, None)
+
+
+def _self_and_ancestors(rel: str) -> Iterator[str]:
+    """``rel`` and each directory above it, up to the mirror's root ("")."""
+    while True:
+        yield rel
+        if not rel:
+            return
+        rel = rel.rpartition("/")[0]
