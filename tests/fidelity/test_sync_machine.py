@@ -19,6 +19,10 @@ Decisions:
   in that window (checked: the run must still be running when the operation returns).
 - Two concurrent runs: the model applies them in the order their results arrived (a pull is one
   transaction); a path both runs changed to different contents may be applied by at most one of them.
+- Contents are small text or, one time in three, over 1 MiB (made by the run with ``head | tr``: too
+  large for ``$C``), so large files go through every rule as chunks; one rule makes a file, removes it
+  and makes it again with the same bytes in three runs (it caught the mirror naming chunks the store
+  had freed, within 12 s).
 - Bounded: few examples and steps, no shrinking (each step costs real sandboxed runs; the unshrunk
   failing program is still printed). Deterministic (``derandomize``): a failure is reproducible.
 """
@@ -48,7 +52,20 @@ T = TypeVar("T")
 FILES = ["a", "b", "d/c", "d/e", "f/g/h"]
 DIRS = ["d", "f", "f/g"]
 PATHS = st.sampled_from(FILES)
-CONTENT = st.text(alphabet="abxyz \n", max_size=24).map(lambda s: s.encode())
+SMALL = st.text(alphabet="abxyz \n", max_size=24).map(lambda s: s.encode())
+
+
+# Over 1 MiB: synced as chunks both ways (two share a letter, so a file made again with the bytes of
+# one removed before names the same chunks). A run makes one with ``head | tr``, not from ``$C``.
+class Large(bytes):
+    """Bytes printed short in a failing program (hypothesis prints every step's arguments)."""
+
+    def __repr__(self) -> str:
+        return f"Large({self[:1]!r} * {len(self)})"
+
+
+LARGE = st.sampled_from([Large(b"X" * 1_100_000), Large(b"Y" * 1_600_000), Large(b"X" * 1_600_000)])
+CONTENT = st.one_of(SMALL, SMALL, LARGE)
 
 # One run operation: (kind, path, other path, content).
 RUN_OPS = st.one_of(
@@ -75,15 +92,27 @@ def _q(path: str) -> str:
     return "'" + path + "'"
 
 
+def _large(content: bytes) -> bool:
+    return len(content) > 1024 * 1024
+
+
+def env_of(op: Op) -> dict[str, str]:
+    """The run's ``$C``: the content, or nothing for a large one (made by the run itself)."""
+    return {"C": "" if _large(op[3]) else op[3].decode()}
+
+
 def shell_of(op: Op, model: dict[str, bytes]) -> tuple[str, dict[str, bytes | None]]:
     """The bash for ``op`` and what it does to the files, as seen from ``model`` (the run's mirror)."""
     kind, path, other, content = op
+    made = (
+        f"head -c {len(content)} /dev/zero | tr '\\0' {content[:1].decode()}"
+        if _large(content)
+        else 'printf %s "$C"'
+    )
     if kind == "write":
-        return f'mkdir -p {_q(posixpath.dirname(path) or ".")} && printf %s "$C" > {_q(path)}', {
-            path: content
-        }
+        return f"mkdir -p {_q(posixpath.dirname(path) or '.')} && {made} > {_q(path)}", {path: content}
     if kind == "append":
-        return f'mkdir -p {_q(posixpath.dirname(path) or ".")} && printf %s "$C" >> {_q(path)}', {
+        return f"mkdir -p {_q(posixpath.dirname(path) or '.')} && {made} >> {_q(path)}", {
             path: model.get(path, b"") + content
         }
     if kind == "delete":
@@ -174,9 +203,16 @@ class SyncMachine(RuleBasedStateMachine):
     @rule(op=RUN_OPS)
     def shell_run(self, op: Op) -> None:
         source, effects = shell_of(op, self.model)
-        result = self.call(ok(self.ws, source, env={"C": op[3].decode()}))
+        result = self.call(ok(self.ws, source, env=env_of(op)))
         assert result.skipped == [], result.skipped  # nothing raced it: nothing may be left out
         self.apply_run(result, effects)
+
+    @rule(path=PATHS, content=CONTENT)
+    def made_removed_and_made_again(self, path: str, content: bytes) -> None:
+        """Three runs: a file made, removed, then made again with the same bytes (an archive
+        restored, a file gunzipped): a large one names chunks the store freed in between."""
+        for kind in ("write", "delete", "write"):
+            self.shell_run((kind, path, path, content))
 
     @rule(run_op=RUN_OPS, ws_op=WS_OPS)
     def workspace_change_during_a_run(self, run_op: Op, ws_op: Op) -> None:
@@ -184,7 +220,7 @@ class SyncMachine(RuleBasedStateMachine):
 
         async def step() -> ExecResult:
             handle = await self.ws.runtime.exec(
-                f"echo ready; sleep 1; {source}", env={"C": run_op[3].decode()}, timeout=60
+                f"echo ready; sleep 1; {source}", env=env_of(run_op), timeout=60
             )
             ready = asyncio.Event()
 
@@ -210,9 +246,7 @@ class SyncMachine(RuleBasedStateMachine):
 
         async def step() -> list[tuple[ExecResult, dict[str, bytes | None]]]:
             handles = [
-                await self.ws.runtime.exec(
-                    f"sleep {0.6 * i}; {source}", env={"C": op[3].decode()}, timeout=60
-                )
+                await self.ws.runtime.exec(f"sleep {0.6 * i}; {source}", env=env_of(op), timeout=60)
                 for i, ((source, _), op) in enumerate(zip(plans, (first, second), strict=True))
             ]
             tasks = [asyncio.ensure_future(h.result()) for h in handles]
@@ -289,7 +323,7 @@ class LiveSyncMachine(SyncMachine):
 
         async def step() -> tuple[ExecResult, dict[str, bytes | None]]:
             handle = await self.ws.runtime.exec(
-                f"echo ready; sleep 1.5; {source}", env={"C": run_op[3].decode()}, timeout=60
+                f"echo ready; sleep 1.5; {source}", env=env_of(run_op), timeout=60
             )
             async for snapshot in handle:
                 if "ready" in snapshot.stdout:
@@ -308,7 +342,7 @@ class LiveSyncMachine(SyncMachine):
     def two_concurrent_runs(self, first: Op, second: Op) -> None:
         async def step() -> None:
             source, effects = shell_of(first, self.model)
-            one = await self.ws.runtime.exec(source + "; sleep 1", env={"C": first[3].decode()}, timeout=60)
+            one = await self.ws.runtime.exec(source + "; sleep 1", env=env_of(first), timeout=60)
             await asyncio.sleep(0.3)  # the first acted (its sleep keeps it running)
             self_model_after_first = dict(self.model)
             for path, content in effects.items():
@@ -317,7 +351,7 @@ class LiveSyncMachine(SyncMachine):
                 else:
                     self_model_after_first[path] = content
             source2, effects2 = shell_of(second, self_model_after_first)
-            two = await self.ws.runtime.exec(source2, env={"C": second[3].decode()}, timeout=60)
+            two = await self.ws.runtime.exec(source2, env=env_of(second), timeout=60)
             results = [await asyncio.wait_for(h.result(), 60 + MARGIN) for h in (one, two)]
             for result in results:
                 assert result.skipped == [], result.skipped
