@@ -53,6 +53,7 @@ __all__ = [
     "encode_sync",
     "pack_frame",
     "read_request",
+    "to_plain",
 ]
 
 _HEADER = struct.Struct(">I")
@@ -308,3 +309,12 @@ def decode_sync(kind: type[T], data: bytes) -> T:
     if "moves" in plain:
         plain["moves"] = [tuple(move) for move in plain["moves"]]
     return kind(**plain)
+
+
+def to_plain(value: Any) -> Any:
+    """Dataclass results as dicts (recursively), so they travel as msgpack."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, list | tuple):
+        return [to_plain(v) for v in value]
+    return value

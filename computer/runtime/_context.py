@@ -26,6 +26,7 @@ from ._backend import (
     SyncPull,
     SyncPush,
 )
+from ._codec import to_plain
 from ._moves import Move, follow, followable
 from ._pull_rules import (
     CONFLICT,
@@ -38,9 +39,20 @@ from ._pull_rules import (
     needed_dirs,
     outermost,
 )
-from ._push_ops import Op, below_tops, op_key, op_of, ops_below, over_limit, replaced, sent_whole, walk_key
+from ._push_ops import (
+    Op,
+    below_tops,
+    link_sources,
+    op_key,
+    op_of,
+    ops_below,
+    over_limit,
+    replaced,
+    sent_whole,
+    walk_key,
+)
 
-__all__ = ["FS_OPS", "GUEST_OPS", "LocalExecContext", "to_plain"]
+__all__ = ["FS_OPS", "GUEST_OPS", "LocalExecContext"]
 
 # What the python backend's ``workspace`` module offers, in the order its description lists them.
 GUEST_OPS = (
@@ -62,15 +74,6 @@ GUEST_OPS = (
 FS_OPS = frozenset((*GUEST_OPS, "readlink", "symlink", "file_chunks", "read_chunks"))
 # Where a pull stages the new chunks of large files until a page names them.
 STAGING = "/.computer/sync"
-
-
-def to_plain(value: Any) -> Any:
-    """Dataclass results as dicts (recursively), so they travel as msgpack."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, list | tuple):
-        return [to_plain(v) for v in value]
-    return value
 
 
 class LocalExecContext:
@@ -127,7 +130,9 @@ class LocalExecContext:
                 # the mirror holds (what a followed rename moved there) and gets its changes below.
                 ops = await self._changed_ops(root, paths, sent_whole(rest, refetch))
                 # A file only written (not removed, replaced or renamed here) is written in place.
-                page = await self._page(changes.rev, root, False, ops, limits, replaced(rest))
+                # A name the workspace linked to a file the mirror holds is linked there too.
+                linked = link_sources(rest, refetch)
+                page = await self._page(changes.rev, root, False, ops, limits, replaced(rest), linked)
                 if moves and limits.after is None:
                     page = dataclasses.replace(page, moves=[(m.src, m.dst) for m in moves])
                 return page
@@ -191,8 +196,10 @@ class LocalExecContext:
         ops: list[Op],
         limits: SyncLimits,
         replaced: set[str] | None = None,
+        linked: dict[str, tuple[str, bool]] | None = None,
     ) -> SyncPush:
         push = SyncPush(rev, root, full)
+        linked = linked or {}
         start = 0
         if limits.after is not None:
             after = walk_key(limits.after)
@@ -238,9 +245,15 @@ class LocalExecContext:
                 if op.nlink > 1 and op.ino in first_name:
                     push.files.append(MirrorFile(op.path, b"", op.mode, op.mtime, 0, first_name[op.ino]))
                     continue
+                same = replaced is not None and op.path not in replaced
+                held = linked.get(op.path) if op.nlink > 1 else None
+                if held is not None:  # a new name of a file the mirror holds: linked there, and
+                    push.files.append(MirrorFile(op.path, b"", op.mode, op.mtime, 0, held[0]))
+                    if not held[1]:  # written into if it was written after (carries no bytes else)
+                        continue
+                    same = True
                 if op.nlink > 1:
                     first_name[op.ino] = op.path
-                same = replaced is not None and op.path not in replaced
                 if op.size >= BIG_FILE:  # as its chunks: the mirror fetches the ones it lacks
                     try:
                         chunks = [c.hash for c in self.fs.file_chunks(op.path)]

@@ -70,6 +70,9 @@ class Mirror(MirrorPush, MirrorPull):
     own_revs: list[int] = field(default_factory=list)
     # Workspace paths a pull left alone and removed from the mirror: the next push sends them whole.
     refetch: set[str] = field(default_factory=set)
+    # Inodes of files the mirror saw with several names (a hint): a run removing or replacing one name
+    # changes the others' ctime without an event in their directories (``settle`` looks again).
+    linked: set[int] = field(default_factory=set, repr=False)
 
     def invalidate(self) -> None:
         """Forget what the mirror holds: the next push is a full one."""

@@ -47,6 +47,7 @@ class MirrorBase:
     owner: tuple[int, int] | None
     own_revs: list[int]
     refetch: set[str]
+    linked: set[int]
 
     def host(self, path: str) -> Path:
         return self.directory / self.rel(path)

@@ -203,6 +203,7 @@ class MirrorPull(MirrorBase):
                 ino = entry.ino
                 if ino in first_name:
                     plan.links.append((rel, first_name[ino]))
+                    self.linked.add(ino)
                 else:
                     first_name[ino] = path
                     plan.files.append((rel, entry))
@@ -227,6 +228,7 @@ class MirrorPull(MirrorBase):
                     shared.append(rel)
         if not shared:
             return
+        self.linked.update(now[rel].ino for rel in shared)
         by_ino: dict[int, list[str]] = {}
         for rel, entry in now.items():
             if entry.kind == "f":
@@ -337,6 +339,7 @@ class MirrorPull(MirrorBase):
         followed (``(old, new, rev)``, in order), done here first: each one the mirror follows it
         holds (``own_revs``); one it cannot is dropped and its new name fetched again whole."""
         self.forget_chunks(plan)
+        unlinked = self._unlinked(plan)
         if plan is not None:
             self.chunks.update(plan.chunk_lists)
             for rel, prints in plan.chunk_prints.items():
@@ -358,7 +361,24 @@ class MirrorPull(MirrorBase):
             # it), else replaces it. Anything else refused (too big, protected) is not held here.
             self._forget(rel)
             self.refetch.add(path)
+        if unlinked:  # their other names' ctime changed with no event there: taken in now
+            for key, entry in list(self.state.items()):
+                if entry.kind == "f" and entry.ino in unlinked:
+                    with contextlib.suppress(OSError):
+                        self.state[key] = entry_of(os.lstat(self.directory / key))
         self.rev = rev
+
+    def _unlinked(self, plan: PullPlan | None) -> set[int]:
+        """Inodes of files seen with several names (``linked``) of which the run removed or replaced a
+        name (read before the state is adopted)."""
+        if plan is None or not self.linked:
+            return set()
+        found = set()
+        for rel in [self.rel(path) for path in plan.deleted] + [rel for rel, _ in plan.files]:
+            old = self.state.get(rel)
+            if old is not None and old.kind == "f" and old.ino in self.linked:
+                found.add(old.ino)
+        return found
 
     def forget_chunks(self, plan: PullPlan | None) -> None:
         """Forget the chunk lists of the files a run changed (their content is no longer that) or

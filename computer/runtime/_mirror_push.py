@@ -21,7 +21,7 @@ from ._beneath import (
     remove_node,
     write_all,
 )
-from ._mirror_base import MirrorBase, entry_of, is_below
+from ._mirror_base import Entry, MirrorBase, entry_of, is_below
 from ._scratch import remove_tree
 
 __all__ = ["MirrorPush"]
@@ -81,6 +81,7 @@ class MirrorPush(MirrorBase):
         written = 0
         base = os.fspath(self.directory)
         ready: set[str] = set()  # parent directories already made real in this page
+        relinked: dict[int, Entry] = {}  # files given a name here, by inode: their entry now
         for f in push.files:
             rel = self.rel(f.path)
             host = self.host(f.path)
@@ -103,7 +104,10 @@ class MirrorPush(MirrorBase):
                 if f.same and f.link is None and _rewrite_in_place(host, f):
                     # The file the workspace wrote: written into, as a write does (every name of a
                     # hard-linked one shows it, a program holding it open writes on after it).
-                    self.state[rel] = entry_of(os.lstat(path))
+                    written_st = os.lstat(path)
+                    self.state[rel] = entry_of(written_st)
+                    if written_st.st_nlink > 1:
+                        relinked[written_st.st_ino] = self.state[rel]
                     written += 1
                     if f.data is None and f.length > 0:  # emptied; its pieces are fetched next
                         self.unfilled.append((f, None))
@@ -114,12 +118,11 @@ class MirrorPush(MirrorBase):
                 else:
                     os.unlink(path)
             if f.link is not None:
-                try:
-                    os.link(self.host(f.link), host, follow_symlinks=False)
-                except OSError:
-                    continue  # the first name is gone: the next push carries this one whole
-                self.state[self.rel(f.path)] = entry_of(os.lstat(host))
-                self.state[self.rel(f.link)] = entry_of(os.lstat(self.host(f.link)))
+                now = self._link(self.rel(f.link), rel)
+                if now is None:
+                    self.refetch.add(f.path)  # its file is not here: fetched whole (one more round)
+                else:
+                    relinked[now.ino] = now
                 continue
             fd = os.open(path, CREATE, f.mode & 0o777)
             try:
@@ -138,6 +141,13 @@ class MirrorPush(MirrorBase):
             if f.data is None and f.length > 0:
                 self.unfilled.append((f, None))
             self.state[rel] = entry_of(st)
+        if (
+            relinked
+        ):  # a link or a write changes a file's ctime (the pull compares it): every name takes it in
+            self.linked.update(relinked)
+            for key, held in self.state.items():
+                if held.kind == "f" and held.ino in relinked:
+                    self.state[key] = relinked[held.ino]
         for link in push.symlinks:
             host = self.host(link.path)
             make_parent(self.directory, host, self.owner)
@@ -147,6 +157,27 @@ class MirrorPush(MirrorBase):
                 os.lchown(host, *self.owner)
             self.state[self.rel(link.path)] = entry_of(os.lstat(host))
         return written
+
+    def _link(self, existing: str, new: str) -> Entry | None:
+        """Give the regular file the mirror holds at ``existing`` the name ``new`` (both parents opened
+        below the mirror without following a link: one a program planted never links a file from
+        elsewhere in); the file's entry now (its ctime changed), or None when it cannot."""
+        fds: list[int] = []
+        try:
+            fds.append(open_beneath(self.directory, existing.rpartition("/")[0]))
+            fds.append(open_beneath(self.directory, new.rpartition("/")[0]))
+            name, other = existing.rpartition("/")[2], new.rpartition("/")[2]
+            if not stat.S_ISREG(os.lstat(name, dir_fd=fds[0]).st_mode):
+                return None
+            os.link(name, other, src_dir_fd=fds[0], dst_dir_fd=fds[1], follow_symlinks=False)
+            now = entry_of(os.lstat(other, dir_fd=fds[1]))
+        except OSError:
+            return None
+        finally:
+            for fd in fds:
+                os.close(fd)
+        self.state[existing] = self.state[new] = now
+        return now
 
     def _prepare_chunked(self, host: Path, f: MirrorFile) -> None:
         """Make ready a large file that arrives as chunks. Only the chunks that differ from the copy

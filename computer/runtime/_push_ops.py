@@ -10,7 +10,7 @@ the mirror holds there stays (a file a followed rename moved in keeps its inode)
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from ..storage import ManifestEntry
 from ..storage.paths import is_within
@@ -20,6 +20,7 @@ from ._backend import SyncLimits
 __all__ = [
     "Op",
     "below_tops",
+    "link_sources",
     "op_key",
     "op_of",
     "ops_below",
@@ -78,6 +79,35 @@ def replaced(changes: Iterable[Change]) -> set[str]:
     """The paths holding another file than before the ``changes`` (a write keeps the file: the
     mirror writes into it, ``MirrorFile.same``)."""
     return {c.path for c in changes if c.op in _REPLACING}
+
+
+def link_sources(changes: Sequence[Change], refetch: Iterable[str]) -> dict[str, tuple[str, bool]]:
+    """Names the workspace gave a file the mirror holds (``fs.link``): new path -> (the existing name,
+    whether the new name was written after). The mirror links its file (so a later write through one
+    name shows in every name there too) rather than making a copy. Only where nothing else changed
+    at, above or below the existing name since the mirror's revision (the mirror holds it as synced),
+    and the new name was not removed, renamed or linked again after."""
+    found: dict[str, tuple[str, bool]] = {}
+    touched: list[str] = list(refetch)
+    for c in changes:
+        if c.op == "link" and c.source is not None:
+            found[c.path] = (c.source, False)
+            continue
+        touched.append(c.path)
+        if c.path in found:
+            if c.op in _REPLACING:
+                del found[c.path]
+            else:
+                found[c.path] = (found[c.path][0], True)
+    usable: dict[str, tuple[str, bool]] = {}
+    for path, (source, written) in found.items():
+        for _ in range(len(found)):  # a name linked from a name linked in the same push: its source
+            if source not in found:
+                break
+            source = found[source][0]
+        if source != path and not any(is_within(source, t) or is_within(t, source) for t in touched):
+            usable[path] = (source, written)
+    return usable
 
 
 def below_tops(tops: Iterable[str], paths: Iterable[str]) -> dict[str, list[str]]:

@@ -20,7 +20,7 @@ from ._resolve import lookup, resolve, resolve_read, write_target
 from ._resolve import target as target_of
 from ._schema import DIR, KIND_NAMES, SYMLINK, clean_mode
 from ._search import Row, walk_tree, walk_tree_after
-from ._state import CACHE_LIMIT, CREATE_OP, JSON_ROWS, Mutation, Store
+from ._state import CACHE_LIMIT, CREATE_OP, JSON_ROWS, LINK_SOURCE, Mutation, Store
 from ._tree import add_entry, add_name, ensure_dirs, new_inode, now_ms, remove_leaves, remove_node
 from .errors import fs_error
 from .paths import is_within, join, parts, split
@@ -71,6 +71,11 @@ def manifest(
     ]
 
 
+# Pairs of log entries of one revision: the second one's op -> the first one's (whose path is its source).
+_PAIRS = {"rename": "rm", "link": LINK_SOURCE}
+_FIRSTS = frozenset(_PAIRS.values())
+
+
 def changes_since(st: Store, rev: int, root: str = "/", *, skip_revs: Sequence[int] = ()) -> ChangeSet:
     """Changes at or below ``root`` (or of an ancestor of it) after ``rev``, in order, leaving out
     the revisions ``skip_revs`` (a caller's own: never read, however many changes they hold).
@@ -85,12 +90,16 @@ def changes_since(st: Store, rev: int, root: str = "/", *, skip_revs: Sequence[i
         f"SELECT rev, n, path, op FROM changes WHERE rev > ?{unless} ORDER BY rev, n", (rev, *skip)
     )
     changes: list[Change] = []
-    previous: tuple[int, int, str] | None = None  # (rev, n, path) of the row before, when a removal
+    previous: tuple[int, int, str, str] | None = None  # the row before, when a pair's first one
     for rv, n, path, op in rows:
         source = None
-        if op == "rename" and previous is not None and previous[:2] == (rv, n - 1):
-            source = previous[2]  # the pair's first row (see ``_tree.rename``), even outside ``root``
-        previous = (rv, n, path) if op == "rm" else None
+        if previous is not None and previous[:2] == (rv, n - 1) and _PAIRS.get(op) == previous[3]:
+            source = previous[
+                2
+            ]  # the pair's first row (``_tree.rename``, ``_tree.link``), even outside ``root``
+        previous = (rv, n, path, op) if op in _FIRSTS else None
+        if op == LINK_SOURCE:
+            continue  # the existing name of a link: not a change of it
         if is_within(path, r) or is_within(r, path):
             changes.append(Change(path=path, op=op, rev=int(rv), source=source))
     return ChangeSet(rev=st.rev, changes=changes, complete=rev >= floor)
@@ -477,5 +486,6 @@ def _batch_link(st: Store, p: str, old: str, m: Mutation) -> bool:
             False  # ``ensure_dirs`` replaced it (its id may be a new directory's: SQLite reuses the top id)
         )
     add_name(st, pino, name, ino, real, kind)
+    m.log(old_real, LINK_SOURCE)  # see ``_tree.link``
     m.log(real, "link")
     return True

@@ -29,6 +29,9 @@ CACHE_LIMIT = 200_000
 
 # The change-log op that (re)creates a node of each kind.
 CREATE_OP = {FILE: "write", DIR: "mkdir", SYMLINK: "symlink"}
+# Logged just before a ``"link"`` entry: the existing name it links (``changes_since`` gives it to
+# that entry as its ``source`` and never lists it as a change).
+LINK_SOURCE = "link-source"
 
 # From how many rows a batch statement binds one JSON array (``json_each``) rather than a row at a time.
 JSON_ROWS = 16

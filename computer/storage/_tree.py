@@ -19,7 +19,7 @@ from operator import itemgetter
 from ._chunks import CHUNK_SIZE
 from ._resolve import lookup, resolve, resolve_parent, resolve_read
 from ._schema import DIR, FILE, ROOT_INODE, SYMLINK, clean_mode
-from ._state import CREATE_OP, JSON_ROWS, Mutation, Node, Store
+from ._state import CREATE_OP, JSON_ROWS, LINK_SOURCE, Mutation, Node, Store
 from .errors import fs_error
 from .paths import is_within, join, parts, split
 
@@ -432,11 +432,13 @@ def link(st: Store, existing: str, new: str) -> None:
     both; removing one keeps the other; ``copy`` makes an independent file; ``rename`` keeps the
     link. Like ``link(2)``: ``existing`` is not followed when it is a symlink (the link itself gets
     the name); a directory is EPERM; an existing ``new`` is EEXIST; a missing parent ENOENT.
-    The change log records ``new`` with op ``"link"``; ``stat``/``manifest`` report ``nlink``.
+    The change log records ``new`` with op ``"link"``, whose ``source`` (``changes_since``) is
+    ``existing`` (a mirror holding that file links it rather than copying it); ``stat``/``manifest``
+    report ``nlink``.
     """
     s, d = st.canon(existing), st.canon(new, refresh=False)
     with st.mutation(d) as m:
-        ino, kind, _ = resolve_read(st, s, follow=False)
+        ino, kind, s_real = resolve_read(st, s, follow=False)
         if kind == DIR:
             raise fs_error(errno.EPERM, s, "cannot hard-link a directory")
         if d == "/":
@@ -446,6 +448,7 @@ def link(st: Store, existing: str, new: str) -> None:
         if lookup(st, pino, name) is not None:
             raise fs_error(errno.EEXIST, d)
         add_name(st, pino, name, ino, real, kind)
+        m.log(s_real, LINK_SOURCE)  # read as the next entry's ``source``, never as a change
         m.log(real, "link")
 
 

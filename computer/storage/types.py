@@ -103,6 +103,8 @@ class Change:
 
     A rename is two entries of one revision: ``"rm"`` of the old path, then ``"rename"`` of the new
     one, whose ``source`` is the old path (a mirror moves what it holds rather than making it again).
+    A hard link's new name is ``"link"`` with the existing name as its ``source`` (a mirror holding
+    that file links it rather than copying it).
     """
 
     path: str

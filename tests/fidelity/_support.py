@@ -95,6 +95,13 @@ async def until(check: Callable[[], Awaitable[bool]], within: float = 60.0) -> N
         await asyncio.sleep(0.05)
 
 
+class Large(bytes):
+    """Bytes printed short (a state machine prints every step's arguments when it fails)."""
+
+    def __repr__(self) -> str:
+        return f"Large({self[:1]!r} * {len(self)})"
+
+
 def digest(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

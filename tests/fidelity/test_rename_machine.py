@@ -1,13 +1,17 @@
 """Stateful property: the sandbox keeps a file's identity through workspace renames, as any machine does.
 
-Random sequences of workspace writes, deletes, file renames (onto existing names too, into
-directories not there yet) and directory renames, and of runs that write in place, replace by
-tmp-and-rename and delete; close and reopen. After every step one run lists every file's inode and
-content. The model is ``path -> (bytes, identity)``: an in-place write (a program's or the
-workspace's) keeps the identity, a replacement makes a new one, a workspace rename carries it.
+Random sequences of workspace writes, deletes, hard links, file renames (onto existing names too,
+into directories not there yet) and directory renames, and of runs that write in place, replace by
+tmp-and-rename, hard-link (``ln -f``) and delete; contents small or over 1 MiB (synced as chunks);
+close and reopen. After every step one run lists every file's inode and content. The model is
+``path -> identity`` and ``identity -> bytes``: an in-place write (a program's or the workspace's)
+changes the file every name of that identity shows, a replacement makes a new identity for its name
+alone, a link gives an identity one more name, a workspace rename carries it.
 
 Invariants after every step:
 - the run's view equals the workspace (``ws.fs``) equals the model;
+- names of one identity are one file, names of two are two, in the sandbox (inodes) and in the
+  workspace (``stat().ino``);
 - a file whose identity the sandbox was seen holding has the same inode now: a workspace rename
   (of it or of a directory above it) moved the file and a workspace write wrote into it, neither made
   a copy (before: both made a new file, so a program holding it open wrote into a removed one).
@@ -36,14 +40,16 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import computer
 from computer.runtime import ShellBackend
 
-from ._support import MARGIN, ROOT, digest, ok, workspace_view
+from ._support import MARGIN, ROOT, Large, digest, ok, workspace_view
 
 T = TypeVar("T")
 FILES = st.sampled_from(["a", "b", "d/c", "d/e", "f/g/h", "m/c"])
 # Directory renames (old, new): taken only when the old one holds a file and the new one is not there.
 DIR_MOVES = [("d", "m"), ("m", "d"), ("f/g", "m/g"), ("m/g", "f/g"), ("f", "k"), ("k", "f")]
-CONTENT = st.binary(min_size=0, max_size=16)
-stats = {"renames": 0, "dir_renames": 0, "claims": 0, "reopens": 0}
+SMALL = st.binary(min_size=0, max_size=16)
+LARGE = st.sampled_from([Large(b"L" * 1_100_000), Large(b"M" * 1_600_000)])
+CONTENT = st.one_of(SMALL, SMALL, LARGE)
+stats = {"renames": 0, "dir_renames": 0, "claims": 0, "reopens": 0, "links": 0, "shared": 0}
 
 
 def _q(path: str) -> str:
@@ -58,7 +64,8 @@ class RenameMachine(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.dir = Path(tempfile.mkdtemp(prefix="fid-rm-"))
         self.db = str(self.dir / "ws.sqlite")
-        self.model: dict[str, tuple[bytes, int]] = {}
+        self.model: dict[str, int] = {}  # path -> identity
+        self.content: dict[int, bytes] = {}  # identity -> bytes (every name of it shows them)
         self.ids = itertools.count()
         self.seen: dict[int, str] = {}  # identity -> the inode the sandbox held it as
         self.ws = self.call(self._open())
@@ -81,15 +88,30 @@ class RenameMachine(RuleBasedStateMachine):
     @rule(path=FILES, content=CONTENT)
     def run_writes_in_place(self, path: str, content: bytes) -> None:
         self._run(f"mkdir -p {_q(posixpath.dirname(path) or '.')} && cat > {_q(path)}", content)
-        old = self.model.get(path)
-        self.model[path] = (content, old[1] if old is not None else next(self.ids))
+        self._write(path, content)
+
+    def _write(self, path: str, content: bytes) -> None:
+        """A write into the file at ``path`` (every name of it shows it), or a new file."""
+        identity = self.model.setdefault(path, next(self.ids))
+        self.content[identity] = content
 
     @rule(path=FILES, content=CONTENT)
     def run_replaces(self, path: str, content: bytes) -> None:
         self._run(
             f"mkdir -p {_q(posixpath.dirname(path) or '.')} && cat > .tmp && mv -f .tmp {_q(path)}", content
         )
-        self.model[path] = (content, next(self.ids))
+        self.model[path] = identity = next(self.ids)
+        self.content[identity] = content
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data(), other=FILES)
+    def run_links(self, data: st.DataObject, other: str) -> None:
+        path = data.draw(st.sampled_from(sorted(self.model)))
+        if path == other:
+            return
+        self._run(f"mkdir -p {_q(posixpath.dirname(other) or '.')} && ln -f {_q(path)} {_q(other)}")
+        self.model[other] = self.model[path]
+        stats["links"] += 1
 
     @rule(path=FILES)
     def run_deletes(self, path: str) -> None:
@@ -105,8 +127,23 @@ class RenameMachine(RuleBasedStateMachine):
             await self.ws.fs.write_file(f"{ROOT}/{path}", content)
 
         self.call(step())
-        old = self.model.get(path)  # a write into the file there keeps it (in place, as on any machine)
-        self.model[path] = (content, old[1] if old is not None else next(self.ids))
+        self._write(path, content)  # into the file there (in place, as on any machine)
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data(), other=FILES)
+    def workspace_links(self, data: st.DataObject, other: str) -> None:
+        path = data.draw(st.sampled_from(sorted(self.model)))
+        if path == other:
+            return
+
+        async def step() -> None:
+            await self.ws.fs.mkdir(f"{ROOT}/{posixpath.dirname(other)}".rstrip("/"), recursive=True)
+            await self.ws.fs.rm(f"{ROOT}/{other}", force=True)
+            await self.ws.fs.link(f"{ROOT}/{path}", f"{ROOT}/{other}")
+
+        self.call(step())
+        self.model[other] = self.model[path]
+        stats["links"] += 1
 
     @rule(path=FILES)
     def workspace_deletes(self, path: str) -> None:
@@ -171,10 +208,20 @@ class RenameMachine(RuleBasedStateMachine):
             f"{ROOT}/{name[2:]}": checksum
             for checksum, name in (line.split("  ", 1) for line in lines if "  " in line)
         }
-        expected = {f"{ROOT}/{path}": digest(content) for path, (content, _) in self.model.items()}
+        expected = {f"{ROOT}/{path}": digest(self.content[identity]) for path, identity in self.model.items()}
         assert self.call(workspace_view(self.ws)) == expected, "the workspace lost or kept a change"
         assert sums == expected, "the run's view differs from the workspace"
-        for path, (_, identity) in self.model.items():
+        in_workspace = {path: self.call(self.ws.fs.stat(f"{ROOT}/{path}")).ino for path in self.model}
+        for view, where in ((inodes, "sandbox"), (in_workspace, "workspace")):
+            files: dict[Any, int] = {}
+            for path, identity in sorted(self.model.items()):
+                file = view[path]
+                assert files.setdefault(file, identity) == identity, (
+                    f"{path} shares a file it should not ({where})"
+                )
+            assert len(files) == len(set(self.model.values())), f"names of one file are apart ({where})"
+        stats["shared"] += len(self.model) - len(set(self.model.values()))
+        for path, identity in self.model.items():
             if identity in self.seen:
                 stats["claims"] += 1
                 assert inodes[path] == self.seen[identity], f"{path} is a new file: a rename made a copy"

@@ -46,7 +46,7 @@ import computer
 from computer.runtime import MirrorPool, ShellBackend
 from computer.runtime.types import ExecResult
 
-from ._support import MARGIN, ROOT, digest, ok, reasons_cover_skipped, sandbox_view, workspace_view
+from ._support import MARGIN, ROOT, Large, digest, ok, reasons_cover_skipped, sandbox_view, workspace_view
 
 T = TypeVar("T")
 FILES = ["a", "b", "d/c", "d/e", "f/g/h"]
@@ -57,13 +57,6 @@ SMALL = st.text(alphabet="abxyz \n", max_size=24).map(lambda s: s.encode())
 
 # Over 1 MiB: synced as chunks both ways (two share a letter, so a file made again with the bytes of
 # one removed before names the same chunks). A run makes one with ``head | tr``, not from ``$C``.
-class Large(bytes):
-    """Bytes printed short in a failing program (hypothesis prints every step's arguments)."""
-
-    def __repr__(self) -> str:
-        return f"Large({self[:1]!r} * {len(self)})"
-
-
 LARGE = st.sampled_from([Large(b"X" * 1_100_000), Large(b"Y" * 1_600_000), Large(b"X" * 1_600_000)])
 CONTENT = st.one_of(SMALL, SMALL, LARGE)
 

@@ -115,7 +115,17 @@ async def test_links_are_in_the_change_log_and_the_manifest(fs: FileSystem) -> N
     await fs.write_file("/w/a", b"x")
     rev = fs.rev
     await fs.link("/w/a", "/w/b")
-    assert [(c.path, c.op) for c in fs.changes_since(rev, "/w").changes] == [("/w/b", "link")]
+    assert [(c.path, c.op, c.source) for c in fs.changes_since(rev, "/w").changes] == [
+        ("/w/b", "link", "/w/a")
+    ]
+    # The source names the existing file even outside the asked root, and is never a change of its own.
+    await fs.mkdir("/v")
+    await fs.link("/w/a", "/v/c")
+    assert [(c.path, c.op, c.source) for c in fs.changes_since(rev, "/v").changes] == [
+        ("/v", "mkdir", None),
+        ("/v/c", "link", "/w/a"),
+    ]
+    await fs.rm("/v", recursive=True)
     entries = fs.manifest("/w", inodes=True)
     assert all(isinstance(e, ManifestEntry) for e in entries)
     assert [(e.path, e.kind, e.nlink) for e in entries] == [("/w/a", "file", 2), ("/w/b", "file", 2)]
@@ -135,7 +145,7 @@ async def test_commit_batch_links_after_writes_and_writes_detach(fs: FileSystem)
     result = fs.commit_batch({"/w/b": b"v3"}, links={"/w/sub/c": "/w/b"})
     assert result.applied == ["/w/b", "/w/sub/c"]
     assert await fs.read_file("/w/sub/c") == b"v3" and (await fs.stat("/w/b")).nlink == 2
-    assert ("/w/sub/c", "link") in {(c.path, c.op) for c in fs.changes_since(rev).changes}
+    assert ("/w/sub/c", "link", "/w/b") in {(c.path, c.op, c.source) for c in fs.changes_since(rev).changes}
     again = fs.commit_batch({}, links={"/w/sub/c": "/w/b"})  # already linked: no change
     assert again.rev == fs.rev and again.applied == ["/w/sub/c"]
 

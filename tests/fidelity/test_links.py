@@ -1,0 +1,53 @@
+"""Hard links the workspace makes (``fs.link``) and hard links a run undoes, through later runs, the
+workspace and a reopen: a name the workspace gives a file the sandbox holds is a name of that same
+file there (before: a copy, so a later write through one name left the other stale in the sandbox),
+and a file whose other name a run removed is still the file the sandbox holds (before: its ctime had
+changed with no event in its directory, so a workspace rename of it was not followed: a new file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from computer.runtime import ShellBackend
+
+from ._support import ROOT, digest, ok, opened
+
+SIZES = {"small": 10, "large": 2_500_000}  # large: synced as chunks
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_name_the_workspace_links_is_the_same_file_in_the_sandbox(
+    tmp_path: Path, live: bool, size: int
+) -> None:
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/a", b"1" * size)
+        held = (await ok(ws, "stat -c %i a")).stdout.strip()
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.link(f"{ROOT}/a", f"{ROOT}/d/e")
+        linked = await ok(ws, "stat -c '%i %h' a d/e")
+        assert linked.stdout.split() == [held, "2", held, "2"] and linked.pushed == 0
+        await ws.fs.write_file(f"{ROOT}/d/e", b"2" * size)  # through the new name: both show it
+        seen = await ok(ws, "sha256sum a d/e | cut -c1-64 && echo more >> a")
+        assert seen.stdout.split() == [digest(b"2" * size)] * 2
+        grown = b"2" * size + b"more\n"
+        assert await ws.fs.read_file(f"{ROOT}/d/e") == grown  # a run's append through the other name
+        assert (await ws.fs.stat(f"{ROOT}/a")).ino == (await ws.fs.stat(f"{ROOT}/d/e")).ino
+    async with opened(db, python=False) as ws:
+        again = await ok(ws, "stat -c %h a && sha256sum a d/e | cut -c1-64")
+        assert again.stdout.split() == ["2", digest(grown), digest(grown)]
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_file_whose_other_name_a_run_replaced_keeps_its_inode_through_a_workspace_rename(
+    tmp_path: Path, live: bool
+) -> None:
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        held = (await ok(ws, "echo one > a && ln a b && stat -c %i a")).stdout.strip()
+        await ok(ws, "echo two > tmp && mv tmp b")  # b a new file: a's link count (and ctime) change
+        await ws.fs.rename(f"{ROOT}/a", f"{ROOT}/c")
+        moved = await ok(ws, "stat -c '%i %h' c && cat c b")
+        assert moved.stdout.split() == [held, "1", "one", "two"] and moved.pushed == 0

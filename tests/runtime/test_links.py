@@ -1,0 +1,95 @@
+"""Names the workspace links (``fs.link``) as a push sends them (``_push_ops.link_sources``, on change
+logs made by a real store) and as a mirror makes them (a link of the file it holds, never through a
+link a program planted)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from computer.runtime._backend import MirrorDir, MirrorFile, SyncPush
+from computer.runtime._mirror import Mirror
+from computer.runtime._mirror_base import entry_of
+from computer.runtime._push_ops import link_sources
+from computer.storage import FileSystem
+
+W = "/w"
+
+
+@pytest.fixture
+def fs() -> Iterator[FileSystem]:
+    store = FileSystem.open(None)
+    yield store
+    store.close()
+
+
+async def _sources(fs: FileSystem, rev: int, refetch: tuple[str, ...] = ()) -> dict[str, tuple[str, bool]]:
+    return link_sources(fs.changes_since(rev, W).changes, refetch)
+
+
+async def test_a_new_name_of_a_held_file_is_linked_to_it(fs: FileSystem) -> None:
+    await fs.mkdir("/w/d", recursive=True)
+    await fs.write_file("/w/a", b"a")
+    rev = fs.rev
+    await fs.link("/w/a", "/w/d/e")
+    await fs.link("/w/d/e", "/w/f")  # from a name linked in the same push: its source
+    assert await _sources(fs, rev) == {"/w/d/e": ("/w/a", False), "/w/f": ("/w/a", False)}
+    await fs.write_file("/w/f", b"b")  # written after: linked, then written into
+    assert (await _sources(fs, rev))["/w/f"] == ("/w/a", True)
+    await fs.rm("/w/d/e")  # removed after: not a link any more
+    assert "/w/d/e" not in await _sources(fs, rev)
+
+
+async def test_a_source_the_mirror_may_not_hold_as_synced_is_not_used(fs: FileSystem) -> None:
+    await fs.mkdir("/w/d", recursive=True)
+    await fs.write_file("/w/d/a", b"a")
+    rev = fs.rev
+    await fs.link("/w/d/a", "/w/e")
+    assert await _sources(fs, rev, ("/w/d",)) == {}  # the mirror fetches it again
+    await fs.write_file("/w/d/a", b"changed")  # changed after the mirror's revision
+    assert await _sources(fs, rev) == {}
+    other = fs.rev
+    await fs.link("/w/d/a", "/w/g")
+    await fs.rename("/w/d", "/w/d2")
+    assert await _sources(fs, other) == {}  # a change above it
+
+
+def _mirror(tmp_path: Path) -> Mirror:
+    mirror = Mirror(tmp_path / "m", W)
+    mirror.apply(
+        SyncPush(3, W, True, [MirrorFile("/w/d/a", b"a"), MirrorFile("/w/b", b"b")], [MirrorDir("/w/d")])
+    )
+    return mirror
+
+
+def test_the_mirror_links_the_file_it_holds_and_every_name_takes_in_its_ctime(tmp_path: Path) -> None:
+    mirror = _mirror(tmp_path)
+    inode = os.lstat(mirror.directory / "d/a").st_ino
+    mirror.apply(SyncPush(4, W, False, [MirrorFile("/w/e", b"", link="/w/d/a")]))
+    mirror.apply(SyncPush(5, W, False, [MirrorFile("/w/f", b"", link="/w/e")]))
+    assert {os.lstat(mirror.directory / n).st_ino for n in ("d/a", "e", "f")} == {inode}
+    assert mirror.scan() == mirror.state  # nothing for a pull to find (three names, one ctime)
+    assert not mirror.refetch
+
+
+def test_a_link_a_program_planted_on_the_way_to_the_held_file_is_never_followed(tmp_path: Path) -> None:
+    """A program replaced ``d`` by a link to a host directory holding an ``a``: the new name is not a
+    link of the host's file; it is fetched again whole (one more round of the push)."""
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "a").write_bytes(b"the host's")
+    mirror = _mirror(tmp_path)
+    (mirror.directory / "d/a").unlink()
+    (mirror.directory / "d").rmdir()
+    (mirror.directory / "d").symlink_to(host)
+    mirror.apply(SyncPush(4, W, False, [MirrorFile("/w/e", b"", link="/w/d/a")]))
+    assert not (mirror.directory / "e").exists() and os.lstat(host / "a").st_nlink == 1
+    assert mirror.refetch == {"/w/e"}
+    (mirror.directory / "b").unlink()
+    (mirror.directory / "b").symlink_to(host / "a")  # the held name itself a link now
+    mirror.apply(SyncPush(5, W, False, [MirrorFile("/w/g", b"", link="/w/b")]))
+    assert not (mirror.directory / "g").exists() and mirror.refetch == {"/w/e", "/w/g"}
+    assert entry_of(os.lstat(host / "a")).size == len(b"the host's")
