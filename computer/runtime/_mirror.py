@@ -80,6 +80,7 @@ class Mirror(MirrorPush, MirrorPull):
         self.unsettled = None
         self.own_revs = []
         self.refetch = set()
+        self.linked = set()
         self.unwatch()
         self.drop_standby()
 
