@@ -129,21 +129,32 @@ class RenameMachine(RuleBasedStateMachine):
         self.call(step())
         self._write(path, content)  # into the file there (in place, as on any machine)
 
+    def _onto(self, data: st.DataObject, other: str, kind: str) -> str | None:
+        """A file of the model (not ``other``) given the name ``other`` by the workspace: renamed
+        (``kind`` "rename") or linked, ``other``'s parents made first; None when drawn onto itself."""
+        path = data.draw(st.sampled_from(sorted(self.model)))
+        if path == other:
+            return None
+        fs, source, target = self.ws.fs, f"{ROOT}/{path}", f"{ROOT}/{other}"
+
+        async def step() -> None:
+            await fs.mkdir(f"{ROOT}/{posixpath.dirname(other)}".rstrip("/"), recursive=True)
+            if kind == "rename":
+                await fs.rename(source, target, overwrite=True)
+            else:
+                await fs.rm(target, force=True)
+                await fs.link(source, target)
+
+        self.call(step())
+        return path
+
     @precondition(lambda self: self.model)
     @rule(data=st.data(), other=FILES)
     def workspace_links(self, data: st.DataObject, other: str) -> None:
-        path = data.draw(st.sampled_from(sorted(self.model)))
-        if path == other:
-            return
-
-        async def step() -> None:
-            await self.ws.fs.mkdir(f"{ROOT}/{posixpath.dirname(other)}".rstrip("/"), recursive=True)
-            await self.ws.fs.rm(f"{ROOT}/{other}", force=True)
-            await self.ws.fs.link(f"{ROOT}/{path}", f"{ROOT}/{other}")
-
-        self.call(step())
-        self.model[other] = self.model[path]
-        stats["links"] += 1
+        path = self._onto(data, other, "link")
+        if path is not None:
+            self.model[other] = self.model[path]
+            stats["links"] += 1
 
     @rule(path=FILES)
     def workspace_deletes(self, path: str) -> None:
@@ -153,15 +164,9 @@ class RenameMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.model)
     @rule(data=st.data(), other=FILES)
     def workspace_renames_a_file(self, data: st.DataObject, other: str) -> None:
-        path = data.draw(st.sampled_from(sorted(self.model)))
-        if path == other:
+        path = self._onto(data, other, "rename")
+        if path is None:
             return
-
-        async def step() -> None:
-            await self.ws.fs.mkdir(f"{ROOT}/{posixpath.dirname(other)}".rstrip("/"), recursive=True)
-            await self.ws.fs.rename(f"{ROOT}/{path}", f"{ROOT}/{other}", overwrite=True)
-
-        self.call(step())
         self.model[other] = self.model.pop(path)
         stats["renames"] += 1
 

@@ -3,12 +3,13 @@ workspace per test."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
 import computer
 from computer.runtime import PythonBackend, ShellBackend
+from computer.storage import FileSystem
 
 
 @pytest.fixture(scope="session")
@@ -21,6 +22,14 @@ def shell_backend() -> ShellBackend:
 @pytest.fixture(scope="session")
 def python_backend() -> PythonBackend:
     return PythonBackend()
+
+
+@pytest.fixture
+def fs() -> Iterator[FileSystem]:
+    """A bare store in memory (for the rules computed from a real change log)."""
+    store = FileSystem.open(None)
+    yield store
+    store.close()
 
 
 @pytest.fixture

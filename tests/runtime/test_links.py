@@ -5,10 +5,7 @@ link a program planted)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from computer.runtime._backend import MirrorDir, MirrorFile, SyncPush
 from computer.runtime._mirror import Mirror
@@ -16,14 +13,9 @@ from computer.runtime._mirror_base import entry_of
 from computer.runtime._push_ops import link_sources
 from computer.storage import FileSystem
 
+from ._planted import host_with, plant_link
+
 W = "/w"
-
-
-@pytest.fixture
-def fs() -> Iterator[FileSystem]:
-    store = FileSystem.open(None)
-    yield store
-    store.close()
 
 
 async def _sources(fs: FileSystem, rev: int, refetch: tuple[str, ...] = ()) -> dict[str, tuple[str, bool]]:
@@ -78,13 +70,9 @@ def test_the_mirror_links_the_file_it_holds_and_every_name_takes_in_its_ctime(tm
 def test_a_link_a_program_planted_on_the_way_to_the_held_file_is_never_followed(tmp_path: Path) -> None:
     """A program replaced ``d`` by a link to a host directory holding an ``a``: the new name is not a
     link of the host's file; it is fetched again whole (one more round of the push)."""
-    host = tmp_path / "host"
-    host.mkdir()
-    (host / "a").write_bytes(b"the host's")
+    host = host_with(tmp_path, "a")
     mirror = _mirror(tmp_path)
-    (mirror.directory / "d/a").unlink()
-    (mirror.directory / "d").rmdir()
-    (mirror.directory / "d").symlink_to(host)
+    plant_link(mirror.directory, "d", host)
     mirror.apply(SyncPush(4, W, False, [MirrorFile("/w/e", b"", link="/w/d/a")]))
     assert not (mirror.directory / "e").exists() and os.lstat(host / "a").st_nlink == 1
     assert mirror.refetch == {"/w/e"}

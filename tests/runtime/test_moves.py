@@ -4,10 +4,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from computer.runtime._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
 from computer.runtime._mirror import Mirror
@@ -17,14 +14,9 @@ from computer.runtime._push_ops import Op, below_tops, ops_below
 from computer.storage import FileSystem
 from computer.storage.types import Change
 
+from ._planted import host_with, plant_link
+
 W = "/w"
-
-
-@pytest.fixture
-def fs() -> Iterator[FileSystem]:
-    store = FileSystem.open(None)
-    yield store
-    store.close()
 
 
 async def _tree(fs: FileSystem, *files: str) -> int:
@@ -235,13 +227,9 @@ def test_a_link_a_program_planted_on_the_way_is_never_followed(tmp_path: Path) -
 def test_a_removal_never_goes_through_a_link_a_program_planted(tmp_path: Path) -> None:
     """The push's removals and the fallback of a rename it cannot follow resolve the parents without
     following a link: a program's ``d -> /host/dir`` never makes the host lose a file."""
-    host = tmp_path / "host"
-    host.mkdir()
-    (host / "x").write_bytes(b"the host's")
+    host = host_with(tmp_path, "x")
     mirror = _mirror(tmp_path)
-    (mirror.directory / "d/x").unlink()
-    (mirror.directory / "d").rmdir()
-    (mirror.directory / "d").symlink_to(host)
+    plant_link(mirror.directory, "d", host)
     mirror.apply(SyncPush(4, "/w", False, deleted=["/w/d/x"], moves=[("/w/d/x", "/w/z")]))
     assert (host / "x").read_bytes() == b"the host's"
     (mirror.directory / "sub/gone").mkdir()
