@@ -48,7 +48,7 @@ _REPLIES_TTL = 600.0  # seconds one is remembered
 READ_OPS = frozenset(
     {"read_file", "read_text", "readdir", "stat", "exists", "find", "grep", "ls", "readlink"}
 )
-WRITE_OPS = frozenset({"write_file", "mkdir", "rm", "rename", "copy", "symlink"})
+WRITE_OPS = frozenset({"write_file", "mkdir", "rm", "rename", "copy", "symlink", "link"})
 
 
 def _node_id() -> str:
@@ -696,11 +696,11 @@ class WorkspaceHost(PoolCallbacks):
 
 
 def _mutated_paths(op: str, args: Sequence[Any]) -> list[str]:
-    """The paths a mutation changes (a symlink's target is not one of them)."""
+    """The paths a mutation changes (a symlink's target and a hard link's existing name are not)."""
     named = [a for a in args[:2] if isinstance(a, str)]
     if op in ("rename", "copy"):
         return named[:2]
-    if op == "symlink":
+    if op in ("symlink", "link"):
         return named[1:2]
     return named[:1]
 

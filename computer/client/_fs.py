@@ -186,6 +186,10 @@ class ClientFileSystem:
     async def symlink(self, target: str, path: str) -> None:
         await self._write("symlink", target, path)
 
+    async def link(self, existing: str, new: str) -> None:
+        """A hard link: ``new`` names the file at ``existing`` (see ``FileSystem.link``)."""
+        await self._write("link", existing, new)
+
     async def readlink(self, path: str) -> str:
         target: str = await self._read("readlink", path)
         return target

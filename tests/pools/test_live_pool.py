@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+import pytest
+
 import computer
 from computer.config import Settings
 
@@ -113,3 +115,29 @@ async def test_a_workspace_rename_keeps_the_file_a_background_process_writes_thr
             await asyncio.sleep(0.05)
         assert await ws.fs.read_text("/workspace/kept.log") == expected
         assert not await ws.fs.exists("/workspace/app.log")
+
+
+async def test_large_files_and_workspace_links_keep_their_names_through_a_pool(
+    cluster: Settings, name: str
+) -> None:
+    """The large-file and link rules across the worker's owner calls: a run's hard link to a large
+    file reaches the workspace, a name the client links is the same file in the sandbox, and a
+    write through it shows in every name there."""
+    import hashlib
+
+    async with computer.get_workspace(name) as ws:
+        made = await (
+            await ws.runtime.exec("head -c 2500000 /dev/urandom > big && ln big big2 && stat -c %i big")
+        ).result()
+        assert made.status == "completed" and made.skipped == [], made
+        assert (await ws.fs.stat("/workspace/big2")).nlink == 2
+        await ws.fs.link("/workspace/big", "/workspace/big3")
+        with pytest.raises(FileExistsError, match="big2"):  # the store's error, through the client
+            await ws.fs.link("/workspace/big", "/workspace/big2")
+        await ws.fs.write_file("/workspace/big3", b"n" * 2_000_000)
+        seen = await (
+            await ws.runtime.exec("stat -c %i big3 && sha256sum big big2 big3 | cut -c1-64")
+        ).result()
+        assert (
+            seen.stdout.split() == [made.stdout.strip()] + [hashlib.sha256(b"n" * 2_000_000).hexdigest()] * 3
+        )
