@@ -138,10 +138,15 @@ class MirrorBase:
         self._rename_key(s, d)
         self.state[d] = now = entry_of(moved)  # a rename changes the ctime the pull compares
         if now.kind == "f" and moved.st_nlink > 1:  # ... of every name of the file
-            for key, other in self.state.items():
-                if other.kind == "f" and other.ino == now.ino:
-                    self.state[key] = now
+            self.take_in({now.ino: now})
         return True
+
+    def take_in(self, files: dict[int, Entry]) -> None:
+        """Every name of each of ``files`` (entries by inode) takes in its entry: a link, a rename or a
+        write changes a file's ctime, which the pull compares, for all its names (one pass)."""
+        for key, held in self.state.items():
+            if held.kind == "f" and held.ino in files:
+                self.state[key] = files[held.ino]
 
     def move_or_drop(self, src: str, dst: str) -> bool:
         """:meth:`move`, or else drop ``src`` and ask for ``dst`` again whole (``refetch``)."""

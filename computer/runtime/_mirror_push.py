@@ -141,13 +141,9 @@ class MirrorPush(MirrorBase):
             if f.data is None and f.length > 0:
                 self.unfilled.append((f, None))
             self.state[rel] = entry_of(st)
-        if (
-            relinked
-        ):  # a link or a write changes a file's ctime (the pull compares it): every name takes it in
+        if relinked:  # every name of a file linked or written here takes in its new ctime
             self.linked.update(relinked)
-            for key, held in self.state.items():
-                if held.kind == "f" and held.ino in relinked:
-                    self.state[key] = relinked[held.ino]
+            self.take_in(relinked)
         for link in push.symlinks:
             host = self.host(link.path)
             make_parent(self.directory, host, self.owner)
@@ -221,17 +217,20 @@ class MirrorPush(MirrorBase):
             self.unfilled.append((f, needed))
         else:
             self.chunks[rel] = list(f.chunks)
+            self._filled(f)
 
     def fill_chunks(self, file: MirrorFile, pieces: dict[int, bytes], last: bool) -> None:
         """Write chunks (by index) of a large file :meth:`apply` made ready; ``last``: it is complete."""
         for index, data in pieces.items():
-            self.fill(file, index * CHUNK_SIZE, data)
+            self.fill(file, index * CHUNK_SIZE, data, done=False)
         if last and file.chunks is not None:
             self.chunks[self.rel(file.path)] = list(file.chunks)
+            self._filled(file)
 
-    def fill(self, file: MirrorFile, offset: int, data: bytes) -> None:
-        """Write ``data`` at ``offset`` of a file :meth:`apply` created empty; the last piece
-        (``offset + len(data) >= file.length`` or a short one) restores its mtime and records it."""
+    def fill(self, file: MirrorFile, offset: int, data: bytes, *, done: bool = True) -> None:
+        """Write ``data`` at ``offset`` of a file :meth:`apply` created empty (or emptied); the last
+        piece (``offset + len(data) >= file.length`` or a short one) restores its mtime and records it
+        (``done``: and, when it is, the file's other names take in its new ctime)."""
         host = self.host(file.path)
         parent = open_beneath(self.directory, self.rel(file.path).rpartition("/")[0])
         try:
@@ -247,6 +246,15 @@ class MirrorPush(MirrorBase):
             self.state[self.rel(file.path)] = entry_of(os.fstat(fd))
         finally:
             os.close(fd)
+        if done and offset + len(data) >= file.length:
+            self._filled(file)
+
+    def _filled(self, file: MirrorFile) -> None:
+        """A file written in place is complete: if it has other names, they take in its ctime."""
+        rel = self.rel(file.path)
+        entry = self.state.get(rel)
+        if entry is not None and entry.kind == "f" and entry.ino in self.linked:
+            self.take_in({entry.ino: entry})
 
     def finish_push(self, rev: int, refetched: Iterable[str] = ()) -> None:
         """Every page is in: the mirror reflects ``rev`` (the first page's, a lower bound); revisions

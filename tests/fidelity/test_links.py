@@ -31,13 +31,17 @@ async def test_a_name_the_workspace_links_is_the_same_file_in_the_sandbox(
         linked = await ok(ws, "stat -c '%i %h' a d/e")
         assert linked.stdout.split() == [held, "2", held, "2"] and linked.pushed == 0
         await ws.fs.write_file(f"{ROOT}/d/e", b"2" * size)  # through the new name: both show it
-        seen = await ok(ws, "sha256sum a d/e | cut -c1-64 && echo more >> a")
+        seen = await ok(ws, "sha256sum a d/e | cut -c1-64")
         assert seen.stdout.split() == [digest(b"2" * size)] * 2
+        # Every name took in the ctime the write gave the file: a rename of the other one is followed.
+        await ws.fs.rename(f"{ROOT}/a", f"{ROOT}/z")
+        moved = await ok(ws, "stat -c %i z && echo more >> z")
+        assert moved.stdout.strip() == held and moved.pushed == 0
         grown = b"2" * size + b"more\n"
         assert await ws.fs.read_file(f"{ROOT}/d/e") == grown  # a run's append through the other name
-        assert (await ws.fs.stat(f"{ROOT}/a")).ino == (await ws.fs.stat(f"{ROOT}/d/e")).ino
+        assert (await ws.fs.stat(f"{ROOT}/z")).ino == (await ws.fs.stat(f"{ROOT}/d/e")).ino
     async with opened(db, python=False) as ws:
-        again = await ok(ws, "stat -c %h a && sha256sum a d/e | cut -c1-64")
+        again = await ok(ws, "stat -c %h z && sha256sum z d/e | cut -c1-64")
         assert again.stdout.split() == ["2", digest(grown), digest(grown)]
 
 
