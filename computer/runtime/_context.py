@@ -393,15 +393,17 @@ class LocalExecContext:
             mkdirs.insert(0, root)
         applied: list[str] = []
         if writes or mkdirs or symlinks or links:
-            before = fs.rev
-            batch = fs.commit_batch(
-                writes, mkdirs=mkdirs, modes=modes, mtimes=mtimes, links=links, symlinks=symlinks
+            self._commit(
+                writes,
+                applied,
+                reasons,
+                own,
+                mkdirs=mkdirs,
+                modes=modes,
+                mtimes=mtimes,
+                links=links,
+                symlinks=symlinks,
             )
-            if batch.rev != before:
-                own.add(batch.rev)
-            applied += batch.applied
-            for path in batch.skipped:  # no base_rev: only what the batch itself could not make
-                reasons.setdefault(path, UNAPPLIED)
         # Large files from their chunks, one transaction each (a chunk the store no longer holds
         # fails that file alone).
         for f in chunked:
@@ -446,16 +448,26 @@ class LocalExecContext:
     def _commit_links(
         self, links: dict[str, str], applied: list[str], reasons: dict[str, str], own: set[int]
     ) -> None:
-        """Make hard links (one batch) whose file is written only now; one whose file could not be
-        written is refused with it."""
+        """Hard links (one batch) whose file is written only now; one whose file failed fails with it."""
         for path, first in list(links.items()):
             if first in reasons:
                 reasons[path] = reasons[first]
                 del links[path]
-        if not links:
-            return
+        if links:
+            self._commit({}, applied, reasons, own, links=links)
+
+    def _commit(
+        self,
+        writes: dict[str, Any],
+        applied: list[str],
+        reasons: dict[str, str],
+        own: set[int],
+        **options: Any,
+    ) -> None:
+        """One ``commit_batch`` of a pull (no ``base_rev``): its revision is the run's own, what it
+        applied is listed, what it could not make refused."""
         before = self.fs.rev
-        batch = self.fs.commit_batch({}, links=links)
+        batch = self.fs.commit_batch(writes, **options)
         if batch.rev != before:
             own.add(batch.rev)
         applied += batch.applied
@@ -467,25 +479,19 @@ class LocalExecContext:
     ) -> None:
         """Write one large file from its chunks, in a batch of its own: as a batch's write, a name of a
         file with several names gets a new file (the program replaced it; names that still share the
-        file come as links, after it), where ``write_chunks`` would write into the shared file. Its
-        revision counts as the run's own only when nothing else committed in between (else the
-        mirror simply claims less)."""
-        fs = self.fs
+        file come as links, after it), where ``write_chunks`` would write into the shared file."""
         assert f.chunks is not None
-        before = fs.rev
         try:
-            batch = fs.commit_batch(
-                {f.path: list(f.chunks)}, modes={f.path: f.mode & _SAFE_BITS}, mtimes={f.path: f.mtime}
+            self._commit(
+                {f.path: list(f.chunks)},
+                applied,
+                reasons,
+                own,
+                modes={f.path: f.mode & _SAFE_BITS},
+                mtimes={f.path: f.mtime},
             )
         except OSError as exc:
             reasons[f.path] = f"could not be applied: {exc.strerror or exc}"
-            return
-        if batch.rev == before + 1:
-            own.add(batch.rev)
-        if f.path in batch.skipped:
-            reasons[f.path] = UNAPPLIED
-            return
-        applied.append(f.path)
 
 
 # Bits a synced mode may carry: never setuid or setgid.
