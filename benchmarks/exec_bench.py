@@ -12,7 +12,9 @@ Every figure is printed next to a baseline measured in the same run on the same 
    sandbox per call (``live=False``), with and without a guest interpreter started ahead
    (``warm_guests``), back to back and after a pause of at least 0.3 s (a guest takes ~60 ms to start).
 2. Sync cost of a run that changes one file, in a 100-file and a 10,000-file workspace (target: the
-   10,000-file run costs at most 1.5x the 100-file run).
+   10,000-file run costs at most 1.5x the 100-file run). 2b: a run after the workspace renamed a
+   1,000-file directory against a run after nothing; 2c: a run's ``mv`` of a 100 MB file against its
+   ``cp`` (the renamed file travels as the hashes of its chunks, the copy as bytes).
 3. The shell-level fs benchmark (create/stat/rm 1000 files, mkdir -p 10x10x10, find, dd 64 MiB, read,
    copy, overwrite), each step one exec including its sync bracket, against the same commands run by
    bare bash in a tmpfs directory, each step of both after the same untimed pause; Cloudflare's
@@ -175,6 +177,27 @@ async def sync_cost(backend: ShellBackend, runs: int) -> None:
     ratio = median_ms(samples[10_000]) / median_ms(samples[100])
     print(f"  ratio 10,000 / 100 files: {ratio:.2f}x (target <= 1.5x) {'OK' if ratio <= 1.5 else 'OVER'}")
     await rename_cost(backend, runs)
+    await large_rename_cost(backend, min(runs, 7))
+
+
+async def large_rename_cost(backend: ShellBackend, runs: int) -> None:
+    """A run's ``mv`` of a 100 MB file against its ``cp`` (a new file: every byte read, hashed and
+    sent) and a run that changes nothing, interleaved: the renamed file is read against the chunks
+    its old name had, so only their hashes travel."""
+    print("== 2c. a run renaming a 100 MB file (median of", runs, "runs)")
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run_ok(ws, "head -c 100000000 /dev/urandom > a.bin")
+        samples: dict[str, list[float]] = {"mv": [], "cp": [], "true": []}
+        for i in range(runs):
+            src, dst = ("a.bin", "b.bin") if i % 2 == 0 else ("b.bin", "a.bin")
+            for name, script in (("mv", f"mv {src} {dst}"), ("cp", f"cp {dst} c.bin"), ("true", "true")):
+                start = time.perf_counter()
+                await run_ok(ws, script)
+                samples[name].append(time.perf_counter() - start)
+            await run_ok(ws, "rm c.bin")
+    mv, cp, true = (median_ms(samples[k]) for k in ("mv", "cp", "true"))
+    print(f"  mv {mv:.1f} ms, cp {cp:.1f} ms, a run changing nothing {true:.2f} ms: mv / cp {mv / cp:.3f}x")
 
 
 async def rename_cost(backend: ShellBackend, runs: int) -> None:

@@ -208,6 +208,9 @@ class SyncPull:
     stage: list[bytes] = field(default_factory=list)
     staging: str | None = None
     done: bool = True
+    # Chunks the store holds (another name's) that a later file of this pull names: staged by reference
+    # with the first page, before its removals can free them (see ``_pull_commit``).
+    keep: list[str] = field(default_factory=list)
     # A live sandbox's pull: what the program changed below a path the workspace renamed since the
     # last sync goes to the new name, and the mirror renames its node (``PullResult.moves``).
     follow_moves: bool = False
@@ -230,6 +233,9 @@ class PullResult:
     reasons: dict[str, str] = field(default_factory=dict)
     own_revs: list[int] = field(default_factory=list)
     moves: list[tuple[str, str, int]] = field(default_factory=list)
+    # Chunks the page kept (``SyncPull.keep``) that the store no longer holds: nothing was committed,
+    # the mirror sends the pull again without keeping.
+    missing: list[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True, slots=True)

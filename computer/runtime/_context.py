@@ -10,7 +10,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import dataclasses
-import hashlib
 import inspect
 from typing import Any
 
@@ -28,12 +27,12 @@ from ._backend import (
 )
 from ._codec import to_plain
 from ._moves import Move, follow, followable
+from ._pull_commit import SAFE_BITS, KeptChunksGone, PullCommits
 from ._pull_rules import (
     CONFLICT,
     DEFAULT_DIR_MODE,
     PROTECTED,
     PROTECTED_BELOW,
-    UNAPPLIED,
     Conflicts,
     add_ancestors,
     needed_dirs,
@@ -72,11 +71,9 @@ GUEST_OPS = (
 )
 # The fs operations a backend may call through ``fs_call`` (chunk reads serve a mirror's large files).
 FS_OPS = frozenset((*GUEST_OPS, "readlink", "symlink", "file_chunks", "read_chunks"))
-# Where a pull stages the new chunks of large files until a page names them.
-STAGING = "/.computer/sync"
 
 
-class LocalExecContext:
+class LocalExecContext(PullCommits):
     """Answers a backend's workspace calls directly on ``workspace.fs`` (and ``workspace.assets``)."""
 
     def __init__(self, workspace: Any) -> None:
@@ -340,7 +337,10 @@ class LocalExecContext:
         mtimes: dict[str, int] = {}
         links: dict[str, str] = {}
         chunked: list[MirrorFile] = []
-        staged = self._stage(pull, own)
+        try:
+            staged = self._stage(pull, own)
+        except KeptChunksGone as gone:  # nothing committed: the mirror sends the pull again
+            return PullResult(rev=base_rev, missing=gone.missing)
         for f in pull.files:
             why = refused(f.path) if strict else None
             if why is not None:
@@ -353,7 +353,7 @@ class LocalExecContext:
                 chunked.append(f)
                 continue
             writes[f.path] = f.data or b""
-            modes[f.path] = f.mode & _SAFE_BITS
+            modes[f.path] = f.mode & SAFE_BITS
             mtimes[f.path] = f.mtime
         deleted: list[str] = []
         for path in pull.deleted:
@@ -376,7 +376,7 @@ class LocalExecContext:
         mkdirs = needed_dirs(dirs, protected, set(writes))
         for d in dirs:
             if d.mode & 0o7777 != DEFAULT_DIR_MODE:
-                modes[d.path] = d.mode & _SAFE_BITS
+                modes[d.path] = d.mode & SAFE_BITS
         symlinks: dict[str, str] = {}
         for link in pull.symlinks:
             why = refused(link.path) if strict else None
@@ -427,74 +427,6 @@ class LocalExecContext:
             moves=[(m.src, m.dst, m.rev) for m in moves],
         )
 
-    def _stage(self, pull: SyncPull, own: set[int]) -> str | None:
-        """Store the page's new chunks (one staging file each, so each is one chunk of the store) until
-        a page names them; the staging directory of this pull, if it has one."""
-        if pull.staging is None:
-            return None
-        if not all(c.isalnum() or c in "-_" for c in pull.staging):
-            raise ValueError(f"bad staging name {pull.staging!r}")
-        staged = f"{STAGING}/{pull.staging}"
-        if pull.stage:
-            writes: dict[str, bytes | None] = {
-                f"{staged}/{hashlib.sha256(data).hexdigest()}": data for data in pull.stage
-            }
-            before = self.fs.rev
-            batch = self.fs.commit_batch(writes)
-            if batch.rev != before:
-                own.add(batch.rev)
-        return staged
 
-    def _commit_links(
-        self, links: dict[str, str], applied: list[str], reasons: dict[str, str], own: set[int]
-    ) -> None:
-        """Hard links (one batch) whose file is written only now; one whose file failed fails with it."""
-        for path, first in list(links.items()):
-            if first in reasons:
-                reasons[path] = reasons[first]
-                del links[path]
-        if links:
-            self._commit({}, applied, reasons, own, links=links)
-
-    def _commit(
-        self,
-        writes: dict[str, Any],
-        applied: list[str],
-        reasons: dict[str, str],
-        own: set[int],
-        **options: Any,
-    ) -> None:
-        """One ``commit_batch`` of a pull (no ``base_rev``): its revision is the run's own, what it
-        applied is listed, what it could not make refused."""
-        before = self.fs.rev
-        batch = self.fs.commit_batch(writes, **options)
-        if batch.rev != before:
-            own.add(batch.rev)
-        applied += batch.applied
-        for path in batch.skipped:
-            reasons.setdefault(path, UNAPPLIED)
-
-    async def _write_chunks(
-        self, f: MirrorFile, applied: list[str], reasons: dict[str, str], own: set[int]
-    ) -> None:
-        """Write one large file from its chunks, in a batch of its own: as a batch's write, a name of a
-        file with several names gets a new file (the program replaced it; names that still share the
-        file come as links, after it), where ``write_chunks`` would write into the shared file."""
-        assert f.chunks is not None
-        try:
-            self._commit(
-                {f.path: list(f.chunks)},
-                applied,
-                reasons,
-                own,
-                modes={f.path: f.mode & _SAFE_BITS},
-                mtimes={f.path: f.mtime},
-            )
-        except OSError as exc:
-            reasons[f.path] = f"could not be applied: {exc.strerror or exc}"
-
-
-# Bits a synced mode may carry: never setuid or setgid.
-_SAFE_BITS = 0o1777
 # Entries in one push page at most (bounds the metadata of one payload).
 _PAGE_ENTRIES = 50_000

@@ -141,12 +141,16 @@ class MirrorBase:
             self.take_in({now.ino: now})
         return True
 
-    def take_in(self, files: dict[int, Entry]) -> None:
+    def take_in(self, files: dict[int, Entry], chunks: dict[int, list[str]] | None = None) -> None:
         """Every name of each of ``files`` (entries by inode) takes in its entry: a link, a rename or a
-        write changes a file's ctime, which the pull compares, for all its names (one pass)."""
+        write changes a file's ctime, which the pull compares, for all its names (one pass). ``chunks``:
+        the chunk lists of those just written whole (large files), which every name then holds too (a
+        pull reading a renamed name against a stale one would send its bytes again)."""
         for key, held in self.state.items():
             if held.kind == "f" and held.ino in files:
                 self.state[key] = files[held.ino]
+                if chunks is not None and held.ino in chunks:
+                    self.chunks[key] = list(chunks[held.ino])
 
     def move_or_drop(self, src: str, dst: str) -> bool:
         """:meth:`move`, or else drop ``src`` and ask for ``dst`` again whole (``refetch``)."""
@@ -185,6 +189,8 @@ class PullPlan:
     chunk_prints: dict[str, list[int]] = field(default_factory=dict)
     # Paths left in the mirror only, with the reason (names the workspace cannot hold, FIFOs…).
     unsyncable: dict[str, str] = field(default_factory=dict)
+    # Large files that continue another name's file (see ``Mirror.chunk_sources``); None: not asked yet.
+    sources: dict[str, str] | None = None
 
     def empty(self) -> bool:
         return not (self.files or self.dirs or self.symlinks or self.deleted or self.links)

@@ -241,7 +241,35 @@ class MirrorPull(MirrorBase):
                     plan.links.append((other, first_name[ino]))
                     listed.add(other)
 
-    def pages(self, plan: PullPlan, budget: int | None) -> Generator[SyncPull, None, None]:
+    def chunk_sources(self, plan: PullPlan) -> dict[str, str]:
+        """Large files of ``plan`` that continue the file of another name whose chunk list the mirror
+        holds (the same inode: a program renamed it, or linked it and removed the old name), where
+        their own name has no list of that file: path -> that other name. Their pages read them against
+        that list, so unchanged chunks travel as hashes (a ``mv`` of a 200 MB file sent 200 MB)."""
+        if plan.sources is None:
+            state, chunks = self.state, self.chunks
+            wanted = []
+            for rel, entry in plan.files:
+                if entry.size >= BIG_FILE and chunks:
+                    old = state.get(rel)
+                    if rel not in chunks or old is None or old.ino != entry.ino:
+                        wanted.append((rel, entry.ino))
+            sources: dict[str, str] = {}
+            if wanted:
+                by_ino: dict[int, str] = {}
+                for rel in chunks:
+                    old = state.get(rel)
+                    if old is not None and old.kind == "f":
+                        by_ino.setdefault(old.ino, rel)
+                for rel, ino in wanted:
+                    if (source := by_ino.get(ino)) is not None and source != rel:
+                        sources[rel] = source
+            plan.sources = sources
+        return plan.sources
+
+    def pages(
+        self, plan: PullPlan, budget: int | None, *, reuse: bool = False
+    ) -> Generator[SyncPull, None, None]:
         """The pull, cut into pages of at most ``budget`` new bytes (None: one page).
 
         Removals, directories and links go on the first page (so a later page never lands in a tree
@@ -250,9 +278,13 @@ class MirrorPull(MirrorBase):
         mirror last synced for that path, or staged earlier in this pull) travel as their hash, new
         ones as bytes on the page's ``stage``, so a 4 KiB change in a 100 MB file moves one chunk and
         no page holds more than ``budget`` bytes whatever the file's size. Files the program changed
-        into something else meanwhile are left out."""
+        into something else meanwhile are left out. ``reuse``: a large file that continues another
+        name's file (:meth:`chunk_sources`) is read against that name's chunks, which the first page
+        keeps (``SyncPull.keep``: its removal of the old name would free them)."""
         protected = sorted(self.protected)
         staging = secrets.token_hex(8)
+        sources = self.chunk_sources(plan) if reuse else {}
+        keep = sorted({digest for source in set(sources.values()) for digest in self.chunks[source]})
         page = SyncPull(
             self.root,
             dirs=list(plan.dirs),
@@ -261,6 +293,7 @@ class MirrorPull(MirrorBase):
             protected=protected,
             staging=staging,
             done=False,
+            keep=keep,
         )
         held = 0
         staged: set[str] = set()
@@ -269,9 +302,10 @@ class MirrorPull(MirrorBase):
                 path = self.workspace_path(rel)
                 mtime = entry.mtime_ns // 1_000_000
                 if entry.size >= BIG_FILE:
-                    previous = self.chunks.get(rel, [])
+                    source = sources.get(rel, rel)
+                    previous = self.chunks.get(source, [])
                     known = set(previous) | staged
-                    last = self.prints.get(rel)
+                    last = self.prints.get(source)
                     before = last[1] if last is not None and list(last[0]) == previous else []
                     hashes: list[str] = []
                     prints: list[int] = []
@@ -317,7 +351,7 @@ class MirrorPull(MirrorBase):
         # Hard links last: their first name is on this page or an earlier one.
         for rel, first in plan.links:
             page.files.append(MirrorFile(self.workspace_path(rel), None, 0o644, 0, 0, first))
-        yield dataclasses.replace(page, done=True, staging=staging if staged else None)
+        yield dataclasses.replace(page, done=True, staging=staging if staged or keep else None)
 
     def settle(
         self,

@@ -254,7 +254,8 @@ class MirrorPush(MirrorBase):
         rel = self.rel(file.path)
         entry = self.state.get(rel)
         if entry is not None and entry.kind == "f" and entry.ino in self.linked:
-            self.take_in({entry.ino: entry})
+            held = self.chunks.get(rel)
+            self.take_in({entry.ino: entry}, None if held is None else {entry.ino: held})
 
     def finish_push(self, rev: int, refetched: Iterable[str] = ()) -> None:
         """Every page is in: the mirror reflects ``rev`` (the first page's, a lower bound); revisions

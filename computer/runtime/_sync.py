@@ -231,7 +231,9 @@ class MirrorSync:
         # the program's newer writes to those paths were refused and removed from the mirror.
         own = [*(saves.own_revs if saves is not None else ()), *mirror.own_since(base_rev)]
         deferring = defer and isinstance(ctx, DeferringContext) and ctx.defers_pull
-        if deferring and plan.size() <= self.limits.max_sync_bytes:
+        # A pull that keeps chunks (a renamed large file) is not deferred: its first page may have to
+        # be sent again (``PullResult.missing``), which only this side can do.
+        if deferring and plan.size() <= self.limits.max_sync_bytes and not mirror.chunk_sources(plan):
             pull = mirror.read_all(plan) if plan.empty() else await asyncio.to_thread(mirror.read_all, plan)
             pull = dataclasses.replace(pull, own_revs=own)
             mirror.forget_chunks(plan)  # settled later without the plan
@@ -266,7 +268,7 @@ class MirrorSync:
         # Nothing changed: the mirror still reflects ``base_rev`` exactly (no round trip needed; claiming
         # more would count a workspace change made during the run as mirrored).
         if not plan.empty():
-            pages = _Pages(mirror.pages(plan, self.limits.max_sync_bytes))
+            pages = _Pages(mirror.pages(plan, self.limits.max_sync_bytes, reuse=True))
             # Pages are read in a worker thread when they read files; removals, directories and
             # links are lists already (1,000 removals: no hop, which under load costs milliseconds).
             # The last page says so (``done``): no hop to learn that nothing follows.
@@ -278,6 +280,10 @@ class MirrorSync:
                         break
                     page = dataclasses.replace(page, own_revs=own, follow_moves=follow)
                     result = await ctx.sync_pull(page, base_rev)
+                    if result.missing:  # a first page whose kept chunks are gone: nothing committed
+                        pages.close()
+                        pages = _Pages(mirror.pages(plan, self.limits.max_sync_bytes))
+                        continue
                     own = own + result.own_revs
                     moves.update((r, (src, dst, r)) for src, dst, r in result.moves)
                     applied += result.applied

@@ -121,8 +121,8 @@ async def test_large_files_and_workspace_links_keep_their_names_through_a_pool(
     cluster: Settings, name: str
 ) -> None:
     """The large-file and link rules across the worker's owner calls: a run's hard link to a large
-    file reaches the workspace, a name the client links is the same file in the sandbox, and a
-    write through it shows in every name there."""
+    file reaches the workspace, a name the client links is the same file in the sandbox, a write
+    through it shows in every name there, and a run's rename of it arrives whole."""
     import hashlib
 
     async with computer.get_workspace(name) as ws:
@@ -141,3 +141,10 @@ async def test_large_files_and_workspace_links_keep_their_names_through_a_pool(
         assert (
             seen.stdout.split() == [made.stdout.strip()] + [hashlib.sha256(b"n" * 2_000_000).hexdigest()] * 3
         )
+        # A run's rename of the large file (its other names removed): the first page keeps the chunks
+        # the pull's removals would free (``SyncPull.keep`` through the worker's owner call).
+        moved = await (await ws.runtime.exec("mv big moved && rm big2 big3 && sha256sum moved")).result()
+        assert moved.status == "completed" and moved.skipped == [], moved
+        assert moved.stdout[:64] == hashlib.sha256(b"n" * 2_000_000).hexdigest()
+        assert await ws.fs.read_file("/workspace/moved") == b"n" * 2_000_000
+        assert not await ws.fs.exists("/workspace/big") and not await ws.fs.exists("/workspace/big3")

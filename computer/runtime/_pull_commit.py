@@ -1,0 +1,117 @@
+"""How the owner commits one page of a pull (the half of :meth:`LocalExecContext.sync_pull` that writes).
+
+A page is committed in a few ``commit_batch`` transactions, each counted as the run's own revision:
+the staging of the page's new chunks (and of the chunks it keeps, below), the main batch (files,
+removals, directories, modes, symlinks, hard links), each large file from its chunks, then the hard
+links to those large files.
+
+Kept chunks (``SyncPull.keep``): a large file a program renamed (or linked, then removed the old name)
+reaches the pull under a name the mirror has no chunk list for. The mirror reads it against the list
+of the name it had (its fast fingerprints), so the unchanged chunks travel as their hash, not as
+bytes. Those chunks belong to the old name, which the same pull removes (its main batch, or an earlier
+page): the first page therefore stages them by reference (a one-chunk file each, under the pull's
+staging directory, removed with it by the last page), so they outlive the removal. A kept chunk the
+store no longer holds (the workspace removed the old name meanwhile) fails the whole page before it
+commits anything (:class:`KeptChunksGone`); the mirror then sends the pull again without keeping.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from ._backend import MirrorFile, SyncPull
+from ._pull_rules import UNAPPLIED
+
+__all__ = ["SAFE_BITS", "STAGING", "KeptChunksGone", "PullCommits"]
+
+# Where a pull stages the new chunks of large files until a page names them.
+STAGING = "/.computer/sync"
+# Bits a synced mode may carry: never setuid or setgid.
+SAFE_BITS = 0o1777
+
+
+class KeptChunksGone(Exception):
+    """Chunks a page keeps (``SyncPull.keep``) that the store does not hold; nothing was committed."""
+
+    def __init__(self, missing: list[str]) -> None:
+        super().__init__(f"{len(missing)} kept chunks are gone from the store")
+        self.missing = missing
+
+
+class PullCommits:
+    """The commits of a pull's page; mixed into :class:`LocalExecContext` (``self.fs``)."""
+
+    fs: Any
+
+    def _stage(self, pull: SyncPull, own: set[int]) -> str | None:
+        """Store the page's new chunks, and reference the chunks it keeps, under the pull's staging
+        directory (one file each, so each is one chunk of the store) until a page names them; that
+        directory, if the pull has one. Raises :class:`KeptChunksGone` (before any commit) when a kept
+        chunk is gone."""
+        if pull.staging is None:
+            return None
+        if not all(c.isalnum() or c in "-_" for c in pull.staging):
+            raise ValueError(f"bad staging name {pull.staging!r}")
+        staged = f"{STAGING}/{pull.staging}"
+        writes: dict[str, Any] = {}
+        if pull.keep:
+            missing = self.fs.missing_chunks(pull.keep)
+            if missing:
+                raise KeptChunksGone(missing)
+            writes.update({f"{staged}/{digest}": [digest] for digest in pull.keep})
+        writes.update({f"{staged}/{hashlib.sha256(data).hexdigest()}": data for data in pull.stage})
+        if writes:
+            before = self.fs.rev
+            batch = self.fs.commit_batch(writes)
+            if batch.rev != before:
+                own.add(batch.rev)
+        return staged
+
+    def _commit_links(
+        self, links: dict[str, str], applied: list[str], reasons: dict[str, str], own: set[int]
+    ) -> None:
+        """Hard links (one batch) whose file is written only now; one whose file failed fails with it."""
+        for path, first in list(links.items()):
+            if first in reasons:
+                reasons[path] = reasons[first]
+                del links[path]
+        if links:
+            self._commit({}, applied, reasons, own, links=links)
+
+    def _commit(
+        self,
+        writes: dict[str, Any],
+        applied: list[str],
+        reasons: dict[str, str],
+        own: set[int],
+        **options: Any,
+    ) -> None:
+        """One ``commit_batch`` of a pull (no ``base_rev``): its revision is the run's own, what it
+        applied is listed, what it could not make refused."""
+        before = self.fs.rev
+        batch = self.fs.commit_batch(writes, **options)
+        if batch.rev != before:
+            own.add(batch.rev)
+        applied += batch.applied
+        for path in batch.skipped:
+            reasons.setdefault(path, UNAPPLIED)
+
+    async def _write_chunks(
+        self, f: MirrorFile, applied: list[str], reasons: dict[str, str], own: set[int]
+    ) -> None:
+        """Write one large file from its chunks, in a batch of its own: as a batch's write, a name of a
+        file with several names gets a new file (the program replaced it; names that still share the
+        file come as links, after it), where ``write_chunks`` would write into the shared file."""
+        assert f.chunks is not None
+        try:
+            self._commit(
+                {f.path: list(f.chunks)},
+                applied,
+                reasons,
+                own,
+                modes={f.path: f.mode & SAFE_BITS},
+                mtimes={f.path: f.mtime},
+            )
+        except OSError as exc:
+            reasons[f.path] = f"could not be applied: {exc.strerror or exc}"

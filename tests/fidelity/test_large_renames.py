@@ -1,0 +1,134 @@
+"""A program's rename of a large file reaches the workspace as the chunks it already holds, not as its
+bytes again: ``mv`` of a 200 MB file sent 200 MB (~0.7 s) before. Also a rename with an edit in the
+same run (only the changed chunk travels), a link then the old name removed, and the case where the
+workspace freed those chunks meanwhile (the pull is sent again, whole, nothing lost). Real programs,
+per call and live, checked through ``ws.fs``, the store's chunk lists and a reopen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from computer.runtime import PullResult, ShellBackend, SyncPull
+from computer.runtime._context import LocalExecContext
+
+from ._support import ROOT, digest, ok, opened
+
+CHUNK = 512 * 1024
+SIZE = 10 * CHUNK + 1234  # eleven chunks
+
+
+class Spy:
+    """The pages the owner was sent (bytes staged, chunks kept) and what it answered."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.pages: list[SyncPull] = []
+        self.results: list[PullResult] = []
+        self.before: Any = None  # called with (ctx, page) before the real sync_pull
+        real = LocalExecContext.sync_pull
+        spy = self
+
+        async def sync_pull(ctx: LocalExecContext, pull: SyncPull, base_rev: int) -> PullResult:
+            if spy.before is not None:
+                await spy.before(ctx, pull)
+            spy.pages.append(pull)
+            result = await real(ctx, pull, base_rev)
+            spy.results.append(result)
+            return result
+
+        monkeypatch.setattr(LocalExecContext, "sync_pull", sync_pull)
+
+    def staged(self) -> int:
+        return sum(len(piece) for page in self.pages for piece in page.stage)
+
+    def kept(self) -> int:
+        return sum(len(page.keep) for page in self.pages)
+
+    def clear(self) -> None:
+        self.pages.clear()
+        self.results.clear()
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_programs_rename_of_a_large_file_sends_no_bytes(
+    tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spy = Spy(monkeypatch)
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        made = await ok(ws, f"head -c {SIZE} /dev/urandom > a.bin && sha256sum a.bin")
+        original = made.stdout[:64]
+        chunks = [c.hash for c in ws.fs.file_chunks(f"{ROOT}/a.bin")]
+        assert len(chunks) == 11
+
+        spy.clear()
+        moved = await ok(ws, "mkdir -p sub/deeper && mv a.bin sub/deeper/b.bin")
+        assert moved.skipped == [], moved.skipped_reasons
+        assert f"{ROOT}/sub/deeper/b.bin" in moved.pulled and f"{ROOT}/a.bin" in moved.pulled
+        assert spy.staged() == 0, "a renamed large file was sent as bytes"
+        assert spy.kept() == 11
+        assert not await ws.fs.exists(f"{ROOT}/a.bin")
+        assert [c.hash for c in ws.fs.file_chunks(f"{ROOT}/sub/deeper/b.bin")] == chunks
+        assert digest(await ws.fs.read_file(f"{ROOT}/sub/deeper/b.bin")) == original
+
+        # Renamed and edited in one run: the edited chunk alone travels.
+        spy.clear()
+        edited = await ok(
+            ws,
+            "mv sub/deeper/b.bin c.bin && printf XYZ | dd of=c.bin bs=1 seek=1000000 conv=notrunc status=none"
+            " && sha256sum c.bin",
+        )
+        assert edited.skipped == [], edited.skipped_reasons
+        assert 0 < spy.staged() <= CHUNK
+        now = [c.hash for c in ws.fs.file_chunks(f"{ROOT}/c.bin")]
+        assert now[0] == chunks[0] and now[2:] == chunks[2:] and now[1] != chunks[1]
+        assert digest(await ws.fs.read_file(f"{ROOT}/c.bin")) == edited.stdout[:64]
+
+        # A hard link made, then the old name removed (what ``mv`` does across a ``cp -l`` tree).
+        spy.clear()
+        relinked = await ok(ws, "ln c.bin d.bin && rm c.bin && sha256sum d.bin")
+        assert relinked.skipped == [], relinked.skipped_reasons
+        assert spy.staged() == 0
+        assert [c.hash for c in ws.fs.file_chunks(f"{ROOT}/d.bin")] == now
+        assert not await ws.fs.exists(f"{ROOT}/c.bin")
+        final = relinked.stdout[:64]
+        # Nothing left staged, and the store holds exactly the file's chunks.
+        assert not await ws.fs.exists("/.computer/sync") or await ws.fs.readdir("/.computer/sync") == []
+    async with opened(db, python=False) as ws:
+        seen = await ok(ws, "sha256sum d.bin; ls")
+        assert seen.stdout.split()[0] == final
+        assert "a.bin" not in seen.stdout and "c.bin" not in seen.stdout
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_rename_whose_chunks_the_workspace_freed_meanwhile_is_sent_whole(
+    tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mirror reads the renamed file against the old name's chunks, but the workspace removed
+    that name (and so freed its chunks) before the pull arrived: the owner refuses the first page
+    before committing anything (``PullResult.missing``), and the mirror sends the pull again with
+    the file's bytes. The renamed file is whole in the workspace."""
+    spy = Spy(monkeypatch)
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ok(ws, f"head -c {SIZE} /dev/urandom > a.bin")
+
+        async def remove_first(ctx: LocalExecContext, page: SyncPull) -> None:
+            if page.keep and not spy.results:
+                ctx.fs.commit_batch({f"{ROOT}/a.bin": None})  # as a concurrent fs.rm would
+
+        spy.clear()
+        spy.before = remove_first
+        moved = await ok(ws, "mv a.bin b.bin && sha256sum b.bin")
+        spy.before = None
+        assert spy.results[0].missing, "the first page should have been refused"
+        assert spy.pages[1].keep == [] and spy.staged() >= SIZE
+        assert f"{ROOT}/b.bin" in moved.pulled
+        assert digest(await ws.fs.read_file(f"{ROOT}/b.bin")) == moved.stdout[:64]
+        assert not await ws.fs.exists(f"{ROOT}/a.bin")
+        again = await ok(ws, "sha256sum b.bin; ls")
+        assert again.stdout.split()[0] == moved.stdout[:64] and "a.bin" not in again.stdout
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, "sha256sum b.bin")).stdout[:64] == moved.stdout[:64]
