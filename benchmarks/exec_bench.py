@@ -14,7 +14,8 @@ Every figure is printed next to a baseline measured in the same run on the same 
 2. Sync cost of a run that changes one file, in a 100-file and a 10,000-file workspace (target: the
    10,000-file run costs at most 1.5x the 100-file run). 2b: a run after the workspace renamed a
    1,000-file directory against a run after nothing; 2c: a run's ``mv`` of a 100 MB file against its
-   ``cp`` (the renamed file travels as the hashes of its chunks, the copy as bytes).
+   ``cp`` (the renamed file travels as the hashes of its chunks, the copy as bytes); 2d: a 4 GB sparse
+   file made by a run, and pushed into a fresh mirror after a reopen (holes neither read nor written).
 3. The shell-level fs benchmark (create/stat/rm 1000 files, mkdir -p 10x10x10, find, dd 64 MiB, read,
    copy, overwrite), each step one exec including its sync bracket, against the same commands run by
    bare bash in a tmpfs directory, each step of both after the same untimed pause; Cloudflare's
@@ -178,6 +179,7 @@ async def sync_cost(backend: ShellBackend, runs: int) -> None:
     print(f"  ratio 10,000 / 100 files: {ratio:.2f}x (target <= 1.5x) {'OK' if ratio <= 1.5 else 'OVER'}")
     await rename_cost(backend, runs)
     await large_rename_cost(backend, min(runs, 7))
+    await sparse_cost(backend, min(runs, 7))
 
 
 async def large_rename_cost(backend: ShellBackend, runs: int) -> None:
@@ -198,6 +200,36 @@ async def large_rename_cost(backend: ShellBackend, runs: int) -> None:
             await run_ok(ws, "rm c.bin")
     mv, cp, true = (median_ms(samples[k]) for k in ("mv", "cp", "true"))
     print(f"  mv {mv:.1f} ms, cp {cp:.1f} ms, a run changing nothing {true:.2f} ms: mv / cp {mv / cp:.3f}x")
+
+
+async def sparse_cost(backend: ShellBackend, runs: int) -> None:
+    """A run making a 4 GB sparse file (``truncate -s``) against a run changing nothing; and the first
+    run after a reopen (a fresh backend: the file pushed into a new mirror) against the same with an
+    empty file: holes are neither read by the pull nor written by the push."""
+    print("== 2d. a 4 GB sparse file (median of", runs, "runs)")
+    samples: dict[str, list[float]] = {"made": [], "still": [], "pushed": [], "empty": []}
+    with tempfile.TemporaryDirectory() as scratch:
+        for i in range(runs):
+            for kind, command in (("pushed", "truncate -s 4G s.img"), ("empty", ": > s.img")):
+                db = f"{scratch}/{kind}{i}.sqlite"
+                async with computer.Workspace(db, backends=[ShellBackend(live=backend.live)]) as ws:
+                    await ws.fs.mkdir("/workspace")
+                    start = time.perf_counter()
+                    await run_ok(ws, command)
+                    if kind == "pushed":
+                        samples["made"].append(time.perf_counter() - start)
+                        start = time.perf_counter()
+                        await run_ok(ws, "true")
+                        samples["still"].append(time.perf_counter() - start)
+                async with computer.Workspace(db, backends=[ShellBackend(live=backend.live)]) as ws:
+                    start = time.perf_counter()
+                    await run_ok(ws, "true")
+                    samples[kind].append(time.perf_counter() - start)
+    made, still, pushed, empty = (median_ms(samples[k]) for k in ("made", "still", "pushed", "empty"))
+    print(
+        f"  made {made:.1f} ms vs a run changing nothing {still:.2f} ms ({made / still:.2f}x); "
+        f"first run after a reopen {pushed:.1f} ms vs with an empty file {empty:.1f} ms ({pushed / empty:.2f}x)"
+    )
 
 
 async def rename_cost(backend: ShellBackend, runs: int) -> None:

@@ -5,6 +5,8 @@ without following links, and the creation flags and modes the mirror writes with
 from __future__ import annotations
 
 import contextlib
+import errno
+import hashlib
 import os
 import stat
 from collections.abc import Iterator
@@ -16,6 +18,8 @@ from ._scratch import remove_below, remove_tree
 __all__ = [
     "CREATE",
     "CREATED_MODE",
+    "HOLE",
+    "HOLE_DIGEST",
     "SAFE_BITS",
     "BeneathReader",
     "lstat_beneath",
@@ -26,6 +30,13 @@ __all__ = [
     "remove_node",
     "write_all",
 ]
+
+
+# A whole chunk of a sparse file's hole (``truncate -s 4G``, a disk image): read as this one object
+# (never from the file) and known by its hash, so a file's holes cost neither reads nor hashing in a
+# pull nor memory in a push (a 3 GB sparse file took 3 GB of the mirror's tmpfs after a reopen).
+HOLE = bytes(CHUNK_SIZE)
+HOLE_DIGEST = hashlib.sha256(HOLE).hexdigest()
 
 
 def read_beneath(directory: Path, rel: str) -> bytes:
@@ -83,10 +94,17 @@ class BeneathReader:
         return fd, st
 
     def chunks(self, rel: str) -> Iterator[bytes]:
-        """The regular file ``rel`` in pieces of the storage's chunk size (one in memory at a time)."""
-        fd, _ = self._open_regular(rel)
+        """The regular file ``rel`` in pieces of the storage's chunk size (one in memory at a time); a
+        whole chunk inside a hole of the file (no data, ``SEEK_DATA``) is :data:`HOLE` itself, unread."""
+        fd, st = self._open_regular(rel)
+        size = st.st_size
         try:
             while True:
+                at = os.lseek(fd, 0, os.SEEK_CUR)
+                if at + CHUNK_SIZE <= size and _in_hole(fd, at):
+                    os.lseek(fd, at + CHUNK_SIZE, os.SEEK_SET)
+                    yield HOLE
+                    continue
                 piece = read_full(fd, CHUNK_SIZE)
                 if piece:
                     yield piece
@@ -221,3 +239,14 @@ def remove_beneath(directory: Path, rel: str) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _in_hole(fd: int, at: int) -> bool:
+    """Whether the chunk at ``at`` of ``fd`` has no data (the next data, if any, starts past it); the
+    file's offset is ``at`` again after."""
+    try:
+        return os.lseek(fd, at, os.SEEK_DATA) >= at + CHUNK_SIZE
+    except OSError as exc:
+        return exc.errno == errno.ENXIO  # no data from ``at`` on (others: cannot tell, so read it)
+    finally:
+        os.lseek(fd, at, os.SEEK_SET)

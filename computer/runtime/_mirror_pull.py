@@ -15,7 +15,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from xxhash import xxh3_128_intdigest
 
 from ._backend import BIG_FILE, MirrorDir, MirrorFile, MirrorSymlink, SyncPull
-from ._beneath import SAFE_BITS, BeneathReader, remove_beneath
+from ._beneath import HOLE, HOLE_DIGEST, SAFE_BITS, BeneathReader, remove_beneath
 from ._mirror_base import NOT_UTF8, SPECIAL, Entry, MirrorBase, PullPlan, entry_of, is_below, was_dir
 from ._watch import TreeWatch
 
@@ -25,6 +25,7 @@ __all__ = ["MirrorPull"]
 # SHA-256 here), and a key the sandboxed program never sees keeps it from crafting a chunk that
 # fingerprints like the one it replaced (128 bits: an accidental match is out of reach).
 _SEED = int.from_bytes(os.urandom(8), "little")
+_HOLE_PRINT = xxh3_128_intdigest(HOLE, _SEED)
 
 _new, _set_path, _set_mode = object.__new__, vars(MirrorDir)["path"].__set__, vars(MirrorDir)["mode"].__set__
 assert [f.name for f in dataclasses.fields(MirrorDir)] == ["path", "mode"], "update _mirror_dir"
@@ -313,12 +314,15 @@ class MirrorPull(MirrorBase):
                     try:
                         for piece in reader.chunks(rel):
                             index = len(hashes)
-                            fingerprint = xxh3_128_intdigest(piece, _SEED)
-                            prints.append(fingerprint)
-                            if index < len(before) and before[index] == fingerprint:
-                                digest = previous[index]  # the bytes the last sync had there
+                            if piece is HOLE:  # a hole: neither read nor hashed
+                                fingerprint, digest = _HOLE_PRINT, HOLE_DIGEST
                             else:
-                                digest = hashlib.sha256(piece).hexdigest()
+                                fingerprint = xxh3_128_intdigest(piece, _SEED)
+                                if index < len(before) and before[index] == fingerprint:
+                                    digest = previous[index]  # the bytes the last sync had there
+                                else:
+                                    digest = hashlib.sha256(piece).hexdigest()
+                            prints.append(fingerprint)
                             hashes.append(digest)
                             size += len(piece)
                             if digest in known:

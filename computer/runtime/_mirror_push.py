@@ -4,6 +4,7 @@ their chunks and filled, the revision adopted once every page is in."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from collections.abc import Iterable
@@ -14,6 +15,7 @@ from ._backend import MirrorFile, SyncPush
 from ._beneath import (
     CREATE,
     CREATED_MODE,
+    HOLE_DIGEST,
     SAFE_BITS,
     make_parent,
     open_beneath,
@@ -198,10 +200,19 @@ class MirrorPush(MirrorBase):
         fd = _open_in_place(host) if f.same else None
         if fd is None:
             fd, synced = _new_file(host, f.mode, synced)
-        needed = list(range(len(f.chunks)))
+        elif not synced:
+            os.ftruncate(fd, 0)  # every chunk comes again (into the same file): emptied first
+        # Chunks of a hole (a sparse file's) are neither fetched nor written where the file has no
+        # data yet (past the synced copy's end, or all of an emptied one): they stay holes.
         if synced:
             assert old is not None
-            needed = [i for i in needed if i >= len(old) or old[i] != f.chunks[i]]
+            needed = [
+                i
+                for i, digest in enumerate(f.chunks)
+                if (i >= len(old) and digest != HOLE_DIGEST) or (i < len(old) and old[i] != digest)
+            ]
+        else:
+            needed = [i for i, digest in enumerate(f.chunks) if digest != HOLE_DIGEST]
         try:
             if self.owner is not None:
                 os.fchown(fd, *self.owner)
@@ -305,12 +316,7 @@ def _new_file(host: Path, mode: int, copy: bool) -> tuple[int, bool]:
         if source is None:
             return fd, False
         try:
-            left = os.fstat(source).st_size
-            while left > 0:
-                done = os.copy_file_range(source, fd, left)
-                if done == 0:
-                    break
-                left -= done
+            _copy_data(source, fd, os.fstat(source).st_size)
         except OSError:
             os.ftruncate(fd, 0)
             return fd, False
@@ -318,6 +324,28 @@ def _new_file(host: Path, mode: int, copy: bool) -> tuple[int, bool]:
     finally:
         if source is not None:
             os.close(source)
+
+
+def _copy_data(source: int, fd: int, size: int) -> None:
+    """Copy ``size`` bytes of ``source`` into the empty ``fd`` in the kernel, its data only: holes stay
+    holes (``SEEK_DATA``/``SEEK_HOLE``; a plain copy wrote a sparse file's zeros out in full)."""
+    at = 0
+    while at < size:
+        try:
+            start = os.lseek(source, at, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:
+                raise
+            break  # only a hole from ``at`` on
+        end = min(os.lseek(source, start, os.SEEK_HOLE), size)
+        while start < end:
+            done = os.copy_file_range(source, fd, end - start, start, start)
+            if done == 0:
+                end = start
+                break
+            start += done
+        at = max(end, at + 1)
+    os.ftruncate(fd, size)
 
 
 def _rewrite_in_place(host: Path, f: MirrorFile) -> bool:

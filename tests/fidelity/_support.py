@@ -18,8 +18,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 import computer
-from computer.runtime import PythonBackend, ShellBackend
+from computer.runtime import PullResult, PythonBackend, ShellBackend, SyncPull
+from computer.runtime._context import LocalExecContext
 from computer.runtime.types import ExecResult
 
 ROOT = "/workspace"
@@ -143,3 +146,35 @@ finally:
         t.join(30)
 print(len(threads))
 """
+
+
+class PullSpy:
+    """The pages of pulls the owner (an embedded workspace's) was sent, bytes staged and chunks kept, and
+    what it answered; ``before(ctx, page)`` runs ahead of each (a concurrent workspace change)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.pages: list[SyncPull] = []
+        self.results: list[PullResult] = []
+        self.before: Any = None  # called with (ctx, page) before the real sync_pull
+        real = LocalExecContext.sync_pull
+        spy = self
+
+        async def sync_pull(ctx: LocalExecContext, pull: SyncPull, base_rev: int) -> PullResult:
+            if spy.before is not None:
+                await spy.before(ctx, pull)
+            spy.pages.append(pull)
+            result = await real(ctx, pull, base_rev)
+            spy.results.append(result)
+            return result
+
+        monkeypatch.setattr(LocalExecContext, "sync_pull", sync_pull)
+
+    def staged(self) -> int:
+        return sum(len(piece) for page in self.pages for piece in page.stage)
+
+    def kept(self) -> int:
+        return sum(len(page.keep) for page in self.pages)
+
+    def clear(self) -> None:
+        self.pages.clear()
+        self.results.clear()

@@ -7,55 +7,23 @@ per call and live, checked through ``ws.fs``, the store's chunk lists and a reop
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from computer.runtime import PullResult, ShellBackend, SyncPull
+from computer.runtime import ShellBackend, SyncPull
 from computer.runtime._context import LocalExecContext
 
-from ._support import ROOT, digest, ok, opened
+from ._support import ROOT, PullSpy, digest, ok, opened
 
 CHUNK = 512 * 1024
 SIZE = 10 * CHUNK + 1234  # eleven chunks
-
-
-class Spy:
-    """The pages the owner was sent (bytes staged, chunks kept) and what it answered."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.pages: list[SyncPull] = []
-        self.results: list[PullResult] = []
-        self.before: Any = None  # called with (ctx, page) before the real sync_pull
-        real = LocalExecContext.sync_pull
-        spy = self
-
-        async def sync_pull(ctx: LocalExecContext, pull: SyncPull, base_rev: int) -> PullResult:
-            if spy.before is not None:
-                await spy.before(ctx, pull)
-            spy.pages.append(pull)
-            result = await real(ctx, pull, base_rev)
-            spy.results.append(result)
-            return result
-
-        monkeypatch.setattr(LocalExecContext, "sync_pull", sync_pull)
-
-    def staged(self) -> int:
-        return sum(len(piece) for page in self.pages for piece in page.stage)
-
-    def kept(self) -> int:
-        return sum(len(page.keep) for page in self.pages)
-
-    def clear(self) -> None:
-        self.pages.clear()
-        self.results.clear()
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
 async def test_a_programs_rename_of_a_large_file_sends_no_bytes(
     tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    spy = Spy(monkeypatch)
+    spy = PullSpy(monkeypatch)
     db = tmp_path / "ws.sqlite"
     async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
         made = await ok(ws, f"head -c {SIZE} /dev/urandom > a.bin && sha256sum a.bin")
@@ -110,7 +78,7 @@ async def test_a_rename_whose_chunks_the_workspace_freed_meanwhile_is_sent_whole
     that name (and so freed its chunks) before the pull arrived: the owner refuses the first page
     before committing anything (``PullResult.missing``), and the mirror sends the pull again with
     the file's bytes. The renamed file is whole in the workspace."""
-    spy = Spy(monkeypatch)
+    spy = PullSpy(monkeypatch)
     db = tmp_path / "ws.sqlite"
     async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
         await ok(ws, f"head -c {SIZE} /dev/urandom > a.bin")

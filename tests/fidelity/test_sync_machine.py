@@ -124,8 +124,15 @@ def shell_of(op: Op, model: dict[str, bytes]) -> tuple[str, dict[str, bytes | No
 
 
 def skipped_covers(result: ExecResult, path: str) -> bool:
+    """Whether the run left ``path`` alone: it is skipped, or below a skipped directory and not pulled
+    itself (``rm -rf d`` while the workspace removed ``d/c``: ``d`` is refused, its descendant changed
+    in the workspace, while the removal of ``d/e`` is applied and listed in ``pulled``)."""
     absolute = f"{ROOT}/{path}"
-    return any(absolute == s or absolute.startswith(s.rstrip("/") + "/") for s in result.skipped)
+    if absolute in result.skipped:
+        return True
+    return absolute not in result.pulled and any(
+        absolute.startswith(s.rstrip("/") + "/") for s in result.skipped
+    )
 
 
 class SyncMachine(RuleBasedStateMachine):
