@@ -221,7 +221,9 @@ class MirrorPull(MirrorBase):
 
     def _other_names(self, plan: PullPlan, now: dict[str, Entry], first_name: dict[int, str]) -> None:
         """A changed file with other names the program did not touch (a write through one hard link
-        changes them all): those names go in the pull as links of it, so the workspace agrees."""
+        changes them all): those names go in the pull as links of it, so the workspace agrees, and
+        their entries are read again (``ln d/e m/c`` changes ``d/e``'s ctime with no event in ``d``:
+        its stale entry failed a later workspace rename of it, fetched whole, apart from ``m/c``)."""
         shared = []
         for rel, _ in plan.files:
             with contextlib.suppress(OSError):
@@ -241,6 +243,8 @@ class MirrorPull(MirrorBase):
                 if other != rel and other not in listed and first_name.get(ino) != self.workspace_path(other):
                     plan.links.append((other, first_name[ino]))
                     listed.add(other)
+                    with contextlib.suppress(OSError):
+                        now[other] = entry_of(os.lstat(self.directory / other))
 
     def chunk_sources(self, plan: PullPlan) -> dict[str, str]:
         """Large files of ``plan`` that continue the file of another name whose chunk list the mirror

@@ -55,3 +55,29 @@ async def test_a_file_whose_other_name_a_run_replaced_keeps_its_inode_through_a_
         await ws.fs.rename(f"{ROOT}/a", f"{ROOT}/c")
         moved = await ok(ws, "stat -c '%i %h' c && cat c b")
         assert moved.stdout.split() == [held, "1", "one", "two"] and moved.pushed == 0
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_file_a_run_linked_keeps_both_names_through_a_workspace_rename(
+    tmp_path: Path, live: bool, size: int
+) -> None:
+    """``ln d/e m/c`` in one run, then the workspace renames ``d/e``: both names are still one file in
+    the sandbox. Before: the link changed ``d/e``'s ctime with no event in ``d``, the mirror kept its
+    stale entry, and the rename was not followed: ``d/c`` came whole, a new file apart from ``m/c``
+    (found by the rename machine, randomized)."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ok(ws, f"mkdir -p d m && head -c {size} /dev/urandom > d/e")
+        linked = await ok(ws, "ln d/e m/c && stat -c %i d/e")
+        assert linked.skipped == [], linked.skipped_reasons
+        await ws.fs.rename(f"{ROOT}/d/e", f"{ROOT}/d/c")
+        seen = await ok(ws, "stat -c '%i %h' d/c m/c && sha256sum d/c | cut -c1-64")
+        first, second, held = seen.stdout.split("\n")[:3]
+        assert first == second == f"{linked.stdout.strip()} 2", seen.stdout
+        assert seen.pushed == 0  # followed: nothing fetched
+        assert digest(await ws.fs.read_file(f"{ROOT}/m/c")) == held
+        assert (await ws.fs.stat(f"{ROOT}/m/c")).nlink == 2
+    async with opened(db, python=False) as ws:
+        again = await ok(ws, "stat -c %h m/c && sha256sum d/c m/c | cut -c1-64")
+        assert again.stdout.split() == ["2", held, held]

@@ -165,8 +165,8 @@ class RenameMachine(RuleBasedStateMachine):
     @rule(data=st.data(), other=FILES)
     def workspace_renames_a_file(self, data: st.DataObject, other: str) -> None:
         path = self._onto(data, other, "rename")
-        if path is None:
-            return
+        if path is None or self.model.get(other) == self.model[path]:
+            return  # two names of one file: rename(2) does nothing, the store neither
         self.model[other] = self.model.pop(path)
         stats["renames"] += 1
 
