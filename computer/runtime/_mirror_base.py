@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 from dataclasses import dataclass, field
@@ -151,6 +152,29 @@ class MirrorBase:
                 self.state[key] = files[held.ino]
                 if chunks is not None and held.ino in chunks:
                     self.chunks[key] = list(chunks[held.ino])
+
+    def linked_at(self, rel: str) -> set[int]:
+        """Inodes of files seen with several names (``linked``) held at or below ``rel``."""
+        if not self.linked:
+            return set()
+        entry = self.state.get(rel)
+        if entry is not None and entry.kind != "d":
+            return {entry.ino} & self.linked if entry.kind == "f" else set()
+        prefix = rel + "/"
+        return {
+            e.ino
+            for k, e in self.state.items()
+            if e.kind == "f" and e.ino in self.linked and k.startswith(prefix)
+        }
+
+    def reread(self, inodes: set[int]) -> None:
+        """The names of ``inodes`` the mirror holds are read again (an lstat each): removing or
+        replacing one name of a hard-linked file changes the others' ctime with no event in their
+        directories (a stale entry fails a later workspace rename of them: fetched whole, a new file)."""
+        for key, entry in list(self.state.items()):
+            if entry.kind == "f" and entry.ino in inodes:
+                with contextlib.suppress(OSError):
+                    self.state[key] = entry_of(os.lstat(self.directory / key))
 
     def move_or_drop(self, src: str, dst: str) -> bool:
         """:meth:`move`, or else drop ``src`` and ask for ``dst`` again whole (``refetch``)."""

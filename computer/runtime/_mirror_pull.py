@@ -404,10 +404,7 @@ class MirrorPull(MirrorBase):
             self._forget(rel)
             self.refetch.add(path)
         if unlinked:  # their other names' ctime changed with no event there: taken in now
-            for key, entry in list(self.state.items()):
-                if entry.kind == "f" and entry.ino in unlinked:
-                    with contextlib.suppress(OSError):
-                        self.state[key] = entry_of(os.lstat(self.directory / key))
+            self.reread(unlinked)
         self.rev = rev
 
     def _unlinked(self, plan: PullPlan | None) -> set[int]:

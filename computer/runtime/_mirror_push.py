@@ -63,8 +63,10 @@ class MirrorPush(MirrorBase):
             self.move_or_drop(src, dst)  # one it cannot follow: the new name is fetched again, whole
         if first:
             self.unfilled = []
+        unlinked: set[int] = set()  # hard-linked files that lost a name here: the others are read again
         for path in push.deleted:
             rel = self.rel(path)
+            unlinked |= self.linked_at(rel)
             remove_beneath(self.directory, rel)
             self._forget(rel)
             if path in self.protected or not push.full:
@@ -92,7 +94,9 @@ class MirrorPush(MirrorBase):
                 make_parent(self.directory, host, self.owner)
                 ready.add(parent)
             if f.chunks is not None:
-                self._prepare_chunked(host, f)
+                replaced = self._prepare_chunked(host, f)
+                if replaced is not None:
+                    unlinked.add(replaced)
                 written += 1
                 continue
             if self.chunks:
@@ -115,9 +119,12 @@ class MirrorPush(MirrorBase):
                         self.unfilled.append((f, None))
                     continue
                 if stat.S_ISDIR(st.st_mode):
+                    unlinked |= self.linked_at(rel)
                     remove_tree(path)
                     ready = {p for p in ready if not is_below("/" + p, "/" + rel)}
                 else:
+                    if st.st_nlink > 1:
+                        unlinked.add(st.st_ino)
                     os.unlink(path)
             if f.link is not None:
                 now = self._link(self.rel(f.link), rel)
@@ -146,6 +153,8 @@ class MirrorPush(MirrorBase):
         if relinked:  # every name of a file linked or written here takes in its new ctime
             self.linked.update(relinked)
             self.take_in(relinked)
+        if unlinked:
+            self.reread(unlinked)
         for link in push.symlinks:
             host = self.host(link.path)
             make_parent(self.directory, host, self.owner)
@@ -177,7 +186,7 @@ class MirrorPush(MirrorBase):
         self.state[existing] = self.state[new] = now
         return now
 
-    def _prepare_chunked(self, host: Path, f: MirrorFile) -> None:
+    def _prepare_chunked(self, host: Path, f: MirrorFile) -> int | None:
         """Make ready a large file that arrives as chunks. Only the chunks that differ from the copy
         the mirror holds are fetched when that copy is still exactly what was last synced (its chunk
         list known); else all of them. A file the workspace wrote (``same``) is written into the file
@@ -198,7 +207,10 @@ class MirrorPush(MirrorBase):
             and self.state.get(rel) == entry_of(st)
         )
         fd = _open_in_place(host) if f.same else None
+        replaced = None  # the inode of a hard-linked file this one replaces under its name
         if fd is None:
+            if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                replaced = st.st_ino
             fd, synced = _new_file(host, f.mode, synced)
         elif not synced:
             os.ftruncate(fd, 0)  # every chunk comes again (into the same file): emptied first
@@ -229,6 +241,7 @@ class MirrorPush(MirrorBase):
         else:
             self.chunks[rel] = list(f.chunks)
             self._filled(f)
+        return replaced
 
     def fill_chunks(self, file: MirrorFile, pieces: dict[int, bytes], last: bool) -> None:
         """Write chunks (by index) of a large file :meth:`apply` made ready; ``last``: it is complete."""
