@@ -338,7 +338,7 @@ class LocalExecContext(PullCommits):
         links: dict[str, str] = {}
         chunked: list[MirrorFile] = []
         try:
-            staged = self._stage(pull, own)
+            staged = await self._stage_page(pull, own)
         except KeptChunksGone as gone:  # nothing committed: the mirror sends the pull again
             return PullResult(rev=base_rev, missing=gone.missing)
         for f in pull.files:

@@ -13,20 +13,27 @@ page): the first page therefore stages them by reference (a one-chunk file each,
 staging directory, removed with it by the last page), so they outlive the removal. A kept chunk the
 store no longer holds (the workspace removed the old name meanwhile) fails the whole page before it
 commits anything (:class:`KeptChunksGone`); the mirror then sends the pull again without keeping.
+
+A pull that never reaches its last page (cancelled between pages, its worker lost) leaves its staging
+directory behind: a later pull's first page removes those untouched for an hour (``STALE_STAGING``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import time
 from typing import Any
 
 from ._backend import MirrorFile, SyncPull
 from ._pull_rules import UNAPPLIED
 
-__all__ = ["SAFE_BITS", "STAGING", "KeptChunksGone", "PullCommits"]
+__all__ = ["SAFE_BITS", "STAGING", "STALE_STAGING", "KeptChunksGone", "PullCommits"]
 
 # Where a pull stages the new chunks of large files until a page names them.
 STAGING = "/.computer/sync"
+# A staging directory untouched this long (seconds) belongs to a pull that will never finish.
+STALE_STAGING = 3600.0
 # Bits a synced mode may carry: never setuid or setgid.
 SAFE_BITS = 0o1777
 
@@ -43,6 +50,30 @@ class PullCommits:
     """The commits of a pull's page; mixed into :class:`LocalExecContext` (``self.fs``)."""
 
     fs: Any
+
+    async def _stage_page(self, pull: SyncPull, own: set[int]) -> str | None:
+        """:meth:`_stage`; a pull's first page (its staging directory not made yet) first removes the
+        staging directories of pulls that never finished (cancelled between pages, their worker lost):
+        untouched for :data:`STALE_STAGING` seconds, they only held chunks (and quota) forever."""
+        if pull.staging is not None and (pull.stage or pull.keep):
+            if not await self.fs.exists(f"{STAGING}/{pull.staging}"):
+                await self._sweep_stale()
+        return self._stage(pull, own)
+
+    async def _sweep_stale(self) -> None:
+        fs = self.fs
+        try:
+            entries = await fs.readdir(STAGING)
+        except OSError:
+            return
+        cutoff = (time.time() - STALE_STAGING) * 1000
+        for entry in entries:
+            if not entry.is_directory or entry.mtime >= cutoff:
+                continue
+            where = f"{STAGING}/{entry.name}"
+            with contextlib.suppress(OSError):
+                if all(inner.mtime < cutoff for inner in await fs.readdir(where)):
+                    await fs.rm(where, recursive=True, force=True)
 
     def _stage(self, pull: SyncPull, own: set[int]) -> str | None:
         """Store the page's new chunks, and reference the chunks it keeps, under the pull's staging

@@ -63,3 +63,28 @@ async def test_a_large_file_replaced_by_a_rename_leaves_its_other_name_alone(
     async with opened(db, python=False) as ws:
         seen = await ok(ws, "sha256sum data.bin data.bak | cut -c1-64")
         assert seen.stdout.split() == [new, old]
+
+
+async def test_a_pull_removes_the_staging_left_by_pulls_that_never_finished(tmp_path: Path) -> None:
+    """A pull cut into pages stages new chunks under ``/.computer/sync/<id>`` until its last page; one
+    cancelled between pages (or whose worker was lost) left that directory, its chunks and their
+    quota, forever. The next pull with large files removes those untouched for an hour, and only
+    those."""
+    import time
+
+    old = int((time.time() - 2 * 3600) * 1000)
+    async with opened(tmp_path / "ws.sqlite", python=False) as ws:
+        ws.fs.commit_batch(
+            {"/.computer/sync/dead/c1": b"x" * 1000, "/.computer/sync/recent/c2": b"y" * 1000},
+            mkdirs=["/.computer/sync/dead", "/.computer/sync/recent"],
+            mtimes={
+                "/.computer/sync/dead": old,
+                "/.computer/sync/dead/c1": old,
+                "/.computer/sync/recent": old,
+            },
+        )
+        made = await ok(ws, f"{BIG} > big && sha256sum big")
+        assert made.skipped == [], made.skipped_reasons
+        assert not await ws.fs.exists("/.computer/sync/dead")
+        assert await ws.fs.read_file("/.computer/sync/recent/c2") == b"y" * 1000  # touched lately: kept
+        assert digest(await ws.fs.read_file(f"{ROOT}/big")) == made.stdout[:64]
