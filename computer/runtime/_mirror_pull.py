@@ -302,6 +302,9 @@ class MirrorPull(MirrorBase):
         )
         held = 0
         staged: set[str] = set()
+        kept = set(keep)  # chunks the first page keeps: named by hash on every page
+        on_first = reuse  # still filling the first page (the only one that can keep)
+        held_anywhere: set[str] | None = None  # every chunk of the mirror's large files
         with BeneathReader(self.directory) as reader:
             for rel, entry in plan.files:
                 path = self.workspace_path(rel)
@@ -309,7 +312,7 @@ class MirrorPull(MirrorBase):
                 if entry.size >= BIG_FILE:
                     source = sources.get(rel, rel)
                     previous = self.chunks.get(source, [])
-                    known = set(previous) | staged
+                    known = set(previous) | staged | kept
                     last = self.prints.get(source)
                     before = last[1] if last is not None and list(last[0]) == previous else []
                     hashes: list[str] = []
@@ -331,8 +334,19 @@ class MirrorPull(MirrorBase):
                             size += len(piece)
                             if digest in known:
                                 continue
+                            if on_first:
+                                # A chunk the mirror holds in another file (a copy, ``cp big c``): the
+                                # first page keeps it by reference instead of sending its bytes.
+                                if held_anywhere is None:
+                                    held_anywhere = set().union(*self.chunks.values())
+                                if digest in held_anywhere:
+                                    keep.append(digest)
+                                    kept.add(digest)
+                                    known.add(digest)
+                                    continue
                             if budget is not None and held and held + len(piece) > budget:
                                 yield page
+                                on_first = False
                                 page, held = (
                                     SyncPull(self.root, protected=protected, staging=staging, done=False),
                                     0,
@@ -349,6 +363,7 @@ class MirrorPull(MirrorBase):
                     continue
                 if budget is not None and held and held + entry.size > budget:
                     yield page
+                    on_first = False
                     page, held = SyncPull(self.root, protected=protected, staging=staging, done=False), 0
                 try:
                     data = reader.read(rel)
@@ -359,7 +374,7 @@ class MirrorPull(MirrorBase):
         # Hard links last: their first name is on this page or an earlier one.
         for rel, first in plan.links:
             page.files.append(MirrorFile(self.workspace_path(rel), None, 0o644, 0, 0, first))
-        yield dataclasses.replace(page, done=True, staging=staging if staged or keep else None)
+        yield dataclasses.replace(page, done=True, staging=staging if staged or kept else None)
 
     def settle(
         self,
