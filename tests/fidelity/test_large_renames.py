@@ -7,6 +7,7 @@ per call and live, checked through ``ws.fs``, the store's chunk lists and a reop
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,12 @@ CHUNK = 512 * 1024
 SIZE = 10 * CHUNK + 1234  # eleven chunks
 
 
+async def _random_file(ws: Any) -> tuple[str, list[str]]:
+    """A run makes ``a.bin`` (eleven chunks of random bytes): its SHA-256 and the store's chunk list."""
+    made = await ok(ws, f"head -c {SIZE} /dev/urandom > a.bin && sha256sum a.bin")
+    return made.stdout[:64], [c.hash for c in ws.fs.file_chunks(f"{ROOT}/a.bin")]
+
+
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
 async def test_a_programs_rename_of_a_large_file_sends_no_bytes(
     tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
@@ -26,9 +33,7 @@ async def test_a_programs_rename_of_a_large_file_sends_no_bytes(
     spy = PullSpy(monkeypatch)
     db = tmp_path / "ws.sqlite"
     async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
-        made = await ok(ws, f"head -c {SIZE} /dev/urandom > a.bin && sha256sum a.bin")
-        original = made.stdout[:64]
-        chunks = [c.hash for c in ws.fs.file_chunks(f"{ROOT}/a.bin")]
+        original, chunks = await _random_file(ws)
         assert len(chunks) == 11
 
         spy.clear()
@@ -113,9 +118,7 @@ async def test_a_programs_copy_of_a_large_file_sends_no_bytes(
     spy = PullSpy(monkeypatch)
     db = tmp_path / "ws.sqlite"
     async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
-        made = await ok(ws, f"head -c {SIZE} /dev/urandom > a.bin && sha256sum a.bin")
-        original = made.stdout[:64]
-        chunks = [c.hash for c in ws.fs.file_chunks(f"{ROOT}/a.bin")]
+        original, chunks = await _random_file(ws)
 
         spy.clear()
         copied = await ok(ws, "cp a.bin b.bin && cp a.bin c.bin && rm a.bin")
