@@ -116,6 +116,7 @@ class MirrorBase:
                     parent = parent.rpartition("/")[0]
             except OSError:
                 return False
+        unlinked = self.linked_at(d)  # a hard-linked file losing this name: its others are read again
         fds: list[int] = []
         try:
             fds.append(open_beneath(self.directory, s_parent))
@@ -140,6 +141,8 @@ class MirrorBase:
         self.state[d] = now = entry_of(moved)  # a rename changes the ctime the pull compares
         if now.kind == "f" and moved.st_nlink > 1:  # ... of every name of the file
             self.take_in({now.ino: now})
+        if unlinked:
+            self.reread(unlinked)
         return True
 
     def take_in(self, files: dict[int, Entry], chunks: dict[int, list[str]] | None = None) -> None:

@@ -84,25 +84,31 @@ async def test_a_file_a_run_linked_keeps_both_names_through_a_workspace_rename(
 
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
-@pytest.mark.parametrize("how", ["removed", "replaced"])
+@pytest.mark.parametrize("how", ["removed", "replaced", "renamed onto"])
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
 async def test_a_file_whose_other_name_the_workspace_removed_keeps_its_inode_through_a_rename(
     tmp_path: Path, live: bool, how: str, size: int
 ) -> None:
-    """A run links ``m/h`` to ``f/h``; the workspace removes (or replaces) ``f/h``, then renames ``m/h``:
-    the sandbox still holds the same file under the new name. Before: the push's removal of one name
-    changed the other's ctime with no event, the mirror kept its stale entry, and the rename was not
-    followed (a new file; found by the rename machine, randomized)."""
+    """A run links ``m/h`` to ``f/h``; the workspace removes (or replaces, or renames another file onto)
+    ``f/h``, then renames ``m/h``: the sandbox still holds the same file under the new name. Before: the
+    push's removal of one name (its rename onto it, which the mirror follows) changed the other's ctime
+    with no event, the mirror kept its stale entry, and the rename was not followed (a new file; found
+    by the rename machine, randomized)."""
     db = tmp_path / "ws.sqlite"
     async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
         made = await ok(
             ws, f"mkdir -p f m && head -c {size} /dev/urandom > m/h && ln m/h f/h && stat -c %i m/h"
         )
         held = made.stdout.strip()
-        await ws.fs.rm(f"{ROOT}/f/h")
+        if how == "renamed onto":
+            await ws.fs.write_file(f"{ROOT}/f/x", b"x")
+            await ok(ws, "true")  # the mirror holds f/x: its rename onto f/h is followed
+            await ws.fs.rename(f"{ROOT}/f/x", f"{ROOT}/f/h", overwrite=True)
+        else:
+            await ws.fs.rm(f"{ROOT}/f/h")
         if how == "replaced":
             await ws.fs.write_file(f"{ROOT}/f/h", b"2" * size)
-        await ok(ws, "true")  # the push of the removal (or the new f/h)
+        await ok(ws, "true")  # the push of the removal (or the new f/h, or the rename)
         await ws.fs.mkdir(f"{ROOT}/d")
         await ws.fs.rename(f"{ROOT}/m/h", f"{ROOT}/d/e")
         seen = await ok(ws, "stat -c '%i %h' d/e")

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from types import SimpleNamespace
 
-from computer.runtime._backend import MirrorDir, MirrorFile, SyncPush
+from computer.runtime._backend import MirrorDir, MirrorFile, SyncLimits, SyncPush
+from computer.runtime._context import LocalExecContext
 from computer.runtime._mirror import Mirror
 from computer.runtime._mirror_base import entry_of
 from computer.runtime._push_ops import link_sources
@@ -81,3 +83,30 @@ def test_a_link_a_program_planted_on_the_way_to_the_held_file_is_never_followed(
     mirror.apply(SyncPush(5, W, False, [MirrorFile("/w/g", b"", link="/w/b")]))
     assert not (mirror.directory / "g").exists() and mirror.refetch == {"/w/e", "/w/g"}
     assert entry_of(os.lstat(host / "a")).size == len(b"the host's")
+
+
+async def test_a_name_the_mirror_dropped_comes_as_a_new_file_not_written_into_the_one_it_holds(
+    fs: FileSystem, tmp_path: Path
+) -> None:
+    """A workspace rename onto ``d/a`` the mirror could not follow leaves it holding its old ``d/a``, a
+    hard link of ``b`` (the fallback drops only the old name): the new ``d/a`` is fetched whole as a new
+    file, never written into that one, so ``b`` keeps its bytes. Before: sent as a write of the same
+    file (``same``), it went into ``b`` too (found by the rename machine, randomized)."""
+    await fs.mkdir("/w/d", recursive=True)
+    await fs.write_file("/w/d/a", b"a")
+    await fs.link("/w/d/a", "/w/b")
+    await fs.write_file("/w/e", b"renamed over d/a")
+    mirror = Mirror(tmp_path / "m", W)
+    mirror.apply(
+        SyncPush(fs.rev, W, True, [MirrorFile("/w/d/a", b"a"), MirrorFile("/w/b", b"", link="/w/d/a")])
+    )
+    rev = fs.rev
+    await fs.rename("/w/e", "/w/d/a", overwrite=True)
+    mirror.refetch.add("/w/d/a")  # the rename was not followed (what ``move_or_drop`` leaves)
+    push = await LocalExecContext(SimpleNamespace(fs=fs, id="w")).sync_push(
+        rev, W, SyncLimits(refetch=tuple(mirror.refetch))
+    )
+    assert [(f.path, f.same) for f in push.files] == [("/w/d/a", False)]
+    mirror.apply(push)
+    assert (mirror.directory / "d/a").read_bytes() == b"renamed over d/a"
+    assert (mirror.directory / "b").read_bytes() == b"a" and os.lstat(mirror.directory / "b").st_nlink == 1
