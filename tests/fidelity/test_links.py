@@ -45,16 +45,29 @@ async def test_a_name_the_workspace_links_is_the_same_file_in_the_sandbox(
         assert again.stdout.split() == ["2", digest(grown), digest(grown)]
 
 
+RUN_UNLINKS = {
+    "replaced": "echo two > tmp && mv tmp d/b",
+    "removed": "rm d/b",
+    "removed with its directory": "rm -r d",
+}
+
+
+@pytest.mark.parametrize("how", RUN_UNLINKS.values(), ids=RUN_UNLINKS.keys())
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
 async def test_a_file_whose_other_name_a_run_replaced_keeps_its_inode_through_a_workspace_rename(
-    tmp_path: Path, live: bool
+    tmp_path: Path, live: bool, how: str
 ) -> None:
+    """A run links ``a`` to ``d/b``, a later run replaces or removes ``d/b`` (or all of ``d``): ``a``'s
+    link count and ctime change with no event in its directory, and the workspace's rename of ``a`` is
+    still followed (the same file, nothing fetched). With ``d`` removed whole the pull lists ``d/b``
+    among its removals too (its deletion event in ``d``, or the walk's old state), so ``a`` is read
+    again as for a removal of that name alone."""
     async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
-        held = (await ok(ws, "echo one > a && ln a b && stat -c %i a")).stdout.strip()
-        await ok(ws, "echo two > tmp && mv tmp b")  # b a new file: a's link count (and ctime) change
+        held = (await ok(ws, "mkdir d && echo one > a && ln a d/b && stat -c %i a")).stdout.strip()
+        await ok(ws, how)
         await ws.fs.rename(f"{ROOT}/a", f"{ROOT}/c")
-        moved = await ok(ws, "stat -c '%i %h' c && cat c b")
-        assert moved.stdout.split() == [held, "1", "one", "two"] and moved.pushed == 0
+        moved = await ok(ws, "stat -c '%i %h' c && cat c")
+        assert moved.stdout.split() == [held, "1", "one"] and moved.pushed == 0
 
 
 @pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
