@@ -2,8 +2,8 @@
 
 Random sequences of workspace writes, deletes, hard links, file renames (onto existing names too,
 into directories not there yet) and directory renames, and of runs that write in place, replace by
-tmp-and-rename, hard-link (``ln -f``) and delete; contents small or over 1 MiB (synced as chunks);
-close and reopen. After every step one run lists every file's inode and content. The model is
+tmp-and-rename, hard-link (``ln -f``), rename files and directories (``mv``) and delete; contents
+small or over 1 MiB (synced as chunks); close and reopen. After every step one run lists every file's inode and content. The model is
 ``path -> identity`` and ``identity -> bytes``: an in-place write (a program's or the workspace's)
 changes the file every name of that identity shows, a replacement makes a new identity for its name
 alone, a link gives an identity one more name, a workspace rename carries it.
@@ -14,7 +14,13 @@ Invariants after every step:
   workspace (``stat().ino``);
 - a file whose identity the sandbox was seen holding has the same inode now: a workspace rename
   (of it or of a directory above it) moved the file and a workspace write wrote into it, neither made
-  a copy (before: both made a new file, so a program holding it open wrote into a removed one).
+  a copy (before: both made a new file, so a program holding it open wrote into a removed one);
+- likewise in the workspace (``stat().ino``, across reopens too), except after a run's rename, link
+  or write into a file of several names: a pull carries no renames and writes a changed file of
+  several names as a new file with its other names linked to it, so the workspace gets the new name's
+  content and the old name's removal (decision: the bytes are cheap, a large file's travel as chunks
+  the store holds; which name is unchanged is not trusted to an mtime a program can set back; what a
+  user sees is the same but ``ino``).
 
 Decisions: file names never double as directory names; a reopen forgets what inodes were seen (a
 fresh backend rebuilds the mirror); both sandbox kinds (a sandbox per run and a live sandbox);
@@ -49,7 +55,7 @@ DIR_MOVES = [("d", "m"), ("m", "d"), ("f/g", "m/g"), ("m/g", "f/g"), ("f", "k"),
 SMALL = st.binary(min_size=0, max_size=16)
 LARGE = st.sampled_from([Large(b"L" * 1_100_000), Large(b"M" * 1_600_000)])
 CONTENT = st.one_of(SMALL, SMALL, LARGE)
-stats = {"renames": 0, "dir_renames": 0, "claims": 0, "reopens": 0, "links": 0, "shared": 0}
+stats = {"renames": 0, "dir_renames": 0, "run_renames": 0, "claims": 0, "reopens": 0, "links": 0, "shared": 0}
 
 
 def _q(path: str) -> str:
@@ -68,6 +74,7 @@ class RenameMachine(RuleBasedStateMachine):
         self.content: dict[int, bytes] = {}  # identity -> bytes (every name of it shows them)
         self.ids = itertools.count()
         self.seen: dict[int, str] = {}  # identity -> the inode the sandbox held it as
+        self.stored: dict[int, int] = {}  # identity -> the inode the workspace holds it as (kept on reopen)
         self.ws = self.call(self._open())
 
     def call(self, coro: Coroutine[Any, Any, T]) -> T:
@@ -89,6 +96,8 @@ class RenameMachine(RuleBasedStateMachine):
     def run_writes_in_place(self, path: str, content: bytes) -> None:
         self._run(f"mkdir -p {_q(posixpath.dirname(path) or '.')} && cat > {_q(path)}", content)
         self._write(path, content)
+        if list(self.model.values()).count(self.model[path]) > 1:
+            self.stored.pop(self.model[path], None)  # a file of several names: new in the workspace
 
     def _write(self, path: str, content: bytes) -> None:
         """A write into the file at ``path`` (every name of it shows it), or a new file."""
@@ -111,7 +120,32 @@ class RenameMachine(RuleBasedStateMachine):
             return
         self._run(f"mkdir -p {_q(posixpath.dirname(other) or '.')} && ln -f {_q(path)} {_q(other)}")
         self.model[other] = self.model[path]
+        self.stored.pop(self.model[path], None)  # may be a new file in the workspace (module doc)
         stats["links"] += 1
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data(), other=FILES)
+    def run_renames_a_file(self, data: st.DataObject, other: str) -> None:
+        path = data.draw(st.sampled_from(sorted(self.model)))
+        if self.model.get(other) == self.model[path]:
+            return  # the same file (or two names of it): mv's own rules, not rename(2)'s
+        self._run(f"mkdir -p {_q(posixpath.dirname(other) or '.')} && mv -f {_q(path)} {_q(other)}")
+        self.model[other] = self.model.pop(path)
+        self.stored.pop(self.model[other], None)  # a new file in the workspace (see the module's doc)
+        stats["run_renames"] += 1
+
+    @precondition(lambda self: any(p.startswith(old + "/") for old, _ in DIR_MOVES for p in self.model))
+    @rule(data=st.data())
+    def run_renames_a_directory(self, data: st.DataObject) -> None:
+        possible = [(old, new) for old, new in DIR_MOVES if any(p.startswith(old + "/") for p in self.model)]
+        old, new = data.draw(st.sampled_from(possible))
+        if self.call(self.ws.fs.exists(f"{ROOT}/{new}")):
+            return
+        self._run(f"mkdir -p {_q(posixpath.dirname(new) or '.')} && mv {_q(old)} {_q(new)}")
+        for path in [p for p in self.model if p.startswith(old + "/")]:
+            self.model[new + path[len(old) :]] = self.model.pop(path)
+            self.stored.pop(self.model[new + path[len(old) :]], None)
+        stats["run_renames"] += 1
 
     @rule(path=FILES)
     def run_deletes(self, path: str) -> None:
@@ -231,6 +265,8 @@ class RenameMachine(RuleBasedStateMachine):
                 stats["claims"] += 1
                 assert inodes[path] == self.seen[identity], f"{path} is a new file: a rename made a copy"
             self.seen[identity] = inodes[path]
+            ino = in_workspace[path]
+            assert self.stored.setdefault(identity, ino) == ino, f"{path} is a new file in the workspace"
 
     def teardown(self) -> None:
         try:
