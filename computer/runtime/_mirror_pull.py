@@ -171,10 +171,12 @@ class MirrorPull(MirrorBase):
         except UnicodeEncodeError:
             checked = False  # some name is not: each is checked below
         prefix = "/" if self.root == "/" else self.root + "/"
+        transient = False  # a name made and removed by the run (``ln -f``'s temporary link)
         for rel in ordered:
             old = state.get(rel)
             entry = now.get(rel)
             if old == entry:
+                transient = transient or old is None
                 continue
             if not checked:
                 try:
@@ -216,8 +218,24 @@ class MirrorPull(MirrorBase):
             if old is not None and old.kind != kind:
                 plan.deleted.append(path)  # replaced by another kind: remove first
         self._other_names(plan, now, first_name)
+        if transient and self.linked:
+            self._read_linked_again(now)
         plan.dirs.sort(key=lambda d: d.path.count("/"))
         return plan
+
+    def _read_linked_again(self, now: dict[str, Entry]) -> None:
+        """A name the run made and removed may have been a hard link of a file with several names
+        (``ln -f b d/e`` of two names of one file links a temporary name, renames it onto ``d/e``,
+        which does nothing, and removes it): the file's ctime changed with no event at its names.
+        Those names (of files seen with several, ``linked``) are read again into ``now``; a stale
+        entry failed a later workspace rename of one (fetched whole: a new file apart from the
+        others). A file of one name linked and unlinked so is not found (its entry goes stale: such
+        a rename of it is fetched whole, correct but a new inode)."""
+        linked = self.linked
+        for rel, entry in now.items():
+            if entry.kind == "f" and entry.ino in linked:
+                with contextlib.suppress(OSError):
+                    now[rel] = entry_of(os.lstat(self.directory / rel))
 
     def _other_names(self, plan: PullPlan, now: dict[str, Entry], first_name: dict[int, str]) -> None:
         """A changed file with other names the program did not touch (a write through one hard link

@@ -129,3 +129,26 @@ async def test_a_file_whose_other_name_the_workspace_removed_keeps_its_inode_thr
         assert seen.pushed == 0
     async with opened(db, python=False) as ws:
         assert (await ok(ws, "stat -c %h d/e")).stdout.strip() == "1"
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_file_a_run_linked_onto_its_own_other_name_keeps_its_inode_through_a_rename(
+    tmp_path: Path, live: bool, size: int
+) -> None:
+    """``ln -f b d/e`` of two names of one file links a temporary name, renames it onto ``d/e`` (which
+    does nothing) and removes it: the file's ctime changes with no event at any of its names. The
+    workspace's later rename of ``d/e`` is still followed. Before: the stale entries made it a new
+    file apart from ``d/c`` and ``b`` (found by the rename machine, randomized)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        made = await ok(
+            ws, f"mkdir d && head -c {size} /dev/urandom > d/e && ln d/e d/c && ln d/e b && stat -c %i d/e"
+        )
+        held = made.stdout.strip()
+        relinked = await ok(ws, "ln -f b d/e && stat -c '%i %h' d/e")
+        assert relinked.stdout.strip() == f"{held} 3", relinked.stdout  # the same file still
+        await ws.fs.mkdir(f"{ROOT}/f")
+        await ws.fs.rename(f"{ROOT}/d/e", f"{ROOT}/f/h")
+        seen = await ok(ws, "stat -c '%i %h' f/h d/c b")
+        assert seen.stdout.split("\n")[:3] == [f"{held} 3"] * 3, seen.stdout
+        assert seen.pushed == 0

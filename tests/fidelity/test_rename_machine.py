@@ -134,17 +134,29 @@ class RenameMachine(RuleBasedStateMachine):
         self.stored.pop(self.model[other], None)  # a new file in the workspace (see the module's doc)
         stats["run_renames"] += 1
 
+    def _dir_move(self, data: st.DataObject) -> tuple[str, str] | None:
+        """A directory rename of ``DIR_MOVES`` whose old one holds a file, None when the new one is there."""
+        possible = [(old, new) for old, new in DIR_MOVES if any(p.startswith(old + "/") for p in self.model)]
+        old, new = data.draw(st.sampled_from(possible))
+        return None if self.call(self.ws.fs.exists(f"{ROOT}/{new}")) else (old, new)
+
+    def _moved(self, old: str, new: str) -> list[int]:
+        """The model after ``old`` was renamed ``new``: the identities it moved."""
+        moved = []
+        for path in [p for p in self.model if p.startswith(old + "/")]:
+            moved.append(identity := self.model.pop(path))
+            self.model[new + path[len(old) :]] = identity
+        return moved
+
     @precondition(lambda self: any(p.startswith(old + "/") for old, _ in DIR_MOVES for p in self.model))
     @rule(data=st.data())
     def run_renames_a_directory(self, data: st.DataObject) -> None:
-        possible = [(old, new) for old, new in DIR_MOVES if any(p.startswith(old + "/") for p in self.model)]
-        old, new = data.draw(st.sampled_from(possible))
-        if self.call(self.ws.fs.exists(f"{ROOT}/{new}")):
+        if (move := self._dir_move(data)) is None:
             return
+        old, new = move
         self._run(f"mkdir -p {_q(posixpath.dirname(new) or '.')} && mv {_q(old)} {_q(new)}")
-        for path in [p for p in self.model if p.startswith(old + "/")]:
-            self.model[new + path[len(old) :]] = self.model.pop(path)
-            self.stored.pop(self.model[new + path[len(old) :]], None)
+        for identity in self._moved(old, new):
+            self.stored.pop(identity, None)
         stats["run_renames"] += 1
 
     @rule(path=FILES)
@@ -207,19 +219,16 @@ class RenameMachine(RuleBasedStateMachine):
     @precondition(lambda self: any(p.startswith(old + "/") for old, _ in DIR_MOVES for p in self.model))
     @rule(data=st.data())
     def workspace_renames_a_directory(self, data: st.DataObject) -> None:
-        possible = [(old, new) for old, new in DIR_MOVES if any(p.startswith(old + "/") for p in self.model)]
-        old, new = data.draw(st.sampled_from(possible))
-        below = [p for p in self.model if p.startswith(old + "/")]
-        if self.call(self.ws.fs.exists(f"{ROOT}/{new}")):
+        if (move := self._dir_move(data)) is None:
             return
+        old, new = move
 
         async def step() -> None:
             await self.ws.fs.mkdir(f"{ROOT}/{posixpath.dirname(new)}".rstrip("/"), recursive=True)
             await self.ws.fs.rename(f"{ROOT}/{old}", f"{ROOT}/{new}")
 
         self.call(step())
-        for path in below:
-            self.model[new + path[len(old) :]] = self.model.pop(path)
+        self._moved(old, new)
         stats["dir_renames"] += 1
 
     @rule(dice=st.integers(0, 3))
