@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -145,16 +146,27 @@ class MirrorBase:
             self.reread(unlinked)
         return True
 
-    def take_in(self, files: dict[int, Entry], chunks: dict[int, list[str]] | None = None) -> None:
+    def take_in(
+        self,
+        files: dict[int, Entry],
+        chunks: dict[int, list[str]] | None = None,
+        rewritten: Collection[int] = (),
+    ) -> None:
         """Every name of each of ``files`` (entries by inode) takes in its entry: a link, a rename or a
         write changes a file's ctime, which the pull compares, for all its names (one pass). ``chunks``:
         the chunk lists of those just written whole (large files), which every name then holds too (a
-        pull reading a renamed name against a stale one would send its bytes again)."""
+        pull reading a renamed name against a stale one would send its bytes again). ``rewritten``:
+        those whose content a write changed; a name of one with no list in ``chunks`` forgets its own
+        (a later push of it as chunks would take the stale list as what the file holds, and fetch
+        none of the chunks it lacks)."""
         for key, held in self.state.items():
             if held.kind == "f" and held.ino in files:
                 self.state[key] = files[held.ino]
                 if chunks is not None and held.ino in chunks:
                     self.chunks[key] = list(chunks[held.ino])
+                elif held.ino in rewritten:
+                    self.chunks.pop(key, None)
+                    self.prints.pop(key, None)
 
     def linked_at(self, rel: str) -> set[int]:
         """Inodes of files seen with several names (``linked``) held at or below ``rel``."""

@@ -86,6 +86,7 @@ class MirrorPush(MirrorBase):
         base = os.fspath(self.directory)
         ready: set[str] = set()  # parent directories already made real in this page
         relinked: dict[int, Entry] = {}  # files given a name here, by inode: their entry now
+        rewritten: set[int] = set()  # ... of those, the ones written into (their content changed)
         for f in push.files:
             rel = self.rel(f.path)
             host = self.host(f.path)
@@ -114,6 +115,7 @@ class MirrorPush(MirrorBase):
                     self.state[rel] = entry_of(written_st)
                     if written_st.st_nlink > 1:
                         relinked[written_st.st_ino] = self.state[rel]
+                        rewritten.add(written_st.st_ino)
                     written += 1
                     if f.data is None and f.length > 0:  # emptied; its pieces are fetched next
                         self.unfilled.append((f, None))
@@ -152,7 +154,7 @@ class MirrorPush(MirrorBase):
             self.state[rel] = entry_of(st)
         if relinked:  # every name of a file linked or written here takes in its new ctime
             self.linked.update(relinked)
-            self.take_in(relinked)
+            self.take_in(relinked, rewritten=rewritten)
         if unlinked:
             self.reread(unlinked)
         for link in push.symlinks:
@@ -279,7 +281,7 @@ class MirrorPush(MirrorBase):
         entry = self.state.get(rel)
         if entry is not None and entry.kind == "f" and entry.ino in self.linked:
             held = self.chunks.get(rel)
-            self.take_in({entry.ino: entry}, None if held is None else {entry.ino: held})
+            self.take_in({entry.ino: entry}, None if held is None else {entry.ino: held}, {entry.ino})
 
     def finish_push(self, rev: int, refetched: Iterable[str] = ()) -> None:
         """Every page is in: the mirror reflects ``rev`` (the first page's, a lower bound); revisions

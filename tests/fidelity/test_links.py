@@ -152,3 +152,25 @@ async def test_a_file_a_run_linked_onto_its_own_other_name_keeps_its_inode_throu
         seen = await ok(ws, "stat -c '%i %h' f/h d/c b")
         assert seen.stdout.split("\n")[:3] == [f"{held} 3"] * 3, seen.stdout
         assert seen.pushed == 0
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_large_file_written_small_through_another_name_then_large_again_is_whole(
+    tmp_path: Path, live: bool
+) -> None:
+    """The workspace writes a large file, links it, writes a few bytes into it through the other name
+    and then its first content again: every run sees that content under both names. Before: the first
+    name kept the chunk list of the content before the small write, so the last push took every chunk
+    as held and fetched none (a 1 MiB file of zeros after its first bytes; found by the rename
+    machine, randomized)."""
+    big = SIZES["large"]
+    content = bytes(range(256)) * (big // 256)
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/a", content)
+        await ws.fs.link(f"{ROOT}/a", f"{ROOT}/b")
+        await ok(ws, "true")
+        await ws.fs.write_file(f"{ROOT}/b", b"x")
+        assert (await ok(ws, "cat a")).stdout == "x"
+        await ws.fs.write_file(f"{ROOT}/a", content)
+        seen = await ok(ws, "stat -c %h a && sha256sum a b | cut -c1-64")
+        assert seen.stdout.split() == ["2", digest(content), digest(content)]
