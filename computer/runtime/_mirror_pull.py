@@ -86,7 +86,12 @@ class MirrorPull(MirrorBase):
         whole tree is walked."""
         touched = self.watch.drain() if self.watch is not None else None
         if touched is None:
+            # A new watch first, then the walk: what changes after the watch is set is the next
+            # pull's, what changed before it this walk's. Without it only a push armed a watch again,
+            # and a live sandbox whose program moved a directory walked its whole tree on every run
+            # and every sync tick until the workspace next changed.
             self.unwatch()
+            self.arm()
             now = self.scan()
             return self._plan(now, set(now) | set(self.state)), now
         if not touched:  # nothing changed: no copy of the state (10,000 entries: 0.3 ms)

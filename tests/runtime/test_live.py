@@ -321,3 +321,29 @@ async def test_a_command_line_larger_than_a_packet_reaches_the_init_through_a_pi
         ws, f": {big}; echo ${{#BIG}}; ls /proc/$$/fd > ../fds; wc -l < ../fds", env={"BIG": big}
     )
     assert (result.status, result.stdout) == ("completed", "100000\n3\n"), result.stderr
+
+
+async def test_after_a_program_moved_a_directory_the_sandbox_is_watched_again(
+    ws: computer.Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory a program moves makes the watch unable to vouch: that run's pull walks the tree
+    and watches it again. Before: only a push armed a new watch, so until the workspace changed every
+    sync walked the whole tree (an idle sandbox ~9 times a second) and a busy one was paused at every
+    tick, even by a command that only reads."""
+    from computer.runtime import _live
+    from computer.runtime._mirror_pull import MirrorPull
+
+    await run(ws, "mkdir -p t/d{0..9} && touch t/d{0..9}/f")
+    moved = await run(ws, "mkdir -p a/b && mv a c && echo x > c/b/f")
+    assert moved.status == "completed" and await ws.fs.read_text("/workspace/c/b/f") == "x\n"
+    walks: list[object] = []
+    paused: list[object] = []
+    scan, freeze = MirrorPull.scan, _live.freeze
+    monkeypatch.setattr(MirrorPull, "scan", lambda self: walks.append(self) or scan(self))
+    monkeypatch.setattr(_live, "freeze", lambda group: paused.append(group) or freeze(group))
+    quiet = await run(ws, "sleep 0.5; find . > /dev/null; cat c/b/f")
+    assert (quiet.stdout, paused, walks) == ("x\n", [], [])
+    written = await run(ws, "echo y > c/b/g")
+    assert written.status == "completed" and await ws.fs.read_text("/workspace/c/b/g") == "y\n"
+    await asyncio.sleep(0.5)  # idle ticks
+    assert walks == []

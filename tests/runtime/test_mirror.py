@@ -66,6 +66,27 @@ def test_watched_collect_matches_a_full_walk(tmp_path: Path, change: object) -> 
     assert files  # the scenario changed something
 
 
+def test_a_pull_that_had_to_walk_watches_again_for_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A moved directory makes the watch unable to vouch: that pull walks the tree and sets a new
+    watch, so the next pull looks only at what changed since. Before: only a push armed a watch, and a
+    live sandbox (no push while the workspace does not change) walked its tree on every sync."""
+    mirror = seeded(tmp_path)
+    move_a_directory(mirror.directory)
+    walks = []
+    scan = mirror.scan
+    monkeypatch.setattr(mirror, "scan", lambda: walks.append(1) or scan())
+    _, now = mirror.collect()
+    mirror.settle(now, 6, ())
+    assert len(walks) == 1 and mirror.watch is not None
+    (mirror.directory / "moved/later.txt").write_text("l")  # after the walk: the new watch sees it
+    pull, now = mirror.collect()
+    assert [f.path for f in pull.files] == ["/workspace/moved/later.txt"] and len(walks) == 1
+    mirror.settle(now, 7, ())
+    assert mirror.plan()[0].empty() and len(walks) == 1
+
+
 def test_an_untouched_mirror_pulls_nothing(tmp_path: Path) -> None:
     mirror = seeded(tmp_path)
     pull, now = mirror.collect()
