@@ -129,11 +129,7 @@ class LocalExecContext(PullCommits):
                 # A file only written (not removed, replaced or renamed here) is written in place.
                 # A name the workspace linked to a file the mirror holds is linked there too.
                 linked = link_sources(rest, refetch)
-                # A name the mirror dropped (a rename it could not follow) may still hold another
-                # file there (one with other names): replaced, never written into.
-                page = await self._page(
-                    changes.rev, root, False, ops, limits, replaced(rest).union(refetch), linked
-                )
+                page = await self._page(changes.rev, root, False, ops, limits, replaced(rest), linked)
                 if moves and limits.after is None:
                     page = dataclasses.replace(page, moves=[(m.src, m.dst) for m in moves])
                 return page

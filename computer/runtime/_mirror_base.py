@@ -192,11 +192,23 @@ class MirrorBase:
                     self.state[key] = entry_of(os.lstat(self.directory / key))
 
     def move_or_drop(self, src: str, dst: str) -> bool:
-        """:meth:`move`, or else drop ``src`` and ask for ``dst`` again whole (``refetch``)."""
+        """:meth:`move`, or else drop ``src`` and ask for ``dst`` again whole (``refetch``). A file (or
+        link) the mirror holds at ``dst`` is removed too, as the rename replaced it in the workspace:
+        the new name then comes as a new file, never written into that one (a hard link of another
+        name, whose bytes it would change; a conflict's refetch, by contrast, keeps its file and is
+        written into, so a program holding it open follows the workspace's version)."""
         if self.move(src, dst):
             return True
         remove_beneath(self.directory, self.rel(src))
         self._forget(self.rel(src))
+        d = self.rel(dst)
+        held = self.state.get(d)
+        if held is not None and held.kind != "d" and _strictly_below(dst, self.root):
+            unlinked = self.linked_at(d)
+            remove_beneath(self.directory, d)
+            self._forget(d)
+            if unlinked:
+                self.reread(unlinked)
         self.refetch.add(dst)
         return False
 

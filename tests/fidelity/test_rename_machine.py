@@ -311,7 +311,10 @@ def exercise(machine: type[RenameMachine], record_property: Any) -> None:
     for key, value in stats.items():
         record_property(f"{machine.__name__}_{key}", value)
     print(machine.__name__, stats)
-    assert all(stats.values()), stats  # it renamed files and directories and checked what it claims
+    # It renamed in the workspace and in runs, linked, reopened and checked what it claims (which
+    # rules the derandomized draws favour moves with the file's source: no one rule is required).
+    renamed = stats["renames"] + stats["dir_renames"]
+    assert renamed and stats["run_renames"] and stats["links"] and stats["reopens"] and stats["claims"], stats
 
 
 @pytest.mark.slow

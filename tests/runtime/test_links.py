@@ -88,25 +88,28 @@ def test_a_link_a_program_planted_on_the_way_to_the_held_file_is_never_followed(
 async def test_a_name_the_mirror_dropped_comes_as_a_new_file_not_written_into_the_one_it_holds(
     fs: FileSystem, tmp_path: Path
 ) -> None:
-    """A workspace rename onto ``d/a`` the mirror could not follow leaves it holding its old ``d/a``, a
-    hard link of ``b`` (the fallback drops only the old name): the new ``d/a`` is fetched whole as a new
-    file, never written into that one, so ``b`` keeps its bytes. Before: sent as a write of the same
-    file (``same``), it went into ``b`` too (found by the rename machine, randomized)."""
+    """A workspace rename onto ``d/a`` (a hard link of ``b``) the mirror cannot follow (it does not hold
+    the old name): the fallback removes what it held at ``d/a`` too, so the new ``d/a`` is fetched whole
+    as a new file and ``b`` keeps its bytes. Before: ``d/a`` stayed, and the refetch, sent as a write of
+    the same file, went into ``b`` too (found by the rename machine, randomized). A conflict's refetch
+    keeps its file (``test_workspace_writes``: a program appending to it goes on after the rewrite)."""
     await fs.mkdir("/w/d", recursive=True)
     await fs.write_file("/w/d/a", b"a")
     await fs.link("/w/d/a", "/w/b")
     await fs.write_file("/w/e", b"renamed over d/a")
-    mirror = Mirror(tmp_path / "m", W)
+    mirror = Mirror(tmp_path / "m", W)  # holds d/a and b, not e
     mirror.apply(
         SyncPush(fs.rev, W, True, [MirrorFile("/w/d/a", b"a"), MirrorFile("/w/b", b"", link="/w/d/a")])
     )
-    rev = fs.rev
     await fs.rename("/w/e", "/w/d/a", overwrite=True)
-    mirror.refetch.add("/w/d/a")  # the rename was not followed (what ``move_or_drop`` leaves)
+    rev = fs.rev
+    mirror.apply(SyncPush(rev, W, False, moves=[("/w/e", "/w/d/a")]))  # not followed: e is not held
+    assert mirror.refetch == {"/w/d/a"} and not (mirror.directory / "d/a").exists()
     push = await LocalExecContext(SimpleNamespace(fs=fs, id="w")).sync_push(
         rev, W, SyncLimits(refetch=tuple(mirror.refetch))
     )
-    assert [(f.path, f.same) for f in push.files] == [("/w/d/a", False)]
+    assert [f.path for f in push.files] == ["/w/d/a"]
     mirror.apply(push)
     assert (mirror.directory / "d/a").read_bytes() == b"renamed over d/a"
     assert (mirror.directory / "b").read_bytes() == b"a" and os.lstat(mirror.directory / "b").st_nlink == 1
+    assert mirror.state["b"] == entry_of(os.lstat(mirror.directory / "b"))  # read again: its ctime changed
