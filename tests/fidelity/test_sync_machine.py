@@ -362,9 +362,7 @@ class LiveSyncMachine(SyncMachine):
         stats["concurrent"] += 1
 
 
-def _exercise(
-    machine: type[SyncMachine], examples: int, steps: int, label: str, record_property: Any
-) -> None:
+def exercise(machine: type[SyncMachine], examples: int, steps: int, label: str, record_property: Any) -> None:
     """Run ``machine`` (derandomized, no example database) and record what it exercised."""
     for key in stats:
         stats[key] = 0
@@ -387,13 +385,13 @@ def _exercise(
 @pytest.mark.timeout(1500)
 def test_live_sandbox_state_machine(record_property: Any) -> None:
     """Live sandboxes under the same rules (sequential model): nothing lost, nothing skipped."""
-    _exercise(LiveSyncMachine, 10, 15, "live_machine", record_property)
+    exercise(LiveSyncMachine, 10, 15, "live_machine", record_property)
     assert all(stats[k] for k in ("runs", "in_flight", "concurrent", "evictions", "reopens")), stats
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(1500)
 def test_sync_bracket_state_machine(record_property: Any) -> None:
-    _exercise(SyncMachine, 15, 20, "sync_machine", record_property)
+    exercise(SyncMachine, 15, 20, "sync_machine", record_property)
     # the machine did race: runs skipped paths, ran in flight, concurrently, after evictions and reopens
     assert all(stats.values()), stats
