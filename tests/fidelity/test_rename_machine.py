@@ -55,6 +55,8 @@ DIR_MOVES = [("d", "m"), ("m", "d"), ("f/g", "m/g"), ("m/g", "f/g"), ("f", "k"),
 SMALL = st.binary(min_size=0, max_size=16)
 LARGE = st.sampled_from([Large(b"L" * 1_100_000), Large(b"M" * 1_600_000)])
 CONTENT = st.one_of(SMALL, SMALL, LARGE)
+# A directory rename of ``DIR_MOVES`` is drawn only when some old one holds a file.
+DIR_MOVABLE = precondition(lambda self: any(p.startswith(o + "/") for o, _ in DIR_MOVES for p in self.model))
 stats = {"renames": 0, "dir_renames": 0, "run_renames": 0, "claims": 0, "reopens": 0, "links": 0, "shared": 0}
 
 
@@ -150,7 +152,7 @@ class RenameMachine(RuleBasedStateMachine):
             self.model[new + path[len(old) :]] = identity
         return moved
 
-    @precondition(lambda self: any(p.startswith(old + "/") for old, _ in DIR_MOVES for p in self.model))
+    @DIR_MOVABLE
     @rule(data=st.data())
     def run_renames_a_directory(self, data: st.DataObject) -> None:
         if (move := self._dir_move(data)) is None:
@@ -218,7 +220,7 @@ class RenameMachine(RuleBasedStateMachine):
         self.model[other] = self.model.pop(path)
         stats["renames"] += 1
 
-    @precondition(lambda self: any(p.startswith(old + "/") for old, _ in DIR_MOVES for p in self.model))
+    @DIR_MOVABLE
     @rule(data=st.data())
     def workspace_renames_a_directory(self, data: st.DataObject) -> None:
         if (move := self._dir_move(data)) is None:
