@@ -374,7 +374,7 @@ def exercise(machine: type[SyncMachine], examples: int, steps: int, label: str, 
         database=None,
         phases=[Phase.explicit, Phase.generate],
         suppress_health_check=list(HealthCheck),
-    )(machine)
+    )(type(machine.__name__, (machine,), {}))  # a subclass: hypothesis applies settings once per class
     runner.TestCase().runTest()
     for key, value in stats.items():
         record_property(f"{label}_{key}", value)
