@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from typing import Any
 
 from ..config import Settings, configure
-from ..storage import FileSystem, audit_caller
+from ..storage import TOUCH, FileSystem, audit_caller
 from ..workspace import Workspace
 from ._backends import owner_backends
 from ._calls import CallJournal
@@ -473,7 +473,7 @@ class WorkspaceHost(PoolCallbacks):
                 changes = self.workspace.fs.changes_since(rev, path)
             except OSError:
                 return True
-            if not changes.complete or changes.changes:
+            if not changes.complete or any(c.op != TOUCH for c in changes.changes):
                 return True
         return False
 

@@ -151,6 +151,9 @@ class MirrorFile:
 class MirrorDir:
     path: str
     mode: int = 0o755
+    # The directory's own mtime (ms): a push sets it in the mirror once the push is in (what it makes
+    # below the directory moves it), a pull keeps the program's. None: left as it comes.
+    mtime: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +217,11 @@ class SyncPull:
     # A live sandbox's pull: what the program changed below a path the workspace renamed since the
     # last sync goes to the new name, and the mirror renames its node (``PullResult.moves``).
     follow_moves: bool = False
+    # The mtimes (ms) of directories the run changed something in (or set with ``touch``), that it did
+    # not make: kept in the workspace where the directory is one there still and nothing refuses the
+    # path, never reported (a file made in a directory changes the directory's mtime: every run would
+    # list its parents as pulled).
+    dir_times: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

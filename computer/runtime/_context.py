@@ -13,7 +13,7 @@ import dataclasses
 import inspect
 from typing import Any
 
-from ..storage import ManifestEntry
+from ..storage import TOUCH, ManifestEntry
 from ..storage.paths import canonical, is_within
 from ._backend import (
     BIG_FILE,
@@ -172,11 +172,11 @@ class LocalExecContext(PullCommits):
                 ops.append(Op(path, "gone"))
                 continue
             if st.is_directory and path not in whole:
-                ops.append(Op(path, "dir", mode=st.mode))
+                ops.append(Op(path, "dir", mode=st.mode, mtime=st.mtime))
                 ops.extend(ops_below(self._tree_ops(path), path, below[path], whole))
             elif st.is_directory:
                 # Removed, replaced or renamed here, or dropped by the mirror: sent whole, replacing it.
-                ops.append(Op(path, "tree", mode=st.mode))
+                ops.append(Op(path, "tree", mode=st.mode, mtime=st.mtime))
                 ops.extend(self._tree_ops(path))
             else:
                 ino = getattr(st, "ino", 0)
@@ -219,9 +219,9 @@ class LocalExecContext(PullCommits):
                 push.deleted.append(op.path)
             elif op.kind == "tree":
                 push.deleted.append(op.path)
-                push.dirs.append(MirrorDir(op.path, op.mode))
+                push.dirs.append(MirrorDir(op.path, op.mode, op.mtime))
             elif op.kind == "dir":
-                push.dirs.append(MirrorDir(op.path, op.mode))
+                push.dirs.append(MirrorDir(op.path, op.mode, op.mtime))
             elif op.kind == "symlink":
                 target = op.target
                 if target is None:
@@ -312,7 +312,8 @@ class LocalExecContext(PullCommits):
         protected = set(pull.protected)
         reasons: dict[str, str] = {}
         since = fs.changes_since(base_rev, root, skip_revs=sorted(own))
-        conflicts = Conflicts([c.path for c in since.changes], everything=not since.complete)
+        # A directory's new time alone (another run's pull) refuses nothing below it.
+        conflicts = Conflicts([c.path for c in since.changes if c.op != TOUCH], everything=not since.complete)
         moves: list[Move] = []
         translated: set[str] = set()  # checked against the workspace's later changes already
         if pull.follow_moves and since.complete and not conflicts.none():
@@ -377,6 +378,16 @@ class LocalExecContext(PullCommits):
         for d in dirs:
             if d.mode & 0o7777 != DEFAULT_DIR_MODE:
                 modes[d.path] = d.mode & SAFE_BITS
+            if d.mtime is not None:
+                mtimes[d.path] = d.mtime
+        # Directories' own mtimes: kept where nothing refuses the path, never reported either way.
+        timed = [
+            p
+            for p in pull.dir_times
+            if p not in mtimes and p not in protected and not (strict and refused(p))
+        ]
+        for path in timed:
+            mtimes[path] = pull.dir_times[path]
         symlinks: dict[str, str] = {}
         for link in pull.symlinks:
             why = refused(link.path) if strict else None
@@ -392,7 +403,7 @@ class LocalExecContext(PullCommits):
         if (writes or mkdirs or symlinks or links or chunked) and not await fs.exists(root):
             mkdirs.insert(0, root)
         applied: list[str] = []
-        if writes or mkdirs or symlinks or links:
+        if writes or mkdirs or symlinks or links or timed:
             self._commit(
                 writes,
                 applied,
@@ -410,6 +421,9 @@ class LocalExecContext(PullCommits):
             await self._write_chunks(f, applied, reasons, own)
         if late:
             self._commit_links(late, applied, reasons, own)
+        if timed:
+            only = set(timed)
+            applied = [p for p in applied if p not in only]
         if staged is not None and pull.done:
             with contextlib.suppress(OSError):
                 before = fs.rev

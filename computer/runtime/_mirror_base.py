@@ -50,6 +50,7 @@ class MirrorBase:
     own_revs: list[int]
     refetch: set[str]
     linked: set[int]
+    dir_times: dict[str, int]
 
     def host(self, path: str) -> Path:
         return self.directory / self.rel(path)
@@ -240,11 +241,13 @@ class PullPlan:
     chunk_prints: dict[str, list[int]] = field(default_factory=dict)
     # Paths left in the mirror only, with the reason (names the workspace cannot hold, FIFOs…).
     unsyncable: dict[str, str] = field(default_factory=dict)
+    # The mtimes (ms) of directories a change was made in that the plan does not make (workspace paths).
+    dir_times: dict[str, int] = field(default_factory=dict)
     # Large files that continue another name's file (see ``Mirror.chunk_sources``); None: not asked yet.
     sources: dict[str, str] | None = None
 
     def empty(self) -> bool:
-        return not (self.files or self.dirs or self.symlinks or self.deleted or self.links)
+        return not (self.files or self.dirs or self.symlinks or self.deleted or self.links or self.dir_times)
 
     def size(self) -> int:
         return sum(entry.size for _, entry in self.files)

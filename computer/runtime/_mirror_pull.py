@@ -14,8 +14,9 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
 
-from ._backend import BIG_FILE, MirrorDir, MirrorFile, MirrorSymlink, SyncPull
+from ._backend import BIG_FILE, MirrorFile, MirrorSymlink, SyncPull
 from ._beneath import HOLE, HOLE_DIGEST, SAFE_BITS, BeneathReader, remove_beneath
+from ._dir_times import mirror_dir, with_dir_times
 from ._mirror_base import NOT_UTF8, SPECIAL, Entry, MirrorBase, PullPlan, entry_of, is_below, was_dir
 from ._watch import TreeWatch
 
@@ -27,25 +28,13 @@ __all__ = ["MirrorPull"]
 _SEED = int.from_bytes(os.urandom(8), "little")
 _HOLE_PRINT = xxh3_128_intdigest(HOLE, _SEED)
 
-_new, _set_path, _set_mode = object.__new__, vars(MirrorDir)["path"].__set__, vars(MirrorDir)["mode"].__set__
-assert [f.name for f in dataclasses.fields(MirrorDir)] == ["path", "mode"], "update _mirror_dir"
-
-
-def _mirror_dir(path: str, mode: int) -> MirrorDir:
-    """``MirrorDir(path, mode)`` without the frozen dataclass's ``__init__`` (``object.__setattr__``
-    per field, from Python): its slots are set directly, 0.25 µs where the call took 0.45; a plan
-    makes one per new directory (``mkdir -p`` of 1,111: 0.27 ms of its 1.25)."""
-    made: MirrorDir = _new(MirrorDir)
-    _set_path(made, path)
-    _set_mode(made, mode)
-    return made
-
 
 class MirrorPull(MirrorBase):
     """Finding and reading what changed in the mirror (a part of :class:`~computer.runtime._mirror.Mirror`)."""
 
-    def scan(self) -> dict[str, Entry]:
-        """Walk the directory: every entry below it, by relative path."""
+    def scan(self, times: dict[str, int] | None = None) -> dict[str, Entry]:
+        """Walk the directory: every entry below it, by relative path (and each directory's mtime in ns
+        into ``times`` when given)."""
         out: dict[str, Entry] = {}
         stack = [("", str(self.directory))]
         while stack:
@@ -64,6 +53,8 @@ class MirrorPull(MirrorBase):
                     out[child] = entry_of(st)
                     if stat.S_ISDIR(st.st_mode):
                         stack.append((child, e.path))
+                        if times is not None:
+                            times[child] = st.st_mtime_ns
         return out
 
     def arm(self) -> None:
@@ -92,8 +83,9 @@ class MirrorPull(MirrorBase):
             # and every sync tick until the workspace next changed.
             self.unwatch()
             self.arm()
-            now = self.scan()
-            return self._plan(now, set(now) | set(self.state)), now
+            walked: dict[str, int] = {}
+            now = self.scan(walked)
+            return self._plan(now, set(now) | set(self.state), walked), now
         if not touched:  # nothing changed: no copy of the state (10,000 entries: 0.3 ms)
             return PullPlan(), self.state
         state = self.state
@@ -106,6 +98,7 @@ class MirrorPull(MirrorBase):
         known = self.watch.stats if self.watch is not None else {}
         lstat = os.lstat
         found: list[tuple[str, Entry | None]] = []
+        times: dict[str, int] = {}  # directories' mtimes (ns) as lstat-ed
         replaced = False  # a directory of the state is something else now (or gone)
         for rel in touched:
             # A path whose last event removed it is gone: the program has exited, nothing can have
@@ -120,6 +113,8 @@ class MirrorPull(MirrorBase):
                     except OSError:
                         st = None
                 entry = entry_of(st) if st is not None else None
+                if entry is not None and entry.kind == "d":
+                    times[rel] = st.st_mtime_ns  # type: ignore[union-attr]
             found.append((rel, entry))
             if entry is None or entry.kind != "d":
                 old = state.get(rel)  # ``was_dir``: ``now`` is the state still
@@ -132,7 +127,7 @@ class MirrorPull(MirrorBase):
                     now.pop(rel, None)
                 else:
                     now[rel] = entry
-            return self._plan(now, candidates), now
+            return self._plan(now, candidates, times, watched=True), now
         # Shallow paths first: what was below a directory that is gone leaves ``now`` with it.
         found.sort(key=lambda item: item[0].count("/"))
         for rel, entry in found:
@@ -146,7 +141,7 @@ class MirrorPull(MirrorBase):
                 now.pop(rel, None)
             else:
                 now[rel] = entry
-        return self._plan(now, candidates), now
+        return self._plan(now, candidates, times, watched=True), now
 
     def collect(self, max_bytes: int | None = None) -> tuple[SyncPull, dict[str, Entry]]:
         """:meth:`plan` with every changed file read, as one :class:`SyncPull` (small pulls, tests)."""
@@ -160,12 +155,21 @@ class MirrorPull(MirrorBase):
     def _diff(self, now: dict[str, Entry], candidates: set[str], max_bytes: int | None = None) -> SyncPull:
         return self.read_all(self._plan(now, candidates))
 
-    def _plan(self, now: dict[str, Entry], candidates: set[str]) -> PullPlan:
+    def _plan(
+        self,
+        now: dict[str, Entry],
+        candidates: set[str],
+        times: dict[str, int] | None = None,
+        *,
+        watched: bool = False,
+    ) -> PullPlan:
         """What changed among ``candidates`` between the state and ``now``, in path order.
 
         Per path it is a few dict look-ups (1,111 new directories: ~1 ms): names are checked for
         UTF-8 all at once (one per path only when some name is not), and workspace paths are the
-        root's prefix plus the relative path."""
+        root's prefix plus the relative path. ``times``: the mtimes (ns) of directories among them as
+        lstat-ed (else lstat-ed here); ``watched``: the candidates are what events named (a directory
+        among them whose entry did not change had its times set: ``touch``, ``tar``)."""
         plan = PullPlan()
         first_name: dict[int, str] = {}  # inode -> the first changed path naming it (hard links)
         state = self.state
@@ -177,11 +181,17 @@ class MirrorPull(MirrorBase):
             checked = False  # some name is not: each is checked below
         prefix = "/" if self.root == "/" else self.root + "/"
         transient = False  # a name made and removed by the run (``ln -f``'s temporary link)
+        parents: set[str] = set()  # directories something changed in: their mtime moved
+        made: dict[str, int] = {}  # directories new or of a new mode: index in ``plan.dirs``
+        times = times or {}
+        timed = 0  # of ``made``, those with a time in ``times``
         for rel in ordered:
             old = state.get(rel)
             entry = now.get(rel)
             if old == entry:
                 transient = transient or old is None
+                if watched and old is not None and old.kind == "d":
+                    parents.add(rel)  # an event named it: a ``touch`` of the directory itself
                 continue
             if not checked:
                 try:
@@ -191,6 +201,7 @@ class MirrorPull(MirrorBase):
                     plan.unsyncable[self.workspace_path(raw)] = NOT_UTF8
                     continue
             path = prefix + rel if rel else self.root
+            parents.add(rel.rpartition("/")[0])
             if entry is None:
                 plan.deleted.append(path)
                 continue
@@ -203,7 +214,10 @@ class MirrorPull(MirrorBase):
                     entry = now[rel] = entry_of(os.lstat(self.directory / rel))
             if kind == "d":
                 if old is None or old.kind != "d" or old.mode != entry.mode:
-                    plan.dirs.append(_mirror_dir(path, entry.mode))
+                    ns = times.get(rel)
+                    timed += ns is not None
+                    made[rel] = len(plan.dirs)
+                    plan.dirs.append(mirror_dir(path, entry.mode, None if ns is None else ns // 1_000_000))
             elif kind == "l":
                 with contextlib.suppress(OSError):
                     plan.symlinks.append(MirrorSymlink(path, os.readlink(self.directory / rel)))
@@ -225,6 +239,7 @@ class MirrorPull(MirrorBase):
         self._other_names(plan, now, first_name)
         if transient and self.linked:
             self._read_linked_again(now)
+        with_dir_times(plan, self.directory, self.root, made, parents if checked else set(), timed)
         plan.dirs.sort(key=lambda d: d.path.count("/"))
         return plan
 
@@ -316,6 +331,7 @@ class MirrorPull(MirrorBase):
         page = SyncPull(
             self.root,
             dirs=list(plan.dirs),
+            dir_times=dict(plan.dir_times),
             symlinks=list(plan.symlinks),
             deleted=list(plan.deleted),
             protected=protected,

@@ -23,6 +23,7 @@ from ._beneath import (
     remove_node,
     write_all,
 )
+from ._dir_times import set_dir_times
 from ._mirror_base import Entry, MirrorBase, entry_of, is_below
 from ._scratch import remove_tree
 
@@ -57,6 +58,7 @@ class MirrorPush(MirrorBase):
                 remove_node(child)
             self.state.clear()
             self.chunks.clear()
+            self.dir_times.clear()
             self.protected = set()
             self.reasons = {}
         for src, dst in push.moves:
@@ -81,7 +83,10 @@ class MirrorPush(MirrorBase):
             host.mkdir(exist_ok=True)
             self._own(host)
             os.chmod(host, d.mode & SAFE_BITS)
-            self.state[self.rel(d.path)] = entry_of(os.lstat(host))
+            rel = self.rel(d.path)
+            self.state[rel] = entry_of(os.lstat(host))
+            if d.mtime is not None and rel:
+                self.dir_times[rel] = d.mtime
         written = 0
         base = os.fspath(self.directory)
         ready: set[str] = set()  # parent directories already made real in this page
@@ -287,6 +292,11 @@ class MirrorPush(MirrorBase):
         """Every page is in: the mirror reflects ``rev`` (the first page's, a lower bound); revisions
         its own pulls made up to ``rev`` need no leaving out any more, nor the paths it ``refetched``."""
         self.unfilled = []
+        if self.dir_times:
+            # Last, once nothing more is made below them (each name made in a directory moves its
+            # mtime): the workspace's times of the directories the push sent.
+            set_dir_times(self.directory, self.dir_times)
+            self.dir_times.clear()
         self.rev = rev
         self.own_revs = self.own_since(rev)
         self.refetch.difference_update(refetched)

@@ -9,6 +9,7 @@ from ._audit import AuditLog, AuditRecord, ToolCall, audit_caller, current_calle
 from ._chunks import CHUNK_SIZE
 from ._db import storage_failure, use_wal
 from ._redact import payload_size, scrub
+from ._state import TOUCH
 from .errors import FsInvalidError, error_from_wire, error_to_wire, fs_error
 from .filesystem import FileSystem
 from .locks import HeldLease, LockTable
@@ -28,6 +29,7 @@ from .types import (
 
 __all__ = [
     "CHUNK_SIZE",
+    "TOUCH",
     "AuditLog",
     "AuditRecord",
     "BatchResult",

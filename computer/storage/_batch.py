@@ -14,14 +14,15 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from itertools import islice
 from typing import TypeVar
 
+from ._batch_dirs import make_dirs
 from ._content import set_content
 from ._pieces import Assembler, Piece
 from ._resolve import lookup, resolve, resolve_read, write_target
 from ._resolve import target as target_of
 from ._schema import DIR, KIND_NAMES, SYMLINK, clean_mode
 from ._search import Row, walk_tree, walk_tree_after
-from ._state import CACHE_LIMIT, CREATE_OP, JSON_ROWS, LINK_SOURCE, Mutation, Store
-from ._tree import add_entry, add_name, ensure_dirs, new_inode, now_ms, remove_leaves, remove_node
+from ._state import CREATE_OP, LINK_SOURCE, TOUCH, Mutation, Store
+from ._tree import add_entry, add_name, ensure_dirs, new_inode, remove_leaves, remove_node
 from .errors import fs_error
 from .paths import is_within, join, parts, split
 from .types import BatchResult, Change, ChangeSet, ManifestEntry, ManifestRow
@@ -155,7 +156,7 @@ def commit_batch(
         if not changed.complete:
             skipped = set(every)
         else:
-            touched = [c.path for c in changed.changes]
+            touched = [c.path for c in changed.changes if c.op != TOUCH]
 
             def conflicts(p: str) -> bool:
                 return any(is_within(p, t) or is_within(t, p) for t in touched)
@@ -172,7 +173,7 @@ def commit_batch(
         _remove(st, removed, m)
         applied += removed
         ensured = [p for p in canon_dirs if p not in skipped] if skipped else canon_dirs
-        made = _make_dirs(st, ensured, canon_modes, canon_mtimes, m)
+        made = make_dirs(st, ensured, canon_modes, canon_mtimes, m)
         applied += ensured
         for p in todo if len(removed) < len(canon_writes) else ():  # else no write to make
             data = canon_writes.get(p)
@@ -221,23 +222,31 @@ def commit_batch(
             elif p not in skipped:
                 applied.append(p)
         settled = made - canon_symlinks.keys() - canon_links.keys()
-        for p in sorted(set(canon_modes) | set(canon_mtimes)):
-            if p in skipped or canon_writes.get(p) is not None or p in settled:
-                continue  # written files and new directories got their mode and mtime when made
-            try:
-                ino, kind, real = resolve(st, p)
-            except OSError:
+        # Written files and new directories got their mode and mtime when made (a pull's ``mkdir -p``
+        # of 1,110 with their times: set arithmetic, no loop over them).
+        for p in sorted((canon_modes.keys() | canon_mtimes.keys()) - settled - skipped):
+            if canon_writes.get(p) is not None:
                 continue
-            mode, mtime = canon_modes.get(p), canon_mtimes.get(p)
-            cur = st.db.execute(
-                "UPDATE inodes SET mode = coalesce(?1, mode), mtime = coalesce(?2, mtime) "
-                "WHERE id = ?3 AND (mode != coalesce(?1, mode) OR mtime != coalesce(?2, mtime))",
-                (mode, mtime, ino),
-            )
-            if cur.rowcount:
-                m.log(real, CREATE_OP[kind])
+            if _set_meta(st, p, canon_modes.get(p), canon_mtimes.get(p), m):
                 applied.append(p)
     return BatchResult(rev=st.rev, applied=_sorted_unique(applied), skipped=sorted(skipped))
+
+
+def _set_meta(st: Store, p: str, mode: int | None, mtime: int | None, m: Mutation) -> bool:
+    """Give the existing ``p`` (links followed) ``mode`` and ``mtime`` where given; False when it is
+    not there or has them already. A directory's time alone is logged :data:`TOUCH`."""
+    try:
+        ino, kind, real = resolve(st, p)
+    except OSError:
+        return False
+    old_mode, old_mtime = st.db.one("SELECT mode, mtime FROM inodes WHERE id = ?", (ino,))
+    mode = old_mode if mode is None else mode
+    mtime = old_mtime if mtime is None else mtime
+    if (mode, mtime) == (old_mode, old_mtime):
+        return False
+    st.db.execute("UPDATE inodes SET mode = ?, mtime = ? WHERE id = ?", (mode, mtime, ino))
+    m.log(real, TOUCH if kind == DIR and mode == old_mode else CREATE_OP[kind])
+    return True
 
 
 def _canon_keys(st: Store, given: Mapping[str, V], value: Callable[[V], W]) -> dict[str, W]:
@@ -320,126 +329,6 @@ def _remove(st: Store, paths: Sequence[str], m: Mutation) -> None:
                 doomed.add(real)
                 leaves.append((real, pino, name, ino, kind))
     remove_leaves(st, leaves, m)
-
-
-def _make_dirs(
-    st: Store, dirs: Sequence[str], modes: Mapping[str, int], mtimes: Mapping[str, int], m: Mutation
-) -> set[str]:
-    """Ensure the directories ``dirs`` (canonical, distinct) and their missing parents: each of ``dirs``
-    made with its mode in ``modes`` (cleaned already: ``clean_mode``) and its mtime in ``mtimes`` (else
-    0o755 and now), a parent made here with 0o755 and now; returns those of ``dirs`` it made.
-
-    Parents come first (the paths sorted, ancestors added). A directory whose parent this call made
-    cannot exist yet: it is made without a lookup, and all such rows go in three ``executemany``
-    statements (inodes, with ids allocated past the largest as SQLite itself would; entries; the
-    change log) instead of four statements each (a pull of ``mkdir -p`` of 1,110 directories made
-    ~4,450: ~57 ms of a live sandbox's mkdir row). Below a directory that was there, one probe
-    finds the name (a directory: kept; missing: made as above). Anything else (the top of a tree, a
-    link or a file in the way) goes through :func:`ensure_dirs` (links followed, files replaced)
-    after the rows held so far are written.
-    """
-    wanted = set(dirs)
-    order = list(dirs)  # with the missing parents, sorted below: parents first
-    seen = set(wanted)
-    last = ""
-    for p in dirs:
-        parent = p.rpartition("/")[0] or "/"
-        if parent == last:
-            continue  # a sibling of the path before: its parents are in ``seen`` already
-        last = parent
-        while parent not in seen and parent != "/":
-            seen.add(parent)
-            order.append(parent)
-            parent = parent.rpartition("/")[0] or "/"
-    order.sort()  # the paths given sorted and their parents after them: two runs, merged
-    dir_modes = {p: mode for p, mode in modes.items() if p in wanted}  # clean already (``clean_mode``)
-    dir_mtimes = {p: mtime for p, mtime in mtimes.items() if p in wanted}
-    given = bool(dir_modes or dir_mtimes)  # else every directory 0o755 and now (a pull's rule)
-    fresh: dict[str, tuple[int, str]] = {}  # made here: path -> (inode, real path)
-    known: dict[str, tuple[int, str]] = {}  # there before: path -> (inode, real path)
-    # The rows held for one flush, as columns: inode ids run from ``first`` (consecutive).
-    first = 0
-    new_modes: list[int] = []
-    new_mtimes: list[int] = []
-    entries: list[tuple[int, str, int]] = []
-    logs: list[str] = []
-    next_id = 0
-
-    def flush() -> None:
-        nonlocal next_id
-        if new_modes:
-            mtime = new_mtimes[0]
-            if len(new_modes) >= JSON_ROWS and new_mtimes.count(mtime) == len(new_mtimes):
-                # Ids are consecutive and one mtime is the rule (a pull sends none for directories):
-                # the modes as one JSON array (1,000 rows ~0.5 ms, a row at a time ~1.3).
-                st.db.execute(
-                    "INSERT INTO inodes (id, kind, mode, mtime, size) SELECT ? + key, ?, value, ?, 0 "
-                    "FROM json_each(?)",
-                    (first, DIR, mtime, json.dumps(new_modes)),
-                )
-            else:
-                st.db.executemany(
-                    "INSERT INTO inodes (id, kind, mode, mtime, size) VALUES (?, ?, ?, ?, 0)",
-                    [
-                        (first + i, DIR, mode, t)
-                        for i, (mode, t) in enumerate(zip(new_modes, new_mtimes, strict=True))
-                    ],
-                )
-            st.db.executemany("INSERT INTO dirents (parent, name, child) VALUES (?, ?, ?)", entries)
-            m.log_op(logs, "mkdir")
-            new_modes.clear()
-            new_mtimes.clear()
-            entries.clear()
-            logs.clear()
-        next_id = 0
-
-    now = now_ms()  # one transaction: one time for the directories it makes without an mtime
-    cache = st.cache  # written below as ``Store.remember`` does, without a call a directory
-    push_mode, push_mtime, push_entry, push_log = (
-        new_modes.append,
-        new_mtimes.append,
-        entries.append,
-        logs.append,
-    )
-    for p in order:
-        parent, _, name = p.rpartition("/")
-        parent = parent or "/"
-        above = fresh.get(parent)
-        mode, mtime = (dir_modes.get(p, 0o755), dir_mtimes.get(p)) if given else (0o755, None)
-        if above is None and p != "/" and (there := known.get(parent)) is not None:
-            # Below a directory that was there: one probe (not a walk from the root: in a tree 1,500
-            # deep, every ancestor walked from the root was ~1M lookups per pull).
-            node = lookup(st, there[0], name)
-            if node is not None and node[1] == DIR:
-                known[p] = (node[0], join(there[1], name))
-                continue
-            if node is None:
-                above = there  # missing: made below it like below a directory made here
-        if above is None or p == "/":
-            flush()
-            before = m.logged
-            ino = ensure_dirs(st, p, mode, m, replace_files=True, mtime=mtime)
-            if m.logged != before:  # it made ``p``: nothing can be below it yet
-                fresh[p] = (ino, resolve(st, p)[2])
-            else:
-                known[p] = (ino, resolve(st, p)[2])
-            continue
-        if not next_id:
-            first = next_id = int(st.db.one("SELECT coalesce(max(id), 0) + 1 FROM inodes")[0])
-        ino = next_id
-        next_id += 1
-        above_real = above[1]
-        real = "/" + name if above_real == "/" else above_real + "/" + name  # ``join``
-        push_mode(mode)
-        push_mtime(now if mtime is None else mtime)
-        push_entry((above[0], name, ino))
-        push_log(real)
-        if len(cache) >= CACHE_LIMIT:
-            cache.clear()
-        cache[real] = (ino, DIR)
-        fresh[p] = (ino, real)
-    flush()
-    return wanted.intersection(fresh)
 
 
 def _batch_symlink(st: Store, p: str, target: str, m: Mutation) -> bool:

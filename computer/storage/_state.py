@@ -29,6 +29,9 @@ CACHE_LIMIT = 200_000
 
 # The change-log op that (re)creates a node of each kind.
 CREATE_OP = {FILE: "write", DIR: "mkdir", SYMLINK: "symlink"}
+# The op of a directory whose time alone changed (a run's pull keeps the program's): a change of the
+# directory itself, never of what it holds, so no conflict rule counts it for the paths below it.
+TOUCH = "touch"
 # Logged just before a ``"link"`` entry: the existing name it links (``changes_since`` gives it to
 # that entry as its ``source`` and never lists it as a change).
 LINK_SOURCE = "link-source"

@@ -101,6 +101,9 @@ class GrepMatch:
 class Change:
     """One entry of the change log: ``op`` is ``"write"``, ``"mkdir"``, ``"rm"``, ``"rename"``, ``"symlink"``…
 
+    ``"touch"`` is a directory whose time alone changed (a run's pull keeps the program's): a change of
+    that directory, not of anything below it (no conflict rule counts it for the paths below).
+
     A rename is two entries of one revision: ``"rm"`` of the old path, then ``"rename"`` of the new
     one, whose ``source`` is the old path (a mirror moves what it holds rather than making it again).
     A hard link's new name is ``"link"`` with the existing name as its ``source`` (a mirror holding

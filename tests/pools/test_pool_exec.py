@@ -236,3 +236,20 @@ async def test_a_short_run_comes_back_with_exec_and_a_long_one_does_not_wait(
         short_result = await short.result()
         assert short_result.stdout == "quick\n"
         assert short_result == await (await ws.runtime.get_exec(short.id)).result()
+
+
+async def test_directory_times_round_trip_through_a_pool(cluster: Settings, name: str) -> None:
+    """A run's directory times reach the workspace (the pull through the pool's codec, deferred small
+    pulls included), and the next run sees them in another worker's mirror or a warm one alike."""
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        result = await (await ws.runtime.exec("mkdir -p t/u && touch -d @1500000000 t/u t")).result()
+        assert result.status == "completed", result.stderr
+        assert result.pulled == ["/workspace/t/u"]
+        result = await (await ws.runtime.exec("touch -d @1400000000 t")).result()
+        assert result.status == "completed" and result.pulled == []
+        assert (await ws.fs.stat("/workspace/t")).mtime == 1_400_000_000_000
+        assert (await ws.fs.stat("/workspace/t/u")).mtime == 1_500_000_000_000
+        for _ in range(3):  # both workers of the pool, whichever serves
+            result = await (await ws.runtime.exec("stat -c %Y t t/u")).result()
+            assert result.stdout == "1400000000\n1500000000\n"

@@ -339,7 +339,7 @@ async def test_after_a_program_moved_a_directory_the_sandbox_is_watched_again(
     walks: list[object] = []
     paused: list[object] = []
     scan, freeze = MirrorPull.scan, _live.freeze
-    monkeypatch.setattr(MirrorPull, "scan", lambda self: walks.append(self) or scan(self))
+    monkeypatch.setattr(MirrorPull, "scan", lambda self, *times: walks.append(self) or scan(self, *times))
     monkeypatch.setattr(_live, "freeze", lambda group: paused.append(group) or freeze(group))
     quiet = await run(ws, "sleep 0.5; find . > /dev/null; cat c/b/f")
     assert (quiet.stdout, paused, walks) == ("x\n", [], [])

@@ -76,7 +76,7 @@ def test_a_pull_that_had_to_walk_watches_again_for_the_next_one(
     move_a_directory(mirror.directory)
     walks = []
     scan = mirror.scan
-    monkeypatch.setattr(mirror, "scan", lambda: walks.append(1) or scan())
+    monkeypatch.setattr(mirror, "scan", lambda *times: walks.append(1) or scan(*times))
     _, now = mirror.collect()
     mirror.settle(now, 6, ())
     assert len(walks) == 1 and mirror.watch is not None

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from computer.storage import FileSystem, _batch
+from computer.storage import FileSystem, _batch_dirs
 
 LEAVES = [f"/w/tree/d{a}/{b}/{c}" for a in range(10) for b in range(10) for c in range(10)]
 
@@ -66,13 +66,13 @@ async def test_new_directories_deep_below_existing_ones_cost_one_probe_per_ances
     # each batch names a few new directories below hundreds that exist. Each ancestor used to be
     # walked from the root (ensure_dirs per ancestor: quadratic in the depth, 1,500 deep timed out).
     walks: list[str] = []
-    real = _batch.ensure_dirs
+    real = _batch_dirs.ensure_dirs
 
     def counting(st: Any, p: str, *args: Any, **kwargs: Any) -> int:
         walks.append(p)
         return real(st, p, *args, **kwargs)
 
-    monkeypatch.setattr(_batch, "ensure_dirs", counting)
+    monkeypatch.setattr(_batch_dirs, "ensure_dirs", counting)
     chain = "/w" + "/d" * 300
     fs.commit_batch({}, mkdirs=[chain])
     walks.clear()
@@ -83,3 +83,25 @@ async def test_new_directories_deep_below_existing_ones_cost_one_probe_per_ances
     assert walks == ["/w"]  # the top alone; every ancestor below it is one probe under its parent
     assert fs.queries - before < 400  # ~300 probes and a few statements
     assert (await fs.stat(deeper[-1])).is_directory
+
+
+async def test_parents_made_for_a_batch_take_their_given_times_and_modes(fs: FileSystem) -> None:
+    """A pull names only the leaves of ``mkdir -p`` and sends every new directory's time: the parents
+    are made with theirs (not the batch's time, then set again and listed), varied times in one go."""
+    times = {f"/p/{i}": 1_000_000 + i for i in range(20)} | {"/p": 999, "/p/3/x": 5}
+    result = fs.commit_batch({}, mkdirs=[*(f"/p/{i}" for i in range(20) if i != 3), "/p/3/x"], mtimes=times)
+    assert "/p" not in result.applied and "/p/3" not in result.applied  # as before: parents implied
+    for path, mtime in times.items():
+        assert (await fs.stat(path)).mtime == mtime, path
+
+
+async def test_a_directory_time_alone_conflicts_with_nothing_below_it(fs: FileSystem) -> None:
+    fs.commit_batch({"/t/a": b"1"}, mkdirs=["/t"])
+    base = fs.rev
+    fs.commit_batch({}, mtimes={"/t": 42})  # another run's pull: the directory's time alone
+    assert [(c.path, c.op) for c in fs.changes_since(base).changes] == [("/t", "touch")]
+    result = fs.commit_batch({"/t/a": b"2"}, base_rev=base)
+    assert result.applied == ["/t/a"] and result.skipped == []
+    fs.commit_batch({}, mtimes={"/t": 43}, modes={"/t": 0o700})  # with its mode: a change as before
+    result = fs.commit_batch({"/t/a": b"3"}, base_rev=base + 2)
+    assert result.skipped == ["/t/a"]

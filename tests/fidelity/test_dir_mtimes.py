@@ -1,0 +1,93 @@
+"""Directories' own mtimes round-trip (SPEC section 10: "mtimes ... round-trip"), as files' do: what a
+run sets (``touch -d``, ``tar x``, a name made or removed in the directory) reaches the workspace, and
+a rebuilt mirror (a reopen) shows the workspace's times, for the one-sandbox-per-run shell and the live
+sandbox alike. A directory's time alone is never listed in ``pulled``: a file made in a directory moves
+the directory's time, and every run would list its parents."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from computer.runtime import ShellBackend
+
+from ._support import ok, opened
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "ws.sqlite"
+
+
+KINDS = [pytest.param(False, id="per-run"), pytest.param(True, id="live")]
+
+
+def shell(live: bool) -> ShellBackend:
+    backend = ShellBackend(live=live)
+    if live and not backend.live:
+        pytest.skip("no cgroup freezer here")
+    return backend
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_touched_directories_keep_their_time_through_a_reopen(db: Path, live: bool) -> None:
+    async with opened(db, shell=shell(live), python=False) as ws:
+        result = await ok(ws, "mkdir -p a/b/c && touch -d @1500000000 a/b/c a/b a && mkdir empty")
+        assert result.pulled == ["/workspace/a/b/c", "/workspace/empty"]  # as before: parents implied
+        for path in ("/workspace/a", "/workspace/a/b", "/workspace/a/b/c"):
+            assert (await ws.fs.stat(path)).mtime == 1_500_000_000_000, path
+        # a later run's touch of an existing directory, alone: kept, not listed
+        result = await ok(ws, "touch -d @1400000000.5 a/b")
+        assert result.pulled == []
+        assert (await ws.fs.stat("/workspace/a/b")).mtime == 1_400_000_000_500
+    async with opened(db, shell=shell(live), python=False) as ws:  # a new mirror, from the SQLite file
+        result = await ok(ws, "stat -c '%n %Y' a a/b a/b/c")
+        assert result.stdout == "a 1500000000\na/b 1400000000\na/b/c 1500000000\n"
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_a_name_made_or_removed_moves_its_directory_time(db: Path, live: bool) -> None:
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ok(ws, "mkdir -p d && echo x > d/old && touch -d @1500000000 d")
+        assert (await ws.fs.stat("/workspace/d")).mtime == 1_500_000_000_000
+        result = await ok(ws, "echo y > d/new && stat -c %Y d")
+        assert result.pulled == ["/workspace/d/new"]  # the directory's own time is not listed
+        made = int(result.stdout) * 1000
+        assert made > 1_500_000_000_000
+        assert (await ws.fs.stat("/workspace/d")).mtime // 1000 * 1000 == made
+        await ok(ws, "touch -d @1500000000 d")
+        result = await ok(ws, "rm d/old && stat -c %Y d")
+        assert (await ws.fs.stat("/workspace/d")).mtime // 1000 == int(result.stdout)
+        assert int(result.stdout) > 1_500_000_000
+
+
+async def test_a_tar_extracted_in_one_run_lists_the_same_in_the_next_after_a_reopen(db: Path) -> None:
+    """``tar`` sets each directory's time after filling it: the listing a later run makes (``tar tv``
+    of a fresh archive) matches the archive's, on a rebuilt mirror."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for name, when in (("pkg", 1_300_000_000), ("pkg/sub", 1_200_000_000)):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, when
+            archive.addfile(info)
+        info = tarfile.TarInfo("pkg/sub/file.txt")
+        info.size, info.mtime = 3, 1_100_000_000
+        archive.addfile(info, io.BytesIO(b"abc"))
+    async with opened(db, python=False) as ws:
+        await ws.fs.write_file("/workspace/in.tar", buffer.getvalue())
+        await ok(ws, "tar xf in.tar")
+    async with opened(db, python=False) as ws:
+        result = await ok(ws, "stat -c '%n %Y' pkg pkg/sub pkg/sub/file.txt")
+        assert result.stdout == "pkg 1300000000\npkg/sub 1200000000\npkg/sub/file.txt 1100000000\n"
+
+
+async def test_a_directory_the_workspace_made_shows_its_time_in_the_sandbox(db: Path) -> None:
+    async with opened(db, python=False) as ws:
+        ws.fs.commit_batch(
+            {"/workspace/w/x/f": b"1"}, mkdirs=["/workspace/w/x"], mtimes={"/workspace/w/x": 1_234_567_890_000}
+        )
+        ws.fs.commit_batch({}, mtimes={"/workspace/w": 1_234_000_000_000})
+        result = await ok(ws, "stat -c '%n %Y' w w/x")
+        assert result.stdout == "w 1234000000\nw/x 1234567890\n"
