@@ -118,7 +118,13 @@ class LocalExecContext(PullCommits):
             changes = self.fs.changes_since(mirror_rev, root, skip_revs=tuple(limits.skip_revs))
             refetch = [p for p in limits.refetch if is_within(p, root)]
             moves, followed = followable(changes.changes, root, refetch)
-            rest = [c for i, c in enumerate(changes.changes) if i not in followed]
+            # The time of the root or above it alone (a pull's) is no change to the tree (a mirror
+            # keeps its root's own time): not the whole tree again.
+            rest = [
+                c
+                for i, c in enumerate(changes.changes)
+                if i not in followed and not (c.op == TOUCH and is_within(root, c.path))
+            ]
             paths = [c.path for c in rest] + refetch
             # A change at or above the root (the root renamed or removed) needs the whole tree again.
             if changes.complete and not any(is_within(root, p) for p in paths):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable, Sequence
 
-from ..storage import ManifestEntry
+from ..storage import TOUCH, ManifestEntry
 from ..storage.paths import is_within
 from ..storage.types import Change
 from ._backend import SyncLimits
@@ -32,6 +32,8 @@ __all__ = [
 
 # Change log entries after which a path holds another file than before (a write keeps the file).
 _REPLACING = frozenset({"rm", "rename", "symlink", "link"})
+# A directory only made, chmod-ed or given a time: it keeps what the mirror holds.
+_IN_PLACE = frozenset({"mkdir", TOUCH})
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -71,8 +73,8 @@ def over_limit(op: Op, count: int, limits: SyncLimits) -> str | None:
 
 def sent_whole(changes: Iterable[Change], dropped: Iterable[str]) -> set[str]:
     """The changed paths a push sends whole (a directory among them removed first): any but one only
-    made or chmod-ed (``"mkdir"``), and what the mirror ``dropped``."""
-    return {c.path for c in changes if c.op != "mkdir"}.union(dropped)
+    made or chmod-ed (``"mkdir"``) or given a time (``"touch"``), and what the mirror ``dropped``."""
+    return {c.path for c in changes if c.op not in _IN_PLACE}.union(dropped)
 
 
 def replaced(changes: Iterable[Change]) -> set[str]:
@@ -93,6 +95,8 @@ def link_sources(changes: Sequence[Change], refetch: Iterable[str]) -> dict[str,
         if c.op == "link" and c.source is not None:
             found[c.path] = (c.source, False)
             continue
+        if c.op == TOUCH:
+            continue  # a directory's time: nothing changed below it
         touched.append(c.path)
         if c.path in found:
             if c.op in _REPLACING:

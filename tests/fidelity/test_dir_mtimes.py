@@ -16,6 +16,7 @@ from computer.runtime import ShellBackend
 
 from ._support import ok, opened
 
+
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "ws.sqlite"
@@ -86,7 +87,9 @@ async def test_a_tar_extracted_in_one_run_lists_the_same_in_the_next_after_a_reo
 async def test_a_directory_the_workspace_made_shows_its_time_in_the_sandbox(db: Path) -> None:
     async with opened(db, python=False) as ws:
         ws.fs.commit_batch(
-            {"/workspace/w/x/f": b"1"}, mkdirs=["/workspace/w/x"], mtimes={"/workspace/w/x": 1_234_567_890_000}
+            {"/workspace/w/x/f": b"1"},
+            mkdirs=["/workspace/w/x"],
+            mtimes={"/workspace/w/x": 1_234_567_890_000},
         )
         ws.fs.commit_batch({}, mtimes={"/workspace/w": 1_234_000_000_000})
         result = await ok(ws, "stat -c '%n %Y' w w/x")

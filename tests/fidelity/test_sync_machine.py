@@ -34,6 +34,7 @@ import posixpath
 import shutil
 import tempfile
 from collections.abc import Coroutine
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -289,6 +290,19 @@ class SyncMachine(RuleBasedStateMachine):
             stats["fresh"] += 1
         self.ws = self.call(self._open())
         self.other = self.call(self._open_other())
+        if fresh:
+            self.call(self._directory_times_match())
+
+    async def _directory_times_match(self) -> None:
+        """A mirror built from the SQLite file shows each directory with the workspace's time (what the
+        runs' pulls kept of the program's times, SPEC section 10: mtimes round-trip)."""
+        listing = await ok(self.ws, "find . -mindepth 1 -type d -printf '%P %T@\\n'")
+        shown = {}
+        for line in listing.stdout.splitlines():
+            path, when = line.rsplit(" ", 1)
+            shown[path] = int(Decimal(when) * 1000)
+        kept = {p: (await self.ws.fs.stat(f"{ROOT}/{p}")).mtime for p in shown}
+        assert shown == kept, "a rebuilt mirror shows other directory times than the workspace holds"
 
     # ------------------------------------------------------------------ invariants
 
