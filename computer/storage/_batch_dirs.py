@@ -47,9 +47,9 @@ def make_dirs(
             parent = parent.rpartition("/")[0] or "/"
     order.sort()  # the paths given sorted and their parents after them: two runs, merged
     # Parents made here take theirs too when given (a pull's ``mkdir -p`` names only the leaves).
-    dir_modes = {p: mode for p, mode in modes.items() if p in seen}  # clean already (``clean_mode``)
-    dir_mtimes = {p: mtime for p, mtime in mtimes.items() if p in seen}
-    given = bool(dir_modes or dir_mtimes)  # else every directory 0o755 and now (a pull's rule)
+    # Looked up by directory (files' entries, never made here, are never asked for; no filtered copy).
+    dir_modes, dir_mtimes = modes, mtimes  # modes clean already (``clean_mode``)
+    given = bool(dir_modes or dir_mtimes)  # else every directory 0o755 and now
     fresh: dict[str, tuple[int, str]] = {}  # made here: path -> (inode, real path)
     known: dict[str, tuple[int, str]] = {}  # there before: path -> (inode, real path)
     # The rows held for one flush, as columns: inode ids run from ``first`` (consecutive).
@@ -148,4 +148,7 @@ def make_dirs(
         cache[real] = (ino, DIR)
         fresh[p] = (ino, real)
     flush()
-    return {p for p in fresh if p in wanted or p in dir_modes or p in dir_mtimes}
+    made = wanted.intersection(fresh)
+    if given:
+        made.update(fresh.keys() & (dir_modes.keys() | dir_mtimes.keys()))
+    return made
