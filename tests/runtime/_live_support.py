@@ -33,6 +33,16 @@ def host_pids_with(marker: str) -> list[int]:
     return [p for p in found if p != os.getpid()]
 
 
+async def host_shows(marker: str, within: float = 10.0) -> None:
+    """Wait until a host process runs ``sleep marker``: a call may return before its background child
+    has exec'd ``sleep`` (the fork is done, the exec not yet)."""
+
+    async def shows() -> bool:
+        return bool(host_pids_with(f"sleep {marker}"))
+
+    await eventually(shows, within=within)
+
+
 async def kill_after_the_loop_wrote(ws: Any, source: str, *, backend: str | None = None) -> None:
     """Run ``source`` (it writes f1..f50 with each one's number, prints ``wrote``, then sleeps), kill
     it once it printed, and check the 50 files are in the workspace: kill keeps what was written."""

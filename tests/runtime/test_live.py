@@ -11,14 +11,14 @@ import asyncio
 import os
 import shlex
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
 import computer
 from computer.runtime import ProcessInfo, ShellBackend
 
-from ._live_support import eventually, host_pids_with, kill_after_the_loop_wrote
+from ._live_support import eventually, host_pids_with, host_shows, kill_after_the_loop_wrote
 
 pytestmark = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgroup freezer here")
 
@@ -32,6 +32,16 @@ async def ws() -> AsyncIterator[computer.Workspace]:
 
 async def run(ws: computer.Workspace, source: str, **kwargs: object) -> computer.ExecResult:
     return await (await ws.runtime.exec(source, **kwargs)).result()  # type: ignore[arg-type]
+
+
+def _shows(ws: computer.Workspace, marker: str) -> Callable[[], Awaitable[bool]]:
+    """A check: a process whose command line holds ``marker`` is on the host and in the sandbox's list."""
+
+    async def check() -> bool:
+        listed = any(marker in p.command for p in await ws.runtime.processes())
+        return listed and bool(host_pids_with(f"sleep {marker}"))
+
+    return check
 
 
 async def test_a_server_started_in_one_call_answers_the_next(ws: computer.Workspace) -> None:
@@ -127,6 +137,8 @@ async def test_the_sandbox_ends_after_its_idle_time_and_its_processes_are_gone()
             ws, f"setsid sleep {marker} & setsid sh -c 'sleep 0.3; echo late > late.txt' & true"
         )
         assert result.status == "completed"
+        # The call may return before the background child has exec'd ``sleep``: wait for it to show.
+        await eventually(_shows(ws, marker), within=10)
         assert host_pids_with(f"sleep {marker}")
         await ws.runtime.kill_process(
             next(p.pid for p in await ws.runtime.processes() if marker in p.command)
@@ -145,7 +157,7 @@ async def test_the_sandbox_ends_after_its_idle_time_and_its_processes_are_gone()
 async def test_end_sandbox_kills_everything_and_keeps_what_was_written(ws: computer.Workspace) -> None:
     marker = f"{100 + os.getpid() % 200}.{time.time_ns() % 10**6:06d}"
     await run(ws, f"setsid sh -c 'echo kept > kept.txt; exec sleep {marker}' & sleep 0.2")
-    assert host_pids_with(f"sleep {marker}")
+    await host_shows(marker)
     assert await ws.runtime.end_sandbox() is True
     assert not host_pids_with(f"sleep {marker}")
     assert await ws.fs.read_text("/workspace/kept.txt") == "kept\n"
@@ -208,10 +220,7 @@ async def test_a_sandbox_ended_under_a_run_after_an_out_of_memory_kill_says_out_
             if "killed" in snapshot.stdout:
                 break
 
-        async def sleeping() -> bool:
-            return bool(host_pids_with(f"sleep {marker}"))
-
-        await eventually(sleeping)
+        await host_shows(marker)
         (sleeper,) = host_pids_with(f"sleep {marker}")
         os.kill(_init_above(sleeper), 9)
         result = await asyncio.wait_for(handle.result(), 60)

@@ -17,7 +17,7 @@ import pytest
 import computer
 from computer.runtime import PythonBackend, ShellBackend
 
-from ._live_support import eventually, host_pids_with, kill_after_the_loop_wrote
+from ._live_support import eventually, host_pids_with, host_shows, kill_after_the_loop_wrote
 
 pytestmark = pytest.mark.skipif(not PythonBackend(live=True).live, reason="no cgroup freezer here")
 
@@ -200,7 +200,7 @@ async def test_end_sandbox_and_close_end_the_python_processes_and_keep_their_fil
             "    except OSError:\n"
             "        time.sleep(0.025)\n",
         )
-        assert host_pids_with(f"sleep {marker}")
+        await host_shows(marker)
         assert await ws.runtime.end_sandbox(backend="python") is True
         assert not host_pids_with(f"sleep {marker}")
         assert await ws.fs.read_text("/workspace/kept.txt") == "kept\n"

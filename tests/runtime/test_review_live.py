@@ -18,7 +18,7 @@ import pytest
 import computer
 from computer.runtime import ShellBackend
 
-from ._live_support import eventually, host_pids_with
+from ._live_support import eventually, host_pids_with, host_shows
 
 pytestmark = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgroup freezer here")
 
@@ -35,7 +35,7 @@ async def test_a_sandbox_with_a_process_still_running_ends_at_its_maximum_lifeti
         marker = f"{500 + os.getpid() % 200}.{time.time_ns() % 10**6:06d}"
         started = await run(ws, f"setsid sh -c 'echo kept > kept.txt; exec sleep {marker}' & sleep 0.2")
         assert started.status == "completed"
-        assert host_pids_with(f"sleep {marker}")
+        await host_shows(marker)
         assert backend.live_sandboxes() == 1
 
         # Bounded poll: the sandbox checks its end every ~100 ms; the machine may be loaded.
