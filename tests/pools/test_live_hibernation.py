@@ -24,7 +24,7 @@ async def test_a_background_process_alone_does_not_keep_its_workspace_awake(
         async with computer.get_workspace(name) as ws:
             started = await (await ws.runtime.exec(f"echo up > up.txt; setsid sleep {marker} &")).result()
             assert started.status == "completed", started.error
-            assert processes_with(f"sleep {marker}")
+            await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
         # The live sandbox pushes to the owner every ~100 ms while its process runs; before, each of
         # those calls counted as use and the owner never hibernated (until `live_lifetime`, an hour).
         deadline = asyncio.get_running_loop().time() + 30.0

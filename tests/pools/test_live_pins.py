@@ -176,6 +176,7 @@ async def test_a_drained_worker_ends_its_idle_sandboxes_and_keeps_those_running_
     marker = unique_sleep()
     await _all(_run(worker, owners, "a", "echo a > a.txt"))
     await _all(_run(worker, owners, "b", f"setsid sleep {marker} > /dev/null 2>&1 &"))
+    await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
     assert (worker.live_sandboxes("a"), worker.live_sandboxes("b")) == (1, 1)
     report = await worker.drain()
     # ``a`` ran nothing: ended (its file pulled), the worker's memory given back now; ``b`` runs a

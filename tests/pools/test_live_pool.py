@@ -28,6 +28,8 @@ async def test_a_background_process_outlives_its_call_and_later_calls_reach_it(
     async with computer.get_workspace(name) as ws:
         first = await (await ws.runtime.exec(f"setsid sleep {marker} & echo $! > sleeper.pid")).result()
         assert first.status == "completed", first.error
+        # (the call may return before its background child has exec'd ``sleep``)
+        await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
         listed = await ws.runtime.processes()
         assert any(p.command == f"sleep {marker}" for p in listed), (listed, first)
         seen = await (
