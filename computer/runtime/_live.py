@@ -327,21 +327,21 @@ class LiveSandbox(LiveJobs):
 
     # ------------------------------------------------------------------ sync
 
-    async def sync(self, *, push: bool = True) -> tuple[Synced | None, int]:
+    async def sync(self, *, push: bool = True, paced: bool = False) -> tuple[Synced | None, int]:
         """One two-way sync (pull what the sandbox changed, then push what the workspace changed),
         with the sandbox frozen while it lasts when anything runs in it. Returns the pull (or None)
-        and how many files the push wrote."""
+        and how many files the push wrote. ``paced``: a tick's (``Mirror.look_again`` may wait)."""
         async with self.lock:
-            return await self._sync_locked(push=push)
+            return await self._sync_locked(push=push, paced=paced)
 
-    async def _sync_locked(self, *, push: bool) -> tuple[Synced | None, int]:
+    async def _sync_locked(self, *, push: bool, paced: bool = False) -> tuple[Synced | None, int]:
         """Look first, pause only for work: a quiet watch and an empty page freeze nothing (a tick
         during ``find`` costs it two cheap looks). An empty page moves the mirror's revision up to
         its own, so later looks read the change log from there (every run's journal records are
         changes outside the root: the scan grew with each run)."""
         mirror, ctx = self.mirror, self.ctx
         page = None
-        if mirror.rev is not None and mirror.quiet():
+        if mirror.rev is not None and mirror.quiet(paced):
             if not push:
                 return None, 0
             page = await ctx.sync_push(mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror))
@@ -355,7 +355,7 @@ class LiveSandbox(LiveJobs):
             if not frozen:
                 raise LiveSandboxError("the live sandbox could not be paused for a sync")
         try:
-            synced = await self._pull()
+            synced = await self._pull(paced)
             pushed = 0
             if push:
                 if page is None or synced is not None:  # none yet, or the pull moved the mirror on
@@ -369,14 +369,14 @@ class LiveSandbox(LiveJobs):
             if frozen and self._freezer is not None:
                 thaw(self._freezer)
 
-    async def _pull(self) -> Synced | None:
+    async def _pull(self, paced: bool = False) -> Synced | None:
         """Bring what changed in the mirror to the workspace (nothing to do: None), and tell every
         run in progress; the sandbox must not be running unfrozen (the caller's job)."""
         mirror = self.mirror
-        if mirror.quiet() or mirror.rev is None:
+        if mirror.quiet(paced) or mirror.rev is None:
             return None
         synced = await self.sync_.pull(
-            mirror, self.ctx, mirror.rev, "live", self.bridge, defer=False, follow=True
+            mirror, self.ctx, mirror.rev, "live", self.bridge, defer=False, follow=True, paced=paced
         )
         if self.bridge is not None:  # its saves are in the workspace and the mirror now
             self.bridge.saved.clear()
@@ -401,8 +401,8 @@ class LiveSandbox(LiveJobs):
                     self.idle_since = now
                 # A process that wrote and exited since the last look leaves the mirror changed
                 # with nothing running: pull that too (pushes matter only to a running process).
-                if (busy or not self.mirror.quiet()) and not self.lock.locked():
-                    await self.sync(push=busy)
+                if (busy or not self.mirror.quiet(paced=True)) and not self.lock.locked():
+                    await self.sync(push=busy, paced=True)
                 await self._flush_logs()
                 failures = 0
             except LiveSandboxError:

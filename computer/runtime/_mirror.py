@@ -76,6 +76,10 @@ class Mirror(MirrorPush, MirrorPull):
     # Directories the push being applied sent, with the workspace's mtime (ms) of each: set last
     # (``finish_push``).
     dir_times: dict[str, int] = field(default_factory=dict, repr=False)
+    # A run made and removed a name (it may have been a hard link): every file is lstat-ed again at
+    # the next pull (a paced one, a live sandbox's tick, when its last took under a tenth of the time).
+    look_owed: bool = False
+    look_next: float = 0.0
 
     def invalidate(self) -> None:
         """Forget what the mirror holds: the next push is a full one."""
@@ -84,6 +88,7 @@ class Mirror(MirrorPush, MirrorPull):
         self.own_revs = []
         self.refetch = set()
         self.linked = set()
+        self.look_owed = False
         self.unwatch()
         self.drop_standby()
 

@@ -67,14 +67,17 @@ class MirrorPull(MirrorBase):
             except OSError:
                 self.watch = None  # no inotify here: every pull walks the tree
 
-    def quiet(self) -> bool:
-        """True when the watch saw no change since it was armed (so :meth:`collect` is trivial)."""
-        return self.watch is not None and self.watch.pending() == 0
+    def quiet(self, paced: bool = False) -> bool:
+        """True when the watch saw no change since it was armed and no look at every file is due (so
+        :meth:`collect` is trivial)."""
+        return self.watch is not None and self.watch.pending() == 0 and not self.look_due(paced)
 
-    def plan(self) -> tuple[PullPlan, dict[str, Entry]]:
+    def plan(self, *, paced: bool = False) -> tuple[PullPlan, dict[str, Entry]]:
         """What the program changed since the push (no file bytes read yet), and the new state to
         adopt after the pull. With a healthy watch only the touched paths are examined; otherwise the
-        whole tree is walked."""
+        whole tree is walked. A name the run made and removed may have been a hard link that
+        changed a file no event names: every file is looked at again (``look_again``; ``paced``, a
+        live sandbox's tick: at most a tenth of the time, the rest at a later tick)."""
         touched = self.watch.drain() if self.watch is not None else None
         if touched is None:
             # A new watch first, then the walk: what changes after the watch is set is the next
@@ -85,8 +88,9 @@ class MirrorPull(MirrorBase):
             self.arm()
             walked: dict[str, int] = {}
             now = self.scan(walked)
+            self.look_owed = False  # every path was lstat-ed
             return self._plan(now, set(now) | set(self.state), walked), now
-        if not touched:  # nothing changed: no copy of the state (10,000 entries: 0.3 ms)
+        if not touched and not self.look_due(paced):  # no copy of the state (10,000 entries: 0.3 ms)
             return PullPlan(), self.state
         state = self.state
         now = dict(state)
@@ -116,6 +120,8 @@ class MirrorPull(MirrorBase):
                 if entry is not None and entry.kind == "d":
                     times[rel] = st.st_mtime_ns  # type: ignore[union-attr]
             found.append((rel, entry))
+            if entry is None and rel not in state:
+                self.look_owed = True  # made and removed: it may have been a hard link (see above)
             if entry is None or entry.kind != "d":
                 old = state.get(rel)  # ``was_dir``: ``now`` is the state still
                 replaced = replaced or (old is not None and old.kind == "d")
@@ -127,6 +133,7 @@ class MirrorPull(MirrorBase):
                     now.pop(rel, None)
                 else:
                     now[rel] = entry
+            self.look_again(now, candidates, paced)
             return self._plan(now, candidates, times, watched=True), now
         # Shallow paths first: what was below a directory that is gone leaves ``now`` with it.
         found.sort(key=lambda item: item[0].count("/"))
@@ -141,6 +148,7 @@ class MirrorPull(MirrorBase):
                 now.pop(rel, None)
             else:
                 now[rel] = entry
+        self.look_again(now, candidates, paced)
         return self._plan(now, candidates, times, watched=True), now
 
     def collect(self, max_bytes: int | None = None) -> tuple[SyncPull, dict[str, Entry]]:
@@ -180,7 +188,6 @@ class MirrorPull(MirrorBase):
         except UnicodeEncodeError:
             checked = False  # some name is not: each is checked below
         prefix = "/" if self.root == "/" else self.root + "/"
-        transient = False  # a name made and removed by the run (``ln -f``'s temporary link)
         parents: set[str] = set()  # directories something changed in: their mtime moved
         made: dict[str, int] = {}  # directories new or of a new mode: index in ``plan.dirs``
         times = times or {}
@@ -189,7 +196,6 @@ class MirrorPull(MirrorBase):
             old = state.get(rel)
             entry = now.get(rel)
             if old == entry:
-                transient = transient or old is None
                 if watched and old is not None and old.kind == "d":
                     parents.add(rel)  # an event named it: a ``touch`` of the directory itself
                 continue
@@ -237,25 +243,9 @@ class MirrorPull(MirrorBase):
             if old is not None and old.kind != kind:
                 plan.deleted.append(path)  # replaced by another kind: remove first
         self._other_names(plan, now, first_name)
-        if transient and self.linked:
-            self._read_linked_again(now)
         with_dir_times(plan, self.directory, self.root, made, parents if checked else set(), timed)
         plan.dirs.sort(key=lambda d: d.path.count("/"))
         return plan
-
-    def _read_linked_again(self, now: dict[str, Entry]) -> None:
-        """A name the run made and removed may have been a hard link of a file with several names
-        (``ln -f b d/e`` of two names of one file links a temporary name, renames it onto ``d/e``,
-        which does nothing, and removes it): the file's ctime changed with no event at its names.
-        Those names (of files seen with several, ``linked``) are read again into ``now``; a stale
-        entry failed a later workspace rename of one (fetched whole: a new file apart from the
-        others). A file of one name linked and unlinked so is not found (its entry goes stale: such
-        a rename of it is fetched whole, correct but a new inode)."""
-        linked = self.linked
-        for rel, entry in now.items():
-            if entry.kind == "f" and entry.ino in linked:
-                with contextlib.suppress(OSError):
-                    now[rel] = entry_of(os.lstat(self.directory / rel))
 
     def _other_names(self, plan: PullPlan, now: dict[str, Entry], first_name: dict[int, str]) -> None:
         """A changed file with other names the program did not touch (a write through one hard link

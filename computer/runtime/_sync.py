@@ -211,6 +211,7 @@ class MirrorSync:
         *,
         defer: bool = True,
         follow: bool = False,
+        paced: bool = False,
     ) -> Synced:
         """Send back what the program changed since the push of ``base_rev``, and settle the mirror.
 
@@ -218,11 +219,12 @@ class MirrorSync:
         one page: its dispatcher applies them, and the mirror is settled by the next run. ``follow``
         (a live sandbox, whose programs outlive a sync): what the program changed below a path the
         workspace renamed goes to the new name, and the mirror follows the rename (``_moves``).
+        ``paced``: a live sandbox's tick (``Mirror.look_again`` may wait for a later one).
         """
-        if mirror.quiet():  # the program changed nothing: no thread hop for an empty pull
-            plan, now = mirror.plan()
+        if mirror.quiet(paced):  # the program changed nothing: no thread hop for an empty pull
+            plan, now = mirror.plan(paced=paced)
         else:
-            plan, now = await asyncio.to_thread(mirror.plan)
+            plan, now = await asyncio.to_thread(functools.partial(mirror.plan, paced=paced))
         mirror.kept = set(plan.unsyncable)
         left_out = {**{p: mirror.reasons.get(p, PROTECTED) for p in mirror.protected}, **plan.unsyncable}
         saved = list(saves.saved) if saves is not None else []

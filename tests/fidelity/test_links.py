@@ -12,7 +12,7 @@ import pytest
 
 from computer.runtime import ShellBackend
 
-from ._support import ROOT, digest, ok, opened
+from ._support import ROOT, digest, ok, opened, until
 
 SIZES = {"small": 10, "large": 2_500_000}  # large: synced as chunks
 
@@ -174,3 +174,58 @@ async def test_a_large_file_written_small_through_another_name_then_large_again_
         await ws.fs.write_file(f"{ROOT}/a", content)
         seen = await ok(ws, "stat -c %h a && sha256sum a b | cut -c1-64")
         assert seen.stdout.split() == ["2", digest(content), digest(content)]
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_write_through_a_link_the_run_removed_reaches_the_workspace(
+    tmp_path: Path, live: bool, size: int
+) -> None:
+    """``ln f t; echo more >> t; rm t`` changes ``f`` with events at ``t`` only. Before: the change was
+    never pulled (the workspace kept ``one``, every later run saw ``one more``: the two differed
+    silently, and a workspace rename of ``f`` brought the old content back)."""
+    db = tmp_path / "ws.sqlite"
+    first = b"1" * size
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", first)
+        held = (await ok(ws, "stat -c %i f")).stdout.strip()
+        changed = await ok(ws, "ln f t && echo more >> t && rm t")
+        assert changed.pulled == [f"{ROOT}/f"]
+        assert await ws.fs.read_file(f"{ROOT}/f") == first + b"more\n"
+        await ws.fs.rename(f"{ROOT}/f", f"{ROOT}/g")
+        seen = await ok(ws, "stat -c '%i %h' g && sha256sum g | cut -c1-64")
+        assert seen.stdout.split() == [held, "1", digest(first + b"more\n")]
+        assert seen.pushed == 0  # followed: the same file
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, "sha256sum g | cut -c1-64")).stdout.strip() == digest(first + b"more\n")
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_file_of_one_name_a_run_linked_and_unlinked_keeps_its_inode_through_a_rename(
+    tmp_path: Path, live: bool
+) -> None:
+    """``ln f t; rm t`` changes only ``f``'s ctime, with no event at ``f``: it is not pulled, and the
+    workspace's rename of it is followed. Before: its stale entry made the rename fetch it whole (a
+    new inode)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        held = (await ok(ws, "echo one > f && stat -c %i f")).stdout.strip()
+        assert (await ok(ws, "ln f t && rm t")).pulled == []
+        await ws.fs.rename(f"{ROOT}/f", f"{ROOT}/g")
+        seen = await ok(ws, "stat -c '%i %h' g && cat g")
+        assert seen.stdout.split() == [held, "1", "one"] and seen.pushed == 0
+
+
+async def test_a_background_write_through_a_removed_link_reaches_the_workspace_while_it_runs(
+    tmp_path: Path,
+) -> None:
+    """A live sandbox's background process does the same while it runs: its tick pulls it (a tick
+    looks at every file at most a tenth of the time, so it may come a tick later)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=True), python=False) as ws:
+        await ok(ws, "echo one > f")
+        await ok(ws, "setsid sh -c 'sleep 0.2; ln f t; echo bg >> t; rm t; sleep 30' > /dev/null 2>&1 &")
+
+        async def written() -> bool:
+            return await ws.fs.read_file(f"{ROOT}/f") == b"one\nbg\n"
+
+        await until(written, within=30)
+        assert (await ws.runtime.processes()) != []
