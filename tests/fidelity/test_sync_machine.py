@@ -65,6 +65,7 @@ CONTENT = st.one_of(SMALL, SMALL, LARGE)
 RUN_OPS = st.one_of(
     st.tuples(st.just("write"), PATHS, PATHS, CONTENT),
     st.tuples(st.just("append"), PATHS, PATHS, CONTENT),
+    st.tuples(st.just("linkappend"), PATHS, PATHS, CONTENT),
     st.tuples(st.just("delete"), PATHS, PATHS, CONTENT),
     st.tuples(st.just("rename"), PATHS, PATHS, CONTENT),
     st.tuples(st.just("rmdir"), st.sampled_from(DIRS), PATHS, CONTENT),
@@ -109,6 +110,10 @@ def shell_of(op: Op, model: dict[str, bytes]) -> tuple[str, dict[str, bytes | No
         return f"mkdir -p {_q(posixpath.dirname(path) or '.')} && {made} >> {_q(path)}", {
             path: model.get(path, b"") + content
         }
+    if kind == "linkappend":  # through a hard link removed at once: the events name only the link
+        source = f"if [ -f {_q(path)} ]; then ln -f {_q(path)} .lnk && {made} >> .lnk; rm -f .lnk; fi"
+        # (nothing appended changes nothing: not even a workspace write made during the run)
+        return source, ({path: model[path] + content} if path in model and content else {})
     if kind == "delete":
         return f"rm -f {_q(path)}", ({path: None} if path in model else {})
     if kind == "rename":
