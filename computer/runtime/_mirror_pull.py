@@ -133,21 +133,20 @@ class MirrorPull(MirrorBase):
                     now.pop(rel, None)
                 else:
                     now[rel] = entry
-            self.look_again(now, candidates, paced)
-            return self._plan(now, candidates, times, watched=True), now
-        # Shallow paths first: what was below a directory that is gone leaves ``now`` with it.
-        found.sort(key=lambda item: item[0].count("/"))
-        for rel, entry in found:
-            if entry is None or entry.kind != "d":
-                prefix = rel + "/"
-                below = [k for k in now if k.startswith(prefix)] if was_dir(state, now, rel) else []
-                for key in below:
-                    del now[key]
-                candidates.update(below)
-            if entry is None:
-                now.pop(rel, None)
-            else:
-                now[rel] = entry
+        else:
+            # Shallow paths first: what was below a directory that is gone leaves ``now`` with it.
+            found.sort(key=lambda item: item[0].count("/"))
+            for rel, entry in found:
+                if entry is None or entry.kind != "d":
+                    prefix = rel + "/"
+                    below = [k for k in now if k.startswith(prefix)] if was_dir(state, now, rel) else []
+                    for key in below:
+                        del now[key]
+                    candidates.update(below)
+                if entry is None:
+                    now.pop(rel, None)
+                else:
+                    now[rel] = entry
         self.look_again(now, candidates, paced)
         return self._plan(now, candidates, times, watched=True), now
 

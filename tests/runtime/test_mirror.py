@@ -170,3 +170,22 @@ def test_paths_removed_then_made_again_below_a_new_directory_are_pulled(tmp_path
         deleted,
     )
     assert now == walked
+
+
+def test_a_write_through_a_link_the_run_removed_is_found_and_a_paced_look_waits(tmp_path: Path) -> None:
+    """``ln f t; echo >> t; rm t`` names only ``t``: every file is looked at again (``look_again``). A
+    paced pull (a live sandbox's tick) leaves the look for later while its last one's tenth of the time
+    has not passed, and the mirror is not quiet meanwhile; an unpaced one (a run's end) always looks."""
+    mirror = seeded(tmp_path)
+    root = mirror.directory
+    os.link(root / "d1/f1.txt", root / "t")
+    with open(root / "t", "ab") as f:
+        f.write(b"more")
+    os.unlink(root / "t")
+    mirror.look_next = float("inf")  # the last look's tenth of the time has not passed
+    plan, _ = mirror.plan(paced=True)
+    assert plan.files == [] and mirror.look_owed
+    assert mirror.quiet() is False and mirror.quiet(paced=True) is True
+    plan, now = mirror.plan(paced=False)
+    assert [rel for rel, _ in plan.files] == ["d1/f1.txt"] and not mirror.look_owed
+    assert now["d1/f1.txt"].size == 7 and mirror.quiet()
