@@ -12,7 +12,7 @@ import pytest
 
 from computer.runtime import ShellBackend
 
-from ._support import ROOT, digest, ok, opened, until
+from ._support import ROOT, digest, ok, opened, settle, started, until
 
 SIZES = {"small": 10, "large": 2_500_000}  # large: synced as chunks
 
@@ -229,3 +229,31 @@ async def test_a_background_write_through_a_removed_link_reaches_the_workspace_w
 
         await until(written, within=30)
         assert (await ws.runtime.processes()) != []
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_write_through_a_removed_link_racing_a_workspace_write_follows_the_pull_rules(
+    tmp_path: Path, live: bool
+) -> None:
+    """The workspace writes ``f`` while a run is about to append to it through a link it removes. Per
+    call the run's mirror still held the old ``f``: its change is refused and reported in ``skipped``
+    with the reason, the workspace's version kept (before the fix the change was not even seen).
+    Live, the write reached the mirror first: the append lands on it and is pulled."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", b"one\n")
+        await ok(ws, "true")
+        # Live: wait (bounded) for the write to reach the sandbox; per call it never does.
+        wait = "for i in $(seq 200); do grep -q ws f && break; sleep 0.05; done" if live else "sleep 1"
+        handle = await started(ws, f"echo ready; {wait}; ln f t && echo more >> t; rm -f t")
+        await ws.fs.write_file(f"{ROOT}/f", b"ws\n")
+        result = await settle(handle)
+        assert result.status == "completed", result
+        if live:
+            assert result.pulled == [f"{ROOT}/f"] and result.skipped == []
+            expected = b"ws\nmore\n"
+        else:
+            assert result.skipped == [f"{ROOT}/f"] and result.pulled == []
+            assert "changed in the workspace during the run" in result.skipped_reasons[f"{ROOT}/f"]
+            expected = b"ws\n"
+        assert await ws.fs.read_file(f"{ROOT}/f") == expected
+        assert (await ok(ws, "cat f")).stdout.encode() == expected
