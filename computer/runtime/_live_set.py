@@ -175,12 +175,14 @@ class LiveSandboxes:
                     "; the live sandbox was ended with its processes, the next run starts a fresh one"
                 )
                 await self.drop(sandbox, "out of memory")
+            # What the workspace keeps out of the sandbox is listed by every run, as per call.
+            skipped = {**sandbox.mirror.left_out(), **changes.skipped}
             yield ExitEvent(
                 outcome.exit_code,
                 pushed=pushed,
                 pulled=sorted(changes.pulled),
-                skipped=sorted(changes.skipped),
-                skipped_reasons=dict(changes.skipped),
+                skipped=sorted(skipped),
+                skipped_reasons=skipped,
                 killed=outcome.timed_out,
                 error=error,
                 live=sandbox.alive,

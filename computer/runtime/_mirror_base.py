@@ -13,11 +13,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from ..storage.paths import MAX_PATH_BYTES
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink
-from ._beneath import make_parent, open_beneath, remove_beneath
+from ._beneath import lstat_beneath, make_parent, open_beneath, remove_beneath
+from ._pull_rules import PROTECTED
 from ._watch import TreeWatch
 
-__all__ = ["NOT_UTF8", "SPECIAL", "Entry", "MirrorBase", "PullPlan", "entry_of", "is_below", "was_dir"]
+__all__ = [
+    "NOT_UTF8",
+    "SPECIAL",
+    "TOO_LONG",
+    "TOO_LONG_KEPT",
+    "Entry",
+    "MirrorBase",
+    "PullPlan",
+    "entry_of",
+    "is_below",
+    "was_dir",
+]
 
 
 class Entry(NamedTuple):
@@ -62,6 +75,40 @@ class MirrorBase:
         if self.root == "/":
             return path[1:]
         return path[len(self.root) + 1 :]
+
+    def room(self) -> int:
+        """The longest path below the mirror (UTF-8 bytes, relative) it syncs: its path on the host
+        must fit a system call's (``PATH_MAX``: 4,095 bytes and the NUL) and its workspace path the
+        storage's (4,096). A program can make deeper paths (by ``cd``-ing down), and the workspace
+        can hold paths its sandbox directory's longer host prefix cannot reach: those are never
+        synced and reported with :data:`TOO_LONG` (before, a deeper tree was lost without a word,
+        and a workspace path of 4,092 bytes failed every run's push: no sandbox could start)."""
+        host = len(os.fsencode(self.directory)) + 1
+        prefix = len(self.root.encode()) + (0 if self.root == "/" else 1)
+        return min(_PATH_MAX - host, MAX_PATH_BYTES - prefix)
+
+    def left_out(self) -> dict[str, str]:
+        """The workspace paths the push kept out of the mirror (too big, too many, too long), each
+        with its reason: every run lists them in ``skipped``, whatever it changed."""
+        return {p: self.reasons.get(p, PROTECTED) for p in self.protected}
+
+    def path_limit(self, room: int) -> int:
+        """The longest workspace path (bytes) the mirror syncs, given its :meth:`room`."""
+        return room + len(self.root.encode()) + (0 if self.root == "/" else 1)
+
+    def lstat_deep(self, rel: str) -> os.stat_result | None:
+        """``lstat`` of a path too long for the host to name whole (opened down one directory at a
+        time, no link followed); None when it is not there."""
+        try:
+            return lstat_beneath(self.directory, rel)
+        except OSError:
+            return None
+
+    @staticmethod
+    def too_long(rel: str, room: int) -> bool:
+        """Whether the relative path ``rel`` is past ``room`` bytes (see :meth:`room`); its length in
+        characters answers for nearly every path (a character is at most 4 bytes)."""
+        return len(rel) * 4 > room and len(rel.encode("utf-8", "surrogateescape")) > room
 
     def workspace_path(self, rel: str) -> str:
         if not rel:
@@ -140,6 +187,8 @@ class MirrorBase:
         if not (_strictly_below(src, self.root) and _strictly_below(dst, self.root)) or is_below(dst, src):
             return False
         s, d = self.rel(src), self.rel(dst)
+        if self.too_long(d, self.room()):  # dropped: the push protects the new name (``_within_room``)
+            return False
         entry = self.state.get(s)
         s_parent, _, s_name = s.rpartition("/")
         d_parent, _, d_name = d.rpartition("/")
@@ -240,6 +289,8 @@ class MirrorBase:
             return True
         remove_beneath(self.directory, self.rel(src))
         self._forget(self.rel(src))
+        if self.protected:  # what the workspace kept out there moved too (its new name comes again)
+            self.protected = {p for p in self.protected if not is_below(p, src)}
         d = self.rel(dst)
         held = self.state.get(d)
         if held is not None and held.kind != "d" and _strictly_below(dst, self.root):
@@ -284,6 +335,11 @@ class PullPlan:
     # Large files that continue another name's file (see ``Mirror.chunk_sources``); None: not asked yet.
     sources: dict[str, str] | None = None
 
+    def too_long(self, path: str, limit: int) -> None:
+        """``path`` is past what syncs (``limit`` bytes: see ``MirrorBase.room``): left in the mirror,
+        reported."""
+        self.unsyncable[path] = TOO_LONG.format(limit)
+
     def empty(self) -> bool:
         return not (self.files or self.dirs or self.symlinks or self.deleted or self.links or self.dir_times)
 
@@ -293,6 +349,9 @@ class PullPlan:
 
 NOT_UTF8 = "the name is not UTF-8: the workspace cannot hold it (it stays in the sandbox only)"
 SPECIAL = "not a regular file, directory or symlink (FIFO, socket or device): never synced"
+TOO_LONG = "path too long: a sandbox syncs paths of up to {} bytes (it stays in the sandbox only)"
+TOO_LONG_KEPT = "path too long: a sandbox syncs paths of up to {} bytes (only the workspace has it)"
+_PATH_MAX = 4095  # a path a system call takes, in bytes (PATH_MAX counts the NUL)
 
 
 # What ``Entry(...)`` does minus its Python-level ``__new__``: a full scan builds one per path (10,000

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import os
 import secrets
@@ -114,8 +115,8 @@ class MirrorPull(MirrorBase):
                 if st is None:
                     try:
                         st = lstat(base + rel)
-                    except OSError:
-                        st = None
+                    except OSError as exc:  # past the host's PATH_MAX: by descriptors (never synced)
+                        st = self.lstat_deep(rel) if exc.errno == errno.ENAMETOOLONG else None
                 entry = entry_of(st) if st is not None else None
                 if entry is not None and entry.kind == "d":
                     times[rel] = st.st_mtime_ns  # type: ignore[union-attr]
@@ -187,6 +188,8 @@ class MirrorPull(MirrorBase):
         except UnicodeEncodeError:
             checked = False  # some name is not: each is checked below
         prefix = "/" if self.root == "/" else self.root + "/"
+        room = self.room()
+        quick = room // 4  # a path of at most this many characters fits (see ``too_long``)
         parents: set[str] = set()  # directories something changed in: their mtime moved
         made: dict[str, int] = {}  # directories new or of a new mode: index in ``plan.dirs``
         times = times or {}
@@ -197,6 +200,10 @@ class MirrorPull(MirrorBase):
             if old == entry:
                 if watched and old is not None and old.kind == "d":
                     parents.add(rel)  # an event named it: a ``touch`` of the directory itself
+                continue
+            if len(rel) > quick and self.too_long(rel, room):  # past what syncs: reported, never lost
+                if entry is not None:  # (the workspace never had it: a removal is nothing to send)
+                    plan.too_long(self.workspace_path(rel), self.path_limit(room))
                 continue
             if not checked:
                 try:

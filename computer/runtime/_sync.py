@@ -32,7 +32,7 @@ from ..storage import CHUNK_SIZE
 from ._backend import DeferringContext, ExecContext, MirrorFile, PendingPull, SyncLimits, SyncPull, SyncPush
 from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
-from ._pull_rules import CONFLICT, PROTECTED
+from ._pull_rules import CONFLICT
 from ._scratch import blocking_ancestor, process_scratch
 from ._tasks import in_thread
 
@@ -226,7 +226,7 @@ class MirrorSync:
         else:
             plan, now = await asyncio.to_thread(functools.partial(mirror.plan, paced=paced))
         mirror.kept = set(plan.unsyncable)
-        left_out = {**{p: mirror.reasons.get(p, PROTECTED) for p in mirror.protected}, **plan.unsyncable}
+        left_out = {**mirror.left_out(), **plan.unsyncable}
         saved = list(saves.saved) if saves is not None else []
         # Revisions committed since ``base_rev`` by this mirror's earlier pulls (a live sandbox's pull at a
         # run's end, then its tick's before any push) are no workspace change either: counted as one,

@@ -172,7 +172,7 @@ class _Inotify:
                 wd: int = add_watch(fd, path.encode(_FS_ENCODING, _FS_ERRORS), _MASK)
                 if wd < 0:
                     code = ctypes.get_errno()
-                    if code not in (errno.ENOENT, errno.ENOTDIR):  # those: its parent's events cover it
+                    if code not in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):  # gone, or not synced
                         held.broken = True  # e.g. ENOSPC: out of watches
                     wds.append(None)
                     continue

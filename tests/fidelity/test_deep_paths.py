@@ -1,0 +1,121 @@
+"""Deep trees (hostile input to the sync bracket): a tree over 1,000 levels deep made, changed and read
+back across runs and a reopen; paths a run makes past what the workspace can hold (a program can
+``cd`` down past ``PATH_MAX``); a workspace path too long for the sandbox's directory on the host.
+Each case is run per call and in a live sandbox.
+
+Before: a pull of a file 1,300 levels down failed the run (``RecursionError`` while opening its
+parents) and lost the program's change; a tree past the limit was cut silently (nothing in
+``skipped``); a workspace path of 4,092 bytes failed every run ("the sandbox could not start: File name
+too long").
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from computer.runtime import ShellBackend
+
+from ._support import ROOT, ok, opened, reasons_cover_skipped
+
+LIVE = pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+
+
+def _chain(levels: int, name: str = "d") -> str:
+    return "/".join([name] * levels)
+
+
+def _down(levels: int, name: str) -> str:
+    """``cd`` down ``levels`` levels 500 at a time (a shell's ``cd`` takes paths up to ``PATH_MAX``)."""
+    return " && ".join(f"cd {_chain(min(500, levels - i), name)}" for i in range(0, levels, 500))
+
+
+@LIVE
+async def test_a_tree_1300_levels_deep_round_trips_through_runs_and_a_reopen(
+    tmp_path: Path, live: bool
+) -> None:
+    db = tmp_path / "ws.sqlite"
+    deep = _chain(1300)
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        made = await ok(ws, f"mkdir -p {deep} && cd {deep} && echo one > f && echo made")
+        assert f"{ROOT}/{deep}/f" in made.pulled
+        assert await ws.fs.read_text(f"{ROOT}/{deep}/f") == "one\n"
+        changed = await ok(ws, f"cd {deep} && echo two >> f && mkdir e && echo three > e/g")
+        assert changed.skipped == [], changed.skipped_reasons
+        assert await ws.fs.read_text(f"{ROOT}/{deep}/f") == "one\ntwo\n"
+        await ws.fs.write_file(f"{ROOT}/{deep}/e/g", "four\n")
+        assert (await ok(ws, f"cat {deep}/e/g")).stdout == "four\n"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:  # a rebuilt mirror
+        assert (await ok(ws, f"cd {deep} && cat f e/g")).stdout == "one\ntwo\nfour\n"
+        await ok(ws, f"mv {_chain(650)} top")
+        moved = f"{ROOT}/top/{_chain(650)}/f"
+        assert await ws.fs.read_text(moved) == "one\ntwo\n"
+        assert not await ws.fs.exists(f"{ROOT}/{deep}")
+        await ok(ws, "rm -rf top d")
+        assert await ws.fs.readdir(ROOT) == []
+
+
+@LIVE
+async def test_paths_a_run_makes_past_the_limit_are_skipped_with_a_reason(tmp_path: Path, live: bool) -> None:
+    db = tmp_path / "ws.sqlite"
+    deep = _chain(1500, "dd")  # 4,499 bytes: past the workspace's 4,096 and the host's PATH_MAX
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/keep.txt", "keep\n")
+        result = await ok(
+            ws, f"mkdir -p {deep} && {_down(1500, 'dd')} && echo deep > f && cd / && find {ROOT} | wc -l"
+        )
+        assert result.stdout == "1503\n"  # the root, keep.txt, 1,500 levels, f
+        reasons_cover_skipped(result)
+        assert result.skipped, "the part past the limit is reported"
+        for path in result.skipped:
+            assert "path too long" in result.skipped_reasons[path]
+            assert path.startswith(f"{ROOT}/dd/dd/")
+            assert len(path) > 4000
+        # The workspace holds the tree down to the limit, every level of it.
+        found = await ws.fs.find(ROOT)
+        levels = len(found) - 1  # every level of the chain and keep.txt
+        assert 1300 < levels < 1500
+        chain = {f"{ROOT}/{_chain(n, 'dd')}" for n in range(1, levels + 1)}
+        assert {e.path for e in found} == {*chain, f"{ROOT}/keep.txt"}
+        assert max(len(path) for path in chain) <= 4096
+        assert await ws.fs.read_text(f"{ROOT}/keep.txt") == "keep\n"
+        # The sandbox keeps the rest (its mirror is not rebuilt), and later runs sync as before.
+        later = await ok(ws, f"{_down(1500, 'dd')} && cat f && cd / && echo more > {ROOT}/later.txt")
+        assert later.stdout == "deep\n"
+        assert await ws.fs.read_text(f"{ROOT}/later.txt") == "more\n"
+        assert f"{ROOT}/later.txt" in later.pulled
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        assert (await ok(ws, f"find {ROOT} -type d | wc -l")).stdout == f"{levels + 1}\n"
+
+
+@LIVE
+async def test_a_workspace_path_too_long_for_the_sandbox_is_kept_and_reported(
+    tmp_path: Path, live: bool
+) -> None:
+    db = tmp_path / "ws.sqlite"
+    deep = f"{ROOT}/{_chain(1359, 'dd')}"  # 4,087 bytes (the file: 4,089): the workspace holds it
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.mkdir(deep, recursive=True)
+        await ws.fs.write_file(f"{deep}/f", "kept\n")
+        await ws.fs.write_file(f"{ROOT}/near.txt", "near\n")
+        result = await ok(ws, "cat near.txt && echo new > new.txt")
+        assert result.stdout == "near\n"
+        reasons_cover_skipped(result)
+        assert f"{deep}/f" in result.skipped
+        assert "path too long" in result.skipped_reasons[f"{deep}/f"]
+        assert await ws.fs.read_text(f"{ROOT}/new.txt") == "new\n"
+        # Removing the tree in the sandbox leaves what it never had alone.
+        await ok(ws, "rm -rf dd")
+        assert await ws.fs.read_text(f"{deep}/f") == "kept\n"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        again = await ok(ws, "cat new.txt")
+        assert again.stdout == "new\n"
+        assert f"{deep}/f" in again.skipped
+        # Renamed by the workspace to a path that fits: the sandbox gets it, and it is no longer listed
+        # (the directories past the limit still are).
+        await ws.fs.rename(f"{deep}/f", f"{ROOT}/short.txt")
+        moved = await ok(ws, "cat short.txt")
+        assert moved.stdout == "kept\n"
+        assert f"{deep}/f" not in moved.skipped
+        assert all(is_dir.startswith(f"{ROOT}/dd/") and len(is_dir) > 4000 for is_dir in moved.skipped)
