@@ -20,6 +20,7 @@ from ._pull_rules import PROTECTED
 from ._watch import TreeWatch
 
 __all__ = [
+    "BAD_TARGET",
     "NOT_UTF8",
     "SPECIAL",
     "TOO_LONG",
@@ -335,6 +336,20 @@ class PullPlan:
     # Large files that continue another name's file (see ``Mirror.chunk_sources``); None: not asked yet.
     sources: dict[str, str] | None = None
 
+    def add_symlink(self, path: str, target: str) -> bool:
+        """The symlink ``path`` to ``target`` (as ``readlink`` decoded it), or, when the target is not
+        UTF-8, left in the mirror with its reason (False). Before, such a target (``ln -s $'\\xff' x``)
+        failed the pull with ``UnicodeEncodeError``: the run's every change was lost, and every later
+        run's too."""
+        if not target.isascii():
+            try:
+                target.encode("utf-8")
+            except UnicodeEncodeError:
+                self.unsyncable[path] = BAD_TARGET
+                return False
+        self.symlinks.append(MirrorSymlink(path, target))
+        return True
+
     def too_long(self, path: str, limit: int) -> None:
         """``path`` is past what syncs (``limit`` bytes: see ``MirrorBase.room``): left in the mirror,
         reported."""
@@ -349,6 +364,9 @@ class PullPlan:
 
 NOT_UTF8 = "the name is not UTF-8: the workspace cannot hold it (it stays in the sandbox only)"
 SPECIAL = "not a regular file, directory or symlink (FIFO, socket or device): never synced"
+BAD_TARGET = (
+    "a symlink whose target is not UTF-8: the workspace cannot hold it (it stays in the sandbox only)"
+)
 TOO_LONG = "path too long: a sandbox syncs paths of up to {} bytes (it stays in the sandbox only)"
 TOO_LONG_KEPT = "path too long: a sandbox syncs paths of up to {} bytes (only the workspace has it)"
 _PATH_MAX = 4095  # a path a system call takes, in bytes (PATH_MAX counts the NUL)

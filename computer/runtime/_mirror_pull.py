@@ -15,7 +15,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
 
-from ._backend import BIG_FILE, MirrorFile, MirrorSymlink, SyncPull
+from ._backend import BIG_FILE, MirrorFile, SyncPull
 from ._beneath import HOLE, HOLE_DIGEST, SAFE_BITS, BeneathReader, remove_beneath
 from ._dir_times import mirror_dir, with_dir_times
 from ._mirror_base import NOT_UTF8, SPECIAL, Entry, MirrorBase, PullPlan, entry_of, is_below, was_dir
@@ -232,7 +232,8 @@ class MirrorPull(MirrorBase):
                     plan.dirs.append(mirror_dir(path, entry.mode, None if ns is None else ns // 1_000_000))
             elif kind == "l":
                 with contextlib.suppress(OSError):
-                    plan.symlinks.append(MirrorSymlink(path, os.readlink(self.directory / rel)))
+                    if not plan.add_symlink(path, os.readlink(self.directory / rel)):
+                        continue  # a target the workspace cannot hold: left in the mirror only
             elif kind == "f":
                 ino = entry.ino
                 if ino in first_name:

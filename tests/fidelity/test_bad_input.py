@@ -1,5 +1,5 @@
 """Bad input to the sync bracket (issue 16, "Prove it"): a socket or FIFO where the workspace has a file,
-a file replaced by a directory between runs (and back), names that are not UTF-8. Each ends with clear
+a file replaced by a directory between runs (and back), names and symlink targets that are not UTF-8. Each ends with clear
 ``skipped`` reasons; nothing blocks and nothing is lost."""
 
 from __future__ import annotations
@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
+from computer.runtime import ShellBackend
 
 from ._support import ok, opened, reasons_cover_skipped, run, sandbox_view, workspace_view
 
@@ -63,6 +65,27 @@ async def test_a_name_that_is_not_utf8_is_skipped_with_a_reason_and_nothing_else
         reasons_cover_skipped(result)
         assert await ws.fs.read_text("/workspace/good.txt") == "good\n"
         assert (await ok(ws, "cat good.txt")).stdout == "good\n"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_symlink_whose_target_is_not_utf8_is_skipped_with_a_reason_and_nothing_else_is_lost(
+    db: Path, live: bool
+) -> None:
+    """Before, its pull failed with ``UnicodeEncodeError``: the run's every change was lost, and in a
+    live sandbox every later run failed the same way."""
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file("/workspace/link", "a file the link replaces\n")
+        result = await ok(ws, "ln -sfn $'bad\\xff' link && echo good > good.txt && ln -s good.txt fine")
+        assert result.skipped == ["/workspace/link"]
+        assert "not UTF-8" in result.skipped_reasons["/workspace/link"]
+        assert await ws.fs.read_text("/workspace/good.txt") == "good\n"
+        assert await ws.fs.readlink("/workspace/fine") == "good.txt"
+        assert await ws.fs.read_text("/workspace/link") == "a file the link replaces\n"
+        later = await ok(ws, "readlink link | od -An -c && echo more >> good.txt")
+        assert later.stdout.split() == ["b", "a", "d", "377", "\\n"]
+        assert await ws.fs.read_text("/workspace/good.txt") == "good\nmore\n"
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, "cat link fine")).stdout == "a file the link replaces\ngood\nmore\n"
 
 
 async def test_a_run_writing_past_the_workspace_quota_skips_the_file_with_a_reason(db: Path) -> None:
