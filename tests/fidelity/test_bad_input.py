@@ -1,6 +1,6 @@
 """Bad input to the sync bracket (issue 16, "Prove it"): a socket or FIFO where the workspace has a file,
-a file replaced by a directory between runs (and back), names and symlink targets that are not UTF-8. Each ends with clear
-``skipped`` reasons; nothing blocks and nothing is lost."""
+a file replaced by a directory between runs (and back), names and symlink targets that are not UTF-8.
+Each ends with clear ``skipped`` reasons; nothing blocks and nothing is lost."""
 
 from __future__ import annotations
 
