@@ -23,6 +23,7 @@ __all__ = [
     "BAD_TARGET",
     "NOT_UTF8",
     "SPECIAL",
+    "TARGET_TOO_LONG",
     "TOO_LONG",
     "TOO_LONG_KEPT",
     "Entry",
@@ -368,6 +369,9 @@ BAD_TARGET = (
     "a symlink whose target is not UTF-8: the workspace cannot hold it (it stays in the sandbox only)"
 )
 TOO_LONG = "path too long: a sandbox syncs paths of up to {} bytes (it stays in the sandbox only)"
+TARGET_TOO_LONG = (
+    "a symlink whose target is over 4,095 bytes: a sandbox cannot make it (only the workspace has it)"
+)
 TOO_LONG_KEPT = "path too long: a sandbox syncs paths of up to {} bytes (only the workspace has it)"
 _PATH_MAX = 4095  # a path a system call takes, in bytes (PATH_MAX counts the NUL)
 

@@ -15,7 +15,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
 
-from ._backend import BIG_FILE, MirrorFile, SyncPull
+from ._backend import BIG_FILE, PAGE_FILES, MirrorFile, SyncPull
 from ._beneath import HOLE, HOLE_DIGEST, SAFE_BITS, BeneathReader, remove_beneath
 from ._dir_times import mirror_dir, with_dir_times
 from ._mirror_base import NOT_UTF8, SPECIAL, Entry, MirrorBase, PullPlan, entry_of, is_below, was_dir
@@ -345,7 +345,14 @@ class MirrorPull(MirrorBase):
             for rel, entry in plan.files:
                 path = self.workspace_path(rel)
                 mtime = entry.mtime_ns // 1_000_000
-                if entry.size >= BIG_FILE:
+                small = entry.size < BIG_FILE
+                if budget is not None and (
+                    len(page.files) >= PAGE_FILES or (small and held and held + entry.size > budget)
+                ):
+                    yield page
+                    on_first = False
+                    page, held = SyncPull(self.root, protected=protected, staging=staging, done=False), 0
+                if not small:
                     source = sources.get(rel, rel)
                     previous = self.chunks.get(source, [])
                     known = set(previous) | staged | kept
@@ -397,10 +404,6 @@ class MirrorPull(MirrorBase):
                     plan.chunk_prints[rel] = prints
                     page.files.append(MirrorFile(path, None, entry.mode, mtime, size, None, hashes))
                     continue
-                if budget is not None and held and held + entry.size > budget:
-                    yield page
-                    on_first = False
-                    page, held = SyncPull(self.root, protected=protected, staging=staging, done=False), 0
                 try:
                     data = reader.read(rel)
                 except OSError:

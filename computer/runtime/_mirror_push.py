@@ -25,7 +25,7 @@ from ._beneath import (
     write_all,
 )
 from ._dir_times import set_dir_times
-from ._mirror_base import TOO_LONG_KEPT, Entry, MirrorBase, entry_of, is_below
+from ._mirror_base import TARGET_TOO_LONG, TOO_LONG_KEPT, Entry, MirrorBase, entry_of, is_below
 from ._scratch import remove_tree
 
 __all__ = ["MirrorPush"]
@@ -190,10 +190,14 @@ class MirrorPush(MirrorBase):
             for x in xs
             if len(x.path) > quick and self.too_long(self.rel(x.path), room)
         }
-        if not long:
+        # A target over what symlink(2) takes (a workspace made before the storage refused them).
+        targets = {s.path for s in push.symlinks if len(s.target) > 1023 and len(s.target.encode()) > 4095}
+        if not long and not targets:
             return push
-        self.protected |= long
+        self.protected |= long | targets
         self.reasons.update(dict.fromkeys(long, TOO_LONG_KEPT.format(self.path_limit(room))))
+        self.reasons.update(dict.fromkeys(targets, TARGET_TOO_LONG))
+        long |= targets
         return dataclasses.replace(
             push,
             dirs=[d for d in push.dirs if d.path not in long],

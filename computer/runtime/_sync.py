@@ -29,7 +29,16 @@ from pathlib import Path
 from typing import Protocol
 
 from ..storage import CHUNK_SIZE
-from ._backend import DeferringContext, ExecContext, MirrorFile, PendingPull, SyncLimits, SyncPull, SyncPush
+from ._backend import (
+    PAGE_FILES,
+    DeferringContext,
+    ExecContext,
+    MirrorFile,
+    PendingPull,
+    SyncLimits,
+    SyncPull,
+    SyncPush,
+)
 from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
 from ._pull_rules import CONFLICT
@@ -235,7 +244,12 @@ class MirrorSync:
         deferring = defer and isinstance(ctx, DeferringContext) and ctx.defers_pull
         # A pull that keeps chunks (a renamed large file) is not deferred: its first page may have to
         # be sent again (``PullResult.missing``), which only this side can do.
-        if deferring and plan.size() <= self.limits.max_sync_bytes and not mirror.chunk_sources(plan):
+        if (
+            deferring
+            and plan.size() <= self.limits.max_sync_bytes
+            and len(plan.files) <= PAGE_FILES
+            and not mirror.chunk_sources(plan)
+        ):
             pull = mirror.read_all(plan) if plan.empty() else await asyncio.to_thread(mirror.read_all, plan)
             pull = dataclasses.replace(pull, own_revs=own)
             mirror.forget_chunks(plan)  # settled later without the plan

@@ -24,7 +24,7 @@ from ._search import Row, walk_tree, walk_tree_after
 from ._state import CREATE_OP, LINK_SOURCE, TOUCH, Mutation, Store
 from ._tree import add_entry, add_name, ensure_dirs, new_inode, remove_leaves, remove_node
 from .errors import fs_error
-from .paths import is_within, join, parts, split
+from .paths import is_within, join, parts, split, target_problem
 from .types import BatchResult, Change, ChangeSet, ManifestEntry, ManifestRow
 
 V = TypeVar("V")
@@ -174,7 +174,10 @@ def commit_batch(
         applied += removed
         ensured = [p for p in canon_dirs if p not in skipped] if skipped else canon_dirs
         made = make_dirs(st, ensured, canon_modes, canon_mtimes, m)
-        applied += ensured
+        # With the parents it made that the batch gives a mode or mtime (a pull's ``mkdir -p a/b/c``
+        # names all three: ``a`` and ``a/b`` were left out of ``applied``, so of the run's ``pulled``).
+        parents = made.difference(ensured)
+        applied += sorted(parents.union(ensured)) if parents else ensured
         for p in todo if len(removed) < len(canon_writes) else ():  # else no write to make
             data = canon_writes.get(p)
             if data is None:
@@ -333,8 +336,8 @@ def _remove(st: Store, paths: Sequence[str], m: Mutation) -> None:
 
 def _batch_symlink(st: Store, p: str, target: str, m: Mutation) -> bool:
     """Make ``p`` a symlink to ``target`` (verbatim), replacing what is there; False for a target
-    ``symlink`` refuses (empty, NUL) or ``/``."""
-    if not isinstance(target, str) or target == "" or "\x00" in target or p == "/":
+    ``symlink`` refuses (``target_problem``: empty, NUL, not UTF-8, too long) or ``/``."""
+    if p == "/" or target_problem(target) is not None:
         return False
     parent, name = split(p)
     pino = ensure_dirs(st, parent, 0o755, m, replace_files=True)

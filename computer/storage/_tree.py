@@ -21,7 +21,7 @@ from ._resolve import lookup, resolve, resolve_parent, resolve_read
 from ._schema import DIR, FILE, ROOT_INODE, SYMLINK, clean_mode
 from ._state import CREATE_OP, JSON_ROWS, LINK_SOURCE, Mutation, Node, Store
 from .errors import fs_error
-from .paths import is_within, join, parts, split
+from .paths import is_within, join, parts, split, target_problem
 
 __all__ = [
     "add_entry",
@@ -411,8 +411,9 @@ def rm(st: Store, path: str, *, recursive: bool = False, force: bool = False) ->
 def symlink(st: Store, target: str, path: str) -> None:
     """Create a symlink at ``path`` pointing to ``target`` (absolute or relative, stored as given)."""
     p = st.canon(path, refresh=False)  # resolved inside the transaction
-    if not isinstance(target, str) or target == "" or "\x00" in target:
-        raise fs_error(errno.EINVAL, p, "symlink target must be a non-empty string without NUL")
+    problem = target_problem(target)
+    if problem is not None:
+        raise fs_error(problem[0], p, problem[1])
     if p == "/":
         raise fs_error(errno.EEXIST, p)
     with st.mutation(p) as m:

@@ -15,12 +15,14 @@ from .errors import fs_error
 __all__ = [
     "MAX_NAME_BYTES",
     "MAX_PATH_BYTES",
+    "MAX_TARGET_BYTES",
     "all_plain",
     "canonical",
     "is_within",
     "join",
     "parts",
     "split",
+    "target_problem",
 ]
 
 MAX_PATH_BYTES = 4096
@@ -128,3 +130,25 @@ def parts(path: str) -> list[str]:
 def is_within(path: str, root: str) -> bool:
     """True when canonical ``path`` is ``root`` or below it (segment-aware: ``/ws`` is not within ``/w``)."""
     return root == "/" or path == root or path.startswith(root + "/")
+
+
+# The longest symlink target (bytes): ``PATH_MAX`` without its NUL, what ``symlink(2)`` takes.
+MAX_TARGET_BYTES = 4095
+
+
+def target_problem(target: object) -> tuple[int, str] | None:
+    """Why a symlink cannot have ``target`` (errno, message), or None: empty, with NUL, not UTF-8
+    (raised as ``UnicodeEncodeError`` before, not an ``OSError``) or longer than ``symlink(2)`` takes
+    (stored before, and a sandbox's push of it then failed every run: "File name too long")."""
+    if not isinstance(target, str) or target == "" or "\x00" in target:
+        return errno.EINVAL, "symlink target must be a non-empty string without NUL"
+    if target.isascii():
+        size = len(target)
+    else:
+        try:
+            size = len(target.encode("utf-8"))
+        except UnicodeEncodeError:
+            return errno.EINVAL, "symlink target is not valid UTF-8"
+    if size > MAX_TARGET_BYTES:
+        return errno.ENAMETOOLONG, f"symlink target too long (over {MAX_TARGET_BYTES} bytes)"
+    return None

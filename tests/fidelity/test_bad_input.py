@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from computer.runtime import ShellBackend
+from computer.storage import _tree
 
 from ._support import ok, opened, reasons_cover_skipped, run, sandbox_view, workspace_view
 
@@ -86,6 +87,26 @@ async def test_a_symlink_whose_target_is_not_utf8_is_skipped_with_a_reason_and_n
         assert await ws.fs.read_text("/workspace/good.txt") == "good\nmore\n"
     async with opened(db, python=False) as ws:
         assert (await ok(ws, "cat link fine")).stdout == "a file the link replaces\ngood\nmore\n"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_workspace_symlink_no_sandbox_can_make_is_kept_and_listed_and_runs_go_on(
+    db: Path, live: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A target over 4,095 bytes, as the storage accepted before it refused them (made here with that
+    check off): every run's push failed ("File name too long"), so no command could run at all."""
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        with monkeypatch.context() as patched:
+            patched.setattr(_tree, "target_problem", lambda target: None)  # (as imported there)
+            await ws.fs.symlink("x" * 5000, "/workspace/long")
+        await ws.fs.write_file("/workspace/f", "f\n")
+        result = await ok(ws, "cat f && ls")
+        assert result.stdout == "f\nf\n"
+        assert result.skipped == ["/workspace/long"]
+        assert "4,095 bytes" in result.skipped_reasons["/workspace/long"]
+        await ok(ws, "rm -rf /workspace/* && echo new > g")  # the sandbox never had it: kept
+        assert await ws.fs.readlink("/workspace/long") == "x" * 5000
+        assert await ws.fs.read_text("/workspace/g") == "new\n"
 
 
 async def test_a_run_writing_past_the_workspace_quota_skips_the_file_with_a_reason(db: Path) -> None:

@@ -36,7 +36,8 @@ def shell(live: bool) -> ShellBackend:
 async def test_touched_directories_keep_their_time_through_a_reopen(db: Path, live: bool) -> None:
     async with opened(db, shell=shell(live), python=False) as ws:
         result = await ok(ws, "mkdir -p a/b/c && touch -d @1500000000 a/b/c a/b a && mkdir empty")
-        assert result.pulled == ["/workspace/a/b/c", "/workspace/empty"]  # as before: parents implied
+        made = ["/workspace/a", "/workspace/a/b", "/workspace/a/b/c", "/workspace/empty"]
+        assert result.pulled == made  # every directory the run made (was: the leaves)
         for path in ("/workspace/a", "/workspace/a/b", "/workspace/a/b/c"):
             assert (await ws.fs.stat(path)).mtime == 1_500_000_000_000, path
         # a later run's touch of an existing directory, alone: kept, not listed

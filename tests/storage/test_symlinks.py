@@ -136,3 +136,26 @@ async def test_ensuring_directories_follows_links_to_directories_and_replaces_li
     assert (await fs.stat("/to_file/d")).is_directory  # the link to a file was replaced
     assert await fs.read_file("/file") == b"f"  # its target was not touched
     assert (await fs.stat("/file2/e")).is_directory
+
+
+async def test_a_symlink_target_past_what_symlink2_takes_or_not_utf8_is_refused_with_an_oserror(
+    fs: FileSystem,
+) -> None:
+    """As ``symlink(2)``: a target of at most 4,095 bytes. Before, a longer one was stored, and every
+    sandbox push of it failed ("File name too long"); one that is not UTF-8 raised
+    ``UnicodeEncodeError``, not an ``OSError``."""
+    await fs.symlink("x" * 4095, "/ok")
+    assert await fs.readlink("/ok") == "x" * 4095
+    for target, code in (
+        ("x" * 4096, errno.ENAMETOOLONG),
+        ("é" * 2048, errno.ENAMETOOLONG),
+        ("\udcff", errno.EINVAL),
+    ):
+        with pytest.raises(OSError) as caught:
+            await fs.symlink(target, "/bad")
+        assert caught.value.errno == code
+        assert caught.value.filename == "/bad"
+        assert not await fs.exists("/bad")
+    result = fs.commit_batch({"/f": b"kept"}, symlinks={"/long": "y" * 4096, "/fine": "f"})
+    assert "/long" in result.skipped and "/fine" in result.applied
+    assert await fs.read_file("/fine") == b"kept"
