@@ -310,27 +310,29 @@ class MirrorPull(MirrorBase):
     def pages(
         self, plan: PullPlan, budget: int | None, *, reuse: bool = False
     ) -> Generator[SyncPull, None, None]:
-        """The pull, cut into pages of at most ``budget`` new bytes (None: one page).
+        """The pull, cut into pages of at most ``budget`` new bytes and ``PAGE_FILES`` files (None: one).
 
-        Removals, directories and links go on the first page (so a later page never lands in a tree
-        the first one still has to clear); files fill pages in path order. A large file (at least two
-        chunks) is read a chunk at a time and hashed: chunks the store already holds (the ones the
-        mirror last synced for that path, or staged earlier in this pull) travel as their hash, new
-        ones as bytes on the page's ``stage``, so a 4 KiB change in a 100 MB file moves one chunk and
-        no page holds more than ``budget`` bytes whatever the file's size. Files the program changed
-        into something else meanwhile are left out. ``reuse``: a large file that continues another
-        name's file (:meth:`chunk_sources`) is read against that name's chunks, which the first page
-        keeps (``SyncPull.keep``: its removal of the old name would free them)."""
+        Removals past ``PAGE_FILES`` go first, on pages of their own (:meth:`removal_pages`); the rest,
+        directories and links on the next (no later page lands in a tree still to be cleared); files
+        fill pages in path order. A large file (two chunks or more) is read a chunk at a time and
+        hashed: chunks the store holds (the mirror's last sync of that path, or staged in this pull)
+        travel as their hash, new ones as bytes on the page's ``stage``: a 4 KiB change in a 100 MB file
+        moves one chunk, and no page holds more than ``budget`` bytes. Files changed into something
+        else meanwhile are left out. ``reuse``: a large file continuing another name's file
+        (:meth:`chunk_sources`) is read against its chunks, which the first page keeps (``keep``)."""
         protected = sorted(self.protected)
         staging = secrets.token_hex(8)
         sources = self.chunk_sources(plan) if reuse else {}
         keep = sorted({digest for source in set(sources.values()) for digest in self.chunks[source]})
+        deleted = plan.deleted
+        if budget is not None and not keep and len(deleted) > PAGE_FILES:
+            deleted, reuse = (yield from self.removal_pages(deleted, protected, staging)), False
         page = SyncPull(
             self.root,
             dirs=list(plan.dirs),
             dir_times=dict(plan.dir_times),
             symlinks=list(plan.symlinks),
-            deleted=list(plan.deleted),
+            deleted=list(deleted),
             protected=protected,
             staging=staging,
             done=False,

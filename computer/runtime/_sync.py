@@ -248,6 +248,7 @@ class MirrorSync:
             deferring
             and plan.size() <= self.limits.max_sync_bytes
             and len(plan.files) <= PAGE_FILES
+            and len(plan.deleted) <= PAGE_FILES
             and not mirror.chunk_sources(plan)
         ):
             pull = mirror.read_all(plan) if plan.empty() else await asyncio.to_thread(mirror.read_all, plan)
@@ -307,6 +308,7 @@ class MirrorSync:
                     rev = result.rev
                     if page.done:
                         break
+                    await asyncio.sleep(0)  # other work between pages (a light pull has no thread hop)
             finally:
                 pages.close()
         followed = [moves[r] for r in sorted(moves)]

@@ -245,7 +245,7 @@ async def test_directory_times_round_trip_through_a_pool(cluster: Settings, name
         await ws.fs.mkdir("/workspace")
         result = await (await ws.runtime.exec("mkdir -p t/u && touch -d @1500000000 t/u t")).result()
         assert result.status == "completed", result.stderr
-        assert result.pulled == ["/workspace/t/u"]
+        assert result.pulled == ["/workspace/t", "/workspace/t/u"]  # every directory the run made
         result = await (await ws.runtime.exec("touch -d @1400000000 t")).result()
         assert result.status == "completed" and result.pulled == []
         assert (await ws.fs.stat("/workspace/t")).mtime == 1_400_000_000_000

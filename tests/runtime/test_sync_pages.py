@@ -6,6 +6,7 @@ of many small files is cut in pages by their count too, with the event loop free
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import Generator
 from typing import Any
@@ -112,3 +113,48 @@ async def test_every_directory_a_run_made_is_listed_however_the_pull_is_paged() 
         made = {"a", "a/b", "a/b/c", "t", "t/1", "t/2", "t/3"}
         assert {f"/workspace/{d}" for d in made} <= set(result.pulled)
         assert len(result.pulled) == len(made) + 3000
+
+
+async def test_removals_past_a_page_go_on_pages_of_their_own_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """2,500 files removed one by one (not ``rm -rf`` of their directory, which is one path): the
+    removals come on pages of at most ``PAGE_FILES``, and the event loop runs other tasks between them
+    (a pull that reads no file has no thread hop to give it the loop)."""
+    pages: list[tuple[int, int]] = []  # (removals, files) of each page
+    seen: list[tuple[int, int]] = []  # the other task's count as each page came and was done
+    count = 0
+    sync_pull = LocalExecContext.sync_pull
+
+    async def recorded(self: LocalExecContext, pull: Any, base_rev: int) -> Any:
+        pages.append((len(pull.deleted), len(pull.files)))
+        came = count
+        result = await sync_pull(self, pull, base_rev)
+        seen.append((came, count))
+        return result
+
+    async def other_task() -> None:
+        nonlocal count
+        while True:
+            count += 1
+            await asyncio.sleep(0)
+
+    monkeypatch.setattr(LocalExecContext, "sync_pull", recorded)
+    async with computer.Workspace(backends=[ShellBackend(live=False)]) as ws:
+        ws.fs.commit_batch({f"/workspace/d/f{i}": b"x" for i in range(2500)}, mkdirs=["/workspace"])
+        await ws.fs.write_file("/workspace/keep", "keep\n")
+        await (await ws.runtime.exec("true")).result()
+        pages.clear()
+        seen.clear()
+        other = asyncio.ensure_future(other_task())
+        try:
+            result = await (await ws.runtime.exec("find d -name 'f*' -delete", timeout=60)).result()
+        finally:
+            other.cancel()
+        assert result.status == "completed", result.stderr
+        assert len(result.pulled) == 2500 and result.skipped == []
+        assert sum(removals for removals, _ in pages) == 2500
+        assert all(removals <= PAGE_FILES for removals, _ in pages) and len(pages) >= 3
+        assert all(files == 0 for _, files in pages)
+        # Between one page's end and the next one's start, whatever the page itself awaits.
+        assert all(later[0] > done for (_, done), later in itertools.pairwise(seen)), seen
+        assert await ws.fs.readdir("/workspace/d") == []
+        assert await ws.fs.read_text("/workspace/keep") == "keep\n"
