@@ -86,8 +86,11 @@ class MirrorBase:
         synced and reported with :data:`TOO_LONG` (before, a deeper tree was lost without a word,
         and a workspace path of 4,092 bytes failed every run's push: no sandbox could start)."""
         host = len(os.fsencode(self.directory)) + 1
-        prefix = len(self.root.encode()) + (0 if self.root == "/" else 1)
-        return min(_PATH_MAX - host, MAX_PATH_BYTES - prefix)
+        return min(_PATH_MAX - host, MAX_PATH_BYTES - self._prefix_bytes())
+
+    def _prefix_bytes(self) -> int:
+        """What a workspace path has before its path relative to the mirror (``root`` and a slash)."""
+        return len(self.root.encode()) + (0 if self.root == "/" else 1)
 
     def left_out(self) -> dict[str, str]:
         """The workspace paths the push kept out of the mirror (too big, too many, too long), each
@@ -96,7 +99,7 @@ class MirrorBase:
 
     def path_limit(self, room: int) -> int:
         """The longest workspace path (bytes) the mirror syncs, given its :meth:`room`."""
-        return room + len(self.root.encode()) + (0 if self.root == "/" else 1)
+        return room + self._prefix_bytes()
 
     def lstat_deep(self, rel: str) -> os.stat_result | None:
         """``lstat`` of a path too long for the host to name whole (opened down one directory at a

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ..storage import CHUNK_SIZE
+from ..storage.paths import target_problem
 from ._backend import MirrorFile, SyncPush
 from ._beneath import (
     CREATE,
@@ -190,8 +191,8 @@ class MirrorPush(MirrorBase):
             for x in xs
             if len(x.path) > quick and self.too_long(self.rel(x.path), room)
         }
-        # A target over what symlink(2) takes (a workspace made before the storage refused them).
-        targets = {s.path for s in push.symlinks if len(s.target) > 1023 and len(s.target.encode()) > 4095}
+        # A target the storage refuses now (over what symlink(2) takes), kept from before it did.
+        targets = {s.path for s in push.symlinks if target_problem(s.target) is not None}
         if not long and not targets:
             return push
         self.protected |= long | targets
