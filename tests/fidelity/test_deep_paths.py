@@ -11,6 +11,7 @@ too long").
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -119,3 +120,37 @@ async def test_a_workspace_path_too_long_for_the_sandbox_is_kept_and_reported(
         assert moved.stdout == "kept\n"
         assert f"{deep}/f" not in moved.skipped
         assert all(is_dir.startswith(f"{ROOT}/dd/") and len(is_dir) > 4000 for is_dir in moved.skipped)
+
+
+@LIVE
+async def test_a_workspace_write_racing_a_run_1300_levels_down_follows_the_pull_rules(
+    tmp_path: Path, live: bool
+) -> None:
+    """Per call the run's change is refused (in ``skipped`` with its reason) and the workspace's
+    version kept; live, the write reached the sandbox first and the run's append onto it is pulled."""
+    deep = _chain(1300)
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ok(ws, f"mkdir -p {deep} && cd {deep} && echo one > f")
+        wait = (
+            f"for i in $(seq 600); do grep -q ws {deep}/f && break; sleep 0.05; done" if live else "sleep 1"
+        )
+        handle = await ws.runtime.exec(f"echo ready; {wait}; cd {deep} && echo run >> f", timeout=60)
+
+        async def ready() -> None:
+            async for snapshot in handle:
+                if "ready" in snapshot.stdout or snapshot.done:
+                    return
+
+        await asyncio.wait_for(ready(), 60)
+        await ws.fs.write_file(f"{ROOT}/{deep}/f", "ws\n")
+        result = await asyncio.wait_for(handle.result(), 120)
+        assert result.status == "completed", result.stderr
+        if live:
+            assert result.pulled == [f"{ROOT}/{deep}/f"] and result.skipped == []
+            assert await ws.fs.read_text(f"{ROOT}/{deep}/f") == "ws\nrun\n"
+        else:
+            assert result.skipped == [f"{ROOT}/{deep}/f"] and result.skipped_reasons[f"{ROOT}/{deep}/f"]
+            assert await ws.fs.read_text(f"{ROOT}/{deep}/f") == "ws\n"
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        expected = "ws\nrun\n" if live else "ws\n"
+        assert (await ok(ws, f"cat {deep}/f")).stdout == expected

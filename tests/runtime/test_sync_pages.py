@@ -158,3 +158,39 @@ async def test_removals_past_a_page_go_on_pages_of_their_own_first(monkeypatch: 
         assert all(later[0] > done for (_, done), later in itertools.pairwise(seen)), seen
         assert await ws.fs.readdir("/workspace/d") == []
         assert await ws.fs.read_text("/workspace/keep") == "keep\n"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_workspace_write_during_a_run_pulled_in_pages_is_kept_on_its_page(live: bool) -> None:
+    """The workspace writes one of the 2,500 files a run is about to write. Per call that path is
+    refused (listed in ``skipped`` with its reason, the workspace's bytes kept) whichever page carries
+    it, and every other file of every page lands; live, the write reaches the sandbox first (the
+    continuous sync) and the program's later write of it is pulled like the rest."""
+    async with computer.Workspace(backends=[ShellBackend(live=live)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await (await ws.runtime.exec("true")).result()
+        # Live: until the workspace's write is in the sandbox (bounded); per call it never comes.
+        wait = "for i in $(seq 600); do [ -e f1777 ] && break; sleep 0.05; done" if live else "sleep 1"
+        handle = await ws.runtime.exec(
+            f"echo ready; {wait}; for i in $(seq 2500); do echo run > f$i; done", timeout=60
+        )
+
+        async def ready() -> None:
+            async for snapshot in handle:
+                if "ready" in snapshot.stdout or snapshot.done:
+                    return
+
+        await asyncio.wait_for(ready(), 60)
+        await ws.fs.write_file("/workspace/f1777", "workspace\n")
+        result = await asyncio.wait_for(handle.result(), 120)
+        assert result.status == "completed", result.stderr
+        kept = "run\n" if live else "workspace\n"
+        if live:
+            assert result.skipped == [] and len(result.pulled) == 2500
+        else:
+            assert result.skipped == ["/workspace/f1777"] and result.skipped_reasons["/workspace/f1777"]
+            assert len(result.pulled) == 2499
+        assert await ws.fs.read_text("/workspace/f1777") == kept
+        assert await ws.fs.read_text("/workspace/f2500") == "run\n"
+        assert len(await ws.fs.readdir("/workspace")) == 2500
+        assert (await (await ws.runtime.exec("cat f1777 f1")).result()).stdout == kept + "run\n"
