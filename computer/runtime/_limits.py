@@ -24,7 +24,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Rlimit", "SandboxLimits", "can_limit_others", "launcher", "limit_self", "rlimits", "set_limits"]
+__all__ = [
+    "Rlimit",
+    "SandboxLimits",
+    "can_limit_others",
+    "has_capability",
+    "launcher",
+    "limit_self",
+    "rlimits",
+    "set_limits",
+]
 
 Rlimit = tuple[int, int, int]  # (resource, soft, hard)
 
@@ -80,15 +89,20 @@ def set_limits(pid: int, wanted: Sequence[Rlimit]) -> None:
 _CAP_SYS_RESOURCE = 24
 
 
-def can_limit_others() -> bool:
-    """Whether this process may ``prlimit`` a process of another user (``CAP_SYS_RESOURCE``; some
-    containers run root without it)."""
+def has_capability(bit: int) -> bool:
+    """Whether this process holds the capability ``bit`` (``CAP_*`` number) in its effective set."""
     try:
         with open("/proc/self/status") as f:
             caps = next(line for line in f if line.startswith("CapEff:"))
-        return bool(int(caps.split()[1], 16) >> _CAP_SYS_RESOURCE & 1)
+        return bool(int(caps.split()[1], 16) >> bit & 1)
     except (OSError, StopIteration, ValueError, IndexError):
         return False
+
+
+def can_limit_others() -> bool:
+    """Whether this process may ``prlimit`` a process of another user (``CAP_SYS_RESOURCE``; some
+    containers run root without it)."""
+    return has_capability(_CAP_SYS_RESOURCE)
 
 
 # prlimit(1)'s option for a resource.

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ._backend import MirrorFile
+from ._lifts import Lifts
 from ._mirror_base import Entry, PullPlan, entry_of
 from ._mirror_pull import MirrorPull
 from ._mirror_push import MirrorPush
@@ -80,6 +81,8 @@ class Mirror(MirrorPush, MirrorPull):
     # the next pull (a paced one, a live sandbox's tick, when its last took under a tenth of the time).
     look_owed: bool = False
     look_next: float = 0.0
+    # Paths whose mode locks this process out (a non-root host) and which the sync lifted (``_lifts``).
+    lifts: Lifts = field(default_factory=Lifts, repr=False)
 
     def invalidate(self) -> None:
         """Forget what the mirror holds: the next push is a full one."""

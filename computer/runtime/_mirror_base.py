@@ -5,10 +5,11 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 import time
-from collections.abc import Collection, Generator
+from collections.abc import Collection, Generator, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -16,6 +17,7 @@ from typing import NamedTuple
 from ..storage.paths import MAX_PATH_BYTES
 from ._backend import PAGE_FILES, MirrorDir, MirrorFile, MirrorSymlink, SyncPull
 from ._beneath import lstat_beneath, make_parent, open_beneath, remove_beneath
+from ._lifts import Lifts, open_top
 from ._pull_rules import PROTECTED
 from ._watch import TreeWatch
 
@@ -69,6 +71,8 @@ class MirrorBase:
     dir_times: dict[str, int]
     look_owed: bool
     look_next: float
+    lifts: Lifts
+    unsettled: tuple[str, dict[str, Entry]] | None
 
     def host(self, path: str) -> Path:
         return self.directory / self.rel(path)
@@ -101,13 +105,47 @@ class MirrorBase:
         """The longest workspace path (bytes) the mirror syncs, given its :meth:`room`."""
         return room + self._prefix_bytes()
 
-    def lstat_deep(self, rel: str) -> os.stat_result | None:
-        """``lstat`` of a path too long for the host to name whole (opened down one directory at a
-        time, no link followed); None when it is not there."""
+    def lstat_failed(self, rel: str, exc: OSError) -> os.stat_result | None:
+        """The ``lstat`` of ``rel`` after a plain one failed with ``exc``; None when it is not there.
+        A path too long for the host to name whole is opened down one directory at a time (no link
+        followed); one below a directory the program locked is looked at again once the directories
+        above it are lifted (``_lifts``)."""
         try:
-            return lstat_beneath(self.directory, rel)
+            if exc.errno == errno.ENAMETOOLONG:
+                return lstat_beneath(self.directory, rel)
+            if exc.errno == errno.EACCES and self.lifts.active:
+                if self.lifts.lift(self.directory, rel, itself=False):
+                    return os.lstat(f"{self.directory}/{rel}")
         except OSError:
-            return None
+            pass
+        return None
+
+    def note_locks(self, found: Iterable[tuple[str, Entry | None]], now: dict[str, Entry]) -> None:
+        """Record the locks among ``found`` (what a pull's lstat calls found, None: gone), and give
+        each path this sync lifted its program's mode in ``now`` (an lstat after the lift saw the
+        lifted one)."""
+        lifts = self.lifts
+        for rel, entry in found:
+            if entry is None:
+                lifts.forget(rel)
+            elif rel not in lifts.lifted:
+                lifts.note(rel, entry.kind, entry.mode)
+        for rel in lifts.lifted:
+            entry, mode = now.get(rel), lifts.locked.get(rel)
+            if entry is not None and mode is not None:
+                now[rel] = entry._replace(mode=mode)
+
+    def restore_lifts(self) -> None:
+        """A sync's end: the program's bits back where it lifted them, the state of each path put
+        back taken again (its ctime moved), and the top directory open to its owner (``_lifts``)."""
+        lifts = self.lifts
+        if lifts.lifted:
+            states = [self.state] + ([self.unsettled[1]] if self.unsettled is not None else [])
+            for rel, st in lifts.restore(self.directory).items():
+                for state in states:
+                    if rel in state:
+                        state[rel] = entry_of(st)
+        open_top(self.directory)
 
     def removal_pages(
         self, deleted: list[str], protected: list[str], staging: str
@@ -322,6 +360,12 @@ class MirrorBase:
 
     def _rename_key(self, old: str, new: str) -> None:
         self.state[new] = self.state.pop(old)
+        lifts = self.lifts
+        if lifts.locked and old in lifts.locked:
+            lifts.locked[new] = lifts.locked.pop(old)
+            if old in lifts.lifted:
+                lifts.lifted.discard(old)
+                lifts.lifted.add(new)
         if old in self.chunks:
             self.chunks[new] = self.chunks.pop(old)
         if old in self.prints:

@@ -6,11 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import hashlib
 import os
 import secrets
-import stat
 from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
@@ -19,6 +17,7 @@ from ._backend import BIG_FILE, PAGE_FILES, MirrorFile, SyncPull
 from ._beneath import HOLE, HOLE_DIGEST, SAFE_BITS, BeneathReader, remove_beneath
 from ._dir_times import mirror_dir, with_dir_times
 from ._mirror_base import NOT_UTF8, SPECIAL, Entry, MirrorBase, PullPlan, entry_of, is_below, was_dir
+from ._mirror_walk import walk
 from ._watch import TreeWatch
 
 __all__ = ["MirrorPull"]
@@ -35,34 +34,16 @@ class MirrorPull(MirrorBase):
 
     def scan(self, times: dict[str, int] | None = None) -> dict[str, Entry]:
         """Walk the directory: every entry below it, by relative path (and each directory's mtime in ns
-        into ``times`` when given)."""
-        out: dict[str, Entry] = {}
-        stack = [("", str(self.directory))]
-        while stack:
-            rel, host = stack.pop()
-            try:
-                it = os.scandir(host)
-            except OSError:
-                continue
-            with it:
-                for e in it:
-                    child = f"{rel}/{e.name}" if rel else e.name
-                    try:
-                        st = e.stat(follow_symlinks=False)
-                    except OSError:
-                        continue
-                    out[child] = entry_of(st)
-                    if stat.S_ISDIR(st.st_mode):
-                        stack.append((child, e.path))
-                        if times is not None:
-                            times[child] = st.st_mtime_ns
-        return out
+        into ``times`` when given); see :func:`~computer.runtime._mirror_walk.walk`."""
+        return walk(self.directory, self.state, self.lifts, times)
 
     def arm(self) -> None:
         """Start watching for the run's changes; events the push itself caused are dropped."""
         if self.watch is not None and self.watch.drain() is None:
             self.unwatch()
         if self.watch is None:
+            if self.lifts.locked:  # a new watch reads every directory (``_lifts``)
+                self.lifts.lift_all(self.directory)
             try:
                 self.watch = TreeWatch(self.directory)
             except OSError:
@@ -89,6 +70,8 @@ class MirrorPull(MirrorBase):
             self.arm()
             walked: dict[str, int] = {}
             now = self.scan(walked)
+            if self.lifts.active:
+                self.note_locks(now.items(), now)
             self.look_owed = False  # every path was lstat-ed
             return self._plan(now, set(now) | set(self.state), walked), now
         if not touched and not self.look_due(paced):  # no copy of the state (10,000 entries: 0.3 ms)
@@ -115,8 +98,8 @@ class MirrorPull(MirrorBase):
                 if st is None:
                     try:
                         st = lstat(base + rel)
-                    except OSError as exc:  # past the host's PATH_MAX: by descriptors (never synced)
-                        st = self.lstat_deep(rel) if exc.errno == errno.ENAMETOOLONG else None
+                    except OSError as exc:  # past PATH_MAX (never synced), or below a locked directory
+                        st = self.lstat_failed(rel, exc)
                 entry = entry_of(st) if st is not None else None
                 if entry is not None and entry.kind == "d":
                     times[rel] = st.st_mtime_ns  # type: ignore[union-attr]
@@ -148,6 +131,8 @@ class MirrorPull(MirrorBase):
                     now.pop(rel, None)
                 else:
                     now[rel] = entry
+        if self.lifts.active:
+            self.note_locks(found, now)
         self.look_again(now, candidates, paced)
         return self._plan(now, candidates, times, watched=True), now
 
@@ -343,8 +328,11 @@ class MirrorPull(MirrorBase):
         kept = set(keep)  # chunks the first page keeps: named by hash on every page
         on_first = reuse  # still filling the first page (the only one that can keep)
         held_anywhere: set[str] | None = None  # every chunk of the mirror's large files
+        lifting = self.lifts.active
         with BeneathReader(self.directory) as reader:
             for rel, entry in plan.files:
+                if lifting and entry.mode & 0o600 != 0o600:  # the program locked it (``_lifts``)
+                    self.lifts.lift(self.directory, rel)
                 path = self.workspace_path(rel)
                 mtime = entry.mtime_ns // 1_000_000
                 small = entry.size < BIG_FILE

@@ -63,6 +63,10 @@ class MirrorPush(MirrorBase):
             self.dir_times.clear()
             self.protected = set()
             self.reasons = {}
+            self.lifts.locked.clear()
+            self.lifts.lifted.clear()
+        if self.lifts.locked:  # below a directory a program locked, as this process is not root
+            self.lifts.lift_locked(self.directory, self._written(push))
         for src, dst in push.moves:
             self.move_or_drop(src, dst)  # one it cannot follow: the new name is fetched again, whole
         if first:
@@ -90,7 +94,7 @@ class MirrorPush(MirrorBase):
                 remove_node(host)
             host.mkdir(exist_ok=True)
             self._own(host)
-            os.chmod(host, d.mode & SAFE_BITS)
+            os.chmod(host, self._given(rel, "d", d.mode))
             self.state[rel] = entry_of(os.lstat(host))
             ready.add(rel)
             if d.mtime is not None and rel:
@@ -120,7 +124,7 @@ class MirrorPush(MirrorBase):
             except FileNotFoundError:
                 st = None
             if st is not None:
-                if f.same and f.link is None and _rewrite_in_place(host, f):
+                if f.same and f.link is None and _rewrite_in_place(host, f, self._given(rel, "f", f.mode)):
                     # The file the workspace wrote: written into, as a write does (every name of a
                     # hard-linked one shows it, a program holding it open writes on after it).
                     written_st = os.lstat(path)
@@ -147,14 +151,15 @@ class MirrorPush(MirrorBase):
                 else:
                     relinked[now.ino] = now
                 continue
-            fd = os.open(path, CREATE, f.mode & 0o777)
+            mode = self._given(rel, "f", f.mode)
+            fd = os.open(path, CREATE, mode & 0o777)
             try:
                 if self.owner is not None:
                     os.fchown(fd, *self.owner)
                 if f.data:
                     write_all(fd, f.data)
-                if f.mode & 0o7777 != CREATED_MODE.get(f.mode & 0o777):
-                    os.fchmod(fd, f.mode & SAFE_BITS)  # beyond what the umask left
+                if mode != CREATED_MODE.get(mode & 0o777):
+                    os.fchmod(fd, mode)  # beyond what the umask left
                 ns = f.mtime * 1_000_000
                 os.utime(fd, ns=(ns, ns))
                 st = os.fstat(fd)
@@ -205,6 +210,18 @@ class MirrorPush(MirrorBase):
             files=[f for f in push.files if f.path not in long],
             symlinks=[s for s in push.symlinks if s.path not in long],
         )
+
+    def _given(self, rel: str, kind: str, mode: int) -> int:
+        """The bits to set on ``rel`` for the workspace's ``mode`` (``_lifts``: lifted while the sync
+        runs where they lock this process out)."""
+        return self.lifts.given(rel, kind, mode & SAFE_BITS) if self.lifts.active else mode & SAFE_BITS
+
+    def _written(self, push: SyncPush) -> list[str]:
+        """Every mirror path ``push`` writes, removes, links from or renames (relative)."""
+        paths = [*push.deleted, *(x.path for xs in (push.dirs, push.files, push.symlinks) for x in xs)]
+        paths += [f.link for f in push.files if f.link is not None]
+        paths += [p for move in push.moves for p in move[:2]]
+        return [self.rel(p) for p in paths]
 
     def _link(self, existing: str, new: str) -> Entry | None:
         """Give the regular file the mirror holds at ``existing`` the name ``new`` (both parents opened
@@ -270,7 +287,7 @@ class MirrorPush(MirrorBase):
             if self.owner is not None:
                 os.fchown(fd, *self.owner)
             os.ftruncate(fd, f.length)
-            os.fchmod(fd, f.mode & SAFE_BITS)
+            os.fchmod(fd, self._given(rel, "f", f.mode))
             ns = f.mtime * 1_000_000
             os.utime(fd, ns=(ns, ns))
             st = os.fstat(fd)
@@ -407,17 +424,17 @@ def _copy_data(source: int, fd: int, size: int) -> None:
     os.ftruncate(fd, size)
 
 
-def _rewrite_in_place(host: Path, f: MirrorFile) -> bool:
+def _rewrite_in_place(host: Path, f: MirrorFile, mode: int) -> bool:
     """Write ``f`` into the regular file at ``host`` (see :func:`_open_in_place`; one whose bytes come
-    in pieces is emptied, and filled by :meth:`MirrorPush.fill`); False when it cannot, and the caller
-    replaces it."""
+    in pieces is emptied, and filled by :meth:`MirrorPush.fill`), giving it ``mode``; False when it
+    cannot, and the caller replaces it."""
     fd = _open_in_place(host)
     if fd is None:
         return False
     try:
         os.ftruncate(fd, 0)
         write_all(fd, f.data or b"")
-        os.fchmod(fd, f.mode & SAFE_BITS)
+        os.fchmod(fd, mode)
         ns = f.mtime * 1_000_000
         os.utime(fd, ns=(ns, ns))
     finally:

@@ -60,6 +60,7 @@ from pathlib import Path
 
 from ._cgroups import remove_dead_groups, remove_own_groups
 from ._lifetime import is_alive, process_tag
+from ._lifts import overrides_modes
 
 __all__ = [
     "SHARED_UNUSED",
@@ -188,7 +189,7 @@ def _open_dir(parent: int, name: str) -> int:
             os.close(handle)
         fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
     st = os.fstat(fd)
-    if st.st_mode & 0o300 != 0o300 and os.geteuid() != 0:
+    if st.st_mode & 0o300 != 0o300 and not overrides_modes():
         with contextlib.suppress(OSError):
             os.fchmod(fd, stat.S_IMODE(st.st_mode) | 0o700)
     return fd

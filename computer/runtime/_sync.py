@@ -124,15 +124,18 @@ class MirrorSync:
         (the change log was trimmed meanwhile) starts the push over as a full one. ``first``: the
         first page, already fetched for ``mirror.rev`` (a live sandbox looks before it pauses).
         """
-        start, pushed = await self._push_pages(mirror, ctx, first)
-        if mirror.refetch:  # a rename it could not follow: the new name, whole (one more round)
-            start, again = await self._push_pages(mirror, ctx, None)
-            pushed += again
-        if mirror.watch is not None:
-            mirror.arm()  # drains what the push caused
-        else:
-            await asyncio.to_thread(mirror.arm)  # a new watch walks the whole tree
-        return start, pushed
+        try:
+            start, pushed = await self._push_pages(mirror, ctx, first)
+            if mirror.refetch:  # a rename it could not follow: the new name, whole (one more round)
+                start, again = await self._push_pages(mirror, ctx, None)
+                pushed += again
+            if mirror.watch is not None:
+                mirror.arm()  # drains what the push caused
+            else:
+                await asyncio.to_thread(mirror.arm)  # a new watch walks the whole tree
+            return start, pushed
+        finally:
+            mirror.restore_lifts()  # what it lifted to write below a locked directory (``_lifts``)
 
     async def _push_pages(
         self, mirror: Mirror, ctx: ExecContext, first: SyncPush | None
@@ -229,7 +232,27 @@ class MirrorSync:
         (a live sandbox, whose programs outlive a sync): what the program changed below a path the
         workspace renamed goes to the new name, and the mirror follows the rename (``_moves``).
         ``paced``: a live sandbox's tick (``Mirror.look_again`` may wait for a later one).
+        What the pull lifted in a mirror its program locked is put back at its end (``_lifts``).
         """
+        try:
+            return await self._pull(
+                mirror, ctx, base_rev, run, saves, defer=defer, follow=follow, paced=paced
+            )
+        finally:
+            mirror.restore_lifts()
+
+    async def _pull(
+        self,
+        mirror: Mirror,
+        ctx: ExecContext,
+        base_rev: int,
+        run: str,
+        saves: RunSaves | None,
+        *,
+        defer: bool,
+        follow: bool,
+        paced: bool,
+    ) -> Synced:
         if mirror.quiet(paced):  # the program changed nothing: no thread hop for an empty pull
             plan, now = mirror.plan(paced=paced)
         else:

@@ -1,0 +1,99 @@
+"""The scenario of ``test_locked_modes`` run by a process that cannot override file modes (no
+``CAP_DAC_OVERRIDE``: a non-root host, as a root test runs it under ``setpriv``): programs lock their
+owner out, the workspace writes below what they locked, and a reopen reads it all back. Prints one
+JSON object of what it saw.
+
+Usage: python -m tests.fidelity._locked_guest DB live|call
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from typing import Any
+
+import computer
+from computer.runtime import ShellBackend
+from computer.runtime._lifts import overrides_modes
+
+ROOT = "/workspace"
+BIG = bytes(range(256)) * (12 * 1024)  # 3 MiB: pushed as chunks, filled after it is made read-only
+
+
+async def _run(ws: computer.Workspace, source: str) -> dict[str, Any]:
+    result = await asyncio.wait_for((await ws.runtime.exec(source, timeout=60)).result(), 180)
+    return {
+        "status": result.status,
+        "stdout": result.stdout,
+        "stderr": result.stderr[-500:],
+        "pulled": result.pulled,
+        "skipped": result.skipped_reasons,
+        "error": result.error,
+    }
+
+
+async def _view(ws: computer.Workspace, paths: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path in paths:
+        try:
+            st = await ws.fs.stat(path)
+        except OSError as exc:
+            out[path] = f"error: {exc}"
+            continue
+        data = (
+            (await ws.fs.read_file(path)).decode(errors="replace") if st.is_file and st.size < 4096 else None
+        )
+        out[path] = {"mode": st.mode & 0o7777, "data": data, "size": st.size}
+    return out
+
+
+def _shell(live: bool) -> ShellBackend:
+    return ShellBackend(live=live, unprivileged=False)  # the sandbox's files are this process's own
+
+
+async def main(db: str, live: bool) -> dict[str, Any]:
+    seen: dict[str, Any] = {"overrides": overrides_modes()}
+    async with computer.Workspace(db, backends=[_shell(live)]) as ws:
+        await ws.fs.mkdir(ROOT, recursive=True)
+        seen["lock"] = await _run(
+            ws,
+            "mkdir d e && echo hi > d/f && echo deep > e/g && echo top > t && chmod 000 d t && chmod 500 e",
+        )
+        seen["after_lock"] = await _view(
+            ws, [f"{ROOT}/d", f"{ROOT}/d/f", f"{ROOT}/t", f"{ROOT}/e", f"{ROOT}/e/g"]
+        )
+        seen["modes_inside"] = await _run(ws, "stat -c '%n %a' d t e")
+        await ws.fs.write_file(f"{ROOT}/d/new", b"from the workspace")
+        await ws.fs.write_file(f"{ROOT}/t", b"the workspace's t")
+        await ws.fs.write_file(f"{ROOT}/e/h", b"into a read-only directory")
+        await ws.fs.write_file(f"{ROOT}/big", BIG, mode=0o444)
+        seen["read_back"] = await _run(
+            ws,
+            "stat -c '%n %a' d t e big; chmod 700 d; chmod 600 t; cat d/new; echo; cat t; echo; cat e/h; echo; "
+            "md5sum < big; chmod 000 d t",
+        )
+        # A directory moved breaks the watch: the next pull walks the tree, through a locked directory.
+        seen["moved"] = await _run(ws, "mv d d2 && echo walked")
+        seen["after_move"] = await _view(ws, [f"{ROOT}/d", f"{ROOT}/d2", f"{ROOT}/d2/f", f"{ROOT}/d2/new"])
+        seen["top"] = await _run(ws, "chmod 000 . && echo locked")
+        seen["top_after"] = await _run(ws, "stat -c %a . && ls")
+    async with computer.Workspace(db, backends=[_shell(live)]) as ws:
+        seen["reopened"] = await _view(
+            ws,
+            [
+                f"{ROOT}/d2",
+                f"{ROOT}/d2/f",
+                f"{ROOT}/d2/new",
+                f"{ROOT}/t",
+                f"{ROOT}/e/g",
+                f"{ROOT}/e/h",
+                f"{ROOT}/big",
+            ],
+        )
+        seen["reopened_run"] = await _run(ws, "chmod 700 d2 && cat d2/f d2/new && md5sum < big")
+    return seen
+
+
+if __name__ == "__main__":
+    print(json.dumps(asyncio.run(main(sys.argv[1], sys.argv[2] == "live"))))
