@@ -30,6 +30,8 @@ import pwd
 import shutil
 from pathlib import Path
 
+from ._limits import has_capability
+
 __all__ = ["FALLBACK_ID", "SANDBOX_USER", "drop_privileges", "running_as_root", "sandbox_host_ids"]
 
 SANDBOX_USER = "computer-sandbox"
@@ -91,5 +93,10 @@ def drop_privileges(uid: int, gid: int) -> list[str]:
     return [exe, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--"]
 
 
+_CAP_SETUID = 7
+
+
 def running_as_root() -> bool:
-    return os.geteuid() == 0
+    """Root able to run sandboxes as another host user (``CAP_SETUID``): a root without it (a
+    container that dropped it) runs them as itself, as any other user does."""
+    return os.geteuid() == 0 and has_capability(_CAP_SETUID)
