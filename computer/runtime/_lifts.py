@@ -11,7 +11,8 @@ into a locked directory failed the run.
 The sync now lifts what it needs while it runs and puts the program's bits back at its end:
 u+rwx on a directory, u+rw on a regular file, each set through a descriptor opened without
 following a link (a link a program planted is never followed to the host). The sandbox is stopped
-(a run per call) or frozen (a live one) while a sync runs, so no program sees a lifted mode. The
+(a run per call) or frozen (a live one) while a sync runs, so no program sees a lifted mode (where
+no cgroup freezer is available, a live sandbox's program may, for the length of a sync). The
 workspace records the program's mode. A lift moves a file's ctime, so each file put back has its
 state taken again, before its directory's bits go back (the next pull would take it for changed).
 A directory a program locked is seen by the pull that follows (its lstat, or a lookup below it that
