@@ -152,12 +152,15 @@ class MirrorBase:
     ) -> Generator[SyncPull, None, list[str]]:
         """A pull's removals past ``PAGE_FILES``, on pages of their own (its first: one of 20,000 held
         the owner's event loop ~0.15 s); returns the rest, for the page that follows. Only where the
-        pull keeps no chunk (its first page must, before any removal can free them)."""
+        pull keeps no chunk (its first page must, before any removal can free them). The last paths
+        go first (``deleted`` is sorted: a path after its directory), so a directory goes once what
+        it held is gone: before, ``rm -rf`` of a tree took the whole tree on the first page, one
+        transaction (100,000 files held the loop ~95 ms)."""
         while len(deleted) > PAGE_FILES:
             yield SyncPull(
-                self.root, deleted=deleted[:PAGE_FILES], protected=protected, staging=staging, done=False
+                self.root, deleted=deleted[-PAGE_FILES:], protected=protected, staging=staging, done=False
             )
-            deleted = deleted[PAGE_FILES:]
+            deleted = deleted[:-PAGE_FILES]
         return deleted
 
     @staticmethod

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import TypeVar
 
@@ -77,6 +77,22 @@ _PAIRS = {"rename": "rm", "link": LINK_SOURCE}
 _FIRSTS = frozenset(_PAIRS.values())
 
 
+def _log_rows(st: Store, rev: int, skip_revs: Sequence[int]) -> Iterator[tuple[int, int, str, str]]:
+    """The change log's rows after ``rev`` but those of ``skip_revs``, in order: a range scan of each
+    gap between skipped revisions. A pull in pages skips its own earlier pages; ``rev NOT IN (...)``
+    still visited their rows, so page k of a pull read the k-1 pages before it (``rm -rf`` of 100,000
+    files: ~60 ms a page by the last ones, 1.1 s in all)."""
+    lo = rev
+    for skipped in sorted({int(v) for v in skip_revs if v > rev}):
+        if skipped > lo + 1:
+            yield from st.db.execute(
+                "SELECT rev, n, path, op FROM changes WHERE rev > ? AND rev < ? ORDER BY rev, n",
+                (lo, skipped),
+            )
+        lo = skipped
+    yield from st.db.execute("SELECT rev, n, path, op FROM changes WHERE rev > ? ORDER BY rev, n", (lo,))
+
+
 def changes_since(st: Store, rev: int, root: str = "/", *, skip_revs: Sequence[int] = ()) -> ChangeSet:
     """Changes at or below ``root`` (or of an ancestor of it) after ``rev``, in order, leaving out
     the revisions ``skip_revs`` (a caller's own: never read, however many changes they hold).
@@ -85,14 +101,9 @@ def changes_since(st: Store, rev: int, root: str = "/", *, skip_revs: Sequence[i
     """
     r = st.canon(root)
     floor = int(st.db.one("SELECT log_floor FROM state WHERE id = 1")[0])
-    skip = tuple(int(v) for v in skip_revs)
-    unless = f" AND rev NOT IN ({', '.join('?' * len(skip))})" if skip else ""
-    rows = st.db.execute(
-        f"SELECT rev, n, path, op FROM changes WHERE rev > ?{unless} ORDER BY rev, n", (rev, *skip)
-    )
     changes: list[Change] = []
     previous: tuple[int, int, str, str] | None = None  # the row before, when a pair's first one
-    for rv, n, path, op in rows:
+    for rv, n, path, op in _log_rows(st, rev, skip_revs):
         source = None
         if previous is not None and previous[:2] == (rv, n - 1) and _PAIRS.get(op) == previous[3]:
             source = previous[

@@ -9,6 +9,7 @@ import asyncio
 import itertools
 import threading
 from collections.abc import Generator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -158,6 +159,41 @@ async def test_removals_past_a_page_go_on_pages_of_their_own_first(monkeypatch: 
         assert all(later[0] > done for (_, done), later in itertools.pairwise(seen)), seen
         assert await ws.fs.readdir("/workspace/d") == []
         assert await ws.fs.read_text("/workspace/keep") == "keep\n"
+
+
+async def test_rm_rf_of_a_tree_past_a_page_goes_children_first_and_lists_the_directory(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``rm -rf d`` of 2,500 files: removal pages take the last paths first, so the directory goes on
+    the last page, once what it held is gone (before, the first page took the whole tree in one
+    transaction: 100,000 files held the owner's loop ~0.5 s), and ``pulled`` names the directory
+    alone, as a pull of one page does (before: the directory and the 1,500 files of the later pages).
+    Each page reads the change log past the pull's own earlier pages, never through them."""
+    pages: list[list[str]] = []
+    sync_pull = LocalExecContext.sync_pull
+
+    async def recorded(self: LocalExecContext, pull: Any, base_rev: int) -> Any:
+        pages.append(list(pull.deleted))
+        return await sync_pull(self, pull, base_rev)
+
+    monkeypatch.setattr(LocalExecContext, "sync_pull", recorded)
+    db = tmp_path / "ws.db"
+    async with computer.Workspace(str(db), backends=[ShellBackend(live=False)]) as ws:
+        ws.fs.commit_batch({f"/workspace/d/e/f{i:04}": b"x" for i in range(2500)}, mkdirs=["/workspace"])
+        await ws.fs.write_file("/workspace/keep", "keep\n")
+        await (await ws.runtime.exec("true")).result()
+        pages.clear()
+        result = await (await ws.runtime.exec("rm -rf d", timeout=60)).result()
+        assert result.status == "completed", result.stderr
+        assert result.pulled == ["/workspace/d"] and result.skipped == []
+        assert all(len(page) <= PAGE_FILES for page in pages) and len(pages) >= 3
+        assert pages[0][-1] == "/workspace/d/e/f2499"  # the last paths first
+        assert "/workspace/d" in pages[-1] and "/workspace/d/e" in pages[-1]
+        assert sum(len(page) for page in pages) == 2502
+        assert not await ws.fs.exists("/workspace/d")
+    async with computer.Workspace(str(db), backends=[ShellBackend(live=False)]) as ws:
+        assert [e.name for e in await ws.fs.readdir("/workspace")] == ["keep"]
+        assert (await (await ws.runtime.exec("ls")).result()).stdout == "keep\n"
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
