@@ -6,6 +6,7 @@ of many small files is cut in pages by their count too, with the event loop free
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import threading
 from collections.abc import Generator
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 
 import computer
-from computer.runtime import ShellBackend
+from computer.runtime import ShellBackend, _context
 from computer.runtime._backend import PAGE_FILES
 from computer.runtime._context import LocalExecContext
 from computer.runtime._sync import _Pages
@@ -230,3 +231,66 @@ async def test_a_workspace_write_during_a_run_pulled_in_pages_is_kept_on_its_pag
         assert await ws.fs.read_text("/workspace/f2500") == "run\n"
         assert len(await ws.fs.readdir("/workspace")) == 2500
         assert (await (await ws.runtime.exec("cat f1777 f1")).result()).stdout == kept + "run\n"
+
+
+async def test_a_full_push_reads_the_tree_a_slice_at_a_time_in_small_pages(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A new mirror's push walks the manifest a slice at a time with the loop free between slices and
+    sends small pages (one read and sort of 100,000 entries, and one page of them, held the owner's
+    loop 0.85 s). Everything arrives: files, empty directories, symlinks, a large file, and hard links
+    whose first name went on an earlier page; after a reopen (a new mirror) too."""
+    monkeypatch.setattr(_context, "_FULL_PAGE_ENTRIES", 97)
+    monkeypatch.setattr(_context, "_WALK_SLICE", 41)
+    pages: list[int] = []
+    sync_push = LocalExecContext.sync_push
+    slices = 0
+    manifest_calls: list[int] = []
+
+    async def recorded(self: LocalExecContext, *args: Any, **kwargs: Any) -> Any:
+        page = await sync_push(self, *args, **kwargs)
+        pages.append(len(page.files) + len(page.dirs) + len(page.symlinks))
+        return page
+
+    async def other_task() -> None:
+        nonlocal slices
+        while True:
+            slices += 1
+            await asyncio.sleep(0)
+
+    monkeypatch.setattr(LocalExecContext, "sync_push", recorded)
+    db = tmp_path / "ws.db"
+    files = {f"/workspace/t/{i % 7}/f{i:03}": f"{i}\n".encode() for i in range(600)}
+    expected = "".join(f"t/{i % 7}/f{i:03} {i}\n" for i in sorted(range(600), key=lambda i: (i % 7, i)))
+    async with computer.Workspace(str(db)) as ws:
+        ws.fs.commit_batch(files, mkdirs=["/workspace/empty/deeper", "/workspace/t", "/workspace/z"])
+        await ws.fs.write_file("/workspace/z/big", bytes(range(256)) * 8192)  # 2 MiB: as chunks
+        await ws.fs.link("/workspace/t/0/f000", "/workspace/z/link")  # its first name pages earlier
+        await ws.fs.symlink("t/1", "/workspace/z/sym")
+    for _ in range(2):  # the second time: a reopen, a new mirror again
+        async with computer.Workspace(str(db), backends=[ShellBackend(live=False)]) as ws:
+            pages.clear()
+
+            def counted(*args: Any, manifest: Any = ws.fs.manifest, **kwargs: Any) -> Any:
+                manifest_calls.append(1)
+                return manifest(*args, **kwargs)
+
+            monkeypatch.setattr(ws.fs, "manifest", counted)
+            other = asyncio.ensure_future(other_task())
+            try:
+                result = await (
+                    await ws.runtime.exec(
+                        "for f in t/*/*; do printf '%s %s' $f \"$(cat $f)\"; echo; done; "
+                        "ls -d empty/deeper; stat -c %h t/0/f000 z/link; readlink z/sym; md5sum < z/big",
+                        timeout=60,
+                    )
+                ).result()
+            finally:
+                other.cancel()
+            assert result.status == "completed", result.stderr
+            big = hashlib.md5(bytes(range(256)) * 8192).hexdigest()
+            assert result.stdout == f"{expected}empty/deeper\n2\n2\nt/1\n{big}  -\n"
+            assert len(pages) >= 7 and max(pages) <= 97, pages
+            assert len(manifest_calls) >= 15  # a slice at a time
+            assert slices >= len(manifest_calls)  # the other task ran between them
+            manifest_calls.clear()
