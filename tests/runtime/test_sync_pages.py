@@ -240,7 +240,7 @@ async def test_a_full_push_reads_the_tree_a_slice_at_a_time_in_small_pages(
     sends small pages (one read and sort of 100,000 entries, and one page of them, held the owner's
     loop 0.85 s). Everything arrives: files, empty directories, symlinks, a large file, and hard links
     whose first name went on an earlier page; after a reopen (a new mirror) too."""
-    monkeypatch.setattr(_context, "_FULL_PAGE_ENTRIES", 97)
+    monkeypatch.setattr(_context, "_PAGE_ENTRIES", 97)
     monkeypatch.setattr(_context, "_WALK_SLICE", 41)
     pages: list[int] = []
     sync_push = LocalExecContext.sync_push
