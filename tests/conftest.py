@@ -48,9 +48,6 @@ def ray_session(session_dir: Path) -> Iterator[object]:
             object_store_memory=256 * 1024 * 1024,
             log_to_driver=False,
             num_cpus=8,
-            # Its processes talk over loopback, not the machine's own address (the rule: tests touch
-            # no address but loopback; without it the session's address was the eth0 one).
-            _node_ip_address="127.0.0.1",
         )
     yield ray
     ray.shutdown()
