@@ -22,6 +22,29 @@ from computer.runtime._context import LocalExecContext
 from computer.runtime._sync import _Pages
 
 
+class _Turns:
+    """A task counting its turns of the event loop while the block runs: whether the loop ran other
+    work between two points."""
+
+    def __init__(self, pause: float = 0.0) -> None:
+        self.count = 0
+        self.pause = pause  # a spin (0) starves threads that read pages
+        self._task: asyncio.Future[None] | None = None
+
+    async def __aenter__(self) -> _Turns:
+        self._task = asyncio.ensure_future(self._turn())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+
+    async def _turn(self) -> None:
+        while True:
+            self.count += 1
+            await asyncio.sleep(self.pause)
+
+
 async def test_closing_pages_while_a_thread_steps_them_waits_for_the_step() -> None:
     inside, go_on, closed = threading.Event(), threading.Event(), threading.Event()
 
@@ -68,32 +91,22 @@ async def test_a_pull_of_many_small_files_is_committed_in_pages_with_the_loop_fr
     event loop runs other tasks between them: one page of 20,000 files held the loop (every workspace
     of the process) 0.68 s."""
     pages: list[tuple[int, int]] = []  # (files on the page, the other task's count when it came)
-    count = 0
+    turns = _Turns(0.0005)
     sync_pull = LocalExecContext.sync_pull
 
     async def recorded(self: LocalExecContext, pull: Any, base_rev: int) -> Any:
-        pages.append((len(pull.files), count))
+        pages.append((len(pull.files), turns.count))
         return await sync_pull(self, pull, base_rev)
 
     monkeypatch.setattr(LocalExecContext, "sync_pull", recorded)
-
-    async def other_task() -> None:
-        nonlocal count
-        while True:
-            count += 1
-            await asyncio.sleep(0.0005)  # (a spin would starve the threads reading pages)
-
     async with computer.Workspace(backends=[ShellBackend(live=live)]) as ws:
         await ws.fs.mkdir("/workspace")
         await (await ws.runtime.exec("true")).result()
         pages.clear()
-        other = asyncio.ensure_future(other_task())
-        try:
+        async with turns:
             result = await (
                 await ws.runtime.exec("for i in $(seq 2500); do echo $i > f$i; done", timeout=60)
             ).result()
-        finally:
-            other.cancel()
         assert result.status == "completed", result.stderr
         assert len(result.pulled) == 2500 and result.skipped == []
         assert sum(files for files, _ in pages) >= 2500  # (a live tick may pull a file twice)
@@ -123,21 +136,15 @@ async def test_removals_past_a_page_go_on_pages_of_their_own_first(monkeypatch: 
     (a pull that reads no file has no thread hop to give it the loop)."""
     pages: list[tuple[int, int]] = []  # (removals, files) of each page
     seen: list[tuple[int, int]] = []  # the other task's count as each page came and was done
-    count = 0
+    turns = _Turns()
     sync_pull = LocalExecContext.sync_pull
 
     async def recorded(self: LocalExecContext, pull: Any, base_rev: int) -> Any:
         pages.append((len(pull.deleted), len(pull.files)))
-        came = count
+        came = turns.count
         result = await sync_pull(self, pull, base_rev)
-        seen.append((came, count))
+        seen.append((came, turns.count))
         return result
-
-    async def other_task() -> None:
-        nonlocal count
-        while True:
-            count += 1
-            await asyncio.sleep(0)
 
     monkeypatch.setattr(LocalExecContext, "sync_pull", recorded)
     async with computer.Workspace(backends=[ShellBackend(live=False)]) as ws:
@@ -146,11 +153,8 @@ async def test_removals_past_a_page_go_on_pages_of_their_own_first(monkeypatch: 
         await (await ws.runtime.exec("true")).result()
         pages.clear()
         seen.clear()
-        other = asyncio.ensure_future(other_task())
-        try:
+        async with turns:
             result = await (await ws.runtime.exec("find d -name 'f*' -delete", timeout=60)).result()
-        finally:
-            other.cancel()
         assert result.status == "completed", result.stderr
         assert len(result.pulled) == 2500 and result.skipped == []
         assert sum(removals for removals, _ in pages) == 2500
@@ -244,19 +248,13 @@ async def test_a_full_push_reads_the_tree_a_slice_at_a_time_in_small_pages(
     monkeypatch.setattr(_context, "_WALK_SLICE", 41)
     pages: list[int] = []
     sync_push = LocalExecContext.sync_push
-    slices = 0
+    turns = _Turns()
     manifest_calls: list[int] = []
 
     async def recorded(self: LocalExecContext, *args: Any, **kwargs: Any) -> Any:
         page = await sync_push(self, *args, **kwargs)
         pages.append(len(page.files) + len(page.dirs) + len(page.symlinks))
         return page
-
-    async def other_task() -> None:
-        nonlocal slices
-        while True:
-            slices += 1
-            await asyncio.sleep(0)
 
     monkeypatch.setattr(LocalExecContext, "sync_push", recorded)
     db = tmp_path / "ws.db"
@@ -276,8 +274,8 @@ async def test_a_full_push_reads_the_tree_a_slice_at_a_time_in_small_pages(
                 return manifest(*args, **kwargs)
 
             monkeypatch.setattr(ws.fs, "manifest", counted)
-            other = asyncio.ensure_future(other_task())
-            try:
+            turns.count = 0
+            async with turns:
                 result = await (
                     await ws.runtime.exec(
                         "for f in t/*/*; do printf '%s %s' $f \"$(cat $f)\"; echo; done; "
@@ -285,14 +283,12 @@ async def test_a_full_push_reads_the_tree_a_slice_at_a_time_in_small_pages(
                         timeout=60,
                     )
                 ).result()
-            finally:
-                other.cancel()
             assert result.status == "completed", result.stderr
             big = hashlib.md5(bytes(range(256)) * 8192).hexdigest()
             assert result.stdout == f"{expected}empty/deeper\n2\n2\nt/1\n{big}  -\n"
             assert len(pages) >= 7 and max(pages) <= 97, pages
             assert len(manifest_calls) >= 15  # a slice at a time
-            assert slices >= len(manifest_calls)  # the other task ran between them
+            assert turns.count >= len(manifest_calls)  # the other task ran between them
             manifest_calls.clear()
 
 
