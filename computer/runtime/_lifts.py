@@ -18,10 +18,11 @@ state taken again, before its directory's bits go back (the next pull would take
 A directory a program locked is seen by the pull that follows (its lstat, or a lookup below it that
 fails with EACCES); a push lifts the locked directories above what it writes.
 
-The mirror's top directory is the exception: it is the sandbox's working directory, and a program
-that locks it (``chmod 000 .``) failed every later run at ``cd``, with nothing left to undo it from
-inside. After each pull its owner bits are set again for good, root or not (the workspace never holds
-the top directory's mode; its group and other bits are left as the program set them).
+The mirror's top directory is lifted and put back like any other, with one exception: it is the
+sandbox's working directory, and a program that locked its owner out of it (``chmod 000 .``) failed
+every later run at ``cd``, with nothing left to undo it from inside. After each pull its owner's
+search bit is set again for good, root or not: a run starts there and can ``chmod`` it back, and
+every other bit stays as the program set it (the workspace never holds the top directory's mode).
 """
 
 from __future__ import annotations
@@ -60,17 +61,17 @@ def _chmod_fd(fd: int, mode: int) -> None:
 
 
 def open_top(directory: Path) -> bool:
-    """Give the owner of the mirror's top directory rwx again (see the module's note); whether it
-    lacked any."""
+    """Give the owner of the mirror's top directory its search bit again, so a run can start in it
+    (see the module's note); whether it lacked it."""
     try:
         fd = os.open(directory, _PATH | os.O_DIRECTORY)
     except OSError:
         return False
     try:
         mode = stat.S_IMODE(os.fstat(fd).st_mode)
-        if mode & DIR_NEEDS == DIR_NEEDS:
+        if mode & stat.S_IXUSR:
             return False
-        _chmod_fd(fd, mode | DIR_NEEDS)
+        _chmod_fd(fd, mode | stat.S_IXUSR)
         return True
     finally:
         os.close(fd)
@@ -112,22 +113,21 @@ class Lifts:
         """Lift every directory from the top down to ``rel`` that locks its owner out, and ``rel``
         itself when ``itself`` (a file only when ``files``); whether anything was lifted. A missing
         path, or one whose way down is not a directory (or is a link), stops the walk there."""
-        changed = open_top(directory)
         names = rel.split("/") if rel else []
         walk = names if itself else names[:-1]
-        if not walk:
-            return changed
+        changed = False
         try:
             fd = os.open(directory, _PATH | os.O_DIRECTORY)
         except OSError:
             return changed
         try:
-            at = ""
-            for name in walk:
-                child = os.open(name, _PATH, dir_fd=fd)  # ENOTDIR below a file: the walk ends
-                os.close(fd)
-                fd = child
-                at = f"{at}/{name}" if at else name
+            at = ""  # the top first ("": the mirror's directory itself)
+            for name in [None, *walk]:
+                if name is not None:
+                    child = os.open(name, _PATH, dir_fd=fd)  # ENOTDIR below a file: the walk ends
+                    os.close(fd)
+                    fd = child
+                    at = f"{at}/{name}" if at else name
                 st = os.fstat(fd)
                 need = _needs(st.st_mode)
                 if not need or (not files and need != DIR_NEEDS):  # a link (never followed), a FIFO
@@ -150,6 +150,8 @@ class Lifts:
         if not self.locked:
             return
         locked, lifted = self.locked, self.lifted
+        if "" in locked and "" not in lifted:  # the top (no path of ``rels`` names it)
+            self.lift(directory, "")
         for rel in rels:
             probe = rel
             while probe:
@@ -183,6 +185,11 @@ class Lifts:
         self.lifted.clear()
         return done
 
+    def forget_below_top(self) -> None:
+        """The mirror was emptied (a full push): only the top's lock, if any, is left to put back."""
+        self.locked = {"": self.locked[""]} if "" in self.locked else {}
+        self.lifted &= {""}
+
     def forget(self, rel: str) -> None:
         """``rel`` is gone (a pull found it removed): its lock with it."""
         if self.locked:
@@ -190,9 +197,10 @@ class Lifts:
 
 
 def _open_beneath(directory: Path, rel: str) -> int:
-    """An ``O_PATH`` descriptor of ``rel`` below ``directory``, no link followed on the way."""
+    """An ``O_PATH`` descriptor of ``rel`` below ``directory`` ("": itself), no link followed on the
+    way."""
     fd = os.open(directory, _PATH | os.O_DIRECTORY)
-    for name in rel.split("/"):
+    for name in rel.split("/") if rel else ():
         try:
             child = os.open(name, _PATH, dir_fd=fd)
         finally:

@@ -56,6 +56,8 @@ class MirrorPush(MirrorBase):
             self._own(self.directory)
         if push.full and first:
             self.unwatch()
+            if self.lifts.active:  # a top a program locked (``_lifts``)
+                self.lifts.lift(self.directory, "")
             for child in list(self.directory.iterdir()):
                 remove_node(child)
             self.state.clear()
@@ -63,8 +65,7 @@ class MirrorPush(MirrorBase):
             self.dir_times.clear()
             self.protected = set()
             self.reasons = {}
-            self.lifts.locked.clear()
-            self.lifts.lifted.clear()
+            self.lifts.forget_below_top()
         if self.lifts.locked:  # below a directory a program locked, as this process is not root
             self.lifts.lift_locked(self.directory, self._written(push))
         for src, dst in push.moves:

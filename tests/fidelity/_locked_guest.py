@@ -77,7 +77,7 @@ async def main(db: str, live: bool) -> dict[str, Any]:
         seen["moved"] = await _run(ws, "mv d d2 && echo walked")
         seen["after_move"] = await _view(ws, [f"{ROOT}/d", f"{ROOT}/d2", f"{ROOT}/d2/f", f"{ROOT}/d2/new"])
         seen["top"] = await _run(ws, "chmod 000 . && echo locked")
-        seen["top_after"] = await _run(ws, "stat -c %a . && ls")
+        seen["top_after"] = await _run(ws, "stat -c %a . && chmod 755 . && ls")
     async with computer.Workspace(db, backends=[_shell(live)]) as ws:
         seen["reopened"] = await _view(
             ws,

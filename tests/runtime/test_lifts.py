@@ -23,6 +23,7 @@ def test_a_chain_of_locked_directories_is_lifted_top_down_and_put_back_deepest_f
     os.chmod(tmp_path / "d" / "e", 0o100)
     os.chmod(tmp_path / "d", 0o500)
     lifts = Lifts(active=True)
+    os.chmod(tmp_path, 0o500)  # the top too: lifted and put back like the rest
     assert lifts.lift(tmp_path, "d/e/f", itself=False)
     assert (_mode(tmp_path / "d"), _mode(tmp_path / "d" / "e"), _mode(tmp_path / "d" / "e" / "f")) == (
         0o700,
@@ -32,9 +33,11 @@ def test_a_chain_of_locked_directories_is_lifted_top_down_and_put_back_deepest_f
     assert lifts.lift(tmp_path, "d/e/f")  # now the file too
     assert _mode(tmp_path / "d" / "e" / "f") == 0o600
     assert not lifts.lift(tmp_path, "d/e/f")  # nothing more to lift
-    assert lifts.locked == {"d": 0o500, "d/e": 0o100, "d/e/f": 0}
+    assert lifts.locked == {"": 0o500, "d": 0o500, "d/e": 0o100, "d/e/f": 0}
     restored = lifts.restore(tmp_path)
-    assert set(restored) == {"d", "d/e", "d/e/f"}
+    assert set(restored) == {"", "d", "d/e", "d/e/f"}
+    assert _mode(tmp_path) == 0o500
+    os.chmod(tmp_path, 0o700)
     assert stat.S_IMODE(restored["d/e/f"].st_mode) == 0  # the lstat after: the ctime the state keeps
     assert (_mode(tmp_path / "d"), _mode(tmp_path / "d" / "e"), _mode(tmp_path / "d" / "e" / "f")) == (
         0o500,
@@ -42,7 +45,7 @@ def test_a_chain_of_locked_directories_is_lifted_top_down_and_put_back_deepest_f
         0,
     )
     assert lifts.lifted == set()
-    assert lifts.locked == {"d": 0o500, "d/e": 0o100, "d/e/f": 0}  # still known: a push lifts them again
+    assert lifts.locked == {"": 0o500, "d": 0o500, "d/e": 0o100, "d/e/f": 0}  # known: a push lifts them again
 
 
 def test_a_link_a_program_planted_is_never_followed(tmp_path: Path) -> None:
@@ -94,11 +97,11 @@ def test_what_a_pull_notes_and_a_push_gives() -> None:
     assert lifts.locked == {}
 
 
-def test_the_top_directory_gets_its_owner_bits_back_for_good(tmp_path: Path) -> None:
+def test_the_top_directory_gets_its_owner_search_bit_back_for_good(tmp_path: Path) -> None:
     top = tmp_path / "m"
     top.mkdir()
     os.chmod(top, 0o050)
     assert open_top(top)
-    assert _mode(top) == 0o750
+    assert _mode(top) == 0o150
     assert not open_top(top)
     assert not open_top(tmp_path / "missing")
