@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import os
 import secrets
@@ -95,12 +96,16 @@ class MirrorPull(MirrorBase):
                 entry = None
             else:
                 st = known.get(rel)
+                # Below a directory that stays locked (not this process's to lift): kept as last seen,
+                # never taken for removed (its change comes with the next event that names it).
+                unseen = False
                 if st is None:
                     try:
                         st = lstat(base + rel)
                     except OSError as exc:  # past PATH_MAX (never synced), or below a locked directory
                         st = self.lstat_failed(rel, exc)
-                entry = entry_of(st) if st is not None else None
+                        unseen = st is None and exc.errno == errno.EACCES
+                entry = entry_of(st) if st is not None else state.get(rel) if unseen else None
                 if entry is not None and entry.kind == "d":
                     times[rel] = st.st_mtime_ns  # type: ignore[union-attr]
             found.append((rel, entry))

@@ -9,7 +9,11 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
+
+from computer.runtime import MirrorDir, MirrorFile, SyncPush
 from computer.runtime._lifts import Lifts, open_top
+from computer.runtime._mirror import Mirror
 
 
 def _mode(path: Path) -> int:
@@ -105,3 +109,30 @@ def test_the_top_directory_gets_its_owner_search_bit_back_for_good(tmp_path: Pat
     assert _mode(top) == 0o150
     assert not open_top(top)
     assert not open_top(tmp_path / "missing")
+
+
+def test_a_path_below_a_directory_that_cannot_be_lifted_is_kept_not_taken_for_removed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a locked directory cannot be lifted (its files are not this process's own), what lies
+    below it is kept as the mirror last saw it instead of being taken for removed (and deleted from
+    the workspace)."""
+    mirror = Mirror(tmp_path / "m", "/workspace")
+    mirror.apply(
+        SyncPush(5, "/workspace", True, [MirrorFile("/workspace/d/f", b"hi\n")], [MirrorDir("/workspace/d")])
+    )
+    mirror.arm()
+    mirror.lifts = Lifts(active=False)
+    (tmp_path / "m" / "d" / "f").write_bytes(b"hi\nmore\n")
+    lstat = os.lstat
+
+    def denied(path: str | os.PathLike[str], *args: object, **kwargs: object) -> os.stat_result:
+        if os.fspath(path).endswith("/d/f"):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return lstat(path, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "lstat", denied)
+    plan, now = mirror.plan()
+    monkeypatch.setattr(os, "lstat", lstat)
+    assert plan.deleted == [] and [rel for rel, _ in plan.files] == []
+    assert now["d/f"] == mirror.state["d/f"]
