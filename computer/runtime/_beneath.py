@@ -179,12 +179,13 @@ def lstat_beneath(directory: Path, rel: str) -> os.stat_result:
         os.close(fd)
 
 
-def open_beneath(directory: Path, rel: str) -> int:
-    """A descriptor of the directory ``rel`` below ``directory``, no link followed on the way."""
-    fd = os.open(directory, _NOFOLLOW | os.O_DIRECTORY)
+def open_beneath(directory: Path, rel: str, flags: int = _NOFOLLOW | os.O_DIRECTORY) -> int:
+    """A descriptor of ``rel`` below ``directory`` ("": itself), each name on the way opened with
+    ``flags`` (by default: as a directory), no link followed on the way."""
+    fd = os.open(directory, flags | os.O_DIRECTORY)
     for name in rel.split("/") if rel else ():
         try:
-            child = os.open(name, _NOFOLLOW | os.O_DIRECTORY, dir_fd=fd)
+            child = os.open(name, flags, dir_fd=fd)
         finally:
             os.close(fd)
         fd = child

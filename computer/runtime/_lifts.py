@@ -28,26 +28,19 @@ every other bit stays as the program set it (the workspace never holds the top d
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import stat
 from collections.abc import Iterable
 from pathlib import Path
 
-from ._limits import has_capability
+from ._beneath import open_beneath
+from ._limits import overrides_modes
 
-__all__ = ["Lifts", "open_top", "overrides_modes"]
+__all__ = ["Lifts", "open_top"]
 
-_CAP_DAC_OVERRIDE = 1
 _PATH = os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC
 DIR_NEEDS, FILE_NEEDS = 0o700, 0o600
-
-
-@functools.cache
-def overrides_modes() -> bool:
-    """Whether this process reads and writes files whatever their modes say (``CAP_DAC_OVERRIDE``:
-    root, unless a container took it away)."""
-    return has_capability(_CAP_DAC_OVERRIDE)
+_KIND_NEEDS = {"d": DIR_NEEDS, "f": FILE_NEEDS}  # by an entry's kind (links and the rest need none)
 
 
 def _needs(st_mode: int) -> int:
@@ -90,7 +83,7 @@ class Lifts:
     def note(self, rel: str, kind: str, mode: int) -> None:
         """What a pull found at ``rel`` (an entry's kind and permission bits, not lifted by this
         sync): a lock recorded, or one the program took off forgotten."""
-        need = DIR_NEEDS if kind == "d" else FILE_NEEDS if kind == "f" else 0
+        need = _KIND_NEEDS.get(kind, 0)
         if need and mode & need != need:
             self.locked[rel] = mode
         elif self.locked:
@@ -99,7 +92,7 @@ class Lifts:
     def given(self, rel: str, kind: str, mode: int) -> int:
         """The bits a push sets on ``rel`` (``kind`` "d" or "f") for the workspace's ``mode``: those,
         lifted until the sync ends where they lock the owner out (it may write below or into it)."""
-        need = DIR_NEEDS if kind == "d" else FILE_NEEDS
+        need = _KIND_NEEDS[kind]
         if mode & need == need:
             if self.locked:
                 self.locked.pop(rel, None)
@@ -176,7 +169,7 @@ class Lifts:
             if mode is None:
                 continue
             with contextlib.suppress(OSError):
-                fd = _open_beneath(directory, rel)
+                fd = open_beneath(directory, rel, _PATH)  # "" is the top itself
                 try:
                     _chmod_fd(fd, mode)
                     done[rel] = os.fstat(fd)
@@ -194,16 +187,3 @@ class Lifts:
         """``rel`` is gone (a pull found it removed): its lock with it."""
         if self.locked:
             self.locked.pop(rel, None)
-
-
-def _open_beneath(directory: Path, rel: str) -> int:
-    """An ``O_PATH`` descriptor of ``rel`` below ``directory`` ("": itself), no link followed on the
-    way."""
-    fd = os.open(directory, _PATH | os.O_DIRECTORY)
-    for name in rel.split("/") if rel else ():
-        try:
-            child = os.open(name, _PATH, dir_fd=fd)
-        finally:
-            os.close(fd)
-        fd = child
-    return fd

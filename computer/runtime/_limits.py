@@ -17,6 +17,7 @@ Decisions:
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import resource
@@ -31,6 +32,7 @@ __all__ = [
     "has_capability",
     "launcher",
     "limit_self",
+    "overrides_modes",
     "rlimits",
     "set_limits",
 ]
@@ -86,6 +88,7 @@ def set_limits(pid: int, wanted: Sequence[Rlimit]) -> None:
         resource.prlimit(pid, kind, (soft, hard))
 
 
+_CAP_DAC_OVERRIDE = 1
 _CAP_SYS_RESOURCE = 24
 
 
@@ -97,6 +100,13 @@ def has_capability(bit: int) -> bool:
         return bool(int(caps.split()[1], 16) >> bit & 1)
     except (OSError, StopIteration, ValueError, IndexError):
         return False
+
+
+@functools.cache
+def overrides_modes() -> bool:
+    """Whether this process reads and writes files whatever their modes say (``CAP_DAC_OVERRIDE``:
+    root, unless a container took it away)."""
+    return has_capability(_CAP_DAC_OVERRIDE)
 
 
 def can_limit_others() -> bool:

@@ -60,7 +60,7 @@ from pathlib import Path
 
 from ._cgroups import remove_dead_groups, remove_own_groups
 from ._lifetime import is_alive, process_tag
-from ._lifts import overrides_modes
+from ._limits import overrides_modes
 
 __all__ = [
     "SHARED_UNUSED",

@@ -15,7 +15,7 @@ from typing import Any
 
 import computer
 from computer.runtime import ShellBackend
-from computer.runtime._lifts import overrides_modes
+from computer.runtime._limits import overrides_modes
 
 ROOT = "/workspace"
 BIG = bytes(range(256)) * (12 * 1024)  # 3 MiB: pushed as chunks, filled after it is made read-only
