@@ -41,7 +41,7 @@ from ._backend import (
 )
 from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
-from ._pull_rules import CONFLICT
+from ._pull_rules import CONFLICT, outermost
 from ._scratch import blocking_ancestor, process_scratch
 from ._tasks import in_thread
 
@@ -288,7 +288,7 @@ class MirrorSync:
             mirror.unwatch()
             raise
         if len(plan.deleted) > PAGE_FILES:  # removal pages: a removed directory stands for its tree
-            applied = await asyncio.to_thread(_below_removed_left_out, applied, set(plan.deleted))
+            applied = await asyncio.to_thread(_removals_outermost, applied, set(plan.deleted))
         # Unique in the order given (pages come sorted), then sorted: a sort of a set's order took
         # 0.12 ms of 1,111 paths, ~0.05 this way.
         return Synced(sorted(dict.fromkeys([*applied, *saved])), {**reasons, **left_out})
@@ -377,20 +377,14 @@ class _Pages:
             self._pages.close()
 
 
-def _below_removed_left_out(applied: list[str], deleted: set[str]) -> list[str]:
-    """``applied`` without the paths below a directory the pull removed. Removal pages go children
-    first (``Mirror.removal_pages``), so the entries of a removed directory were listed by earlier
-    pages, while a pull of one page lists the directory alone (its batch removes it whole): ``rm -rf``
-    of 2,500 files listed the directory and 1,500 of them, of 1,000 the directory only."""
-    removed = {p for p in applied if p in deleted}
-    out = []
-    for path in applied:
-        parent = path.rpartition("/")[0]
-        while parent and parent not in removed:
-            parent = parent.rpartition("/")[0]
-        if not parent:
-            out.append(path)
-    return out
+def _removals_outermost(applied: list[str], deleted: set[str]) -> list[str]:
+    """``applied`` with its removals cut to the outermost ones. Removal pages go children first
+    (``Mirror.removal_pages``), so the entries of a removed directory were listed by earlier pages,
+    while a pull of one page lists the directory alone (its batch removes it whole): ``rm -rf`` of
+    2,500 files listed the directory and 1,500 of them, of 1,000 the directory only. (Nothing but a
+    removal lies below a removed directory.)"""
+    removed = [p for p in applied if p in deleted]
+    return [p for p in applied if p not in deleted] + outermost(removed)
 
 
 def _check_reachable(directory: str, owner: tuple[int, int]) -> None:
