@@ -48,6 +48,34 @@ async def _view(ws: computer.Workspace, paths: list[str]) -> dict[str, Any]:
     return out
 
 
+async def _race(ws: computer.Workspace, live: bool) -> dict[str, Any]:
+    """The workspace writes into a directory a running program keeps read-only (``chmod 500``). Live,
+    the write reaches the sandbox while the program waits for it (the tick's push lifts the directory
+    and puts its bits back); per call, the workspace's change wins the pull (the program's directory
+    is refused and listed) and the next run has the workspace's file."""
+    wait = "for i in $(seq 400); do [ -e r/new ] && break; sleep 0.05; done; " if live else "sleep 1; "
+    handle = await ws.runtime.exec(
+        f"mkdir r && echo 1 > r/own && chmod 500 r && echo ready && {wait}stat -c %a r; cat r/new r/own",
+        timeout=60,
+    )
+    async for snapshot in handle:
+        if "ready" in snapshot.stdout or snapshot.done:
+            break
+    for _ in range(400):  # live: until a tick pulled the program's directory (bounded)
+        if not live or await ws.fs.exists(f"{ROOT}/r/own"):
+            break
+        await asyncio.sleep(0.05)
+    await ws.fs.mkdir(f"{ROOT}/r", recursive=True)
+    await ws.fs.write_file(f"{ROOT}/r/new", b"from the workspace")
+    result = await asyncio.wait_for(handle.result(), 180)
+    return {
+        "status": result.status,
+        "stdout": result.stdout,
+        "pulled": result.pulled,
+        "skipped": result.skipped_reasons,
+    }
+
+
 def _shell(live: bool) -> ShellBackend:
     return ShellBackend(live=live, unprivileged=False)  # the sandbox's files are this process's own
 
@@ -78,6 +106,8 @@ async def main(db: str, live: bool) -> dict[str, Any]:
         seen["after_move"] = await _view(ws, [f"{ROOT}/d", f"{ROOT}/d2", f"{ROOT}/d2/f", f"{ROOT}/d2/new"])
         seen["top"] = await _run(ws, "chmod 000 . && echo locked")
         seen["top_after"] = await _run(ws, "stat -c %a . && chmod 755 . && ls")
+        seen["race"] = await _race(ws, live)
+        seen["after_race"] = await _run(ws, "chmod 700 r; cat r/new; echo; stat -c %a r")
     async with computer.Workspace(db, backends=[_shell(live)]) as ws:
         seen["reopened"] = await _view(
             ws,
@@ -89,6 +119,7 @@ async def main(db: str, live: bool) -> dict[str, Any]:
                 f"{ROOT}/e/g",
                 f"{ROOT}/e/h",
                 f"{ROOT}/big",
+                f"{ROOT}/r/new",
             ],
         )
         seen["reopened_run"] = await _run(ws, "chmod 700 d2 && cat d2/f d2/new && md5sum < big")

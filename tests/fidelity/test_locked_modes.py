@@ -121,10 +121,21 @@ def test_what_a_program_locks_is_synced_both_ways_without_mode_overrides(tmp_pat
     _file(moved[f"{ROOT}/d2/f"], 0o644, "hi\n")
     _file(moved[f"{ROOT}/d2/new"], 0o644, "from the workspace")
     assert seen["top_after"]["stdout"] == "100\nbig\nd2\ne\nt\n"
+    # A race: the workspace writes into a directory a running program keeps read-only.
+    race = seen["race"]
+    if live:  # the tick's push lifted it, wrote, and put its bits back while the program waited
+        assert race["status"] == "completed" and race["skipped"] == {}, race
+        assert race["stdout"] == "ready\n500\nfrom the workspace1\n"
+    else:  # the workspace's change wins the pull; the program's directory is refused and listed
+        assert race["stdout"] == "ready\n500\n1\n", race
+        assert set(race["skipped"]) == {f"{ROOT}/r", f"{ROOT}/r/own"} and all(race["skipped"].values())
+    assert seen["after_race"]["status"] == "completed", seen["after_race"]
+    assert seen["after_race"]["stdout"] == "from the workspace\n700\n"
     reopened = seen["reopened"]
     _file(reopened[f"{ROOT}/d2"], 0)
     _file(reopened[f"{ROOT}/d2/f"], 0o644, "hi\n")
     _file(reopened[f"{ROOT}/t"], 0, "the workspace's t")
     _file(reopened[f"{ROOT}/e/h"], 0o644, "into a read-only directory")
     _file(reopened[f"{ROOT}/big"], 0o444)
+    _file(reopened[f"{ROOT}/r/new"], 0o644, "from the workspace")
     assert seen["reopened_run"]["stdout"] == f"hi\nfrom the workspace{BIG_MD5}  -\n"
