@@ -23,6 +23,7 @@ from ._watch import TreeWatch
 
 __all__ = [
     "BAD_TARGET",
+    "LOCKED_OUT",
     "NOT_UTF8",
     "SPECIAL",
     "TARGET_TOO_LONG",
@@ -120,11 +121,20 @@ class MirrorBase:
             pass
         return None
 
+    def locked_out(self, plan: PullPlan, denied: list[str]) -> PullPlan:
+        """``plan`` with the paths the sync could not look at (``LOCKED_OUT``): kept (``kept``) and
+        listed in the run's ``skipped``."""
+        for rel in denied:
+            plan.unsyncable[self.workspace_path(rel)] = LOCKED_OUT
+        return plan
+
     def note_locks(self, found: Iterable[tuple[str, Entry | None]], now: dict[str, Entry]) -> None:
         """Record the locks among ``found`` (what a pull's lstat calls found, None: gone), and give
         each path this sync lifted its program's mode in ``now`` (an lstat after the lift saw the
-        lifted one)."""
+        lifted one). Nothing to do where this process overrides modes (``Lifts.active``)."""
         lifts = self.lifts
+        if not lifts.active:
+            return
         for rel, entry in found:
             if entry is None:
                 lifts.forget(rel)
@@ -431,6 +441,10 @@ NOT_UTF8 = "the name is not UTF-8: the workspace cannot hold it (it stays in the
 SPECIAL = "not a regular file, directory or symlink (FIFO, socket or device): never synced"
 BAD_TARGET = (
     "a symlink whose target is not UTF-8: the workspace cannot hold it (it stays in the sandbox only)"
+)
+LOCKED_OUT = (
+    "not readable by the sync: a directory above it locks this process out and is not its own to "
+    "open; kept as last synced (it stays in the sandbox only)"
 )
 TOO_LONG = "path too long: a sandbox syncs paths of up to {} bytes (it stays in the sandbox only)"
 TARGET_TOO_LONG = (

@@ -17,7 +17,16 @@ from xxhash import xxh3_128_intdigest
 from ._backend import BIG_FILE, PAGE_FILES, MirrorFile, SyncPull
 from ._beneath import HOLE, HOLE_DIGEST, SAFE_BITS, BeneathReader, remove_beneath
 from ._dir_times import mirror_dir, with_dir_times
-from ._mirror_base import NOT_UTF8, SPECIAL, Entry, MirrorBase, PullPlan, entry_of, is_below, was_dir
+from ._mirror_base import (
+    NOT_UTF8,
+    SPECIAL,
+    Entry,
+    MirrorBase,
+    PullPlan,
+    entry_of,
+    is_below,
+    was_dir,
+)
 from ._mirror_walk import walk
 from ._watch import TreeWatch
 
@@ -33,10 +42,10 @@ _HOLE_PRINT = xxh3_128_intdigest(HOLE, _SEED)
 class MirrorPull(MirrorBase):
     """Finding and reading what changed in the mirror (a part of :class:`~computer.runtime._mirror.Mirror`)."""
 
-    def scan(self, times: dict[str, int] | None = None) -> dict[str, Entry]:
+    def scan(self, times: dict[str, int] | None = None, denied: list[str] | None = None) -> dict[str, Entry]:
         """Walk the directory: every entry below it, by relative path (and each directory's mtime in ns
         into ``times`` when given); see :func:`~computer.runtime._mirror_walk.walk`."""
-        return walk(self.directory, self.state, self.lifts, times)
+        return walk(self.directory, self.state, self.lifts, times, denied)
 
     def arm(self) -> None:
         """Start watching for the run's changes; events the push itself caused are dropped."""
@@ -62,19 +71,18 @@ class MirrorPull(MirrorBase):
         changed a file no event names: every file is looked at again (``look_again``; ``paced``, a
         live sandbox's tick: at most a tenth of the time, the rest at a later tick)."""
         touched = self.watch.drain() if self.watch is not None else None
+        denied: list[str] = []  # paths kept as last seen: a directory above stays locked (LOCKED_OUT)
         if touched is None:
-            # A new watch first, then the walk: what changes after the watch is set is the next
-            # pull's, what changed before it this walk's. Without it only a push armed a watch again,
-            # and a live sandbox whose program moved a directory walked its whole tree on every run
-            # and every sync tick until the workspace next changed.
+            # A new watch first, then the walk: what changes after the watch is set is the next pull's,
+            # what changed before it this walk's. Without it only a push armed a watch again, and a live
+            # sandbox whose program moved a directory walked its whole tree on every run and tick.
             self.unwatch()
             self.arm()
             walked: dict[str, int] = {}
-            now = self.scan(walked)
-            if self.lifts.active:
-                self.note_locks(now.items(), now)
+            now = self.scan(walked, denied)
+            self.note_locks(now.items(), now)
             self.look_owed = False  # every path was lstat-ed
-            return self._plan(now, set(now) | set(self.state), walked), now
+            return self.locked_out(self._plan(now, set(now) | set(self.state), walked), denied), now
         if not touched and not self.look_due(paced):  # no copy of the state (10,000 entries: 0.3 ms)
             return PullPlan(), self.state
         state = self.state
@@ -96,16 +104,16 @@ class MirrorPull(MirrorBase):
                 entry = None
             else:
                 st = known.get(rel)
-                # Below a directory that stays locked (not this process's to lift): kept as last seen,
-                # never taken for removed (its change comes with the next event that names it).
-                unseen = False
                 if st is None:
                     try:
                         st = lstat(base + rel)
                     except OSError as exc:  # past PATH_MAX (never synced), or below a locked directory
                         st = self.lstat_failed(rel, exc)
-                        unseen = st is None and exc.errno == errno.EACCES
-                entry = entry_of(st) if st is not None else state.get(rel) if unseen else None
+                        if st is None and exc.errno == errno.EACCES:  # a lock not ours to lift:
+                            denied.append(rel)  # kept as last seen, never taken for removed
+                            found.append((rel, state.get(rel)))
+                            continue
+                entry = entry_of(st) if st is not None else None
                 if entry is not None and entry.kind == "d":
                     times[rel] = st.st_mtime_ns  # type: ignore[union-attr]
             found.append((rel, entry))
@@ -136,10 +144,9 @@ class MirrorPull(MirrorBase):
                     now.pop(rel, None)
                 else:
                     now[rel] = entry
-        if self.lifts.active:
-            self.note_locks(found, now)
+        self.note_locks(found, now)
         self.look_again(now, candidates, paced)
-        return self._plan(now, candidates, times, watched=True), now
+        return self.locked_out(self._plan(now, candidates, times, watched=True), denied), now
 
     def collect(self, max_bytes: int | None = None) -> tuple[SyncPull, dict[str, Entry]]:
         """:meth:`plan` with every changed file read, as one :class:`SyncPull` (small pulls, tests)."""

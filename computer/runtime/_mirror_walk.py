@@ -14,18 +14,24 @@ __all__ = ["walk"]
 
 
 def walk(
-    directory: Path, state: dict[str, Entry], lifts: Lifts, times: dict[str, int] | None = None
+    directory: Path,
+    state: dict[str, Entry],
+    lifts: Lifts,
+    times: dict[str, int] | None = None,
+    denied: list[str] | None = None,
 ) -> dict[str, Entry]:
     """Every entry below ``directory`` by relative path (and each directory's mtime in ns into
     ``times`` when given). A directory the program locked is lifted to be read (``_lifts``); one
-    that still cannot be read keeps what ``state`` held below it (before, it was taken for emptied,
-    and the pull removed what it held from the workspace)."""
+    that still cannot be read keeps what ``state`` held below it, and is added to ``denied`` (before,
+    it was taken for emptied, and the pull removed what it held from the workspace)."""
     out: dict[str, Entry] = {}
     stack = [("", os.fspath(directory))]
     while stack:
         rel, host = stack.pop()
         listing = _listing(directory, lifts, rel, host)
         if listing is None:
+            if denied is not None:
+                denied.append(rel)
             prefix = f"{rel}/" if rel else ""
             out.update((k, e) for k, e in state.items() if k.startswith(prefix))
             continue

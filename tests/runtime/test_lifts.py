@@ -14,6 +14,7 @@ import pytest
 from computer.runtime import MirrorDir, MirrorFile, SyncPush
 from computer.runtime._lifts import Lifts, open_top
 from computer.runtime._mirror import Mirror
+from computer.runtime._mirror_base import LOCKED_OUT
 
 
 def _mode(path: Path) -> int:
@@ -119,15 +120,22 @@ def test_a_path_below_a_directory_that_cannot_be_lifted_is_kept_not_taken_for_re
     the workspace)."""
     mirror = Mirror(tmp_path / "m", "/workspace")
     mirror.apply(
-        SyncPush(5, "/workspace", True, [MirrorFile("/workspace/d/f", b"hi\n")], [MirrorDir("/workspace/d")])
+        SyncPush(
+            5,
+            "/workspace",
+            True,
+            [MirrorFile("/workspace/d/f", b"hi\n")],
+            [MirrorDir("/workspace/d"), MirrorDir("/workspace/d/e")],
+        )
     )
     mirror.arm()
     mirror.lifts = Lifts(active=False)
     (tmp_path / "m" / "d" / "f").write_bytes(b"hi\nmore\n")
+    os.chmod(tmp_path / "m" / "d" / "e", 0o700)  # an event on a directory below it too
     lstat = os.lstat
 
     def denied(path: str | os.PathLike[str], *args: object, **kwargs: object) -> os.stat_result:
-        if os.fspath(path).endswith("/d/f"):
+        if os.fspath(path).endswith(("/d/f", "/d/e")):
             raise PermissionError(13, "Permission denied", os.fspath(path))
         return lstat(path, *args, **kwargs)  # type: ignore[arg-type]
 
@@ -135,4 +143,6 @@ def test_a_path_below_a_directory_that_cannot_be_lifted_is_kept_not_taken_for_re
     plan, now = mirror.plan()
     monkeypatch.setattr(os, "lstat", lstat)
     assert plan.deleted == [] and [rel for rel, _ in plan.files] == []
-    assert now["d/f"] == mirror.state["d/f"]
+    assert now["d/f"] == mirror.state["d/f"] and now["d/e"] == mirror.state["d/e"]
+    # ... and listed, with its reason, in the run's ``skipped`` (the mirror keeps it).
+    assert plan.unsyncable == dict.fromkeys(["/workspace/d/e", "/workspace/d/f"], LOCKED_OUT)
