@@ -15,15 +15,14 @@ workspace's writes below locked directories, a full walk through one, and a reop
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from child_json import child_report
 
 from ._support import ROOT, opened, run
 
@@ -67,16 +66,10 @@ def _guest_command(db: Path, live: bool) -> list[str]:
 def _guest(tmp_path: Path, live: bool) -> dict[str, Any]:
     os.chmod(tmp_path, 0o755)
     env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(tmp_path)}
-    done = subprocess.run(
-        _guest_command(tmp_path / "ws.db", live),
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env=env,
-        cwd=REPO,
+    report: dict[str, Any] = child_report(
+        _guest_command(tmp_path / "ws.db", live), env=env, timeout=600, cwd=REPO
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return report
 
 
 def _file(seen: dict[str, Any], mode: int, data: str | None = None) -> None:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+from child_json import child_report
 
 import computer
 from computer.config import Settings
@@ -83,16 +83,9 @@ def test_runs_spread_across_the_nodes_of_a_two_node_cluster(tmp_path: Path) -> N
     script.write_text(_TWO_NODES)
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
     env.pop("RAY_ADDRESS", None)
-    done = subprocess.run(
-        [sys.executable, str(script), str(tmp_path / "data")],
-        capture_output=True,
-        text=True,
-        timeout=240,
-        cwd=tmp_path,
-        env=env,
+    report = child_report(
+        [sys.executable, str(script), str(tmp_path / "data")], env=env, timeout=240, cwd=tmp_path
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["statuses"] == ["completed"] * 8
     assert report["files"] == [f"{i}\n" for i in range(8)]
     assert len(report["nodes"]) == 2, report

@@ -5,28 +5,21 @@ Each cluster runs in its own subprocess (``_cluster_restart_script.py``), bounde
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
+
+from child_json import child_report
 
 SCRIPT = Path(__file__).with_name("_cluster_restart_script.py")
 
 
 def _run(mode: str, data_dir: Path) -> dict[str, str]:
     env = {**os.environ, "RAY_ADDRESS": "", "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
-    done = subprocess.run(
-        [sys.executable, str(SCRIPT), mode, str(data_dir)],
-        capture_output=True,
-        text=True,
-        timeout=150,
-        env=env,
-        check=False,
+    result: dict[str, str] = child_report(
+        [sys.executable, str(SCRIPT), mode, str(data_dir)], env=env, timeout=150
     )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result: dict[str, str] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
