@@ -323,3 +323,28 @@ async def test_an_incremental_push_in_many_pages_computes_what_it_sends_once(
         assert result.status == "completed", result.stderr
         assert result.stdout == "600\nold\n0\n1\n2\n"
         assert len(reads) == 1, reads
+
+
+async def test_a_workspace_write_into_a_tree_a_run_removes_in_pages_keeps_the_directory(
+    tmp_path: Path,
+) -> None:
+    """The workspace writes ``d/new`` while a run removes ``d`` (2,500 files, so removal pages go
+    children first): the files go, ``d`` itself is refused (the workspace changed something below it),
+    listed in ``skipped`` with its reason, and keeps the workspace's file; after a reopen too."""
+    db = tmp_path / "ws.db"
+    async with computer.Workspace(str(db), backends=[ShellBackend(live=False)]) as ws:
+        ws.fs.commit_batch({f"/workspace/d/e/f{i:04}": b"x" for i in range(2500)}, mkdirs=["/workspace"])
+        await (await ws.runtime.exec("true")).result()
+        handle = await ws.runtime.exec("echo ready; sleep 1; rm -rf d", timeout=60)
+        async for snapshot in handle:
+            if "ready" in snapshot.stdout or snapshot.done:
+                break
+        await ws.fs.write_file("/workspace/d/new", b"from the workspace")
+        result = await asyncio.wait_for(handle.result(), 120)
+        assert result.status == "completed", result.stderr
+        assert result.skipped == ["/workspace/d"] and result.skipped_reasons["/workspace/d"]
+        assert "/workspace/d/e" in result.pulled
+    async with computer.Workspace(str(db), backends=[ShellBackend(live=False)]) as ws:
+        assert [e.name for e in await ws.fs.readdir("/workspace/d")] == ["new"]
+        after = await (await ws.runtime.exec("ls d; cat d/new")).result()
+        assert after.stdout == "new\nfrom the workspace"
