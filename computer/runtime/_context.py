@@ -27,7 +27,7 @@ from ._backend import (
     SyncPush,
 )
 from ._codec import to_plain
-from ._moves import Move, follow, followable
+from ._moves import Move, follow
 from ._pull_commit import SAFE_BITS, KeptChunksGone, PullCommits
 from ._pull_rules import (
     CONFLICT,
@@ -41,14 +41,14 @@ from ._pull_rules import (
 )
 from ._push_ops import (
     Op,
-    below_tops,
-    link_sources,
+    Plan,
     op_key,
     op_of,
     ops_below,
     over_limit,
-    replaced,
-    sent_whole,
+    plan_changes,
+    pure,
+    sorted_ops,
     walk_key,
 )
 
@@ -137,32 +137,19 @@ class LocalExecContext(PullCommits):
         written in place), the names linked to files the mirror holds, the renames to follow; None
         when the whole tree must go instead. Computed once for all the pages of one push (each asks
         with the same mirror revision while the workspace stays at one revision): every page found
-        them again, and 100,000 changed files held the owner's loop 1.6 s a page."""
+        them again, and 100,000 changed files held the owner's loop 1.6 s a page. The pure parts of
+        a large one run in a worker thread (:func:`pure`)."""
         key = (mirror_rev, self.fs.rev, root, tuple(limits.skip_revs), tuple(limits.refetch))
         if self._changed_cache is not None and self._changed_cache[0] == key:
             return self._changed_cache[1]
         changes = self.fs.changes_since(mirror_rev, root, skip_revs=tuple(limits.skip_revs))
         refetch = [p for p in limits.refetch if is_within(p, root)]
-        moves, followed = followable(changes.changes, root, refetch)
-        # The time of the root or above it alone (a pull's) is no change to the tree (a mirror
-        # keeps its root's own time): not the whole tree again.
-        rest = [
-            c
-            for i, c in enumerate(changes.changes)
-            if i not in followed and not (c.op == TOUCH and is_within(root, c.path))
-        ]
-        paths = [c.path for c in rest] + refetch
         changed: _Changed | None = None
-        # A change at or above the root (the root renamed or removed) needs the whole tree again.
-        if changes.complete and not any(is_within(root, p) for p in paths):
-            # A directory sent whole is removed first: one that was removed, replaced or renamed
-            # here (not followed) or that the mirror dropped. One only made or chmod-ed keeps what
-            # the mirror holds (what a followed rename moved there) and gets its changes below.
-            ops = await self._changed_ops(root, paths, sent_whole(rest, refetch))
-            # A file only written (not removed, replaced or renamed here) is written in place.
-            # A name the workspace linked to a file the mirror holds is linked there too.
-            linked = link_sources(rest, refetch)
-            changed = (changes.rev, ops, replaced(rest), linked, [(m.src, m.dst) for m in moves])
+        size = len(changes.changes)
+        plan = await pure(size, plan_changes, changes.changes, root, refetch) if changes.complete else None
+        if plan is not None:
+            ops = await self._changed_ops(plan, size)
+            changed = (changes.rev, ops, plan.replaced, plan.linked, [(m.src, m.dst) for m in plan.moves])
         self._changed_cache = (key, changed)
         return changed
 
@@ -192,11 +179,15 @@ class LocalExecContext(PullCommits):
         self._tree_cache = (key, ops)
         return ops
 
-    async def _changed_ops(self, root: str, paths: list[str], whole: set[str]) -> list[Op]:
+    async def _changed_ops(self, plan: Plan, size: int) -> list[Op]:
+        """The ops of the plan's changed paths, in walk order. A directory sent whole (removed,
+        replaced or renamed here, not followed, or dropped by the mirror) is removed first; one only
+        made or chmod-ed keeps what the mirror holds (what a followed rename moved there) and gets
+        its changes below. A file only written (not removed, replaced or renamed here) is written in
+        place."""
         ops: list[Op] = []
-        tops = outermost(paths)
-        below = below_tops(tops, paths)
-        for path in tops:
+        whole = plan.whole
+        for path in plan.tops:
             try:
                 target = await self.fs.readlink(path)
             except FileNotFoundError:
@@ -214,7 +205,8 @@ class LocalExecContext(PullCommits):
                 continue
             if st.is_directory and path not in whole:
                 ops.append(Op(path, "dir", mode=st.mode, mtime=st.mtime))
-                ops.extend(ops_below(await self._walked(path), path, below[path], whole))
+                listing = await self._walked(path)
+                ops.extend(await pure(len(listing), ops_below, listing, path, plan.below[path], whole))
             elif st.is_directory:
                 # Removed, replaced or renamed here, or dropped by the mirror: sent whole, replacing it.
                 ops.append(Op(path, "tree", mode=st.mode, mtime=st.mtime))
@@ -223,8 +215,7 @@ class LocalExecContext(PullCommits):
                 ino = getattr(st, "ino", 0)
                 nlink = getattr(st, "nlink", 1)
                 ops.append(Op(path, "file", st.size, st.mode, st.mtime, ino, nlink))
-        ops.sort(key=op_key)
-        return ops
+        return await pure(max(size, len(ops)), sorted_ops, ops)
 
     async def _page(
         self,

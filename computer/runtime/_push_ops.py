@@ -9,26 +9,43 @@ the mirror holds there stays (a file a followed rename moved in keeps its inode)
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeVar
 
 from ..storage import TOUCH, ManifestEntry
 from ..storage.paths import is_within
 from ..storage.types import Change
 from ._backend import SyncLimits
+from ._moves import Move, followable
+from ._pull_rules import outermost
 
 __all__ = [
+    "OFFLOAD",
     "Op",
+    "Plan",
     "below_tops",
     "link_sources",
     "op_key",
     "op_of",
     "ops_below",
     "over_limit",
+    "plan_changes",
+    "pure",
     "replaced",
     "sent_whole",
+    "sorted_ops",
     "walk_key",
 ]
+
+# A push over more paths than this does its pure work (what it makes of the change log, the ops
+# below a changed directory, their order) in a worker thread, where the interpreter hands the event
+# loop its turn every few milliseconds: 100,000 files written in the workspace held the owner's loop
+# (every workspace of the process) ~0.4 s at once before a push's first page.
+OFFLOAD = 5_000
+
+_T = TypeVar("_T")
 
 # Change log entries after which a path holds another file than before (a write keeps the file).
 _REPLACING = frozenset({"rm", "rename", "symlink", "link"})
@@ -54,13 +71,16 @@ def op_of(row: ManifestEntry) -> Op:
     return Op(row.path, row.kind, row.size, row.mode, row.mtime, row.ino, row.nlink)
 
 
-def walk_key(path: str) -> list[str]:
-    """Walk order: a directory before what it holds, names compared component by component."""
-    return path.split("/")
+def walk_key(path: str) -> str:
+    """Walk order: a directory before what it holds, names compared component by component. The
+    separator becomes NUL, which sorts before every character a name can hold (a name never holds
+    NUL), so one string comparison orders paths as comparing their components one by one did
+    (sorting 100,000 paths: ~15 ms, was ~75 ms with ``split``)."""
+    return path.replace("/", "\x00")
 
 
-def op_key(op: Op) -> list[str]:
-    return op.path.split("/")
+def op_key(op: Op) -> str:
+    return op.path.replace("/", "\x00")
 
 
 def over_limit(op: Op, count: int, limits: SyncLimits) -> str | None:
@@ -130,29 +150,99 @@ def ops_below(listing: list[Op], top: str, paths: Iterable[str], whole: set[str]
     """The ops of the changed ``paths`` strictly below the directory ``top`` (itself only made or
     chmod-ed), by the same rule, read from ``listing`` (every entry below ``top``, in walk order): a
     path the listing lacks is gone, a directory in ``whole`` is sent whole, any other only with its
-    mode (what the mirror holds there stays: what a followed rename moved in)."""
-    at = {op.path: i for i, op in enumerate(listing)}
+    mode (what the mirror holds there stays: what a followed rename moved in). In walk order.
+
+    Driven by the listing (already in walk order) with the changed paths as a set, so nothing is
+    sorted but the gone paths: 100,000 files written below one new directory took ~320 ms of the
+    owner's loop sorting them and testing each against the path before it, ~40 ms now."""
+    prefix = top + "/"
+    wanted = {p for p in paths if p.startswith(prefix)}
+    if not wanted:
+        return []
     ops: list[Op] = []
-    covered: list[str] = []  # paths sent whole (or gone): what lies below them is in already
-    for path in sorted({p for p in paths if p.startswith(top + "/")}, key=walk_key):
-        if covered and is_within(path, covered[-1]):
-            continue  # walk order: a covering path comes right before what it covers
-        i = at.get(path)
-        if i is None:
-            ops.append(Op(path, "gone"))
-            covered.append(path)
+    seen: set[str] = set()  # wanted paths the listing holds
+    covering: set[str] = set()  # sent whole or not a directory: nothing below them is gone
+    append, see, cover = ops.append, seen.add, covering.add
+    tree: str | None = None  # below a directory sent whole: its entries go with it
+    for op in listing:
+        path = op.path
+        if tree is not None:
+            if path.startswith(tree):
+                append(op)  # walk order: what a directory holds comes right after it
+                continue
+            tree = None
+        if path not in wanted:
             continue
-        op = listing[i]
+        see(path)
         if op.kind != "dir":
-            ops.append(op)
-            covered.append(path)
+            cover(path)
         elif path in whole:
-            ops.append(dataclasses.replace(op, kind="tree"))
-            end, prefix = i + 1, path + "/"
-            while end < len(listing) and listing[end].path.startswith(prefix):
-                end += 1  # walk order: what a directory holds comes right after it
-            ops.extend(listing[i + 1 : end])
-            covered.append(path)
-        else:
-            ops.append(op)
+            append(dataclasses.replace(op, kind="tree"))
+            cover(path)
+            tree = path + "/"
+            continue
+        append(op)
+    missing = wanted.difference(seen)
+    if missing:
+        covering |= missing  # a gone path below another gone one is covered by it
+        gone = []
+        for path in missing:
+            parent = path.rpartition("/")[0]
+            while len(parent) > len(top) and parent not in covering:
+                parent = parent.rpartition("/")[0]
+            if len(parent) <= len(top):
+                gone.append(Op(path, "gone"))
+        ops.extend(gone)
+        ops.sort(key=op_key)  # two runs in walk order, merged
+    return ops
+
+
+async def pure(size: int, fn: Callable[..., _T], *args: object) -> _T:
+    """``fn(*args)`` (pure: nothing shared is changed) on the loop, or in a worker thread when
+    ``size`` is over :data:`OFFLOAD`."""
+    if size <= OFFLOAD:
+        return fn(*args)
+    return await asyncio.to_thread(fn, *args)
+
+
+@dataclasses.dataclass(slots=True)
+class Plan:
+    """What an incremental push makes of the change log, before it looks at the workspace's tree."""
+
+    moves: list[Move]  # renames the mirror follows
+    tops: list[str]  # the outermost changed paths
+    below: dict[str, list[str]]  # the changed paths strictly below each top
+    whole: set[str]  # changed paths sent whole (see :func:`sent_whole`)
+    replaced: set[str]  # paths holding another file than before (see :func:`replaced`)
+    linked: dict[str, tuple[str, bool]]  # names linked to files the mirror holds (:func:`link_sources`)
+
+
+def plan_changes(changes: Sequence[Change], root: str, refetch: list[str]) -> Plan | None:
+    """The plan of an incremental push below ``root`` from ``changes`` (in log order) and the paths
+    the mirror fetches again; None when a change at or above the root (the root renamed or
+    removed) needs the whole tree again."""
+    moves, followed = followable(changes, root, refetch)
+    # The time of the root or above it alone (a pull's) is no change to the tree (a mirror keeps its
+    # root's own time): not the whole tree again.
+    rest = [
+        c
+        for i, c in enumerate(changes)
+        if i not in followed and not (c.op == TOUCH and is_within(root, c.path))
+    ]
+    paths = [c.path for c in rest] + refetch
+    if any(is_within(root, p) for p in paths):
+        return None
+    tops = outermost(paths)
+    return Plan(
+        moves,
+        tops,
+        below_tops(tops, paths),
+        sent_whole(rest, refetch),
+        replaced(rest),
+        link_sources(rest, refetch),
+    )
+
+
+def sorted_ops(ops: list[Op]) -> list[Op]:
+    ops.sort(key=op_key)
     return ops

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import computer
-from computer.runtime import ShellBackend, _context
+from computer.runtime import ShellBackend, _context, _push_ops
 from computer.runtime._backend import PAGE_FILES
 from computer.runtime._context import LocalExecContext
 from computer.runtime._sync import _Pages
@@ -292,14 +292,28 @@ async def test_a_full_push_reads_the_tree_a_slice_at_a_time_in_small_pages(
             manifest_calls.clear()
 
 
+@pytest.mark.parametrize("offload", [False, True], ids=["on-the-loop", "in-a-thread"])
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
 async def test_an_incremental_push_in_many_pages_computes_what_it_sends_once(
-    monkeypatch: pytest.MonkeyPatch, live: bool
+    monkeypatch: pytest.MonkeyPatch, live: bool, offload: bool
 ) -> None:
     """600 files the workspace wrote since the mirror's revision, with a rename, a removal and a new
     link among them, go in pages of 97 entries; the change log is read once for the whole push (each
-    page read it again and walked the changed tree anew: 100,000 files held the loop 1.6 s a page)."""
+    page read it again and walked the changed tree anew: 100,000 files held the loop 1.6 s a page).
+    Offloaded (as a push over ``OFFLOAD`` paths is), the plan, the ops below the changed directory
+    and their order are computed in a worker thread, with the same result."""
     monkeypatch.setattr(_context, "_PAGE_ENTRIES", 97)
+    threads: set[str] = set()
+    if offload:
+        monkeypatch.setattr(_push_ops, "OFFLOAD", -1)
+        for name in ("plan_changes", "ops_below", "sorted_ops"):
+            pure_fn = getattr(_context, name)
+
+            def in_thread(*args: Any, _fn: Any = pure_fn, _name: str = name) -> Any:
+                threads.add(f"{_name}:{threading.current_thread() is threading.main_thread()}")
+                return _fn(*args)
+
+            monkeypatch.setattr(_context, name, in_thread)
     reads: list[int] = []
     async with computer.Workspace(backends=[ShellBackend(live=live)]) as ws:
         ws.fs.commit_batch({"/workspace/old": b"old\n", "/workspace/gone": b"x"}, mkdirs=["/workspace"])
@@ -323,6 +337,8 @@ async def test_an_incremental_push_in_many_pages_computes_what_it_sends_once(
         assert result.status == "completed", result.stderr
         assert result.stdout == "600\nold\n0\n1\n2\n"
         assert len(reads) == 1, reads
+    if offload:  # each computed once, never on the loop's thread
+        assert threads == {"plan_changes:False", "ops_below:False", "sorted_ops:False"}
 
 
 async def test_a_workspace_write_into_a_tree_a_run_removes_in_pages_keeps_the_directory(
