@@ -17,7 +17,7 @@ from typing import TypeVar
 from ._batch_dirs import make_dirs
 from ._content import set_content
 from ._pieces import Assembler, Piece
-from ._resolve import lookup, resolve, resolve_read, write_target
+from ._resolve import lookup, resolve, resolve_read
 from ._resolve import target as target_of
 from ._schema import DIR, KIND_NAMES, SYMLINK, clean_mode
 from ._search import Row, walk_tree, walk_tree_after
@@ -131,7 +131,7 @@ def commit_batch(
     """Apply many changes in one transaction and one revision (the shell backend's pull).
 
     ``bytes`` (or a list of pieces: bytes and existing chunks by :class:`ChunkRef` or hex hash, see
-    ``_pieces``) writes a file (creating parents, replacing a directory in the way), ``None`` removes
+    ``_pieces``) writes a file (creating parents; a directory or a symlink at the path is replaced, never written through: the batch says what the path is now), ``None`` removes
     a path (recursively, missing is fine), ``mkdirs`` ensures directories, ``modes`` sets modes,
     ``mtimes`` sets mtimes in ms, kept exactly (of written files, ensured directories and existing
     paths alike: a pull keeps the program's mtime, not the sync time). A write to a name of a file
@@ -197,11 +197,14 @@ def commit_batch(
             pino = ensure_dirs(st, parent, 0o755, m, replace_files=True)
             node = lookup(st, pino, name)
             real = join(resolve(st, parent)[2], name)
-            if node is not None and node[1] == DIR:
+            if node is not None and node[1] in (DIR, SYMLINK):
+                # The batch says what the path is now (a sync's pull): a directory or a symlink there
+                # is replaced, never written through (a link to ``/secret/x`` the program replaced by
+                # a file wrote its bytes there, outside the mount root). Logged as removed first, so
+                # another mirror replaces it too rather than writing into what it holds.
                 remove_node(st, real, pino, name, node[0], node[1])
+                m.log(real, "rm")
                 node = None
-            if node is not None and node[1] == SYMLINK:
-                pino, name, real, node = write_target(st, p)
             parts = Assembler(st, p, None, staged=False)
             if isinstance(data, (bytes, bytearray, memoryview)):
                 parts.feed_bytes(bytes(data))

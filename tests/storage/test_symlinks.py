@@ -159,3 +159,30 @@ async def test_a_symlink_target_past_what_symlink2_takes_or_not_utf8_is_refused_
     result = fs.commit_batch({"/f": b"kept"}, symlinks={"/long": "y" * 4096, "/fine": "f"})
     assert "/long" in result.skipped and "/fine" in result.applied
     assert await fs.read_file("/fine") == b"kept"
+
+
+async def test_a_batch_write_replaces_a_symlink_at_its_path_and_never_writes_its_target(
+    fs: FileSystem,
+) -> None:
+    """A batch says what each path is now (a sync's pull): a file written where a symlink is replaces
+    the link. It used to be written through: a program's ``rm p; echo x > p`` over ``p -> /secret/c``
+    overwrote ``/secret/c``; over a link to a directory the whole batch failed (``IsADirectoryError``).
+    The link is logged removed first, so another mirror replaces its link too."""
+    await fs.mkdir("/secret")
+    await fs.write_file("/secret/c", b"original")
+    await fs.mkdir("/w/dir", recursive=True)
+    await fs.symlink("/secret/c", "/w/p")
+    await fs.symlink("/w/dir", "/w/dl")
+    rev = fs.rev
+    result = fs.commit_batch({"/w/p": b"file", "/w/dl": [b"big", b"ger"]})
+    assert result.applied == ["/w/dl", "/w/p"] and result.skipped == []
+    assert await fs.read_file("/secret/c") == b"original"
+    assert await fs.read_file("/w/p") == b"file" and await fs.read_file("/w/dl") == b"bigger"
+    assert {e.name: e.is_symlink for e in await fs.readdir("/w")} == {"dir": False, "dl": False, "p": False}
+    assert await fs.readdir("/w/dir") == []
+    assert [(c.path, c.op) for c in fs.changes_since(rev, "/w").changes] == [
+        ("/w/dl", "rm"),
+        ("/w/dl", "write"),
+        ("/w/p", "rm"),
+        ("/w/p", "write"),
+    ]
