@@ -100,7 +100,7 @@ class LiveSandboxes:
             yield ExitEvent(None, error=f"the sandbox could not start: {exc}")
             return
         changes = sandbox.open_run(request.id)
-        finished = False
+        finished = killed = False
         try:
             _, pushed = await sandbox.sync()  # the run starts from the workspace as it is now
             pushed, sandbox.pushed = pushed + sandbox.pushed, 0
@@ -153,6 +153,8 @@ class LiveSandboxes:
                         f"; the live sandbox ended with it ({sandbox.dead}), the next run starts a fresh one"
                     )
                 await self.drop(sandbox, "it ended under a run")
+            except asyncio.CancelledError:
+                killed = True  # ``kill``: its group is dead (``aclosing``); what it wrote is kept, and listed
             if sandbox.alive:
                 await sandbox.sync(push=False)
             limit = self.sandbox.limits.max_processes
@@ -178,12 +180,12 @@ class LiveSandboxes:
             # What the workspace keeps out of the sandbox is listed by every run, as per call.
             skipped = {**sandbox.mirror.left_out(), **changes.skipped}
             yield ExitEvent(
-                outcome.exit_code,
+                None if killed else outcome.exit_code,
                 pushed=pushed,
                 pulled=sorted(changes.pulled),
                 skipped=sorted(skipped),
                 skipped_reasons=skipped,
-                killed=outcome.timed_out,
+                killed=killed or outcome.timed_out,
                 error=error,
                 live=sandbox.alive,
                 synced_to=(

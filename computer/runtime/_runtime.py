@@ -307,6 +307,10 @@ class Runtime:
             )
         else:
             exit_code = exit_event.exit_code
+            if exit_code is None and run.killed and exit_event.killed:
+                # ``kill``: the backend ended the program, pulled what it wrote and says what (its
+                # ``pulled`` and ``skipped``), with no exit code of the program's own.
+                exit_code, error = KILLED_EXIT_CODE, error or "killed"
             status = status_for_exit(exit_code, killed=killed)
             error = exit_event.error or error
             if status == "completed" and error:

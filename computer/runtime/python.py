@@ -270,7 +270,7 @@ class PythonBackend(LiveCalls):
         mirror = self._sync.acquire(workspace_id, ctx)
         self._sync.remove_evicted()
         guest: Guest | None = None
-        clean = False
+        clean = killed = False
         try:
             push, pushed = await self._sync.push(mirror, ctx)
             guest = await self._take_guest(mirror, request)
@@ -282,21 +282,23 @@ class PythonBackend(LiveCalls):
                 async with contextlib.aclosing(output):
                     async for chunk in output:
                         yield chunk
-            except (asyncio.CancelledError, GeneratorExit):
-                # Killed: the guest is dead; what it wrote is kept (SPEC section 10).
+            except GeneratorExit:
+                # Closed: the guest is dead; what it wrote is kept (SPEC section 10).
                 await self._sync.pull(mirror, ctx, push.rev, request.id, defer=False)
                 clean = True
                 raise
-            synced = await self._sync.pull(mirror, ctx, push.rev, request.id)
+            except asyncio.CancelledError:
+                killed = True  # ``kill``: the guest is dead; what it wrote is kept, and listed
+            synced = await self._sync.pull(mirror, ctx, push.rev, request.id, defer=not killed)
             clean = True
             oom = session.outcome.out_of_memory
             yield ExitEvent(
-                session.outcome.exit_code,
+                None if killed else session.outcome.exit_code,
                 value=session.result.get("value"),
                 error=out_of_memory_error(self.sandbox.limits.memory_mb, self.mount_root)
                 if oom
                 else session.result.get("error"),
-                killed=session.outcome.timed_out,
+                killed=killed or session.outcome.timed_out,
                 pushed=pushed,
                 pulled=synced.pulled,
                 skipped=sorted(synced.skipped),

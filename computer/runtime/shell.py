@@ -199,7 +199,7 @@ class ShellBackend(LiveCalls):
         mirror = self._sync.acquire(workspace_id, ctx)
         self._sync.remove_evicted()
         ready: PreparedSandbox | None = None
-        clean = False
+        clean = killed = False
         try:
             push, pushed = await self._sync.push(mirror, ctx)
             host_cwd = mirror.host(cwd)
@@ -230,20 +230,22 @@ class ShellBackend(LiveCalls):
                     async with contextlib.aclosing(output):
                         async for chunk in output:
                             yield chunk
-                except (asyncio.CancelledError, GeneratorExit):
-                    # Killed: the tree is dead (``aclosing`` ended it); what it wrote is kept.
+                except GeneratorExit:
+                    # Closed: the tree is dead (``aclosing`` ended it); what it wrote is kept.
                     await self._sync.pull(mirror, ctx, push.rev, request.id, bridge, defer=False)
                     clean = True
                     raise
-            synced = await self._sync.pull(mirror, ctx, push.rev, request.id, bridge)
+                except asyncio.CancelledError:
+                    killed = True  # ``kill``: the tree is dead; what it wrote is kept, and listed
+            synced = await self._sync.pull(mirror, ctx, push.rev, request.id, bridge, defer=not killed)
             clean = True
             yield ExitEvent(
-                outcome.exit_code,
+                None if killed else outcome.exit_code,
                 pushed=pushed,
                 pulled=synced.pulled,
                 skipped=sorted(synced.skipped),
                 skipped_reasons=synced.skipped,
-                killed=outcome.timed_out,
+                killed=killed or outcome.timed_out,
                 pending=synced.pending,
                 error=(
                     out_of_memory_error(self.sandbox.limits.memory_mb, self.mount_root)

@@ -45,14 +45,17 @@ async def host_shows(marker: str, within: float = 10.0) -> None:
 
 async def kill_after_the_loop_wrote(ws: Any, source: str, *, backend: str | None = None) -> None:
     """Run ``source`` (it writes f1..f50 with each one's number, prints ``wrote``, then sleeps), kill
-    it once it printed, and check the 50 files are in the workspace: kill keeps what was written."""
+    it once it printed, and check the 50 files are in the workspace: kill keeps what was written, and
+    the killed run's ``pulled`` lists them (it was empty: the backend's result never reached the
+    runtime after a kill)."""
     handle = await ws.runtime.exec(source, **({"backend": backend} if backend else {}))
     async for snapshot in handle:
         if "wrote" in snapshot.stdout:
             break
     await handle.kill()
     result = await handle.result()
-    assert result.status == "cancelled"
+    assert (result.status, result.exit_code, result.error) == ("cancelled", 137, "killed")
+    assert {f"/workspace/f{i}" for i in range(1, 51)} <= set(result.pulled), result.pulled
     names = {e.name for e in await ws.fs.readdir("/workspace")}
     assert {f"f{i}" for i in range(1, 51)} <= names
     assert (await ws.fs.read_text("/workspace/f50")).strip() == "50"

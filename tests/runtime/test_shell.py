@@ -17,7 +17,15 @@ from exec_cases import (
 )
 
 import computer
-from computer.runtime import LocalExecContext, PullResult, Runtime, ShellBackend, SyncPull, _mirror_pull
+from computer.runtime import (
+    LocalExecContext,
+    PullResult,
+    PythonBackend,
+    Runtime,
+    ShellBackend,
+    SyncPull,
+    _mirror_pull,
+)
 
 
 async def test_cat_copy_append_and_rm_are_reflected_in_the_workspace(ws: computer.Workspace) -> None:
@@ -250,7 +258,10 @@ async def test_a_killed_run_leaves_the_next_run_a_consistent_mirror(ws: computer
         if "ready" in snapshot.stdout:
             break
     await handle.kill()
-    # SPEC section 10: a kill keeps what the program already wrote (pulled after the tree is killed).
+    # SPEC section 10: a kill keeps what the program already wrote (pulled after the tree is killed),
+    # and the killed run's result lists it.
+    killed = await handle.result()
+    assert (killed.status, killed.exit_code, killed.pulled) == ("cancelled", 137, ["/workspace/lost.txt"])
     assert await ws.fs.read_text("/workspace/lost.txt") == "partial\n"
     result = await (await ws.runtime.exec("ls; cat lost.txt")).result()
     assert result.stdout == "kept.txt\nlost.txt\npartial\n"
@@ -495,3 +506,18 @@ async def test_a_run_that_fills_its_scratch_space_says_why_and_loses_nothing() -
         assert await ws.fs.read_text("/workspace/kept.txt") == "kept\n"
         after = await (await ws.runtime.exec("rm big; cat a.txt kept.txt")).result()
         assert (after.status, after.stdout, after.error) == ("completed", "first\nkept\n", None)
+
+
+async def test_a_killed_python_run_lists_the_files_it_wrote() -> None:
+    """Per call, as live (``_live_support.kill_after_the_loop_wrote``): the kill's pull is in the result."""
+    source = "import time\nopen('made.txt', 'w').write('x')\nprint('ready', flush=True)\ntime.sleep(30)\n"
+    async with computer.Workspace(backends=[PythonBackend(live=False)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        handle = await ws.runtime.exec(source, backend="python")
+        async for snapshot in handle:
+            if "ready" in snapshot.stdout:
+                break
+        await handle.kill()
+        result = await handle.result()
+        assert (result.status, result.exit_code, result.pulled) == ("cancelled", 137, ["/workspace/made.txt"])
+        assert await ws.fs.read_text("/workspace/made.txt") == "x"
