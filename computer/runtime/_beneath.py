@@ -22,6 +22,7 @@ __all__ = [
     "HOLE_DIGEST",
     "SAFE_BITS",
     "BeneathReader",
+    "cwd_problem",
     "lstat_beneath",
     "make_parent",
     "open_beneath",
@@ -37,6 +38,8 @@ __all__ = [
 # pull nor memory in a push (a 3 GB sparse file took 3 GB of the mirror's tmpfs after a reopen).
 HOLE = bytes(CHUNK_SIZE)
 HOLE_DIGEST = hashlib.sha256(HOLE).hexdigest()
+# As the kernel's path walk: at most this many symlinks followed for one path (``ELOOP`` past it).
+_MAX_LINKS = 40
 
 
 def read_beneath(directory: Path, rel: str) -> bytes:
@@ -275,3 +278,49 @@ def _next_data(fd: int, at: int, size: int) -> int:
         return min(os.lseek(fd, at, os.SEEK_DATA), end)
     except OSError as exc:
         return end if exc.errno == errno.ENXIO else at  # ENXIO: no data from ``at`` on
+
+
+def cwd_problem(directory: Path, root: str, cwd: str) -> str | None:
+    """Why a run cannot start in ``cwd`` (a canonical workspace path at or below the mount ``root``,
+    which ``directory`` mirrors), or None. Links are followed as in the sandbox, where the mirror is
+    mounted at ``root``: an absolute target names a sandbox path (the mirror's below ``root``), and a
+    path may climb above ``root`` and come back (``up/workspace`` with ``up -> ..``). A cwd that ends
+    out of the mount (``up -> ..``, ``out -> /secret``) is refused: the program ran in the sandbox's
+    own ``/`` (or a missing path), where nothing it wrote was synced and nothing said so. Only
+    directories already found are looked into (no link is followed on the host)."""
+    top = [n for n in root.split("/") if n]
+    at: list[str] = []  # the sandbox path so far, as names
+    todo = cwd.split("/")[::-1]
+    links = 0
+    while todo:
+        name = todo.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            if at:
+                at.pop()
+            continue
+        at.append(name)
+        if at[: len(top)] != top[: len(at)]:
+            return f"cwd {cwd} leads out of the mount root {root} through a symlink"
+        if len(at) <= len(top):
+            continue  # the mount root or a directory above it
+        host = directory.joinpath(*at[len(top) :])
+        try:
+            st = os.lstat(host)
+        except OSError:
+            return f"cwd {cwd} is not a directory in the workspace"
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            if links > _MAX_LINKS:
+                return f"cwd {cwd}: too many levels of symbolic links"
+            at.pop()
+            target = os.readlink(host)
+            if target.startswith("/"):
+                at.clear()
+            todo.extend(target.split("/")[::-1])
+        elif not stat.S_ISDIR(st.st_mode):
+            return f"cwd {cwd} is not a directory in the workspace"
+    if len(at) < len(top):
+        return f"cwd {cwd} leads out of the mount root {root} through a symlink"
+    return None

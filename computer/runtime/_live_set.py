@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from ._assets_bridge import SANDBOX_DIR
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, OutputChunk, SyncLimits
+from ._beneath import cwd_problem
 from ._live import LiveSandbox, LiveSandboxError, LiveStartError
 from ._live_launch import Launched, launch
 from ._live_parts import Job
@@ -105,8 +106,9 @@ class LiveSandboxes:
             _, pushed = await sandbox.sync()  # the run starts from the workspace as it is now
             pushed, sandbox.pushed = pushed + sandbox.pushed, 0
             host_cwd = sandbox.mirror.host(cwd)
-            if mirrored and not host_cwd.is_dir():
-                yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")
+            problem = cwd_problem(sandbox.mirror.directory, self.mount_root, cwd) if mirrored else None
+            if problem is not None:
+                yield ExitEvent(None, pushed=pushed, error=problem)
                 finished = True
                 return
             start_cwd = "/tmp" if not mirrored else cwd if self.sandbox.bwrap else str(host_cwd)

@@ -33,6 +33,7 @@ from typing import Any
 
 from ..storage.paths import canonical, is_within
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
+from ._beneath import cwd_problem
 from ._cgroups import cgroup_writable
 from ._codec import ChannelLimits, pack_frame
 from ._context import GUEST_OPS
@@ -273,6 +274,11 @@ class PythonBackend(LiveCalls):
         clean = killed = False
         try:
             push, pushed = await self._sync.push(mirror, ctx)
+            problem = cwd_problem(mirror.directory, self.mount_root, cwd)
+            if problem is not None:
+                yield ExitEvent(None, pushed=pushed, error=problem)
+                clean = True
+                return
             guest = await self._take_guest(mirror, request)
             if guest is None:
                 guest = await self._spawn_guest(request.env, mirror)

@@ -23,6 +23,7 @@ from ._backend import (
     ExitEvent,
     SyncLimits,
 )
+from ._beneath import cwd_problem
 from ._cgroups import cgroup_writable
 from ._live import LiveSandbox
 from ._live_launch import INIT_PYTHON
@@ -203,8 +204,9 @@ class ShellBackend(LiveCalls):
         try:
             push, pushed = await self._sync.push(mirror, ctx)
             host_cwd = mirror.host(cwd)
-            if not host_cwd.is_dir():
-                yield ExitEvent(None, pushed=pushed, error=f"cwd {cwd} is not a directory in the workspace")
+            problem = cwd_problem(mirror.directory, self.mount_root, cwd)
+            if problem is not None:
+                yield ExitEvent(None, pushed=pushed, error=problem)
                 clean = True
                 return
             taken = await self._warm.take(mirror)

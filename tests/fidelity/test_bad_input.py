@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from computer.runtime import ShellBackend
+import computer
+from computer.runtime import PythonBackend, ShellBackend
 from computer.storage import _tree
 
 from ._support import ok, opened, reasons_cover_skipped, run, sandbox_view, workspace_view
@@ -122,3 +123,52 @@ async def test_a_run_writing_past_the_workspace_quota_skips_the_file_with_a_reas
         assert await ws.fs.read_text("/workspace/old.txt") == "old\n"
         assert not await ws.fs.exists("/workspace/big.bin")
         assert (await ok(ws, "cat old.txt small.txt")).stdout == "old\nsmall\n"
+
+
+CWDS = {
+    "/workspace/out": "leads out of the mount root /workspace through a symlink",  # -> /secret
+    "/workspace/up": "leads out of the mount root /workspace through a symlink",  # -> ..
+    "/workspace/loop": "too many levels of symbolic links",
+    "/workspace/file-link": "is not a directory in the workspace",
+    "/workspace/missing": "is not a directory in the workspace",
+    "/workspace/up/workspace/sub": None,  # out and back in: the sandbox's own path
+    "/workspace/rel": None,  # -> sub
+    "/workspace/abs": None,  # -> /workspace/sub
+}
+
+
+@pytest.mark.parametrize("backend", ["shell", "python"])
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_cwd_through_a_symlink_runs_inside_the_mount_or_is_refused(
+    db: Path, live: bool, backend: str
+) -> None:
+    """A cwd is followed as in the sandbox: one that ends out of the mount (``up -> ..``) ran in the
+    sandbox's own ``/``, where nothing it wrote was synced and nothing said so; it is refused with
+    its reason now. One that stays in (through relative or absolute links, or out and back) runs there."""
+    made = PythonBackend(live=live) if backend == "python" else ShellBackend(live=live)
+    async with computer.Workspace(str(db), backends=[made]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.mkdir("/workspace/sub")
+        await ws.fs.mkdir("/secret")
+        await ws.fs.write_file("/workspace/f", b"f")
+        for path, target in {
+            "out": "/secret",
+            "up": "..",
+            "loop": "loop",
+            "file-link": "f",
+            "rel": "sub",
+            "abs": "/workspace/sub",
+        }.items():
+            await ws.fs.symlink(target, f"/workspace/{path}")
+        source = "open('made', 'w').write('x')" if backend == "python" else "printf x > made"
+        for cwd, problem in CWDS.items():
+            result = await run(ws, source, cwd=cwd, backend=backend)
+            if problem is None:
+                assert result.status == "completed", (cwd, result.error, result.stderr)
+                assert await ws.fs.read_file("/workspace/sub/made") == b"x"
+                await ws.fs.rm("/workspace/sub/made")
+            else:
+                assert result.status == "failed", (cwd, result.stdout)
+                assert result.error is not None and result.error.startswith(f"cwd {cwd}"), result.error
+                assert result.error.endswith(problem), result.error
+        assert await ws.fs.readdir("/secret") == []
