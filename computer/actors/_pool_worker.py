@@ -167,6 +167,7 @@ class PoolWorker(LiveSandboxCalls):
         self._stayed_reported = 0
         self.moves = MoveCost()  # slot time and move cost, measured from the runs here
         self._since: dict[str, float] = {}  # run key -> when it took its slot (monotonic)
+        self._kills: dict[str, asyncio.Event] = {}  # run key -> set by ``kill_run``
 
     # --- elastic pools (see _pool_admission, _pool_scaler): load, drain, what pins this worker ---
 
@@ -322,6 +323,17 @@ class PoolWorker(LiveSandboxCalls):
             if self._here[workspace_id] <= 0:
                 del self._here[workspace_id]
 
+    async def kill_run(self, workspace_id: str, run_id: str) -> bool:
+        """End a run as ``kill`` does in one process: the backend ends its program, pulls what it
+        wrote, and the run's stream goes on to an exit event that says what (``pulled``,
+        ``skipped``). Cancelling the stream instead (what a closed one does) loses that event. False:
+        no such run here (it ended already)."""
+        kill = self._kills.get(f"{workspace_id}/{run_id}")
+        if kill is None:
+            return False
+        kill.set()
+        return True
+
     async def _sandbox_may_move(self, workspace_id: str) -> bool:
         """End the workspace's live sandbox here when it holds no process and no other run of the
         workspace is here (the run asking is the only one); whether it was ended."""
@@ -349,6 +361,7 @@ class PoolWorker(LiveSandboxCalls):
         key = f"{workspace_id}/{request.id}"
         self._running[key] = workspace_id
         self._since[key] = granted = time.monotonic()
+        self._kills[key] = kill = asyncio.Event()
         self._runs += 1
         live_after: bool | None = None  # the run's exit said whether its live sandbox stays
         events = None
@@ -356,6 +369,7 @@ class PoolWorker(LiveSandboxCalls):
         step: asyncio.Future[ExecEvent] | None = None
         watch = None if owner_token is None else asyncio.create_task(_watch_owner(owner, owner_token))
         wanted: asyncio.Future[Any] | None = None
+        killing: asyncio.Future[Any] | None = asyncio.ensure_future(kill.wait())
         try:
             ctx = owner_context(order, owner, announced=False)
             events = aiter(self.backend.run(request, ctx))
@@ -370,7 +384,9 @@ class PoolWorker(LiveSandboxCalls):
             while True:
                 if step is None:
                     step = asyncio.ensure_future(anext(events))
-                waits = {step} if watch is None else {step, watch}
+                waits: set[asyncio.Future[Any]] = {step} if watch is None else {step, watch}
+                if killing is not None:
+                    waits.add(killing)
                 announce = False
                 if not ctx.announced:
                     waits.add(wanted)
@@ -379,6 +395,10 @@ class PoolWorker(LiveSandboxCalls):
                     announce = not step.done()  # it wants the owner, or it takes a while
                 elif len(waits) > 1:
                     await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                if killing is not None and killing.done():
+                    killing = None
+                    if not step.done():  # the backend ends the program, pulls, then says what
+                        step.cancel()
                 if watch is not None and watch.done() and not step.done():
                     self._failures += 1
                     log.warning("%s: run %s stopped: %s", self.name, key, watch.result())
@@ -392,6 +412,14 @@ class PoolWorker(LiveSandboxCalls):
                     event = await step
                 except StopAsyncIteration:
                     return
+                except asyncio.CancelledError:
+                    current = asyncio.current_task()
+                    if not kill.is_set() or (current is not None and current.cancelling()):
+                        raise  # this stream was cancelled, not the run killed
+                    # Killed before its program ran (or after it ended): nothing of it to say.
+                    step = None
+                    yield ExitEvent(None, killed=True)
+                    return
                 step = None
                 if isinstance(event, ExitEvent):
                     live_after = event.live and event.exit_code is not None
@@ -404,9 +432,10 @@ class PoolWorker(LiveSandboxCalls):
         finally:
             held = time.monotonic() - granted
             self.admission.leave()
-            for task in (watch, wanted):
+            for task in (watch, wanted, killing):
                 if task is not None:
                     task.cancel()
+            self._kills.pop(key, None)
             if step is not None and not step.done():
                 step.cancel()  # ends the backend's iterator where it waits: it kills the process tree
                 with contextlib.suppress(BaseException):

@@ -70,6 +70,8 @@ DISPATCH_RETRIES = 3
 # ... and while the worker it went to is being restarted by Ray (a crash, a kill), for up to this many
 # seconds: a worker process starts in seconds, more on a loaded machine. Seconds.
 RESTART_WAIT = 60.0
+# Seconds a killed run's worker has to end it and pull what it wrote before its stream is cancelled.
+KILL_WAIT = 60.0
 # What a run says first on its stderr when the worker holding its workspace's live sandbox died.
 LOST_SANDBOX = (
     "computer: the exec worker holding this workspace's live sandbox died ({why}); its background "
@@ -429,8 +431,41 @@ class PoolBackend:
                 await asyncio.sleep(0.2)  # bounded: the control loop answered without a ready worker
         return slot
 
+    async def _exited(
+        self, event: ExitEvent, workspace_id: str, slot: Any, request: ExecRequest, ctx: ExecContext
+    ) -> ExitEvent:
+        """A run's exit event from ``slot``: the workspace pinned there while its live sandbox stays,
+        the run's deferred pull applied."""
+        if event.live:  # later runs of the workspace go there
+            self.pin(workspace_id, slot.name)
+            slot.memory.ended_live(event)  # the next run's push is computed ahead
+        else:
+            self._unpin_from(workspace_id, slot.name)
+        if event.pending is not None:
+            event = await slot.memory.apply(request.id, event, ctx)
+        return event
+
+    async def _kill_on(
+        self, handle: Any, gen: Any, workspace_id: str, slot: Any, request: ExecRequest, ctx: ExecContext
+    ) -> ExitEvent | None:
+        """Kill the run on its worker and read its stream on to the exit event (what the kill's pull
+        took); None when that fails within :data:`KILL_WAIT` (the caller then cancels the stream)."""
+        try:
+            async with asyncio.timeout(KILL_WAIT):
+                if not await handle.kill_run.remote(workspace_id, request.id):
+                    return None
+                async for ref in gen:
+                    event = await ref
+                    if isinstance(event, ExitEvent):
+                        return await self._exited(event, workspace_id, slot, request, ctx)
+        except Exception as exc:  # a dead worker, a timeout: the stream is cancelled instead
+            log.warning("pool %s: killing run %s on %s: %s", self.backend, request.id, slot.name, exc)
+        return None
+
     async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
-        """Run ``request`` on a pool worker and yield its events as they arrive."""
+        """Run ``request`` on a pool worker and yield its events as they arrive. Cancelled (``kill``),
+        it asks the worker to kill the run and yields the run's exit event, which lists what the
+        kill's pull took."""
         from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError, WorkerCrashedError
 
         workspace_id = ctx.workspace_id
@@ -499,17 +534,21 @@ class PoolBackend:
                         continue
                     if isinstance(event, ExitEvent):
                         finished = True
-                        # A live sandbox stays on that worker: later runs of the workspace go there.
-                        if event.live:
-                            self.pin(workspace_id, slot.name)
-                            slot.memory.ended_live(event)  # the next run's push is computed ahead
-                        else:
-                            self._unpin_from(workspace_id, slot.name)
-                        if event.pending is not None:
-                            event = await slot.memory.apply(request.id, event, ctx)
+                        event = await self._exited(event, workspace_id, slot, request, ctx)
                     yield event
                     if finished:
                         break  # the run is over; do not wait for the generator's own end
+            except asyncio.CancelledError:
+                # ``kill``: the worker ends the program and pulls what it wrote, and the stream goes on
+                # to the exit event that says what (cancelling the stream would lose it).
+                killed = None
+                if handle is not None and gen is not None and not finished:
+                    killed = await self._kill_on(handle, gen, workspace_id, slot, request, ctx)
+                if killed is None:
+                    raise
+                finished = True
+                yield killed
+                return
             except (RayActorError, WorkerCrashedError, ValueError) as exc:
                 if isinstance(exc, ActorUnavailableError):
                     # Ray restarts the worker in place (it crashed): same handle, a new process that

@@ -24,14 +24,18 @@ async def _wait_for_output(handle: Any, text: str) -> None:
 
 
 async def test_kill_from_a_client_ends_the_process_tree(cluster: Settings, name: str) -> None:
+    """... and what the program wrote is pulled and listed in the killed run's result, as in one
+    process (the worker kills the run and its stream goes on to the exit event)."""
     duration = unique_sleep()
     async with computer.get_workspace(name) as ws:
-        handle = await ws.runtime.exec(f"echo started; sleep {duration}; echo never")
+        handle = await ws.runtime.exec(f"echo kept > kept.txt; echo started; sleep {duration}; echo never")
         await _wait_for_output(handle, "started")
         await wait_until(lambda: bool(processes_with(f"sleep {duration}")))
         await handle.kill()
         result = await handle.result()
+        assert await ws.fs.read_file("/workspace/kept.txt") == b"kept\n"
     assert result.status == "cancelled" and "never" not in result.stdout
+    assert (result.exit_code, result.error, result.pulled) == (137, "killed", ["/workspace/kept.txt"])
     await wait_until(lambda: not processes_with(duration))
 
 
