@@ -165,6 +165,9 @@ class MirrorDir:
 class MirrorSymlink:
     path: str
     target: str
+    # The link's own mtime (ms; ``touch -h``, ``tar``, ``cp -a`` set it): a pull keeps the program's,
+    # a push gives the mirror's link the workspace's. None: the time it is made.
+    mtime: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -262,7 +262,7 @@ class LocalExecContext(PullCommits):
                     except OSError:
                         continue
                 push.deleted.append(op.path)
-                push.symlinks.append(MirrorSymlink(op.path, target))
+                push.symlinks.append(MirrorSymlink(op.path, target, op.mtime or None))
             else:
                 count += 1
                 reason = over_limit(op, count, limits)
@@ -428,6 +428,8 @@ class LocalExecContext(PullCommits):
                 reasons[link.path] = why
             else:
                 symlinks[link.path] = link.target  # verbatim: resolved only inside a sandbox or the VFS
+                if link.mtime is not None:  # the link's own (``commit_batch``)
+                    mtimes[link.path] = link.mtime
         # A link to a large file of this page is made once that file is written (after the batch).
         big = {f.path for f in chunked}
         late = {path: first for path, first in links.items() if first in big} if big else {}

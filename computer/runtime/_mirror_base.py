@@ -411,7 +411,7 @@ class PullPlan:
     # Large files that continue another name's file (see ``Mirror.chunk_sources``); None: not asked yet.
     sources: dict[str, str] | None = None
 
-    def add_symlink(self, path: str, target: str) -> bool:
+    def add_symlink(self, path: str, target: str, mtime: int | None = None) -> bool:
         """The symlink ``path`` to ``target`` (as ``readlink`` decoded it), or, when the target is not
         UTF-8, left in the mirror with its reason (False). Before, such a target (``ln -s $'\\xff' x``)
         failed the pull with ``UnicodeEncodeError``: the run's every change was lost, and every later
@@ -422,7 +422,7 @@ class PullPlan:
             except UnicodeEncodeError:
                 self.unsyncable[path] = BAD_TARGET
                 return False
-        self.symlinks.append(MirrorSymlink(path, target))
+        self.symlinks.append(MirrorSymlink(path, target, mtime))
         return True
 
     def too_long(self, path: str, limit: int) -> None:

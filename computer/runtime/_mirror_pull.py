@@ -229,7 +229,7 @@ class MirrorPull(MirrorBase):
                     plan.dirs.append(mirror_dir(path, entry.mode, None if ns is None else ns // 1_000_000))
             elif kind == "l":
                 with contextlib.suppress(OSError):
-                    if not plan.add_symlink(path, os.readlink(self.directory / rel)):
+                    if not plan.add_symlink(path, os.readlink(self.directory / rel), entry.mtime_ns // 10**6):
                         continue  # a target the workspace cannot hold: left in the mirror only
             elif kind == "f":
                 ino = entry.ino

@@ -182,6 +182,9 @@ class MirrorPush(MirrorBase):
             os.symlink(link.target, host)  # stored verbatim; only ever resolved inside the sandbox
             if self.owner is not None:
                 os.lchown(host, *self.owner)
+            if link.mtime is not None:  # the link's own time (``touch -h``, ``tar``, ``cp -a``)
+                ns = link.mtime * 1_000_000
+                os.utime(host, ns=(ns, ns), follow_symlinks=False)
             self.state[self.rel(link.path)] = entry_of(os.lstat(host))
         return written
 

@@ -142,7 +142,8 @@ def commit_batch(
     directory at its path, or a file its parents replace), is left out and listed in ``skipped``. ``symlinks``
     (path -> target, stored verbatim) makes symlinks after the writes and before the links,
     replacing what is there (the same link already there is no change); an empty target or one
-    with NUL is skipped. Modes and mtimes of existing paths follow symlinks.
+    with NUL is skipped. The mtime of a path in ``symlinks`` is the link's own (``touch -h``); modes
+    and mtimes of other existing paths follow symlinks.
     With ``base_rev``, a path changed after that revision (itself, an ancestor or a descendant) is
     left alone and listed in ``skipped``; if the change log no longer reaches ``base_rev`` every
     path is skipped (the workspace wins when we cannot tell).
@@ -229,7 +230,7 @@ def commit_batch(
             m.log(real, "write")
             applied.append(p)
         for p, target in sorted(canon_symlinks.items()):
-            if p not in skipped and not _batch_symlink(st, p, target, m):
+            if p not in skipped and not _batch_symlink(st, p, target, m, canon_mtimes.pop(p, None)):
                 skipped.add(p)
             elif p not in skipped:
                 applied.append(p)
@@ -348,9 +349,10 @@ def _remove(st: Store, paths: Sequence[str], m: Mutation) -> None:
     remove_leaves(st, leaves, m)
 
 
-def _batch_symlink(st: Store, p: str, target: str, m: Mutation) -> bool:
-    """Make ``p`` a symlink to ``target`` (verbatim), replacing what is there; False for a target
-    ``symlink`` refuses (``target_problem``: empty, NUL, not UTF-8, too long) or ``/``."""
+def _batch_symlink(st: Store, p: str, target: str, m: Mutation, mtime: int | None = None) -> bool:
+    """Make ``p`` a symlink to ``target`` (verbatim) with its own ``mtime`` (None: now), replacing what
+    is there; False for a target ``symlink`` refuses (``target_problem``: empty, NUL, not UTF-8, too
+    long) or ``/``. The same link already there only takes ``mtime`` (logged when it changes)."""
     if p == "/" or target_problem(target) is not None:
         return False
     parent, name = split(p)
@@ -358,10 +360,17 @@ def _batch_symlink(st: Store, p: str, target: str, m: Mutation) -> bool:
     real = join(resolve(st, parent)[2], name)
     node = lookup(st, pino, name)
     if node is not None and node[1] == SYMLINK and target_of(st, node[0]) == target:
+        if (
+            mtime is not None
+            and st.db.execute(
+                "UPDATE inodes SET mtime = ? WHERE id = ? AND mtime != ?", (mtime, node[0], mtime)
+            ).rowcount
+        ):
+            m.log(real, "symlink")
         return True  # already that link
     if node is not None:
         remove_node(st, real, pino, name, node[0], node[1])
-    ino = new_inode(st, SYMLINK, 0o777, len(target.encode("utf-8")), target)
+    ino = new_inode(st, SYMLINK, 0o777, len(target.encode("utf-8")), target, mtime=mtime)
     add_entry(st, pino, name, ino, real, SYMLINK)
     m.log(real, "symlink")
     return True

@@ -95,3 +95,28 @@ async def test_a_directory_the_workspace_made_shows_its_time_in_the_sandbox(db: 
         ws.fs.commit_batch({}, mtimes={"/workspace/w": 1_234_000_000_000})
         result = await ok(ws, "stat -c '%n %Y' w w/x")
         assert result.stdout == "w 1234000000\nw/x 1234567890\n"
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_a_symlinks_own_time_round_trips_through_a_reopen(db: Path, live: bool) -> None:
+    """A link's own mtime (``touch -h``, ``tar x``, ``cp -a`` set it) reaches the workspace and a rebuilt
+    mirror: it became the time of the first run after a reopen. A later ``touch -h`` alone is a change
+    of the link (pulled); the target keeps its own time."""
+    listing = "stat -c '%n %Y' l l2 f copy/l l3"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ok(
+            ws,
+            "echo x > f; touch -d @1500000000 f; ln -s f l; touch -h -d @1000000000 l; "
+            "ln -s nowhere l2; touch -h -d @1100000000 l2; mkdir copy; cp -a l copy/l; "
+            "ln -s f l3; touch -h -d @1200000000 l3; tar cf t.tar l3; rm l3; tar xf t.tar; rm t.tar",
+        )
+        first = await ok(ws, listing)
+        assert first.stdout == "l 1000000000\nl2 1100000000\nf 1500000000\ncopy/l 1000000000\nl3 1200000000\n"
+        times = {e.name: e.mtime for e in await ws.fs.readdir("/workspace")}
+        assert (times["l"], times["l2"], times["f"]) == (1000000000000, 1100000000000, 1500000000000)
+        touched = await ok(ws, "touch -h -d @1300000000 l2")
+        assert touched.pulled == ["/workspace/l2"]
+    async with opened(db, shell=shell(live), python=False) as ws:
+        again = await ok(ws, listing)
+        assert again.stdout == first.stdout.replace("l2 1100000000", "l2 1300000000")
+        assert again.pulled == []

@@ -186,3 +186,19 @@ async def test_a_batch_write_replaces_a_symlink_at_its_path_and_never_writes_its
         ("/w/p", "rm"),
         ("/w/p", "write"),
     ]
+
+
+async def test_a_batch_gives_a_symlink_it_makes_its_own_mtime_never_its_targets(fs: FileSystem) -> None:
+    await fs.mkdir("/w")
+    await fs.write_file("/w/f", b"f")
+    fs.commit_batch({}, mtimes={"/w/f": 5_000})
+    fs.commit_batch({}, symlinks={"/w/l": "f"}, mtimes={"/w/l": 1_000})
+    rev = fs.rev
+    times = {e.name: e.mtime for e in await fs.readdir("/w")}
+    assert times == {"f": 5_000, "l": 1_000}
+    assert fs.commit_batch({}, symlinks={"/w/l": "f"}, mtimes={"/w/l": 1_000}).rev == rev  # no change
+    result = fs.commit_batch({}, symlinks={"/w/l": "f"}, mtimes={"/w/l": 2_000})  # ``touch -h``
+    assert result.applied == ["/w/l"]
+    assert {e.name: e.mtime for e in await fs.readdir("/w")} == {"f": 5_000, "l": 2_000}
+    assert [(c.path, c.op) for c in fs.changes_since(rev, "/w").changes] == [("/w/l", "symlink")]
+    assert [row.mtime for row in fs.manifest("/w") if row.path == "/w/l"] == [2_000]
