@@ -54,6 +54,10 @@ from ._push_ops import (
 
 __all__ = ["FS_OPS", "GUEST_OPS", "LocalExecContext"]
 
+# Seconds a pull in pages keeps the change log after its run's revision (from each page; see
+# ``FileSystem.hold_log``): its own pages' entries may fill the log past ``change_log_limit``.
+_HOLD_LOG = 600.0
+
 # What an incremental push sends (``LocalExecContext._changed``): its revision, ops, the paths replaced
 # (not written in place), names linked to files the mirror holds, renames to follow.
 _Changed = tuple[int, list[Op], set[str], dict[str, tuple[str, bool]], list[tuple[str, str]]]
@@ -344,6 +348,9 @@ class LocalExecContext(PullCommits):
         own = set(pull.own_revs)
         protected = set(pull.protected)
         reasons: dict[str, str] = {}
+        hold = getattr(fs, "hold_log", None)
+        if hold is not None and not pull.done:  # more pages to come: the log after ``base_rev`` stays
+            hold(base_rev, _HOLD_LOG)
         since = fs.changes_since(base_rev, root, skip_revs=sorted(own))
         # A directory's new time alone (another run's pull) refuses nothing below it.
         conflicts = Conflicts([c.path for c in since.changes if c.op != TOUCH], everything=not since.complete)

@@ -17,6 +17,7 @@ from typing import NamedTuple
 from ..storage.paths import MAX_PATH_BYTES
 from ._backend import PAGE_FILES, MirrorDir, MirrorFile, MirrorSymlink, SyncPull
 from ._beneath import lstat_beneath, make_parent, open_beneath, remove_beneath
+from ._forget import forget
 from ._lifts import Lifts, open_top
 from ._pull_rules import PROTECTED
 from ._watch import TreeWatch
@@ -229,20 +230,9 @@ class MirrorBase:
         if self.owner is not None:
             os.lchown(host, *self.owner)
 
-    def _forget(self, rel: str) -> None:
-        """Forget ``rel`` and everything below it (only a directory's entry has entries below it:
-        a file's is forgotten without a pass over the whole state)."""
-        entry = self.state.get(rel)
-        if entry is not None and entry.kind != "d":
-            del self.state[rel]
-            self.chunks.pop(rel, None)
-            self.prints.pop(rel, None)
-            return
-        prefix = rel + "/"
-        for key in [k for k in self.state if k == rel or k.startswith(prefix)]:
-            del self.state[key]
-            self.chunks.pop(key, None)
-            self.prints.pop(key, None)
+    def _forget(self, *rels: str) -> None:
+        """Forget each of ``rels`` and everything below it (see :func:`~._forget.forget`)."""
+        forget(self.state, (self.chunks, self.prints), rels)
 
     def move(self, src: str, dst: str) -> bool:
         """Follow a workspace rename: the node the mirror holds at ``src`` is renamed to ``dst``, so it

@@ -447,18 +447,17 @@ class MirrorPull(MirrorBase):
             if self.move_or_drop(src, dst):
                 self.own_revs.append(move_rev)
         keep = set(conflicts)
-        for path in skipped:
-            if path == self.root or not is_below(path, self.root) or path in self.kept:
-                continue
+        refused = [p for p in skipped if p != self.root and is_below(p, self.root) and p not in self.kept]
+        for path in refused:
             rel = self.rel(path)
             entry = now.get(rel)
             if entry is None or entry.kind != "f" or path not in keep:
                 remove_beneath(self.directory, rel)
-            # A conflicting regular file stays, its state forgotten: the push writes the workspace's
-            # version into it when the workspace wrote that file (a program holding it open keeps
-            # it), else replaces it. Anything else refused (too big, protected) is not held here.
-            self._forget(rel)
-            self.refetch.add(path)
+        # A conflicting regular file stays, its state forgotten: the push writes the workspace's
+        # version into it when the workspace wrote that file (a program holding it open keeps it),
+        # else replaces it. Anything else refused (too big, protected) is not held here.
+        self._forget(*(self.rel(path) for path in refused))
+        self.refetch.update(refused)
         if unlinked:  # their other names' ctime changed with no event there: taken in now
             self.reread(unlinked)
         self.rev = rev

@@ -77,9 +77,9 @@ class MirrorPush(MirrorBase):
             rel = self.rel(path)
             unlinked |= self.linked_at(rel)
             remove_beneath(self.directory, rel)
-            self._forget(rel)
             if path in self.protected or not push.full:
                 self.protected = {p for p in self.protected if not is_below(p, path)}
+        self._forget(*(self.rel(path) for path in push.deleted))
         self.protected.update(push.protected)
         self.reasons.update(push.reasons)
         push = self._within_room(push)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import json
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -68,6 +69,16 @@ class Store:
         self.logical = 0
         self.pending_logical = 0
         self.log_inserts = 0
+        # Revisions whose later log entries a trim keeps, until a monotonic time (``hold_log``).
+        self.log_holds: dict[int, float] = {}
+
+    def hold_log(self, rev: int, seconds: float) -> None:
+        """Keep the change log's entries after ``rev`` for ``seconds`` (from now; a later call for the
+        same ``rev`` sets it again, 0 lets it go), whatever ``change_log_limit`` says."""
+        if seconds > 0:
+            self.log_holds[rev] = time.monotonic() + seconds
+        else:
+            self.log_holds.pop(rev, None)
 
     def reload(self) -> None:
         """(Re)read what this object keeps in memory: revision and logical size; forget resolutions."""
@@ -164,13 +175,21 @@ class Store:
             self.trim_log()
 
     def trim_log(self) -> None:
-        """Keep about the last ``change_log_limit`` entries (whole revisions); raise the floor."""
+        """Keep about the last ``change_log_limit`` entries (whole revisions), and those after a held
+        revision (:meth:`hold_log`); raise the floor."""
         row = self.db.one(
             "SELECT rev FROM changes ORDER BY rev DESC, n DESC LIMIT 1 OFFSET ?", (self.change_log_limit,)
         )
         if row is None:
             return
         cut = int(row[0])  # entries of revisions up to and including ``cut`` go
+        if self.log_holds:
+            now = time.monotonic()
+            for rev, until in list(self.log_holds.items()):
+                if until <= now:
+                    del self.log_holds[rev]
+                else:
+                    cut = min(cut, rev)
         top = self.db.one("SELECT max(rev) FROM changes")[0]
         self.db.execute("DELETE FROM changes WHERE rev <= ?", (cut,))
         self.db.execute(

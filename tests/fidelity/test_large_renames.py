@@ -142,3 +142,25 @@ async def test_a_programs_copy_of_a_large_file_sends_no_bytes(
         assert digest(await ws.fs.read_file(f"{ROOT}/d.bin")) == again.stdout[:64] == original
     async with opened(db, python=False) as ws:
         assert (await ok(ws, "sha256sum d.bin")).stdout[:64] == original
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_directory_renamed_by_a_pull_past_the_change_log_keeps_every_file(
+    tmp_path: Path, live: bool
+) -> None:
+    """``mv flat flat2`` of a directory whose pull takes several pages, each checked against the run's
+    starting revision: the pull's own pages filled the change log, a trim passed that revision, and
+    every later page looked like a workspace conflict, so ``mv`` of 60,000 files (the default limit,
+    100,000 entries) lost 17,000 of them in the workspace and the sandbox. Here the limit is cut to
+    2,000 entries for 2,500 files. The pull holds its revision (``FileSystem.hold_log``)."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        ws.fs.change_log_limit = 2_000
+        await ok(ws, "mkdir flat && cd flat && seq 2500 | sed s/^/f/ | xargs touch")
+        moved = await ok(ws, "mv flat flat2")
+        assert moved.skipped == [], list(moved.skipped_reasons.items())[:3]
+        assert len(await ws.fs.readdir(f"{ROOT}/flat2")) == 2500
+        assert not await ws.fs.exists(f"{ROOT}/flat")
+        assert (await ok(ws, "ls flat2 | wc -l; ls flat 2>&1 | wc -l")).stdout == "2500\n1\n"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        assert (await ok(ws, "ls flat2 | wc -l")).stdout == "2500\n"

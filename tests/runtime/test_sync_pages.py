@@ -314,7 +314,7 @@ async def test_an_incremental_push_in_many_pages_computes_what_it_sends_once(
                 return _fn(*args)
 
             monkeypatch.setattr(_context, name, in_thread)
-    reads: list[int] = []
+    reads: list[object] = []  # the mirror revision of each read of the change log
     async with computer.Workspace(backends=[ShellBackend(live=live)]) as ws:
         ws.fs.commit_batch({"/workspace/old": b"old\n", "/workspace/gone": b"x"}, mkdirs=["/workspace"])
         await (await ws.runtime.exec("true")).result()
@@ -325,7 +325,7 @@ async def test_an_incremental_push_in_many_pages_computes_what_it_sends_once(
         changes_since = ws.fs.changes_since
 
         def counted(*args: Any, **kwargs: Any) -> Any:
-            reads.append(1)
+            reads.append(args[0])
             return changes_since(*args, **kwargs)
 
         monkeypatch.setattr(ws.fs, "changes_since", counted)
@@ -336,7 +336,8 @@ async def test_an_incremental_push_in_many_pages_computes_what_it_sends_once(
         ).result()
         assert result.status == "completed", result.stderr
         assert result.stdout == "600\nold\n0\n1\n2\n"
-        assert len(reads) == 1, reads
+        # Once per push (a live sandbox's tick may push the workspace's writes before the run does).
+        assert reads and len(reads) == len(set(reads)) <= 2, reads
     if offload:  # each computed once, never on the loop's thread
         assert threads == {"plan_changes:False", "ops_below:False", "sorted_ops:False"}
 

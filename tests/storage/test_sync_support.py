@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from computer.storage import FileSystem
+from computer.storage import FileSystem, _state
 
 
 async def test_rev_bumps_once_per_mutating_call(fs: FileSystem) -> None:
@@ -107,6 +108,32 @@ async def test_trimmed_change_log_is_incomplete(fs: FileSystem) -> None:
     recent = fs.changes_since(fs.rev - 5)
     assert recent.complete
     assert len(recent.changes) == 5
+
+
+async def test_a_held_revision_keeps_the_log_after_it_until_the_hold_ends(
+    fs: FileSystem, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pull in pages holds its run's revision: trims keep every entry after it, past the limit,
+    until the hold is let go or runs out; then the log is trimmed to the limit again."""
+    fs.change_log_limit = 10
+    await fs.write_file("/start", b"0")
+    held = fs.rev
+    fs.hold_log(held, 600)
+    for i in range(1100):
+        await fs.write_file(f"/f{i % 5}", str(i).encode())
+    after = fs.changes_since(held)
+    assert after.complete and len(after.changes) == 1100
+    clock = [time.monotonic() + 601]  # the hold ran out: the next trim goes past it
+    monkeypatch.setattr(_state.time, "monotonic", lambda: clock[0])
+    for i in range(1100):
+        await fs.write_file(f"/g{i % 5}", str(i).encode())
+    assert not fs.changes_since(held).complete
+    fs.hold_log(fs.rev, 600)
+    fs.hold_log(fs.rev, 0)  # let go at once
+    rev = fs.rev
+    for i in range(1100):
+        await fs.write_file(f"/h{i % 5}", str(i).encode())
+    assert not fs.changes_since(rev).complete
 
 
 async def test_change_log_survives_reopen(file_fs: FileSystem, tmp_path: object) -> None:

@@ -1,0 +1,43 @@
+"""Forgetting paths of a mirror's state (``MirrorBase.state`` and the dicts keyed like it, by path
+relative to the mirror): each path and everything below it, many in one pass."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, MutableMapping
+from typing import Any
+
+__all__ = ["forget"]
+
+
+def forget(
+    state: MutableMapping[str, Any], others: Iterable[MutableMapping[str, Any]], rels: Iterable[str]
+) -> None:
+    """Forget each of ``rels`` and everything below it in ``state`` and in ``others``.
+
+    A file's entry (which has nothing below it) goes by its key. The rest (directories, and paths the
+    state no longer holds, which may still have entries below them) in one pass over the state, each
+    key's ancestors looked up in a set: one pass per path made a pull that refused 137,000 removed
+    paths (a ``mv`` of a big directory) quadratic, minutes of one CPU holding the interpreter."""
+    maps = [state, *others]
+    tops: set[str] = set()
+    for rel in rels:
+        entry = state.get(rel)
+        if entry is not None and entry.kind != "d":
+            for held in maps:
+                held.pop(rel, None)
+        else:
+            tops.add(rel)
+    if not tops:
+        return
+    doomed = []
+    for key in state:
+        above = key
+        while above not in tops:
+            above, slash, _ = above.rpartition("/")
+            if not slash:
+                break
+        else:
+            doomed.append(key)
+    for key in doomed:
+        for held in maps:
+            held.pop(key, None)
