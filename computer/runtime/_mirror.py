@@ -83,6 +83,10 @@ class Mirror(MirrorPush, MirrorPull):
     look_next: float = 0.0
     # Paths whose mode locks this process out (a non-root host) and which the sync lifted (``_lifts``).
     lifts: Lifts = field(default_factory=Lifts, repr=False)
+    # More directories than a watch may hold: walked, not watched, until a walk finds it smaller; a
+    # live sandbox's tick walks it again from ``walk_next`` on (see ``_mirror_watch``).
+    unwatched: bool = False
+    walk_next: float = 0.0
 
     def invalidate(self) -> None:
         """Forget what the mirror holds: the next push is a full one."""

@@ -21,14 +21,12 @@ from ._mirror_base import (
     NOT_UTF8,
     SPECIAL,
     Entry,
-    MirrorBase,
     PullPlan,
     entry_of,
     is_below,
     was_dir,
 )
-from ._mirror_walk import walk
-from ._watch import TreeWatch
+from ._mirror_watch import MirrorWatch
 
 __all__ = ["MirrorPull"]
 
@@ -39,30 +37,8 @@ _SEED = int.from_bytes(os.urandom(8), "little")
 _HOLE_PRINT = xxh3_128_intdigest(HOLE, _SEED)
 
 
-class MirrorPull(MirrorBase):
+class MirrorPull(MirrorWatch):
     """Finding and reading what changed in the mirror (a part of :class:`~computer.runtime._mirror.Mirror`)."""
-
-    def scan(self, times: dict[str, int] | None = None, denied: list[str] | None = None) -> dict[str, Entry]:
-        """Walk the directory: every entry below it, by relative path (and each directory's mtime in ns
-        into ``times`` when given); see :func:`~computer.runtime._mirror_walk.walk`."""
-        return walk(self.directory, self.state, self.lifts, times, denied)
-
-    def arm(self) -> None:
-        """Start watching for the run's changes; events the push itself caused are dropped."""
-        if self.watch is not None and self.watch.drain() is None:
-            self.unwatch()
-        if self.watch is None:
-            if self.lifts.locked:  # a new watch reads every directory (``_lifts``)
-                self.lifts.lift_all(self.directory)
-            try:
-                self.watch = TreeWatch(self.directory)
-            except OSError:
-                self.watch = None  # no inotify here: every pull walks the tree
-
-    def quiet(self, paced: bool = False) -> bool:
-        """True when the watch saw no change since it was armed and no look at every file is due (so
-        :meth:`collect` is trivial)."""
-        return self.watch is not None and self.watch.pending() == 0 and not self.look_due(paced)
 
     def plan(self, *, paced: bool = False) -> tuple[PullPlan, dict[str, Entry]]:
         """What the program changed since the push (no file bytes read yet), and the new state to
@@ -73,6 +49,7 @@ class MirrorPull(MirrorBase):
         touched = self.watch.drain() if self.watch is not None else None
         denied: list[str] = []  # paths kept as last seen: a directory above stays locked (LOCKED_OUT)
         if touched is None:
+            self.unwatched = self.unwatched or (self.watch is not None and self.watch.over)
             # A new watch first, then the walk: what changes after the watch is set is the next pull's,
             # what changed before it this walk's. Without it only a push armed a watch again, and a live
             # sandbox whose program moved a directory walked its whole tree on every run and tick.

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import array
 import collections
-import contextlib
 import ctypes
 import errno
 import fcntl
@@ -27,12 +26,13 @@ import os
 import select
 import struct
 import sys
-import tempfile
 import termios
 import threading
 import time
 import weakref
 from pathlib import Path
+
+from ._dir_size import empty_size
 
 __all__ = ["TreeWatch"]
 
@@ -83,6 +83,22 @@ QUICK_READ = 4096
 BATCH = 64
 
 
+def _user_watches() -> int:
+    try:
+        return int(Path("/proc/sys/fs/inotify/max_user_watches").read_text())
+    except (OSError, ValueError):
+        return 8192  # the kernel's old default
+
+
+# Watches are counted per user over the whole host (``max_user_watches``): a program making 200,000
+# directories took every watch of uid 0, and every other root process on the host got ENOSPC from
+# ``inotify_add_watch`` for as long as the idle mirror stayed. A watch holds at most ``MAX_DIRS``
+# directories and the process at most ``MAX_WATCHES``; a tree past that is walked instead (and a live
+# sandbox's ticks walk it at most a tenth of the time: ``MirrorWatch.quiet``).
+MAX_WATCHES = _user_watches() // 2
+MAX_DIRS = max(1024, MAX_WATCHES // 2)
+
+
 def _load_libc() -> ctypes.CDLL | None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
@@ -105,14 +121,15 @@ class _Held:
     the directories it watches (the reader thread adds new ones as their events come: see
     :meth:`_Inotify.adopt`)."""
 
-    __slots__ = ("broken", "dirs", "empty", "events", "root", "stats", "walked", "wds")
+    __slots__ = ("broken", "dirs", "empty", "events", "over", "root", "stats", "walked", "wds")
 
     def __init__(self, root: str = "", empty: int | None = None) -> None:
         self.events: list[tuple[int, int, bytes]] = []  # (watch descriptor, mask, name)
         self.broken = False
+        self.over = False  # past ``MAX_DIRS`` (or the process past ``MAX_WATCHES``): holds no watch
         self.wds: set[int] = set()
         self.root = root
-        self.empty = empty  # the size of an empty directory there, when sizes tell (``_empty_size``)
+        self.empty = empty  # the size of an empty directory there, when sizes tell (``empty_size``)
         self.dirs: dict[int, str] = {}  # watch descriptor -> directory relative to root ("" is root)
         # What the new directories watched since the last take held (relative paths), and the lstat
         # of each new directory, taken once it was watched (the pull's plan would take it anyway).
@@ -168,6 +185,11 @@ class _Inotify:
         with self.lock:  # held from add_watch to the owner's entry: the wd's first events are its own
             if self.dropped:
                 self._forget_dropped()
+            if held.over or len(batch) > min(MAX_DIRS - len(own), MAX_WATCHES - len(owners)):
+                if not held.over:  # its watches go back at once: a tree this big is walked instead
+                    self._forget(held)
+                    held.broken = held.over = True
+                return [None] * len(batch)
             for rel, path in batch:
                 wd: int = add_watch(fd, path.encode(_FS_ENCODING, _FS_ERRORS), _MASK)
                 if wd < 0:
@@ -196,7 +218,7 @@ class _Inotify:
 
         A new directory (``touched`` given) is ``lstat``-ed once watched, and kept in ``held.stats``
         for the pull's plan (which would ``lstat`` it anyway). Where the size of a directory tells
-        whether it is empty (see :func:`_empty_size`), one of the empty size is not listed: an entry
+        whether it is empty (see :func:`~._dir_size.empty_size`), one of the empty size is not listed: an entry
         made before the watch was added would show in that size, one made after is an event. The
         1,000 empty leaves of ``mkdir -p`` of a 10x10x10 tree skip 1,000 ``scandir`` calls (~12 µs
         each here; the ``lstat`` moved from the plan costs ~4).
@@ -368,53 +390,6 @@ class _Inotify:
         return size[0]
 
 
-_EMPTY_SIZES: dict[int, int | None] = {}
-
-
-def _empty_size(where: str, device: int | None = None) -> int | None:
-    """The ``st_size`` of an empty directory on the filesystem of ``where``, when a directory of
-    that size is always empty there, else None (probed once per filesystem, in a directory made
-    and removed in ``where``). ``device``: the filesystem the answer is for (None when ``where``
-    is on another one: a mirror that is a mount point of its own is listed as before).
-
-    tmpfs (the default home of mirrors) counts 20 bytes per entry on top of 40 for an empty
-    directory, btrfs the lengths of its names: a directory of the empty size holds nothing. ext4's
-    directories stay 4096 bytes with a first entry: there the probe says None and every new
-    directory is listed.
-    """
-    try:
-        here = os.stat(where).st_dev
-    except OSError:
-        return None
-    if device is None:
-        device = here
-    elif device != here:
-        return None
-    if device in _EMPTY_SIZES:
-        return _EMPTY_SIZES[device]
-    found: int | None = None
-    try:
-        probe = tempfile.mkdtemp(prefix=".size-probe-", dir=where)
-    except OSError:
-        return None
-    try:
-        empty = os.lstat(probe).st_size
-        os.mkdir(f"{probe}/d")
-        one = os.lstat(probe).st_size
-        os.rmdir(f"{probe}/d")
-        if one > empty and os.lstat(probe).st_size == empty:
-            found = empty
-    except OSError:
-        pass
-    finally:
-        with contextlib.suppress(OSError):
-            os.rmdir(f"{probe}/d")
-        with contextlib.suppress(OSError):
-            os.rmdir(probe)
-    _EMPTY_SIZES[device] = found
-    return found
-
-
 _shared: _Inotify | None = None
 _shared_lock = threading.Lock()
 
@@ -438,7 +413,7 @@ class TreeWatch:
         self.root = root
         self._root = os.fspath(root)
         try:
-            empty = _empty_size(os.path.dirname(self._root), os.stat(self._root).st_dev)
+            empty = empty_size(os.path.dirname(self._root), os.stat(self._root).st_dev)
         except OSError:
             empty = None
         self._held = _Held(self._root, empty)
@@ -490,6 +465,11 @@ class TreeWatch:
         self.stats = stats
         self.gone = gone - walked  # found in a new directory: there again (rm -r d; mkdir d; touch d/f)
         return None if self._held.broken else touched
+
+    @property
+    def over(self) -> bool:
+        """The tree had more directories than a watch may hold (``MAX_DIRS``): it holds none now."""
+        return self._held.over
 
     def pending(self) -> int:
         """Events waiting to be drained (-1 when the watch cannot tell)."""

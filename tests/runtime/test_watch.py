@@ -317,3 +317,31 @@ def test_a_new_directory_changed_after_it_was_watched_is_lstat_ed_again(shm_dir:
         assert watch.stats["e"].st_ino == os.lstat(shm_dir / "e").st_ino
     finally:
         watch.close()
+
+
+def test_a_tree_past_a_watchs_share_gives_every_watch_back(
+    tmp_path: Path, inotify: _watch._Inotify, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Watches are counted per user over the host: a program making 200,000 directories took every
+    watch of uid 0 (other root processes got ENOSPC) for as long as its idle mirror stayed. A watch
+    holds at most ``MAX_DIRS`` directories and gives them all back past that, and the process at most
+    ``MAX_WATCHES`` (its other watches keep theirs)."""
+    monkeypatch.setattr(_watch, "MAX_DIRS", 100)
+    (tmp_path / "small/a").mkdir(parents=True)
+    small = TreeWatch(tmp_path / "small")
+    big_root = tmp_path / "big"
+    big_root.mkdir()
+    big = TreeWatch(big_root)
+    for i in range(150):  # new directories adopted as their events are read: past the share
+        (big_root / f"d{i}").mkdir()
+    inotify.pump()
+    assert big.drain() is None and big.over
+    assert not big._held.wds and not big._held.wds & inotify.owners.keys()
+    assert TreeWatch(big_root).over  # watched from the start: over at once too
+    assert len(small._held.wds) == 2 and small.drain() == set()
+    monkeypatch.setattr(_watch, "MAX_WATCHES", len(inotify.owners))  # the process is at its share
+    (tmp_path / "third").mkdir()
+    assert TreeWatch(tmp_path / "third").over
+    assert small.drain() == set() and not small.over
+    small.close()
+    big.close()

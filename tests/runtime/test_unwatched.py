@@ -1,0 +1,58 @@
+"""A tree with more directories than a watch may hold (``_watch.MAX_DIRS``, cut to 200 here) is walked,
+not watched: the watch gives its inotify watches back (they are the host user's, shared with every
+other process), every run's pull is still whole, a live sandbox's ticks still bring a background
+process's files (walking at most a tenth of the time), and once the tree is small again it is watched
+again."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+import computer
+from computer.runtime import ShellBackend, _watch
+from computer.runtime._mirror import Mirror
+
+
+def _mirror(backend: ShellBackend, ws: computer.Workspace) -> Mirror:
+    live = backend._lives._live.get(str(ws.id))
+    if live is not None:
+        return live.mirror
+    (mirror,) = backend.mirrors.idle_mirrors(str(ws.id))
+    return mirror
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_tree_past_a_watchs_share_is_walked_whole_and_watched_again_once_small(
+    monkeypatch: pytest.MonkeyPatch, live: bool
+) -> None:
+    monkeypatch.setattr(_watch, "MAX_DIRS", 200)
+    backend = ShellBackend(live=live)
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        made = await (
+            await ws.runtime.exec("mkdir -p t/d{0..29}/{0..9} && touch t/d{0..29}/{0..9}/f")
+        ).result()
+        assert made.status == "completed" and len(made.pulled) == 631
+        mirror = _mirror(backend, ws)
+        assert mirror.unwatched and mirror.watch is None
+        await ws.fs.write_file("/workspace/t/d0/0/from-ws", b"w")
+        seen = await (
+            await ws.runtime.exec("cat t/d0/0/from-ws; touch t/d29/9/g; find t -type f | wc -l")
+        ).result()
+        assert (seen.stdout, seen.pulled) == ("w302\n", ["/workspace/t/d29/9/g"])
+        assert mirror.unwatched and mirror.watch is None
+        if live:  # a background writer's file still arrives, from a paced walk
+            await (await ws.runtime.exec("(sleep 0.3; echo bg > t/d5/5/bg) > /dev/null 2>&1 &")).result()
+            deadline = time.monotonic() + 20
+            while not await ws.fs.exists("/workspace/t/d5/5/bg"):
+                assert time.monotonic() < deadline
+                await asyncio.sleep(0.05)
+            assert mirror.quiet(paced=True) or mirror.walk_next <= time.monotonic()
+        small = await (await ws.runtime.exec("rm -rf t/d{1..29}")).result()
+        assert small.pulled == [f"/workspace/t/d{i}" for i in sorted(range(1, 30), key=str)]
+        again = await (await ws.runtime.exec("touch t/d0/new")).result()  # its push arms a watch
+        assert again.pulled == ["/workspace/t/d0/new"]
+        assert not mirror.unwatched and mirror.watch is not None and not mirror.watch.over
