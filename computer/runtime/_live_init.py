@@ -36,6 +36,7 @@ from typing import Any
 Send = Callable[[dict[str, Any]], None]
 
 PR_SET_CHILD_SUBREAPER = 36
+PR_SET_DUMPABLE = 4
 MAX_PACKET = 1 << 16
 MAX_FDS = 8  # the three streams, a few more for the command, the spec pipe
 # What a command starts with at its default action: every signal but those no process can catch (the
@@ -48,7 +49,14 @@ def main() -> None:
     channel = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     channel.connect(sys.argv[1])
     try:
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+        # Not dumpable: this process's ``/proc/<pid>`` entries become root's, so a process of the
+        # sandbox (same uid: a background process an earlier run left) can neither open
+        # ``/proc/<pid>/fd/<channel>`` to take the host's messages (a later run's descriptors) or
+        # forge the init's (a later run's exit code) nor ptrace it. An ``execve`` resets it: the
+        # jobs are ordinary processes.
+        libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
     except (OSError, AttributeError):
         pass
     wake_r, wake_w = os.pipe()

@@ -93,3 +93,26 @@ async def test_a_background_process_cannot_forge_a_later_runs_result(
     await run_ok(ws, PROBE)
     value = await run_ok(ws, NEXT)
     assert value.startswith("denied"), value  # not "forged", and the run was not broken
+
+
+async def test_a_process_of_a_live_sandbox_cannot_reach_its_inits_channel() -> None:
+    """The same for the live sandbox's init (shell and python runs alike go through it): a process of
+    the sandbox (same uid) could open ``/proc/<init>/fd/<channel>`` and take the host's messages (a
+    later run's descriptors) or forge the init's (a later run's exit code). The init makes itself
+    non-dumpable; its jobs are ordinary (an ``execve`` resets it)."""
+    from computer.runtime import ShellBackend
+
+    backend = ShellBackend(live=True)
+    if not backend.live:
+        pytest.skip("no live sandbox here (no cgroup freezer)")
+    probe = (
+        # The init is the sandbox's one Python process (this command's own line names it too).
+        'for p in /proc/[0-9]*; do [ "$(head -c 15 $p/cmdline 2>/dev/null)" = /usr/bin/python ] && init=$p; done; '
+        '[ -n "$init" ] || echo no-init; '
+        "ls $init/fd >/dev/null 2>&1 && echo init-reached || echo init-denied; "
+        "ls /proc/$$/fd >/dev/null 2>&1 && echo job-ordinary"
+    )
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        result = await (await ws.runtime.exec(probe, timeout=60)).result()
+    assert result.stdout == "init-denied\njob-ordinary\n", result.stderr
