@@ -4,7 +4,9 @@ Random interleavings of shell runs that create, modify, delete and rename files 
 workspace writes, renames and deletes made *while a run is in flight*; two concurrent runs of one
 workspace; eviction of the workspace's mirror (a mirror pool keeping one workspace, taken over by
 another workspace's run); close and reopen (with the same backend: a warm mirror; or a fresh one: a
-rebuilt mirror). The model is ``path -> bytes`` of the regular files below ``/workspace``.
+rebuilt mirror). The model is ``path -> bytes`` of the regular files below ``/workspace``, and
+``path -> Link(target)`` of its symlinks (to a file, a directory, nowhere, out of the mount): a run
+or the workspace makes them where files were, and files where they were.
 
 Invariants after every settled step:
 - the next run's view (``find -type f | sha256sum``) equals the workspace (``ws.fs``) equals the model;
@@ -14,7 +16,9 @@ Invariants after every settled step:
 
 Decisions:
 - File names never double as directory names (``a``, ``b``, ``d/c``, ``d/e``, ``f/g/h``), so every
-  operation is valid on every state and the model needs no error cases.
+  operation is valid on every state and the model needs no error cases. A symlink is only ever made
+  at a file name; a write where one is replaces it (``rm`` first: writing through a link is the
+  shell's business, not the sync's), and a rename moves the link itself.
 - An in-flight run waits 1 s after printing ``ready`` before acting; the workspace operation happens
   in that window (checked: the run must still be running when the operation returns).
 - Two concurrent runs: the model applies them in the order their results arrived (a pull is one
@@ -53,6 +57,14 @@ T = TypeVar("T")
 FILES = ["a", "b", "d/c", "d/e", "f/g/h"]
 DIRS = ["d", "f", "f/g"]
 PATHS = st.sampled_from(FILES)
+# Symlink targets: a file, a directory, a relative one, nowhere, out of the mount root.
+TARGETS = st.sampled_from(["a", "d", "../a", "nowhere", "/secret/x"])
+
+
+class Link(str):
+    """A symlink's target in the model (a file's bytes are ``bytes``)."""
+
+
 SMALL = st.text(alphabet="abxyz \n", max_size=24).map(lambda s: s.encode())
 
 
@@ -69,18 +81,29 @@ RUN_OPS = st.one_of(
     st.tuples(st.just("delete"), PATHS, PATHS, CONTENT),
     st.tuples(st.just("rename"), PATHS, PATHS, CONTENT),
     st.tuples(st.just("rmdir"), st.sampled_from(DIRS), PATHS, CONTENT),
+    st.tuples(st.just("symlink"), PATHS, TARGETS, CONTENT),
     st.tuples(st.just("nothing"), PATHS, PATHS, CONTENT),
 )
 WS_OPS = st.one_of(
     st.tuples(st.just("write"), PATHS, PATHS, CONTENT),
     st.tuples(st.just("delete"), PATHS, PATHS, CONTENT),
     st.tuples(st.just("rename"), PATHS, PATHS, CONTENT),
+    st.tuples(st.just("symlink"), PATHS, TARGETS, CONTENT),
 )
 
 Op = tuple[str, str, str, bytes]
 
 # What the machine exercised (checked after the run, so a machine that never raced proves nothing).
-stats = {"runs": 0, "in_flight": 0, "concurrent": 0, "skipped": 0, "evictions": 0, "reopens": 0, "fresh": 0}
+stats = {
+    "runs": 0,
+    "in_flight": 0,
+    "concurrent": 0,
+    "skipped": 0,
+    "evictions": 0,
+    "reopens": 0,
+    "fresh": 0,
+    "links": 0,
+}
 
 
 def _q(path: str) -> str:
@@ -96,7 +119,10 @@ def env_of(op: Op) -> dict[str, str]:
     return {"C": "" if _large(op[3]) else op[3].decode()}
 
 
-def shell_of(op: Op, model: dict[str, bytes]) -> tuple[str, dict[str, bytes | None]]:
+Model = dict[str, "bytes | Link"]
+
+
+def shell_of(op: Op, model: Model) -> tuple[str, dict[str, bytes | Link | None]]:
     """The bash for ``op`` and what it does to the files, as seen from ``model`` (the run's mirror)."""
     kind, path, other, content = op
     made = (
@@ -104,23 +130,36 @@ def shell_of(op: Op, model: dict[str, bytes]) -> tuple[str, dict[str, bytes | No
         if _large(content)
         else 'printf %s "$C"'
     )
+    unlinked = f"mkdir -p {_q(posixpath.dirname(path) or '.')} && {{ [ ! -L {_q(path)} ] || rm {_q(path)}; }}"
+    held = model.get(path)
     if kind == "write":
-        return f"mkdir -p {_q(posixpath.dirname(path) or '.')} && {made} > {_q(path)}", {path: content}
+        return f"{unlinked} && {made} > {_q(path)}", {path: content}
     if kind == "append":
-        return f"mkdir -p {_q(posixpath.dirname(path) or '.')} && {made} >> {_q(path)}", {
-            path: model.get(path, b"") + content
+        return f"{unlinked} && {made} >> {_q(path)}", {
+            path: (held if isinstance(held, bytes) else b"") + content
         }
     if kind == "linkappend":  # through a hard link removed at once: the events name only the link
-        source = f"if [ -f {_q(path)} ]; then ln -f {_q(path)} .lnk && {made} >> .lnk; rm -f .lnk; fi"
+        source = (
+            f"if [ -f {_q(path)} ] && [ ! -L {_q(path)} ]; then "
+            f"ln -f {_q(path)} .lnk && {made} >> .lnk; rm -f .lnk; fi"
+        )
         # (nothing appended changes nothing: not even a workspace write made during the run)
-        return source, ({path: model[path] + content} if path in model and content else {})
+        return source, ({path: held + content} if isinstance(held, bytes) and content else {})
+    if kind == "symlink":
+        return (
+            f"mkdir -p {_q(posixpath.dirname(path) or '.')} && rm -f {_q(path)} && ln -s {_q(other)} {_q(path)}",
+            {path: Link(other)},
+        )
     if kind == "delete":
         return f"rm -f {_q(path)}", ({path: None} if path in model else {})
     if kind == "rename":
         if path == other:
             return "true", {}
         # Conditional in the shell too: a live run may act on a tree changed after it was planned.
-        source = f"if [ -f {_q(path)} ]; then mkdir -p {_q(posixpath.dirname(other) or '.')} && mv -f {_q(path)} {_q(other)}; fi"
+        source = (
+            f"if [ -f {_q(path)} ] || [ -L {_q(path)} ]; then "
+            f"mkdir -p {_q(posixpath.dirname(other) or '.')} && mv -fT {_q(path)} {_q(other)}; fi"
+        )
         if path not in model:
             return source, {}
         return source, {path: None, other: model[path]}
@@ -147,7 +186,7 @@ class SyncMachine(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.dir = Path(tempfile.mkdtemp(prefix="fid-sm-"))
         self.db = str(self.dir / "ws.sqlite")
-        self.model: dict[str, bytes] = {}
+        self.model: Model = {}
         self.shell = self._shell()
         self.ws: computer.Workspace = self.call(self._open())
         self.other: computer.Workspace = self.call(self._open_other())
@@ -175,7 +214,7 @@ class SyncMachine(RuleBasedStateMachine):
         await other.fs.mkdir(ROOT)
         return other
 
-    def apply_run(self, result: ExecResult, effects: dict[str, bytes | None]) -> None:
+    def apply_run(self, result: ExecResult, effects: dict[str, bytes | Link | None]) -> None:
         """Take a settled run's effects into the model, except for the paths it skipped."""
         assert result.status == "completed", (result.stdout, result.stderr, result.error)
         reasons_cover_skipped(result)
@@ -194,8 +233,16 @@ class SyncMachine(RuleBasedStateMachine):
         fs = self.ws.fs
         if kind == "write":
             await fs.mkdir(f"{ROOT}/{posixpath.dirname(path)}".rstrip("/"), recursive=True)
+            if isinstance(self.model.get(path), Link):  # replaced, not written through
+                await fs.rm(f"{ROOT}/{path}")
             await fs.write_file(f"{ROOT}/{path}", content)
             self.model[path] = content
+        elif kind == "symlink":
+            await fs.mkdir(f"{ROOT}/{posixpath.dirname(path)}".rstrip("/"), recursive=True)
+            await fs.rm(f"{ROOT}/{path}", force=True)
+            await fs.symlink(other, f"{ROOT}/{path}")
+            self.model[path] = Link(other)
+            stats["links"] += 1
         elif kind == "delete":
             await fs.rm(f"{ROOT}/{path}", force=True)
             self.model.pop(path, None)
@@ -208,6 +255,7 @@ class SyncMachine(RuleBasedStateMachine):
 
     @rule(op=RUN_OPS)
     def shell_run(self, op: Op) -> None:
+        stats["links"] += op[0] == "symlink"
         source, effects = shell_of(op, self.model)
         result = self.call(ok(self.ws, source, env=env_of(op)))
         assert result.skipped == [], result.skipped  # nothing raced it: nothing may be left out
@@ -250,7 +298,7 @@ class SyncMachine(RuleBasedStateMachine):
     def two_concurrent_runs(self, first: Op, second: Op) -> None:
         plans = [shell_of(first, self.model), shell_of(second, self.model)]
 
-        async def step() -> list[tuple[ExecResult, dict[str, bytes | None]]]:
+        async def step() -> list[tuple[ExecResult, dict[str, bytes | Link | None]]]:
             handles = [
                 await self.ws.runtime.exec(f"sleep {0.6 * i}; {source}", env=env_of(op), timeout=60)
                 for i, ((source, _), op) in enumerate(zip(plans, (first, second), strict=True))
@@ -269,7 +317,7 @@ class SyncMachine(RuleBasedStateMachine):
 
         settled = self.call(step())
         stats["concurrent"] += 1
-        applied: dict[str, bytes | None] = {}
+        applied: dict[str, bytes | Link | None] = {}
         for result, effects in settled:
             for path, content in effects.items():
                 if skipped_covers(result, path):
@@ -313,9 +361,22 @@ class SyncMachine(RuleBasedStateMachine):
 
     @invariant()
     def every_view_equals_the_model(self) -> None:
-        expected = {f"{ROOT}/{p}": digest(c) for p, c in self.model.items()}
+        expected = {f"{ROOT}/{p}": digest(c) for p, c in self.model.items() if isinstance(c, bytes)}
+        links = {p: str(c) for p, c in self.model.items() if isinstance(c, Link)}
         assert self.call(workspace_view(self.ws)) == expected, "the workspace lost or kept a change"
+        assert self.call(self._workspace_links()) == links, "the workspace lost or kept a symlink"
         assert self.call(sandbox_view(self.ws)) == expected, "the next run's view differs from the workspace"
+        assert self.call(self._sandbox_links()) == links, (
+            "the next run's symlinks differ from the workspace's"
+        )
+
+    async def _workspace_links(self) -> dict[str, str]:
+        rows = [row for row in self.ws.fs.manifest(ROOT) if row.kind == "symlink"]
+        return {row.path[len(ROOT) + 1 :]: await self.ws.fs.readlink(row.path) for row in rows}
+
+    async def _sandbox_links(self) -> dict[str, str]:
+        listing = await ok(self.ws, "find . -type l -printf '%P\\t%l\\n'")
+        return dict(line.split("\t", 1) for line in listing.stdout.splitlines())
 
     def teardown(self) -> None:
         try:
@@ -340,7 +401,7 @@ class LiveSyncMachine(SyncMachine):
     def workspace_change_during_a_run(self, run_op: Op, ws_op: Op) -> None:
         source, _ = shell_of(run_op, self.model)
 
-        async def step() -> tuple[ExecResult, dict[str, bytes | None]]:
+        async def step() -> tuple[ExecResult, dict[str, bytes | Link | None]]:
             handle = await self.ws.runtime.exec(
                 f"echo ready; sleep 1.5; {source}", env=env_of(run_op), timeout=60
             )
