@@ -39,6 +39,7 @@ from ._backend import (
     SyncPull,
     SyncPush,
 )
+from ._kept import trim_kept
 from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
 from ._pull_rules import CONFLICT, outermost
@@ -73,6 +74,8 @@ class MirrorSync:
         self.limits = limits
         # The host uid/gid that must own what mirrors hold (the sandbox's unprivileged user), or None.
         self.owner: tuple[int, int] | None = None
+        # Bytes a mirror may hold in files only its sandbox has (``_kept``; the sandbox's memory limit).
+        self.kept_limit: int | None = None
 
     def acquire(self, workspace_id: str, ctx: ExecContext) -> Mirror:
         mirror = self.mirrors.acquire(workspace_id)
@@ -259,6 +262,9 @@ class MirrorSync:
             plan, now = await asyncio.to_thread(functools.partial(mirror.plan, paced=paced))
         mirror.kept = set(plan.unsyncable)
         left_out = {**mirror.left_out(), **plan.unsyncable}
+        if self.kept_limit is not None and (plan.unsyncable or mirror.kept_bytes):
+            mirror.kept_bytes, removed = await asyncio.to_thread(trim_kept, mirror, now, self.kept_limit)
+            left_out.update(removed)
         saved = list(saves.saved) if saves is not None else []
         # Revisions committed since ``base_rev`` by this mirror's earlier pulls (a live sandbox's pull at a
         # run's end, then its tick's before any push) are no workspace change either: counted as one,

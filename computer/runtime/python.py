@@ -119,6 +119,8 @@ class PythonBackend(LiveCalls):
         )
         self._sync = MirrorSync(MirrorPool(self.scratch, self.mount_root), self.mount_root, self.sync_limits)
         self._sync.owner = owner
+        limit = self.sandbox.limits.memory_mb
+        self._sync.kept_limit = limit * 1024 * 1024 if limit else None
         self._lives = LiveSandboxes(
             sandbox=self.sandbox,
             sync=self._sync,

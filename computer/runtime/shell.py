@@ -120,6 +120,7 @@ class ShellBackend(LiveCalls):
         self._mirrors: MirrorPool = (mirror_pool or MirrorPool)(base, self.mount_root)
         self._sync = MirrorSync(self._mirrors, self.mount_root, self.limits)
         self._sync.owner = owner
+        self._sync.kept_limit = memory_mb * 1024 * 1024 if memory_mb else None
         # Sandboxes started ahead for the most recently used mirrors (at most ``warm_sandboxes``).
         self.warm_sandboxes = warm_sandboxes
         self._warm: WarmSandboxes[Ready] = WarmSandboxes(warm_sandboxes)

@@ -172,3 +172,19 @@ async def test_a_cwd_through_a_symlink_runs_inside_the_mount_or_is_refused(
                 assert result.error is not None and result.error.startswith(f"cwd {cwd}"), result.error
                 assert result.error.endswith(problem), result.error
         assert await ws.fs.readdir("/secret") == []
+
+
+async def test_files_only_the_sandbox_holds_are_bounded_by_its_memory_limit_across_runs(db: Path) -> None:
+    """A name that is not UTF-8 never reaches the workspace, so such files stay in the mirror (in
+    ``/dev/shm``) from run to run, and a run's memory group charges only what that run wrote: 700 MB
+    a run grew one workspace's mirror to 6 GB. Past the sandbox's memory limit the largest go, each
+    listed in ``skipped`` with the reason."""
+    backend = ShellBackend(live=False, memory_mb=64)
+    async with opened(db, shell=backend, python=False) as ws:
+        for i in range(1, 4):  # 25 MiB each: the third goes past 64 MiB
+            made = await ok(ws, f"head -c {i}M /dev/zero > small{i}; head -c 25M /dev/zero > $'big\\xff{i}'")
+        removed = [p for p, why in made.skipped_reasons.items() if why.startswith("removed from the sandbox")]
+        assert removed == ["/workspace/big\\xff3"], made.skipped_reasons
+        listed = await ok(ws, "du -cm big* | tail -1")
+        assert listed.stdout.splitlines()[-1].split()[0] == "50", listed.stdout
+        assert {e.name for e in await ws.fs.readdir("/workspace")} == {"small1", "small2", "small3"}
