@@ -26,6 +26,7 @@ from computer.runtime import (
     SyncPull,
     _mirror_pull,
 )
+from computer.runtime.types import ExecResult
 
 
 async def test_cat_copy_append_and_rm_are_reflected_in_the_workspace(ws: computer.Workspace) -> None:
@@ -251,16 +252,21 @@ async def test_concurrent_runs_of_one_workspace_each_sync_their_changes(ws: comp
     assert third.stdout == "base.txt\none.txt\ntwo.txt\n"
 
 
-async def test_a_killed_run_leaves_the_next_run_a_consistent_mirror(ws: computer.Workspace) -> None:
-    await ws.fs.write_file("/workspace/kept.txt", "kept")
-    handle = await ws.runtime.exec("echo partial > lost.txt; echo ready; sleep 30")
+async def _killed_once_ready(ws: computer.Workspace, source: str, **options: Any) -> ExecResult:
+    """Start ``source``, kill it once it printed ``ready``: its result."""
+    handle = await ws.runtime.exec(source, **options)
     async for snapshot in handle:
         if "ready" in snapshot.stdout:
             break
     await handle.kill()
+    return await handle.result()
+
+
+async def test_a_killed_run_leaves_the_next_run_a_consistent_mirror(ws: computer.Workspace) -> None:
+    await ws.fs.write_file("/workspace/kept.txt", "kept")
     # SPEC section 10: a kill keeps what the program already wrote (pulled after the tree is killed),
     # and the killed run's result lists it.
-    killed = await handle.result()
+    killed = await _killed_once_ready(ws, "echo partial > lost.txt; echo ready; sleep 30")
     assert (killed.status, killed.exit_code, killed.pulled) == ("cancelled", 137, ["/workspace/lost.txt"])
     assert await ws.fs.read_text("/workspace/lost.txt") == "partial\n"
     result = await (await ws.runtime.exec("ls; cat lost.txt")).result()
@@ -513,11 +519,6 @@ async def test_a_killed_python_run_lists_the_files_it_wrote() -> None:
     source = "import time\nopen('made.txt', 'w').write('x')\nprint('ready', flush=True)\ntime.sleep(30)\n"
     async with computer.Workspace(backends=[PythonBackend(live=False)]) as ws:
         await ws.fs.mkdir("/workspace")
-        handle = await ws.runtime.exec(source, backend="python")
-        async for snapshot in handle:
-            if "ready" in snapshot.stdout:
-                break
-        await handle.kill()
-        result = await handle.result()
+        result = await _killed_once_ready(ws, source, backend="python")
         assert (result.status, result.exit_code, result.pulled) == ("cancelled", 137, ["/workspace/made.txt"])
         assert await ws.fs.read_text("/workspace/made.txt") == "x"
