@@ -370,9 +370,17 @@ class SyncMachine(RuleBasedStateMachine):
             "the next run's symlinks differ from the workspace's"
         )
 
-    async def _workspace_links(self) -> dict[str, str]:
-        rows = [row for row in self.ws.fs.manifest(ROOT) if row.kind == "symlink"]
-        return {row.path[len(ROOT) + 1 :]: await self.ws.fs.readlink(row.path) for row in rows}
+    async def _workspace_links(self, directory: str = ROOT) -> dict[str, str]:
+        """Every symlink below ``directory`` in the workspace (by ``readdir``: a pool's client has no
+        manifest): relative path -> target."""
+        links: dict[str, str] = {}
+        for entry in await self.ws.fs.readdir(directory):
+            path = f"{directory}/{entry.name}"
+            if entry.is_symlink:
+                links[path[len(ROOT) + 1 :]] = await self.ws.fs.readlink(path)
+            elif entry.is_directory:
+                links.update(await self._workspace_links(path))
+        return links
 
     async def _sandbox_links(self) -> dict[str, str]:
         listing = await ok(self.ws, "find . -type l -printf '%P\\t%l\\n'")
