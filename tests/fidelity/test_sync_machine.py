@@ -135,6 +135,8 @@ def shell_of(op: Op, model: Model) -> tuple[str, dict[str, bytes | Link | None]]
     if kind == "write":
         return f"{unlinked} && {made} > {_q(path)}", {path: content}
     if kind == "append":
+        if isinstance(held, bytes) and not content:  # nothing appended to a file: nothing changed
+            return f"{unlinked} && {made} >> {_q(path)}", {}
         return f"{unlinked} && {made} >> {_q(path)}", {
             path: (held if isinstance(held, bytes) else b"") + content
         }
