@@ -262,7 +262,7 @@ class MirrorSync:
             plan, now = await asyncio.to_thread(functools.partial(mirror.plan, paced=paced))
         mirror.kept = set(plan.unsyncable)
         left_out = {**mirror.left_out(), **plan.unsyncable}
-        if self.kept_limit is not None and (plan.unsyncable or mirror.kept_bytes):
+        if self.kept_limit is not None and plan.unsyncable:  # such a file made or grown: count them all
             mirror.kept_bytes, removed = await asyncio.to_thread(trim_kept, mirror, now, self.kept_limit)
             left_out.update(removed)
         saved = list(saves.saved) if saves is not None else []
