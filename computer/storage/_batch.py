@@ -102,18 +102,20 @@ def changes_since(st: Store, rev: int, root: str = "/", *, skip_revs: Sequence[i
     r = st.canon(root)
     floor = int(st.db.one("SELECT log_floor FROM state WHERE id = 1")[0])
     changes: list[Change] = []
+    add = changes.append
+    everything = r == "/"
+    below = r + "/"  # ``is_within`` both ways, inline (100,000 rows: ~40 ms of calls)
     previous: tuple[int, int, str, str] | None = None  # the row before, when a pair's first one
     for rv, n, path, op in _log_rows(st, rev, skip_revs):
         source = None
         if previous is not None and previous[:2] == (rv, n - 1) and _PAIRS.get(op) == previous[3]:
-            source = previous[
-                2
-            ]  # the pair's first row (``_tree.rename``, ``_tree.link``), even outside ``root``
+            # The pair's first row (``_tree.rename``, ``_tree.link``), even outside ``root``.
+            source = previous[2]
         previous = (rv, n, path, op) if op in _FIRSTS else None
         if op == LINK_SOURCE:
             continue  # the existing name of a link: not a change of it
-        if is_within(path, r) or is_within(r, path):
-            changes.append(Change(path=path, op=op, rev=int(rv), source=source))
+        if everything or path.startswith(below) or path == r or path == "/" or below.startswith(path + "/"):
+            add(Change(path, op, rv, source))
     return ChangeSet(rev=st.rev, changes=changes, complete=rev >= floor)
 
 
