@@ -202,13 +202,25 @@ def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: S
     finally:
         for fd in high:
             os.close(fd)
-    try:  # under memory pressure the kernel kills a command, not the init
-        with open(f"/proc/{pid}/oom_score_adj", "w") as adj:
-            adj.write("500")
-    except OSError:
-        pass
+    raise_oom_score(pid)
     jobs[pid] = job
     send({"op": "started", "id": job, "pid": pid})
+
+
+def raise_oom_score(pid: int) -> None:
+    """Under memory pressure the kernel kills a command, not the init: the job's ``oom_score_adj``
+    goes to 500. The vfork parent resumes while the child's new memory still carries the init's
+    non-dumpable flag (the kernel resets it a few microseconds later in the exec): its ``/proc``
+    files are root's for that moment, and the write is tried again."""
+    for _ in range(200):
+        try:
+            with open(f"/proc/{pid}/oom_score_adj", "w") as adj:
+                adj.write("500")
+            return
+        except PermissionError:
+            time.sleep(0.00005)
+        except OSError:
+            return
 
 
 def program(name: str, env: dict[str, str]) -> str:
