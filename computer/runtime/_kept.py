@@ -17,10 +17,10 @@ REMOVED = (
 )
 
 
-def trim_kept(mirror: MirrorBase, now: dict[str, Entry], limit: int) -> tuple[int, dict[str, str]]:
-    """The bytes of the files only the sandbox holds in ``now`` (the mirror's state to be), after
-    removing the largest of them until they fit ``limit``; the removed ones' workspace paths (as a
-    report names them) with the reason. Removed from ``now`` too."""
+def trim_kept(mirror: MirrorBase, now: dict[str, Entry], limit: int) -> dict[str, str]:
+    """Remove the largest of the files only the sandbox holds in ``now`` (the mirror's state to be,
+    and the mirror's directory) until they fit ``limit``: the removed ones' workspace paths (as a
+    report names them) with the reason."""
     room = mirror.room()
     held: list[tuple[int, str]] = []
     for rel, entry in now.items():
@@ -47,4 +47,4 @@ def trim_kept(mirror: MirrorBase, now: dict[str, Entry], limit: int) -> tuple[in
         total -= size
         raw = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
         removed[mirror.workspace_path(raw)] = REMOVED.format(limit // MiB)
-    return total, removed
+    return removed

@@ -87,8 +87,6 @@ class Mirror(MirrorPush, MirrorPull):
     # live sandbox's tick walks it again from ``walk_next`` on (see ``_mirror_watch``).
     unwatched: bool = False
     walk_next: float = 0.0
-    # Bytes of the files only the sandbox holds, as the last pull that made or grew one counted them.
-    kept_bytes: int = 0
 
     def invalidate(self) -> None:
         """Forget what the mirror holds: the next push is a full one."""

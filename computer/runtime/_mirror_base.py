@@ -62,7 +62,6 @@ class MirrorBase:
     state: dict[str, Entry]
     watch: TreeWatch | None
     kept: set[str]
-    kept_bytes: int
     reasons: dict[str, str]
     unfilled: list[tuple[MirrorFile, list[int] | None]]
     chunks: dict[str, list[str]]

@@ -263,7 +263,7 @@ class MirrorSync:
         mirror.kept = set(plan.unsyncable)
         left_out = {**mirror.left_out(), **plan.unsyncable}
         if self.kept_limit is not None and plan.unsyncable:  # such a file made or grown: count them all
-            mirror.kept_bytes, removed = await asyncio.to_thread(trim_kept, mirror, now, self.kept_limit)
+            removed = await asyncio.to_thread(trim_kept, mirror, now, self.kept_limit)
             left_out.update(removed)
         saved = list(saves.saved) if saves is not None else []
         # Revisions committed since ``base_rev`` by this mirror's earlier pulls (a live sandbox's pull at a
