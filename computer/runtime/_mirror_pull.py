@@ -14,7 +14,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
 
-from ._backend import BIG_FILE, PAGE_FILES, MirrorFile, SyncPull
+from ._backend import BIG_FILE, PAGE_DIRS, PAGE_FILES, MirrorFile, SyncPull
 from ._beneath import HOLE, HOLE_DIGEST, SAFE_BITS, BeneathReader, remove_beneath
 from ._dir_times import mirror_dir, with_dir_times
 from ._mirror_base import (
@@ -286,9 +286,9 @@ class MirrorPull(MirrorWatch):
     ) -> Generator[SyncPull, None, None]:
         """The pull, cut into pages of at most ``budget`` new bytes and ``PAGE_FILES`` files (None: one).
 
-        Removals past ``PAGE_FILES`` go first, on pages of their own (:meth:`removal_pages`); the rest,
-        directories and links on the next (no later page lands in a tree still to be cleared); files
-        fill pages in path order. A large file (two chunks or more) is read a chunk at a time and
+        Removals past ``PAGE_FILES`` go first, on pages of their own (:meth:`removal_pages`), then
+        directories past ``PAGE_DIRS`` (with the other removals); the rest, directories and links on
+        the next (no later page lands in a tree still to be cleared); files fill pages in path order. A large file (two chunks or more) is read a chunk at a time and
         hashed: chunks the store holds (the mirror's last sync of that path, or staged in this pull)
         travel as their hash, new ones as bytes on the page's ``stage``: a 4 KiB change in a 100 MB file
         moves one chunk, and no page holds more than ``budget`` bytes. Files changed into something
@@ -301,9 +301,20 @@ class MirrorPull(MirrorWatch):
         deleted = plan.deleted
         if budget is not None and not keep and len(deleted) > PAGE_FILES:
             deleted, reuse = (yield from self.removal_pages(deleted, protected, staging)), False
+        dirs = plan.dirs
+        if budget is not None and not keep and len(dirs) > PAGE_DIRS:
+            # Directories past ``PAGE_DIRS`` on pages of their own, parents first (sorted by depth),
+            # the removals left on the first (a path removed after a page made a directory there
+            # would take it).
+            while len(dirs) > PAGE_DIRS:
+                yield SyncPull(
+                    self.root, dirs=dirs[:PAGE_DIRS], deleted=list(deleted), protected=protected,
+                    staging=staging, done=False,
+                )  # fmt: skip
+                dirs, deleted, reuse = dirs[PAGE_DIRS:], [], False
         page = SyncPull(
             self.root,
-            dirs=list(plan.dirs),
+            dirs=list(dirs),
             dir_times=dict(plan.dir_times),
             symlinks=list(plan.symlinks),
             deleted=list(deleted),

@@ -30,6 +30,7 @@ from typing import Protocol
 
 from ..storage import CHUNK_SIZE
 from ._backend import (
+    PAGE_DIRS,
     PAGE_FILES,
     DeferringContext,
     ExecContext,
@@ -278,6 +279,7 @@ class MirrorSync:
             and plan.size() <= self.limits.max_sync_bytes
             and len(plan.files) <= PAGE_FILES
             and len(plan.deleted) <= PAGE_FILES
+            and len(plan.dirs) <= PAGE_DIRS
             and not mirror.chunk_sources(plan)
         ):
             pull = mirror.read_all(plan) if plan.empty() else await asyncio.to_thread(mirror.read_all, plan)

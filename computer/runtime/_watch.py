@@ -9,15 +9,15 @@ Every watch of a process shares one inotify instance (:class:`_Inotify`). Instan
 kernel allows 128 per user by default (``fs.inotify.max_user_instances``), counted over every process
 of that user, and on a container host over every container running as the same uid. One instance per
 mirror ran out at 64 workspaces with two idle mirrors each (after which every pull walked its whole
-tree) and took instances from the user's other programs. Watches are plentiful
-(``max_user_watches``, ~190,000 here), so sharing costs nothing but a lock and a dispatch by watch
-descriptor.
+tree) and took instances from the user's other programs. Sharing costs a lock and a dispatch by
+watch descriptor.
 """
 
 from __future__ import annotations
 
 import array
 import collections
+import contextlib
 import ctypes
 import errno
 import fcntl
@@ -75,7 +75,7 @@ _RARE = IN_IGNORED | IN_MOVE_SELF | IN_MOVED_FROM | IN_MOVED_TO  # looked at clo
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 # Events a watch holds undrained at most; past that it gives up (a full walk) rather than grow.
 MAX_HELD = 200_000
-# Seconds the reader thread lets a burst of events gather before it reads them.
+# Seconds the reader thread lets a burst of events gather (after its first) before it reads them.
 READ_AHEAD = 0.005
 # Bytes of the shared queue a cheap look (``pending``) reads at most.
 QUICK_READ = 4096
@@ -84,10 +84,9 @@ BATCH = 64
 
 
 def _user_watches() -> int:
-    try:
+    with contextlib.suppress(OSError, ValueError):
         return int(Path("/proc/sys/fs/inotify/max_user_watches").read_text())
-    except (OSError, ValueError):
-        return 8192  # the kernel's old default
+    return 8192  # the kernel's old default
 
 
 # Watches are counted per user over the whole host (``max_user_watches``): a program making 200,000
@@ -103,10 +102,8 @@ def _load_libc() -> ctypes.CDLL | None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.inotify_init1.argtypes = [ctypes.c_int]
-        # No argtypes for inotify_add_watch: it is called once per new directory, from the reader
-        # thread while a run makes them (``mkdir -p`` of 1,110), and argument conversion through
-        # argtypes cost ~1 µs of its ~4.5 (an int fd, bytes and the mask, which fits a C int, pass
-        # as they are).
+        # No argtypes for inotify_add_watch (once per new directory): their conversion cost ~1 µs of
+        # its ~4.5; an int fd, bytes and the mask (it fits a C int) pass as they are.
         libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
     except (OSError, AttributeError):  # not Linux, or no inotify in this libc
         return None
@@ -121,7 +118,7 @@ class _Held:
     the directories it watches (the reader thread adds new ones as their events come: see
     :meth:`_Inotify.adopt`)."""
 
-    __slots__ = ("broken", "dirs", "empty", "events", "over", "root", "stats", "walked", "wds")
+    __slots__ = ("broken", "dirs", "empty", "events", "over", "root", "stats", "unadopted", "walked", "wds")
 
     def __init__(self, root: str = "", empty: int | None = None) -> None:
         self.events: list[tuple[int, int, bytes]] = []  # (watch descriptor, mask, name)
@@ -135,13 +132,17 @@ class _Held:
         # of each new directory, taken once it was watched (the pull's plan would take it anyway).
         self.walked: set[str] = set()
         self.stats: dict[str, os.stat_result] = {}
+        # New directories a cheap look (``count``, on the loop) read of: the next full read adopts
+        # them first (37,000 of a ``mkdir -p`` adopted on the loop held it ~150 ms).
+        self.unadopted: list[str] = []
 
 
 class _Inotify:
     """The process's one inotify instance; its events are dispatched to the watch owning their wd.
 
     Any caller's read moves every queued event to its owner, so a watch drained rarely does not hold
-    up the others. A reader thread does so as events come (a burst gathers for ``READ_AHEAD`` first):
+    up the others. A reader thread does so as events come (a burst's first at once, then what gathers
+    in ``READ_AHEAD``: a directory made is watched while the run goes on, one read per burst after):
     the kernel's queue (``max_queued_events``, 16,384 here) is shared by every mirror of the process,
     and a run writing tens of thousands of files would otherwise overflow it for all of them (each then
     walks its tree) and for itself. The lock (re-entrant) covers the descriptor table and the reads
@@ -159,6 +160,7 @@ class _Inotify:
         self.lock = threading.RLock()
         self.owners: dict[int, _Held] = {}
         self.dropped: collections.deque[_Held] = collections.deque()
+        self.unadopted: set[_Held] = set()  # owners with directories left to adopt (``pump``)
         threading.Thread(target=self._read_ahead, name="computer-inotify", daemon=True).start()
 
     def _read_ahead(self) -> None:
@@ -169,8 +171,8 @@ class _Inotify:
             try:
                 if not poller.poll():
                     continue
-                time.sleep(READ_AHEAD)  # one read for a burst, not a wake-up per event
-                self.pump()
+                self.pump()  # a burst's first event at once (see the class), the rest after a wait
+                time.sleep(READ_AHEAD)
             except Exception:  # never let the thread die: callers' own reads still work
                 log.exception("inotify reader")
                 time.sleep(1)
@@ -276,6 +278,8 @@ class _Inotify:
         held.dirs.clear()
         held.walked.clear()
         held.stats.clear()
+        held.unadopted.clear()
+        self.unadopted.discard(held)
 
     def _forget_dropped(self) -> None:
         while self.dropped:
@@ -283,10 +287,17 @@ class _Inotify:
 
     def pump(self, size: int = 1 << 16, reads: int | None = None) -> None:
         """Move queued events to their owners: all of them, or what ``reads`` reads of ``size`` bytes
-        bring (whole events only: the kernel never splits one)."""
+        bring (whole events only: the kernel never splits one). A full read (``reads`` None) first
+        adopts the directories a limited one left (``_Held.unadopted``); a limited read, the event
+        loop's cheap look, leaves those it finds to the next full one."""
         with self.lock:
             if self.dropped:
                 self._forget_dropped()
+            if reads is None and self.unadopted:
+                waiting, self.unadopted = self.unadopted, set()
+                for owner in waiting:
+                    rels, owner.unadopted = owner.unadopted, []
+                    self._new_dirs(owner, rels)
             while reads is None or reads > 0:
                 if reads is not None:
                     reads -= 1
@@ -307,7 +318,11 @@ class _Inotify:
                 fresh: dict[_Held, list[str]] = {}
                 self._dispatch(data, fresh)
                 for owner, rels in fresh.items():
-                    self._new_dirs(owner, rels)
+                    if reads is None:
+                        self._new_dirs(owner, rels)
+                    else:
+                        owner.unadopted += rels
+                        self.unadopted.add(owner)
 
     def _dispatch(self, data: bytes, fresh: dict[_Held, list[str]]) -> None:
         """Move the events of one read to their owners, and the directories they made to ``fresh``
@@ -371,15 +386,21 @@ class _Inotify:
         It runs on the event loop (is the run's pull trivial?), so it reads one small chunk of the
         shared queue, never the up to 16,384 events another mirror's busy run may have left there (one
         read parses ~170 events, ~0.1 ms); with more queued and none of ``held``'s among them it says
-        -1, and the pull goes to a worker thread, which reads them all.
+        -1, and the pull goes to a worker thread, which reads them all. It never waits for the lock
+        (another thread may hold it for a whole tree's watches) nor watches new directories itself
+        (``_Held.unadopted``): either way it says -1, and the thread does that work.
         """
-        self.pump(QUICK_READ, reads=1)
-        with self.lock:
-            if held.broken:
+        if not self.lock.acquire(blocking=False):
+            return -1  # another thread reads (and watches what a run made): never wait on the loop
+        try:
+            self.pump(QUICK_READ, reads=1)
+            if held.broken or held.unadopted:
                 return -1
             if held.events:
                 return len(held.events)
             return -1 if self._queued() else 0
+        finally:
+            self.lock.release()
 
     def _queued(self) -> int:
         size = array.array("i", [0])
@@ -419,10 +440,9 @@ class TreeWatch:
         self._held = _Held(self._root, empty)
         # A mirror dropped without close() (e.g. by a pool evicting it) must not leak its watches.
         self._close = weakref.finalize(self, self._inotify.drop, self._held)
-        # Paths whose last event in the last drain removed them (no lstat needed to know they are gone).
+        # Paths the last drain's last event of each removed (known gone without an lstat).
         self.gone: set[str] = set()
-        # The lstat of each directory the last drain found new and watched (the plan's, taken early),
-        # of those no later event named (a chmod of it, a removal) while the run went on.
+        # The lstat of each new directory of the last drain that no later event named (plan's, early).
         self.stats: dict[str, os.stat_result] = {}
         self._inotify.adopt(self._held, [""], None)
 

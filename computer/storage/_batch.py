@@ -171,13 +171,14 @@ def commit_batch(
             skipped = set(every)
         else:
             touched = [c.path for c in changed.changes if c.op != TOUCH]
+            if touched:  # else nothing conflicts (a pull with the workspace quiet: no call per path)
 
-            def conflicts(p: str) -> bool:
-                return any(is_within(p, t) or is_within(t, p) for t in touched)
+                def conflicts(p: str) -> bool:
+                    return any(is_within(p, t) or is_within(t, p) for t in touched)
 
-            skipped = {p for p in every if conflicts(p)}
-            # A link to a path changed meanwhile would name the workspace's file, not the run's.
-            skipped.update(new for new, old in canon_links.items() if conflicts(old))
+                skipped = {p for p in every if conflicts(p)}
+                # A link to a path changed meanwhile would name the workspace's file, not the run's.
+                skipped.update(new for new, old in canon_links.items() if conflicts(old))
     applied: list[str] = []
     todo = [p for p in every if p not in skipped] if skipped else every
     if not todo:

@@ -6,9 +6,11 @@ import gc
 import os
 import shutil
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,7 +69,8 @@ def test_more_watches_than_the_kernel_allows_instances_share_one(tmp_path: Path)
     assert inotify_fds() == before
     (tmp_path / "m7/sub/x").write_text("x")
     (tmp_path / "m299/y").write_text("y")
-    assert [w.pending() > 0 for w in watches].count(True) == 2
+    with _watch._instance().lock:  # no other thread reads meanwhile (``pending`` would say -1)
+        assert [w.pending() > 0 for w in watches].count(True) == 2
     assert watches[7].drain() == {"sub/x"}
     assert watches[299].drain() == {"y"}
     assert watches[0].drain() == set()
@@ -297,6 +300,65 @@ def test_new_directories_are_watched_as_their_events_come(
         monkeypatch.undo()
         (shm_dir / "t/a/b/g").write_text("y")
         assert watch.drain() == {"t/a/b/g"}
+    finally:
+        watch.close()
+
+
+def test_the_loops_cheap_look_never_waits_for_the_lock(shm_dir: Path, inotify: _watch._Inotify) -> None:
+    """``pending`` runs on the event loop: while another thread holds the shared lock (the reader
+    thread watching a tree a run made, 37,000 directories: ~0.25 s, every workspace of the process
+    waited) it says -1 at once, and the pull goes to a thread that waits instead."""
+    watch = TreeWatch(shm_dir)
+    holding, done = threading.Event(), threading.Event()
+    timed_out: list[bool] = []
+
+    def hold() -> None:
+        with inotify.lock:
+            holding.set()
+            timed_out.append(not done.wait(10))
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        (shm_dir / "f").touch()
+        assert watch.pending() == -1
+        done.set()
+        holder.join(10)
+        assert timed_out == [False]  # it answered while the lock was held: it did not wait
+        assert watch.drain() == {"f"}
+    finally:
+        done.set()
+        holder.join(10)
+        watch.close()
+
+
+def test_directories_the_loops_look_reads_of_are_watched_by_the_next_full_read(
+    shm_dir: Path, inotify: _watch._Inotify, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The event loop's cheap look reads a directory's creation but does not watch it (nor list what
+    it holds): it says -1, and the pull's full read, in a thread, watches and lists it before reading
+    on, so nothing made in it before or after is missed."""
+    watch = TreeWatch(shm_dir)
+    try:
+        with inotify.lock:  # the reader thread waits: the creation stays queued for the look to read
+            (shm_dir / "t/a/b").mkdir(parents=True)
+            (shm_dir / "t/a/b/f").write_text("x")
+            added: list[str] = []
+            add = _watch._Inotify.add
+
+            def recorded(self: _watch._Inotify, held: Any, batch: list[tuple[str, str]]) -> Any:
+                added.extend(rel for rel, _ in batch)
+                return add(self, held, batch)
+
+            monkeypatch.setattr(_watch._Inotify, "add", recorded)
+            assert watch.pending() == -1  # read, left to a thread
+            assert added == [] and watch._held.unadopted == ["t"]
+            assert watch.pending() == -1  # still: a directory is waiting to be watched
+        assert watch.drain() == {"t", "t/a", "t/a/b", "t/a/b/f"}
+        assert set(added) == {"t", "t/a", "t/a/b"} and watch._held.unadopted == []
+        (shm_dir / "t/a/b/g").write_text("y")
+        assert watch.drain() == {"t/a/b/g"}  # watched
     finally:
         watch.close()
 
