@@ -46,8 +46,9 @@ BIG_FILE = 2 * CHUNK_SIZE
 # and one of 20,000 small files held it (every workspace of the process) 0.68 s; pages of 1,000 take
 # ~30 ms each, and the loop runs other work between them (while the next page is read in a thread).
 PAGE_FILES = 1000
-# Directories one pull page makes at most: 37,000 new ones on one page held the loop ~0.26 s.
-PAGE_DIRS = 5000
+# Directories one pull page makes at most: 37,000 new ones on one page held the loop ~0.26 s; 2,000
+# take ~10 ms.
+PAGE_DIRS = 2000
 
 # A backend coalesces its output into chunks of at most this many bytes.
 MAX_CHUNK_BYTES = 256 * 1024
