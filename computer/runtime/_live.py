@@ -267,14 +267,29 @@ class LiveSandbox(LiveJobs):
             return None
 
     async def busy(self) -> bool:
-        """Whether any process besides the init runs (so files may change under the mirror)."""
-        waiting = sum(1 for job in self.jobs.values() if job.waiting)
-        if len(self.jobs) > waiting:
+        """Whether a process of the user's runs (not the init, nor a guest started ahead that waits
+        for its run). A sync's freeze never depends on it (:meth:`stirring`): a program can kill
+        that guest, which counted here as waiting until a run took it: the freeze was skipped."""
+        waiting = gone = 0
+        for job in self.jobs.values():
+            if job.waiting:
+                if job.exited.done():
+                    gone += 1  # killed while it waited: no process of its own any more
+                else:
+                    waiting += 1
+        if len(self.jobs) - gone > waiting:
             return True
         tasks = self.tasks()
         if tasks is not None:
             return tasks > self._baseline + waiting
         return bool(await self.processes())
+
+    def stirring(self) -> bool:
+        """Whether any process but the init (and bubblewrap) is in the sandbox, guests started ahead
+        included, by the kernel's count (True when unreadable): only such a process can change the
+        mirror under a sync, and none starts while there is none (the init starts them, when asked)."""
+        tasks = self.tasks()
+        return tasks is None or tasks > self._baseline
 
     async def processes(self) -> list[ProcessInfo]:
         reply = await self._request({"op": "ps"})
@@ -350,7 +365,7 @@ class LiveSandbox(LiveJobs):
                     mirror.finish_push(page.rev)
                 return None, 0
         frozen = False
-        if self._freezer is not None and await self.busy():
+        if self._freezer is not None and self.stirring():
             frozen = await asyncio.to_thread(freeze, self._freezer)
             if not frozen:
                 raise LiveSandboxError("the live sandbox could not be paused for a sync")

@@ -59,3 +59,73 @@ async def test_a_directory_swapped_for_a_symlink_during_syncs_never_leads_the_ho
                 if entry.type == "file":
                     assert await ws.fs.read_file(entry.path) != b"host secret\n"
             assert i > 50
+
+
+_GUEST_KILLER = r"""
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        for fd in range(256):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        me, end = os.getpid(), time.time() + 15
+        while time.time() < end:
+            for p in os.listdir('/proc'):
+                if p.isdigit() and int(p) not in (1, 2, me):
+                    try:
+                        if b'guest.py' in open(f'/proc/{p}/cmdline', 'rb').read():
+                            os.kill(int(p), 9)
+                    except OSError:
+                        pass
+            with open('tick', 'w') as f:
+                f.write(str(time.time()))
+            time.sleep(0.02)
+    os._exit(0)
+print('left')
+"""
+
+
+async def test_a_program_that_kills_the_guest_started_ahead_cannot_turn_the_freeze_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A python run leaves a daemon that kills the guest the host starts ahead for the next run. That
+    guest counted as "waiting" until a run took it, so the daemon was exactly hidden: the sandbox
+    looked idle and every sync ran unfrozen, which a swap of a directory for a symlink then turned
+    into a chmod of a host file, files written into a host directory and host link targets read
+    into the workspace. A sync that does work now freezes whenever any process but the init is there
+    (the kernel's count), and the sandbox is busy."""
+    from computer.runtime import PythonBackend, _live
+
+    backend = PythonBackend()
+    if not backend.live:
+        pytest.skip("no live python sandboxes here")
+    frozen: list[float] = []
+    freeze = _live.freeze
+
+    def recorded(group: Path, timeout: float = 1.0) -> bool:
+        frozen.append(time.monotonic())
+        return freeze(group, timeout)
+
+    monkeypatch.setattr(_live, "freeze", recorded)
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await (await ws.runtime.exec(_GUEST_KILLER, timeout=30)).result()  # its own guest is killed too
+        sandbox = backend._lives.get(str(ws.id))
+        assert sandbox is not None
+        seen: set[str] = set()
+        deadline = time.monotonic() + 10
+        while len(seen) < 4 and time.monotonic() < deadline:  # the daemon's writes pulled by ticks
+            if await ws.fs.exists("/workspace/tick"):
+                seen.add(await ws.fs.read_text("/workspace/tick"))
+            await asyncio.sleep(0.05)
+        assert len(seen) >= 4, "the daemon's writes were not pulled"
+        since = time.monotonic()
+        await ws.fs.write_file("/workspace/from-ws", "w\n")  # a push to a running sandbox, frozen too
+        await asyncio.sleep(0.5)
+        assert [t for t in frozen if t >= since], "a sync ran while the daemon ran, unfrozen"
+        assert await sandbox.busy()  # not idle either: it does not end as if nothing ran
+        assert sandbox.stirring()
+        await ws.runtime.end_sandbox()
