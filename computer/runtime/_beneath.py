@@ -22,12 +22,14 @@ __all__ = [
     "HOLE_DIGEST",
     "SAFE_BITS",
     "BeneathReader",
+    "chmod_beneath",
     "cwd_problem",
     "lstat_beneath",
     "make_parent",
     "open_beneath",
     "read_beneath",
     "read_full",
+    "readlink_beneath",
     "remove_node",
     "write_all",
 ]
@@ -180,6 +182,37 @@ def lstat_beneath(directory: Path, rel: str) -> os.stat_result:
         return os.lstat(name, dir_fd=fd)
     finally:
         os.close(fd)
+
+
+def readlink_beneath(directory: Path, rel: str) -> str:
+    """The target of the symlink ``rel`` below ``directory``, following no link on the way (a parent
+    swapped for a link to ``/proc/self`` read the host process's links into the workspace)."""
+    parent, _, name = rel.rpartition("/")
+    fd = open_beneath(directory, parent)
+    try:
+        return os.readlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def chmod_beneath(directory: Path, rel: str, mode: int) -> os.stat_result:
+    """Set the mode of the file or directory ``rel`` below ``directory`` (never a link's target, nor
+    through a link on the way: a parent swapped for a link to a host directory made the host chmod
+    a host file); its ``lstat`` after. Through ``/proc/self/fd`` of an ``O_PATH`` descriptor, which
+    needs no read permission (a program's ``chmod 4000``)."""
+    parent, _, name = rel.rpartition("/")
+    fd = open_beneath(directory, parent)
+    try:
+        node = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        if stat.S_ISLNK(os.fstat(node).st_mode):
+            raise OSError(errno.ELOOP, "a symlink", f"{directory}/{rel}")
+        os.chmod(f"/proc/self/fd/{node}", mode)
+        return os.fstat(node)
+    finally:
+        os.close(node)
 
 
 def open_beneath(directory: Path, rel: str, flags: int = _NOFOLLOW | os.O_DIRECTORY) -> int:

@@ -15,7 +15,15 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from xxhash import xxh3_128_intdigest
 
 from ._backend import BIG_FILE, PAGE_DIRS, PAGE_FILES, MirrorFile, SyncPull
-from ._beneath import HOLE, HOLE_DIGEST, SAFE_BITS, BeneathReader, remove_beneath
+from ._beneath import (
+    HOLE,
+    HOLE_DIGEST,
+    SAFE_BITS,
+    BeneathReader,
+    chmod_beneath,
+    readlink_beneath,
+    remove_beneath,
+)
 from ._dir_times import mirror_dir, with_dir_times
 from ._mirror_base import (
     NOT_UTF8,
@@ -195,9 +203,8 @@ class MirrorPull(MirrorWatch):
             if kind in "fd" and entry.mode & 0o6000:
                 # setuid/setgid never survive, not even in the mirror (the sandbox's own user owns it,
                 # but nobody gets a set-id program out of a run).
-                with contextlib.suppress(OSError, NotImplementedError):
-                    os.chmod(self.directory / rel, entry.mode & SAFE_BITS, follow_symlinks=False)
-                    entry = now[rel] = entry_of(os.lstat(self.directory / rel))
+                with contextlib.suppress(OSError):
+                    entry = now[rel] = entry_of(chmod_beneath(self.directory, rel, entry.mode & SAFE_BITS))
             if kind == "d":
                 if old is None or old.kind != "d" or old.mode != entry.mode:
                     ns = times.get(rel)
@@ -206,7 +213,9 @@ class MirrorPull(MirrorWatch):
                     plan.dirs.append(mirror_dir(path, entry.mode, None if ns is None else ns // 1_000_000))
             elif kind == "l":
                 with contextlib.suppress(OSError):
-                    if not plan.add_symlink(path, os.readlink(self.directory / rel), entry.mtime_ns // 10**6):
+                    if not plan.add_symlink(
+                        path, readlink_beneath(self.directory, rel), entry.mtime_ns // 10**6
+                    ):
                         continue  # a target the workspace cannot hold: left in the mirror only
             elif kind == "f":
                 ino = entry.ino

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from computer.runtime import MirrorDir, MirrorFile, SyncPush
-from computer.runtime._beneath import read_beneath
+from computer.runtime._beneath import chmod_beneath, read_beneath, readlink_beneath
 from computer.runtime._mirror import Mirror
 
 
@@ -127,6 +127,34 @@ def test_reads_never_follow_a_link_swapped_in_for_a_file_or_a_directory(tmp_path
     with pytest.raises(OSError):
         read_beneath(mirror.directory, "d2/host-secret")
     assert read_beneath(mirror.directory, "d0/f0.txt") == b"000"
+
+
+def test_the_plans_chmod_and_readlink_never_follow_a_parent_swapped_for_a_link(tmp_path: Path) -> None:
+    """A pull strips set-id bits (chmod) and reads symlinks' targets: by path, a parent a running
+    program swapped for a link to a host directory made the host chmod a host file (to a mode the
+    program chose) and read the host process's ``/proc/self`` links into the workspace."""
+    mirror = seeded(tmp_path)
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "shadow").write_text("host only")
+    os.chmod(host / "shadow", 0o4600)
+    os.symlink("/etc", host / "link")
+    shutil.rmtree(mirror.directory / "d2")
+    os.symlink(host, mirror.directory / "d2")
+    with pytest.raises(OSError):
+        chmod_beneath(mirror.directory, "d2/shadow", 0o777)
+    assert os.stat(host / "shadow").st_mode & 0o7777 == 0o4600
+    with pytest.raises(OSError):
+        readlink_beneath(mirror.directory, "d2/link")
+    # Below real directories both work, a file without read permission too; a link is never chmod-ed.
+    target = mirror.directory / "d0/f0.txt"
+    os.chmod(target, 0o4000)
+    assert chmod_beneath(mirror.directory, "d0/f0.txt", 0o644).st_mode & 0o7777 == 0o644
+    os.symlink("../d1", mirror.directory / "d0/up")
+    assert readlink_beneath(mirror.directory, "d0/up") == "../d1"
+    with pytest.raises(OSError):
+        chmod_beneath(mirror.directory, "d0/up", 0o700)
+    assert os.stat(mirror.directory / "d1").st_mode & 0o777 != 0o700
 
 
 def test_a_pull_over_many_directories_reads_every_file_and_closes_what_it_opened(tmp_path: Path) -> None:
