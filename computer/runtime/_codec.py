@@ -71,6 +71,11 @@ class ChannelLimits:
     write_bytes: int = 64 * 1024 * 1024  # the data of one write_file
     items: int = 262_144  # elements of all maps and arrays of one head
     depth: int = 100  # nesting of a JSON-able value
+    # What the host answers with at most: results of a listing call (``grep``, ``find``, ``readdir``,
+    # ``ls``; more is an error asking for pages) and bytes of a read. The answer is built on the
+    # owner's event loop: a grep of 8 MB of matching lines held it 48 s and took 1.8 GB.
+    reply_items: int = 10_000
+    reply_bytes: int = 64 * 1024 * 1024
 
 
 class ChannelError(ValueError):

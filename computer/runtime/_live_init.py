@@ -189,6 +189,10 @@ def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: S
                 setsid=True,
                 setsigdef=DEFAULTED,
             )
+        except (ValueError, TypeError) as exc:  # a bad environment (the host checks it first)
+            os.write(high[2], f"cannot start the command: {exc}\n".encode())
+            send({"op": "exit", "id": job, "code": 125})  # this command's failure, not the sandbox's
+            return
         except OSError as exc:
             if exc.errno in (errno.EAGAIN, errno.ENOMEM):  # at the process limit or out of memory
                 error = f"cannot start the command: {exc.strerror}"

@@ -1,4 +1,4 @@
-"""Output limits and where saved logs go: the one options module of the runtime."""
+"""Output limits and where saved logs go, and a run's environment checked: the runtime's options."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from ..storage.paths import canonical
 
-__all__ = ["DEFAULT_OUTPUT", "OutputOptions"]
+__all__ = ["DEFAULT_OUTPUT", "OutputOptions", "check_env"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,3 +52,21 @@ class OutputOptions:
 
 
 DEFAULT_OUTPUT = OutputOptions()
+
+
+def check_env(env: Any) -> None:
+    """Refuse an environment no process can have, before anything starts: names non-empty strings
+    without ``=`` or NUL, values strings without NUL (``ValueError``; ``TypeError`` for another type).
+    Such an ``env`` reached a live sandbox's init, which could not spawn the command and said nothing:
+    the run never returned, and with a timeout the sandbox was ended with its background processes."""
+    if env is None:
+        return
+    if not isinstance(env, dict):
+        raise TypeError(f"env must be a dict of str to str, not {type(env).__name__}")
+    for name, value in env.items():
+        if not isinstance(name, str) or not isinstance(value, str):
+            raise TypeError(f"env must map str to str: {name!r}: {value!r}")
+        if not name or "=" in name or "\0" in name:
+            raise ValueError(f"invalid environment variable name {name!r}: empty, or with '=' or NUL")
+        if "\0" in value:
+            raise ValueError(f"invalid value of environment variable {name!r}: it holds a NUL")

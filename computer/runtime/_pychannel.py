@@ -140,13 +140,51 @@ async def _answer(request: GuestRequest, ctx: ExecContext, limits: ChannelLimits
     if request.op == "write_file":
         args["data"] = request.body
     try:
-        return {"ok": await ctx.fs_call(request.op, args)}
+        return {"ok": await _bounded_call(request.op, args, ctx, limits)}
     except OSError as exc:
         return {"err": list(error_to_wire(exc))}
     except (ValueError, TypeError) as exc:
         return {"err": [errno.EINVAL, str(exc), None]}
     except Exception as exc:  # not swallowed: the guest raises it
         return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+# Calls whose answer is a list, and which of them take ``limit``/``offset`` (pages).
+_LISTINGS = frozenset(("grep", "find", "readdir", "ls"))
+_PAGED = frozenset(("grep", "find", "readdir"))
+
+
+async def _bounded_call(op: str, args: dict[str, Any], ctx: ExecContext, limits: ChannelLimits) -> Any:
+    """``ctx.fs_call`` with an answer of at most ``limits.reply_items`` results and
+    ``limits.reply_bytes`` bytes read: past that an error that says how to page (a listing asked
+    for one more than the most, so that "too many" is told from "exactly that many")."""
+    most = limits.reply_items
+    if op in _PAGED and (args.get("limit") is None or args["limit"] > most):
+        args["limit"] = most + 1
+    if op in ("read_file", "read_text") and (
+        args.get("length") is None or args["length"] > limits.reply_bytes
+    ):
+        size = int((await ctx.fs_call("stat", {"path": args["path"]}))["size"])
+        if size - int(args.get("offset") or 0) > limits.reply_bytes and (
+            args.get("length") is None or args["length"] > limits.reply_bytes
+        ):
+            raise OSError(
+                errno.EFBIG,
+                f"over {limits.reply_bytes} bytes for one call: read it in pieces "
+                "(read_file(path, offset=, length=)) or open() it in the sandbox",
+                args["path"],
+            )
+    result = await ctx.fs_call(op, args)
+    if op in _LISTINGS and isinstance(result, list) and len(result) > most:
+        where = args.get("path") or args.get("directory") or args.get("prefix")
+        raise OSError(
+            errno.E2BIG,
+            f"more than {most} results for one call: ask for them in pages (limit=, offset=)"
+            if op in _PAGED
+            else f"more than {most} results for one call: use find() with limit= and offset=",
+            where,
+        )
+    return result
 
 
 def guest_version(python: str) -> str:

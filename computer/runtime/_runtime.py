@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import re
 import secrets
 import time
@@ -23,7 +24,7 @@ from ._capture import StreamCapture
 from ._context import LocalExecContext
 from ._handle import ExecHandle, ExecRun
 from ._journal import ExecJournal, result_from_record
-from ._options import OutputOptions
+from ._options import OutputOptions, check_env
 from .types import (
     BackendInfo,
     ExecResult,
@@ -131,8 +132,9 @@ class Runtime:
             raise ValueError(f"backend {info.id!r} is not callable: it does not accept input")
         if not isinstance(source, str):
             raise TypeError("source must be a str")
-        if timeout is not None and timeout <= 0:
-            raise ValueError("timeout must be positive")
+        if timeout is not None and not 0 < timeout < math.inf:  # NaN too
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        check_env(env)
         options = OutputOptions.resolve(output, self._output)
         exec_id = self._new_id(id)
         request = ExecRequest(

@@ -127,6 +127,43 @@ async def test_env_and_cwd_are_per_call(ws: computer.Workspace) -> None:
     assert second.stdout == "/workspace\nunset\n"
 
 
+@pytest.mark.parametrize(
+    ("env", "error"),
+    [
+        ({"A=B": "1"}, ValueError),
+        ({"": "1"}, ValueError),
+        ({"A\0B": "1"}, ValueError),
+        ({"A": "x\0y"}, ValueError),
+        ({"A": 1}, TypeError),
+        ({1: "x"}, TypeError),
+    ],
+)
+async def test_an_env_no_process_can_have_is_refused_before_anything_starts(
+    ws: computer.Workspace, monkeypatch: pytest.MonkeyPatch, env: dict[object, object], error: type
+) -> None:
+    """Such an ``env`` reached the live sandbox's init, which could not spawn the command and said
+    nothing: the run never returned, and with a timeout the sandbox was ended with the background
+    processes of earlier calls. ``exec`` now refuses it; and an init handed one anyway (the check
+    left out) fails that command alone, at once."""
+    marker = "1001.5"
+    assert (await run(ws, f"setsid sleep {marker} > /dev/null 2>&1 &")).status == "completed"
+    await eventually(_shows(ws, marker))
+    with pytest.raises(error):
+        await ws.runtime.exec("echo ok", env=env)  # type: ignore[arg-type]
+    if error is ValueError:
+        monkeypatch.setattr("computer.runtime._runtime.check_env", lambda env: None)
+        spawned = await asyncio.wait_for(run(ws, "echo ok", env=env, timeout=30), 20)
+        assert spawned.exit_code == 125 and "cannot start the command" in spawned.stderr, spawned
+    assert (await run(ws, "echo ok")).stdout == "ok\n"
+    assert await _shows(ws, marker)()  # the background process of the first call is still there
+
+
+async def test_a_timeout_that_is_not_a_positive_number_is_refused(ws: computer.Workspace) -> None:
+    for timeout in (0, -1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="timeout must be a positive number"):
+            await ws.runtime.exec("true", timeout=timeout)
+
+
 async def test_the_sandbox_ends_after_its_idle_time_and_its_processes_are_gone() -> None:
     backend = ShellBackend(live_idle=0.5)
     async with computer.Workspace(backends=[backend]) as ws:

@@ -207,3 +207,37 @@ async def test_write_file_takes_bytes_like_data_or_text_only(ws: computer.Worksp
     assert result.stdout == "write_file() data must be bytes or str, not int\n", result
     assert [await ws.fs.read_file(f"/workspace/{n}") for n in "abc"] == [b"ab", b"cd", "é".encode()]
     assert not await ws.fs.exists("/workspace/d")
+
+
+async def test_answers_past_the_channels_limits_are_errors_that_say_how_to_page(
+    ws: computer.Workspace,
+) -> None:
+    """The host builds each answer on the owner's event loop: a grep of 8 MB of matching lines held
+    it 48 s and took 1.8 GB. A listing answers at most ``reply_items`` results and a read at most
+    ``reply_bytes`` bytes; past that the call fails with the way to get them in pages."""
+    await ws.fs.write_file("/workspace/lines", b"a\n" * 25_000)
+    await ws.fs.write_file("/workspace/big", b"x" * (65 * 1024 * 1024))
+    source = """
+import errno, workspace
+for call in (lambda: workspace.grep('a', '/workspace/lines'), lambda: workspace.read_file('/workspace/big')):
+    try:
+        call()
+    except OSError as e:
+        print(errno.errorcode[e.errno], e.filename, e.strerror)
+got, offset = 0, 0
+while page := workspace.grep('a', '/workspace/lines', limit=10_000, offset=offset):
+    got, offset = got + len(page), offset + len(page)
+print(got, len(workspace.grep('a', '/workspace/lines', limit=3)), len(workspace.find('/workspace')))
+print(len(workspace.read_file('/workspace/big', offset=1, length=1000)))
+"""
+    result = await run(ws, source)
+    assert result.status == "completed", result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == (
+        "E2BIG /workspace/lines more than 10000 results for one call: ask for them in pages (limit=, offset=)"
+    )
+    assert lines[1] == (
+        "EFBIG /workspace/big over 67108864 bytes for one call: read it in pieces "
+        "(read_file(path, offset=, length=)) or open() it in the sandbox"
+    )
+    assert lines[2:] == ["25000 3 2", "1000"]
