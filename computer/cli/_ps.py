@@ -8,11 +8,13 @@ where it is awake (or that it is asleep, when nothing of it can be running).
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import UTC, datetime
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ._context import CliError, GlobalOptions
 from ._workspaces import open_workspace
@@ -25,7 +27,22 @@ _ASLEEP = (
 )
 
 
+def _known(options: GlobalOptions, name: str) -> None:
+    """Refuse a name no workspace has (opening it made one, empty, listed by ``computer ls``)."""
+    from ._ls import list_workspaces
+
+    if not any(row.name == name for row in list_workspaces(options, prefix=name)):
+        raise CliError(f"no workspace named {name!r} (`computer ls` lists them)", code=1)
+
+
+def _shown(text: str) -> Text:
+    """A process's command line as plain text: no markup read in it, no control character sent
+    (a program named itself with terminal escapes to clear the screen or fake rows)."""
+    return Text("".join(c if c.isprintable() else repr(c)[1:-1] for c in text))
+
+
 async def list_processes(options: GlobalOptions, name: str, backend: str | None, console: Console) -> int:
+    await asyncio.to_thread(_known, options, name)  # the directory's client runs a loop of its own
     async with open_workspace(options, name, backends=False, assets=False) as workspace:
         if options.local:
             console.print(_ASLEEP.format(name=name), markup=False, highlight=False)
@@ -35,7 +52,7 @@ async def list_processes(options: GlobalOptions, name: str, backend: str | None,
         except ValueError as exc:  # an unknown backend: the message lists the configured ones
             raise CliError(str(exc), code=2) from None
     if not found:
-        console.print(f"no processes: workspace {name!r} has no live sandbox running anything")
+        console.print(f"no processes: workspace {name!r} has no live sandbox running anything", markup=False)
         return 0
     table = Table(box=None, header_style="bold")
     for column in ("PID", "STARTED", "CPU", "RSS", "EXEC", "COMMAND"):
@@ -52,7 +69,7 @@ async def list_processes(options: GlobalOptions, name: str, backend: str | None,
             f"{p.cpu_seconds:.1f}s",
             f"{p.rss_bytes / 2**20:.1f}M",
             p.exec_id or "",
-            p.command,
+            _shown(p.command),
         )
     console.print(table)
     return 0
@@ -61,6 +78,7 @@ async def list_processes(options: GlobalOptions, name: str, backend: str | None,
 async def kill_process(
     options: GlobalOptions, name: str, pid: int, backend: str | None, console: Console
 ) -> int:
+    await asyncio.to_thread(_known, options, name)
     async with open_workspace(options, name, backends=False, assets=False) as workspace:
         if options.local:
             raise CliError(_ASLEEP.format(name=name), code=1)

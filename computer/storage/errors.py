@@ -43,9 +43,32 @@ def fs_error(code: int, path: str | None, detail: str | None = None) -> OSError:
     return cls(code, strerror, path)
 
 
+# The errno of an ``OSError`` subclass raised without one (``ProcessLookupError("no such process")``),
+# so that it crosses as its class: sent as EIO, ``except ProcessLookupError`` failed on a client.
+_ERRNOS: dict[type[OSError], int] = {
+    ProcessLookupError: _errno.ESRCH,
+    FileNotFoundError: _errno.ENOENT,
+    FileExistsError: _errno.EEXIST,
+    NotADirectoryError: _errno.ENOTDIR,
+    IsADirectoryError: _errno.EISDIR,
+    PermissionError: _errno.EACCES,
+    TimeoutError: _errno.ETIMEDOUT,
+    InterruptedError: _errno.EINTR,
+    ChildProcessError: _errno.ECHILD,
+    BlockingIOError: _errno.EAGAIN,
+    ConnectionRefusedError: _errno.ECONNREFUSED,
+    ConnectionResetError: _errno.ECONNRESET,
+    ConnectionAbortedError: _errno.ECONNABORTED,
+    BrokenPipeError: _errno.EPIPE,
+    FsInvalidError: _errno.EINVAL,
+    LockLostError: _errno.ENOLCK,
+}
+
+
 def error_to_wire(exc: OSError) -> tuple[int, str, str | None]:
-    """The parts of an fs error that cross a process boundary."""
-    return (exc.errno or _errno.EIO, exc.strerror or str(exc), exc.filename)
+    """The parts of an fs error that cross a process boundary (an errno-less subclass: its errno)."""
+    code = exc.errno or next((_ERRNOS[c] for c in type(exc).__mro__ if c in _ERRNOS), _errno.EIO)
+    return (code, exc.strerror or str(exc), exc.filename)
 
 
 def error_from_wire(parts: tuple[int, str, str | None]) -> OSError:

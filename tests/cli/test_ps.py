@@ -40,9 +40,33 @@ def test_ps_lists_a_background_process_and_kill_ends_it(two_node_cluster: str, t
 
     missing = run_cli([*base, "kill", name, "99999"], env=env)
     assert missing.returncode == 1 and "99999" in missing.stderr
+    assert "Traceback" not in missing.stderr  # ProcessLookupError crosses from the owner as itself
+
+    # A command line is shown as text: neither a terminal escape nor rich markup of it reaches the screen.
+    fake = r"\033[2J\033]0;title\007[bold]fake[/bold] [link=http://x]row[/link]"
+    hostile = f'setsid bash -c \'exec -a "$(printf "{fake}")" sleep 777.5\' > /dev/null 2>&1 & echo ok'
+    assert run_cli([*base, "tool", name, "exec", json.dumps({"command": hostile})], env=env).returncode == 0
+    shown = run_cli([*base, "ps", name], env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
+    assert "[bold]fake[/bold] [link=http://x]row[/link]" in shown.stdout.replace("\n", "")
+    assert "\\x1b[2J" in shown.stdout
 
 
 def test_ps_without_a_cluster_says_the_workspace_is_asleep(tmp_path: Path) -> None:
+    made = run_cli(
+        ["--data-dir", str(tmp_path), "tool", "nothing-runs", "ls", '{"path": "/"}'], env=cli_env()
+    )
+    assert made.returncode == 0, made.stderr
     proc = run_cli(["--data-dir", str(tmp_path), "ps", "nothing-runs"], env=cli_env())
     assert proc.returncode == 0, proc.stderr
     assert "asleep" in proc.stdout
+
+
+def test_ps_and_kill_of_a_name_no_workspace_has_say_so_and_make_none(tmp_path: Path) -> None:
+    """``ps`` of an unknown name made that workspace (``computer ls`` then listed it)."""
+    for command in (["ps", "no-such"], ["kill", "no-such", "5"]):
+        proc = run_cli(["--data-dir", str(tmp_path), *command], env=cli_env())
+        assert proc.returncode == 1 and "no workspace named 'no-such'" in proc.stderr, proc
+    listed = run_cli(["--data-dir", str(tmp_path), "ls"], env=cli_env())
+    assert "no-such" not in listed.stdout

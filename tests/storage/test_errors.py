@@ -37,3 +37,21 @@ async def test_error_class_errno_and_path_survive_the_wire(fs: FileSystem, case:
     again = error_from_wire(error_to_wire(err))
     assert type(again) is type(err)
     assert (again.errno, again.filename, again.strerror) == (err.errno, err.filename, err.strerror)
+
+
+@pytest.mark.parametrize(
+    "err",
+    [
+        ProcessLookupError("no process 999999 in the sandbox"),
+        FileNotFoundError("gone"),
+        PermissionError("not yours"),
+        TimeoutError("too slow"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_an_error_raised_without_an_errno_crosses_as_its_class(err: OSError) -> None:
+    """``kill_process`` of a pid the sandbox lacks raises ``ProcessLookupError(message)``: no errno, so
+    it crossed as EIO and a client's ``except ProcessLookupError`` did not catch it."""
+    again = error_from_wire(error_to_wire(err))
+    assert isinstance(again, type(err)), again
+    assert str(err) in str(again)
