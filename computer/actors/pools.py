@@ -139,6 +139,7 @@ class PoolBackend:
         self._slots: dict[str, _Slot] = {}
         self._warm: list[str] = []  # workers that ran this owner's workspace, most recent first
         self._pins: dict[str, str] = {}  # workspace id -> worker its runs must go to (a live sandbox)
+        self._ahead: set[str] = set()  # of those, pinned as a run was sent, before it ended (``_pin_ahead``)
         self._dead: dict[str, float] = {}  # worker name -> when this owner saw it dead
         self._moved_at: dict[str, float] = {}  # workspace id -> when its run last moved (MOVE_HOLD)
         self._owner = owner
@@ -201,16 +202,31 @@ class PoolBackend:
     def pin(self, workspace_id: str, worker: str) -> None:
         """Send every run of ``workspace_id`` to ``worker`` (even while it drains) until :meth:`unpin`."""
         self._pins[workspace_id] = worker
+        self._ahead.discard(workspace_id)
+
+    def _pin_ahead(self, workspace_id: str, worker: str) -> None:
+        """Pin a workspace that has none to the worker its run is sent to, before that run says whether
+        a live sandbox stays there (its exit pins or unpins): until the first run of a workspace had
+        ended, its other runs went to other workers and started sandboxes of their own (a server
+        started by one was out of reach of the next; ``processes`` and ``end_sandbox`` saw none of
+        them, and the sandboxes that lost the pin were out of reach for good)."""
+        if workspace_id not in self._pins:
+            self._pins[workspace_id] = worker
+            self._ahead.add(workspace_id)
 
     def unpin(self, workspace_id: str) -> None:
         self._pins.pop(workspace_id, None)
+        self._ahead.discard(workspace_id)
 
     def _unpin_from(self, workspace_id: str, worker: str) -> bool:
-        """Unpin the workspace if it is pinned to ``worker``; whether it was."""
+        """Unpin the workspace if it is pinned to ``worker``; whether a live sandbox was known there
+        (a pin made ahead of a run's end knew none)."""
         if self._pins.get(workspace_id) != worker:
             return False
         del self._pins[workspace_id]
-        return True
+        known = workspace_id not in self._ahead
+        self._ahead.discard(workspace_id)
+        return known
 
     def pinned(self, workspace_id: str) -> str | None:
         return self._pins.get(workspace_id)
@@ -494,6 +510,9 @@ class PoolBackend:
                     "(see `computer status`: pending workers wait for CPUs the cluster lacks)",
                 )
                 return
+            if self.pinned(workspace_id) not in (None, slot.name):  # another run pinned it meanwhile
+                slot = self._pick(workspace_id) or slot
+            self._pin_ahead(workspace_id, slot.name)
             slot.inflight += 1
             handle = None
             gen = None

@@ -45,6 +45,35 @@ async def test_a_background_process_outlives_its_call_and_later_calls_reach_it(
         assert await ws.runtime.processes() == []
 
 
+async def test_runs_made_while_a_workspaces_first_run_goes_on_share_its_live_sandbox(
+    cluster: Settings, name: str
+) -> None:
+    """The pool pinned a workspace to a worker only once a run had ended there: while its first run
+    went on, another run went to another worker and started a sandbox of its own (a server started
+    by the first was out of reach of the second), ``processes`` listed nothing and ``end_sandbox``
+    ended nothing; of concurrent first runs, the sandboxes that lost the pin were out of reach for
+    good, their processes left running."""
+    markers = [unique_sleep() for _ in range(3)]
+    async with computer.get_workspace(name) as ws:
+        first = await ws.runtime.exec(f"setsid sleep {markers[0]} > /dev/null 2>&1 & sleep 4; echo done")
+        await wait_until(lambda: bool(processes_with(f"sleep {markers[0]}")))
+        listed = await ws.runtime.processes()  # the first run still goes on
+        assert any(p.command == f"sleep {markers[0]}" for p in listed), listed
+        others = [
+            await ws.runtime.exec(f"setsid sleep {m} > /dev/null 2>&1 & pgrep -xfc 'sleep {markers[0]}'")
+            for m in markers[1:]
+        ]
+        for other in others:  # in the same sandbox: they see the first run's background process
+            result = await other.result()
+            assert (result.status, result.stdout) == ("completed", "1\n"), result
+        await wait_until(lambda: all(processes_with(f"sleep {m}") for m in markers))
+        listed = await ws.runtime.processes()
+        assert {f"sleep {m}" for m in markers} <= {p.command for p in listed}, listed
+        assert await ws.runtime.end_sandbox() is True
+        await wait_until(lambda: not any(processes_with(f"sleep {m}") for m in markers), within=30)
+        assert (await first.result()).status in ("failed", "cancelled")  # ended with its sandbox
+
+
 async def test_a_pid_file_written_by_a_running_command_is_visible_through_a_client(
     cluster: Settings, name: str
 ) -> None:
