@@ -9,7 +9,7 @@ from pydantic.alias_generators import to_camel
 
 from ._arguments import unknown_arguments_problem
 
-__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "PagedInput", "ToolInput", "as_glob_list", "paged"]
+__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "PagedInput", "ToolInput", "as_glob_list", "paged", "utf8_of"]
 
 T = TypeVar("T")
 
@@ -65,3 +65,16 @@ def paged(items: list[T], limit: int, offset: int) -> tuple[list[T], int | None]
     if len(items) > limit:
         return items[:limit], offset + limit
     return items, None
+
+
+def utf8_of(text: str, what: str, path: str, errors: str = "strict") -> bytes:
+    """``text`` (an argument ``what`` of a tool acting on ``path``) as UTF-8, or a ``ValueError`` that
+    names both: a lone surrogate gave a bare codec message. ``errors="surrogateescape"``: bytes a
+    read kept as surrogates go back as they were (an edit of a file that is not all UTF-8)."""
+    try:
+        return text.encode("utf-8", errors)
+    except UnicodeEncodeError as exc:
+        bad = text[exc.start : exc.end]
+        raise ValueError(
+            f"{what} for {path} is not valid UTF-8 text: {bad!r} at character {exc.start} ({exc.reason})"
+        ) from None

@@ -22,7 +22,7 @@ from ..storage.errors import fs_error
 from ..storage.paths import canonical
 from ._diff import CONTEXT_LINES, FileDiff, diff_texts
 from ._edit_match import Edit, EditOutcome, apply_edits, check_edits
-from ._input import ToolInput
+from ._input import ToolInput, utf8_of
 from ._locks import PathLocks
 from ._options import EditOptions, coerce_options
 from ._sizes import human_bytes
@@ -100,7 +100,7 @@ def _viewable(text: str) -> str:
 
 def _splice(data: bytes, edits: list[Edit], path: str) -> tuple[EditOutcome, bytes]:
     outcome = apply_edits(data.decode("utf-8", "surrogateescape"), edits, path)
-    return outcome, outcome.content.encode("utf-8", "surrogateescape")
+    return outcome, utf8_of(outcome.content, "the edited text", path, "surrogateescape")
 
 
 def _diff(outcome: EditOutcome, path: str) -> FileDiff:

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from ..storage.paths import canonical
-from ._input import ToolInput
+from ._input import ToolInput, utf8_of
 from ._locks import PathLocks
 from ._options import WriteOptions, coerce_options
 from ._sizes import human_bytes
@@ -39,7 +39,7 @@ def create_write_tool(store: FileStore, **write_options: Any) -> Tool:
 
     async def handler(params: WriteInput, on_update: ToolUpdate | None) -> dict[str, Any]:
         path = canonical(params.path)
-        data = params.content.encode("utf-8")
+        data = utf8_of(params.content, "content", path)
         if len(data) > options.max_bytes:
             raise ValueError(
                 f"content is {human_bytes(len(data))}, over the {cap} write cap. Use edit for targeted "

@@ -68,3 +68,12 @@ async def test_write_unicode_file_name(files: Files) -> None:
     result = await files.write().run({"path": path, "content": "ok"})
     assert result["path"] == path
     assert await files.get(path) == b"ok"
+
+
+async def test_content_that_is_not_utf8_is_an_error_naming_the_argument_and_the_path(files: Files) -> None:
+    """A lone surrogate gave a bare codec message naming neither."""
+    result = await files.write().run({"path": "/workspace/s.txt", "content": "ok \ud800"})
+    assert result["error"].startswith("content for /workspace/s.txt is not valid UTF-8 text: '\\ud800'"), (
+        result
+    )
+    assert not await files.exists("/workspace/s.txt")
