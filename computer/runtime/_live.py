@@ -8,7 +8,7 @@ that starts each command in its own process group with the host's pipes as its s
 - a process started in the background (``setsid server &``, ``python -m http.server &``) keeps running
   after its call returns, and a later call reaches it (on loopback when the sandbox has no network);
   what it prints after the call returned goes to ``/.computer/output/<exec id>.background.log``
-  (the last :data:`BACKGROUND_LOG_BYTES`);
+  (the last :data:`BACKGROUND_LOG_BYTES`, read at most at ``BACKGROUND_RATE``: a faster printer waits);
 - while any process besides the init runs, the mirror and the workspace are synced both ways every
   :data:`SYNC_INTERVAL` (a write on either side is visible on the other within ~250 ms): the sandbox's
   processes are frozen (cgroup v1 ``freezer``) for the few milliseconds a sync takes, so a pull never

@@ -243,10 +243,18 @@ class LiveJobs:
                 return
             if data:
                 logged.append(data)
+                pause = logged.pause_after(len(data))
+                if pause > 0:  # over its rate: the printer waits on its full pipe meanwhile
+                    self.loop.remove_reader(fd)
+                    self.loop.call_later(pause, resume, fd)
                 return
             self.loop.remove_reader(fd)
             os.close(fd)
             self._adopted.discard(fd)
+
+        def resume(fd: int) -> None:
+            if fd in self._adopted:  # not closed meanwhile (the sandbox's end closes what it adopted)
+                self.loop.add_reader(fd, readable, fd)
 
         for fd in fds:
             self._adopted.add(fd)

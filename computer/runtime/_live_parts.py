@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import select
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,6 +18,7 @@ from ._sync import Synced
 
 __all__ = [
     "BACKGROUND_LOG_BYTES",
+    "BACKGROUND_RATE",
     "BackgroundLog",
     "Job",
     "RunChanges",
@@ -29,6 +31,10 @@ __all__ = [
 
 # What a run's background processes printed after it returned: the last this many bytes are kept.
 BACKGROUND_LOG_BYTES = 1 << 20
+# ... read at most this fast (bytes a second, after a first log's worth): a faster printer waits on
+# its full pipe. ``yes &`` left running took 54-73% of a host core to read and drop, for as long as
+# the sandbox lived; a server's log is far below it.
+BACKGROUND_RATE = 4 << 20
 
 
 @dataclass
@@ -65,6 +71,16 @@ class BackgroundLog:
         self.dropped = 0
         self.dirty = False
         self.written = False  # in the workspace at least once
+        self.budget = float(BACKGROUND_LOG_BYTES)  # bytes it may read now (refilled at BACKGROUND_RATE)
+        self.refilled = time.monotonic()
+
+    def pause_after(self, read: int) -> float:
+        """Seconds to wait before reading again, having read ``read`` bytes (0: go on)."""
+        now = time.monotonic()
+        self.budget = min(float(BACKGROUND_LOG_BYTES), self.budget + (now - self.refilled) * BACKGROUND_RATE)
+        self.refilled = now
+        self.budget -= read
+        return 0.0 if self.budget >= 0 else -self.budget / BACKGROUND_RATE
 
     def append(self, chunk: bytes) -> None:
         self.data += chunk

@@ -115,6 +115,27 @@ async def test_background_output_goes_to_its_log_and_kill_process_ends_it(ws: co
         await ws.runtime.kill_process(999_999)
 
 
+async def test_a_background_printer_is_read_at_most_at_its_rate_and_its_log_keeps_the_tail() -> None:
+    """``yes &`` left running: the host read and dropped all it printed, 54-73% of a core for as long
+    as the sandbox lived. Past a first log's worth, its pipe is read at ``BACKGROUND_RATE`` at most
+    (``yes`` waits on its full pipe meanwhile); the log still holds its last output."""
+    from computer.runtime._live_parts import BACKGROUND_LOG_BYTES, BACKGROUND_RATE
+
+    backend = ShellBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        started = await run(ws, "setsid yes printing &")
+        began = time.monotonic()
+        sandbox = backend._lives._live[str(ws.id)]
+        await asyncio.sleep(1.5)
+        logged = sandbox.background[started.id]
+        read = logged.dropped + len(logged.data)
+        bound = BACKGROUND_LOG_BYTES + BACKGROUND_RATE * (time.monotonic() - began) + (1 << 20)
+        assert BACKGROUND_LOG_BYTES <= read <= bound, (read, bound)
+        assert b"printing\nprinting\n" in logged.data
+        assert any(p.command == "yes printing" for p in await ws.runtime.processes())
+
+
 async def _contains(ws: computer.Workspace, path: str, text: str) -> bool:
     return text in await ws.fs.read_text(path)
 
