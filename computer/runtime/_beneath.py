@@ -9,8 +9,9 @@ import errno
 import hashlib
 import os
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 from ..storage import CHUNK_SIZE
 from ._scratch import remove_below, remove_tree
@@ -34,6 +35,8 @@ __all__ = [
     "write_all",
 ]
 
+
+T = TypeVar("T")
 
 # A whole chunk of a sparse file's hole (``truncate -s 4G``, a disk image): read as this one object
 # (never from the file) and known by its hash, so a file's holes cost neither reads nor hashing in a
@@ -176,10 +179,15 @@ def write_all(fd: int, data: bytes) -> None:
 def lstat_beneath(directory: Path, rel: str) -> os.stat_result:
     """``lstat`` of ``rel`` below ``directory``, following no link on the way (ELOOP/ENOTDIR when a
     component is a link or not a directory: a link to ``/`` never reaches a host path)."""
+    return _at_parent(directory, rel, lambda name, fd: os.lstat(name, dir_fd=fd))
+
+
+def _at_parent(directory: Path, rel: str, call: Callable[[str, int], T]) -> T:
+    """``call(name, parent_fd)`` for ``rel``'s last name and its parent opened beneath ``directory``."""
     parent, _, name = rel.rpartition("/")
     fd = open_beneath(directory, parent)
     try:
-        return os.lstat(name, dir_fd=fd)
+        return call(name, fd)
     finally:
         os.close(fd)
 
@@ -187,12 +195,7 @@ def lstat_beneath(directory: Path, rel: str) -> os.stat_result:
 def readlink_beneath(directory: Path, rel: str) -> str:
     """The target of the symlink ``rel`` below ``directory``, following no link on the way (a parent
     swapped for a link to ``/proc/self`` read the host process's links into the workspace)."""
-    parent, _, name = rel.rpartition("/")
-    fd = open_beneath(directory, parent)
-    try:
-        return os.readlink(name, dir_fd=fd)
-    finally:
-        os.close(fd)
+    return _at_parent(directory, rel, lambda name, fd: os.readlink(name, dir_fd=fd))
 
 
 def chmod_beneath(directory: Path, rel: str, mode: int) -> os.stat_result:
@@ -200,12 +203,9 @@ def chmod_beneath(directory: Path, rel: str, mode: int) -> os.stat_result:
     through a link on the way: a parent swapped for a link to a host directory made the host chmod
     a host file); its ``lstat`` after. Through ``/proc/self/fd`` of an ``O_PATH`` descriptor, which
     needs no read permission (a program's ``chmod 4000``)."""
-    parent, _, name = rel.rpartition("/")
-    fd = open_beneath(directory, parent)
-    try:
-        node = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
-    finally:
-        os.close(fd)
+    node = _at_parent(
+        directory, rel, lambda name, fd: os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+    )
     try:
         if stat.S_ISLNK(os.fstat(node).st_mode):
             raise OSError(errno.ELOOP, "a symlink", f"{directory}/{rel}")
