@@ -43,8 +43,11 @@ def is_active_type(content_type: str) -> bool:
     """Whether ``content_type`` (parameters allowed, any case) may run as an active document.
 
     Every ``+xml`` type counts (XML documents can carry XHTML, SVG and XSLT), and so does a missing
-    or unparsable type.
+    or unparsable type, and a list of types (a browser takes one of them: ``text/plain,text/html``
+    ran its script; ``share`` refuses lists, this holds for any stored before).
     """
+    if "," in content_type:
+        return True
     essence = content_type.split(";", 1)[0].strip().lower()
     if "/" not in essence:
         return True

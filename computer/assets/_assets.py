@@ -68,9 +68,14 @@ class Assets:
         if disposition not in DISPOSITIONS:
             raise ValueError(f"disposition must be 'inline' or 'attachment', got {disposition!r}")
         if content_type is not None and (
-            not content_type.strip() or any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in content_type)
+            not content_type.strip()
+            or any(ord(ch) < 0x20 or ord(ch) == 0x7F or ord(ch) > 0xFF for ch in content_type)
+            or "," in content_type
         ):
-            raise ValueError(f"invalid content type {content_type!r}")
+            # One media type, sent as a Latin-1 header: a list (``text/plain,text/html``) is run by
+            # browsers as its last type, past the sandbox its first decided; a character past
+            # Latin-1 made every request of the link fail (500).
+            raise ValueError(f"invalid content type {content_type!r}: one media type of Latin-1 characters")
         prefix = _check_prefix(prefix)
         path = canonical(path)
         if filename is not None:

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ._context import GlobalOptions, local_settings
-from .display import ago_text, size_text
+from .display import ago_text, plain_text, size_text
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -143,5 +143,5 @@ def print_workspaces(rows: list[WorkspaceRow], *, as_json: bool, console: Consol
         if row.owner_host:
             state += f", {row.owner_host}"
         ago = "-" if row.last_active is None else ago_text(now - row.last_active)
-        table.add_row(row.name, state, size, ago, str(row.live_runs))
+        table.add_row(plain_text(row.name), state, size, ago, str(row.live_runs))
     console.print(table)

@@ -32,5 +32,9 @@ def errors() -> Console:
 
 def report(exc: CliError) -> int:
     """Print ``exc`` as one red line on stderr; its exit code."""
-    errors().print(f"[red]error:[/] {exc}", soft_wrap=True)
+    from rich.text import Text
+
+    from .display import plain_text
+
+    errors().print(Text("error: ", style="red") + plain_text(str(exc)), soft_wrap=True)
     return exc.code

@@ -14,10 +14,10 @@ from datetime import UTC, datetime
 
 from rich.console import Console
 from rich.table import Table
-from rich.text import Text
 
 from ._context import CliError, GlobalOptions
 from ._workspaces import open_workspace
+from .display import plain_text
 
 __all__ = ["kill_process", "list_processes"]
 
@@ -33,12 +33,6 @@ def _known(options: GlobalOptions, name: str) -> None:
 
     if not any(row.name == name for row in list_workspaces(options, prefix=name)):
         raise CliError(f"no workspace named {name!r} (`computer ls` lists them)", code=1)
-
-
-def _shown(text: str) -> Text:
-    """A process's command line as plain text: no markup read in it, no control character sent
-    (a program named itself with terminal escapes to clear the screen or fake rows)."""
-    return Text("".join(c if c.isprintable() else repr(c)[1:-1] for c in text))
 
 
 async def list_processes(options: GlobalOptions, name: str, backend: str | None, console: Console) -> int:
@@ -69,7 +63,7 @@ async def list_processes(options: GlobalOptions, name: str, backend: str | None,
             f"{p.cpu_seconds:.1f}s",
             f"{p.rss_bytes / 2**20:.1f}M",
             p.exec_id or "",
-            _shown(p.command),
+            plain_text(p.command),
         )
     console.print(table)
     return 0

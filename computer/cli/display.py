@@ -1,8 +1,14 @@
-"""How the command line and the dashboard write sizes, ages and callers (one wording for both)."""
+"""How the command line and the dashboard write sizes, ages and callers (one wording for both), and
+the command line names and command lines (plain text, whatever they hold)."""
 
 from __future__ import annotations
 
-__all__ = ["ago_text", "caller_text", "size_text"]
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+__all__ = ["ago_text", "caller_text", "plain_text", "size_text"]
 
 
 def size_text(n: int) -> str:
@@ -39,3 +45,12 @@ def caller_text(caller: dict[str, str]) -> str:
     if client and client != "local":
         text = f"{text} ({client})" if text else client
     return text or caller.get("client", "")
+
+
+def plain_text(text: str) -> Text:
+    """``text`` (a name, a command line: anything a program or a user chose) shown as it is: no rich
+    markup read in it, control characters escaped (a name's clear-screen code, or a newline making a
+    fake table row)."""
+    from rich.text import Text
+
+    return Text("".join(c if c.isprintable() else repr(c)[1:-1] for c in text))

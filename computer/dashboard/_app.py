@@ -43,6 +43,8 @@ IMAGE_MAX = 20 * 1024 * 1024
 HEARTBEAT = 15.0  # seconds between keep-alive comments on an idle event stream
 # Raster images only: an SVG can carry script, so it is shown as text.
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp", "image/x-icon"})
+# Records one request returns at most (a larger ``limit`` is this one).
+_MAX_RECORDS = 10_000
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self'; script-src 'self'; style-src 'self'; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
@@ -91,7 +93,7 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
         try:
             records = await source.records(
                 name,
-                limit=int(q.get("limit", "100")),
+                limit=max(0, min(int(q.get("limit", "100")), _MAX_RECORDS)),  # 10**20 was a 500
                 tool=q.get("tool"),
                 status=q.get("status"),
                 kind=q.get("kind"),

@@ -137,5 +137,6 @@ def test_active_type_rules() -> None:
     assert is_active_type("image/svg+xml; charset=utf-8")
     assert is_active_type("application/vnd.custom+xml")
     assert is_active_type("")
+    assert is_active_type("text/plain,text/html") and is_active_type("text/plain;,image/png")  # lists
     assert not is_active_type("image/jpeg")
     assert not is_active_type("text/markdown; charset=utf-8")

@@ -200,6 +200,12 @@ async def test_content_type_filename_and_disposition_can_be_given(
         {"prefix": "a/../b"},
         {"prefix": "a//b"},
         {"content_type": "text/plain\r\nX-Evil: 1"},
+        # A list: browsers run the last type, past the sandbox the first decided (a script ran).
+        {"content_type": "text/plain,text/html"},
+        {"content_type": 'text/plain; x="a", text/html'},
+        {"content_type": "image/png,text/html"},
+        # Past Latin-1: every request of the link failed (500) when the header was encoded.
+        {"content_type": "text/plain; x=\u20ac"},
         {"disposition": "form-data"},
     ],
 )

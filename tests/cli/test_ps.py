@@ -70,3 +70,17 @@ def test_ps_and_kill_of_a_name_no_workspace_has_say_so_and_make_none(tmp_path: P
         assert proc.returncode == 1 and "no workspace named 'no-such'" in proc.stderr, proc
     listed = run_cli(["--data-dir", str(tmp_path), "ls"], env=cli_env())
     assert "no-such" not in listed.stdout
+
+
+def test_names_are_shown_as_they_are_in_listings_and_errors(tmp_path: Path) -> None:
+    """``computer ls`` read rich markup in names (``[red]real[bold]`` was listed as ``real``, another
+    workspace's name), and error lines did too."""
+    base = ["--data-dir", str(tmp_path)]
+    made = run_cli(
+        [*base, "tool", "[red]real[bold]", "write", '{"path": "/a", "content": "x"}'], env=cli_env()
+    )
+    assert made.returncode == 0, made.stderr
+    listed = run_cli([*base, "ls"], env=cli_env())
+    assert "[red]real[bold]" in listed.stdout, listed.stdout
+    missing = run_cli([*base, "ps", "[blink]x[/blink]"], env=cli_env())
+    assert missing.returncode == 1 and "'[blink]x[/blink]'" in missing.stderr, missing.stderr
