@@ -101,7 +101,14 @@ class DataDirSource:
         return await self.store(name).audit.query(limit=limit, **filters)
 
     def follow(self, name: str, since: int) -> AsyncIterator[AuditRecord]:
-        return self.store(name).audit.follow(since=since, poll=0.25)
+        """New records as they come, from a store of the stream's own (ENOENT at once when the
+        workspace has no file here): one of the shared ones is closed once 32 others were viewed,
+        and a stream reading it ended silently."""
+        from ..actors.naming import workspace_file
+
+        self.store(name)  # ENOENT, and the same checks, before the stream starts
+        own = FileSystem.open(str(workspace_file(self.config, name)), readonly=True, garbage_timer=False)
+        return _following(own, since)
 
     async def links(self, name: str) -> list[AuditRecord]:
         return await self.records(name, kind="share", limit=200)
@@ -303,3 +310,11 @@ async def _pool_control_status() -> tuple[list[dict[str, Any]], dict[str, int]]:
 
 
 Source = DataDirSource
+
+
+async def _following(fs: FileSystem, since: int) -> AsyncIterator[AuditRecord]:
+    try:
+        async for record in fs.audit.follow(since=since, poll=0.25):
+            yield record
+    finally:
+        fs.close()

@@ -85,6 +85,41 @@ async def test_the_timeline_streams_new_records_as_server_sent_events(
     await ws.close()
 
 
+async def test_a_timeline_stream_goes_on_while_more_workspaces_are_viewed_than_stay_open(
+    settings: Settings, serve: Serve
+) -> None:
+    """The stream read a store the dashboard shares, closed once 32 other workspaces were viewed: it
+    ended without a word and a later record never came."""
+    ws = open_workspace(settings, "gamma")
+    tools = create_tools(ws)
+    others = []
+    for i in range(34):
+        other = open_workspace(settings, f"other{i}")
+        await create_tools(other)["ls"].run({"path": "/"})
+        other.audit.flush()
+        others.append(other)
+    await tools["ls"].run({"path": "/"})
+    ws.audit.flush()
+    base = await serve(DataDirSource(settings))
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        async with http.stream("GET", "/events/w/gamma/audit", params={"after": ws.audit.top()}) as stream:
+            lines = stream.aiter_lines()
+            for i in range(34):  # each viewed: the shared stores past 32 are closed
+                assert (await http.get(f"/api/w/other{i}/records")).status_code == 200
+            await tools["write"].run({"path": "/workspace/late.txt", "content": "x"})
+
+            async def late_record() -> str:
+                async for line in lines:
+                    if line.startswith("data: ") and "/workspace/late.txt" in line:
+                        return line
+                raise AssertionError("the stream ended")
+
+            await asyncio.wait_for(late_record(), 10)
+    for other in others:
+        await other.close()
+    await ws.close()
+
+
 async def test_a_finished_runs_output_comes_from_its_journal(settings: Settings, serve: Serve) -> None:
     from computer.runtime.shell import ShellBackend
 
