@@ -248,7 +248,8 @@ class LiveSandbox(LiveJobs):
         self._requests[ref] = future
         try:
             self._send({**message, "ref": ref})
-            return await asyncio.wait_for(future, 10)
+            async with asyncio.timeout(10):
+                return await future
         finally:
             self._requests.pop(ref, None)
 

@@ -171,7 +171,10 @@ class LiveJobs:
                 wake.clear()
                 wait = None if deadline is None else max(0.0, deadline - loop.time())
                 try:
-                    await asyncio.wait_for(wake.wait(), wait)
+                    # Not ``wait_for``: on 3.11 it drops a cancellation (``kill``) that comes as the
+                    # event is set (gh-86296), and a program printing every 0.5 ms was never killed.
+                    async with asyncio.timeout(wait):
+                        await wake.wait()
                 except TimeoutError:
                     timed_out, deadline = True, None
                     self.signal_job(job)
@@ -226,7 +229,8 @@ class LiveJobs:
 
     async def _await_exit(self, job: Job) -> None:
         try:
-            await asyncio.wait_for(asyncio.shield(job.exited), _KILL_GRACE)
+            async with asyncio.timeout(_KILL_GRACE):
+                await asyncio.shield(job.exited)
         except TimeoutError:
             log.warning("live sandbox of %s: a killed job did not end; ending the sandbox", self.workspace_id)
             self._lost("a killed command did not end")

@@ -158,7 +158,8 @@ async def stream_process(
         while open_streams:
             wait = None if deadline is None else max(0.0, deadline - loop.time())
             try:
-                item = await asyncio.wait_for(queue.get(), wait) if wait is not None else await queue.get()
+                async with asyncio.timeout(wait):  # not ``wait_for``: it may drop a kill (see ``_live_jobs``)
+                    item = await queue.get()
             except TimeoutError:
                 timed_out = True
                 deadline = None
@@ -170,7 +171,8 @@ async def stream_process(
             yield item
         if deadline is not None:
             try:
-                await asyncio.wait_for(proc.wait(), max(0.0, deadline - loop.time()))
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
+                    await proc.wait()
             except TimeoutError:
                 timed_out = True
                 await sp.kill_tree()

@@ -464,7 +464,8 @@ class PythonBackend(LiveCalls):
         job.waiting = True
         ahead = AheadGuest(sandbox, job, host_end)
         try:
-            await asyncio.wait_for(asyncio.shield(job.started), 10)
+            async with asyncio.timeout(10):
+                await asyncio.shield(job.started)
         except BaseException:
             ahead.discard_now()
             raise
