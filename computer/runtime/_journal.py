@@ -12,6 +12,7 @@ import dataclasses
 import errno
 import json
 import time
+from collections.abc import Callable, Collection
 from typing import Any
 
 from .types import ExecResult, OutputTruncation
@@ -26,10 +27,17 @@ _PRUNE_EVERY = 20
 class ExecJournal:
     """Reads and writes execution records through the workspace filesystem."""
 
-    def __init__(self, fs: Any, owner: str, directory: str = JOURNAL_DIR) -> None:
+    def __init__(
+        self,
+        fs: Any,
+        owner: str,
+        directory: str = JOURNAL_DIR,
+        running: Callable[[], Collection[str]] = tuple,
+    ) -> None:
         self.fs = fs
         self.owner = owner  # this runtime instance: records of other owners that say running are stale
         self.directory = directory
+        self.running = running  # ids of the runs in progress: their records are never pruned
         self._ready = False
         self._writes = 0
 
@@ -104,6 +112,10 @@ class ExecJournal:
         entries = [e for e in await self.fs.readdir(self.directory) if e.is_file]
         if len(entries) <= MAX_RECORDS:
             return
+        # A run still going keeps its record, however old (it was pruned after 200 shorter runs, and
+        # after a restart its id was unknown instead of "failed: owner restarted").
+        going = {f"{exec_id}.json" for exec_id in self.running()}
+        entries = [e for e in entries if e.name not in going]
         entries.sort(key=lambda e: (e.mtime, e.name))
         for entry in entries[: len(entries) - MAX_RECORDS]:
             try:

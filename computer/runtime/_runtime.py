@@ -87,7 +87,7 @@ class Runtime:
     @property
     def journal(self) -> ExecJournal:
         if self._journal is None:
-            self._journal = ExecJournal(self.fs, self._owner)
+            self._journal = ExecJournal(self.fs, self._owner, running=lambda: self._running.keys())
         return self._journal
 
     def active(self) -> int:

@@ -256,6 +256,33 @@ async def test_journal_survives_a_restart_and_reconciles_running_records(
         await first.runtime.close()  # ends the orphaned process; its record can no longer be written
 
 
+async def test_a_long_runs_record_outlives_the_pruning_of_shorter_ones_and_a_restart(
+    tmp_path: Path, shell_backend: ShellBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pruning kept the newest records and took a run still going with the rest: after 200 shorter
+    runs and a restart, its id was unknown instead of "failed: owner restarted"."""
+    from computer.runtime import _journal
+
+    monkeypatch.setattr(_journal, "MAX_RECORDS", 5)
+    monkeypatch.setattr(_journal, "_PRUNE_EVERY", 2)  # every other run
+    db = str(tmp_path / "ws.sqlite")
+    first = computer.Workspace(db, backends=[shell_backend])
+    await first.fs.mkdir("/workspace")
+    await first.runtime.exec("sleep 30", id="long-run")
+    for _ in range(12):
+        await (await first.runtime.exec("true")).result()
+    names = [e.name for e in await first.fs.readdir("/.computer/exec")]
+    assert "long-run.json" in names and len(names) <= 8, names  # 5 kept, the run, the latest
+    first.fs.close()  # the owner dies with the run going
+    second = computer.Workspace(db, backends=[shell_backend])
+    try:
+        stale = await (await second.runtime.get_exec("long-run")).result()
+        assert (stale.status, stale.error) == ("failed", "owner restarted")
+    finally:
+        await second.close()
+        await first.runtime.close()
+
+
 async def test_close_kills_running_executions(shell_backend: ShellBackend) -> None:
     ws = computer.Workspace(backends=[shell_backend])
     await ws.fs.mkdir("/workspace")
