@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
+from ._pull_rules import CONFLICT
 from ._standby import write_all
 from ._sync import Synced
 
@@ -59,9 +60,14 @@ class RunChanges:
     skipped: dict[str, str] = field(default_factory=dict)
 
     def add(self, synced: Synced) -> None:
+        """A sync's pull. A path pulled after a sync left it out is no longer skipped, unless a change
+        of the run's was refused for the workspace's (``CONFLICT``): that change is lost whatever
+        came after (a shell and a python run appending to one file lost half the lines, listed
+        nowhere), so the path stays in ``skipped`` as well as in ``pulled``."""
         self.pulled.update(synced.pulled)
         for path in synced.pulled:
-            self.skipped.pop(path, None)
+            if self.skipped.get(path) != CONFLICT:
+                self.skipped.pop(path, None)
         self.skipped.update(synced.skipped)
 
 

@@ -136,6 +136,25 @@ async def test_a_background_printer_is_read_at_most_at_its_rate_and_its_log_keep
         assert any(p.command == "yes printing" for p in await ws.runtime.processes())
 
 
+async def test_a_change_refused_during_a_run_stays_skipped_when_later_ones_are_pulled(
+    ws: computer.Workspace,
+) -> None:
+    """The workspace writes a file a running program appends to: a sync refuses the program's
+    version (the workspace's is kept) and later appends are pulled again. The refused change is lost,
+    so the path stays in ``skipped`` with its reason (a later pull took it out: half the lines of
+    two writers were lost, listed nowhere)."""
+    handle = await ws.runtime.exec("for i in $(seq 60); do echo S$i >> shared.txt; sleep 0.03; done")
+    for i in range(8):
+        await asyncio.sleep(0.15)
+        await ws.fs.write_file("/workspace/shared.txt", f"W{i}\n")
+    result = await handle.result()
+    assert result.status == "completed", result
+    assert "/workspace/shared.txt" in result.pulled, result
+    assert result.skipped_reasons.get("/workspace/shared.txt", "").startswith("changed in the workspace"), (
+        result
+    )
+
+
 async def _contains(ws: computer.Workspace, path: str, text: str) -> bool:
     return text in await ws.fs.read_text(path)
 
