@@ -8,7 +8,7 @@ from typing import Any
 
 from ..storage.paths import canonical
 
-__all__ = ["DEFAULT_OUTPUT", "OutputOptions", "check_env"]
+__all__ = ["DEFAULT_OUTPUT", "OutputOptions", "check_env", "check_input"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,3 +70,24 @@ def check_env(env: Any) -> None:
             raise ValueError(f"invalid environment variable name {name!r}: empty, or with '=' or NUL")
         if "\0" in value:
             raise ValueError(f"invalid value of environment variable {name!r}: it holds a NUL")
+
+
+def check_input(value: Any) -> None:
+    """Refuse an ``input`` a callable backend cannot hand to ``main`` (``ValueError``): not JSON-able
+    (NaN too), or not sendable (an integer past 64 bits failed the run with a bare ``OverflowError``)."""
+    if value is None:
+        return
+    import json
+
+    import msgpack
+
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"input is not JSON-able: {exc}") from None
+    try:
+        msgpack.packb(value, use_bin_type=True)
+    except OverflowError:
+        raise ValueError("input holds an integer past 64 bits: send it as a string") from None
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"input cannot be sent: {exc}") from None

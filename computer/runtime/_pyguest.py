@@ -310,7 +310,12 @@ sys.meta_path.insert(0, _LinecacheHook())
 def _value_problem(value: Any) -> str | None:
     """Why the host would refuse ``value`` (its limits, see ``_codec.ChannelLimits``), or None."""
     limits = _setup["limits"]
-    size = len(msgpack.packb({"op": "__result__", "args": {"value": value}}, use_bin_type=True))
+    try:
+        size = len(msgpack.packb({"op": "__result__", "args": {"value": value}}, use_bin_type=True))
+    except OverflowError:
+        return "with an integer past 64 bits (return it as a string)"
+    except (ValueError, TypeError) as exc:  # a str that is not UTF-8 (a lone surrogate)
+        return f"that cannot be sent: {exc}"
     if size > limits["result_bytes"]:
         return f"of {size} bytes; the limit is {limits['result_bytes']}"
     items, stack = 0, [(value, 0)]
@@ -343,7 +348,9 @@ def _run() -> int:
             import json  # only for a value: json pulls in re (3 ms)
 
             try:
-                json.dumps(value, allow_nan=False)
+                # As JSON has it: keys strings ({1: 'a'} crossed as an int key the host refused, and
+                # the run failed as if the program broke the channel), tuples lists.
+                value = json.loads(json.dumps(value, allow_nan=False))
             except (TypeError, ValueError) as exc:
                 print(f"main() returned a value that is not JSON-able: {exc}", file=sys.stderr)
                 return 1
@@ -353,6 +360,8 @@ def _run() -> int:
                 return 1
     except SystemExit as exc:
         code = exc.code
+        if code is not None and not isinstance(code, int):  # ``sys.exit("message")``: as python does
+            print(code, file=sys.stderr)
         return code if isinstance(code, int) else (0 if code is None else 1)
     except BaseException:
         import traceback

@@ -24,7 +24,7 @@ from ._capture import StreamCapture
 from ._context import LocalExecContext
 from ._handle import ExecHandle, ExecRun
 from ._journal import ExecJournal, result_from_record
-from ._options import OutputOptions, check_env
+from ._options import OutputOptions, check_env, check_input
 from .types import (
     BackendInfo,
     ExecResult,
@@ -130,6 +130,7 @@ class Runtime:
         info = chosen.info
         if input is not None and not info.callable:
             raise ValueError(f"backend {info.id!r} is not callable: it does not accept input")
+        check_input(input)
         if not isinstance(source, str):
             raise TypeError("source must be a str")
         if timeout is not None and not 0 < timeout < math.inf:  # NaN too

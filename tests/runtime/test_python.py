@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 import computer
 
 
@@ -204,3 +206,25 @@ async def test_a_cwd_outside_the_mount_root_runs_without_a_mirror(ws: computer.W
         ws, "import helper, os\ndef main(input):\n    return [helper.VALUE, os.getcwd()]", cwd="/proj"
     )
     assert result.value == [7, "/tmp"], result.stderr
+
+
+async def test_values_json_takes_cross_as_json_has_them_and_others_fail_saying_why(
+    ws: computer.Workspace,
+) -> None:
+    """``{1: 'a'}`` failed as if the program broke the channel (an int key), ``2**200`` and a lone
+    surrogate with msgpack tracebacks from the guest's own code; ``sys.exit("bye")`` printed nothing."""
+    keys = await run(ws, "def main(input):\n    return {1: 'a', 'n': (1, 2)}\n")
+    assert (keys.status, keys.value) == ("completed", {"1": "a", "n": [1, 2]}), keys
+    big = await run(ws, "def main(input):\n    return 2 ** 200\n")
+    assert big.status == "failed" and "main() returned a value with an integer past 64 bits" in big.stderr, (
+        big
+    )
+    assert "Traceback" not in big.stderr
+    odd = await run(ws, "def main(input):\n    return '\\udc80'\n")
+    assert odd.status == "failed" and "main() returned a value that cannot be sent" in odd.stderr, odd
+    bye = await run(ws, "import sys\nsys.exit('bye')\n")
+    assert (bye.exit_code, bye.stderr) == (1, "bye\n"), bye
+    with pytest.raises(ValueError, match="integer past 64 bits"):
+        await ws.runtime.exec("def main(input):\n    return 1\n", backend="python", input={"x": [2**70]})
+    with pytest.raises(ValueError, match="not JSON-able"):
+        await ws.runtime.exec("def main(input):\n    return 1\n", backend="python", input=float("nan"))
