@@ -165,9 +165,7 @@ async def _bounded_call(op: str, args: dict[str, Any], ctx: ExecContext, limits:
         args.get("length") is None or args["length"] > limits.reply_bytes
     ):
         size = int((await ctx.fs_call("stat", {"path": args["path"]}))["size"])
-        if size - int(args.get("offset") or 0) > limits.reply_bytes and (
-            args.get("length") is None or args["length"] > limits.reply_bytes
-        ):
+        if size - int(args.get("offset") or 0) > limits.reply_bytes:
             raise OSError(
                 errno.EFBIG,
                 f"over {limits.reply_bytes} bytes for one call: read it in pieces "

@@ -45,13 +45,10 @@ def fs_error(code: int, path: str | None, detail: str | None = None) -> OSError:
 
 # The errno of an ``OSError`` subclass raised without one (``ProcessLookupError("no such process")``),
 # so that it crosses as its class: sent as EIO, ``except ProcessLookupError`` failed on a client.
+# Those ``fs_error`` builds (``PermissionError``: EACCES, its last), and the other built-in ones.
 _ERRNOS: dict[type[OSError], int] = {
+    **{cls: code for code, cls in _CLASSES.items()},
     ProcessLookupError: _errno.ESRCH,
-    FileNotFoundError: _errno.ENOENT,
-    FileExistsError: _errno.EEXIST,
-    NotADirectoryError: _errno.ENOTDIR,
-    IsADirectoryError: _errno.EISDIR,
-    PermissionError: _errno.EACCES,
     TimeoutError: _errno.ETIMEDOUT,
     InterruptedError: _errno.EINTR,
     ChildProcessError: _errno.ECHILD,
@@ -60,8 +57,6 @@ _ERRNOS: dict[type[OSError], int] = {
     ConnectionResetError: _errno.ECONNRESET,
     ConnectionAbortedError: _errno.ECONNABORTED,
     BrokenPipeError: _errno.EPIPE,
-    FsInvalidError: _errno.EINVAL,
-    LockLostError: _errno.ENOLCK,
 }
 
 

@@ -127,7 +127,7 @@ async def test_a_background_printer_is_read_at_most_at_its_rate_and_its_log_keep
         started = await run(ws, "setsid yes printing &")
         began = time.monotonic()
         sandbox = backend._lives._live[str(ws.id)]
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.5)  # a window to read a rate over (the bound uses the time it took)
         logged = sandbox.background[started.id]
         read = logged.dropped + len(logged.data)
         bound = BACKGROUND_LOG_BYTES + BACKGROUND_RATE * (time.monotonic() - began) + (1 << 20)
@@ -145,7 +145,7 @@ async def test_a_change_refused_during_a_run_stays_skipped_when_later_ones_are_p
     two writers were lost, listed nowhere)."""
     handle = await ws.runtime.exec("for i in $(seq 60); do echo S$i >> shared.txt; sleep 0.03; done")
     for i in range(8):
-        await asyncio.sleep(0.15)
+        await asyncio.sleep(0.15)  # writes spread over the run's 1.8 s, between its 100 ms syncs
         await ws.fs.write_file("/workspace/shared.txt", f"W{i}\n")
     result = await handle.result()
     assert result.status == "completed", result

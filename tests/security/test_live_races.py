@@ -8,6 +8,7 @@ import asyncio
 import os
 import secrets
 import shutil
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -102,11 +103,11 @@ async def test_a_program_that_kills_the_guest_started_ahead_cannot_turn_the_free
     backend = PythonBackend()
     if not backend.live:
         pytest.skip("no live python sandboxes here")
-    frozen: list[float] = []
+    froze = threading.Event()  # set by each freeze (in the sync's worker thread)
     freeze = _live.freeze
 
     def recorded(group: Path, timeout: float = 1.0) -> bool:
-        frozen.append(time.monotonic())
+        froze.set()
         return freeze(group, timeout)
 
     monkeypatch.setattr(_live, "freeze", recorded)
@@ -122,10 +123,10 @@ async def test_a_program_that_kills_the_guest_started_ahead_cannot_turn_the_free
                 seen.add(await ws.fs.read_text("/workspace/tick"))
             await asyncio.sleep(0.05)
         assert len(seen) >= 4, "the daemon's writes were not pulled"
-        since = time.monotonic()
+        froze.clear()
         await ws.fs.write_file("/workspace/from-ws", "w\n")  # a push to a running sandbox, frozen too
-        await asyncio.sleep(0.5)
-        assert [t for t in frozen if t >= since], "a sync ran while the daemon ran, unfrozen"
+        # The next tick (every 100 ms) syncs it; 5 s bounds a loaded machine.
+        assert await asyncio.to_thread(froze.wait, 5), "a sync ran while the daemon ran, unfrozen"
         assert await sandbox.busy()  # not idle either: it does not end as if nothing ran
         assert sandbox.stirring()
         await ws.runtime.end_sandbox()
