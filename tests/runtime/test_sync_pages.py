@@ -219,6 +219,36 @@ async def test_directories_past_a_page_go_on_pages_of_their_own_parents_first(
         assert listed.stdout == f"{len(made)}\n700\n"
 
 
+@pytest.mark.parametrize("page_dirs", [100, 100_000], ids=["paged", "one-page"])
+async def test_a_workspace_write_into_a_tree_a_run_makes_is_kept_however_its_directories_are_paged(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, page_dirs: int
+) -> None:
+    """The workspace writes into ``x/d5`` while a run makes ``x/d{0..9}/{0..29}``: ``x/d5`` and what the
+    run made below it are left alone (the workspace's), the rest is pulled, on pages of directories or
+    on one, the same way; after a reopen the sandbox sees the workspace's tree."""
+    monkeypatch.setattr(_mirror_pull, "PAGE_DIRS", page_dirs)
+    monkeypatch.setattr(_sync, "PAGE_DIRS", page_dirs)
+    db = tmp_path / "ws.db"
+    async with computer.Workspace(str(db), backends=[ShellBackend(live=False)]) as ws:
+        await ws.fs.mkdir("/workspace/x", recursive=True)
+        handle = await ws.runtime.exec("mkdir -p x/d{0..9}/{0..29} && echo made && sleep 2", timeout=60)
+        async for snapshot in handle:  # the tree is made: the workspace writes into it (2 s to do so)
+            if "made" in snapshot.stdout:
+                break
+        await ws.fs.mkdir("/workspace/x/d5")
+        await ws.fs.write_file("/workspace/x/d5/ws.txt", "from the workspace\n")
+        result = await handle.result()
+        assert result.status == "completed", result.stderr
+        kept = {"x/d5", *(f"x/d5/{b}" for b in range(30))}
+        made = {*(f"x/d{a}" for a in range(10)), *(f"x/d{a}/{b}" for a in range(10) for b in range(30))}
+        assert set(result.pulled) == {f"/workspace/{p}" for p in made - kept}, result
+        assert set(result.skipped) == {f"/workspace/{p}" for p in kept}, result
+    async with computer.Workspace(str(db), backends=[ShellBackend(live=False)]) as ws:
+        assert await ws.fs.read_text("/workspace/x/d5/ws.txt") == "from the workspace\n"
+        listed = await (await ws.runtime.exec("find x -type d | wc -l; ls x/d5")).result()
+        assert listed.stdout == f"{1 + len(made - kept) + 1}\nws.txt\n", listed
+
+
 async def test_rm_rf_of_a_tree_past_a_page_goes_children_first_and_lists_the_directory(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
