@@ -19,6 +19,19 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float = 5.0) 
         await asyncio.sleep(0.05)
 
 
+def settles(mirror: Any, paced: bool = False, within: float = 5.0) -> bool:
+    """Whether ``mirror.quiet(paced)`` comes true within a bound. The cheap look says "cannot tell"
+    (not quiet) while the process's inotify reader holds the shared lock or other mirrors' events
+    fill the queue (the full suite's sandboxes): a moment later it can tell. Events of ``mirror``'s
+    own stay until drained, so a real change keeps it false for the whole bound."""
+    deadline = time.monotonic() + within
+    while not mirror.quiet(paced):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def host_pids_with(marker: str) -> list[int]:
     """Host pids whose command line holds ``marker`` (this process left out)."""
     found = []
