@@ -215,16 +215,28 @@ def raise_oom_score(pid: int) -> None:
     """Under memory pressure the kernel kills a command, not the init: the job's ``oom_score_adj``
     goes to 500. The vfork parent resumes while the child's new memory still carries the init's
     non-dumpable flag (the kernel resets it a few microseconds later in the exec): its ``/proc``
-    files are root's for that moment, and the write is tried again."""
+    files are root's for that moment, and the write is tried again, while the job lives: a job that
+    already ended (``true``) is a zombie whose files stay root's, and the retries (~30 ms of sleeps)
+    held back both its ``started`` and its ``exit``."""
     for _ in range(200):
         try:
             with open(f"/proc/{pid}/oom_score_adj", "w") as adj:
                 adj.write("500")
             return
         except PermissionError:
+            if ended(pid):
+                return
             time.sleep(0.00005)
         except OSError:
             return
+
+
+def ended(pid: int) -> bool:
+    """Whether the child ``pid`` has exited (left to reap: ``WNOWAIT``)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 def program(name: str, env: dict[str, str]) -> str:

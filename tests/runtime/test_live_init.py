@@ -1,0 +1,55 @@
+"""The live sandbox's init (``_live_init``), its pieces run in this process: a job's oom score."""
+
+from __future__ import annotations
+
+import builtins
+import os
+import subprocess
+import time
+from typing import Any
+
+import pytest
+
+from computer.runtime import _live_init
+
+
+def _refusing(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Every open of an ``oom_score_adj`` fails as a non-dumpable process's does in the sandbox (its
+    ``/proc`` files are root's); the init's sleeps between tries are counted, not slept."""
+    real_open = builtins.open
+
+    def refusing_open(path: Any, *args: Any, **kwargs: Any) -> Any:
+        if str(path).endswith("/oom_score_adj"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    slept: list[float] = []
+    monkeypatch.setattr(_live_init, "open", refusing_open, raising=False)
+    monkeypatch.setattr(time, "sleep", slept.append)
+    return slept
+
+
+def test_a_job_that_already_ended_is_not_waited_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``true`` can end before the init raises its score: a zombie's files stay root's, and the init
+    retried 200 times (~30 ms), holding back the job's ``started`` and ``exit`` (a live ``true`` took
+    ~32 ms in about a third of the runs after a pause, ~3 ms otherwise)."""
+    child = subprocess.Popen(["true"])
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)  # ended, not reaped: a zombie
+    slept = _refusing(monkeypatch)
+    _live_init.raise_oom_score(child.pid)
+    assert slept == []
+    assert _live_init.ended(child.pid)
+    assert child.wait(timeout=5) == 0  # still ours to reap: the look took nothing
+
+
+def test_a_running_job_is_tried_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """While the job runs, a refused write is the exec's moment of a non-dumpable image: tried again."""
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        slept = _refusing(monkeypatch)
+        _live_init.raise_oom_score(child.pid)
+        assert len(slept) == 200
+        assert not _live_init.ended(child.pid)
+    finally:
+        child.kill()
+        child.wait(timeout=5)
