@@ -44,6 +44,21 @@ async def test_records_survive_reopening_the_file(tmp_path: Path) -> None:
     assert record.tool == "ls" and record.status == "ok"
 
 
+async def test_a_lone_surrogate_in_one_call_loses_no_record_of_its_batch() -> None:
+    """``json.loads`` takes a model's broken emoji escape (``"\\ud83d"``); SQLite takes only UTF-8. Its
+    record failed the insert of the whole batch: 3 clean calls, the bad one and 3 more left nothing."""
+    async with Workspace() as ws:
+        tools = create_tools(ws)
+        for path in ["/", "/", "/", "/tmp/\ud83d", "/", "/", "/"]:
+            await tools["ls"].run({"path": path})
+        ws.audit.flush()
+        records = await ws.audit.query()
+        assert len(records) == 7 and ws.audit.dropped == 0
+        bad = records[3]
+        assert bad.status == "error" and bad.args == {"path": "/tmp/\ud83d"}  # the same string back
+        assert bad.error is not None and "not valid UTF-8" in bad.error
+
+
 async def test_invalid_arguments_and_a_cancelled_call_are_recorded_as_errors() -> None:
     async with Workspace() as ws:
         tools = create_tools(ws)
