@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shlex
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -37,6 +38,14 @@ from ._warm import PreparedSandbox, Ready, WarmSandboxes, prepare_sandbox
 from .types import BackendInfo
 
 __all__ = ["ShellBackend"]
+
+# The longest script passed to bash as its argument (see ``ShellBackend._bash``).
+_ARGUMENT_MAX = 64 * 1024
+
+
+def _script_name(request: ExecRequest) -> str:
+    return f"script-{request.id}.sh"
+
 
 _COMMANDS = (
     "bash",
@@ -217,7 +226,7 @@ class ShellBackend(LiveCalls):
             ready = taken if taken is not None else await self._prepare(mirror)
             standby, bridge_dir = ready
             async with AssetsBridge(ctx, mirror, bridge_dir) as bridge:
-                command = ["/bin/bash", "-c", request.source]
+                command = self._bash(request, bridge_dir)
                 start_cwd = cwd if self.sandbox.bwrap else str(host_cwd)
                 env = self._env(request, cwd, bridge_dir)
                 try:
@@ -270,7 +279,12 @@ class ShellBackend(LiveCalls):
 
         @contextlib.asynccontextmanager
         async def command(sandbox: LiveSandbox, _: str) -> AsyncIterator[JobSpec]:
-            yield JobSpec(["/bin/bash", "-c", request.source], self._env(request, cwd, sandbox.bridge_dir))
+            argv = self._bash(request, sandbox.bridge_dir)
+            try:
+                yield JobSpec(argv, self._env(request, cwd, sandbox.bridge_dir))
+            finally:  # the live sandbox's bridge directory outlives the run
+                with contextlib.suppress(OSError):
+                    os.unlink(sandbox.bridge_dir / _script_name(request))
 
         return self._lives.run(request, ctx, cwd, command)
 
@@ -287,6 +301,23 @@ class ShellBackend(LiveCalls):
             self._lives.keep_warm(mirror)
         else:
             self._warm.keep(mirror, lambda: self._prepare(mirror))
+
+    def _bash(self, request: ExecRequest, bridge: Path) -> list[str]:
+        """``bash -c source``; a source past :data:`_ARGUMENT_MAX` bytes is written to a file of the
+        run's bridge directory (read-only in the sandbox) and sourced from there instead: one argument
+        of a program is at most 128 KiB (Linux's ``MAX_ARG_STRLEN``), and a heredoc that writes a big
+        file failed with "Argument list too long" and 127. ``$0`` stays ``/bin/bash``; error lines
+        name the file instead of ``bash``."""
+        source = request.source
+        if len(source) * 4 <= _ARGUMENT_MAX:  # cannot be past it, whatever the characters
+            return ["/bin/bash", "-c", source]
+        data = source.encode("utf-8", "surrogateescape")
+        if len(data) <= _ARGUMENT_MAX:
+            return ["/bin/bash", "-c", source]
+        host = bridge / _script_name(request)
+        host.write_bytes(data)
+        inside = f"{SANDBOX_DIR}/{host.name}" if self.sandbox.bwrap else str(host)
+        return ["/bin/bash", "-c", f". {shlex.quote(inside)}", "/bin/bash"]
 
     def _env(self, request: ExecRequest, cwd: str, bridge: Path) -> dict[str, str]:
         tools = f"{SANDBOX_DIR}/bin" if self.sandbox.bwrap else str(bridge / "bin")

@@ -522,3 +522,19 @@ async def test_a_killed_python_run_lists_the_files_it_wrote() -> None:
         result = await _killed_once_ready(ws, source, backend="python")
         assert (result.status, result.exit_code, result.pulled) == ("cancelled", 137, ["/workspace/made.txt"])
         assert await ws.fs.read_text("/workspace/made.txt") == "x"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_script_past_the_argument_limit_runs(live: bool) -> None:
+    """One argument of a program is at most 128 KiB: a heredoc writing a 300 KiB file failed with
+    "Argument list too long" (127). Such a script is sourced from a file of the run's bridge directory,
+    which a live sandbox's later runs do not see; a small one still goes as the argument."""
+    body = "".join(f"line {i:06d} é\n" for i in range(20_000))  # 300,000 bytes, 2-byte characters
+    script = f'cat > gen.txt <<\'EOF\'\n{body}EOF\necho "$0" $# "$1"; exit 3'
+    async with computer.Workspace(backends=[ShellBackend(live=live)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        result = await (await ws.runtime.exec(script)).result()
+        assert (result.exit_code, result.stdout, result.stderr) == (3, "/bin/bash 0 \n", "")
+        assert await ws.fs.read_text("/workspace/gen.txt") == body
+        later = await (await ws.runtime.exec('ls /run/computer; echo "$0"')).result()
+        assert later.exit_code == 0 and "script-" not in later.stdout and later.stdout.endswith("/bin/bash\n")
