@@ -165,6 +165,8 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
             record = await source.run(name, exec_id)
         except OSError as exc:
             return _not_found(_unreadable(name, exc))
+        if record is None:  # every run has its journal record from its start (or it was pruned)
+            return _not_found(f"no run {exec_id} in workspace {name}")
         return _html(pages.run_page(name, exec_id, record))
 
     async def run_events(request: Request) -> Response:

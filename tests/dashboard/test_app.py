@@ -130,6 +130,8 @@ async def test_a_finished_runs_output_comes_from_its_journal(settings: Settings,
     async with httpx.AsyncClient(base_url=base, timeout=10) as http:
         page = (await http.get(f"/w/gamma/runs/{result.id}")).text
         assert "echo from-the-run" in page
+        missing = await http.get("/w/gamma/runs/exec-nosuch")  # was 200 with an empty run page
+        assert missing.status_code == 404 and "no run exec-nosuch" in missing.text
         body = (await http.get(f"/events/w/gamma/runs/{result.id}")).text
     snapshot = json.loads(next(line[6:] for line in body.splitlines() if line.startswith("data: {")))
     assert snapshot["stdout"] == "from-the-run\n" and snapshot["stderr"] == "oops\n"
