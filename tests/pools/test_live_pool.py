@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
@@ -101,6 +102,8 @@ async def test_a_worker_lost_under_a_live_sandbox_gives_a_fresh_one_and_keeps_wh
             if kind == "shell":
                 ray.kill(ray.get_actor(worker, namespace=NAMESPACE), no_restart=False)
         await wait_until(lambda: not processes_with(f"sleep {marker}"), within=30)
+        # A look at the processes first (is my server up?) says none, and keeps the notice.
+        assert all(marker not in p.command for p in await ws.runtime.processes())
         # The very next call runs (on the restarted worker, in a fresh sandbox) and says why its
         # background processes are gone; before, it failed with "exec worker died" and only a retry ran.
         after = await (await ws.runtime.exec("cat kept.txt")).result()
@@ -111,6 +114,31 @@ async def test_a_worker_lost_under_a_live_sandbox_gives_a_fresh_one_and_keeps_wh
         again = await (await ws.runtime.exec("true")).result()
         assert (again.status, again.stderr) == ("completed", ""), again  # said once
         assert all(marker not in p.command for p in await ws.runtime.processes())
+
+
+async def test_closing_a_workspace_whose_background_process_writes_does_not_wedge_its_name(
+    ray_session: object, tmp_path: Path, name: str
+) -> None:
+    """Hosted owners: the close ends the live sandbox, whose last syncs call the closing workspace
+    back; those calls waited for the close to end. delete_workspace took its 30 s stop timeout, then
+    every call of the name hung (hibernation too, in 6 of 9 tries). Dedicated owners answered them."""
+    computer.init(data_dir=tmp_path / "data", shell_pool_size=1, python_pool_size=0)
+    try:
+        async with computer.get_workspace(name) as ws:
+            await ws.fs.mkdir("/workspace", recursive=True)
+            started = await (
+                await ws.runtime.exec("(while true; do echo x >> log; sleep 0.05; done) > /dev/null 2>&1 &")
+            ).result()
+            assert started.status == "completed", started
+            await _until_exists(ws, "/workspace/log")
+            await asyncio.sleep(0.5)  # the writer's appends go on: the close's last sync has work
+        async with asyncio.timeout(20):  # bounded: the deadlock held the delete 30 s, then the name for good
+            deleted = await computer.delete_workspace(name, force=True)
+            assert deleted.owner_stopped
+            async with computer.get_workspace(name) as again:
+                assert await again.fs.ls("/") == []
+    finally:
+        computer.init(data_dir=tmp_path / "data")  # the default pools again
 
 
 async def test_a_workspace_rename_keeps_the_file_a_background_process_writes_through_a_pool(
