@@ -245,7 +245,9 @@ class PoolBackend:
         try:
             return list(await handle.live_processes.remote(workspace_id))
         except Exception:  # the worker is gone: so is its sandbox
-            self.unpin(workspace_id)
+            # The pin stays: the next run finds its worker dead and says the sandbox and its
+            # processes were lost (LOST_SANDBOX). Dropped here, a "is my server up?" look first
+            # made that notice vanish.
             return []
 
     async def kill_process(self, workspace_id: str, pid: int) -> None:
