@@ -244,10 +244,13 @@ class WorkspaceHost(PoolCallbacks):
     def _moved(self) -> Reply:
         return moved(self.name, self.managed)
 
-    async def _serve(self, work: Callable[[], Awaitable[Any]], *, background: bool = False) -> Reply:
-        """Run one whole operation as an RPC: moved once closing, counted as activity (see
-        :meth:`_activity` for ``background``), errors as replies."""
-        if self._closing:
+    async def _serve(
+        self, work: Callable[[], Awaitable[Any]], *, background: bool = False, closing: bool = False
+    ) -> Reply:
+        """Run one whole operation as an RPC: moved once closing (``closing``: served until the file
+        is closed, then its error), counted as activity (see :meth:`_activity` for ``background``),
+        errors as replies."""
+        if self._closing and not closing:
             return self._moved()
         self._rpcs += 1
         with self._activity(background=background):

@@ -33,15 +33,20 @@ def owner_token() -> str:
 class PoolCallbacks:
     """Mixin of :class:`~computer.actors.WorkspaceHost`: ``fs_call``, ``sync_push``, ``sync_pull``, ``share``.
 
-    Each is served by the host's ``_serve`` (moved once closing, counted in the host's ``rpcs``,
-    errors as replies), like every other owner RPC. The sync calls count as use only while a run is
+    Each is served by the host's ``_serve`` (counted in the host's ``rpcs``, errors as replies), like
+    every other owner RPC, but the file and sync calls are served while the owner closes too (until
+    its file is closed): the close ends the workspace's live sandboxes, and what their processes
+    wrote last is pulled then (answered "moved", it was lost: a hosted workspace hibernating under
+    a background writer lost its last 1.4 s of writes). The sync calls count as use only while a run is
     in progress: a live sandbox's background processes alone do not keep the workspace awake.
     """
 
     if TYPE_CHECKING:
         workspace: Workspace
 
-        async def _serve(self, work: Callable[[], Awaitable[Any]], *, background: bool = False) -> Reply: ...
+        async def _serve(
+            self, work: Callable[[], Awaitable[Any]], *, background: bool = False, closing: bool = False
+        ) -> Reply: ...
 
     async def pool_ping(self) -> str:
         """The :func:`owner_token` of this process: a worker checks its runs' owner is still there."""
@@ -52,7 +57,7 @@ class PoolCallbacks:
 
     async def pool_fs_call(self, op: str, args: dict[str, Any]) -> Reply:
         """One fs operation of the python backend's ``workspace`` module; results as plain values."""
-        return await self._serve(lambda: self._exec_context().fs_call(op, args))
+        return await self._serve(lambda: self._exec_context().fs_call(op, args), closing=True)
 
     async def pool_sync_push(self, mirror_rev: int | None, root: str, limits: dict[str, Any]) -> Reply:
         """What a shell mirror at ``mirror_rev`` needs (``limits``: the fields of a ``SyncLimits``), encoded."""
@@ -60,12 +65,14 @@ class PoolCallbacks:
         async def push() -> bytes:
             return encode_sync(await self._exec_context().sync_push(mirror_rev, root, SyncLimits(**limits)))
 
-        return await self._serve(push, background=True)
+        return await self._serve(push, background=True, closing=True)
 
     async def pool_sync_pull(self, pull: bytes, base_rev: int) -> Reply:
         """Apply a run's changes (an encoded :class:`SyncPull`) in one transaction; a ``BatchResult``."""
         return await self._serve(
-            lambda: self._exec_context().sync_pull(decode_sync(SyncPull, pull), base_rev), background=True
+            lambda: self._exec_context().sync_pull(decode_sync(SyncPull, pull), base_rev),
+            background=True,
+            closing=True,
         )
 
     async def pool_share(self, path: str, expires_after: float) -> Reply:

@@ -110,3 +110,33 @@ async def test_owner_uses_the_redis_directory_when_configured(
             assert _state(conf, name) == ("active", 2)
     finally:
         computer.init(data_dir=tmp_path / "data")
+
+
+async def test_a_closing_owner_serves_its_pool_workers_file_and_sync_calls(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    """The close ends the workspace's live sandboxes in the pool workers, and their last pull calls
+    the owner back while it closes: answered "moved", what a background process wrote since the
+    last tick was lost (a hosted workspace's last 0.1-1.4 s of writes). Those calls are served
+    until the file is closed; everything else is moved, as before."""
+    from computer.actors import WorkspaceHost
+
+    conf = computer.init(data_dir=tmp_path / "data", shell_pool_size=0, python_pool_size=0)
+    try:
+        host = WorkspaceHost("closing", config=conf)
+        await host.workspace.fs.mkdir("/workspace")
+        host._closing = True  # what _shutdown sets before it closes the workspace
+        assert (await host.describe())[0] == "moved"
+        written = await host.pool_fs_call("write_file", {"path": "/workspace/last.txt", "data": b"last"})
+        assert written[0] == "ok", written
+        pushed = await host.pool_sync_push(None, "/workspace", {})
+        assert pushed[0] == "ok", pushed
+        await host.workspace.close()
+        assert (await host.pool_fs_call("read_file", {"path": "/workspace/last.txt"}))[
+            0
+        ] == "os"  # closed: its error
+        host._directory.release_lease("closing", host.owner_id, host.epoch, hibernating=True)
+        async with computer.get_workspace("closing") as ws:
+            assert await ws.fs.read_text("/workspace/last.txt") == "last"
+    finally:
+        computer.init(data_dir=tmp_path / "data")

@@ -25,7 +25,9 @@ class LocalOwner(PoolCallbacks):
         self.workspace = workspace
         self.served: list[str] = []
 
-    async def _serve(self, work: Callable[[], Awaitable[Any]], *, background: bool = False) -> Reply:
+    async def _serve(
+        self, work: Callable[[], Awaitable[Any]], *, background: bool = False, closing: bool = False
+    ) -> Reply:
         try:
             return ok(await work())
         except Exception as exc:

@@ -141,6 +141,33 @@ async def test_closing_a_workspace_whose_background_process_writes_does_not_wedg
         computer.init(data_dir=tmp_path / "data")  # the default pools again
 
 
+async def test_hibernation_pulls_what_a_background_writer_wrote_last(
+    ray_session: object, tmp_path: Path, name: str
+) -> None:
+    """The close ends the live sandbox after a last pull, whose sync calls the closing owner answered
+    "moved": a hosted workspace lost its last 1.4 s of writes (the ticks' pulls were refused too). The
+    writer stamps each line; the host sees it until the sandbox ends. The bound is loose: the host
+    looks every 20 ms, the pull covers everything up to the kill."""
+    computer.init(data_dir=tmp_path / "data", shell_pool_size=1, python_pool_size=0, hibernate_after=2.0)
+    marker = f"sleep 0.0{unique_sleep().replace('.', '')}"  # ~50-90 ms, its own number
+    try:
+        async with computer.get_workspace(name) as ws:
+            await ws.fs.mkdir("/workspace", recursive=True)
+            writer = f"(while true; do date +%s.%N >> log; {marker}; done) > /dev/null 2>&1 &"
+            started = await (await ws.runtime.exec(writer)).result()
+            assert started.status == "completed", started
+        last_seen = time.time()
+        async with asyncio.timeout(60):  # bounded: hibernation after 1 s idle ends the sandbox
+            while processes_with(marker):
+                last_seen = time.time()
+                await asyncio.sleep(0.02)
+        async with computer.get_workspace(name) as ws:
+            stamps = (await ws.fs.read_text("/workspace/log")).split()
+        assert last_seen - float(stamps[-1]) < 0.6, (last_seen - float(stamps[-1]), len(stamps))
+    finally:
+        computer.init(data_dir=tmp_path / "data")  # the default pools again
+
+
 async def test_a_workspace_rename_keeps_the_file_a_background_process_writes_through_a_pool(
     cluster: Settings, name: str
 ) -> None:
