@@ -125,6 +125,10 @@ def create_edit_tool(store: FileStore, **edit_options: Any) -> Tool:
         path = canonical(params.path)
         edits = [Edit(item.old_text, item.new_text) for item in params.edits]
         check_edits(edits)
+        for index, edit in enumerate(edits):
+            # Only the file's own undecodable bytes go back through surrogateescape: a lone surrogate
+            # sent in newText would otherwise be written as a raw byte (invalid UTF-8), as write refuses.
+            utf8_of(edit.new_text, f"edits[{index}].newText", path)
         async with locks.hold([path]):
             stat = await store.stat(path)
             if stat is None:
