@@ -34,3 +34,35 @@ async def test_pydantic_ai_workspace_remove_of_a_link_to_the_working_dir_removes
     await backend.remove("/workspace/here")
     assert not await workspace.fs.exists("/workspace/here")
     assert await workspace.fs.read_file("/workspace/notes.md") == b"precious"
+
+
+@pytest.mark.parametrize("extra", ["self", "config", "run_manager", "__computer_arguments__"])
+async def test_langchain_argument_names_that_clash_with_the_method_are_the_tools_own_error(
+    workspace: Workspace, extra: str
+) -> None:
+    from langchain_core.messages import ToolMessage
+
+    from computer.tools.langchain import create_langchain_tools
+
+    await workspace.fs.mkdir("/workspace")
+    await workspace.fs.write_file("/workspace/a.txt", "hello\n")
+    lc = create_langchain_tools(workspace, format="object")
+    call = {"type": "tool_call", "name": "read", "args": {"path": "/workspace/a.txt", extra: 1}, "id": "t1"}
+    message = await lc["read"].ainvoke(call)
+    assert isinstance(message, ToolMessage)
+    assert message.status == "error"
+    assert f"Unknown argument {extra!r}" in str(message.content)
+    ok = await lc["read"].ainvoke({**call, "args": {"path": "/workspace/a.txt"}})
+    assert ok.status == "success" and "hello" in str(ok.content)
+
+
+async def test_langchain_discover_tools_takes_its_names(workspace: Workspace) -> None:
+    from computer.tools.langchain import create_langchain_tools
+
+    lc = create_langchain_tools(workspace, format="object", lazy=["grep"])
+    discover = lc["discover_tools"]
+    listed = await discover.ainvoke({"type": "tool_call", "name": "discover_tools", "args": {}, "id": "a"})
+    assert "grep" in str(listed.content)
+    call = {"type": "tool_call", "name": "discover_tools", "args": {"names": ["grep"], "self": 1}, "id": "b"}
+    enabled = await discover.ainvoke(call)
+    assert "Enabled: grep" in str(enabled.content)

@@ -257,7 +257,9 @@ async def test_edit_unicode_file_names(files: Files, name: str) -> None:
 async def test_a_new_text_that_is_not_utf8_is_an_error_naming_the_path(files: Files) -> None:
     await files.put("/f.txt", "one two\n")
     result = await files.edit().run({"path": "/f.txt", "oldText": "two", "newText": "\ud800"})
-    assert result["error"].startswith("edits[0].newText for /f.txt is not valid UTF-8 text: '\\ud800'"), result
+    assert result["error"].startswith("edits[0].newText for /f.txt is not valid UTF-8 text: '\\ud800'"), (
+        result
+    )
     assert await files.get("/f.txt") == b"one two\n"
 
 
