@@ -66,3 +66,28 @@ async def test_langchain_discover_tools_takes_its_names(workspace: Workspace) ->
     call = {"type": "tool_call", "name": "discover_tools", "args": {"names": ["grep"], "self": 1}, "id": "b"}
     enabled = await discover.ainvoke(call)
     assert "Enabled: grep" in str(enabled.content)
+
+
+@pytest.mark.parametrize(
+    ("filename", "path"),
+    [
+        ("report #1.pdf", "/report #1.pdf"),
+        ("q?.pdf", "/q?.pdf"),
+        ("a b\tc.pdf", "/a b\tc.pdf"),
+        ("100%.pdf", "/100%.pdf"),
+        ("caf\u00e9.pdf", "/caf\u00e9.pdf"),
+    ],
+)
+def test_mcp_resource_uri_of_a_read_file_is_percent_encoded(filename: str, path: str) -> None:
+    from urllib.parse import unquote, urlsplit
+
+    from computer.tools.mcp import _content_block
+
+    block = _content_block(
+        {"type": "file", "media_type": "application/pdf", "data": "JVBERg==", "filename": filename}
+    )
+    uri = str(block.resource.uri)  # type: ignore[union-attr]
+    parts = urlsplit(uri)
+    assert (parts.scheme, parts.query, parts.fragment) == ("file", "", "")
+    assert unquote(parts.path) == path
+    assert " " not in uri and "\t" not in uri

@@ -192,3 +192,16 @@ async def test_pydantic_ai_approval_of_exec_under_think_names_wraps_bash(ws: Wor
     needs = toolset.approval_required_func
     assert needs(None, SimpleNamespace(name="bash"), {}) is True  # type: ignore[arg-type]
     assert needs(None, SimpleNamespace(name="write"), {}) is False  # type: ignore[arg-type]
+
+
+async def test_mcp_annotations_follow_the_tool_not_its_name(ws: Workspace) -> None:
+    from computer.tools.mcp import mcp_tool
+
+    default = {n: mcp_tool(t).annotations for n, t in create_tools(_Surface(ws, [SHELL])).items()}
+    think = {
+        n: mcp_tool(t).annotations for n, t in create_tools(_Surface(ws, [SHELL]), names="think").items()
+    }
+    assert think["list"] == default["ls"]
+    assert think["bash"] == default["exec"]
+    assert think["list"] is not None and think["list"].idempotent_hint is True
+    assert think["bash"] is not None and think["bash"].open_world_hint is True
