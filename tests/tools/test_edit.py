@@ -272,3 +272,15 @@ async def test_edit_refuses_lone_surrogates_in_new_text_like_write(files: Files,
     # The file's own undecodable bytes still survive an edit elsewhere.
     assert "error" not in await edit(files, "/f.txt", ("cafe", "caf\u00e9"))
     assert await files.get("/f.txt") == "name = caf\u00e9\nraw = ".encode() + b"\xff\n"
+
+
+async def test_edit_caps_the_number_of_edits_in_one_call(files: Files) -> None:
+    body = "".join(f"line{i}=old\n" for i in range(120))
+    await files.put("/f.txt", body)
+    pairs = [(f"line{i}=old", f"line{i}=new") for i in range(101)]
+    result = await edit(files, "/f.txt", *pairs)
+    assert "edits has 101 items, over the cap of 100 edits per call (max_edits)" in str(result["error"])
+    assert await files.get("/f.txt") == body.encode()
+    assert (await edit(files, "/f.txt", *pairs[:100]))["editsApplied"] == 100
+    assert (await edit(files, "/f.txt", *pairs[100:], max_edits=1))["editsApplied"] == 1
+    assert "at most 100 edits per call" in files.edit().description
