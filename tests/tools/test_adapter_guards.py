@@ -91,3 +91,33 @@ def test_mcp_resource_uri_of_a_read_file_is_percent_encoded(filename: str, path:
     assert (parts.scheme, parts.query, parts.fragment) == ("file", "", "")
     assert unquote(parts.path) == path
     assert " " not in uri and "\t" not in uri
+
+
+async def test_pydantic_ai_records_a_call_of_an_unknown_tool_name_once(workspace: Workspace) -> None:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    from computer.tools.pydantic_ai import create_pydantic_ai_tools
+
+    await workspace.fs.mkdir("/workspace")
+    await workspace.fs.write_file("/workspace/a.txt", "hello\n")
+    turns = [
+        [ToolCallPart("raed", {"path": "/workspace/a.txt"}, tool_call_id="c1")],
+        [ToolCallPart("read", {"path": "/workspace/a.txt"}, tool_call_id="c2")],
+        [TextPart("done")],
+    ]
+
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=turns.pop(0))
+
+    result = await Agent(FunctionModel(model), toolsets=[create_pydantic_ai_tools(workspace)]).run("go")
+    assert result.output == "done"
+    workspace.audit.flush()
+    records = await workspace.audit.query()
+    assert [(r.tool, r.status, r.caller.get("adapter")) for r in records] == [
+        ("raed", "error", "pydantic_ai"),
+        ("read", "ok", "pydantic_ai"),
+    ]
+    assert "Unknown tool 'raed'" in str(records[0].error)
+    assert records[0].args == {"path": "/workspace/a.txt"}
