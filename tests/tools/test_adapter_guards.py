@@ -121,3 +121,27 @@ async def test_pydantic_ai_records_a_call_of_an_unknown_tool_name_once(workspace
     ]
     assert "Unknown tool 'raed'" in str(records[0].error)
     assert records[0].args == {"path": "/workspace/a.txt"}
+
+
+async def test_a_forwarded_write_with_a_lone_surrogate_answers_like_the_owner(workspace: Workspace) -> None:
+    from typing import Any
+
+    from computer.tools import create_tools
+
+    class Client:
+        def __init__(self, ws: Workspace) -> None:
+            self.fs, self.runtime, self.locks, self.id, self.assets = ws.fs, ws.runtime, ws.locks, ws.id, None
+            self.owner = create_tools(ws)
+            self.forwarded: list[str] = []
+
+        async def run_tool(self, name: str, args: dict[str, Any], *, options: Any = None) -> dict[str, Any]:
+            self.forwarded.append(name)
+            return await self.owner[name].run(args)
+
+    args = {"path": "/workspace/s.txt", "content": "x\ud800"}
+    owner = await create_tools(workspace)["write"].run(args)
+    client = Client(workspace)
+    forwarded = await create_tools(client)["write"].run(args)  # type: ignore[arg-type]
+    assert forwarded == owner
+    assert "content for /workspace/s.txt is not valid UTF-8 text" in owner["error"]
+    assert client.forwarded == []  # answered locally, no round trip
