@@ -59,7 +59,9 @@ def select_tools(
     """Resolve ``spec`` to tool names: ``None`` → none; ``"mutating"`` → the mutating tools; ``"all"`` → all.
 
     A name that is not in the set is a ``ValueError`` (a typo must not silently disable approval);
-    ``groups`` says which of the group words the option accepts.
+    ``groups`` says which of the group words the option accepts. A name of the other naming
+    (``names="think"``) selects the same tool here: ``exec`` also selects ``bash`` (the shell part of
+    exec), ``bash`` selects ``exec`` when there is no ``bash``, and ``ls`` and ``list`` select each other.
     """
     if spec is None:
         return frozenset()
@@ -75,9 +77,16 @@ def select_tools(
     if unknown:
         accepted = ", ".join([*(repr(g) for g in groups), *sorted(tools)])
         raise ValueError(f"{option}: unknown tool name(s) {', '.join(unknown)}; expected one of {accepted}")
-    return names & frozenset(tools)
+    selected = set(names & frozenset(tools))
+    for name in names:
+        if name not in tools or name == "exec":
+            selected.update(alias for alias in _ALIASES.get(name, ()) if alias in tools)
+    return frozenset(selected)
 
 
+# A name of one naming -> the tools that do its work under the other (`exec` is split into `bash`, the
+# shell backend, and `exec`, the others, under names="think"; `bash` is always part of `exec`).
+_ALIASES = {"exec": ("bash",), "bash": ("exec",), "ls": ("list",), "list": ("ls",)}
 # Names that may be absent from a given set (no backend, no assets, read-only, optional tools off, the
 # other naming) without being typos.
 _OPTIONAL_TOOLS = ("write", "edit", "delete", "exec", "publish", "processes", "kill", "ls", "list", "bash")

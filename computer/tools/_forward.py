@@ -94,7 +94,10 @@ def _fails_before_io(name: str, params: Any, write_cap: int) -> bool:
         except (OSError, ValueError):
             return True
     if name == "write":
-        return len(params.content.encode("utf-8")) > write_cap
+        try:
+            return len(params.content.encode("utf-8")) > write_cap
+        except UnicodeEncodeError:  # a lone surrogate: the local handler names the argument and path
+            return True
     if name == "edit":
         try:
             check_edits([Edit(item.old_text, item.new_text) for item in params.edits])

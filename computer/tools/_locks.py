@@ -3,22 +3,30 @@
 A store that offers ``locks`` (a ``WorkspaceFileStore``: the owner's lock table, shared with every
 process through clients) is locked there. Any other store is locked in a process-local table shared by
 every store with the same ``lock_identity``, so two tool sets over one directory still serialise.
+
+A path is locked as spelled *and* as the file it reaches: when the store offers ``readlink`` (a
+``WorkspaceFileStore`` does), every symlink on the way is resolved first, so an edit of ``/w/link`` and
+a write of ``/w/f.txt`` (``link -> f.txt``), or of ``/alias/f.txt`` with ``/alias -> /w``, take the same
+lock. ``follow=False`` keeps the last segment as spelled (delete removes a link, not its target).
 """
 
 from __future__ import annotations
 
+import errno
 import weakref
-from collections.abc import AsyncIterator, Hashable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..storage.paths import canonical
+from ..storage.paths import canonical, join, split
 from ..surface import LocksSurface
 from .file_store import FileStore
 
-__all__ = ["PathLocks"]
+__all__ = ["PathLocks", "resolve_links"]
 
 _LOCAL_TABLES: weakref.WeakValueDictionary[Hashable, Any] = weakref.WeakValueDictionary()
+# Linux's MAXSYMLINKS: past it the path is locked as far as it was resolved (the call itself fails ELOOP).
+_MAX_SYMLINKS = 40
 
 
 def _local_table(identity: Hashable) -> LocksSurface:
@@ -31,6 +39,46 @@ def _local_table(identity: Hashable) -> LocksSurface:
     return table
 
 
+async def resolve_links(readlink: Callable[[str], Awaitable[str]], path: str, *, follow: bool = True) -> str:
+    """``path`` with every symlink on the way resolved (the last segment only when ``follow``).
+
+    One ``readlink`` per segment, like ``os.path.realpath(strict=False)``: below a missing segment, a
+    file in a parent position or a link loop the rest is kept as spelled. Never raises an fs error.
+    """
+    resolved = "/"
+    pending = list(reversed(canonical(path).split("/")))  # a stack: the next segment is last
+    followed = 0
+    stuck = False
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            resolved = split(resolved)[0]
+            continue
+        candidate = join(resolved, name)
+        if stuck or (not follow and not any(p not in ("", ".") for p in pending)):
+            resolved = candidate
+            continue
+        try:
+            target = await readlink(candidate)
+        except OSError as exc:
+            # EINVAL: a real file or directory. ENOENT / ENOTDIR / ELOOP: nothing further can resolve.
+            stuck = exc.errno != errno.EINVAL
+            resolved = candidate
+            continue
+        followed += 1
+        if followed > _MAX_SYMLINKS:
+            stuck = True
+            resolved = candidate
+            continue
+        if target.startswith("/"):
+            resolved = "/"
+        # `..` in the target climbs from the link's directory, which `resolved` still is.
+        pending.extend(reversed(target.split("/")))
+    return resolved
+
+
 class PathLocks:
     """Holds canonical paths of one store for the whole read-modify-write of a tool call."""
 
@@ -41,9 +89,22 @@ class PathLocks:
             # Keep a strong reference: the table lives as long as some tool over the identity does.
             locks = _local_table(identity if identity is not None else id(store))
         self._locks: LocksSurface = locks
+        self._readlink: Callable[[str], Awaitable[str]] | None = getattr(store, "readlink", None)
+
+    async def _targets(self, paths: Sequence[str], follow: bool) -> list[str]:
+        spelled = [canonical(p) for p in paths]
+        if self._readlink is None:
+            return spelled
+        real = [await resolve_links(self._readlink, p, follow=follow) for p in spelled]
+        return list(dict.fromkeys([*spelled, *real]))
 
     @asynccontextmanager
-    async def hold(self, paths: Sequence[str], *, subtree: bool = False) -> AsyncIterator[None]:
-        """Wait for conflicting holds, then hold ``paths`` until the block exits (also on failure)."""
-        async with self._locks.hold([canonical(p) for p in paths], subtree=subtree):
+    async def hold(
+        self, paths: Sequence[str], *, subtree: bool = False, follow: bool = True
+    ) -> AsyncIterator[None]:
+        """Wait for conflicting holds, then hold ``paths`` (as spelled and resolved) until the block exits.
+
+        ``follow=False``: the last segment of each path is not followed (the call acts on a link itself).
+        """
+        async with self._locks.hold(await self._targets(paths, follow), subtree=subtree):
             yield

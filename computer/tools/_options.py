@@ -69,11 +69,15 @@ class WriteOptions(BaseModel):
 
 
 class EditOptions(BaseModel):
-    """Cap of the edit tool (bytes of the file before and after the edit)."""
+    """Caps of the edit tool: bytes of the file before and after the edit, edits in one call.
+
+    ``max_edits`` bounds one call's time under the path lock: each edit is searched in the whole file.
+    """
 
     model_config = _OPTIONS
 
     max_bytes: int = Field(default=2 * MIB, ge=1)
+    max_edits: int = Field(default=100, ge=1)
 
 
 OptionsT = TypeVar("OptionsT", bound=BaseModel)

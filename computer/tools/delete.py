@@ -33,7 +33,7 @@ def create_delete_tool(store: FileStore) -> Tool:
 
     async def handler(params: DeleteInput, on_update: ToolUpdate | None) -> dict[str, Any]:
         path = canonical(params.path)
-        async with locks.hold([path], subtree=params.recursive):
+        async with locks.hold([path], subtree=params.recursive, follow=False):
             await store.remove(path, recursive=params.recursive, force=True)
         return {"deleted": path}
 

@@ -125,6 +125,15 @@ def create_edit_tool(store: FileStore, **edit_options: Any) -> Tool:
         path = canonical(params.path)
         edits = [Edit(item.old_text, item.new_text) for item in params.edits]
         check_edits(edits)
+        if len(edits) > options.max_edits:
+            raise ValueError(
+                f"edits has {len(edits)} items, over the cap of {options.max_edits} edits per call "
+                "(max_edits). Split them over several edit calls, or use write to replace the whole file."
+            )
+        for index, edit in enumerate(edits):
+            # Only the file's own undecodable bytes go back through surrogateescape: a lone surrogate
+            # sent in newText would otherwise be written as a raw byte (invalid UTF-8), as write refuses.
+            utf8_of(edit.new_text, f"edits[{index}].newText", path)
         async with locks.hold([path]):
             stat = await store.stat(path)
             if stat is None:
@@ -167,7 +176,8 @@ def create_edit_tool(store: FileStore, **edit_options: Any) -> Tool:
             "is atomic: if any oldText is missing, ambiguous or overlapping, nothing changes. Copy oldText "
             "exactly from a recent read; minor differences in quotes, dashes, spaces or trailing whitespace "
             "are tolerated. Returns a unified diff "
-            f"({CONTEXT_LINES} lines of context) and firstChangedLine. Files up to {cap}."
+            f"({CONTEXT_LINES} lines of context) and firstChangedLine. Files up to {cap}; at most "
+            f"{options.max_edits} edits per call."
         ),
         input_model=EditInput,
         handler=handler,

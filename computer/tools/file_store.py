@@ -33,7 +33,9 @@ class FileStore(Protocol):
     used only under the caller's own size bound. ``write`` creates missing parent directories and keeps
     an existing file's mode when ``mode`` is ``None``. ``lock_identity`` is equal for every store that
     reaches the same files: the tools serialise mutations per (identity, path). A store may also offer
-    a ``locks`` attribute (a ``LocksSurface``) shared beyond one process; the tools then use it.
+    a ``locks`` attribute (a ``LocksSurface``) shared beyond one process; the tools then use it, and an
+    ``async readlink(path)`` (EINVAL for a non-link): the tools then lock each path as the file its
+    symlinks lead to as well, so a link and its target are never edited at the same time.
     """
 
     @property

@@ -22,7 +22,9 @@ class GrepInput(PagedInput):
     path: str = Field(
         default=DEFAULT_ROOT, description="Absolute file, or directory to search below (default /workspace)."
     )
-    query: str = Field(description="Text to search for (a regular expression when regex is true).")
+    query: str = Field(
+        description="Text to search for within one line (a regular expression when regex is true)."
+    )
     include: str | list[str] | None = Field(
         default=None,
         description='Only search files whose path relative to `path` matches this glob, e.g. "**/*.py".',
@@ -56,6 +58,14 @@ def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
 
     async def handler(params: GrepInput, on_update: ToolUpdate | None) -> dict[str, Any]:
         path = canonical(params.path)
+        if "\n" in params.query:
+            # Lines split on \n, so no line holds one: refused whatever the options (the storage's fast
+            # literal path matched across lines, the others never did).
+            raise ValueError(
+                "query contains a newline, but grep matches one line at a time: search for a single "
+                "line of the text (then read around the match), or use a regular expression without "
+                "newlines."
+            )
         found = await fs.grep(
             params.query,
             path,

@@ -161,7 +161,10 @@ class _ScreenedTool(BaseTool):
         if isinstance(tool_input, dict) and _BAD_ARGUMENTS in tool_input:
             # Raised inside BaseTool.arun's error handling: a ToolMessage with status="error".
             raise ToolException(f"Error: {tool_input[_BAD_ARGUMENTS]}")
-        return super()._to_args_and_kwargs(tool_input, tool_call_id)
+        args, kwargs = super()._to_args_and_kwargs(tool_input, tool_call_id)
+        # The model's arguments travel under one key: spread as keywords, `self` clashed with the method
+        # (TypeError out of ainvoke) and LangChain replaced `config`/`run_manager` with its own values.
+        return args, {_MODEL_ARGUMENTS: kwargs}
 
 
 class WorkspaceTool(_ScreenedTool):
@@ -228,7 +231,8 @@ class WorkspaceTool(_ScreenedTool):
     ) -> tuple[str | list[dict[str, Any]], dict[str, Any]]:
         if args:
             raise ToolException(f"{self.name} takes keyword arguments only")
-        arguments: dict[str, Any] = dict(kwargs)
+        packed = kwargs.pop(_MODEL_ARGUMENTS, None)
+        arguments: dict[str, Any] = dict(kwargs) if packed is None else {**kwargs, **packed}
         if self.needs_approval:
             arguments = _ask_approval(self.name, arguments)
         on_update = None
@@ -258,6 +262,8 @@ class DiscoverToolsTool(_ScreenedTool):
     registry: _LazyRegistry = Field(exclude=True)
 
     def _run(self, names: list[str] | None = None, **kwargs: Any) -> str:
+        if _MODEL_ARGUMENTS in kwargs:
+            names = kwargs[_MODEL_ARGUMENTS].get("names")
         registry = self.registry
         if not names:
             lines = ["Tools you can enable (call discover_tools with their names):"]
@@ -275,11 +281,13 @@ class DiscoverToolsTool(_ScreenedTool):
         return "Enabled: " + ", ".join(names) + ". You can call them now."
 
     async def _arun(self, names: list[str] | None = None, **kwargs: Any) -> str:
-        return self._run(names)
+        return self._run(names, **kwargs)
 
 
 # The key of the stand-in input that carries a parse failure through BaseTool's own error handling.
 _BAD_ARGUMENTS = "__computer_bad_arguments__"
+# The one keyword that carries the model's arguments from ``_to_args_and_kwargs`` to ``_run``/``_arun``.
+_MODEL_ARGUMENTS = "__computer_arguments__"
 
 
 def _screened(tool_input: Any, name: str) -> Any:

@@ -31,6 +31,7 @@ import threading
 from importlib import metadata
 from types import ModuleType
 from typing import Any
+from urllib.parse import quote
 
 
 def _defer_surface_models() -> None:
@@ -135,8 +136,10 @@ from ._tool import ContentPart, Tool  # noqa: E402
 __all__ = ["create_mcp_server", "mcp_tool", "package_version", "run_stdio", "serve_http"]
 
 SHUTDOWN_GRACE = 5  # seconds serve_http lets requests in flight finish when it is stopped
+# Keyed by the core names; names="think" offers ls as `list` and the shell part of exec as `bash`.
 _IDEMPOTENT = frozenset({"read", "ls", "find", "grep", "write", "edit", "delete", "processes"})
 _OPEN_WORLD = frozenset({"exec", "publish"})
+_CORE_NAMES = {"list": "ls", "bash": "exec"}
 
 
 def create_mcp_server(
@@ -203,6 +206,7 @@ def mcp_tool(tool: Tool) -> types.Tool:
     (text, listings, media, exec snapshots) and declare none.
     """
     schema = tool.output_schema
+    core = _CORE_NAMES.get(tool.name, tool.name)
     return types.Tool(
         name=tool.name,
         description=tool.description,
@@ -211,8 +215,8 @@ def mcp_tool(tool: Tool) -> types.Tool:
         annotations=types.ToolAnnotations(
             read_only_hint=not tool.mutating,
             destructive_hint=tool.destructive if tool.mutating else False,
-            idempotent_hint=tool.name in _IDEMPOTENT,
-            open_world_hint=tool.name in _OPEN_WORLD,
+            idempotent_hint=core in _IDEMPOTENT,
+            open_world_hint=core in _OPEN_WORLD,
         ),
     )
 
@@ -290,8 +294,8 @@ def _content_block(part: ContentPart) -> types.TextContent | types.ImageContent 
     if part["type"] == "image":
         return types.ImageContent(data=part["data"], mime_type=part["media_type"])
     filename = part.get("filename") or "file"
+    # Percent-encoded, so `#`, `?`, `%` and spaces stay part of the name (as publish encodes its URLs).
+    uri = "file:///" + quote(filename.lstrip("/"), safe="/", errors="surrogatepass")
     return types.EmbeddedResource(
-        resource=types.BlobResourceContents(
-            uri=f"file:///{filename.lstrip('/')}", mime_type=part["media_type"], blob=part["data"]
-        )
+        resource=types.BlobResourceContents(uri=uri, mime_type=part["media_type"], blob=part["data"])
     )

@@ -38,7 +38,7 @@ from pydantic_core import from_json
 
 from ..storage import audit_caller
 from ..surface import WorkspaceSurface
-from ._adapter_tools import build_tools, select_tools
+from ._adapter_tools import build_tools, record_refused, select_tools, unknown_tool
 from ._arguments import ArgumentError, parse_arguments
 from ._tool import ContentPart, Tool
 
@@ -103,12 +103,14 @@ class WorkspaceToolset(AbstractToolset[Any]):
         self._id = toolset_id
         self.max_retries = max_retries
         self.retries_exhausted = retries_exhausted
+        self._recorded_unknown: set[tuple[Any, Any]] = set()
 
     @property
     def id(self) -> str | None:
         return self._id
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
+        self._record_unknown_calls(ctx)
         return {
             name: ToolsetTool(
                 toolset=self,
@@ -129,6 +131,44 @@ class WorkspaceToolset(AbstractToolset[Any]):
             )
             for name, tool in self.tools.items()
         }
+
+    def _record_unknown_calls(self, ctx: RunContext[Any]) -> None:
+        """Audit the calls of unknown tool names that pydantic-ai answered since the last model response.
+
+        The agent resolves names itself and never reaches a toolset with an unknown one; its retry
+        (a ``retried`` return with cause ``unknown_tool``) is in the request that the next step sends,
+        which is when the tools are asked for again. Each call is recorded once (by run and call id).
+        """
+        messages = getattr(ctx, "messages", None) or []
+        if not messages or not self.tools:
+            return
+        last = messages[-1]
+        if getattr(last, "kind", None) != "request":
+            return
+        run_id = getattr(ctx, "run_id", None)
+        for part in getattr(last, "parts", ()):
+            retry = getattr(part, "retry", None)
+            if getattr(part, "outcome", None) != "retried" or getattr(retry, "cause", None) != "unknown_tool":
+                continue
+            key = (run_id, getattr(part, "tool_call_id", None))
+            if key in self._recorded_unknown:
+                continue
+            if len(self._recorded_unknown) >= 10_000:
+                self._recorded_unknown.clear()
+            self._recorded_unknown.add(key)
+            calls = getattr(messages[-2], "parts", ()) if len(messages) > 1 else ()
+            args = next(
+                (
+                    call.args
+                    for call in calls
+                    if getattr(call, "part_kind", None) == "tool-call" and call.tool_call_id == key[1]
+                ),
+                None,
+            )
+            with audit_caller(adapter="pydantic_ai"):
+                record_refused(
+                    self.tools, str(part.tool_name), args, unknown_tool(self.tools, part.tool_name)
+                )
 
     async def call_tool(
         self, name: str, tool_args: dict[str, Any], ctx: RunContext[Any], tool: ToolsetTool[Any]

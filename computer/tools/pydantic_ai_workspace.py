@@ -52,6 +52,7 @@ from pydantic_ai.workspaces import (
 )
 
 from ..runtime.types import ExecResult
+from ..storage.paths import canonical, is_within, join, split
 from ..surface import ExecHandleSurface, FileSystemSurface, RuntimeSurface, WorkspaceSurface
 
 __all__ = ["PROVIDER", "ComputerWorkspace", "ComputerWorkspaceBackend"]
@@ -180,11 +181,16 @@ class ComputerWorkspaceBackend(WorkspaceBackend, SupportsFilesystem, SupportsCom
 
     async def remove(self, path: str) -> None:
         working_dir = await self._ensure()
-        normalized = posixpath.normpath(path)
-        if working_dir == normalized or working_dir.startswith(normalized.rstrip("/") + "/"):
-            raise ValueError(
-                f"refusing to remove {path!r}: it is the working directory or one of its ancestors"
-            )
+        # Compared as the filesystem will see it: canonical (`//workspace` is `/workspace`), every parent
+        # link resolved; the last segment is not followed, as rm removes a link, not its target.
+        spelled = canonical(path if posixpath.isabs(path) else posixpath.join(working_dir, path))
+        parent, name = split(spelled)
+        target = join(await self.realpath(parent), name) if name else "/"
+        for protected in {working_dir, await self.realpath(working_dir)}:
+            if is_within(protected, target):
+                raise ValueError(
+                    f"refusing to remove {path!r}: it is the working directory or one of its ancestors"
+                )
         await self._fs.rm(path, recursive=True)
 
     async def exists(self, path: str) -> bool:

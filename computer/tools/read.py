@@ -108,6 +108,7 @@ class _Page:
         self.first_line = first_line
         self.texts: list[str] = []
         self.size = 0  # UTF-8 bytes of the content so far
+        self.rejected: int | None = None  # UTF-8 bytes the last line that did not fit would have taken
 
     def full(self) -> bool:
         return len(self.texts) >= self.limit
@@ -121,6 +122,7 @@ class _Page:
             text = f"{self.first_line + len(self.texts)}\t{text}"
         cost = (len(text) if text.isascii() else len(text.encode("utf-8"))) + (1 if self.texts else 0)
         if self.size + cost > self.options.max_bytes:
+            self.rejected = cost - (1 if self.texts else 0)
             return False
         self.texts.append(text)
         self.size += cost
@@ -242,8 +244,11 @@ async def _skip_lines(source: _Source, count: int) -> tuple[int, int, bool]:
     return skipped, consumed, False
 
 
-# (content, lines taken, truncated, bytes consumed, size of a first line over the cap)
-PageOutcome = tuple[str, int, bool, int, int | None]
+# A first line over the cap: its raw size (negative: more than that many bytes) and, when known, the
+# UTF-8 size it takes on the page (undecodable bytes as U+FFFD, the line-number prefix).
+Oversized = tuple[int, int | None]
+# (content, lines taken, truncated, bytes consumed, a first line over the cap)
+PageOutcome = tuple[str, int, bool, int, Oversized | None]
 
 
 async def _read_page(
@@ -271,7 +276,10 @@ async def _read_page(
     content, count, truncated, consumed, oversized = outcome
 
     if oversized is not None:
-        size = f"{oversized} bytes" if oversized >= 0 else f"more than {-oversized} bytes"
+        raw, shown = oversized
+        size = f"{raw} bytes" if raw >= 0 else f"more than {-raw} bytes"
+        if 0 <= raw <= options.max_bytes and shown is not None:
+            size += f" but {shown} bytes as read shows it ({_growth(options, start_line, raw, shown)})"
         raise ValueError(
             f"Line {start_line} of {path} is {size}, over the {options.max_bytes}-byte read cap (max_bytes). "
             "Use grep to find what you need in it, or a read tool with line_truncation."
@@ -297,6 +305,15 @@ async def _read_page(
         result["nextOffset"] = start_line + count
         result["nextByteOffset"] = position + consumed
     return result
+
+
+def _growth(options: ReadOptions, line: int, raw: int, shown: int) -> str:
+    """Why a line's shown size exceeds its raw size."""
+    prefix = len(str(line)) + 1 if options.include_line_numbers else 0
+    why = ["its line number is prefixed"] if prefix else []
+    if shown > raw + prefix:
+        why.insert(0, "each undecodable byte becomes U+FFFD, 3 bytes")
+    return " and ".join(why)
 
 
 async def _whole_lines_page(
@@ -341,7 +358,9 @@ async def _whole_lines_page(
         if not truncated:
             return "", 0, False, 0, None
         newline = buf.find(b"\n")
-        return "", 0, True, 0, (newline if newline >= 0 else -len(buf))
+        if 0 <= newline <= cap:
+            return None  # the line fits raw but not as shown: the line-by-line reader measures it
+        return "", 0, True, 0, ((newline if newline >= 0 else -len(buf)), None)
     raw = buf[: end - 1] if buf[end - 1] == 0x0A else buf[:end]
     text = raw.decode("utf-8", "replace")
     if numbered:
@@ -393,7 +412,7 @@ async def _line_by_line_page(
         keep = (rule.bytes or 0) + 8
     page = _Page(options, limit, start_line)
     truncated = False
-    oversized: int | None = None
+    oversized: Oversized | None = None
     position = 0
     cursor = 0
     while True:
@@ -415,7 +434,7 @@ async def _line_by_line_page(
                 # The file's last line, without a trailing newline.
                 if not page.add(bytes(source.buf[cursor:]), cut=False):
                     if not page.texts:
-                        oversized = rest
+                        oversized = (rest, page.rejected)
                     truncated = True
                     break
                 position += rest
@@ -423,7 +442,7 @@ async def _line_by_line_page(
             # A line longer than what a page keeps: it fits only when lines are truncated.
             if rule is None:
                 if not page.texts:
-                    oversized = -rest
+                    oversized = (-rest, None)
                 truncated = True
                 break
             head = bytes(source.buf[cursor : cursor + keep])
@@ -431,7 +450,7 @@ async def _line_by_line_page(
             cursor = 0
             if not page.add(head, cut=True):
                 if not page.texts:
-                    oversized = length
+                    oversized = (length, page.rejected)
                 truncated = True
                 break
             position += length
@@ -445,7 +464,7 @@ async def _line_by_line_page(
         length = newline - cursor
         if not page.add(bytes(source.buf[cursor : cursor + min(length, keep)]), cut=length > keep):
             if not page.texts:
-                oversized = length
+                oversized = (length, page.rejected)
             truncated = True
             break
         position += length + 1

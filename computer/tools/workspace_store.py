@@ -58,6 +58,10 @@ class WorkspaceFileStore:
             await self._fs.mkdir(parent, recursive=True)
             await self._fs.write_file(path, data, mode=mode)
 
+    async def readlink(self, path: str) -> str:
+        """The target of the symlink at ``path`` (EINVAL when it is not one): the path locks resolve links with it."""
+        return await self._fs.readlink(path)
+
     async def remove(self, path: str, recursive: bool = False, force: bool = False) -> None:
         await self._fs.rm(path, recursive=recursive, force=force)
 

@@ -36,13 +36,15 @@ def create_write_tool(store: FileStore, **write_options: Any) -> Tool:
     options = coerce_options(WriteOptions, write_options.pop("options", None), **write_options)
     locks = PathLocks(store)
     cap = human_bytes(options.max_bytes)
+    # The cap as a byte count too: a rounded size ("2 MiB over the 2 MiB cap") reads as no excess.
+    exact_cap = cap if options.max_bytes < 1024 else f"{cap} ({options.max_bytes}-byte)"
 
     async def handler(params: WriteInput, on_update: ToolUpdate | None) -> dict[str, Any]:
         path = canonical(params.path)
         data = utf8_of(params.content, "content", path)
         if len(data) > options.max_bytes:
             raise ValueError(
-                f"content is {human_bytes(len(data))}, over the {cap} write cap. Use edit for targeted "
+                f"content is {len(data)} bytes, over the {exact_cap} write cap. Use edit for targeted "
                 "changes to an existing file, or split the content into several smaller files."
             )
         async with locks.hold([path]):

@@ -257,5 +257,30 @@ async def test_edit_unicode_file_names(files: Files, name: str) -> None:
 async def test_a_new_text_that_is_not_utf8_is_an_error_naming_the_path(files: Files) -> None:
     await files.put("/f.txt", "one two\n")
     result = await files.edit().run({"path": "/f.txt", "oldText": "two", "newText": "\ud800"})
-    assert result["error"].startswith("the edited text for /f.txt is not valid UTF-8 text: '\\ud800'"), result
+    assert result["error"].startswith("edits[0].newText for /f.txt is not valid UTF-8 text: '\\ud800'"), (
+        result
+    )
     assert await files.get("/f.txt") == b"one two\n"
+
+
+@pytest.mark.parametrize("bad", ["caf\udce9", "\ud83d", "ok\udfff!"])
+async def test_edit_refuses_lone_surrogates_in_new_text_like_write(files: Files, bad: str) -> None:
+    await files.put("/f.txt", b"name = cafe\nraw = \xff\n")
+    result = await edit(files, "/f.txt", ("raw = ", "raw: "), ("cafe", bad))
+    assert "edits[1].newText for /f.txt is not valid UTF-8 text" in str(result["error"])
+    assert await files.get("/f.txt") == b"name = cafe\nraw = \xff\n"
+    # The file's own undecodable bytes still survive an edit elsewhere.
+    assert "error" not in await edit(files, "/f.txt", ("cafe", "caf\u00e9"))
+    assert await files.get("/f.txt") == "name = caf\u00e9\nraw = ".encode() + b"\xff\n"
+
+
+async def test_edit_caps_the_number_of_edits_in_one_call(files: Files) -> None:
+    body = "".join(f"line{i}=old\n" for i in range(120))
+    await files.put("/f.txt", body)
+    pairs = [(f"line{i}=old", f"line{i}=new") for i in range(101)]
+    result = await edit(files, "/f.txt", *pairs)
+    assert "edits has 101 items, over the cap of 100 edits per call (max_edits)" in str(result["error"])
+    assert await files.get("/f.txt") == body.encode()
+    assert (await edit(files, "/f.txt", *pairs[:100]))["editsApplied"] == 100
+    assert (await edit(files, "/f.txt", *pairs[100:], max_edits=1))["editsApplied"] == 1
+    assert "at most 100 edits per call" in files.edit().description

@@ -190,3 +190,18 @@ async def test_unicode_names_through_ls_find_grep(workspace: Workspace, tools: d
     for name in UNICODE_NAMES:
         read = await tools["read"].run({"path": f"/workspace/ü/{name}"})
         assert read["content"] == f"needle in {name}"
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{}, {"context": 1}, {"ignoreCase": True}, {"regex": True}, {"path": "/workspace/nl.txt"}],
+)
+@pytest.mark.parametrize("query", ["hello\nworld", "\n", "foo\n"])
+async def test_grep_refuses_a_query_with_a_newline_whatever_the_options(
+    workspace: Workspace, tools: dict[str, Tool], options: dict[str, object], query: str
+) -> None:
+    await put(workspace, "/workspace/nl.txt", "hello\nworld\nfoo\n")
+    result = await tools["grep"].run({"query": query, **options})
+    assert set(result) == {"error"}
+    assert "query contains a newline" in result["error"]
+    assert (await tools["grep"].run({"query": "world", **options}))["count"] == 1

@@ -217,3 +217,82 @@ async def test_racing_edits_and_writes_never_lose_a_write(workspace: Workspace) 
         # Whatever the order, the write's content survives: either it came last, or the edit ran
         # first and the write replaced its result; an edit after the write finds no "counter = 0".
         assert await workspace.fs.read_file("/race.txt") == written.encode()
+
+
+async def test_an_edit_through_a_symlink_and_a_write_of_its_target_share_a_lock(workspace: Workspace) -> None:
+    await put(workspace, "/w/f.txt", "alpha\n")
+    await workspace.fs.symlink("f.txt", "/w/link")
+    gate = Gate()
+    editing = await start_gated_edit(GatedWorkspaceStore(workspace, gate), gate, "/w/link", "alpha", "beta")
+    writing = spawn(create_tools(workspace)["write"].run({"path": "/w/f.txt", "content": "w\n"}))
+    assert await stays_blocked(writing)
+    gate.release.set()
+    assert "error" not in await editing
+    await writing
+    assert await workspace.fs.read_file("/w/f.txt") == b"w\n"
+
+
+async def test_a_symlinked_parent_directory_reaches_the_same_lock(workspace: Workspace) -> None:
+    await put(workspace, "/w/sub/f.txt", "alpha\n")
+    await workspace.fs.symlink("/w", "/alias")
+    gate = Gate()
+    editing = await start_gated_edit(GatedWorkspaceStore(workspace, gate), gate, "/w/sub/f.txt", "alpha", "b")
+    other = create_tools(workspace)
+    writing = spawn(other["write"].run({"path": "/alias/sub/f.txt", "content": "w\n"}))
+    deleting = spawn(other["delete"].run({"path": "/alias/sub", "recursive": True}))
+    assert await stays_blocked(writing)
+    assert await stays_blocked(deleting)
+    gate.release.set()
+    assert "error" not in await editing
+    await writing
+    assert await deleting == {"deleted": "/alias/sub"}
+    assert not await workspace.fs.exists("/w/sub")
+
+
+async def test_deleting_a_link_does_not_wait_for_its_target(workspace: Workspace) -> None:
+    await put(workspace, "/w/f.txt", "alpha\n")
+    await workspace.fs.symlink("/w/f.txt", "/w/link")
+    gate = Gate()
+    editing = await start_gated_edit(GatedWorkspaceStore(workspace, gate), gate, "/w/f.txt", "alpha", "beta")
+    # delete removes the link itself, so it takes the link's lock only.
+    deleted = await asyncio.wait_for(create_tools(workspace)["delete"].run({"path": "/w/link"}), timeout=10)
+    assert deleted == {"deleted": "/w/link"}
+    gate.release.set()
+    assert "error" not in await editing
+
+
+async def test_concurrent_edits_through_a_link_and_the_real_path_lose_nothing(workspace: Workspace) -> None:
+    count = 12
+    body = "".join(f"line{i}=old\n" for i in range(count)) + "#" * 70_000 + "\n"  # splices in a thread
+    await put(workspace, "/w/f.txt", body)
+    await workspace.fs.symlink("/w/f.txt", "/w/link")
+    edit = create_tools(workspace)["edit"]
+    results = await asyncio.gather(
+        *[
+            edit.run(
+                {
+                    "path": ("/w/f.txt", "/w/link")[i % 2],
+                    "edits": [{"oldText": f"line{i}=old", "newText": f"line{i}=new"}],
+                }
+            )
+            for i in range(count)
+        ]
+    )
+    assert all("error" not in r for r in results)
+    assert (await workspace.fs.read_text("/w/f.txt")).count("=new") == count
+
+
+async def test_resolve_links_follows_every_segment(workspace: Workspace) -> None:
+    await put(workspace, "/w/d/f.txt", "x")
+    await workspace.fs.symlink("../w/d", "/w2")
+    await workspace.fs.symlink("/w2/f.txt", "/top")
+    await workspace.fs.symlink("loop", "/loop")
+    from computer.tools._locks import resolve_links
+
+    readlink = workspace.fs.readlink
+    assert await resolve_links(readlink, "/top") == "/w/d/f.txt"
+    assert await resolve_links(readlink, "/top", follow=False) == "/top"
+    assert await resolve_links(readlink, "/w2/f.txt", follow=False) == "/w/d/f.txt"
+    assert await resolve_links(readlink, "/w2/new/deeper") == "/w/d/new/deeper"
+    assert await resolve_links(readlink, "/w/d/f.txt/below") == "/w/d/f.txt/below"
+    assert (await resolve_links(readlink, "/loop/x")).endswith("/x")

@@ -322,3 +322,26 @@ async def test_paging_through_a_file_with_continuations_returns_every_line_once(
             break
         args = {"path": "/big.txt", "offset": result["nextOffset"], "byteOffset": result["nextByteOffset"]}
     assert seen == lines
+
+
+async def test_read_cap_error_quotes_the_size_that_was_over_the_cap(files: Files) -> None:
+    # 40 undecodable bytes are 120 bytes as U+FFFD: over a 100-byte cap although the raw line is not.
+    await files.put("/f.txt", b"x" * 200 + b"\n" + b"\xff" * 40 + b"\ntail\n")
+    result = await files.read(max_bytes=100).run({"path": "/f.txt", "offset": 2})
+    assert "Line 2 of /f.txt is 40 bytes but 120 bytes as read shows it" in result["error"], result
+    assert "U+FFFD" in result["error"] and "over the 100-byte read cap" in result["error"]
+    # A line of exactly the cap is over it once its line number is prefixed.
+    await files.put("/g.txt", b"0123456789\n")
+    numbered = await files.read(max_bytes=10, include_line_numbers=True).run({"path": "/g.txt"})
+    assert "is 10 bytes but 12 bytes as read shows it" in numbered["error"], numbered
+    assert "(its line number is prefixed)" in numbered["error"]
+    # A line over the cap raw keeps its plain size.
+    await files.put("/h.txt", b"abcdefghijklmnop\n")
+    plain = await files.read(max_bytes=10).run({"path": "/h.txt"})
+    assert "Line 1 of /h.txt is 16 bytes, over the 10-byte read cap" in plain["error"], plain
+
+
+async def test_write_cap_error_gives_exact_sizes(files: Files) -> None:
+    cap = 2 * 1024 * 1024
+    result = await files.write().run({"path": "/big", "content": "x" * (cap + 1)})
+    assert f"content is {cap + 1} bytes, over the 2 MiB ({cap}-byte) write cap" in result["error"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -155,3 +156,52 @@ async def test_calls_under_think_names_are_audited_under_those_names(ws: Workspa
     await tools["bash"].run({"command": "true"})
     await tools["exec"].run({"command": "print(1)"})
     assert surface.audit.names == ["list", "bash", "exec"]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("infos", "names", "approve", "expected"),
+    [
+        ([SHELL], "think", ["exec"], {"bash"}),
+        ([SHELL, PYTHON], "think", ["exec"], {"bash", "exec"}),
+        ([SHELL, PYTHON], "think", ["bash"], {"bash"}),
+        ([SHELL], "default", ["bash"], {"exec"}),
+        ([SHELL], "think", ["ls", "write"], {"list", "write"}),
+        ([SHELL], "default", ["list"], {"ls"}),
+    ],
+)
+async def test_approval_names_of_the_other_naming_select_the_same_tool(
+    ws: Workspace, infos: list[BackendInfo], names: Any, approve: list[str], expected: set[str]
+) -> None:
+    from computer.tools._adapter_tools import select_tools
+    from computer.tools.langchain import create_langchain_tools
+
+    surface = _Surface(ws, infos)
+    tools = create_tools(surface, names=names)
+    assert select_tools(approve, tools, option="approve", groups=("mutating",)) == expected
+    lc = create_langchain_tools(surface, names=names, approve=approve, format="object")
+    assert {name for name, tool in lc.items() if getattr(tool, "needs_approval", False)} == expected
+
+
+async def test_pydantic_ai_approval_of_exec_under_think_names_wraps_bash(ws: Workspace) -> None:
+    from pydantic_ai.toolsets import ApprovalRequiredToolset
+
+    from computer.tools.pydantic_ai import create_pydantic_ai_tools
+
+    toolset = create_pydantic_ai_tools(_Surface(ws, [SHELL]), names="think", approve=["exec"])
+    assert isinstance(toolset, ApprovalRequiredToolset)
+    needs = toolset.approval_required_func
+    assert needs(None, SimpleNamespace(name="bash"), {}) is True  # type: ignore[arg-type]
+    assert needs(None, SimpleNamespace(name="write"), {}) is False  # type: ignore[arg-type]
+
+
+async def test_mcp_annotations_follow_the_tool_not_its_name(ws: Workspace) -> None:
+    from computer.tools.mcp import mcp_tool
+
+    default = {n: mcp_tool(t).annotations for n, t in create_tools(_Surface(ws, [SHELL])).items()}
+    think = {
+        n: mcp_tool(t).annotations for n, t in create_tools(_Surface(ws, [SHELL]), names="think").items()
+    }
+    assert think["list"] == default["ls"]
+    assert think["bash"] == default["exec"]
+    assert think["list"] is not None and think["list"].idempotent_hint is True
+    assert think["bash"] is not None and think["bash"].open_world_hint is True
