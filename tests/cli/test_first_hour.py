@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -34,3 +35,34 @@ def test_log_follow_ends_with_a_message_when_the_workspace_is_deleted(tmp_path: 
     assert follower.returncode == 1, err
     assert "workspace 'c1' was deleted" in err
     assert "Traceback" not in err
+
+
+def _interactive_shell(data_dir: Path, name: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*COMPUTER, "shell", name], env=cli_env(data_dir), cwd=REPO,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_ctrl_c_in_the_shell_stops_the_running_command_and_the_session_goes_on(tmp_path: Path) -> None:
+    shell = _interactive_shell(tmp_path, "w1")
+    assert shell.stdin is not None
+    try:
+        shell.stdin.write("!sleep 30; echo not-interrupted\n")
+        shell.stdin.flush()
+        time.sleep(4)  # the workspace is open and the command runs
+        started = time.monotonic()
+        shell.send_signal(signal.SIGINT)
+        time.sleep(1)
+        shell.send_signal(signal.SIGINT)  # now at the prompt: a new prompt, not the end
+        time.sleep(0.5)
+        out, err = shell.communicate("pwd\nexit\n", timeout=30)
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+            shell.wait()
+    assert shell.returncode == 0, err
+    assert time.monotonic() - started < 20  # the sleep did not run to its end
+    assert "[interrupted]" in out
+    assert "not-interrupted" not in out
+    assert "\n/workspace\n" in out.replace("> ", "\n")  # pwd ran after the Ctrl-Cs
