@@ -66,3 +66,23 @@ def test_ctrl_c_in_the_shell_stops_the_running_command_and_the_session_goes_on(t
     assert "[interrupted]" in out
     assert "not-interrupted" not in out
     assert "\n/workspace\n" in out.replace("> ", "\n")  # pwd ran after the Ctrl-Cs
+
+
+def test_rm_force_deletes_a_corrupt_workspace_file_and_its_leftover_state(tmp_path: Path) -> None:
+    _write(tmp_path, "w1")  # the data directory exists
+    junk = tmp_path / "workspaces" / "junk.sqlite"
+    junk.write_text("garbage\n")
+    env = cli_env(tmp_path)
+
+    plain = run_cli(["rm", "junk", "--yes"], env=env)
+    assert plain.returncode == 1
+    assert "--force deletes the file anyway" in plain.stdout
+
+    forced = run_cli(["rm", "junk", "--yes", "--force"], env=env)
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert "deleted junk" in forced.stdout
+    assert not list(junk.parent.glob("junk.sqlite*"))
+    listed = run_cli(["ls", "--json"], env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "junk" not in listed.stdout  # no record left, nor a "deleting" owner shown as awake
+    assert "w1" in listed.stdout
