@@ -160,9 +160,10 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     prefix: Annotated[str, typer.Option("--prefix", help="Only names starting with this.")] = "",
 ) -> None:
-    from ._ls import list_workspaces, print_workspaces
+    from ._ls import check_data_dir, list_workspaces, print_workspaces
 
     options = _options(ctx)
+    _run(lambda: check_data_dir(options))
     rows = _run(lambda: list_workspaces(options, prefix=prefix))
     print_workspaces(rows, as_json=as_json, console=console())
 

@@ -156,9 +156,10 @@ def _run_mcp(options: GlobalOptions, name: str, readonly: bool = False) -> int:
 
 
 def _run_ls(options: GlobalOptions, as_json: bool = False, prefix: str = "") -> int:
-    from ._ls import list_workspaces, print_workspaces
+    from ._ls import check_data_dir, list_workspaces, print_workspaces
 
     _gc.resume()
+    check_data_dir(options)
     print_workspaces(list_workspaces(options, prefix=prefix), as_json=as_json, console=console())
     return 0
 

@@ -11,6 +11,10 @@ activity and live runs, from facts that hold whether or not a cluster runs (Ray 
 - **live runs**: executions an awake workspace's journal records as running (asleep: 0).
 
 A workspace file with no directory record (the directory was lost) is listed too, asleep.
+
+Read-only: a data directory that does not exist is listed as empty and is not created (nor its
+directory file); ``computer ls`` reports a missing data directory that was named (``--data-dir``,
+``COMPUTER_DATA_DIR``), since that is most likely a typo (:func:`check_data_dir`).
 """
 
 from __future__ import annotations
@@ -19,12 +23,12 @@ import asyncio
 import json
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console
 from rich.table import Table
 
-from ._context import GlobalOptions, local_settings
+from ._context import CliError, GlobalOptions, local_settings
 from .display import ago_text, plain_text, size_text
 
 if TYPE_CHECKING:
@@ -32,7 +36,7 @@ if TYPE_CHECKING:
 
     from ..actors.directory import WorkspaceRecord
 
-__all__ = ["WorkspaceRow", "list_workspaces", "print_workspaces"]
+__all__ = ["WorkspaceRow", "check_data_dir", "list_workspaces", "print_workspaces"]
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,12 @@ def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[Workspa
     from ..actors.naming import workspace_file
 
     config = local_settings(options)
-    directory = open_directory(config)
+    if not config.redis_url and not (config.data_dir / "directory.sqlite").exists():
+        if config.data_dir.exists() and not config.data_dir.is_dir():
+            raise CliError(f"the data directory {config.data_dir} is not a directory", code=2)
+        directory: _Listing = _NoDirectory()  # read-only: nothing to create for a listing
+    else:
+        directory = open_directory(config)
     try:
         names = set(directory.names())
         if config.workspaces_dir.is_dir():
@@ -82,6 +91,37 @@ def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[Workspa
         return rows
     finally:
         directory.close()
+
+
+class _Listing(Protocol):
+    def names(self) -> list[str]: ...
+    def get(self, name: str) -> WorkspaceRecord | None: ...
+    def close(self) -> None: ...
+
+
+class _NoDirectory:
+    """The directory of a data directory that has none yet: no records."""
+
+    def names(self) -> list[str]:
+        return []
+
+    def get(self, name: str) -> WorkspaceRecord | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def check_data_dir(options: GlobalOptions) -> None:
+    """``CliError`` when the data directory named by ``--data-dir`` or ``COMPUTER_DATA_DIR`` does
+    not exist (the default one may not exist yet: nothing was made). Decision: ``ls`` says so rather
+    than listing a typo'd path as an empty store (or creating it, as it did)."""
+    from ..config import Settings
+
+    config = local_settings(options)
+    default = Settings.model_fields["data_dir"].get_default(call_default_factory=True)
+    if config.data_dir != default and not config.data_dir.exists():
+        raise CliError(f"no data directory at {config.data_dir} (nothing was ever stored there)")
 
 
 def _owner_host(record: WorkspaceRecord | None) -> str | None:

@@ -86,3 +86,30 @@ def test_rm_force_deletes_a_corrupt_workspace_file_and_its_leftover_state(tmp_pa
     assert listed.returncode == 0, listed.stderr
     assert "junk" not in listed.stdout  # no record left, nor a "deleting" owner shown as awake
     assert "w1" in listed.stdout
+
+
+def test_a_tilde_in_the_data_dir_is_the_home_directory_and_ls_creates_no_data_dir(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = cli_env(HOME=str(home), COMPUTER_DATA_DIR="~/data")
+    written = run_cli(["tool", "x", "write", '{"path": "/workspace/a", "content": "a"}'], env=env)
+    assert written.returncode == 0, written.stderr
+    assert (home / "data" / "workspaces" / "x.sqlite").is_file()
+    listed = run_cli(["--data-dir", "~/data", "ls"], env=cli_env(HOME=str(home)))
+    assert listed.returncode == 0, listed.stderr
+    assert "x" in listed.stdout
+    assert not (REPO / "~").exists()
+
+    for args in (
+        ["--data-dir", str(tmp_path / "typo"), "ls"],
+        ["--data-dir", str(tmp_path / "typo"), "ls", "--json"],
+    ):
+        missing = run_cli(args, env=cli_env(HOME=str(home)))
+        assert missing.returncode == 1
+        assert missing.stderr.startswith(f"error: no data directory at {tmp_path / 'typo'}")
+    assert not (tmp_path / "typo").exists()
+
+    default = run_cli(["ls"], env=cli_env(HOME=str(home)))  # the default one, not made yet: no error
+    assert default.returncode == 0, default.stderr
+    assert "no workspaces yet" in default.stdout
+    assert not (home / ".local").exists()
