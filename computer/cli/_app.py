@@ -9,7 +9,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from ._context import CliError, GlobalOptions
+from ._context import CliError, GlobalOptions, settings_error
 from ._output import console, report
 
 __all__ = ["app"]
@@ -46,6 +46,11 @@ def _run(action: Callable[[], T]) -> T:
         raise typer.Exit(report(exc)) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    except ValueError as exc:  # settings that do not validate (a bad COMPUTER_* value)
+        problem = settings_error(exc)
+        if problem is None:
+            raise
+        raise typer.Exit(report(problem)) from None
 
 
 def _run_async(coroutine: Callable[[], Coroutine[Any, Any, T]]) -> T:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ._context import CliError, GlobalOptions, check_reachable
+from ._context import CliError, GlobalOptions, check_reachable, prepare_data_dir
 
 if TYPE_CHECKING:
     from ..demo import DemoSummary
@@ -31,6 +31,11 @@ def run_demo_command(
         )
     if not options.local:
         check_reachable(options.address or os.environ.get("RAY_ADDRESS"))
+    from ..config import Settings
+
+    Settings()  # a bad COMPUTER_* value fails here, as a usage error, not as "Ray did not start"
+    if options.data_dir is not None:  # before Ray starts: it is not Ray's failure (nor retried)
+        prepare_data_dir(options.data_dir.expanduser())
 
     async def demo() -> DemoSummary:
         chat = OpenAIChatModel(model) if model else None

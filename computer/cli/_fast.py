@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _gc
-from ._context import CliError, GlobalOptions
+from ._context import CliError, GlobalOptions, settings_error
 from ._output import console, report
 
 __all__ = ["fast_command", "main"]
@@ -212,6 +212,11 @@ def fast_command(argv: Sequence[str]) -> Callable[[], int] | None:
             return report(exc)
         except KeyboardInterrupt:
             return 130
+        except ValueError as exc:  # settings that do not validate (a bad COMPUTER_* value)
+            problem = settings_error(exc)
+            if problem is None:
+                raise
+            return report(problem)
 
     return call
 

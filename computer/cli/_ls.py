@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Protocol
 from rich.console import Console
 from rich.table import Table
 
-from ._context import CliError, GlobalOptions, local_settings
+from ._context import CliError, GlobalOptions, data_dir_error, local_settings
 from .display import ago_text, plain_text, size_text
 
 if TYPE_CHECKING:
@@ -64,7 +64,12 @@ def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[Workspa
             raise CliError(f"the data directory {config.data_dir} is not a directory", code=2)
         directory: _Listing = _NoDirectory()  # read-only: nothing to create for a listing
     else:
-        directory = open_directory(config)
+        import sqlite3
+
+        try:
+            directory = open_directory(config)
+        except (OSError, sqlite3.Error) as exc:
+            raise data_dir_error(config.data_dir, exc) from None
     try:
         names = set(directory.names())
         if config.workspaces_dir.is_dir():

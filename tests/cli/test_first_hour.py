@@ -113,3 +113,61 @@ def test_a_tilde_in_the_data_dir_is_the_home_directory_and_ls_creates_no_data_di
     assert default.returncode == 0, default.stderr
     assert "no workspaces yet" in default.stdout
     assert not (home / ".local").exists()
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str], code: int, starts: str) -> None:
+    assert done.returncode == code, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(starts), done.stderr
+
+
+def _run_bytes(args: list[str | bytes], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*COMPUTER, *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_a_workspace_name_that_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
+    env = cli_env(tmp_path)
+    bad = b"bad\xffws"
+    for args in (["tool", bad, "ls", '{"path": "/workspace"}'], ["shell", bad, "-c", "ls"], ["mcp", bad]):
+        _one_error_line(
+            _run_bytes(args, env),
+            2,
+            "error: cannot open workspace 'bad\\udcffws': workspace name is not valid UTF-8",
+        )
+
+
+def test_a_data_dir_that_cannot_be_used_is_one_line_naming_it(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for args in (
+        ["ls"],
+        ["tool", "x", "ls", '{"path": "/"}'],
+        ["shell", "x", "-c", "ls"],
+        ["demo", "--agents", "1"],
+    ):
+        done = run_cli(["--data-dir", str(afile), *args], env=cli_env())
+        _one_error_line(done, 2, f"error: the data directory {afile} is not a directory")
+    done = run_cli(["--data-dir", "/proc", "tool", "x", "ls", '{"path": "/"}'], env=cli_env())
+    _one_error_line(done, 1, "error: cannot use the data directory /proc: ")
+
+
+def test_a_bad_computer_environment_value_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    cases = {
+        "COMPUTER_HIBERNATE_AFTER": ("abc", ["ls"]),
+        "COMPUTER_LOCK_LEASE": ("0", ["tool", "w1", "ls", '{"path": "/"}']),
+        "COMPUTER_AUDIT": ("maybe", ["rm", "w1", "--yes"]),  # through typer
+        "COMPUTER_MAX_WORKSPACE_BYTES": ("-1", ["demo", "--agents", "1"]),  # every write failed with it
+    }
+    for variable, (value, args) in cases.items():
+        done = run_cli(args, env=cli_env(tmp_path, **{variable: value}))
+        _one_error_line(done, 2, f"error: {variable}: ")
+        assert repr(value) in done.stderr
