@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from typing import TYPE_CHECKING
@@ -39,14 +40,21 @@ def run_demo_command(
 
     async def demo() -> DemoSummary:
         chat = OpenAIChatModel(model) if model else None
-        return await run_demo(
-            agents=agents,
-            address=options.address,
-            data_dir=options.data_dir,
-            model=chat,
-            hibernate_after=hibernate_after,
-            console=console,
-        )
+        try:
+            return await run_demo(
+                agents=agents,
+                address=options.address,
+                data_dir=options.data_dir,
+                model=chat,
+                hibernate_after=hibernate_after,
+                console=console,
+            )
+        except SystemExit:
+            # rich ends the command so when stdout is a closed pipe (`computer demo | head`), and stdout
+            # is then /dev/null. The demo's dashboard server may still run: asyncio.run cancels it, and
+            # uvicorn logs that cancellation as an error with three tracebacks. Nobody reads on.
+            logging.getLogger("uvicorn.error").disabled = True
+            raise
 
     since = time.time()
     try:

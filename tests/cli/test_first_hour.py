@@ -171,3 +171,24 @@ def test_a_bad_computer_environment_value_is_one_line_and_exit_2(tmp_path: Path)
         done = run_cli(args, env=cli_env(tmp_path, **{variable: value}))
         _one_error_line(done, 2, f"error: {variable}: ")
         assert repr(value) in done.stderr
+
+
+def test_demo_into_a_pipe_closed_early_ends_without_a_traceback(tmp_path: Path) -> None:
+    """`computer demo | head -3`: a BrokenPipeError, then the dashboard's cancelled server logged three tracebacks."""
+    demo = subprocess.Popen(
+        [*COMPUTER, "--data-dir", str(tmp_path / "data"), "demo", "--agents", "1"], env=cli_env(), cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert demo.stdout is not None and demo.stderr is not None
+    try:
+        for _ in range(3):
+            demo.stdout.readline()
+        demo.stdout.close()  # as head does after its lines
+        err = demo.stderr.read()
+        demo.wait(timeout=240)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+    assert demo.returncode == 1
+    assert "Traceback" not in err and "Error" not in err, err
