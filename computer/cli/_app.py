@@ -86,6 +86,10 @@ def demo(
     address: Annotated[
         str | None, typer.Option("--address", help="Ray cluster to join (overrides the global option).")
     ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Data directory of this run (overrides the global option)."),
+    ] = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -102,8 +106,8 @@ def demo(
     from ._demo import run_demo_command
 
     options = _options(ctx)
-    if address is not None:
-        options = GlobalOptions(options.data_dir, address)
+    if address is not None or data_dir is not None:
+        options = GlobalOptions(data_dir or options.data_dir, address or options.address)
     code = _run(
         lambda: run_demo_command(
             options, agents=agents, model=model, hibernate_after=hibernate_after, console=console()

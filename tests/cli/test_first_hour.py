@@ -192,3 +192,13 @@ def test_demo_into_a_pipe_closed_early_ends_without_a_traceback(tmp_path: Path) 
             demo.wait()
     assert demo.returncode == 1
     assert "Traceback" not in err and "Error" not in err, err
+
+
+def test_demo_takes_the_data_dir_option_its_help_and_the_readme_document(tmp_path: Path) -> None:
+    """`computer demo --data-dir DIR` was 'No such option' (only `computer --data-dir DIR demo` worked)."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    done = run_cli(["demo", "--agents", "1", "--data-dir", str(afile)], env=cli_env())
+    _one_error_line(
+        done, 2, f"error: the data directory {afile} is not a directory"
+    )  # the option's value, used
