@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CliError",
     "GlobalOptions",
+    "check_listen",
     "check_reachable",
     "data_dir_error",
     "local_settings",
@@ -62,6 +63,23 @@ def check_reachable(address: str | None, timeout: float = 3.0) -> None:
             pass
     except OSError as exc:
         raise CliError(f"no Ray cluster answers at {address} ({exc.strerror or exc})") from None
+
+
+def check_listen(host: str, port: int) -> None:
+    """``CliError`` (exit 1) when ``host:port`` cannot be listened on (taken, a host that does not
+    resolve or is not this machine's). Decision: ``serve`` and ``dashboard`` check before they say
+    they serve; uvicorn found out only after that line and exited 3, a code the CLI does not use.
+    Bound as uvicorn binds (``SO_REUSEADDR``), then released for it."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
 def data_dir_error(data_dir: Path, exc: BaseException) -> CliError:

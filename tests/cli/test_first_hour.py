@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -202,3 +203,14 @@ def test_demo_takes_the_data_dir_option_its_help_and_the_readme_document(tmp_pat
     _one_error_line(
         done, 2, f"error: the data directory {afile} is not a directory"
     )  # the option's value, used
+
+
+def test_serve_and_dashboard_on_a_taken_port_fail_before_claiming_to_serve(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for command in ("serve", "dashboard"):
+            done = run_cli([command, "--port", str(port)], env=cli_env(tmp_path), timeout=60)
+            _one_error_line(done, 1, f"error: cannot listen on 127.0.0.1:{port}: Address already in use")
+            assert done.stdout == ""  # no "serving on ..." first (uvicorn then exited 3)
