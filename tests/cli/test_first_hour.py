@@ -214,3 +214,12 @@ def test_serve_and_dashboard_on_a_taken_port_fail_before_claiming_to_serve(tmp_p
             done = run_cli([command, "--port", str(port)], env=cli_env(tmp_path), timeout=60)
             _one_error_line(done, 1, f"error: cannot listen on 127.0.0.1:{port}: Address already in use")
             assert done.stdout == ""  # no "serving on ..." first (uvicorn then exited 3)
+
+
+def test_the_readme_does_not_say_ls_joins_the_cluster_it_ignores(tmp_path: Path) -> None:
+    _write(tmp_path, "w1")
+    done = run_cli(["--address", "127.0.0.1:1", "ls"], env=cli_env(tmp_path))  # nobody listens there
+    assert done.returncode == 0, done.stderr
+    assert "w1" in done.stdout
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert "except `ls` and `tools`, which never need one" in text
