@@ -223,3 +223,13 @@ def test_the_readme_does_not_say_ls_joins_the_cluster_it_ignores(tmp_path: Path)
     assert "w1" in done.stdout
     text = " ".join((REPO / "README.md").read_text().split())
     assert "except `ls` and `tools`, which never need one" in text
+
+
+def test_the_tools_overview_gives_exec_one_line_naming_both_backends() -> None:
+    done = run_cli(["tools"], env=cli_env())
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    exec_line = next(line for line in lines if line.startswith("exec: "))
+    assert exec_line.endswith("Backends: shell, python (`backend` chooses; default shell).")
+    after = lines[lines.index(exec_line) + 1]
+    assert after.startswith("    arguments: command"), after  # not the middle of the backend list
