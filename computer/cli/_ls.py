@@ -7,7 +7,8 @@ activity and live runs, from facts that hold whether or not a cluster runs (Ray 
   lease up counts as awake until its lease runs out (``lock_lease``, 30 s by default), except a
   command's process of this machine that is gone: asleep at once.
 - **asleep**: nobody holds the lease: the workspace is only its file; the next call wakes it.
-- **size**: the SQLite file and its write-ahead log on this machine (none when the file is elsewhere).
+- **size**: the SQLite file and every file beside it (its write-ahead log, shared memory, space
+  reserve...) on this machine, as ``computer rm`` counts what it deletes (none when the file is elsewhere).
 - **live runs**: executions an awake workspace's journal records as running (asleep: 0).
 
 A workspace file with no directory record (the directory was lost) is listed too, asleep.
@@ -21,6 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -72,23 +75,23 @@ def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[Workspa
             raise data_dir_error(config.data_dir, exc) from None
     try:
         names = set(directory.names())
-        if config.workspaces_dir.is_dir():
-            names.update(p.name.removesuffix(".sqlite") for p in config.workspaces_dir.glob("*.sqlite"))
+        found = _file_sizes(config.workspaces_dir)
+        names.update(found)
         rows = []
         now = time.time()
         for name in sorted((n for n in names if n.startswith(prefix)), key=lambda n: n.encode()):
             record = directory.get(name)
             path = workspace_file(config, name)
-            sizes = [f.stat().st_size for f in (path, path.with_name(path.name + "-wal")) if f.exists()]
+            size = found.get(name)
             is_awake = awake(record, now)
             rows.append(
                 WorkspaceRow(
                     name=name,
                     state="awake" if is_awake else "asleep",
                     where=awake_where(record) if is_awake and record is not None else None,
-                    size=sum(sizes) if sizes else None,
+                    size=size,
                     last_active=_last_active(record, path),
-                    live_runs=_live_runs(path) if is_awake and sizes else 0,
+                    live_runs=_live_runs(path) if is_awake and size is not None else 0,
                     node=None if record is None else record.node,
                     owner_host=_owner_host(record) if is_awake else None,
                 )
@@ -96,6 +99,35 @@ def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[Workspa
         return rows
     finally:
         directory.close()
+
+
+# A workspace's file and its companions, as ``actors._delete.workspace_files`` finds them for ``rm``.
+_WORKSPACE_FILE = re.compile(r"(.+)\.sqlite(-[a-z]+)?")
+
+
+def _file_sizes(workspaces_dir: Path) -> dict[str, int]:
+    """Bytes per workspace name of the files in ``workspaces_dir`` (one scan): ``NAME.sqlite`` and
+    the ``NAME.sqlite-<letters>`` beside it. A name whose main file is gone is left out."""
+    sizes: dict[str, int] = {}
+    companions: dict[str, int] = {}
+    try:
+        entries = list(os.scandir(workspaces_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    for entry in entries:
+        match = _WORKSPACE_FILE.fullmatch(entry.name)
+        if match is None:
+            continue
+        try:
+            size = entry.stat().st_size
+        except FileNotFoundError:
+            continue  # removed meanwhile
+        name, suffix = match.groups()
+        if suffix:
+            companions[name] = companions.get(name, 0) + size
+        else:
+            sizes[name] = sizes.get(name, 0) + size
+    return {name: size + companions.get(name, 0) for name, size in sizes.items()}
 
 
 class _Listing(Protocol):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import socket
 import subprocess
@@ -233,3 +234,15 @@ def test_the_tools_overview_gives_exec_one_line_naming_both_backends() -> None:
     assert exec_line.endswith("Backends: shell, python (`backend` chooses; default shell).")
     after = lines[lines.index(exec_line) + 1]
     assert after.startswith("    arguments: command"), after  # not the middle of the backend list
+
+
+def test_ls_counts_the_files_rm_deletes(tmp_path: Path) -> None:
+    """ls counted NAME.sqlite and its -wal; rm deletes (and reports) every NAME.sqlite-<letters>."""
+    _write(tmp_path, "w1")
+    workspaces = tmp_path / "workspaces"
+    (workspaces / "w1.sqlite-reserve").write_bytes(b"\0" * 100_000)  # as a space reserve beside it
+    on_disk = sum(p.stat().st_size for p in workspaces.glob("w1.sqlite*"))
+    listed = run_cli(["ls", "--json"], env=cli_env(tmp_path))
+    assert listed.returncode == 0, listed.stderr
+    (row,) = json.loads(listed.stdout)
+    assert (row["name"], row["size"]) == ("w1", on_disk)
