@@ -174,7 +174,7 @@ def list_command(
     options = _options(ctx)
     _run(lambda: check_data_dir(options))
     rows = _run(lambda: list_workspaces(options, prefix=prefix))
-    print_workspaces(rows, as_json=as_json, console=console())
+    print_workspaces(rows, as_json=as_json, console=console(), prefix=prefix)
 
 
 @app.command(

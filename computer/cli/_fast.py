@@ -160,7 +160,8 @@ def _run_ls(options: GlobalOptions, as_json: bool = False, prefix: str = "") -> 
 
     _gc.resume()
     check_data_dir(options)
-    print_workspaces(list_workspaces(options, prefix=prefix), as_json=as_json, console=console())
+    rows = list_workspaces(options, prefix=prefix)
+    print_workspaces(rows, as_json=as_json, console=console(), prefix=prefix)
     return 0
 
 

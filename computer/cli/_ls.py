@@ -203,9 +203,12 @@ def _live_runs(path: Path) -> int:
         return 0  # unreadable right now (being deleted, say): nothing to report
 
 
-def print_workspaces(rows: list[WorkspaceRow], *, as_json: bool, console: Console) -> None:
+def print_workspaces(rows: list[WorkspaceRow], *, as_json: bool, console: Console, prefix: str = "") -> None:
     if as_json:
         print(json.dumps([asdict(row) for row in rows], indent=2))
+        return
+    if not rows and prefix:
+        console.print(f"no workspace starts with {prefix!r}", markup=False, highlight=False)
         return
     if not rows:
         console.print("no workspaces yet (`computer tool NAME write ...` or `computer demo` creates some)")

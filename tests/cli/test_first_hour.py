@@ -246,3 +246,11 @@ def test_ls_counts_the_files_rm_deletes(tmp_path: Path) -> None:
     assert listed.returncode == 0, listed.stderr
     (row,) = json.loads(listed.stdout)
     assert (row["name"], row["size"]) == ("w1", on_disk)
+
+
+def test_ls_with_a_prefix_nothing_matches_says_so(tmp_path: Path) -> None:
+    """It said 'no workspaces yet (... creates some)' although there were some."""
+    _write(tmp_path, "w1")
+    done = run_cli(["ls", "--prefix", "zz"], env=cli_env(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "no workspace starts with 'zz'"
