@@ -89,7 +89,14 @@ class WorkspaceShell:
         self.cwd = target
 
     async def ls(self, path: str) -> None:
-        for entry in await self.workspace.fs.readdir(self.resolve(path)):
+        target = self.resolve(path)
+        try:
+            entries = await self.workspace.fs.readdir(target)
+        except NotADirectoryError:  # a file: listed alone, as ls does
+            stat = await self.workspace.fs.stat(target)
+            self.console.print(f"- {stat.size:>10}  {path}", markup=False, highlight=False)
+            return
+        for entry in entries:
             kind = "d" if entry.is_directory else "l" if entry.is_symlink else "-"
             name = entry.name + ("/" if entry.is_directory else "")
             self.console.print(f"{kind} {entry.size:>10}  {name}", markup=False, highlight=False)
@@ -99,8 +106,15 @@ class WorkspaceShell:
             self.console.print("usage: cat PATH", markup=False)
             return
         data = await self.workspace.fs.read_file(self.resolve(path))
-        self.console.file.write(data.decode("utf-8", "replace"))
+        binary = getattr(self.console.file, "buffer", None)
+        if binary is None:  # a text-only console (a test's): bytes that are not UTF-8 show as U+FFFD
+            self.console.file.write(data.decode("utf-8", "replace"))
+            self.console.file.flush()
+            return
+        # The bytes as they are, so `computer shell NAME -c 'cat f' > f` copies a binary file.
         self.console.file.flush()
+        binary.write(data)
+        binary.flush()
 
     async def edit(self, path: str) -> None:
         if not path:

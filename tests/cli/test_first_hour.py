@@ -254,3 +254,16 @@ def test_ls_with_a_prefix_nothing_matches_says_so(tmp_path: Path) -> None:
     done = run_cli(["ls", "--prefix", "zz"], env=cli_env(tmp_path))
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "no workspace starts with 'zz'"
+
+
+def test_shell_cat_writes_the_file_s_bytes_and_ls_of_a_file_lists_it(tmp_path: Path) -> None:
+    """cat printed U+FFFD for bytes that are not UTF-8; ls FILE was 'NotADirectoryError'."""
+    env = cli_env(tmp_path)
+    made = run_cli(["shell", "b", "-c", r"!printf '\377\000\001x' > bin.dat"], env=env)
+    assert made.returncode == 0, made.stdout + made.stderr
+    cat = subprocess.run(
+        [*COMPUTER, "shell", "b", "-c", "cat bin.dat"], env=env, cwd=REPO, capture_output=True, timeout=120
+    )
+    assert (cat.returncode, cat.stdout) == (0, b"\xff\x00\x01x"), cat.stderr
+    listed = run_cli(["shell", "b", "-c", "ls bin.dat"], env=env)
+    assert (listed.returncode, listed.stdout.split()) == (0, ["-", "4", "bin.dat"]), listed.stderr
