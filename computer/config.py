@@ -18,7 +18,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 __all__ = ["Settings", "configure", "settings"]
 
@@ -57,13 +57,23 @@ class Settings(BaseModel):
     # workspace on a node fixes the number for that node and data directory for the Ray session.
     owner_hosts_per_node: int = Field(default=0, ge=0)
     lock_lease: float = Field(default=30.0, gt=0)  # seconds a client's lock outlives its last renewal
-    max_workspace_bytes: int | None = None  # per-workspace size limit (ENOSPC beyond it); None: unlimited
+    max_workspace_bytes: int | None = Field(
+        default=None, ge=0
+    )  # per-workspace size limit (ENOSPC beyond it); None: unlimited
     shared_data_dir: bool = False  # data_dir is shared storage: owners may wake on any node
     object_store_memory: int = 256 * 1024 * 1024  # for a local Ray started by init()
     # audit log per workspace (issue 21): False writes no records; retention: the oldest go past either limit
     audit: bool = True
     audit_max_records: int = Field(default=10_000, ge=1)
     audit_max_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
+
+    @field_validator("data_dir")
+    @classmethod
+    def _expand_home(cls, value: Path) -> Path:
+        """``~`` and ``~user`` as a shell would expand them: the README writes the default as
+        ``~/.local/share/computer``, and a value copied from it into an MCP host's config or an env
+        file reaches here unexpanded (it made a directory named ``~`` in the current one)."""
+        return value.expanduser()
 
     @property
     def workspaces_dir(self) -> Path:

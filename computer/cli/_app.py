@@ -9,7 +9,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from ._context import CliError, GlobalOptions
+from ._context import CliError, GlobalOptions, settings_error
 from ._output import console, report
 
 __all__ = ["app"]
@@ -46,6 +46,11 @@ def _run(action: Callable[[], T]) -> T:
         raise typer.Exit(report(exc)) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    except ValueError as exc:  # settings that do not validate (a bad COMPUTER_* value)
+        problem = settings_error(exc)
+        if problem is None:
+            raise
+        raise typer.Exit(report(problem)) from None
 
 
 def _run_async(coroutine: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -81,6 +86,10 @@ def demo(
     address: Annotated[
         str | None, typer.Option("--address", help="Ray cluster to join (overrides the global option).")
     ] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option("--data-dir", help="Data directory of this run (overrides the global option)."),
+    ] = None,
     model: Annotated[
         str | None,
         typer.Option(
@@ -97,8 +106,8 @@ def demo(
     from ._demo import run_demo_command
 
     options = _options(ctx)
-    if address is not None:
-        options = GlobalOptions(options.data_dir, address)
+    if address is not None or data_dir is not None:
+        options = GlobalOptions(data_dir or options.data_dir, address or options.address)
     code = _run(
         lambda: run_demo_command(
             options, agents=agents, model=model, hibernate_after=hibernate_after, console=console()
@@ -160,11 +169,12 @@ def list_command(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     prefix: Annotated[str, typer.Option("--prefix", help="Only names starting with this.")] = "",
 ) -> None:
-    from ._ls import list_workspaces, print_workspaces
+    from ._ls import check_data_dir, list_workspaces, print_workspaces
 
     options = _options(ctx)
+    _run(lambda: check_data_dir(options))
     rows = _run(lambda: list_workspaces(options, prefix=prefix))
-    print_workspaces(rows, as_json=as_json, console=console())
+    print_workspaces(rows, as_json=as_json, console=console(), prefix=prefix)
 
 
 @app.command(

@@ -17,7 +17,17 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from ..config import Settings
 
-__all__ = ["CliError", "GlobalOptions", "check_reachable", "local_settings", "ray_session"]
+__all__ = [
+    "CliError",
+    "GlobalOptions",
+    "check_listen",
+    "check_reachable",
+    "data_dir_error",
+    "local_settings",
+    "prepare_data_dir",
+    "ray_session",
+    "settings_error",
+]
 
 
 class CliError(Exception):
@@ -53,6 +63,60 @@ def check_reachable(address: str | None, timeout: float = 3.0) -> None:
             pass
     except OSError as exc:
         raise CliError(f"no Ray cluster answers at {address} ({exc.strerror or exc})") from None
+
+
+def check_listen(host: str, port: int) -> None:
+    """``CliError`` (exit 1) when ``host:port`` cannot be listened on (taken, a host that does not
+    resolve or is not this machine's). Decision: ``serve`` and ``dashboard`` check before they say
+    they serve; uvicorn found out only after that line and exited 3, a code the CLI does not use.
+    Bound as uvicorn binds (``SO_REUSEADDR``), then released for it."""
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        family, kind, proto, _, address = infos[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def data_dir_error(data_dir: Path, exc: BaseException) -> CliError:
+    """The one line for a data directory that cannot be used (a file, ``/proc``, no permission), from
+    the error opening it raised (an ``OSError`` or SQLite's "unable to open database file")."""
+    if data_dir.exists() and not data_dir.is_dir():
+        return CliError(f"the data directory {data_dir} is not a directory", code=2)
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return CliError(f"cannot use the data directory {data_dir}: {reason}")
+
+
+def prepare_data_dir(data_dir: Path) -> None:
+    """Make ``data_dir`` (and its workspaces directory) if missing; ``CliError`` when it cannot be."""
+    try:
+        (data_dir / "workspaces").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise data_dir_error(data_dir, exc) from None
+
+
+def settings_error(exc: BaseException) -> CliError | None:
+    """The one line (exit 2, a bad option value) for settings that did not validate, naming the
+    ``COMPUTER_*`` variable that set the value when one did; ``None`` for any other exception.
+    Decision: converted where a command's failure is reported (``_app._run``, ``_fast``), since
+    settings are built in several places (``local_settings``, ``computer.init``, the demo)."""
+    import sys
+
+    pydantic_core = sys.modules.get("pydantic_core")  # a ValidationError means it is loaded
+    if pydantic_core is None or not isinstance(exc, pydantic_core.ValidationError) or exc.title != "Settings":
+        return None
+    environment = {key.upper() for key in os.environ}
+    problems = []
+    for error in exc.errors():
+        field = str(error["loc"][0]) if error["loc"] else "settings"
+        variable = f"COMPUTER_{field.upper()}"
+        where = variable if variable in environment else field
+        problems.append(f"{where}: {error['msg']} (got {error['input']!r})")
+    return CliError("; ".join(problems), code=2)
 
 
 def local_settings(options: GlobalOptions) -> Settings:

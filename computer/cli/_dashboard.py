@@ -14,7 +14,7 @@ import os
 
 from rich.console import Console
 
-from ._context import CliError, GlobalOptions, local_settings, ray_session
+from ._context import CliError, GlobalOptions, check_listen, local_settings, ray_session
 
 __all__ = ["run_dashboard"]
 
@@ -28,6 +28,7 @@ def run_dashboard(options: GlobalOptions, host: str, port: int, token: str | Non
         check_origin(host, port, config.assets_url)
     except ValueError as exc:
         raise CliError(str(exc), code=2) from None
+    check_listen(host, port)
     policy = AccessPolicy.for_bind(host, token)
     mode = "embedded (data directory)" if options.local else "cluster"
     console.print(f"dashboard ({mode}, read-only): {dashboard_url(host, port, policy)}", soft_wrap=True)

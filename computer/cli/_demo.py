@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ._context import CliError, GlobalOptions, check_reachable
+from ._context import CliError, GlobalOptions, check_reachable, prepare_data_dir
 
 if TYPE_CHECKING:
     from ..demo import DemoSummary
@@ -31,17 +32,29 @@ def run_demo_command(
         )
     if not options.local:
         check_reachable(options.address or os.environ.get("RAY_ADDRESS"))
+    from ..config import Settings
+
+    Settings()  # a bad COMPUTER_* value fails here, as a usage error, not as "Ray did not start"
+    if options.data_dir is not None:  # before Ray starts: it is not Ray's failure (nor retried)
+        prepare_data_dir(options.data_dir.expanduser())
 
     async def demo() -> DemoSummary:
         chat = OpenAIChatModel(model) if model else None
-        return await run_demo(
-            agents=agents,
-            address=options.address,
-            data_dir=options.data_dir,
-            model=chat,
-            hibernate_after=hibernate_after,
-            console=console,
-        )
+        try:
+            return await run_demo(
+                agents=agents,
+                address=options.address,
+                data_dir=options.data_dir,
+                model=chat,
+                hibernate_after=hibernate_after,
+                console=console,
+            )
+        except SystemExit:
+            # rich ends the command so when stdout is a closed pipe (`computer demo | head`), and stdout
+            # is then /dev/null. The demo's dashboard server may still run: asyncio.run cancels it, and
+            # uvicorn logs that cancellation as an error with three tracebacks. Nobody reads on.
+            logging.getLogger("uvicorn.error").disabled = True
+            raise
 
     since = time.time()
     try:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from . import _gc
-from ._context import CliError, GlobalOptions
+from ._context import CliError, GlobalOptions, settings_error
 from ._output import console, report
 
 __all__ = ["fast_command", "main"]
@@ -156,10 +156,12 @@ def _run_mcp(options: GlobalOptions, name: str, readonly: bool = False) -> int:
 
 
 def _run_ls(options: GlobalOptions, as_json: bool = False, prefix: str = "") -> int:
-    from ._ls import list_workspaces, print_workspaces
+    from ._ls import check_data_dir, list_workspaces, print_workspaces
 
     _gc.resume()
-    print_workspaces(list_workspaces(options, prefix=prefix), as_json=as_json, console=console())
+    check_data_dir(options)
+    rows = list_workspaces(options, prefix=prefix)
+    print_workspaces(rows, as_json=as_json, console=console(), prefix=prefix)
     return 0
 
 
@@ -211,6 +213,11 @@ def fast_command(argv: Sequence[str]) -> Callable[[], int] | None:
             return report(exc)
         except KeyboardInterrupt:
             return 130
+        except ValueError as exc:  # settings that do not validate (a bad COMPUTER_* value)
+            problem = settings_error(exc)
+            if problem is None:
+                raise
+            return report(problem)
 
     return call
 

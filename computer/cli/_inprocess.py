@@ -22,7 +22,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
-from ._context import CliError
+from ._context import CliError, data_dir_error
 
 if TYPE_CHECKING:
     from ..actors.directory import Directory
@@ -60,6 +60,8 @@ async def in_process_workspace(
     the backend is built rather than at the run's spawn. It overlapped with the command's own Python
     work, which holds the GIL: both went slower, the command no sooner (11 runs each, median).
     """
+    import sqlite3
+
     from ..actors import awake, awake_where, process_node, take_lease
     from ..actors.directory import open_directory
     from ..actors.naming import workspace_file
@@ -68,7 +70,10 @@ async def in_process_workspace(
         path = workspace_file(config, name)
     except OSError as exc:
         raise CliError(f"cannot open workspace {name!r}: {exc.strerror}", code=2) from None
-    directory = open_directory(config)
+    try:
+        directory = open_directory(config)
+    except (OSError, sqlite3.Error) as exc:  # a data directory that is a file, /proc, not writable
+        raise data_dir_error(config.data_dir, exc) from None
     try:
         record = directory.get(name)
         if record is not None and awake(record):

@@ -4,15 +4,19 @@ Where it reads: with no cluster named, the workspace's file itself, read-only, b
 holds it (awake in a cluster, in another command, or asleep): nothing is woken, taken over or
 written. With ``--address``/``RAY_ADDRESS``, through a client of its owner in that cluster.
 ``--follow`` keeps printing records as they are written (a read-only file is polled every 0.5 s;
-through a client, see ``computer.client``). ``--json`` prints one JSON object per line (JSON Lines),
+through a client, see ``computer.client``); a read-only follow ends (exit 1, with a message) once
+the workspace's file is deleted or replaced by a new workspace of that name. ``--json`` prints one JSON object per line (JSON Lines),
 so a follow can be piped.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -29,13 +33,14 @@ _COLUMNS = ("id", "time (UTC)", "kind", "tool", "status", "ms", "caller", "what"
 
 
 @asynccontextmanager
-async def open_log(options: GlobalOptions, name: str) -> AsyncIterator[Any]:
-    """The audit log of workspace ``name``: of its file read-only, or of a client in the cluster named."""
+async def open_log(options: GlobalOptions, name: str) -> AsyncIterator[tuple[Any, Path | None]]:
+    """The audit log of workspace ``name``: of its file read-only, or of a client in the cluster
+    named; with the file's path when it is read directly (``None`` through a cluster)."""
     if not options.local:
         from ._workspaces import open_workspace
 
         async with open_workspace(options, name, backends=False, assets=False) as workspace:
-            yield workspace.audit
+            yield workspace.audit, None
         return
     from ..actors.naming import workspace_file
     from ..storage import FileSystem
@@ -52,9 +57,23 @@ async def open_log(options: GlobalOptions, name: str) -> AsyncIterator[Any]:
     except OSError as exc:
         raise CliError(f"cannot read workspace {name!r}: {exc.strerror or exc}") from None
     try:
-        yield fs.audit
+        yield fs.audit, path
     finally:
         fs.close()
+
+
+async def _removed(path: Path, poll: float = 0.5) -> None:
+    """Return once ``path`` no longer names the file it names now (deleted, or a new file made in
+    its place). The follower holds the old file open, so its inode number is not reused meanwhile."""
+    first = os.stat(path)
+    while True:
+        await asyncio.sleep(poll)
+        try:
+            now = os.stat(path)
+        except FileNotFoundError:
+            return
+        if (now.st_dev, now.st_ino) != (first.st_dev, first.st_ino):
+            return
 
 
 async def show_log(
@@ -70,7 +89,7 @@ async def show_log(
 ) -> None:
     """Print the newest ``limit`` matching records, then (``follow``) every new one until interrupted."""
     status = "error" if errors else None
-    async with open_log(options, name) as audit:
+    async with open_log(options, name) as (audit, path):
         try:
             records: list[AuditRecord] = await audit.query(tool=tool, status=status, limit=limit)
         except (ValueError, TypeError) as exc:
@@ -86,11 +105,31 @@ async def show_log(
         if not follow:
             return
         since = records[-1].id if records else None
-        async for record in audit.follow(since=since, tool=tool, status=status):
-            if as_json:
-                print(json.dumps(record.to_json(), ensure_ascii=False), flush=True)
-            else:
-                console.print(format_row(record), soft_wrap=True)
+
+        async def print_new() -> None:
+            async for record in audit.follow(since=since, tool=tool, status=status):
+                if as_json:
+                    print(json.dumps(record.to_json(), ensure_ascii=False), flush=True)
+                else:
+                    console.print(format_row(record), soft_wrap=True)
+
+        if path is None:
+            await print_new()
+            return
+        # Decision: a deleted workspace ends the follow instead of polling its unlinked file forever;
+        # a workspace made again under the name is a new log, which `computer log -f` shows afresh.
+        following = asyncio.ensure_future(print_new())
+        watching = asyncio.ensure_future(_removed(path))
+        try:
+            done, _ = await asyncio.wait({following, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (following, watching):
+                task.cancel()
+            await asyncio.gather(following, watching, return_exceptions=True)
+        if following in done:
+            following.result()  # the log closed, or a failure reading it
+            return
+        raise CliError(f"workspace {name!r} was deleted; stopped following its log")
 
 
 def _print_table(records: list[AuditRecord], name: str, console: Console) -> None:

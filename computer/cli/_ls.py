@@ -7,24 +7,31 @@ activity and live runs, from facts that hold whether or not a cluster runs (Ray 
   lease up counts as awake until its lease runs out (``lock_lease``, 30 s by default), except a
   command's process of this machine that is gone: asleep at once.
 - **asleep**: nobody holds the lease: the workspace is only its file; the next call wakes it.
-- **size**: the SQLite file and its write-ahead log on this machine (none when the file is elsewhere).
+- **size**: the SQLite file and every file beside it (its write-ahead log, shared memory, space
+  reserve...) on this machine, as ``computer rm`` counts what it deletes (none when the file is elsewhere).
 - **live runs**: executions an awake workspace's journal records as running (asleep: 0).
 
 A workspace file with no directory record (the directory was lost) is listed too, asleep.
+
+Read-only: a data directory that does not exist is listed as empty and is not created (nor its
+directory file); ``computer ls`` reports a missing data directory that was named (``--data-dir``,
+``COMPUTER_DATA_DIR``), since that is most likely a typo (:func:`check_data_dir`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import time
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from rich.console import Console
 from rich.table import Table
 
-from ._context import GlobalOptions, local_settings
+from ._context import CliError, GlobalOptions, data_dir_error, local_settings
 from .display import ago_text, plain_text, size_text
 
 if TYPE_CHECKING:
@@ -32,7 +39,7 @@ if TYPE_CHECKING:
 
     from ..actors.directory import WorkspaceRecord
 
-__all__ = ["WorkspaceRow", "list_workspaces", "print_workspaces"]
+__all__ = ["WorkspaceRow", "check_data_dir", "list_workspaces", "print_workspaces"]
 
 
 @dataclass(frozen=True)
@@ -55,26 +62,36 @@ def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[Workspa
     from ..actors.naming import workspace_file
 
     config = local_settings(options)
-    directory = open_directory(config)
+    if not config.redis_url and not (config.data_dir / "directory.sqlite").exists():
+        if config.data_dir.exists() and not config.data_dir.is_dir():
+            raise CliError(f"the data directory {config.data_dir} is not a directory", code=2)
+        directory: _Listing = _NoDirectory()  # read-only: nothing to create for a listing
+    else:
+        import sqlite3
+
+        try:
+            directory = open_directory(config)
+        except (OSError, sqlite3.Error) as exc:
+            raise data_dir_error(config.data_dir, exc) from None
     try:
         names = set(directory.names())
-        if config.workspaces_dir.is_dir():
-            names.update(p.name.removesuffix(".sqlite") for p in config.workspaces_dir.glob("*.sqlite"))
+        found = _file_sizes(config.workspaces_dir)
+        names.update(found)
         rows = []
         now = time.time()
         for name in sorted((n for n in names if n.startswith(prefix)), key=lambda n: n.encode()):
             record = directory.get(name)
             path = workspace_file(config, name)
-            sizes = [f.stat().st_size for f in (path, path.with_name(path.name + "-wal")) if f.exists()]
+            size = found.get(name)
             is_awake = awake(record, now)
             rows.append(
                 WorkspaceRow(
                     name=name,
                     state="awake" if is_awake else "asleep",
                     where=awake_where(record) if is_awake and record is not None else None,
-                    size=sum(sizes) if sizes else None,
+                    size=size,
                     last_active=_last_active(record, path),
-                    live_runs=_live_runs(path) if is_awake and sizes else 0,
+                    live_runs=_live_runs(path) if is_awake and size is not None else 0,
                     node=None if record is None else record.node,
                     owner_host=_owner_host(record) if is_awake else None,
                 )
@@ -82,6 +99,66 @@ def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[Workspa
         return rows
     finally:
         directory.close()
+
+
+# A workspace's file and its companions, as ``actors._delete.workspace_files`` finds them for ``rm``.
+_WORKSPACE_FILE = re.compile(r"(.+)\.sqlite(-[a-z]+)?")
+
+
+def _file_sizes(workspaces_dir: Path) -> dict[str, int]:
+    """Bytes per workspace name of the files in ``workspaces_dir`` (one scan): ``NAME.sqlite`` and
+    the ``NAME.sqlite-<letters>`` beside it. A name whose main file is gone is left out."""
+    sizes: dict[str, int] = {}
+    companions: dict[str, int] = {}
+    try:
+        entries = list(os.scandir(workspaces_dir))
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    for entry in entries:
+        match = _WORKSPACE_FILE.fullmatch(entry.name)
+        if match is None:
+            continue
+        try:
+            size = entry.stat().st_size
+        except FileNotFoundError:
+            continue  # removed meanwhile
+        name, suffix = match.groups()
+        if suffix:
+            companions[name] = companions.get(name, 0) + size
+        else:
+            sizes[name] = sizes.get(name, 0) + size
+    return {name: size + companions.get(name, 0) for name, size in sizes.items()}
+
+
+class _Listing(Protocol):
+    def names(self) -> list[str]: ...
+    def get(self, name: str) -> WorkspaceRecord | None: ...
+    def close(self) -> None: ...
+
+
+class _NoDirectory:
+    """The directory of a data directory that has none yet: no records."""
+
+    def names(self) -> list[str]:
+        return []
+
+    def get(self, name: str) -> WorkspaceRecord | None:
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+def check_data_dir(options: GlobalOptions) -> None:
+    """``CliError`` when the data directory named by ``--data-dir`` or ``COMPUTER_DATA_DIR`` does
+    not exist (the default one may not exist yet: nothing was made). Decision: ``ls`` says so rather
+    than listing a typo'd path as an empty store (or creating it, as it did)."""
+    from ..config import Settings
+
+    config = local_settings(options)
+    default = Settings.model_fields["data_dir"].get_default(call_default_factory=True)
+    if config.data_dir != default and not config.data_dir.exists():
+        raise CliError(f"no data directory at {config.data_dir} (nothing was ever stored there)")
 
 
 def _owner_host(record: WorkspaceRecord | None) -> str | None:
@@ -126,9 +203,12 @@ def _live_runs(path: Path) -> int:
         return 0  # unreadable right now (being deleted, say): nothing to report
 
 
-def print_workspaces(rows: list[WorkspaceRow], *, as_json: bool, console: Console) -> None:
+def print_workspaces(rows: list[WorkspaceRow], *, as_json: bool, console: Console, prefix: str = "") -> None:
     if as_json:
         print(json.dumps([asdict(row) for row in rows], indent=2))
+        return
+    if not rows and prefix:
+        console.print(f"no workspace starts with {prefix!r}", markup=False, highlight=False)
         return
     if not rows:
         console.print("no workspaces yet (`computer tool NAME write ...` or `computer demo` creates some)")

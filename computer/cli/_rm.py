@@ -3,7 +3,8 @@
 It lists what it is about to delete and asks first (``--yes`` skips the question; without a terminal
 to ask on, ``--yes`` is required). With no cluster named it works on the data directory in this
 process; a workspace awake on a cluster is then refused (its owner cannot be stopped from here) unless
-``--force``. With ``--address`` (or ``RAY_ADDRESS``) it joins the cluster and stops awake owners.
+``--force``; ``--force`` also deletes a file that is not a readable workspace store (a corrupt or
+foreign file: no share links can be found for it). With ``--address`` (or ``RAY_ADDRESS``) it joins the cluster and stops awake owners.
 """
 
 from __future__ import annotations
@@ -75,11 +76,22 @@ async def _delete_all(options: GlobalOptions, names: list[str], *, force: bool, 
             try:
                 done = await delete_workspace(name, force=force)
             except OSError as exc:
+                if exc.errno == errno.EIO and force and options.local:
+                    size = await asyncio.to_thread(_remove_unreadable, options, name)
+                    console.print(
+                        f"deleted {name} ({size_text(size)}; its file was not a readable workspace, "
+                        "so no share links were looked for)",
+                        markup=False,
+                        highlight=False,
+                    )
+                    continue
                 failed += 1
                 hint = ""
                 if exc.errno == errno.EBUSY:
                     hint = " (--force deletes it anyway"
                     hint += "; --address joins its cluster)" if options.local else ")"
+                elif exc.errno == errno.EIO and options.local:
+                    hint = " (--force deletes the file anyway)"
                 console.print(
                     f"not deleted: {name}: {exc.strerror or exc}{hint}", markup=False, highlight=False
                 )
@@ -95,3 +107,37 @@ async def _delete_all(options: GlobalOptions, names: list[str], *, force: bool, 
         return await each()
     async with ray_session(options):
         return await each()
+
+
+def _remove_unreadable(options: GlobalOptions, name: str) -> int:
+    """Delete workspace ``name`` whose file cannot be opened as a workspace store: its files and its
+    directory record (also the "deleting" lease a failed deletion left). Its share links are keyed by
+    the id stored in the file, which cannot be read, so they stay (their files are gone: a link
+    answers 404). Returns the bytes removed.
+
+    Decision: ``delete_workspace`` raises the file's stored epoch before removing it, so that an owner
+    still running has its writes refused; a file SQLite cannot open has no owner to fence (none could
+    open it either), so this takes the lease, removes the files and the record, and fences nothing.
+    """
+    from ..actors._delete import workspace_files
+    from ..actors._lease import take_lease
+    from ..actors.directory import open_directory
+    from ..actors.naming import workspace_file
+
+    config = local_settings(options)
+    directory = open_directory(config)
+    try:
+        owner_id, _ = take_lease(
+            directory, name, workspace_file(config, name), node="deleting", host=None, ttl=60.0
+        )
+        size = 0
+        for file in workspace_files(config, name):
+            try:
+                size += file.stat().st_size
+                file.unlink()
+            except FileNotFoundError:
+                pass
+        directory.remove(name, owner_id)
+    finally:
+        directory.close()
+    return size

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.console import Console
 
-from ._context import GlobalOptions, local_settings
+from ._context import GlobalOptions, check_listen, local_settings
 
 __all__ = ["serve_assets"]
 
@@ -14,6 +14,7 @@ def serve_assets(options: GlobalOptions, host: str, port: int, console: Console)
     from ..assets import serve
 
     config = local_settings(options)
+    check_listen(host, port)
     store = f"Redis {config.redis_url}" if config.redis_url else str(config.assets_dir)
     console.print(
         f"serving share links from {store} on http://{host}:{port} "

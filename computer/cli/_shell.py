@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import posixpath
 import shlex
+import signal
 import subprocess
 import tempfile
 from pathlib import Path
@@ -26,7 +28,8 @@ HELP = """commands:
   edit PATH          open PATH in $EDITOR (created if missing), save it back when changed
   exec COMMAND...    run a command in the workspace's first exec backend (also: !COMMAND)
   cd PATH / pwd      change / show the current directory (paths are relative to it)
-  help / exit        this text / leave (Ctrl-D too)"""
+  help / exit        this text / leave (Ctrl-D too)
+Ctrl-C stops the running command (or clears the prompt line); the session goes on."""
 
 
 class WorkspaceShell:
@@ -37,6 +40,7 @@ class WorkspaceShell:
         self.console = console
         self.cwd = cwd
         self.failed = False  # whether the last line failed (an error, an exec that did not exit 0)
+        self.interruptible = True  # whether Ctrl-C may stop the running line (not while $EDITOR runs)
 
     def resolve(self, path: str) -> str:
         return posixpath.normpath(posixpath.join(self.cwd, path)) if path else self.cwd
@@ -85,7 +89,14 @@ class WorkspaceShell:
         self.cwd = target
 
     async def ls(self, path: str) -> None:
-        for entry in await self.workspace.fs.readdir(self.resolve(path)):
+        target = self.resolve(path)
+        try:
+            entries = await self.workspace.fs.readdir(target)
+        except NotADirectoryError:  # a file: listed alone, as ls does
+            stat = await self.workspace.fs.stat(target)
+            self.console.print(f"- {stat.size:>10}  {path}", markup=False, highlight=False)
+            return
+        for entry in entries:
             kind = "d" if entry.is_directory else "l" if entry.is_symlink else "-"
             name = entry.name + ("/" if entry.is_directory else "")
             self.console.print(f"{kind} {entry.size:>10}  {name}", markup=False, highlight=False)
@@ -95,8 +106,15 @@ class WorkspaceShell:
             self.console.print("usage: cat PATH", markup=False)
             return
         data = await self.workspace.fs.read_file(self.resolve(path))
-        self.console.file.write(data.decode("utf-8", "replace"))
+        binary = getattr(self.console.file, "buffer", None)
+        if binary is None:  # a text-only console (a test's): bytes that are not UTF-8 show as U+FFFD
+            self.console.file.write(data.decode("utf-8", "replace"))
+            self.console.file.flush()
+            return
+        # The bytes as they are, so `computer shell NAME -c 'cat f' > f` copies a binary file.
         self.console.file.flush()
+        binary.write(data)
+        binary.flush()
 
     async def edit(self, path: str) -> None:
         if not path:
@@ -111,7 +129,11 @@ class WorkspaceShell:
         with tempfile.TemporaryDirectory(prefix="computer-edit-") as scratch:
             local = Path(scratch) / (posixpath.basename(target) or "file")
             local.write_bytes(before)
-            code = await asyncio.to_thread(subprocess.call, [*shlex.split(editor), str(local)])
+            self.interruptible = False  # the editor gets the terminal's Ctrl-C itself
+            try:
+                code = await asyncio.to_thread(subprocess.call, [*shlex.split(editor), str(local)])
+            finally:
+                self.interruptible = True
             after = local.read_bytes()
         if code != 0:
             self.console.print(f"{editor} exited with {code}; nothing saved", markup=False)
@@ -130,7 +152,11 @@ class WorkspaceShell:
             self.console.print("this workspace has no exec backend", markup=False)
             return
         handle = await self.workspace.runtime.exec(command, cwd=self.cwd)
-        result = await handle.result()
+        try:
+            result = await handle.result()
+        except asyncio.CancelledError:  # Ctrl-C: stop the command, not the session
+            await asyncio.shield(handle.kill())
+            raise
         if result.stdout:
             self.console.file.write(result.stdout)
         if result.stderr:
@@ -170,11 +196,50 @@ async def run_shell(
             await shell.run_line(command)
             return 1 if shell.failed else 0
         console.print(f"workspace {name}: type help for commands, exit to leave", markup=False)
+        return await _prompt_loop(shell, name)
+    return 0
+
+
+async def _prompt_loop(shell: WorkspaceShell, name: str) -> int:
+    """Read and run lines until ``exit`` or end of input. Decision: Ctrl-C behaves as in bash, never
+    ending the session (the live sandbox and its background processes belong to this process): during
+    a line it stops that line (an exec is killed), at the prompt it gives a new prompt (the terminal
+    drops the typed line; the pending read goes on)."""
+    loop = asyncio.get_running_loop()
+    running: asyncio.Future[bool] | None = None
+    prompt = ""
+
+    def interrupt() -> None:
+        if running is not None and not running.done():
+            if shell.interruptible:
+                running.cancel()
+            return
+        shell.console.file.write("\n" + prompt)
+        shell.console.file.flush()
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, interrupt)
+    except (NotImplementedError, RuntimeError, ValueError):  # not the main thread: Ctrl-C as before
+        pass
+    try:
         while True:
+            prompt = f"{name}:{shell.cwd}> "
             try:
-                line = await asyncio.to_thread(input, f"{name}:{shell.cwd}> ")
+                line = await asyncio.to_thread(input, prompt)
             except EOFError:
                 break
-            if not await shell.run_line(line):
-                break
+            running = asyncio.ensure_future(shell.run_line(line))
+            try:
+                if not await asyncio.shield(running):
+                    break
+            except asyncio.CancelledError:
+                if not running.cancelled():
+                    raise  # this loop itself is being cancelled
+                shell.failed = True
+                shell.console.print("[interrupted]", markup=False, highlight=False)
+            finally:
+                running = None
+    finally:
+        with contextlib.suppress(Exception):
+            loop.remove_signal_handler(signal.SIGINT)
     return 0

@@ -22,6 +22,11 @@ __all__ = ["show_status"]
 
 
 def show_status(options: GlobalOptions, console: Console) -> None:
+    """Decision: a cluster that was named (``--address``, ``RAY_ADDRESS``) and does not answer is a
+    failure (exit 1, before anything is printed), as for every other command; with none named, no
+    cluster running on this machine is a state to report (exit 0)."""
+    if not options.local:
+        check_reachable(options.address or os.environ.get("RAY_ADDRESS"))
     config = local_settings(options)
     console.print(f"data directory: {config.data_dir}", soft_wrap=True)
     console.print(f"directory: {'Redis ' + config.redis_url if config.redis_url else 'SQLite (embedded)'}")
@@ -63,8 +68,11 @@ def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
         quiet_driver_messages()
         ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
     except (CliError, ConnectionError, RuntimeError) as exc:
+        if not options.local:
+            raise CliError(f"cannot join the Ray cluster at {address}: {exc}") from None
         console.print(
-            f"Ray: no running cluster at {address} ({exc}); commands start a local one for their lifetime"
+            "Ray: no cluster runs on this machine (`ray start --head` starts one); without --address, "
+            "commands work in their own process without Ray, and `computer demo` starts a Ray of its own"
         )
         return
     try:

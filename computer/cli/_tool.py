@@ -4,6 +4,7 @@ help of each tool (``computer tool NAME TOOL --help``, ``computer tools``)."""
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
 from typing import Any
@@ -169,11 +170,24 @@ def tools_overview() -> str:
         properties = spec.parameters.get("properties", {})
         required = set(spec.parameters.get("required", ()))
         args = ", ".join(f"{p}" if p in required else f"{p}?" for p in properties)
-        first = spec.description.split(". ")[0].rstrip(".") + "."
         lines += [
-            f"{tool}: {first}",
+            f"{tool}: {_first_sentence(spec.description)}{_backends_text(spec.description)}",
             f"    arguments: {args}",
             f"    example: computer tool my-workspace {tool} {_quoted(EXAMPLES[tool])}",
         ]
     lines += ["", "Arguments ending in ? are optional."]
     return "\n".join(lines)
+
+
+def _first_sentence(description: str) -> str:
+    """The description up to its first full stop, on one line (``exec``'s first line ends without
+    ``". "``: a split on it ran into its backend list)."""
+    first = re.split(r"\.(?:\s|$)", description.strip(), maxsplit=1)[0]
+    return " ".join(first.split()).rstrip(".") + "."
+
+
+def _backends_text(description: str) -> str:
+    """`` Backends: shell, python.`` for a description listing them (``exec``), else ``""``."""
+    _, found, rest = description.partition("Backends:")
+    names = re.findall(r"^- ([\w-]+):", rest, flags=re.MULTILINE) if found else []
+    return f" Backends: {', '.join(names)} (`backend` chooses; default {names[0]})." if names else ""

@@ -28,6 +28,10 @@ async def open_workspace(
     publisher (both cost start-up time), ``live`` whether its backends keep live sandboxes (not for one run). A cluster named: a
     client of its owner actor there, with whatever that owner offers.
     """
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # bytes that are not UTF-8 in argv: the stores cannot hold the name
+        raise CliError(f"cannot open workspace {name!r}: workspace name is not valid UTF-8", code=2) from None
     if options.local:
         from ._inprocess import in_process_workspace
 

@@ -148,14 +148,16 @@ def test_bench_with_an_unknown_name_exits_2() -> None:
     assert result.exit_code == 2 and "unknown benchmark" in result.output
 
 
-def test_status_without_a_cluster_still_shows_the_directory(tmp_path: Path) -> None:
+def test_status_of_a_named_cluster_that_does_not_answer_exits_1_with_one_line(tmp_path: Path) -> None:
+    """It exited 0 and said commands would start a local Ray (only `demo` does)."""
     proc = subprocess.run(
         [sys.executable, "-m", "computer.cli", "--data-dir", str(tmp_path), "--address", "127.0.0.1:1", "status"],
         capture_output=True, text=True, env=cli_env(), cwd=REPO, timeout=120,
     )  # fmt: skip
-    assert proc.returncode == 0, proc.stderr
-    assert "workspaces: 0" in proc.stdout
-    assert "no running cluster" in proc.stdout
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: no Ray cluster answers at 127.0.0.1:1")
+    assert len(proc.stderr.splitlines()) == 1
+    assert "start a local one" not in proc.stdout + proc.stderr
 
 
 def test_demo_with_a_model_but_no_endpoint_configured_exits_2_before_starting_ray(

@@ -1,0 +1,269 @@
+"""First-hour problems of the CLI (found by a new user's session): each test is one of them."""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from .conftest import COMPUTER, REPO, cli_env, run_cli
+
+
+def _write(data_dir: Path, name: str, path: str = "/workspace/a", content: str = "a") -> None:
+    done = run_cli(
+        ["tool", name, "write", f'{{"path": "{path}", "content": "{content}"}}'], env=cli_env(data_dir)
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_log_follow_ends_with_a_message_when_the_workspace_is_deleted(tmp_path: Path) -> None:
+    _write(tmp_path, "c1")
+    follower = subprocess.Popen(
+        [*COMPUTER, "log", "c1", "-f", "-n", "0"], env=cli_env(tmp_path), cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        time.sleep(2)  # the follower has opened the file
+        done = run_cli(["rm", "c1", "--yes"], env=cli_env(tmp_path))
+        assert done.returncode == 0, done.stderr
+        _, err = follower.communicate(timeout=30)
+    finally:
+        if follower.poll() is None:
+            follower.kill()
+            follower.wait()
+    assert follower.returncode == 1, err
+    assert "workspace 'c1' was deleted" in err
+    assert "Traceback" not in err
+
+
+def _interactive_shell(data_dir: Path, name: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*COMPUTER, "shell", name], env=cli_env(data_dir), cwd=REPO,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_ctrl_c_in_the_shell_stops_the_running_command_and_the_session_goes_on(tmp_path: Path) -> None:
+    shell = _interactive_shell(tmp_path, "w1")
+    assert shell.stdin is not None
+    try:
+        shell.stdin.write("!sleep 30; echo not-interrupted\n")
+        shell.stdin.flush()
+        time.sleep(4)  # the workspace is open and the command runs
+        started = time.monotonic()
+        shell.send_signal(signal.SIGINT)
+        time.sleep(1)
+        shell.send_signal(signal.SIGINT)  # now at the prompt: a new prompt, not the end
+        time.sleep(0.5)
+        out, err = shell.communicate("pwd\nexit\n", timeout=30)
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+            shell.wait()
+    assert shell.returncode == 0, err
+    assert time.monotonic() - started < 20  # the sleep did not run to its end
+    assert "[interrupted]" in out
+    assert "not-interrupted" not in out
+    assert "\n/workspace\n" in out.replace("> ", "\n")  # pwd ran after the Ctrl-Cs
+
+
+def test_rm_force_deletes_a_corrupt_workspace_file_and_its_leftover_state(tmp_path: Path) -> None:
+    _write(tmp_path, "w1")  # the data directory exists
+    junk = tmp_path / "workspaces" / "junk.sqlite"
+    junk.write_text("garbage\n")
+    env = cli_env(tmp_path)
+
+    plain = run_cli(["rm", "junk", "--yes"], env=env)
+    assert plain.returncode == 1
+    assert "--force deletes the file anyway" in plain.stdout
+
+    forced = run_cli(["rm", "junk", "--yes", "--force"], env=env)
+    assert forced.returncode == 0, forced.stdout + forced.stderr
+    assert "deleted junk" in forced.stdout
+    assert not list(junk.parent.glob("junk.sqlite*"))
+    listed = run_cli(["ls", "--json"], env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert "junk" not in listed.stdout  # no record left, nor a "deleting" owner shown as awake
+    assert "w1" in listed.stdout
+
+
+def test_a_tilde_in_the_data_dir_is_the_home_directory_and_ls_creates_no_data_dir(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = cli_env(HOME=str(home), COMPUTER_DATA_DIR="~/data")
+    written = run_cli(["tool", "x", "write", '{"path": "/workspace/a", "content": "a"}'], env=env)
+    assert written.returncode == 0, written.stderr
+    assert (home / "data" / "workspaces" / "x.sqlite").is_file()
+    listed = run_cli(["--data-dir", "~/data", "ls"], env=cli_env(HOME=str(home)))
+    assert listed.returncode == 0, listed.stderr
+    assert "x" in listed.stdout
+    assert not (REPO / "~").exists()
+
+    for args in (
+        ["--data-dir", str(tmp_path / "typo"), "ls"],
+        ["--data-dir", str(tmp_path / "typo"), "ls", "--json"],
+    ):
+        missing = run_cli(args, env=cli_env(HOME=str(home)))
+        assert missing.returncode == 1
+        assert missing.stderr.startswith(f"error: no data directory at {tmp_path / 'typo'}")
+    assert not (tmp_path / "typo").exists()
+
+    default = run_cli(["ls"], env=cli_env(HOME=str(home)))  # the default one, not made yet: no error
+    assert default.returncode == 0, default.stderr
+    assert "no workspaces yet" in default.stdout
+    assert not (home / ".local").exists()
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str], code: int, starts: str) -> None:
+    assert done.returncode == code, done.stdout + done.stderr
+    assert "Traceback" not in done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith(starts), done.stderr
+
+
+def _run_bytes(args: list[str | bytes], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*COMPUTER, *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_a_workspace_name_that_is_not_utf8_is_a_usage_error(tmp_path: Path) -> None:
+    env = cli_env(tmp_path)
+    bad = b"bad\xffws"
+    for args in (["tool", bad, "ls", '{"path": "/workspace"}'], ["shell", bad, "-c", "ls"], ["mcp", bad]):
+        _one_error_line(
+            _run_bytes(args, env),
+            2,
+            "error: cannot open workspace 'bad\\udcffws': workspace name is not valid UTF-8",
+        )
+
+
+def test_a_data_dir_that_cannot_be_used_is_one_line_naming_it(tmp_path: Path) -> None:
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    for args in (
+        ["ls"],
+        ["tool", "x", "ls", '{"path": "/"}'],
+        ["shell", "x", "-c", "ls"],
+        ["demo", "--agents", "1"],
+    ):
+        done = run_cli(["--data-dir", str(afile), *args], env=cli_env())
+        _one_error_line(done, 2, f"error: the data directory {afile} is not a directory")
+    done = run_cli(["--data-dir", "/proc", "tool", "x", "ls", '{"path": "/"}'], env=cli_env())
+    _one_error_line(done, 1, "error: cannot use the data directory /proc: ")
+
+
+def test_a_bad_computer_environment_value_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    cases = {
+        "COMPUTER_HIBERNATE_AFTER": ("abc", ["ls"]),
+        "COMPUTER_LOCK_LEASE": ("0", ["tool", "w1", "ls", '{"path": "/"}']),
+        "COMPUTER_AUDIT": ("maybe", ["rm", "w1", "--yes"]),  # through typer
+        "COMPUTER_MAX_WORKSPACE_BYTES": ("-1", ["demo", "--agents", "1"]),  # every write failed with it
+    }
+    for variable, (value, args) in cases.items():
+        done = run_cli(args, env=cli_env(tmp_path, **{variable: value}))
+        _one_error_line(done, 2, f"error: {variable}: ")
+        assert repr(value) in done.stderr
+
+
+def test_demo_into_a_pipe_closed_early_ends_without_a_traceback(tmp_path: Path) -> None:
+    """`computer demo | head -3`: a BrokenPipeError, then the dashboard's cancelled server logged three tracebacks."""
+    demo = subprocess.Popen(
+        [*COMPUTER, "--data-dir", str(tmp_path / "data"), "demo", "--agents", "1"], env=cli_env(), cwd=REPO,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert demo.stdout is not None and demo.stderr is not None
+    try:
+        for _ in range(3):
+            demo.stdout.readline()
+        demo.stdout.close()  # as head does after its lines
+        err = demo.stderr.read()
+        demo.wait(timeout=240)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait()
+    assert demo.returncode == 1
+    assert "Traceback" not in err and "Error" not in err, err
+
+
+def test_demo_takes_the_data_dir_option_its_help_and_the_readme_document(tmp_path: Path) -> None:
+    """`computer demo --data-dir DIR` was 'No such option' (only `computer --data-dir DIR demo` worked)."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    done = run_cli(["demo", "--agents", "1", "--data-dir", str(afile)], env=cli_env())
+    _one_error_line(
+        done, 2, f"error: the data directory {afile} is not a directory"
+    )  # the option's value, used
+
+
+def test_serve_and_dashboard_on_a_taken_port_fail_before_claiming_to_serve(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for command in ("serve", "dashboard"):
+            done = run_cli([command, "--port", str(port)], env=cli_env(tmp_path), timeout=60)
+            _one_error_line(done, 1, f"error: cannot listen on 127.0.0.1:{port}: Address already in use")
+            assert done.stdout == ""  # no "serving on ..." first (uvicorn then exited 3)
+
+
+def test_the_readme_does_not_say_ls_joins_the_cluster_it_ignores(tmp_path: Path) -> None:
+    _write(tmp_path, "w1")
+    done = run_cli(["--address", "127.0.0.1:1", "ls"], env=cli_env(tmp_path))  # nobody listens there
+    assert done.returncode == 0, done.stderr
+    assert "w1" in done.stdout
+    text = " ".join((REPO / "README.md").read_text().split())
+    assert "except `ls` and `tools`, which never need one" in text
+
+
+def test_the_tools_overview_gives_exec_one_line_naming_both_backends() -> None:
+    done = run_cli(["tools"], env=cli_env())
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    exec_line = next(line for line in lines if line.startswith("exec: "))
+    assert exec_line.endswith("Backends: shell, python (`backend` chooses; default shell).")
+    after = lines[lines.index(exec_line) + 1]
+    assert after.startswith("    arguments: command"), after  # not the middle of the backend list
+
+
+def test_ls_counts_the_files_rm_deletes(tmp_path: Path) -> None:
+    """ls counted NAME.sqlite and its -wal; rm deletes (and reports) every NAME.sqlite-<letters>."""
+    _write(tmp_path, "w1")
+    workspaces = tmp_path / "workspaces"
+    (workspaces / "w1.sqlite-reserve").write_bytes(b"\0" * 100_000)  # as a space reserve beside it
+    on_disk = sum(p.stat().st_size for p in workspaces.glob("w1.sqlite*"))
+    listed = run_cli(["ls", "--json"], env=cli_env(tmp_path))
+    assert listed.returncode == 0, listed.stderr
+    (row,) = json.loads(listed.stdout)
+    assert (row["name"], row["size"]) == ("w1", on_disk)
+
+
+def test_ls_with_a_prefix_nothing_matches_says_so(tmp_path: Path) -> None:
+    """It said 'no workspaces yet (... creates some)' although there were some."""
+    _write(tmp_path, "w1")
+    done = run_cli(["ls", "--prefix", "zz"], env=cli_env(tmp_path))
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "no workspace starts with 'zz'"
+
+
+def test_shell_cat_writes_the_file_s_bytes_and_ls_of_a_file_lists_it(tmp_path: Path) -> None:
+    """cat printed U+FFFD for bytes that are not UTF-8; ls FILE was 'NotADirectoryError'."""
+    env = cli_env(tmp_path)
+    made = run_cli(["shell", "b", "-c", r"!printf '\377\000\001x' > bin.dat"], env=env)
+    assert made.returncode == 0, made.stdout + made.stderr
+    cat = subprocess.run(
+        [*COMPUTER, "shell", "b", "-c", "cat bin.dat"], env=env, cwd=REPO, capture_output=True, timeout=120
+    )
+    assert (cat.returncode, cat.stdout) == (0, b"\xff\x00\x01x"), cat.stderr
+    listed = run_cli(["shell", "b", "-c", "ls bin.dat"], env=env)
+    assert (listed.returncode, listed.stdout.split()) == (0, ["-", "4", "bin.dat"]), listed.stderr
