@@ -47,7 +47,7 @@ from ._audit_record import (
     since_clause,
 )
 from ._db import Database
-from ._redact import MAX_ERROR_CHARS, cut, payload_size, redact, scrub
+from ._redact import MAX_ERROR_CHARS, cut, payload_size, redact, scrub, sound_text
 
 __all__ = [
     "DEFAULT_MAX_AUDIT_BYTES",
@@ -103,29 +103,8 @@ def _encode(
     text = None if error is None else cut(redact(str(error)[: MAX_ERROR_CHARS + 64]), MAX_ERROR_CHARS)
     size = 64 + len(caller_json) + len(args_json) + len(detail_json) + len(text or "") + len(tool or "")
     duration = None if duration_ms is None else round(float(duration_ms), 3)
-    return (
-        int(at * 1e6),
-        kind,
-        None if tool is None else _sound(tool),
-        status,
-        None if text is None else _sound(text),
-        duration,
-        _sound(caller_json),
-        _sound(args_json),
-        _sound(detail_json),
-        size,
-    )
-
-
-def _sound(text: str) -> str:
-    """``text``, its lone surrogates (a model's broken emoji escape ``"\\ud83d"``, which ``json.loads``
-    accepts) written as ``\\udXXX`` escapes: SQLite takes only UTF-8, and one such string failed the
-    insert of its whole batch. In a JSON field the escape is valid JSON for the same string."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    row = (int(at * 1e6), kind, tool, status, text, duration, caller_json, args_json, detail_json, size)
+    return tuple(sound_text(v) if isinstance(v, str) else v for v in row)
 
 
 class AuditLog:

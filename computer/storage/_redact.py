@@ -15,7 +15,16 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_ERROR_CHARS", "MAX_VALUE_CHARS", "REDACTED", "cut", "payload_size", "redact", "scrub"]
+__all__ = [
+    "MAX_ERROR_CHARS",
+    "MAX_VALUE_CHARS",
+    "REDACTED",
+    "cut",
+    "payload_size",
+    "redact",
+    "scrub",
+    "sound_text",
+]
 
 MAX_VALUE_CHARS = 256  # a string value longer than this is cut (arguments, details)
 MAX_ERROR_CHARS = 2048
@@ -159,3 +168,15 @@ def payload_size(value: Any, *, budget: int = 10_000) -> int:
         elif item is not None and kind is not bool:
             total += len(str(item))
     return total
+
+
+def sound_text(text: str) -> str:
+    """``text``, its lone surrogates (a model's broken emoji escape ``"\\ud83d"``, which ``json.loads``
+    accepts) written as ``\\udXXX`` escapes: SQLite takes only UTF-8, and one such string in an audit
+    record failed the insert of its whole batch. In a JSON field the escape is valid JSON for the same
+    string."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
