@@ -38,6 +38,7 @@ from ..runtime import Runtime
 from ..storage import audit_caller
 from ._execute import EXECUTE_DESCRIPTION, CodeRunner
 from ._extensions import ExtensionManager, ExtensionToolset
+from ._guard import GuardedWorkspace
 from ._mcp import McpRegistry
 from ._merge import MergedToolset
 from ._sandbox_calls import AgentExecContext
@@ -86,6 +87,8 @@ class Agent(OwnerActor):
         # call the agent's tools. Nothing has run on the first runtime yet, so swapping it is safe.
         self.workspace.runtime = Runtime(self.workspace, list(self.get_backends()), context=self._agent_exec)
         self._store = AgentStore(self.workspace.fs)
+        # What the model's tools work on: the same workspace, but the agent's own state is read-only.
+        self._tool_workspace = GuardedWorkspace(self.workspace)
         self._turn_lock = asyncio.Lock()
         self._extensions = ExtensionManager(self.workspace, self._store)
         self._mcp = McpRegistry(self._store)
@@ -309,7 +312,9 @@ class Agent(OwnerActor):
         user = user_toolset(as_tools(self.get_tools()), id="tools")
         self._turn_tools = user
         sources: list[AbstractToolset[Any]] = [
-            workspace_toolset(self.workspace, bash=self.workspace_bash, approve=self.approve_workspace_tools)
+            workspace_toolset(
+                self._tool_workspace, bash=self.workspace_bash, approve=self.approve_workspace_tools
+            )
         ]
         if user is not None:
             sources.append(user)

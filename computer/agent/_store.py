@@ -16,9 +16,13 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from ..surface import FileSystemSurface
 from ._turn import PendingCall, Reply
 
-__all__ = ["STATE_DIR", "AgentState", "AgentStore", "PausedTurn"]
+__all__ = ["STATE_DIR", "AgentState", "AgentStateError", "AgentStore", "PausedTurn"]
 
 STATE_DIR = "/.computer/agent"
+
+
+class AgentStateError(RuntimeError):
+    """The agent's ``state.json`` cannot be read back (damaged by hand or by a bug); names the file."""
 
 
 @dataclass
@@ -85,12 +89,25 @@ class AgentStore:
         await self.fs.write_file(path, json.dumps(value, ensure_ascii=False).encode())
 
     async def load_state(self) -> AgentState:
-        raw = await self.read_json(self.path("state.json"))
+        """The stored state (empty when there is none); ``AgentStateError`` naming the file if damaged."""
+        path = self.path("state.json")
+        try:
+            raw = await self.read_json(path)
+        except (ValueError, UnicodeDecodeError, IsADirectoryError) as exc:
+            raise AgentStateError(f"the agent's state file {path} is damaged: not JSON ({exc})") from exc
         if raw is None:
             return AgentState()
-        messages = ModelMessagesTypeAdapter.validate_python(raw["messages"])
-        paused = PausedTurn.from_json(raw["paused"]) if raw.get("paused") else None
-        return AgentState(list(messages), paused, raw.get("last"))
+        try:
+            if not isinstance(raw, dict) or "messages" not in raw:
+                raise ValueError("not an object with 'messages'")
+            messages = ModelMessagesTypeAdapter.validate_python(raw["messages"])
+            paused = PausedTurn.from_json(raw["paused"]) if raw.get("paused") else None
+            return AgentState(list(messages), paused, raw.get("last"))
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise AgentStateError(
+                f"the agent's state file {path} is damaged ({type(exc).__name__}: {exc}); "
+                "restore it, or remove it to start a new conversation"
+            ) from exc
 
     async def save_state(self, state: AgentState) -> None:
         value = {
