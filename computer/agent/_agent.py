@@ -66,7 +66,8 @@ class Agent(OwnerActor):
     Class attributes configure it: ``workspace_bash`` (the ``bash`` tool), ``include_mcp_tools``,
     ``extension_tools`` (give the model ``load_extension``/``list_extensions``),
     ``approve_workspace_tools`` (``"mutating"`` or tool names needing approval), ``hibernate_after``
-    (seconds idle before the actor exits; ``None``: the configured default), ``instructions``.
+    (seconds idle before the actor exits; ``None``: the configured default), ``instructions``,
+    ``execute_timeout`` (seconds one ``execute`` run or extension sandbox run may take; ``None``: no bound).
     """
 
     managed = False  # clients never re-create an agent by its workspace name: only spawn() does
@@ -76,6 +77,7 @@ class Agent(OwnerActor):
     approve_workspace_tools: Literal["mutating"] | Collection[str] | None = None
     hibernate_after: float | None = None
     instructions: str | None = None
+    execute_timeout: float | None = 120.0
 
     def __init__(self, name: str, config: Settings | dict[str, Any] | None = None) -> None:
         super().__init__(name, config)
@@ -90,9 +92,9 @@ class Agent(OwnerActor):
         # What the model's tools work on: the same workspace, but the agent's own state is read-only.
         self._tool_workspace = GuardedWorkspace(self.workspace)
         self._turn_lock = asyncio.Lock()
-        self._extensions = ExtensionManager(self.workspace, self._store)
+        self._extensions = ExtensionManager(self.workspace, self._store, timeout=self.execute_timeout)
         self._mcp = McpRegistry(self._store)
-        self._code = CodeRunner(self.workspace, self._agent_exec, self._store)
+        self._code = CodeRunner(self.workspace, self._agent_exec, self._store, timeout=self.execute_timeout)
         self._turn_tools: AbstractToolset[Any] | None = None
         self._root_ready = False
 

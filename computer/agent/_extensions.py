@@ -31,7 +31,7 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from ..surface import WorkspaceSurface
-from ._execute import python_backend_id
+from ._execute import python_backend_id, run_bounded, timed_out
 from ._store import AgentStore
 
 __all__ = ["ExtensionManager", "ExtensionManifest", "ExtensionToolset"]
@@ -79,9 +79,10 @@ def _object_schema(parameters: dict[str, Any]) -> dict[str, Any]:
 class ExtensionManager:
     """Loads, stores and runs the agent's extensions (the files are the truth, this is a cache)."""
 
-    def __init__(self, workspace: WorkspaceSurface, store: AgentStore) -> None:
+    def __init__(self, workspace: WorkspaceSurface, store: AgentStore, timeout: float | None = None) -> None:
         self.workspace = workspace
         self.store = store
+        self.timeout = timeout  # of each sandbox run (a load's description, each call)
         self._cache: dict[str, dict[str, Any]] | None = None
         self._toolset: FunctionToolset[Any] | None = None
 
@@ -93,8 +94,12 @@ class ExtensionManager:
 
     async def _sandbox(self, payload: dict[str, Any]) -> Any:
         backend = python_backend_id(self.workspace.runtime)
-        handle = await self.workspace.runtime.exec(DRIVER, backend=backend, input=payload)
-        result = await handle.result()
+        handle = await self.workspace.runtime.exec(
+            DRIVER, backend=backend, input=payload, timeout=self.timeout
+        )
+        result = await run_bounded(handle)  # a cancelled turn kills the run
+        if (error := timed_out(result, self.timeout)) is not None:
+            raise RuntimeError(error)
         if result.status != "completed":
             lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
             raise RuntimeError(lines[-1] if lines else (result.error or result.status))

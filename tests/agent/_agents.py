@@ -75,6 +75,12 @@ class CodeAgent(ScriptedAgent):
         return [*super().get_tools(), self.create_execute_tool()]
 
 
+class QuickCodeAgent(CodeAgent):
+    """``execute`` and extension runs are cut after 1.5 s."""
+
+    execute_timeout = 1.5
+
+
 class NoMcpAgent(ScriptedAgent):
     include_mcp_tools = False
 

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
+import pytest
 import ray
 
-from ._agents import CodeAgent
+import computer
+
+from ._agents import CodeAgent, QuickCodeAgent
 from ._scripted import outcome, plan
 from .conftest import Agents, until_dead, until_named_free
 
@@ -100,3 +105,61 @@ async def test_a_broken_extension_is_refused_at_load(agents: Agents) -> None:
     answer = outcome((await agent.chat.remote(message)).text)
     assert "loading extension 'bad' failed" in answer["results"][0]["content"]
     assert await agent.list_extensions.remote() == []
+
+
+SPIN = "while True:\n    pass\n"
+
+TICK = """
+import time
+
+def main():
+    i = 0
+    while True:
+        i += 1
+        workspace.write_file("/workspace/tick", str(i))
+        time.sleep(0.05)
+"""
+
+SPINNING_EXTENSION = """
+def spin():
+    while True:
+        pass
+
+tools = {"forever": {"description": "Never returns", "parameters": {}, "execute": spin}}
+"""
+
+
+async def test_execute_and_extension_runs_are_cut_at_the_timeout(agents: Agents) -> None:
+    agent = agents.spawn(QuickCodeAgent)
+    await agent.load_extension.remote({"name": "spinner"}, SPINNING_EXTENSION)
+    answer = outcome(
+        (await agent.chat.remote(plan(("execute", {"code": SPIN}), ("spinner_forever", {})))).text
+    )
+    result = json.loads(answer["results"][0]["content"])
+    assert result["status"] == "cancelled"
+    assert "timed out after 1.5 s" in result["error"]
+    assert "timed out after 1.5 s" in answer["results"][1]["content"]
+    [record] = await agent.executions.remote()
+    assert record["status"] == "cancelled" and "timed out" in record["error"]
+
+
+async def test_cancelling_a_turn_kills_its_execute_run_and_records_it(agents: Agents) -> None:
+    agent = agents.spawn(CodeAgent)
+    turn = agent.chat.remote(plan(("execute", {"code": TICK})))
+    async with computer.get_workspace(agent) as ws:
+        deadline = time.monotonic() + 60
+        while not await ws.fs.exists("/workspace/tick"):
+            assert time.monotonic() < deadline, "the run never started"
+            await asyncio.sleep(0.05)
+        ray.cancel(turn)
+        with pytest.raises((ray.exceptions.TaskCancelledError, ray.exceptions.RayTaskError)):
+            await turn
+        deadline = time.monotonic() + 30
+        while not (records := await agent.executions.remote()):
+            assert time.monotonic() < deadline, "the cancelled run left no record"
+            await asyncio.sleep(0.05)
+        assert records[0]["status"] == "cancelled" and "cancelled" in records[0]["error"]
+        ticks = await ws.fs.read_text("/workspace/tick")
+        await asyncio.sleep(1.0)  # a run still alive writes a tick every 0.05 s
+        assert await ws.fs.read_text("/workspace/tick") == ticks
+    assert outcome((await agent.chat.remote(plan())).text)["turns"] == 1  # the cancelled turn is not kept
