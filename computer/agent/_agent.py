@@ -97,6 +97,7 @@ class Agent(OwnerActor):
         self._code = CodeRunner(self.workspace, self._agent_exec, self._store, timeout=self.execute_timeout)
         self._turn_tools: AbstractToolset[Any] | None = None
         self._root_ready = False
+        self._resuming = False  # a paused turn is resuming after its approvals (under the turn lock)
 
     # -- hooks a subclass overrides -------------------------------------------------------------------
 
@@ -172,9 +173,16 @@ class Agent(OwnerActor):
                 task.cancel()
 
     async def pending(self) -> list[PendingCall]:
-        """The calls of the paused turn that wait for a decision."""
+        """The calls of the paused turn that wait for a decision.
+
+        When every call is decided but the turn did not resume to its end (a tool raised, the actor
+        died, the approve was cancelled) and no resume is running here, those calls: approving or
+        rejecting one of them again resumes the turn.
+        """
         state = await self._store.load_state()
-        return state.paused.undecided() if state.paused else []
+        if state.paused is None:
+            return []
+        return state.paused.undecided() or ([] if self._resuming else list(state.paused.calls))
 
     async def approve(self, call_id: str) -> Reply:
         """Approve a pending call; once every call is decided the turn resumes and its reply returns."""
@@ -252,8 +260,17 @@ class Agent(OwnerActor):
         if replayed is not None:
             return replayed
         if resume is None and state.paused is not None:
-            waiting = ", ".join(c.id for c in state.paused.undecided())
-            raise TurnBusyError(f"the last turn waits for approval of {waiting}: approve or reject first")
+            undecided = state.paused.undecided()
+            if undecided:
+                waiting = ", ".join(c.id for c in undecided)
+                raise TurnBusyError(f"the last turn waits for approval of {waiting}: approve or reject first")
+            # Every call is decided, yet the turn is still paused: its resume failed (and none runs
+            # now, the turn lock is held here). Deciding one of them again resumes it.
+            decided = ", ".join(c.id for c in state.paused.calls)
+            raise TurnBusyError(
+                f"the last turn did not finish resuming after its approvals of {decided}: "
+                "approve or reject one of them again to resume it"
+            )
         ctx = TurnContext(message=message, history_length=len(state.messages), resumed=resume is not None)
         toolset = await self._toolset(ctx)
         runner = ModelAgent(
@@ -307,7 +324,13 @@ class Agent(OwnerActor):
         approvals: dict[str, bool | ToolApproved | ToolDenied] = {
             cid: True if d is True else ToolDenied(str(d)) for cid, d in paused.decisions.items()
         }
-        return await self._turn(paused.message, resume=DeferredToolResults(approvals=approvals), state=state)
+        self._resuming = True
+        try:
+            return await self._turn(
+                paused.message, resume=DeferredToolResults(approvals=approvals), state=state
+            )
+        finally:
+            self._resuming = False
 
     async def _toolset(self, ctx: TurnContext) -> AbstractToolset[Any]:
         """The merged tools: workspace, get_tools(), extensions, MCP; later wins; then before_turn."""

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import ray
 
-from computer.agent import PendingCall, TurnBusyError
+from computer.agent import PendingCall, TurnBusyError, tool
 
 from ._agents import ScriptedAgent
 from ._scripted import outcome, plan
@@ -144,3 +144,26 @@ async def test_an_external_deferred_call_is_refused_and_the_turn_not_committed(a
         await agent.chat.remote(plan(("ask_human", {})))
     assert await agent.history.remote() == []
     assert await agent.pending.remote() == []
+
+
+async def test_a_failed_resume_names_its_calls_so_they_can_be_decided_again(agents: Agents) -> None:
+    def risky() -> str:
+        """Fails every time it runs."""
+        raise RuntimeError("risky failed")
+
+    class Failing(ScriptedAgent):
+        def get_tools(self) -> list[Any]:
+            return [tool(risky, needs_approval=True)]
+
+    agent = agents.spawn(Failing)
+    paused = await agent.chat.remote(plan(("risky", {}), reply="gave up"))
+    [call] = paused.pending
+    with pytest.raises(RuntimeError, match="risky failed"):
+        await agent.approve.remote(call.id)
+    assert await agent.pending.remote() == [call]  # decided, but the turn never finished
+    with pytest.raises(TurnBusyError, match=call.id):
+        await agent.chat.remote(plan())
+    answer = outcome((await agent.reject.remote(call.id, "leave it")).text)
+    assert answer["reply"] == "gave up" and "leave it" in answer["results"][0]["content"]
+    assert await agent.pending.remote() == []
+    assert outcome((await agent.chat.remote(plan())).text)["turns"] == 2
