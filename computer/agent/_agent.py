@@ -29,7 +29,7 @@ from pydantic_ai.messages import (
     TextPartDelta,
 )
 from pydantic_ai.tools import Tool
-from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.toolsets import AbstractToolset, ApprovalRequiredToolset
 from pydantic_core import to_jsonable_python
 
 from ..actors import OwnerActor, owner_backends
@@ -65,7 +65,8 @@ class Agent(OwnerActor):
 
     Class attributes configure it: ``workspace_bash`` (the ``bash`` tool), ``include_mcp_tools``,
     ``extension_tools`` (give the model ``load_extension``/``list_extensions``),
-    ``approve_workspace_tools`` (``"mutating"`` or tool names needing approval), ``hibernate_after``
+    ``approve_workspace_tools`` (``"mutating"``, which also gates ``execute``, extension tools and
+    ``load_extension``, or workspace tool names needing approval), ``hibernate_after``
     (seconds idle before the actor exits; ``None``: the configured default), ``instructions``,
     ``execute_timeout`` (seconds one ``execute`` run or extension sandbox run may take; ``None``: no bound).
     """
@@ -335,6 +336,11 @@ class Agent(OwnerActor):
     async def _toolset(self, ctx: TurnContext) -> AbstractToolset[Any]:
         """The merged tools: workspace, get_tools(), extensions, MCP; later wins; then before_turn."""
         user = user_toolset(as_tools(self.get_tools()), id="tools")
+        # Sandboxed code (execute, extension tools) changes workspace files as freely as write and
+        # delete do: when those need approval, so do execute, extension tools and load_extension.
+        gate_code = self.approve_workspace_tools == "mutating"
+        if user is not None and gate_code:
+            user = ApprovalRequiredToolset(user, lambda ctx, tool_def, args: tool_def.name == "execute")
         self._turn_tools = user
         sources: list[AbstractToolset[Any]] = [
             workspace_toolset(
@@ -343,7 +349,12 @@ class Agent(OwnerActor):
         ]
         if user is not None:
             sources.append(user)
-        sources.append(ExtensionToolset(self._extensions, management=self.extension_tools))
+        extensions: AbstractToolset[Any] = ExtensionToolset(self._extensions, management=self.extension_tools)
+        if gate_code:
+            extensions = ApprovalRequiredToolset(
+                extensions, lambda ctx, tool_def, args: tool_def.name != "list_extensions"
+            )
+        sources.append(extensions)
         if self.include_mcp_tools:
             sources.extend(await self._mcp.toolsets())
         toolset: AbstractToolset[Any] = MergedToolset(sources)

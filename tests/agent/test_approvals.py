@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 import ray
 
+import computer
 from computer.agent import PendingCall, TurnBusyError, tool
 
 from ._agents import ScriptedAgent
@@ -167,3 +168,45 @@ async def test_a_failed_resume_names_its_calls_so_they_can_be_decided_again(agen
     assert answer["reply"] == "gave up" and "leave it" in answer["results"][0]["content"]
     assert await agent.pending.remote() == []
     assert outcome((await agent.chat.remote(plan())).text)["turns"] == 2
+
+
+ADD = """
+def add(a, b):
+    workspace.write_file("/workspace/added.txt", str(a + b))
+    return a + b
+
+tools = {"add": {"description": "Add", "parameters": {"a": {"type": "number"}, "b": {"type": "number"}},
+                 "execute": add}}
+"""
+
+
+async def test_mutating_approval_also_gates_execute_and_extension_tools(agents: Agents) -> None:
+    from ._agents import CodeAgent
+
+    class Careful(CodeAgent):
+        approve_workspace_tools = "mutating"
+
+    agent = agents.spawn(Careful)
+    await agent.load_extension.remote({"name": "math"}, ADD)
+    code = "workspace.write_file('/workspace/planted.txt', 'planted')"
+    reply = await agent.chat.remote(
+        plan(
+            [
+                ("execute", {"code": code}),
+                ("math_add", {"a": 1, "b": 2}),
+                ("load_extension", {"manifest": {"name": "more"}, "source": ADD}),
+                ("list_extensions", {}),
+            ],
+            reply="all rejected",
+        )
+    )
+    assert sorted(c.tool for c in reply.pending) == ["execute", "load_extension", "math_add"]
+    for call in reply.pending:
+        last = await agent.reject.remote(call.id, "no changes today")
+    answer = outcome(last.text)
+    assert answer["reply"] == "all rejected"
+    listed = next(r for r in answer["results"] if r["tool"] == "list_extensions")
+    assert '"math"' in listed["content"] and '"more"' not in listed["content"]
+    async with computer.get_workspace(agent) as ws:
+        assert not await ws.fs.exists("/workspace/planted.txt")
+        assert not await ws.fs.exists("/workspace/added.txt")
