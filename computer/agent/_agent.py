@@ -341,7 +341,6 @@ class Agent(OwnerActor):
         gate_code = self.approve_workspace_tools == "mutating"
         if user is not None and gate_code:
             user = ApprovalRequiredToolset(user, lambda ctx, tool_def, args: tool_def.name == "execute")
-        self._turn_tools = user
         sources: list[AbstractToolset[Any]] = [
             workspace_toolset(
                 self._tool_workspace, bash=self.workspace_bash, approve=self.approve_workspace_tools
@@ -365,13 +364,17 @@ class Agent(OwnerActor):
         if turn.active_tools is not None:
             allowed = frozenset(turn.active_tools)
             toolset = toolset.filtered(lambda run_ctx, tool_def: tool_def.name in allowed)
+            if user is not None:  # execute's tools.* obey the same restriction
+                user = user.filtered(lambda run_ctx, tool_def: tool_def.name in allowed)
+        self._turn_tools = user
         extra = user_toolset(as_tools(turn.tools), id="turn")
         if extra is not None:
             toolset = MergedToolset([toolset, extra])
         return toolset
 
     async def _execute(self, ctx: RunContext[Any], code: str) -> dict[str, Any]:
-        """Run ``code`` with ``tools.*`` = the agent's own tools of this turn (``execute`` excluded)."""
+        """Run ``code`` with ``tools.*`` = the agent's own tools of this turn (``execute`` excluded),
+        as ``before_turn``'s ``active_tools`` left them."""
         toolset = self._turn_tools
         # A call from code is never pre-approved, even when the execute call itself was approved.
         inner_ctx = dataclasses.replace(ctx, tool_call_approved=False)

@@ -81,6 +81,13 @@ class QuickCodeAgent(CodeAgent):
     execute_timeout = 1.5
 
 
+class RestrictedCodeAgent(CodeAgent):
+    """Its turns may only run code and ask for weather."""
+
+    def before_turn(self, ctx: TurnContext) -> TurnConfig:
+        return TurnConfig(active_tools=["execute", "weather"])
+
+
 class NoMcpAgent(ScriptedAgent):
     include_mcp_tools = False
 
