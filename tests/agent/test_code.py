@@ -163,3 +163,42 @@ async def test_cancelling_a_turn_kills_its_execute_run_and_records_it(agents: Ag
         await asyncio.sleep(1.0)  # a run still alive writes a tick every 0.05 s
         assert await ws.fs.read_text("/workspace/tick") == ticks
     assert outcome((await agent.chat.remote(plan())).text)["turns"] == 1  # the cancelled turn is not kept
+
+
+def one_tool(name: str) -> str:
+    return f"tools = {{{name!r}: {{'description': 'd', 'parameters': {{}}, 'execute': lambda: {name!r}}}}}\n"
+
+
+async def test_extension_tool_names_may_not_clash(agents: Agents) -> None:
+    agent = agents.spawn(CodeAgent)
+    await agent.load_extension.remote({"name": "a_b"}, one_tool("c"))
+    with pytest.raises(ValueError, match="'a_b_c' of extension 'a' clashes with extension 'a_b'"):
+        await agent.load_extension.remote({"name": "a"}, one_tool("b_c"))
+    with pytest.raises(ValueError, match="clashes with the management tool 'load_extension'"):
+        await agent.load_extension.remote({"name": "load"}, one_tool("extension"))
+    await agent.load_extension.remote({"name": "a_b"}, one_tool("c"))  # a reload keeps its own names
+    message = plan(("load_extension", {"manifest": {"name": "list"}, "source": one_tool("extensions")}))
+    answer = outcome((await agent.chat.remote(message)).text)
+    assert "clashes with the management tool 'list_extensions'" in answer["results"][0]["content"]
+    answer = outcome((await agent.chat.remote(plan(("a_b_c", {})))).text)
+    assert answer["results"] == [{"tool": "a_b_c", "content": "c"}]
+    assert [e["name"] for e in await agent.list_extensions.remote()] == ["a_b"]
+
+
+async def test_a_stored_clashing_extension_is_left_out_instead_of_failing_turns(agents: Agents) -> None:
+    agent = agents.spawn(CodeAgent)
+    await agent.ping.remote()
+    params = {"type": "object", "properties": {}, "required": []}
+    async with computer.get_workspace(agent) as ws:
+        for name, tool in (("a", "b_c"), ("a_b", "c"), ("load", "extension")):
+            record = {
+                "manifest": {"name": name, "version": "0.0.0", "description": ""},
+                "source": one_tool(tool),
+                "tools": [{"name": tool, "description": "d", "parameters": params}],
+                "loaded": 0,
+            }
+            await ws.fs.mkdir("/.computer/agent/extensions", recursive=True)
+            await ws.fs.write_file(f"/.computer/agent/extensions/{name}.json", json.dumps(record).encode())
+    answer = outcome((await agent.chat.remote(plan(("a_b_c", {})))).text)
+    assert answer["results"] == [{"tool": "a_b_c", "content": "b_c"}]  # the first in name order
+    assert "Load an extension" in answer["descriptions"]["load_extension"]
