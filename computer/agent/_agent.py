@@ -311,10 +311,18 @@ class Agent(OwnerActor):
         return reply
 
     async def _decide(self, call_id: str, decision: bool | str) -> Reply:
+        # Set before the decision is saved: pending() must not offer the calls again meanwhile.
+        self._resuming = True
+        try:
+            return await self._decide_and_resume(call_id, decision)
+        finally:
+            self._resuming = False
+
+    async def _decide_and_resume(self, call_id: str, decision: bool | str) -> Reply:
         state = await self._store.load_state()
         paused = state.paused
         if paused is None or all(c.id != call_id for c in paused.calls):
-            replayed = state.replay(call_id)  # a retry of the approval that resumed the last turn
+            replayed = state.replay(call_id)  # a retry of the approval that resumed the turn
             if replayed is not None:
                 return replayed
             raise LookupError(f"no pending call with id {call_id!r}")
@@ -325,13 +333,7 @@ class Agent(OwnerActor):
         approvals: dict[str, bool | ToolApproved | ToolDenied] = {
             cid: True if d is True else ToolDenied(str(d)) for cid, d in paused.decisions.items()
         }
-        self._resuming = True
-        try:
-            return await self._turn(
-                paused.message, resume=DeferredToolResults(approvals=approvals), state=state
-            )
-        finally:
-            self._resuming = False
+        return await self._turn(paused.message, resume=DeferredToolResults(approvals=approvals), state=state)
 
     async def _toolset(self, ctx: TurnContext) -> AbstractToolset[Any]:
         """The merged tools: workspace, get_tools(), extensions, MCP; later wins; then before_turn."""
