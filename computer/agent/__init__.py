@@ -17,6 +17,7 @@ from ._agent import Agent
 from ._client import AgentClient
 from ._extensions import ExtensionManifest
 from ._spawn import agent_actor_name, spawn
+from ._store import AgentStateError
 from ._tools import AgentTool, tool
 from ._turn import AgentMovedError, PendingCall, Reply, TurnBusyError, TurnConfig, TurnContext
 
@@ -24,6 +25,7 @@ __all__ = [
     "Agent",
     "AgentClient",
     "AgentMovedError",
+    "AgentStateError",
     "AgentTool",
     "ExtensionManifest",
     "PendingCall",

@@ -29,7 +29,7 @@ from pydantic_ai.messages import (
     TextPartDelta,
 )
 from pydantic_ai.tools import Tool
-from pydantic_ai.toolsets import AbstractToolset
+from pydantic_ai.toolsets import AbstractToolset, ApprovalRequiredToolset
 from pydantic_core import to_jsonable_python
 
 from ..actors import OwnerActor, owner_backends
@@ -38,6 +38,7 @@ from ..runtime import Runtime
 from ..storage import audit_caller
 from ._execute import EXECUTE_DESCRIPTION, CodeRunner
 from ._extensions import ExtensionManager, ExtensionToolset
+from ._guard import GuardedWorkspace
 from ._mcp import McpRegistry
 from ._merge import MergedToolset
 from ._sandbox_calls import AgentExecContext
@@ -64,8 +65,10 @@ class Agent(OwnerActor):
 
     Class attributes configure it: ``workspace_bash`` (the ``bash`` tool), ``include_mcp_tools``,
     ``extension_tools`` (give the model ``load_extension``/``list_extensions``),
-    ``approve_workspace_tools`` (``"mutating"`` or tool names needing approval), ``hibernate_after``
-    (seconds idle before the actor exits; ``None``: the configured default), ``instructions``.
+    ``approve_workspace_tools`` (``"mutating"``, which also gates ``execute``, extension tools and
+    ``load_extension``, or workspace tool names needing approval), ``hibernate_after``
+    (seconds idle before the actor exits; ``None``: the configured default), ``instructions``,
+    ``execute_timeout`` (seconds one ``execute`` run or extension sandbox run may take; ``None``: no bound).
     """
 
     managed = False  # clients never re-create an agent by its workspace name: only spawn() does
@@ -75,6 +78,7 @@ class Agent(OwnerActor):
     approve_workspace_tools: Literal["mutating"] | Collection[str] | None = None
     hibernate_after: float | None = None
     instructions: str | None = None
+    execute_timeout: float | None = 120.0
 
     def __init__(self, name: str, config: Settings | dict[str, Any] | None = None) -> None:
         super().__init__(name, config)
@@ -86,12 +90,15 @@ class Agent(OwnerActor):
         # call the agent's tools. Nothing has run on the first runtime yet, so swapping it is safe.
         self.workspace.runtime = Runtime(self.workspace, list(self.get_backends()), context=self._agent_exec)
         self._store = AgentStore(self.workspace.fs)
+        # What the model's tools work on: the same workspace, but the agent's own state is read-only.
+        self._tool_workspace = GuardedWorkspace(self.workspace)
         self._turn_lock = asyncio.Lock()
-        self._extensions = ExtensionManager(self.workspace, self._store)
+        self._extensions = ExtensionManager(self.workspace, self._store, timeout=self.execute_timeout)
         self._mcp = McpRegistry(self._store)
-        self._code = CodeRunner(self.workspace, self._agent_exec, self._store)
+        self._code = CodeRunner(self.workspace, self._agent_exec, self._store, timeout=self.execute_timeout)
         self._turn_tools: AbstractToolset[Any] | None = None
         self._root_ready = False
+        self._resuming = False  # a paused turn is resuming after its approvals (under the turn lock)
 
     # -- hooks a subclass overrides -------------------------------------------------------------------
 
@@ -167,9 +174,16 @@ class Agent(OwnerActor):
                 task.cancel()
 
     async def pending(self) -> list[PendingCall]:
-        """The calls of the paused turn that wait for a decision."""
+        """The calls of the paused turn that wait for a decision.
+
+        When every call is decided but the turn did not resume to its end (a tool raised, the actor
+        died, the approve was cancelled) and no resume is running here, those calls: approving or
+        rejecting one of them again resumes the turn.
+        """
         state = await self._store.load_state()
-        return state.paused.undecided() if state.paused else []
+        if state.paused is None:
+            return []
+        return state.paused.undecided() or ([] if self._resuming else list(state.paused.calls))
 
     async def approve(self, call_id: str) -> Reply:
         """Approve a pending call; once every call is decided the turn resumes and its reply returns."""
@@ -247,8 +261,17 @@ class Agent(OwnerActor):
         if replayed is not None:
             return replayed
         if resume is None and state.paused is not None:
-            waiting = ", ".join(c.id for c in state.paused.undecided())
-            raise TurnBusyError(f"the last turn waits for approval of {waiting}: approve or reject first")
+            undecided = state.paused.undecided()
+            if undecided:
+                waiting = ", ".join(c.id for c in undecided)
+                raise TurnBusyError(f"the last turn waits for approval of {waiting}: approve or reject first")
+            # Every call is decided, yet the turn is still paused: its resume failed (and none runs
+            # now, the turn lock is held here). Deciding one of them again resumes it.
+            decided = ", ".join(c.id for c in state.paused.calls)
+            raise TurnBusyError(
+                f"the last turn did not finish resuming after its approvals of {decided}: "
+                "approve or reject one of them again to resume it"
+            )
         ctx = TurnContext(message=message, history_length=len(state.messages), resumed=resume is not None)
         toolset = await self._toolset(ctx)
         runner = ModelAgent(
@@ -288,10 +311,18 @@ class Agent(OwnerActor):
         return reply
 
     async def _decide(self, call_id: str, decision: bool | str) -> Reply:
+        # Set before the decision is saved: pending() must not offer the calls again meanwhile.
+        self._resuming = True
+        try:
+            return await self._decide_and_resume(call_id, decision)
+        finally:
+            self._resuming = False
+
+    async def _decide_and_resume(self, call_id: str, decision: bool | str) -> Reply:
         state = await self._store.load_state()
         paused = state.paused
         if paused is None or all(c.id != call_id for c in paused.calls):
-            replayed = state.replay(call_id)  # a retry of the approval that resumed the last turn
+            replayed = state.replay(call_id)  # a retry of the approval that resumed the turn
             if replayed is not None:
                 return replayed
             raise LookupError(f"no pending call with id {call_id!r}")
@@ -307,13 +338,24 @@ class Agent(OwnerActor):
     async def _toolset(self, ctx: TurnContext) -> AbstractToolset[Any]:
         """The merged tools: workspace, get_tools(), extensions, MCP; later wins; then before_turn."""
         user = user_toolset(as_tools(self.get_tools()), id="tools")
-        self._turn_tools = user
+        # Sandboxed code (execute, extension tools) changes workspace files as freely as write and
+        # delete do: when those need approval, so do execute, extension tools and load_extension.
+        gate_code = self.approve_workspace_tools == "mutating"
+        if user is not None and gate_code:
+            user = ApprovalRequiredToolset(user, lambda ctx, tool_def, args: tool_def.name == "execute")
         sources: list[AbstractToolset[Any]] = [
-            workspace_toolset(self.workspace, bash=self.workspace_bash, approve=self.approve_workspace_tools)
+            workspace_toolset(
+                self._tool_workspace, bash=self.workspace_bash, approve=self.approve_workspace_tools
+            )
         ]
         if user is not None:
             sources.append(user)
-        sources.append(ExtensionToolset(self._extensions, management=self.extension_tools))
+        extensions: AbstractToolset[Any] = ExtensionToolset(self._extensions, management=self.extension_tools)
+        if gate_code:
+            extensions = ApprovalRequiredToolset(
+                extensions, lambda ctx, tool_def, args: tool_def.name != "list_extensions"
+            )
+        sources.append(extensions)
         if self.include_mcp_tools:
             sources.extend(await self._mcp.toolsets())
         toolset: AbstractToolset[Any] = MergedToolset(sources)
@@ -324,13 +366,17 @@ class Agent(OwnerActor):
         if turn.active_tools is not None:
             allowed = frozenset(turn.active_tools)
             toolset = toolset.filtered(lambda run_ctx, tool_def: tool_def.name in allowed)
+            if user is not None:  # execute's tools.* obey the same restriction
+                user = user.filtered(lambda run_ctx, tool_def: tool_def.name in allowed)
+        self._turn_tools = user
         extra = user_toolset(as_tools(turn.tools), id="turn")
         if extra is not None:
             toolset = MergedToolset([toolset, extra])
         return toolset
 
     async def _execute(self, ctx: RunContext[Any], code: str) -> dict[str, Any]:
-        """Run ``code`` with ``tools.*`` = the agent's own tools of this turn (``execute`` excluded)."""
+        """Run ``code`` with ``tools.*`` = the agent's own tools of this turn (``execute`` excluded),
+        as ``before_turn``'s ``active_tools`` left them."""
         toolset = self._turn_tools
         # A call from code is never pre-approved, even when the execute call itself was approved.
         inner_ctx = dataclasses.replace(ctx, tool_call_approved=False)

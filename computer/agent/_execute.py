@@ -4,11 +4,16 @@ The backend runs :data:`DRIVER`, whose ``main(input)`` compiles the model's code
 namespace holding ``tools`` (each attribute calls one of the agent's own tools back through the
 channel, see ``_sandbox_calls.py``) and ``workspace`` (the backend's module over the workspace fs).
 The value is what the code's ``main()`` returns, else its ``result`` variable. Every run is recorded
-in ``/.computer/agent/executions/`` (code, status, value, output, tool calls).
+in ``/.computer/agent/executions/`` (code, status, value, output, tool calls). A run is bounded by
+``timeout`` (``Agent.execute_timeout``; past it the run is ``cancelled`` with a "timed out" error),
+and a cancelled turn kills its run and records it as ``cancelled``.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import secrets
 import time
 from collections.abc import Awaitable, Callable
@@ -19,7 +24,11 @@ from pydantic_core import to_jsonable_python
 from ..surface import WorkspaceSurface
 from ._store import AgentStore
 
-__all__ = ["DRIVER", "EXECUTE_DESCRIPTION", "CodeRunner", "python_backend_id"]
+__all__ = ["DRIVER", "EXECUTE_DESCRIPTION", "CodeRunner", "python_backend_id", "run_bounded"]
+
+log = logging.getLogger(__name__)
+
+TIMEOUT_EXIT_CODE = 124  # what a run cut at its timeout exits with (as timeout(1))
 
 EXECUTE_DESCRIPTION = (
     "Run Python code in a sandbox (no network). `tools.<name>(**arguments)` calls one of your tools and "
@@ -69,13 +78,43 @@ def python_backend_id(runtime: Any) -> str:
     raise LookupError("this agent's workspace has no python backend (see Agent.get_backends)")
 
 
+def timed_out(result: Any, timeout: float | None) -> str | None:
+    """The error of a run its timeout cut (None for any other run)."""
+    if timeout is not None and result.status == "cancelled" and result.exit_code == TIMEOUT_EXIT_CODE:
+        return f"timed out after {timeout:g} s"
+    return None
+
+
+async def run_bounded(handle: Any, on_cancel: Callable[[], Awaitable[None]] | None = None) -> Any:
+    """``handle.result()``; when the caller is cancelled (the turn was), the run is killed first
+    (and ``on_cancel`` runs), shielded from a second cancellation, before ``CancelledError`` goes on."""
+    try:
+        return await handle.result()
+    except asyncio.CancelledError:
+
+        async def stop() -> None:
+            try:
+                await handle.kill()
+            except Exception:
+                log.warning("killing a cancelled run failed", exc_info=True)
+            if on_cancel is not None:
+                await on_cancel()
+
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(asyncio.ensure_future(stop()))
+        raise
+
+
 class CodeRunner:
     """Runs code on the python backend with a tool dispatch, and keeps the execution records."""
 
-    def __init__(self, workspace: WorkspaceSurface, context: Any, store: AgentStore) -> None:
+    def __init__(
+        self, workspace: WorkspaceSurface, context: Any, store: AgentStore, timeout: float | None = None
+    ) -> None:
         self.workspace = workspace
         self.context = context
         self.store = store
+        self.timeout = timeout
 
     async def run(
         self,
@@ -99,28 +138,42 @@ class CodeRunner:
             entry["ok"] = True
             return value
 
+        name = f"{int(started * 1000):015d}-{record['id']}.json"
+
+        async def cancelled() -> None:
+            record.update(
+                status="cancelled",
+                value=None,
+                stdout="",
+                stderr="",
+                error="the turn was cancelled: the run was killed",
+                toolCalls=calls,
+                finished=time.time(),
+            )
+            await self.store.write_json(self.store.path("executions", name), record)
+
         with self.context.session(recorded) as token:
             handle = await self.workspace.runtime.exec(
                 DRIVER,
                 backend=backend,
                 id=record["id"],
                 input={"code": code, "token": token, "tools": tool_names},
+                timeout=self.timeout,
             )
-            result = await handle.result()
+            result = await run_bounded(handle, cancelled)
         record.update(
             status=result.status,
             value=result.value,
             stdout=result.stdout,
             stderr=result.stderr,
-            error=result.error,
+            error=timed_out(result, self.timeout) or result.error,
             toolCalls=calls,
             finished=time.time(),
         )
-        name = f"{int(started * 1000):015d}-{record['id']}.json"
         await self.store.write_json(self.store.path("executions", name), record)
         shaped = {k: record[k] for k in ("id", "status", "value", "stdout", "stderr")}
         if result.status != "completed":
-            shaped["error"] = result.error or _last_line(result.stderr) or result.status
+            shaped["error"] = record["error"] or _last_line(result.stderr) or result.status
         return shaped
 
     async def records(self) -> list[dict[str, Any]]:

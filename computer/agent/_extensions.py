@@ -15,11 +15,16 @@ Loading runs the source once in the sandbox to describe its tools (a broken sour
 not a later turn) and stores manifest, source and descriptions in
 ``/.computer/agent/extensions/<name>.json``. Each call runs the source again in a fresh sandbox and
 calls ``execute(**arguments)``: extensions keep no state between calls except in the workspace.
-The model sees the tools as ``<extension>_<tool>``.
+The model sees the tools as ``<extension>_<tool>``. A load whose names clash with another
+extension's (``a_b`` + ``c`` and ``a`` + ``b_c`` are both ``a_b_c``) or with ``load_extension`` /
+``list_extensions`` is refused; a clashing set stored anyway (by hand, by older code) keeps the
+first extension's tool (name order) and leaves the later one out with a logged warning.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import re
 import time
 from typing import Any
@@ -31,10 +36,14 @@ from pydantic_ai.toolsets import AbstractToolset, FunctionToolset
 from pydantic_ai.toolsets.abstract import ToolsetTool
 
 from ..surface import WorkspaceSurface
-from ._execute import python_backend_id
+from ._execute import python_backend_id, run_bounded, timed_out
 from ._store import AgentStore
 
 __all__ = ["ExtensionManager", "ExtensionManifest", "ExtensionToolset"]
+
+log = logging.getLogger(__name__)
+
+MANAGEMENT_TOOLS = frozenset({"load_extension", "list_extensions"})
 
 _NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,47}$")
 
@@ -79,11 +88,13 @@ def _object_schema(parameters: dict[str, Any]) -> dict[str, Any]:
 class ExtensionManager:
     """Loads, stores and runs the agent's extensions (the files are the truth, this is a cache)."""
 
-    def __init__(self, workspace: WorkspaceSurface, store: AgentStore) -> None:
+    def __init__(self, workspace: WorkspaceSurface, store: AgentStore, timeout: float | None = None) -> None:
         self.workspace = workspace
         self.store = store
+        self.timeout = timeout  # of each sandbox run (a load's description, each call)
         self._cache: dict[str, dict[str, Any]] | None = None
         self._toolset: FunctionToolset[Any] | None = None
+        self._loading = asyncio.Lock()  # a load's clash check and its write, one load at a time
 
     async def _records(self) -> dict[str, dict[str, Any]]:
         if self._cache is None:
@@ -93,8 +104,12 @@ class ExtensionManager:
 
     async def _sandbox(self, payload: dict[str, Any]) -> Any:
         backend = python_backend_id(self.workspace.runtime)
-        handle = await self.workspace.runtime.exec(DRIVER, backend=backend, input=payload)
-        result = await handle.result()
+        handle = await self.workspace.runtime.exec(
+            DRIVER, backend=backend, input=payload, timeout=self.timeout
+        )
+        result = await run_bounded(handle)  # a cancelled turn kills the run
+        if (error := timed_out(result, self.timeout)) is not None:
+            raise RuntimeError(error)
         if result.status != "completed":
             lines = [line for line in result.stderr.strip().splitlines() if line.strip()]
             raise RuntimeError(lines[-1] if lines else (result.error or result.status))
@@ -113,10 +128,22 @@ class ExtensionManager:
                 raise ValueError(f"parameters of {tool['name']!r} must be a dict")
             tools.append({**tool, "parameters": _object_schema(params)})
         record = {"manifest": checked.model_dump(), "source": source, "tools": tools, "loaded": time.time()}
-        await self.store.write_json(self.store.path("extensions", f"{checked.name}.json"), record)
-        records = await self._records()
-        records[checked.name] = record
-        self._toolset = None
+        async with self._loading:
+            records = await self._records()
+            taken = {name: f"the management tool {name!r}" for name in MANAGEMENT_TOOLS}
+            for other, held in records.items():
+                if other != checked.name:  # a reload replaces its own names
+                    taken.update((f"{other}_{t['name']}", f"extension {other!r}") for t in held["tools"])
+            for tool in tools:
+                full = f"{checked.name}_{tool['name']}"
+                if full in taken:
+                    raise ValueError(
+                        f"tool {full!r} of extension {checked.name!r} clashes with {taken[full]}; "
+                        "rename the extension or the tool"
+                    )
+            await self.store.write_json(self.store.path("extensions", f"{checked.name}.json"), record)
+            records[checked.name] = record
+            self._toolset = None
         return self._summary(record)
 
     async def remove(self, name: str) -> None:
@@ -153,8 +180,16 @@ class ExtensionManager:
         """The loaded extensions' tools, ``<extension>_<tool>``, as one toolset (rebuilt after a load)."""
         if self._toolset is None:
             tools: list[Tool[Any]] = []
+            seen: dict[str, str] = {name: "a management tool" for name in MANAGEMENT_TOOLS}
             for name, record in (await self._records()).items():
                 for spec in record["tools"]:
+                    full = f"{name}_{spec['name']}"
+                    if full in seen:  # stored before loads were checked: keep the first, skip this one
+                        log.warning(
+                            "extension %r: tool %r clashes with %s and is left out", name, full, seen[full]
+                        )
+                        continue
+                    seen[full] = f"extension {name!r}"
                     tools.append(
                         Tool.from_schema(
                             self._caller(name, spec["name"]),
@@ -204,10 +239,9 @@ class ExtensionToolset(AbstractToolset[Any]):
         return "extensions"
 
     async def get_tools(self, ctx: RunContext[Any]) -> dict[str, ToolsetTool[Any]]:
-        tools: dict[str, ToolsetTool[Any]] = {}
-        if self.management is not None:
+        tools = dict(await (await self.manager.toolset()).get_tools(ctx))
+        if self.management is not None:  # last: an extension never takes a management tool's place
             tools.update(await self.management.get_tools(ctx))
-        tools.update(await (await self.manager.toolset()).get_tools(ctx))
         return tools
 
     async def call_tool(

@@ -5,6 +5,10 @@ backend's existing channel: the guest's ``workspace`` module sends msgpack frame
 the runtime answers, outside the sandbox, with ``ctx.fs_call``. This context answers ``op == "agent_tool"`` by running one of
 the agent's tools, but only for a token the agent issued to that one execution; every other op goes
 to the workspace as before. No new socket, no new process.
+
+Sandboxed code must not change the agent's own state (``/.computer/agent``): a changing op there is
+refused with ``PermissionError`` (see ``_guard.py``), and so is a sandbox pull (``bash``, a mirror)
+that would write or delete there.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 from ..runtime import LocalExecContext, PullResult, SyncLimits, SyncPull, SyncPush
+from ..storage.paths import canonical
 from ..surface import WorkspaceSurface
+from ._guard import check_change, refused, touches_state
 
 __all__ = ["TOOL_OP", "AgentExecContext", "ToolDispatch"]
 
@@ -48,6 +54,7 @@ class AgentExecContext:
 
     async def fs_call(self, op: str, args: dict[str, Any]) -> Any:
         if op != TOOL_OP:
+            await check_change(self._local.fs, op, args)
             return await self._local.fs_call(op, args)
         dispatch = self._sessions.get(str(args.get("token")))
         if dispatch is None:
@@ -61,6 +68,15 @@ class AgentExecContext:
         return await self._local.sync_push(mirror_rev, root, limits)
 
     async def sync_pull(self, pull: SyncPull, base_rev: int) -> PullResult:
+        changed = [
+            *(f.path for f in pull.files),
+            *(d.path for d in pull.dirs),
+            *(s.path for s in pull.symlinks),
+            *pull.deleted,
+        ]
+        for path in changed:
+            if touches_state(canonical(path), ancestors=True):
+                raise refused(canonical(path))
         return await self._local.sync_pull(pull, base_rev)
 
     async def share(self, path: str, expires_after: float) -> str:

@@ -16,9 +16,13 @@ from pydantic_ai.messages import ModelMessage, ModelMessagesTypeAdapter
 from ..surface import FileSystemSurface
 from ._turn import PendingCall, Reply
 
-__all__ = ["STATE_DIR", "AgentState", "AgentStore", "PausedTurn"]
+__all__ = ["REPLAY_TURNS", "STATE_DIR", "AgentState", "AgentStateError", "AgentStore", "PausedTurn"]
 
 STATE_DIR = "/.computer/agent"
+
+
+class AgentStateError(RuntimeError):
+    """The agent's ``state.json`` cannot be read back (damaged by hand or by a bug); names the file."""
 
 
 @dataclass
@@ -42,25 +46,40 @@ class PausedTurn:
         return cls(raw.get("message"), calls, dict(raw.get("decisions") or {}))
 
 
+REPLAY_TURNS = 64  # committed turns whose request keys and replies are remembered for retries
+
+
 @dataclass
 class AgentState:
-    """``last`` is the reply of the last committed turn with the request keys that produced it
-    (a chat's ``turn_id``, the call ids an approval resumed), so a retried request gets it again."""
+    """``recent`` holds the replies of the last :data:`REPLAY_TURNS` committed turns, each with the
+    request keys that produced it (a chat's ``turn_id``, the call ids an approval resumed), so a
+    retried request gets its reply again even when other turns committed in between. (Older files
+    kept only the last one, as ``last``; it is read back and still written.)"""
 
     messages: list[ModelMessage] = field(default_factory=list)
     paused: PausedTurn | None = None
-    last: dict[str, Any] | None = None
+    recent: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def last(self) -> dict[str, Any] | None:
+        return self.recent[-1] if self.recent else None
 
     def replay(self, key: str | None) -> Reply | None:
-        """The stored reply if ``key`` produced the last committed turn."""
-        if key is None or self.last is None or key not in self.last["keys"]:
+        """The stored reply of the remembered turn that ``key`` produced, if any."""
+        if key is None:
             return None
-        pending = tuple(PendingCall(c["id"], c["tool"], dict(c["args"])) for c in self.last["pending"])
-        return Reply(self.last["text"], pending)
+        for entry in reversed(self.recent):
+            if key in entry["keys"]:
+                pending = tuple(PendingCall(c["id"], c["tool"], dict(c["args"])) for c in entry["pending"])
+                return Reply(entry["text"], pending)
+        return None
 
     def remember(self, keys: list[str], reply: Reply) -> None:
+        if not keys:
+            return  # nothing could ask for it again
         pending = [{"id": c.id, "tool": c.tool, "args": c.args} for c in reply.pending]
-        self.last = {"keys": keys, "text": reply.text, "pending": pending}
+        self.recent.append({"keys": keys, "text": reply.text, "pending": pending})
+        del self.recent[:-REPLAY_TURNS]
 
 
 class AgentStore:
@@ -85,19 +104,36 @@ class AgentStore:
         await self.fs.write_file(path, json.dumps(value, ensure_ascii=False).encode())
 
     async def load_state(self) -> AgentState:
-        raw = await self.read_json(self.path("state.json"))
+        """The stored state (empty when there is none); ``AgentStateError`` naming the file if damaged."""
+        path = self.path("state.json")
+        try:
+            raw = await self.read_json(path)
+        except (ValueError, UnicodeDecodeError, IsADirectoryError) as exc:
+            raise AgentStateError(f"the agent's state file {path} is damaged: not JSON ({exc})") from exc
         if raw is None:
             return AgentState()
-        messages = ModelMessagesTypeAdapter.validate_python(raw["messages"])
-        paused = PausedTurn.from_json(raw["paused"]) if raw.get("paused") else None
-        return AgentState(list(messages), paused, raw.get("last"))
+        try:
+            if not isinstance(raw, dict) or "messages" not in raw:
+                raise ValueError("not an object with 'messages'")
+            messages = ModelMessagesTypeAdapter.validate_python(raw["messages"])
+            paused = PausedTurn.from_json(raw["paused"]) if raw.get("paused") else None
+            recent = raw.get("recent")
+            if recent is None:  # written before the last turns were kept: only the last one
+                recent = [raw["last"]] if raw.get("last") else []
+            return AgentState(list(messages), paused, [dict(r) for r in recent])
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            raise AgentStateError(
+                f"the agent's state file {path} is damaged ({type(exc).__name__}: {exc}); "
+                "restore it, or remove it to start a new conversation"
+            ) from exc
 
     async def save_state(self, state: AgentState) -> None:
         value = {
             "version": 1,
             "messages": ModelMessagesTypeAdapter.dump_python(state.messages, mode="json"),
             "paused": state.paused.to_json() if state.paused else None,
-            "last": state.last,
+            "recent": state.recent,
+            "last": state.last,  # what older code reads
         }
         await self.write_json(self.path("state.json"), value)
 

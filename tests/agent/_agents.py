@@ -75,6 +75,19 @@ class CodeAgent(ScriptedAgent):
         return [*super().get_tools(), self.create_execute_tool()]
 
 
+class QuickCodeAgent(CodeAgent):
+    """``execute`` and extension runs are cut after 1.5 s."""
+
+    execute_timeout = 1.5
+
+
+class RestrictedCodeAgent(CodeAgent):
+    """Its turns may only run code and ask for weather."""
+
+    def before_turn(self, ctx: TurnContext) -> TurnConfig:
+        return TurnConfig(active_tools=["execute", "weather"])
+
+
 class NoMcpAgent(ScriptedAgent):
     include_mcp_tools = False
 

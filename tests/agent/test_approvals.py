@@ -7,7 +7,8 @@ from typing import Any
 import pytest
 import ray
 
-from computer.agent import PendingCall, TurnBusyError
+import computer
+from computer.agent import PendingCall, TurnBusyError, tool
 
 from ._agents import ScriptedAgent
 from ._scripted import outcome, plan
@@ -144,3 +145,68 @@ async def test_an_external_deferred_call_is_refused_and_the_turn_not_committed(a
         await agent.chat.remote(plan(("ask_human", {})))
     assert await agent.history.remote() == []
     assert await agent.pending.remote() == []
+
+
+async def test_a_failed_resume_names_its_calls_so_they_can_be_decided_again(agents: Agents) -> None:
+    def risky() -> str:
+        """Fails every time it runs."""
+        raise RuntimeError("risky failed")
+
+    class Failing(ScriptedAgent):
+        def get_tools(self) -> list[Any]:
+            return [tool(risky, needs_approval=True)]
+
+    agent = agents.spawn(Failing)
+    paused = await agent.chat.remote(plan(("risky", {}), reply="gave up"))
+    [call] = paused.pending
+    with pytest.raises(RuntimeError, match="risky failed"):
+        await agent.approve.remote(call.id)
+    assert await agent.pending.remote() == [call]  # decided, but the turn never finished
+    with pytest.raises(TurnBusyError, match=call.id):
+        await agent.chat.remote(plan())
+    answer = outcome((await agent.reject.remote(call.id, "leave it")).text)
+    assert answer["reply"] == "gave up" and "leave it" in answer["results"][0]["content"]
+    assert await agent.pending.remote() == []
+    assert outcome((await agent.chat.remote(plan())).text)["turns"] == 2
+
+
+ADD = """
+def add(a, b):
+    workspace.write_file("/workspace/added.txt", str(a + b))
+    return a + b
+
+tools = {"add": {"description": "Add", "parameters": {"a": {"type": "number"}, "b": {"type": "number"}},
+                 "execute": add}}
+"""
+
+
+async def test_mutating_approval_also_gates_execute_and_extension_tools(agents: Agents) -> None:
+    from ._agents import CodeAgent
+
+    class Careful(CodeAgent):
+        approve_workspace_tools = "mutating"
+
+    agent = agents.spawn(Careful)
+    await agent.load_extension.remote({"name": "math"}, ADD)
+    code = "workspace.write_file('/workspace/planted.txt', 'planted')"
+    reply = await agent.chat.remote(
+        plan(
+            [
+                ("execute", {"code": code}),
+                ("math_add", {"a": 1, "b": 2}),
+                ("load_extension", {"manifest": {"name": "more"}, "source": ADD}),
+                ("list_extensions", {}),
+            ],
+            reply="all rejected",
+        )
+    )
+    assert sorted(c.tool for c in reply.pending) == ["execute", "load_extension", "math_add"]
+    for call in reply.pending:
+        last = await agent.reject.remote(call.id, "no changes today")
+    answer = outcome(last.text)
+    assert answer["reply"] == "all rejected"
+    listed = next(r for r in answer["results"] if r["tool"] == "list_extensions")
+    assert '"math"' in listed["content"] and '"more"' not in listed["content"]
+    async with computer.get_workspace(agent) as ws:
+        assert not await ws.fs.exists("/workspace/planted.txt")
+        assert not await ws.fs.exists("/workspace/added.txt")

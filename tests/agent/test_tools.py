@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from ._agents import NoBashAgent, RestrictedAgent, ScriptedAgent, ShadowingAgent
+import json
+
+from ._agents import NoBashAgent, RestrictedAgent, RestrictedCodeAgent, ScriptedAgent, ShadowingAgent
 from ._scripted import outcome, plan
 from .conftest import Agents
 
@@ -66,3 +68,16 @@ async def test_before_turn_restricts_tools_and_adds_a_turn_only_tool(agents: Age
     assert "Unknown tool name: 'write'" in answer["results"][1]["content"]  # not active this turn
     second = outcome((await agent.chat.remote(plan(("emergency", {})))).text)
     assert second["results"][0]["content"] == "emergency during turn 6"  # 6 messages so far
+
+
+async def test_execute_code_sees_only_the_active_tools(agents: Agents) -> None:
+    agent = agents.spawn(RestrictedCodeAgent)
+    code = "result = {'names': sorted(dir(tools)), 'weather': tools.weather(city='Lima')}"
+    blocked = "result = tools.archive(key='routine')"
+    answer = outcome(
+        (await agent.chat.remote(plan(("execute", {"code": code}), ("execute", {"code": blocked})))).text
+    )
+    allowed = json.loads(answer["results"][0]["content"])
+    assert allowed["value"] == {"names": ["weather"], "weather": "sunny in Lima"}
+    refused = json.loads(answer["results"][1]["content"])
+    assert refused["status"] == "failed" and "no tool 'archive'" in refused["error"]
