@@ -34,7 +34,13 @@ from ._lease import awake, awake_where, take_lease
 from .directory import Directory, WorkspaceRecord, open_directory
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
-__all__ = ["DeletedWorkspace", "close_owners", "delete_workspace", "workspace_files"]
+__all__ = [
+    "DeletedWorkspace",
+    "close_owners",
+    "delete_workspace",
+    "remove_workspace_files",
+    "workspace_files",
+]
 
 _STOP_TIMEOUT = 30.0  # seconds a busy owner may take to close before it is killed anyway
 _DELETE_LEASE = 60.0  # the deletion's own lease: long enough for the removal, short if it dies midway
@@ -61,6 +67,18 @@ def workspace_files(config: Settings, name: str) -> list[Path]:
     except FileNotFoundError:
         return []
     return sorted(base.parent / n for n in names if companion.fullmatch(n))
+
+
+def remove_workspace_files(config: Settings, name: str) -> int:
+    """Unlink :func:`workspace_files` of ``name``; the bytes they held."""
+    size = 0
+    for file in workspace_files(config, name):
+        try:
+            size += file.stat().st_size
+            file.unlink()
+        except FileNotFoundError:
+            pass
+    return size
 
 
 async def delete_workspace(name: str, *, force: bool = False) -> DeletedWorkspace:
@@ -221,13 +239,7 @@ def _remove(config: Settings, directory: Directory, name: str, stopped: bool) ->
         finally:
             fs.close()
     links = asyncio.run(_remove_links(config, workspace_id)) if workspace_id else 0
-    size = 0
-    for file in workspace_files(config, name):  # after the fence, which may have made -wal/-shm
-        try:
-            size += file.stat().st_size
-            file.unlink()
-        except FileNotFoundError:
-            pass
+    size = remove_workspace_files(config, name)  # after the fence, which may have made -wal/-shm
     directory.remove(name, owner_id)
     return DeletedWorkspace(name, stopped, size, links)
 

@@ -119,7 +119,7 @@ def _remove_unreadable(options: GlobalOptions, name: str) -> int:
     still running has its writes refused; a file SQLite cannot open has no owner to fence (none could
     open it either), so this takes the lease, removes the files and the record, and fences nothing.
     """
-    from ..actors._delete import workspace_files
+    from ..actors._delete import remove_workspace_files
     from ..actors._lease import take_lease
     from ..actors.directory import open_directory
     from ..actors.naming import workspace_file
@@ -130,13 +130,7 @@ def _remove_unreadable(options: GlobalOptions, name: str) -> int:
         owner_id, _ = take_lease(
             directory, name, workspace_file(config, name), node="deleting", host=None, ttl=60.0
         )
-        size = 0
-        for file in workspace_files(config, name):
-            try:
-                size += file.stat().st_size
-                file.unlink()
-            except FileNotFoundError:
-                pass
+        size = remove_workspace_files(config, name)
         directory.remove(name, owner_id)
     finally:
         directory.close()
