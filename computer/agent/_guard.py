@@ -17,11 +17,10 @@ import errno
 from typing import Any
 
 from ..storage.paths import canonical, is_within
+from ..tools._locks import resolve_links
 from ._store import STATE_DIR
 
 __all__ = ["GuardedFs", "GuardedWorkspace", "check_change", "refused", "touches_state"]
-
-_MAX_HOPS = 40  # symlinks followed before giving up (ELOOP), as Linux does
 
 # fs operation -> (argument names it changes, whether the last segment is followed, ancestors too)
 _CHANGES: dict[str, tuple[tuple[str, ...], bool, bool]] = {
@@ -48,32 +47,6 @@ def touches_state(real: str, *, ancestors: bool) -> bool:
     return is_within(real, STATE_DIR) or (ancestors and is_within(STATE_DIR, real))
 
 
-async def real_path(fs: Any, path: str, *, follow: bool) -> str:
-    """Where ``path`` leads: its parents' symlinks followed (and its last segment's when ``follow``)."""
-    pending = [s for s in canonical(path).split("/") if s]
-    real = ""
-    hops = 0
-    while pending:
-        segment = pending.pop(0)
-        candidate = f"{real}/{segment}"
-        if not pending and not follow:
-            return candidate
-        try:
-            target = await fs.readlink(candidate)
-        except (FileNotFoundError, NotADirectoryError):
-            return "/".join([candidate, *pending])  # the rest does not exist yet: nothing to follow
-        except OSError:  # EINVAL: not a symlink
-            real = candidate
-            continue
-        hops += 1
-        if hops > _MAX_HOPS:
-            raise OSError(errno.ELOOP, "Too many levels of symbolic links", path)
-        base = target if target.startswith("/") else f"{real or ''}/{target}"
-        pending = [s for s in canonical(base).split("/") if s] + pending
-        real = ""
-    return real or "/"
-
-
 async def check_change(fs: Any, op: str, args: dict[str, Any]) -> None:
     """Raise ``PermissionError`` when fs operation ``op`` with ``args`` would change the agent's state."""
     spec = _CHANGES.get(op)
@@ -86,7 +59,7 @@ async def check_change(fs: Any, op: str, args: dict[str, Any]) -> None:
             continue
         if touches_state(canonical(path), ancestors=ancestors):
             raise refused(canonical(path))
-        real = await real_path(fs, path, follow=follow)
+        real = await resolve_links(fs.readlink, path, follow=follow)
         if touches_state(real, ancestors=ancestors):
             raise refused(canonical(path))
 
