@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
-from ._pull_rules import CONFLICT
+from ._pull_rules import CONFLICT, CONFLICT_THEN_PULLED
 from ._standby import write_all
 from ._sync import Synced
 
@@ -63,12 +63,15 @@ class RunChanges:
         """A sync's pull. A path pulled after a sync left it out is no longer skipped, unless a change
         of the run's was refused for the workspace's (``CONFLICT``): that change is lost whatever
         came after (a shell and a python run appending to one file lost half the lines, listed
-        nowhere), so the path stays in ``skipped`` as well as in ``pulled``."""
+        nowhere), so the path stays in ``skipped`` as well as in ``pulled``, with a reason that says
+        the run's later version is what the workspace holds (``CONFLICT_THEN_PULLED``)."""
         self.pulled.update(synced.pulled)
         for path in synced.pulled:
-            if self.skipped.get(path) != CONFLICT:
+            if self.skipped.get(path) in (CONFLICT, CONFLICT_THEN_PULLED):
+                self.skipped[path] = CONFLICT_THEN_PULLED
+            else:
                 self.skipped.pop(path, None)
-        self.skipped.update(synced.skipped)
+        self.skipped.update(synced.skipped)  # a later refusal: the workspace's version is kept again
 
 
 class BackgroundLog:

@@ -23,6 +23,11 @@ __all__ = [
 
 # Why a pull left a path alone (``ExecResult.skipped_reasons``).
 CONFLICT = "changed in the workspace during the run: the workspace's version was kept"
+# A live run's path refused for the workspace's (CONFLICT) by one sync and pulled by a later one.
+CONFLICT_THEN_PULLED = (
+    "changed in the workspace during the run: a change of the run's was refused for the workspace's, "
+    "then a later one of the run's was pulled over it"
+)
 PROTECTED = "protected: the workspace keeps this file out of the sandbox (see the push's reason)"
 PROTECTED_BELOW = "holds a protected file: not removed"
 UNAPPLIED = (

@@ -150,9 +150,13 @@ async def test_a_change_refused_during_a_run_stays_skipped_when_later_ones_are_p
     result = await handle.result()
     assert result.status == "completed", result
     assert "/workspace/shared.txt" in result.pulled, result
-    assert result.skipped_reasons.get("/workspace/shared.txt", "").startswith("changed in the workspace"), (
-        result
-    )
+    reason = result.skipped_reasons.get("/workspace/shared.txt", "")
+    assert reason.startswith("changed in the workspace"), result
+    # The reason says what the workspace holds: the run's last version was pulled after its writes
+    # stopped (it read "the workspace's version was kept" beside the program's content).
+    assert reason.endswith("pulled over it") and (await ws.fs.read_text("/workspace/shared.txt")).endswith(
+        "S60\n"
+    ), (reason, result)
 
 
 async def _contains(ws: computer.Workspace, path: str, text: str) -> bool:
