@@ -218,3 +218,37 @@ async def test_line_numbers_across_many_chunks_match_a_naive_scan(
     hits = await fs.grep("h.t" if regex else "hit", "/many", regex=regex, context=context)
     assert [h.line for h in hits] == expected
     assert all(h.text == lines[h.line - 1] for h in hits)
+
+
+def test_lines_are_cut_the_same_however_the_chunks_fall() -> None:
+    """A line longer than a chunk is gathered from its pieces once (it was joined again at every chunk:
+    a 300 MB one-line file held the event loop 147 s); the blocks are those of that earlier cut."""
+    import random
+
+    from computer.storage._grep import _lines
+
+    def joined_every_chunk(chunks: list[bytes]) -> list[bytes]:  # the earlier cut, the reference
+        out, carry = [], b""
+        for chunk in chunks:
+            data = carry + chunk
+            cut = data.rfind(b"\n")
+            if cut < 0:
+                carry = data
+                continue
+            out.append(data[:cut])
+            carry = data[cut + 1 :]
+        return [*out, carry] if carry else out
+
+    rng = random.Random(7)
+    for _ in range(5_000):
+        data = bytes(rng.choice(b"ab\n") for _ in range(rng.randrange(0, 40)))
+        cuts = sorted(rng.randrange(0, len(data) + 1) for _ in range(rng.randrange(0, 6)))
+        chunks = [data[a:b] for a, b in zip([0, *cuts], [*cuts, len(data)], strict=True)]
+        assert list(_lines(chunks)) == joined_every_chunk(chunks), chunks
+
+
+async def test_a_match_at_the_end_of_a_line_many_chunks_long(fs: FileSystem) -> None:
+    line = b"x" * (5 * CHUNK_SIZE + 17) + b"needle" + b"y" * 3
+    await fs.write_file("/long.txt", line + b"\nshort needle\n")
+    matches = await fs.grep("needle", "/long.txt")
+    assert [(m.line, len(m.text)) for m in matches] == [(1, len(line)), (2, len("short needle"))]
