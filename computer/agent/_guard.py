@@ -16,22 +16,11 @@ from __future__ import annotations
 import errno
 from typing import Any
 
-from ..storage.paths import canonical, is_within
-from ..tools._locks import resolve_links
+from ..runtime._protected import check_change as check_state_change
+from ..runtime._protected import touches
 from ._store import STATE_DIR
 
 __all__ = ["GuardedFs", "GuardedWorkspace", "check_change", "refused", "touches_state"]
-
-# fs operation -> (argument names it changes, whether the last segment is followed, ancestors too)
-_CHANGES: dict[str, tuple[tuple[str, ...], bool, bool]] = {
-    "write_file": (("path",), True, True),
-    "mkdir": (("path",), False, False),
-    "rm": (("path",), False, True),
-    "rename": (("src", "dst"), False, True),
-    "copy": (("dst",), True, True),
-    "symlink": (("path",), False, True),
-    "link": (("new",), False, True),
-}
 
 
 def refused(path: str) -> PermissionError:
@@ -44,24 +33,12 @@ def refused(path: str) -> PermissionError:
 
 def touches_state(real: str, *, ancestors: bool) -> bool:
     """True when a change at canonical ``real`` reaches the state directory."""
-    return is_within(real, STATE_DIR) or (ancestors and is_within(STATE_DIR, real))
+    return touches(real, STATE_DIR, ancestors=ancestors)
 
 
 async def check_change(fs: Any, op: str, args: dict[str, Any]) -> None:
     """Raise ``PermissionError`` when fs operation ``op`` with ``args`` would change the agent's state."""
-    spec = _CHANGES.get(op)
-    if spec is None:
-        return
-    names, follow, ancestors = spec
-    for name in names:
-        path = args.get(name)
-        if not isinstance(path, str):
-            continue
-        if touches_state(canonical(path), ancestors=ancestors):
-            raise refused(canonical(path))
-        real = await resolve_links(fs.readlink, path, follow=follow)
-        if touches_state(real, ancestors=ancestors):
-            raise refused(canonical(path))
+    await check_state_change(fs, op, args, STATE_DIR, refused)
 
 
 class GuardedFs:

@@ -27,7 +27,9 @@ from ._backend import (
     SyncPush,
 )
 from ._codec import to_plain
+from ._journal import JOURNAL_DIR
 from ._moves import Move, follow
+from ._protected import check_change
 from ._pull_commit import SAFE_BITS, KeptChunksGone, PullCommits
 from ._pull_rules import (
     CONFLICT,
@@ -82,6 +84,10 @@ GUEST_OPS = (
 FS_OPS = frozenset((*GUEST_OPS, "readlink", "symlink", "file_chunks", "read_chunks"))
 
 
+def _journal_refused(path: str) -> PermissionError:
+    return PermissionError(13, f"Permission denied: the runs' journal ({JOURNAL_DIR}) is the runtime's", path)
+
+
 class LocalExecContext(PullCommits):
     """Answers a backend's workspace calls directly on ``workspace.fs`` (and ``workspace.assets``)."""
 
@@ -103,6 +109,7 @@ class LocalExecContext(PullCommits):
     async def fs_call(self, op: str, args: dict[str, Any]) -> Any:
         if op not in FS_OPS:
             raise ValueError(f"unknown workspace operation {op!r}")
+        await check_change(self.fs, op, args, JOURNAL_DIR, _journal_refused)  # a program's calls
         result = getattr(self.fs, op)(**args)
         if inspect.isawaitable(result):
             result = await result

@@ -22,6 +22,21 @@ __all__ = ["JOURNAL_DIR", "MAX_RECORDS", "ExecJournal", "result_from_record"]
 JOURNAL_DIR = "/.computer/exec"
 MAX_RECORDS = 200
 _PRUNE_EVERY = 20
+# A record's fields and their types (None allowed), checked as it is read back.
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "status": str,
+    "exit_code": int,
+    "stdout": str,
+    "stderr": str,
+    "truncated": dict,
+    "pushed": int,
+    "pulled": list,
+    "skipped": list,
+    "skipped_reasons": dict,
+    "id": str,
+    "backend": str,
+    "error": str,
+}
 
 
 class ExecJournal:
@@ -134,7 +149,15 @@ def _result_fields(result: ExecResult) -> dict[str, Any]:
 
 
 def result_from_record(record: dict[str, Any]) -> ExecResult:
-    """Rebuild the retained result of a journal record (a reconciled or running one too)."""
+    """Rebuild the retained result of a journal record (a reconciled or running one too); a field of
+    the wrong type is a ``ValueError`` (a record of any shape was returned as it was: ``"stdout": 5``,
+    or a TypeError out of ``get_exec``)."""
+    for key, kind in _FIELD_TYPES.items():
+        if record.get(key) is not None and not isinstance(record[key], kind):
+            raise ValueError(f"its field {key!r} is not {getattr(kind, '__name__', kind)}")
+    for key in ("pulled", "skipped"):
+        if not all(isinstance(p, str) for p in record.get(key) or ()):
+            raise ValueError(f"its field {key!r} holds something else than paths")
     truncated = {k: OutputTruncation(**v) for k, v in (record.get("truncated") or {}).items()}
     return ExecResult(
         status=record.get("status", "failed"),

@@ -401,7 +401,10 @@ class Runtime:
             record = await self.journal.get(id) if _ID_RE.match(id) else None
             if record is None:
                 raise LookupError(f"no execution with id {id!r}")
-            result = result_from_record(record)
+            try:
+                result = result_from_record(record)
+            except (TypeError, ValueError) as exc:
+                raise LookupError(f"the record of execution {id!r} is damaged: {exc}") from None
         return ExecHandle(id, result.backend, result=result)
 
     async def kill_exec(self, id: str) -> None:

@@ -8,19 +8,21 @@ most 4096.
 from __future__ import annotations
 
 import errno
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 from .errors import fs_error
 
 __all__ = [
     "MAX_NAME_BYTES",
     "MAX_PATH_BYTES",
+    "MAX_SYMLINKS",
     "MAX_TARGET_BYTES",
     "all_plain",
     "canonical",
     "is_within",
     "join",
     "parts",
+    "resolve_links",
     "split",
     "target_problem",
 ]
@@ -152,3 +154,47 @@ def target_problem(target: object) -> tuple[int, str] | None:
     if size > MAX_TARGET_BYTES:
         return errno.ENAMETOOLONG, f"symlink target too long (over {MAX_TARGET_BYTES} bytes)"
     return None
+
+
+# Linux's MAXSYMLINKS: past it a path is resolved only as far as it got (its use fails ELOOP).
+MAX_SYMLINKS = 40
+
+
+async def resolve_links(readlink: Callable[[str], Awaitable[str]], path: str, *, follow: bool = True) -> str:
+    """``path`` with every symlink on the way resolved (the last segment only when ``follow``).
+
+    One ``readlink`` per segment, like ``os.path.realpath(strict=False)``: below a missing segment, a
+    file in a parent position or a link loop the rest is kept as spelled. Never raises an fs error.
+    """
+    resolved = "/"
+    pending = list(reversed(canonical(path).split("/")))  # a stack: the next segment is last
+    followed = 0
+    stuck = False
+    while pending:
+        name = pending.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            resolved = split(resolved)[0]
+            continue
+        candidate = join(resolved, name)
+        if stuck or (not follow and not any(p not in ("", ".") for p in pending)):
+            resolved = candidate
+            continue
+        try:
+            target = await readlink(candidate)
+        except OSError as exc:
+            # EINVAL: a real file or directory. ENOENT / ENOTDIR / ELOOP: nothing further can resolve.
+            stuck = exc.errno != errno.EINVAL
+            resolved = candidate
+            continue
+        followed += 1
+        if followed > MAX_SYMLINKS:
+            stuck = True
+            resolved = candidate
+            continue
+        if target.startswith("/"):
+            resolved = "/"
+        # `..` in the target climbs from the link's directory, which `resolved` still is.
+        pending.extend(reversed(target.split("/")))
+    return resolved

@@ -12,21 +12,18 @@ lock. ``follow=False`` keeps the last segment as spelled (delete removes a link,
 
 from __future__ import annotations
 
-import errno
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..storage.paths import canonical, join, split
+from ..storage.paths import canonical, resolve_links
 from ..surface import LocksSurface
 from .file_store import FileStore
 
 __all__ = ["PathLocks", "resolve_links"]
 
 _LOCAL_TABLES: weakref.WeakValueDictionary[Hashable, Any] = weakref.WeakValueDictionary()
-# Linux's MAXSYMLINKS: past it the path is locked as far as it was resolved (the call itself fails ELOOP).
-_MAX_SYMLINKS = 40
 
 
 def _local_table(identity: Hashable) -> LocksSurface:
@@ -37,46 +34,6 @@ def _local_table(identity: Hashable) -> LocksSurface:
         table = LockTable()
         _LOCAL_TABLES[identity] = table
     return table
-
-
-async def resolve_links(readlink: Callable[[str], Awaitable[str]], path: str, *, follow: bool = True) -> str:
-    """``path`` with every symlink on the way resolved (the last segment only when ``follow``).
-
-    One ``readlink`` per segment, like ``os.path.realpath(strict=False)``: below a missing segment, a
-    file in a parent position or a link loop the rest is kept as spelled. Never raises an fs error.
-    """
-    resolved = "/"
-    pending = list(reversed(canonical(path).split("/")))  # a stack: the next segment is last
-    followed = 0
-    stuck = False
-    while pending:
-        name = pending.pop()
-        if name in ("", "."):
-            continue
-        if name == "..":
-            resolved = split(resolved)[0]
-            continue
-        candidate = join(resolved, name)
-        if stuck or (not follow and not any(p not in ("", ".") for p in pending)):
-            resolved = candidate
-            continue
-        try:
-            target = await readlink(candidate)
-        except OSError as exc:
-            # EINVAL: a real file or directory. ENOENT / ENOTDIR / ELOOP: nothing further can resolve.
-            stuck = exc.errno != errno.EINVAL
-            resolved = candidate
-            continue
-        followed += 1
-        if followed > _MAX_SYMLINKS:
-            stuck = True
-            resolved = candidate
-            continue
-        if target.startswith("/"):
-            resolved = "/"
-        # `..` in the target climbs from the link's directory, which `resolved` still is.
-        pending.extend(reversed(target.split("/")))
-    return resolved
 
 
 class PathLocks:

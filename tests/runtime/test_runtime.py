@@ -256,6 +256,49 @@ async def test_journal_survives_a_restart_and_reconciles_running_records(
         await first.runtime.close()  # ends the orphaned process; its record can no longer be written
 
 
+async def test_a_program_cannot_rewrite_the_journal_and_a_damaged_record_is_refused(
+    tmp_path: Path, shell_backend: ShellBackend, python_backend: PythonBackend
+) -> None:
+    """A python program's ``workspace`` calls reach every path: one rewrote an earlier run's record
+    (``failed 1`` came back ``completed 0`` with output of its choosing after a reopen). The journal
+    is read-only to them, through a link or an ancestor too; a record of the wrong shape (written by
+    hand) is refused as damaged instead of returned as it is or raised as a TypeError."""
+    db = str(tmp_path / "ws.sqlite")
+    async with computer.Workspace(db, backends=[shell_backend, python_backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        victim = await (await ws.runtime.exec("echo REAL; exit 1", id="victim")).result()
+        assert (victim.status, victim.exit_code) == ("failed", 1)
+        await ws.fs.symlink("/.computer/exec", "/workspace/j")
+        forger = """
+import json
+import workspace
+def main(_input):
+    out = []
+    for call in (
+        lambda: workspace.write_file("/.computer/exec/victim.json", json.dumps({"status": "completed"})),
+        lambda: workspace.write_file("/workspace/j/victim.json", "{}"),
+        lambda: workspace.rm("/.computer", recursive=True),
+        lambda: workspace.rename("/.computer/exec", "/workspace/moved"),
+        lambda: workspace.copy("/workspace/x", "/.computer/exec/new.json"),
+    ):
+        try:
+            call()
+            out.append("done")
+        except PermissionError as exc:
+            out.append("refused" if "journal" in str(exc) else str(exc))
+    return out
+"""
+        await ws.fs.write_file("/workspace/x", "{}")
+        result = await (await ws.runtime.exec(forger, backend="python")).result()
+        assert result.value == ["refused"] * 5, result.stderr
+        await ws.fs.write_file("/.computer/exec/odd.json", json.dumps({"status": "completed", "skipped": 7}))
+    async with computer.Workspace(db, backends=[shell_backend, python_backend]) as ws:
+        kept = await (await ws.runtime.get_exec("victim")).result()
+        assert (kept.status, kept.exit_code, kept.stdout) == ("failed", 1, "REAL\n")
+        with pytest.raises(LookupError, match="damaged"):
+            await ws.runtime.get_exec("odd")
+
+
 async def test_a_long_runs_record_outlives_the_pruning_of_shorter_ones_and_a_restart(
     tmp_path: Path, shell_backend: ShellBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
