@@ -27,7 +27,7 @@ from ._backend import (
     SyncPush,
 )
 from ._codec import to_plain
-from ._journal import JOURNAL_DIR
+from ._journal import JOURNAL_DIR, journal_refused
 from ._moves import Move, follow
 from ._protected import check_change
 from ._pull_commit import SAFE_BITS, KeptChunksGone, PullCommits
@@ -39,6 +39,7 @@ from ._pull_rules import (
     Conflicts,
     add_ancestors,
     needed_dirs,
+    other_names,
     outermost,
 )
 from ._push_ops import (
@@ -84,10 +85,6 @@ GUEST_OPS = (
 FS_OPS = frozenset((*GUEST_OPS, "readlink", "symlink", "file_chunks", "read_chunks"))
 
 
-def _journal_refused(path: str) -> PermissionError:
-    return PermissionError(13, f"Permission denied: the runs' journal ({JOURNAL_DIR}) is the runtime's", path)
-
-
 class LocalExecContext(PullCommits):
     """Answers a backend's workspace calls directly on ``workspace.fs`` (and ``workspace.assets``)."""
 
@@ -109,7 +106,7 @@ class LocalExecContext(PullCommits):
     async def fs_call(self, op: str, args: dict[str, Any]) -> Any:
         if op not in FS_OPS:
             raise ValueError(f"unknown workspace operation {op!r}")
-        await check_change(self.fs, op, args, JOURNAL_DIR, _journal_refused)  # a program's calls
+        await check_change(self.fs, op, args, JOURNAL_DIR, journal_refused)  # a program's calls
         result = getattr(self.fs, op)(**args)
         if inspect.isawaitable(result):
             result = await result
@@ -360,7 +357,8 @@ class LocalExecContext(PullCommits):
             hold(base_rev, _HOLD_LOG)
         since = fs.changes_since(base_rev, root, skip_revs=sorted(own))
         # A directory's new time alone (another run's pull) refuses nothing below it.
-        conflicts = Conflicts([c.path for c in since.changes if c.op != TOUCH], everything=not since.complete)
+        changed = [c.path for c in since.changes if c.op != TOUCH]
+        conflicts = Conflicts(changed + await other_names(fs, changed, root), everything=not since.complete)
         moves: list[Move] = []
         translated: set[str] = set()  # checked against the workspace's later changes already
         if pull.follow_moves and since.complete and not conflicts.none():

@@ -17,7 +17,7 @@ from typing import Any
 
 from .types import ExecResult, OutputTruncation
 
-__all__ = ["JOURNAL_DIR", "MAX_RECORDS", "ExecJournal", "result_from_record"]
+__all__ = ["JOURNAL_DIR", "MAX_RECORDS", "ExecJournal", "journal_refused", "result_from_record"]
 
 JOURNAL_DIR = "/.computer/exec"
 MAX_RECORDS = 200
@@ -37,6 +37,13 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "backend": str,
     "error": str,
 }
+
+
+def journal_refused(path: str) -> PermissionError:
+    """What a program's change of the journal gets (see ``_protected``)."""
+    return PermissionError(
+        errno.EACCES, f"Permission denied: the runs' journal ({JOURNAL_DIR}) is the runtime's", path
+    )
 
 
 class ExecJournal:

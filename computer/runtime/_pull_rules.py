@@ -5,7 +5,9 @@ outermost of a set of paths."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
+from typing import Any
 
 from ._backend import MirrorDir
 
@@ -18,6 +20,7 @@ __all__ = [
     "Conflicts",
     "add_ancestors",
     "needed_dirs",
+    "other_names",
     "outermost",
 ]
 
@@ -33,6 +36,22 @@ PROTECTED_BELOW = "holds a protected file: not removed"
 UNAPPLIED = (
     "could not be applied (a hard link whose file is gone, or a symlink target the workspace cannot hold)"
 )
+
+
+async def other_names(fs: Any, paths: list[str], root: str) -> list[str]:
+    """The other names below ``root`` of the files at ``paths`` (hard links): a workspace write
+    through one name changed them all (a run's change of another name was pulled over the
+    workspace's, and the names no longer shared one file). A walk of the store only when one of them
+    has several names; the first 1,000 paths are looked at (beyond: conflicts by path only)."""
+    inodes = set()
+    for path in set(paths[:1000]):
+        with contextlib.suppress(OSError):
+            found = await fs.stat(path)
+            if found.is_file and found.nlink > 1:
+                inodes.add(found.ino)
+    if not inodes:
+        return []
+    return [e.path for e in fs.manifest(root, inodes=True) if e.ino in inodes]
 
 
 class Conflicts:

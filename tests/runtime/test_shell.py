@@ -538,3 +538,25 @@ async def test_a_script_past_the_argument_limit_runs(live: bool) -> None:
         assert await ws.fs.read_text("/workspace/gen.txt") == body
         later = await (await ws.runtime.exec('ls /run/computer; echo "$0"')).result()
         assert later.exit_code == 0 and "script-" not in later.stdout and later.stdout.endswith("/bin/bash\n")
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_workspace_write_through_one_hard_link_conflicts_for_every_name(live: bool) -> None:
+    """a, b, c are one file. The workspace writes ``a`` while the program appends to ``b``: every
+    name changed in the workspace, so every name keeps the workspace's version and they stay one file
+    (a sandbox per call pulled ``b`` and ``c`` over it, unreported, and split the names: a with 1
+    link, b and c with 2)."""
+    async with computer.Workspace(backends=[ShellBackend(live=live)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await (await ws.runtime.exec("echo base > a; ln a b; ln a c")).result()
+        handle = await ws.runtime.exec("sleep 1; echo prog >> b; sleep 0.3")
+        await asyncio.sleep(0.4)  # within the run, before its append (a live sandbox's syncs push it)
+        await ws.fs.write_file("/workspace/a", b"WS\n")
+        result = await handle.result()
+        names = [f"/workspace/{n}" for n in "abc"]
+        stats = [await ws.fs.stat(n) for n in names]
+        assert len({s.ino for s in stats}) == 1 and {s.nlink for s in stats} == {3}, (stats, result)
+        contents = {await ws.fs.read_file(n) for n in names}
+        assert len(contents) == 1, (contents, result)
+        if not live:  # a live sandbox pushed the write before the append: both land, nothing refused
+            assert contents == {b"WS\n"} and set(result.skipped) == set(names), result
