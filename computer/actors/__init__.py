@@ -16,7 +16,7 @@ from ..lazy import lazy_attribute
 
 if TYPE_CHECKING:
     from ._backends import owner_backends
-    from ._delete import DeletedWorkspace, close_owners, delete_workspace
+    from ._delete import DeletedWorkspace, close_owners, delete_workspace, remove_workspace_files
     from ._errors import OutcomeUnknownError, UploadLostError, WorkspaceUnavailableError
     from ._host import WorkspaceHost
     from ._hosts import HostedHandle, OwnerHost
@@ -54,6 +54,7 @@ __all__ = [
     "open_directory",
     "owner_backends",
     "process_node",
+    "remove_workspace_files",
     "take_lease",
     "workspace_actor",
 ]
@@ -63,6 +64,7 @@ _LAZY = {
     "DeletedWorkspace": "._delete",
     "close_owners": "._delete",
     "delete_workspace": "._delete",
+    "remove_workspace_files": "._delete",
     "OutcomeUnknownError": "._errors",
     "UploadLostError": "._errors",
     "WorkspaceUnavailableError": "._errors",

@@ -16,8 +16,7 @@ from __future__ import annotations
 import errno
 from typing import Any
 
-from ..runtime._protected import check_change as check_state_change
-from ..runtime._protected import touches
+from ..runtime import reaches_protected, refuse_protected_change
 from ._store import STATE_DIR
 
 __all__ = ["GuardedFs", "GuardedWorkspace", "check_change", "refused", "touches_state"]
@@ -33,12 +32,12 @@ def refused(path: str) -> PermissionError:
 
 def touches_state(real: str, *, ancestors: bool) -> bool:
     """True when a change at canonical ``real`` reaches the state directory."""
-    return touches(real, STATE_DIR, ancestors=ancestors)
+    return reaches_protected(real, STATE_DIR, ancestors=ancestors)
 
 
 async def check_change(fs: Any, op: str, args: dict[str, Any]) -> None:
     """Raise ``PermissionError`` when fs operation ``op`` with ``args`` would change the agent's state."""
-    await check_state_change(fs, op, args, STATE_DIR, refused)
+    await refuse_protected_change(fs, op, args, STATE_DIR, refused)
 
 
 class GuardedFs:

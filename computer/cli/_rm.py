@@ -119,8 +119,7 @@ def _remove_unreadable(options: GlobalOptions, name: str) -> int:
     still running has its writes refused; a file SQLite cannot open has no owner to fence (none could
     open it either), so this takes the lease, removes the files and the record, and fences nothing.
     """
-    from ..actors._delete import remove_workspace_files
-    from ..actors._lease import take_lease
+    from ..actors import remove_workspace_files, take_lease
     from ..actors.directory import open_directory
     from ..actors.naming import workspace_file
 

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ._journal import JOURNAL_DIR
     from ._mirror_pool import MirrorPool
     from ._options import OutputOptions
+    from ._protected import reaches_protected, refuse_protected_change
     from ._runtime import Runtime
     from ._scratch import reap_settled, release_process
     from .python import PythonBackend
@@ -83,7 +84,9 @@ __all__ = [
     "SyncPush",
     "decode_sync",
     "encode_sync",
+    "reaches_protected",
     "reap_settled",
+    "refuse_protected_change",
     "release_process",
     "status_for_exit",
 ]
@@ -117,6 +120,8 @@ _LAZY = {
     "JOURNAL_DIR": "._journal",
     "MirrorPool": "._mirror_pool",
     "OutputOptions": "._options",
+    "reaches_protected": "._protected",
+    "refuse_protected_change": "._protected",
     "Runtime": "._runtime",
     "reap_settled": "._scratch",
     "release_process": "._scratch",

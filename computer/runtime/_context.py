@@ -29,7 +29,7 @@ from ._backend import (
 from ._codec import to_plain
 from ._journal import JOURNAL_DIR, journal_refused
 from ._moves import Move, follow
-from ._protected import check_change
+from ._protected import refuse_protected_change
 from ._pull_commit import SAFE_BITS, KeptChunksGone, PullCommits
 from ._pull_rules import (
     CONFLICT,
@@ -106,7 +106,7 @@ class LocalExecContext(PullCommits):
     async def fs_call(self, op: str, args: dict[str, Any]) -> Any:
         if op not in FS_OPS:
             raise ValueError(f"unknown workspace operation {op!r}")
-        await check_change(self.fs, op, args, JOURNAL_DIR, journal_refused)  # a program's calls
+        await refuse_protected_change(self.fs, op, args, JOURNAL_DIR, journal_refused)  # a program's calls
         result = getattr(self.fs, op)(**args)
         if inspect.isawaitable(result):
             result = await result

@@ -1,4 +1,4 @@
-"""Directories of the workspace that a run's program may read but not change (``check_change``).
+"""Directories of the workspace that a run's program may read but not change (``refuse_protected_change``).
 
 The runtime's journal (``/.computer/exec``: the records ``get_exec`` trusts after a restart) is one:
 the python backend's ``workspace`` module reaches every workspace path, and a program rewrote an
@@ -15,7 +15,7 @@ from typing import Any
 
 from ..storage.paths import canonical, is_within, resolve_links
 
-__all__ = ["CHANGES", "check_change", "touches"]
+__all__ = ["CHANGES", "reaches_protected", "refuse_protected_change"]
 
 # fs operation -> (argument names it changes, whether the last segment is followed, ancestors too)
 CHANGES: dict[str, tuple[tuple[str, ...], bool, bool]] = {
@@ -29,12 +29,12 @@ CHANGES: dict[str, tuple[tuple[str, ...], bool, bool]] = {
 }
 
 
-def touches(real: str, protected: str, *, ancestors: bool) -> bool:
+def reaches_protected(real: str, protected: str, *, ancestors: bool) -> bool:
     """True when a change at canonical ``real`` reaches the directory ``protected``."""
     return is_within(real, protected) or (ancestors and is_within(protected, real))
 
 
-async def check_change(
+async def refuse_protected_change(
     fs: Any, op: str, args: dict[str, Any], protected: str, refuse: Callable[[str], Exception]
 ) -> None:
     """Raise ``refuse(path)`` when fs operation ``op`` with ``args`` would change ``protected``."""
@@ -47,7 +47,8 @@ async def check_change(
         if not isinstance(path, str):
             continue
         spelled = canonical(path)
-        if touches(spelled, protected, ancestors=ancestors):
+        if reaches_protected(spelled, protected, ancestors=ancestors):
             raise refuse(spelled)
-        if touches(await resolve_links(fs.readlink, path, follow=follow), protected, ancestors=ancestors):
+        real = await resolve_links(fs.readlink, path, follow=follow)
+        if reaches_protected(real, protected, ancestors=ancestors):
             raise refuse(spelled)

@@ -71,13 +71,15 @@ class WriteOptions(BaseModel):
 class EditOptions(BaseModel):
     """Caps of the edit tool: bytes of the file before and after the edit, edits in one call.
 
-    ``max_edits`` bounds one call's time under the path lock: each edit is searched in the whole file.
+    ``max_edits`` and ``EDIT_SCAN_BUDGET`` (edits x file bytes, in ``edit``) bound one call's time under
+    the path lock: each edit is searched in the whole file (4,000 edits of a 1.7 MB file held it 18 s;
+    10,000 edits of a 110 KB file, under the budget, take ~2 s).
     """
 
     model_config = _OPTIONS
 
     max_bytes: int = Field(default=2 * MIB, ge=1)
-    max_edits: int = Field(default=100, ge=1)
+    max_edits: int = Field(default=10_000, ge=1)
 
 
 OptionsT = TypeVar("OptionsT", bound=BaseModel)

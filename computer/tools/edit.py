@@ -32,6 +32,9 @@ from .file_store import FileStore
 __all__ = ["THREAD_BYTES", "EditInput", "EditItem", "create_edit_tool"]
 
 THREAD_BYTES = 64 * 1024  # file + edit text size from which matching and diffing leave the event loop
+# Edits x file bytes one call may search (each edit is found with whole-file searches, under the path
+# lock): 10,000 edits of a 110 KB file fit (~2 s), 4,000 of a 1.7 MB file (18 s) do not.
+EDIT_SCAN_BUDGET = 1_200_000_000
 
 EDIT_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -147,6 +150,13 @@ def create_edit_tool(store: FileStore, **edit_options: Any) -> Tool:
                 raise fs_error(errno.ENOENT, path, "File not found (use write to create it)")
             if len(data) > options.max_bytes:
                 raise over_cap(path, len(data), "is")
+            if len(edits) * len(data) > EDIT_SCAN_BUDGET:  # each edit is searched in the whole file
+                most = max(1, EDIT_SCAN_BUDGET // max(1, len(data)))
+                raise ValueError(
+                    f"{len(edits)} edits of a {len(data)}-byte file are over what one call may search "
+                    f"(edits x file bytes <= {EDIT_SCAN_BUDGET:,}): send at most {most} edits per call "
+                    "for this file, or use write to replace the whole file."
+                )
             heavy = len(data) + sum(len(e.old_text) + len(e.new_text) for e in edits) >= THREAD_BYTES
             if heavy:
                 outcome, new_data = await asyncio.to_thread(_splice, data, edits, path)
@@ -177,7 +187,7 @@ def create_edit_tool(store: FileStore, **edit_options: Any) -> Tool:
             "exactly from a recent read; minor differences in quotes, dashes, spaces or trailing whitespace "
             "are tolerated. Returns a unified diff "
             f"({CONTEXT_LINES} lines of context) and firstChangedLine. Files up to {cap}; at most "
-            f"{options.max_edits} edits per call."
+            f"{options.max_edits} edits per call, fewer for a large file."
         ),
         input_model=EditInput,
         handler=handler,

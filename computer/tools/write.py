@@ -44,7 +44,8 @@ def create_write_tool(store: FileStore, **write_options: Any) -> Tool:
         data = utf8_of(params.content, "content", path)
         if len(data) > options.max_bytes:
             raise ValueError(
-                f"content is {len(data)} bytes, over the {exact_cap} write cap. Use edit for targeted "
+                f"content is {len(data)} bytes ({human_bytes(len(data))}), over the {exact_cap} write cap. "
+                "Use edit for targeted "
                 "changes to an existing file, or split the content into several smaller files."
             )
         async with locks.hold([path]):

@@ -278,9 +278,27 @@ async def test_edit_caps_the_number_of_edits_in_one_call(files: Files) -> None:
     body = "".join(f"line{i}=old\n" for i in range(120))
     await files.put("/f.txt", body)
     pairs = [(f"line{i}=old", f"line{i}=new") for i in range(101)]
-    result = await edit(files, "/f.txt", *pairs)
+    result = await edit(files, "/f.txt", *pairs, max_edits=100)
     assert "edits has 101 items, over the cap of 100 edits per call (max_edits)" in str(result["error"])
     assert await files.get("/f.txt") == body.encode()
-    assert (await edit(files, "/f.txt", *pairs[:100]))["editsApplied"] == 100
+    assert (await edit(files, "/f.txt", *pairs[:100], max_edits=100))["editsApplied"] == 100
     assert (await edit(files, "/f.txt", *pairs[100:], max_edits=1))["editsApplied"] == 1
-    assert "at most 100 edits per call" in files.edit().description
+    assert "at most 10000 edits per call, fewer for a large file" in files.edit().description
+
+
+async def test_edit_bounds_edits_times_file_size(files: Files, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each edit is searched in the whole file under the path lock: 4,000 edits of a 1.7 MB file held
+    it 18 s. A batch over the budget (edits x file bytes) is refused before any search, naming how many
+    edits this file allows; the file is unchanged."""
+    from computer.tools import edit as edit_module
+
+    monkeypatch.setattr(edit_module, "EDIT_SCAN_BUDGET", 10 * 1300)
+    body = "".join(f"line{i:04d}=old\n" for i in range(100))  # 1,300 bytes
+    await files.put("/f.txt", body)
+    pairs = [(f"line{i:04d}=old", f"line{i:04d}=new") for i in range(11)]
+    result = await edit(files, "/f.txt", *pairs)
+    assert "11 edits of a 1300-byte file" in str(result["error"]) and "at most 10 edits" in str(
+        result["error"]
+    )
+    assert await files.get("/f.txt") == body.encode()
+    assert (await edit(files, "/f.txt", *pairs[:10]))["editsApplied"] == 10

@@ -344,4 +344,4 @@ async def test_read_cap_error_quotes_the_size_that_was_over_the_cap(files: Files
 async def test_write_cap_error_gives_exact_sizes(files: Files) -> None:
     cap = 2 * 1024 * 1024
     result = await files.write().run({"path": "/big", "content": "x" * (cap + 1)})
-    assert f"content is {cap + 1} bytes, over the 2 MiB ({cap}-byte) write cap" in result["error"]
+    assert f"content is {cap + 1} bytes (2 MiB), over the 2 MiB ({cap}-byte) write cap" in result["error"]
