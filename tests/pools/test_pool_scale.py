@@ -53,11 +53,18 @@ _TWO_NODES = textwrap.dedent(
     computer.init(data_dir=sys.argv[1], shell_pool_size=4, shell_pool_max=4, python_pool_size=1, pool_runs_per_cpu=1)
 
     async def main():
-        async with computer.get_workspace("spread") as ws:
+        # Eight workspaces, a run each: one workspace's runs share its live sandbox, pinned to one
+        # worker (issue 18), so the spread is across workspaces.
+        spaces = [await computer.get_workspace(f"spread-{i}") for i in range(8)]
+        for ws in spaces:
             await ws.fs.mkdir("/workspace")
-            handles = await asyncio.gather(*[ws.runtime.exec(f"sleep 0.5; echo {i} > f{i}") for i in range(8)])
-            results = await asyncio.gather(*[h.result() for h in handles])
-            files = [await ws.fs.read_text(f"/workspace/f{i}") for i in range(8)]
+        handles = await asyncio.gather(
+            *[ws.runtime.exec(f"sleep 0.5; echo {i} > f{i}") for i, ws in enumerate(spaces)]
+        )
+        results = await asyncio.gather(*[h.result() for h in handles])
+        files = [await ws.fs.read_text(f"/workspace/f{i}") for i, ws in enumerate(spaces)]
+        for ws in spaces:
+            await ws.close()
         stats = []
         for entry in ray.util.list_named_actors(all_namespaces=True):
             if entry["name"].startswith("computer:pool:shell:"):
