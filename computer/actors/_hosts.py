@@ -292,21 +292,18 @@ class OwnerHost:
             return fail(AttributeError(f"owners have no RPC method {method!r}"))
         if method in _NO_WAKE:
             ws = self._open.get(name)
-            if ws is None:
-                if method == "pool_ping":
-                    return f"closed:{self.host_name}:{name}"  # not the run's owner token: it ends the run
-                return fail(WorkspaceUnavailableError(name, "its owner closed it (the run's owner is gone)"))
-            if ws._left:
+            if ws is not None and ws._left:
                 # Closing here: its own answer (served until it stops serving, then "moved", as a
                 # dedicated owner's), never a wait for the close: the close ends the workspace's live
                 # sandboxes, whose last syncs are these calls (a background writer's sandbox wedged
                 # delete_workspace for 30 s and the name for good).
-                try:
+                with contextlib.suppress(LoopClosedError):
                     return await ws._thread.run(getattr(ws, method)(*args, **kwargs))
-                except LoopClosedError:
-                    return fail(
-                        WorkspaceUnavailableError(name, "its owner closed it (the run's owner is gone)")
-                    )
+                ws = None  # its loop stopped: closed
+            if ws is None:
+                if method == "pool_ping":
+                    return f"closed:{self.host_name}:{name}"  # not the run's owner token: it ends the run
+                return fail(WorkspaceUnavailableError(name, "its owner closed it (the run's owner is gone)"))
         for _ in range(3):
             ws = self._open.get(name)  # the common case, awake here: no bookkeeping of a wait
             if ws is None or ws._left:

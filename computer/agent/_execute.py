@@ -21,14 +21,13 @@ from typing import Any
 
 from pydantic_core import to_jsonable_python
 
+from ..runtime import TIMEOUT_EXIT_CODE
 from ..surface import WorkspaceSurface
 from ._store import AgentStore
 
 __all__ = ["DRIVER", "EXECUTE_DESCRIPTION", "CodeRunner", "python_backend_id", "run_bounded"]
 
 log = logging.getLogger(__name__)
-
-TIMEOUT_EXIT_CODE = 124  # what a run cut at its timeout exits with (as timeout(1))
 
 EXECUTE_DESCRIPTION = (
     "Run Python code in a sandbox (no network). `tools.<name>(**arguments)` calls one of your tools and "

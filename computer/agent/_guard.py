@@ -37,7 +37,7 @@ def touches_state(real: str, *, ancestors: bool) -> bool:
 
 async def check_change(fs: Any, op: str, args: dict[str, Any]) -> None:
     """Raise ``PermissionError`` when fs operation ``op`` with ``args`` would change the agent's state."""
-    await refuse_protected_change(fs, op, args, STATE_DIR, refused)
+    await refuse_protected_change(fs, op, args, {STATE_DIR: refused})
 
 
 class GuardedFs:

@@ -21,7 +21,8 @@ from typing import Any
 from ..runtime import LocalExecContext, PullResult, SyncLimits, SyncPull, SyncPush
 from ..storage.paths import canonical
 from ..surface import WorkspaceSurface
-from ._guard import check_change, refused, touches_state
+from ._guard import refused, touches_state
+from ._store import STATE_DIR
 
 __all__ = ["TOOL_OP", "AgentExecContext", "ToolDispatch"]
 
@@ -36,6 +37,7 @@ class AgentExecContext:
 
     def __init__(self, workspace: WorkspaceSurface) -> None:
         self._local = LocalExecContext(workspace)
+        self._local.protected[STATE_DIR] = refused  # with the journal, in one pass per call
         self._sessions: dict[str, ToolDispatch] = {}
 
     @property
@@ -54,7 +56,6 @@ class AgentExecContext:
 
     async def fs_call(self, op: str, args: dict[str, Any]) -> Any:
         if op != TOOL_OP:
-            await check_change(self._local.fs, op, args)
             return await self._local.fs_call(op, args)
         dispatch = self._sessions.get(str(args.get("token")))
         if dispatch is None:

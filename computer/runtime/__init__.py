@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from ._journal import JOURNAL_DIR
     from ._mirror_pool import MirrorPool
     from ._options import OutputOptions
+    from ._process import TIMEOUT_EXIT_CODE
     from ._protected import reaches_protected, refuse_protected_change
     from ._runtime import Runtime
     from ._scratch import reap_settled, release_process
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JOURNAL_DIR",
+    "TIMEOUT_EXIT_CODE",
     "Backend",
     "BackendInfo",
     "DeferringContext",
@@ -120,6 +122,7 @@ _LAZY = {
     "JOURNAL_DIR": "._journal",
     "MirrorPool": "._mirror_pool",
     "OutputOptions": "._options",
+    "TIMEOUT_EXIT_CODE": "._process",
     "reaches_protected": "._protected",
     "refuse_protected_change": "._protected",
     "Runtime": "._runtime",

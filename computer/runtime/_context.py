@@ -12,6 +12,7 @@ import bisect
 import contextlib
 import dataclasses
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 from ..storage import TOUCH
@@ -94,6 +95,8 @@ class LocalExecContext(PullCommits):
         self._tree_cache: tuple[tuple[int, str], list[Op]] | None = None
         # The last incremental push's computed pages (see ``_changed``).
         self._changed_cache: tuple[tuple[object, ...], _Changed | None] | None = None
+        # Directories a program's ``fs_call`` may read, not change (an agent adds its state).
+        self.protected: dict[str, Callable[[str], Exception]] = {JOURNAL_DIR: journal_refused}
 
     @property
     def fs(self) -> Any:
@@ -106,7 +109,7 @@ class LocalExecContext(PullCommits):
     async def fs_call(self, op: str, args: dict[str, Any]) -> Any:
         if op not in FS_OPS:
             raise ValueError(f"unknown workspace operation {op!r}")
-        await refuse_protected_change(self.fs, op, args, JOURNAL_DIR, journal_refused)  # a program's calls
+        await refuse_protected_change(self.fs, op, args, self.protected)  # a program's calls
         result = getattr(self.fs, op)(**args)
         if inspect.isawaitable(result):
             result = await result

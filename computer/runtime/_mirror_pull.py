@@ -298,10 +298,11 @@ class MirrorPull(MirrorWatch):
         Removals past ``PAGE_FILES`` go first, on pages of their own (:meth:`removal_pages`), then
         directories past ``PAGE_DIRS`` (with the other removals); the rest, directories and links on
         the next (no later page lands in a tree still to be cleared); files fill pages in path order.
-        A large file (two chunks or more) is read a chunk at a time and hashed: chunks the store holds (the mirror's last sync of that path, or staged in this pull)
-        travel as their hash, new ones as bytes on the page's ``stage``: a 4 KiB change in a 100 MB file
-        moves one chunk, and no page holds more than ``budget`` bytes. Files changed into something
-        else meanwhile are left out. ``reuse``: a large file continuing another name's file
+        A large file (two chunks or more) is read a chunk at a time and hashed: chunks the store holds
+        (the mirror's last sync of that path, or staged in this pull) travel as their hash, new ones
+        as bytes on the page's ``stage``: a 4 KiB change in a 100 MB file moves one chunk, and no
+        page holds more than ``budget`` bytes. Files changed into something else meanwhile are left
+        out. ``reuse``: a large file continuing another name's file
         (:meth:`chunk_sources`) is read against its chunks, which the first page keeps (``keep``)."""
         protected = sorted(self.protected)
         staging = secrets.token_hex(8)

@@ -10,7 +10,7 @@ followed, as the change would follow them), and a change to an ancestor (removin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..storage.paths import canonical, is_within, resolve_links
@@ -35,11 +35,12 @@ def reaches_protected(real: str, protected: str, *, ancestors: bool) -> bool:
 
 
 async def refuse_protected_change(
-    fs: Any, op: str, args: dict[str, Any], protected: str, refuse: Callable[[str], Exception]
+    fs: Any, op: str, args: dict[str, Any], protected: Mapping[str, Callable[[str], Exception]]
 ) -> None:
-    """Raise ``refuse(path)`` when fs operation ``op`` with ``args`` would change ``protected``."""
+    """Raise ``protected[directory](path)`` when fs operation ``op`` with ``args`` would change one of
+    the ``protected`` directories (each path's links are resolved once, for all of them)."""
     spec = CHANGES.get(op)
-    if spec is None:
+    if spec is None or not protected:
         return
     names, follow, ancestors = spec
     for name in names:
@@ -47,8 +48,10 @@ async def refuse_protected_change(
         if not isinstance(path, str):
             continue
         spelled = canonical(path)
-        if reaches_protected(spelled, protected, ancestors=ancestors):
-            raise refuse(spelled)
+        for directory, refuse in protected.items():
+            if reaches_protected(spelled, directory, ancestors=ancestors):
+                raise refuse(spelled)
         real = await resolve_links(fs.readlink, path, follow=follow)
-        if reaches_protected(real, protected, ancestors=ancestors):
-            raise refuse(spelled)
+        for directory, refuse in protected.items():
+            if reaches_protected(real, directory, ancestors=ancestors):
+                raise refuse(spelled)

@@ -51,8 +51,9 @@ from pydantic_ai.workspaces import (
     WorkspaceUnavailableError,
 )
 
+from ..runtime import TIMEOUT_EXIT_CODE
 from ..runtime.types import ExecResult
-from ..storage.paths import canonical, is_within, join, split
+from ..storage.paths import MAX_SYMLINKS, canonical, is_within, join, split
 from ..surface import ExecHandleSurface, FileSystemSurface, RuntimeSurface, WorkspaceSurface
 
 __all__ = ["PROVIDER", "ComputerWorkspace", "ComputerWorkspaceBackend"]
@@ -62,10 +63,6 @@ PROVIDER = "computer"
 
 DEFAULT_WORKING_DIR = "/workspace"
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024 * 1024
-# Linux's MAXSYMLINKS, so a link loop ends in ELOOP rather than a hang.
-_MAX_SYMLINKS = 40
-# exit code the runtime gives a command it stopped at its timeout (timeout(1)'s convention).
-_TIMEOUT_EXIT_CODE = 124
 _KILL_WAIT = 10.0
 
 
@@ -228,7 +225,7 @@ class ComputerWorkspaceBackend(WorkspaceBackend, SupportsFilesystem, SupportsCom
                 resolved = candidate
                 continue
             followed += 1
-            if followed > _MAX_SYMLINKS:
+            if followed > MAX_SYMLINKS:  # a link loop ends in ELOOP, not a hang
                 raise OSError(errno.ELOOP, "too many levels of symbolic links", path)
             if target.startswith("/"):
                 resolved = "/"
@@ -285,7 +282,7 @@ class ComputerWorkspaceBackend(WorkspaceBackend, SupportsFilesystem, SupportsCom
         if (
             timeout is not None
             and result.status == "cancelled"
-            and result.exit_code == _TIMEOUT_EXIT_CODE
+            and result.exit_code == TIMEOUT_EXIT_CODE
             and time.monotonic() - started >= timeout
         ):
             raise WorkspaceTimeoutError(

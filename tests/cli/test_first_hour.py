@@ -2,14 +2,42 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from .conftest import COMPUTER, REPO, cli_env, run_cli
+
+
+def _until(check: Callable[[], bool], what: str, within: float = 30.0) -> None:
+    """Poll ``check`` until true, within a bound (subprocesses: no event to await)."""
+    deadline = time.monotonic() + within
+    while not check():
+        assert time.monotonic() < deadline, f"not true within {within} s: {what}"
+        time.sleep(0.05)
+
+
+def _open_files(pid: int) -> list[str]:
+    try:
+        return [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+    except OSError:
+        return []
+
+
+def _processes_running(command: str) -> list[int]:
+    """Host pids whose command line is ``command`` (sandboxed processes are visible from the host)."""
+    found = []
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError), open(f"/proc/{entry}/cmdline", "rb") as f:
+            if f.read().replace(b"\0", b" ").strip() == command.encode():
+                found.append(int(entry))
+    return found
 
 
 def _write(data_dir: Path, name: str, path: str = "/workspace/a", content: str = "a") -> None:
@@ -26,7 +54,7 @@ def test_log_follow_ends_with_a_message_when_the_workspace_is_deleted(tmp_path: 
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        time.sleep(2)  # the follower has opened the file
+        _until(lambda: any("c1.sqlite" in target for target in _open_files(follower.pid)), "follows the file")
         done = run_cli(["rm", "c1", "--yes"], env=cli_env(tmp_path))
         assert done.returncode == 0, done.stderr
         _, err = follower.communicate(timeout=30)
@@ -50,14 +78,15 @@ def test_ctrl_c_in_the_shell_stops_the_running_command_and_the_session_goes_on(t
     shell = _interactive_shell(tmp_path, "w1")
     assert shell.stdin is not None
     try:
-        shell.stdin.write("!sleep 30; echo not-interrupted\n")
+        shell.stdin.write("!sleep 29.75; echo not-interrupted\n")
         shell.stdin.flush()
-        time.sleep(4)  # the workspace is open and the command runs
+        _until(lambda: bool(_processes_running("sleep 29.75")), "the command runs")
         started = time.monotonic()
         shell.send_signal(signal.SIGINT)
-        time.sleep(1)
+        _until(lambda: not _processes_running("sleep 29.75"), "the command was stopped")
+        time.sleep(0.5)  # no event says the prompt reads again: a moment for the shell to get back to it
         shell.send_signal(signal.SIGINT)  # now at the prompt: a new prompt, not the end
-        time.sleep(0.5)
+        time.sleep(0.5)  # the same: the second Ctrl-C handled before the next line is read
         out, err = shell.communicate("pwd\nexit\n", timeout=30)
     finally:
         if shell.poll() is None:
