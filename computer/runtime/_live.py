@@ -42,7 +42,6 @@ import signal
 import socket
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +56,7 @@ from ._live_parts import (
     RunChanges,
     fail,
     has_changes,
+    listed,
 )
 from ._mirror import Mirror
 from ._process import SandboxProcess
@@ -206,7 +206,7 @@ class LiveSandbox(LiveJobs):
                 job.started.set_result(0)
             if not job.exited.done():
                 job.exited.set_result((int(message["code"]), message.get("error")))
-        elif op in ("killed", "ps"):
+        elif op in ("killed", "ps") or (op == "error" and message.get("ref")):
             future = self._requests.pop(int(message.get("ref") or 0), None)
             if future is not None and not future.done():
                 future.set_result(message)
@@ -249,7 +249,10 @@ class LiveSandbox(LiveJobs):
         try:
             self._send({**message, "ref": ref})
             async with asyncio.timeout(10):
-                return await future
+                reply = await future
+            if reply.get("op") == "error":  # the init could not answer (it goes on)
+                raise LiveSandboxError(f"the live sandbox's init could not answer: {reply.get('error')}")
+            return reply
         finally:
             self._requests.pop(ref, None)
 
@@ -294,34 +297,12 @@ class LiveSandbox(LiveJobs):
 
     async def processes(self) -> list[ProcessInfo]:
         reply = await self._request({"op": "ps"})
-        found = []
-        jobs = list(self.jobs.values())
-        hidden = {
-            j.started.result()
-            for j in jobs
-            if j.waiting and j.started.done() and not j.started.cancelled() and j.started.exception() is None
-        }
-        runs = {j.id: j.run for j in jobs if j.run}  # a job started ahead serves a run of another name
-        for p in reply.get("processes", []):
-            if int(p["pid"]) in hidden:  # started ahead, waiting for a run: not a process of the user's
-                continue
-            run = p.get("exec_id")
-            run = runs.get(run, run)
-            found.append(
-                ProcessInfo(
-                    pid=int(p["pid"]),
-                    command=str(p["command"]),
-                    started=datetime.fromtimestamp(float(p["started"]), UTC),
-                    cpu_seconds=float(p["cpu_seconds"]),
-                    rss_bytes=int(p["rss_bytes"]),
-                    ppid=int(p.get("ppid", 0)),
-                    exec_id=run,
-                    log=background_log(run)
-                    if run in self.background and self.background[run].written
-                    else None,
-                )
+        if reply.get("more"):  # a listing is one packet (``_live_init.listing``)
+            log.warning(
+                "live sandbox of %s: %s processes left out of a listing", self.workspace_id, reply["more"]
             )
-        return found
+        logs = {run: background_log(run) for run, logged in self.background.items() if logged.written}
+        return listed(reply.get("processes", []), self.jobs.values(), logs)
 
     async def kill_process(self, pid: int, sig: int = signal.SIGKILL) -> None:
         """Signal one process of the sandbox (its own pid); ``ProcessLookupError`` when it has none."""
@@ -444,6 +425,8 @@ class LiveSandbox(LiveJobs):
                 logged.dirty = False
                 await self.ctx.fs_call("write_file", {"path": background_log(run), "data": logged.content()})
                 logged.written = True
+            if not logged.open and not logged.dirty:  # written, and nothing more comes: let it go
+                logged.data = bytearray()
 
     # ------------------------------------------------------------------ end
 

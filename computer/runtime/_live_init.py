@@ -12,7 +12,12 @@ host → init                                              init → host
   fields when the spec is large: read it whole)
 ``{"op": "signal", "id", "sig"}``  the job's process group
 ``{"op": "kill", "pid", "sig", "ref"}``                  ``{"op": "killed", "ref", "error"}``
-``{"op": "ps", "ref"}``                                  ``{"op": "ps", "ref", "processes": [...]}``
+``{"op": "ps", "ref"}``                                  ``{"op": "ps", "ref", "processes": [...], "more"}``
+                                                         ``{"op": "error", "ref", "error"}`` a request failed
+
+A reply is one packet, so it stays under :data:`MAX_REPLY` (the socket's send buffer is ~208 KB by
+default: a larger packet is refused): the ``ps`` listing cuts long command lines, and past that counts
+the processes it leaves out in ``"more"`` (see :func:`listing`).
 
 A job is the command's process group (``setsid``): killing a job is what Ctrl-C does in a terminal;
 a process that left it (``setsid server &``) keeps running. The init is a child subreaper, so every
@@ -39,6 +44,9 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
 MAX_PACKET = 1 << 16
 MAX_FDS = 8  # the three streams, a few more for the command, the spec pipe
+MAX_REPLY = 96 * 1024  # bytes of one reply (JSON): well under the default send buffer (212,992)
+MAX_COMMAND = 4096  # characters of a command line a ``ps`` listing keeps (fewer when many share it)
+MIN_COMMAND = 256
 # What a command starts with at its default action: every signal but those no process can catch (the
 # init ignores SIGINT, SIGHUP, SIGPIPE; Python SIGXFSZ; the host's launcher may have ignored SIGQUIT).
 DEFAULTED = tuple(s for s in range(1, 32) if s not in (signal.SIGKILL, signal.SIGSTOP))
@@ -90,15 +98,22 @@ def main() -> None:
                 data = b""
             if not data:
                 return  # the host closed the channel: the sandbox ends
+            message: Any = None
             try:
-                handle(json.loads(data), fds, jobs, send)
+                message = json.loads(data)
+                handle(message, fds, jobs, send)
             except (ValueError, KeyError, TypeError) as exc:  # a malformed message: say so, go on
                 for fd in fds:
                     try:
                         os.close(fd)
                     except OSError:
                         pass
-                send({"op": "error", "error": str(exc)})
+                ref = message.get("ref") if isinstance(message, dict) else None
+                send({"op": "error", "ref": ref, "error": str(exc)})
+            except OSError as exc:  # a request's reply that could not be sent (the init goes on)
+                if not isinstance(message, dict) or message.get("op") == "run":
+                    raise
+                send({"op": "error", "ref": message.get("ref"), "error": f"{exc.strerror or exc}"})
 
 
 def reap(jobs: dict[int, str], send: Send) -> None:
@@ -139,7 +154,28 @@ def handle(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: 
                 error = f"process {pid}: {exc.strerror}"
         send({"op": "killed", "ref": message.get("ref"), "error": error})
     elif op == "ps":
-        send({"op": "ps", "ref": message.get("ref"), "processes": processes()})
+        rows, more = listing(processes())
+        send({"op": "ps", "ref": message.get("ref"), "processes": rows, "more": more})
+
+
+def listing(found: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """``found`` within one reply: each command line cut to :data:`MAX_COMMAND` characters (``…``
+    last), halved while the listing is over :data:`MAX_REPLY` bytes, down to :data:`MIN_COMMAND`;
+    then the processes of the highest pids are left out, and counted (a listing of 600 KB, one
+    process's command line, ended the init: its packet was refused, EMSGSIZE)."""
+    cap, kept = MAX_COMMAND, found
+    while True:
+        rows = [
+            {**p, "command": p["command"][: cap - 1] + "\u2026"} if len(p["command"]) > cap else p
+            for p in kept
+        ]
+        size = len(json.dumps(rows)) + 100  # with the reply's other fields
+        if size <= MAX_REPLY:
+            return rows, len(found) - len(kept)
+        if cap > MIN_COMMAND:
+            cap = max(MIN_COMMAND, cap // 2)
+        else:
+            kept = kept[: max(0, len(kept) * MAX_REPLY // size - 1)]
 
 
 def kill_group(pgid: int, sig: int) -> None:

@@ -255,6 +255,7 @@ class LiveJobs:
             self.loop.remove_reader(fd)
             os.close(fd)
             self._adopted.discard(fd)
+            logged.open -= 1
 
         def resume(fd: int) -> None:
             if fd in self._adopted:  # not closed meanwhile (the sandbox's end closes what it adopted)
@@ -262,6 +263,7 @@ class LiveJobs:
 
         for fd in fds:
             self._adopted.add(fd)
+            logged.open += 1
             self.loop.add_reader(fd, readable, fd)
 
 

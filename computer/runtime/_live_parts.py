@@ -8,14 +8,16 @@ import contextlib
 import os
 import select
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
 from ._pull_rules import CONFLICT, CONFLICT_THEN_PULLED
 from ._standby import write_all
 from ._sync import Synced
+from .types import ProcessInfo
 
 __all__ = [
     "BACKGROUND_LOG_BYTES",
@@ -28,6 +30,7 @@ __all__ = [
     "feed",
     "has_changes",
     "is_eof",
+    "listed",
 ]
 
 # What a run's background processes printed after it returned: the last this many bytes are kept.
@@ -75,7 +78,13 @@ class RunChanges:
 
 
 class BackgroundLog:
+    """What one run's background processes printed after it returned: the last
+    :data:`BACKGROUND_LOG_BYTES`, written to the workspace by the sandbox's ticks; its bytes are let go
+    once written and every pipe it reads is closed (``open``: a sandbox that lived an hour kept ~1 MiB
+    for each run that left a printer behind, after the printers ended)."""
+
     def __init__(self) -> None:
+        self.open = 0  # pipes still read into it
         self.data = bytearray()
         self.dropped = 0
         self.dirty = False
@@ -102,6 +111,37 @@ class BackgroundLog:
     def content(self) -> bytes:
         head = f"[... {self.dropped} earlier bytes dropped]\n".encode() if self.dropped else b""
         return head + bytes(self.data)
+
+
+def listed(rows: Iterable[dict[str, Any]], jobs: Iterable[Job], logs: Mapping[str, str]) -> list[ProcessInfo]:
+    """The init's ``ps`` rows as :class:`ProcessInfo`: a job started ahead that waits for its run
+    (a python guest) is not a process of the user's; ``logs``: run -> its background log, if written."""
+    jobs = list(jobs)
+    hidden = {
+        j.started.result()
+        for j in jobs
+        if j.waiting and j.started.done() and not j.started.cancelled() and j.started.exception() is None
+    }
+    runs = {j.id: j.run for j in jobs if j.run}  # a job started ahead serves a run of another name
+    found = []
+    for p in rows:
+        if int(p["pid"]) in hidden:
+            continue
+        given = p.get("exec_id")
+        run = runs.get(given, given) if isinstance(given, str) else None
+        found.append(
+            ProcessInfo(
+                pid=int(p["pid"]),
+                command=str(p["command"]),
+                started=datetime.fromtimestamp(float(p["started"]), UTC),
+                cpu_seconds=float(p["cpu_seconds"]),
+                rss_bytes=int(p["rss_bytes"]),
+                ppid=int(p.get("ppid", 0)),
+                exec_id=run,
+                log=logs.get(run) if run is not None else None,
+            )
+        )
+    return found
 
 
 def has_changes(page: Any) -> bool:

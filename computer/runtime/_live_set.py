@@ -114,7 +114,7 @@ class LiveSandboxes:
             start_cwd = "/tmp" if not mirrored else cwd if self.sandbox.bwrap else str(host_cwd)
             outcome = ProcessOutcome()
             error = None
-            refused = sandbox.forks_refused()
+            refused, tasks = sandbox.forks_refused(), sandbox.tasks()
             try:
                 async with command(sandbox, start_cwd) as spec:
                     if spec.job is not None:
@@ -159,8 +159,12 @@ class LiveSandboxes:
                 killed = True  # ``kill``: its group is dead (``aclosing``); what it wrote is kept, and listed
             if sandbox.alive:
                 await sandbox.sync(push=False)
-            limit = self.sandbox.limits.max_processes
-            at_limit = limit is not None and (sandbox.tasks() or 0) >= limit * 0.9
+            # A refused fork (``pids.events``; a refusal of the process rlimit is counted nowhere), or
+            # the run left the sandbox at 90 % of its limit with more tasks than it found: a server's
+            # threads count as tasks, and every run that ended while one held 90 % ended the sandbox
+            # with the server, saying that run reached the limit.
+            limit, now = self.sandbox.limits.max_processes, sandbox.tasks() or 0
+            at_limit = limit is not None and now >= limit * 0.9 and now > (tasks or 0)
             if sandbox.alive and (sandbox.forks_refused() > refused or at_limit) and await sandbox.busy():
                 # The command ran into the sandbox's process limit and left processes behind (a fork
                 # bomb in the background): nothing could start there any more. End it (what its

@@ -1,0 +1,123 @@
+"""A live sandbox's processes as a user sees them (issue 18): a listing of any size, a server's threads
+against the process limit, background logs let go once their printers ended."""
+
+from __future__ import annotations
+
+import json
+import secrets
+
+import pytest
+
+import computer
+from computer.runtime import ShellBackend, _live_init
+
+from ._live_support import eventually, host_pids_with, host_shows
+
+pytestmark = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgroup freezer here")
+
+
+async def run(ws: computer.Workspace, source: str, **kwargs: object) -> computer.ExecResult:
+    return await (await ws.runtime.exec(source, **kwargs)).result()  # type: ignore[arg-type]
+
+
+def test_a_listing_fits_one_packet_cutting_command_lines_then_counting_what_it_leaves_out() -> None:
+    rows = [
+        {"pid": pid, "ppid": 1, "command": "x" * 300_000 if pid == 2 else "é" * 5_000, "started": 0.0}
+        for pid in range(2, 2_002)
+    ]
+    kept, more = _live_init.listing(rows)
+    assert len(json.dumps(kept)) <= _live_init.MAX_REPLY
+    assert 0 < more < 2_000 and len(kept) + more == 2_000
+    assert all(len(r["command"]) <= _live_init.MIN_COMMAND for r in kept)
+    assert kept[0]["command"].endswith("\u2026")
+    few, none_left = _live_init.listing([rows[0], {**rows[1], "command": "sleep 5"}])
+    assert none_left == 0 and len(few[0]["command"]) == _live_init.MAX_COMMAND  # cut to the cap only
+    assert few[1]["command"] == "sleep 5"  # under the cap: whole
+    assert [r["pid"] for r in few] == [2, 3]
+
+
+async def test_listing_a_process_with_a_huge_command_line_keeps_the_sandbox_and_its_processes() -> None:
+    """A background process with a 600 KB command line: the listing was one packet over the socket's
+    send buffer, the init died on EMSGSIZE, and the sandbox ended with every background process."""
+    marker = f"9{secrets.randbelow(10**6)}"
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        big = " ".join(["$A"] * 6)  # 6 arguments of 100 KB (one argument holds at most 128 KiB)
+        started = await run(
+            ws,
+            f"A=$(head -c 100000 /dev/zero | tr '\\0' x); setsid bash -c 'sleep {marker}; true' {big} "
+            "> /dev/null 2>&1 & echo started",
+        )
+        assert started.stdout == "started\n", started.stderr
+
+        async def sleeping() -> bool:  # (the host shows the marker as soon as the script runs)
+            return any(p.command == f"sleep {marker}" for p in await ws.runtime.processes())
+
+        await eventually(sleeping, within=10)
+        (bash,) = [p for p in await ws.runtime.processes() if p.command.startswith("bash -c sleep")]
+        assert len(bash.command) == _live_init.MAX_COMMAND and bash.command.endswith("\u2026")
+        after = await run(ws, "echo after")
+        assert (after.stdout, after.stderr) == ("after\n", "")  # the same sandbox: nothing said
+        assert host_pids_with(f"sleep {marker}")
+        assert any(p.command == f"sleep {marker}" for p in await ws.runtime.processes())
+        await ws.runtime.end_sandbox()
+        assert not host_pids_with(f"sleep {marker}")
+
+
+async def test_a_server_whose_threads_near_the_process_limit_outlives_later_runs() -> None:
+    """A background server holding 90 % of the process limit in threads (the pids group counts
+    threads), nothing ever refused: a later ``echo`` ended the sandbox with the server, saying that
+    "this command reached the sandbox's process limit"."""
+    server = (
+        "import threading, time\n"
+        "for _ in range(36):\n"
+        "    threading.Thread(target=time.sleep, args=(300,), daemon=True).start()\n"
+        "open('up', 'w').close()\n"
+        "time.sleep(300)\n"
+    )
+    async with computer.Workspace(backends=[ShellBackend(max_processes=42)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/srv.py", server)
+        started = await run(ws, "setsid python3 srv.py > /dev/null 2>&1 & echo started")
+        assert started.stdout == "started\n", started.stderr
+
+        async def up() -> bool:
+            return await ws.fs.exists("/workspace/up")
+
+        await eventually(up, within=20)
+        (pid,) = [p.pid for p in await ws.runtime.processes() if p.command == "python3 srv.py"]
+        for _ in range(2):
+            echoed = await run(ws, "echo hi")
+            assert (echoed.stdout, echoed.stderr) == ("hi\n", "")
+        assert [p.pid for p in await ws.runtime.processes() if p.command == "python3 srv.py"] == [pid]
+        await ws.runtime.end_sandbox()
+
+
+async def test_a_background_log_lets_its_bytes_go_once_its_printers_ended() -> None:
+    """Each run left a printer of ~1 MB that ended: every log's last MiB stayed in the host process for
+    the sandbox's life (40 such runs: +84 MiB). Once written and with its pipes closed, it is let go;
+    the log stays in the workspace and a process still running keeps pointing at its log."""
+    backend = ShellBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        ids = []
+        for _ in range(3):
+            started = await run(ws, "(sleep 0.2; head -c 300000 /dev/zero | tr '\\0' y) &")
+            ids.append(started.id)
+        marker = f"8{secrets.randbelow(10**6)}"
+        going = await run(ws, f"(sleep 0.2; echo hello; exec sleep {marker}) &")
+        await host_shows(marker)
+        sandbox = backend._lives._live[str(ws.id)]
+
+        async def let_go() -> bool:
+            logs = sandbox.background
+            done = all(i in logs and logs[i].written and not logs[i].data for i in ids)
+            return done and going.id in logs and logs[going.id].written
+
+        await eventually(let_go, within=20)
+        for i in ids:
+            assert len(await ws.fs.read_file(f"/.computer/output/{i}.background.log")) == 300_000
+        assert bytes(sandbox.background[going.id].data) == b"hello\n"  # its printer still holds the pipe
+        (sleeper,) = [p for p in await ws.runtime.processes() if p.command == f"sleep {marker}"]
+        assert sleeper.log == f"/.computer/output/{going.id}.background.log"
+        await ws.runtime.end_sandbox()
