@@ -239,11 +239,15 @@ class PoolBackend:
         return await self._handle(slot) if slot is not None else None
 
     async def processes(self, workspace_id: str) -> list[Any]:
+        from ray.exceptions import RayTaskError
+
         handle = await self._pinned_handle(workspace_id)
         if handle is None:
             return []
         try:
             return list(await handle.live_processes.remote(workspace_id))
+        except RayTaskError as exc:  # the sandbox's own failure (as embedded), not "no processes"
+            raise (exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc))) from None
         except Exception:  # the worker is gone: so is its sandbox
             # The pin stays: the next run finds its worker dead and says the sandbox and its
             # processes were lost (LOST_SANDBOX). Dropped here, a "is my server up?" look first

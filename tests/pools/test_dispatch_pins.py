@@ -205,3 +205,35 @@ async def test_a_workspace_that_just_moved_is_not_sent_movable_again_for_a_while
     monkeypatch.setattr(pools, "MOVE_HOLD", 0.0)  # once the hold is over it may move again
     await _run(backend)
     assert b.orders[-1].movable and backend.pinned("ws") == "a" and backend.moved == 2
+
+
+class _Remote:
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    async def remote(self, *_: Any) -> Any:
+        raise self.error
+
+
+class _FailingWorker:
+    def __init__(self, error: BaseException) -> None:
+        self.live_processes = _Remote(error)
+
+
+async def test_a_listing_the_sandbox_refuses_is_its_error_and_a_dead_worker_is_no_processes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Through a pool, a listing the live sandbox failed (its init could not answer) came back as ``[]``
+    ("no processes") where embedded it raises; a worker that died still means no processes."""
+    from ray.exceptions import ActorDiedError, RayTaskError
+
+    from computer.runtime._live_jobs import LiveSandboxError
+
+    backend = _dispatcher(monkeypatch, 0)
+    cause = LiveSandboxError("the live sandbox's init could not answer: Message too long")
+    backend._slots["a"].handle = _FailingWorker(RayTaskError("live_processes", "traceback", cause))
+    with pytest.raises(LiveSandboxError, match="could not answer"):
+        await backend.processes("ws")
+    backend._slots["a"].handle = _FailingWorker(ActorDiedError())
+    assert await backend.processes("ws") == []
+    assert backend.pinned("ws") == "a"  # the next run says the sandbox was lost
