@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ._errors import OutcomeUnknownError, UploadLostError, WorkspaceUnavailableError
     from ._host import WorkspaceHost
     from ._hosts import HostedHandle, OwnerHost
-    from ._init import cluster_settings, ensure_ray, init
+    from ._init import adopt, cluster_settings, ensure_ray, init, published_settings
     from ._lease import awake, awake_where, process_node, take_lease
     from ._owner import OwnerActor
     from ._placement import workspace_actor
@@ -44,6 +44,7 @@ __all__ = [
     "WorkspaceRecord",
     "WorkspaceUnavailableError",
     "actor_name",
+    "adopt",
     "awake",
     "awake_where",
     "close_owners",
@@ -54,6 +55,7 @@ __all__ = [
     "open_directory",
     "owner_backends",
     "process_node",
+    "published_settings",
     "remove_workspace_files",
     "take_lease",
     "workspace_actor",
@@ -71,6 +73,8 @@ _LAZY = {
     "WorkspaceHost": "._host",
     "cluster_settings": "._init",
     "ensure_ray": "._init",
+    "adopt": "._init",
+    "published_settings": "._init",
     "init": "._init",
     "awake": "._lease",
     "awake_where": "._lease",

@@ -11,7 +11,7 @@ from typing import Any
 from ..config import Settings, configure, settings
 from .raycompat import kv_get, kv_put, quiet_driver_messages
 
-__all__ = ["cluster_settings", "ensure_ray", "init"]
+__all__ = ["adopt", "cluster_settings", "ensure_ray", "init", "published_settings"]
 
 _RAY_ENV = {"RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
 _TEMP_DIR = "/tmp/computer-ray"  # short: Ray's unix socket paths must stay under ~107 bytes
@@ -39,6 +39,15 @@ def init(address: str | None = None, *, data_dir: str | Path | None = None, **co
     return conf
 
 
+def adopt(conf: Settings) -> None:
+    """Make ``conf`` this process's settings, as ``init`` does, without publishing them (this process
+    must be connected): a CLI command that joins a cluster leaves the cluster's settings as its last
+    ``init`` published them."""
+    global _initialised_here
+    configure(**conf.model_dump())
+    _initialised_here = True
+
+
 def cluster_settings() -> Settings:
     """This process's settings if it called ``init``, else the ones the cluster's last ``init`` published."""
     if _initialised_here:
@@ -47,15 +56,20 @@ def cluster_settings() -> Settings:
 
     if not ray.is_initialized():  # no cluster: this process's own settings are the only ones
         return settings()
+    published = published_settings()
+    # Connected to a cluster on which nobody called computer.init: the defaults.
+    return settings() if published is None else published
+
+
+def published_settings() -> Settings | None:
+    """The settings the cluster's last ``init`` published (this process must be connected), or None."""
     try:
         raw = kv_get(_KV_KEY)
     except Exception as exc:
         # The settings choose the data directory and the owner's actor name: guessing them locally
         # could open (and create) a different, empty workspace. Fail loudly instead.
         raise RuntimeError(f"cannot read the cluster's settings from Ray's key-value store: {exc}") from exc
-    if raw is None:  # connected to a cluster on which nobody called computer.init: the defaults
-        return settings()
-    return Settings.model_validate_json(raw)
+    return None if raw is None else Settings.model_validate_json(raw)
 
 
 def _publish(conf: Settings) -> None:

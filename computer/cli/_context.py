@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..config import Settings
@@ -127,24 +127,32 @@ def local_settings(options: GlobalOptions) -> Settings:
 
 
 @asynccontextmanager
-async def ray_session(options: GlobalOptions, **config: Any) -> AsyncIterator[Settings]:
-    """Join the cluster at ``--address`` (or ``RAY_ADDRESS``) for one command; disconnect at the end."""
+async def ray_session(options: GlobalOptions) -> AsyncIterator[Settings]:
+    """Join the cluster at ``--address`` (or ``RAY_ADDRESS``) for one command; disconnect at the end.
 
-    import computer
+    Decision: the command takes the settings the cluster's last ``computer.init`` published (pools,
+    owners, leases), with this command's ``--data-dir`` when given, and never publishes them: through
+    ``computer.init``, ``computer ps`` replaced a cluster's pool sizes, lease and hibernation times with
+    this shell's defaults for every client (and started a python pool). On a cluster where nothing was
+    published, this machine's settings (``COMPUTER_*``)."""
+    from ..actors import adopt, ensure_ray, published_settings
+    from ..config import configure
 
     address = options.address or os.environ.get("RAY_ADDRESS")
     check_reachable(address)
+    import ray
+
     try:
         # In the main thread: Ray installs its signal handlers there (the event loop has nothing to run yet).
-        conf = computer.init(options.address, data_dir=options.data_dir, **config)
+        ensure_ray(options.address)
+        published = published_settings()
     except Exception as exc:  # Ray raises bare Exceptions (a cluster that does not answer in time)
-        import ray
-
         ray.shutdown()
         raise CliError(f"cannot join the Ray cluster at {address}: {exc}") from None
     try:
+        given = {} if published is None else published.model_dump()
+        conf = configure(**{**given, "data_dir": options.data_dir or given.get("data_dir")})
+        adopt(conf)
         yield conf
     finally:
-        import ray
-
         ray.shutdown()

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
-from .conftest import cli_env, run_cli
+from .conftest import REPO, cli_env, run_cli
 
 
 def test_ps_lists_a_background_process_and_kill_ends_it(two_node_cluster: str, tmp_path: Path) -> None:
@@ -84,3 +86,45 @@ def test_names_are_shown_as_they_are_in_listings_and_errors(tmp_path: Path) -> N
     assert "[red]real[bold]" in listed.stdout, listed.stdout
     missing = run_cli([*base, "ps", "[blink]x[/blink]"], env=cli_env())
     assert missing.returncode == 1 and "'[blink]x[/blink]'" in missing.stderr, missing.stderr
+
+
+def test_commands_on_a_cluster_leave_its_published_settings_alone(
+    two_node_cluster: str, tmp_path: Path
+) -> None:
+    """``computer ps`` (and every command joining a cluster) went through ``computer.init``, which
+    published this shell's defaults over the cluster's settings: pool sizes, leases, hibernation, for
+    every client. A command now takes the cluster's settings (its ``--data-dir`` when given) and
+    publishes nothing."""
+    env = cli_env()
+    publish = (
+        "import sys, computer\n"
+        "computer.init(sys.argv[1], data_dir=sys.argv[2], audit_max_records=9_999, pool_idle_after=61.5)\n"
+    )
+    read = (
+        "import sys\n"
+        "from computer.actors import ensure_ray, published_settings\n"
+        "ensure_ray(sys.argv[1])\n"
+        "s = published_settings()\n"
+        "print(s.audit_max_records, s.pool_idle_after, s.data_dir)\n"
+    )
+    python = [sys.executable, "-c"]
+    kept = subprocess.run(
+        [*python, publish, two_node_cluster, str(tmp_path)],
+        env=env,
+        cwd=REPO,
+        timeout=120,
+        capture_output=True,
+    )
+    assert kept.returncode == 0, kept.stderr
+    name = f"pub-{uuid.uuid4().hex[:8]}"
+    other = tmp_path / "other"
+    base = ["--data-dir", str(other), "--address", two_node_cluster]
+    assert run_cli([*base, "tool", name, "ls", '{"path": "/"}'], env=env).returncode == 0
+    for command in (["ps", name], ["kill", name, "99999"]):
+        run_cli([*base, *command], env=env)
+    assert (other / "workspaces").is_dir()  # the command's own --data-dir, in its own process
+    after = subprocess.run(
+        [*python, read, two_node_cluster], env=env, cwd=REPO, timeout=120, capture_output=True, text=True
+    )
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.split() == ["9999", "61.5", str(tmp_path)]
