@@ -63,10 +63,24 @@ class Bind:
 
 
 def bwrap_argv(
-    command: Sequence[str], *, binds: Sequence[Bind], cwd: str, network: bool, etc: Path
+    command: Sequence[str],
+    *,
+    binds: Sequence[Bind],
+    cwd: str,
+    network: bool,
+    etc: Path,
+    as_pid_1: bool = False,
 ) -> list[str]:
-    """bubblewrap's full command line for ``command`` (options, ``--``, the command)."""
+    """bubblewrap's full command line for ``command`` (options, ``--``, the command).
+
+    ``as_pid_1`` (a live sandbox's init): the command is the pid namespace's first process, in place
+    of bubblewrap's reaper. The kernel then drops every signal a process of the namespace sends it that
+    it does not handle, SIGKILL and SIGSTOP included: the sandbox's programs run as the init's user,
+    and ``pkill python3`` ended the init (and with it the sandbox and every background process);
+    ``pkill -STOP python3`` hung every later run. Its end ends every process of the namespace."""
     args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    if as_pid_1:
+        args.append("--as-pid-1")
     if network:
         args.append("--share-net")
     args += ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "sandbox"]

@@ -306,9 +306,9 @@ def seal() -> None:
 
 def is_ours(pid: int) -> bool:
     """Whether ``pid`` descends from this init (always so in the sandbox's pid namespace)."""
-    me = os.getpid()
+    me = os.getpid()  # 1: the namespace's first process (see ``bwrap_argv``'s ``as_pid_1``)
     seen = 0
-    while pid > 1 and seen < 4096:
+    while pid > 0 and seen < 4096:
         if pid == me:
             return True
         try:

@@ -140,9 +140,11 @@ class Sandbox:
             return [*self._drop, *command]
         return [*self._drop, *self._bwrap_argv(command, binds, cwd)]
 
-    def _bwrap_argv(self, command: Sequence[str], binds: Sequence[Bind], cwd: str) -> list[str]:
+    def _bwrap_argv(
+        self, command: Sequence[str], binds: Sequence[Bind], cwd: str, as_pid_1: bool = False
+    ) -> list[str]:
         etc = sandbox_etc(self.network, self._host_ids)  # remade if release_process removed it
-        return bwrap_argv(command, binds=binds, cwd=cwd, network=self.network, etc=etc)
+        return bwrap_argv(command, binds=binds, cwd=cwd, network=self.network, etc=etc, as_pid_1=as_pid_1)
 
     async def spawn(
         self,
@@ -153,6 +155,7 @@ class Sandbox:
         env: dict[str, str] | None = None,
         host_cwd: str | None = None,
         pass_fds: Sequence[int] = (),
+        as_pid_1: bool = False,
     ) -> SandboxProcess:
         """Start ``command`` with piped stdin/stdout/stderr inside a fresh sandbox.
 
@@ -166,7 +169,7 @@ class Sandbox:
         admitted = self.rlimits
         if self._limit_inside:
             command, admitted = [*limit_self(admitted), *command], []
-        argv = self._bwrap_argv(command, binds, cwd) if self.bwrap else list(command)
+        argv = self._bwrap_argv(command, binds, cwd, as_pid_1) if self.bwrap else list(command)
         options_fd = None
         admission: Admission | None = None
         if self.bwrap:
@@ -237,8 +240,9 @@ class Sandbox:
                 raise
         return sp
 
-    async def prepare(self, *, binds: Sequence[Bind] = ()) -> Standby:
-        """Start a sandbox with ``binds`` whose program is chosen later, by :meth:`Standby.start`.
+    async def prepare(self, *, binds: Sequence[Bind] = (), as_pid_1: bool = False) -> Standby:
+        """Start a sandbox with ``binds`` whose program is chosen later, by :meth:`Standby.start`
+        (``as_pid_1``: a live sandbox's init, the pid namespace's first process, see ``bwrap_argv``).
 
         All the start-up cost (namespaces, mounts, cgroups, the fork and exec of the launcher) is paid
         here, so a caller can prepare the next run's sandbox while it is idle. The stub (bash reading
@@ -254,6 +258,7 @@ class Sandbox:
                 cwd="/",
                 env={},
                 pass_fds=(read_end,),
+                as_pid_1=as_pid_1,
             )
         )
         try:

@@ -90,14 +90,14 @@ class PreparedSandbox(NamedTuple):
 
 
 async def prepare_sandbox(
-    sandbox: Sandbox, scratch: Path, binds: list[Bind], bridge_dir: Path | None = None
+    sandbox: Sandbox, scratch: Path, binds: list[Bind], bridge_dir: Path | None = None, *, init: bool = False
 ) -> PreparedSandbox:
     """A standby of ``sandbox`` with ``binds`` and an assets bridge directory (fresh, in ``scratch``,
-    unless given) bound at :data:`SANDBOX_DIR`."""
+    unless given) bound at :data:`SANDBOX_DIR`; ``init``: for a live sandbox's init (its pid 1)."""
     if bridge_dir is None:
         bridge_dir = await asyncio.to_thread(AssetsBridge.make_directory, scratch / "run", sandbox.host_ids)
     try:
-        standby = await sandbox.prepare(binds=[*binds, Bind(str(bridge_dir), SANDBOX_DIR)])
+        standby = await sandbox.prepare(binds=[*binds, Bind(str(bridge_dir), SANDBOX_DIR)], as_pid_1=init)
     except BaseException:
         AssetsBridge.remove_directory(bridge_dir)
         raise

@@ -476,4 +476,4 @@ class PythonBackend(LiveCalls):
         assets bridge directory (for a live sandbox's init)."""
         await self._mount()
         binds = [*self._binds, Bind(str(mirror.directory), self.mount_root, writable=True)]
-        return await prepare_sandbox(self.sandbox, self.scratch, binds)
+        return await prepare_sandbox(self.sandbox, self.scratch, binds, init=self.live)

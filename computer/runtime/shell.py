@@ -291,7 +291,7 @@ class ShellBackend(LiveCalls):
     async def _prepare(self, mirror: Mirror, bridge_dir: Path | None = None) -> PreparedSandbox:
         """A standby sandbox over ``mirror`` (which must exist) with a fresh assets bridge directory."""
         binds = [Bind(str(mirror.directory), self.mount_root, writable=True)]
-        return await prepare_sandbox(self.sandbox, self.scratch, binds, bridge_dir)
+        return await prepare_sandbox(self.sandbox, self.scratch, binds, bridge_dir, init=self.live)
 
     def _keep_warm(self, mirror: Mirror) -> None:
         """Start the next run's sandbox for ``mirror`` in the background (see ``_warm``): a standby,

@@ -121,3 +121,24 @@ async def test_a_background_log_lets_its_bytes_go_once_its_printers_ended() -> N
         (sleeper,) = [p for p in await ws.runtime.processes() if p.command == f"sleep {marker}"]
         assert sleeper.log == f"/.computer/output/{going.id}.background.log"
         await ws.runtime.end_sandbox()
+
+
+async def test_signals_a_program_sends_every_python3_leave_the_sandbox_standing() -> None:
+    """The init is a ``python3`` of the programs' own user: ``pkill python3`` ended it (the sandbox and
+    every background process with it) and ``pkill -STOP python3`` hung every later run. As the pid
+    namespace's first process, signals from inside the sandbox do not reach it."""
+    marker = f"7{secrets.randbelow(10**6)}"
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        started = await run(ws, f"setsid sleep {marker} > /dev/null 2>&1 & echo started")
+        assert started.stdout == "started\n", started.stderr
+        await host_shows(marker)
+        for signal in ("-TERM", "-KILL", "-STOP", "-INT"):
+            sent = await run(ws, f"pkill {signal} python3; kill {signal} 1; echo sent", timeout=30)
+            assert (sent.status, sent.stdout, sent.error) == ("completed", "sent\n", None), sent.stderr
+        after = await run(ws, "echo after", timeout=30)
+        assert (after.stdout, after.stderr) == ("after\n", "")
+        assert any(p.command == f"sleep {marker}" for p in await ws.runtime.processes())
+        assert host_pids_with(f"sleep {marker}")
+        await ws.runtime.end_sandbox()
+        assert not host_pids_with(f"sleep {marker}")  # its end ends every process of the namespace
