@@ -31,7 +31,7 @@ from ..config import Settings, settings
 from ..storage import FileSystem
 from ..storage.errors import fs_error
 from ._lease import awake, awake_where, take_lease
-from .directory import Directory, WorkspaceRecord, open_directory
+from .directory import DELETING, Directory, WorkspaceRecord, open_directory
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
 __all__ = [
@@ -229,7 +229,7 @@ def _unreachable_owner(record: WorkspaceRecord) -> str:
 def _remove(config: Settings, directory: Directory, name: str, stopped: bool) -> DeletedWorkspace:
     """Fence, then remove links, files and the record (blocking: runs in a thread)."""
     path = workspace_file(config, name)
-    owner_id, epoch = take_lease(directory, name, path, node="deleting", host=None, ttl=_DELETE_LEASE)
+    owner_id, epoch = take_lease(directory, name, path, node=DELETING, host=None, ttl=_DELETE_LEASE)
     workspace_id = None
     if path.exists():
         # Raising the stored epoch refuses every write of an owner still running somewhere.

@@ -120,14 +120,14 @@ def _remove_unreadable(options: GlobalOptions, name: str) -> int:
     open it either), so this takes the lease, removes the files and the record, and fences nothing.
     """
     from ..actors import remove_workspace_files, take_lease
-    from ..actors.directory import open_directory
+    from ..actors.directory import DELETING, open_directory
     from ..actors.naming import workspace_file
 
     config = local_settings(options)
     directory = open_directory(config)
     try:
         owner_id, _ = take_lease(
-            directory, name, workspace_file(config, name), node="deleting", host=None, ttl=60.0
+            directory, name, workspace_file(config, name), node=DELETING, host=None, ttl=60.0
         )
         size = remove_workspace_files(config, name)
         directory.remove(name, owner_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import threading
 import time
 import uuid
@@ -12,6 +13,7 @@ import pytest
 
 import computer
 from computer.actors.directory import (
+    DELETING,
     Directory,
     LeaseRenewal,
     RedisDirectory,
@@ -78,6 +80,22 @@ def test_first_lease_is_epoch_one_and_records_node_and_owner(directory: Director
 def test_takeover_increases_epoch_strictly(directory: Directory) -> None:
     epochs = [directory.acquire_lease("ws", "n", f"owner-{i}", 30.0) for i in range(5)]
     assert epochs == [1, 2, 3, 4, 5]
+
+
+def test_a_deletions_lease_refuses_owners_until_it_ends_and_another_deletion_takes_it(
+    directory: Directory,
+) -> None:
+    """A hosted workspace the deletion had closed was reopened by its client's next call, above the
+    deletion's fence: that client's writes were acknowledged into the file the deletion then unlinked."""
+    assert directory.acquire_lease("ws", "node-a", "owner", 30.0) == 1
+    assert directory.acquire_lease("ws", DELETING, "deleter", 0.3) == 2  # an owner's lease is taken over
+    with pytest.raises(OSError) as refused:
+        directory.acquire_lease("ws", "node-a", "owner-again", 30.0)
+    assert refused.value.errno == errno.EBUSY and "being deleted" in str(refused.value)
+    assert directory.get("ws").owner == "deleter"  # type: ignore[union-attr]
+    assert directory.acquire_lease("ws", DELETING, "deleter-2", 0.3) == 3  # a retried deletion
+    time.sleep(0.35)  # a deletion that died midway: its lease runs out (wall-clock time must pass)
+    assert directory.acquire_lease("ws", "node-a", "owner-again", 30.0) == 4
 
 
 def test_same_owner_reacquiring_a_live_lease_keeps_its_epoch(directory: Directory) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import os
 import pickle
 import time
@@ -252,6 +253,52 @@ async def test_deleting_one_hosted_workspace_leaves_its_neighbours(model: Settin
         assert len(hosts) == 1
         stats = await next(iter(hosts.values())).host_stats.remote()
         assert set(stats["workspaces"]) == {f"{name}-stays", f"{name}-goes"}
+
+
+async def test_a_write_acknowledged_after_a_deletion_returned_is_never_lost(model: Settings, name: str) -> None:
+    """A client writing in a loop while its workspace is deleted: the deletion closed the hosted
+    workspace, the client's next call opened it again (with an epoch above the deletion's fence), and
+    the 100-odd writes acknowledged after ``delete_workspace`` returned went into the file it had
+    unlinked: gone at the next restart. Now a call during the deletion is refused (EBUSY), and one
+    after it lands in the new, empty workspace and stays."""
+    acked: list[tuple[str, float]] = []
+    refused: list[int | None] = []
+    going = True
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/w")
+
+        async def writer() -> None:
+            for i in range(2_000):
+                if not going:
+                    return
+                try:
+                    await ws.fs.write_file(f"/f{i}", b"x")
+                    acked.append((f"/f{i}", time.monotonic()))
+                except OSError as exc:
+                    refused.append(exc.errno)
+                await asyncio.sleep(0.005)
+
+        task = asyncio.create_task(writer())
+        await asyncio.sleep(0.3)
+        for _ in range(100):  # EBUSY while a call is in flight at that instant: tried again
+            try:
+                await computer.delete_workspace(name)
+                break
+            except OSError as exc:
+                assert exc.errno == errno.EBUSY, exc
+                await asyncio.sleep(0.01)
+        returned = time.monotonic()
+        await asyncio.sleep(0.5)
+        going = False
+        await task
+    after = [path for path, at in acked if at > returned]
+    assert after, (len(acked), refused)
+    assert all(code == errno.EBUSY for code in refused), refused
+    _kill_owner(computer.workspace_actor(name))  # its file is read again from the disk
+    async with computer.get_workspace(name) as again:
+        names = set(await again.fs.ls("/"))
+    assert set(after) <= names and "/w" not in names, (sorted(set(after) - names)[:5], len(after))
+    await computer.delete_workspace(name, force=True)
 
 
 async def test_a_hosted_handle_travels_and_answers_like_an_owner(model: Settings, name: str) -> None:

@@ -7,13 +7,14 @@ from __future__ import annotations
 from ._directory import Directory
 from ._head import HeadDirectory
 from ._open import open_directory
-from ._record import WorkspaceRecord, WorkspaceState
+from ._record import DELETING, WorkspaceRecord, WorkspaceState
 from ._redis import RedisDirectory
 from ._registry import RegisteredDirectory, last_known_file
 from ._renew import LeaseRenewal, renew_leases
 from ._sqlite import SqliteDirectory
 
 __all__ = [
+    "DELETING",
     "Directory",
     "HeadDirectory",
     "LeaseRenewal",

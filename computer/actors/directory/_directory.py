@@ -30,6 +30,7 @@ class Directory(Protocol):
 
         The epoch is strictly greater than every earlier one, unless ``owner_id`` already holds a live
         lease (then the lease is extended and its epoch returned unchanged). The state becomes active.
+        The one refusal: EBUSY while a deletion's lease is live (``refuse_while_deleting``).
         """
         ...
 

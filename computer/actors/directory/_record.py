@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+import errno
 import time
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["WorkspaceRecord", "WorkspaceState"]
+from ...storage.errors import fs_error
+
+__all__ = ["DELETING", "WorkspaceRecord", "WorkspaceState", "refuse_while_deleting"]
+
+DELETING = "deleting"  # the ``node`` of a deletion's lease (``delete_workspace``, ``computer rm``)
+
+
+def refuse_while_deleting(name: str, node: str | None, expires: float, acquirer: str, now: float) -> None:
+    """``OSError`` EBUSY when a deletion holds ``name``'s lease (``node`` is
+    :data:`DELETING`, until ``expires``) and an owner on ``acquirer`` asks for it. Leases are otherwise
+    taken over, never refused: here a hosted workspace that the deletion had just closed was reopened
+    by its client's next call, with an epoch above the deletion's fence, and that client's writes were
+    acknowledged into the file the deletion then unlinked. Another deletion may take it over."""
+    if node == DELETING and acquirer != DELETING and expires > now:
+        raise fs_error(errno.EBUSY, name, "the workspace is being deleted; retry once it is gone")
+
 
 # ``node`` is the Ray node id of the last owner, ``host`` the machine it ran on.
 # active: an owner holds (or held, until its lease ran out) the lease; hibernating: the owner went

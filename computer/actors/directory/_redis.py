@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import msgpack
 
 from .._errors import WorkspaceUnavailableError
-from ._record import WorkspaceRecord, WorkspaceState
+from ._record import WorkspaceRecord, WorkspaceState, refuse_while_deleting
 
 if TYPE_CHECKING:
     import redis
@@ -93,6 +93,8 @@ class RedisDirectory:
     ) -> int:
         def change(old: WorkspaceRecord | None) -> tuple[WorkspaceRecord, int]:
             now = time.time()
+            if old is not None:
+                refuse_while_deleting(name, old.node, old.lease_expires, node, now)
             if old is None:
                 epoch = 1
             elif old.owner == owner_id and old.lease_live(now):

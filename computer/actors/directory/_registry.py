@@ -23,7 +23,7 @@ from typing import Any
 
 from ...config import Settings
 from ._head import HeadDirectory, on_head_node
-from ._record import WorkspaceRecord
+from ._record import DELETING, WorkspaceRecord
 from ._redis import RedisDirectory
 from ._sqlite import SqliteDirectory
 
@@ -73,7 +73,7 @@ class RegisteredDirectory:
         self, name: str, node: str, owner_id: str, ttl: float, *, host: str | None = None
     ) -> int:
         epoch = self._redis.acquire_lease(name, node, owner_id, ttl, host=host)
-        if host is not None and not node.startswith("process:") and node != "deleting":
+        if host is not None and not node.startswith("process:") and node != DELETING:
             self._registry(lambda registry: registry.note_file(name, node, host))
         return epoch
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ...storage import storage_failure, use_wal
-from ._record import WorkspaceRecord
+from ._record import WorkspaceRecord, refuse_while_deleting
 
 __all__ = ["SqliteDirectory"]
 
@@ -79,9 +79,11 @@ class SqliteDirectory:
             self._db.execute("BEGIN IMMEDIATE")
             try:
                 row = self._db.execute(
-                    "SELECT owner, epoch, lease_expires, released_epoch FROM workspaces WHERE name = ?",
+                    "SELECT owner, epoch, lease_expires, released_epoch, node FROM workspaces WHERE name = ?",
                     (name,),
                 ).fetchone()
+                if row is not None:
+                    refuse_while_deleting(name, row[4], row[2], node, now)
                 released = 0 if row is None else int(row[3])
                 if row is None:
                     epoch = 1
