@@ -6,7 +6,10 @@ inside its owner host, which keeps serving its other workspaces); take the works
 with a new epoch and raise the file's stored epoch to it, so any owner still running (one we could not
 reach, or one started meanwhile) has every later write refused; remove its share links (their URLs
 answer 404), its SQLite file with the files beside it (SQLite's ``-wal``, ``-shm``, ``-journal``), and
-last its directory record. A later ``get_workspace`` of the same name starts an empty workspace.
+last its directory record. A later ``get_workspace`` of the same name starts an empty workspace. The
+removal runs on the node that holds the file (a task there, when that is another node than the
+caller's and the data directory is not shared); its node down is ``WorkspaceUnavailableError``. While
+the deletion's lease lives, no owner may take the workspace's (EBUSY: ``refuse_while_deleting``).
 
 "Held by a live client" means what keeps an owner from hibernating, except idle time: a call, stream
 or upload in flight, a lock held, or a run going. An idle awake owner is simply stopped. An owner this
@@ -98,9 +101,51 @@ async def delete_workspace(name: str, *, force: bool = False) -> DeletedWorkspac
         record = await asyncio.to_thread(directory.get, name)
         if awake(record) and record is not None and not force:
             raise fs_error(errno.EBUSY, name, _unreachable_owner(record))
+        there = await asyncio.to_thread(_file_elsewhere, config, name, force)
+        if there is not None:
+            return await _remove_there(there, config, name, stopped)
         return await asyncio.to_thread(_remove, config, directory, name, stopped)
     finally:
         await asyncio.to_thread(directory.close)
+
+
+def _file_elsewhere(config: Settings, name: str, force: bool) -> Any:
+    """Where the file of ``name`` is when that is another node than this process's (a Ray scheduling
+    strategy), else None (also when the file is here); ``WorkspaceUnavailableError`` when its node is
+    down, unless ``force`` (then what is here goes: the record). Owner placement's own answer
+    (``_scheduling``): a deletion run from another node removed nothing there, said it had (``bytes=0``),
+    and the next ``get_workspace`` served the whole workspace again."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized() or workspace_file(config, name).exists():
+        return None
+    from ._errors import WorkspaceUnavailableError
+    from ._placement import _scheduling
+
+    try:
+        strategy = _scheduling(config, name)
+    except WorkspaceUnavailableError:
+        if not force:
+            raise
+        return None
+    node = getattr(strategy, "node_id", None)
+    return None if node is None or node == ray.get_runtime_context().get_node_id() else strategy
+
+
+async def _remove_there(strategy: Any, config: Settings, name: str, stopped: bool) -> DeletedWorkspace:
+    """:func:`_remove` in a task on the node that holds the file."""
+    import ray
+
+    task = ray.remote(num_cpus=0, max_retries=0)(_remove_in_task)
+    return await task.options(scheduling_strategy=strategy).remote(config.model_dump_json(), name, stopped)
+
+
+def _remove_in_task(config_json: str, name: str, stopped: bool) -> DeletedWorkspace:
+    config = Settings.model_validate_json(config_json)
+    directory = open_directory(config)
+    try:
+        return _remove(config, directory, name, stopped)
+    finally:
+        directory.close()
 
 
 async def close_owners(names: list[str], config: Settings | None = None) -> int:

@@ -144,6 +144,29 @@ async def scenario(data_dir: Path, second: str, *, redis_url: str | None) -> Non
     for name in on_second:  # no second, diverging file on the head
         assert not (conf.workspaces_dir / f"{name}.sqlite").exists(), name
     print(f"{'redis' if redis_url else 'embedded'}: {len(on_second)} of {len(names)} on the second node")
+    await delete_from_the_head(conf, second, f"gone-{'redis' if redis_url else 'embedded'}")
+
+
+def _holds(path: str) -> bool:
+    return os.path.exists(path)
+
+
+async def delete_from_the_head(conf: computer.Settings, second: str, name: str) -> None:
+    """A workspace on the second node deleted from the head: its file there is removed (the deletion
+    unlinked the head's path, said ``bytes=0``, and the next ``get_workspace`` served it whole)."""
+    on_second = NodeAffinitySchedulingStrategy(node_id=second, soft=False)
+    placed = ray.get(
+        ray.remote(num_cpus=0)(create_on_second_node).options(scheduling_strategy=on_second).remote([name])
+    )
+    assert placed[name] == second, placed
+    path = str(conf.workspaces_dir / f"{name}.sqlite")
+    holds = ray.remote(num_cpus=0)(_holds).options(scheduling_strategy=on_second)
+    assert ray.get(holds.remote(path))
+    deleted = await computer.delete_workspace(name)
+    assert deleted.owner_stopped and deleted.bytes > 0, deleted
+    assert not ray.get(holds.remote(path))
+    assert open_directory(conf).get(name) is None
+    print(f"deleted {name} of the second node from the head")
 
 
 async def scenario_node_down(data_dir: Path, names: list[str], *, redis_url: str | None) -> None:
