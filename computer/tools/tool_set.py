@@ -51,9 +51,10 @@ def create_tools(
     False. Every store built here shares the owner's lock table, whatever process it runs in.
 
     ``processes=True`` adds the optional ``processes`` tool (programs running in the live sandbox) and,
-    unless ``readonly``, ``kill`` (stop one); the workspace needs a backend. ``names="think"`` offers the
-    seed's Think names: ``list`` for ``ls`` and, when the workspace has a ``shell`` backend, ``bash`` (exec
-    on the shell backend alone) for ``exec``; ``exec`` then stays only for the other backends.
+    unless ``readonly``, ``kill`` (stop one); both are left out, as ``exec`` is, when the workspace has no
+    exec backend. ``names="think"`` offers the seed's Think names: ``list`` for ``ls`` and, when the
+    workspace has a ``shell`` backend, ``bash`` (exec on the shell backend alone) for ``exec``; ``exec``
+    then stays only for the other backends.
 
     When ``workspace`` offers whole-call execution (``run_tool``, the ``ToolRunner`` capability of a
     ``get_workspace`` client), read, ls, find, grep, write, edit and delete send each call whole to the
@@ -87,7 +88,7 @@ def create_tools(
             from .publish import create_publish_tool
 
             tools.append(create_publish_tool(workspace))
-    if processes:
+    if processes and workspace.runtime.backends():  # no backend: no sandbox, nothing to list or kill
         from .processes import create_kill_tool, create_processes_tool
 
         tools.append(create_processes_tool(workspace, with_kill=not readonly))

@@ -135,6 +135,8 @@ async def test_create_tools_adds_them_only_when_asked() -> None:
         readonly = create_tools(with_backend, processes=True, readonly=True)
         assert "processes" in readonly and "kill" not in readonly
         assert "kill" not in readonly["processes"].description
+        # No exec backend: no sandbox, so neither (they only answered "no exec backends configured").
+        assert not {"processes", "kill", "exec"} & set(create_tools(ws, processes=True))
 
 
 class _WithRuntime:
