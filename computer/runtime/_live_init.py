@@ -325,14 +325,13 @@ def processes() -> list[dict[str, Any]]:
     me = os.getpid()
     ticks = os.sysconf("SC_CLK_TCK")
     page = os.sysconf("SC_PAGE_SIZE")
-    boot = 0.0
+    # The boot time to 1/100 s: the clock now less the uptime (``btime`` in ``/proc/stat`` is whole
+    # seconds: every start time was early by its fraction, up to a second).
     try:
-        with open("/proc/stat") as f:
-            for line in f:
-                if line.startswith("btime "):
-                    boot = float(line.split()[1])
-    except OSError:
-        pass
+        with open("/proc/uptime") as f:
+            boot = time.time() - float(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        boot = 0.0
     found = []
     for name in os.listdir("/proc"):
         if not name.isdigit():
