@@ -207,7 +207,9 @@ class LiveJobs:
             outcome.exit_code, outcome.timed_out = code, timed_out
             # The kernel's choice may be another process of the sandbox: the run was killed for its
             # memory only when it died of SIGKILL while the group counted a kill.
-            outcome.out_of_memory = code == 137 and self.oom_kills() > oom_before
+            kills = self.oom_kills() - oom_before
+            outcome.out_of_memory = code == 137 and kills > 0
+            outcome.others_killed = max(0, kills - int(outcome.out_of_memory))
         finally:
             for fd in open_fds:
                 with contextlib.suppress(Exception):

@@ -176,6 +176,14 @@ class LiveSandboxes:
                 )
                 yield OutputChunk("stderr", note.encode())
             finished = True
+            if outcome.others_killed and sandbox.alive:
+                limit = self.sandbox.limits.memory_mb
+                note = (
+                    f"computer: the live sandbox reached its memory limit{f' ({limit} MiB)' if limit else ''}, "
+                    f"shared by every process in it, during this run: the kernel killed "
+                    f"{outcome.others_killed} other process(es) of the sandbox (see processes)\n"
+                )
+                yield OutputChunk("stderr", note.encode())
             if error is None and outcome.out_of_memory:
                 # The mirror's files stay charged to the sandbox's memory group: end the sandbox (its
                 # processes with it) so that the next run starts in a fresh one.

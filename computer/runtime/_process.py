@@ -114,6 +114,9 @@ class ProcessOutcome:
     timed_out: bool = False
     # The kernel killed a process of the run for going over its memory cgroup's limit.
     out_of_memory: bool = False
+    # A live sandbox's other processes the kernel killed for memory while the run lasted (its limit is
+    # shared: the kernel's choice may be a background server rather than the run that allocated).
+    others_killed: int = 0
 
 
 async def stream_process(

@@ -266,9 +266,10 @@ async def test_the_memory_limit_holds_across_calls() -> None:
         holder_alive = any("bytearray" in p.command for p in await ws.runtime.processes())
         if second.exit_code == 137:  # the call was the victim: it says so
             assert second.error is not None and "out of memory" in second.error
-        else:  # the background holder was: the call is a normal result
+        else:  # the background holder was: the call is a normal result that says so on stderr
             assert (second.status, second.stdout, second.error) == ("completed", "got\n", None)
             assert not holder_alive
+            assert "the kernel killed 1 other process(es) of the sandbox" in second.stderr, second.stderr
         after = await run(ws, "echo fine")
         assert (after.status, after.stdout) == ("completed", "fine\n")
 
