@@ -270,11 +270,18 @@ def mcp(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(help="Workspace name.")],
     readonly: Annotated[bool, typer.Option("--readonly", help="Only read, ls, find and grep.")] = False,
+    processes: Annotated[
+        bool,
+        typer.Option(
+            "--processes",
+            help="Also the processes and kill tools: programs left running in the live sandbox.",
+        ),
+    ] = False,
 ) -> None:
     from ._mcp import serve_mcp
 
     options = _options(ctx)
-    _run_async(lambda: serve_mcp(options, name, readonly=readonly))
+    _run_async(lambda: serve_mcp(options, name, readonly=readonly, processes=processes))
 
 
 @app.command(help=f"Serve share links (the URLs the publish tool prints) over HTTP. {NO_RAY}")

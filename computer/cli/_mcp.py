@@ -12,8 +12,9 @@ from ._workspaces import open_workspace
 __all__ = ["serve_mcp"]
 
 
-async def serve_mcp(options: GlobalOptions, name: str, *, readonly: bool) -> None:
-    """Serve until the client closes stdin.
+async def serve_mcp(options: GlobalOptions, name: str, *, readonly: bool, processes: bool = False) -> None:
+    """Serve until the client closes stdin; ``processes``: the ``processes`` and ``kill`` tools too
+    (``processes`` alone when ``readonly``, which has no exec backend: then neither).
 
     stdout is the protocol channel, so everything else this process (or a child it starts, such as a
     local Ray) might print is sent to stderr: fd 1 is pointed at stderr and the protocol gets a
@@ -34,7 +35,7 @@ async def serve_mcp(options: GlobalOptions, name: str, *, readonly: bool) -> Non
     try:
         # Read-only serves read, ls, find and grep: no exec backends, no share-link publisher to build.
         async with open_workspace(options, name, backends=not readonly, assets=not readonly) as workspace:
-            await run_stdio(workspace, readonly=readonly)
+            await run_stdio(workspace, readonly=readonly, processes=processes)
     finally:
         sys.stdout = sys.__stdout__
         protocol_out.close()

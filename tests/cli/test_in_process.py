@@ -105,6 +105,9 @@ def test_mcp_serves_the_full_tool_set_in_process(tmp_path: Path) -> None:
     _, listing = mcp_exchange(["--data-dir", str(tmp_path), "mcp", "served"])
     names = {tool["name"] for tool in listing["result"]["tools"]}
     assert names == {"read", "ls", "find", "grep", "write", "edit", "delete", "exec", "publish"}
+    # The README offers ``computer mcp`` for a dev server kept between calls: its processes and kill.
+    _, listing = mcp_exchange(["--data-dir", str(tmp_path), "mcp", "served", "--processes"])
+    assert {tool["name"] for tool in listing["result"]["tools"]} == names | {"processes", "kill"}
 
 
 def test_shell_runs_in_process_and_leaves_the_workspace_asleep(tmp_path: Path) -> None:
