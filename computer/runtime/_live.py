@@ -14,7 +14,8 @@ that starts each command in its own process group with the host's pipes as its s
   processes are frozen (cgroup v1 ``freezer``) for the few milliseconds a sync takes, so a pull never
   reads a half-replaced tree and a push never races a program swapping a directory for a symlink. The
   pull's rules are those of a run's pull (a path the workspace changed meanwhile keeps the workspace's
-  version; it is reported as skipped);
+  version; it is reported as skipped by the runs in progress, or with none, a background process's
+  change, by the workspace's next run of this backend: ``unreported``, ``_live_parts.from_background``);
 - killing a run (or its timeout) kills that run's process group, as Ctrl-C does in a terminal; what it
   wrote is pulled; processes that left the group (``setsid``) keep running;
 - limits (memory, processes) are the sandbox's, shared by everything running in it, not per call;
@@ -55,6 +56,7 @@ from ._live_parts import (
     Job,
     RunChanges,
     fail,
+    from_background,
     has_changes,
     listed,
 )
@@ -113,6 +115,9 @@ class LiveSandbox(LiveJobs):
         self.idle_since: float | None = time.monotonic()
         self.jobs: dict[str, Job] = {}
         self.runs: dict[str, RunChanges] = {}
+        # What syncs refused while no run was in progress (a background process's changes): the next
+        # run's ``skipped`` (``open_run``), or the next sandbox's when this one ends first.
+        self.unreported: dict[str, str] = {}
         self.background: dict[str, BackgroundLog] = {}
         self._requests: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._next_ref = 0
@@ -312,9 +317,13 @@ class LiveSandbox(LiveJobs):
 
     # ------------------------------------------------------------------ runs
 
-    def open_run(self, run: str) -> RunChanges:
+    def open_run(self, run: str, carried: dict[str, str] | None = None) -> RunChanges:
+        """A run in progress: it lists what syncs pull and refuse from now on, and (in ``skipped``)
+        the background processes' changes refused since the last run (``carried``: those of the
+        workspace's previous sandbox, refused before it ended)."""
         self.idle_since = None
-        changes = self.runs[run] = RunChanges()
+        refused, self.unreported = {**(carried or {}), **self.unreported}, {}
+        changes = self.runs[run] = RunChanges(skipped=from_background(refused))
         return changes
 
     def close_run(self, run: str) -> None:
@@ -368,7 +377,8 @@ class LiveSandbox(LiveJobs):
 
     async def _pull(self, paced: bool = False) -> Synced | None:
         """Bring what changed in the mirror to the workspace (nothing to do: None), and tell every
-        run in progress; the sandbox must not be running unfrozen (the caller's job)."""
+        run in progress (none: what it refused is the next run's, ``unreported``); the sandbox must not
+        be running unfrozen (the caller's job)."""
         mirror = self.mirror
         if mirror.quiet(paced) or mirror.rev is None:
             return None
@@ -380,6 +390,8 @@ class LiveSandbox(LiveJobs):
             self.bridge.own_revs.clear()
         for changes in self.runs.values():
             changes.add(synced)
+        if not self.runs:  # a background process's change refused: it has no result of its own
+            self.unreported.update(synced.refused)
         return synced
 
     async def _tick(self) -> None:
