@@ -49,7 +49,7 @@ from typing import Any
 from ._assets_bridge import AssetsBridge
 from ._backend import ExecContext
 from ._cgroups import ControlFile, count_in, freeze, thaw
-from ._live_jobs import LiveJobs, LiveSandboxError, LiveStartError
+from ._live_jobs import LiveJobs, LiveSandboxError, LiveStartError, background_log
 from ._live_launch import Launched
 from ._live_parts import (
     BackgroundLog,
@@ -72,14 +72,6 @@ log = logging.getLogger(__name__)
 
 # Seconds between two looks at a busy sandbox (changes on either side).
 SYNC_INTERVAL = 0.1
-
-
-BACKGROUND_LOG_DIR = "/.computer/output"
-
-
-def background_log(exec_id: str) -> str:
-    """Where what a run's background processes print after it returned is kept (workspace path)."""
-    return f"{BACKGROUND_LOG_DIR}/{exec_id}.background.log"
 
 
 class LiveSandbox(LiveJobs):
@@ -138,7 +130,6 @@ class LiveSandbox(LiveJobs):
         self._ticker: asyncio.Task[None] | None = None
         self._adopted: set[int] = set()  # pipes of background processes, read into their logs
         self._stderr: asyncio.Task[None] | None = None
-        self._log_dir_made = False
         # What the backend started ahead inside this sandbox (a python guest), ended with it.
         self.spare: Warm[Any] | None = None
         # Called once it ended (its backend forgets it and keeps the mirror warm).
@@ -412,7 +403,7 @@ class LiveSandbox(LiveJobs):
                 # with nothing running: pull that too (pushes matter only to a running process).
                 if (busy or not self.mirror.quiet(paced=True)) and not self.lock.locked():
                     await self.sync(push=busy, paced=True)
-                await self._flush_logs()
+                await self.flush_logs()
                 failures = 0
             except LiveSandboxError:
                 return
@@ -427,18 +418,6 @@ class LiveSandbox(LiveJobs):
                 self.dead = "idle" if self.idle_since is not None else "lifetime reached"
                 self._ending = asyncio.ensure_future(self._end())
                 return
-
-    async def _flush_logs(self) -> None:
-        for run, logged in list(self.background.items()):
-            if logged.dirty:
-                if not self._log_dir_made:
-                    await self.ctx.fs_call("mkdir", {"path": BACKGROUND_LOG_DIR, "recursive": True})
-                    self._log_dir_made = True
-                logged.dirty = False
-                await self.ctx.fs_call("write_file", {"path": background_log(run), "data": logged.content()})
-                logged.written = True
-            if not logged.open and not logged.dirty:  # written, and nothing more comes: let it go
-                logged.data = bytearray()
 
     # ------------------------------------------------------------------ end
 
@@ -478,7 +457,7 @@ class LiveSandbox(LiveJobs):
                     os.close(fd)
             self._adopted.clear()
             with contextlib.suppress(Exception):
-                await self._flush_logs()
+                await self.flush_logs()
             for control in (self._pids_current, self._pids_events, self._oom_control):
                 if control is not None:
                     control.close()

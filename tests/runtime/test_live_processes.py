@@ -142,3 +142,25 @@ async def test_signals_a_program_sends_every_python3_leave_the_sandbox_standing(
         assert host_pids_with(f"sleep {marker}")
         await ws.runtime.end_sandbox()
         assert not host_pids_with(f"sleep {marker}")  # its end ends every process of the namespace
+
+
+async def test_background_logs_are_written_again_after_their_directory_was_removed() -> None:
+    """``rm -r /.computer/output`` while a background printer runs: the directory was made once per
+    sandbox, so no background log of that sandbox was written again (neither the printer's nor a later
+    run's; every tick's flush failed). A write that finds it gone makes it again."""
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        started = await run(ws, "(for i in $(seq 100); do echo bg-$i; sleep 0.05; done) &")
+        log = f"/.computer/output/{started.id}.background.log"
+        await eventually(lambda: ws.fs.exists(log), within=10)
+        await ws.fs.rm("/.computer/output", recursive=True)
+        await eventually(lambda: ws.fs.exists(log), within=10)
+        later = await run(ws, "(sleep 0.2; echo other) &")
+        await eventually(lambda: ws.fs.exists(f"/.computer/output/{later.id}.background.log"), within=10)
+        assert (await ws.fs.read_text(f"/.computer/output/{later.id}.background.log")) == "other\n"
+        await eventually(lambda: _contains(ws, log, "bg-100\n"), within=15)
+        await ws.runtime.end_sandbox()
+
+
+async def _contains(ws: computer.Workspace, path: str, text: str) -> bool:
+    return text in await ws.fs.read_text(path)
