@@ -18,6 +18,7 @@ from typing import Any
 from ._backend import MAX_CHUNK_BYTES, ExecContext, OutputChunk
 from ._cgroups import ControlFile, count_in
 from ._live_parts import BackgroundLog, Job, drain, feed, is_eof
+from ._options import BACKGROUND_SUFFIX
 from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess
 from ._standby import write_all
 from ._tasks import in_thread, run_to_completion
@@ -35,7 +36,7 @@ BACKGROUND_LOG_DIR = "/.computer/output"
 
 def background_log(exec_id: str) -> str:
     """Where what a run's background processes print after it returned is kept (workspace path)."""
-    return f"{BACKGROUND_LOG_DIR}/{exec_id}.background.log"
+    return f"{BACKGROUND_LOG_DIR}/{exec_id}{BACKGROUND_SUFFIX}"
 
 
 class LiveSandboxError(RuntimeError):
@@ -282,7 +283,7 @@ class LiveJobs:
         for run, logged in list(self.background.items()):
             if logged.dirty:
                 logged.dirty = False
-                logged.written = True  # named by ``processes`` from now on (never pruned under its write)
+                logged.written = True  # named by ``processes`` from now on: never pruned under its write
                 data = {"path": background_log(run), "data": logged.content()}
                 try:
                     try:
