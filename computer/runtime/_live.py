@@ -14,7 +14,8 @@ that starts each command in its own process group with the host's pipes as its s
   processes are frozen (cgroup v1 ``freezer``) for the few milliseconds a sync takes, so a pull never
   reads a half-replaced tree and a push never races a program swapping a directory for a symlink. The
   pull's rules are those of a run's pull (a path the workspace changed meanwhile keeps the workspace's
-  version; it is reported as skipped);
+  version; it is reported as skipped by the runs in progress, or with none, a background process's
+  change, by the workspace's next run of this backend: ``unreported``, ``_live_parts.from_background``);
 - killing a run (or its timeout) kills that run's process group, as Ctrl-C does in a terminal; what it
   wrote is pulled; processes that left the group (``setsid``) keep running;
 - limits (memory, processes) are the sandbox's, shared by everything running in it, not per call;
@@ -48,13 +49,14 @@ from typing import Any
 from ._assets_bridge import AssetsBridge
 from ._backend import ExecContext
 from ._cgroups import ControlFile, count_in, freeze, thaw
-from ._live_jobs import LiveJobs, LiveSandboxError, LiveStartError
+from ._live_jobs import LiveJobs, LiveSandboxError, LiveStartError, background_log
 from ._live_launch import Launched
 from ._live_parts import (
     BackgroundLog,
     Job,
     RunChanges,
     fail,
+    from_background,
     has_changes,
     listed,
 )
@@ -70,14 +72,6 @@ log = logging.getLogger(__name__)
 
 # Seconds between two looks at a busy sandbox (changes on either side).
 SYNC_INTERVAL = 0.1
-
-
-BACKGROUND_LOG_DIR = "/.computer/output"
-
-
-def background_log(exec_id: str) -> str:
-    """Where what a run's background processes print after it returned is kept (workspace path)."""
-    return f"{BACKGROUND_LOG_DIR}/{exec_id}.background.log"
 
 
 class LiveSandbox(LiveJobs):
@@ -113,6 +107,9 @@ class LiveSandbox(LiveJobs):
         self.idle_since: float | None = time.monotonic()
         self.jobs: dict[str, Job] = {}
         self.runs: dict[str, RunChanges] = {}
+        # What syncs refused while no run was in progress (a background process's changes): the next
+        # run's ``skipped`` (``open_run``), or the next sandbox's when this one ends first.
+        self.unreported: dict[str, str] = {}
         self.background: dict[str, BackgroundLog] = {}
         self._requests: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._next_ref = 0
@@ -133,7 +130,6 @@ class LiveSandbox(LiveJobs):
         self._ticker: asyncio.Task[None] | None = None
         self._adopted: set[int] = set()  # pipes of background processes, read into their logs
         self._stderr: asyncio.Task[None] | None = None
-        self._log_dir_made = False
         # What the backend started ahead inside this sandbox (a python guest), ended with it.
         self.spare: Warm[Any] | None = None
         # Called once it ended (its backend forgets it and keeps the mirror warm).
@@ -312,9 +308,13 @@ class LiveSandbox(LiveJobs):
 
     # ------------------------------------------------------------------ runs
 
-    def open_run(self, run: str) -> RunChanges:
+    def open_run(self, run: str, carried: dict[str, str] | None = None) -> RunChanges:
+        """A run in progress: it lists what syncs pull and refuse from now on, and (in ``skipped``)
+        the background processes' changes refused since the last run (``carried``: those of the
+        workspace's previous sandbox, refused before it ended)."""
         self.idle_since = None
-        changes = self.runs[run] = RunChanges()
+        refused, self.unreported = {**(carried or {}), **self.unreported}, {}
+        changes = self.runs[run] = RunChanges(skipped=from_background(refused))
         return changes
 
     def close_run(self, run: str) -> None:
@@ -368,7 +368,8 @@ class LiveSandbox(LiveJobs):
 
     async def _pull(self, paced: bool = False) -> Synced | None:
         """Bring what changed in the mirror to the workspace (nothing to do: None), and tell every
-        run in progress; the sandbox must not be running unfrozen (the caller's job)."""
+        run in progress (none: what it refused is the next run's, ``unreported``); the sandbox must not
+        be running unfrozen (the caller's job)."""
         mirror = self.mirror
         if mirror.quiet(paced) or mirror.rev is None:
             return None
@@ -380,6 +381,8 @@ class LiveSandbox(LiveJobs):
             self.bridge.own_revs.clear()
         for changes in self.runs.values():
             changes.add(synced)
+        if not self.runs:  # a background process's change refused: it has no result of its own
+            self.unreported.update(synced.refused)
         return synced
 
     async def _tick(self) -> None:
@@ -400,7 +403,7 @@ class LiveSandbox(LiveJobs):
                 # with nothing running: pull that too (pushes matter only to a running process).
                 if (busy or not self.mirror.quiet(paced=True)) and not self.lock.locked():
                     await self.sync(push=busy, paced=True)
-                await self._flush_logs()
+                await self.flush_logs()
                 failures = 0
             except LiveSandboxError:
                 return
@@ -415,18 +418,6 @@ class LiveSandbox(LiveJobs):
                 self.dead = "idle" if self.idle_since is not None else "lifetime reached"
                 self._ending = asyncio.ensure_future(self._end())
                 return
-
-    async def _flush_logs(self) -> None:
-        for run, logged in list(self.background.items()):
-            if logged.dirty:
-                if not self._log_dir_made:
-                    await self.ctx.fs_call("mkdir", {"path": BACKGROUND_LOG_DIR, "recursive": True})
-                    self._log_dir_made = True
-                logged.dirty = False
-                await self.ctx.fs_call("write_file", {"path": background_log(run), "data": logged.content()})
-                logged.written = True
-            if not logged.open and not logged.dirty:  # written, and nothing more comes: let it go
-                logged.data = bytearray()
 
     # ------------------------------------------------------------------ end
 
@@ -466,7 +457,7 @@ class LiveSandbox(LiveJobs):
                     os.close(fd)
             self._adopted.clear()
             with contextlib.suppress(Exception):
-                await self._flush_logs()
+                await self.flush_logs()
             for control in (self._pids_current, self._pids_events, self._oom_control):
                 if control is not None:
                     control.close()

@@ -15,20 +15,28 @@ import signal
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any
 
-from ._backend import MAX_CHUNK_BYTES, OutputChunk
+from ._backend import MAX_CHUNK_BYTES, ExecContext, OutputChunk
 from ._cgroups import ControlFile, count_in
 from ._live_parts import BackgroundLog, Job, drain, feed, is_eof
+from ._options import BACKGROUND_SUFFIX
 from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess
 from ._standby import write_all
 from ._tasks import in_thread, run_to_completion
 
-__all__ = ["LiveJobs", "LiveSandboxError", "LiveStartError"]
+__all__ = ["BACKGROUND_LOG_DIR", "LiveJobs", "LiveSandboxError", "LiveStartError", "background_log"]
 
 log = logging.getLogger("computer.runtime._live")
 
 _PACKET = 1 << 16
 # How long a killed job may take to be reported dead before the sandbox is ended instead.
 _KILL_GRACE = 5.0
+
+BACKGROUND_LOG_DIR = "/.computer/output"
+
+
+def background_log(exec_id: str) -> str:
+    """Where what a run's background processes print after it returned is kept (workspace path)."""
+    return f"{BACKGROUND_LOG_DIR}/{exec_id}{BACKGROUND_SUFFIX}"
 
 
 class LiveSandboxError(RuntimeError):
@@ -44,6 +52,7 @@ class LiveJobs:
     """Starting and reading the commands of a live sandbox (fields and the channel: ``LiveSandbox``)."""
 
     workspace_id: str
+    ctx: ExecContext
     loop: asyncio.AbstractEventLoop
     process: SandboxProcess
     host_ids: tuple[int, int] | None
@@ -267,6 +276,28 @@ class LiveJobs:
             self._adopted.add(fd)
             logged.open += 1
             self.loop.add_reader(fd, readable, fd)
+
+    async def flush_logs(self) -> None:
+        """Write the background logs that grew since their last write (a tick's); let a log's bytes go
+        once written with every pipe it reads closed. Its directory is made again whenever a write
+        finds it gone (``rm -r /.computer/output``): it was made once per sandbox, and no log of that
+        sandbox was written again. A log whose write failed is written again by the next flush."""
+        for run, logged in list(self.background.items()):
+            if logged.dirty:
+                logged.dirty = False
+                logged.written = True  # named by ``processes`` from now on: never pruned under its write
+                data = {"path": background_log(run), "data": logged.content()}
+                try:
+                    try:
+                        await self.ctx.fs_call("write_file", data)
+                    except Exception:  # its directory is gone (or not made yet): once more after it
+                        await self.ctx.fs_call("mkdir", {"path": BACKGROUND_LOG_DIR, "recursive": True})
+                        await self.ctx.fs_call("write_file", data)
+                except BaseException:
+                    logged.dirty = True
+                    raise
+            if not logged.open and not logged.dirty:  # written, and nothing more comes: let it go
+                logged.data = bytearray()
 
 
 def read_some(fd: int) -> bytes | None:

@@ -20,6 +20,7 @@ from ._sync import Synced
 from .types import ProcessInfo
 
 __all__ = [
+    "BACKGROUND",
     "BACKGROUND_LOG_BYTES",
     "BACKGROUND_RATE",
     "BackgroundLog",
@@ -28,6 +29,7 @@ __all__ = [
     "drain",
     "fail",
     "feed",
+    "from_background",
     "has_changes",
     "is_eof",
     "listed",
@@ -39,6 +41,22 @@ BACKGROUND_LOG_BYTES = 1 << 20
 # its full pipe. ``yes &`` left running took 54-73% of a host core to read and drop, for as long as
 # the sandbox lived; a server's log is far below it.
 BACKGROUND_RATE = 4 << 20
+
+# Why a run lists a path a sync refused while no run was in progress (a background process's change:
+# ``LiveSandbox.unreported``); each reason starts so.
+BACKGROUND = "changed by a background process while no run was in progress"
+
+
+def from_background(refused: Mapping[str, str]) -> dict[str, str]:
+    """The reasons a run gives for the changes of background processes that syncs refused before it
+    (``Synced.refused``: path -> the pull's reason). Such a change is lost: the workspace kept its own."""
+    return {
+        path: f"{BACKGROUND}, and by the workspace in the same sync interval: the process's change was "
+        "refused (lost), the workspace's version kept"
+        if why == CONFLICT
+        else f"{BACKGROUND}, refused: {why}"
+        for path, why in refused.items()
+    }
 
 
 @dataclass
@@ -67,13 +85,15 @@ class RunChanges:
         of the run's was refused for the workspace's (``CONFLICT``): that change is lost whatever
         came after (a shell and a python run appending to one file lost half the lines, listed
         nowhere), so the path stays in ``skipped`` as well as in ``pulled``, with a reason that says
-        the run's later version is what the workspace holds (``CONFLICT_THEN_PULLED``)."""
+        the run's later version is what the workspace holds (``CONFLICT_THEN_PULLED``). A background
+        process's change refused before the run (:data:`BACKGROUND`) stays as it is: lost all the same."""
         self.pulled.update(synced.pulled)
         for path in synced.pulled:
-            if self.skipped.get(path) in (CONFLICT, CONFLICT_THEN_PULLED):
+            why = self.skipped.get(path)
+            if why in (CONFLICT, CONFLICT_THEN_PULLED):
                 self.skipped[path] = CONFLICT_THEN_PULLED
-            else:
-                self.skipped.pop(path, None)
+            elif why is not None and not why.startswith(BACKGROUND):
+                del self.skipped[path]
         self.skipped.update(synced.skipped)  # a later refusal: the workspace's version is kept again
 
 

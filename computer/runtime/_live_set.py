@@ -34,6 +34,9 @@ from .types import ProcessInfo
 
 __all__ = ["Command", "JobSpec", "LiveCalls", "LiveSandboxes"]
 
+# Workspaces whose ended sandboxes left refusals for their next run (``LiveSandboxes._unreported``).
+_UNREPORTED = 1000
+
 
 @dataclass
 class JobSpec:
@@ -76,6 +79,9 @@ class LiveSandboxes:
         self.mount_root = sync.mount_root
         self._live: dict[str, LiveSandbox] = {}
         self._starting: dict[str, asyncio.Lock] = {}
+        # What ended sandboxes' syncs refused with no run to tell (``LiveSandbox.unreported``), by
+        # workspace: its next run's ``skipped`` (the oldest let go past _UNREPORTED workspaces).
+        self._unreported: dict[str, dict[str, str]] = {}
 
     # ------------------------------------------------------------------ a run
 
@@ -100,7 +106,7 @@ class LiveSandboxes:
         except (OSError, LiveSandboxError, TimeoutError) as exc:
             yield ExitEvent(None, error=f"the sandbox could not start: {exc}")
             return
-        changes = sandbox.open_run(request.id)
+        changes = sandbox.open_run(request.id, self._unreported.pop(ctx.workspace_id, None))
         finished = killed = False
         try:
             _, pushed = await sandbox.sync()  # the run starts from the workspace as it is now
@@ -108,7 +114,10 @@ class LiveSandboxes:
             host_cwd = sandbox.mirror.host(cwd)
             problem = cwd_problem(sandbox.mirror.directory, self.mount_root, cwd) if mirrored else None
             if problem is not None:
-                yield ExitEvent(None, pushed=pushed, error=problem)
+                skipped = changes.skipped
+                yield ExitEvent(
+                    None, pushed=pushed, skipped=sorted(skipped), skipped_reasons=skipped, error=problem
+                )
                 finished = True
                 return
             start_cwd = "/tmp" if not mirrored else cwd if self.sandbox.bwrap else str(host_cwd)
@@ -290,8 +299,14 @@ class LiveSandboxes:
         self.warm.keep(mirror, start)
 
     def _ended(self, sandbox: LiveSandbox) -> None:
-        """A live sandbox ended (idle, lifetime, killed): forget it; its mirror stays warm."""
+        """A live sandbox ended (idle, lifetime, killed): forget it; its mirror stays warm, and what its
+        syncs refused with no run to tell waits for the workspace's next run."""
         self._forget(sandbox)
+        if sandbox.unreported:
+            kept = self._unreported.pop(sandbox.workspace_id, {})
+            self._unreported[sandbox.workspace_id] = {**kept, **sandbox.unreported}
+            while len(self._unreported) > _UNREPORTED:
+                del self._unreported[next(iter(self._unreported))]
         if sandbox.mirror.directory.is_dir() and sandbox.mirror in self.sync.mirrors.idle_mirrors(
             sandbox.workspace_id
         ):

@@ -1,14 +1,20 @@
-"""Output limits and where saved logs go, and a run's environment checked: the runtime's options."""
+"""Output limits, where saved logs go and how many stay, and a run's environment checked: the
+runtime's options."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ..storage.paths import canonical
 
-__all__ = ["DEFAULT_OUTPUT", "OutputOptions", "check_env", "check_input"]
+__all__ = ["BACKGROUND_SUFFIX", "DEFAULT_OUTPUT", "OutputOptions", "check_env", "check_input", "prune_logs"]
+
+# How a live sandbox's background log is named (``<exec id>.background.log``, ``_live_jobs``).
+BACKGROUND_SUFFIX = ".background.log"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +58,33 @@ class OutputOptions:
 
 
 DEFAULT_OUTPUT = OutputOptions()
+
+
+async def prune_logs(fs: Any, options: OutputOptions, held: Callable[[], Awaitable[set[str] | None]]) -> None:
+    """Keep only the newest ``options.keep`` logs (``*.log``) in ``options.dir``. A background log that
+    ``held`` names (a running process of the workspace's live sandbox still prints into it:
+    ``ProcessInfo.log``) is neither removed nor counted; ``held`` is asked only when a background log
+    would go, and when it cannot tell (None) no background log goes. A server's log was removed after
+    50 runs whose output was saved, while ``processes()`` still named it."""
+    try:
+        entries = await fs.readdir(options.dir)
+    except FileNotFoundError:
+        return
+    logs = sorted(
+        (e for e in entries if e.is_file and e.name.endswith(".log")), key=lambda e: (e.mtime, e.name)
+    )
+    root = options.dir.rstrip("/")
+    if any(e.name.endswith(BACKGROUND_SUFFIX) for e in logs[: max(0, len(logs) - options.keep)]):
+        names = await held()
+        logs = [
+            e
+            for e in logs
+            if not e.name.endswith(BACKGROUND_SUFFIX)
+            or (names is not None and f"{root}/{e.name}" not in names)
+        ]
+    for entry in logs[: max(0, len(logs) - options.keep)]:
+        with contextlib.suppress(FileNotFoundError):
+            await fs.rm(f"{root}/{entry.name}")
 
 
 def check_env(env: Any) -> None:

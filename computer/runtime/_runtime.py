@@ -24,7 +24,7 @@ from ._capture import StreamCapture
 from ._context import LocalExecContext
 from ._handle import ExecHandle, ExecRun
 from ._journal import ExecJournal, result_from_record
-from ._options import OutputOptions, check_env, check_input
+from ._options import OutputOptions, check_env, check_input, prune_logs
 from .types import (
     BackendInfo,
     ExecResult,
@@ -336,7 +336,7 @@ class Runtime:
         try:
             await self.journal.finished(result, request.source)
             if saved_any:
-                await self._prune_logs(options)
+                await prune_logs(self.fs, options, self._held_logs)
         except Exception as exc:
             log.warning("exec %s: journal update failed: %s", run.id, exc)
         final = ExecSnapshot(
@@ -370,19 +370,17 @@ class Runtime:
             duration_s=time.monotonic() - started,
         )
 
-    async def _prune_logs(self, options: OutputOptions) -> None:
-        """Keep only the newest ``options.keep`` saved logs in the output directory."""
-        try:
-            entries = await self.fs.readdir(options.dir)
-        except FileNotFoundError:
-            return
-        logs = [e for e in entries if e.is_file and e.name.endswith(".log")]
-        if len(logs) <= options.keep:
-            return
-        logs.sort(key=lambda e: (e.mtime, e.name))
-        for entry in logs[: len(logs) - options.keep]:
-            with contextlib.suppress(FileNotFoundError):
-                await self.fs.rm(f"{options.dir.rstrip('/')}/{entry.name}")
+    async def _held_logs(self) -> set[str] | None:
+        """The background logs the running processes of the workspace's live sandboxes name (never
+        pruned while they run); None when a listing failed."""
+        held: set[str] = set()
+        for backend in self._backends.values():
+            if isinstance(backend, LiveBackend):
+                try:
+                    held.update(p.log for p in await backend.processes(str(self._workspace.id)) if p.log)
+                except Exception:
+                    return None
+        return held
 
     async def _kill(self, run: ExecRun) -> None:
         if not run.done:

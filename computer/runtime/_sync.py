@@ -64,6 +64,8 @@ class Synced:
     pulled: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # path -> reason
     pending: PendingPull | None = None  # handed to the dispatcher (a deferring context)
+    # The program's changes this pull refused (a subset of ``skipped``: not what the mirror keeps out)
+    refused: dict[str, str] = field(default_factory=dict)
 
 
 class MirrorSync:
@@ -299,7 +301,7 @@ class MirrorSync:
             applied = await asyncio.to_thread(_removals_outermost, applied, set(plan.deleted))
         # Unique in the order given (pages come sorted), then sorted: a sort of a set's order took
         # 0.12 ms of 1,111 paths, ~0.05 this way.
-        return Synced(sorted(dict.fromkeys([*applied, *saved])), {**reasons, **left_out})
+        return Synced(sorted(dict.fromkeys([*applied, *saved])), {**reasons, **left_out}, refused=reasons)
 
     async def _apply(
         self,

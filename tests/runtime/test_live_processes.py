@@ -142,3 +142,56 @@ async def test_signals_a_program_sends_every_python3_leave_the_sandbox_standing(
         assert host_pids_with(f"sleep {marker}")
         await ws.runtime.end_sandbox()
         assert not host_pids_with(f"sleep {marker}")  # its end ends every process of the namespace
+
+
+async def test_background_logs_are_written_again_after_their_directory_was_removed() -> None:
+    """``rm -r /.computer/output`` while a background printer runs: the directory was made once per
+    sandbox, so no background log of that sandbox was written again (neither the printer's nor a later
+    run's; every tick's flush failed). A write that finds it gone makes it again."""
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        started = await run(ws, "(for i in $(seq 100); do echo bg-$i; sleep 0.05; done) &")
+        log = f"/.computer/output/{started.id}.background.log"
+        await eventually(lambda: ws.fs.exists(log), within=10)
+        await ws.fs.rm("/.computer/output", recursive=True)
+        await eventually(lambda: ws.fs.exists(log), within=10)
+        later = await run(ws, "(sleep 0.2; echo other) &")
+        await eventually(lambda: ws.fs.exists(f"/.computer/output/{later.id}.background.log"), within=10)
+        assert (await ws.fs.read_text(f"/.computer/output/{later.id}.background.log")) == "other\n"
+        await eventually(lambda: _contains(ws, log, "bg-100\n"), within=15)
+        await ws.runtime.end_sandbox()
+
+
+async def test_a_running_process_keeps_its_background_log_past_the_saved_output_retention() -> None:
+    """The newest ``keep`` saved logs stay (50 by default): a server's background log counted among
+    them and was removed after 50 runs whose output was saved, while ``processes()`` still named it.
+    While a process that prints into it runs, it is neither removed nor counted; then it is as any."""
+    marker = f"6{secrets.randbelow(10**6)}"
+    saving = {"max_lines": 5, "keep": 2}
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        started = await run(ws, f"(sleep 0.2; echo listening; exec sleep {marker}) &")
+        log = f"/.computer/output/{started.id}.background.log"
+        await eventually(lambda: ws.fs.exists(log), within=10)
+        for _ in range(4):
+            saved = await run(ws, "seq 20", output=saving)
+            assert saved.truncated["stdout"].status == "saved", saved
+        names = {e.name for e in await ws.fs.readdir("/.computer/output")}
+        assert len(names) == 3 and f"{started.id}.background.log" in names, names
+        assert await ws.fs.read_text(log) == "listening\n"
+        (sleeper,) = [p for p in await ws.runtime.processes() if p.command == f"sleep {marker}"]
+        assert sleeper.log == log
+        await ws.runtime.kill_process(sleeper.pid)
+
+        async def ended() -> bool:
+            return not await ws.runtime.processes()
+
+        await eventually(ended, within=10)
+        await run(ws, "seq 20", output=saving)
+        assert not await ws.fs.exists(log)  # the oldest once its process ended
+        assert len(await ws.fs.readdir("/.computer/output")) == 2
+        await ws.runtime.end_sandbox()
+
+
+async def _contains(ws: computer.Workspace, path: str, text: str) -> bool:
+    return text in await ws.fs.read_text(path)
