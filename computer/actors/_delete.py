@@ -15,7 +15,9 @@ the deletion's lease lives, no owner may take the workspace's (EBUSY: ``refuse_w
 or upload in flight, a lock held, or a run going. An idle awake owner is simply stopped. An owner this
 process cannot reach (no Ray connection, another cluster, a command's own process, a user's
 ``WorkspaceHost`` actor) whose lease is live counts as held: ``force`` deletes anyway, and that owner's
-writes are refused from then on.
+writes are refused from then on. An owner whose process is known dead does not hold it: one of this
+machine by the pid its lease names (``_lease.awake``), one elsewhere by Ray's actor table when this
+process is connected (``_lease.ray_owner_gone``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from typing import Any
 from ..config import Settings, settings
 from ..storage import FileSystem
 from ..storage.errors import fs_error
-from ._lease import awake, awake_where, take_lease
+from ._lease import awake, awake_where, ray_owner_gone, take_lease
 from .directory import DELETING, Directory, WorkspaceRecord, open_directory
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
@@ -100,7 +102,8 @@ async def delete_workspace(name: str, *, force: bool = False) -> DeletedWorkspac
         stopped = await _stop_owner(config, name, force=force)
         record = await asyncio.to_thread(directory.get, name)
         if awake(record) and record is not None and not force:
-            raise fs_error(errno.EBUSY, name, _unreachable_owner(record))
+            if not await asyncio.to_thread(ray_owner_gone, record):  # one on another machine died
+                raise fs_error(errno.EBUSY, name, _unreachable_owner(record))
         there = await asyncio.to_thread(_file_elsewhere, config, name, force)
         if there is not None:
             return await _remove_there(there, config, name, stopped)
@@ -265,8 +268,13 @@ def _in_use(stats: dict[str, Any]) -> list[str]:
 
 def _unreachable_owner(record: WorkspaceRecord) -> str:
     left = max(0.0, record.lease_expires - time.time())
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():  # a user's own WorkspaceHost, another cluster's owner
+        stop = "stop it (an actor of your own, or another cluster's owner)"
+    else:
+        stop = "connect to its cluster first"
     return (
-        f"awake {awake_where(record)}, an owner this process cannot stop: connect to its cluster first, "
+        f"awake {awake_where(record)}, an owner this process cannot stop: {stop}, "
         f"wait until it is asleep (within {left:.0f} s if that owner is gone), or force the deletion"
     )
 

@@ -51,6 +51,15 @@ READ_OPS = frozenset(
 WRITE_OPS = frozenset({"write_file", "mkdir", "rm", "rename", "copy", "symlink", "link"})
 
 
+def _actor_id() -> str:
+    """This process's Ray actor id (hex), empty outside an actor."""
+    import ray
+
+    if not ray.is_initialized():
+        return ""
+    return str(ray.get_runtime_context().get_actor_id() or "")
+
+
 def _node_id() -> str:
     import ray
 
@@ -141,8 +150,10 @@ class WorkspaceHost(PoolCallbacks):
         return open_directory(self.config)
 
     def _new_owner_id(self) -> str:
-        """The id this owner holds the directory lease under (a new one for every lease taken)."""
-        return uuid.uuid4().hex
+        """The id this owner holds the directory lease under (a new one for every lease taken):
+        ``<actor id>#<pid>/<uuid>``, so that ``computer ls`` and ``delete_workspace`` can tell this
+        owner's process died (``_lease.owner_process``) instead of waiting its lease out."""
+        return f"{_actor_id()}#{os.getpid()}/{uuid.uuid4().hex}"
 
     @contextlib.contextmanager
     def _activity(self, *, background: bool = False) -> Iterator[None]:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import uuid
 from pathlib import Path
 
 from ..storage import FileSystem
 from .directory import Directory, WorkspaceRecord
 
-__all__ = ["awake", "awake_where", "process_node", "take_lease"]
+__all__ = ["awake", "awake_where", "owner_process", "process_node", "ray_owner_gone", "take_lease"]
 
 
 def take_lease(
@@ -51,22 +52,77 @@ def awake_where(record: WorkspaceRecord) -> str:
     return f"on node {node[:8]} ({hostname})" if hostname else f"on node {node[:8]}"
 
 
+def owner_process(owner: str | None) -> tuple[str, int] | None:
+    """``(actor, pid)`` of the owner id of an owner in a Ray actor, ``<actor>#<pid>/<uuid>``: an owner
+    host's Ray name (``computer:host:...``) or a dedicated owner's actor id (hex, empty outside an
+    actor), and the pid of its process. None for other ids (a bare uuid: older owners, commands)."""
+    actor, sep, rest = (owner or "").partition("#")
+    pid = rest.partition("/")[0]
+    return (actor, int(pid)) if sep and pid.isdigit() else None
+
+
 def awake(record: WorkspaceRecord | None, now: float | None = None) -> bool:
     """Whether an owner holds ``record``'s workspace: a live lease, unless that owner was a process of
-    this machine that is gone (killed before it could release the lease: no need to wait it out).
-    A pid reused by another process counts as alive: the safe side."""
+    this machine that is gone (killed before it could release the lease: no need to wait it out): a
+    command's process (``process:<pid>@<hostname>``), or an owner actor or owner host whose lease names
+    its pid (:func:`owner_process`) on a node of this machine. Before, a killed owner host or owner
+    actor was listed awake with its dead pid, and ``delete_workspace`` refused for the rest of its lease
+    (~28 s). A pid reused by another process counts as alive: the safe side."""
     if record is None or not record.lease_live(now):
         return False
     node = record.node or ""
-    if not node.startswith("process:"):
-        return True
-    pid, _, hostname = node.removeprefix("process:").partition("@")
+    if node.startswith("process:"):
+        pid, _, hostname = node.removeprefix("process:").partition("@")
+    else:
+        hostname = (record.host or "").partition("/")[0]
+        process = owner_process(record.owner)
+        pid = str(process[1]) if process is not None else ""
     if hostname != socket.gethostname() or not pid.isdigit():
         return True
+    return _alive(int(pid))
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` of this machine lives; a zombie (dead, not yet reaped by its parent:
+    Ray's raylet takes a moment) does not."""
     try:
-        os.kill(int(pid), 0)
+        os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True  # alive, another user's
-    return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return True  # no /proc here: as the signal said
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] != b"Z"
+
+
+def ray_owner_gone(record: WorkspaceRecord) -> bool:
+    """Whether Ray's actor table shows that the owner process holding ``record``'s lease is gone (this
+    process connected to the cluster; blocking): its actor dead, restarting or restarted (another pid),
+    an owner host no longer named. False when Ray cannot tell: no Ray connection, an id without its
+    actor, an owner on a node that is not an alive node of this cluster (another cluster's, sharing the
+    directory), the table unreadable. For an owner on another machine, where :func:`awake` cannot look."""
+    ray = sys.modules.get("ray")
+    process = owner_process(record.owner)
+    if ray is None or not ray.is_initialized() or process is None or not process[0]:
+        return False
+    from ._nodes import alive_nodes
+    from .naming import HOST_PREFIX, NAMESPACE
+    from .raycompat import actor_id, actor_process
+
+    actor, pid = process
+    if record.node not in alive_nodes():
+        return False
+    if actor.startswith(HOST_PREFIX):
+        try:
+            actor = actor_id(ray.get_actor(actor, namespace=NAMESPACE)).hex()
+        except ValueError:
+            return True  # no such host: it died for good (one that exits releases its leases first)
+    state = actor_process(actor)
+    if state is None:
+        return False
+    status, current = state
+    return status in ("DEAD", "RESTARTING") or (status == "ALIVE" and current not in (0, pid))

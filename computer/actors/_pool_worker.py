@@ -119,6 +119,10 @@ class OwnerHandles:
         self._owners.move_to_end(workspace_id)
         return kept[1]
 
+    def kept(self, workspace_id: str) -> tuple[str | None, Any] | None:
+        """The ``(owner_token, handle)`` of the owner that last sent a run of ``workspace_id`` here."""
+        return self._owners.get(workspace_id)
+
 
 class PoolWorker(LiveSandboxCalls):
     """Runs requests of any workspace on one backend; named ``computer:pool:<backend>:<i>``."""
@@ -168,6 +172,7 @@ class PoolWorker(LiveSandboxCalls):
         self.moves = MoveCost()  # slot time and move cost, measured from the runs here
         self._since: dict[str, float] = {}  # run key -> when it took its slot (monotonic)
         self._kills: dict[str, asyncio.Event] = {}  # run key -> set by ``kill_run``
+        self._orphans: asyncio.Task[None] | None = None  # ``_end_orphans``, while live sandboxes are here
 
     # --- elastic pools (see _pool_admission, _pool_scaler): load, drain, what pins this worker ---
 
@@ -323,6 +328,42 @@ class PoolWorker(LiveSandboxCalls):
             if self._here[workspace_id] <= 0:
                 del self._here[workspace_id]
 
+    def _watch_live_owners(self) -> None:
+        """Make sure :meth:`_end_orphans` runs (a run left a live sandbox here)."""
+        if self._orphans is None or self._orphans.done():
+            self._orphans = asyncio.create_task(self._end_orphans())
+
+    async def _end_orphans(self) -> None:
+        """While this worker holds live sandboxes: every :data:`OWNER_CHECK_INTERVAL`, end those whose
+        owner (the one that last sent a run of the workspace here) died or restarted, as a run whose
+        owner is gone is killed. What they wrote and synced is kept; the final pull reaches no owner.
+        Before, such a sandbox ran on unseen for up to ``live_lifetime`` (1 h), its writes synced
+        nowhere: the workspace's new owner has no pin (pins live in an owner's memory), so its
+        ``processes()`` said [], ``end_sandbox()`` False and ``kill_process`` "no live sandbox" while
+        a background writer kept writing 23 s later."""
+        while True:
+            await asyncio.sleep(OWNER_CHECK_INTERVAL)
+            if not self.live_sandboxes():
+                return
+            with contextlib.suppress(Exception):
+                await asyncio.gather(
+                    *[
+                        self._end_if_orphan(workspace_id)
+                        for workspace_id in self.owners.workspaces()
+                        if self.live_sandboxes(workspace_id) and not self._here[workspace_id]
+                    ]
+                )
+
+    async def _end_if_orphan(self, workspace_id: str) -> None:
+        kept = self.owners.kept(workspace_id)
+        if kept is None or kept[0] is None:
+            return  # an owner that sent no token cannot be checked
+        why = await _owner_gone(kept[1], kept[0])
+        if why is None or self.owners.kept(workspace_id) is not kept or self._here[workspace_id]:
+            return  # alive, or a run of its workspace came meanwhile (a new owner's adopts the sandbox)
+        log.warning("%s: ending the live sandbox of %s: %s", self.name, workspace_id, why)
+        await self.live_end(workspace_id)
+
     async def kill_run(self, workspace_id: str, run_id: str) -> bool:
         """End a run as ``kill`` does in one process: the backend ends its program, pulls what it
         wrote, and the run's stream goes on to an exit event that says what (``pulled``,
@@ -446,6 +487,8 @@ class PoolWorker(LiveSandboxCalls):
                     await aclose()
             self._running.pop(key, None)
             self._since.pop(key, None)
+            if owner_token is not None and self.live_sandboxes(workspace_id):
+                self._watch_live_owners()  # also after a run killed because its owner died
             if ctx is not None:
                 self._prefetched += ctx.prefetch_used
                 self._callbacks.update(ctx.calls)
@@ -464,15 +507,21 @@ class PoolWorker(LiveSandboxCalls):
 
 async def _watch_owner(owner: Any, token: str) -> str:
     """Return (with the reason) once the owner of a run is gone or is another process than ``token``."""
-    from ray.exceptions import RayActorError
-
     while True:
         await asyncio.sleep(OWNER_CHECK_INTERVAL)
-        try:
-            current = await asyncio.wait_for(owner.pool_ping.remote(), timeout=OWNER_CHECK_TIMEOUT)
-        except RayActorError as exc:
-            return f"its owner died ({type(exc).__name__})"
-        except Exception:  # slow or unreachable for now: not proof that it is gone
-            continue
-        if current != token:
-            return "its owner restarted"
+        why = await _owner_gone(owner, token)
+        if why is not None:
+            return why
+
+
+async def _owner_gone(owner: Any, token: str) -> str | None:
+    """Why the owner ``owner`` is gone or another process than ``token`` (one ping), else None."""
+    from ray.exceptions import RayActorError
+
+    try:
+        current = await asyncio.wait_for(owner.pool_ping.remote(), timeout=OWNER_CHECK_TIMEOUT)
+    except RayActorError as exc:
+        return f"its owner died ({type(exc).__name__})"
+    except Exception:  # slow or unreachable for now: not proof that it is gone
+        return None
+    return "its owner restarted" if current != token else None

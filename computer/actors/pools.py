@@ -31,7 +31,8 @@ it: the run goes on in a fresh sandbox and says so first on its stderr (:data:`L
 the worker drains, or shed its line because capacity appeared elsewhere) had not started either and
 is sent to another worker. So removing a worker loses no run and runs none twice. Workers check every
 few seconds that the owner of each run is still the same live process, and kill runs whose owner is
-gone.
+gone; likewise they end the live sandboxes whose owner (the one that sent the workspace's last run
+there) is gone: pins live only in an owner's memory, so its successor could not reach them.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ A Ray upgrade that moves or renames one of these breaks here and nowhere else:
   its event loop on one);
 - an actor handle's id (``handle._actor_id``): tells a restarted actor from the one that died;
 - the GCS actor table (``ray._private.state``): when an actor died, so a client can tell a call sent
-  to an already dead owner (it never ran) from one cut by the death (its outcome is unknown);
+  to an already dead owner (it never ran) from one cut by the death (its outcome is unknown); and
+  whether the process holding a workspace's lease still lives (``delete_workspace``);
 - a streaming generator's backpressure (``_generator_backpressure_num_objects``): bounds how far a
   producer may run ahead of its consumer;
 - the resources still available on each node (``ray._private.state``): where the exec pools' control
@@ -24,6 +25,7 @@ from typing import Any
 
 __all__ = [
     "actor_id",
+    "actor_process",
     "available_per_node",
     "kv_del",
     "kv_get",
@@ -85,6 +87,20 @@ def actor_death_time(handle: Any) -> float | None:
     if not info or info.get("State") != "DEAD" or not info.get("EndTime"):
         return None
     return float(info["EndTime"]) / 1000.0
+
+
+def actor_process(actor: str) -> tuple[str, int] | None:
+    """``(state, pid)`` of the actor with id ``actor`` (hex) in the GCS actor table: ``ALIVE``, ``DEAD``,
+    ``RESTARTING``...; pid 0 when unknown. None when the table has no such actor or cannot be read."""
+    try:
+        from ray._private.state import state
+
+        info: dict[str, Any] = state.actor_table(actor)
+    except Exception:
+        return None
+    if not info or not info.get("State"):
+        return None
+    return str(info["State"]), int(info.get("Pid") or 0)
 
 
 def streaming(method: Any, ahead: int) -> Any:

@@ -4,8 +4,9 @@ activity and live runs, from facts that hold whether or not a cluster runs (Ray 
 - **awake on <where>**: an owner holds the workspace's lease (it renews it every few seconds); where is
   a Ray node (its id and machine) or a command's own process; for a hosted workspace
   (``owners="hosted"``) also which owner host of that node and its process (``host 3 (pid 812)``). An owner that died without giving the
-  lease up counts as awake until its lease runs out (``lock_lease``, 30 s by default), except a
-  command's process of this machine that is gone: asleep at once.
+  lease up counts as awake until its lease runs out (``lock_lease``, 30 s by default), except an
+  owner process of this machine that is gone (a command's process, an owner actor or owner host, by
+  the pid its lease names): asleep at once.
 - **asleep**: nobody holds the lease: the workspace is only its file; the next call wakes it.
 - **size**: the SQLite file and every file beside it (its write-ahead log, shared memory, space
   reserve...) on this machine, as ``computer rm`` counts what it deletes (none when the file is elsewhere).
@@ -163,7 +164,8 @@ def check_data_dir(options: GlobalOptions) -> None:
 
 def _owner_host(record: WorkspaceRecord | None) -> str | None:
     """``host 3 (pid 812)`` when an owner host holds the lease: its owner id is
-    ``computer:host:<data dir>:<node>:<i>#<pid>/<uuid>`` (a dedicated owner's is a bare uuid)."""
+    ``computer:host:<data dir>:<node>:<i>#<pid>/<uuid>`` (a dedicated owner's is
+    ``<actor id>#<pid>/<uuid>``)."""
     from ..actors.naming import HOST_PREFIX
 
     owner = (record.owner if record is not None else None) or ""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -145,6 +146,35 @@ def test_a_workspace_whose_command_was_killed_is_asleep_and_opens_at_once(tmp_pa
     assert opened.exit_code == 0, opened.output
     refused = runner.invoke(app, [*base, "elsewhere", "ls", '{"path": "/"}'])
     assert refused.exit_code == 1 and "awake in process 1 on another-machine" in refused.output
+
+
+def test_a_workspace_whose_owner_actor_or_host_was_killed_is_asleep(tmp_path: Path) -> None:
+    """Owners in Ray actors name their process in their lease (``<actor>#<pid>/<uuid>``): one of this
+    machine that is gone is asleep at once. Before, ``ls`` listed a killed owner host "awake ...
+    (pid N)" with its dead pid, and ``delete_workspace`` refused for the rest of its lease (~28 s)."""
+    import socket
+
+    from computer.actors.directory import SqliteDirectory
+
+    here, dead = f"{socket.gethostname()}/10.0.0.9", _dead_pid()
+    directory = SqliteDirectory(tmp_path / "directory.sqlite")
+    directory.acquire_lease("dedicated", "a" * 56, f"{'b' * 32}#{dead}/u1", 60.0, host=here)
+    directory.acquire_lease("hosted", "a" * 56, f"computer:host:0123abcd:aaaa:1#{dead}/u2", 60.0, host=here)
+    directory.acquire_lease("running", "a" * 56, f"{'b' * 32}#{os.getpid()}/u3", 60.0, host=here)
+    directory.acquire_lease(
+        "remote", "a" * 56, f"{'b' * 32}#{dead}/u4", 60.0, host="another-machine/10.0.0.8"
+    )
+    directory.acquire_lease("older", "a" * 56, "c" * 32, 60.0, host=here)  # a bare uuid: cannot tell
+    directory.close()
+    rows = {row.name: row for row in list_workspaces(GlobalOptions(data_dir=tmp_path))}
+    assert {name: row.state for name, row in rows.items()} == {
+        "dedicated": "asleep",
+        "hosted": "asleep",
+        "running": "awake",
+        "remote": "awake",  # cannot tell from here: its lease holds
+        "older": "awake",
+    }
+    assert rows["hosted"].owner_host is None and rows["running"].where is not None
 
 
 async def test_a_one_run_workspace_starts_nothing_ahead(tmp_path: Path) -> None:

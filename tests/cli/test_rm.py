@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import time
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -158,6 +159,44 @@ async def test_a_forced_delete_of_a_held_workspace_stops_its_owner(cluster: Any,
         # The client lives on: its next call starts the name over, as an empty workspace.
         with pytest.raises(FileNotFoundError):
             await client.fs.read_file("/counter")
+
+
+async def test_delete_right_after_the_owner_process_died_goes_at_once(cluster: Any, name: str) -> None:
+    """The killed owner (its host, or its dedicated actor) still held a live lease: ``ls`` listed it
+    awake with its dead pid and ``delete_workspace`` refused, "connect to its cluster first" to a
+    caller that was, for the rest of the lease (28.4 s). Ray knows the owner is dead; so does this
+    machine, by the pid its lease names."""
+    import dataclasses
+
+    from owner_models import kill_owner
+
+    from computer.actors._lease import awake, ray_owner_gone
+    from computer.actors.directory import open_directory
+    from computer.cli import GlobalOptions, list_workspaces
+
+    async with computer.get_workspace(name) as client:
+        await client.fs.write_file("/note", "x")
+    directory = open_directory(cluster)
+    try:
+        alive = directory.get(name)
+        assert alive is not None and awake(alive) and not ray_owner_gone(alive)
+        await kill_owner(computer.workspace_actor(name))
+        dead = directory.get(name)
+    finally:
+        directory.close()
+    assert dead is not None and dead.lease_live()
+    deadline = time.monotonic() + 10  # the process ends a moment after Ray stops answering for it
+    while awake(dead):
+        assert time.monotonic() < deadline, "the killed owner's process lives on"
+        await asyncio.sleep(0.05)
+    (row,) = await asyncio.to_thread(list_workspaces, GlobalOptions(data_dir=cluster.data_dir))
+    assert (row.name, row.state) == (name, "asleep")
+    # An owner of another machine: this one cannot look at its pid, Ray's actor table can.
+    elsewhere = dataclasses.replace(dead, host="another-machine/10.0.0.8")
+    assert awake(elsewhere) and await asyncio.to_thread(ray_owner_gone, elsewhere)
+    async with asyncio.timeout(20):  # the lease has 25 s or more left
+        deleted = await computer.delete_workspace(name)
+    assert deleted.name == name and _files(cluster.data_dir, name) == []
 
 
 # -- the command -------------------------------------------------------------------------------------

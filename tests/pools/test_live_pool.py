@@ -116,6 +116,26 @@ async def test_a_worker_lost_under_a_live_sandbox_gives_a_fresh_one_and_keeps_wh
         assert all(marker not in p.command for p in await ws.runtime.processes())
 
 
+async def test_a_live_sandbox_whose_owner_died_ends_on_its_worker_keeping_what_was_synced(
+    cluster: Settings, name: str
+) -> None:
+    """Pins live in the owner's memory: once it died, its sandbox's background process ran on in the
+    worker, out of reach of the new owner (``processes()`` [], ``end_sandbox()`` False, "no live
+    sandbox") and synced nowhere, 23 s later still and up to ``live_lifetime`` (1 h). The worker
+    ends it, as it kills a run whose owner died."""
+    from owner_models import kill_owner
+
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        first = await (await ws.runtime.exec(f"echo kept > kept.txt; setsid sleep {marker} &")).result()
+        assert first.status == "completed", first
+        await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
+        await kill_owner(computer.workspace_actor(name))
+        await wait_until(lambda: not processes_with(f"sleep {marker}"), within=30)
+        assert await ws.fs.read_text("/workspace/kept.txt") == "kept\n"  # through a new owner
+        assert await ws.runtime.processes() == []
+
+
 async def test_closing_a_workspace_whose_background_process_writes_does_not_wedge_its_name(
     ray_session: object, tmp_path: Path, name: str
 ) -> None:
