@@ -295,7 +295,8 @@ async def test_a_write_acknowledged_after_a_deletion_returned_is_never_lost(
         await task
     after = [path for path, at in acked if at > returned]
     assert after, (len(acked), refused)
-    assert all(code == errno.EBUSY for code in refused), refused
+    # Refused while the deletion runs (EBUSY), or cut by it and not known to have landed (EAGAIN).
+    assert set(refused) <= {errno.EBUSY, errno.EAGAIN}, refused
     _kill_owner(computer.workspace_actor(name))  # its file is read again from the disk
     async with computer.get_workspace(name) as again:
         names = set(await again.fs.ls("/"))
