@@ -131,6 +131,10 @@ class SyncLimits:
     # Workspace paths the mirror dropped (a pull left them alone: see ``Mirror.settle``): an incremental
     # push sends each whole (its subtree as the workspace holds it), whether or not it changed.
     refetch: tuple[str, ...] = ()
+    # The store session of the mirror's revision (``SyncPush.session`` of its last push): a push goes
+    # on from ``mirror_rev`` only when the store's history holds it (``FileSystem.continues``), else it
+    # is a full one (another store with the same id, or an earlier copy of it restored).
+    session: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +202,7 @@ class SyncPush:
     cursor: str | None = None
     reasons: dict[str, str] = field(default_factory=dict)  # protected path -> why
     moves: list[tuple[str, str]] = field(default_factory=list)  # (old, new): first page only
+    session: str = ""  # the store's session (``FileSystem.session``) the revision belongs to
 
 
 @dataclass(frozen=True, slots=True)

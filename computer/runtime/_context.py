@@ -104,7 +104,8 @@ class LocalExecContext(PullCommits):
 
     @property
     def workspace_id(self) -> str:
-        return str(self.workspace.id)
+        # Not the id alone: a copy of the store's file has the same id (``FileSystem.instance``).
+        return str(getattr(self.fs, "instance", None) or self.workspace.id)
 
     async def fs_call(self, op: str, args: dict[str, Any]) -> Any:
         if op not in FS_OPS:
@@ -132,7 +133,7 @@ class LocalExecContext(PullCommits):
         file content; a file larger than that travels with ``data=None`` and is fetched in pieces.
         """
         root = canonical(root)
-        if mirror_rev is not None:
+        if mirror_rev is not None and self.fs.continues(limits.session, mirror_rev):
             changed = await self._changed(mirror_rev, root, limits)
             if changed is not None:
                 rev, ops, replaced_here, linked, moves = changed
@@ -238,7 +239,7 @@ class LocalExecContext(PullCommits):
         replaced: set[str] | None = None,
         linked: dict[str, tuple[str, bool]] | None = None,
     ) -> SyncPush:
-        push = SyncPush(rev, root, full)
+        push = SyncPush(rev, root, full, session=self.fs.session)
         linked = linked or {}
         start = 0
         if limits.after is not None:

@@ -212,7 +212,11 @@ class LiveSandboxes:
                 error=error,
                 live=sandbox.alive,
                 synced_to=(
-                    (sandbox.mirror.rev, self.mount_root, dataclasses.asdict(self.limits))
+                    (
+                        sandbox.mirror.rev,
+                        self.mount_root,
+                        dataclasses.asdict(dataclasses.replace(self.limits, session=sandbox.mirror.session)),
+                    )
                     if sandbox.alive and sandbox.mirror.rev is not None
                     else None
                 ),

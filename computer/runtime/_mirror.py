@@ -41,6 +41,7 @@ class Mirror(MirrorPush, MirrorPull):
     directory: Path
     root: str
     rev: int | None = None
+    session: str | None = None  # the store session ``rev`` belongs to (``SyncPush.session``)
     protected: set[str] = field(default_factory=set)
     state: dict[str, Entry] = field(default_factory=dict)  # keyed by path relative to the mirror
     watch: TreeWatch | None = field(default=None, repr=False)
@@ -91,6 +92,7 @@ class Mirror(MirrorPush, MirrorPull):
     def invalidate(self) -> None:
         """Forget what the mirror holds: the next push is a full one."""
         self.rev = None
+        self.session = None
         self.unsettled = None
         self.own_revs = []
         self.refetch = set()

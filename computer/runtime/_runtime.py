@@ -432,7 +432,7 @@ class Runtime:
         """The processes running in the workspace's live sandbox of ``backend`` (default: the first
         backend); empty when it has none (never started, ended, or a backend without live sandboxes)."""
         live = self._live(backend)
-        return [] if live is None else await live.processes(str(self._workspace.id))
+        return [] if live is None else await live.processes(self.context.workspace_id)
 
     async def kill_process(self, pid: int, backend: str | None = None) -> None:
         """SIGKILL the process ``pid`` (as :meth:`processes` lists it) of the live sandbox;
@@ -442,13 +442,13 @@ class Runtime:
         live = self._live(backend)
         if live is None:
             raise ProcessLookupError(f"no process {pid}: backend {backend or 'default'} has no live sandbox")
-        await live.kill_process(str(self._workspace.id), pid)
+        await live.kill_process(self.context.workspace_id, pid)
 
     async def end_sandbox(self, backend: str | None = None) -> bool:
         """Kill everything in the workspace's live sandbox of ``backend``, keep what it wrote (pulled
         after the kill) and drop it; the next run starts a fresh one. False when there was none."""
         live = self._live(backend)
-        return False if live is None else await live.end_sandbox(str(self._workspace.id))
+        return False if live is None else await live.end_sandbox(self.context.workspace_id)
 
     async def close(self) -> None:
         """Kill running executions and wait for them to settle. Idempotent."""
@@ -474,7 +474,7 @@ class Runtime:
             close_workspace = getattr(backend, "close_workspace", None)
             if close_workspace is not None:
                 try:
-                    await close_workspace(str(self._workspace.id))
+                    await close_workspace(self.context.workspace_id)
                 except Exception as exc:  # one backend's failure must not keep the others' going
                     log.warning(
                         "closing backend %s for workspace %s failed: %r", name, self._workspace.id, exc

@@ -114,8 +114,15 @@ class MirrorSync:
             return self.limits
         own = mirror.own_since(mirror.rev)
         if not own and not mirror.refetch:
-            return self.limits
-        return dataclasses.replace(self.limits, skip_revs=tuple(own), refetch=tuple(sorted(mirror.refetch)))
+            return self.mirror_limits(mirror)
+        return dataclasses.replace(
+            self.limits, skip_revs=tuple(own), refetch=tuple(sorted(mirror.refetch)), session=mirror.session
+        )
+
+    def mirror_limits(self, mirror: Mirror) -> SyncLimits:
+        """The backend's limits with the store session of ``mirror``'s revision (what its next push
+        asks with when it has nothing of its own to leave out: a dispatcher prefetches by them)."""
+        return dataclasses.replace(self.limits, session=mirror.session)
 
     async def push(
         self, mirror: Mirror, ctx: ExecContext, *, first: SyncPush | None = None
@@ -161,6 +168,10 @@ class MirrorSync:
             starting = start is None
             if starting:
                 start = page
+                if page.full and mirror.rev is not None and page.session != mirror.session:
+                    # Not the history the mirror reflects (a copy of the store, or an earlier copy of
+                    # it restored): nothing it kept of that one holds (its own revisions included).
+                    mirror.invalidate()
             if _small(page):  # a thread hop costs more than applying a handful of entries
                 pushed += mirror.apply(page, first=starting)
             else:
@@ -176,6 +187,7 @@ class MirrorSync:
             limits = dataclasses.replace(limits, after=page.cursor)
         assert start is not None
         mirror.finish_push(start.rev, limits.refetch)
+        mirror.session = start.session
         return start, pushed
 
     async def _fill(self, mirror: Mirror, ctx: ExecContext, file: MirrorFile) -> None:
@@ -288,7 +300,7 @@ class MirrorSync:
             pull = dataclasses.replace(pull, own_revs=own)
             mirror.forget_chunks(plan)  # settled later without the plan
             mirror.unsettled = (run, now)
-            pending = PendingPull(pull, base_rev, dataclasses.asdict(self.limits))
+            pending = PendingPull(pull, base_rev, dataclasses.asdict(self.mirror_limits(mirror)))
             return Synced(sorted(saved), left_out, pending)
         try:
             applied, reasons = await self._apply(mirror, ctx, plan, now, base_rev, own, follow)

@@ -94,6 +94,7 @@ class Database:
         self._data_version: int | None = None
         self._mapped = False
         self.private = path is None
+        self.path = path
         # readonly: a reader beside the owner (the dashboard, ``computer log``): it never writes,
         # creates, migrates or takes the write lock; a file of an older schema is refused (EIO).
         self.readonly = readonly and path is not None

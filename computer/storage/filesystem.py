@@ -28,6 +28,7 @@ from . import _batch, _content, _pieces, _reads, _search, _tree
 from ._audit import AuditLog
 from ._db import Database, stored_epoch
 from ._garbage import GARBAGE_DELAY, GarbageTimer, flush_garbage, hold
+from ._lineage import Lineage, open_lineage, read_lineage
 from ._pieces import Piece
 from ._state import Store
 from .locks import LockTable
@@ -73,6 +74,7 @@ class FileSystem:
         row = db.one("SELECT value FROM meta WHERE key = 'id'")
         if db.readonly:  # a reader beside the owner: nothing to name, fence or collect
             self.id: str = "" if row is None else str(row[0])
+            self._lineage: Lineage = read_lineage(db, self.id)
             st.reload()
             db.changed_elsewhere()
             return
@@ -85,6 +87,8 @@ class FileSystem:
             if fence is not None:
                 db.execute("UPDATE state SET epoch = max(epoch, ?) WHERE id = 1", (fence,))
             st.chunks.collect_orphans()
+            st.reload()  # the revision this session starts at
+            self._lineage = open_lineage(db, self.id, db.path, st.rev)
         st.reload()
         db.changed_elsewhere()
 
@@ -156,6 +160,22 @@ class FileSystem:
         """The current revision (bumped once per mutating call)."""
         self._store.refresh()
         return self._store.rev
+
+    @property
+    def instance(self) -> str:
+        """What exec backends key this store by: its id and a token that tells it from copies of its
+        file (``_lineage``); stable across reopens of one file."""
+        return self._lineage.instance
+
+    @property
+    def session(self) -> str:
+        """This open's token: a mirror's push records it (see :meth:`continues`)."""
+        return self._lineage.session
+
+    def continues(self, session: str | None, rev: int) -> bool:
+        """Whether a mirror at revision ``rev`` of session ``session`` reflects this store's history
+        (else it is pushed in full: the store was restored from an earlier copy, or is another)."""
+        return self._lineage.continues(session, rev, self.rev)
 
     @property
     def queries(self) -> int:

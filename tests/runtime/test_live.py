@@ -126,7 +126,7 @@ async def test_a_background_printer_is_read_at_most_at_its_rate_and_its_log_keep
         await ws.fs.mkdir("/workspace")
         started = await run(ws, "setsid yes printing &")
         began = time.monotonic()
-        sandbox = backend._lives._live[str(ws.id)]
+        sandbox = backend._lives._live[ws.fs.instance]
         await asyncio.sleep(1.5)  # a window to read a rate over (the bound uses the time it took)
         logged = sandbox.background[started.id]
         read = logged.dropped + len(logged.data)

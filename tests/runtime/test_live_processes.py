@@ -107,7 +107,7 @@ async def test_a_background_log_lets_its_bytes_go_once_its_printers_ended() -> N
         marker = f"8{secrets.randbelow(10**6)}"
         going = await run(ws, f"(sleep 0.2; echo hello; exec sleep {marker}) &")
         await host_shows(marker)
-        sandbox = backend._lives._live[str(ws.id)]
+        sandbox = backend._lives._live[ws.fs.instance]
 
         async def let_go() -> bool:
             logs = sandbox.background

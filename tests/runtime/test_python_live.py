@@ -86,7 +86,7 @@ async def test_a_popen_server_started_in_one_call_is_reachable_from_the_next(bac
     listed = await ws.runtime.processes(backend="python")
     server = [p for p in listed if p.pid == pid]
     assert len(server) == 1 and server[0].exec_id == started.id and "socket" in server[0].command
-    assert backend.live_sandboxes(ws.id) == 1
+    assert backend.live_sandboxes(ws.fs.instance) == 1
 
 
 async def test_a_file_written_by_python_is_visible_through_fs_while_it_runs(backend_ws) -> None:
@@ -257,7 +257,7 @@ async def test_without_live_a_python_run_keeps_nothing_running() -> None:
 
 async def _ready_ahead_pid(backend: PythonBackend, ws: computer.Workspace) -> int:
     """The pid (inside the sandbox) of the guest started ahead in ``ws``'s live sandbox, once started."""
-    sandbox = backend._lives.get(ws.id)
+    sandbox = backend._lives.get(ws.fs.instance)
     assert sandbox is not None and sandbox.spare is not None
     ahead = await asyncio.wait_for(asyncio.shield(sandbox.spare.task), 15)
     return int(await ahead.job.started)
@@ -294,7 +294,7 @@ async def test_a_guest_started_ahead_that_was_killed_is_replaced(backend_ws) -> 
     pid = await _ready_ahead_pid(backend, ws)
     # Killed from inside the sandbox (a program may do that): the next run starts a fresh guest.
     await run(ws, f"import os, signal\nos.kill({pid}, signal.SIGKILL)", env={"NOT_AHEAD": "1"})
-    sandbox = backend._lives.get(ws.id)
+    sandbox = backend._lives.get(ws.fs.instance)
     assert sandbox is not None and sandbox.spare is not None
     ahead = await asyncio.wait_for(asyncio.shield(sandbox.spare.task), 15)
 
@@ -320,7 +320,7 @@ async def test_a_cwd_outside_the_mount_root_runs_in_the_same_sandbox_from_tmp(ba
     )
     assert result.stdout == "/tmp workspace side\n", result.stderr
     again = await run(ws, "print(open('/tmp/mark').read())")  # the same sandbox's /tmp
-    assert again.stdout == "x\n" and backend.live_sandboxes(ws.id) == 1
+    assert again.stdout == "x\n" and backend.live_sandboxes(ws.fs.instance) == 1
 
 
 async def test_the_process_limit_is_the_sandboxs_shared_by_every_python_run() -> None:

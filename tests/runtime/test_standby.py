@@ -42,7 +42,7 @@ _EXPECTED_ENV = {
 
 async def _standby(ws: computer.Workspace, backend: ShellBackend) -> Standby:
     """The prepared sandbox of ``ws``'s idle mirror, once it is ready."""
-    (mirror,) = backend.mirrors._free[ws.id]
+    (mirror,) = backend.mirrors._free[ws.fs.instance]
     spares = mirror.standby
     assert isinstance(spares, Spares) and spares.items
     standby, _ = await asyncio.wait_for(asyncio.shield(spares.items[0].task), 30)
@@ -125,7 +125,7 @@ async def test_back_to_back_runs_get_a_second_standby_and_paused_ones_do_not() -
 
         async def spares() -> list[Any]:
             await (await ws.runtime.exec("true")).result()
-            (mirror,) = backend.mirrors._free[ws.id]
+            (mirror,) = backend.mirrors._free[ws.fs.instance]
             assert isinstance(mirror.standby, Spares)
             return mirror.standby.items
 
@@ -219,10 +219,10 @@ async def test_standbys_beyond_the_cap_and_of_dropped_mirrors_end() -> None:
         pid_a = await _ready_standby(a, backend)
         await (await b.runtime.exec("true")).result()  # over the cap of 1: a's standby ends
         assert await _gone(pid_a)
-        (mirror_a,) = backend.mirrors._free[a.id]
+        (mirror_a,) = backend.mirrors._free[a.fs.instance]
         assert isinstance(mirror_a.standby, Spares) and not mirror_a.standby.items
         pid_b = await _ready_standby(b, backend)
-        (mirror_b,) = backend.mirrors._free[b.id]
+        (mirror_b,) = backend.mirrors._free[b.fs.instance]
         backend.mirrors.discard(mirror_b)  # a mirror that goes takes its standby with it
         assert await _gone(pid_b)
         # The next run of each workspace starts a fresh sandbox and works.
@@ -326,7 +326,7 @@ async def test_standbys_ended_with_their_mirror_do_not_count_against_the_cap() -
         await (await a.runtime.exec("true")).result()
         pid_a = await _ready_standby(a, backend)
         await (await b.runtime.exec("true")).result()
-        (mirror_b,) = backend.mirrors._free[b.id]
+        (mirror_b,) = backend.mirrors._free[b.fs.instance]
         backend.mirrors.discard(mirror_b)  # b's standby ends with its mirror
         await (await c.runtime.exec("true")).result()  # a's and c's standbys: within the cap of 2
         assert await _ready_standby(a, backend) == pid_a
@@ -344,10 +344,10 @@ async def test_a_shell_backend_removes_the_mirrors_of_workspaces_it_no_longer_ke
             await ws.fs.mkdir("/workspace")
             await ws.fs.write_file("/workspace/f", "x")
         await (await a.runtime.exec("cat f")).result()
-        (mirror_a,) = backend.mirrors.idle_mirrors(a.id)
+        (mirror_a,) = backend.mirrors.idle_mirrors(a.fs.instance)
         assert (mirror_a.directory / "f").exists()
         await (await b.runtime.exec("cat f")).result()
-        assert backend.mirrors.workspaces() == [b.id]
+        assert backend.mirrors.workspaces() == [b.fs.instance]
         for _ in range(200):  # bounded: 10 s (removed in a worker thread)
             if not mirror_a.directory.exists():
                 break

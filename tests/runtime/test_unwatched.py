@@ -17,10 +17,10 @@ from computer.runtime._mirror import Mirror
 
 
 def _mirror(backend: ShellBackend, ws: computer.Workspace) -> Mirror:
-    live = backend._lives._live.get(str(ws.id))
+    live = backend._lives._live.get(ws.fs.instance)
     if live is not None:
         return live.mirror
-    (mirror,) = backend.mirrors.idle_mirrors(str(ws.id))
+    (mirror,) = backend.mirrors.idle_mirrors(ws.fs.instance)
     return mirror
 
 

@@ -114,7 +114,7 @@ async def test_a_program_that_kills_the_guest_started_ahead_cannot_turn_the_free
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         await (await ws.runtime.exec(_GUEST_KILLER, timeout=30)).result()  # its own guest is killed too
-        sandbox = backend._lives.get(str(ws.id))
+        sandbox = backend._lives.get(ws.fs.instance)
         assert sandbox is not None
         seen: set[str] = set()
         deadline = time.monotonic() + 10
