@@ -377,7 +377,7 @@ class Runtime:
         for backend in self._backends.values():
             if isinstance(backend, LiveBackend):
                 try:
-                    held.update(p.log for p in await backend.processes(str(self._workspace.id)) if p.log)
+                    held.update(p.log for p in await backend.processes(self.context.workspace_id) if p.log)
                 except Exception:
                     return None
         return held
