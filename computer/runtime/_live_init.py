@@ -40,6 +40,12 @@ from typing import Any
 
 Send = Callable[[dict[str, Any]], None]
 
+# Jobs whose ``oom_score_adj`` is still to be raised (pid -> when to stop trying): tried again at each
+# turn of the loop, every RETRY_ADJ seconds while any is left (see :func:`raise_oom_score`).
+PENDING_ADJ: dict[int, float] = {}
+RETRY_ADJ = 0.0002
+ADJ_GIVE_UP = 0.05
+
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
 MAX_PACKET = 1 << 16
@@ -83,7 +89,10 @@ def main() -> None:
         channel.send(json.dumps(message).encode())
 
     while True:
-        for key, _ in selector.select():
+        for pid, until in list(PENDING_ADJ.items()):
+            if raise_oom_score(pid) or time.monotonic() > until:
+                del PENDING_ADJ[pid]
+        for key, _ in selector.select(RETRY_ADJ if PENDING_ADJ else None):
             if key.data == "child":
                 try:
                     while os.read(wake_r, 512):
@@ -124,6 +133,7 @@ def reap(jobs: dict[int, str], send: Send) -> None:
             return
         if pid == 0:
             return
+        PENDING_ADJ.pop(pid, None)  # its pid may be another process's next
         job = jobs.pop(pid, None)
         if job is not None:
             send({"op": "exit", "id": job, "code": os.waitstatus_to_exitcode(status)})
@@ -242,29 +252,29 @@ def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: S
     finally:
         for fd in high:
             os.close(fd)
-    raise_oom_score(pid)
     jobs[pid] = job
     send({"op": "started", "id": job, "pid": pid})
+    if not raise_oom_score(pid):
+        PENDING_ADJ[pid] = time.monotonic() + ADJ_GIVE_UP
 
 
-def raise_oom_score(pid: int) -> None:
+def raise_oom_score(pid: int) -> bool:
     """Under memory pressure the kernel kills a command, not the init: the job's ``oom_score_adj``
-    goes to 500. The vfork parent resumes while the child's new memory still carries the init's
-    non-dumpable flag (the kernel resets it a few microseconds later in the exec): its ``/proc``
-    files are root's for that moment, and the write is tried again, while the job lives: a job that
-    already ended (``true``) is a zombie whose files stay root's, and the retries (~30 ms of sleeps)
-    held back both its ``started`` and its ``exit``."""
-    for _ in range(200):
-        try:
-            with open(f"/proc/{pid}/oom_score_adj", "w") as adj:
-                adj.write("500")
-            return
-        except PermissionError:
-            if ended(pid):
-                return
-            time.sleep(0.00005)
-        except OSError:
-            return
+    goes to 500. True when that is done (or can never be: the job ended, its ``/proc`` is gone),
+    False to try again. The vfork parent resumes while the child's new memory still carries the
+    init's non-dumpable flag (the kernel resets it a few microseconds later in the exec): its
+    ``/proc`` files are root's for that moment. Tried again by the init's loop, never in a sleep: the
+    child runs on the init's CPU, and a sleep of 50 µs took 0.8-1.7 ms to come back while it did
+    (the init's ``started`` and, for a command as short as ``echo``, its ``exit`` waited for it). A
+    job that already ended (``true``) is a zombie whose files stay root's: done."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as adj:
+            adj.write("500")
+        return True
+    except PermissionError:
+        return ended(pid)
+    except OSError:
+        return True
 
 
 def ended(pid: int) -> bool:
