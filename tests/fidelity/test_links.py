@@ -257,3 +257,53 @@ async def test_a_write_through_a_removed_link_racing_a_workspace_write_follows_t
             expected = b"ws\n"
         assert await ws.fs.read_file(f"{ROOT}/f") == expected
         assert (await ok(ws, "cat f")).stdout.encode() == expected
+
+
+# The workspace links a file, then renames the file (over another, or its directory) before the next
+# push: (files made and synced first, the workspace's steps, the names of the one file at the end).
+LINKED_THEN_RENAMED = {
+    "source renamed": (["a"], [("link", "a", "g"), ("rename", "a", "h")], ["g", "h"]),
+    "source renamed over a file": (["a", "h"], [("link", "a", "g"), ("over", "a", "h")], ["g", "h"]),
+    "source's directory renamed": (["d/a"], [("link", "d/a", "g"), ("rename", "d", "e")], ["g", "e/a"]),
+    "linked and renamed twice": (
+        ["a"],
+        [("link", "a", "c"), ("rename", "a", "d"), ("link", "d", "e"), ("rename", "d", "f")],
+        ["c", "e", "f"],
+    ),
+}
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+@pytest.mark.parametrize("shape", LINKED_THEN_RENAMED.values(), ids=LINKED_THEN_RENAMED.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_name_linked_to_a_file_the_workspace_renames_before_the_push_is_the_same_file(
+    tmp_path: Path, live: bool, shape: tuple[list[str], list[tuple[str, str, str]], list[str]], size: int
+) -> None:
+    """``fs.link(a, g)``, then ``fs.rename(a, h)`` before the next run: the mirror follows the rename
+    and links ``g`` to the file it now holds at ``h``, so later writes through either name (the
+    workspace's, a program's) show under both in the sandbox and in the workspace. Before: the link was
+    made from the old name, gone once the rename was followed, so ``g`` came as a copy; the workspace's
+    next write reached ``h`` only in the sandbox, and a program's append to ``g`` replaced the
+    workspace's write there and split the workspace's link too, reported nowhere (s49 finding 1)."""
+    made, steps, names = shape
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        for name in made:
+            await ws.fs.mkdir(f"{ROOT}/{name}".rpartition("/")[0], recursive=True)
+            await ws.fs.write_file(f"{ROOT}/{name}", name.encode() * size)
+        held = (await ok(ws, f"stat -c %i {made[0]}")).stdout.strip()
+        for op, src, dst in steps:
+            if op == "link":
+                await ws.fs.link(f"{ROOT}/{src}", f"{ROOT}/{dst}")
+            else:
+                await ws.fs.rename(f"{ROOT}/{src}", f"{ROOT}/{dst}", overwrite=op == "over")
+        listed = " ".join(names)
+        seen = await ok(ws, f"stat -c '%i %h' {listed}")
+        assert seen.stdout.split("\n")[: len(names)] == [f"{held} {len(names)}"] * len(names)
+        written = b"2" * size
+        await ws.fs.write_file(f"{ROOT}/{names[-1]}", written)
+        seen = await ok(ws, f"sha256sum {listed} | cut -c1-64")
+        assert seen.stdout.split() == [digest(written)] * len(names)
+        await ok(ws, f"echo more >> {names[0]}")
+        stats = [await ws.fs.stat(f"{ROOT}/{name}") for name in names]
+        assert {(st.ino, st.nlink) for st in stats} == {(stats[0].ino, len(names))}
+        assert await ws.fs.read_file(f"{ROOT}/{names[-1]}") == written + b"more\n"
