@@ -6,13 +6,15 @@ changed with no event in its directory, so a workspace rename of it was not foll
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 
 import pytest
 
 from computer.runtime import ShellBackend
 
-from ._support import ROOT, digest, ok, opened, settle, started, until
+from ._support import ROOT, digest, ok, opened, sandbox_view, settle, started, until, workspace_view
 
 SIZES = {"small": 10, "large": 2_500_000}  # large: synced as chunks
 
@@ -307,3 +309,54 @@ async def test_a_name_linked_to_a_file_the_workspace_renames_before_the_push_is_
         stats = [await ws.fs.stat(f"{ROOT}/{name}") for name in names]
         assert {(st.ino, st.nlink) for st in stats} == {(stats[0].ino, len(names))}
         assert await ws.fs.read_file(f"{ROOT}/{names[-1]}") == written + b"more\n"
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+@pytest.mark.parametrize("written", ["f", "g"])
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_link_a_run_makes_in_the_sync_window_of_a_workspace_write_is_refused_with_it(
+    tmp_path: Path, live: bool, written: str, size: int
+) -> None:
+    """A run does ``ln f g`` while the workspace writes ``f`` (or ``g``) in the same sync window (per
+    call: during the run; live: no sync in between). The written name is refused (the workspace's
+    version kept) and the other name of the program's file with it, both in ``skipped`` with their
+    reasons, so the sandbox and the workspace hold the same files. Before: with ``f`` written, ``g``
+    was pulled as a file of its own with the old content while the mirror kept ``f`` and wrote the
+    workspace's ``f`` into it, which was ``g`` there too (``cat g`` printed the workspace's ``f``, the
+    workspace's ``g`` the old content; the next append through ``f`` replaced the workspace's ``g``,
+    unreported: s49 finding 3); with ``g`` written, the program's ``f`` took the workspace's ``g``,
+    neither side having written it, and ``f`` was not reported (S1)."""
+    backend = ShellBackend(live=live)
+    base, new = b"1" * size, b"2" * size
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", base)
+        await ok(ws, "true")
+        handle = await started(ws, "echo ready; sleep 0.3; ln f g; sleep 0.5")
+        if live:
+            sandbox = backend._lives._live[str(ws.id)]
+            async with sandbox.lock:  # no sync until the run linked: the two meet in one window
+                await ws.fs.write_file(f"{ROOT}/{written}", new)
+                await until(lambda: _linked(sandbox.mirror.directory / "g"), within=30)
+        else:
+            await ws.fs.write_file(f"{ROOT}/{written}", new)
+        result = await settle(handle)
+        assert result.status == "completed", result
+        other = "g" if written == "f" else "f"
+        assert set(result.skipped) >= {f"{ROOT}/f", f"{ROOT}/g"}, result.skipped_reasons
+        assert result.skipped_reasons[f"{ROOT}/{written}"].startswith("changed in the workspace")
+        assert "refused with it" in result.skipped_reasons[f"{ROOT}/{other}"]
+        expected = (
+            {f"{ROOT}/f": digest(new)}
+            if written == "f"
+            else {f"{ROOT}/f": digest(base), f"{ROOT}/g": digest(new)}
+        )
+        assert await workspace_view(ws) == expected
+        assert await sandbox_view(ws) == expected
+        assert (await ok(ws, "stat -c %h f")).stdout.strip() == "1"
+        await ok(ws, "echo more >> f")  # a later change of the program's reaches the workspace as is
+        assert await ws.fs.read_file(f"{ROOT}/f") == (new if written == "f" else base) + b"more\n"
+        assert await sandbox_view(ws) == await workspace_view(ws)
+
+
+async def _linked(path: Path) -> bool:
+    return await asyncio.to_thread(os.path.lexists, path)

@@ -12,6 +12,7 @@ from computer.runtime._backend import MirrorDir, MirrorFile, SyncLimits, SyncPus
 from computer.runtime._context import LocalExecContext
 from computer.runtime._mirror import Mirror
 from computer.runtime._mirror_base import entry_of
+from computer.runtime._pull_rules import CONFLICT, LINKED, refused_files
 from computer.runtime._push_ops import link_sources, plan_changes
 from computer.storage import FileSystem
 
@@ -84,6 +85,28 @@ async def test_a_source_a_followed_rename_moves_after_the_link_is_linked_from_it
     await fs.link("/w/h", "/w/q")
     await fs.rename("/w/x", "/w/h", overwrite=True)  # another file renamed onto the source
     assert await _planned(fs, later) == {}  # q is the only name of the file: sent whole
+
+
+def test_the_names_of_one_file_on_a_pull_page_are_refused_together() -> None:
+    """A page sends one name of a hard-linked file with its content and the others as links of it:
+    one name refused (the workspace changed it) refuses the others (s49 finding 3), whichever it is,
+    also when the content went on an earlier page (the link names it)."""
+    page = [
+        MirrorFile("/w/a", b"x"),
+        MirrorFile("/w/b", b"", link="/w/a"),
+        MirrorFile("/w/c", b"", link="/w/a"),
+        MirrorFile("/w/d", b"y"),
+        MirrorFile("/w/e", b"", link="/w/gone"),  # its content on an earlier page
+    ]
+
+    def conflicts(*paths: str) -> dict[str, str]:
+        return refused_files(page, lambda path: CONFLICT if path in paths else None)
+
+    assert conflicts() == {}
+    assert conflicts("/w/d") == {"/w/d": CONFLICT}
+    assert conflicts("/w/b") == {"/w/a": LINKED, "/w/b": CONFLICT, "/w/c": LINKED}
+    assert conflicts("/w/a") == {"/w/a": CONFLICT, "/w/b": LINKED, "/w/c": LINKED}
+    assert conflicts("/w/gone") == {"/w/gone": CONFLICT, "/w/e": LINKED}
 
 
 def _mirror(tmp_path: Path) -> Mirror:
