@@ -255,7 +255,9 @@ async def test_deleting_one_hosted_workspace_leaves_its_neighbours(model: Settin
         assert set(stats["workspaces"]) == {f"{name}-stays", f"{name}-goes"}
 
 
-async def test_a_write_acknowledged_after_a_deletion_returned_is_never_lost(model: Settings, name: str) -> None:
+async def test_a_write_acknowledged_after_a_deletion_returned_is_never_lost(
+    model: Settings, name: str
+) -> None:
     """A client writing in a loop while its workspace is deleted: the deletion closed the hosted
     workspace, the client's next call opened it again (with an epoch above the deletion's fence), and
     the 100-odd writes acknowledged after ``delete_workspace`` returned went into the file it had
