@@ -358,5 +358,27 @@ async def test_a_link_a_run_makes_in_the_sync_window_of_a_workspace_write_is_ref
         assert await sandbox_view(ws) == await workspace_view(ws)
 
 
+async def test_a_link_refused_on_a_later_page_than_its_content_drops_that_name_too(tmp_path: Path) -> None:
+    """The same when the pull comes in pages (1 MiB each here) and the new name's content went on an
+    earlier one, committed already: the last page's refused ``f`` names it, so the mirror drops it
+    too and fetches the workspace's ``g`` (the program's content) as a file of its own. Before: ``g``
+    stayed ``f``'s other name in the mirror and took the workspace's ``f``."""
+    base = b"1" * 3_000_000
+    async with opened(
+        tmp_path / "ws.sqlite", shell=ShellBackend(live=False, max_sync_bytes=1 << 20), python=False
+    ) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", base)
+        await ok(ws, "true")
+        more = " && ".join(f"head -c 300000 /dev/urandom > h{i}" for i in range(4))
+        handle = await started(ws, f"echo ready; sleep 0.5; ln f g && {more}")
+        await ws.fs.write_file(f"{ROOT}/f", b"new\n")
+        result = await settle(handle)
+        assert result.status == "completed", result
+        assert {f"{ROOT}/f", f"{ROOT}/g"} <= set(result.skipped), result.skipped_reasons
+        assert await ws.fs.read_file(f"{ROOT}/g") == base
+        assert await sandbox_view(ws) == await workspace_view(ws)
+        assert (await ok(ws, "stat -c %h f g")).stdout.split() == ["1", "1"]
+
+
 async def _linked(path: Path) -> bool:
     return await asyncio.to_thread(os.path.lexists, path)
