@@ -42,6 +42,7 @@ from ._pull_rules import (
     needed_dirs,
     other_names,
     outermost,
+    refused_files,
 )
 from ._push_ops import (
     Op,
@@ -62,8 +63,7 @@ __all__ = ["FS_OPS", "GUEST_OPS", "LocalExecContext"]
 # ``FileSystem.hold_log``): its own pages' entries may fill the log past ``change_log_limit``.
 _HOLD_LOG = 600.0
 
-# What an incremental push sends (``LocalExecContext._changed``): its revision, ops, the paths replaced
-# (not written in place), names linked to files the mirror holds, renames to follow.
+# An incremental push (``_changed``): revision, ops, paths replaced, names linked, renames followed.
 _Changed = tuple[int, list[Op], set[str], dict[str, tuple[str, bool]], list[tuple[str, str]]]
 
 # What the python backend's ``workspace`` module offers, in the order its description lists them.
@@ -391,10 +391,10 @@ class LocalExecContext(PullCommits):
             staged = await self._stage_page(pull, own)
         except KeptChunksGone as gone:  # nothing committed: the mirror sends the pull again
             return PullResult(rev=base_rev, missing=gone.missing)
+        refusals = refused_files(pull.files, refused) if strict else {}  # a file's names together
+        reasons.update(refusals)
         for f in pull.files:
-            why = refused(f.path) if strict else None
-            if why is not None:
-                reasons[f.path] = why
+            if f.path in refusals:
                 continue
             if f.link is not None:
                 links[f.path] = f.link

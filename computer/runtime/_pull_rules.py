@@ -6,14 +6,15 @@ outermost of a set of paths."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from ._backend import MirrorDir
+from ._backend import MirrorDir, MirrorFile
 
 __all__ = [
     "CONFLICT",
     "DEFAULT_DIR_MODE",
+    "LINKED",
     "PROTECTED",
     "PROTECTED_BELOW",
     "UNAPPLIED",
@@ -22,6 +23,7 @@ __all__ = [
     "needed_dirs",
     "other_names",
     "outermost",
+    "refused_files",
 ]
 
 # Why a pull left a path alone (``ExecResult.skipped_reasons``).
@@ -33,6 +35,10 @@ CONFLICT_THEN_PULLED = (
 )
 PROTECTED = "protected: the workspace keeps this file out of the sandbox (see the push's reason)"
 PROTECTED_BELOW = "holds a protected file: not removed"
+LINKED = (
+    "a name of a file the run changed (a hard link) whose change under another name was refused: "
+    "refused with it, left as the workspace has it"
+)
 UNAPPLIED = (
     "could not be applied (a hard link whose file is gone, or a symlink target the workspace cannot hold)"
 )
@@ -52,6 +58,29 @@ async def other_names(fs: Any, paths: list[str], root: str) -> list[str]:
     if not inodes:
         return []
     return [e.path for e in fs.manifest(root, inodes=True) if e.ino in inodes]
+
+
+def refused_files(files: Iterable[MirrorFile], refused: Callable[[str], str | None]) -> dict[str, str]:
+    """Why the pull refuses each file of a page it refuses (``refused``: a path's own reason), the
+    names of one file in the mirror together: a page sends one name of a hard-linked file with the
+    content and the others as links of it, and when one name is refused the others are too
+    (:data:`LINKED`), so the mirror drops them and fetches the workspace's version of each. Before:
+    a program's ``ln f g`` while the workspace wrote ``f`` had ``g`` pulled as a file of its own
+    while the mirror kept ``f`` and wrote the workspace's ``f`` into it, which was ``g`` there too:
+    the two differed until the program touched the file again (s49 finding 3); the workspace's
+    write to ``g`` rewrote the program's ``f`` unreported (S1). The first name of a link whose
+    content went on an earlier page (committed then) is in the answer too: the mirror drops it and
+    fetches the workspace's version, never the refused name's written into it."""
+    why = {f.path: reason for f in files if (reason := refused(f.path)) is not None}
+    groups: dict[str, list[str]] = {}  # first name -> every name of the file on the page
+    for f in files:
+        if f.link is not None:
+            groups.setdefault(f.link, [f.link]).append(f.path)
+    for names in groups.values():
+        own = [(name, refused(name)) for name in names]
+        if any(reason is not None for _, reason in own):
+            why.update((name, reason or LINKED) for name, reason in own)
+    return why
 
 
 class Conflicts:

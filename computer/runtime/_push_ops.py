@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TypeVar
 
 from ..storage import TOUCH, ManifestEntry
@@ -103,34 +103,55 @@ def replaced(changes: Iterable[Change]) -> set[str]:
     return {c.path for c in changes if c.op in _REPLACING}
 
 
-def link_sources(changes: Sequence[Change], refetch: Iterable[str]) -> dict[str, tuple[str, bool]]:
-    """Names the workspace gave a file the mirror holds (``fs.link``): new path -> (the existing name,
-    whether the new name was written after). The mirror links its file (so a later write through one
-    name shows in every name there too) rather than making a copy. Only where nothing else changed
-    at, above or below the existing name since the mirror's revision (the mirror holds it as synced),
-    and the new name was not removed, renamed or linked again after."""
-    found: dict[str, tuple[str, bool]] = {}
-    touched: list[str] = list(refetch)
-    for c in changes:
-        if c.op == "link" and c.source is not None:
-            found[c.path] = (c.source, False)
+def link_sources(
+    changes: Sequence[Change],
+    refetch: Iterable[str],
+    moves: Iterable[Move] = (),
+    followed: Collection[int] = (),
+) -> dict[str, tuple[str, bool]]:
+    """Names the workspace gave a file the mirror holds (``fs.link``): new path -> (the name the
+    mirror holds the file at once it followed ``moves``, whether the new name was written after). The
+    mirror links its file (so a later write through one name shows in every name there too) rather
+    than making a copy. ``changes``: the whole log since the mirror's revision (in order), ``moves``
+    the renames among them the mirror follows (before it links anything), ``followed`` the indexes
+    of the entries those account for (:func:`~._moves.followable`): a source a followed rename
+    took elsewhere after the link is linked from its new name (before: from the old one, gone by
+    then, so the new name came as a copy and later writes reached one name only), one a followed
+    rename replaced is not used. Only where nothing else the push sends is at, above (sent whole) or
+    below the source's final name (the mirror holds it as synced; else the push sends every name and
+    links them itself), and the new name was not removed, renamed or linked again after."""
+    moving = {(m.src, m.dst, m.rev) for m in moves}
+    found: dict[str, tuple[str, bool, bool]] = {}  # new name -> (source's name now, written, held)
+    sent: list[tuple[str, bool]] = [(path, True) for path in refetch]  # (path, sent whole)
+    for i, c in enumerate(changes):
+        if c.op == "rename" and c.source is not None and (c.source, c.path, c.rev) in moving:
+            src, dst = c.source, c.path
+            for path, (source, written, held) in list(found.items()):
+                if is_within(path, dst):
+                    del found[path]  # the rename replaced the new name itself
+                elif is_within(source, src):
+                    found[path] = (dst + source[len(src) :], written, held)
+                elif is_within(source, dst):
+                    found[path] = (source, written, False)  # the rename replaced the file there
             continue
-        if c.op == TOUCH:
-            continue  # a directory's time: nothing changed below it
-        touched.append(c.path)
-        if c.path in found:
+        if c.op == "link" and c.source is not None:  # (one a later rename replaced: dropped there)
+            origin = found.get(c.source)  # a name linked in the same push: its source
+            found[c.path] = (c.source, False, True) if origin is None else (origin[0], False, origin[2])
+            continue
+        if c.op == TOUCH or i in followed:
+            continue  # a directory's time (nothing changed below it), or what a followed rename replaced
+        sent.append((c.path, c.op not in _IN_PLACE))
+        entry = found.get(c.path)
+        if entry is not None:
             if c.op in _REPLACING:
                 del found[c.path]
             else:
-                found[c.path] = (found[c.path][0], True)
+                found[c.path] = (entry[0], True, entry[2])
     usable: dict[str, tuple[str, bool]] = {}
-    for path, (source, written) in found.items():
-        for _ in range(len(found)):  # a name linked from a name linked in the same push: its source
-            if source not in found:
-                break
-            source = found[source][0]
-        if source != path and not any(is_within(source, t) or is_within(t, source) for t in touched):
-            usable[path] = (source, written)
+    for path, (source, written, held) in found.items():
+        if held and source != path:
+            if not any(is_within(t, source) or (whole and is_within(source, t)) for t, whole in sent):
+                usable[path] = (source, written)
     return usable
 
 
@@ -239,7 +260,7 @@ def plan_changes(changes: Sequence[Change], root: str, refetch: list[str]) -> Pl
         below_tops(tops, paths),
         sent_whole(rest, refetch),
         replaced(rest),
-        link_sources(rest, refetch),
+        link_sources(changes, refetch, moves, followed),
     )
 
 

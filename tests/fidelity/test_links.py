@@ -6,13 +6,15 @@ changed with no event in its directory, so a workspace rename of it was not foll
 
 from __future__ import annotations
 
+import asyncio
+import os
 from pathlib import Path
 
 import pytest
 
 from computer.runtime import ShellBackend
 
-from ._support import ROOT, digest, ok, opened, settle, started, until
+from ._support import ROOT, digest, ok, opened, sandbox_view, settle, started, until, workspace_view
 
 SIZES = {"small": 10, "large": 2_500_000}  # large: synced as chunks
 
@@ -257,3 +259,126 @@ async def test_a_write_through_a_removed_link_racing_a_workspace_write_follows_t
             expected = b"ws\n"
         assert await ws.fs.read_file(f"{ROOT}/f") == expected
         assert (await ok(ws, "cat f")).stdout.encode() == expected
+
+
+# The workspace links a file, then renames the file (over another, or its directory) before the next
+# push: (files made and synced first, the workspace's steps, the names of the one file at the end).
+LINKED_THEN_RENAMED = {
+    "source renamed": (["a"], [("link", "a", "g"), ("rename", "a", "h")], ["g", "h"]),
+    "source renamed over a file": (["a", "h"], [("link", "a", "g"), ("over", "a", "h")], ["g", "h"]),
+    "source's directory renamed": (["d/a"], [("link", "d/a", "g"), ("rename", "d", "e")], ["g", "e/a"]),
+    "linked and renamed twice": (
+        ["a"],
+        [("link", "a", "c"), ("rename", "a", "d"), ("link", "d", "e"), ("rename", "d", "f")],
+        ["c", "e", "f"],
+    ),
+}
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+@pytest.mark.parametrize("shape", LINKED_THEN_RENAMED.values(), ids=LINKED_THEN_RENAMED.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_name_linked_to_a_file_the_workspace_renames_before_the_push_is_the_same_file(
+    tmp_path: Path, live: bool, shape: tuple[list[str], list[tuple[str, str, str]], list[str]], size: int
+) -> None:
+    """``fs.link(a, g)``, then ``fs.rename(a, h)`` before the next run: the mirror follows the rename
+    and links ``g`` to the file it now holds at ``h``, so later writes through either name (the
+    workspace's, a program's) show under both in the sandbox and in the workspace. Before: the link was
+    made from the old name, gone once the rename was followed, so ``g`` came as a copy; the workspace's
+    next write reached ``h`` only in the sandbox, and a program's append to ``g`` replaced the
+    workspace's write there and split the workspace's link too, reported nowhere (s49 finding 1)."""
+    made, steps, names = shape
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        for name in made:
+            await ws.fs.mkdir(f"{ROOT}/{name}".rpartition("/")[0], recursive=True)
+            await ws.fs.write_file(f"{ROOT}/{name}", name.encode() * size)
+        held = (await ok(ws, f"stat -c %i {made[0]}")).stdout.strip()
+        for op, src, dst in steps:
+            if op == "link":
+                await ws.fs.link(f"{ROOT}/{src}", f"{ROOT}/{dst}")
+            else:
+                await ws.fs.rename(f"{ROOT}/{src}", f"{ROOT}/{dst}", overwrite=op == "over")
+        listed = " ".join(names)
+        seen = await ok(ws, f"stat -c '%i %h' {listed}")
+        assert seen.stdout.split("\n")[: len(names)] == [f"{held} {len(names)}"] * len(names)
+        written = b"2" * size
+        await ws.fs.write_file(f"{ROOT}/{names[-1]}", written)
+        seen = await ok(ws, f"sha256sum {listed} | cut -c1-64")
+        assert seen.stdout.split() == [digest(written)] * len(names)
+        await ok(ws, f"echo more >> {names[0]}")
+        stats = [await ws.fs.stat(f"{ROOT}/{name}") for name in names]
+        assert {(st.ino, st.nlink) for st in stats} == {(stats[0].ino, len(names))}
+        assert await ws.fs.read_file(f"{ROOT}/{names[-1]}") == written + b"more\n"
+
+
+@pytest.mark.parametrize("size", SIZES.values(), ids=SIZES.keys())
+@pytest.mark.parametrize("written", ["f", "g"])
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_link_a_run_makes_in_the_sync_window_of_a_workspace_write_is_refused_with_it(
+    tmp_path: Path, live: bool, written: str, size: int
+) -> None:
+    """A run does ``ln f g`` while the workspace writes ``f`` (or ``g``) in the same sync window (per
+    call: during the run; live: no sync in between). The written name is refused (the workspace's
+    version kept) and the other name of the program's file with it, both in ``skipped`` with their
+    reasons, so the sandbox and the workspace hold the same files. Before: with ``f`` written, ``g``
+    was pulled as a file of its own with the old content while the mirror kept ``f`` and wrote the
+    workspace's ``f`` into it, which was ``g`` there too (``cat g`` printed the workspace's ``f``, the
+    workspace's ``g`` the old content; the next append through ``f`` replaced the workspace's ``g``,
+    unreported: s49 finding 3); with ``g`` written, the program's ``f`` took the workspace's ``g``,
+    neither side having written it, and ``f`` was not reported (S1)."""
+    backend = ShellBackend(live=live)
+    base, new = b"1" * size, b"2" * size
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", base)
+        await ok(ws, "true")
+        handle = await started(ws, "echo ready; sleep 0.3; ln f g; sleep 0.5")
+        if live:
+            sandbox = backend._lives._live[str(ws.id)]
+            async with sandbox.lock:  # no sync until the run linked: the two meet in one window
+                await ws.fs.write_file(f"{ROOT}/{written}", new)
+                await until(lambda: _linked(sandbox.mirror.directory / "g"), within=30)
+        else:
+            await ws.fs.write_file(f"{ROOT}/{written}", new)
+        result = await settle(handle)
+        assert result.status == "completed", result
+        other = "g" if written == "f" else "f"
+        assert set(result.skipped) >= {f"{ROOT}/f", f"{ROOT}/g"}, result.skipped_reasons
+        assert result.skipped_reasons[f"{ROOT}/{written}"].startswith("changed in the workspace")
+        assert "refused with it" in result.skipped_reasons[f"{ROOT}/{other}"]
+        expected = (
+            {f"{ROOT}/f": digest(new)}
+            if written == "f"
+            else {f"{ROOT}/f": digest(base), f"{ROOT}/g": digest(new)}
+        )
+        assert await workspace_view(ws) == expected
+        assert await sandbox_view(ws) == expected
+        assert (await ok(ws, "stat -c %h f")).stdout.strip() == "1"
+        await ok(ws, "echo more >> f")  # a later change of the program's reaches the workspace as is
+        assert await ws.fs.read_file(f"{ROOT}/f") == (new if written == "f" else base) + b"more\n"
+        assert await sandbox_view(ws) == await workspace_view(ws)
+
+
+async def test_a_link_refused_on_a_later_page_than_its_content_drops_that_name_too(tmp_path: Path) -> None:
+    """The same when the pull comes in pages (1 MiB each here) and the new name's content went on an
+    earlier one, committed already: the last page's refused ``f`` names it, so the mirror drops it
+    too and fetches the workspace's ``g`` (the program's content) as a file of its own. Before: ``g``
+    stayed ``f``'s other name in the mirror and took the workspace's ``f``."""
+    base = b"1" * 3_000_000
+    async with opened(
+        tmp_path / "ws.sqlite", shell=ShellBackend(live=False, max_sync_bytes=1 << 20), python=False
+    ) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", base)
+        await ok(ws, "true")
+        more = " && ".join(f"head -c 300000 /dev/urandom > h{i}" for i in range(4))
+        handle = await started(ws, f"echo ready; sleep 0.5; ln f g && {more}")
+        await ws.fs.write_file(f"{ROOT}/f", b"new\n")
+        result = await settle(handle)
+        assert result.status == "completed", result
+        assert {f"{ROOT}/f", f"{ROOT}/g"} <= set(result.skipped), result.skipped_reasons
+        assert await ws.fs.read_file(f"{ROOT}/g") == base
+        assert await sandbox_view(ws) == await workspace_view(ws)
+        assert (await ok(ws, "stat -c %h f g")).stdout.split() == ["1", "1"]
+
+
+async def _linked(path: Path) -> bool:
+    return await asyncio.to_thread(os.path.lexists, path)

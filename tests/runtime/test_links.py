@@ -12,7 +12,8 @@ from computer.runtime._backend import MirrorDir, MirrorFile, SyncLimits, SyncPus
 from computer.runtime._context import LocalExecContext
 from computer.runtime._mirror import Mirror
 from computer.runtime._mirror_base import entry_of
-from computer.runtime._push_ops import link_sources
+from computer.runtime._pull_rules import CONFLICT, LINKED, refused_files
+from computer.runtime._push_ops import link_sources, plan_changes
 from computer.storage import FileSystem
 
 from ._planted import host_with, plant_link
@@ -49,6 +50,63 @@ async def test_a_source_the_mirror_may_not_hold_as_synced_is_not_used(fs: FileSy
     await fs.link("/w/d/a", "/w/g")
     await fs.rename("/w/d", "/w/d2")
     assert await _sources(fs, other) == {}  # a change above it
+
+
+async def _planned(fs: FileSystem, rev: int) -> dict[str, tuple[str, bool]]:
+    plan = plan_changes(fs.changes_since(rev, W).changes, W, [])
+    assert plan is not None
+    return plan.linked
+
+
+async def test_a_source_a_followed_rename_moves_after_the_link_is_linked_from_its_new_name(
+    fs: FileSystem,
+) -> None:
+    """The mirror follows the renames before it links: the source is named as it is by then. Before:
+    by its old name, gone then, so the new name came as a copy (s49 finding 1)."""
+    await fs.mkdir("/w/d", recursive=True)
+    for name in ("a", "b", "h", "d/a", "x"):
+        await fs.write_file(f"/w/{name}", name.encode())
+    rev = fs.rev
+    await fs.link("/w/a", "/w/g")
+    await fs.rename("/w/a", "/w/h", overwrite=True)  # over a file the mirror holds
+    await fs.link("/w/d/a", "/w/k")
+    await fs.rename("/w/d", "/w/e")  # the source's directory
+    await fs.link("/w/b", "/w/c")
+    await fs.rename("/w/b", "/w/m")
+    await fs.link("/w/m", "/w/n")  # linked again under the new name, renamed again
+    await fs.rename("/w/m", "/w/p")
+    assert await _planned(fs, rev) == {
+        "/w/g": ("/w/h", False),
+        "/w/k": ("/w/e/a", False),
+        "/w/c": ("/w/p", False),
+        "/w/n": ("/w/p", False),
+    }
+    later = fs.rev
+    await fs.link("/w/h", "/w/q")
+    await fs.rename("/w/x", "/w/h", overwrite=True)  # another file renamed onto the source
+    assert await _planned(fs, later) == {}  # q is the only name of the file: sent whole
+
+
+def test_the_names_of_one_file_on_a_pull_page_are_refused_together() -> None:
+    """A page sends one name of a hard-linked file with its content and the others as links of it:
+    one name refused (the workspace changed it) refuses the others (s49 finding 3), whichever it is,
+    also when the content went on an earlier page (the link names it)."""
+    page = [
+        MirrorFile("/w/a", b"x"),
+        MirrorFile("/w/b", b"", link="/w/a"),
+        MirrorFile("/w/c", b"", link="/w/a"),
+        MirrorFile("/w/d", b"y"),
+        MirrorFile("/w/e", b"", link="/w/gone"),  # its content on an earlier page
+    ]
+
+    def conflicts(*paths: str) -> dict[str, str]:
+        return refused_files(page, lambda path: CONFLICT if path in paths else None)
+
+    assert conflicts() == {}
+    assert conflicts("/w/d") == {"/w/d": CONFLICT}
+    assert conflicts("/w/b") == {"/w/a": LINKED, "/w/b": CONFLICT, "/w/c": LINKED}
+    assert conflicts("/w/a") == {"/w/a": CONFLICT, "/w/b": LINKED, "/w/c": LINKED}
+    assert conflicts("/w/gone") == {"/w/gone": CONFLICT, "/w/e": LINKED}
 
 
 def _mirror(tmp_path: Path) -> Mirror:
