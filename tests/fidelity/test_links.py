@@ -333,7 +333,7 @@ async def test_a_link_a_run_makes_in_the_sync_window_of_a_workspace_write_is_ref
         await ok(ws, "true")
         handle = await started(ws, "echo ready; sleep 0.3; ln f g; sleep 0.5")
         if live:
-            sandbox = backend._lives._live[str(ws.id)]
+            sandbox = backend._lives._live[ws.fs.instance]
             async with sandbox.lock:  # no sync until the run linked: the two meet in one window
                 await ws.fs.write_file(f"{ROOT}/{written}", new)
                 await until(lambda: _linked(sandbox.mirror.directory / "g"), within=30)
