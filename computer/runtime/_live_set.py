@@ -73,6 +73,7 @@ class LiveSandboxes:
         self.sandbox = sandbox
         self.sync = sync
         self.limits = limits
+        self._limits_fields = dataclasses.asdict(limits)  # each run's ``synced_to`` (asdict: ~20 µs a run)
         self.warm = warm
         self.prepare = prepare  # a standby over a mirror, with the backend's binds
         self.idle, self.lifetime = idle, lifetime
@@ -215,7 +216,7 @@ class LiveSandboxes:
                     (
                         sandbox.mirror.rev,
                         self.mount_root,
-                        dataclasses.asdict(dataclasses.replace(self.limits, session=sandbox.mirror.session)),
+                        {**self._limits_fields, "session": sandbox.mirror.session},
                     )
                     if sandbox.alive and sandbox.mirror.rev is not None
                     else None

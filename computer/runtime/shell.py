@@ -282,9 +282,10 @@ class ShellBackend(LiveCalls):
             argv = self._bash(request, sandbox.bridge_dir)
             try:
                 yield JobSpec(argv, self._env(request, cwd, sandbox.bridge_dir))
-            finally:  # the live sandbox's bridge directory outlives the run
-                with contextlib.suppress(OSError):
-                    os.unlink(sandbox.bridge_dir / _script_name(request))
+            finally:  # the live sandbox's bridge directory outlives the run: a script written, removed
+                if len(argv) > 3:
+                    with contextlib.suppress(OSError):
+                        os.unlink(sandbox.bridge_dir / _script_name(request))
 
         return self._lives.run(request, ctx, cwd, command)
 
