@@ -43,7 +43,9 @@ class _Command:
 _COMMANDS: dict[str, _Command] = {
     "tool": _Command(("name", "tool_name"), optional=(("arguments", "{}"),)),
     "shell": _Command(("name",), options={"--command": ("command", "str"), "-c": ("command", "str")}),
-    "mcp": _Command(("name",), options={"--readonly": ("readonly", "flag")}),
+    "mcp": _Command(
+        ("name",), options={"--readonly": ("readonly", "flag"), "--processes": ("processes", "flag")}
+    ),
     "ls": _Command((), options={"--json": ("as_json", "flag"), "--prefix": ("prefix", "str")}),
     "log": _Command(
         ("name",),
@@ -146,12 +148,12 @@ def _run_shell(options: GlobalOptions, name: str, command: str | None = None) ->
     return asyncio.run(run_shell(options, name, console(), command=command))
 
 
-def _run_mcp(options: GlobalOptions, name: str, readonly: bool = False) -> int:
+def _run_mcp(options: GlobalOptions, name: str, readonly: bool = False, processes: bool = False) -> int:
     import asyncio
 
     from ._mcp import serve_mcp
 
-    asyncio.run(serve_mcp(options, name, readonly=readonly))
+    asyncio.run(serve_mcp(options, name, readonly=readonly, processes=processes))
     return 0
 
 

@@ -30,6 +30,7 @@ SAME = [
     ["shell", "w"],
     ["mcp", "w"],
     ["mcp", "--readonly", "w"],
+    ["mcp", "--processes", "w"],
     ["ls"],
     ["ls", "--json", "--prefix", "demo-"],
     ["--data-dir", "/tmp/d", "ls", "--prefix=", "--json"],
