@@ -290,13 +290,16 @@ async def test_a_write_acknowledged_after_a_deletion_returned_is_never_lost(
                 assert exc.errno == errno.EBUSY, exc
                 await asyncio.sleep(0.01)
         returned = time.monotonic()
-        await asyncio.sleep(0.5)
+        deadline = returned + 30  # bounded: until some writes landed after the deletion returned
+        while sum(at > returned for _, at in acked) < 20 and time.monotonic() < deadline and not task.done():  # noqa: ASYNC110 - a bounded poll
+            await asyncio.sleep(0.05)
         going = False
         await task
     after = [path for path, at in acked if at > returned]
     assert after, (len(acked), refused)
-    # Refused while the deletion runs (EBUSY), or cut by it and not known to have landed (EAGAIN).
-    assert set(refused) <= {errno.EBUSY, errno.EAGAIN}, refused
+    # Refused while the deletion runs (EBUSY), cut by it and not known to have landed (EAGAIN), or
+    # refused by the fenced owner until the client finds the new one (EROFS: under load, for a while).
+    assert set(refused) <= {errno.EBUSY, errno.EAGAIN, errno.EROFS}, refused
     _kill_owner(computer.workspace_actor(name))  # its file is read again from the disk
     async with computer.get_workspace(name) as again:
         names = set(await again.fs.ls("/"))
