@@ -281,7 +281,9 @@ async def test_a_write_acknowledged_after_a_deletion_returned_is_never_lost(
                 await asyncio.sleep(0.005)
 
         task = asyncio.create_task(writer())
-        await asyncio.sleep(0.3)
+        started = time.monotonic() + 30  # bounded: until the writer is under way
+        while len(acked) < 20 and time.monotonic() < started and not task.done():  # noqa: ASYNC110 - a bounded poll
+            await asyncio.sleep(0.01)
         for _ in range(100):  # EBUSY while a call is in flight at that instant: tried again
             try:
                 await computer.delete_workspace(name)
