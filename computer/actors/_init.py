@@ -39,13 +39,14 @@ def init(address: str | None = None, *, data_dir: str | Path | None = None, **co
     return conf
 
 
-def adopt(conf: Settings) -> None:
-    """Make ``conf`` this process's settings, as ``init`` does, without publishing them (this process
-    must be connected): a CLI command that joins a cluster leaves the cluster's settings as its last
-    ``init`` published them."""
+def adopt(**config: Any) -> Settings:
+    """Make the settings of ``config`` (as ``configure`` takes them) this process's, as ``init`` does,
+    without publishing them (this process must be connected): a CLI command that joins a cluster
+    leaves the cluster's settings as its last ``init`` published them."""
     global _initialised_here
-    configure(**conf.model_dump())
+    conf = configure(**config)
     _initialised_here = True
+    return conf
 
 
 def cluster_settings() -> Settings:

@@ -136,7 +136,6 @@ async def ray_session(options: GlobalOptions) -> AsyncIterator[Settings]:
     this shell's defaults for every client (and started a python pool). On a cluster where nothing was
     published, this machine's settings (``COMPUTER_*``)."""
     from ..actors import adopt, ensure_ray, published_settings
-    from ..config import configure
 
     address = options.address or os.environ.get("RAY_ADDRESS")
     check_reachable(address)
@@ -151,8 +150,6 @@ async def ray_session(options: GlobalOptions) -> AsyncIterator[Settings]:
         raise CliError(f"cannot join the Ray cluster at {address}: {exc}") from None
     try:
         given = {} if published is None else published.model_dump()
-        conf = configure(**{**given, "data_dir": options.data_dir or given.get("data_dir")})
-        adopt(conf)
-        yield conf
+        yield adopt(**{**given, "data_dir": options.data_dir or given.get("data_dir")})
     finally:
         ray.shutdown()
