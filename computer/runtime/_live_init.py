@@ -223,7 +223,7 @@ def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: S
         try:
             os.chdir(cwd)
         except OSError as exc:
-            os.write(high[2], f"cd: {cwd}: {exc.strerror}\n".encode())
+            say(high[2], f"cd: {cwd}: {exc.strerror}\n")
             send({"op": "exit", "id": job, "code": 125})
             return
         try:
@@ -236,7 +236,7 @@ def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: S
                 setsigdef=DEFAULTED,
             )
         except (ValueError, TypeError) as exc:  # a bad environment (the host checks it first)
-            os.write(high[2], f"cannot start the command: {exc}\n".encode())
+            say(high[2], f"cannot start the command: {exc}\n")
             send({"op": "exit", "id": job, "code": 125})  # this command's failure, not the sandbox's
             return
         except OSError as exc:
@@ -244,7 +244,7 @@ def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: S
                 error = f"cannot start the command: {exc.strerror}"
                 send({"op": "exit", "id": job, "code": 126, "error": error})
             else:  # the program could not be executed: what a shell says, and its code
-                os.write(high[2], f"{argv[0] if argv else '?'}: {exc}\n".encode())
+                say(high[2], f"{argv[0] if argv else '?'}: {exc}\n")
                 send({"op": "exit", "id": job, "code": 127})
             return
         finally:
@@ -256,6 +256,15 @@ def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: S
     send({"op": "started", "id": job, "pid": pid})
     if not raise_oom_score(pid):
         PENDING_ADJ[pid] = time.monotonic() + ADJ_GIVE_UP
+
+
+def say(fd: int, text: str) -> None:
+    """Tell a job's stderr why it could not start: the host may have closed its end already (the run
+    was cancelled meanwhile), which is no reason for the init to end."""
+    try:
+        os.write(fd, text.encode())
+    except OSError:
+        pass
 
 
 def raise_oom_score(pid: int) -> bool:

@@ -82,10 +82,14 @@ class LiveJobs:
         env: dict[str, str],
         stdin: bytes | None,
         fds: Sequence[int] = (),
+        hold_stdin: bool = False,
     ) -> Job:
         """Start ``argv`` in the sandbox as its own process group; its output is read with :meth:`output`.
-        ``fds`` are the command's descriptors 3, 4… (this call closes them)."""
-        job = Job(run, self.loop.create_future(), self.loop.create_future())
+        ``fds`` are the command's descriptors 3, 4… (this call closes them). ``hold_stdin``: our end of
+        its stdin is kept open in ``job.stdin`` (a job started ahead: its run's input comes later)."""
+        job = Job(
+            run, self.loop.create_future(), self.loop.create_future(), line=" ".join(w for w in argv if w)
+        )
         pipes = [os.pipe() for _ in range(3)]
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1], *fds]
         ours_in = pipes[0][1]
@@ -117,7 +121,9 @@ class LiveJobs:
                 os.close(fd)
         if spec_w is not None:
             in_thread(lambda: write_all(spec_w, spec), "sending a large command line", daemon=True)
-        if stdin:
+        if hold_stdin:
+            job.stdin = ours_in
+        elif stdin:
             in_thread(lambda: feed(ours_in, stdin), "feeding a run's stdin", daemon=True)
         else:
             os.close(ours_in)

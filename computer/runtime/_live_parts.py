@@ -62,8 +62,10 @@ def from_background(refused: Mapping[str, str]) -> dict[str, str]:
 @dataclass
 class Job:
     """A command of a live sandbox: ``id`` is the init's name for it; ``run`` the run it serves (its
-    background log's name). A job started ahead (``waiting``: a python guest waiting for its run) is
-    neither "busy" nor listed until a run takes it."""
+    background log's name). A job started ahead (``waiting``: a python guest or a shell waiting for
+    its run) is neither "busy" nor listed until a run takes it; ``stdin`` is our end of its stdin
+    while it waits (a shell's: the run's input goes there), ``command`` what a listing shows instead of
+    ``line`` (its own command line) once taken (the run's: a shell's own is its wait, ``_live_shell``)."""
 
     id: str
     started: asyncio.Future[int]
@@ -71,6 +73,9 @@ class Job:
     fds: dict[int, str] = field(default_factory=dict)  # our read ends -> stream name
     run: str = ""
     waiting: bool = False
+    stdin: int | None = None
+    command: str | None = None
+    line: str = ""  # its own command line, as a listing shows it
 
 
 @dataclass
@@ -143,16 +148,21 @@ def listed(rows: Iterable[dict[str, Any]], jobs: Iterable[Job], logs: Mapping[st
         if j.waiting and j.started.done() and not j.started.cancelled() and j.started.exception() is None
     }
     runs = {j.id: j.run for j in jobs if j.run}  # a job started ahead serves a run of another name
+    # A shell started ahead shows its wait as its command line, and so do the subshells it forks: the
+    # run's command line instead (by the name in their environment, which is the job's).
+    shown = {j.id: (j.line, j.command) for j in jobs if j.command}
     found = []
     for p in rows:
         if int(p["pid"]) in hidden:
             continue
         given = p.get("exec_id")
         run = runs.get(given, given) if isinstance(given, str) else None
+        command = str(p["command"])
+        line, instead = shown.get(given, ("", None)) if isinstance(given, str) else ("", None)
         found.append(
             ProcessInfo(
                 pid=int(p["pid"]),
-                command=str(p["command"]),
+                command=instead if instead is not None and command == line else command,
                 started=datetime.fromtimestamp(float(p["started"]), UTC),
                 cpu_seconds=float(p["cpu_seconds"]),
                 rss_bytes=int(p["rss_bytes"]),

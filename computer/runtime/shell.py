@@ -28,13 +28,15 @@ from ._beneath import cwd_problem
 from ._cgroups import cgroup_writable
 from ._live import LiveSandbox
 from ._live_launch import INIT_PYTHON
+from ._live_parts import Job
 from ._live_set import JobSpec, LiveCalls, LiveSandboxes
+from ._live_shell import AheadShell, start_shell
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import ProcessOutcome, out_of_memory_error, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits, run_to_completion
 from ._sync import MirrorSync, backend_scratch
-from ._warm import PreparedSandbox, Ready, WarmSandboxes, prepare_sandbox
+from ._warm import PreparedSandbox, Ready, Warm, WarmSandboxes, prepare_sandbox
 from .types import BackendInfo
 
 __all__ = ["ShellBackend"]
@@ -100,7 +102,9 @@ class ShellBackend(LiveCalls):
     ) -> None:
         """``live``: runs of one workspace share a live sandbox (see ``_live``: background processes
         survive the call, files sync both ways while anything runs); it ends after ``live_idle``
-        seconds with no process left, or ``live_lifetime`` seconds in all. Needs the cgroup v1
+        seconds with no process left, or ``live_lifetime`` seconds in all. ``warm_sandboxes``: how
+        many sandboxes are started ahead for the most recently used mirrors; 0 also starts no shell
+        ahead in a live sandbox (``_live_shell``: the next run's bash, waiting for its command). Needs the cgroup v1
         ``freezer`` and ``/usr/bin/python3``; without them every run has a sandbox of its own."""
         self.mount_root = canonical(mount_root)
         if self.mount_root == "/":
@@ -132,6 +136,7 @@ class ShellBackend(LiveCalls):
         self._sync.kept_limit = memory_mb * 1024 * 1024 if memory_mb else None
         # Sandboxes started ahead for the most recently used mirrors (at most ``warm_sandboxes``).
         self.warm_sandboxes = warm_sandboxes
+        self._ahead = 0  # shells started ahead in live sandboxes so far (their names)
         self._warm: WarmSandboxes[Ready] = WarmSandboxes(warm_sandboxes)
         self._lives = LiveSandboxes(
             sandbox=self.sandbox,
@@ -274,20 +279,56 @@ class ShellBackend(LiveCalls):
 
     # ------------------------------------------------------------------ live sandboxes
 
-    def _run_live(self, request: ExecRequest, ctx: ExecContext, cwd: str) -> AsyncIterator[ExecEvent]:
-        """One run inside the workspace's live sandbox (see ``_live_set``)."""
+    async def _run_live(self, request: ExecRequest, ctx: ExecContext, cwd: str) -> AsyncIterator[ExecEvent]:
+        """One run inside the workspace's live sandbox (see ``_live_set``), by the shell started ahead
+        there when it fits (``_live_shell``); the next run's is started once this one's result is out."""
+        used: list[tuple[LiveSandbox, str, dict[str, str]]] = []
 
         @contextlib.asynccontextmanager
-        async def command(sandbox: LiveSandbox, _: str) -> AsyncIterator[JobSpec]:
+        async def command(sandbox: LiveSandbox, start_cwd: str) -> AsyncIterator[JobSpec]:
             argv = self._bash(request, sandbox.bridge_dir)
+            env = self._env(request, cwd, sandbox.bridge_dir)
+            used.append((sandbox, start_cwd, env))
+            job = await self._take_shell(sandbox, request, argv, env, start_cwd)
             try:
-                yield JobSpec(argv, self._env(request, cwd, sandbox.bridge_dir))
+                yield JobSpec(argv, env, job=job)
             finally:  # the live sandbox's bridge directory outlives the run: a script written, removed
                 if len(argv) > 3:
                     with contextlib.suppress(OSError):
                         os.unlink(sandbox.bridge_dir / _script_name(request))
 
-        return self._lives.run(request, ctx, cwd, command)
+        started = True  # the run's command started: a shell like it can wait for the next run
+        async for event in self._lives.run(request, ctx, cwd, command):
+            if isinstance(event, ExitEvent):
+                started = event.error is None and event.exit_code not in (None, 125, 126)
+            yield event
+        if used and started and self.warm_sandboxes > 0:
+            sandbox, start_cwd, env = used[-1]
+            if sandbox.alive and sandbox.spare is None:
+                host_cwd = str(sandbox.mirror.host(cwd))
+                self._ahead += 1
+                name = f"ahead-{self._ahead}"
+                sandbox.spare = Warm.start(lambda: start_shell(sandbox, name, start_cwd, host_cwd, env))
+
+    async def _take_shell(
+        self, sandbox: LiveSandbox, request: ExecRequest, argv: list[str], env: dict[str, str], cwd: str
+    ) -> Job | None:
+        """The shell started ahead in ``sandbox``, given this run's command, when it fits; else None
+        (it is ended, and the run starts its own)."""
+        spare, sandbox.spare = sandbox.spare, None
+        if spare is None:
+            return None
+        taken = await spare.take()
+        if taken is None:
+            return None
+        if not isinstance(taken, AheadShell) or not taken.fits(argv, env, cwd):
+            await run_to_completion(taken.discard())
+            return None
+        try:
+            return taken.hand(request.source, request.id, request.stdin, " ".join(w for w in argv if w))
+        except OSError:  # it died meanwhile: its pipe is closed
+            taken.discard_now()
+            return None
 
     async def _prepare(self, mirror: Mirror, bridge_dir: Path | None = None) -> PreparedSandbox:
         """A standby sandbox over ``mirror`` (which must exist) with a fresh assets bridge directory."""

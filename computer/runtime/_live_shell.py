@@ -1,0 +1,154 @@
+"""A shell started ahead inside a live sandbox: the next run's ``bash``, already running and waiting for
+its command, so that a run skips the spawn and bash's own start (~2-2.5 ms of a ~4 ms ``echo``).
+
+The shell is a job of the sandbox's init like any other (its own process group, the run's pipes), started
+as ``/bin/bash -c BOOT`` in the last run's directory with the last run's environment, a moment after that
+run's result is out. It waits on descriptor 3 (a pipe) for its command; :meth:`AheadShell.hand` writes
+``unset …; export COMPUTER_EXEC_ID=<run>; SECONDS=0; <source>`` there and the shell ``eval``-s it, so the
+source runs as with ``bash -c source``: the same ``$0``, ``$-``, ``$LINENO`` and ``$?``, the run's
+environment, its stdin, the variable the wait used unset, ``$SECONDS`` from the run's start. What
+differs, and is documented in ``shell.py``: a syntax error's message says ``bash: eval: line N`` where
+``bash -c`` says ``bash: -c: line N``, ``$BASH_EXECUTION_STRING`` is the wait, and the shell's own
+``/proc/<pid>/cmdline`` (``ps`` inside the sandbox) is the wait (the processes API shows the run's).
+
+A run takes it only when everything it would start with is the same (:meth:`AheadShell.fits`): the
+argv is ``bash -c source`` with a source of at most :data:`MAX_SOURCE` bytes (bash reads a pipe a byte
+at a time: ~0.2 ms a KiB) and no NUL, the same directory, still the same one on the host (a push that
+removed and made it again, or a rename, leaves the shell in a directory that is gone), and the same
+environment but for ``COMPUTER_EXEC_ID``. Otherwise the run starts its own shell and this one is ended.
+A shell killed while it waited (``pkill bash`` from a background process) is not taken.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ._live_parts import Job, feed
+from ._tasks import in_thread
+
+if TYPE_CHECKING:
+    from ._live import LiveSandbox
+
+__all__ = ["BOOT", "EXEC_ID", "MAX_SOURCE", "AheadShell", "start_shell"]
+
+# The variable the wait reads into, unset by the command's first statement.
+_VAR = "__computer_run"
+# A closed pipe (the shell discarded) ends it without running anything.
+BOOT = f'IFS= read -r -d "" -u 3 {_VAR} || exit 0; exec 3<&-; eval "${_VAR}"'
+# Sources longer than this (bytes) start their own shell.
+MAX_SOURCE = 2048
+EXEC_ID = "COMPUTER_EXEC_ID"
+_BASH = "/bin/bash"
+
+
+def _where(path: str) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
+@dataclass
+class AheadShell:
+    """A ``bash`` waiting inside ``sandbox`` (its job ``job``, ``waiting``) for the command its run
+    writes to ``script`` (our end of its descriptor 3)."""
+
+    sandbox: LiveSandbox
+    job: Job
+    script: int
+    cwd: str  # where it waits (the path the init started it in)
+    env: dict[str, str]  # its environment, ``COMPUTER_EXEC_ID`` aside
+    host_cwd: str  # that directory on the host (the mirror's)
+    where: tuple[int, int] | None  # that directory's (device, inode) when it started
+
+    def usable(self) -> bool:
+        return self.sandbox.alive and self.job.waiting and not self.job.exited.done() and self.script >= 0
+
+    def fits(self, argv: list[str], env: dict[str, str], cwd: str) -> bool:
+        """Whether a run of ``argv`` with ``env`` in ``cwd`` can be this shell's (see the module)."""
+        if len(argv) != 3 or argv[0] != _BASH or argv[1] != "-c" or cwd != self.cwd or not self.usable():
+            return False
+        source = argv[2]
+        if (
+            len(source) > MAX_SOURCE
+            or "\0" in source
+            or len(source.encode("utf-8", "surrogateescape")) > MAX_SOURCE
+        ):
+            return False
+        if len(env) - (EXEC_ID in env) != len(self.env):
+            return False
+        if any(self.env.get(k) != v for k, v in env.items() if k != EXEC_ID):
+            return False
+        return self.where is not None and _where(self.host_cwd) == self.where
+
+    def hand(self, source: str, exec_id: str, stdin: bytes | None, command: str) -> Job:
+        """Give the shell its run's command (and ``stdin``); the job is the run's from now on. Raises
+        ``OSError`` when the shell is gone already (its pipe closed): the caller starts its own."""
+        payload = f"unset {_VAR}; export {EXEC_ID}={shlex.quote(exec_id)}; SECONDS=0; {source}\0"
+        data = payload.encode("utf-8", "surrogateescape")
+        try:
+            written = os.write(self.script, data)  # an empty pipe takes it whole (<= 64 KiB)
+            if written != len(data):
+                raise BlockingIOError("the shell's pipe took part of its command")
+        finally:
+            os.close(self.script)
+            self.script = -1
+        job = self.job
+        job.command = command
+        held, job.stdin = job.stdin, None
+        if held is not None:
+            if stdin:
+                in_thread(lambda: feed(held, stdin), "feeding a run's stdin", daemon=True)
+            else:
+                os.close(held)
+        return job
+
+    async def discard(self) -> None:
+        self.discard_now()
+
+    def discard_now(self) -> None:
+        """End it (its pipe closed: it exits without running anything; killed as well while the sandbox
+        runs), close our ends; from any thread."""
+        if self.script >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self.script)
+            self.script = -1
+        job = self.job
+        if self.sandbox.jobs.pop(job.id, None) is not None and not job.exited.done():
+            self.sandbox.signal_job(job)
+        for fd in [*job.fds, *([job.stdin] if job.stdin is not None else [])]:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        job.fds.clear()
+        job.stdin = None
+
+
+async def start_shell(
+    sandbox: LiveSandbox, name: str, cwd: str, host_cwd: str, env: dict[str, str]
+) -> AheadShell:
+    """Start a shell in ``sandbox`` waiting for the next run's command, in ``cwd`` (as the init names
+    it; ``host_cwd`` on the host) with ``env`` (``COMPUTER_EXEC_ID`` aside: ``name`` meanwhile)."""
+    plain = {k: v for k, v in env.items() if k != EXEC_ID}
+    where = _where(host_cwd)
+    script_r, script_w = os.pipe()
+    os.set_blocking(script_w, False)
+    try:
+        job = await sandbox.start_job(
+            name,
+            [_BASH, "-c", BOOT],
+            cwd=cwd,
+            env={**plain, EXEC_ID: name},
+            stdin=None,
+            fds=[script_r],
+            hold_stdin=True,
+        )
+    except BaseException:
+        os.close(script_w)
+        raise
+    job.waiting = True
+    return AheadShell(sandbox, job, script_w, cwd, plain, host_cwd, where)

@@ -1,0 +1,207 @@
+"""The shell started ahead in a live sandbox (``computer.runtime._live_shell``): the next run's ``bash``
+waits for its command, so a run skips the spawn and bash's start. A run it serves must behave as one
+``bash -c source`` spawned for it: every check here runs the same script through a backend without it
+(``warm_sandboxes=0``) and compares."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+import computer
+from computer.runtime import ShellBackend, _live_shell
+
+from ._live_support import eventually
+
+pytestmark = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgroup freezer here")
+
+
+@pytest.fixture
+async def pair() -> AsyncIterator[tuple[computer.Workspace, computer.Workspace]]:
+    """A workspace whose runs take the shell started ahead, and one whose runs spawn their own."""
+    async with (
+        computer.Workspace(backends=[ShellBackend()]) as ahead,
+        computer.Workspace(backends=[ShellBackend(warm_sandboxes=0)]) as spawned,
+    ):
+        for ws in (ahead, spawned):
+            await ws.fs.mkdir("/workspace/sub", recursive=True)
+            assert (await run(ws, "true")).status == "completed"
+        yield ahead, spawned
+
+
+@pytest.fixture
+def handed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The ids of the runs a shell started ahead served."""
+    served: list[str] = []
+    hand = _live_shell.AheadShell.hand
+
+    def counting(self: _live_shell.AheadShell, source: str, exec_id: str, *args: object) -> object:
+        job = hand(self, source, exec_id, *args)  # type: ignore[arg-type]
+        served.append(exec_id)
+        return job
+
+    monkeypatch.setattr(_live_shell.AheadShell, "hand", counting)
+    return served
+
+
+async def run(ws: computer.Workspace, source: str, **kwargs: object) -> computer.ExecResult:
+    return await (await ws.runtime.exec(source, **kwargs)).result()  # type: ignore[arg-type]
+
+
+# Scripts whose output must not depend on how the shell started (ids and times are checked apart).
+SCRIPTS = [
+    'echo "$0" "$-" "$LINENO" "$?" "$#" "[$*]"',
+    "declare -p OLDPWD PWD; pwd; echo $SHLVL",
+    'echo "[${__computer_run-unset}]"; set | grep -c __computer_run; env | grep -c __computer',
+    "echo $SECONDS",
+    "env | grep -c '^COMPUTER_EXEC_ID='; export -p | grep -c COMPUTER_EXEC_ID",
+    "trap 'echo bye' EXIT; echo hi; exit 3",
+    "echo $((1/0)); echo after",
+    "x=${y:?unset}; echo never",
+    "nosuchcommand; echo $?",
+    "cat; echo end",
+    "read -r a || echo eof; echo [$a]",
+    "shopt -q login_shell; echo $?; [[ $- == *i* ]] && echo interactive || echo not",
+    "f() { return 4; }; f; echo $?; (exit 5); echo $?",
+    "cd /tmp && pwd && cd - && echo $OLDPWD",
+    "ls -l /proc/self/fd | tail -n +2 | awk '{print $9}' | sort -n | tr '\\n' ' '",
+    "umask; ulimit -n; id -u",
+    "echo line1\necho $LINENO\nfalse\necho $?",
+    "",
+    "# only a comment",
+    "cat <<'EOF'\nheredoc $HOME\nEOF",
+]
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+async def test_a_run_by_the_shell_started_ahead_is_a_run_of_bash_c(
+    pair: tuple[computer.Workspace, computer.Workspace], handed: list[str], script: str
+) -> None:
+    ahead, spawned = pair
+    await asyncio.sleep(1.1)  # ``$SECONDS`` counts from the run's start, not the shell's
+    got = await run(ahead, script)
+    want = await run(spawned, script)
+    assert got.id in handed, "the run did not take the shell started ahead"
+    assert (got.status, got.exit_code, got.stdout, got.stderr) == (
+        want.status,
+        want.exit_code,
+        want.stdout,
+        want.stderr,
+    )
+
+
+async def test_the_run_gets_its_id_stdin_and_command_line(
+    pair: tuple[computer.Workspace, computer.Workspace], handed: list[str]
+) -> None:
+    ahead, _ = pair
+    await asyncio.sleep(0.05)
+    handle = await ahead.runtime.exec('echo "$COMPUTER_EXEC_ID"; sh -c \'echo "$COMPUTER_EXEC_ID"\'; cat')
+    result = await handle.result()
+    assert handle.id in handed
+    assert result.stdout == f"{handle.id}\n{handle.id}\n", result
+    result = await run(ahead, "cat; echo", stdin="given\n")
+    assert (result.id in handed, result.stdout) == (True, "given\n\n")
+    # The processes API shows the run's command line (the shell's own is its wait) and its id.
+    await asyncio.sleep(0.05)
+    handle = await ahead.runtime.exec("(sleep 31; true) & sleep 30 # a marker")
+    try:
+
+        async def listed() -> bool:
+            return any(
+                p.command == "/bin/bash -c (sleep 31; true) & sleep 30 # a marker" and p.exec_id == handle.id
+                for p in await ahead.runtime.processes()
+            )
+
+        await eventually(listed)
+        assert handle.id in handed
+
+        async def all_started() -> bool:  # its subshell shows the run's command line too
+            rows = await ahead.runtime.processes()
+            commands = [p.command for p in rows if p.exec_id == handle.id]
+            return {"sleep 30", "sleep 31"} <= set(commands) and len(commands) == 4
+
+        await eventually(all_started)
+        rows = await ahead.runtime.processes()
+        assert not any("__computer_run" in p.command for p in rows), [
+            (p.pid, p.ppid, p.command, p.exec_id) for p in rows
+        ]
+    finally:
+        await handle.kill()
+
+
+async def test_a_run_that_does_not_fit_starts_its_own_shell(
+    pair: tuple[computer.Workspace, computer.Workspace], handed: list[str]
+) -> None:
+    """Another directory, another environment or a long source: the shell waiting is ended and the run
+    spawns its own; the next run like it takes the one started after it."""
+    ahead, _ = pair
+    for kwargs in ({"cwd": "/workspace/sub"}, {"env": {"A": "1"}}):
+        first = await run(ahead, "pwd; echo ${A-none}", **kwargs)
+        second = await run(ahead, "pwd; echo ${A-none}", **kwargs)
+        assert first.stdout == second.stdout and first.status == "completed"
+        assert first.id not in handed and second.id in handed, kwargs
+    long = "x=" + "y" * (_live_shell.MAX_SOURCE + 10) + "; echo ${#x}"
+    result = await run(ahead, long)
+    assert (result.stdout, result.id in handed) == (f"{_live_shell.MAX_SOURCE + 10}\n", False)
+    assert (await run(ahead, "env | grep -c '^A='", env={"A": "1"})).stdout == "1\n"
+    assert (await run(ahead, "env | grep -c '^A='")).stdout == "0\n"  # not the last run's environment
+
+
+async def test_a_directory_made_again_is_not_the_shells_old_one(
+    pair: tuple[computer.Workspace, computer.Workspace], handed: list[str]
+) -> None:
+    """The shell waits in a directory: once the workspace removed or renamed it and made it again, a
+    run there must not start in the old one (its writes would go nowhere, or to the other name)."""
+    ahead, _ = pair
+    assert (await run(ahead, "pwd", cwd="/workspace/sub")).status == "completed"
+    await ahead.fs.rm("/workspace/sub", recursive=True)
+    await ahead.fs.mkdir("/workspace/sub")
+    result = await run(ahead, "echo made > here.txt; ls", cwd="/workspace/sub")
+    assert (result.status, result.stdout) == ("completed", "here.txt\n"), result
+    assert await ahead.fs.read_text("/workspace/sub/here.txt") == "made\n"
+    # (The mirror may have kept the directory: it ends as it was. A rename moves it for sure.)
+    await asyncio.sleep(0.1)  # the next shell waits in ``sub`` by now
+    await ahead.fs.rename("/workspace/sub", "/workspace/moved")
+    await ahead.fs.mkdir("/workspace/sub")
+    result = await run(ahead, "echo again > here.txt", cwd="/workspace/sub")
+    assert result.status == "completed" and result.id not in handed
+    assert await ahead.fs.read_text("/workspace/sub/here.txt") == "again\n"
+
+
+async def test_a_shell_killed_while_it_waited_is_not_taken(
+    pair: tuple[computer.Workspace, computer.Workspace], handed: list[str]
+) -> None:
+    """A background process of the sandbox may kill the shell waiting for the next run (same user):
+    that run starts its own and runs as usual."""
+    ahead, _ = pair
+    # Not a subshell of the run: the run's own shell (one started ahead) has the pattern in its
+    # command line, and so would the subshell.
+    killer = 'sleep 0.3; p=__computer; pkill -f "${p}_run"; echo killed > k.txt'
+    started = await run(ahead, f"setsid sh -c '{killer}' > /dev/null 2>&1 &")
+    assert started.status == "completed"
+
+    async def killed() -> bool:
+        return await ahead.fs.exists("/workspace/k.txt")
+
+    await eventually(killed)
+    await asyncio.sleep(0.1)
+    result = await run(ahead, "echo fine")
+    assert (result.status, result.stdout, result.id in handed) == ("completed", "fine\n", False)
+    assert (await run(ahead, "echo next")).id in handed
+
+
+async def test_an_idle_sandbox_with_a_shell_waiting_ends() -> None:
+    """The shell waiting is no process of the user's: the sandbox still ends after its idle time."""
+    backend = ShellBackend(live_idle=0.3)
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        assert (await run(ws, "true")).status == "completed"
+        assert (await run(ws, "true")).status == "completed"
+        assert await ws.runtime.processes() == []
+
+        async def ended() -> bool:
+            return backend.live_sandboxes() == 0
+
+        await eventually(ended, within=10)
