@@ -72,6 +72,17 @@ SCRIPTS = [
     "",
     "# only a comment",
     "cat <<'EOF'\nheredoc $HOME\nEOF",
+    "set -e; false; echo never",
+    "set -u; echo $undefined_variable; echo never",
+    "return 3; echo after return",
+    'echo "[${BASH_SOURCE[0]-unset}]" "[${FUNCNAME[0]-unset}]" "[$BASH_SUBSHELL]"; caller; echo $?',
+    "shopt -s expand_aliases; alias say=echo; say same line\nsay next line",
+    "echo $BASH_COMMAND; f() { echo ${FUNCNAME[*]} ${BASH_LINENO[*]}; }; f",
+    "exec echo replaced; echo never",
+    "kill -TERM $$; echo never",
+    "trap 'echo got USR1' USR1; kill -USR1 $$; echo after",
+    "(echo sub $BASH_SUBSHELL); { echo group; }; echo $(echo cmdsub)",
+    "printf '%s\\n' \"$@\" | wc -l; set -- a b; echo $# $1",
 ]
 
 
@@ -205,3 +216,18 @@ async def test_an_idle_sandbox_with_a_shell_waiting_ends() -> None:
             return backend.live_sandboxes() == 0
 
         await eventually(ended, within=10)
+
+
+async def test_a_syntax_error_differs_only_in_the_word_naming_the_source(
+    pair: tuple[computer.Workspace, computer.Workspace], handed: list[str]
+) -> None:
+    """The documented difference: ``eval`` names itself where ``bash -c`` says ``-c``; the status, the
+    line and the commands run before it are the same."""
+    ahead, spawned = pair
+    await asyncio.sleep(0.05)
+    got = await run(ahead, "echo before\nif")
+    want = await run(spawned, "echo before\nif")
+    assert got.id in handed
+    assert (got.exit_code, got.stdout) == (want.exit_code, want.stdout) == (2, "before\n")
+    assert want.stderr == "/bin/bash: -c: line 3: syntax error: unexpected end of file\n", want.stderr
+    assert got.stderr == want.stderr.replace("-c:", "eval:"), got.stderr
