@@ -58,7 +58,9 @@ from ._live_parts import (
     fail,
     from_background,
     has_changes,
+    host_pid,
     listed,
+    pids_listed,
 )
 from ._mirror import Mirror
 from ._process import SandboxProcess
@@ -124,6 +126,10 @@ class LiveSandbox(LiveJobs):
         pids = groups.get("pids")
         self._pids_current = ControlFile(pids / "pids.current") if pids is not None else None
         self._pids_events = ControlFile(pids / "pids.events") if pids is not None else None
+        # Opened afresh for each read: a descriptor kept open reads back the list it first built (v1
+        # keeps a group's pid list per open file for a second), missing what started since.
+        self._procs = pids / "cgroup.procs" if pids is not None else None
+        self._base_procs: frozenset[int] = frozenset()  # the init's and bubblewrap's host pids
         memory = groups.get("memory")
         self._oom_control = ControlFile(memory / "memory.oom_control") if memory is not None else None
         self._baseline = 0
@@ -144,7 +150,7 @@ class LiveSandbox(LiveJobs):
         sandbox = cls(
             process=launched.process, channel=launched.channel, bridge_dir=launched.bridge_dir, **fields
         )
-        sandbox._baseline = launched.baseline
+        sandbox._baseline, sandbox._base_procs = launched.baseline, launched.base_procs
         sandbox.loop.add_reader(launched.channel.fileno(), sandbox._readable)
         sandbox.bridge = AssetsBridge(sandbox.ctx, sandbox.mirror, launched.bridge_dir)
         await sandbox.bridge.__aenter__()
@@ -197,6 +203,9 @@ class LiveSandbox(LiveJobs):
             if op == "started":
                 if not job.started.done():
                     job.started.set_result(int(message["pid"]))
+                if job.waiting and self._base_procs:  # its host pid: it does not make a sync pause
+                    new = (pids_listed(self._procs) or set()) - self._base_procs
+                    job.host_pid = host_pid(new, int(message["pid"]))
                 return
             if not job.started.done():
                 job.started.set_result(0)
@@ -285,11 +294,20 @@ class LiveSandbox(LiveJobs):
         return bool(await self.processes())
 
     def stirring(self) -> bool:
-        """Whether any process but the init (and bubblewrap) is in the sandbox, guests started ahead
-        included, by the kernel's count (True when unreadable): only such a process can change the
-        mirror under a sync, and none starts while there is none (the init starts them, when asked)."""
+        """Whether any process but the init (and bubblewrap) is in the sandbox, by the kernel's count
+        (True when unreadable): only such a process can change the mirror under a sync, and none
+        starts while there is none (the init starts them, when asked). A job started ahead that still
+        waits (a shell or a python guest, blocked on its pipe) does not count when its host pid is
+        known and the group's processes are those and the init's alone: every run after a workspace
+        write paused the sandbox for its push, for the shell waiting there (~0.6 ms)."""
         tasks = self.tasks()
-        return tasks is None or tasks > self._baseline
+        if tasks is None or tasks <= self._baseline:
+            return tasks is None
+        waiting = [j.host_pid for j in self.jobs.values() if j.waiting and not j.exited.done()]
+        if not waiting or None in waiting:
+            return True
+        procs = pids_listed(self._procs)
+        return procs is None or not procs <= self._base_procs.union(waiting)
 
     async def processes(self) -> list[ProcessInfo]:
         reply = await self._request({"op": "ps"})

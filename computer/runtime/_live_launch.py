@@ -38,6 +38,7 @@ class Launched:
     channel: socket.socket
     bridge_dir: Path
     baseline: int  # tasks in its pids group with only the init (and bubblewrap) running
+    base_procs: frozenset[int] = frozenset()  # the host pids of those processes (``cgroup.procs``)
 
     def usable(self) -> bool:
         """Its init still waits: alive, channel open, nothing said (it speaks only when asked)."""
@@ -89,7 +90,7 @@ async def launch(
         listener.close()
     channel.setblocking(False)
     await asyncio.to_thread(_protect_init, process)
-    return Launched(process, channel, bridge_dir, tasks_in(process) or 0)
+    return Launched(process, channel, bridge_dir, tasks_in(process) or 0, procs_in(process))
 
 
 def _pids_group(process: SandboxProcess) -> Path | None:
@@ -104,6 +105,17 @@ def tasks_in(process: SandboxProcess) -> int | None:
         return int((group / "pids.current").read_text())
     except (OSError, ValueError):
         return None
+
+
+def procs_in(process: SandboxProcess) -> frozenset[int]:
+    """The host pids of the processes in its pids group (empty when unreadable)."""
+    group = _pids_group(process)
+    try:
+        return (
+            frozenset(int(p) for p in (group / "cgroup.procs").read_text().split()) if group else frozenset()
+        )
+    except (OSError, ValueError):
+        return frozenset()
 
 
 def _protect_init(process: SandboxProcess) -> None:

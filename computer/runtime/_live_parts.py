@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
@@ -31,8 +32,10 @@ __all__ = [
     "feed",
     "from_background",
     "has_changes",
+    "host_pid",
     "is_eof",
     "listed",
+    "pids_listed",
 ]
 
 # What a run's background processes printed after it returned: the last this many bytes are kept.
@@ -76,6 +79,7 @@ class Job:
     stdin: int | None = None
     command: str | None = None
     line: str = ""  # its own command line, as a listing shows it
+    host_pid: int | None = None  # a job started ahead: its process's host pid, once found
 
 
 @dataclass
@@ -172,6 +176,34 @@ def listed(rows: Iterable[dict[str, Any]], jobs: Iterable[Job], logs: Mapping[st
             )
         )
     return found
+
+
+def pids_listed(path: Path | None) -> set[int] | None:
+    """The pids the group's ``cgroup.procs`` at ``path`` lists now (opened afresh: see ``_live``), or
+    None when unreadable."""
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return {int(p) for p in f.read().split()}
+    except (OSError, ValueError):
+        return None
+
+
+def host_pid(candidates: Iterable[int], inner: int, limit: int = 16) -> int | None:
+    """The host pid among ``candidates`` (at most ``limit`` looked at) whose pid in its innermost pid
+    namespace is ``inner`` (the last field of ``NSpid`` in its ``/proc`` status), or None."""
+    for pid in list(candidates)[:limit]:
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"NSpid:"):
+                        if int(line.split()[-1]) == inner:
+                            return pid
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
 
 
 def has_changes(page: Any) -> bool:

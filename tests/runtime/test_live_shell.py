@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 import computer
-from computer.runtime import ShellBackend, _live_shell
+from computer.runtime import ShellBackend, _live, _live_shell
 
 from ._live_support import eventually
 
@@ -231,3 +231,42 @@ async def test_a_syntax_error_differs_only_in_the_word_naming_the_source(
     assert (got.exit_code, got.stdout) == (want.exit_code, want.stdout) == (2, "before\n")
     assert want.stderr == "/bin/bash: -c: line 3: syntax error: unexpected end of file\n", want.stderr
     assert got.stderr == want.stderr.replace("-c:", "eval:"), got.stderr
+
+
+async def test_a_shell_waiting_does_not_pause_a_sync_but_any_other_process_does() -> None:
+    """A sync pauses the sandbox while any process but its init could change the mirror under it.
+    The shell waiting for the next run cannot (it reads its pipe): every run after a workspace write
+    paused the sandbox for it. Any other process still makes the sync pause, and so does the shell
+    once a run took it."""
+    backend = ShellBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        assert (await run(ws, "true")).status == "completed"
+        sandbox = backend._lives.get(ws.fs.instance)
+        assert sandbox is not None
+
+        async def shell_known() -> bool:
+            return any(j.waiting and j.host_pid is not None for j in sandbox.jobs.values())
+
+        await eventually(shell_known)
+        assert not sandbox.stirring()
+        paused: list[bool] = []
+        freeze = _live.freeze
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(_live, "freeze", lambda group: paused.append(True) or freeze(group))
+            for i in range(3):
+                await ws.fs.write_file("/workspace/a.txt", f"{i}\n")
+                assert (await run(ws, "cat a.txt")).stdout == f"{i}\n"
+                await eventually(shell_known)
+            assert paused == []
+            started = await run(ws, "setsid sleep 1001.25 > /dev/null 2>&1 &")
+            assert started.status == "completed"
+            await eventually(shell_known)
+
+            async def stirs() -> bool:  # the sleep's exec may still be on its way
+                return sandbox.stirring()
+
+            await eventually(stirs)
+            await ws.fs.write_file("/workspace/a.txt", "with a process\n")
+            assert (await run(ws, "cat a.txt")).stdout == "with a process\n"
+            assert paused, "a sync with another process in the sandbox did not pause it"
