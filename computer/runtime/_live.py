@@ -16,6 +16,9 @@ that starts each command in its own process group with the host's pipes as its s
   pull's rules are those of a run's pull (a path the workspace changed meanwhile keeps the workspace's
   version; it is reported as skipped by the runs in progress, or with none, a background process's
   change, by the workspace's next run of this backend: ``unreported``, ``_live_parts.from_background``);
+  a removal refused only because the path holds what the sandbox never had (a path too long for it:
+  ``PROTECTED_BELOW``) stays removed in the sandbox until the next run's push, as per call, so a
+  program's ``rm -rf`` is never undone under it (``Mirror.hold``);
 - killing a run (or its timeout) kills that run's process group, as Ctrl-C does in a terminal; what it
   wrote is pulled; processes that left the group (``setsid``) keep running;
 - limits (memory, processes) are the sandbox's, shared by everything running in it, not per call;
@@ -355,6 +358,8 @@ class LiveSandbox(LiveJobs):
         its own, so later looks read the change log from there (every run's journal records are
         changes outside the root: the scan grew with each run)."""
         mirror, ctx = self.mirror, self.ctx
+        if push and not paced:  # a run's start: what a pull left removed comes back (``Mirror.hold``)
+            mirror.restore_held()
         page = None
         if mirror.rev is not None and mirror.quiet(paced):
             if not push:

@@ -9,15 +9,17 @@ program changed (``_mirror_pull``); this module puts them together with the mirr
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from ._backend import MirrorFile
 from ._lifts import Lifts
-from ._mirror_base import Entry, PullPlan, entry_of
+from ._mirror_base import Entry, PullPlan, entry_of, is_below
 from ._mirror_pull import MirrorPull
 from ._mirror_push import MirrorPush
+from ._pull_rules import PROTECTED_BELOW
 from ._watch import TreeWatch
 
 __all__ = [
@@ -72,6 +74,10 @@ class Mirror(MirrorPush, MirrorPull):
     own_revs: list[int] = field(default_factory=list)
     # Workspace paths a pull left alone and removed from the mirror: the next push sends them whole.
     refetch: set[str] = field(default_factory=set)
+    # Workspace paths a live program removed whose removal the pull refused only for what the mirror
+    # keeps out below them (``PROTECTED_BELOW``): left removed while the program may still be removing
+    # the tree, sent whole by the next run's push (``hold``, ``restore_held``).
+    held: set[str] = field(default_factory=set)
     # Inodes of files the mirror saw with several names (a hint): a run removing or replacing one name
     # changes the others' ctime without an event in their directories (``settle`` looks again).
     linked: set[int] = field(default_factory=set, repr=False)
@@ -96,10 +102,41 @@ class Mirror(MirrorPush, MirrorPull):
         self.unsettled = None
         self.own_revs = []
         self.refetch = set()
+        self.held = set()
         self.linked = set()
         self.look_owed = False
         self.unwatch()
         self.drop_standby()
+
+    def holdable(self, reasons: dict[str, str], now: dict[str, Entry]) -> set[str]:
+        """Of a pull's refusals (``reasons``), the removals refused only because the path holds what
+        the mirror never had (a path too long, too big, too many: ``protected``), which the program
+        left removed (nothing of that name in ``now``) and no earlier pull asked for again."""
+        return {
+            path
+            for path, why in reasons.items()
+            if why == PROTECTED_BELOW
+            and path not in self.refetch
+            and path != self.root
+            and is_below(path, self.root)
+            and self.rel(path) not in now
+        }
+
+    def hold(self, paths: Iterable[str]) -> None:
+        """Leave ``paths`` (see :meth:`holdable`; the settle put them in ``refetch``) removed in the
+        mirror until :meth:`restore_held`: a live sandbox's sync that put them back under the program
+        still removing the tree (``rm -rf`` of a chain above a path too long for the sandbox) failed
+        it ("Directory not empty")."""
+        held = set(paths) & self.refetch
+        self.refetch -= held
+        self.held |= held
+
+    def restore_held(self) -> None:
+        """The next push sends the paths :meth:`hold` left out, whole (a run starts, the mirror is
+        taken for a new sandbox or run)."""
+        if self.held:
+            self.refetch |= self.held
+            self.held = set()
 
     def take_standby(self) -> Closeable | None:
         standby, self.standby = self.standby, None

@@ -69,6 +69,7 @@ class MirrorBase:
     owner: tuple[int, int] | None
     own_revs: list[int]
     refetch: set[str]
+    held: set[str]
     linked: set[int]
     dir_times: dict[str, int]
     look_owed: bool
@@ -252,7 +253,9 @@ class MirrorBase:
         entry = self.state.get(s)
         s_parent, _, s_name = s.rpartition("/")
         d_parent, _, d_name = d.rpartition("/")
-        if entry is None or any(is_below(p, src) for p in (*self.protected, *self.refetch, *self.kept)):
+        if entry is None or any(
+            is_below(p, src) for p in (*self.protected, *self.refetch, *self.held, *self.kept)
+        ):
             return False
         if d_parent and getattr(self.state.get(d_parent), "kind", None) != "d":
             # A directory the same push makes (``mkdir n; mv f n/``): made here first; the push's

@@ -11,7 +11,8 @@ Two invariants carry it (ARCHITECTURE, "The mirror is a sync engine"):
    while a run was in flight is therefore always sent to the next run.
 2. A path the pull left alone (the workspace changed it too, or it is protected) is dropped from the
    mirror and the mirror's revision stays at the run's base, so the next push repairs it with the
-   workspace's version.
+   workspace's version (a live sandbox's refused removal of what holds a path the mirror never had:
+   the next run's push, ``Mirror.hold``, never a sync under the program still removing the tree).
 """
 
 from __future__ import annotations
@@ -83,6 +84,7 @@ class MirrorSync:
     def acquire(self, workspace_id: str, ctx: ExecContext) -> Mirror:
         mirror = self.mirrors.acquire(workspace_id)
         mirror.owner = self.owner
+        mirror.restore_held()  # a live sandbox's, ended since: the next push sends them
         if mirror.unsettled is not None:
             _settle_deferred(mirror, ctx)
         return mirror
@@ -248,7 +250,9 @@ class MirrorSync:
         A deferring context (a pool worker's) gets the changes in the exit event instead, when they fit
         one page: its dispatcher applies them, and the mirror is settled by the next run. ``follow``
         (a live sandbox, whose programs outlive a sync): what the program changed below a path the
-        workspace renamed goes to the new name, and the mirror follows the rename (``_moves``).
+        workspace renamed goes to the new name, and the mirror follows the rename (``_moves``); a
+        removal refused only for what the mirror keeps out below it (``PROTECTED_BELOW``) stays
+        removed until the next run's push (``Mirror.hold``), not made again under the program.
         ``paced``: a live sandbox's tick (``Mirror.look_again`` may wait for a later one).
         What the pull lifted in a mirror its program locked is put back at its end (``_lifts``).
         """
@@ -359,11 +363,16 @@ class MirrorSync:
             finally:
                 pages.close()
         followed = [moves[r] for r in sorted(moves)]
+        # A live program may still be removing the tree: what the workspace keeps only for what the
+        # mirror never had stays removed until the next run (``Mirror.hold``), as per call.
+        held = mirror.holdable(reasons, now) if follow and reasons else set()
         if reasons or followed:  # the mirror follows renames, drops what the pull left alone
             conflicts = [path for path, why in reasons.items() if why == CONFLICT]
             await asyncio.to_thread(mirror.settle, now, rev, list(reasons), plan, followed, conflicts)
         else:
             mirror.settle(now, rev, (), plan)
+        if held:
+            mirror.hold(held)
         # What this pull committed is in the mirror: the next push leaves those revisions out.
         mirror.own_revs = sorted(
             {r for r in (*mirror.own_revs, *own) if mirror.rev is None or r > mirror.rev}

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from computer.runtime import ShellBackend
+from computer.runtime._pull_rules import PROTECTED_BELOW
 
 from ._support import ROOT, ok, opened, reasons_cover_skipped
 
@@ -120,6 +122,64 @@ async def test_a_workspace_path_too_long_for_the_sandbox_is_kept_and_reported(
         assert moved.stdout == "kept\n"
         assert f"{deep}/f" not in moved.skipped
         assert all(is_dir.startswith(f"{ROOT}/dd/") and len(is_dir) > 4000 for is_dir in moved.skipped)
+
+
+async def _until_printed(handle: Any, marker: str, seconds: float = 60) -> None:
+    async def printed() -> None:
+        async for snapshot in handle:
+            if marker in snapshot.stdout or snapshot.done:
+                return
+
+    await asyncio.wait_for(printed(), seconds)
+
+
+@LIVE
+async def test_a_removal_of_what_holds_a_path_too_long_is_not_undone_under_the_program(
+    tmp_path: Path, live: bool
+) -> None:
+    """A program removing the directories that hold a workspace path too long for the sandbox: the
+    workspace refuses those removals (it keeps the file and its parents, listed in ``skipped``), and
+    the sandbox gets them back at the next run, not under the program still removing the tree.
+
+    Before (live): a sync while ``rm -rf dd`` ran (a tick every 100 ms; a 1,345-level chain takes
+    ~50 ms, seconds under load) pulled the removals so far, the workspace refused them, and the same
+    sync's push made those directories again below the ``rm``, which failed ("Directory not empty").
+    Here the program removes the deepest level, waits until two workspace writes reached it (so a
+    whole sync ran after the removal: its pull and its push), then removes the rest."""
+    db = tmp_path / "ws.sqlite"
+    deep = f"{ROOT}/{_chain(1359, 'dd')}"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.mkdir(deep, recursive=True)
+        await ws.fs.write_file(f"{deep}/f", "kept\n")
+        levels = int((await ok(ws, "find dd -type d | wc -l")).stdout)
+        assert 1300 < levels < 1359
+        wait = "for i in $(seq 1200); do [ -e {} ] && break; sleep 0.05; done; echo seen {}; "
+        handle = await ws.runtime.exec(
+            'd=$(find dd -depth -type d | head -1) && rmdir "$d" && echo removed; '
+            + (wait.format("go1", "go1") + wait.format("go2", "go2") if live else "")
+            + '[ -e "$d" ] && echo back; rmdir "${d%/*}" && rm -rf dd && echo gone',
+            timeout=120,
+        )
+        await _until_printed(handle, "removed")
+        await ws.fs.write_file(f"{ROOT}/go1", "")
+        if live:
+            await _until_printed(handle, "seen go1")
+        await ws.fs.write_file(f"{ROOT}/go2", "")
+        result = await asyncio.wait_for(handle.result(), 240)
+        assert result.status == "completed", (result.stdout, result.stderr[-300:])
+        assert result.stdout.endswith("gone\n") and "back" not in result.stdout, result.stdout
+        reasons_cover_skipped(result)
+        for n in (1, levels):  # every level the sandbox held: its removal refused, with the reason
+            assert result.skipped_reasons[f"{ROOT}/{_chain(n, 'dd')}"] == PROTECTED_BELOW
+        assert "path too long" in result.skipped_reasons[f"{deep}/f"]
+        assert await ws.fs.read_text(f"{deep}/f") == "kept\n"
+        # The next run has them again (the mirror and the workspace agree), and removes them again.
+        assert (await ok(ws, "find dd -type d | wc -l")).stdout == f"{levels}\n"
+        again = await ok(ws, "rm -rf dd && find . | sort")
+        assert again.stdout == ".\n./go1\n./go2\n"
+        assert await ws.fs.read_text(f"{deep}/f") == "kept\n"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:  # a rebuilt mirror
+        assert (await ok(ws, "find dd -type d | wc -l")).stdout == f"{levels}\n"
 
 
 @LIVE
