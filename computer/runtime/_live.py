@@ -111,6 +111,7 @@ class LiveSandbox(LiveJobs):
         self.created = time.monotonic()
         self.idle_since: float | None = time.monotonic()
         self.jobs: dict[str, Job] = {}
+        self.taken: dict[str, Job] = {}  # jobs started ahead that served runs (``LiveJobs.output``)
         self.runs: dict[str, RunChanges] = {}
         # What syncs refused while no run was in progress (a background process's changes): the next
         # run's ``skipped`` (``open_run``), or the next sandbox's when this one ends first.
@@ -319,7 +320,7 @@ class LiveSandbox(LiveJobs):
                 "live sandbox of %s: %s processes left out of a listing", self.workspace_id, reply["more"]
             )
         logs = {run: background_log(run) for run, logged in self.background.items() if logged.written}
-        return listed(reply.get("processes", []), self.jobs.values(), logs)
+        return listed(reply.get("processes", []), [*self.taken.values(), *self.jobs.values()], logs)
 
     async def kill_process(self, pid: int, sig: int = signal.SIGKILL) -> None:
         """Signal one process of the sandbox (its own pid); ``ProcessLookupError`` when it has none."""

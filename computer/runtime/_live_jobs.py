@@ -28,6 +28,8 @@ __all__ = ["BACKGROUND_LOG_DIR", "LiveJobs", "LiveSandboxError", "LiveStartError
 log = logging.getLogger("computer.runtime._live")
 
 _PACKET = 1 << 16
+# Jobs started ahead remembered after their run for the listing (the most recent).
+_TAKEN = 256
 # How long a killed job may take to be reported dead before the sandbox is ended instead.
 _KILL_GRACE = 5.0
 
@@ -57,6 +59,7 @@ class LiveJobs:
     process: SandboxProcess
     host_ids: tuple[int, int] | None
     jobs: dict[str, Job]
+    taken: dict[str, Job]
     background: dict[str, BackgroundLog]
     _adopted: set[int]
     _oom_control: ControlFile | None  # ``memory.oom_control``, kept open
@@ -237,6 +240,12 @@ class LiveJobs:
 
                 await run_to_completion(stop())
             self.jobs.pop(job.id, None)
+            if job.run and job.run != job.id:
+                # Started ahead: processes its shell forked keep its name and its command line (a
+                # background subshell, or a child not yet exec'd): listed as its run's after it too.
+                self.taken[job.id] = job
+                while len(self.taken) > _TAKEN:
+                    del self.taken[next(iter(self.taken))]
             if open_fds:  # background processes still hold them
                 self._adopt(job.run or job.id, open_fds)
 

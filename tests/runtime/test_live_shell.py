@@ -270,3 +270,28 @@ async def test_a_shell_waiting_does_not_pause_a_sync_but_any_other_process_does(
             await ws.fs.write_file("/workspace/a.txt", "with a process\n")
             assert (await run(ws, "cat a.txt")).stdout == "with a process\n"
             assert paused, "a sync with another process in the sandbox did not pause it"
+
+
+async def test_a_background_subshell_of_its_run_is_listed_as_that_runs(
+    pair: tuple[computer.Workspace, computer.Workspace], handed: list[str]
+) -> None:
+    """A subshell the run left in the background is a fork of the shell started ahead: it has that
+    shell's command line and name in its environment. After the run it is listed with the run's id
+    and command line, as a subshell of a spawned ``bash -c`` is."""
+    ahead, _ = pair
+    await asyncio.sleep(0.05)
+    source = "(while true; do sleep 0.2; done) > /dev/null 2>&1 & echo started"
+    result = await run(ahead, source)
+    assert (result.stdout, result.id in handed) == ("started\n", True)
+
+    async def listed() -> bool:
+        return any(
+            p.exec_id == result.id and p.command == f"/bin/bash -c {source}"
+            for p in await ahead.runtime.processes()
+        )
+
+    await eventually(listed)
+    assert not any(
+        "__computer_run" in p.command or (p.exec_id or "").startswith("ahead-")
+        for p in await ahead.runtime.processes()
+    )
