@@ -495,7 +495,7 @@ async def live_bench(runs: int) -> None:
             stamp = (await ws.fs.read_text(path)).strip()
             if stamp:
                 to_ws.append(max(0.0, seen - float(stamp)))
-        sandbox = backend._lives.get(str(ws.id))
+        sandbox = backend._lives.get(ws.fs.instance)
         assert sandbox is not None
         mirror = sandbox.mirror  # the host directory the sandbox sees
         for i in range(runs):
