@@ -7,9 +7,11 @@ run's result is out. It waits on descriptor 3 (a pipe) for its command; :meth:`A
 ``unset …; export COMPUTER_EXEC_ID=<run>; SECONDS=0; <source>`` there and the shell ``eval``-s it, so the
 source runs as with ``bash -c source``: the same ``$0``, ``$-``, ``$LINENO`` and ``$?``, the run's
 environment, its stdin, the variable the wait used unset, ``$SECONDS`` from the run's start. What
-differs, and is documented in ``shell.py``: a syntax error's message says ``bash: eval: line N`` where
+differs (the README's shell backend says so): a syntax error's message says ``bash: eval: line N`` where
 ``bash -c`` says ``bash: -c: line N``, ``$BASH_EXECUTION_STRING`` is the wait, and the shell's own
-``/proc/<pid>/cmdline`` (``ps`` inside the sandbox) is the wait (the processes API shows the run's).
+``/proc/<pid>/cmdline`` (``ps`` inside the sandbox) is the wait (the processes API shows the run's,
+for its subshells too, also after the run: ``LiveJobs.taken``). A partial write of the command, or
+a shell gone meanwhile, runs nothing: the wait's ``read`` sees no NUL and exits.
 
 A run takes it only when everything it would start with is the same (:meth:`AheadShell.fits`): the
 argv is ``bash -c source`` with a source of at most :data:`MAX_SOURCE` bytes (bash reads a pipe a byte
