@@ -199,14 +199,18 @@ class MirrorBase:
         ctime of the names it links (a stale entry fails a later workspace rename of one: fetched
         whole, a new inode). A file whose size, mtime or mode moved becomes a candidate (pulled); one
         whose ctime alone moved (a link count) is taken into ``now`` only. ~1.1 µs a file (10,000:
-        11 ms), only after such a run."""
-        if not self.look_due(paced):
+        11 ms), only after such a run. Due or not, the other names of a linked file that lost a synced
+        name (removed, replaced) are: ``echo x >> t; rm t`` with ``t`` a synced name of ``f`` changed
+        ``f`` with events at ``t`` only (before: never pulled, and the settle took in its entry)."""
+        lost = self._lost_names(now, candidates) if self.linked else set()
+        due = self.look_due(paced)
+        if not due and not lost:
             return
         start = time.monotonic()
         base = os.fspath(self.directory) + "/"
         lstat = os.lstat
         for rel, held in self.state.items():
-            if held[0] != "f":  # (indexes: a named field costs more, 10,000 times)
+            if held[0] != "f" or (not due and held[1] not in lost):  # (indexes: cheaper, 10,000 times)
                 continue
             try:
                 st = lstat(base + rel)
@@ -217,9 +221,21 @@ class MirrorBase:
                 now[rel] = entry = entry_of(st)
                 if entry[:4] != held[:4] or entry.mode != held.mode:
                     candidates.add(rel)
-        self.look_owed = False
-        end = time.monotonic()
-        self.look_next = end + 10 * (end - start)
+        if due:
+            self.look_owed = False
+            end = time.monotonic()
+            self.look_next = end + 10 * (end - start)
+
+    def _lost_names(self, now: dict[str, Entry], candidates: set[str]) -> set[int]:
+        """Linked files (inodes) that lost a name among ``candidates`` (gone, or another node there)."""
+        lost = set()
+        for rel in candidates:
+            old = self.state.get(rel)
+            if old is not None and old[0] == "f" and old[1] in self.linked:
+                entry = now.get(rel)
+                if entry is None or entry[0] != "f" or entry[1] != old[1]:
+                    lost.add(old[1])
+        return lost
 
     def own_since(self, rev: int) -> list[int]:
         """The revisions after ``rev`` that this mirror's own pulls committed: what they changed is in

@@ -202,6 +202,46 @@ async def test_a_write_through_a_link_the_run_removed_reaches_the_workspace(
         assert (await ok(ws, "sha256sum g | cut -c1-64")).stdout.strip() == digest(first + b"more\n")
 
 
+THROUGH_A_SYNCED_NAME = {
+    "appended, removed": ("echo more >> t && rm t", b"one\nmore\n", 0o644),
+    "chmod-ed, removed": ("chmod 640 t && rm t", b"one\n", 0o640),
+    "appended, replaced": ("echo more >> t && mv x t", b"one\nmore\n", 0o644),  # x: synced
+}
+
+
+@pytest.mark.parametrize("linker", ["run", "workspace"])
+@pytest.mark.parametrize("how", THROUGH_A_SYNCED_NAME.values(), ids=THROUGH_A_SYNCED_NAME.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_change_through_a_synced_name_the_run_then_removed_reaches_the_other_name(
+    tmp_path: Path, live: bool, how: tuple[str, bytes, int], linker: str
+) -> None:
+    """``t`` is a name of ``f`` the sandbox already holds (an earlier run's ``ln f t``, or the
+    workspace's ``fs.link``); a run writes or chmods the file through ``t`` and removes or replaces
+    ``t`` (by ``x``, synced too: no name made and removed, which looks at every file): every event
+    names ``t`` only. Before: ``f``'s change was never pulled, and the pull took
+    in ``f``'s new state (its ctime moved with the link count), so no later run pulled it either:
+    the workspace kept ``one`` while every run saw ``one more`` (s50/h7, from t7_shared)."""
+    command, content, mode = how
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", b"one\n")
+        await ws.fs.write_file(f"{ROOT}/x", b"new\n")
+        if linker == "run":
+            await ok(ws, "ln f t")
+        else:
+            await ok(ws, "true")
+            await ws.fs.link(f"{ROOT}/f", f"{ROOT}/t")
+        assert (await ok(ws, "stat -c %h f")).stdout.strip() == "2"
+        changed = await ok(ws, command)
+        assert f"{ROOT}/f" in changed.pulled
+        assert await ws.fs.read_file(f"{ROOT}/f") == content
+        assert (await ws.fs.stat(f"{ROOT}/f")).mode & 0o7777 == mode
+        assert await sandbox_view(ws) == await workspace_view(ws)
+    async with opened(db, python=False) as ws:
+        seen = await ok(ws, "stat -c %a f && cat f")
+        assert seen.stdout == f"{mode:o}\n".encode().decode() + content.decode()
+
+
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
 async def test_a_file_of_one_name_a_run_linked_and_unlinked_keeps_its_inode_through_a_rename(
     tmp_path: Path, live: bool
