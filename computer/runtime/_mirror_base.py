@@ -18,6 +18,7 @@ from ..storage.paths import MAX_PATH_BYTES
 from ._backend import PAGE_FILES, MirrorDir, MirrorFile, MirrorSymlink, SyncPull
 from ._beneath import lstat_beneath, make_parent, open_beneath, remove_beneath
 from ._forget import forget
+from ._held_links import linked_at, lost_names, names_elsewhere
 from ._lifts import Lifts, open_top
 from ._pull_rules import PROTECTED
 from ._watch import TreeWatch
@@ -202,7 +203,7 @@ class MirrorBase:
         11 ms), only after such a run. Due or not, the other names of a linked file that lost a synced
         name (removed, replaced) are: ``echo x >> t; rm t`` with ``t`` a synced name of ``f`` changed
         ``f`` with events at ``t`` only (before: never pulled, and the settle took in its entry)."""
-        lost = self._lost_names(now, candidates) if self.linked else set()
+        lost = lost_names(self.state, now, candidates, self.linked) if self.linked else set()
         due = self.look_due(paced)
         if not due and not lost:
             return
@@ -225,17 +226,6 @@ class MirrorBase:
             self.look_owed = False
             end = time.monotonic()
             self.look_next = end + 10 * (end - start)
-
-    def _lost_names(self, now: dict[str, Entry], candidates: set[str]) -> set[int]:
-        """Linked files (inodes) that lost a name among ``candidates`` (gone, or another node there)."""
-        lost = set()
-        for rel in candidates:
-            old = self.state.get(rel)
-            if old is not None and old[0] == "f" and old[1] in self.linked:
-                entry = now.get(rel)
-                if entry is None or entry[0] != "f" or entry[1] != old[1]:
-                    lost.add(old[1])
-        return lost
 
     def own_since(self, rev: int) -> list[int]:
         """The revisions after ``rev`` that this mirror's own pulls committed: what they changed is in
@@ -334,17 +324,15 @@ class MirrorBase:
 
     def linked_at(self, rel: str) -> set[int]:
         """Inodes of files seen with several names (``linked``) held at or below ``rel``."""
-        if not self.linked:
-            return set()
-        entry = self.state.get(rel)
-        if entry is not None and entry.kind != "d":
-            return {entry.ino} & self.linked if entry.kind == "f" else set()
-        prefix = rel + "/"
-        return {
-            e.ino
-            for k, e in self.state.items()
-            if e.kind == "f" and e.ino in self.linked and k.startswith(prefix)
-        }
+        return linked_at(self.state, self.linked, rel)
+
+    def refetch_elsewhere(self, rel: str) -> None:
+        """Before the mirror drops ``rel`` to fetch the workspace's version again: the names the
+        linked files held there have elsewhere are fetched again too (the same push then links them
+        all as the workspace has them). Before: a dropped name came as a new file while its other
+        names kept the old one, two files where the workspace had one (s50/h7)."""
+        for other in names_elsewhere(self.state, self.linked_at(rel), rel):
+            self.refetch.add(self.workspace_path(other))
 
     def reread(self, inodes: set[int]) -> None:
         """The names of ``inodes`` the mirror holds are read again (an lstat each): removing or
@@ -363,6 +351,7 @@ class MirrorBase:
         written into, so a program holding it open follows the workspace's version)."""
         if self.move(src, dst):
             return True
+        self.refetch_elsewhere(self.rel(src))
         remove_beneath(self.directory, self.rel(src))
         self._forget(self.rel(src))
         if self.protected:  # what the workspace kept out there moved too (its new name comes again)

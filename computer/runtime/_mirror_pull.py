@@ -450,6 +450,7 @@ class MirrorPull(MirrorWatch):
             rel = self.rel(path)
             entry = now.get(rel)
             if entry is None or entry.kind != "f" or path not in keep:
+                self.refetch_elsewhere(rel)
                 remove_beneath(self.directory, rel)
         # A conflicting regular file stays, its state forgotten: the push writes the workspace's
         # version into it when the workspace wrote that file (a program holding it open keeps it),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -422,3 +423,73 @@ async def test_a_link_refused_on_a_later_page_than_its_content_drops_that_name_t
 
 async def _linked(path: Path) -> bool:
     return await asyncio.to_thread(os.path.lexists, path)
+
+
+async def _mode_is(path: Path, mode: int) -> bool:
+    return await asyncio.to_thread(lambda: os.lstat(path).st_mode & 0o7777 == mode)
+
+
+async def _one_file(ws: Any, names: list[str]) -> None:
+    """``names`` are one file in the workspace and in the sandbox, with the same content."""
+    stats = [await ws.fs.stat(f"{ROOT}/{name}") for name in names]
+    assert {(st.ino, st.nlink) for st in stats} == {(stats[0].ino, len(names))}
+    seen = await ok(ws, f"stat -c '%i %h' {' '.join(names)}")
+    assert len(set(seen.stdout.split("\n")[: len(names)])) == 1, seen.stdout
+    assert seen.stdout.split()[1] == str(len(names))
+    assert await sandbox_view(ws) == await workspace_view(ws)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_refused_directory_holding_a_name_of_a_file_linked_outside_it_keeps_the_link(
+    tmp_path: Path, live: bool
+) -> None:
+    """``d/f`` and ``g`` are one file (the workspace's ``fs.link``); a run's ``chmod 700 d`` meets a
+    workspace write of ``d/x`` in one sync window: ``d`` is refused, and the mirror drops it and
+    fetches it again. Before: ``d/f`` came as a new file while ``g`` kept the old one, two files in
+    the sandbox where the workspace has one, and a write through one name never reached the other
+    there (s50/h7, from t7_shared)."""
+    backend = ShellBackend(live=live)
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/d/f", b"one\n")
+        await ok(ws, "true")
+        await ws.fs.link(f"{ROOT}/d/f", f"{ROOT}/g")
+        await ok(ws, "true")
+        handle = await started(ws, "echo ready; sleep 0.3; chmod 700 d; sleep 0.5")
+        if live:
+            sandbox = backend._lives._live[ws.fs.instance]
+            async with sandbox.lock:  # no sync until the run's chmod: the two meet in one window
+                await ws.fs.write_file(f"{ROOT}/d/x", b"host\n")
+                await until(lambda: _mode_is(sandbox.mirror.directory / "d", 0o700), within=30)
+        else:
+            await ws.fs.write_file(f"{ROOT}/d/x", b"host\n")
+        result = await settle(handle)
+        assert result.status == "completed", result
+        assert f"{ROOT}/d" in result.skipped, result.skipped_reasons
+        await _one_file(ws, ["d/f", "g"])
+        await ok(ws, "echo more >> g")
+        assert await ws.fs.read_file(f"{ROOT}/d/f") == b"one\nmore\n"
+        await _one_file(ws, ["d/f", "g"])
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_renamed_directory_the_mirror_cannot_follow_keeps_the_links_its_files_have_outside(
+    tmp_path: Path, live: bool
+) -> None:
+    """``d/f`` and ``g`` are one file; a run leaves a name the workspace cannot hold in ``d`` (kept in
+    the sandbox only), so the mirror cannot follow the workspace's rename of ``d`` to ``e``: it drops
+    ``d`` and fetches ``e`` whole. Before: ``e/f`` came as a new file while ``g`` kept the old one
+    (s50/h7, from t7_shared: there a rename below the renamed directory the mirror could not follow
+    left a path to fetch again in it)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/d/f", b"one\n")
+        await ok(ws, "true")
+        await ws.fs.link(f"{ROOT}/d/f", f"{ROOT}/g")
+        kept = await ok(ws, "touch d/$'\\xff'")
+        assert kept.skipped == [f"{ROOT}/d/\\xff"]
+        await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/e")
+        await _one_file(ws, ["e/f", "g"])
+        await ok(ws, "echo more >> g")
+        assert await ws.fs.read_file(f"{ROOT}/e/f") == b"one\nmore\n"
+        await _one_file(ws, ["e/f", "g"])
