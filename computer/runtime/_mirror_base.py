@@ -326,12 +326,22 @@ class MirrorBase:
         """Inodes of files seen with several names (``linked``) held at or below ``rel``."""
         return linked_at(self.state, self.linked, rel)
 
-    def refetch_elsewhere(self, rel: str) -> None:
+    def refetch_elsewhere(
+        self, rel: str, before: dict[str, Entry] | None = None, *, kept: bool = False
+    ) -> None:
         """Before the mirror drops ``rel`` to fetch the workspace's version again: the names the
-        linked files held there have elsewhere are fetched again too (the same push then links them
-        all as the workspace has them). Before: a dropped name came as a new file while its other
-        names kept the old one, two files where the workspace had one (s50/h7)."""
-        for other in names_elsewhere(self.state, self.linked_at(rel), rel):
+        linked files held there have elsewhere are fetched again too, so the push links them all as
+        the workspace has them (before: the dropped name came as a new file while its other names
+        kept the old one, two files where the workspace had one: s50/h7). ``before``: the state the
+        workspace last agreed with (a pull's refused removal: ``rel`` is gone from the state now);
+        ``kept``: ``rel`` stays (a conflict's file, written into), so only a file it held before
+        and no longer does counts."""
+        inodes = linked_at(before, self.linked, rel) if before is not None else set()
+        if kept:
+            inodes -= self.linked_at(rel)
+        else:
+            inodes |= self.linked_at(rel)
+        for other in names_elsewhere(self.state, inodes, rel):
             self.refetch.add(self.workspace_path(other))
 
     def reread(self, inodes: set[int]) -> None:

@@ -440,7 +440,7 @@ class MirrorPull(MirrorWatch):
             self.chunks.update(plan.chunk_lists)
             for rel, prints in plan.chunk_prints.items():
                 self.prints[rel] = (tuple(plan.chunk_lists[rel]), prints)
-        self.state = now
+        before, self.state = self.state, now
         for src, dst, move_rev in moves:
             if self.move_or_drop(src, dst):
                 self.own_revs.append(move_rev)
@@ -450,8 +450,10 @@ class MirrorPull(MirrorWatch):
             rel = self.rel(path)
             entry = now.get(rel)
             if entry is None or entry.kind != "f" or path not in keep:
-                self.refetch_elsewhere(rel)
+                self.refetch_elsewhere(rel, before)
                 remove_beneath(self.directory, rel)
+            else:
+                self.refetch_elsewhere(rel, before, kept=True)
         # A conflicting regular file stays, its state forgotten: the push writes the workspace's
         # version into it when the workspace wrote that file (a program holding it open keeps it),
         # else replaces it. Anything else refused (too big, protected) is not held here.

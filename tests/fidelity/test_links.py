@@ -493,3 +493,42 @@ async def test_a_renamed_directory_the_mirror_cannot_follow_keeps_the_links_its_
         await ok(ws, "echo more >> g")
         assert await ws.fs.read_file(f"{ROOT}/e/f") == b"one\nmore\n"
         await _one_file(ws, ["e/f", "g"])
+
+
+REFUSED_REMOVALS = {
+    "removed": "rm d/f",
+    "removed with its directory": "rm -r d",
+    "replaced": "echo prog > y && mv y d/f",
+}
+
+
+@pytest.mark.parametrize("how", REFUSED_REMOVALS.values(), ids=REFUSED_REMOVALS.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_refused_removal_of_a_name_of_a_linked_file_keeps_it_one_file_in_the_sandbox(
+    tmp_path: Path, live: bool, how: str
+) -> None:
+    """``d/f`` and ``g`` are one file; a run removes or replaces ``d/f`` while the workspace writes it
+    (one sync window): the run's change is refused, the workspace's ``host`` kept in both names, and
+    the sandbox fetches ``d/f`` again. Before: it came as a new file, and ``g`` kept the old one
+    with the old content (``cat g`` printed ``one`` while the workspace's ``g`` was ``host``), as
+    the push sent ``d/f`` alone (s50/h7, from t7_shared)."""
+    backend = ShellBackend(live=live)
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/d/f", b"one\n")
+        await ok(ws, "true")
+        await ws.fs.link(f"{ROOT}/d/f", f"{ROOT}/g")
+        await ok(ws, "true")
+        handle = await started(ws, f"echo ready; sleep 0.3; {how} && touch done; sleep 0.5")
+        if live:
+            sandbox = backend._lives._live[ws.fs.instance]
+            async with sandbox.lock:  # no sync until the run's change: the two meet in one window
+                await ws.fs.write_file(f"{ROOT}/d/f", b"host\n")
+                await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
+        else:
+            await ws.fs.write_file(f"{ROOT}/d/f", b"host\n")
+        result = await settle(handle)
+        assert result.status == "completed", result
+        assert f"{ROOT}/d/f" in result.skipped, result.skipped_reasons
+        assert await ws.fs.read_file(f"{ROOT}/g") == b"host\n"
+        await _one_file(ws, ["d/f", "g"])
