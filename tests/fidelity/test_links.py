@@ -532,3 +532,23 @@ async def test_a_refused_removal_of_a_name_of_a_linked_file_keeps_it_one_file_in
         assert f"{ROOT}/d/f" in result.skipped, result.skipped_reasons
         assert await ws.fs.read_file(f"{ROOT}/g") == b"host\n"
         await _one_file(ws, ["d/f", "g"])
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_directory_the_push_sends_whole_keeps_the_links_its_files_have_outside(
+    tmp_path: Path, live: bool
+) -> None:
+    """``d/f`` and ``g`` are one file (a run's ``ln``); the workspace makes ``d/sub`` and renames
+    ``d`` to ``e``, a rename the push cannot follow (``d`` changed first), so it sends ``e`` whole.
+    Before: ``e/f`` came as a new file while ``g`` kept the old one, and the run's append to ``g``
+    then split the workspace's file too (``e/f`` kept ``one``, ``g`` a file of its own: s50/h7)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/d/f", b"one\n")
+        await ok(ws, "ln d/f g")
+        await ws.fs.mkdir(f"{ROOT}/d/sub")
+        await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/e")
+        await _one_file(ws, ["e/f", "g"])
+        await ok(ws, "echo more >> g")
+        assert await ws.fs.read_file(f"{ROOT}/e/f") == b"one\nmore\n"
+        await _one_file(ws, ["e/f", "g"])
