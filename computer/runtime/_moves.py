@@ -134,7 +134,12 @@ def follow(pull: SyncPull, changes: Sequence[Change], root: str) -> Followed:
     for f in pull.files:
         path = new_name(f.path)
         link = f.link if f.link is None else new_name(f.link)
-        if path is not None and (f.link is None or link is not None):
+        if path is not None and f.link is not None and link is None:
+            # Its file's name refused: it stays on the page, as a link of that name's new name, so
+            # the pull refuses it with it (``refused_files``: LINKED). Before, it was dropped unsaid:
+            # neither pulled nor refused, the mirror took it as synced (s50/h7).
+            link = translate(f.link, moves)[0]
+        if path is not None:
             files.append(dataclasses.replace(f, path=path, link=link))
     dirs = [dataclasses.replace(d, path=p) for d in pull.dirs if (p := new_name(d.path)) is not None]
     symlinks = [dataclasses.replace(s, path=p) for s in pull.symlinks if (p := new_name(s.path)) is not None]

@@ -552,3 +552,36 @@ async def test_a_directory_the_push_sends_whole_keeps_the_links_its_files_have_o
         await ok(ws, "echo more >> g")
         assert await ws.fs.read_file(f"{ROOT}/e/f") == b"one\nmore\n"
         await _one_file(ws, ["e/f", "g"])
+
+
+async def test_a_name_linked_to_a_refused_new_name_of_a_followed_rename_is_refused_with_it(
+    tmp_path: Path,
+) -> None:
+    """A live run appends to ``g`` and links it as ``d/n`` while, in the same sync window, the
+    workspace renames ``d`` to ``e`` and writes ``e/n``: the pull takes ``d/n`` to ``e/n`` (the rename
+    followed), refuses it (the workspace wrote it after the rename), and refuses ``g``, its file's
+    other name, with it: both in ``skipped``, and the sandbox holds what the workspace does. Before:
+    ``g`` was left off the page unsaid (neither pulled nor refused), so the workspace kept ``one``
+    while the sandbox's ``g`` went on as the program's file, which then took the workspace's
+    ``e/n`` written into it (s50/h7)."""
+    backend = ShellBackend(live=True)
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/g", b"one\n")
+        await ok(ws, "true")
+        handle = await started(
+            ws, "echo ready; sleep 0.3; echo more >> g && ln g d/n && touch done; sleep 0.5"
+        )
+        sandbox = backend._lives._live[ws.fs.instance]
+        async with sandbox.lock:  # no sync until the run linked: the two meet in one window
+            await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/e")
+            await ws.fs.write_file(f"{ROOT}/e/n", b"host\n")
+            await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
+        result = await settle(handle)
+        assert result.status == "completed", result
+        assert {f"{ROOT}/e/n", f"{ROOT}/g"} <= set(result.skipped), result.skipped_reasons
+        assert "refused with it" in result.skipped_reasons[f"{ROOT}/g"]
+        assert await ws.fs.read_file(f"{ROOT}/g") == b"one\n"
+        assert await ws.fs.read_file(f"{ROOT}/e/n") == b"host\n"
+        assert await sandbox_view(ws) == await workspace_view(ws)
+        assert (await ok(ws, "stat -c %h g e/n")).stdout.split() == ["1", "1"]
