@@ -244,9 +244,7 @@ class MirrorBase:
         """Follow a workspace rename: the node the mirror holds at ``src`` is renamed to ``dst``, so it
         stays the same file or directory (a program holding it open goes on writing into it, its hard
         links stay links, a process working in a renamed directory stays in it). What ``dst`` held
-        is replaced, as the rename replaced it in the workspace.
-
-        False, with nothing changed, when the mirror cannot: ``src`` is not what it last synced
+        is replaced, as the rename replaced it in the workspace. False, with nothing changed, when the mirror cannot: ``src`` is not what it last synced
         there, it keeps something out at or below it (a protected, kept or dropped path), ``dst``'s
         parent is not a directory it holds, or the rename fails (a non-empty directory in the way).
         The parents are opened without following a link (a program may have planted one)."""
@@ -297,7 +295,7 @@ class MirrorBase:
         if now.kind == "f" and moved.st_nlink > 1:  # ... of every name of the file
             self.take_in({now.ino: now})
         if unlinked:
-            self.reread(unlinked)
+            self.reread(unlinked, refetch=True)
         return True
 
     def take_in(
@@ -329,13 +327,11 @@ class MirrorBase:
     def refetch_elsewhere(
         self, rel: str, before: dict[str, Entry] | None = None, *, kept: bool = False
     ) -> None:
-        """Before the mirror drops ``rel`` to fetch the workspace's version again: the names the
-        linked files held there have elsewhere are fetched again too, so the push links them all as
-        the workspace has them (before: the dropped name came as a new file while its other names
-        kept the old one, two files where the workspace had one: s50/h7). ``before``: the state the
-        workspace last agreed with (a pull's refused removal: ``rel`` is gone from the state now);
-        ``kept``: ``rel`` stays (a conflict's file, written into), so only a file it held before
-        and no longer does counts."""
+        """Before the mirror drops ``rel`` to fetch it again: the names its linked files have elsewhere
+        are fetched again too, so the push links them as the workspace has them (before: the dropped
+        name came as a new file, its other names kept the old one: s50/h7). ``before``: the state
+        the workspace last agreed with (a refused removal: gone from the state now); ``kept``: ``rel``
+        stays (a conflict's file, written into): only a file it held before and no longer counts."""
         inodes = linked_at(before, self.linked, rel) if before is not None else set()
         if kept:
             inodes -= self.linked_at(rel)
@@ -344,14 +340,19 @@ class MirrorBase:
         for other in names_elsewhere(self.state, inodes, rel):
             self.refetch.add(self.workspace_path(other))
 
-    def reread(self, inodes: set[int]) -> None:
+    def reread(self, inodes: set[int], *, refetch: bool = False, but: Collection[str] = ()) -> None:
         """The names of ``inodes`` the mirror holds are read again (an lstat each): removing or
         replacing one name of a hard-linked file changes the others' ctime with no event in their
-        directories (a stale entry fails a later workspace rename of them: fetched whole, a new file)."""
+        directories (a stale entry fails a later workspace rename: fetched whole, a new file).
+        ``refetch``: the workspace removed or replaced the name, perhaps written first (its log names
+        that there only): the others but ``but`` are fetched again (before, ``write t; rm t`` left
+        ``f`` stale in the sandbox: s50/h7)."""
         for key, entry in list(self.state.items()):
             if entry.kind == "f" and entry.ino in inodes:
                 with contextlib.suppress(OSError):
                     self.state[key] = entry_of(os.lstat(self.directory / key))
+                if refetch and key not in but:
+                    self.refetch.add(self.workspace_path(key))
 
     def move_or_drop(self, src: str, dst: str) -> bool:
         """:meth:`move`, or else drop ``src`` and ask for ``dst`` again whole (``refetch``). A file (or
@@ -373,7 +374,7 @@ class MirrorBase:
             remove_beneath(self.directory, d)
             self._forget(d)
             if unlinked:
-                self.reread(unlinked)
+                self.reread(unlinked, refetch=True)
         self.refetch.add(dst)
         return False
 

@@ -173,8 +173,8 @@ class MirrorPush(MirrorBase):
         if relinked:  # every name of a file linked or written here takes in its new ctime
             self.linked.update(relinked)
             self.take_in(relinked, rewritten=rewritten)
-        if unlinked:
-            self.reread(unlinked)
+        if unlinked:  # (fetched again: the workspace may have written the name it removed)
+            self.reread(unlinked, refetch=True, but={self.rel(f.path) for f in push.files})
         for link in push.symlinks:
             host = self.host(link.path)
             make_parent(self.directory, host, self.owner)

@@ -585,3 +585,27 @@ async def test_a_name_linked_to_a_refused_new_name_of_a_followed_rename_is_refus
         assert await ws.fs.read_file(f"{ROOT}/e/n") == b"host\n"
         assert await sandbox_view(ws) == await workspace_view(ws)
         assert (await ok(ws, "stat -c %h g e/n")).stdout.split() == ["1", "1"]
+
+
+WORKSPACE_UNLINKS = {"removed": "rm", "replaced": "over"}
+
+
+@pytest.mark.parametrize("how", WORKSPACE_UNLINKS.values(), ids=WORKSPACE_UNLINKS.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_workspace_write_through_a_name_it_then_removes_reaches_the_other_names(
+    tmp_path: Path, live: bool, how: str
+) -> None:
+    """``f`` and ``t`` are one file (a run's ``ln``); the workspace writes ``t`` and then removes it
+    (or renames ``x`` over it) before the next push: its change log names the write at ``t`` only.
+    Before: the push removed ``t`` and sent nothing else, so the sandbox's ``f`` kept ``one`` while
+    the workspace's was ``new`` (s50/h7, t7_shared seed 1 with HLN=1)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", b"one\n")
+        await ok(ws, "ln f t && echo x > x")
+        await ws.fs.write_file(f"{ROOT}/t", b"new\n")
+        if how == "rm":
+            await ws.fs.rm(f"{ROOT}/t")
+        else:
+            await ws.fs.rename(f"{ROOT}/x", f"{ROOT}/t", overwrite=True)
+        assert (await ok(ws, "cat f")).stdout == "new\n"
+        assert await sandbox_view(ws) == await workspace_view(ws)
