@@ -5,13 +5,14 @@ shared by the push and the pull sides."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ._mirror_base import Entry
 
-__all__ = ["linked_at", "lost_names", "names_elsewhere"]
+__all__ = ["linked_at", "lost_names", "names_elsewhere", "rename_at"]
 
 
 def linked_at(state: Mapping[str, Entry], linked: set[int], rel: str) -> set[int]:
@@ -50,3 +51,21 @@ def names_elsewhere(state: Mapping[str, Entry], inodes: set[int], rel: str) -> l
         for k, e in state.items()
         if e.kind == "f" and e.ino in inodes and k != rel and not (rel == "" or k.startswith(prefix))
     ]
+
+
+def rename_at(src: str, dst: str, src_fd: int, dst_fd: int) -> os.stat_result:
+    """``rename(2)`` of ``src`` (in the directory ``src_fd``) to ``dst`` (in ``dst_fd``), the ``lstat``
+    of ``dst`` after it. Where both were names of one file, ``rename(2)`` does nothing and leaves both;
+    the workspace's rename leaves ``dst`` only, so ``src`` is unlinked (before, the mirror kept it and
+    took it for gone: a name the sandbox had and the workspace did not, s50/h7)."""
+    os.rename(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+    moved = os.lstat(dst, dir_fd=dst_fd)
+    if moved.st_nlink > 1:
+        try:
+            left = os.lstat(src, dir_fd=src_fd)
+        except FileNotFoundError:
+            return moved
+        if left.st_ino == moved.st_ino and left.st_dev == moved.st_dev:
+            os.unlink(src, dir_fd=src_fd)
+            moved = os.lstat(dst, dir_fd=dst_fd)
+    return moved

@@ -18,7 +18,7 @@ from ..storage.paths import MAX_PATH_BYTES
 from ._backend import PAGE_FILES, MirrorDir, MirrorFile, MirrorSymlink, SyncPull
 from ._beneath import lstat_beneath, make_parent, open_beneath, remove_beneath
 from ._forget import forget
-from ._held_links import linked_at, lost_names, names_elsewhere
+from ._held_links import linked_at, lost_names, names_elsewhere, rename_at
 from ._lifts import Lifts, open_top
 from ._pull_rules import PROTECTED
 from ._watch import TreeWatch
@@ -276,8 +276,7 @@ class MirrorBase:
             fds.append(open_beneath(self.directory, d_parent))
             if entry_of(os.lstat(s_name, dir_fd=fds[0])) != entry:
                 return False
-            os.rename(s_name, d_name, src_dir_fd=fds[0], dst_dir_fd=fds[1])
-            moved = os.lstat(d_name, dir_fd=fds[1])
+            moved = rename_at(s_name, d_name, fds[0], fds[1])  # (two names of one file: one left)
         except OSError:
             return False
         finally:
@@ -295,7 +294,7 @@ class MirrorBase:
         if now.kind == "f" and moved.st_nlink > 1:  # ... of every name of the file
             self.take_in({now.ino: now})
         if unlinked:
-            self.reread(unlinked, refetch=True)
+            self.reread(unlinked, refetch=True, but=(d,))
         return True
 
     def take_in(

@@ -609,3 +609,22 @@ async def test_a_workspace_write_through_a_name_it_then_removes_reaches_the_othe
             await ws.fs.rename(f"{ROOT}/x", f"{ROOT}/t", overwrite=True)
         assert (await ok(ws, "cat f")).stdout == "new\n"
         assert await sandbox_view(ws) == await workspace_view(ws)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_followed_rename_onto_another_name_of_the_same_file_leaves_one_name(
+    tmp_path: Path, live: bool
+) -> None:
+    """``f`` and ``g`` are one file (a run's ``ln``); the workspace removes ``f`` and renames ``g`` to
+    ``f``, and the mirror follows the rename while it still holds ``f``, the same file: ``rename(2)``
+    of two names of one file does nothing, so the mirror unlinks ``g`` itself. Before: the sandbox
+    kept ``g`` (the mirror took it for gone), a name the workspace did not have (s50/h7, t7_shared
+    seeds 36 and 41 with HLN=1)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", b"one\n")
+        held = (await ok(ws, "ln f g && stat -c %i f")).stdout.strip()
+        await ws.fs.rm(f"{ROOT}/f")
+        await ws.fs.rename(f"{ROOT}/g", f"{ROOT}/f")
+        seen = await ok(ws, "ls && stat -c '%i %h' f")
+        assert seen.stdout.split() == ["f", held, "1"] and seen.pushed == 0  # followed: the same file
+        assert await sandbox_view(ws) == await workspace_view(ws) == {f"{ROOT}/f": digest(b"one\n")}
