@@ -628,3 +628,49 @@ async def test_a_followed_rename_onto_another_name_of_the_same_file_leaves_one_n
         seen = await ok(ws, "ls && stat -c '%i %h' f")
         assert seen.stdout.split() == ["f", held, "1"] and seen.pushed == 0  # followed: the same file
         assert await sandbox_view(ws) == await workspace_view(ws) == {f"{ROOT}/f": digest(b"one\n")}
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_link_groups_hold_through_a_reopen(tmp_path: Path, live: bool) -> None:
+    """The hard links of the fixes above, through a close and a reopen of the same file, with the same
+    backend (its warm mirror, pushed incrementally) and with a fresh one (a full push): a name the
+    workspace linked to a held file whose source it then renamed (``link_sources``), a run's link
+    refused with the workspace's write of its file (``LINKED``: two files), a run's link pulled, and
+    a directory sent whole that holds a name of a linked file. Each is one file (or two) in the
+    workspace and the sandbox alike, and a write through one name shows in the others."""
+    db = tmp_path / "ws.sqlite"
+    shell = ShellBackend(live=live)
+    async with opened(db, shell=shell, python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/a", b"one\n")
+        await ws.fs.write_file(f"{ROOT}/f", b"base\n")
+        await ok(ws, "true")
+        await ws.fs.link(f"{ROOT}/a", f"{ROOT}/g")
+        await ws.fs.rename(f"{ROOT}/a", f"{ROOT}/h")  # g is linked from h in the mirror
+        await ok(ws, "ln h d/k")
+        handle = await started(ws, "echo ready; sleep 0.3; ln f e && touch done; sleep 0.5")
+        if live:
+            sandbox = shell._lives._live[ws.fs.instance]
+            async with sandbox.lock:  # no sync until the run linked: the two meet in one window
+                await ws.fs.write_file(f"{ROOT}/f", b"new\n")
+                await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
+        else:
+            await ws.fs.write_file(f"{ROOT}/f", b"new\n")
+        result = await settle(handle)
+        assert {f"{ROOT}/e", f"{ROOT}/f"} <= set(result.skipped), result.skipped_reasons
+        await ws.fs.mkdir(f"{ROOT}/d/sub")
+        await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/m")  # sent whole: m/k goes with g and h
+        await _one_file(ws, ["g", "h", "m/k"])
+    expected = b"one\n"
+    for backend in (shell, None):
+        async with opened(db, shell=backend, python=False) as ws:
+            await _one_file(ws, ["g", "h", "m/k"])
+            assert not await ws.fs.exists(f"{ROOT}/e")
+            assert (await ok(ws, "stat -c %h f && cat f")).stdout.split() == ["1", "new"]
+            await ok(ws, "echo more >> g")
+            expected += b"more\n"
+            assert await ws.fs.read_file(f"{ROOT}/m/k") == expected
+            await ws.fs.write_file(f"{ROOT}/h", expected + b"ws\n")
+            expected += b"ws\n"
+            assert (await ok(ws, "cat m/k")).stdout.encode() == expected
+            await _one_file(ws, ["g", "h", "m/k"])
