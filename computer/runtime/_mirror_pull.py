@@ -51,16 +51,15 @@ class MirrorPull(MirrorWatch):
     def plan(self, *, paced: bool = False) -> tuple[PullPlan, dict[str, Entry]]:
         """What the program changed since the push (no file bytes read yet), and the new state to
         adopt after the pull. With a healthy watch only the touched paths are examined; otherwise the
-        whole tree is walked. A name the run made and removed may have been a hard link that
-        changed a file no event names: every file is looked at again (``look_again``; ``paced``, a
-        live sandbox's tick: at most a tenth of the time, the rest at a later tick)."""
+        whole tree is walked. A name the run made and removed (or where a file it made went again:
+        the watch's ``passed``) may have been a hard link that changed a file no event names: every
+        file is looked at again (``look_again``; ``paced``, a tick: at most a tenth of the time)."""
         touched = self.watch.drain() if self.watch is not None else None
         denied: list[str] = []  # paths kept as last seen: a directory above stays locked (LOCKED_OUT)
         if touched is None:
             self.unwatched = self.unwatched or (self.watch is not None and self.watch.over)
-            # A new watch first, then the walk: what changes after the watch is set is the next pull's,
-            # what changed before it this walk's. Without it only a push armed a watch again, and a live
-            # sandbox whose program moved a directory walked its whole tree on every run and tick.
+            # A new watch first, then the walk (what changes after it is the next pull's): before, only
+            # a push armed one, and a sandbox whose program moved a directory walked on every tick.
             self.unwatch()
             self.arm()
             walked: dict[str, int] = {}
@@ -75,6 +74,7 @@ class MirrorPull(MirrorWatch):
         candidates = set(touched)
         base = os.fspath(self.directory) + "/"
         gone = self.watch.gone if self.watch is not None else set()
+        self.look_owed = self.look_owed or bool(self.watch is not None and self.watch.passed)
         # New directories the watch lstat-ed as it added them (while the run went on: those a later
         # event named, a chmod or a removal, are left out and lstat-ed here).
         known = self.watch.stats if self.watch is not None else {}

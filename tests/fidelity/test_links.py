@@ -674,3 +674,29 @@ async def test_link_groups_hold_through_a_reopen(tmp_path: Path, live: bool) -> 
             expected += b"ws\n"
             assert (await ok(ws, "cat m/k")).stdout.encode() == expected
             await _one_file(ws, ["g", "h", "m/k"])
+
+
+PASSING_LINKS = {
+    "renamed over": "ln f t && echo more >> t && mv u t",
+    "a synced name removed": "rm u && ln f u && echo more >> u && rm u",
+}
+
+
+@pytest.mark.parametrize("how", PASSING_LINKS.values(), ids=PASSING_LINKS.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_write_through_a_link_the_run_made_and_replaced_reaches_the_workspace(
+    tmp_path: Path, live: bool, how: str
+) -> None:
+    """A run links ``f`` under a name, appends through it, and then replaces that name (renames the
+    synced ``u`` over it) or removes it where a synced name was: every event names the link's name,
+    and no name is both new and gone at the end, so nothing looked at every file again. Before:
+    ``f``'s change was never pulled (the workspace kept ``one`` while the sandbox had ``one more``:
+    s50/h7, t7_shared seed 18)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", b"one\n")
+        await ws.fs.write_file(f"{ROOT}/u", b"u\n")
+        await ok(ws, "true")
+        changed = await ok(ws, how)
+        assert f"{ROOT}/f" in changed.pulled
+        assert await ws.fs.read_file(f"{ROOT}/f") == b"one\nmore\n"
+        assert await sandbox_view(ws) == await workspace_view(ws)
