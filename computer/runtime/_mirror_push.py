@@ -125,7 +125,15 @@ class MirrorPush(MirrorBase):
             except FileNotFoundError:
                 st = None
             if st is not None:
-                if f.same and f.link is None and _rewrite_in_place(host, f, self._given(rel, "f", f.mode)):
+                # (Not one this page wrote into already: another workspace file, linked to it by a
+                # program only, whose names were kept as conflicts: a new file, s50/h7.)
+                fresh = st.st_ino not in rewritten
+                if (
+                    fresh
+                    and f.same
+                    and f.link is None
+                    and _rewrite_in_place(host, f, self._given(rel, "f", f.mode))
+                ):
                     # The file the workspace wrote: written into, as a write does (every name of a
                     # hard-linked one shows it, a program holding it open writes on after it).
                     written_st = os.lstat(path)

@@ -700,3 +700,33 @@ async def test_a_write_through_a_link_the_run_made_and_replaced_reaches_the_work
         assert f"{ROOT}/f" in changed.pulled
         assert await ws.fs.read_file(f"{ROOT}/f") == b"one\nmore\n"
         assert await sandbox_view(ws) == await workspace_view(ws)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_two_workspace_files_a_run_linked_in_a_conflict_stay_two_files(
+    tmp_path: Path, live: bool
+) -> None:
+    """A run's ``ln -f a b`` meets workspace writes of ``a`` and ``b`` in one sync window: both are
+    refused and kept (conflicts), one file in the mirror with two names, and the push writes each
+    workspace file into it. Before: the second write went into the file the first had just written,
+    so the sandbox's ``a`` showed the workspace's ``b`` (s50/h7, t7_shared seed 38 with HLN=1)."""
+    backend = ShellBackend(live=live)
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/a", b"a\n")
+        await ws.fs.write_file(f"{ROOT}/b", b"b\n")
+        await ok(ws, "true")
+        handle = await started(ws, "echo ready; sleep 0.3; ln -f a b && touch done; sleep 0.5")
+        if live:
+            sandbox = backend._lives._live[ws.fs.instance]
+            async with sandbox.lock:  # no sync until the run linked: the two meet in one window
+                await ws.fs.write_file(f"{ROOT}/a", b"host a\n")
+                await ws.fs.write_file(f"{ROOT}/b", b"host b\n")
+                await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
+        else:
+            await ws.fs.write_file(f"{ROOT}/a", b"host a\n")
+            await ws.fs.write_file(f"{ROOT}/b", b"host b\n")
+        result = await settle(handle)
+        assert {f"{ROOT}/a", f"{ROOT}/b"} <= set(result.skipped), result.skipped_reasons
+        assert (await ok(ws, "cat a b")).stdout == "host a\nhost b\n"
+        assert await sandbox_view(ws) == await workspace_view(ws)
+        assert (await ok(ws, "stat -c %h a b")).stdout.split() == ["1", "1"]
