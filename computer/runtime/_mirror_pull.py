@@ -35,6 +35,7 @@ from ._mirror_base import (
     was_dir,
 )
 from ._mirror_watch import MirrorWatch
+from ._moves import moved_names
 
 __all__ = ["MirrorPull"]
 
@@ -454,11 +455,10 @@ class MirrorPull(MirrorWatch):
                 remove_beneath(self.directory, rel)
             else:
                 self.refetch_elsewhere(rel, before, kept=True)
-        # A conflicting regular file stays, its state forgotten: the push writes the workspace's
-        # version into it when the workspace wrote that file (a program holding it open keeps it),
-        # else replaces it. Anything else refused (too big, protected) is not held here.
+        # A conflicting regular file stays, its state forgotten: the push writes the workspace's version
+        # into it (a program holding it open keeps it), or replaces it. Nothing else refused is held.
         self._forget(*(self.rel(path) for path in refused))
-        self.refetch.update(refused)
+        self.refetch.update(refused, moved_names(refused, moves))
         if unlinked:  # their other names' ctime changed with no event there: taken in now
             self.reread(unlinked)
         self.rev = rev

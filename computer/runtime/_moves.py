@@ -26,7 +26,7 @@ from ..storage.types import Change
 from ._backend import MirrorFile, SyncPull
 from ._pull_rules import Conflicts
 
-__all__ = ["Followed", "Move", "follow", "followable", "translate"]
+__all__ = ["Followed", "Move", "follow", "followable", "moved_names", "translate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +88,15 @@ def translate(path: str, moves: Sequence[Move]) -> tuple[str, list[int]]:
             path = move.dst + path[len(move.src) :]
             chain.append(index)
     return path, chain
+
+
+def moved_names(paths: Iterable[str], moves: Sequence[tuple[str, str, int]]) -> list[str]:
+    """Where each of ``paths`` that ``moves`` (``(old, new, rev)``, in order) took elsewhere is now: a
+    live pull's refused path the workspace then renamed (``rm -r c0`` refused while the workspace
+    renamed ``c0`` to ``e0``) is fetched again there too (before: only ``c0``, gone, while the mirror
+    kept what it made at ``c0`` for an earlier rename into it, with its own mode, as ``e0``: s50/h7)."""
+    steps = [Move(src, dst, rev) for src, dst, rev in moves]
+    return [moved for path in paths if (moved := translate(path, steps)[0]) != path]
 
 
 @dataclass

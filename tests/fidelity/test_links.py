@@ -730,3 +730,31 @@ async def test_two_workspace_files_a_run_linked_in_a_conflict_stay_two_files(
         assert (await ok(ws, "cat a b")).stdout == "host a\nhost b\n"
         assert await sandbox_view(ws) == await workspace_view(ws)
         assert (await ok(ws, "stat -c %h a b")).stdout.split() == ["1", "1"]
+
+
+async def test_a_refused_removal_of_a_directory_the_workspace_renamed_comes_back_with_its_mode(
+    tmp_path: Path,
+) -> None:
+    """A live run removes ``c`` (mode 0700) while, in the same sync window, the workspace renames
+    ``x`` into ``c`` and ``c`` to ``e``: the pull refuses the removal and follows both renames, the
+    first making ``c`` again in the mirror (with the default mode) to move ``x`` into. Before: that
+    ``c`` became ``e`` with mode 0755 while the workspace's ``e`` had 0700, and only ``c`` (gone) was
+    fetched again (s50/h7, t7_shared seed 39 with HLN=1)."""
+    backend = ShellBackend(live=True)
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/c", mode=0o700)
+        await ws.fs.write_file(f"{ROOT}/c/f", b"f\n")
+        await ws.fs.write_file(f"{ROOT}/x", b"x\n")
+        await ok(ws, "true")
+        handle = await started(ws, "echo ready; sleep 0.3; rm -r c && touch done; sleep 0.5")
+        sandbox = backend._lives._live[ws.fs.instance]
+        async with sandbox.lock:  # no sync until the run removed c: the two meet in one window
+            await ws.fs.rename(f"{ROOT}/x", f"{ROOT}/c/x")
+            await ws.fs.rename(f"{ROOT}/c", f"{ROOT}/e")
+            await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
+        result = await settle(handle)
+        assert f"{ROOT}/c" in result.skipped, result.skipped_reasons
+        assert (await ws.fs.stat(f"{ROOT}/e")).mode & 0o7777 == 0o700
+        # (the run's removal of c/f goes to e/f, the rename followed: e keeps the workspace's x only)
+        assert (await ok(ws, "stat -c %a e && ls e")).stdout.split() == ["700", "x"]
+        assert await sandbox_view(ws) == await workspace_view(ws)
