@@ -47,6 +47,7 @@ from ._pull_rules import (
 from ._push_ops import (
     Op,
     Plan,
+    lacking_names,
     op_key,
     op_of,
     ops_below,
@@ -55,6 +56,7 @@ from ._push_ops import (
     pure,
     sorted_ops,
     walk_key,
+    with_names,
 )
 
 __all__ = ["FS_OPS", "GUEST_OPS", "LocalExecContext"]
@@ -147,10 +149,10 @@ class LocalExecContext(PullCommits):
     async def _changed(self, mirror_rev: int, root: str, limits: SyncLimits) -> _Changed | None:
         """What an incremental push sends: the page's revision, the ops, the paths replaced (not
         written in place), the names linked to files the mirror holds, the renames to follow; None
-        when the whole tree must go instead. Computed once for all the pages of one push (each asks
-        with the same mirror revision while the workspace stays at one revision): every page found
-        them again, and 100,000 changed files held the owner's loop 1.6 s a page. The pure parts of
-        a large one run in a worker thread (:func:`pure`)."""
+        when the whole tree must go instead; a hard-linked file it makes anew goes with all its
+        names (:func:`lacking_names`). Computed once for all the pages of one push (100,000 changed
+        files held the owner's loop 1.6 s a page); the pure parts of a large one run in a worker
+        thread (:func:`pure`)."""
         key = (mirror_rev, self.fs.rev, root, tuple(limits.skip_revs), tuple(limits.refetch))
         if self._changed_cache is not None and self._changed_cache[0] == key:
             return self._changed_cache[1]
@@ -161,18 +163,17 @@ class LocalExecContext(PullCommits):
         plan = await pure(size, plan_changes, changes.changes, root, refetch) if changes.complete else None
         if plan is not None:
             ops = await self._changed_ops(plan, size)
+            if lacking := lacking_names(ops, plan, refetch):
+                ops = with_names(ops, await self._walked(root), lacking)
             changed = (changes.rev, ops, plan.replaced, plan.linked, [(m.src, m.dst) for m in plan.moves])
         self._changed_cache = (key, changed)
         return changed
 
     async def _walked(self, root: str) -> list[Op]:
-        """Every entry below ``root`` in walk order (a full push's, or a subtree an incremental one
-        sends), cached while the workspace does not change, so the pages of one push walk the tree
-        once. Read a slice of the manifest at a time with the event loop free between slices: one
-        read and sort of 100,000 entries held the owner's loop ~0.3 s (every workspace of the
-        process). Manifest rows come in walk order already (no sort). A change between slices may
-        leave the walk mixed; the page's revision, read before it, is a lower bound, so the next push
-        sends that change again (and the next page of this one walks anew)."""
+        """Every entry below ``root`` in walk order (manifest rows come so), cached while the
+        workspace does not change (the pages of one push walk the tree once), read a slice at a time
+        with the loop free between (100,000 at once held it ~0.3 s). A change between slices may mix
+        the walk: the page's revision, read before it, is a lower bound (the next push sends it)."""
         key = (self.fs.rev, root)
         if self._tree_cache is not None and self._tree_cache[0] == key:
             return self._tree_cache[1]
@@ -194,9 +195,8 @@ class LocalExecContext(PullCommits):
     async def _changed_ops(self, plan: Plan, size: int) -> list[Op]:
         """The ops of the plan's changed paths, in walk order. A directory sent whole (removed,
         replaced or renamed here, not followed, or dropped by the mirror) is removed first; one only
-        made or chmod-ed keeps what the mirror holds (what a followed rename moved there) and gets
-        its changes below. A file only written (not removed, replaced or renamed here) is written in
-        place."""
+        made or chmod-ed keeps what the mirror holds (a followed rename's) and gets its changes below.
+        A file only written (not removed, replaced or renamed here) is written in place."""
         ops: list[Op] = []
         whole = plan.whole
         for path in plan.tops:

@@ -18,6 +18,7 @@ from ..storage.paths import MAX_PATH_BYTES
 from ._backend import PAGE_FILES, MirrorDir, MirrorFile, MirrorSymlink, SyncPull
 from ._beneath import lstat_beneath, make_parent, open_beneath, remove_beneath
 from ._forget import forget
+from ._held_links import linked_at, lost_names, names_elsewhere, rename_at
 from ._lifts import Lifts, open_top
 from ._pull_rules import PROTECTED
 from ._watch import TreeWatch
@@ -200,14 +201,17 @@ class MirrorBase:
         ctime of the names it links (a stale entry fails a later workspace rename of one: fetched
         whole, a new inode). A file whose size, mtime or mode moved becomes a candidate (pulled); one
         whose ctime alone moved (a link count) is taken into ``now`` only. ~1.1 µs a file (10,000:
-        11 ms), only after such a run."""
-        if not self.look_due(paced):
+        11 ms), only after such a run. Due or not, so are the other names of a linked file that lost a
+        synced name (``t`` of ``f`` removed or replaced: before, ``f``'s change was never pulled)."""
+        lost = lost_names(self.state, now, candidates, self.linked) if self.linked else set()
+        due = self.look_due(paced)
+        if not due and not lost:
             return
         start = time.monotonic()
         base = os.fspath(self.directory) + "/"
         lstat = os.lstat
         for rel, held in self.state.items():
-            if held[0] != "f":  # (indexes: a named field costs more, 10,000 times)
+            if held[0] != "f" or (not due and held[1] not in lost):  # (indexes: cheaper, 10,000 times)
                 continue
             try:
                 st = lstat(base + rel)
@@ -218,9 +222,10 @@ class MirrorBase:
                 now[rel] = entry = entry_of(st)
                 if entry[:4] != held[:4] or entry.mode != held.mode:
                     candidates.add(rel)
-        self.look_owed = False
-        end = time.monotonic()
-        self.look_next = end + 10 * (end - start)
+        if due:
+            self.look_owed = False
+            end = time.monotonic()
+            self.look_next = end + 10 * (end - start)
 
     def own_since(self, rev: int) -> list[int]:
         """The revisions after ``rev`` that this mirror's own pulls committed: what they changed is in
@@ -236,15 +241,12 @@ class MirrorBase:
         forget(self.state, (self.chunks, self.prints), rels)
 
     def move(self, src: str, dst: str) -> bool:
-        """Follow a workspace rename: the node the mirror holds at ``src`` is renamed to ``dst``, so it
-        stays the same file or directory (a program holding it open goes on writing into it, its hard
-        links stay links, a process working in a renamed directory stays in it). What ``dst`` held
-        is replaced, as the rename replaced it in the workspace.
-
-        False, with nothing changed, when the mirror cannot: ``src`` is not what it last synced
-        there, it keeps something out at or below it (a protected, kept or dropped path), ``dst``'s
-        parent is not a directory it holds, or the rename fails (a non-empty directory in the way).
-        The parents are opened without following a link (a program may have planted one)."""
+        """Follow a workspace rename: the node at ``src`` is renamed to ``dst``, the same file or
+        directory (an open log goes on, hard links stay links, a process's directory moves with it);
+        what ``dst`` held is replaced. False, with nothing changed, when the mirror cannot: ``src`` is
+        not what it last synced there, it keeps something out at or below it (protected, kept or
+        dropped), ``dst``'s parent is not a directory it holds, or the rename fails (a non-empty
+        directory in the way). Parents are opened without following a link (a program may plant one)."""
         if not (_strictly_below(src, self.root) and _strictly_below(dst, self.root)) or is_below(dst, src):
             return False
         s, d = self.rel(src), self.rel(dst)
@@ -275,8 +277,7 @@ class MirrorBase:
             fds.append(open_beneath(self.directory, d_parent))
             if entry_of(os.lstat(s_name, dir_fd=fds[0])) != entry:
                 return False
-            os.rename(s_name, d_name, src_dir_fd=fds[0], dst_dir_fd=fds[1])
-            moved = os.lstat(d_name, dir_fd=fds[1])
+            moved = rename_at(s_name, d_name, fds[0], fds[1])  # (two names of one file: one left)
         except OSError:
             return False
         finally:
@@ -294,7 +295,7 @@ class MirrorBase:
         if now.kind == "f" and moved.st_nlink > 1:  # ... of every name of the file
             self.take_in({now.ino: now})
         if unlinked:
-            self.reread(unlinked)
+            self.reread(unlinked, refetch=True, but=(d,))
         return True
 
     def take_in(
@@ -321,26 +322,37 @@ class MirrorBase:
 
     def linked_at(self, rel: str) -> set[int]:
         """Inodes of files seen with several names (``linked``) held at or below ``rel``."""
-        if not self.linked:
-            return set()
-        entry = self.state.get(rel)
-        if entry is not None and entry.kind != "d":
-            return {entry.ino} & self.linked if entry.kind == "f" else set()
-        prefix = rel + "/"
-        return {
-            e.ino
-            for k, e in self.state.items()
-            if e.kind == "f" and e.ino in self.linked and k.startswith(prefix)
-        }
+        return linked_at(self.state, self.linked, rel)
 
-    def reread(self, inodes: set[int]) -> None:
+    def refetch_elsewhere(
+        self, rel: str, before: dict[str, Entry] | None = None, *, kept: bool = False
+    ) -> None:
+        """Before the mirror drops ``rel`` to fetch it again: the names its linked files have elsewhere
+        are fetched again too, so the push links them as the workspace has them (before: the dropped
+        name came as a new file, its other names kept the old one: s50/h7). ``before``: the state
+        the workspace last agreed with (a refused removal: gone from the state now); ``kept``: ``rel``
+        stays (a conflict's file, written into): only a file it held before and no longer counts."""
+        inodes = linked_at(before, self.linked, rel) if before is not None else set()
+        if kept:
+            inodes -= self.linked_at(rel)
+        else:
+            inodes |= self.linked_at(rel)
+        for other in names_elsewhere(self.state, inodes, rel):
+            self.refetch.add(self.workspace_path(other))
+
+    def reread(self, inodes: set[int], *, refetch: bool = False, but: Collection[str] = ()) -> None:
         """The names of ``inodes`` the mirror holds are read again (an lstat each): removing or
         replacing one name of a hard-linked file changes the others' ctime with no event in their
-        directories (a stale entry fails a later workspace rename of them: fetched whole, a new file)."""
+        directories (a stale entry fails a later workspace rename: fetched whole, a new file).
+        ``refetch``: the workspace removed or replaced the name, perhaps written first (its log names
+        that there only): the others but ``but`` are fetched again (before, ``write t; rm t`` left
+        ``f`` stale in the sandbox: s50/h7)."""
         for key, entry in list(self.state.items()):
             if entry.kind == "f" and entry.ino in inodes:
                 with contextlib.suppress(OSError):
                     self.state[key] = entry_of(os.lstat(self.directory / key))
+                if refetch and key not in but:
+                    self.refetch.add(self.workspace_path(key))
 
     def move_or_drop(self, src: str, dst: str) -> bool:
         """:meth:`move`, or else drop ``src`` and ask for ``dst`` again whole (``refetch``). A file (or
@@ -350,6 +362,7 @@ class MirrorBase:
         written into, so a program holding it open follows the workspace's version)."""
         if self.move(src, dst):
             return True
+        self.refetch_elsewhere(self.rel(src))
         remove_beneath(self.directory, self.rel(src))
         self._forget(self.rel(src))
         if self.protected:  # what the workspace kept out there moved too (its new name comes again)
@@ -361,7 +374,7 @@ class MirrorBase:
             remove_beneath(self.directory, d)
             self._forget(d)
             if unlinked:
-                self.reread(unlinked)
+                self.reread(unlinked, refetch=True)
         self.refetch.add(dst)
         return False
 

@@ -35,6 +35,7 @@ from ._mirror_base import (
     was_dir,
 )
 from ._mirror_watch import MirrorWatch
+from ._moves import moved_names
 
 __all__ = ["MirrorPull"]
 
@@ -51,16 +52,15 @@ class MirrorPull(MirrorWatch):
     def plan(self, *, paced: bool = False) -> tuple[PullPlan, dict[str, Entry]]:
         """What the program changed since the push (no file bytes read yet), and the new state to
         adopt after the pull. With a healthy watch only the touched paths are examined; otherwise the
-        whole tree is walked. A name the run made and removed may have been a hard link that
-        changed a file no event names: every file is looked at again (``look_again``; ``paced``, a
-        live sandbox's tick: at most a tenth of the time, the rest at a later tick)."""
+        whole tree is walked. A name the run made and removed (or where a file it made went again:
+        the watch's ``passed``) may have been a hard link that changed a file no event names: every
+        file is looked at again (``look_again``; ``paced``, a tick: at most a tenth of the time)."""
         touched = self.watch.drain() if self.watch is not None else None
         denied: list[str] = []  # paths kept as last seen: a directory above stays locked (LOCKED_OUT)
         if touched is None:
             self.unwatched = self.unwatched or (self.watch is not None and self.watch.over)
-            # A new watch first, then the walk: what changes after the watch is set is the next pull's,
-            # what changed before it this walk's. Without it only a push armed a watch again, and a live
-            # sandbox whose program moved a directory walked its whole tree on every run and tick.
+            # A new watch first, then the walk (what changes after it is the next pull's): before, only
+            # a push armed one, and a sandbox whose program moved a directory walked on every tick.
             self.unwatch()
             self.arm()
             walked: dict[str, int] = {}
@@ -75,6 +75,7 @@ class MirrorPull(MirrorWatch):
         candidates = set(touched)
         base = os.fspath(self.directory) + "/"
         gone = self.watch.gone if self.watch is not None else set()
+        self.look_owed = self.look_owed or bool(self.watch is not None and self.watch.passed)
         # New directories the watch lstat-ed as it added them (while the run went on: those a later
         # event named, a chmod or a removal, are left out and lstat-ed here).
         known = self.watch.stats if self.watch is not None else {}
@@ -440,7 +441,7 @@ class MirrorPull(MirrorWatch):
             self.chunks.update(plan.chunk_lists)
             for rel, prints in plan.chunk_prints.items():
                 self.prints[rel] = (tuple(plan.chunk_lists[rel]), prints)
-        self.state = now
+        before, self.state = self.state, now
         for src, dst, move_rev in moves:
             if self.move_or_drop(src, dst):
                 self.own_revs.append(move_rev)
@@ -450,12 +451,14 @@ class MirrorPull(MirrorWatch):
             rel = self.rel(path)
             entry = now.get(rel)
             if entry is None or entry.kind != "f" or path not in keep:
+                self.refetch_elsewhere(rel, before)
                 remove_beneath(self.directory, rel)
-        # A conflicting regular file stays, its state forgotten: the push writes the workspace's
-        # version into it when the workspace wrote that file (a program holding it open keeps it),
-        # else replaces it. Anything else refused (too big, protected) is not held here.
+            else:
+                self.refetch_elsewhere(rel, before, kept=True)
+        # A conflicting regular file stays, its state forgotten: the push writes the workspace's version
+        # into it (a program holding it open keeps it), or replaces it. Nothing else refused is held.
         self._forget(*(self.rel(path) for path in refused))
-        self.refetch.update(refused)
+        self.refetch.update(refused, moved_names(refused, moves))
         if unlinked:  # their other names' ctime changed with no event there: taken in now
             self.reread(unlinked)
         self.rev = rev

@@ -125,7 +125,15 @@ class MirrorPush(MirrorBase):
             except FileNotFoundError:
                 st = None
             if st is not None:
-                if f.same and f.link is None and _rewrite_in_place(host, f, self._given(rel, "f", f.mode)):
+                # (Not one this page wrote into already: another workspace file, linked to it by a
+                # program only, whose names were kept as conflicts: a new file, s50/h7.)
+                fresh = st.st_ino not in rewritten
+                if (
+                    fresh
+                    and f.same
+                    and f.link is None
+                    and _rewrite_in_place(host, f, self._given(rel, "f", f.mode))
+                ):
                     # The file the workspace wrote: written into, as a write does (every name of a
                     # hard-linked one shows it, a program holding it open writes on after it).
                     written_st = os.lstat(path)
@@ -173,8 +181,8 @@ class MirrorPush(MirrorBase):
         if relinked:  # every name of a file linked or written here takes in its new ctime
             self.linked.update(relinked)
             self.take_in(relinked, rewritten=rewritten)
-        if unlinked:
-            self.reread(unlinked)
+        if unlinked:  # (fetched again: the workspace may have written the name it removed)
+            self.reread(unlinked, refetch=True, but={self.rel(f.path) for f in push.files})
         for link in push.symlinks:
             host = self.host(link.path)
             make_parent(self.directory, host, self.owner)

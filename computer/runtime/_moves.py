@@ -26,7 +26,7 @@ from ..storage.types import Change
 from ._backend import MirrorFile, SyncPull
 from ._pull_rules import Conflicts
 
-__all__ = ["Followed", "Move", "follow", "followable", "translate"]
+__all__ = ["Followed", "Move", "follow", "followable", "moved_names", "translate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +90,15 @@ def translate(path: str, moves: Sequence[Move]) -> tuple[str, list[int]]:
     return path, chain
 
 
+def moved_names(paths: Iterable[str], moves: Sequence[tuple[str, str, int]]) -> list[str]:
+    """Where each of ``paths`` that ``moves`` (``(old, new, rev)``, in order) took elsewhere is now: a
+    live pull's refused path the workspace then renamed (``rm -r c0`` refused while the workspace
+    renamed ``c0`` to ``e0``) is fetched again there too (before: only ``c0``, gone, while the mirror
+    kept what it made at ``c0`` for an earlier rename into it, with its own mode, as ``e0``: s50/h7)."""
+    steps = [Move(src, dst, rev) for src, dst, rev in moves]
+    return [moved for path in paths if (moved := translate(path, steps)[0]) != path]
+
+
 @dataclass
 class Followed:
     """A pull page with what the program changed below renamed paths taken to the new names."""
@@ -134,7 +143,12 @@ def follow(pull: SyncPull, changes: Sequence[Change], root: str) -> Followed:
     for f in pull.files:
         path = new_name(f.path)
         link = f.link if f.link is None else new_name(f.link)
-        if path is not None and (f.link is None or link is not None):
+        if path is not None and f.link is not None and link is None:
+            # Its file's name refused: it stays on the page, as a link of that name's new name, so
+            # the pull refuses it with it (``refused_files``: LINKED). Before, it was dropped unsaid:
+            # neither pulled nor refused, the mirror took it as synced (s50/h7).
+            link = translate(f.link, moves)[0]
+        if path is not None:
             files.append(dataclasses.replace(f, path=path, link=link))
     dirs = [dataclasses.replace(d, path=p) for d in pull.dirs if (p := new_name(d.path)) is not None]
     symlinks = [dataclasses.replace(s, path=p) for s in pull.symlinks if (p := new_name(s.path)) is not None]

@@ -26,6 +26,7 @@ __all__ = [
     "Op",
     "Plan",
     "below_tops",
+    "lacking_names",
     "link_sources",
     "op_key",
     "op_of",
@@ -37,6 +38,7 @@ __all__ = [
     "sent_whole",
     "sorted_ops",
     "walk_key",
+    "with_names",
 ]
 
 # A push over more paths than this does its pure work (what it makes of the change log, the ops
@@ -267,3 +269,37 @@ def plan_changes(changes: Sequence[Change], root: str, refetch: list[str]) -> Pl
 def sorted_ops(ops: list[Op]) -> list[Op]:
     ops.sort(key=op_key)
     return ops
+
+
+def lacking_names(ops: Sequence[Op], plan: Plan, refetch: Collection[str]) -> set[int]:
+    """Hard-linked files (inodes) the push makes anew in the mirror (a name the workspace replaced and
+    did not link to a file the mirror holds, one the mirror fetches again, one below a directory sent
+    whole) while some of their names are not on it (``ops``: in walk order). Before, those names
+    kept the mirror's old file: a directory the workspace renamed where the mirror could not follow
+    came back with new files, two files where the workspace had one (s50/h7)."""
+    count: dict[int, int] = {}
+    anew: dict[int, int] = {}  # inode -> its link count
+    tree: str | None = None  # below a directory sent whole
+    for op in ops:
+        if tree is not None and not op.path.startswith(tree):
+            tree = None
+        if op.kind == "tree":
+            tree = op.path + "/"
+        if op.kind != "file" or op.nlink < 2:
+            continue
+        count[op.ino] = count.get(op.ino, 0) + 1
+        if (
+            tree is not None
+            or op.path in refetch
+            or (op.path in plan.replaced and op.path not in plan.linked)
+        ):
+            anew[op.ino] = op.nlink
+    return {ino for ino, nlink in anew.items() if count[ino] < nlink}
+
+
+def with_names(ops: list[Op], listing: Iterable[Op], inodes: set[int]) -> list[Op]:
+    """``ops`` with every name of ``inodes`` in ``listing`` (the tree below the root) they lack, in
+    walk order: the push sends them all, as links of one (see :func:`lacking_names`)."""
+    have = {op.path for op in ops}
+    extra = [op for op in listing if op.kind == "file" and op.ino in inodes and op.path not in have]
+    return sorted_ops(ops + extra) if extra else ops

@@ -5,12 +5,9 @@ them. Watches are per directory (one per mirror directory, not per file). Anythi
 vouch for (queue overflow, a directory moved, no watches left, no inotify) makes :meth:`drain` return
 ``None`` and the caller walks the whole tree instead, so a missed event can cost time, never data.
 
-Every watch of a process shares one inotify instance (:class:`_Inotify`). Instances are scarce: the
-kernel allows 128 per user by default (``fs.inotify.max_user_instances``), counted over every process
-of that user, and on a container host over every container running as the same uid. One instance per
-mirror ran out at 64 workspaces with two idle mirrors each (after which every pull walked its whole
-tree) and took instances from the user's other programs. Sharing costs a lock and a dispatch by
-watch descriptor.
+Every watch of a process shares one inotify instance (:class:`_Inotify`): the kernel allows 128 per
+user (``fs.inotify.max_user_instances``, over every process and container of the uid); one per mirror
+ran out at 64 workspaces with two idle mirrors each (then every pull walked its whole tree).
 """
 
 from __future__ import annotations
@@ -71,6 +68,7 @@ _MASK = (
 _EVENT = struct.Struct("iIII")
 _NEW_DIR = IN_CREATE | IN_ISDIR
 _GONE = IN_DELETE | IN_MOVED_FROM
+_BORN = IN_CREATE | IN_MOVED_TO
 _RARE = IN_IGNORED | IN_MOVE_SELF | IN_MOVED_FROM | IN_MOVED_TO  # looked at closer in ``drain``
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 # Events a watch holds undrained at most; past that it gives up (a full walk) rather than grow.
@@ -89,11 +87,9 @@ def _user_watches() -> int:
     return 8192  # the kernel's old default
 
 
-# Watches are counted per user over the whole host (``max_user_watches``): a program making 200,000
-# directories took every watch of uid 0, and every other root process on the host got ENOSPC from
-# ``inotify_add_watch`` for as long as the idle mirror stayed. A watch holds at most ``MAX_DIRS``
-# directories and the process at most ``MAX_WATCHES``; a tree past that is walked instead (and a live
-# sandbox's ticks walk it at most a tenth of the time: ``MirrorWatch.quiet``).
+# Watches are counted per user over the host (``max_user_watches``: 200,000 directories took every
+# watch of uid 0). A watch holds at most ``MAX_DIRS`` directories and the process ``MAX_WATCHES``; a
+# tree past that is walked instead (a live sandbox's ticks: at most a tenth of the time).
 MAX_WATCHES = _user_watches() // 2
 MAX_DIRS = max(1024, MAX_WATCHES // 2)
 
@@ -115,8 +111,7 @@ _libc = _load_libc()
 
 class _Held:
     """What the shared instance delivered to one watch: its events, whether it can still vouch, and
-    the directories it watches (the reader thread adds new ones as their events come: see
-    :meth:`_Inotify.adopt`)."""
+    the directories it watches (the reader thread adds new ones: :meth:`_Inotify.adopt`)."""
 
     __slots__ = ("broken", "dirs", "empty", "events", "over", "root", "stats", "unadopted", "walked", "wds")
 
@@ -442,14 +437,15 @@ class TreeWatch:
         self._close = weakref.finalize(self, self._inotify.drop, self._held)
         # Paths the last drain's last event of each removed (known gone without an lstat).
         self.gone: set[str] = set()
+        # Names where a file made in the last drain went again (a hard link? ``ln f t; echo x >> t; mv u t``).
+        self.passed: set[str] = set()
         # The lstat of each new directory of the last drain that no later event named (plan's, early).
         self.stats: dict[str, os.stat_result] = {}
         self._inotify.adopt(self._held, [""], None)
 
     def drain(self) -> set[str] | None:
         """Relative paths touched since the last drain, or ``None`` when only a full walk can tell."""
-        touched: set[str] = set()
-        gone: set[str] = set()
+        touched, gone, born, passed = set[str](), set[str](), set[str](), set[str]()  # born: made, moved to
         events, walked, stats = self._inotify.take(self._held)
         dirs = self._held.dirs
         last, prefix = -1, None  # the wd whose directory prefix is at hand (events come in runs)
@@ -475,6 +471,10 @@ class TreeWatch:
                 gone.add(rel)
             else:
                 gone.discard(rel)
+            if mask & (_GONE | _BORN) and not mask & IN_ISDIR and rel in born:
+                passed.add(rel)
+            if mask & _BORN and not mask & IN_ISDIR:
+                born.add(rel)
             if stats and mask & _NEW_DIR != _NEW_DIR:
                 # Its lstat was taken when its creation was read: this later change makes it stale
                 # (a directory made again was lstat-ed again, as its creation was read again).
@@ -482,7 +482,7 @@ class TreeWatch:
         if self._held.broken:
             return None
         touched |= walked
-        self.stats = stats
+        self.stats, self.passed = stats, passed
         self.gone = gone - walked  # found in a new directory: there again (rm -r d; mkdir d; touch d/f)
         return None if self._held.broken else touched
 

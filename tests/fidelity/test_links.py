@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -202,6 +203,46 @@ async def test_a_write_through_a_link_the_run_removed_reaches_the_workspace(
         assert (await ok(ws, "sha256sum g | cut -c1-64")).stdout.strip() == digest(first + b"more\n")
 
 
+THROUGH_A_SYNCED_NAME = {
+    "appended, removed": ("echo more >> t && rm t", b"one\nmore\n", 0o644),
+    "chmod-ed, removed": ("chmod 640 t && rm t", b"one\n", 0o640),
+    "appended, replaced": ("echo more >> t && mv x t", b"one\nmore\n", 0o644),  # x: synced
+}
+
+
+@pytest.mark.parametrize("linker", ["run", "workspace"])
+@pytest.mark.parametrize("how", THROUGH_A_SYNCED_NAME.values(), ids=THROUGH_A_SYNCED_NAME.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_change_through_a_synced_name_the_run_then_removed_reaches_the_other_name(
+    tmp_path: Path, live: bool, how: tuple[str, bytes, int], linker: str
+) -> None:
+    """``t`` is a name of ``f`` the sandbox already holds (an earlier run's ``ln f t``, or the
+    workspace's ``fs.link``); a run writes or chmods the file through ``t`` and removes or replaces
+    ``t`` (by ``x``, synced too: no name made and removed, which looks at every file): every event
+    names ``t`` only. Before: ``f``'s change was never pulled, and the pull took
+    in ``f``'s new state (its ctime moved with the link count), so no later run pulled it either:
+    the workspace kept ``one`` while every run saw ``one more`` (s50/h7, from t7_shared)."""
+    command, content, mode = how
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", b"one\n")
+        await ws.fs.write_file(f"{ROOT}/x", b"new\n")
+        if linker == "run":
+            await ok(ws, "ln f t")
+        else:
+            await ok(ws, "true")
+            await ws.fs.link(f"{ROOT}/f", f"{ROOT}/t")
+        assert (await ok(ws, "stat -c %h f")).stdout.strip() == "2"
+        changed = await ok(ws, command)
+        assert f"{ROOT}/f" in changed.pulled
+        assert await ws.fs.read_file(f"{ROOT}/f") == content
+        assert (await ws.fs.stat(f"{ROOT}/f")).mode & 0o7777 == mode
+        assert await sandbox_view(ws) == await workspace_view(ws)
+    async with opened(db, python=False) as ws:
+        seen = await ok(ws, "stat -c %a f && cat f")
+        assert seen.stdout == f"{mode:o}\n".encode().decode() + content.decode()
+
+
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
 async def test_a_file_of_one_name_a_run_linked_and_unlinked_keeps_its_inode_through_a_rename(
     tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
@@ -384,3 +425,338 @@ async def test_a_link_refused_on_a_later_page_than_its_content_drops_that_name_t
 
 async def _linked(path: Path) -> bool:
     return await asyncio.to_thread(os.path.lexists, path)
+
+
+async def _mode_is(path: Path, mode: int) -> bool:
+    return await asyncio.to_thread(lambda: os.lstat(path).st_mode & 0o7777 == mode)
+
+
+async def _one_file(ws: Any, names: list[str]) -> None:
+    """``names`` are one file in the workspace and in the sandbox, with the same content."""
+    stats = [await ws.fs.stat(f"{ROOT}/{name}") for name in names]
+    assert {(st.ino, st.nlink) for st in stats} == {(stats[0].ino, len(names))}
+    seen = await ok(ws, f"stat -c '%i %h' {' '.join(names)}")
+    assert len(set(seen.stdout.split("\n")[: len(names)])) == 1, seen.stdout
+    assert seen.stdout.split()[1] == str(len(names))
+    assert await sandbox_view(ws) == await workspace_view(ws)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_refused_directory_holding_a_name_of_a_file_linked_outside_it_keeps_the_link(
+    tmp_path: Path, live: bool
+) -> None:
+    """``d/f`` and ``g`` are one file (the workspace's ``fs.link``); a run's ``chmod 700 d`` meets a
+    workspace write of ``d/x`` in one sync window: ``d`` is refused, and the mirror drops it and
+    fetches it again. Before: ``d/f`` came as a new file while ``g`` kept the old one, two files in
+    the sandbox where the workspace has one, and a write through one name never reached the other
+    there (s50/h7, from t7_shared)."""
+    backend = ShellBackend(live=live)
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/d/f", b"one\n")
+        await ok(ws, "true")
+        await ws.fs.link(f"{ROOT}/d/f", f"{ROOT}/g")
+        await ok(ws, "true")
+        handle = await started(ws, "echo ready; sleep 0.3; chmod 700 d; sleep 0.5")
+        if live:
+            sandbox = backend._lives._live[ws.fs.instance]
+            async with sandbox.lock:  # no sync until the run's chmod: the two meet in one window
+                await ws.fs.write_file(f"{ROOT}/d/x", b"host\n")
+                await until(lambda: _mode_is(sandbox.mirror.directory / "d", 0o700), within=30)
+        else:
+            await ws.fs.write_file(f"{ROOT}/d/x", b"host\n")
+        result = await settle(handle)
+        assert result.status == "completed", result
+        assert f"{ROOT}/d" in result.skipped, result.skipped_reasons
+        await _one_file(ws, ["d/f", "g"])
+        await ok(ws, "echo more >> g")
+        assert await ws.fs.read_file(f"{ROOT}/d/f") == b"one\nmore\n"
+        await _one_file(ws, ["d/f", "g"])
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_renamed_directory_the_mirror_cannot_follow_keeps_the_links_its_files_have_outside(
+    tmp_path: Path, live: bool
+) -> None:
+    """``d/f`` and ``g`` are one file; a run leaves a name the workspace cannot hold in ``d`` (kept in
+    the sandbox only), so the mirror cannot follow the workspace's rename of ``d`` to ``e``: it drops
+    ``d`` and fetches ``e`` whole. Before: ``e/f`` came as a new file while ``g`` kept the old one
+    (s50/h7, from t7_shared: there a rename below the renamed directory the mirror could not follow
+    left a path to fetch again in it)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/d/f", b"one\n")
+        await ok(ws, "true")
+        await ws.fs.link(f"{ROOT}/d/f", f"{ROOT}/g")
+        kept = await ok(ws, "touch d/$'\\xff'")
+        assert kept.skipped == [f"{ROOT}/d/\\xff"]
+        await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/e")
+        await _one_file(ws, ["e/f", "g"])
+        await ok(ws, "echo more >> g")
+        assert await ws.fs.read_file(f"{ROOT}/e/f") == b"one\nmore\n"
+        await _one_file(ws, ["e/f", "g"])
+
+
+REFUSED_REMOVALS = {
+    "removed": "rm d/f",
+    "removed with its directory": "rm -r d",
+    "replaced": "echo prog > y && mv y d/f",
+}
+
+
+@pytest.mark.parametrize("how", REFUSED_REMOVALS.values(), ids=REFUSED_REMOVALS.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_refused_removal_of_a_name_of_a_linked_file_keeps_it_one_file_in_the_sandbox(
+    tmp_path: Path, live: bool, how: str
+) -> None:
+    """``d/f`` and ``g`` are one file; a run removes or replaces ``d/f`` while the workspace writes it
+    (one sync window): the run's change is refused, the workspace's ``host`` kept in both names, and
+    the sandbox fetches ``d/f`` again. Before: it came as a new file, and ``g`` kept the old one
+    with the old content (``cat g`` printed ``one`` while the workspace's ``g`` was ``host``), as
+    the push sent ``d/f`` alone (s50/h7, from t7_shared)."""
+    backend = ShellBackend(live=live)
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/d/f", b"one\n")
+        await ok(ws, "true")
+        await ws.fs.link(f"{ROOT}/d/f", f"{ROOT}/g")
+        await ok(ws, "true")
+        handle = await started(ws, f"echo ready; sleep 0.3; {how} && touch done; sleep 0.5")
+        if live:
+            sandbox = backend._lives._live[ws.fs.instance]
+            async with sandbox.lock:  # no sync until the run's change: the two meet in one window
+                await ws.fs.write_file(f"{ROOT}/d/f", b"host\n")
+                await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
+        else:
+            await ws.fs.write_file(f"{ROOT}/d/f", b"host\n")
+        result = await settle(handle)
+        assert result.status == "completed", result
+        assert f"{ROOT}/d/f" in result.skipped, result.skipped_reasons
+        assert await ws.fs.read_file(f"{ROOT}/g") == b"host\n"
+        await _one_file(ws, ["d/f", "g"])
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_directory_the_push_sends_whole_keeps_the_links_its_files_have_outside(
+    tmp_path: Path, live: bool
+) -> None:
+    """``d/f`` and ``g`` are one file (a run's ``ln``); the workspace makes ``d/sub`` and renames
+    ``d`` to ``e``, a rename the push cannot follow (``d`` changed first), so it sends ``e`` whole.
+    Before: ``e/f`` came as a new file while ``g`` kept the old one, and the run's append to ``g``
+    then split the workspace's file too (``e/f`` kept ``one``, ``g`` a file of its own: s50/h7)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/d/f", b"one\n")
+        await ok(ws, "ln d/f g")
+        await ws.fs.mkdir(f"{ROOT}/d/sub")
+        await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/e")
+        await _one_file(ws, ["e/f", "g"])
+        await ok(ws, "echo more >> g")
+        assert await ws.fs.read_file(f"{ROOT}/e/f") == b"one\nmore\n"
+        await _one_file(ws, ["e/f", "g"])
+
+
+async def test_a_name_linked_to_a_refused_new_name_of_a_followed_rename_is_refused_with_it(
+    tmp_path: Path,
+) -> None:
+    """A live run appends to ``g`` and links it as ``d/n`` while, in the same sync window, the
+    workspace renames ``d`` to ``e`` and writes ``e/n``: the pull takes ``d/n`` to ``e/n`` (the rename
+    followed), refuses it (the workspace wrote it after the rename), and refuses ``g``, its file's
+    other name, with it: both in ``skipped``, and the sandbox holds what the workspace does. Before:
+    ``g`` was left off the page unsaid (neither pulled nor refused), so the workspace kept ``one``
+    while the sandbox's ``g`` went on as the program's file, which then took the workspace's
+    ``e/n`` written into it (s50/h7)."""
+    backend = ShellBackend(live=True)
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/g", b"one\n")
+        await ok(ws, "true")
+        handle = await started(
+            ws, "echo ready; sleep 0.3; echo more >> g && ln g d/n && touch done; sleep 0.5"
+        )
+        sandbox = backend._lives._live[ws.fs.instance]
+        async with sandbox.lock:  # no sync until the run linked: the two meet in one window
+            await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/e")
+            await ws.fs.write_file(f"{ROOT}/e/n", b"host\n")
+            await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
+        result = await settle(handle)
+        assert result.status == "completed", result
+        assert {f"{ROOT}/e/n", f"{ROOT}/g"} <= set(result.skipped), result.skipped_reasons
+        assert "refused with it" in result.skipped_reasons[f"{ROOT}/g"]
+        assert await ws.fs.read_file(f"{ROOT}/g") == b"one\n"
+        assert await ws.fs.read_file(f"{ROOT}/e/n") == b"host\n"
+        assert await sandbox_view(ws) == await workspace_view(ws)
+        assert (await ok(ws, "stat -c %h g e/n")).stdout.split() == ["1", "1"]
+
+
+WORKSPACE_UNLINKS = {"removed": "rm", "replaced": "over"}
+
+
+@pytest.mark.parametrize("how", WORKSPACE_UNLINKS.values(), ids=WORKSPACE_UNLINKS.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_workspace_write_through_a_name_it_then_removes_reaches_the_other_names(
+    tmp_path: Path, live: bool, how: str
+) -> None:
+    """``f`` and ``t`` are one file (a run's ``ln``); the workspace writes ``t`` and then removes it
+    (or renames ``x`` over it) before the next push: its change log names the write at ``t`` only.
+    Before: the push removed ``t`` and sent nothing else, so the sandbox's ``f`` kept ``one`` while
+    the workspace's was ``new`` (s50/h7, t7_shared seed 1 with HLN=1)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", b"one\n")
+        await ok(ws, "ln f t && echo x > x")
+        await ws.fs.write_file(f"{ROOT}/t", b"new\n")
+        if how == "rm":
+            await ws.fs.rm(f"{ROOT}/t")
+        else:
+            await ws.fs.rename(f"{ROOT}/x", f"{ROOT}/t", overwrite=True)
+        assert (await ok(ws, "cat f")).stdout == "new\n"
+        assert await sandbox_view(ws) == await workspace_view(ws)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_followed_rename_onto_another_name_of_the_same_file_leaves_one_name(
+    tmp_path: Path, live: bool
+) -> None:
+    """``f`` and ``g`` are one file (a run's ``ln``); the workspace removes ``f`` and renames ``g`` to
+    ``f``, and the mirror follows the rename while it still holds ``f``, the same file: ``rename(2)``
+    of two names of one file does nothing, so the mirror unlinks ``g`` itself. Before: the sandbox
+    kept ``g`` (the mirror took it for gone), a name the workspace did not have (s50/h7, t7_shared
+    seeds 36 and 41 with HLN=1)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", b"one\n")
+        held = (await ok(ws, "ln f g && stat -c %i f")).stdout.strip()
+        await ws.fs.rm(f"{ROOT}/f")
+        await ws.fs.rename(f"{ROOT}/g", f"{ROOT}/f")
+        seen = await ok(ws, "ls && stat -c '%i %h' f")
+        assert seen.stdout.split() == ["f", held, "1"] and seen.pushed == 0  # followed: the same file
+        assert await sandbox_view(ws) == await workspace_view(ws) == {f"{ROOT}/f": digest(b"one\n")}
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_link_groups_hold_through_a_reopen(tmp_path: Path, live: bool) -> None:
+    """The hard links of the fixes above, through a close and a reopen of the same file, with the same
+    backend (its warm mirror, pushed incrementally) and with a fresh one (a full push): a name the
+    workspace linked to a held file whose source it then renamed (``link_sources``), a run's link
+    refused with the workspace's write of its file (``LINKED``: two files), a run's link pulled, and
+    a directory sent whole that holds a name of a linked file. Each is one file (or two) in the
+    workspace and the sandbox alike, and a write through one name shows in the others."""
+    db = tmp_path / "ws.sqlite"
+    shell = ShellBackend(live=live)
+    async with opened(db, shell=shell, python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/a", b"one\n")
+        await ws.fs.write_file(f"{ROOT}/f", b"base\n")
+        await ok(ws, "true")
+        await ws.fs.link(f"{ROOT}/a", f"{ROOT}/g")
+        await ws.fs.rename(f"{ROOT}/a", f"{ROOT}/h")  # g is linked from h in the mirror
+        await ok(ws, "ln h d/k")
+        handle = await started(ws, "echo ready; sleep 0.3; ln f e && touch done; sleep 0.5")
+        if live:
+            sandbox = shell._lives._live[ws.fs.instance]
+            async with sandbox.lock:  # no sync until the run linked: the two meet in one window
+                await ws.fs.write_file(f"{ROOT}/f", b"new\n")
+                await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
+        else:
+            await ws.fs.write_file(f"{ROOT}/f", b"new\n")
+        result = await settle(handle)
+        assert {f"{ROOT}/e", f"{ROOT}/f"} <= set(result.skipped), result.skipped_reasons
+        await ws.fs.mkdir(f"{ROOT}/d/sub")
+        await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/m")  # sent whole: m/k goes with g and h
+        await _one_file(ws, ["g", "h", "m/k"])
+    expected = b"one\n"
+    for backend in (shell, None):
+        async with opened(db, shell=backend, python=False) as ws:
+            await _one_file(ws, ["g", "h", "m/k"])
+            assert not await ws.fs.exists(f"{ROOT}/e")
+            assert (await ok(ws, "stat -c %h f && cat f")).stdout.split() == ["1", "new"]
+            await ok(ws, "echo more >> g")
+            expected += b"more\n"
+            assert await ws.fs.read_file(f"{ROOT}/m/k") == expected
+            await ws.fs.write_file(f"{ROOT}/h", expected + b"ws\n")
+            expected += b"ws\n"
+            assert (await ok(ws, "cat m/k")).stdout.encode() == expected
+            await _one_file(ws, ["g", "h", "m/k"])
+
+
+PASSING_LINKS = {
+    "renamed over": "ln f t && echo more >> t && mv u t",
+    "a synced name removed": "rm u && ln f u && echo more >> u && rm u",
+}
+
+
+@pytest.mark.parametrize("how", PASSING_LINKS.values(), ids=PASSING_LINKS.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_write_through_a_link_the_run_made_and_replaced_reaches_the_workspace(
+    tmp_path: Path, live: bool, how: str
+) -> None:
+    """A run links ``f`` under a name, appends through it, and then replaces that name (renames the
+    synced ``u`` over it) or removes it where a synced name was: every event names the link's name,
+    and no name is both new and gone at the end, so nothing looked at every file again. Before:
+    ``f``'s change was never pulled (the workspace kept ``one`` while the sandbox had ``one more``:
+    s50/h7, t7_shared seed 18)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", b"one\n")
+        await ws.fs.write_file(f"{ROOT}/u", b"u\n")
+        await ok(ws, "true")
+        changed = await ok(ws, how)
+        assert f"{ROOT}/f" in changed.pulled
+        assert await ws.fs.read_file(f"{ROOT}/f") == b"one\nmore\n"
+        assert await sandbox_view(ws) == await workspace_view(ws)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_two_workspace_files_a_run_linked_in_a_conflict_stay_two_files(
+    tmp_path: Path, live: bool
+) -> None:
+    """A run's ``ln -f a b`` meets workspace writes of ``a`` and ``b`` in one sync window: both are
+    refused and kept (conflicts), one file in the mirror with two names, and the push writes each
+    workspace file into it. Before: the second write went into the file the first had just written,
+    so the sandbox's ``a`` showed the workspace's ``b`` (s50/h7, t7_shared seed 38 with HLN=1)."""
+    backend = ShellBackend(live=live)
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/a", b"a\n")
+        await ws.fs.write_file(f"{ROOT}/b", b"b\n")
+        await ok(ws, "true")
+        handle = await started(ws, "echo ready; sleep 0.3; ln -f a b && touch done; sleep 0.5")
+        if live:
+            sandbox = backend._lives._live[ws.fs.instance]
+            async with sandbox.lock:  # no sync until the run linked: the two meet in one window
+                await ws.fs.write_file(f"{ROOT}/a", b"host a\n")
+                await ws.fs.write_file(f"{ROOT}/b", b"host b\n")
+                await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
+        else:
+            await ws.fs.write_file(f"{ROOT}/a", b"host a\n")
+            await ws.fs.write_file(f"{ROOT}/b", b"host b\n")
+        result = await settle(handle)
+        assert {f"{ROOT}/a", f"{ROOT}/b"} <= set(result.skipped), result.skipped_reasons
+        assert (await ok(ws, "cat a b")).stdout == "host a\nhost b\n"
+        assert await sandbox_view(ws) == await workspace_view(ws)
+        assert (await ok(ws, "stat -c %h a b")).stdout.split() == ["1", "1"]
+
+
+async def test_a_refused_removal_of_a_directory_the_workspace_renamed_comes_back_with_its_mode(
+    tmp_path: Path,
+) -> None:
+    """A live run removes ``c`` (mode 0700) while, in the same sync window, the workspace renames
+    ``x`` into ``c`` and ``c`` to ``e``: the pull refuses the removal and follows both renames, the
+    first making ``c`` again in the mirror (with the default mode) to move ``x`` into. Before: that
+    ``c`` became ``e`` with mode 0755 while the workspace's ``e`` had 0700, and only ``c`` (gone) was
+    fetched again (s50/h7, t7_shared seed 39 with HLN=1)."""
+    backend = ShellBackend(live=True)
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/c", mode=0o700)
+        await ws.fs.write_file(f"{ROOT}/c/f", b"f\n")
+        await ws.fs.write_file(f"{ROOT}/x", b"x\n")
+        await ok(ws, "true")
+        handle = await started(ws, "echo ready; sleep 0.3; rm -r c && touch done; sleep 0.5")
+        sandbox = backend._lives._live[ws.fs.instance]
+        async with sandbox.lock:  # no sync until the run removed c: the two meet in one window
+            await ws.fs.rename(f"{ROOT}/x", f"{ROOT}/c/x")
+            await ws.fs.rename(f"{ROOT}/c", f"{ROOT}/e")
+            await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
+        result = await settle(handle)
+        assert f"{ROOT}/c" in result.skipped, result.skipped_reasons
+        assert (await ws.fs.stat(f"{ROOT}/e")).mode & 0o7777 == 0o700
+        # (the run's removal of c/f goes to e/f, the rename followed: e keeps the workspace's x only)
+        assert (await ok(ws, "stat -c %a e && ls e")).stdout.split() == ["700", "x"]
+        assert await sandbox_view(ws) == await workspace_view(ws)

@@ -1,0 +1,71 @@
+"""Hard links as a mirror's state holds them (``Mirror.state``: relative path -> :class:`Entry`, and
+``Mirror.linked``: the inodes of files seen with several names): which of them lie at or below a
+path, which lost a name in a pull, and which names of them lie elsewhere. Pure look-ups over the state,
+shared by the push and the pull sides."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._mirror_base import Entry
+
+__all__ = ["linked_at", "lost_names", "names_elsewhere", "rename_at"]
+
+
+def linked_at(state: Mapping[str, Entry], linked: set[int], rel: str) -> set[int]:
+    """Inodes of files seen with several names (``linked``) held at or below ``rel``."""
+    if not linked:
+        return set()
+    entry = state.get(rel)
+    if entry is not None and entry.kind != "d":
+        return {entry.ino} & linked if entry.kind == "f" else set()
+    prefix = rel + "/"
+    return {e.ino for k, e in state.items() if e.kind == "f" and e.ino in linked and k.startswith(prefix)}
+
+
+def lost_names(
+    state: Mapping[str, Entry], now: Mapping[str, Entry], candidates: Iterable[str], linked: set[int]
+) -> set[int]:
+    """Linked files (inodes) that lost a name among ``candidates``: the state held it, ``now`` has
+    nothing there or another node."""
+    lost = set()
+    for rel in candidates:
+        old = state.get(rel)
+        if old is not None and old[0] == "f" and old[1] in linked:
+            entry = now.get(rel)
+            if entry is None or entry[0] != "f" or entry[1] != old[1]:
+                lost.add(old[1])
+    return lost
+
+
+def names_elsewhere(state: Mapping[str, Entry], inodes: set[int], rel: str) -> list[str]:
+    """The names of ``inodes`` the state holds neither at nor below ``rel``."""
+    if not inodes:
+        return []
+    prefix = rel + "/"
+    return [
+        k
+        for k, e in state.items()
+        if e.kind == "f" and e.ino in inodes and k != rel and not (rel == "" or k.startswith(prefix))
+    ]
+
+
+def rename_at(src: str, dst: str, src_fd: int, dst_fd: int) -> os.stat_result:
+    """``rename(2)`` of ``src`` (in the directory ``src_fd``) to ``dst`` (in ``dst_fd``), the ``lstat``
+    of ``dst`` after it. Where both were names of one file, ``rename(2)`` does nothing and leaves both;
+    the workspace's rename leaves ``dst`` only, so ``src`` is unlinked (before, the mirror kept it and
+    took it for gone: a name the sandbox had and the workspace did not, s50/h7)."""
+    os.rename(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+    moved = os.lstat(dst, dir_fd=dst_fd)
+    if moved.st_nlink > 1:
+        try:
+            left = os.lstat(src, dir_fd=src_fd)
+        except FileNotFoundError:
+            return moved
+        if left.st_ino == moved.st_ino and left.st_dev == moved.st_dev:
+            os.unlink(src, dir_fd=src_fd)
+            moved = os.lstat(dst, dir_fd=dst_fd)
+    return moved
