@@ -28,6 +28,7 @@ __all__ = [
     "count_in",
     "freeze",
     "make_groups",
+    "procs_of",
     "remove_dead_groups",
     "remove_groups",
     "remove_own_groups",
@@ -107,6 +108,17 @@ def make_groups(controllers: Iterable[str], limits: SandboxLimits) -> list[Path]
     return groups
 
 
+def procs_of(group: Path) -> set[int] | None:
+    """The host pids of the processes in ``group`` now (its ``cgroup.procs``, opened afresh: v1 keeps
+    a group's pid list per open file for a second, so a descriptor kept open reads back the list it
+    first built), or None when unreadable."""
+    try:
+        with open(group / "cgroup.procs", "rb") as f:
+            return {int(p) for p in f.read().split()}
+    except (OSError, ValueError):
+        return None
+
+
 def sweep(groups: Sequence[Path]) -> None:
     """SIGKILL every process in ``groups`` (a few rounds: a process may fork while it is swept).
     A frozen group is thawed first: a frozen process cannot die."""
@@ -115,10 +127,7 @@ def sweep(groups: Sequence[Path]) -> None:
             with contextlib.suppress(OSError):
                 (group / "freezer.state").write_text("THAWED")
         for _ in range(20):
-            try:
-                pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
-            except OSError:
-                break
+            pids = procs_of(group)
             if not pids:
                 break
             for pid in pids:

@@ -51,7 +51,7 @@ from typing import Any
 
 from ._assets_bridge import AssetsBridge
 from ._backend import ExecContext
-from ._cgroups import ControlFile, count_in, freeze, thaw
+from ._cgroups import ControlFile, count_in, freeze, procs_of, thaw
 from ._live_jobs import LiveJobs, LiveSandboxError, LiveStartError, background_log
 from ._live_launch import Launched
 from ._live_parts import (
@@ -63,7 +63,6 @@ from ._live_parts import (
     has_changes,
     host_pid,
     listed,
-    pids_listed,
 )
 from ._mirror import Mirror
 from ._process import SandboxProcess
@@ -130,9 +129,7 @@ class LiveSandbox(LiveJobs):
         pids = groups.get("pids")
         self._pids_current = ControlFile(pids / "pids.current") if pids is not None else None
         self._pids_events = ControlFile(pids / "pids.events") if pids is not None else None
-        # Opened afresh for each read: a descriptor kept open reads back the list it first built (v1
-        # keeps a group's pid list per open file for a second), missing what started since.
-        self._procs = pids / "cgroup.procs" if pids is not None else None
+        self._pids_group = pids  # its processes: ``procs_of`` (read afresh each time)
         self._base_procs: frozenset[int] = frozenset()  # the init's and bubblewrap's host pids
         memory = groups.get("memory")
         self._oom_control = ControlFile(memory / "memory.oom_control") if memory is not None else None
@@ -208,7 +205,7 @@ class LiveSandbox(LiveJobs):
                 if not job.started.done():
                     job.started.set_result(int(message["pid"]))
                 if job.waiting and self._base_procs:  # its host pid: it does not make a sync pause
-                    new = (pids_listed(self._procs) or set()) - self._base_procs
+                    new = (self._procs() or set()) - self._base_procs
                     job.host_pid = host_pid(new, int(message["pid"]))
                 return
             if not job.started.done():
@@ -310,8 +307,11 @@ class LiveSandbox(LiveJobs):
         waiting = [j.host_pid for j in self.jobs.values() if j.waiting and not j.exited.done()]
         if not waiting or None in waiting:
             return True
-        procs = pids_listed(self._procs)
+        procs = self._procs()
         return procs is None or not procs <= self._base_procs.union(waiting)
+
+    def _procs(self) -> set[int] | None:
+        return procs_of(self._pids_group) if self._pids_group is not None else None
 
     async def processes(self) -> list[ProcessInfo]:
         reply = await self._request({"op": "ps"})

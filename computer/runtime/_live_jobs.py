@@ -17,7 +17,7 @@ from typing import Any
 
 from ._backend import MAX_CHUNK_BYTES, ExecContext, OutputChunk
 from ._cgroups import ControlFile, count_in
-from ._live_parts import BackgroundLog, Job, drain, feed, is_eof
+from ._live_parts import BackgroundLog, Job, command_line, drain, feed, is_eof
 from ._options import BACKGROUND_SUFFIX
 from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess
 from ._standby import write_all
@@ -90,9 +90,7 @@ class LiveJobs:
         """Start ``argv`` in the sandbox as its own process group; its output is read with :meth:`output`.
         ``fds`` are the command's descriptors 3, 4… (this call closes them). ``hold_stdin``: our end of
         its stdin is kept open in ``job.stdin`` (a job started ahead: its run's input comes later)."""
-        job = Job(
-            run, self.loop.create_future(), self.loop.create_future(), line=" ".join(w for w in argv if w)
-        )
+        job = Job(run, self.loop.create_future(), self.loop.create_future(), line=command_line(argv))
         pipes = [os.pipe() for _ in range(3)]
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1], *fds]
         ours_in = pipes[0][1]

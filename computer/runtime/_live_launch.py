@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ._assets_bridge import AssetsBridge
+from ._cgroups import procs_of
 from ._process import SandboxProcess
 from ._standby import Standby
 from ._tasks import run_to_completion
@@ -90,7 +91,9 @@ async def launch(
         listener.close()
     channel.setblocking(False)
     await asyncio.to_thread(_protect_init, process)
-    return Launched(process, channel, bridge_dir, tasks_in(process) or 0, procs_in(process))
+    group = _pids_group(process)
+    procs = procs_of(group) if group is not None else None
+    return Launched(process, channel, bridge_dir, tasks_in(process) or 0, frozenset(procs or ()))
 
 
 def _pids_group(process: SandboxProcess) -> Path | None:
@@ -107,27 +110,12 @@ def tasks_in(process: SandboxProcess) -> int | None:
         return None
 
 
-def procs_in(process: SandboxProcess) -> frozenset[int]:
-    """The host pids of the processes in its pids group (empty when unreadable)."""
-    group = _pids_group(process)
-    try:
-        return (
-            frozenset(int(p) for p in (group / "cgroup.procs").read_text().split()) if group else frozenset()
-        )
-    except (OSError, ValueError):
-        return frozenset()
-
-
 def _protect_init(process: SandboxProcess) -> None:
     """Out of memory, the kernel kills a command, never the init or bubblewrap (which would end the
     sandbox): their ``oom_score_adj`` is -1000, or, without CAP_SYS_RESOURCE (a Ray worker, whose own
     is 1000 and inherited), 0, the lowest such a process may set; commands set theirs to 500."""
     for group in process.cgroups:
-        try:
-            pids = (group / "cgroup.procs").read_text().split()
-        except OSError:
-            continue
-        for pid in pids:
+        for pid in procs_of(group) or ():
             for value in ("-1000", "0"):
                 try:
                     Path(f"/proc/{pid}/oom_score_adj").write_text(value)

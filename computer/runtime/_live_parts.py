@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
@@ -27,6 +26,7 @@ __all__ = [
     "BackgroundLog",
     "Job",
     "RunChanges",
+    "command_line",
     "drain",
     "fail",
     "feed",
@@ -35,7 +35,6 @@ __all__ = [
     "host_pid",
     "is_eof",
     "listed",
-    "pids_listed",
 ]
 
 # What a run's background processes printed after it returned: the last this many bytes are kept.
@@ -178,16 +177,9 @@ def listed(rows: Iterable[dict[str, Any]], jobs: Iterable[Job], logs: Mapping[st
     return found
 
 
-def pids_listed(path: Path | None) -> set[int] | None:
-    """The pids the group's ``cgroup.procs`` at ``path`` lists now (opened afresh: see ``_live``), or
-    None when unreadable."""
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as f:
-            return {int(p) for p in f.read().split()}
-    except (OSError, ValueError):
-        return None
+def command_line(argv: Sequence[str]) -> str:
+    """``argv`` as a listing shows it (the init's: its words joined by spaces, empty ones left out)."""
+    return " ".join(w for w in argv if w)
 
 
 def host_pid(candidates: Iterable[int], inner: int, limit: int = 16) -> int | None:

@@ -82,9 +82,7 @@ class AheadShell:
             or len(source.encode("utf-8", "surrogateescape")) > MAX_SOURCE
         ):
             return False
-        if len(env) - (EXEC_ID in env) != len(self.env):
-            return False
-        if any(self.env.get(k) != v for k, v in env.items() if k != EXEC_ID):
+        if {k: v for k, v in env.items() if k != EXEC_ID} != self.env:
             return False
         return self.where is not None and _where(self.host_cwd) == self.where
 

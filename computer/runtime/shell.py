@@ -28,7 +28,7 @@ from ._beneath import cwd_problem
 from ._cgroups import cgroup_writable
 from ._live import LiveSandbox
 from ._live_launch import INIT_PYTHON
-from ._live_parts import Job
+from ._live_parts import Job, command_line
 from ._live_set import JobSpec, LiveCalls, LiveSandboxes
 from ._live_shell import AheadShell, start_shell
 from ._mirror import Mirror
@@ -325,7 +325,7 @@ class ShellBackend(LiveCalls):
             await run_to_completion(taken.discard())
             return None
         try:
-            return taken.hand(request.source, request.id, request.stdin, " ".join(w for w in argv if w))
+            return taken.hand(request.source, request.id, request.stdin, command_line(argv))
         except OSError:  # it died meanwhile: its pipe is closed
             taken.discard_now()
             return None
