@@ -46,7 +46,7 @@ from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
 from ._pull_rules import CONFLICT, outermost
 from ._scratch import blocking_ancestor, process_scratch
-from ._tasks import in_thread
+from ._tasks import finish_in_thread, in_thread
 
 __all__ = ["MirrorSync", "Synced", "backend_scratch"]
 
@@ -260,6 +260,14 @@ class MirrorSync:
             return await self._pull(
                 mirror, ctx, base_rev, run, saves, defer=defer, follow=follow, paced=paced
             )
+        except BaseException:
+            # The watch's events are spent and the state not settled: the next plan walks the whole
+            # tree, so what this pull could not store (a full disk, the owner gone) is tried again, as
+            # is what a cancelled one planned (a live sandbox's end cancels its tick: before, only a
+            # failure to store counted; the plan went on alone in its thread and was dropped, the
+            # end's pull found the watch quiet, and the warm mirror kept what the workspace never got).
+            mirror.unwatch()
+            raise
         finally:
             mirror.restore_lifts()
 
@@ -278,11 +286,11 @@ class MirrorSync:
         if mirror.quiet(paced):  # the program changed nothing: no thread hop for an empty pull
             plan, now = mirror.plan(paced=paced)
         else:
-            plan, now = await asyncio.to_thread(functools.partial(mirror.plan, paced=paced))
+            plan, now = await finish_in_thread(functools.partial(mirror.plan, paced=paced))
         mirror.kept = set(plan.unsyncable)
         left_out = {**mirror.left_out(), **plan.unsyncable}
         if self.kept_limit is not None and plan.unsyncable:  # such a file made or grown: count them all
-            removed = await asyncio.to_thread(trim_kept, mirror, now, self.kept_limit)
+            removed = await finish_in_thread(functools.partial(trim_kept, mirror, now, self.kept_limit))
             left_out.update(removed)
         saved = list(saves.saved) if saves is not None else []
         # Revisions committed since ``base_rev`` by this mirror's earlier pulls (a live sandbox's pull at a
@@ -300,19 +308,17 @@ class MirrorSync:
             and len(plan.dirs) <= PAGE_DIRS
             and not mirror.chunk_sources(plan)
         ):
-            pull = mirror.read_all(plan) if plan.empty() else await asyncio.to_thread(mirror.read_all, plan)
+            pull = (
+                mirror.read_all(plan)
+                if plan.empty()
+                else await finish_in_thread(functools.partial(mirror.read_all, plan))
+            )
             pull = dataclasses.replace(pull, own_revs=own)
             mirror.forget_chunks(plan)  # settled later without the plan
             mirror.unsettled = (run, now)
             pending = PendingPull(pull, base_rev, dataclasses.asdict(self.mirror_limits(mirror)))
             return Synced(sorted(saved), left_out, pending)
-        try:
-            applied, reasons = await self._apply(mirror, ctx, plan, now, base_rev, own, follow)
-        except BaseException:
-            # The watch's events are spent and the state not settled: the next plan walks the whole
-            # tree, so what this pull could not store (a full disk, the owner gone) is tried again.
-            mirror.unwatch()
-            raise
+        applied, reasons = await self._apply(mirror, ctx, plan, now, base_rev, own, follow)
         if len(plan.deleted) > PAGE_FILES:  # removal pages: a removed directory stands for its tree
             applied = await asyncio.to_thread(_removals_outermost, applied, set(plan.deleted))
         # Unique in the order given (pages come sorted), then sorted: a sort of a set's order took
@@ -368,7 +374,9 @@ class MirrorSync:
         held = mirror.holdable(reasons, now) if follow and reasons else set()
         if reasons or followed:  # the mirror follows renames, drops what the pull left alone
             conflicts = [path for path, why in reasons.items() if why == CONFLICT]
-            await asyncio.to_thread(mirror.settle, now, rev, list(reasons), plan, followed, conflicts)
+            await finish_in_thread(
+                functools.partial(mirror.settle, now, rev, list(reasons), plan, followed, conflicts)
+            )
         else:
             mirror.settle(now, rev, (), plan)
         if held:

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["in_background", "in_thread", "run_to_completion"]
+__all__ = ["finish_in_thread", "in_background", "in_thread", "run_to_completion"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -33,6 +33,13 @@ async def run_to_completion(aw: Awaitable[_T]) -> _T:
             log.warning("teardown failed while cancelled: %r", task.exception())
         raise asyncio.CancelledError
     return task.result()
+
+
+async def finish_in_thread(work: Callable[[], _T]) -> _T:
+    """``work`` in a worker thread, awaited to its end even if the caller is cancelled meanwhile (the
+    cancellation is re-raised then): blocking work on shared state (a mirror's watch and state) that
+    must not go on alone while what runs after the cancellation uses that state."""
+    return await run_to_completion(asyncio.to_thread(work))
 
 
 # Teardown running in the background (a reference keeps each task alive until it is done).

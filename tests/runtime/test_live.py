@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -464,3 +465,41 @@ async def test_after_a_program_moved_a_directory_the_sandbox_is_watched_again(
     assert written.status == "completed" and await ws.fs.read_text("/workspace/c/b/g") == "y\n"
     await asyncio.sleep(0.5)  # idle ticks
     assert walks == []
+
+
+async def test_a_sandbox_ended_while_a_tick_plans_its_pull_keeps_what_that_pull_would_bring(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workspace closes while a tick's pull plans in a worker thread: the end cancels the tick,
+    and the thread had taken the watch's events. Before, the thread went on alone and its plan was
+    dropped, so the end's pull found the watch quiet and pulled nothing: the warm mirror kept a file
+    a background process wrote that the workspace never got (a fidelity machine's ``p/bg0.f2``, in
+    the sandbox's view and not the workspace's, nothing skipped). Now the pull waits for its plan and
+    lets the watch go, and the end's pull walks the tree."""
+    from computer.runtime._mirror_pull import MirrorPull
+
+    planning, go = threading.Event(), threading.Event()
+    plan = MirrorPull.plan
+
+    def held_plan(self: MirrorPull, *, paced: bool = False) -> object:
+        found = plan(self, paced=paced)
+        if paced and threading.current_thread() is not threading.main_thread() and not planning.is_set():
+            planning.set()  # a tick's plan, in a worker thread: held until the end has cancelled it
+            go.wait(10)
+        return found
+
+    path, backend = f"{tmp_path}/ws.db", ShellBackend()
+    async with computer.Workspace(path, backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run(ws, "setsid sh -c 'sleep 0.3; echo late > late.txt; sleep 30' > /dev/null 2>&1 &")
+        monkeypatch.setattr(MirrorPull, "plan", held_plan)
+        await eventually(lambda: asyncio.to_thread(planning.wait, 0.05), within=10)
+        closing = asyncio.ensure_future(ws.close())
+        await asyncio.sleep(0.2)  # the end cancelled the tick and waits for the sandbox's lock
+        go.set()
+        await closing
+    monkeypatch.setattr(MirrorPull, "plan", plan)
+    async with computer.Workspace(path, backends=[backend]) as ws:
+        seen = await run(ws, "cat late.txt")  # the warm mirror has it
+        assert (seen.stdout, await ws.fs.exists("/workspace/late.txt")) == ("late\n", True)
+        assert await ws.fs.read_text("/workspace/late.txt") == "late\n"
