@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -67,6 +68,7 @@ from ._live_parts import (
 from ._mirror import Mirror
 from ._process import SandboxProcess
 from ._sync import MirrorSync, Synced
+from ._tasks import finish_in_thread
 from ._warm import Warm
 from .types import ProcessInfo
 
@@ -370,12 +372,10 @@ class LiveSandbox(LiveJobs):
                 if page.rev > mirror.rev:
                     mirror.finish_push(page.rev)
                 return None, 0
-        frozen = False
-        if self._freezer is not None and self.stirring():
-            frozen = await asyncio.to_thread(freeze, self._freezer)
-            if not frozen:
-                raise LiveSandboxError("the live sandbox could not be paused for a sync")
+        freezer = self._freezer if self._freezer is not None and self.stirring() else None
         try:
+            if freezer is not None and not await finish_in_thread(functools.partial(freeze, freezer)):
+                raise LiveSandboxError("the live sandbox could not be paused for a sync")
             synced = await self._pull(paced)
             pushed = 0
             if push:
@@ -387,8 +387,8 @@ class LiveSandbox(LiveJobs):
                     _, pushed = await self.sync_.push(mirror, ctx, first=page)
             return synced, pushed
         finally:
-            if frozen and self._freezer is not None:
-                thaw(self._freezer)
+            if freezer is not None:  # cancelled while it froze too: the freeze ran to its end
+                thaw(freezer)
 
     async def _pull(self, paced: bool = False) -> Synced | None:
         """Bring what changed in the mirror to the workspace (nothing to do: None), and tell every

@@ -503,3 +503,41 @@ async def test_a_sandbox_ended_while_a_tick_plans_its_pull_keeps_what_that_pull_
         seen = await run(ws, "cat late.txt")  # the warm mirror has it
         assert (seen.stdout, await ws.fs.exists("/workspace/late.txt")) == ("late\n", True)
         assert await ws.fs.read_text("/workspace/late.txt") == "late\n"
+
+
+async def test_a_sync_cancelled_while_it_pauses_the_sandbox_leaves_it_running(
+    tmp_path: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A sync (a tick's, a run's start) cancelled while its worker thread freezes the sandbox: the
+    freeze runs to its end and the sandbox is thawed again. Before, the cancellation left the freeze
+    unfinished in its thread and nothing thawed the sandbox after it: its processes stood still until
+    a later sync happened to pause and thaw it."""
+    from computer.runtime import _cgroups, _live
+
+    freezing, go = threading.Event(), threading.Event()
+
+    def slow_freeze(group: object, timeout: float = 1.0) -> bool:
+        freezing.set()
+        go.wait(10)
+        return _cgroups.freeze(group, timeout)  # type: ignore[arg-type]
+
+    backend = ShellBackend(live=True)
+    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run(ws, "setsid sh -c 'while :; do date +%s%N > tick; sleep 0.01; done' > /dev/null 2>&1 &")
+        sandbox = backend._lives._live[ws.fs.instance]
+        await ws.fs.write_file("/workspace/from-ws.txt", b"x")  # a push to make: the sync pauses it
+        monkeypatch.setattr(_live, "freeze", slow_freeze)
+        syncing = asyncio.ensure_future(sandbox.sync())
+        await asyncio.to_thread(freezing.wait, 10)
+        syncing.cancel()
+        await asyncio.sleep(0.05)
+        go.set()
+        with pytest.raises(asyncio.CancelledError):
+            await syncing
+        monkeypatch.setattr(_live, "freeze", _cgroups.freeze)
+        state = (sandbox._freezer / "freezer.state").read_text().strip()
+        assert state == "THAWED"
+        before = (await run(ws, "cat tick")).stdout
+        await asyncio.sleep(0.2)
+        assert (await run(ws, "cat tick")).stdout != before  # the loop goes on
