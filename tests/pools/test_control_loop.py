@@ -57,7 +57,8 @@ async def test_the_status_reports_workers_waits_and_runs(cluster: Settings, name
     assert len([w for w in shell["workers"] if w["state"] == "ready"]) >= 2
     assert all(w["node_id"] for w in shell["workers"] if w["state"] == "ready")
     assert shell["waits_counted"] >= 6 and shell["wait_p99"] is not None and shell["runs_per_s"] > 0
-    assert (
-        any("create computer:pool:shell:" in what for _, what in shell["decisions"])
-        or shell["decisions"] == []
-    )
+    # What the loop decided (the floor's workers made, or none yet); six runs at once may also have
+    # grown the pool or shed a busy worker's queued lines to a free one (a loaded machine did).
+    verbs = ("create computer:pool:shell:", "grow by ", "shed the lines of ", "remove ", "drain ")
+    assert all(isinstance(at, float) and what.startswith(verbs) for at, what in shell["decisions"]), shell
+    assert all("computer:pool:shell:" in what for _, what in shell["decisions"] if what.startswith("create"))
