@@ -128,6 +128,7 @@ class WorkspaceHost(PoolCallbacks):
         # Replies of recent mutating calls by idempotency key (a future while the call still runs).
         self._replies: OrderedDict[str, tuple[float, asyncio.Future[Reply]]] = OrderedDict()
         self._background: list[asyncio.Task[None]] = []
+        self._fence_noticed = False  # a refused call found a newer owner: stopping (``_refused_read_only``)
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not inside an async actor: nothing to renew in the background
@@ -268,7 +269,23 @@ class WorkspaceHost(PoolCallbacks):
             try:
                 return ok(await work())
             except Exception as exc:
+                if isinstance(exc, OSError) and exc.errno == errno.EROFS:
+                    self._refused_read_only()
                 return fail(exc)
+
+    def _refused_read_only(self) -> None:
+        """A call refused with EROFS: when a newer owner holds the file (a takeover, a deletion), stop
+        serving now (later calls get MOVED and re-resolve), not at the next lease renewal; until then
+        every write a client sent here was refused with EROFS (seconds under load, after a deletion)."""
+        if self._closing or self._fence_noticed:
+            return
+        try:
+            fenced = self.workspace.fs.fenced
+        except Exception:  # the store is gone or broken: the lease renewal tells
+            return
+        if fenced:
+            self._fence_noticed = True
+            self._background.append(asyncio.get_running_loop().create_task(self._taken_over()))
 
     # -- RPC: description ---------------------------------------------------------------------------
 

@@ -140,6 +140,13 @@ class FileSystem:
                 st.db.close()
 
     @property
+    def fenced(self) -> bool:
+        """True once a newer owner raised the stored epoch above this store's fence (every write is
+        refused with EROFS from then on); False without a fence, or on a closed store."""
+        st = self._store
+        return not st.closed and not st.is_current_owner()
+
+    @property
     def garbage_pending(self) -> bool:
         """True when freed small chunks wait to be deleted (see :meth:`collect_garbage`)."""
         return bool(self._store.chunks.pending)

@@ -77,8 +77,10 @@ async def test_newer_owner_fences_out_the_old_one(tmp_path: Path) -> None:
     path = str(tmp_path / "ws.sqlite")
     old = FileSystem.open(path, fence=1)
     await old.write_file("/f", b"old owner")
+    assert not old.fenced
     new = FileSystem.open(path, fence=2)
     try:
+        assert old.fenced and not new.fenced  # what an owner asks once a write was refused
         rev = new.rev
         with pytest.raises(OSError) as info:
             await old.write_file("/f", b"zombie write")
