@@ -59,6 +59,10 @@ class Mirror(MirrorPush, MirrorPull):
     # Files of the push being applied whose bytes come in pieces (see ``apply``), each with the
     # indexes of the chunks to fetch (None: fetch by byte ranges).
     unfilled: list[tuple[MirrorFile, list[int] | None]] = field(default_factory=list, repr=False)
+    # Inodes of hard-linked files the push being applied wrote a workspace file into in place (small
+    # or large, every page): another workspace file at one of their names gets a new file, never the
+    # same one (a program linked two the workspace keeps apart, both names kept as conflicts).
+    written_into: set[int] = field(default_factory=set, repr=False)
     # The chunk hashes of the content each large file of the mirror holds (by relative path), as last
     # synced: a push moves only the chunks that differ, a pull sends only chunks the store lacks.
     chunks: dict[str, list[str]] = field(default_factory=dict, repr=False)

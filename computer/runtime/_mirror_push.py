@@ -35,6 +35,8 @@ __all__ = ["MirrorPush"]
 class MirrorPush(MirrorBase):
     """Applying pushes to the mirror's directory (a part of :class:`~computer.runtime._mirror.Mirror`)."""
 
+    written_into: set[int]  # (a ``Mirror`` field: see there)
+
     def apply(self, push: SyncPush, *, first: bool = True) -> int:
         """Apply one page of a push; returns how many files were written. Everything made is owned by
         :attr:`owner` (the sandbox's host user) from the start: a chown afterwards would change the
@@ -72,6 +74,7 @@ class MirrorPush(MirrorBase):
             self.move_or_drop(src, dst)  # one it cannot follow: the new name is fetched again, whole
         if first:
             self.unfilled = []
+            self.written_into = set()
         unlinked: set[int] = set()  # hard-linked files that lost a name here: the others are read again
         for path in push.deleted:
             rel = self.rel(path)
@@ -125,9 +128,10 @@ class MirrorPush(MirrorBase):
             except FileNotFoundError:
                 st = None
             if st is not None:
-                # (Not one this page wrote into already: another workspace file, linked to it by a
-                # program only, whose names were kept as conflicts: a new file, s50/h7.)
-                fresh = st.st_ino not in rewritten
+                # (Not one this push wrote into already, small or large, on any page: another
+                # workspace file, linked to it by a program only, whose names were kept as conflicts:
+                # a new file, s50/h7.)
+                fresh = st.st_ino not in self.written_into
                 if (
                     fresh
                     and f.same
@@ -141,6 +145,7 @@ class MirrorPush(MirrorBase):
                     if written_st.st_nlink > 1:
                         relinked[written_st.st_ino] = self.state[rel]
                         rewritten.add(written_st.st_ino)
+                        self.written_into.add(written_st.st_ino)
                     written += 1
                     if f.data is None and f.length > 0:  # emptied; its pieces are fetched next
                         self.unfilled.append((f, None))
@@ -260,9 +265,10 @@ class MirrorPush(MirrorBase):
         """Make ready a large file that arrives as chunks. Only the chunks that differ from the copy
         the mirror holds are fetched when that copy is still exactly what was last synced (its chunk
         list known); else all of them. A file the workspace wrote (``same``) is written into the file
-        the mirror holds, as a small one is (:func:`_rewrite_in_place`); anything else is a new file
-        (a name the workspace replaced: the old file's other names keep its content), which starts as
-        a copy of the held one when that is what was last synced, so the fetch stays the same."""
+        the mirror holds, as a small one is (:func:`_rewrite_in_place`), unless this push wrote another
+        workspace file into it already (``written_into``); anything else is a new file (a name the
+        workspace replaced: the old file's other names keep its content), which starts as a copy of the
+        held one when that is what was last synced, so the fetch stays the same."""
         rel = self.rel(f.path)
         assert f.chunks is not None
         old = self.chunks.pop(rel, None)
@@ -276,7 +282,11 @@ class MirrorPush(MirrorBase):
             and stat.S_ISREG(st.st_mode)
             and self.state.get(rel) == entry_of(st)
         )
-        fd = _open_in_place(host) if f.same else None
+        # Not into a file this push wrote into already (see ``apply``: two workspace files a program
+        # linked, both kept as conflicts; before, the second's chunks went into the first's file).
+        fresh = st is not None and st.st_ino not in self.written_into
+        fd = _open_in_place(host) if f.same and fresh else None
+        in_place = fd is not None
         replaced = None  # the inode of a hard-linked file this one replaces under its name
         if fd is None:
             if st is not None and stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
@@ -306,6 +316,8 @@ class MirrorPush(MirrorBase):
         finally:
             os.close(fd)
         self.state[rel] = entry_of(st)
+        if in_place and st.st_nlink > 1:
+            self.written_into.add(st.st_ino)
         if needed:
             self.unfilled.append((f, needed))
         else:

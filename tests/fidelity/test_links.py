@@ -734,6 +734,78 @@ async def test_two_workspace_files_a_run_linked_in_a_conflict_stay_two_files(
         assert (await ok(ws, "stat -c %h a b")).stdout.split() == ["1", "1"]
 
 
+# (sizes of a and b, the backend's max_sync_bytes): large ones come as chunks filled in place (1 MiB
+# and more); small ones on two pages, the second one's bytes in pieces in the last case.
+CONFLICT_SIZES = {
+    "large, same size": (3_000_000, 3_000_000, None),
+    "large, sizes differ": (3_000_000, 2_000_000, None),
+    "small, large": (10, 3_000_000, None),
+    "large, small": (3_000_000, 10, None),
+    "small, on two pages": (600_000, 600_000, 1 << 20),
+    "small, the second in pieces": (600_000, 700_000, 650_000),
+}
+
+
+@pytest.mark.parametrize("sizes", CONFLICT_SIZES.values(), ids=CONFLICT_SIZES.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_two_workspace_files_a_run_linked_in_a_conflict_stay_two_files_large_or_paged(
+    tmp_path: Path, live: bool, sizes: tuple[int, int, int | None]
+) -> None:
+    """As above, with a large file among the two (written into the mirror's file in place as chunks),
+    or two small ones on different pages of the push. Before: the guard covered small files of one
+    page only: the second's chunks (or its bytes, on a later page) went into the file the first had
+    been written into, both names one file showing one content (or a mix of both) in the sandbox for
+    good, while the workspace held two."""
+    first, second, page = sizes
+    limits = {} if page is None else {"max_sync_bytes": page}
+    backend = ShellBackend(live=live, **limits)
+    a, b = b"A" * first, b"B" * second
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/a", b"a" * first)
+        await ws.fs.write_file(f"{ROOT}/b", b"b" * second)
+        await ok(ws, "true")
+        handle = await started(ws, "echo ready; sleep 0.3; ln -f a b && touch done; sleep 0.5")
+        if live:
+            sandbox = backend._lives._live[ws.fs.instance]
+            async with sandbox.lock:  # no sync until the run linked: the two meet in one window
+                await ws.fs.write_file(f"{ROOT}/a", a)
+                await ws.fs.write_file(f"{ROOT}/b", b)
+                await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
+        else:
+            await ws.fs.write_file(f"{ROOT}/a", a)
+            await ws.fs.write_file(f"{ROOT}/b", b)
+        result = await settle(handle)
+        assert {f"{ROOT}/a", f"{ROOT}/b"} <= set(result.skipped), result.skipped_reasons
+        seen = await ok(ws, "sha256sum a b | cut -c1-64 && stat -c %h a b")
+        assert seen.stdout.split() == [digest(a), digest(b), "1", "1"]
+        assert await ws.fs.read_file(f"{ROOT}/a") == a
+        assert await ws.fs.read_file(f"{ROOT}/b") == b
+        assert await sandbox_view(ws) == await workspace_view(ws)
+
+
+@pytest.mark.parametrize("removed", ["a", "b"])
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_large_file_a_run_linked_the_workspace_takes_apart_is_two_files_in_the_sandbox(
+    tmp_path: Path, live: bool, removed: str
+) -> None:
+    """A run makes a large file and a hard link to it; the workspace writes ``a``, removes one name
+    and writes it anew (two files there now, both written since the sandbox's revision): the push
+    writes the one still the run's file into it and makes the other a new file."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ok(ws, "head -c 3000000 /dev/urandom > a && ln a b")
+        assert (await ws.fs.stat(f"{ROOT}/a")).ino == (await ws.fs.stat(f"{ROOT}/b")).ino
+        a, b = b"A" * 3_000_000, b"B" * 2_500_000
+        await ws.fs.write_file(f"{ROOT}/a", a)
+        await ws.fs.rm(f"{ROOT}/{removed}")
+        await ws.fs.write_file(f"{ROOT}/{removed}", a if removed == "a" else b)
+        await ws.fs.write_file(f"{ROOT}/b", b)
+        seen = await ok(ws, "sha256sum a b | cut -c1-64 && stat -c %h a b")
+        assert seen.stdout.split() == [digest(a), digest(b), "1", "1"]
+        assert await ws.fs.read_file(f"{ROOT}/a") == a
+        assert await ws.fs.read_file(f"{ROOT}/b") == b
+        assert await sandbox_view(ws) == await workspace_view(ws)
+
+
 async def test_a_refused_removal_of_a_directory_the_workspace_renamed_comes_back_with_its_mode(
     tmp_path: Path,
 ) -> None:
