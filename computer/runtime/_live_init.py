@@ -149,7 +149,7 @@ def handle(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: 
     elif op == "signal":
         for pid, job in list(jobs.items()):
             if job == message["id"]:
-                kill_group(pid, int(message["sig"]))
+                kill_group(pid, int(message["sig"]), lambda: reap(jobs, send))
     elif op == "kill":
         pid = int(message["pid"])
         error = None
@@ -188,15 +188,23 @@ def listing(found: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
             kept = kept[: max(0, len(kept) * MAX_REPLY // size - 1)]
 
 
-def kill_group(pgid: int, sig: int) -> None:
+def kill_group(pgid: int, sig: int, reap_children: Callable[[], None]) -> None:
     """Signal the process group ``pgid``; SIGKILL a few more rounds (a fork bomb forks while it is
-    being killed; under the pids limit its newborns are few). Stops once the group is gone."""
-    for _ in range(20 if sig == signal.SIGKILL else 1):
+    being killed; under the pids limit its newborns are few). Stops once the group is gone.
+
+    What died is reaped between rounds (``reap_children``; every process of the sandbox is the init's
+    child by then, the subreaper's): a group of zombies still takes a signal, so a killed job held the
+    init here for all 20 rounds (40 ms) with every run waiting to start, a run that did not fit the
+    shell started ahead (whose discarding kills it) ~50 ms instead of ~7."""
+    for attempt in range(20 if sig == signal.SIGKILL else 1):
         try:
             os.killpg(pgid, sig)
         except OSError:
             return
-        time.sleep(0.002)
+        if sig != signal.SIGKILL:
+            return
+        time.sleep(0.0005 if attempt < 4 else 0.002)
+        reap_children()
 
 
 def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: Send) -> None:

@@ -70,3 +70,30 @@ def test_a_listed_start_time_is_the_processes_to_a_tick() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_killing_a_job_reaps_it_between_rounds_and_stops_once_it_is_gone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A SIGKILL-ed job is a zombie until reaped, and a group of zombies still takes a signal: the init
+    signalled it 20 rounds with a sleep each (40 ms), every other run waiting, a run that did not fit the
+    shell started ahead (discarded with a SIGKILL) ~50 ms instead of ~7. Now what died is reaped between
+    rounds, and the next round finds the group gone."""
+    child = subprocess.Popen(["sleep", "30"], start_new_session=True)  # a job: its own group
+    reaped: list[int] = []
+
+    def reap() -> None:
+        pid, _ = os.waitpid(child.pid, os.WNOHANG)
+        if pid:
+            reaped.append(pid)
+
+    slept: list[float] = []
+    real_sleep = time.sleep
+    monkeypatch.setattr(time, "sleep", lambda seconds: (slept.append(seconds), real_sleep(0.05)))
+    try:
+        _live_init.kill_group(child.pid, 9, reap)
+    finally:
+        child.kill()
+        child.wait()
+    assert reaped == [child.pid]
+    assert len(slept) == 1, slept  # one round, its wait, then the group was gone
