@@ -87,11 +87,17 @@ SCRIPTS = [
 ]
 
 
+# A first line that makes a script longer than a command the pipe carries: it comes through a file.
+PADDING = "# " + "p" * _live_shell.MAX_SOURCE + "\n"
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["by the pipe", "through a file"])
 @pytest.mark.parametrize("script", SCRIPTS)
 async def test_a_run_by_the_shell_started_ahead_is_a_run_of_bash_c(
-    pair: tuple[computer.Workspace, computer.Workspace], handed: list[str], script: str
+    pair: tuple[computer.Workspace, computer.Workspace], handed: list[str], script: str, padded: bool
 ) -> None:
     ahead, spawned = pair
+    script = PADDING + script if padded else script
     await asyncio.sleep(1.1)  # ``$SECONDS`` counts from the run's start, not the shell's
     got = await run(ahead, script)
     want = await run(spawned, script)
@@ -154,9 +160,16 @@ async def test_a_run_that_does_not_fit_starts_its_own_shell(
         second = await run(ahead, "pwd; echo ${A-none}", **kwargs)
         assert first.stdout == second.stdout and first.status == "completed"
         assert first.id not in handed and second.id in handed, kwargs
-    long = "x=" + "y" * (_live_shell.MAX_SOURCE + 10) + "; echo ${#x}"
+    await run(ahead, "true")  # the next shell waits with this environment again
+    await asyncio.sleep(0.05)
+    long = "x=" + "y" * (_live_shell.MAX_SOURCE + 10) + "; echo ${#x}"  # through a file: taken
     result = await run(ahead, long)
-    assert (result.stdout, result.id in handed) == (f"{_live_shell.MAX_SOURCE + 10}\n", False)
+    assert (result.stdout, result.id in handed) == (f"{_live_shell.MAX_SOURCE + 10}\n", True)
+    sandbox = ahead.runtime._backends["shell"]._lives.get(ahead.fs.instance)  # type: ignore[attr-defined]
+    assert not list(sandbox.bridge_dir.glob("source-*")), "the file of the command stayed"
+    huge = "x=" + "y" * 70_000 + "; echo ${#x}"  # past one argument's limit: sourced from a script
+    result = await run(ahead, huge)
+    assert (result.stdout, result.id in handed) == ("70000\n", False)
     assert (await run(ahead, "env | grep -c '^A='", env={"A": "1"})).stdout == "1\n"
     assert (await run(ahead, "env | grep -c '^A='")).stdout == "0\n"  # not the last run's environment
 
