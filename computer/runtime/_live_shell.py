@@ -99,8 +99,12 @@ class AheadShell:
         data = payload.encode("utf-8", "surrogateescape")
         if len(data) > MAX_SOURCE:  # through a file, its path down the pipe
             name = source_name(exec_id)
-            with open(os.path.join(self.files[0], name), "wb") as out:
-                out.write(data)
+            fd = os.open(os.path.join(self.files[0], name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.fchmod(fd, 0o644)  # the sandbox's user reads it, whatever this process's umask
+                os.write(fd, data)
+            finally:
+                os.close(fd)
             data = f"{self.files[1]}/{name}".encode("utf-8", "surrogateescape")
         data += b"\0"
         try:
