@@ -375,13 +375,7 @@ async def test_a_link_a_run_makes_in_the_sync_window_of_a_workspace_write_is_ref
         await ws.fs.write_file(f"{ROOT}/f", base)
         await ok(ws, "true")
         handle = await started(ws, "echo ready; sleep 0.3; ln f g; sleep 0.5")
-        if live:
-            sandbox = backend._lives._live[ws.fs.instance]
-            async with sandbox.lock:  # no sync until the run linked: the two meet in one window
-                await ws.fs.write_file(f"{ROOT}/{written}", new)
-                await until(lambda: _linked(sandbox.mirror.directory / "g"), within=30)
-        else:
-            await ws.fs.write_file(f"{ROOT}/{written}", new)
+        await _in_one_window(ws, backend, live, {written: new}, made="g")
         result = await settle(handle)
         assert result.status == "completed", result
         other = "g" if written == "f" else "f"
@@ -425,6 +419,22 @@ async def test_a_link_refused_on_a_later_page_than_its_content_drops_that_name_t
 
 async def _linked(path: Path) -> bool:
     return await asyncio.to_thread(os.path.lexists, path)
+
+
+async def _in_one_window(
+    ws: Any, backend: ShellBackend, live: bool, writes: dict[str, bytes], made: str = "done"
+) -> None:
+    """The workspace's ``writes`` (name under the root -> bytes) meet the running program's link in one
+    sync window: per call, while it runs; live, with the sandbox's syncs held until it made ``made``."""
+    if not live:
+        for name, data in writes.items():
+            await ws.fs.write_file(f"{ROOT}/{name}", data)
+        return
+    sandbox = backend._lives._live[ws.fs.instance]
+    async with sandbox.lock:  # no sync until the run linked: the two meet in one window
+        for name, data in writes.items():
+            await ws.fs.write_file(f"{ROOT}/{name}", data)
+        await until(lambda: _linked(sandbox.mirror.directory / made), within=30)
 
 
 async def _mode_is(path: Path, mode: int) -> bool:
@@ -651,13 +661,7 @@ async def test_link_groups_hold_through_a_reopen(tmp_path: Path, live: bool) -> 
         await ws.fs.rename(f"{ROOT}/a", f"{ROOT}/h")  # g is linked from h in the mirror
         await ok(ws, "ln h d/k")
         handle = await started(ws, "echo ready; sleep 0.3; ln f e && touch done; sleep 0.5")
-        if live:
-            sandbox = shell._lives._live[ws.fs.instance]
-            async with sandbox.lock:  # no sync until the run linked: the two meet in one window
-                await ws.fs.write_file(f"{ROOT}/f", b"new\n")
-                await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
-        else:
-            await ws.fs.write_file(f"{ROOT}/f", b"new\n")
+        await _in_one_window(ws, shell, live, {"f": b"new\n"})
         result = await settle(handle)
         assert {f"{ROOT}/e", f"{ROOT}/f"} <= set(result.skipped), result.skipped_reasons
         await ws.fs.mkdir(f"{ROOT}/d/sub")
@@ -718,15 +722,7 @@ async def test_two_workspace_files_a_run_linked_in_a_conflict_stay_two_files(
         await ws.fs.write_file(f"{ROOT}/b", b"b\n")
         await ok(ws, "true")
         handle = await started(ws, "echo ready; sleep 0.3; ln -f a b && touch done; sleep 0.5")
-        if live:
-            sandbox = backend._lives._live[ws.fs.instance]
-            async with sandbox.lock:  # no sync until the run linked: the two meet in one window
-                await ws.fs.write_file(f"{ROOT}/a", b"host a\n")
-                await ws.fs.write_file(f"{ROOT}/b", b"host b\n")
-                await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
-        else:
-            await ws.fs.write_file(f"{ROOT}/a", b"host a\n")
-            await ws.fs.write_file(f"{ROOT}/b", b"host b\n")
+        await _in_one_window(ws, backend, live, {"a": b"host a\n", "b": b"host b\n"})
         result = await settle(handle)
         assert {f"{ROOT}/a", f"{ROOT}/b"} <= set(result.skipped), result.skipped_reasons
         assert (await ok(ws, "cat a b")).stdout == "host a\nhost b\n"
@@ -765,15 +761,7 @@ async def test_two_workspace_files_a_run_linked_in_a_conflict_stay_two_files_lar
         await ws.fs.write_file(f"{ROOT}/b", b"b" * second)
         await ok(ws, "true")
         handle = await started(ws, "echo ready; sleep 0.3; ln -f a b && touch done; sleep 0.5")
-        if live:
-            sandbox = backend._lives._live[ws.fs.instance]
-            async with sandbox.lock:  # no sync until the run linked: the two meet in one window
-                await ws.fs.write_file(f"{ROOT}/a", a)
-                await ws.fs.write_file(f"{ROOT}/b", b)
-                await until(lambda: _linked(sandbox.mirror.directory / "done"), within=30)
-        else:
-            await ws.fs.write_file(f"{ROOT}/a", a)
-            await ws.fs.write_file(f"{ROOT}/b", b)
+        await _in_one_window(ws, backend, live, {"a": a, "b": b})
         result = await settle(handle)
         assert {f"{ROOT}/a", f"{ROOT}/b"} <= set(result.skipped), result.skipped_reasons
         seen = await ok(ws, "sha256sum a b | cut -c1-64 && stat -c %h a b")
