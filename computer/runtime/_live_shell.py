@@ -99,7 +99,8 @@ class AheadShell:
         data = payload.encode("utf-8", "surrogateescape")
         if len(data) > MAX_SOURCE:  # through a file, its path down the pipe
             name = source_name(exec_id)
-            fd = os.open(os.path.join(self.files[0], name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(os.path.join(self.files[0], name), flags, 0o644)
             try:
                 os.fchmod(fd, 0o644)  # the sandbox's user reads it, whatever this process's umask
                 os.write(fd, data)
