@@ -577,3 +577,18 @@ async def test_a_run_whose_sync_could_not_pause_the_sandbox_at_once_completes(
         result = await run(ws, "cat from-ws.txt")
         assert (result.status, result.stdout, result.error) == ("completed", "x\n", None)
 
+
+async def test_a_tick_that_could_not_pause_the_sandbox_leaves_the_next_tick_to_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick whose sync could not pause the sandbox (every attempt timed out) leaves the sync to the
+    next tick. Before, its error ended the ticker for the sandbox's life: nothing a background process
+    wrote reached the workspace until the next run, and the sandbox never ended idle."""
+    failing = _failing_freezes(monkeypatch)
+    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[ShellBackend(live=True)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run(ws, "setsid sh -c 'sleep 0.5; echo late > late.txt; sleep 30' > /dev/null 2>&1 &")
+        failing[0] = 3  # every attempt of the tick that finds late.txt
+        await eventually(lambda: ws.fs.exists("/workspace/late.txt"), within=10)
+        assert failing[0] == 0  # that tick did meet the failures
+        assert await ws.fs.read_text("/workspace/late.txt") == "late\n"
