@@ -375,6 +375,8 @@ class LiveSandbox(LiveJobs):
         freezer = self._freezer if self._freezer is not None and self.stirring() else None
         try:
             if freezer is not None and not await finish_in_thread(functools.partial(freeze, freezer)):
+                if paced:  # a tick's: the next one tries again (this error ended the ticker for good)
+                    return None, 0
                 raise LiveSandboxError("the live sandbox could not be paused for a sync")
             synced = await self._pull(paced)
             pushed = 0

@@ -158,9 +158,10 @@ def shell_of(op: Op, model: Model) -> tuple[str, dict[str, bytes | Link | None]]
         if path == other:
             return "true", {}
         # Conditional in the shell too: a live run may act on a tree changed after it was planned.
+        # ``other`` removed first: mv refuses a symlink onto the file it names ("the same file").
         source = (
-            f"if [ -f {_q(path)} ] || [ -L {_q(path)} ]; then "
-            f"mkdir -p {_q(posixpath.dirname(other) or '.')} && mv -fT {_q(path)} {_q(other)}; fi"
+            f"if [ -f {_q(path)} ] || [ -L {_q(path)} ]; then mkdir -p {_q(posixpath.dirname(other) or '.')} "
+            f"&& rm -f {_q(other)} && mv -fT {_q(path)} {_q(other)}; fi"
         )
         if path not in model:
             return source, {}

@@ -13,6 +13,7 @@ import shlex
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -541,3 +542,53 @@ async def test_a_sync_cancelled_while_it_pauses_the_sandbox_leaves_it_running(
         before = (await run(ws, "cat tick")).stdout
         await asyncio.sleep(0.2)
         assert (await run(ws, "cat tick")).stdout != before  # the loop goes on
+
+
+def _failing_freezes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The next ``n`` attempts to freeze a sandbox fail as one that timed out does (``[n]``, set by
+    the caller): thawed, False."""
+    from computer.runtime import _cgroups
+
+    failing, once = [0], _cgroups._freeze_once
+
+    def attempt(group: Path, timeout: float) -> bool:
+        if failing[0] > 0:
+            failing[0] -= 1
+            return False
+        return once(group, timeout)
+
+    monkeypatch.setattr(_cgroups, "_freeze_once", attempt)
+    return failing
+
+
+async def test_a_run_whose_sync_could_not_pause_the_sandbox_at_once_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A freeze not done within its second (a loaded machine: a background bash loop forking, load
+    ~6 on 2 cores) is let go and tried again: the run whose sync it was starts from the workspace's
+    files. Before, one such freeze failed the run ("could not be paused for a sync"; found by
+    LiveBackgroundMachine run harder)."""
+    failing = _failing_freezes(monkeypatch)
+    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[ShellBackend(live=True)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run(ws, "setsid sleep 30 > /dev/null 2>&1 &")  # a process: the syncs pause the sandbox
+        await ws.fs.write_file("/workspace/from-ws.txt", b"x\n")  # a push to make
+        failing[0] = 2  # the run's start sync (a tick's before it may take one)
+        result = await run(ws, "cat from-ws.txt")
+        assert (result.status, result.stdout, result.error) == ("completed", "x\n", None)
+
+
+async def test_a_tick_that_could_not_pause_the_sandbox_leaves_the_next_tick_to_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tick whose sync could not pause the sandbox (every attempt timed out) leaves the sync to the
+    next tick. Before, its error ended the ticker for the sandbox's life: nothing a background process
+    wrote reached the workspace until the next run, and the sandbox never ended idle."""
+    failing = _failing_freezes(monkeypatch)
+    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[ShellBackend(live=True)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run(ws, "setsid sh -c 'sleep 0.5; echo late > late.txt; sleep 30' > /dev/null 2>&1 &")
+        failing[0] = 3  # every attempt of the tick that finds late.txt
+        await eventually(lambda: ws.fs.exists("/workspace/late.txt"), within=10)
+        assert failing[0] == 0  # that tick did meet the failures
+        assert await ws.fs.read_text("/workspace/late.txt") == "late\n"
