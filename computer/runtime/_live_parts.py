@@ -79,6 +79,7 @@ class Job:
     command: str | None = None
     line: str = ""  # its own command line, as a listing shows it
     host_pid: int | None = None  # a job started ahead: its process's host pid, once found
+    source_file: str | None = None  # a shell started ahead: the file its long command came in (host)
 
 
 @dataclass

@@ -41,7 +41,7 @@ from ._tasks import in_thread
 if TYPE_CHECKING:
     from ._live import LiveSandbox
 
-__all__ = ["BOOT", "EXEC_ID", "MAX_SOURCE", "AheadShell", "source_name", "start_shell"]
+__all__ = ["BOOT", "EXEC_ID", "MAX_SOURCE", "AheadShell", "start_shell"]
 
 # The variable the wait reads into, unset by the command's first statement.
 _VAR = "__computer_run"
@@ -97,10 +97,11 @@ class AheadShell:
         ``OSError`` when the shell is gone already (its pipe closed): the caller starts its own."""
         payload = f"unset {_VAR}; export {EXEC_ID}={shlex.quote(exec_id)}; SECONDS=0; {source}"
         data = payload.encode("utf-8", "surrogateescape")
-        if len(data) > MAX_SOURCE:  # through a file, its path down the pipe
+        if len(data) > MAX_SOURCE:  # through a file, its path down the pipe (removed after the run)
             name = source_name(exec_id)
             flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(os.path.join(self.files[0], name), flags, 0o644)
+            self.job.source_file = os.path.join(self.files[0], name)
+            fd = os.open(self.job.source_file, flags, 0o644)
             try:
                 os.fchmod(fd, 0o644)  # the sandbox's user reads it, whatever this process's umask
                 os.write(fd, data)
@@ -146,7 +147,7 @@ class AheadShell:
 
 
 def source_name(exec_id: str) -> str:
-    """The file of the bridge directory a long command of run ``exec_id`` goes in (removed after it)."""
+    """The file of the bridge directory a long command of run ``exec_id`` goes in (``Job.source_file``)."""
     return f"source-{exec_id}.sh"
 
 

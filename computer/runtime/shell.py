@@ -30,7 +30,7 @@ from ._live import LiveSandbox
 from ._live_launch import INIT_PYTHON
 from ._live_parts import Job, command_line
 from ._live_set import JobSpec, LiveCalls, LiveSandboxes
-from ._live_shell import MAX_SOURCE, AheadShell, source_name, start_shell
+from ._live_shell import AheadShell, start_shell
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import ProcessOutcome, out_of_memory_error, stream_process
@@ -293,10 +293,11 @@ class ShellBackend(LiveCalls):
             try:
                 yield JobSpec(argv, env, job=job)
             finally:  # the live sandbox's bridge directory outlives the run: a script written, removed
-                if len(argv) > 3 or (job is not None and len(request.source) * 4 + 256 > MAX_SOURCE):
-                    with contextlib.suppress(OSError):
-                        name = _script_name(request) if len(argv) > 3 else source_name(request.id)
-                        os.unlink(sandbox.bridge_dir / name)
+                written = sandbox.bridge_dir / _script_name(request) if len(argv) > 3 else None
+                for path in (written, job.source_file if job is not None else None):
+                    if path is not None:
+                        with contextlib.suppress(OSError):
+                            os.unlink(path)
 
         started = True  # the run's command started: a shell like it can wait for the next run
         async for event in self._lives.run(request, ctx, cwd, command):
