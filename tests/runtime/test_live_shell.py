@@ -311,19 +311,22 @@ async def test_a_background_subshell_of_its_run_is_listed_as_that_runs(
     )
 
 
+@pytest.mark.parametrize("padded", [False, True], ids=["by the pipe", "through a file"])
 async def test_a_run_by_the_shell_started_ahead_syncs_with_a_racing_write_and_after_a_reopen(
-    tmp_path: Path, handed: list[str]
+    tmp_path: Path, handed: list[str], padded: bool
 ) -> None:
     """The taken shell is the run's process like a spawned one: a workspace write while it runs
     reaches it (the sync pauses the sandbox for it), what it writes reaches the workspace, and after
-    the workspace is closed and opened again the first run spawns and the next takes a shell again."""
+    the workspace is closed and opened again the first run spawns and the next takes a shell again;
+    commands past the pipe's limit (padded) alike, through their file."""
     db = str(tmp_path / "ws.sqlite")
+    pad = PADDING if padded else ""
     async with computer.Workspace(db, backends=[ShellBackend()]) as ws:
         await ws.fs.mkdir("/workspace")
         assert (await run(ws, "true")).status == "completed"
         await asyncio.sleep(0.05)
         handle = await ws.runtime.exec(
-            "for i in $(seq 250); do [ -f from_ws ] && break; sleep 0.02; done; cat from_ws; "
+            pad + "for i in $(seq 250); do [ -f from_ws ] && break; sleep 0.02; done; cat from_ws; "
             "echo prog > from_prog"
         )
         await asyncio.sleep(0.1)
@@ -332,9 +335,9 @@ async def test_a_run_by_the_shell_started_ahead_syncs_with_a_racing_write_and_af
         assert (result.status, result.stdout, handle.id in handed) == ("completed", "ws\n", True)
         assert await ws.fs.read_text("/workspace/from_prog") == "prog\n"
     async with computer.Workspace(db, backends=[ShellBackend()]) as ws:
-        first = await run(ws, "cat from_ws from_prog")
+        first = await run(ws, pad + "cat from_ws from_prog")
         assert (first.stdout, first.id in handed) == ("ws\nprog\n", False)
         await asyncio.sleep(0.05)
-        second = await run(ws, "echo again >> from_prog; cat from_prog")
+        second = await run(ws, pad + "echo again >> from_prog; cat from_prog")
         assert (second.stdout, second.id in handed) == ("prog\nagain\n", True)
         assert await ws.fs.read_text("/workspace/from_prog") == "prog\nagain\n"
