@@ -30,6 +30,7 @@ background process) is not taken.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shlex
 from dataclasses import dataclass
@@ -97,25 +98,36 @@ class AheadShell:
         ``OSError`` when the shell is gone already (its pipe closed): the caller starts its own."""
         payload = f"unset {_VAR}; export {EXEC_ID}={shlex.quote(exec_id)}; SECONDS=0; {source}"
         data = payload.encode("utf-8", "surrogateescape")
-        if len(data) > MAX_SOURCE:  # through a file, its path down the pipe (removed after the run)
-            name = source_name(exec_id)
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-            self.job.source_file = os.path.join(self.files[0], name)
-            fd = os.open(self.job.source_file, flags, 0o644)
-            try:
-                os.fchmod(fd, 0o644)  # the sandbox's user reads it, whatever this process's umask
-                os.write(fd, data)
-            finally:
-                os.close(fd)
-            data = f"{self.files[1]}/{name}".encode("utf-8", "surrogateescape")
-        data += b"\0"
         try:
-            written = os.write(self.script, data)  # an empty pipe takes it whole (<= 64 KiB)
-            if written != len(data):
-                raise BlockingIOError("the shell's pipe took part of its command")
-        finally:
-            os.close(self.script)
-            self.script = -1
+            if len(data) > MAX_SOURCE:  # through a file, its path down the pipe (removed after the run)
+                name = source_name(exec_id)
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+                self.job.source_file = os.path.join(self.files[0], name)
+                fd = os.open(self.job.source_file, flags, 0o644)
+                try:
+                    os.fchmod(fd, 0o644)  # the sandbox's user reads it, whatever this process's umask
+                    written = os.write(fd, data)
+                    if written != len(data):
+                        raise OSError(errno.ENOSPC, "a long command's file took part of it")
+                finally:
+                    os.close(fd)
+                data = f"{self.files[1]}/{name}".encode("utf-8", "surrogateescape")
+            data += b"\0"
+            try:
+                written = os.write(self.script, data)  # an empty pipe takes it whole (<= 64 KiB)
+                if written != len(data):
+                    raise BlockingIOError("the shell's pipe took part of its command")
+            finally:
+                os.close(self.script)
+                self.script = -1
+        except BaseException:
+            # The run spawns its own shell: the file goes now, not when the sandbox ends (the run's
+            # end removes only the file of a job it took; it stayed in the bridge directory).
+            if self.job.source_file is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(self.job.source_file)
+                self.job.source_file = None
+            raise
         job = self.job
         job.command = command
         held, job.stdin = job.stdin, None

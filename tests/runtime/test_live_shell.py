@@ -6,6 +6,7 @@ waits for its command, so a run skips the spawn and bash's start. A run it serve
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -341,3 +342,54 @@ async def test_a_run_by_the_shell_started_ahead_syncs_with_a_racing_write_and_af
         second = await run(ws, pad + "echo again >> from_prog; cat from_prog")
         assert (second.stdout, second.id in handed) == ("prog\nagain\n", True)
         assert await ws.fs.read_text("/workspace/from_prog") == "prog\nagain\n"
+
+
+@pytest.mark.parametrize("fails", ["the pipe", "the file"])
+async def test_a_long_commands_file_goes_when_the_shell_cannot_take_it(
+    pair: tuple[computer.Workspace, computer.Workspace], monkeypatch: pytest.MonkeyPatch, fails: str
+) -> None:
+    """A command past the pipe's limit is written to a file of the bridge directory before the shell
+    gets its path: when the pipe (the shell died meanwhile) or that file's write fails, the run spawns
+    its own shell, and the file goes at once (it stayed in the bridge directory until the sandbox
+    ended: the run's end removes only the file of a shell it took)."""
+    ahead, _ = pair
+    hand = _live_shell.AheadShell.hand
+    failed: list[str] = []
+
+    def failing(self: _live_shell.AheadShell, *args: object) -> object:
+        if fails == "the pipe":  # its reader gone: the write raises BrokenPipeError
+            reader, writer = os.pipe()
+            os.close(reader)
+            os.close(self.script)
+            self.script = writer
+            return hand(self, *args)  # type: ignore[arg-type]
+        real_write = os.write
+
+        def short(fd: int, data: bytes) -> int:  # the file's write takes part of it (a full disk)
+            if fd != self.script:
+                return real_write(fd, data[: len(data) // 2])
+            return real_write(fd, data)
+
+        monkeypatch.setattr(_live_shell.os, "write", short)
+        try:
+            return hand(self, *args)  # type: ignore[arg-type]
+        finally:
+            monkeypatch.setattr(_live_shell.os, "write", real_write)
+
+    def counting(self: _live_shell.AheadShell, *args: object) -> object:
+        try:
+            return failing(self, *args)
+        except OSError as exc:
+            failed.append(repr(exc))
+            raise
+
+    monkeypatch.setattr(_live_shell.AheadShell, "hand", counting)
+    await asyncio.sleep(0.05)  # the next shell waits by now
+    long = "x=" + "y" * (_live_shell.MAX_SOURCE + 10) + "; echo ${#x}"
+    result = await run(ahead, long)
+    # (A short write of the file ran the command cut short: nothing printed, the run "completed".)
+    assert (result.status, result.stdout) == ("completed", f"{_live_shell.MAX_SOURCE + 10}\n")
+    assert failed, "the run did not try the shell started ahead"
+    sandbox = ahead.runtime._backends["shell"]._lives.get(ahead.fs.instance)  # type: ignore[attr-defined]
+    assert sandbox is not None and sandbox.alive
+    assert not list(sandbox.bridge_dir.glob("source-*")), "the file of the command stayed"
