@@ -30,9 +30,9 @@ seconds in all (once no run is in progress), on ``end_sandbox``/``kill_process``
 its workspace closes (hibernation) and when its process dies (a worker lost). Ending kills every
 process, then pulls what they wrote.
 
-This module is the sandbox (its init's channel, processes, syncs, ticker, end); its commands are
-``_live_jobs``, its start ``_live_launch``, and a backend's set of them with a run inside one
-``_live_set``.
+This module is the sandbox (processes, syncs, ticker, end); its init's channel is ``_live_channel``,
+its commands ``_live_jobs``, its start ``_live_launch``, and a backend's set of them with a run inside
+one ``_live_set``.
 """
 
 from __future__ import annotations
@@ -40,19 +40,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import os
 import signal
 import socket
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ._assets_bridge import AssetsBridge
 from ._backend import ExecContext
 from ._cgroups import ControlFile, count_in, freeze, procs_of, thaw
+from ._live_channel import LiveChannel
 from ._live_jobs import LiveJobs, LiveSandboxError, LiveStartError, background_log
 from ._live_launch import Launched
 from ._live_parts import (
@@ -62,7 +62,6 @@ from ._live_parts import (
     fail,
     from_background,
     has_changes,
-    host_pid,
     listed,
 )
 from ._mirror import Mirror
@@ -78,9 +77,12 @@ log = logging.getLogger(__name__)
 
 # Seconds between two looks at a busy sandbox (changes on either side).
 SYNC_INTERVAL = 0.1
+# Ticks in a row whose look failed on the init's channel before the sandbox is ended (its processes
+# killed, what they wrote pulled; the next run starts a fresh one and says so).
+TICK_FAILURES = 30
 
 
-class LiveSandbox(LiveJobs):
+class LiveSandbox(LiveChannel, LiveJobs):
     """A running live sandbox of one workspace (see the module docstring). Use :meth:`start`."""
 
     def __init__(
@@ -121,6 +123,7 @@ class LiveSandbox(LiveJobs):
         self._requests: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._next_ref = 0
         self.dead: str | None = None  # why the sandbox cannot take runs any more
+        self.unsaid: str | None = None  # why it was lost while no run was in progress
         self.kills_at_end = 0  # the memory group's out-of-memory kills when it ended
         self.ended = asyncio.Event()
         self._ending: asyncio.Task[None] | None = None
@@ -179,51 +182,11 @@ class LiveSandbox(LiveJobs):
 
     # ------------------------------------------------------------------ channel
 
-    def _readable(self) -> None:
-        while True:
-            try:
-                data = self.channel.recv(1 << 22)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._lost("its first process ended")
-                return
-            try:
-                message = json.loads(data)
-            except ValueError:
-                log.warning("live sandbox of %s: unreadable message from its init", self.workspace_id)
-                continue
-            self._dispatch(message)
-
-    def _dispatch(self, message: dict[str, Any]) -> None:
-        op = message.get("op")
-        if op in ("started", "exit"):
-            job = self.jobs.get(str(message.get("id")))
-            if job is None:
-                return
-            if op == "started":
-                if not job.started.done():
-                    job.started.set_result(int(message["pid"]))
-                if job.waiting and self._base_procs:  # its host pid: it does not make a sync pause
-                    new = (self._procs() or set()) - self._base_procs
-                    job.host_pid = host_pid(new, int(message["pid"]))
-                return
-            if not job.started.done():
-                job.started.set_result(0)
-            if not job.exited.done():
-                job.exited.set_result((int(message["code"]), message.get("error")))
-        elif op in ("killed", "ps") or (op == "error" and message.get("ref")):
-            future = self._requests.pop(int(message.get("ref") or 0), None)
-            if future is not None and not future.done():
-                future.set_result(message)
-        else:
-            log.warning("live sandbox of %s: init says %s", self.workspace_id, message.get("error"))
-
     def _lost(self, why: str) -> None:
         if self.dead is None:
             self.dead = why
+            if not self.runs:  # no run to say so: the workspace's next one does (``LiveSandboxes``)
+                self.unsaid = why
             self.kills_at_end = self.oom_kills()  # read while the group is there (see LiveJobs.output)
         with contextlib.suppress(Exception):
             self.loop.remove_reader(self.channel.fileno())
@@ -233,36 +196,6 @@ class LiveSandbox(LiveJobs):
         self._requests.clear()
         if self._ending is None:
             self._ending = asyncio.ensure_future(self._end())
-
-    def _send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
-        if self.dead is not None:
-            raise LiveSandboxError(f"the live sandbox ended: {self.dead}")
-        data = json.dumps(message).encode()
-        for _ in range(200):
-            try:
-                socket.send_fds(self.channel, [data], list(fds))
-                return
-            except BlockingIOError:
-                time.sleep(0.001)
-            except OSError as exc:
-                self._lost(f"its init cannot be reached ({exc.strerror})")
-                raise LiveSandboxError(f"the live sandbox ended: {self.dead}") from exc
-        raise LiveSandboxError("the live sandbox's init does not read its messages")
-
-    async def _request(self, message: dict[str, Any]) -> dict[str, Any]:
-        self._next_ref += 1
-        ref = self._next_ref
-        future: asyncio.Future[dict[str, Any]] = self.loop.create_future()
-        self._requests[ref] = future
-        try:
-            self._send({**message, "ref": ref})
-            async with asyncio.timeout(10):
-                reply = await future
-            if reply.get("op") == "error":  # the init could not answer (it goes on)
-                raise LiveSandboxError(f"the live sandbox's init could not answer: {reply.get('error')}")
-            return reply
-        finally:
-            self._requests.pop(ref, None)
 
     # ------------------------------------------------------------------ processes
 
@@ -413,14 +346,14 @@ class LiveSandbox(LiveJobs):
 
     async def _tick(self) -> None:
         """While the sandbox lives: sync while anything runs, flush background logs, end when idle."""
-        failures = 0
+        failures = unanswered = 0
         while self.dead is None:
             await asyncio.sleep(SYNC_INTERVAL)
             if self.dead is not None:
                 return
+            now = time.monotonic()
             try:
                 busy = await self.busy()
-                now = time.monotonic()
                 if busy or self.runs:
                     self.idle_since = None
                 elif self.idle_since is None:
@@ -430,13 +363,19 @@ class LiveSandbox(LiveJobs):
                 if (busy or not self.mirror.quiet(paced=True)) and not self.lock.locked():
                     await self.sync(push=busy, paced=True)
                 await self.flush_logs()
-                failures = 0
-            except LiveSandboxError:
-                return
+                failures = unanswered = 0
             except Exception as exc:  # the workspace unreachable for a moment: try again next tick
+                if self.dead is not None:  # ended meanwhile (its init lost): its end is on its way
+                    return
                 failures += 1
                 if failures in (1, 50):
                     log.warning("live sandbox of %s: sync failed: %r", self.workspace_id, exc)
+                # The init's channel failed (a reply it could not send, a full channel): tried again
+                # too (this error ended the ticker for good), up to a bound: then the sandbox ends.
+                unanswered = unanswered + 1 if isinstance(exc, LiveSandboxError) else 0
+                if unanswered >= TICK_FAILURES:
+                    self._lost(f"its init failed {unanswered} background syncs in a row ({exc})")
+                    return
             if not self.runs and (
                 (self.idle_since is not None and now - self.idle_since >= self.idle_end)
                 or now - self.created >= self.lifetime

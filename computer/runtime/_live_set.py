@@ -83,6 +83,9 @@ class LiveSandboxes:
         # What ended sandboxes' syncs refused with no run to tell (``LiveSandbox.unreported``), by
         # workspace: its next run's ``skipped`` (the oldest let go past _UNREPORTED workspaces).
         self._unreported: dict[str, dict[str, str]] = {}
+        # Why a workspace's sandbox was lost while no run was in progress (``LiveSandbox.unsaid``):
+        # its next run says so (the oldest let go past _UNREPORTED workspaces).
+        self._unsaid: dict[str, str] = {}
 
     # ------------------------------------------------------------------ a run
 
@@ -107,6 +110,13 @@ class LiveSandboxes:
         except (OSError, LiveSandboxError, TimeoutError) as exc:
             yield ExitEvent(None, error=f"the sandbox could not start: {exc}")
             return
+        lost = self._unsaid.pop(ctx.workspace_id, None)
+        if lost is not None:  # its background processes are gone: nothing else told the caller
+            note = (
+                f"computer: the workspace's live sandbox ended while no run was in progress ({lost}); "
+                "its processes were ended (what they wrote is kept) and this command runs in a fresh one\n"
+            )
+            yield OutputChunk("stderr", note.encode())
         changes = sandbox.open_run(request.id, self._unreported.pop(ctx.workspace_id, None))
         finished = killed = False
         try:
@@ -312,6 +322,11 @@ class LiveSandboxes:
             self._unreported[sandbox.workspace_id] = {**kept, **sandbox.unreported}
             while len(self._unreported) > _UNREPORTED:
                 del self._unreported[next(iter(self._unreported))]
+        if sandbox.unsaid is not None:
+            self._unsaid.pop(sandbox.workspace_id, None)
+            self._unsaid[sandbox.workspace_id] = sandbox.unsaid
+            while len(self._unsaid) > _UNREPORTED:
+                del self._unsaid[next(iter(self._unsaid))]
         if sandbox.mirror.directory.is_dir() and sandbox.mirror in self.sync.mirrors.idle_mirrors(
             sandbox.workspace_id
         ):

@@ -1,0 +1,112 @@
+"""A live sandbox's channel to its init (see ``_live``): messages sent (with descriptors), read and
+dispatched (a job's start and exit, a request's reply), and a request awaited to its reply. A part of
+:class:`~computer.runtime._live.LiveSandbox`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import socket
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ._live_jobs import LiveSandboxError
+from ._live_parts import Job, host_pid
+
+__all__ = ["LiveChannel"]
+
+log = logging.getLogger("computer.runtime._live")
+
+
+class LiveChannel:
+    """The channel to a live sandbox's init (fields and the end: ``LiveSandbox``)."""
+
+    workspace_id: str
+    loop: asyncio.AbstractEventLoop
+    channel: socket.socket
+    dead: str | None
+    jobs: dict[str, Job]
+    _requests: dict[int, asyncio.Future[dict[str, Any]]]
+    _next_ref: int
+    _base_procs: frozenset[int]
+
+    def _lost(self, why: str) -> None:
+        raise NotImplementedError  # the sandbox's (``LiveSandbox``)
+
+    def _procs(self) -> set[int] | None:
+        raise NotImplementedError
+
+    def _readable(self) -> None:
+        while True:
+            try:
+                data = self.channel.recv(1 << 22)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._lost("its first process ended")
+                return
+            try:
+                message = json.loads(data)
+            except ValueError:
+                log.warning("live sandbox of %s: unreadable message from its init", self.workspace_id)
+                continue
+            self._dispatch(message)
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        if op in ("started", "exit"):
+            job = self.jobs.get(str(message.get("id")))
+            if job is None:
+                return
+            if op == "started":
+                if not job.started.done():
+                    job.started.set_result(int(message["pid"]))
+                if job.waiting and self._base_procs:  # its host pid: it does not make a sync pause
+                    new = (self._procs() or set()) - self._base_procs
+                    job.host_pid = host_pid(new, int(message["pid"]))
+                return
+            if not job.started.done():
+                job.started.set_result(0)
+            if not job.exited.done():
+                job.exited.set_result((int(message["code"]), message.get("error")))
+        elif op in ("killed", "ps") or (op == "error" and message.get("ref")):
+            future = self._requests.pop(int(message.get("ref") or 0), None)
+            if future is not None and not future.done():
+                future.set_result(message)
+        else:
+            log.warning("live sandbox of %s: init says %s", self.workspace_id, message.get("error"))
+
+    def _send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+        if self.dead is not None:
+            raise LiveSandboxError(f"the live sandbox ended: {self.dead}")
+        data = json.dumps(message).encode()
+        for _ in range(200):
+            try:
+                socket.send_fds(self.channel, [data], list(fds))
+                return
+            except BlockingIOError:
+                time.sleep(0.001)
+            except OSError as exc:
+                self._lost(f"its init cannot be reached ({exc.strerror})")
+                raise LiveSandboxError(f"the live sandbox ended: {self.dead}") from exc
+        raise LiveSandboxError("the live sandbox's init does not read its messages")
+
+    async def _request(self, message: dict[str, Any]) -> dict[str, Any]:
+        self._next_ref += 1
+        ref = self._next_ref
+        future: asyncio.Future[dict[str, Any]] = self.loop.create_future()
+        self._requests[ref] = future
+        try:
+            self._send({**message, "ref": ref})
+            async with asyncio.timeout(10):
+                reply = await future
+            if reply.get("op") == "error":  # the init could not answer (it goes on)
+                raise LiveSandboxError(f"the live sandbox's init could not answer: {reply.get('error')}")
+            return reply
+        finally:
+            self._requests.pop(ref, None)
