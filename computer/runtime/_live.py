@@ -80,6 +80,8 @@ SYNC_INTERVAL = 0.1
 # Ticks in a row whose look failed on the init's channel before the sandbox is ended (its processes
 # killed, what they wrote pulled; the next run starts a fresh one and says so).
 TICK_FAILURES = 30
+# Seconds the end waits for a tick's sync in flight before it cancels it.
+END_WAIT = 5.0
 
 
 class LiveSandbox(LiveChannel, LiveJobs):
@@ -140,6 +142,8 @@ class LiveSandbox(LiveChannel, LiveJobs):
         self._oom_control = ControlFile(memory / "memory.oom_control") if memory is not None else None
         self._baseline = 0
         self._ticker: asyncio.Task[None] | None = None
+        self._tick_idle = asyncio.Event()  # clear while a tick's sync runs (``_end`` waits for it)
+        self._tick_idle.set()
         self._adopted: set[int] = set()  # pipes of background processes, read into their logs
         self._stderr: asyncio.Task[None] | None = None
         # What the backend started ahead inside this sandbox (a python guest), ended with it.
@@ -361,7 +365,11 @@ class LiveSandbox(LiveChannel, LiveJobs):
                 # A process that wrote and exited since the last look leaves the mirror changed
                 # with nothing running: pull that too (pushes matter only to a running process).
                 if (busy or not self.mirror.quiet(paced=True)) and not self.lock.locked():
-                    await self.sync(push=busy, paced=True)
+                    self._tick_idle.clear()
+                    try:
+                        await self.sync(push=busy, paced=True)
+                    finally:
+                        self._tick_idle.set()
                 await self.flush_logs()
                 failures = unanswered = 0
             except Exception as exc:  # the workspace unreachable for a moment: try again next tick
@@ -397,6 +405,12 @@ class LiveSandbox(LiveChannel, LiveJobs):
     async def _end(self) -> None:
         ticker = self._ticker
         if ticker is not None and ticker is not asyncio.current_task():
+            # A tick's sync in flight ends first (bounded): cancelled, its push went on writing the
+            # mirror in its worker thread, unrecorded, and this end's pull took a file it was writing
+            # for the sandbox's change (refused, listed by the next run as a background one's lost).
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(END_WAIT):
+                    await self._tick_idle.wait()
             ticker.cancel()
         if self._stderr is not None:
             self._stderr.cancel()
