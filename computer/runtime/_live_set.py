@@ -105,12 +105,15 @@ class LiveSandboxes:
         A sandbox that cannot start the command at all (at its process limit or out of memory: a fork
         bomb left in the background) is ended with its processes (what they wrote is kept) and the
         command runs in a fresh one, saying so on stderr."""
+        before = self._live.get(ctx.workspace_id)  # one lost may still be ending (``_ended`` to come)
         try:
             sandbox = await self._sandbox_of(ctx)
         except (OSError, LiveSandboxError, TimeoutError) as exc:
             yield ExitEvent(None, error=f"the sandbox could not start: {exc}")
             return
         lost = self._unsaid.pop(ctx.workspace_id, None)
+        if before is not None and before is not sandbox and before.unsaid is not None:
+            lost, before.unsaid = before.unsaid, None  # said here: not again by the run after
         if lost is not None:  # its background processes are gone: nothing else told the caller
             note = (
                 f"computer: the workspace's live sandbox ended while no run was in progress ({lost}); "

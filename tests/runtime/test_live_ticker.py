@@ -93,6 +93,39 @@ async def test_a_sandbox_whose_init_fails_every_tick_ends_and_the_next_run_says_
         assert backend.live_sandboxes() == 1
 
 
+async def test_a_run_while_a_lost_sandbox_still_ends_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that comes while the lost sandbox's end still runs (its processes killed, its pull, its
+    cleanup) starts a fresh one and says why the old one ended (not the run after it)."""
+    monkeypatch.setattr(_live, "TICK_FAILURES", 3)
+    backend = ShellBackend(live=True)
+    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run(ws, "setsid sleep 30 > /dev/null 2>&1 &")
+        sandbox = backend._lives._live[ws.fs.instance]
+        cleaning, go = threading.Event(), threading.Event()
+        cleanup = sandbox.process.cleanup
+
+        def held() -> None:
+            cleaning.set()
+            go.wait(10)
+            cleanup()
+
+        monkeypatch.setattr(sandbox.process, "cleanup", held)
+        _unanswered(monkeypatch, sandbox)[0] = 10**6
+        await asyncio.to_thread(cleaning.wait, 10)
+        try:
+            first = await run(ws, "echo fresh")
+        finally:
+            go.set()
+        assert (first.status, first.stdout) == ("completed", "fresh\n")
+        assert "live sandbox ended while no run was in progress" in first.stderr, first.stderr
+        await asyncio.wait_for(sandbox.ended.wait(), 30)
+        again = await run(ws, "true")
+        assert (again.status, again.stderr) == ("completed", "")
+
+
 async def test_a_sandbox_ended_while_a_ticks_push_writes_the_mirror_reports_nothing_of_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
