@@ -416,38 +416,40 @@ class LiveSandbox(LiveChannel, LiveJobs):
             self._stderr.cancel()
         with contextlib.suppress(Exception):
             self.loop.remove_reader(self.channel.fileno())
-        error = LiveSandboxError(f"the live sandbox ended: {self.dead}")
-        fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
-        if self.spare is not None:
-            self.spare.close()
-            self.spare = None
-        async with self.lock:
-            await self.process.kill_tree()
-            clean = False
-            try:
-                await self._pull()  # the tree is dead: nothing to freeze
-                clean = True
-            except Exception as exc:
-                log.warning("live sandbox of %s: the final pull failed: %r", self.workspace_id, exc)
-            for fd in list(self._adopted):
+        try:
+            error = LiveSandboxError(f"the live sandbox ended: {self.dead}")
+            fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
+            if self.spare is not None:
+                self.spare.close()
+                self.spare = None
+            async with self.lock:
+                await self.process.kill_tree()
+                clean = False
+                try:
+                    await self._pull()  # the tree is dead: nothing to freeze
+                    clean = True
+                except Exception as exc:
+                    log.warning("live sandbox of %s: the final pull failed: %r", self.workspace_id, exc)
+                for fd in list(self._adopted):
+                    with contextlib.suppress(Exception):
+                        self.loop.remove_reader(fd)
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                self._adopted.clear()
                 with contextlib.suppress(Exception):
-                    self.loop.remove_reader(fd)
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-            self._adopted.clear()
-            with contextlib.suppress(Exception):
-                await self.flush_logs()
-            for control in (self._pids_current, self._pids_events, self._oom_control):
-                if control is not None:
-                    control.close()
-            await asyncio.to_thread(self.process.cleanup)
-            self.channel.close()
-            if self.bridge is not None:
+                    await self.flush_logs()
+                for control in (self._pids_current, self._pids_events, self._oom_control):
+                    if control is not None:
+                        control.close()
+                await asyncio.to_thread(self.process.cleanup)
+                self.channel.close()
+                if self.bridge is not None:
+                    with contextlib.suppress(Exception):
+                        await self.bridge.__aexit__(None, None, None)
+                await asyncio.to_thread(AssetsBridge.remove_directory, self.bridge_dir)
                 with contextlib.suppress(Exception):
-                    await self.bridge.__aexit__(None, None, None)
-            await asyncio.to_thread(AssetsBridge.remove_directory, self.bridge_dir)
-            with contextlib.suppress(Exception):
-                await self.sync_.release(self.workspace_id, self.mirror, clean=clean)
-        self.ended.set()
-        if self.ended_callback is not None:
-            self.ended_callback(self)
+                    await self.sync_.release(self.workspace_id, self.mirror, clean=clean)
+        finally:  # a failed step must not leave runs waiting for this end (``ENDING_WAIT``)
+            self.ended.set()
+            if self.ended_callback is not None:
+                self.ended_callback(self)

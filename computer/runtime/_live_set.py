@@ -36,6 +36,9 @@ __all__ = ["Command", "JobSpec", "LiveCalls", "LiveSandboxes"]
 
 # Workspaces whose ended sandboxes left refusals for their next run (``LiveSandboxes._unreported``).
 _UNREPORTED = 1000
+# Seconds a run waits for the workspace's sandbox that is still ending (its processes killed, what
+# they wrote pulled) before it starts a fresh one anyway.
+ENDING_WAIT = 30.0
 
 
 @dataclass
@@ -254,6 +257,16 @@ class LiveSandboxes:
                 if sandbox.bridge is not None:
                     sandbox.bridge.ctx = ctx
                 return sandbox
+            if sandbox is not None:
+                # Still ending (idle, lost, ``end_sandbox``): its final pull first, so this run sees
+                # what its processes wrote, and its mirror comes back warm. Before, the run started
+                # in a fresh mirror pushed without it (a background writer's last file missing
+                # there until a later sync), and the end's refusals and reason reached only the
+                # run after.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(ENDING_WAIT):
+                        await asyncio.shield(sandbox.ended.wait())
+                self._forget(sandbox)  # (its end forgot it, unless it is stuck)
             mirror = self.sync.acquire(workspace_id, ctx)
             self.sync.remove_evicted()
             clean = False
@@ -340,8 +353,8 @@ class LiveSandboxes:
             del self._live[sandbox.workspace_id]
 
     async def drop(self, sandbox: LiveSandbox, why: str) -> None:
-        """End ``sandbox`` (its processes killed, what they wrote pulled); the next run starts fresh."""
-        self._forget(sandbox)
+        """End ``sandbox`` (its processes killed, what they wrote pulled); the next run starts fresh,
+        once that end is over (``_sandbox_of``): the end forgets it (``_ended``)."""
         await sandbox.end(why)
 
     # ------------------------------------------------------------------ the processes API
@@ -375,8 +388,9 @@ class LiveSandboxes:
         sandbox = self._live.get(workspace_id)
         if sandbox is None:
             return False
+        alive = sandbox.alive  # (one ending already: waited for, and none was live)
         await self.drop(sandbox, "ended by end_sandbox")
-        return True
+        return alive
 
 
 class LiveCalls:

@@ -97,7 +97,8 @@ async def test_a_run_while_a_lost_sandbox_still_ends_says_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A run that comes while the lost sandbox's end still runs (its processes killed, its pull, its
-    cleanup) starts a fresh one and says why the old one ended (not the run after it)."""
+    cleanup) waits for that end, starts a fresh one and says why the old one ended (not the run
+    after it)."""
     monkeypatch.setattr(_live, "TICK_FAILURES", 3)
     backend = ShellBackend(live=True)
     async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
@@ -115,10 +116,12 @@ async def test_a_run_while_a_lost_sandbox_still_ends_says_so(
         monkeypatch.setattr(sandbox.process, "cleanup", held)
         _unanswered(monkeypatch, sandbox)[0] = 10**6
         await asyncio.to_thread(cleaning.wait, 10)
+        asyncio.get_running_loop().call_later(0.3, go.set)
         try:
             first = await run(ws, "echo fresh")
         finally:
             go.set()
+        assert sandbox.ended.is_set()  # the run waited for the end (``ENDING_WAIT``)
         assert (first.status, first.stdout) == ("completed", "fresh\n")
         assert "live sandbox ended while no run was in progress" in first.stderr, first.stderr
         await asyncio.wait_for(sandbox.ended.wait(), 30)
@@ -167,3 +170,38 @@ async def test_a_sandbox_ended_while_a_ticks_push_writes_the_mirror_reports_noth
         assert [await ws.fs.read_text(f"/workspace/f{i}") for i in range(20)] == [
             f"ws {i}\n" for i in range(20)
         ]
+
+
+async def test_a_run_while_the_sandbox_ends_sees_what_the_ends_pull_brought(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that comes while the workspace's sandbox ends (``end_sandbox``, idle, lost) waits for
+    that end's pull (bounded: ``ENDING_WAIT``), so it sees what the sandbox's processes wrote last, in
+    the sandbox's own mirror. Before, it started at once in a fresh mirror pushed from the workspace
+    without that file: a background writer's last file was missing for the run (``cat`` failed)."""
+    monkeypatch.setattr(_live, "SYNC_INTERVAL", 3600)  # no tick brings the file: only the end's pull
+    backend = ShellBackend(live=True)
+    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run(ws, "setsid sh -c 'sleep 0.2; echo late > late.txt; sleep 30' > /dev/null 2>&1 &")
+        sandbox = backend._lives._live[ws.fs.instance]
+        written = sandbox.mirror.directory / "late.txt"
+        await eventually(lambda: asyncio.to_thread(written.exists), within=10)
+        assert not await ws.fs.exists("/workspace/late.txt")  # in the sandbox only, so far
+        pulling, go = asyncio.Event(), asyncio.Event()
+        pull = sandbox._pull
+
+        async def held(paced: bool = False) -> Any:
+            if sandbox.dead is not None:  # the end's pull
+                pulling.set()
+                await go.wait()
+            return await pull(paced)
+
+        monkeypatch.setattr(sandbox, "_pull", held)
+        ending = asyncio.ensure_future(ws.runtime.end_sandbox())
+        await asyncio.wait_for(pulling.wait(), 10)
+        asyncio.get_running_loop().call_later(0.3, go.set)
+        seen = await run(ws, "cat late.txt")
+        assert (seen.status, seen.stdout) == ("completed", "late\n"), seen.stderr
+        assert await ending
+        assert await ws.fs.read_text("/workspace/late.txt") == "late\n"
