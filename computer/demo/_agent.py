@@ -39,6 +39,7 @@ class AgentState:
     calls: int = 0
     errors: int = 0
     latencies: list[float] = field(default_factory=list)  # seconds per tool call
+    by_tool: dict[str, list[float]] = field(default_factory=dict)  # the same, per tool name
     test_runs: int = 0
     tests_green: bool | None = None  # result of the latest test run
     url: str | None = None
@@ -97,7 +98,9 @@ async def _run_call(execute: Any, call: dict[str, Any], state: AgentState) -> di
     state.step = f"{name} {_brief(name, args)}".strip()
     started = time.perf_counter()
     outcome = await execute(call)
-    state.latencies.append(time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    state.latencies.append(elapsed)
+    state.by_tool.setdefault(name, []).append(elapsed)
     state.calls += 1
     state.errors += int(bool(outcome["is_error"]))
     text = "\n".join(part["text"] for part in outcome["content"] if part.get("type") == "text")

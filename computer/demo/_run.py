@@ -72,6 +72,15 @@ class DemoSummary:
         return [value for state in self.agents for value in state.latencies]
 
     @property
+    def by_tool(self) -> dict[str, list[float]]:
+        """Latencies per tool name (an ``exec`` runs the project's tests: seconds, not milliseconds)."""
+        merged: dict[str, list[float]] = {}
+        for state in self.agents:
+            for name, values in state.by_tool.items():
+                merged.setdefault(name, []).extend(values)
+        return merged
+
+    @property
     def ok(self) -> bool:
         return self.green == len(self.agents) and self.persistence is not None and self.persistence.identical
 
@@ -258,6 +267,12 @@ def print_summary(summary: DemoSummary, console: Console) -> None:
             f"tool calls: {calls} ({errors} errors), latency p50 {percentile(latencies, 50) * 1000:.1f} ms, "
             f"p99 {percentile(latencies, 99) * 1000:.1f} ms"
         )
+        per_tool = ", ".join(
+            f"{name} {len(values)} (p50 {percentile(values, 50) * 1000:.1f} ms, "
+            f"p99 {percentile(values, 99) * 1000:.1f} ms)"
+            for name, values in sorted(summary.by_tool.items())
+        )
+        console.print(f"  by tool: {per_tool}", soft_wrap=True)
     console.print("reports:")
     for state in states:
         if state.url:

@@ -110,6 +110,10 @@ def test_summary_shows_tool_calls_latency_persistence_and_wall_time(demo_run: De
     assert calls is not None, demo_run.explain()
     assert int(calls.group(1)) == 10 * AGENTS and int(calls.group(2)) == 0
     assert 0 < float(calls.group(3)) <= float(calls.group(4))
+    # The same per tool (the slow end is exec running the project's tests, not the file tools).
+    per_tool = re.findall(r"(\w+) (\d+) \(p50 ([\d.]+) ms, p99 ([\d.]+) ms\)", demo_run.stdout)
+    assert "exec" in {name for name, _, _, _ in per_tool}, demo_run.explain()
+    assert sum(int(count) for _, count, _, _ in per_tool) == int(calls.group(1))
     persistence = re.search(
         r"persistence: demo-agent-\d+ hibernated [\d.]+ s after its last call; a fresh client read its report "
         r"back \((\d+) bytes, identical\)",
