@@ -146,3 +146,27 @@ async def test_a_large_file_keeps_its_names_and_its_identity(tmp_path: Path, liv
     async with opened(db, python=False) as ws:
         again = await ok(ws, "sha256sum a c k l | cut -c1-64 && stat -c %h c k")
         assert again.stdout.split() == [new_a, old_a, new_k, new_k, "1", "2"]
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_directory_the_workspace_copies_reaches_the_sandbox_whole(tmp_path: Path, live: bool) -> None:
+    """``fs.copy`` of a tree (a template an agent copies, with a subdirectory, a hard link, a symlink
+    and a file over 1 MiB) while the sandbox holds the source: the next run sees the copy whole, also
+    while a background process runs (live) and after a reopen. Before: the copy was logged as one
+    "mkdir" of its top, which a push takes for a directory only made, so the sandbox got it empty."""
+    db = tmp_path / "ws.sqlite"
+    big = "x" * (1024 * 1024 + 7)
+    listing = "1\n2\n" + f"{len(big)}\n" + "2 2\nx\n"
+    check = "cat copy/x copy/s/y && wc -c < copy/s/big && stat -c %h copy/x copy/s/hl | paste -sd' ' && readlink copy/s/l"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/template/s", recursive=True)
+        await ws.fs.write_file(f"{ROOT}/template/s/big", big)
+        await ok(ws, "cd template && echo 1 > x && echo 2 > s/y && ln x s/hl && ln -s x s/l")
+        if live:
+            await ok(ws, "(sleep 30 &)")
+        await ws.fs.copy(f"{ROOT}/template", f"{ROOT}/copy")
+        assert (await ok(ws, check)).stdout == listing
+        await ws.fs.copy(f"{ROOT}/template/s", f"{ROOT}/copy/s2")
+        assert (await ok(ws, "ls copy/s2")).stdout == "big\nhl\nl\ny\n"
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, check)).stdout == listing
