@@ -12,7 +12,7 @@ import pytest
 
 from computer.runtime import ShellBackend
 
-from ._support import ROOT, digest, ok, opened, until
+from ._support import ROOT, digest, ok, opened, settle, started, until
 
 LIVE = ShellBackend(live=True).live
 
@@ -170,3 +170,41 @@ async def test_a_directory_the_workspace_copies_reaches_the_sandbox_whole(tmp_pa
         assert (await ok(ws, "ls copy/s2")).stdout == "big\nhl\nl\ny\n"
     async with opened(db, python=False) as ws:
         assert (await ok(ws, check)).stdout == listing
+
+
+@pytest.mark.parametrize("chmod", [False, True], ids=["made", "made-and-chmod"])
+async def test_files_a_run_writes_in_a_directory_the_workspace_made_meanwhile_are_kept(
+    tmp_path: Path, chmod: bool
+) -> None:
+    """The run and the workspace both make ``out/logs`` (``mkdir -p``) and each writes its own files
+    there during the run: both sets are in the workspace and in the sandbox afterwards, the run's
+    file keeps its inode, nothing is skipped but the workspace's own file the run wrote too
+    (``out/both.txt``: the workspace's version kept); the workspace's mode of ``out`` stays when the
+    run chmod-ed it too. Before: the directories conflicted, every file the run wrote below them was
+    refused and dropped from the sandbox, in the workspace nowhere."""
+    db = tmp_path / "ws.sqlite"
+    mode = "chmod 700 out && " if chmod else ""
+    source = (
+        "echo ready; sleep 1; mkdir -p out/logs && echo prog > out/logs/prog.txt && echo p > out/both.txt"
+        f" && {mode}stat -c %i out/logs/prog.txt"
+    )
+    async with opened(db, shell=ShellBackend(live=False), python=False) as ws:
+        handle = await started(ws, source)
+        await ws.fs.mkdir(f"{ROOT}/out/logs", recursive=True)
+        await ws.fs.write_file(f"{ROOT}/out/logs/ws.txt", "ws\n")
+        await ws.fs.write_file(f"{ROOT}/out/both.txt", "workspace\n")
+        result = await settle(handle)
+        assert result.status == "completed", result.stderr
+        assert result.skipped == [f"{ROOT}/out/both.txt"], result.skipped_reasons
+        inode = result.stdout.split()[-1]
+        assert await ws.fs.read_text(f"{ROOT}/out/logs/prog.txt") == "prog\n"
+        seen = await ok(
+            ws, "cat out/logs/prog.txt out/logs/ws.txt out/both.txt && stat -c '%i %a' out/logs/prog.txt out"
+        )
+        lines = seen.stdout.splitlines()
+        assert lines[:4] == ["prog", "ws", "workspace", f"{inode} 644"]
+        assert lines[4].split()[1] == "755"  # out: the workspace's mode
+        assert (await ws.fs.stat(f"{ROOT}/out")).mode & 0o777 == 0o755
+    async with opened(db, python=False) as ws:
+        again = await ok(ws, "cat out/logs/prog.txt out/logs/ws.txt out/both.txt && ls out/logs")
+        assert again.stdout == "prog\nws\nworkspace\nprog.txt\nws.txt\n"
