@@ -157,8 +157,7 @@ def _content_of(removed: Iterable[tuple[int, int, int | None, int]]) -> tuple[in
 
 def _drop_content(st: Store, freed: int, ones: list[int], large: list[int]) -> None:
     """Release deleted files' ``freed`` logical bytes and chunk references: ``ones`` (one-chunk files'
-    chunks, counted once at the end: a Counter per row cost ~1 ms) and the chunk lists of the
-    ``large`` inodes."""
+    chunks, counted once at the end: a Counter per row cost ~1 ms) and the ``large`` chunk lists."""
     counts: Counter[int] = Counter()
     for ino in large:
         counts.update(
@@ -494,7 +493,8 @@ def copy(st: Store, src: str, dst: str, *, overwrite: bool = False) -> None:
         if d_real == s_real:
             m.cancel()
             return
-        if node is not None:
+        if node is not None:  # a new file there: a push must not write into the old (its other names)
             remove_node(st, d_real, pino, name, node[0], node[1])
+            m.log(d_real, "rm")
         # Every entry of a copied tree: a "mkdir" alone is a directory only made (pushed empty).
         m.log_many(_copy_node(st, d, ino, kind, pino, name, d_real))

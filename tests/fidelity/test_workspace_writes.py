@@ -208,3 +208,21 @@ async def test_files_a_run_writes_in_a_directory_the_workspace_made_meanwhile_ar
     async with opened(db, python=False) as ws:
         again = await ok(ws, "cat out/logs/prog.txt out/logs/ws.txt out/both.txt && ls out/logs")
         assert again.stdout == "prog\nws\nworkspace\nprog.txt\nws.txt\n"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_file_the_workspace_copies_over_one_name_of_a_linked_file_leaves_the_others(
+    tmp_path: Path, live: bool
+) -> None:
+    """``fs.copy(c, a, overwrite=True)`` where a run made ``a`` and ``b`` one file: the workspace's
+    ``a`` is a new file and ``b`` keeps "one", in the sandbox too. Before: the copy was logged as a
+    write of ``a``, which a push writes into the file the mirror holds, so the sandbox showed ``b`` =
+    "new" while the workspace kept "one"."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ok(ws, "echo one > a && ln a b && echo new > c")
+        await ws.fs.copy(f"{ROOT}/c", f"{ROOT}/a", overwrite=True)
+        assert await ws.fs.read_text(f"{ROOT}/b") == "one\n"
+        assert (await ok(ws, "cat a b && stat -c %h a b")).stdout == "new\none\n1\n1\n"
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, "cat a b && stat -c %h a b")).stdout == "new\none\n1\n1\n"

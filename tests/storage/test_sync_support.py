@@ -93,6 +93,11 @@ async def test_a_copied_tree_logs_every_entry_it_made(fs: FileSystem) -> None:
         ("/w/c/s/l", "symlink"),
     ]
     assert {c.rev for c in changes} == {rev + 1}
+    await fs.copy("/w/t/f", "/w/c/f", overwrite=True)  # a new file over an old one: removed first
+    assert [(c.path, c.op) for c in fs.changes_since(rev + 1, "/w").changes] == [
+        ("/w/c/f", "rm"),
+        ("/w/c/f", "write"),
+    ]
 
 
 async def test_a_rename_into_a_subtree_names_its_source_from_outside_it(fs: FileSystem) -> None:
