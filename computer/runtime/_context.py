@@ -362,7 +362,8 @@ class LocalExecContext(PullCommits):
         since = fs.changes_since(base_rev, root, skip_revs=sorted(own))
         # A directory's new time alone (another run's pull) refuses nothing below it.
         changed = [c.path for c in since.changes if c.op != TOUCH]
-        conflicts = Conflicts(changed + await other_names(fs, changed, root), everything=not since.complete)
+        linked = await other_names(fs, changed, root)
+        conflicts = Conflicts(changed + linked, everything=not since.complete, made=since.changes)
         moves: list[Move] = []
         translated: set[str] = set()  # checked against the workspace's later changes already
         if pull.follow_moves and since.complete and not conflicts.none():
@@ -375,10 +376,10 @@ class LocalExecContext(PullCommits):
         # A removal of a proper ancestor of a protected path (or of "/") leaves it alone.
         holding = add_ancestors({"/"}, protected) if protected else set()
 
-        def refused(path: str) -> str | None:
+        def refused(path: str, directory: bool = False) -> str | None:
             if path in protected:
                 return PROTECTED
-            if path not in translated and conflicts.hit(path):
+            if path not in translated and conflicts.hit(path, directory):
                 return CONFLICT
             return None
 
@@ -418,10 +419,10 @@ class LocalExecContext(PullCommits):
             writes.setdefault(path, None)
         dirs = []
         for d in pull.dirs:
-            why = refused(d.path) if strict else None
+            why = refused(d.path, True) if strict else None
             if why is not None:
                 reasons[d.path] = why
-            else:
+            elif d.path not in conflicts.made:  # one both made: the workspace's mode and time stay
                 dirs.append(d)
         mkdirs = needed_dirs(dirs, protected, set(writes))
         for d in dirs:
@@ -430,11 +431,8 @@ class LocalExecContext(PullCommits):
             if d.mtime is not None:
                 mtimes[d.path] = d.mtime
         # Directories' own mtimes: kept where nothing refuses the path, never reported either way.
-        timed = [
-            p
-            for p in pull.dir_times
-            if p not in mtimes and p not in protected and not (strict and refused(p))
-        ]
+        timed = [p for p in pull.dir_times if p not in mtimes and p not in protected]
+        timed = [p for p in timed if not (strict and refused(p))]
         for path in timed:
             mtimes[path] = pull.dir_times[path]
         symlinks: dict[str, str] = {}

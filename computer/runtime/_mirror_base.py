@@ -242,11 +242,12 @@ class MirrorBase:
 
     def move(self, src: str, dst: str) -> bool:
         """Follow a workspace rename: the node at ``src`` is renamed to ``dst``, the same file or
-        directory (an open log goes on, hard links stay links, a process's directory moves with it);
-        what ``dst`` held is replaced. False, with nothing changed, when the mirror cannot: ``src`` is
-        not what it last synced there, it keeps something out at or below it (protected, kept or
-        dropped), ``dst``'s parent is not a directory it holds, or the rename fails (a non-empty
-        directory in the way). Parents are opened without following a link (a program may plant one)."""
+        directory (an open log goes on, hard links stay links, a process's directory moves with it,
+        and the sandbox's own FIFOs and sockets there, ``kept``: before, they refused the move, and a
+        server lost its socket and open log); what ``dst`` held is replaced. False, with nothing
+        changed, when the mirror cannot: ``src`` is not what it last synced there, the workspace has
+        something there it keeps out (protected or dropped), ``dst``'s parent is not a directory it
+        holds, or the rename fails (a non-empty directory in the way). No link is followed."""
         if not (_strictly_below(src, self.root) and _strictly_below(dst, self.root)) or is_below(dst, src):
             return False
         s, d = self.rel(src), self.rel(dst)
@@ -255,9 +256,7 @@ class MirrorBase:
         entry = self.state.get(s)
         s_parent, _, s_name = s.rpartition("/")
         d_parent, _, d_name = d.rpartition("/")
-        if entry is None or any(
-            is_below(p, src) for p in (*self.protected, *self.refetch, *self.held, *self.kept)
-        ):
+        if entry is None or any(is_below(p, src) for p in (*self.protected, *self.refetch, *self.held)):
             return False
         if d_parent and getattr(self.state.get(d_parent), "kind", None) != "d":
             # A directory the same push makes (``mkdir n; mv f n/``): made here first; the push's
@@ -285,7 +284,8 @@ class MirrorBase:
                 os.close(fd)
         self._forget(d)  # what ``dst`` held is replaced
         self.protected = {p for p in self.protected if not is_below(p, dst)}
-        self.kept = {p for p in self.kept if not is_below(p, dst)}
+        kept = {p for p in self.kept if not is_below(p, dst)}  # ... and the sandbox's own paths move
+        self.kept = {dst + p[len(src) :] if is_below(p, src) else p for p in kept}
         if entry.kind == "d":
             prefix = s + "/"
             for key in [k for k in self.state if k.startswith(prefix)]:

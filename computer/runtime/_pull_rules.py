@@ -9,6 +9,8 @@ import contextlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..storage import TOUCH
+from ..storage.types import Change
 from ._backend import MirrorDir, MirrorFile
 
 __all__ = [
@@ -84,14 +86,26 @@ def refused_files(files: Iterable[MirrorFile], refused: Callable[[str], str | No
 
 
 class Conflicts:
-    """Paths the workspace changed: a path conflicts when it, an ancestor or a descendant changed."""
+    """Paths the workspace changed: a path conflicts when it, an ancestor or a descendant changed.
 
-    def __init__(self, touched: list[str], *, everything: bool = False) -> None:
+    Except below a directory the workspace only made (or chmod-ed: ``made``, the change log's entries
+    of each path all ``"mkdir"``; a copied tree logs every entry): what a run changed below it
+    conflicts only by its own path, its descendants and the ancestors between, and a directory the
+    run made there too is no conflict (``hit(path, directory=True)``: the workspace's mode and time
+    stay). Before, both sides' ``mkdir -p out`` in one sync interval refused every file the run wrote
+    below ``out`` and the mirror dropped them: a lasting loss the workspace never saw."""
+
+    def __init__(self, touched: list[str], *, everything: bool = False, made: Iterable[Change] = ()) -> None:
         self.everything = everything
         self.touched = set(touched)
         self.above = add_ancestors(set(), self.touched)  # every proper ancestor of a touched path
         if "/" in self.touched:
             self.everything = True
+        ops: dict[str, bool] = {}  # path -> whether every change of it was a "mkdir"
+        for change in made:
+            if change.op != TOUCH:
+                ops[change.path] = ops.get(change.path, True) and change.op == "mkdir"
+        self.made = {path for path, only in ops.items() if only}
 
     def add(self, path: str) -> None:
         """Count ``path`` as changed too."""
@@ -104,16 +118,20 @@ class Conflicts:
         """True when no path can conflict (the workspace changed nothing below the root)."""
         return not self.everything and not self.touched
 
-    def hit(self, path: str) -> bool:
+    def hit(self, path: str, directory: bool = False) -> bool:
+        """Whether ``path`` conflicts; ``directory``: the run made it a directory (or chmod-ed it)."""
         if self.everything:
             return True
         if not self.touched:
             return False
-        if path in self.touched or path in self.above:
+        if path in self.made:
+            if not directory:
+                return True
+        elif path in self.touched or path in self.above:
             return True
         parent = path.rpartition("/")[0]
         while parent:
-            if parent in self.touched:
+            if parent in self.touched and parent not in self.made:
                 return True
             parent = parent.rpartition("/")[0]
         return False

@@ -157,8 +157,7 @@ def _content_of(removed: Iterable[tuple[int, int, int | None, int]]) -> tuple[in
 
 def _drop_content(st: Store, freed: int, ones: list[int], large: list[int]) -> None:
     """Release deleted files' ``freed`` logical bytes and chunk references: ``ones`` (one-chunk files'
-    chunks, counted once at the end: a Counter per row cost ~1 ms) and the chunk lists of the
-    ``large`` inodes."""
+    chunks, counted once at the end: a Counter per row cost ~1 ms) and the ``large`` chunk lists."""
     counts: Counter[int] = Counter()
     for ino in large:
         counts.update(
@@ -315,12 +314,16 @@ def _prepare_destination(
     return pino, name, real, node
 
 
-def _copy_node(st: Store, dst: str, ino: int, kind: int, pino: int, name: str, real: str) -> None:
+def _copy_node(
+    st: Store, dst: str, ino: int, kind: int, pino: int, name: str, real: str
+) -> list[tuple[str, str]]:
     db = st.db
     stack = [(ino, kind, pino, name, real)]
     copied: dict[int, int] = {}  # source inode -> its copy, for files of several names
+    made: list[tuple[str, str]] = []  # the change-log entry of every node made, ``real``'s first
     while stack:
         src_ino, k, parent, nm, path = stack.pop()
+        made.append((path, CREATE_OP[k]))
         mode, size, target, one, nlink = db.one(
             "SELECT mode, size, target, chunk, nlink FROM inodes WHERE id = ?", (src_ino,)
         )
@@ -355,6 +358,7 @@ def _copy_node(st: Store, dst: str, ino: int, kind: int, pino: int, name: str, r
             ).fetchall()
             for child_name, child, child_kind in rows:
                 stack.append((int(child), int(child_kind), new, child_name, join(path, child_name)))
+    return made
 
 
 def mkdir(st: Store, path: str, *, recursive: bool = False, mode: int = 0o755) -> None:
@@ -489,7 +493,8 @@ def copy(st: Store, src: str, dst: str, *, overwrite: bool = False) -> None:
         if d_real == s_real:
             m.cancel()
             return
-        if node is not None:
+        if node is not None:  # a new file there: a push must not write into the old (its other names)
             remove_node(st, d_real, pino, name, node[0], node[1])
-        _copy_node(st, d, ino, kind, pino, name, d_real)
-        m.log(d_real, CREATE_OP[kind])
+            m.log(d_real, "rm")
+        # Every entry of a copied tree: a "mkdir" alone is a directory only made (pushed empty).
+        m.log_many(_copy_node(st, d, ino, kind, pino, name, d_real))

@@ -51,8 +51,8 @@ async def _view(ws: computer.Workspace, paths: list[str]) -> dict[str, Any]:
 async def _race(ws: computer.Workspace, live: bool) -> dict[str, Any]:
     """The workspace writes into a directory a running program keeps read-only (``chmod 500``). Live,
     the write reaches the sandbox while the program waits for it (the tick's push lifts the directory
-    and puts its bits back); per call, the workspace's change wins the pull (the program's directory
-    is refused and listed) and the next run has the workspace's file."""
+    and puts its bits back); per call, both made the directory: the pull takes the program's file
+    beside the workspace's (the directory keeps the workspace's mode) and the next run has both."""
     wait = "for i in $(seq 400); do [ -e r/new ] && break; sleep 0.05; done; " if live else "sleep 1; "
     handle = await ws.runtime.exec(
         f"mkdir r && echo 1 > r/own && chmod 500 r && echo ready && {wait}stat -c %a r; cat r/new r/own",

@@ -153,3 +153,67 @@ async def test_a_process_goes_on_working_in_a_directory_the_workspace_renames(tm
         assert await fs.read_text(f"{ROOT}/app2/log") == "".join(f"{i}\n" for i in range(1, 61))
         assert not await fs.exists(f"{ROOT}/app")
         assert (await ok(ws, "ls; wc -l < app2/log")).stdout == "app2\n60\n"
+
+
+# A server on a unix socket in ``run/``, its log there held open (``print`` per request, flushed).
+_SOCKET_SERVER = """
+import os, socket, sys
+log = open("run/srv.log", "a", buffering=1)
+s = socket.socket(socket.AF_UNIX)
+s.bind("run/app.sock")
+s.listen(5)
+print("started", file=log)
+while True:
+    c, _ = s.accept()
+    name = c.recv(100).decode()
+    print("served", name, file=log)
+    c.sendall(open(name, "rb").read())
+    c.close()
+"""
+
+_ASK = (
+    'python3 -c "import socket, sys; s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]);'
+    " s.sendall(sys.argv[2].encode()); print(s.recv(100).decode(), end='')\" {} {}"
+)
+
+
+@pytest.mark.skipif(not LIVE, reason="no cgroup freezer here")
+@pytest.mark.parametrize("special", ["socket", "fifo"])
+async def test_a_directory_holding_a_socket_or_fifo_keeps_it_and_its_open_log_through_a_workspace_rename(
+    tmp_path: Path, special: str
+) -> None:
+    """A server listens on ``run/app.sock`` and logs to ``run/srv.log`` (kept open); the workspace
+    renames ``run`` to ``srv`` (a FIFO beside them, or not): the server still answers on
+    ``srv/app.sock``, its later lines are in ``srv/srv.log``, every file keeps its inode. Before, a
+    path only the sandbox holds (a socket, a FIFO) refused the move: the directory was removed and
+    sent whole, the socket was gone ("No such file or directory") and the log's later lines went to
+    the removed file."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=_shell(True), python=False) as ws:
+        fs = ws.fs
+        await fs.write_file(f"{ROOT}/server.py", _SOCKET_SERVER)
+        fifo = "mkfifo run/pipe && " if special == "fifo" else ""
+        started = await ok(
+            ws,
+            f"mkdir run && echo hello > run/data.txt && {fifo}(python3 server.py >/dev/null 2>&1 &)"
+            " && for i in $(seq 1 200); do [ -S run/app.sock ] && break; sleep 0.05; done"
+            " && stat -c '%i %n' run/data.txt run/srv.log",
+        )
+        assert "/workspace/run/app.sock" in started.skipped
+        await fs.rename(f"{ROOT}/run", f"{ROOT}/srv")
+        asked = await ok(ws, _ASK.format("srv/app.sock", "srv/data.txt") + " && stat -c '%i %n' srv/*")
+        assert asked.stdout.splitlines()[0] == "hello"
+        inodes = _inodes(asked.stdout.split("\n", 1)[1])
+        assert {inodes[f"srv/{n}"] for n in ("data.txt", "srv.log")} == set(_inodes(started.stdout).values())
+        assert ("srv/pipe" in inodes) == (special == "fifo")
+
+        async def logged() -> bool:
+            return "served srv/data.txt\n" in await fs.read_text(f"{ROOT}/srv/srv.log")
+
+        await until(logged)
+        assert await fs.read_text(f"{ROOT}/srv/srv.log") == "started\nserved srv/data.txt\n"
+        assert await workspace_view(ws) == await sandbox_view(ws)
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, "cat srv/srv.log && ls srv")).stdout == (
+            "started\nserved srv/data.txt\ndata.txt\nsrv.log\n"
+        )

@@ -12,7 +12,7 @@ import pytest
 
 from computer.runtime import ShellBackend
 
-from ._support import ROOT, digest, ok, opened, until
+from ._support import ROOT, digest, ok, opened, settle, started, until
 
 LIVE = ShellBackend(live=True).live
 
@@ -146,3 +146,83 @@ async def test_a_large_file_keeps_its_names_and_its_identity(tmp_path: Path, liv
     async with opened(db, python=False) as ws:
         again = await ok(ws, "sha256sum a c k l | cut -c1-64 && stat -c %h c k")
         assert again.stdout.split() == [new_a, old_a, new_k, new_k, "1", "2"]
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_directory_the_workspace_copies_reaches_the_sandbox_whole(tmp_path: Path, live: bool) -> None:
+    """``fs.copy`` of a tree (a template an agent copies, with a subdirectory, a hard link, a symlink
+    and a file over 1 MiB) while the sandbox holds the source: the next run sees the copy whole, also
+    while a background process runs (live) and after a reopen. Before: the copy was logged as one
+    "mkdir" of its top, which a push takes for a directory only made, so the sandbox got it empty."""
+    db = tmp_path / "ws.sqlite"
+    big = "x" * (1024 * 1024 + 7)
+    listing = "1\n2\n" + f"{len(big)}\n" + "2 2\nx\n"
+    check = "cat copy/x copy/s/y && wc -c < copy/s/big && stat -c %h copy/x copy/s/hl | paste -sd' ' && readlink copy/s/l"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/template/s", recursive=True)
+        await ws.fs.write_file(f"{ROOT}/template/s/big", big)
+        await ok(ws, "cd template && echo 1 > x && echo 2 > s/y && ln x s/hl && ln -s x s/l")
+        if live:
+            await ok(ws, "(sleep 30 &)")
+        await ws.fs.copy(f"{ROOT}/template", f"{ROOT}/copy")
+        assert (await ok(ws, check)).stdout == listing
+        await ws.fs.copy(f"{ROOT}/template/s", f"{ROOT}/copy/s2")
+        assert (await ok(ws, "ls copy/s2")).stdout == "big\nhl\nl\ny\n"
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, check)).stdout == listing
+
+
+@pytest.mark.parametrize("chmod", [False, True], ids=["made", "made-and-chmod"])
+async def test_files_a_run_writes_in_a_directory_the_workspace_made_meanwhile_are_kept(
+    tmp_path: Path, chmod: bool
+) -> None:
+    """The run and the workspace both make ``out/logs`` (``mkdir -p``) and each writes its own files
+    there during the run: both sets are in the workspace and in the sandbox afterwards, the run's
+    file keeps its inode, nothing is skipped but the workspace's own file the run wrote too
+    (``out/both.txt``: the workspace's version kept); the workspace's mode of ``out`` stays when the
+    run chmod-ed it too. Before: the directories conflicted, every file the run wrote below them was
+    refused and dropped from the sandbox, in the workspace nowhere."""
+    db = tmp_path / "ws.sqlite"
+    mode = "chmod 700 out && " if chmod else ""
+    source = (
+        "echo ready; sleep 1; mkdir -p out/logs && echo prog > out/logs/prog.txt && echo p > out/both.txt"
+        f" && {mode}stat -c %i out/logs/prog.txt"
+    )
+    async with opened(db, shell=ShellBackend(live=False), python=False) as ws:
+        handle = await started(ws, source)
+        await ws.fs.mkdir(f"{ROOT}/out/logs", recursive=True)
+        await ws.fs.write_file(f"{ROOT}/out/logs/ws.txt", "ws\n")
+        await ws.fs.write_file(f"{ROOT}/out/both.txt", "workspace\n")
+        result = await settle(handle)
+        assert result.status == "completed", result.stderr
+        assert result.skipped == [f"{ROOT}/out/both.txt"], result.skipped_reasons
+        inode = result.stdout.split()[-1]
+        assert await ws.fs.read_text(f"{ROOT}/out/logs/prog.txt") == "prog\n"
+        seen = await ok(
+            ws, "cat out/logs/prog.txt out/logs/ws.txt out/both.txt && stat -c '%i %a' out/logs/prog.txt out"
+        )
+        lines = seen.stdout.splitlines()
+        assert lines[:4] == ["prog", "ws", "workspace", f"{inode} 644"]
+        assert lines[4].split()[1] == "755"  # out: the workspace's mode
+        assert (await ws.fs.stat(f"{ROOT}/out")).mode & 0o777 == 0o755
+    async with opened(db, python=False) as ws:
+        again = await ok(ws, "cat out/logs/prog.txt out/logs/ws.txt out/both.txt && ls out/logs")
+        assert again.stdout == "prog\nws\nworkspace\nprog.txt\nws.txt\n"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_file_the_workspace_copies_over_one_name_of_a_linked_file_leaves_the_others(
+    tmp_path: Path, live: bool
+) -> None:
+    """``fs.copy(c, a, overwrite=True)`` where a run made ``a`` and ``b`` one file: the workspace's
+    ``a`` is a new file and ``b`` keeps "one", in the sandbox too. Before: the copy was logged as a
+    write of ``a``, which a push writes into the file the mirror holds, so the sandbox showed ``b`` =
+    "new" while the workspace kept "one"."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ok(ws, "echo one > a && ln a b && echo new > c")
+        await ws.fs.copy(f"{ROOT}/c", f"{ROOT}/a", overwrite=True)
+        assert await ws.fs.read_text(f"{ROOT}/b") == "one\n"
+        assert (await ok(ws, "cat a b && stat -c %h a b")).stdout == "new\none\n1\n1\n"
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, "cat a b && stat -c %h a b")).stdout == "new\none\n1\n1\n"

@@ -77,6 +77,29 @@ async def test_rename_logs_old_as_removed_and_new_as_renamed_from_it(fs: FileSys
     assert changes[0].rev == changes[1].rev == rev + 1
 
 
+async def test_a_copied_tree_logs_every_entry_it_made(fs: FileSystem) -> None:
+    """A mirror's push reads a lone "mkdir" as a directory only made or chmod-ed: a copied tree logged
+    as its top alone reached the sandbox empty."""
+    await fs.mkdir("/w/t/s", recursive=True)
+    await fs.write_file("/w/t/f", b"x")
+    await fs.symlink("f", "/w/t/s/l")
+    rev = fs.rev
+    await fs.copy("/w/t", "/w/c")
+    changes = fs.changes_since(rev, "/w").changes
+    assert [(c.path, c.op) for c in changes] == [
+        ("/w/c", "mkdir"),
+        ("/w/c/f", "write"),
+        ("/w/c/s", "mkdir"),
+        ("/w/c/s/l", "symlink"),
+    ]
+    assert {c.rev for c in changes} == {rev + 1}
+    await fs.copy("/w/t/f", "/w/c/f", overwrite=True)  # a new file over an old one: removed first
+    assert [(c.path, c.op) for c in fs.changes_since(rev + 1, "/w").changes] == [
+        ("/w/c/f", "rm"),
+        ("/w/c/f", "write"),
+    ]
+
+
 async def test_a_rename_into_a_subtree_names_its_source_from_outside_it(fs: FileSystem) -> None:
     await fs.mkdir("/w/sub", recursive=True)
     await fs.write_file("/out", b"x")
