@@ -30,6 +30,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -53,6 +54,9 @@ MAX_FDS = 8  # the three streams, a few more for the command, the spec pipe
 MAX_REPLY = 96 * 1024  # bytes of one reply (JSON): well under the default send buffer (212,992)
 MAX_COMMAND = 4096  # characters of a command line a ``ps`` listing keeps (fewer when many share it)
 MIN_COMMAND = 256
+# A run's name as a listing gives it (``COMPUTER_EXEC_ID`` in a process's environment, which the
+# process chose): the runtime's exec id form, anything else left out (see :func:`processes`).
+RUN_NAME = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # What a command starts with at its default action: every signal but those no process can catch (the
 # init ignores SIGINT, SIGHUP, SIGPIPE; Python SIGXFSZ; the host's launcher may have ignored SIGQUIT).
 DEFAULTED = tuple(s for s in range(1, 32) if s not in (signal.SIGKILL, signal.SIGSTOP))
@@ -383,7 +387,7 @@ def processes() -> list[dict[str, Any]]:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 for item in f.read().split(b"\0"):
                     if item.startswith(b"COMPUTER_EXEC_ID="):
-                        run = item[17:].decode(errors="replace")
+                        run = item[17:].decode() if RUN_NAME.fullmatch(item[17:]) else None
         except OSError:
             pass
         found.append(

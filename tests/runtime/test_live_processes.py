@@ -195,3 +195,31 @@ async def test_a_running_process_keeps_its_background_log_past_the_saved_output_
 
 async def _contains(ws: computer.Workspace, path: str, text: str) -> bool:
     return text in await ws.fs.read_text(path)
+
+
+async def test_a_run_name_a_process_forged_in_its_environment_neither_hides_the_listing_nor_reaches_it() -> None:
+    """``COMPUTER_EXEC_ID`` is the process's own to set: one of 120 KB made every listing leave out
+    every process from its pid up (the row alone was over a reply; the init cut command lines, never
+    the run's name), and one holding terminal escapes and rich markup was listed as the run's name
+    (``computer ps`` showed it raw). A name not of the exec id form is no run's: listed as none."""
+    marker = f"5{secrets.randbelow(10**6)}"
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        started = await run(
+            ws,
+            "A=$(head -c 120000 /dev/zero | tr '\\0' x); "
+            f"COMPUTER_EXEC_ID=$A setsid sleep {marker}.1 > /dev/null 2>&1 & "
+            f"COMPUTER_EXEC_ID=$'\\e]0;title\\a[bold]x' setsid sleep {marker}.2 > /dev/null 2>&1 & "
+            f"setsid sleep {marker}.3 > /dev/null 2>&1 & echo started",
+        )
+        assert started.stdout == "started\n", started.stderr
+
+        async def all_three() -> bool:
+            commands = {p.command for p in await ws.runtime.processes()}
+            return {f"sleep {marker}.{i}" for i in (1, 2, 3)} <= commands
+
+        await eventually(all_three, within=10)
+        runs = {p.command: p.exec_id for p in await ws.runtime.processes()}
+        assert runs[f"sleep {marker}.1"] is None and runs[f"sleep {marker}.2"] is None
+        assert runs[f"sleep {marker}.3"] == started.id
+        await ws.runtime.end_sandbox()
