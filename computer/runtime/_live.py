@@ -137,7 +137,7 @@ class LiveSandbox(LiveJobs):
         self._oom_control = ControlFile(memory / "memory.oom_control") if memory is not None else None
         self._baseline = 0
         self._ticker: asyncio.Task[None] | None = None
-        self._adopted: set[int] = set()  # pipes of background processes, read into their logs
+        self._adopted: dict[int, BackgroundLog] = {}  # background processes' pipes -> their logs
         self._stderr: asyncio.Task[None] | None = None
         # What the backend started ahead inside this sandbox (a python guest), ended with it.
         self.spare: Warm[Any] | None = None

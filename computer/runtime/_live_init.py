@@ -13,6 +13,7 @@ host → init                                              init → host
 ``{"op": "signal", "id", "sig"}``  the job's process group
 ``{"op": "kill", "pid", "sig", "ref"}``                  ``{"op": "killed", "ref", "error"}``
 ``{"op": "ps", "ref"}``                                  ``{"op": "ps", "ref", "processes": [...], "more"}``
+``{"op": "drop"}`` + fds: pipes whose output is dropped    (no reply: read here until their writers go)
                                                          ``{"op": "error", "ref", "error"}`` a request failed
 
 A reply is one packet, so it stays under :data:`MAX_REPLY` (the socket's send buffer is ~208 KB by
@@ -97,6 +98,9 @@ def main() -> None:
             if raise_oom_score(pid) or time.monotonic() > until:
                 del PENDING_ADJ[pid]
         for key, _ in selector.select(RETRY_ADJ if PENDING_ADJ else None):
+            if key.data == "drop":
+                drop(selector, key.fd)
+                continue
             if key.data == "child":
                 try:
                     while os.read(wake_r, 512):
@@ -114,6 +118,12 @@ def main() -> None:
             message: Any = None
             try:
                 message = json.loads(data)
+                if isinstance(message, dict) and message.get("op") == "drop":  # pipes the host lets go
+                    for fd in fds:  # read and dropped here; no job gets them
+                        os.set_inheritable(fd, False)
+                        os.set_blocking(fd, False)
+                        selector.register(fd, selectors.EVENT_READ, "drop")
+                    continue
                 handle(message, fds, jobs, send)
             except (ValueError, KeyError, TypeError) as exc:  # a malformed message: say so, go on
                 for fd in fds:
@@ -127,6 +137,19 @@ def main() -> None:
                 if not isinstance(message, dict) or message.get("op") == "run":
                     raise
                 send({"op": "error", "ref": message.get("ref"), "error": f"{exc.strerror or exc}"})
+
+
+def drop(selector: selectors.BaseSelector, fd: int) -> None:
+    """Read what the pipe ``fd`` holds and drop it; at its end (every writer gone), close it."""
+    try:
+        if os.read(fd, MAX_PACKET):
+            return
+    except BlockingIOError:
+        return
+    except OSError:
+        pass
+    selector.unregister(fd)
+    os.close(fd)
 
 
 def reap(jobs: dict[int, str], send: Send) -> None:

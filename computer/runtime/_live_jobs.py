@@ -32,6 +32,15 @@ _PACKET = 1 << 16
 _TAKEN = 256
 # How long a killed job may take to be reported dead before the sandbox is ended instead.
 _KILL_GRACE = 5.0
+# Pipes of background processes a sandbox's host side reads at most (two a run, while its background
+# processes hold them); past it the oldest go to the init, which reads and drops what comes (see
+# ``LiveJobs._adopt``).
+MAX_ADOPTED = 64
+# What a background log says when its pipes went to the init.
+LET_GO = (
+    b"\n[the sandbox's background processes hold too many runs' output pipes: what this run's "
+    b"print from now on is dropped]\n"
+)
 
 BACKGROUND_LOG_DIR = "/.computer/output"
 
@@ -61,7 +70,7 @@ class LiveJobs:
     jobs: dict[str, Job]
     taken: dict[str, Job]
     background: dict[str, BackgroundLog]
-    _adopted: set[int]
+    _adopted: dict[int, BackgroundLog]  # pipes read into background logs, oldest first
     _oom_control: ControlFile | None  # ``memory.oom_control``, kept open
     kills_at_end: int  # ``oom_kills()`` when the sandbox ended
 
@@ -278,7 +287,7 @@ class LiveJobs:
                 return
             self.loop.remove_reader(fd)
             os.close(fd)
-            self._adopted.discard(fd)
+            self._adopted.pop(fd, None)
             logged.open -= 1
 
         def resume(fd: int) -> None:
@@ -286,9 +295,29 @@ class LiveJobs:
                 self.loop.add_reader(fd, readable, fd)
 
         for fd in fds:
-            self._adopted.add(fd)
+            self._adopted[fd] = logged
             logged.open += 1
             self.loop.add_reader(fd, readable, fd)
+        while len(self._adopted) > MAX_ADOPTED:
+            self._let_go(next(iter(self._adopted)))
+
+    def _let_go(self, fd: int) -> None:
+        """Hand the adopted pipe ``fd`` to the init, which reads and drops what comes. A process that
+        opened ``/proc/<pid>/fd/1`` of every run kept each run's two pipes open (its first message,
+        one loop of the sandbox's): the host held two descriptors and up to a log's MiB per run for
+        as long as the sandbox lived, toward the descriptor limit of a process serving every
+        workspace. Closing the pipe instead would end its writers (SIGPIPE): a server of an older run
+        keeps running, its log no longer growing."""
+        logged = self._adopted.pop(fd)
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(fd)
+        with contextlib.suppress(Exception):
+            self._send({"op": "drop"}, [fd])
+        os.close(fd)
+        logged.open -= 1
+        if not logged.let_go:
+            logged.let_go = True
+            logged.append(LET_GO)
 
     async def flush_logs(self) -> None:
         """Write the background logs that grew since their last write (a tick's); let a log's bytes go

@@ -118,6 +118,7 @@ class BackgroundLog:
         self.dropped = 0
         self.dirty = False
         self.written = False  # in the workspace at least once
+        self.let_go = False  # some of its pipes went to the init (``LiveJobs._let_go``)
         self.budget = float(BACKGROUND_LOG_BYTES)  # bytes it may read now (refilled at BACKGROUND_RATE)
         self.refilled = time.monotonic()
 

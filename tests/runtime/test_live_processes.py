@@ -4,12 +4,13 @@ against the process limit, background logs let go once their printers ended."""
 from __future__ import annotations
 
 import json
+import re
 import secrets
 
 import pytest
 
 import computer
-from computer.runtime import ShellBackend, _live_init
+from computer.runtime import ShellBackend, _live_init, _live_jobs
 
 from ._live_support import eventually, host_pids_with, host_shows
 
@@ -222,4 +223,71 @@ async def test_a_run_name_a_process_forged_in_its_environment_neither_hides_the_
         runs = {p.command: p.exec_id for p in await ws.runtime.processes()}
         assert runs[f"sleep {marker}.1"] is None and runs[f"sleep {marker}.2"] is None
         assert runs[f"sleep {marker}.3"] == started.id
+        await ws.runtime.end_sandbox()
+
+
+_HOARDER = r"""
+import os, stat, time
+held, broken = {}, set()
+while True:
+    try:
+        pids = open("/workspace/pids").read().split()
+    except OSError:
+        pids = []
+    for pid in pids:  # each run's shell: its stdout is the run's
+        try:
+            ino = os.stat(f"/proc/{pid}/fd/1").st_ino
+            if ino not in held:
+                held[ino] = os.open(f"/proc/{pid}/fd/1", os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            pass
+    for ino, fd in held.items():
+        try:
+            os.write(fd, b"z\n")
+        except BlockingIOError:
+            pass
+        except BrokenPipeError:  # the pipe's reader closed it
+            broken.add(ino)
+    for name, found in (("held", held), ("broken", broken)):
+        open(f"/workspace/{name}.tmp", "w").write("".join(f"{ino}\n" for ino in found))
+        os.rename(f"/workspace/{name}.tmp", f"/workspace/{name}")
+    time.sleep(0.005)
+"""
+
+
+async def test_a_process_holding_every_runs_output_pipe_leaves_the_host_a_bounded_number(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A background process that opens ``/proc/<pid>/fd/1`` of every run keeps each run's pipe open
+    after it returns: the host read each into a background log, one descriptor (and up to a MiB) a
+    run, for as long as the sandbox lived (an hour), toward the descriptor limit of the process that
+    serves every workspace. Past ``MAX_ADOPTED`` the oldest go to the init, which reads and drops
+    what comes: the writer goes on (no SIGPIPE), and the runs' logs say their output is dropped."""
+    monkeypatch.setattr(_live_jobs, "MAX_ADOPTED", 4, raising=False)
+    backend = ShellBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/hoard.py", _HOARDER.encode())
+        first = await run(ws, "setsid python3 /workspace/hoard.py < /dev/null > /dev/null 2>&1 & echo ok")
+        assert first.stdout == "ok\n", first.stderr
+        runs, pipes = [], []
+        for i in range(10):
+            done = await run(
+                ws,
+                "echo $$ >> pids; ino=$(stat -L -c %i /proc/$$/fd/1); "
+                "until grep -qx $ino held 2>/dev/null; do sleep 0.01; done; echo; echo ino=$ino",
+                timeout=20,
+            )
+            assert done.exit_code == 0, done
+            runs.append(done.id)
+            pipes += re.findall(r"ino=(\d+)", done.stdout)
+        sandbox = backend._lives.get(ws.runtime.context.workspace_id)
+        assert sandbox is not None
+        assert len(sandbox._adopted) <= 4 and len(pipes) == 10
+        log = f"/.computer/output/{runs[0]}.background.log"
+        await eventually(lambda: _contains(ws, log, "dropped]"), within=10)
+        assert any(p.command == "python3 /workspace/hoard.py" for p in await ws.runtime.processes())
+        assert not set(pipes) & set((await ws.fs.read_text("/workspace/broken")).split())  # none closed
+        after = await run(ws, "echo after")
+        assert after.stdout == "after\n"
         await ws.runtime.end_sandbox()
