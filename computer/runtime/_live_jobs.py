@@ -323,7 +323,11 @@ class LiveJobs:
         """Write the background logs that grew since their last write (a tick's); let a log's bytes go
         once written with every pipe it reads closed. Its directory is made again whenever a write
         finds it gone (``rm -r /.computer/output``): it was made once per sandbox, and no log of that
-        sandbox was written again. A log whose write failed is written again by the next flush."""
+        sandbox was written again. A log whose write failed is written again by the next flush,
+        and the others are written all the same (the first failure raised after them: a directory
+        made at one log's path, by a careless caller or a python program's ``workspace`` calls,
+        stopped every later log of the sandbox from being written)."""
+        failed: Exception | None = None
         for run, logged in list(self.background.items()):
             if logged.dirty:
                 logged.dirty = False
@@ -335,11 +339,17 @@ class LiveJobs:
                     except Exception:  # its directory is gone (or not made yet): once more after it
                         await self.ctx.fs_call("mkdir", {"path": BACKGROUND_LOG_DIR, "recursive": True})
                         await self.ctx.fs_call("write_file", data)
+                except Exception as exc:
+                    logged.dirty = True
+                    failed = failed or exc
+                    continue
                 except BaseException:
                     logged.dirty = True
                     raise
             if not logged.open and not logged.dirty:  # written, and nothing more comes: let it go
                 logged.data = bytearray()
+        if failed is not None:
+            raise failed
 
 
 def read_some(fd: int) -> bytes | None:

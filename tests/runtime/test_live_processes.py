@@ -291,3 +291,23 @@ async def test_a_process_holding_every_runs_output_pipe_leaves_the_host_a_bounde
         after = await run(ws, "echo after")
         assert after.stdout == "after\n"
         await ws.runtime.end_sandbox()
+
+
+async def test_a_background_log_that_cannot_be_written_leaves_the_others_written() -> None:
+    """A directory made at one run's background log path (a careless caller, or a python program's
+    ``workspace.mkdir``): every flush stopped at that log, so no later run's log of the sandbox was
+    written again. The others are written all the same; that one once its path is free again."""
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.mkdir("/.computer/output", recursive=True)
+        first = await run(ws, "(sleep 0.5; echo first) &")
+        blocked = f"/.computer/output/{first.id}.background.log"
+        await ws.fs.mkdir(blocked)
+        later = await run(ws, "(sleep 0.5; echo later) &")
+        log = f"/.computer/output/{later.id}.background.log"
+        await eventually(lambda: ws.fs.exists(log), within=10)
+        await eventually(lambda: _contains(ws, log, "later\n"), within=10)
+        await ws.fs.rm(blocked, recursive=True)
+        await eventually(lambda: ws.fs.exists(blocked), within=10)
+        assert await ws.fs.read_text(blocked) == "first\n"
+        await ws.runtime.end_sandbox()
