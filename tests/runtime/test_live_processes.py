@@ -198,7 +198,7 @@ async def _contains(ws: computer.Workspace, path: str, text: str) -> bool:
     return text in await ws.fs.read_text(path)
 
 
-async def test_a_run_name_a_process_forged_in_its_environment_neither_hides_the_listing_nor_reaches_it() -> None:
+async def test_a_run_name_forged_in_an_environment_neither_hides_the_listing_nor_is_listed() -> None:
     """``COMPUTER_EXEC_ID`` is the process's own to set: one of 120 KB made every listing leave out
     every process from its pid up (the row alone was over a reply; the init cut command lines, never
     the run's name), and one holding terminal escapes and rich markup was listed as the run's name
@@ -271,7 +271,7 @@ async def test_a_process_holding_every_runs_output_pipe_leaves_the_host_a_bounde
         first = await run(ws, "setsid python3 /workspace/hoard.py < /dev/null > /dev/null 2>&1 & echo ok")
         assert first.stdout == "ok\n", first.stderr
         runs, pipes = [], []
-        for i in range(10):
+        for _ in range(10):
             done = await run(
                 ws,
                 "echo $$ >> pids; ino=$(stat -L -c %i /proc/$$/fd/1); "
