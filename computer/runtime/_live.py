@@ -64,6 +64,7 @@ from ._live_parts import (
     has_changes,
     host_pid,
     listed,
+    pages,
 )
 from ._mirror import Mirror
 from ._process import SandboxProcess
@@ -316,13 +317,11 @@ class LiveSandbox(LiveJobs):
         return procs_of(self._pids_group) if self._pids_group is not None else None
 
     async def processes(self) -> list[ProcessInfo]:
-        reply = await self._request({"op": "ps"})
-        if reply.get("more"):  # a listing is one packet (``_live_init.listing``)
-            log.warning(
-                "live sandbox of %s: %s processes left out of a listing", self.workspace_id, reply["more"]
-            )
+        rows, more = await pages(self._request)
+        if more:
+            log.warning("live sandbox of %s: %s processes left out of a listing", self.workspace_id, more)
         logs = {run: background_log(run) for run, logged in self.background.items() if logged.written}
-        return listed(reply.get("processes", []), [*self.taken.values(), *self.jobs.values()], logs)
+        return listed(rows, [*self.taken.values(), *self.jobs.values()], logs)
 
     async def kill_process(self, pid: int, sig: int = signal.SIGKILL) -> None:
         """Signal one process of the sandbox (its own pid); ``ProcessLookupError`` when it has none."""

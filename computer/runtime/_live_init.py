@@ -12,13 +12,15 @@ host → init                                              init → host
   fields when the spec is large: read it whole)
 ``{"op": "signal", "id", "sig"}``  the job's process group
 ``{"op": "kill", "pid", "sig", "ref"}``                  ``{"op": "killed", "ref", "error"}``
-``{"op": "ps", "ref"}``                                  ``{"op": "ps", "ref", "processes": [...], "more"}``
+``{"op": "ps", "ref", "after"}``                         ``{"op": "ps", "ref", "processes": [...], "more"}``
+  (``after``: only pids above it: the next page)
 ``{"op": "drop"}`` + fds: pipes whose output is dropped    (no reply: read here until their writers go)
                                                          ``{"op": "error", "ref", "error"}`` a request failed
 
 A reply is one packet, so it stays under :data:`MAX_REPLY` (the socket's send buffer is ~208 KB by
 default: a larger packet is refused): the ``ps`` listing cuts long command lines, and past that counts
-the processes it leaves out in ``"more"`` (see :func:`listing`).
+the processes it leaves out in ``"more"`` (see :func:`listing`), which the host asks for next (``after``
+the last pid it got).
 
 A job is the command's process group (``setsid``): killing a job is what Ctrl-C does in a terminal;
 a process that left it (``setsid server &``) keeps running. The init is a child subreaper, so every
@@ -191,7 +193,7 @@ def handle(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: 
                 error = f"process {pid}: {exc.strerror}"
         send({"op": "killed", "ref": message.get("ref"), "error": error})
     elif op == "ps":
-        rows, more = listing(processes())
+        rows, more = listing(processes(int(message.get("after") or 0)))
         send({"op": "ps", "ref": message.get("ref"), "processes": rows, "more": more})
 
 
@@ -375,7 +377,8 @@ def is_ours(pid: int) -> bool:
     return False
 
 
-def processes() -> list[dict[str, Any]]:
+def processes(after: int = 0) -> list[dict[str, Any]]:
+    """The sandbox's processes of pids above ``after`` (the init and zombies left out)."""
     me = os.getpid()
     ticks = os.sysconf("SC_CLK_TCK")
     page = os.sysconf("SC_PAGE_SIZE")
@@ -391,7 +394,7 @@ def processes() -> list[dict[str, Any]]:
         if not name.isdigit():
             continue
         pid = int(name)
-        if pid <= 1 or pid == me or not is_ours(pid):
+        if pid <= max(1, after) or pid == me or not is_ours(pid):
             continue
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:

@@ -311,3 +311,27 @@ async def test_a_background_log_that_cannot_be_written_leaves_the_others_written
         await eventually(lambda: ws.fs.exists(blocked), within=10)
         assert await ws.fs.read_text(blocked) == "first\n"
         await ws.runtime.end_sandbox()
+
+
+async def test_processes_past_one_reply_are_listed_from_the_next_pages() -> None:
+    """A listing was one reply of the init's: 100 processes named with 300 emoji each (12 bytes of
+    JSON apiece, 3 KB a row once cut) left 72 out, a server started after them among those never
+    listed (nor its log held). The host asks for the next page from the last pid it got."""
+    marker = f"4{secrets.randbelow(10**6)}"
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        started = await run(
+            ws,
+            "E=$(printf '\\U1F600%.0s' $(seq 300)); "
+            'for i in $(seq 100); do (exec -a "$E" sleep 1000 > /dev/null 2>&1 &); done; '
+            f"setsid sleep {marker} > /dev/null 2>&1 & echo ok",
+        )
+        assert started.stdout == "ok\n", started.stderr
+
+        async def listed() -> bool:
+            return any(p.command == f"sleep {marker}" for p in await ws.runtime.processes())
+
+        await eventually(listed, within=10)
+        found = await ws.runtime.processes()
+        assert len(found) == 101 and len({p.pid for p in found}) == 101
+        await ws.runtime.end_sandbox()
