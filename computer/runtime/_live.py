@@ -482,7 +482,7 @@ class LiveSandbox(LiveJobs):
                     os.close(fd)
             self._adopted.clear()
             with contextlib.suppress(Exception):
-                await self.flush_logs()
+                await self.flush_logs(limit=None)
             for control in (self._pids_current, self._pids_events, self._oom_control):
                 if control is not None:
                     control.close()

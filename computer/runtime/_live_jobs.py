@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -36,6 +37,10 @@ _KILL_GRACE = 5.0
 # processes hold them); past it the oldest go to the init, which reads and drops what comes (see
 # ``LiveJobs._adopt``).
 MAX_ADOPTED = 64
+# Bytes of background logs a tick writes at most (each write is a whole log, up to a MiB); the rest
+# are written by the next ticks, the least recently written first.
+FLUSH_BYTES = 2 << 20
+_TURNS = itertools.count(1)  # when a log was last written (``BackgroundLog.turn``), in order
 # What a background log says when its pipes went to the init.
 LET_GO = (
     b"\n[the sandbox's background processes hold too many runs' output pipes: what this run's "
@@ -319,8 +324,11 @@ class LiveJobs:
             logged.let_go = True
             logged.append(LET_GO)
 
-    async def flush_logs(self) -> None:
-        """Write the background logs that grew since their last write (a tick's); let a log's bytes go
+    async def flush_logs(self, limit: int | None = FLUSH_BYTES) -> None:
+        """Write the background logs that grew since their last write (a tick's), the least recently
+        written first, until ``limit`` bytes are written (None: all; at least one log a call): each
+        write is the whole log, so 32 printers left running (``yes &``) had every tick write 32 MiB,
+        a quarter of the host's loop and half a core for as long as they ran. Let a log's bytes go
         once written with every pipe it reads closed. Its directory is made again whenever a write
         finds it gone (``rm -r /.computer/output``): it was made once per sandbox, and no log of that
         sandbox was written again. A log whose write failed is written again by the next flush,
@@ -328,8 +336,11 @@ class LiveJobs:
         made at one log's path, by a careless caller or a python program's ``workspace`` calls,
         stopped every later log of the sandbox from being written)."""
         failed: Exception | None = None
-        for run, logged in list(self.background.items()):
-            if logged.dirty:
+        spent = 0
+        for run, logged in sorted(self.background.items(), key=lambda item: item[1].turn):
+            if logged.dirty and (limit is None or spent < limit):
+                spent += len(logged.data)
+                logged.turn = next(_TURNS)
                 logged.dirty = False
                 logged.written = True  # named by ``processes`` from now on: never pruned under its write
                 data = {"path": background_log(run), "data": logged.content()}

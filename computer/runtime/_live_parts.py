@@ -120,6 +120,7 @@ class BackgroundLog:
         self.dirty = False
         self.written = False  # in the workspace at least once
         self.let_go = False  # some of its pipes went to the init (``LiveJobs._let_go``)
+        self.turn = 0  # when it was last written, as ``LiveJobs.flush_logs`` counts (0: never)
         self.budget = float(BACKGROUND_LOG_BYTES)  # bytes it may read now (refilled at BACKGROUND_RATE)
         self.refilled = time.monotonic()
 

@@ -10,7 +10,7 @@ import secrets
 import pytest
 
 import computer
-from computer.runtime import ShellBackend, _live_init, _live_jobs
+from computer.runtime import ShellBackend, _live_init, _live_jobs, _live_parts
 
 from ._live_support import eventually, host_pids_with, host_shows
 
@@ -335,3 +335,37 @@ async def test_processes_past_one_reply_are_listed_from_the_next_pages() -> None
         found = await ws.runtime.processes()
         assert len(found) == 101 and len({p.pid for p in found}) == 101
         await ws.runtime.end_sandbox()
+
+
+async def test_a_tick_writes_a_bounded_share_of_the_background_logs_the_oldest_written_first() -> None:
+    """Each write of a background log is the whole log (up to a MiB): with 32 printers left running,
+    every tick (10 a second) wrote 32 MiB into the store, a quarter of the host's loop. A tick writes
+    up to ``FLUSH_BYTES`` (at least one log), the least recently written first; the end writes all."""
+    written: list[str] = []
+
+    class Context:
+        async def fs_call(self, op: str, args: dict[str, object]) -> None:
+            if op == "write_file":
+                written.append(str(args["path"]))
+
+    jobs = _live_jobs.LiveJobs()
+    jobs.ctx = Context()  # type: ignore[assignment]
+    jobs.background = {}
+    for i in range(8):
+        logged = jobs.background[f"exec-{i}"] = _live_parts.BackgroundLog()
+        logged.append(b"x" * _live_parts.BACKGROUND_LOG_BYTES)
+        logged.open = 1
+    rounds = []
+    for _ in range(4):
+        await jobs.flush_logs()
+        rounds.append([path.split("/")[-1].split(".")[0] for path in written])
+        written.clear()
+    assert rounds == [[f"exec-{i}", f"exec-{i + 1}"] for i in range(0, 8, 2)]
+    for run in ("exec-5", "exec-1"):
+        jobs.background[run].append(b"more")
+    jobs.background["exec-0"].append(b"more")
+    await jobs.flush_logs()
+    assert [path.split("/")[-1].split(".")[0] for path in written] == ["exec-0", "exec-1"]
+    written.clear()
+    await jobs.flush_logs(limit=None)
+    assert [path.split("/")[-1].split(".")[0] for path in written] == ["exec-5"]
