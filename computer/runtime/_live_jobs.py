@@ -18,7 +18,7 @@ from typing import Any
 
 from ._backend import MAX_CHUNK_BYTES, ExecContext, OutputChunk
 from ._cgroups import ControlFile, count_in
-from ._live_parts import BackgroundLog, Job, command_line, drain, feed, is_eof
+from ._live_parts import BackgroundLog, Job, ReadRate, command_line, drain, feed, is_eof
 from ._options import BACKGROUND_SUFFIX
 from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess
 from ._standby import write_all
@@ -76,6 +76,7 @@ class LiveJobs:
     taken: dict[str, Job]
     background: dict[str, BackgroundLog]
     _adopted: dict[int, BackgroundLog]  # pipes read into background logs, oldest first
+    _rate: ReadRate | None = None  # how fast its background logs are read, all together
     _oom_control: ControlFile | None  # ``memory.oom_control``, kept open
     kills_at_end: int  # ``oom_kills()`` when the sandbox ended
 
@@ -277,7 +278,9 @@ class LiveJobs:
 
     def _adopt(self, run: str, fds: dict[int, str]) -> None:
         """Keep reading what a run's background processes print, into its background log."""
-        logged = self.background.setdefault(run, BackgroundLog())
+        if self._rate is None:
+            self._rate = ReadRate()
+        logged = self.background.setdefault(run, BackgroundLog(self._rate))
 
         def readable(fd: int) -> None:
             data = read_some(fd)

@@ -3,7 +3,9 @@ against the process limit, background logs let go once their printers ended."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import re
 import secrets
 
@@ -369,3 +371,24 @@ async def test_a_tick_writes_a_bounded_share_of_the_background_logs_the_oldest_w
     written.clear()
     await jobs.flush_logs(limit=None)
     assert [path.split("/")[-1].split(".")[0] for path in written] == ["exec-5"]
+
+
+def test_the_background_logs_of_a_sandbox_are_read_at_one_rate_together() -> None:
+    """Each log had a rate of its own (a MiB at once, then 4 MiB/s): 32 printers left running were
+    read at 128 MiB/s, a quarter of a host core for as long as they ran. The sandbox's logs share one."""
+    jobs = _live_jobs.LiveJobs()
+    jobs.background, jobs._adopted = {}, {}
+    jobs.loop = asyncio.new_event_loop()
+    try:
+        pipes = [os.pipe() for _ in range(2)]
+        for n, (r, _) in enumerate(pipes):
+            jobs._adopt(f"exec-{n}", {r: "stdout"})
+        first, second = (jobs.background[f"exec-{n}"] for n in range(2))
+        assert first.pause_after(_live_parts.BACKGROUND_LOG_BYTES) == 0.0  # a log's worth at once
+        assert second.pause_after(_live_parts.BACKGROUND_LOG_BYTES) > 0.1  # then the rate, for both
+    finally:
+        for r, w in pipes:
+            jobs.loop.remove_reader(r)
+            os.close(r)
+            os.close(w)
+        jobs.loop.close()
