@@ -54,6 +54,8 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
 MAX_PACKET = 1 << 16
 MAX_FDS = 8  # the three streams, a few more for the command, the spec pipe
+MAX_DROPPED = 1024  # pipes the host let go (``drop``) read here at most; the oldest closed past it
+DROPPED: dict[int, None] = {}  # those pipes, oldest first
 MAX_REPLY = 96 * 1024  # bytes of one reply (JSON): well under the default send buffer (212,992)
 MAX_COMMAND = 4096  # characters of a command line a ``ps`` listing keeps (fewer when many share it)
 MIN_COMMAND = 256
@@ -121,10 +123,7 @@ def main() -> None:
             try:
                 message = json.loads(data)
                 if isinstance(message, dict) and message.get("op") == "drop":  # pipes the host lets go
-                    for fd in fds:  # read and dropped here; no job gets them
-                        os.set_inheritable(fd, False)
-                        os.set_blocking(fd, False)
-                        selector.register(fd, selectors.EVENT_READ, "drop")
+                    take_dropped(selector, fds)
                     continue
                 handle(message, fds, jobs, send)
             except (ValueError, KeyError, TypeError) as exc:  # a malformed message: say so, go on
@@ -141,6 +140,20 @@ def main() -> None:
                 send({"op": "error", "ref": message.get("ref"), "error": f"{exc.strerror or exc}"})
 
 
+def take_dropped(selector: selectors.BaseSelector, fds: list[int], limit: int = MAX_DROPPED) -> None:
+    """Read the pipes ``fds`` from now on, dropping what comes (no job gets them). At most ``limit``
+    are held, the oldest closed past it (their writers get EPIPE): a process holding every run's
+    output pipe made the host hand each one here, and once the init's descriptors ran out no run
+    could be given its three streams."""
+    for fd in fds:
+        os.set_inheritable(fd, False)
+        os.set_blocking(fd, False)
+        selector.register(fd, selectors.EVENT_READ, "drop")
+        DROPPED[fd] = None
+    while len(DROPPED) > limit:
+        close_dropped(selector, next(iter(DROPPED)))
+
+
 def drop(selector: selectors.BaseSelector, fd: int) -> None:
     """Read what the pipe ``fd`` holds and drop it; at its end (every writer gone), close it."""
     try:
@@ -150,6 +163,11 @@ def drop(selector: selectors.BaseSelector, fd: int) -> None:
         return
     except OSError:
         pass
+    close_dropped(selector, fd)
+
+
+def close_dropped(selector: selectors.BaseSelector, fd: int) -> None:
+    DROPPED.pop(fd, None)
     selector.unregister(fd)
     os.close(fd)
 

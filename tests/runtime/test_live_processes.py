@@ -4,10 +4,12 @@ against the process limit, background logs let go once their printers ended."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import secrets
+import selectors
 
 import pytest
 
@@ -392,3 +394,32 @@ def test_the_background_logs_of_a_sandbox_are_read_at_one_rate_together() -> Non
             os.close(r)
             os.close(w)
         jobs.loop.close()
+
+
+def test_the_init_holds_a_bounded_number_of_the_pipes_the_host_let_go() -> None:
+    """The host hands the init the background pipes it lets go, and the init read every one until its
+    writers went: a process holding every run's output pipe ran the init out of descriptors, after
+    which no run could be given its three streams. Past ``MAX_DROPPED`` the oldest are closed."""
+    selector = selectors.DefaultSelector()
+    pipes = [os.pipe() for _ in range(3)]
+    try:
+        _live_init.take_dropped(selector, [os.dup(r) for r, _ in pipes[:2]], limit=2)
+        _live_init.take_dropped(selector, [os.dup(pipes[2][0])], limit=2)
+        assert len(_live_init.DROPPED) == 2 and len(selector.get_map()) == 2
+        with pytest.raises(BrokenPipeError):  # the oldest: its writer is told no one reads it
+            os.close(pipes[0][0])
+            os.write(pipes[0][1], b"x")
+        os.write(pipes[2][1], b"x")
+        (newest,) = [fd for fd in _live_init.DROPPED if os.fstat(fd).st_ino == os.fstat(pipes[2][0]).st_ino]
+        _live_init.drop(selector, newest)  # what comes is read and dropped
+        os.close(pipes[2][1])
+        _live_init.drop(selector, newest)  # its writer went: closed
+        assert len(_live_init.DROPPED) == 1
+    finally:
+        for fd in list(_live_init.DROPPED):
+            _live_init.close_dropped(selector, fd)
+        for r, w in pipes:
+            for fd in (r, w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        selector.close()
