@@ -62,7 +62,7 @@ async def list_processes(options: GlobalOptions, name: str, backend: str | None,
             _ago(now, p.started),
             f"{p.cpu_seconds:.1f}s",
             f"{p.rss_bytes / 2**20:.1f}M",
-            p.exec_id or "",
+            plain_text(p.exec_id or ""),
             plain_text(p.command),
         )
     console.print(table)

@@ -63,6 +63,7 @@ from ._live_parts import (
     from_background,
     has_changes,
     listed,
+    pages,
 )
 from ._mirror import Mirror
 from ._process import SandboxProcess
@@ -144,7 +145,7 @@ class LiveSandbox(LiveChannel, LiveJobs):
         self._ticker: asyncio.Task[None] | None = None
         self._tick_idle = asyncio.Event()  # clear while a tick's sync runs (``_end`` waits for it)
         self._tick_idle.set()
-        self._adopted: set[int] = set()  # pipes of background processes, read into their logs
+        self._adopted: dict[int, BackgroundLog] = {}  # background processes' pipes -> their logs
         self._stderr: asyncio.Task[None] | None = None
         # What the backend started ahead inside this sandbox (a python guest), ended with it.
         self.spare: Warm[Any] | None = None
@@ -253,13 +254,11 @@ class LiveSandbox(LiveChannel, LiveJobs):
         return procs_of(self._pids_group) if self._pids_group is not None else None
 
     async def processes(self) -> list[ProcessInfo]:
-        reply = await self._request({"op": "ps"})
-        if reply.get("more"):  # a listing is one packet (``_live_init.listing``)
-            log.warning(
-                "live sandbox of %s: %s processes left out of a listing", self.workspace_id, reply["more"]
-            )
+        rows, more = await pages(self._request)
+        if more:
+            log.warning("live sandbox of %s: %s processes left out of a listing", self.workspace_id, more)
         logs = {run: background_log(run) for run, logged in self.background.items() if logged.written}
-        return listed(reply.get("processes", []), [*self.taken.values(), *self.jobs.values()], logs)
+        return listed(rows, [*self.taken.values(), *self.jobs.values()], logs)
 
     async def kill_process(self, pid: int, sig: int = signal.SIGKILL) -> None:
         """Signal one process of the sandbox (its own pid); ``ProcessLookupError`` when it has none."""
@@ -437,7 +436,7 @@ class LiveSandbox(LiveChannel, LiveJobs):
                         os.close(fd)
                 self._adopted.clear()
                 with contextlib.suppress(Exception):
-                    await self.flush_logs()
+                    await self.flush_logs(limit=None)
                 for control in (self._pids_current, self._pids_events, self._oom_control):
                     if control is not None:
                         control.close()

@@ -12,12 +12,15 @@ host → init                                              init → host
   fields when the spec is large: read it whole)
 ``{"op": "signal", "id", "sig"}``  the job's process group
 ``{"op": "kill", "pid", "sig", "ref"}``                  ``{"op": "killed", "ref", "error"}``
-``{"op": "ps", "ref"}``                                  ``{"op": "ps", "ref", "processes": [...], "more"}``
+``{"op": "ps", "ref", "after"}``                         ``{"op": "ps", "ref", "processes": [...], "more"}``
+  (``after``: only pids above it: the next page)
+``{"op": "drop"}`` + fds: pipes whose output is dropped    (no reply: read here until their writers go)
                                                          ``{"op": "error", "ref", "error"}`` a request failed
 
 A reply is one packet, so it stays under :data:`MAX_REPLY` (the socket's send buffer is ~208 KB by
 default: a larger packet is refused): the ``ps`` listing cuts long command lines, and past that counts
-the processes it leaves out in ``"more"`` (see :func:`listing`).
+the processes it leaves out in ``"more"`` (see :func:`listing`), which the host asks for next (``after``
+the last pid it got).
 
 A job is the command's process group (``setsid``): killing a job is what Ctrl-C does in a terminal;
 a process that left it (``setsid server &``) keeps running. The init is a child subreaper, so every
@@ -30,6 +33,7 @@ import errno
 import fcntl
 import json
 import os
+import re
 import selectors
 import signal
 import socket
@@ -50,9 +54,14 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_DUMPABLE = 4
 MAX_PACKET = 1 << 16
 MAX_FDS = 8  # the three streams, a few more for the command, the spec pipe
+MAX_DROPPED = 1024  # pipes the host let go (``drop``) read here at most; the oldest closed past it
+DROPPED: dict[int, None] = {}  # those pipes, oldest first
 MAX_REPLY = 96 * 1024  # bytes of one reply (JSON): well under the default send buffer (212,992)
 MAX_COMMAND = 4096  # characters of a command line a ``ps`` listing keeps (fewer when many share it)
 MIN_COMMAND = 256
+# A run's name as a listing gives it (``COMPUTER_EXEC_ID`` in a process's environment, which the
+# process chose): the runtime's exec id form, anything else left out (see :func:`processes`).
+RUN_NAME = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # What a command starts with at its default action: every signal but those no process can catch (the
 # init ignores SIGINT, SIGHUP, SIGPIPE; Python SIGXFSZ; the host's launcher may have ignored SIGQUIT).
 DEFAULTED = tuple(s for s in range(1, 32) if s not in (signal.SIGKILL, signal.SIGSTOP))
@@ -93,6 +102,9 @@ def main() -> None:
             if raise_oom_score(pid) or time.monotonic() > until:
                 del PENDING_ADJ[pid]
         for key, _ in selector.select(RETRY_ADJ if PENDING_ADJ else None):
+            if key.data == "drop":
+                drop(selector, key.fd)
+                continue
             if key.data == "child":
                 try:
                     while os.read(wake_r, 512):
@@ -110,6 +122,9 @@ def main() -> None:
             message: Any = None
             try:
                 message = json.loads(data)
+                if isinstance(message, dict) and message.get("op") == "drop":  # pipes the host lets go
+                    take_dropped(selector, fds)
+                    continue
                 handle(message, fds, jobs, send)
             except (ValueError, KeyError, TypeError) as exc:  # a malformed message: say so, go on
                 for fd in fds:
@@ -123,6 +138,38 @@ def main() -> None:
                 if not isinstance(message, dict) or message.get("op") == "run":
                     raise
                 send({"op": "error", "ref": message.get("ref"), "error": f"{exc.strerror or exc}"})
+
+
+def take_dropped(selector: selectors.BaseSelector, fds: list[int], limit: int = MAX_DROPPED) -> None:
+    """Read the pipes ``fds`` from now on, dropping what comes (no job gets them). At most ``limit``
+    are held, the oldest closed past it (their writers get EPIPE): a process holding every run's
+    output pipe made the host hand each one here, and once the init's descriptors ran out no run
+    could be given its three streams."""
+    for fd in fds:
+        os.set_inheritable(fd, False)
+        os.set_blocking(fd, False)
+        selector.register(fd, selectors.EVENT_READ, "drop")
+        DROPPED[fd] = None
+    while len(DROPPED) > limit:
+        close_dropped(selector, next(iter(DROPPED)))
+
+
+def drop(selector: selectors.BaseSelector, fd: int) -> None:
+    """Read what the pipe ``fd`` holds and drop it; at its end (every writer gone), close it."""
+    try:
+        if os.read(fd, MAX_PACKET):
+            return
+    except BlockingIOError:
+        return
+    except OSError:
+        pass
+    close_dropped(selector, fd)
+
+
+def close_dropped(selector: selectors.BaseSelector, fd: int) -> None:
+    DROPPED.pop(fd, None)
+    selector.unregister(fd)
+    os.close(fd)
 
 
 def reap(jobs: dict[int, str], send: Send) -> None:
@@ -164,7 +211,7 @@ def handle(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: 
                 error = f"process {pid}: {exc.strerror}"
         send({"op": "killed", "ref": message.get("ref"), "error": error})
     elif op == "ps":
-        rows, more = listing(processes())
+        rows, more = listing(processes(int(message.get("after") or 0)))
         send({"op": "ps", "ref": message.get("ref"), "processes": rows, "more": more})
 
 
@@ -348,7 +395,8 @@ def is_ours(pid: int) -> bool:
     return False
 
 
-def processes() -> list[dict[str, Any]]:
+def processes(after: int = 0) -> list[dict[str, Any]]:
+    """The sandbox's processes of pids above ``after`` (the init and zombies left out)."""
     me = os.getpid()
     ticks = os.sysconf("SC_CLK_TCK")
     page = os.sysconf("SC_PAGE_SIZE")
@@ -364,7 +412,7 @@ def processes() -> list[dict[str, Any]]:
         if not name.isdigit():
             continue
         pid = int(name)
-        if pid <= 1 or pid == me or not is_ours(pid):
+        if pid <= max(1, after) or pid == me or not is_ours(pid):
             continue
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
@@ -383,7 +431,7 @@ def processes() -> list[dict[str, Any]]:
             with open(f"/proc/{pid}/environ", "rb") as f:
                 for item in f.read().split(b"\0"):
                     if item.startswith(b"COMPUTER_EXEC_ID="):
-                        run = item[17:].decode(errors="replace")
+                        run = item[17:].decode() if RUN_NAME.fullmatch(item[17:]) else None
         except OSError:
             pass
         found.append(

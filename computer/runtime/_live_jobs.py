@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ from typing import Any
 
 from ._backend import MAX_CHUNK_BYTES, ExecContext, OutputChunk
 from ._cgroups import ControlFile, count_in
-from ._live_parts import BackgroundLog, Job, command_line, drain, feed, is_eof
+from ._live_parts import BackgroundLog, Job, ReadRate, command_line, drain, feed, is_eof
 from ._options import BACKGROUND_SUFFIX
 from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess
 from ._standby import write_all
@@ -32,6 +33,19 @@ _PACKET = 1 << 16
 _TAKEN = 256
 # How long a killed job may take to be reported dead before the sandbox is ended instead.
 _KILL_GRACE = 5.0
+# Pipes of background processes a sandbox's host side reads at most (two a run, while its background
+# processes hold them); past it the oldest go to the init, which reads and drops what comes (see
+# ``LiveJobs._adopt``).
+MAX_ADOPTED = 64
+# Bytes of background logs a tick writes at most (each write is a whole log, up to a MiB); the rest
+# are written by the next ticks, the least recently written first.
+FLUSH_BYTES = 2 << 20
+_TURNS = itertools.count(1)  # when a log was last written (``BackgroundLog.turn``), in order
+# What a background log says when its pipes went to the init.
+LET_GO = (
+    b"\n[the sandbox's background processes hold too many runs' output pipes: what this run's "
+    b"print from now on is dropped]\n"
+)
 
 BACKGROUND_LOG_DIR = "/.computer/output"
 
@@ -61,7 +75,8 @@ class LiveJobs:
     jobs: dict[str, Job]
     taken: dict[str, Job]
     background: dict[str, BackgroundLog]
-    _adopted: set[int]
+    _adopted: dict[int, BackgroundLog]  # pipes read into background logs, oldest first
+    _rate: ReadRate | None = None  # how fast its background logs are read, all together
     _oom_control: ControlFile | None  # ``memory.oom_control``, kept open
     kills_at_end: int  # ``oom_kills()`` when the sandbox ended
 
@@ -263,7 +278,9 @@ class LiveJobs:
 
     def _adopt(self, run: str, fds: dict[int, str]) -> None:
         """Keep reading what a run's background processes print, into its background log."""
-        logged = self.background.setdefault(run, BackgroundLog())
+        if self._rate is None:
+            self._rate = ReadRate()
+        logged = self.background.setdefault(run, BackgroundLog(self._rate))
 
         def readable(fd: int) -> None:
             data = read_some(fd)
@@ -278,7 +295,7 @@ class LiveJobs:
                 return
             self.loop.remove_reader(fd)
             os.close(fd)
-            self._adopted.discard(fd)
+            self._adopted.pop(fd, None)
             logged.open -= 1
 
         def resume(fd: int) -> None:
@@ -286,17 +303,47 @@ class LiveJobs:
                 self.loop.add_reader(fd, readable, fd)
 
         for fd in fds:
-            self._adopted.add(fd)
+            self._adopted[fd] = logged
             logged.open += 1
             self.loop.add_reader(fd, readable, fd)
+        while len(self._adopted) > MAX_ADOPTED:
+            self._let_go(next(iter(self._adopted)))
 
-    async def flush_logs(self) -> None:
-        """Write the background logs that grew since their last write (a tick's); let a log's bytes go
+    def _let_go(self, fd: int) -> None:
+        """Hand the adopted pipe ``fd`` to the init, which reads and drops what comes. A process that
+        opened ``/proc/<pid>/fd/1`` of every run kept each run's two pipes open (its first message,
+        one loop of the sandbox's): the host held two descriptors and up to a log's MiB per run for
+        as long as the sandbox lived, toward the descriptor limit of a process serving every
+        workspace. Closing the pipe instead would end its writers (SIGPIPE): a server of an older run
+        keeps running, its log no longer growing."""
+        logged = self._adopted.pop(fd)
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(fd)
+        with contextlib.suppress(Exception):
+            self._send({"op": "drop"}, [fd])
+        os.close(fd)
+        logged.open -= 1
+        if not logged.let_go:
+            logged.let_go = True
+            logged.append(LET_GO)
+
+    async def flush_logs(self, limit: int | None = FLUSH_BYTES) -> None:
+        """Write the background logs that grew since their last write (a tick's), the least recently
+        written first, until ``limit`` bytes are written (None: all; at least one log a call): each
+        write is the whole log, so 32 printers left running (``yes &``) had every tick write 32 MiB,
+        a quarter of the host's loop and half a core for as long as they ran. Let a log's bytes go
         once written with every pipe it reads closed. Its directory is made again whenever a write
         finds it gone (``rm -r /.computer/output``): it was made once per sandbox, and no log of that
-        sandbox was written again. A log whose write failed is written again by the next flush."""
-        for run, logged in list(self.background.items()):
-            if logged.dirty:
+        sandbox was written again. A log whose write failed is written again by the next flush,
+        and the others are written all the same (the first failure raised after them: a directory
+        made at one log's path, by a careless caller or a python program's ``workspace`` calls,
+        stopped every later log of the sandbox from being written)."""
+        failed: Exception | None = None
+        spent = 0
+        for run, logged in sorted(self.background.items(), key=lambda item: item[1].turn):
+            if logged.dirty and (limit is None or spent < limit):
+                spent += len(logged.data)
+                logged.turn = next(_TURNS)
                 logged.dirty = False
                 logged.written = True  # named by ``processes`` from now on: never pruned under its write
                 data = {"path": background_log(run), "data": logged.content()}
@@ -306,11 +353,17 @@ class LiveJobs:
                     except Exception:  # its directory is gone (or not made yet): once more after it
                         await self.ctx.fs_call("mkdir", {"path": BACKGROUND_LOG_DIR, "recursive": True})
                         await self.ctx.fs_call("write_file", data)
+                except Exception as exc:
+                    logged.dirty = True
+                    failed = failed or exc
+                    continue
                 except BaseException:
                     logged.dirty = True
                     raise
             if not logged.open and not logged.dirty:  # written, and nothing more comes: let it go
                 logged.data = bytearray()
+        if failed is not None:
+            raise failed
 
 
 def read_some(fd: int) -> bytes | None:

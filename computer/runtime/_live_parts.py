@@ -8,7 +8,7 @@ import contextlib
 import os
 import select
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +25,7 @@ __all__ = [
     "BACKGROUND_RATE",
     "BackgroundLog",
     "Job",
+    "ReadRate",
     "RunChanges",
     "command_line",
     "drain",
@@ -35,6 +36,7 @@ __all__ = [
     "host_pid",
     "is_eof",
     "listed",
+    "pages",
 ]
 
 # What a run's background processes printed after it returned: the last this many bytes are kept.
@@ -106,19 +108,13 @@ class RunChanges:
         self.skipped.update(synced.skipped)  # a later refusal: the workspace's version is kept again
 
 
-class BackgroundLog:
-    """What one run's background processes printed after it returned: the last
-    :data:`BACKGROUND_LOG_BYTES`, written to the workspace by the sandbox's ticks; its bytes are let go
-    once written and every pipe it reads is closed (``open``: a sandbox that lived an hour kept ~1 MiB
-    for each run that left a printer behind, after the printers ended)."""
+class ReadRate:
+    """How fast a sandbox's background logs are read, all of them together: a log's worth at once, then
+    :data:`BACKGROUND_RATE`. It was each log's own: 32 printers left running were read at 128 MiB/s,
+    a quarter of a host core for as long as they ran."""
 
     def __init__(self) -> None:
-        self.open = 0  # pipes still read into it
-        self.data = bytearray()
-        self.dropped = 0
-        self.dirty = False
-        self.written = False  # in the workspace at least once
-        self.budget = float(BACKGROUND_LOG_BYTES)  # bytes it may read now (refilled at BACKGROUND_RATE)
+        self.budget = float(BACKGROUND_LOG_BYTES)  # bytes that may be read now (refilled at the rate)
         self.refilled = time.monotonic()
 
     def pause_after(self, read: int) -> float:
@@ -128,6 +124,27 @@ class BackgroundLog:
         self.refilled = now
         self.budget -= read
         return 0.0 if self.budget >= 0 else -self.budget / BACKGROUND_RATE
+
+
+class BackgroundLog:
+    """What one run's background processes printed after it returned: the last
+    :data:`BACKGROUND_LOG_BYTES`, written to the workspace by the sandbox's ticks; its bytes are let go
+    once written and every pipe it reads is closed (``open``: a sandbox that lived an hour kept ~1 MiB
+    for each run that left a printer behind, after the printers ended). ``rate``: the sandbox's."""
+
+    def __init__(self, rate: ReadRate | None = None) -> None:
+        self.rate = rate if rate is not None else ReadRate()
+        self.open = 0  # pipes still read into it
+        self.data = bytearray()
+        self.dropped = 0
+        self.dirty = False
+        self.written = False  # in the workspace at least once
+        self.let_go = False  # some of its pipes went to the init (``LiveJobs._let_go``)
+        self.turn = 0  # when it was last written, as ``LiveJobs.flush_logs`` counts (0: never)
+
+    def pause_after(self, read: int) -> float:
+        """Seconds to wait before reading again, having read ``read`` bytes (0: go on)."""
+        return self.rate.pause_after(read)
 
     def append(self, chunk: bytes) -> None:
         self.data += chunk
@@ -176,6 +193,29 @@ def listed(rows: Iterable[dict[str, Any]], jobs: Iterable[Job], logs: Mapping[st
             )
         )
     return found
+
+
+# Pages of a ``ps`` listing asked for at most (each one reply of the init's, at least ~30 processes).
+PAGES = 64
+
+
+async def pages(
+    request: Callable[[dict[str, Any]], Awaitable[dict[str, Any]]],
+) -> tuple[list[dict[str, Any]], int]:
+    """The init's ``ps`` rows of every process, asked for in pages: a reply is one packet
+    (``_live_init.listing``), and one that leaves processes out is followed by the next, from its last
+    pid. There was one page: 100 processes named with 300 emoji each (12 bytes of JSON apiece) left 72
+    out, a server among them, never listed, its log not held. Also how many the last page left out."""
+    rows: list[dict[str, Any]] = []
+    more = 0
+    for _ in range(PAGES):
+        reply = await request({"op": "ps", "after": int(rows[-1]["pid"]) if rows else 0})
+        page = reply.get("processes") or []
+        rows += page
+        more = int(reply.get("more") or 0)
+        if not more or not page:
+            break
+    return rows, more
 
 
 def command_line(argv: Sequence[str]) -> str:

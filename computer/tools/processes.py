@@ -6,7 +6,8 @@ the model see and stop such programs:
 
 - ``processes {backend?}`` → ``{backend?, count, processes: [{pid, command, started, cpuSeconds,
   rssBytes, ppid, execId?, log?}]}`` over ``workspace.runtime.processes(backend=...)``; ``started`` is
-  ISO 8601 UTC, ``log`` the workspace file holding what the process printed after its run returned.
+  ISO 8601 UTC, ``log`` the workspace file holding what the process printed after its run returned,
+  ``command`` cut to :data:`COMMAND_CHARS` characters (``…`` last).
 - ``kill {pid, backend?}`` → ``{killed: pid, exited, backend?}`` over ``workspace.runtime.kill_process``;
   a pid the sandbox does not have is an error naming it. SIGKILL is asynchronous (the process is gone
   once the kernel reaps it), so the tool then watches ``processes`` for up to ``KILL_WAIT`` seconds:
@@ -36,6 +37,10 @@ __all__ = ["PROCESS_TOOLS", "create_kill_tool", "create_processes_tool", "proces
 
 PROCESS_TOOLS = ("processes", "kill")
 KILL_WAIT = 5.0  # seconds kill watches for the process to leave the sandbox's process table
+# Characters of a command line the tool shows at most (``…`` last when cut): a listing is every
+# process, page after page, each command line up to 4,096 characters: 250 processes of 4,096 emoji
+# were ~4 MB of one tool result.
+COMMAND_CHARS = 512
 
 PROCESSES_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -81,9 +86,10 @@ def process_dict(info: Any) -> dict[str, Any]:
         if started.tzinfo is None:
             started = started.replace(tzinfo=UTC)
         started = started.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    command = str(info.command)
     out: dict[str, Any] = {
         "pid": int(info.pid),
-        "command": str(info.command),
+        "command": command if len(command) <= COMMAND_CHARS else command[: COMMAND_CHARS - 1] + "\u2026",
         "started": str(started),
         "cpuSeconds": float(info.cpu_seconds),
         "rssBytes": int(info.rss_bytes),

@@ -6,6 +6,7 @@ exactly what the tools ask for; the real live sandboxes are the runtime's own te
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -253,3 +254,20 @@ async def test_kill_sees_a_process_leave_after_a_few_polls() -> None:
     surface = Surface(runtime=Slow([SHELL]))
     surface.runtime.table["shell"] = [sleeper(7)]
     assert await create_kill_tool(surface).run({"pid": 7}) == {"killed": 7, "exited": True}
+
+
+COMMAND_CHARS = 512
+
+
+async def test_a_long_command_line_is_cut_so_a_full_listing_stays_a_bounded_result() -> None:
+    """A listing is every process, each command line up to 4,096 characters (the sandbox's own cut):
+    250 processes named with 4,096 emoji each made one result of ~4 MB. The tool cuts each to
+    ``COMMAND_CHARS`` (512), with ``…`` last; a shorter one is whole."""
+    surface = Surface()
+    surface.runtime.table["shell"] = [sleeper(n, "\U0001f600" * 4096) for n in range(2, 252)]
+    surface.runtime.table["shell"].append(sleeper(300, "x" * COMMAND_CHARS))
+    result = await create_processes_tool(surface).run({})
+    commands = [p["command"] for p in result["processes"]]
+    assert all(len(c) == COMMAND_CHARS and c.endswith("\u2026") for c in commands[:-1])
+    assert commands[-1] == "x" * COMMAND_CHARS
+    assert len(json.dumps(result)) < 250 * COMMAND_CHARS * 13

@@ -47,12 +47,15 @@ def test_ps_lists_a_background_process_and_kill_ends_it(two_node_cluster: str, t
     # A command line is shown as text: neither a terminal escape nor rich markup of it reaches the screen.
     fake = r"\033[2J\033]0;title\007[bold]fake[/bold] [link=http://x]row[/link]"
     hostile = f'setsid bash -c \'exec -a "$(printf "{fake}")" sleep 777.5\' > /dev/null 2>&1 & echo ok'
+    # ... nor the run's name a process set in its environment (the EXEC column)
+    hostile = f"COMPUTER_EXEC_ID=$(printf '{fake}') setsid sleep 777.75 > /dev/null 2>&1 & {hostile}"
     assert run_cli([*base, "tool", name, "exec", json.dumps({"command": hostile})], env=env).returncode == 0
     shown = run_cli([*base, "ps", name], env=env)
     assert shown.returncode == 0, shown.stderr
     assert "\x1b" not in shown.stdout and "\x07" not in shown.stdout
     assert "[bold]fake[/bold] [link=http://x]row[/link]" in shown.stdout.replace("\n", "")
     assert "\\x1b[2J" in shown.stdout
+    assert "sleep 777.75" in shown.stdout
 
 
 def test_ps_without_a_cluster_says_the_workspace_is_asleep(tmp_path: Path) -> None:

@@ -3,13 +3,18 @@ against the process limit, background logs let go once their printers ended."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
+import re
 import secrets
+import selectors
 
 import pytest
 
 import computer
-from computer.runtime import ShellBackend, _live_init
+from computer.runtime import ShellBackend, _live_init, _live_jobs, _live_parts
 
 from ._live_support import eventually, host_pids_with, host_shows
 
@@ -195,3 +200,226 @@ async def test_a_running_process_keeps_its_background_log_past_the_saved_output_
 
 async def _contains(ws: computer.Workspace, path: str, text: str) -> bool:
     return text in await ws.fs.read_text(path)
+
+
+async def test_a_run_name_forged_in_an_environment_neither_hides_the_listing_nor_is_listed() -> None:
+    """``COMPUTER_EXEC_ID`` is the process's own to set: one of 120 KB made every listing leave out
+    every process from its pid up (the row alone was over a reply; the init cut command lines, never
+    the run's name), and one holding terminal escapes and rich markup was listed as the run's name
+    (``computer ps`` showed it raw). A name not of the exec id form is no run's: listed as none."""
+    marker = f"5{secrets.randbelow(10**6)}"
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        started = await run(
+            ws,
+            "A=$(head -c 120000 /dev/zero | tr '\\0' x); "
+            f"COMPUTER_EXEC_ID=$A setsid sleep {marker}.1 > /dev/null 2>&1 & "
+            f"COMPUTER_EXEC_ID=$'\\e]0;title\\a[bold]x' setsid sleep {marker}.2 > /dev/null 2>&1 & "
+            f"setsid sleep {marker}.3 > /dev/null 2>&1 & echo started",
+        )
+        assert started.stdout == "started\n", started.stderr
+
+        async def all_three() -> bool:
+            commands = {p.command for p in await ws.runtime.processes()}
+            return {f"sleep {marker}.{i}" for i in (1, 2, 3)} <= commands
+
+        await eventually(all_three, within=10)
+        runs = {p.command: p.exec_id for p in await ws.runtime.processes()}
+        assert runs[f"sleep {marker}.1"] is None and runs[f"sleep {marker}.2"] is None
+        assert runs[f"sleep {marker}.3"] == started.id
+        await ws.runtime.end_sandbox()
+
+
+_HOARDER = r"""
+import os, stat, time
+held, broken = {}, set()
+while True:
+    try:
+        pids = open("/workspace/pids").read().split()
+    except OSError:
+        pids = []
+    for pid in pids:  # each run's shell: its stdout is the run's
+        try:
+            ino = os.stat(f"/proc/{pid}/fd/1").st_ino
+            if ino not in held:
+                held[ino] = os.open(f"/proc/{pid}/fd/1", os.O_WRONLY | os.O_NONBLOCK)
+        except OSError:
+            pass
+    for ino, fd in held.items():
+        try:
+            os.write(fd, b"z\n")
+        except BlockingIOError:
+            pass
+        except BrokenPipeError:  # the pipe's reader closed it
+            broken.add(ino)
+    for name, found in (("held", held), ("broken", broken)):
+        open(f"/workspace/{name}.tmp", "w").write("".join(f"{ino}\n" for ino in found))
+        os.rename(f"/workspace/{name}.tmp", f"/workspace/{name}")
+    time.sleep(0.005)
+"""
+
+
+async def test_a_process_holding_every_runs_output_pipe_leaves_the_host_a_bounded_number(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A background process that opens ``/proc/<pid>/fd/1`` of every run keeps each run's pipe open
+    after it returns: the host read each into a background log, one descriptor (and up to a MiB) a
+    run, for as long as the sandbox lived (an hour), toward the descriptor limit of the process that
+    serves every workspace. Past ``MAX_ADOPTED`` the oldest go to the init, which reads and drops
+    what comes: the writer goes on (no SIGPIPE), and the runs' logs say their output is dropped."""
+    monkeypatch.setattr(_live_jobs, "MAX_ADOPTED", 4, raising=False)
+    backend = ShellBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/hoard.py", _HOARDER.encode())
+        first = await run(ws, "setsid python3 /workspace/hoard.py < /dev/null > /dev/null 2>&1 & echo ok")
+        assert first.stdout == "ok\n", first.stderr
+        runs, pipes = [], []
+        for _ in range(10):
+            done = await run(
+                ws,
+                "echo $$ >> pids; ino=$(stat -L -c %i /proc/$$/fd/1); "
+                "until grep -qx $ino held 2>/dev/null; do sleep 0.01; done; echo; echo ino=$ino",
+                timeout=20,
+            )
+            assert done.exit_code == 0, done
+            runs.append(done.id)
+            pipes += re.findall(r"ino=(\d+)", done.stdout)
+        sandbox = backend._lives.get(ws.runtime.context.workspace_id)
+        assert sandbox is not None
+        assert len(sandbox._adopted) <= 4 and len(pipes) == 10
+        log = f"/.computer/output/{runs[0]}.background.log"
+        await eventually(lambda: _contains(ws, log, "dropped]"), within=10)
+        assert any(p.command == "python3 /workspace/hoard.py" for p in await ws.runtime.processes())
+        assert not set(pipes) & set((await ws.fs.read_text("/workspace/broken")).split())  # none closed
+        after = await run(ws, "echo after")
+        assert after.stdout == "after\n"
+        await ws.runtime.end_sandbox()
+
+
+async def test_a_background_log_that_cannot_be_written_leaves_the_others_written() -> None:
+    """A directory made at one run's background log path (a careless caller, or a python program's
+    ``workspace.mkdir``): every flush stopped at that log, so no later run's log of the sandbox was
+    written again. The others are written all the same; that one once its path is free again."""
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.mkdir("/.computer/output", recursive=True)
+        first = await run(ws, "(sleep 0.5; echo first) &")
+        blocked = f"/.computer/output/{first.id}.background.log"
+        await ws.fs.mkdir(blocked)
+        later = await run(ws, "(sleep 0.5; echo later) &")
+        log = f"/.computer/output/{later.id}.background.log"
+        await eventually(lambda: ws.fs.exists(log), within=10)
+        await eventually(lambda: _contains(ws, log, "later\n"), within=10)
+        await ws.fs.rm(blocked, recursive=True)
+        await eventually(lambda: ws.fs.exists(blocked), within=10)
+        assert await ws.fs.read_text(blocked) == "first\n"
+        await ws.runtime.end_sandbox()
+
+
+async def test_processes_past_one_reply_are_listed_from_the_next_pages() -> None:
+    """A listing was one reply of the init's: 100 processes named with 300 emoji each (12 bytes of
+    JSON apiece, 3 KB a row once cut) left 72 out, a server started after them among those never
+    listed (nor its log held). The host asks for the next page from the last pid it got."""
+    marker = f"4{secrets.randbelow(10**6)}"
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        started = await run(
+            ws,
+            "E=$(printf '\\U1F600%.0s' $(seq 300)); "
+            'for i in $(seq 100); do (exec -a "$E" sleep 1000 > /dev/null 2>&1 &); done; '
+            f"setsid sleep {marker} > /dev/null 2>&1 & echo ok",
+        )
+        assert started.stdout == "ok\n", started.stderr
+
+        async def listed() -> bool:
+            return any(p.command == f"sleep {marker}" for p in await ws.runtime.processes())
+
+        await eventually(listed, within=10)
+        found = await ws.runtime.processes()
+        assert len(found) == 101 and len({p.pid for p in found}) == 101
+        await ws.runtime.end_sandbox()
+
+
+async def test_a_tick_writes_a_bounded_share_of_the_background_logs_the_oldest_written_first() -> None:
+    """Each write of a background log is the whole log (up to a MiB): with 32 printers left running,
+    every tick (10 a second) wrote 32 MiB into the store, a quarter of the host's loop. A tick writes
+    up to ``FLUSH_BYTES`` (at least one log), the least recently written first; the end writes all."""
+    written: list[str] = []
+
+    class Context:
+        async def fs_call(self, op: str, args: dict[str, object]) -> None:
+            if op == "write_file":
+                written.append(str(args["path"]))
+
+    jobs = _live_jobs.LiveJobs()
+    jobs.ctx = Context()  # type: ignore[assignment]
+    jobs.background = {}
+    for i in range(8):
+        logged = jobs.background[f"exec-{i}"] = _live_parts.BackgroundLog()
+        logged.append(b"x" * _live_parts.BACKGROUND_LOG_BYTES)
+        logged.open = 1
+    rounds = []
+    for _ in range(4):
+        await jobs.flush_logs()
+        rounds.append([path.split("/")[-1].split(".")[0] for path in written])
+        written.clear()
+    assert rounds == [[f"exec-{i}", f"exec-{i + 1}"] for i in range(0, 8, 2)]
+    for run in ("exec-5", "exec-1"):
+        jobs.background[run].append(b"more")
+    jobs.background["exec-0"].append(b"more")
+    await jobs.flush_logs()
+    assert [path.split("/")[-1].split(".")[0] for path in written] == ["exec-0", "exec-1"]
+    written.clear()
+    await jobs.flush_logs(limit=None)
+    assert [path.split("/")[-1].split(".")[0] for path in written] == ["exec-5"]
+
+
+def test_the_background_logs_of_a_sandbox_are_read_at_one_rate_together() -> None:
+    """Each log had a rate of its own (a MiB at once, then 4 MiB/s): 32 printers left running were
+    read at 128 MiB/s, a quarter of a host core for as long as they ran. The sandbox's logs share one."""
+    jobs = _live_jobs.LiveJobs()
+    jobs.background, jobs._adopted = {}, {}
+    jobs.loop = asyncio.new_event_loop()
+    try:
+        pipes = [os.pipe() for _ in range(2)]
+        for n, (r, _) in enumerate(pipes):
+            jobs._adopt(f"exec-{n}", {r: "stdout"})
+        first, second = (jobs.background[f"exec-{n}"] for n in range(2))
+        assert first.pause_after(_live_parts.BACKGROUND_LOG_BYTES) == 0.0  # a log's worth at once
+        assert second.pause_after(_live_parts.BACKGROUND_LOG_BYTES) > 0.1  # then the rate, for both
+    finally:
+        for r, w in pipes:
+            jobs.loop.remove_reader(r)
+            os.close(r)
+            os.close(w)
+        jobs.loop.close()
+
+
+def test_the_init_holds_a_bounded_number_of_the_pipes_the_host_let_go() -> None:
+    """The host hands the init the background pipes it lets go, and the init read every one until its
+    writers went: a process holding every run's output pipe ran the init out of descriptors, after
+    which no run could be given its three streams. Past ``MAX_DROPPED`` the oldest are closed."""
+    selector = selectors.DefaultSelector()
+    pipes = [os.pipe() for _ in range(3)]
+    try:
+        _live_init.take_dropped(selector, [os.dup(r) for r, _ in pipes[:2]], limit=2)
+        _live_init.take_dropped(selector, [os.dup(pipes[2][0])], limit=2)
+        assert len(_live_init.DROPPED) == 2 and len(selector.get_map()) == 2
+        with pytest.raises(BrokenPipeError):  # the oldest: its writer is told no one reads it
+            os.close(pipes[0][0])
+            os.write(pipes[0][1], b"x")
+        os.write(pipes[2][1], b"x")
+        (newest,) = [fd for fd in _live_init.DROPPED if os.fstat(fd).st_ino == os.fstat(pipes[2][0]).st_ino]
+        _live_init.drop(selector, newest)  # what comes is read and dropped
+        os.close(pipes[2][1])
+        _live_init.drop(selector, newest)  # its writer went: closed
+        assert len(_live_init.DROPPED) == 1
+    finally:
+        for fd in list(_live_init.DROPPED):
+            _live_init.close_dropped(selector, fd)
+        for r, w in pipes:
+            for fd in (r, w):
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        selector.close()
