@@ -45,6 +45,8 @@ async def list_processes(options: GlobalOptions, name: str, backend: str | None,
             found = await workspace.runtime.processes(backend=backend)
         except ValueError as exc:  # an unknown backend: the message lists the configured ones
             raise CliError(str(exc), code=2) from None
+        except (RuntimeError, TimeoutError, OSError) as exc:  # the sandbox or its owner ended meanwhile
+            raise CliError(f"cannot list the processes of {name!r}: {exc}", code=1) from None
     if not found:
         console.print(f"no processes: workspace {name!r} has no live sandbox running anything", markup=False)
         return 0
@@ -82,6 +84,8 @@ async def kill_process(
             raise CliError(str(exc) or f"no process {pid}", code=1) from None
         except ValueError as exc:
             raise CliError(str(exc), code=2) from None
+        except (RuntimeError, TimeoutError, OSError) as exc:  # the sandbox or its owner ended meanwhile
+            raise CliError(f"cannot kill process {pid} of {name!r}: {exc}", code=1) from None
     console.print(f"killed {pid}")
     return 0
 

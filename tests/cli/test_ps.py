@@ -10,6 +10,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from .conftest import REPO, cli_env, run_cli
 
 
@@ -131,3 +133,46 @@ def test_commands_on_a_cluster_leave_its_published_settings_alone(
     )
     assert after.returncode == 0, after.stderr
     assert after.stdout.split() == ["9999", "61.5", str(tmp_path)]
+
+
+async def test_ps_and_kill_say_so_when_the_sandbox_ends_under_the_call(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A sandbox (or its owner) that ends while ``ps`` or ``kill`` asks it is one line and exit 1, not a
+    traceback: ``LiveSandboxError`` is a ``RuntimeError``; an owner's end arrives as a timeout or an
+    ``OSError``."""
+    import contextlib
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from computer.cli import _ps
+    from computer.cli._context import CliError
+    from computer.runtime._live_jobs import LiveSandboxError
+
+    for error in (
+        LiveSandboxError("the live sandbox ended: idle"),
+        TimeoutError("no answer"),
+        OSError(5, "gone"),
+    ):
+
+        async def failing(*args: object, error: BaseException = error, **kwargs: object) -> object:
+            raise error
+
+        runtime = SimpleNamespace(processes=failing, kill_process=failing)
+
+        @contextlib.asynccontextmanager
+        async def opened(*args: object, runtime: object = runtime, **kwargs: object):  # type: ignore[no-untyped-def]
+            yield SimpleNamespace(runtime=runtime)
+
+        monkeypatch.setattr(_ps, "open_workspace", opened)
+        monkeypatch.setattr(_ps, "_known", lambda options, name: None)
+        options = SimpleNamespace(local=False)
+        console = Console(file=io.StringIO())
+        with pytest.raises(CliError) as listed:
+            await _ps.list_processes(options, "ws", None, console)  # type: ignore[arg-type]
+        assert listed.value.code == 1 and str(error) in str(listed.value)
+        with pytest.raises(CliError) as killed:
+            await _ps.kill_process(options, "ws", 7, None, console)  # type: ignore[arg-type]
+        assert killed.value.code == 1 and str(error) in str(killed.value)
