@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import subprocess
@@ -98,3 +99,50 @@ async def test_a_file_on_a_host_without_alive_nodes_is_unavailable(cluster: Sett
     await _file_then_record(cluster, name, node="f" * 56, host="elsewhere/198.51.100.7")
     with pytest.raises(WorkspaceUnavailableError, match="elsewhere"):
         computer.workspace_actor(name)
+
+
+async def _open_and_list(name: str) -> list[str]:
+    async with computer.get_workspace(name) as ws:
+        return list(await ws.fs.ls("/"))
+
+
+@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
+async def test_a_known_workspace_whose_data_directory_is_unreachable_is_unavailable_never_empty(
+    ray_session: object, tmp_path: Path, owners: str, name: str
+) -> None:
+    """Issue 25 (1): the data directory is unreachable (unmounted; a shared mount missing on a node) when
+    a known workspace wakes. Before, its owner made the directory again and opened a new, empty
+    workspace under the old name (``ls /`` was ``[]``, and its writes went there); now two clients
+    racing to it get ``WorkspaceUnavailableError`` and nothing is created, the data is back with its
+    directory, and a file lost for good is forgotten by ``delete_workspace(force=True)``. Dedicated, the
+    refusal also needed the error to cross Ray (``WorkspaceUnavailableError`` did not pickle: the
+    client got "describe failed in Ray (UnserializableException)") and to stay EAGAIN's class."""
+    cluster = computer.init(data_dir=tmp_path / "data", owners=owners, shell_pool_size=0, python_pool_size=0)
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/f", "kept")
+    await _stop_owner(name)
+    workspaces = cluster.workspaces_dir
+    unmounted = workspaces.with_name("unmounted")
+    workspaces.rename(unmounted)
+    try:
+        for _ in range(2):  # a refused owner leaves nothing a later call would open
+            outcomes = await asyncio.gather(
+                _open_and_list(name), _open_and_list(name), return_exceptions=True
+            )
+            for outcome in outcomes:
+                assert isinstance(outcome, WorkspaceUnavailableError), outcome
+                assert "missing" in str(outcome), outcome
+        assert not workspaces.exists()
+    finally:
+        unmounted.rename(workspaces)
+    async with computer.get_workspace(name) as ws:
+        assert await ws.fs.read_text("/f") == "kept"
+    await _stop_owner(name)
+    for file in workspaces.glob(f"{name}.sqlite*"):
+        file.unlink()  # lost for good
+    with pytest.raises(WorkspaceUnavailableError):
+        await _open_and_list(name)
+    await computer.delete_workspace(name, force=True)
+    async with computer.get_workspace(name) as ws:  # the name is new again
+        assert await ws.fs.ls("/") == []
+        await ws.fs.write_file("/g", "new")
