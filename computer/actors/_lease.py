@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..storage import FileSystem
 from ._errors import WorkspaceUnavailableError
-from .directory import Directory, WorkspaceRecord
+from .directory import DELETING, Directory, WorkspaceRecord
 
 __all__ = [
     "awake",
@@ -48,12 +48,13 @@ def refuse_a_missing_file(directory: Directory, name: str, path: str | Path, *, 
     data directory that is unreachable here (unmounted, on another machine, a shared mount missing on
     this node) is an error, never a new empty workspace under the old name. True when the file exists.
 
-    A deleted workspace has no record (``delete_workspace`` removes it last), so its name is new again.
+    A deleted workspace has no record (``delete_workspace`` removes it last), so its name is new again;
+    so is one whose deletion died after removing the file (the record is the deletion's).
     """
     if os.path.exists(path):
         return True
     record = directory.get(name)
-    if record is None:
+    if record is None or record.node == DELETING:  # deleted, or a deletion's (which refuses the lease)
         return False
     raise WorkspaceUnavailableError(
         name,

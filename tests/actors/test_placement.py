@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import shutil
 import subprocess
@@ -144,5 +145,43 @@ async def test_a_known_workspace_whose_data_directory_is_unreachable_is_unavaila
         await _open_and_list(name)
     await computer.delete_workspace(name, force=True)
     async with computer.get_workspace(name) as ws:  # the name is new again
+        assert await ws.fs.ls("/") == []
+        await ws.fs.write_file("/g", "new")
+
+
+async def test_a_deletion_in_progress_is_ebusy_and_one_that_died_midway_leaves_the_name_usable(
+    cluster: Settings, name: str
+) -> None:
+    """A call placing a workspace while ``delete_workspace`` runs said "its file is on node deleting,
+    which has no alive Ray node (set shared_data_dir if shared)": the deletion's lease names no node.
+    It is EBUSY, as the owner's own lease refusal says. A deletion that died midway (its lease ran out,
+    its record left) made the name unavailable for good; now the file is looked for as for a name
+    without a record: its data when the file is still there, a new workspace when it was removed."""
+    from computer.actors import take_lease
+    from computer.actors.directory import DELETING
+    from computer.actors.naming import workspace_file
+
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/f", "kept")
+    await _stop_owner(name)
+    path = workspace_file(cluster, name)
+    directory = open_directory(cluster)
+    try:
+        take_lease(directory, name, path, node=DELETING, host=None, ttl=30.0)
+        with pytest.raises(OSError) as busy:
+            await _open_and_list(name)
+        assert busy.value.errno == errno.EBUSY and "being deleted" in str(busy.value), busy.value
+        take_lease(directory, name, path, node=DELETING, host=None, ttl=0.01)  # died before removing
+        await asyncio.sleep(0.05)
+        async with computer.get_workspace(name) as ws:
+            assert await ws.fs.read_text("/f") == "kept"
+        await _stop_owner(name)
+        take_lease(directory, name, path, node=DELETING, host=None, ttl=0.01)  # died after removing
+        for file in path.parent.glob(f"{name}.sqlite*"):
+            file.unlink()
+        await asyncio.sleep(0.05)
+    finally:
+        directory.close()
+    async with computer.get_workspace(name) as ws:  # the name is new
         assert await ws.fs.ls("/") == []
         await ws.fs.write_file("/g", "new")
