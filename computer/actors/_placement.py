@@ -22,8 +22,7 @@ from ._errors import WorkspaceUnavailableError
 from ._init import cluster_settings, ensure_ray
 from ._nodes import alive_nodes
 from ._owner import OwnerActor
-from .directory import DELETING, WorkspaceRecord, last_known_file, open_directory
-from .directory._record import refuse_while_deleting
+from .directory import DELETING, WorkspaceRecord, last_known_file, open_directory, refuse_while_deleting
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
 log = logging.getLogger(__name__)
