@@ -94,7 +94,11 @@ class WorkspaceHost(PoolCallbacks):
         self._lease_ttl = self.config.lock_lease
         path = workspace_file(self.config, self.name)
         # A known workspace whose file is not here is an error, never a new empty one (issue 25).
-        existed = refuse_a_missing_file(self._directory, self.name, path, host=self.host)
+        if not refuse_a_missing_file(self._directory, self.name, path, host=self.host):
+            # A new name: its file is made before its record, so that no record ever names a
+            # workspace without a file (an owner killed in between would make the name unavailable).
+            path.parent.mkdir(parents=True, exist_ok=True)
+            FileSystem.open(str(path), garbage_timer=False).close()
         self.epoch = self._directory.acquire_lease(
             self.name, self.node_id, self.owner_id, self._lease_ttl, host=self.host
         )
@@ -118,8 +122,7 @@ class WorkspaceHost(PoolCallbacks):
                 max_bytes=self.config.max_workspace_bytes,
             )
         except BaseException:
-            # A new workspace that never got its file leaves no record: the next try creates it.
-            if not existed and not path.exists():
+            if not path.exists():  # removed meanwhile (a deletion): leave no record naming it
                 with contextlib.suppress(Exception):
                     self._directory.remove(self.name, self.owner_id)
             raise

@@ -185,3 +185,35 @@ async def test_a_deletion_in_progress_is_ebusy_and_one_that_died_midway_leaves_t
     async with computer.get_workspace(name) as ws:  # the name is new
         assert await ws.fs.ls("/") == []
         await ws.fs.write_file("/g", "new")
+
+
+_OWNER_DIES_AFTER_ITS_LEASE = """
+import os, sys
+from computer.actors import _host
+from computer.config import Settings
+if sys.argv[2] == "die":
+    _host.CallJournal = lambda *a, **k: os._exit(9)  # killed once its lease is taken, before it opened
+host = _host.WorkspaceHost("fresh", config=Settings(data_dir=sys.argv[1], shell_pool_size=0, python_pool_size=0))
+import asyncio
+print(asyncio.run(host.workspace.fs.ls("/")))
+"""
+
+
+def test_an_owner_killed_while_creating_a_new_workspace_leaves_the_name_usable(tmp_path: Path) -> None:
+    """A new name's owner killed after taking its lease and before making its file left a record
+    without a file, which every later owner refused as a known workspace whose file is missing. The
+    file is now made first (an owner killed between the two leaves a file and no record)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "COMPUTER_OWNERS")}
+
+    def owner(mode: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _OWNER_DIES_AFTER_ITS_LEASE, str(tmp_path / "data"), mode],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+
+    assert owner("die").returncode == 9
+    opened = owner("open")
+    assert opened.returncode == 0 and opened.stdout.strip() == "[]", opened.stderr[-2000:]
