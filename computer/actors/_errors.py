@@ -15,6 +15,13 @@ class WorkspaceUnavailableError(OSError):
 
     def __init__(self, name: str, detail: str) -> None:
         super().__init__(errno.EAGAIN, f"workspace unavailable: {detail}", name)
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[type[WorkspaceUnavailableError], tuple[str, str]]:
+        # OSError pickles as ``cls(errno, strerror, filename)``, which this signature refuses: raised in
+        # a Ray actor or task (an owner's constructor), it reached the caller as Ray's
+        # ``UnserializableException``, its message lost.
+        return (type(self), (self.filename, self.detail))
 
 
 class UploadLostError(WorkspaceUnavailableError):

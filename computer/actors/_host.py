@@ -27,6 +27,7 @@ from ._backends import owner_backends
 from ._calls import CallJournal
 from ._errors import UploadLostError, WorkspaceUnavailableError
 from ._init import cluster_settings
+from ._lease import refuse_a_missing_file
 from ._nodes import current_host
 from ._pool_callbacks import PoolCallbacks
 from ._reserve import DiskReserve
@@ -91,28 +92,40 @@ class WorkspaceHost(PoolCallbacks):
         self.host = current_host(self.node_id)
         self._directory: Directory = self._open_directory()
         self._lease_ttl = self.config.lock_lease
+        path = workspace_file(self.config, self.name)
+        # A known workspace whose file is not here is an error, never a new empty one (issue 25).
+        if not refuse_a_missing_file(self._directory, self.name, path, host=self.host):
+            # A new name: its file is made before its record, so that no record ever names a
+            # workspace without a file (an owner killed in between would make the name unavailable).
+            path.parent.mkdir(parents=True, exist_ok=True)
+            FileSystem.open(str(path), garbage_timer=False).close()
         self.epoch = self._directory.acquire_lease(
             self.name, self.node_id, self.owner_id, self._lease_ttl, host=self.host
         )
-        path = workspace_file(self.config, self.name)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._reserve = DiskReserve(path.with_name(path.name + "-reserve"))
-        self._calls = CallJournal(path.with_name(path.name + "-calls"))
-        # A directory that lost its records (a Redis restarted empty) counts epochs from 1 again, but
-        # the file keeps the highest it saw and would refuse every write: take leases until ours is higher.
-        stored = FileSystem.stored_epoch(str(path))
-        while self.epoch <= stored:
-            self.owner_id = self._new_owner_id()
-            self.epoch = self._directory.acquire_lease(
-                self.name, self.node_id, self.owner_id, self._lease_ttl, host=self.host
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._reserve = DiskReserve(path.with_name(path.name + "-reserve"))
+            self._calls = CallJournal(path.with_name(path.name + "-calls"))
+            # A directory that lost its records (a Redis restarted empty) counts epochs from 1 again, but
+            # the file keeps the highest it saw and would refuse every write: take leases until ours is higher.
+            stored = FileSystem.stored_epoch(str(path))
+            while self.epoch <= stored:
+                self.owner_id = self._new_owner_id()
+                self.epoch = self._directory.acquire_lease(
+                    self.name, self.node_id, self.owner_id, self._lease_ttl, host=self.host
+                )
+            self.workspace = Workspace(
+                str(path),
+                backends=self._backends(),
+                assets=True,
+                fence=self.epoch,
+                max_bytes=self.config.max_workspace_bytes,
             )
-        self.workspace = Workspace(
-            str(path),
-            backends=self._backends(),
-            assets=True,
-            fence=self.epoch,
-            max_bytes=self.config.max_workspace_bytes,
-        )
+        except BaseException:
+            if not path.exists():  # removed meanwhile (a deletion): leave no record naming it
+                with contextlib.suppress(Exception):
+                    self._directory.remove(self.name, self.owner_id)
+            raise
         # Lock tokens carry this owner's epoch: a token is never handed out twice, even across restarts.
         self.workspace.locks.epoch = self.epoch
         self._reserve.keep()

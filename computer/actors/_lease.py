@@ -15,9 +15,18 @@ import uuid
 from pathlib import Path
 
 from ..storage import FileSystem
-from .directory import Directory, WorkspaceRecord
+from ._errors import WorkspaceUnavailableError
+from .directory import DELETING, Directory, WorkspaceRecord
 
-__all__ = ["awake", "awake_where", "owner_process", "process_node", "ray_owner_gone", "take_lease"]
+__all__ = [
+    "awake",
+    "awake_where",
+    "owner_process",
+    "process_node",
+    "ray_owner_gone",
+    "refuse_a_missing_file",
+    "take_lease",
+]
 
 
 def take_lease(
@@ -31,6 +40,29 @@ def take_lease(
         epoch = directory.acquire_lease(name, node, owner_id, ttl, host=host)
         if epoch > stored:
             return owner_id, epoch
+
+
+def refuse_a_missing_file(directory: Directory, name: str, path: str | Path, *, host: str | None) -> bool:
+    """Before an owner opens ``path``: raise ``WorkspaceUnavailableError`` when the file is missing but
+    the directory has a record of ``name`` (an owner opened it before: its file was created then), so a
+    data directory that is unreachable here (unmounted, on another machine, a shared mount missing on
+    this node) is an error, never a new empty workspace under the old name. True when the file exists.
+
+    A deleted workspace has no record (``delete_workspace`` removes it last), so its name is new again;
+    so is one whose deletion died after removing the file (the record is the deletion's).
+    """
+    if os.path.exists(path):
+        return True
+    record = directory.get(name)
+    if record is None or record.node == DELETING:  # deleted, or a deletion's (which refuses the lease)
+        return False
+    raise WorkspaceUnavailableError(
+        name,
+        f"its file {path} is missing on {host or socket.gethostname()}, but the directory knows the "
+        f"workspace (epoch {record.epoch}, last owner {awake_where(record)}): its data directory is "
+        "not reachable here; an owner never opens it as a new empty workspace "
+        "(delete_workspace(name, force=True) forgets a workspace whose file is lost for good)",
+    )
 
 
 def process_node() -> str:

@@ -22,7 +22,7 @@ from ._errors import WorkspaceUnavailableError
 from ._init import cluster_settings, ensure_ray
 from ._nodes import alive_nodes
 from ._owner import OwnerActor
-from .directory import WorkspaceRecord, last_known_file, open_directory
+from .directory import DELETING, WorkspaceRecord, last_known_file, open_directory, refuse_while_deleting
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,11 @@ def _scheduling(config: Settings, name: str) -> Any:
     if config.shared_data_dir:
         return None
     record = directory_record(config, name)
+    if record is not None and record.node == DELETING:
+        # EBUSY while a deletion runs; one that died midway (its lease ran out) left a record naming no
+        # node: where the file is, if anywhere, is asked of every node as for a name without a record.
+        refuse_while_deleting(name, record.node, record.lease_expires, "", time.time())
+        record = None
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

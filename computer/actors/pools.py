@@ -93,6 +93,11 @@ WORKER_WAIT = 300.0
 # A run handed back this many times (workers draining or shedding one after another) fails.
 REQUEUES_MAX = 100
 DEAD_REMEMBERED = 60.0  # seconds a dispatcher ignores a worker it saw dead (the view may lag behind)
+# Seconds a dispatcher prefers other workers to one it found restarting (``ActorUnavailableError``) when
+# another is usable. Before, every retry of a run went back to the restarting worker (the warm one, then
+# the same hash) and waited there, ~2 s a try: after a worker was killed under a run, the next command
+# of its workspace waited 23-29 s for that worker's restart while the other worker was ready.
+RESTART_AVOID = 10.0
 # A workspace whose run moved (its idle live sandbox ended on a full worker) is not sent movable again
 # for this long (seconds). Owners see a new worker's free slots in views of the same age and move to it
 # together, fill it, and moved on again: 64 agents on a 3-node local cluster moved 333 runs in 30 s,
@@ -142,6 +147,7 @@ class PoolBackend:
         self._pins: dict[str, str] = {}  # workspace id -> worker its runs must go to (a live sandbox)
         self._ahead: set[str] = set()  # of those, pinned as a run was sent, before it ended (``_pin_ahead``)
         self._dead: dict[str, float] = {}  # worker name -> when this owner saw it dead
+        self._restarting: dict[str, float] = {}  # worker name -> when a call found it restarting
         self._moved_at: dict[str, float] = {}  # workspace id -> when its run last moved (MOVE_HOLD)
         self._owner = owner
         self._token: str | None = None
@@ -293,6 +299,7 @@ class PoolBackend:
         """Adopt ``view`` (got from the control loop ``at``, monotonic; default now)."""
         now = time.monotonic()
         self._dead = {n: t for n, t in self._dead.items() if now - t < DEAD_REMEMBERED}
+        self._restarting = {n: t for n, t in self._restarting.items() if now - t < RESTART_AVOID}
         listed = set()
         for w in view.workers:
             if w.name in self._dead:
@@ -374,6 +381,9 @@ class PoolBackend:
         usable = [s for s in self._slots.values() if s.listed and not s.draining and s.name not in self._dead]
         if not usable:
             return None
+        now = time.monotonic()
+        steady = [s for s in usable if now - self._restarting.get(s.name, -math.inf) >= RESTART_AVOID]
+        usable = steady or usable  # a restarting worker only when no other is usable
         warm = {name: rank for rank, name in enumerate(self._warm)}
         order = {s.name: zlib.crc32(f"{workspace_id}/{s.name}".encode()) for s in usable}
         free = [s for s in usable if s.estimate < s.target]
@@ -553,6 +563,7 @@ class PoolBackend:
                         break
                     # Any other first item: the run reached a live worker that holds the owner handle.
                     started = slot.memory.introduced = True
+                    self._restarting.pop(slot.name, None)
                     if lost_sandbox is not None:
                         yield OutputChunk("stderr", LOST_SANDBOX.format(why=lost_sandbox).encode())
                         lost_sandbox = None
@@ -580,6 +591,7 @@ class PoolBackend:
                     # Ray restarts the worker in place (it crashed): same handle, a new process that
                     # holds no mirror and no owner handle.
                     self._forget(slot)
+                    self._restarting[slot.name] = time.monotonic()
                 else:  # dead (or its name already gone: ValueError from the lookup)
                     self._bury(slot)
                 restarting = isinstance(exc, ActorUnavailableError)

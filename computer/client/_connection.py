@@ -306,6 +306,9 @@ def _creation_failure(name: str, exc: BaseException) -> OSError:
     found = _ERRNO.findall(text)
     if found:
         code, message = found[-1]
+        if int(code) == errno.EAGAIN:  # every EAGAIN of an owner is the documented class
+            detail = message.removeprefix("workspace unavailable: ").rsplit(": '", 1)[0]
+            return WorkspaceUnavailableError(name, f"its owner could not start: {detail}")
         return fs_error(int(code), name, f"cannot open workspace {name}: {message}")
     last = next((line for line in reversed(text.splitlines()) if line.strip()), text)
     return WorkspaceUnavailableError(name, f"its owner could not start: {last.strip()}")

@@ -87,3 +87,17 @@ async def test_bad_workspace_names_are_rejected(cluster: Settings) -> None:
     for bad in ["", "a/b", "..", "x\x00y"]:
         with pytest.raises(computer.FsInvalidError):
             computer.workspace_actor(bad)
+
+
+def test_unavailable_errors_cross_process_boundaries_whole() -> None:
+    """Raised in an owner's constructor or a Ray task, these errors are pickled; ``OSError``'s pickling
+    (``cls(errno, strerror, filename)``) did not fit their signature, and Ray replaced them with
+    ``UnserializableException``, losing the message."""
+    import pickle
+
+    from computer.actors import OutcomeUnknownError, UploadLostError, WorkspaceUnavailableError
+
+    for kind in (WorkspaceUnavailableError, OutcomeUnknownError, UploadLostError):
+        back = pickle.loads(pickle.dumps(kind("ws-1", "why not")))
+        assert type(back) is kind
+        assert (back.errno, back.filename, back.strerror) == (11, "ws-1", "workspace unavailable: why not")

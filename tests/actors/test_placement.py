@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import os
 import shutil
 import subprocess
@@ -98,3 +100,120 @@ async def test_a_file_on_a_host_without_alive_nodes_is_unavailable(cluster: Sett
     await _file_then_record(cluster, name, node="f" * 56, host="elsewhere/198.51.100.7")
     with pytest.raises(WorkspaceUnavailableError, match="elsewhere"):
         computer.workspace_actor(name)
+
+
+async def _open_and_list(name: str) -> list[str]:
+    async with computer.get_workspace(name) as ws:
+        return list(await ws.fs.ls("/"))
+
+
+@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
+async def test_a_known_workspace_whose_data_directory_is_unreachable_is_unavailable_never_empty(
+    ray_session: object, tmp_path: Path, owners: str, name: str
+) -> None:
+    """Issue 25 (1): the data directory is unreachable (unmounted; a shared mount missing on a node) when
+    a known workspace wakes. Before, its owner made the directory again and opened a new, empty
+    workspace under the old name (``ls /`` was ``[]``, and its writes went there); now two clients
+    racing to it get ``WorkspaceUnavailableError`` and nothing is created, the data is back with its
+    directory, and a file lost for good is forgotten by ``delete_workspace(force=True)``. Dedicated, the
+    refusal also needed the error to cross Ray (``WorkspaceUnavailableError`` did not pickle: the
+    client got "describe failed in Ray (UnserializableException)") and to stay EAGAIN's class."""
+    cluster = computer.init(data_dir=tmp_path / "data", owners=owners, shell_pool_size=0, python_pool_size=0)
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/f", "kept")
+    await _stop_owner(name)
+    workspaces = cluster.workspaces_dir
+    unmounted = workspaces.with_name("unmounted")
+    workspaces.rename(unmounted)
+    try:
+        for _ in range(2):  # a refused owner leaves nothing a later call would open
+            outcomes = await asyncio.gather(
+                _open_and_list(name), _open_and_list(name), return_exceptions=True
+            )
+            for outcome in outcomes:
+                assert isinstance(outcome, WorkspaceUnavailableError), outcome
+                assert "missing" in str(outcome), outcome
+        assert not workspaces.exists()
+    finally:
+        unmounted.rename(workspaces)
+    async with computer.get_workspace(name) as ws:
+        assert await ws.fs.read_text("/f") == "kept"
+    await _stop_owner(name)
+    for file in workspaces.glob(f"{name}.sqlite*"):
+        file.unlink()  # lost for good
+    with pytest.raises(WorkspaceUnavailableError):
+        await _open_and_list(name)
+    await computer.delete_workspace(name, force=True)
+    async with computer.get_workspace(name) as ws:  # the name is new again
+        assert await ws.fs.ls("/") == []
+        await ws.fs.write_file("/g", "new")
+
+
+async def test_a_deletion_in_progress_is_ebusy_and_one_that_died_midway_leaves_the_name_usable(
+    cluster: Settings, name: str
+) -> None:
+    """A call placing a workspace while ``delete_workspace`` runs said "its file is on node deleting,
+    which has no alive Ray node (set shared_data_dir if shared)": the deletion's lease names no node.
+    It is EBUSY, as the owner's own lease refusal says. A deletion that died midway (its lease ran out,
+    its record left) made the name unavailable for good; now the file is looked for as for a name
+    without a record: its data when the file is still there, a new workspace when it was removed."""
+    from computer.actors import take_lease
+    from computer.actors.directory import DELETING
+    from computer.actors.naming import workspace_file
+
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/f", "kept")
+    await _stop_owner(name)
+    path = workspace_file(cluster, name)
+    directory = open_directory(cluster)
+    try:
+        take_lease(directory, name, path, node=DELETING, host=None, ttl=30.0)
+        with pytest.raises(OSError) as busy:
+            await _open_and_list(name)
+        assert busy.value.errno == errno.EBUSY and "being deleted" in str(busy.value), busy.value
+        take_lease(directory, name, path, node=DELETING, host=None, ttl=0.01)  # died before removing
+        await asyncio.sleep(0.05)
+        async with computer.get_workspace(name) as ws:
+            assert await ws.fs.read_text("/f") == "kept"
+        await _stop_owner(name)
+        take_lease(directory, name, path, node=DELETING, host=None, ttl=0.01)  # died after removing
+        for file in path.parent.glob(f"{name}.sqlite*"):
+            file.unlink()
+        await asyncio.sleep(0.05)
+    finally:
+        directory.close()
+    async with computer.get_workspace(name) as ws:  # the name is new
+        assert await ws.fs.ls("/") == []
+        await ws.fs.write_file("/g", "new")
+
+
+_OWNER_DIES_AFTER_ITS_LEASE = """
+import os, sys
+from computer.actors import _host
+from computer.config import Settings
+if sys.argv[2] == "die":
+    _host.CallJournal = lambda *a, **k: os._exit(9)  # killed once its lease is taken, before it opened
+host = _host.WorkspaceHost("fresh", config=Settings(data_dir=sys.argv[1], shell_pool_size=0, python_pool_size=0))
+import asyncio
+print(asyncio.run(host.workspace.fs.ls("/")))
+"""
+
+
+def test_an_owner_killed_while_creating_a_new_workspace_leaves_the_name_usable(tmp_path: Path) -> None:
+    """A new name's owner killed after taking its lease and before making its file left a record
+    without a file, which every later owner refused as a known workspace whose file is missing. The
+    file is now made first (an owner killed between the two leaves a file and no record)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "COMPUTER_OWNERS")}
+
+    def owner(mode: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-c", _OWNER_DIES_AFTER_ITS_LEASE, str(tmp_path / "data"), mode],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+
+    assert owner("die").returncode == 9
+    opened = owner("open")
+    assert opened.returncode == 0 and opened.stdout.strip() == "[]", opened.stderr[-2000:]

@@ -123,7 +123,17 @@ async def test_a_restarted_worker_is_sent_the_owner_handle_again(cluster: Settin
         for _ in range(3):
             assert (await (await ws.runtime.exec("true")).result()).status == "completed"
         [used] = [s for s in await worker_stats("shell", size) if s["runs"] > before.get(s["name"], 0)]
-        ray.kill(ray.get_actor(used["name"], namespace=NAMESPACE), no_restart=False)
+        worker = ray.get_actor(used["name"], namespace=NAMESPACE)
+        ray.kill(worker, no_restart=False)
+        # Back in its new process first: a run that finds a worker still restarting goes to another
+        # (``RESTART_AVOID``), and this test is about the restarted one.
+        for _ in range(600):  # bounded: 60 s
+            try:
+                if (await worker.stats.remote())["pid"] != used["pid"]:
+                    break
+            except ray.exceptions.RayActorError:
+                pass
+            await asyncio.sleep(0.1)
         result = await (await ws.runtime.exec("echo again > f; cat f")).result()
         assert (result.status, result.stdout, result.error) == ("completed", "again\n", None), result.error
         assert await ws.fs.read_text("/workspace/f") == "again\n"

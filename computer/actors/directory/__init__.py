@@ -7,7 +7,7 @@ from __future__ import annotations
 from ._directory import Directory
 from ._head import HeadDirectory
 from ._open import open_directory
-from ._record import DELETING, WorkspaceRecord, WorkspaceState
+from ._record import DELETING, WorkspaceRecord, WorkspaceState, refuse_while_deleting
 from ._redis import RedisDirectory
 from ._registry import RegisteredDirectory, last_known_file
 from ._renew import LeaseRenewal, renew_leases
@@ -25,5 +25,6 @@ __all__ = [
     "WorkspaceState",
     "last_known_file",
     "open_directory",
+    "refuse_while_deleting",
     "renew_leases",
 ]
