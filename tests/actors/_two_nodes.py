@@ -20,6 +20,8 @@ from _cluster import run_on_two_nodes  # this script's folder is on sys.path
 
 import computer
 from computer.actors import Directory, open_directory
+from computer.actors.naming import workspace_file
+from computer.storage import FileSystem
 
 
 def hibernated(directory: Directory, name: str) -> bool:
@@ -35,7 +37,11 @@ async def main(data_dir: str) -> None:
     directory = open_directory(conf)
     for node in nodes:
         name = f"placed-{node[:8]}"
-        # The directory says this workspace's file lives on `node` (as after an earlier life there).
+        # The directory says this workspace's file lives on `node` (as after an earlier life there, which
+        # made the file: an owner refuses a known name whose file is missing, never opens it empty).
+        path = workspace_file(conf, name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        FileSystem.open(str(path)).close()
         epoch = directory.acquire_lease(name, node, "earlier-owner", 30.0)
         assert directory.release_lease(name, "earlier-owner", epoch, hibernating=True)
         handle = computer.workspace_actor(name)
