@@ -121,11 +121,13 @@ def procs_of(group: Path) -> set[int] | None:
 
 def sweep(groups: Sequence[Path]) -> None:
     """SIGKILL every process in ``groups`` (a few rounds: a process may fork while it is swept).
-    A frozen group is thawed first: a frozen process cannot die."""
+    The run's freezer group is thawed first, whichever controller's group is swept: a frozen process
+    cannot die. (A pool worker killed while its live sandbox was frozen for a sync left the sandbox
+    frozen; the next process removed the dead one's stale groups controller by controller, memory and
+    pids before freezer, and spent every kill round of those two on processes that could not die,
+    ~25 s in the restarted worker's constructor, before the freezer group's turn thawed them.)"""
     for group in groups:
-        if "freezer" in group.parts:
-            with contextlib.suppress(OSError):
-                (group / "freezer.state").write_text("THAWED")
+        _thaw_run(group)
         for _ in range(20):
             pids = procs_of(group)
             if not pids:
@@ -134,6 +136,17 @@ def sweep(groups: Sequence[Path]) -> None:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
             time.sleep(0.005)
+
+
+def _thaw_run(group: Path) -> None:
+    """Thaw the freezer group of the run ``group`` belongs to (same name under ``freezer``), if any."""
+    twin = group.parent.parent.parent / "freezer" / group.parent.name / group.name
+    with contextlib.suppress(OSError):
+        fd = os.open(twin / "freezer.state", os.O_WRONLY)  # never created where there is none
+        try:
+            os.write(fd, b"THAWED")
+        finally:
+            os.close(fd)
 
 
 def remove_groups(groups: Sequence[Path]) -> None:

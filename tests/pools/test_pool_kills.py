@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+from pathlib import Path
 from typing import Any
 
+import pytest
 import ray
 
 import computer
@@ -12,6 +16,7 @@ from computer.actors import NAMESPACE
 from computer.actors.pools import PoolBackend
 from computer.config import Settings
 from computer.runtime import ExecRequest, OutputChunk
+from computer.runtime._cgroups import CGROUP_PARENT, CGROUP_ROOT, freeze
 
 from .pool_helpers import processes_with, unique_sleep, wait_until, worker_stats
 
@@ -101,6 +106,58 @@ async def test_a_worker_killed_mid_run_fails_the_run_and_keeps_only_what_was_syn
         assert (after.status, after.stdout) == ("completed", "changed\nexisting\nhalf\n")
     replaced = {s["name"]: s["pid"] for s in await worker_stats("shell", cluster.shell_pool_size)}
     assert running[0]["name"] not in replaced or replaced[running[0]["name"]] != running[0]["pid"]
+
+
+def _freezer_group(pid: int) -> Path | None:
+    """The freezer cgroup of host process ``pid`` when it is a run's group (``computer-exec``)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "freezer" in controllers.split(",") and f"/{CGROUP_PARENT}/" in path:
+            return CGROUP_ROOT / "freezer" / path.lstrip("/")
+    return None
+
+
+async def test_a_worker_killed_with_its_sandbox_frozen_restarts_and_its_sandbox_is_gone(
+    cluster: Settings, name: str
+) -> None:
+    """A worker SIGKILLed while its live sandbox is frozen for a sync (a writing run syncs every ~0.1 s)
+    leaves the sandbox frozen (its die-with-parent SIGKILL waits for a thaw). The restarted worker
+    removes the dead one's run groups, thawing first: the sandbox is gone within a bound, so is every
+    group of the dead worker, and the restarted worker answers."""
+    duration = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        handle = await ws.runtime.exec(f"echo started; sleep {duration}")
+        await _wait_for_output(handle, "started")
+        await wait_until(lambda: bool(processes_with(f"sleep {duration}")))
+        group = _freezer_group(processes_with(f"sleep {duration}")[0])
+        if group is None:
+            await handle.kill()
+            pytest.skip("no freezer cgroup for live sandboxes here")
+        stats = await worker_stats("shell", cluster.shell_pool_size)
+        [running] = [s for s in stats if any(key.endswith(f"/{handle.id}") for key in s["running"])]
+        assert freeze(group)  # as a sync does, then the worker dies before it thaws
+        os.kill(running["pid"], signal.SIGKILL)
+        # The restarted worker's first step removes the dead one's run groups, thawed first: ~2 s
+        # here (the restart included); the memory and pids groups swept while still frozen took it
+        # 50 kill rounds each (at least 11 s of its sleeps alone), ~25 s in all.
+        await wait_until(lambda: not processes_with(duration), within=10.0)
+        result = await handle.result()
+        assert (result.status, result.exit_code) == ("failed", None)
+
+        worker, pid = ray.get_actor(running["name"], namespace=NAMESPACE), running["pid"]
+        for _ in range(600):  # bounded: 60 s
+            try:
+                pid = (await worker.stats.remote())["pid"]
+                if pid != running["pid"]:
+                    break
+            except ray.exceptions.RayActorError:
+                pass
+            await asyncio.sleep(0.1)
+        assert pid != running["pid"]  # restarted in place, and answering
+        assert list(CGROUP_ROOT.glob(f"*/{CGROUP_PARENT}/run-{running['pid']}-*")) == []
+
+        after = await (await ws.runtime.exec("echo again")).result()
+        assert (after.status, after.stdout) == ("completed", "again\n"), after.error
 
 
 async def test_a_dead_idle_worker_is_replaced_before_the_next_run(cluster: Settings, name: str) -> None:

@@ -14,7 +14,18 @@ from exec_cases import loopback_server
 
 import computer
 from computer.runtime import ShellBackend
-from computer.runtime._cgroups import ControlFile, cgroup_writable, count_in, make_groups, remove_groups
+from computer.runtime._cgroups import (
+    CGROUP_PARENT,
+    CGROUP_ROOT,
+    ControlFile,
+    cgroup_writable,
+    count_in,
+    freeze,
+    make_groups,
+    remove_groups,
+    remove_stale_groups,
+    thaw,
+)
 from computer.runtime._limits import SandboxLimits
 
 
@@ -286,3 +297,31 @@ def test_out_of_memory_kills_are_counted_through_a_kept_descriptor() -> None:
         remove_groups([group])
     assert count_in(control.read(), "oom_kill") == 0  # closed: nothing to tell
     assert count_in("oom_kill_disable 0\nunder_oom 0\n", "oom_kill") == 0  # a kernel before 4.13
+
+
+@pytest.mark.skipif(
+    not all(cgroup_writable(c) for c in ("memory", "pids", "freezer")),
+    reason="needs writable cgroup v1 memory, pids and freezer controllers",
+)
+def test_a_dead_processs_frozen_run_is_swept_by_its_first_controllers_stale_group_removal() -> None:
+    """A pool worker killed while its live sandbox was frozen for a sync leaves the run's groups with
+    frozen processes in them. The next process removes stale groups controller by controller (the
+    memory controller's first); the run's freezer group must be thawed by that first removal, or its
+    kill rounds spend seconds on processes that cannot die and leave the group behind."""
+    name = f"run-{os.getpid()}-1-{secrets.token_hex(4)}"  # this pid, another start time: a dead process
+    groups = [CGROUP_ROOT / c / CGROUP_PARENT / name for c in ("memory", "pids", "freezer")]
+    child = subprocess.Popen(["sleep", "300"])
+    try:
+        for group in groups:
+            group.mkdir()
+            (group / "cgroup.procs").write_text(str(child.pid))
+        assert freeze(groups[2])
+        remove_stale_groups(groups[0].parent)
+        assert child.wait(timeout=10) == -9
+        assert not groups[0].exists()
+    finally:
+        thaw(groups[2])
+        child.kill()
+        child.wait()
+        remove_groups(groups)
+    assert not any(group.exists() for group in groups)
