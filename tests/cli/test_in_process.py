@@ -129,11 +129,49 @@ def _dead_pid() -> int:
     return proc.pid
 
 
+def _made(data_dir: Path, name: str) -> Path:
+    """The workspace file an earlier owner of ``name`` made."""
+    from computer.actors.naming import workspace_file
+    from computer.storage import FileSystem
+
+    path = workspace_file(configure(data_dir=data_dir), name)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    FileSystem.open(str(path)).close()
+    return path
+
+
+def test_a_known_workspace_whose_file_is_missing_is_refused_never_opened_empty(tmp_path: Path) -> None:
+    """With no cluster, a command owns the workspace in its own process. One the directory knows whose
+    file is missing (the data directory's workspaces moved, unmounted, copied without them) is refused,
+    naming the file: before, the command made a new, empty workspace under the old name and took its
+    writes there. The file back, it opens with its data; a new name works as before."""
+    base = ["--data-dir", str(tmp_path), "tool"]
+    wrote = runner.invoke(app, [*base, "kept", "write", '{"path": "/workspace/a", "content": "x"}'])
+    assert wrote.exit_code == 0, wrote.output
+    from computer.actors.naming import workspace_file
+
+    path = workspace_file(configure(data_dir=tmp_path), "kept")
+    moved = path.with_name("moved.sqlite")
+    path.rename(moved)
+    try:
+        refused = runner.invoke(app, [*base, "kept", "read", '{"path": "/workspace/a"}'])
+        assert refused.exit_code == 1, refused.output
+        assert "missing" in refused.output and "kept.sqlite" in refused.output.replace("\n", "")
+        assert not path.exists()  # nothing made in its place
+    finally:
+        moved.rename(path)
+    read = runner.invoke(app, [*base, "kept", "read", '{"path": "/workspace/a"}'])
+    assert read.exit_code == 0 and json.loads(read.output)["content"] == "x", read.output
+    fresh = runner.invoke(app, [*base, "new-one", "write", '{"path": "/workspace/b", "content": "y"}'])
+    assert fresh.exit_code == 0, fresh.output
+
+
 def test_a_workspace_whose_command_was_killed_is_asleep_and_opens_at_once(tmp_path: Path) -> None:
     import socket
 
     from computer.actors.directory import SqliteDirectory
 
+    _made(tmp_path, "crashed")  # its command made its file, then was killed holding the lease
     directory = SqliteDirectory(tmp_path / "directory.sqlite")
     directory.acquire_lease("crashed", f"process:{_dead_pid()}@{socket.gethostname()}", "gone", 60.0)
     directory.acquire_lease("elsewhere", "process:1@another-machine", "remote", 60.0)
