@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ._host import WorkspaceHost
     from ._hosts import HostedHandle, OwnerHost
     from ._init import adopt, cluster_settings, ensure_ray, init, published_settings
-    from ._lease import awake, awake_where, process_node, refuse_a_missing_file, take_lease
+    from ._lease import awake, awake_where, owner_file, process_node, take_lease
     from ._owner import OwnerActor
     from ._placement import workspace_actor
     from ._pool_scaler import SCALER_NAME
@@ -54,9 +54,9 @@ __all__ = [
     "init",
     "open_directory",
     "owner_backends",
+    "owner_file",
     "process_node",
     "published_settings",
-    "refuse_a_missing_file",
     "remove_workspace_files",
     "take_lease",
     "workspace_actor",
@@ -80,7 +80,7 @@ _LAZY = {
     "awake": "._lease",
     "awake_where": "._lease",
     "process_node": "._lease",
-    "refuse_a_missing_file": "._lease",
+    "owner_file": "._lease",
     "take_lease": "._lease",
     "OwnerActor": "._owner",
     "HostedHandle": "._hosts",

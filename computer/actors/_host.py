@@ -27,7 +27,7 @@ from ._backends import owner_backends
 from ._calls import CallJournal
 from ._errors import UploadLostError, WorkspaceUnavailableError
 from ._init import cluster_settings
-from ._lease import refuse_a_missing_file
+from ._lease import owner_file
 from ._nodes import current_host
 from ._pool_callbacks import PoolCallbacks
 from ._reserve import DiskReserve
@@ -94,11 +94,7 @@ class WorkspaceHost(PoolCallbacks):
         self._lease_ttl = self.config.lock_lease
         path = workspace_file(self.config, self.name)
         # A known workspace whose file is not here is an error, never a new empty one (issue 25).
-        if not refuse_a_missing_file(self._directory, self.name, path, host=self.host):
-            # A new name: its file is made before its record, so that no record ever names a
-            # workspace without a file (an owner killed in between would make the name unavailable).
-            path.parent.mkdir(parents=True, exist_ok=True)
-            FileSystem.open(str(path), garbage_timer=False).close()
+        owner_file(self._directory, self.name, path, host=self.host)
         self.epoch = self._directory.acquire_lease(
             self.name, self.node_id, self.owner_id, self._lease_ttl, host=self.host
         )

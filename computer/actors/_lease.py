@@ -21,10 +21,10 @@ from .directory import DELETING, Directory, WorkspaceRecord
 __all__ = [
     "awake",
     "awake_where",
+    "owner_file",
     "owner_process",
     "process_node",
     "ray_owner_gone",
-    "refuse_a_missing_file",
     "take_lease",
 ]
 
@@ -42,20 +42,24 @@ def take_lease(
             return owner_id, epoch
 
 
-def refuse_a_missing_file(directory: Directory, name: str, path: str | Path, *, host: str | None) -> bool:
-    """Before an owner opens ``path``: raise ``WorkspaceUnavailableError`` when the file is missing but
-    the directory has a record of ``name`` (an owner opened it before: its file was created then), so a
-    data directory that is unreachable here (unmounted, on another machine, a shared mount missing on
-    this node) is an error, never a new empty workspace under the old name. True when the file exists.
+def owner_file(directory: Directory, name: str, path: Path, *, host: str | None) -> None:
+    """Before an owner (of a cluster, or a command's own process) takes its lease and opens ``path``:
+    raise ``WorkspaceUnavailableError`` when the file is missing but the directory has a record of
+    ``name`` (an owner opened it before: its file was created then), so a data directory that is
+    unreachable here (unmounted, on another machine, a shared mount missing on this node) is an error,
+    never a new empty workspace under the old name. A new name's file is made here, before its record,
+    so that a record always means a file (an owner killed in between would make the name unavailable).
 
     A deleted workspace has no record (``delete_workspace`` removes it last), so its name is new again;
     so is one whose deletion died after removing the file (the record is the deletion's).
     """
-    if os.path.exists(path):
-        return True
+    if path.exists():
+        return
     record = directory.get(name)
     if record is None or record.node == DELETING:  # deleted, or a deletion's (which refuses the lease)
-        return False
+        path.parent.mkdir(parents=True, exist_ok=True)
+        FileSystem.open(str(path), garbage_timer=False).close()
+        return
     raise WorkspaceUnavailableError(
         name,
         f"its file {path} is missing on {host or socket.gethostname()}, but the directory knows the "

@@ -62,10 +62,9 @@ async def in_process_workspace(
     """
     import sqlite3
 
-    from ..actors import awake, awake_where, process_node, refuse_a_missing_file, take_lease
+    from ..actors import awake, awake_where, owner_file, process_node, take_lease
     from ..actors.directory import open_directory
     from ..actors.naming import workspace_file
-    from ..storage import FileSystem
 
     try:
         path = workspace_file(config, name)
@@ -90,12 +89,9 @@ async def in_process_workspace(
             )
         ttl = config.lock_lease
         try:
-            # A known workspace whose file is missing (its data directory unmounted, copied without
-            # it) is an error, never a new empty one under the old name, as for an owner of a cluster;
-            # a new name's file is made before its record, so that a record always means a file.
-            if not refuse_a_missing_file(directory, name, path, host=None):
-                path.parent.mkdir(parents=True, exist_ok=True)
-                FileSystem.open(str(path), garbage_timer=False).close()
+            # A known workspace whose file is missing is an error, never a new empty one (as for an
+            # owner of a cluster); a new name's file is made before its record.
+            owner_file(directory, name, path, host=None)
             owner_id, epoch = take_lease(directory, name, path, node=process_node(), host=None, ttl=ttl)
         except OSError as exc:
             raise CliError(f"cannot open workspace {name!r}: {exc}") from None
