@@ -140,13 +140,7 @@ def sweep(groups: Sequence[Path]) -> None:
 
 def _thaw_run(group: Path) -> None:
     """Thaw the freezer group of the run ``group`` belongs to (same name under ``freezer``), if any."""
-    twin = group.parent.parent.parent / "freezer" / group.parent.name / group.name
-    with contextlib.suppress(OSError):
-        fd = os.open(twin / "freezer.state", os.O_WRONLY)  # never created where there is none
-        try:
-            os.write(fd, b"THAWED")
-        finally:
-            os.close(fd)
+    thaw(group.parent.parent.parent / "freezer" / group.parent.name / group.name)
 
 
 def remove_groups(groups: Sequence[Path]) -> None:
@@ -247,6 +241,10 @@ def _freeze_once(group: Path, timeout: float) -> bool:
 
 
 def thaw(group: Path) -> None:
-    """Let the processes of the freezer ``group`` run again."""
+    """Let the processes of the freezer ``group`` run again (nothing where there is no such group)."""
     with contextlib.suppress(OSError):
-        (group / "freezer.state").write_text("THAWED")
+        fd = os.open(group / "freezer.state", os.O_WRONLY)  # never created where there is none
+        try:
+            os.write(fd, b"THAWED")
+        finally:
+            os.close(fd)
