@@ -108,15 +108,12 @@ class LiveSandboxes:
         A sandbox that cannot start the command at all (at its process limit or out of memory: a fork
         bomb left in the background) is ended with its processes (what they wrote is kept) and the
         command runs in a fresh one, saying so on stderr."""
-        before = self._live.get(ctx.workspace_id)  # one lost may still be ending (``_ended`` to come)
         try:
             sandbox = await self._sandbox_of(ctx)
         except (OSError, LiveSandboxError, TimeoutError) as exc:
             yield ExitEvent(None, error=f"the sandbox could not start: {exc}")
             return
-        lost = self._unsaid.pop(ctx.workspace_id, None)
-        if before is not None and before is not sandbox and before.unsaid is not None:
-            lost, before.unsaid = before.unsaid, None  # said here: not again by the run after
+        lost = self._unsaid.pop(ctx.workspace_id, None)  # (``_sandbox_of`` waited for its end)
         if lost is not None:  # its background processes are gone: nothing else told the caller
             note = (
                 f"computer: the workspace's live sandbox ended while no run was in progress ({lost}); "
@@ -266,7 +263,8 @@ class LiveSandboxes:
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(ENDING_WAIT):
                         await asyncio.shield(sandbox.ended.wait())
-                self._forget(sandbox)  # (its end forgot it, unless it is stuck)
+                self._note_unsaid(sandbox)  # (its end did, and forgot it, unless it is stuck)
+                self._forget(sandbox)
             mirror = self.sync.acquire(workspace_id, ctx)
             self.sync.remove_evicted()
             clean = False
@@ -338,15 +336,19 @@ class LiveSandboxes:
             self._unreported[sandbox.workspace_id] = {**kept, **sandbox.unreported}
             while len(self._unreported) > _UNREPORTED:
                 del self._unreported[next(iter(self._unreported))]
-        if sandbox.unsaid is not None:
-            self._unsaid.pop(sandbox.workspace_id, None)
-            self._unsaid[sandbox.workspace_id] = sandbox.unsaid
-            while len(self._unsaid) > _UNREPORTED:
-                del self._unsaid[next(iter(self._unsaid))]
+        self._note_unsaid(sandbox)
         if sandbox.mirror.directory.is_dir() and sandbox.mirror in self.sync.mirrors.idle_mirrors(
             sandbox.workspace_id
         ):
             self.keep_warm(sandbox.mirror)
+
+    def _note_unsaid(self, sandbox: LiveSandbox) -> None:
+        """Why ``sandbox`` was lost while no run was in progress, for the workspace's next run (once)."""
+        if sandbox.unsaid is not None:
+            self._unsaid.pop(sandbox.workspace_id, None)
+            self._unsaid[sandbox.workspace_id], sandbox.unsaid = sandbox.unsaid, None
+            while len(self._unsaid) > _UNREPORTED:
+                del self._unsaid[next(iter(self._unsaid))]
 
     def _forget(self, sandbox: LiveSandbox) -> None:
         if self._live.get(sandbox.workspace_id) is sandbox:
