@@ -200,8 +200,12 @@ async def test_a_run_while_the_sandbox_ends_sees_what_the_ends_pull_brought(
         monkeypatch.setattr(sandbox, "_pull", held)
         ending = asyncio.ensure_future(ws.runtime.end_sandbox())
         await asyncio.wait_for(pulling.wait(), 10)
+        await ws.fs.write_file("/workspace/ws.txt", "ws\n")  # a workspace write racing the end
         asyncio.get_running_loop().call_later(0.3, go.set)
-        seen = await run(ws, "cat late.txt")
-        assert (seen.status, seen.stdout) == ("completed", "late\n"), seen.stderr
+        seen = await run(ws, "cat late.txt ws.txt")
+        assert (seen.status, seen.stdout) == ("completed", "late\nws\n"), seen.stderr
         assert await ending
         assert await ws.fs.read_text("/workspace/late.txt") == "late\n"
+    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[ShellBackend(live=True)]) as ws:
+        again = await run(ws, "cat late.txt ws.txt")  # after a reopen: a mirror made afresh
+        assert (again.status, again.stdout) == ("completed", "late\nws\n"), again.stderr
