@@ -119,7 +119,7 @@ def demo(
 @app.command(
     help="Call one tool on a workspace and print its result as JSON (exit 1 if the tool reports an "
     f"error). `computer tool NAME TOOL --help` describes TOOL. {IN_PROCESS}",
-    context_settings={"help_option_names": []},
+    context_settings={"help_option_names": [], "ignore_unknown_options": True},
 )
 def tool(
     ctx: typer.Context,
@@ -129,8 +129,13 @@ def tool(
         typer.Argument(metavar="TOOL", help="read, ls, find, grep, write, edit, delete, exec or publish."),
     ] = None,
     arguments: Annotated[
-        str, typer.Argument(metavar="ARGS", help="The tool's arguments as one JSON object.")
-    ] = "{}",
+        list[str] | None,
+        typer.Argument(
+            metavar="[ARGS]...",
+            help="The tool's arguments as one JSON object, and/or as --name value options "
+            "(text as typed, other types as JSON).",
+        ),
+    ] = None,
     show_help: Annotated[
         bool, typer.Option("--help", "-h", help="Show this message, or TOOL's arguments and an example.")
     ] = False,
@@ -147,7 +152,7 @@ def tool(
         raise typer.Exit(0 if show_help or name is None else 2)
     assert name is not None
     options = _options(ctx)
-    args = _run(lambda: parse_arguments(tool_name, arguments))
+    args = _run(lambda: parse_arguments(tool_name, arguments or []))
     raise typer.Exit(_run_async(lambda: run_tool(options, name, tool_name, args)))
 
 

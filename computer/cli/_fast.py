@@ -41,7 +41,7 @@ class _Command:
 
 
 _COMMANDS: dict[str, _Command] = {
-    "tool": _Command(("name", "tool_name"), optional=(("arguments", "{}"),)),
+    "tool": _Command(("name", "tool_name")),  # and its arguments as they are: `_tool_line`
     "shell": _Command(("name",), options={"--command": ("command", "str"), "-c": ("command", "str")}),
     "mcp": _Command(
         ("name",), options={"--readonly": ("readonly", "flag"), "--processes": ("processes", "flag")}
@@ -116,8 +116,18 @@ def parse(argv: Sequence[str]) -> tuple[str, GlobalOptions, dict[str, Any]] | No
     command = _COMMANDS.get(argv[at])
     if command is None:
         return None
+    values = _tool_line(argv[at + 1 :]) if argv[at] == "tool" else _command_line(command, argv, at + 1)
+    if values is None:
+        return None
+    data_dir = global_values.get("data_dir")
+    options = GlobalOptions(Path(data_dir) if data_dir is not None else None, global_values.get("address"))
+    return argv[at], options, values
+
+
+def _command_line(command: _Command, argv: Sequence[str], start: int) -> dict[str, Any] | None:
+    """A command's options and positionals (``argv[start:]``) as its keyword arguments."""
     values: dict[str, Any] = {}
-    parsed = _options(argv, at + 1, command.options, values)
+    parsed = _options(argv, start, command.options, values)
     if parsed is None:
         return None
     _, positionals = parsed
@@ -126,12 +136,20 @@ def parse(argv: Sequence[str]) -> tuple[str, GlobalOptions, dict[str, Any]] | No
         return None
     given = dict(zip([*required, *(keyword for keyword, _ in optional)], positionals, strict=False))
     values.update({keyword: given.get(keyword, default) for keyword, default in optional}, **given)
-    data_dir = global_values.get("data_dir")
-    options = GlobalOptions(Path(data_dir) if data_dir is not None else None, global_values.get("address"))
-    return argv[at], options, values
+    return values
 
 
-def _run_tool(options: GlobalOptions, name: str, tool_name: str, arguments: str) -> int:
+def _tool_line(rest: Sequence[str]) -> dict[str, Any] | None:
+    """``tool NAME TOOL [JSON] [--name value ...]``: everything after the tool's name is its arguments
+    (``_tool.parse_arguments``); a help option, ``--`` or an option before the tool's name go to typer."""
+    if len(rest) < 2 or rest[0].startswith("-") or rest[1].startswith("-"):
+        return None
+    if any(item in ("--help", "-h", "--") for item in rest[2:]):
+        return None
+    return {"name": rest[0], "tool_name": rest[1], "arguments": list(rest[2:])}
+
+
+def _run_tool(options: GlobalOptions, name: str, tool_name: str, arguments: str | list[str]) -> int:
     import asyncio
 
     from ._tool import parse_arguments, run_tool

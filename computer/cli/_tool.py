@@ -7,6 +7,7 @@ import json
 import re
 import shlex
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 from ..storage import audit_caller
@@ -47,20 +48,39 @@ NOTES: dict[str, str] = {
 }
 
 
-def parse_arguments(tool: str, raw: str) -> dict[str, Any]:
-    """Check the tool name and the JSON arguments before anything starts (usage errors exit 2)."""
+def parse_arguments(tool: str, raw: str | Sequence[str]) -> dict[str, Any]:
+    """Check the tool name and the arguments before anything starts (usage errors exit 2): one JSON
+    object, then any ``--name value`` options set over it (``_flags``)."""
     if tool not in TOOL_NAMES:
         raise CliError(f"unknown tool {tool!r}; tools: {', '.join(TOOL_NAMES)}", code=2)
+    tokens = [raw] if isinstance(raw, str) else list(raw)
+    flags: list[tuple[str, str | None]] = []
+    if any(token.startswith("--") for token in tokens):
+        from ._flags import split_flags
+
+        first, flags = split_flags(tokens)
+        tokens = [] if first is None else [first]
+    if len(tokens) > 1:
+        raise CliError(
+            f"one JSON object of arguments, not {len(tokens)} words; e.g. {_quoted(EXAMPLES[tool])}, "
+            f"or --name value options (see computer tool NAME {tool} --help)",
+            code=2,
+        )
     try:
-        args = json.loads(raw)
+        parsed = json.loads(tokens[0] if tokens else "{}")
     except ValueError as exc:
         raise CliError(
             f"the arguments are not valid JSON ({exc}); pass one JSON object, e.g. "
-            f"{_quoted(EXAMPLES[tool])} (see computer tool NAME {tool} --help)",
+            f"{_quoted(EXAMPLES[tool])}, or --name value options (see computer tool NAME {tool} --help)",
             code=2,
         ) from None
-    if not isinstance(args, dict):
-        raise CliError(f"the arguments must be a JSON object, not {type(args).__name__}", code=2)
+    if not isinstance(parsed, dict):
+        raise CliError(f"the arguments must be a JSON object, not {type(parsed).__name__}", code=2)
+    args: dict[str, Any] = parsed
+    if flags:
+        from ._flags import apply_flags
+
+        args = apply_flags(tool, args, flags)
     return args
 
 
@@ -120,6 +140,14 @@ def _quoted(args: dict[str, Any]) -> str:
     return shlex.quote(json.dumps(args, ensure_ascii=False))
 
 
+def _as_options(args: dict[str, Any]) -> str:
+    """The same call as ``--name value`` options (``_flags``): text as it is, anything else as JSON."""
+    return " ".join(
+        f"--{name} {shlex.quote(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))}"
+        for name, value in args.items()
+    )
+
+
 def _reference_tools() -> dict[str, Any]:
     """The full tool set (both exec backends, a publisher) over a throw-away in-memory workspace:
     the descriptions and schemas every in-process workspace offers."""
@@ -143,6 +171,7 @@ def tool_help(tool: str) -> str:
     spec = _reference_tools()[tool]
     lines = [
         f"computer tool NAME {tool} '<arguments as JSON>'",
+        f"computer tool NAME {tool} --name value ...",
         "",
         spec.description,
     ]
@@ -155,7 +184,9 @@ def tool_help(tool: str) -> str:
         "",
         "Example:",
         f"  computer tool my-workspace {tool} {_quoted(EXAMPLES[tool])}",
+        f"  computer tool my-workspace {tool} {_as_options(EXAMPLES[tool])}",
         "",
+        "As options, an argument that takes text gets the value as typed; any other is read as JSON.",
         'The result is printed as JSON; exit code 1 when it is {"error": ...}.',
     ]
     return "\n".join(lines)
@@ -175,7 +206,11 @@ def tools_overview() -> str:
             f"    arguments: {args}",
             f"    example: computer tool my-workspace {tool} {_quoted(EXAMPLES[tool])}",
         ]
-    lines += ["", "Arguments ending in ? are optional."]
+    lines += [
+        "",
+        "Arguments ending in ? are optional. They may also be given as options, e.g.",
+        f"computer tool my-workspace read {_as_options(EXAMPLES['read'])}",
+    ]
     return "\n".join(lines)
 
 

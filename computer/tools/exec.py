@@ -42,6 +42,7 @@ __all__ = [
     "TIMEOUT_GRACE",
     "ExecBackendOptions",
     "create_exec_tool",
+    "exec_input_model",
     "exec_result_dict",
 ]
 
@@ -305,6 +306,15 @@ def _enum_schema(ids: list[str]) -> Callable[[dict[str, Any]], None]:
         schema["enum"] = list(ids)
 
     return shape
+
+
+def exec_input_model(
+    ids: tuple[str, ...] = ("shell", "python"), callable_ids: tuple[str, ...] = ("python",)
+) -> type[BaseModel]:
+    """The exec tool's arguments on a workspace with the backends ``ids`` (``callable_ids`` take
+    ``input``), at the default timeouts, without a workspace: what the CLI's ``--name value``
+    arguments are typed by."""
+    return _input_model(list(ids), list(callable_ids), DEFAULT_TIMEOUT, MAX_TIMEOUT)
 
 
 def _input_model(

@@ -24,6 +24,10 @@ SAME = [
     ["--data-dir", "/tmp/d", "tool", "w", "write", '{"path": "/a", "content": "-x"}'],
     ["--data-dir=/tmp/d", "--address", "h:1", "tool", "w", "read", "{}"],
     ["tool", "w", "exec", "-"],
+    ["tool", "w", "write", "--path", "/a", "--content", "-x"],  # the tool's arguments as options
+    ["tool", "w", "read", '{"path": "/a"}', "--limit=3", "--byte-offset", "0"],
+    ["tool", "w", "grep", "--query", "x", "--ignoreCase"],
+    ["tool", "w", "read", "{}", "extra"],  # a usage error on both paths
     ["shell", "w", "-c", "ls /"],
     ["shell", "w", "--command=!make -k"],
     ["shell", "w", "-c", "-x"],
@@ -46,7 +50,7 @@ TYPER = [
     ["tool"],
     ["tool", "w"],
     ["tool", "w", "read", "--help"],
-    ["tool", "w", "read", "{}", "extra"],
+    ["tool", "w", "read", "--path", "/a", "-h"],
     ["tool", "--", "w", "read"],
     ["--data-dir"],
     ["--verbose", "ls"],
@@ -130,6 +134,8 @@ def test_both_paths_print_the_same_and_exit_the_same(tmp_path: Path) -> None:
     for argv in (
         ["tool", "same", "write", write],
         ["tool", "same", "read", '{"path": "/workspace/a.txt"}'],
+        ["tool", "same", "read", "--path", "/workspace/a.txt", "--limit", "1"],
+        ["tool", "same", "read", "--path", "/workspace/a.txt", "--limit", "one"],  # usage: exit 2
         ["tool", "same", "read", '{"path": "/workspace/missing"}'],  # the tool's error: exit 1
         ["tool", "same", "read", "not json"],  # usage: exit 2, one red line
         ["tool", "same", "nope"],
@@ -168,6 +174,7 @@ def test_the_fast_table_declares_what_the_typer_app_declares() -> None:
     assert declared(group.params)[1] == _fast._GLOBAL
     for name, fast in _fast._COMMANDS.items():
         arguments, options = declared(group.commands[name].params)
-        assert [a for a, _ in arguments] == [*fast.positionals, *(k for k, _ in fast.optional)], name
+        rest = ["arguments"] if name == "tool" else []  # every word after TOOL: `_fast._tool_line`
+        assert [a for a, _ in arguments] == [*fast.positionals, *(k for k, _ in fast.optional), *rest], name
         assert [(k, d) for k, d in arguments if k in dict(fast.optional)] == list(fast.optional), name
         assert options == fast.options, name
