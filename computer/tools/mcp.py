@@ -222,11 +222,15 @@ def mcp_tool(tool: Tool) -> types.Tool:
 
 
 async def run_stdio(workspace: WorkspaceSurface, **options: Any) -> None:
-    """Serve the tools of ``workspace`` on stdin/stdout until the client disconnects."""
+    """Serve the tools of ``workspace`` on stdin/stdout until the client closes stdin; the requests
+    read before that are answered first (``_mcp_eof``)."""
     from mcp.server.stdio import stdio_server
+
+    from ._mcp_eof import answer_before_eof
 
     server = create_mcp_server(workspace, **options)
     async with stdio_server() as (read_stream, write_stream):
+        read_stream, write_stream = answer_before_eof(read_stream, write_stream)
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
