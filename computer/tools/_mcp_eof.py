@@ -14,6 +14,7 @@ comes first. A client that wants the server gone sooner sends SIGTERM, as the MC
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import anyio
@@ -32,10 +33,10 @@ def _message(item: Any) -> Any:
 
 
 class _Pending:
-    """The ids of the requests read and not answered yet."""
+    """The ids of the requests read and not answered yet (counted: a client may reuse an id)."""
 
     def __init__(self) -> None:
-        self.ids: set[Any] = set()
+        self.ids: Counter[Any] = Counter()
         self.answered = anyio.Event()
         self.answered.set()
 
@@ -47,7 +48,7 @@ class _Pending:
         if hasattr(message, "id"):  # a request: an answer is due
             if not self.ids:
                 self.answered = anyio.Event()
-            self.ids.add(message.id)
+            self.ids[message.id] += 1
         elif method == "notifications/cancelled":
             params = getattr(message, "params", None) or {}
             request = params.get("requestId") if isinstance(params, dict) else None
@@ -59,7 +60,10 @@ class _Pending:
             self._done(message.id)
 
     def _done(self, request: Any) -> None:
-        self.ids.discard(request)
+        if self.ids[request] > 1:
+            self.ids[request] -= 1
+        else:
+            self.ids.pop(request, None)
         if not self.ids:
             self.answered.set()
 

@@ -33,6 +33,8 @@ def test_every_request_before_the_end_of_input_is_answered(tmp_path: Path) -> No
         *writes,
         _call(4, "exec", {"command": "sleep 1; echo slow"}),  # still running when stdin ends
         {"jsonrpc": "2.0", "id": 5, "method": "ping"},
+        _call(6, "exec", {"command": "sleep 1; echo first"}),  # an id used twice: both are answered
+        _call(6, "exec", {"command": "echo second"}),
     ]
     done = run_cli(
         ["mcp", "piped"],
@@ -41,8 +43,13 @@ def test_every_request_before_the_end_of_input_is_answered(tmp_path: Path) -> No
         timeout=90,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    replies = {reply["id"]: reply for reply in map(json.loads, done.stdout.splitlines())}
-    assert sorted(replies) == [1, 4, 5, *range(10, 30)]  # 3 was cancelled
+    lines = [json.loads(line) for line in done.stdout.splitlines()]
+    replies = {reply["id"]: reply for reply in lines}
+    assert sorted(reply["id"] for reply in lines) == [1, 4, 5, 6, 6, *range(10, 30)]  # 3 was cancelled
+    assert sorted(r["result"]["structuredContent"]["stdout"] for r in lines if r["id"] == 6) == [
+        "first\n",
+        "second\n",
+    ]
     assert all(replies[i]["result"]["isError"] is False for i in range(10, 30))
     assert replies[4]["result"]["structuredContent"]["stdout"] == "slow\n"
     listed = run_cli(["tool", "piped", "find", "--pattern", "p*.txt"], env=cli_env(tmp_path))
