@@ -80,11 +80,16 @@ class WorkspaceShell:
             self.console.print(f"[red]{escape(type(exc).__name__)}:[/] {escape(str(exc))}")
         return True
 
+    def usage(self, message: str) -> None:
+        """A line that did not do what it asked: said, and ``-c`` exits 1."""
+        self.failed = True
+        self.console.print(message, markup=False)
+
     async def cd(self, path: str) -> None:
         target = self.resolve(path)
         stat = await self.workspace.fs.stat(target)
         if not stat.is_directory:
-            self.console.print(f"not a directory: {target}", markup=False)
+            self.usage(f"not a directory: {target}")
             return
         self.cwd = target
 
@@ -103,7 +108,7 @@ class WorkspaceShell:
 
     async def cat(self, path: str) -> None:
         if not path:
-            self.console.print("usage: cat PATH", markup=False)
+            self.usage("usage: cat PATH")
             return
         data = await self.workspace.fs.read_file(self.resolve(path))
         binary = getattr(self.console.file, "buffer", None)
@@ -118,7 +123,7 @@ class WorkspaceShell:
 
     async def edit(self, path: str) -> None:
         if not path:
-            self.console.print("usage: edit PATH", markup=False)
+            self.usage("usage: edit PATH")
             return
         target = self.resolve(path)
         try:
@@ -132,11 +137,14 @@ class WorkspaceShell:
             self.interruptible = False  # the editor gets the terminal's Ctrl-C itself
             try:
                 code = await asyncio.to_thread(subprocess.call, [*shlex.split(editor), str(local)])
+            except FileNotFoundError:
+                self.usage(f"editor not found: {editor} (set VISUAL or EDITOR); nothing saved")
+                return
             finally:
                 self.interruptible = True
             after = local.read_bytes()
         if code != 0:
-            self.console.print(f"{editor} exited with {code}; nothing saved", markup=False)
+            self.usage(f"{editor} exited with {code}; nothing saved")
         elif after == before:
             self.console.print("unchanged", markup=False)
         else:
@@ -146,10 +154,10 @@ class WorkspaceShell:
 
     async def exec(self, command: str) -> None:
         if not command:
-            self.console.print("usage: exec COMMAND", markup=False)
+            self.usage("usage: exec COMMAND")
             return
         if not self.workspace.runtime.backends():
-            self.console.print("this workspace has no exec backend", markup=False)
+            self.usage("this workspace has no exec backend")
             return
         handle = await self.workspace.runtime.exec(command, cwd=self.cwd)
         try:

@@ -87,3 +87,32 @@ async def test_exec_runs_in_the_current_directory_and_shows_failures(workspace: 
     assert "hi\n/workspace/src" in out.getvalue()
     await shell.run_line("exec echo oops >&2; exit 3")
     assert "oops" in out.getvalue() and "[failed, exit 3]" in out.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("line", "editor", "says"),
+    [
+        (
+            "edit src/main.py",
+            "/nonexistent/editor",
+            "editor not found: /nonexistent/editor (set VISUAL or EDITOR)",
+        ),
+        ("edit src/main.py", "false", "false exited with 1; nothing saved"),
+        ("cd src/main.py", "true", "not a directory: /workspace/src/main.py"),
+        ("cat", "true", "usage: cat PATH"),
+        ("exec", "true", "usage: exec COMMAND"),
+    ],
+)
+async def test_a_line_that_does_not_do_what_it_asks_says_so_and_counts_as_failed(
+    workspace: Workspace, monkeypatch: pytest.MonkeyPatch, line: str, editor: str, says: str
+) -> None:
+    """``-c`` exits 1 for these (``failed``), as for an error or a failed command."""
+    monkeypatch.setenv("EDITOR", editor)
+    monkeypatch.delenv("VISUAL", raising=False)
+    shell, out = _shell(workspace)
+    assert await shell.run_line(line)
+    assert says in out.getvalue() and "Traceback" not in out.getvalue()
+    assert shell.failed
+    assert await workspace.fs.read_text("/workspace/src/main.py") == "print('hi')\n"
+    await shell.run_line("ls")
+    assert not shell.failed
