@@ -138,7 +138,13 @@ def _print_table(records: list[AuditRecord], name: str, console: Console) -> Non
         return
     table = Table(title=f"audit log of {name}: {len(records)} record(s), oldest first")
     for column in _COLUMNS:
-        table.add_column(column, justify="right" if column in ("id", "ms") else "left", overflow="fold")
+        # The short columns keep one line each on a narrow terminal; caller and what take the rest.
+        table.add_column(
+            column,
+            justify="right" if column in ("id", "ms") else "left",
+            overflow="fold",
+            no_wrap=column not in ("caller", "what"),
+        )
     for record in records:
         table.add_row(*_cells(record))
     console.print(table)
