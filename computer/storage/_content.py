@@ -353,8 +353,12 @@ async def write_file(
     elif isinstance(data, AsyncIterable):
         st.refresh()  # ...except for a streamed write, which checks its target first
         await _write_async(st, p, data, mode, mtime)
-    else:
+    elif isinstance(data, Iterable):
         _write_pieces(st, p, data, mode, mtime)
+    else:
+        raise TypeError(
+            f"write_file({path!r}): data must be bytes, str or an iterable of bytes, not {type(data).__name__}"
+        )
 
 
 def _as_bytes(path: str, piece: Any) -> bytes:

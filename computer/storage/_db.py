@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -301,7 +302,17 @@ class Database:
 
 
 def _open_failure(exc: BaseException, path: str | None) -> OSError:
-    """A store that cannot be opened: ENOSPC when the disk is full (a new workspace), else EIO."""
+    """A store that cannot be opened: ENOSPC when the disk is full (a new workspace); ENOENT or
+    ENOTDIR when its directory is missing or is not one (SQLite says only "unable to open"); else EIO."""
+    if path is not None and not is_disk_full(exc):
+        parent = os.path.dirname(os.path.abspath(path))
+        if not os.path.isdir(parent):
+            missing = not os.path.lexists(parent)
+            return fs_error(
+                errno.ENOENT if missing else errno.ENOTDIR,
+                path,
+                f"cannot open the workspace store: {parent} {'does not exist' if missing else 'is not a directory'}",
+            )
     code = errno.ENOSPC if is_disk_full(exc) else errno.EIO
     return fs_error(code, path, f"cannot open the workspace store: {exc}")
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import pytest
 
@@ -55,3 +56,27 @@ def test_an_error_raised_without_an_errno_crosses_as_its_class(err: OSError) -> 
     again = error_from_wire(error_to_wire(err))
     assert isinstance(again, type(err)), again
     assert str(err) in str(again)
+
+
+@pytest.mark.parametrize("parent", ["missing", "file"])
+def test_a_store_in_a_directory_that_is_missing_or_a_file_names_it(tmp_path: Path, parent: str) -> None:
+    (tmp_path / "file").write_text("")
+    path = str(tmp_path / parent / "w.db")
+    cls, code, says = (
+        (FileNotFoundError, errno.ENOENT, "does not exist")
+        if parent == "missing"
+        else (NotADirectoryError, errno.ENOTDIR, "is not a directory")
+    )
+    with pytest.raises(cls) as info:
+        FileSystem.open(path)
+    assert (info.value.errno, info.value.filename) == (code, path)
+    assert f"{tmp_path / parent} {says}" in str(info.value)
+
+
+@pytest.mark.parametrize("data", [123, None, 1.5])
+async def test_write_file_with_data_of_the_wrong_type_says_which_types_it_takes(
+    fs: FileSystem, data: object
+) -> None:
+    with pytest.raises(TypeError, match=r"data must be bytes, str or an iterable of bytes, not "):
+        await fs.write_file("/f", data)  # type: ignore[arg-type]
+    assert not await fs.exists("/f")
