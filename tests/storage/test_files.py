@@ -404,9 +404,9 @@ def test_opening_a_non_database_is_eio(tmp_path: Path) -> None:
         FileSystem.open(str(path))
     assert info.value.errno == errno.EIO
     assert info.value.filename == str(path)
-    with pytest.raises(OSError) as info:
+    with pytest.raises(FileNotFoundError) as info:  # its directory is missing: said as such
         FileSystem.open(str(tmp_path / "missing" / "dir" / "ws.sqlite"))
-    assert info.value.errno == errno.EIO
+    assert info.value.errno == errno.ENOENT
 
 
 def _rows(fs: FileSystem) -> int:
