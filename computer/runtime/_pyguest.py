@@ -363,10 +363,15 @@ def _run() -> int:
         if code is not None and not isinstance(code, int):  # ``sys.exit("message")``: as python does
             print(code, file=sys.stderr)
         return code if isinstance(code, int) else (0 if code is None else 1)
-    except BaseException:
+    except BaseException as exc:
         import traceback
 
-        traceback.print_exc()
+        # As ``python -c`` prints it: from the program's first frame (this runner's own is left out;
+        # a SyntaxError of the source has none, so it prints without the "Traceback" line).
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == _run.__code__.co_filename:
+            tb = tb.tb_next
+        traceback.print_exception(type(exc), exc, tb)
         return 1
     try:
         _send("__result__", {"value": value})

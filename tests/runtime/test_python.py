@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 import computer
@@ -38,6 +43,26 @@ async def test_an_exception_fails_with_its_traceback(ws: computer.Workspace) -> 
     assert (result.status, result.exit_code) == ("failed", 1)
     assert "KeyError: 'missing'" in result.stderr
     assert "raise KeyError('missing')" in result.stderr  # the traceback shows the source line
+
+
+@pytest.mark.parametrize("source", ["def (", "def f():\n    raise ValueError('x')\nf()", "import nope_mod_x"])
+async def test_a_failing_program_s_traceback_is_what_python_prints_for_a_script(
+    ws: computer.Workspace, source: str, tmp_path: Path
+) -> None:
+    """The runner's own frame is left out: the same text as ``python prog.py`` (named ``<exec>``)."""
+    result = await run(ws, source)
+    script = tmp_path / "prog.py"
+    script.write_text(source)
+    host = await asyncio.to_thread(
+        subprocess.run, [sys.executable, str(script)], capture_output=True, text=True, timeout=60
+    )
+    assert (result.exit_code, result.stderr) == (1, host.stderr.replace(f'"{script}"', '"<exec>"'))
+
+
+async def test_main_s_traceback_starts_at_main(ws: computer.Workspace) -> None:
+    result = await run(ws, "def main(input):\n    return 1 / input", input=0)
+    assert result.stderr.startswith('Traceback (most recent call last):\n  File "<exec>", line 2, in main\n')
+    assert result.stderr.endswith("ZeroDivisionError: division by zero\n") and "guest" not in result.stderr
 
 
 async def test_sys_exit_code_is_the_exit_code(ws: computer.Workspace) -> None:
