@@ -172,22 +172,30 @@ class Sandbox:
         argv = self._bwrap_argv(command, binds, cwd, as_pid_1) if self.bwrap else list(command)
         options_fd = None
         admission: Admission | None = None
-        if self.bwrap:
-            # bubblewrap reports its sandbox process (``--info-fd``), which then waits (``--block-fd``)
-            # until it joined the cgroups and got its rlimits (see ``_admission``).
-            admission = Admission()
-            end = argv.index("--")
-            info_w, block_r = admission.info_w, admission.block_r
-            assert info_w is not None and block_r is not None
-            options = [*argv[1:end], "--info-fd", str(info_w), "--block-fd", str(block_r)]
-            # bubblewrap's options (host paths of the binds among them) travel through a pipe it
-            # reads and closes (``--args``): inside, /proc/1/cmdline is "bwrap --args N -- command".
-            options_fd, write_end = os.pipe()
-            write_all(write_end, b"".join(os.fsencode(a) + b"\0" for a in options))
-            argv = [*self._drop, argv[0], "--args", str(options_fd), *argv[end:]]
-            pass_fds = (*pass_fds, options_fd, info_w, block_r)
-        else:  # the launcher joins the cgroups (as this process's user), then drops to the sandbox's
-            argv = [*launcher(self.rlimits, groups), *self._drop, *argv]
+        try:  # the host out of descriptors (EMFILE) here left the run's cgroups for the process's life
+            if self.bwrap:
+                # bubblewrap reports its sandbox process (``--info-fd``), which then waits
+                # (``--block-fd``) until it joined the cgroups and got its rlimits (``_admission``).
+                admission = Admission()
+                end = argv.index("--")
+                info_w, block_r = admission.info_w, admission.block_r
+                assert info_w is not None and block_r is not None
+                options = [*argv[1:end], "--info-fd", str(info_w), "--block-fd", str(block_r)]
+                # bubblewrap's options (host paths of the binds among them) travel through a pipe it
+                # reads and closes (``--args``): inside, /proc/1/cmdline is "bwrap --args N -- command".
+                options_fd, write_end = os.pipe()
+                write_all(write_end, b"".join(os.fsencode(a) + b"\0" for a in options))
+                argv = [*self._drop, argv[0], "--args", str(options_fd), *argv[end:]]
+                pass_fds = (*pass_fds, options_fd, info_w, block_r)
+            else:  # the launcher joins the cgroups (as this process's user), then drops to the sandbox's
+                argv = [*launcher(self.rlimits, groups), *self._drop, *argv]
+        except BaseException:
+            if admission is not None:
+                admission.close()
+            if options_fd is not None:
+                os.close(options_fd)
+            remove_groups(groups)
+            raise
         forked = False
 
         async def create() -> asyncio.subprocess.Process:

@@ -50,3 +50,54 @@ def test_a_host_with_a_descriptor_limit_of_256_or_less_runs_live_commands() -> N
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split() == ["completed", "None", "200", "completed", "one"], done.stderr[-2000:]
+
+
+# Runs in a host process of its own: its descriptor limit is set just above what it holds, so a
+# sandbox's start runs out of descriptors (EMFILE) at each point after its cgroups are made.
+OUT_OF_DESCRIPTORS = """
+import asyncio, errno, os, resource
+from pathlib import Path
+from computer.runtime._sandbox import Sandbox
+
+def groups():
+    return sorted(
+        p.name for c in ("memory", "pids", "freezer")
+        for p in (Path("/sys/fs/cgroup") / c / "computer-exec").glob(f"run-{os.getpid()}-*")
+    )
+
+async def main():
+    sandbox = Sandbox(unprivileged=True)
+    first = await sandbox.spawn(["true"])
+    await first.discard()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    held = len(os.listdir("/proc/self/fd"))
+    for spare in range(1, 25):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (held + spare, hard))
+        try:
+            started = await sandbox.spawn(["true"])
+        except OSError as exc:
+            assert exc.errno == errno.EMFILE, exc
+            outcome = "EMFILE"
+        else:
+            outcome = "started"
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+        if outcome == "started":
+            await started.discard()
+        print(spare, outcome, groups(), len(os.listdir("/proc/self/fd")) - held)
+
+asyncio.run(main())
+"""
+
+
+def test_a_start_out_of_descriptors_leaves_no_cgroup_or_descriptor_behind() -> None:
+    """A host at its descriptor limit (~72 live sandboxes under ``ulimit -n 1024``, 14 descriptors
+    each) fails the next start with a clear EMFILE; the cgroups that start had made (memory, pids,
+    freezer) were left until the process ended when the descriptors ran out at bubblewrap's pipes
+    (made after them, outside the cleanup), and the first pipe when only the second failed."""
+    done = subprocess.run([sys.executable, "-c", OUT_OF_DESCRIPTORS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split(" ", 2) for line in done.stdout.splitlines()]
+    assert [row[0] for row in rows] == [str(spare) for spare in range(1, 25)], done.stdout
+    assert {row[1] for row in rows} == {"EMFILE", "started"}, done.stdout
+    assert [row[2] for row in rows] == ["[] 0"] * 24, done.stdout
