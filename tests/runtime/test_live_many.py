@@ -8,9 +8,11 @@ import os
 import resource
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 
+import computer
 from computer.runtime import ShellBackend
 
 pytestmark = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgroup freezer here")
@@ -101,3 +103,30 @@ def test_a_start_out_of_descriptors_leaves_no_cgroup_or_descriptor_behind() -> N
     assert [row[0] for row in rows] == [str(spare) for spare in range(1, 25)], done.stdout
     assert {row[1] for row in rows} == {"EMFILE", "started"}, done.stdout
     assert [row[2] for row in rows] == ["[] 0"] * 24, done.stdout
+
+
+@pytest.fixture
+def many_descriptors() -> Iterator[None]:
+    """This process holds over 1,024 descriptors, as a host of ~75 live sandboxes does (14 each)."""
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 1500:
+        pytest.skip("the descriptor limit is too low to hold 1,100 more")
+    held = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        yield
+    finally:
+        for fd in held:
+            os.close(fd)
+
+
+async def test_a_host_past_1024_descriptors_runs_in_sandboxes_started_ahead(many_descriptors: None) -> None:
+    """A sandbox started ahead (its init waiting for the workspace's next run, after the last one
+    ended) was checked with ``select``, which raises ValueError for a descriptor past 1023: every run
+    that took one failed ("filedescriptor out of range in select()"), and its init was left to the
+    garbage collector."""
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        for step in range(3):
+            result = await (await ws.runtime.exec(f"echo {step} > step.txt; sleep 30 & cat step.txt")).result()
+            assert (result.status, result.stdout, result.error) == ("completed", f"{step}\n", None)
+            assert await ws.runtime.end_sandbox() is True
+        assert await ws.fs.read_text("/workspace/step.txt") == "2\n"
