@@ -15,6 +15,8 @@ import pytest
 import computer
 from computer.runtime import ShellBackend
 
+from ._live_support import eventually
+
 pytestmark = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgroup freezer here")
 
 # Runs in a host process whose descriptor limit is 200, as after ``ulimit -n 200``.
@@ -130,3 +132,83 @@ async def test_a_host_past_1024_descriptors_runs_in_sandboxes_started_ahead(many
             assert (result.status, result.stdout, result.error) == ("completed", f"{step}\n", None)
             assert await ws.runtime.end_sandbox() is True
         assert await ws.fs.read_text("/workspace/step.txt") == "2\n"
+
+
+SERVE = (
+    "echo {tag} > /tmp/mine; echo {tag} > /dev/shm/mine; export ONLY_{tag}=1; "
+    "python3 -m http.server 8000 --bind 127.0.0.1 > /dev/null 2>&1 & "
+    "python3 -c 'import socket, time\n"
+    "a = socket.socket(socket.AF_UNIX); a.bind(\"\\0sock-{tag}\"); a.listen()\n"
+    "p = socket.socket(socket.AF_UNIX); p.bind(\"/tmp/sock-{tag}\"); p.listen()\n"
+    "time.sleep(600)' > /dev/null 2>&1 & "
+    "for i in $(seq 200); do curl -sf 127.0.0.1:8000/who.txt && break; sleep 0.05; done"
+)
+PROBE = (
+    "curl -sf 127.0.0.1:8000/who.txt; cat /tmp/mine /dev/shm/mine; ls /tmp/sock-{other} 2>&1 | wc -l; "
+    "grep -l ONLY_{other} /proc/[0-9]*/environ 2>/dev/null | wc -l; "
+    "python3 -c 'import socket\n"
+    "for name in (\"\\0sock-{other}\", \"/tmp/sock-{other}\", \"\\0sock-{tag}\"):\n"
+    "    s = socket.socket(socket.AF_UNIX)\n"
+    "    try:\n"
+    "        s.connect(name); print(\"reached\")\n"
+    "    except OSError:\n"
+    "        print(\"refused\")'"
+)
+
+
+async def test_two_workspaces_live_sandboxes_keep_their_network_sockets_files_and_processes() -> None:
+    """Two workspaces of one backend each serve on 127.0.0.1:8000 and reach only their own server;
+    unix sockets (path and abstract), /tmp, /dev/shm and environments are each one's own; a pid only
+    the other sandbox has is unknown to this one's ``kill_process``, and ``kill -9 -1`` in one leaves
+    the other's processes running."""
+    backend = ShellBackend()
+    async with computer.Workspace(backends=[backend]) as a, computer.Workspace(backends=[backend]) as b:
+        for ws, tag in ((a, "A"), (b, "B")):
+            await ws.fs.mkdir("/workspace")
+            await ws.fs.write_file("/workspace/who.txt", f"served by {tag}\n")
+            served = await (await ws.runtime.exec(SERVE.format(tag=tag))).result()
+            assert (served.status, served.stdout) == ("completed", f"served by {tag}\n"), served
+        for ws, tag, other in ((a, "A", "B"), (b, "B", "A")):
+            seen = await (await ws.runtime.exec(PROBE.format(tag=tag, other=other))).result()
+            assert seen.stdout.split("\n") == [
+                f"served by {tag}", tag, tag, "1", "0", "refused", "refused", "reached", ""
+            ], seen
+        extra = await (await b.runtime.exec("for i in 1 2 3 4 5 6; do sleep 600 & done; echo")).result()
+        assert extra.status == "completed"
+        only_b = {p.pid for p in await b.runtime.processes()} - {p.pid for p in await a.runtime.processes()}
+        assert only_b
+        for pid in only_b:
+            with pytest.raises(ProcessLookupError):
+                await a.runtime.kill_process(pid)
+        killed = await (await a.runtime.exec("kill -9 -1; true")).result()
+        assert killed.status in ("completed", "cancelled")
+        assert {p.pid for p in await b.runtime.processes()} >= only_b
+        again = await (await b.runtime.exec("curl -sf 127.0.0.1:8000/who.txt")).result()
+        assert again.stdout == "served by B\n"
+
+
+async def test_kill_process_refuses_the_shell_waiting_for_the_next_run() -> None:
+    """``processes`` hides the shell started ahead for the next run, but ``kill_process`` killed it:
+    a pid another workspace's sandbox listed, unknown to this one's list, killed this one's shell."""
+    backend = ShellBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await (await ws.runtime.exec("sleep 600 & echo")).result()
+        sandbox = backend._lives.get(ws.fs.instance)
+        assert sandbox is not None
+
+        async def waits() -> bool:
+            return sandbox.spare is not None and sandbox.spare.task.done()
+
+        await eventually(waits, within=10.0)
+        assert sandbox.spare is not None
+        shell = sandbox.spare.task.result()
+        pid = shell.job.started.result()
+        listed = {p.pid for p in await ws.runtime.processes()}
+        assert pid not in listed and len(listed) == 1
+        with pytest.raises(ProcessLookupError, match=f"no process {pid} in this sandbox"):
+            await ws.runtime.kill_process(pid)
+        assert shell.usable()
+        again = await (await ws.runtime.exec("echo $$")).result()
+        assert again.stdout.split()[0] == str(pid)  # the run took that shell
+        assert {p.pid for p in await ws.runtime.processes()} == listed
