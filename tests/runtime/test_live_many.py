@@ -4,6 +4,7 @@ clearly and leaves nothing behind."""
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import subprocess
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 import computer
-from computer.runtime import ShellBackend
+from computer.runtime import PythonBackend, ShellBackend
 
 from ._live_support import eventually
 
@@ -224,3 +225,30 @@ async def test_kill_process_refuses_the_shell_waiting_for_the_next_run() -> None
         again = await (await ws.runtime.exec("echo $$")).result()
         assert again.stdout.split()[0] == str(pid)  # the run took that shell
         assert {p.pid for p in await ws.runtime.processes()} == listed
+
+
+async def test_backends_made_per_agent_take_their_mirrors_with_them() -> None:
+    """An embedded service giving each agent ``Workspace(backends=[ShellBackend(), PythonBackend()])``
+    left every closed agent's warm mirrors (a copy of its files, in tmpfs) until the process ended:
+    the backends were collected, their scratch directories were not."""
+    scratch = []
+    for _ in range(3):
+        shell, python = ShellBackend(), PythonBackend()
+        async with computer.Workspace(backends=[shell, python]) as ws:
+            await ws.fs.mkdir("/workspace")
+            await ws.fs.write_file("/workspace/data.bin", os.urandom(50_000))
+            done = await (await ws.runtime.exec("cp data.bin copy.bin; sleep 600 & echo")).result()
+            assert done.status == "completed"
+            ran = await (
+                await ws.runtime.exec("print(len(open('copy.bin', 'rb').read()))", backend="python")
+            ).result()
+            assert ran.stdout == "50000\n"
+        scratch += [shell.scratch, python.scratch]
+        assert all(path.is_dir() for path in scratch[-2:])
+    del shell, python, ws
+    gc.collect()
+
+    async def removed() -> bool:
+        return not any(path.exists() for path in scratch)
+
+    await eventually(removed, within=10.0)
