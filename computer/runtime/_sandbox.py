@@ -29,7 +29,15 @@ from pathlib import Path
 from ._admission import CREATION_GRACE, Admission
 from ._bwrap import SANDBOX_UID, Bind, bwrap_argv, bwrap_works, python_prefixes, remembered, sandbox_etc
 from ._cgroups import cgroup_writable, make_groups, remove_groups
-from ._limits import Rlimit, SandboxLimits, can_limit_others, launcher, limit_self, rlimits
+from ._limits import (
+    Rlimit,
+    SandboxLimits,
+    can_limit_others,
+    launcher,
+    limit_self,
+    raise_descriptor_limit,
+    rlimits,
+)
 from ._process import SandboxProcess, close_transport
 from ._standby import STANDBY_STUB, Standby, write_all
 from ._tasks import run_to_completion
@@ -65,6 +73,7 @@ class Sandbox:
         writable bind must then be owned by :attr:`host_ids`, files and directories inside it too."""
         self.network = network
         self.limits = limits or SandboxLimits()
+        raise_descriptor_limit()  # a host of many sandboxes needs more than a login shell's 1,024
         self._host_ids = (host_ids or sandbox_host_ids()) if unprivileged and running_as_root() else None
         self._drop = drop_privileges(*self._host_ids) if self._host_ids is not None else []
         self.bwrap = bwrap_works(tuple(self._drop))

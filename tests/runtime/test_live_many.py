@@ -57,6 +57,53 @@ def test_a_host_with_a_descriptor_limit_of_256_or_less_runs_live_commands() -> N
     assert done.stdout.split() == ["completed", "None", "200", "completed", "one"], done.stderr[-2000:]
 
 
+# Runs in a host process started under a descriptor limit of 300 (a login shell's is 1,024): 30 live
+# sandboxes, 14 host descriptors each.
+MANY_UNDER_A_LOW_LIMIT = """
+import asyncio, resource
+import computer
+from computer.runtime import ShellBackend
+
+async def main():
+    backend = ShellBackend()
+    spaces = []
+    for i in range(30):
+        ws = computer.Workspace(backends=[backend])
+        await ws.__aenter__()
+        spaces.append(ws)
+        await ws.fs.mkdir("/workspace")
+        done = await (await ws.runtime.exec(f"sleep 600 & echo {i} $(ulimit -n)")).result()
+        print(done.status, done.stdout.strip() or done.error)
+    print(resource.getrlimit(resource.RLIMIT_NOFILE)[0] > 300)
+    for ws in spaces:
+        await ws.__aexit__(None, None, None)
+
+asyncio.run(main())
+"""
+
+
+def _limit_to_300() -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (300, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
+def test_a_host_started_under_a_low_descriptor_limit_holds_more_live_sandboxes_than_it_allows() -> None:
+    """Each live sandbox holds 14 host descriptors: under ``ulimit -n 1024`` (a login shell's default)
+    an embedded host refused its 73rd sandbox (EMFILE), under 300 its 21st. The host's soft limit is
+    raised toward its hard one, as Ray does for its workers; the sandboxes' programs keep 300."""
+    if resource.getrlimit(resource.RLIMIT_NOFILE)[1] < 1024:
+        pytest.skip("the hard descriptor limit leaves nothing to raise to")
+    done = subprocess.run(
+        [sys.executable, "-c", MANY_UNDER_A_LOW_LIMIT],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=_limit_to_300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout.splitlines()
+    assert lines == [f"completed {i} 300" for i in range(30)] + ["True"], done.stdout
+
+
 # Runs in a host process of its own: its descriptor limit is set just above what it holds, so a
 # sandbox's start runs out of descriptors (EMFILE) at each point after its cgroups are made.
 OUT_OF_DESCRIPTORS = """
