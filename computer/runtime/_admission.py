@@ -39,7 +39,12 @@ class Admission:
         self.block_r: int | None
         self.block_w: int | None
         self.info_r, self.info_w = os.pipe()
-        self.block_r, self.block_w = os.pipe()
+        try:
+            self.block_r, self.block_w = os.pipe()
+        except BaseException:  # out of descriptors (EMFILE): the first pipe is not kept
+            os.close(self.info_r)
+            os.close(self.info_w)
+            raise
         self._reading: asyncio.Future[int | None] | None = None
 
     def close_child_ends(self) -> None:

@@ -12,12 +12,17 @@ Decisions:
   other's processes), per host uid before and without bubblewrap (shared by every sandbox of the
   uid, so it would fail runs under their own limit): there it is left to the ``pids`` cgroup when
   one exists. It binds only for an unprivileged sandbox user (host root is exempt);
-- file size and core limits always.
+- file size and core limits always;
+- this process's soft descriptor limit is raised toward its hard one (at most ``NOFILE_TARGET``) by
+  :func:`raise_descriptor_limit`, as Ray does for its workers: a live sandbox holds 14 host
+  descriptors, and a host started under ``ulimit -n 1024`` (a login shell's default) refused its 73rd
+  (EMFILE). Programs in the sandbox keep the limit the process was started with.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import resource
@@ -33,9 +38,17 @@ __all__ = [
     "launcher",
     "limit_self",
     "overrides_modes",
+    "raise_descriptor_limit",
     "rlimits",
     "set_limits",
 ]
+
+log = logging.getLogger(__name__)
+
+NOFILE_TARGET = 65536
+# This process's descriptor limit (soft, hard) before :func:`raise_descriptor_limit` raised it: the
+# sandboxes' programs get it back (None: never raised).
+_started_nofile: tuple[int, int] | None = None
 
 Rlimit = tuple[int, int, int]  # (resource, soft, hard)
 
@@ -68,7 +81,27 @@ def rlimits(
     if limits.max_processes and (not pids_cgroup or (own_user_namespace and _nproc_per_namespace())):
         wanted.append((resource.RLIMIT_NPROC, limits.max_processes, limits.max_processes))
     wanted.append((resource.RLIMIT_CORE, 0, 0))
+    if _started_nofile is not None:
+        wanted.append((resource.RLIMIT_NOFILE, *_started_nofile))
     return wanted
+
+
+def raise_descriptor_limit() -> None:
+    """Raise this process's soft ``RLIMIT_NOFILE`` to its hard limit, at most ``NOFILE_TARGET`` (see
+    the module's decisions); once, and never lower."""
+    global _started_nofile
+    if _started_nofile is not None:
+        return
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = NOFILE_TARGET if hard == resource.RLIM_INFINITY else min(hard, NOFILE_TARGET)
+    if soft == resource.RLIM_INFINITY or soft >= target:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+    except (OSError, ValueError):
+        return
+    _started_nofile = (soft, hard)
+    log.info("descriptor limit raised from %d to %d (live sandboxes hold 14 each)", soft, target)
 
 
 def _nproc_per_namespace() -> bool:
@@ -122,6 +155,7 @@ _PRLIMIT = {
     resource.RLIMIT_CPU: "--cpu",
     resource.RLIMIT_NPROC: "--nproc",
     resource.RLIMIT_CORE: "--core",
+    resource.RLIMIT_NOFILE: "--nofile",
 }
 
 
@@ -153,6 +187,7 @@ _ULIMIT = {
     resource.RLIMIT_CPU: ("-t", 1),
     resource.RLIMIT_NPROC: ("-u", 1),
     resource.RLIMIT_CORE: ("-c", 1),
+    resource.RLIMIT_NOFILE: ("-n", 1),
 }
 
 

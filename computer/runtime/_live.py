@@ -64,6 +64,7 @@ from ._live_parts import (
     has_changes,
     listed,
     pages,
+    waiting_pids,
 )
 from ._mirror import Mirror
 from ._process import SandboxProcess
@@ -261,7 +262,11 @@ class LiveSandbox(LiveChannel, LiveJobs):
         return listed(rows, [*self.taken.values(), *self.jobs.values()], logs)
 
     async def kill_process(self, pid: int, sig: int = signal.SIGKILL) -> None:
-        """Signal one process of the sandbox (its own pid); ``ProcessLookupError`` when it has none."""
+        """Signal one process of the sandbox (its own pid); ``ProcessLookupError`` when it has none,
+        or when it is a job started ahead, which :meth:`processes` does not list (another sandbox's
+        pid that was this one's waiting shell killed that shell)."""
+        if int(pid) in waiting_pids(self.jobs.values()):
+            raise ProcessLookupError(f"no process {pid} in this sandbox")
         reply = await self._request({"op": "kill", "pid": int(pid), "sig": int(sig)})
         if reply.get("error"):
             raise ProcessLookupError(reply["error"])

@@ -254,13 +254,24 @@ def kill_group(pgid: int, sig: int, reap_children: Callable[[], None]) -> None:
         reap_children()
 
 
+def above(fd: int, targets: int) -> int:
+    """A close-on-exec copy of ``fd`` above 255, or, where the descriptor limit the host handed down is
+    256 or less (``ulimit -n 200`` before the host started: the copy failed with EINVAL, ending the
+    init at every run's start), above the ``targets`` descriptors the spawn moves the copies to."""
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 256)
+    except OSError:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, targets)
+
+
 def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: Send) -> None:
     """Start a job with ``posix_spawn`` (a vfork: ~1.3 ms for ``bash -c true`` where a fork of this
     interpreter then an exec took ~5 ms, the largest part of a warm run's cost).
 
     What the old forked child did in Python is done around the spawn instead: the init moves into
     ``cwd`` for the spawn (it is single-threaded; it goes back to ``/``), the streams reach 0, 1, 2…
-    through copies above 255 (so no move overwrites a descriptor a later one still needs), every
+    through copies above 255 (so no move overwrites a descriptor a later one still needs; above the
+    targets under a descriptor limit of 256 or less, see :func:`above`), every
     other descriptor of the init is close-on-exec (see :func:`seal`), every signal is reset to its default
     action, and the job's ``oom_score_adj`` is raised to 500 right after the spawn (the vfork parent
     resumes once the child has exec'd; the job then runs its first instructions at the init's score,
@@ -268,7 +279,7 @@ def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: S
     would use the init's)."""
     argv, env, cwd = message["argv"], message["env"], message["cwd"]
     job = message["id"]
-    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 256) for fd in fds]
+    high = [above(fd, len(fds)) for fd in fds]
     for fd in fds:
         os.close(fd)
     try:

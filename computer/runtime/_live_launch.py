@@ -42,11 +42,14 @@ class Launched:
     base_procs: frozenset[int] = frozenset()  # the host pids of those processes (``cgroup.procs``)
 
     def usable(self) -> bool:
-        """Its init still waits: alive, channel open, nothing said (it speaks only when asked)."""
+        """Its init still waits: alive, channel open, nothing said (it speaks only when asked).
+        Asked with ``poll``: ``select`` refuses a descriptor past 1023 (ValueError), which a host of
+        ~70 live sandboxes holds, and every run that took a sandbox started ahead failed."""
         if self.process.proc.returncode is not None or self.channel.fileno() < 0:
             return False
-        readable, _, _ = select.select([self.channel], [], [], 0)
-        return not readable
+        poller = select.poll()
+        poller.register(self.channel, select.POLLIN)
+        return not poller.poll(0)
 
     async def discard(self) -> None:
         self.channel.close()

@@ -37,6 +37,7 @@ __all__ = [
     "is_eof",
     "listed",
     "pages",
+    "waiting_pids",
 ]
 
 # What a run's background processes printed after it returned: the last this many bytes are kept.
@@ -159,15 +160,21 @@ class BackgroundLog:
         return head + bytes(self.data)
 
 
-def listed(rows: Iterable[dict[str, Any]], jobs: Iterable[Job], logs: Mapping[str, str]) -> list[ProcessInfo]:
-    """The init's ``ps`` rows as :class:`ProcessInfo`: a job started ahead that waits for its run
-    (a python guest) is not a process of the user's; ``logs``: run -> its background log, if written."""
-    jobs = list(jobs)
-    hidden = {
+def waiting_pids(jobs: Iterable[Job]) -> set[int]:
+    """The sandbox pids of the jobs started ahead that wait for their run (a shell, a python guest):
+    no process of the user's, neither listed nor killed by the processes API."""
+    return {
         j.started.result()
         for j in jobs
         if j.waiting and j.started.done() and not j.started.cancelled() and j.started.exception() is None
     }
+
+
+def listed(rows: Iterable[dict[str, Any]], jobs: Iterable[Job], logs: Mapping[str, str]) -> list[ProcessInfo]:
+    """The init's ``ps`` rows as :class:`ProcessInfo`: a job started ahead that waits for its run
+    (a python guest) is not a process of the user's; ``logs``: run -> its background log, if written."""
+    jobs = list(jobs)
+    hidden = waiting_pids(jobs)
     runs = {j.id: j.run for j in jobs if j.run}  # a job started ahead serves a run of another name
     # A shell started ahead shows its wait as its command line, and so do the subshells it forks: the
     # run's command line instead (by the name in their environment, which is the job's).

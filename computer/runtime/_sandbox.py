@@ -29,7 +29,15 @@ from pathlib import Path
 from ._admission import CREATION_GRACE, Admission
 from ._bwrap import SANDBOX_UID, Bind, bwrap_argv, bwrap_works, python_prefixes, remembered, sandbox_etc
 from ._cgroups import cgroup_writable, make_groups, remove_groups
-from ._limits import Rlimit, SandboxLimits, can_limit_others, launcher, limit_self, rlimits
+from ._limits import (
+    Rlimit,
+    SandboxLimits,
+    can_limit_others,
+    launcher,
+    limit_self,
+    raise_descriptor_limit,
+    rlimits,
+)
 from ._process import SandboxProcess, close_transport
 from ._standby import STANDBY_STUB, Standby, write_all
 from ._tasks import run_to_completion
@@ -65,6 +73,7 @@ class Sandbox:
         writable bind must then be owned by :attr:`host_ids`, files and directories inside it too."""
         self.network = network
         self.limits = limits or SandboxLimits()
+        raise_descriptor_limit()  # a host of many sandboxes needs more than a login shell's 1,024
         self._host_ids = (host_ids or sandbox_host_ids()) if unprivileged and running_as_root() else None
         self._drop = drop_privileges(*self._host_ids) if self._host_ids is not None else []
         self.bwrap = bwrap_works(tuple(self._drop))
@@ -172,22 +181,30 @@ class Sandbox:
         argv = self._bwrap_argv(command, binds, cwd, as_pid_1) if self.bwrap else list(command)
         options_fd = None
         admission: Admission | None = None
-        if self.bwrap:
-            # bubblewrap reports its sandbox process (``--info-fd``), which then waits (``--block-fd``)
-            # until it joined the cgroups and got its rlimits (see ``_admission``).
-            admission = Admission()
-            end = argv.index("--")
-            info_w, block_r = admission.info_w, admission.block_r
-            assert info_w is not None and block_r is not None
-            options = [*argv[1:end], "--info-fd", str(info_w), "--block-fd", str(block_r)]
-            # bubblewrap's options (host paths of the binds among them) travel through a pipe it
-            # reads and closes (``--args``): inside, /proc/1/cmdline is "bwrap --args N -- command".
-            options_fd, write_end = os.pipe()
-            write_all(write_end, b"".join(os.fsencode(a) + b"\0" for a in options))
-            argv = [*self._drop, argv[0], "--args", str(options_fd), *argv[end:]]
-            pass_fds = (*pass_fds, options_fd, info_w, block_r)
-        else:  # the launcher joins the cgroups (as this process's user), then drops to the sandbox's
-            argv = [*launcher(self.rlimits, groups), *self._drop, *argv]
+        try:  # the host out of descriptors (EMFILE) here left the run's cgroups for the process's life
+            if self.bwrap:
+                # bubblewrap reports its sandbox process (``--info-fd``), which then waits
+                # (``--block-fd``) until it joined the cgroups and got its rlimits (``_admission``).
+                admission = Admission()
+                end = argv.index("--")
+                info_w, block_r = admission.info_w, admission.block_r
+                assert info_w is not None and block_r is not None
+                options = [*argv[1:end], "--info-fd", str(info_w), "--block-fd", str(block_r)]
+                # bubblewrap's options (host paths of the binds among them) travel through a pipe it
+                # reads and closes (``--args``): inside, /proc/1/cmdline is "bwrap --args N -- command".
+                options_fd, write_end = os.pipe()
+                write_all(write_end, b"".join(os.fsencode(a) + b"\0" for a in options))
+                argv = [*self._drop, argv[0], "--args", str(options_fd), *argv[end:]]
+                pass_fds = (*pass_fds, options_fd, info_w, block_r)
+            else:  # the launcher joins the cgroups (as this process's user), then drops to the sandbox's
+                argv = [*launcher(self.rlimits, groups), *self._drop, *argv]
+        except BaseException:
+            if admission is not None:
+                admission.close()
+            if options_fd is not None:
+                os.close(options_fd)
+            remove_groups(groups)
+            raise
         forked = False
 
         async def create() -> asyncio.subprocess.Process:

@@ -20,13 +20,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import os
-import secrets
-import tempfile
 import threading
 from collections.abc import Generator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Protocol
 
 from ..storage import CHUNK_SIZE
@@ -45,10 +41,9 @@ from ._kept import trim_kept
 from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
 from ._pull_rules import CONFLICT, outermost
-from ._scratch import blocking_ancestor, process_scratch
 from ._tasks import finish_in_thread, in_thread
 
-__all__ = ["MirrorSync", "Synced", "backend_scratch"]
+__all__ = ["MirrorSync", "Synced"]
 
 
 class RunSaves(Protocol):
@@ -424,45 +419,6 @@ def _removals_outermost(applied: list[str], deleted: set[str]) -> list[str]:
     removal lies below a removed directory.)"""
     removed = [p for p in applied if p in deleted]
     return [p for p in applied if p not in deleted] + outermost(removed)
-
-
-def _check_reachable(directory: str, owner: tuple[int, int]) -> None:
-    """The sandbox's user must be able to reach ``directory`` (bubblewrap, running as that user, binds
-    a mirror from below it): every existing ancestor must be searchable by that user."""
-    ancestor = blocking_ancestor(directory, owner)
-    if ancestor is not None:
-        raise ValueError(
-            f"scratch_dir {directory}: the sandbox's user (host uid {owner[0]}) cannot reach it, as "
-            f"{ancestor} is not searchable by it; choose a directory others may search (e.g. one "
-            "made with mode 0o711), or pass unprivileged=False"
-        )
-
-
-def _default_scratch() -> str:
-    """Where mirrors live by default: tmpfs when the machine has a writable one.
-
-    A mirror is a cache of the workspace (the SQLite file is the durable copy), and programs create and
-    delete many small files in it; on tmpfs that costs what it costs on a laptop's tmpfs, while a busy
-    disk can be 20x slower. ``scratch_dir`` puts mirrors on disk instead.
-    """
-    shm = "/dev/shm"
-    if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK):
-        return shm
-    return tempfile.gettempdir()
-
-
-def backend_scratch(scratch_dir: str | None, owner: tuple[int, int] | None, kind: str) -> Path:
-    """A fresh directory for one backend's mirrors and run directories, in this process's scratch
-    directory (0700, the sandbox user's; removed at exit, and by any later process if this one dies).
-    ``scratch_dir``: where (default: tmpfs when the machine has a writable one)."""
-    where = scratch_dir or _default_scratch()
-    if owner is not None:
-        _check_reachable(where, owner)
-    base = process_scratch(where, owner) / f"{kind}-{secrets.token_hex(3)}"
-    base.mkdir(mode=0o700)
-    if owner is not None:
-        os.chown(base, *owner)
-    return base
 
 
 def _small(push: SyncPush | SyncPull) -> bool:

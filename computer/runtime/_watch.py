@@ -21,7 +21,6 @@ import fcntl
 import logging
 import os
 import select
-import struct
 import sys
 import termios
 import threading
@@ -30,46 +29,25 @@ import weakref
 from pathlib import Path
 
 from ._dir_size import empty_size
+from ._inotify_abi import (
+    BORN,
+    EVENT,
+    GONE,
+    IN_CLOEXEC,
+    IN_IGNORED,
+    IN_ISDIR,
+    IN_MOVE_SELF,
+    IN_NONBLOCK,
+    IN_Q_OVERFLOW,
+    MASK,
+    NEW_DIR,
+    RARE,
+)
 
 __all__ = ["TreeWatch"]
 
 log = logging.getLogger(__name__)
 
-IN_MODIFY = 0x00000002
-IN_ATTRIB = 0x00000004
-IN_CLOSE_WRITE = 0x00000008
-IN_MOVED_FROM = 0x00000040
-IN_MOVED_TO = 0x00000080
-IN_CREATE = 0x00000100
-IN_DELETE = 0x00000200
-IN_DELETE_SELF = 0x00000400
-IN_MOVE_SELF = 0x00000800
-IN_Q_OVERFLOW = 0x00004000
-IN_IGNORED = 0x00008000
-IN_ONLYDIR = 0x01000000
-IN_DONT_FOLLOW = 0x02000000
-IN_ISDIR = 0x40000000
-IN_NONBLOCK = 0o4000
-IN_CLOEXEC = 0o2000000
-
-_MASK = (
-    IN_MODIFY
-    | IN_ATTRIB
-    | IN_CLOSE_WRITE
-    | IN_MOVED_FROM
-    | IN_MOVED_TO
-    | IN_CREATE
-    | IN_DELETE
-    | IN_DELETE_SELF
-    | IN_MOVE_SELF
-    | IN_ONLYDIR
-    | IN_DONT_FOLLOW
-)
-_EVENT = struct.Struct("iIII")
-_NEW_DIR = IN_CREATE | IN_ISDIR
-_GONE = IN_DELETE | IN_MOVED_FROM
-_BORN = IN_CREATE | IN_MOVED_TO
-_RARE = IN_IGNORED | IN_MOVE_SELF | IN_MOVED_FROM | IN_MOVED_TO  # looked at closer in ``drain``
 _FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 # Events a watch holds undrained at most; past that it gives up (a full walk) rather than grow.
 MAX_HELD = 200_000
@@ -118,7 +96,9 @@ class _Held:
     def __init__(self, root: str = "", empty: int | None = None) -> None:
         self.events: list[tuple[int, int, bytes]] = []  # (watch descriptor, mask, name)
         self.broken = False
-        self.over = False  # past ``MAX_DIRS`` (or the process past ``MAX_WATCHES``): holds no watch
+        self.over = (
+            False  # past ``MAX_DIRS`` (the process past ``MAX_WATCHES``, the user out of watches): holds none
+        )
         self.wds: set[int] = set()
         self.root = root
         self.empty = empty  # the size of an empty directory there, when sizes tell (``empty_size``)
@@ -188,11 +168,19 @@ class _Inotify:
                     held.broken = held.over = True
                 return [None] * len(batch)
             for rel, path in batch:
-                wd: int = add_watch(fd, path.encode(_FS_ENCODING, _FS_ERRORS), _MASK)
+                wd: int = add_watch(fd, path.encode(_FS_ENCODING, _FS_ERRORS), MASK)
                 if wd < 0:
                     code = ctypes.get_errno()
+                    if code in (errno.ENOSPC, errno.ENOMEM):
+                        # The user's watches are spent (``max_user_watches``, over every process of
+                        # the uid): as past ``MAX_WATCHES``, its watches go back and the tree is
+                        # walked, paced. Before, every tick of a live sandbox armed a new watch, was
+                        # refused again and walked the whole tree: 9,000 files held 25 % of a core.
+                        self._forget(held)
+                        held.broken = held.over = True
+                        return [None] * len(batch)
                     if code not in (errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG):  # gone, or not synced
-                        held.broken = True  # e.g. ENOSPC: out of watches
+                        held.broken = True
                     wds.append(None)
                     continue
                 if owners.setdefault(wd, held) is not held:
@@ -323,7 +311,7 @@ class _Inotify:
         """Move the events of one read to their owners, and the directories they made to ``fresh``
         (with the lock held). Events come in runs of one wd (``mkdir -p`` makes ten leaves in a row
         in each directory): its owner and prefix are looked up once a run (1,000: 0.77 ms, was 1.1)."""
-        owners, unpack, head, offset = self.owners, _EVENT.unpack_from, _EVENT.size, 0
+        owners, unpack, head, offset = self.owners, EVENT.unpack_from, EVENT.size, 0
         last, owner, events, prefix, made = -1, None, [], None, None
         while offset + head <= len(data):
             wd, mask, _cookie, length = unpack(data, offset)
@@ -352,7 +340,7 @@ class _Inotify:
                 continue
             name = data[start:offset].rstrip(b"\0")
             events.append((wd, mask, name))
-            if mask & _NEW_DIR == _NEW_DIR and name and prefix is not None:
+            if mask & NEW_DIR == NEW_DIR and name and prefix is not None:
                 if made is None:
                     made = fresh.setdefault(owner, [])
                 made.append(prefix + name.decode(_FS_ENCODING, _FS_ERRORS))
@@ -450,7 +438,7 @@ class TreeWatch:
         dirs = self._held.dirs
         last, prefix = -1, None  # the wd whose directory prefix is at hand (events come in runs)
         for wd, mask, raw in events:
-            if mask & _RARE:
+            if mask & RARE:
                 if mask & IN_IGNORED:
                     dirs.pop(wd, None)
                     last = -1
@@ -467,15 +455,15 @@ class TreeWatch:
                 continue
             rel = prefix + raw.decode(_FS_ENCODING, _FS_ERRORS)  # os.fsdecode, less a call
             touched.add(rel)
-            if mask & _GONE:
+            if mask & GONE:
                 gone.add(rel)
             else:
                 gone.discard(rel)
-            if mask & (_GONE | _BORN) and not mask & IN_ISDIR and rel in born:
+            if mask & (GONE | BORN) and not mask & IN_ISDIR and rel in born:
                 passed.add(rel)
-            if mask & _BORN and not mask & IN_ISDIR:
+            if mask & BORN and not mask & IN_ISDIR:
                 born.add(rel)
-            if stats and mask & _NEW_DIR != _NEW_DIR:
+            if stats and mask & NEW_DIR != NEW_DIR:
                 # Its lstat was taken when its creation was read: this later change makes it stale
                 # (a directory made again was lstat-ed again, as its creation was read again).
                 stats.pop(rel, None)

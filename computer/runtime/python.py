@@ -33,6 +33,7 @@ from typing import Any
 
 from ..storage.paths import canonical, is_within
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
+from ._backend_scratch import backend_scratch
 from ._beneath import cwd_problem
 from ._cgroups import cgroup_writable
 from ._codec import ChannelLimits, pack_frame
@@ -46,7 +47,7 @@ from ._process import out_of_memory_error, stream_process
 from ._pychannel import AheadGuest, Guest, Session, guest_version, serve, stage_guest
 from ._sandbox import Bind, Sandbox, SandboxLimits
 from ._staging import stage_python
-from ._sync import MirrorSync, backend_scratch
+from ._sync import MirrorSync
 from ._tasks import run_to_completion
 from ._warm import PreparedSandbox, Ready, Warm, WarmSandboxes, prepare_sandbox
 from .types import BackendInfo
@@ -113,7 +114,7 @@ class PythonBackend(LiveCalls):
             warm_sandboxes, per_mirror=warm_guests, back_to_back=warm_guests
         )
         owner = self.sandbox.host_ids
-        self.scratch = backend_scratch(scratch_dir, owner, "python")
+        self.scratch = backend_scratch(scratch_dir, owner, "python", self)
         self.sync_limits = SyncLimits(
             max_file_bytes=max_file_bytes, max_files=max_files, max_sync_bytes=max_sync_bytes
         )

@@ -24,6 +24,7 @@ from ._backend import (
     ExitEvent,
     SyncLimits,
 )
+from ._backend_scratch import backend_scratch
 from ._beneath import cwd_problem
 from ._cgroups import cgroup_writable
 from ._live import LiveSandbox
@@ -35,7 +36,7 @@ from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import ProcessOutcome, out_of_memory_error, stream_process
 from ._sandbox import Bind, Sandbox, SandboxLimits, run_to_completion
-from ._sync import MirrorSync, backend_scratch
+from ._sync import MirrorSync
 from ._warm import PreparedSandbox, Ready, Warm, WarmSandboxes, prepare_sandbox
 from .types import BackendInfo
 
@@ -126,7 +127,7 @@ class ShellBackend(LiveCalls):
             self.sandbox.cgroups.add("freezer")
         self.live_idle, self.live_lifetime = live_idle, live_lifetime
         owner = self.sandbox.host_ids
-        base = backend_scratch(scratch_dir, owner, "shell")
+        base = backend_scratch(scratch_dir, owner, "shell", self)
         self.scratch = base
         # ``mirror_pool(base, mount_root)`` builds the pool of warm mirrors (default: a MirrorPool
         # keeping idle mirrors of the 64 most recently used workspaces).

@@ -7,7 +7,10 @@ again."""
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import errno
 import time
+from pathlib import Path
 
 import pytest
 
@@ -56,3 +59,60 @@ async def test_a_tree_past_a_watchs_share_is_walked_whole_and_watched_again_once
         again = await (await ws.runtime.exec("touch t/d0/new")).result()  # its push arms a watch
         assert again.pulled == ["/workspace/t/d0/new"]
         assert not mirror.unwatched and mirror.watch is not None and not mirror.watch.over
+
+
+class _OutOfWatches:
+    """libc as ``_watch`` calls it, but ``inotify_add_watch`` refused (ENOSPC) after ``allowed`` calls:
+    the host user's ``max_user_watches`` spent by other processes of the uid."""
+
+    def __init__(self, libc: object, allowed: int) -> None:
+        self.libc, self.allowed = libc, allowed
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.libc, name)
+
+    def inotify_add_watch(self, fd: int, path: bytes, mask: int) -> int:
+        if self.allowed <= 0:
+            ctypes.set_errno(errno.ENOSPC)
+            return -1
+        self.allowed -= 1
+        return int(self.libc.inotify_add_watch(fd, path, mask))  # type: ignore[attr-defined]
+
+
+def test_a_watch_the_kernel_refuses_gives_its_watches_back_and_is_walked_paced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Out of the user's watches (ENOSPC), a watch only broke: the mirror armed a new one at every
+    live sandbox tick, was refused again and walked the whole tree each time, unpaced (9,000 files
+    took 25 % of a core with nothing running). Now it is over, as a tree past ``MAX_DIRS``: its
+    watches go back and the mirror walks it at most a tenth of the time."""
+    for d in range(5):
+        (tmp_path / f"d{d}" / "e").mkdir(parents=True)
+    monkeypatch.setattr(_watch, "_libc", _OutOfWatches(_watch._libc, allowed=3))
+    watch = _watch.TreeWatch(tmp_path)
+    assert watch.over and watch.drain() is None
+    shared = _watch._instance()
+    assert all(held is not watch._held for held in shared.owners.values())
+    watch.close()
+
+
+async def test_a_live_sandbox_out_of_watches_still_syncs_both_ways(monkeypatch: pytest.MonkeyPatch) -> None:
+    backend = ShellBackend()
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        monkeypatch.setattr(_watch, "_libc", _OutOfWatches(_watch._libc, allowed=0))
+        started = await (
+            await ws.runtime.exec(
+                "mkdir -p t/d{0..9}; (sleep 0.3; echo bg > t/d5/bg; sleep 600) > /dev/null 2>&1 &"
+            )
+        ).result()
+        assert started.status == "completed" and "/workspace/t/d9" in started.pulled
+        mirror = _mirror(backend, ws)
+        assert mirror.watch is None  # given up (it held a broken watch, armed again every tick)
+        deadline = time.monotonic() + 20
+        while not await ws.fs.exists("/workspace/t/d5/bg"):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.05)
+        await ws.fs.write_file("/workspace/t/d0/from-ws", b"w")
+        seen = await (await ws.runtime.exec("cat t/d0/from-ws t/d5/bg")).result()
+        assert seen.stdout == "wbg\n"
