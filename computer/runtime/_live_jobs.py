@@ -20,6 +20,7 @@ from ._backend import MAX_CHUNK_BYTES, ExecContext, OutputChunk
 from ._cgroups import ControlFile, count_in
 from ._live_parts import BackgroundLog, Job, ReadRate, command_line, drain, feed, is_eof
 from ._options import BACKGROUND_SUFFIX
+from ._output_dir import make_output_dir
 from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess
 from ._standby import write_all
 from ._tasks import in_thread, run_to_completion
@@ -332,27 +333,38 @@ class LiveJobs:
         written first, until ``limit`` bytes are written (None: all; at least one log a call): each
         write is the whole log, so 32 printers left running (``yes &``) had every tick write 32 MiB,
         a quarter of the host's loop and half a core for as long as they ran. Let a log's bytes go
-        once written with every pipe it reads closed. Its directory is made again whenever a write
-        finds it gone (``rm -r /.computer/output``): it was made once per sandbox, and no log of that
-        sandbox was written again. A log whose write failed is written again by the next flush,
+        once written with every pipe it reads closed. Before the first write, its directory is made
+        a directory of its own (``make_output_dir``): made again when gone (``rm -r
+        /.computer/output``: it was made once per sandbox, and no log of that sandbox was written
+        again), and a file or a link a python program put there moved aside, which every log still
+        held says (before, a file failed every tick's write and the logs were lost at the end; a link
+        took them where it pointed). A log whose write failed is written again by the next flush,
         and the others are written all the same (the first failure raised after them: a directory
         made at one log's path, by a careless caller or a python program's ``workspace`` calls,
         stopped every later log of the sandbox from being written)."""
         failed: Exception | None = None
         spent = 0
+        ready = False
         for run, logged in sorted(self.background.items(), key=lambda item: item[1].turn):
             if logged.dirty and (limit is None or spent < limit):
+                if not ready:
+                    ready = True
+                    try:
+                        note = await make_output_dir(self.ctx.fs_call, BACKGROUND_LOG_DIR)
+                    except Exception as exc:  # the logs stay dirty: tried again by the next flush
+                        failed = exc
+                        break
+                    if note is not None:  # the logs written before went with what replaced it
+                        for held in self.background.values():
+                            if held.data or held.open:
+                                held.append(f"\n[computer: {note}]\n".encode())
                 spent += len(logged.data)
                 logged.turn = next(_TURNS)
                 logged.dirty = False
                 logged.written = True  # named by ``processes`` from now on: never pruned under its write
                 data = {"path": background_log(run), "data": logged.content()}
                 try:
-                    try:
-                        await self.ctx.fs_call("write_file", data)
-                    except Exception:  # its directory is gone (or not made yet): once more after it
-                        await self.ctx.fs_call("mkdir", {"path": BACKGROUND_LOG_DIR, "recursive": True})
-                        await self.ctx.fs_call("write_file", data)
+                    await self.ctx.fs_call("write_file", data)
                 except Exception as exc:
                     logged.dirty = True
                     failed = failed or exc

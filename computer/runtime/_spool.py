@@ -12,6 +12,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ._output_dir import fs_caller, make_output_dir
+
 __all__ = ["OutputSpool"]
 
 # Chunks in flight between the producer and the store (each at most 256 KiB).
@@ -31,8 +33,8 @@ class OutputSpool:
     async def start(self, head: bytes) -> None:
         """Open the file (creating its directory) and write ``head``, the bytes kept so far."""
         parent = self.path.rsplit("/", 1)[0] or "/"
-        try:
-            await self.fs.mkdir(parent, recursive=True)
+        try:  # a file or a link a program put there is moved aside (``_output_dir``)
+            await make_output_dir(fs_caller(self.fs), parent)
         except OSError as exc:
             self.failed = f"cannot create {parent}: {exc}"
             return
