@@ -80,12 +80,18 @@ class LiveJobs:
     _rate: ReadRate | None = None  # how fast its background logs are read, all together
     _oom_control: ControlFile | None  # ``memory.oom_control``, kept open
     kills_at_end: int  # ``oom_kills()`` when the sandbox ended
+    # Moves on whenever a job starts that runs a user's code, or a run takes a job started ahead: a
+    # job started ahead is trusted to wait only within the turn it started in (``Job.trusted``).
+    job_turn: int = 0
 
     def _send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
         raise NotImplementedError  # the channel's (``LiveSandbox``)
 
     def _lost(self, why: str) -> None:
         raise NotImplementedError
+
+    def stirring(self) -> bool:
+        raise NotImplementedError  # the sandbox's (``LiveSandbox``)
 
     def oom_kills(self) -> int:
         """Out-of-memory kills the sandbox's memory group counted so far (0 unknown)."""
@@ -102,11 +108,20 @@ class LiveJobs:
         stdin: bytes | None,
         fds: Sequence[int] = (),
         hold_stdin: bool = False,
+        ahead: bool = False,
     ) -> Job:
         """Start ``argv`` in the sandbox as its own process group; its output is read with :meth:`output`.
         ``fds`` are the command's descriptors 3, 4… (this call closes them). ``hold_stdin``: our end of
-        its stdin is kept open in ``job.stdin`` (a job started ahead: its run's input comes later)."""
+        its stdin is kept open in ``job.stdin`` (a job started ahead: its run's input comes later).
+        ``ahead``: a job started ahead of its run (a shell or a guest that waits), trusted to wait
+        (``Job.trusted``) when nothing else runs as it starts and until a job of a user's code starts
+        or a run takes one: a process of the user's may have made it run its own code (a write into its
+        pipe through ``/proc/<pid>/fd/3``, ``ptrace``), and it did so unseen, every sync unfrozen."""
         job = Job(run, self.loop.create_future(), self.loop.create_future(), line=command_line(argv))
+        if not ahead:
+            self.job_turn += 1
+        elif not self.stirring():
+            job.trusted = self.job_turn
         pipes = [os.pipe() for _ in range(3)]
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1], *fds]
         ours_in = pipes[0][1]

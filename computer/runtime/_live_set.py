@@ -143,6 +143,7 @@ class LiveSandboxes:
                     if spec.job is not None:
                         job = spec.job
                         job.waiting, job.run = False, request.id
+                        sandbox.job_turn += 1  # it runs the user's code: no job started ahead is trusted
                     else:
                         job = await sandbox.start_job(
                             request.id,

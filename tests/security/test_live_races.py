@@ -130,3 +130,82 @@ async def test_a_program_that_kills_the_guest_started_ahead_cannot_turn_the_free
         assert await sandbox.busy()  # not idle either: it does not end as if nothing ran
         assert sandbox.stirring()
         await ws.runtime.end_sandbox()
+
+
+_SHELL_FEEDER = r"""
+import os, sys, time
+run_shell = int(sys.argv[1])
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        for fd in range(256):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        end = time.time() + 15
+        while time.time() < end:  # the shell the host starts ahead once this run returned
+            for p in os.listdir('/proc'):
+                if not p.isdigit() or int(p) in (run_shell, os.getpid()):
+                    continue
+                try:
+                    if b'__computer_run' not in open(f'/proc/{p}/cmdline', 'rb').read():
+                        continue
+                    fd = os.open(f'/proc/{p}/fd/3', os.O_WRONLY | os.O_NONBLOCK)
+                except OSError:
+                    continue
+                os.write(fd, b'exec python3 /workspace/loop.py\0')
+                os._exit(0)
+            time.sleep(0.01)
+    os._exit(0)
+"""
+
+_LOOP = r"""
+import time
+end = time.time() + 15
+while time.time() < end:
+    with open('/workspace/tick', 'w') as f:
+        f.write(str(time.time()))
+    time.sleep(0.02)
+"""
+
+
+async def test_a_program_that_feeds_the_shell_started_ahead_cannot_turn_the_freeze_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A daemon writes a command into the pipe of the shell the host starts ahead for the next run
+    (``/proc/<pid>/fd/3``: any process of the sandbox's user can open it) and exits. That shell still
+    counted as waiting, so the command it ran instead was hidden from the count: every sync ran
+    unfrozen while it raced the host. A job started ahead is trusted to wait only when it started
+    with nothing else running and no job of a user's code started or was taken since."""
+    from computer.runtime import _live
+
+    backend = ShellBackend()
+    froze = threading.Event()
+    freeze = _live.freeze
+
+    def recorded(group: Path, timeout: float = 1.0) -> bool:
+        froze.set()
+        return freeze(group, timeout)
+
+    monkeypatch.setattr(_live, "freeze", recorded)
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/feeder.py", _SHELL_FEEDER)
+        await ws.fs.write_file("/workspace/loop.py", _LOOP)
+        started = await (await ws.runtime.exec("python3 feeder.py $$")).result()
+        assert started.status == "completed", started.stderr
+        sandbox = backend._lives.get(ws.fs.instance)
+        assert sandbox is not None
+        seen: set[str] = set()
+        deadline = time.monotonic() + 10
+        while len(seen) < 3 and time.monotonic() < deadline:  # the fed shell's writes, pulled by ticks
+            if await ws.fs.exists("/workspace/tick"):
+                seen.add(await ws.fs.read_text("/workspace/tick"))
+            await asyncio.sleep(0.05)
+        assert len(seen) >= 3, "the fed shell's writes were not pulled"
+        assert sandbox.stirring()
+        froze.clear()
+        # The next tick's pull (every 100 ms) freezes it; 5 s bounds a loaded machine.
+        assert await asyncio.to_thread(froze.wait, 5), "a sync ran while the fed shell ran, unfrozen"
+        await ws.runtime.end_sandbox()
