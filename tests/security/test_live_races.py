@@ -5,9 +5,11 @@ or read through it. The sandbox is frozen for each sync; reads and writes never 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
 import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -209,3 +211,81 @@ async def test_a_program_that_feeds_the_shell_started_ahead_cannot_turn_the_free
         # The next tick's pull (every 100 ms) freezes it; 5 s bounds a loaded machine.
         assert await asyncio.to_thread(froze.wait, 5), "a sync ran while the fed shell ran, unfrozen"
         await ws.runtime.end_sandbox()
+
+
+_RACER = r"""
+end=$(($(date +%s) + 8))
+long=$(printf 'n%.0s' $(seq 250))
+while [ $(date +%s) -lt $end ]; do
+  for t in TARGETS; do
+    rm -rf d; ln -s "$t" d; rm -f d; mkdir d; echo s > d/s
+    rm -f f; ln -s "$t/CANARY" f; rm -f f; echo s > f
+    ln -sfn "$t" g; mv d e; mv e d
+  done
+  rm -f p; mkfifo p; rm -f p; echo s > p
+  echo s > "$(printf 'nl\nname')"; echo s > "$(printf 'bad\xff')"; echo s > "$long"
+done > /dev/null 2>&1
+"""
+
+
+async def test_a_racing_program_never_brings_a_host_file_in_nor_changes_one() -> None:
+    """A program swaps directories and files for links to host directories and files (the mirror's
+    own parent, the process's temp directory, ``/root``), renames, FIFOs and names the workspace
+    cannot hold, while the workspace writes (modes too), runs come and go and the sandbox is ended
+    under it: no byte of a host file reaches the workspace, and no host file is made, written,
+    chmod-ed, touched or removed."""
+    secret = secrets.token_hex(16)
+    name = f"computer-canary-{secret[:8]}"
+    backend = ShellBackend()
+    planted: list[Path] = []
+    try:
+        async with computer.Workspace(backends=[backend]) as ws:
+            await ws.fs.mkdir("/workspace/d", recursive=True)
+            await (await ws.runtime.exec("true")).result()
+            sandbox = backend._lives.get(ws.fs.instance)
+            assert sandbox is not None
+            places = [Path(sandbox.mirror.directory).parent, Path(tempfile.gettempdir()), Path("/root")]
+            places = [place for place in places if os.access(place, os.W_OK)]  # /root: as root only
+            for place in places:
+                (place / name).write_text(secret)
+                os.chmod(place / name, 0o640)
+                planted.append(place / name)
+            before = {p: os.lstat(p) for p in planted}
+            racer = _RACER.replace("TARGETS", " ".join(map(str, places))).replace("CANARY", name)
+            await ws.fs.write_file("/workspace/racer.sh", racer)
+            started = await (
+                await ws.runtime.exec("setsid bash racer.sh < /dev/null > /dev/null 2>&1 &")
+            ).result()
+            assert started.status == "completed", started.stderr
+            writes = [f"/workspace/d/{name}-w", "/workspace/f", "/workspace/p", f"/workspace/g/{name}-w"]
+            deadline = time.monotonic() + 5
+            i = 0
+            while time.monotonic() < deadline:
+                i += 1
+                for path in writes:
+                    with contextlib.suppress(OSError):  # a link or missing in the workspace right now
+                        await ws.fs.write_file(path, b"from the workspace\n", mode=0o777 if i % 2 else 0o600)
+                if i % 25 == 0:
+                    ran = await (
+                        await ws.runtime.exec("cat f d/s > /dev/null 2>&1; true", timeout=30)
+                    ).result()
+                    assert ran.status == "completed", (ran.error, ran.stderr)
+                await asyncio.sleep(0.01)
+            assert await asyncio.wait_for(ws.runtime.end_sandbox(), 60)  # while it still races
+            for entry in await ws.fs.find("/", "**"):
+                with contextlib.suppress(OSError):  # a link's target is the VFS's (nothing there)
+                    assert secret.encode() not in await ws.fs.read_file(entry.path), entry.path
+        for path, st in before.items():
+            now = os.lstat(path)
+            assert (now.st_mode, now.st_mtime_ns, now.st_ino, now.st_size) == (
+                st.st_mode,
+                st.st_mtime_ns,
+                st.st_ino,
+                st.st_size,
+            ), path
+            assert path.read_text() == secret
+            assert not (path.parent / f"{name}-w").exists()  # the workspace's writes below d and g
+        assert i > 50
+    finally:
+        for path in planted:
+            path.unlink(missing_ok=True)
