@@ -353,7 +353,8 @@ class LiveJobs:
         /.computer/output``: it was made once per sandbox, and no log of that sandbox was written
         again), and a file or a link a python program put there moved aside, which every log still
         held says (before, a file failed every tick's write and the logs were lost at the end; a link
-        took them where it pointed). A log whose write failed is written again by the next flush,
+        took them where it pointed; a link at a log's name that the write cannot follow is removed). A
+        log whose write failed is written again by the next flush,
         and the others are written all the same (the first failure raised after them: a directory
         made at one log's path, by a careless caller or a python program's ``workspace`` calls,
         stopped every later log of the sandbox from being written)."""
@@ -379,7 +380,7 @@ class LiveJobs:
                 logged.written = True  # named by ``processes`` from now on: never pruned under its write
                 data = {"path": background_log(run), "data": logged.content()}
                 try:
-                    await self.ctx.fs_call("write_file", data)
+                    await self._write_log(data)
                 except Exception as exc:
                     logged.dirty = True
                     failed = failed or exc
@@ -391,6 +392,19 @@ class LiveJobs:
                 logged.data = bytearray()
         if failed is not None:
             raise failed
+
+    async def _write_log(self, data: dict[str, Any]) -> None:
+        """Write a background log; a link at its name (a python program's ``workspace.rename``) whose
+        target the write may not change (the journal) is removed, and the write made again."""
+        try:
+            await self.ctx.fs_call("write_file", data)
+        except Exception as exc:
+            try:
+                await self.ctx.fs_call("readlink", {"path": data["path"]})
+            except Exception:
+                raise exc from None  # no link there: the write's own failure
+            await self.ctx.fs_call("rm", {"path": data["path"]})
+            await self.ctx.fs_call("write_file", data)
 
 
 def read_some(fd: int) -> bytes | None:

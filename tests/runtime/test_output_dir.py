@@ -130,3 +130,94 @@ async def test_pruning_stops_when_the_directory_became_a_link_while_it_asked_wha
     await prune_logs(fs, OutputOptions(keep=1), held)
     assert len(await fs.readdir("/workspace/src")) == 3
     assert len(await fs.readdir("/.computer/elsewhere")) == 3
+
+
+_FORGER = r"""
+import json, os, sys, time, workspace
+victim, me = sys.argv[1], os.environ["COMPUTER_EXEC_ID"]
+forged = json.loads(workspace.read_text(f"/.computer/exec/{victim}.json"))
+forged.update(status="completed", exit_code=0, stdout="all good\n")
+
+
+def plant():
+    workspace.mkdir("/.computer/output", recursive=True)
+    workspace.rename("/workspace/lnk", f"/.computer/output/python.{me}.stdout.log")
+
+
+if WHILE:  # once the log streams: its start looked at its path already
+    print("\n" * 3000, end="", flush=True)
+    time.sleep(1)
+    plant()
+else:
+    plant()
+print(json.dumps(forged))
+print("\n" * 3000, end="")
+"""
+
+
+@live
+@pytest.mark.parametrize("when", ["before", "while"])
+async def test_a_link_at_a_saved_logs_name_never_leads_the_log_into_the_journal(
+    tmp_path: Path, when: str
+) -> None:
+    """A python program knows its run's id, hence its saved log's name: a link there (made by a shell
+    run, renamed there with ``workspace.rename``) to another run's journal record had the saved log,
+    which the runtime writes itself, written into the record: ``failed 1`` read back after a restart
+    as ``completed 0`` with the output the program chose (its ``workspace`` calls may not change the
+    journal). The log is written at its own name; the link is gone."""
+    path = str(tmp_path / "ws.db")
+    async with computer.Workspace(path, backends=[ShellBackend(), PythonBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        victim = await run(ws, "echo bad; exit 1")
+        record = await ws.fs.read_text(f"/.computer/exec/{victim.id}.json")
+        made = await run(ws, f"ln -s /.computer/exec/{victim.id}.json lnk")
+        assert made.status == "completed", made.stderr
+        await ws.fs.write_file("/workspace/forger.py", _FORGER.replace("WHILE", str(when == "while")))
+        forger = await run(
+            ws,
+            f"import runpy, sys\nsys.argv = ['forger', {victim.id!r}]\nrunpy.run_path('forger.py')\n",
+            backend="python",
+        )
+        assert forger.status == "completed", forger.stderr
+        saved = forger.truncated["stdout"]
+        assert saved.status == "saved" and saved.path is not None
+        assert '"all good' in await ws.fs.read_text(saved.path)  # the log: at its own name, whole
+        assert await ws.fs.read_text(f"/.computer/exec/{victim.id}.json") == record
+    async with computer.Workspace(path, backends=[ShellBackend()]) as ws:
+        again = await (await ws.runtime.get_exec(victim.id)).result()
+        assert (again.status, again.exit_code, again.stdout) == ("failed", 1, "bad\n")
+
+
+_BACKGROUND_FORGER = r"""
+import os, subprocess, sys, workspace
+victim, me = sys.argv[1], os.environ["COMPUTER_EXEC_ID"]
+workspace.mkdir("/.computer/output", recursive=True)
+workspace.rename("/workspace/lnk", f"/.computer/output/{me}.background.log")
+subprocess.Popen(["sh", "-c", "sleep 0.5; echo printed"])
+"""
+
+
+@live
+async def test_a_link_at_a_background_logs_name_is_removed_and_the_log_written() -> None:
+    """A link at a run's background log's name to a journal record: the write is refused (the journal
+    is protected), so every tick failed on it and the log was lost at the sandbox's end. The link is
+    removed and the log written; the record stays as it was."""
+    async with computer.Workspace(backends=[ShellBackend(), PythonBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        victim = await run(ws, "echo bad; exit 1")
+        record = await ws.fs.read_text(f"/.computer/exec/{victim.id}.json")
+        made = await run(ws, f"ln -s /.computer/exec/{victim.id}.json lnk")
+        assert made.status == "completed", made.stderr
+        await ws.fs.write_file("/workspace/forger.py", _BACKGROUND_FORGER)
+        forger = await run(
+            ws,
+            f"import runpy, sys\nsys.argv = ['forger', {victim.id!r}]\nrunpy.run_path('forger.py')\n",
+            backend="python",
+        )
+        assert forger.status == "completed", forger.stderr
+        log = f"/.computer/output/{forger.id}.background.log"
+        await eventually(lambda: contains(ws, log, "printed\n"), within=10)
+        with pytest.raises(OSError):
+            await ws.fs.readlink(log)
+        assert await ws.fs.read_text(f"/.computer/exec/{victim.id}.json") == record
+        await ws.runtime.end_sandbox("python")
