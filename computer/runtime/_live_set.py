@@ -138,12 +138,14 @@ class LiveSandboxes:
             outcome = ProcessOutcome()
             error = None
             refused, tasks = sandbox.forks_refused(), sandbox.tasks()
+            # The user's code runs from here (a job started ahead is handed it as ``command`` opens):
+            # no job started ahead is trusted to wait any more (``LiveSandbox.stirring``).
+            sandbox.job_turn += 1
             try:
                 async with command(sandbox, start_cwd) as spec:
                     if spec.job is not None:
                         job = spec.job
                         job.waiting, job.run = False, request.id
-                        sandbox.job_turn += 1  # it runs the user's code: no job started ahead is trusted
                     else:
                         job = await sandbox.start_job(
                             request.id,
