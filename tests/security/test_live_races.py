@@ -12,7 +12,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -289,3 +289,62 @@ async def test_a_racing_program_never_brings_a_host_file_in_nor_changes_one() ->
     finally:
         for path in planted:
             path.unlink(missing_ok=True)
+
+
+async def eventually(check: Callable[[], Awaitable[bool]], within: float) -> None:
+    deadline = time.monotonic() + within
+    while not await check():
+        assert time.monotonic() < deadline, f"not true within {within} s"
+        await asyncio.sleep(0.05)
+
+
+_LINGERER = r"""
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        for fd in range(256):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        time.sleep(1.5)
+    os._exit(0)
+"""
+
+
+async def test_a_python_guest_started_ahead_beside_a_program_of_the_users_is_not_trusted_to_wait() -> None:
+    """The guest started ahead for the next python run waits on its channel: a process of the user's
+    that outlived its run may have made it run code of its own (``ptrace``: same user) before it
+    exited. Started beside such a process, the guest counts as a process: syncs freeze for it until a
+    run takes it. Started with nothing else running, it does not (no pause for the guest alone)."""
+    from computer.runtime import PythonBackend
+
+    backend = PythonBackend()
+    if not backend.live:
+        pytest.skip("no live python sandboxes here")
+    async with computer.Workspace(backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        sandbox = None
+
+        async def waiting_guest() -> bool:
+            return sandbox is not None and any(j.waiting and j.host_pid for j in sandbox.jobs.values())
+
+        assert (await (await ws.runtime.exec("1")).result()).status == "completed"
+        sandbox = backend._lives.get(ws.fs.instance)
+        assert sandbox is not None
+        await eventually(waiting_guest, within=10)
+        assert not sandbox.stirring()  # the guest alone: trusted
+        lingered = await (await ws.runtime.exec(_LINGERER)).result()
+        assert lingered.status == "completed", lingered.stderr
+        await eventually(waiting_guest, within=10)
+
+        async def daemon_gone() -> bool:
+            return not await ws.runtime.processes(backend="python")
+
+        await eventually(daemon_gone, within=10)
+        assert sandbox.stirring(), "the guest started beside the daemon was trusted to wait"
+        assert (await (await ws.runtime.exec("2")).result()).status == "completed"  # takes it
+        await eventually(waiting_guest, within=10)
+        assert not sandbox.stirring()  # the next one started alone
+        await ws.runtime.end_sandbox("python")
