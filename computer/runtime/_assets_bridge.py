@@ -15,8 +15,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import json
 import os
+import secrets
 import shutil
 import socket
 import tempfile
@@ -25,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from ..storage.paths import canonical, is_within
-from ._backend import ExecContext, MirrorFile, SyncPull
-from ._beneath import lstat_beneath, read_beneath
+from ._backend import BIG_FILE, ExecContext, MirrorFile, SyncPull
+from ._beneath import HOLE, HOLE_DIGEST, BeneathReader, lstat_beneath
 from ._mirror import Entry, Mirror, entry_of
 from ._tasks import in_thread
 
@@ -58,6 +60,7 @@ class AssetsBridge:
         self._server: asyncio.AbstractServer | None = None
         self.saved: list[str] = []  # files this run created and the bridge wrote to the workspace
         self.own_revs: list[int] = []  # the revisions those saves committed (the run's own changes)
+        self._reading = asyncio.Lock()
 
     @staticmethod
     def make_directory(scratch: Path, owner: tuple[int, int] | None = None) -> Path:
@@ -160,12 +163,19 @@ class AssetsBridge:
         mirror = self.mirror
         if mirror.rev is None:
             return "the sandbox's view of the workspace is not settled"
-        data = await asyncio.to_thread(read_beneath, mirror.directory, rel)
+        async with self._reading:  # one file in memory at a time, however many requests come
+            read = await asyncio.to_thread(read_published, mirror.directory, rel, entry)
+        if read is None:
+            return "it changed while it was read: publish it again once it is written"
+        data, chunks, stage = read
+        size = -1 if chunks is None else entry.size
         pull = SyncPull(
             mirror.root,
-            files=[MirrorFile(path, data, entry.mode, entry.mtime_ns // 1_000_000)],
+            files=[MirrorFile(path, data, entry.mode, entry.mtime_ns // 1_000_000, size, None, chunks)],
             protected=sorted(mirror.protected),
             own_revs=list(self.own_revs),
+            stage=stage,
+            staging=secrets.token_hex(8) if stage else None,
         )
         result = await self.ctx.sync_pull(pull, mirror.rev)
         self.own_revs += result.own_revs
@@ -174,3 +184,44 @@ class AssetsBridge:
         mirror.state[rel] = entry  # already in the workspace: the pull need not send it
         self.saved.append(path)
         return None
+
+
+def read_published(
+    directory: Path, rel: str, entry: Entry
+) -> tuple[bytes | None, list[str] | None, list[bytes]] | None:
+    """The file ``rel`` below ``directory`` as ``entry`` (its ``lstat``) saw it, read while its
+    program runs: a small file's bytes, or a large one's chunk hashes with the distinct new chunks
+    (a hole neither read nor held: ``HOLE``); None when it is not that file any more (it grew, shrank
+    or changed meanwhile). Never more than ``entry.size`` bytes: the whole file was read into memory,
+    to its end whatever its size, so ``truncate -s 16G f; assets publish f`` took 16 GB of the host's
+    memory for a file that cost the sandbox nothing, and a program extending it as it was read kept
+    the host reading."""
+    data: list[bytes] = []
+    hashes: list[str] = []
+    stage: list[bytes] = []
+    staged: set[str] = set()
+    size = 0
+    with BeneathReader(directory) as reader:
+        try:
+            for piece in reader.chunks(rel):
+                size += len(piece)
+                if size > entry.size:
+                    return None
+                if entry.size < BIG_FILE:
+                    data.append(piece)
+                    continue
+                digest = HOLE_DIGEST if piece is HOLE else hashlib.sha256(piece).hexdigest()
+                hashes.append(digest)
+                if digest not in staged:
+                    staged.add(digest)
+                    stage.append(piece)
+        except OSError:
+            return None
+    try:
+        if size != entry.size or entry_of(lstat_beneath(directory, rel)) != entry:
+            return None
+    except OSError:
+        return None
+    if entry.size < BIG_FILE:
+        return b"".join(data), None, []
+    return None, hashes, stage

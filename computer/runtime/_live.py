@@ -241,11 +241,17 @@ class LiveSandbox(LiveChannel, LiveJobs):
         starts while there is none (the init starts them, when asked). A job started ahead that still
         waits (a shell or a python guest, blocked on its pipe) does not count when its host pid is
         known and the group's processes are those and the init's alone: every run after a workspace
-        write paused the sandbox for its push, for the shell waiting there (~0.6 ms)."""
+        write paused the sandbox for its push, for the shell waiting there (~0.6 ms). Only one started
+        while nothing else ran, and since then no job of a user's code started nor was one taken
+        (``Job.trusted``): a program that wrote a command into the waiting shell's pipe
+        (``/proc/<pid>/fd/3``) and exited left it running that command uncounted, every sync unfrozen."""
         tasks = self.tasks()
         if tasks is None or tasks <= self._baseline:
             return tasks is None
-        waiting = [j.host_pid for j in self.jobs.values() if j.waiting and not j.exited.done()]
+        turn = self.job_turn
+        waiting = [
+            j.host_pid for j in self.jobs.values() if j.waiting and j.trusted == turn and not j.exited.done()
+        ]
         if not waiting or None in waiting:
             return True
         procs = self._procs()

@@ -20,6 +20,7 @@ from ._backend import MAX_CHUNK_BYTES, ExecContext, OutputChunk
 from ._cgroups import ControlFile, count_in
 from ._live_parts import BackgroundLog, Job, ReadRate, command_line, drain, feed, is_eof
 from ._options import BACKGROUND_SUFFIX
+from ._output_dir import make_output_dir
 from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess
 from ._standby import write_all
 from ._tasks import in_thread, run_to_completion
@@ -79,12 +80,18 @@ class LiveJobs:
     _rate: ReadRate | None = None  # how fast its background logs are read, all together
     _oom_control: ControlFile | None  # ``memory.oom_control``, kept open
     kills_at_end: int  # ``oom_kills()`` when the sandbox ended
+    # Moves on whenever a job starts that runs a user's code, or a run takes a job started ahead: a
+    # job started ahead is trusted to wait only within the turn it started in (``Job.trusted``).
+    job_turn: int = 0
 
     def _send(self, message: dict[str, Any], fds: Sequence[int] = ()) -> None:
         raise NotImplementedError  # the channel's (``LiveSandbox``)
 
     def _lost(self, why: str) -> None:
         raise NotImplementedError
+
+    def stirring(self) -> bool:
+        raise NotImplementedError  # the sandbox's (``LiveSandbox``)
 
     def oom_kills(self) -> int:
         """Out-of-memory kills the sandbox's memory group counted so far (0 unknown)."""
@@ -101,11 +108,20 @@ class LiveJobs:
         stdin: bytes | None,
         fds: Sequence[int] = (),
         hold_stdin: bool = False,
+        ahead: bool = False,
     ) -> Job:
         """Start ``argv`` in the sandbox as its own process group; its output is read with :meth:`output`.
         ``fds`` are the command's descriptors 3, 4… (this call closes them). ``hold_stdin``: our end of
-        its stdin is kept open in ``job.stdin`` (a job started ahead: its run's input comes later)."""
+        its stdin is kept open in ``job.stdin`` (a job started ahead: its run's input comes later).
+        ``ahead``: a job started ahead of its run (a shell or a guest that waits), trusted to wait
+        (``Job.trusted``) when nothing else runs as it starts and until a job of a user's code starts
+        or a run takes one: a process of the user's may have made it run its own code (a write into its
+        pipe through ``/proc/<pid>/fd/3``, ``ptrace``), and it did so unseen, every sync unfrozen."""
         job = Job(run, self.loop.create_future(), self.loop.create_future(), line=command_line(argv))
+        if not ahead:
+            self.job_turn += 1
+        elif not self.stirring():
+            job.trusted = self.job_turn
         pipes = [os.pipe() for _ in range(3)]
         theirs = [pipes[0][0], pipes[1][1], pipes[2][1], *fds]
         ours_in = pipes[0][1]
@@ -332,27 +348,39 @@ class LiveJobs:
         written first, until ``limit`` bytes are written (None: all; at least one log a call): each
         write is the whole log, so 32 printers left running (``yes &``) had every tick write 32 MiB,
         a quarter of the host's loop and half a core for as long as they ran. Let a log's bytes go
-        once written with every pipe it reads closed. Its directory is made again whenever a write
-        finds it gone (``rm -r /.computer/output``): it was made once per sandbox, and no log of that
-        sandbox was written again. A log whose write failed is written again by the next flush,
+        once written with every pipe it reads closed. Before the first write, its directory is made
+        a directory of its own (``make_output_dir``): made again when gone (``rm -r
+        /.computer/output``: it was made once per sandbox, and no log of that sandbox was written
+        again), and a file or a link a python program put there moved aside, which every log still
+        held says (before, a file failed every tick's write and the logs were lost at the end; a link
+        took them where it pointed; a link at a log's name that the write cannot follow is removed). A
+        log whose write failed is written again by the next flush,
         and the others are written all the same (the first failure raised after them: a directory
         made at one log's path, by a careless caller or a python program's ``workspace`` calls,
         stopped every later log of the sandbox from being written)."""
         failed: Exception | None = None
         spent = 0
+        ready = False
         for run, logged in sorted(self.background.items(), key=lambda item: item[1].turn):
             if logged.dirty and (limit is None or spent < limit):
+                if not ready:
+                    ready = True
+                    try:
+                        note = await make_output_dir(self.ctx.fs_call, BACKGROUND_LOG_DIR)
+                    except Exception as exc:  # the logs stay dirty: tried again by the next flush
+                        failed = exc
+                        break
+                    if note is not None:  # the logs written before went with what replaced it
+                        for held in self.background.values():
+                            if held.data or held.open:
+                                held.append(f"\n[computer: {note}]\n".encode())
                 spent += len(logged.data)
                 logged.turn = next(_TURNS)
                 logged.dirty = False
                 logged.written = True  # named by ``processes`` from now on: never pruned under its write
                 data = {"path": background_log(run), "data": logged.content()}
                 try:
-                    try:
-                        await self.ctx.fs_call("write_file", data)
-                    except Exception:  # its directory is gone (or not made yet): once more after it
-                        await self.ctx.fs_call("mkdir", {"path": BACKGROUND_LOG_DIR, "recursive": True})
-                        await self.ctx.fs_call("write_file", data)
+                    await self._write_log(data)
                 except Exception as exc:
                     logged.dirty = True
                     failed = failed or exc
@@ -364,6 +392,19 @@ class LiveJobs:
                 logged.data = bytearray()
         if failed is not None:
             raise failed
+
+    async def _write_log(self, data: dict[str, Any]) -> None:
+        """Write a background log; a link at its name (a python program's ``workspace.rename``) whose
+        target the write may not change (the journal) is removed, and the write made again."""
+        try:
+            await self.ctx.fs_call("write_file", data)
+        except Exception as exc:
+            try:
+                await self.ctx.fs_call("readlink", {"path": data["path"]})
+            except Exception:
+                raise exc from None  # no link there: the write's own failure
+            await self.ctx.fs_call("rm", {"path": data["path"]})
+            await self.ctx.fs_call("write_file", data)
 
 
 def read_some(fd: int) -> bytes | None:

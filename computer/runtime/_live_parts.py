@@ -82,6 +82,9 @@ class Job:
     command: str | None = None
     line: str = ""  # its own command line, as a listing shows it
     host_pid: int | None = None  # a job started ahead: its process's host pid, once found
+    # A job started ahead while nothing but the init and such jobs ran: the sandbox's ``job_turn`` then
+    # (``LiveSandbox.stirring`` trusts it to wait only while that turn lasts).
+    trusted: int | None = None
     source_file: str | None = None  # a shell started ahead: the file its long command came in (host)
 
 

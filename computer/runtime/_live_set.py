@@ -138,6 +138,9 @@ class LiveSandboxes:
             outcome = ProcessOutcome()
             error = None
             refused, tasks = sandbox.forks_refused(), sandbox.tasks()
+            # The user's code runs from here (a job started ahead is handed it as ``command`` opens):
+            # no job started ahead is trusted to wait any more (``LiveSandbox.stirring``).
+            sandbox.job_turn += 1
             try:
                 async with command(sandbox, start_cwd) as spec:
                     if spec.job is not None:

@@ -182,6 +182,7 @@ async def start_shell(
             stdin=None,
             fds=[script_r],
             hold_stdin=True,
+            ahead=True,
         )
     except BaseException:
         os.close(script_w)

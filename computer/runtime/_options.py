@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..storage.paths import canonical
+from ._output_dir import DIRECTORY, fs_caller, planted
 
 __all__ = ["BACKGROUND_SUFFIX", "DEFAULT_OUTPUT", "OutputOptions", "check_env", "check_input", "prune_logs"]
 
@@ -65,17 +66,22 @@ async def prune_logs(fs: Any, options: OutputOptions, held: Callable[[], Awaitab
     ``held`` names (a running process of the workspace's live sandbox still prints into it:
     ``ProcessInfo.log``) is neither removed nor counted; ``held`` is asked only when a background log
     would go, and when it cannot tell (None) no background log goes. A server's log was removed after
-    50 runs whose output was saved, while ``processes()`` still named it."""
-    try:
-        entries = await fs.readdir(options.dir)
-    except FileNotFoundError:
+    50 runs whose output was saved, while ``processes()`` still named it. Nothing is listed or removed
+    unless ``options.dir`` is a directory of its own, looked at again after ``held`` (the store's
+    calls run without a pause between that look and the removals): a link a program put there led
+    the removals to the user's own ``*.log`` files where it pointed."""
+    call = fs_caller(fs)
+    if await planted(call, options.dir) != DIRECTORY:  # the next saved log moves it aside
         return
+    entries = await fs.readdir(options.dir)
     logs = sorted(
         (e for e in entries if e.is_file and e.name.endswith(".log")), key=lambda e: (e.mtime, e.name)
     )
     root = options.dir.rstrip("/")
     if any(e.name.endswith(BACKGROUND_SUFFIX) for e in logs[: max(0, len(logs) - options.keep)]):
         names = await held()
+        if await planted(call, options.dir) != DIRECTORY:  # replaced meanwhile
+            return
         logs = [
             e
             for e in logs

@@ -12,6 +12,8 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
+from ._output_dir import fs_caller, make_output_dir
+
 __all__ = ["OutputSpool"]
 
 # Chunks in flight between the producer and the store (each at most 256 KiB).
@@ -32,12 +34,26 @@ class OutputSpool:
         """Open the file (creating its directory) and write ``head``, the bytes kept so far."""
         parent = self.path.rsplit("/", 1)[0] or "/"
         try:
-            await self.fs.mkdir(parent, recursive=True)
+            await self._own_path()
         except OSError as exc:
             self.failed = f"cannot create {parent}: {exc}"
             return
         self._task = asyncio.create_task(self._write(), name=f"spool {self.path}")
         await self.write(head)
+
+    async def _own_path(self) -> None:
+        """Make the log's path its own: its directory a directory (a file or a link a program put there
+        moved aside, ``_output_dir``), no link at its name (removed: the name is this run's). A python
+        program's ``workspace`` calls can put a link there (a shell run's ``ln -s``, renamed): the log
+        was written where it led, the journal's record of another run too (``/.computer/exec``, which
+        those calls may not change), read back after a restart as the program printed it."""
+        parent = self.path.rsplit("/", 1)[0] or "/"
+        await make_output_dir(fs_caller(self.fs), parent)
+        try:
+            await self.fs.readlink(self.path)
+        except OSError:
+            return  # no link there
+        await self.fs.rm(self.path)
 
     async def _write(self) -> None:
         await self.fs.write_file(self.path, self._chunks())
@@ -46,6 +62,9 @@ class OutputSpool:
         while True:
             chunk = await self._queue.get()
             if chunk is None:
+                # The write resolves its path when the stream ends, with no pause after this look: a
+                # link put there while the log streamed is not followed either.
+                await self._own_path()
                 return
             yield chunk
 

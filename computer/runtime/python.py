@@ -457,7 +457,7 @@ class PythonBackend(LiveCalls):
         argv = [self.python, *_FLAGS, "-u", self._guest]
         try:
             job = await sandbox.start_job(
-                name, argv, cwd="/tmp", env=env, stdin=None, fds=[guest_end.detach()]
+                name, argv, cwd="/tmp", env=env, stdin=None, fds=[guest_end.detach()], ahead=True
             )
         except BaseException:
             host_end.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import resource
 from typing import Any
 
 import computer
@@ -147,3 +149,49 @@ async def test_a_run_whose_bridge_socket_was_prebound_still_publishes(shell_back
             assert result.status == "completed", result.stderr
             assert result.stdout.strip().endswith(f"/f{i}.txt")
     assert [path for path, _, _ in publisher.shared] == ["/workspace/f0.txt", "/workspace/f1.txt"]
+
+
+class HeadPublisher:
+    """Records each shared file's size and first bytes (never a whole file in memory)."""
+
+    def __init__(self) -> None:
+        self.shared: list[tuple[str, int, bytes]] = []
+        self.workspace: computer.Workspace | None = None
+
+    async def share(self, path: str, *, expires_after: float = 3600.0, **options: Any) -> str:
+        assert self.workspace is not None
+        size = (await self.workspace.fs.stat(path)).size
+        self.shared.append((path, size, await self.workspace.fs.read_file(path, length=8)))
+        return f"http://127.0.0.1:8787/share/{len(self.shared)}"
+
+
+async def test_assets_publish_of_a_sparse_file_holds_no_more_than_its_data(
+    shell_backend: ShellBackend,
+) -> None:
+    """The bridge read a file to publish into memory whole, to its end: ``truncate -s 1G`` cost the
+    host 1 GB for a file that cost the sandbox nothing (16 GB: the host's memory), and parallel
+    requests each held a copy. A large file goes as its chunks, a hole neither read nor held, one
+    file read at a time; a dense one arrives whole and exact."""
+    publisher = HeadPublisher()
+    async with computer.Workspace(backends=[shell_backend], assets=publisher) as ws:
+        publisher.workspace = ws
+        await ws.fs.mkdir("/workspace")
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        result = await (
+            await ws.runtime.exec(
+                "truncate -s 1G sparse && printf sparse | dd of=sparse conv=notrunc status=none"
+                " && head -c 1500000 /dev/urandom > dense && sha256sum dense"
+                " && for i in 1 2; do assets publish sparse & done; wait; assets publish dense",
+                timeout=120,
+            )
+        ).result()
+        grown = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before
+        assert result.status == "completed", result.stderr
+        assert result.stderr == ""
+        assert sorted(publisher.shared) == [
+            ("/workspace/dense", 1_500_000, (await ws.fs.read_file("/workspace/dense", length=8))),
+            *[("/workspace/sparse", 1 << 30, b"sparse\0\0")] * 2,
+        ]
+        assert grown < 512 << 20, f"the host's memory grew by {grown >> 20} MiB"
+        digest = hashlib.sha256(await ws.fs.read_file("/workspace/dense")).hexdigest()
+        assert result.stdout.split()[0] == digest

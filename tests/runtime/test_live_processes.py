@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import os
 import re
@@ -348,9 +349,12 @@ async def test_a_tick_writes_a_bounded_share_of_the_background_logs_the_oldest_w
     written: list[str] = []
 
     class Context:
-        async def fs_call(self, op: str, args: dict[str, object]) -> None:
+        async def fs_call(self, op: str, args: dict[str, object]) -> object:
+            if op == "readlink":  # the logs' directory is a directory (``make_output_dir``)
+                raise OSError(errno.EINVAL, "not a symbolic link")
             if op == "write_file":
                 written.append(str(args["path"]))
+            return {"is_directory": True}
 
     jobs = _live_jobs.LiveJobs()
     jobs.ctx = Context()  # type: ignore[assignment]

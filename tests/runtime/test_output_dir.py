@@ -1,0 +1,223 @@
+"""``/.computer/output`` replaced under the runtime by a program: a python program's ``workspace``
+calls reach it (a file written there, or a link a shell run made in its mirror renamed there). Saved
+and background logs still go to a directory of its own there, whatever was put in its place is kept
+aside under a name that says so, and pruning never removes anything through a link."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import computer
+from computer.runtime import PythonBackend, ShellBackend
+from computer.runtime._options import OutputOptions, prune_logs
+from computer.storage import FileSystem
+
+from ._live_support import eventually
+
+live = pytest.mark.skipif(not ShellBackend().live, reason="no live sandboxes here (cgroup freezer)")
+SAVING = {"max_lines": 5, "keep": 2}
+
+
+async def run(ws: computer.Workspace, source: str, **kwargs: object) -> computer.ExecResult:
+    return await (await ws.runtime.exec(source, **kwargs)).result()  # type: ignore[arg-type]
+
+
+async def moved_aside(ws: computer.Workspace) -> list[str]:
+    return sorted(e.name for e in await ws.fs.readdir("/.computer") if e.name.startswith("output.moved-"))
+
+
+async def contains(ws: computer.Workspace, path: str, text: str) -> bool:
+    return await ws.fs.exists(path) and text in await ws.fs.read_text(path)
+
+
+@live
+async def test_a_file_a_python_program_puts_there_is_moved_aside_and_every_log_is_written(
+    tmp_path: Path,
+) -> None:
+    """A file at ``/.computer/output``: a live sandbox's background logs failed at every tick and were
+    lost at its end, and a saved log was "not-saved" with no reason. The file is moved aside (kept),
+    the directory made again; the logs are there, after a reopen too."""
+    path = str(tmp_path / "ws.db")
+    async with computer.Workspace(path, backends=[ShellBackend(), PythonBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        printer = await run(ws, "(for i in $(seq 40); do echo bg-$i; sleep 0.05; done) &")
+        log = f"/.computer/output/{printer.id}.background.log"
+        await eventually(lambda: ws.fs.exists(log), within=10)
+        planted = await run(
+            ws,
+            "import workspace\n"
+            "workspace.rm('/.computer/output', recursive=True)\n"
+            "workspace.write_file('/.computer/output', 'the program\\'s\\n')\n",
+            backend="python",
+        )
+        assert planted.status == "completed", planted.stderr
+        await eventually(lambda: contains(ws, log, "bg-40\n"), within=15)  # a tick moved it aside
+        saved = await run(ws, "seq 20", output=SAVING)
+        assert saved.truncated["stdout"].status == "saved", saved.truncated
+        assert await ws.fs.read_text(saved.truncated["stdout"].path or "") == "".join(
+            f"{i}\n" for i in range(1, 21)
+        )
+        await ws.runtime.end_sandbox()
+        (aside,) = await moved_aside(ws)
+        assert await ws.fs.read_text(f"/.computer/{aside}") == "the program's\n"
+    async with computer.Workspace(path, backends=[ShellBackend()]) as ws:
+        assert "bg-40\n" in await ws.fs.read_text(log)
+        assert "moved to /.computer/output.moved-" in await ws.fs.read_text(log)  # the log says why
+        assert (await ws.fs.stat("/.computer/output")).is_directory
+
+
+@live
+@pytest.mark.parametrize("target", ["/workspace/src", "../workspace/src", "/root"])
+async def test_a_link_renamed_there_leads_no_log_nor_removal_where_it_points(target: str) -> None:
+    """A link at ``/.computer/output``: saved and background logs went where it pointed, and
+    ``prune_logs`` removed the oldest ``*.log`` files there, the user's own; a link to a path the
+    workspace has not (a host path) had every log "not-saved". The link is moved aside as it is."""
+    async with computer.Workspace(backends=[ShellBackend(), PythonBackend()]) as ws:
+        await ws.fs.mkdir("/workspace/src", recursive=True)
+        for i in range(4):
+            await ws.fs.write_file(f"/workspace/src/user{i}.log", f"the user's {i}\n")
+        made = await run(ws, f"ln -s {target} lnk")
+        assert made.status == "completed", made.stderr
+        renamed = await run(
+            ws,
+            "import workspace\nworkspace.rename('/workspace/lnk', '/.computer/output')\n",
+            backend="python",
+        )
+        assert renamed.status == "completed", renamed.stderr
+        printer = await run(ws, "(sleep 0.3; echo bg) &")
+        log = f"/.computer/output/{printer.id}.background.log"
+        await eventually(lambda: contains(ws, log, "bg\n"), within=10)
+        for _ in range(3):
+            saved = await run(ws, "seq 20", output=SAVING)
+            assert saved.truncated["stdout"].status == "saved", saved.truncated
+            assert (saved.truncated["stdout"].path or "").startswith("/.computer/output/")
+            assert await ws.fs.read_text(saved.truncated["stdout"].path or "") == "".join(
+                f"{i}\n" for i in range(1, 21)
+            )
+        await ws.runtime.end_sandbox()
+        assert sorted(e.name for e in await ws.fs.readdir("/workspace/src")) == [
+            f"user{i}.log" for i in range(4)
+        ]
+        (aside,) = await moved_aside(ws)
+        assert await ws.fs.readlink(f"/.computer/{aside}") == target
+        # Pruned in its own directory (keep=2: the oldest saved log went).
+        assert (await ws.fs.stat("/.computer/output")).is_directory
+        assert (
+            len([e for e in await ws.fs.readdir("/.computer/output") if e.name.endswith(".stdout.log")]) == 2
+        )
+
+
+async def test_pruning_stops_when_the_directory_became_a_link_while_it_asked_what_is_held(
+    fs: FileSystem,
+) -> None:
+    """``prune_logs`` asks which background logs a running process holds (a call that waits) between
+    its listing and its removals: a link put there meanwhile led the removals to where it pointed."""
+    await fs.mkdir("/workspace/src", recursive=True)
+    await fs.mkdir("/.computer/output", recursive=True)
+    for i, name in enumerate(["exec-1.background.log", "exec-2.stdout.log", "exec-3.stdout.log"]):
+        await fs.write_file(f"/.computer/output/{name}", b"log\n", mtime=1_000 + i)
+        await fs.write_file(f"/workspace/src/{name}", b"the user's\n", mtime=1_000 + i)
+
+    async def held() -> set[str]:
+        await asyncio.sleep(0)
+        await fs.rename("/.computer/output", "/.computer/elsewhere")
+        await fs.symlink("/workspace/src", "/.computer/output")
+        return set()
+
+    await prune_logs(fs, OutputOptions(keep=1), held)
+    assert len(await fs.readdir("/workspace/src")) == 3
+    assert len(await fs.readdir("/.computer/elsewhere")) == 3
+
+
+_FORGER = r"""
+import json, os, sys, time, workspace
+victim, me = sys.argv[1], os.environ["COMPUTER_EXEC_ID"]
+forged = json.loads(workspace.read_text(f"/.computer/exec/{victim}.json"))
+forged.update(status="completed", exit_code=0, stdout="all good\n")
+
+
+def plant():
+    workspace.mkdir("/.computer/output", recursive=True)
+    workspace.rename("/workspace/lnk", f"/.computer/output/python.{me}.stdout.log")
+
+
+if WHILE:  # once the log streams: its start looked at its path already
+    print("\n" * 3000, end="", flush=True)
+    time.sleep(1)
+    plant()
+else:
+    plant()
+print(json.dumps(forged))
+print("\n" * 3000, end="")
+"""
+
+
+@live
+@pytest.mark.parametrize("when", ["before", "while"])
+async def test_a_link_at_a_saved_logs_name_never_leads_the_log_into_the_journal(
+    tmp_path: Path, when: str
+) -> None:
+    """A python program knows its run's id, hence its saved log's name: a link there (made by a shell
+    run, renamed there with ``workspace.rename``) to another run's journal record had the saved log,
+    which the runtime writes itself, written into the record: ``failed 1`` read back after a restart
+    as ``completed 0`` with the output the program chose (its ``workspace`` calls may not change the
+    journal). The log is written at its own name; the link is gone."""
+    path = str(tmp_path / "ws.db")
+    async with computer.Workspace(path, backends=[ShellBackend(), PythonBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        victim = await run(ws, "echo bad; exit 1")
+        record = await ws.fs.read_text(f"/.computer/exec/{victim.id}.json")
+        made = await run(ws, f"ln -s /.computer/exec/{victim.id}.json lnk")
+        assert made.status == "completed", made.stderr
+        await ws.fs.write_file("/workspace/forger.py", _FORGER.replace("WHILE", str(when == "while")))
+        forger = await run(
+            ws,
+            f"import runpy, sys\nsys.argv = ['forger', {victim.id!r}]\nrunpy.run_path('forger.py')\n",
+            backend="python",
+        )
+        assert forger.status == "completed", forger.stderr
+        saved = forger.truncated["stdout"]
+        assert saved.status == "saved" and saved.path is not None
+        assert '"all good' in await ws.fs.read_text(saved.path)  # the log: at its own name, whole
+        assert await ws.fs.read_text(f"/.computer/exec/{victim.id}.json") == record
+    async with computer.Workspace(path, backends=[ShellBackend()]) as ws:
+        again = await (await ws.runtime.get_exec(victim.id)).result()
+        assert (again.status, again.exit_code, again.stdout) == ("failed", 1, "bad\n")
+
+
+_BACKGROUND_FORGER = r"""
+import os, subprocess, sys, workspace
+victim, me = sys.argv[1], os.environ["COMPUTER_EXEC_ID"]
+workspace.mkdir("/.computer/output", recursive=True)
+workspace.rename("/workspace/lnk", f"/.computer/output/{me}.background.log")
+subprocess.Popen(["sh", "-c", "sleep 0.5; echo printed"])
+"""
+
+
+@live
+async def test_a_link_at_a_background_logs_name_is_removed_and_the_log_written() -> None:
+    """A link at a run's background log's name to a journal record: the write is refused (the journal
+    is protected), so every tick failed on it and the log was lost at the sandbox's end. The link is
+    removed and the log written; the record stays as it was."""
+    async with computer.Workspace(backends=[ShellBackend(), PythonBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        victim = await run(ws, "echo bad; exit 1")
+        record = await ws.fs.read_text(f"/.computer/exec/{victim.id}.json")
+        made = await run(ws, f"ln -s /.computer/exec/{victim.id}.json lnk")
+        assert made.status == "completed", made.stderr
+        await ws.fs.write_file("/workspace/forger.py", _BACKGROUND_FORGER)
+        forger = await run(
+            ws,
+            f"import runpy, sys\nsys.argv = ['forger', {victim.id!r}]\nrunpy.run_path('forger.py')\n",
+            backend="python",
+        )
+        assert forger.status == "completed", forger.stderr
+        log = f"/.computer/output/{forger.id}.background.log"
+        await eventually(lambda: contains(ws, log, "printed\n"), within=10)
+        with pytest.raises(OSError):
+            await ws.fs.readlink(log)
+        assert await ws.fs.read_text(f"/.computer/exec/{victim.id}.json") == record
+        await ws.runtime.end_sandbox("python")
