@@ -17,6 +17,7 @@ import _sitebuiltins
 import _socket
 import builtins
 import errno
+import gc
 import importlib.machinery
 import os
 import posixpath
@@ -363,11 +364,14 @@ def _run() -> int:
         if code is not None and not isinstance(code, int):  # ``sys.exit("message")``: as python does
             print(code, file=sys.stderr)
         return code if isinstance(code, int) else (0 if code is None else 1)
-    except BaseException:
+    except BaseException as exc:
         import traceback
 
-        traceback.print_exc()
-        return 1
+        # From the program's first frame on, as python prints it for a script (not this file's _run).
+        tb = exc.__traceback__
+        traceback.print_exception(type(exc), exc, tb.tb_next if tb is not None else None)
+        # Python ends a script an uncaught KeyboardInterrupt stopped as SIGINT would: 130 in a shell.
+        return 130 if isinstance(exc, KeyboardInterrupt) else 1
     try:
         _send("__result__", {"value": value})
         _recv()
@@ -379,6 +383,9 @@ def _run() -> int:
 
 if __name__ == "__main__":
     # Everything above ran before the run arrived (for a guest started ahead, before it was needed).
+    # The guest's own objects are left out of every collection from here on: the program's, and the
+    # last one at its end (that end took 3.5 ms after the result, 2.0 with this; ``os._exit``: 0.8).
+    gc.freeze()
     _setup = _recv()
     _CWD: str = _setup["cwd"]
     if _setup.get("exec_id"):  # started ahead in a live sandbox: the run it serves, for its children
@@ -389,6 +396,8 @@ if __name__ == "__main__":
         except OSError:  # a cwd the workspace does not have (yet): its calls still resolve from it
             pass
     status = _run()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    # Python's own end of a script, not ``os._exit``: it waits for the program's non-daemon threads,
+    # runs its ``atexit`` functions (multiprocessing's ends the pool workers it left), flushes the
+    # files it left open (``f = open(...); f.write(...)``) and stdout, whatever the program made of
+    # it (closed, None). ``os._exit`` here lost all of that.
+    sys.exit(status)

@@ -40,6 +40,23 @@ async def test_an_exception_fails_with_its_traceback(ws: computer.Workspace) -> 
     assert "raise KeyError('missing')" in result.stderr  # the traceback shows the source line
 
 
+async def test_a_traceback_starts_at_the_programs_frame_and_ctrl_c_ends_as_python_ends(
+    ws: computer.Workspace,
+) -> None:
+    """s53: an uncaught exception's traceback began with the guest's own frame (``guest.py``, ``_run``,
+    its ``exec`` line), which a script's never shows; an uncaught KeyboardInterrupt exited 1
+    ("failed"), where python ends as SIGINT would (130 in a shell: "cancelled")."""
+    result = await run(ws, "def f():\n    raise ValueError('x')\nf()\n")
+    assert result.stderr.splitlines()[:2] == [
+        "Traceback (most recent call last):",
+        '  File "<exec>", line 3, in <module>',
+    ]
+    assert "guest" not in result.stderr and result.stderr.endswith("ValueError: x\n")
+    interrupted = await run(ws, "print('working', flush=True)\nraise KeyboardInterrupt")
+    assert (interrupted.status, interrupted.exit_code, interrupted.stdout) == ("cancelled", 130, "working\n")
+    assert interrupted.stderr.endswith("KeyboardInterrupt\n")
+
+
 async def test_sys_exit_code_is_the_exit_code(ws: computer.Workspace) -> None:
     result = await run(ws, "import sys\nsys.exit(9)")
     assert (result.status, result.exit_code) == ("failed", 9)

@@ -1,0 +1,79 @@
+"""Real programs on the python backend's live sandbox, driven as an agent drives a Python tool: each
+step its own exec call, checked by later calls, through ``ws.fs`` and after a reopen with fresh
+backends (a rebuilt mirror). Each run is a fresh interpreter that ends as ``python script.py`` ends;
+what lasts between calls is the sandbox (its processes, its ``/tmp``, the mirror). (s53)"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import computer
+from computer.runtime import PythonBackend
+from computer.runtime.types import ExecResult
+
+from ._support import ROOT, ok, opened, run
+
+LIVE = PythonBackend(live=True).live
+pytestmark = pytest.mark.skipif(not LIVE, reason="no cgroup freezer here")
+
+
+async def py(ws: computer.Workspace, source: str, **options: Any) -> ExecResult:
+    """One python call that must complete."""
+    return await ok(ws, source, backend="python", timeout=20.0, **options)
+
+
+async def pyrun(ws: computer.Workspace, source: str, **options: Any) -> ExecResult:
+    """One python call, whatever its end."""
+    options.setdefault("timeout", 20.0)
+    return await run(ws, source, backend="python", **options)
+
+
+# Everything here is left to the interpreter's end: a file never closed, a thread never joined (it
+# writes a file every 50 ms after the program's last line), an atexit function, stdout closed.
+LEFT_TO_THE_END = """
+import atexit, os, sys, threading, time
+log = open("unclosed.log", "w")
+log.write("kept by the interpreter's end\\n")
+os.makedirs("ticks", exist_ok=True)
+def ticker():
+    for i in range(5):
+        time.sleep(0.05)
+        with open(f"ticks/{i}.txt", "w") as f:
+            f.write(str(i))
+threading.Thread(target=ticker).start()
+atexit.register(lambda: open("atexit.txt", "w").write(str(len(os.listdir("ticks")))))
+print("last line")
+sys.stdout.close()
+"""
+
+CHECK_THE_END = """
+import os
+def main(input):
+    return [open("unclosed.log").read(), sorted(os.listdir("ticks")), open("atexit.txt").read()]
+"""
+THE_END = ["kept by the interpreter's end\n", [f"{i}.txt" for i in range(5)], "5"]
+
+
+async def test_a_run_ends_as_a_script_does_threads_joined_atexit_run_open_files_flushed(
+    tmp_path: Path,
+) -> None:
+    """s53: the guest ended with ``os._exit`` right after the program's last line: a file it had not
+    closed lost its buffered text (empty in the workspace), a non-daemon thread was killed mid-way
+    (none of its files), ``atexit`` functions never ran, and a program that closed ``sys.stdout``
+    (or set it to None) failed with the guest's own traceback. Now it ends as ``python script.py``
+    does, in the call, and the next call, the workspace and a reopen see all of it."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db) as ws:
+        result = await py(ws, LEFT_TO_THE_END)
+        assert (result.exit_code, result.stdout, result.stderr) == (0, "last line\n", "")
+        assert (await py(ws, CHECK_THE_END)).value == THE_END
+        assert await ws.fs.read_text(f"{ROOT}/unclosed.log") == THE_END[0]
+        assert await ws.fs.read_text(f"{ROOT}/atexit.txt") == "5"
+        none = await py(ws, "import sys\nprint('out')\nsys.stdout = None\n")
+        assert (none.stdout, none.stderr) == ("out\n", "")
+    async with opened(db) as ws:
+        assert (await py(ws, CHECK_THE_END)).value == THE_END
+        assert sorted(await ws.fs.ls(f"{ROOT}/ticks")) == [f"{ROOT}/ticks/{i}.txt" for i in range(5)]
