@@ -100,9 +100,27 @@ def _recv() -> Any:
     return msgpack.unpackb(_recv_exact(size), raw=False)
 
 
+# One call at a time on the channel (its request, then its reply), from any thread or forked process
+# of the program: two at once interleaved their frames (threads of a ``ThreadPoolExecutor`` hung the
+# run; a fork pool's workers broke the protocol). The turn is a byte in a pipe, which whoever reads
+# holds: a fork shares it (a lock is copied held into a child forked while a thread held it), and an
+# ``exec`` never inherits it.
+_TURN_READ, _TURN_WRITE = os.pipe()
+os.write(_TURN_WRITE, b".")
+
+
+def _exchange(op: str, args: Any, body: bytes = b"") -> Any:
+    """Send one request and return its reply's value, in this caller's turn."""
+    os.read(_TURN_READ, 1)
+    try:
+        _send(op, args, body)
+        return _reply()
+    finally:
+        os.write(_TURN_WRITE, b".")
+
+
 def _call(op: str, **args: Any) -> Any:
-    _send(op, args)
-    return _reply()
+    return _exchange(op, args)
 
 
 def _reply() -> Any:
@@ -147,8 +165,7 @@ def _build_module() -> types.ModuleType:
         limit = _setup["limits"]["write_bytes"]
         if len(body) > limit:
             raise OSError(errno.EFBIG, f"one write_file carries at most {limit} bytes", path)
-        _send("write_file", {"path": path, "mode": mode}, body)
-        _reply()
+        _exchange("write_file", {"path": path, "mode": mode}, body)
 
     def mkdir(path: str, recursive: bool = False, mode: int = 0o755) -> None:
         _call("mkdir", path=_abs(path), recursive=recursive, mode=mode)
@@ -373,8 +390,7 @@ def _run() -> int:
         # Python ends a script an uncaught KeyboardInterrupt stopped as SIGINT would: 130 in a shell.
         return 130 if isinstance(exc, KeyboardInterrupt) else 1
     try:
-        _send("__result__", {"value": value})
-        _recv()
+        _exchange("__result__", {"value": value})
     except OSError as exc:  # the host closed the channel (after a frame it refused)
         print(f"the result could not be sent: {exc}", file=sys.stderr)
         return 1

@@ -77,3 +77,49 @@ async def test_a_run_ends_as_a_script_does_threads_joined_atexit_run_open_files_
     async with opened(db) as ws:
         assert (await py(ws, CHECK_THE_END)).value == THE_END
         assert sorted(await ws.fs.ls(f"{ROOT}/ticks")) == [f"{ROOT}/ticks/{i}.txt" for i in range(5)]
+
+
+# ``workspace`` calls at once from 8 threads, then from 4 forked pool workers: each writes its files
+# and reads every one back (so requests and replies of different callers are in flight together).
+CALLS_AT_ONCE = """
+import multiprocessing, workspace
+from concurrent.futures import ThreadPoolExecutor
+def work(who):
+    for j in range(10):
+        path = f"calls/{who}-{j}.txt"
+        workspace.write_file(path, who * (100 * (j + 1)))
+        assert workspace.read_text(path) == who * (100 * (j + 1)), path
+        assert workspace.exists(path) and workspace.stat(path).size == 100 * (j + 1) * len(who)
+    return len(workspace.ls("calls")) > 0
+workspace.mkdir("calls")
+with ThreadPoolExecutor(8) as pool:
+    threads = list(pool.map(work, [f"t{i}" for i in range(8)]))
+with multiprocessing.get_context("fork").Pool(4) as pool:
+    forks = pool.map(work, [f"f{i}" for i in range(8)])
+def main(input):
+    return [all(threads), all(forks), len(workspace.ls("calls"))]
+"""
+
+COUNT_CALLS = """
+import os
+def main(input):
+    names = os.listdir("calls")
+    return [len(names), sum(os.path.getsize(f"calls/{n}") for n in names)]
+"""
+
+
+async def test_workspace_calls_from_threads_and_forked_workers_at_once_each_get_their_reply(
+    tmp_path: Path,
+) -> None:
+    """s53: the guest's channel took one caller at a time by luck: two threads calling ``workspace``
+    at once interleaved their frames and the run hung until its timeout; a fork pool's workers broke
+    the protocol ("a frame head of 2021161080 bytes") and the run failed. Now each call holds the
+    channel for its request and reply, shared across fork."""
+    db = tmp_path / "ws.sqlite"
+    size = sum(100 * (j + 1) * 2 for j in range(10)) * 16
+    async with opened(db) as ws:
+        assert (await py(ws, CALLS_AT_ONCE)).value == [True, True, 160]
+        assert (await py(ws, COUNT_CALLS)).value == [160, size]
+        assert len(await ws.fs.ls(f"{ROOT}/calls")) == 160
+    async with opened(db) as ws:
+        assert (await py(ws, COUNT_CALLS)).value == [160, size]
