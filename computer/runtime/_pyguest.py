@@ -12,7 +12,7 @@ from __future__ import annotations
 # ``site`` (-S: 27 ms, the base interpreter's .pth files), no ``importlib.abc`` (20 ms: it pulls in
 # importlib.resources, pathlib, re, tempfile; the finder and loader below are duck-typed), ``_socket``
 # rather than ``socket`` (enum), ``json`` only to check a value, ``linecache`` and ``traceback`` (7 ms:
-# tokenize, re) only when something imports them (see ``_LinecacheHook``).
+# tokenize, re) only when something imports them (see ``_AfterImport``).
 import _sitebuiltins
 import _socket
 import builtins
@@ -291,38 +291,90 @@ def _fill_linecache(linecache: types.ModuleType) -> None:
         linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
 
 
-class _LinecacheHook:
-    """First on ``sys.meta_path`` until ``linecache`` is imported (by ``traceback``, ``warnings``, the
-    program…): the stdlib module, filled with the sources run so far as it is loaded."""
+def _teach_spawn(spawn: Any) -> None:
+    """multiprocessing's ``spawn`` and ``forkserver`` children run the main module again, from its
+    file, as ``__mp_main__``: the run's ``<exec>`` is no file (a spawn pool's workers died at start,
+    again and again, and the run hung until its timeout). They get the source as a file, with the
+    workspace cwd's mirror and a ``workspace`` module that says it is not theirs on their path, in a
+    directory multiprocessing removes once its children are done (``util.get_temp_dir``)."""
+    prepare = spawn.get_preparation_data
+
+    def get_preparation_data(name: str) -> Any:
+        data = prepare(name)
+        if getattr(sys.modules.get("__main__"), "__file__", None) == "<exec>":
+            lib = _spawn_lib()
+            data["init_main_from_path"] = posixpath.join(lib, "exec.py")
+            # The workspace's modules the parent imports from its cwd: the mirror's, when there is one.
+            data["sys_path"] = [*data["sys_path"], lib, *([_CWD] if os.path.isdir(_CWD) else [])]
+        return data
+
+    spawn.get_preparation_data = get_preparation_data
+
+
+_SPAWN_LIB: list[str] = []
+_NOT_HERE = """
+def _not_here(*args, **kwargs):
+    raise RuntimeError(
+        "the workspace module works in the run's own process (and the processes it forks), "
+        "not in one multiprocessing spawned: read and write the workspace's files with open()"
+    )
+"""
+
+
+def _spawn_lib() -> str:
+    if not _SPAWN_LIB:
+        from multiprocessing import util
+
+        lib = util.get_temp_dir()
+        with open(posixpath.join(lib, "exec.py"), "w", encoding="utf-8") as f:
+            f.write(_setup["source"])
+        names = [n for n in dir(sys.modules["workspace"]) if callable(getattr(sys.modules["workspace"], n))]
+        with open(posixpath.join(lib, "workspace.py"), "w", encoding="utf-8") as f:
+            f.write(_NOT_HERE + "".join(f"{n} = _not_here\n" for n in names) + f"cwd = {_CWD!r}\n")
+        _SPAWN_LIB.append(lib)
+    return _SPAWN_LIB[0]
+
+
+# The stdlib modules loaded as usual, then given to a function, the first time something imports them.
+_AFTER_IMPORT = {"linecache": _fill_linecache, "multiprocessing.spawn": _teach_spawn}
+
+
+class _AfterImport:
+    """First on ``sys.meta_path`` until every module of ``_AFTER_IMPORT`` is imported (``linecache``
+    by ``traceback``, ``warnings``, the program…; ``multiprocessing.spawn`` by ``multiprocessing``'s
+    contexts): each is the stdlib module, handed to its function once loaded."""
 
     def find_spec(
         self, fullname: str, path: Any, target: Any = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "linecache":
+        then = _AFTER_IMPORT.pop(fullname, None)
+        if then is None:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname)
+        if not _AFTER_IMPORT:
+            sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is not None and spec.loader is not None:
-            spec.loader = _FillingLoader(spec.loader)
+            spec.loader = _ThenLoader(spec.loader, then)
         return spec
 
 
-class _FillingLoader(_LoaderBase):
-    def __init__(self, loader: Any) -> None:
+class _ThenLoader(_LoaderBase):
+    def __init__(self, loader: Any, then: Any) -> None:
         self.loader = loader
+        self.then = then
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
         return self.loader.create_module(spec)
 
     def exec_module(self, module: types.ModuleType) -> None:
         self.loader.exec_module(module)
-        _fill_linecache(module)
+        self.then(module)
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename…
         return getattr(self.loader, name)
 
 
-sys.meta_path.insert(0, _LinecacheHook())
+sys.meta_path.insert(0, _AfterImport())
 
 
 def _value_problem(value: Any) -> str | None:

@@ -123,3 +123,49 @@ async def test_workspace_calls_from_threads_and_forked_workers_at_once_each_get_
         assert len(await ws.fs.ls(f"{ROOT}/calls")) == 160
     async with opened(db) as ws:
         assert (await py(ws, COUNT_CALLS)).value == [160, size]
+
+
+# A script as multiprocessing wants it (the guard), importing ``workspace`` and a module of the
+# workspace's cwd: a spawn pool and a forkserver process write files; a spawned process that calls
+# ``workspace`` fails saying why.
+SPAWNED = """
+import multiprocessing, os, sys, workspace
+from helper import square
+def work(i):
+    with open(f"spawned/{i}.txt", "w") as f:
+        f.write(str(square(i)))
+    return __name__
+def calls_workspace():
+    workspace.exists("helper.py")
+if __name__ == "__main__":
+    os.makedirs("spawned", exist_ok=True)
+    with multiprocessing.get_context("spawn").Pool(2) as pool:
+        names = set(pool.map(work, range(6)))
+    server = multiprocessing.get_context("forkserver").Process(target=work, args=(6,))
+    server.start()
+    server.join(15)
+    refused = multiprocessing.get_context("spawn").Process(target=calls_workspace)
+    refused.start()
+    refused.join(15)
+    print(sorted(names), server.exitcode, refused.exitcode)
+"""
+
+
+async def test_spawn_and_forkserver_children_run_the_program_again_from_its_source(tmp_path: Path) -> None:
+    """s53: multiprocessing's spawn children run the main module again from its file, and the run's
+    was ``<exec>``: every worker died at start (``No such file or directory: '/workspace/<exec>'``),
+    the pool started new ones and the run hung until its timeout. Now they get the source as a file
+    (removed with multiprocessing's temporary directory), the cwd's modules and a ``workspace``
+    module that says it is the run's own process's."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db) as ws:
+        await ws.fs.write_file(f"{ROOT}/helper.py", "def square(i):\n    return i * i\n")
+        result = await py(ws, SPAWNED)
+        assert result.stdout == "['__mp_main__'] 0 1\n"
+        assert "workspace module works in the run's own process" in result.stderr
+        listed = await py(ws, "import os\nprint(sorted(os.listdir('spawned')), os.listdir('/tmp'))")
+        assert listed.stdout == f"{[f'{i}.txt' for i in range(7)]} ['home']\n"
+    async with opened(db) as ws:
+        assert [await ws.fs.read_text(f"{ROOT}/spawned/{i}.txt") for i in range(7)] == [
+            str(i * i) for i in range(7)
+        ]
