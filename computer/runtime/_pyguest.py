@@ -463,6 +463,11 @@ if __name__ == "__main__":
             os.chdir(_setup["chdir"])
         except OSError:  # a cwd the workspace does not have (yet): its calls still resolve from it
             pass
+    # A crash in C (a segfault through ctypes, an extension's abort) says where the program was, on
+    # stderr, as ``python -X faulthandler`` does: without it such a run ended with 139 and nothing else.
+    import faulthandler
+
+    faulthandler.enable()
     status = _run()
     # Python's own end of a script, not ``os._exit``: it waits for the program's non-daemon threads,
     # runs its ``atexit`` functions (multiprocessing's ends the pool workers it left), flushes the

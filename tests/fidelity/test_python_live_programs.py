@@ -169,3 +169,21 @@ async def test_spawn_and_forkserver_children_run_the_program_again_from_its_sour
         assert [await ws.fs.read_text(f"{ROOT}/spawned/{i}.txt") for i in range(7)] == [
             str(i * i) for i in range(7)
         ]
+
+
+async def test_a_segfault_says_where_and_the_next_call_is_a_fresh_interpreter_in_the_same_sandbox(
+    tmp_path: Path,
+) -> None:
+    """s53: a run that crashed the interpreter (a segfault through ctypes) ended with 139 and an
+    empty stderr. Now it says so and where (``faulthandler``); the next call is a fresh interpreter
+    (no global of the crashed one) in the same sandbox (its /tmp file is there), and the files the
+    crashed run wrote before are kept."""
+    async with opened(tmp_path / "ws.sqlite") as ws:
+        crash = "import ctypes\nleft = 1\nopen('/tmp/before-crash', 'w').write('x')\nopen('kept.txt', 'w').write('kept')\nctypes.string_at(0)\n"
+        crashed = await pyrun(ws, crash)
+        assert (crashed.status, crashed.exit_code) == ("failed", 139)
+        assert "Fatal Python error: Segmentation fault" in crashed.stderr
+        assert 'File "<exec>", line 5 in <module>' in crashed.stderr
+        after = await py(ws, "import os\nprint('left' in globals(), os.path.exists('/tmp/before-crash'))")
+        assert after.stdout == "False True\n"
+        assert await ws.fs.read_text(f"{ROOT}/kept.txt") == "kept"
