@@ -294,8 +294,8 @@ def _fill_linecache(linecache: types.ModuleType) -> None:
 def _teach_spawn(spawn: Any) -> None:
     """multiprocessing's ``spawn`` and ``forkserver`` children run the main module again, from its
     file, as ``__mp_main__``: the run's ``<exec>`` is no file (a spawn pool's workers died at start,
-    again and again, and the run hung until its timeout). They get the source as a file, with the
-    workspace cwd's mirror and a ``workspace`` module that says it is not theirs on their path, in a
+    again and again, and the run hung until its timeout). They get the source as a file, with a
+    ``workspace`` module that says it is not theirs on their path, in a
     directory multiprocessing removes once its children are done (``util.get_temp_dir``)."""
     prepare = spawn.get_preparation_data
 
@@ -304,8 +304,7 @@ def _teach_spawn(spawn: Any) -> None:
         if getattr(sys.modules.get("__main__"), "__file__", None) == "<exec>":
             lib = _spawn_lib()
             data["init_main_from_path"] = posixpath.join(lib, "exec.py")
-            # The workspace's modules the parent imports from its cwd: the mirror's, when there is one.
-            data["sys_path"] = [*data["sys_path"], lib, *([_CWD] if os.path.isdir(_CWD) else [])]
+            data["sys_path"] = [*data["sys_path"], lib]  # the cwd's mirror is on it already
         return data
 
     spawn.get_preparation_data = get_preparation_data
@@ -403,7 +402,13 @@ def _value_problem(value: Any) -> str | None:
 
 def _run() -> int:
     sys.modules["workspace"] = _build_module()
-    sys.meta_path.append(_WorkspaceFinder())
+    if _setup.get("mirrored"):
+        # The cwd's modules as the program's ``open()`` sees them, the mirror's (after the standard
+        # library, as before): the workspace's copy lags a sync behind, so a module the program
+        # had just written was not found, or imported as it was before (s53). No ``__pycache__``.
+        sys.path.append(_CWD)
+        sys.dont_write_bytecode = True
+    sys.meta_path.append(_WorkspaceFinder())  # the rest, through the workspace (not mirrored here)
     main_module = types.ModuleType("__main__")
     main_module.__file__ = "<exec>"
     sys.modules["__main__"] = main_module

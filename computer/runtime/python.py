@@ -248,10 +248,12 @@ class PythonBackend(LiveCalls):
 
     def _setup(self, request: ExecRequest, chdir: str | None) -> dict[str, Any]:
         """The guest's setup frame; ``chdir``: the process's directory to change to (None: stay)."""
+        cwd = request.cwd or self.default_cwd
         return {
             "source": request.source,
             "input": request.input,
-            "cwd": request.cwd or self.default_cwd,
+            "cwd": cwd,
+            "mirrored": is_within(cwd, self.mount_root),  # the program's cwd is the workspace's
             "chdir": chdir,
             "limits": dataclasses.asdict(self.limits),
         }

@@ -187,3 +187,35 @@ async def test_a_segfault_says_where_and_the_next_call_is_a_fresh_interpreter_in
         after = await py(ws, "import os\nprint('left' in globals(), os.path.exists('/tmp/before-crash'))")
         assert after.stdout == "False True\n"
         assert await ws.fs.read_text(f"{ROOT}/kept.txt") == "kept"
+
+
+# A program that writes modules with open() and imports them at once, as a script in its directory
+# does: one, a package, then the first rewritten and reloaded.
+WRITE_AND_IMPORT = """
+import importlib, os
+open("gen.py", "w").write("Y = 1\\n")
+import gen
+os.makedirs("pkg", exist_ok=True)
+open("pkg/__init__.py", "w").write("from .inner import Z\\n")
+open("pkg/inner.py", "w").write("Z = 'inner'\\n")
+from pkg import Z
+first = gen.Y
+open("gen.py", "w").write("Y = 2  # rewritten\\n")
+importlib.reload(gen)
+def main(input):
+    return [first, Z, gen.Y]
+"""
+
+
+async def test_a_module_the_program_writes_is_imported_at_once_as_written(tmp_path: Path) -> None:
+    """s53: imports from the cwd went only through the workspace, whose copy lags the mirror by a
+    sync: a module the program had just written with open() was not found (ModuleNotFoundError),
+    and one it rewrote was imported as it was before. Now the cwd's mirror is on ``sys.path`` (after
+    the standard library), without ``__pycache__``; the next call and a reopen import the last one."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db) as ws:
+        assert (await py(ws, WRITE_AND_IMPORT)).value == [1, "inner", 2]
+        assert (await py(ws, "import gen, pkg\nprint(gen.Y, pkg.Z)")).stdout == "2 inner\n"
+        assert not [path for path in await ws.fs.ls(ROOT) if "__pycache__" in path]
+    async with opened(db) as ws:
+        assert (await py(ws, "import gen, pkg\nprint(gen.Y, pkg.Z)")).stdout == "2 inner\n"
