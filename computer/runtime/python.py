@@ -307,7 +307,7 @@ class PythonBackend(LiveCalls):
                 value=session.result.get("value"),
                 error=out_of_memory_error(self.sandbox.limits.memory_mb, self.mount_root)
                 if oom
-                else session.result.get("error"),
+                else session.error(killed or session.outcome.timed_out),
                 killed=killed or session.outcome.timed_out,
                 pushed=pushed,
                 pulled=synced.pulled,
@@ -353,7 +353,7 @@ class PythonBackend(LiveCalls):
             yield ExitEvent(
                 session.outcome.exit_code,
                 value=session.result.get("value"),
-                error=session.result.get("error"),
+                error=session.error(session.outcome.timed_out),
                 killed=session.outcome.timed_out,
             )
         finally:
@@ -426,9 +426,9 @@ class PythonBackend(LiveCalls):
 
         async for event in self._lives.run(request, ctx, cwd, command, mirrored=mirrored):
             if isinstance(event, ExitEvent) and sessions:
-                result = sessions[-1].result
+                session = sessions[-1]
                 event = dataclasses.replace(
-                    event, value=result.get("value"), error=event.error or result.get("error")
+                    event, value=session.result.get("value"), error=event.error or session.error(event.killed)
                 )
             yield event
         # The run's result is out: start the next run's guest in the sandbox, a moment from now.

@@ -219,3 +219,26 @@ async def test_a_module_the_program_writes_is_imported_at_once_as_written(tmp_pa
         assert not [path for path in await ws.fs.ls(ROOT) if "__pycache__" in path]
     async with opened(db) as ws:
         assert (await py(ws, "import gen, pkg\nprint(gen.Y, pkg.Z)")).stdout == "2 inner\n"
+
+
+async def test_a_thread_left_serving_keeps_the_run_until_its_timeout_which_says_why(tmp_path: Path) -> None:
+    """A run ends as a script does, so a thread that serves forever (a notebook habit) keeps it until
+    its timeout: the result says the program's code had finished and what to use instead; main()'s
+    value is kept, and so is what the thread wrote. (Before s53 the thread was killed silently at the
+    program's last line.)"""
+    serving = (
+        "import threading, time\n"
+        "def serve():\n"
+        "    while True:\n"
+        "        open('served.txt', 'w').write('serving')\n"
+        "        time.sleep(0.05)\n"
+        "threading.Thread(target=serve).start()\n"
+        "def main(input):\n"
+        "    return 'started'\n"
+    )
+    async with opened(tmp_path / "ws.sqlite") as ws:
+        result = await pyrun(ws, serving, timeout=2.0)
+        assert (result.status, result.exit_code, result.value) == ("cancelled", 124, "started")
+        assert result.error is not None and "subprocess.Popen" in result.error
+        assert await ws.fs.read_text(f"{ROOT}/served.txt") == "serving"
+        assert (await py(ws, "print('next')")).stdout == "next\n"
