@@ -156,7 +156,8 @@ class PythonBackend(LiveCalls):
                 + (
                     "while the program runs (within about a quarter of a second) and when it ends "
                     "(anything left out is listed in skipped with the reason). Each run is a fresh "
-                    "interpreter (no globals survive), but runs of this workspace share one sandbox: a "
+                    "interpreter that ends as a script does (no globals survive; threads that are not "
+                    "daemon threads are waited for), but runs of this workspace share one sandbox: a "
                     "process started with subprocess.Popen keeps running after the run returns and "
                     "later runs reach it (on 127.0.0.1); killing a run or its timeout keeps what it "
                     "wrote. "
