@@ -242,3 +242,70 @@ async def test_a_thread_left_serving_keeps_the_run_until_its_timeout_which_says_
         assert result.error is not None and "subprocess.Popen" in result.error
         assert await ws.fs.read_text(f"{ROOT}/served.txt") == "serving"
         assert (await py(ws, "print('next')")).stdout == "next\n"
+
+
+WRITE_200 = """
+import os, sys, time
+os.makedirs("many", exist_ok=True)
+for i in range(200):
+    with open(f"many/{i:03}.txt", "w") as f:
+        f.write(str(i))
+    if i == 120:
+        print("at 120", flush=True)
+        time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("end", ["timeout", "kill"])
+async def test_a_run_stopped_while_writing_200_files_keeps_what_it_wrote(tmp_path: Path, end: str) -> None:
+    """SPEC 10: a timeout or a kill keeps what the program wrote (121 of 200 files here); the next
+    call is a fresh interpreter that sees them, and so does a reopen."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db) as ws:
+        if end == "timeout":
+            result = await pyrun(ws, WRITE_200, timeout=2.0)
+            assert (result.status, result.exit_code, result.stdout) == ("cancelled", 124, "at 120\n")
+        else:
+            handle = await ws.runtime.exec(WRITE_200, backend="python", timeout=60)
+            async for snapshot in handle:
+                if "at 120" in snapshot.stdout:
+                    await handle.kill()
+                    break
+            assert (await handle.result()).status == "cancelled"
+        assert (await py(ws, "import os\nprint(len(os.listdir('many')))")).stdout == "121\n"
+        assert len(await ws.fs.ls(f"{ROOT}/many")) == 121
+    async with opened(db) as ws:
+        assert len(await ws.fs.ls(f"{ROOT}/many")) == 121
+        assert await ws.fs.read_text(f"{ROOT}/many/120.txt") == "120"
+
+
+async def test_odd_ends_of_a_run_each_say_what_python_says_and_the_next_call_runs(tmp_path: Path) -> None:
+    """``os._exit(3)`` (its unflushed text lost, as in python), ``sys.exit`` in a thread (only that
+    thread ends), a RecursionError, stdin replaced, 50 MB of binary stdout (saved byte for byte)."""
+    async with opened(tmp_path / "ws.sqlite") as ws:
+        exited = await pyrun(
+            ws,
+            "import os\nprint('said', flush=True)\nf = open('part.txt', 'w')\nf.write('buffered')\nos._exit(3)\n",
+        )
+        assert (exited.status, exited.exit_code, exited.stdout) == ("failed", 3, "said\n")
+        assert await ws.fs.read_text(f"{ROOT}/part.txt") == ""
+        threaded = await py(
+            ws,
+            "import sys, threading\nt = threading.Thread(target=sys.exit, args=(5,))\nt.start()\nt.join()\nprint('main goes on')\n",
+        )
+        assert threaded.stdout == "main goes on\n"
+        deep = await pyrun(ws, "def f(n):\n    return f(n + 1)\nf(0)\n")
+        assert (deep.status, deep.exit_code) == ("failed", 1)
+        assert deep.stderr.endswith("RecursionError: maximum recursion depth exceeded\n")
+        replaced = await py(
+            ws, "import io, sys\nsys.stdin = io.StringIO('typed\\n')\nprint(input().upper())\n"
+        )
+        assert replaced.stdout == "TYPED\n"
+        handle = await ws.runtime.exec(
+            "import sys\nsys.stdout.buffer.write(bytes(range(256)) * 200_000)\n", backend="python", timeout=60
+        )
+        binary = await handle.result()
+        cut = binary.truncated["stdout"]
+        assert (binary.status, cut.status, cut.total_bytes) == ("completed", "saved", 51_200_000)
+        assert await ws.fs.read_file(cut.path) == bytes(range(256)) * 200_000
+        assert (await py(ws, "print('next')")).stdout == "next\n"
