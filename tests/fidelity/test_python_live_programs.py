@@ -14,7 +14,7 @@ import computer
 from computer.runtime import PythonBackend
 from computer.runtime.types import ExecResult
 
-from ._support import ROOT, ok, opened, run
+from ._support import ROOT, ok, opened, run, until
 
 LIVE = PythonBackend(live=True).live
 pytestmark = pytest.mark.skipif(not LIVE, reason="no cgroup freezer here")
@@ -309,3 +309,34 @@ async def test_odd_ends_of_a_run_each_say_what_python_says_and_the_next_call_run
         assert (binary.status, cut.status, cut.total_bytes) == ("completed", "saved", 51_200_000)
         assert await ws.fs.read_file(cut.path) == bytes(range(256)) * 200_000
         assert (await py(ws, "print('next')")).stdout == "next\n"
+
+
+async def test_cwd_env_and_sys_path_are_each_calls_own_and_the_sandbox_lasts(tmp_path: Path) -> None:
+    """The decision (README, Python backend): the interpreter is per call, so ``os.chdir``,
+    ``os.environ`` and ``sys.path`` changes never carry over, and ``cwd``/``env`` are the call's; the
+    sandbox lasts (its ``/tmp``, a process started with ``Popen``, which keeps the env of its call)."""
+    changes = (
+        "import os, subprocess, sys\n"
+        "os.makedirs('sub', exist_ok=True)\n"
+        "os.chdir('sub')\n"
+        "os.environ['LEFT'] = 'by call 1'\n"
+        "sys.path.insert(0, '/tmp')\n"
+        "open('/tmp/kept.txt', 'w').write('sandbox')\n"
+        "child = subprocess.Popen(['sh', '-c', 'echo \"$LEFT $FROM_ENV\" > /workspace/child.txt; exec sleep 30'])\n"
+        "def main(input):\n"
+        "    return child.pid\n"
+    )
+    looks = (
+        "import os, sys\n"
+        "def main(input):\n"
+        "    return [os.getcwd(), os.environ.get('LEFT'), os.environ.get('FROM_ENV'), '/tmp' in sys.path,\n"
+        "            open('/tmp/kept.txt').read()]\n"
+    )
+    async with opened(tmp_path / "ws.sqlite") as ws:
+        pid = (await py(ws, changes, env={"FROM_ENV": "env 1"})).value
+        assert (await py(ws, looks)).value == [ROOT, None, None, False, "sandbox"]
+        own = await py(ws, looks, cwd=f"{ROOT}/sub", env={"FROM_ENV": "env 2"})
+        assert own.value == [f"{ROOT}/sub", None, "env 2", False, "sandbox"]
+        assert [p.pid for p in await ws.runtime.processes(backend="python")] == [pid]
+        await until(lambda: ws.fs.exists(f"{ROOT}/child.txt"))
+        assert await ws.fs.read_text(f"{ROOT}/child.txt") == "by call 1 env 1\n"
