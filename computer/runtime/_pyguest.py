@@ -419,6 +419,10 @@ def _run() -> int:
         entry = main_module.__dict__.get("main")
         if callable(entry):
             value = entry(_setup.get("input"))
+            if isinstance(value, types.CoroutineType):  # ``async def main``: its value, awaited
+                import asyncio
+
+                value = asyncio.run(value)
         if value is not None:
             import json  # only for a value: json pulls in re (3 ms)
 

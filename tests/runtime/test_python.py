@@ -57,6 +57,14 @@ async def test_a_traceback_starts_at_the_programs_frame_and_ctrl_c_ends_as_pytho
     assert interrupted.stderr.endswith("KeyboardInterrupt\n")
 
 
+async def test_an_async_main_is_awaited(ws: computer.Workspace) -> None:
+    """s53: ``async def main(input)`` failed the run ("Object of type coroutine is not JSON
+    serializable", a RuntimeWarning that it was never awaited); its awaited value is the result."""
+    source = "import asyncio\nasync def main(input):\n    await asyncio.sleep(0.01)\n    return input * 2\n"
+    result = await run(ws, source, input=21)
+    assert (result.status, result.value, result.stderr) == ("completed", 42, "")
+
+
 async def test_sys_exit_code_is_the_exit_code(ws: computer.Workspace) -> None:
     result = await run(ws, "import sys\nsys.exit(9)")
     assert (result.status, result.exit_code) == ("failed", 9)
