@@ -411,6 +411,7 @@ def _run() -> int:
     sys.meta_path.append(_WorkspaceFinder())  # the rest, through the workspace (not mirrored here)
     main_module = types.ModuleType("__main__")
     main_module.__file__ = "<exec>"
+    sys.argv = ["<exec>"]  # the program's name, as for a script (argparse's usage said guest.py)
     sys.modules["__main__"] = main_module
     try:
         _remember_source("<exec>", _setup["source"])

@@ -65,6 +65,15 @@ async def test_an_async_main_is_awaited(ws: computer.Workspace) -> None:
     assert (result.status, result.value, result.stderr) == ("completed", 42, "")
 
 
+async def test_argv_names_the_program_not_the_guest(ws: computer.Workspace) -> None:
+    """s53: ``sys.argv`` was the guest's (``['/opt/computer/guest.py']``): argparse's usage and errors
+    named ``guest.py``. It names the program as ``__file__`` does."""
+    source = "import argparse, sys\nprint(sys.argv)\nargparse.ArgumentParser().parse_args(['--nope'])\n"
+    result = await run(ws, source)
+    assert (result.exit_code, result.stdout) == (2, "['<exec>']\n")
+    assert result.stderr.startswith("usage: <exec> [-h]") and "guest" not in result.stderr
+
+
 async def test_sys_exit_code_is_the_exit_code(ws: computer.Workspace) -> None:
     result = await run(ws, "import sys\nsys.exit(9)")
     assert (result.status, result.exit_code) == ("failed", 9)
