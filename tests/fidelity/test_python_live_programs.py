@@ -5,6 +5,8 @@ what lasts between calls is the sandbox (its processes, its ``/tmp``, the mirror
 
 from __future__ import annotations
 
+import asyncio
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -340,3 +342,88 @@ async def test_cwd_env_and_sys_path_are_each_calls_own_and_the_sandbox_lasts(tmp
         assert [p.pid for p in await ws.runtime.processes(backend="python")] == [pid]
         await until(lambda: ws.fs.exists(f"{ROOT}/child.txt"))
         assert await ws.fs.read_text(f"{ROOT}/child.txt") == "by call 1 env 1\n"
+
+
+SERVE = """
+import os, subprocess, sys
+os.makedirs("site", exist_ok=True)
+open("site/index.html", "w").write("hello from the site\\n")
+server = subprocess.Popen(
+    [sys.executable, "-u", "-m", "http.server", "0", "--bind", "127.0.0.1", "--directory", "site"],
+    stdout=open("server.log", "w"), stderr=subprocess.STDOUT)
+"""
+
+FETCH = """
+import re, time, urllib.request
+for _ in range(200):
+    found = re.search(r"port (\\d+)", open("server.log").read())
+    if found:
+        break
+    time.sleep(0.05)
+def main(input):
+    return urllib.request.urlopen(f"http://127.0.0.1:{found[1]}/index.html", timeout=5).read().decode()
+"""
+
+# A process a call leaves running: rows into a WAL database through one connection it keeps open,
+# every 20 ms, each commit named in committed.txt (written and renamed).
+WAL_WRITER = """
+import subprocess, sys
+subprocess.Popen([sys.executable, "-c", '''
+import os, sqlite3, time
+db = sqlite3.connect("app.db", isolation_level=None)
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("CREATE TABLE IF NOT EXISTS t (id INTEGER PRIMARY KEY, v BLOB)")
+for i in range(1, 10_000):
+    db.execute("INSERT INTO t (v) VALUES (randomblob(500))")
+    open("committed.tmp", "w").write(str(i))
+    os.replace("committed.tmp", "committed.txt")
+    time.sleep(0.02)
+'''], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+"""
+
+
+def _database(files: dict[str, bytes], directory: Path) -> tuple[str, int]:
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
+    db = sqlite3.connect(directory / "app.db")
+    try:
+        return db.execute("PRAGMA integrity_check").fetchone()[0], db.execute(
+            "SELECT count(*) FROM t"
+        ).fetchone()[0]
+    finally:
+        db.close()
+
+
+async def test_a_server_and_a_wal_writer_left_running_by_python_calls(tmp_path: Path) -> None:
+    """A ``python -m http.server`` started with ``Popen`` in one call is reached with ``urllib`` by
+    the next, its log read through ``ws.fs``; a process left writing a WAL database: the workspace's
+    copy of app.db with its -wal is a whole database holding every row named committed, while it
+    writes and after the workspace is closed under it and opened again."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db) as ws:
+        await py(ws, SERVE)
+        assert (await py(ws, FETCH)).value == "hello from the site\n"
+
+        async def logged() -> bool:
+            return '"GET /index.html HTTP/1.1" 200' in await ws.fs.read_text(f"{ROOT}/server.log")
+
+        await until(logged, 20)
+        await py(ws, WAL_WRITER)
+        for round in range(3):
+            await until(lambda: ws.fs.exists(f"{ROOT}/committed.txt"), 20)
+            names = [e.name for e in await ws.fs.readdir(ROOT) if e.name.startswith("app.db")]
+            files = {name: await ws.fs.read_file(f"{ROOT}/{name}") for name in names}
+            committed = int(await ws.fs.read_text(f"{ROOT}/committed.txt"))
+            (tmp_path / f"copy{round}").mkdir()
+            integrity, count = _database(files, tmp_path / f"copy{round}")
+            assert integrity == "ok" and count >= committed
+            await asyncio.sleep(0.2)
+    async with opened(db) as ws:
+        committed = int(await ws.fs.read_text(f"{ROOT}/committed.txt"))
+        names = [e.name for e in await ws.fs.readdir(ROOT) if e.name.startswith("app.db")]
+        files = {name: await ws.fs.read_file(f"{ROOT}/{name}") for name in names}
+        (tmp_path / "after").mkdir()
+        integrity, count = _database(files, tmp_path / "after")
+        assert integrity == "ok" and count >= committed
+        assert "Serving HTTP on 127.0.0.1" in await ws.fs.read_text(f"{ROOT}/server.log")
+        assert await ws.runtime.processes(backend="python") == []
