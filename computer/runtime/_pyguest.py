@@ -402,6 +402,9 @@ def _value_problem(value: Any) -> str | None:
 
 def _run() -> int:
     sys.modules["workspace"] = _build_module()
+    # The run's PYTHONPATH, first, as python takes it (``-I`` had the guest ignore it, while a python
+    # the program started honoured it); read now, after the guest's own imports.
+    sys.path[0:0] = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
     if _setup.get("mirrored"):
         # The cwd's modules as the program's ``open()`` sees them, the mirror's (after the standard
         # library, as before): the workspace's copy lags a sync behind, so a module the program

@@ -74,6 +74,15 @@ async def test_argv_names_the_program_not_the_guest(ws: computer.Workspace) -> N
     assert result.stderr.startswith("usage: <exec> [-h]") and "guest" not in result.stderr
 
 
+async def test_the_runs_pythonpath_is_on_sys_path_as_python_has_it(ws: computer.Workspace) -> None:
+    """s53: ``env={"PYTHONPATH": ...}`` reached the program's children (a python it started imported
+    from there) but not the program: the guest runs ``-I``, which ignores it."""
+    await ws.fs.mkdir("/workspace/lib", recursive=True)
+    await ws.fs.write_file("/workspace/lib/mod.py", "X = 'from lib'\n")
+    result = await run(ws, "import mod, sys\nprint(mod.X, sys.path[0])", env={"PYTHONPATH": "/workspace/lib"})
+    assert result.stdout == "from lib /workspace/lib\n", result.stderr
+
+
 async def test_sys_exit_code_is_the_exit_code(ws: computer.Workspace) -> None:
     result = await run(ws, "import sys\nsys.exit(9)")
     assert (result.status, result.exit_code) == ("failed", 9)
