@@ -67,6 +67,9 @@ def _not_dumpable() -> None:
 
 
 _not_dumpable()
+_PID = (
+    os.getpid()
+)  # the run's own process: a process the program forked that ends the program too sends nothing
 _sock = _socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
 os.set_inheritable(
     _sock.fileno(), False
@@ -454,6 +457,8 @@ def _run() -> int:
         traceback.print_exception(type(exc), exc, tb.tb_next if tb is not None else None)
         # Python ends a script an uncaught KeyboardInterrupt stopped as SIGINT would: 130 in a shell.
         return 130 if isinstance(exc, KeyboardInterrupt) else 1
+    if os.getpid() != _PID:  # a child the program forked (``os.fork()``) that went on to its end
+        return 0
     try:
         _exchange("__result__", {"value": value})
     except OSError as exc:  # the host closed the channel (after a frame it refused)

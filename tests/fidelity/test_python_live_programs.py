@@ -427,3 +427,31 @@ async def test_a_server_and_a_wal_writer_left_running_by_python_calls(tmp_path: 
         assert integrity == "ok" and count >= committed
         assert "Serving HTTP on 127.0.0.1" in await ws.fs.read_text(f"{ROOT}/server.log")
         assert await ws.runtime.processes(backend="python") == []
+
+
+FORKED = """
+import os, time
+pid = os.fork()
+if pid == 0:
+    time.sleep(0.3)
+    open("child.txt", "w").write("child done")
+def main(input):
+    return "parent" if pid else "child"
+"""
+
+
+async def test_a_forked_child_that_goes_on_to_the_programs_end_ends_quietly(tmp_path: Path) -> None:
+    """s53: a child the program forked (``os.fork()``, no ``_exit``) that outlived the run went on to
+    the guest's end and tried to send a result of its own: "the result could not be sent: [Errno 32]
+    Broken pipe" in the background log, exit 1 (one that ended first sent its value as the run's).
+    It ends as python's would, silently; the run's value is its own process's."""
+    async with opened(tmp_path / "ws.sqlite") as ws:
+        result = await py(ws, FORKED)
+        assert (result.value, result.stderr) == ("parent", "")
+        await until(lambda: ws.fs.exists(f"{ROOT}/child.txt"), 20)
+        await until(lambda: _no_processes(ws), 20)
+        assert not await ws.fs.exists("/.computer/output") or await ws.fs.ls("/.computer/output") == []
+
+
+async def _no_processes(ws: computer.Workspace) -> bool:
+    return await ws.runtime.processes(backend="python") == []
