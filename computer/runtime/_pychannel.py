@@ -137,6 +137,8 @@ async def serve(
             reply: dict[str, Any] = {"ok": None}
         else:
             reply = await _answer(request, ctx, limits)
+        if request.id is not None:
+            reply["id"] = request.id
         try:
             writer.write(pack_frame(reply))
             await writer.drain()

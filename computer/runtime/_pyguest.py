@@ -15,6 +15,7 @@ from __future__ import annotations
 # tokenize, re) only when something imports them (see ``_AfterImport``).
 import _sitebuiltins
 import _socket
+import _thread
 import builtins
 import errno
 import gc
@@ -78,14 +79,17 @@ _HEADER = struct.Struct(">I")  # the host's frames: length, msgpack
 _REQUEST = struct.Struct(">II")  # ours: head length, body length; msgpack head, raw body (see _codec)
 
 
-def _send(op: str, args: Any, body: bytes = b"") -> None:
-    head = msgpack.packb({"op": op, "args": args}, use_bin_type=True)
+def _send(op: str, args: Any, body: bytes = b"", call: int | None = None) -> None:
+    head = msgpack.packb({"op": op, "args": args, "id": call}, use_bin_type=True)
     limit = _setup["limits"]["request_bytes"]
     if len(head) > limit and op != "__result__":
         raise OSError(errno.E2BIG, f"the arguments of one {op} call are over {limit} bytes")
-    _sock.sendall(_REQUEST.pack(len(head), len(body)) + head)
-    if body:
+    frame = _REQUEST.pack(len(head), len(body)) + head
+    if len(body) > 1 << 20:
+        _sock.sendall(frame)
         _sock.sendall(body)
+    else:  # one write: a caller killed in the middle of a call leaves a whole frame or none
+        _sock.sendall(frame + body)
 
 
 def _recv_exact(n: int) -> bytes:
@@ -99,35 +103,47 @@ def _recv_exact(n: int) -> bytes:
 
 
 def _recv() -> Any:
-    (size,) = _HEADER.unpack(_recv_exact(_HEADER.size))
-    return msgpack.unpackb(_recv_exact(size), raw=False)
+    """One frame, its length peeked first: a caller killed between the two reads takes nothing."""
+    header = _sock.recv(_HEADER.size, _socket.MSG_PEEK | _socket.MSG_WAITALL)
+    if len(header) < _HEADER.size:
+        raise ConnectionError("the host closed the workspace channel")
+    return msgpack.unpackb(_recv_exact(_HEADER.size + _HEADER.unpack(header)[0])[_HEADER.size :], raw=False)
 
 
 # One call at a time on the channel (its request, then its reply), from any thread or forked process
 # of the program: two at once interleaved their frames (threads of a ``ThreadPoolExecutor`` hung the
-# run; a fork pool's workers broke the protocol). The turn is a byte in a pipe, which whoever reads
-# holds: a fork shares it (a lock is copied held into a child forked while a thread held it), and an
-# ``exec`` never inherits it.
-_TURN_READ, _TURN_WRITE = os.pipe()
-os.write(_TURN_WRITE, b".")
+# run; a fork pool's workers broke the protocol). A caller holds this process's lock, then a record
+# lock (``lockf``) on a file its forks share (an ``exec`` never inherits it): the kernel drops that
+# one when its holder dies (a pool worker terminated in a call), and a lock copied held into a child
+# forked while a thread held it is made anew there. Each request carries an id its reply echoes: a
+# reply whose caller is gone (that worker, or an exception a signal handler raised) is passed over.
+_TURN_THREADS = [_thread.allocate_lock()]
+_TURN_FILE = os.memfd_create("computer-turn")  # close-on-exec
+os.register_at_fork(after_in_child=lambda: _TURN_THREADS.__setitem__(0, _thread.allocate_lock()))
+_CALLS = [0]
 
 
 def _exchange(op: str, args: Any, body: bytes = b"") -> Any:
     """Send one request and return its reply's value, in this caller's turn."""
-    os.read(_TURN_READ, 1)
-    try:
-        _send(op, args, body)
-        return _reply()
-    finally:
-        os.write(_TURN_WRITE, b".")
+    with _TURN_THREADS[0]:
+        os.lockf(_TURN_FILE, os.F_LOCK, 0)
+        try:
+            _CALLS[0] += 1
+            call = (os.getpid() << 32) | (_CALLS[0] & 0xFFFFFFFF)
+            _send(op, args, body, call)
+            while True:
+                reply = _recv()
+                if reply.get("id") == call:
+                    return _value(reply)
+        finally:
+            os.lockf(_TURN_FILE, os.F_ULOCK, 0)
 
 
 def _call(op: str, **args: Any) -> Any:
     return _exchange(op, args)
 
 
-def _reply() -> Any:
-    reply = _recv()
+def _value(reply: Any) -> Any:
     if "err" in reply:
         code, message, filename = reply["err"]
         raise OSError(code, message, filename)  # OSError picks the subclass (FileNotFoundError…)
@@ -212,22 +228,8 @@ def _build_module() -> types.ModuleType:
         functions above do not cover, e.g. the agent's ``agent_tool``. The host refuses the rest."""
         return _call(op, **args)
 
-    for fn in (
-        read_file,
-        read_text,
-        write_file,
-        mkdir,
-        rm,
-        readdir,
-        stat,
-        exists,
-        find,
-        grep,
-        ls,
-        rename,
-        copy,
-        call,
-    ):
+    named = (read_file, read_text, write_file, mkdir, rm, readdir, stat, exists, find, grep, ls, rename)
+    for fn in (*named, copy, call):
         setattr(ws, fn.__name__, fn)
     ws.cwd = _CWD  # type: ignore[attr-defined]
     return ws
@@ -295,10 +297,9 @@ def _fill_linecache(linecache: types.ModuleType) -> None:
 
 
 def _teach_spawn(spawn: Any) -> None:
-    """multiprocessing's ``spawn`` and ``forkserver`` children run the main module again, from its
-    file, as ``__mp_main__``: the run's ``<exec>`` is no file (a spawn pool's workers died at start,
-    again and again, and the run hung until its timeout). They get the source as a file, with a
-    ``workspace`` module that says it is not theirs on their path, in a
+    """multiprocessing's ``spawn``/``forkserver`` children run the main module again from its file, as
+    ``__mp_main__``, and ``<exec>`` is none (every worker of a spawn pool died at start, and the run
+    hung): they get the source as a file and a ``workspace`` module that says it is not theirs, in a
     directory multiprocessing removes once its children are done (``util.get_temp_dir``)."""
     prepare = spawn.get_preparation_data
 
@@ -314,12 +315,9 @@ def _teach_spawn(spawn: Any) -> None:
 
 
 _SPAWN_LIB: list[str] = []
-_NOT_HERE = """
-def _not_here(*args, **kwargs):
-    raise RuntimeError(
-        "the workspace module works in the run's own process (and the processes it forks), "
-        "not in one multiprocessing spawned: read and write the workspace's files with open()"
-    )
+_NOT_HERE = """def _not_here(*args, **kwargs):
+    raise RuntimeError("the workspace module works in the run's own process (and the processes it "
+        "forks), not in one multiprocessing spawned: read and write the workspace's files with open()")
 """
 
 

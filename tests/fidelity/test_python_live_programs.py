@@ -455,3 +455,41 @@ async def test_a_forked_child_that_goes_on_to_the_programs_end_ends_quietly(tmp_
 
 async def _no_processes(ws: computer.Workspace) -> bool:
     return await ws.runtime.processes(backend="python") == []
+
+
+# Fork pool workers call ``workspace`` without a pause until the pool is terminated (SIGTERM), which
+# finds some in the middle of a call: holding the channel, their request sent, their reply unread.
+TERMINATED_IN_CALLS = """
+import multiprocessing, workspace
+workspace.write_file("mine.txt", "the run's own")
+def busy(i):
+    while True:
+        workspace.write_file(f"busy-{i}.txt", str(i))
+        workspace.read_text(f"busy-{i}.txt")
+        workspace.exists("mine.txt")
+pool = multiprocessing.get_context("fork").Pool(4)
+pool.map_async(busy, range(4))
+for _ in range(40):
+    workspace.exists("mine.txt")
+pool.terminate()
+pool.join()
+def main(input):
+    return [workspace.read_text("mine.txt") for _ in range(5)]
+"""
+
+
+async def test_workers_terminated_in_the_middle_of_workspace_calls_leave_the_channel_whole(
+    tmp_path: Path,
+) -> None:
+    """s53: the turn on the channel was a byte a caller read from a pipe: a fork pool worker
+    terminated while it held it took it along, and the run's next call (its result too) waited
+    until the timeout; the reply it left unread was then the next caller's. Now the turn is a lock the
+    kernel drops with its holder, and a reply carries its request's id (one whose caller is gone is
+    passed over)."""
+    async with opened(tmp_path / "ws.sqlite") as ws:
+        for _ in range(3):
+            result = await pyrun(ws, TERMINATED_IN_CALLS)
+            assert (result.status, result.value) == ("completed", ["the run's own"] * 5), (
+                result.stderr,
+                result.error,
+            )
