@@ -489,4 +489,4 @@ if __name__ == "__main__":
     # runs its ``atexit`` functions (multiprocessing's ends the pool workers it left), flushes the
     # files it left open (``f = open(...); f.write(...)``) and stdout, whatever the program made of
     # it (closed, None). ``os._exit`` here lost all of that.
-    sys.exit(status)
+    raise SystemExit(status)  # not sys.exit: the program may have replaced it

@@ -83,6 +83,12 @@ async def test_the_runs_pythonpath_is_on_sys_path_as_python_has_it(ws: computer.
     assert result.stdout == "from lib /workspace/lib\n", result.stderr
 
 
+async def test_a_program_that_replaced_sys_exit_still_ends_with_its_code(ws: computer.Workspace) -> None:
+    """The guest ends the interpreter with ``raise SystemExit``, not the program's ``sys.exit``."""
+    result = await run(ws, "import sys\nsys.exit = None\nraise SystemExit(4)\n")
+    assert (result.exit_code, result.stderr) == (4, "")
+
+
 async def test_sys_exit_code_is_the_exit_code(ws: computer.Workspace) -> None:
     result = await run(ws, "import sys\nsys.exit(9)")
     assert (result.status, result.exit_code) == ("failed", 9)
