@@ -68,9 +68,10 @@ def _not_dumpable() -> None:
 
 
 _not_dumpable()
-_PID = (
-    os.getpid()
-)  # the run's own process: a process the program forked that ends the program too sends nothing
+# The run's own process (a process the program forked that ends the program too sends nothing); the
+# guest's own getpid, whatever a program's test patches into ``os``.
+_getpid = os.getpid
+_PID = _getpid()
 _sock = _socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
 os.set_inheritable(
     _sock.fileno(), False
@@ -129,7 +130,7 @@ def _exchange(op: str, args: Any, body: bytes = b"") -> Any:
         os.lockf(_TURN_FILE, os.F_LOCK, 0)
         try:
             _CALLS[0] += 1
-            call = (os.getpid() << 32) | (_CALLS[0] & 0xFFFFFFFF)
+            call = (_getpid() << 32) | (_CALLS[0] & 0xFFFFFFFF)
             _send(op, args, body, call)
             while True:
                 reply = _recv()
@@ -455,7 +456,7 @@ def _run() -> int:
         traceback.print_exception(type(exc), exc, tb.tb_next if tb is not None else None)
         # Python ends a script an uncaught KeyboardInterrupt stopped as SIGINT would: 130 in a shell.
         return 130 if isinstance(exc, KeyboardInterrupt) else 1
-    if os.getpid() != _PID:  # a child the program forked (``os.fork()``) that went on to its end
+    if _getpid() != _PID:  # a child the program forked (``os.fork()``) that went on to its end
         return 0
     try:
         _exchange("__result__", {"value": value})

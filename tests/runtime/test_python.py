@@ -89,6 +89,12 @@ async def test_a_program_that_replaced_sys_exit_still_ends_with_its_code(ws: com
     assert (result.exit_code, result.stderr) == (4, "")
 
 
+async def test_a_program_that_patches_os_getpid_keeps_its_value(ws: computer.Workspace) -> None:
+    """A test the program runs may patch ``os.getpid``: the guest tells its own process by its own."""
+    result = await run(ws, "import os\nos.getpid = lambda: 1\ndef main(input):\n    return 'mine'\n")
+    assert (result.status, result.value) == ("completed", "mine")
+
+
 async def test_sys_exit_code_is_the_exit_code(ws: computer.Workspace) -> None:
     result = await run(ws, "import sys\nsys.exit(9)")
     assert (result.status, result.exit_code) == ("failed", 9)
