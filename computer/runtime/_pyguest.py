@@ -105,8 +105,10 @@ def _recv_exact(n: int) -> bytes:
 
 def _recv() -> Any:
     """One frame, its length peeked first: a caller killed between the two reads takes nothing."""
-    header = _sock.recv(_HEADER.size, _socket.MSG_PEEK | _socket.MSG_WAITALL)
-    if len(header) < _HEADER.size:
+    header = b"."
+    while 0 < len(header) < _HEADER.size:  # a signal may end the wait early: peek again
+        header = _sock.recv(_HEADER.size, _socket.MSG_PEEK | _socket.MSG_WAITALL)
+    if not header:
         raise ConnectionError("the host closed the workspace channel")
     return msgpack.unpackb(_recv_exact(_HEADER.size + _HEADER.unpack(header)[0])[_HEADER.size :], raw=False)
 
