@@ -493,3 +493,39 @@ async def test_workers_terminated_in_the_middle_of_workspace_calls_leave_the_cha
                 result.stderr,
                 result.error,
             )
+
+
+# A call a signal handler's exception leaves waiting for its reply (a timeout done with SIGALRM): the
+# next call must get its own reply, not that one.
+INTERRUPTED_CALLS = """
+import signal, workspace
+workspace.mkdir("g")
+for i in range(300):
+    workspace.write_file(f"g/{i}.txt", "needle\\n" * 200)
+workspace.write_file("mine.txt", "mine")
+class Stop(Exception):
+    pass
+def stop(*args):
+    raise Stop
+signal.signal(signal.SIGALRM, stop)
+answers = []
+for delay in (0.002, 0.005, 0.01, 0.02):
+    signal.setitimer(signal.ITIMER_REAL, delay)
+    try:
+        workspace.grep("needle", "g")  # 60,000 matches: refused, after a while
+    except (Stop, OSError):
+        pass
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    answers.append(workspace.read_text("mine.txt"))
+def main(input):
+    return answers
+"""
+
+
+async def test_a_call_a_signal_handler_interrupted_leaves_its_reply_to_no_one_else(tmp_path: Path) -> None:
+    """s53: a ``workspace`` call stopped by an exception from a signal handler left its reply in the
+    channel, and the next call took it as its own (``read_text`` raised the grep's error, or returned
+    its matches). Replies carry their request's id now: one whose caller is gone is passed over."""
+    async with opened(tmp_path / "ws.sqlite") as ws:
+        result = await py(ws, INTERRUPTED_CALLS)
+        assert result.value == ["mine"] * 4
