@@ -10,7 +10,8 @@ child of the run or a background process of the live sandbox, same uid, can neit
 nor read its ``/proc`` fds: ``tests/security/test_guest_channel.py``); and the host reads every frame
 within limits (:class:`ChannelLimits`) that bound its memory, whatever the bytes:
 
-- a request is a header ``>II`` (head bytes, body bytes), a msgpack head ``{"op", "args"}`` and a
+- a request is a header ``>II`` (head bytes, body bytes), a msgpack head ``{"op", "args"}`` (and an
+  ``id``, a non-negative 64-bit integer the reply carries back: see ``_pyguest._exchange``) and a
   body of raw bytes, which only ``write_file`` has (its ``data``): the head of a request is at most
   ``request_bytes``, of the result frame (``op == "__result__"``) ``result_bytes``, a body
   ``write_bytes``; sizes are checked before anything is read, the body only once the head named
@@ -88,6 +89,7 @@ class GuestRequest:
     args: dict[str, Any]
     # write_file's data: bytes, or its pieces when larger than one piece (no copy joins them)
     body: bytes | list[bytes] | None = None
+    id: int | None = None  # the caller's, echoed in the reply
 
 
 def pack_frame(obj: Any) -> bytes:
@@ -111,9 +113,11 @@ async def read_request(reader: asyncio.StreamReader, limits: ChannelLimits) -> G
     if body_size > limits.write_bytes:
         raise ChannelError(f"a frame body of {body_size} bytes is over the {limits.write_bytes}-byte limit")
     head = _unpack_head(await _read(reader, head_size), limits)
-    if not isinstance(head, dict) or set(head) != {"op", "args"}:
-        raise ChannelError("a frame head must be a map of exactly 'op' and 'args'")
-    op, args = head["op"], head["args"]
+    if not isinstance(head, dict) or set(head) - {"id"} != {"op", "args"}:
+        raise ChannelError("a frame head must be a map of exactly 'op' and 'args' (and an 'id')")
+    op, args, call = head["op"], head["args"], head.get("id")
+    if call is not None and (type(call) is not int or not 0 <= call < 2**63):
+        raise ChannelError("a frame's 'id' must be an integer from 0 to 2**63 - 1")
     if not isinstance(op, str) or not isinstance(args, dict):
         raise ChannelError("a frame's 'op' must be a string and its 'args' a map")
     if op != RESULT_OP and head_size > limits.request_bytes:
@@ -129,7 +133,7 @@ async def read_request(reader: asyncio.StreamReader, limits: ChannelLimits) -> G
     if body_size and op != "write_file":
         raise ChannelError(f"only write_file frames carry a body, not {op!r}")
     body = await _read_body(reader, body_size) if op == "write_file" else None
-    return GuestRequest(op, args, body)
+    return GuestRequest(op, args, body, call)
 
 
 async def _read(reader: asyncio.StreamReader, size: int) -> bytes:

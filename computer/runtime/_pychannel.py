@@ -93,6 +93,26 @@ class Session:
     outcome: ProcessOutcome = field(default_factory=ProcessOutcome)
     result: dict[str, Any] = field(default_factory=dict)
 
+    def error(self, killed: bool) -> str | None:
+        """The run's error: a broken protocol, or for a run killed (its timeout) after the program's
+        code had finished (its result sent), what python was still doing."""
+        if "error" in self.result:
+            return str(self.result["error"])
+        if killed and "value" in self.result:
+            return ENDED_LATE
+        return None
+
+
+# A run ends as a script does (see ``_pyguest``): after its last line, python waits for the threads the
+# program started that are not daemon threads. A thread meant to keep serving after the call (a
+# notebook habit) keeps the run until its timeout instead.
+ENDED_LATE = (
+    "the program's code had finished; python was still ending it, as a script ends: waiting for the "
+    "threads it started that are not daemon threads (or for its atexit functions). To keep something "
+    "running after the call, start it as a process (subprocess.Popen: it outlives the run in a live "
+    "sandbox)"
+)
+
 
 async def serve(
     reader: asyncio.StreamReader,
@@ -117,6 +137,8 @@ async def serve(
             reply: dict[str, Any] = {"ok": None}
         else:
             reply = await _answer(request, ctx, limits)
+        if request.id is not None:
+            reply["id"] = request.id
         try:
             writer.write(pack_frame(reply))
             await writer.drain()

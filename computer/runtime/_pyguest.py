@@ -12,11 +12,13 @@ from __future__ import annotations
 # ``site`` (-S: 27 ms, the base interpreter's .pth files), no ``importlib.abc`` (20 ms: it pulls in
 # importlib.resources, pathlib, re, tempfile; the finder and loader below are duck-typed), ``_socket``
 # rather than ``socket`` (enum), ``json`` only to check a value, ``linecache`` and ``traceback`` (7 ms:
-# tokenize, re) only when something imports them (see ``_LinecacheHook``).
+# tokenize, re) only when something imports them (see ``_AfterImport``).
 import _sitebuiltins
 import _socket
+import _thread
 import builtins
 import errno
+import gc
 import importlib.machinery
 import os
 import posixpath
@@ -66,6 +68,10 @@ def _not_dumpable() -> None:
 
 
 _not_dumpable()
+# The run's own process (a process the program forked that ends the program too sends nothing); the
+# guest's own getpid, whatever a program's test patches into ``os``.
+_getpid = os.getpid
+_PID = _getpid()
 _sock = _socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
 os.set_inheritable(
     _sock.fileno(), False
@@ -74,14 +80,17 @@ _HEADER = struct.Struct(">I")  # the host's frames: length, msgpack
 _REQUEST = struct.Struct(">II")  # ours: head length, body length; msgpack head, raw body (see _codec)
 
 
-def _send(op: str, args: Any, body: bytes = b"") -> None:
-    head = msgpack.packb({"op": op, "args": args}, use_bin_type=True)
+def _send(op: str, args: Any, body: bytes = b"", call: int | None = None) -> None:
+    head = msgpack.packb({"op": op, "args": args, "id": call}, use_bin_type=True)
     limit = _setup["limits"]["request_bytes"]
     if len(head) > limit and op != "__result__":
         raise OSError(errno.E2BIG, f"the arguments of one {op} call are over {limit} bytes")
-    _sock.sendall(_REQUEST.pack(len(head), len(body)) + head)
-    if body:
+    frame = _REQUEST.pack(len(head), len(body)) + head
+    if len(body) > 1 << 20:
+        _sock.sendall(frame)
         _sock.sendall(body)
+    else:  # one write: a caller killed in the middle of a call leaves a whole frame or none
+        _sock.sendall(frame + body)
 
 
 def _recv_exact(n: int) -> bytes:
@@ -95,17 +104,49 @@ def _recv_exact(n: int) -> bytes:
 
 
 def _recv() -> Any:
-    (size,) = _HEADER.unpack(_recv_exact(_HEADER.size))
-    return msgpack.unpackb(_recv_exact(size), raw=False)
+    """One frame, its length peeked first: a caller killed between the two reads takes nothing."""
+    header = b"."
+    while 0 < len(header) < _HEADER.size:  # a signal may end the wait early: peek again
+        header = _sock.recv(_HEADER.size, _socket.MSG_PEEK | _socket.MSG_WAITALL)
+    if not header:
+        raise ConnectionError("the host closed the workspace channel")
+    return msgpack.unpackb(_recv_exact(_HEADER.size + _HEADER.unpack(header)[0])[_HEADER.size :], raw=False)
+
+
+# One call at a time on the channel (its request, then its reply), from any thread or forked process
+# of the program: two at once interleaved their frames (threads of a ``ThreadPoolExecutor`` hung the
+# run; a fork pool's workers broke the protocol). A caller holds this process's lock, then a record
+# lock (``lockf``) on a file its forks share (an ``exec`` never inherits it): the kernel drops that
+# one when its holder dies (a pool worker terminated in a call), and a lock copied held into a child
+# forked while a thread held it is made anew there. Each request carries an id its reply echoes: a
+# reply whose caller is gone (that worker, or an exception a signal handler raised) is passed over.
+_TURN_THREADS = [_thread.allocate_lock()]
+_TURN_FILE = os.memfd_create("computer-turn")  # close-on-exec
+os.register_at_fork(after_in_child=lambda: _TURN_THREADS.__setitem__(0, _thread.allocate_lock()))
+_CALLS = [0]
+
+
+def _exchange(op: str, args: Any, body: bytes = b"") -> Any:
+    """Send one request and return its reply's value, in this caller's turn."""
+    with _TURN_THREADS[0]:
+        os.lockf(_TURN_FILE, os.F_LOCK, 0)
+        try:
+            _CALLS[0] += 1
+            call = (_getpid() << 32) | (_CALLS[0] & 0xFFFFFFFF)
+            _send(op, args, body, call)
+            while True:
+                reply = _recv()
+                if reply.get("id") == call:
+                    return _value(reply)
+        finally:
+            os.lockf(_TURN_FILE, os.F_ULOCK, 0)
 
 
 def _call(op: str, **args: Any) -> Any:
-    _send(op, args)
-    return _reply()
+    return _exchange(op, args)
 
 
-def _reply() -> Any:
-    reply = _recv()
+def _value(reply: Any) -> Any:
     if "err" in reply:
         code, message, filename = reply["err"]
         raise OSError(code, message, filename)  # OSError picks the subclass (FileNotFoundError…)
@@ -146,8 +187,7 @@ def _build_module() -> types.ModuleType:
         limit = _setup["limits"]["write_bytes"]
         if len(body) > limit:
             raise OSError(errno.EFBIG, f"one write_file carries at most {limit} bytes", path)
-        _send("write_file", {"path": path, "mode": mode}, body)
-        _reply()
+        _exchange("write_file", {"path": path, "mode": mode}, body)
 
     def mkdir(path: str, recursive: bool = False, mode: int = 0o755) -> None:
         _call("mkdir", path=_abs(path), recursive=recursive, mode=mode)
@@ -191,22 +231,8 @@ def _build_module() -> types.ModuleType:
         functions above do not cover, e.g. the agent's ``agent_tool``. The host refuses the rest."""
         return _call(op, **args)
 
-    for fn in (
-        read_file,
-        read_text,
-        write_file,
-        mkdir,
-        rm,
-        readdir,
-        stat,
-        exists,
-        find,
-        grep,
-        ls,
-        rename,
-        copy,
-        call,
-    ):
+    named = (read_file, read_text, write_file, mkdir, rm, readdir, stat, exists, find, grep, ls, rename)
+    for fn in (*named, copy, call):
         setattr(ws, fn.__name__, fn)
     ws.cwd = _CWD  # type: ignore[attr-defined]
     return ws
@@ -273,38 +299,85 @@ def _fill_linecache(linecache: types.ModuleType) -> None:
         linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
 
 
-class _LinecacheHook:
-    """First on ``sys.meta_path`` until ``linecache`` is imported (by ``traceback``, ``warnings``, the
-    program…): the stdlib module, filled with the sources run so far as it is loaded."""
+def _teach_spawn(spawn: Any) -> None:
+    """multiprocessing's ``spawn``/``forkserver`` children run the main module again from its file, as
+    ``__mp_main__``, and ``<exec>`` is none (every worker of a spawn pool died at start, and the run
+    hung): they get the source as a file and a ``workspace`` module that says it is not theirs, in a
+    directory multiprocessing removes once its children are done (``util.get_temp_dir``)."""
+    prepare = spawn.get_preparation_data
+
+    def get_preparation_data(name: str) -> Any:
+        data = prepare(name)
+        if getattr(sys.modules.get("__main__"), "__file__", None) == "<exec>":
+            lib = _spawn_lib()
+            data["init_main_from_path"] = posixpath.join(lib, "exec.py")
+            data["sys_path"] = [*data["sys_path"], lib]  # the cwd's mirror is on it already
+        return data
+
+    spawn.get_preparation_data = get_preparation_data
+
+
+_SPAWN_LIB: list[str] = []
+_NOT_HERE = """def _not_here(*args, **kwargs):
+    raise RuntimeError("the workspace module works in the run's own process (and the processes it "
+        "forks), not in one multiprocessing spawned: read and write the workspace's files with open()")
+"""
+
+
+def _spawn_lib() -> str:
+    if not _SPAWN_LIB:
+        from multiprocessing import util
+
+        lib = util.get_temp_dir()
+        with open(posixpath.join(lib, "exec.py"), "w", encoding="utf-8") as f:
+            f.write(_setup["source"])
+        names = [n for n in dir(sys.modules["workspace"]) if callable(getattr(sys.modules["workspace"], n))]
+        with open(posixpath.join(lib, "workspace.py"), "w", encoding="utf-8") as f:
+            f.write(_NOT_HERE + "".join(f"{n} = _not_here\n" for n in names) + f"cwd = {_CWD!r}\n")
+        _SPAWN_LIB.append(lib)
+    return _SPAWN_LIB[0]
+
+
+# The stdlib modules loaded as usual, then given to a function, the first time something imports them.
+_AFTER_IMPORT = {"linecache": _fill_linecache, "multiprocessing.spawn": _teach_spawn}
+
+
+class _AfterImport:
+    """First on ``sys.meta_path`` until every module of ``_AFTER_IMPORT`` is imported (``linecache``
+    by ``traceback``, ``warnings``, the program…; ``multiprocessing.spawn`` by ``multiprocessing``'s
+    contexts): each is the stdlib module, handed to its function once loaded."""
 
     def find_spec(
         self, fullname: str, path: Any, target: Any = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname != "linecache":
+        then = _AFTER_IMPORT.pop(fullname, None)
+        if then is None:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.machinery.PathFinder.find_spec(fullname)
+        if not _AFTER_IMPORT:
+            sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
         if spec is not None and spec.loader is not None:
-            spec.loader = _FillingLoader(spec.loader)
+            spec.loader = _ThenLoader(spec.loader, then)
         return spec
 
 
-class _FillingLoader(_LoaderBase):
-    def __init__(self, loader: Any) -> None:
+class _ThenLoader(_LoaderBase):
+    def __init__(self, loader: Any, then: Any) -> None:
         self.loader = loader
+        self.then = then
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
         return self.loader.create_module(spec)
 
     def exec_module(self, module: types.ModuleType) -> None:
         self.loader.exec_module(module)
-        _fill_linecache(module)
+        self.then(module)
 
     def __getattr__(self, name: str) -> Any:  # get_source, get_filename…
         return getattr(self.loader, name)
 
 
-sys.meta_path.insert(0, _LinecacheHook())
+sys.meta_path.insert(0, _AfterImport())
 
 
 def _value_problem(value: Any) -> str | None:
@@ -333,9 +406,19 @@ def _value_problem(value: Any) -> str | None:
 
 def _run() -> int:
     sys.modules["workspace"] = _build_module()
-    sys.meta_path.append(_WorkspaceFinder())
+    # The run's PYTHONPATH, first, as python takes it (``-I`` had the guest ignore it, while a python
+    # the program started honoured it); read now, after the guest's own imports.
+    sys.path[0:0] = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    if _setup.get("mirrored"):
+        # The cwd's modules as the program's ``open()`` sees them, the mirror's (after the standard
+        # library, as before): the workspace's copy lags a sync behind, so a module the program
+        # had just written was not found, or imported as it was before (s53). No ``__pycache__``.
+        sys.path.append(_CWD)
+        sys.dont_write_bytecode = True
+    sys.meta_path.append(_WorkspaceFinder())  # the rest, through the workspace (not mirrored here)
     main_module = types.ModuleType("__main__")
     main_module.__file__ = "<exec>"
+    sys.argv = ["<exec>"]  # the program's name, as for a script (argparse's usage said guest.py)
     sys.modules["__main__"] = main_module
     try:
         _remember_source("<exec>", _setup["source"])
@@ -344,6 +427,10 @@ def _run() -> int:
         entry = main_module.__dict__.get("main")
         if callable(entry):
             value = entry(_setup.get("input"))
+            if isinstance(value, types.CoroutineType):  # ``async def main``: its value, awaited
+                import asyncio
+
+                value = asyncio.run(value)
         if value is not None:
             import json  # only for a value: json pulls in re (3 ms)
 
@@ -366,16 +453,15 @@ def _run() -> int:
     except BaseException as exc:
         import traceback
 
-        # As ``python -c`` prints it: from the program's first frame (this runner's own is left out;
-        # a SyntaxError of the source has none, so it prints without the "Traceback" line).
+        # From the program's first frame on, as python prints it for a script (not this file's _run).
         tb = exc.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename == _run.__code__.co_filename:
-            tb = tb.tb_next
-        traceback.print_exception(type(exc), exc, tb)
-        return 1
+        traceback.print_exception(type(exc), exc, tb.tb_next if tb is not None else None)
+        # Python ends a script an uncaught KeyboardInterrupt stopped as SIGINT would: 130 in a shell.
+        return 130 if isinstance(exc, KeyboardInterrupt) else 1
+    if _getpid() != _PID:  # a child the program forked (``os.fork()``) that went on to its end
+        return 0
     try:
-        _send("__result__", {"value": value})
-        _recv()
+        _exchange("__result__", {"value": value})
     except OSError as exc:  # the host closed the channel (after a frame it refused)
         print(f"the result could not be sent: {exc}", file=sys.stderr)
         return 1
@@ -384,6 +470,9 @@ def _run() -> int:
 
 if __name__ == "__main__":
     # Everything above ran before the run arrived (for a guest started ahead, before it was needed).
+    # The guest's own objects are left out of every collection from here on: the program's, and the
+    # last one at its end (that end took 3.5 ms after the result, 2.0 with this; ``os._exit``: 0.8).
+    gc.freeze()
     _setup = _recv()
     _CWD: str = _setup["cwd"]
     if _setup.get("exec_id"):  # started ahead in a live sandbox: the run it serves, for its children
@@ -393,7 +482,14 @@ if __name__ == "__main__":
             os.chdir(_setup["chdir"])
         except OSError:  # a cwd the workspace does not have (yet): its calls still resolve from it
             pass
+    # A crash in C (a segfault through ctypes, an extension's abort) says where the program was, on
+    # stderr, as ``python -X faulthandler`` does: without it such a run ended with 139 and nothing else.
+    import faulthandler
+
+    faulthandler.enable()
     status = _run()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
+    # Python's own end of a script, not ``os._exit``: it waits for the program's non-daemon threads,
+    # runs its ``atexit`` functions (multiprocessing's ends the pool workers it left), flushes the
+    # files it left open (``f = open(...); f.write(...)``) and stdout, whatever the program made of
+    # it (closed, None). ``os._exit`` here lost all of that.
+    raise SystemExit(status)  # not sys.exit: the program may have replaced it

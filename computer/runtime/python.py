@@ -157,7 +157,8 @@ class PythonBackend(LiveCalls):
                 + (
                     "while the program runs (within about a quarter of a second) and when it ends "
                     "(anything left out is listed in skipped with the reason). Each run is a fresh "
-                    "interpreter (no globals survive), but runs of this workspace share one sandbox: a "
+                    "interpreter that ends as a script does (no globals survive; threads that are not "
+                    "daemon threads are waited for), but runs of this workspace share one sandbox: a "
                     "process started with subprocess.Popen keeps running after the run returns and "
                     "later runs reach it (on 127.0.0.1); killing a run or its timeout keeps what it "
                     "wrote. "
@@ -249,10 +250,12 @@ class PythonBackend(LiveCalls):
 
     def _setup(self, request: ExecRequest, chdir: str | None) -> dict[str, Any]:
         """The guest's setup frame; ``chdir``: the process's directory to change to (None: stay)."""
+        cwd = request.cwd or self.default_cwd
         return {
             "source": request.source,
             "input": request.input,
-            "cwd": request.cwd or self.default_cwd,
+            "cwd": cwd,
+            "mirrored": is_within(cwd, self.mount_root),  # the program's cwd is the workspace's
             "chdir": chdir,
             "limits": dataclasses.asdict(self.limits),
         }
@@ -306,7 +309,7 @@ class PythonBackend(LiveCalls):
                 value=session.result.get("value"),
                 error=out_of_memory_error(self.sandbox.limits.memory_mb, self.mount_root)
                 if oom
-                else session.result.get("error"),
+                else session.error(killed or session.outcome.timed_out),
                 killed=killed or session.outcome.timed_out,
                 pushed=pushed,
                 pulled=synced.pulled,
@@ -352,7 +355,7 @@ class PythonBackend(LiveCalls):
             yield ExitEvent(
                 session.outcome.exit_code,
                 value=session.result.get("value"),
-                error=session.result.get("error"),
+                error=session.error(session.outcome.timed_out),
                 killed=session.outcome.timed_out,
             )
         finally:
@@ -425,9 +428,9 @@ class PythonBackend(LiveCalls):
 
         async for event in self._lives.run(request, ctx, cwd, command, mirrored=mirrored):
             if isinstance(event, ExitEvent) and sessions:
-                result = sessions[-1].result
+                session = sessions[-1]
                 event = dataclasses.replace(
-                    event, value=result.get("value"), error=event.error or result.get("error")
+                    event, value=session.result.get("value"), error=event.error or session.error(event.killed)
                 )
             yield event
         # The run's result is out: start the next run's guest in the sandbox, a moment from now.

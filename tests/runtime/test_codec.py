@@ -75,6 +75,14 @@ async def test_requests_are_read_back_one_by_one_with_write_data_as_the_body() -
     assert result.args == {"value": {"a": [1, 2.5, None]}}
 
 
+async def test_a_request_may_carry_an_id_for_its_reply() -> None:
+    """s53: the guest tags each call (a reply whose caller is gone is passed over); ``None``: none."""
+    head = msgpack.packb({"op": "stat", "args": {"path": "/x"}, "id": 7 << 32 | 3})
+    tagged, untagged = await read_all(frame(None, None, head=head) + frame("stat", {"path": "/x"}))
+    assert (tagged.id, untagged.id) == (7 << 32 | 3, None)
+    assert tagged == GuestRequest("stat", {"path": "/x"}, None, 7 << 32 | 3)
+
+
 async def test_a_large_body_arrives_in_pieces_of_one_mib() -> None:
     (write,) = await read_all(frame("write_file", {"path": "/f", "mode": None}, b"x" * (2 * 1024 * 1024 + 5)))
     assert isinstance(write.body, list) and [len(p) for p in write.body] == [1024 * 1024, 1024 * 1024, 5]
@@ -94,6 +102,16 @@ async def test_a_large_body_arrives_in_pieces_of_one_mib() -> None:
         (frame(None, None, head=msgpack.packb([[{}] * 1000] * 300)), "more than 262144 elements"),
         (frame(None, None, head=msgpack.packb(["op", "args"])), "exactly 'op' and 'args'"),
         (frame(1, {}), "'op' must be a string"),
+        (
+            frame(None, None, head=msgpack.packb({"op": "stat", "args": {}, "id": -1})),
+            "'id' must be an integer",
+        ),
+        (frame(None, None, head=msgpack.packb({"op": "stat", "args": {}, "id": 2**63})), "'id' must be"),
+        (frame(None, None, head=msgpack.packb({"op": "stat", "args": {}, "id": True})), "'id' must be"),
+        (
+            frame(None, None, head=msgpack.packb({"op": "stat", "args": {}, "x": 1})),
+            "exactly 'op' and 'args'",
+        ),
         (frame("__result__", {"value": b"bytes"}), "holds a bytes"),
         (frame("__result__", {"value": {"a": float("nan")}}), "JSON cannot represent"),
         (frame("__result__", {"value": 1, "more": 2}), "exactly one argument"),

@@ -65,6 +65,61 @@ async def test_main_s_traceback_starts_at_main(ws: computer.Workspace) -> None:
     assert result.stderr.endswith("ZeroDivisionError: division by zero\n") and "guest" not in result.stderr
 
 
+async def test_a_traceback_starts_at_the_programs_frame_and_ctrl_c_ends_as_python_ends(
+    ws: computer.Workspace,
+) -> None:
+    """s53: an uncaught exception's traceback began with the guest's own frame (``guest.py``, ``_run``,
+    its ``exec`` line), which a script's never shows; an uncaught KeyboardInterrupt exited 1
+    ("failed"), where python ends as SIGINT would (130 in a shell: "cancelled")."""
+    result = await run(ws, "def f():\n    raise ValueError('x')\nf()\n")
+    assert result.stderr.splitlines()[:2] == [
+        "Traceback (most recent call last):",
+        '  File "<exec>", line 3, in <module>',
+    ]
+    assert "guest" not in result.stderr and result.stderr.endswith("ValueError: x\n")
+    interrupted = await run(ws, "print('working', flush=True)\nraise KeyboardInterrupt")
+    assert (interrupted.status, interrupted.exit_code, interrupted.stdout) == ("cancelled", 130, "working\n")
+    assert interrupted.stderr.endswith("KeyboardInterrupt\n")
+
+
+async def test_an_async_main_is_awaited(ws: computer.Workspace) -> None:
+    """s53: ``async def main(input)`` failed the run ("Object of type coroutine is not JSON
+    serializable", a RuntimeWarning that it was never awaited); its awaited value is the result."""
+    source = "import asyncio\nasync def main(input):\n    await asyncio.sleep(0.01)\n    return input * 2\n"
+    result = await run(ws, source, input=21)
+    assert (result.status, result.value, result.stderr) == ("completed", 42, "")
+
+
+async def test_argv_names_the_program_not_the_guest(ws: computer.Workspace) -> None:
+    """s53: ``sys.argv`` was the guest's (``['/opt/computer/guest.py']``): argparse's usage and errors
+    named ``guest.py``. It names the program as ``__file__`` does."""
+    source = "import argparse, sys\nprint(sys.argv)\nargparse.ArgumentParser().parse_args(['--nope'])\n"
+    result = await run(ws, source)
+    assert (result.exit_code, result.stdout) == (2, "['<exec>']\n")
+    assert result.stderr.startswith("usage: <exec> [-h]") and "guest" not in result.stderr
+
+
+async def test_the_runs_pythonpath_is_on_sys_path_as_python_has_it(ws: computer.Workspace) -> None:
+    """s53: ``env={"PYTHONPATH": ...}`` reached the program's children (a python it started imported
+    from there) but not the program: the guest runs ``-I``, which ignores it."""
+    await ws.fs.mkdir("/workspace/lib", recursive=True)
+    await ws.fs.write_file("/workspace/lib/mod.py", "X = 'from lib'\n")
+    result = await run(ws, "import mod, sys\nprint(mod.X, sys.path[0])", env={"PYTHONPATH": "/workspace/lib"})
+    assert result.stdout == "from lib /workspace/lib\n", result.stderr
+
+
+async def test_a_program_that_replaced_sys_exit_still_ends_with_its_code(ws: computer.Workspace) -> None:
+    """The guest ends the interpreter with ``raise SystemExit``, not the program's ``sys.exit``."""
+    result = await run(ws, "import sys\nsys.exit = None\nraise SystemExit(4)\n")
+    assert (result.exit_code, result.stderr) == (4, "")
+
+
+async def test_a_program_that_patches_os_getpid_keeps_its_value(ws: computer.Workspace) -> None:
+    """A test the program runs may patch ``os.getpid``: the guest tells its own process by its own."""
+    result = await run(ws, "import os\nos.getpid = lambda: 1\ndef main(input):\n    return 'mine'\n")
+    assert (result.status, result.value) == ("completed", "mine")
+
+
 async def test_sys_exit_code_is_the_exit_code(ws: computer.Workspace) -> None:
     result = await run(ws, "import sys\nsys.exit(9)")
     assert (result.status, result.exit_code) == ("failed", 9)
