@@ -34,7 +34,7 @@ from typing import Any
 from ..storage.paths import canonical, is_within
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
 from ._beneath import cwd_problem
-from ._cgroups import cgroup_writable
+from ._cgroups import cgroup_writable, reap_dead_groups_periodically
 from ._codec import ChannelLimits, pack_frame
 from ._context import GUEST_OPS
 from ._live import LiveSandbox
@@ -107,6 +107,7 @@ class PythonBackend(LiveCalls):
         self.live = live and cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
         if self.live:
             self.sandbox.cgroups.add("freezer")
+            reap_dead_groups_periodically()  # a dead sibling's frozen sandbox is ended (``_cgroups``)
         # A second one ahead did not help python runs back to back (two starting at once slowed each
         # other down), so a mirror keeps at most ``warm_guests``.
         self._warm: WarmSandboxes[Ready] = WarmSandboxes(

@@ -25,7 +25,7 @@ from ._backend import (
     SyncLimits,
 )
 from ._beneath import cwd_problem
-from ._cgroups import cgroup_writable
+from ._cgroups import cgroup_writable, reap_dead_groups_periodically
 from ._live import LiveSandbox
 from ._live_launch import INIT_PYTHON
 from ._live_parts import Job, command_line
@@ -124,6 +124,7 @@ class ShellBackend(LiveCalls):
         self.live = live and cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
         if self.live:
             self.sandbox.cgroups.add("freezer")
+            reap_dead_groups_periodically()  # a dead sibling's frozen sandbox is ended (``_cgroups``)
         self.live_idle, self.live_lifetime = live_idle, live_lifetime
         owner = self.sandbox.host_ids
         base = backend_scratch(scratch_dir, owner, "shell")
