@@ -4,6 +4,8 @@ sandbox, a client reaches its processes, and a worker lost under it gives a fres
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -254,3 +256,54 @@ async def test_large_files_and_workspace_links_keep_their_names_through_a_pool(
         assert moved.stdout[:64] == hashlib.sha256(b"n" * 2_000_000).hexdigest()
         assert await ws.fs.read_file("/workspace/moved") == b"n" * 2_000_000
         assert not await ws.fs.exists("/workspace/big") and not await ws.fs.exists("/workspace/big3")
+
+
+def _ancestor_in(pid: int, candidates: set[int]) -> int | None:
+    """The first of ``candidates`` among host process ``pid`` and its ancestors (a sandbox's worker)."""
+    for _ in range(64):  # bounded: a sandbox's process is a few levels below its worker
+        if pid in candidates:
+            return pid
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if pid <= 1:
+            return None
+    return None
+
+
+async def test_a_worker_that_dies_under_end_sandbox_ends_it_and_the_next_run_says_so(
+    cluster: Settings, name: str
+) -> None:
+    """``end_sandbox`` while its worker dies (SIGKILL as the call reaches it): the sandbox ended with
+    the worker, so the call says True, and the next run says the worker holding the sandbox died (what
+    the background processes wrote after the last sync is not kept: no end's pull came). Before, the
+    call said False (none) and dropped the pin, and the next run said nothing."""
+    from computer.actors.pools import LOST_SANDBOX
+
+    from .pool_helpers import worker_stats
+
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        first = await (await ws.runtime.exec(f"echo kept > kept.txt; setsid sleep {marker} &")).result()
+        assert first.status == "completed", first
+        await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
+        workers = {s["pid"] for s in await worker_stats("shell")}
+        worker = _ancestor_in(processes_with(f"sleep {marker}")[0], workers)
+        assert worker is not None
+        os.kill(worker, signal.SIGSTOP)  # the call reaches a worker that never answers it...
+        try:
+            ending = asyncio.ensure_future(ws.runtime.end_sandbox())
+            await asyncio.sleep(1.0)
+            assert not ending.done()
+        finally:
+            os.kill(worker, signal.SIGKILL)  # ... and dies under it
+        assert await asyncio.wait_for(ending, 60) is True
+        await wait_until(lambda: not processes_with(f"sleep {marker}"), within=30)
+        after = await (await ws.runtime.exec("cat kept.txt")).result()
+        assert (after.status, after.stdout) == ("completed", "kept\n"), after
+        notice = LOST_SANDBOX.split("(")[0]
+        assert after.stderr.startswith(notice), after
+        again = await (await ws.runtime.exec("true")).result()
+        assert (again.status, again.stderr) == ("completed", ""), again  # said once
