@@ -267,16 +267,28 @@ class PoolBackend:
             return []
 
     async def kill_process(self, workspace_id: str, pid: int) -> None:
-        from ray.exceptions import RayTaskError
+        """SIGKILL ``pid`` in the workspace's live sandbox, on its worker. A worker found dead or
+        restarting took the sandbox and its processes with it: ``ProcessLookupError`` saying so, and
+        the pin stays (the next run says the sandbox was lost). Before, Ray's own error came through
+        ("The actor ... is unavailable ... may or may not have been executed"), which ``computer
+        kill`` and the ``kill`` tool did not expect."""
+        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
 
-        handle = await self._pinned_handle(workspace_id)
-        if handle is None:
-            raise ProcessLookupError(f"no process {pid}: the workspace has no live {self.backend} sandbox")
         try:
+            handle = await self._pinned_handle(workspace_id)
+            if handle is None:
+                raise ProcessLookupError(
+                    f"no process {pid}: the workspace has no live {self.backend} sandbox"
+                )
             await handle.live_kill.remote(workspace_id, pid)
         except RayTaskError as exc:
             cause = exc.cause
             raise (cause if isinstance(cause, OSError) else ProcessLookupError(str(cause))) from None
+        except (RayActorError, WorkerCrashedError, ValueError) as exc:  # (ValueError: its name is gone)
+            raise ProcessLookupError(
+                f"no process {pid}: the exec worker holding the workspace's live {self.backend} sandbox "
+                f"died ({self.pinned(workspace_id)}: {_first_line(exc)}); its processes ended with it"
+            ) from None
 
     async def end_sandbox(self, workspace_id: str) -> bool:
         """End the workspace's live sandbox on its worker. A worker that dies under the call (or was

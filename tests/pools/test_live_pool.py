@@ -307,3 +307,32 @@ async def test_a_worker_that_dies_under_end_sandbox_ends_it_and_the_next_run_say
         assert after.stderr.startswith(notice), after
         again = await (await ws.runtime.exec("true")).result()
         assert (again.status, again.stderr) == ("completed", ""), again  # said once
+
+
+async def test_a_kill_process_whose_worker_just_died_says_no_such_process_and_the_next_run_says_why(
+    cluster: Settings, name: str
+) -> None:
+    """``kill_process`` sent as the worker holding the sandbox restarts (killed): its processes died
+    with it, so ``ProcessLookupError`` naming the dead worker (what ``computer kill`` and the ``kill``
+    tool expect), and the next run still says the sandbox was lost. Before, Ray's
+    ``ActorUnavailableError`` ("may or may not have been executed") came through to the caller."""
+    from .pool_helpers import worker_stats
+
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        first = await (await ws.runtime.exec(f"setsid sleep {marker} > /dev/null 2>&1 &")).result()
+        assert first.status == "completed", first
+        await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
+        [pid] = [p.pid for p in await ws.runtime.processes() if p.command == f"sleep {marker}"]
+        workers = {s["pid"] for s in await worker_stats("shell")}
+        worker = _ancestor_in(processes_with(f"sleep {marker}")[0], workers)
+        assert worker is not None
+        os.kill(worker, signal.SIGKILL)
+        with pytest.raises(ProcessLookupError, match=f"no process {pid}"):
+            await ws.runtime.kill_process(pid)
+        await wait_until(lambda: not processes_with(f"sleep {marker}"), within=30)
+        after = await (await ws.runtime.exec("echo fresh")).result()
+        assert (after.status, after.stdout) == ("completed", "fresh\n"), after
+        assert after.stderr.startswith("computer: the exec worker holding this workspace's live sandbox"), (
+            after
+        )
