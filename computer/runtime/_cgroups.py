@@ -2,8 +2,8 @@
 
 A run's groups are made before its sandbox starts, joined by its first process (see ``_admission``),
 swept with SIGKILL when the run ends and removed. Groups of processes that died without removing
-theirs are removed by the next process that probes cgroups, and every :data:`DEAD_GROUPS_PERIOD` by
-each process that keeps live sandboxes (:func:`reap_dead_groups_periodically`).
+theirs are removed by the next process that probes cgroups, and periodically by each process that
+keeps live sandboxes (``_reaper``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import functools
 import os
 import secrets
 import signal
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -31,7 +30,6 @@ __all__ = [
     "freeze",
     "make_groups",
     "procs_of",
-    "reap_dead_groups_periodically",
     "remove_dead_groups",
     "remove_groups",
     "remove_own_groups",
@@ -43,14 +41,6 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "computer-exec"
 # Every controller a run group may use: ``freezer`` only for live sandboxes (paused while they sync).
 CONTROLLERS = ("memory", "pids", "freezer")
-# Seconds between two removals of dead processes' run groups by a process that keeps live sandboxes
-# (:func:`reap_dead_groups_periodically`): the longest a dead sibling's frozen sandbox holds its memory
-# while this process lives. A pass lists each controller's ``computer-exec`` and reads one
-# ``/proc/<pid>/stat`` per group of a live process (300 groups: ~2.3 ms of one thread), plus, per dead
-# group, its kill rounds (bounded: ``remove_groups``).
-DEAD_GROUPS_PERIOD = 30.0
-_reaper: threading.Thread | None = None  # this process's (``reap_dead_groups_periodically``)
-_reaper_lock = threading.Lock()
 
 
 class ControlFile:
@@ -218,35 +208,6 @@ def remove_dead_groups() -> None:
         parent = CGROUP_ROOT / controller / CGROUP_PARENT
         if parent.is_dir():
             remove_stale_groups(parent)
-
-
-def reap_dead_groups_periodically() -> None:
-    """Remove dead processes' run groups every :data:`DEAD_GROUPS_PERIOD` s from now on, in a daemon
-    thread of this process (one per process; a call while it runs does nothing). A pool worker killed
-    while its live sandbox was frozen for a sync leaves that sandbox frozen, its die-with-parent kill
-    waiting for a thaw, and its memory held; only the next process to probe cgroups on the node
-    removed it, so a worker restarted on another node, or out of restarts, left it there for good
-    while its sibling workers ran on. Every process with live sandboxes calls this."""
-    global _reaper
-    with _reaper_lock:
-        if _reaper is not None and _reaper.is_alive():
-            return
-        _reaper = threading.Thread(
-            target=_reap, args=(DEAD_GROUPS_PERIOD,), name="computer-dead-groups", daemon=True
-        )
-        _reaper.start()
-
-
-def _reap(period: float) -> None:
-    me = threading.current_thread()
-    while True:
-        time.sleep(period)
-        if _reaper is not me:  # no longer the reaper (replaced): stop
-            return
-        try:
-            remove_dead_groups()
-        except Exception:  # (a pass that fails is tried again next period)
-            pass
 
 
 def freeze(group: Path, timeout: float = 1.0, tries: int = 3) -> bool:

@@ -34,7 +34,7 @@ from typing import Any
 from ..storage.paths import canonical, is_within
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
 from ._beneath import cwd_problem
-from ._cgroups import cgroup_writable, reap_dead_groups_periodically
+from ._cgroups import cgroup_writable
 from ._codec import ChannelLimits, pack_frame
 from ._context import GUEST_OPS
 from ._live import LiveSandbox
@@ -44,6 +44,7 @@ from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import out_of_memory_error, stream_process
 from ._pychannel import AheadGuest, Guest, Session, guest_version, serve, stage_guest
+from ._reaper import reap_periodically
 from ._sandbox import Bind, Sandbox, SandboxLimits
 from ._staging import stage_python
 from ._sync import MirrorSync, backend_scratch
@@ -107,7 +108,7 @@ class PythonBackend(LiveCalls):
         self.live = live and cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
         if self.live:
             self.sandbox.cgroups.add("freezer")
-            reap_dead_groups_periodically()  # a dead sibling's frozen sandbox is ended (``_cgroups``)
+            reap_periodically()  # what a dead sibling left (a frozen sandbox, mirrors): ``_reaper``
         # A second one ahead did not help python runs back to back (two starting at once slowed each
         # other down), so a mirror keeps at most ``warm_guests``.
         self._warm: WarmSandboxes[Ready] = WarmSandboxes(

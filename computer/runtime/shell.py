@@ -25,7 +25,7 @@ from ._backend import (
     SyncLimits,
 )
 from ._beneath import cwd_problem
-from ._cgroups import cgroup_writable, reap_dead_groups_periodically
+from ._cgroups import cgroup_writable
 from ._live import LiveSandbox
 from ._live_launch import INIT_PYTHON
 from ._live_parts import Job, command_line
@@ -34,6 +34,7 @@ from ._live_shell import AheadShell, start_shell
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import ProcessOutcome, out_of_memory_error, stream_process
+from ._reaper import reap_periodically
 from ._sandbox import Bind, Sandbox, SandboxLimits, run_to_completion
 from ._sync import MirrorSync, backend_scratch
 from ._warm import PreparedSandbox, Ready, Warm, WarmSandboxes, prepare_sandbox
@@ -124,7 +125,7 @@ class ShellBackend(LiveCalls):
         self.live = live and cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
         if self.live:
             self.sandbox.cgroups.add("freezer")
-            reap_dead_groups_periodically()  # a dead sibling's frozen sandbox is ended (``_cgroups``)
+            reap_periodically()  # what a dead sibling left (a frozen sandbox, mirrors): ``_reaper``
         self.live_idle, self.live_lifetime = live_idle, live_lifetime
         owner = self.sandbox.host_ids
         base = backend_scratch(scratch_dir, owner, "shell")
