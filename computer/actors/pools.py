@@ -105,6 +105,10 @@ RESTART_AVOID = 10.0
 MOVE_HOLD = 10.0
 # Workspaces whose live sandbox a dispatcher saw lost under ``end_sandbox``, kept for their next run.
 LOST_REMEMBERED = 1000
+# Seconds the worker holding a workspace's live sandbox has to answer ``processes``/``kill_process``
+# (a listing or a signal: milliseconds when it runs). A worker that is stopped (SIGSTOP) or wedged
+# never answers, and Ray has no bound of its own: ``computer ps`` and the processes tool waited forever.
+LIVE_CALL_TIMEOUT = 60.0
 
 _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
 # Per process: the latest view of each pool a dispatcher here got from the control loop (when, view).
@@ -257,7 +261,10 @@ class PoolBackend:
         if handle is None:
             return []
         try:
-            return list(await handle.live_processes.remote(workspace_id))
+            async with asyncio.timeout(LIVE_CALL_TIMEOUT):
+                return list(await handle.live_processes.remote(workspace_id))
+        except TimeoutError:
+            raise self._unanswered(workspace_id) from None
         except RayTaskError as exc:  # the sandbox's own failure (as embedded), not "no processes"
             raise (exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc))) from None
         except Exception:  # the worker is gone: so is its sandbox
@@ -280,7 +287,10 @@ class PoolBackend:
                 raise ProcessLookupError(
                     f"no process {pid}: the workspace has no live {self.backend} sandbox"
                 )
-            await handle.live_kill.remote(workspace_id, pid)
+            async with asyncio.timeout(LIVE_CALL_TIMEOUT):
+                await handle.live_kill.remote(workspace_id, pid)
+        except TimeoutError:
+            raise self._unanswered(workspace_id) from None
         except RayTaskError as exc:
             cause = exc.cause
             raise (cause if isinstance(cause, OSError) else ProcessLookupError(str(cause))) from None
@@ -289,6 +299,12 @@ class PoolBackend:
                 f"no process {pid}: the exec worker holding the workspace's live {self.backend} sandbox "
                 f"died ({self.pinned(workspace_id)}: {_first_line(exc)}); its processes ended with it"
             ) from None
+
+    def _unanswered(self, workspace_id: str) -> TimeoutError:
+        return TimeoutError(
+            f"the exec worker holding the workspace's live {self.backend} sandbox "
+            f"({self.pinned(workspace_id)}) did not answer within {LIVE_CALL_TIMEOUT:g} s (stopped or wedged)"
+        )
 
     async def end_sandbox(self, workspace_id: str) -> bool:
         """End the workspace's live sandbox on its worker. A worker that dies under the call (or was
