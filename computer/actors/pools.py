@@ -310,16 +310,24 @@ class PoolBackend:
         """End the workspace's live sandbox on its worker. A worker that dies under the call (or was
         found dead) took the sandbox with it: True when a sandbox was known there, and its next run
         says so (LOST_SANDBOX: what the processes wrote after the last sync is not kept). Before, that
-        gave False and dropped the pin, so nothing ever said the end's pull never came."""
+        gave False and dropped the pin, so nothing ever said the end's pull never came.
+
+        A worker that answers it holds none keeps the pin: it may be a new process, restarted after
+        the one holding the sandbox died, which only the next run finds out (``OwnerUnknown``) and
+        says; a worker whose sandbox ended on its own (idle) just runs it. Before, the pin was dropped
+        and that run, placed anew, said nothing of the processes lost with the worker."""
         from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
 
         name = self.pinned(workspace_id)
         known = name is not None and workspace_id not in self._ahead
+        keep = False
         try:
             handle = await self._pinned_handle(workspace_id)
             if handle is None:
                 return False
-            return bool(await handle.live_end.remote(workspace_id))
+            ended = bool(await handle.live_end.remote(workspace_id))
+            keep = known and not ended
+            return ended
         except (RayActorError, WorkerCrashedError, ValueError) as exc:  # (ValueError: its name is gone)
             if not known or isinstance(exc, RayTaskError):
                 return False
@@ -334,7 +342,8 @@ class PoolBackend:
         except Exception:  # the worker answered with the sandbox's own failure (``RayTaskError``)
             return False
         finally:
-            self.unpin(workspace_id)
+            if not keep:
+                self.unpin(workspace_id)
 
     async def close_workspace(self, workspace_id: str) -> None:
         """The workspace closes (hibernation, takeover): its live sandbox ends with it (what it wrote

@@ -336,3 +336,45 @@ async def test_a_kill_process_whose_worker_just_died_says_no_such_process_and_th
         assert after.stderr.startswith("computer: the exec worker holding this workspace's live sandbox"), (
             after
         )
+
+
+async def test_end_sandbox_after_its_worker_restarted_leaves_the_notice_to_the_next_run(
+    cluster: Settings, name: str
+) -> None:
+    """The worker holding the sandbox was killed and is back (restarted in place, a new process that
+    holds no sandbox): ``end_sandbox`` finds none there (False), and the next run still says the
+    worker died with the sandbox's processes. Before, the call dropped the pin, the run was placed
+    anew and said nothing."""
+    import ray
+
+    from computer.actors import NAMESPACE
+
+    from .pool_helpers import worker_stats
+
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        first = await (await ws.runtime.exec(f"setsid sleep {marker} > /dev/null 2>&1 &")).result()
+        assert first.status == "completed", first
+        await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
+        stats = await worker_stats("shell")
+        worker = _ancestor_in(processes_with(f"sleep {marker}")[0], {s["pid"] for s in stats})
+        [named] = [s["name"] for s in stats if s["pid"] == worker]
+        os.kill(worker, signal.SIGKILL)
+        handle, pid = ray.get_actor(named, namespace=NAMESPACE), worker
+        for _ in range(600):  # bounded: 60 s
+            try:
+                pid = (await handle.stats.remote())["pid"]
+                if pid != worker:
+                    break
+            except ray.exceptions.RayActorError:
+                pass
+            await asyncio.sleep(0.1)
+        assert pid != worker  # restarted in place, and answering
+        assert await ws.runtime.end_sandbox() is False  # none there (the call ended nothing)
+        after = await (await ws.runtime.exec("echo fresh")).result()
+        assert (after.status, after.stdout) == ("completed", "fresh\n"), after
+        assert after.stderr.startswith("computer: the exec worker holding this workspace's live sandbox"), (
+            after
+        )
+        again = await (await ws.runtime.exec("true")).result()
+        assert (again.status, again.stderr) == ("completed", ""), again  # said once
