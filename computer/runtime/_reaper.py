@@ -11,8 +11,8 @@ node ran on and never looked again, and what it left stayed for good:
   waits for a thaw), holding its memory (``_cgroups.sweep`` thaws it first);
 - its mirrors, full copies of up to 64 workspaces, on tmpfs (``/dev/shm``) by default: memory too.
 
-Every pass looks at each base this process made a scratch directory in (its ``computer-*`` entries,
-each judged by its name and ``.owner`` mark) and at each controller's ``computer-exec`` (one
+Every pass looks at each base a live backend of this process keeps its mirrors in (its ``computer-*``
+entries, each judged by its name and ``.owner`` mark) and at each controller's ``computer-exec`` (one
 ``/proc/<pid>/stat`` read per group), and removes what belongs to dead processes.
 """
 
@@ -38,12 +38,15 @@ DEAD_PERIOD = 30.0
 
 _reaper: threading.Thread | None = None  # this process's (``reap_periodically``)
 _lock = threading.Lock()
+_bases: set[Path] = set()  # where this process's live backends keep their scratch directories
 
 
-def reap_periodically() -> None:
-    """Start this process's reaper (one per process; a call while it runs does nothing)."""
+def reap_periodically(base: Path) -> None:
+    """Look at ``base`` (where a live backend keeps this process's scratch directory) from now on, and
+    start this process's reaper (one per process; a call while it runs does nothing else)."""
     global _reaper
     with _lock:
+        _bases.add(base)
         if _reaper is not None and _reaper.is_alive():
             return
         _reaper = threading.Thread(target=_reap, args=(DEAD_PERIOD,), name="computer-reaper", daemon=True)
@@ -63,10 +66,11 @@ def _reap(period: float) -> None:
 
 
 def reap_once() -> None:
-    """Remove what dead processes left in every base this process keeps scratch directories in, and
-    their run cgroups."""
-    bases = {Path(base) for base, _ in list(_scratch._MADE)}
-    for base in sorted(bases):
+    """Remove what dead processes left in every base of :func:`reap_periodically`, and their run
+    cgroups."""
+    with _lock:
+        bases = sorted(_bases)
+    for base in bases:
         _scratch.reap_dead(base)  # (their cgroups too)
     if not bases:
         remove_dead_groups()

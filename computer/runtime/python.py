@@ -108,7 +108,6 @@ class PythonBackend(LiveCalls):
         self.live = live and cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
         if self.live:
             self.sandbox.cgroups.add("freezer")
-            reap_periodically()  # what a dead sibling left (a frozen sandbox, mirrors): ``_reaper``
         # A second one ahead did not help python runs back to back (two starting at once slowed each
         # other down), so a mirror keeps at most ``warm_guests``.
         self._warm: WarmSandboxes[Ready] = WarmSandboxes(
@@ -116,6 +115,8 @@ class PythonBackend(LiveCalls):
         )
         owner = self.sandbox.host_ids
         self.scratch = backend_scratch(scratch_dir, owner, "python")
+        if self.live:  # what a dead sibling left (a frozen sandbox, mirrors): ``_reaper``
+            reap_periodically(self.scratch.parent.parent)
         self.sync_limits = SyncLimits(
             max_file_bytes=max_file_bytes, max_files=max_files, max_sync_bytes=max_sync_bytes
         )

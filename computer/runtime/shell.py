@@ -125,11 +125,12 @@ class ShellBackend(LiveCalls):
         self.live = live and cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
         if self.live:
             self.sandbox.cgroups.add("freezer")
-            reap_periodically()  # what a dead sibling left (a frozen sandbox, mirrors): ``_reaper``
         self.live_idle, self.live_lifetime = live_idle, live_lifetime
         owner = self.sandbox.host_ids
         base = backend_scratch(scratch_dir, owner, "shell")
         self.scratch = base
+        if self.live:  # what a dead sibling left (a frozen sandbox, mirrors): ``_reaper``
+            reap_periodically(base.parent.parent)
         # ``mirror_pool(base, mount_root)`` builds the pool of warm mirrors (default: a MirrorPool
         # keeping idle mirrors of the 64 most recently used workspaces).
         self._mirrors: MirrorPool = (mirror_pool or MirrorPool)(base, self.mount_root)
