@@ -331,7 +331,6 @@ def test_a_worker_silent_past_silent_after_gets_only_the_runs_pinned_to_it(
     others, runs pinned to it (its live sandboxes) still go there; it is ready again once it answers."""
     from computer.actors import pools
     from computer.actors._pool_scaler import SILENT_AFTER, _Pool, _view, _Worker
-
     from computer.runtime.types import BackendInfo
 
     now = time.monotonic()
