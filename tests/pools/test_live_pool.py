@@ -8,6 +8,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -273,6 +274,21 @@ def _ancestor_in(pid: int, candidates: set[int]) -> int | None:
     return None
 
 
+async def _holder(marker: str) -> tuple[int, Any]:
+    """The pid and actor handle of the shell worker whose sandbox runs ``sleep <marker>``."""
+    import ray
+
+    from computer.actors import NAMESPACE
+
+    from .pool_helpers import worker_stats
+
+    stats = await worker_stats("shell")
+    worker = _ancestor_in(processes_with(f"sleep {marker}")[0], {s["pid"] for s in stats})
+    [named] = [s["name"] for s in stats if s["pid"] == worker]
+    assert worker is not None
+    return worker, ray.get_actor(named, namespace=NAMESPACE)
+
+
 async def test_a_worker_that_dies_under_end_sandbox_ends_it_and_the_next_run_says_so(
     cluster: Settings, name: str
 ) -> None:
@@ -280,25 +296,23 @@ async def test_a_worker_that_dies_under_end_sandbox_ends_it_and_the_next_run_say
     the worker, so the call says True, and the next run says the worker holding the sandbox died (what
     the background processes wrote after the last sync is not kept: no end's pull came). Before, the
     call said False (none) and dropped the pin, and the next run said nothing."""
-    from computer.actors.pools import LOST_SANDBOX
+    import ray
 
-    from .pool_helpers import worker_stats
+    from computer.actors.pools import LOST_SANDBOX
 
     marker = unique_sleep()
     async with computer.get_workspace(name) as ws:
         first = await (await ws.runtime.exec(f"echo kept > kept.txt; setsid sleep {marker} &")).result()
         assert first.status == "completed", first
         await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
-        workers = {s["pid"] for s in await worker_stats("shell")}
-        worker = _ancestor_in(processes_with(f"sleep {marker}")[0], workers)
-        assert worker is not None
+        worker, handle = await _holder(marker)
         os.kill(worker, signal.SIGSTOP)  # the call reaches a worker that never answers it...
         try:
             ending = asyncio.ensure_future(ws.runtime.end_sandbox())
             await asyncio.sleep(1.0)
             assert not ending.done()
         finally:
-            os.kill(worker, signal.SIGKILL)  # ... and dies under it
+            ray.kill(handle, no_restart=True)  # ... and dies under it (SIGKILL; others may restart it)
         assert await asyncio.wait_for(ending, 60) is True
         await wait_until(lambda: not processes_with(f"sleep {marker}"), within=30)
         after = await (await ws.runtime.exec("cat kept.txt")).result()
@@ -312,11 +326,12 @@ async def test_a_worker_that_dies_under_end_sandbox_ends_it_and_the_next_run_say
 async def test_a_kill_process_whose_worker_just_died_says_no_such_process_and_the_next_run_says_why(
     cluster: Settings, name: str
 ) -> None:
-    """``kill_process`` sent as the worker holding the sandbox restarts (killed): its processes died
-    with it, so ``ProcessLookupError`` naming the dead worker (what ``computer kill`` and the ``kill``
-    tool expect), and the next run still says the sandbox was lost. Before, Ray's
-    ``ActorUnavailableError`` ("may or may not have been executed") came through to the caller."""
-    from .pool_helpers import worker_stats
+    """``kill_process`` sent as the worker holding the sandbox is killed (restarting, or dead for
+    good): its processes died with it, so ``ProcessLookupError`` naming the dead worker (what
+    ``computer kill`` and the ``kill`` tool expect), and the next run still says the sandbox was lost.
+    Before, Ray's ``ActorUnavailableError``/``ActorDiedError`` ("may or may not have been executed")
+    came through to the caller."""
+    import ray
 
     marker = unique_sleep()
     async with computer.get_workspace(name) as ws:
@@ -330,10 +345,8 @@ async def test_a_kill_process_whose_worker_just_died_says_no_such_process_and_th
                 break
             await asyncio.sleep(0.1)
         [pid] = listed
-        workers = {s["pid"] for s in await worker_stats("shell")}
-        worker = _ancestor_in(processes_with(f"sleep {marker}")[0], workers)
-        assert worker is not None
-        os.kill(worker, signal.SIGKILL)
+        _, handle = await _holder(marker)
+        ray.kill(handle, no_restart=True)  # (the SIGKILL of a worker that restarts: the next test)
         with pytest.raises(ProcessLookupError, match=f"no process {pid}"):
             await ws.runtime.kill_process(pid)
         await wait_until(lambda: not processes_with(f"sleep {marker}"), within=30)
