@@ -66,11 +66,10 @@ def _reap(period: float) -> None:
 
 
 def reap_once() -> None:
-    """Remove what dead processes left in every base of :func:`reap_periodically`, and their run
-    cgroups."""
+    """Remove dead processes' run cgroups (their sandboxes killed, a frozen one thawed first), then
+    what they left in every base of :func:`reap_periodically` (mirrors those sandboxes had bound)."""
+    remove_dead_groups()
     with _lock:
         bases = sorted(_bases)
     for base in bases:
-        _scratch.reap_dead(base)  # (their cgroups too)
-    if not bases:
-        remove_dead_groups()
+        _scratch.reap_dead(base)  # (their cgroups again: none left by now, a listing each)
