@@ -89,6 +89,11 @@ TICK = 0.5  # seconds between two rounds of polls and decisions
 TICK_CALM = 2.0
 CALM_AFTER_VIEW = 10.0
 POLL_TIMEOUT = 10.0  # a worker that does not answer its load within this is left out of that round
+# A ready worker whose last load report is older than this (seconds; a healthy one reports every round)
+# is shown to dispatchers as draining: only the runs pinned to it (its live sandboxes) go there until it
+# answers again. A worker stopped (SIGSTOP) or wedged kept its last report, "ready" with free slots:
+# every dispatcher went on sending it new workspaces' runs, and each waited forever.
+SILENT_AFTER = 30.0
 # The shortest rest of the loop before an idle worker's drain is due, and the margin past it (seconds).
 IDLE_DUE_MIN = 0.05
 WINDOW = 60.0  # seconds of waits and runs the status summarises
@@ -416,13 +421,14 @@ def _ready(pool: _Pool) -> bool:
 
 
 def _view(pool: _Pool) -> PoolView:
+    now = time.monotonic()
     workers = tuple(
         WorkerView(
             w.name,
             w.node_id or "",
             w.target,
             (w.report.running + w.report.queued) if w.report else 0,
-            w.state == "draining",
+            w.state == "draining" or (w.reported_at > 0 and now - w.reported_at > SILENT_AFTER),
         )
         for w in pool.workers.values()
         if w.state != "pending"

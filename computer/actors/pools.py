@@ -103,6 +103,12 @@ RESTART_AVOID = 10.0
 # together, fill it, and moved on again: 64 agents on a 3-node local cluster moved 333 runs in 30 s,
 # each a sandbox started anew and a cold mirror pushed.
 MOVE_HOLD = 10.0
+# Workspaces whose live sandbox a dispatcher saw lost under ``end_sandbox``, kept for their next run.
+LOST_REMEMBERED = 1000
+# Seconds the worker holding a workspace's live sandbox has to answer ``processes``/``kill_process``
+# (a listing or a signal: milliseconds when it runs). A worker that is stopped (SIGSTOP) or wedged
+# never answers, and Ray has no bound of its own: ``computer ps`` and the processes tool waited forever.
+LIVE_CALL_TIMEOUT = 60.0
 
 _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
 # Per process: the latest view of each pool a dispatcher here got from the control loop (when, view).
@@ -146,6 +152,9 @@ class PoolBackend:
         self._warm: list[str] = []  # workers that ran this owner's workspace, most recent first
         self._pins: dict[str, str] = {}  # workspace id -> worker its runs must go to (a live sandbox)
         self._ahead: set[str] = set()  # of those, pinned as a run was sent, before it ended (``_pin_ahead``)
+        # Workspace id -> why its live sandbox was lost with its worker under ``end_sandbox``: said by
+        # its next run (LOST_SANDBOX), as for a sandbox lost with its worker between runs.
+        self._lost: dict[str, str] = {}
         self._dead: dict[str, float] = {}  # worker name -> when this owner saw it dead
         self._restarting: dict[str, float] = {}  # worker name -> when a call found it restarting
         self._moved_at: dict[str, float] = {}  # workspace id -> when its run last moved (MOVE_HOLD)
@@ -252,7 +261,10 @@ class PoolBackend:
         if handle is None:
             return []
         try:
-            return list(await handle.live_processes.remote(workspace_id))
+            async with asyncio.timeout(LIVE_CALL_TIMEOUT):
+                return list(await handle.live_processes.remote(workspace_id))
+        except TimeoutError:
+            raise self._unanswered(workspace_id) from None
         except RayTaskError as exc:  # the sandbox's own failure (as embedded), not "no processes"
             raise (exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc))) from None
         except Exception:  # the worker is gone: so is its sandbox
@@ -262,26 +274,76 @@ class PoolBackend:
             return []
 
     async def kill_process(self, workspace_id: str, pid: int) -> None:
-        from ray.exceptions import RayTaskError
+        """SIGKILL ``pid`` in the workspace's live sandbox, on its worker. A worker found dead or
+        restarting took the sandbox and its processes with it: ``ProcessLookupError`` saying so, and
+        the pin stays (the next run says the sandbox was lost). Before, Ray's own error came through
+        ("The actor ... is unavailable ... may or may not have been executed"), which ``computer
+        kill`` and the ``kill`` tool did not expect."""
+        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
 
-        handle = await self._pinned_handle(workspace_id)
-        if handle is None:
-            raise ProcessLookupError(f"no process {pid}: the workspace has no live {self.backend} sandbox")
         try:
-            await handle.live_kill.remote(workspace_id, pid)
+            handle = await self._pinned_handle(workspace_id)
+            if handle is None:
+                raise ProcessLookupError(
+                    f"no process {pid}: the workspace has no live {self.backend} sandbox"
+                )
+            async with asyncio.timeout(LIVE_CALL_TIMEOUT):
+                await handle.live_kill.remote(workspace_id, pid)
+        except TimeoutError:
+            raise self._unanswered(workspace_id) from None
         except RayTaskError as exc:
             cause = exc.cause
             raise (cause if isinstance(cause, OSError) else ProcessLookupError(str(cause))) from None
+        except (RayActorError, WorkerCrashedError, ValueError) as exc:  # (ValueError: its name is gone)
+            raise ProcessLookupError(
+                f"no process {pid}: the exec worker holding the workspace's live {self.backend} sandbox "
+                f"died ({self.pinned(workspace_id)}: {_first_line(exc)}); its processes ended with it"
+            ) from None
+
+    def _unanswered(self, workspace_id: str) -> TimeoutError:
+        return TimeoutError(
+            f"the exec worker holding the workspace's live {self.backend} sandbox "
+            f"({self.pinned(workspace_id)}) did not answer within {LIVE_CALL_TIMEOUT:g} s (stopped or wedged)"
+        )
 
     async def end_sandbox(self, workspace_id: str) -> bool:
-        handle = await self._pinned_handle(workspace_id)
-        self.unpin(workspace_id)
-        if handle is None:
-            return False
+        """End the workspace's live sandbox on its worker. A worker that dies under the call (or was
+        found dead) took the sandbox with it: True when a sandbox was known there, and its next run
+        says so (LOST_SANDBOX: what the processes wrote after the last sync is not kept). Before, that
+        gave False and dropped the pin, so nothing ever said the end's pull never came.
+
+        A worker that answers it holds none keeps the pin: it may be a new process, restarted after
+        the one holding the sandbox died, which only the next run finds out (``OwnerUnknown``) and
+        says; a worker whose sandbox ended on its own (idle) just runs it. Before, the pin was dropped
+        and that run, placed anew, said nothing of the processes lost with the worker."""
+        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
+
+        name = self.pinned(workspace_id)
+        known = name is not None and workspace_id not in self._ahead
+        keep = False
         try:
-            return bool(await handle.live_end.remote(workspace_id))
-        except Exception:
+            handle = await self._pinned_handle(workspace_id)
+            if handle is None:
+                return False
+            ended = bool(await handle.live_end.remote(workspace_id))
+            keep = known and not ended
+            return ended
+        except (RayActorError, WorkerCrashedError, ValueError) as exc:  # (ValueError: its name is gone)
+            if not known or isinstance(exc, RayTaskError):
+                return False
+            log.warning(
+                "pool %s: %s died ending the live sandbox of %s: %s", self.backend, name, workspace_id, exc
+            )
+            self._lost.pop(workspace_id, None)
+            self._lost[workspace_id] = f"{name}: {_first_line(exc)}"
+            while len(self._lost) > LOST_REMEMBERED:
+                del self._lost[next(iter(self._lost))]
+            return True
+        except Exception:  # the worker answered with the sandbox's own failure (``RayTaskError``)
             return False
+        finally:
+            if not keep:
+                self.unpin(workspace_id)
 
     async def close_workspace(self, workspace_id: str) -> None:
         """The workspace closes (hibernation, takeover): its live sandbox ends with it (what it wrote
@@ -509,7 +571,8 @@ class PoolBackend:
             return
         attempt = requeues = 0
         restart_deadline = 0.0  # set by the first worker found restarting
-        lost_sandbox: str | None = None  # why the live sandbox this run expected is gone (said once it runs)
+        # Why the live sandbox this run expected is gone (said once it runs).
+        lost_sandbox: str | None = self._lost.pop(workspace_id, None)
         while True:
             was_pinned = self.pinned(workspace_id)
             slot = await self._choose(workspace_id, spread=requeues > 0)

@@ -2,7 +2,8 @@
 
 A run's groups are made before its sandbox starts, joined by its first process (see ``_admission``),
 swept with SIGKILL when the run ends and removed. Groups of processes that died without removing
-theirs are removed by the next process that probes cgroups.
+theirs are removed by the next process that probes cgroups, and periodically by each process that
+keeps live sandboxes (``_reaper``).
 """
 
 from __future__ import annotations

@@ -20,6 +20,10 @@ __all__ = ["LiveChannel"]
 
 log = logging.getLogger("computer.runtime._live")
 
+# Seconds a request to the init (a listing page, a kill) waits for its reply. One not answered in time
+# is the init's channel failing (``LiveSandboxError``): a tick's look counts it toward ``TICK_FAILURES``.
+REQUEST_TIMEOUT = 10.0
+
 
 class LiveChannel:
     """The channel to a live sandbox's init (fields and the end: ``LiveSandbox``)."""
@@ -103,8 +107,13 @@ class LiveChannel:
         self._requests[ref] = future
         try:
             self._send({**message, "ref": ref})
-            async with asyncio.timeout(10):
-                reply = await future
+            try:
+                async with asyncio.timeout(REQUEST_TIMEOUT):
+                    reply = await future
+            except TimeoutError:  # (a bare TimeoutError was no channel failure: a tick retried it forever)
+                raise LiveSandboxError(
+                    f"the live sandbox's init did not answer within {REQUEST_TIMEOUT:g} s"
+                ) from None
             if reply.get("op") == "error":  # the init could not answer (it goes on)
                 raise LiveSandboxError(f"the live sandbox's init could not answer: {reply.get('error')}")
             return reply

@@ -45,6 +45,7 @@ from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import out_of_memory_error, stream_process
 from ._pychannel import AheadGuest, Guest, Session, guest_version, serve, stage_guest
+from ._reaper import reap_periodically
 from ._sandbox import Bind, Sandbox, SandboxLimits
 from ._staging import stage_python
 from ._sync import MirrorSync
@@ -115,6 +116,8 @@ class PythonBackend(LiveCalls):
         )
         owner = self.sandbox.host_ids
         self.scratch = backend_scratch(scratch_dir, owner, "python", self)
+        if self.live:  # what a dead sibling left (a frozen sandbox, mirrors): ``_reaper``
+            reap_periodically(self.scratch.parent.parent)
         self.sync_limits = SyncLimits(
             max_file_bytes=max_file_bytes, max_files=max_files, max_sync_bytes=max_sync_bytes
         )

@@ -35,6 +35,7 @@ from ._live_shell import AheadShell, start_shell
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import ProcessOutcome, out_of_memory_error, stream_process
+from ._reaper import reap_periodically
 from ._sandbox import Bind, Sandbox, SandboxLimits, run_to_completion
 from ._sync import MirrorSync
 from ._warm import PreparedSandbox, Ready, Warm, WarmSandboxes, prepare_sandbox
@@ -129,6 +130,8 @@ class ShellBackend(LiveCalls):
         owner = self.sandbox.host_ids
         base = backend_scratch(scratch_dir, owner, "shell", self)
         self.scratch = base
+        if self.live:  # what a dead sibling left (a frozen sandbox, mirrors): ``_reaper``
+            reap_periodically(base.parent.parent)
         # ``mirror_pool(base, mount_root)`` builds the pool of warm mirrors (default: a MirrorPool
         # keeping idle mirrors of the 64 most recently used workspaces).
         self._mirrors: MirrorPool = (mirror_pool or MirrorPool)(base, self.mount_root)

@@ -267,3 +267,33 @@ async def test_a_run_goes_to_a_ready_worker_while_the_one_it_found_restarting_co
     assert await _run(backend) == [ExitEvent(0, live=True)]
     assert await _run(backend) == [ExitEvent(0, live=True)]
     assert (len(a.orders), len(b.orders)) == (1, 2)
+
+
+class _Silent:
+    """A worker's ``live_processes``/``live_kill`` that never answer (a worker SIGSTOPped or wedged)."""
+
+    def __init__(self) -> None:
+        self.live_processes = self.live_kill = self
+        self.calls = 0
+
+    def remote(self, *_: Any) -> Any:
+        self.calls += 1
+        return asyncio.get_running_loop().create_future()  # never done
+
+
+async def test_processes_and_kill_on_a_worker_that_never_answers_fail_within_a_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker holding the workspace's live sandbox is stopped (SIGSTOP) or wedged: Ray bounds no
+    call, and ``processes``/``kill_process`` (``computer ps``, the processes and kill tools) waited
+    forever (a stopped worker on a live pool: still waiting after 20 s of 20). Now each fails within
+    ``LIVE_CALL_TIMEOUT`` with a ``TimeoutError`` naming the worker; the pin stays."""
+    monkeypatch.setattr(pools, "LIVE_CALL_TIMEOUT", 0.2)
+    backend = _dispatcher(monkeypatch, b_load=0, a=ScriptedWorker("a", _live))
+    silent = _Silent()
+    backend._slots["a"].handle = silent
+    with pytest.raises(TimeoutError, match=r"\(a\) did not answer within 0.2 s"):
+        await asyncio.wait_for(backend.processes("ws"), 10)
+    with pytest.raises(TimeoutError, match=r"\(a\) did not answer within 0.2 s"):
+        await asyncio.wait_for(backend.kill_process("ws", 7), 10)
+    assert silent.calls == 2 and backend.pinned("ws") == "a"

@@ -320,3 +320,34 @@ def test_pinned_runs_that_wait_less_than_a_move_do_not_grow_the_pool() -> None:
     assert plan(LIMITS, 6, long_line, now=100.0).grow > 0  # 10 x 50 ms: longer than the move
     long_wait = full(pinned_wait=0.5, slot_time=0.05, move_cost=0.4)
     assert plan(LIMITS, 6, long_wait, now=100.0).grow == 1
+
+
+def test_a_worker_silent_past_silent_after_gets_only_the_runs_pinned_to_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker stopped (SIGSTOP) or wedged answers no poll and keeps its last report: "ready", free
+    slots. Every dispatcher went on sending it new workspaces' runs, each waiting forever (Ray bounds
+    no call). Past ``SILENT_AFTER`` without a report the view shows it draining: new runs go to the
+    others, runs pinned to it (its live sandboxes) still go there; it is ready again once it answers."""
+    from computer.actors import pools
+    from computer.actors._pool_scaler import SILENT_AFTER, _Pool, _view, _Worker
+    from computer.runtime.types import BackendInfo
+
+    now = time.monotonic()
+    pool = _Pool("shell")
+    for name, reported in (("a", now - SILENT_AFTER - 1), ("b", now)):
+        pool.workers[name] = _Worker(
+            name, 0, None, "ready", 0.0, 1.0, 2, "n", _report(name), reported_at=reported
+        )
+    view = _view(pool)
+    assert {w.name: w.draining for w in view.workers} == {"a": True, "b": False}
+
+    monkeypatch.setitem(pools._infos, "shell", BackendInfo(id="shell", protocol="command", callable=False))
+    backend = pools.PoolBackend("shell", owner=object(), node="n")  # owner and node given: no Ray
+    backend._take_view(view)
+    backend._warm = ["a"]  # the worker that ran this owner's workspaces last: preferred when usable
+    backend.pin("pinned", "a")
+    assert [backend._pick(ws).name for ws in ("new", "other", "pinned")] == ["b", "b", "a"]  # type: ignore[union-attr]
+
+    pool.workers["a"].reported_at = time.monotonic()  # it answers again
+    assert not any(w.draining for w in _view(pool).workers)

@@ -4,8 +4,11 @@ sandbox, a client reaches its processes, and a worker lost under it gives a fres
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -254,3 +257,149 @@ async def test_large_files_and_workspace_links_keep_their_names_through_a_pool(
         assert moved.stdout[:64] == hashlib.sha256(b"n" * 2_000_000).hexdigest()
         assert await ws.fs.read_file("/workspace/moved") == b"n" * 2_000_000
         assert not await ws.fs.exists("/workspace/big") and not await ws.fs.exists("/workspace/big3")
+
+
+def _ancestor_in(pid: int, candidates: set[int]) -> int | None:
+    """The first of ``candidates`` among host process ``pid`` and its ancestors (a sandbox's worker)."""
+    for _ in range(64):  # bounded: a sandbox's process is a few levels below its worker
+        if pid in candidates:
+            return pid
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if pid <= 1:
+            return None
+    return None
+
+
+async def _holder(marker: str) -> tuple[int, Any]:
+    """The pid and actor handle of the shell worker whose sandbox runs ``sleep <marker>``."""
+    import ray
+
+    from computer.actors import NAMESPACE
+
+    from .pool_helpers import worker_stats
+
+    stats = await worker_stats("shell")
+    worker = _ancestor_in(processes_with(f"sleep {marker}")[0], {s["pid"] for s in stats})
+    [named] = [s["name"] for s in stats if s["pid"] == worker]
+    assert worker is not None
+    return worker, ray.get_actor(named, namespace=NAMESPACE)
+
+
+async def test_a_worker_that_dies_under_end_sandbox_ends_it_and_the_next_run_says_so(
+    cluster: Settings, name: str
+) -> None:
+    """``end_sandbox`` while its worker dies (SIGKILL as the call reaches it): the sandbox ended with
+    the worker, so the call says True, and the next run says the worker holding the sandbox died (what
+    the background processes wrote after the last sync is not kept: no end's pull came). Before, the
+    call said False (none) and dropped the pin, and the next run said nothing."""
+    import ray
+
+    from computer.actors.pools import LOST_SANDBOX
+
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        first = await (await ws.runtime.exec(f"echo kept > kept.txt; setsid sleep {marker} &")).result()
+        assert first.status == "completed", first
+        await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
+        worker, handle = await _holder(marker)
+        os.kill(worker, signal.SIGSTOP)  # the call reaches a worker that never answers it...
+        try:
+            ending = asyncio.ensure_future(ws.runtime.end_sandbox())
+            await asyncio.sleep(1.0)
+            assert not ending.done()
+        finally:
+            ray.kill(handle, no_restart=True)  # ... and dies under it (SIGKILL; others may restart it)
+        assert await asyncio.wait_for(ending, 60) is True
+        await wait_until(lambda: not processes_with(f"sleep {marker}"), within=30)
+        after = await (await ws.runtime.exec("cat kept.txt")).result()
+        assert (after.status, after.stdout) == ("completed", "kept\n"), after
+        notice = LOST_SANDBOX.split("(")[0]
+        assert after.stderr.startswith(notice), after
+        again = await (await ws.runtime.exec("true")).result()
+        assert (again.status, again.stderr) == ("completed", ""), again  # said once
+
+
+async def test_a_kill_process_whose_worker_just_died_says_no_such_process_and_the_next_run_says_why(
+    cluster: Settings, name: str
+) -> None:
+    """``kill_process`` sent as the worker holding the sandbox is killed (restarting, or dead for
+    good): its processes died with it, so ``ProcessLookupError`` naming the dead worker (what
+    ``computer kill`` and the ``kill`` tool expect), and the next run still says the sandbox was lost.
+    Before, Ray's ``ActorUnavailableError``/``ActorDiedError`` ("may or may not have been executed")
+    came through to the caller."""
+    import ray
+
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        first = await (await ws.runtime.exec(f"setsid sleep {marker} > /dev/null 2>&1 &")).result()
+        assert first.status == "completed", first
+        await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
+        listed: list[int] = []
+        for _ in range(100):  # bounded: 10 s (``setsid`` may not have exec'd ``sleep`` yet)
+            listed = [p.pid for p in await ws.runtime.processes() if p.command == f"sleep {marker}"]
+            if listed:
+                break
+            await asyncio.sleep(0.1)
+        [pid] = listed
+        _, handle = await _holder(marker)
+        ray.kill(handle, no_restart=True)  # (the SIGKILL of a worker that restarts: the next test)
+        with pytest.raises(ProcessLookupError, match=f"no process {pid}"):
+            await ws.runtime.kill_process(pid)
+        await wait_until(lambda: not processes_with(f"sleep {marker}"), within=30)
+        after = await (await ws.runtime.exec("echo fresh")).result()
+        assert (after.status, after.stdout) == ("completed", "fresh\n"), after
+        assert after.stderr.startswith("computer: the exec worker holding this workspace's live sandbox"), (
+            after
+        )
+
+
+async def test_end_sandbox_after_its_worker_restarted_leaves_the_notice_to_the_next_run(
+    cluster: Settings, name: str
+) -> None:
+    """The worker holding the sandbox was killed and is back (restarted in place, a new process that
+    holds no sandbox): ``end_sandbox`` finds none there (False), and the next run still says the
+    worker died with the sandbox's processes. Before, the call dropped the pin, the run was placed
+    anew and said nothing."""
+    import ray
+
+    from computer.actors import NAMESPACE
+
+    from .pool_helpers import worker_stats
+
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        first = await (await ws.runtime.exec(f"setsid sleep {marker} > /dev/null 2>&1 &")).result()
+        assert first.status == "completed", first
+        await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
+        stats = await worker_stats("shell")
+        worker = _ancestor_in(processes_with(f"sleep {marker}")[0], {s["pid"] for s in stats})
+        [named] = [s["name"] for s in stats if s["pid"] == worker]
+        os.kill(worker, signal.SIGKILL)
+        handle, pid, dead = ray.get_actor(named, namespace=NAMESPACE), worker, 0
+        for _ in range(600):  # bounded: 60 s
+            try:
+                pid = (await handle.stats.remote())["pid"]
+                if pid != worker:
+                    break
+            except ray.exceptions.ActorUnavailableError:
+                dead = 0  # restarting
+            except ray.exceptions.RayActorError:  # out of restarts (earlier tests killed it too)?
+                dead += 1
+                if dead >= 30:  # 3 s in a row: dead for good
+                    break
+            await asyncio.sleep(0.1)
+        gone = dead >= 30
+        assert gone or pid != worker  # restarted in place and answering, or dead for good
+        # A restarted worker holds none: the call ended nothing (False); a dead one took it along.
+        assert await ws.runtime.end_sandbox() is gone
+        after = await (await ws.runtime.exec("echo fresh")).result()
+        assert (after.status, after.stdout) == ("completed", "fresh\n"), after
+        assert after.stderr.startswith("computer: the exec worker holding this workspace's live sandbox"), (
+            after
+        )
+        again = await (await ws.runtime.exec("true")).result()
+        assert (again.status, again.stderr) == ("completed", ""), again  # said once

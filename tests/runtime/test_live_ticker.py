@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import computer
-from computer.runtime import ShellBackend, _live
+from computer.runtime import ShellBackend, _live, _live_channel
 from computer.runtime._live import LiveSandbox, LiveSandboxError
 
 from ._live_support import eventually
@@ -91,6 +92,41 @@ async def test_a_sandbox_whose_init_fails_every_tick_ends_and_the_next_run_says_
         again = await run(ws, "true")
         assert (again.status, again.stderr) == ("completed", "")
         assert backend.live_sandboxes() == 1
+
+
+async def test_a_sandbox_whose_init_never_answers_a_tick_ends_and_the_next_run_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a host without the pids controller a tick asks the init for its processes; an init that
+    answers none of them (each request times out) counts toward ``TICK_FAILURES`` as a failed
+    channel does: the sandbox ends as lost and the next run says so. Before, the timeout was a bare
+    ``TimeoutError``, not counted: the ticks retried forever (one every ``REQUEST_TIMEOUT``), the
+    sandbox never ended idle and nothing told the caller."""
+    monkeypatch.setattr(_live, "TICK_FAILURES", 3)
+    monkeypatch.setattr(_live_channel, "REQUEST_TIMEOUT", 0.2)
+    backend = ShellBackend(live=True)
+    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run(ws, "setsid sh -c 'echo late > late.txt; sleep 30' > /dev/null 2>&1 &")
+        sandbox = backend._lives._live[ws.fs.instance]
+        send = sandbox._send
+
+        def unanswered(message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+            if message.get("op") != "ps":  # a listing the init never gets: its reply never comes
+                send(message, fds)
+
+        monkeypatch.setattr(sandbox, "tasks", lambda: None)  # no pids controller: ``busy`` asks
+        monkeypatch.setattr(sandbox, "_send", unanswered)
+
+        async def ended() -> bool:
+            return backend.live_sandboxes() == 0
+
+        await eventually(ended, within=20)
+        await asyncio.wait_for(sandbox.ended.wait(), 30)
+        assert sandbox.dead is not None and "did not answer within" in sandbox.dead, sandbox.dead
+        first = await run(ws, "cat late.txt")
+        assert (first.status, first.stdout) == ("completed", "late\n")
+        assert "live sandbox ended while no run was in progress" in first.stderr, first.stderr
 
 
 async def test_a_run_while_a_lost_sandbox_still_ends_says_so(

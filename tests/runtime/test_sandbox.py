@@ -13,10 +13,11 @@ import pytest
 from exec_cases import loopback_server
 
 import computer
-from computer.runtime import ShellBackend
+from computer.runtime import ShellBackend, _reaper
 from computer.runtime._cgroups import (
     CGROUP_PARENT,
     CGROUP_ROOT,
+    CONTROLLERS,
     ControlFile,
     cgroup_writable,
     count_in,
@@ -325,3 +326,61 @@ def test_a_dead_processs_frozen_run_is_swept_by_its_first_controllers_stale_grou
         child.wait()
         remove_groups(groups)
     assert not any(group.exists() for group in groups)
+
+
+@pytest.mark.skipif(
+    not all(cgroup_writable(c) for c in ("memory", "pids", "freezer")),
+    reason="needs writable cgroup v1 memory, pids and freezer controllers",
+)
+async def test_a_process_with_live_sandboxes_removes_what_a_dead_sibling_left_on_its_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pool worker killed while its live sandbox was frozen for a sync leaves it frozen, holding its
+    memory, and its mirrors on tmpfs. A process that keeps live sandboxes and started before (its own
+    look at what dead processes left long done: a sibling worker on the node) removes both within
+    ``DEAD_PERIOD``, with no new process started. Before, only the next process to start on the node
+    did: a worker restarted on another node, or out of restarts, left them for good."""
+    monkeypatch.setattr(_reaper, "DEAD_PERIOD", 0.2)
+    monkeypatch.setattr(_reaper, "_reaper", None)  # this test's own (the session's waits 30 s)
+    passes, reap_once = [], _reaper.reap_once
+
+    def counted() -> None:  # (another process starting on this machine removes such leftovers too)
+        passes.append(time.monotonic())
+        reap_once()
+
+    monkeypatch.setattr(_reaper, "reap_once", counted)
+    backend = ShellBackend(live=True)
+    if not backend.live:
+        pytest.skip("no live sandboxes here")
+    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        assert (await (await ws.runtime.exec("echo up")).result()).stdout == "up\n"
+        dead = f"{os.getpid()}-1"  # this pid, another start time: a dead process
+        scratch = backend.scratch.parent.parent / f"computer-{dead}"  # beside this process's own
+        (scratch / "shell-0" / "mirror").mkdir(parents=True)
+        (scratch / "shell-0" / "mirror" / "big").write_bytes(b"x" * 4096)
+        name = f"run-{dead}-{secrets.token_hex(4)}"  # one run's groups: one name in each controller
+        groups = [CGROUP_ROOT / c / CGROUP_PARENT / name for c in CONTROLLERS]
+        child = await asyncio.create_subprocess_exec("sleep", "300")
+        try:
+            for group in groups:
+                group.mkdir()
+                (group / "cgroup.procs").write_text(str(child.pid))
+            assert freeze(groups[2])
+            assert await asyncio.wait_for(child.wait(), 20) == -9  # nobody but the reaper removes it
+            for _ in range(200):  # bounded: 10 s (its rmdir follows the kill)
+                if len(passes) >= 2 and not scratch.exists() and not any(g.exists() for g in groups):
+                    break
+                await asyncio.sleep(0.05)
+            assert not any(group.exists() for group in groups)
+            assert not scratch.exists()
+            assert len(passes) >= 2  # this process looks again and again, with no new process
+        finally:
+            thaw(groups[2])
+            if child.returncode is None:
+                child.kill()
+                await child.wait()
+            remove_groups(groups)
+        again = await (await ws.runtime.exec("echo still")).result()  # its own sandbox untouched
+        assert (again.status, again.stdout) == ("completed", "still\n")
+        assert backend.scratch.is_dir()
