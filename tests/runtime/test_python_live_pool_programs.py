@@ -11,6 +11,8 @@ import time
 import computer
 from computer.config import Settings
 
+from ..fidelity.test_python_live_programs import FETCH  # the same fetch of the site the server serves
+
 SERVE = """
 import os, subprocess, sys
 os.makedirs("site", exist_ok=True)
@@ -21,17 +23,6 @@ server = subprocess.Popen(
     stdout=log, stderr=subprocess.STDOUT)
 def main(input):
     return server.pid
-"""
-
-FETCH = """
-import re, time, urllib.request
-for _ in range(200):
-    found = re.search(r"port (\\d+)", open("server.log").read())
-    if found:
-        break
-    time.sleep(0.05)
-def main(input):
-    return urllib.request.urlopen(f"http://127.0.0.1:{found[1]}/index.html", timeout=5).read().decode()
 """
 
 # A database in WAL mode whose connection the program never closes, a file never closed, and

@@ -64,7 +64,9 @@ async def test_a_directory_swapped_for_a_symlink_during_syncs_never_leads_the_ho
             assert i > 50
 
 
-_GUEST_KILLER = r"""
+# A python run's detached daemon (double fork, its own session, no descriptor of the run's): the
+# body follows, indented under the grandchild; the run itself goes on after ``os._exit`` of the child.
+_DETACHED = r"""
 import os, time
 if os.fork() == 0:
     os.setsid()
@@ -74,6 +76,9 @@ if os.fork() == 0:
                 os.close(fd)
             except OSError:
                 pass
+"""
+
+_GUEST_KILLER = _DETACHED + r"""
         me, end = os.getpid(), time.time() + 15
         while time.time() < end:
             for p in os.listdir('/proc'):
@@ -298,16 +303,7 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float) -> Non
         await asyncio.sleep(0.05)
 
 
-_LINGERER = r"""
-import os, time
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        for fd in range(256):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+_LINGERER = _DETACHED + r"""
         time.sleep(1.5)
     os._exit(0)
 """
