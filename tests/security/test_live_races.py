@@ -64,6 +64,22 @@ async def test_a_directory_swapped_for_a_symlink_during_syncs_never_leads_the_ho
             assert i > 50
 
 
+@pytest.fixture
+def froze(monkeypatch: pytest.MonkeyPatch) -> threading.Event:
+    """Set by each freeze of a live sandbox (in the sync's worker thread)."""
+    from computer.runtime import _live
+
+    event = threading.Event()
+    freeze = _live.freeze
+
+    def recorded(group: Path, timeout: float = 1.0) -> bool:
+        event.set()
+        return freeze(group, timeout)
+
+    monkeypatch.setattr(_live, "freeze", recorded)
+    return event
+
+
 # A python run's detached daemon (double fork, its own session, no descriptor of the run's): the
 # body follows, indented under the grandchild; the run itself goes on after ``os._exit`` of the child.
 _DETACHED = r"""
@@ -78,7 +94,9 @@ if os.fork() == 0:
                 pass
 """
 
-_GUEST_KILLER = _DETACHED + r"""
+_GUEST_KILLER = (
+    _DETACHED
+    + r"""
         me, end = os.getpid(), time.time() + 15
         while time.time() < end:
             for p in os.listdir('/proc'):
@@ -94,10 +112,11 @@ _GUEST_KILLER = _DETACHED + r"""
     os._exit(0)
 print('left')
 """
+)
 
 
 async def test_a_program_that_kills_the_guest_started_ahead_cannot_turn_the_freeze_off(
-    monkeypatch: pytest.MonkeyPatch,
+    froze: threading.Event,
 ) -> None:
     """A python run leaves a daemon that kills the guest the host starts ahead for the next run. That
     guest counted as "waiting" until a run took it, so the daemon was exactly hidden: the sandbox
@@ -105,19 +124,11 @@ async def test_a_program_that_kills_the_guest_started_ahead_cannot_turn_the_free
     into a chmod of a host file, files written into a host directory and host link targets read
     into the workspace. A sync that does work now freezes whenever any process but the init is there
     (the kernel's count), and the sandbox is busy."""
-    from computer.runtime import PythonBackend, _live
+    from computer.runtime import PythonBackend
 
     backend = PythonBackend()
     if not backend.live:
         pytest.skip("no live python sandboxes here")
-    froze = threading.Event()  # set by each freeze (in the sync's worker thread)
-    freeze = _live.freeze
-
-    def recorded(group: Path, timeout: float = 1.0) -> bool:
-        froze.set()
-        return freeze(group, timeout)
-
-    monkeypatch.setattr(_live, "freeze", recorded)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         await (await ws.runtime.exec(_GUEST_KILLER, timeout=30)).result()  # its own guest is killed too
@@ -178,24 +189,15 @@ while time.time() < end:
 
 
 async def test_a_program_that_feeds_the_shell_started_ahead_cannot_turn_the_freeze_off(
-    monkeypatch: pytest.MonkeyPatch,
+    froze: threading.Event,
 ) -> None:
     """A daemon writes a command into the pipe of the shell the host starts ahead for the next run
     (``/proc/<pid>/fd/3``: any process of the sandbox's user can open it) and exits. That shell still
     counted as waiting, so the command it ran instead was hidden from the count: every sync ran
     unfrozen while it raced the host. A job started ahead is trusted to wait only when it started
     with nothing else running and no job of a user's code started or was taken since."""
-    from computer.runtime import _live
 
     backend = ShellBackend()
-    froze = threading.Event()
-    freeze = _live.freeze
-
-    def recorded(group: Path, timeout: float = 1.0) -> bool:
-        froze.set()
-        return freeze(group, timeout)
-
-    monkeypatch.setattr(_live, "freeze", recorded)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         await ws.fs.write_file("/workspace/feeder.py", _SHELL_FEEDER)
@@ -303,10 +305,13 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float) -> Non
         await asyncio.sleep(0.05)
 
 
-_LINGERER = _DETACHED + r"""
+_LINGERER = (
+    _DETACHED
+    + r"""
         time.sleep(1.5)
     os._exit(0)
 """
+)
 
 
 async def test_a_python_guest_started_ahead_beside_a_program_of_the_users_is_not_trusted_to_wait() -> None:
