@@ -241,6 +241,11 @@ class PoolWorker(LiveSandboxCalls):
         (a killed worker's are removed by the next process to start on the node: ``reap_dead``)."""
         release_process()
 
+    async def probe(self) -> int:
+        """Liveness (its pid), called on its own concurrency group (``PROBE_GROUP``): it answers while
+        the worker's loop is busy, not when the process is stopped or wedged (see ``PoolBackend``)."""
+        return os.getpid()
+
     async def info(self) -> BackendInfo:
         """What the backend says about itself (the owner shows it as its own)."""
         return self.backend.info
