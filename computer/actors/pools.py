@@ -125,6 +125,11 @@ PROBE_TIMEOUT = 5.0
 # Seconds a dispatcher prefers other workers to one that did not answer a probe (the control loop
 # shows it draining after ``SILENT_AFTER`` without a load report).
 SILENT_AVOID = 60.0
+# Seconds a dispatcher prefers other workers to one that handed a run back as draining. Its view's
+# ``draining`` came from the control loop and replaced the worker's own answer: a worker drained
+# outside the control loop's view (or before its view said so) took the run back again and again,
+# and the run failed "handed back 101 times" within 5 s while another worker was free.
+DRAINING_AVOID = 10.0
 # What a run says first on its stderr when the worker holding its workspace's live sandbox stopped
 # answering (the sandbox's processes may still run there, out of reach).
 SILENT_SANDBOX = (
@@ -186,7 +191,12 @@ class PoolBackend:
         self._lost: dict[str, str] = {}
         self._dead: dict[str, float] = {}  # worker name -> when this owner saw it dead
         self._restarting: dict[str, float] = {}  # worker name -> when a call found it restarting
-        self._silent: dict[str, float] = {}  # worker name -> when it did not answer a probe
+        # Worker name -> until when (monotonic) runs go elsewhere when they can: it did not answer a
+        # probe (SILENT_AVOID), or handed a run back as draining (DRAINING_AVOID).
+        self._avoid: dict[str, float] = {}
+        # Workspace id -> what a worker that handed its run back kept for its next run (``Requeue``:
+        # notes for its stderr, refused paths -> reasons), said by the run wherever it goes next.
+        self._carried: dict[str, tuple[list[str], dict[str, str]]] = {}
         self._moved_at: dict[str, float] = {}  # workspace id -> when its run last moved (MOVE_HOLD)
         self._owner = owner
         self._token: str | None = None
@@ -387,6 +397,36 @@ class PoolBackend:
             if not keep:
                 self.unpin(workspace_id)
 
+    def _carry(self, workspace_id: str, requeue: Requeue) -> None:
+        """Keep what the worker that handed a run back kept for the workspace's next run."""
+        if requeue.note is None and not requeue.unreported:
+            return
+        notes, refused = self._carried.pop(workspace_id, ([], {}))
+        if requeue.note is not None:
+            notes.append(requeue.note)
+        self._carried[workspace_id] = (notes, {**refused, **requeue.unreported})
+        while len(self._carried) > LOST_REMEMBERED:
+            del self._carried[next(iter(self._carried))]
+
+    def _carried_notes(self, workspace_id: str) -> list[str]:
+        """The carried notes of the workspace, taken (said once its run started)."""
+        carried = self._carried.get(workspace_id)
+        if carried is None or not carried[0]:
+            return []
+        notes = list(carried[0])
+        carried[0].clear()
+        return notes
+
+    def _with_carried(self, workspace_id: str, event: ExitEvent) -> ExitEvent:
+        """``event`` listing the carried refusals of the workspace as skipped (they are taken)."""
+        carried = self._carried.pop(workspace_id, None)
+        if carried is None or not carried[1]:
+            return event
+        reasons = {**carried[1], **event.skipped_reasons}
+        return dataclasses.replace(
+            event, skipped=sorted({*event.skipped, *carried[1]}), skipped_reasons=reasons
+        )
+
     def _note_lost(self, workspace_id: str, note: str) -> None:
         self._lost.pop(workspace_id, None)
         self._lost[workspace_id] = note
@@ -422,7 +462,7 @@ class PoolBackend:
                 if task.done():
                     return task.result()
                 if why is not None:
-                    self._silent[name] = time.monotonic()
+                    self._avoid[name] = time.monotonic() + SILENT_AVOID
                     raise WorkerSilent(why)
         finally:
             if not task.done():
@@ -445,7 +485,7 @@ class PoolBackend:
         now = time.monotonic()
         self._dead = {n: t for n, t in self._dead.items() if now - t < DEAD_REMEMBERED}
         self._restarting = {n: t for n, t in self._restarting.items() if now - t < RESTART_AVOID}
-        self._silent = {n: t for n, t in self._silent.items() if now - t < SILENT_AVOID}
+        self._avoid = {n: t for n, t in self._avoid.items() if now < t}
         listed = set()
         for w in view.workers:
             if w.name in self._dead:
@@ -532,7 +572,7 @@ class PoolBackend:
             s
             for s in usable
             if now - self._restarting.get(s.name, -math.inf) >= RESTART_AVOID
-            and now - self._silent.get(s.name, -math.inf) >= SILENT_AVOID
+            and now >= self._avoid.get(s.name, -math.inf)
         ]
         usable = steady or usable  # a restarting or silent worker only when no other is usable
         warm = {name: rank for rank, name in enumerate(self._warm)}
@@ -707,7 +747,10 @@ class PoolBackend:
                             lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: restarted")
                         break
                     if isinstance(event, Requeue):  # handed back before it started: nothing ran
+                        self._carry(workspace_id, event)
                         slot.draining = slot.draining or event.reason == "draining"
+                        if event.reason == "draining":  # (the next view may not say so yet)
+                            self._avoid[slot.name] = time.monotonic() + DRAINING_AVOID
                         # A worker keeps a run whose live sandbox it holds: this one's has ended
                         # (on its own, or at a drain), or the worker just ended it ("moved").
                         self._unpin_from(workspace_id, slot.name)
@@ -722,11 +765,15 @@ class PoolBackend:
                     if lost_sandbox is not None:
                         yield OutputChunk("stderr", lost_sandbox.encode())
                         lost_sandbox = None
+                    for note in self._carried_notes(workspace_id):
+                        yield OutputChunk("stderr", note.encode())
                     if isinstance(event, RunStarted):
                         continue
                     if isinstance(event, ExitEvent):
                         finished = True
-                        event = await self._exited(event, workspace_id, slot, request, ctx)
+                        event = self._with_carried(
+                            workspace_id, await self._exited(event, workspace_id, slot, request, ctx)
+                        )
                     yield event
                     if finished:
                         break  # the run is over; do not wait for the generator's own end
