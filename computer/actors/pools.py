@@ -850,7 +850,10 @@ class PoolBackend:
                     with contextlib.suppress(Exception):
                         import ray
 
-                        ray.cancel(gen)
+                        # (not initialized: a stream faked without Ray, whose ``cancel`` would start or
+                        # join whatever cluster runs on the machine)
+                        if ray.is_initialized():
+                            ray.cancel(gen)
             if finished:
                 self._warm = [slot.name] + [n for n in self._warm if n != slot.name]
                 return
