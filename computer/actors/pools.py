@@ -302,9 +302,10 @@ class PoolBackend:
             return []
         try:
             async with asyncio.timeout(LIVE_CALL_TIMEOUT):
-                return list(await handle.live_processes.remote(workspace_id))
-        except TimeoutError:
-            raise self._unanswered(workspace_id) from None
+                call = handle.live_processes.remote(workspace_id)
+                return list(await self._watched(call, self.pinned(workspace_id) or ""))
+        except (TimeoutError, WorkerSilent) as exc:
+            raise self._unanswered(workspace_id, exc) from None
         except RayTaskError as exc:  # the sandbox's own failure (as embedded), not "no processes"
             raise (exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc))) from None
         except Exception:  # the worker is gone: so is its sandbox
@@ -328,9 +329,11 @@ class PoolBackend:
                     f"no process {pid}: the workspace has no live {self.backend} sandbox"
                 )
             async with asyncio.timeout(LIVE_CALL_TIMEOUT):
-                await handle.live_kill.remote(workspace_id, pid)
-        except TimeoutError:
-            raise self._unanswered(workspace_id) from None
+                await self._watched(
+                    handle.live_kill.remote(workspace_id, pid), self.pinned(workspace_id) or ""
+                )
+        except (TimeoutError, WorkerSilent) as exc:
+            raise self._unanswered(workspace_id, exc) from None
         except RayTaskError as exc:
             cause = exc.cause
             raise (cause if isinstance(cause, OSError) else ProcessLookupError(str(cause))) from None
@@ -340,10 +343,15 @@ class PoolBackend:
                 f"died ({self.pinned(workspace_id)}: {_first_line(exc)}); its processes ended with it"
             ) from None
 
-    def _unanswered(self, workspace_id: str) -> TimeoutError:
+    def _unanswered(self, workspace_id: str, exc: Exception) -> TimeoutError:
+        within = (
+            f"a liveness probe within {PROBE_TIMEOUT:g} s"
+            if isinstance(exc, WorkerSilent)
+            else f"within {LIVE_CALL_TIMEOUT:g} s"
+        )
         return TimeoutError(
             f"the exec worker holding the workspace's live {self.backend} sandbox "
-            f"({self.pinned(workspace_id)}) did not answer within {LIVE_CALL_TIMEOUT:g} s (stopped or wedged)"
+            f"({self.pinned(workspace_id)}) did not answer {within} (stopped or wedged)"
         )
 
     async def end_sandbox(self, workspace_id: str) -> bool:
@@ -374,7 +382,7 @@ class PoolBackend:
             if not known:
                 return False
             log.warning(
-                "pool %s: %s holding the live sandbox of %s %s: the sandbox is given up; what its "
+                "pool %s: %s holding the live sandbox of %s did not answer (%s): the sandbox is given up; what its "
                 "processes wrote after their last sync is not in the workspace",
                 self.backend,
                 name,

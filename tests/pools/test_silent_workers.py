@@ -130,3 +130,19 @@ async def test_a_workspace_whose_live_sandbox_worker_is_stopped_still_hibernates
         assert kept == b"kept\n"
     finally:
         computer.init(data_dir=tmp_path / "data")
+
+
+async def test_processes_and_kill_process_on_a_stopped_worker_say_so_within_a_probe(
+    cluster: Settings, name: str
+) -> None:
+    """Before, each waited ``LIVE_CALL_TIMEOUT`` (60 s) before its ``TimeoutError``."""
+    import pytest
+
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        worker = await _live_on_a_worker(ws, marker)
+        with _stopped(worker, marker):
+            with pytest.raises(TimeoutError, match="did not answer a liveness probe"):
+                await asyncio.wait_for(ws.runtime.processes(), BOUND / 2)
+            with pytest.raises(TimeoutError, match="did not answer a liveness probe"):
+                await asyncio.wait_for(ws.runtime.kill_process(worker), BOUND / 2)
