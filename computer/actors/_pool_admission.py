@@ -35,10 +35,14 @@ def target_runs(cpus: float, runs_per_cpu: float) -> int:
 @dataclass(frozen=True, slots=True)
 class Requeue:
     """The only item of a run a worker hands back before starting it (draining, or shedding its line):
-    nothing ran; send it to another worker."""
+    nothing ran; send it to another worker. ``note`` and ``unreported``: what the worker kept for the
+    workspace's next run (a live sandbox lost while no run was in progress; what an ended sandbox's
+    syncs refused), for the run wherever it goes (before, they stayed on this worker and were lost)."""
 
     worker: str
     reason: str
+    note: str | None = None
+    unreported: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,12 @@ class LiveSandboxCalls:
         count = getattr(self.backend, "live_sandboxes", None)
         return int(count(workspace_id)) if callable(count) else 0
 
+    def live_notices(self, workspace_id: str) -> tuple[str | None, dict[str, str]]:
+        """What the backend kept for the workspace's next run (a note for its stderr, refused paths ->
+        reasons), taken: handed back with a run that goes to another worker (``Requeue``)."""
+        take = getattr(self.backend, "take_notices", None)
+        return take(workspace_id) if callable(take) else (None, {})
+
     async def live_processes(self, workspace_id: str) -> list[ProcessInfo]:
         backend = self._live_backend()
         return await backend.processes(workspace_id) if backend is not None else []

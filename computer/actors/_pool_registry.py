@@ -29,6 +29,7 @@ from .naming import NAMESPACE
 from .raycompat import kv_get, kv_put
 
 __all__ = [
+    "PROBE_GROUP",
     "WORKER_MAX_CONCURRENCY",
     "WORKER_PREFIX",
     "create_worker",
@@ -45,6 +46,9 @@ WORKER_MAX_CONCURRENCY = 1024
 # A crashed worker process is restarted by Ray (it holds only caches); ``ray.kill`` ends it for good.
 WORKER_MAX_RESTARTS = 3
 WORKER_PREFIX = "computer:pool:"
+# The concurrency group of ``PoolWorker.probe``: its own thread and event loop, so a worker whose runs'
+# loop is busy (a big pull) still answers at once, while a stopped (SIGSTOP) or wedged process does not.
+PROBE_GROUP = "probe"
 _NAME = re.compile(r"^computer:pool:([a-z0-9_]+):(\d+)$")
 
 _remote_class: Any = None
@@ -60,7 +64,7 @@ def _worker_class() -> Any:
     if _remote_class is None:
         import ray
 
-        _remote_class = ray.remote(PoolWorker)
+        _remote_class = ray.remote(concurrency_groups={PROBE_GROUP: 1})(PoolWorker)  # type: ignore[call-overload]
     return _remote_class
 
 

@@ -241,6 +241,11 @@ class PoolWorker(LiveSandboxCalls):
         (a killed worker's are removed by the next process to start on the node: ``reap_dead``)."""
         release_process()
 
+    async def probe(self) -> int:
+        """Liveness (its pid), called on its own concurrency group (``PROBE_GROUP``): it answers while
+        the worker's loop is busy, not when the process is stopped or wedged (see ``PoolBackend``)."""
+        return os.getpid()
+
     async def info(self) -> BackendInfo:
         """What the backend says about itself (the owner shows it as its own)."""
         return self.backend.info
@@ -316,7 +321,7 @@ class PoolWorker(LiveSandboxCalls):
                     self._stayed += 1  # a slot here comes free sooner than a move would start it
                 elif await self._sandbox_may_move(workspace_id):
                     self._moved += 1
-                    yield Requeue(self.name, "moved")
+                    yield Requeue(self.name, "moved", *self.live_notices(workspace_id))
                     return
             # Closed with the outer generator (a cancelled run must end its process tree at once).
             run = self._admitted_run(order, owner)
@@ -397,7 +402,8 @@ class PoolWorker(LiveSandboxCalls):
         request, workspace_id, owner_token = order.request, order.workspace_id, order.owner_token
         was_live = self.live_sandboxes(workspace_id) > 0
         if not await self.admission.enter(pinned=was_live):
-            yield Requeue(self.name, "draining" if self.admission.draining else "shed")
+            reason = "draining" if self.admission.draining else "shed"
+            yield Requeue(self.name, reason, *self.live_notices(workspace_id))
             return
         key = f"{workspace_id}/{request.id}"
         self._running[key] = workspace_id

@@ -29,7 +29,12 @@ worker Ray restarts in place: until it answers, for at most :data:`RESTART_WAIT`
 it is failed. When that worker held the workspace's live sandbox, its background processes ended with
 it: the run goes on in a fresh sandbox and says so first on its stderr (:data:`LOST_SANDBOX`). A run handed back by its worker (:class:`~computer.actors._pool_admission.Requeue`:
 the worker drains, or shed its line because capacity appeared elsewhere) had not started either and
-is sent to another worker. So removing a worker loses no run and runs none twice. Workers check every
+is sent to another worker. So removing a worker loses no run and runs none twice. A worker that keeps a run (or ``end_sandbox``)
+waiting :data:`PROBE_AFTER` seconds is probed (``PoolWorker.probe``, on its own concurrency group:
+it answers while the worker's loop is busy, a long pull included); one that does not answer within
+:data:`PROBE_TIMEOUT` (stopped, wedged) is treated as dead for that call: a run it never started goes
+to another worker, a started one fails naming it, and its live sandbox is given up (its next run says
+so: :data:`SILENT_SANDBOX`). Workers check every
 few seconds that the owner of each run is still the same live process, and kill runs whose owner is
 gone; likewise they end the live sandboxes whose owner (the one that sent the workspace's last run
 there) is gone: pins live only in an owner's memory, so its successor could not reach them.
@@ -55,7 +60,7 @@ from ._pool_admission import Requeue
 from ._pool_callbacks import owner_token
 from ._pool_context import WorkerMemory
 from ._pool_plan import enabled, limits_from
-from ._pool_registry import publish_info, published_info, worker_handle
+from ._pool_registry import PROBE_GROUP, publish_info, published_info, worker_handle
 from ._pool_scaler import PoolView, get_scaler
 from ._pool_worker import OwnerUnknown, RunStarted
 from .raycompat import streaming
@@ -109,6 +114,34 @@ LOST_REMEMBERED = 1000
 # (a listing or a signal: milliseconds when it runs). A worker that is stopped (SIGSTOP) or wedged
 # never answers, and Ray has no bound of its own: ``computer ps`` and the processes tool waited forever.
 LIVE_CALL_TIMEOUT = 60.0
+# A worker call (a run's next item, ``end_sandbox``'s end) that has waited this long without an answer
+# makes the dispatcher probe the worker (``PoolWorker.probe``, on its own concurrency group: it answers
+# within milliseconds while the worker's loop is busy, a big end's pull included); a worker that does
+# not answer the probe within PROBE_TIMEOUT is stopped (SIGSTOP) or wedged, and treated as dead for
+# that call. Ray has no bound of its own: a run sent to a stopped worker waited its timeout plus
+# ~17-22 s, ``end_sandbox`` and the hibernation's ``close_workspace`` forever. Seconds.
+PROBE_AFTER = 3.0
+PROBE_TIMEOUT = 5.0
+# Seconds a dispatcher prefers other workers to one that did not answer a probe (the control loop
+# shows it draining after ``SILENT_AFTER`` without a load report).
+SILENT_AVOID = 60.0
+# Seconds a dispatcher prefers other workers to one that handed a run back as draining. Its view's
+# ``draining`` came from the control loop and replaced the worker's own answer: a worker drained
+# outside the control loop's view (or before its view said so) took the run back again and again,
+# and the run failed "handed back 101 times" within 5 s while another worker was free.
+DRAINING_AVOID = 10.0
+# What a run says first on its stderr when the worker holding its workspace's live sandbox stopped
+# answering (the sandbox's processes may still run there, out of reach).
+SILENT_SANDBOX = (
+    "computer: the exec worker holding this workspace's live sandbox does not answer ({why}); its "
+    "background processes are out of reach (what they wrote after their last sync is not in the "
+    "workspace) and this command runs in a fresh sandbox\n"
+)
+
+
+class WorkerSilent(Exception):
+    """A worker did not answer a liveness probe while a call waited on it (stopped or wedged)."""
+
 
 _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
 # Per process: the latest view of each pool a dispatcher here got from the control loop (when, view).
@@ -152,11 +185,18 @@ class PoolBackend:
         self._warm: list[str] = []  # workers that ran this owner's workspace, most recent first
         self._pins: dict[str, str] = {}  # workspace id -> worker its runs must go to (a live sandbox)
         self._ahead: set[str] = set()  # of those, pinned as a run was sent, before it ended (``_pin_ahead``)
-        # Workspace id -> why its live sandbox was lost with its worker under ``end_sandbox``: said by
-        # its next run (LOST_SANDBOX), as for a sandbox lost with its worker between runs.
+        # Workspace id -> the note its next run says first on its stderr: its live sandbox was lost
+        # with its worker under ``end_sandbox`` (LOST_SANDBOX), as for a sandbox lost with its worker
+        # between runs, or left on a worker that did not answer (SILENT_SANDBOX).
         self._lost: dict[str, str] = {}
         self._dead: dict[str, float] = {}  # worker name -> when this owner saw it dead
         self._restarting: dict[str, float] = {}  # worker name -> when a call found it restarting
+        # Worker name -> until when (monotonic) runs go elsewhere when they can: it did not answer a
+        # probe (SILENT_AVOID), or handed a run back as draining (DRAINING_AVOID).
+        self._avoid: dict[str, float] = {}
+        # Workspace id -> what a worker that handed its run back kept for its next run (``Requeue``:
+        # notes for its stderr, refused paths -> reasons), said by the run wherever it goes next.
+        self._carried: dict[str, tuple[list[str], dict[str, str]]] = {}
         self._moved_at: dict[str, float] = {}  # workspace id -> when its run last moved (MOVE_HOLD)
         self._owner = owner
         self._token: str | None = None
@@ -262,9 +302,10 @@ class PoolBackend:
             return []
         try:
             async with asyncio.timeout(LIVE_CALL_TIMEOUT):
-                return list(await handle.live_processes.remote(workspace_id))
-        except TimeoutError:
-            raise self._unanswered(workspace_id) from None
+                call = handle.live_processes.remote(workspace_id)
+                return list(await self._watched(call, self.pinned(workspace_id) or ""))
+        except (TimeoutError, WorkerSilent) as exc:
+            raise self._unanswered(workspace_id, exc) from None
         except RayTaskError as exc:  # the sandbox's own failure (as embedded), not "no processes"
             raise (exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc))) from None
         except Exception:  # the worker is gone: so is its sandbox
@@ -288,9 +329,11 @@ class PoolBackend:
                     f"no process {pid}: the workspace has no live {self.backend} sandbox"
                 )
             async with asyncio.timeout(LIVE_CALL_TIMEOUT):
-                await handle.live_kill.remote(workspace_id, pid)
-        except TimeoutError:
-            raise self._unanswered(workspace_id) from None
+                await self._watched(
+                    handle.live_kill.remote(workspace_id, pid), self.pinned(workspace_id) or ""
+                )
+        except (TimeoutError, WorkerSilent) as exc:
+            raise self._unanswered(workspace_id, exc) from None
         except RayTaskError as exc:
             cause = exc.cause
             raise (cause if isinstance(cause, OSError) else ProcessLookupError(str(cause))) from None
@@ -300,10 +343,15 @@ class PoolBackend:
                 f"died ({self.pinned(workspace_id)}: {_first_line(exc)}); its processes ended with it"
             ) from None
 
-    def _unanswered(self, workspace_id: str) -> TimeoutError:
+    def _unanswered(self, workspace_id: str, exc: Exception) -> TimeoutError:
+        within = (
+            f"a liveness probe within {PROBE_TIMEOUT:g} s"
+            if isinstance(exc, WorkerSilent)
+            else f"within {LIVE_CALL_TIMEOUT:g} s"
+        )
         return TimeoutError(
             f"the exec worker holding the workspace's live {self.backend} sandbox "
-            f"({self.pinned(workspace_id)}) did not answer within {LIVE_CALL_TIMEOUT:g} s (stopped or wedged)"
+            f"({self.pinned(workspace_id)}) did not answer {within} (stopped or wedged)"
         )
 
     async def end_sandbox(self, workspace_id: str) -> bool:
@@ -325,25 +373,108 @@ class PoolBackend:
             handle = await self._pinned_handle(workspace_id)
             if handle is None:
                 return False
-            ended = bool(await handle.live_end.remote(workspace_id))
+            ended = bool(await self._watched(handle.live_end.remote(workspace_id), name or ""))
             keep = known and not ended
             return ended
+        except WorkerSilent as exc:
+            # Stopped or wedged: the end's pull (which may legitimately be long: the probe answers
+            # meanwhile) never comes. The end stays asked: a worker that resumes ends the sandbox.
+            if not known:
+                return False
+            log.warning(
+                "pool %s: %s holding the live sandbox of %s did not answer (%s): the sandbox is given up; what its "
+                "processes wrote after their last sync is not in the workspace",
+                self.backend,
+                name,
+                workspace_id,
+                exc,
+            )
+            self._note_lost(workspace_id, SILENT_SANDBOX.format(why=f"{name}: {exc}"))
+            return True
         except (RayActorError, WorkerCrashedError, ValueError) as exc:  # (ValueError: its name is gone)
             if not known or isinstance(exc, RayTaskError):
                 return False
             log.warning(
                 "pool %s: %s died ending the live sandbox of %s: %s", self.backend, name, workspace_id, exc
             )
-            self._lost.pop(workspace_id, None)
-            self._lost[workspace_id] = f"{name}: {_first_line(exc)}"
-            while len(self._lost) > LOST_REMEMBERED:
-                del self._lost[next(iter(self._lost))]
+            self._note_lost(workspace_id, LOST_SANDBOX.format(why=f"{name}: {_first_line(exc)}"))
             return True
         except Exception:  # the worker answered with the sandbox's own failure (``RayTaskError``)
             return False
         finally:
             if not keep:
                 self.unpin(workspace_id)
+
+    def _carry(self, workspace_id: str, requeue: Requeue) -> None:
+        """Keep what the worker that handed a run back kept for the workspace's next run."""
+        if requeue.note is None and not requeue.unreported:
+            return
+        notes, refused = self._carried.pop(workspace_id, ([], {}))
+        if requeue.note is not None:
+            notes.append(requeue.note)
+        self._carried[workspace_id] = (notes, {**refused, **requeue.unreported})
+        while len(self._carried) > LOST_REMEMBERED:
+            del self._carried[next(iter(self._carried))]
+
+    def _carried_notes(self, workspace_id: str) -> list[str]:
+        """The carried notes of the workspace, taken (said once its run started)."""
+        carried = self._carried.get(workspace_id)
+        if carried is None or not carried[0]:
+            return []
+        notes = list(carried[0])
+        carried[0].clear()
+        return notes
+
+    def _with_carried(self, workspace_id: str, event: ExitEvent) -> ExitEvent:
+        """``event`` listing the carried refusals of the workspace as skipped (they are taken)."""
+        carried = self._carried.pop(workspace_id, None)
+        if carried is None or not carried[1]:
+            return event
+        reasons = {**carried[1], **event.skipped_reasons}
+        return dataclasses.replace(
+            event, skipped=sorted({*event.skipped, *carried[1]}), skipped_reasons=reasons
+        )
+
+    def _note_lost(self, workspace_id: str, note: str) -> None:
+        self._lost.pop(workspace_id, None)
+        self._lost[workspace_id] = note
+        while len(self._lost) > LOST_REMEMBERED:
+            del self._lost[next(iter(self._lost))]
+
+    async def _probe(self, handle: Any) -> str | None:
+        """None when the worker answers a liveness probe within :data:`PROBE_TIMEOUT`, else why not.
+        A worker found dead by Ray is left to the call that waits on it (it fails on its own)."""
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                await handle.probe.options(concurrency_group=PROBE_GROUP).remote()
+        except TimeoutError:
+            return f"no answer to a liveness probe within {PROBE_TIMEOUT:g} s: stopped or wedged"
+        except Exception:
+            return None
+        return None
+
+    async def _watched(self, call: Any, name: str) -> Any:
+        """Await ``call`` (a worker's answer), probing the worker ``name`` every :data:`PROBE_AFTER`
+        seconds it stays silent; :class:`WorkerSilent` when a probe gets no answer."""
+        task = asyncio.ensure_future(call)
+        try:
+            while True:
+                done, _ = await asyncio.wait({task}, timeout=PROBE_AFTER)
+                if done:
+                    return task.result()
+                slot = self._slots.get(name)
+                handle = slot.handle if slot is not None else None
+                if handle is None:
+                    return await task
+                why = await self._probe(handle)
+                if task.done():
+                    return task.result()
+                if why is not None:
+                    self._avoid[name] = time.monotonic() + SILENT_AVOID
+                    raise WorkerSilent(why)
+        finally:
+            if not task.done():
+                task.cancel()
 
     async def close_workspace(self, workspace_id: str) -> None:
         """The workspace closes (hibernation, takeover): its live sandbox ends with it (what it wrote
@@ -362,6 +493,7 @@ class PoolBackend:
         now = time.monotonic()
         self._dead = {n: t for n, t in self._dead.items() if now - t < DEAD_REMEMBERED}
         self._restarting = {n: t for n, t in self._restarting.items() if now - t < RESTART_AVOID}
+        self._avoid = {n: t for n, t in self._avoid.items() if now < t}
         listed = set()
         for w in view.workers:
             if w.name in self._dead:
@@ -444,8 +576,13 @@ class PoolBackend:
         if not usable:
             return None
         now = time.monotonic()
-        steady = [s for s in usable if now - self._restarting.get(s.name, -math.inf) >= RESTART_AVOID]
-        usable = steady or usable  # a restarting worker only when no other is usable
+        steady = [
+            s
+            for s in usable
+            if now - self._restarting.get(s.name, -math.inf) >= RESTART_AVOID
+            and now >= self._avoid.get(s.name, -math.inf)
+        ]
+        usable = steady or usable  # a restarting or silent worker only when no other is usable
         warm = {name: rank for rank, name in enumerate(self._warm)}
         order = {s.name: zlib.crc32(f"{workspace_id}/{s.name}".encode()) for s in usable}
         free = [s for s in usable if s.estimate < s.target]
@@ -582,7 +719,7 @@ class PoolBackend:
                 and self._gone(was_pinned)
                 and self._unpin_from(workspace_id, was_pinned)  # found dead since the last run
             ):
-                lost_sandbox = f"{was_pinned}: gone"
+                lost_sandbox = LOST_SANDBOX.format(why=f"{was_pinned}: gone")
             if slot is None:
                 yield ExitEvent(
                     None,
@@ -596,7 +733,7 @@ class PoolBackend:
             slot.inflight += 1
             handle = None
             gen = None
-            started = finished = unknown = requeued = moved = False
+            started = finished = unknown = requeued = moved = silent = False
             try:
                 handle = await self._handle(slot)
                 prefetched = await slot.memory.prefetch(ctx)
@@ -606,16 +743,22 @@ class PoolBackend:
                     request, workspace_id, owner, self._token, prefetched, self._movable(workspace_id, slot)
                 )
                 gen = streaming(handle.run, STREAM_AHEAD).remote(order)
-                async for ref in gen:
-                    event = await ref
+                items = aiter(gen)
+                while True:
+                    event = await self._watched(_next_item(items), slot.name)
+                    if event is _END:
+                        break
                     if isinstance(event, OwnerUnknown):  # a new worker process: nothing ran
                         slot.memory.introduced = False
                         unknown = True
                         if self._unpin_from(workspace_id, slot.name):  # restarted: the live sandbox is gone
-                            lost_sandbox = f"{slot.name}: restarted"
+                            lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: restarted")
                         break
                     if isinstance(event, Requeue):  # handed back before it started: nothing ran
+                        self._carry(workspace_id, event)
                         slot.draining = slot.draining or event.reason == "draining"
+                        if event.reason == "draining":  # (the next view may not say so yet)
+                            self._avoid[slot.name] = time.monotonic() + DRAINING_AVOID
                         # A worker keeps a run whose live sandbox it holds: this one's has ended
                         # (on its own, or at a drain), or the worker just ended it ("moved").
                         self._unpin_from(workspace_id, slot.name)
@@ -628,13 +771,17 @@ class PoolBackend:
                     started = slot.memory.introduced = True
                     self._restarting.pop(slot.name, None)
                     if lost_sandbox is not None:
-                        yield OutputChunk("stderr", LOST_SANDBOX.format(why=lost_sandbox).encode())
+                        yield OutputChunk("stderr", lost_sandbox.encode())
                         lost_sandbox = None
+                    for note in self._carried_notes(workspace_id):
+                        yield OutputChunk("stderr", note.encode())
                     if isinstance(event, RunStarted):
                         continue
                     if isinstance(event, ExitEvent):
                         finished = True
-                        event = await self._exited(event, workspace_id, slot, request, ctx)
+                        event = self._with_carried(
+                            workspace_id, await self._exited(event, workspace_id, slot, request, ctx)
+                        )
                     yield event
                     if finished:
                         break  # the run is over; do not wait for the generator's own end
@@ -665,7 +812,7 @@ class PoolBackend:
                 ):
                     attempt += 1  # no item came back: nothing reached the workspace, send it again
                     if self._unpin_from(workspace_id, slot.name):  # its live sandbox died with it
-                        lost_sandbox = f"{slot.name}: {_first_line(exc)}"
+                        lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: {_first_line(exc)}")
                     if restarting:
                         await asyncio.sleep(min(0.1 * 2**attempt, 2.0))  # bounded by RESTART_WAIT
                     continue
@@ -680,6 +827,30 @@ class PoolBackend:
                 finished = True
                 yield ExitEvent(None, error=f"exec worker failed: {_first_line(exc)}")
                 return
+            except WorkerSilent as exc:
+                # Stopped or wedged: treated as dead for this run (the run is cancelled there, should
+                # it resume). A pinned workspace's live sandbox is out of reach: unpinned.
+                pinned_there = self._unpin_from(workspace_id, slot.name)
+                if not started:  # no item came back: nothing reached the workspace, send it elsewhere
+                    attempt += 1
+                    if pinned_there:
+                        lost_sandbox = SILENT_SANDBOX.format(why=f"{slot.name}: {exc}")
+                    silent = True
+                else:
+                    finished = True
+                    lost = (
+                        "; the workspace's live sandbox (its background processes) is out of reach there, "
+                        "the next run starts a fresh one"
+                        if pinned_there
+                        else ""
+                    )
+                    yield ExitEvent(
+                        None,
+                        error=f"exec worker {slot.name} stopped answering while this run was on it ({exc}): "
+                        "the run was abandoned there, not run again (what it wrote after its last sync is "
+                        f"not in the workspace){lost}",
+                    )
+                    return
             finally:
                 slot.inflight -= 1
                 if gen is not None and not finished and not unknown and not requeued:
@@ -687,12 +858,20 @@ class PoolBackend:
                     with contextlib.suppress(Exception):
                         import ray
 
-                        ray.cancel(gen)
+                        # (not initialized: a stream faked without Ray, whose ``cancel`` would start or
+                        # join whatever cluster runs on the machine)
+                        if ray.is_initialized():
+                            ray.cancel(gen)
             if finished:
                 self._warm = [slot.name] + [n for n in self._warm if n != slot.name]
                 return
             if unknown:
                 continue  # sent again, with the owner's handle this time
+            if silent:
+                if attempt > DISPATCH_RETRIES + REQUEUES_MAX:
+                    yield ExitEvent(None, error=f"exec run found {attempt} {self.backend} workers silent")
+                    return
+                continue  # to another worker (a silent one only when no other is usable)
             if moved:
                 self.moved += 1
                 self._moved_at[workspace_id] = time.monotonic()
@@ -709,6 +888,18 @@ class PoolBackend:
                 continue
             yield ExitEvent(None, error=f"exec worker {slot.name} sent no exit")
             return
+
+
+_END: Any = object()  # the end of a run's stream (``_next_item``)
+
+
+async def _next_item(items: Any) -> Any:
+    """The next item of a run's stream (a Ray streaming generator), or :data:`_END`."""
+    try:
+        ref = await anext(items)
+    except StopAsyncIteration:
+        return _END
+    return await ref
 
 
 def _first_line(exc: BaseException) -> str:

@@ -39,6 +39,12 @@ _UNREPORTED = 1000
 # Seconds a run waits for the workspace's sandbox that is still ending (its processes killed, what
 # they wrote pulled) before it starts a fresh one anyway.
 ENDING_WAIT = 30.0
+# What a run says first on its stderr when the workspace's live sandbox was lost while no run was in
+# progress (``LiveSandboxes._unsaid``).
+UNSAID = (
+    "computer: the workspace's live sandbox ended while no run was in progress ({lost}); "
+    "its processes were ended (what they wrote is kept) and this command runs in a fresh one\n"
+)
 
 
 @dataclass
@@ -115,11 +121,7 @@ class LiveSandboxes:
             return
         lost = self._unsaid.pop(ctx.workspace_id, None)  # (``_sandbox_of`` waited for its end)
         if lost is not None:  # its background processes are gone: nothing else told the caller
-            note = (
-                f"computer: the workspace's live sandbox ended while no run was in progress ({lost}); "
-                "its processes were ended (what they wrote is kept) and this command runs in a fresh one\n"
-            )
-            yield OutputChunk("stderr", note.encode())
+            yield OutputChunk("stderr", UNSAID.format(lost=lost).encode())
         changes = sandbox.open_run(request.id, self._unreported.pop(ctx.workspace_id, None))
         finished = killed = False
         try:
@@ -353,6 +355,16 @@ class LiveSandboxes:
             while len(self._unsaid) > _UNREPORTED:
                 del self._unsaid[next(iter(self._unsaid))]
 
+    def take_notices(self, workspace_id: str) -> tuple[str | None, dict[str, str]]:
+        """What is kept here for the workspace's next run, taken (for a run that goes elsewhere: a pool
+        worker hands it back): the note of a sandbox lost while no run was in progress (``UNSAID``),
+        and what ended sandboxes' syncs refused (path -> reason)."""
+        sandbox = self._live.get(workspace_id)
+        if sandbox is not None and not sandbox.alive:
+            self._note_unsaid(sandbox)  # still ending: its reason now
+        lost = self._unsaid.pop(workspace_id, None)
+        return None if lost is None else UNSAID.format(lost=lost), self._unreported.pop(workspace_id, {})
+
     def _forget(self, sandbox: LiveSandbox) -> None:
         if self._live.get(sandbox.workspace_id) is sandbox:
             del self._live[sandbox.workspace_id]
@@ -422,6 +434,10 @@ class LiveCalls:
         """Kill everything in the workspace's live sandbox, pull what it wrote and drop it; False when
         there was none."""
         return await self._lives.end_sandbox(workspace_id)
+
+    def take_notices(self, workspace_id: str) -> tuple[str | None, dict[str, str]]:
+        """What this backend kept for the workspace's next run, taken (``LiveSandboxes.take_notices``)."""
+        return self._lives.take_notices(workspace_id)
 
     async def close_workspace(self, workspace_id: str) -> None:
         """The workspace closed (hibernation): end its live sandbox (what it wrote is pulled) and what

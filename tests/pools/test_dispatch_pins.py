@@ -297,3 +297,51 @@ async def test_processes_and_kill_on_a_worker_that_never_answers_fail_within_a_b
     with pytest.raises(TimeoutError, match=r"\(a\) did not answer within 0.2 s"):
         await asyncio.wait_for(backend.kill_process("ws", 7), 10)
     assert silent.calls == 2 and backend.pinned("ws") == "a"
+
+
+async def test_a_worker_that_hands_runs_back_as_draining_is_avoided_while_the_view_lags(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The control loop's view still shows ``a`` ready and the least loaded (drained outside its
+    view, or its view not yet fresh): before, every re-dispatch went back to ``a``, which handed the
+    run back again, and the run failed "handed back 101 times" while ``b`` was free."""
+    monkeypatch.setitem(pools._infos, "shell", BackendInfo(id="shell", protocol="command", callable=False))
+    view = PoolView("shell", (WorkerView("a", "n", 4, 0, False), WorkerView("b", "n", 4, 1, False)), 0)
+    backend = pools.PoolBackend("shell", owner=object(), node="n")
+    backend._take_view(view)
+
+    async def lagging_control_loop(*_: Any, **__: Any) -> None:
+        backend._take_view(view)
+
+    a, b = ScriptedWorker("a", lambda _: [Requeue("a", "draining")]), ScriptedWorker("b", _live)
+    for name, worker in (("a", a), ("b", b)):
+        backend._slots[name].handle = worker
+    monkeypatch.setattr(backend, "_refresh", lagging_control_loop)
+    assert await _run(backend) == [ExitEvent(0, live=True)]
+    assert (len(a.orders), len(b.orders)) == (1, 1)
+
+
+async def test_what_a_worker_kept_for_the_next_run_comes_with_the_run_it_hands_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lost sandbox's note and an ended sandbox's refusals, kept on ``a``, are said by the run that
+    ``a`` handed back and ``b`` ran (once: the next run says nothing)."""
+    from computer.runtime import OutputChunk
+
+    async def no_control_loop(*_: Any, **__: Any) -> None:
+        return None
+
+    a = ScriptedWorker("a", lambda _: [Requeue("a", "draining", "lost: why\n", {"big.bin": "too big"})])
+    b = ScriptedWorker(
+        "b", lambda _: [ExitEvent(0, live=True, skipped=["x"], skipped_reasons={"x": "why x"})]
+    )
+    backend = _dispatcher(monkeypatch, b_load=0, a=a, b=b)
+    monkeypatch.setattr(backend, "_refresh", no_control_loop)
+    first = await _run(backend)
+    assert first == [
+        OutputChunk("stderr", b"lost: why\n"),
+        ExitEvent(
+            0, live=True, skipped=["big.bin", "x"], skipped_reasons={"big.bin": "too big", "x": "why x"}
+        ),
+    ]
+    assert await _run(backend) == [ExitEvent(0, live=True, skipped=["x"], skipped_reasons={"x": "why x"})]

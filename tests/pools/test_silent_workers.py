@@ -1,0 +1,148 @@
+"""A pool worker that is stopped (SIGSTOP) or wedged: Ray still sees its process alive and bounds no
+call to it. The dispatcher probes a worker that keeps a call waiting (``PoolWorker.probe``, on its own
+concurrency group) and treats one that does not answer as dead for that call: ``end_sandbox`` (and the
+hibernation's ``close_workspace``) give its live sandbox up, a run that never started there goes to
+another worker, a run that started there fails naming it. Before, each waited forever (``end_sandbox``,
+hibernation) or for the run's timeout plus ~20 s."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from owner_models import owner_awake
+
+import computer
+from computer.config import Settings
+
+from .pool_helpers import processes_with, unique_sleep, wait_until
+from .test_live_pool import _holder
+
+# What a run says first when its workspace's live sandbox was left on a worker that does not answer.
+SILENT = "computer: the exec worker holding this workspace's live sandbox does not answer"
+# Bound of each call below on a stopped worker (the probe answers it within ~10 s; before: never, or
+# the run's 120 s timeout plus ~20 s).
+BOUND = 60.0
+
+
+@contextlib.contextmanager
+def _stopped(pid: int, *markers: str) -> Iterator[None]:
+    """The worker process ``pid`` stopped for the block; continued after, its sandboxes' ``sleep
+    <marker>`` processes killed (the stale calls the worker then runs end the rest)."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        for marker in markers:
+            for sleeper in processes_with(f"sleep {marker}"):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(sleeper, signal.SIGKILL)
+
+
+async def _live_on_a_worker(ws: Any, marker: str) -> int:
+    """Leave ``sleep <marker>`` in the workspace's live sandbox (and kept.txt synced); its worker's pid."""
+    first = await (
+        await ws.runtime.exec(f"echo kept > kept.txt; setsid sleep {marker} > /dev/null 2>&1 &")
+    ).result()
+    assert first.status == "completed", first
+    await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
+    worker, _ = await _holder(marker)
+    return worker
+
+
+async def test_end_sandbox_on_a_stopped_worker_gives_the_sandbox_up_and_the_next_run_says_so(
+    cluster: Settings, name: str
+) -> None:
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        worker = await _live_on_a_worker(ws, marker)
+        with _stopped(worker, marker):
+            assert await asyncio.wait_for(ws.runtime.end_sandbox(), BOUND) is True
+            after = await asyncio.wait_for((await ws.runtime.exec("cat kept.txt")).result(), BOUND)
+        assert (after.status, after.stdout) == ("completed", "kept\n"), after
+        assert after.stderr.startswith(SILENT), after
+        again = await (await ws.runtime.exec("true")).result()
+        assert (again.status, again.stderr) == ("completed", ""), again  # said once
+
+
+async def test_a_run_pinned_to_a_stopped_worker_runs_once_elsewhere_and_says_why(
+    cluster: Settings, name: str
+) -> None:
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        worker = await _live_on_a_worker(ws, marker)
+        with _stopped(worker, marker):
+            run = await ws.runtime.exec("echo ran >> runs.txt; cat kept.txt")
+            after = await asyncio.wait_for(run.result(), BOUND)
+        assert (after.status, after.stdout) == ("completed", "kept\n"), after
+        assert after.stderr.startswith(SILENT), after
+        assert await ws.fs.read_file("/workspace/runs.txt") == b"ran\n"  # once
+
+
+async def test_a_run_whose_worker_stops_under_it_fails_naming_the_worker(
+    cluster: Settings, name: str
+) -> None:
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        run = await ws.runtime.exec(f"echo ran >> runs.txt; sleep {marker}")
+        await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
+        for _ in range(100):  # bounded: 10 s for the live sandbox's sync to bring runs.txt over
+            if await ws.fs.exists("/workspace/runs.txt"):
+                break
+            await asyncio.sleep(0.1)
+        worker, _ = await _holder(marker)
+        with _stopped(worker, marker):
+            result = await asyncio.wait_for(run.result(), BOUND)
+        assert result.status != "completed", result
+        assert "stopped answering" in (result.error or "") and "computer:pool:shell:" in (
+            result.error or ""
+        ), result
+        again = await (await ws.runtime.exec("cat runs.txt")).result()
+        assert (again.status, again.stdout) == ("completed", "ran\n"), again  # not run twice
+
+
+async def _read_kept(name: str) -> bytes:
+    async with computer.get_workspace(name) as ws:
+        return await ws.fs.read_file("/workspace/kept.txt")
+
+
+async def test_a_workspace_whose_live_sandbox_worker_is_stopped_still_hibernates(
+    ray_session: Any, tmp_path: Path, name: str
+) -> None:
+    conf = computer.init(data_dir=tmp_path / "data", hibernate_after=1.0, shell_pool_size=2)
+    try:
+        marker = unique_sleep()
+        async with computer.get_workspace(name) as ws:
+            worker = await _live_on_a_worker(ws, marker)
+        with _stopped(worker, marker):
+            deadline = asyncio.get_running_loop().time() + BOUND
+            while await owner_awake(name, conf):  # polled: hibernation sends nothing to await
+                assert asyncio.get_running_loop().time() < deadline, "the owner never hibernated"
+                await asyncio.sleep(0.2)
+            # Calls wait for the close to be over (it ends the live sandbox first), then open it afresh.
+            kept = await asyncio.wait_for(_read_kept(name), BOUND)
+        assert kept == b"kept\n"
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+async def test_processes_and_kill_process_on_a_stopped_worker_say_so_within_a_probe(
+    cluster: Settings, name: str
+) -> None:
+    """Before, each waited ``LIVE_CALL_TIMEOUT`` (60 s) before its ``TimeoutError``."""
+    import pytest
+
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        worker = await _live_on_a_worker(ws, marker)
+        with _stopped(worker, marker):
+            with pytest.raises(TimeoutError, match="did not answer a liveness probe"):
+                await asyncio.wait_for(ws.runtime.processes(), BOUND / 2)
+            with pytest.raises(TimeoutError, match="did not answer a liveness probe"):
+                await asyncio.wait_for(ws.runtime.kill_process(worker), BOUND / 2)
