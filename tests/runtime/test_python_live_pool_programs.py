@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 import time
 
+from fidelity.test_python_live_programs import FETCH  # the same fetch of the site the server serves
+
 import computer
 from computer.config import Settings
-
-from ..fidelity.test_python_live_programs import FETCH  # the same fetch of the site the server serves
 
 SERVE = """
 import os, subprocess, sys
