@@ -15,7 +15,11 @@ within limits (:class:`ChannelLimits`) that bound its memory, whatever the bytes
   body of raw bytes, which only ``write_file`` has (its ``data``): the head of a request is at most
   ``request_bytes``, of the result frame (``op == "__result__"``) ``result_bytes``, a body
   ``write_bytes``; sizes are checked before anything is read, the body only once the head named
-  ``write_file``;
+  ``write_file``; a ``write_file`` over 32 KiB comes as its head alone, its ``args`` naming how many
+  ``parts`` (``__part__`` frames, each a piece of the body, args ``{}``) follow: each frame is one send
+  of the guest, which the kernel queues whole or not at all, so a sender killed mid-write (a fork
+  pool's worker) leaves no partial frame; ``_pychannel.serve`` joins the pieces and drops a write
+  another caller's frame interrupted (its caller died);
 - a head is unpacked with msgpack's ``max_*_len`` limits and a budget of ``items`` (elements of all
   maps and arrays together; hooks count them as the unpacker builds them): the worst case of small
   objects (an empty map is 1 byte on the wire and ~70 in Python) stays a few tens of MiB;
@@ -45,6 +49,7 @@ import msgpack
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
 
 __all__ = [
+    "PART_OP",
     "RESULT_OP",
     "ChannelError",
     "ChannelLimits",
@@ -60,6 +65,7 @@ __all__ = [
 _HEADER = struct.Struct(">I")
 REQUEST_HEADER = struct.Struct(">II")  # head bytes, body bytes
 RESULT_OP = "__result__"
+PART_OP = "__part__"  # a piece of a write_file's body (see the module docstring)
 _BODY_CHUNK = 1024 * 1024  # a large body is read (and handed to write_file) in pieces of this size
 
 
@@ -90,6 +96,7 @@ class GuestRequest:
     # write_file's data: bytes, or its pieces when larger than one piece (no copy joins them)
     body: bytes | list[bytes] | None = None
     id: int | None = None  # the caller's, echoed in the reply
+    parts: int = 0  # a write_file's: how many ``PART_OP`` frames carry its body
 
 
 def pack_frame(obj: Any) -> bytes:
@@ -130,10 +137,17 @@ async def read_request(reader: asyncio.StreamReader, limits: ChannelLimits) -> G
         problem = json_problem(args["value"], limits.depth)
         if problem is not None:
             raise ChannelError(f"main()'s value {problem}")
-    if body_size and op != "write_file":
+    parts = 0
+    if op == "write_file" and "parts" in args:
+        parts = args.pop("parts")
+        if type(parts) is not int or not 0 < parts <= limits.write_bytes or body_size:
+            raise ChannelError("a write_file's 'parts' must be a positive integer, with no body of its own")
+    if op == PART_OP and args:
+        raise ChannelError("a part frame carries no arguments")
+    if body_size and op not in ("write_file", PART_OP):
         raise ChannelError(f"only write_file frames carry a body, not {op!r}")
-    body = await _read_body(reader, body_size) if op == "write_file" else None
-    return GuestRequest(op, args, body, call)
+    body = await _read_body(reader, body_size) if op in ("write_file", PART_OP) else None
+    return GuestRequest(op, args, body, call, parts)
 
 
 async def _read(reader: asyncio.StreamReader, size: int) -> bytes:

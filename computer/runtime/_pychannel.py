@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import os
 import signal
@@ -20,15 +21,42 @@ import msgpack
 
 from ..storage.errors import error_to_wire
 from ._backend import ExecContext
-from ._codec import RESULT_OP, ChannelError, ChannelLimits, GuestRequest, check_args, pack_frame, read_request
+from ._codec import (
+    PART_OP,
+    RESULT_OP,
+    ChannelError,
+    ChannelLimits,
+    GuestRequest,
+    check_args,
+    pack_frame,
+    read_request,
+)
 from ._live import LiveSandbox
 from ._live_parts import Job
 from ._process import ProcessOutcome, SandboxProcess
 from ._staging import stage
 
-__all__ = ["GUEST_SCRIPT", "AheadGuest", "Guest", "Session", "guest_version", "serve", "stage_guest"]
+__all__ = [
+    "GUEST_SCRIPT",
+    "AheadGuest",
+    "Guest",
+    "Session",
+    "guest_tree",
+    "guest_version",
+    "serve",
+    "stage_guest",
+]
 
 GUEST_SCRIPT = Path(__file__).with_name("_pyguest.py")
+
+
+def guest_tree() -> dict[str, str | Path]:
+    """What a guest's stage holds: the guest, its channel module and msgpack."""
+    return {
+        "guest.py": GUEST_SCRIPT,
+        "lib/_guest_channel.py": GUEST_SCRIPT.with_name("_pyguest_channel.py"),
+        "lib/msgpack": os.path.dirname(msgpack.__file__),
+    }
 
 
 @dataclass
@@ -122,7 +150,12 @@ async def serve(
     result: dict[str, Any],
 ) -> None:
     """Answer the guest's calls until it closes the channel; a frame that breaks the framing ends the
-    channel and fails the run (``result["error"]``; see ``_codec``)."""
+    channel and fails the run (``result["error"]``; see ``_codec``). A ``write_file`` whose body comes
+    in parts is made once its last part is in; one another caller's frame interrupts is dropped, with
+    no reply (its sender died between two parts: the guest sends them with signals blocked)."""
+    joining: GuestRequest | None = None  # a write_file waiting for the parts of its body
+    pieces: list[bytes] = []
+    got = 0  # its parts so far
     while True:
         try:
             request = await read_request(reader, limits)
@@ -132,6 +165,23 @@ async def serve(
             result["error"] = f"the program broke the workspace channel's protocol: {exc}"
             writer.close()  # the guest's next call fails: the stream may be out of step
             return
+        if request.op == PART_OP:
+            if joining is None or request.id != joining.id:
+                continue  # a part of a write dropped above
+            pieces.extend(request.body if isinstance(request.body, list) else [request.body or b""])
+            got += 1
+            if sum(map(len, pieces)) > limits.write_bytes:
+                result["error"] = "the program broke the workspace channel's protocol: a write over the limit"
+                writer.close()
+                return
+            if got < joining.parts:
+                continue
+            request, joining = dataclasses.replace(joining, body=pieces, parts=0), None
+        elif request.parts:
+            joining, pieces, got = request, [], 0
+            continue
+        else:
+            joining = None
         if request.op == RESULT_OP:
             result["value"] = request.args["value"]
             reply: dict[str, Any] = {"ok": None}
@@ -230,7 +280,7 @@ def stage_guest(owner: tuple[int, int] | None) -> str:
     with _GUEST_LOCK:
         staged = _GUEST_STAGES.get(owner)
         if staged is None or not os.path.isdir(staged):
-            tree = {"guest.py": GUEST_SCRIPT, "lib/msgpack": os.path.dirname(msgpack.__file__)}
+            tree = guest_tree()
             name = "python-guest" if owner is None else f"python-guest-{owner[0]}"
             staged = _GUEST_STAGES[owner] = str(stage(name, tree, owner))
         return staged
