@@ -13,6 +13,7 @@ import signal
 import socket
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,14 +38,18 @@ from ._process import ProcessOutcome, SandboxProcess
 from ._staging import stage
 
 __all__ = [
+    "GUEST_FLAGS",
     "GUEST_SCRIPT",
     "AheadGuest",
     "Guest",
     "Session",
+    "guest_flags",
     "guest_tree",
     "guest_version",
+    "held_back",
     "serve",
     "stage_guest",
+    "start_env",
 ]
 
 GUEST_SCRIPT = Path(__file__).with_name("_pyguest.py")
@@ -57,6 +62,40 @@ def guest_tree() -> dict[str, str | Path]:
         "lib/_guest_channel.py": GUEST_SCRIPT.with_name("_pyguest_channel.py"),
         "lib/msgpack": os.path.dirname(msgpack.__file__),
     }
+
+
+# Isolated mode, and no ``site``: only the standard library, and no .pth file of the host's interpreter
+# runs (27 ms of every start here). The guest puts back what scripts use from ``site`` (exit, quit).
+GUEST_FLAGS = ("-I", "-S")
+# A run whose env gives python a setting it takes only as it starts gets an interpreter started with it
+# (such a run never takes a guest started ahead: one is for runs without ``env``): ``PYTHONUTF8`` as
+# ``-X utf8``, ``PYTHONHASHSEED`` read from the environment (``-I`` less ``-E``: every other
+# ``PYTHON*`` variable of the run's kept out of the interpreter's start, and put back into
+# ``os.environ`` by the guest before the program runs). ``PYTHONWARNINGS`` and ``PYTHONIOENCODING``
+# the guest applies itself (``_pyguest._apply_env``). Before, ``-I`` ignored them all.
+_READING_HASHSEED = ("-s", "-P", "-S")
+
+
+def guest_flags(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The guest interpreter's flags for a run with ``env``."""
+    flags = _READING_HASHSEED if "PYTHONHASHSEED" in env else GUEST_FLAGS
+    utf8 = env.get("PYTHONUTF8")
+    return (*flags, "-X", f"utf8={utf8}") if utf8 in ("0", "1") else flags
+
+
+def held_back(env: Mapping[str, str]) -> dict[str, str]:
+    """The ``PYTHON*`` variables of ``env`` an interpreter reading its environment must not see as it
+    starts (see ``guest_flags``): the guest puts them back."""
+    if "PYTHONHASHSEED" not in env:
+        return {}
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") and k != "PYTHONHASHSEED"}
+
+
+def start_env(full: dict[str, str], env: Mapping[str, str]) -> dict[str, str]:
+    """``full``, the guest's environment, less what ``held_back`` keeps from its start."""
+    for name in held_back(env):
+        full.pop(name, None)
+    return full
 
 
 @dataclass

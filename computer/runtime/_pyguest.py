@@ -239,6 +239,17 @@ def _teach_spawn(spawn: Any) -> None:
         return data
 
     spawn.get_preparation_data = get_preparation_data
+    # Its children (spawn, forkserver, the resource tracker) start with the interpreter's flags, and the
+    # guest's ``sys.dont_write_bytecode`` is none: they wrote ``__pycache__`` into the workspace's
+    # mirror as they imported its modules, pulled into the workspace. ``-B`` for them too.
+    util = sys.modules["multiprocessing.util"]
+    flags = getattr(util, "_args_from_interpreter_flags")  # noqa: B009  (private: mypy knows it not)
+
+    def args_from_interpreter_flags() -> list[str]:
+        args: list[str] = flags()
+        return [*args, "-B"] if sys.dont_write_bytecode and "-B" not in args else args
+
+    setattr(util, "_args_from_interpreter_flags", args_from_interpreter_flags)  # noqa: B010
 
 
 _SPAWN_LIB: list[str] = []
@@ -328,11 +339,34 @@ def _value_problem(value: Any) -> str | None:
     return None
 
 
+def _apply_env() -> None:
+    """What python takes from a run's ``PYTHONWARNINGS`` and ``PYTHONIOENCODING`` as it starts, which
+    ``-I`` had the guest ignore: the warnings filters (``env={"PYTHONWARNINGS": "error"}`` made no
+    warning an error), the streams' encoding and errors (stderr's stay ``backslashreplace``, as
+    python has them). ``PYTHONUNBUFFERED``: the guest's streams are unbuffered anyway (``-u``);
+    ``PYTHONUTF8`` and ``PYTHONHASHSEED`` are the host's, at the interpreter's start (``python.py``)."""
+    options = [o.strip() for o in os.environ.get("PYTHONWARNINGS", "").split(",") if o.strip()]
+    if options:
+        import warnings
+
+        sys.warnoptions[0:0] = options  # the -W options, later, win; a child python is told them again
+        warnings._processoptions(options)  # type: ignore[attr-defined]
+    encoding, _, errors = os.environ.get("PYTHONIOENCODING", "").partition(":")
+    if encoding or errors:
+        for stream in (sys.stdin, sys.stdout, sys.stderr):
+            if stream is not None and hasattr(stream, "reconfigure"):
+                keep = stream is sys.stderr or not errors
+                stream.reconfigure(
+                    encoding=encoding or stream.encoding, errors=stream.errors if keep else errors
+                )
+
+
 def _run() -> int:
     sys.modules["workspace"] = _build_module()
     # The run's PYTHONPATH, first, as python takes it (``-I`` had the guest ignore it, while a python
     # the program started honoured it); read now, after the guest's own imports.
     sys.path[0:0] = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    _apply_env()
     if _setup.get("mirrored"):
         # The cwd's modules as the program's ``open()`` sees them, the mirror's (after the standard
         # library, as before): the workspace's copy lags a sync behind, so a module the program
@@ -399,6 +433,7 @@ if __name__ == "__main__":
     gc.freeze()
     _setup = _channel.recv_setup()
     _channel.limits.update(_setup["limits"])
+    os.environ.update(_setup.get("environ") or {})  # what the interpreter must not read as it starts
     _CWD: str = _setup["cwd"]
     if _setup.get("exec_id"):  # started ahead in a live sandbox: the run it serves, for its children
         os.environ["COMPUTER_EXEC_ID"] = _setup["exec_id"]
