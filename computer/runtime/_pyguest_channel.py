@@ -51,10 +51,9 @@ _ALL_SIGNALS = _signal.valid_signals()
 limits: dict[str, int] = {}  # the host's ``ChannelLimits``, from the setup frame
 _sock = _socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
 os.set_inheritable(_sock.fileno(), False)  # a program's own children (os.system, a fork) never hold it
-# Every wait on the channel is a tick at most (the socket is non-blocking, in every process the guest
-# forks alike; Python polls it): see ``_wait``.
+# Once the run is in, every wait on the channel is a tick at most (the socket is non-blocking, in every
+# process the guest forks alike; Python polls it): see ``_wait``.
 _TICK = 0.02
-_sock.settimeout(_TICK)
 
 
 def _block() -> Any:
@@ -138,10 +137,12 @@ def recv() -> Any:
 
 
 def recv_setup() -> Any:
-    """The setup frame, waited for as long as it takes (a guest started ahead waits for its run)."""
+    """The setup frame, waited for as long as it takes (a guest started ahead waits for its run, the
+    socket blocking: it never wakes meanwhile)."""
     while True:
         setup = recv()
         if setup is not None:
+            _sock.settimeout(_TICK)
             return setup
 
 
