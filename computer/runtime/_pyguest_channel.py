@@ -31,6 +31,7 @@ import _signal
 import _socket
 import _thread
 import errno
+import itertools
 import os
 import struct
 
@@ -61,7 +62,12 @@ def _block() -> Any:
 
 
 def _unblock(mask: Any) -> None:
-    _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
+    """Back to ``mask``; None: it was lost to an exception a handler raised as the signals were blocked
+    (every signal unblocked: the program's own mask, if it had one, is not known)."""
+    if mask is None:
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, _ALL_SIGNALS)
+    else:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
 
 
 def _frames(op: str, args: Any, body: bytes, call: int | None) -> list[bytes]:
@@ -80,20 +86,15 @@ def _frames(op: str, args: Any, body: bytes, call: int | None) -> list[bytes]:
     return frames
 
 
-def send(op: str, args: Any, body: bytes = b"", call: int | None = None) -> None:
-    """One request, its frames sent with every signal blocked (no handler runs between them)."""
-    frames = _frames(op, args, body, call)
-    mask = _block()
-    try:
-        for frame in frames:
-            view = memoryview(frame)
-            while view:
-                try:
-                    view = view[_sock.send(view) :]
-                except TimeoutError:  # the host reads slowly: go on (the socket's timeout is a tick)
-                    pass
-    finally:
-        _unblock(mask)
+def _send(frames: list[bytes]) -> None:
+    """A request's frames, sent whole (the caller blocked every signal: no handler runs between them)."""
+    for frame in frames:
+        view = memoryview(frame)
+        while view:
+            try:
+                view = view[_sock.send(view) :]
+            except TimeoutError:  # the host reads slowly: go on (the socket's timeout is a tick)
+                pass
 
 
 def _recv_exact(n: int) -> bytes:
@@ -125,8 +126,9 @@ def recv() -> Any:
         raise ConnectionError("the host closed the workspace channel")
     if len(header) < _HEADER.size:  # a signal ended the wait early
         return None
-    mask = _block()
+    mask = None
     try:
+        mask = _block()  # a handler tripped before runs as this returns, never after
         if _READS[0] != reads:
             return None
         data = _recv_exact(_HEADER.size + _HEADER.unpack(header)[0])
@@ -149,7 +151,7 @@ def recv_setup() -> Any:
 _TURN_THREADS = [_thread.RLock()]
 _TURN_FILE = os.memfd_create("computer-turn")  # close-on-exec
 _DEPTH = [0]  # calls of this process inside its turn (more than one: a signal handler's)
-_CALLS = [0]
+_COUNTER = itertools.count(1)  # a call's number (``next``: no handler runs inside it)
 _PENDING: set[int] = set()  # this process's calls waiting for their replies
 _STASH: dict[int, Any] = {}  # replies read by a nested call for a call further up
 
@@ -182,30 +184,37 @@ def _wait(call: int) -> Any:
 
 
 def exchange(op: str, args: Any, body: bytes = b"") -> Any:
-    """Send one request and return its reply's value, in this caller's turn."""
+    """Send one request and return its reply's value, in this caller's turn. Signals are blocked from
+    the turn's taking to the request's last byte and from the call's end to the turn's giving back:
+    a handler (its own calls, its exception) runs only while the call waits for its reply."""
+    call = (os.getpid() << 32) | (next(_COUNTER) & 0xFFFFFFFF)
+    frames = _frames(op, args, body, call)
     with _TURN_THREADS[0]:
-        mask = _block()
+        mask = None
+        taken = waiting = False
         try:
+            mask = _block()
             if _DEPTH[0] == 0:
                 os.lockf(_TURN_FILE, os.F_LOCK, 0)
             _DEPTH[0] += 1
-        finally:
+            taken = True
+            _PENDING.add(call)
+            _send(frames)
+            waiting = True
             _unblock(mask)
-        _CALLS[0] += 1
-        call = (os.getpid() << 32) | (_CALLS[0] & 0xFFFFFFFF)
-        _PENDING.add(call)
-        try:
-            send(op, args, body, call)
             return value(_wait(call))
         finally:
-            mask = _block()
             try:
-                _PENDING.discard(call)
-                _STASH.pop(call, None)  # its reply, when it came before an exception ended the call
-                _DEPTH[0] -= 1
-                if _DEPTH[0] == 0:
-                    os.lockf(_TURN_FILE, os.F_ULOCK, 0)
+                if waiting:
+                    mask = None
+                    mask = _block()
             finally:
+                if taken:
+                    _PENDING.discard(call)
+                    _STASH.pop(call, None)  # its reply, when it came before an exception ended the call
+                    _DEPTH[0] -= 1
+                    if _DEPTH[0] == 0:
+                        os.lockf(_TURN_FILE, os.F_ULOCK, 0)
                 _unblock(mask)
 
 

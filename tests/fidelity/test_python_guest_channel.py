@@ -80,6 +80,52 @@ async def test_a_signal_handler_calls_workspace_in_the_middle_of_a_call(tmp_path
             assert await ws.fs.read_text(f"{ROOT}/ticks/{n}.txt") == str(n)
 
 
+# A timer's handler that calls workspace on two ticks of three and raises on the third, ending the
+# main loop's call it fell in: every call still answered right, nothing kept for callers gone.
+RAISING_AND_CALLING = """
+import signal, sys, workspace
+workspace.mkdir("m")
+workspace.write_file("fixed.txt", "fixed")
+class Stop(Exception):
+    pass
+ticks, seen = [0], []
+def tick(*args):
+    ticks[0] += 1
+    if ticks[0] % 3 == 0:
+        raise Stop
+    seen.append(workspace.read_text("fixed.txt"))
+signal.signal(signal.SIGALRM, tick)
+signal.setitimer(signal.ITIMER_REAL, 0.0015, 0.0015)
+right = wrong = stopped = 0
+for i in range(300):
+    try:
+        workspace.write_file(f"m/{i}", str(i))
+        if workspace.read_text(f"m/{i}") == str(i):
+            right += 1
+        else:
+            wrong += 1
+    except Stop:
+        stopped += 1
+signal.setitimer(signal.ITIMER_REAL, 0)
+channel = sys.modules["_guest_channel"]
+def main(input):
+    kept = [len(channel._STASH), len(channel._PENDING), channel._DEPTH[0]]
+    return [right + stopped, wrong, stopped > 0, sorted(set(seen)), kept, workspace.read_text("fixed.txt")]
+"""
+
+
+@pytest.mark.parametrize("live", MODES)
+async def test_signal_handlers_that_call_workspace_or_raise_leave_every_answer_right(
+    tmp_path: Path, live: bool
+) -> None:
+    """s53: nested calls next to calls a handler's exception ended: a reply whose caller is gone is
+    dropped, never kept (the stash, the pending calls and the turn's depth are empty at the end)."""
+    async with workspace_of(tmp_path / "ws.sqlite", live) as ws:
+        result = await py(ws, RAISING_AND_CALLING)
+        assert result.status == "completed", (result.stderr, result.error)
+        assert result.value == [300, 0, True, ["fixed"], [0, 0, 0], "fixed"]
+
+
 # A fork pool's worker killed between two writes of one large write_file's frame (the program's own
 # hand does it at the worst moment: the socket's second write). The parent's calls go on.
 KILLED_MID_FRAME = """
