@@ -194,7 +194,7 @@ async def serve(
     no reply (its sender died between two parts: the guest sends them with signals blocked)."""
     joining: GuestRequest | None = None  # a write_file waiting for the parts of its body
     pieces: list[bytes] = []
-    got = 0  # its parts so far
+    got = size = 0  # its parts so far, their bytes
     while True:
         try:
             request = await read_request(reader, limits)
@@ -207,9 +207,11 @@ async def serve(
         if request.op == PART_OP:
             if joining is None or request.id != joining.id:
                 continue  # a part of a write dropped above
-            pieces.extend(request.body if isinstance(request.body, list) else [request.body or b""])
+            body = request.body if isinstance(request.body, list) else [request.body or b""]
+            pieces.extend(body)
             got += 1
-            if sum(map(len, pieces)) > limits.write_bytes:
+            size += sum(map(len, body))
+            if size > limits.write_bytes:
                 result["error"] = "the program broke the workspace channel's protocol: a write over the limit"
                 writer.close()
                 return
@@ -217,7 +219,7 @@ async def serve(
                 continue
             request, joining = dataclasses.replace(joining, body=pieces, parts=0), None
         elif request.parts:
-            joining, pieces, got = request, [], 0
+            joining, pieces, got, size = request, [], 0, 0
             continue
         else:
             joining = None

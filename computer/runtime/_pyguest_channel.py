@@ -70,30 +70,40 @@ def _unblock(mask: Any) -> None:
         _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
 
 
-def _frames(op: str, args: Any, body: bytes, call: int | None) -> list[bytes]:
+def _frames(op: str, args: Any, body: bytes, call: int | None) -> list[list[Any]]:
+    """A request's frames, each as the buffers one ``sendmsg`` sends (no copy joins a piece)."""
     head = msgpack.packb({"op": op, "args": args, "id": call}, use_bin_type=True)
     limit = limits["request_bytes"]
     if len(head) > limit and op != "__result__":
         raise OSError(errno.E2BIG, f"the arguments of one {op} call are over {limit} bytes")
     if not body or _REQUEST.size + len(head) + len(body) <= _ATOMIC:  # a large head goes as it is
-        return [_REQUEST.pack(len(head), len(body)) + head + body]
+        return [[_REQUEST.pack(len(head), len(body)) + head, body]]
     part = msgpack.packb({"op": PART_OP, "args": {}, "id": call}, use_bin_type=True)
     size = _ATOMIC - _REQUEST.size - len(part)
-    pieces = [body[at : at + size] for at in range(0, len(body), size)]
+    view = memoryview(body)
+    pieces = [view[at : at + size] for at in range(0, len(body), size)]
     head = msgpack.packb({"op": op, "args": {**args, "parts": len(pieces)}, "id": call}, use_bin_type=True)
-    frames = [_REQUEST.pack(len(head), 0) + head]
-    frames += [_REQUEST.pack(len(part), len(piece)) + part + piece for piece in pieces]
+    frames = [[_REQUEST.pack(len(head), 0) + head]]
+    frames += [[_REQUEST.pack(len(part), len(piece)) + part, piece] for piece in pieces]
     return frames
 
 
-def _send(frames: list[bytes]) -> None:
+def _send(frames: list[list[Any]]) -> None:
     """A request's frames, sent whole (the caller blocked every signal: no handler runs between them)."""
-    for frame in frames:
-        view = memoryview(frame)
-        while view:
+    for buffers in frames:
+        while True:
             try:
-                view = view[_sock.send(view) :]
+                sent = _sock.sendmsg(buffers)
+                break
             except TimeoutError:  # the host reads slowly: go on (the socket's timeout is a tick)
+                pass
+        if sent == sum(map(len, buffers)):
+            continue
+        rest = memoryview(b"".join(buffers))[sent:]  # a frame over one buffer of the kernel's
+        while rest:
+            try:
+                rest = rest[_sock.send(rest) :]
+            except TimeoutError:
                 pass
 
 

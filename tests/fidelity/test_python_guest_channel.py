@@ -146,6 +146,9 @@ class DiesAtSecondWrite:
     def send(self, data):
         self._write(data)
         return real.send(data)
+    def sendmsg(self, buffers):
+        self._write(buffers)
+        return real.sendmsg(buffers)
     def __getattr__(self, name):
         return getattr(real, name)
 
