@@ -54,7 +54,7 @@ _sock = _socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
 os.set_inheritable(_sock.fileno(), False)  # a program's own children (os.system, a fork) never hold it
 # Once the run is in, every wait on the channel is a tick at most (the socket is non-blocking, in every
 # process the guest forks alike; Python polls it): see ``_wait``.
-_TICK = 0.02
+_TICK = 0.005  # a call a handler's call interrupted finds its reply that late at most
 
 
 def _block() -> Any:
