@@ -339,12 +339,13 @@ def _value_problem(value: Any) -> str | None:
     return None
 
 
-def _apply_env() -> None:
+def _apply_env() -> str | None:
     """What python takes from a run's ``PYTHONWARNINGS`` and ``PYTHONIOENCODING`` as it starts, which
     ``-I`` had the guest ignore: the warnings filters (``env={"PYTHONWARNINGS": "error"}`` made no
     warning an error), the streams' encoding and errors (stderr's stay ``backslashreplace``, as
     python has them). ``PYTHONUNBUFFERED``: the guest's streams are unbuffered anyway (``-u``);
-    ``PYTHONUTF8`` and ``PYTHONHASHSEED`` are the host's, at the interpreter's start (``python.py``)."""
+    ``PYTHONUTF8`` and ``PYTHONHASHSEED`` are the host's, at the interpreter's start (``python.py``).
+    What makes python refuse to start, as a message."""
     options = [o.strip() for o in os.environ.get("PYTHONWARNINGS", "").split(",") if o.strip()]
     if options:
         import warnings
@@ -356,9 +357,13 @@ def _apply_env() -> None:
         for stream in (sys.stdin, sys.stdout, sys.stderr):
             if stream is not None and hasattr(stream, "reconfigure"):
                 keep = stream is sys.stderr or not errors
-                stream.reconfigure(
-                    encoding=encoding or stream.encoding, errors=stream.errors if keep else errors
-                )
+                try:
+                    stream.reconfigure(
+                        encoding=encoding or stream.encoding, errors=stream.errors if keep else errors
+                    )
+                except LookupError as exc:  # python does not start either
+                    return f"PYTHONIOENCODING: {exc}"
+    return None
 
 
 def _run() -> int:
@@ -366,7 +371,10 @@ def _run() -> int:
     # The run's PYTHONPATH, first, as python takes it (``-I`` had the guest ignore it, while a python
     # the program started honoured it); read now, after the guest's own imports.
     sys.path[0:0] = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
-    _apply_env()
+    problem = _apply_env()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 1
     if _setup.get("mirrored"):
         # The cwd's modules as the program's ``open()`` sees them, the mirror's (after the standard
         # library, as before): the workspace's copy lags a sync behind, so a module the program

@@ -112,6 +112,8 @@ async def test_pythonioencoding_unbuffered_and_utf8_in_env_are_applied(tmp_path:
         assert unbuffered.value[4] is True
         utf8 = await py(ws, STREAMS, env={"PYTHONUTF8": "1"})
         assert utf8.value[5] == 1 and utf8.stdout == "price: \u20ac\n"
+        unknown = await run(ws, STREAMS, backend="python", timeout=30.0, env={"PYTHONIOENCODING": "nonesuch"})
+        assert unknown.exit_code == 1 and "PYTHONIOENCODING" in unknown.stderr, unknown
 
 
 HASHES = """
