@@ -15,7 +15,11 @@ within limits (:class:`ChannelLimits`) that bound its memory, whatever the bytes
   body of raw bytes, which only ``write_file`` has (its ``data``): the head of a request is at most
   ``request_bytes``, of the result frame (``op == "__result__"``) ``result_bytes``, a body
   ``write_bytes``; sizes are checked before anything is read, the body only once the head named
-  ``write_file``;
+  ``write_file`` (one of at most 64 KiB is read with its head); a ``write_file`` over 32 KiB comes as its head alone, its ``args`` naming how many
+  ``parts`` (``__part__`` frames, each a piece of the body, args ``{}``) follow: each frame is one send
+  of the guest, which the kernel queues whole or not at all, so a sender killed mid-write (a fork
+  pool's worker) leaves no partial frame; ``_pychannel.serve`` joins the pieces and drops a write
+  another caller's frame interrupted (its caller died);
 - a head is unpacked with msgpack's ``max_*_len`` limits and a budget of ``items`` (elements of all
   maps and arrays together; hooks count them as the unpacker builds them): the worst case of small
   objects (an empty map is 1 byte on the wire and ~70 in Python) stays a few tens of MiB;
@@ -45,6 +49,7 @@ import msgpack
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink, SyncPull, SyncPush
 
 __all__ = [
+    "PART_OP",
     "RESULT_OP",
     "ChannelError",
     "ChannelLimits",
@@ -60,7 +65,9 @@ __all__ = [
 _HEADER = struct.Struct(">I")
 REQUEST_HEADER = struct.Struct(">II")  # head bytes, body bytes
 RESULT_OP = "__result__"
+PART_OP = "__part__"  # a piece of a write_file's body (see the module docstring)
 _BODY_CHUNK = 1024 * 1024  # a large body is read (and handed to write_file) in pieces of this size
+_EARLY_BODY = 64 * 1024  # a body this small is read with its head, before the head is checked
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +97,7 @@ class GuestRequest:
     # write_file's data: bytes, or its pieces when larger than one piece (no copy joins them)
     body: bytes | list[bytes] | None = None
     id: int | None = None  # the caller's, echoed in the reply
+    parts: int = 0  # a write_file's: how many ``PART_OP`` frames carry its body
 
 
 def pack_frame(obj: Any) -> bytes:
@@ -112,7 +120,13 @@ async def read_request(reader: asyncio.StreamReader, limits: ChannelLimits) -> G
         raise ChannelError(f"a frame head of {head_size} bytes is over the limit")
     if body_size > limits.write_bytes:
         raise ChannelError(f"a frame body of {body_size} bytes is over the {limits.write_bytes}-byte limit")
-    head = _unpack_head(await _read(reader, head_size), limits)
+    early: bytes | None = None  # a small body, read with its head (a part of a large write: one read)
+    if 0 < body_size <= _EARLY_BODY:
+        both = await _read(reader, head_size + body_size)
+        head_bytes, early = both[:head_size], both[head_size:]
+    else:
+        head_bytes = await _read(reader, head_size)
+    head = _unpack_head(head_bytes, limits)
     if not isinstance(head, dict) or set(head) - {"id"} != {"op", "args"}:
         raise ChannelError("a frame head must be a map of exactly 'op' and 'args' (and an 'id')")
     op, args, call = head["op"], head["args"], head.get("id")
@@ -130,10 +144,19 @@ async def read_request(reader: asyncio.StreamReader, limits: ChannelLimits) -> G
         problem = json_problem(args["value"], limits.depth)
         if problem is not None:
             raise ChannelError(f"main()'s value {problem}")
-    if body_size and op != "write_file":
+    parts = 0
+    if op == "write_file" and "parts" in args:
+        parts = args.pop("parts")
+        if type(parts) is not int or not 0 < parts <= limits.write_bytes or body_size:
+            raise ChannelError("a write_file's 'parts' must be a positive integer, with no body of its own")
+    if op == PART_OP and args:
+        raise ChannelError("a part frame carries no arguments")
+    if body_size and op not in ("write_file", PART_OP):
         raise ChannelError(f"only write_file frames carry a body, not {op!r}")
-    body = await _read_body(reader, body_size) if op == "write_file" else None
-    return GuestRequest(op, args, body, call)
+    body: bytes | list[bytes] | None = None
+    if op in ("write_file", PART_OP):
+        body = early if early is not None else await _read_body(reader, body_size)
+    return GuestRequest(op, args, body, call, parts)
 
 
 async def _read(reader: asyncio.StreamReader, size: int) -> bytes:

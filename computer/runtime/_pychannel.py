@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import errno
 import os
 import signal
 import socket
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,15 +22,80 @@ import msgpack
 
 from ..storage.errors import error_to_wire
 from ._backend import ExecContext
-from ._codec import RESULT_OP, ChannelError, ChannelLimits, GuestRequest, check_args, pack_frame, read_request
+from ._codec import (
+    PART_OP,
+    RESULT_OP,
+    ChannelError,
+    ChannelLimits,
+    GuestRequest,
+    check_args,
+    pack_frame,
+    read_request,
+)
 from ._live import LiveSandbox
 from ._live_parts import Job
 from ._process import ProcessOutcome, SandboxProcess
 from ._staging import stage
 
-__all__ = ["GUEST_SCRIPT", "AheadGuest", "Guest", "Session", "guest_version", "serve", "stage_guest"]
+__all__ = [
+    "GUEST_FLAGS",
+    "GUEST_SCRIPT",
+    "AheadGuest",
+    "Guest",
+    "Session",
+    "guest_flags",
+    "guest_tree",
+    "guest_version",
+    "held_back",
+    "serve",
+    "stage_guest",
+    "start_env",
+]
 
 GUEST_SCRIPT = Path(__file__).with_name("_pyguest.py")
+
+
+def guest_tree() -> dict[str, str | Path]:
+    """What a guest's stage holds: the guest, its channel module and msgpack."""
+    return {
+        "guest.py": GUEST_SCRIPT,
+        "lib/_guest_channel.py": GUEST_SCRIPT.with_name("_pyguest_channel.py"),
+        "lib/msgpack": os.path.dirname(msgpack.__file__),
+    }
+
+
+# Isolated mode, and no ``site``: only the standard library, and no .pth file of the host's interpreter
+# runs (27 ms of every start here). The guest puts back what scripts use from ``site`` (exit, quit).
+GUEST_FLAGS = ("-I", "-S")
+# A run whose env gives python a setting it takes only as it starts gets an interpreter started with it
+# (such a run never takes a guest started ahead: one is for runs without ``env``): ``PYTHONUTF8`` as
+# ``-X utf8``, ``PYTHONHASHSEED`` read from the environment (``-I`` less ``-E``: every other
+# ``PYTHON*`` variable of the run's kept out of the interpreter's start, and put back into
+# ``os.environ`` by the guest before the program runs). ``PYTHONWARNINGS`` and ``PYTHONIOENCODING``
+# the guest applies itself (``_pyguest._apply_env``). Before, ``-I`` ignored them all.
+_READING_HASHSEED = ("-s", "-P", "-S")
+
+
+def guest_flags(env: Mapping[str, str]) -> tuple[str, ...]:
+    """The guest interpreter's flags for a run with ``env``."""
+    flags = _READING_HASHSEED if "PYTHONHASHSEED" in env else GUEST_FLAGS
+    utf8 = env.get("PYTHONUTF8")
+    return (*flags, "-X", f"utf8={utf8}") if utf8 in ("0", "1") else flags
+
+
+def held_back(env: Mapping[str, str]) -> dict[str, str]:
+    """The ``PYTHON*`` variables of ``env`` an interpreter reading its environment must not see as it
+    starts (see ``guest_flags``): the guest puts them back."""
+    if "PYTHONHASHSEED" not in env:
+        return {}
+    return {k: v for k, v in env.items() if k.startswith("PYTHON") and k != "PYTHONHASHSEED"}
+
+
+def start_env(full: dict[str, str], env: Mapping[str, str]) -> dict[str, str]:
+    """``full``, the guest's environment, less what ``held_back`` keeps from its start."""
+    for name in held_back(env):
+        full.pop(name, None)
+    return full
 
 
 @dataclass
@@ -122,7 +189,12 @@ async def serve(
     result: dict[str, Any],
 ) -> None:
     """Answer the guest's calls until it closes the channel; a frame that breaks the framing ends the
-    channel and fails the run (``result["error"]``; see ``_codec``)."""
+    channel and fails the run (``result["error"]``; see ``_codec``). A ``write_file`` whose body comes
+    in parts is made once its last part is in; one another caller's frame interrupts is dropped, with
+    no reply (its sender died between two parts: the guest sends them with signals blocked)."""
+    joining: GuestRequest | None = None  # a write_file waiting for the parts of its body
+    pieces: list[bytes] = []
+    got = size = 0  # its parts so far, their bytes
     while True:
         try:
             request = await read_request(reader, limits)
@@ -132,6 +204,25 @@ async def serve(
             result["error"] = f"the program broke the workspace channel's protocol: {exc}"
             writer.close()  # the guest's next call fails: the stream may be out of step
             return
+        if request.op == PART_OP:
+            if joining is None or request.id != joining.id:
+                continue  # a part of a write dropped above
+            body = request.body if isinstance(request.body, list) else [request.body or b""]
+            pieces.extend(body)
+            got += 1
+            size += sum(map(len, body))
+            if size > limits.write_bytes:
+                result["error"] = "the program broke the workspace channel's protocol: a write over the limit"
+                writer.close()
+                return
+            if got < joining.parts:
+                continue
+            request, joining = dataclasses.replace(joining, body=pieces, parts=0), None
+        elif request.parts:
+            joining, pieces, got, size = request, [], 0, 0
+            continue
+        else:
+            joining = None
         if request.op == RESULT_OP:
             result["value"] = request.args["value"]
             reply: dict[str, Any] = {"ok": None}
@@ -230,7 +321,28 @@ def stage_guest(owner: tuple[int, int] | None) -> str:
     with _GUEST_LOCK:
         staged = _GUEST_STAGES.get(owner)
         if staged is None or not os.path.isdir(staged):
-            tree = {"guest.py": GUEST_SCRIPT, "lib/msgpack": os.path.dirname(msgpack.__file__)}
+            tree = guest_tree()
             name = "python-guest" if owner is None else f"python-guest-{owner[0]}"
             staged = _GUEST_STAGES[owner] = str(stage(name, tree, owner))
+            _compile_channel(Path(staged))
         return staged
+
+
+def _compile_channel(staged: Path) -> None:
+    """The channel module's bytecode beside it, for an interpreter of this one's version (another
+    looks under its own name and compiles it): the guest's stage is read-only inside, so every guest
+    compiled it as it started (~1 ms of a run without a guest ahead). Named as the sandbox sees it."""
+    import importlib.util
+    import py_compile
+
+    source = staged / "lib" / "_guest_channel.py"
+    cfile = Path(importlib.util.cache_from_source(str(source)))
+    py_compile.compile(
+        str(source),
+        cfile=str(cfile),
+        dfile="/opt/computer/lib/_guest_channel.py",  # where ``python.py`` binds the stage
+        doraise=True,
+        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+    )
+    os.chmod(cfile.parent, 0o755)
+    os.chmod(cfile, 0o644)

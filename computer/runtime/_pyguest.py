@@ -14,15 +14,12 @@ from __future__ import annotations
 # rather than ``socket`` (enum), ``json`` only to check a value, ``linecache`` and ``traceback`` (7 ms:
 # tokenize, re) only when something imports them (see ``_AfterImport``).
 import _sitebuiltins
-import _socket
-import _thread
 import builtins
 import errno
 import gc
 import importlib.machinery
 import os
 import posixpath
-import struct
 import sys
 import types
 
@@ -72,87 +69,14 @@ _not_dumpable()
 # guest's own getpid, whatever a program's test patches into ``os``.
 _getpid = os.getpid
 _PID = _getpid()
-_sock = _socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
-os.set_inheritable(
-    _sock.fileno(), False
-)  # a program's own children (os.system, a fork) never hold the channel
-_HEADER = struct.Struct(">I")  # the host's frames: length, msgpack
-_REQUEST = struct.Struct(">II")  # ours: head length, body length; msgpack head, raw body (see _codec)
+import _guest_channel as _channel  # noqa: E402  (staged from _pyguest_channel.py; opens the channel)
 
-
-def _send(op: str, args: Any, body: bytes = b"", call: int | None = None) -> None:
-    head = msgpack.packb({"op": op, "args": args, "id": call}, use_bin_type=True)
-    limit = _setup["limits"]["request_bytes"]
-    if len(head) > limit and op != "__result__":
-        raise OSError(errno.E2BIG, f"the arguments of one {op} call are over {limit} bytes")
-    frame = _REQUEST.pack(len(head), len(body)) + head
-    if len(body) > 1 << 20:
-        _sock.sendall(frame)
-        _sock.sendall(body)
-    else:  # one write: a caller killed in the middle of a call leaves a whole frame or none
-        _sock.sendall(frame + body)
-
-
-def _recv_exact(n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        part = _sock.recv(n - len(buf))
-        if not part:
-            raise ConnectionError("the host closed the workspace channel")
-        buf += part
-    return bytes(buf)
-
-
-def _recv() -> Any:
-    """One frame, its length peeked first: a caller killed between the two reads takes nothing."""
-    header = b"."
-    while 0 < len(header) < _HEADER.size:  # a signal may end the wait early: peek again
-        header = _sock.recv(_HEADER.size, _socket.MSG_PEEK | _socket.MSG_WAITALL)
-    if not header:
-        raise ConnectionError("the host closed the workspace channel")
-    return msgpack.unpackb(_recv_exact(_HEADER.size + _HEADER.unpack(header)[0])[_HEADER.size :], raw=False)
-
-
-# One call at a time on the channel (its request, then its reply), from any thread or forked process
-# of the program: two at once interleaved their frames (threads of a ``ThreadPoolExecutor`` hung the
-# run; a fork pool's workers broke the protocol). A caller holds this process's lock, then a record
-# lock (``lockf``) on a file its forks share (an ``exec`` never inherits it): the kernel drops that
-# one when its holder dies (a pool worker terminated in a call), and a lock copied held into a child
-# forked while a thread held it is made anew there. Each request carries an id its reply echoes: a
-# reply whose caller is gone (that worker, or an exception a signal handler raised) is passed over.
-_TURN_THREADS = [_thread.allocate_lock()]
-_TURN_FILE = os.memfd_create("computer-turn")  # close-on-exec
-os.register_at_fork(after_in_child=lambda: _TURN_THREADS.__setitem__(0, _thread.allocate_lock()))
-_CALLS = [0]
-
-
-def _exchange(op: str, args: Any, body: bytes = b"") -> Any:
-    """Send one request and return its reply's value, in this caller's turn."""
-    with _TURN_THREADS[0]:
-        os.lockf(_TURN_FILE, os.F_LOCK, 0)
-        try:
-            _CALLS[0] += 1
-            call = (_getpid() << 32) | (_CALLS[0] & 0xFFFFFFFF)
-            _send(op, args, body, call)
-            while True:
-                reply = _recv()
-                if reply.get("id") == call:
-                    return _value(reply)
-        finally:
-            os.lockf(_TURN_FILE, os.F_ULOCK, 0)
+_exchange = _channel.exchange
+_sock = _channel._sock  # the channel's socket, as code in this interpreter can reach it anyway
 
 
 def _call(op: str, **args: Any) -> Any:
     return _exchange(op, args)
-
-
-def _value(reply: Any) -> Any:
-    if "err" in reply:
-        code, message, filename = reply["err"]
-        raise OSError(code, message, filename)  # OSError picks the subclass (FileNotFoundError…)
-    if "error" in reply:
-        raise RuntimeError(reply["error"])
-    return reply.get("ok")
 
 
 def _abs(path: str) -> str:
@@ -315,6 +239,17 @@ def _teach_spawn(spawn: Any) -> None:
         return data
 
     spawn.get_preparation_data = get_preparation_data
+    # Its children (spawn, forkserver, the resource tracker) start with the interpreter's flags, and the
+    # guest's ``sys.dont_write_bytecode`` is none: they wrote ``__pycache__`` into the workspace's
+    # mirror as they imported its modules, pulled into the workspace. ``-B`` for them too.
+    util = sys.modules["multiprocessing.util"]
+    flags = getattr(util, "_args_from_interpreter_flags")  # noqa: B009  (private: mypy knows it not)
+
+    def args_from_interpreter_flags() -> list[str]:
+        args: list[str] = flags()
+        return [*args, "-B"] if sys.dont_write_bytecode and "-B" not in args else args
+
+    setattr(util, "_args_from_interpreter_flags", args_from_interpreter_flags)  # noqa: B010
 
 
 _SPAWN_LIB: list[str] = []
@@ -404,11 +339,42 @@ def _value_problem(value: Any) -> str | None:
     return None
 
 
+def _apply_env() -> str | None:
+    """What python takes from a run's ``PYTHONWARNINGS`` and ``PYTHONIOENCODING`` as it starts, which
+    ``-I`` had the guest ignore: the warnings filters (``env={"PYTHONWARNINGS": "error"}`` made no
+    warning an error), the streams' encoding and errors (stderr's stay ``backslashreplace``, as
+    python has them). ``PYTHONUNBUFFERED``: the guest's streams are unbuffered anyway (``-u``);
+    ``PYTHONUTF8`` and ``PYTHONHASHSEED`` are the host's, at the interpreter's start (``python.py``).
+    What makes python refuse to start, as a message."""
+    options = [o.strip() for o in os.environ.get("PYTHONWARNINGS", "").split(",") if o.strip()]
+    if options:
+        import warnings
+
+        sys.warnoptions[0:0] = options  # the -W options, later, win; a child python is told them again
+        warnings._processoptions(options)  # type: ignore[attr-defined]
+    encoding, _, errors = os.environ.get("PYTHONIOENCODING", "").partition(":")
+    if encoding or errors:
+        for stream in (sys.stdin, sys.stdout, sys.stderr):
+            if stream is not None and hasattr(stream, "reconfigure"):
+                keep = stream is sys.stderr or not errors
+                try:
+                    stream.reconfigure(
+                        encoding=encoding or stream.encoding, errors=stream.errors if keep else errors
+                    )
+                except LookupError as exc:  # python does not start either
+                    return f"PYTHONIOENCODING: {exc}"
+    return None
+
+
 def _run() -> int:
     sys.modules["workspace"] = _build_module()
     # The run's PYTHONPATH, first, as python takes it (``-I`` had the guest ignore it, while a python
     # the program started honoured it); read now, after the guest's own imports.
     sys.path[0:0] = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    problem = _apply_env()
+    if problem is not None:
+        print(problem, file=sys.stderr)
+        return 1
     if _setup.get("mirrored"):
         # The cwd's modules as the program's ``open()`` sees them, the mirror's (after the standard
         # library, as before): the workspace's copy lags a sync behind, so a module the program
@@ -473,7 +439,9 @@ if __name__ == "__main__":
     # The guest's own objects are left out of every collection from here on: the program's, and the
     # last one at its end (that end took 3.5 ms after the result, 2.0 with this; ``os._exit``: 0.8).
     gc.freeze()
-    _setup = _recv()
+    _setup = _channel.recv_setup()
+    _channel.limits.update(_setup["limits"])
+    os.environ.update(_setup.get("environ") or {})  # what the interpreter must not read as it starts
     _CWD: str = _setup["cwd"]
     if _setup.get("exec_id"):  # started ahead in a live sandbox: the run it serves, for its children
         os.environ["COMPUTER_EXEC_ID"] = _setup["exec_id"]

@@ -44,7 +44,18 @@ from ._live_set import JobSpec, LiveCalls, LiveSandboxes
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import out_of_memory_error, stream_process
-from ._pychannel import AheadGuest, Guest, Session, guest_version, serve, stage_guest
+from ._pychannel import (
+    GUEST_FLAGS,
+    AheadGuest,
+    Guest,
+    Session,
+    guest_flags,
+    guest_version,
+    held_back,
+    serve,
+    stage_guest,
+    start_env,
+)
 from ._reaper import reap_periodically
 from ._sandbox import Bind, Sandbox, SandboxLimits
 from ._staging import stage_python
@@ -56,9 +67,7 @@ from .types import BackendInfo
 __all__ = ["PythonBackend"]
 
 _GUEST_DIR = "/opt/computer"
-# Isolated mode, and no ``site``: only the standard library, and no .pth file of the host's interpreter
-# runs (27 ms of every start here). The guest puts back what scripts use from ``site`` (exit, quit).
-_FLAGS = ("-I", "-S")
+_FLAGS = GUEST_FLAGS  # isolated, no ``site`` (see ``_pychannel``)
 
 
 class PythonBackend(LiveCalls):
@@ -235,10 +244,10 @@ class PythonBackend(LiveCalls):
             full = {"LANG": "C.UTF-8", "HOME": "/tmp/home", "PATH": "/usr/bin:/bin", **self._env, **env}
             full["COMPUTER_CHANNEL_FD"] = str(guest_end.fileno())
             sp = await self.sandbox.spawn(
-                [self.python, *_FLAGS, "-u", self._guest],
+                [self.python, *guest_flags(env), "-u", self._guest],
                 binds=binds,
                 cwd="/tmp",
-                env=full,
+                env=start_env(full, env),
                 pass_fds=[guest_end.fileno()],
             )
         except BaseException:
@@ -261,6 +270,7 @@ class PythonBackend(LiveCalls):
             "mirrored": is_within(cwd, self.mount_root),  # the program's cwd is the workspace's
             "chdir": chdir,
             "limits": dataclasses.asdict(self.limits),
+            "environ": held_back(request.env),
         }
 
     async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
@@ -421,8 +431,8 @@ class PythonBackend(LiveCalls):
             writer.write(pack_frame(setup))
             server = asyncio.create_task(serve(reader, writer, ctx, self.limits, session.result))
             try:
-                env = {**self._guest_env(request.env), "COMPUTER_CHANNEL_FD": "3"}
-                yield JobSpec([self.python, *_FLAGS, "-u", self._guest], env, fds, job)
+                env = start_env({**self._guest_env(request.env), "COMPUTER_CHANNEL_FD": "3"}, request.env)
+                yield JobSpec([self.python, *guest_flags(request.env), "-u", self._guest], env, fds, job)
             finally:
                 writer.close()
                 server.cancel()

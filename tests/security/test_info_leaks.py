@@ -20,6 +20,7 @@ import pytest
 
 import computer
 from computer.runtime._bwrap import Bind
+from computer.runtime._pychannel import guest_tree
 from computer.runtime._sandbox import Sandbox
 from computer.runtime._scratch import process_scratch
 from computer.runtime._staging import PYTHON_DIR, stage, stage_python
@@ -59,9 +60,7 @@ async def test_the_python_sandbox_names_no_host_path_and_holds_the_standard_libr
     python = stage_python(owner=sandbox.host_ids)
     if not python.binds:
         pytest.skip("the interpreter lives under /usr: every sandbox has it where it is")
-    guest = stage(
-        "guest", {"guest.py": _GUEST, "lib/msgpack": os.path.dirname(msgpack.__file__)}, sandbox.host_ids
-    )
+    guest = stage("guest", guest_tree(), sandbox.host_ids)
     binds = [*python.binds, Bind(str(guest), "/opt/computer")]
     env = {"PATH": "/usr/bin:/bin", **python.env}
     sp = await sandbox.spawn([python.executable, "-I", "-S", "-c", _PROBE], binds=binds, env=env)

@@ -1,0 +1,237 @@
+"""The python guest's end of its ``workspace`` channel, run *inside* the sandbox (staged beside
+``guest.py`` as ``lib/_guest_channel.py``; never imported by the host): frames out and in, and one
+call at a time from any thread, forked process or signal handler of the program.
+
+One call at a time on the channel (its request, then its reply): two at once interleaved their frames
+(threads of a ``ThreadPoolExecutor`` hung the run; a fork pool's workers broke the protocol). A caller
+holds this process's turn (a reentrant lock), then a record lock (``lockf``) on a file its forks share
+(an ``exec`` never inherits it): the kernel drops that one when its holder dies (a pool worker
+terminated in a call), and a turn copied held into a child forked while a thread held it is made anew
+there. Each request carries an id its reply echoes.
+
+A signal handler may call ``workspace`` while the main thread is inside a call (``setitimer`` and a
+handler that reads a file): the turn is reentrant, and a reply read by a call that is not its caller's
+is kept for that caller (``_STASH``; every call waits a tick at a time, so it finds it there) when the
+caller is still waiting further up the stack, dropped when it is gone (an exception a handler raised ended it). Before, the turn was
+not reentrant: such a handler hung the run. Handlers never run in the middle of a frame: signals are
+blocked while one is sent or read, and while the turn is taken or given back (the process's lock and
+its record lock change together), so a handler runs only while a call waits for its reply.
+
+A frame goes out whole or not at all, from the host's view: a process killed while sending (a pool
+worker terminated) leaves no partial frame, which would have broken the channel for every other
+caller. The kernel queues one unix stream ``send`` of at most ``_ATOMIC`` bytes as one buffer, or
+nothing; a ``write_file`` whose frame would be larger goes as its head (``parts``: how many pieces)
+and then that many ``__part__`` frames, which the host joins; it makes the write only once the last
+piece is in, and drops a write whose pieces stop (another caller's frame came: the sender died).
+"""
+
+from __future__ import annotations
+
+import _signal
+import _socket
+import _thread
+import errno
+import itertools
+import os
+import struct
+
+import msgpack
+
+MYPY = False
+if MYPY:  # for the type checker only
+    from typing import Any
+
+_HEADER = struct.Struct(">I")  # the host's frames: length, msgpack
+_REQUEST = struct.Struct(">II")  # ours: head length, body length; msgpack head, raw body (see _codec)
+# What one send queues whole (a unix stream socket's skb: 32 KiB of pages and a head, while the
+# socket's send buffer holds twice that): a larger frame is sent in pieces of this size at most.
+_ATOMIC = 32 * 1024
+PART_OP = "__part__"
+_ALL_SIGNALS = _signal.valid_signals()
+
+limits: dict[str, int] = {}  # the host's ``ChannelLimits``, from the setup frame
+_sock = _socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
+os.set_inheritable(_sock.fileno(), False)  # a program's own children (os.system, a fork) never hold it
+# Once the run is in, every wait on the channel is a tick at most (the socket is non-blocking, in every
+# process the guest forks alike; Python polls it): see ``_wait``.
+_TICK = 0.005  # a call a handler's call interrupted finds its reply that late at most
+
+
+def _block() -> Any:
+    return _signal.pthread_sigmask(_signal.SIG_BLOCK, _ALL_SIGNALS)
+
+
+def _unblock(mask: Any) -> None:
+    """Back to ``mask``; None: it was lost to an exception a handler raised as the signals were blocked
+    (every signal unblocked: the program's own mask, if it had one, is not known)."""
+    if mask is None:
+        _signal.pthread_sigmask(_signal.SIG_UNBLOCK, _ALL_SIGNALS)
+    else:
+        _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
+
+
+def _frames(op: str, args: Any, body: bytes, call: int | None) -> list[list[Any]]:
+    """A request's frames, each as the buffers one ``sendmsg`` sends (no copy joins a piece)."""
+    head = msgpack.packb({"op": op, "args": args, "id": call}, use_bin_type=True)
+    limit = limits["request_bytes"]
+    if len(head) > limit and op != "__result__":
+        raise OSError(errno.E2BIG, f"the arguments of one {op} call are over {limit} bytes")
+    if not body or _REQUEST.size + len(head) + len(body) <= _ATOMIC:  # a large head goes as it is
+        return [[_REQUEST.pack(len(head), len(body)) + head, body]]
+    part = msgpack.packb({"op": PART_OP, "args": {}, "id": call}, use_bin_type=True)
+    size = _ATOMIC - _REQUEST.size - len(part)
+    view = memoryview(body)
+    pieces = [view[at : at + size] for at in range(0, len(body), size)]
+    head = msgpack.packb({"op": op, "args": {**args, "parts": len(pieces)}, "id": call}, use_bin_type=True)
+    frames = [[_REQUEST.pack(len(head), 0) + head]]
+    frames += [[_REQUEST.pack(len(part), len(piece)) + part, piece] for piece in pieces]
+    return frames
+
+
+def _send(frames: list[list[Any]]) -> None:
+    """A request's frames, sent whole (the caller blocked every signal: no handler runs between them)."""
+    for buffers in frames:
+        while True:
+            try:
+                sent = _sock.sendmsg(buffers)
+                break
+            except TimeoutError:  # the host reads slowly: go on (the socket's timeout is a tick)
+                pass
+        if sent == sum(map(len, buffers)):
+            continue
+        rest = memoryview(b"".join(buffers))[sent:]  # a frame over one buffer of the kernel's
+        while rest:
+            try:
+                rest = rest[_sock.send(rest) :]
+            except TimeoutError:
+                pass
+
+
+def _recv_exact(n: int) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        try:
+            part = _sock.recv(n - len(buf))
+        except TimeoutError:
+            continue
+        if not part:
+            raise ConnectionError("the host closed the workspace channel")
+        buf += part
+    return bytes(buf)
+
+
+_READS = [0]  # frames this process read: a handler's call ran when it changed
+
+
+def recv() -> Any:
+    """One frame, its length peeked first (a caller killed between the two reads takes nothing), then
+    read whole with every signal blocked; None when none came within a tick, or when a signal
+    handler's call read frames between the peek and the read (the length peeked was of one of them)."""
+    reads = _READS[0]
+    try:
+        header = _sock.recv(_HEADER.size, _socket.MSG_PEEK | _socket.MSG_WAITALL)
+    except TimeoutError:
+        return None
+    if not header:
+        raise ConnectionError("the host closed the workspace channel")
+    if len(header) < _HEADER.size:  # a signal ended the wait early
+        return None
+    mask = None
+    try:
+        mask = _block()  # a handler tripped before runs as this returns, never after
+        if _READS[0] != reads:
+            return None
+        data = _recv_exact(_HEADER.size + _HEADER.unpack(header)[0])
+        _READS[0] += 1
+    finally:
+        _unblock(mask)
+    return msgpack.unpackb(data[_HEADER.size :], raw=False)
+
+
+def recv_setup() -> Any:
+    """The setup frame, waited for as long as it takes (a guest started ahead waits for its run, the
+    socket blocking: it never wakes meanwhile)."""
+    while True:
+        setup = recv()
+        if setup is not None:
+            _sock.settimeout(_TICK)
+            return setup
+
+
+_TURN_THREADS = [_thread.RLock()]
+_TURN_FILE = os.memfd_create("computer-turn")  # close-on-exec
+_DEPTH = [0]  # calls of this process inside its turn (more than one: a signal handler's)
+_COUNTER = itertools.count(1)  # a call's number (``next``: no handler runs inside it)
+_PENDING: set[int] = set()  # this process's calls waiting for their replies
+_STASH: dict[int, Any] = {}  # replies read by a nested call for a call further up
+
+
+def _forked() -> None:
+    _TURN_THREADS[0] = _thread.RLock()
+    _DEPTH[0] = 0
+    _PENDING.clear()
+    _STASH.clear()
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+def _wait(call: int) -> Any:
+    """The reply to ``call``: from the stash, or read (another's kept or dropped on the way). A call
+    waits a tick at a time: one a signal handler's call interrupted finds its reply in the stash (a
+    blocking read, retried after the handler, waited for it on the channel for good)."""
+    while True:
+        if call in _STASH:
+            return _STASH.pop(call)
+        reply = recv()
+        if reply is None:
+            continue
+        owner = reply.get("id")
+        if owner == call:
+            return reply
+        if owner in _PENDING:  # a call this one interrupted: kept for it
+            _STASH[owner] = reply
+
+
+def exchange(op: str, args: Any, body: bytes = b"") -> Any:
+    """Send one request and return its reply's value, in this caller's turn. Signals are blocked from
+    the turn's taking to the request's last byte and from the call's end to the turn's giving back:
+    a handler (its own calls, its exception) runs only while the call waits for its reply."""
+    call = (os.getpid() << 32) | (next(_COUNTER) & 0xFFFFFFFF)
+    frames = _frames(op, args, body, call)
+    with _TURN_THREADS[0]:
+        mask = None
+        taken = waiting = False
+        try:
+            mask = _block()
+            if _DEPTH[0] == 0:
+                os.lockf(_TURN_FILE, os.F_LOCK, 0)
+            _DEPTH[0] += 1
+            taken = True
+            _PENDING.add(call)
+            _send(frames)
+            waiting = True
+            _unblock(mask)
+            return value(_wait(call))
+        finally:
+            try:
+                if waiting:
+                    mask = None
+                    mask = _block()
+            finally:
+                if taken:
+                    _PENDING.discard(call)
+                    _STASH.pop(call, None)  # its reply, when it came before an exception ended the call
+                    _DEPTH[0] -= 1
+                    if _DEPTH[0] == 0:
+                        os.lockf(_TURN_FILE, os.F_ULOCK, 0)
+                _unblock(mask)
+
+
+def value(reply: Any) -> Any:
+    if "err" in reply:
+        code, message, filename = reply["err"]
+        raise OSError(code, message, filename)  # OSError picks the subclass (FileNotFoundError…)
+    if "error" in reply:
+        raise RuntimeError(reply["error"])
+    return reply.get("ok")

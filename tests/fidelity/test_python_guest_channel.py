@@ -1,0 +1,183 @@
+"""The python guest's ``workspace`` channel under what programs do to it: signal handlers that call
+``workspace`` in the middle of a call, fork pool workers killed in the middle of a large write. One-off
+and live sandboxes alike, every check after the run through the workspace itself."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import computer
+from computer.runtime import PythonBackend, ShellBackend
+from computer.runtime.types import ExecResult
+
+from ._support import ROOT, run
+
+LIVE = PythonBackend(live=True).live
+MODES = [pytest.param(False, id="one-off"), pytest.param(True, id="live")]
+
+
+@asynccontextmanager
+async def workspace_of(path: Path, live: bool) -> AsyncIterator[computer.Workspace]:
+    if live and not LIVE:
+        pytest.skip("no cgroup freezer here")
+    ws = computer.Workspace(str(path), backends=[ShellBackend(), PythonBackend(live=live)])
+    try:
+        await ws.fs.mkdir(ROOT, recursive=True)
+        yield ws
+    finally:
+        await ws.close()
+
+
+async def py(ws: computer.Workspace, source: str, **options: Any) -> ExecResult:
+    return await run(ws, source, backend="python", timeout=30.0, **options)
+
+
+# A timer's handler that reads and writes the workspace, firing every 2 ms while the program's
+# own loop reads and writes it: most ticks land inside a call, waiting for its reply.
+NESTED_CALLS = """
+import itertools, signal, workspace
+workspace.mkdir("ticks")
+workspace.mkdir("mine")
+workspace.write_file("fixed.txt", "fixed")
+ticks = []
+numbers = itertools.count(1)
+def tick(*args):
+    n = next(numbers)  # a tick may fall inside another's calls too
+    ticks.append(workspace.read_text("fixed.txt"))
+    workspace.write_file(f"ticks/{n}.txt", str(n))
+signal.signal(signal.SIGALRM, tick)
+signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)
+mine = []
+for i in range(300):
+    workspace.write_file(f"mine/{i}.txt", str(i) * 50)
+    mine.append(workspace.read_text(f"mine/{i}.txt"))
+    mine.append(len(workspace.ls("mine/")))
+signal.setitimer(signal.ITIMER_REAL, 0)
+def main(input):
+    return {"mine": mine, "ticks": ticks}
+"""
+
+
+@pytest.mark.parametrize("live", MODES)
+async def test_a_signal_handler_calls_workspace_in_the_middle_of_a_call(tmp_path: Path, live: bool) -> None:
+    """s53: a signal handler that called ``workspace`` while the main code was inside a call hung the
+    run (the turn on the channel was not reentrant); made reentrant alone, the handler's call would
+    have read the interrupted call's reply as its own. Now each reply reaches its own caller: the
+    main loop's answers and the handler's are all right."""
+    async with workspace_of(tmp_path / "ws.sqlite", live) as ws:
+        result = await py(ws, NESTED_CALLS)
+        assert result.status == "completed", (result.stderr, result.error)
+        expected: list[Any] = []
+        for i in range(300):
+            expected += [str(i) * 50, i + 1]
+        assert result.value["mine"] == expected, result.value
+        ticks = result.value["ticks"]
+        assert ticks and set(ticks) == {"fixed"}
+        for n in range(1, len(ticks) + 1):
+            assert await ws.fs.read_text(f"{ROOT}/ticks/{n}.txt") == str(n)
+
+
+# A timer's handler that calls workspace on two ticks of three and raises on the third, ending the
+# main loop's call it fell in: every call still answered right, nothing kept for callers gone.
+RAISING_AND_CALLING = """
+import signal, sys, workspace
+workspace.mkdir("m")
+workspace.write_file("fixed.txt", "fixed")
+class Stop(Exception):
+    pass
+ticks, seen = [0], []
+def tick(*args):
+    ticks[0] += 1
+    if ticks[0] % 3 == 0:
+        raise Stop
+    seen.append(workspace.read_text("fixed.txt"))
+signal.signal(signal.SIGALRM, tick)
+signal.setitimer(signal.ITIMER_REAL, 0.0015, 0.0015)
+right = wrong = stopped = 0
+for i in range(300):
+    try:
+        workspace.write_file(f"m/{i}", str(i))
+        if workspace.read_text(f"m/{i}") == str(i):
+            right += 1
+        else:
+            wrong += 1
+    except Stop:
+        stopped += 1
+signal.setitimer(signal.ITIMER_REAL, 0)
+channel = sys.modules["_guest_channel"]
+def main(input):
+    kept = [len(channel._STASH), len(channel._PENDING), channel._DEPTH[0]]
+    return [right + stopped, wrong, stopped > 0, sorted(set(seen)), kept, workspace.read_text("fixed.txt")]
+"""
+
+
+@pytest.mark.parametrize("live", MODES)
+async def test_signal_handlers_that_call_workspace_or_raise_leave_every_answer_right(
+    tmp_path: Path, live: bool
+) -> None:
+    """s53: nested calls next to calls a handler's exception ended: a reply whose caller is gone is
+    dropped, never kept (the stash, the pending calls and the turn's depth are empty at the end)."""
+    async with workspace_of(tmp_path / "ws.sqlite", live) as ws:
+        result = await py(ws, RAISING_AND_CALLING)
+        assert result.status == "completed", (result.stderr, result.error)
+        assert result.value == [300, 0, True, ["fixed"], [0, 0, 0], "fixed"]
+
+
+# A fork pool's worker killed between two writes of one large write_file's frame (the program's own
+# hand does it at the worst moment: the socket's second write). The parent's calls go on.
+KILLED_MID_FRAME = """
+import os, signal, sys, workspace
+channel = sys.modules.get("_guest_channel")
+names = vars(channel) if channel is not None else workspace.write_file.__globals__
+real = names["_sock"]
+
+class DiesAtSecondWrite:
+    writes = 0
+    def _write(self, data):
+        type(self).writes += 1
+        if type(self).writes == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+    def sendall(self, data):
+        self._write(data)
+        return real.sendall(data)
+    def send(self, data):
+        self._write(data)
+        return real.send(data)
+    def sendmsg(self, buffers):
+        self._write(buffers)
+        return real.sendmsg(buffers)
+    def __getattr__(self, name):
+        return getattr(real, name)
+
+workspace.write_file("before.txt", "before")
+pid = os.fork()
+if pid == 0:
+    names["_sock"] = DiesAtSecondWrite()
+    workspace.write_file("big.bin", b"x" * (3 << 20))
+    os._exit(0)
+os.waitpid(pid, 0)
+def main(input):
+    workspace.write_file("after.txt", "after")
+    return [workspace.read_text("before.txt"), workspace.read_text("after.txt"), workspace.exists("big.bin")]
+"""
+
+
+@pytest.mark.parametrize("live", MODES)
+async def test_a_worker_killed_in_the_middle_of_a_large_write_leaves_the_channel_whole(
+    tmp_path: Path, live: bool
+) -> None:
+    """s53: a ``write_file`` body over 1 MiB went in two writes (and any frame over ~32 KiB in several
+    kernel buffers): a forked worker killed between them left half a frame, the host waited for the
+    rest, and every later call (the run's result too) hung until the timeout. Now a large body goes
+    as pieces, each a frame the kernel queues whole, joined by the host; a write whose pieces stop is
+    not made."""
+    async with workspace_of(tmp_path / "ws.sqlite", live) as ws:
+        result = await py(ws, KILLED_MID_FRAME)
+        assert result.status == "completed", (result.stderr, result.error)
+        assert result.value == ["before", "after", False]
+        assert not await ws.fs.exists(f"{ROOT}/big.bin")
