@@ -177,6 +177,10 @@ async def test_forged_frames_keep_the_hosts_memory_bounded(ws: computer.Workspac
         + "import struct\n"
         + _ATTACKS[attack]
         + (
+            # The forged frame goes whole however slowly the host reads (the guest's own sends wait a
+            # tick at a time: under load, a 4 MiB sendall on that socket timed out half sent, and the
+            # run's end then waited for a reply inside the forged frame until the timeout).
+            "_sock.settimeout(None)\n"
             "try:\n"
             "    _sock.sendall(frame)\n"
             "    workspace.exists('/workspace')\n"
