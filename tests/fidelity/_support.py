@@ -36,12 +36,14 @@ async def opened(
     *,
     shell: ShellBackend | None = None,
     python: bool = True,
+    python_live: bool = True,
     **workspace_options: Any,
 ) -> AsyncIterator[computer.Workspace]:
-    """A workspace over ``path`` with fresh backends (or ``shell``), ``/workspace`` made; closed after."""
+    """A workspace over ``path`` with fresh backends (or ``shell``), ``/workspace`` made; closed after.
+    ``python_live``: the python backend's live sandboxes (False: a sandbox per call)."""
     backends: list[Any] = [shell or ShellBackend()]
     if python:
-        backends.append(PythonBackend())
+        backends.append(PythonBackend(live=python_live))
     ws = computer.Workspace(None if path is None else str(path), backends=backends, **workspace_options)
     try:
         if not await ws.fs.exists(ROOT):
@@ -49,6 +51,19 @@ async def opened(
         yield ws
     finally:
         await asyncio.wait_for(ws.close(), MARGIN)
+
+
+# Whether this host has live python sandboxes (a cgroup freezer), and the two ways a python run goes,
+# for tests parametrized over both (``python_modes``).
+PYTHON_LIVE = PythonBackend(live=True).live
+PYTHON_MODES = [pytest.param(False, id="one-off"), pytest.param(True, id="live")]
+
+
+def python_mode(path: Path, live: bool) -> Any:
+    """:func:`opened` with the python backend one-off or live (skipped where live cannot run)."""
+    if live and not PYTHON_LIVE:
+        pytest.skip("no cgroup freezer here")
+    return opened(path, python_live=live)
 
 
 async def run(ws: computer.Workspace, source: str, **options: Any) -> ExecResult:

@@ -4,33 +4,15 @@ and live sandboxes alike, every check after the run through the workspace itself
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import computer
-from computer.runtime import PythonBackend, ShellBackend
 from computer.runtime.types import ExecResult
 
-from ._support import ROOT, run
-
-LIVE = PythonBackend(live=True).live
-MODES = [pytest.param(False, id="one-off"), pytest.param(True, id="live")]
-
-
-@asynccontextmanager
-async def workspace_of(path: Path, live: bool) -> AsyncIterator[computer.Workspace]:
-    if live and not LIVE:
-        pytest.skip("no cgroup freezer here")
-    ws = computer.Workspace(str(path), backends=[ShellBackend(), PythonBackend(live=live)])
-    try:
-        await ws.fs.mkdir(ROOT, recursive=True)
-        yield ws
-    finally:
-        await ws.close()
+from ._support import PYTHON_MODES, ROOT, python_mode, run
 
 
 async def py(ws: computer.Workspace, source: str, **options: Any) -> ExecResult:
@@ -63,13 +45,13 @@ def main(input):
 """
 
 
-@pytest.mark.parametrize("live", MODES)
+@pytest.mark.parametrize("live", PYTHON_MODES)
 async def test_a_signal_handler_calls_workspace_in_the_middle_of_a_call(tmp_path: Path, live: bool) -> None:
     """s53: a signal handler that called ``workspace`` while the main code was inside a call hung the
     run (the turn on the channel was not reentrant); made reentrant alone, the handler's call would
     have read the interrupted call's reply as its own. Now each reply reaches its own caller: the
     main loop's answers and the handler's are all right."""
-    async with workspace_of(tmp_path / "ws.sqlite", live) as ws:
+    async with python_mode(tmp_path / "ws.sqlite", live) as ws:
         result = await py(ws, NESTED_CALLS)
         assert result.status == "completed", (result.stderr, result.error)
         expected: list[Any] = []
@@ -116,13 +98,13 @@ def main(input):
 """
 
 
-@pytest.mark.parametrize("live", MODES)
+@pytest.mark.parametrize("live", PYTHON_MODES)
 async def test_signal_handlers_that_call_workspace_or_raise_leave_every_answer_right(
     tmp_path: Path, live: bool
 ) -> None:
     """s53: nested calls next to calls a handler's exception ended: a reply whose caller is gone is
     dropped, never kept (the stash, the pending calls and the turn's depth are empty at the end)."""
-    async with workspace_of(tmp_path / "ws.sqlite", live) as ws:
+    async with python_mode(tmp_path / "ws.sqlite", live) as ws:
         result = await py(ws, RAISING_AND_CALLING)
         assert result.status == "completed", (result.stderr, result.error)
         assert result.value == [300, 0, True, ["fixed"], [0, 0, 0], "fixed"]
@@ -167,7 +149,7 @@ def main(input):
 """
 
 
-@pytest.mark.parametrize("live", MODES)
+@pytest.mark.parametrize("live", PYTHON_MODES)
 async def test_a_worker_killed_in_the_middle_of_a_large_write_leaves_the_channel_whole(
     tmp_path: Path, live: bool
 ) -> None:
@@ -176,7 +158,7 @@ async def test_a_worker_killed_in_the_middle_of_a_large_write_leaves_the_channel
     rest, and every later call (the run's result too) hung until the timeout. Now a large body goes
     as pieces, each a frame the kernel queues whole, joined by the host; a write whose pieces stop is
     not made."""
-    async with workspace_of(tmp_path / "ws.sqlite", live) as ws:
+    async with python_mode(tmp_path / "ws.sqlite", live) as ws:
         result = await py(ws, KILLED_MID_FRAME)
         assert result.status == "completed", (result.stderr, result.error)
         assert result.value == ["before", "after", False]

@@ -4,33 +4,15 @@ its ``multiprocessing`` starts. One-off and live sandboxes alike."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import computer
-from computer.runtime import PythonBackend, ShellBackend
 from computer.runtime.types import ExecResult
 
-from ._support import ROOT, run
-
-LIVE = PythonBackend(live=True).live
-MODES = [pytest.param(False, id="one-off"), pytest.param(True, id="live")]
-
-
-@asynccontextmanager
-async def workspace_of(path: Path, live: bool) -> AsyncIterator[computer.Workspace]:
-    if live and not LIVE:
-        pytest.skip("no cgroup freezer here")
-    ws = computer.Workspace(str(path), backends=[ShellBackend(), PythonBackend(live=live)])
-    try:
-        await ws.fs.mkdir(ROOT, recursive=True)
-        yield ws
-    finally:
-        await ws.close()
+from ._support import PYTHON_MODES, ROOT, python_mode, run
 
 
 async def py(ws: computer.Workspace, source: str, **options: Any) -> ExecResult:
@@ -51,14 +33,14 @@ def main(input):
 """
 
 
-@pytest.mark.parametrize("live", MODES)
+@pytest.mark.parametrize("live", PYTHON_MODES)
 async def test_multiprocessing_children_write_no_bytecode_into_the_workspace(
     tmp_path: Path, live: bool
 ) -> None:
     """s53: the guest writes no ``__pycache__`` (``sys.dont_write_bytecode``), but the children its
     ``multiprocessing`` spawned (spawn, forkserver) started without ``-B`` and wrote one for every
     workspace module they imported, pulled into the workspace. They get ``-B`` now."""
-    async with workspace_of(tmp_path / "ws.sqlite", live) as ws:
+    async with python_mode(tmp_path / "ws.sqlite", live) as ws:
         await ws.fs.write_file(f"{ROOT}/helper.py", b"def twice(n):\n    return 2 * n\n")
         result = await py(ws, SPAWNED_IMPORTS)
         assert result.value == {"spawn": 42, "forkserver": 42}
@@ -78,10 +60,10 @@ def main(input):
 """
 
 
-@pytest.mark.parametrize("live", MODES)
+@pytest.mark.parametrize("live", PYTHON_MODES)
 async def test_pythonwarnings_in_env_is_applied(tmp_path: Path, live: bool) -> None:
     """s53: ``env={"PYTHONWARNINGS": "error"}`` made no warning an error (``-I``)."""
-    async with workspace_of(tmp_path / "ws.sqlite", live) as ws:
+    async with python_mode(tmp_path / "ws.sqlite", live) as ws:
         assert (await py(ws, WARNINGS, env={"PYTHONWARNINGS": "error"})).value == "raised careful"
         assert (await py(ws, WARNINGS)).value == "warned"
         ignored = await py(ws, WARNINGS, env={"PYTHONWARNINGS": "ignore,error::DeprecationWarning"})
@@ -97,12 +79,12 @@ def main(input):
 """
 
 
-@pytest.mark.parametrize("live", MODES)
+@pytest.mark.parametrize("live", PYTHON_MODES)
 async def test_pythonioencoding_unbuffered_and_utf8_in_env_are_applied(tmp_path: Path, live: bool) -> None:
     """s53: ``PYTHONIOENCODING`` and ``PYTHONUTF8`` in a run's env were ignored (``-I``). The streams
     are reconfigured (stderr's errors stay ``backslashreplace``, as python has them), UTF-8 mode is
     the interpreter's ``-X utf8``; ``PYTHONUNBUFFERED`` holds anyway (the guest runs ``-u``)."""
-    async with workspace_of(tmp_path / "ws.sqlite", live) as ws:
+    async with python_mode(tmp_path / "ws.sqlite", live) as ws:
         latin = await py(ws, STREAMS, env={"PYTHONIOENCODING": "latin-1:replace"})
         assert latin.value[:4] == ["latin-1", "replace", "latin-1", "backslashreplace"]
         assert latin.stdout == "price: ?\n"
@@ -129,12 +111,12 @@ def main(input):
 """
 
 
-@pytest.mark.parametrize("live", MODES)
+@pytest.mark.parametrize("live", PYTHON_MODES)
 async def test_pythonhashseed_in_env_gives_the_interpreter_its_seed(tmp_path: Path, live: bool) -> None:
     """s53: ``PYTHONHASHSEED`` in a run's env was ignored (``-I``): the seed is fixed as the interpreter
     starts, so such a run's interpreter reads it there (never a guest started ahead); the run's other
     ``PYTHON*`` variables are kept from that start and put back into ``os.environ`` (applied too)."""
-    async with workspace_of(tmp_path / "ws.sqlite", live) as ws:
+    async with python_mode(tmp_path / "ws.sqlite", live) as ws:
         env = {"PYTHONHASHSEED": "0", "PYTHONWARNINGS": "error"}
         first = await py(ws, HASHES, env=env)
         second = await py(ws, HASHES, env=env)
