@@ -72,4 +72,4 @@ def reap_once() -> None:
     with _lock:
         bases = sorted(_bases)
     for base in bases:
-        _scratch.reap_dead(base)  # (their cgroups again: none left by now, a listing each)
+        _scratch.reap_dead(base, groups=False)  # (their cgroups: removed just above)

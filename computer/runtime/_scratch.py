@@ -384,11 +384,10 @@ def release_process() -> None:
     remove_own_groups()
 
 
-def reap_dead(base: str | os.PathLike[str] | None = None) -> list[Path]:
-    """Remove what processes that are gone left in ``base`` (default the temp directory): their
-    scratch directories and the ``computer-shell-*``/``computer-etc-*`` directories of earlier
-    versions; and their cgroups. Never touches a live process's. Also the shared entries of this
-    user that nobody holds nor used for :data:`SHARED_UNUSED` seconds. Returns what it removed."""
+def reap_dead(base: str | os.PathLike[str] | None = None, *, groups: bool = True) -> list[Path]:
+    """Remove what gone processes left in ``base`` (default the temp dir): their scratch directories,
+    earlier versions' ``computer-shell-*``/``computer-etc-*``, their cgroups (unless ``groups`` is False),
+    and this user's shared entries unheld and unused for :data:`SHARED_UNUSED` s; never a live one's."""
     parent = Path(base if base is not None else tempfile.gettempdir())
     removed = []
     try:
@@ -415,7 +414,8 @@ def reap_dead(base: str | os.PathLike[str] | None = None) -> list[Path]:
             log.warning("a dead process's scratch directory %s not removed: %s", parent / name, exc)
             continue
         removed.append(parent / name)
-    remove_dead_groups()
+    if groups:  # (the reaper removed them just before)
+        remove_dead_groups()
     return removed
 
 
