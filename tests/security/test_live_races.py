@@ -150,17 +150,10 @@ async def test_a_program_that_kills_the_guest_started_ahead_cannot_turn_the_free
         await ws.runtime.end_sandbox()
 
 
-_SHELL_FEEDER = r"""
-import os, sys, time
-run_shell = int(sys.argv[1])
-if os.fork() == 0:
-    os.setsid()
-    if os.fork() == 0:
-        for fd in range(256):
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+_SHELL_FEEDER = (
+    "import sys\nrun_shell = int(sys.argv[1])\n"
+    + _DETACHED
+    + r"""
         end = time.time() + 15
         while time.time() < end:  # the shell the host starts ahead once this run returned
             for p in os.listdir('/proc'):
@@ -177,6 +170,7 @@ if os.fork() == 0:
             time.sleep(0.01)
     os._exit(0)
 """
+)
 
 _LOOP = r"""
 import time
