@@ -125,3 +125,29 @@ class ScriptedWorker:
                 yield ref()
 
         return items()
+
+
+def ancestor_in(pid: int, candidates: set[int]) -> int | None:
+    """The first of ``candidates`` among host process ``pid`` and its ancestors (a sandbox's worker)."""
+    for _ in range(64):  # bounded: a sandbox's process is a few levels below its worker
+        if pid in candidates:
+            return pid
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
+        if pid <= 1:
+            return None
+    return None
+
+
+async def sandbox_worker(marker: str) -> tuple[int, Any]:
+    """The pid and actor handle of the shell worker whose sandbox runs ``sleep <marker>``."""
+    import ray
+
+    stats = await worker_stats("shell")
+    worker = ancestor_in(processes_with(f"sleep {marker}")[0], {s["pid"] for s in stats})
+    [named] = [s["name"] for s in stats if s["pid"] == worker]
+    assert worker is not None
+    return worker, ray.get_actor(named, namespace=NAMESPACE)

@@ -8,14 +8,13 @@ import os
 import signal
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 import computer
 from computer.config import Settings
 
-from .pool_helpers import processes_with, unique_sleep, wait_until
+from .pool_helpers import processes_with, sandbox_worker, unique_sleep, wait_until
 
 
 async def _until_exists(ws: object, path: str, within: float = 5.0) -> None:
@@ -259,36 +258,6 @@ async def test_large_files_and_workspace_links_keep_their_names_through_a_pool(
         assert not await ws.fs.exists("/workspace/big") and not await ws.fs.exists("/workspace/big3")
 
 
-def _ancestor_in(pid: int, candidates: set[int]) -> int | None:
-    """The first of ``candidates`` among host process ``pid`` and its ancestors (a sandbox's worker)."""
-    for _ in range(64):  # bounded: a sandbox's process is a few levels below its worker
-        if pid in candidates:
-            return pid
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                pid = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            return None
-        if pid <= 1:
-            return None
-    return None
-
-
-async def _holder(marker: str) -> tuple[int, Any]:
-    """The pid and actor handle of the shell worker whose sandbox runs ``sleep <marker>``."""
-    import ray
-
-    from computer.actors import NAMESPACE
-
-    from .pool_helpers import worker_stats
-
-    stats = await worker_stats("shell")
-    worker = _ancestor_in(processes_with(f"sleep {marker}")[0], {s["pid"] for s in stats})
-    [named] = [s["name"] for s in stats if s["pid"] == worker]
-    assert worker is not None
-    return worker, ray.get_actor(named, namespace=NAMESPACE)
-
-
 async def test_a_worker_that_dies_under_end_sandbox_ends_it_and_the_next_run_says_so(
     cluster: Settings, name: str
 ) -> None:
@@ -305,7 +274,7 @@ async def test_a_worker_that_dies_under_end_sandbox_ends_it_and_the_next_run_say
         first = await (await ws.runtime.exec(f"echo kept > kept.txt; setsid sleep {marker} &")).result()
         assert first.status == "completed", first
         await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
-        worker, handle = await _holder(marker)
+        worker, handle = await sandbox_worker(marker)
         os.kill(worker, signal.SIGSTOP)  # the call reaches a worker that never answers it...
         try:
             ending = asyncio.ensure_future(ws.runtime.end_sandbox())
@@ -345,7 +314,7 @@ async def test_a_kill_process_whose_worker_just_died_says_no_such_process_and_th
                 break
             await asyncio.sleep(0.1)
         [pid] = listed
-        _, handle = await _holder(marker)
+        _, handle = await sandbox_worker(marker)
         ray.kill(handle, no_restart=True)  # (the SIGKILL of a worker that restarts: the next test)
         with pytest.raises(ProcessLookupError, match=f"no process {pid}"):
             await ws.runtime.kill_process(pid)
@@ -366,20 +335,14 @@ async def test_end_sandbox_after_its_worker_restarted_leaves_the_notice_to_the_n
     anew and said nothing."""
     import ray
 
-    from computer.actors import NAMESPACE
-
-    from .pool_helpers import worker_stats
-
     marker = unique_sleep()
     async with computer.get_workspace(name) as ws:
         first = await (await ws.runtime.exec(f"setsid sleep {marker} > /dev/null 2>&1 &")).result()
         assert first.status == "completed", first
         await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
-        stats = await worker_stats("shell")
-        worker = _ancestor_in(processes_with(f"sleep {marker}")[0], {s["pid"] for s in stats})
-        [named] = [s["name"] for s in stats if s["pid"] == worker]
+        worker, handle = await sandbox_worker(marker)
         os.kill(worker, signal.SIGKILL)
-        handle, pid, dead = ray.get_actor(named, namespace=NAMESPACE), worker, 0
+        pid, dead = worker, 0
         for _ in range(600):  # bounded: 60 s
             try:
                 pid = (await handle.stats.remote())["pid"]

@@ -11,8 +11,7 @@ import signal
 import computer
 from computer.config import Settings
 
-from .pool_helpers import processes_with, unique_sleep, wait_until
-from .test_live_pool import _holder
+from .pool_helpers import processes_with, sandbox_worker, unique_sleep, wait_until
 
 
 def _child_of(pid: int, parent: int) -> int:
@@ -34,7 +33,7 @@ async def test_a_sandbox_lost_between_runs_is_said_by_the_next_run_on_another_wo
         first = await (await ws.runtime.exec(f"setsid sleep {marker} > /dev/null 2>&1 &")).result()
         assert first.status == "completed", first
         await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
-        worker, handle = await _holder(marker)
+        worker, handle = await sandbox_worker(marker)
         # The sandbox dies with no run in progress: its worker keeps the notice for the next run.
         os.kill(_child_of(processes_with(f"sleep {marker}")[0], worker), signal.SIGKILL)
         await wait_until(lambda: not processes_with(f"sleep {marker}"), within=30)

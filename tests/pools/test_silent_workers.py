@@ -20,8 +20,7 @@ from owner_models import owner_awake
 import computer
 from computer.config import Settings
 
-from .pool_helpers import processes_with, unique_sleep, wait_until
-from .test_live_pool import _holder
+from .pool_helpers import processes_with, sandbox_worker, unique_sleep, wait_until
 
 # What a run says first when its workspace's live sandbox was left on a worker that does not answer.
 SILENT = "computer: the exec worker holding this workspace's live sandbox does not answer"
@@ -52,7 +51,7 @@ async def _live_on_a_worker(ws: Any, marker: str) -> int:
     ).result()
     assert first.status == "completed", first
     await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
-    worker, _ = await _holder(marker)
+    worker, _ = await sandbox_worker(marker)
     return worker
 
 
@@ -96,7 +95,7 @@ async def test_a_run_whose_worker_stops_under_it_fails_naming_the_worker(
             if await ws.fs.exists("/workspace/runs.txt"):
                 break
             await asyncio.sleep(0.1)
-        worker, _ = await _holder(marker)
+        worker, _ = await sandbox_worker(marker)
         with _stopped(worker, marker):
             result = await asyncio.wait_for(run.result(), BOUND)
         assert result.status != "completed", result
