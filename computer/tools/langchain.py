@@ -34,7 +34,9 @@ schema; ``output_schema`` is taken by LangChain's ``Runnable``), covering failur
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping
+import contextvars
+import threading
+from collections.abc import Collection, Coroutine, Mapping
 from typing import Any, Literal, overload
 
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun
@@ -219,7 +221,7 @@ class WorkspaceTool(_ScreenedTool):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self._arun(*args, config=config, **kwargs))
+            return _run_on_sync_loop(self._arun(*args, config=config, **kwargs))
         raise RuntimeError(f"{self.name} is async: use ainvoke inside a running event loop")
 
     async def _arun(
@@ -313,6 +315,43 @@ def _screened_call(value: Any, name: str) -> Any:
     ):
         return {**value, "args": _screened(value.get("args"), name)}
     return value
+
+
+_SYNC_LOOP: asyncio.AbstractEventLoop | None = None
+_SYNC_LOOP_LOCK = threading.Lock()
+
+
+def _sync_loop() -> asyncio.AbstractEventLoop:
+    """The one event loop (in a daemon thread) that runs every synchronous call of this process's tools.
+
+    A workspace keeps loop-bound state between calls (a live sandbox's pipes and readers, locks), so
+    each call on a loop of its own (``asyncio.run``, closed at its end) broke every exec after the first
+    ("Event loop is closed"); LangGraph's synchronous tool node also calls from several threads at once.
+    """
+    global _SYNC_LOOP
+    with _SYNC_LOOP_LOCK:
+        if _SYNC_LOOP is None or _SYNC_LOOP.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="computer-langchain-sync", daemon=True).start()
+            _SYNC_LOOP = loop
+        return _SYNC_LOOP
+
+
+def _run_on_sync_loop(call: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``call`` on the shared loop in the caller's context (LangGraph's config, for ``interrupt()``
+    and the stream writer, lives in context variables) and wait for it; an interrupted wait (Ctrl-C)
+    cancels the call, which kills a running exec."""
+    context = contextvars.copy_context()
+
+    async def in_callers_context() -> Any:
+        return await asyncio.get_running_loop().create_task(call, context=context)
+
+    future = asyncio.run_coroutine_threadsafe(in_callers_context(), _sync_loop())
+    try:
+        return future.result()
+    except BaseException:
+        future.cancel()
+        raise
 
 
 def _ask_approval(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
