@@ -8,7 +8,7 @@ from pydantic import Field, field_validator
 
 from ..storage.paths import canonical
 from ..surface import WorkspaceSurface
-from ._input import MAX_PAGE, PagedInput, as_glob_list, paged
+from ._input import MAX_PAGE, PagedInput, as_glob_list, below, paged
 from ._tool import Tool, ToolUpdate
 
 __all__ = ["FindInput", "create_find_tool"]
@@ -40,7 +40,11 @@ def create_find_tool(workspace: WorkspaceSurface) -> Tool:
     async def handler(params: FindInput, on_update: ToolUpdate | None) -> dict[str, Any]:
         path = canonical(params.path)
         found = await fs.find(
-            path, params.pattern, exclude=params.exclude, limit=params.limit + 1, offset=params.offset
+            path,
+            below(path, params.pattern),
+            exclude=[below(path, glob) for glob in params.exclude],
+            limit=params.limit + 1,
+            offset=params.offset,
         )
         entries, next_offset = paged(found, params.limit, params.offset)
         result: dict[str, Any] = {

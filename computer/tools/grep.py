@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from ..storage.paths import canonical
 from ..storage.types import GrepMatch
 from ..surface import WorkspaceSurface
-from ._input import MAX_PAGE, PagedInput, as_glob_list, paged
+from ._input import MAX_PAGE, PagedInput, as_glob_list, below, paged
 from ._tool import Tool, ToolUpdate
 
 __all__ = ["GrepInput", "create_grep_tool"]
@@ -72,8 +72,8 @@ def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
             regex=params.regex,
             ignore_case=params.ignore_case,
             context=params.context,
-            include=params.include,
-            exclude=params.exclude,
+            include=_below(path, params.include),
+            exclude=[below(path, glob) for glob in params.exclude],
             limit=params.limit + 1,
             offset=params.offset,
         )
@@ -101,3 +101,12 @@ def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
         input_model=GrepInput,
         handler=handler,
     )
+
+
+def _below(root: str, include: str | list[str] | None) -> str | list[str] | None:
+    """``include`` with each absolute glob below ``root`` made relative (see ``_input.below``)."""
+    if include is None:
+        return None
+    if isinstance(include, str):
+        return below(root, include)
+    return [below(root, glob) for glob in include]
