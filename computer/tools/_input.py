@@ -60,17 +60,6 @@ def as_glob_list(value: Any) -> Any:
     return [value] if isinstance(value, str) else value
 
 
-def below(root: str, glob: str) -> str:
-    """``glob`` relative to the directory ``root`` (canonical), as the walk matches it.
-
-    A relative path never starts with "/", so an absolute glob never matched and a search with one came
-    back empty (or, as an exclude, pruned nothing); models send them often ("/workspace/**/*.py"). One
-    below ``root`` loses that prefix; any other glob is returned as it is.
-    """
-    prefix = root.rstrip("/") + "/"
-    return glob[len(prefix) :] if glob.startswith(prefix) else glob
-
-
 def paged(items: list[T], limit: int, offset: int) -> tuple[list[T], int | None]:
     """Split a ``limit + 1`` fetch into the page and the next offset (None on the last page)."""
     if len(items) > limit:

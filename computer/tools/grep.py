@@ -9,7 +9,8 @@ from pydantic import Field, field_validator
 from ..storage.paths import canonical
 from ..storage.types import GrepMatch
 from ..surface import WorkspaceSurface
-from ._input import MAX_PAGE, PagedInput, as_glob_list, below, paged
+from ._globs import walk_globs
+from ._input import MAX_PAGE, PagedInput, as_glob_list, paged
 from ._tool import Tool, ToolUpdate
 
 __all__ = ["GrepInput", "create_grep_tool"]
@@ -27,7 +28,7 @@ class GrepInput(PagedInput):
     )
     include: str | list[str] | None = Field(
         default=None,
-        description='Only search files whose path relative to `path` matches this glob, e.g. "**/*.py".',
+        description='Only search files whose path relative to `path` matches this glob, e.g. "**/*.py" or "**/*.{ts,tsx}".',
     )
     exclude: list[str] = Field(
         default_factory=list,
@@ -72,8 +73,8 @@ def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
             regex=params.regex,
             ignore_case=params.ignore_case,
             context=params.context,
-            include=_below(path, params.include),
-            exclude=[below(path, glob) for glob in params.exclude],
+            include=None if params.include is None else walk_globs(path, as_glob_list(params.include)),
+            exclude=walk_globs(path, params.exclude),
             limit=params.limit + 1,
             offset=params.offset,
         )
@@ -101,12 +102,3 @@ def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
         input_model=GrepInput,
         handler=handler,
     )
-
-
-def _below(root: str, include: str | list[str] | None) -> str | list[str] | None:
-    """``include`` with each absolute glob below ``root`` made relative (see ``_input.below``)."""
-    if include is None:
-        return None
-    if isinstance(include, str):
-        return below(root, include)
-    return [below(root, glob) for glob in include]
