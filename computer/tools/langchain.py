@@ -34,6 +34,7 @@ schema; ``output_schema`` is taken by LangChain's ``Runnable``), covering failur
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import threading
 from collections.abc import Collection, Coroutine, Mapping
@@ -334,7 +335,31 @@ def _sync_loop() -> asyncio.AbstractEventLoop:
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="computer-langchain-sync", daemon=True).start()
             _SYNC_LOOP = loop
+            # Before the interpreter stops its thread pools (registered later, so run earlier): a live
+            # sandbox's idle end needs one, and failed with "cannot schedule new futures after shutdown".
+            register = getattr(threading, "_register_atexit", None)
+            if register is not None:
+                register(_finish_sync_loop, loop)
         return _SYNC_LOOP
+
+
+def _finish_sync_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """At exit, end what is left on the shared loop as ``asyncio.run`` would (its tasks cancelled and
+    awaited, at most 10 s), then stop it."""
+
+    async def finish() -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+        await loop.shutdown_asyncgens()
+
+    if loop.is_closed() or not loop.is_running():
+        return
+    with contextlib.suppress(Exception):  # exiting anyway: never block or fail the interpreter's exit
+        asyncio.run_coroutine_threadsafe(finish(), loop).result(timeout=15)
+    loop.call_soon_threadsafe(loop.stop)
 
 
 def _run_on_sync_loop(call: Coroutine[Any, Any, Any]) -> Any:

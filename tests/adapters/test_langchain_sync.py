@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -92,3 +94,22 @@ def test_a_sync_graph_runs_parallel_exec_calls_and_an_approved_write(workspace: 
         if isinstance(m, ToolMessage) and m.name == "exec"
     ]
     assert outputs == ["left\n", "right\n", "left\nright\n", "approved"]
+
+
+def test_a_sync_program_that_never_closes_its_workspace_exits_cleanly(tmp_path: Any) -> None:
+    # The shared loop runs in a daemon thread: at exit, the live sandbox's end needed the interpreter's
+    # thread pool, already shut down ("Task exception was never retrieved ... cannot schedule new
+    # futures after shutdown"). What is left on the loop now ends before the pools do.
+    script = tmp_path / "agent.py"
+    script.write_text(
+        "import computer\n"
+        "from computer.runtime import ShellBackend\n"
+        "from computer.tools.langchain import create_langchain_tools\n"
+        "ws = computer.Workspace(backends=[ShellBackend()])\n"
+        "tools = create_langchain_tools(ws, format='object')\n"
+        "call = {'type': 'tool_call', 'id': 'c', 'name': 'exec', 'args': {'command': 'echo ran'}}\n"
+        "print(tools['exec'].invoke(call).artifact['stdout'], end='')\n"
+    )
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout) == (0, "ran\n"), done.stderr
+    assert "Traceback" not in done.stderr and "exception" not in done.stderr, done.stderr
