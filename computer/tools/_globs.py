@@ -5,6 +5,9 @@ and every other character literal (SPEC section 4). Models also send what other 
 
 - an absolute glob below the directory (``/workspace/**/*.py``): a relative path never starts with
   "/", so it matched nothing; it loses that prefix;
+- ``./`` in front (``./src/*.py``) and a directory's trailing ``/`` (``node_modules/``, as in
+  ``.gitignore``): relative paths have neither, so such a glob matched nothing (an exclude pruned
+  nothing); both are dropped;
 - brace alternatives (``**/*.{ts,tsx}``, as in bash, ripgrep and most glob tools): matched literally,
   they found nothing; a group of two or more comma-separated alternatives (nested groups too) expands
   into one glob per alternative. A group without a comma (``{{name}}``) stays literal.
@@ -15,15 +18,31 @@ from __future__ import annotations
 from collections.abc import Iterable
 from itertools import pairwise
 
-__all__ = ["MAX_ALTERNATIVES", "below", "expand", "walk_globs"]
+__all__ = ["MAX_ALTERNATIVES", "below", "expand", "relative_alternatives", "walk_globs"]
 
 MAX_ALTERNATIVES = 64
 
 
 def below(root: str, glob: str) -> str:
-    """``glob`` relative to the directory ``root`` (canonical) when it is absolute below it."""
+    """``glob`` as the walk below the directory ``root`` (canonical) can match it: relative, without a
+    leading ``./`` or a trailing ``/``."""
     prefix = root.rstrip("/") + "/"
-    return glob[len(prefix) :] if glob.startswith(prefix) else glob
+    if glob.startswith(prefix):
+        glob = glob[len(prefix) :]
+    while glob.startswith("./"):
+        glob = glob[2:].lstrip("/")
+    return glob.rstrip("/") if glob.strip("/") else glob
+
+
+def relative_alternatives(root: str, glob: str) -> list[str]:
+    """The globs the walk takes for one glob a caller sent: its brace alternatives, each :func:`below`
+    ``root``, duplicates dropped."""
+    out: list[str] = []
+    for alternative in expand(glob):
+        relative = below(root, alternative)
+        if relative not in out:
+            out.append(relative)
+    return out
 
 
 def expand(glob: str) -> list[str]:
@@ -49,10 +68,10 @@ def expand(glob: str) -> list[str]:
 
 
 def walk_globs(root: str, globs: Iterable[str]) -> list[str]:
-    """Every glob made relative to ``root`` and expanded (an include or exclude list)."""
+    """Every glob of an include or exclude list as the walk takes it (:func:`relative_alternatives`)."""
     out: list[str] = []
     for glob in globs:
-        out.extend(g for g in expand(below(root, glob)) if g not in out)
+        out.extend(g for g in relative_alternatives(root, glob) if g not in out)
     return out
 
 

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from ..storage.paths import canonical
 from ..storage.types import FindEntry
 from ..surface import WorkspaceSurface
-from ._globs import below, expand, walk_globs
+from ._globs import relative_alternatives, walk_globs
 from ._input import MAX_PAGE, PagedInput, as_glob_list, paged
 from ._tool import Tool, ToolUpdate
 
@@ -42,7 +42,7 @@ def create_find_tool(workspace: WorkspaceSurface) -> Tool:
 
     async def handler(params: FindInput, on_update: ToolUpdate | None) -> dict[str, Any]:
         path = canonical(params.path)
-        patterns = expand(below(path, params.pattern))
+        patterns = relative_alternatives(path, params.pattern)
         exclude = walk_globs(path, params.exclude)
         if len(patterns) == 1:
             found = await fs.find(

@@ -91,6 +91,26 @@ async def test_absolute_globs_below_the_path_match_as_the_relative_ones(
     assert paths(pruned) == ["/workspace/a.ts", "/workspace/é.ts"]
 
 
+async def test_a_leading_dot_slash_or_a_directorys_trailing_slash_is_dropped(
+    tree: Workspace, tools: dict[str, Tool]
+) -> None:
+    # "./node_modules/**" and the .gitignore spelling "node_modules/" pruned nothing; "./src/*.ts" as a
+    # grep include found nothing.
+    for exclude in (
+        ["./node_modules/**", "./{{tpl}}"],
+        ["node_modules/", "{{tpl}}/"],
+        [".//node_modules", "src/", "{{tpl}}"],
+    ):
+        found = paths(await tools["find"].run({"pattern": "**/*.ts", "exclude": exclude}))
+        grep = paths(await tools["grep"].run({"query": "needle", "include": "**/*.ts", "exclude": exclude}))
+        assert "/workspace/node_modules/m.ts" not in found and "/workspace/{{tpl}}/g.ts" not in found
+        assert grep == found and "/workspace/a.ts" in found
+    assert paths(await tools["grep"].run({"query": "needle", "include": "./src/*.ts"})) == [
+        "/workspace/src/d.ts"
+    ]
+    assert paths(await tools["find"].run({"pattern": "src/deep/"})) == ["/workspace/src/deep"]
+
+
 async def test_too_many_alternatives_is_an_error(tools: dict[str, Tool]) -> None:
     result = await tools["find"].run({"pattern": "{a,b}" * 7})
     assert f"more than {MAX_ALTERNATIVES} alternatives" in str(result["error"])
