@@ -42,6 +42,7 @@ from typing import Any, Literal, overload
 
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun
 from langchain_core.callbacks.manager import adispatch_custom_event
+from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import patch_config
 from langchain_core.tools import BaseTool, ToolException
@@ -167,7 +168,8 @@ class _ScreenedTool(BaseTool):
         args, kwargs = super()._to_args_and_kwargs(tool_input, tool_call_id)
         # The model's arguments travel under one key: spread as keywords, `self` clashed with the method
         # (TypeError out of ainvoke) and LangChain replaced `config`/`run_manager` with its own values.
-        return args, {_MODEL_ARGUMENTS: kwargs}
+        # The call's id rides along: a failed result is answered as its own error ToolMessage.
+        return args, {_MODEL_ARGUMENTS: kwargs, _CALL_ID: tool_call_id}
 
 
 class WorkspaceTool(_ScreenedTool):
@@ -231,9 +233,10 @@ class WorkspaceTool(_ScreenedTool):
         config: RunnableConfig,
         run_manager: AsyncCallbackManagerForToolRun | None = None,
         **kwargs: Any,
-    ) -> tuple[str | list[dict[str, Any]], dict[str, Any]]:
+    ) -> tuple[str | list[dict[str, Any]] | ToolMessage, dict[str, Any] | None]:
         if args:
             raise ToolException(f"{self.name} takes keyword arguments only")
+        call_id = kwargs.pop(_CALL_ID, None)
         packed = kwargs.pop(_MODEL_ARGUMENTS, None)
         arguments: dict[str, Any] = dict(kwargs) if packed is None else {**kwargs, **packed}
         if self.needs_approval:
@@ -247,7 +250,16 @@ class WorkspaceTool(_ScreenedTool):
             result = await self.core.run(arguments, on_update=on_update)
         if "error" in result and len(result) == 1:
             raise ToolException(f"Error: {result['error']}")
-        return _to_langchain(self.core.to_model_output(result)), result
+        content = _to_langchain(self.core.to_model_output(result))
+        if "error" in result and call_id is not None:
+            # A failed call with more to show (an exec's partial output, publish's ok: false): an error
+            # message, as OpenAI's is_error and MCP's isError say, that keeps its content and artifact.
+            blocks: Any = content  # text, or the content blocks ToolMessage takes
+            failed = ToolMessage(
+                blocks, artifact=result, tool_call_id=call_id, name=self.name, status="error"
+            )
+            return failed, None
+        return content, result
 
 
 class DiscoverToolsTool(_ScreenedTool):
@@ -265,6 +277,7 @@ class DiscoverToolsTool(_ScreenedTool):
     registry: _LazyRegistry = Field(exclude=True)
 
     def _run(self, names: list[str] | None = None, **kwargs: Any) -> str:
+        kwargs.pop(_CALL_ID, None)
         if _MODEL_ARGUMENTS in kwargs:
             names = kwargs[_MODEL_ARGUMENTS].get("names")
         registry = self.registry
@@ -291,6 +304,8 @@ class DiscoverToolsTool(_ScreenedTool):
 _BAD_ARGUMENTS = "__computer_bad_arguments__"
 # The one keyword that carries the model's arguments from ``_to_args_and_kwargs`` to ``_run``/``_arun``.
 _MODEL_ARGUMENTS = "__computer_arguments__"
+# The keyword that carries the tool call's id along (None when invoked with bare arguments).
+_CALL_ID = "__computer_call_id__"
 
 
 def _screened(tool_input: Any, name: str) -> Any:
