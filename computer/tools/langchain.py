@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import os
 import threading
 from collections.abc import Collection, Coroutine, Mapping
 from typing import Any, Literal, overload
@@ -337,6 +338,15 @@ _SYNC_LOOP: asyncio.AbstractEventLoop | None = None
 _SYNC_LOOP_LOCK = threading.Lock()
 
 
+def _forget_sync_loop() -> None:
+    """In a forked child: the parent's loop thread is not there, so a call would wait for ever."""
+    global _SYNC_LOOP, _SYNC_LOOP_LOCK
+    _SYNC_LOOP, _SYNC_LOOP_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_sync_loop)
+
+
 def _sync_loop() -> asyncio.AbstractEventLoop:
     """The one event loop (in a daemon thread) that runs every synchronous call of this process's tools.
 
@@ -354,11 +364,11 @@ def _sync_loop() -> asyncio.AbstractEventLoop:
             # sandbox's idle end needs one, and failed with "cannot schedule new futures after shutdown".
             register = getattr(threading, "_register_atexit", None)
             if register is not None:
-                register(_finish_sync_loop, loop)
+                register(_finish_sync_loop, loop, os.getpid())
         return _SYNC_LOOP
 
 
-def _finish_sync_loop(loop: asyncio.AbstractEventLoop) -> None:
+def _finish_sync_loop(loop: asyncio.AbstractEventLoop, pid: int) -> None:
     """At exit, end what is left on the shared loop as ``asyncio.run`` would (its tasks cancelled and
     awaited, at most 10 s), then stop it."""
 
@@ -370,8 +380,8 @@ def _finish_sync_loop(loop: asyncio.AbstractEventLoop) -> None:
             await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
         await loop.shutdown_asyncgens()
 
-    if loop.is_closed() or not loop.is_running():
-        return
+    if pid != os.getpid() or loop.is_closed() or not loop.is_running():
+        return  # (a forked child inherits the registration, not the loop's thread)
     with contextlib.suppress(Exception):  # exiting anyway: never block or fail the interpreter's exit
         asyncio.run_coroutine_threadsafe(finish(), loop).result(timeout=15)
     loop.call_soon_threadsafe(loop.stop)

@@ -113,3 +113,34 @@ def test_a_sync_program_that_never_closes_its_workspace_exits_cleanly(tmp_path: 
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stdout) == (0, "ran\n"), done.stderr
     assert "Traceback" not in done.stderr and "exception" not in done.stderr, done.stderr
+
+
+def _invoke_in_child(tools: dict[str, Any], out: Any) -> None:
+    message = tools["put"].invoke(
+        {"type": "tool_call", "id": "c", "name": "put", "args": {"path": "/c", "content": "x"}}
+    )
+    out.put(message.artifact)
+
+
+def test_a_forked_child_gets_a_loop_of_its_own(sample_tools: dict[str, Any]) -> None:
+    # The shared loop's thread is not copied by fork: the child's first sync call waited for ever.
+    import multiprocessing
+
+    tools = create_langchain_tools(sample_tools, format="object")
+    parent = tools["put"].invoke(
+        {"type": "tool_call", "id": "p", "name": "put", "args": {"path": "/p", "content": "x"}}
+    )
+    assert parent.artifact == {"path": "/p", "bytesWritten": 1}
+    context = multiprocessing.get_context("fork")
+    out = context.Queue()
+    child = context.Process(target=_invoke_in_child, args=(tools, out))
+    child.start()
+    try:
+        assert out.get(timeout=30) == {"path": "/c", "bytesWritten": 1}
+        child.join(timeout=30)
+        # ...and exits (the parent's exit hook, inherited, waited on the parent's loop in the child).
+        assert child.exitcode == 0
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join()
