@@ -163,11 +163,29 @@ def _locate(text: str, fuzzy: list[FuzzyText], old: str, index: int, path: str) 
         fuzzy.append(FuzzyText(text))
     span = _locate_fuzzy(fuzzy[0], old, index, path)
     if span is None:
+        if _REPLACEMENT in old and _matches_undecodable(text, old):
+            # read shows each undecodable byte as U+FFFD; copying it again would fail again.
+            raise EditError(
+                f"edits[{index}].oldText was not found in {path}. It contains U+FFFD ({_REPLACEMENT}), "
+                "which read shows in place of bytes of this file that are not valid UTF-8; edit matches "
+                "the file's real bytes, so that text can never match. Use an oldText without those "
+                "characters (the text next to them), or change those bytes with exec (sed, iconv)."
+            )
         raise EditError(
             f"edits[{index}].oldText was not found in {path}. It must match the file exactly, "
             "including whitespace and indentation: read the file again and copy the text."
         )
     return span
+
+
+_REPLACEMENT = "\ufffd"
+
+
+def _matches_undecodable(text: str, old: str) -> bool:
+    """Whether ``old`` is in ``text`` once each run of U+FFFD stands for a run of undecodable bytes (in
+    the surrogateescape decoding of the file: U+DC80-U+DCFF). Only on the not-found path."""
+    pattern = "[\udc80-\udcff]+".join(re.escape(part) for part in re.split("\ufffd+", old))
+    return re.search(pattern, text) is not None
 
 
 def apply_edits(original: str, edits: Sequence[Edit], path: str) -> EditOutcome:

@@ -7,7 +7,9 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from ..storage.paths import canonical
+from ..storage.types import FindEntry
 from ..surface import WorkspaceSurface
+from ._globs import relative_alternatives, walk_globs
 from ._input import MAX_PAGE, PagedInput, as_glob_list, paged
 from ._tool import Tool, ToolUpdate
 
@@ -22,7 +24,8 @@ class FindInput(PagedInput):
     )
     pattern: str = Field(
         description='Glob matched against the path relative to `path`: "*" and "?" stay within one segment, '
-        '"**" crosses directories ("**/*.py" finds Python files at any depth). "" matches everything.'
+        '"**" crosses directories ("**/*.py" finds Python files at any depth), "{a,b}" matches either '
+        '("**/*.{ts,tsx}"). "" matches everything.'
     )
     exclude: list[str] = Field(
         default_factory=list,
@@ -39,9 +42,22 @@ def create_find_tool(workspace: WorkspaceSurface) -> Tool:
 
     async def handler(params: FindInput, on_update: ToolUpdate | None) -> dict[str, Any]:
         path = canonical(params.path)
-        found = await fs.find(
-            path, params.pattern, exclude=params.exclude, limit=params.limit + 1, offset=params.offset
-        )
+        patterns = relative_alternatives(path, params.pattern)
+        exclude = walk_globs(path, params.exclude)
+        if len(patterns) == 1:
+            found = await fs.find(
+                path, patterns[0], exclude=exclude, limit=params.limit + 1, offset=params.offset
+            )
+        else:
+            # One walk per alternative, merged in walk order (depth-first, a directory before its
+            # children, names in code point order: the order of the segments). The page's entries are
+            # among the first offset + limit + 1 of some alternative.
+            want = params.offset + params.limit + 1
+            merged: dict[str, FindEntry] = {}
+            for pattern in patterns:
+                for entry in await fs.find(path, pattern, exclude=exclude, limit=want, offset=0):
+                    merged.setdefault(entry.path, entry)
+            found = sorted(merged.values(), key=lambda e: e.path.split("/"))[params.offset : want]
         entries, next_offset = paged(found, params.limit, params.offset)
         result: dict[str, Any] = {
             "path": path,
@@ -57,7 +73,8 @@ def create_find_tool(workspace: WorkspaceSurface) -> Tool:
         name="find",
         description=(
             "Find files and directories by glob below a directory (default /workspace). The pattern is "
-            'relative to path: "*" and "?" match within one path segment, "**" crosses directories. '
+            'relative to path: "*" and "?" match within one path segment, "**" crosses directories, '
+            '"{a,b}" matches either. '
             "Results come in depth-first walk order as {path, type}. exclude prunes whole directories. "
             f"Returns at most limit entries (default 200, maximum {MAX_PAGE}); pass nextOffset as offset "
             "for the next page."

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
+import re2
 from pydantic import Field, field_validator
 
 from ..storage.paths import canonical
 from ..storage.types import GrepMatch
 from ..surface import WorkspaceSurface
+from ._globs import walk_globs
 from ._input import MAX_PAGE, PagedInput, as_glob_list, paged
 from ._tool import Tool, ToolUpdate
 
@@ -16,6 +20,14 @@ __all__ = ["GrepInput", "create_grep_tool"]
 
 DEFAULT_ROOT = "/workspace"
 MAX_CONTEXT = 10
+MAX_LINE_CHARS = 1000
+"""A match's or context line's text past this many characters is cut: a match line around its first
+match, a context line at its start, marked ``... (truncated)`` (one match in a minified bundle was
+megabytes of model output)."""
+OUTPUT_BUDGET = 256 * 1024
+"""A page stops adding matches once its JSON passes this many bytes (always at least one match);
+``nextOffset`` then points at the first match left out."""
+TRUNCATION_MARKER = "... (truncated)"
 
 
 class GrepInput(PagedInput):
@@ -27,7 +39,7 @@ class GrepInput(PagedInput):
     )
     include: str | list[str] | None = Field(
         default=None,
-        description='Only search files whose path relative to `path` matches this glob, e.g. "**/*.py".',
+        description='Only search files whose path relative to `path` matches this glob, e.g. "**/*.py" or "**/*.{ts,tsx}".',
     )
     exclude: list[str] = Field(
         default_factory=list,
@@ -45,11 +57,57 @@ class GrepInput(PagedInput):
     _exclude_list = field_validator("exclude", mode="before")(as_glob_list)
 
 
-def _match(m: GrepMatch) -> dict[str, Any]:
-    out: dict[str, Any] = {"path": m.path, "line": m.line, "text": m.text}
+def _match(m: GrepMatch, find: _Finder) -> dict[str, Any]:
+    out: dict[str, Any] = {"path": m.path, "line": m.line, "text": _cut(m.text, find)}
     if m.context is not None:
-        out["context"] = [{"line": c.line, "text": c.text, "isMatch": c.is_match} for c in m.context]
+        out["context"] = [
+            {"line": c.line, "text": _cut(c.text, find if c.is_match else None), "isMatch": c.is_match}
+            for c in m.context
+        ]
     return out
+
+
+class _Finder:
+    """Where the query first matches in a line (0 when it cannot tell), to centre a cut line on it."""
+
+    def __init__(self, query: str, *, regex: bool, ignore_case: bool) -> None:
+        self.literal = query if not regex and not ignore_case else None
+        self.pattern: Any = None
+        if self.literal is None:
+            options = re2.Options()
+            options.case_sensitive = not ignore_case
+            options.log_errors = False
+            try:
+                self.pattern = re2.compile(query if regex else re.escape(query), options)
+            except re2.error:  # the search itself already accepted it; never fail the answer here
+                self.pattern = None
+
+    def start(self, line: str) -> int:
+        if self.literal is not None:
+            return max(line.find(self.literal), 0)
+        found = self.pattern.search(line) if self.pattern is not None else None
+        return found.start() if found is not None else 0
+
+
+def _cut(text: str, find: _Finder | None) -> str:
+    """``text`` if short enough, else :data:`MAX_LINE_CHARS` of it around its first match (or from its
+    start), marked at each end it was cut."""
+    if len(text) <= MAX_LINE_CHARS:
+        return text
+    at = find.start(text) if find is not None else 0
+    begin = max(0, min(at - MAX_LINE_CHARS // 5, len(text) - MAX_LINE_CHARS))
+    end = begin + MAX_LINE_CHARS
+    return ("..." if begin > 0 else "") + text[begin:end] + (TRUNCATION_MARKER if end < len(text) else "")
+
+
+def _within_budget(matches: list[dict[str, Any]]) -> int:
+    """How many of ``matches`` fit :data:`OUTPUT_BUDGET` (at least one)."""
+    size = 0
+    for index, match in enumerate(matches):
+        size += len(json.dumps(match, ensure_ascii=False).encode()) + 2
+        if size > OUTPUT_BUDGET and index > 0:
+            return index
+    return len(matches)
 
 
 def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
@@ -72,17 +130,22 @@ def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
             regex=params.regex,
             ignore_case=params.ignore_case,
             context=params.context,
-            include=params.include,
-            exclude=params.exclude,
+            include=None if params.include is None else walk_globs(path, as_glob_list(params.include)),
+            exclude=walk_globs(path, params.exclude),
             limit=params.limit + 1,
             offset=params.offset,
         )
-        matches, next_offset = paged(found, params.limit, params.offset)
+        page, next_offset = paged(found, params.limit, params.offset)
+        find = _Finder(params.query, regex=params.regex, ignore_case=params.ignore_case)
+        matches = [_match(m, find) for m in page]
+        kept = _within_budget(matches)
+        if kept < len(matches):
+            matches, next_offset = matches[:kept], params.offset + kept
         result: dict[str, Any] = {
             "path": path,
             "query": params.query,
             "count": len(matches),
-            "matches": [_match(m) for m in matches],
+            "matches": matches,
         }
         if next_offset is not None:
             result["nextOffset"] = next_offset
@@ -95,8 +158,9 @@ def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
             "(default /workspace). Literal and case-sensitive by default; set regex for a regular "
             "expression (RE2 syntax, linear time) and ignoreCase to ignore letter case. Binary files are "
             "skipped. Each match has path, 1-based line and text, plus numbered context lines when context "
-            f"is set. Returns at most limit matches (default 200, maximum {MAX_PAGE}); pass nextOffset as "
-            "offset for the next page."
+            f"is set; a line over {MAX_LINE_CHARS} characters is cut around the match, marked "
+            f'"{TRUNCATION_MARKER}". Returns at most limit matches (default 200, maximum {MAX_PAGE}), '
+            "fewer when they are long; pass nextOffset as offset for the next page."
         ),
         input_model=GrepInput,
         handler=handler,

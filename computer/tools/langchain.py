@@ -34,11 +34,16 @@ schema; ``output_schema`` is taken by LangChain's ``Runnable``), covering failur
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping
+import contextlib
+import contextvars
+import os
+import threading
+from collections.abc import Collection, Coroutine, Mapping
 from typing import Any, Literal, overload
 
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun
 from langchain_core.callbacks.manager import adispatch_custom_event
+from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import patch_config
 from langchain_core.tools import BaseTool, ToolException
@@ -164,7 +169,8 @@ class _ScreenedTool(BaseTool):
         args, kwargs = super()._to_args_and_kwargs(tool_input, tool_call_id)
         # The model's arguments travel under one key: spread as keywords, `self` clashed with the method
         # (TypeError out of ainvoke) and LangChain replaced `config`/`run_manager` with its own values.
-        return args, {_MODEL_ARGUMENTS: kwargs}
+        # The call's id rides along: a failed result is answered as its own error ToolMessage.
+        return args, {_MODEL_ARGUMENTS: kwargs, _CALL_ID: tool_call_id}
 
 
 class WorkspaceTool(_ScreenedTool):
@@ -219,7 +225,7 @@ class WorkspaceTool(_ScreenedTool):
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self._arun(*args, config=config, **kwargs))
+            return _run_on_sync_loop(self._arun(*args, config=config, **kwargs))
         raise RuntimeError(f"{self.name} is async: use ainvoke inside a running event loop")
 
     async def _arun(
@@ -228,9 +234,10 @@ class WorkspaceTool(_ScreenedTool):
         config: RunnableConfig,
         run_manager: AsyncCallbackManagerForToolRun | None = None,
         **kwargs: Any,
-    ) -> tuple[str | list[dict[str, Any]], dict[str, Any]]:
+    ) -> tuple[str | list[dict[str, Any]] | ToolMessage, dict[str, Any] | None]:
         if args:
             raise ToolException(f"{self.name} takes keyword arguments only")
+        call_id = kwargs.pop(_CALL_ID, None)
         packed = kwargs.pop(_MODEL_ARGUMENTS, None)
         arguments: dict[str, Any] = dict(kwargs) if packed is None else {**kwargs, **packed}
         if self.needs_approval:
@@ -244,7 +251,16 @@ class WorkspaceTool(_ScreenedTool):
             result = await self.core.run(arguments, on_update=on_update)
         if "error" in result and len(result) == 1:
             raise ToolException(f"Error: {result['error']}")
-        return _to_langchain(self.core.to_model_output(result)), result
+        content = _to_langchain(self.core.to_model_output(result))
+        if "error" in result and call_id is not None:
+            # A failed call with more to show (an exec's partial output, publish's ok: false): an error
+            # message, as OpenAI's is_error and MCP's isError say, that keeps its content and artifact.
+            blocks: Any = content  # text, or the content blocks ToolMessage takes
+            failed = ToolMessage(
+                blocks, artifact=result, tool_call_id=call_id, name=self.name, status="error"
+            )
+            return failed, None
+        return content, result
 
 
 class DiscoverToolsTool(_ScreenedTool):
@@ -262,6 +278,7 @@ class DiscoverToolsTool(_ScreenedTool):
     registry: _LazyRegistry = Field(exclude=True)
 
     def _run(self, names: list[str] | None = None, **kwargs: Any) -> str:
+        kwargs.pop(_CALL_ID, None)
         if _MODEL_ARGUMENTS in kwargs:
             names = kwargs[_MODEL_ARGUMENTS].get("names")
         registry = self.registry
@@ -288,6 +305,8 @@ class DiscoverToolsTool(_ScreenedTool):
 _BAD_ARGUMENTS = "__computer_bad_arguments__"
 # The one keyword that carries the model's arguments from ``_to_args_and_kwargs`` to ``_run``/``_arun``.
 _MODEL_ARGUMENTS = "__computer_arguments__"
+# The keyword that carries the tool call's id along (None when invoked with bare arguments).
+_CALL_ID = "__computer_call_id__"
 
 
 def _screened(tool_input: Any, name: str) -> Any:
@@ -313,6 +332,76 @@ def _screened_call(value: Any, name: str) -> Any:
     ):
         return {**value, "args": _screened(value.get("args"), name)}
     return value
+
+
+_SYNC_LOOP: asyncio.AbstractEventLoop | None = None
+_SYNC_LOOP_LOCK = threading.Lock()
+
+
+def _forget_sync_loop() -> None:
+    """In a forked child: the parent's loop thread is not there, so a call would wait for ever."""
+    global _SYNC_LOOP, _SYNC_LOOP_LOCK
+    _SYNC_LOOP, _SYNC_LOOP_LOCK = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forget_sync_loop)
+
+
+def _sync_loop() -> asyncio.AbstractEventLoop:
+    """The one event loop (in a daemon thread) that runs every synchronous call of this process's tools.
+
+    A workspace keeps loop-bound state between calls (a live sandbox's pipes and readers, locks), so
+    each call on a loop of its own (``asyncio.run``, closed at its end) broke every exec after the first
+    ("Event loop is closed"); LangGraph's synchronous tool node also calls from several threads at once.
+    """
+    global _SYNC_LOOP
+    with _SYNC_LOOP_LOCK:
+        if _SYNC_LOOP is None or _SYNC_LOOP.is_closed():
+            loop = asyncio.new_event_loop()
+            threading.Thread(target=loop.run_forever, name="computer-langchain-sync", daemon=True).start()
+            _SYNC_LOOP = loop
+            # Before the interpreter stops its thread pools (registered later, so run earlier): a live
+            # sandbox's idle end needs one, and failed with "cannot schedule new futures after shutdown".
+            register = getattr(threading, "_register_atexit", None)
+            if register is not None:
+                register(_finish_sync_loop, loop, os.getpid())
+        return _SYNC_LOOP
+
+
+def _finish_sync_loop(loop: asyncio.AbstractEventLoop, pid: int) -> None:
+    """At exit, end what is left on the shared loop as ``asyncio.run`` would (its tasks cancelled and
+    awaited, at most 10 s), then stop it."""
+
+    async def finish() -> None:
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*tasks, return_exceptions=True), 10)
+        await loop.shutdown_asyncgens()
+
+    if pid != os.getpid() or loop.is_closed() or not loop.is_running():
+        return  # (a forked child inherits the registration, not the loop's thread)
+    with contextlib.suppress(Exception):  # exiting anyway: never block or fail the interpreter's exit
+        asyncio.run_coroutine_threadsafe(finish(), loop).result(timeout=15)
+    loop.call_soon_threadsafe(loop.stop)
+
+
+def _run_on_sync_loop(call: Coroutine[Any, Any, Any]) -> Any:
+    """Run ``call`` on the shared loop in the caller's context (LangGraph's config, for ``interrupt()``
+    and the stream writer, lives in context variables) and wait for it; an interrupted wait (Ctrl-C)
+    cancels the call, which kills a running exec."""
+    context = contextvars.copy_context()
+
+    async def in_callers_context() -> Any:
+        return await asyncio.get_running_loop().create_task(call, context=context)
+
+    future = asyncio.run_coroutine_threadsafe(in_callers_context(), _sync_loop())
+    try:
+        return future.result()
+    except BaseException:
+        future.cancel()
+        raise
 
 
 def _ask_approval(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

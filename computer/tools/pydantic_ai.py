@@ -185,7 +185,12 @@ class WorkspaceToolset(AbstractToolset[Any]):
             result = await core.run(tool_args, on_update=forward)
         if "error" in result and len(result) == 1:
             raise ToolFailed(str(result["error"]))
-        return _to_pydantic_ai(core.to_model_output(result))
+        output = core.to_model_output(result)
+        if "error" in result:
+            # A failed call with more to show (an exec's partial output, publish's ok: false): a failure,
+            # as OpenAI's is_error and MCP's isError say, whose message is that whole output.
+            raise ToolFailed("\n".join(str(p["text"]) for p in output if p["type"] == "text"))
+        return _to_pydantic_ai(output)
 
 
 def _to_pydantic_ai(parts: list[ContentPart]) -> str | list[str | BinaryContent]:

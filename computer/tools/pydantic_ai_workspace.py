@@ -33,8 +33,10 @@ from typing import Any
 
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import Authority
 from pydantic_ai.tools import RunContext
 from pydantic_ai.workspaces import (
+    AuthorityWorkspace,
     CommandResult,
     FileEntry,
     ReadOnlyWorkspace,
@@ -361,12 +363,17 @@ class ComputerWorkspace(AbstractCapability[Any]):
     """Gives runs ``workspace`` as their pydantic-ai workspace (``ctx.workspace``).
 
     A ref from history or ``workspace=`` that names another environment is declined (``None``), so it
-    never redirects a run to a different workspace. ``read_only`` wraps it in ``ReadOnlyWorkspace``.
+    never redirects a run to a different workspace. ``read_only`` wraps it in ``ReadOnlyWorkspace``;
+    ``authority`` and ``path_authority`` (as on pydantic-ai's ``LocalWorkspace``: the level the model
+    gets the files' text with, ``"none"`` for files nobody on the application's side wrote, longest path
+    wins, paths relative to ``working_dir``) in ``AuthorityWorkspace``.
     """
 
     workspace: Any
     _: KW_ONLY
     read_only: bool = False
+    authority: Authority = "operator"
+    path_authority: Mapping[str, Authority] | None = None
     working_dir: str = DEFAULT_WORKING_DIR
     backend: str | None = None
     env: Mapping[str, str] | None = None
@@ -385,4 +392,8 @@ class ComputerWorkspace(AbstractCapability[Any]):
         )
         if self.read_only:
             backend = ReadOnlyWorkspace(Workspace(backend))
+        if self.authority != "operator" or self.path_authority:
+            backend = AuthorityWorkspace(
+                Workspace(backend), authority=self.authority, path_authority=self.path_authority
+            )
         return backend

@@ -250,3 +250,27 @@ async def test_random_json_through_every_adapter_never_escapes(
     if misspelled is not None:
         assert is_error, (name, args, text)
         assert repr(misspelled) in text or json.dumps(repr(misspelled))[1:-1] in text, (name, args, text)
+
+
+@pytest.mark.parametrize("adapter", [a for a in ADAPTERS if a != "responses"])  # Responses has no flag
+async def test_every_adapter_flags_a_result_carrying_an_error_and_keeps_its_output(
+    surface: EverySurface, adapter: str
+) -> None:
+    """A run that failed outside the program (timed out, could not start) answers with its partial
+    output and an ``error``: OpenAI and MCP flagged it as an error, LangChain and pydantic-ai as a
+    success. A program's own non-zero exit is a result everywhere."""
+    from computer.runtime.types import ExecResult
+
+    run = RUNNERS[adapter](create_tools(surface, processes=True))
+    before = surface.runtime.final
+    try:
+        surface.runtime.final = ExecResult(
+            "cancelled", 124, "partial output\n", "", error="timed out after 1 s"
+        )
+        text, is_error = await run("exec", {"command": "sleep 100", "timeout": 1})
+        assert is_error and "partial output" in text and "timed out after 1 s" in text, text
+        surface.runtime.final = ExecResult("failed", 3, "", "boom\n")
+        text, is_error = await run("exec", {"command": "exit 3"})
+        assert not is_error and "boom" in text, text
+    finally:
+        surface.runtime.final = before

@@ -390,6 +390,34 @@ async def test_a_read_only_capability_refuses_the_agents_writes(workspace: compu
     assert not await workspace.fs.exists("/workspace/hello.py")
 
 
+async def test_the_capability_gives_files_the_authority_it_is_told(workspace: computer.Workspace) -> None:
+    # pydantic-ai's own LocalWorkspace takes authority/path_authority (files nobody on the application's
+    # side wrote reach the model with less authority): a sandbox agents fill is exactly such a place.
+    seen: dict[str, str] = {}
+    agent: Agent[None, str] = Agent(
+        FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("ok")])),
+        capabilities=[
+            ComputerWorkspace(
+                workspace,
+                authority="none",
+                path_authority={"/workspace/AGENTS.md": "operator", "docs": "user"},
+            )
+        ],
+    )
+
+    @agent.instructions
+    async def levels(ctx: RunContext[None]) -> str:
+        for path in ("/workspace/AGENTS.md", "notes.txt", "docs/a.md"):
+            seen[path] = await ctx.workspace.authority_of(path)
+        return ""
+
+    await agent.run("go")
+    assert seen == {"/workspace/AGENTS.md": "operator", "notes.txt": "none", "docs/a.md": "user"}
+    # Unset, the files keep pydantic-ai's default level, as before.
+    ctx: Any = None
+    assert isinstance(ComputerWorkspace(workspace).get_workspace(ctx, ref=None), ComputerWorkspaceBackend)
+
+
 async def test_the_capability_declines_a_ref_to_another_workspace(workspace: computer.Workspace) -> None:
     capability = ComputerWorkspace(workspace)
     ctx: Any = None

@@ -80,6 +80,27 @@ async def test_edit_keeps_undecodable_bytes_outside_the_match(files: Files) -> N
     assert await files.get("/f.bin.txt") == b"caf\xe9\nvalue = 2\n"
 
 
+async def test_old_text_copied_from_a_read_of_undecodable_bytes_says_why_it_cannot_match(
+    files: Files,
+) -> None:
+    # read shows the Latin-1 byte as U+FFFD; an agent copies that line into oldText. "Read the file
+    # again and copy the text" sent it round the same loop: the error now names the cause and the way out.
+    await files.put("/menu.txt", b"# caf\xe9 menu\nname = 'caf\xe9'\n")
+    shown = (await files.read().run({"path": "/menu.txt"}))["content"]
+    assert shown == "# caf\ufffd menu\nname = 'caf\ufffd'"
+    copied = shown.splitlines()[1]
+    result = await edit(files, "/menu.txt", (copied, "name = 'shop'"))
+    error = str(result["error"])
+    assert "U+FFFD" in error and "not valid UTF-8" in error and "read the file again" not in error
+    # The way out it names works, and the undecodable bytes survive.
+    await edit(files, "/menu.txt", ("name = 'caf", "title = 'caf"))
+    assert await files.get("/menu.txt") == b"# caf\xe9 menu\ntitle = 'caf\xe9'\n"
+    # Text that is simply absent keeps the usual advice, with or without undecodable bytes in the file.
+    assert "read the file again" in str((await edit(files, "/menu.txt", ("absent \ufffd", "x")))["error"])
+    await files.put("/ok.txt", "valid \ufffd text\n")
+    assert "read the file again" in str((await edit(files, "/ok.txt", ("other \ufffd", "x")))["error"])
+
+
 async def test_fuzzy_trailing_space_matches_and_only_that_span_changes(files: Files) -> None:
     original = "quote = “hi” — ok\nlet target = 1;\nend = ‘x’\n"
     await files.put("/f.js", original)

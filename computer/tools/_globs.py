@@ -1,0 +1,99 @@
+"""The globs of find and grep as the tools take them, turned into the storage walk's globs.
+
+The walk matches globs against paths relative to the searched directory, with ``*``, ``?`` and ``**``
+and every other character literal (SPEC section 4). Models also send what other tools taught them:
+
+- an absolute glob below the directory (``/workspace/**/*.py``): a relative path never starts with
+  "/", so it matched nothing; it loses that prefix;
+- ``./`` in front (``./src/*.py``) and a directory's trailing ``/`` (``node_modules/``, as in
+  ``.gitignore``): relative paths have neither, so such a glob matched nothing (an exclude pruned
+  nothing); both are dropped;
+- brace alternatives (``**/*.{ts,tsx}``, as in bash, ripgrep and most glob tools): matched literally,
+  they found nothing; a group of two or more comma-separated alternatives (nested groups too) expands
+  into one glob per alternative. A group without a comma (``{{name}}``) stays literal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from itertools import pairwise
+
+__all__ = ["MAX_ALTERNATIVES", "below", "expand", "relative_alternatives", "walk_globs"]
+
+MAX_ALTERNATIVES = 64
+
+
+def below(root: str, glob: str) -> str:
+    """``glob`` as the walk below the directory ``root`` (canonical) can match it: relative, without a
+    leading ``./`` or a trailing ``/``."""
+    prefix = root.rstrip("/") + "/"
+    if glob.startswith(prefix):
+        glob = glob[len(prefix) :]
+    while glob.startswith("./"):
+        glob = glob[2:].lstrip("/")
+    return glob.rstrip("/") if glob.strip("/") else glob
+
+
+def relative_alternatives(root: str, glob: str) -> list[str]:
+    """The globs the walk takes for one glob a caller sent: its brace alternatives, each :func:`below`
+    ``root``, duplicates dropped."""
+    out: list[str] = []
+    for alternative in expand(glob):
+        relative = below(root, alternative)
+        if relative not in out:
+            out.append(relative)
+    return out
+
+
+def expand(glob: str) -> list[str]:
+    """``glob`` with its brace groups expanded, in order, duplicates dropped; a ``ValueError`` past
+    :data:`MAX_ALTERNATIVES`."""
+    out: list[str] = []
+    pending = [glob]
+    while pending:
+        current = pending.pop()
+        group = _first_group(current)
+        if group is None:
+            if current not in out:
+                out.append(current)
+                if len(out) > MAX_ALTERNATIVES:
+                    raise ValueError(
+                        f"the glob {glob!r} expands to more than {MAX_ALTERNATIVES} alternatives: "
+                        "use fewer brace groups"
+                    )
+            continue
+        start, end, choices = group
+        pending.extend(current[:start] + choice + current[end:] for choice in reversed(choices))
+    return out
+
+
+def walk_globs(root: str, globs: Iterable[str]) -> list[str]:
+    """Every glob of an include or exclude list as the walk takes it (:func:`relative_alternatives`)."""
+    out: list[str] = []
+    for glob in globs:
+        out.extend(g for g in relative_alternatives(root, glob) if g not in out)
+    return out
+
+
+def _first_group(glob: str) -> tuple[int, int, list[str]] | None:
+    """The first ``{...}`` holding a top-level comma: (start, end past ``}``, alternatives)."""
+    for start, char in enumerate(glob):
+        if char != "{":
+            continue
+        depth = 0
+        commas: list[int] = []
+        for index in range(start, len(glob)):
+            c = glob[index]
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+                if depth == 0:
+                    if commas:
+                        cuts = [start, *commas, index]
+                        choices = [glob[a + 1 : b] for a, b in pairwise(cuts)]
+                        return start, index + 1, choices
+                    break
+            elif c == "," and depth == 1:
+                commas.append(index)
+    return None

@@ -1,0 +1,158 @@
+"""find and grep globs as agents write them: brace alternatives ("**/*.{ts,tsx}", as bash, ripgrep and
+most glob tools take them) and absolute globs below the searched directory.
+
+Both used to match nothing (the storage walk takes every other character literally and compares paths
+relative to the directory), so an agent was told a project had no TypeScript files.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from computer import Workspace
+from computer.tools import Tool, create_tools
+from computer.tools._globs import MAX_ALTERNATIVES, expand
+
+from .conftest import put
+
+TREE = [
+    "/workspace/a.ts",
+    "/workspace/b.tsx",
+    "/workspace/c.js",
+    "/workspace/src/d.ts",
+    "/workspace/src/e.tsx",
+    "/workspace/src/deep/f.ts",
+    "/workspace/src/Z.md",
+    "/workspace/node_modules/m.ts",
+    "/workspace/{{tpl}}/g.ts",
+    "/workspace/é.ts",
+]
+
+
+def paths(result: dict[str, Any]) -> list[str]:
+    assert "error" not in result, result
+    return [e["path"] for e in result.get("entries", result.get("matches", []))]
+
+
+@pytest.fixture
+async def tree(workspace: Workspace) -> Workspace:
+    for path in TREE:
+        await put(workspace, path, "needle\n")
+    return workspace
+
+
+async def test_brace_alternatives_find_every_match_in_walk_order(
+    tree: Workspace, tools: dict[str, Tool]
+) -> None:
+    found = await tools["find"].run(
+        {"pattern": "**/*.{ts,tsx}", "exclude": ["{node_modules,node_modules/**}"]}
+    )
+    assert paths(found) == [
+        "/workspace/a.ts",
+        "/workspace/b.tsx",
+        "/workspace/src/d.ts",
+        "/workspace/src/deep/f.ts",
+        "/workspace/src/e.tsx",
+        "/workspace/{{tpl}}/g.ts",
+        "/workspace/é.ts",
+    ]
+    assert found["pattern"] == "**/*.{ts,tsx}"
+    # A brace group without a comma is literal (a template directory's name).
+    assert paths(await tools["find"].run({"pattern": "{{tpl}}/*"})) == ["/workspace/{{tpl}}/g.ts"]
+    grep = await tools["grep"].run({"query": "needle", "include": "src/*.{tsx,md}"})
+    assert paths(grep) == ["/workspace/src/Z.md", "/workspace/src/e.tsx"]
+
+
+async def test_absolute_globs_below_the_path_match_as_the_relative_ones(
+    tree: Workspace, tools: dict[str, Tool]
+) -> None:
+    await put(tree, "/other/c.ts", "needle\n")
+    relative = await tools["find"].run({"pattern": "**/*.ts", "exclude": ["node_modules", "node_modules/**"]})
+    absolute = await tools["find"].run(
+        {
+            "pattern": "/workspace/**/*.ts",
+            "exclude": ["/workspace/node_modules", "/workspace/node_modules/**"],
+        }
+    )
+    assert paths(absolute) == paths(relative)
+    assert "/workspace/src/d.ts" in paths(absolute) and "/workspace/node_modules/m.ts" not in paths(absolute)
+    assert paths(await tools["find"].run({"path": "/", "pattern": "/other/*.ts"})) == ["/other/c.ts"]
+    assert paths(await tools["find"].run({"pattern": "/other/*.ts"})) == []  # elsewhere: as before
+    for include in ("/workspace/src/deep/**", ["/workspace/src/deep/*.ts", "*.md"]):
+        grep = await tools["grep"].run({"query": "needle", "include": include})
+        assert paths(grep) == ["/workspace/src/deep/f.ts"]
+    pruned = await tools["grep"].run(
+        {"query": "needle", "include": "**/*.ts", "exclude": ["/workspace/{node_modules,src,{{tpl}}}/**"]}
+    )
+    assert paths(pruned) == ["/workspace/a.ts", "/workspace/é.ts"]
+
+
+async def test_a_leading_dot_slash_or_a_directorys_trailing_slash_is_dropped(
+    tree: Workspace, tools: dict[str, Tool]
+) -> None:
+    # "./node_modules/**" and the .gitignore spelling "node_modules/" pruned nothing; "./src/*.ts" as a
+    # grep include found nothing.
+    for exclude in (
+        ["./node_modules/**", "./{{tpl}}"],
+        ["node_modules/", "{{tpl}}/"],
+        [".//node_modules", "src/", "{{tpl}}"],
+    ):
+        found = paths(await tools["find"].run({"pattern": "**/*.ts", "exclude": exclude}))
+        grep = paths(await tools["grep"].run({"query": "needle", "include": "**/*.ts", "exclude": exclude}))
+        assert "/workspace/node_modules/m.ts" not in found and "/workspace/{{tpl}}/g.ts" not in found
+        assert grep == found and "/workspace/a.ts" in found
+    assert paths(await tools["grep"].run({"query": "needle", "include": "./src/*.ts"})) == [
+        "/workspace/src/d.ts"
+    ]
+    assert paths(await tools["find"].run({"pattern": "src/deep/"})) == ["/workspace/src/deep"]
+
+
+async def test_too_many_alternatives_is_an_error(tools: dict[str, Tool]) -> None:
+    result = await tools["find"].run({"pattern": "{a,b}" * 7})
+    assert f"more than {MAX_ALTERNATIVES} alternatives" in str(result["error"])
+
+
+NAMES = ["a", "b", "ab", "a.ts", "b.tsx", "Z", "é", "{x}"]
+files = st.lists(st.lists(st.sampled_from(NAMES), min_size=1, max_size=3).map("/".join), max_size=12)
+parts = st.sampled_from(["*", "**", "a", "b", "*.ts", "*.tsx", "**/*", "{x}", "é"])
+group = st.lists(parts, min_size=2, max_size=3).map(lambda alts: "{" + ",".join(alts) + "}")
+patterns = st.lists(parts | group, min_size=1, max_size=3).map("/".join)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(tree=files, pattern=patterns, limit=st.integers(1, 4))
+async def test_a_brace_pattern_is_the_union_of_its_alternatives_in_walk_order_on_every_page(
+    tree: list[str], pattern: str, limit: int
+) -> None:
+    ws = Workspace()
+    try:
+        await ws.fs.mkdir("/w")
+        for rel in tree:
+            try:
+                await put(ws, f"/w/{rel}", "x")
+            except OSError:
+                pass  # a name already a file where a directory is wanted
+        tools = create_tools(ws)
+        walk = paths(await tools["find"].run({"path": "/w", "pattern": "", "limit": 1000}))
+        union = set()
+        for alternative in expand(pattern):
+            union.update(
+                paths(await tools["find"].run({"path": "/w", "pattern": alternative, "limit": 1000}))
+            )
+        expected = [p for p in walk if p in union]
+        pages: list[str] = []
+        offset: int | None = 0
+        while offset is not None:
+            page = await tools["find"].run(
+                {"path": "/w", "pattern": pattern, "limit": limit, "offset": offset}
+            )
+            pages += paths(page)
+            offset = page.get("nextOffset")
+            assert len(pages) <= len(expected)
+        assert pages == expected
+    finally:
+        await ws.close()
