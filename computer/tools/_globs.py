@@ -10,7 +10,9 @@ and every other character literal (SPEC section 4). Models also send what other 
   nothing); both are dropped;
 - brace alternatives (``**/*.{ts,tsx}``, as in bash, ripgrep and most glob tools): matched literally,
   they found nothing; a group of two or more comma-separated alternatives (nested groups too) expands
-  into one glob per alternative. A group without a comma (``{{name}}``) stays literal.
+  into one glob per alternative. A group without a comma (``{{name}}``) stays literal. The glob as
+  written is kept as one more alternative: braces are literal characters of a name to the walk
+  (SPEC), so a file really named ``a{b,c}.txt`` is still found by that pattern.
 """
 
 from __future__ import annotations
@@ -35,10 +37,10 @@ def below(root: str, glob: str) -> str:
 
 
 def relative_alternatives(root: str, glob: str) -> list[str]:
-    """The globs the walk takes for one glob a caller sent: its brace alternatives, each :func:`below`
-    ``root``, duplicates dropped."""
+    """The globs the walk takes for one glob a caller sent: the glob itself (its braces literal), then
+    its brace alternatives, each :func:`below` ``root``, duplicates dropped."""
     out: list[str] = []
-    for alternative in expand(glob):
+    for alternative in dict.fromkeys([glob, *expand(glob)]):
         relative = below(root, alternative)
         if relative not in out:
             out.append(relative)

@@ -156,3 +156,18 @@ async def test_a_brace_pattern_is_the_union_of_its_alternatives_in_walk_order_on
         assert pages == expected
     finally:
         await ws.close()
+
+
+async def test_a_name_with_braces_is_still_found_by_its_literal_pattern(
+    workspace: Workspace, tools: dict[str, Tool]
+) -> None:
+    """Braces are literal characters of a name to the walk (SPEC section 4): a file really named
+    ``a{b,c}.txt`` is matched by that pattern as written, beside the alternatives it expands to."""
+    for path in ("/workspace/a{b,c}.txt", "/workspace/ab.txt", "/workspace/ad.txt"):
+        await put(workspace, path, "needle\n")
+    found = await tools["find"].run({"pattern": "a{b,c}.txt"})
+    assert paths(found) == ["/workspace/ab.txt", "/workspace/a{b,c}.txt"]
+    hits = await tools["grep"].run({"query": "needle", "include": "a{b,c}.txt"})
+    assert sorted(paths(hits)) == ["/workspace/ab.txt", "/workspace/a{b,c}.txt"]
+    pruned = await tools["find"].run({"pattern": "*.txt", "exclude": ["a{b,c}.txt"]})
+    assert paths(pruned) == ["/workspace/ad.txt"]
