@@ -46,6 +46,12 @@ UNSAID = (
     "its processes were ended (what they wrote is kept) and this command runs in a fresh one\n"
 )
 
+LOOP_ENDED = "the event loop it was started in has ended: one asyncio.run per call"
+OTHER_LOOP = (
+    "the workspace's live sandbox serves an event loop running in another thread of this process: "
+    "run this workspace's commands from that loop"
+)
+
 
 @dataclass
 class JobSpec:
@@ -88,7 +94,9 @@ class LiveSandboxes:
         self.idle, self.lifetime = idle, lifetime
         self.mount_root = sync.mount_root
         self._live: dict[str, LiveSandbox] = {}
-        self._starting: dict[str, asyncio.Lock] = {}
+        self._starting: dict[
+            str, tuple[asyncio.AbstractEventLoop, asyncio.Lock]
+        ] = {}  # per loop (see _sandbox_of)
         # What ended sandboxes' syncs refused with no run to tell (``LiveSandbox.unreported``), by
         # workspace: its next run's ``skipped`` (the oldest let go past _UNREPORTED workspaces).
         self._unreported: dict[str, dict[str, str]] = {}
@@ -250,10 +258,19 @@ class LiveSandboxes:
 
     async def _sandbox_of(self, ctx: ExecContext) -> LiveSandbox:
         """The workspace's live sandbox, started when there is none (one start at a time)."""
-        workspace_id = ctx.workspace_id
-        lock = self._starting.setdefault(workspace_id, asyncio.Lock())
-        async with lock:
+        workspace_id, loop = ctx.workspace_id, asyncio.get_running_loop()
+        lock = self._starting.get(workspace_id)
+        if lock is None or lock[0] is not loop:  # (one left held by a task of an ended loop never frees)
+            lock = self._starting[workspace_id] = (loop, asyncio.Lock())
+        async with lock[1]:
             sandbox = self._live.get(workspace_id)
+            if sandbox is not None and sandbox.alive and sandbox.loop is not loop:
+                if sandbox.loop.is_running():
+                    raise LiveSandboxError(OTHER_LOOP)
+                # Started in an event loop that has ended (``asyncio.run`` once per call): every later
+                # run failed "Event loop is closed". It ends from this loop, and this run says so.
+                sandbox.ctx = ctx
+                await sandbox.abandon(LOOP_ENDED)
             if sandbox is not None and sandbox.alive:
                 sandbox.ctx = ctx
                 if sandbox.bridge is not None:

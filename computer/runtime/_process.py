@@ -22,6 +22,7 @@ __all__ = [
     "ProcessOutcome",
     "SandboxProcess",
     "close_transport",
+    "drop_transport",
     "oom_kills",
     "out_of_memory_error",
     "stream_process",
@@ -54,6 +55,7 @@ class SandboxProcess:
         ``_REAP_TIMEOUT`` our ends of the pipes are closed instead.
         """
         self.killed = True
+        drop_transport(self.proc)  # started in an event loop that has ended: nothing to wait with
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # the launcher leads its group: it is in there
         except (ProcessLookupError, PermissionError):
@@ -63,6 +65,8 @@ class SandboxProcess:
                 self.proc.kill()
         if self.cgroups:
             await asyncio.to_thread(sweep, self.cgroups)
+        if self.proc._loop.is_closed():  # type: ignore[attr-defined]
+            return
         try:
             await asyncio.wait_for(self.proc.wait(), timeout=_REAP_TIMEOUT)
         except TimeoutError:
@@ -93,6 +97,7 @@ class SandboxProcess:
         """SIGKILL the launcher's process group and remove the cgroups, from any thread, without an
         event loop (blocking)."""
         self.killed = True
+        drop_transport(self.proc)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.cleanup()
@@ -104,6 +109,37 @@ def close_transport(proc: asyncio.subprocess.Process) -> None:
     if transport is not None:
         with contextlib.suppress(Exception):  # best-effort cleanup of a process already killed
             transport.close()
+
+
+def drop_transport(proc: asyncio.subprocess.Process) -> None:
+    """Let go of the pipes of a process whose event loop has ended, without a call into that loop: the
+    transport's own close schedules its callbacks there, and its collection printed a traceback
+    ("Event loop is closed") for each sandbox started in an ``asyncio.run`` that returned. The
+    warning asyncio's child watcher logs when it reaps such a process is left out too."""
+    transport = getattr(proc, "_transport", None)
+    with contextlib.suppress(Exception):  # asyncio's private fields; at worst that traceback again
+        if not transport._loop.is_closed():  # type: ignore[union-attr]
+            return  # its loop closes it (the pipes stay registered there until then)
+        _UNWATCHED.add(proc.pid)
+        if len(_UNWATCHED) == 1:
+            logging.getLogger("asyncio").addFilter(_unwatched)
+        for proto in transport._pipes.values():  # type: ignore[union-attr]
+            if proto is not None:
+                proto.pipe._pipe.close()
+        transport._closed = True  # type: ignore[union-attr]
+
+
+_UNWATCHED: set[int] = set()  # pids of processes let go by :func:`drop_transport` (a pid is a few bytes)
+
+
+def _unwatched(record: logging.LogRecord) -> bool:
+    """asyncio's "Loop ... that handles pid ... is closed", for a process :func:`drop_transport` let go."""
+    args = record.args
+    if "that handles pid" in str(record.msg) and isinstance(args, tuple) and len(args) == 2:
+        if args[1] in _UNWATCHED:
+            _UNWATCHED.discard(args[1])
+            return False
+    return True
 
 
 @dataclass(slots=True)

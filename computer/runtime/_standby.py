@@ -15,7 +15,7 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ._process import SandboxProcess
+from ._process import SandboxProcess, drop_transport
 
 __all__ = ["STANDBY_STUB", "Standby", "write_all"]
 
@@ -79,6 +79,7 @@ class Standby:
     def close(self) -> None:
         """Let the stub end (it reads an empty script); thread-safe, idempotent. Reaping is
         :meth:`discard`'s job, or the caller's."""
+        drop_transport(self.process.proc)  # (only if its event loop has ended: before the stub can end)
         fd, self.control = self.control, None
         if fd is not None:
             with contextlib.suppress(OSError):

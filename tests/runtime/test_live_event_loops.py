@@ -1,0 +1,101 @@
+"""A workspace used from one ``asyncio.run`` per call, as a synchronous script does (``asyncio.run(
+execute(call))`` for each tool call of an OpenAI-format loop).
+
+A live sandbox belongs to the event loop that started it (its readers, tasks and the init's transport).
+Before, every run after the first loop ended failed "RuntimeError: Event loop is closed", for the shell
+and the python backend alike, for as long as the process lived. Now the sandbox of an ended loop is
+ended from the new one (its processes killed, what they wrote pulled) and the run goes on in a fresh
+sandbox, saying so on its stderr; a loop still running in another thread keeps its sandbox, and a run
+from another loop is told why it cannot use it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from computer import Workspace
+from computer.runtime import PythonBackend, ShellBackend
+
+MARK = "31337.5"  # a background process's argument, found on the host by it
+
+
+def host_processes_with(mark: str) -> list[int]:
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if mark.encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
+                found.append(int(pid))
+    return found
+
+
+async def run(ws: Workspace, source: str, backend: str | None = None) -> Any:
+    handle = await ws.runtime.exec(source, backend=backend, timeout=60)
+    return await handle.result()
+
+
+def test_one_event_loop_per_call_runs_every_call_in_a_fresh_sandbox(tmp_path: Path) -> None:
+    ws = Workspace(str(tmp_path / "w.db"), backends=[ShellBackend(), PythonBackend()])
+    try:
+        asyncio.run(ws.fs.mkdir("/workspace", recursive=True))
+        first = asyncio.run(run(ws, f"sleep {MARK} & echo one > a"))
+        assert first.status == "completed", first
+        assert host_processes_with(MARK)  # the background process runs while its loop is gone
+        for n in range(3):
+            later = asyncio.run(run(ws, f"cat a; echo {n} > b{n}"))
+            assert (later.status, later.stdout, later.error) == ("completed", "one\n", None), later
+            assert "the event loop it was started in has ended" in later.stderr
+        assert host_processes_with(MARK) == []  # ended with its sandbox, not left behind
+        for _ in range(2):
+            py = asyncio.run(run(ws, "print(open('b2').read().strip())", backend="python"))
+            assert (py.status, py.stdout, py.error) == ("completed", "2\n", None), py
+        listing = asyncio.run(ws.fs.readdir("/workspace"))
+        assert sorted(e.name for e in listing) == ["a", "b0", "b1", "b2"]
+    finally:
+        asyncio.run(ws.close())
+    assert host_processes_with(MARK) == []
+
+
+def test_a_loop_running_in_another_thread_keeps_its_sandbox(tmp_path: Path) -> None:
+    ws = Workspace(str(tmp_path / "w.db"), backends=[ShellBackend()])
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def there(coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout=60)
+
+    try:
+        there(ws.fs.mkdir("/workspace", recursive=True))
+        assert there(run(ws, f"sleep {MARK} &")).status == "completed"
+        refused = asyncio.run(run(ws, "echo here"))
+        assert refused.status == "failed"
+        assert "event loop running in another thread" in (refused.error or ""), refused
+        assert host_processes_with(MARK)  # the other loop's sandbox and its process were left alone
+        again = there(run(ws, "echo there"))
+        assert (again.status, again.stdout, again.stderr) == ("completed", "there\n", "")
+    finally:
+        with contextlib.suppress(Exception):
+            there(ws.close())
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+    deadline = time.monotonic() + 10
+    while host_processes_with(MARK) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert host_processes_with(MARK) == []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers() -> Any:
+    yield
+    for pid in host_processes_with(MARK):
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
