@@ -60,12 +60,13 @@ from ._pool_admission import Requeue
 from ._pool_callbacks import owner_token
 from ._pool_context import WorkerMemory
 from ._pool_plan import enabled, limits_from
-from ._pool_registry import PROBE_GROUP, publish_info, published_info, worker_handle
+from ._pool_probe import PROBE_AFTER, PROBE_TIMEOUT, WorkerSilent, watched
+from ._pool_registry import publish_info, published_info, worker_handle
 from ._pool_scaler import PoolView, get_scaler
 from ._pool_worker import OwnerUnknown, RunStarted
 from .raycompat import streaming
 
-__all__ = ["PoolBackend", "owner_backends"]
+__all__ = ["PROBE_AFTER", "PROBE_TIMEOUT", "PoolBackend", "WorkerSilent", "owner_backends"]
 
 log = logging.getLogger(__name__)
 
@@ -114,14 +115,6 @@ LOST_REMEMBERED = 1000
 # (a listing or a signal: milliseconds when it runs). A worker that is stopped (SIGSTOP) or wedged
 # never answers, and Ray has no bound of its own: ``computer ps`` and the processes tool waited forever.
 LIVE_CALL_TIMEOUT = 60.0
-# A worker call (a run's next item, ``end_sandbox``'s end) that has waited this long without an answer
-# makes the dispatcher probe the worker (``PoolWorker.probe``, on its own concurrency group: it answers
-# within milliseconds while the worker's loop is busy, a big end's pull included); a worker that does
-# not answer the probe within PROBE_TIMEOUT is stopped (SIGSTOP) or wedged, and treated as dead for
-# that call. Ray has no bound of its own: a run sent to a stopped worker waited its timeout plus
-# ~17-22 s, ``end_sandbox`` and the hibernation's ``close_workspace`` forever. Seconds.
-PROBE_AFTER = 3.0
-PROBE_TIMEOUT = 5.0
 # Seconds a dispatcher prefers other workers to one that did not answer a probe (the control loop
 # shows it draining after ``SILENT_AFTER`` without a load report).
 SILENT_AVOID = 60.0
@@ -137,10 +130,6 @@ SILENT_SANDBOX = (
     "background processes are out of reach (what they wrote after their last sync is not in the "
     "workspace) and this command runs in a fresh sandbox\n"
 )
-
-
-class WorkerSilent(Exception):
-    """A worker did not answer a liveness probe while a call waited on it (stopped or wedged)."""
 
 
 _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
@@ -441,40 +430,18 @@ class PoolBackend:
         while len(self._lost) > LOST_REMEMBERED:
             del self._lost[next(iter(self._lost))]
 
-    async def _probe(self, handle: Any) -> str | None:
-        """None when the worker answers a liveness probe within :data:`PROBE_TIMEOUT`, else why not.
-        A worker found dead by Ray is left to the call that waits on it (it fails on its own)."""
-        try:
-            async with asyncio.timeout(PROBE_TIMEOUT):
-                await handle.probe.options(concurrency_group=PROBE_GROUP).remote()
-        except TimeoutError:
-            return f"no answer to a liveness probe within {PROBE_TIMEOUT:g} s: stopped or wedged"
-        except Exception:
-            return None
-        return None
-
     async def _watched(self, call: Any, name: str) -> Any:
-        """Await ``call`` (a worker's answer), probing the worker ``name`` every :data:`PROBE_AFTER`
-        seconds it stays silent; :class:`WorkerSilent` when a probe gets no answer."""
-        task = asyncio.ensure_future(call)
+        """Await ``call`` (a worker's answer), probing the worker ``name`` while it stays silent
+        (:func:`~computer.actors._pool_probe.watched`); one silent to a probe is avoided a while."""
         try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=PROBE_AFTER)
-                if done:
-                    return task.result()
-                slot = self._slots.get(name)
-                handle = slot.handle if slot is not None else None
-                if handle is None:
-                    return await task
-                why = await self._probe(handle)
-                if task.done():
-                    return task.result()
-                if why is not None:
-                    self._avoid[name] = time.monotonic() + SILENT_AVOID
-                    raise WorkerSilent(why)
-        finally:
-            if not task.done():
-                task.cancel()
+            return await watched(call, lambda: self._handle_of(name))
+        except WorkerSilent:
+            self._avoid[name] = time.monotonic() + SILENT_AVOID
+            raise
+
+    def _handle_of(self, name: str) -> Any:
+        slot = self._slots.get(name)
+        return slot.handle if slot is not None else None
 
     async def close_workspace(self, workspace_id: str) -> None:
         """The workspace closes (hibernation, takeover): its live sandbox ends with it (what it wrote
