@@ -57,6 +57,7 @@ from ..config import Settings
 from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, OutputChunk
 from ..runtime.types import BackendInfo
 from ._pool_admission import Requeue
+from ._pool_avoid import DEAD_REMEMBERED, DRAINING_AVOID, RESTART_AVOID, SILENT_AVOID, Avoidance
 from ._pool_callbacks import owner_token
 from ._pool_context import WorkerMemory
 from ._pool_plan import enabled, limits_from
@@ -66,7 +67,17 @@ from ._pool_scaler import PoolView, get_scaler
 from ._pool_worker import OwnerUnknown, RunStarted
 from .raycompat import streaming
 
-__all__ = ["PROBE_AFTER", "PROBE_TIMEOUT", "PoolBackend", "WorkerSilent", "owner_backends"]
+__all__ = [
+    "DEAD_REMEMBERED",
+    "DRAINING_AVOID",
+    "PROBE_AFTER",
+    "PROBE_TIMEOUT",
+    "RESTART_AVOID",
+    "SILENT_AVOID",
+    "PoolBackend",
+    "WorkerSilent",
+    "owner_backends",
+]
 
 log = logging.getLogger(__name__)
 
@@ -98,12 +109,6 @@ VIEW_TTL_CALM = 5.0
 WORKER_WAIT = 300.0
 # A run handed back this many times (workers draining or shedding one after another) fails.
 REQUEUES_MAX = 100
-DEAD_REMEMBERED = 60.0  # seconds a dispatcher ignores a worker it saw dead (the view may lag behind)
-# Seconds a dispatcher prefers other workers to one it found restarting (``ActorUnavailableError``) when
-# another is usable. Before, every retry of a run went back to the restarting worker (the warm one, then
-# the same hash) and waited there, ~2 s a try: after a worker was killed under a run, the next command
-# of its workspace waited 23-29 s for that worker's restart while the other worker was ready.
-RESTART_AVOID = 10.0
 # A workspace whose run moved (its idle live sandbox ended on a full worker) is not sent movable again
 # for this long (seconds). Owners see a new worker's free slots in views of the same age and move to it
 # together, fill it, and moved on again: 64 agents on a 3-node local cluster moved 333 runs in 30 s,
@@ -115,14 +120,6 @@ LOST_REMEMBERED = 1000
 # (a listing or a signal: milliseconds when it runs). A worker that is stopped (SIGSTOP) or wedged
 # never answers, and Ray has no bound of its own: ``computer ps`` and the processes tool waited forever.
 LIVE_CALL_TIMEOUT = 60.0
-# Seconds a dispatcher prefers other workers to one that did not answer a probe (the control loop
-# shows it draining after ``SILENT_AFTER`` without a load report).
-SILENT_AVOID = 60.0
-# Seconds a dispatcher prefers other workers to one that handed a run back as draining. Its view's
-# ``draining`` came from the control loop and replaced the worker's own answer: a worker drained
-# outside the control loop's view (or before its view said so) took the run back again and again,
-# and the run failed "handed back 101 times" within 5 s while another worker was free.
-DRAINING_AVOID = 10.0
 # What a run says first on its stderr when the worker holding its workspace's live sandbox stopped
 # answering (the sandbox's processes may still run there, out of reach).
 SILENT_SANDBOX = (
@@ -178,11 +175,7 @@ class PoolBackend:
         # with its worker under ``end_sandbox`` (LOST_SANDBOX), as for a sandbox lost with its worker
         # between runs, or left on a worker that did not answer (SILENT_SANDBOX).
         self._lost: dict[str, str] = {}
-        self._dead: dict[str, float] = {}  # worker name -> when this owner saw it dead
-        self._restarting: dict[str, float] = {}  # worker name -> when a call found it restarting
-        # Worker name -> until when (monotonic) runs go elsewhere when they can: it did not answer a
-        # probe (SILENT_AVOID), or handed a run back as draining (DRAINING_AVOID).
-        self._avoid: dict[str, float] = {}
+        self._avoided = Avoidance()  # workers seen dead, restarting, silent, draining
         # Workspace id -> what a worker that handed its run back kept for its next run (``Requeue``:
         # notes for its stderr, refused paths -> reasons), said by the run wherever it goes next.
         self._carried: dict[str, tuple[list[str], dict[str, str]]] = {}
@@ -436,7 +429,7 @@ class PoolBackend:
         try:
             return await watched(call, lambda: self._handle_of(name))
         except WorkerSilent:
-            self._avoid[name] = time.monotonic() + SILENT_AVOID
+            self._avoided.silent(name)
             raise
 
     def _handle_of(self, name: str) -> Any:
@@ -458,12 +451,10 @@ class PoolBackend:
     def _take_view(self, view: PoolView, at: float | None = None) -> None:
         """Adopt ``view`` (got from the control loop ``at``, monotonic; default now)."""
         now = time.monotonic()
-        self._dead = {n: t for n, t in self._dead.items() if now - t < DEAD_REMEMBERED}
-        self._restarting = {n: t for n, t in self._restarting.items() if now - t < RESTART_AVOID}
-        self._avoid = {n: t for n, t in self._avoid.items() if now < t}
+        self._avoided.expire()
         listed = set()
         for w in view.workers:
-            if w.name in self._dead:
+            if self._avoided.dead(w.name):
                 continue
             listed.add(w.name)
             slot = self._slots.get(w.name) or self._slots.setdefault(w.name, _Slot(w.name))
@@ -536,19 +527,16 @@ class PoolBackend:
         pinned = self._pins.get(workspace_id)
         if pinned is not None:
             slot = self._slots.get(pinned)
-            if slot is not None and slot.listed and pinned not in self._dead:
+            if slot is not None and slot.listed and not self._avoided.dead(pinned):
                 self._busy = self._busy or slot.estimate >= slot.target
                 return slot
-        usable = [s for s in self._slots.values() if s.listed and not s.draining and s.name not in self._dead]
+        usable = [
+            s for s in self._slots.values() if s.listed and not s.draining and not self._avoided.dead(s.name)
+        ]
         if not usable:
             return None
         now = time.monotonic()
-        steady = [
-            s
-            for s in usable
-            if now - self._restarting.get(s.name, -math.inf) >= RESTART_AVOID
-            and now >= self._avoid.get(s.name, -math.inf)
-        ]
+        steady = [s for s in usable if self._avoided.steady(s.name, now)]
         usable = steady or usable  # a restarting or silent worker only when no other is usable
         warm = {name: rank for rank, name in enumerate(self._warm)}
         order = {s.name: zlib.crc32(f"{workspace_id}/{s.name}".encode()) for s in usable}
@@ -589,7 +577,7 @@ class PoolBackend:
             s is not slot
             and s.listed
             and not s.draining
-            and s.name not in self._dead
+            and not self._avoided.dead(s.name)
             and s.estimate < s.target
             for s in self._slots.values()
         )
@@ -601,7 +589,7 @@ class PoolBackend:
 
     def _bury(self, slot: _Slot) -> None:
         """Forget a dead worker (the control loop replaces it); runs go elsewhere."""
-        self._dead[slot.name] = time.monotonic()
+        self._avoided.bury(slot.name)
         slot.listed = False
         slot.handle = None
         self._forget(slot)
@@ -610,7 +598,7 @@ class PoolBackend:
     def _gone(self, name: str) -> bool:
         """Whether the worker ``name`` is known dead or no longer in the pool."""
         slot = self._slots.get(name)
-        return slot is None or not slot.listed or name in self._dead
+        return slot is None or not slot.listed or self._avoided.dead(name)
 
     def _forget(self, slot: _Slot) -> None:
         """Forget what the worker process held for this owner (it died or restarts)."""
@@ -725,7 +713,7 @@ class PoolBackend:
                         self._carry(workspace_id, event)
                         slot.draining = slot.draining or event.reason == "draining"
                         if event.reason == "draining":  # (the next view may not say so yet)
-                            self._avoid[slot.name] = time.monotonic() + DRAINING_AVOID
+                            self._avoided.draining(slot.name)
                         # A worker keeps a run whose live sandbox it holds: this one's has ended
                         # (on its own, or at a drain), or the worker just ended it ("moved").
                         self._unpin_from(workspace_id, slot.name)
@@ -736,7 +724,7 @@ class PoolBackend:
                         break
                     # Any other first item: the run reached a live worker that holds the owner handle.
                     started = slot.memory.introduced = True
-                    self._restarting.pop(slot.name, None)
+                    self._avoided.answered(slot.name)
                     if lost_sandbox is not None:
                         yield OutputChunk("stderr", lost_sandbox.encode())
                         lost_sandbox = None
@@ -768,7 +756,7 @@ class PoolBackend:
                     # Ray restarts the worker in place (it crashed): same handle, a new process that
                     # holds no mirror and no owner handle.
                     self._forget(slot)
-                    self._restarting[slot.name] = time.monotonic()
+                    self._avoided.restarting(slot.name)
                 else:  # dead (or its name already gone: ValueError from the lookup)
                     self._bury(slot)
                 restarting = isinstance(exc, ActorUnavailableError)
