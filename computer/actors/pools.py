@@ -60,6 +60,7 @@ from ._pool_admission import Requeue
 from ._pool_avoid import DEAD_REMEMBERED, DRAINING_AVOID, RESTART_AVOID, SILENT_AVOID, Avoidance
 from ._pool_callbacks import owner_token
 from ._pool_context import WorkerMemory
+from ._pool_notices import LOST_REMEMBERED, LOST_SANDBOX, SILENT_SANDBOX, Notices
 from ._pool_plan import enabled, limits_from
 from ._pool_probe import PROBE_AFTER, PROBE_TIMEOUT, WorkerSilent, watched
 from ._pool_registry import publish_info, published_info, worker_handle
@@ -70,10 +71,13 @@ from .raycompat import streaming
 __all__ = [
     "DEAD_REMEMBERED",
     "DRAINING_AVOID",
+    "LOST_REMEMBERED",
+    "LOST_SANDBOX",
     "PROBE_AFTER",
     "PROBE_TIMEOUT",
     "RESTART_AVOID",
     "SILENT_AVOID",
+    "SILENT_SANDBOX",
     "PoolBackend",
     "WorkerSilent",
     "owner_backends",
@@ -90,12 +94,6 @@ DISPATCH_RETRIES = 3
 RESTART_WAIT = 60.0
 # Seconds a killed run's worker has to end it and pull what it wrote before its stream is cancelled.
 KILL_WAIT = 60.0
-# What a run says first on its stderr when the worker holding its workspace's live sandbox died.
-LOST_SANDBOX = (
-    "computer: the exec worker holding this workspace's live sandbox died ({why}); its background "
-    "processes ended with it (what they had written and synced is kept) and this command runs in a "
-    "fresh sandbox\n"
-)
 INFO_TIMEOUT = 120.0  # seconds for a new pool's first worker to start and describe itself
 VIEW_TTL = 1.0  # seconds a dispatcher uses the control loop's view before refreshing it (in the background)
 # The same while the pool is calm: every worker had a free slot in the last view, none pending, no run of
@@ -114,21 +112,10 @@ REQUEUES_MAX = 100
 # together, fill it, and moved on again: 64 agents on a 3-node local cluster moved 333 runs in 30 s,
 # each a sandbox started anew and a cold mirror pushed.
 MOVE_HOLD = 10.0
-# Workspaces whose live sandbox a dispatcher saw lost under ``end_sandbox``, kept for their next run.
-LOST_REMEMBERED = 1000
 # Seconds the worker holding a workspace's live sandbox has to answer ``processes``/``kill_process``
 # (a listing or a signal: milliseconds when it runs). A worker that is stopped (SIGSTOP) or wedged
 # never answers, and Ray has no bound of its own: ``computer ps`` and the processes tool waited forever.
 LIVE_CALL_TIMEOUT = 60.0
-# What a run says first on its stderr when the worker holding its workspace's live sandbox stopped
-# answering (the sandbox's processes may still run there, out of reach).
-SILENT_SANDBOX = (
-    "computer: the exec worker holding this workspace's live sandbox does not answer ({why}); its "
-    "background processes are out of reach (what they wrote after their last sync is not in the "
-    "workspace) and this command runs in a fresh sandbox\n"
-)
-
-
 _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
 # Per process: the latest view of each pool a dispatcher here got from the control loop (when, view).
 # An owner host serves many workspaces in one process, each with its own dispatcher: a dispatcher whose
@@ -171,14 +158,8 @@ class PoolBackend:
         self._warm: list[str] = []  # workers that ran this owner's workspace, most recent first
         self._pins: dict[str, str] = {}  # workspace id -> worker its runs must go to (a live sandbox)
         self._ahead: set[str] = set()  # of those, pinned as a run was sent, before it ended (``_pin_ahead``)
-        # Workspace id -> the note its next run says first on its stderr: its live sandbox was lost
-        # with its worker under ``end_sandbox`` (LOST_SANDBOX), as for a sandbox lost with its worker
-        # between runs, or left on a worker that did not answer (SILENT_SANDBOX).
-        self._lost: dict[str, str] = {}
+        self._notices = Notices()  # what the workspaces' next runs say: a lost sandbox, carried notes
         self._avoided = Avoidance()  # workers seen dead, restarting, silent, draining
-        # Workspace id -> what a worker that handed its run back kept for its next run (``Requeue``:
-        # notes for its stderr, refused paths -> reasons), said by the run wherever it goes next.
-        self._carried: dict[str, tuple[list[str], dict[str, str]]] = {}
         self._moved_at: dict[str, float] = {}  # workspace id -> when its run last moved (MOVE_HOLD)
         self._owner = owner
         self._token: str | None = None
@@ -371,7 +352,7 @@ class PoolBackend:
                 workspace_id,
                 exc,
             )
-            self._note_lost(workspace_id, SILENT_SANDBOX.format(why=f"{name}: {exc}"))
+            self._notices.lose(workspace_id, SILENT_SANDBOX.format(why=f"{name}: {exc}"))
             return True
         except (RayActorError, WorkerCrashedError, ValueError) as exc:  # (ValueError: its name is gone)
             if not known or isinstance(exc, RayTaskError):
@@ -379,49 +360,13 @@ class PoolBackend:
             log.warning(
                 "pool %s: %s died ending the live sandbox of %s: %s", self.backend, name, workspace_id, exc
             )
-            self._note_lost(workspace_id, LOST_SANDBOX.format(why=f"{name}: {_first_line(exc)}"))
+            self._notices.lose(workspace_id, LOST_SANDBOX.format(why=f"{name}: {_first_line(exc)}"))
             return True
         except Exception:  # the worker answered with the sandbox's own failure (``RayTaskError``)
             return False
         finally:
             if not keep:
                 self.unpin(workspace_id)
-
-    def _carry(self, workspace_id: str, requeue: Requeue) -> None:
-        """Keep what the worker that handed a run back kept for the workspace's next run."""
-        if requeue.note is None and not requeue.unreported:
-            return
-        notes, refused = self._carried.pop(workspace_id, ([], {}))
-        if requeue.note is not None:
-            notes.append(requeue.note)
-        self._carried[workspace_id] = (notes, {**refused, **requeue.unreported})
-        while len(self._carried) > LOST_REMEMBERED:
-            del self._carried[next(iter(self._carried))]
-
-    def _carried_notes(self, workspace_id: str) -> list[str]:
-        """The carried notes of the workspace, taken (said once its run started)."""
-        carried = self._carried.get(workspace_id)
-        if carried is None or not carried[0]:
-            return []
-        notes = list(carried[0])
-        carried[0].clear()
-        return notes
-
-    def _with_carried(self, workspace_id: str, event: ExitEvent) -> ExitEvent:
-        """``event`` listing the carried refusals of the workspace as skipped (they are taken)."""
-        carried = self._carried.pop(workspace_id, None)
-        if carried is None or not carried[1]:
-            return event
-        reasons = {**carried[1], **event.skipped_reasons}
-        return dataclasses.replace(
-            event, skipped=sorted({*event.skipped, *carried[1]}), skipped_reasons=reasons
-        )
-
-    def _note_lost(self, workspace_id: str, note: str) -> None:
-        self._lost.pop(workspace_id, None)
-        self._lost[workspace_id] = note
-        while len(self._lost) > LOST_REMEMBERED:
-            del self._lost[next(iter(self._lost))]
 
     async def _watched(self, call: Any, name: str) -> Any:
         """Await ``call`` (a worker's answer), probing the worker ``name`` while it stays silent
@@ -664,7 +609,7 @@ class PoolBackend:
         attempt = requeues = 0
         restart_deadline = 0.0  # set by the first worker found restarting
         # Why the live sandbox this run expected is gone (said once it runs).
-        lost_sandbox: str | None = self._lost.pop(workspace_id, None)
+        lost_sandbox: str | None = self._notices.take_lost(workspace_id)
         while True:
             was_pinned = self.pinned(workspace_id)
             slot = await self._choose(workspace_id, spread=requeues > 0)
@@ -710,7 +655,7 @@ class PoolBackend:
                             lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: restarted")
                         break
                     if isinstance(event, Requeue):  # handed back before it started: nothing ran
-                        self._carry(workspace_id, event)
+                        self._notices.carry(workspace_id, event)
                         slot.draining = slot.draining or event.reason == "draining"
                         if event.reason == "draining":  # (the next view may not say so yet)
                             self._avoided.draining(slot.name)
@@ -728,13 +673,13 @@ class PoolBackend:
                     if lost_sandbox is not None:
                         yield OutputChunk("stderr", lost_sandbox.encode())
                         lost_sandbox = None
-                    for note in self._carried_notes(workspace_id):
+                    for note in self._notices.take_notes(workspace_id):
                         yield OutputChunk("stderr", note.encode())
                     if isinstance(event, RunStarted):
                         continue
                     if isinstance(event, ExitEvent):
                         finished = True
-                        event = self._with_carried(
+                        event = self._notices.with_refusals(
                             workspace_id, await self._exited(event, workspace_id, slot, request, ctx)
                         )
                     yield event
