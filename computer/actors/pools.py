@@ -61,6 +61,7 @@ from ._pool_avoid import DEAD_REMEMBERED, DRAINING_AVOID, RESTART_AVOID, SILENT_
 from ._pool_callbacks import owner_token
 from ._pool_context import WorkerMemory
 from ._pool_notices import LOST_REMEMBERED, LOST_SANDBOX, SILENT_SANDBOX, Notices
+from ._pool_pins import Pins
 from ._pool_plan import enabled, limits_from
 from ._pool_probe import PROBE_AFTER, PROBE_TIMEOUT, WorkerSilent, watched
 from ._pool_registry import publish_info, published_info, worker_handle
@@ -156,8 +157,7 @@ class PoolBackend:
         self.backend = backend
         self._slots: dict[str, _Slot] = {}
         self._warm: list[str] = []  # workers that ran this owner's workspace, most recent first
-        self._pins: dict[str, str] = {}  # workspace id -> worker its runs must go to (a live sandbox)
-        self._ahead: set[str] = set()  # of those, pinned as a run was sent, before it ended (``_pin_ahead``)
+        self._pins = Pins()  # workspace id -> worker its runs must go to (a live sandbox)
         self._notices = Notices()  # what the workspaces' next runs say: a lost sandbox, carried notes
         self._avoided = Avoidance()  # workers seen dead, restarting, silent, draining
         self._moved_at: dict[str, float] = {}  # workspace id -> when its run last moved (MOVE_HOLD)
@@ -220,32 +220,10 @@ class PoolBackend:
 
     def pin(self, workspace_id: str, worker: str) -> None:
         """Send every run of ``workspace_id`` to ``worker`` (even while it drains) until :meth:`unpin`."""
-        self._pins[workspace_id] = worker
-        self._ahead.discard(workspace_id)
-
-    def _pin_ahead(self, workspace_id: str, worker: str) -> None:
-        """Pin a workspace that has none to the worker its run is sent to, before that run says whether
-        a live sandbox stays there (its exit pins or unpins): until the first run of a workspace had
-        ended, its other runs went to other workers and started sandboxes of their own (a server
-        started by one was out of reach of the next; ``processes`` and ``end_sandbox`` saw none of
-        them, and the sandboxes that lost the pin were out of reach for good)."""
-        if workspace_id not in self._pins:
-            self._pins[workspace_id] = worker
-            self._ahead.add(workspace_id)
+        self._pins.pin(workspace_id, worker)
 
     def unpin(self, workspace_id: str) -> None:
-        self._pins.pop(workspace_id, None)
-        self._ahead.discard(workspace_id)
-
-    def _unpin_from(self, workspace_id: str, worker: str) -> bool:
-        """Unpin the workspace if it is pinned to ``worker``; whether a live sandbox was known there
-        (a pin made ahead of a run's end knew none)."""
-        if self._pins.get(workspace_id) != worker:
-            return False
-        del self._pins[workspace_id]
-        known = workspace_id not in self._ahead
-        self._ahead.discard(workspace_id)
-        return known
+        self._pins.unpin(workspace_id)
 
     def pinned(self, workspace_id: str) -> str | None:
         return self._pins.get(workspace_id)
@@ -330,7 +308,7 @@ class PoolBackend:
         from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
 
         name = self.pinned(workspace_id)
-        known = name is not None and workspace_id not in self._ahead
+        known = self._pins.known(workspace_id)
         keep = False
         try:
             handle = await self._pinned_handle(workspace_id)
@@ -413,7 +391,7 @@ class PoolBackend:
         for name, slot in list(self._slots.items()):
             if name not in listed:
                 slot.listed = False
-                if slot.inflight == 0 and name not in self._pins.values():
+                if slot.inflight == 0 and not self._pins.holds(name):
                     del self._slots[name]
                     if name in self._warm:
                         self._warm.remove(name)
@@ -572,7 +550,7 @@ class PoolBackend:
             self.pin(workspace_id, slot.name)
             slot.memory.ended_live(event)  # the next run's push is computed ahead
         else:
-            self._unpin_from(workspace_id, slot.name)
+            self._pins.unpin_from(workspace_id, slot.name)
         if event.pending is not None:
             event = await slot.memory.apply(request.id, event, ctx)
         return event
@@ -617,7 +595,7 @@ class PoolBackend:
                 was_pinned is not None
                 and (slot is None or slot.name != was_pinned)
                 and self._gone(was_pinned)
-                and self._unpin_from(workspace_id, was_pinned)  # found dead since the last run
+                and self._pins.unpin_from(workspace_id, was_pinned)  # found dead since the last run
             ):
                 lost_sandbox = LOST_SANDBOX.format(why=f"{was_pinned}: gone")
             if slot is None:
@@ -629,7 +607,7 @@ class PoolBackend:
                 return
             if self.pinned(workspace_id) not in (None, slot.name):  # another run pinned it meanwhile
                 slot = self._pick(workspace_id) or slot
-            self._pin_ahead(workspace_id, slot.name)
+            self._pins.pin_ahead(workspace_id, slot.name)
             slot.inflight += 1
             handle = None
             gen = None
@@ -651,7 +629,9 @@ class PoolBackend:
                     if isinstance(event, OwnerUnknown):  # a new worker process: nothing ran
                         slot.memory.introduced = False
                         unknown = True
-                        if self._unpin_from(workspace_id, slot.name):  # restarted: the live sandbox is gone
+                        if self._pins.unpin_from(
+                            workspace_id, slot.name
+                        ):  # restarted: the live sandbox is gone
                             lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: restarted")
                         break
                     if isinstance(event, Requeue):  # handed back before it started: nothing ran
@@ -661,7 +641,7 @@ class PoolBackend:
                             self._avoided.draining(slot.name)
                         # A worker keeps a run whose live sandbox it holds: this one's has ended
                         # (on its own, or at a drain), or the worker just ended it ("moved").
-                        self._unpin_from(workspace_id, slot.name)
+                        self._pins.unpin_from(workspace_id, slot.name)
                         if event.reason == "moved":  # it is full: go elsewhere
                             slot.load = max(slot.load, slot.target)  # full, until the next view
                             moved = True
@@ -711,7 +691,7 @@ class PoolBackend:
                     attempt < DISPATCH_RETRIES or (restarting and time.monotonic() < restart_deadline)
                 ):
                     attempt += 1  # no item came back: nothing reached the workspace, send it again
-                    if self._unpin_from(workspace_id, slot.name):  # its live sandbox died with it
+                    if self._pins.unpin_from(workspace_id, slot.name):  # its live sandbox died with it
                         lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: {_first_line(exc)}")
                     if restarting:
                         await asyncio.sleep(min(0.1 * 2**attempt, 2.0))  # bounded by RESTART_WAIT
@@ -719,7 +699,7 @@ class PoolBackend:
                 finished = True
                 lost = ""
                 # Its live sandbox died with it (or with a worker an earlier attempt of this run found).
-                if self._unpin_from(workspace_id, slot.name) or lost_sandbox is not None:
+                if self._pins.unpin_from(workspace_id, slot.name) or lost_sandbox is not None:
                     lost = "; the workspace's live sandbox (its background processes) ended with it, the next run starts a fresh one"
                 yield ExitEvent(None, error=f"exec worker died: {slot.name} ({_first_line(exc)}){lost}")
                 return
@@ -730,7 +710,7 @@ class PoolBackend:
             except WorkerSilent as exc:
                 # Stopped or wedged: treated as dead for this run (the run is cancelled there, should
                 # it resume). A pinned workspace's live sandbox is out of reach: unpinned.
-                pinned_there = self._unpin_from(workspace_id, slot.name)
+                pinned_there = self._pins.unpin_from(workspace_id, slot.name)
                 if not started:  # no item came back: nothing reached the workspace, send it elsewhere
                     attempt += 1
                     if pinned_there:
