@@ -56,6 +56,7 @@ from typing import Any
 from ..config import Settings
 from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, OutputChunk
 from ..runtime.types import BackendInfo
+from ._errors import first_line
 from ._pool_admission import Requeue
 from ._pool_avoid import DEAD_REMEMBERED, DRAINING_AVOID, RESTART_AVOID, SILENT_AVOID, Avoidance
 from ._pool_callbacks import owner_token
@@ -65,6 +66,7 @@ from ._pool_pins import Pins
 from ._pool_plan import enabled, limits_from
 from ._pool_probe import PROBE_AFTER, PROBE_TIMEOUT, WorkerSilent, watched
 from ._pool_registry import publish_info, published_info, worker_handle
+from ._pool_sandboxes import PinnedSandboxes
 from ._pool_scaler import PoolView, get_scaler
 from ._pool_worker import OwnerUnknown, RunStarted
 from .raycompat import streaming
@@ -169,6 +171,9 @@ class PoolBackend:
         self.requeued = 0  # runs a worker handed back (draining, shedding) and this owner sent again
         self.moved = 0  # runs a full worker handed back after ending their idle live sandbox there
         self._busy = True  # the last view (or a run since) found a worker full or one pending
+        self._sandboxes = PinnedSandboxes(
+            backend, self._pins, self._notices, self._named_handle, self._watched
+        )
         self.info: BackendInfo = self._describe()
 
     def _describe(self) -> BackendInfo:
@@ -230,121 +235,24 @@ class PoolBackend:
 
     # --- live sandboxes (issue 18): asked of the worker the workspace is pinned to ---
 
-    async def _pinned_handle(self, workspace_id: str) -> Any:
-        name = self.pinned(workspace_id)
-        slot = self._slots.get(name) if name is not None else None
-        return await self._handle(slot) if slot is not None else None
-
     async def processes(self, workspace_id: str) -> list[Any]:
-        from ray.exceptions import RayTaskError
-
-        handle = await self._pinned_handle(workspace_id)
-        if handle is None:
-            return []
-        try:
-            async with asyncio.timeout(LIVE_CALL_TIMEOUT):
-                call = handle.live_processes.remote(workspace_id)
-                return list(await self._watched(call, self.pinned(workspace_id) or ""))
-        except (TimeoutError, WorkerSilent) as exc:
-            raise self._unanswered(workspace_id, exc) from None
-        except RayTaskError as exc:  # the sandbox's own failure (as embedded), not "no processes"
-            raise (exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc))) from None
-        except Exception:  # the worker is gone: so is its sandbox
-            # The pin stays: the next run finds its worker dead and says the sandbox and its
-            # processes were lost (LOST_SANDBOX). Dropped here, a "is my server up?" look first
-            # made that notice vanish.
-            return []
+        """The processes of the workspace's live sandbox, on its worker ([] without one)."""
+        return await self._sandboxes.processes(workspace_id, LIVE_CALL_TIMEOUT)
 
     async def kill_process(self, workspace_id: str, pid: int) -> None:
-        """SIGKILL ``pid`` in the workspace's live sandbox, on its worker. A worker found dead or
-        restarting took the sandbox and its processes with it: ``ProcessLookupError`` saying so, and
-        the pin stays (the next run says the sandbox was lost). Before, Ray's own error came through
-        ("The actor ... is unavailable ... may or may not have been executed"), which ``computer
-        kill`` and the ``kill`` tool did not expect."""
-        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
-
-        try:
-            handle = await self._pinned_handle(workspace_id)
-            if handle is None:
-                raise ProcessLookupError(
-                    f"no process {pid}: the workspace has no live {self.backend} sandbox"
-                )
-            async with asyncio.timeout(LIVE_CALL_TIMEOUT):
-                await self._watched(
-                    handle.live_kill.remote(workspace_id, pid), self.pinned(workspace_id) or ""
-                )
-        except (TimeoutError, WorkerSilent) as exc:
-            raise self._unanswered(workspace_id, exc) from None
-        except RayTaskError as exc:
-            cause = exc.cause
-            raise (cause if isinstance(cause, OSError) else ProcessLookupError(str(cause))) from None
-        except (RayActorError, WorkerCrashedError, ValueError) as exc:  # (ValueError: its name is gone)
-            raise ProcessLookupError(
-                f"no process {pid}: the exec worker holding the workspace's live {self.backend} sandbox "
-                f"died ({self.pinned(workspace_id)}: {_first_line(exc)}); its processes ended with it"
-            ) from None
-
-    def _unanswered(self, workspace_id: str, exc: Exception) -> TimeoutError:
-        within = (
-            f"a liveness probe within {PROBE_TIMEOUT:g} s"
-            if isinstance(exc, WorkerSilent)
-            else f"within {LIVE_CALL_TIMEOUT:g} s"
-        )
-        return TimeoutError(
-            f"the exec worker holding the workspace's live {self.backend} sandbox "
-            f"({self.pinned(workspace_id)}) did not answer {within} (stopped or wedged)"
-        )
+        """SIGKILL ``pid`` in the workspace's live sandbox, on its worker (``ProcessLookupError`` when
+        the worker died with it: :meth:`PinnedSandboxes.kill_process`)."""
+        await self._sandboxes.kill_process(workspace_id, pid, LIVE_CALL_TIMEOUT)
 
     async def end_sandbox(self, workspace_id: str) -> bool:
-        """End the workspace's live sandbox on its worker. A worker that dies under the call (or was
-        found dead) took the sandbox with it: True when a sandbox was known there, and its next run
-        says so (LOST_SANDBOX: what the processes wrote after the last sync is not kept). Before, that
-        gave False and dropped the pin, so nothing ever said the end's pull never came.
+        """End the workspace's live sandbox on its worker; True when it ended or was lost with its
+        worker (its next run says so: :meth:`PinnedSandboxes.end`)."""
+        return await self._sandboxes.end(workspace_id)
 
-        A worker that answers it holds none keeps the pin: it may be a new process, restarted after
-        the one holding the sandbox died, which only the next run finds out (``OwnerUnknown``) and
-        says; a worker whose sandbox ended on its own (idle) just runs it. Before, the pin was dropped
-        and that run, placed anew, said nothing of the processes lost with the worker."""
-        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
-
-        name = self.pinned(workspace_id)
-        known = self._pins.known(workspace_id)
-        keep = False
-        try:
-            handle = await self._pinned_handle(workspace_id)
-            if handle is None:
-                return False
-            ended = bool(await self._watched(handle.live_end.remote(workspace_id), name or ""))
-            keep = known and not ended
-            return ended
-        except WorkerSilent as exc:
-            # Stopped or wedged: the end's pull (which may legitimately be long: the probe answers
-            # meanwhile) never comes. The end stays asked: a worker that resumes ends the sandbox.
-            if not known:
-                return False
-            log.warning(
-                "pool %s: %s holding the live sandbox of %s did not answer (%s): the sandbox is given up; what its "
-                "processes wrote after their last sync is not in the workspace",
-                self.backend,
-                name,
-                workspace_id,
-                exc,
-            )
-            self._notices.lose(workspace_id, SILENT_SANDBOX.format(why=f"{name}: {exc}"))
-            return True
-        except (RayActorError, WorkerCrashedError, ValueError) as exc:  # (ValueError: its name is gone)
-            if not known or isinstance(exc, RayTaskError):
-                return False
-            log.warning(
-                "pool %s: %s died ending the live sandbox of %s: %s", self.backend, name, workspace_id, exc
-            )
-            self._notices.lose(workspace_id, LOST_SANDBOX.format(why=f"{name}: {_first_line(exc)}"))
-            return True
-        except Exception:  # the worker answered with the sandbox's own failure (``RayTaskError``)
-            return False
-        finally:
-            if not keep:
-                self.unpin(workspace_id)
+    async def _named_handle(self, name: str) -> Any:
+        """The handle of the worker ``name``; None when this owner knows no such worker."""
+        slot = self._slots.get(name)
+        return await self._handle(slot) if slot is not None else None
 
     async def _watched(self, call: Any, name: str) -> Any:
         """Await ``call`` (a worker's answer), probing the worker ``name`` while it stays silent
@@ -692,7 +600,7 @@ class PoolBackend:
                 ):
                     attempt += 1  # no item came back: nothing reached the workspace, send it again
                     if self._pins.unpin_from(workspace_id, slot.name):  # its live sandbox died with it
-                        lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: {_first_line(exc)}")
+                        lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: {first_line(exc)}")
                     if restarting:
                         await asyncio.sleep(min(0.1 * 2**attempt, 2.0))  # bounded by RESTART_WAIT
                     continue
@@ -701,11 +609,11 @@ class PoolBackend:
                 # Its live sandbox died with it (or with a worker an earlier attempt of this run found).
                 if self._pins.unpin_from(workspace_id, slot.name) or lost_sandbox is not None:
                     lost = "; the workspace's live sandbox (its background processes) ended with it, the next run starts a fresh one"
-                yield ExitEvent(None, error=f"exec worker died: {slot.name} ({_first_line(exc)}){lost}")
+                yield ExitEvent(None, error=f"exec worker died: {slot.name} ({first_line(exc)}){lost}")
                 return
             except RayTaskError as exc:
                 finished = True
-                yield ExitEvent(None, error=f"exec worker failed: {_first_line(exc)}")
+                yield ExitEvent(None, error=f"exec worker failed: {first_line(exc)}")
                 return
             except WorkerSilent as exc:
                 # Stopped or wedged: treated as dead for this run (the run is cancelled there, should
@@ -780,11 +688,6 @@ async def _next_item(items: Any) -> Any:
     except StopAsyncIteration:
         return _END
     return await ref
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _scaler_handle() -> Any:
