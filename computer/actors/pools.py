@@ -65,7 +65,7 @@ from ._pool_notices import LOST_REMEMBERED, LOST_SANDBOX, SILENT_SANDBOX, Notice
 from ._pool_pins import Pins
 from ._pool_plan import enabled, limits_from
 from ._pool_probe import PROBE_AFTER, PROBE_TIMEOUT, WorkerSilent, watched
-from ._pool_registry import publish_info, published_info, worker_handle
+from ._pool_registry import INFO_TIMEOUT, described, worker_handle
 from ._pool_sandboxes import PinnedSandboxes
 from ._pool_scaler import PoolView, get_scaler
 from ._pool_worker import OwnerUnknown, RunStarted
@@ -74,6 +74,7 @@ from .raycompat import streaming
 __all__ = [
     "DEAD_REMEMBERED",
     "DRAINING_AVOID",
+    "INFO_TIMEOUT",
     "LOST_REMEMBERED",
     "LOST_SANDBOX",
     "PROBE_AFTER",
@@ -97,7 +98,6 @@ DISPATCH_RETRIES = 3
 RESTART_WAIT = 60.0
 # Seconds a killed run's worker has to end it and pull what it wrote before its stream is cancelled.
 KILL_WAIT = 60.0
-INFO_TIMEOUT = 120.0  # seconds for a new pool's first worker to start and describe itself
 VIEW_TTL = 1.0  # seconds a dispatcher uses the control loop's view before refreshing it (in the background)
 # The same while the pool is calm: every worker had a free slot in the last view, none pending, no run of
 # this owner found the workers full. A view call costs the owner and the control loop ~1-2 ms of CPU
@@ -177,35 +177,9 @@ class PoolBackend:
         self.info: BackendInfo = self._describe()
 
     def _describe(self) -> BackendInfo:
-        info = _infos.get(self.backend) or published_info(self.backend)
-        if info is not None:
-            _infos[self.backend] = info
-            return info
-        import ray
-        from ray.exceptions import RayActorError
-
-        # Blocking, once per cluster: Runtime needs ``info`` when the owner opens its workspace.
-        deadline = time.monotonic() + INFO_TIMEOUT
-        for attempt in range(DISPATCH_RETRIES + 1):
-            view: PoolView = ray.get(
-                _scaler_handle().view.remote(self.backend, 1, INFO_TIMEOUT), timeout=INFO_TIMEOUT + 10
-            )
-            ready = [w for w in view.workers if not w.draining]
-            if not ready:
-                raise RuntimeError(
-                    f"no worker of the {self.backend} pool became ready within {INFO_TIMEOUT:g} s"
-                )
-            try:
-                info = ray.get(
-                    worker_handle(ready[0].name).info.remote(), timeout=max(1.0, deadline - time.monotonic())
-                )
-                break
-            except (RayActorError, ValueError):  # a worker that just died: ask for another
-                if attempt == DISPATCH_RETRIES:
-                    raise
-        assert isinstance(info, BackendInfo)
-        _infos[self.backend] = info
-        publish_info(info)
+        info = _infos.get(self.backend)
+        if info is None:
+            info = _infos[self.backend] = described(self.backend, _scaler_handle)
         return info
 
     def _owner_handle(self) -> Any:
