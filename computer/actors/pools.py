@@ -44,13 +44,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
 import time
-import zlib
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
@@ -60,8 +57,8 @@ from ._errors import first_line
 from ._pool_admission import Requeue
 from ._pool_avoid import DEAD_REMEMBERED, DRAINING_AVOID, RESTART_AVOID, SILENT_AVOID, Avoidance
 from ._pool_callbacks import owner_token
-from ._pool_context import WorkerMemory
 from ._pool_notices import LOST_REMEMBERED, LOST_SANDBOX, SILENT_SANDBOX, Notices
+from ._pool_pick import WorkerSlot, pick, room_elsewhere
 from ._pool_pins import Pins
 from ._pool_plan import enabled, limits_from
 from ._pool_probe import PROBE_AFTER, PROBE_TIMEOUT, WorkerSilent, watched
@@ -128,26 +125,6 @@ _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
 _views: dict[str, tuple[float, PoolView]] = {}
 
 
-@dataclass
-class _Slot:
-    """This owner's view of one worker: what the control loop reported, the runs this owner sent."""
-
-    name: str
-    handle: Any = None
-    node_id: str = ""
-    target: int = 1
-    load: int = 0  # running + waiting at the control loop's last poll (all owners)
-    draining: bool = False
-    listed: bool = True  # in the latest view (an unlisted slot is kept only while runs use it)
-    inflight: int = 0
-    # What this owner knows of the worker's state for its workspace (the fast paths: see _pool_context)
-    memory: WorkerMemory = dataclasses.field(default_factory=WorkerMemory)
-
-    @property
-    def estimate(self) -> int:
-        return self.load + self.inflight
-
-
 _scaler: Any = None  # per process: the control loop's handle
 
 
@@ -157,7 +134,7 @@ class PoolBackend:
     def __init__(self, backend: str, *, owner: Any = None, node: str = "") -> None:
         """``owner``: the owner actor's handle, ``node``: its node id (default: this actor's, from Ray)."""
         self.backend = backend
-        self._slots: dict[str, _Slot] = {}
+        self._slots: dict[str, WorkerSlot] = {}
         self._warm: list[str] = []  # workers that ran this owner's workspace, most recent first
         self._pins = Pins()  # workspace id -> worker its runs must go to (a live sandbox)
         self._notices = Notices()  # what the workspaces' next runs say: a lost sandbox, carried notes
@@ -262,7 +239,7 @@ class PoolBackend:
             if self._avoided.dead(w.name):
                 continue
             listed.add(w.name)
-            slot = self._slots.get(w.name) or self._slots.setdefault(w.name, _Slot(w.name))
+            slot = self._slots.get(w.name) or self._slots.setdefault(w.name, WorkerSlot(w.name))
             slot.node_id, slot.target, slot.load, slot.draining, slot.listed = (
                 w.node_id,
                 w.target,
@@ -321,47 +298,21 @@ class PoolBackend:
         elif self._refreshing is None or self._refreshing.done():
             self._refreshing = asyncio.create_task(self._refresh())
 
-    def _pick(self, workspace_id: str, *, spread: bool = False) -> _Slot | None:
-        """Pinned worker; else with a free slot: warm, same node, least loaded, hashed; else least loaded.
-
-        ``spread``: the run was handed back from a worker's line (capacity appeared elsewhere): the same
-        node is not preferred. Owners on one node re-dispatching at once from views of the same age
-        all chose the one free worker of their node, and queued there again (the elastic test's
-        removal phase: three shed runs landed on one new worker, one after another).
-        """
-        pinned = self._pins.get(workspace_id)
-        if pinned is not None:
-            slot = self._slots.get(pinned)
-            if slot is not None and slot.listed and not self._avoided.dead(pinned):
-                self._busy = self._busy or slot.estimate >= slot.target
-                return slot
-        usable = [
-            s for s in self._slots.values() if s.listed and not s.draining and not self._avoided.dead(s.name)
-        ]
-        if not usable:
-            return None
-        now = time.monotonic()
-        steady = [s for s in usable if self._avoided.steady(s.name, now)]
-        usable = steady or usable  # a restarting or silent worker only when no other is usable
-        warm = {name: rank for rank, name in enumerate(self._warm)}
-        order = {s.name: zlib.crc32(f"{workspace_id}/{s.name}".encode()) for s in usable}
-        free = [s for s in usable if s.estimate < s.target]
-        self._busy = self._busy or not free
-        if free:
-            return min(
-                free,
-                key=lambda s: (
-                    warm.get(s.name, len(warm)),
-                    not spread and s.node_id != self._node,
-                    s.estimate,
-                    order[s.name],
-                ),
-            )
-        return min(
-            usable, key=lambda s: (s.estimate / max(1, s.target), warm.get(s.name, len(warm)), order[s.name])
+    def _pick(self, workspace_id: str, *, spread: bool = False) -> WorkerSlot | None:
+        """The worker for the workspace's next run (:func:`~computer.actors._pool_pick.pick`)."""
+        slot, full = pick(
+            self._slots,
+            workspace_id,
+            self._pins.get(workspace_id),
+            self._avoided,
+            self._warm,
+            self._node,
+            spread=spread,
         )
+        self._busy = self._busy or full
+        return slot
 
-    def _movable(self, workspace_id: str, slot: _Slot) -> bool:
+    def _movable(self, workspace_id: str, slot: WorkerSlot) -> bool:
         """Whether a run pinned to ``slot`` could go elsewhere: as this owner sees the pool, that
         worker is full and another has a free slot. Sent with the run: the worker decides (see
         ``PoolWorker.run``: only when it is full, the live sandbox runs nothing and the run's wait
@@ -378,21 +329,14 @@ class PoolBackend:
             return False
         if time.monotonic() - self._moved_at.get(workspace_id, -math.inf) < MOVE_HOLD:
             return False  # it moved a moment ago: wait here rather than chase free slots with the others
-        return any(
-            s is not slot
-            and s.listed
-            and not s.draining
-            and not self._avoided.dead(s.name)
-            and s.estimate < s.target
-            for s in self._slots.values()
-        )
+        return room_elsewhere(self._slots, slot, self._avoided)
 
-    async def _handle(self, slot: _Slot) -> Any:
+    async def _handle(self, slot: WorkerSlot) -> Any:
         if slot.handle is None:
             slot.handle = await asyncio.to_thread(worker_handle, slot.name)
         return slot.handle
 
-    def _bury(self, slot: _Slot) -> None:
+    def _bury(self, slot: WorkerSlot) -> None:
         """Forget a dead worker (the control loop replaces it); runs go elsewhere."""
         self._avoided.bury(slot.name)
         slot.listed = False
@@ -405,13 +349,13 @@ class PoolBackend:
         slot = self._slots.get(name)
         return slot is None or not slot.listed or self._avoided.dead(name)
 
-    def _forget(self, slot: _Slot) -> None:
+    def _forget(self, slot: WorkerSlot) -> None:
         """Forget what the worker process held for this owner (it died or restarts)."""
         slot.memory.forget()
         if slot.name in self._warm:
             self._warm.remove(slot.name)
 
-    async def _choose(self, workspace_id: str, *, spread: bool = False) -> _Slot | None:
+    async def _choose(self, workspace_id: str, *, spread: bool = False) -> WorkerSlot | None:
         """A worker for the next run: from the view, waiting (bounded) for one to be ready when none is."""
         await self._fresh()
         slot = self._pick(workspace_id, spread=spread)
