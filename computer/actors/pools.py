@@ -1,10 +1,11 @@
 """Exec backend pools: each backend runs as a horizontally scaled pool of Ray actors (SPEC sections 6, 9).
 
 :class:`PoolBackend` is a :class:`~computer.runtime.Backend` living in the owner actor: its ``run``
-dispatches the request to one worker of the pool (see below for which), streams the worker's events back as they come, and cancels the
-worker's generator when its consumer stops (the worker then kills the process tree). A worker that
-dies mid-run gives an ``ExitEvent`` with ``exit_code=None`` and ``"exec worker died: …"``; its run
-never reached the pull, so the workspace is unchanged, and the worker is replaced.
+dispatches the request to one worker of the pool (see below for which), streams the worker's events
+back as they come, and cancels the worker's generator when its consumer stops (the worker then kills
+the process tree). A worker that dies mid-run gives an ``ExitEvent`` with ``exit_code=None`` and
+``"exec worker died: …"``; its run never reached the pull, so the workspace is unchanged, and the
+worker is replaced.
 
 :func:`owner_backends` is the hook :mod:`computer.actors._backends` calls when an owner opens its
 workspace: ``shell`` then ``python`` (the first is the default backend), the pools its settings enable.
@@ -14,30 +15,27 @@ cluster (:mod:`~computer.actors._pool_scaler`); each worker runs at most its tar
 the others wait in its line (:mod:`~computer.actors._pool_admission`). Each owner dispatches on its
 own: it refreshes the loop's :class:`~computer.actors._pool_scaler.PoolView` (ready workers, their
 node, target and load) at most every :data:`VIEW_TTL` seconds while the pool is busy (every
-:data:`VIEW_TTL_CALM` seconds while every worker has room), in the background, and picks, in
-order: the worker its workspace is *pinned* to (a live sandbox lives there; first-class input:
-:meth:`PoolBackend.pin`; a pinned run whose worker is full moves when its sandbox runs nothing and
-its wait there is longer than a move costs: see ``PoolWorker.run`` and ``_pool_moves``), else among workers with a free slot (its estimate: the load reported plus
-its own runs there) the one with this workspace's warm mirror (most recent first), then one on the
-owner's own node (the file is there: less data on the wire), then the least loaded, then a
-workspace-specific order (rendezvous hashing, stable while workers come and go); with no free slot
-anywhere, the least loaded (the run waits in that worker's line, which makes the pool grow).
+:data:`VIEW_TTL_CALM` seconds while every worker has room), in the background, and picks
+(:mod:`~computer.actors._pool_pick`) the worker its workspace is *pinned* to (a live sandbox lives
+there: :meth:`PoolBackend.pin`; a pinned run whose worker is full moves when its sandbox runs nothing
+and its wait there is longer than a move costs: see ``PoolWorker.run`` and ``_pool_moves``), else one
+with a free slot (warm mirror, own node, least load), else the least loaded.
 
 A run whose worker dies before the dispatcher saw its first item (output, its exit, or a
 ``RunStarted`` marker: see ``PoolWorker.run``) left nothing in the workspace and is sent again (to a
 worker Ray restarts in place: until it answers, for at most :data:`RESTART_WAIT` seconds); after that
 it is failed. When that worker held the workspace's live sandbox, its background processes ended with
-it: the run goes on in a fresh sandbox and says so first on its stderr (:data:`LOST_SANDBOX`). A run handed back by its worker (:class:`~computer.actors._pool_admission.Requeue`:
-the worker drains, or shed its line because capacity appeared elsewhere) had not started either and
-is sent to another worker. So removing a worker loses no run and runs none twice. A worker that keeps a run (or ``end_sandbox``)
-waiting :data:`PROBE_AFTER` seconds is probed (``PoolWorker.probe``, on its own concurrency group:
-it answers while the worker's loop is busy, a long pull included); one that does not answer within
-:data:`PROBE_TIMEOUT` (stopped, wedged) is treated as dead for that call: a run it never started goes
-to another worker, a started one fails naming it, and its live sandbox is given up (its next run says
-so: :data:`SILENT_SANDBOX`). Workers check every
-few seconds that the owner of each run is still the same live process, and kill runs whose owner is
-gone; likewise they end the live sandboxes whose owner (the one that sent the workspace's last run
-there) is gone: pins live only in an owner's memory, so its successor could not reach them.
+it: the run goes on in a fresh sandbox and says so first on its stderr (:data:`LOST_SANDBOX`). A run
+handed back by its worker (:class:`~computer.actors._pool_admission.Requeue`: the worker drains, or
+shed its line because capacity appeared elsewhere) had not started either and is sent to another
+worker. So removing a worker loses no run and runs none twice. A worker that keeps a run (or
+``end_sandbox``) waiting is probed (:mod:`~computer.actors._pool_probe`); one that does not answer
+(stopped, wedged) is treated as dead for that call: a run it never started goes to another worker, a
+started one fails naming it, and its live sandbox is given up (its next run says so:
+:data:`SILENT_SANDBOX`). Workers check every few seconds that the owner of each run is still the same
+live process, and kill runs whose owner is gone; likewise they end the live sandboxes whose owner (the
+one that sent the workspace's last run there) is gone: pins live only in an owner's memory, so its
+successor could not reach them.
 """
 
 from __future__ import annotations
