@@ -114,6 +114,7 @@ MOVE_HOLD = 10.0
 # (a listing or a signal: milliseconds when it runs). A worker that is stopped (SIGSTOP) or wedged
 # never answers, and Ray has no bound of its own: ``computer ps`` and the processes tool waited forever.
 LIVE_CALL_TIMEOUT = 60.0
+
 _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
 # Per process: the latest view of each pool a dispatcher here got from the control loop (when, view).
 # An owner host serves many workspaces in one process, each with its own dispatcher: a dispatcher whose
@@ -121,8 +122,6 @@ _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
 # asked once a second while the pool was busy: as many view calls as runs, ~1-2 ms of CPU each on the
 # owner and the control loop.
 _views: dict[str, tuple[float, PoolView]] = {}
-
-
 _scaler: Any = None  # per process: the control loop's handle
 
 
@@ -379,6 +378,21 @@ class PoolBackend:
             event = await slot.memory.apply(request.id, event, ctx)
         return event
 
+    def _handed_back(self, workspace_id: str, slot: WorkerSlot, requeue: Requeue) -> bool:
+        """A run ``slot`` handed back before it started: what the worker kept for the workspace's next
+        run is carried, the workspace unpinned from it; whether the run moved (the worker is full)."""
+        self._notices.carry(workspace_id, requeue)
+        if requeue.reason == "draining":  # (the next view may not say so yet)
+            slot.draining = True
+            self._avoided.draining(slot.name)
+        # A worker keeps a run whose live sandbox it holds: this one's has ended (on its own, or at a
+        # drain), or the worker just ended it ("moved").
+        self._pins.unpin_from(workspace_id, slot.name)
+        if requeue.reason == "moved":  # it is full: go elsewhere
+            slot.load = max(slot.load, slot.target)  # full, until the next view
+            return True
+        return False
+
     async def _kill_on(
         self, handle: Any, gen: Any, workspace_id: str, slot: Any, request: ExecRequest, ctx: ExecContext
     ) -> ExitEvent | None:
@@ -459,16 +473,7 @@ class PoolBackend:
                             lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: restarted")
                         break
                     if isinstance(event, Requeue):  # handed back before it started: nothing ran
-                        self._notices.carry(workspace_id, event)
-                        slot.draining = slot.draining or event.reason == "draining"
-                        if event.reason == "draining":  # (the next view may not say so yet)
-                            self._avoided.draining(slot.name)
-                        # A worker keeps a run whose live sandbox it holds: this one's has ended
-                        # (on its own, or at a drain), or the worker just ended it ("moved").
-                        self._pins.unpin_from(workspace_id, slot.name)
-                        if event.reason == "moved":  # it is full: go elsewhere
-                            slot.load = max(slot.load, slot.target)  # full, until the next view
-                            moved = True
+                        moved = self._handed_back(workspace_id, slot, event)
                         requeued = True
                         break
                     # Any other first item: the run reached a live worker that holds the owner handle.
