@@ -424,179 +424,190 @@ class PoolBackend:
             return
         attempt = requeues = 0
         restart_deadline = 0.0  # set by the first worker found restarting
-        # Why the live sandbox this run expected is gone (said once it runs).
+        # Why the live sandbox this run expected is gone (said once it runs; else kept for the next run).
         lost_sandbox: str | None = self._notices.take_lost(workspace_id)
-        while True:
-            was_pinned = self.pinned(workspace_id)
-            slot = await self._choose(workspace_id, spread=requeues > 0)
-            if (
-                was_pinned is not None
-                and (slot is None or slot.name != was_pinned)
-                and self._gone(was_pinned)
-                and self._pins.unpin_from(workspace_id, was_pinned)  # found dead since the last run
-            ):
-                lost_sandbox = LOST_SANDBOX.format(why=f"{was_pinned}: gone")
-            if slot is None:
-                yield ExitEvent(
-                    None,
-                    error=f"no worker of the {self.backend} pool became ready within {WORKER_WAIT:g} s "
-                    "(see `computer status`: pending workers wait for CPUs the cluster lacks)",
-                )
-                return
-            if self.pinned(workspace_id) not in (None, slot.name):  # another run pinned it meanwhile
-                slot = self._pick(workspace_id) or slot
-            self._pins.pin_ahead(workspace_id, slot.name)
-            slot.inflight += 1
-            handle = None
-            gen = None
-            started = finished = unknown = requeued = moved = silent = False
-            try:
-                handle = await self._handle(slot)
-                prefetched = await slot.memory.prefetch(ctx)
-                # Without a token (an owner handle given by the caller) the worker could not tell
-                # two owners of one workspace id apart: the handle is always sent then.
-                order = slot.memory.order(
-                    request, workspace_id, owner, self._token, prefetched, self._movable(workspace_id, slot)
-                )
-                gen = streaming(handle.run, STREAM_AHEAD).remote(order)
-                items = aiter(gen)
-                while True:
-                    event = await self._watched(_next_item(items), slot.name)
-                    if event is _END:
-                        break
-                    if isinstance(event, OwnerUnknown):  # a new worker process: nothing ran
-                        slot.memory.introduced = False
-                        unknown = True
-                        if self._pins.unpin_from(
-                            workspace_id, slot.name
-                        ):  # restarted: the live sandbox is gone
-                            lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: restarted")
-                        break
-                    if isinstance(event, Requeue):  # handed back before it started: nothing ran
-                        moved = self._handed_back(workspace_id, slot, event)
-                        requeued = True
-                        break
-                    # Any other first item: the run reached a live worker that holds the owner handle.
-                    started = slot.memory.introduced = True
-                    self._avoided.answered(slot.name)
-                    if lost_sandbox is not None:
-                        yield OutputChunk("stderr", lost_sandbox.encode())
-                        lost_sandbox = None
-                    for note in self._notices.take_notes(workspace_id):
-                        yield OutputChunk("stderr", note.encode())
-                    if isinstance(event, RunStarted):
-                        continue
-                    if isinstance(event, ExitEvent):
-                        finished = True
-                        event = self._notices.with_refusals(
-                            workspace_id, await self._exited(event, workspace_id, slot, request, ctx)
-                        )
-                    yield event
-                    if finished:
-                        break  # the run is over; do not wait for the generator's own end
-            except asyncio.CancelledError:
-                # ``kill``: the worker ends the program and pulls what it wrote, and the stream goes on
-                # to the exit event that says what (cancelling the stream would lose it).
-                killed = None
-                if handle is not None and gen is not None and not finished:
-                    killed = await self._kill_on(handle, gen, workspace_id, slot, request, ctx)
-                if killed is None:
-                    raise
-                finished = True
-                yield killed
-                return
-            except (RayActorError, WorkerCrashedError, ValueError) as exc:
-                if isinstance(exc, ActorUnavailableError):
-                    # Ray restarts the worker in place (it crashed): same handle, a new process that
-                    # holds no mirror and no owner handle.
-                    self._forget(slot)
-                    self._avoided.restarting(slot.name)
-                else:  # dead (or its name already gone: ValueError from the lookup)
-                    self._bury(slot)
-                restarting = isinstance(exc, ActorUnavailableError)
-                if restarting and not restart_deadline:
-                    restart_deadline = time.monotonic() + RESTART_WAIT
-                if not started and (
-                    attempt < DISPATCH_RETRIES or (restarting and time.monotonic() < restart_deadline)
+        try:
+            while True:
+                was_pinned = self.pinned(workspace_id)
+                slot = await self._choose(workspace_id, spread=requeues > 0)
+                if (
+                    was_pinned is not None
+                    and (slot is None or slot.name != was_pinned)
+                    and self._gone(was_pinned)
+                    and self._pins.unpin_from(workspace_id, was_pinned)  # found dead since the last run
                 ):
-                    attempt += 1  # no item came back: nothing reached the workspace, send it again
-                    if self._pins.unpin_from(workspace_id, slot.name):  # its live sandbox died with it
-                        lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: {first_line(exc)}")
-                    if restarting:
-                        await asyncio.sleep(min(0.1 * 2**attempt, 2.0))  # bounded by RESTART_WAIT
-                    continue
-                finished = True
-                lost = ""
-                # Its live sandbox died with it (or with a worker an earlier attempt of this run found).
-                if self._pins.unpin_from(workspace_id, slot.name) or lost_sandbox is not None:
-                    lost = "; the workspace's live sandbox (its background processes) ended with it, the next run starts a fresh one"
-                yield ExitEvent(None, error=f"exec worker died: {slot.name} ({first_line(exc)}){lost}")
-                return
-            except RayTaskError as exc:
-                finished = True
-                yield ExitEvent(None, error=f"exec worker failed: {first_line(exc)}")
-                return
-            except WorkerSilent as exc:
-                # Stopped or wedged: treated as dead for this run (the run is cancelled there, should
-                # it resume). A pinned workspace's live sandbox is out of reach: unpinned.
-                pinned_there = self._pins.unpin_from(workspace_id, slot.name)
-                if not started:  # no item came back: nothing reached the workspace, send it elsewhere
-                    attempt += 1
-                    if pinned_there:
-                        lost_sandbox = SILENT_SANDBOX.format(why=f"{slot.name}: {exc}")
-                    silent = True
-                else:
-                    finished = True
-                    lost = (
-                        "; the workspace's live sandbox (its background processes) is out of reach there, "
-                        "the next run starts a fresh one"
-                        if pinned_there
-                        else ""
-                    )
+                    lost_sandbox = LOST_SANDBOX.format(why=f"{was_pinned}: gone")
+                if slot is None:
                     yield ExitEvent(
                         None,
-                        error=f"exec worker {slot.name} stopped answering while this run was on it ({exc}): "
-                        "the run was abandoned there, not run again (what it wrote after its last sync is "
-                        f"not in the workspace){lost}",
+                        error=f"no worker of the {self.backend} pool became ready within {WORKER_WAIT:g} s "
+                        "(see `computer status`: pending workers wait for CPUs the cluster lacks)",
                     )
                     return
-            finally:
-                slot.inflight -= 1
-                if gen is not None and not finished and not unknown and not requeued:
-                    # The consumer stopped (closed or cancelled): the worker must kill the program.
-                    with contextlib.suppress(Exception):
-                        import ray
+                if self.pinned(workspace_id) not in (None, slot.name):  # another run pinned it meanwhile
+                    slot = self._pick(workspace_id) or slot
+                self._pins.pin_ahead(workspace_id, slot.name)
+                slot.inflight += 1
+                handle = None
+                gen = None
+                started = finished = unknown = requeued = moved = silent = False
+                try:
+                    handle = await self._handle(slot)
+                    prefetched = await slot.memory.prefetch(ctx)
+                    # Without a token (an owner handle given by the caller) the worker could not tell
+                    # two owners of one workspace id apart: the handle is always sent then.
+                    order = slot.memory.order(
+                        request,
+                        workspace_id,
+                        owner,
+                        self._token,
+                        prefetched,
+                        self._movable(workspace_id, slot),
+                    )
+                    gen = streaming(handle.run, STREAM_AHEAD).remote(order)
+                    items = aiter(gen)
+                    while True:
+                        event = await self._watched(_next_item(items), slot.name)
+                        if event is _END:
+                            break
+                        if isinstance(event, OwnerUnknown):  # a new worker process: nothing ran
+                            slot.memory.introduced = False
+                            unknown = True
+                            if self._pins.unpin_from(
+                                workspace_id, slot.name
+                            ):  # restarted: the live sandbox is gone
+                                lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: restarted")
+                            break
+                        if isinstance(event, Requeue):  # handed back before it started: nothing ran
+                            moved = self._handed_back(workspace_id, slot, event)
+                            requeued = True
+                            break
+                        # Any other first item: the run reached a live worker that holds the owner handle.
+                        started = slot.memory.introduced = True
+                        self._avoided.answered(slot.name)
+                        if lost_sandbox is not None:
+                            yield OutputChunk("stderr", lost_sandbox.encode())
+                            lost_sandbox = None
+                        for note in self._notices.take_notes(workspace_id):
+                            yield OutputChunk("stderr", note.encode())
+                        if isinstance(event, RunStarted):
+                            continue
+                        if isinstance(event, ExitEvent):
+                            finished = True
+                            event = self._notices.with_refusals(
+                                workspace_id, await self._exited(event, workspace_id, slot, request, ctx)
+                            )
+                        yield event
+                        if finished:
+                            break  # the run is over; do not wait for the generator's own end
+                except asyncio.CancelledError:
+                    # ``kill``: the worker ends the program and pulls what it wrote, and the stream goes on
+                    # to the exit event that says what (cancelling the stream would lose it).
+                    killed = None
+                    if handle is not None and gen is not None and not finished:
+                        killed = await self._kill_on(handle, gen, workspace_id, slot, request, ctx)
+                    if killed is None:
+                        raise
+                    finished = True
+                    yield killed
+                    return
+                except (RayActorError, WorkerCrashedError, ValueError) as exc:
+                    if isinstance(exc, ActorUnavailableError):
+                        # Ray restarts the worker in place (it crashed): same handle, a new process that
+                        # holds no mirror and no owner handle.
+                        self._forget(slot)
+                        self._avoided.restarting(slot.name)
+                    else:  # dead (or its name already gone: ValueError from the lookup)
+                        self._bury(slot)
+                    restarting = isinstance(exc, ActorUnavailableError)
+                    if restarting and not restart_deadline:
+                        restart_deadline = time.monotonic() + RESTART_WAIT
+                    if not started and (
+                        attempt < DISPATCH_RETRIES or (restarting and time.monotonic() < restart_deadline)
+                    ):
+                        attempt += 1  # no item came back: nothing reached the workspace, send it again
+                        if self._pins.unpin_from(workspace_id, slot.name):  # its live sandbox died with it
+                            lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: {first_line(exc)}")
+                        if restarting:
+                            await asyncio.sleep(min(0.1 * 2**attempt, 2.0))  # bounded by RESTART_WAIT
+                        continue
+                    finished = True
+                    lost = ""
+                    # Its live sandbox died with it (or with a worker an earlier attempt of this run found).
+                    if self._pins.unpin_from(workspace_id, slot.name) or lost_sandbox is not None:
+                        lost = "; the workspace's live sandbox (its background processes) ended with it, the next run starts a fresh one"
+                        lost_sandbox = None  # said here
+                    yield ExitEvent(None, error=f"exec worker died: {slot.name} ({first_line(exc)}){lost}")
+                    return
+                except RayTaskError as exc:
+                    finished = True
+                    yield ExitEvent(None, error=f"exec worker failed: {first_line(exc)}")
+                    return
+                except WorkerSilent as exc:
+                    # Stopped or wedged: treated as dead for this run (the run is cancelled there, should
+                    # it resume). A pinned workspace's live sandbox is out of reach: unpinned.
+                    pinned_there = self._pins.unpin_from(workspace_id, slot.name)
+                    if not started:  # no item came back: nothing reached the workspace, send it elsewhere
+                        attempt += 1
+                        if pinned_there:
+                            lost_sandbox = SILENT_SANDBOX.format(why=f"{slot.name}: {exc}")
+                        silent = True
+                    else:
+                        finished = True
+                        lost = (
+                            "; the workspace's live sandbox (its background processes) is out of reach there, "
+                            "the next run starts a fresh one"
+                            if pinned_there
+                            else ""
+                        )
+                        yield ExitEvent(
+                            None,
+                            error=f"exec worker {slot.name} stopped answering while this run was on it ({exc}): "
+                            "the run was abandoned there, not run again (what it wrote after its last sync is "
+                            f"not in the workspace){lost}",
+                        )
+                        return
+                finally:
+                    slot.inflight -= 1
+                    if gen is not None and not finished and not unknown and not requeued:
+                        # The consumer stopped (closed or cancelled): the worker must kill the program.
+                        with contextlib.suppress(Exception):
+                            import ray
 
-                        # (not initialized: a stream faked without Ray, whose ``cancel`` would start or
-                        # join whatever cluster runs on the machine)
-                        if ray.is_initialized():
-                            ray.cancel(gen)
-            if finished:
-                self._warm = [slot.name] + [n for n in self._warm if n != slot.name]
+                            # (not initialized: a stream faked without Ray, whose ``cancel`` would start or
+                            # join whatever cluster runs on the machine)
+                            if ray.is_initialized():
+                                ray.cancel(gen)
+                if finished:
+                    self._warm = [slot.name] + [n for n in self._warm if n != slot.name]
+                    return
+                if unknown:
+                    continue  # sent again, with the owner's handle this time
+                if silent:
+                    if attempt > DISPATCH_RETRIES + REQUEUES_MAX:
+                        yield ExitEvent(None, error=f"exec run found {attempt} {self.backend} workers silent")
+                        return
+                    continue  # to another worker (a silent one only when no other is usable)
+                if moved:
+                    self.moved += 1
+                    self._moved_at[workspace_id] = time.monotonic()
+                    continue  # this owner's view has room elsewhere: no need to ask the control loop
+                if requeued:
+                    self.requeued += 1
+                    requeues += 1
+                    if requeues > REQUEUES_MAX:
+                        yield ExitEvent(
+                            None, error=f"exec run handed back {requeues} times by the {self.backend} pool"
+                        )
+                        return
+                    await self._refresh()  # the worker drains or shed its line: see where room is now
+                    continue
+                yield ExitEvent(None, error=f"exec worker {slot.name} sent no exit")
                 return
-            if unknown:
-                continue  # sent again, with the owner's handle this time
-            if silent:
-                if attempt > DISPATCH_RETRIES + REQUEUES_MAX:
-                    yield ExitEvent(None, error=f"exec run found {attempt} {self.backend} workers silent")
-                    return
-                continue  # to another worker (a silent one only when no other is usable)
-            if moved:
-                self.moved += 1
-                self._moved_at[workspace_id] = time.monotonic()
-                continue  # this owner's view has room elsewhere: no need to ask the control loop
-            if requeued:
-                self.requeued += 1
-                requeues += 1
-                if requeues > REQUEUES_MAX:
-                    yield ExitEvent(
-                        None, error=f"exec run handed back {requeues} times by the {self.backend} pool"
-                    )
-                    return
-                await self._refresh()  # the worker drains or shed its line: see where room is now
-                continue
-            yield ExitEvent(None, error=f"exec worker {slot.name} sent no exit")
-            return
+
+        finally:
+            if lost_sandbox is not None:  # not said: the run ended before a worker ran it
+                self._notices.lose(workspace_id, lost_sandbox)
 
 
 _END: Any = object()  # the end of a run's stream (``_next_item``)
