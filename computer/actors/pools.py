@@ -189,12 +189,12 @@ class PoolBackend:
 
     async def kill_process(self, workspace_id: str, pid: int) -> None:
         """SIGKILL ``pid`` in the workspace's live sandbox, on its worker (``ProcessLookupError`` when
-        the worker died with it: :meth:`PinnedSandboxes.kill_process`)."""
+        the worker died with it: :meth:`~computer.actors._pool_sandboxes.PinnedSandboxes.kill_process`)."""
         await self._sandboxes.kill_process(workspace_id, pid, LIVE_CALL_TIMEOUT)
 
     async def end_sandbox(self, workspace_id: str) -> bool:
         """End the workspace's live sandbox on its worker; True when it ended or was lost with its
-        worker (its next run says so: :meth:`PinnedSandboxes.end`)."""
+        worker (its next run says so: :meth:`~computer.actors._pool_sandboxes.PinnedSandboxes.end`)."""
         return await self._sandboxes.end(workspace_id)
 
     async def _named_handle(self, name: str) -> Any:
