@@ -37,3 +37,9 @@ class OutcomeUnknownError(WorkspaceUnavailableError):
     Calls that provably did not run are sent again by the client instead; this is only raised when
     nobody can tell. Read the state back before retrying a mutation that is not idempotent.
     """
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (Ray's errors carry a traceback after it), else its type's name."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

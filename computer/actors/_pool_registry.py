@@ -7,7 +7,8 @@ dispatchers may still remember its dead worker. Owners learn the workers from th
 and look the handles up by name.
 
 A pool's description (its backend's ``BackendInfo``) is published once in Ray's key-value store, so
-that owners opening a workspace read it without an actor call (:func:`published_info`).
+that owners opening a workspace read it without an actor call (:func:`published_info`); the first
+owner asks a ready worker for it (:func:`described`).
 
 A worker reserves ``num_cpus`` and ``memory`` from Ray: a pool wanting more than the cluster has
 leaves pending actors, which Ray's autoscaler reads as demand and answers with nodes from
@@ -21,18 +22,26 @@ import contextlib
 import dataclasses
 import json
 import re
-from typing import Any
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..runtime.types import BackendInfo
 from ._pool_worker import PoolWorker
 from .naming import NAMESPACE
 from .raycompat import kv_get, kv_put
 
+if TYPE_CHECKING:
+    from ._pool_scaler import PoolView
+
 __all__ = [
+    "INFO_RETRIES",
+    "INFO_TIMEOUT",
     "PROBE_GROUP",
     "WORKER_MAX_CONCURRENCY",
     "WORKER_PREFIX",
     "create_worker",
+    "described",
     "named_workers",
     "publish_info",
     "published_info",
@@ -46,6 +55,8 @@ WORKER_MAX_CONCURRENCY = 1024
 # A crashed worker process is restarted by Ray (it holds only caches); ``ray.kill`` ends it for good.
 WORKER_MAX_RESTARTS = 3
 WORKER_PREFIX = "computer:pool:"
+INFO_TIMEOUT = 120.0  # seconds for a new pool's first worker to start and describe itself
+INFO_RETRIES = 3  # workers that died as they were asked to describe the pool, before giving up
 # The concurrency group of ``PoolWorker.probe``: its own thread and event loop, so a worker whose runs'
 # loop is busy (a big pull) still answers at once, while a stopped (SIGSTOP) or wedged process does not.
 PROBE_GROUP = "probe"
@@ -140,3 +151,33 @@ def published_info(backend: str) -> BackendInfo | None:
 def publish_info(info: BackendInfo) -> None:
     with contextlib.suppress(Exception):
         kv_put(_info_key(info.id), json.dumps(dataclasses.asdict(info)).encode())
+
+
+def described(backend: str, scaler: Callable[[], Any]) -> BackendInfo:
+    """The pool's description: the published one, else asked of a ready worker (waiting up to
+    :data:`INFO_TIMEOUT` for one; ``scaler()``: the control loop's handle) and published.
+
+    Blocking, once per cluster: ``Runtime`` needs it when the owner opens its workspace."""
+    info = published_info(backend)
+    if info is not None:
+        return info
+    import ray
+    from ray.exceptions import RayActorError
+
+    deadline = time.monotonic() + INFO_TIMEOUT
+    for attempt in range(INFO_RETRIES + 1):
+        view: PoolView = ray.get(scaler().view.remote(backend, 1, INFO_TIMEOUT), timeout=INFO_TIMEOUT + 10)
+        ready = [w for w in view.workers if not w.draining]
+        if not ready:
+            raise RuntimeError(f"no worker of the {backend} pool became ready within {INFO_TIMEOUT:g} s")
+        try:
+            info = ray.get(
+                worker_handle(ready[0].name).info.remote(), timeout=max(1.0, deadline - time.monotonic())
+            )
+            break
+        except (RayActorError, ValueError):  # a worker that just died: ask for another
+            if attempt == INFO_RETRIES:
+                raise
+    assert isinstance(info, BackendInfo)
+    publish_info(info)
+    return info

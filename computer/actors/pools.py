@@ -1,10 +1,11 @@
 """Exec backend pools: each backend runs as a horizontally scaled pool of Ray actors (SPEC sections 6, 9).
 
 :class:`PoolBackend` is a :class:`~computer.runtime.Backend` living in the owner actor: its ``run``
-dispatches the request to one worker of the pool (see below for which), streams the worker's events back as they come, and cancels the
-worker's generator when its consumer stops (the worker then kills the process tree). A worker that
-dies mid-run gives an ``ExitEvent`` with ``exit_code=None`` and ``"exec worker died: …"``; its run
-never reached the pull, so the workspace is unchanged, and the worker is replaced.
+dispatches the request to one worker of the pool (see below for which), streams the worker's events
+back as they come, and cancels the worker's generator when its consumer stops (the worker then kills
+the process tree). A worker that dies mid-run gives an ``ExitEvent`` with ``exit_code=None`` and
+``"exec worker died: …"``; its run never reached the pull, so the workspace is unchanged, and the
+worker is replaced.
 
 :func:`owner_backends` is the hook :mod:`computer.actors._backends` calls when an owner opens its
 workspace: ``shell`` then ``python`` (the first is the default backend), the pools its settings enable.
@@ -14,58 +15,72 @@ cluster (:mod:`~computer.actors._pool_scaler`); each worker runs at most its tar
 the others wait in its line (:mod:`~computer.actors._pool_admission`). Each owner dispatches on its
 own: it refreshes the loop's :class:`~computer.actors._pool_scaler.PoolView` (ready workers, their
 node, target and load) at most every :data:`VIEW_TTL` seconds while the pool is busy (every
-:data:`VIEW_TTL_CALM` seconds while every worker has room), in the background, and picks, in
-order: the worker its workspace is *pinned* to (a live sandbox lives there; first-class input:
-:meth:`PoolBackend.pin`; a pinned run whose worker is full moves when its sandbox runs nothing and
-its wait there is longer than a move costs: see ``PoolWorker.run`` and ``_pool_moves``), else among workers with a free slot (its estimate: the load reported plus
-its own runs there) the one with this workspace's warm mirror (most recent first), then one on the
-owner's own node (the file is there: less data on the wire), then the least loaded, then a
-workspace-specific order (rendezvous hashing, stable while workers come and go); with no free slot
-anywhere, the least loaded (the run waits in that worker's line, which makes the pool grow).
+:data:`VIEW_TTL_CALM` seconds while every worker has room), in the background, and picks
+(:mod:`~computer.actors._pool_pick`) the worker its workspace is *pinned* to (a live sandbox lives
+there: :meth:`PoolBackend.pin`; a pinned run whose worker is full moves when its sandbox runs nothing
+and its wait there is longer than a move costs: see ``PoolWorker.run`` and ``_pool_moves``), else one
+with a free slot (warm mirror, own node, least load), else the least loaded.
 
 A run whose worker dies before the dispatcher saw its first item (output, its exit, or a
 ``RunStarted`` marker: see ``PoolWorker.run``) left nothing in the workspace and is sent again (to a
 worker Ray restarts in place: until it answers, for at most :data:`RESTART_WAIT` seconds); after that
 it is failed. When that worker held the workspace's live sandbox, its background processes ended with
-it: the run goes on in a fresh sandbox and says so first on its stderr (:data:`LOST_SANDBOX`). A run handed back by its worker (:class:`~computer.actors._pool_admission.Requeue`:
-the worker drains, or shed its line because capacity appeared elsewhere) had not started either and
-is sent to another worker. So removing a worker loses no run and runs none twice. A worker that keeps a run (or ``end_sandbox``)
-waiting :data:`PROBE_AFTER` seconds is probed (``PoolWorker.probe``, on its own concurrency group:
-it answers while the worker's loop is busy, a long pull included); one that does not answer within
-:data:`PROBE_TIMEOUT` (stopped, wedged) is treated as dead for that call: a run it never started goes
-to another worker, a started one fails naming it, and its live sandbox is given up (its next run says
-so: :data:`SILENT_SANDBOX`). Workers check every
-few seconds that the owner of each run is still the same live process, and kill runs whose owner is
-gone; likewise they end the live sandboxes whose owner (the one that sent the workspace's last run
-there) is gone: pins live only in an owner's memory, so its successor could not reach them.
+it: the run goes on in a fresh sandbox and says so first on its stderr (:data:`LOST_SANDBOX`). A run
+handed back by its worker (:class:`~computer.actors._pool_admission.Requeue`: the worker drains, or
+shed its line because capacity appeared elsewhere) had not started either and is sent to another
+worker. So removing a worker loses no run and runs none twice. A worker that keeps a run (or
+``end_sandbox``) waiting is probed (:mod:`~computer.actors._pool_probe`); one that does not answer
+(stopped, wedged) is treated as dead for that call: a run it never started goes to another worker, a
+started one fails naming it, and its live sandbox is given up (its next run says so:
+:data:`SILENT_SANDBOX`). Workers check every few seconds that the owner of each run is still the same
+live process, and kill runs whose owner is gone; likewise they end the live sandboxes whose owner (the
+one that sent the workspace's last run there) is gone: pins live only in an owner's memory, so its
+successor could not reach them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import math
 import time
-import zlib
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from ..config import Settings
 from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, OutputChunk
 from ..runtime.types import BackendInfo
+from ._errors import first_line
 from ._pool_admission import Requeue
+from ._pool_avoid import DEAD_REMEMBERED, DRAINING_AVOID, RESTART_AVOID, SILENT_AVOID, Avoidance
 from ._pool_callbacks import owner_token
-from ._pool_context import WorkerMemory
+from ._pool_notices import LOST_REMEMBERED, LOST_SANDBOX, SILENT_SANDBOX, Notices
+from ._pool_pick import WorkerSlot, pick, room_elsewhere
+from ._pool_pins import Pins
 from ._pool_plan import enabled, limits_from
-from ._pool_registry import PROBE_GROUP, publish_info, published_info, worker_handle
+from ._pool_probe import PROBE_AFTER, PROBE_TIMEOUT, WorkerSilent, watched
+from ._pool_registry import INFO_TIMEOUT, described, worker_handle
+from ._pool_sandboxes import PinnedSandboxes
 from ._pool_scaler import PoolView, get_scaler
 from ._pool_worker import OwnerUnknown, RunStarted
 from .raycompat import streaming
 
-__all__ = ["PoolBackend", "owner_backends"]
+__all__ = [
+    "DEAD_REMEMBERED",
+    "DRAINING_AVOID",
+    "INFO_TIMEOUT",
+    "LOST_REMEMBERED",
+    "LOST_SANDBOX",
+    "PROBE_AFTER",
+    "PROBE_TIMEOUT",
+    "RESTART_AVOID",
+    "SILENT_AVOID",
+    "SILENT_SANDBOX",
+    "PoolBackend",
+    "WorkerSilent",
+    "owner_backends",
+]
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +93,6 @@ DISPATCH_RETRIES = 3
 RESTART_WAIT = 60.0
 # Seconds a killed run's worker has to end it and pull what it wrote before its stream is cancelled.
 KILL_WAIT = 60.0
-# What a run says first on its stderr when the worker holding its workspace's live sandbox died.
-LOST_SANDBOX = (
-    "computer: the exec worker holding this workspace's live sandbox died ({why}); its background "
-    "processes ended with it (what they had written and synced is kept) and this command runs in a "
-    "fresh sandbox\n"
-)
-INFO_TIMEOUT = 120.0  # seconds for a new pool's first worker to start and describe itself
 VIEW_TTL = 1.0  # seconds a dispatcher uses the control loop's view before refreshing it (in the background)
 # The same while the pool is calm: every worker had a free slot in the last view, none pending, no run of
 # this owner found the workers full. A view call costs the owner and the control loop ~1-2 ms of CPU
@@ -97,51 +105,15 @@ VIEW_TTL_CALM = 5.0
 WORKER_WAIT = 300.0
 # A run handed back this many times (workers draining or shedding one after another) fails.
 REQUEUES_MAX = 100
-DEAD_REMEMBERED = 60.0  # seconds a dispatcher ignores a worker it saw dead (the view may lag behind)
-# Seconds a dispatcher prefers other workers to one it found restarting (``ActorUnavailableError``) when
-# another is usable. Before, every retry of a run went back to the restarting worker (the warm one, then
-# the same hash) and waited there, ~2 s a try: after a worker was killed under a run, the next command
-# of its workspace waited 23-29 s for that worker's restart while the other worker was ready.
-RESTART_AVOID = 10.0
 # A workspace whose run moved (its idle live sandbox ended on a full worker) is not sent movable again
 # for this long (seconds). Owners see a new worker's free slots in views of the same age and move to it
 # together, fill it, and moved on again: 64 agents on a 3-node local cluster moved 333 runs in 30 s,
 # each a sandbox started anew and a cold mirror pushed.
 MOVE_HOLD = 10.0
-# Workspaces whose live sandbox a dispatcher saw lost under ``end_sandbox``, kept for their next run.
-LOST_REMEMBERED = 1000
 # Seconds the worker holding a workspace's live sandbox has to answer ``processes``/``kill_process``
 # (a listing or a signal: milliseconds when it runs). A worker that is stopped (SIGSTOP) or wedged
 # never answers, and Ray has no bound of its own: ``computer ps`` and the processes tool waited forever.
 LIVE_CALL_TIMEOUT = 60.0
-# A worker call (a run's next item, ``end_sandbox``'s end) that has waited this long without an answer
-# makes the dispatcher probe the worker (``PoolWorker.probe``, on its own concurrency group: it answers
-# within milliseconds while the worker's loop is busy, a big end's pull included); a worker that does
-# not answer the probe within PROBE_TIMEOUT is stopped (SIGSTOP) or wedged, and treated as dead for
-# that call. Ray has no bound of its own: a run sent to a stopped worker waited its timeout plus
-# ~17-22 s, ``end_sandbox`` and the hibernation's ``close_workspace`` forever. Seconds.
-PROBE_AFTER = 3.0
-PROBE_TIMEOUT = 5.0
-# Seconds a dispatcher prefers other workers to one that did not answer a probe (the control loop
-# shows it draining after ``SILENT_AFTER`` without a load report).
-SILENT_AVOID = 60.0
-# Seconds a dispatcher prefers other workers to one that handed a run back as draining. Its view's
-# ``draining`` came from the control loop and replaced the worker's own answer: a worker drained
-# outside the control loop's view (or before its view said so) took the run back again and again,
-# and the run failed "handed back 101 times" within 5 s while another worker was free.
-DRAINING_AVOID = 10.0
-# What a run says first on its stderr when the worker holding its workspace's live sandbox stopped
-# answering (the sandbox's processes may still run there, out of reach).
-SILENT_SANDBOX = (
-    "computer: the exec worker holding this workspace's live sandbox does not answer ({why}); its "
-    "background processes are out of reach (what they wrote after their last sync is not in the "
-    "workspace) and this command runs in a fresh sandbox\n"
-)
-
-
-class WorkerSilent(Exception):
-    """A worker did not answer a liveness probe while a call waited on it (stopped or wedged)."""
-
 
 _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
 # Per process: the latest view of each pool a dispatcher here got from the control loop (when, view).
@@ -150,28 +122,6 @@ _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
 # asked once a second while the pool was busy: as many view calls as runs, ~1-2 ms of CPU each on the
 # owner and the control loop.
 _views: dict[str, tuple[float, PoolView]] = {}
-
-
-@dataclass
-class _Slot:
-    """This owner's view of one worker: what the control loop reported, the runs this owner sent."""
-
-    name: str
-    handle: Any = None
-    node_id: str = ""
-    target: int = 1
-    load: int = 0  # running + waiting at the control loop's last poll (all owners)
-    draining: bool = False
-    listed: bool = True  # in the latest view (an unlisted slot is kept only while runs use it)
-    inflight: int = 0
-    # What this owner knows of the worker's state for its workspace (the fast paths: see _pool_context)
-    memory: WorkerMemory = dataclasses.field(default_factory=WorkerMemory)
-
-    @property
-    def estimate(self) -> int:
-        return self.load + self.inflight
-
-
 _scaler: Any = None  # per process: the control loop's handle
 
 
@@ -181,22 +131,11 @@ class PoolBackend:
     def __init__(self, backend: str, *, owner: Any = None, node: str = "") -> None:
         """``owner``: the owner actor's handle, ``node``: its node id (default: this actor's, from Ray)."""
         self.backend = backend
-        self._slots: dict[str, _Slot] = {}
+        self._slots: dict[str, WorkerSlot] = {}
         self._warm: list[str] = []  # workers that ran this owner's workspace, most recent first
-        self._pins: dict[str, str] = {}  # workspace id -> worker its runs must go to (a live sandbox)
-        self._ahead: set[str] = set()  # of those, pinned as a run was sent, before it ended (``_pin_ahead``)
-        # Workspace id -> the note its next run says first on its stderr: its live sandbox was lost
-        # with its worker under ``end_sandbox`` (LOST_SANDBOX), as for a sandbox lost with its worker
-        # between runs, or left on a worker that did not answer (SILENT_SANDBOX).
-        self._lost: dict[str, str] = {}
-        self._dead: dict[str, float] = {}  # worker name -> when this owner saw it dead
-        self._restarting: dict[str, float] = {}  # worker name -> when a call found it restarting
-        # Worker name -> until when (monotonic) runs go elsewhere when they can: it did not answer a
-        # probe (SILENT_AVOID), or handed a run back as draining (DRAINING_AVOID).
-        self._avoid: dict[str, float] = {}
-        # Workspace id -> what a worker that handed its run back kept for its next run (``Requeue``:
-        # notes for its stderr, refused paths -> reasons), said by the run wherever it goes next.
-        self._carried: dict[str, tuple[list[str], dict[str, str]]] = {}
+        self._pins = Pins()  # workspace id -> worker its runs must go to (a live sandbox)
+        self._notices = Notices()  # what the workspaces' next runs say: a lost sandbox, carried notes
+        self._avoided = Avoidance()  # workers seen dead, restarting, silent, draining
         self._moved_at: dict[str, float] = {}  # workspace id -> when its run last moved (MOVE_HOLD)
         self._owner = owner
         self._token: str | None = None
@@ -206,38 +145,15 @@ class PoolBackend:
         self.requeued = 0  # runs a worker handed back (draining, shedding) and this owner sent again
         self.moved = 0  # runs a full worker handed back after ending their idle live sandbox there
         self._busy = True  # the last view (or a run since) found a worker full or one pending
+        self._sandboxes = PinnedSandboxes(
+            backend, self._pins, self._notices, self._named_handle, self._watched
+        )
         self.info: BackendInfo = self._describe()
 
     def _describe(self) -> BackendInfo:
-        info = _infos.get(self.backend) or published_info(self.backend)
-        if info is not None:
-            _infos[self.backend] = info
-            return info
-        import ray
-        from ray.exceptions import RayActorError
-
-        # Blocking, once per cluster: Runtime needs ``info`` when the owner opens its workspace.
-        deadline = time.monotonic() + INFO_TIMEOUT
-        for attempt in range(DISPATCH_RETRIES + 1):
-            view: PoolView = ray.get(
-                _scaler_handle().view.remote(self.backend, 1, INFO_TIMEOUT), timeout=INFO_TIMEOUT + 10
-            )
-            ready = [w for w in view.workers if not w.draining]
-            if not ready:
-                raise RuntimeError(
-                    f"no worker of the {self.backend} pool became ready within {INFO_TIMEOUT:g} s"
-                )
-            try:
-                info = ray.get(
-                    worker_handle(ready[0].name).info.remote(), timeout=max(1.0, deadline - time.monotonic())
-                )
-                break
-            except (RayActorError, ValueError):  # a worker that just died: ask for another
-                if attempt == DISPATCH_RETRIES:
-                    raise
-        assert isinstance(info, BackendInfo)
-        _infos[self.backend] = info
-        publish_info(info)
+        info = _infos.get(self.backend)
+        if info is None:
+            info = _infos[self.backend] = described(self.backend, _scaler_handle)
         return info
 
     def _owner_handle(self) -> Any:
@@ -257,224 +173,47 @@ class PoolBackend:
 
     def pin(self, workspace_id: str, worker: str) -> None:
         """Send every run of ``workspace_id`` to ``worker`` (even while it drains) until :meth:`unpin`."""
-        self._pins[workspace_id] = worker
-        self._ahead.discard(workspace_id)
-
-    def _pin_ahead(self, workspace_id: str, worker: str) -> None:
-        """Pin a workspace that has none to the worker its run is sent to, before that run says whether
-        a live sandbox stays there (its exit pins or unpins): until the first run of a workspace had
-        ended, its other runs went to other workers and started sandboxes of their own (a server
-        started by one was out of reach of the next; ``processes`` and ``end_sandbox`` saw none of
-        them, and the sandboxes that lost the pin were out of reach for good)."""
-        if workspace_id not in self._pins:
-            self._pins[workspace_id] = worker
-            self._ahead.add(workspace_id)
+        self._pins.pin(workspace_id, worker)
 
     def unpin(self, workspace_id: str) -> None:
-        self._pins.pop(workspace_id, None)
-        self._ahead.discard(workspace_id)
-
-    def _unpin_from(self, workspace_id: str, worker: str) -> bool:
-        """Unpin the workspace if it is pinned to ``worker``; whether a live sandbox was known there
-        (a pin made ahead of a run's end knew none)."""
-        if self._pins.get(workspace_id) != worker:
-            return False
-        del self._pins[workspace_id]
-        known = workspace_id not in self._ahead
-        self._ahead.discard(workspace_id)
-        return known
+        self._pins.unpin(workspace_id)
 
     def pinned(self, workspace_id: str) -> str | None:
         return self._pins.get(workspace_id)
 
     # --- live sandboxes (issue 18): asked of the worker the workspace is pinned to ---
 
-    async def _pinned_handle(self, workspace_id: str) -> Any:
-        name = self.pinned(workspace_id)
-        slot = self._slots.get(name) if name is not None else None
-        return await self._handle(slot) if slot is not None else None
-
     async def processes(self, workspace_id: str) -> list[Any]:
-        from ray.exceptions import RayTaskError
-
-        handle = await self._pinned_handle(workspace_id)
-        if handle is None:
-            return []
-        try:
-            async with asyncio.timeout(LIVE_CALL_TIMEOUT):
-                call = handle.live_processes.remote(workspace_id)
-                return list(await self._watched(call, self.pinned(workspace_id) or ""))
-        except (TimeoutError, WorkerSilent) as exc:
-            raise self._unanswered(workspace_id, exc) from None
-        except RayTaskError as exc:  # the sandbox's own failure (as embedded), not "no processes"
-            raise (exc.cause if isinstance(exc.cause, Exception) else RuntimeError(str(exc))) from None
-        except Exception:  # the worker is gone: so is its sandbox
-            # The pin stays: the next run finds its worker dead and says the sandbox and its
-            # processes were lost (LOST_SANDBOX). Dropped here, a "is my server up?" look first
-            # made that notice vanish.
-            return []
+        """The processes of the workspace's live sandbox, on its worker ([] without one)."""
+        return await self._sandboxes.processes(workspace_id, LIVE_CALL_TIMEOUT)
 
     async def kill_process(self, workspace_id: str, pid: int) -> None:
-        """SIGKILL ``pid`` in the workspace's live sandbox, on its worker. A worker found dead or
-        restarting took the sandbox and its processes with it: ``ProcessLookupError`` saying so, and
-        the pin stays (the next run says the sandbox was lost). Before, Ray's own error came through
-        ("The actor ... is unavailable ... may or may not have been executed"), which ``computer
-        kill`` and the ``kill`` tool did not expect."""
-        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
-
-        try:
-            handle = await self._pinned_handle(workspace_id)
-            if handle is None:
-                raise ProcessLookupError(
-                    f"no process {pid}: the workspace has no live {self.backend} sandbox"
-                )
-            async with asyncio.timeout(LIVE_CALL_TIMEOUT):
-                await self._watched(
-                    handle.live_kill.remote(workspace_id, pid), self.pinned(workspace_id) or ""
-                )
-        except (TimeoutError, WorkerSilent) as exc:
-            raise self._unanswered(workspace_id, exc) from None
-        except RayTaskError as exc:
-            cause = exc.cause
-            raise (cause if isinstance(cause, OSError) else ProcessLookupError(str(cause))) from None
-        except (RayActorError, WorkerCrashedError, ValueError) as exc:  # (ValueError: its name is gone)
-            raise ProcessLookupError(
-                f"no process {pid}: the exec worker holding the workspace's live {self.backend} sandbox "
-                f"died ({self.pinned(workspace_id)}: {_first_line(exc)}); its processes ended with it"
-            ) from None
-
-    def _unanswered(self, workspace_id: str, exc: Exception) -> TimeoutError:
-        within = (
-            f"a liveness probe within {PROBE_TIMEOUT:g} s"
-            if isinstance(exc, WorkerSilent)
-            else f"within {LIVE_CALL_TIMEOUT:g} s"
-        )
-        return TimeoutError(
-            f"the exec worker holding the workspace's live {self.backend} sandbox "
-            f"({self.pinned(workspace_id)}) did not answer {within} (stopped or wedged)"
-        )
+        """SIGKILL ``pid`` in the workspace's live sandbox, on its worker (``ProcessLookupError`` when
+        the worker died with it: :meth:`~computer.actors._pool_sandboxes.PinnedSandboxes.kill_process`)."""
+        await self._sandboxes.kill_process(workspace_id, pid, LIVE_CALL_TIMEOUT)
 
     async def end_sandbox(self, workspace_id: str) -> bool:
-        """End the workspace's live sandbox on its worker. A worker that dies under the call (or was
-        found dead) took the sandbox with it: True when a sandbox was known there, and its next run
-        says so (LOST_SANDBOX: what the processes wrote after the last sync is not kept). Before, that
-        gave False and dropped the pin, so nothing ever said the end's pull never came.
+        """End the workspace's live sandbox on its worker; True when it ended or was lost with its
+        worker (its next run says so: :meth:`~computer.actors._pool_sandboxes.PinnedSandboxes.end`)."""
+        return await self._sandboxes.end(workspace_id)
 
-        A worker that answers it holds none keeps the pin: it may be a new process, restarted after
-        the one holding the sandbox died, which only the next run finds out (``OwnerUnknown``) and
-        says; a worker whose sandbox ended on its own (idle) just runs it. Before, the pin was dropped
-        and that run, placed anew, said nothing of the processes lost with the worker."""
-        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
-
-        name = self.pinned(workspace_id)
-        known = name is not None and workspace_id not in self._ahead
-        keep = False
-        try:
-            handle = await self._pinned_handle(workspace_id)
-            if handle is None:
-                return False
-            ended = bool(await self._watched(handle.live_end.remote(workspace_id), name or ""))
-            keep = known and not ended
-            return ended
-        except WorkerSilent as exc:
-            # Stopped or wedged: the end's pull (which may legitimately be long: the probe answers
-            # meanwhile) never comes. The end stays asked: a worker that resumes ends the sandbox.
-            if not known:
-                return False
-            log.warning(
-                "pool %s: %s holding the live sandbox of %s did not answer (%s): the sandbox is given up; what its "
-                "processes wrote after their last sync is not in the workspace",
-                self.backend,
-                name,
-                workspace_id,
-                exc,
-            )
-            self._note_lost(workspace_id, SILENT_SANDBOX.format(why=f"{name}: {exc}"))
-            return True
-        except (RayActorError, WorkerCrashedError, ValueError) as exc:  # (ValueError: its name is gone)
-            if not known or isinstance(exc, RayTaskError):
-                return False
-            log.warning(
-                "pool %s: %s died ending the live sandbox of %s: %s", self.backend, name, workspace_id, exc
-            )
-            self._note_lost(workspace_id, LOST_SANDBOX.format(why=f"{name}: {_first_line(exc)}"))
-            return True
-        except Exception:  # the worker answered with the sandbox's own failure (``RayTaskError``)
-            return False
-        finally:
-            if not keep:
-                self.unpin(workspace_id)
-
-    def _carry(self, workspace_id: str, requeue: Requeue) -> None:
-        """Keep what the worker that handed a run back kept for the workspace's next run."""
-        if requeue.note is None and not requeue.unreported:
-            return
-        notes, refused = self._carried.pop(workspace_id, ([], {}))
-        if requeue.note is not None:
-            notes.append(requeue.note)
-        self._carried[workspace_id] = (notes, {**refused, **requeue.unreported})
-        while len(self._carried) > LOST_REMEMBERED:
-            del self._carried[next(iter(self._carried))]
-
-    def _carried_notes(self, workspace_id: str) -> list[str]:
-        """The carried notes of the workspace, taken (said once its run started)."""
-        carried = self._carried.get(workspace_id)
-        if carried is None or not carried[0]:
-            return []
-        notes = list(carried[0])
-        carried[0].clear()
-        return notes
-
-    def _with_carried(self, workspace_id: str, event: ExitEvent) -> ExitEvent:
-        """``event`` listing the carried refusals of the workspace as skipped (they are taken)."""
-        carried = self._carried.pop(workspace_id, None)
-        if carried is None or not carried[1]:
-            return event
-        reasons = {**carried[1], **event.skipped_reasons}
-        return dataclasses.replace(
-            event, skipped=sorted({*event.skipped, *carried[1]}), skipped_reasons=reasons
-        )
-
-    def _note_lost(self, workspace_id: str, note: str) -> None:
-        self._lost.pop(workspace_id, None)
-        self._lost[workspace_id] = note
-        while len(self._lost) > LOST_REMEMBERED:
-            del self._lost[next(iter(self._lost))]
-
-    async def _probe(self, handle: Any) -> str | None:
-        """None when the worker answers a liveness probe within :data:`PROBE_TIMEOUT`, else why not.
-        A worker found dead by Ray is left to the call that waits on it (it fails on its own)."""
-        try:
-            async with asyncio.timeout(PROBE_TIMEOUT):
-                await handle.probe.options(concurrency_group=PROBE_GROUP).remote()
-        except TimeoutError:
-            return f"no answer to a liveness probe within {PROBE_TIMEOUT:g} s: stopped or wedged"
-        except Exception:
-            return None
-        return None
+    async def _named_handle(self, name: str) -> Any:
+        """The handle of the worker ``name``; None when this owner knows no such worker."""
+        slot = self._slots.get(name)
+        return await self._handle(slot) if slot is not None else None
 
     async def _watched(self, call: Any, name: str) -> Any:
-        """Await ``call`` (a worker's answer), probing the worker ``name`` every :data:`PROBE_AFTER`
-        seconds it stays silent; :class:`WorkerSilent` when a probe gets no answer."""
-        task = asyncio.ensure_future(call)
+        """Await ``call`` (a worker's answer), probing the worker ``name`` while it stays silent
+        (:func:`~computer.actors._pool_probe.watched`); one silent to a probe is avoided a while."""
         try:
-            while True:
-                done, _ = await asyncio.wait({task}, timeout=PROBE_AFTER)
-                if done:
-                    return task.result()
-                slot = self._slots.get(name)
-                handle = slot.handle if slot is not None else None
-                if handle is None:
-                    return await task
-                why = await self._probe(handle)
-                if task.done():
-                    return task.result()
-                if why is not None:
-                    self._avoid[name] = time.monotonic() + SILENT_AVOID
-                    raise WorkerSilent(why)
-        finally:
-            if not task.done():
-                task.cancel()
+            return await watched(call, lambda: self._handle_of(name))
+        except WorkerSilent:
+            self._avoided.silent(name)
+            raise
+
+    def _handle_of(self, name: str) -> Any:
+        slot = self._slots.get(name)
+        return slot.handle if slot is not None else None
 
     async def close_workspace(self, workspace_id: str) -> None:
         """The workspace closes (hibernation, takeover): its live sandbox ends with it (what it wrote
@@ -491,15 +230,13 @@ class PoolBackend:
     def _take_view(self, view: PoolView, at: float | None = None) -> None:
         """Adopt ``view`` (got from the control loop ``at``, monotonic; default now)."""
         now = time.monotonic()
-        self._dead = {n: t for n, t in self._dead.items() if now - t < DEAD_REMEMBERED}
-        self._restarting = {n: t for n, t in self._restarting.items() if now - t < RESTART_AVOID}
-        self._avoid = {n: t for n, t in self._avoid.items() if now < t}
+        self._avoided.expire()
         listed = set()
         for w in view.workers:
-            if w.name in self._dead:
+            if self._avoided.dead(w.name):
                 continue
             listed.add(w.name)
-            slot = self._slots.get(w.name) or self._slots.setdefault(w.name, _Slot(w.name))
+            slot = self._slots.get(w.name) or self._slots.setdefault(w.name, WorkerSlot(w.name))
             slot.node_id, slot.target, slot.load, slot.draining, slot.listed = (
                 w.node_id,
                 w.target,
@@ -510,7 +247,7 @@ class PoolBackend:
         for name, slot in list(self._slots.items()):
             if name not in listed:
                 slot.listed = False
-                if slot.inflight == 0 and name not in self._pins.values():
+                if slot.inflight == 0 and not self._pins.holds(name):
                     del self._slots[name]
                     if name in self._warm:
                         self._warm.remove(name)
@@ -558,50 +295,21 @@ class PoolBackend:
         elif self._refreshing is None or self._refreshing.done():
             self._refreshing = asyncio.create_task(self._refresh())
 
-    def _pick(self, workspace_id: str, *, spread: bool = False) -> _Slot | None:
-        """Pinned worker; else with a free slot: warm, same node, least loaded, hashed; else least loaded.
-
-        ``spread``: the run was handed back from a worker's line (capacity appeared elsewhere): the same
-        node is not preferred. Owners on one node re-dispatching at once from views of the same age
-        all chose the one free worker of their node, and queued there again (the elastic test's
-        removal phase: three shed runs landed on one new worker, one after another).
-        """
-        pinned = self._pins.get(workspace_id)
-        if pinned is not None:
-            slot = self._slots.get(pinned)
-            if slot is not None and slot.listed and pinned not in self._dead:
-                self._busy = self._busy or slot.estimate >= slot.target
-                return slot
-        usable = [s for s in self._slots.values() if s.listed and not s.draining and s.name not in self._dead]
-        if not usable:
-            return None
-        now = time.monotonic()
-        steady = [
-            s
-            for s in usable
-            if now - self._restarting.get(s.name, -math.inf) >= RESTART_AVOID
-            and now >= self._avoid.get(s.name, -math.inf)
-        ]
-        usable = steady or usable  # a restarting or silent worker only when no other is usable
-        warm = {name: rank for rank, name in enumerate(self._warm)}
-        order = {s.name: zlib.crc32(f"{workspace_id}/{s.name}".encode()) for s in usable}
-        free = [s for s in usable if s.estimate < s.target]
-        self._busy = self._busy or not free
-        if free:
-            return min(
-                free,
-                key=lambda s: (
-                    warm.get(s.name, len(warm)),
-                    not spread and s.node_id != self._node,
-                    s.estimate,
-                    order[s.name],
-                ),
-            )
-        return min(
-            usable, key=lambda s: (s.estimate / max(1, s.target), warm.get(s.name, len(warm)), order[s.name])
+    def _pick(self, workspace_id: str, *, spread: bool = False) -> WorkerSlot | None:
+        """The worker for the workspace's next run (:func:`~computer.actors._pool_pick.pick`)."""
+        slot, full = pick(
+            self._slots,
+            workspace_id,
+            self._pins.get(workspace_id),
+            self._avoided,
+            self._warm,
+            self._node,
+            spread=spread,
         )
+        self._busy = self._busy or full
+        return slot
 
-    def _movable(self, workspace_id: str, slot: _Slot) -> bool:
+    def _movable(self, workspace_id: str, slot: WorkerSlot) -> bool:
         """Whether a run pinned to ``slot`` could go elsewhere: as this owner sees the pool, that
         worker is full and another has a free slot. Sent with the run: the worker decides (see
         ``PoolWorker.run``: only when it is full, the live sandbox runs nothing and the run's wait
@@ -618,23 +326,16 @@ class PoolBackend:
             return False
         if time.monotonic() - self._moved_at.get(workspace_id, -math.inf) < MOVE_HOLD:
             return False  # it moved a moment ago: wait here rather than chase free slots with the others
-        return any(
-            s is not slot
-            and s.listed
-            and not s.draining
-            and s.name not in self._dead
-            and s.estimate < s.target
-            for s in self._slots.values()
-        )
+        return room_elsewhere(self._slots, slot, self._avoided)
 
-    async def _handle(self, slot: _Slot) -> Any:
+    async def _handle(self, slot: WorkerSlot) -> Any:
         if slot.handle is None:
             slot.handle = await asyncio.to_thread(worker_handle, slot.name)
         return slot.handle
 
-    def _bury(self, slot: _Slot) -> None:
+    def _bury(self, slot: WorkerSlot) -> None:
         """Forget a dead worker (the control loop replaces it); runs go elsewhere."""
-        self._dead[slot.name] = time.monotonic()
+        self._avoided.bury(slot.name)
         slot.listed = False
         slot.handle = None
         self._forget(slot)
@@ -643,15 +344,15 @@ class PoolBackend:
     def _gone(self, name: str) -> bool:
         """Whether the worker ``name`` is known dead or no longer in the pool."""
         slot = self._slots.get(name)
-        return slot is None or not slot.listed or name in self._dead
+        return slot is None or not slot.listed or self._avoided.dead(name)
 
-    def _forget(self, slot: _Slot) -> None:
+    def _forget(self, slot: WorkerSlot) -> None:
         """Forget what the worker process held for this owner (it died or restarts)."""
         slot.memory.forget()
         if slot.name in self._warm:
             self._warm.remove(slot.name)
 
-    async def _choose(self, workspace_id: str, *, spread: bool = False) -> _Slot | None:
+    async def _choose(self, workspace_id: str, *, spread: bool = False) -> WorkerSlot | None:
         """A worker for the next run: from the view, waiting (bounded) for one to be ready when none is."""
         await self._fresh()
         slot = self._pick(workspace_id, spread=spread)
@@ -672,10 +373,25 @@ class PoolBackend:
             self.pin(workspace_id, slot.name)
             slot.memory.ended_live(event)  # the next run's push is computed ahead
         else:
-            self._unpin_from(workspace_id, slot.name)
+            self._pins.unpin_from(workspace_id, slot.name)
         if event.pending is not None:
             event = await slot.memory.apply(request.id, event, ctx)
         return event
+
+    def _handed_back(self, workspace_id: str, slot: WorkerSlot, requeue: Requeue) -> bool:
+        """A run ``slot`` handed back before it started: what the worker kept for the workspace's next
+        run is carried, the workspace unpinned from it; whether the run moved (the worker is full)."""
+        self._notices.carry(workspace_id, requeue)
+        if requeue.reason == "draining":  # (the next view may not say so yet)
+            slot.draining = True
+            self._avoided.draining(slot.name)
+        # A worker keeps a run whose live sandbox it holds: this one's has ended (on its own, or at a
+        # drain), or the worker just ended it ("moved").
+        self._pins.unpin_from(workspace_id, slot.name)
+        if requeue.reason == "moved":  # it is full: go elsewhere
+            slot.load = max(slot.load, slot.target)  # full, until the next view
+            return True
+        return False
 
     async def _kill_on(
         self, handle: Any, gen: Any, workspace_id: str, slot: Any, request: ExecRequest, ctx: ExecContext
@@ -708,186 +424,190 @@ class PoolBackend:
             return
         attempt = requeues = 0
         restart_deadline = 0.0  # set by the first worker found restarting
-        # Why the live sandbox this run expected is gone (said once it runs).
-        lost_sandbox: str | None = self._lost.pop(workspace_id, None)
-        while True:
-            was_pinned = self.pinned(workspace_id)
-            slot = await self._choose(workspace_id, spread=requeues > 0)
-            if (
-                was_pinned is not None
-                and (slot is None or slot.name != was_pinned)
-                and self._gone(was_pinned)
-                and self._unpin_from(workspace_id, was_pinned)  # found dead since the last run
-            ):
-                lost_sandbox = LOST_SANDBOX.format(why=f"{was_pinned}: gone")
-            if slot is None:
-                yield ExitEvent(
-                    None,
-                    error=f"no worker of the {self.backend} pool became ready within {WORKER_WAIT:g} s "
-                    "(see `computer status`: pending workers wait for CPUs the cluster lacks)",
-                )
-                return
-            if self.pinned(workspace_id) not in (None, slot.name):  # another run pinned it meanwhile
-                slot = self._pick(workspace_id) or slot
-            self._pin_ahead(workspace_id, slot.name)
-            slot.inflight += 1
-            handle = None
-            gen = None
-            started = finished = unknown = requeued = moved = silent = False
-            try:
-                handle = await self._handle(slot)
-                prefetched = await slot.memory.prefetch(ctx)
-                # Without a token (an owner handle given by the caller) the worker could not tell
-                # two owners of one workspace id apart: the handle is always sent then.
-                order = slot.memory.order(
-                    request, workspace_id, owner, self._token, prefetched, self._movable(workspace_id, slot)
-                )
-                gen = streaming(handle.run, STREAM_AHEAD).remote(order)
-                items = aiter(gen)
-                while True:
-                    event = await self._watched(_next_item(items), slot.name)
-                    if event is _END:
-                        break
-                    if isinstance(event, OwnerUnknown):  # a new worker process: nothing ran
-                        slot.memory.introduced = False
-                        unknown = True
-                        if self._unpin_from(workspace_id, slot.name):  # restarted: the live sandbox is gone
-                            lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: restarted")
-                        break
-                    if isinstance(event, Requeue):  # handed back before it started: nothing ran
-                        self._carry(workspace_id, event)
-                        slot.draining = slot.draining or event.reason == "draining"
-                        if event.reason == "draining":  # (the next view may not say so yet)
-                            self._avoid[slot.name] = time.monotonic() + DRAINING_AVOID
-                        # A worker keeps a run whose live sandbox it holds: this one's has ended
-                        # (on its own, or at a drain), or the worker just ended it ("moved").
-                        self._unpin_from(workspace_id, slot.name)
-                        if event.reason == "moved":  # it is full: go elsewhere
-                            slot.load = max(slot.load, slot.target)  # full, until the next view
-                            moved = True
-                        requeued = True
-                        break
-                    # Any other first item: the run reached a live worker that holds the owner handle.
-                    started = slot.memory.introduced = True
-                    self._restarting.pop(slot.name, None)
-                    if lost_sandbox is not None:
-                        yield OutputChunk("stderr", lost_sandbox.encode())
-                        lost_sandbox = None
-                    for note in self._carried_notes(workspace_id):
-                        yield OutputChunk("stderr", note.encode())
-                    if isinstance(event, RunStarted):
-                        continue
-                    if isinstance(event, ExitEvent):
-                        finished = True
-                        event = self._with_carried(
-                            workspace_id, await self._exited(event, workspace_id, slot, request, ctx)
-                        )
-                    yield event
-                    if finished:
-                        break  # the run is over; do not wait for the generator's own end
-            except asyncio.CancelledError:
-                # ``kill``: the worker ends the program and pulls what it wrote, and the stream goes on
-                # to the exit event that says what (cancelling the stream would lose it).
-                killed = None
-                if handle is not None and gen is not None and not finished:
-                    killed = await self._kill_on(handle, gen, workspace_id, slot, request, ctx)
-                if killed is None:
-                    raise
-                finished = True
-                yield killed
-                return
-            except (RayActorError, WorkerCrashedError, ValueError) as exc:
-                if isinstance(exc, ActorUnavailableError):
-                    # Ray restarts the worker in place (it crashed): same handle, a new process that
-                    # holds no mirror and no owner handle.
-                    self._forget(slot)
-                    self._restarting[slot.name] = time.monotonic()
-                else:  # dead (or its name already gone: ValueError from the lookup)
-                    self._bury(slot)
-                restarting = isinstance(exc, ActorUnavailableError)
-                if restarting and not restart_deadline:
-                    restart_deadline = time.monotonic() + RESTART_WAIT
-                if not started and (
-                    attempt < DISPATCH_RETRIES or (restarting and time.monotonic() < restart_deadline)
+        # Why the live sandbox this run expected is gone (said once it runs; else kept for the next run).
+        lost_sandbox: str | None = self._notices.take_lost(workspace_id)
+        try:
+            while True:
+                was_pinned = self.pinned(workspace_id)
+                slot = await self._choose(workspace_id, spread=requeues > 0)
+                if (
+                    was_pinned is not None
+                    and (slot is None or slot.name != was_pinned)
+                    and self._gone(was_pinned)
+                    and self._pins.unpin_from(workspace_id, was_pinned)  # found dead since the last run
                 ):
-                    attempt += 1  # no item came back: nothing reached the workspace, send it again
-                    if self._unpin_from(workspace_id, slot.name):  # its live sandbox died with it
-                        lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: {_first_line(exc)}")
-                    if restarting:
-                        await asyncio.sleep(min(0.1 * 2**attempt, 2.0))  # bounded by RESTART_WAIT
-                    continue
-                finished = True
-                lost = ""
-                # Its live sandbox died with it (or with a worker an earlier attempt of this run found).
-                if self._unpin_from(workspace_id, slot.name) or lost_sandbox is not None:
-                    lost = "; the workspace's live sandbox (its background processes) ended with it, the next run starts a fresh one"
-                yield ExitEvent(None, error=f"exec worker died: {slot.name} ({_first_line(exc)}){lost}")
-                return
-            except RayTaskError as exc:
-                finished = True
-                yield ExitEvent(None, error=f"exec worker failed: {_first_line(exc)}")
-                return
-            except WorkerSilent as exc:
-                # Stopped or wedged: treated as dead for this run (the run is cancelled there, should
-                # it resume). A pinned workspace's live sandbox is out of reach: unpinned.
-                pinned_there = self._unpin_from(workspace_id, slot.name)
-                if not started:  # no item came back: nothing reached the workspace, send it elsewhere
-                    attempt += 1
-                    if pinned_there:
-                        lost_sandbox = SILENT_SANDBOX.format(why=f"{slot.name}: {exc}")
-                    silent = True
-                else:
-                    finished = True
-                    lost = (
-                        "; the workspace's live sandbox (its background processes) is out of reach there, "
-                        "the next run starts a fresh one"
-                        if pinned_there
-                        else ""
-                    )
+                    lost_sandbox = LOST_SANDBOX.format(why=f"{was_pinned}: gone")
+                if slot is None:
                     yield ExitEvent(
                         None,
-                        error=f"exec worker {slot.name} stopped answering while this run was on it ({exc}): "
-                        "the run was abandoned there, not run again (what it wrote after its last sync is "
-                        f"not in the workspace){lost}",
+                        error=f"no worker of the {self.backend} pool became ready within {WORKER_WAIT:g} s "
+                        "(see `computer status`: pending workers wait for CPUs the cluster lacks)",
                     )
                     return
-            finally:
-                slot.inflight -= 1
-                if gen is not None and not finished and not unknown and not requeued:
-                    # The consumer stopped (closed or cancelled): the worker must kill the program.
-                    with contextlib.suppress(Exception):
-                        import ray
+                if self.pinned(workspace_id) not in (None, slot.name):  # another run pinned it meanwhile
+                    slot = self._pick(workspace_id) or slot
+                self._pins.pin_ahead(workspace_id, slot.name)
+                slot.inflight += 1
+                handle = None
+                gen = None
+                started = finished = unknown = requeued = moved = silent = False
+                try:
+                    handle = await self._handle(slot)
+                    prefetched = await slot.memory.prefetch(ctx)
+                    # Without a token (an owner handle given by the caller) the worker could not tell
+                    # two owners of one workspace id apart: the handle is always sent then.
+                    order = slot.memory.order(
+                        request,
+                        workspace_id,
+                        owner,
+                        self._token,
+                        prefetched,
+                        self._movable(workspace_id, slot),
+                    )
+                    gen = streaming(handle.run, STREAM_AHEAD).remote(order)
+                    items = aiter(gen)
+                    while True:
+                        event = await self._watched(_next_item(items), slot.name)
+                        if event is _END:
+                            break
+                        if isinstance(event, OwnerUnknown):  # a new worker process: nothing ran
+                            slot.memory.introduced = False
+                            unknown = True
+                            if self._pins.unpin_from(
+                                workspace_id, slot.name
+                            ):  # restarted: the live sandbox is gone
+                                lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: restarted")
+                            break
+                        if isinstance(event, Requeue):  # handed back before it started: nothing ran
+                            moved = self._handed_back(workspace_id, slot, event)
+                            requeued = True
+                            break
+                        # Any other first item: the run reached a live worker that holds the owner handle.
+                        started = slot.memory.introduced = True
+                        self._avoided.answered(slot.name)
+                        if lost_sandbox is not None:
+                            yield OutputChunk("stderr", lost_sandbox.encode())
+                            lost_sandbox = None
+                        for note in self._notices.take_notes(workspace_id):
+                            yield OutputChunk("stderr", note.encode())
+                        if isinstance(event, RunStarted):
+                            continue
+                        if isinstance(event, ExitEvent):
+                            finished = True
+                            event = self._notices.with_refusals(
+                                workspace_id, await self._exited(event, workspace_id, slot, request, ctx)
+                            )
+                        yield event
+                        if finished:
+                            break  # the run is over; do not wait for the generator's own end
+                except asyncio.CancelledError:
+                    # ``kill``: the worker ends the program and pulls what it wrote, and the stream goes on
+                    # to the exit event that says what (cancelling the stream would lose it).
+                    killed = None
+                    if handle is not None and gen is not None and not finished:
+                        killed = await self._kill_on(handle, gen, workspace_id, slot, request, ctx)
+                    if killed is None:
+                        raise
+                    finished = True
+                    yield killed
+                    return
+                except (RayActorError, WorkerCrashedError, ValueError) as exc:
+                    if isinstance(exc, ActorUnavailableError):
+                        # Ray restarts the worker in place (it crashed): same handle, a new process that
+                        # holds no mirror and no owner handle.
+                        self._forget(slot)
+                        self._avoided.restarting(slot.name)
+                    else:  # dead (or its name already gone: ValueError from the lookup)
+                        self._bury(slot)
+                    restarting = isinstance(exc, ActorUnavailableError)
+                    if restarting and not restart_deadline:
+                        restart_deadline = time.monotonic() + RESTART_WAIT
+                    if not started and (
+                        attempt < DISPATCH_RETRIES or (restarting and time.monotonic() < restart_deadline)
+                    ):
+                        attempt += 1  # no item came back: nothing reached the workspace, send it again
+                        if self._pins.unpin_from(workspace_id, slot.name):  # its live sandbox died with it
+                            lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: {first_line(exc)}")
+                        if restarting:
+                            await asyncio.sleep(min(0.1 * 2**attempt, 2.0))  # bounded by RESTART_WAIT
+                        continue
+                    finished = True
+                    lost = ""
+                    # Its live sandbox died with it (or with a worker an earlier attempt of this run found).
+                    if self._pins.unpin_from(workspace_id, slot.name) or lost_sandbox is not None:
+                        lost = "; the workspace's live sandbox (its background processes) ended with it, the next run starts a fresh one"
+                        lost_sandbox = None  # said here
+                    yield ExitEvent(None, error=f"exec worker died: {slot.name} ({first_line(exc)}){lost}")
+                    return
+                except RayTaskError as exc:
+                    finished = True
+                    yield ExitEvent(None, error=f"exec worker failed: {first_line(exc)}")
+                    return
+                except WorkerSilent as exc:
+                    # Stopped or wedged: treated as dead for this run (the run is cancelled there, should
+                    # it resume). A pinned workspace's live sandbox is out of reach: unpinned.
+                    pinned_there = self._pins.unpin_from(workspace_id, slot.name)
+                    if not started:  # no item came back: nothing reached the workspace, send it elsewhere
+                        attempt += 1
+                        if pinned_there:
+                            lost_sandbox = SILENT_SANDBOX.format(why=f"{slot.name}: {exc}")
+                        silent = True
+                    else:
+                        finished = True
+                        lost = (
+                            "; the workspace's live sandbox (its background processes) is out of reach there, "
+                            "the next run starts a fresh one"
+                            if pinned_there
+                            else ""
+                        )
+                        yield ExitEvent(
+                            None,
+                            error=f"exec worker {slot.name} stopped answering while this run was on it ({exc}): "
+                            "the run was abandoned there, not run again (what it wrote after its last sync is "
+                            f"not in the workspace){lost}",
+                        )
+                        return
+                finally:
+                    slot.inflight -= 1
+                    if gen is not None and not finished and not unknown and not requeued:
+                        # The consumer stopped (closed or cancelled): the worker must kill the program.
+                        with contextlib.suppress(Exception):
+                            import ray
 
-                        # (not initialized: a stream faked without Ray, whose ``cancel`` would start or
-                        # join whatever cluster runs on the machine)
-                        if ray.is_initialized():
-                            ray.cancel(gen)
-            if finished:
-                self._warm = [slot.name] + [n for n in self._warm if n != slot.name]
+                            # (not initialized: a stream faked without Ray, whose ``cancel`` would start or
+                            # join whatever cluster runs on the machine)
+                            if ray.is_initialized():
+                                ray.cancel(gen)
+                if finished:
+                    self._warm = [slot.name] + [n for n in self._warm if n != slot.name]
+                    return
+                if unknown:
+                    continue  # sent again, with the owner's handle this time
+                if silent:
+                    if attempt > DISPATCH_RETRIES + REQUEUES_MAX:
+                        yield ExitEvent(None, error=f"exec run found {attempt} {self.backend} workers silent")
+                        return
+                    continue  # to another worker (a silent one only when no other is usable)
+                if moved:
+                    self.moved += 1
+                    self._moved_at[workspace_id] = time.monotonic()
+                    continue  # this owner's view has room elsewhere: no need to ask the control loop
+                if requeued:
+                    self.requeued += 1
+                    requeues += 1
+                    if requeues > REQUEUES_MAX:
+                        yield ExitEvent(
+                            None, error=f"exec run handed back {requeues} times by the {self.backend} pool"
+                        )
+                        return
+                    await self._refresh()  # the worker drains or shed its line: see where room is now
+                    continue
+                yield ExitEvent(None, error=f"exec worker {slot.name} sent no exit")
                 return
-            if unknown:
-                continue  # sent again, with the owner's handle this time
-            if silent:
-                if attempt > DISPATCH_RETRIES + REQUEUES_MAX:
-                    yield ExitEvent(None, error=f"exec run found {attempt} {self.backend} workers silent")
-                    return
-                continue  # to another worker (a silent one only when no other is usable)
-            if moved:
-                self.moved += 1
-                self._moved_at[workspace_id] = time.monotonic()
-                continue  # this owner's view has room elsewhere: no need to ask the control loop
-            if requeued:
-                self.requeued += 1
-                requeues += 1
-                if requeues > REQUEUES_MAX:
-                    yield ExitEvent(
-                        None, error=f"exec run handed back {requeues} times by the {self.backend} pool"
-                    )
-                    return
-                await self._refresh()  # the worker drains or shed its line: see where room is now
-                continue
-            yield ExitEvent(None, error=f"exec worker {slot.name} sent no exit")
-            return
+
+        finally:
+            if lost_sandbox is not None:  # not said: the run ended before a worker ran it
+                self._notices.lose(workspace_id, lost_sandbox)
 
 
 _END: Any = object()  # the end of a run's stream (``_next_item``)
@@ -900,11 +620,6 @@ async def _next_item(items: Any) -> Any:
     except StopAsyncIteration:
         return _END
     return await ref
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _scaler_handle() -> Any:

@@ -345,3 +345,48 @@ async def test_what_a_worker_kept_for_the_next_run_comes_with_the_run_it_hands_b
         ),
     ]
     assert await _run(backend) == [ExitEvent(0, live=True, skipped=["x"], skipped_reasons={"x": "why x"})]
+
+
+async def test_a_lost_sandbox_is_said_by_the_first_run_that_runs_when_the_run_before_failed_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The worker holding the workspace's live sandbox dies under ``end_sandbox``: the workspace's
+    next run is to say so first (``LOST_SANDBOX``: its background processes ended, what they wrote
+    after their last sync is gone). That run failed before anything ran ("exec worker failed"):
+    before, the note went with it, and no run ever said the sandbox was lost."""
+    from ray.exceptions import RayActorError, RayTaskError
+
+    from computer.runtime import OutputChunk
+
+    async def no_control_loop(*_: Any, **__: Any) -> None:
+        return None
+
+    class _DiesEnding:  # ``live_end`` of a worker that dies under the call
+        def remote(self, *_: Any) -> Any:
+            async def died() -> None:
+                raise RayActorError()
+
+            return died()
+
+    orders: list[RunOrder] = []
+
+    def fails_first(order: RunOrder) -> list[Any]:
+        orders.append(order)
+        if len(orders) == 1:
+            raise RayTaskError("run", "worker bug", ValueError("boom"))
+        return [ExitEvent(0, live=True)]
+
+    a, b = ScriptedWorker("a", _live), ScriptedWorker("b", fails_first)
+    a.live_end = _DiesEnding()  # type: ignore[attr-defined]
+    backend = _dispatcher(monkeypatch, b_load=0, a=a, b=b)  # pinned to a, which is full: runs go to b
+    monkeypatch.setattr(backend, "_refresh", no_control_loop)
+    assert await backend.end_sandbox("ws") is True
+    [failed] = await _run(backend)
+    assert isinstance(failed, ExitEvent) and failed.error is not None and "failed" in failed.error
+    said, ended = await _run(backend)
+    assert isinstance(said, OutputChunk) and said.stream == "stderr", said
+    assert said.data.decode().startswith(
+        "computer: the exec worker holding this workspace's live sandbox died (a: "
+    )
+    assert ended == ExitEvent(0, live=True)
+    assert await _run(backend) == [ExitEvent(0, live=True)]  # said once
