@@ -217,3 +217,34 @@ async def test_a_new_workspace_refused_on_a_full_disk_leaves_no_file_placement_w
             if owner is not None:
                 ray.kill(owner)
         computer.init(data_dir=tmp_path / "data")
+
+
+async def test_a_workspace_whose_owner_restarted_on_a_full_disk_opens_and_frees_space(
+    ray_session: Any, small_disk: Path, tmp_path: Path
+) -> None:
+    """Before: the new owner could not take its lease nor write its fencing epoch on the full disk, so
+    every call, reads and the ``rm`` meant to free space alike, was ENOSPC until someone freed space by
+    hand. The reserve the last owner kept beside the file now gives the new one room to open."""
+    from owner_models import kill_owner
+
+    conf = computer.init(data_dir=small_disk / "data")
+    ws = await computer.get_workspace("full-disk-e")
+    try:
+        await ws.fs.write_file("/keep", b"kept")
+        await ws.fs.write_file("/big", os.urandom(4 << 20))
+        fill(small_disk)
+        await kill_owner(ws._conn.handle)  # a crash, a host restart, a wake after hibernation
+        fill(small_disk)
+        assert await ws.fs.read_file("/keep") == b"kept"
+        await ws.fs.rm("/big")
+        await ws.fs.write_file("/small", b"fits where /big was")
+        assert await ws.fs.read_file("/small") == b"fits where /big was"
+    finally:
+        await ws.close()
+        import ray
+        from owner_models import awake_owner
+
+        owner = await awake_owner("full-disk-e", conf)
+        if owner is not None:
+            ray.kill(owner)
+        computer.init(data_dir=tmp_path / "data")
