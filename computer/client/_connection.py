@@ -139,6 +139,8 @@ class Connection:
                 raise
             except _Silent:
                 _cancel(ref)
+                if on_cancel is not None:  # given up as if cancelled: undo what it may yet do there
+                    on_cancel(ref)
                 detail = (
                     f"its owner did not answer for {PROBE_AFTER + PROBE_TIMEOUT:g} s during {method}, nor "
                     "a probe (its process is stopped or wedged)"
