@@ -249,8 +249,13 @@ class Connection:
             gen = streaming(getattr(handle, method), _AHEAD).remote(*args)
             retry = False
             try:
-                async for ref in gen:
-                    item = await ref
+                pieces = gen.__aiter__()
+                while True:
+                    try:  # each piece watched as a call is (``PROBE_AFTER``)
+                        ref = await _answer(pieces.__anext__(), handle)
+                    except StopAsyncIteration:
+                        break
+                    item = await _answer(ref, handle)
                     if isinstance(item, tuple):
                         if item[0] == "moved" and not started:
                             self._moved(item, deadline)
@@ -268,6 +273,11 @@ class Connection:
                 died_once = True
             except RayError as exc:  # never a raw Ray exception (an object lost, a system error)
                 raise self._unavailable(f"{method} failed in Ray ({type(exc).__name__})") from exc
+            except _Silent:
+                raise self._unavailable(
+                    f"its owner did not answer for {PROBE_AFTER + PROBE_TIMEOUT:g} s during {method}, nor "
+                    "a probe (its process is stopped or wedged)"
+                ) from None
             finally:
                 _cancel(gen)
             await self._reresolve(handle, backoff=retry)

@@ -47,10 +47,14 @@ async def test_a_stopped_owner_fails_calls_clearly_and_answers_again_when_contin
                     with pytest.raises(OutcomeUnknownError, match="stopped or wedged"):
                         await ws.fs.write_file("/during", b"x")
                     with pytest.raises(WorkspaceUnavailableError, match="stopped or wedged"):
+                        async for _ in ws.fs.stream("/kept"):
+                            pass
+                    with pytest.raises(WorkspaceUnavailableError, match="stopped or wedged"):
                         await computer.get_workspace(name)
             finally:
                 os.kill(pid, signal.SIGCONT)
             assert await ws.fs.read_file("/kept") == b"kept"
+            assert [piece async for piece in ws.fs.stream("/kept")] == [b"kept"]
             await ws.fs.write_file("/after", b"after")
             async with computer.get_workspace(name) as other:
                 assert other._conn.epoch == epoch  # the same owner: none was made beside it
