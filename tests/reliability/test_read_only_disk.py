@@ -35,6 +35,14 @@ def disk(tmp_path: Path) -> Iterator[Path]:
         subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
+def mount_tmpfs(path: Path) -> None:
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(path)], check=True)
+
+
+def unmount(path: Path, *, check: bool = True) -> None:
+    subprocess.run(["umount", "-l", str(path)], check=check, capture_output=True)
+
+
 def remount(disk: Path, flag: str) -> None:
     """``mount -o remount,<flag>``; going read-only waits (bounded) for files written a moment ago to
     be closed by processes that are exiting (a killed owner)."""
@@ -85,3 +93,44 @@ async def test_a_data_directory_read_only_for_a_while_is_erofs_then_works_again(
 
                 ray.kill(owner)
         computer.init(data_dir=tmp_path / "data")
+
+
+async def test_a_data_directory_whose_disk_is_gone_is_estale_never_new_and_empty(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    """The disk holding the data directory goes away under the running cluster (unmounted). Before: the
+    next process made an empty ``directory.sqlite`` on the disk below, knew no workspace, and every
+    name opened as a new, empty workspace (the client saw its files gone; what it wrote went to the
+    disk below, lost again once the disk came back). Now the directory made anew is refused (ESTALE),
+    on every call, by every process."""
+    import errno
+
+    data = tmp_path / "data"
+    data.mkdir()
+    mount_tmpfs(data)
+    conf = computer.init(data_dir=data)
+    try:
+        ws = await computer.get_workspace("gone-disk-a")
+        await ws.fs.write_file("/kept", b"kept")
+        await kill_owner(ws._conn.handle)
+        unmount(data)  # lazily, as a lost disk: the processes holding its files keep them
+        for _ in range(2):  # a client's next call, then a new client: the same answer, nothing made
+            with pytest.raises(OSError) as gone:
+                await ws.fs.read_file("/kept")
+            assert gone.value.errno == errno.ESTALE, repr(gone.value)
+            assert "not mounted" in str(gone.value)
+        with pytest.raises(OSError) as new:
+            await computer.get_workspace("gone-disk-a")
+        assert new.value.errno == errno.ESTALE, repr(new.value)
+        assert not (data / "workspaces" / "gone-disk-a.sqlite").exists()
+        await ws.close()
+    finally:
+        from owner_models import awake_owner
+
+        owner = await awake_owner("gone-disk-a", conf)
+        if owner is not None:
+            import ray
+
+            ray.kill(owner)
+        unmount(data, check=False)
+        computer.init(data_dir=tmp_path / "other")

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from ...storage import storage_failure, use_wal
+from ._identity import check_identity
 from ._record import WorkspaceRecord, refuse_while_deleting
 
 __all__ = ["SqliteDirectory"]
@@ -53,6 +54,11 @@ class SqliteDirectory:
         # One connection guarded by a lock: owner actors call in from their event loop thread and
         # from background threads alike.
         self._db = self._connect()
+        try:
+            check_identity(self.path, self._db)  # one made anew under a running cluster: ESTALE
+        except BaseException:
+            self._db.close()
+            raise
         self._lock = threading.Lock()
         self._closed = False
         self._lost = False  # the connection was closed to open a writable one, which failed
