@@ -4,6 +4,8 @@ made read-only), then writable again: a clear EROFS meanwhile, nothing lost, eve
 Before: an owner host started during the outage opened the embedded directory, SQLite opened it
 read-only for good, and the host refused every lease with EROFS for as long as it lived (it never
 idles out while clients keep calling), though the disk was writable again.
+
+Also a data directory whose disk went away altogether (unmounted under the running cluster).
 """
 
 from __future__ import annotations
