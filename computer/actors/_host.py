@@ -18,6 +18,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from ..config import Settings, configure
@@ -95,33 +96,17 @@ class WorkspaceHost(PoolCallbacks):
         path = workspace_file(self.config, self.name)
         # A known workspace whose file is not here is an error, never a new empty one (issue 25).
         owner_file(self._directory, self.name, path, host=self.host)
-        self.epoch = self._directory.acquire_lease(
-            self.name, self.node_id, self.owner_id, self._lease_ttl, host=self.host
-        )
+        self._reserve = DiskReserve(path.with_name(path.name + "-reserve"))
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            self._reserve = DiskReserve(path.with_name(path.name + "-reserve"))
-            self._calls = CallJournal(path.with_name(path.name + "-calls"))
-            # A directory that lost its records (a Redis restarted empty) counts epochs from 1 again, but
-            # the file keeps the highest it saw and would refuse every write: take leases until ours is higher.
-            stored = FileSystem.stored_epoch(str(path))
-            while self.epoch <= stored:
-                self.owner_id = self._new_owner_id()
-                self.epoch = self._directory.acquire_lease(
-                    self.name, self.node_id, self.owner_id, self._lease_ttl, host=self.host
-                )
-            self.workspace = Workspace(
-                str(path),
-                backends=self._backends(),
-                assets=True,
-                fence=self.epoch,
-                max_bytes=self.config.max_workspace_bytes,
-            )
-        except BaseException:
-            if not path.exists():  # removed meanwhile (a deletion): leave no record naming it
-                with contextlib.suppress(Exception):
-                    self._directory.remove(self.name, self.owner_id)
-            raise
+            self._open_store(path)
+        except OSError as exc:
+            # A full disk: the reserve the last owner kept beside the file is what opening needs (a
+            # lease, the fencing epoch, a checkpoint). Before, a workspace whose owner restarted on a
+            # full disk could not be opened at all, not even to remove files and free space.
+            if exc.errno != errno.ENOSPC or not self._reserve.release():
+                raise
+            log.warning("workspace %s: the disk is full; its reserve was given back to open it", self.name)
+            self._open_store(path)
         # Lock tokens carry this owner's epoch: a token is never handed out twice, even across restarts.
         self.workspace.locks.epoch = self.epoch
         self._reserve.keep()
@@ -143,6 +128,40 @@ class WorkspaceHost(PoolCallbacks):
         except RuntimeError:  # not inside an async actor: nothing to renew in the background
             return
         self._background.append(loop.create_task(self._keep_lease()))
+
+    def _open_store(self, path: Path) -> None:
+        """Take the lease and open the workspace file under its epoch (the constructor's main step)."""
+        self.epoch = self._directory.acquire_lease(
+            self.name, self.node_id, self.owner_id, self._lease_ttl, host=self.host
+        )
+        calls: CallJournal | None = None
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            calls = CallJournal(path.with_name(path.name + "-calls"))
+            # A directory that lost its records (a Redis restarted empty) counts epochs from 1 again, but
+            # the file keeps the highest it saw and would refuse every write: take leases until ours is higher.
+            stored = FileSystem.stored_epoch(str(path))
+            while self.epoch <= stored:
+                self.owner_id = self._new_owner_id()
+                self.epoch = self._directory.acquire_lease(
+                    self.name, self.node_id, self.owner_id, self._lease_ttl, host=self.host
+                )
+            self.workspace = Workspace(
+                str(path),
+                backends=self._backends(),
+                assets=True,
+                fence=self.epoch,
+                max_bytes=self.config.max_workspace_bytes,
+            )
+            self._calls = calls
+        except BaseException:
+            if calls is not None:
+                with contextlib.suppress(Exception):
+                    calls.close()
+            if not path.exists():  # removed meanwhile (a deletion): leave no record naming it
+                with contextlib.suppress(Exception):
+                    self._directory.remove(self.name, self.owner_id)
+            raise
 
     # -- bookkeeping ------------------------------------------------------------------------------
 

@@ -58,7 +58,11 @@ def owner_file(directory: Directory, name: str, path: Path, *, host: str | None)
     record = directory.get(name)
     if record is None or record.node == DELETING:  # deleted, or a deletion's (which refuses the lease)
         path.parent.mkdir(parents=True, exist_ok=True)
-        FileSystem.open(str(path), garbage_timer=False).close()
+        try:
+            FileSystem.open(str(path), garbage_timer=False).close()
+        except BaseException:
+            _forget_unborn(path)
+            raise
         return
     raise WorkspaceUnavailableError(
         name,
@@ -67,6 +71,20 @@ def owner_file(directory: Directory, name: str, path: Path, *, host: str | None)
         "not reachable here; an owner never opens it as a new empty workspace "
         "(delete_workspace(name, force=True) forgets a workspace whose file is lost for good)",
     )
+
+
+def _forget_unborn(path: Path) -> None:
+    """Remove what a failed creation of a new workspace's file left at ``path`` (a full disk leaves an
+    empty file): placement asks every node whether it holds the file, and would send the name back to
+    this node for good, or trust an empty file as the workspace. Only a file no owner ever opened with
+    a lease (stored epoch 0: nothing was ever written to it) is removed."""
+    try:
+        if FileSystem.stored_epoch(str(path)) != 0:
+            return
+        for leftover in ("", "-wal", "-shm", "-journal"):
+            path.with_name(path.name + leftover).unlink(missing_ok=True)
+    except OSError:
+        pass  # what cannot be removed stays: the name then opens (or fails) on this node again
 
 
 def process_node() -> str:

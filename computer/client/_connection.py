@@ -31,7 +31,13 @@ from typing import Any
 import ray
 from ray.exceptions import RayActorError, RayError
 
-from ..actors import OutcomeUnknownError, WorkspaceUnavailableError, open_directory, workspace_actor
+from ..actors import (
+    HostedHandle,
+    OutcomeUnknownError,
+    WorkspaceUnavailableError,
+    open_directory,
+    workspace_actor,
+)
 from ..actors.raycompat import actor_death_time, actor_id, streaming
 from ..actors.wire import Reply, unwrap
 from ..config import Settings
@@ -47,6 +53,13 @@ _MOVED_DEADLINE = 30.0  # seconds to wait for a hibernating owner to exit and a 
 # actor table records the death in milliseconds, from the GCS's clock).
 _DEATH_MARGIN = 0.25
 _SETTINGS_KEPT = 64  # owners' settings remembered per process (one per distinct settings)
+# A call still unanswered after PROBE_AFTER seconds makes the client ask whether the owner's process runs
+# at all (its actor's ``__ray_ready__``, answered between calls while a long one waits or works
+# elsewhere); one that leaves a probe unanswered for PROBE_TIMEOUT (stopped with SIGSTOP, frozen, cut
+# off) fails the call: before, a client waited as long as the owner stayed stopped, and so did
+# ``get_workspace``. A dedicated owner busy inline that long (storage runs on its loop) looks the same.
+PROBE_AFTER = 5.0
+PROBE_TIMEOUT = 30.0
 _settings_seen: OrderedDict[str, Settings] = OrderedDict()
 
 
@@ -118,12 +131,25 @@ class Connection:
             sent_at = time.time()
             ref = getattr(handle, method).remote(*args)
             try:
-                reply: Reply = await ref
+                reply: Reply = await _answer(ref, handle)
             except asyncio.CancelledError:
                 _cancel(ref)
                 if on_cancel is not None:
                     on_cancel(ref)
                 raise
+            except _Silent:
+                _cancel(ref)
+                if on_cancel is not None:  # given up as if cancelled: undo what it may yet do there
+                    on_cancel(ref)
+                detail = (
+                    f"its owner did not answer for {PROBE_AFTER + PROBE_TIMEOUT:g} s during {method}, nor "
+                    "a probe (its process is stopped or wedged)"
+                )
+                if retry_safe:
+                    raise self._unavailable(detail) from None
+                raise OutcomeUnknownError(
+                    self.name or "?", f"unknown outcome: {detail}; the call may or may not have been applied"
+                ) from None
             except RayActorError as exc:
                 self._dead = actor_id(handle)
                 if getattr(exc, "actor_init_failed", False):
@@ -223,8 +249,13 @@ class Connection:
             gen = streaming(getattr(handle, method), _AHEAD).remote(*args)
             retry = False
             try:
-                async for ref in gen:
-                    item = await ref
+                pieces = gen.__aiter__()
+                while True:
+                    try:  # each piece watched as a call is (``PROBE_AFTER``)
+                        ref = await _answer(pieces.__anext__(), handle)
+                    except StopAsyncIteration:
+                        break
+                    item = await _answer(ref, handle)
                     if isinstance(item, tuple):
                         if item[0] == "moved" and not started:
                             self._moved(item, deadline)
@@ -242,6 +273,11 @@ class Connection:
                 died_once = True
             except RayError as exc:  # never a raw Ray exception (an object lost, a system error)
                 raise self._unavailable(f"{method} failed in Ray ({type(exc).__name__})") from exc
+            except _Silent:
+                raise self._unavailable(
+                    f"its owner did not answer for {PROBE_AFTER + PROBE_TIMEOUT:g} s during {method}, nor "
+                    "a probe (its process is stopped or wedged)"
+                ) from None
             finally:
                 _cancel(gen)
             await self._reresolve(handle, backoff=retry)
@@ -288,8 +324,8 @@ class Connection:
         if self._dead is not None and actor_id(self.handle) != self._dead:
             self._dead = None
         try:
-            reply: Reply = await self.handle.describe.remote()
-        except RayActorError:
+            reply: Reply = await _answer(self.handle.describe.remote(), self.handle)
+        except (RayActorError, _Silent):
             return  # the retried call reports it
         if reply[0] == "ok":
             self.learn(reply[1])
@@ -312,6 +348,76 @@ def _creation_failure(name: str, exc: BaseException) -> OSError:
         return fs_error(int(code), name, f"cannot open workspace {name}: {message}")
     last = next((line for line in reversed(text.splitlines()) if line.strip()), text)
     return WorkspaceUnavailableError(name, f"its owner could not start: {last.strip()}")
+
+
+class _Silent(Exception):
+    """The owner's process answered neither a call nor a probe in time (see ``PROBE_TIMEOUT``)."""
+
+
+async def _answer(ref: Any, handle: Any) -> Any:
+    """``await ref``; past ``PROBE_AFTER`` seconds a watch probes the owner's process while the call
+    is pending, and ``_Silent`` is raised once a probe went unanswered for ``PROBE_TIMEOUT`` (the call
+    itself is not cancelled here). A call answered in time costs one timer, nothing more."""
+    loop = asyncio.get_running_loop()
+    call = _future(ref)
+    watch: dict[str, Any] = {}
+    timer = loop.call_later(PROBE_AFTER, _start_watch, call, handle, watch)
+    try:
+        return await call
+    except asyncio.CancelledError:
+        current = asyncio.current_task()
+        if watch.get("silent") and (current is None or not current.cancelling()):
+            raise _Silent from None  # woken by the watch, not cancelled by the caller
+        raise
+    finally:
+        timer.cancel()
+        task = watch.get("task")
+        if task is not None:
+            task.cancel()
+
+
+def _start_watch(call: asyncio.Future[Any], handle: Any, watch: dict[str, Any]) -> None:
+    if not call.done():
+        watch["task"] = asyncio.ensure_future(_watch(call, handle, watch))
+
+
+async def _watch(call: asyncio.Future[Any], handle: Any, watch: dict[str, Any]) -> None:
+    """Probe the owner's process every ``PROBE_AFTER`` while ``call`` is pending; one probe left
+    unanswered ``PROBE_TIMEOUT`` marks the call silent and wakes its waiter (``call`` is this
+    client's own future: cancelling it leaves the call in Ray alone)."""
+    while not call.done():
+        probe = _future(_ping(handle))
+        done, _ = await asyncio.wait(
+            {call, probe}, timeout=PROBE_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+        )
+        if probe in done:
+            probe.exception()  # retrieved: a dead owner is the call's to report
+        else:
+            probe.cancel()
+            if not call.done():
+                watch["silent"] = True
+                call.cancel()
+            return
+        await asyncio.wait({call}, timeout=PROBE_AFTER)
+
+
+def _future(ref: Any) -> asyncio.Future[Any]:
+    """An asyncio future of ``ref`` (what ``await ref`` waits on), cancellable without touching the call."""
+    as_future = getattr(ref, "as_future", None)
+    if as_future is not None:
+        future: asyncio.Future[Any] = as_future(_internal=True)
+        return future
+    return asyncio.ensure_future(_awaited(ref))
+
+
+async def _awaited(ref: Any) -> Any:
+    return await ref
+
+
+def _ping(handle: Any) -> Any:
+    """A no-op call to the process behind ``handle`` (a hosted workspace's host, or the owner actor)."""
+    process = handle.host if isinstance(handle, HostedHandle) else handle
+    return process.__ray_ready__.remote()
 
 
 def _cancel(ref: Any) -> None:

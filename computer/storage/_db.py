@@ -303,7 +303,8 @@ class Database:
 
 def _open_failure(exc: BaseException, path: str | None) -> OSError:
     """A store that cannot be opened: ENOSPC when the disk is full (a new workspace); ENOENT or
-    ENOTDIR when its directory is missing or is not one (SQLite says only "unable to open"); else EIO."""
+    ENOTDIR when its directory is missing or is not one, EROFS when it is read-only (SQLite says only
+    "unable to open"); else EIO."""
     if path is not None and not is_disk_full(exc):
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
@@ -313,8 +314,20 @@ def _open_failure(exc: BaseException, path: str | None) -> OSError:
                 path,
                 f"cannot open the workspace store: {parent} {'does not exist' if missing else 'is not a directory'}",
             )
+        if _read_only_disk(parent):
+            return fs_error(
+                errno.EROFS, path, f"cannot open the workspace store: {parent} is read-only ({exc})"
+            )
     code = errno.ENOSPC if is_disk_full(exc) else errno.EIO
     return fs_error(code, path, f"cannot open the workspace store: {exc}")
+
+
+def _read_only_disk(directory: str) -> bool:
+    """Whether ``directory`` is on a filesystem mounted read-only (SQLite says only "unable to open")."""
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def use_wal(conn: sqlite3.Connection, *, within: float = 30.0) -> None:

@@ -104,3 +104,66 @@ async def test_cancelled_lock_wait_holds_nothing(cluster: Settings, name: str) -
         async with computer.get_workspace(name) as c:
             await asyncio.wait_for(c.locks.hold(["/f"]).__aenter__(), 5)
             await c.close()
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class _SlowHolder:
+    """A client in its own process that takes a lock, waits to be told, then writes under it."""
+
+    def __init__(self) -> None:
+        self._go = asyncio.Event()
+        self._held = asyncio.Event()
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    async def held(self) -> None:
+        await self._held.wait()
+
+    def go(self) -> None:
+        self._go.set()
+
+    async def hold_then_write(self, name: str, config: dict[str, object]) -> object:
+        computer.init(**config)
+        async with computer.get_workspace(name) as ws, ws.locks.hold(["/f"]):
+            self._held.set()
+            await self._go.wait()
+            try:
+                await ws.fs.write_file("/f", b"late writer")
+            except OSError as exc:
+                return exc.errno
+            return "written"
+
+
+async def test_a_holder_stopped_past_its_lease_is_refused_after_another_took_the_lock(
+    ray_session: object, name: str, tmp_path: object
+) -> None:
+    """Lease expiry while the holder is merely slow (its process stopped longer than ``lock_lease``,
+    then running again, unaware): the next holder gets the lock, and the late holder's write under
+    its lost lease is refused (LockLostError, ENOLCK), never interleaved."""
+    import errno
+    import signal
+
+    config = {"data_dir": f"{tmp_path}/data", "lock_lease": 2.0}
+    computer.init(**config)
+    holder = _SlowHolder.remote()  # type: ignore[attr-defined]
+    try:
+        async with computer.get_workspace(name) as ws:
+            await ws.fs.write_file("/f", b"first")
+            written = holder.hold_then_write.remote(name, config)
+            await asyncio.wait_for(holder.held.remote(), 30)
+            pid = await holder.pid.remote()
+            os.kill(pid, signal.SIGSTOP)  # no renewal from now on
+            try:
+                # Blocked until the stopped holder's lease runs out (2 s), then granted.
+                async with asyncio.timeout(20), ws.locks.hold(["/f"]):
+                    await ws.fs.write_file("/f", b"next holder")
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            await holder.go.remote()
+            assert await asyncio.wait_for(written, 30) == errno.ENOLCK
+            assert await ws.fs.read_file("/f") == b"next holder"
+            assert (await ws.handle.stats.remote())["locks_held"] == 0
+    finally:
+        ray.kill(holder)
+        computer.init(data_dir=f"{tmp_path}/data")

@@ -178,3 +178,73 @@ async def test_a_full_disk_through_a_client_and_a_new_workspace(
             if owner is not None:
                 ray.kill(owner)
         computer.init(data_dir=tmp_path / "data")
+
+
+async def test_a_new_workspace_refused_on_a_full_disk_leaves_no_file_placement_would_trust(
+    ray_session: Any, small_disk: Path, tmp_path: Path
+) -> None:
+    """Before: the failed creation left an empty ``<name>.sqlite``; placement asks every node whether
+    it holds the file (a record lost, a second node), so this node "held" a workspace that never was,
+    and every later open of the name came back here."""
+    from computer.actors._nodes import alive_nodes
+    from computer.actors._placement import nodes_holding
+    from computer.actors.naming import workspace_file
+
+    conf = computer.init(data_dir=small_disk / "data")
+    try:
+        async with computer.get_workspace("full-disk-c") as ws:  # the data directory and its directory
+            await ws.fs.write_file("/keep", b"kept")
+        filler = fill(small_disk)
+        with pytest.raises(OSError) as new:
+            async with computer.get_workspace("full-disk-d"):
+                pass
+        assert_enospc(new.value)
+        path = workspace_file(conf, "full-disk-d")
+        assert sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name)) == []
+        assert nodes_holding(conf, "full-disk-d", alive_nodes()) == {}
+        filler.unlink()
+        async with computer.get_workspace("full-disk-d") as ws:  # space back: a new workspace
+            await ws.fs.write_file("/f", b"new")
+            assert await ws.fs.read_file("/f") == b"new"
+        async with computer.get_workspace("full-disk-c") as ws:
+            assert await ws.fs.read_file("/keep") == b"kept"
+    finally:
+        import ray
+        from owner_models import awake_owner
+
+        for name in ("full-disk-c", "full-disk-d"):
+            owner = await awake_owner(name, conf)
+            if owner is not None:
+                ray.kill(owner)
+        computer.init(data_dir=tmp_path / "data")
+
+
+async def test_a_workspace_whose_owner_restarted_on_a_full_disk_opens_and_frees_space(
+    ray_session: Any, small_disk: Path, tmp_path: Path
+) -> None:
+    """Before: the new owner could not take its lease nor write its fencing epoch on the full disk, so
+    every call, reads and the ``rm`` meant to free space alike, was ENOSPC until someone freed space by
+    hand. The reserve the last owner kept beside the file now gives the new one room to open."""
+    from owner_models import kill_owner
+
+    conf = computer.init(data_dir=small_disk / "data")
+    ws = await computer.get_workspace("full-disk-e")
+    try:
+        await ws.fs.write_file("/keep", b"kept")
+        await ws.fs.write_file("/big", os.urandom(4 << 20))
+        fill(small_disk)
+        await kill_owner(ws._conn.handle)  # a crash, a host restart, a wake after hibernation
+        fill(small_disk)
+        assert await ws.fs.read_file("/keep") == b"kept"
+        await ws.fs.rm("/big")
+        await ws.fs.write_file("/small", b"fits where /big was")
+        assert await ws.fs.read_file("/small") == b"fits where /big was"
+    finally:
+        await ws.close()
+        import ray
+        from owner_models import awake_owner
+
+        owner = await awake_owner("full-disk-e", conf)
+        if owner is not None:
+            ray.kill(owner)
+        computer.init(data_dir=tmp_path / "data")

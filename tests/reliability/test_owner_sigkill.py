@@ -114,3 +114,40 @@ async def test_a_retried_write_after_eagain_lands_exactly_once(cluster: Settings
         await _write_retrying(ws, "/f", b"after")  # only EAGAIN may interrupt it
         assert await ws.fs.read_file("/f") == b"after"
         assert await ws.fs.ls("/") == ["/f"]
+
+
+async def test_sigkill_mid_upload_and_tree_rename_leaves_each_whole_for_two_racing_clients(
+    cluster: Settings, name: str
+) -> None:
+    """SIGKILL of the owner's process while a 24 MiB upload and a rename of a 200-file tree run, then
+    two new clients at once: one owner (the same epoch and owner id for both), the big file absent or
+    whole, the tree wholly at its old or new place, an acknowledged call applied."""
+    from owner_models import owner_process, process_pid
+
+    big = os.urandom(24 << 20)
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/t/a/b", recursive=True)
+        for i in range(200):
+            await ws.fs.write_file(f"/t/a/b/f{i}", b"%d" % i)
+        pid = await process_pid(owner_process(ws._conn.handle))
+        upload = asyncio.create_task(ws.fs.write_file("/big", big))
+        rename = asyncio.create_task(ws.fs.rename("/t", "/u"))
+        await asyncio.sleep(0.2)  # under way (where exactly does not matter: every point must hold)
+        os.kill(pid, signal.SIGKILL)
+        outcomes = await asyncio.gather(upload, rename, return_exceptions=True)
+        for outcome in outcomes:  # acknowledged, or the documented retryable error
+            assert outcome is None or isinstance(outcome, WorkspaceUnavailableError), repr(outcome)
+    first, second = await asyncio.gather(computer.get_workspace(name), computer.get_workspace(name))
+    try:
+        assert (first._conn.epoch, first._conn.owner_id) == (second._conn.epoch, second._conn.owner_id)
+        if await first.fs.exists("/big"):
+            assert await second.fs.read_file("/big") == big
+        else:
+            assert outcomes[0] is not None
+        old, new = await first.fs.exists("/t"), await second.fs.exists("/u")
+        assert old != new
+        assert len(await first.fs.readdir("/u/a/b" if new else "/t/a/b")) == 200
+        assert new or outcomes[1] is not None
+    finally:
+        await first.close()
+        await second.close()

@@ -5,13 +5,17 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from ...storage import storage_failure, use_wal
+from ._identity import check_identity
 from ._record import WorkspaceRecord, refuse_while_deleting
 
 __all__ = ["SqliteDirectory"]
+
+_T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS workspaces (
@@ -49,18 +53,59 @@ class SqliteDirectory:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One connection guarded by a lock: owner actors call in from their event loop thread and
         # from background threads alike.
-        self._db = sqlite3.connect(
-            str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False
-        )
-        use_wal(self._db)
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(_SCHEMA)
-        self._db.execute(_FILES_SCHEMA)
-        _add_host_column(self._db)
+        self._db = self._connect()
+        try:
+            check_identity(self.path, self._db)  # one made anew under a running cluster: ESTALE
+        except BaseException:
+            self._db.close()
+            raise
         self._lock = threading.Lock()
         self._closed = False
+        self._lost = False  # the connection was closed to open a writable one, which failed
+
+    def _connect(self) -> sqlite3.Connection:
+        db = sqlite3.connect(str(self.path), timeout=30.0, isolation_level=None, check_same_thread=False)
+        try:
+            use_wal(db)
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(_SCHEMA)
+            db.execute(_FILES_SCHEMA)
+            _add_host_column(db)
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _writing(self, write: Callable[[], _T]) -> _T:
+        """Run ``write``; refused as read-only, once more on a new connection. SQLite opens a file it
+        cannot write (a data directory mounted read-only for a while) read-only, and that connection
+        stays so after the disk is writable again: an owner host opened during the outage refused
+        every lease (EROFS) for as long as it lived."""
+        self._ready()
+        try:
+            return write()
+        except sqlite3.OperationalError as exc:
+            if "readonly" not in str(exc) or self._closed:
+                raise
+        self._reconnect()
+        return write()
+
+    def _ready(self) -> None:
+        """Open the connection again if a reconnection failed (the disk was still unwritable)."""
+        if self._lost and not self._closed:
+            self._reconnect()
+
+    def _reconnect(self) -> None:
+        """Replace the connection by a new one. The old one is closed first: a process's connections
+        to one file share its read-only handles while any of them is open."""
+        with self._lock:
+            self._db.close()
+            self._lost = True
+            self._db = self._connect()
+            self._lost = False
 
     def get(self, name: str) -> WorkspaceRecord | None:
+        self._ready()
         with self._lock:
             row = self._db.execute(f"SELECT {_COLUMNS} FROM workspaces WHERE name = ?", (name,)).fetchone()
         return None if row is None else _record(row)
@@ -69,7 +114,7 @@ class SqliteDirectory:
         self, name: str, node: str, owner_id: str, ttl: float, *, host: str | None = None
     ) -> int:
         try:
-            return self._acquire_lease(name, node, owner_id, ttl, host)
+            return self._writing(lambda: self._acquire_lease(name, node, owner_id, ttl, host))
         except sqlite3.Error as exc:  # a full disk is ENOSPC, as in the workspace's own file
             raise storage_failure(exc, str(self.path)) from exc
 
@@ -106,8 +151,12 @@ class SqliteDirectory:
         self, name: str, owner_id: str, epoch: int, ttl: float, *, last_active: float | None = None
     ) -> bool:
         now = time.time()
-        with self._lock:
-            return self._renew(now, name, owner_id, epoch, ttl, last_active)
+
+        def renew() -> bool:
+            with self._lock:
+                return self._renew(now, name, owner_id, epoch, ttl, last_active)
+
+        return self._writing(renew)
 
     def _renew(
         self, now: float, name: str, owner_id: str, epoch: int, ttl: float, last_active: float | None
@@ -123,35 +172,49 @@ class SqliteDirectory:
     def renew_leases(self, renewals: Sequence[tuple[str, str, int, float, float | None]]) -> list[bool]:
         """``renew_lease`` of each ``(name, owner_id, epoch, ttl, last_active)`` in one transaction."""
         now = time.time()
-        kept: list[bool] = []
-        with self._lock:
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                for name, owner_id, epoch, ttl, last_active in renewals:
-                    kept.append(self._renew(now, name, owner_id, epoch, ttl, last_active))
-                self._db.execute("COMMIT")
-            except BaseException:
-                if self._db.in_transaction:
-                    self._db.execute("ROLLBACK")
-                raise
-        return kept
+
+        def renew() -> list[bool]:
+            kept: list[bool] = []
+            with self._lock:
+                self._db.execute("BEGIN IMMEDIATE")
+                try:
+                    for name, owner_id, epoch, ttl, last_active in renewals:
+                        kept.append(self._renew(now, name, owner_id, epoch, ttl, last_active))
+                    self._db.execute("COMMIT")
+                except BaseException:
+                    if self._db.in_transaction:
+                        self._db.execute("ROLLBACK")
+                    raise
+            return kept
+
+        return self._writing(renew)
 
     def release_lease(self, name: str, owner_id: str, epoch: int, *, hibernating: bool = False) -> bool:
         state = "hibernating" if hibernating else "closed"
-        with self._lock:
-            cur = self._db.execute(
-                "UPDATE workspaces SET lease_expires = 0.0, state = ?, released_epoch = epoch "
-                "WHERE name = ? AND owner = ? AND epoch = ? AND state = 'active'",
-                (state, name, owner_id, epoch),
-            )
-            return cur.rowcount == 1
+
+        def release() -> bool:
+            with self._lock:
+                cur = self._db.execute(
+                    "UPDATE workspaces SET lease_expires = 0.0, state = ?, released_epoch = epoch "
+                    "WHERE name = ? AND owner = ? AND epoch = ? AND state = 'active'",
+                    (state, name, owner_id, epoch),
+                )
+                return cur.rowcount == 1
+
+        return self._writing(release)
 
     def remove(self, name: str, owner_id: str) -> bool:
-        with self._lock:
-            cur = self._db.execute("DELETE FROM workspaces WHERE name = ? AND owner = ?", (name, owner_id))
-            return cur.rowcount == 1
+        def remove() -> bool:
+            with self._lock:
+                cur = self._db.execute(
+                    "DELETE FROM workspaces WHERE name = ? AND owner = ?", (name, owner_id)
+                )
+                return cur.rowcount == 1
+
+        return self._writing(remove)
 
     def names(self) -> list[str]:
+        self._ready()
         with self._lock:
             rows = self._db.execute("SELECT name FROM workspaces").fetchall()
         # Byte order of the UTF-8 names, as everywhere else in the project.
@@ -161,25 +224,34 @@ class SqliteDirectory:
 
     def note_file(self, name: str, node: str, host: str) -> None:
         """Remember that ``name``'s file is on ``node`` of machine ``host`` (an owner just opened it)."""
-        try:
+
+        def note() -> None:
             with self._lock:
                 self._db.execute(
                     "INSERT OR REPLACE INTO files (name, node, host, noted) VALUES (?, ?, ?, ?)",
                     (name, node, host, time.time()),
                 )
+
+        try:
+            self._writing(note)
         except sqlite3.Error as exc:
             raise storage_failure(exc, str(self.path)) from exc
 
     def file_of(self, name: str) -> tuple[str, str] | None:
         """``(node, host)`` last noted for ``name``'s file, or None."""
+        self._ready()
         with self._lock:
             row = self._db.execute("SELECT node, host FROM files WHERE name = ?", (name,)).fetchone()
         return None if row is None else (str(row[0]), str(row[1]))
 
     def forget_file(self, name: str) -> None:
         """The workspace was deleted: its file is nowhere."""
-        with self._lock:
-            self._db.execute("DELETE FROM files WHERE name = ?", (name,))
+
+        def forget() -> None:
+            with self._lock:
+                self._db.execute("DELETE FROM files WHERE name = ?", (name,))
+
+        self._writing(forget)
 
     def close(self) -> None:
         with self._lock:
