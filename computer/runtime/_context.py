@@ -28,6 +28,7 @@ from ._backend import (
     SyncPush,
 )
 from ._codec import to_plain
+from ._dir_times import root_mtime
 from ._journal import JOURNAL_DIR, journal_refused
 from ._moves import Move, follow
 from ._protected import refuse_protected_change
@@ -239,7 +240,7 @@ class LocalExecContext(PullCommits):
         replaced: set[str] | None = None,
         linked: dict[str, tuple[str, bool]] | None = None,
     ) -> SyncPush:
-        push = SyncPush(rev, root, full, session=self.fs.session)
+        push = SyncPush(rev, root, full, session=self.fs.session, root_mtime=await root_mtime(self.fs, root))
         linked = linked or {}
         start = 0
         if limits.after is not None:
