@@ -14,6 +14,7 @@ workspace's do not: a workspace write never moves its directory's time), and sym
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import stat
@@ -123,15 +124,15 @@ class RootTime:
     def pushed(self, directory: Path) -> None:
         """The push is in (``Mirror.finish_push``): the top takes the time it gave, last of all (every
         name made in it moved its time), and that is what a pull compares with."""
-        try:
-            if self.given is not None:
-                ns = self.given * 1_000_000
+        if self.given is not None:  # taken as set even if it fails: a live sandbox's tick never
+            self.store, ns = self.given, self.given * 1_000_000  # pushes it again and again
+            with contextlib.suppress(OSError):
                 os.utime(directory, ns=(ns, ns), follow_symlinks=False)
-                self.store = self.given
+        self.given = None
+        try:
             self.seen = os.lstat(directory).st_mtime_ns
         except OSError:
             self.seen = None
-        self.given = None
 
     def pulled(self, plan: PullPlan, directory: Path, root: str) -> None:
         """A pull's ``plan``: the top's time goes in its ``dir_times`` when it moved since the last sync
