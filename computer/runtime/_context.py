@@ -35,7 +35,6 @@ from ._protected import refuse_protected_change
 from ._pull_commit import SAFE_BITS, KeptChunksGone, PullCommits
 from ._pull_rules import (
     CONFLICT,
-    DEFAULT_DIR_MODE,
     PROTECTED,
     PROTECTED_BELOW,
     Conflicts,
@@ -426,9 +425,8 @@ class LocalExecContext(PullCommits):
             elif d.path not in conflicts.made:  # one both made: the workspace's mode and time stay
                 dirs.append(d)
         mkdirs = needed_dirs(dirs, protected, set(writes))
-        for d in dirs:
-            if d.mode & 0o7777 != DEFAULT_DIR_MODE:
-                modes[d.path] = d.mode & SAFE_BITS
+        for d in dirs:  # a new one's or a chmod-ed one's: one set back to 0o755 was never stored
+            modes[d.path] = d.mode & SAFE_BITS
             if d.mtime is not None:
                 mtimes[d.path] = d.mtime
         # Directories' own mtimes: kept where nothing refuses the path, never reported either way.

@@ -222,3 +222,21 @@ async def test_an_incremental_c_build_rebuilds_exactly_what_changed_across_calls
         assert header.stdout.count("gcc -c") == 3
     async with opened(db, shell=shell(live), python=False) as ws:
         assert (await ok(ws, nothing + "; ./app && echo ran")).stdout == "0\nran\n"
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_directories_chmod_ed_back_to_0755_keep_it_through_a_reopen(db: Path, live: bool) -> None:
+    """A permissions fix-up (``chmod -R u=rwX,go=rX``) after a private tree: the directories go back to
+    0755. Before, a pull stored a directory's mode only when it was not 0755 (the mode a new one gets
+    anyway), so one chmod-ed back kept its old mode in the workspace and a reopen showed 0700."""
+    listing = "find tree -printf '%p %m\\n' | sort"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ok(ws, "mkdir -p tree/a/b && echo x > tree/a/b/f && chmod -R go-rwx tree && chmod 750 tree/a")
+        assert (await ws.fs.stat("/workspace/tree/a")).mode & 0o7777 == 0o750
+        await ok(ws, "chmod -R u=rwX,go=rX tree")
+        fixed = "tree 755\ntree/a 755\ntree/a/b 755\ntree/a/b/f 644\n"
+        assert (await ok(ws, listing)).stdout == fixed
+        for path in ("/workspace/tree", "/workspace/tree/a", "/workspace/tree/a/b"):
+            assert (await ws.fs.stat(path)).mode & 0o7777 == 0o755, path
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, listing)).stdout == fixed
