@@ -274,7 +274,9 @@ class LocalExecContext(PullCommits):
                     except OSError:
                         continue
                 push.deleted.append(op.path)
-                push.symlinks.append(MirrorSymlink(op.path, target, op.mtime or None))
+                # A link's own time is the manifest's (an op read with its target, from the change log,
+                # has none: made at the push's time); 0 is a time (``touch -h -d @0``: was the push's).
+                push.symlinks.append(MirrorSymlink(op.path, target, op.mtime if op.target is None else None))
             else:
                 count += 1
                 reason = over_limit(op, count, limits)

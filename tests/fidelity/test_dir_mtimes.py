@@ -140,3 +140,19 @@ async def test_the_workspace_roots_own_time_round_trips_both_ways(db: Path, live
         await ok(ws, "touch -d @1200000000 .")
     async with opened(db, shell=shell(live), python=False) as ws:  # a new mirror, from the SQLite file
         assert (await ok(ws, "stat -c %Y .")).stdout == "1200000000\n"
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_times_at_the_epoch_round_trip_through_a_reopen(db: Path, live: bool) -> None:
+    """Time 0 is a time (``touch -d @0``, archives that clear times): a rebuilt mirror's symlink got
+    the push's time instead (0 was taken for "not known"), files and directories kept theirs."""
+    listing = "stat -c '%n %Y' f l d old"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        made = await ok(
+            ws,
+            "echo x > f && ln -s f l && mkdir d && ln -s gone old && touch -d @0 f d && touch -h -d @0 l"
+            f" && touch -h -d @-1 old && {listing}",
+        )
+        assert made.stdout == "f 0\nl 0\nd 0\nold -1\n"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, listing)).stdout == made.stdout
