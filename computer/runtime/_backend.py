@@ -203,6 +203,8 @@ class SyncPush:
     reasons: dict[str, str] = field(default_factory=dict)  # protected path -> why
     moves: list[tuple[str, str]] = field(default_factory=list)  # (old, new): first page only
     session: str = ""  # the store's session (``FileSystem.session``) the revision belongs to
+    # The root directory's own mtime (ms) in the store (None: not known, or the root is ``/``).
+    root_mtime: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

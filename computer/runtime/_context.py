@@ -28,13 +28,13 @@ from ._backend import (
     SyncPush,
 )
 from ._codec import to_plain
+from ._dir_times import root_mtime
 from ._journal import JOURNAL_DIR, journal_refused
 from ._moves import Move, follow
 from ._protected import refuse_protected_change
 from ._pull_commit import SAFE_BITS, KeptChunksGone, PullCommits
 from ._pull_rules import (
     CONFLICT,
-    DEFAULT_DIR_MODE,
     PROTECTED,
     PROTECTED_BELOW,
     Conflicts,
@@ -239,7 +239,7 @@ class LocalExecContext(PullCommits):
         replaced: set[str] | None = None,
         linked: dict[str, tuple[str, bool]] | None = None,
     ) -> SyncPush:
-        push = SyncPush(rev, root, full, session=self.fs.session)
+        push = SyncPush(rev, root, full, session=self.fs.session, root_mtime=await root_mtime(self.fs, root))
         linked = linked or {}
         start = 0
         if limits.after is not None:
@@ -274,7 +274,9 @@ class LocalExecContext(PullCommits):
                     except OSError:
                         continue
                 push.deleted.append(op.path)
-                push.symlinks.append(MirrorSymlink(op.path, target, op.mtime or None))
+                # A link's own time is the manifest's (an op read with its target, from the change log,
+                # has none: made at the push's time); 0 is a time (``touch -h -d @0``: was the push's).
+                push.symlinks.append(MirrorSymlink(op.path, target, op.mtime if op.target is None else None))
             else:
                 count += 1
                 reason = over_limit(op, count, limits)
@@ -425,9 +427,8 @@ class LocalExecContext(PullCommits):
             elif d.path not in conflicts.made:  # one both made: the workspace's mode and time stay
                 dirs.append(d)
         mkdirs = needed_dirs(dirs, protected, set(writes))
-        for d in dirs:
-            if d.mode & 0o7777 != DEFAULT_DIR_MODE:
-                modes[d.path] = d.mode & SAFE_BITS
+        for d in dirs:  # a new one's or a chmod-ed one's: one set back to 0o755 was never stored
+            modes[d.path] = d.mode & SAFE_BITS
             if d.mtime is not None:
                 mtimes[d.path] = d.mtime
         # Directories' own mtimes: kept where nothing refuses the path, never reported either way.

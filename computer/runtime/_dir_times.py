@@ -3,21 +3,29 @@ directory it makes (``MirrorDir.mtime``) and of each one a run changed something
 (``SyncPull.dir_times``: kept where nothing refuses the path, never listed as pulled); a push sets the
 workspace's times on the directories it sent once everything below them is in (``set_dir_times``).
 
+The mirror's top directory (the workspace's root of the run, ``/workspace``) is no entry of the
+mirror's state, so :class:`RootTime` carries its own time both ways: a full push (a rebuilt mirror, a
+reopen) and a push after another mirror's pull moved it (``SyncPush.root_mtime``) set it, and a pull
+sends it when it moved since the last sync (``touch .``, ``tar x`` into ``.``). Before, a reopened
+workspace showed the time its mirror was made on ``.``, and a run's touch of ``.`` alone was lost.
+
 Left as they are: the times of directories a push only wrote into (the mirror's then move, the
 workspace's do not: a workspace write never moves its directory's time), and symlinks' own times."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
-from ._backend import MirrorDir
+from ._backend import MirrorDir, SyncPush
 from ._beneath import BeneathReader
 from ._mirror_base import PullPlan
 
-__all__ = ["mirror_dir", "set_dir_times", "with_dir_times"]
+__all__ = ["RootTime", "mirror_dir", "root_mtime", "set_dir_times", "with_dir_times"]
 
 _new = object.__new__
 _set_path, _set_mode, _set_mtime = (vars(MirrorDir)[name].__set__ for name in ("path", "mode", "mtime"))
@@ -85,3 +93,57 @@ def set_dir_times(directory: Path, times: dict[str, int]) -> None:
                     os.utime(name, ns=(ns, ns), dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue
+
+
+async def root_mtime(fs: Any, root: str) -> int | None:
+    """The store's mtime (ms) of a push's ``root`` (``SyncPush.root_mtime``); None for ``/`` (a pull
+    never sends its time either) or a root the store does not have."""
+    if root == "/":
+        return None
+    try:
+        mtime: int = (await fs.stat(root)).mtime
+    except OSError:
+        return None
+    return mtime
+
+
+@dataclasses.dataclass
+class RootTime:
+    """The own mtime of a mirror's top directory, as last synced either way (``Mirror.root_time``)."""
+
+    seen: int | None = None  # ns: the top's time after the last push or pull (None: no push yet)
+    store: int | None = None  # ms: the store's time of the root, as last pushed or pulled
+    given: int | None = None  # ms: the time the push being applied sets (at ``pushed``)
+
+    def pushing(self, push: SyncPush) -> None:
+        """A page of a push: its root time is set once the push is in if the push is a full one or the
+        store's time moved since (another mirror's pull); else the top keeps its own."""
+        if push.root_mtime is not None and (push.full or push.root_mtime != self.store):
+            self.given = push.root_mtime
+
+    def pushed(self, directory: Path) -> None:
+        """The push is in (``Mirror.finish_push``): the top takes the time it gave, last of all (every
+        name made in it moved its time), and that is what a pull compares with."""
+        if self.given is not None:  # taken as set even if it fails: a live sandbox's tick never
+            self.store, ns = self.given, self.given * 1_000_000  # pushes it again and again
+            with contextlib.suppress(OSError):
+                os.utime(directory, ns=(ns, ns), follow_symlinks=False)
+        self.given = None
+        try:
+            self.seen = os.lstat(directory).st_mtime_ns
+        except OSError:
+            self.seen = None
+
+    def pulled(self, plan: PullPlan, directory: Path, root: str) -> None:
+        """A pull's ``plan``: the top's time goes in its ``dir_times`` when it moved since the last sync
+        (a run's ``touch .``; one that made or removed a name there is in it already)."""
+        if root == "/" or self.seen is None:
+            return
+        try:
+            ns = os.lstat(directory).st_mtime_ns
+        except OSError:
+            return
+        if ns != self.seen and root not in plan.dir_times:
+            plan.dir_times[root] = ns // 1_000_000
+        self.seen = ns
+        self.store = plan.dir_times.get(root, self.store)

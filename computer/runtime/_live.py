@@ -315,7 +315,7 @@ class LiveSandbox(LiveChannel, LiveJobs):
             if not push:
                 return None, 0
             page = await ctx.sync_push(mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror))
-            if not has_changes(page):
+            if not has_changes(page, mirror):
                 if page.rev > mirror.rev:
                     mirror.finish_push(page.rev)
                 return None, 0
@@ -332,7 +332,7 @@ class LiveSandbox(LiveChannel, LiveJobs):
                     page = await ctx.sync_push(
                         mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror)
                     )
-                if has_changes(page) or mirror.rev is None:
+                if has_changes(page, mirror) or mirror.rev is None:
                     _, pushed = await self.sync_.push(mirror, ctx, first=page)
             return synced, pushed
         finally:

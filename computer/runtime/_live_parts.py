@@ -249,9 +249,18 @@ def host_pid(candidates: Iterable[int], inner: int, limit: int = 16) -> int | No
     return None
 
 
-def has_changes(page: Any) -> bool:
+def has_changes(page: Any, mirror: Any) -> bool:
+    """Whether a push page changes ``mirror`` (the root's own time too: another mirror's pull moved
+    it; before, a live sandbox's quiet mirror took that page for empty and kept its old time)."""
     return bool(
-        page.full or page.more or page.files or page.dirs or page.symlinks or page.deleted or page.moves
+        page.full
+        or page.more
+        or page.files
+        or page.dirs
+        or page.symlinks
+        or page.deleted
+        or page.moves
+        or (page.root_mtime is not None and page.root_mtime != mirror.root_time.store)
     )
 
 

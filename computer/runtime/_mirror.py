@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
-from ._backend import MirrorFile
+from ._backend import MirrorFile, SyncPush
+from ._dir_times import RootTime
 from ._lifts import Lifts
 from ._mirror_base import Entry, PullPlan, entry_of, is_below
 from ._mirror_pull import MirrorPull
@@ -98,6 +99,21 @@ class Mirror(MirrorPush, MirrorPull):
     # live sandbox's tick walks it again from ``walk_next`` on (see ``_mirror_watch``).
     unwatched: bool = False
     walk_next: float = 0.0
+    # The top directory's own time (no entry of ``state``), as last synced either way (``_dir_times``).
+    root_time: RootTime = field(default_factory=RootTime, repr=False)
+
+    def apply(self, push: SyncPush, *, first: bool = True) -> int:
+        self.root_time.pushing(push)
+        return super().apply(push, first=first)
+
+    def finish_push(self, rev: int, refetched: Iterable[str] = ()) -> None:
+        super().finish_push(rev, refetched)
+        self.root_time.pushed(self.directory)
+
+    def plan(self, *, paced: bool = False) -> tuple[PullPlan, dict[str, Entry]]:
+        plan, now = super().plan(paced=paced)
+        self.root_time.pulled(plan, self.directory, self.root)
+        return plan, now
 
     def invalidate(self) -> None:
         """Forget what the mirror holds: the next push is a full one."""

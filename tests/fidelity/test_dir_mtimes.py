@@ -120,3 +120,39 @@ async def test_a_symlinks_own_time_round_trips_through_a_reopen(db: Path, live: 
         again = await ok(ws, listing)
         assert again.stdout == first.stdout.replace("l2 1100000000", "l2 1300000000")
         assert again.pulled == []
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_the_workspace_roots_own_time_round_trips_both_ways(db: Path, live: bool) -> None:
+    """``/workspace`` itself is the mirror's top, no entry of its state. Before: a run's ``touch .``
+    alone never reached the workspace, a rebuilt mirror (a reopen) showed the time it was made on
+    ``.``, and a change of the root's time in the workspace (another mirror's pull) never reached a
+    warm mirror, nor a live sandbox's (its push page looked empty)."""
+    async with opened(db, shell=shell(live), python=False) as ws:
+        touched = await ok(ws, "touch -d @1500000000 . && stat -c %Y .")
+        assert touched.stdout == "1500000000\n" and touched.pulled == []
+        assert (await ws.fs.stat("/workspace")).mtime == 1_500_000_000_000
+        made = await ok(ws, "echo x > f && stat -c %Y .")  # a name made there moves it too
+        assert made.pulled == ["/workspace/f"]
+        assert (await ws.fs.stat("/workspace")).mtime // 1000 == int(made.stdout) > 1_500_000_000
+        ws.fs.commit_batch({}, mtimes={"/workspace": 1_300_000_000_500})  # as another mirror's pull does
+        assert (await ok(ws, "stat -c %.3Y .")).stdout == "1300000000.500\n"
+        await ok(ws, "touch -d @1200000000 .")
+    async with opened(db, shell=shell(live), python=False) as ws:  # a new mirror, from the SQLite file
+        assert (await ok(ws, "stat -c %Y .")).stdout == "1200000000\n"
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_times_at_the_epoch_round_trip_through_a_reopen(db: Path, live: bool) -> None:
+    """Time 0 is a time (``touch -d @0``, archives that clear times): a rebuilt mirror's symlink got
+    the push's time instead (0 was taken for "not known"), files and directories kept theirs."""
+    listing = "stat -c '%n %Y' f l d old"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        made = await ok(
+            ws,
+            "echo x > f && ln -s f l && mkdir d && ln -s gone old && touch -d @0 f d && touch -h -d @0 l"
+            f" && touch -h -d @-1 old && {listing}",
+        )
+        assert made.stdout == "f 0\nl 0\nd 0\nold -1\n"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, listing)).stdout == made.stdout

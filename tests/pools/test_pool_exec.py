@@ -253,3 +253,11 @@ async def test_directory_times_round_trip_through_a_pool(cluster: Settings, name
         for _ in range(3):  # both workers of the pool, whichever serves
             result = await (await ws.runtime.exec("stat -c %Y t t/u")).result()
             assert result.stdout == "1400000000\n1500000000\n"
+        # The workspace root's own time (the mirror's top, no entry of its state) too: a run's touch of
+        # it alone reaches the workspace, and the other worker's mirror (before: never pulled).
+        result = await (await ws.runtime.exec("touch -d @1300000000 .")).result()
+        assert result.status == "completed" and result.pulled == []
+        assert (await ws.fs.stat("/workspace")).mtime == 1_300_000_000_000
+        for _ in range(3):
+            result = await (await ws.runtime.exec("stat -c %Y .")).result()
+            assert result.stdout == "1300000000\n"
