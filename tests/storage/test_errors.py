@@ -80,3 +80,16 @@ async def test_write_file_with_data_of_the_wrong_type_says_which_types_it_takes(
     with pytest.raises(TypeError, match=r"data must be bytes, str or an iterable of bytes, not "):
         await fs.write_file("/f", data)  # type: ignore[arg-type]
     assert not await fs.exists("/f")
+
+
+@pytest.mark.parametrize("data", [{"a": 1}, {b"ab": b"cd"}, {b"x"}, frozenset({"y"})])
+async def test_write_file_of_a_mapping_or_a_set_is_refused_not_its_keys_written(
+    fs: FileSystem, data: object
+) -> None:
+    """They are iterable, so ``write_file("/f", {"a": 1})`` wrote the file ``a`` (the keys, joined)."""
+    with pytest.raises(TypeError, match=rf"data must be bytes, .* not {type(data).__name__}"):
+        await fs.write_file("/f", data)  # type: ignore[arg-type]
+    assert not await fs.exists("/f")
+    if isinstance(data, dict):
+        with pytest.raises(TypeError, match=r"for JSON, pass json\.dumps\(data\)"):
+            await fs.write_file("/f", data)
