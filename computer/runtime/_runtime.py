@@ -133,6 +133,8 @@ class Runtime:
         check_input(input)
         if not isinstance(source, str):
             raise TypeError("source must be a str")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
+            raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
         if timeout is not None and not 0 < timeout < math.inf:  # NaN too
             raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
         check_env(env)
