@@ -57,7 +57,18 @@ def storage_failure(exc: sqlite3.Error, path: str | None = None) -> OSError:
         )
     if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc):
         return fs_error(errno.EROFS, path, f"read-only store: {exc}")
+    if isinstance(exc, sqlite3.OperationalError) and "within a transaction" in str(exc):
+        # Within one thread transactions never nest (each is one synchronous step): another thread is
+        # in the middle of one on the same connection. It said "storage failure" (EIO).
+        return fs_error(errno.EBUSY, path, CONCURRENT_THREADS)
     return fs_error(errno.EIO, path, f"storage failure: {exc}")
+
+
+CONCURRENT_THREADS = (
+    "another thread is in the middle of an operation on this workspace: a Workspace (its fs) serves "
+    "one thread at a time; give each thread a Workspace of its own on the same file (SQLite serialises "
+    "them) or a get_workspace client"
+)
 
 
 def stored_epoch(path: str) -> int:

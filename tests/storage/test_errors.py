@@ -93,3 +93,32 @@ async def test_write_file_of_a_mapping_or_a_set_is_refused_not_its_keys_written(
     if isinstance(data, dict):
         with pytest.raises(TypeError, match=r"for JSON, pass json\.dumps\(data\)"):
             await fs.write_file("/f", data)
+
+
+async def test_a_call_while_another_thread_is_inside_a_transaction_says_what_to_do(
+    file_fs: FileSystem,
+) -> None:
+    """A Workspace shared by threads (each ``asyncio.run`` in its own thread) failed "storage failure:
+    cannot start a transaction within a transaction" (EIO), which said neither cause nor remedy."""
+    import threading
+
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with file_fs._store.db.transaction():  # another thread, in the middle of a write
+            inside.set()
+            leave.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert inside.wait(30)
+        with pytest.raises(OSError) as info:
+            await file_fs.write_file("/f", b"x")
+        assert info.value.errno == errno.EBUSY
+        assert "one thread at a time" in str(info.value) and "a Workspace of its own" in str(info.value)
+    finally:
+        leave.set()
+        thread.join(30)
+    await file_fs.write_file("/f", b"x")  # the thread is done: the store works as before
+    assert await file_fs.read_file("/f") == b"x"
