@@ -314,7 +314,8 @@ class Database:
 
 def _open_failure(exc: BaseException, path: str | None) -> OSError:
     """A store that cannot be opened: ENOSPC when the disk is full (a new workspace); ENOENT or
-    ENOTDIR when its directory is missing or is not one (SQLite says only "unable to open"); else EIO."""
+    ENOTDIR when its directory is missing or is not one, EISDIR when the path is a directory (SQLite
+    says only "unable to open"); else EIO."""
     if path is not None and not is_disk_full(exc):
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
@@ -323,6 +324,10 @@ def _open_failure(exc: BaseException, path: str | None) -> OSError:
                 errno.ENOENT if missing else errno.ENOTDIR,
                 path,
                 f"cannot open the workspace store: {parent} {'does not exist' if missing else 'is not a directory'}",
+            )
+        if os.path.isdir(path):  # SQLite says "unable to open database file" (EIO)
+            return fs_error(
+                errno.EISDIR, path, "cannot open the workspace store: it is a directory (give a file's path)"
             )
     code = errno.ENOSPC if is_disk_full(exc) else errno.EIO
     return fs_error(code, path, f"cannot open the workspace store: {exc}")

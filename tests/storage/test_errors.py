@@ -73,6 +73,13 @@ def test_a_store_in_a_directory_that_is_missing_or_a_file_names_it(tmp_path: Pat
     assert f"{tmp_path / parent} {says}" in str(info.value)
 
 
+def test_a_store_path_that_is_a_directory_is_is_a_directory_error(tmp_path: Path) -> None:
+    """``Workspace("/tmp")`` (a directory given for the file) said "unable to open database file" (EIO)."""
+    with pytest.raises(IsADirectoryError) as info:
+        FileSystem.open(str(tmp_path))
+    assert info.value.filename == str(tmp_path) and "give a file's path" in str(info.value)
+
+
 @pytest.mark.parametrize("data", [123, None, 1.5])
 async def test_write_file_with_data_of_the_wrong_type_says_which_types_it_takes(
     fs: FileSystem, data: object
