@@ -8,7 +8,7 @@ from typing import Any
 
 from ..actors import OutcomeUnknownError, UploadLostError, WorkspaceUnavailableError
 from ..actors.wire import STREAM_CHUNK
-from ..storage._content import check_write_data
+from ..storage import check_write_data
 from ..storage.types import DirEntry, FileStat, FindEntry, GrepMatch
 from ..surface import WriteData
 from ._connection import Connection
