@@ -48,7 +48,8 @@ def _normalize(path: str) -> str:
         raise fs_error(errno.EINVAL, path.replace("\x00", "\\0"), "path contains NUL")
     if not path.startswith("/"):
         # A relative path is most often meant under /workspace (an agent's "notes.md"): say so.
-        meant = posixpath.normpath("/workspace/" + path)
+        under = "/" if path == "workspace" or path.startswith("workspace/") else "/workspace/"
+        meant = posixpath.normpath(under + path)
         raise fs_error(errno.EINVAL, path, f"path must be absolute (did you mean {meant}?)")
     out: list[str] = []
     for seg in path.split("/"):

@@ -64,6 +64,8 @@ async def test_a_relative_path_is_refused_with_the_absolute_one_it_likely_meant(
     with pytest.raises(FsInvalidError, match=r"did you mean /workspace/src/notes\.md\?") as info:
         await fs.read_file("./src/notes.md")
     assert info.value.filename == "./src/notes.md"
+    with pytest.raises(FsInvalidError, match=r"did you mean /workspace/a\.txt\?"):
+        await fs.read_file("workspace/a.txt")  # not /workspace/workspace/a.txt
 
 
 async def test_errors_name_the_path(fs: FileSystem) -> None:
