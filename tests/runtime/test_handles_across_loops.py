@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from computer import Workspace
 from computer.runtime import ShellBackend
@@ -54,3 +58,55 @@ def test_a_handle_of_a_loop_running_in_another_thread_waits_there(tmp_path: Path
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+def test_processes_and_kill_from_another_loop_than_the_sandbox_s(tmp_path: Path) -> None:
+    """``processes()`` / ``kill_process()`` from another loop than the live sandbox's raised "Future
+    attached to a different loop". A sandbox of a loop running in another thread answers from there; one
+    of an ended loop says why nothing can reach it and what to do."""
+    from computer.runtime._live import LiveSandboxError
+
+    ws = Workspace(str(tmp_path / "w.db"), backends=[ShellBackend()])
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def there(coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(60)
+
+    async def run(source: str) -> Any:
+        return await (await ws.runtime.exec(source, timeout=60)).result()
+
+    try:
+        there(ws.fs.mkdir("/workspace", recursive=True))
+        assert there(run("sleep 300 & echo started")).stdout == "started\n"
+        listed = asyncio.run(ws.runtime.processes())  # from this thread's own loop
+        sleeper = next(p.pid for p in listed if p.command == "sleep 300")
+        asyncio.run(ws.runtime.kill_process(sleeper))
+        for _ in range(200):  # the kill is signalled; the init reaps it a moment later
+            if all(p.pid != sleeper for p in asyncio.run(ws.runtime.processes())):
+                break
+            time.sleep(0.05)
+        else:
+            raise AssertionError(f"process {sleeper} still listed after its kill")
+    finally:
+        there(ws.close())
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+    ws = Workspace(str(tmp_path / "w2.db"), backends=[ShellBackend()])
+    try:
+        asyncio.run(ws.fs.mkdir("/workspace", recursive=True))
+        assert asyncio.run(run_in(ws, "sleep 300 & echo started")).stdout == "started\n"
+        for call in (ws.runtime.processes, lambda: ws.runtime.kill_process(2)):
+            with pytest.raises(LiveSandboxError, match="started in an event loop that has ended"):
+                asyncio.run(call())
+        assert asyncio.run(ws.runtime.end_sandbox())
+        assert asyncio.run(ws.runtime.processes()) == []
+    finally:
+        asyncio.run(ws.close())
+
+
+async def run_in(ws: Workspace, source: str) -> Any:
+    return await (await ws.runtime.exec(source, timeout=60)).result()
