@@ -49,8 +49,10 @@ class SandboxProcess:
     contained: bool = False
 
     def __post_init__(self) -> None:
-        if not _LAUNCHED:
-            atexit.register(_at_exit)  # (registering again is harmless: the set is emptied on the way)
+        global _exit_hook
+        if not _exit_hook:
+            _exit_hook = True
+            atexit.register(_at_exit)
         _LAUNCHED[self.proc.pid] = self
 
     async def kill_tree(self) -> None:
@@ -111,6 +113,7 @@ class SandboxProcess:
 
 
 _LAUNCHED: weakref.WeakValueDictionary[int, SandboxProcess] = weakref.WeakValueDictionary()
+_exit_hook = False  # _at_exit registered (once per process)
 
 
 def _at_exit() -> None:
