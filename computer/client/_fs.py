@@ -8,6 +8,7 @@ from typing import Any
 
 from ..actors import OutcomeUnknownError, UploadLostError, WorkspaceUnavailableError
 from ..actors.wire import STREAM_CHUNK
+from ..storage import check_write_data
 from ..storage.types import DirEntry, FileStat, FindEntry, GrepMatch
 from ..surface import WriteData
 from ._connection import Connection
@@ -49,6 +50,7 @@ class ClientFileSystem:
         return self._conn.stream("stream", path, offset, length)
 
     async def write_file(self, path: str, data: WriteData, *, mode: int | None = None) -> None:
+        check_write_data(path, data)
         if isinstance(data, str):
             data = data.encode("utf-8")
         if isinstance(data, bytes | bytearray | memoryview):

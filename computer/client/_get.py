@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Generator
+from collections.abc import Coroutine, Generator
 from types import TracebackType
 from typing import Any
 
@@ -15,15 +15,33 @@ from ._workspace import WorkspaceClient
 __all__ = ["WorkspaceOpening", "get_workspace"]
 
 
-class WorkspaceOpening:
-    """What ``get_workspace`` returns: await it for a client, or use it as ``async with``."""
+class WorkspaceOpening(Coroutine[Any, Any, WorkspaceClient]):
+    """What ``get_workspace`` returns: await it for a client, or use it as ``async with``; it is also
+    a coroutine, so synchronous code can write ``ws = asyncio.run(get_workspace(name))`` (that
+    raised "a coroutine was expected") and ``asyncio.create_task`` takes it."""
 
     def __init__(self, target: Any) -> None:
         self._target = target
         self._client: WorkspaceClient | None = None
+        self._driven: Generator[Any, None, WorkspaceClient] | None = None  # when run as a coroutine
 
     def __await__(self) -> Generator[Any, None, WorkspaceClient]:
         return _open(self._target).__await__()
+
+    def _steps(self) -> Generator[Any, None, WorkspaceClient]:
+        if self._driven is None:  # made at the first step: an unused opening leaves no unawaited coroutine
+            self._driven = self.__await__()
+        return self._driven
+
+    def send(self, value: Any) -> Any:
+        return self._steps().send(value)
+
+    def throw(self, typ: Any, val: Any = None, tb: Any = None) -> Any:
+        return self._steps().throw(typ, val, tb)
+
+    def close(self) -> None:
+        if self._driven is not None:
+            self._driven.close()
 
     async def __aenter__(self) -> WorkspaceClient:
         self._client = await _open(self._target)

@@ -7,7 +7,12 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from .types import ExecResult, ExecSnapshot
 
-__all__ = ["ExecHandle", "ExecRun"]
+__all__ = ["LOOP_ENDED", "ExecHandle", "ExecRun"]
+
+LOOP_ENDED = (
+    "the event loop that started this run ended before the run did (an asyncio.run returned), which "
+    "ends the run: start a run and await its result in one event loop (one asyncio.run)"
+)
 
 
 class ExecRun:
@@ -41,6 +46,14 @@ class ExecRun:
         self.publish(snapshot)
 
     async def result(self) -> ExecResult:
+        if self._result.done():  # also from another event loop (one asyncio.run per call)
+            return self._result.result()
+        loop = self._result.get_loop()
+        if loop is not asyncio.get_running_loop():
+            if not loop.is_running():
+                raise RuntimeError(f"exec {self.id}: {LOOP_ENDED}")
+            # Started by a loop running in another thread: wait there.
+            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.result(), loop))
         return await asyncio.shield(self._result)
 
     async def snapshots(self) -> AsyncIterator[ExecSnapshot]:

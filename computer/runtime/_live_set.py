@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from ._assets_bridge import SANDBOX_DIR
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, OutputChunk, SyncLimits
@@ -31,6 +32,8 @@ from ._sync import MirrorSync
 from ._tasks import run_to_completion
 from ._warm import PreparedSandbox, Ready, WarmSandboxes
 from .types import ProcessInfo
+
+_T = TypeVar("_T")
 
 __all__ = ["Command", "JobSpec", "LiveCalls", "LiveSandboxes"]
 
@@ -51,6 +54,28 @@ OTHER_LOOP = (
     "the workspace's live sandbox serves an event loop running in another thread of this process: "
     "run this workspace's commands from that loop"
 )
+
+LOOP_GONE = (
+    "the workspace's live sandbox was started in an event loop that has ended (one asyncio.run per "
+    "call), so its processes cannot be reached from this one; the next run ends them (end_sandbox() "
+    "does it now): keep one event loop running while programs run in the background"
+)
+
+
+async def _on_its_loop(sandbox: LiveSandbox, call: Callable[[], Awaitable[_T]]) -> _T:
+    """``call()``, a request to ``sandbox``, on the sandbox's own event loop: this one, or one running in
+    another thread (waited for there). From another loop it raised "Future attached to a different
+    loop"; a sandbox whose loop has ended answers nothing (``LOOP_GONE``)."""
+    loop = sandbox.loop
+    if loop is asyncio.get_running_loop():
+        return await call()
+    if not loop.is_running():
+        raise LiveSandboxError(LOOP_GONE)
+
+    async def there() -> _T:
+        return await call()
+
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(there(), loop))
 
 
 @dataclass
@@ -410,13 +435,13 @@ class LiveSandboxes:
         sandbox = self._live.get(workspace_id)
         if sandbox is None or not sandbox.alive:
             return []
-        return await sandbox.processes()
+        return await _on_its_loop(sandbox, sandbox.processes)
 
     async def kill_process(self, workspace_id: str, pid: int) -> None:
         sandbox = self._live.get(workspace_id)
         if sandbox is None or not sandbox.alive:
             raise ProcessLookupError(f"no process {pid}: the workspace has no live sandbox")
-        await sandbox.kill_process(pid)
+        await _on_its_loop(sandbox, lambda: sandbox.kill_process(pid))
 
     async def end_sandbox(self, workspace_id: str) -> bool:
         sandbox = self._live.get(workspace_id)

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import os
 import signal
+import weakref
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,6 +47,13 @@ class SandboxProcess:
     killed: bool = False
     # In its own pid namespace (bubblewrap): every process of the run ends when the launcher does.
     contained: bool = False
+
+    def __post_init__(self) -> None:
+        global _exit_hook
+        if not _exit_hook:
+            _exit_hook = True
+            atexit.register(_at_exit)
+        _LAUNCHED[self.proc.pid] = self
 
     async def kill_tree(self) -> None:
         """SIGKILL everything the run started, then reap the launcher.
@@ -101,6 +110,25 @@ class SandboxProcess:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.cleanup()
+
+
+_LAUNCHED: weakref.WeakValueDictionary[int, SandboxProcess] = weakref.WeakValueDictionary()
+_exit_hook = False  # _at_exit registered (once per process)
+
+
+def _at_exit() -> None:
+    """At interpreter exit, end the processes of event loops that have ended (a workspace used from
+    ``asyncio.run`` and never closed): each left a traceback ("Event loop is closed", from its
+    transport's collection) and a warning from asyncio's child watcher on every exit, and its cgroups
+    behind. A process of a loop still open is that loop's to end."""
+    while _LAUNCHED:
+        _, sp = _LAUNCHED.popitem()
+        with contextlib.suppress(Exception):  # best-effort, at exit
+            if sp.proc._loop.is_closed():  # type: ignore[attr-defined]
+                if sp.killed:
+                    drop_transport(sp.proc)
+                else:
+                    sp.kill_now()
 
 
 def close_transport(proc: asyncio.subprocess.Process) -> None:

@@ -22,7 +22,7 @@ from ..storage.paths import canonical
 from ._backend import Backend, ExecContext, ExecRequest, ExitEvent, LiveBackend, OutputChunk
 from ._capture import StreamCapture
 from ._context import LocalExecContext
-from ._handle import ExecHandle, ExecRun
+from ._handle import LOOP_ENDED, ExecHandle, ExecRun
 from ._journal import ExecJournal, result_from_record
 from ._options import OutputOptions, check_env, check_input, prune_logs
 from .types import (
@@ -133,6 +133,8 @@ class Runtime:
         check_input(input)
         if not isinstance(source, str):
             raise TypeError("source must be a str")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
+            raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
         if timeout is not None and not 0 < timeout < math.inf:  # NaN too
             raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
         check_env(env)
@@ -200,6 +202,7 @@ class Runtime:
         if run.killed:  # killed before this task got to start the backend
             run.consumer.cancel()
         error: str | None = None
+        ended = False  # this task was cancelled: its event loop is ending (asyncio.run returned)
         try:
             if request.timeout is not None:
                 done, _ = await asyncio.wait({run.consumer}, timeout=request.timeout + TIMEOUT_GRACE)
@@ -212,6 +215,8 @@ class Runtime:
                 exc = run.consumer.exception()
                 if exc is not None:
                     error = error or f"{type(exc).__name__}: {exc}"
+        except asyncio.CancelledError:  # settled all the same: a handle awaited later gets a result
+            ended, run.killed, error = True, True, LOOP_ENDED
         finally:
             ticker.cancel()
             if not run.consumer.done():
@@ -234,6 +239,8 @@ class Runtime:
             )
             run.finish(failed, snapshot)
             self._record_run(failed, request, started)
+        if ended:
+            raise asyncio.CancelledError
 
     async def _consume(
         self,

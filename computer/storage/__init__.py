@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ._audit import AuditLog, AuditRecord, ToolCall, audit_caller, current_caller, current_tool_call
 from ._chunks import CHUNK_SIZE
+from ._content import check_write_data
 from ._db import storage_failure, use_wal
 from ._redact import payload_size, scrub
 from ._state import TOUCH
@@ -49,6 +50,7 @@ __all__ = [
     "ManifestRow",
     "ToolCall",
     "audit_caller",
+    "check_write_data",
     "current_caller",
     "current_tool_call",
     "error_from_wire",

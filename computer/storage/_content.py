@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import errno
 import io
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator, Mapping, Set
 from functools import partial
 from typing import Any
 
@@ -25,6 +25,7 @@ from .errors import fs_error
 
 __all__ = [
     "after_unpin",
+    "check_write_data",
     "file_chunk_ids",
     "iter_file",
     "read_file",
@@ -346,6 +347,7 @@ async def write_file(
     p = st.canon(path, refresh=False)  # resolved inside the write transaction...
     if p == "/":
         raise fs_error(errno.EISDIR, p)
+    check_write_data(path, data)
     if isinstance(data, str):
         data = data.encode("utf-8")
     if isinstance(data, (bytes, bytearray, memoryview)):
@@ -358,6 +360,17 @@ async def write_file(
     else:
         raise TypeError(
             f"write_file({path!r}): data must be bytes, str or an iterable of bytes, not {type(data).__name__}"
+        )
+
+
+def check_write_data(path: str, data: object) -> None:
+    """A mapping or a set is iterable, but not a file's pieces: ``write_file(path, {"a": 1})`` wrote
+    ``a`` (the keys, joined). TypeError, naming the type and, for a mapping, what to pass instead."""
+    if isinstance(data, Mapping | Set):
+        hint = " (for JSON, pass json.dumps(data))" if isinstance(data, Mapping) else ""
+        raise TypeError(
+            f"write_file({path!r}): data must be bytes, str or an iterable of bytes, "
+            f"not {type(data).__name__}{hint}"
         )
 
 

@@ -57,7 +57,18 @@ def storage_failure(exc: sqlite3.Error, path: str | None = None) -> OSError:
         )
     if isinstance(exc, sqlite3.OperationalError) and "readonly" in str(exc):
         return fs_error(errno.EROFS, path, f"read-only store: {exc}")
+    if isinstance(exc, sqlite3.OperationalError) and "within a transaction" in str(exc):
+        # Within one thread transactions never nest (each is one synchronous step): another thread is
+        # in the middle of one on the same connection. It said "storage failure" (EIO).
+        return fs_error(errno.EBUSY, path, CONCURRENT_THREADS)
     return fs_error(errno.EIO, path, f"storage failure: {exc}")
+
+
+CONCURRENT_THREADS = (
+    "another thread is in the middle of an operation on this workspace: a Workspace (its fs) serves "
+    "one thread at a time; give each thread a Workspace of its own on the same file (SQLite serialises "
+    "them) or a get_workspace client"
+)
 
 
 def stored_epoch(path: str) -> int:
@@ -303,8 +314,8 @@ class Database:
 
 def _open_failure(exc: BaseException, path: str | None) -> OSError:
     """A store that cannot be opened: ENOSPC when the disk is full (a new workspace); ENOENT or
-    ENOTDIR when its directory is missing or is not one, EROFS when it is read-only (SQLite says only
-    "unable to open"); else EIO."""
+    ENOTDIR when its directory is missing or is not one, EISDIR when the path is a directory, EROFS when
+    it is read-only (SQLite says only "unable to open"); else EIO."""
     if path is not None and not is_disk_full(exc):
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
@@ -313,6 +324,10 @@ def _open_failure(exc: BaseException, path: str | None) -> OSError:
                 errno.ENOENT if missing else errno.ENOTDIR,
                 path,
                 f"cannot open the workspace store: {parent} {'does not exist' if missing else 'is not a directory'}",
+            )
+        if os.path.isdir(path):  # SQLite says "unable to open database file" (EIO)
+            return fs_error(
+                errno.EISDIR, path, "cannot open the workspace store: it is a directory (give a file's path)"
             )
         if _read_only_disk(parent):
             return fs_error(

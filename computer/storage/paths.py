@@ -8,6 +8,7 @@ most 4096.
 from __future__ import annotations
 
 import errno
+import posixpath
 from collections.abc import Awaitable, Callable, Sequence
 
 from .errors import fs_error
@@ -46,7 +47,10 @@ def _normalize(path: str) -> str:
     if "\x00" in path:
         raise fs_error(errno.EINVAL, path.replace("\x00", "\\0"), "path contains NUL")
     if not path.startswith("/"):
-        raise fs_error(errno.EINVAL, path, "path must be absolute")
+        # A relative path is most often meant under /workspace (an agent's "notes.md"): say so.
+        under = "/" if path == "workspace" or path.startswith("workspace/") else "/workspace/"
+        meant = posixpath.normpath(under + path)
+        raise fs_error(errno.EINVAL, path, f"path must be absolute (did you mean {meant}?)")
     out: list[str] = []
     for seg in path.split("/"):
         if seg == "" or seg == ".":

@@ -101,3 +101,14 @@ def test_unavailable_errors_cross_process_boundaries_whole() -> None:
         back = pickle.loads(pickle.dumps(kind("ws-1", "why not")))
         assert type(back) is kind
         assert (back.errno, back.filename, back.strerror) == (11, "ws-1", "workspace unavailable: why not")
+
+
+async def test_a_mapping_written_through_a_client_is_a_type_error_not_its_keys(
+    cluster: Settings, name: str
+) -> None:
+    """A dict is iterable: through a client it was uploaded as pieces and the file held its keys."""
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        with pytest.raises(TypeError, match=r"not dict \(for JSON, pass json\.dumps\(data\)\)"):
+            await ws.fs.write_file("/workspace/a.json", {"a": 1})  # type: ignore[arg-type]
+        assert not await ws.fs.exists("/workspace/a.json")

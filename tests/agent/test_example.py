@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -22,3 +23,17 @@ def test_durable_agent_example_resumes_an_approval_after_a_kill(tmp_path: Path) 
         "todo.txt exists: False",
     ):
         assert needle in done.stdout, f"{needle!r} not in:\n{done.stdout}"
+
+
+README = Path(__file__).resolve().parents[2] / "computer" / "agent" / "README.md"
+
+
+def test_the_agent_readme_example_runs_as_it_is_and_prints_what_it_shows(tmp_path: Path) -> None:
+    """It was a sketch: top-level ``await``, and names it never defined (``OpenAIChatModel``,
+    ``lookup_order``, ``refund``, ``one_off_tool``), so a copy of it failed at its first line that used one."""
+    code, shown = re.findall(r"^```python\n(.*?)^```\n\n```\n(.*?)^```", README.read_text(), re.M | re.S)[0]
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=240
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout == shown

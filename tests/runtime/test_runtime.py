@@ -171,6 +171,13 @@ async def test_exit_statuses_map_to_completed_failed_and_cancelled(ws: computer.
     assert (sigterm.status, sigterm.exit_code) == ("cancelled", 143)
 
 
+async def test_a_timeout_that_is_not_a_number_is_a_type_error_naming_its_type(ws: computer.Workspace) -> None:
+    """``timeout="5"`` raised "'<' not supported between instances of 'int' and 'str'"."""
+    for timeout, kind in (("5", "str"), (True, "bool"), ([5], "list")):
+        with pytest.raises(TypeError, match=f"timeout must be a number of seconds, not {kind}"):
+            await ws.runtime.exec("true", timeout=timeout)  # type: ignore[arg-type]
+
+
 async def test_timeout_cancels_with_exit_124(ws: computer.Workspace) -> None:
     result = await (await ws.runtime.exec("echo started; sleep 30", timeout=0.5)).result()
     assert (result.status, result.exit_code, result.stdout) == ("cancelled", 124, "started\n")

@@ -73,6 +73,13 @@ def test_a_store_in_a_directory_that_is_missing_or_a_file_names_it(tmp_path: Pat
     assert f"{tmp_path / parent} {says}" in str(info.value)
 
 
+def test_a_store_path_that_is_a_directory_is_is_a_directory_error(tmp_path: Path) -> None:
+    """``Workspace("/tmp")`` (a directory given for the file) said "unable to open database file" (EIO)."""
+    with pytest.raises(IsADirectoryError) as info:
+        FileSystem.open(str(tmp_path))
+    assert info.value.filename == str(tmp_path) and "give a file's path" in str(info.value)
+
+
 @pytest.mark.parametrize("data", [123, None, 1.5])
 async def test_write_file_with_data_of_the_wrong_type_says_which_types_it_takes(
     fs: FileSystem, data: object
@@ -80,3 +87,45 @@ async def test_write_file_with_data_of_the_wrong_type_says_which_types_it_takes(
     with pytest.raises(TypeError, match=r"data must be bytes, str or an iterable of bytes, not "):
         await fs.write_file("/f", data)  # type: ignore[arg-type]
     assert not await fs.exists("/f")
+
+
+@pytest.mark.parametrize("data", [{"a": 1}, {b"ab": b"cd"}, {b"x"}, frozenset({"y"})])
+async def test_write_file_of_a_mapping_or_a_set_is_refused_not_its_keys_written(
+    fs: FileSystem, data: object
+) -> None:
+    """They are iterable, so ``write_file("/f", {"a": 1})`` wrote the file ``a`` (the keys, joined)."""
+    with pytest.raises(TypeError, match=rf"data must be bytes, .* not {type(data).__name__}"):
+        await fs.write_file("/f", data)  # type: ignore[arg-type]
+    assert not await fs.exists("/f")
+    if isinstance(data, dict):
+        with pytest.raises(TypeError, match=r"for JSON, pass json\.dumps\(data\)"):
+            await fs.write_file("/f", data)
+
+
+async def test_a_call_while_another_thread_is_inside_a_transaction_says_what_to_do(
+    file_fs: FileSystem,
+) -> None:
+    """A Workspace shared by threads (each ``asyncio.run`` in its own thread) failed "storage failure:
+    cannot start a transaction within a transaction" (EIO), which said neither cause nor remedy."""
+    import threading
+
+    inside, leave = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with file_fs._store.db.transaction():  # another thread, in the middle of a write
+            inside.set()
+            leave.wait(30)
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    try:
+        assert inside.wait(30)
+        with pytest.raises(OSError) as info:
+            await file_fs.write_file("/f", b"x")
+        assert info.value.errno == errno.EBUSY
+        assert "one thread at a time" in str(info.value) and "a Workspace of its own" in str(info.value)
+    finally:
+        leave.set()
+        thread.join(30)
+    await file_fs.write_file("/f", b"x")  # the thread is done: the store works as before
+    assert await file_fs.read_file("/f") == b"x"

@@ -59,6 +59,15 @@ async def test_operations_reject_relative_and_nul_paths(fs: FileSystem) -> None:
             await call
 
 
+async def test_a_relative_path_is_refused_with_the_absolute_one_it_likely_meant(fs: FileSystem) -> None:
+    """A model writing ``notes.md`` was told only "path must be absolute" and guessed again."""
+    with pytest.raises(FsInvalidError, match=r"did you mean /workspace/src/notes\.md\?") as info:
+        await fs.read_file("./src/notes.md")
+    assert info.value.filename == "./src/notes.md"
+    with pytest.raises(FsInvalidError, match=r"did you mean /workspace/a\.txt\?"):
+        await fs.read_file("workspace/a.txt")  # not /workspace/workspace/a.txt
+
+
 async def test_errors_name_the_path(fs: FileSystem) -> None:
     with pytest.raises(FileNotFoundError) as info:
         await fs.read_file("/nope/file.txt")

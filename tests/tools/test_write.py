@@ -60,7 +60,7 @@ async def test_write_below_a_file_is_an_error_and_creates_nothing(files: Files) 
 
 async def test_write_relative_path_is_an_error(files: Files) -> None:
     result = await files.write().run({"path": "notes.txt", "content": "y"})
-    assert "absolute" in result["error"]
+    assert result == {"error": "path must be absolute (did you mean /workspace/notes.txt?): notes.txt"}
 
 
 async def test_write_unicode_file_name(files: Files) -> None:
