@@ -295,7 +295,10 @@ class LiveSandboxes:
                 # Started in an event loop that has ended (``asyncio.run`` once per call): every later
                 # run failed "Event loop is closed". It ends from this loop, and this run says so.
                 sandbox.ctx = ctx
+                quiet = sandbox.tasks() is not None and not await sandbox.busy()
                 await sandbox.abandon(LOOP_ENDED)
+                if quiet:  # none of the user's processes was there: nothing lost, nothing to say
+                    self._unsaid.pop(workspace_id, None)
             if sandbox is not None and sandbox.alive:
                 sandbox.ctx = ctx
                 if sandbox.bridge is not None:
