@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import hashlib
 import os
 import secrets
@@ -14,7 +15,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
 
-from ._backend import BIG_FILE, PAGE_DIRS, PAGE_FILES, MirrorFile, SyncPull
+from ._backend import BIG_FILE, PAGE_DIRS, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull, fits
 from ._beneath import (
     HOLE,
     HOLE_DIGEST,
@@ -294,35 +295,33 @@ class MirrorPull(MirrorWatch):
     def pages(
         self, plan: PullPlan, budget: int | None, *, reuse: bool = False
     ) -> Generator[SyncPull, None, None]:
-        """The pull, cut into pages of at most ``budget`` new bytes and ``PAGE_FILES`` files (None: one).
-
-        Removals past ``PAGE_FILES`` go first, on pages of their own (:meth:`removal_pages`), then
-        directories past ``PAGE_DIRS`` (with the other removals); the rest, directories and links on
-        the next (no later page lands in a tree still to be cleared); files fill pages in path order.
-        A large file (two chunks or more) is read a chunk at a time and hashed: chunks the store holds
-        (the mirror's last sync of that path, or staged in this pull) travel as their hash, new ones
-        as bytes on the page's ``stage``: a 4 KiB change in a 100 MB file moves one chunk, and no
-        page holds more than ``budget`` bytes. Files changed into something else meanwhile are left
-        out. ``reuse``: a large file continuing another name's file
+        """The pull, cut into pages of at most ``budget`` new bytes, ``PAGE_FILES`` files and ``PAGE_PATHS``
+        characters of paths in a list (None: one). Removals past those first, on pages of their own
+        (:meth:`removal_pages`), then directories past ``PAGE_DIRS`` (with the other removals); the
+        rest, directories and links on the next (no later page lands in a tree still to be cleared);
+        files fill pages in path order. A large file (two chunks or more) is read a chunk at a time
+        and hashed: chunks the store holds (the mirror's last sync of that path, or staged in this
+        pull) travel as their hash, new ones as bytes on the page's ``stage``: a 4 KiB change in a
+        100 MB file moves one chunk, and no page holds more than ``budget`` bytes. Files changed into
+        something else meanwhile are left out. ``reuse``: a large file continuing another name's file
         (:meth:`chunk_sources`) is read against its chunks, which the first page keeps (``keep``)."""
         protected = sorted(self.protected)
         staging = secrets.token_hex(8)
         sources = self.chunk_sources(plan) if reuse else {}
         keep = sorted({digest for source in set(sources.values()) for digest in self.chunks[source]})
         deleted = plan.deleted
-        if budget is not None and not keep and len(deleted) > PAGE_FILES:
+        paged = budget is not None and not keep
+        if paged and len(deleted) > PAGE_FILES:
             deleted, reuse = (yield from self.removal_pages(deleted, protected, staging)), False
         dirs = plan.dirs
-        if budget is not None and not keep and len(dirs) > PAGE_DIRS:
-            # Directories past ``PAGE_DIRS`` on pages of their own, parents first (sorted by depth),
-            # the removals left on the first (a path removed after a page made a directory there
-            # would take it).
-            while len(dirs) > PAGE_DIRS:
-                yield SyncPull(
-                    self.root, dirs=dirs[:PAGE_DIRS], deleted=list(deleted), protected=protected,
-                    staging=staging, done=False,
-                )  # fmt: skip
-                dirs, deleted, reuse = dirs[PAGE_DIRS:], [], False
+        # Directories past ``PAGE_DIRS`` or ``PAGE_PATHS`` on pages of their own, parents first (by depth),
+        # the removals left on the first (a path removed after a page made a directory there takes it).
+        while paged and (count := fits((d.path for d in dirs), PAGE_DIRS)) < len(dirs):
+            yield SyncPull(
+                self.root, dirs=dirs[:count], deleted=list(deleted), protected=protected,
+                staging=staging, done=False,
+            )  # fmt: skip
+            dirs, deleted, reuse = dirs[count:], [], False
         page = SyncPull(
             self.root,
             dirs=list(dirs),
@@ -334,7 +333,8 @@ class MirrorPull(MirrorWatch):
             done=False,
             keep=keep,
         )
-        held = 0
+        held = names = 0
+        fresh = functools.partial(SyncPull, self.root, protected=protected, staging=staging, done=False)
         staged: set[str] = set()
         kept = set(keep)  # chunks the first page keeps: named by hash on every page
         on_first = reuse  # still filling the first page (the only one that can keep)
@@ -347,12 +347,14 @@ class MirrorPull(MirrorWatch):
                 path = self.workspace_path(rel)
                 mtime = entry.mtime_ns // 1_000_000
                 small = entry.size < BIG_FILE
+                names += len(path)  # ``PAGE_PATHS`` of the files' paths
                 if budget is not None and (
-                    len(page.files) >= PAGE_FILES or (small and held and held + entry.size > budget)
-                ):
+                    len(page.files) >= PAGE_FILES or (page.files and names > PAGE_PATHS)
+                    or (small and held and held + entry.size > budget)
+                ):  # fmt: skip
                     yield page
                     on_first = False
-                    page, held = SyncPull(self.root, protected=protected, staging=staging, done=False), 0
+                    page, held, names = fresh(), 0, len(path)
                 if not small:
                     source = sources.get(rel, rel)
                     previous = self.chunks.get(source, [])
@@ -391,10 +393,7 @@ class MirrorPull(MirrorWatch):
                             if budget is not None and held and held + len(piece) > budget:
                                 yield page
                                 on_first = False
-                                page, held = (
-                                    SyncPull(self.root, protected=protected, staging=staging, done=False),
-                                    0,
-                                )
+                                page, held, names = fresh(), 0, len(path)
                             page.stage.append(piece)
                             held += len(piece)
                             known.add(digest)
