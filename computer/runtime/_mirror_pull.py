@@ -15,7 +15,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
 
-from ._backend import BIG_FILE, PAGE_DIRS, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull, fits
+from ._backend import BIG_FILE, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull
 from ._beneath import (
     HOLE,
     HOLE_DIGEST,
@@ -37,6 +37,7 @@ from ._mirror_base import (
 )
 from ._mirror_watch import MirrorWatch
 from ._moves import moved_names
+from ._pull_pages import leading
 
 __all__ = ["MirrorPull"]
 
@@ -309,24 +310,17 @@ class MirrorPull(MirrorWatch):
         staging = secrets.token_hex(8)
         sources = self.chunk_sources(plan) if reuse else {}
         keep = sorted({digest for source in set(sources.values()) for digest in self.chunks[source]})
-        deleted = plan.deleted
-        paged = budget is not None and not keep
+        deleted, paged = plan.deleted, budget is not None and not keep
         if paged and len(deleted) > PAGE_FILES:
             deleted, reuse = (yield from self.removal_pages(deleted, protected, staging)), False
-        dirs = plan.dirs
-        # Directories past ``PAGE_DIRS`` or ``PAGE_PATHS`` on pages of their own, parents first (by depth),
-        # the removals left on the first (a path removed after a page made a directory there takes it).
-        while paged and (count := fits((d.path for d in dirs), PAGE_DIRS)) < len(dirs):
-            yield SyncPull(
-                self.root, dirs=dirs[:count], deleted=list(deleted), protected=protected,
-                staging=staging, done=False,
-            )  # fmt: skip
-            dirs, deleted, reuse = dirs[count:], [], False
+        # Past a page's: directories, then symlinks, on pages of their own.
+        dirs, links, deleted, came = yield from leading(plan, deleted, paged, self.root, protected, staging)
+        reuse = reuse and not came
         page = SyncPull(
             self.root,
             dirs=list(dirs),
             dir_times=dict(plan.dir_times),
-            symlinks=list(plan.symlinks),
+            symlinks=list(links),
             deleted=list(deleted),
             protected=protected,
             staging=staging,
@@ -410,9 +404,15 @@ class MirrorPull(MirrorWatch):
                     continue
                 held += len(data)
                 page.files.append(MirrorFile(path, data, entry.mode, mtime))
-        # Hard links last: their first name is on this page or an earlier one.
+        # Hard links last: their first name is on this page or an earlier one. On pages of their own
+        # past ``PAGE_FILES``: 20,000 names of one file on one page held the owner's loop 0.3 s.
         for rel, first in plan.links:
-            page.files.append(MirrorFile(self.workspace_path(rel), None, 0o644, 0, 0, first))
+            path = self.workspace_path(rel)
+            names += len(path) + len(first)
+            if budget is not None and (len(page.files) >= PAGE_FILES or (page.files and names > PAGE_PATHS)):
+                yield page
+                page, held, names = fresh(), 0, len(path) + len(first)
+            page.files.append(MirrorFile(path, None, 0o644, 0, 0, first))
         yield dataclasses.replace(page, done=True, staging=staging if staged or kept else None)
 
     def settle(

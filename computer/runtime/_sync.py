@@ -299,7 +299,10 @@ class MirrorSync:
         if (
             deferring
             and plan.size() <= self.limits.max_sync_bytes
-            and fits((rel for rel, _ in plan.files), PAGE_FILES) == len(plan.files)
+            and len(plan.files) + len(plan.links) <= PAGE_FILES  # then a copy of both costs nothing
+            and fits((rel for rel, _ in [*plan.files, *plan.links]), PAGE_FILES)
+            == len(plan.files) + len(plan.links)
+            and fits((s.path + s.target for s in plan.symlinks), PAGE_FILES) == len(plan.symlinks)
             and fits(plan.deleted, PAGE_FILES) == len(plan.deleted)
             and fits((d.path for d in plan.dirs), PAGE_DIRS) == len(plan.dirs)
             and not mirror.chunk_sources(plan)
