@@ -63,7 +63,9 @@ async def test_a_deep_chain_is_pulled_on_pages_of_bounded_path_length(
         assert not await ws.fs.exists("/workspace/c")
         assert sum(gone for _, _, gone in pages) > 4 * PAGE_PATHS
         assert all(gone <= PAGE_PATHS for _, _, gone in pages), pages
-        await (await ws.runtime.exec(f"mkdir -p {chain[: 2 * 300]} && touch {chain[: 2 * 300]}/kept")).result()
+        await (
+            await ws.runtime.exec(f"mkdir -p {chain[: 2 * 300]} && touch {chain[: 2 * 300]}/kept")
+        ).result()
     async with computer.Workspace(str(db), backends=[ShellBackend(live=live)]) as ws:
         assert await ws.fs.exists(f"/workspace/{chain[: 2 * 300]}/kept")
         again = await (await ws.runtime.exec("find c | wc -l")).result()
@@ -101,7 +103,7 @@ async def test_many_symlinks_and_hard_links_are_pulled_on_pages_of_their_own(
         await ws.fs.mkdir("/workspace")
         await (await ws.runtime.exec("true")).result()
         pages.clear()
-        made = await (await ws.runtime.exec(f"python3 -c \"{make}\"", timeout=120)).result()
+        made = await (await ws.runtime.exec(f'python3 -c "{make}"', timeout=120)).result()
         assert made.status == "completed", made.stderr
         assert made.skipped == []
         assert sum(links for _, links, _ in pages) == COUNT
