@@ -22,7 +22,6 @@ from ._beneath import (
     SAFE_BITS,
     BeneathReader,
     chmod_beneath,
-    readlink_beneath,
     remove_beneath,
 )
 from ._dir_times import mirror_dir, with_dir_times
@@ -179,6 +178,7 @@ class MirrorPull(MirrorWatch):
         made: dict[str, int] = {}  # directories new or of a new mode: index in ``plan.dirs``
         times = times or {}
         timed = 0  # of ``made``, those with a time in ``times``
+        links = BeneathReader(self.directory)  # each symlink's parent opened once
         for rel in ordered:
             old = state.get(rel)
             entry = now.get(rel)
@@ -216,9 +216,7 @@ class MirrorPull(MirrorWatch):
                     plan.dirs.append(mirror_dir(path, entry.mode, None if ns is None else ns // 1_000_000))
             elif kind == "l":
                 with contextlib.suppress(OSError):
-                    if not plan.add_symlink(
-                        path, readlink_beneath(self.directory, rel), entry.mtime_ns // 10**6
-                    ):
+                    if not plan.add_symlink(path, links.readlink(rel), entry.mtime_ns // 10**6):
                         continue  # a target the workspace cannot hold: left in the mirror only
             elif kind == "f":
                 ino = entry.ino
@@ -235,6 +233,7 @@ class MirrorPull(MirrorWatch):
                 continue
             if old is not None and old.kind != kind:
                 plan.deleted.append(path)  # replaced by another kind: remove first
+        links.close()
         self._other_names(plan, now, first_name)
         with_dir_times(plan, self.directory, self.root, made, parents if checked else set(), timed)
         plan.dirs.sort(key=lambda d: d.path.count("/"))
