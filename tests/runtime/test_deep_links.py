@@ -6,6 +6,7 @@ the top (``make_parent``), and forgetting paths walked up from every key of the 
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 from types import SimpleNamespace
@@ -85,3 +86,40 @@ def test_forgetting_below_a_deep_chain_looks_each_directory_up_once() -> None:
     assert _Key.steps < 3 * keys
     assert set(state) == {"c", "c/c", "d"}
     assert chunks == {}
+
+
+async def test_a_push_of_many_symlinks_gives_the_loop_turns_between_them(tmp_path: Path) -> None:
+    """A fresh mirror's push reads each symlink's target from the workspace on the owner's loop:
+    between every 256 of them the loop runs other work (20,000 at the end of a 2,000-level chain
+    held every workspace of the process ~0.7 s a page)."""
+    from computer.runtime._context import LocalExecContext
+
+    count = 1100
+    db = tmp_path / "ws.db"
+    async with computer.Workspace(str(db), backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace/d", recursive=True)
+        for i in range(count):
+            await ws.fs.symlink(f"t{i}", f"/workspace/d/s{i}")
+    turns = [0]
+    pages: list[tuple[int, int]] = []  # (symlinks on the page, turns the loop took while it was made)
+    sync_push = LocalExecContext.sync_push
+
+    async def recorded(self: LocalExecContext, *args: Any) -> Any:
+        before = turns[0]
+        page = await sync_push(self, *args)
+        pages.append((len(page.symlinks), turns[0] - before))
+        return page
+
+    async def turning() -> None:
+        while True:
+            turns[0] += 1
+            await asyncio.sleep(0)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LocalExecContext, "sync_push", recorded)
+        async with computer.Workspace(str(db), backends=[ShellBackend()]) as ws:
+            turner = asyncio.ensure_future(turning())
+            seen = await (await ws.runtime.exec("ls d | wc -l; readlink d/s7")).result()
+            turner.cancel()
+            assert seen.stdout == f"{count}\nt7\n"
+    assert [turned >= links // 256 for links, turned in pages if links] == [True], pages
