@@ -337,7 +337,7 @@ class LiveSandbox(LiveChannel, LiveJobs):
             return synced, pushed
         finally:
             if freezer is not None:  # cancelled while it froze too: the freeze ran to its end
-                thaw(freezer)
+                await finish_in_thread(functools.partial(thaw, freezer))  # blocks while it forks
 
     async def _pull(self, paced: bool = False) -> Synced | None:
         """Bring what changed in the mirror to the workspace (nothing to do: None), and tell every

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from ..storage.paths import MAX_PATH_BYTES
-from ._backend import PAGE_FILES, MirrorDir, MirrorFile, MirrorSymlink, SyncPull
+from ._backend import PAGE_FILES, MirrorDir, MirrorFile, MirrorSymlink, SyncPull, fits
 from ._beneath import lstat_beneath, make_parent, open_beneath, remove_beneath
 from ._forget import forget
 from ._held_links import linked_at, lost_names, names_elsewhere, rename_at
@@ -170,11 +170,11 @@ class MirrorBase:
         go first (``deleted`` is sorted: a path after its directory), so a directory goes once what
         it held is gone: before, ``rm -rf`` of a tree took the whole tree on the first page, one
         transaction (100,000 files held the loop ~0.5 s)."""
-        while len(deleted) > PAGE_FILES:
+        while (count := fits(reversed(deleted), PAGE_FILES)) < len(deleted):  # and ``PAGE_PATHS``
             yield SyncPull(
-                self.root, deleted=deleted[-PAGE_FILES:], protected=protected, staging=staging, done=False
+                self.root, deleted=deleted[-count:], protected=protected, staging=staging, done=False
             )
-            deleted = deleted[:-PAGE_FILES]
+            deleted = deleted[:-count]
         return deleted
 
     @staticmethod

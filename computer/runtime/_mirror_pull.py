@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import errno
+import functools
 import hashlib
 import os
 import secrets
@@ -14,14 +15,13 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
 
-from ._backend import BIG_FILE, PAGE_DIRS, PAGE_FILES, MirrorFile, SyncPull
+from ._backend import BIG_FILE, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull
 from ._beneath import (
     HOLE,
     HOLE_DIGEST,
     SAFE_BITS,
     BeneathReader,
     chmod_beneath,
-    readlink_beneath,
     remove_beneath,
 )
 from ._dir_times import mirror_dir, with_dir_times
@@ -36,6 +36,7 @@ from ._mirror_base import (
 )
 from ._mirror_watch import MirrorWatch
 from ._moves import moved_names
+from ._pull_pages import leading
 
 __all__ = ["MirrorPull"]
 
@@ -177,6 +178,7 @@ class MirrorPull(MirrorWatch):
         made: dict[str, int] = {}  # directories new or of a new mode: index in ``plan.dirs``
         times = times or {}
         timed = 0  # of ``made``, those with a time in ``times``
+        links = BeneathReader(self.directory)  # each symlink's parent opened once
         for rel in ordered:
             old = state.get(rel)
             entry = now.get(rel)
@@ -214,9 +216,7 @@ class MirrorPull(MirrorWatch):
                     plan.dirs.append(mirror_dir(path, entry.mode, None if ns is None else ns // 1_000_000))
             elif kind == "l":
                 with contextlib.suppress(OSError):
-                    if not plan.add_symlink(
-                        path, readlink_beneath(self.directory, rel), entry.mtime_ns // 10**6
-                    ):
+                    if not plan.add_symlink(path, links.readlink(rel), entry.mtime_ns // 10**6):
                         continue  # a target the workspace cannot hold: left in the mirror only
             elif kind == "f":
                 ino = entry.ino
@@ -233,6 +233,7 @@ class MirrorPull(MirrorWatch):
                 continue
             if old is not None and old.kind != kind:
                 plan.deleted.append(path)  # replaced by another kind: remove first
+        links.close()
         self._other_names(plan, now, first_name)
         with_dir_times(plan, self.directory, self.root, made, parents if checked else set(), timed)
         plan.dirs.sort(key=lambda d: d.path.count("/"))
@@ -294,47 +295,39 @@ class MirrorPull(MirrorWatch):
     def pages(
         self, plan: PullPlan, budget: int | None, *, reuse: bool = False
     ) -> Generator[SyncPull, None, None]:
-        """The pull, cut into pages of at most ``budget`` new bytes and ``PAGE_FILES`` files (None: one).
-
-        Removals past ``PAGE_FILES`` go first, on pages of their own (:meth:`removal_pages`), then
-        directories past ``PAGE_DIRS`` (with the other removals); the rest, directories and links on
-        the next (no later page lands in a tree still to be cleared); files fill pages in path order.
-        A large file (two chunks or more) is read a chunk at a time and hashed: chunks the store holds
-        (the mirror's last sync of that path, or staged in this pull) travel as their hash, new ones
-        as bytes on the page's ``stage``: a 4 KiB change in a 100 MB file moves one chunk, and no
-        page holds more than ``budget`` bytes. Files changed into something else meanwhile are left
-        out. ``reuse``: a large file continuing another name's file
+        """The pull, cut into pages of at most ``budget`` new bytes, ``PAGE_FILES`` files and ``PAGE_PATHS``
+        characters of paths in a list (None: one). Removals past those first, on pages of their own
+        (:meth:`removal_pages`), then directories past ``PAGE_DIRS`` (with the other removals); the
+        rest, directories and links on the next (no later page lands in a tree still to be cleared);
+        files fill pages in path order. A large file (two chunks or more) is read a chunk at a time
+        and hashed: chunks the store holds (the mirror's last sync of that path, or staged in this
+        pull) travel as their hash, new ones as bytes on the page's ``stage``: a 4 KiB change in a
+        100 MB file moves one chunk, and no page holds more than ``budget`` bytes. Files changed into
+        something else meanwhile are left out. ``reuse``: a large file continuing another name's file
         (:meth:`chunk_sources`) is read against its chunks, which the first page keeps (``keep``)."""
         protected = sorted(self.protected)
         staging = secrets.token_hex(8)
         sources = self.chunk_sources(plan) if reuse else {}
         keep = sorted({digest for source in set(sources.values()) for digest in self.chunks[source]})
-        deleted = plan.deleted
-        if budget is not None and not keep and len(deleted) > PAGE_FILES:
+        deleted, paged = plan.deleted, budget is not None and not keep
+        if paged and len(deleted) > PAGE_FILES:
             deleted, reuse = (yield from self.removal_pages(deleted, protected, staging)), False
-        dirs = plan.dirs
-        if budget is not None and not keep and len(dirs) > PAGE_DIRS:
-            # Directories past ``PAGE_DIRS`` on pages of their own, parents first (sorted by depth),
-            # the removals left on the first (a path removed after a page made a directory there
-            # would take it).
-            while len(dirs) > PAGE_DIRS:
-                yield SyncPull(
-                    self.root, dirs=dirs[:PAGE_DIRS], deleted=list(deleted), protected=protected,
-                    staging=staging, done=False,
-                )  # fmt: skip
-                dirs, deleted, reuse = dirs[PAGE_DIRS:], [], False
+        # Past a page's: directories, then symlinks, on pages of their own.
+        dirs, links, deleted, came = yield from leading(plan, deleted, paged, self.root, protected, staging)
+        reuse = reuse and not came
         page = SyncPull(
             self.root,
             dirs=list(dirs),
             dir_times=dict(plan.dir_times),
-            symlinks=list(plan.symlinks),
+            symlinks=list(links),
             deleted=list(deleted),
             protected=protected,
             staging=staging,
             done=False,
             keep=keep,
         )
-        held = 0
+        held = names = 0
+        fresh = functools.partial(SyncPull, self.root, protected=protected, staging=staging, done=False)
         staged: set[str] = set()
         kept = set(keep)  # chunks the first page keeps: named by hash on every page
         on_first = reuse  # still filling the first page (the only one that can keep)
@@ -347,12 +340,14 @@ class MirrorPull(MirrorWatch):
                 path = self.workspace_path(rel)
                 mtime = entry.mtime_ns // 1_000_000
                 small = entry.size < BIG_FILE
+                names += len(path)  # ``PAGE_PATHS`` of the files' paths
                 if budget is not None and (
-                    len(page.files) >= PAGE_FILES or (small and held and held + entry.size > budget)
-                ):
+                    len(page.files) >= PAGE_FILES or (page.files and names > PAGE_PATHS)
+                    or (small and held and held + entry.size > budget)
+                ):  # fmt: skip
                     yield page
                     on_first = False
-                    page, held = SyncPull(self.root, protected=protected, staging=staging, done=False), 0
+                    page, held, names = fresh(), 0, len(path)
                 if not small:
                     source = sources.get(rel, rel)
                     previous = self.chunks.get(source, [])
@@ -391,10 +386,7 @@ class MirrorPull(MirrorWatch):
                             if budget is not None and held and held + len(piece) > budget:
                                 yield page
                                 on_first = False
-                                page, held = (
-                                    SyncPull(self.root, protected=protected, staging=staging, done=False),
-                                    0,
-                                )
+                                page, held, names = fresh(), 0, len(path)
                             page.stage.append(piece)
                             held += len(piece)
                             known.add(digest)
@@ -411,9 +403,15 @@ class MirrorPull(MirrorWatch):
                     continue
                 held += len(data)
                 page.files.append(MirrorFile(path, data, entry.mode, mtime))
-        # Hard links last: their first name is on this page or an earlier one.
+        # Hard links last: their first name is on this page or an earlier one. On pages of their own
+        # past ``PAGE_FILES``: 20,000 names of one file on one page held the owner's loop 0.3 s.
         for rel, first in plan.links:
-            page.files.append(MirrorFile(self.workspace_path(rel), None, 0o644, 0, 0, first))
+            path = self.workspace_path(rel)
+            names += len(path) + len(first)
+            if budget is not None and (len(page.files) >= PAGE_FILES or (page.files and names > PAGE_PATHS)):
+                yield page
+                page, held, names = fresh(), 0, len(path) + len(first)
+            page.files.append(MirrorFile(path, None, 0o644, 0, 0, first))
         yield dataclasses.replace(page, done=True, staging=staging if staged or kept else None)
 
     def settle(

@@ -188,9 +188,12 @@ class MirrorPush(MirrorBase):
             self.take_in(relinked, rewritten=rewritten)
         if unlinked:  # (fetched again: the workspace may have written the name it removed)
             self.reread(unlinked, refetch=True, but={self.rel(f.path) for f in push.files})
-        for link in push.symlinks:
+        for link in push.symlinks:  # their parents too made real once a page (20,000 links 2,000 deep: hours)
             host = self.host(link.path)
-            make_parent(self.directory, host, self.owner)
+            parent = self.rel(link.path).rpartition("/")[0]
+            if parent not in ready:
+                make_parent(self.directory, host, self.owner)
+                ready.add(parent)
             remove_node(host)
             os.symlink(link.target, host)  # stored verbatim; only ever resolved inside the sandbox
             if self.owner is not None:

@@ -36,6 +36,7 @@ from ._backend import (
     SyncLimits,
     SyncPull,
     SyncPush,
+    fits,
 )
 from ._kept import trim_kept
 from ._mirror import Entry, Mirror, PullPlan
@@ -298,9 +299,12 @@ class MirrorSync:
         if (
             deferring
             and plan.size() <= self.limits.max_sync_bytes
-            and len(plan.files) <= PAGE_FILES
-            and len(plan.deleted) <= PAGE_FILES
-            and len(plan.dirs) <= PAGE_DIRS
+            and len(plan.files) + len(plan.links) <= PAGE_FILES  # then a copy of both costs nothing
+            and fits((rel for rel, _ in [*plan.files, *plan.links]), PAGE_FILES)
+            == len(plan.files) + len(plan.links)
+            and fits((s.path + s.target for s in plan.symlinks), PAGE_FILES) == len(plan.symlinks)
+            and fits(plan.deleted, PAGE_FILES) == len(plan.deleted)
+            and fits((d.path for d in plan.dirs), PAGE_DIRS) == len(plan.dirs)
             and not mirror.chunk_sources(plan)
         ):
             pull = (

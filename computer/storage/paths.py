@@ -51,6 +51,17 @@ def _normalize(path: str) -> str:
         under = "/" if path == "workspace" or path.startswith("workspace/") else "/workspace/"
         meant = posixpath.normpath(under + path)
         raise fs_error(errno.EINVAL, path, f"path must be absolute (did you mean {meant}?)")
+    parts = path[1:].split("/")
+    # No empty, "." or ".." segment and no name long enough to be over the limit (a character is at
+    # most 4 bytes): the segments as they are, without a step per segment (a path 2,000 levels deep,
+    # as a program's chain makes: 0.7 ms a call, 20,000 symlinks there 14 s on the owner's loop).
+    if (
+        "" not in parts
+        and "." not in parts
+        and ".." not in parts
+        and max(map(len, parts)) <= MAX_NAME_BYTES // 4
+    ):
+        return _checked(path, path)  # canonical as it is
     out: list[str] = []
     for seg in path.split("/"):
         if seg == "" or seg == ".":
@@ -63,7 +74,10 @@ def _normalize(path: str) -> str:
         if len(seg.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
             raise fs_error(errno.ENAMETOOLONG, path, "file name too long")
         out.append(seg)
-    result = "/" + "/".join(out)
+    return _checked(path, "/" + "/".join(out))
+
+
+def _checked(path: str, result: str) -> str:
     if len(result.encode("utf-8", "surrogatepass")) > MAX_PATH_BYTES:
         raise fs_error(errno.ENAMETOOLONG, path, "path too long")
     return result

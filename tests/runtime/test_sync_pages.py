@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import computer
-from computer.runtime import ShellBackend, _context, _mirror_pull, _push_ops, _sync
+from computer.runtime import ShellBackend, _context, _pull_pages, _push_ops, _sync
 from computer.runtime._backend import PAGE_FILES
 from computer.runtime._context import LocalExecContext
 from computer.runtime._sync import _Pages
@@ -174,7 +174,7 @@ async def test_directories_past_a_page_go_on_pages_of_their_own_parents_first(
     page, 37,000 of a ``mkdir -p`` held the owner's loop ~0.26 s), parents first, with the loop free
     between pages. The file the tree replaces is removed on the first page (on a later one it would
     take the directories made before it); modes and times arrive; all is there after a reopen."""
-    monkeypatch.setattr(_mirror_pull, "PAGE_DIRS", 100)
+    monkeypatch.setattr(_pull_pages, "PAGE_DIRS", 100)
     monkeypatch.setattr(_sync, "PAGE_DIRS", 100)
     pages: list[tuple[list[str], list[str]]] = []  # (directories, removals) of each page
     seen: list[tuple[int, int]] = []
@@ -228,7 +228,7 @@ async def test_a_workspace_write_into_a_tree_a_run_makes_is_kept_however_its_dir
     which both made (neither pulled nor skipped: the workspace's mode and time stay); after a reopen
     the sandbox sees both sides' entries in ``x/d5``. (Until s52 ``x/d5`` and everything the run made
     below it were refused, the workspace having made the directory.)"""
-    monkeypatch.setattr(_mirror_pull, "PAGE_DIRS", page_dirs)
+    monkeypatch.setattr(_pull_pages, "PAGE_DIRS", page_dirs)
     monkeypatch.setattr(_sync, "PAGE_DIRS", page_dirs)
     db = tmp_path / "ws.db"
     async with computer.Workspace(str(db), backends=[ShellBackend(live=False)]) as ws:
