@@ -24,7 +24,9 @@ import pytest
 from computer import Workspace
 from computer.runtime import PythonBackend, ShellBackend
 
-MARK = "31337.5"  # a background process's argument, found on the host by it
+from ._live_support import host_pids_with
+
+MARK = "sleep 31337.5"  # a background process, found on the host by its command line
 
 
 def seen(predicate: Any) -> bool:
@@ -38,15 +40,6 @@ def seen(predicate: Any) -> bool:
     return True
 
 
-def host_processes_with(mark: str) -> list[int]:
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        with contextlib.suppress(OSError):
-            if mark.encode() in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0"):
-                found.append(int(pid))
-    return found
-
-
 async def run(ws: Workspace, source: str, backend: str | None = None) -> Any:
     handle = await ws.runtime.exec(source, backend=backend, timeout=60)
     return await handle.result()
@@ -56,15 +49,15 @@ def test_one_event_loop_per_call_runs_every_call_in_a_fresh_sandbox(tmp_path: Pa
     ws = Workspace(str(tmp_path / "w.db"), backends=[ShellBackend(), PythonBackend()])
     try:
         asyncio.run(ws.fs.mkdir("/workspace", recursive=True))
-        first = asyncio.run(run(ws, f"sleep {MARK} & echo one > a"))
+        first = asyncio.run(run(ws, f"{MARK} & echo one > a"))
         assert first.status == "completed", first
-        assert seen(lambda: host_processes_with(MARK))  # it runs on while its loop is gone
+        assert seen(lambda: host_pids_with(MARK))  # it runs on while its loop is gone
         for n in range(3):
             later = asyncio.run(run(ws, f"cat a; echo {n} > b{n}"))
             assert (later.status, later.stdout, later.error) == ("completed", "one\n", None), later
             if n == 0:  # the background process was ended with that sandbox: said
                 assert "the event loop it was started in has ended" in later.stderr
-                assert host_processes_with(MARK) == []  # ended with its sandbox, not left behind
+                assert host_pids_with(MARK) == []  # ended with its sandbox, not left behind
             else:  # nothing of the user's ran in the ended loop's sandbox: nothing to say
                 assert later.stderr == ""
         for _ in range(2):
@@ -74,7 +67,7 @@ def test_one_event_loop_per_call_runs_every_call_in_a_fresh_sandbox(tmp_path: Pa
         assert sorted(e.name for e in listing) == ["a", "b0", "b1", "b2"]
     finally:
         asyncio.run(ws.close())
-    assert host_processes_with(MARK) == []
+    assert host_pids_with(MARK) == []
 
 
 def test_a_loop_running_in_another_thread_keeps_its_sandbox(tmp_path: Path) -> None:
@@ -88,12 +81,12 @@ def test_a_loop_running_in_another_thread_keeps_its_sandbox(tmp_path: Path) -> N
 
     try:
         there(ws.fs.mkdir("/workspace", recursive=True))
-        assert there(run(ws, f"sleep {MARK} &")).status == "completed"
-        assert seen(lambda: host_processes_with(MARK))
+        assert there(run(ws, f"{MARK} &")).status == "completed"
+        assert seen(lambda: host_pids_with(MARK))
         refused = asyncio.run(run(ws, "echo here"))
         assert refused.status == "failed"
         assert "event loop running in another thread" in (refused.error or ""), refused
-        assert host_processes_with(MARK)  # the other loop's sandbox and its process were left alone
+        assert host_pids_with(MARK)  # the other loop's sandbox and its process were left alone
         again = there(run(ws, "echo there"))
         assert (again.status, again.stdout, again.stderr) == ("completed", "there\n", "")
     finally:
@@ -102,12 +95,12 @@ def test_a_loop_running_in_another_thread_keeps_its_sandbox(tmp_path: Path) -> N
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
-    assert seen(lambda: not host_processes_with(MARK))
+    assert seen(lambda: not host_pids_with(MARK))
 
 
 @pytest.fixture(autouse=True)
 def _no_leftovers() -> Any:
     yield
-    for pid in host_processes_with(MARK):
+    for pid in host_pids_with(MARK):
         with contextlib.suppress(OSError):
             os.kill(pid, 9)
