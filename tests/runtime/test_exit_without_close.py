@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from .test_live_event_loops import MARK, host_processes_with
+from ._live_support import host_pids_with
+from .test_live_event_loops import MARK
 
 SCRIPT = textwrap.dedent(
     f"""
@@ -29,7 +30,7 @@ SCRIPT = textwrap.dedent(
         return await (await ws.runtime.exec(source, backend=backend, timeout=60)).result()
 
     asyncio.run(ws.fs.mkdir("/workspace", recursive=True))
-    print(asyncio.run(run("sleep {MARK} & echo one")).stdout, end="")
+    print(asyncio.run(run("{MARK} & echo one")).stdout, end="")
     print(asyncio.run(run("echo two")).stdout, end="")
     print(asyncio.run(run("print('three')", backend="python")).stdout, end="")
     """
@@ -48,4 +49,4 @@ def test_a_script_that_never_closes_its_workspace_ends_quietly(tmp_path: Path, c
     )
     assert (done.returncode, done.stdout) == (0, "one\ntwo\nthree\n"), done.stderr
     assert done.stderr == ""
-    assert host_processes_with(MARK) == []
+    assert host_pids_with(MARK) == []
