@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+from ._tasks import on_loop
 from .types import ExecResult, ExecSnapshot
 
 __all__ = ["LOOP_ENDED", "ExecHandle", "ExecRun"]
@@ -48,13 +49,11 @@ class ExecRun:
     async def result(self) -> ExecResult:
         if self._result.done():  # also from another event loop (one asyncio.run per call)
             return self._result.result()
-        loop = self._result.get_loop()
-        if loop is not asyncio.get_running_loop():
-            if not loop.is_running():
-                raise RuntimeError(f"exec {self.id}: {LOOP_ENDED}")
-            # Started by a loop running in another thread: wait there.
-            return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(self.result(), loop))
-        return await asyncio.shield(self._result)
+        return await on_loop(  # a loop running in another thread started it: waited there
+            self._result.get_loop(),
+            lambda: asyncio.shield(self._result),
+            lambda: RuntimeError(f"exec {self.id}: {LOOP_ENDED}"),
+        )
 
     async def snapshots(self) -> AsyncIterator[ExecSnapshot]:
         """The latest snapshot, then each newer one (coalesced), ending with the final one."""

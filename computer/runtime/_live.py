@@ -434,67 +434,55 @@ class LiveSandbox(LiveChannel, LiveJobs):
                 self.spare = None
             async with self.lock:
                 await self.process.kill_tree()
-                clean = False
-                try:
-                    await self._pull()  # the tree is dead: nothing to freeze
-                    clean = True
-                except Exception as exc:
-                    log.warning("live sandbox of %s: the final pull failed: %r", self.workspace_id, exc)
-                for fd in list(self._adopted):
-                    with contextlib.suppress(Exception):
-                        self.loop.remove_reader(fd)
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
-                self._adopted.clear()
-                with contextlib.suppress(Exception):
-                    await self.flush_logs(limit=None)
-                for control in (self._pids_current, self._pids_events, self._oom_control):
-                    if control is not None:
-                        control.close()
-                await asyncio.to_thread(self.process.cleanup)
-                self.channel.close()
-                if self.bridge is not None:
-                    with contextlib.suppress(Exception):
-                        await self.bridge.__aexit__(None, None, None)
-                await asyncio.to_thread(AssetsBridge.remove_directory, self.bridge_dir)
-                with contextlib.suppress(Exception):
-                    await self.sync_.release(self.workspace_id, self.mirror, clean=clean)
+                await self._wind_up()
         finally:  # a failed step must not leave runs waiting for this end (``ENDING_WAIT``)
-            self.ended.set()
-            if self.ended_callback is not None:
-                self.ended_callback(self)
+            self._told_ended()
+
+    async def _wind_up(self) -> None:
+        """Its processes dead: what they wrote pulled, then their pipes, logs, control files, bridge
+        and mirror let go (``_end``, ``abandon``)."""
+        clean = False
+        try:
+            await self._pull()  # the tree is dead: nothing to freeze
+            clean = True
+        except Exception as exc:
+            log.warning("live sandbox of %s: the final pull failed: %r", self.workspace_id, exc)
+        for fd in list(self._adopted):
+            with contextlib.suppress(Exception):
+                self.loop.remove_reader(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._adopted.clear()
+        with contextlib.suppress(Exception):
+            await self.flush_logs(limit=None)
+        for control in (self._pids_current, self._pids_events, self._oom_control):
+            if control is not None:
+                control.close()
+        await asyncio.to_thread(self.process.cleanup)
+        self.channel.close()
+        if self.bridge is not None:
+            with contextlib.suppress(Exception):
+                await self.bridge.__aexit__(None, None, None)
+        await asyncio.to_thread(AssetsBridge.remove_directory, self.bridge_dir)
+        with contextlib.suppress(Exception):
+            await self.sync_.release(self.workspace_id, self.mirror, clean=clean)
+
+    def _told_ended(self) -> None:
+        self.ended.set()
+        if self.ended_callback is not None:
+            self.ended_callback(self)
 
     async def abandon(self, why: str) -> None:
         """End, from the running event loop, a sandbox whose own loop has ended (``asyncio.run`` once per
         call): its readers, tasks and the init's transport were that loop's, so nothing of it is
-        awaited. Its processes are killed at once, what they wrote is pulled, its mirror let go; its
-        workspace's next run says why (``unsaid``)."""
+        awaited, its lock neither (a task of that loop may hold it). Its processes are killed at once,
+        what they wrote is pulled, its mirror let go; its workspace's next run says why (``unsaid``)."""
         self.dead = self.unsaid = why
         if self.spare is not None:
             self.spare.close()
             self.spare = None
-        await asyncio.to_thread(self.process.kill_now)
-        self.channel.close()
-        for fd in self._adopted:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._adopted.clear()
-        for control in (self._pids_current, self._pids_events, self._oom_control):
-            if control is not None:
-                control.close()
-        clean = False
         try:
-            await (
-                self._pull()
-            )  # the tree is dead; its lock is left alone (a task of the old loop may hold it)
-            clean = True
-        except Exception as exc:
-            log.warning("live sandbox of %s: the final pull failed: %r", self.workspace_id, exc)
-        with contextlib.suppress(Exception):
-            await self.flush_logs(limit=None)
-        await asyncio.to_thread(AssetsBridge.remove_directory, self.bridge_dir)
-        with contextlib.suppress(Exception):
-            await self.sync_.release(self.workspace_id, self.mirror, clean=clean)
-        self.ended.set()
-        if self.ended_callback is not None:
-            self.ended_callback(self)
+            await asyncio.to_thread(self.process.kill_now)
+            await self._wind_up()
+        finally:
+            self._told_ended()

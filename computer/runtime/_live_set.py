@@ -17,7 +17,6 @@ import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
-from typing import TypeVar
 
 from ._assets_bridge import SANDBOX_DIR
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, OutputChunk, SyncLimits
@@ -29,11 +28,9 @@ from ._mirror import Mirror
 from ._process import ProcessOutcome, out_of_memory_error
 from ._sandbox import Sandbox
 from ._sync import MirrorSync
-from ._tasks import run_to_completion
+from ._tasks import on_loop, run_to_completion
 from ._warm import PreparedSandbox, Ready, WarmSandboxes
 from .types import ProcessInfo
-
-_T = TypeVar("_T")
 
 __all__ = ["Command", "JobSpec", "LiveCalls", "LiveSandboxes"]
 
@@ -60,22 +57,6 @@ LOOP_GONE = (
     "call), so its processes cannot be reached from this one; the next run ends them (end_sandbox() "
     "does it now): keep one event loop running while programs run in the background"
 )
-
-
-async def _on_its_loop(sandbox: LiveSandbox, call: Callable[[], Awaitable[_T]]) -> _T:
-    """``call()``, a request to ``sandbox``, on the sandbox's own event loop: this one, or one running in
-    another thread (waited for there). From another loop it raised "Future attached to a different
-    loop"; a sandbox whose loop has ended answers nothing (``LOOP_GONE``)."""
-    loop = sandbox.loop
-    if loop is asyncio.get_running_loop():
-        return await call()
-    if not loop.is_running():
-        raise LiveSandboxError(LOOP_GONE)
-
-    async def there() -> _T:
-        return await call()
-
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(there(), loop))
 
 
 @dataclass
@@ -119,9 +100,8 @@ class LiveSandboxes:
         self.idle, self.lifetime = idle, lifetime
         self.mount_root = sync.mount_root
         self._live: dict[str, LiveSandbox] = {}
-        self._starting: dict[
-            str, tuple[asyncio.AbstractEventLoop, asyncio.Lock]
-        ] = {}  # per loop (see _sandbox_of)
+        # One start at a time per workspace, with a lock per event loop (see ``_sandbox_of``).
+        self._starting: dict[str, tuple[asyncio.AbstractEventLoop, asyncio.Lock]] = {}
         # What ended sandboxes' syncs refused with no run to tell (``LiveSandbox.unreported``), by
         # workspace: its next run's ``skipped`` (the oldest let go past _UNREPORTED workspaces).
         self._unreported: dict[str, dict[str, str]] = {}
@@ -438,13 +418,13 @@ class LiveSandboxes:
         sandbox = self._live.get(workspace_id)
         if sandbox is None or not sandbox.alive:
             return []
-        return await _on_its_loop(sandbox, sandbox.processes)
+        return await on_loop(sandbox.loop, sandbox.processes, lambda: LiveSandboxError(LOOP_GONE))
 
     async def kill_process(self, workspace_id: str, pid: int) -> None:
         sandbox = self._live.get(workspace_id)
         if sandbox is None or not sandbox.alive:
             raise ProcessLookupError(f"no process {pid}: the workspace has no live sandbox")
-        await _on_its_loop(sandbox, lambda: sandbox.kill_process(pid))
+        await on_loop(sandbox.loop, lambda: sandbox.kill_process(pid), lambda: LiveSandboxError(LOOP_GONE))
 
     async def end_sandbox(self, workspace_id: str) -> bool:
         sandbox = self._live.get(workspace_id)

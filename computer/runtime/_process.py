@@ -64,7 +64,7 @@ class SandboxProcess:
         ``_REAP_TIMEOUT`` our ends of the pipes are closed instead.
         """
         self.killed = True
-        drop_transport(self.proc)  # started in an event loop that has ended: nothing to wait with
+        loop_ended = drop_transport(self.proc)  # started in an event loop that has ended: no wait
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)  # the launcher leads its group: it is in there
         except (ProcessLookupError, PermissionError):
@@ -74,7 +74,7 @@ class SandboxProcess:
                 self.proc.kill()
         if self.cgroups:
             await asyncio.to_thread(sweep, self.cgroups)
-        if self.proc._loop.is_closed():  # type: ignore[attr-defined]
+        if loop_ended:
             return
         try:
             await asyncio.wait_for(self.proc.wait(), timeout=_REAP_TIMEOUT)
@@ -139,22 +139,25 @@ def close_transport(proc: asyncio.subprocess.Process) -> None:
             transport.close()
 
 
-def drop_transport(proc: asyncio.subprocess.Process) -> None:
+def drop_transport(proc: asyncio.subprocess.Process) -> bool:
     """Let go of the pipes of a process whose event loop has ended, without a call into that loop: the
     transport's own close schedules its callbacks there, and its collection printed a traceback
     ("Event loop is closed") for each sandbox started in an ``asyncio.run`` that returned. The
-    warning asyncio's child watcher logs when it reaps such a process is left out too."""
+    warning asyncio's child watcher logs when it reaps such a process is left out too. Whether its
+    loop has ended (else nothing is done: that loop closes it, the pipes registered there till then)."""
+    loop = getattr(proc, "_loop", None)  # asyncio's private fields, as in 3.11-3.13
+    if loop is None or not loop.is_closed():
+        return False
+    _UNWATCHED.add(proc.pid)
+    if len(_UNWATCHED) == 1:
+        logging.getLogger("asyncio").addFilter(_unwatched)
     transport = getattr(proc, "_transport", None)
-    with contextlib.suppress(Exception):  # asyncio's private fields; at worst that traceback again
-        if not transport._loop.is_closed():  # type: ignore[union-attr]
-            return  # its loop closes it (the pipes stay registered there until then)
-        _UNWATCHED.add(proc.pid)
-        if len(_UNWATCHED) == 1:
-            logging.getLogger("asyncio").addFilter(_unwatched)
+    with contextlib.suppress(Exception):  # at worst that traceback again
         for proto in transport._pipes.values():  # type: ignore[union-attr]
             if proto is not None:
                 proto.pipe._pipe.close()
         transport._closed = True  # type: ignore[union-attr]
+    return True
 
 
 _UNWATCHED: set[int] = set()  # pids of processes let go by :func:`drop_transport` (a pid is a few bytes)

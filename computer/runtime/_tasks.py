@@ -1,5 +1,6 @@
 """Task helpers for teardown: finish it despite cancellation, or run it in the background (on the
-caller's loop for a coroutine, on a thread of its own for blocking work)."""
+caller's loop for a coroutine, on a thread of its own for blocking work); a call on the event loop
+that owns what it touches (:func:`on_loop`)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-__all__ = ["finish_in_thread", "in_background", "in_thread", "run_to_completion"]
+__all__ = ["finish_in_thread", "in_background", "in_thread", "on_loop", "run_to_completion"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -77,3 +78,20 @@ def in_thread(work: Callable[[], object], what: str, *, daemon: bool = False) ->
             log.warning("%s failed: %r", what, exc)
 
     threading.Thread(target=run, name=f"computer: {what}"[:60], daemon=daemon).start()
+
+
+async def on_loop(
+    loop: asyncio.AbstractEventLoop, call: Callable[[], Awaitable[_T]], ended: Callable[[], BaseException]
+) -> _T:
+    """``call()`` on ``loop``: this one, or one running in another thread, awaited there (a future of
+    another loop cannot be awaited here: "attached to a different loop"); ``ended()`` is raised when
+    that loop runs no more (one ``asyncio.run`` per call)."""
+    if loop is asyncio.get_running_loop():
+        return await call()
+    if not loop.is_running():
+        raise ended()
+
+    async def there() -> _T:
+        return await call()
+
+    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(there(), loop))
