@@ -46,15 +46,22 @@ async def run(ws: Workspace, source: str, backend: str | None = None) -> Any:
 
 
 def test_one_event_loop_per_call_runs_every_call_in_a_fresh_sandbox(tmp_path: Path) -> None:
-    ws = Workspace(str(tmp_path / "w.db"), backends=[ShellBackend(), PythonBackend()])
+    shell = ShellBackend()
+    ws = Workspace(str(tmp_path / "w.db"), backends=[shell, PythonBackend()])
     try:
         asyncio.run(ws.fs.mkdir("/workspace", recursive=True))
-        first = asyncio.run(run(ws, f"{MARK} & echo one > a"))
+        # A background writer goes on after the loop ended; nobody syncs meanwhile.
+        writer = "(until [ -e go ]; do sleep 0.01; done; echo late > late) &"
+        first = asyncio.run(run(ws, f"{MARK} & {writer} echo one > a"))
         assert first.status == "completed", first
         assert seen(lambda: host_pids_with(MARK))  # it runs on while its loop is gone
+        mirror = shell._lives._live[ws.fs.instance].mirror.directory
+        (mirror / "go").touch()  # the writer writes now, into the mirror of no running loop
+        assert seen(lambda: (mirror / "late").exists())
+        asyncio.run(ws.fs.write_file("/workspace/from-ws", b"w"))  # a workspace write meanwhile
         for n in range(3):
-            later = asyncio.run(run(ws, f"cat a; echo {n} > b{n}"))
-            assert (later.status, later.stdout, later.error) == ("completed", "one\n", None), later
+            later = asyncio.run(run(ws, f"cat a late from-ws; echo {n} > b{n}"))
+            assert (later.status, later.stdout, later.error) == ("completed", "one\nlate\nw", None), later
             if n == 0:  # the background process was ended with that sandbox: said
                 assert "the event loop it was started in has ended" in later.stderr
                 assert host_pids_with(MARK) == []  # ended with its sandbox, not left behind
@@ -63,11 +70,18 @@ def test_one_event_loop_per_call_runs_every_call_in_a_fresh_sandbox(tmp_path: Pa
         for _ in range(2):
             py = asyncio.run(run(ws, "print(open('b2').read().strip())", backend="python"))
             assert (py.status, py.stdout, py.error) == ("completed", "2\n", None), py
+        names = ["a", "b0", "b1", "b2", "from-ws", "go", "late"]
         listing = asyncio.run(ws.fs.readdir("/workspace"))
-        assert sorted(e.name for e in listing) == ["a", "b0", "b1", "b2"]
+        assert sorted(e.name for e in listing) == names
     finally:
         asyncio.run(ws.close())
     assert host_pids_with(MARK) == []
+    again = Workspace(str(tmp_path / "w.db"), backends=[ShellBackend()])  # after a reopen
+    try:
+        reread = asyncio.run(run(again, "cat late b2; ls"))
+        assert (reread.status, reread.stdout) == ("completed", "late\n2\n" + "".join(f"{n}\n" for n in names))
+    finally:
+        asyncio.run(again.close())
 
 
 def test_a_loop_running_in_another_thread_keeps_its_sandbox(tmp_path: Path) -> None:
