@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import ray
@@ -67,6 +68,15 @@ async def awake_owner(name: str, config: Settings) -> Any | None:
         except ray.exceptions.RayActorError:
             continue  # exited meanwhile: it holds nothing
     return None
+
+
+async def kill_awake_owners(names: Iterable[str], config: Settings) -> None:
+    """``ray.kill`` the process holding each of ``names`` open now (a test's teardown: its hosts or
+    dedicated actors must not outlive the data directory it made)."""
+    for name in names:
+        owner = await awake_owner(name, config)
+        if owner is not None:
+            ray.kill(owner)
 
 
 async def owner_awake(name: str, config: Settings) -> bool:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from owner_models import kill_awake_owners
 
 import computer
 from computer import Workspace
@@ -170,13 +171,7 @@ async def test_a_full_disk_through_a_client_and_a_new_workspace(
         assert_enospc(new.value)
         assert "owner died" not in str(new.value)
     finally:
-        import ray
-        from owner_models import awake_owner
-
-        for name in ("full-disk-a", "full-disk-b"):
-            owner = await awake_owner(name, conf)  # its host, or its dedicated actor
-            if owner is not None:
-                ray.kill(owner)
+        await kill_awake_owners(("full-disk-a", "full-disk-b"), conf)  # its host, or its dedicated actor
         computer.init(data_dir=tmp_path / "data")
 
 
@@ -209,13 +204,7 @@ async def test_a_new_workspace_refused_on_a_full_disk_leaves_no_file_placement_w
         async with computer.get_workspace("full-disk-c") as ws:
             assert await ws.fs.read_file("/keep") == b"kept"
     finally:
-        import ray
-        from owner_models import awake_owner
-
-        for name in ("full-disk-c", "full-disk-d"):
-            owner = await awake_owner(name, conf)
-            if owner is not None:
-                ray.kill(owner)
+        await kill_awake_owners(("full-disk-c", "full-disk-d"), conf)  # its host, or its dedicated actor
         computer.init(data_dir=tmp_path / "data")
 
 
@@ -241,10 +230,5 @@ async def test_a_workspace_whose_owner_restarted_on_a_full_disk_opens_and_frees_
         assert await ws.fs.read_file("/small") == b"fits where /big was"
     finally:
         await ws.close()
-        import ray
-        from owner_models import awake_owner
-
-        owner = await awake_owner("full-disk-e", conf)
-        if owner is not None:
-            ray.kill(owner)
+        await kill_awake_owners(("full-disk-e",), conf)
         computer.init(data_dir=tmp_path / "data")

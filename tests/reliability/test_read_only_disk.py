@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from owner_models import kill_owner
+from owner_models import kill_awake_owners, kill_owner
 
 import computer
 
@@ -86,14 +86,7 @@ async def test_a_data_directory_read_only_for_a_while_is_erofs_then_works_again(
             assert await again.fs.read_file("/after") == b"after"
     finally:
         await ws.close()
-        from owner_models import awake_owner
-
-        for name in ("ro-disk-a", "ro-disk-b"):
-            owner = await awake_owner(name, conf)
-            if owner is not None:
-                import ray
-
-                ray.kill(owner)
+        await kill_awake_owners(("ro-disk-a", "ro-disk-b"), conf)
         computer.init(data_dir=tmp_path / "data")
 
 
@@ -127,12 +120,6 @@ async def test_a_data_directory_whose_disk_is_gone_is_estale_never_new_and_empty
         assert not (data / "workspaces" / "gone-disk-a.sqlite").exists()
         await ws.close()
     finally:
-        from owner_models import awake_owner
-
-        owner = await awake_owner("gone-disk-a", conf)
-        if owner is not None:
-            import ray
-
-            ray.kill(owner)
+        await kill_awake_owners(("gone-disk-a",), conf)
         unmount(data, check=False)
         computer.init(data_dir=tmp_path / "other")
