@@ -48,9 +48,21 @@ async def test_a_file_a_python_program_puts_there_is_moved_aside_and_every_log_i
         await eventually(lambda: ws.fs.exists(log), within=10)
         planted = await run(
             ws,
+            # The shell sandbox's background-log flush may make the directory again between the two
+            # calls (a tick every 100 ms): planted again until the file is there (bounded).
             "import workspace\n"
-            "workspace.rm('/.computer/output', recursive=True)\n"
-            "workspace.write_file('/.computer/output', 'the program\\'s\\n')\n",
+            "for _ in range(50):\n"
+            "    try:\n"
+            "        workspace.rm('/.computer/output', recursive=True)\n"
+            "    except FileNotFoundError:\n"
+            "        pass\n"
+            "    try:\n"
+            "        workspace.write_file('/.computer/output', 'the program\\'s\\n')\n"
+            "        break\n"
+            "    except IsADirectoryError:\n"
+            "        pass\n"
+            "else:\n"
+            "    raise SystemExit('the directory came back 50 times')\n",
             backend="python",
         )
         assert planted.status == "completed", planted.stderr
