@@ -34,6 +34,7 @@ __all__ = [
     "hosted_owner",
     "hosts_per_node",
     "kill_hosts",
+    "release_unborn_claim",
 ]
 
 # Lock waits and exec streams park calls inside a host, for every workspace it owns.
@@ -259,6 +260,25 @@ def forget_claim(config: Settings, name: str) -> None:
     from .raycompat import kv_del
 
     kv_del(_claim_key(config, name))
+
+
+def release_unborn_claim(config: Settings, directory: Any, name: str, node: str) -> bool:
+    """After an owner on ``node`` failed to open ``name``: drop the name's creation claim when it
+    names ``node`` and the failure left no workspace (no file here: a failed creation removes what
+    it made, see ``_lease._forget_unborn``; no record in ``directory``). Before, a new name whose
+    creation failed on a full node kept its claim there, and every later attempt, from any node, was
+    sent back to that node and failed, while another node had room. A workspace with a file or a
+    record keeps its claim (placement finds it by them anyway): it is never made anew elsewhere.
+    True when the claim was dropped."""
+    from .naming import workspace_file
+
+    if workspace_file(config, name).exists() or directory.get(name) is not None:
+        return False
+    raw = kv_get(_claim_key(config, name))
+    if raw is None or raw.decode() != node:
+        return False  # no claim, or another node's (only the claimant's node knows its creation failed)
+    forget_claim(config, name)
+    return True
 
 
 def kill_hosts(config: Settings | None = None) -> int:

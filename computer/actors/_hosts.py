@@ -49,6 +49,7 @@ from ._host_placement import (
     hosted_owner,
     hosts_per_node,
     kill_hosts,
+    release_unborn_claim,
 )
 from ._loop_thread import LoopClosedError, LoopThread, SharedThreadPool
 from ._owner import OwnerActor
@@ -162,6 +163,7 @@ class OwnerHost:
         import ray
 
         self.handle = ray.get_runtime_context().current_actor  # the host's own ActorHandle
+        self.node = str(ray.get_runtime_context().get_node_id())
         self._executor = SharedThreadPool(_IO_THREADS, thread_name_prefix="host-io")
         self._open: dict[str, HostedWorkspace] = {}
         self._opening: dict[str, asyncio.Future[None]] = {}
@@ -235,6 +237,8 @@ class OwnerHost:
             ws = await thread.run(_construct(name, self.config, self, thread))
         except BaseException as exc:
             thread.stop()
+            if isinstance(exc, Exception):  # before other calls may open it again here (none meanwhile)
+                await self.loop.run_in_executor(self._executor, self._release_claim, name)
             del self._opening[name]
             future.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
             future.exception()  # retrieved: nobody may be waiting
@@ -244,6 +248,15 @@ class OwnerHost:
         self._wakes += 1
         future.set_result(None)
         return ws
+
+    def _release_claim(self, name: str) -> None:
+        """A new name whose creation failed here (a full disk) is placed anew by its next call, which
+        may go to a node with room (``release_unborn_claim``); an existing workspace stays here."""
+        try:
+            if release_unborn_claim(self.config, self.directory, name, self.node):
+                log.info("workspace %s could not be created on this node: its claim here is dropped", name)
+        except Exception:
+            log.warning("workspace %s: its creation claim could not be checked", name, exc_info=True)
 
     def leaving(self, ws: HostedWorkspace) -> None:
         """``ws`` started closing (on its own loop): new calls for its name wait until it is gone."""

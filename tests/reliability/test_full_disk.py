@@ -19,6 +19,7 @@ from owner_models import kill_awake_owners
 
 import computer
 from computer import Workspace
+from computer.actors.naming import data_dir_key
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="mounting a small tmpfs needs root")
 
@@ -231,4 +232,62 @@ async def test_a_workspace_whose_owner_restarted_on_a_full_disk_opens_and_frees_
     finally:
         await ws.close()
         await kill_awake_owners(("full-disk-e",), conf)
+        computer.init(data_dir=tmp_path / "data")
+
+
+async def test_a_new_workspace_refused_on_a_full_disk_gives_its_node_claim_up_an_existing_one_keeps_it(
+    ray_session: Any, small_disk: Path, tmp_path: Path
+) -> None:
+    """With two nodes or more, a hosted owner's new name is created on the node that claimed it first
+    (``claim_new_node``). Before: a creation that failed on a full node kept the claim, so every later
+    attempt, from any node, was sent back there and failed while another node had room. Now the
+    owner host drops the claim once the failure left nothing (no file, no record); a workspace that
+    exists keeps it, even when its owner cannot open it (its file out of reach here): it is never
+    made anew elsewhere. One node here: the claims are planted as placement makes them;
+    ``tests/actors/_full_node.py`` runs it on two nodes."""
+    import ray
+    from owner_models import kill_owner
+
+    from computer.actors import WorkspaceUnavailableError
+    from computer.actors._host_placement import claim_new_node
+    from computer.actors.naming import workspace_file
+    from computer.actors.raycompat import kv_get
+
+    conf = computer.init(data_dir=small_disk / "data", owners="hosted", shell_pool_size=0, python_pool_size=0)
+    here = str(ray.get_runtime_context().get_node_id())
+    old, new = "full-disk-f", "full-disk-g"
+
+    def claim(name: str) -> str | None:
+        raw = kv_get(f"computer:new:{data_dir_key(conf.data_dir)}:{name}".encode())
+        return raw.decode() if raw else None
+
+    try:
+        assert claim_new_node(conf, old, here, {here: ""}) == here
+        async with computer.get_workspace(old) as ws:
+            await ws.fs.write_file("/keep", b"kept")
+        await kill_owner(computer.workspace_actor(old))
+        away = small_disk / "away"
+        away.mkdir()
+        files = list(workspace_file(conf, old).parent.glob(f"{old}.sqlite*"))
+        for file in files:  # out of reach here (an unmounted data directory), known to the directory
+            file.rename(away / file.name)
+        assert claim_new_node(conf, new, here, {here: ""}) == here
+        filler = fill(small_disk)
+        with pytest.raises(WorkspaceUnavailableError, match="missing"):
+            async with computer.get_workspace(old):
+                pass
+        assert claim(old) == here  # it exists: its claim stays
+        with pytest.raises(OSError):  # ENOSPC, or EIO when SQLite's -shm could not grow
+            async with computer.get_workspace(new):
+                pass
+        assert claim(new) is None  # nothing of it anywhere: its next attempt is placed anew
+        filler.unlink()
+        for file in files:
+            (away / file.name).rename(file)
+        async with computer.get_workspace(old) as ws:
+            assert await ws.fs.read_file("/keep") == b"kept"
+        async with computer.get_workspace(new) as ws:
+            assert await ws.fs.ls("/") == []
+    finally:
+        await kill_awake_owners((old, new), conf)
         computer.init(data_dir=tmp_path / "data")
