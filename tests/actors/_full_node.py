@@ -1,0 +1,139 @@
+"""Run by test_placement.py in a subprocess: a new workspace refused by a full node goes to one with room.
+
+The head is ``ray start --head`` on loopback, its data directory on the machine's disk (the embedded
+directory lives there); the second node is ``ray start`` inside ``unshare --uts --mount`` with a
+small private tmpfs over the data directory, as a second machine with its own disk would be
+(``_node_local.py``). Owners are hosted, so a new name is created on the node that claimed it first.
+A task on the second node makes a workspace there, fills that node's disk, and asks for a new name:
+refused (its disk is full), and the name's claim named that node. Before, every later attempt,
+from the head too, was sent back to the full node and refused; now the head creates it. The
+workspace that exists on the full node still opens there with its bytes, never made anew on the
+head. Prints ``OK`` on success; any failure exits non-zero with a traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+os.environ["RAY_AUTH_MODE"] = "disabled"
+os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+os.environ.pop("RAY_ADDRESS", None)
+
+import ray
+from _node_local import _NODE, _RAY, _free_port, start_head, stop
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+import computer
+
+DISK = "16m"
+
+
+def start_full_node(address: str, data: Path) -> subprocess.Popen[bytes]:
+    """The second node: its own hostname and a small tmpfs of its own over ``data``."""
+    script = (
+        f"hostname computer-full-node && mount -t tmpfs -o size={DISK} tmpfs {data} && "
+        f"exec {_RAY} start --address={address} {_NODE}"
+    )
+    return subprocess.Popen(
+        ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def on_the_full_node(data: str) -> tuple[str, int | None]:
+    """Run as a task on the second node: make ``kept`` there, fill the disk, then ask for ``unborn``.
+    Returns the node of ``kept`` and the errno ``unborn`` was refused with (None: it opened)."""
+
+    async def kept() -> str:
+        async with computer.get_workspace("kept") as ws:
+            await ws.fs.write_file("/who", "kept")
+            return str((await ws.handle.stats.remote())["node"])
+
+    async def unborn() -> int | None:
+        try:
+            async with computer.get_workspace("unborn") as ws:
+                await ws.fs.write_file("/f", "on a full disk?")
+        except OSError as exc:
+            return exc.errno
+        return None
+
+    node = asyncio.run(kept())
+    with open(os.path.join(data, "filler"), "ab") as filler:
+        for _ in range(64):  # the tmpfs holds 16 MiB
+            try:
+                filler.write(b"\0" * (1 << 20))
+                filler.flush()
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                break
+    return node, asyncio.run(unborn())
+
+
+def _exists(path: str) -> bool:
+    return os.path.exists(path)
+
+
+async def scenario(data: Path, second: str) -> None:
+    conf = computer.init(data_dir=data, owners="hosted", shell_pool_max=0, python_pool_max=0)
+    head = str(ray.get_runtime_context().get_node_id())
+    there = NodeAffinitySchedulingStrategy(node_id=second, soft=False)
+    task = ray.remote(num_cpus=0)(on_the_full_node).options(scheduling_strategy=there)
+    kept_node, refused = ray.get(task.remote(str(data)), timeout=120)
+    assert kept_node == second, (kept_node, second)
+    assert refused is not None, "a new workspace opened on the full node"
+    print(f"the full node refused the new workspace: errno {refused}")
+    async with computer.get_workspace("unborn") as ws:  # from the head: created here, where there is room
+        await ws.fs.write_file("/f", "made on the head")
+        assert await ws.fs.read_text("/f") == "made on the head"
+        assert (await ws.handle.stats.remote())["node"] == head
+    async with computer.get_workspace("kept") as ws:  # it exists on the full node: it opens there
+        assert await ws.fs.read_text("/who") == "kept"
+        assert (await ws.handle.stats.remote())["node"] == second
+    exists = ray.remote(num_cpus=0)(_exists).options(scheduling_strategy=there)
+    assert not (conf.workspaces_dir / "kept.sqlite").exists()  # never made anew on the head
+    assert not ray.get(exists.remote(str(conf.workspaces_dir / "unborn.sqlite")))
+    print("the head created it; the full node's own workspace still opens there")
+
+
+def main(data: Path, temp: Path) -> None:
+    data.mkdir(parents=True, exist_ok=True)
+    gcs_port = _free_port()
+    address = f"127.0.0.1:{gcs_port}"
+    head_proc = start_head(gcs_port, temp)
+    second_proc: subprocess.Popen[bytes] | None = None
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                ray.init(address=address, log_to_driver=False, _node_ip_address="127.0.0.1")
+                break
+            except (ConnectionError, RuntimeError):
+                assert time.monotonic() < deadline, "the head did not start"
+                time.sleep(0.5)
+        head = str(ray.get_runtime_context().get_node_id())
+        second_proc = start_full_node(address, data)
+        while True:
+            alive = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != head]
+            if alive:
+                break
+            assert time.monotonic() < deadline, "the second node did not join"
+            time.sleep(0.2)
+        asyncio.run(scenario(data, str(alive[0])))
+        print("OK")
+    finally:
+        ray.shutdown()
+        if second_proc is not None:
+            stop(second_proc)
+        stop(head_proc)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), Path(sys.argv[2]))
