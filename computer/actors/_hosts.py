@@ -143,7 +143,11 @@ class HostedWorkspace(OwnerActor):
 
 
 async def _construct(name: str, config: Settings, host: OwnerHost, thread: LoopThread) -> HostedWorkspace:
-    """Open a workspace (on its own loop: the constructor's background tasks belong to that loop)."""
+    """Open a workspace (on its own loop: the constructor's background tasks belong to that loop),
+    once its pools' descriptions are known (awaited: the constructor would block this loop on them)."""
+    from .pools import describe_pools
+
+    await describe_pools(config)
     return HostedWorkspace(name, config, host, thread)
 
 

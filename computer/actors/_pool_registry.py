@@ -8,7 +8,9 @@ and look the handles up by name.
 
 A pool's description (its backend's ``BackendInfo``) is published once in Ray's key-value store, so
 that owners opening a workspace read it without an actor call (:func:`published_info`); the first
-owner asks a ready worker for it (:func:`described`).
+owner asks a ready worker for it: awaited on its loop where the owner opens from a coroutine (an
+owner host: :func:`described_async`), blocking where the constructor is all there is (a dedicated
+owner actor, a user's ``WorkspaceHost``: :func:`described`).
 
 A worker reserves ``num_cpus`` and ``memory`` from Ray: a pool wanting more than the cluster has
 leaves pending actors, which Ray's autoscaler reads as demand and answers with nodes from
@@ -18,6 +20,7 @@ free) and asks for it softly: a node that filled up meanwhile sends the worker e
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
@@ -42,6 +45,7 @@ __all__ = [
     "WORKER_PREFIX",
     "create_worker",
     "described",
+    "described_async",
     "named_workers",
     "publish_info",
     "published_info",
@@ -153,11 +157,21 @@ def publish_info(info: BackendInfo) -> None:
         kv_put(_info_key(info.id), json.dumps(dataclasses.asdict(info)).encode())
 
 
+def _first_ready(view: PoolView, backend: str) -> str:
+    """The name of the first ready worker of ``view`` (the control loop waited for one)."""
+    ready = [w for w in view.workers if not w.draining]
+    if not ready:
+        raise RuntimeError(f"no worker of the {backend} pool became ready within {INFO_TIMEOUT:g} s")
+    return ready[0].name
+
+
 def described(backend: str, scaler: Callable[[], Any]) -> BackendInfo:
     """The pool's description: the published one, else asked of a ready worker (waiting up to
     :data:`INFO_TIMEOUT` for one; ``scaler()``: the control loop's handle) and published.
 
-    Blocking, once per cluster: ``Runtime`` needs it when the owner opens its workspace."""
+    Blocking, once per cluster: ``Runtime`` needs it when the owner opens its workspace. An owner
+    opening from a coroutine awaits :func:`described_async` first instead (a blocking ``ray.get`` on
+    an async actor's loop stalls the loop, and Ray warns)."""
     info = published_info(backend)
     if info is not None:
         return info
@@ -167,13 +181,36 @@ def described(backend: str, scaler: Callable[[], Any]) -> BackendInfo:
     deadline = time.monotonic() + INFO_TIMEOUT
     for attempt in range(INFO_RETRIES + 1):
         view: PoolView = ray.get(scaler().view.remote(backend, 1, INFO_TIMEOUT), timeout=INFO_TIMEOUT + 10)
-        ready = [w for w in view.workers if not w.draining]
-        if not ready:
-            raise RuntimeError(f"no worker of the {backend} pool became ready within {INFO_TIMEOUT:g} s")
+        name = _first_ready(view, backend)
         try:
-            info = ray.get(
-                worker_handle(ready[0].name).info.remote(), timeout=max(1.0, deadline - time.monotonic())
-            )
+            info = ray.get(worker_handle(name).info.remote(), timeout=max(1.0, deadline - time.monotonic()))
+            break
+        except (RayActorError, ValueError):  # a worker that just died: ask for another
+            if attempt == INFO_RETRIES:
+                raise
+    assert isinstance(info, BackendInfo)
+    publish_info(info)
+    return info
+
+
+async def described_async(backend: str, scaler: Callable[[], Any]) -> BackendInfo:
+    """:func:`described`, awaited: the caller's loop runs on while the pool's first worker starts
+    (up to :data:`INFO_TIMEOUT`); the handle look-ups (blocking GCS calls) run in a thread."""
+    info = published_info(backend)
+    if info is not None:
+        return info
+    from ray.exceptions import RayActorError
+
+    deadline = time.monotonic() + INFO_TIMEOUT
+    control = await asyncio.to_thread(scaler)
+    for attempt in range(INFO_RETRIES + 1):
+        view: PoolView = await asyncio.wait_for(
+            control.view.remote(backend, 1, INFO_TIMEOUT), timeout=INFO_TIMEOUT + 10
+        )
+        name = _first_ready(view, backend)
+        try:
+            worker = await asyncio.to_thread(worker_handle, name)
+            info = await asyncio.wait_for(worker.info.remote(), timeout=max(1.0, deadline - time.monotonic()))
             break
         except (RayActorError, ValueError):  # a worker that just died: ask for another
             if attempt == INFO_RETRIES:

@@ -60,7 +60,7 @@ from ._pool_pick import WorkerSlot, pick, room_elsewhere
 from ._pool_pins import Pins
 from ._pool_plan import enabled, limits_from
 from ._pool_probe import PROBE_AFTER, PROBE_TIMEOUT, WorkerSilent, watched
-from ._pool_registry import INFO_TIMEOUT, described, worker_handle
+from ._pool_registry import INFO_TIMEOUT, described, described_async, worker_handle
 from ._pool_sandboxes import PinnedSandboxes
 from ._pool_scaler import PoolView, get_scaler
 from ._pool_worker import OwnerUnknown, RunStarted
@@ -79,6 +79,7 @@ __all__ = [
     "SILENT_SANDBOX",
     "PoolBackend",
     "WorkerSilent",
+    "describe_pools",
     "owner_backends",
 ]
 
@@ -116,6 +117,9 @@ MOVE_HOLD = 10.0
 LIVE_CALL_TIMEOUT = 60.0
 
 _infos: dict[str, BackendInfo] = {}  # per process: a pool describes itself once
+# Per process: why the last awaited description of a pool failed (``describe_pools``), for the owner
+# constructor that follows to report once, instead of asking again with a blocking call.
+_undescribed: dict[str, Exception] = {}
 # Per process: the latest view of each pool a dispatcher here got from the control loop (when, view).
 # An owner host serves many workspaces in one process, each with its own dispatcher: a dispatcher whose
 # view is stale takes a fresher one another took, instead of a call of its own. 64 agents' owners each
@@ -153,6 +157,9 @@ class PoolBackend:
     def _describe(self) -> BackendInfo:
         info = _infos.get(self.backend)
         if info is None:
+            failed = _undescribed.pop(self.backend, None)
+            if failed is not None:
+                raise failed
             info = _infos[self.backend] = described(self.backend, _scaler_handle)
         return info
 
@@ -628,6 +635,24 @@ def _scaler_handle() -> Any:
     if _scaler is None:
         _scaler = get_scaler()
     return _scaler
+
+
+async def describe_pools(config: Settings) -> None:
+    """Learn the descriptions of ``config``'s pools before an owner's constructor needs them (see
+    :func:`owner_backends`), awaited: the first owner of a cluster asks a worker, waiting for one to
+    start, and a blocking ``ray.get`` there stalled its event loop (Ray warned). An owner host awaits
+    this before it opens a workspace; a constructor with no coroutine around it still blocks."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    for backend in ("shell", "python"):
+        if backend in _infos or not enabled(limits_from(config, backend)):
+            continue
+        try:
+            _infos[backend] = await described_async(backend, _scaler_handle)
+        except Exception as exc:  # the constructor leaves the pool out and logs why
+            _undescribed[backend] = exc
 
 
 def owner_backends(config: Settings, name: str) -> Sequence[Backend]:

@@ -38,3 +38,48 @@ def test_outside_ray_there_are_no_pools_and_no_ray_is_started() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[] False"
+
+
+def _worker_log(pid: int) -> str:
+    """What Ray's worker process ``pid`` of this session wrote to its log files (stdout, stderr)."""
+    import ray
+
+    logs = Path(ray._private.worker._global_node.get_logs_dir_path())
+    return "".join(
+        p.read_text(errors="replace") for p in logs.glob(f"worker-*-{pid}.*") if p.suffix in (".err", ".out")
+    )
+
+
+async def test_the_first_owner_asks_a_worker_for_the_pool_description_without_blocking_its_loop(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    """The first owner of a cluster asks a pool worker for the pool's description (none published
+    yet). Before: a blocking ``ray.get`` on the owner's event loop, which Ray warned about in the
+    owner host's log ("Using blocking ray.get inside async actor"); now it is awaited."""
+    from owner_models import process_pid
+
+    import computer
+    from computer.actors.raycompat import kv_del
+
+    conf = computer.init(
+        data_dir=tmp_path / "data",
+        owners="hosted",
+        shell_pool_size=0,
+        shell_pool_max=1,
+        python_pool_size=0,
+        python_pool_max=0,
+    )
+    kv_del(b"computer:pool:info:shell")  # nothing published: this owner asks a worker
+    try:
+        async with computer.get_workspace("first-description") as ws:
+            assert [b.id for b in ws.runtime.backends()] == ["shell"]
+            assert (await (await ws.runtime.exec("echo hi")).result()).stdout == "hi\n"
+            pid = await process_pid(ws.handle.host)
+        text = _worker_log(pid)
+        assert ":actor_name:OwnerHost" in text, text[-3000:]
+        assert "blocking ray.get" not in text, text[-3000:]
+    finally:
+        from owner_models import kill_awake_owners
+
+        await kill_awake_owners(("first-description",), conf)
+        computer.init(data_dir=tmp_path / "other")
