@@ -87,8 +87,11 @@ def stored_epoch(path: str) -> int:
 
 
 def is_disk_full(exc: BaseException) -> bool:
-    """Whether SQLite (or the OS under it) failed because the disk or the filesystem's quota is full."""
-    if getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL:
+    """Whether SQLite (or the OS under it) failed because the disk or the filesystem's quota is full.
+
+    ``SQLITE_IOERR_SHMSIZE`` is SQLite failing to grow the ``-shm`` file (it writes every page of
+    it): a new workspace on a disk with 8-32 KiB left said "disk I/O error" (EIO), not ENOSPC."""
+    if getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR_SHMSIZE):
         return True
     if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return True

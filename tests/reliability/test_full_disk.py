@@ -277,9 +277,10 @@ async def test_a_new_workspace_refused_on_a_full_disk_gives_its_node_claim_up_an
             async with computer.get_workspace(old):
                 pass
         assert claim(old) == here  # it exists: its claim stays
-        with pytest.raises(OSError):  # ENOSPC, or EIO when SQLite's -shm could not grow
+        with pytest.raises(OSError) as unborn:
             async with computer.get_workspace(new):
                 pass
+        assert_enospc(unborn.value)
         assert claim(new) is None  # nothing of it anywhere: its next attempt is placed anew
         filler.unlink()
         for file in files:
@@ -291,3 +292,16 @@ async def test_a_new_workspace_refused_on_a_full_disk_gives_its_node_claim_up_an
     finally:
         await kill_awake_owners((old, new), conf)
         computer.init(data_dir=tmp_path / "data")
+
+
+@pytest.mark.parametrize("left_kib", [8, 16, 32])
+def test_a_new_workspace_on_a_disk_with_a_few_kib_left_is_enospc(small_disk: Path, left_kib: int) -> None:
+    """Before: with 8-32 KiB left, SQLite could make the file but not grow its ``-shm`` file to 32 KiB
+    (``SQLITE_IOERR_SHMSIZE``), and the new workspace failed with "disk I/O error" (EIO); with less
+    left, or more, it was ENOSPC. A client sees the same error (an owner's constructor)."""
+    filler = fill(small_disk, leave=left_kib << 10)
+    path = str(small_disk / "new.sqlite")
+    with pytest.raises(OSError) as new:
+        Workspace(path)
+    assert_enospc(new.value, path)
+    filler.unlink()
