@@ -26,9 +26,11 @@ __all__ = [
     "HOST_MAX_RESTARTS",
     "METHODS",
     "STREAM_METHODS",
+    "ClaimedElsewhere",
     "HostedHandle",
     "HostedMethod",
     "claim_new_node",
+    "claim_to_create",
     "forget_claim",
     "host_handles",
     "hosted_owner",
@@ -260,6 +262,34 @@ def forget_claim(config: Settings, name: str) -> None:
     from .raycompat import kv_del
 
     kv_del(_claim_key(config, name))
+
+
+class ClaimedElsewhere(WorkspaceUnavailableError):
+    """A host was asked to create a new name whose creation another alive node claimed (its caller
+    placed it before that claim was made): the host answers "moved", and the caller places it again."""
+
+
+def claim_to_create(config: Settings, directory: Any, name: str, node: str) -> None:
+    """Before an owner host on ``node`` opens ``name``: when that creates it (no file here, no record
+    in ``directory``), make the name's creation claim this node's, or raise :class:`ClaimedElsewhere`
+    when another alive node holds it. A caller that read this node's claim before a failed creation
+    here dropped it (:func:`release_unborn_claim`) still comes here; it must not create the workspace
+    while another node's caller, placing it anew, creates it there: two files of one name."""
+    from .naming import workspace_file
+
+    if workspace_file(config, name).exists() or directory.get(name) is not None:
+        return  # not a creation: its file or its record says where it lives
+    key = _claim_key(config, name)
+    if kv_put_new(key, node.encode()):
+        return
+    raw = kv_get(key)
+    if raw is not None and raw.decode() == node:
+        return
+    from ._nodes import alive_nodes
+
+    claimed = claim_new_node(config, name, node, alive_nodes())
+    if claimed != node:
+        raise ClaimedElsewhere(name, f"node {claimed[:12]} claimed its creation: place it again")
 
 
 def release_unborn_claim(config: Settings, directory: Any, name: str, node: str) -> bool:

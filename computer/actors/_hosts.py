@@ -41,9 +41,11 @@ from ._host_placement import (
     HOST_MAX_RESTARTS,
     METHODS,
     STREAM_METHODS,
+    ClaimedElsewhere,
     HostedHandle,
     HostedMethod,
     claim_new_node,
+    claim_to_create,
     forget_claim,
     host_handles,
     hosted_owner,
@@ -147,6 +149,7 @@ async def _construct(name: str, config: Settings, host: OwnerHost, thread: LoopT
     once its pools' descriptions are known (awaited: the constructor would block this loop on them)."""
     from .pools import describe_pools
 
+    claim_to_create(config, host.directory, name, host.node)  # a new name: this node's claim, or moved
     await describe_pools(config)
     return HostedWorkspace(name, config, host, thread)
 
@@ -326,6 +329,8 @@ class OwnerHost:
             if ws is None or ws._left:
                 try:
                     ws = await self._workspace(name)
+                except ClaimedElsewhere:
+                    return moved(name, True)  # not run: its caller places the new name again
                 except Exception as exc:
                     return fail(exc)
             inline = None
@@ -344,6 +349,9 @@ class OwnerHost:
             return
         try:
             ws = await self._workspace(name)
+        except ClaimedElsewhere:
+            yield moved(name, True)
+            return
         except Exception as exc:
             yield fail(exc)
             return

@@ -30,6 +30,7 @@ from _node_local import _NODE, _RAY, _free_port, start_head, stop
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import computer
+from computer.actors.naming import data_dir_key
 
 DISK = "16m"
 
@@ -101,6 +102,29 @@ async def scenario(data: Path, second: str) -> None:
     assert not (conf.workspaces_dir / "kept.sqlite").exists()  # never made anew on the head
     assert not ray.get(exists.remote(str(conf.workspaces_dir / "unborn.sqlite")))
     print("the head created it; the full node's own workspace still opens there")
+    await claimed_by_the_head(conf, head, second)
+
+
+async def claimed_by_the_head(conf: computer.Settings, head: str, second: str) -> None:
+    """A caller that placed a new name on the second node before the head claimed it (a claim read
+    before a failed creation there dropped it) reaches the second node's host: the host answers
+    "moved" and creates nothing; placed again, the name is created on the head."""
+    from computer.actors._hosts import host_handles
+    from computer.actors.raycompat import kv_put
+
+    name = "claimed"
+    kv_put(f"computer:new:{data_dir_key(conf.data_dir)}:{name}".encode(), head.encode())
+    hosts = [h for n, h in host_handles(conf).items() if f":{second[:12]}:" in n]
+    assert hosts, sorted(host_handles(conf))
+    reply = ray.get(hosts[0].ws_call.remote(name, "stats"), timeout=60)
+    assert reply[0] == "moved", reply
+    there = NodeAffinitySchedulingStrategy(node_id=second, soft=False)
+    exists = ray.remote(num_cpus=0)(_exists).options(scheduling_strategy=there)
+    assert not ray.get(exists.remote(str(conf.workspaces_dir / f"{name}.sqlite")))
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/f", "on the head")
+        assert (await ws.handle.stats.remote())["node"] == head
+    print("a host asked to create a name the head claimed answered moved")
 
 
 def main(data: Path, temp: Path) -> None:

@@ -289,6 +289,7 @@ async def test_a_new_workspace_refused_on_a_full_disk_gives_its_node_claim_up_an
             assert await ws.fs.read_file("/keep") == b"kept"
         async with computer.get_workspace(new) as ws:
             assert await ws.fs.ls("/") == []
+        assert claim(new) == here  # the host that created it claimed it first
     finally:
         await kill_awake_owners((old, new), conf)
         computer.init(data_dir=tmp_path / "data")
