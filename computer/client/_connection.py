@@ -38,7 +38,7 @@ from ..actors import (
     open_directory,
     workspace_actor,
 )
-from ..actors.raycompat import actor_death_time, actor_id, streaming
+from ..actors.raycompat import actor_death_time, actor_id, actor_process, streaming
 from ..actors.wire import Reply, unwrap
 from ..config import Settings
 from ..storage.errors import fs_error
@@ -54,12 +54,17 @@ _MOVED_DEADLINE = 30.0  # seconds to wait for a hibernating owner to exit and a 
 _DEATH_MARGIN = 0.25
 _SETTINGS_KEPT = 64  # owners' settings remembered per process (one per distinct settings)
 # A call still unanswered after PROBE_AFTER seconds makes the client ask whether the owner's process runs
-# at all (its actor's ``__ray_ready__``, answered between calls while a long one waits or works
-# elsewhere); one that leaves a probe unanswered for PROBE_TIMEOUT (stopped with SIGSTOP, frozen, cut
-# off) fails the call: before, a client waited as long as the owner stayed stopped, and so did
-# ``get_workspace``. A dedicated owner busy inline that long (storage runs on its loop) looks the same.
+# at all (its actor's ``__ray_ready__``: Ray runs its own ``__ray_*`` methods on the actor's task thread,
+# not on the asyncio loop, so an owner whose loop is held by one long storage call answers it); one that
+# leaves a probe unanswered for PROBE_TIMEOUT (stopped with SIGSTOP, frozen, cut off) fails the call:
+# before, a client waited as long as the owner stayed stopped, and so did ``get_workspace``. An owner
+# being created or restarted answers no call, probes included, until its constructor ends (an open
+# waiting for the file's lock, a migration, a slow process start): Ray's actor table tells it apart,
+# and the call keeps waiting (Ray reports a creation that fails).
 PROBE_AFTER = 5.0
 PROBE_TIMEOUT = 30.0
+# Ray's states of an actor whose constructor runs (or will): it answers nothing yet, stopped or not.
+_STARTING = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION", "RESTARTING"})
 _settings_seen: OrderedDict[str, Settings] = OrderedDict()
 
 
@@ -383,22 +388,28 @@ def _start_watch(call: asyncio.Future[Any], handle: Any, watch: dict[str, Any]) 
 
 async def _watch(call: asyncio.Future[Any], handle: Any, watch: dict[str, Any]) -> None:
     """Probe the owner's process every ``PROBE_AFTER`` while ``call`` is pending; one probe left
-    unanswered ``PROBE_TIMEOUT`` marks the call silent and wakes its waiter (``call`` is this
-    client's own future: cancelling it leaves the call in Ray alone)."""
-    while not call.done():
-        probe = _future(_ping(handle))
-        done, _ = await asyncio.wait(
-            {call, probe}, timeout=PROBE_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
-        )
-        if probe in done:
-            probe.exception()  # retrieved: a dead owner is the call's to report
-        else:
-            probe.cancel()
-            if not call.done():
+    unanswered ``PROBE_TIMEOUT`` by a running process marks the call silent and wakes its waiter
+    (``call`` is this client's own future: cancelling it leaves the call in Ray alone). A process
+    being created or restarted is waited for, its probe kept pending."""
+    probe: asyncio.Future[Any] | None = None
+    try:
+        while not call.done():
+            if probe is None:
+                probe = _future(_ping(handle))
+            done, _ = await asyncio.wait(
+                {call, probe}, timeout=PROBE_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+            )
+            if probe in done:
+                probe.exception()  # retrieved: a dead owner is the call's to report
+                probe = None
+                await asyncio.wait({call}, timeout=PROBE_AFTER)
+            elif not call.done() and not await asyncio.to_thread(_starting, handle):
                 watch["silent"] = True
                 call.cancel()
-            return
-        await asyncio.wait({call}, timeout=PROBE_AFTER)
+                return
+    finally:
+        if probe is not None:
+            probe.cancel()
 
 
 def _future(ref: Any) -> asyncio.Future[Any]:
@@ -418,6 +429,17 @@ def _ping(handle: Any) -> Any:
     """A no-op call to the process behind ``handle`` (a hosted workspace's host, or the owner actor)."""
     process = handle.host if isinstance(handle, HostedHandle) else handle
     return process.__ray_ready__.remote()
+
+
+def _starting(handle: Any) -> bool:
+    """Whether Ray's actor table shows the process behind ``handle`` being created or restarted (its
+    constructor runs: it answers nothing yet). False when it runs, or when the table cannot be read."""
+    process = handle.host if isinstance(handle, HostedHandle) else handle
+    try:
+        found = actor_process(actor_id(process).hex())
+    except Exception:  # not an actor handle Ray knows: nothing to ask
+        return False
+    return found is not None and found[0] in _STARTING
 
 
 def _cancel(ref: Any) -> None:
