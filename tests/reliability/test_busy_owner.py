@@ -11,9 +11,9 @@ inline on the owner's event loop, for longer than the probe's thresholds (shorte
 - An owner restarting in place (its process died; Ray runs its constructor again, which opens the
   file) answers no probe until its constructor ends, since Ray queues every call to an actor that is
   being created. Before, a write sent meanwhile failed with ``OutcomeUnknownError`` ("stopped or
-  wedged") and a read with ``WorkspaceUnavailableError``, while the write was still queued and ran
-  once the owner was up; now the client asks Ray's actor table and keeps waiting for an owner being
-  created or restarted.
+  wedged") and a read with ``WorkspaceUnavailableError``, though the write was only queued (it was
+  then cancelled unrun), and so did ``get_workspace`` of a new owner opening slowly; now the client
+  asks Ray's actor table and keeps waiting for an owner being created or restarted.
 """
 
 from __future__ import annotations
