@@ -14,6 +14,9 @@ inline on the owner's event loop, for longer than the probe's thresholds (shorte
   wedged") and a read with ``WorkspaceUnavailableError``, though the write was only queued (it was
   then cancelled unrun), and so did ``get_workspace`` of a new owner opening slowly; now the client
   asks Ray's actor table and keeps waiting for an owner being created or restarted.
+- An owner whose every concurrency slot is held by a call that waits: Ray gives ``__ray_ready__`` a
+  slot too, so it waited with the new call, which failed "stopped or wedged"; a managed owner now has
+  a concurrency group for probes (``PROBE_GROUP``).
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ import pytest
 from owner_models import kill_owner, owner_process
 
 import computer
+import computer.actors._placement as placement
 import computer.client._connection as connection
 from computer.actors.naming import workspace_file
 from computer.actors.raycompat import actor_id, actor_process
+from computer.actors.wire import STREAM_CHUNK
 from computer.config import Settings
 
 HELD = 3.0  # seconds the lock is held once the call is sent: longer than the probes below allow
@@ -144,5 +149,36 @@ async def test_opening_a_workspace_whose_new_owner_opens_slowly_waits_for_it(
         async with again:
             assert await again.fs.read_file("/kept") == b"kept"
             await again.fs.write_file("/after", b"after")
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+async def test_a_call_queued_behind_an_owners_busy_slots_waits_for_a_slot(
+    ray_session: Any,
+    tmp_path: Path,
+    name: str,
+    quick_probes: Callable[[], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every one of a dedicated owner's ``max_concurrency`` slots held by a call that waits (here
+    streams whose readers stopped reading: backpressure; in use, lock requests or runs): a new call
+    waits in Ray for a slot, and before, so did the probe (``__ray_ready__`` takes a slot too)."""
+    slots = 3
+    monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", slots)
+    computer.init(data_dir=tmp_path / "data", owners="dedicated")
+    try:
+        async with computer.get_workspace(name) as ws:
+            await ws.fs.write_file("/big", b"x" * (16 * STREAM_CHUNK))
+            quick_probes()
+            readers = [ws.fs.stream("/big") for _ in range(slots)]
+            for reader in readers:
+                assert len(await anext(reader)) == STREAM_CHUNK  # then it stops reading
+            write = asyncio.ensure_future(ws.fs.write_file("/during", b"during"))
+            await asyncio.sleep(HELD)  # waiting for a slot
+            for reader in readers:
+                await reader.aclose()  # the owner's side is cancelled: its slot is free
+            async with asyncio.timeout(60):
+                await write  # before: OutcomeUnknownError, "stopped or wedged"
+            assert await ws.fs.read_file("/during") == b"during"
     finally:
         computer.init(data_dir=tmp_path / "data")
