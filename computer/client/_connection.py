@@ -136,11 +136,11 @@ class Connection:
         while True:
             if self._dead is not None and self.managed and actor_id(self.handle) == self._dead:
                 await self._reresolve(self.handle)  # known dead: never send to it
-            handle = self.handle
+            handle, group = self.handle, self.probe_group  # as one: a group goes only where it was said
             sent_at = time.time()
             ref = getattr(handle, method).remote(*args)
             try:
-                reply: Reply = await _answer(ref, handle, self.probe_group)
+                reply: Reply = await _answer(ref, handle, group)
             except asyncio.CancelledError:
                 _cancel(ref)
                 if on_cancel is not None:
@@ -253,7 +253,7 @@ class Connection:
         died_once = False
         started = False
         while True:
-            handle = self.handle
+            handle, group = self.handle, self.probe_group  # as one (see ``request``)
             # Backpressure: the owner runs at most a few pieces ahead of this consumer.
             gen = streaming(getattr(handle, method), _AHEAD).remote(*args)
             retry = False
@@ -261,10 +261,10 @@ class Connection:
                 pieces = gen.__aiter__()
                 while True:
                     try:  # each piece watched as a call is (``PROBE_AFTER``)
-                        ref = await _answer(pieces.__anext__(), handle, self.probe_group)
+                        ref = await _answer(pieces.__anext__(), handle, group)
                     except StopAsyncIteration:
                         break
-                    item = await _answer(ref, handle, self.probe_group)
+                    item = await _answer(ref, handle, group)
                     if isinstance(item, tuple):
                         if item[0] == "moved" and not started:
                             self._moved(item, deadline)
