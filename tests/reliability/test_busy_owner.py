@@ -23,16 +23,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from owner_models import kill_owner, owner_process
+from owner_models import kill_owner, owner_process, process_pid
 
 import computer
 import computer.actors._placement as placement
 import computer.client._connection as connection
+from computer.actors import OutcomeUnknownError
+from computer.actors._owner import PROBE_GROUP
 from computer.actors.naming import workspace_file
 from computer.actors.raycompat import actor_id, actor_process
 from computer.actors.wire import STREAM_CHUNK
@@ -180,5 +184,30 @@ async def test_a_call_queued_behind_an_owners_busy_slots_waits_for_a_slot(
             async with asyncio.timeout(60):
                 await write  # before: OutcomeUnknownError, "stopped or wedged"
             assert await ws.fs.read_file("/during") == b"during"
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+async def test_a_stopped_dedicated_owner_is_still_reported_through_its_probe_group(
+    ray_session: Any, tmp_path: Path, name: str, quick_probes: Callable[[], None]
+) -> None:
+    """The probe on the owner's own concurrency group is answered by its process, so a process
+    stopped with SIGSTOP answers it no more than the default group (``test_stopped_owner.py`` runs
+    in the default owner model, hosted, whose hosts have no such group)."""
+    computer.init(data_dir=tmp_path / "data", owners="dedicated")
+    try:
+        async with computer.get_workspace(name) as ws:
+            await ws.fs.write_file("/kept", b"kept")
+            assert ws._conn.probe_group == PROBE_GROUP
+            quick_probes()
+            pid = await process_pid(owner_process(ws._conn.handle))
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                async with asyncio.timeout(30):
+                    with pytest.raises(OutcomeUnknownError, match="stopped or wedged"):
+                        await ws.fs.write_file("/during", b"x")
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            assert await ws.fs.read_file("/kept") == b"kept"
     finally:
         computer.init(data_dir=tmp_path / "data")
