@@ -80,6 +80,8 @@ class WorkspaceHost(PoolCallbacks):
 
     #: Owners created by ``workspace_actor`` are "managed": clients may re-create them by name.
     managed = False
+    #: The actor's concurrency group for clients' liveness probes, when it was created with one.
+    probe_group: str | None = None
 
     def __init__(self, name: str, *, config: Settings | dict[str, Any] | None = None) -> None:
         if isinstance(config, dict):
@@ -329,6 +331,7 @@ class WorkspaceHost(PoolCallbacks):
                 "managed": self.managed,
                 "backends": list(self.workspace.runtime.backends()),
                 "has_assets": self.workspace.assets is not None,
+                "probe_group": self.probe_group,  # where a client probes this process (None: default)
                 # Clients re-create a managed owner with the owner's own settings, not theirs.
                 "config": self.config.model_dump(mode="json"),
             }

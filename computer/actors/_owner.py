@@ -17,9 +17,15 @@ from typing import Any
 from ..config import Settings
 from ._host import WorkspaceHost
 
-__all__ = ["OwnerActor"]
+__all__ = ["PROBE_GROUP", "OwnerActor"]
 
 log = logging.getLogger(__name__)
+
+# The concurrency group ``workspace_actor`` gives a managed owner for its clients' probes (its own
+# thread, loop and slot): a probe of the default group waits for one of the owner's
+# ``max_concurrency`` slots, all of which calls that wait (lock requests, streams, runs) may hold,
+# and such a busy owner looked stopped (see ``computer/client/_connection.py``).
+PROBE_GROUP = "probe"
 
 
 class OwnerActor(WorkspaceHost):
@@ -27,8 +33,11 @@ class OwnerActor(WorkspaceHost):
 
     managed = True
 
-    def __init__(self, name: str, config: Settings | dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, name: str, config: Settings | dict[str, Any] | None = None, *, probe_group: str | None = None
+    ) -> None:
         super().__init__(name, config=config)
+        self.probe_group = probe_group  # created with it (``PROBE_GROUP``): clients probe there
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:

@@ -21,7 +21,7 @@ from ..config import Settings
 from ._errors import WorkspaceUnavailableError
 from ._init import cluster_settings, ensure_ray
 from ._nodes import alive_nodes
-from ._owner import OwnerActor
+from ._owner import PROBE_GROUP, OwnerActor
 from .directory import DELETING, WorkspaceRecord, last_known_file, open_directory, refuse_while_deleting
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
@@ -95,7 +95,7 @@ def _owner_class() -> Any:
     if _remote_class is None:
         import ray
 
-        _remote_class = ray.remote(OwnerActor)
+        _remote_class = ray.remote(concurrency_groups={PROBE_GROUP: 1})(OwnerActor)  # type: ignore[call-overload]
     return _remote_class
 
 
@@ -221,7 +221,11 @@ def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = Non
         if strategy is not None:
             options["scheduling_strategy"] = strategy
         try:
-            return _owner_class().options(**options).remote(name, config.model_dump(mode="json"))
+            return (
+                _owner_class()
+                .options(**options)
+                .remote(name, config.model_dump(mode="json"), probe_group=PROBE_GROUP)
+            )
         except ValueError:
             # Another process registered the name between our lookup and our creation.
             try:

@@ -38,7 +38,7 @@ from ..actors import (
     open_directory,
     workspace_actor,
 )
-from ..actors.raycompat import actor_death_time, actor_id, streaming
+from ..actors.raycompat import actor_death_time, actor_id, actor_process, streaming
 from ..actors.wire import Reply, unwrap
 from ..config import Settings
 from ..storage.errors import fs_error
@@ -54,12 +54,18 @@ _MOVED_DEADLINE = 30.0  # seconds to wait for a hibernating owner to exit and a 
 _DEATH_MARGIN = 0.25
 _SETTINGS_KEPT = 64  # owners' settings remembered per process (one per distinct settings)
 # A call still unanswered after PROBE_AFTER seconds makes the client ask whether the owner's process runs
-# at all (its actor's ``__ray_ready__``, answered between calls while a long one waits or works
-# elsewhere); one that leaves a probe unanswered for PROBE_TIMEOUT (stopped with SIGSTOP, frozen, cut
-# off) fails the call: before, a client waited as long as the owner stayed stopped, and so did
-# ``get_workspace``. A dedicated owner busy inline that long (storage runs on its loop) looks the same.
+# at all (its actor's ``__ray_ready__``: Ray runs its own ``__ray_*`` methods on the actor's task thread,
+# not on the asyncio loop, so an owner whose loop is held by one long storage call answers it; a
+# managed owner answers it on a concurrency group of its own, see ``_ping``); one that
+# leaves a probe unanswered for PROBE_TIMEOUT (stopped with SIGSTOP, frozen, cut off) fails the call:
+# before, a client waited as long as the owner stayed stopped, and so did ``get_workspace``. An owner
+# being created or restarted answers no call, probes included, until its constructor ends (an open
+# waiting for the file's lock, a migration, a slow process start): Ray's actor table tells it apart,
+# and the call keeps waiting (Ray reports a creation that fails).
 PROBE_AFTER = 5.0
 PROBE_TIMEOUT = 30.0
+# Ray's states of an actor whose constructor runs (or will): it answers nothing yet, stopped or not.
+_STARTING = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION", "RESTARTING"})
 _settings_seen: OrderedDict[str, Settings] = OrderedDict()
 
 
@@ -91,6 +97,8 @@ class Connection:
         self.epoch = 0
         self.owner_id: str | None = None  # the owner process we last spoke to (from ``describe``)
         self.config: Settings | None = None
+        # The concurrency group the owner process answers probes on (``describe``; None: Ray's default).
+        self.probe_group: str | None = None
         self._dead: Any = None  # actor id of a handle a call saw die: re-resolve before the next call
 
     def learn(self, info: dict[str, Any]) -> None:
@@ -99,6 +107,7 @@ class Connection:
         self.managed = bool(info["managed"])
         self.epoch = int(info["epoch"])
         self.owner_id = info.get("owner")
+        self.probe_group = info.get("probe_group")
         if info.get("config") is not None:
             try:
                 self.config = owner_settings(info["config"])
@@ -127,11 +136,11 @@ class Connection:
         while True:
             if self._dead is not None and self.managed and actor_id(self.handle) == self._dead:
                 await self._reresolve(self.handle)  # known dead: never send to it
-            handle = self.handle
+            handle, group = self.handle, self.probe_group  # as one: a group goes only where it was said
             sent_at = time.time()
             ref = getattr(handle, method).remote(*args)
             try:
-                reply: Reply = await _answer(ref, handle)
+                reply: Reply = await _answer(ref, handle, group)
             except asyncio.CancelledError:
                 _cancel(ref)
                 if on_cancel is not None:
@@ -244,7 +253,7 @@ class Connection:
         died_once = False
         started = False
         while True:
-            handle = self.handle
+            handle, group = self.handle, self.probe_group  # as one (see ``request``)
             # Backpressure: the owner runs at most a few pieces ahead of this consumer.
             gen = streaming(getattr(handle, method), _AHEAD).remote(*args)
             retry = False
@@ -252,10 +261,10 @@ class Connection:
                 pieces = gen.__aiter__()
                 while True:
                     try:  # each piece watched as a call is (``PROBE_AFTER``)
-                        ref = await _answer(pieces.__anext__(), handle)
+                        ref = await _answer(pieces.__anext__(), handle, group)
                     except StopAsyncIteration:
                         break
-                    item = await _answer(ref, handle)
+                    item = await _answer(ref, handle, group)
                     if isinstance(item, tuple):
                         if item[0] == "moved" and not started:
                             self._moved(item, deadline)
@@ -321,10 +330,11 @@ class Connection:
             await asyncio.sleep(0.02)
         name, config = self.name, self.config
         self.handle = await asyncio.to_thread(workspace_actor, name, config=config)
+        self.probe_group = None  # until it says (another process, perhaps of another version)
         if self._dead is not None and actor_id(self.handle) != self._dead:
             self._dead = None
         try:
-            reply: Reply = await _answer(self.handle.describe.remote(), self.handle)
+            reply: Reply = await _answer(self.handle.describe.remote(), self.handle, None)
         except (RayActorError, _Silent):
             return  # the retried call reports it
         if reply[0] == "ok":
@@ -354,13 +364,14 @@ class _Silent(Exception):
     """The owner's process answered neither a call nor a probe in time (see ``PROBE_TIMEOUT``)."""
 
 
-async def _answer(ref: Any, handle: Any) -> Any:
-    """``await ref``; past ``PROBE_AFTER`` seconds a watch probes the owner's process while the call
-    is pending, and ``_Silent`` is raised once a probe went unanswered for ``PROBE_TIMEOUT`` (the call
-    itself is not cancelled here). A call answered in time costs one timer, nothing more."""
+async def _answer(ref: Any, handle: Any, group: str | None) -> Any:
+    """``await ref``; past ``PROBE_AFTER`` seconds a watch probes the owner's process (on its
+    concurrency group ``group``, when it has one) while the call is pending, and ``_Silent`` is raised
+    once a probe went unanswered for ``PROBE_TIMEOUT`` (the call itself is not cancelled here). A call
+    answered in time costs one timer, nothing more."""
     loop = asyncio.get_running_loop()
     call = _future(ref)
-    watch: dict[str, Any] = {}
+    watch: dict[str, Any] = {"group": group}
     timer = loop.call_later(PROBE_AFTER, _start_watch, call, handle, watch)
     try:
         return await call
@@ -383,22 +394,28 @@ def _start_watch(call: asyncio.Future[Any], handle: Any, watch: dict[str, Any]) 
 
 async def _watch(call: asyncio.Future[Any], handle: Any, watch: dict[str, Any]) -> None:
     """Probe the owner's process every ``PROBE_AFTER`` while ``call`` is pending; one probe left
-    unanswered ``PROBE_TIMEOUT`` marks the call silent and wakes its waiter (``call`` is this
-    client's own future: cancelling it leaves the call in Ray alone)."""
-    while not call.done():
-        probe = _future(_ping(handle))
-        done, _ = await asyncio.wait(
-            {call, probe}, timeout=PROBE_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
-        )
-        if probe in done:
-            probe.exception()  # retrieved: a dead owner is the call's to report
-        else:
-            probe.cancel()
-            if not call.done():
+    unanswered ``PROBE_TIMEOUT`` by a running process marks the call silent and wakes its waiter
+    (``call`` is this client's own future: cancelling it leaves the call in Ray alone). A process
+    being created or restarted is waited for, its probe kept pending."""
+    probe: asyncio.Future[Any] | None = None
+    try:
+        while not call.done():
+            if probe is None:
+                probe = _future(_ping(handle, watch["group"]))
+            done, _ = await asyncio.wait(
+                {call, probe}, timeout=PROBE_TIMEOUT, return_when=asyncio.FIRST_COMPLETED
+            )
+            if probe in done:
+                probe.exception()  # retrieved: a dead owner is the call's to report
+                probe = None
+                await asyncio.wait({call}, timeout=PROBE_AFTER)
+            elif not call.done() and not await asyncio.to_thread(_starting, handle):
                 watch["silent"] = True
                 call.cancel()
-            return
-        await asyncio.wait({call}, timeout=PROBE_AFTER)
+                return
+    finally:
+        if probe is not None:
+            probe.cancel()
 
 
 def _future(ref: Any) -> asyncio.Future[Any]:
@@ -414,10 +431,30 @@ async def _awaited(ref: Any) -> Any:
     return await ref
 
 
-def _ping(handle: Any) -> Any:
-    """A no-op call to the process behind ``handle`` (a hosted workspace's host, or the owner actor)."""
+def _ping(handle: Any, group: str | None) -> Any:
+    """A no-op call to the process behind ``handle`` (a hosted workspace's host, or the owner actor).
+
+    Ray runs ``__ray_ready__`` on the actor's task thread, not on its asyncio loop (an owner whose
+    loop is held by one long storage call answers it), but in a slot of the method's concurrency
+    group: a managed owner's own ``group`` (``_owner.PROBE_GROUP``, reported by ``describe``) is free
+    while calls that wait hold every slot of the default one. Only an actor created with ``group``
+    may be sent it (Ray ends a worker sent a group it lacks)."""
     process = handle.host if isinstance(handle, HostedHandle) else handle
-    return process.__ray_ready__.remote()
+    ready = process.__ray_ready__
+    if group is not None and not isinstance(handle, HostedHandle):
+        ready = ready.options(concurrency_group=group)
+    return ready.remote()
+
+
+def _starting(handle: Any) -> bool:
+    """Whether Ray's actor table shows the process behind ``handle`` being created or restarted (its
+    constructor runs: it answers nothing yet). False when it runs, or when the table cannot be read."""
+    process = handle.host if isinstance(handle, HostedHandle) else handle
+    try:
+        found = actor_process(actor_id(process).hex())
+    except Exception:  # not an actor handle Ray knows: nothing to ask
+        return False
+    return found is not None and found[0] in _STARTING
 
 
 def _cancel(ref: Any) -> None:
