@@ -93,10 +93,16 @@ class Conflicts:
     conflicts only by its own path, its descendants and the ancestors between, and a directory the
     run made there too is no conflict (``hit(path, directory=True)``: the workspace's mode and time
     stay). Before, both sides' ``mkdir -p out`` in one sync interval refused every file the run wrote
-    below ``out`` and the mirror dropped them: a lasting loss the workspace never saw."""
+    below ``out`` and the mirror dropped them: a lasting loss the workspace never saw.
 
-    def __init__(self, touched: list[str], *, everything: bool = False, made: Iterable[Change] = ()) -> None:
+    A pull's ``root`` (its mode: ``chmod 700 .``, ``_dir_times.RootTime``) conflicts by its own path
+    only: a workspace write anywhere below it in the same sync interval refuses nothing of it."""
+
+    def __init__(
+        self, touched: list[str], *, everything: bool = False, made: Iterable[Change] = (), root: str = ""
+    ) -> None:
         self.everything = everything
+        self.root = root  # a pull's root: its own mode conflicts only with a change of the root itself
         self.touched = set(touched)
         self.above = add_ancestors(set(), self.touched)  # every proper ancestor of a touched path
         if "/" in self.touched:
@@ -127,7 +133,7 @@ class Conflicts:
         if path in self.made:
             if not directory:
                 return True
-        elif path in self.touched or path in self.above:
+        elif path in self.touched or (path in self.above and path != self.root):
             return True
         parent = path.rpartition("/")[0]
         while parent:
