@@ -229,4 +229,5 @@ class RootTime:
                 with contextlib.suppress(OSError):
                     os.chmod(directory, mode & SAFE_BITS)
         self.mode_seen = self.mode_store = sandbox_mode(mode)
-        plan.dirs.insert(0, mirror_dir(root, self.mode_seen, None))
+        # with its time, if it moved too: listed as pulled either way (a time alone is never)
+        plan.dirs.insert(0, mirror_dir(root, self.mode_seen, plan.dir_times.pop(root, None)))

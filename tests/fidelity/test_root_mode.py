@@ -56,7 +56,8 @@ async def test_a_runs_chmod_of_the_workspace_root_is_kept_through_a_reopen(
         assert (await ok(ws, "stat -c %a .")).stdout == "1777\n"
         assert await mode_of(ws) == 0o1777
         # a time set after the chmod: both kept
-        await ok(ws, "chmod 710 . && touch -d @1500000000 .")
+        both = await ok(ws, "echo y > g && chmod 710 . && touch -d @1500000000 .")
+        assert both.pulled == [ROOT, f"{ROOT}/g"]  # its time moved too: listed all the same
         assert (await ok(ws, "stat -c '%a %Y' . && cat f")).stdout == "710 1500000000\nx\n"
         assert await mode_of(ws) == 0o710
         assert (await ws.fs.stat(ROOT)).mtime == 1_500_000_000_000
