@@ -162,6 +162,9 @@ class RootTime:
     mode_seen: int | None = None  # the top's bits after the last push or pull (None: no push yet)
     mode_store: int | None = None  # the store's bits of the root, as last pushed or pulled
     mode_given: int | None = None  # the bits the push being applied sets (at ``give_mode``)
+    # What a pull's plan found before it took the top's new time or mode, until the pull is stored:
+    # put back when it fails (:meth:`unsent`).
+    undo: tuple[int | None, int | None, int | None, int | None] | None = None
 
     def moved(self, push: SyncPush) -> bool:
         """Whether ``push`` (a page for an incremental push) changes the top's time or mode."""
@@ -204,6 +207,15 @@ class RootTime:
         if self.mode_seen is None:  # the store has no such root: the top's own (its pull makes it)
             self.mode_seen = top_mode(directory, lifts)
 
+    def unsent(self) -> None:
+        """A pull failed (a full disk, the owner gone, a cancelled tick): the top's time and mode as
+        before its plan, so the next pull sends them again as it sends the files it could not store
+        (before, a live sandbox's file was pulled again, its top's ``chmod``/``touch`` lost, and the
+        next push put the store's back)."""
+        if self.undo is not None:
+            self.seen, self.store, self.mode_seen, self.mode_store = self.undo
+            self.undo = None
+
     def pulled(self, plan: PullPlan, directory: Path, root: str, lifts: Lifts) -> None:
         """A pull's ``plan``: the top's time goes in its ``dir_times`` when it moved since the last sync
         (a run's ``touch .``; one that made or removed a name there is in it already), and its mode,
@@ -215,6 +227,8 @@ class RootTime:
             ns = os.lstat(directory).st_mtime_ns
         except OSError:
             return
+        if self.undo is None:  # (else a plan whose pull was not stored yet: what came before it)
+            self.undo = (self.seen, self.store, self.mode_seen, self.mode_store)
         if ns != self.seen and root not in plan.dir_times:
             plan.dir_times[root] = ns // 1_000_000
         self.seen = ns

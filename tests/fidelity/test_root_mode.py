@@ -12,13 +12,16 @@ the runs see it (``chmod 000 .``: see ``test_locked_modes``)."""
 from __future__ import annotations
 
 import asyncio
+import errno
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from computer.runtime import ShellBackend
+from computer.runtime._context import LocalExecContext
 
-from ._support import PYTHON_LIVE, ROOT, ok, opened, settle, started
+from ._support import PYTHON_LIVE, ROOT, ok, opened, run, settle, started
 
 KINDS = [pytest.param(False, id="per-call"), pytest.param(True, id="live")]
 
@@ -137,3 +140,29 @@ async def test_a_running_program_sees_the_workspaces_root_mode_within_the_ticks(
         ws.fs.commit_batch({}, modes={ROOT: 0o711})
         result = await asyncio.wait_for(settle(handle), 120)
         assert result.stdout == "ready\n711\n"
+
+
+async def test_a_live_pull_that_fails_sends_the_roots_mode_and_time_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live sandbox's pull that fails (a full disk) is sent again by the next one, the root's own mode
+    and time too (before: the file came, the top's ``chmod``/``touch`` were lost and the next push put
+    the store's back in the sandbox)."""
+    failing = [1]
+    sync_pull = LocalExecContext.sync_pull
+
+    async def full_once(self: LocalExecContext, pull: Any, base_rev: int) -> Any:
+        if failing[0]:
+            failing[0] -= 1
+            raise OSError(errno.ENOSPC, "no space left (the test's)")
+        return await sync_pull(self, pull, base_rev)
+
+    async with opened(tmp_path / "ws.sqlite", shell=shell(True), python=False) as ws:
+        await ok(ws, "mkdir s")  # (a file made in the root itself would send the root's time anyway)
+        monkeypatch.setattr(LocalExecContext, "sync_pull", full_once)
+        failed = await run(ws, "echo y > s/g && chmod 700 . && touch -d @1500000000 .")
+        assert failed.status == "failed" and failing == [0], (failed.status, failed.error)
+        again = await ok(ws, "stat -c '%a %Y' . && cat s/g")
+        assert again.stdout == "700 1500000000\ny\n"
+        assert await mode_of(ws) == 0o700
+        assert (await ws.fs.stat(ROOT)).mtime == 1_500_000_000_000
