@@ -94,16 +94,19 @@ async def test_a_mode_the_workspace_gives_the_root_reaches_a_warm_mirror_in_plac
 async def test_a_workspace_write_during_a_run_refuses_nothing_of_the_roots_mode(
     tmp_path: Path, live: bool
 ) -> None:
-    """A workspace write below the root while the run chmod-s the root is no conflict (before, the
-    root's mode was refused for it and ``/workspace`` listed in ``skipped``); a change of the root's own
-    mode in the workspace meanwhile is, and the workspace's mode stays (in the sandbox too)."""
+    """A workspace write below the root while the run chmod-s or touches the root is no conflict
+    (before, the root's mode was refused for it and ``/workspace`` listed in ``skipped``, its time
+    dropped unsaid); a change of the root's own mode in the workspace meanwhile is, and the workspace's
+    mode stays (in the sandbox too)."""
     async with opened(tmp_path / "ws.sqlite", shell=shell(live), python=False) as ws:
         await ok(ws, "true")
-        handle = await started(ws, "chmod 700 . && echo ready && sleep 0.5")
+        handle = await started(ws, "chmod 700 . && touch -d @1500000000 . && echo ready && sleep 0.5")
         await ws.fs.write_file(f"{ROOT}/from-ws", b"w")
         result = await settle(handle)
         assert result.status == "completed" and result.skipped == [], result.skipped_reasons
         assert await mode_of(ws) == 0o700
+        # its time too (a workspace write moves no directory's time: no conflict; before, dropped unsaid)
+        assert (await ws.fs.stat(ROOT)).mtime == 1_500_000_000_000
         assert (await ok(ws, "stat -c %a . && cat from-ws")).stdout == "700\nw"
         handle = await started(ws, "chmod 750 . && echo ready && sleep 0.5")
         ws.fs.commit_batch({}, modes={ROOT: 0o711})
