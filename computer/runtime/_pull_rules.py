@@ -95,14 +95,15 @@ class Conflicts:
     stay). Before, both sides' ``mkdir -p out`` in one sync interval refused every file the run wrote
     below ``out`` and the mirror dropped them: a lasting loss the workspace never saw.
 
-    A pull's ``root`` (its mode: ``chmod 700 .``, ``_dir_times.RootTime``) conflicts by its own path
-    only: a workspace write anywhere below it in the same sync interval refuses nothing of it."""
+    A pull's ``root`` (its own mode and time: ``chmod 700 .``, ``touch .``, ``_dir_times.RootTime``)
+    conflicts by its own path only: a workspace write anywhere below it in the same sync interval
+    refuses nothing of it (before, the run's ``chmod`` was refused, its ``touch`` dropped unsaid)."""
 
     def __init__(
         self, touched: list[str], *, everything: bool = False, made: Iterable[Change] = (), root: str = ""
     ) -> None:
         self.everything = everything
-        self.root = root  # a pull's root: its own mode conflicts only with a change of the root itself
+        self.root = root  # a pull's root: its own mode and time conflict only with a change of itself
         self.touched = set(touched)
         self.above = add_ancestors(set(), self.touched)  # every proper ancestor of a touched path
         if "/" in self.touched:
