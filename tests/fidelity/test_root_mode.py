@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import io
+import tarfile
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +171,35 @@ async def test_a_live_pull_that_fails_sends_the_roots_mode_and_time_again(
         assert again.stdout == "700 1500000000\ny\n"
         assert await mode_of(ws) == 0o700
         assert (await ws.fs.stat(ROOT)).mtime == 1_500_000_000_000
+
+
+def _tar_of_the_top(mode: int, mtime: int) -> bytes:
+    """A tar whose first entry is ``./`` itself (as ``tar -C dir -cf a.tar .`` makes one), then a file."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as tar:
+        top = tarfile.TarInfo("./")
+        top.type, top.mode, top.mtime = tarfile.DIRTYPE, mode, mtime
+        tar.addfile(top)
+        data = b"from the tar\n"
+        member = tarfile.TarInfo("./notes.txt")
+        member.size, member.mtime = len(data), mtime
+        tar.addfile(member, io.BytesIO(data))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_tar_extracting_into_the_workspace_root_sets_its_mode_and_time(
+    tmp_path: Path, live: bool
+) -> None:
+    """``tar xf`` of an archive made with ``-C dir .`` gives ``.`` the archive's mode and time, as a
+    real program sets them: kept, and seen again after a reopen."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/in")
+        await ws.fs.write_file(f"{ROOT}/in/a.tar", _tar_of_the_top(0o750, 1_400_000_000))
+        result = await ok(ws, "tar -xf in/a.tar --no-same-owner && rm in/a.tar && stat -c '%a %Y' .")
+        assert result.stdout == "750 1400000000\n"
+        assert await mode_of(ws) == 0o750
+        assert (await ws.fs.stat(ROOT)).mtime == 1_400_000_000_000
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, "stat -c '%a %Y' . && cat notes.txt")).stdout == "750 1400000000\nfrom the tar\n"
