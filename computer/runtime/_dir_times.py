@@ -35,6 +35,7 @@ from ._backend import MirrorDir, SyncPush
 from ._beneath import SAFE_BITS, BeneathReader
 from ._lifts import Lifts
 from ._mirror_base import PullPlan
+from ._pull_rules import DEFAULT_DIR_MODE
 
 __all__ = [
     "RootFields",
@@ -180,6 +181,10 @@ class RootTime:
             self.given = push.root_mtime
         if first and push.root_mode is not None and (push.full or push.root_mode != self.mode_store):
             self.mode_given = push.root_mode
+        elif first and push.full and push.root_mode is None and push.root != "/":
+            # The store has no root (the workspace removed it): the top as a pull makes it (a run
+            # right after ``fs.rm("/workspace")`` saw the removed one's mode).
+            self.mode_given = DEFAULT_DIR_MODE
 
     def give_mode(self, directory: Path, lifts: Lifts) -> None:
         """The page is in: the top takes the mode the push gave (:func:`sandbox_mode`), lifted until

@@ -203,3 +203,17 @@ async def test_tar_extracting_into_the_workspace_root_sets_its_mode_and_time(
         assert (await ws.fs.stat(ROOT)).mtime == 1_400_000_000_000
     async with opened(db, shell=shell(live), python=False) as ws:
         assert (await ok(ws, "stat -c '%a %Y' . && cat notes.txt")).stdout == "750 1400000000\nfrom the tar\n"
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_a_root_the_workspace_removed_comes_back_with_the_default_mode(
+    tmp_path: Path, live: bool
+) -> None:
+    """``fs.rm("/workspace")`` after a run's ``chmod 700 .``: the next run's top is the directory its
+    pull makes again (0o755), not the removed one (before, that run saw 700 and its pull made 755)."""
+    async with opened(tmp_path / "ws.sqlite", shell=shell(live), python=False) as ws:
+        await ok(ws, "chmod 700 . && echo x > f")
+        await ws.fs.rm(ROOT, recursive=True)
+        again = await ok(ws, "stat -c %a . && ls && echo y > g")
+        assert again.stdout == "755\n" and again.pulled == [f"{ROOT}/g"]
+        assert await mode_of(ws) == 0o755
