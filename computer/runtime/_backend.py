@@ -221,8 +221,10 @@ class SyncPush:
     reasons: dict[str, str] = field(default_factory=dict)  # protected path -> why
     moves: list[tuple[str, str]] = field(default_factory=list)  # (old, new): first page only
     session: str = ""  # the store's session (``FileSystem.session``) the revision belongs to
-    # The root directory's own mtime (ms) in the store (None: not known, or the root is ``/``).
+    # The root directory's own mtime (ms) and permission bits in the store (None: not known, or the
+    # root is ``/``): the mirror's top is no entry of its state (``_dir_times.RootTime``).
     root_mtime: int | None = None
+    root_mode: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

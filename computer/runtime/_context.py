@@ -28,7 +28,7 @@ from ._backend import (
     SyncPush,
 )
 from ._codec import to_plain
-from ._dir_times import root_mtime
+from ._dir_times import root_fields
 from ._journal import JOURNAL_DIR, journal_refused
 from ._moves import Move, follow
 from ._protected import refuse_protected_change
@@ -239,7 +239,7 @@ class LocalExecContext(PullCommits):
         replaced: set[str] | None = None,
         linked: dict[str, tuple[str, bool]] | None = None,
     ) -> SyncPush:
-        push = SyncPush(rev, root, full, session=self.fs.session, root_mtime=await root_mtime(self.fs, root))
+        push = SyncPush(rev, root, full, session=self.fs.session, **await root_fields(self.fs, root))
         linked = linked or {}
         start = 0
         if limits.after is not None:
@@ -366,7 +366,7 @@ class LocalExecContext(PullCommits):
         # A directory's new time alone (another run's pull) refuses nothing below it.
         changed = [c.path for c in since.changes if c.op != TOUCH]
         linked = await other_names(fs, changed, root)
-        conflicts = Conflicts(changed + linked, everything=not since.complete, made=since.changes)
+        conflicts = Conflicts(changed + linked, everything=not since.complete, made=since.changes, root=root)
         moves: list[Move] = []
         translated: set[str] = set()  # checked against the workspace's later changes already
         if pull.follow_moves and since.complete and not conflicts.none():

@@ -9,6 +9,16 @@ reopen) and a push after another mirror's pull moved it (``SyncPush.root_mtime``
 sends it when it moved since the last sync (``touch .``, ``tar x`` into ``.``). Before, a reopened
 workspace showed the time its mirror was made on ``.``, and a run's touch of ``.`` alone was lost.
 
+Its mode travels the same way (``SyncPush.root_mode``; a pull sends a changed one as the first of its
+``dirs``). Before, a run's ``chmod 700 /workspace`` was never stored (the warm mirror kept it, a reopen
+showed 0o755) and a mode the workspace gave the root never reached a warm or live mirror. Decisions:
+setuid/setgid are taken off the top as off any directory; its owner's search bit is always set (a run
+starts there: ``_lifts.open_top``) and the store keeps the mode with it, as the runs see it, so a
+reopen shows what the runs before it saw (``chmod 000 .`` is stored as 0o100, and the next run can
+``chmod`` it back). A pull's root mode is refused only when the workspace changed the root's own mode
+since the sync's base (it keeps its own, as with a directory both sides ``chmod``-ed), never for a
+write below it.
+
 Left as they are: the times of directories a push only wrote into (the mirror's then move, the
 workspace's do not: a workspace write never moves its directory's time), and symlinks' own times."""
 
@@ -19,13 +29,23 @@ import dataclasses
 import os
 import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from ._backend import MirrorDir, SyncPush
-from ._beneath import BeneathReader
+from ._beneath import SAFE_BITS, BeneathReader
+from ._lifts import Lifts
 from ._mirror_base import PullPlan
+from ._pull_rules import DEFAULT_DIR_MODE
 
-__all__ = ["RootTime", "mirror_dir", "root_mtime", "set_dir_times", "with_dir_times"]
+__all__ = [
+    "RootFields",
+    "RootTime",
+    "mirror_dir",
+    "root_fields",
+    "sandbox_mode",
+    "set_dir_times",
+    "with_dir_times",
+]
 
 _new = object.__new__
 _set_path, _set_mode, _set_mtime = (vars(MirrorDir)[name].__set__ for name in ("path", "mode", "mtime"))
@@ -95,33 +115,89 @@ def set_dir_times(directory: Path, times: dict[str, int]) -> None:
                 continue
 
 
-async def root_mtime(fs: Any, root: str) -> int | None:
-    """The store's mtime (ms) of a push's ``root`` (``SyncPush.root_mtime``); None for ``/`` (a pull
-    never sends its time either) or a root the store does not have."""
+class RootFields(TypedDict):
+    """The store's own time and mode of a push's root (``SyncPush.root_mtime``, ``root_mode``)."""
+
+    root_mtime: int | None
+    root_mode: int | None
+
+
+async def root_fields(fs: Any, root: str) -> RootFields:
+    """The store's mtime (ms) and permission bits of a push's ``root``; None for ``/`` (a pull never
+    sends them either) or a root the store does not have."""
     if root == "/":
-        return None
+        return {"root_mtime": None, "root_mode": None}
     try:
-        mtime: int = (await fs.stat(root)).mtime
+        st = await fs.stat(root)
+    except OSError:
+        return {"root_mtime": None, "root_mode": None}
+    return {"root_mtime": st.mtime, "root_mode": stat.S_IMODE(st.mode)}
+
+
+def top_mode(directory: Path, lifts: Lifts) -> int | None:
+    """The permission bits of the mirror's top as its program left them (one the sync lifted: the
+    program's, ``_lifts``); None when it cannot be looked at."""
+    if "" in lifts.lifted and "" in lifts.locked:
+        return lifts.locked[""]
+    try:
+        return stat.S_IMODE(os.lstat(directory).st_mode)
     except OSError:
         return None
-    return mtime
+
+
+def sandbox_mode(mode: int) -> int:
+    """The bits the top takes for a mode of the root: never setuid/setgid, and its owner's search bit
+    always (a run starts there: ``_lifts.open_top``). The store keeps what a pull sends, so a reopen
+    shows what the runs before it saw."""
+    return (mode & SAFE_BITS) | stat.S_IXUSR
 
 
 @dataclasses.dataclass
 class RootTime:
-    """The own mtime of a mirror's top directory, as last synced either way (``Mirror.root_time``)."""
+    """The own mtime and mode of a mirror's top directory, as last synced either way
+    (``Mirror.root_time``)."""
 
     seen: int | None = None  # ns: the top's time after the last push or pull (None: no push yet)
     store: int | None = None  # ms: the store's time of the root, as last pushed or pulled
     given: int | None = None  # ms: the time the push being applied sets (at ``pushed``)
+    mode_seen: int | None = None  # the top's bits after the last push or pull (None: no push yet)
+    mode_store: int | None = None  # the store's bits of the root, as last pushed or pulled
+    mode_given: int | None = None  # the bits the push being applied sets (at ``give_mode``)
+    # What a pull's plan found before it took the top's new time or mode, until the pull is stored:
+    # put back when it fails (:meth:`unsent`).
+    undo: tuple[int | None, int | None, int | None, int | None] | None = None
 
-    def pushing(self, push: SyncPush) -> None:
+    def moved(self, push: SyncPush) -> bool:
+        """Whether ``push`` (a page for an incremental push) changes the top's time or mode."""
+        return (push.root_mtime is not None and push.root_mtime != self.store) or (
+            push.root_mode is not None and push.root_mode != self.mode_store
+        )
+
+    def pushing(self, push: SyncPush, first: bool = True) -> None:
         """A page of a push: its root time is set once the push is in if the push is a full one or the
-        store's time moved since (another mirror's pull); else the top keeps its own."""
+        store's time moved since (another mirror's pull); else the top keeps its own. Its root mode
+        likewise, on its first page (:meth:`give_mode`)."""
         if push.root_mtime is not None and (push.full or push.root_mtime != self.store):
             self.given = push.root_mtime
+        if first and push.root_mode is not None and (push.full or push.root_mode != self.mode_store):
+            self.mode_given = push.root_mode
+        elif first and push.full and push.root_mode is None and push.root != "/":
+            # The store has no root (the workspace removed it): the top as a pull makes it (a run
+            # right after ``fs.rm("/workspace")`` saw the removed one's mode).
+            self.mode_given = DEFAULT_DIR_MODE
 
-    def pushed(self, directory: Path) -> None:
+    def give_mode(self, directory: Path, lifts: Lifts) -> None:
+        """The page is in: the top takes the mode the push gave (:func:`sandbox_mode`), lifted until
+        the sync ends where it locks this process out (a non-root host, ``_lifts``)."""
+        if self.mode_given is None:
+            return
+        self.mode_store, mode = self.mode_given, sandbox_mode(self.mode_given)
+        self.mode_given = None
+        self.mode_seen = mode  # taken as set even if it fails, as the time is
+        with contextlib.suppress(OSError):
+            os.chmod(directory, lifts.given("", "d", mode) if lifts.active else mode)
+
+    def pushed(self, directory: Path, lifts: Lifts) -> None:
         """The push is in (``Mirror.finish_push``): the top takes the time it gave, last of all (every
         name made in it moved its time), and that is what a pull compares with."""
         if self.given is not None:  # taken as set even if it fails: a live sandbox's tick never
@@ -133,17 +209,44 @@ class RootTime:
             self.seen = os.lstat(directory).st_mtime_ns
         except OSError:
             self.seen = None
+        if self.mode_seen is None:  # the store has no such root: the top's own (its pull makes it)
+            self.mode_seen = top_mode(directory, lifts)
 
-    def pulled(self, plan: PullPlan, directory: Path, root: str) -> None:
+    def unsent(self) -> None:
+        """A pull failed (a full disk, the owner gone, a cancelled tick): the top's time and mode as
+        before its plan, so the next pull sends them again as it sends the files it could not store
+        (before, a live sandbox's file was pulled again, its top's ``chmod``/``touch`` lost, and the
+        next push put the store's back)."""
+        if self.undo is not None:
+            self.seen, self.store, self.mode_seen, self.mode_store = self.undo
+            self.undo = None
+
+    def pulled(self, plan: PullPlan, directory: Path, root: str, lifts: Lifts) -> None:
         """A pull's ``plan``: the top's time goes in its ``dir_times`` when it moved since the last sync
-        (a run's ``touch .``; one that made or removed a name there is in it already)."""
+        (a run's ``touch .``; one that made or removed a name there is in it already), and its mode,
+        when it changed (``chmod 700 .``), as a directory of ``plan.dirs``, first (:func:`sandbox_mode`:
+        setuid/setgid taken off the top too, as off any directory a pull finds)."""
         if root == "/" or self.seen is None:
             return
         try:
             ns = os.lstat(directory).st_mtime_ns
         except OSError:
             return
+        if self.undo is None:  # (else a plan whose pull was not stored yet: what came before it)
+            self.undo = (self.seen, self.store, self.mode_seen, self.mode_store)
         if ns != self.seen and root not in plan.dir_times:
             plan.dir_times[root] = ns // 1_000_000
         self.seen = ns
         self.store = plan.dir_times.get(root, self.store)
+        mode = top_mode(directory, lifts)
+        if mode is None or mode == self.mode_seen or self.mode_seen is None:
+            return
+        if mode & 0o6000:
+            if "" in lifts.lifted:
+                lifts.locked[""] = mode & SAFE_BITS  # put back so at the sync's end
+            else:
+                with contextlib.suppress(OSError):
+                    os.chmod(directory, mode & SAFE_BITS)
+        self.mode_seen = self.mode_store = sandbox_mode(mode)
+        # with its time, if it moved too: listed as pulled either way (a time alone is never)
+        plan.dirs.insert(0, mirror_dir(root, self.mode_seen, plan.dir_times.pop(root, None)))

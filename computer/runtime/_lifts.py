@@ -22,7 +22,8 @@ The mirror's top directory is lifted and put back like any other, with one excep
 sandbox's working directory, and a program that locked its owner out of it (``chmod 000 .``) failed
 every later run at ``cd``, with nothing left to undo it from inside. After each pull its owner's
 search bit is set again for good, root or not: a run starts there and can ``chmod`` it back, and
-every other bit stays as the program set it (the workspace never holds the top directory's mode).
+every other bit stays as the program set it. The workspace keeps the top's mode as the runs see it,
+that bit included (``_dir_times.RootTime``: ``chmod 000 .`` is stored as 0o100).
 """
 
 from __future__ import annotations

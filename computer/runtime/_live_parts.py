@@ -250,8 +250,8 @@ def host_pid(candidates: Iterable[int], inner: int, limit: int = 16) -> int | No
 
 
 def has_changes(page: Any, mirror: Any) -> bool:
-    """Whether a push page changes ``mirror`` (the root's own time too: another mirror's pull moved
-    it; before, a live sandbox's quiet mirror took that page for empty and kept its old time)."""
+    """Whether a push page changes ``mirror`` (the root's own time and mode too: another mirror's pull
+    moved it; before, a live sandbox's quiet mirror took that page for empty and kept its old ones)."""
     return bool(
         page.full
         or page.more
@@ -260,7 +260,7 @@ def has_changes(page: Any, mirror: Any) -> bool:
         or page.symlinks
         or page.deleted
         or page.moves
-        or (page.root_mtime is not None and page.root_mtime != mirror.root_time.store)
+        or mirror.root_time.moved(page)
     )
 
 

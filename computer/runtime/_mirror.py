@@ -99,20 +99,23 @@ class Mirror(MirrorPush, MirrorPull):
     # live sandbox's tick walks it again from ``walk_next`` on (see ``_mirror_watch``).
     unwatched: bool = False
     walk_next: float = 0.0
-    # The top directory's own time (no entry of ``state``), as last synced either way (``_dir_times``).
+    # The top directory's own time and mode (no entry of ``state``), as last synced either way
+    # (``_dir_times``).
     root_time: RootTime = field(default_factory=RootTime, repr=False)
 
     def apply(self, push: SyncPush, *, first: bool = True) -> int:
-        self.root_time.pushing(push)
-        return super().apply(push, first=first)
+        self.root_time.pushing(push, first)
+        written = super().apply(push, first=first)
+        self.root_time.give_mode(self.directory, self.lifts)
+        return written
 
     def finish_push(self, rev: int, refetched: Iterable[str] = ()) -> None:
         super().finish_push(rev, refetched)
-        self.root_time.pushed(self.directory)
+        self.root_time.pushed(self.directory, self.lifts)
 
     def plan(self, *, paced: bool = False) -> tuple[PullPlan, dict[str, Entry]]:
         plan, now = super().plan(paced=paced)
-        self.root_time.pulled(plan, self.directory, self.root)
+        self.root_time.pulled(plan, self.directory, self.root, self.lifts)
         return plan, now
 
     def invalidate(self) -> None:

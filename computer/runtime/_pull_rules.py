@@ -93,10 +93,17 @@ class Conflicts:
     conflicts only by its own path, its descendants and the ancestors between, and a directory the
     run made there too is no conflict (``hit(path, directory=True)``: the workspace's mode and time
     stay). Before, both sides' ``mkdir -p out`` in one sync interval refused every file the run wrote
-    below ``out`` and the mirror dropped them: a lasting loss the workspace never saw."""
+    below ``out`` and the mirror dropped them: a lasting loss the workspace never saw.
 
-    def __init__(self, touched: list[str], *, everything: bool = False, made: Iterable[Change] = ()) -> None:
+    A pull's ``root`` (its own mode and time: ``chmod 700 .``, ``touch .``, ``_dir_times.RootTime``)
+    conflicts by its own path only: a workspace write anywhere below it in the same sync interval
+    refuses nothing of it (before, the run's ``chmod`` was refused, its ``touch`` dropped unsaid)."""
+
+    def __init__(
+        self, touched: list[str], *, everything: bool = False, made: Iterable[Change] = (), root: str = ""
+    ) -> None:
         self.everything = everything
+        self.root = root  # a pull's root: its own mode and time conflict only with a change of itself
         self.touched = set(touched)
         self.above = add_ancestors(set(), self.touched)  # every proper ancestor of a touched path
         if "/" in self.touched:
@@ -127,7 +134,7 @@ class Conflicts:
         if path in self.made:
             if not directory:
                 return True
-        elif path in self.touched or path in self.above:
+        elif path in self.touched or (path in self.above and path != self.root):
             return True
         parent = path.rpartition("/")[0]
         while parent:

@@ -245,12 +245,15 @@ def plan_changes(changes: Sequence[Change], root: str, refetch: list[str]) -> Pl
     the mirror fetches again; None when a change at or above the root (the root renamed or
     removed) needs the whole tree again."""
     moves, followed = followable(changes, root, refetch)
-    # The time of the root or above it alone (a pull's) is no change to the tree (a mirror keeps its
-    # root's own time): not the whole tree again.
+    # The time of the root or above it alone (a pull's), or the root's own mode (``"mkdir"``: another
+    # mirror's ``chmod 700 .``), is no change to the tree (a mirror keeps its root's own: ``SyncPush``
+    # carries them): not the whole tree again (before, a root's mode sent every mirror a full push).
     rest = [
         c
         for i, c in enumerate(changes)
-        if i not in followed and not (c.op == TOUCH and is_within(root, c.path))
+        if i not in followed
+        and not (c.op == TOUCH and is_within(root, c.path))
+        and not (c.op == "mkdir" and c.path == root)
     ]
     paths = [c.path for c in rest] + refetch
     if any(is_within(root, p) for p in paths):

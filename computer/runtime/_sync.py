@@ -253,9 +253,11 @@ class MirrorSync:
         What the pull lifted in a mirror its program locked is put back at its end (``_lifts``).
         """
         try:
-            return await self._pull(
+            synced = await self._pull(
                 mirror, ctx, base_rev, run, saves, defer=defer, follow=follow, paced=paced
             )
+            mirror.root_time.undo = None
+            return synced
         except BaseException:
             # The watch's events are spent and the state not settled: the next plan walks the whole
             # tree, so what this pull could not store (a full disk, the owner gone) is tried again, as
@@ -263,6 +265,7 @@ class MirrorSync:
             # failure to store counted; the plan went on alone in its thread and was dropped, the
             # end's pull found the watch quiet, and the warm mirror kept what the workspace never got).
             mirror.unwatch()
+            mirror.root_time.unsent()  # the top's time and mode too (they are no entry of the state)
             raise
         finally:
             mirror.restore_lifts()

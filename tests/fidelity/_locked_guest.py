@@ -106,6 +106,11 @@ async def main(db: str, live: bool) -> dict[str, Any]:
         seen["after_move"] = await _view(ws, [f"{ROOT}/d", f"{ROOT}/d2", f"{ROOT}/d2/f", f"{ROOT}/d2/new"])
         seen["top"] = await _run(ws, "chmod 000 . && echo locked")
         seen["top_after"] = await _run(ws, "stat -c %a . && chmod 755 . && ls")
+        # A top the program keeps read-only: its mode is the workspace's, and a push writes into it.
+        seen["top_read_only"] = await _run(ws, "chmod 500 . && echo read-only")
+        seen["top_mode"] = (await ws.fs.stat(ROOT)).mode & 0o7777
+        await ws.fs.write_file(f"{ROOT}/into-top", b"pushed")
+        seen["top_read_only_after"] = await _run(ws, "stat -c %a . && cat into-top && chmod 755 .")
         seen["race"] = await _race(ws, live)
         seen["after_race"] = await _run(ws, "chmod 700 r; cat r/new; echo; stat -c %a r")
     async with computer.Workspace(db, backends=[_shell(live)]) as ws:

@@ -39,6 +39,8 @@ async def test_a_locked_top_directory_does_not_fail_every_later_run(tmp_path: Pa
     async with opened(tmp_path / "ws.db", shell=ShellBackend(live=live), python=False) as ws:
         locked = await run(ws, "chmod 000 . && echo locked")
         assert locked.status == "completed", locked.stderr
+        # Decision: the workspace keeps the top's mode as the runs see it (its owner's search bit on)
+        assert (await ws.fs.stat(ROOT)).mode & 0o7777 == 0o100
         # Its owner's search bit is back (a run starts there), every other bit as the program set it:
         # writing needs the program's own chmod, as on any machine.
         after = await run(
@@ -48,7 +50,11 @@ async def test_a_locked_top_directory_does_not_fail_every_later_run(tmp_path: Pa
         assert after.stdout == "100\nx\n"
         assert (await run(ws, "stat -c %a .")).stdout == "750\n"
         assert (await ws.fs.read_file(f"{ROOT}/f")) == b"x\n"
-        assert (await ws.fs.stat(ROOT)).mode & 0o777 == 0o755  # the workspace never took it
+        assert (await ws.fs.stat(ROOT)).mode & 0o777 == 0o750  # before: 0o755, it never took the top's
+        await run(ws, "chmod 000 .")
+    async with opened(tmp_path / "ws.db", shell=ShellBackend(live=live), python=False) as ws:
+        again = await run(ws, "stat -c %a . && chmod 700 . && cat f")  # a rebuilt mirror: the same
+        assert again.status == "completed" and again.stdout == "100\nx\n", again.stderr
 
 
 def _guest_command(db: Path, live: bool) -> list[str]:
@@ -83,7 +89,8 @@ def _file(seen: dict[str, Any], mode: int, data: str | None = None) -> None:
 def test_what_a_program_locks_is_synced_both_ways_without_mode_overrides(tmp_path: Path, live: bool) -> None:
     seen = _guest(tmp_path, live)
     assert seen["overrides"] is False  # the child really cannot override modes
-    for step in ("lock", "modes_inside", "read_back", "moved", "top", "top_after", "reopened_run"):
+    steps = ("lock", "modes_inside", "read_back", "moved", "top", "top_after", "top_read_only_after")
+    for step in (*steps, "top_read_only", "reopened_run"):
         assert seen[step]["status"] == "completed", (step, seen[step])
         assert seen[step]["skipped"] == {}, (step, seen[step])
     # Pulled whole, with the program's modes: a locked directory's files, an unreadable file.
@@ -114,6 +121,8 @@ def test_what_a_program_locks_is_synced_both_ways_without_mode_overrides(tmp_pat
     _file(moved[f"{ROOT}/d2/f"], 0o644, "hi\n")
     _file(moved[f"{ROOT}/d2/new"], 0o644, "from the workspace")
     assert seen["top_after"]["stdout"] == "100\nbig\nd2\ne\nt\n"
+    assert seen["top_mode"] == 0o500  # the top's mode is the workspace's (before: it never took it)
+    assert seen["top_read_only_after"]["stdout"] == "500\npushed"
     # A race: the workspace writes into a directory a running program keeps read-only.
     race = seen["race"]
     if live:  # the tick's push lifted it, wrote, and put its bits back while the program waited

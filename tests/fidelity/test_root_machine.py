@@ -1,0 +1,161 @@
+"""Stateful property of ``/workspace``'s own mode and time (``computer.runtime._dir_times.RootTime``).
+
+Random sequences of: a shell run's ``chmod`` or ``touch -d`` of ``.``, a python run's ``os.chmod('.')``,
+the workspace's change of the root's mode or time (``commit_batch``, as another mirror's pull makes
+it), a run's ``chmod .`` meeting a workspace write below the root or a workspace change of the root's
+mode while it runs, and a close and reopen (the same backends: warm mirrors; or fresh ones: rebuilt).
+The model is the store's mode and time of the root.
+
+Invariants after every step: the workspace (``ws.fs.stat``) holds the model, and the next shell run's
+``stat -c '%a %Y' .`` shows it, with the decisions of ``_dir_times``: setuid/setgid never kept (the
+store strips them too), the owner's search bit always on in the sandbox, and stored with a mode a run
+set (``chmod 000 .`` is 0o100 everywhere); a mode the workspace gave without it keeps it off in the
+store only. A run's change of the root's mode meets a workspace change of it: the workspace's wins.
+
+Bounded: few examples and steps, no shrinking, derandomized (each step is a real sandboxed run)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+from collections import Counter
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+import computer
+from computer.runtime import PythonBackend, ShellBackend
+
+from ._support import MARGIN, PYTHON_LIVE, ROOT, ok, settle, started
+
+T = TypeVar("T")
+# How many times each rule ran (the test asserts that every one did).
+RAN: Counter[str] = Counter()
+MODES = st.sampled_from([0o000, 0o100, 0o500, 0o700, 0o711, 0o750, 0o755, 0o2775, 0o1777, 0o4755])
+TIMES = st.sampled_from([1_100_000_000, 1_200_000_000, 1_300_000_000])
+
+
+def seen_by_runs(mode: int) -> int:
+    """The mode the sandbox shows for a stored one (``_dir_times.sandbox_mode``)."""
+    return (mode & 0o1777) | 0o100
+
+
+class RootMachine(RuleBasedStateMachine):
+    live = False
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.dir = Path(tempfile.mkdtemp(prefix="fid-root-"))
+        self.db = str(self.dir / "ws.sqlite")
+        self.mode, self.time = 0o755, 1_000_000_000
+        self.ws = self.call(self._open(fresh=True))
+        self.call(self._first())
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(asyncio.wait_for(coro, 4 * MARGIN))
+
+    async def _open(self, *, fresh: bool) -> computer.Workspace:
+        if fresh:
+            self.backends = [ShellBackend(live=self.live), PythonBackend(live=self.live)]
+        return computer.Workspace(self.db, backends=self.backends)
+
+    async def _first(self) -> None:
+        await self.ws.fs.mkdir(f"{ROOT}/s", recursive=True)
+        self.ws.fs.commit_batch({}, mtimes={ROOT: self.time * 1000})
+
+    # ------------------------------------------------------------------ rules
+
+    @rule(mode=MODES, meanwhile=st.sampled_from(["nothing", "a write below", "its mode"]), given=MODES)
+    def a_run_chmods_the_root(self, mode: int, meanwhile: str, given: int) -> None:
+        """The workspace meanwhile (after the run's chmod, before its end): writes below the root (no
+        conflict: the run's mode is kept, nothing skipped), or changes the root's mode (the workspace's
+        is kept: it came last)."""
+        RAN[f"a run's chmod, meanwhile {meanwhile}"] += 1
+
+        async def step() -> None:
+            if meanwhile == "nothing":
+                await ok(self.ws, f"chmod {mode:o} .")
+                return
+            handle = await started(self.ws, f"chmod {mode:o} . && echo ready && sleep 0.3")
+            if meanwhile == "a write below":
+                await self.ws.fs.write_file(f"{ROOT}/s/from-ws", b"w")
+            else:
+                self.ws.fs.commit_batch({}, modes={ROOT: given})
+            result = await settle(handle)
+            assert result.status == "completed" and result.skipped == [], result.skipped_reasons
+
+        self.call(step())
+        self.mode = given & 0o1777 if meanwhile == "its mode" else seen_by_runs(mode)
+
+    @rule(seconds=TIMES)
+    def a_run_touches_the_root(self, seconds: int) -> None:
+        RAN["a run's touch"] += 1
+        self.call(ok(self.ws, f"touch -d @{seconds} ."))
+        self.time = seconds
+
+    @rule(mode=MODES)
+    def a_python_run_chmods_its_cwd(self, mode: int) -> None:
+        RAN["a python run's chmod"] += 1
+        self.call(ok(self.ws, f"import os\nos.chmod('.', {mode:#o})", backend="python", timeout=30.0))
+        self.mode = seen_by_runs(mode)
+
+    @rule(mode=MODES, seconds=TIMES)
+    def the_workspace_changes_the_root(self, mode: int, seconds: int) -> None:
+        RAN["the workspace's change"] += 1
+        self.ws.fs.commit_batch({}, modes={ROOT: mode}, mtimes={ROOT: seconds * 1000})
+        self.mode, self.time = mode & 0o1777, seconds
+
+    @rule(fresh=st.booleans())
+    def close_and_reopen(self, fresh: bool) -> None:
+        RAN["a reopen"] += 1
+        self.call(self.ws.close())
+        self.ws = self.call(self._open(fresh=fresh))
+
+    # ------------------------------------------------------------------ invariant
+
+    @invariant()
+    def the_workspace_and_the_next_run_show_the_model(self) -> None:
+        async def check() -> None:
+            st_ = await self.ws.fs.stat(ROOT)
+            assert (st_.mode & 0o7777, st_.mtime) == (self.mode, self.time * 1000)
+            seen = await ok(self.ws, "stat -c '%a %Y' .")
+            assert seen.stdout == f"{seen_by_runs(self.mode):o} {self.time}\n"
+
+        self.call(check())
+
+    def teardown(self) -> None:
+        try:
+            self.call(self.ws.close())
+        finally:
+            self.loop.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class LiveRootMachine(RootMachine):
+    live = True
+
+
+@pytest.mark.parametrize("machine", [RootMachine, LiveRootMachine], ids=["per-call", "live"])
+@pytest.mark.timeout(900)
+def test_the_roots_mode_and_time_state_machine(machine: type[RootMachine]) -> None:
+    if machine.live and not (PYTHON_LIVE and ShellBackend(live=True).live):
+        pytest.skip("no cgroup freezer here")
+    runner = settings(
+        max_examples=6,
+        stateful_step_count=12,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=[Phase.explicit, Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )(type(machine.__name__, (machine,), {}))  # a subclass: hypothesis applies settings once per class
+    RAN.clear()
+    runner.TestCase().runTest()
+    assert len(RAN) == 7, RAN  # every rule and every meanwhile ran
