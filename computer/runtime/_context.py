@@ -434,7 +434,7 @@ class LocalExecContext(PullCommits):
                 mtimes[d.path] = d.mtime
         # Directories' own mtimes: kept where nothing refuses the path, never reported either way.
         timed = [p for p in pull.dir_times if p not in mtimes and p not in protected]
-        timed = [p for p in timed if not (strict and refused(p))]
+        timed = [p for p in timed if not (strict and (refused(p, True) or p in conflicts.made))]
         for path in timed:
             mtimes[path] = pull.dir_times[path]
         symlinks: dict[str, str] = {}

@@ -95,9 +95,13 @@ class Conflicts:
     stay). Before, both sides' ``mkdir -p out`` in one sync interval refused every file the run wrote
     below ``out`` and the mirror dropped them: a lasting loss the workspace never saw.
 
-    A pull's ``root`` (its own mode and time: ``chmod 700 .``, ``touch .``, ``_dir_times.RootTime``)
-    conflicts by its own path only: a workspace write anywhere below it in the same sync interval
-    refuses nothing of it (before, the run's ``chmod`` was refused, its ``touch`` dropped unsaid)."""
+    A directory's own mode and time (``hit(path, directory=True)``: ``chmod 700 d``, ``touch d``, and
+    the pull's ``root``, ``_dir_times.RootTime``) conflict by its own path and its ancestors only: a
+    workspace write below it in the same sync interval refuses nothing of it. Before, the run's
+    ``chmod`` was refused and the mirror dropped the directory and fetched it whole: every file below
+    it got a new inode, and a live sandbox's process writing through a file it held open wrote into
+    a removed file from then on (its later writes lost). The run's ``rm -r d``, or a file made in
+    ``d``'s place, still conflicts with a workspace write below ``d`` (``directory`` False)."""
 
     def __init__(
         self, touched: list[str], *, everything: bool = False, made: Iterable[Change] = (), root: str = ""
@@ -134,7 +138,7 @@ class Conflicts:
         if path in self.made:
             if not directory:
                 return True
-        elif path in self.touched or (path in self.above and path != self.root):
+        elif path in self.touched or (path in self.above and not directory and path != self.root):
             return True
         parent = path.rpartition("/")[0]
         while parent:

@@ -457,11 +457,12 @@ async def _one_file(ws: Any, names: list[str], kept_out: tuple[str, ...] = ()) -
 async def test_a_refused_directory_holding_a_name_of_a_file_linked_outside_it_keeps_the_link(
     tmp_path: Path, live: bool
 ) -> None:
-    """``d/f`` and ``g`` are one file (the workspace's ``fs.link``); a run's ``chmod 700 d`` meets a
-    workspace write of ``d/x`` in one sync window: ``d`` is refused, and the mirror drops it and
-    fetches it again. Before: ``d/f`` came as a new file while ``g`` kept the old one, two files in
-    the sandbox where the workspace has one, and a write through one name never reached the other
-    there (s50/h7, from t7_shared)."""
+    """``d/f`` and ``g`` are one file (the workspace's ``fs.link``); a run's ``chmod 700 d`` meets the
+    workspace's rename of ``d`` away and back (and a write of ``d/x``) in one sync window: ``d`` is
+    refused, and the mirror drops it and fetches it again. Before: ``d/f`` came as a new file while
+    ``g`` kept the old one, two files in the sandbox where the workspace has one, and a write through
+    one name never reached the other there (s50/h7, from t7_shared). (Until s55 a workspace write
+    below ``d`` was enough to refuse the run's ``chmod``; it no longer refuses it.)"""
     backend = ShellBackend(live=live)
     async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
         await ws.fs.mkdir(f"{ROOT}/d")
@@ -473,10 +474,10 @@ async def test_a_refused_directory_holding_a_name_of_a_file_linked_outside_it_ke
         if live:
             sandbox = backend._lives._live[ws.fs.instance]
             async with sandbox.lock:  # no sync until the run's chmod: the two meet in one window
-                await ws.fs.write_file(f"{ROOT}/d/x", b"host\n")
+                await _away_and_back(ws)
                 await until(lambda: _mode_is(sandbox.mirror.directory / "d", 0o700), within=30)
         else:
-            await ws.fs.write_file(f"{ROOT}/d/x", b"host\n")
+            await _away_and_back(ws)
         result = await settle(handle)
         assert result.status == "completed", result
         assert f"{ROOT}/d" in result.skipped, result.skipped_reasons
@@ -484,6 +485,13 @@ async def test_a_refused_directory_holding_a_name_of_a_file_linked_outside_it_ke
         await ok(ws, "echo more >> g")
         assert await ws.fs.read_file(f"{ROOT}/d/f") == b"one\nmore\n"
         await _one_file(ws, ["d/f", "g"])
+
+
+async def _away_and_back(ws: Any) -> None:
+    """The workspace renames ``d`` away and back (a change of ``d`` itself) and writes ``d/x``."""
+    await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/away")
+    await ws.fs.rename(f"{ROOT}/away", f"{ROOT}/d")
+    await ws.fs.write_file(f"{ROOT}/d/x", b"host\n")
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])

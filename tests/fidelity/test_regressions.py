@@ -33,6 +33,7 @@ from ._support import (
     run,
     settle,
     started,
+    until,
 )
 
 MiB = 1024 * 1024
@@ -426,15 +427,18 @@ def test_mirrors_leave_nothing_behind_in_dev_shm(tmp_path: Path) -> None:
 
 
 async def test_a_refused_directory_comes_back_whole_from_the_workspace(tmp_path: Path) -> None:
-    """A run changes ``d``'s mode while the workspace changes ``d/w0``: the pull refuses ``d`` and drops
-    it from the mirror. The next run sees the workspace's ``d`` whole: its changed ``d/w0`` and its
-    untouched ``d/w1`` (an incremental push sent only ``d/w0``: ``d/w1`` was gone from the sandbox for
-    good, while the workspace held it), also after a reopen with the same backend (its warm mirror)
-    and with a fresh one."""
+    """A run changes ``d``'s mode while the workspace renames ``d`` away and back and changes ``d/w0``:
+    the pull refuses ``d`` and drops it from the mirror. The next run sees the workspace's ``d``
+    whole: its changed ``d/w0`` and its untouched ``d/w1`` (an incremental push sent only ``d/w0``:
+    ``d/w1`` was gone from the sandbox for good, while the workspace held it), also after a reopen
+    with the same backend (its warm mirror) and with a fresh one. (Until s55 the write of ``d/w0``
+    alone refused the run's ``chmod``: see the test below.)"""
     shell = ShellBackend(live=False)
     async with opened(tmp_path / "ws.db", shell=shell, python=False) as ws:
         await ok(ws, "mkdir d && echo 0 > d/w0 && echo 1 > d/w1")
         handle = await started(ws, "echo ready; sleep 1; chmod 700 d")
+        await ws.fs.rename("/workspace/d", "/workspace/away")
+        await ws.fs.rename("/workspace/away", "/workspace/d")
         await ws.fs.write_file("/workspace/d/w0", "changed\n")
         result = await settle(handle)
         assert "/workspace/d" in result.skipped, result.skipped
@@ -444,3 +448,60 @@ async def test_a_refused_directory_comes_back_whole_from_the_workspace(tmp_path:
             seen = await ok(ws, "for f in d/*; do echo $f $(cat $f); done")
             assert seen.stdout.split("\n")[:-1] == ["d/w0 changed", "d/w1 1"]
             assert sorted(e.name for e in await ws.fs.readdir("/workspace/d")) == ["w0", "w1"]
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_runs_chmod_of_a_directory_the_workspace_wrote_below_is_kept_with_its_open_files(
+    tmp_path: Path, live: bool
+) -> None:
+    """A run's ``chmod 700 d`` while the workspace writes ``d/w0`` in the same sync window: both are
+    kept (the mode is the directory's own; nothing of the workspace's changed there). Before, ``d``
+    was refused and the mirror dropped it and fetched it whole: in a live sandbox a background
+    program appending through a file it held open (``d/log``) wrote into a removed file from then
+    on, and every later line was lost (s55). Checked by later runs and after a reopen."""
+    shell = ShellBackend(live=live)
+    async with opened(tmp_path / "ws.db", shell=shell, python=False) as ws:
+        await ok(ws, "mkdir d && echo 0 > d/w0 && echo 1 > d/w1")
+        if live:  # a program holding d/log open across the calls, a line each time go/ holds a name
+            await ok(
+                ws,
+                "mkdir go; (exec 3>>d/log; n=0; while [ $n -lt 600 ]; do "
+                "for f in go/*; do [ -e \"$f\" ] && echo \"${f#go/}\" >&3 && rm \"$f\"; done; "
+                "[ -e stop ] && break; n=$((n+1)); sleep 0.05; done) > /dev/null 2>&1 &",
+            )
+            await ok(ws, "touch go/before")
+            await until(lambda: _has_line(ws, "before"), within=30)
+        handle = await started(ws, "echo ready; sleep 1; chmod 700 d")
+        if live:
+            sandbox = shell._lives._live[ws.fs.instance]
+            async with sandbox.lock:  # no sync until the run's chmod: the two meet in one window
+                await ws.fs.write_file("/workspace/d/w0", "changed\n")
+                await until(lambda: _mode_is(sandbox.mirror.directory / "d", 0o700), within=30)
+        else:
+            await ws.fs.write_file("/workspace/d/w0", "changed\n")
+        result = await settle(handle)
+        assert result.skipped == [], result.skipped_reasons
+        assert "/workspace/d" in result.pulled
+        assert (await ws.fs.stat("/workspace/d")).mode & 0o777 == 0o700
+        if live:
+            await ok(ws, "touch go/after")
+            await until(lambda: _has_line(ws, "after"), within=30)
+            await ok(ws, "touch stop")
+    for backend in (shell, None):
+        async with opened(tmp_path / "ws.db", shell=backend, python=False) as ws:
+            seen = await ok(ws, "stat -c %a d; cat d/w0 d/w1")
+            assert seen.stdout == "700\nchanged\n1\n"
+            if live:
+                assert await ws.fs.read_file("/workspace/d/log") == b"before\nafter\n"
+
+
+async def _has_line(ws: computer.Workspace, line: str) -> bool:
+    try:
+        data = await ws.fs.read_file("/workspace/d/log")
+    except FileNotFoundError:
+        return False
+    return f"{line}\n".encode() in data
+
+
+async def _mode_is(path: Path, mode: int) -> bool:
+    return await asyncio.to_thread(lambda: os.lstat(path).st_mode & 0o7777 == mode)
