@@ -466,7 +466,7 @@ async def test_a_runs_chmod_of_a_directory_the_workspace_wrote_below_is_kept_wit
             await ok(
                 ws,
                 "mkdir go; (exec 3>>d/log; n=0; while [ $n -lt 600 ]; do "
-                "for f in go/*; do [ -e \"$f\" ] && echo \"${f#go/}\" >&3 && rm \"$f\"; done; "
+                'for f in go/*; do [ -e "$f" ] && echo "${f#go/}" >&3 && rm "$f"; done; '
                 "[ -e stop ] && break; n=$((n+1)); sleep 0.05; done) > /dev/null 2>&1 &",
             )
             await ok(ws, "touch go/before")
