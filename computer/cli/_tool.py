@@ -135,9 +135,20 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
             )
         with audit_caller(adapter="cli"):  # the audit log says the call came from this command
             result = await tools[tool].run(args)
-    json.dump(result, sys.stdout, indent=2, ensure_ascii=False)
-    sys.stdout.write("\n")
+    sys.stdout.write(result_json(result) + "\n")
     return 1 if "error" in result else 0
+
+
+def result_json(result: dict[str, Any]) -> str:
+    """The result as indented JSON, non-ASCII text as it is; a result that echoes text which is not
+    Unicode (a lone surrogate: ``find`` with the pattern ``"\\ud800*"``) is written with ASCII
+    escapes instead. Before, the write failed half-way: part of the JSON, then a traceback."""
+    text = json.dumps(result, indent=2, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(result, indent=2)
+    return text
 
 
 def _quoted(args: dict[str, Any]) -> str:

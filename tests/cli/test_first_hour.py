@@ -296,3 +296,18 @@ def test_shell_cat_writes_the_file_s_bytes_and_ls_of_a_file_lists_it(tmp_path: P
     assert (cat.returncode, cat.stdout) == (0, b"\xff\x00\x01x"), cat.stderr
     listed = run_cli(["shell", "b", "-c", "ls bin.dat"], env=env)
     assert (listed.returncode, listed.stdout.split()) == (0, ["-", "4", "bin.dat"]), listed.stderr
+
+
+def test_a_result_echoing_a_lone_surrogate_is_whole_json_never_a_traceback(tmp_path: Path) -> None:
+    """``find`` echoes its pattern: one holding a lone surrogate (a legal JSON escape) made the write
+    of the result fail half-way, part of the JSON and then a traceback."""
+    env = cli_env(tmp_path)
+    assert (
+        run_cli(["tool", "n", "write", "--path", "/workspace/é.txt", "--content", "é"], env=env).returncode
+        == 0
+    )
+    done = run_cli(["tool", "n", "find", '{"pattern": "\\ud800*"}'], env=env)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr[-2000:]
+    assert json.loads(done.stdout) == {"path": "/workspace", "pattern": "\ud800*", "count": 0, "entries": []}
+    listed = run_cli(["tool", "n", "find", '{"pattern": "*.txt"}'], env=env)
+    assert '"/workspace/é.txt"' in listed.stdout  # other text still as it is, not escaped
