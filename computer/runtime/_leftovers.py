@@ -18,7 +18,10 @@ It changes nothing else the command sees: the same argv, exactly the same enviro
 own as it was given, read back from ``/proc``, through ``env -i``: bash adds ``_`` and moves
 ``SHLVL`` for a program it starts), stdio and exit code (a death by a signal is 128 + the signal, as the host reported it); the wrapper's own
 messages (bash's "Segmentation fault" for its child) go nowhere. The command's parent is the wrapper
-(``$PPID`` 2, was 1) and ``ps`` shows it. Only under bubblewrap: without a pid namespace ``/proc``
+(``$PPID`` 2, was 1) and ``ps`` shows it; it traps the signals a command sends around (``kill
+$PPID``, ``pkill bash``) with a handler, never ignores them (its children get the default), so such a
+signal leaves the run going as it did when the parent was the namespace's init, which the kernel
+shields. Only under bubblewrap: without a pid namespace ``/proc``
 would list the host's processes.
 """
 
@@ -41,6 +44,7 @@ ENDED_NOTE = "computer: this command left"
 # found are looked at again after 50 ms (one ``sleep``, only then): a job forked a moment before the
 # command exited still showed the command's own cmdline instead of the program it was about to exec.
 _SCRIPT = r"""exec 3>&2 2>/dev/null
+trap : HUP INT QUIT TERM USR1 USR2
 mapfile -d '' -t given < /proc/$$/environ
 /usr/bin/env -i "${given[@]}" "$@" 2>&3 3>&-
 rc=$?

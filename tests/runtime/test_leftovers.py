@@ -83,6 +83,8 @@ async def test_a_command_that_leaves_nothing_running_says_nothing(backend: Shell
 async def test_exit_codes_signals_and_the_command_line_are_the_commands_own(backend: ShellBackend) -> None:
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
+        parent = await (await ws.runtime.exec("kill $PPID; kill -INT $PPID; sleep 0.1; echo alive")).result()
+        assert (parent.exit_code, parent.stdout) == (0, "alive\n")  # as with the init for parent
         killed = await (await ws.runtime.exec("kill -SEGV $$")).result()
         # 128 + SIGSEGV, as before; the wrapper's own "Segmentation fault" message goes nowhere.
         assert (killed.exit_code, killed.stderr) == (139, "")
