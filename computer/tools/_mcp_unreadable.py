@@ -10,8 +10,8 @@ was dropped without the parse error JSON-RPC 2.0 asks for.
 Decision: such a line is answered on the write stream. A request (an object with a method and an
 ``id``, as Python's ``json`` reads it) gets a ``-32700`` error with its own ``id``, saying what is
 wrong (a lone surrogate named as such); a notification gets nothing (none is due); anything else gets
-the ``-32700`` (not JSON) or ``-32600`` (JSON, not a message) error with a null ``id``. The server
-goes on with the next line.
+the ``-32700`` (not JSON) or ``-32600`` (JSON, not a message) error with a null ``id``; an empty line
+nothing. The server goes on with the next line.
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ def refusal(exc: Exception) -> types.JSONRPCError | None:
     if first.get("type") != "json_invalid" or not isinstance(line, str):
         # Valid JSON but not a JSON-RPC message (an array, a number, a request without a method…).
         return _error(None, types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message")
+    if not line.strip():
+        return None  # an empty line (a client's keep-alive newline) is no message: nothing to answer
     reason = str((first.get("ctx") or {}).get("error") or first.get("msg") or exc)
     try:
         message = json.loads(line)

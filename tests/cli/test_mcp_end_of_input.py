@@ -101,6 +101,8 @@ def test_a_line_the_server_cannot_read_is_answered_with_an_error_and_the_next_on
         json.dumps(write),  # json.dumps writes the lone surrogate as the escape \ud83d
         '{"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "read", "argu',
         "[1, 2, 3]",
+        "",  # an empty line: no message, no answer
+        "  \r",
         json.dumps({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"x": "\udc80"}}),
         json.dumps(
             {"jsonrpc": "2.0", "id": "k", "method": "tools/call", "params": {"name": "ls", "\udc80": 1}}
