@@ -299,15 +299,21 @@ def test_shell_cat_writes_the_file_s_bytes_and_ls_of_a_file_lists_it(tmp_path: P
 
 
 def test_a_result_echoing_a_lone_surrogate_is_whole_json_never_a_traceback(tmp_path: Path) -> None:
-    """``find`` echoes its pattern: one holding a lone surrogate (a legal JSON escape) made the write
-    of the result fail half-way, part of the JSON and then a traceback."""
+    """``find`` echoed its pattern: one holding a lone surrogate (a legal JSON escape) made the write of
+    the result fail half-way, part of the JSON and then a traceback. The pattern is refused now, and a
+    result that is not Unicode is still written whole (``result_json``)."""
+    from computer.cli._tool import result_json
+
     env = cli_env(tmp_path)
     assert (
         run_cli(["tool", "n", "write", "--path", "/workspace/é.txt", "--content", "é"], env=env).returncode
         == 0
     )
     done = run_cli(["tool", "n", "find", '{"pattern": "\\ud800*"}'], env=env)
-    assert (done.returncode, done.stderr) == (0, ""), done.stderr[-2000:]
-    assert json.loads(done.stdout) == {"path": "/workspace", "pattern": "\ud800*", "count": 0, "entries": []}
+    assert (done.returncode, done.stderr) == (1, ""), done.stderr[-2000:]
+    assert json.loads(done.stdout) == {
+        "error": "pattern for /workspace is not valid UTF-8 text: '\\ud800' at character 0 (surrogates not allowed)"
+    }
     listed = run_cli(["tool", "n", "find", '{"pattern": "*.txt"}'], env=env)
-    assert '"/workspace/é.txt"' in listed.stdout  # other text still as it is, not escaped
+    assert '"/workspace/é.txt"' in listed.stdout  # other text as it is, not escaped
+    assert json.loads(result_json({"echo": "\ud800 é"})) == {"echo": "\ud800 é"}

@@ -169,3 +169,16 @@ async def test_an_openai_grep_whose_query_holds_a_lone_surrogate_names_the_argum
     assert text.startswith("Error: query for /workspace is not valid UTF-8 text: '\\ud83d' at character 0"), (
         text
     )
+
+
+async def test_a_find_pattern_holding_a_lone_surrogate_is_named_never_echoed(workspace: Workspace) -> None:
+    """find echoed its pattern in its result: a lone surrogate there (an OpenAI call's JSON escape)
+    came back in a Responses ``function_call_output`` string that no UTF-8 encoder takes, so an agent
+    loop's next request to its model failed on the tool's answer."""
+    from computer.tools.openai import create_openai_tools
+
+    _, execute = create_openai_tools(workspace, api="responses")
+    item = {"type": "function_call", "call_id": "c", "name": "find", "arguments": '{"pattern": "*\\ud83d"}'}
+    outcome = await execute(item)
+    outcome["output"].encode("utf-8")
+    assert outcome["output"].startswith("Error: pattern for /workspace is not valid UTF-8 text: '\\ud83d'")
