@@ -317,3 +317,25 @@ def test_a_result_echoing_a_lone_surrogate_is_whole_json_never_a_traceback(tmp_p
     listed = run_cli(["tool", "n", "find", '{"pattern": "*.txt"}'], env=env)
     assert '"/workspace/é.txt"' in listed.stdout  # other text as it is, not escaped
     assert json.loads(result_json({"echo": "\ud800 é"})) == {"echo": "\ud800 é"}
+
+
+def test_leaving_the_shell_names_the_background_processes_that_end_with_it(tmp_path: Path) -> None:
+    """A server started at the prompt (``!server &``) runs until the session ends, and ends with it:
+    ``exit`` said nothing of it."""
+    shell = _interactive_shell(tmp_path, "w2")
+    try:
+        out, err = shell.communicate("!sleep 1234.5 &\n!echo ran\nexit\n", timeout=60)
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+            shell.wait()
+    assert shell.returncode == 0, err
+    assert "ran" in out
+    assert (
+        "ending 1 process(es) still running in the workspace's sandbox with this session: sleep 1234.5 (pid"
+        in out
+    )
+    assert not _processes_running("sleep 1234.5")
+    quiet = _interactive_shell(tmp_path, "w2")
+    out, _ = quiet.communicate("!echo again\nexit\n", timeout=60)
+    assert "again" in out and "ending" not in out
