@@ -205,14 +205,15 @@ async def run_shell(
             return 1 if shell.failed else 0
         console.print(f"workspace {name}: type help for commands, exit to leave", markup=False)
         code = await _prompt_loop(shell, name)
-        await _say_what_ends(shell)
+        if options.local:  # on a cluster the owner keeps the sandbox, and its processes, running
+            await _say_what_ends(shell)
         return code
     return 0
 
 
 async def _say_what_ends(shell: WorkspaceShell) -> None:
-    """At the end of a session, name the processes still running in the workspace's live sandbox: they
-    end with it (the sandbox lives in this process). Before, a server started with ``!server &`` was
+    """At the end of a session in process, name the processes still running in the workspace's live
+    sandbox: they end with it (the sandbox lives in this process). Before, a server started with ``!server &`` was
     gone after ``exit`` without a word."""
     processes = getattr(shell.workspace.runtime, "processes", None)  # owners and clients have it
     if processes is None:
