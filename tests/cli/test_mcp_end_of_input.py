@@ -125,3 +125,21 @@ def test_a_line_the_server_cannot_read_is_answered_with_an_error_and_the_next_on
     assert by_id[6]["result"]["structuredContent"]["content"] == "smile \U0001f600"
     listed = run_cli(["tool", "unreadable", "ls", "--path", "/workspace"], env=cli_env(tmp_path))
     assert [entry["name"] for entry in json.loads(listed.stdout)["entries"]] == ["whole.txt"]
+
+
+def test_the_end_of_a_session_names_the_processes_ending_with_it(tmp_path: Path) -> None:
+    """An agent's server started over MCP runs in the live sandbox of `computer mcp`'s own process and
+    ends with the session: said on stderr (the MCP host's log) now, not a word before."""
+    messages = [*MCP_HANDSHAKE[:2], _call(3, "exec", {"command": "sleep 1234.75 &"})]
+    done = run_cli(
+        ["mcp", "ending"],
+        env=cli_env(tmp_path),
+        input="".join(json.dumps(m) + "\n" for m in messages),
+        timeout=90,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout.splitlines()[-1])["result"]["isError"] is False
+    assert (
+        "computer: ending 1 process(es) still running in the workspace's sandbox with this session: "
+        "sleep 1234.75 (pid" in done.stderr
+    )
