@@ -114,3 +114,25 @@ def test_every_test_folder_is_a_package() -> None:
     tests = Path(__file__).parent
     folders = {p.parent for p in tests.rglob("*.py") if "__pycache__" not in p.parts} - {tests}
     assert sorted(str(f.relative_to(tests)) for f in folders if not (f / "__init__.py").is_file()) == []
+
+
+def test_no_file_holds_the_conflict_markers_of_a_merge() -> None:
+    """A merge once left ``<<<<<<< HEAD`` / ``=======`` / ``>>>>>>> fix-E`` in the runtime's module
+    table (computer/runtime/README.md), committed and shown to every reader."""
+    repo = ROOT.parent
+    markers = ("<" * 7 + " ", ">" * 7 + " ")
+    found = []
+    for folder in ("computer", "docs", "examples", "benchmarks", "tests"):
+        for path in (repo / folder).rglob("*"):
+            if path.suffix not in (".py", ".md", ".toml", ".yaml", ".txt") or not path.is_file():
+                continue
+            for number, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if line.startswith(markers):
+                    found.append(f"{path.relative_to(repo)}:{number}")
+    for path in (repo / "README.md", repo / "pyproject.toml"):
+        found += [
+            f"{path.name}:{n}"
+            for n, line in enumerate(path.read_text().splitlines(), 1)
+            if line.startswith(markers)
+        ]
+    assert found == []

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shlex
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from ..surface import AssetsSurface
     from ..workspace import Workspace
 
-__all__ = ["SharePublisher", "in_process_workspace"]
+__all__ = ["SharePublisher", "background_advice", "in_process_workspace"]
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ async def in_process_workspace(
         except OSError as exc:
             raise CliError(f"cannot open workspace {name!r}: {exc}") from None
         try:
-            workspace = _open(config, str(path), epoch, backends=backends, assets=assets, live=live)
+            workspace = _open(config, name, str(path), epoch, backends=backends, assets=assets, live=live)
         except BaseException as exc:
             directory.release_lease(name, owner_id, epoch)
             if isinstance(exc, OSError):
@@ -118,7 +119,7 @@ async def in_process_workspace(
 
 
 def _open(
-    config: Settings, path: str, epoch: int, *, backends: Backends, assets: bool, live: bool
+    config: Settings, name: str, path: str, epoch: int, *, backends: Backends, assets: bool, live: bool
 ) -> Workspace:
     from ..workspace import Workspace
 
@@ -127,7 +128,14 @@ def _open(
     if "shell" in names:
         from ..runtime import ShellBackend
 
-        chosen.append(ShellBackend(live=live) if live else ShellBackend(live=False, warm_sandboxes=0))
+        if live:
+            chosen.append(ShellBackend(live=live))
+        else:
+            shell = ShellBackend(live=False, warm_sandboxes=0)
+            # A run that leaves a server running in the background says it ended with the command
+            # (``runtime/_leftovers``), and this says how to keep one.
+            shell.background_advice = background_advice(name)
+            chosen.append(shell)
     if "python" in names:
         from ..runtime import PythonBackend
 
@@ -136,6 +144,16 @@ def _open(
     if assets:
         workspace.assets = SharePublisher(workspace)
     return workspace
+
+
+def background_advice(name: str) -> str:
+    """How a user of this command keeps a background process running between calls."""
+    quoted = shlex.quote(name)
+    return (
+        f"to keep one running between calls, make them in one process (`computer shell {quoted}`, "
+        f"`computer mcp {quoted} --processes`) or through a cluster (--address), where it stays up "
+        f"(`computer ps {quoted}`)"
+    )
 
 
 class SharePublisher:

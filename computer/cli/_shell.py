@@ -204,8 +204,33 @@ async def run_shell(
             await shell.run_line(command)
             return 1 if shell.failed else 0
         console.print(f"workspace {name}: type help for commands, exit to leave", markup=False)
-        return await _prompt_loop(shell, name)
+        code = await _prompt_loop(shell, name)
+        if options.local:  # on a cluster the owner keeps the sandbox, and its processes, running
+            await _say_what_ends(shell)
+        return code
     return 0
+
+
+async def _say_what_ends(shell: WorkspaceShell) -> None:
+    """At the end of a session in process, name the processes still running in the workspace's live
+    sandbox: they end with it (the sandbox lives in this process). Before, a server started with ``!server &`` was
+    gone after ``exit`` without a word."""
+    processes = getattr(shell.workspace.runtime, "processes", None)  # owners and clients have it
+    if processes is None:
+        return
+    try:
+        running = await processes()
+    except Exception:  # a workspace taken over, a sandbox gone: nothing to name
+        return
+    if running:
+        named = ", ".join(f"{p.command} (pid {p.pid})" for p in running[:8])
+        more = f", and {len(running) - 8} more" if len(running) > 8 else ""
+        shell.console.print(
+            f"ending {len(running)} process(es) still running in the workspace's sandbox with this "
+            f"session: {named}{more}",
+            markup=False,
+            highlight=False,
+        )
 
 
 async def _prompt_loop(shell: WorkspaceShell, name: str) -> int:

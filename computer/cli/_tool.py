@@ -43,7 +43,11 @@ EXAMPLES: dict[str, dict[str, Any]] = {
 # What a newcomer trips over, per tool (shown under the description).
 NOTES: dict[str, str] = {
     "find": 'Patterns: "*.md" matches only directly in path; "**/*.md" matches at any depth.',
-    "exec": "Without backend, the first backend (shell) runs; backend: python runs Python source.",
+    "exec": "Without backend, the first backend (shell) runs; backend: python runs Python source.\n"
+    "Without --address each call runs in a sandbox of its own, as described above: a process started in "
+    "the background (`server &`) ends with the command, and its stderr says which ones ended. To keep "
+    "one running between calls, make them in one process (`computer shell NAME`, `computer mcp NAME "
+    "--processes`) or through a cluster (--address), where commands share a live sandbox.",
     "publish": "The link is answered by `computer serve` (same data directory).",
 }
 
@@ -131,9 +135,20 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
             )
         with audit_caller(adapter="cli"):  # the audit log says the call came from this command
             result = await tools[tool].run(args)
-    json.dump(result, sys.stdout, indent=2, ensure_ascii=False)
-    sys.stdout.write("\n")
+    sys.stdout.write(result_json(result) + "\n")
     return 1 if "error" in result else 0
+
+
+def result_json(result: dict[str, Any]) -> str:
+    """The result as indented JSON, non-ASCII text as it is; a result that echoes text which is not
+    Unicode (a lone surrogate: ``find`` with the pattern ``"\\ud800*"``) is written with ASCII
+    escapes instead. Before, the write failed half-way: part of the JSON, then a traceback."""
+    text = json.dumps(result, indent=2, ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(result, indent=2)
+    return text
 
 
 def _quoted(args: dict[str, Any]) -> str:
@@ -150,13 +165,17 @@ def _as_options(args: dict[str, Any]) -> str:
 
 def _reference_tools() -> dict[str, Any]:
     """The full tool set (both exec backends, a publisher) over a throw-away in-memory workspace:
-    the descriptions and schemas every in-process workspace offers."""
+    the descriptions and schemas every in-process workspace offers. Its backends are those of
+    ``tool NAME exec`` in process, a sandbox per run (their descriptions said that a process started in
+    the background keeps running, which holds only for one process's many calls or a cluster's)."""
     from ..runtime import PythonBackend, ShellBackend
     from ..tools import create_tools
     from ..workspace import Workspace
     from ._inprocess import SharePublisher
 
-    workspace = Workspace(None, backends=[ShellBackend(), PythonBackend()])
+    workspace = Workspace(
+        None, backends=[ShellBackend(live=False, warm_sandboxes=0), PythonBackend(live=False, warm_guests=0)]
+    )
     workspace.assets = SharePublisher(workspace)  # never called: the publish tool needs one to exist
     try:
         return create_tools(workspace)

@@ -176,6 +176,8 @@ class PythonBackend(LiveCalls):
                     "wrote. "
                     if self.live
                     else "when the run ends (anything left out is listed in skipped with the reason). "
+                    "Each run has a sandbox of its own: a process started with subprocess.Popen ends "
+                    "with the run. "
                 )
                 + "`import workspace` gives synchronous functions acting on the "
                 "workspace at once: "

@@ -27,6 +27,7 @@ from ._backend import (
 from ._backend_scratch import backend_scratch
 from ._beneath import cwd_problem
 from ._cgroups import cgroup_writable
+from ._leftovers import reporting
 from ._live import LiveSandbox
 from ._live_launch import INIT_PYTHON
 from ._live_parts import Job, command_line
@@ -107,7 +108,11 @@ class ShellBackend(LiveCalls):
         seconds with no process left, or ``live_lifetime`` seconds in all. ``warm_sandboxes``: how
         many sandboxes are started ahead for the most recently used mirrors; 0 also starts no shell
         ahead in a live sandbox (``_live_shell``: the next run's bash, waiting for its command). Needs the cgroup v1
-        ``freezer`` and ``/usr/bin/python3``; without them every run has a sandbox of its own."""
+        ``freezer`` and ``/usr/bin/python3``; without them every run has a sandbox of its own.
+
+        Not live, a run whose command left processes running in the background says on its stderr
+        which ones ended with it (``_leftovers``), followed by :attr:`background_advice` when set
+        (how to keep one running: a CLI names its own ways)."""
         self.mount_root = canonical(mount_root)
         if self.mount_root == "/":
             raise ValueError("mount_root cannot be / (the sandbox needs its own /usr, /tmp…)")
@@ -123,9 +128,19 @@ class ShellBackend(LiveCalls):
         )
         # This process's scratch directory (0700, the sandbox user's; removed at exit, and by any
         # later process if this one dies), then one directory per backend in it.
-        self.live = live and cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
+        could_live = cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
+        self.live = live and could_live
         if self.live:
             self.sandbox.cgroups.add("freezer")
+        # Why a background process ends with its command (``_leftovers``); the advice only where a live
+        # sandbox could keep it.
+        self._could_live = could_live
+        self._ended_why = "each command runs in a sandbox of its own here" + (
+            ", ShellBackend(live=False)"
+            if could_live
+            else ": live sandboxes need a writable cgroup v1 freezer"
+        )
+        self.background_advice = ""
         self.live_idle, self.live_lifetime = live_idle, live_lifetime
         owner = self.sandbox.host_ids
         base = backend_scratch(scratch_dir, owner, "shell", self)
@@ -185,7 +200,9 @@ class ShellBackend(LiveCalls):
                 "background.log. Killing a command or its timeout ends its process group and keeps "
                 "what it wrote. "
                 if self.live
-                else "are saved back to the workspace when the command ends. "
+                else "are saved back to the workspace when the command ends. Each command runs in a "
+                "sandbox of its own: a process started in the background (`server &`) ends with the "
+                "command (its stderr then says which ended). "
             )
             + f"Anything outside {self.mount_root} (e.g. /tmp) is private to the sandbox. "
             "File contents, modes, mtimes, symlinks, hard links and "
@@ -236,6 +253,14 @@ class ShellBackend(LiveCalls):
             standby, bridge_dir = ready
             async with AssetsBridge(ctx, mirror, bridge_dir) as bridge:
                 command = self._bash(request, bridge_dir)
+                if self.sandbox.bwrap:  # say what the command leaves running as the sandbox ends
+                    command = reporting(
+                        command,
+                        bridge_dir,
+                        SANDBOX_DIR,
+                        why=self._ended_why,
+                        advice=self.background_advice if self._could_live else "",
+                    )
                 start_cwd = cwd if self.sandbox.bwrap else str(host_cwd)
                 env = self._env(request, cwd, bridge_dir)
                 try:

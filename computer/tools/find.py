@@ -10,7 +10,7 @@ from ..storage.paths import canonical
 from ..storage.types import FindEntry
 from ..surface import WorkspaceSurface
 from ._globs import relative_alternatives, walk_globs
-from ._input import MAX_PAGE, PagedInput, as_glob_list, paged
+from ._input import MAX_PAGE, PagedInput, as_glob_list, paged, utf8_of
 from ._tool import Tool, ToolUpdate
 
 __all__ = ["FindInput", "create_find_tool"]
@@ -42,6 +42,9 @@ def create_find_tool(workspace: WorkspaceSurface) -> Tool:
 
     async def handler(params: FindInput, on_update: ToolUpdate | None) -> dict[str, Any]:
         path = canonical(params.path)
+        # A lone surrogate matches no name, and the result echoed it: text no UTF-8 encoder takes (an
+        # agent loop's next request failed on it). Named, as grep's query is.
+        utf8_of(params.pattern, "pattern", path)
         patterns = relative_alternatives(path, params.pattern)
         exclude = walk_globs(path, params.exclude)
         if len(patterns) == 1:

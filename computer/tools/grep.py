@@ -13,7 +13,7 @@ from ..storage.paths import canonical
 from ..storage.types import GrepMatch
 from ..surface import WorkspaceSurface
 from ._globs import walk_globs
-from ._input import MAX_PAGE, PagedInput, as_glob_list, paged
+from ._input import MAX_PAGE, PagedInput, as_glob_list, paged, utf8_of
 from ._tool import Tool, ToolUpdate
 
 __all__ = ["GrepInput", "create_grep_tool"]
@@ -124,6 +124,7 @@ def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
                 "line of the text (then read around the match), or use a regular expression without "
                 "newlines."
             )
+        utf8_of(params.query, "query", path)  # a lone surrogate: named, not a bare codec message
         found = await fs.grep(
             params.query,
             path,

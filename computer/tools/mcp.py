@@ -223,14 +223,16 @@ def mcp_tool(tool: Tool) -> types.Tool:
 
 async def run_stdio(workspace: WorkspaceSurface, **options: Any) -> None:
     """Serve the tools of ``workspace`` on stdin/stdout until the client closes stdin; the requests
-    read before that are answered first (``_mcp_eof``)."""
+    read before that are answered first (``_mcp_eof``), a line that cannot be read with an error
+    (``_mcp_unreadable``: the SDK dropped it, and a request's caller waited for good)."""
     from mcp.server.stdio import stdio_server
 
     from ._mcp_eof import answer_before_eof
+    from ._mcp_unreadable import answer_unreadable
 
     server = create_mcp_server(workspace, **options)
     async with stdio_server() as (read_stream, write_stream):
-        read_stream, write_stream = answer_before_eof(read_stream, write_stream)
+        read_stream, write_stream = answer_before_eof(*answer_unreadable(read_stream, write_stream))
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 

@@ -68,6 +68,7 @@ class RecordingAssets:
     shared: list[str] = field(default_factory=list)
 
     async def share(self, path: str, **options: Any) -> str:
+        path.encode("utf-8")  # a lone surrogate raises: the real publisher refuses a path not UTF-8
         self.shared.append(path)
         return f"http://127.0.0.1:1/a/{path.rsplit('/', 1)[-1]}"
 

@@ -29,8 +29,16 @@ from ._every_tool import GOOD, EverySurface, every_surface
 
 ADAPTERS = ["chat", "responses", "anthropic", "langchain", "mcp", "pydantic_ai"]
 
+# Text as models send it, lone surrogates included (a JSON escape such as "\ud83d" of a string cut
+# inside a pair: json.loads reads it; hypothesis's default text has none).
+texts = st.text(max_size=12) | st.builds(
+    lambda a, s, b: a + s + b,
+    st.text(max_size=4),
+    st.characters(min_codepoint=0xD800, max_codepoint=0xDFFF),
+    st.text(max_size=4),
+)
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=False) | st.text(max_size=12),
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=False) | texts,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
     max_leaves=10,
 )
@@ -61,7 +69,11 @@ def misspelled_call(tool: Tool, draw: Any) -> tuple[dict[str, Any], str] | None:
 @st.composite
 def calls(draw: Any, tools: dict[str, Tool]) -> tuple[str, Any, str | None]:
     name = draw(st.sampled_from(sorted(tools)))
-    kind = draw(st.sampled_from(["random", "extra", "misspelled"]))
+    kind = draw(st.sampled_from(["random", "extra", "misspelled", "surrogate"]))
+    texts_of = [key for key, value in GOOD[name].items() if isinstance(value, str)]
+    if kind == "surrogate" and texts_of:  # a valid call, one text cut inside a surrogate pair
+        key = draw(st.sampled_from(texts_of))
+        return name, {**GOOD[name], key: GOOD[name][key] + "\ud83d"}, None
     if kind == "misspelled":
         found = misspelled_call(tools[name], draw)
         if found is not None:
@@ -247,6 +259,7 @@ async def test_random_json_through_every_adapter_never_escapes(
     name, args, misspelled = data.draw(calls(tools))
     text, is_error = await RUNNERS[adapter](tools)(name, args)
     assert isinstance(text, str)
+    text.encode("utf-8")  # an answer an agent loop can send on to its model
     if misspelled is not None:
         assert is_error, (name, args, text)
         assert repr(misspelled) in text or json.dumps(repr(misspelled))[1:-1] in text, (name, args, text)

@@ -296,3 +296,46 @@ def test_shell_cat_writes_the_file_s_bytes_and_ls_of_a_file_lists_it(tmp_path: P
     assert (cat.returncode, cat.stdout) == (0, b"\xff\x00\x01x"), cat.stderr
     listed = run_cli(["shell", "b", "-c", "ls bin.dat"], env=env)
     assert (listed.returncode, listed.stdout.split()) == (0, ["-", "4", "bin.dat"]), listed.stderr
+
+
+def test_a_result_echoing_a_lone_surrogate_is_whole_json_never_a_traceback(tmp_path: Path) -> None:
+    """``find`` echoed its pattern: one holding a lone surrogate (a legal JSON escape) made the write of
+    the result fail half-way, part of the JSON and then a traceback. The pattern is refused now, and a
+    result that is not Unicode is still written whole (``result_json``)."""
+    from computer.cli._tool import result_json
+
+    env = cli_env(tmp_path)
+    assert (
+        run_cli(["tool", "n", "write", "--path", "/workspace/é.txt", "--content", "é"], env=env).returncode
+        == 0
+    )
+    done = run_cli(["tool", "n", "find", '{"pattern": "\\ud800*"}'], env=env)
+    assert (done.returncode, done.stderr) == (1, ""), done.stderr[-2000:]
+    assert json.loads(done.stdout) == {
+        "error": "pattern for /workspace is not valid UTF-8 text: '\\ud800' at character 0 (surrogates not allowed)"
+    }
+    listed = run_cli(["tool", "n", "find", '{"pattern": "*.txt"}'], env=env)
+    assert '"/workspace/é.txt"' in listed.stdout  # other text as it is, not escaped
+    assert json.loads(result_json({"echo": "\ud800 é"})) == {"echo": "\ud800 é"}
+
+
+def test_leaving_the_shell_names_the_background_processes_that_end_with_it(tmp_path: Path) -> None:
+    """A server started at the prompt (``!server &``) runs until the session ends, and ends with it:
+    ``exit`` said nothing of it."""
+    shell = _interactive_shell(tmp_path, "w2")
+    try:
+        out, err = shell.communicate("!sleep 1234.5 &\n!echo ran\nexit\n", timeout=60)
+    finally:
+        if shell.poll() is None:
+            shell.kill()
+            shell.wait()
+    assert shell.returncode == 0, err
+    assert "ran" in out
+    assert (
+        "ending 1 process(es) still running in the workspace's sandbox with this session: sleep 1234.5 (pid"
+        in out
+    )
+    assert not _processes_running("sleep 1234.5")
+    quiet = _interactive_shell(tmp_path, "w2")
+    out, _ = quiet.communicate("!echo again\nexit\n", timeout=60)
+    assert "again" in out and "ending" not in out

@@ -229,3 +229,19 @@ async def test_a_one_run_workspace_starts_nothing_ahead(tmp_path: Path) -> None:
             assert result.stdout == "42\n"
             await asyncio.sleep(0.2)  # what would be started ahead starts a moment after the run
             assert list(backend._warm.kept) == [], backends
+
+
+def test_a_server_started_by_one_exec_command_is_said_to_end_with_it(tmp_path: Path) -> None:
+    """`computer tool NAME exec` runs in a sandbox of its own, which ends with the command: a server
+    started in the background ends too, and the result says so and how to keep one (it said nothing)."""
+    base = ["--data-dir", str(tmp_path), "tool", "dev"]
+    command = "python3 -m http.server 8123 --bind 127.0.0.1 >/dev/null 2>&1 & echo started"
+    result = runner.invoke(app, [*base, "exec", "--command", command])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert out["stdout"] == "started\n"
+    assert "left 1 process running in the background, ended with it" in out["stderr"]
+    assert "python3 -m http.server 8123" in out["stderr"]
+    assert "`computer shell dev`" in out["stderr"] and "`computer mcp dev --processes`" in out["stderr"]
+    described = runner.invoke(app, [*base, "exec", "--help"])
+    assert "ends with the command" in described.output

@@ -145,3 +145,40 @@ async def test_a_forwarded_write_with_a_lone_surrogate_answers_like_the_owner(wo
     assert forwarded == owner
     assert "content for /workspace/s.txt is not valid UTF-8 text" in owner["error"]
     assert client.forwarded == []  # answered locally, no round trip
+
+
+async def test_an_openai_grep_whose_query_holds_a_lone_surrogate_names_the_argument(
+    workspace: Workspace,
+) -> None:
+    """json.loads reads a lone surrogate escape; grep answered with the bare codec message ("'utf-8'
+    codec can't encode character..."), naming neither the argument nor what to do."""
+    from computer.tools.openai import create_openai_tools
+
+    _, execute = create_openai_tools(workspace)
+    await execute(
+        {
+            "id": "w",
+            "type": "function",
+            "function": {"name": "write", "arguments": '{"path": "/workspace/a.txt", "content": "smile"}'},
+        }
+    )
+    call = {"id": "c", "type": "function", "function": {"name": "grep", "arguments": '{"query": "\\ud83d"}'}}
+    outcome = await execute(call)
+    assert outcome["is_error"] is True
+    text = outcome["content"][0]["text"]
+    assert text.startswith("Error: query for /workspace is not valid UTF-8 text: '\\ud83d' at character 0"), (
+        text
+    )
+
+
+async def test_a_find_pattern_holding_a_lone_surrogate_is_named_never_echoed(workspace: Workspace) -> None:
+    """find echoed its pattern in its result: a lone surrogate there (an OpenAI call's JSON escape)
+    came back in a Responses ``function_call_output`` string that no UTF-8 encoder takes, so an agent
+    loop's next request to its model failed on the tool's answer."""
+    from computer.tools.openai import create_openai_tools
+
+    _, execute = create_openai_tools(workspace, api="responses")
+    item = {"type": "function_call", "call_id": "c", "name": "find", "arguments": '{"pattern": "*\\ud83d"}'}
+    outcome = await execute(item)
+    outcome["output"].encode("utf-8")
+    assert outcome["output"].startswith("Error: pattern for /workspace is not valid UTF-8 text: '\\ud83d'")
