@@ -97,6 +97,11 @@ ATTACKS: dict[str, tuple[str, str]] = {
         "import os\nimport workspace\nfor i in range(4):\n"
         "    workspace.write_file('/workspace/big', os.urandom(1 << 20) * 60)",
     ),
+    "pyfresh": (
+        "python",
+        "import os\nimport workspace\nfor i in range(4):\n"
+        "    workspace.write_file('/workspace/big', os.urandom(60 << 20))",
+    ),
     "pyflood": (
         "python",
         f"import sys, time\nend = time.time() + {T}\nline = 'y' * 100 + '\\n'\n"
