@@ -44,7 +44,8 @@ async def test_sandboxes_whose_offloaded_work_blocks_do_not_hold_a_neighbours_ru
 
     monkeypatch.setattr(_live, "freeze", blocking)
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=HOSTILE)
-    asyncio.get_running_loop().set_default_executor(pool)
+    # This loop's shared pool, for this test only (the loop may serve the tests after it).
+    monkeypatch.setattr(asyncio.get_running_loop(), "_default_executor", pool)
     hostile = [
         computer.Workspace(str(tmp_path / f"h{i}.db"), backends=[ShellBackend(live=True)])
         for i in range(HOSTILE)
@@ -100,8 +101,7 @@ async def test_a_lane_runs_its_calls_one_at_a_time_and_never_holds_another() -> 
 
     a = asyncio.ensure_future(offload(one, blocked))
     b = asyncio.ensure_future(offload(one, second))
-    while not first_in.is_set():
-        await asyncio.sleep(0.01)
+    assert await asyncio.to_thread(first_in.wait, 30)
     assert await offload(other, lambda: "other") == "other"
     assert await offload(None, lambda: "alone") == "alone"
     assert order == ["first starts"] and not b.done()
@@ -123,8 +123,7 @@ async def test_a_lane_runs_its_calls_one_at_a_time_and_never_holds_another() -> 
         finished.set()
 
     task = asyncio.ensure_future(finish_in_thread(slow, one))
-    while not started.is_set():
-        await asyncio.sleep(0.01)
+    assert await asyncio.to_thread(started.wait, 30)
     task.cancel()
     await asyncio.sleep(0)
     assert not task.done()
