@@ -102,6 +102,11 @@ ATTACKS: dict[str, tuple[str, str]] = {
         "import os\nimport workspace\nfor i in range(4):\n"
         "    workspace.write_file('/workspace/big', os.urandom(60 << 20))",
     ),
+    "pyread": (
+        "python",
+        "import os\nimport workspace\nworkspace.write_file('/workspace/big', os.urandom(60 << 20))\n"
+        "for i in range(4):\n    assert len(workspace.read_file('/workspace/big')) == 60 << 20",
+    ),
     "pyflood": (
         "python",
         f"import sys, time\nend = time.time() + {T}\nline = 'y' * 100 + '\\n'\n"

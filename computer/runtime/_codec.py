@@ -57,6 +57,7 @@ __all__ = [
     "check_args",
     "decode_sync",
     "encode_sync",
+    "frame_pieces",
     "pack_frame",
     "read_request",
     "to_plain",
@@ -64,6 +65,7 @@ __all__ = [
 
 _HEADER = struct.Struct(">I")
 REQUEST_HEADER = struct.Struct(">II")  # head bytes, body bytes
+_BIN32 = struct.Struct(">BI")
 RESULT_OP = "__result__"
 PART_OP = "__part__"  # a piece of a write_file's body (see the module docstring)
 _BODY_CHUNK = 1024 * 1024  # a large body is read (and handed to write_file) in pieces of this size
@@ -104,6 +106,25 @@ def pack_frame(obj: Any) -> bytes:
     """One frame from the host: a 4-byte big-endian length, then msgpack."""
     data: bytes = msgpack.packb(obj, use_bin_type=True)
     return _HEADER.pack(len(data)) + data
+
+
+def frame_pieces(obj: dict[str, Any]) -> list[bytes | memoryview]:
+    """:func:`pack_frame`'s bytes as pieces to write one after another: a reply whose ``ok`` is bytes
+    over ``_BODY_CHUNK`` long is its head (with that value's msgpack header) and then that value's
+    own bytes, cut in ``_BODY_CHUNK`` views (packed into one frame, 60 MiB took three copies, ~145 ms
+    in one step of the loop: msgpack, the length put in front, the transport's buffer)."""
+    data = obj.get("ok")
+    if not isinstance(data, bytes | bytearray) or len(data) <= _BODY_CHUNK:
+        return [pack_frame(obj)]
+    packer = msgpack.Packer(use_bin_type=True)
+    rest = [packer.pack(key) + packer.pack(value) for key, value in obj.items() if key != "ok"]
+    head = packer.pack_map_header(len(rest) + 1) + b"".join(rest) + packer.pack("ok")
+    head += _BIN32.pack(0xC6, len(data))  # msgpack's bin 32 header
+    view = memoryview(data)
+    return [
+        _HEADER.pack(len(head) + len(data)) + head,
+        *(view[at : at + _BODY_CHUNK] for at in range(0, len(data), _BODY_CHUNK)),
+    ]
 
 
 async def read_request(reader: asyncio.StreamReader, limits: ChannelLimits) -> GuestRequest:

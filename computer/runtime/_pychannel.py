@@ -29,7 +29,7 @@ from ._codec import (
     ChannelLimits,
     GuestRequest,
     check_args,
-    pack_frame,
+    frame_pieces,
     read_request,
 )
 from ._live import LiveSandbox
@@ -231,8 +231,9 @@ async def serve(
         if request.id is not None:
             reply["id"] = request.id
         try:
-            writer.write(pack_frame(reply))
-            await writer.drain()
+            for piece in frame_pieces(reply):  # a large read's bytes a piece a turn
+                writer.write(piece)
+                await writer.drain()
         except (ConnectionError, OSError):
             return
 

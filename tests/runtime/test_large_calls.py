@@ -1,0 +1,140 @@
+"""A program's large ``write_file`` and ``read_file`` (the python backend's ``workspace`` module,
+answered by the owner's ``LocalExecContext``) must not hold the event loop every workspace of the
+process shares: the store hashes and keeps a write's content as it comes, one piece a turn of the loop
+(before: one step, ~40 ms for 60 MiB of repeated content, ~90 ms of new content), and a read comes a
+chunk a turn from the version its call found (before: ~60 ms, then ~145 ms more to frame the reply
+for the guest: ``_codec.frame_pieces``). Between those turns the path can change, so a write is
+checked against the protected directories again right before its commit."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+from pathlib import Path
+
+import msgpack
+import pytest
+
+import computer
+from computer.runtime import LocalExecContext
+from computer.runtime._codec import frame_pieces, pack_frame
+from computer.runtime._journal import JOURNAL_DIR
+from computer.runtime._protected import TURN_BYTES
+
+PIECE = 32 * 1024  # what the guest's channel sends a large write's body in
+
+
+def body(mib: int) -> list[bytes]:
+    data = os.urandom(mib * TURN_BYTES)
+    return [data[at : at + PIECE] for at in range(0, len(data), PIECE)]
+
+
+async def test_a_large_write_gives_the_loop_turns_and_lands_whole(tmp_path: Path) -> None:
+    """A neighbour on the same loop runs again and again while an 8 MiB write goes in; the file is
+    whole afterwards, and after a reopen."""
+    pieces = body(8)
+    digest = hashlib.sha256(b"".join(pieces)).hexdigest()
+    db = str(tmp_path / "w.db")
+    async with computer.Workspace(db) as ws:
+        await ws.fs.mkdir("/workspace")
+        ctx = LocalExecContext(ws)
+        write = asyncio.ensure_future(ctx.fs_call("write_file", {"path": "/workspace/big", "data": pieces}))
+        turns = 0
+        while not write.done() and turns < 10_000:
+            await asyncio.sleep(0)
+            turns += 1
+        await write
+        assert turns >= 4, f"the neighbour ran {turns} times while 8 MiB were written"
+        data = await ws.fs.read_file("/workspace/big")
+        assert hashlib.sha256(data).hexdigest() == digest
+    async with computer.Workspace(db) as ws:
+        assert hashlib.sha256(await ws.fs.read_file("/workspace/big")).hexdigest() == digest
+
+
+@pytest.mark.parametrize("data", ["list", "bytes", "text"])
+async def test_a_write_whose_directory_became_a_link_to_the_journal_meanwhile_is_refused(
+    tmp_path: Path, data: str
+) -> None:
+    """While a large write into ``/workspace/d`` goes in, ``d`` is replaced by a link to the runs'
+    journal (a live sandbox's pull can do that for a program's background process): the write is
+    refused at its commit, and the journal holds no such record."""
+    pieces = body(4)
+    payload: object = {"list": pieces, "bytes": b"".join(pieces), "text": "x" * (4 * TURN_BYTES)}[data]
+    async with computer.Workspace(str(tmp_path / "w.db")) as ws:
+        await ws.fs.mkdir(JOURNAL_DIR, recursive=True)
+        await ws.fs.mkdir("/workspace/d", recursive=True)
+        ctx = LocalExecContext(ws)
+        write = asyncio.ensure_future(
+            ctx.fs_call("write_file", {"path": "/workspace/d/run.json", "data": payload})
+        )
+        await asyncio.sleep(0)  # the write has started: its path was checked
+        assert not write.done()
+        await ws.fs.rm("/workspace/d", recursive=True)
+        await ws.fs.symlink(JOURNAL_DIR, "/workspace/d")
+        with pytest.raises(PermissionError, match="journal"):
+            await write
+        assert not await ws.fs.exists(f"{JOURNAL_DIR}/run.json")
+        # A write checked and done in one go, for comparison: refused up front.
+        with pytest.raises(PermissionError, match="journal"):
+            await ctx.fs_call("write_file", {"path": "/workspace/d/run.json", "data": b"x"})
+
+
+async def test_a_large_read_gives_the_loop_turns_and_returns_one_version(tmp_path: Path) -> None:
+    """A neighbour on the same loop runs again and again while 8 MiB are read, and replaces the file
+    meanwhile: the read returns the version its call found, whole; a range of it too."""
+    first, second = b"".join(body(8)), b"".join(body(8))
+    async with computer.Workspace(str(tmp_path / "w.db")) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/big", first)
+        ctx = LocalExecContext(ws)
+        read = asyncio.ensure_future(ctx.fs_call("read_file", {"path": "/workspace/big"}))
+        turns = 0
+        while not read.done() and turns < 10_000:
+            await asyncio.sleep(0)
+            turns += 1
+            if turns == 1:
+                await ws.fs.write_file("/workspace/big", second)
+        data = await read
+        assert turns >= 4, f"the neighbour ran {turns} times while 8 MiB were read"
+        assert hashlib.sha256(data).hexdigest() == hashlib.sha256(first).hexdigest()
+        part = await ctx.fs_call(
+            "read_file", {"path": "/workspace/big", "offset": 100, "length": 3 * TURN_BYTES}
+        )
+        assert bytes(part) == second[100 : 100 + 3 * TURN_BYTES]
+        with pytest.raises(IsADirectoryError):
+            await ctx.fs_call("read_file", {"path": "/workspace"})
+
+
+@pytest.mark.parametrize("size", [0, 10, 1 << 20, (1 << 20) + 1, 5 * (1 << 20) + 7])
+def test_a_reply_in_pieces_is_the_same_frame(size: int) -> None:
+    """A reply whose bytes go in pieces (no piece over 1 MiB past the head) reads back as the reply."""
+    data = os.urandom(size)
+    for ok in (data, bytearray(data)):
+        reply = {"ok": ok, "id": 7}
+        pieces = frame_pieces(reply)
+        assert all(len(piece) <= 1 << 20 for piece in pieces[1:])
+        frame = b"".join(pieces)
+        assert int.from_bytes(frame[:4], "big") == len(frame) - 4
+        assert msgpack.unpackb(frame[4:], raw=False) == {"ok": data, "id": 7}
+        assert len(frame) == len(pack_frame({"ok": data, "id": 7}))
+
+
+async def test_a_program_reads_back_what_it_wrote_in_several_mib(ws: computer.Workspace) -> None:
+    """Through the guest's channel: 5 MiB written, read back whole and in a range, as later calls see."""
+    source = (
+        "import hashlib, os\nimport workspace\n"
+        "def main(input):\n"
+        "    data = os.urandom(5 * 1024 * 1024 + 3)\n"
+        "    workspace.write_file('/workspace/big', data)\n"
+        "    back = workspace.read_file('/workspace/big')\n"
+        "    part = workspace.read_file('/workspace/big', offset=7, length=2 * 1024 * 1024)\n"
+        "    return [hashlib.sha256(data).hexdigest(), back == data, part == data[7 : 7 + 2 * 1024 * 1024]]\n"
+    )
+    result = await (await ws.runtime.exec(source, backend="python")).result()
+    assert result.status == "completed", result
+    digest, whole, ranged = result.value
+    assert whole and ranged
+    assert hashlib.sha256(await ws.fs.read_file("/workspace/big")).hexdigest() == digest
+    check = await (await ws.runtime.exec("sha256sum big")).result()
+    assert check.stdout.split()[0] == digest
