@@ -10,6 +10,7 @@ import collections
 import contextvars
 import functools
 import logging
+import os
 import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -59,6 +60,16 @@ async def finish_in_thread(work: Callable[[], _T], lane: object = None) -> _T:
 _LINGER = 0.05  # seconds a lane's thread waits for its next call (a sync's steps come back to back)
 _LANES: dict[int, _Lane] = {}  # by ``id`` of the owner, while its lane has a thread
 _LANES_LOCK = threading.Lock()
+
+
+def _forget_lanes() -> None:
+    """In a forked child: none of the parent's lane threads is there to run what its lanes hold."""
+    global _LANES_LOCK
+    _LANES_LOCK = threading.Lock()
+    _LANES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_lanes)
 
 
 class _Lane:
@@ -112,6 +123,8 @@ async def offload(lane: object, fn: Callable[..., _T], /, *args: Any, **kwargs: 
             return
         if error is None:
             future.set_result(result)
+        elif isinstance(error, StopIteration):  # a future refuses it (it would end a coroutine)
+            future.set_exception(RuntimeError(f"{fn!r} raised StopIteration"))
         else:
             future.set_exception(error)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
+import signal
 import threading
 from pathlib import Path
 
@@ -131,3 +133,28 @@ async def test_a_lane_runs_its_calls_one_at_a_time_and_never_holds_another() -> 
     with pytest.raises(asyncio.CancelledError):
         await task
     assert finished.is_set()
+
+
+def test_a_forked_child_runs_its_calls_on_lanes_of_its_own() -> None:
+    """A child forked while a lane of its parent is busy has no thread of that lane: its calls on the
+    same owner run all the same (before the lanes were forgotten at fork, they waited for good)."""
+    owner, busy, release = object(), threading.Event(), threading.Event()
+
+    def held() -> None:
+        busy.set()
+        release.wait(30)
+
+    parent = threading.Thread(target=lambda: asyncio.run(offload(owner, held)))
+    parent.start()
+    try:
+        assert busy.wait(30)
+        pid = os.fork()
+        if pid == 0:  # the child: an answer within 20 s, or SIGALRM ends it
+            signal.alarm(20)
+            code = 0 if asyncio.run(offload(owner, lambda: 42)) == 42 else 1
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        release.set()
+        parent.join(30)
