@@ -107,6 +107,11 @@ ATTACKS: dict[str, tuple[str, str]] = {
         "import os\nimport workspace\nworkspace.write_file('/workspace/big', os.urandom(60 << 20))\n"
         "for i in range(4):\n    assert len(workspace.read_file('/workspace/big')) == 60 << 20",
     ),
+    "pytext": (
+        "python",
+        "import workspace\nworkspace.write_file('/workspace/t', 'é€😀a' * (6 << 20))\n"
+        "for i in range(4):\n    assert len(workspace.read_text('/workspace/t')) == 24 << 20",
+    ),
     "pyflood": (
         "python",
         f"import sys, time\nend = time.time() + {T}\nline = 'y' * 100 + '\\n'\n"

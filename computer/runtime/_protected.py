@@ -16,6 +16,7 @@ it comes), checked again right before its commit, since the path may have change
 from __future__ import annotations
 
 import asyncio
+import codecs
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -74,11 +75,12 @@ async def checked_call(
     fs: Any, op: str, args: dict[str, Any], protected: Mapping[str, Callable[[str], Exception]]
 ) -> Any:
     """``fs.<op>(**args)`` for a program, refused when it would change a ``protected`` directory; a
-    ``write_file`` or a ``read_file`` of over ``TURN_BYTES`` in pieces, with turns of the loop (see
-    above; such a read's bytes come as a ``bytearray``)."""
+    ``write_file``, ``read_file`` or ``read_text`` of over ``TURN_BYTES`` in pieces, with turns of
+    the loop (see above; such a read's bytes come as a ``bytearray``)."""
     await refuse_protected_change(fs, op, args, protected)
-    if op == "read_file" and await _span(fs, args) > TURN_BYTES:
-        return await _read_with_turns(fs, args)
+    if op in ("read_file", "read_text") and await _span(fs, args) > TURN_BYTES:
+        data = await _read_with_turns(fs, args)
+        return data if op == "read_file" else await _decode_with_turns(data)
     if op == "write_file" and (pieces := _large(args.get("data"))) is not None:
         # Checked again once the last piece is in: no await suspends between that check and the
         # store's commit (``readlink`` never does), so the path the commit resolves is the one checked.
@@ -146,3 +148,18 @@ async def _read_with_turns(fs: Any, args: dict[str, Any]) -> bytearray:
             fed = 0
             await asyncio.sleep(0)
     return data
+
+
+async def _decode_with_turns(data: bytearray) -> str:
+    """``data`` decoded as UTF-8 (strict), ``TURN_BYTES`` a turn; an error as ``bytes.decode`` says it."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    parts = []
+    view = memoryview(data)
+    try:
+        for at in range(0, len(data), TURN_BYTES):
+            parts.append(decoder.decode(view[at : at + TURN_BYTES], final=at + TURN_BYTES >= len(data)))
+            await asyncio.sleep(0)
+    except UnicodeDecodeError:
+        view.release()
+        return data.decode("utf-8")  # raises, with the whole text's positions
+    return "".join(parts)

@@ -31,6 +31,7 @@ from ._codec import (
     check_args,
     frame_pieces,
     read_request,
+    utf8_text,
 )
 from ._live import LiveSandbox
 from ._live_parts import Job
@@ -266,6 +267,7 @@ async def _answer(request: GuestRequest, ctx: ExecContext, limits: ChannelLimits
 # Calls whose answer is a list, and which of them take ``limit``/``offset`` (pages).
 _LISTINGS = frozenset(("grep", "find", "readdir", "ls"))
 _PAGED = frozenset(("grep", "find", "readdir"))
+TEXT_BYTES = 1024 * 1024  # a read_text over this is answered with its bytes, checked (``utf8_text``)
 
 
 async def _bounded_call(op: str, args: dict[str, Any], ctx: ExecContext, limits: ChannelLimits) -> Any:
@@ -286,6 +288,8 @@ async def _bounded_call(op: str, args: dict[str, Any], ctx: ExecContext, limits:
                 "(read_file(path, offset=, length=)) or open() it in the sandbox",
                 args["path"],
             )
+        if op == "read_text" and size > TEXT_BYTES:  # its bytes, checked; the guest decodes them
+            return await utf8_text(await ctx.fs_call("read_file", {"path": args["path"]}))
     result = await ctx.fs_call(op, args)
     if op in _LISTINGS and isinstance(result, list) and len(result) > most:
         where = args.get("path") or args.get("directory") or args.get("prefix")

@@ -18,7 +18,7 @@ import pytest
 
 import computer
 from computer.runtime import LocalExecContext
-from computer.runtime._codec import frame_pieces, pack_frame
+from computer.runtime._codec import Utf8, frame_pieces, pack_frame
 from computer.runtime._journal import JOURNAL_DIR
 from computer.runtime._protected import TURN_BYTES
 
@@ -138,3 +138,60 @@ async def test_a_program_reads_back_what_it_wrote_in_several_mib(ws: computer.Wo
     assert hashlib.sha256(await ws.fs.read_file("/workspace/big")).hexdigest() == digest
     check = await (await ws.runtime.exec("sha256sum big")).result()
     assert check.stdout.split()[0] == digest
+
+
+async def test_a_large_read_text_gives_the_loop_turns_and_decodes_as_the_store_does(tmp_path: Path) -> None:
+    """8 MiB of text with multi-byte characters across every MiB boundary read with turns of the loop,
+    the same text as the store's; bytes that are not UTF-8 fail with the store's own error."""
+    text = "é€😀a" * (8 * TURN_BYTES // 10)
+    async with computer.Workspace(str(tmp_path / "w.db")) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/t", text)
+        ctx = LocalExecContext(ws)
+        read = asyncio.ensure_future(ctx.fs_call("read_text", {"path": "/workspace/t"}))
+        turns = 0
+        while not read.done() and turns < 10_000:
+            await asyncio.sleep(0)
+            turns += 1
+        assert await read == text
+        assert turns >= 4, f"the neighbour ran {turns} times while 8 MiB were read"
+        bad = text.encode()[: 3 * TURN_BYTES + 1] + b"\xff" + text.encode()[3 * TURN_BYTES + 1 :]
+        await ws.fs.write_file("/workspace/bad", bad)
+        with pytest.raises(UnicodeDecodeError) as store:
+            await ws.fs.read_text("/workspace/bad")
+        with pytest.raises(UnicodeDecodeError) as ours:
+            await ctx.fs_call("read_text", {"path": "/workspace/bad"})
+        assert str(ours.value) == str(store.value)
+
+
+def test_a_text_reply_in_pieces_reads_back_as_text() -> None:
+    text = "é€😀a" * 300_000
+    frame = b"".join(frame_pieces({"ok": Utf8(text.encode()), "id": 3}))
+    assert msgpack.unpackb(frame[4:], raw=False) == {"ok": text, "id": 3}
+
+
+async def test_a_program_reads_several_mib_of_text_and_is_told_what_is_not_utf8(
+    ws: computer.Workspace,
+) -> None:
+    """Through the guest's channel: 5 MiB of text with characters of every width read whole; a file
+    that is not UTF-8 fails as the store's own ``read_text`` does."""
+    text = "é€😀a" * (TURN_BYTES // 2)
+    bad = text.encode()[: 3 * TURN_BYTES] + b"\xff" + text.encode()[3 * TURN_BYTES :]
+    await ws.fs.write_file("/workspace/t", text)
+    await ws.fs.write_file("/workspace/bad", bad)
+    with pytest.raises(UnicodeDecodeError) as store:
+        await ws.fs.read_text("/workspace/bad")
+    source = (
+        "import hashlib\nimport workspace\n"
+        "def main(input):\n"
+        "    text = workspace.read_text('/workspace/t')\n"
+        "    try:\n"
+        "        workspace.read_text('/workspace/bad')\n"
+        "        said = None\n"
+        "    except OSError as exc:\n"
+        "        said = exc.strerror\n"
+        "    return [hashlib.sha256(text.encode()).hexdigest(), len(text), said]\n"
+    )
+    result = await (await ws.runtime.exec(source, backend="python")).result()
+    assert result.status == "completed", result
+    assert result.value == [hashlib.sha256(text.encode()).hexdigest(), len(text), str(store.value)]
