@@ -18,9 +18,10 @@ import pytest
 
 import computer
 from computer.runtime import LocalExecContext
-from computer.runtime._codec import Utf8, frame_pieces, pack_frame
+from computer.runtime._codec import ChannelLimits, Utf8, frame_pieces, pack_frame
 from computer.runtime._journal import JOURNAL_DIR
 from computer.runtime._protected import TURN_BYTES
+from computer.runtime._pychannel import _bounded_call
 
 PIECE = 32 * 1024  # what the guest's channel sends a large write's body in
 
@@ -195,3 +196,24 @@ async def test_a_program_reads_several_mib_of_text_and_is_told_what_is_not_utf8(
     result = await (await ws.runtime.exec(source, backend="python")).result()
     assert result.status == "completed", result
     assert result.value == [hashlib.sha256(text.encode()).hexdigest(), len(text), str(store.value)]
+
+
+async def test_the_guest_hosts_answer_to_a_large_read_text_gives_the_loop_turns(tmp_path: Path) -> None:
+    """The guest host's answer to a ``read_text`` of 8 MiB is the file's bytes checked a MiB a turn,
+    framed as text, never one decode (and one encode again) in one step."""
+    text = "é€😀a" * (8 * TURN_BYTES // 10)
+    async with computer.Workspace(str(tmp_path / "w.db")) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/t", text)
+        answer = asyncio.ensure_future(
+            _bounded_call("read_text", {"path": "/workspace/t"}, LocalExecContext(ws), ChannelLimits())
+        )
+        turns = 0
+        while not answer.done() and turns < 10_000:
+            await asyncio.sleep(0)
+            turns += 1
+        reply = await answer
+        assert isinstance(reply, Utf8)  # never made a str here: the guest decodes it
+        assert turns >= 8, f"the neighbour ran {turns} times while 8 MiB of text were answered"
+        frame = b"".join(frame_pieces({"ok": reply, "id": 1}))
+        assert msgpack.unpackb(frame[4:], raw=False)["ok"] == text
