@@ -112,6 +112,17 @@ ATTACKS: dict[str, tuple[str, str]] = {
         "import workspace\nworkspace.write_file('/workspace/t', 'é€😀a' * (6 << 20))\n"
         "for i in range(4):\n    assert len(workspace.read_text('/workspace/t')) == 24 << 20",
     ),
+    "pytool": (
+        "python",
+        "import time\nimport workspace\nend = time.time() + "
+        f"{T}\nwhile time.time() < end:\n"
+        "    try:\n        workspace.call('agent_tool', token='t', name='n', args={'a': list(range(200000))})\n"
+        "    except OSError:\n        pass",
+    ),
+    "pyresult": (
+        "python",
+        "def main(input):\n    return list(range(250000))",
+    ),
     "pyflood": (
         "python",
         f"import sys, time\nend = time.time() + {T}\nline = 'y' * 100 + '\\n'\n"

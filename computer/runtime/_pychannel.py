@@ -29,6 +29,7 @@ from ._codec import (
     ChannelLimits,
     GuestRequest,
     check_args,
+    checked_off_loop,
     frame_pieces,
     read_request,
     utf8_text,
@@ -246,7 +247,7 @@ _MODE_BITS = 0o1777
 
 async def _answer(request: GuestRequest, ctx: ExecContext, limits: ChannelLimits) -> dict[str, Any]:
     """One validated call of the guest, answered by ``ctx`` (errors as the guest raises them)."""
-    problem = check_args(request, limits.depth)
+    problem = await checked_off_loop(request.head, check_args, request, limits.depth)
     if problem is not None:
         return {"err": [errno.EINVAL, problem, None]}
     args = dict(request.args)
