@@ -71,6 +71,7 @@ __all__ = [
 _HEADER = struct.Struct(">I")
 REQUEST_HEADER = struct.Struct(">II")  # head bytes, body bytes
 _BIN32 = struct.Struct(">BI")
+_R = TypeVar("_R")
 RESULT_OP = "__result__"
 PART_OP = "__part__"  # a piece of a write_file's body (see the module docstring)
 _BODY_CHUNK = 1024 * 1024  # a large body is read (and handed to write_file) in pieces of this size
@@ -182,7 +183,7 @@ async def read_request(reader: asyncio.StreamReader, limits: ChannelLimits) -> G
         head_bytes, early = both[:head_size], both[head_size:]
     else:
         head_bytes = await _read(reader, head_size)
-    head = _unpack_head(head_bytes, limits)
+    head = await checked_off_loop(head_size, _unpack_head, head_bytes, limits)  # a large one in a thread
     if not isinstance(head, dict) or set(head) - {"id"} != {"op", "args"}:
         raise ChannelError("a frame head must be a map of exactly 'op' and 'args' (and an 'id')")
     op, args, call = head["op"], head["args"], head.get("id")
@@ -260,14 +261,15 @@ def _unpack_head(data: bytes, limits: ChannelLimits) -> Any:
         raise ChannelError(f"a frame head is not valid msgpack ({type(exc).__name__}: {exc})") from None
 
 
-# A head over this many bytes is checked in a thread (``checked_off_loop``): a program's 1 MiB tool
-# call's arguments or 4 MiB result of 200,000 items took ~75 ms of the loop (``json_problem``) each.
+# A head over this many bytes is unpacked and checked in a thread (``checked_off_loop``): a program's
+# 1 MiB tool call's arguments or 4 MiB result of 200,000 items took ~75 ms of the loop
+# (``json_problem``) each, a 1 MiB head of 260,000 items ~10 ms to unpack (whatever its op).
 OFF_LOOP_HEAD = 64 * 1024
 
 
-async def checked_off_loop(head_size: int, check: Callable[..., str | None], *args: Any) -> str | None:
-    """``check(*args)`` for a frame head of ``head_size`` bytes: in a thread of its own when large
-    (the loop gets its turns while it runs), else here."""
+async def checked_off_loop(head_size: int, check: Callable[..., _R], *args: Any) -> _R:
+    """``check(*args)`` (the head's unpacking, its JSON check) for a frame head of ``head_size``
+    bytes: in a thread of its own when large (the loop gets its turns while it runs), else here."""
     if head_size <= OFF_LOOP_HEAD:
         return check(*args)
     return await offload(None, check, *args)

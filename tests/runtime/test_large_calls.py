@@ -225,7 +225,8 @@ async def test_a_programs_large_tool_arguments_and_result_are_checked_off_the_lo
 ) -> None:
     """Any program can send a tool call of 1 MiB of arguments (checked as JSON before its token is),
     again and again, and return 4 MiB: each check of 200,000 items took ~75 ms of the loop every
-    workspace of the process shares. Those of a large head run in a thread; the answers are as before."""
+    workspace of the process shares (and ~10 ms to unpack each head). Those of a large head run in a
+    thread; the answers are as before."""
     loop_thread = threading.get_ident()
     checked_on: list[int] = []
     check = _codec.json_problem
@@ -235,6 +236,15 @@ async def test_a_programs_large_tool_arguments_and_result_are_checked_off_the_lo
         return check(value, depth)
 
     monkeypatch.setattr(_codec, "json_problem", recorded)
+    unpacked_on: list[int] = []
+    unpack = _codec._unpack_head
+
+    def unpacking(data: bytes, limits: ChannelLimits) -> object:
+        if len(data) > _codec.OFF_LOOP_HEAD:
+            unpacked_on.append(threading.get_ident())
+        return unpack(data, limits)
+
+    monkeypatch.setattr(_codec, "_unpack_head", unpacking)
     source = (
         "import workspace\n"
         "def main(input):\n"
@@ -252,3 +262,4 @@ async def test_a_programs_large_tool_arguments_and_result_are_checked_off_the_lo
     assert value == list(range(200_000))
     assert said[1] == "a tool call's arguments holds nan, which JSON cannot represent"
     assert len(checked_on) == 3 and loop_thread not in checked_on, said
+    assert len(unpacked_on) == 3 and loop_thread not in unpacked_on
