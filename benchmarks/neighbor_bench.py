@@ -97,6 +97,32 @@ ATTACKS: dict[str, tuple[str, str]] = {
         "import os\nimport workspace\nfor i in range(4):\n"
         "    workspace.write_file('/workspace/big', os.urandom(1 << 20) * 60)",
     ),
+    "pyfresh": (
+        "python",
+        "import os\nimport workspace\nfor i in range(4):\n"
+        "    workspace.write_file('/workspace/big', os.urandom(60 << 20))",
+    ),
+    "pyread": (
+        "python",
+        "import os\nimport workspace\nworkspace.write_file('/workspace/big', os.urandom(60 << 20))\n"
+        "for i in range(4):\n    assert len(workspace.read_file('/workspace/big')) == 60 << 20",
+    ),
+    "pytext": (
+        "python",
+        "import workspace\nworkspace.write_file('/workspace/t', 'é€😀a' * (6 << 20))\n"
+        "for i in range(4):\n    assert len(workspace.read_text('/workspace/t')) == 24 << 20",
+    ),
+    "pytool": (
+        "python",
+        "import time\nimport workspace\nend = time.time() + "
+        f"{T}\nwhile time.time() < end:\n"
+        "    try:\n        workspace.call('agent_tool', token='t', name='n', args={'a': list(range(200000))})\n"
+        "    except OSError:\n        pass",
+    ),
+    "pyresult": (
+        "python",
+        "def main(input):\n    return list(range(250000))",
+    ),
     "pyflood": (
         "python",
         f"import sys, time\nend = time.time() + {T}\nline = 'y' * 100 + '\\n'\n"

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._limits import Rlimit, set_limits
-from ._tasks import in_background
+from ._tasks import in_background, offload
 
 __all__ = ["CREATION_GRACE", "Admission", "enter"]
 
@@ -113,7 +113,7 @@ class Admission:
             # In a thread: moving a process into a memory cgroup now and then waits for an RCU grace
             # period (1-2 in 100 writes here take 8-23 ms), which must not stall the event loop.
             with contextlib.suppress(ProcessLookupError):  # it died in its set-up (a bind failed…):
-                await asyncio.to_thread(enter, child, groups, limits)  # bubblewrap's status tells why
+                await offload(None, enter, child, groups, limits)  # bubblewrap's status tells why
         fd, self.block_w = self.block_w, None
         if fd is not None:
             with contextlib.suppress(OSError):

@@ -30,7 +30,7 @@ from ..storage.paths import canonical, is_within
 from ._backend import BIG_FILE, ExecContext, MirrorFile, SyncPull
 from ._beneath import HOLE, HOLE_DIGEST, BeneathReader, lstat_beneath
 from ._mirror import Entry, Mirror, entry_of
-from ._tasks import in_thread
+from ._tasks import in_thread, offload
 
 __all__ = ["SANDBOX_DIR", "AssetsBridge"]
 
@@ -141,7 +141,7 @@ class AssetsBridge:
             return {"error": f"{path} is outside {mirror.root}: only workspace files can be published"}
         rel = mirror.rel(path)
         try:
-            st = await asyncio.to_thread(lstat_beneath, mirror.directory, rel)
+            st = await offload(self, lstat_beneath, mirror.directory, rel)
         except OSError:
             st = None
         entry = entry_of(st) if st is not None else None
@@ -164,7 +164,7 @@ class AssetsBridge:
         if mirror.rev is None:
             return "the sandbox's view of the workspace is not settled"
         async with self._reading:  # one file in memory at a time, however many requests come
-            read = await asyncio.to_thread(read_published, mirror.directory, rel, entry)
+            read = await offload(self, read_published, mirror.directory, rel, entry)
         if read is None:
             return "it changed while it was read: publish it again once it is written"
         data, chunks, stage = read

@@ -11,7 +11,6 @@ import asyncio
 import bisect
 import contextlib
 import dataclasses
-import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -31,7 +30,7 @@ from ._codec import to_plain
 from ._dir_times import root_fields
 from ._journal import JOURNAL_DIR, journal_refused
 from ._moves import Move, follow
-from ._protected import refuse_protected_change
+from ._protected import checked_call
 from ._pull_commit import SAFE_BITS, KeptChunksGone, PullCommits
 from ._pull_rules import (
     CONFLICT,
@@ -112,11 +111,8 @@ class LocalExecContext(PullCommits):
     async def fs_call(self, op: str, args: dict[str, Any]) -> Any:
         if op not in FS_OPS:
             raise ValueError(f"unknown workspace operation {op!r}")
-        await refuse_protected_change(self.fs, op, args, self.protected)  # a program's calls
-        result = getattr(self.fs, op)(**args)
-        if inspect.isawaitable(result):
-            result = await result
-        return to_plain(result)
+        # A program's calls: refused when they change a protected directory; large writes in pieces.
+        return to_plain(await checked_call(self.fs, op, args, self.protected))
 
     async def share(self, path: str, expires_after: float) -> str:
         assets = getattr(self.workspace, "assets", None)

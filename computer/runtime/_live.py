@@ -69,7 +69,7 @@ from ._live_parts import (
 from ._mirror import Mirror
 from ._process import SandboxProcess
 from ._sync import MirrorSync, Synced
-from ._tasks import finish_in_thread
+from ._tasks import finish_in_thread, offload
 from ._warm import Warm
 from .types import ProcessInfo
 
@@ -321,7 +321,7 @@ class LiveSandbox(LiveChannel, LiveJobs):
                 return None, 0
         freezer = self._freezer if self._freezer is not None and self.stirring() else None
         try:
-            if freezer is not None and not await finish_in_thread(functools.partial(freeze, freezer)):
+            if freezer is not None and not await finish_in_thread(functools.partial(freeze, freezer), self):
                 if paced:  # a tick's: the next one tries again (this error ended the ticker for good)
                     return None, 0
                 raise LiveSandboxError("the live sandbox could not be paused for a sync")
@@ -337,7 +337,7 @@ class LiveSandbox(LiveChannel, LiveJobs):
             return synced, pushed
         finally:
             if freezer is not None:  # cancelled while it froze too: the freeze ran to its end
-                await finish_in_thread(functools.partial(thaw, freezer))  # blocks while it forks
+                await finish_in_thread(functools.partial(thaw, freezer), self)  # blocks while it forks
 
     async def _pull(self, paced: bool = False) -> Synced | None:
         """Bring what changed in the mirror to the workspace (nothing to do: None), and tell every
@@ -458,12 +458,12 @@ class LiveSandbox(LiveChannel, LiveJobs):
         for control in (self._pids_current, self._pids_events, self._oom_control):
             if control is not None:
                 control.close()
-        await asyncio.to_thread(self.process.cleanup)
+        await offload(None, self.process.cleanup)
         self.channel.close()
         if self.bridge is not None:
             with contextlib.suppress(Exception):
                 await self.bridge.__aexit__(None, None, None)
-        await asyncio.to_thread(AssetsBridge.remove_directory, self.bridge_dir)
+        await offload(None, AssetsBridge.remove_directory, self.bridge_dir)
         with contextlib.suppress(Exception):
             await self.sync_.release(self.workspace_id, self.mirror, clean=clean)
 
@@ -482,7 +482,7 @@ class LiveSandbox(LiveChannel, LiveJobs):
             self.spare.close()
             self.spare = None
         try:
-            await asyncio.to_thread(self.process.kill_now)
+            await offload(None, self.process.kill_now)
             await self._wind_up()
         finally:
             self._told_ended()

@@ -20,7 +20,7 @@ from ._assets_bridge import AssetsBridge
 from ._cgroups import procs_of
 from ._process import SandboxProcess
 from ._standby import Standby
-from ._tasks import run_to_completion
+from ._tasks import offload, run_to_completion
 
 __all__ = ["INIT_PYTHON", "Launched", "launch", "tasks_in"]
 
@@ -54,7 +54,7 @@ class Launched:
     async def discard(self) -> None:
         self.channel.close()
         await self.process.discard()
-        await asyncio.to_thread(AssetsBridge.remove_directory, self.bridge_dir)
+        await offload(None, AssetsBridge.remove_directory, self.bridge_dir)
 
     def discard_now(self) -> None:
         self.channel.close()
@@ -93,7 +93,7 @@ async def launch(
     finally:
         listener.close()
     channel.setblocking(False)
-    await asyncio.to_thread(_protect_init, process)
+    await offload(None, _protect_init, process)
     group = _pids_group(process)
     procs = procs_of(group) if group is not None else None
     return Launched(process, channel, bridge_dir, tasks_in(process) or 0, frozenset(procs or ()))

@@ -17,7 +17,7 @@ from typing import Literal
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
 from ._cgroups import count_in, remove_groups, sweep
-from ._tasks import in_thread, run_to_completion
+from ._tasks import in_thread, offload, run_to_completion
 
 __all__ = [
     "TIMEOUT_EXIT_CODE",
@@ -73,7 +73,7 @@ class SandboxProcess:
             with contextlib.suppress(ProcessLookupError):
                 self.proc.kill()
         if self.cgroups:
-            await asyncio.to_thread(sweep, self.cgroups)
+            await offload(None, sweep, self.cgroups)
         if loop_ended:
             return
         try:
@@ -93,7 +93,7 @@ class SandboxProcess:
 
         async def discard() -> None:
             await self.kill_tree()
-            await asyncio.to_thread(self.cleanup)
+            await offload(None, self.cleanup)
 
         await run_to_completion(discard())
 
@@ -270,7 +270,7 @@ async def stream_process(
                     # with it: the cgroups are empty and their removal need not delay the result.
                     _clean_later(sp)
                 else:
-                    await asyncio.to_thread(sp.cleanup)
+                    await offload(None, sp.cleanup)
 
         # A second cancellation (a kill, then close) must not cut the kill, the reaping or the cgroup
         # removal short.

@@ -9,7 +9,6 @@ the mirror holds there stays (a file a followed rename moved in keeps its inode)
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 from collections.abc import Callable, Collection, Iterable, Sequence
 from typing import TypeVar
@@ -20,6 +19,7 @@ from ..storage.types import Change
 from ._backend import SyncLimits
 from ._moves import Move, followable
 from ._pull_rules import outermost
+from ._tasks import offload
 
 __all__ = [
     "OFFLOAD",
@@ -225,7 +225,7 @@ async def pure(size: int, fn: Callable[..., _T], *args: object) -> _T:
     ``size`` is over :data:`OFFLOAD`."""
     if size <= OFFLOAD:
         return fn(*args)
-    return await asyncio.to_thread(fn, *args)
+    return await offload(None, fn, *args)
 
 
 @dataclasses.dataclass(slots=True)

@@ -29,8 +29,10 @@ from ._codec import (
     ChannelLimits,
     GuestRequest,
     check_args,
-    pack_frame,
+    checked_off_loop,
+    frame_pieces,
     read_request,
+    utf8_text,
 )
 from ._live import LiveSandbox
 from ._live_parts import Job
@@ -231,8 +233,9 @@ async def serve(
         if request.id is not None:
             reply["id"] = request.id
         try:
-            writer.write(pack_frame(reply))
-            await writer.drain()
+            for piece in frame_pieces(reply):  # a large read's bytes a piece a turn
+                writer.write(piece)
+                await writer.drain()
         except (ConnectionError, OSError):
             return
 
@@ -244,7 +247,7 @@ _MODE_BITS = 0o1777
 
 async def _answer(request: GuestRequest, ctx: ExecContext, limits: ChannelLimits) -> dict[str, Any]:
     """One validated call of the guest, answered by ``ctx`` (errors as the guest raises them)."""
-    problem = check_args(request, limits.depth)
+    problem = await checked_off_loop(request.head, check_args, request, limits.depth)
     if problem is not None:
         return {"err": [errno.EINVAL, problem, None]}
     args = dict(request.args)
@@ -265,6 +268,7 @@ async def _answer(request: GuestRequest, ctx: ExecContext, limits: ChannelLimits
 # Calls whose answer is a list, and which of them take ``limit``/``offset`` (pages).
 _LISTINGS = frozenset(("grep", "find", "readdir", "ls"))
 _PAGED = frozenset(("grep", "find", "readdir"))
+TEXT_BYTES = 1024 * 1024  # a read_text over this is answered with its bytes, checked (``utf8_text``)
 
 
 async def _bounded_call(op: str, args: dict[str, Any], ctx: ExecContext, limits: ChannelLimits) -> Any:
@@ -285,6 +289,8 @@ async def _bounded_call(op: str, args: dict[str, Any], ctx: ExecContext, limits:
                 "(read_file(path, offset=, length=)) or open() it in the sandbox",
                 args["path"],
             )
+        if op == "read_text" and size > TEXT_BYTES:  # its bytes, checked; the guest decodes them
+            return await utf8_text(await ctx.fs_call("read_file", {"path": args["path"]}))
     result = await ctx.fs_call(op, args)
     if op in _LISTINGS and isinstance(result, list) and len(result) > most:
         where = args.get("path") or args.get("directory") or args.get("prefix")

@@ -40,7 +40,7 @@ from ._limits import (
 )
 from ._process import SandboxProcess, close_transport
 from ._standby import STANDBY_STUB, Standby, write_all
-from ._tasks import run_to_completion
+from ._tasks import offload, run_to_completion
 from ._users import drop_privileges, running_as_root, sandbox_host_ids
 
 __all__ = [
@@ -324,10 +324,10 @@ async def _abandon(
         # refusal kills it; whatever the creation yields later is killed on arrival.
         log.warning("sandbox spawn: the cancelled creation did not finish; sweeping its cgroups")
         creation.add_done_callback(_kill_late_arrival)
-        await asyncio.to_thread(remove_groups, groups)
+        await offload(None, remove_groups, groups)
         return
     if creation.cancelled() or creation.exception() is not None:
-        await asyncio.to_thread(remove_groups, groups)
+        await offload(None, remove_groups, groups)
         return
     await SandboxProcess(creation.result(), groups).discard()
 

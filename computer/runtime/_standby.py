@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ._process import SandboxProcess, drop_transport
+from ._tasks import offload
 
 __all__ = ["STANDBY_STUB", "Standby", "write_all"]
 
@@ -73,7 +74,7 @@ class Standby:
         if len(script) <= _DIRECT_WRITE:
             write_all(fd, script)
         else:  # the stub reads while we write: do not block the event loop on a full pipe
-            await asyncio.to_thread(write_all, fd, script)
+            await offload(None, write_all, fd, script)
         return self.process
 
     def close(self) -> None:

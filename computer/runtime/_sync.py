@@ -42,7 +42,7 @@ from ._kept import trim_kept
 from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
 from ._pull_rules import CONFLICT, outermost
-from ._tasks import finish_in_thread, in_thread
+from ._tasks import finish_in_thread, in_thread, offload
 
 __all__ = ["MirrorSync", "Synced"]
 
@@ -94,7 +94,7 @@ class MirrorSync:
         if clean:
             return self.mirrors.release(workspace_id, mirror)
         mirror.invalidate()
-        await asyncio.to_thread(self.mirrors.discard, mirror)
+        await offload(None, self.mirrors.discard, mirror)
         return False
 
     def remove_evicted(self) -> None:
@@ -143,7 +143,7 @@ class MirrorSync:
             if mirror.watch is not None:
                 mirror.arm()  # drains what the push caused
             else:
-                await asyncio.to_thread(mirror.arm)  # a new watch walks the whole tree
+                await offload(mirror, mirror.arm)  # a new watch walks the whole tree
             return start, pushed
         finally:
             mirror.restore_lifts()  # what it lifted to write below a locked directory (``_lifts``)
@@ -173,7 +173,7 @@ class MirrorSync:
             if _small(page):  # a thread hop costs more than applying a handful of entries
                 pushed += mirror.apply(page, first=starting)
             else:
-                pushed += await asyncio.to_thread(mirror.apply, page, first=starting)
+                pushed += await offload(mirror, mirror.apply, page, first=starting)
             for file, needed in list(mirror.unfilled):
                 if needed is None:
                     await self._fill(mirror, ctx, file)
@@ -197,7 +197,7 @@ class MirrorSync:
                 data = await ctx.fs_call("read_file", {"path": file.path, "offset": offset, "length": piece})
             except FileNotFoundError:
                 return  # removed meanwhile: the next push removes it here too
-            await asyncio.to_thread(mirror.fill, file, offset, bytes(data))
+            await offload(mirror, mirror.fill, file, offset, bytes(data))
             if len(data) < piece:
                 return
             offset += len(data)
@@ -225,7 +225,7 @@ class MirrorSync:
                         return
                 pieces[i] = bytes(data)
             last = start + per_call >= len(needed)
-            await asyncio.to_thread(mirror.fill_chunks, file, pieces, last)
+            await offload(mirror, mirror.fill_chunks, file, pieces, last)
 
     # ------------------------------------------------------------------ pull
 
@@ -285,11 +285,13 @@ class MirrorSync:
         if mirror.quiet(paced):  # the program changed nothing: no thread hop for an empty pull
             plan, now = mirror.plan(paced=paced)
         else:
-            plan, now = await finish_in_thread(functools.partial(mirror.plan, paced=paced))
+            plan, now = await finish_in_thread(functools.partial(mirror.plan, paced=paced), mirror)
         mirror.kept = set(plan.unsyncable)
         left_out = {**mirror.left_out(), **plan.unsyncable}
         if self.kept_limit is not None and plan.unsyncable:  # such a file made or grown: count them all
-            removed = await finish_in_thread(functools.partial(trim_kept, mirror, now, self.kept_limit))
+            removed = await finish_in_thread(
+                functools.partial(trim_kept, mirror, now, self.kept_limit), mirror
+            )
             left_out.update(removed)
         saved = list(saves.saved) if saves is not None else []
         # Revisions committed since ``base_rev`` by this mirror's earlier pulls (a live sandbox's pull at a
@@ -313,7 +315,7 @@ class MirrorSync:
             pull = (
                 mirror.read_all(plan)
                 if plan.empty()
-                else await finish_in_thread(functools.partial(mirror.read_all, plan))
+                else await finish_in_thread(functools.partial(mirror.read_all, plan), mirror)
             )
             pull = dataclasses.replace(pull, own_revs=own)
             mirror.forget_chunks(plan)  # settled later without the plan
@@ -322,7 +324,7 @@ class MirrorSync:
             return Synced(sorted(saved), left_out, pending)
         applied, reasons = await self._apply(mirror, ctx, plan, now, base_rev, own, follow)
         if len(plan.deleted) > PAGE_FILES:  # removal pages: a removed directory stands for its tree
-            applied = await asyncio.to_thread(_removals_outermost, applied, set(plan.deleted))
+            applied = await offload(mirror, _removals_outermost, applied, set(plan.deleted))
         # Unique in the order given (pages come sorted), then sorted: a sort of a set's order took
         # 0.12 ms of 1,111 paths, ~0.05 this way.
         return Synced(sorted(dict.fromkeys([*applied, *saved])), {**reasons, **left_out}, refused=reasons)
@@ -351,7 +353,7 @@ class MirrorSync:
             light = not plan.files
             try:
                 while True:
-                    page = pages.next() if light else await asyncio.to_thread(pages.next)
+                    page = pages.next() if light else await offload(mirror, pages.next)
                     if page is None:
                         break
                     page = dataclasses.replace(page, own_revs=own, follow_moves=follow)
@@ -377,7 +379,7 @@ class MirrorSync:
         if reasons or followed:  # the mirror follows renames, drops what the pull left alone
             conflicts = [path for path, why in reasons.items() if why == CONFLICT]
             await finish_in_thread(
-                functools.partial(mirror.settle, now, rev, list(reasons), plan, followed, conflicts)
+                functools.partial(mirror.settle, now, rev, list(reasons), plan, followed, conflicts), mirror
             )
         else:
             mirror.settle(now, rev, (), plan)

@@ -1,16 +1,21 @@
 """Task helpers for teardown: finish it despite cancellation, or run it in the background (on the
-caller's loop for a coroutine, on a thread of its own for blocking work); a call on the event loop
-that owns what it touches (:func:`on_loop`)."""
+caller's loop for a coroutine, on a thread of its own for blocking work); blocking work awaited off
+the event loop (:func:`offload`: a lane of threads per sandbox or mirror, never the loop's shared
+pool); a call on the event loop that owns what it touches (:func:`on_loop`)."""
 
 from __future__ import annotations
 
 import asyncio
+import collections
+import contextvars
+import functools
 import logging
+import os
 import threading
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
-__all__ = ["finish_in_thread", "in_background", "in_thread", "on_loop", "run_to_completion"]
+__all__ = ["finish_in_thread", "in_background", "in_thread", "offload", "on_loop", "run_to_completion"]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -36,11 +41,113 @@ async def run_to_completion(aw: Awaitable[_T]) -> _T:
     return task.result()
 
 
-async def finish_in_thread(work: Callable[[], _T]) -> _T:
-    """``work`` in a worker thread, awaited to its end even if the caller is cancelled meanwhile (the
-    cancellation is re-raised then): blocking work on shared state (a mirror's watch and state) that
-    must not go on alone while what runs after the cancellation uses that state."""
-    return await run_to_completion(asyncio.to_thread(work))
+async def finish_in_thread(work: Callable[[], _T], lane: object = None) -> _T:
+    """``work`` off the loop (:func:`offload` on ``lane``), awaited to its end even if the caller is
+    cancelled meanwhile (the cancellation is re-raised then): blocking work on shared state (a
+    mirror's watch and state) that must not go on alone while what runs after the cancellation uses
+    that state."""
+    return await run_to_completion(offload(lane, work))
+
+
+# Blocking work of a sandbox (its freeze and thaw, its mirror's walks, reads and writes) once went to
+# the event loop's default executor (``asyncio.to_thread``): a few threads every workspace of the
+# process shares (a pool worker's host: 16 for all its loops). A few hostile sandboxes whose work
+# blocks (a thaw while the group forks, a walk of a huge tree) held every one of them, and every
+# other workspace's next step waited behind theirs. Now each owner (``lane``: a mirror, a live
+# sandbox) has a lane: its calls one at a time, in order, on a thread that lives while it has work
+# (and ``_LINGER`` after), so an owner holds one thread at most and nobody queues behind another's
+# work; a call with no owner (teardown, a start's one-off) runs on a thread of its own.
+_LINGER = 0.05  # seconds a lane's thread waits for its next call (a sync's steps come back to back)
+_LANES: dict[int, _Lane] = {}  # by ``id`` of the owner, while its lane has a thread
+_LANES_LOCK = threading.Lock()
+
+
+def _forget_lanes() -> None:
+    """In a forked child: none of the parent's lane threads is there to run what its lanes hold."""
+    global _LANES_LOCK
+    _LANES_LOCK = threading.Lock()
+    _LANES.clear()
+
+
+os.register_at_fork(after_in_child=_forget_lanes)
+
+
+class _Lane:
+    """The calls of one owner, run in order on one thread at a time (see above)."""
+
+    def __init__(self, key: int | None) -> None:
+        self.key = key
+        self.calls: collections.deque[Callable[[], None]] = collections.deque()
+        self.more = threading.Condition(_LANES_LOCK)
+        self.running = False
+
+    def add(self, call: Callable[[], None]) -> None:
+        """Queue ``call`` (``_LANES_LOCK`` held); a thread is started when the lane has none."""
+        self.calls.append(call)
+        if self.running:
+            self.more.notify()
+            return
+        try:
+            threading.Thread(target=self.drain, name="computer: lane", daemon=False).start()
+        except BaseException:  # no thread (RuntimeError: can't start new thread): the caller's error
+            self.calls.pop()
+            if self.key is not None and not self.calls and _LANES.get(self.key) is self:
+                del _LANES[self.key]
+            raise
+        self.running = True
+
+    def drain(self) -> None:
+        while True:
+            with _LANES_LOCK:
+                if not self.calls and self.key is not None:
+                    self.more.wait(_LINGER)
+                if not self.calls:
+                    self.running = False
+                    if self.key is not None and _LANES.get(self.key) is self:
+                        del _LANES[self.key]
+                    return
+                call = self.calls.popleft()
+            call()
+
+
+async def offload(lane: object, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    """``fn(*args, **kwargs)`` on ``lane``'s thread (``None``: a thread of its own), awaited (with
+    the caller's context variables, as ``asyncio.to_thread``). A cancelled caller stops waiting; the
+    call still runs to its end, and the lane's later calls after it."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[_T] = loop.create_future()
+    bound = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is None:
+            future.set_result(result)
+        elif isinstance(error, StopIteration):  # a future refuses it (it would end a coroutine)
+            future.set_exception(RuntimeError(f"{fn!r} raised StopIteration"))
+        else:
+            future.set_exception(error)
+
+    def call() -> None:
+        result, error = None, None
+        try:
+            result = bound()
+        except BaseException as exc:  # handed to the caller, as to_thread does
+            error = exc
+        try:
+            loop.call_soon_threadsafe(settle, result, error)
+        except RuntimeError:  # the loop has ended: nobody waits
+            pass
+
+    key = None if lane is None else id(lane)
+    with _LANES_LOCK:
+        queue = _LANES.get(key) if key is not None else None
+        if queue is None:
+            queue = _Lane(key)
+            if key is not None:
+                _LANES[key] = queue
+        queue.add(call)
+    return await future
 
 
 # Teardown running in the background (a reference keeps each task alive until it is done).

@@ -30,7 +30,7 @@ from ._bwrap import Bind
 from ._mirror import Mirror
 from ._sandbox import Sandbox
 from ._standby import Standby
-from ._tasks import in_background, run_to_completion
+from ._tasks import in_background, offload, run_to_completion
 
 __all__ = [
     "PREPARE_DELAY",
@@ -82,7 +82,7 @@ class PreparedSandbox(NamedTuple):
 
     async def discard(self) -> None:
         await self.standby.discard()
-        await asyncio.to_thread(AssetsBridge.remove_directory, self.bridge_dir)
+        await offload(None, AssetsBridge.remove_directory, self.bridge_dir)
 
     def discard_now(self) -> None:
         self.standby.discard_now()
@@ -95,7 +95,7 @@ async def prepare_sandbox(
     """A standby of ``sandbox`` with ``binds`` and an assets bridge directory (fresh, in ``scratch``,
     unless given) bound at :data:`SANDBOX_DIR`; ``init``: for a live sandbox's init (its pid 1)."""
     if bridge_dir is None:
-        bridge_dir = await asyncio.to_thread(AssetsBridge.make_directory, scratch / "run", sandbox.host_ids)
+        bridge_dir = await offload(None, AssetsBridge.make_directory, scratch / "run", sandbox.host_ids)
     try:
         standby = await sandbox.prepare(binds=[*binds, Bind(str(bridge_dir), SANDBOX_DIR)], as_pid_1=init)
     except BaseException:

@@ -60,7 +60,7 @@ from ._reaper import reap_periodically
 from ._sandbox import Bind, Sandbox, SandboxLimits
 from ._staging import stage_python
 from ._sync import MirrorSync
-from ._tasks import run_to_completion
+from ._tasks import offload, run_to_completion
 from ._warm import PreparedSandbox, Ready, Warm, WarmSandboxes, prepare_sandbox
 from .types import BackendInfo
 
@@ -227,7 +227,7 @@ class PythonBackend(LiveCalls):
     async def _mount(self) -> None:
         """Stage (or check) the interpreter and the guest before a spawn, in a thread: the first
         staging links the standard library (~0.3 s), which must not stall the event loop."""
-        self.python, self._guest, self._env, self._binds = await asyncio.to_thread(self._mounts)
+        self.python, self._guest, self._env, self._binds = await offload(None, self._mounts)
 
     @property
     def mirrors(self) -> MirrorPool:

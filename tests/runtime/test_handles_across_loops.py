@@ -80,7 +80,11 @@ def test_processes_and_kill_from_another_loop_than_the_sandbox_s(tmp_path: Path)
     try:
         there(ws.fs.mkdir("/workspace", recursive=True))
         assert there(run("sleep 300 & echo started")).stdout == "started\n"
-        listed = asyncio.run(ws.runtime.processes())  # from this thread's own loop
+        for _ in range(200):  # the background subshell execs sleep a moment after the run ends
+            listed = asyncio.run(ws.runtime.processes())  # from this thread's own loop
+            if any(p.command == "sleep 300" for p in listed):
+                break
+            time.sleep(0.05)
         sleeper = next(p.pid for p in listed if p.command == "sleep 300")
         asyncio.run(ws.runtime.kill_process(sleeper))
         for _ in range(200):  # the kill is signalled; the init reaps it a moment later
