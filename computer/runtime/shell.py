@@ -27,7 +27,7 @@ from ._backend import (
 from ._backend_scratch import backend_scratch
 from ._beneath import cwd_problem
 from ._cgroups import cgroup_writable
-from ._leftovers import reporting
+from ._leftovers import epilogue
 from ._live import LiveSandbox
 from ._live_launch import INIT_PYTHON
 from ._live_parts import Job, command_line
@@ -253,22 +253,24 @@ class ShellBackend(LiveCalls):
             standby, bridge_dir = ready
             async with AssetsBridge(ctx, mirror, bridge_dir) as bridge:
                 command = self._bash(request, bridge_dir)
-                if self.sandbox.bwrap:  # say what the command leaves running as the sandbox ends
-                    command = reporting(
+                # Say what the command leaves running as the sandbox ends (only a pid namespace's).
+                after = (
+                    epilogue(
                         command,
-                        bridge_dir,
-                        SANDBOX_DIR,
                         why=self._ended_why,
                         advice=self.background_advice if self._could_live else "",
                     )
+                    if self.sandbox.bwrap
+                    else None
+                )
                 start_cwd = cwd if self.sandbox.bwrap else str(host_cwd)
                 env = self._env(request, cwd, bridge_dir)
                 try:
-                    sp = await standby.start(command, cwd=start_cwd, env=env)
+                    sp = await standby.start(command, cwd=start_cwd, env=env, after=after)
                 except BrokenPipeError:  # the standby died while it waited: start a fresh sandbox
                     await standby.discard()
                     ready = await self._prepare(mirror, bridge_dir)
-                    sp = await ready[0].start(command, cwd=start_cwd, env=env)
+                    sp = await ready[0].start(command, cwd=start_cwd, env=env, after=after)
                 ready = None
                 outcome = ProcessOutcome()
                 output = stream_process(sp, outcome, stdin=request.stdin, timeout=request.timeout)
