@@ -4,7 +4,8 @@ round appending a line to a log, saving a config the atomic way (a temporary fil
 inserting a row with the ``sqlite3`` CLI into a database in ``journal_mode=DELETE`` and, every third
 round, ``git add -A && git commit``; meanwhile the workspace edits the config with the ``edit`` tool,
 rewrites it atomically (a temporary name renamed over it), appends to the log, writes, renames and
-removes its own files beside them and removes a file the writer made once. Writers are stopped (a
+removes its own files beside them (their directory too: renamed out and back, a write between),
+and removes a file the writer made once. Writers are stopped (a
 file they look for), killed (``end_sandbox``) or ended with the workspace's close and reopen (a fresh
 backend: a rebuilt mirror). :mod:`test_live_background_machine` drives writers of plain files; this
 one the programs an agent leaves running.
@@ -70,7 +71,9 @@ VIEW = (
     "find . -path ./.view -prune -o -type f -print0 | sort -z | xargs -0r sha256sum > /tmp/.view "
     "&& mv /tmp/.view .view"
 )
-WS_KINDS = st.sampled_from(["edit", "save", "append", "own", "own", "mv_own", "rm_own", "rm_once", "rm_cfg"])
+WS_KINDS = st.sampled_from(
+    ["edit", "save", "append", "own", "own", "mv_own", "rm_own", "rm_once", "rm_cfg", "mvdir"]
+)
 WS_OPS = st.lists(
     st.tuples(WS_KINDS, st.integers(0, 2), st.sampled_from([0.0, 0.0, 0.005, 0.03])), max_size=10
 )
@@ -128,6 +131,14 @@ class LiveProgramsMachine(RuleBasedStateMachine):
                 await fs.rm(f"{r}/n/f{n}", force=True)
                 self.own.pop(f"n/f{n}", None)
                 self.gone.add(f"n/f{n}")
+            elif kind == "mvdir":  # out and back with a write between: the mirror follows both renames
+                await fs.write_file(f"{r}/n/f{n}", line)
+                await fs.rename(f"{r}/n", f"{r}/m")
+                await fs.write_file(f"{r}/m/f{(n + 1) % 3}", line)
+                await fs.rename(f"{r}/m", f"{r}/n")
+                for name in (f"n/f{n}", f"n/f{(n + 1) % 3}"):
+                    self.own[name] = line
+                    self.gone.discard(name)
             elif kind == "rm_once":
                 await fs.rm(f"{r}/once.txt", force=True)
                 if self.writer is None:  # a running writer wrote it at its start, maybe not synced yet
@@ -273,7 +284,7 @@ def test_live_sync_with_real_programs_in_the_background(record_property: Any) ->
     """Run the machine (derandomized, bounded, no shrinking) and check it exercised every rule."""
     for key in stats:
         stats[key] = 0
-    bounded = settings(max_examples=8, stateful_step_count=10, phases=[Phase.explicit, Phase.generate])
+    bounded = settings(max_examples=10, stateful_step_count=10, phases=[Phase.explicit, Phase.generate])
     runner = settings(
         bounded, deadline=None, derandomize=True, database=None, suppress_health_check=list(HealthCheck)
     )
