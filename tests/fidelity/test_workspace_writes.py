@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from computer.runtime import ShellBackend
+from computer.tools import create_tools, edit
 
 from ._support import ROOT, digest, ok, opened, settle, started, until
 
@@ -246,10 +248,6 @@ async def test_an_edit_keeps_a_background_change_pulled_while_the_edit_was_compu
     append to it is pulled: the edit applies to the file with the program's line. Before, it wrote its
     splice of the content it read first: the pulled line was gone from the workspace and, with the
     next push, from the sandbox, with nothing in any ``skipped``."""
-    import threading
-
-    from computer.tools import create_tools, edit
-
     splice, pulled = edit._splice, threading.Event()
 
     def slow_splice(*args: Any) -> Any:
