@@ -38,6 +38,11 @@ class Move:
     rev: int
 
 
+# Earlier entries a push's :func:`carried` may look at again in all (each rename it carries looks at
+# every one before it): 10,000 directories each written below, then renamed, stay linear past it.
+CARRY_WORK = 200_000
+
+
 def followable(
     changes: Sequence[Change], root: str, lacking: Iterable[str] = ()
 ) -> tuple[list[Move], set[int]]:
@@ -71,6 +76,7 @@ def _followable(
     touched = Conflicts(lacking)  # ... and the paths of the earlier changes not followed
     sourced = Conflicts([])  # the paths of those that name a source (a link, a rename not followed)
     log = list(changes)
+    budget = CARRY_WORK  # entries looked at again to carry them: past it, renames are not carried
     moves: list[Move] = []
     followed: set[int] = set()
     earlier: list[int] = []  # entries not followed so far
@@ -88,7 +94,10 @@ def _followable(
             and _strictly_below(after.path, root)
             and not is_within(after.path, change.path)
             and not (
-                touched.hit(change.path) and not (carry and _carries(change.path, touched, sourced, missing))
+                touched.hit(change.path)
+                and not (
+                    carry and len(earlier) <= budget and _carries(change.path, touched, sourced, missing)
+                )
             )
         ):
             src, dst = change.path, after.path
@@ -101,10 +110,11 @@ def _followable(
                     j for j in earlier if is_within(log[j].path, dst) and not is_within(log[j].path, src)
                 )
             if carry and src in touched.above:  # the mirror holds them at the new name from now on
+                budget -= len(earlier)
                 for j in earlier:
                     if j not in followed and is_within(log[j].path, src):
                         log[j] = dataclasses.replace(log[j], path=dst + log[j].path[len(src) :])
-                touched = Conflicts(lacking + [log[j].path for j in earlier if j not in followed])
+                        touched.add(log[j].path)  # (the old paths stay: only ever more cautious)
             i += 2
             continue
         touched.add(change.path)
