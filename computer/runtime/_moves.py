@@ -36,6 +36,10 @@ class Move:
     src: str
     dst: str
     rev: int
+    # The workspace's changes below ``src`` before the rename, at their new names (:func:`carried`):
+    # a pull's mirror fetches them again once it followed the rename (the next push leaves the
+    # rename's revision out, and names them at their old paths).
+    carried: tuple[str, ...] = ()
 
 
 # Earlier entries a push's :func:`carried` may look at again in all (each rename it carries looks at
@@ -58,7 +62,7 @@ def followable(
 def carried(
     changes: Sequence[Change], root: str, lacking: Iterable[str] = ()
 ) -> tuple[list[Move], set[int], list[Change]]:
-    """:func:`followable` for a push, which also follows a rename of a directory the workspace wrote
+    """:func:`followable` for a push and a live pull, which also follow a rename of a directory the workspace wrote
     below before (``write d/x``, then ``mv d e``): the mirror moves the directory and the push sends
     those earlier changes at their new names (the log returned, each such entry's path translated).
     Before, such a directory was removed and sent whole: a background process working in it (its
@@ -101,7 +105,6 @@ def _followable(
             )
         ):
             src, dst = change.path, after.path
-            moves.append(Move(src, dst, change.rev))
             followed.update((i, i + 1))
             if dst in touched.touched or dst in touched.above:
                 # Earlier changes at or below the new name are superseded: the rename replaced them
@@ -109,12 +112,15 @@ def _followable(
                 followed.update(
                     j for j in earlier if is_within(log[j].path, dst) and not is_within(log[j].path, src)
                 )
+            moved: list[str] = []
             if carry and src in touched.above:  # the mirror holds them at the new name from now on
                 budget -= len(earlier)
                 for j in earlier:
                     if j not in followed and is_within(log[j].path, src):
                         log[j] = dataclasses.replace(log[j], path=dst + log[j].path[len(src) :])
                         touched.add(log[j].path)  # (the old paths stay: only ever more cautious)
+                        moved.append(log[j].path)
+            moves.append(Move(src, dst, change.rev, tuple(dict.fromkeys(moved))))
             i += 2
             continue
         touched.add(change.path)
@@ -178,10 +184,10 @@ def follow(pull: SyncPull, changes: Sequence[Change], root: str) -> Followed:
     descendant: another rename over it, a write, a removal), which is a conflict as in any pull. A
     removal of the renamed path itself is not translated (the rename and the removal cannot both
     have happened: the pull's ordinary conflict rule keeps the workspace's rename)."""
-    moves, followed = followable(changes, root, pull.protected)
+    moves, followed, log = carried(changes, root, pull.protected)
     if not moves:
         return Followed(pull, [], set(), [])
-    later = Conflicts([c.path for i, c in enumerate(changes) if i not in followed])
+    later = Conflicts([c.path for i, c in enumerate(log) if i not in followed])
     translated: set[str] = set()
     refused: list[str] = []
 

@@ -261,3 +261,39 @@ async def test_a_process_stays_in_a_directory_the_workspace_wrote_into_and_then_
 
 async def _gone(ws: Any, path: str) -> bool:
     return not await ws.fs.exists(path)
+
+
+CHATTY = (
+    "cd d; n=0; until [ -e ../stop ]; do echo $n >> log; n=$((n + 1)); sleep 0.01; done; echo $n > ../count"
+)
+
+
+@pytest.mark.skipif(not LIVE, reason="no live sandboxes here (cgroup freezer)")
+async def test_a_process_writing_in_a_directory_the_workspace_wrote_into_and_renamed_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """As above, with the process appending to ``d/log`` every 10 ms, so the sync that brings the
+    rename pulls its lines too: they go to ``e/log``, the process goes on there, and every line is
+    kept, in order. Before, the pull refused its lines below the renamed directory (a conflict, as
+    the rename could not be followed), the push removed ``d``, and every later line was lost."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, python=False) as ws:
+        await ok(ws, f"mkdir d && (setsid bash -c {shlex.quote(CHATTY)} > /dev/null 2>&1 &)")
+        await until(lambda: ws.fs.exists(f"{ROOT}/d/log"))
+        await ws.fs.write_file(f"{ROOT}/d/x", "the workspace's\n")
+        await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/e")
+        before = len((await ws.fs.read_text(f"{ROOT}/e/log")).splitlines())
+
+        async def grew() -> bool:
+            return len((await ws.fs.read_text(f"{ROOT}/e/log")).splitlines()) > before + 20
+
+        await until(grew, within=20)
+        await ws.fs.write_file(f"{ROOT}/stop", "")
+        await until(lambda: ws.fs.exists(f"{ROOT}/count"))
+        count = int(await ws.fs.read_text(f"{ROOT}/count"))
+        seen = await ok(ws, "cat e/x; ls")
+        assert seen.stdout == "the workspace's\ncount\ne\nstop\n"
+        assert seen.skipped == [], seen.skipped_reasons
+        assert await ws.fs.read_text(f"{ROOT}/e/log") == "".join(f"{i}\n" for i in range(count))
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, "wc -l < e/log")).stdout == f"{count}\n"
