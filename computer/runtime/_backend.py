@@ -279,6 +279,9 @@ class PullResult:
     reasons: dict[str, str] = field(default_factory=dict)
     own_revs: list[int] = field(default_factory=list)
     moves: list[tuple[str, str, int]] = field(default_factory=list)
+    # Paths the workspace changed below a followed rename's old name before it, at the new name: the
+    # mirror fetches them again (``_moves.carried``).
+    carried: list[str] = field(default_factory=list)
     # Chunks the page kept (``SyncPull.keep``) that the store no longer holds: nothing was committed,
     # the mirror sends the pull again without keeping.
     missing: list[str] = field(default_factory=list)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import hashlib
 import os
 import stat
@@ -25,6 +26,7 @@ __all__ = [
     "BeneathReader",
     "chmod_beneath",
     "cwd_problem",
+    "hole_chunks",
     "lstat_beneath",
     "make_parent",
     "open_beneath",
@@ -43,6 +45,24 @@ T = TypeVar("T")
 # pull nor memory in a push (a 3 GB sparse file took 3 GB of the mirror's tmpfs after a reopen).
 HOLE = bytes(CHUNK_SIZE)
 HOLE_DIGEST = hashlib.sha256(HOLE).hexdigest()
+
+
+def hole_chunks(chunks: list[str], length: int) -> set[int]:
+    """The indexes of a file's chunk list (``length`` bytes) that hold zeros only: :data:`HOLE`, and a
+    short last chunk of zeros (``truncate -s 3000000``: before, its up to 512 KiB of zeros were fetched
+    and written out by every push, the file's tail no hole in the mirror)."""
+    holes = {i for i, digest in enumerate(chunks) if digest == HOLE_DIGEST}
+    last, tail = len(chunks) - 1, length - (len(chunks) - 1) * CHUNK_SIZE
+    if 0 < tail < CHUNK_SIZE and chunks[last] == _zeros_digest(tail):
+        holes.add(last)
+    return holes
+
+
+@functools.lru_cache(maxsize=64)
+def _zeros_digest(size: int) -> str:
+    return hashlib.sha256(bytes(size)).hexdigest()
+
+
 # As the kernel's path walk: at most this many symlinks followed for one path (``ELOOP`` past it).
 _MAX_LINKS = 40
 

@@ -462,8 +462,7 @@ class LocalExecContext(PullCommits):
                 links=links,
                 symlinks=symlinks,
             )
-        # Large files from their chunks, one transaction each (a chunk the store no longer holds
-        # fails that file alone).
+        # Large files from their chunks, one transaction each (a chunk the store lacks fails that file).
         for f in chunked:
             await self._write_chunks(f, applied, reasons, own)
         if late:
@@ -486,6 +485,7 @@ class LocalExecContext(PullCommits):
             reasons=reasons,
             own_revs=sorted(own - set(pull.own_revs)),
             moves=[(m.src, m.dst, m.rev) for m in moves],
+            carried=sorted({p for m in moves for p in m.carried}),
         )
 
 

@@ -17,8 +17,8 @@ from ._backend import MirrorFile, SyncPush
 from ._beneath import (
     CREATE,
     CREATED_MODE,
-    HOLE_DIGEST,
     SAFE_BITS,
+    hole_chunks,
     make_parent,
     open_beneath,
     remove_beneath,
@@ -299,15 +299,16 @@ class MirrorPush(MirrorBase):
             os.ftruncate(fd, 0)  # every chunk comes again (into the same file): emptied first
         # Chunks of a hole (a sparse file's) are neither fetched nor written where the file has no
         # data yet (past the synced copy's end, or all of an emptied one): they stay holes.
+        holes = hole_chunks(f.chunks, f.length)
         if synced:
             assert old is not None
             needed = [
                 i
                 for i, digest in enumerate(f.chunks)
-                if (i >= len(old) and digest != HOLE_DIGEST) or (i < len(old) and old[i] != digest)
+                if (i >= len(old) and i not in holes) or (i < len(old) and old[i] != digest)
             ]
         else:
-            needed = [i for i, digest in enumerate(f.chunks) if digest != HOLE_DIGEST]
+            needed = [i for i in range(len(f.chunks)) if i not in holes]
         try:
             if self.owner is not None:
                 os.fchown(fd, *self.owner)

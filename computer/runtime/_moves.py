@@ -26,7 +26,7 @@ from ..storage.types import Change
 from ._backend import MirrorFile, SyncPull
 from ._pull_rules import Conflicts
 
-__all__ = ["Followed", "Move", "follow", "followable", "moved_names", "translate"]
+__all__ = ["Followed", "Move", "carried", "follow", "followable", "moved_names", "translate"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +36,15 @@ class Move:
     src: str
     dst: str
     rev: int
+    # The workspace's changes below ``src`` before the rename, at their new names (:func:`carried`):
+    # a pull's mirror fetches them again once it followed the rename (the next push leaves the
+    # rename's revision out, and names them at their old paths).
+    carried: tuple[str, ...] = ()
+
+
+# Earlier entries a push's :func:`carried` may look at again in all (each rename it carries looks at
+# every one before it): 10,000 directories each written below, then renamed, stay linear past it.
+CARRY_WORK = 200_000
 
 
 def followable(
@@ -46,14 +55,39 @@ def followable(
     below the new name (the rename replaced what they made); a push leaves those out. ``lacking``:
     paths the mirror does not hold as the workspace did (it fetches them again): a rename of them is
     not followed."""
-    touched = Conflicts(list(lacking))
+    moves, followed, _ = _followable(changes, root, lacking, carry=False)
+    return moves, followed
+
+
+def carried(
+    changes: Sequence[Change], root: str, lacking: Iterable[str] = ()
+) -> tuple[list[Move], set[int], list[Change]]:
+    """:func:`followable` for a push and a live pull, which also follow a rename of a directory the workspace wrote
+    below before (``write d/x``, then ``mv d e``): the mirror moves the directory and the push sends
+    those earlier changes at their new names (the log returned, each such entry's path translated).
+    Before, such a directory was removed and sent whole: a background process working in it (its
+    working directory, a log it holds open) went on in a removed directory, and everything it wrote
+    from then on was lost, unreported. Not when one of them names a source (a link, a rename not
+    followed) or the mirror lacks something there: sent as before."""
+    return _followable(changes, root, lacking, carry=True)
+
+
+def _followable(
+    changes: Sequence[Change], root: str, lacking: Iterable[str], *, carry: bool
+) -> tuple[list[Move], set[int], list[Change]]:
+    lacking = list(lacking)
+    missing = Conflicts(lacking)  # the mirror lacks these: no rename at, above or below them
+    touched = Conflicts(lacking)  # ... and the paths of the earlier changes not followed
+    sourced = Conflicts([])  # the paths of those that name a source (a link, a rename not followed)
+    log = list(changes)
+    budget = CARRY_WORK  # entries looked at again to carry them: past it, renames are not carried
     moves: list[Move] = []
     followed: set[int] = set()
     earlier: list[int] = []  # entries not followed so far
-    i, count = 0, len(changes)
+    i, count = 0, len(log)
     while i < count:
-        change = changes[i]
-        after = changes[i + 1] if i + 1 < count else None
+        change = log[i]
+        after = log[i + 1] if i + 1 < count else None
         if (
             change.op == "rm"
             and after is not None
@@ -63,20 +97,52 @@ def followable(
             and _strictly_below(change.path, root)
             and _strictly_below(after.path, root)
             and not is_within(after.path, change.path)
-            and not touched.hit(change.path)
+            and not (
+                touched.hit(change.path)
+                and not (
+                    carry and len(earlier) <= budget and _carries(change.path, touched, sourced, missing)
+                )
+            )
         ):
-            moves.append(Move(change.path, after.path, change.rev))
+            src, dst = change.path, after.path
             followed.update((i, i + 1))
-            dst = after.path
             if dst in touched.touched or dst in touched.above:
-                # Earlier changes at or below the new name are superseded: the rename replaced them.
-                followed.update(j for j in earlier if is_within(changes[j].path, dst))
+                # Earlier changes at or below the new name are superseded: the rename replaced them
+                # (not those below the old name, carried along: ``mv d/sub d`` keeps d/sub's).
+                followed.update(
+                    j for j in earlier if is_within(log[j].path, dst) and not is_within(log[j].path, src)
+                )
+            moved: list[str] = []
+            if carry and src in touched.above:  # the mirror holds them at the new name from now on
+                budget -= len(earlier)
+                for j in earlier:
+                    if j not in followed and is_within(log[j].path, src):
+                        log[j] = dataclasses.replace(log[j], path=dst + log[j].path[len(src) :])
+                        touched.add(log[j].path)  # (the old paths stay: only ever more cautious)
+                        moved.append(log[j].path)
+            moves.append(Move(src, dst, change.rev, tuple(dict.fromkeys(moved))))
             i += 2
             continue
         touched.add(change.path)
+        if change.source is not None:
+            sourced.add(change.path)
         earlier.append(i)
         i += 1
-    return moves, followed
+    return moves, followed, log
+
+
+def _carries(src: str, touched: Conflicts, sourced: Conflicts, missing: Conflicts) -> bool:
+    """Whether a push can follow a rename of ``src`` that earlier changes below it touched, carrying
+    them to the new name: none is at or above it, none below it names a source, and the mirror lacks
+    nothing at, above or below it."""
+    if missing.hit(src) or src in sourced.touched or src in sourced.above:
+        return False
+    path = src
+    while path:
+        if path in touched.touched:
+            return False
+        path = path.rpartition("/")[0]
+    return True
 
 
 def translate(path: str, moves: Sequence[Move]) -> tuple[str, list[int]]:
@@ -118,10 +184,10 @@ def follow(pull: SyncPull, changes: Sequence[Change], root: str) -> Followed:
     descendant: another rename over it, a write, a removal), which is a conflict as in any pull. A
     removal of the renamed path itself is not translated (the rename and the removal cannot both
     have happened: the pull's ordinary conflict rule keeps the workspace's rename)."""
-    moves, followed = followable(changes, root, pull.protected)
+    moves, followed, log = carried(changes, root, pull.protected)
     if not moves:
         return Followed(pull, [], set(), [])
-    later = Conflicts([c.path for i, c in enumerate(changes) if i not in followed])
+    later = Conflicts([c.path for i, c in enumerate(log) if i not in followed])
     translated: set[str] = set()
     refused: list[str] = []
 

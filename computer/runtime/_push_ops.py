@@ -17,7 +17,7 @@ from ..storage import TOUCH, ManifestEntry
 from ..storage.paths import is_within
 from ..storage.types import Change
 from ._backend import SyncLimits
-from ._moves import Move, followable
+from ._moves import Move, carried
 from ._pull_rules import outermost
 from ._tasks import offload
 
@@ -244,7 +244,7 @@ def plan_changes(changes: Sequence[Change], root: str, refetch: list[str]) -> Pl
     """The plan of an incremental push below ``root`` from ``changes`` (in log order) and the paths
     the mirror fetches again; None when a change at or above the root (the root renamed or
     removed) needs the whole tree again."""
-    moves, followed = followable(changes, root, refetch)
+    moves, followed, changes = carried(changes, root, refetch)  # (earlier changes at their new names)
     # The time of the root or above it alone (a pull's), or the root's own mode (``"mkdir"``: another
     # mirror's ``chmod 700 .``), is no change to the tree (a mirror keeps its root's own: ``SyncPush``
     # carries them): not the whole tree again (before, a root's mode sent every mirror a full push).

@@ -342,6 +342,7 @@ class MirrorSync:
         applied: list[str] = []
         reasons: dict[str, str] = {}
         moves: dict[int, tuple[str, str, int]] = {}  # by revision: every page names the same ones
+        carried: set[str] = set()  # the workspace's changes those renames carried (fetched again)
         rev = base_rev
         # Nothing changed: the mirror still reflects ``base_rev`` exactly (no round trip needed; claiming
         # more would count a workspace change made during the run as mirrored).
@@ -364,6 +365,7 @@ class MirrorSync:
                         continue
                     own = own + result.own_revs
                     moves.update((r, (src, dst, r)) for src, dst, r in result.moves)
+                    carried.update(result.carried)
                     applied += result.applied
                     reasons.update(result.reasons)
                     rev = result.rev
@@ -383,6 +385,8 @@ class MirrorSync:
             )
         else:
             mirror.settle(now, rev, (), plan)
+        if carried:  # at their new names, after the mirror followed the renames (or fetches them whole)
+            mirror.refetch |= carried
         if held:
             mirror.hold(held)
         # What this pull committed is in the mirror: the next push leaves those revisions out.

@@ -27,7 +27,7 @@ from ._locks import PathLocks
 from ._options import EditOptions, coerce_options
 from ._sizes import human_bytes
 from ._tool import Tool, ToolUpdate
-from .file_store import FileStore
+from .file_store import FileStore, FileStoreStat
 
 __all__ = ["THREAD_BYTES", "EditInput", "EditItem", "create_edit_tool"]
 
@@ -35,6 +35,8 @@ THREAD_BYTES = 64 * 1024  # file + edit text size from which matching and diffin
 # Edits x file bytes one call may search (each edit is found with whole-file searches, under the path
 # lock): 10,000 edits of a 110 KB file fit (~2 s), 4,000 of a 1.7 MB file (18 s) do not.
 EDIT_SCAN_BUDGET = 1_200_000_000
+# Times an edit is computed again when its file changed meanwhile (a live sandbox's pull) before it fails.
+EDIT_ATTEMPTS = 5
 
 EDIT_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -124,6 +126,36 @@ def create_edit_tool(store: FileStore, **edit_options: Any) -> Tool:
             "or exec for large mechanical changes."
         )
 
+    async def computed(path: str, edits: list[Edit]) -> tuple[FileStoreStat, EditOutcome, bytes, bool]:
+        """The file's stat as read, the edits' outcome on its content, the new bytes, whether heavy."""
+        stat = await store.stat(path)
+        if stat is None:
+            raise fs_error(errno.ENOENT, path, "File not found (use write to create it)")
+        if stat.is_directory:
+            raise fs_error(errno.EISDIR, path)
+        if stat.size > options.max_bytes:
+            raise over_cap(path, stat.size, "is")
+        data = await store.read_all(path)
+        if data is None:
+            raise fs_error(errno.ENOENT, path, "File not found (use write to create it)")
+        if len(data) > options.max_bytes:
+            raise over_cap(path, len(data), "is")
+        if len(edits) * len(data) > EDIT_SCAN_BUDGET:  # each edit is searched in the whole file
+            most = max(1, EDIT_SCAN_BUDGET // max(1, len(data)))
+            raise ValueError(
+                f"{len(edits)} edits of a {len(data)}-byte file are over what one call may search "
+                f"(edits x file bytes <= {EDIT_SCAN_BUDGET:,}): send at most {most} edits per call "
+                "for this file, or use write to replace the whole file."
+            )
+        heavy = len(data) + sum(len(e.old_text) + len(e.new_text) for e in edits) >= THREAD_BYTES
+        if heavy:
+            outcome, new_data = await asyncio.to_thread(_splice, data, edits, path)
+        else:
+            outcome, new_data = _splice(data, edits, path)
+        if len(new_data) > options.max_bytes:
+            raise over_cap(path, len(new_data), "would become")
+        return stat, outcome, new_data, heavy
+
     async def handler(params: EditInput, on_update: ToolUpdate | None) -> dict[str, Any]:
         path = canonical(params.path)
         edits = [Edit(item.old_text, item.new_text) for item in params.edits]
@@ -138,32 +170,20 @@ def create_edit_tool(store: FileStore, **edit_options: Any) -> Tool:
             # sent in newText would otherwise be written as a raw byte (invalid UTF-8), as write refuses.
             utf8_of(edit.new_text, f"edits[{index}].newText", path)
         async with locks.hold([path]):
-            stat = await store.stat(path)
-            if stat is None:
-                raise fs_error(errno.ENOENT, path, "File not found (use write to create it)")
-            if stat.is_directory:
-                raise fs_error(errno.EISDIR, path)
-            if stat.size > options.max_bytes:
-                raise over_cap(path, stat.size, "is")
-            data = await store.read_all(path)
-            if data is None:
-                raise fs_error(errno.ENOENT, path, "File not found (use write to create it)")
-            if len(data) > options.max_bytes:
-                raise over_cap(path, len(data), "is")
-            if len(edits) * len(data) > EDIT_SCAN_BUDGET:  # each edit is searched in the whole file
-                most = max(1, EDIT_SCAN_BUDGET // max(1, len(data)))
-                raise ValueError(
-                    f"{len(edits)} edits of a {len(data)}-byte file are over what one call may search "
-                    f"(edits x file bytes <= {EDIT_SCAN_BUDGET:,}): send at most {most} edits per call "
-                    "for this file, or use write to replace the whole file."
-                )
-            heavy = len(data) + sum(len(e.old_text) + len(e.new_text) for e in edits) >= THREAD_BYTES
-            if heavy:
-                outcome, new_data = await asyncio.to_thread(_splice, data, edits, path)
+            for _ in range(EDIT_ATTEMPTS):
+                stat, outcome, new_data, heavy = await computed(path, edits)
+                # Only tool writes take the path lock: a live sandbox's pull (a background program's
+                # change) may land while the splice ran in a thread (or over a client's round trips).
+                # Writing then dropped that change unreported: the splice is made again on it instead.
+                if await store.stat(path) == stat:
+                    break
             else:
-                outcome, new_data = _splice(data, edits, path)
-            if len(new_data) > options.max_bytes:
-                raise over_cap(path, len(new_data), "would become")
+                raise fs_error(
+                    errno.EAGAIN,
+                    path,
+                    f"{path} changed {EDIT_ATTEMPTS} times while the edit was computed (a program "
+                    "writing it?): nothing was written; read it again and retry",
+                )
             await store.write(path, new_data, mode=stat.mode)
         diff = await asyncio.to_thread(_diff, outcome, path) if heavy else _diff(outcome, path)
         result: dict[str, Any] = {

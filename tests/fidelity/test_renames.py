@@ -6,7 +6,9 @@ reopen with fresh backends."""
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -217,3 +219,81 @@ async def test_a_directory_holding_a_socket_or_fifo_keeps_it_and_its_open_log_th
         assert (await ok(ws, "cat srv/srv.log && ls srv")).stdout == (
             "started\nserved srv/data.txt\ndata.txt\nsrv.log\n"
         )
+
+
+# Appends a line to ``log`` in its working directory each time ``../go`` appears (and removes it).
+ON_GO = (
+    "cd d; n=0; until [ -e ../stop ]; do if [ -e ../go ]; then rm ../go; n=$((n + 1)); "
+    'echo "line $n" >> log; fi; sleep 0.01; done'
+)
+
+
+@pytest.mark.skipif(not LIVE, reason="no live sandboxes here (cgroup freezer)")
+async def test_a_process_stays_in_a_directory_the_workspace_wrote_into_and_then_renamed(
+    tmp_path: Path,
+) -> None:
+    """A background process works in ``d``; the workspace writes ``d/x`` and then renames ``d`` to
+    ``e`` (in one sync interval): the process is in ``e`` and its next line reaches ``e/log``, in the
+    workspace and after a reopen. Before, the push did not follow a rename of a directory changed
+    below since the mirror's revision: it removed ``d`` and sent ``e`` whole, and the process went on
+    in a removed directory, every later line lost with nothing in ``skipped``."""
+    db = tmp_path / "ws.sqlite"
+
+    async def lines() -> list[str]:
+        return (await ws.fs.read_text(f"{ROOT}/e/log")).splitlines()
+
+    async with opened(db, python=False) as ws:
+        await ok(ws, f"mkdir d && touch go && (setsid bash -c {shlex.quote(ON_GO)} > /dev/null 2>&1 &)")
+        await until(lambda: ws.fs.exists(f"{ROOT}/d/log"))
+        await ws.fs.write_file(f"{ROOT}/d/x", "the workspace's\n")
+        await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/e")
+        await ws.fs.write_file(f"{ROOT}/go", "")
+        await until(lambda: _gone(ws, f"{ROOT}/go"))
+        await ws.fs.write_file(f"{ROOT}/go", "")
+        await until(lambda: _gone(ws, f"{ROOT}/go"))
+        seen = await ok(ws, "sleep 0.3; cat e/log e/x; ls")
+        assert seen.stdout == "line 1\nline 2\nline 3\nthe workspace's\ne\n"
+        assert await lines() == ["line 1", "line 2", "line 3"]
+        await ws.fs.write_file(f"{ROOT}/stop", "")
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, "cat e/log")).stdout == "line 1\nline 2\nline 3\n"
+
+
+async def _gone(ws: Any, path: str) -> bool:
+    return not await ws.fs.exists(path)
+
+
+CHATTY = (
+    "cd d; n=0; until [ -e ../stop ]; do echo $n >> log; n=$((n + 1)); sleep 0.01; done; echo $n > ../count"
+)
+
+
+@pytest.mark.skipif(not LIVE, reason="no live sandboxes here (cgroup freezer)")
+async def test_a_process_writing_in_a_directory_the_workspace_wrote_into_and_renamed_loses_nothing(
+    tmp_path: Path,
+) -> None:
+    """As above, with the process appending to ``d/log`` every 10 ms, so the sync that brings the
+    rename pulls its lines too: they go to ``e/log``, the process goes on there, and every line is
+    kept, in order. Before, the pull refused its lines below the renamed directory (a conflict, as
+    the rename could not be followed), the push removed ``d``, and every later line was lost."""
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, python=False) as ws:
+        await ok(ws, f"mkdir d && (setsid bash -c {shlex.quote(CHATTY)} > /dev/null 2>&1 &)")
+        await until(lambda: ws.fs.exists(f"{ROOT}/d/log"))
+        await ws.fs.write_file(f"{ROOT}/d/x", "the workspace's\n")
+        await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/e")
+        before = len((await ws.fs.read_text(f"{ROOT}/e/log")).splitlines())
+
+        async def grew() -> bool:
+            return len((await ws.fs.read_text(f"{ROOT}/e/log")).splitlines()) > before + 20
+
+        await until(grew, within=20)
+        await ws.fs.write_file(f"{ROOT}/stop", "")
+        await until(lambda: ws.fs.exists(f"{ROOT}/count"))
+        count = int(await ws.fs.read_text(f"{ROOT}/count"))
+        seen = await ok(ws, "cat e/x; ls")
+        assert seen.stdout == "the workspace's\ncount\ne\nstop\n"
+        assert seen.skipped == [], seen.skipped_reasons
+        assert await ws.fs.read_text(f"{ROOT}/e/log") == "".join(f"{i}\n" for i in range(count))
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, "wc -l < e/log")).stdout == f"{count}\n"

@@ -86,3 +86,23 @@ async def test_workspace_files_of_zeros_reach_the_sandbox_as_holes(tmp_path: Pat
         used, digest = again.stdout.split()
         assert digest == hashlib.sha256(changed).hexdigest()
         assert int(used) <= CHUNK // 1024 + 64, f"{used} KiB allocated"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_sparse_file_whose_size_is_no_whole_number_of_chunks_stays_a_hole(
+    tmp_path: Path, live: bool
+) -> None:
+    """``truncate -s 3000000`` (5 whole chunks and a short one, all holes) and ``: > empty`` in one
+    call, read back after a reopen (a fresh mirror): the short last chunk of zeros stays a hole too.
+    Before, only whole chunks were known as holes: the last one (up to 512 KiB of zeros) was fetched
+    from the store and written out in every mirror the file was pushed to."""
+    db = tmp_path / "ws.sqlite"
+    probe = "stat -c '%n %s %b' sparse empty"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        made = await ok(ws, f"truncate -s 3000000 sparse && : > empty && {probe}")
+        assert made.stdout == "sparse 3000000 0\nempty 0 0\n"
+        assert (await ws.fs.stat(f"{ROOT}/sparse")).size == 3_000_000
+        assert (await ws.fs.stat(f"{ROOT}/empty")).size == 0
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        seen = await ok(ws, f"{probe} && cmp -n 3000000 sparse /dev/zero && echo zeros")
+        assert seen.stdout == "sparse 3000000 0\nempty 0 0\nzeros\n", "the push wrote the hole's tail out"

@@ -6,11 +6,16 @@ checked through ``ws.fs``, later runs and a reopen."""
 
 from __future__ import annotations
 
+import asyncio
+import shlex
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from computer.runtime import ShellBackend
+from computer.tools import create_tools, edit
 
 from ._support import ROOT, digest, ok, opened, settle, started, until
 
@@ -226,3 +231,50 @@ async def test_a_file_the_workspace_copies_over_one_name_of_a_linked_file_leaves
         assert (await ok(ws, "cat a b && stat -c %h a b")).stdout == "new\none\n1\n1\n"
     async with opened(db, python=False) as ws:
         assert (await ok(ws, "cat a b && stat -c %h a b")).stdout == "new\none\n1\n1\n"
+
+
+# Appends one line to big.txt once ``go`` exists, then says so (``appended``).
+APPEND_ONCE = (
+    "until [ -e go ]; do sleep 0.01; done; echo 'bg line' >> big.txt; touch appended; "
+    "until [ -e stop ]; do sleep 0.01; done"
+)
+
+
+@pytest.mark.skipif(not LIVE, reason="no live sandboxes here (cgroup freezer)")
+async def test_an_edit_keeps_a_background_change_pulled_while_the_edit_was_computed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ``edit`` tool on a 100 KB file (matched in a worker thread) while a background program's
+    append to it is pulled: the edit applies to the file with the program's line. Before, it wrote its
+    splice of the content it read first: the pulled line was gone from the workspace and, with the
+    next push, from the sandbox, with nothing in any ``skipped``."""
+    splice, pulled = edit._splice, threading.Event()
+
+    def slow_splice(*args: Any) -> Any:
+        pulled.wait(30)  # the program's line is in the workspace by now (the first time)
+        return splice(*args)
+
+    monkeypatch.setattr(edit, "_splice", slow_splice)
+    db = tmp_path / "ws.sqlite"
+    body = "head 0\n" + "".join(f"line {i}\n" for i in range(10_000))
+    async with opened(db, python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/big.txt", body)
+        await ok(ws, f"setsid bash -c {shlex.quote(APPEND_ONCE)} > /dev/null 2>&1 &")
+        tools = create_tools(ws)
+        editing = asyncio.ensure_future(
+            tools["edit"].run(
+                {"path": f"{ROOT}/big.txt", "edits": [{"old_text": "head 0", "new_text": "head 1"}]}
+            )
+        )
+        await ws.fs.write_file(f"{ROOT}/go", "")
+        await until(lambda: ws.fs.exists(f"{ROOT}/appended"))
+        pulled.set()
+        assert "error" not in await asyncio.wait_for(editing, 60), "the edit failed"
+        expected = "head 1\n" + body[len("head 0\n") :] + "bg line\n"
+        assert await ws.fs.read_text(f"{ROOT}/big.txt") == expected
+        await ws.fs.write_file(f"{ROOT}/stop", "")
+        seen = await ok(ws, "sha256sum < big.txt | cut -c1-64")
+        assert seen.skipped == [], seen.skipped_reasons
+        assert seen.stdout.strip() == digest(expected.encode())
+    async with opened(db, python=False) as ws:
+        assert await ws.fs.read_text(f"{ROOT}/big.txt") == expected

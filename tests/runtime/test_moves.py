@@ -245,3 +245,34 @@ def test_changed_paths_are_grouped_under_their_outermost_path_by_their_ancestors
     tops = ["/w/a", "/w/n"]
     paths = ["/w/a", "/w/n/x", "/w/n/x/y", "/w/a/b", "/w/other/z"]
     assert below_tops(tops, paths) == {"/w/a": ["/w/a/b"], "/w/n": ["/w/n/x", "/w/n/x/y"]}
+
+
+async def test_a_push_carries_earlier_changes_below_a_renamed_directory_to_its_new_name(
+    fs: FileSystem,
+) -> None:
+    """``write d/x``, ``rm d/y``, ``mkdir d/s``, then ``mv d e``: a push follows the rename and sends
+    those changes at ``e/`` (:func:`carried`); the plain rule (a live pull's) still does not follow."""
+    from computer.runtime._moves import carried
+
+    rev = await _tree(fs, "/w/d/x", "/w/d/y", "/w/f")
+    await fs.write_file("/w/d/x", b"new")
+    await fs.rm("/w/d/y")
+    await fs.mkdir("/w/d/s")
+    await fs.rename("/w/d", "/w/e")
+    await fs.write_file("/w/f", b"elsewhere")
+    changes = fs.changes_since(rev, W).changes
+    assert followable(changes, W)[0] == []
+    moves, followed, log = carried(changes, W)
+    assert [(m.src, m.dst) for m in moves] == [("/w/d", "/w/e")]
+    assert [c.path for i, c in enumerate(log) if i not in followed] == ["/w/e/x", "/w/e/y", "/w/e/s", "/w/f"]
+    # Not carried: a change at or above the old name, a link below it, or a path the mirror lacks.
+    rev = fs.rev
+    await fs.write_file("/w/e/x", b"again")
+    await fs.link("/w/e/x", "/w/e/l")
+    await fs.rename("/w/e", "/w/g")
+    assert carried(fs.changes_since(rev, W).changes, W)[0] == []
+    rev = fs.rev
+    await fs.write_file("/w/g/x", b"once more")
+    await fs.rename("/w/g", "/w/h")
+    assert carried(fs.changes_since(rev, W).changes, W, ["/w/g/l"])[0] == []
+    assert [(m.src, m.dst) for m in carried(fs.changes_since(rev, W).changes, W)[0]] == [("/w/g", "/w/h")]
