@@ -27,6 +27,7 @@ from ..workspace import Workspace
 from ._backends import owner_backends
 from ._calls import CallJournal
 from ._errors import UploadLostError, WorkspaceUnavailableError
+from ._full_nodes import note_refused
 from ._init import cluster_settings
 from ._lease import owner_file
 from ._nodes import current_host
@@ -96,19 +97,28 @@ class WorkspaceHost(PoolCallbacks):
         self._directory: Directory = self._open_directory()
         self._lease_ttl = self.config.lock_lease
         path = workspace_file(self.config, self.name)
-        # A known workspace whose file is not here is an error, never a new empty one (issue 25).
-        owner_file(self._directory, self.name, path, host=self.host)
-        self._reserve = DiskReserve(path.with_name(path.name + "-reserve"))
+        new = not path.exists()
         try:
-            self._open_store(path)
+            # A known workspace whose file is not here is an error, never a new empty one (issue 25).
+            owner_file(self._directory, self.name, path, host=self.host)
+            self._reserve = DiskReserve(path.with_name(path.name + "-reserve"))
+            try:
+                self._open_store(path)
+            except OSError as exc:
+                # A full disk: the reserve the last owner kept beside the file is what opening needs (a
+                # lease, the fencing epoch, a checkpoint). Before, a workspace whose owner restarted on a
+                # full disk could not be opened at all, not even to remove files and free space.
+                if exc.errno != errno.ENOSPC or not self._reserve.release():
+                    raise
+                log.warning(
+                    "workspace %s: the disk is full; its reserve was given back to open it", self.name
+                )
+                self._open_store(path)
         except OSError as exc:
-            # A full disk: the reserve the last owner kept beside the file is what opening needs (a
-            # lease, the fencing epoch, a checkpoint). Before, a workspace whose owner restarted on a
-            # full disk could not be opened at all, not even to remove files and free space.
-            if exc.errno != errno.ENOSPC or not self._reserve.release():
-                raise
-            log.warning("workspace %s: the disk is full; its reserve was given back to open it", self.name)
-            self._open_store(path)
+            if new and exc.errno in (errno.ENOSPC, errno.EDQUOT) and not self.config.shared_data_dir:
+                # No room here for a new workspace: placement sends new names elsewhere for a while.
+                note_refused(self.config, self.node_id)
+            raise
         # Lock tokens carry this owner's epoch: a token is never handed out twice, even across restarts.
         self.workspace.locks.epoch = self.epoch
         self._reserve.keep()

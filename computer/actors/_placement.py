@@ -5,7 +5,8 @@ node (or an alive node of the recorded host); a file on no alive node is ``Works
 Without a record (a new name, a Redis that restarted empty, a record lost), every alive node is asked
 whether it holds the file before anything is created: the owner goes to the node that has it (the
 highest stored epoch when several do), and only a name whose file no node holds is created new (on the
-caller's node). A node
+caller's node, unless that node just refused a creation for lack of space and another has room:
+``_full_nodes.py``). A node
 that does not answer makes the call ``WorkspaceUnavailableError`` rather than a guess. When the record
 is lost *and* the only node holding the file is down, the file registry kept on the head node beside a
 Redis directory (``directory/_registry.py``) still knows the file's machine: ``WorkspaceUnavailableError``.
@@ -19,6 +20,7 @@ from typing import Any
 
 from ..config import Settings
 from ._errors import WorkspaceUnavailableError
+from ._full_nodes import node_for_new
 from ._init import cluster_settings, ensure_ray
 from ._nodes import alive_nodes
 from ._owner import PROBE_GROUP, OwnerActor
@@ -137,7 +139,8 @@ def _scheduling(config: Settings, name: str) -> Any:
                 return None  # a new workspace on the one node
             # On no node: a new workspace, created on the caller's node (its file is written there),
             # not wherever Ray's scheduler likes: a worker on node B making workspaces gets them on B.
-            here = ray.get_runtime_context().get_node_id()
+            # A node that just refused a creation for lack of space is skipped while another has room.
+            here = node_for_new(config, name, ray.get_runtime_context().get_node_id(), alive)
             if config.owners == "hosted":  # no actor name settles a race of nodes there: a claim does
                 from ._host_placement import claim_new_node
 

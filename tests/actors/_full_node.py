@@ -3,12 +3,14 @@
 The head is ``ray start --head`` on loopback, its data directory on the machine's disk (the embedded
 directory lives there); the second node is ``ray start`` inside ``unshare --uts --mount`` with a
 small private tmpfs over the data directory, as a second machine with its own disk would be
-(``_node_local.py``). Owners are hosted, so a new name is created on the node that claimed it first.
-A task on the second node makes a workspace there, fills that node's disk, and asks for a new name:
-refused (its disk is full), and the name's claim named that node. Before, every later attempt,
-from the head too, was sent back to the full node and refused; now the head creates it. The
-workspace that exists on the full node still opens there with its bytes, never made anew on the
-head. Prints ``OK`` on success; any failure exits non-zero with a traceback.
+(``_node_local.py``). A task on the second node makes a workspace there and fills that node's disk;
+a task there then asks for a new name twice: the first attempt is refused (ENOSPC) and the retry,
+from the full node itself, is created on the head. Before, a failed creation kept its claim on the
+full node (every later attempt, from the head too, went back there), and once it was dropped the
+full node's own callers still placed the name on their node (``node_for_new`` in
+``computer/actors/_full_nodes.py`` now skips a node that just refused one). Hosted owners first,
+then dedicated ones. The workspace that exists on the full node still opens there with its bytes,
+never made anew on the head. Prints ``OK`` on success; any failure exits non-zero with a traceback.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import computer
 from computer.actors.naming import data_dir_key
+from computer.actors.raycompat import kv_del
 
 DISK = "16m"
 
@@ -49,22 +52,13 @@ def start_full_node(address: str, data: Path) -> subprocess.Popen[bytes]:
     )
 
 
-def on_the_full_node(data: str) -> tuple[str, int | None]:
-    """Run as a task on the second node: make ``kept`` there, fill the disk, then ask for ``unborn``.
-    Returns the node of ``kept`` and the errno ``unborn`` was refused with (None: it opened)."""
+def fill_the_full_node(data: str) -> str:
+    """Run as a task on the second node: make ``kept`` there and fill the disk; the node of ``kept``."""
 
     async def kept() -> str:
         async with computer.get_workspace("kept") as ws:
             await ws.fs.write_file("/who", "kept")
             return str((await ws.handle.stats.remote())["node"])
-
-    async def unborn() -> int | None:
-        try:
-            async with computer.get_workspace("unborn") as ws:
-                await ws.fs.write_file("/f", "on a full disk?")
-        except OSError as exc:
-            return exc.errno
-        return None
 
     node = asyncio.run(kept())
     with open(os.path.join(data, "filler"), "ab") as filler:
@@ -75,23 +69,49 @@ def on_the_full_node(data: str) -> tuple[str, int | None]:
             except OSError as exc:
                 assert exc.errno == errno.ENOSPC, exc
                 break
-    return node, asyncio.run(unborn())
+    return node
+
+
+def new_from_the_full_node(name: str) -> list[tuple[int | None, str | None]]:
+    """Run as a task on the second node (full): ask for the new workspace ``name`` twice, as an agent
+    retrying would. Each attempt: (the errno it was refused with, None) or (None, the node it is on)."""
+
+    async def attempt() -> tuple[int | None, str | None]:
+        try:
+            async with computer.get_workspace(name) as ws:
+                await ws.fs.write_file("/f", f"{name} from the full node")
+                return None, str((await ws.handle.stats.remote())["node"])
+        except OSError as exc:
+            return exc.errno, None
+
+    return [asyncio.run(attempt()) for _ in range(2)]
 
 
 def _exists(path: str) -> bool:
     return os.path.exists(path)
 
 
+def refused_then_placed_elsewhere(second: str, head: str, name: str) -> None:
+    """The full node refuses ``name`` (ENOSPC); its own retry is created on the head. Before, the
+    retry from the full node claimed (or was placed on) the full node again: ENOSPC for good."""
+    there = NodeAffinitySchedulingStrategy(node_id=second, soft=False)
+    task = ray.remote(num_cpus=0)(new_from_the_full_node).options(scheduling_strategy=there)
+    first, retry = ray.get(task.remote(name), timeout=120)
+    assert first[0] == errno.ENOSPC, first
+    assert retry == (None, head), (retry, head)
+    print(f"{name}: refused by the full node (ENOSPC), its retry there was created on the head")
+
+
 async def scenario(data: Path, second: str) -> None:
     conf = computer.init(data_dir=data, owners="hosted", shell_pool_max=0, python_pool_max=0)
     head = str(ray.get_runtime_context().get_node_id())
     there = NodeAffinitySchedulingStrategy(node_id=second, soft=False)
-    task = ray.remote(num_cpus=0)(on_the_full_node).options(scheduling_strategy=there)
-    kept_node, refused = ray.get(task.remote(str(data)), timeout=120)
+    task = ray.remote(num_cpus=0)(fill_the_full_node).options(scheduling_strategy=there)
+    kept_node = ray.get(task.remote(str(data)), timeout=120)
     assert kept_node == second, (kept_node, second)
-    assert refused is not None, "a new workspace opened on the full node"
-    print(f"the full node refused the new workspace: errno {refused}")
-    async with computer.get_workspace("unborn") as ws:  # from the head: created here, where there is room
+    refused_then_placed_elsewhere(second, head, "unborn")
+    async with computer.get_workspace("unborn") as ws:  # from the head: it is on the head
+        assert await ws.fs.read_text("/f") == "unborn from the full node"
         await ws.fs.write_file("/f", "made on the head")
         assert await ws.fs.read_text("/f") == "made on the head"
         assert (await ws.handle.stats.remote())["node"] == head
@@ -101,8 +121,14 @@ async def scenario(data: Path, second: str) -> None:
     exists = ray.remote(num_cpus=0)(_exists).options(scheduling_strategy=there)
     assert not (conf.workspaces_dir / "kept.sqlite").exists()  # never made anew on the head
     assert not ray.get(exists.remote(str(conf.workspaces_dir / "unborn.sqlite")))
-    print("the head created it; the full node's own workspace still opens there")
+    print("the head holds it; the full node's own workspace still opens there")
     await claimed_by_the_head(conf, head, second)
+    # Dedicated owners: the same from a fresh start (the full node's mark forgotten).
+    kv_del(f"computer:full:{data_dir_key(conf.data_dir)}:{second}".encode())
+    conf = computer.init(data_dir=data, owners="dedicated", shell_pool_max=0, python_pool_max=0)
+    refused_then_placed_elsewhere(second, head, "unborn-dedicated")
+    assert not ray.get(exists.remote(str(conf.workspaces_dir / "unborn-dedicated.sqlite")))
+    assert (conf.workspaces_dir / "unborn-dedicated.sqlite").exists()
 
 
 async def claimed_by_the_head(conf: computer.Settings, head: str, second: str) -> None:

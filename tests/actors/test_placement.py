@@ -115,6 +115,32 @@ async def test_a_file_on_a_host_without_alive_nodes_is_unavailable(cluster: Sett
         computer.workspace_actor(name)
 
 
+def test_a_node_that_refused_a_new_workspace_for_lack_of_space_is_skipped_for_new_names_a_while(
+    cluster: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rule ``_full_node.py`` (slow, root) shows end to end, on made-up node ids: a node marked by a
+    refused creation is skipped for a new name while an unmarked alive node exists, until its mark ends."""
+    from computer.actors import _full_nodes
+    from computer.actors._full_nodes import node_for_new, note_refused
+
+    here, other, third = "a" * 56, "b" * 56, "c" * 56
+    alive = {here: "h/192.0.2.1", other: "h/192.0.2.2", third: "h/192.0.2.3"}
+    assert node_for_new(cluster, "n", here, alive) == here
+    note_refused(cluster, here)
+    chosen = node_for_new(cluster, "n", here, alive)
+    assert chosen in (other, third)
+    assert node_for_new(cluster, "n", here, alive) == chosen  # the full node's callers agree
+    assert node_for_new(cluster, "n", other, alive) == other  # an unmarked caller keeps its own node
+    assert node_for_new(cluster, "n", here, {here: alive[here]}) == here  # the only node
+    note_refused(cluster, other)
+    assert node_for_new(cluster, "n", here, alive) == third
+    note_refused(cluster, third)
+    assert node_for_new(cluster, "n", here, alive) == here  # every node full: refused where it is asked
+    monkeypatch.setattr(_full_nodes, "FULL_REMEMBERED", -1.0)
+    note_refused(cluster, other)  # a mark that has ended
+    assert node_for_new(cluster, "n", here, alive) == other
+
+
 async def _open_and_list(name: str) -> list[str]:
     async with computer.get_workspace(name) as ws:
         return list(await ws.fs.ls("/"))

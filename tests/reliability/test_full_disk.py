@@ -182,6 +182,9 @@ async def test_a_new_workspace_refused_on_a_full_disk_leaves_no_file_placement_w
     """Before: the failed creation left an empty ``<name>.sqlite``; placement asks every node whether
     it holds the file (a record lost, a second node), so this node "held" a workspace that never was,
     and every later open of the name came back here."""
+    import ray
+
+    from computer.actors._full_nodes import refused_recently
     from computer.actors._nodes import alive_nodes
     from computer.actors._placement import nodes_holding
     from computer.actors.naming import workspace_file
@@ -198,6 +201,8 @@ async def test_a_new_workspace_refused_on_a_full_disk_leaves_no_file_placement_w
         path = workspace_file(conf, "full-disk-d")
         assert sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name)) == []
         assert nodes_holding(conf, "full-disk-d", alive_nodes()) == {}
+        # The owner marked its node: a new name goes to another node with room, if any (_full_nodes).
+        assert refused_recently(conf, str(ray.get_runtime_context().get_node_id()))
         filler.unlink()
         async with computer.get_workspace("full-disk-d") as ws:  # space back: a new workspace
             await ws.fs.write_file("/f", b"new")

@@ -1,0 +1,76 @@
+"""Nodes that just refused to create a workspace for lack of space, so a new name goes elsewhere.
+
+Placement creates a new name (no node holds its file, no record) on the caller's node. A node whose
+data directory is full refuses the creation (ENOSPC), and before, a caller on that node (a task, an
+agent's process) placed every attempt there again, failing for good while another node had room.
+An owner whose creation of a new workspace failed with ENOSPC marks its node in Ray's key-value store
+(``computer:full:<8 hex of the data dir>:<node>``, the time the mark ends) for
+:data:`FULL_REMEMBERED` seconds; placement of a *new* name skips a marked node while an alive
+unmarked node exists (:func:`node_for_new`), and picks among those by the name's stable hash.
+
+Only new names move: a workspace with a file or a record is placed where they say, full or not
+(never made anew elsewhere), and the creation claims (``_host_placement``) still settle which node
+creates a name. Why a mark and not the nodes' free space: a refusal is a fact about the node, while a
+free-space figure says nothing of what a creation will need (SQLite's file, its WAL and -shm, the
+reserve beside it) and would take a probe of every node for every new name; a mark costs one
+key-value read per new name and one write per refusal. A mark ends on its own (the disk may have been
+freed meanwhile): a full node then refuses one creation more and is marked again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+
+from ..config import Settings
+from .naming import data_dir_key
+from .raycompat import kv_get, kv_put
+
+__all__ = ["FULL_REMEMBERED", "node_for_new", "note_refused", "refused_recently"]
+
+log = logging.getLogger(__name__)
+
+# How long a node that refused a creation for lack of space is skipped for new names (seconds).
+FULL_REMEMBERED = 60.0
+
+
+def _key(config: Settings, node: str) -> bytes:
+    return f"computer:full:{data_dir_key(config.data_dir)}:{node}".encode()
+
+
+def note_refused(config: Settings, node: str) -> None:
+    """``node`` could not create a new workspace for lack of space: skip it for new names a while.
+    Nothing outside Ray (a command's own process has no cluster to place names in)."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    try:
+        kv_put(_key(config, node), repr(time.time() + FULL_REMEMBERED).encode())
+        log.warning("node %s has no room for a new workspace: new names go elsewhere for a while", node[:12])
+    except Exception:  # a mark is a hint: its loss costs one more refusal, never the caller's error
+        log.warning("could not mark node %s as full", node[:12], exc_info=True)
+
+
+def refused_recently(config: Settings, node: str) -> bool:
+    """Whether ``node`` refused a creation for lack of space within :data:`FULL_REMEMBERED`."""
+    raw = kv_get(_key(config, node))
+    if raw is None:
+        return False
+    try:
+        return float(raw.decode()) > time.time()
+    except ValueError:
+        return False
+
+
+def node_for_new(config: Settings, name: str, here: str, alive: dict[str, str]) -> str:
+    """The node a new workspace ``name`` is created on: ``here`` (the caller's node) unless it
+    refused a creation for lack of space lately and an alive node that did not exists; then one of
+    those, by the name's stable hash (the full node's callers of the name agree)."""
+    if len(alive) <= 1 or not refused_recently(config, here):
+        return here
+    room = sorted(node for node in alive if node != here and not refused_recently(config, node))
+    if not room:
+        return here  # every node is full: the creation fails here, as it would anywhere
+    return room[zlib.crc32(name.encode("utf-8", "surrogatepass")) % len(room)]
