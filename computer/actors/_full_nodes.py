@@ -7,6 +7,9 @@ An owner whose creation of a new workspace failed with ENOSPC marks its node in 
 (``computer:full:<8 hex of the data dir>:<node>``, the time the mark ends) for
 :data:`FULL_REMEMBERED` seconds; placement of a *new* name skips a marked node while an alive
 unmarked node exists (:func:`node_for_new`), and picks among those by the name's stable hash.
+The refused call itself is placed again rather than failed: an owner host answers "moved" when the
+refusal left nothing and another node has room (:func:`place_elsewhere`); a client whose dedicated
+owner could not start for lack of space resolves the name once more (``computer/client/_connection.py``).
 
 Only new names move: a workspace with a file or a record is placed where they say, full or not
 (never made anew elsewhere), and the creation claims (``_host_placement``) still settle which node
@@ -27,7 +30,7 @@ from ..config import Settings
 from .naming import data_dir_key
 from .raycompat import kv_get, kv_put
 
-__all__ = ["FULL_REMEMBERED", "node_for_new", "note_refused", "refused_recently"]
+__all__ = ["FULL_REMEMBERED", "node_for_new", "note_refused", "place_elsewhere", "refused_recently"]
 
 log = logging.getLogger(__name__)
 
@@ -74,3 +77,15 @@ def node_for_new(config: Settings, name: str, here: str, alive: dict[str, str]) 
     if not room:
         return here  # every node is full: the creation fails here, as it would anywhere
     return room[zlib.crc32(name.encode("utf-8", "surrogatepass")) % len(room)]
+
+
+def place_elsewhere(config: Settings, name: str, node: str) -> str | None:
+    """The node a new ``name`` goes to instead of ``node`` when ``node`` refused a creation for lack
+    of space lately and an alive node did not (an owner host on ``node`` then answers "moved" rather
+    than fail: its caller places the name again); None when ``node`` is where it goes."""
+    if not refused_recently(config, node):
+        return None
+    from ._nodes import alive_nodes
+
+    other = node_for_new(config, name, node, alive_nodes())
+    return None if other == node else other

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import os
 import sys
@@ -35,6 +36,7 @@ from typing import Any
 
 from ..config import Settings, configure
 from ._errors import WorkspaceUnavailableError
+from ._full_nodes import place_elsewhere
 from ._host import _rss_bytes
 from ._host_placement import (
     HOST_MAX_CONCURRENCY,
@@ -244,11 +246,15 @@ class OwnerHost:
             ws = await thread.run(_construct(name, self.config, self, thread))
         except BaseException as exc:
             thread.stop()
+            again: Exception | None = None
             if isinstance(exc, Exception):  # before other calls may open it again here (none meanwhile)
-                await self.loop.run_in_executor(self._executor, self._release_claim, name)
+                again = await self.loop.run_in_executor(self._executor, self._release_claim, name, exc)
             del self._opening[name]
-            future.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            failure = again or exc
+            future.set_exception(failure if isinstance(failure, Exception) else asyncio.CancelledError())
             future.exception()  # retrieved: nobody may be waiting
+            if again is not None:
+                raise again from exc
             raise
         del self._opening[name]
         self._open[name] = ws
@@ -256,14 +262,25 @@ class OwnerHost:
         future.set_result(None)
         return ws
 
-    def _release_claim(self, name: str) -> None:
+    def _release_claim(self, name: str, exc: Exception) -> ClaimedElsewhere | None:
         """A new name whose creation failed here (a full disk) is placed anew by its next call, which
-        may go to a node with room (``release_unborn_claim``); an existing workspace stays here."""
+        may go to a node with room (``release_unborn_claim``); an existing workspace stays here. When
+        this node had no room for it (``exc``: ENOSPC, the node is marked, ``_full_nodes``) and another
+        alive node has, the error to answer instead: "moved", so this very call is placed again."""
         try:
-            if release_unborn_claim(self.config, self.directory, name, self.node):
-                log.info("workspace %s could not be created on this node: its claim here is dropped", name)
+            if not release_unborn_claim(self.config, self.directory, name, self.node):
+                return None
+            log.info("workspace %s could not be created on this node: its claim here is dropped", name)
+            if getattr(exc, "errno", None) not in (errno.ENOSPC, errno.EDQUOT):
+                return None
+            elsewhere = place_elsewhere(self.config, name, self.node)
+            if elsewhere is not None:
+                return ClaimedElsewhere(
+                    name, f"no room for it here; node {elsewhere[:12]} has: place it again"
+                )
         except Exception:
             log.warning("workspace %s: its creation claim could not be checked", name, exc_info=True)
+        return None
 
     def leaving(self, ws: HostedWorkspace) -> None:
         """``ws`` started closing (on its own loop): new calls for its name wait until it is gone."""

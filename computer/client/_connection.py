@@ -11,6 +11,8 @@ Recovery rules (ARCHITECTURE, durable-object emulation):
   reply), Ray's actor table says the owner was dead before the call was sent, or the directory shows
   the owner released its lease itself (it hibernated, running nothing after). Otherwise
   :class:`WorkspaceUnavailableError` (EAGAIN) says "unknown outcome": it may or may not have applied.
+- a managed owner that could not start for lack of space (ENOSPC, EDQUOT) is resolved once more: a
+  new name then goes to a node with room, if any (``computer/actors/_full_nodes.py``).
 Every EAGAIN an owner answers (an upload it lost in a restart, ...) reaches the caller as
 ``WorkspaceUnavailableError``. Only managed owners (created by ``workspace_actor``) are re-created; a
 ``WorkspaceHost`` actor of the user's is not ours to re-create.
@@ -133,6 +135,7 @@ class Connection:
         """
         deadline = time.monotonic() + _MOVED_DEADLINE
         died_once = False
+        placed_again = False
         while True:
             if self._dead is not None and self.managed and actor_id(self.handle) == self._dead:
                 await self._reresolve(self.handle)  # known dead: never send to it
@@ -163,7 +166,15 @@ class Connection:
                 self._dead = actor_id(handle)
                 if getattr(exc, "actor_init_failed", False):
                     # The owner never started (it ran nothing): say why, with the cause's errno.
-                    raise _creation_failure(self.name or "?", exc) from exc
+                    failure = _creation_failure(self.name or "?", exc)
+                    if failure.errno in (errno.ENOSPC, errno.EDQUOT) and self.managed and not placed_again:
+                        # No room on its node: a new name is placed again once, elsewhere if another
+                        # node has room (the failed owner marked its node, computer/actors/_full_nodes.py);
+                        # a workspace with a file or a record goes back to it and fails the same way.
+                        placed_again = True
+                        await self._reresolve(handle)
+                        continue
+                    raise failure from exc
                 if not self.managed:
                     raise self._unavailable(f"its owner died during {method} ({type(exc).__name__})") from exc
                 # An idempotent call keeps retrying while Ray restarts the owner (a restart takes

@@ -4,12 +4,11 @@ The head is ``ray start --head`` on loopback, its data directory on the machine'
 directory lives there); the second node is ``ray start`` inside ``unshare --uts --mount`` with a
 small private tmpfs over the data directory, as a second machine with its own disk would be
 (``_node_local.py``). A task on the second node makes a workspace there and fills that node's disk;
-a task there then asks for a new name twice: the first attempt is refused (ENOSPC) and the retry,
-from the full node itself, is created on the head. Before, a failed creation kept its claim on the
-full node (every later attempt, from the head too, went back there), and once it was dropped the
-full node's own callers still placed the name on their node (``node_for_new`` in
-``computer/actors/_full_nodes.py`` now skips a node that just refused one). Hosted owners first,
-then dedicated ones. The workspace that exists on the full node still opens there with its bytes,
+a task there then asks for new names: each is created on the head. Before, a failed creation kept
+its claim on the full node (every later attempt, from the head too, went back there), and once it
+was dropped the full node's own callers still placed the name on their node, ENOSPC for good; now
+the refusing owner marks its node and its caller places the name again, and later new names skip
+the node (``computer/actors/_full_nodes.py``). Hosted owners first, then dedicated ones. The workspace that exists on the full node still opens there with its bytes,
 never made anew on the head. Prints ``OK`` on success; any failure exits non-zero with a traceback.
 """
 
@@ -72,11 +71,11 @@ def fill_the_full_node(data: str) -> str:
     return node
 
 
-def new_from_the_full_node(name: str) -> list[tuple[int | None, str | None]]:
-    """Run as a task on the second node (full): ask for the new workspace ``name`` twice, as an agent
-    retrying would. Each attempt: (the errno it was refused with, None) or (None, the node it is on)."""
+def new_from_the_full_node(names: list[str]) -> list[tuple[int | None, str | None]]:
+    """Run as a task on the second node (full): open each new workspace of ``names`` and write to it.
+    Each: (the errno it was refused with, None) or (None, the node it is on)."""
 
-    async def attempt() -> tuple[int | None, str | None]:
+    async def attempt(name: str) -> tuple[int | None, str | None]:
         try:
             async with computer.get_workspace(name) as ws:
                 await ws.fs.write_file("/f", f"{name} from the full node")
@@ -84,22 +83,28 @@ def new_from_the_full_node(name: str) -> list[tuple[int | None, str | None]]:
         except OSError as exc:
             return exc.errno, None
 
-    return [asyncio.run(attempt()) for _ in range(2)]
+    return [asyncio.run(attempt(name)) for name in names]
 
 
 def _exists(path: str) -> bool:
     return os.path.exists(path)
 
 
-def refused_then_placed_elsewhere(second: str, head: str, name: str) -> None:
-    """The full node refuses ``name`` (ENOSPC); its own retry is created on the head. Before, the
-    retry from the full node claimed (or was placed on) the full node again: ENOSPC for good."""
+def made_on_the_head(conf: computer.Settings, second: str, head: str, names: list[str]) -> None:
+    """New names asked for on the full node are created on the head: the first refused there
+    (ENOSPC: the owner marks its node, and the caller is told to place it again, "moved" from a host,
+    a dedicated owner's start failure), the next placed on the head at once (the mark). Before, the
+    first failed with ENOSPC and so did every retry from the full node: it placed them there again."""
     there = NodeAffinitySchedulingStrategy(node_id=second, soft=False)
     task = ray.remote(num_cpus=0)(new_from_the_full_node).options(scheduling_strategy=there)
-    first, retry = ray.get(task.remote(name), timeout=120)
-    assert first[0] == errno.ENOSPC, first
-    assert retry == (None, head), (retry, head)
-    print(f"{name}: refused by the full node (ENOSPC), its retry there was created on the head")
+    placed = ray.get(task.remote(names), timeout=120)
+    assert placed == [(None, head)] * len(names), (placed, head)
+    exists = ray.remote(num_cpus=0)(_exists).options(scheduling_strategy=there)
+    workspaces = conf.workspaces_dir
+    for name in names:
+        assert not ray.get(exists.remote(str(workspaces / f"{name}.sqlite")))
+        assert (workspaces / f"{name}.sqlite").exists()
+    print(f"{', '.join(names)}: asked for on the full node, created on the head")
 
 
 async def scenario(data: Path, second: str) -> None:
@@ -109,7 +114,7 @@ async def scenario(data: Path, second: str) -> None:
     task = ray.remote(num_cpus=0)(fill_the_full_node).options(scheduling_strategy=there)
     kept_node = ray.get(task.remote(str(data)), timeout=120)
     assert kept_node == second, (kept_node, second)
-    refused_then_placed_elsewhere(second, head, "unborn")
+    made_on_the_head(conf, second, head, ["unborn", "unborn-2"])
     async with computer.get_workspace("unborn") as ws:  # from the head: it is on the head
         assert await ws.fs.read_text("/f") == "unborn from the full node"
         await ws.fs.write_file("/f", "made on the head")
@@ -118,17 +123,32 @@ async def scenario(data: Path, second: str) -> None:
     async with computer.get_workspace("kept") as ws:  # it exists on the full node: it opens there
         assert await ws.fs.read_text("/who") == "kept"
         assert (await ws.handle.stats.remote())["node"] == second
-    exists = ray.remote(num_cpus=0)(_exists).options(scheduling_strategy=there)
     assert not (conf.workspaces_dir / "kept.sqlite").exists()  # never made anew on the head
-    assert not ray.get(exists.remote(str(conf.workspaces_dir / "unborn.sqlite")))
     print("the head holds it; the full node's own workspace still opens there")
-    await claimed_by_the_head(conf, head, second)
-    # Dedicated owners: the same from a fresh start (the full node's mark forgotten).
+    a_marked_node_creates_nothing(conf, second)
+    # The full node's mark forgotten: the claim rule alone answers "moved" below, and the dedicated
+    # owners start afresh.
     kv_del(f"computer:full:{data_dir_key(conf.data_dir)}:{second}".encode())
+    await claimed_by_the_head(conf, head, second)
     conf = computer.init(data_dir=data, owners="dedicated", shell_pool_max=0, python_pool_max=0)
-    refused_then_placed_elsewhere(second, head, "unborn-dedicated")
-    assert not ray.get(exists.remote(str(conf.workspaces_dir / "unborn-dedicated.sqlite")))
-    assert (conf.workspaces_dir / "unborn-dedicated.sqlite").exists()
+    made_on_the_head(conf, second, head, ["dedicated", "dedicated-2"])
+
+
+def a_marked_node_creates_nothing(conf: computer.Settings, second: str) -> None:
+    """A caller that placed a new name on the full node under its claim (made before the node's
+    refusal marked it) reaches the full node's host: refused there for lack of space, the host drops
+    the claim and, the head having room, answers "moved" (the caller places it again), not ENOSPC."""
+    from computer.actors._hosts import host_handles
+    from computer.actors.raycompat import kv_get, kv_put
+
+    key = f"computer:new:{data_dir_key(conf.data_dir)}:stale".encode()
+    kv_put(key, second.encode())
+    hosts = [h for n, h in host_handles(conf).items() if f":{second[:12]}:" in n]
+    assert hosts, sorted(host_handles(conf))
+    reply = ray.get(hosts[0].ws_call.remote("stale", "stats"), timeout=60)
+    assert reply[0] == "moved", reply
+    assert kv_get(key) is None
+    print("a host on the full node refused a name it claimed: moved, its claim dropped")
 
 
 async def claimed_by_the_head(conf: computer.Settings, head: str, second: str) -> None:

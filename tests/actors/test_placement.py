@@ -56,9 +56,11 @@ def test_a_workspace_on_a_node_local_disk_is_found_never_created_empty_elsewhere
 @pytest.mark.slow
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
 def test_a_new_workspace_refused_by_a_full_node_is_created_on_a_node_with_room() -> None:
-    """A hosted owner's new name whose creation failed on a full node (its own disk, a second node
-    in ``unshare``) kept its claim there: every later attempt, from any node, went back and failed.
-    Now the head creates it; the full node's existing workspace still opens there, never anew."""
+    """A new name whose creation failed on a full node (its own disk, a second node in ``unshare``)
+    kept its claim there: every later attempt, from any node, went back and failed; once the claim
+    was dropped, a caller on the full node still placed it there again (both owner models). Now the
+    refused call is placed again and created on the head, and later new names from the full node go
+    there at once; the full node's existing workspace still opens there, never anew."""
     short = Path(tempfile.mkdtemp(prefix="fn-", dir="/tmp"))  # Ray's socket paths must stay short
     try:
         _run_script("_full_node.py", short, str(short / "ray"))
