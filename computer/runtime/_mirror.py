@@ -72,8 +72,9 @@ class Mirror(MirrorPush, MirrorPull):
     prints: dict[str, tuple[tuple[str, ...], list[int]]] = field(default_factory=dict, repr=False)
     # The host uid/gid that must own what the mirror writes (the sandbox's user), or None.
     owner: tuple[int, int] | None = None
-    # File bytes the mirror holds and when it went idle (for the process's scratch budget).
+    # File bytes and entries the mirror holds and when it went idle (for the process's scratch budget).
     held_bytes: int = 0
+    held_entries: int = 0
     idle_since: float = 0.0
     # Revisions after ``rev`` that the mirror's own pulls committed (a push leaves them out).
     own_revs: list[int] = field(default_factory=list)
