@@ -3,7 +3,10 @@ workspace: the scratch tmpfs (its memory and inodes) that warm mirrors keep afte
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 import computer
 from computer.runtime import MirrorPool, ShellBackend
@@ -29,3 +32,53 @@ async def test_a_warm_mirror_of_many_empty_entries_counts_against_the_scratch_bu
         assert len(await ws.fs.readdir("/workspace/d")) == 3001
         again = await (await ws.runtime.exec("ls d | wc -l; test -d d/x/y/z && echo deep")).result()
         assert again.stdout.split() == ["3001", "deep"], again.stdout  # a full push brought it back
+
+
+_HOLDER = """
+import select, socket, time
+held = []
+for _ in range(300):
+    c = socket.socket(socket.AF_UNIX)
+    c.connect("/run/computer/assets.sock")
+    held.append(c)
+ended = set()
+deadline = time.monotonic() + 20
+while len(ended) < len(held) - 16 and time.monotonic() < deadline:
+    for c in select.select([c for c in held if c not in ended], [], [], 1)[0]:
+        if c.recv(1) == b"":
+            ended.add(c)
+print("held", len(held), "ended", len(ended), flush=True)
+time.sleep(60)  # holds them until killed
+"""
+
+
+def _host_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("live", [True, False])
+async def test_connections_held_to_the_assets_bridge_take_no_host_descriptors(
+    tmp_path: Path, live: bool
+) -> None:
+    """Each connection to a run's ``assets`` socket was a descriptor of the host process, which every
+    workspace it serves shares, held while the program said nothing: 19,990 of them took every
+    descriptor of a host under ``ulimit -n 20000``. Past a few per bridge, the host now closes them
+    as they come."""
+    shell = ShellBackend(live=live)
+    if live and not shell.live:
+        pytest.skip("no live sandboxes here (cgroup freezer)")
+    async with computer.Workspace(str(tmp_path / "ws.sqlite"), backends=[shell]) as ws:
+        await ws.fs.mkdir("/workspace", recursive=True)
+        await ws.fs.write_file("/workspace/hold.py", _HOLDER.encode())
+        before = _host_descriptors()
+        handle = await ws.runtime.exec("python3 hold.py")
+        seen = ""
+        async for snapshot in handle:
+            seen = snapshot.stdout
+            if "held" in seen:
+                break
+        during = _host_descriptors()
+        await handle.kill()
+        assert seen.split()[:2] == ["held", "300"], seen
+        assert int(seen.split()[3]) >= 300 - 16, seen
+        assert during - before < 100, f"{during - before} host descriptors for 300 connections"
