@@ -75,6 +75,8 @@ class Mirror(MirrorPush, MirrorPull):
     # File bytes and entries the mirror holds and when it went idle (for the process's scratch budget).
     held_bytes: int = 0
     held_entries: int = 0
+    # Files the next pull takes as changed whatever their lstat says (written through a mapping).
+    forced: set[str] = field(default_factory=set)
     idle_since: float = 0.0
     # Revisions after ``rev`` that the mirror's own pulls committed (a push leaves them out).
     own_revs: list[int] = field(default_factory=list)

@@ -19,6 +19,7 @@ class MirrorWatch(MirrorBase):
 
     unwatched: bool  # more directories than a watch may hold: walked, not watched
     walk_next: float  # an unwatched mirror's next paced walk is due then (monotonic)
+    forced: set[str]  # files the next pull reads as changed whatever their lstat says (``force``)
 
     def scan(self, times: dict[str, int] | None = None, denied: list[str] | None = None) -> dict[str, Entry]:
         """Walk the directory: every entry below it, by relative path (and each directory's mtime in ns
@@ -48,11 +49,30 @@ class MirrorWatch(MirrorBase):
                 self.unwatched = True
                 self.unwatch()
 
+    def force(self, rel: str) -> int:
+        """Have the next pull take the file ``rel`` as changed (1; 0 when the state has no such file):
+        a write through a shared mapping moves no time and raises no event (``_mapped``). Its entry
+        in the state says "unknown" (an mtime of -1) until that pull adopts what it read."""
+        entry = self.state.get(rel)
+        if entry is None or entry.kind != "f":
+            return 0
+        self.state[rel] = entry._replace(mtime_ns=-1)
+        self.forced.add(rel)
+        return 1
+
+    def touched(self) -> set[str] | None:
+        """What the watch saw since the last look (None: only a walk can tell), the forced files too."""
+        touched = self.watch.drain() if self.watch is not None else None
+        forced, self.forced = self.forced, set()
+        return touched | forced if touched is not None else None
+
     def quiet(self, paced: bool = False) -> bool:
         """True when the watch saw no change since it was armed and no look at every file is due (so
         :meth:`collect` is trivial). Without a watch, a paced look (a live sandbox's tick) is quiet
         until a walk is due again: a walk at most a tenth of the time (200,000 directories walked
         every 100 ms held a CPU)."""
+        if self.forced:
+            return False
         if self.watch is None:
             return paced and time.monotonic() < self.walk_next
         return self.watch.pending() == 0 and not self.look_due(paced)
