@@ -102,6 +102,7 @@ class Mirror(MirrorPush, MirrorPull):
     # live sandbox's tick walks it again from ``walk_next`` on (see ``_mirror_watch``).
     unwatched: bool = False
     walk_next: float = 0.0
+    shed_until: float = 0.0  # its watch was shed (its events nearly overflowed the queue): walked till then
     # The top directory's own time and mode (no entry of ``state``), as last synced either way
     # (``_dir_times``).
     root_time: RootTime = field(default_factory=RootTime, repr=False)

@@ -10,6 +10,7 @@ import pytest
 
 import computer
 from computer.runtime import MirrorPool, ShellBackend
+from computer.runtime._mirror import Mirror
 from computer.runtime._mirror_pool import ScratchBudget
 
 
@@ -82,3 +83,57 @@ async def test_connections_held_to_the_assets_bridge_take_no_host_descriptors(
         assert seen.split()[:2] == ["held", "300"], seen
         assert int(seen.split()[3]) >= 300 - 16, seen
         assert during - before < 100, f"{during - before} host descriptors for 300 connections"
+
+
+# Writes two files in turn as fast as it can (inotify merges only an event equal to the last one
+# queued, so each write is an event): ~1-2.5 million a second here, for ``seconds``.
+_FLOOD = """
+import os, sys, time
+fa = os.open("a", os.O_WRONLY | os.O_CREAT, 0o644)
+fb = os.open("b", os.O_WRONLY | os.O_CREAT, 0o644)
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    for _ in range(1000):
+        os.pwrite(fa, b"x", 0)
+        os.pwrite(fb, b"y", 0)
+"""
+
+
+async def test_an_event_flood_in_one_live_sandbox_leaves_the_other_mirrors_watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every mirror of a process shares one inotify queue (16,384 events): a program writing two
+    files in turn overflowed it 52 times in 4 s, and each overflow broke every mirror's watch, so each
+    live sandbox of the process walked its whole tree and watched it anew. Near an overflow the watch
+    holding the most events now gives its watches back (its mirror walked for a while instead)."""
+    shell = ShellBackend()
+    if not shell.live:
+        pytest.skip("no live sandboxes here (cgroup freezer)")
+    walked: list[Path] = []
+    scan = Mirror.scan
+
+    def recorded(mirror: Mirror, *args: object, **kwargs: object) -> object:
+        walked.append(mirror.directory)
+        return scan(mirror, *args, **kwargs)  # type: ignore[arg-type]
+
+    async with (
+        computer.Workspace(str(tmp_path / "a.sqlite"), backends=[shell]) as flooder,
+        computer.Workspace(str(tmp_path / "v.sqlite"), backends=[shell]) as victim,
+    ):
+        for ws in (flooder, victim):
+            await ws.fs.mkdir("/workspace/src", recursive=True)
+        for i in range(50):
+            await victim.fs.write_file(f"/workspace/src/f{i}", b"x")
+        started = await (await victim.runtime.exec("(sleep 60 &) ; ls src | wc -l")).result()
+        assert started.stdout.strip() == "50"
+        await flooder.fs.write_file("/workspace/flood.py", _FLOOD.encode())
+        monkeypatch.setattr(Mirror, "scan", recorded)
+        flood = await (await flooder.runtime.exec("python3 flood.py 4")).result()
+        assert flood.status == "completed", flood.stderr
+        after = await (await victim.runtime.exec("echo more > src/g; ls src | wc -l")).result()
+        monkeypatch.undo()
+        assert after.stdout.strip() == "51" and await victim.fs.read_text("/workspace/src/g") == "more\n"
+        assert sorted(e.name for e in await flooder.fs.readdir("/workspace")) == ["a", "b", "flood.py", "src"]
+        flooded = {d for d in walked if (d / "flood.py").exists()}
+        others = [d for d in walked if d not in flooded]
+        assert len(others) <= 1, f"the other workspace's mirror was walked {len(others)} times"
