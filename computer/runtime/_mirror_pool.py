@@ -11,6 +11,8 @@ import weakref
 from collections import OrderedDict
 from pathlib import Path
 
+from ..storage import CHUNK_SIZE
+from ._beneath import HOLE_DIGEST
 from ._mirror import Mirror
 from ._scratch import remove_tree
 
@@ -83,7 +85,7 @@ class MirrorPool:
         if len(free) >= self.idle:
             self.discard(mirror)
             return False
-        mirror.held_bytes = sum(entry.size for entry in mirror.state.values() if entry.kind == "f")
+        mirror.held_bytes = held_bytes(mirror)
         mirror.held_entries = len(mirror.state)
         mirror.idle_since = time.monotonic()
         free.append(mirror)
@@ -117,6 +119,16 @@ class MirrorPool:
         while len(self._recent) > self.max_workspaces:
             oldest, _ = self._recent.popitem(last=False)
             self._evicted += self._free.pop(oldest, [])
+
+
+def held_bytes(mirror: Mirror) -> int:
+    """The bytes of file data ``mirror`` holds: its files' sizes less the whole chunks of their holes
+    (known by the chunk lists of its large files). Before, a sparse file counted its size: a program's
+    ``truncate -s 4G`` cost the host nothing, yet its warm mirror counted 4 GB against the process's
+    budget and pushed every other workspace's warm mirror out (their next runs pushed in full)."""
+    size = sum(entry.size for entry in mirror.state.values() if entry.kind == "f")
+    holes = sum(chunks.count(HOLE_DIGEST) for chunks in mirror.chunks.values())
+    return max(0, size - holes * CHUNK_SIZE)
 
 
 class ScratchBudget:

@@ -137,3 +137,25 @@ async def test_an_event_flood_in_one_live_sandbox_leaves_the_other_mirrors_watch
         flooded = {d for d in walked if (d / "flood.py").exists()}
         others = [d for d in walked if d not in flooded]
         assert len(others) <= 1, f"the other workspace's mirror was walked {len(others)} times"
+
+
+async def test_a_sparse_file_counts_what_it_holds_against_the_scratch_budget(tmp_path: Path) -> None:
+    """A warm mirror counted its files' sizes: a sparse ``truncate -s 12M`` (no byte held) counted
+    12 MB and pushed another workspace's warm mirror (real bytes) out of the process's budget."""
+    budget = ScratchBudget(16 << 20)
+    shell = ShellBackend(live=False, mirror_pool=lambda base, root: MirrorPool(base, root, budget=budget))
+    async with (
+        computer.Workspace(str(tmp_path / "a.sqlite"), backends=[shell]) as sparse,
+        computer.Workspace(str(tmp_path / "b.sqlite"), backends=[shell]) as other,
+    ):
+        for ws in (sparse, other):
+            await ws.fs.mkdir("/workspace", recursive=True)
+        real = await (await other.runtime.exec("head -c 6000000 /dev/urandom > data.bin")).result()
+        assert real.status == "completed", real.stderr
+        assert len(shell.mirrors.idle_mirrors(other.runtime.context.workspace_id)) == 1
+        made = await (await sparse.runtime.exec("truncate -s 12M disk.img && du -k disk.img")).result()
+        assert made.status == "completed" and made.stdout.split()[0] == "0", made.stdout
+        assert len(shell.mirrors.idle_mirrors(sparse.runtime.context.workspace_id)) == 1
+        assert len(shell.mirrors.idle_mirrors(other.runtime.context.workspace_id)) == 1, "pushed out"
+        assert budget.held() < 7 << 20
+        assert (await sparse.fs.stat("/workspace/disk.img")).size == 12 << 20
