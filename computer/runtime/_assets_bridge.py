@@ -37,6 +37,13 @@ __all__ = ["SANDBOX_DIR", "AssetsBridge"]
 SANDBOX_DIR = "/run/computer"
 _SCRIPT = Path(__file__).with_name("_assets_cli.py")
 _MAX_REQUEST = 64 * 1024
+# Connections one bridge serves at once, and how long one may take to send its request. Each accepted
+# connection is a descriptor of the host process, which every workspace it serves shares: a program
+# connecting in a loop and never writing (19,990 held connections here) took every descriptor of the
+# host (``ulimit -n`` 20,000), so no other workspace's sandbox, pipe or database could open one. One
+# past the bound is closed as it comes; one that says nothing for ``REQUEST_TIMEOUT`` is closed.
+MAX_CONNECTIONS = 16
+REQUEST_TIMEOUT = 30.0
 
 
 # Listening sockets made with their bridge directories ahead of the run, by directory (see
@@ -61,6 +68,7 @@ class AssetsBridge:
         self.saved: list[str] = []  # files this run created and the bridge wrote to the workspace
         self.own_revs: list[int] = []  # the revisions those saves committed (the run's own changes)
         self._reading = asyncio.Lock()
+        self._connections = 0  # served now (at most ``MAX_CONNECTIONS``)
 
     @staticmethod
     def make_directory(scratch: Path, owner: tuple[int, int] | None = None) -> Path:
@@ -118,8 +126,23 @@ class AssetsBridge:
         in_thread(lambda: shutil.rmtree(self.directory, True), "removing a bridge directory")
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if self._connections >= MAX_CONNECTIONS:
+            writer.close()  # its descriptor goes at once; the program's connection sees its end
+            return
+        self._connections += 1
         try:
-            line = await reader.readline()
+            await self._answer(reader, writer)
+        finally:
+            self._connections -= 1
+            writer.close()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            read = asyncio.wait_for(reader.readline(), REQUEST_TIMEOUT)
+            try:
+                line = await read
+            except TimeoutError:
+                return  # nothing said in time: no answer
             if len(line) > _MAX_REQUEST:
                 reply: dict[str, Any] = {"error": "request too large"}
             else:
@@ -129,7 +152,6 @@ class AssetsBridge:
         with contextlib.suppress(ConnectionError, OSError):
             writer.write(json.dumps(reply).encode() + b"\n")
             await writer.drain()
-            writer.close()
 
     async def _publish(self, request: dict[str, Any]) -> dict[str, Any]:
         if request.get("op") != "publish":

@@ -66,6 +66,7 @@ from ._live_parts import (
     pages,
     waiting_pids,
 )
+from ._mapped import MappedFiles
 from ._mirror import Mirror
 from ._process import SandboxProcess
 from ._sync import MirrorSync, Synced
@@ -142,6 +143,7 @@ class LiveSandbox(LiveChannel, LiveJobs):
         self._base_procs: frozenset[int] = frozenset()  # the init's and bubblewrap's host pids
         memory = groups.get("memory")
         self._oom_control = ControlFile(memory / "memory.oom_control") if memory is not None else None
+        self._mapped = MappedFiles(mirror)  # files its processes write through shared mappings
         self._baseline = 0
         self._ticker: asyncio.Task[None] | None = None
         self._tick_idle = asyncio.Event()  # clear while a tick's sync runs (``_end`` waits for it)
@@ -310,6 +312,8 @@ class LiveSandbox(LiveChannel, LiveJobs):
         mirror, ctx = self.mirror, self.ctx
         if push and not paced:  # a run's start: what a pull left removed comes back (``Mirror.hold``)
             mirror.restore_held()
+        if self._mapped.due <= time.monotonic():  # (``_mapped``: a write through a mapping says nothing)
+            await offload(mirror, lambda: self._mapped.look(self._procs(), paced=True))
         page = None
         if mirror.rev is not None and mirror.quiet(paced):
             if not push:
@@ -443,6 +447,7 @@ class LiveSandbox(LiveChannel, LiveJobs):
         and mirror let go (``_end``, ``abandon``)."""
         clean = False
         try:
+            await offload(self.mirror, self._mapped.look, None)  # what they wrote through mappings
             await self._pull()  # the tree is dead: nothing to freeze
             clean = True
         except Exception as exc:

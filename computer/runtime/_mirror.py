@@ -72,8 +72,11 @@ class Mirror(MirrorPush, MirrorPull):
     prints: dict[str, tuple[tuple[str, ...], list[int]]] = field(default_factory=dict, repr=False)
     # The host uid/gid that must own what the mirror writes (the sandbox's user), or None.
     owner: tuple[int, int] | None = None
-    # File bytes the mirror holds and when it went idle (for the process's scratch budget).
+    # File bytes and entries the mirror holds and when it went idle (for the process's scratch budget).
     held_bytes: int = 0
+    held_entries: int = 0
+    # Files the next pull takes as changed whatever their lstat says (written through a mapping).
+    forced: set[str] = field(default_factory=set)
     idle_since: float = 0.0
     # Revisions after ``rev`` that the mirror's own pulls committed (a push leaves them out).
     own_revs: list[int] = field(default_factory=list)
@@ -99,6 +102,7 @@ class Mirror(MirrorPush, MirrorPull):
     # live sandbox's tick walks it again from ``walk_next`` on (see ``_mirror_watch``).
     unwatched: bool = False
     walk_next: float = 0.0
+    shed_until: float = 0.0  # its watch was shed (its events nearly overflowed the queue): walked till then
     # The top directory's own time and mode (no entry of ``state``), as last synced either way
     # (``_dir_times``).
     root_time: RootTime = field(default_factory=RootTime, repr=False)

@@ -11,6 +11,8 @@ import weakref
 from collections import OrderedDict
 from pathlib import Path
 
+from ..storage import CHUNK_SIZE
+from ._beneath import HOLE_DIGEST
 from ._mirror import Mirror
 from ._scratch import remove_tree
 
@@ -83,7 +85,8 @@ class MirrorPool:
         if len(free) >= self.idle:
             self.discard(mirror)
             return False
-        mirror.held_bytes = sum(entry.size for entry in mirror.state.values() if entry.kind == "f")
+        mirror.held_bytes = held_bytes(mirror)
+        mirror.held_entries = len(mirror.state)
         mirror.idle_since = time.monotonic()
         free.append(mirror)
         self._touch(workspace_id)
@@ -107,12 +110,25 @@ class MirrorPool:
     def idle_bytes(self) -> int:
         return sum(mirror.held_bytes for free in self._free.values() for mirror in free)
 
+    def idle_entries(self) -> int:
+        return sum(mirror.held_entries for free in self._free.values() for mirror in free)
+
     def _touch(self, workspace_id: str) -> None:
         self._recent[workspace_id] = None
         self._recent.move_to_end(workspace_id)
         while len(self._recent) > self.max_workspaces:
             oldest, _ = self._recent.popitem(last=False)
             self._evicted += self._free.pop(oldest, [])
+
+
+def held_bytes(mirror: Mirror) -> int:
+    """The bytes of file data ``mirror`` holds: its files' sizes less the whole chunks of their holes
+    (known by the chunk lists of its large files). Before, a sparse file counted its size: a program's
+    ``truncate -s 4G`` cost the host nothing, yet its warm mirror counted 4 GB against the process's
+    budget and pushed every other workspace's warm mirror out (their next runs pushed in full)."""
+    size = sum(entry.size for entry in mirror.state.values() if entry.kind == "f")
+    holes = sum(chunks.count(HOLE_DIGEST) for chunks in mirror.chunks.values())
+    return max(0, size - holes * CHUNK_SIZE)
 
 
 class ScratchBudget:
@@ -126,10 +142,19 @@ class ScratchBudget:
 
     The limit: ``COMPUTER_SCRATCH_BUDGET`` (bytes) when set, else a quarter of the machine's memory,
     at most 8 GiB.
+
+    ``entries`` (the process's: ``COMPUTER_SCRATCH_ENTRIES``, else the byte limit over
+    :data:`ENTRY_BYTES`): the entries (files, directories, links) the idle mirrors hold in all, each
+    past it evicted the same way. An empty file costs no byte of its own but a tmpfs inode and dentry
+    (~0.95 KB of the host's kernel memory) and its row of the mirror's state (~0.3 KB of this
+    process): before, a mirror of a million empty files or directories (``seq 1000000 | xargs touch``,
+    ``mkdir -p`` trees) counted 0 bytes and stayed warm for good, ~1.2 GB of host memory each, on the
+    scratch every workspace of the host shares (its inodes too: ``/dev/shm`` has ~3 million here).
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, entries: int | None = None) -> None:
         self.limit = limit
+        self.entries = entries
         self._pools: weakref.WeakSet[MirrorPool] = weakref.WeakSet()
         self._evicted: list[Mirror] = []
         self._lock = threading.Lock()
@@ -141,8 +166,14 @@ class ScratchBudget:
         """Bytes the idle mirrors of every pool hold now."""
         return sum(pool.idle_bytes() for pool in list(self._pools))
 
+    def held_entries(self) -> int:
+        """Entries the idle mirrors of every pool hold now."""
+        return sum(pool.idle_entries() for pool in list(self._pools))
+
     def settle(self) -> None:
-        """Evict the least recently used idle mirrors until what is left fits the limit."""
+        """Evict the least recently used idle mirrors until what is left fits the limits (one alone
+        over a limit first)."""
+        most = self.entries if self.entries is not None else float("inf")
         with self._lock:
             idle = sorted(
                 (
@@ -151,15 +182,20 @@ class ScratchBudget:
                     for free in pool._free.values()
                     for mirror in free
                 ),
-                key=lambda item: (item[0].held_bytes <= self.limit, item[0].idle_since),
+                key=lambda item: (
+                    item[0].held_bytes <= self.limit and item[0].held_entries <= most,
+                    item[0].idle_since,
+                ),
             )
             held = sum(mirror.held_bytes for mirror, _ in idle)
+            entries = sum(mirror.held_entries for mirror, _ in idle)
             for mirror, pool in idle:
-                if held <= self.limit:
+                if held <= self.limit and entries <= most:
                     break
                 pool._drop_idle(mirror)
                 self._evicted.append(mirror)
                 held -= mirror.held_bytes
+                entries -= mirror.held_entries
 
     def take_evicted(self) -> list[Mirror]:
         with self._lock:
@@ -178,6 +214,10 @@ def _default_budget() -> int:
     return min(8 << 30, memory // 4)
 
 
+# What one entry of an idle mirror costs the host, rounded up: its tmpfs inode and dentry (~0.95 KB of
+# kernel memory, ``shmem_inode_cache`` + ``dentry``) and its row of the mirror's state (~0.3 KB).
+ENTRY_BYTES = 1024
+
 _BUDGET: ScratchBudget | None = None
 
 
@@ -185,5 +225,7 @@ def process_budget() -> ScratchBudget:
     """The scratch budget every mirror pool of this process counts against (see :class:`ScratchBudget`)."""
     global _BUDGET
     if _BUDGET is None:
-        _BUDGET = ScratchBudget(_default_budget())
+        limit = _default_budget()
+        configured = os.environ.get("COMPUTER_SCRATCH_ENTRIES")
+        _BUDGET = ScratchBudget(limit, int(configured) if configured else limit // ENTRY_BYTES)
     return _BUDGET

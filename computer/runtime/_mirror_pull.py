@@ -56,7 +56,7 @@ class MirrorPull(MirrorWatch):
         whole tree is walked. A name the run made and removed (or where a file it made went again:
         the watch's ``passed``) may have been a hard link that changed a file no event names: every
         file is looked at again (``look_again``; ``paced``, a tick: at most a tenth of the time)."""
-        touched = self.watch.drain() if self.watch is not None else None
+        touched = self.touched()  # what the watch saw, and the files forced (``_mapped``)
         denied: list[str] = []  # paths kept as last seen: a directory above stays locked (LOCKED_OUT)
         if touched is None:
             self.unwatched = self.unwatched or (self.watch is not None and self.watch.over)

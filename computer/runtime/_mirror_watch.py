@@ -11,7 +11,9 @@ from ._mirror_base import Entry, MirrorBase
 from ._mirror_walk import walk
 from ._watch import TreeWatch
 
-__all__ = ["MirrorWatch"]
+__all__ = ["SHED_FOR", "MirrorWatch"]
+
+SHED_FOR = 30.0  # seconds a mirror whose watch was shed (``_watch``) is walked, not watched
 
 
 class MirrorWatch(MirrorBase):
@@ -19,6 +21,8 @@ class MirrorWatch(MirrorBase):
 
     unwatched: bool  # more directories than a watch may hold: walked, not watched
     walk_next: float  # an unwatched mirror's next paced walk is due then (monotonic)
+    forced: set[str]  # files the next pull reads as changed whatever their lstat says (``force``)
+    shed_until: float  # not watched again before then: its events nearly overflowed the shared queue
 
     def scan(self, times: dict[str, int] | None = None, denied: list[str] | None = None) -> dict[str, Entry]:
         """Walk the directory: every entry below it, by relative path (and each directory's mtime in ns
@@ -28,7 +32,9 @@ class MirrorWatch(MirrorBase):
         now = walk(self.directory, self.state, self.lifts, times, denied)
         ended = time.monotonic()
         self.walk_next = ended + 9 * (ended - started)
-        if self.unwatched and sum(1 for e in now.values() if e.kind == "d") < _watch.MAX_DIRS // 2:
+        if ended < self.shed_until:
+            pass  # its own events nearly overflowed the queue every mirror shares: walked a while
+        elif self.unwatched and sum(1 for e in now.values() if e.kind == "d") < _watch.MAX_DIRS // 2:
             self.unwatched = False  # the next push arms a watch again
         return now
 
@@ -36,6 +42,7 @@ class MirrorWatch(MirrorBase):
         """Start watching for the run's changes; events the push itself caused are dropped."""
         if self.watch is not None and self.watch.drain() is None:
             self.unwatched = self.unwatched or self.watch.over
+            self.shed_until = time.monotonic() + SHED_FOR if self.watch.shed else self.shed_until
             self.unwatch()
         if self.watch is None and not self.unwatched:
             if self.lifts.locked:  # a new watch reads every directory (``_lifts``)
@@ -48,11 +55,32 @@ class MirrorWatch(MirrorBase):
                 self.unwatched = True
                 self.unwatch()
 
+    def force(self, rel: str) -> int:
+        """Have the next pull take the file ``rel`` as changed (1; 0 when the state has no such file):
+        a write through a shared mapping moves no time and raises no event (``_mapped``). Its entry
+        in the state says "unknown" (an mtime of -1) until that pull adopts what it read."""
+        entry = self.state.get(rel)
+        if entry is None or entry.kind != "f":
+            return 0
+        self.state[rel] = entry._replace(mtime_ns=-1)
+        self.forced.add(rel)
+        return 1
+
+    def touched(self) -> set[str] | None:
+        """What the watch saw since the last look (None: only a walk can tell), the forced files too."""
+        touched = self.watch.drain() if self.watch is not None else None
+        if self.watch is not None and self.watch.shed:
+            self.shed_until = time.monotonic() + SHED_FOR
+        forced, self.forced = self.forced, set()
+        return touched | forced if touched is not None else None
+
     def quiet(self, paced: bool = False) -> bool:
         """True when the watch saw no change since it was armed and no look at every file is due (so
         :meth:`collect` is trivial). Without a watch, a paced look (a live sandbox's tick) is quiet
         until a walk is due again: a walk at most a tenth of the time (200,000 directories walked
         every 100 ms held a CPU)."""
+        if self.forced:
+            return False
         if self.watch is None:
             return paced and time.monotonic() < self.walk_next
         return self.watch.pending() == 0 and not self.look_due(paced)

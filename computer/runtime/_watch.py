@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import array
 import collections
-import contextlib
 import ctypes
 import errno
 import fcntl
@@ -42,7 +41,10 @@ from ._inotify_abi import (
     MASK,
     NEW_DIR,
     RARE,
+    inotify_limit,
+    load_libc,
 )
+from ._watch_shed import flooding
 
 __all__ = ["TreeWatch"]
 
@@ -59,39 +61,34 @@ QUICK_READ = 4096
 BATCH = 64
 
 
-def _user_watches() -> int:
-    with contextlib.suppress(OSError, ValueError):
-        return int(Path("/proc/sys/fs/inotify/max_user_watches").read_text())
-    return 8192  # the kernel's old default
-
-
 # Watches are counted per user over the host (``max_user_watches``: 200,000 directories took every
 # watch of uid 0). A watch holds at most ``MAX_DIRS`` directories and the process ``MAX_WATCHES``; a
 # tree past that is walked instead (a live sandbox's ticks: at most a tenth of the time).
-MAX_WATCHES = _user_watches() // 2
+MAX_WATCHES = inotify_limit("max_user_watches", 8192) // 2  # (8,192: the kernel's old default)
 MAX_DIRS = max(1024, MAX_WATCHES // 2)
+QUEUE_EVENTS = inotify_limit("max_queued_events", 16384)  # the shared instance's queue, in events
 
 
-def _load_libc() -> ctypes.CDLL | None:
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.inotify_init1.argtypes = [ctypes.c_int]
-        # No argtypes for inotify_add_watch (once per new directory): their conversion cost ~1 µs of
-        # its ~4.5; an int fd, bytes and the mask (it fits a C int) pass as they are.
-        libc.inotify_rm_watch.argtypes = [ctypes.c_int, ctypes.c_int]
-    except (OSError, AttributeError):  # not Linux, or no inotify in this libc
-        return None
-    return libc
-
-
-_libc = _load_libc()
+_libc = load_libc()
 
 
 class _Held:
     """What the shared instance delivered to one watch: its events, whether it can still vouch, and
     the directories it watches (the reader thread adds new ones: :meth:`_Inotify.adopt`)."""
 
-    __slots__ = ("broken", "dirs", "empty", "events", "over", "root", "stats", "unadopted", "walked", "wds")
+    __slots__ = (
+        "broken",
+        "dirs",
+        "empty",
+        "events",
+        "over",
+        "root",
+        "shed",
+        "stats",
+        "unadopted",
+        "walked",
+        "wds",
+    )
 
     def __init__(self, root: str = "", empty: int | None = None) -> None:
         self.events: list[tuple[int, int, bytes]] = []  # (watch descriptor, mask, name)
@@ -100,6 +97,7 @@ class _Held:
             False  # past ``MAX_DIRS`` (the process past ``MAX_WATCHES``, the user out of watches): holds none
         )
         self.wds: set[int] = set()
+        self.shed = False  # its watches given back near an overflow (``_Inotify._shed``)
         self.root = root
         self.empty = empty  # the size of an empty directory there, when sizes tell (``empty_size``)
         self.dirs: dict[int, str] = {}  # watch descriptor -> directory relative to root ("" is root)
@@ -300,12 +298,21 @@ class _Inotify:
                 # watched); a later one naming one (a chmod, a removal) drops its lstat in ``drain``.
                 fresh: dict[_Held, list[str]] = {}
                 self._dispatch(data, fresh)
+                if reads is None and len(data) > size - 4096:  # a full read: more waiting
+                    self._shed(data)
                 for owner, rels in fresh.items():
                     if reads is None:
                         self._new_dirs(owner, rels)
                     else:
                         owner.unadopted += rels
                         self.unadopted.add(owner)
+
+    def _shed(self, data: bytes) -> None:
+        """Near an overflow (it breaks every watch), the flooding one gives its back (``_watch_shed``)."""
+        hog = flooding(data, self.owners, self._queued(), QUEUE_EVENTS)
+        if hog is not None:
+            self._forget(hog)
+            hog.broken = hog.over = hog.shed = True
 
     def _dispatch(self, data: bytes, fresh: dict[_Held, list[str]]) -> None:
         """Move the events of one read to their owners, and the directories they made to ``fresh``
@@ -476,8 +483,13 @@ class TreeWatch:
 
     @property
     def over(self) -> bool:
-        """The tree had more directories than a watch may hold (``MAX_DIRS``): it holds none now."""
+        """The tree had more directories than a watch may hold (``MAX_DIRS``), or its events nearly
+        overflowed the shared queue (``shed``): it holds none now."""
         return self._held.over
+
+    @property
+    def shed(self) -> bool:
+        return self._held.shed
 
     def pending(self) -> int:
         """Events waiting to be drained (-1 when the watch cannot tell)."""

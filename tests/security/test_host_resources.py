@@ -1,0 +1,161 @@
+"""What a program in one workspace's sandbox can take of what the host shares with every other
+workspace: the scratch tmpfs (its memory and inodes) that warm mirrors keep after a run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import computer
+from computer.runtime import MirrorPool, ShellBackend
+from computer.runtime._mirror import Mirror
+from computer.runtime._mirror_pool import ScratchBudget
+
+
+async def test_a_warm_mirror_of_many_empty_entries_counts_against_the_scratch_budget(tmp_path: Path) -> None:
+    """An empty file or directory costs no byte but a tmpfs inode and dentry on the host (~1 KB of
+    kernel memory) and a row of the mirror's state: a mirror of a million of them counted 0 bytes and
+    stayed warm for good. The budget now counts entries too: one alone over it is not kept."""
+    budget = ScratchBudget(1 << 30)
+    budget.entries = 1000
+    shell = ShellBackend(live=False, mirror_pool=lambda base, root: MirrorPool(base, root, budget=budget))
+    async with computer.Workspace(str(tmp_path / "ws.sqlite"), backends=[shell]) as ws:
+        small = await (await ws.runtime.exec("mkdir small && touch small/a small/b")).result()
+        assert small.status == "completed", small.stderr
+        assert budget.held() == 0 and len(shell.mirrors.idle_mirrors(ws.runtime.context.workspace_id)) == 1
+        made = await (
+            await ws.runtime.exec("mkdir d && cd d && seq 3000 | xargs touch && mkdir -p x/y/z")
+        ).result()
+        assert made.status == "completed", made.stderr
+        assert shell.mirrors.idle_mirrors(ws.runtime.context.workspace_id) == [], "3,000 empty entries kept"
+        assert len(await ws.fs.readdir("/workspace/d")) == 3001
+        again = await (await ws.runtime.exec("ls d | wc -l; test -d d/x/y/z && echo deep")).result()
+        assert again.stdout.split() == ["3001", "deep"], again.stdout  # a full push brought it back
+
+
+_HOLDER = """
+import select, socket, time
+held = []
+for _ in range(300):
+    c = socket.socket(socket.AF_UNIX)
+    c.connect("/run/computer/assets.sock")
+    held.append(c)
+ended = set()
+deadline = time.monotonic() + 20
+while len(ended) < len(held) - 16 and time.monotonic() < deadline:
+    for c in select.select([c for c in held if c not in ended], [], [], 1)[0]:
+        if c.recv(1) == b"":
+            ended.add(c)
+print("held", len(held), "ended", len(ended), flush=True)
+time.sleep(60)  # holds them until killed
+"""
+
+
+def _host_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.parametrize("live", [True, False])
+async def test_connections_held_to_the_assets_bridge_take_no_host_descriptors(
+    tmp_path: Path, live: bool
+) -> None:
+    """Each connection to a run's ``assets`` socket was a descriptor of the host process, which every
+    workspace it serves shares, held while the program said nothing: 19,990 of them took every
+    descriptor of a host under ``ulimit -n 20000``. Past a few per bridge, the host now closes them
+    as they come."""
+    shell = ShellBackend(live=live)
+    if live and not shell.live:
+        pytest.skip("no live sandboxes here (cgroup freezer)")
+    async with computer.Workspace(str(tmp_path / "ws.sqlite"), backends=[shell]) as ws:
+        await ws.fs.mkdir("/workspace", recursive=True)
+        await ws.fs.write_file("/workspace/hold.py", _HOLDER.encode())
+        before = _host_descriptors()
+        handle = await ws.runtime.exec("python3 hold.py")
+        seen = ""
+        async for snapshot in handle:
+            seen = snapshot.stdout
+            if "held" in seen:
+                break
+        during = _host_descriptors()
+        await handle.kill()
+        assert seen.split()[:2] == ["held", "300"], seen
+        assert int(seen.split()[3]) >= 300 - 16, seen
+        assert during - before < 100, f"{during - before} host descriptors for 300 connections"
+
+
+# Writes two files in turn as fast as it can (inotify merges only an event equal to the last one
+# queued, so each write is an event): ~1-2.5 million a second here, for ``seconds``.
+_FLOOD = """
+import os, sys, time
+fa = os.open("a", os.O_WRONLY | os.O_CREAT, 0o644)
+fb = os.open("b", os.O_WRONLY | os.O_CREAT, 0o644)
+end = time.monotonic() + float(sys.argv[1])
+while time.monotonic() < end:
+    for _ in range(1000):
+        os.pwrite(fa, b"x", 0)
+        os.pwrite(fb, b"y", 0)
+"""
+
+
+async def test_an_event_flood_in_one_live_sandbox_leaves_the_other_mirrors_watched(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every mirror of a process shares one inotify queue (16,384 events): a program writing two
+    files in turn overflowed it 52 times in 4 s, and each overflow broke every mirror's watch, so each
+    live sandbox of the process walked its whole tree and watched it anew. Near an overflow the watch
+    holding the most events now gives its watches back (its mirror walked for a while instead)."""
+    shell = ShellBackend()
+    if not shell.live:
+        pytest.skip("no live sandboxes here (cgroup freezer)")
+    walked: list[Path] = []
+    scan = Mirror.scan
+
+    def recorded(mirror: Mirror, *args: object, **kwargs: object) -> object:
+        walked.append(mirror.directory)
+        return scan(mirror, *args, **kwargs)  # type: ignore[arg-type]
+
+    async with (
+        computer.Workspace(str(tmp_path / "a.sqlite"), backends=[shell]) as flooder,
+        computer.Workspace(str(tmp_path / "v.sqlite"), backends=[shell]) as victim,
+    ):
+        for ws in (flooder, victim):
+            await ws.fs.mkdir("/workspace/src", recursive=True)
+        for i in range(50):
+            await victim.fs.write_file(f"/workspace/src/f{i}", b"x")
+        started = await (await victim.runtime.exec("(sleep 60 &) ; ls src | wc -l")).result()
+        assert started.stdout.strip() == "50"
+        await flooder.fs.write_file("/workspace/flood.py", _FLOOD.encode())
+        monkeypatch.setattr(Mirror, "scan", recorded)
+        flood = await (await flooder.runtime.exec("python3 flood.py 4")).result()
+        assert flood.status == "completed", flood.stderr
+        after = await (await victim.runtime.exec("echo more > src/g; ls src | wc -l")).result()
+        monkeypatch.undo()
+        assert after.stdout.strip() == "51" and await victim.fs.read_text("/workspace/src/g") == "more\n"
+        assert sorted(e.name for e in await flooder.fs.readdir("/workspace")) == ["a", "b", "flood.py", "src"]
+        flooded = {d for d in walked if (d / "flood.py").exists()}
+        others = [d for d in walked if d not in flooded]
+        assert len(others) <= 1, f"the other workspace's mirror was walked {len(others)} times"
+
+
+async def test_a_sparse_file_counts_what_it_holds_against_the_scratch_budget(tmp_path: Path) -> None:
+    """A warm mirror counted its files' sizes: a sparse ``truncate -s 12M`` (no byte held) counted
+    12 MB and pushed another workspace's warm mirror (real bytes) out of the process's budget."""
+    budget = ScratchBudget(16 << 20)
+    shell = ShellBackend(live=False, mirror_pool=lambda base, root: MirrorPool(base, root, budget=budget))
+    async with (
+        computer.Workspace(str(tmp_path / "a.sqlite"), backends=[shell]) as sparse,
+        computer.Workspace(str(tmp_path / "b.sqlite"), backends=[shell]) as other,
+    ):
+        for ws in (sparse, other):
+            await ws.fs.mkdir("/workspace", recursive=True)
+        real = await (await other.runtime.exec("head -c 6000000 /dev/urandom > data.bin")).result()
+        assert real.status == "completed", real.stderr
+        assert len(shell.mirrors.idle_mirrors(other.runtime.context.workspace_id)) == 1
+        made = await (await sparse.runtime.exec("truncate -s 12M disk.img && du -k disk.img")).result()
+        assert made.status == "completed" and made.stdout.split()[0] == "0", made.stdout
+        assert len(shell.mirrors.idle_mirrors(sparse.runtime.context.workspace_id)) == 1
+        assert len(shell.mirrors.idle_mirrors(other.runtime.context.workspace_id)) == 1, "pushed out"
+        assert budget.held() < 7 << 20
+        assert (await sparse.fs.stat("/workspace/disk.img")).size == 12 << 20
