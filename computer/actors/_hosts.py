@@ -34,6 +34,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ..config import Settings, configure
+from ..runtime import offload
 from ._errors import WorkspaceUnavailableError
 from ._host import _rss_bytes
 from ._host_placement import (
@@ -198,7 +199,7 @@ class OwnerHost:
                 continue
             renewals = [LeaseRenewal(w.name, w.owner_id, w.epoch, w._lease_ttl, w._last_active) for w in held]
             try:
-                kept = await self.loop.run_in_executor(self._executor, renew_leases, self.directory, renewals)
+                kept = await offload(self, renew_leases, self.directory, renewals)  # the host's own lane
             except Exception:
                 log.exception("renewing the leases of %d workspaces failed", len(held))
                 continue
@@ -245,7 +246,7 @@ class OwnerHost:
         except BaseException as exc:
             thread.stop()
             if isinstance(exc, Exception):  # before other calls may open it again here (none meanwhile)
-                await self.loop.run_in_executor(self._executor, self._release_claim, name)
+                await offload(None, self._release_claim, name)
             del self._opening[name]
             future.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
             future.exception()  # retrieved: nobody may be waiting
