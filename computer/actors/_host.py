@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings, configure
+from ..runtime import offload
 from ..storage import TOUCH, FileSystem, audit_caller
 from ..workspace import Workspace
 from ._backends import owner_backends
@@ -238,7 +239,8 @@ class WorkspaceHost(PoolCallbacks):
             if not self.renews_own_lease:
                 continue
             try:
-                kept = await asyncio.to_thread(
+                kept = await offload(
+                    None,
                     self._directory.renew_lease,
                     self.name,
                     self.owner_id,
@@ -284,8 +286,13 @@ class WorkspaceHost(PoolCallbacks):
             await self.workspace.close()
             self._calls.close()
         finally:
-            await asyncio.to_thread(
-                self._directory.release_lease, self.name, self.owner_id, self.epoch, hibernating=hibernating
+            await offload(  # never the loop's pool: in an owner host every workspace's (_hosts.py)
+                None,
+                self._directory.release_lease,
+                self.name,
+                self.owner_id,
+                self.epoch,
+                hibernating=hibernating,
             )
 
     async def close_workspace(self) -> None:

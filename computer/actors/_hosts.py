@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ..config import Settings, configure
+from ..runtime import offload
 from ._errors import WorkspaceUnavailableError
 from ._full_nodes import place_elsewhere
 from ._host import _rss_bytes
@@ -200,7 +201,7 @@ class OwnerHost:
                 continue
             renewals = [LeaseRenewal(w.name, w.owner_id, w.epoch, w._lease_ttl, w._last_active) for w in held]
             try:
-                kept = await self.loop.run_in_executor(self._executor, renew_leases, self.directory, renewals)
+                kept = await offload(self, renew_leases, self.directory, renewals)  # the host's own lane
             except Exception:
                 log.exception("renewing the leases of %d workspaces failed", len(held))
                 continue
@@ -248,7 +249,7 @@ class OwnerHost:
             thread.stop()
             again: Exception | None = None
             if isinstance(exc, Exception):  # before other calls may open it again here (none meanwhile)
-                again = await self.loop.run_in_executor(self._executor, self._release_claim, name, exc)
+                again = await offload(None, self._release_claim, name, exc)
             del self._opening[name]
             failure = again or exc
             future.set_exception(failure if isinstance(failure, Exception) else asyncio.CancelledError())

@@ -44,8 +44,27 @@ from ..runtime import (
     SyncPush,
     decode_sync,
     encode_sync,
+    offload,
 )
 from .wire import Reply, unwrap
+
+LARGE_ARGUMENT = 1 << 20  # bytes of an owner call's arguments handed to Ray off the loop (``_call``)
+
+
+def _payload(args: tuple[Any, ...]) -> int:
+    """About the bytes an owner call carries as byte or text strings (its arguments, their dict
+    values, a list of pieces: a guest's large write comes so)."""
+    size = 0
+    for arg in args:
+        for value in arg.values() if isinstance(arg, dict) else (arg,):
+            if isinstance(value, str):
+                size += len(value)
+            elif isinstance(value, bytes | bytearray | memoryview):
+                size += value.nbytes if isinstance(value, memoryview) else len(value)
+            elif isinstance(value, list | tuple) and value and isinstance(value[0], bytes | bytearray):
+                size += sum(len(v) for v in value if isinstance(v, bytes | bytearray))
+    return size
+
 
 __all__ = [
     "OUTCOMES_KEPT",
@@ -224,7 +243,13 @@ class OwnerExecContext:
             await self._announced.wait()
         self.calls[method] += 1
         began = time.perf_counter()
-        reply: Reply = await getattr(self._owner, method).remote(*args)
+        remote = getattr(self._owner, method).remote
+        if _payload(args) > LARGE_ARGUMENT:
+            # Ray serialises the arguments in ``.remote()``: a guest's 60 MiB write held the worker's
+            # loop (every sandbox of the worker) 190-470 ms in that one step; a lane's thread does it.
+            reply: Reply = await (await offload(self, remote, *args))
+        else:
+            reply = await remote(*args)
         if method == "pool_sync_push":
             self.push_seconds += time.perf_counter() - began
         if reply[0] == "moved":

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from ..runtime import offload
 from ..runtime.types import BackendInfo
 from ._pool_worker import PoolWorker
 from .naming import NAMESPACE
@@ -202,14 +203,14 @@ async def described_async(backend: str, scaler: Callable[[], Any]) -> BackendInf
     from ray.exceptions import RayActorError
 
     deadline = time.monotonic() + INFO_TIMEOUT
-    control = await asyncio.to_thread(scaler)
+    control = await offload(None, scaler)  # a thread of its own: never the loop's pool, shared in a host
     for attempt in range(INFO_RETRIES + 1):
         view: PoolView = await asyncio.wait_for(
             control.view.remote(backend, 1, INFO_TIMEOUT), timeout=INFO_TIMEOUT + 10
         )
         name = _first_ready(view, backend)
         try:
-            worker = await asyncio.to_thread(worker_handle, name)
+            worker = await offload(None, worker_handle, name)
             info = await asyncio.wait_for(worker.info.remote(), timeout=max(1.0, deadline - time.monotonic()))
             break
         except (RayActorError, ValueError):  # a worker that just died: ask for another

@@ -49,7 +49,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from ..config import Settings
-from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, OutputChunk
+from ..runtime import Backend, ExecContext, ExecEvent, ExecRequest, ExitEvent, OutputChunk, offload
 from ..runtime.types import BackendInfo
 from ._errors import first_line
 from ._pool_admission import Requeue
@@ -276,7 +276,7 @@ class PoolBackend:
 
         try:
             if _scaler is None:
-                await asyncio.to_thread(_scaler_handle)
+                await offload(None, _scaler_handle)  # not the loop's pool (a host's, shared)
             view = await _scaler.view.remote(self.backend, waiting, wait)
         except RayActorError:  # the control loop is restarting (or was killed): ask again next time
             _scaler = None
@@ -337,7 +337,7 @@ class PoolBackend:
 
     async def _handle(self, slot: WorkerSlot) -> Any:
         if slot.handle is None:
-            slot.handle = await asyncio.to_thread(worker_handle, slot.name)
+            slot.handle = await offload(None, worker_handle, slot.name)
         return slot.handle
 
     def _bury(self, slot: WorkerSlot) -> None:

@@ -3,17 +3,23 @@
 A blob is named ``<expires_at_ms>-<digest of the key>``: a sweep deletes every blob whose embedded
 expiry has passed, unfinished temporary files older than an hour, and blobs whose record is gone.
 Writers stage into a temporary file and rename it into place, so a reader never sees half a blob.
+
+Blocking file work runs on lanes (:func:`computer.runtime.offload`: a writer's or a reader's calls in
+order on a thread of its own while it has work), never on the event loop's default executor: in an
+owner host that pool's threads serve every workspace of the process, and a few large shares on a slow
+disk held all of them, so a neighbour's share, and the host's lease renewals, queued behind theirs.
 """
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import BinaryIO
+
+from ..runtime import offload
 
 __all__ = ["BlobDirectory", "BlobWriter", "key_digest"]
 
@@ -37,21 +43,21 @@ class BlobWriter:
         self._tmp = tmp
 
     async def write(self, piece: bytes) -> None:
-        await asyncio.to_thread(self._handle.write, piece)
+        await offload(self, self._handle.write, piece)
 
     async def commit(self, name: str) -> None:
         def finish() -> None:
             self._handle.close()
             os.replace(self._tmp, self._directory.root / name)
 
-        await asyncio.to_thread(finish)
+        await offload(self, finish)  # after the writes queued on this writer's lane
 
     async def abort(self) -> None:
         def discard() -> None:
             self._handle.close()
             self._tmp.unlink(missing_ok=True)
 
-        await asyncio.to_thread(discard)
+        await offload(self, discard)
 
 
 class BlobDirectory:
@@ -70,22 +76,22 @@ class BlobDirectory:
             tmp = self.root / f"{_TMP_PREFIX}{secrets.token_hex(8)}"
             return open(tmp, "xb"), tmp
 
-        handle, tmp = await asyncio.to_thread(open_tmp)
+        handle, tmp = await offload(None, open_tmp)
         return BlobWriter(self, handle, tmp)
 
     async def open(self, name: str) -> BinaryIO:
         """Open a blob for reading (``FileNotFoundError`` when it is gone)."""
-        return await asyncio.to_thread(open, self.root / name, "rb")
+        return await offload(None, open, self.root / name, "rb")
 
     @staticmethod
     async def read(handle: BinaryIO, offset: int, length: int | None) -> AsyncIterator[bytes]:
         """Yield ``length`` bytes (or up to EOF) from ``offset`` of an open blob, then close it."""
         try:
-            await asyncio.to_thread(handle.seek, offset)
+            await offload(handle, handle.seek, offset)
             left = length
             while left is None or left > 0:
                 want = READ_PIECE if left is None else min(READ_PIECE, left)
-                piece = await asyncio.to_thread(handle.read, want)
+                piece = await offload(handle, handle.read, want)
                 if not piece:
                     return
                 if left is not None:
@@ -95,7 +101,7 @@ class BlobDirectory:
             handle.close()
 
     async def remove(self, name: str) -> None:
-        await asyncio.to_thread((self.root / name).unlink, missing_ok=True)
+        await offload(None, (self.root / name).unlink, missing_ok=True)
 
     async def sweep(self, now: float, is_live: Callable[[str], Awaitable[bool]] | None = None) -> int:
         """Remove expired blobs, abandoned temporaries and (with ``is_live``) orphans; count removed."""
@@ -108,7 +114,7 @@ class BlobDirectory:
                 return []
 
         removed = 0
-        for name, mtime in await asyncio.to_thread(scan):
+        for name, mtime in await offload(None, scan):
             if name.startswith(_TMP_PREFIX):
                 if now - mtime > _TMP_MAX_AGE:
                     await self.remove(name)

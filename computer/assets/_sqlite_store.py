@@ -8,7 +8,6 @@ at most once per ``sweep_interval`` seconds.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import sqlite3
 import threading
@@ -18,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..runtime import offload
 from ._blobs import BlobDirectory, key_digest
 from ._record import AssetRecord
 from ._store import AssetNotFoundError
@@ -80,7 +80,7 @@ class SqliteAssetStore:
             with self._lock:
                 return fn(self._connect())
 
-        return await asyncio.to_thread(call)
+        return await offload(self, call)  # the store's lane: never the loop's shared pool (_blobs.py)
 
     async def put(self, record: AssetRecord, data: AsyncIterable[bytes]) -> AssetRecord:
         if record.expired(time.time()):
@@ -200,7 +200,7 @@ class SqliteAssetStore:
                     self._conn.close()
                     self._conn = None
 
-        await asyncio.to_thread(shut)
+        await offload(self, shut)
 
     def __repr__(self) -> str:
         return f"SqliteAssetStore({str(self.directory)!r})"

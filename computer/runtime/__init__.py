@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from ._protected import reaches_protected, refuse_protected_change
     from ._runtime import Runtime
     from ._scratch import reap_settled, release_process
+    from ._tasks import offload
     from .python import PythonBackend
     from .shell import ShellBackend
     from .types import (
@@ -86,6 +87,7 @@ __all__ = [
     "SyncPush",
     "decode_sync",
     "encode_sync",
+    "offload",
     "reaches_protected",
     "reap_settled",
     "refuse_protected_change",
@@ -128,6 +130,7 @@ _LAZY = {
     "Runtime": "._runtime",
     "reap_settled": "._scratch",
     "release_process": "._scratch",
+    "offload": "._tasks",
     "PythonBackend": ".python",
     "ShellBackend": ".shell",
     **dict.fromkeys(

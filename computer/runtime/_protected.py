@@ -10,7 +10,8 @@ followed, as the change would follow them), and a change to an ancestor (removin
 :func:`checked_call` makes a program's call once it is checked. A large ``write_file`` goes to the
 store in pieces with a turn of the event loop between them (the store hashes and keeps each piece as
 it comes), checked again right before its commit, since the path may have changed meanwhile; a large
-``read_file`` is read the same way, from the version of the file its call found (``fs.stream``).
+``read_file`` is read the same way, from the version of the file its call found (``fs.stream``), and
+a large ``read_chunks`` (a mirror filling a large file) a MiB of chunks a turn.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
+from ..storage import CHUNK_SIZE
 from ..storage.paths import canonical, is_within, resolve_links
 
 __all__ = ["CHANGES", "TURN_BYTES", "checked_call", "reaches_protected", "refuse_protected_change"]
@@ -78,6 +80,8 @@ async def checked_call(
     ``write_file``, ``read_file`` or ``read_text`` of over ``TURN_BYTES`` in pieces, with turns of
     the loop (see above; such a read's bytes come as a ``bytearray``)."""
     await refuse_protected_change(fs, op, args, protected)
+    if op == "read_chunks" and isinstance(hashes := args.get("hashes"), list) and len(hashes) > _TURN_CHUNKS:
+        return await _chunks_with_turns(fs, hashes)
     if op in ("read_file", "read_text") and await _span(fs, args) > TURN_BYTES:
         data = await _read_with_turns(fs, args)
         return data if op == "read_file" else await _decode_with_turns(data)
@@ -121,6 +125,23 @@ async def _with_turns(
                 fed = 0
                 await asyncio.sleep(0)
     await last()
+
+
+# A mirror's fill of a large file asks for a page of its chunks at once (``max_sync_bytes``, 32 MiB):
+# read in one call, they held the owner's loop ~20 ms a page (every workspace of an owner host).
+_TURN_CHUNKS = max(1, TURN_BYTES // CHUNK_SIZE)
+
+
+async def _chunks_with_turns(fs: Any, hashes: list[Any]) -> dict[str, bytes]:
+    """``fs.read_chunks(hashes)`` ``TURN_BYTES`` at a time, a turn of the loop after each: chunks are
+    named by their content, so a chunk is the same whichever call reads it (one dropped meanwhile is
+    left out, as the store leaves out any it does not hold: the caller reads its range instead)."""
+    out: dict[str, bytes] = {}
+    for at in range(0, len(hashes), _TURN_CHUNKS):
+        if at:
+            await asyncio.sleep(0)
+        out.update(fs.read_chunks(hashes[at : at + _TURN_CHUNKS]))
+    return out
 
 
 async def _span(fs: Any, args: dict[str, Any]) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 
 from exec_cases import (
@@ -261,3 +262,27 @@ async def test_directory_times_round_trip_through_a_pool(cluster: Settings, name
         for _ in range(3):
             result = await (await ws.runtime.exec("stat -c %Y .")).result()
             assert result.stdout == "1300000000\n"
+
+
+async def test_a_python_guests_large_write_through_the_pool_lands_whole(cluster: Settings, name: str) -> None:
+    """A guest's write of several MiB crosses Ray from the worker's lane thread (``_pool_context``:
+    over a MiB, handed to Ray off the worker's loop): it lands whole, reads back in the next run and
+    from the client, after a close and reopen too."""
+    source = (
+        "import hashlib\nimport workspace\n"
+        "data = bytes(range(256)) * (12 << 12)\n"
+        "workspace.write_file('/workspace/big', data)\n"
+        "print(hashlib.sha256(data).hexdigest())"
+    )
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        result = await (await ws.runtime.exec(source, backend="python")).result()
+        assert (result.status, result.exit_code) == ("completed", 0), result.stderr
+        digest = result.stdout.strip()
+        check = "import hashlib\nimport workspace\nprint(hashlib.sha256(workspace.read_file('/workspace/big')).hexdigest())"
+        again = await (await ws.runtime.exec(check, backend="python")).result()
+        assert again.stdout.strip() == digest
+    async with computer.get_workspace(name) as ws:
+        data = await ws.fs.read_file("/workspace/big")
+        assert len(data) == 12 << 20
+        assert hashlib.sha256(data).hexdigest() == digest

@@ -217,3 +217,42 @@ def test_a_worker_runs_nothing_for_an_owner_it_does_not_hold_and_keeps_the_newes
     handles.resolve(RunOrder(request, "c", object(), "tok"))
     assert handles.resolve(RunOrder(request, "a", None, "tok")) is None  # the least recent went first
     assert handles.received == 3
+
+
+async def test_a_guests_large_write_goes_to_ray_off_the_workers_loop() -> None:
+    """Ray serialises an owner call's arguments in ``.remote()``: a python guest's 60 MiB
+    ``write_file`` held the pool worker's loop, every sandbox of the worker, 190-470 ms in that one
+    step. A call carrying over a MiB is handed to Ray from a lane's thread, the loop running
+    meanwhile (here a neighbour's turn on the loop is what lets the stand-in for Ray finish); a small
+    call is handed over on the loop, as before (no thread's hop)."""
+    import asyncio
+    import threading
+
+    from computer.actors.wire import ok
+
+    loop_thread = threading.get_ident()
+    neighbour_ran = threading.Event()
+    sent: list[tuple[bool, bool]] = []  # (handed over on the loop's thread, the loop ran meanwhile)
+
+    class _Serialising:
+        def remote(self, op: str, args: dict[str, Any]) -> Any:
+            on_loop = threading.get_ident() == loop_thread
+            big = sum(len(piece) for piece in args["data"]) > 1 << 20
+            sent.append((on_loop, neighbour_ran.wait(10) if big and not on_loop else False))
+
+            async def reply() -> Any:
+                return ok(None)
+
+            return reply()
+
+    owner = _Owner()
+    owner.pool_fs_call = _Serialising()  # type: ignore[attr-defined]
+    ctx = OwnerExecContext(owner, "ws-id")
+    pieces = [bytes(32 * 1024)] * 64  # 2 MiB, in the pieces the guest's channel sends
+    call = asyncio.ensure_future(ctx.fs_call("write_file", {"path": "/workspace/big", "data": pieces}))
+    while not call.done():
+        await asyncio.sleep(0)  # the neighbour: any other sandbox's step on the worker's loop
+        neighbour_ran.set()
+    await call
+    await ctx.fs_call("write_file", {"path": "/workspace/small", "data": [b"x"]})
+    assert sent == [(False, True), (True, False)]

@@ -54,6 +54,36 @@ async def test_a_large_write_gives_the_loop_turns_and_lands_whole(tmp_path: Path
         assert hashlib.sha256(await ws.fs.read_file("/workspace/big")).hexdigest() == digest
 
 
+async def test_a_mirrors_fill_of_a_large_file_gives_the_loop_turns(tmp_path: Path) -> None:
+    """A mirror filling a large file asks for a page of its chunks (``read_chunks``, up to 32 MiB):
+    a neighbour on the same loop runs while 8 MiB of them are read (before: one step, ~20 ms for a
+    page of a 60 MiB file), and replaces the file meanwhile: every chunk returned is the one its hash
+    names; a chunk dropped meanwhile may be left out (the mirror reads its range instead)."""
+    first = b"".join(body(8))
+    async with computer.Workspace(str(tmp_path / "w.db")) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/big", first)
+        ctx = LocalExecContext(ws)
+        refs = await ctx.fs_call("file_chunks", {"path": "/workspace/big"})
+        hashes = [ref["hash"] for ref in refs]
+        assert len(hashes) >= 8
+        read = asyncio.ensure_future(ctx.fs_call("read_chunks", {"hashes": hashes}))
+        turns = 0
+        while not read.done() and turns < 10_000:
+            await asyncio.sleep(0)
+            turns += 1
+            if turns == 1:
+                await ws.fs.write_file("/workspace/big", b"".join(body(8)))
+        got = await read
+        assert turns >= 4, f"the neighbour ran {turns} times while 8 MiB of chunks were read"
+        at = 0
+        for ref in refs:
+            if ref["hash"] in got:
+                assert got[ref["hash"]] == first[at : at + ref["size"]]
+            at += ref["size"]
+        assert set(got) <= set(hashes)
+
+
 @pytest.mark.parametrize("data", ["list", "bytes", "text"])
 async def test_a_write_whose_directory_became_a_link_to_the_journal_meanwhile_is_refused(
     tmp_path: Path, data: str
