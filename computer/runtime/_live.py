@@ -436,7 +436,10 @@ class LiveSandbox(LiveChannel, LiveJobs):
             if self.spare is not None:
                 self.spare.close()
                 self.spare = None
-            async with self.lock:
+            # Ended from another loop while its own one is stopped (a close after ``asyncio.run``): a
+            # tick of that loop holding the lock never lets it go (a close hung there for good).
+            stranded = self.loop is not asyncio.get_running_loop() and not self.loop.is_running()
+            async with contextlib.nullcontext() if stranded else self.lock:
                 await self.process.kill_tree()
                 await self._wind_up()
         finally:  # a failed step must not leave runs waiting for this end (``ENDING_WAIT``)

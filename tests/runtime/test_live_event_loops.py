@@ -118,3 +118,30 @@ def _no_leftovers() -> Any:
     for pid in host_pids_with(MARK):
         with contextlib.suppress(OSError):
             os.kill(pid, 9)
+
+
+def test_a_close_from_a_new_loop_ends_a_sandbox_whose_stopped_loop_held_its_lock(tmp_path: Path) -> None:
+    """A script's loop stops while a task of it holds the live sandbox's lock (a sync tick in flight);
+    ``asyncio.run(ws.close())`` then ends the sandbox from a new loop: its processes killed, what they
+    wrote pulled. Before, the end waited for that lock for good (a pydantic-ai conformance teardown
+    hung one run in three, s55)."""
+    shell = ShellBackend()
+    ws = Workspace(str(tmp_path / "w.db"), backends=[shell])
+
+    async def first() -> None:
+        await ws.fs.mkdir("/workspace", recursive=True)
+        result = await run(ws, f"{MARK} & echo one > a")
+        assert result.status == "completed", result
+        await shell._lives._live[ws.fs.instance].lock.acquire()  # held as the loop stops
+
+    asyncio.run(first())
+    mirror = shell._lives._live[ws.fs.instance].mirror.directory
+    (mirror / "late").write_text("written after the loop stopped\n")  # pulled by the end
+    asyncio.run(asyncio.wait_for(ws.close(), 60))
+    assert host_pids_with(MARK) == []
+    again = Workspace(str(tmp_path / "w.db"))
+    try:
+        assert asyncio.run(again.fs.read_file("/workspace/late")) == b"written after the loop stopped\n"
+        assert asyncio.run(again.fs.read_file("/workspace/a")) == b"one\n"
+    finally:
+        asyncio.run(again.close())
