@@ -44,20 +44,9 @@ async def serve_mcp(options: GlobalOptions, name: str, *, readonly: bool, proces
 
 
 async def _say_what_ends(workspace: object) -> None:
-    """Name on stderr (an MCP host's log) the processes still running in the workspace's live sandbox
-    as the session ends: they end with it. Before, a server an agent started was gone without a word."""
-    processes = getattr(getattr(workspace, "runtime", None), "processes", None)
-    if processes is None:
-        return
-    try:
-        running = await processes()
-    except Exception:  # a workspace taken over, a sandbox gone: nothing to name
-        return
-    if running:
-        named = ", ".join(f"{p.command} (pid {p.pid})" for p in running[:8])
-        more = f", and {len(running) - 8} more" if len(running) > 8 else ""
-        print(
-            f"computer: ending {len(running)} process(es) still running in the workspace's sandbox with "
-            f"this session: {named}{more}",
-            file=sys.stderr,
-        )
+    """Name on stderr (an MCP host's log) the processes that end with the session."""
+    from ._ps import ending_processes
+
+    note = await ending_processes(workspace)
+    if note is not None:
+        print(f"computer: {note}", file=sys.stderr)

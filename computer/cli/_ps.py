@@ -97,3 +97,25 @@ def _ago(now: datetime, then: datetime) -> str:
     if seconds < 7200:
         return f"{seconds / 60:.0f}m ago"
     return time.strftime("%H:%M:%S", then.timetuple())
+
+
+async def ending_processes(workspace: object) -> str | None:
+    """What a session in process says as it ends (``computer shell``, ``computer mcp``): the processes
+    still running in the workspace's live sandbox, which end with it (the sandbox lives in this
+    process); None when there are none, or none can be listed (a workspace taken over, a sandbox
+    gone). Before, a server an agent or a line had started was gone without a word."""
+    processes = getattr(getattr(workspace, "runtime", None), "processes", None)  # owners and clients
+    if processes is None:
+        return None
+    try:
+        running = await processes()
+    except Exception:
+        return None
+    if not running:
+        return None
+    named = ", ".join(f"{p.command} (pid {p.pid})" for p in running[:8])
+    more = f", and {len(running) - 8} more" if len(running) > 8 else ""
+    return (
+        f"ending {len(running)} process(es) still running in the workspace's sandbox with this session: "
+        f"{named}{more}"
+    )

@@ -212,25 +212,12 @@ async def run_shell(
 
 
 async def _say_what_ends(shell: WorkspaceShell) -> None:
-    """At the end of a session in process, name the processes still running in the workspace's live
-    sandbox: they end with it (the sandbox lives in this process). Before, a server started with ``!server &`` was
-    gone after ``exit`` without a word."""
-    processes = getattr(shell.workspace.runtime, "processes", None)  # owners and clients have it
-    if processes is None:
-        return
-    try:
-        running = await processes()
-    except Exception:  # a workspace taken over, a sandbox gone: nothing to name
-        return
-    if running:
-        named = ", ".join(f"{p.command} (pid {p.pid})" for p in running[:8])
-        more = f", and {len(running) - 8} more" if len(running) > 8 else ""
-        shell.console.print(
-            f"ending {len(running)} process(es) still running in the workspace's sandbox with this "
-            f"session: {named}{more}",
-            markup=False,
-            highlight=False,
-        )
+    """At the end of a session in process, name the processes that end with it (``!server &``)."""
+    from ._ps import ending_processes
+
+    note = await ending_processes(shell.workspace)
+    if note is not None:
+        shell.console.print(note, markup=False, highlight=False)
 
 
 async def _prompt_loop(shell: WorkspaceShell, name: str) -> int:
