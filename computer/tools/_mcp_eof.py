@@ -68,7 +68,36 @@ class _Pending:
             self.answered.set()
 
 
-class _Reader:
+class ReadStreamWrapper:
+    """A read stream of the SDK's around ``_inner`` that changes ``receive`` alone: iterating and
+    closing it go through ``receive`` and the inner stream (``close``, ``aclose``, ``clone``...).
+    Subclasses: :class:`_Reader` here, ``_mcp_unreadable._Answering``."""
+
+    _inner: Any
+
+    async def receive(self) -> Any:
+        raise NotImplementedError
+
+    def __aiter__(self) -> ReadStreamWrapper:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> ReadStreamWrapper:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    def __getattr__(self, name: str) -> Any:  # close, aclose, clone: the inner stream's
+        return getattr(self._inner, name)
+
+
+class _Reader(ReadStreamWrapper):
     """The read stream, whose end waits for the answers (:class:`_Pending`)."""
 
     def __init__(self, inner: Any, pending: _Pending, grace: float) -> None:
@@ -87,24 +116,6 @@ class _Reader:
             raise
         self._pending.read(item)
         return item
-
-    def __aiter__(self) -> _Reader:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> _Reader:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def __getattr__(self, name: str) -> Any:  # close, aclose, clone: the inner stream's
-        return getattr(self._inner, name)
 
 
 class _Writer:

@@ -24,6 +24,8 @@ import mcp_types as types
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from ._mcp_eof import ReadStreamWrapper
+
 __all__ = ["answer_unreadable", "refusal"]
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
@@ -91,8 +93,9 @@ def _error(request_id: Any, code: int, message: str) -> types.JSONRPCError:
     return types.JSONRPCError(jsonrpc="2.0", id=request_id, error=types.ErrorData(code=code, message=message))
 
 
-class _Answering:
-    """The read stream, answering (on ``write``) and skipping the lines the SDK could not read."""
+class _Answering(ReadStreamWrapper):
+    """The read stream, answering (on ``write``) and skipping the lines the SDK could not read
+    (``last_context`` too is the inner stream's)."""
 
     def __init__(self, inner: Any, write: Any) -> None:
         self._inner, self._write = inner, write
@@ -105,26 +108,6 @@ class _Answering:
             answer = refusal(item)
             if answer is not None:
                 await self._write.send(SessionMessage(answer))
-
-    def __aiter__(self) -> _Answering:
-        return self
-
-    async def __anext__(self) -> Any:
-        import anyio
-
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def __aenter__(self) -> _Answering:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-    def __getattr__(self, name: str) -> Any:  # close, aclose, clone, last_context: the inner stream's
-        return getattr(self._inner, name)
 
 
 def answer_unreadable(read_stream: Any, write_stream: Any) -> tuple[Any, Any]:
