@@ -19,7 +19,7 @@ import pytest
 
 from computer.runtime import ShellBackend
 
-from ._support import ok, opened, settle, started
+from ._support import ok, opened, settle, started, until
 
 
 def _files(stdout: str) -> list[str]:
@@ -49,7 +49,11 @@ async def test_two_copies_of_a_store_open_at_once_run_over_their_own_files(
         assert (await ok(a, "cat f")).stdout == "A\n"
         if live:  # A's background process is in A's sandbox only
             await ok(a, "setsid sleep 300 > /dev/null 2>&1 &")
-            assert any("sleep 300" in p.command for p in await a.runtime.processes())
+
+            async def a_lists_it() -> bool:  # the run ends as soon as its shell does: the child may
+                return any("sleep 300" in p.command for p in await a.runtime.processes())  # not have exec-ed
+
+            await until(a_lists_it, within=30)
             assert not any("sleep 300" in p.command for p in await b.runtime.processes())
             await a.runtime.end_sandbox()
         assert await a.fs.read_file("/workspace/f") == b"A\n"
