@@ -18,6 +18,7 @@ __all__ = [
     "EXAMPLES",
     "TOOL_NAMES",
     "exec_backends",
+    "exit_code",
     "parse_arguments",
     "run_tool",
     "tool_help",
@@ -114,7 +115,8 @@ def exec_backends(args: dict[str, Any]) -> bool | tuple[str, ...]:
 
 
 async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str, Any]) -> int:
-    """Run the call; exit code 0 on success, 1 when the tool reports an error.
+    """Run the call; exit code 0 on success, 1 when the tool reports an error, the command's own exit
+    code when an ``exec`` ran a command that failed (:func:`exit_code`).
 
     In process, only ``exec`` gets the exec backends (with a sandbox per run: one run, then the
     command ends), and only the one it runs on when that one alone answers it alike (:func:`exec_backends`);
@@ -136,7 +138,26 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
         with audit_caller(adapter="cli"):  # the audit log says the call came from this command
             result = await tools[tool].run(args)
     sys.stdout.write(result_json(result) + "\n")
-    return 1 if "error" in result else 0
+    return exit_code(tool, result)
+
+
+def exit_code(tool: str, result: dict[str, Any]) -> int:
+    """The exit code of one call: 1 when the tool reports an error (``{"error": ...}``, ``publish``'s
+    ``{"ok": false, ...}``); for ``exec``, the command's own exit code when it ran and failed (1 to
+    255; 1 when it has none, say it was killed), so ``computer tool NAME exec ... && next`` behaves
+    like the command itself; 0 otherwise. The JSON result is printed either way.
+
+    Decision: before, an exec whose command failed exited 0 (the call itself succeeded), and a script
+    had to parse the JSON to notice. A demanding user expects ``ssh``/``docker exec``: the command's
+    code. Codes 1 and 2 are then also those of a tool error and of bad usage; the JSON on stdout (there
+    is none on a usage error) tells them apart."""
+    if tool == "exec":
+        code = result.get("exitCode")
+        if isinstance(code, int) and 0 < code < 256:  # a timeout's too: 124, as timeout(1) answers
+            return code
+        if result.get("status", "completed") != "completed":
+            return 1
+    return 1 if "error" in result or result.get("ok") is False else 0
 
 
 def result_json(result: dict[str, Any]) -> str:
@@ -206,7 +227,8 @@ def tool_help(tool: str) -> str:
         f"  computer tool my-workspace {tool} {_as_options(EXAMPLES[tool])}",
         "",
         "As options, an argument that takes text gets the value as typed; any other is read as JSON.",
-        'The result is printed as JSON; exit code 1 when it is {"error": ...}.',
+        'The result is printed as JSON; exit code 1 when it is {"error": ...}'
+        + ("; for a command that failed, its own exit code (1 when it has none)." if tool == "exec" else "."),
     ]
     return "\n".join(lines)
 

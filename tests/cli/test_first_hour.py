@@ -339,3 +339,24 @@ def test_leaving_the_shell_names_the_background_processes_that_end_with_it(tmp_p
     quiet = _interactive_shell(tmp_path, "w2")
     out, _ = quiet.communicate("!echo again\nexit\n", timeout=60)
     assert "again" in out and "ending" not in out
+
+
+def test_tool_exec_exits_with_the_command_s_own_code_and_still_prints_the_result(tmp_path: Path) -> None:
+    """``computer tool NAME exec`` exited 0 when the command failed: ``&&`` in a script went on."""
+    env = cli_env(tmp_path)
+    failed = run_cli(["tool", "x1", "exec", "--command", "echo hi; exit 3"], env=env)
+    assert failed.returncode == 3, failed.stderr
+    assert json.loads(failed.stdout) | {"id": ""} == {
+        "backend": "shell", "id": "", "status": "failed", "exitCode": 3, "stdout": "hi\n", "stderr": "",
+    }  # fmt: skip
+    raised = run_cli(["tool", "x1", "exec", '{"backend": "python", "command": "1/0"}'], env=env)
+    assert raised.returncode == 1 and "ZeroDivisionError" in json.loads(raised.stdout)["stderr"], raised.stderr
+    timed_out = run_cli(["tool", "x1", "exec", '{"command": "sleep 30", "timeout": 0.5}'], env=env)
+    assert timed_out.returncode == 124 and json.loads(timed_out.stdout)["timedOut"], timed_out.stderr
+    passed = run_cli(["tool", "x1", "exec", "--command", "true"], env=env)
+    assert passed.returncode == 0 and json.loads(passed.stdout)["status"] == "completed", passed.stderr
+    # the other tools: an {"error": ...} result exits 1
+    missing = run_cli(["tool", "x1", "read", "--path", "/workspace/none"], env=env)
+    assert missing.returncode == 1 and "error" in json.loads(missing.stdout), missing.stderr
+    unshared = run_cli(["tool", "x1", "publish", "--path", "/workspace/none"], env=env)
+    assert unshared.returncode == 1 and json.loads(unshared.stdout)["ok"] is False, unshared.stderr
