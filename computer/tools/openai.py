@@ -37,7 +37,8 @@ adapter) while a null the tool accepts is kept (exec's ``input``).
 (``{"type": "function", "name", "description", "parameters", "strict"}``, ``strict`` always stated since
 it defaults to true there) and ``execute(item)`` takes a ``function_call`` item (``{"type":
 "function_call", "call_id", "name", "arguments"}``, dict or SDK object) and returns a
-``function_call_output`` item (``{"type": "function_call_output", "call_id", "output"}``), whose
+``function_call_output`` item (``{"type": "function_call_output", "call_id", "output"}``; an integer
+``call_id`` comes back as its digits, a missing one as ``""``), whose
 ``output`` is the text, or ``input_text``/``input_image``/``input_file`` items when ``read`` returns
 media. A failure is an output starting with ``Error:``; nothing raises::
 
@@ -250,11 +251,18 @@ def _function_call_output(call: Any, parts: list[ContentPart]) -> dict[str, Any]
         output = "\n".join(str(part["text"]) for part in parts)
     else:
         output = [_responses_part(part) for part in parts]
-    return {
-        "type": "function_call_output",
-        "call_id": call_id if isinstance(call_id, str) else "",
-        "output": output,
-    }
+    return {"type": "function_call_output", "call_id": _call_id(call_id), "output": output}
+
+
+def _call_id(value: Any) -> str:
+    """The ``call_id`` echoed back: a string as it is; an integer (``7``, from a client that numbers its
+    calls) as its digits, so the output still pairs with its call (it came back as ``""`` before, which
+    pairs with nothing); anything else (missing, ``None``, a bool, an object) as ``""``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return ""
 
 
 def _responses_part(part: ContentPart) -> dict[str, Any]:

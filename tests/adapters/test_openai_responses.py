@@ -104,3 +104,21 @@ def test_chat_stays_the_default(sample_tools: dict[str, Tool]) -> None:
     default, _ = create_openai_tools(sample_tools)
     chat, _ = create_openai_tools(sample_tools, api="chat")
     assert default == chat and all("function" in t for t in chat)
+
+
+async def test_an_integer_call_id_is_echoed_as_its_digits(sample_tools: dict[str, Tool]) -> None:
+    """A ``call_id`` sent as an integer came back as ``""``: the output paired with no call."""
+    _, execute = create_openai_tools(sample_tools, api="responses")
+    call = {
+        "type": "function_call",
+        "call_id": 7,
+        "name": "put",
+        "arguments": '{"path": "/c", "content": "x"}',
+    }
+    assert (await execute(call))["call_id"] == "7"
+    sdk = SimpleNamespace(type="function_call", call_id=12, name="get", arguments='{"path": "/c"}')
+    assert (await execute(sdk))["call_id"] == "12"
+    assert (await execute({**call, "call_id": None}))["call_id"] == ""
+    assert (await execute({**call, "call_id": True}))["call_id"] == ""
+    bad = await execute({"type": "function_call", "call_id": 8, "name": "nope", "arguments": "{}"})
+    assert bad["call_id"] == "8" and "nope" in bad["output"]
