@@ -17,6 +17,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import math
 import os
 import secrets
 import shutil
@@ -157,7 +158,10 @@ class AssetsBridge:
         if request.get("op") != "publish":
             return {"error": f"unknown operation {request.get('op')!r}"}
         path = canonical(str(request.get("path", "")))
-        expires = float(request.get("expires_after", 3600.0))
+        expires = request.get("expires_after", 3600.0)
+        if isinstance(expires, bool) or not isinstance(expires, int | float) or not 0 < expires < math.inf:
+            # any program can write to the socket: NaN, inf, 0 or a string reach no publisher
+            return {"error": f"expires_after must be a positive, finite number of seconds, not {expires!r}"}
         mirror = self.mirror
         if not is_within(path, mirror.root) or path == mirror.root:
             return {"error": f"{path} is outside {mirror.root}: only workspace files can be published"}

@@ -19,11 +19,16 @@ _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "": 0.001}
 
 
 def parse_expiry(text: str) -> float:
-    """Seconds from ``500``, ``500ms``, ``30s``, ``5m``, ``2h``."""
+    """Seconds from ``500``, ``500ms``, ``30s``, ``5m``, ``2h``: more than 0 (a zero lifetime, or one
+    of 400 digits that is infinite as a float, is refused here; a long one is capped at 7 days by the
+    workspace)."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*", text)
     if match is None:
-        raise ValueError(f"invalid expiry {text!r}")
-    return float(match.group(1)) * _UNITS[match.group(2) or ""]
+        raise ValueError(f"invalid expiry {text!r}: milliseconds, or a number with ms/s/m/h, e.g. 30m")
+    seconds = float(match.group(1)) * _UNITS[match.group(2) or ""]
+    if not 0 < seconds < float("inf"):
+        raise ValueError(f"invalid expiry {text!r}: more than 0 and finite (at most 7 days is kept)")
+    return seconds
 
 
 def main(argv: list[str]) -> int:

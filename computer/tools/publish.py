@@ -43,6 +43,7 @@ class PublishInput(ToolInput):
     expires_after_ms: float | None = Field(
         default=None,
         gt=0,
+        allow_inf_nan=False,  # Infinity was refused by the share, naming expires_after in seconds
         description=(
             f"Lifetime of the link in milliseconds (default {DEFAULT_EXPIRES_AFTER_MS}, one hour; "
             f"at most {MAX_EXPIRES_AFTER_MS}, 7 days; rounded up to whole seconds)."

@@ -138,3 +138,12 @@ async def test_create_tools_offers_publish_only_with_assets_and_not_readonly(wor
     assert "publish" not in create_tools(workspace, readonly=True)
     published = await create_tools(workspace)["publish"].run({"path": "/workspace/private/chart.svg"})
     assert published["ok"] is True
+
+
+@pytest.mark.parametrize("value", [float("inf"), float("-inf"), float("nan")])
+async def test_a_non_finite_lifetime_is_refused_naming_the_tool_s_argument(tool: Tool, value: float) -> None:
+    """``expiresAfterMs: Infinity`` passed ``gt=0`` and was refused by the share as ``expires_after
+    ... seconds, got inf``: a name and a unit the agent never sent."""
+    result = await tool.run({"path": "/workspace/private/chart.svg", "expiresAfterMs": value})
+    assert result.get("ok") is not True and "expiresAfterMs" in result["error"], result
+    assert "finite" in result["error"], result

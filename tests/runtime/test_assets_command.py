@@ -6,6 +6,8 @@ import hashlib
 import resource
 from typing import Any
 
+import pytest
+
 import computer
 from computer.runtime import ShellBackend
 from computer.runtime._assets_cli import parse_expiry
@@ -26,6 +28,39 @@ class RecordingPublisher:
 
 def test_expiry_accepts_ms_and_suffixes() -> None:
     assert [parse_expiry(t) for t in ("1500", "250ms", "30s", "5m", "2h")] == [1.5, 0.25, 30.0, 300.0, 7200.0]
+
+
+def test_expiry_refuses_zero_negative_and_non_finite_lifetimes() -> None:
+    for text in ("0", "0ms", "0.0h", "-5", "inf", "nan", "9" * 400, "9" * 400 + "h"):
+        with pytest.raises(ValueError, match="invalid expiry"):
+            parse_expiry(text)
+    assert parse_expiry("9" * 30 + "h") > 7 * 24 * 3600  # long but finite: the workspace caps it
+
+
+async def test_a_bad_lifetime_reaches_no_publisher_even_written_to_the_socket(
+    shell_backend: ShellBackend,
+) -> None:
+    """The bridge took ``float(expires_after)`` as sent: NaN, inf or 0 written to the socket by any
+    program of the run reached the publisher (a custom one has no check of its own)."""
+    publisher = RecordingPublisher()
+    raw = (
+        "import json, socket, sys\n"
+        "for bad in ('NaN', 'Infinity', '-1', '0', '\"60\"', 'true'):\n"
+        "    s = socket.socket(socket.AF_UNIX); s.connect('/run/computer/assets.sock')\n"
+        '    s.sendall((\'{"op": "publish", "path": "/workspace/a.txt", "expires_after": \' + bad + \'}\\n\').encode())\n'
+        "    print(json.loads(s.makefile().readline()).get('error', 'PUBLISHED'))\n"
+    )
+    async with computer.Workspace(backends=[shell_backend], assets=publisher) as ws:
+        publisher.workspace = ws
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/a.txt", "a")
+        await ws.fs.write_file("/workspace/raw.py", raw)
+        result = await (await ws.runtime.exec("assets publish a.txt 0; python3 raw.py")).result()
+        assert result.status == "completed", result.stderr
+        assert "assets: invalid expiry '0'" in result.stderr
+        lines = result.stdout.splitlines()
+        assert len(lines) == 6 and all("positive, finite" in line for line in lines), lines
+        assert publisher.shared == []
 
 
 async def test_assets_publish_prints_the_url_of_a_file_made_by_the_run(shell_backend: ShellBackend) -> None:
