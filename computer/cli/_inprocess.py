@@ -139,7 +139,9 @@ def _open(
     if "python" in names:
         from ..runtime import PythonBackend
 
-        chosen.append(PythonBackend(live=live) if live else PythonBackend(live=False, warm_guests=0))
+        python = PythonBackend(live=live) if live else PythonBackend(live=False, warm_guests=0)
+        python.background_advice = "" if live else background_advice(name)  # as the shell's, above
+        chosen.append(python)
     workspace = Workspace(path, backends=chosen, fence=epoch, max_bytes=config.max_workspace_bytes)
     if assets:
         workspace.assets = SharePublisher(workspace)

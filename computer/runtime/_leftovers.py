@@ -33,10 +33,16 @@ through ``env -i``: 8.3-8.6 ms.
 
 from __future__ import annotations
 
+import functools
+import os
 import shlex
 from collections.abc import Sequence
+from typing import Any
 
-__all__ = ["ENDED_NOTE", "epilogue"]
+from ._cgroups import cgroup_writable
+from ._live_launch import INIT_PYTHON
+
+__all__ = ["ENDED_NOTE", "could_live", "epilogue", "guest_report"]
 
 # The start of the line said on stderr when processes were left running.
 ENDED_NOTE = "computer: this command left"
@@ -84,3 +90,22 @@ def epilogue(command: Sequence[str], *, why: str, advice: str = "") -> str:
         f"{k}={shlex.quote(v)}" for k, v in (("note", ENDED_NOTE), ("why", why), ("advice", advice))
     )
     return f"{told} self={shlex.quote(' '.join(command))}\n{_SCAN}"
+
+
+@functools.cache
+def could_live() -> bool:
+    """Whether live sandboxes can run here (a writable cgroup v1 freezer, the init's python)."""
+    return cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
+
+
+def guest_report(backend: Any) -> dict[str, str] | None:
+    """What the python backend's guest says as a run of a sandbox per call ends (the setup's
+    ``leftovers``: ``_pyguest_leftovers``, the shell's line in Python), or None: a live sandbox keeps
+    the processes, and without bubblewrap's pid namespace ``/proc`` lists the host's."""
+    if backend.live or not backend.sandbox.bwrap:
+        return None
+    live_here = could_live()
+    why = "each run has a sandbox of its own here" + (
+        ", PythonBackend(live=False)" if live_here else ": live sandboxes need a writable cgroup v1 freezer"
+    )
+    return {"note": ENDED_NOTE, "why": why, "advice": backend.background_advice if live_here else ""}

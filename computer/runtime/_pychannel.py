@@ -62,6 +62,7 @@ def guest_tree() -> dict[str, str | Path]:
     return {
         "guest.py": GUEST_SCRIPT,
         "lib/_guest_channel.py": GUEST_SCRIPT.with_name("_pyguest_channel.py"),
+        "lib/_guest_leftovers.py": GUEST_SCRIPT.with_name("_pyguest_leftovers.py"),
         "lib/msgpack": os.path.dirname(msgpack.__file__),
     }
 
@@ -341,14 +342,15 @@ def _compile_channel(staged: Path) -> None:
     import importlib.util
     import py_compile
 
-    source = staged / "lib" / "_guest_channel.py"
-    cfile = Path(importlib.util.cache_from_source(str(source)))
-    py_compile.compile(
-        str(source),
-        cfile=str(cfile),
-        dfile="/opt/computer/lib/_guest_channel.py",  # where ``python.py`` binds the stage
-        doraise=True,
-        invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
-    )
-    os.chmod(cfile.parent, 0o755)
-    os.chmod(cfile, 0o644)
+    for name in ("_guest_channel.py", "_guest_leftovers.py"):
+        source = staged / "lib" / name
+        cfile = Path(importlib.util.cache_from_source(str(source)))
+        py_compile.compile(
+            str(source),
+            cfile=str(cfile),
+            dfile=f"/opt/computer/lib/{name}",  # where ``python.py`` binds the stage
+            doraise=True,
+            invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH,
+        )
+        os.chmod(cfile.parent, 0o755)
+        os.chmod(cfile, 0o644)

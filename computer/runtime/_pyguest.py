@@ -455,6 +455,10 @@ if __name__ == "__main__":
     import faulthandler
 
     faulthandler.enable()
+    if _setup.get("leftovers"):  # a sandbox of its own: its end names what the program left running
+        import _guest_leftovers
+
+        _guest_leftovers.report_at_exit(_setup["leftovers"], _PID)
     status = _run()
     # Python's own end of a script, not ``os._exit``: it waits for the program's non-daemon threads,
     # runs its ``atexit`` functions (multiprocessing's ends the pool workers it left), flushes the

@@ -38,6 +38,7 @@ from ._beneath import cwd_problem
 from ._cgroups import cgroup_writable
 from ._codec import ChannelLimits, pack_frame
 from ._context import GUEST_OPS
+from ._leftovers import guest_report
 from ._live import LiveSandbox
 from ._live_launch import INIT_PYTHON
 from ._live_set import JobSpec, LiveCalls, LiveSandboxes
@@ -66,12 +67,13 @@ from .types import BackendInfo
 
 __all__ = ["PythonBackend"]
 
-_GUEST_DIR = "/opt/computer"
-_FLAGS = GUEST_FLAGS  # isolated, no ``site`` (see ``_pychannel``)
+_GUEST_DIR = "/opt/computer"  # the guest and msgpack; its interpreter runs GUEST_FLAGS (isolated, no site)
 
 
 class PythonBackend(LiveCalls):
     """Runs Python source in a sandbox; ``import workspace`` reaches the workspace filesystem."""
+
+    background_advice = ""  # said after what a run per call left running (``_leftovers``), as the shell's
 
     def __init__(
         self,
@@ -97,10 +99,9 @@ class PythonBackend(LiveCalls):
         warm_sandboxes: int = 4,
     ) -> None:
         """``unprivileged``: as root, programs run as an unprivileged host user (see ``Sandbox``).
-        ``mount_root`` is mirrored (the default cwd); the sync settings are the shell backend's, and so
-        are ``live``, ``live_idle`` and ``live_lifetime``. ``warm_guests``: what is started ahead per
-        warm mirror (a live sandbox, or with ``live=False`` a guest interpreter; 0: none), at most
-        ``warm_sandboxes`` in all."""
+        ``mount_root`` is mirrored (the default cwd); the sync settings are the shell's, as are ``live``,
+        ``live_idle``, ``live_lifetime``. ``warm_guests``: what is started ahead per warm mirror (a live
+        sandbox, or with ``live=False`` a guest interpreter; 0: none), at most ``warm_sandboxes`` in all."""
         self.mount_root = canonical(mount_root)
         if self.mount_root == "/":
             raise ValueError("mount_root cannot be / (the sandbox needs its own /usr, /tmp…)")
@@ -177,7 +178,7 @@ class PythonBackend(LiveCalls):
                     if self.live
                     else "when the run ends (anything left out is listed in skipped with the reason). "
                     "Each run has a sandbox of its own: a process started with subprocess.Popen ends "
-                    "with the run. "
+                    "with the run (its stderr names them). "
                 )
                 + "`import workspace` gives synchronous functions acting on the "
                 "workspace at once: "
@@ -203,7 +204,7 @@ class PythonBackend(LiveCalls):
         import time
 
         start = time.perf_counter()
-        subprocess.run([self._base, *_FLAGS, "-c", "pass"], capture_output=True, check=False)
+        subprocess.run([self._base, *GUEST_FLAGS, "-c", "pass"], capture_output=True, check=False)
         interpreter = (time.perf_counter() - start) * 1000
         return self.sandbox.probe_ms(runs=1) + interpreter
 
@@ -273,6 +274,7 @@ class PythonBackend(LiveCalls):
             "chdir": chdir,
             "limits": dataclasses.asdict(self.limits),
             "environ": held_back(request.env),
+            "leftovers": guest_report(self),  # with live=False: name what the run left running
         }
 
     async def run(self, request: ExecRequest, ctx: ExecContext) -> AsyncIterator[ExecEvent]:
@@ -472,7 +474,7 @@ class PythonBackend(LiveCalls):
         name = f"ahead-{self._ahead}"
         host_end, guest_end = socket.socketpair()
         env = {**self._guest_env({}), "COMPUTER_CHANNEL_FD": "3", "COMPUTER_EXEC_ID": name}
-        argv = [self.python, *_FLAGS, "-u", self._guest]
+        argv = [self.python, *GUEST_FLAGS, "-u", self._guest]
         try:
             job = await sandbox.start_job(
                 name, argv, cwd="/tmp", env=env, stdin=None, fds=[guest_end.detach()], ahead=True

@@ -350,7 +350,8 @@ def test_tool_exec_exits_with_the_command_s_own_code_and_still_prints_the_result
         "backend": "shell", "id": "", "status": "failed", "exitCode": 3, "stdout": "hi\n", "stderr": "",
     }  # fmt: skip
     raised = run_cli(["tool", "x1", "exec", '{"backend": "python", "command": "1/0"}'], env=env)
-    assert raised.returncode == 1 and "ZeroDivisionError" in json.loads(raised.stdout)["stderr"], raised.stderr
+    assert raised.returncode == 1, raised.stderr
+    assert "ZeroDivisionError" in json.loads(raised.stdout)["stderr"]
     timed_out = run_cli(["tool", "x1", "exec", '{"command": "sleep 30", "timeout": 0.5}'], env=env)
     assert timed_out.returncode == 124 and json.loads(timed_out.stdout)["timedOut"], timed_out.stderr
     passed = run_cli(["tool", "x1", "exec", "--command", "true"], env=env)

@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import secrets
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 import computer
-from computer.runtime import ShellBackend
-from computer.runtime._leftovers import ENDED_NOTE
+from computer.runtime import PythonBackend, ShellBackend
+from computer.runtime._leftovers import ENDED_NOTE, guest_report
 
 
 def _host_processes_naming(marker: str) -> list[int]:
@@ -120,3 +121,57 @@ async def test_a_live_sandbox_keeps_them_and_says_nothing() -> None:
         result = await (await ws.runtime.exec("sleep 1000 & echo $! > pid")).result()
         assert ENDED_NOTE not in result.stderr
         assert [p.command for p in await ws.runtime.processes()] == ["sleep 1000"]
+
+
+@pytest.fixture(scope="module")
+def python_backend() -> PythonBackend:
+    made = PythonBackend(live=False, warm_guests=0)
+    if not made.sandbox.bwrap:
+        pytest.skip("the report needs bubblewrap's pid namespace")
+    return made
+
+
+async def test_a_python_run_per_call_names_the_popen_children_that_end_with_it(
+    python_backend: PythonBackend, tmp_path: Path
+) -> None:
+    """A python run of a sandbox of its own ended its ``subprocess.Popen`` children in silence: an
+    agent's next run found no server and no word why. Each step its own exec, as an agent makes them."""
+    seconds = f"{secrets.randbelow(10**6) + 10**6}"
+    python_backend.background_advice = "keep it with `computer shell w`"
+    async with computer.Workspace(str(tmp_path / "ws.sqlite"), backends=[python_backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        started = await (
+            await ws.runtime.exec(
+                "import subprocess, sys\n"
+                f"subprocess.Popen(['sleep', '{seconds}'])\n"
+                "subprocess.Popen(['python3', '-c', 'import time; time.sleep(1000)'])\n"
+                "print('started'); sys.exit(3)\n"
+            )
+        ).result()
+        assert (started.exit_code, started.stdout) == (3, "started\n")
+        note = started.stderr.splitlines()
+        assert len(note) == 1, started.stderr
+        assert note[0].startswith(f"{ENDED_NOTE} 2 processes running in the background, ended with it")
+        assert (
+            f"sleep {seconds} (pid " in note[0]
+            and "python3 -c import time; time.sleep(1000) (pid " in note[0]
+        )
+        assert "PythonBackend(live=False)" in note[0] or "cgroup v1 freezer" in note[0]
+        assert _host_processes_naming(seconds) == []  # true: they are gone
+        quiet = [
+            "print('x')",  # nothing started
+            "import subprocess\nsubprocess.run(['true'])",  # waited for
+            "import multiprocessing as m\nif __name__ == '__main__':\n    with m.get_context('spawn').Pool(1) as p:\n        print(p.map(abs, [-1]))",
+            "import os\nif os.fork() == 0:\n    print('child')\nelse:\n    os.wait()",  # a fork that ends first
+        ]
+        for source in quiet:
+            result = await (await ws.runtime.exec(source)).result()
+            assert result.exit_code == 0 and ENDED_NOTE not in result.stderr, (source, result)
+        # a fork still running at the end is named; the forked child itself says nothing
+        forked = await (
+            await ws.runtime.exec("import os, time\nif os.fork() == 0:\n    time.sleep(1000)")
+        ).result()
+        assert forked.stderr.count(ENDED_NOTE) == 1, forked.stderr
+        assert "1 process running in the background" in forked.stderr
+        assert "a process the program forked (pid " in forked.stderr
+    assert guest_report(SimpleNamespace(live=True, sandbox=python_backend.sandbox)) is None  # live: kept
