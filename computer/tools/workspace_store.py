@@ -2,13 +2,32 @@
 
 from __future__ import annotations
 
+import errno
 from collections.abc import AsyncIterator, Hashable
 
+from ..runtime._protected import refuse_protected_change
 from ..storage.paths import canonical, split
 from ..surface import LocksSurface, WorkspaceSurface
 from .file_store import FileStoreStat
 
-__all__ = ["WorkspaceFileStore"]
+__all__ = ["SYSTEM_DIR", "WorkspaceFileStore", "system_refused"]
+
+# The workspace's own bookkeeping (SPEC section 1: exec output lives under ``/.computer/output``; the
+# runs' journal ``/.computer/exec``, pull staging ``/.computer/sync``, an agent's ``/.computer/agent``).
+SYSTEM_DIR = "/.computer"
+
+
+def system_refused(path: str) -> PermissionError:
+    """What a tool's change under :data:`SYSTEM_DIR` gets (the tools answer it as ``{"error": ...}``)."""
+    return PermissionError(
+        errno.EACCES,
+        f"Permission denied: {SYSTEM_DIR} is the workspace's own (run journal, output logs): the tools "
+        "read it but do not change it; write under /workspace",
+        path,
+    )
+
+
+_SYSTEM = {SYSTEM_DIR: system_refused}
 
 
 class WorkspaceFileStore:
@@ -17,6 +36,15 @@ class WorkspaceFileStore:
     ``lock_identity`` derives from ``workspace.id``, so every store over one workspace, in any process,
     has the same identity. ``read_chunks`` is one ranged ``fs.stream`` call: a continuation never
     transfers the bytes before it.
+
+    Decision: ``write`` and ``remove`` refuse a change under ``/.computer`` (or of ``/``), checked where
+    the path really leads (symlinks followed, as the change would follow them; ``runtime._protected``).
+    It holds the runtime's journal (the records ``get_exec`` trusts after a restart: a ``write`` there
+    rewrote a run's outcome), the saved output logs the exec tool points to, pull staging and an
+    agent's state; the SPEC names it the exec output's place, never the user's. Reads stay allowed (an
+    exec result says ``Full output: /.computer/output/...``: ``read`` and ``grep`` open it). Only the
+    tools: ``workspace.fs`` is the owner's API, through which the runtime writes there, and a python
+    run's ``workspace`` module is already refused the journal (``runtime._context``).
     """
 
     def __init__(self, workspace: WorkspaceSurface) -> None:
@@ -51,6 +79,7 @@ class WorkspaceFileStore:
 
     async def write(self, path: str, data: bytes, mode: int | None = None) -> None:
         """Write ``data``; missing parent directories are created (only when the first attempt needs them)."""
+        await refuse_protected_change(self._fs, "write_file", {"path": path}, _SYSTEM)
         try:
             await self._fs.write_file(path, data, mode=mode)
         except FileNotFoundError:
@@ -63,6 +92,7 @@ class WorkspaceFileStore:
         return await self._fs.readlink(path)
 
     async def remove(self, path: str, recursive: bool = False, force: bool = False) -> None:
+        await refuse_protected_change(self._fs, "rm", {"path": path}, _SYSTEM)
         await self._fs.rm(path, recursive=recursive, force=force)
 
     def __repr__(self) -> str:
