@@ -118,7 +118,8 @@ def demo(
 
 @app.command(
     help="Call one tool on a workspace and print its result as JSON (exit 1 if the tool reports an "
-    f"error). `computer tool NAME TOOL --help` describes TOOL. {IN_PROCESS}",
+    "error; exec of a command that failed: the command's exit code). `computer tool NAME TOOL --help` "
+    f"describes TOOL. {IN_PROCESS}",
     context_settings={"help_option_names": [], "ignore_unknown_options": True},
 )
 def tool(

@@ -197,7 +197,7 @@ async def run_shell(
     if command is not None:
         backends = ("shell",) if runs_exec(command) else False
     live = command is None  # one line: a sandbox per run (see ``_inprocess``)
-    async with open_workspace(options, name, backends=backends, assets=False, live=live) as workspace:
+    async with open_workspace(options, name, backends=backends, assets=True, live=live) as workspace:
         shell = WorkspaceShell(workspace, console)
         await workspace.fs.mkdir(shell.cwd, recursive=True)  # the user root; exec runs below it
         if command is not None:

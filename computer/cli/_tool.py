@@ -120,14 +120,16 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
 
     In process, only ``exec`` gets the exec backends (with a sandbox per run: one run, then the
     command ends), and only the one it runs on when that one alone answers it alike (:func:`exec_backends`);
-    only ``publish`` gets the share-link publisher: the other tools do not depend on them, and building
-    them would cost most of the command's time.
+    only ``publish`` and ``exec`` get the share-link publisher (made at its first share, so an exec
+    that shares nothing pays nothing; without it the sandbox's ``assets publish FILE`` answered "this
+    workspace has no assets publisher"): the other tools do not depend on them, and building them
+    would cost most of the command's time.
     """
     from ..tools import create_tools
 
     backends = exec_backends(args) if tool == "exec" else False
     async with open_workspace(
-        options, name, backends=backends, assets=tool == "publish", live=False
+        options, name, backends=backends, assets=tool in ("exec", "publish"), live=False
     ) as workspace:
         tools = create_tools(workspace)
         if tool not in tools:

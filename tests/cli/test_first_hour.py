@@ -361,3 +361,21 @@ def test_tool_exec_exits_with_the_command_s_own_code_and_still_prints_the_result
     assert missing.returncode == 1 and "error" in json.loads(missing.stdout), missing.stderr
     unshared = run_cli(["tool", "x1", "publish", "--path", "/workspace/none"], env=env)
     assert unshared.returncode == 1 and json.loads(unshared.stdout)["ok"] is False, unshared.stderr
+
+
+def test_assets_publish_in_a_one_call_exec_and_in_the_shell_prints_a_link(tmp_path: Path) -> None:
+    """The sandbox's ``assets publish FILE`` answered "this workspace has no assets publisher" from
+    ``computer tool NAME exec`` and ``computer shell NAME``: only the publish tool got a publisher."""
+    env = cli_env(tmp_path)
+    ran = run_cli(
+        ["tool", "p1", "exec", "--command", "echo report > r.txt; assets publish r.txt 5m"], env=env
+    )
+    assert ran.returncode == 0, ran.stdout
+    link = json.loads(ran.stdout)["stdout"].strip()
+    assert link.startswith("http://127.0.0.1:8787/") and link.endswith("/r.txt"), ran.stdout
+    shell = run_cli(["shell", "p1", "-c", "!assets publish r.txt"], env=env)
+    assert shell.returncode == 0 and shell.stdout.strip().endswith("/r.txt"), (shell.stdout, shell.stderr)
+    assert "no assets publisher" not in shell.stdout + shell.stderr
+    # the link is recorded: rm says it deletes both
+    removed = run_cli(["rm", "p1", "--yes"], env=env)
+    assert removed.returncode == 0 and "2 share link(s)" in removed.stdout, removed.stdout
