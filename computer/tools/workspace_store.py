@@ -5,7 +5,7 @@ from __future__ import annotations
 import errno
 from collections.abc import AsyncIterator, Hashable
 
-from ..runtime._protected import refuse_protected_change
+from ..runtime import refuse_protected_change
 from ..storage.paths import canonical, split
 from ..surface import LocksSurface, WorkspaceSurface
 from .file_store import FileStoreStat
