@@ -56,7 +56,8 @@ async def test_the_tools_read_the_journal_and_logs_but_cannot_change_them(
         assert not await ws.fs.exists("/.computer/exec/new.json")
         # the link itself is the workspace's: removing it is allowed (it does not follow the link)
         assert (await tools["delete"].run({"path": "/workspace/sys"})) == {"deleted": "/workspace/sys"}
-        assert (await tools["write"].run({"path": "/workspace/ok.txt", "content": "ok"}))["bytesWritten"] == 2
+        for path in ("/workspace/ok.txt", "/.computers/x", "/workspace/.computer/exec/y.json"):  # not in it
+            assert (await tools["write"].run({"path": path, "content": "ok"}))["bytesWritten"] == 2, path
         # the owner's own API is not the tools': the runtime and the user still write there
         await ws.fs.write_file("/.computer/note.txt", "mine")
     async with Workspace(db, backends=[shell]) as again:
