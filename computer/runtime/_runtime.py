@@ -392,8 +392,7 @@ class Runtime:
     async def _kill(self, run: ExecRun) -> None:
         if not run.done:
             run.killed = True
-            # (a task of a loop closed under its run: nothing runs there, and a cancel raised there)
-            if run.consumer is not None and not run.consumer.get_loop().is_closed():
+            if run.consumer is not None:
                 run.consumer.cancel()
         await run.result()
 
