@@ -27,7 +27,9 @@ from computer.runtime import PythonBackend, ShellBackend
 
 from ._live_support import host_pids_with
 
-MARK = "sleep 31337.5"  # a background process, found on the host by its command line
+# A background process, found on the host by its command line: this test process's own (a run of
+# these tests in another worktree at once saw, and its teardown killed, this one's).
+MARK = f"sleep 31337.{os.getpid():07d}"
 
 
 def seen(predicate: Any) -> bool:
