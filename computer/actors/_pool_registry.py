@@ -10,7 +10,7 @@ A pool's description (its backend's ``BackendInfo``) is published once in Ray's 
 that owners opening a workspace read it without an actor call (:func:`published_info`); the first
 owner asks a ready worker for it: awaited on its loop where the owner opens from a coroutine (an
 owner host: :func:`described_async`), blocking where the constructor is all there is (a dedicated
-owner actor, a user's ``WorkspaceHost``: :func:`described`).
+owner actor, a user's ``WorkspaceHost``: :func:`described`, the same coroutine run on a thread).
 
 A worker reserves ``num_cpus`` and ``memory`` from Ray: a pool wanting more than the cluster has
 leaves pending actors, which Ray's autoscaler reads as demand and answers with nodes from
@@ -21,6 +21,7 @@ free) and asks for it softly: a node that filled up meanwhile sends the worker e
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -167,36 +168,24 @@ def _first_ready(view: PoolView, backend: str) -> str:
 
 
 def described(backend: str, scaler: Callable[[], Any]) -> BackendInfo:
-    """The pool's description: the published one, else asked of a ready worker (waiting up to
-    :data:`INFO_TIMEOUT` for one; ``scaler()``: the control loop's handle) and published.
-
-    Blocking, once per cluster: ``Runtime`` needs it when the owner opens its workspace. An owner
-    opening from a coroutine awaits :func:`described_async` first instead (a blocking ``ray.get`` on
-    an async actor's loop stalls the loop, and Ray warns)."""
+    """:func:`described_async`, blocking, for a caller with no coroutine around it (``Runtime`` needs
+    the description when the owner opens its workspace: a dedicated owner's constructor, a user's
+    ``WorkspaceHost``): run to its end on a thread and an event loop of its own (the caller's thread
+    may have a loop running: an async actor's). An owner opening from a coroutine awaits
+    :func:`described_async` first instead (a blocking call on an async actor's loop stalls the loop,
+    and Ray warns)."""
     info = published_info(backend)
     if info is not None:
         return info
-    import ray
-    from ray.exceptions import RayActorError
-
-    deadline = time.monotonic() + INFO_TIMEOUT
-    for attempt in range(INFO_RETRIES + 1):
-        view: PoolView = ray.get(scaler().view.remote(backend, 1, INFO_TIMEOUT), timeout=INFO_TIMEOUT + 10)
-        name = _first_ready(view, backend)
-        try:
-            info = ray.get(worker_handle(name).info.remote(), timeout=max(1.0, deadline - time.monotonic()))
-            break
-        except (RayActorError, ValueError):  # a worker that just died: ask for another
-            if attempt == INFO_RETRIES:
-                raise
-    assert isinstance(info, BackendInfo)
-    publish_info(info)
-    return info
+    with concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="computer-describe") as thread:
+        return thread.submit(asyncio.run, described_async(backend, scaler)).result()
 
 
 async def described_async(backend: str, scaler: Callable[[], Any]) -> BackendInfo:
-    """:func:`described`, awaited: the caller's loop runs on while the pool's first worker starts
-    (up to :data:`INFO_TIMEOUT`); the handle look-ups (blocking GCS calls) run in a thread."""
+    """The pool's description: the published one, else asked of a ready worker (waiting up to
+    :data:`INFO_TIMEOUT` for one; ``scaler()``: the control loop's handle) and published, once per
+    cluster. The caller's loop runs on while the pool's first worker starts; the handle look-ups
+    (blocking GCS calls) run in a thread."""
     info = published_info(backend)
     if info is not None:
         return info

@@ -417,28 +417,40 @@ class LiveSandbox(LiveChannel, LiveJobs):
         await asyncio.shield(self._ending)
 
     async def _end(self) -> None:
+        """The one end of a sandbox, however it comes (``end``, ``abandon``, its init lost, idle or
+        lifetime): its tasks stopped, its runs told, its processes killed, then ``_wind_up``.
+
+        From another event loop while its own one is not running (``stranded``: ``abandon``, a close
+        after ``asyncio.run``) no task of that loop runs again, so nothing of it is awaited: not a
+        tick's sync in flight (it never ends: the wait was ``END_WAIT`` for nothing), not the lock (a
+        task of that loop holding it never lets it go: a close hung there for good). A closed loop's
+        tasks and futures are left alone: nobody waits on them, and a cancel or a result there raises
+        "Event loop is closed" (it stopped this end before its kill)."""
+        stranded = self.loop is not asyncio.get_running_loop() and not self.loop.is_running()
+        closed = self.loop.is_closed()
         ticker = self._ticker
         if ticker is not None and ticker is not asyncio.current_task():
-            # A tick's sync in flight ends first (bounded): cancelled, its push went on writing the
-            # mirror in its worker thread, unrecorded, and this end's pull took a file it was writing
-            # for the sandbox's change (refused, listed by the next run as a background one's lost).
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(END_WAIT):
-                    await self._tick_idle.wait()
-            ticker.cancel()
-        if self._stderr is not None:
+            if not stranded:
+                # A tick's sync in flight ends first (bounded): cancelled, its push went on writing the
+                # mirror in its worker thread, unrecorded, and this end's pull took a file it was
+                # writing for the sandbox's change (refused, listed by the next run as a background
+                # one's lost).
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(END_WAIT):
+                        await self._tick_idle.wait()
+            if not closed:
+                ticker.cancel()
+        if self._stderr is not None and not closed:
             self._stderr.cancel()
         with contextlib.suppress(Exception):
             self.loop.remove_reader(self.channel.fileno())
         try:
-            error = LiveSandboxError(f"the live sandbox ended: {self.dead}")
-            fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
+            if not closed:
+                error = LiveSandboxError(f"the live sandbox ended: {self.dead}")
+                fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
             if self.spare is not None:
                 self.spare.close()
                 self.spare = None
-            # Ended from another loop while its own one is stopped (a close after ``asyncio.run``): a
-            # tick of that loop holding the lock never lets it go (a close hung there for good).
-            stranded = self.loop is not asyncio.get_running_loop() and not self.loop.is_running()
             async with contextlib.nullcontext() if stranded else self.lock:
                 await self.process.kill_tree()
                 await self._wind_up()
@@ -446,8 +458,8 @@ class LiveSandbox(LiveChannel, LiveJobs):
             self._told_ended()
 
     async def _wind_up(self) -> None:
-        """Its processes dead: what they wrote pulled, then their pipes, logs, control files, bridge
-        and mirror let go (``_end``, ``abandon``)."""
+        """``_end``'s second half, its processes dead: what they wrote pulled, then their pipes, logs,
+        control files, bridge and mirror let go."""
         clean = False
         try:
             await offload(self.mirror, self._mapped.look, None)  # what they wrote through mappings
@@ -481,16 +493,8 @@ class LiveSandbox(LiveChannel, LiveJobs):
             self.ended_callback(self)
 
     async def abandon(self, why: str) -> None:
-        """End, from the running event loop, a sandbox whose own loop has ended (``asyncio.run`` once per
-        call): its readers, tasks and the init's transport were that loop's, so nothing of it is
-        awaited, its lock neither (a task of that loop may hold it). Its processes are killed at once,
-        what they wrote is pulled, its mirror let go; its workspace's next run says why (``unsaid``)."""
-        self.dead = self.unsaid = why
-        if self.spare is not None:
-            self.spare.close()
-            self.spare = None
-        try:
-            await offload(None, self.process.kill_now)
-            await self._wind_up()
-        finally:
-            self._told_ended()
+        """End, from the running event loop, a live sandbox whose own loop has ended (``asyncio.run``
+        once per call): ``end`` (a stranded one, see ``_end``), its workspace's next run told why
+        (``unsaid``)."""
+        self.unsaid = why
+        await self.end(why)

@@ -463,7 +463,8 @@ class Runtime:
         runs = list(self._running.values())
         for run in runs:
             run.killed = True
-            if run.consumer is not None:
+            # (a task of a loop closed under its run: nothing runs there, and a cancel raised there)
+            if run.consumer is not None and not run.consumer.get_loop().is_closed():
                 run.consumer.cancel()
         started = time.monotonic()
         for run in runs:

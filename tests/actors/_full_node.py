@@ -1,9 +1,8 @@
 """Run by test_placement.py in a subprocess: a new workspace refused by a full node goes to one with room.
 
-The head is ``ray start --head`` on loopback, its data directory on the machine's disk (the embedded
-directory lives there); the second node is ``ray start`` inside ``unshare --uts --mount`` with a
-small private tmpfs over the data directory, as a second machine with its own disk would be
-(``_node_local.py``). A task on the second node makes a workspace there and fills that node's disk;
+The cluster is ``_cluster.second_machine``: the head's data directory on the machine's disk (the
+embedded directory lives there), the second node's a small private tmpfs of its own, as a second
+machine with its own disk would be. A task on the second node makes a workspace there and fills that node's disk;
 a task there then asks for new names: each is created on the head. Before, a failed creation kept
 its claim on the full node (every later attempt, from the head too, went back there), and once it
 was dropped the full node's own callers still placed the name on their node, ENOSPC for good; now
@@ -17,9 +16,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 os.environ["RAY_AUTH_MODE"] = "disabled"
@@ -27,7 +24,7 @@ os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
 os.environ.pop("RAY_ADDRESS", None)
 
 import ray
-from _node_local import _NODE, _RAY, _free_port, start_head, stop
+from _cluster import second_machine  # this script's folder is on sys.path
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import computer
@@ -35,20 +32,6 @@ from computer.actors.naming import data_dir_key
 from computer.actors.raycompat import kv_del
 
 DISK = "16m"
-
-
-def start_full_node(address: str, data: Path) -> subprocess.Popen[bytes]:
-    """The second node: its own hostname and a small tmpfs of its own over ``data``."""
-    script = (
-        f"hostname computer-full-node && mount -t tmpfs -o size={DISK} tmpfs {data} && "
-        f"exec {_RAY} start --address={address} {_NODE}"
-    )
-    return subprocess.Popen(
-        ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
 
 def fill_the_full_node(data: str) -> str:
@@ -175,34 +158,9 @@ async def claimed_by_the_head(conf: computer.Settings, head: str, second: str) -
 
 def main(data: Path, temp: Path) -> None:
     data.mkdir(parents=True, exist_ok=True)
-    gcs_port = _free_port()
-    address = f"127.0.0.1:{gcs_port}"
-    head_proc = start_head(gcs_port, temp)
-    second_proc: subprocess.Popen[bytes] | None = None
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                ray.init(address=address, log_to_driver=False, _node_ip_address="127.0.0.1")
-                break
-            except (ConnectionError, RuntimeError):
-                assert time.monotonic() < deadline, "the head did not start"
-                time.sleep(0.5)
-        head = str(ray.get_runtime_context().get_node_id())
-        second_proc = start_full_node(address, data)
-        while True:
-            alive = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != head]
-            if alive:
-                break
-            assert time.monotonic() < deadline, "the second node did not join"
-            time.sleep(0.2)
-        asyncio.run(scenario(data, str(alive[0])))
+    with second_machine(data, temp, hostname="computer-full-node", disk=DISK) as nodes:
+        asyncio.run(scenario(data, nodes.second))
         print("OK")
-    finally:
-        ray.shutdown()
-        if second_proc is not None:
-            stop(second_proc)
-        stop(head_proc)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,7 @@
 """Run by test_placement.py in a subprocess: a second node with its own, node-local data directory.
 
-The head is ``ray start --head`` on loopback; the second node is ``ray start`` inside ``unshare --uts
---mount`` with its own hostname and a private tmpfs over the data directory, as on a real second
-machine. Both run in sessions of their own and are stopped by process group (never ``ray stop``). Workspaces are created from a task on that node; then the directory forgets (Redis flushed)
+The cluster is ``_cluster.second_machine``: a head on loopback and a second node with its own hostname
+and a private tmpfs over the data directory, as on a real second machine. Workspaces are created from a task on that node; then the directory forgets (Redis flushed)
 or was never shared (the embedded directory), the owners die, and the head opens every workspace
 again: each must come back with its bytes from the second node, never empty on the head. Then the second
 node goes down (and Redis forgets again): each of its workspaces is ``WorkspaceUnavailableError``.
@@ -14,8 +13,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -27,57 +24,13 @@ os.environ.pop("RAY_ADDRESS", None)
 
 import ray
 import redis
+from _cluster import free_port, second_machine  # this script's folder is on sys.path
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import computer
 from computer.actors import NAMESPACE, WorkspaceUnavailableError, actor_name, open_directory
 
 NAMES = [f"nl-{i}" for i in range(4)]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-_RAY = str(Path(sys.executable).with_name("ray"))
-_NODE = (
-    "--block --num-cpus=2 --node-ip-address=127.0.0.1 --object-store-memory=80000000 --disable-usage-stats"
-)
-
-
-def start_head(port: int, temp: Path) -> subprocess.Popen[bytes]:
-    command = f"{_RAY} start --head --port={port} --temp-dir={temp} --include-dashboard=false {_NODE}"
-    return subprocess.Popen(
-        command.split(), start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-
-
-def start_second_node(address: str, data: Path) -> subprocess.Popen[bytes]:
-    script = (
-        f"hostname computer-second-node && mount -t tmpfs -o size=256m tmpfs {data} && "
-        f"exec {_RAY} start --address={address} {_NODE}"
-    )
-    return subprocess.Popen(
-        ["unshare", "--uts", "--mount", "--propagation", "private", "sh", "-c", script],
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    """End a ``ray start --block`` and everything it started (its own process group)."""
-    for sig, wait in ((signal.SIGTERM, 30), (signal.SIGKILL, 10)):
-        try:
-            os.killpg(proc.pid, sig)
-            proc.wait(timeout=wait)
-            return
-        except ProcessLookupError:
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def create_on_second_node(names: list[str]) -> dict[str, str]:
@@ -188,7 +141,7 @@ async def scenario_node_down(data_dir: Path, names: list[str], *, redis_url: str
 
 def main(data: Path, temp: Path) -> None:
     data.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     server = shutil.which("redis-server") or "redis-server"
     redis_proc = subprocess.Popen(
         [
@@ -207,45 +160,17 @@ def main(data: Path, temp: Path) -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    gcs_port = _free_port()
-    address = f"127.0.0.1:{gcs_port}"
-    head_proc = start_head(gcs_port, temp)
-    second_proc: subprocess.Popen[bytes] | None = None
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                ray.init(address=address, log_to_driver=False, _node_ip_address="127.0.0.1")
-                break
-            except (ConnectionError, RuntimeError):
-                assert time.monotonic() < deadline, "the head did not start"
-                time.sleep(0.5)
-        head = str(ray.get_runtime_context().get_node_id())
-        second_proc = start_second_node(address, data)
-        while True:
-            alive = [n["NodeID"] for n in ray.nodes() if n["Alive"] and n["NodeID"] != head]
-            if alive:
-                break
-            assert time.monotonic() < deadline, "the second node did not join"
-            time.sleep(0.2)
-        second = str(alive[0])
-        asyncio.run(scenario(data / "embedded", second, redis_url=None))
-        asyncio.run(scenario(data / "redis", second, redis_url=f"redis://127.0.0.1:{port}/0"))
-        stop(second_proc)
-        second_proc = None
-        deadline = time.monotonic() + 120
-        while any(n["Alive"] for n in ray.nodes() if n["NodeID"] == second):
-            assert time.monotonic() < deadline, "the second node is still alive"
-            time.sleep(0.5)
-        for kind, url in (("embedded", None), ("redis", f"redis://127.0.0.1:{port}/0")):
-            asyncio.run(scenario_node_down(data / kind, [f"{n}-{kind}" for n in NAMES], redis_url=url))
-        print("node down: every workspace of it unavailable, none created empty")
-        print("OK")
+        with second_machine(data, temp, hostname="computer-second-node", disk="256m") as nodes:
+            second = nodes.second
+            asyncio.run(scenario(data / "embedded", second, redis_url=None))
+            asyncio.run(scenario(data / "redis", second, redis_url=f"redis://127.0.0.1:{port}/0"))
+            nodes.stop_second()
+            for kind, url in (("embedded", None), ("redis", f"redis://127.0.0.1:{port}/0")):
+                asyncio.run(scenario_node_down(data / kind, [f"{n}-{kind}" for n in NAMES], redis_url=url))
+            print("node down: every workspace of it unavailable, none created empty")
+            print("OK")
     finally:
-        ray.shutdown()
-        if second_proc is not None:
-            stop(second_proc)
-        stop(head_proc)
         redis_proc.terminate()
         redis_proc.wait(timeout=10)
 

@@ -83,3 +83,35 @@ async def test_the_first_owner_asks_a_worker_for_the_pool_description_without_bl
 
         await kill_awake_owners(("first-description",), conf)
         computer.init(data_dir=tmp_path / "other")
+
+
+def test_a_constructor_blocks_for_the_same_description_the_awaited_one_gives(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    """``described`` (a dedicated owner's constructor, a ``WorkspaceHost``'s: no coroutine around it)
+    asks a worker when nothing is published, publishes what it got, and answers from a thread whose
+    own loop runs (an async actor's constructor) as from one with none."""
+    import asyncio
+
+    import computer
+    from computer.actors import pools
+    from computer.actors._pool_registry import described, published_info
+    from computer.actors.raycompat import kv_del
+
+    computer.init(
+        data_dir=tmp_path / "data", shell_pool_size=0, shell_pool_max=1, python_pool_size=0, python_pool_max=0
+    )
+    try:
+        kv_del(b"computer:pool:info:shell")  # nothing published: a worker is asked
+        info = described("shell", pools._scaler_handle)
+        assert (info.id, info.protocol) == ("shell", "command")
+        assert published_info("shell") == info
+
+        async def in_a_running_loop() -> Any:
+            return described("shell", pools._scaler_handle)
+
+        kv_del(b"computer:pool:info:shell")
+        assert asyncio.run(in_a_running_loop()) == info
+        assert published_info("shell") == info
+    finally:
+        computer.init(data_dir=tmp_path / "other")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import os
 import threading
 import time
@@ -26,7 +27,9 @@ from computer.runtime import PythonBackend, ShellBackend
 
 from ._live_support import host_pids_with
 
-MARK = "sleep 31337.5"  # a background process, found on the host by its command line
+# A background process, found on the host by its command line: this test process's own (a run of
+# these tests in another worktree at once saw, and its teardown killed, this one's).
+MARK = f"sleep 31337.{os.getpid():07d}"
 
 
 def seen(predicate: Any) -> bool:
@@ -142,6 +145,35 @@ def test_a_close_from_a_new_loop_ends_a_sandbox_whose_stopped_loop_held_its_lock
     again = Workspace(str(tmp_path / "w.db"))
     try:
         assert asyncio.run(again.fs.read_file("/workspace/late")) == b"written after the loop stopped\n"
+        assert asyncio.run(again.fs.read_file("/workspace/a")) == b"one\n"
+    finally:
+        asyncio.run(again.close())
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
+def test_a_close_after_a_loop_closed_under_a_run_ends_the_runs_processes(tmp_path: Path) -> None:
+    """A loop closed while a run was in progress (its task never finished: ``loop.close()`` after a
+    ``run_until_complete`` of something else) leaves the run's job waiting with a callback of that
+    loop; ``asyncio.run(ws.close())`` then ends the sandbox from a new loop: the run's processes
+    killed, what they wrote pulled. Before, the end failed the job there ("Event loop is closed") and
+    stopped before its kill: the command ran on and its file never reached the workspace."""
+    ws = Workspace(str(tmp_path / "w.db"), backends=[ShellBackend()])
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(ws.fs.mkdir("/workspace", recursive=True))
+        task = loop.create_task(run(ws, f"echo one > a; {MARK}"))
+        deadline = time.monotonic() + 30
+        while not host_pids_with(MARK):
+            assert time.monotonic() < deadline and not task.done(), task
+            loop.run_until_complete(asyncio.sleep(0.05))
+    finally:
+        loop.close()  # the run's task still pending
+    asyncio.run(asyncio.wait_for(ws.close(), 60))
+    del ws, task
+    gc.collect()  # that loop's tasks and coroutines go now (warnings), not in a later test
+    assert host_pids_with(MARK) == []
+    again = Workspace(str(tmp_path / "w.db"))
+    try:
         assert asyncio.run(again.fs.read_file("/workspace/a")) == b"one\n"
     finally:
         asyncio.run(again.close())

@@ -257,8 +257,9 @@ async def test_kill_process_refuses_the_shell_waiting_for_the_next_run() -> None
         sandbox = backend._lives.get(ws.fs.instance)
         assert sandbox is not None
 
-        async def waits() -> bool:
-            return sandbox.spare is not None and sandbox.spare.task.done()
+        async def waits() -> bool:  # the shell started ahead, and the init said so (its pid)
+            spare = sandbox.spare
+            return spare is not None and spare.task.done() and spare.task.result().job.started.done()
 
         await eventually(waits, within=10.0)
         assert sandbox.spare is not None
