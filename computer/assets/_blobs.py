@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from ..runtime import offload
+from ..runtime._tasks import after_lane
 
 __all__ = ["BlobDirectory", "BlobWriter", "key_digest"]
 
@@ -98,7 +99,9 @@ class BlobDirectory:
                     left -= len(piece)
                 yield piece
         finally:
-            handle.close()
+            # On the lane, after the read: a cancelled read still runs there (closed from the loop, it
+            # failed mid-read, or its descriptor's number went to another open first).
+            after_lane(handle, handle.close, "closing a blob")
 
     async def remove(self, name: str) -> None:
         await offload(None, (self.root / name).unlink, missing_ok=True)
