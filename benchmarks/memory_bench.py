@@ -116,14 +116,16 @@ async def pull_cost(files: int) -> None:
 async def lane_threads(owners: int) -> None:
     print(f"== {owners} owners, one blocking call each in flight")
     release = threading.Event()
-    before = threading.active_count()
+    before, rss = threading.active_count(), _status()["VmRSS"]
     keys = [object() for _ in range(owners)]
     calls = [asyncio.ensure_future(offload(key, release.wait, 30)) for key in keys]
     await asyncio.sleep(0.5)
-    peak = threading.active_count() - before
+    peak, grown = threading.active_count() - before, _status()["VmRSS"] - rss
     release.set()
     await asyncio.gather(*calls)
-    print(f"  lane threads at once: {peak}")
+    print(
+        f"  lane threads at once: {peak}, RSS +{grown:.0f} MB ({grown * 1024 / max(1, peak):.0f} KB a thread)"
+    )
 
 
 async def main() -> None:
@@ -134,7 +136,8 @@ async def main() -> None:
     parser.add_argument("--lanes", action="store_true", help="also count the lanes' threads")
     parser.add_argument("--owners", type=int, default=1000)
     args = parser.parse_args()
-    await pull_cost(args.files)
+    if args.files:
+        await pull_cost(args.files)
     if args.lanes:
         await lane_threads(args.owners)
 
