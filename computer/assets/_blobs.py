@@ -19,8 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from ..runtime import offload
-from ..runtime._tasks import after_lane
+from ..runtime import after_lane, offload
 
 __all__ = ["BlobDirectory", "BlobWriter", "key_digest"]
 
