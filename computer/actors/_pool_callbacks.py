@@ -19,7 +19,23 @@ if TYPE_CHECKING:
     from ..runtime import ExecContext
     from ..workspace import Workspace
 
-__all__ = ["PoolCallbacks", "owner_token"]
+__all__ = ["PoolCallbacks", "owner_token", "unboxed"]
+
+
+def unboxed(value: Any) -> Any:
+    """A call's argument as the owner's code takes it: a buffer a worker sent out of band
+    (``_pool_context.boxed``; Ray hands it over as its own read-only buffer type) as a
+    ``memoryview`` of it, in a dict's values and a list's pieces too; anything else as it came."""
+    if isinstance(value, dict):
+        return {k: unboxed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [unboxed(v) for v in value]
+    if value is None or isinstance(value, str | bytes | bytearray | memoryview | int | float | tuple):
+        return value
+    try:
+        return memoryview(value)
+    except TypeError:
+        return value
 
 
 def owner_token() -> str:
@@ -57,7 +73,7 @@ class PoolCallbacks:
 
     async def pool_fs_call(self, op: str, args: dict[str, Any]) -> Reply:
         """One fs operation of the python backend's ``workspace`` module; results as plain values."""
-        return await self._serve(lambda: self._exec_context().fs_call(op, args), closing=True)
+        return await self._serve(lambda: self._exec_context().fs_call(op, unboxed(args)), closing=True)
 
     async def pool_sync_push(self, mirror_rev: int | None, root: str, limits: dict[str, Any]) -> Reply:
         """What a shell mirror at ``mirror_rev`` needs (``limits``: the fields of a ``SyncLimits``), encoded."""
@@ -70,7 +86,7 @@ class PoolCallbacks:
     async def pool_sync_pull(self, pull: bytes, base_rev: int) -> Reply:
         """Apply a run's changes (an encoded :class:`SyncPull`) in one transaction; a ``BatchResult``."""
         return await self._serve(
-            lambda: self._exec_context().sync_pull(decode_sync(SyncPull, pull), base_rev),
+            lambda: self._exec_context().sync_pull(decode_sync(SyncPull, unboxed(pull)), base_rev),
             background=True,
             closing=True,
         )

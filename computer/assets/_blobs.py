@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import BinaryIO
 
-from ..runtime import offload
+from ..runtime import after_lane, offload
 
 __all__ = ["BlobDirectory", "BlobWriter", "key_digest"]
 
@@ -98,7 +98,9 @@ class BlobDirectory:
                     left -= len(piece)
                 yield piece
         finally:
-            handle.close()
+            # On the lane, after the read: a cancelled read still runs there (closed from the loop, it
+            # failed mid-read, or its descriptor's number went to another open first).
+            after_lane(handle, handle.close, "closing a blob")
 
     async def remove(self, name: str) -> None:
         await offload(None, (self.root / name).unlink, missing_ok=True)

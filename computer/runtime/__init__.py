@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from ._protected import reaches_protected, refuse_protected_change
     from ._runtime import Runtime
     from ._scratch import reap_settled, release_process
-    from ._tasks import offload
+    from ._tasks import after_lane, offload
     from .python import PythonBackend
     from .shell import ShellBackend
     from .types import (
@@ -85,6 +85,7 @@ __all__ = [
     "SyncLimits",
     "SyncPull",
     "SyncPush",
+    "after_lane",
     "decode_sync",
     "encode_sync",
     "offload",
@@ -130,6 +131,7 @@ _LAZY = {
     "Runtime": "._runtime",
     "reap_settled": "._scratch",
     "release_process": "._scratch",
+    "after_lane": "._tasks",
     "offload": "._tasks",
     "PythonBackend": ".python",
     "ShellBackend": ".shell",

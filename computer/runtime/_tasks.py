@@ -15,7 +15,15 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-__all__ = ["finish_in_thread", "in_background", "in_thread", "offload", "on_loop", "run_to_completion"]
+__all__ = [
+    "after_lane",
+    "finish_in_thread",
+    "in_background",
+    "in_thread",
+    "offload",
+    "on_loop",
+    "run_to_completion",
+]
 
 log = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -139,6 +147,12 @@ async def offload(lane: object, fn: Callable[..., _T], /, *args: Any, **kwargs: 
         except RuntimeError:  # the loop has ended: nobody waits
             pass
 
+    _queue(lane, call)
+    return await future
+
+
+def _queue(lane: object, call: Callable[[], None]) -> None:
+    """``call`` queued on ``lane`` (``None``: a thread of its own)."""
     key = None if lane is None else id(lane)
     with _LANES_LOCK:
         queue = _LANES.get(key) if key is not None else None
@@ -147,7 +161,22 @@ async def offload(lane: object, fn: Callable[..., _T], /, *args: Any, **kwargs: 
             if key is not None:
                 _LANES[key] = queue
         queue.add(call)
-    return await future
+
+
+def after_lane(lane: object, work: Callable[[], object], what: str) -> None:
+    """Blocking ``work`` queued on ``lane`` after the calls queued there before it, without waiting
+    (no loop needed: a ``finally`` of a cancelled or closed generator); its failure is logged as
+    ``what`` failing. For a resource a cancelled :func:`offload` call may still use: a file closed on
+    the loop while its read ran on the lane (the read failing, or worse, the descriptor's number
+    reused by another open meanwhile)."""
+
+    def call() -> None:
+        try:
+            work()
+        except Exception as exc:
+            log.warning("%s failed: %r", what, exc)
+
+    _queue(lane, call)
 
 
 # Teardown running in the background (a reference keeps each task alive until it is done).
