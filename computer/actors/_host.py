@@ -84,6 +84,8 @@ class WorkspaceHost(PoolCallbacks):
     managed = False
     #: The actor's concurrency group for clients' liveness probes, when it was created with one.
     probe_group: str | None = None
+    #: The concurrency group of the lock calls that never wait (``_owner.CONTROL_GROUP``), when it has one.
+    control_group: str | None = None
 
     def __init__(self, name: str, *, config: Settings | dict[str, Any] | None = None) -> None:
         if isinstance(config, dict):
@@ -349,6 +351,7 @@ class WorkspaceHost(PoolCallbacks):
                 "backends": list(self.workspace.runtime.backends()),
                 "has_assets": self.workspace.assets is not None,
                 "probe_group": self.probe_group,  # where a client probes this process (None: default)
+                "control_group": self.control_group,  # where it sends lock releases (None: default)
                 # Clients re-create a managed owner with the owner's own settings, not theirs.
                 "config": self.config.model_dump(mode="json"),
             }

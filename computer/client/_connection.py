@@ -101,6 +101,8 @@ class Connection:
         self.config: Settings | None = None
         # The concurrency group the owner process answers probes on (``describe``; None: Ray's default).
         self.probe_group: str | None = None
+        # The group it serves lock releases, renewals and cancels on (``describe``; None: Ray's default).
+        self.control_group: str | None = None
         self._dead: Any = None  # actor id of a handle a call saw die: re-resolve before the next call
 
     def learn(self, info: dict[str, Any]) -> None:
@@ -110,6 +112,7 @@ class Connection:
         self.epoch = int(info["epoch"])
         self.owner_id = info.get("owner")
         self.probe_group = info.get("probe_group")
+        self.control_group = info.get("control_group")
         if info.get("config") is not None:
             try:
                 self.config = owner_settings(info["config"])
@@ -125,6 +128,7 @@ class Connection:
         retry_safe: bool = False,
         keyed: bool = False,
         on_cancel: Callable[[Any], None] | None = None,
+        control: bool = False,
     ) -> Any:
         """Call ``method`` on the owner and return its value (or raise its error).
 
@@ -132,6 +136,9 @@ class Connection:
         the call's ``ObjectRef`` to undo what the owner may have done before the cancel reached it.
         ``retry_safe``: running it twice changes nothing (reads). ``keyed``: the arguments carry an
         idempotency key, so the same owner process answers a resend with the first reply.
+        ``control``: a lock call that never waits (``_owner.CONTROL_METHODS``), sent on the owner's
+        control group when it has one, so calls waiting in every slot of its default group (lock
+        requests) do not hold it up.
         """
         deadline = time.monotonic() + _MOVED_DEADLINE
         died_once = False
@@ -140,8 +147,11 @@ class Connection:
             if self._dead is not None and self.managed and actor_id(self.handle) == self._dead:
                 await self._reresolve(self.handle)  # known dead: never send to it
             handle, group = self.handle, self.probe_group  # as one: a group goes only where it was said
+            call = getattr(handle, method)
+            if control and self.control_group is not None:
+                call = call.options(concurrency_group=self.control_group)
             sent_at = time.time()
-            ref = getattr(handle, method).remote(*args)
+            ref = call.remote(*args)
             try:
                 reply: Reply = await _answer(ref, handle, group)
             except asyncio.CancelledError:
@@ -341,7 +351,7 @@ class Connection:
             await asyncio.sleep(0.02)
         name, config = self.name, self.config
         self.handle = await asyncio.to_thread(workspace_actor, name, config=config)
-        self.probe_group = None  # until it says (another process, perhaps of another version)
+        self.probe_group = self.control_group = None  # until it says (another process, another version)
         if self._dead is not None and actor_id(self.handle) != self._dead:
             self._dead = None
         try:
@@ -447,12 +457,12 @@ def _ping(handle: Any, group: str | None) -> Any:
 
     Ray runs ``__ray_ready__`` on the actor's task thread, not on its asyncio loop (an owner whose
     loop is held by one long storage call answers it), but in a slot of the method's concurrency
-    group: a managed owner's own ``group`` (``_owner.PROBE_GROUP``, reported by ``describe``) is free
-    while calls that wait hold every slot of the default one. Only an actor created with ``group``
-    may be sent it (Ray ends a worker sent a group it lacks)."""
+    group: a managed owner's (or owner host's) own ``group`` (``_owner.PROBE_GROUP``, reported by
+    ``describe``) is free while calls that wait hold every slot of the default one. Only an actor
+    created with ``group`` may be sent it (Ray ends a worker sent a group it lacks)."""
     process = handle.host if isinstance(handle, HostedHandle) else handle
     ready = process.__ray_ready__
-    if group is not None and not isinstance(handle, HostedHandle):
+    if group is not None:
         ready = ready.options(concurrency_group=group)
     return ready.remote()
 
