@@ -28,7 +28,7 @@ from ..workspace import Workspace
 from ._backends import owner_backends
 from ._calls import CallJournal
 from ._errors import UploadLostError, WorkspaceUnavailableError
-from ._full_nodes import note_refused
+from ._full_nodes import note_created, note_refused
 from ._init import cluster_settings
 from ._lease import owner_file
 from ._nodes import current_host
@@ -122,6 +122,8 @@ class WorkspaceHost(PoolCallbacks):
                 # No room here for a new workspace: placement sends new names elsewhere for a while.
                 note_refused(self.config, self.node_id)
             raise
+        if new and not self.config.shared_data_dir:
+            note_created(self.config, self.node_id)  # room here after all: new names may come again
         # Lock tokens carry this owner's epoch: a token is never handed out twice, even across restarts.
         self.workspace.locks.epoch = self.epoch
         self._reserve.keep()
