@@ -63,9 +63,12 @@ _SETTINGS_KEPT = 64  # owners' settings remembered per process (one per distinct
 # before, a client waited as long as the owner stayed stopped, and so did ``get_workspace``. An owner
 # being created or restarted answers no call, probes included, until its constructor ends (an open
 # waiting for the file's lock, a migration, a slow process start): Ray's actor table tells it apart,
-# and the call keeps waiting (Ray reports a creation that fails).
+# and the call keeps waiting (Ray reports a creation that fails), for STARTING_TIMEOUT at most: a
+# constructor that never ends (its process stopped with SIGSTOP while it ran, wedged) was waited for
+# forever; past that bound the call fails as a silent owner's does, saying the owner never started.
 PROBE_AFTER = 5.0
 PROBE_TIMEOUT = 30.0
+STARTING_TIMEOUT = 300.0
 # Ray's states of an actor whose constructor runs (or will): it answers nothing yet, stopped or not.
 _STARTING = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION", "RESTARTING"})
 _settings_seen: OrderedDict[str, Settings] = OrderedDict()
@@ -159,14 +162,11 @@ class Connection:
                 if on_cancel is not None:
                     on_cancel(ref)
                 raise
-            except _Silent:
+            except _Silent as silent:
                 _cancel(ref)
                 if on_cancel is not None:  # given up as if cancelled: undo what it may yet do there
                     on_cancel(ref)
-                detail = (
-                    f"its owner did not answer for {PROBE_AFTER + PROBE_TIMEOUT:g} s during {method}, nor "
-                    "a probe (its process is stopped or wedged)"
-                )
+                detail = silent.detail(method)
                 if retry_safe:
                     raise self._unavailable(detail) from None
                 raise OutcomeUnknownError(
@@ -303,11 +303,8 @@ class Connection:
                 died_once = True
             except RayError as exc:  # never a raw Ray exception (an object lost, a system error)
                 raise self._unavailable(f"{method} failed in Ray ({type(exc).__name__})") from exc
-            except _Silent:
-                raise self._unavailable(
-                    f"its owner did not answer for {PROBE_AFTER + PROBE_TIMEOUT:g} s during {method}, nor "
-                    "a probe (its process is stopped or wedged)"
-                ) from None
+            except _Silent as silent:
+                raise self._unavailable(silent.detail(method)) from None
             finally:
                 _cancel(gen)
             await self._reresolve(handle, backoff=retry)
@@ -382,7 +379,23 @@ def _creation_failure(name: str, exc: BaseException) -> OSError:
 
 
 class _Silent(Exception):
-    """The owner's process answered neither a call nor a probe in time (see ``PROBE_TIMEOUT``)."""
+    """The owner's process answered neither a call nor a probe in time (see ``PROBE_TIMEOUT``), or
+    its constructor did not end within ``STARTING_TIMEOUT`` (``starting``: how long it was seen so)."""
+
+    def __init__(self, starting: float | None = None) -> None:
+        super().__init__(starting)
+        self.starting = starting
+
+    def detail(self, method: str) -> str:
+        if self.starting is not None:
+            return (
+                f"its owner's process did not finish starting (its constructor ran {self.starting:.0f} s "
+                f"and more) during {method}: stopped or wedged while it opened the workspace"
+            )
+        return (
+            f"its owner did not answer for {PROBE_AFTER + PROBE_TIMEOUT:g} s during {method}, nor "
+            "a probe (its process is stopped or wedged)"
+        )
 
 
 async def _answer(ref: Any, handle: Any, group: str | None) -> Any:
@@ -399,7 +412,7 @@ async def _answer(ref: Any, handle: Any, group: str | None) -> Any:
     except asyncio.CancelledError:
         current = asyncio.current_task()
         if watch.get("silent") and (current is None or not current.cancelling()):
-            raise _Silent from None  # woken by the watch, not cancelled by the caller
+            raise _Silent(watch.get("starting")) from None  # woken by the watch, not the caller
         raise
     finally:
         timer.cancel()
@@ -417,8 +430,9 @@ async def _watch(call: asyncio.Future[Any], handle: Any, watch: dict[str, Any]) 
     """Probe the owner's process every ``PROBE_AFTER`` while ``call`` is pending; one probe left
     unanswered ``PROBE_TIMEOUT`` by a running process marks the call silent and wakes its waiter
     (``call`` is this client's own future: cancelling it leaves the call in Ray alone). A process
-    being created or restarted is waited for, its probe kept pending."""
+    being created or restarted is waited for, its probe kept pending, ``STARTING_TIMEOUT`` at most."""
     probe: asyncio.Future[Any] | None = None
+    starting_since: float | None = None
     try:
         while not call.done():
             if probe is None:
@@ -430,7 +444,13 @@ async def _watch(call: asyncio.Future[Any], handle: Any, watch: dict[str, Any]) 
                 probe.exception()  # retrieved: a dead owner is the call's to report
                 probe = None
                 await asyncio.wait({call}, timeout=PROBE_AFTER)
-            elif not call.done() and not await asyncio.to_thread(_starting, handle):
+            elif not call.done():
+                if await asyncio.to_thread(_starting, handle):
+                    now = time.monotonic()
+                    starting_since = now if starting_since is None else starting_since
+                    if now - starting_since < STARTING_TIMEOUT:
+                        continue
+                    watch["starting"] = now - starting_since + PROBE_TIMEOUT
                 watch["silent"] = True
                 call.cancel()
                 return
