@@ -30,7 +30,7 @@ from ._calls import CallJournal
 from ._errors import UploadLostError, WorkspaceUnavailableError
 from ._full_nodes import note_created, note_refused
 from ._init import cluster_settings
-from ._lease import owner_file
+from ._lease import forget_failed_creation, owner_file
 from ._nodes import current_host
 from ._pool_callbacks import PoolCallbacks
 from ._reserve import DiskReserve
@@ -118,6 +118,8 @@ class WorkspaceHost(PoolCallbacks):
                 )
                 self._open_store(path)
         except OSError as exc:
+            if new:  # nothing of it was written: leave neither its file nor its record
+                forget_failed_creation(self._directory, self.name, self.owner_id, path)
             if new and exc.errno in (errno.ENOSPC, errno.EDQUOT) and not self.config.shared_data_dir:
                 # No room here for a new workspace: placement sends new names elsewhere for a while.
                 note_refused(self.config, self.node_id)
