@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 
 from ..config import Settings
 from ._host import WorkspaceHost
+from .wire import moved
 
 __all__ = ["CONTROL_GROUP", "CONTROL_METHODS", "CONTROL_SLOTS", "PROBE_GROUP", "OwnerActor"]
 
@@ -67,7 +68,14 @@ class OwnerActor(WorkspaceHost):
         own = self._own_loop
         if own is None or own is asyncio.get_running_loop():
             return await call
-        return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(_awaited(call), own))
+        try:
+            handed = asyncio.run_coroutine_threadsafe(_awaited(call), own)
+        except RuntimeError:  # its loop closed: the owner is exiting and did not run the call
+            close = getattr(call, "close", None)
+            if close is not None:
+                close()  # never awaited: no warning
+            return moved(self.name, True)  # type: ignore[return-value]
+        return await asyncio.wrap_future(handed)
 
     async def lock_cancel(self, holder: str) -> Any:
         return await self._on_own_loop(super().lock_cancel(holder))
