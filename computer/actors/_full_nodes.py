@@ -18,24 +18,43 @@ free-space figure says nothing of what a creation will need (SQLite's file, its 
 reserve beside it) and would take a probe of every node for every new name; a mark costs one
 key-value read per new name and one write per refusal. A mark ends on its own (the disk may have been
 freed meanwhile): a full node then refuses one creation more and is marked again.
+
+Clocks: the mark holds the marking process's wall time, so a reader whose clock is behind the
+marker's saw it last longer by that skew (a node freed was skipped longer). A reader also times a
+mark from its own first sight of it (monotonic): a mark lasts at most :data:`FULL_REMEMBERED` after a
+process first saw it, whatever the clocks say. And a node that creates a new workspace (every node
+full: it was asked anyway; a disk freed) drops its mark at once (:func:`note_created`).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import zlib
 
 from ..config import Settings
 from .naming import data_dir_key
-from .raycompat import kv_get, kv_put
+from .raycompat import kv_del, kv_get, kv_put
 
-__all__ = ["FULL_REMEMBERED", "node_for_new", "note_refused", "place_elsewhere", "refused_recently"]
+__all__ = [
+    "FULL_REMEMBERED",
+    "node_for_new",
+    "note_created",
+    "note_refused",
+    "place_elsewhere",
+    "refused_recently",
+]
 
 log = logging.getLogger(__name__)
 
 # How long a node that refused a creation for lack of space is skipped for new names (seconds).
 FULL_REMEMBERED = 60.0
+_SIGHTS_KEPT = 1024
+
+# Marks this process has seen: key -> (the mark's value, this process's monotonic time at first sight).
+_sighted: dict[bytes, tuple[bytes, float]] = {}
+_sighted_lock = threading.Lock()
 
 
 def _key(config: Settings, node: str) -> bytes:
@@ -50,21 +69,51 @@ def note_refused(config: Settings, node: str) -> None:
     if not ray.is_initialized():
         return
     try:
-        kv_put(_key(config, node), repr(time.time() + FULL_REMEMBERED).encode())
+        # "<end by this clock> <how long>": a reader times the second from its own first sight.
+        kv_put(_key(config, node), f"{time.time() + FULL_REMEMBERED!r} {FULL_REMEMBERED!r}".encode())
         log.warning("node %s has no room for a new workspace: new names go elsewhere for a while", node[:12])
     except Exception:  # a mark is a hint: its loss costs one more refusal, never the caller's error
         log.warning("could not mark node %s as full", node[:12], exc_info=True)
 
 
+def note_created(config: Settings, node: str) -> None:
+    """``node`` just created a new workspace: it has room, so its mark (if any) ends now."""
+    import ray
+
+    if not ray.is_initialized():
+        return
+    try:
+        key = _key(config, node)
+        if kv_get(key) is not None:
+            kv_del(key)
+            log.info("node %s created a new workspace: it takes new names again", node[:12])
+    except Exception:  # a mark is a hint: it ends on its own
+        log.warning("could not clear the full mark of node %s", node[:12], exc_info=True)
+
+
 def refused_recently(config: Settings, node: str) -> bool:
-    """Whether ``node`` refused a creation for lack of space within :data:`FULL_REMEMBERED`."""
-    raw = kv_get(_key(config, node))
+    """Whether ``node`` refused a creation for lack of space within :data:`FULL_REMEMBERED`: by the
+    marker's clock, and never longer than that after this process first saw the mark."""
+    key = _key(config, node)
+    raw = kv_get(key)
     if raw is None:
         return False
     try:
-        return float(raw.decode()) > time.time()
-    except ValueError:
+        fields = raw.decode().split()
+        end = float(fields[0])
+        lasts = float(fields[1]) if len(fields) > 1 else FULL_REMEMBERED
+    except (ValueError, IndexError):
         return False
+    if end <= time.time():
+        return False
+    now = time.monotonic()
+    with _sighted_lock:
+        seen = _sighted.get(key)
+        if seen is None or seen[0] != raw:
+            if len(_sighted) >= _SIGHTS_KEPT:
+                _sighted.clear()
+            seen = _sighted[key] = (raw, now)
+    return now - seen[1] < lasts
 
 
 def node_for_new(config: Settings, name: str, here: str, alive: dict[str, str]) -> str:

@@ -28,9 +28,9 @@ from ..workspace import Workspace
 from ._backends import owner_backends
 from ._calls import CallJournal
 from ._errors import UploadLostError, WorkspaceUnavailableError
-from ._full_nodes import note_refused
+from ._full_nodes import note_created, note_refused
 from ._init import cluster_settings
-from ._lease import owner_file
+from ._lease import forget_failed_creation, owner_file
 from ._nodes import current_host
 from ._pool_callbacks import PoolCallbacks
 from ._reserve import DiskReserve
@@ -84,6 +84,8 @@ class WorkspaceHost(PoolCallbacks):
     managed = False
     #: The actor's concurrency group for clients' liveness probes, when it was created with one.
     probe_group: str | None = None
+    #: The concurrency group of the lock calls that never wait (``_owner.CONTROL_GROUP``), when it has one.
+    control_group: str | None = None
 
     def __init__(self, name: str, *, config: Settings | dict[str, Any] | None = None) -> None:
         if isinstance(config, dict):
@@ -116,10 +118,14 @@ class WorkspaceHost(PoolCallbacks):
                 )
                 self._open_store(path)
         except OSError as exc:
+            if new:  # nothing of it was written: leave neither its file nor its record
+                forget_failed_creation(self._directory, self.name, self.owner_id, path)
             if new and exc.errno in (errno.ENOSPC, errno.EDQUOT) and not self.config.shared_data_dir:
                 # No room here for a new workspace: placement sends new names elsewhere for a while.
                 note_refused(self.config, self.node_id)
             raise
+        if new and not self.config.shared_data_dir:
+            note_created(self.config, self.node_id)  # room here after all: new names may come again
         # Lock tokens carry this owner's epoch: a token is never handed out twice, even across restarts.
         self.workspace.locks.epoch = self.epoch
         self._reserve.keep()
@@ -349,6 +355,7 @@ class WorkspaceHost(PoolCallbacks):
                 "backends": list(self.workspace.runtime.backends()),
                 "has_assets": self.workspace.assets is not None,
                 "probe_group": self.probe_group,  # where a client probes this process (None: default)
+                "control_group": self.control_group,  # where it sends lock releases (None: default)
                 # Clients re-create a managed owner with the owner's own settings, not theirs.
                 "config": self.config.model_dump(mode="json"),
             }

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..config import Settings
 from ._errors import WorkspaceUnavailableError
-from ._owner import OwnerActor
+from ._owner import CONTROL_GROUP, CONTROL_SLOTS, PROBE_GROUP, OwnerActor
 from .naming import HOST_PREFIX, NAMESPACE, data_dir_key, host_actor_name, host_index
 from .raycompat import kv_get, kv_put_new
 
@@ -125,7 +125,10 @@ def _host_class() -> Any:
 
         from ._hosts import OwnerHost
 
-        _remote_class = ray.remote(OwnerHost)
+        # A probe of a host whose 100,000 slots wait (lock requests...) must not wait with them, nor a
+        # lock holder's release (``tests/reliability/test_saturated_owner.py``).
+        groups = {PROBE_GROUP: 1, CONTROL_GROUP: CONTROL_SLOTS}
+        _remote_class = ray.remote(concurrency_groups=groups)(OwnerHost)  # type: ignore[call-overload]
     return _remote_class
 
 
@@ -206,7 +209,12 @@ def hosted_owner(name: str, config: Settings) -> HostedHandle:
                     num_cpus=0,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
                 )
-                .remote(config.model_dump(mode="json"), host_name)
+                .remote(
+                    config.model_dump(mode="json"),
+                    host_name,
+                    probe_group=PROBE_GROUP,
+                    control_group=CONTROL_GROUP,
+                )
             )
             return HostedHandle(host, name, host_name)
         except ValueError:

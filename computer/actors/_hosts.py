@@ -31,8 +31,8 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Sequence
+from typing import Any, TypeVar
 
 from ..config import Settings, configure
 from ..runtime import offload
@@ -57,7 +57,7 @@ from ._host_placement import (
     release_unborn_claim,
 )
 from ._loop_thread import LoopClosedError, LoopThread, SharedThreadPool
-from ._owner import OwnerActor
+from ._owner import CONTROL_METHODS, OwnerActor
 from ._pool_callbacks import owner_token
 from ._small_calls import small_call
 from .directory import Directory, LeaseRenewal, open_directory, renew_leases
@@ -81,6 +81,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # The interpreter hands the GIL over this often (seconds; CPython's default is 5 ms): a workspace
 # busy in Python code delays a neighbour's call by at most about this much per hand-over.
@@ -108,6 +109,12 @@ class HostedWorkspace(OwnerActor):
         self._thread = thread
         self._left = False
         super().__init__(name, config)
+        # The host's groups (a host of an older version has none: the default group then).
+        self.probe_group = host.probe_group
+        self.control_group = host.control_group
+
+    async def _on_own_loop(self, call: Awaitable[T]) -> T:
+        return await call  # the host's ``ws_call`` hands every call to this workspace's loop
 
     def _configure(self, config: Settings) -> Settings:
         return config  # the host's, which configured the process once (every workspace here shares it)
@@ -163,8 +170,19 @@ async def _construct(name: str, config: Settings, host: OwnerHost, thread: LoopT
 class OwnerHost:
     """The owner of many workspaces of one data directory on one node (a detached async Ray actor)."""
 
-    def __init__(self, config: dict[str, Any], host_name: str) -> None:
+    def __init__(
+        self,
+        config: dict[str, Any],
+        host_name: str,
+        *,
+        probe_group: str | None = None,
+        control_group: str | None = None,
+    ) -> None:
         sys.setswitchinterval(SWITCH_INTERVAL)
+        # The concurrency groups it was created with (``_owner.PROBE_GROUP``, ``CONTROL_GROUP``): its
+        # workspaces' ``describe`` tells clients, which send probes and lock releases there.
+        self.probe_group = probe_group
+        self.control_group = control_group
         # The process's settings, once for every workspace it will own (building them from the
         # environment costs ~4.5 ms of CPU on the loaded 2-core machine: not at every wake).
         self.config = configure(**config)
@@ -326,6 +344,11 @@ class OwnerHost:
 
     async def ws_call(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call owner RPC ``method`` of workspace ``name``, opening it here first if it is asleep."""
+        if asyncio.get_running_loop() is not self.loop:  # sent on ``CONTROL_GROUP``: served here all the same
+            if method not in CONTROL_METHODS:
+                return fail(AttributeError(f"{method!r} is not served on the control group"))
+            served = asyncio.run_coroutine_threadsafe(self.ws_call(name, method, *args, **kwargs), self.loop)
+            return await asyncio.wrap_future(served)
         if method not in METHODS or method in STREAM_METHODS:
             return fail(AttributeError(f"owners have no RPC method {method!r}"))
         if method in _NO_WAKE:

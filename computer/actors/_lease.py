@@ -81,10 +81,28 @@ def _forget_unborn(path: Path) -> None:
     try:
         if FileSystem.stored_epoch(str(path)) != 0:
             return
-        for leftover in ("", "-wal", "-shm", "-journal"):
+        for leftover in ("", "-wal", "-shm", "-journal", "-calls", "-calls-wal", "-calls-shm"):
             path.with_name(path.name + leftover).unlink(missing_ok=True)
     except OSError:
         pass  # what cannot be removed stays: the name then opens (or fails) on this node again
+
+
+def forget_failed_creation(directory: Directory, name: str, owner_id: str, path: Path) -> None:
+    """A new workspace's owner made its file (``owner_file``) and then failed to open it (a full disk:
+    the lease's directory write, the journal, the fencing epoch): remove the file, and the record when
+    it is this owner's, while the file's stored epoch is 0 (no owner ever opened it: nothing of it was
+    ever written). Before, an ENOSPC after the file was made left an empty file and no record: this
+    node "held" the name for placement (every later attempt came back to the full node, and its claim
+    was kept) though it was never created."""
+    try:
+        if not path.exists() or FileSystem.stored_epoch(str(path)) != 0:
+            return
+        record = directory.get(name)
+        if record is not None and (record.owner != owner_id or not directory.remove(name, owner_id)):
+            return  # another owner's lease, or the record could not go: the file stays with it
+    except Exception:
+        return  # what cannot be checked stays: the name then opens (or fails) on this node again
+    _forget_unborn(path)
 
 
 def process_node() -> str:

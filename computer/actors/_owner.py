@@ -12,12 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from ..config import Settings
 from ._host import WorkspaceHost
+from .wire import moved
 
-__all__ = ["PROBE_GROUP", "OwnerActor"]
+__all__ = ["CONTROL_GROUP", "CONTROL_METHODS", "CONTROL_SLOTS", "PROBE_GROUP", "OwnerActor"]
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +28,15 @@ log = logging.getLogger(__name__)
 # ``max_concurrency`` slots, all of which calls that wait (lock requests, streams, runs) may hold,
 # and such a busy owner looked stopped (see ``computer/client/_connection.py``).
 PROBE_GROUP = "probe"
+# The concurrency group for the lock calls that never wait (release, renew, cancel): a lock holder's
+# release queued behind the lock requests it would wake when they held every slot of the default
+# group, until its lease ran out (``tests/reliability/test_saturated_owner.py``). The calls run on the
+# owner's own loop all the same (a group has a loop and thread of its own: they hop over).
+CONTROL_GROUP = "control"
+CONTROL_SLOTS = 64
+CONTROL_METHODS = frozenset({"lock_release", "lock_renew", "lock_cancel", "lock_release_holder"})
+
+T = TypeVar("T")
 
 
 class OwnerActor(WorkspaceHost):
@@ -34,15 +45,49 @@ class OwnerActor(WorkspaceHost):
     managed = True
 
     def __init__(
-        self, name: str, config: Settings | dict[str, Any] | None = None, *, probe_group: str | None = None
+        self,
+        name: str,
+        config: Settings | dict[str, Any] | None = None,
+        *,
+        probe_group: str | None = None,
+        control_group: str | None = None,
     ) -> None:
         super().__init__(name, config=config)
         self.probe_group = probe_group  # created with it (``PROBE_GROUP``): clients probe there
+        self.control_group = control_group  # and ``CONTROL_GROUP``: clients release locks there
+        self._own_loop: asyncio.AbstractEventLoop | None = None
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
+        self._own_loop = loop
         self._background.append(loop.create_task(self._hibernate_when_idle()))
+
+    async def _on_own_loop(self, call: Awaitable[T]) -> T:
+        """Await ``call`` on the owner's loop (a call of ``CONTROL_GROUP`` arrives on that group's)."""
+        own = self._own_loop
+        if own is None or own is asyncio.get_running_loop():
+            return await call
+        try:
+            handed = asyncio.run_coroutine_threadsafe(_awaited(call), own)
+        except RuntimeError:  # its loop closed: the owner is exiting and did not run the call
+            close = getattr(call, "close", None)
+            if close is not None:
+                close()  # never awaited: no warning
+            return moved(self.name, True)  # type: ignore[return-value]
+        return await asyncio.wrap_future(handed)
+
+    async def lock_cancel(self, holder: str) -> Any:
+        return await self._on_own_loop(super().lock_cancel(holder))
+
+    async def lock_renew(self, lease_id: str) -> Any:
+        return await self._on_own_loop(super().lock_renew(lease_id))
+
+    async def lock_release(self, lease_id: str) -> Any:
+        return await self._on_own_loop(super().lock_release(lease_id))
+
+    async def lock_release_holder(self, holder: str) -> Any:
+        return await self._on_own_loop(super().lock_release_holder(holder))
 
     async def _hibernate_when_idle(self) -> None:
         after = self.config.hibernate_after
@@ -81,3 +126,7 @@ class OwnerActor(WorkspaceHost):
         import ray
 
         ray.actor.exit_actor()  # type: ignore[no-untyped-call]
+
+
+async def _awaited(call: Awaitable[T]) -> T:
+    return await call

@@ -63,9 +63,12 @@ _SETTINGS_KEPT = 64  # owners' settings remembered per process (one per distinct
 # before, a client waited as long as the owner stayed stopped, and so did ``get_workspace``. An owner
 # being created or restarted answers no call, probes included, until its constructor ends (an open
 # waiting for the file's lock, a migration, a slow process start): Ray's actor table tells it apart,
-# and the call keeps waiting (Ray reports a creation that fails).
+# and the call keeps waiting (Ray reports a creation that fails), for STARTING_TIMEOUT at most: a
+# constructor that never ends (its process stopped with SIGSTOP while it ran, wedged) was waited for
+# forever; past that bound the call fails as a silent owner's does, saying the owner never started.
 PROBE_AFTER = 5.0
 PROBE_TIMEOUT = 30.0
+STARTING_TIMEOUT = 300.0
 # Ray's states of an actor whose constructor runs (or will): it answers nothing yet, stopped or not.
 _STARTING = frozenset({"DEPENDENCIES_UNREADY", "PENDING_CREATION", "RESTARTING"})
 _settings_seen: OrderedDict[str, Settings] = OrderedDict()
@@ -101,6 +104,8 @@ class Connection:
         self.config: Settings | None = None
         # The concurrency group the owner process answers probes on (``describe``; None: Ray's default).
         self.probe_group: str | None = None
+        # The group it serves lock releases, renewals and cancels on (``describe``; None: Ray's default).
+        self.control_group: str | None = None
         self._dead: Any = None  # actor id of a handle a call saw die: re-resolve before the next call
 
     def learn(self, info: dict[str, Any]) -> None:
@@ -110,6 +115,7 @@ class Connection:
         self.epoch = int(info["epoch"])
         self.owner_id = info.get("owner")
         self.probe_group = info.get("probe_group")
+        self.control_group = info.get("control_group")
         if info.get("config") is not None:
             try:
                 self.config = owner_settings(info["config"])
@@ -125,6 +131,7 @@ class Connection:
         retry_safe: bool = False,
         keyed: bool = False,
         on_cancel: Callable[[Any], None] | None = None,
+        control: bool = False,
     ) -> Any:
         """Call ``method`` on the owner and return its value (or raise its error).
 
@@ -132,6 +139,9 @@ class Connection:
         the call's ``ObjectRef`` to undo what the owner may have done before the cancel reached it.
         ``retry_safe``: running it twice changes nothing (reads). ``keyed``: the arguments carry an
         idempotency key, so the same owner process answers a resend with the first reply.
+        ``control``: a lock call that never waits (``_owner.CONTROL_METHODS``), sent on the owner's
+        control group when it has one, so calls waiting in every slot of its default group (lock
+        requests) do not hold it up.
         """
         deadline = time.monotonic() + _MOVED_DEADLINE
         died_once = False
@@ -140,8 +150,11 @@ class Connection:
             if self._dead is not None and self.managed and actor_id(self.handle) == self._dead:
                 await self._reresolve(self.handle)  # known dead: never send to it
             handle, group = self.handle, self.probe_group  # as one: a group goes only where it was said
+            call = getattr(handle, method)
+            if control and self.control_group is not None:
+                call = call.options(concurrency_group=self.control_group)
             sent_at = time.time()
-            ref = getattr(handle, method).remote(*args)
+            ref = call.remote(*args)
             try:
                 reply: Reply = await _answer(ref, handle, group)
             except asyncio.CancelledError:
@@ -149,14 +162,11 @@ class Connection:
                 if on_cancel is not None:
                     on_cancel(ref)
                 raise
-            except _Silent:
+            except _Silent as silent:
                 _cancel(ref)
                 if on_cancel is not None:  # given up as if cancelled: undo what it may yet do there
                     on_cancel(ref)
-                detail = (
-                    f"its owner did not answer for {PROBE_AFTER + PROBE_TIMEOUT:g} s during {method}, nor "
-                    "a probe (its process is stopped or wedged)"
-                )
+                detail = silent.detail(method)
                 if retry_safe:
                     raise self._unavailable(detail) from None
                 raise OutcomeUnknownError(
@@ -293,11 +303,8 @@ class Connection:
                 died_once = True
             except RayError as exc:  # never a raw Ray exception (an object lost, a system error)
                 raise self._unavailable(f"{method} failed in Ray ({type(exc).__name__})") from exc
-            except _Silent:
-                raise self._unavailable(
-                    f"its owner did not answer for {PROBE_AFTER + PROBE_TIMEOUT:g} s during {method}, nor "
-                    "a probe (its process is stopped or wedged)"
-                ) from None
+            except _Silent as silent:
+                raise self._unavailable(silent.detail(method)) from None
             finally:
                 _cancel(gen)
             await self._reresolve(handle, backoff=retry)
@@ -341,7 +348,7 @@ class Connection:
             await asyncio.sleep(0.02)
         name, config = self.name, self.config
         self.handle = await asyncio.to_thread(workspace_actor, name, config=config)
-        self.probe_group = None  # until it says (another process, perhaps of another version)
+        self.probe_group = self.control_group = None  # until it says (another process, another version)
         if self._dead is not None and actor_id(self.handle) != self._dead:
             self._dead = None
         try:
@@ -372,7 +379,23 @@ def _creation_failure(name: str, exc: BaseException) -> OSError:
 
 
 class _Silent(Exception):
-    """The owner's process answered neither a call nor a probe in time (see ``PROBE_TIMEOUT``)."""
+    """The owner's process answered neither a call nor a probe in time (see ``PROBE_TIMEOUT``), or
+    its constructor did not end within ``STARTING_TIMEOUT`` (``starting``: how long it was seen so)."""
+
+    def __init__(self, starting: float | None = None) -> None:
+        super().__init__(starting)
+        self.starting = starting
+
+    def detail(self, method: str) -> str:
+        if self.starting is not None:
+            return (
+                f"its owner's process did not finish starting (its constructor ran {self.starting:.0f} s "
+                f"and more) during {method}: stopped or wedged while it opened the workspace"
+            )
+        return (
+            f"its owner did not answer for {PROBE_AFTER + PROBE_TIMEOUT:g} s during {method}, nor "
+            "a probe (its process is stopped or wedged)"
+        )
 
 
 async def _answer(ref: Any, handle: Any, group: str | None) -> Any:
@@ -389,7 +412,7 @@ async def _answer(ref: Any, handle: Any, group: str | None) -> Any:
     except asyncio.CancelledError:
         current = asyncio.current_task()
         if watch.get("silent") and (current is None or not current.cancelling()):
-            raise _Silent from None  # woken by the watch, not cancelled by the caller
+            raise _Silent(watch.get("starting")) from None  # woken by the watch, not the caller
         raise
     finally:
         timer.cancel()
@@ -407,8 +430,9 @@ async def _watch(call: asyncio.Future[Any], handle: Any, watch: dict[str, Any]) 
     """Probe the owner's process every ``PROBE_AFTER`` while ``call`` is pending; one probe left
     unanswered ``PROBE_TIMEOUT`` by a running process marks the call silent and wakes its waiter
     (``call`` is this client's own future: cancelling it leaves the call in Ray alone). A process
-    being created or restarted is waited for, its probe kept pending."""
+    being created or restarted is waited for, its probe kept pending, ``STARTING_TIMEOUT`` at most."""
     probe: asyncio.Future[Any] | None = None
+    starting_since: float | None = None
     try:
         while not call.done():
             if probe is None:
@@ -420,7 +444,13 @@ async def _watch(call: asyncio.Future[Any], handle: Any, watch: dict[str, Any]) 
                 probe.exception()  # retrieved: a dead owner is the call's to report
                 probe = None
                 await asyncio.wait({call}, timeout=PROBE_AFTER)
-            elif not call.done() and not await asyncio.to_thread(_starting, handle):
+            elif not call.done():
+                if await asyncio.to_thread(_starting, handle):
+                    now = time.monotonic()
+                    starting_since = now if starting_since is None else starting_since
+                    if now - starting_since < STARTING_TIMEOUT:
+                        continue
+                    watch["starting"] = now - starting_since + PROBE_TIMEOUT
                 watch["silent"] = True
                 call.cancel()
                 return
@@ -447,12 +477,12 @@ def _ping(handle: Any, group: str | None) -> Any:
 
     Ray runs ``__ray_ready__`` on the actor's task thread, not on its asyncio loop (an owner whose
     loop is held by one long storage call answers it), but in a slot of the method's concurrency
-    group: a managed owner's own ``group`` (``_owner.PROBE_GROUP``, reported by ``describe``) is free
-    while calls that wait hold every slot of the default one. Only an actor created with ``group``
-    may be sent it (Ray ends a worker sent a group it lacks)."""
+    group: a managed owner's (or owner host's) own ``group`` (``_owner.PROBE_GROUP``, reported by
+    ``describe``) is free while calls that wait hold every slot of the default one. Only an actor
+    created with ``group`` may be sent it (Ray ends a worker sent a group it lacks)."""
     process = handle.host if isinstance(handle, HostedHandle) else handle
     ready = process.__ray_ready__
-    if group is not None and not isinstance(handle, HostedHandle):
+    if group is not None:
         ready = ready.options(concurrency_group=group)
     return ready.remote()
 

@@ -9,7 +9,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import ray
@@ -258,3 +260,28 @@ def test_an_owner_killed_while_creating_a_new_workspace_leaves_the_name_usable(t
     assert owner("die").returncode == 9
     opened = owner("open")
     assert opened.returncode == 0 and opened.stdout.strip() == "[]", opened.stderr[-2000:]
+
+
+def test_a_full_mark_ends_by_the_readers_own_time_and_when_its_node_creates_a_workspace(
+    cluster: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mark's end was the marking node's wall time: a reader whose clock was behind skipped the node
+    that much longer (an hour here), and a node that had room again was skipped all the same."""
+    from computer.actors import _full_nodes
+    from computer.actors._full_nodes import node_for_new, note_created, note_refused
+
+    here, other, third = "d" * 56, "e" * 56, "f" * 56
+    alive = {here: "h/192.0.2.1", other: "h/192.0.2.2", third: "h/192.0.2.3"}
+    ahead = SimpleNamespace(time=lambda: time.time() + 3600.0, monotonic=time.monotonic)
+    monkeypatch.setattr(_full_nodes, "time", ahead)  # the marking node's clock is an hour ahead
+    note_refused(cluster, here)
+    monkeypatch.setattr(_full_nodes, "time", time)
+    assert node_for_new(cluster, "n", here, alive) != here  # first sight here: skipped
+    later = time.monotonic() + _full_nodes.FULL_REMEMBERED + 1.0
+    monkeypatch.setattr(_full_nodes, "time", SimpleNamespace(time=time.time, monotonic=lambda: later))
+    assert node_for_new(cluster, "n", here, alive) == here  # 60 s after this process first saw it
+    monkeypatch.setattr(_full_nodes, "time", time)
+    note_refused(cluster, other)
+    assert node_for_new(cluster, "n", other, alive) != other
+    note_created(cluster, other)  # the disk was freed and a workspace made there
+    assert node_for_new(cluster, "n", other, alive) == other

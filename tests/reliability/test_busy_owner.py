@@ -35,7 +35,7 @@ from owner_models import kill_owner, owner_process, process_pid
 import computer
 import computer.actors._placement as placement
 import computer.client._connection as connection
-from computer.actors import OutcomeUnknownError
+from computer.actors import OutcomeUnknownError, WorkspaceUnavailableError
 from computer.actors._owner import PROBE_GROUP
 from computer.actors.naming import workspace_file
 from computer.actors.raycompat import actor_id, actor_process
@@ -210,4 +210,60 @@ async def test_a_stopped_dedicated_owner_is_still_reported_through_its_probe_gro
                 os.kill(pid, signal.SIGCONT)
             assert await ws.fs.read_file("/kept") == b"kept"
     finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+def _opener_of(path: Path) -> int | None:
+    """The pid of an owner process inside its constructor (Ray's title for it) holding ``path`` open."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if b"OwnerActor.__init__" not in (entry / "cmdline").read_bytes():
+                continue
+            if any(os.readlink(fd) == str(path) for fd in (entry / "fd").iterdir()):
+                return int(entry.name)
+        except OSError:
+            continue  # gone, or not ours to look at
+    return None
+
+
+async def test_an_owner_stopped_inside_its_constructor_fails_the_call_after_a_bound(
+    ray_session: Any,
+    tmp_path: Path,
+    name: str,
+    quick_probes: Callable[[], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ray's actor table shows an owner whose constructor runs as being created, and the client waits
+    for it (an open waiting for the file's lock is slow, not stopped). A process stopped (SIGSTOP)
+    inside its constructor was waited for forever; now for ``STARTING_TIMEOUT`` at most."""
+    config: Settings = computer.init(data_dir=tmp_path / "data", owners="dedicated")
+    path = workspace_file(config, name)
+    stopped: int | None = None
+    try:
+        async with computer.get_workspace(name) as ws:
+            await ws.fs.write_file("/kept", b"kept")
+            await kill_owner(ws._conn.handle)  # for good: the next get_workspace creates an owner
+        quick_probes()
+        monkeypatch.setattr(connection, "STARTING_TIMEOUT", 2.0, raising=False)
+        async with write_locked(path):
+            opening = asyncio.ensure_future(computer.get_workspace(name))
+            for _ in range(600):  # the new owner's constructor opens the file and waits for its lock
+                stopped = _opener_of(path)
+                if stopped is not None:
+                    break
+                await asyncio.sleep(0.05)
+            assert stopped is not None, "no owner opened the file"
+            os.kill(stopped, signal.SIGSTOP)
+        async with asyncio.timeout(60):  # before: waited for as long as the process stayed stopped
+            with pytest.raises(WorkspaceUnavailableError, match="did not finish starting"):
+                await opening
+        os.kill(stopped, signal.SIGCONT)
+        stopped = None
+        async with asyncio.timeout(60), computer.get_workspace(name) as again:  # continued: it serves
+            assert await again.fs.read_file("/kept") == b"kept"
+    finally:
+        if stopped is not None:
+            os.kill(stopped, signal.SIGCONT)
         computer.init(data_dir=tmp_path / "data")

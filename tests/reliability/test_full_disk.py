@@ -311,3 +311,46 @@ def test_a_new_workspace_on_a_disk_with_a_few_kib_left_is_enospc(small_disk: Pat
         Workspace(path)
     assert_enospc(new.value, path)
     filler.unlink()
+
+
+async def test_a_new_workspace_refused_after_its_file_was_made_leaves_neither_file_nor_record(
+    ray_session: Any, small_disk: Path, tmp_path: Path
+) -> None:
+    """With ~110-150 KiB left, the new name's empty file fits (the owner makes it before its lease)
+    but the lease's directory write or the first open does not. Before: that ENOSPC left the empty
+    file (stored epoch 0) and no record, so this node "held" the name for placement and kept its
+    claim: every later attempt came back to the full node. Now the owner removes what it made."""
+    from computer.actors import open_directory
+    from computer.actors._nodes import alive_nodes
+    from computer.actors._placement import nodes_holding
+    from computer.actors.naming import workspace_file
+
+    conf = computer.init(data_dir=small_disk / "data", shell_pool_size=0, python_pool_size=0)
+    names = [f"full-disk-left-{kib}" for kib in range(96, 192, 16)]
+    refused = 0
+    try:
+        async with computer.get_workspace("full-disk-seed") as ws:  # the data directory, its directory
+            await ws.fs.write_file("/keep", b"kept")
+        for kib, name in zip(range(96, 192, 16), names, strict=True):
+            filler = fill(small_disk, leave=kib * 1024)
+            try:
+                async with computer.get_workspace(name) as ws:
+                    await ws.fs.write_file("/f", b"made")
+            except OSError as exc:
+                assert_enospc(exc)
+                refused += 1
+                path = workspace_file(conf, name)
+                assert sorted(p.name for p in path.parent.iterdir() if p.name.startswith(path.name)) == []
+                directory = open_directory(conf)
+                try:
+                    assert directory.get(name) is None
+                finally:
+                    directory.close()
+                assert nodes_holding(conf, name, alive_nodes()) == {}
+            filler.unlink()
+            async with computer.get_workspace(name) as ws:  # space back: made, or a new workspace
+                assert await ws.fs.ls("/") in (["/f"], [])
+        assert refused  # the window was hit at least once
+    finally:
+        await kill_awake_owners(("full-disk-seed", *names), conf)
+        computer.init(data_dir=tmp_path / "data")

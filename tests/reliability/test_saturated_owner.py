@@ -1,0 +1,109 @@
+"""Every concurrency slot of an owner's process held by lock requests that wait (the ordinary way to
+fill them: ``max_concurrency`` agents queueing on one lock).
+
+- The holder's release (and renewal) needed a slot of the same group, so it queued behind the very
+  waiters it would have woken: the lock stayed held until its lease ran out (``lock_lease``), and
+  so did every waiter. Owners now serve lock releases, renewals and cancels on a concurrency group of
+  their own (``CONTROL_GROUP``, ``describe``'s ``control_group``), dedicated and hosted alike.
+- An owner host had no probe group (a dedicated owner has ``PROBE_GROUP``): its ``__ray_ready__``
+  waited for a slot of its 100,000 with the call it was meant to vouch for, and a saturated host was
+  reported "stopped or wedged". Hosts now have the probe group too.
+
+The slot counts are lowered here (the real ones are 1,000 and 100,000: the behaviour is the same).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import computer
+import computer.actors._host_placement as host_placement
+import computer.actors._placement as placement
+import computer.client._connection as connection
+
+SLOTS = 3
+LEASE = 600.0  # seconds: a release that waits for the lease to end is plainly stuck
+
+
+@pytest.fixture
+def quick_probes(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
+    def shorten() -> None:
+        monkeypatch.setattr(connection, "PROBE_AFTER", 0.2)
+        monkeypatch.setattr(connection, "PROBE_TIMEOUT", 0.8)
+
+    return shorten
+
+
+async def _queue_on(ws: Any, path: str, value: bytes) -> bytes:
+    """Wait for the lock on ``path``, then write ``value`` under it and read back what was there."""
+    async with ws.locks.hold([path]):
+        before = await ws.fs.read_file(path)
+        await ws.fs.write_file(path, value)
+        return bytes(before)
+
+
+@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
+async def test_a_lock_holder_releases_while_waiters_hold_every_slot(
+    ray_session: Any, tmp_path: Path, name: str, owners: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
+    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
+    computer.init(data_dir=tmp_path / "data", owners=owners, lock_lease=LEASE)
+    try:
+        async with computer.get_workspace(name) as holder:
+            await holder.fs.write_file("/f", b"0")
+            waiters = [await computer.get_workspace(name) for _ in range(SLOTS)]
+            hold = holder.locks.hold(["/f"])
+            await hold.__aenter__()
+            await holder.fs.write_file("/f", b"held")  # under the lock (a call needs a slot too)
+            queued = [
+                asyncio.ensure_future(_queue_on(w, "/f", b"%d" % (i + 1))) for i, w in enumerate(waiters)
+            ]
+            done, _ = await asyncio.wait(queued, timeout=1.0)
+            assert not done  # all waiting for the holder
+            async with asyncio.timeout(60):  # before: the release waited for a slot, i.e. the lease (600 s)
+                await hold.__aexit__(None, None, None)
+                seen = await asyncio.gather(*queued)
+            assert b"held" in seen  # one of them came right after it, each after another
+            final = await holder.fs.read_file("/f")
+            assert final in {b"1", b"2", b"3"} and final not in seen
+            for w in waiters:
+                await w.close()
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+async def test_a_call_queued_behind_a_saturated_owner_host_is_not_reported_stopped(
+    ray_session: Any,
+    tmp_path: Path,
+    name: str,
+    quick_probes: Callable[[], None],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
+    computer.init(data_dir=tmp_path / "data", owners="hosted", lock_lease=LEASE)
+    try:
+        async with computer.get_workspace(name) as holder, computer.get_workspace(name) as reader:
+            await holder.fs.write_file("/f", b"0")
+            await holder.fs.write_file("/g", b"g")
+            waiters = [await computer.get_workspace(name) for _ in range(SLOTS)]
+            hold = holder.locks.hold(["/f"])
+            await hold.__aenter__()
+            queued = [asyncio.ensure_future(_queue_on(w, "/f", b"w")) for w in waiters]
+            quick_probes()
+            read = asyncio.ensure_future(reader.fs.read_file("/g"))  # waits in Ray for a slot
+            done, _ = await asyncio.wait({read}, timeout=3.0)  # several probe rounds
+            assert not done or read.exception() is None, read.exception()  # before: "stopped or wedged"
+            async with asyncio.timeout(60):
+                await hold.__aexit__(None, None, None)
+                await asyncio.gather(*queued)
+                assert await read == b"g"
+            for w in waiters:
+                await w.close()
+    finally:
+        computer.init(data_dir=tmp_path / "data")
