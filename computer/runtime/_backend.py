@@ -68,6 +68,19 @@ def fits(paths: Iterable[str], most: int) -> int:
     return count
 
 
+# The times (ms since the epoch) a pull stores, those of `datetime` (years 1 to 9999): a program may
+# give a file any 64-bit time on tmpfs (`os.utime(f, (0, 2**62))`), whose ms the store's INTEGER cannot
+# hold; such a pull failed with an OverflowError, every change of the run lost, and a live sandbox's
+# every later run failed the same (the file stays in its mirror). A time past them is stored as the
+# bound (the mirror keeps its own).
+MIN_MS, MAX_MS = -62_135_596_800_000, 253_402_300_799_999
+
+
+def store_ms(ns: int) -> int:
+    """A time read in the mirror (ns), as a pull stores it: ms within ``MIN_MS``..``MAX_MS``."""
+    return min(max(ns // 1_000_000, MIN_MS), MAX_MS)
+
+
 # A backend coalesces its output into chunks of at most this many bytes.
 MAX_CHUNK_BYTES = 256 * 1024
 

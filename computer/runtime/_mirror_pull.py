@@ -15,7 +15,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
 
-from ._backend import BIG_FILE, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull
+from ._backend import BIG_FILE, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull, store_ms
 from ._beneath import (
     HOLE,
     HOLE_DIGEST,
@@ -213,10 +213,10 @@ class MirrorPull(MirrorWatch):
                     ns = times.get(rel)
                     timed += ns is not None
                     made[rel] = len(plan.dirs)
-                    plan.dirs.append(mirror_dir(path, entry.mode, None if ns is None else ns // 1_000_000))
+                    plan.dirs.append(mirror_dir(path, entry.mode, None if ns is None else store_ms(ns)))
             elif kind == "l":
                 with contextlib.suppress(OSError):
-                    if not plan.add_symlink(path, links.readlink(rel), entry.mtime_ns // 10**6):
+                    if not plan.add_symlink(path, links.readlink(rel), store_ms(entry.mtime_ns)):
                         continue  # a target the workspace cannot hold: left in the mirror only
             elif kind == "f":
                 ino = entry.ino
@@ -338,7 +338,7 @@ class MirrorPull(MirrorWatch):
                 if lifting and entry.mode & 0o600 != 0o600:  # the program locked it (``_lifts``)
                     self.lifts.lift(self.directory, rel)
                 path = self.workspace_path(rel)
-                mtime = entry.mtime_ns // 1_000_000
+                mtime = store_ms(entry.mtime_ns)
                 small = entry.size < BIG_FILE
                 names += len(path)  # ``PAGE_PATHS`` of the files' paths
                 if budget is not None and (
