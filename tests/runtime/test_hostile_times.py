@@ -15,7 +15,7 @@ from computer.runtime import ShellBackend
 from computer.runtime._backend import MAX_MS, MIN_MS
 
 SET_TIMES = (
-    "echo kept > ok; touch far past; mkdir fard; ln -s ok farl; python3 -c \"import os\n"
+    'echo kept > ok; touch far past; mkdir fard; ln -s ok farl; python3 -c "import os\n'
     "os.utime('far', (0, 2**62)); os.utime('past', (0, -2**62)); os.utime('fard', (0, 2**62))\n"
     "os.utime('farl', (0, 2**62), follow_symlinks=False)\"; echo also > other"
 )
