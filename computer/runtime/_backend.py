@@ -54,6 +54,10 @@ PAGE_DIRS = 2000
 # directories (`mkdir c; cd c` in a loop, 4 MB of paths on one page of 2,000) held every workspace of
 # the process ~0.57 s; pages of 256 Ki characters take ~40 ms.
 PAGE_PATHS = 1 << 18
+# Chunks the large files one pull page removes hold at most: the store drops a removed file's chunk
+# list row by row in the page's transaction, and `rm` of 100 sparse 4 GB files (8,192 chunks each, at
+# no cost to the sandbox) held every workspace of the process ~0.8 s; one such file takes ~20-40 ms.
+PAGE_CHUNKS = 8192
 
 
 def fits(paths: Iterable[str], most: int) -> int:

@@ -15,7 +15,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
 
-from ._backend import BIG_FILE, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull, store_ms
+from ._backend import BIG_FILE, PAGE_CHUNKS, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull, store_ms
 from ._beneath import (
     HOLE,
     HOLE_DIGEST,
@@ -36,7 +36,7 @@ from ._mirror_base import (
 )
 from ._mirror_watch import MirrorWatch
 from ._moves import moved_names
-from ._pull_pages import leading
+from ._pull_pages import leading, removal_pages
 
 __all__ = ["MirrorPull"]
 
@@ -297,7 +297,7 @@ class MirrorPull(MirrorWatch):
     ) -> Generator[SyncPull, None, None]:
         """The pull, cut into pages of at most ``budget`` new bytes, ``PAGE_FILES`` files and ``PAGE_PATHS``
         characters of paths in a list (None: one). Removals past those first, on pages of their own
-        (:meth:`removal_pages`), then directories past ``PAGE_DIRS`` (with the other removals); the
+        (``_pull_pages.removal_pages``), then directories past ``PAGE_DIRS`` (with the other removals); the
         rest, directories and links on the next (no later page lands in a tree still to be cleared);
         files fill pages in path order. A large file (two chunks or more) is read a chunk at a time
         and hashed: chunks the store holds (the mirror's last sync of that path, or staged in this
@@ -310,8 +310,9 @@ class MirrorPull(MirrorWatch):
         sources = self.chunk_sources(plan) if reuse else {}
         keep = sorted({digest for source in set(sources.values()) for digest in self.chunks[source]})
         deleted, paged = plan.deleted, budget is not None and not keep
-        if paged and len(deleted) > PAGE_FILES:
-            deleted, reuse = (yield from self.removal_pages(deleted, protected, staging)), False
+        if paged and (len(deleted) > PAGE_FILES or self.removes_chunks(deleted) > PAGE_CHUNKS):
+            pages = removal_pages(deleted, self.chunks_at, self.root, protected, staging)
+            deleted, reuse = (yield from pages), False
         # Past a page's: directories, then symlinks, on pages of their own.
         dirs, links, deleted, came = yield from leading(plan, deleted, paged, self.root, protected, staging)
         reuse = reuse and not came
