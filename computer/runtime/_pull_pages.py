@@ -2,10 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Generator
+import heapq
+from collections.abc import Callable, Collection, Generator
 
 from ._backend import PAGE_CHUNKS, PAGE_DIRS, PAGE_FILES, MirrorDir, MirrorSymlink, SyncPull, fits
 from ._mirror_base import PullPlan
+
+# Paths a pull's plan sorts in one call at most (``path_order``).
+SORT_SLICE = 20_000
+
+
+def path_order(paths: Collection[str]) -> list[str]:
+    """``sorted(paths)``, in slices of ``SORT_SLICE`` merged: a sort is one C call that holds the
+    GIL, and a plan's of 500,000 paths (a program's files in one directory) held it ~0.45-1.3 s in
+    its worker thread, the owner's loop (every workspace of the process) waiting for it; slices hold
+    it ~40 ms at most, the merge lets it go between its steps (~1.5x the time in all)."""
+    if len(paths) <= SORT_SLICE:
+        return sorted(paths)
+    items = list(paths)
+    slices = [sorted(items[i : i + SORT_SLICE]) for i in range(0, len(items), SORT_SLICE)]
+    return list(heapq.merge(*slices))
 
 
 def removal_pages(
