@@ -83,6 +83,25 @@ ATTACKS: dict[str, tuple[str, str]] = {
         "shell",
         f"for i in $(seq 250); do (timeout {T} bash -c 'while :; do echo $RANDOM > p$$; done' &) ; done; sleep {T}",
     ),
+    "bigdir": (
+        "shell",
+        "mkdir big && cd big && python3 -c \"import os\nfor i in range(500000): os.close(os.open('e%d' % i, "
+        'os.O_CREAT | os.O_WRONLY))" && sleep 2',
+    ),
+    "million": (
+        "shell",
+        "python3 -c \"import os\nfd = os.open('m', os.O_CREAT | os.O_WRONLY)\n"
+        "for i in range(10**6): os.write(fd, b'x')\"",
+    ),
+    "sparses": ("shell", "for i in $(seq 100); do truncate -s 4G s$i; done; sleep 2; rm s*"),
+    "grow": (
+        "shell",
+        f"timeout {T} bash -c 'while :; do head -c 65536 /dev/zero >> g; truncate -s 0 g; done'",
+    ),
+    "pidloop": (
+        "shell",
+        f"timeout {T} bash -c 'while :; do for i in $(seq 300); do sleep 0 & done 2>/dev/null; wait; done' 2>/dev/null",
+    ),
     "noterm": ("shell", "trap '' TERM; (trap '' TERM; sleep 1000) & sleep 3"),
     "pycalls": (
         "python",

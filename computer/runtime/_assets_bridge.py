@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..storage.paths import canonical, is_within
-from ._backend import BIG_FILE, ExecContext, MirrorFile, SyncPull
+from ._backend import BIG_FILE, ExecContext, MirrorFile, SyncPull, store_ms
 from ._beneath import HOLE, HOLE_DIGEST, BeneathReader, lstat_beneath
 from ._mirror import Entry, Mirror, entry_of
 from ._tasks import in_thread, offload
@@ -197,7 +197,7 @@ class AssetsBridge:
         size = -1 if chunks is None else entry.size
         pull = SyncPull(
             mirror.root,
-            files=[MirrorFile(path, data, entry.mode, entry.mtime_ns // 1_000_000, size, None, chunks)],
+            files=[MirrorFile(path, data, entry.mode, store_ms(entry.mtime_ns), size, None, chunks)],
             protected=sorted(mirror.protected),
             own_revs=list(self.own_revs),
             stage=stage,

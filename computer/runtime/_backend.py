@@ -54,6 +54,10 @@ PAGE_DIRS = 2000
 # directories (`mkdir c; cd c` in a loop, 4 MB of paths on one page of 2,000) held every workspace of
 # the process ~0.57 s; pages of 256 Ki characters take ~40 ms.
 PAGE_PATHS = 1 << 18
+# Chunks the large files one pull page removes hold at most: the store drops a removed file's chunk
+# list row by row in the page's transaction, and `rm` of 100 sparse 4 GB files (8,192 chunks each, at
+# no cost to the sandbox) held every workspace of the process ~0.8 s; one such file takes ~20-40 ms.
+PAGE_CHUNKS = 8192
 
 
 def fits(paths: Iterable[str], most: int) -> int:
@@ -66,6 +70,19 @@ def fits(paths: Iterable[str], most: int) -> int:
             break
         count += 1
     return count
+
+
+# The times (ms since the epoch) a pull stores, those of `datetime` (years 1 to 9999): a program may
+# give a file any 64-bit time on tmpfs (`os.utime(f, (0, 2**62))`), whose ms the store's INTEGER cannot
+# hold; such a pull failed with an OverflowError, every change of the run lost, and a live sandbox's
+# every later run failed the same (the file stays in its mirror). A time past them is stored as the
+# bound (the mirror keeps its own).
+MIN_MS, MAX_MS = -62_135_596_800_000, 253_402_300_799_999
+
+
+def store_ms(ns: int) -> int:
+    """A time read in the mirror (ns), as a pull stores it: ms within ``MIN_MS``..``MAX_MS``."""
+    return min(max(ns // 1_000_000, MIN_MS), MAX_MS)
 
 
 # A backend coalesces its output into chunks of at most this many bytes.

@@ -31,7 +31,7 @@ import stat
 from pathlib import Path
 from typing import Any, TypedDict
 
-from ._backend import MirrorDir, SyncPush
+from ._backend import MirrorDir, SyncPush, store_ms
 from ._beneath import SAFE_BITS, BeneathReader
 from ._lifts import Lifts
 from ._mirror_base import PullPlan
@@ -80,7 +80,7 @@ def with_dir_times(
             st = lstat(base + rel if rel else directory)
         except OSError:
             return None  # gone since: nothing to keep
-        return st.st_mtime_ns // 1_000_000 if stat.S_ISDIR(st.st_mode) else None
+        return store_ms(st.st_mtime_ns) if stat.S_ISDIR(st.st_mode) else None
 
     dirs = plan.dirs
     prefix = "/" if root == "/" else root + "/"
@@ -235,7 +235,7 @@ class RootTime:
         if self.undo is None:  # (else a plan whose pull was not stored yet: what came before it)
             self.undo = (self.seen, self.store, self.mode_seen, self.mode_store)
         if ns != self.seen and root not in plan.dir_times:
-            plan.dir_times[root] = ns // 1_000_000
+            plan.dir_times[root] = store_ms(ns)
         self.seen = ns
         self.store = plan.dir_times.get(root, self.store)
         mode = top_mode(directory, lifts)

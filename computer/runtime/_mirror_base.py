@@ -9,13 +9,13 @@ import errno
 import os
 import stat
 import time
-from collections.abc import Collection, Generator, Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 from ..storage.paths import MAX_PATH_BYTES
-from ._backend import PAGE_FILES, MirrorDir, MirrorFile, MirrorSymlink, SyncPull, fits
+from ._backend import MirrorDir, MirrorFile, MirrorSymlink
 from ._beneath import lstat_beneath, make_parent, open_beneath, remove_beneath
 from ._forget import forget
 from ._held_links import linked_at, lost_names, names_elsewhere, rename_at
@@ -161,21 +161,13 @@ class MirrorBase:
                         state[rel] = entry_of(st)
         open_top(self.directory)
 
-    def removal_pages(
-        self, deleted: list[str], protected: list[str], staging: str
-    ) -> Generator[SyncPull, None, list[str]]:
-        """A pull's removals past ``PAGE_FILES``, on pages of their own (its first: one of 20,000 held
-        the owner's event loop ~0.15 s); returns the rest, for the page that follows. Only where the
-        pull keeps no chunk (its first page must, before any removal can free them). The last paths
-        go first (``deleted`` is sorted: a path after its directory), so a directory goes once what
-        it held is gone: before, ``rm -rf`` of a tree took the whole tree on the first page, one
-        transaction (100,000 files held the loop ~0.5 s)."""
-        while (count := fits(reversed(deleted), PAGE_FILES)) < len(deleted):  # and ``PAGE_PATHS``
-            yield SyncPull(
-                self.root, deleted=deleted[-count:], protected=protected, staging=staging, done=False
-            )
-            deleted = deleted[:-count]
-        return deleted
+    def chunks_at(self, path: str) -> int:
+        """How many chunks the large file at the workspace ``path`` held at the last sync (0: none)."""
+        return len(self.chunks.get(self.rel(path), ())) if self.chunks else 0
+
+    def removes_chunks(self, deleted: list[str]) -> int:
+        """The chunks the large files among ``deleted`` (workspace paths) held at the last sync."""
+        return sum(map(self.chunks_at, deleted)) if self.chunks else 0
 
     @staticmethod
     def too_long(rel: str, room: int) -> bool:

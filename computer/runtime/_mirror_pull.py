@@ -15,7 +15,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
 
-from ._backend import BIG_FILE, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull
+from ._backend import BIG_FILE, PAGE_CHUNKS, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull, store_ms
 from ._beneath import (
     HOLE,
     HOLE_DIGEST,
@@ -36,7 +36,7 @@ from ._mirror_base import (
 )
 from ._mirror_watch import MirrorWatch
 from ._moves import moved_names
-from ._pull_pages import leading
+from ._pull_pages import leading, path_order, removal_pages
 
 __all__ = ["MirrorPull"]
 
@@ -165,7 +165,7 @@ class MirrorPull(MirrorWatch):
         plan = PullPlan()
         first_name: dict[int, str] = {}  # inode -> the first changed path naming it (hard links)
         state = self.state
-        ordered = sorted(candidates)
+        ordered = path_order(candidates)  # (a sort holds the GIL: in slices)
         try:
             "\0".join(ordered).encode("utf-8")
             checked = True
@@ -213,10 +213,10 @@ class MirrorPull(MirrorWatch):
                     ns = times.get(rel)
                     timed += ns is not None
                     made[rel] = len(plan.dirs)
-                    plan.dirs.append(mirror_dir(path, entry.mode, None if ns is None else ns // 1_000_000))
+                    plan.dirs.append(mirror_dir(path, entry.mode, None if ns is None else store_ms(ns)))
             elif kind == "l":
                 with contextlib.suppress(OSError):
-                    if not plan.add_symlink(path, links.readlink(rel), entry.mtime_ns // 10**6):
+                    if not plan.add_symlink(path, links.readlink(rel), store_ms(entry.mtime_ns)):
                         continue  # a target the workspace cannot hold: left in the mirror only
             elif kind == "f":
                 ino = entry.ino
@@ -297,7 +297,7 @@ class MirrorPull(MirrorWatch):
     ) -> Generator[SyncPull, None, None]:
         """The pull, cut into pages of at most ``budget`` new bytes, ``PAGE_FILES`` files and ``PAGE_PATHS``
         characters of paths in a list (None: one). Removals past those first, on pages of their own
-        (:meth:`removal_pages`), then directories past ``PAGE_DIRS`` (with the other removals); the
+        (``_pull_pages.removal_pages``), then directories past ``PAGE_DIRS`` (with the other removals); the
         rest, directories and links on the next (no later page lands in a tree still to be cleared);
         files fill pages in path order. A large file (two chunks or more) is read a chunk at a time
         and hashed: chunks the store holds (the mirror's last sync of that path, or staged in this
@@ -310,8 +310,9 @@ class MirrorPull(MirrorWatch):
         sources = self.chunk_sources(plan) if reuse else {}
         keep = sorted({digest for source in set(sources.values()) for digest in self.chunks[source]})
         deleted, paged = plan.deleted, budget is not None and not keep
-        if paged and len(deleted) > PAGE_FILES:
-            deleted, reuse = (yield from self.removal_pages(deleted, protected, staging)), False
+        if paged and (len(deleted) > PAGE_FILES or self.removes_chunks(deleted) > PAGE_CHUNKS):
+            pages = removal_pages(deleted, self.chunks_at, self.root, protected, staging)
+            deleted, reuse = (yield from pages), False
         # Past a page's: directories, then symlinks, on pages of their own.
         dirs, links, deleted, came = yield from leading(plan, deleted, paged, self.root, protected, staging)
         reuse = reuse and not came
@@ -338,7 +339,7 @@ class MirrorPull(MirrorWatch):
                 if lifting and entry.mode & 0o600 != 0o600:  # the program locked it (``_lifts``)
                     self.lifts.lift(self.directory, rel)
                 path = self.workspace_path(rel)
-                mtime = entry.mtime_ns // 1_000_000
+                mtime = store_ms(entry.mtime_ns)
                 small = entry.size < BIG_FILE
                 names += len(path)  # ``PAGE_PATHS`` of the files' paths
                 if budget is not None and (

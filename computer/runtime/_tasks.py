@@ -72,9 +72,10 @@ _LANES_LOCK = threading.Lock()
 
 def _forget_lanes() -> None:
     """In a forked child: none of the parent's lane threads is there to run what its lanes hold."""
-    global _LANES_LOCK
+    global _LANES_LOCK, _STARTER
     _LANES_LOCK = threading.Lock()
     _LANES.clear()
+    _STARTER = _Starter()
 
 
 os.register_at_fork(after_in_child=_forget_lanes)
@@ -85,24 +86,33 @@ class _Lane:
 
     def __init__(self, key: int | None) -> None:
         self.key = key
-        self.calls: collections.deque[Callable[[], None]] = collections.deque()
+        self.calls: collections.deque[tuple[Callable[[], None], Callable[[BaseException], None]]] = (
+            collections.deque()
+        )
         self.more = threading.Condition(_LANES_LOCK)
         self.running = False
 
-    def add(self, call: Callable[[], None]) -> None:
-        """Queue ``call`` (``_LANES_LOCK`` held); a thread is started when the lane has none."""
-        self.calls.append(call)
+    def add(self, call: Callable[[], None], fail: Callable[[BaseException], None]) -> None:
+        """Queue ``call`` (``_LANES_LOCK`` held); a thread is started for the lane when it has none,
+        by the starter (``fail``: the call's error when none can be)."""
+        self.calls.append((call, fail))
         if self.running:
             self.more.notify()
             return
-        try:
-            threading.Thread(target=self.drain, name="computer: lane", daemon=False).start()
-        except BaseException:  # no thread (RuntimeError: can't start new thread): the caller's error
-            self.calls.pop()
-            if self.key is not None and not self.calls and _LANES.get(self.key) is self:
-                del _LANES[self.key]
-            raise
+        _STARTER.start(self)
         self.running = True
+
+    def unstarted(self, error: BaseException) -> None:
+        """No thread could be started for the lane (RuntimeError: can't start new thread): each call
+        it holds fails with ``error``."""
+        with _LANES_LOCK:
+            failed = list(self.calls)
+            self.calls.clear()
+            self.running = False
+            if self.key is not None and _LANES.get(self.key) is self:
+                del _LANES[self.key]
+        for _, fail in failed:
+            fail(error)
 
     def drain(self) -> None:
         while True:
@@ -114,8 +124,43 @@ class _Lane:
                     if self.key is not None and _LANES.get(self.key) is self:
                         del _LANES[self.key]
                     return
-                call = self.calls.popleft()
+                call, _ = self.calls.popleft()
             call()
+
+
+class _Starter:
+    """Starts the lanes' threads, on a thread of its own: ``Thread.start`` waits until the new thread
+    runs, which takes its turn of the GIL and of a CPU, and it ran on the event loop (every workspace
+    of the process), ``_LANES_LOCK`` held: a plan's sort holding the GIL, and a loaded host, made a
+    start take 0.3-0.6 s (p90 at load 15 with a thread sorting 300,000 strings; 15-70 ms with one
+    busy in Python), the loop waiting through it at every lane's first call after ``_LINGER``."""
+
+    def __init__(self) -> None:
+        self.lanes: collections.deque[_Lane] = collections.deque()
+        self.ready = threading.Condition(threading.Lock())
+        self.thread: threading.Thread | None = None
+
+    def start(self, lane: _Lane) -> None:
+        with self.ready:
+            self.lanes.append(lane)
+            self.ready.notify()
+            if self.thread is None:  # once a process (the one start that waits)
+                self.thread = threading.Thread(target=self._run, name="computer: lane starter", daemon=True)
+                self.thread.start()
+
+    def _run(self) -> None:
+        while True:
+            with self.ready:
+                while not self.lanes:
+                    self.ready.wait()
+                lane = self.lanes.popleft()
+            try:
+                threading.Thread(target=lane.drain, name="computer: lane", daemon=False).start()
+            except BaseException as exc:  # handed to the lane's callers
+                lane.unstarted(exc)
+
+
+_STARTER = _Starter()
 
 
 async def offload(lane: object, fn: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
@@ -142,17 +187,21 @@ async def offload(lane: object, fn: Callable[..., _T], /, *args: Any, **kwargs: 
             result = bound()
         except BaseException as exc:  # handed to the caller, as to_thread does
             error = exc
+        handed(result, error)
+
+    def handed(result: Any, error: BaseException | None) -> None:
         try:
             loop.call_soon_threadsafe(settle, result, error)
         except RuntimeError:  # the loop has ended: nobody waits
             pass
 
-    _queue(lane, call)
+    _queue(lane, call, functools.partial(handed, None))
     return await future
 
 
-def _queue(lane: object, call: Callable[[], None]) -> None:
-    """``call`` queued on ``lane`` (``None``: a thread of its own)."""
+def _queue(lane: object, call: Callable[[], None], fail: Callable[[BaseException], None]) -> None:
+    """``call`` queued on ``lane`` (``None``: a thread of its own); ``fail``: its error when no thread
+    can be started for it."""
     key = None if lane is None else id(lane)
     with _LANES_LOCK:
         queue = _LANES.get(key) if key is not None else None
@@ -160,7 +209,7 @@ def _queue(lane: object, call: Callable[[], None]) -> None:
             queue = _Lane(key)
             if key is not None:
                 _LANES[key] = queue
-        queue.add(call)
+        queue.add(call, fail)
 
 
 def after_lane(lane: object, work: Callable[[], object], what: str) -> None:
@@ -176,7 +225,10 @@ def after_lane(lane: object, work: Callable[[], object], what: str) -> None:
         except Exception as exc:
             log.warning("%s failed: %r", what, exc)
 
-    _queue(lane, call)
+    def unstarted(exc: BaseException) -> None:
+        log.warning("%s failed: %r", what, exc)
+
+    _queue(lane, call, unstarted)
 
 
 # Teardown running in the background (a reference keeps each task alive until it is done).
