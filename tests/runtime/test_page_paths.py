@@ -83,10 +83,12 @@ async def test_many_symlinks_and_hard_links_are_pulled_on_pages_of_their_own(
     27,000 symlinks held the owner's loop 0.6 s, 20,000 names of one file 0.3 s), the directories
     they are in made first; everything is there after a reopen."""
     pages: list[tuple[int, int, int]] = []  # each page's directories, symlinks and files
+    names: set[str] = set()  # the files' paths pulled
     sync_pull = LocalExecContext.sync_pull
 
     async def recorded(self: LocalExecContext, pull: Any, base_rev: int) -> Any:
         pages.append((len(pull.dirs), len(pull.symlinks), len(pull.files)))
+        names.update(f.path for f in pull.files)
         return await sync_pull(self, pull, base_rev)
 
     monkeypatch.setattr(LocalExecContext, "sync_pull", recorded)
@@ -103,11 +105,14 @@ async def test_many_symlinks_and_hard_links_are_pulled_on_pages_of_their_own(
         await ws.fs.mkdir("/workspace")
         await (await ws.runtime.exec("true")).result()
         pages.clear()
+        names.clear()
         made = await (await ws.runtime.exec(f'python3 -c "{make}"', timeout=120)).result()
         assert made.status == "completed", made.stderr
         assert made.skipped == []
         assert sum(links for _, links, _ in pages) == COUNT
-        assert sum(files for _, _, files in pages) == COUNT + 1
+        assert len(names) == COUNT + 1
+        if not live:  # live: a sync during the run (a loaded host) pulls the file again as names are added
+            assert sum(files for _, _, files in pages) == COUNT + 1
         assert all(links <= PAGE_FILES and files <= PAGE_FILES for _, links, files in pages), pages
         assert await ws.fs.readlink(f"/workspace/d/e/s{COUNT - 1}") == "../a" * ((COUNT - 1) % 3 + 1)
         assert await ws.fs.read_text(f"/workspace/d/l{COUNT - 1}") == "shared"
