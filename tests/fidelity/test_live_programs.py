@@ -222,6 +222,14 @@ done
 echo stopped > ../stopped
 """
 
+# ``git add -A`` lists the tree, then stats each new name: a file the process removed or renamed in
+# between makes git itself fail ("fatal: unable to stat 'gen/f15.txt'"), as it would on any machine;
+# a loaded host widens that window (2 failures in 10 runs beside two busy loops). A person runs it
+# again: at most 20 tries, each one's error kept on stderr. A failed try leaves the blobs it wrote,
+# dangling: ``FSCK`` shows every other line of ``git fsck`` (a dangling commit or tree is a lost ref).
+ADD_WHILE_CHURNING = "for t in $(seq 20); do git add -A && break; [ $t -lt 20 ] || exit 1; done"
+FSCK = "{ git fsck --full --strict 2>&1 || echo fsck failed; } | { grep -v '^dangling blob ' || true; }"
+
 
 async def test_git_commits_gc_and_repack_while_a_process_writes_the_working_tree(tmp_path: Path) -> None:
     """A process edits, makes, removes and renames files in a repository's working tree all along;
@@ -240,7 +248,7 @@ async def test_git_commits_gc_and_repack_while_a_process_writes_the_working_tree
         await ok(ws, "(bash churn.sh > /dev/null 2>&1 &)")
         await until(lambda: ws.fs.exists(f"{ROOT}/repo/gen/bin4"))  # (else a commit may find nothing new)
         for k in range(4):
-            await ok(ws, f"cd repo && git add -A && git commit -qm c{k}")
+            await ok(ws, f"cd repo && {ADD_WHILE_CHURNING} && git commit -qm c{k}")
             await ws.fs.write_file(f"{ROOT}/repo/ws{k}.txt", f"ws {k}\n")
             if k == 1:
                 await ok(ws, "cd repo && git gc -q")
@@ -252,14 +260,12 @@ async def test_git_commits_gc_and_repack_while_a_process_writes_the_working_tree
         await until(lambda: ws.fs.exists(f"{ROOT}/stopped"))
         final = await ok(
             ws,
-            "cd repo && git add -A && git commit -qm final && git fsck --full --strict && git status --porcelain",
+            f"cd repo && git add -A && git commit -qm final && {FSCK} && git status --porcelain",
         )
         assert final.stdout == ""
         await same_views(ws)
     async with opened(db, python=False) as ws:
-        again = await ok(
-            ws, "cd repo && git fsck --full --strict && git status --porcelain && git rev-list --count HEAD"
-        )
+        again = await ok(ws, f"cd repo && {FSCK} && git status --porcelain && git rev-list --count HEAD")
         assert again.stdout == "6\n"
         await same_views(ws)
 
