@@ -31,7 +31,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError, RayError
+from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from ..actors import (
     HostedHandle,
@@ -202,9 +202,13 @@ class Connection:
                 if not died_once and await self._did_not_run(handle, sent_at, keyed=keyed):
                     died_once = True
                     continue
-                if keyed and not died_once:
+                restarting = isinstance(exc, ActorUnavailableError) and time.monotonic() < deadline
+                if keyed and (not died_once or restarting):
                     # The next owner's call journal knows this key: it answers the first reply, runs
-                    # the call if it never applied, or says "unknown outcome". Send it once more.
+                    # the call if it never applied, or says "unknown outcome". Send it once more, and
+                    # again while Ray says the owner restarts in place: a client that has not heard of
+                    # the restart yet sends to the dead process (a loaded host: seconds), and each try
+                    # fails at once, well before the new owner's journal could answer it.
                     died_once = True
                     continue
                 await self._reresolve_quietly(handle)

@@ -195,3 +195,50 @@ async def test_no_raw_ray_exception_reaches_a_caller(monkeypatch: pytest.MonkeyP
     assert not isinstance(read.value, OutcomeUnknownError) and method.calls > 1
     with pytest.raises(OutcomeUnknownError, match="unknown outcome"):
         await conn.request("call", "write_file", ("/f", b"x"), {}, keyed=True)
+
+
+class _RestartingMethod:
+    """A restarting owner's call as a client that has not heard of the restart yet sees it: a few
+    tries fail at once with ``ActorUnavailableError``, then the new owner answers."""
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.calls = 0
+
+    def remote(self, *args: Any) -> asyncio.Future[Any]:
+        self.calls += 1
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.calls <= self.failures:
+            future.set_exception(ray.exceptions.ActorUnavailableError("restarting", None))
+        else:
+            future.set_result(("ok", None))
+        return future
+
+
+async def test_a_keyed_mutation_is_sent_again_while_its_owner_restarts_in_place(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Under load a restarting owner's write failed ``OutcomeUnknownError`` (1 in 5 runs of the busy
+    owner's restart test): the client sent it to the dead process twice, each try failing at once; a
+    keyed call is safe to send again (the next owner's journal answers it), so it is, until the owner
+    is back or the deadline. An unkeyed one is still an unknown outcome."""
+    from computer.client import _connection
+
+    async def never(*args: Any, **kwargs: Any) -> Any:
+        return False
+
+    async def nothing(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    method = _RestartingMethod(failures=5)
+    handle = type("Handle", (), {"call": method, "_actor_id": b"a"})()
+    conn = _connection.Connection(handle, name="w", managed=True)
+    monkeypatch.setattr(conn, "_did_not_run", never)
+    monkeypatch.setattr(conn, "_reresolve", nothing)
+    monkeypatch.setattr(conn, "_reresolve_quietly", nothing)
+    assert await conn.request("call", "write_file", ("/f", b"x"), {}, keyed=True) is None
+    assert method.calls == 6
+    unkeyed = _RestartingMethod(failures=1)
+    conn.handle = type("Handle", (), {"call": unkeyed, "_actor_id": b"a"})()
+    with pytest.raises(OutcomeUnknownError, match="unknown outcome"):
+        await conn.request("call", "write_file", ("/f", b"x"), {})
