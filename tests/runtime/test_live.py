@@ -90,10 +90,20 @@ async def test_a_killed_loop_keeps_the_files_it_wrote(ws: computer.Workspace) ->
 
 async def test_a_timeout_keeps_the_files_and_background_processes_survive_it(ws: computer.Workspace) -> None:
     marker = f"{700 + os.getpid() % 200}.{time.time_ns() % 10**6:06d}"
-    result = await run(ws, f"setsid sleep {marker} & echo partial > partial.txt; sleep 100", timeout=1)
+    # The child's own session first (field 6 of its stat): a loaded host could reach the timeout before
+    # ``setsid`` ran, and the run's process group was killed with the child still in it.
+    own_session = (
+        'until [ "$(cut -d" " -f6 /proc/$!/stat)" != "$(cut -d" " -f6 /proc/$$/stat)" ]; do sleep 0.01; done'
+    )
+    script = f"setsid sleep {marker} & {own_session}; echo partial > partial.txt; sleep 100"
+    result = await run(ws, script, timeout=3)
     assert (result.status, result.exit_code) == ("cancelled", 124)
     assert await ws.fs.read_text("/workspace/partial.txt") == "partial\n"
-    assert any(p.command == f"sleep {marker}" for p in await ws.runtime.processes())
+
+    async def listed() -> bool:  # (its command line is ``sleep`` once it exec-ed)
+        return any(p.command == f"sleep {marker}" for p in await ws.runtime.processes())
+
+    await eventually(listed, within=30)
 
 
 async def test_background_output_goes_to_its_log_and_kill_process_ends_it(ws: computer.Workspace) -> None:
