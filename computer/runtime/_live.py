@@ -59,11 +59,9 @@ from ._live_parts import (
     BackgroundLog,
     Job,
     RunChanges,
-    fail,
     from_background,
     has_changes,
     listed,
-    pages,
     waiting_pids,
 )
 from ._mapped import MappedFiles
@@ -198,10 +196,7 @@ class LiveSandbox(LiveChannel, LiveJobs):
             self.kills_at_end = self.oom_kills()  # read while the group is there (see LiveJobs.output)
         with contextlib.suppress(Exception):
             self.loop.remove_reader(self.channel.fileno())
-        error = LiveSandboxError(f"the live sandbox ended: {self.dead}")
-        fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
-        fail(list(self._requests.values()), error)
-        self._requests.clear()
+        self._settle()
         if self._ending is None:
             self._ending = asyncio.ensure_future(self._end())
 
@@ -263,7 +258,7 @@ class LiveSandbox(LiveChannel, LiveJobs):
         return procs_of(self._pids_group) if self._pids_group is not None else None
 
     async def processes(self) -> list[ProcessInfo]:
-        rows, more = await pages(self._request)
+        rows, more = await self._listing()
         if more:
             log.warning("live sandbox of %s: %s processes left out of a listing", self.workspace_id, more)
         logs = {run: background_log(run) for run, logged in self.background.items() if logged.written}
@@ -275,9 +270,7 @@ class LiveSandbox(LiveChannel, LiveJobs):
         pid that was this one's waiting shell killed that shell)."""
         if int(pid) in waiting_pids(self.jobs.values()):
             raise ProcessLookupError(f"no process {pid} in this sandbox")
-        reply = await self._request({"op": "kill", "pid": int(pid), "sig": int(sig)})
-        if reply.get("error"):
-            raise ProcessLookupError(reply["error"])
+        await self._signal(pid, sig)
 
     # ------------------------------------------------------------------ runs
 
@@ -445,9 +438,8 @@ class LiveSandbox(LiveChannel, LiveJobs):
         with contextlib.suppress(Exception):
             self.loop.remove_reader(self.channel.fileno())
         try:
-            if not closed:
-                error = LiveSandboxError(f"the live sandbox ended: {self.dead}")
-                fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
+            if not closed:  # (its runs, and listings and kills in flight: ``_settle``)
+                self._settle()
             if self.spare is not None:
                 self.spare.close()
                 self.spare = None

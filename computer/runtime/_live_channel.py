@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ._live_jobs import LiveSandboxError
-from ._live_parts import Job, host_pid
+from ._live_parts import Job, fail, host_pid, pages
 
 __all__ = ["LiveChannel"]
 
@@ -99,6 +99,38 @@ class LiveChannel:
                 self._lost(f"its init cannot be reached ({exc.strerror})")
                 raise LiveSandboxError(f"the live sandbox ended: {self.dead}") from exc
         raise LiveSandboxError("the live sandbox's init does not read its messages")
+
+    def _settle(self) -> None:
+        """Fail what waits on the init, the sandbox ended: its jobs' start and exit, and its requests
+        (a listing, a kill: ``_listing`` and ``_signal`` answer them). Only the init's loss did the
+        requests: an end (``end``, idle, lifetime) left a listing in flight waiting ``REQUEST_TIMEOUT``
+        for a reply that never came."""
+        error = LiveSandboxError(f"the live sandbox ended: {self.dead}")
+        fail([f for job in self.jobs.values() for f in (job.started, job.exited)], error)
+        fail(list(self._requests.values()), error)
+        self._requests.clear()
+
+    async def _listing(self) -> tuple[list[dict[str, Any]], int]:
+        """The init's ``ps`` rows (``pages``): none once the sandbox ended, before or while asked (as
+        ``LiveSandboxes.processes`` answers for a workspace whose sandbox is gone)."""
+        try:
+            return await pages(self._request)
+        except LiveSandboxError:
+            if self.dead is None:
+                raise  # the channel failed (no reply in time, the init could not answer)
+            return [], 0
+
+    async def _signal(self, pid: int, sig: int) -> None:
+        """Ask the init to signal ``pid``: ``ProcessLookupError`` when it has none, or when the sandbox
+        ended, before or while asked (its processes are dead)."""
+        try:
+            reply = await self._request({"op": "kill", "pid": int(pid), "sig": int(sig)})
+        except LiveSandboxError:
+            if self.dead is None:
+                raise
+            raise ProcessLookupError(f"no process {pid}: the live sandbox ended ({self.dead})") from None
+        if reply.get("error"):
+            raise ProcessLookupError(reply["error"])
 
     async def _request(self, message: dict[str, Any]) -> dict[str, Any]:
         self._next_ref += 1

@@ -245,3 +245,48 @@ async def test_a_run_while_the_sandbox_ends_sees_what_the_ends_pull_brought(
     async with computer.Workspace(f"{tmp_path}/ws.db", backends=[ShellBackend(live=True)]) as ws:
         again = await run(ws, "cat late.txt ws.txt")  # after a reopen: a mirror made afresh
         assert (again.status, again.stdout) == ("completed", "late\nws\n"), again.stderr
+
+
+async def test_a_listing_and_a_kill_in_flight_as_the_sandbox_ends_are_answered_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing and a kill the init has not answered when the sandbox ends (``end_sandbox``) are
+    answered by the end: no processes listed (as for a workspace without a live sandbox), and no
+    such process to kill (``ProcessLookupError``). Before, only the init's loss failed them: after
+    an end they waited ``REQUEST_TIMEOUT`` for a reply that never came, then failed as a broken
+    channel (``LiveSandboxError``)."""
+    monkeypatch.setattr(_live_channel, "REQUEST_TIMEOUT", 120.0)  # (well past the bound below)
+    backend = ShellBackend(live=True)
+    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run(ws, "sleep 1000 > /dev/null 2>&1 &")
+        workspace = ws.fs.instance
+
+        async def sleeping() -> bool:
+            return any(p.command == "sleep 1000" for p in await backend.processes(workspace))
+
+        await eventually(sleeping, within=20)
+        pid = next(p.pid for p in await backend.processes(workspace) if p.command == "sleep 1000")
+        sandbox = backend._lives._live[workspace]
+        send, held = sandbox._send, []
+
+        def holding(message: dict[str, Any], fds: Sequence[int] = ()) -> None:
+            if message.get("op") in ("ps", "kill"):  # never reaches the init: no reply comes
+                held.append(message["op"])
+            else:
+                send(message, fds)
+
+        monkeypatch.setattr(sandbox, "_send", holding)
+        listing = asyncio.create_task(backend.processes(workspace))
+        kill = asyncio.create_task(backend.kill_process(workspace, pid))
+
+        async def asked() -> bool:
+            return sorted(held) == ["kill", "ps"]
+
+        await eventually(asked)
+        assert await asyncio.wait_for(backend.end_sandbox(workspace), 60)
+        async with asyncio.timeout(5):
+            assert await listing == []
+            with pytest.raises(ProcessLookupError):
+                await kill
+        assert await backend.processes(workspace) == []
