@@ -13,7 +13,7 @@ import os
 import stat
 from typing import Final
 
-__all__ = ["CTIME_NS", "INO", "KIND", "MODE", "MTIME_NS", "SIZE", "Entry", "entry_of"]
+__all__ = ["CTIME_NS", "INO", "KIND", "MODE", "MTIME_NS", "SIZE", "Entry", "entry_of", "is_dir"]
 
 # (kind, inode, size, mtime_ns, ctime_ns, mode). kind: "f" file, "d" directory, "l" symlink, "o"
 # anything else (never synced); mode: the permission bits (``stat.S_IMODE``).
@@ -47,3 +47,8 @@ def entry_of(st: os.stat_result) -> Entry:
     if kind == _IFLNK:
         return ("l", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode & 0o7777)
     return ("o", st.st_ino, 0, 0, 0, mode & 0o7777)  # fifos, sockets: never synced
+
+
+def is_dir(entry: Entry | None) -> bool:
+    """Whether ``entry`` (None: no entry) is a directory's."""
+    return entry is not None and entry[KIND] == "d"

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..storage.paths import MAX_PATH_BYTES
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink
 from ._beneath import lstat_beneath, make_parent, open_beneath, remove_beneath
-from ._entry import INO, KIND, MODE, SIZE, Entry, entry_of
+from ._entry import INO, KIND, MODE, SIZE, Entry, entry_of, is_dir
 from ._forget import forget
 from ._held_links import linked_at, lost_names, names_elsewhere, rename_at
 from ._lifts import Lifts, open_top
@@ -237,13 +237,13 @@ class MirrorBase:
         d_parent, _, d_name = d.rpartition("/")
         if entry is None or any(is_below(p, src) for p in (*self.protected, *self.refetch, *self.held)):
             return False
-        if d_parent and getattr(self.state.get(d_parent), "kind", None) != "d":
+        if d_parent and not is_dir(self.state.get(d_parent)):
             # A directory the same push makes (``mkdir n; mv f n/``): made here first; the push's
             # own step for it then sets its mode (or, had it been replaced, removes it).
             try:
                 make_parent(self.directory, self.directory / d, self.owner)
                 parent = d_parent
-                while parent and getattr(self.state.get(parent), "kind", None) != "d":
+                while parent and not is_dir(self.state.get(parent)):
                     self.state[parent] = entry_of(os.lstat(self.directory / parent))
                     parent = parent.rpartition("/")[0]
             except OSError:

@@ -11,6 +11,7 @@ import pytest
 
 from computer.runtime import MirrorDir, MirrorFile, SyncPush
 from computer.runtime._beneath import chmod_beneath, read_beneath, readlink_beneath
+from computer.runtime._entry import SIZE
 from computer.runtime._mirror import Mirror
 
 from ._live_support import settles
@@ -219,7 +220,7 @@ def test_a_write_through_a_link_the_run_removed_is_found_and_a_paced_look_waits(
     assert not settles(mirror, within=0.3) and settles(mirror, paced=True)
     plan, now = mirror.plan(paced=False)
     assert [rel for rel, _ in plan.files] == ["d1/f1.txt"] and not mirror.look_owed
-    assert now["d1/f1.txt"].size == 7 and settles(mirror)
+    assert now["d1/f1.txt"][SIZE] == 7 and settles(mirror)
 
 
 def test_a_pulls_state_leaves_the_garbage_collector_nothing_per_path(tmp_path: Path) -> None:
