@@ -8,7 +8,9 @@ alone baseline of the same run, and the longest single step of the loop (``step`
 CPU time in one callback, which other processes' load does not inflate; ``>20``: steps over 20 ms;
 ``blk``: the longest step spent waiting, over 50 ms and 3x its CPU: a blocking call on the loop, or
 the GIL). With ``--stacks`` also where the loop's thread was when it was late (a sampling thread
-reading ``sys._current_frames``) and the await each long step stopped at.
+reading ``sys._current_frames``) and the await each long step stopped at. After each attack: the
+process's full garbage collections during it (``gc.callbacks``: count, longest, sum, what they freed)
+and the objects the collector then tracks.
 
     .venv/bin/python benchmarks/neighbor_bench.py                    # every attack
     .venv/bin/python benchmarks/neighbor_bench.py files dirs --stacks
@@ -19,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import gc
 import statistics
 import sys
 import threading
@@ -86,6 +89,11 @@ ATTACKS: dict[str, tuple[str, str]] = {
     "bigdir": (
         "shell",
         "mkdir big && cd big && python3 -c \"import os\nfor i in range(500000): os.close(os.open('e%d' % i, "
+        'os.O_CREAT | os.O_WRONLY))" && sleep 2',
+    ),
+    "bigdir300": (
+        "shell",
+        "mkdir big && cd big && python3 -c \"import os\nfor i in range(300000): os.close(os.open('e%d' % i, "
         'os.O_CREAT | os.O_WRONLY))" && sleep 2',
     ),
     "million": (
@@ -200,6 +208,34 @@ class Steps:
 
 
 STEPS = Steps()
+
+
+class FullCollections:
+    """The process's full (generation 2) garbage collections (``gc.callbacks``): how many, how long
+    (wall ms, the longest and the sum), what they freed, and the objects the collector tracks."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self.freed = 0
+        self.start = 0.0
+        gc.callbacks.append(self.callback)
+
+    def callback(self, phase: str, info: dict[str, int]) -> None:
+        if info["generation"] != 2:
+            return
+        if phase == "start":
+            self.start = time.perf_counter()
+        else:
+            self.times.append((time.perf_counter() - self.start) * 1000)
+            self.freed += info["collected"]
+
+    def take(self) -> str:
+        times, freed = self.times, self.freed
+        self.times, self.freed = [], 0
+        return f"gen2 {len(times)}x max {max(times, default=0):.0f} sum {sum(times):.0f} ms freed {freed}"
+
+
+GC = FullCollections()
 
 
 def pct(values: list[float], q: float) -> float:
@@ -318,8 +354,11 @@ async def main(names: list[str], stacks: bool, shared: bool) -> None:
 
         task = asyncio.ensure_future(attack(h, kind, source))
         STEPS.take()
+        GC.take()
         lat, lags, errors = await phase(v, sampler, task)
         step = STEPS.take()
+        collections_ = GC.take()
+        tracked = len(gc.get_objects())
         said = task.result()
         t = time.monotonic()
         await h.__aexit__(None, None, None)
@@ -330,6 +369,7 @@ async def main(names: list[str], stacks: bool, shared: bool) -> None:
             f" {max(lags):7.1f} {step[0]:6.1f} {step[1]:4} {max(STEPS.last_blocked, default=(0.0, ''))[0]:5.0f}  {p50 / b50:5.1f} {p99 / b99:5.1f} {pct(lags, 0.99) / lag99:5.1f}  {said}; close {close:.1f}s",
             flush=True,
         )
+        print(f"   {collections_}; tracked after the run {tracked}", flush=True)
         if stacks and step[0]:
             print("   longest step:", step[2])
         for wall, what in STEPS.last_blocked if stacks else ():

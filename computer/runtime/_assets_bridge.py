@@ -30,6 +30,7 @@ from typing import Any
 from ..storage.paths import canonical, is_within
 from ._backend import BIG_FILE, ExecContext, MirrorFile, SyncPull, store_ms
 from ._beneath import HOLE, HOLE_DIGEST, BeneathReader, lstat_beneath
+from ._entry import KIND, MODE, MTIME_NS, SIZE
 from ._mirror import Entry, Mirror, entry_of
 from ._tasks import in_thread, offload
 
@@ -171,7 +172,7 @@ class AssetsBridge:
         except OSError:
             st = None
         entry = entry_of(st) if st is not None else None
-        if entry is not None and entry.kind == "f":
+        if entry is not None and entry[KIND] == "f":
             if mirror.state.get(rel) != entry:
                 # Made by this run and not pulled yet: the share reads the workspace, so save it first.
                 refused = await self._save(path, rel, entry)
@@ -194,10 +195,10 @@ class AssetsBridge:
         if read is None:
             return "it changed while it was read: publish it again once it is written"
         data, chunks, stage = read
-        size = -1 if chunks is None else entry.size
+        size = -1 if chunks is None else entry[SIZE]
         pull = SyncPull(
             mirror.root,
-            files=[MirrorFile(path, data, entry.mode, store_ms(entry.mtime_ns), size, None, chunks)],
+            files=[MirrorFile(path, data, entry[MODE], store_ms(entry[MTIME_NS]), size, None, chunks)],
             protected=sorted(mirror.protected),
             own_revs=list(self.own_revs),
             stage=stage,
@@ -218,7 +219,7 @@ def read_published(
     """The file ``rel`` below ``directory`` as ``entry`` (its ``lstat``) saw it, read while its
     program runs: a small file's bytes, or a large one's chunk hashes with the distinct new chunks
     (a hole neither read nor held: ``HOLE``); None when it is not that file any more (it grew, shrank
-    or changed meanwhile). Never more than ``entry.size`` bytes: the whole file was read into memory,
+    or changed meanwhile). Never more than ``entry[SIZE]`` bytes: the whole file was read into memory,
     to its end whatever its size, so ``truncate -s 16G f; assets publish f`` took 16 GB of the host's
     memory for a file that cost the sandbox nothing, and a program extending it as it was read kept
     the host reading."""
@@ -231,9 +232,9 @@ def read_published(
         try:
             for piece in reader.chunks(rel):
                 size += len(piece)
-                if size > entry.size:
+                if size > entry[SIZE]:
                     return None
-                if entry.size < BIG_FILE:
+                if entry[SIZE] < BIG_FILE:
                     data.append(piece)
                     continue
                 digest = HOLE_DIGEST if piece is HOLE else hashlib.sha256(piece).hexdigest()
@@ -244,10 +245,10 @@ def read_published(
         except OSError:
             return None
     try:
-        if size != entry.size or entry_of(lstat_beneath(directory, rel)) != entry:
+        if size != entry[SIZE] or entry_of(lstat_beneath(directory, rel)) != entry:
             return None
     except OSError:
         return None
-    if entry.size < BIG_FILE:
+    if entry[SIZE] < BIG_FILE:
         return b"".join(data), None, []
     return None, hashes, stage

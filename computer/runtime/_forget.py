@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, MutableMapping
 from typing import Any
 
+from ._entry import KIND
+
 __all__ = ["forget"]
 
 
@@ -22,7 +24,7 @@ def forget(
     tops: set[str] = set()
     for rel in rels:
         entry = state.get(rel)
-        if entry is not None and entry.kind != "d":
+        if entry is not None and entry[KIND] != "d":
             for held in maps:
                 held.pop(rel, None)
         else:

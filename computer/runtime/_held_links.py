@@ -9,6 +9,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
+from ._entry import INO, KIND
+
 if TYPE_CHECKING:
     from ._mirror_base import Entry
 
@@ -20,10 +22,10 @@ def linked_at(state: Mapping[str, Entry], linked: set[int], rel: str) -> set[int
     if not linked:
         return set()
     entry = state.get(rel)
-    if entry is not None and entry.kind != "d":
-        return {entry.ino} & linked if entry.kind == "f" else set()
+    if entry is not None and entry[KIND] != "d":
+        return {entry[INO]} & linked if entry[KIND] == "f" else set()
     prefix = rel + "/"
-    return {e.ino for k, e in state.items() if e.kind == "f" and e.ino in linked and k.startswith(prefix)}
+    return {e[INO] for k, e in state.items() if e[KIND] == "f" and e[INO] in linked and k.startswith(prefix)}
 
 
 def lost_names(
@@ -49,7 +51,7 @@ def names_elsewhere(state: Mapping[str, Entry], inodes: set[int], rel: str) -> l
     return [
         k
         for k, e in state.items()
-        if e.kind == "f" and e.ino in inodes and k != rel and not (rel == "" or k.startswith(prefix))
+        if e[KIND] == "f" and e[INO] in inodes and k != rel and not (rel == "" or k.startswith(prefix))
     ]
 
 

@@ -6,6 +6,7 @@ not UTF-8, once per run, grew one workspace's mirror to 6 GB of host memory."""
 from __future__ import annotations
 
 from ._beneath import remove_beneath
+from ._entry import KIND, SIZE
 from ._mirror_base import Entry, MirrorBase
 
 __all__ = ["trim_kept"]
@@ -24,19 +25,19 @@ def trim_kept(mirror: MirrorBase, now: dict[str, Entry], limit: int) -> dict[str
     room = mirror.room()
     held: list[tuple[int, str]] = []
     for rel, entry in now.items():
-        if entry.kind != "f":
+        if entry[KIND] != "f":
             continue
         if rel.isascii():
             if len(rel) > room:
-                held.append((entry.size, rel))
+                held.append((entry[SIZE], rel))
             continue
         try:
             rel.encode("utf-8")
         except UnicodeEncodeError:
-            held.append((entry.size, rel))
+            held.append((entry[SIZE], rel))
             continue
         if mirror.too_long(rel, room):
-            held.append((entry.size, rel))
+            held.append((entry[SIZE], rel))
     total = sum(size for size, _ in held)
     removed: dict[str, str] = {}
     for size, rel in sorted(held, reverse=True):

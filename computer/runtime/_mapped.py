@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from xxhash import xxh3_128
 
 from ._beneath import BeneathReader
+from ._entry import INO, KIND
 from ._mirror import Mirror
 
 __all__ = ["MAPS_BYTES", "MAX_FILES", "PERIOD", "MappedFiles", "shared_writable"]
@@ -83,7 +84,7 @@ class MappedFiles:
         if pids is not None and dev is not None:
             inodes = shared_writable(pids, dev)
             if inodes:
-                mapped = {rel for rel, e in mirror.state.items() if e.kind == "f" and e.ino in inodes}
+                mapped = {rel for rel, e in mirror.state.items() if e[KIND] == "f" and e[INO] in inodes}
         forced = 0
         with BeneathReader(mirror.directory) as reader:
             for rel in sorted(mapped | set(self.prints))[:MAX_FILES]:

@@ -1,5 +1,5 @@
 """The layer under a mirror's push and pull (see ``_mirror``): the change-detection key of a path
-(:class:`Entry`), what a run changed before any bytes are read (:class:`PullPlan`), and
+(:data:`Entry`, from ``_entry``), what a run changed before any bytes are read (:class:`PullPlan`), and
 :class:`MirrorBase`, the fields and path arithmetic both sides use."""
 
 from __future__ import annotations
@@ -7,16 +7,15 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import stat
 import time
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 from ..storage.paths import MAX_PATH_BYTES
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink
 from ._beneath import lstat_beneath, make_parent, open_beneath, remove_beneath
+from ._entry import INO, KIND, MODE, SIZE, Entry, entry_of, is_dir
 from ._forget import forget
 from ._held_links import linked_at, lost_names, names_elsewhere, rename_at
 from ._lifts import Lifts, open_top
@@ -38,18 +37,6 @@ __all__ = [
     "is_below",
     "was_dir",
 ]
-
-
-class Entry(NamedTuple):
-    """The change-detection key of one path of the mirror, from its ``lstat``: the program cannot
-    forge ctime, so any write, chmod or touch is seen even when size and mtime come out the same."""
-
-    kind: str  # "f" file, "d" directory, "l" symlink, "o" anything else (never synced)
-    ino: int
-    size: int
-    mtime_ns: int
-    ctime_ns: int
-    mode: int  # permission bits (``stat.S_IMODE``)
 
 
 class MirrorBase:
@@ -142,11 +129,11 @@ class MirrorBase:
             if entry is None:
                 lifts.forget(rel)
             elif rel not in lifts.lifted:
-                lifts.note(rel, entry.kind, entry.mode)
+                lifts.note(rel, entry[KIND], entry[MODE])
         for rel in lifts.lifted:
             entry, mode = now.get(rel), lifts.locked.get(rel)
             if entry is not None and mode is not None:
-                now[rel] = entry._replace(mode=mode)
+                now[rel] = (*entry[:MODE], mode)
 
     def restore_lifts(self) -> None:
         """A sync's end: the program's bits back where it lifted them, the state of each path put
@@ -212,7 +199,7 @@ class MirrorBase:
             # Any change moves the ctime (a program cannot set it); the rest only for those.
             if st.st_ctime_ns != held[4] and rel not in candidates and rel in now:
                 now[rel] = entry = entry_of(st)
-                if entry[:4] != held[:4] or entry.mode != held.mode:
+                if entry[:4] != held[:4] or entry[MODE] != held[MODE]:
                     candidates.add(rel)
         if due:
             self.look_owed = False
@@ -250,13 +237,13 @@ class MirrorBase:
         d_parent, _, d_name = d.rpartition("/")
         if entry is None or any(is_below(p, src) for p in (*self.protected, *self.refetch, *self.held)):
             return False
-        if d_parent and getattr(self.state.get(d_parent), "kind", None) != "d":
+        if d_parent and not is_dir(self.state.get(d_parent)):
             # A directory the same push makes (``mkdir n; mv f n/``): made here first; the push's
             # own step for it then sets its mode (or, had it been replaced, removes it).
             try:
                 make_parent(self.directory, self.directory / d, self.owner)
                 parent = d_parent
-                while parent and getattr(self.state.get(parent), "kind", None) != "d":
+                while parent and not is_dir(self.state.get(parent)):
                     self.state[parent] = entry_of(os.lstat(self.directory / parent))
                     parent = parent.rpartition("/")[0]
             except OSError:
@@ -278,14 +265,14 @@ class MirrorBase:
         self.protected = {p for p in self.protected if not is_below(p, dst)}
         kept = {p for p in self.kept if not is_below(p, dst)}  # ... and the sandbox's own paths move
         self.kept = {dst + p[len(src) :] if is_below(p, src) else p for p in kept}
-        if entry.kind == "d":
+        if entry[KIND] == "d":
             prefix = s + "/"
             for key in [k for k in self.state if k.startswith(prefix)]:
                 self._rename_key(key, d + key[len(s) :])
         self._rename_key(s, d)
         self.state[d] = now = entry_of(moved)  # a rename changes the ctime the pull compares
-        if now.kind == "f" and moved.st_nlink > 1:  # ... of every name of the file
-            self.take_in({now.ino: now})
+        if now[KIND] == "f" and moved.st_nlink > 1:  # ... of every name of the file
+            self.take_in({now[INO]: now})
         if unlinked:
             self.reread(unlinked, refetch=True, but=(d,))
         return True
@@ -304,11 +291,11 @@ class MirrorBase:
         (a later push of it as chunks would take the stale list as what the file holds, and fetch
         none of the chunks it lacks)."""
         for key, held in self.state.items():
-            if held.kind == "f" and held.ino in files:
-                self.state[key] = files[held.ino]
-                if chunks is not None and held.ino in chunks:
-                    self.chunks[key] = list(chunks[held.ino])
-                elif held.ino in rewritten:
+            if held[KIND] == "f" and held[INO] in files:
+                self.state[key] = files[held[INO]]
+                if chunks is not None and held[INO] in chunks:
+                    self.chunks[key] = list(chunks[held[INO]])
+                elif held[INO] in rewritten:
                     self.chunks.pop(key, None)
                     self.prints.pop(key, None)
 
@@ -340,7 +327,7 @@ class MirrorBase:
         that there only): the others but ``but`` are fetched again (before, ``write t; rm t`` left
         ``f`` stale in the sandbox: s50/h7)."""
         for key, entry in list(self.state.items()):
-            if entry.kind == "f" and entry.ino in inodes:
+            if entry[KIND] == "f" and entry[INO] in inodes:
                 with contextlib.suppress(OSError):
                     self.state[key] = entry_of(os.lstat(self.directory / key))
                 if refetch and key not in but:
@@ -361,7 +348,7 @@ class MirrorBase:
             self.protected = {p for p in self.protected if not is_below(p, src)}
         d = self.rel(dst)
         held = self.state.get(d)
-        if held is not None and held.kind != "d" and _strictly_below(dst, self.root):
+        if held is not None and held[KIND] != "d" and _strictly_below(dst, self.root):
             unlinked = self.linked_at(d)
             remove_beneath(self.directory, d)
             self._forget(d)
@@ -432,7 +419,7 @@ class PullPlan:
         return not (self.files or self.dirs or self.symlinks or self.deleted or self.links or self.dir_times)
 
     def size(self) -> int:
-        return sum(entry.size for _, entry in self.files)
+        return sum(entry[SIZE] for _, entry in self.files)
 
 
 NOT_UTF8 = "the name is not UTF-8: the workspace cannot hold it (it stays in the sandbox only)"
@@ -452,36 +439,9 @@ TOO_LONG_KEPT = "path too long: a sandbox syncs paths of up to {} bytes (only th
 _PATH_MAX = 4095  # a path a system call takes, in bytes (PATH_MAX counts the NUL)
 
 
-# What ``Entry(...)`` does minus its Python-level ``__new__``: a full scan builds one per path (10,000
-# paths: Entry(...) cost ~10% of the walk).
-_new_entry = tuple.__new__
-# The entry of a directory depends on its mode alone: one shared tuple per mode.
-_DIR_ENTRIES: dict[int, Entry] = {}
-_IFMT, _IFDIR, _IFREG, _IFLNK = 0o170000, stat.S_IFDIR, stat.S_IFREG, stat.S_IFLNK
-
-
-def entry_of(st: os.stat_result) -> Entry:
-    """The change-detection key of one ``lstat`` result.
-
-    The file type is compared on ``st_mode`` directly (``stat.S_ISDIR`` and ``S_IMODE`` are calls:
-    a directory's entry took 0.32 µs, 0.12 now; the 1,111 of a ``mkdir -p`` each need one)."""
-    mode = st.st_mode
-    kind = mode & _IFMT
-    if kind == _IFDIR:
-        entry = _DIR_ENTRIES.get(mode)
-        if entry is None:
-            entry = _DIR_ENTRIES[mode] = _new_entry(Entry, ("d", 0, 0, 0, 0, mode & 0o7777))
-        return entry
-    if kind == _IFREG:
-        return _new_entry(Entry, ("f", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode & 0o7777))
-    if kind == _IFLNK:
-        return _new_entry(Entry, ("l", st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, mode & 0o7777))
-    return _new_entry(Entry, ("o", st.st_ino, 0, 0, 0, mode & 0o7777))  # fifos, sockets: never synced
-
-
 def was_dir(state: dict[str, Entry], now: dict[str, Entry], rel: str) -> bool:
     old = state.get(rel) or now.get(rel)
-    return old is not None and old.kind == "d"
+    return old is not None and old[KIND] == "d"
 
 
 def is_below(path: str, root: str) -> bool:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ..storage import CHUNK_SIZE
 from ._beneath import HOLE_DIGEST
+from ._entry import KIND, SIZE
 from ._mirror import Mirror
 from ._scratch import remove_tree
 
@@ -126,7 +127,7 @@ def held_bytes(mirror: Mirror) -> int:
     (known by the chunk lists of its large files). Before, a sparse file counted its size: a program's
     ``truncate -s 4G`` cost the host nothing, yet its warm mirror counted 4 GB against the process's
     budget and pushed every other workspace's warm mirror out (their next runs pushed in full)."""
-    size = sum(entry.size for entry in mirror.state.values() if entry.kind == "f")
+    size = sum(entry[SIZE] for entry in mirror.state.values() if entry[KIND] == "f")
     holes = sum(chunks.count(HOLE_DIGEST) for chunks in mirror.chunks.values())
     return max(0, size - holes * CHUNK_SIZE)
 

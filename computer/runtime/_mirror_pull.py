@@ -25,6 +25,7 @@ from ._beneath import (
     remove_beneath,
 )
 from ._dir_times import mirror_dir, with_dir_times
+from ._entry import INO, KIND, MODE, MTIME_NS, SIZE
 from ._mirror_base import (
     NOT_UTF8,
     SPECIAL,
@@ -101,14 +102,14 @@ class MirrorPull(MirrorWatch):
                             found.append((rel, state.get(rel)))
                             continue
                 entry = entry_of(st) if st is not None else None
-                if entry is not None and entry.kind == "d":
+                if entry is not None and entry[KIND] == "d":
                     times[rel] = st.st_mtime_ns  # type: ignore[union-attr]
             found.append((rel, entry))
             if entry is None and rel not in state:
                 self.look_owed = True  # made and removed: it may have been a hard link (see above)
-            if entry is None or entry.kind != "d":
+            if entry is None or entry[KIND] != "d":
                 old = state.get(rel)  # ``was_dir``: ``now`` is the state still
-                replaced = replaced or (old is not None and old.kind == "d")
+                replaced = replaced or (old is not None and old[KIND] == "d")
         if not replaced:
             # No entry leaves the state: each path's entry is its own (no sort by depth, ~0.15 ms
             # of 1,111 paths; the lstat calls come first, in any order, as the program has exited).
@@ -121,7 +122,7 @@ class MirrorPull(MirrorWatch):
             # Shallow paths first: what was below a directory that is gone leaves ``now`` with it.
             found.sort(key=lambda item: item[0].count("/"))
             for rel, entry in found:
-                if entry is None or entry.kind != "d":
+                if entry is None or entry[KIND] != "d":
                     prefix = rel + "/"
                     below = [k for k in now if k.startswith(prefix)] if was_dir(state, now, rel) else []
                     for key in below:
@@ -183,7 +184,7 @@ class MirrorPull(MirrorWatch):
             old = state.get(rel)
             entry = now.get(rel)
             if old == entry:
-                if watched and old is not None and old.kind == "d":
+                if watched and old is not None and old[KIND] == "d":
                     parents.add(rel)  # an event named it: a ``touch`` of the directory itself
                 continue
             if len(rel) > quick and self.too_long(rel, room):  # past what syncs: reported, never lost
@@ -202,24 +203,24 @@ class MirrorPull(MirrorWatch):
             if entry is None:
                 plan.deleted.append(path)
                 continue
-            kind = entry.kind
-            if kind in "fd" and entry.mode & 0o6000:
+            kind = entry[KIND]
+            if kind in "fd" and entry[MODE] & 0o6000:
                 # setuid/setgid never survive, not even in the mirror (the sandbox's own user owns it,
                 # but nobody gets a set-id program out of a run).
                 with contextlib.suppress(OSError):
-                    entry = now[rel] = entry_of(chmod_beneath(self.directory, rel, entry.mode & SAFE_BITS))
+                    entry = now[rel] = entry_of(chmod_beneath(self.directory, rel, entry[MODE] & SAFE_BITS))
             if kind == "d":
-                if old is None or old.kind != "d" or old.mode != entry.mode:
+                if old is None or old[KIND] != "d" or old[MODE] != entry[MODE]:
                     ns = times.get(rel)
                     timed += ns is not None
                     made[rel] = len(plan.dirs)
-                    plan.dirs.append(mirror_dir(path, entry.mode, None if ns is None else store_ms(ns)))
+                    plan.dirs.append(mirror_dir(path, entry[MODE], None if ns is None else store_ms(ns)))
             elif kind == "l":
                 with contextlib.suppress(OSError):
-                    if not plan.add_symlink(path, links.readlink(rel), store_ms(entry.mtime_ns)):
+                    if not plan.add_symlink(path, links.readlink(rel), store_ms(entry[MTIME_NS])):
                         continue  # a target the workspace cannot hold: left in the mirror only
             elif kind == "f":
-                ino = entry.ino
+                ino = entry[INO]
                 if ino in first_name:
                     plan.links.append((rel, first_name[ino]))
                     self.linked.add(ino)
@@ -231,7 +232,7 @@ class MirrorPull(MirrorWatch):
                 # replaced by a FIFO or socket stays in the workspace (reported in ``skipped``).
                 plan.unsyncable[path] = SPECIAL
                 continue
-            if old is not None and old.kind != kind:
+            if old is not None and old[KIND] != kind:
                 plan.deleted.append(path)  # replaced by another kind: remove first
         links.close()
         self._other_names(plan, now, first_name)
@@ -251,14 +252,14 @@ class MirrorPull(MirrorWatch):
                     shared.append(rel)
         if not shared:
             return
-        self.linked.update(now[rel].ino for rel in shared)
+        self.linked.update(now[rel][INO] for rel in shared)
         by_ino: dict[int, list[str]] = {}
         for rel, entry in now.items():
-            if entry.kind == "f":
-                by_ino.setdefault(entry.ino, []).append(rel)
+            if entry[KIND] == "f":
+                by_ino.setdefault(entry[INO], []).append(rel)
         listed = {rel for rel, _ in plan.links}
         for rel in shared:
-            ino = now[rel].ino
+            ino = now[rel][INO]
             for other in by_ino.get(ino, ()):
                 if other != rel and other not in listed and first_name.get(ino) != self.workspace_path(other):
                     plan.links.append((other, first_name[ino]))
@@ -275,17 +276,17 @@ class MirrorPull(MirrorWatch):
             state, chunks = self.state, self.chunks
             wanted = []
             for rel, entry in plan.files:
-                if entry.size >= BIG_FILE and chunks:
+                if entry[SIZE] >= BIG_FILE and chunks:
                     old = state.get(rel)
-                    if rel not in chunks or old is None or old.ino != entry.ino:
-                        wanted.append((rel, entry.ino))
+                    if rel not in chunks or old is None or old[INO] != entry[INO]:
+                        wanted.append((rel, entry[INO]))
             sources: dict[str, str] = {}
             if wanted:
                 by_ino: dict[int, str] = {}
                 for rel in chunks:
                     old = state.get(rel)
-                    if old is not None and old.kind == "f":
-                        by_ino.setdefault(old.ino, rel)
+                    if old is not None and old[KIND] == "f":
+                        by_ino.setdefault(old[INO], rel)
                 for rel, ino in wanted:
                     if (source := by_ino.get(ino)) is not None and source != rel:
                         sources[rel] = source
@@ -336,15 +337,15 @@ class MirrorPull(MirrorWatch):
         lifting = self.lifts.active
         with BeneathReader(self.directory) as reader:
             for rel, entry in plan.files:
-                if lifting and entry.mode & 0o600 != 0o600:  # the program locked it (``_lifts``)
+                if lifting and entry[MODE] & 0o600 != 0o600:  # the program locked it (``_lifts``)
                     self.lifts.lift(self.directory, rel)
                 path = self.workspace_path(rel)
-                mtime = store_ms(entry.mtime_ns)
-                small = entry.size < BIG_FILE
+                mtime = store_ms(entry[MTIME_NS])
+                small = entry[SIZE] < BIG_FILE
                 names += len(path)  # ``PAGE_PATHS`` of the files' paths
                 if budget is not None and (
                     len(page.files) >= PAGE_FILES or (page.files and names > PAGE_PATHS)
-                    or (small and held and held + entry.size > budget)
+                    or (small and held and held + entry[SIZE] > budget)
                 ):  # fmt: skip
                     yield page
                     on_first = False
@@ -396,14 +397,14 @@ class MirrorPull(MirrorWatch):
                         continue
                     plan.chunk_lists[rel] = hashes
                     plan.chunk_prints[rel] = prints
-                    page.files.append(MirrorFile(path, None, entry.mode, mtime, size, None, hashes))
+                    page.files.append(MirrorFile(path, None, entry[MODE], mtime, size, None, hashes))
                     continue
                 try:
                     data = reader.read(rel)
                 except OSError:
                     continue
                 held += len(data)
-                page.files.append(MirrorFile(path, data, entry.mode, mtime))
+                page.files.append(MirrorFile(path, data, entry[MODE], mtime))
         # Hard links last: their first name is on this page or an earlier one. On pages of their own
         # past ``PAGE_FILES``: 20,000 names of one file on one page held the owner's loop 0.3 s.
         for rel, first in plan.links:
@@ -449,7 +450,7 @@ class MirrorPull(MirrorWatch):
         for path in refused:
             rel = self.rel(path)
             entry = now.get(rel)
-            if entry is None or entry.kind != "f" or path not in keep:
+            if entry is None or entry[KIND] != "f" or path not in keep:
                 self.refetch_elsewhere(rel, before)
                 remove_beneath(self.directory, rel)
             else:
@@ -470,8 +471,8 @@ class MirrorPull(MirrorWatch):
         found = set()
         for rel in [self.rel(path) for path in plan.deleted] + [rel for rel, _ in plan.files]:
             old = self.state.get(rel)
-            if old is not None and old.kind == "f" and old.ino in self.linked:
-                found.add(old.ino)
+            if old is not None and old[KIND] == "f" and old[INO] in self.linked:
+                found.add(old[INO])
         return found
 
     def forget_chunks(self, plan: PullPlan | None) -> None:

@@ -26,6 +26,7 @@ from ._beneath import (
     write_all,
 )
 from ._dir_times import set_dir_times
+from ._entry import INO, KIND
 from ._mirror_base import TARGET_TOO_LONG, TOO_LONG_KEPT, Entry, MirrorBase, entry_of, is_below
 from ._scratch import remove_tree
 
@@ -163,7 +164,7 @@ class MirrorPush(MirrorBase):
                 if now is None:
                     self.refetch.add(f.path)  # its file is not here: fetched whole (one more round)
                 else:
-                    relinked[now.ino] = now
+                    relinked[now[INO]] = now
                 continue
             mode = self._given(rel, "f", f.mode)
             fd = os.open(path, CREATE, mode & 0o777)
@@ -363,9 +364,9 @@ class MirrorPush(MirrorBase):
         """A file written in place is complete: if it has other names, they take in its ctime."""
         rel = self.rel(file.path)
         entry = self.state.get(rel)
-        if entry is not None and entry.kind == "f" and entry.ino in self.linked:
+        if entry is not None and entry[KIND] == "f" and entry[INO] in self.linked:
             held = self.chunks.get(rel)
-            self.take_in({entry.ino: entry}, None if held is None else {entry.ino: held}, {entry.ino})
+            self.take_in({entry[INO]: entry}, None if held is None else {entry[INO]: held}, {entry[INO]})
 
     def finish_push(self, rev: int, refetched: Iterable[str] = ()) -> None:
         """Every page is in: the mirror reflects ``rev`` (the first page's, a lower bound); revisions

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 from . import _watch
+from ._entry import CTIME_NS, KIND, MTIME_NS
 from ._mirror_base import Entry, MirrorBase
 from ._mirror_walk import walk
 from ._watch import TreeWatch
@@ -34,7 +35,7 @@ class MirrorWatch(MirrorBase):
         self.walk_next = ended + 9 * (ended - started)
         if ended < self.shed_until:
             pass  # its own events nearly overflowed the queue every mirror shares: walked a while
-        elif self.unwatched and sum(1 for e in now.values() if e.kind == "d") < _watch.MAX_DIRS // 2:
+        elif self.unwatched and sum(1 for e in now.values() if e[KIND] == "d") < _watch.MAX_DIRS // 2:
             self.unwatched = False  # the next push arms a watch again
         return now
 
@@ -60,9 +61,9 @@ class MirrorWatch(MirrorBase):
         a write through a shared mapping moves no time and raises no event (``_mapped``). Its entry
         in the state says "unknown" (an mtime of -1) until that pull adopts what it read."""
         entry = self.state.get(rel)
-        if entry is None or entry.kind != "f":
+        if entry is None or entry[KIND] != "f":
             return 0
-        self.state[rel] = entry._replace(mtime_ns=-1)
+        self.state[rel] = (*entry[:MTIME_NS], -1, *entry[CTIME_NS:])
         self.forced.add(rel)
         return 1
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import os
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -77,9 +76,9 @@ def test_forgetting_below_a_deep_chain_looks_each_directory_up_once() -> None:
     directory, not per key and level (before: each key walked up all its levels, ~345,000 steps
     here; 20,000 links 2,000 deep, ~80 GB of copies)."""
     chain = "/".join(["c"] * 300)
-    state: dict[str, Any] = {_Key("/".join(["c"] * n)): SimpleNamespace(kind="d") for n in range(1, 301)}
-    state.update({_Key(f"{chain}/s{i}"): SimpleNamespace(kind="l") for i in range(1000)})
-    state[_Key("d")] = SimpleNamespace(kind="d")
+    state: dict[str, Any] = {_Key("/".join(["c"] * n)): ("d",) for n in range(1, 301)}
+    state.update({_Key(f"{chain}/s{i}"): ("l",) for i in range(1000)})
+    state[_Key("d")] = ("d",)
     chunks: dict[str, Any] = {f"{chain}/s{i}": object() for i in range(10)}
     _Key.steps, keys = 0, len(state)
     forget(state, [chunks], ["c/c/c", f"{chain}/s5"])

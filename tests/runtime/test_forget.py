@@ -7,8 +7,8 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from computer.runtime._entry import KIND, Entry
 from computer.runtime._forget import forget
-from computer.runtime._mirror_base import Entry
 
 _NAMES = st.sampled_from(["a", "b", "a-b", "a b", "ab"])
 _RELS = st.lists(_NAMES, min_size=1, max_size=3).map("/".join)
@@ -18,7 +18,7 @@ def _one_at_a_time(state: dict[str, Entry], chunks: dict[str, int], rels: list[s
     """The first ``MirrorBase._forget``, called per path."""
     for rel in rels:
         entry = state.get(rel)
-        if entry is not None and entry.kind != "d":
+        if entry is not None and entry[KIND] != "d":
             del state[rel]
             chunks.pop(rel, None)
             continue
@@ -34,10 +34,9 @@ def test_forgetting_many_at_once_equals_one_at_a_time(
 ) -> None:
     dirs = {rel.rpartition("/")[0] for rel in held} - {""}
     state = {
-        rel: Entry("d" if rel in dirs else data.draw(st.sampled_from("fl")), 1, 0, 0, 0, 0o644)
-        for rel in held
+        rel: ("d" if rel in dirs else data.draw(st.sampled_from("fl")), 1, 0, 0, 0, 0o644) for rel in held
     }
-    state.update({d: Entry("d", 1, 0, 0, 0, 0o755) for d in dirs if data.draw(st.booleans())})  # some missing
+    state.update({d: ("d", 1, 0, 0, 0, 0o755) for d in dirs if data.draw(st.booleans())})  # some missing
     chunks = {rel: 1 for rel in state if data.draw(st.booleans())}
     expected_state, expected_chunks = dict(state), dict(chunks)
     _one_at_a_time(expected_state, expected_chunks, rels)

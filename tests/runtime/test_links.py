@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 from computer.runtime._backend import MirrorDir, MirrorFile, SyncLimits, SyncPush
 from computer.runtime._context import LocalExecContext
+from computer.runtime._entry import SIZE
 from computer.runtime._mirror import Mirror
 from computer.runtime._mirror_base import entry_of
 from computer.runtime._pull_rules import CONFLICT, LINKED, refused_files
@@ -140,7 +141,7 @@ def test_a_link_a_program_planted_on_the_way_to_the_held_file_is_never_followed(
     (mirror.directory / "b").symlink_to(host / "a")  # the held name itself a link now
     mirror.apply(SyncPush(5, W, False, [MirrorFile("/w/g", b"", link="/w/b")]))
     assert not (mirror.directory / "g").exists() and mirror.refetch == {"/w/e", "/w/g"}
-    assert entry_of(os.lstat(host / "a")).size == len(b"the host's")
+    assert entry_of(os.lstat(host / "a"))[SIZE] == len(b"the host's")
 
 
 async def test_a_name_the_mirror_dropped_comes_as_a_new_file_not_written_into_the_one_it_holds(

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from computer.runtime import MirrorPool
-from computer.runtime._mirror import Entry, Mirror
+from computer.runtime._mirror import Mirror
 
 
 def _used(pool: MirrorPool, workspace: str) -> Mirror:
@@ -87,7 +87,7 @@ def test_every_pool_of_the_process_counts_against_one_scratch_budget(tmp_path: P
 
     def idle(pool: MirrorPool, workspace: str, size: int) -> Mirror:
         mirror = pool.acquire(workspace)
-        mirror.state = {"f": Entry("f", 1, size, 0, 0, 0o644)}
+        mirror.state = {"f": ("f", 1, size, 0, 0, 0o644)}
         assert pool.release(workspace, mirror) or size > budget.limit
         return mirror
 
