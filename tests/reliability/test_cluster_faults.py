@@ -169,14 +169,21 @@ async def test_an_upload_cut_by_an_owner_restart_is_unavailable_or_replayed(
 
 
 class _FailingMethod:
-    def __init__(self, error: BaseException) -> None:
+    """An owner's call failing with ``error`` (its first ``failures`` tries, then answered "ok"; None:
+    every try), as Ray reports it to the client."""
+
+    def __init__(self, error: BaseException, failures: int | None = None) -> None:
         self.error = error
+        self.failures = failures
         self.calls = 0
 
     def remote(self, *args: Any) -> asyncio.Future[Any]:
         self.calls += 1
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        future.set_exception(self.error)
+        if self.failures is None or self.calls <= self.failures:
+            future.set_exception(self.error)
+        else:
+            future.set_result(("ok", None))
         return future
 
 
@@ -197,24 +204,6 @@ async def test_no_raw_ray_exception_reaches_a_caller(monkeypatch: pytest.MonkeyP
         await conn.request("call", "write_file", ("/f", b"x"), {}, keyed=True)
 
 
-class _RestartingMethod:
-    """A restarting owner's call as a client that has not heard of the restart yet sees it: a few
-    tries fail at once with ``ActorUnavailableError``, then the new owner answers."""
-
-    def __init__(self, failures: int) -> None:
-        self.failures = failures
-        self.calls = 0
-
-    def remote(self, *args: Any) -> asyncio.Future[Any]:
-        self.calls += 1
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        if self.calls <= self.failures:
-            future.set_exception(ray.exceptions.ActorUnavailableError("restarting", None))
-        else:
-            future.set_result(("ok", None))
-        return future
-
-
 async def test_a_keyed_mutation_is_sent_again_while_its_owner_restarts_in_place(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -230,7 +219,8 @@ async def test_a_keyed_mutation_is_sent_again_while_its_owner_restarts_in_place(
     async def nothing(*args: Any, **kwargs: Any) -> None:
         return None
 
-    method = _RestartingMethod(failures=5)
+    restarting = ray.exceptions.ActorUnavailableError("restarting", None)  # as a client not yet told sees it
+    method = _FailingMethod(restarting, failures=5)
     handle = type("Handle", (), {"call": method, "_actor_id": b"a"})()
     conn = _connection.Connection(handle, name="w", managed=True)
     monkeypatch.setattr(conn, "_did_not_run", never)
@@ -238,7 +228,7 @@ async def test_a_keyed_mutation_is_sent_again_while_its_owner_restarts_in_place(
     monkeypatch.setattr(conn, "_reresolve_quietly", nothing)
     assert await conn.request("call", "write_file", ("/f", b"x"), {}, keyed=True) is None
     assert method.calls == 6
-    unkeyed = _RestartingMethod(failures=1)
+    unkeyed = _FailingMethod(restarting, failures=1)
     conn.handle = type("Handle", (), {"call": unkeyed, "_actor_id": b"a"})()
     with pytest.raises(OutcomeUnknownError, match="unknown outcome"):
         await conn.request("call", "write_file", ("/f", b"x"), {})
