@@ -42,7 +42,7 @@ from typing import Any
 from ._cgroups import cgroup_writable
 from ._live_launch import INIT_PYTHON
 
-__all__ = ["ENDED_NOTE", "could_live", "epilogue", "guest_report"]
+__all__ = ["ENDED_NOTE", "could_live", "ended_why", "epilogue", "guest_report"]
 
 # The start of the line said on stderr when processes were left running.
 ENDED_NOTE = "computer: this command left"
@@ -94,8 +94,18 @@ def epilogue(command: Sequence[str], *, why: str, advice: str = "") -> str:
 
 @functools.cache
 def could_live() -> bool:
-    """Whether live sandboxes can run here (a writable cgroup v1 freezer, the init's python)."""
+    """Whether live sandboxes can run here (a writable cgroup v1 freezer, the init's python): the one
+    check of both backends' ``live``."""
     return cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
+
+
+def ended_why(subject: str, backend: str) -> str:
+    """Why a run's background processes ended with it, as its report says: ``subject`` "each command
+    runs in" (the shell's) or "each run has"; where live sandboxes could run, the setting that chose
+    a sandbox per run (``backend(live=False)``)."""
+    return f"{subject} a sandbox of its own here" + (
+        f", {backend}(live=False)" if could_live() else ": live sandboxes need a writable cgroup v1 freezer"
+    )
 
 
 def guest_report(backend: Any) -> dict[str, str] | None:
@@ -104,8 +114,5 @@ def guest_report(backend: Any) -> dict[str, str] | None:
     the processes, and without bubblewrap's pid namespace ``/proc`` lists the host's."""
     if backend.live or not backend.sandbox.bwrap:
         return None
-    live_here = could_live()
-    why = "each run has a sandbox of its own here" + (
-        ", PythonBackend(live=False)" if live_here else ": live sandboxes need a writable cgroup v1 freezer"
-    )
-    return {"note": ENDED_NOTE, "why": why, "advice": backend.background_advice if live_here else ""}
+    why = ended_why("each run has", "PythonBackend")
+    return {"note": ENDED_NOTE, "why": why, "advice": backend.background_advice if could_live() else ""}

@@ -35,12 +35,10 @@ from ..storage.paths import canonical, is_within
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, SyncLimits
 from ._backend_scratch import backend_scratch
 from ._beneath import cwd_problem
-from ._cgroups import cgroup_writable
 from ._codec import ChannelLimits, pack_frame
 from ._context import GUEST_OPS
-from ._leftovers import guest_report
+from ._leftovers import could_live, guest_report
 from ._live import LiveSandbox
-from ._live_launch import INIT_PYTHON
 from ._live_set import JobSpec, LiveCalls, LiveSandboxes
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
@@ -116,7 +114,7 @@ class PythonBackend(LiveCalls):
             limits=SandboxLimits(memory_mb=memory_mb, max_processes=max_processes, cpu_seconds=cpu_seconds),
             unprivileged=unprivileged,
         )
-        self.live = live and cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
+        self.live = live and could_live()
         if self.live:
             self.sandbox.cgroups.add("freezer")
         # A second one ahead did not help python runs back to back (two starting at once slowed each

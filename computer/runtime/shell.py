@@ -26,10 +26,8 @@ from ._backend import (
 )
 from ._backend_scratch import backend_scratch
 from ._beneath import cwd_problem
-from ._cgroups import cgroup_writable
-from ._leftovers import epilogue
+from ._leftovers import could_live, ended_why, epilogue
 from ._live import LiveSandbox
-from ._live_launch import INIT_PYTHON
 from ._live_parts import Job, command_line
 from ._live_set import JobSpec, LiveCalls, LiveSandboxes
 from ._live_shell import AheadShell, start_shell
@@ -128,18 +126,13 @@ class ShellBackend(LiveCalls):
         )
         # This process's scratch directory (0700, the sandbox user's; removed at exit, and by any
         # later process if this one dies), then one directory per backend in it.
-        could_live = cgroup_writable("freezer") and os.access(INIT_PYTHON, os.X_OK)
-        self.live = live and could_live
+        self.live = live and could_live()
         if self.live:
             self.sandbox.cgroups.add("freezer")
         # Why a background process ends with its command (``_leftovers``); the advice only where a live
         # sandbox could keep it.
-        self._could_live = could_live
-        self._ended_why = "each command runs in a sandbox of its own here" + (
-            ", ShellBackend(live=False)"
-            if could_live
-            else ": live sandboxes need a writable cgroup v1 freezer"
-        )
+        self._could_live = could_live()
+        self._ended_why = ended_why("each command runs in", "ShellBackend")
         self.background_advice = ""
         self.live_idle, self.live_lifetime = live_idle, live_lifetime
         owner = self.sandbox.host_ids
