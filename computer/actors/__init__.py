@@ -22,13 +22,14 @@ if TYPE_CHECKING:
     from ._hosts import HostedHandle, OwnerHost
     from ._init import adopt, cluster_settings, ensure_ray, init, published_settings
     from ._lease import awake, awake_where, owner_file, process_node, take_lease
-    from ._owner import OwnerActor
+    from ._owner import CONTROL_METHODS, OwnerActor
     from ._placement import workspace_actor
     from ._pool_scaler import SCALER_NAME
     from .directory import Directory, RedisDirectory, SqliteDirectory, WorkspaceRecord, open_directory
     from .naming import NAMESPACE, actor_name
 
 __all__ = [
+    "CONTROL_METHODS",
     "NAMESPACE",
     "SCALER_NAME",
     "DeletedWorkspace",
@@ -82,6 +83,7 @@ _LAZY = {
     "process_node": "._lease",
     "owner_file": "._lease",
     "take_lease": "._lease",
+    "CONTROL_METHODS": "._owner",
     "OwnerActor": "._owner",
     "HostedHandle": "._hosts",
     "OwnerHost": "._hosts",

@@ -34,6 +34,7 @@ import ray
 from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from ..actors import (
+    CONTROL_METHODS,
     HostedHandle,
     OutcomeUnknownError,
     WorkspaceUnavailableError,
@@ -131,7 +132,6 @@ class Connection:
         retry_safe: bool = False,
         keyed: bool = False,
         on_cancel: Callable[[Any], None] | None = None,
-        control: bool = False,
     ) -> Any:
         """Call ``method`` on the owner and return its value (or raise its error).
 
@@ -139,9 +139,9 @@ class Connection:
         the call's ``ObjectRef`` to undo what the owner may have done before the cancel reached it.
         ``retry_safe``: running it twice changes nothing (reads). ``keyed``: the arguments carry an
         idempotency key, so the same owner process answers a resend with the first reply.
-        ``control``: a lock call that never waits (``_owner.CONTROL_METHODS``), sent on the owner's
-        control group when it has one, so calls waiting in every slot of its default group (lock
-        requests) do not hold it up.
+        A lock call that never waits (``CONTROL_METHODS``: a release, renewal, cancel) goes on the
+        owner's control group when it has one, so calls waiting in every slot of its default group
+        (lock requests) do not hold it up.
         """
         deadline = time.monotonic() + _MOVED_DEADLINE
         died_once = False
@@ -151,7 +151,7 @@ class Connection:
                 await self._reresolve(self.handle)  # known dead: never send to it
             handle, group = self.handle, self.probe_group  # as one: a group goes only where it was said
             call = getattr(handle, method)
-            if control and self.control_group is not None:
+            if self.control_group is not None and method in CONTROL_METHODS:
                 call = call.options(concurrency_group=self.control_group)
             sent_at = time.time()
             ref = call.remote(*args)

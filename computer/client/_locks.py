@@ -72,7 +72,7 @@ class ClientLocks:
             renewer.cancel()
             self._renewers.discard(renewer)
             try:
-                await self._conn.request("lock_release", lease_id, retry_safe=True, control=True)
+                await self._conn.request("lock_release", lease_id, retry_safe=True)
                 self._outstanding.discard(lease_id)
             except Exception:  # the owner died: its lock table, and our lease, died with it
                 log.warning("could not release lock lease %s", lease_id, exc_info=True)
@@ -82,7 +82,7 @@ class ClientLocks:
 
         async def withdraw() -> None:
             try:
-                await self._conn.request("lock_cancel", request, retry_safe=True, control=True)
+                await self._conn.request("lock_cancel", request, retry_safe=True)
             except Exception:  # the owner is gone, and the request with it
                 log.warning("could not withdraw lock request %s", request, exc_info=True)
 
@@ -94,7 +94,7 @@ class ClientLocks:
         while True:
             await asyncio.sleep(ttl / 3.0)
             try:
-                kept = await self._conn.request("lock_renew", lease_id, retry_safe=True, control=True)
+                kept = await self._conn.request("lock_renew", lease_id, retry_safe=True)
             except Exception:
                 log.warning("renewing lock lease %s failed", lease_id, exc_info=True)
                 continue
@@ -111,6 +111,6 @@ class ClientLocks:
             return  # nothing to release: do not wake a hibernating owner for nothing
         self._outstanding.clear()
         try:
-            await self._conn.request("lock_release_holder", self.holder, retry_safe=True, control=True)
+            await self._conn.request("lock_release_holder", self.holder, retry_safe=True)
         except OSError:  # the owner is gone, and with it its lock table
             log.warning("could not release the locks of %s", self.holder, exc_info=True)

@@ -219,16 +219,16 @@ def after_lane(lane: object, work: Callable[[], object], what: str) -> None:
     the loop while its read ran on the lane (the read failing, or worse, the descriptor's number
     reused by another open meanwhile)."""
 
+    def failed(exc: BaseException) -> None:  # in ``work``, or no thread could be started for it
+        log.warning("%s failed: %r", what, exc)
+
     def call() -> None:
         try:
             work()
         except Exception as exc:
-            log.warning("%s failed: %r", what, exc)
+            failed(exc)
 
-    def unstarted(exc: BaseException) -> None:
-        log.warning("%s failed: %r", what, exc)
-
-    _queue(lane, call, unstarted)
+    _queue(lane, call, failed)
 
 
 # Teardown running in the background (a reference keeps each task alive until it is done).
