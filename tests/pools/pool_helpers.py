@@ -13,7 +13,7 @@ from typing import Any
 import computer
 from computer.actors import NAMESPACE
 from computer.actors._pool_callbacks import PoolCallbacks
-from computer.actors._pool_registry import named_workers
+from computer.actors._pool_registry import WORKER_MAX_RESTARTS, named_workers
 from computer.actors.wire import Reply, fail, ok
 
 
@@ -70,6 +70,37 @@ async def worker_stats(backend: str, size: int = 0) -> list[dict[str, Any]]:
         except (ValueError, RayActorError):
             continue  # removed by the control loop meanwhile
     return out
+
+
+async def workers_with_a_restart_left(backend: str, size: int) -> None:
+    """Make every worker of ``backend`` one that Ray restarts in place once more when killed.
+
+    Pool workers are named and detached, so they outlive a test, and Ray restarts an actor at most
+    ``WORKER_MAX_RESTARTS`` times in its whole life: the tests that kill a worker to see it restart
+    in place would, late in a session, find one that earlier tests had used up and that now dies for
+    good (a CI run failed so). Such a worker is stopped here for good, and the pool's control loop
+    replaces it with a fresh one (at most 60 s). ``ray._private.state`` reads the restart count from
+    the GCS: the public state API needs the dashboard, which the test session does not start.
+    """
+    import ray
+    from ray._private import state
+
+    retired = set()
+    for worker, (kind, _) in named_workers().items():
+        if kind != backend:
+            continue
+        handle = ray.get_actor(worker, namespace=NAMESPACE)
+        if state.actors(handle._actor_id.hex()).get("NumRestarts", 0) >= WORKER_MAX_RESTARTS:
+            ray.kill(handle, no_restart=True)
+            retired.add(worker)
+    if not retired:
+        return
+    for _ in range(600):  # bounded: 60 s
+        stats = await worker_stats(backend)
+        if len(stats) >= size and not retired & {s["name"] for s in stats}:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"the {backend} pool did not replace {sorted(retired)} within 60 s")
 
 
 def processes_with(marker: str) -> list[int]:

@@ -14,7 +14,13 @@ import pytest
 import computer
 from computer.config import Settings
 
-from .pool_helpers import processes_with, sandbox_worker, unique_sleep, wait_until
+from .pool_helpers import (
+    processes_with,
+    sandbox_worker,
+    unique_sleep,
+    wait_until,
+    workers_with_a_restart_left,
+)
 
 
 async def _until_exists(ws: object, path: str, within: float = 5.0) -> None:
@@ -95,6 +101,7 @@ async def test_a_worker_lost_under_a_live_sandbox_gives_a_fresh_one_and_keeps_wh
     from computer.actors import NAMESPACE
     from computer.actors._pool_registry import named_workers
 
+    await workers_with_a_restart_left("shell", cluster.shell_pool_size)
     marker = unique_sleep()
     async with computer.get_workspace(name) as ws:
         first = await (await ws.runtime.exec(f"echo kept > kept.txt; setsid sleep {marker} &")).result()
@@ -127,6 +134,7 @@ async def test_a_live_sandbox_whose_owner_died_ends_on_its_worker_keeping_what_w
     ends it, as it kills a run whose owner died."""
     from owner_models import kill_owner
 
+    await workers_with_a_restart_left("shell", cluster.shell_pool_size)
     marker = unique_sleep()
     async with computer.get_workspace(name) as ws:
         first = await (await ws.runtime.exec(f"echo kept > kept.txt; setsid sleep {marker} &")).result()
@@ -269,6 +277,7 @@ async def test_a_worker_that_dies_under_end_sandbox_ends_it_and_the_next_run_say
 
     from computer.actors.pools import LOST_SANDBOX
 
+    await workers_with_a_restart_left("shell", cluster.shell_pool_size)
     marker = unique_sleep()
     async with computer.get_workspace(name) as ws:
         first = await (await ws.runtime.exec(f"echo kept > kept.txt; setsid sleep {marker} &")).result()

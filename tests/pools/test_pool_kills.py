@@ -18,7 +18,7 @@ from computer.config import Settings
 from computer.runtime import ExecRequest, OutputChunk
 from computer.runtime._cgroups import CGROUP_PARENT, CGROUP_ROOT, freeze
 
-from .pool_helpers import processes_with, unique_sleep, wait_until, worker_stats
+from .pool_helpers import processes_with, unique_sleep, wait_until, worker_stats, workers_with_a_restart_left
 
 
 async def _wait_for_output(handle: Any, text: str) -> None:
@@ -124,6 +124,7 @@ async def test_a_worker_killed_with_its_sandbox_frozen_restarts_and_its_sandbox_
     leaves the sandbox frozen (its die-with-parent SIGKILL waits for a thaw). The restarted worker
     removes the dead one's run groups, thawing first: the sandbox is gone within a bound, so is every
     group of the dead worker, and the restarted worker answers."""
+    await workers_with_a_restart_left("shell", cluster.shell_pool_size)
     duration = unique_sleep()
     async with computer.get_workspace(name) as ws:
         handle = await ws.runtime.exec(f"echo started; sleep {duration}")
@@ -174,6 +175,7 @@ async def test_a_restarted_worker_is_sent_the_owner_handle_again(cluster: Settin
     """Runs after the first on a worker travel without the owner's handle; a worker restarted in place
     (same actor, new process) no longer holds it, answers so, and the run is sent again with it."""
     size = cluster.shell_pool_size
+    await workers_with_a_restart_left("shell", size)
     async with computer.get_workspace(name) as ws:
         await ws.fs.mkdir("/workspace")
         before = {s["name"]: s["runs"] for s in await worker_stats("shell", size)}
