@@ -50,7 +50,7 @@ _REPLIES_TTL = 600.0  # seconds one is remembered
 # The fs operations a client may run through ``call``; the read-only ones may be retried after an
 # owner restart because running them twice changes nothing.
 READ_OPS = frozenset(
-    {"read_file", "read_text", "readdir", "stat", "exists", "find", "grep", "ls", "readlink"}
+    {"read_file", "read_text", "readdir", "stat", "exists", "find", "grep", "ls", "readlink", "realpath"}
 )
 WRITE_OPS = frozenset({"write_file", "mkdir", "rm", "rename", "copy", "symlink", "link"})
 

@@ -23,7 +23,7 @@ __all__ = ["SMALL_BYTES", "small_call"]
 SMALL_BYTES = 64 * 1024
 
 # Filesystem operations bounded whatever the workspace holds: one path resolved, one row or a few.
-_SMALL_OPS = frozenset({"stat", "exists", "readlink", "symlink", "link"})
+_SMALL_OPS = frozenset({"stat", "exists", "readlink", "realpath", "symlink", "link"})
 # Owner RPC methods bounded the same way (no filesystem operation at all, or a lock table's entry).
 _SMALL_METHODS = frozenset({"describe", "stats", "lock_renew", "lock_release", "audit_top"})
 

@@ -196,6 +196,11 @@ class ClientFileSystem:
         target: str = await self._read("readlink", path)
         return target
 
+    async def realpath(self, path: str, *, follow: bool = True) -> str:
+        """``path`` with its symlinks resolved, in one owner call (see ``FileSystem.realpath``)."""
+        real: str = await self._read("realpath", path, follow=follow)
+        return real
+
 
 async def _aiter(pieces: AsyncIterable[Any] | Iterable[Any]) -> AsyncIterator[bytes]:
     if isinstance(pieces, AsyncIterable):

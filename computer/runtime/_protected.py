@@ -23,7 +23,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequenc
 from typing import Any
 
 from ..storage import CHUNK_SIZE
-from ..storage.paths import canonical, is_within, resolve_links
+from ..storage.paths import canonical, is_within, real_path
 
 __all__ = ["CHANGES", "TURN_BYTES", "checked_call", "reaches_protected", "refuse_protected_change"]
 
@@ -61,7 +61,7 @@ async def refuse_protected_change(
         for directory, refuse in protected.items():
             if reaches_protected(spelled, directory, ancestors=ancestors):
                 raise refuse(spelled)
-        real = await resolve_links(fs.readlink, path, follow=follow)
+        real = await real_path(fs, path, follow=follow)
         for directory, refuse in protected.items():
             if reaches_protected(real, directory, ancestors=ancestors):
                 raise refuse(spelled)

@@ -32,6 +32,7 @@ from ._lineage import Lineage, open_lineage, read_lineage
 from ._pieces import Piece
 from ._state import Store
 from .locks import LockTable
+from .paths import resolve_links
 from .types import (
     BatchResult,
     ChangeSet,
@@ -251,6 +252,13 @@ class FileSystem:
     async def readlink(self, path: str) -> str:
         """The target of the symlink at ``path``, exactly as stored (EINVAL when it is not a symlink)."""
         return _reads.readlink(self._store, path)
+
+    async def realpath(self, path: str, *, follow: bool = True) -> str:
+        """``path`` with every symlink on the way resolved (the last segment only when ``follow``), like
+        ``os.path.realpath(strict=False)``: below a missing segment, a file in a parent position or a
+        link loop, the rest is kept as spelled. Never raises an fs error. One call: through a client,
+        one owner round trip where a ``readlink`` per segment took one each."""
+        return await resolve_links(self.readlink, path, follow=follow)
 
     async def readdir(self, path: str, *, limit: int | None = None, offset: int = 0) -> list[DirEntry]:
         """Children of a directory in byte order of their names, paged by ``offset``/``limit``."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import posixpath
 from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
 
 from .errors import fs_error
 
@@ -23,6 +24,7 @@ __all__ = [
     "is_within",
     "join",
     "parts",
+    "real_path",
     "resolve_links",
     "split",
     "target_problem",
@@ -216,3 +218,14 @@ async def resolve_links(readlink: Callable[[str], Awaitable[str]], path: str, *,
         # `..` in the target climbs from the link's directory, which `resolved` still is.
         pending.extend(reversed(target.split("/")))
     return resolved
+
+
+async def real_path(fs: Any, path: str, *, follow: bool = True) -> str:
+    """:func:`resolve_links` of ``path`` on ``fs``: its ``realpath`` when it has one (one call, so one
+    owner round trip through a client, where a ``readlink`` per segment took one each), else its
+    ``readlink``, segment by segment."""
+    realpath = getattr(fs, "realpath", None)
+    if realpath is not None:
+        real: str = await realpath(path, follow=follow)
+        return real
+    return await resolve_links(fs.readlink, path, follow=follow)

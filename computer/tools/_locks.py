@@ -4,8 +4,9 @@ A store that offers ``locks`` (a ``WorkspaceFileStore``: the owner's lock table,
 process through clients) is locked there. Any other store is locked in a process-local table shared by
 every store with the same ``lock_identity``, so two tool sets over one directory still serialise.
 
-A path is locked as spelled *and* as the file it reaches: when the store offers ``readlink`` (a
-``WorkspaceFileStore`` does), every symlink on the way is resolved first, so an edit of ``/w/link`` and
+A path is locked as spelled *and* as the file it reaches: when the store offers ``realpath`` or
+``readlink`` (a ``WorkspaceFileStore`` offers both), every symlink on the way is resolved first (by
+``realpath`` in one call when there is one: through a client, one owner round trip a path), so an edit of ``/w/link`` and
 a write of ``/w/f.txt`` (``link -> f.txt``), or of ``/alias/f.txt`` with ``/alias -> /w``, take the same
 lock. ``follow=False`` keeps the last segment as spelled (delete removes a link, not its target).
 """
@@ -13,11 +14,11 @@ lock. ``follow=False`` keeps the last segment as spelled (delete removes a link,
 from __future__ import annotations
 
 import weakref
-from collections.abc import AsyncIterator, Awaitable, Callable, Hashable, Sequence
+from collections.abc import AsyncIterator, Hashable, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
-from ..storage.paths import canonical, resolve_links
+from ..storage.paths import canonical, real_path, resolve_links
 from ..surface import LocksSurface
 from .file_store import FileStore
 
@@ -46,13 +47,13 @@ class PathLocks:
             # Keep a strong reference: the table lives as long as some tool over the identity does.
             locks = _local_table(identity if identity is not None else id(store))
         self._locks: LocksSurface = locks
-        self._readlink: Callable[[str], Awaitable[str]] | None = getattr(store, "readlink", None)
+        self._store: Any = store if hasattr(store, "realpath") or hasattr(store, "readlink") else None
 
     async def _targets(self, paths: Sequence[str], follow: bool) -> list[str]:
         spelled = [canonical(p) for p in paths]
-        if self._readlink is None:
+        if self._store is None:
             return spelled
-        real = [await resolve_links(self._readlink, p, follow=follow) for p in spelled]
+        real = [await real_path(self._store, p, follow=follow) for p in spelled]
         return list(dict.fromkeys([*spelled, *real]))
 
     @asynccontextmanager

@@ -6,7 +6,7 @@ import errno
 from collections.abc import AsyncIterator, Hashable
 
 from ..runtime import refuse_protected_change
-from ..storage.paths import canonical, split
+from ..storage.paths import canonical, real_path, split
 from ..surface import LocksSurface, WorkspaceSurface
 from .file_store import FileStoreStat
 
@@ -90,6 +90,10 @@ class WorkspaceFileStore:
     async def readlink(self, path: str) -> str:
         """The target of the symlink at ``path`` (EINVAL when it is not one): the path locks resolve links with it."""
         return await self._fs.readlink(path)
+
+    async def realpath(self, path: str, *, follow: bool = True) -> str:
+        """``path`` with its symlinks resolved (``fs.realpath``: one owner call through a client)."""
+        return await real_path(self._fs, path, follow=follow)
 
     async def remove(self, path: str, recursive: bool = False, force: bool = False) -> None:
         await refuse_protected_change(self._fs, "rm", {"path": path}, _SYSTEM)

@@ -27,6 +27,8 @@ async def test_round_trip_through_a_client(cluster: Settings, name: str) -> None
         await ws.fs.rename("/workspace/b.txt", "/workspace/c.txt")
         await ws.fs.symlink("/workspace/c.txt", "/workspace/link")
         assert await ws.fs.readlink("/workspace/link") == "/workspace/c.txt"
+        assert await ws.fs.realpath("/workspace/link/below") == "/workspace/c.txt/below"
+        assert await ws.fs.realpath("/workspace/link", follow=False) == "/workspace/link"
         assert await ws.fs.ls("/workspace") == ["/workspace/a.txt", "/workspace/c.txt"]
         await ws.fs.rm("/workspace", recursive=True)
         assert not await ws.fs.exists("/workspace")

@@ -68,6 +68,37 @@ async def test_each_file_tool_call_is_one_owner_rpc(cluster: Settings, name: str
         assert await _rpcs(ws) == before
 
 
+async def test_tools_run_client_side_resolve_a_path_in_one_call_whatever_its_depth(
+    cluster: Settings, name: str
+) -> None:
+    """Tools over a client surface without ``run_tool`` (a durable agent's guarded workspace) run here:
+    the path locks and the ``/.computer`` and agent-state guards each resolve a path's links with one
+    ``realpath`` call, not a ``readlink`` per segment (a write 7 segments deep: 26 owner RPCs, ~53 ms;
+    now as many as a write at the top, 5)."""
+    from computer.agent._guard import GuardedWorkspace
+
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace/a/b/c/d/e/f", recursive=True)
+        await ws.fs.symlink("/workspace/a/b/c", "/workspace/c")
+        tools = create_tools(GuardedWorkspace(ws))
+        counts = {}
+        for path in ("/workspace/x.txt", "/workspace/a/b/c/d/e/f/x.txt", "/workspace/c/d/e/f/y.txt"):
+            for tool, args in [
+                ("write", {"path": path, "content": "x"}),
+                ("edit", {"path": path, "edits": [{"oldText": "x", "newText": "y"}]}),
+                ("delete", {"path": path}),
+            ]:
+                before = await _rpcs(ws)
+                result = await tools[tool].run(args)
+                assert "error" not in result, result
+                counts.setdefault(tool, set()).add(await _rpcs(ws) - before)
+        assert all(len(seen) == 1 for seen in counts.values()), counts
+        # the guards still see through the link to the journal
+        await ws.fs.symlink("/.computer", "/workspace/a/b/c/d/sys")
+        refused = await tools["write"].run({"path": "/workspace/c/d/sys/exec/x.json", "content": "{}"})
+        assert "/.computer is the workspace's own" in refused["error"]
+
+
 def _comparable(result: dict[str, Any]) -> dict[str, Any]:
     """Drop what differs between two workspaces by time alone (ls mtimes)."""
     result = copy.deepcopy(result)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import errno
+import os
+import posixpath
+import random
+from pathlib import Path
 
 import pytest
 
@@ -202,3 +206,49 @@ async def test_a_batch_gives_a_symlink_it_makes_its_own_mtime_never_its_targets(
     assert {e.name: e.mtime for e in await fs.readdir("/w")} == {"f": 5_000, "l": 2_000}
     assert [(c.path, c.op) for c in fs.changes_since(rev, "/w").changes] == [("/w/l", "symlink")]
     assert [row.mtime for row in fs.manifest("/w") if row.path == "/w/l"] == [2_000]
+
+
+def _os_realpath(root: Path, probe: str, *, follow: bool) -> str:
+    """What the OS resolves ``probe`` (a path below ``root``) to; it has no "all but the last", so
+    ``follow=False`` resolves the parent and keeps the name."""
+    if follow:
+        return os.path.realpath(root / probe[1:])
+    return posixpath.join(os.path.realpath(root / posixpath.dirname(probe)[1:]), posixpath.basename(probe))
+
+
+async def test_realpath_resolves_like_the_os_on_the_same_tree(fs: FileSystem, tmp_path: Path) -> None:
+    """``fs.realpath`` (one call: one owner round trip through a client) answers what
+    ``os.path.realpath`` answers on the same tree built on disk: links in the middle, chains, ``..`` in
+    targets, dangling links, a file in a parent position, ``follow=False`` keeping the last link."""
+    rng = random.Random(7)
+    names = ["a", "b", "c"]
+    dirs, files, links = ["/"], [], []
+    for step in range(40):
+        parent = rng.choice(dirs)
+        path = posixpath.join(parent, f"{rng.choice(names)}{step}")
+        kind = rng.choice(["dir", "dir", "file", "link"])
+        if kind == "dir":
+            dirs.append(path)
+        elif kind == "file":
+            files.append(path)
+        else:  # relative targets only: the same text points at the same place on disk and in the fs
+            to = rng.choice(dirs + files + ["/missing"])
+            links.append((path, posixpath.relpath(to, parent)))
+    root = tmp_path / "tree"
+    root.mkdir()
+    for d in dirs[1:]:
+        await fs.mkdir(d)
+        (root / d[1:]).mkdir()
+    for f in files:
+        await fs.write_file(f, b"x")
+        (root / f[1:]).write_bytes(b"x")
+    for path, target in links:
+        await fs.symlink(target, path)
+        (root / path[1:]).symlink_to(target)
+    probes = [p for p, _ in links] + files + dirs[1:]
+    probes += [posixpath.join(p, "below", "deeper") for p, _ in links] + [f + "/below" for f in files]
+    for probe in probes:
+        for follow in (True, False):
+            got = await fs.realpath(probe, follow=follow)
+            on_disk = _os_realpath(root, probe, follow=follow)
+            assert got == "/" + posixpath.relpath(on_disk, root).removeprefix("."), (probe, follow)
