@@ -71,7 +71,7 @@ async def test_each_file_tool_call_is_one_owner_rpc(cluster: Settings, name: str
 async def test_tools_run_client_side_resolve_a_path_in_one_call_whatever_its_depth(
     cluster: Settings, name: str
 ) -> None:
-    """Tools over a client surface without ``run_tool`` (a durable agent's guarded workspace) run here:
+    """Tools over a client surface without ``run_tool`` (a wrapper, here the agent's guard) run here:
     the path locks and the ``/.computer`` and agent-state guards each resolve a path's links with one
     ``realpath`` call, not a ``readlink`` per segment (a write 7 segments deep: 26 owner RPCs, ~53 ms;
     now as many as a write at the top, 5)."""
