@@ -29,7 +29,16 @@ from typing import TypeVar, cast
 from ._scratch import holds, process_scratch, remove_tree, shared_directory
 from ._shared_copy import shared_copy
 
-__all__ = ["SANDBOX_UID", "Bind", "bwrap_argv", "bwrap_works", "python_prefixes", "remembered", "sandbox_etc"]
+__all__ = [
+    "NO_USERNS",
+    "SANDBOX_UID",
+    "Bind",
+    "bwrap_argv",
+    "bwrap_works",
+    "python_prefixes",
+    "remembered",
+    "sandbox_etc",
+]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -52,6 +61,10 @@ _ETC_FILES = (
     "magic",
     "magic.mime",
 )
+# No user namespaces inside the sandbox (bubblewrap 0.8+, used where the probe says it works): a
+# program making its own (``unshare -Ur``) got a uid 0 with every capability over its namespaces, the
+# kernel surface behind most local privilege escalations, and nothing in a sandbox needs one.
+NO_USERNS = "--disable-userns"
 NETWORK_ETC = ("resolv.conf", "ssl", "ca-certificates", "ca-certificates.conf", "gai.conf", "host.conf")
 
 
@@ -70,8 +83,12 @@ def bwrap_argv(
     network: bool,
     etc: Path,
     as_pid_1: bool = False,
+    no_userns: bool = False,
 ) -> list[str]:
     """bubblewrap's full command line for ``command`` (options, ``--``, the command).
+
+    ``no_userns``: the sandbox's programs may not make user namespaces of their own
+    (``--disable-userns``, bubblewrap 0.8 or later; see :data:`NO_USERNS`).
 
     ``as_pid_1`` (a live sandbox's init): the command is the pid namespace's first process, in place
     of bubblewrap's reaper. The kernel then drops every signal a process of the namespace sends it that
@@ -79,6 +96,8 @@ def bwrap_argv(
     and ``pkill python3`` ended the init (and with it the sandbox and every background process);
     ``pkill -STOP python3`` hung every later run. Its end ends every process of the namespace."""
     args = ["bwrap", "--unshare-all", "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID)]
+    if no_userns:
+        args.append(NO_USERNS)
     if as_pid_1:
         args.append("--as-pid-1")
     if network:
@@ -104,10 +123,11 @@ def bwrap_argv(
 
 
 @functools.cache
-def bwrap_works(prefix: tuple[str, ...] = ()) -> bool:
+def bwrap_works(prefix: tuple[str, ...] = (), options: tuple[str, ...] = ()) -> bool:
     """Whether bubblewrap can make a sandbox here, started behind ``prefix`` (the privilege drop of
-    an unprivileged sandbox); probed once per process and prefix, and once per machine state for
-    every process after it (:func:`_probe_key`).
+    an unprivileged sandbox), with ``options`` besides the usual ones (:data:`NO_USERNS`); probed once
+    per process, prefix and options, and once per machine state for every process after it
+    (:func:`_probe_key`).
 
     Decision: only a success is remembered across processes. A probe that failed (bubblewrap timed
     out on a loaded machine, a sysctl forbade user namespaces for a while) is run again by the next
@@ -126,6 +146,7 @@ def bwrap_works(prefix: tuple[str, ...] = ()) -> bool:
         str(SANDBOX_UID),
         "--gid",
         str(SANDBOX_UID),
+        *options,
     ]
     probe += ["--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--", "/bin/true"]
     key = _probe_key(probe)

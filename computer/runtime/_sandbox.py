@@ -27,7 +27,16 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._admission import CREATION_GRACE, Admission
-from ._bwrap import SANDBOX_UID, Bind, bwrap_argv, bwrap_works, python_prefixes, remembered, sandbox_etc
+from ._bwrap import (
+    NO_USERNS,
+    SANDBOX_UID,
+    Bind,
+    bwrap_argv,
+    bwrap_works,
+    python_prefixes,
+    remembered,
+    sandbox_etc,
+)
 from ._cgroups import cgroup_writable, make_groups, remove_groups
 from ._limits import (
     Rlimit,
@@ -84,6 +93,8 @@ class Sandbox:
                 "bubblewrap does not work as uid %s here: sandboxes map to host root", self._host_ids[0]
             )
             self._host_ids, self._drop, self.bwrap = None, [], True
+        # Where bubblewrap can (0.8+), the sandbox's programs make no user namespaces of their own.
+        self.no_userns = self.bwrap and bwrap_works(tuple(self._drop), (NO_USERNS,))
         # Root without CAP_SYS_RESOURCE may not prlimit another user's process: the sandbox's own
         # first process then sets its rlimits on itself (one more exec, paid ahead for standbys).
         self._limit_inside = self._host_ids is not None and self.bwrap and not can_limit_others()
@@ -119,7 +130,8 @@ class Sandbox:
             parts.append(
                 f"bubblewrap: user namespace as uid {SANDBOX_UID} ({user}) with no capabilities, "
                 f"pid/mount/ipc/uts namespaces, {net}, read-only /usr, synthetic /etc, private /tmp, "
-                "only the run's own binds (nosuid, nodev)"
+                "only the run's own binds (nosuid, nodev), "
+                + ("no user namespaces inside" if self.no_userns else "user namespaces allowed inside")
             )
         else:
             parts.append(f"NO namespace isolation (bubblewrap unavailable): the program runs as {user}")
@@ -153,7 +165,15 @@ class Sandbox:
         self, command: Sequence[str], binds: Sequence[Bind], cwd: str, as_pid_1: bool = False
     ) -> list[str]:
         etc = sandbox_etc(self.network, self._host_ids)  # remade if release_process removed it
-        return bwrap_argv(command, binds=binds, cwd=cwd, network=self.network, etc=etc, as_pid_1=as_pid_1)
+        return bwrap_argv(
+            command,
+            binds=binds,
+            cwd=cwd,
+            network=self.network,
+            etc=etc,
+            as_pid_1=as_pid_1,
+            no_userns=self.no_userns,
+        )
 
     async def spawn(
         self,
