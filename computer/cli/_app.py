@@ -216,7 +216,8 @@ def remove_command(
 
 @app.command(
     help="An interactive prompt over one workspace: ls, cat, edit (in $EDITOR), exec, cd; -c runs one "
-    f"line of it (exit code 1 when it fails). {IN_PROCESS}"
+    "line of it and exits as tool exec does: a command that failed, with its own exit code; any other "
+    f"failure, 1 (what went wrong goes to stderr). {IN_PROCESS}"
 )
 def shell(
     ctx: typer.Context,

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..storage import audit_caller
-from ._context import CliError, GlobalOptions
+from ._context import CliError, GlobalOptions, command_exit_code
 from ._workspaces import open_workspace
 
 __all__ = [
@@ -154,11 +154,9 @@ def exit_code(tool: str, result: dict[str, Any]) -> int:
     code. Codes 1 and 2 are then also those of a tool error and of bad usage; the JSON on stdout (there
     is none on a usage error) tells them apart."""
     if tool == "exec":
-        code = result.get("exitCode")
-        if isinstance(code, int) and 0 < code < 256:  # a timeout's too: 124, as timeout(1) answers
+        code = command_exit_code(result.get("exitCode"), result.get("status", "completed"))
+        if code:
             return code
-        if result.get("status", "completed") != "completed":
-            return 1
     return 1 if "error" in result or result.get("ok") is False else 0
 
 

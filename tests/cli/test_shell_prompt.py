@@ -106,7 +106,7 @@ async def test_exec_runs_in_the_current_directory_and_shows_failures(workspace: 
 async def test_a_line_that_does_not_do_what_it_asks_says_so_and_counts_as_failed(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch, line: str, editor: str, says: str
 ) -> None:
-    """``-c`` exits 1 for these (``failed``), as for an error or a failed command."""
+    """``-c`` exits 1 for these (``failed``), as for an error (a failed command: its own code)."""
     monkeypatch.setenv("EDITOR", editor)
     monkeypatch.delenv("VISUAL", raising=False)
     shell, out = _shell(workspace)
