@@ -47,8 +47,9 @@ NOTES: dict[str, str] = {
     "exec": "Without backend, the first backend (shell) runs; backend: python runs Python source.\n"
     "Without --address each call runs in a sandbox of its own, as described above: a process started in "
     "the background (`server &`) ends with the command, and its stderr says which ones ended. To keep "
-    "one running between calls, make them in one process (`computer shell NAME`, `computer mcp NAME "
-    "--processes`) or through a cluster (--address), where commands share a live sandbox.",
+    "one running between calls, make them in one process (`computer shell NAME` for the shell backend, "
+    "whose prompt runs commands there only; `computer mcp NAME --processes` for either) or through a "
+    "cluster (--address), where commands share a live sandbox.",
     "publish": "The link is answered by `computer serve` (same data directory).",
 }
 
