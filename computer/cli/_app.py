@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+import typer.core
 
 from ._context import CliError, GlobalOptions, settings_error
 from ._output import console, report
@@ -16,8 +17,32 @@ __all__ = ["app"]
 
 T = TypeVar("T")
 
+
+def _flags_without_type(params: list[Any]) -> list[Any]:
+    """``params`` with no type shown beside a flag. Decision: typer 0.29's help prints every
+    option's type, ``<bool>`` beside each flag too (``--yes <bool>``, even its own ``--help``), which
+    reads as if the flag took a value; an empty metavar is what it prints instead."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class _Command(typer.core.TyperCommand):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_without_type(super().get_params(ctx))
+
+
+class _Group(typer.core.TyperGroup):
+    """The app's group: flags without a type in help (``_flags_without_type``)."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_without_type(super().get_params(ctx))
+
+
 app = typer.Typer(
     name="computer",
+    cls=_Group,
     help="Durable, isolated workspaces for AI agents, on Ray.",
     no_args_is_help=True,
     add_completion=False,
@@ -124,7 +149,9 @@ def demo(
 )
 def tool(
     ctx: typer.Context,
-    name: Annotated[str | None, typer.Argument(help="Workspace name (created on first use).")] = None,
+    name: Annotated[
+        str | None, typer.Argument(metavar="NAME", help="Workspace name (created on first use).")
+    ] = None,
     tool_name: Annotated[
         str | None,
         typer.Argument(metavar="TOOL", help="read, ls, find, grep, write, edit, delete, exec or publish."),
@@ -132,7 +159,7 @@ def tool(
     arguments: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[ARGS]...",
+            metavar="ARGS",
             help="The tool's arguments as one JSON object, and/or as --name value options "
             "(text as typed, other types as JSON).",
         ),
@@ -160,7 +187,7 @@ def tool(
 @app.command(help="Describe the tools: what each does, its arguments and an example call. Needs no Ray.")
 def tools(
     tool_name: Annotated[
-        str | None, typer.Argument(metavar="[TOOL]", help="One tool: its full description and JSON schema.")
+        str | None, typer.Argument(metavar="TOOL", help="One tool: its full description and JSON schema.")
     ] = None,
 ) -> None:
     from ._tool import tool_help, tools_overview
@@ -190,9 +217,7 @@ def list_command(
 )
 def remove_command(
     ctx: typer.Context,
-    names: Annotated[
-        list[str] | None, typer.Argument(metavar="NAME...", help="Workspaces to delete.")
-    ] = None,
+    names: Annotated[list[str] | None, typer.Argument(metavar="NAME", help="Workspaces to delete.")] = None,
     prefix: Annotated[
         str | None,
         typer.Option("--prefix", help="Also every workspace whose name starts with P.", metavar="P"),
@@ -221,7 +246,7 @@ def remove_command(
 )
 def shell(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Workspace name.")],
     command: Annotated[
         str | None,
         typer.Option("--command", "-c", help="Run this one line (e.g. 'ls', 'cat f', '!make') and exit."),
@@ -244,7 +269,7 @@ LIVE = (
 )
 def ps(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Workspace name.")],
     backend: Annotated[
         str | None, typer.Option("--backend", help="Exec backend (default: the first).")
     ] = None,
@@ -260,8 +285,8 @@ def ps(
 )
 def kill(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Workspace name.")],
-    pid: Annotated[int, typer.Argument(help="Process id, as `computer ps` lists it.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Workspace name.")],
+    pid: Annotated[int, typer.Argument(metavar="PID", help="Process id, as `computer ps` lists it.")],
     backend: Annotated[
         str | None, typer.Option("--backend", help="Exec backend (default: the first).")
     ] = None,
@@ -275,7 +300,7 @@ def kill(
 @app.command(help=f"Serve one workspace's tools over MCP on stdin/stdout (for MCP clients). {IN_PROCESS}")
 def mcp(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Workspace name.")],
     readonly: Annotated[bool, typer.Option("--readonly", help="Only read, ls, find and grep.")] = False,
     processes: Annotated[
         bool,
@@ -310,7 +335,7 @@ def serve(
 )
 def log_command(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Workspace name.")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new records.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     tool: Annotated[str | None, typer.Option("--tool", help="Only this tool (or backend, or share).")] = None,
@@ -352,7 +377,9 @@ def dashboard(
 )
 def bench(
     ctx: typer.Context,
-    names: Annotated[list[str] | None, typer.Argument(help="Benchmarks to run (default: all).")] = None,
+    names: Annotated[
+        list[str] | None, typer.Argument(metavar="NAME", help="Benchmarks to run (default: all).")
+    ] = None,
     list_only: Annotated[bool, typer.Option("--list", help="List the benchmarks and exit.")] = False,
 ) -> None:
     from ._bench import benchmark_scripts, run_benchmarks
@@ -377,3 +404,10 @@ def status(ctx: typer.Context) -> None:
 
     options = _options(ctx)
     _run(lambda: show_status(options, console()))
+
+
+# Every command gets the help without ``<bool>`` beside its flags (``_Command``), in place of
+# typer's default class (which ``app.command`` fills in).
+for _info in app.registered_commands:
+    if _info.cls is typer.core.TyperCommand:
+        _info.cls = _Command

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 from computer.actors.directory import SqliteDirectory
 from computer.cli import app
 
-from .conftest import REPO, cli_env
+from .conftest import COMPUTER, REPO, cli_env
 
 COMMANDS = ["demo", "tool", "tools", "ls", "rm", "shell", "mcp", "serve", "bench", "status"]
 runner = CliRunner()
@@ -168,3 +169,27 @@ def test_demo_with_a_model_but_no_endpoint_configured_exits_2_before_starting_ra
     result = runner.invoke(app, ["demo", "--model", "gpt-x", "--agents", "1"])
     assert result.exit_code == 2
     assert "set OPENAI_API_KEY" in result.output
+
+
+def _every_command() -> list[list[str]]:
+    import typer.main
+
+    group: Any = typer.main.get_command(app)
+    return [[], *([name] for name in group.commands)]
+
+
+@pytest.mark.parametrize("command", _every_command(), ids=lambda c: " ".join(c) or "computer")
+def test_every_help_reads_cleanly(command: list[str]) -> None:
+    """typer 0.29 printed ``<bool>`` beside every flag (``--yes <bool>``, ``--help -h <bool>``), as if
+    it took a value; and the usage line of a named argument read ``{name}``, ``[[ARGS]...]...``,
+    ``[NAME...]...`` (typer adds the brackets and dots to the metavar itself now)."""
+    done = subprocess.run(
+        [*COMPUTER, *command, "--help"], env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    text = done.stdout
+    assert "<bool>" not in text
+    usage = next(line for line in text.splitlines() if "Usage:" in line)
+    assert "[[" not in usage and "]]" not in usage and "...]..." not in usage, usage
+    assert not re.search(r"[\[{][a-z_]+[\]}]", usage), usage  # arguments are named in capitals
+    assert "-h" in text and "--help" in text
