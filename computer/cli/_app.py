@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import sys
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 import typer.core
@@ -34,10 +35,54 @@ class _Command(typer.core.TyperCommand):
 
 
 class _Group(typer.core.TyperGroup):
-    """The app's group: flags without a type in help (``_flags_without_type``)."""
+    """The app's group: flags without a type in help (``_flags_without_type``), and a usage error
+    (unknown command or option, missing or extra argument, bad value) as one line on stderr, exit 2.
+
+    Decision: typer printed a usage error as the usage line, a hint and the message in a box (five
+    lines); every other error of the CLI is one ``error: ...`` line (``CliError``), and a script's log
+    or a terminal shows one line best. The line names the command's ``--help``."""
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_without_type(super().get_params(ctx))
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except Exception as exc:
+            _exit_for(exc)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _exit_for(exc: Exception) -> NoReturn:
+    """End the command for an exception typer's standalone mode would have printed: a click error as
+    one line, an abort (end of input at a prompt) as typer says it; anything else propagates.
+    Decision: click's exceptions are told by their class names (typer 0.29 vendors click, earlier
+    versions use the click package), as typer itself tells ``NoArgsIsHelpError``."""
+    kinds = {kind.__name__ for kind in type(exc).__mro__}
+    if "NoArgsIsHelpError" in kinds:  # the help is printed already (`computer` alone)
+        sys.exit(2)
+    if "ClickException" in kinds:
+        message = exc.format_message()  # type: ignore[attr-defined]
+        ctx = getattr(exc, "ctx", None)
+        if "UsageError" in kinds and ctx is not None:
+            message = f"{message.removesuffix('.')} (see '{ctx.command_path} --help')"
+        sys.exit(report(CliError(message, code=exc.exit_code)))  # type: ignore[attr-defined]
+    if "Abort" in kinds:
+        from typer import rich_utils
+
+        rich_utils.rich_abort_error()
+        sys.exit(1)
+    raise exc
 
 
 app = typer.Typer(

@@ -193,3 +193,33 @@ def test_every_help_reads_cleanly(command: list[str]) -> None:
     assert "[[" not in usage and "]]" not in usage and "...]..." not in usage, usage
     assert not re.search(r"[\[{][a-z_]+[\]}]", usage), usage  # arguments are named in capitals
     assert "-h" in text and "--help" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["shell"], "error: Missing argument 'NAME' (see '"),
+        (["shell", "w", "extra"], "error: Got unexpected extra argument(s) (extra)"),
+        (["shell", "w", "--bogus"], "error: No such option: --bogus"),
+        (["shell", "w", "-c"], "error: Option '-c' requires an argument"),
+        (["lss"], "error: No such command 'lss'. Did you mean 'ls'?"),
+        (["kill", "w", "abc"], "error: Invalid value for 'PID'"),
+        (["log", "w", "-n", "-1"], "error: Invalid value for '--limit' / '-n'"),
+        (["mcp", "w", "--readonly=yes"], "error: Option '--readonly' does not take a value"),
+        (["--data-dir"], "error: Option '--data-dir' requires an argument"),
+        (["demo", "--agents", "0"], "error: Invalid value for '--agents' / '-n'"),
+        (["ls", "--bogus"], "error: No such option: --bogus"),
+        (["tool", "w", "reed"], "error: unknown tool 'reed'"),
+        (["rm"], "error: name the workspaces to delete"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_a_usage_error_is_one_line_and_exit_2(argv: list[str], says: str, tmp_path: Path) -> None:
+    """typer printed a usage error as five lines (the usage, a hint, the message in a box); every
+    other error of the command is one ``error: ...`` line."""
+    done = subprocess.run(
+        [*COMPUTER, *argv], env=cli_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (2, ""), done.stdout + done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(says), done.stderr
+    assert "Traceback" not in done.stderr
