@@ -217,18 +217,33 @@ async def run_shell(
     if command is not None:
         backends = ("shell",) if runs_exec(command) else False
     live = command is None  # one line: a sandbox per run (see ``_inprocess``)
+    new = command is None and not await asyncio.to_thread(_known, options, name)
     async with open_workspace(options, name, backends=backends, assets=True, live=live) as workspace:
         shell = WorkspaceShell(workspace, console, errors=errors())
         await workspace.fs.mkdir(shell.cwd, recursive=True)  # the user root; exec runs below it
         if command is not None:
             await shell.run_line(command)
             return shell.exit_code
+        if new:  # a name mistyped would otherwise look like a workspace whose files were lost
+            console.print(
+                f"workspace {name} is new (empty, made now; `computer ls` lists the others, "
+                f"`computer rm {shlex.quote(name)}` removes it)",
+                markup=False,
+                highlight=False,
+            )
         console.print(f"workspace {name}: type help for commands, exit to leave", markup=False)
         code = await _prompt_loop(shell, name)
         if options.local:  # on a cluster the owner keeps the sandbox, and its processes, running
             await _say_what_ends(shell)
         return code
     return 0
+
+
+def _known(options: GlobalOptions, name: str) -> bool:
+    """Whether workspace ``name`` exists before this session opens it (and so makes it)."""
+    from ._ls import list_workspaces
+
+    return any(row.name == name for row in list_workspaces(options, prefix=name))
 
 
 async def _say_what_ends(shell: WorkspaceShell) -> None:

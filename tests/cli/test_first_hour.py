@@ -405,3 +405,17 @@ def test_shell_c_says_what_went_wrong_on_stderr_and_keeps_stdout_for_output(tmp_
         failed = run_cli(["shell", "x3", "-c", line], env=env)
         assert (failed.returncode, failed.stdout) == (1, ""), (line, failed.stdout)
         assert says in failed.stderr and len(failed.stderr.splitlines()) == 1, (line, failed.stderr)
+
+
+def test_the_interactive_shell_says_when_it_made_a_new_workspace(tmp_path: Path) -> None:
+    """``computer shell notse`` (a typo) opened an empty workspace as if it were the one meant, and
+    left it behind: nothing said that it had just been made."""
+    _write(tmp_path, "notes")
+    typo = run_cli(["shell", "notse"], env=cli_env(tmp_path), input="ls\nexit\n")
+    assert typo.returncode == 0, typo.stderr
+    assert typo.stdout.startswith("workspace notse is new (empty, made now; `computer ls` lists the others")
+    again = run_cli(["shell", "notse"], env=cli_env(tmp_path), input="exit\n")
+    known = run_cli(["shell", "notes"], env=cli_env(tmp_path), input="exit\n")
+    for done in (again, known):
+        assert done.returncode == 0 and "is new" not in done.stdout, done.stdout + done.stderr
+    assert "is new" not in run_cli(["shell", "other", "-c", "ls"], env=cli_env(tmp_path)).stdout  # scripts
