@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
@@ -32,6 +33,12 @@ def _flags_without_type(params: list[Any]) -> list[Any]:
 class _Command(typer.core.TyperCommand):
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_without_type(super().get_params(ctx))
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """The usage line's pieces, a required argument as its bare name (``NAME``). Decision: typer
+        0.29 writes it ``{NAME}``, which reads as a set to choose from; an optional one stays
+        ``[NAME]``, as in click, git and the README."""
+        return [re.sub(r"^\{(.+)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
 
 
 class _Group(typer.core.TyperGroup):

@@ -192,6 +192,7 @@ def test_every_help_reads_cleanly(command: list[str]) -> None:
     usage = next(line for line in text.splitlines() if "Usage:" in line)
     assert "[[" not in usage and "]]" not in usage and "...]..." not in usage, usage
     assert not re.search(r"[\[{][a-z_]+[\]}]", usage), usage  # arguments are named in capitals
+    assert "{" not in usage, usage  # a required argument is its bare name, not a set to choose from
     assert "-h" in text and "--help" in text
 
 
