@@ -134,6 +134,20 @@ def _run_async(coroutine: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return _run(lambda: asyncio.run(coroutine()))
 
 
+def _show_version(value: bool) -> None:
+    """``--version``: the installed distribution's version (``ray-computer``), then exit 0."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("ray-computer")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        found = "unknown (not installed)"
+    console().print(f"computer {found}", markup=False, highlight=False)
+    raise typer.Exit(0)
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,
@@ -147,6 +161,16 @@ def main_options(
         str | None,
         typer.Option("--address", help="Ray cluster to join, e.g. 10.0.0.5:6379 or auto. Env: RAY_ADDRESS."),
     ] = None,
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_show_version,
+            is_eager=True,
+            expose_value=False,
+            help="Show the version and exit.",
+        ),
+    ] = False,
 ) -> None:
     """Durable, isolated workspaces for AI agents, on Ray."""
     ctx.obj = GlobalOptions(data_dir=data_dir, address=address)

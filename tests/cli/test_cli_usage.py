@@ -224,3 +224,13 @@ def test_a_usage_error_is_one_line_and_exit_2(argv: list[str], says: str, tmp_pa
     assert (done.returncode, done.stdout) == (2, ""), done.stdout + done.stderr
     assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(says), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_version_prints_the_installed_version() -> None:
+    """``computer --version`` was 'No such option: --version'."""
+    from importlib.metadata import version
+
+    done = subprocess.run(
+        [*COMPUTER, "--version"], env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"computer {version('ray-computer')}\n", "")
