@@ -12,7 +12,7 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 import typer.core
 
-from ._context import CliError, GlobalOptions, settings_error
+from ._context import GLOBAL_OPTIONS, CliError, GlobalOptions, global_option_misplaced, settings_error
 from ._output import console, report
 
 __all__ = ["app"]
@@ -81,7 +81,17 @@ def _exit_for(exc: Exception) -> NoReturn:
     if "ClickException" in kinds:
         message = exc.format_message()  # type: ignore[attr-defined]
         ctx = getattr(exc, "ctx", None)
-        if "UsageError" in kinds and ctx is not None:
+        option = getattr(exc, "option_name", None)
+        if (
+            "NoSuchOption" in kinds
+            and option in GLOBAL_OPTIONS
+            and ctx is not None
+            and ctx.parent is not None
+        ):
+            message = (
+                f"{message}; {global_option_misplaced(option, ctx.info_name, ctx.find_root().info_name)}"
+            )
+        elif "UsageError" in kinds and ctx is not None:
             message = f"{message.removesuffix('.')} (see '{ctx.command_path} --help')"
         sys.exit(report(CliError(message, code=exc.exit_code)))  # type: ignore[attr-defined]
     if "Abort" in kinds:

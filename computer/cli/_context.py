@@ -18,12 +18,14 @@ if TYPE_CHECKING:
     from ..config import Settings
 
 __all__ = [
+    "GLOBAL_OPTIONS",
     "CliError",
     "GlobalOptions",
     "check_listen",
     "check_reachable",
     "command_exit_code",
     "data_dir_error",
+    "global_option_misplaced",
     "local_settings",
     "prepare_data_dir",
     "ray_session",
@@ -48,6 +50,15 @@ class GlobalOptions:
     def local(self) -> bool:
         """Whether no cluster is named: commands then work in this process, without Ray."""
         return self.address is None and not os.environ.get("RAY_ADDRESS")
+
+
+GLOBAL_OPTIONS = ("--data-dir", "--address")
+
+
+def global_option_misplaced(option: str, command: str, program: str = "computer") -> str:
+    """What to say of a global option given after the command (``computer ls --data-dir D``): it
+    was 'No such option' (or, for ``tool``, an argument the tool does not know)."""
+    return f"{option} is a global option: put it before the command ({program} {option} VALUE {command} ...)"
 
 
 def command_exit_code(code: int | None, status: str) -> int:

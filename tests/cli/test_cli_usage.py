@@ -234,3 +234,26 @@ def test_version_prints_the_installed_version() -> None:
         [*COMPUTER, "--version"], env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=60
     )
     assert (done.returncode, done.stdout, done.stderr) == (0, f"computer {version('ray-computer')}\n", "")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ls", "--data-dir", "/tmp"],
+        ["shell", "w", "--address=127.0.0.1:1", "-c", "ls"],
+        ["tool", "w", "ls", "--address", "127.0.0.1:1"],
+        ["tool", "w", "read", "--path", "/workspace/a", "--data-dir=/tmp"],
+    ],
+    ids=" ".join,
+)
+def test_a_global_option_after_the_command_says_where_it_goes(argv: list[str], tmp_path: Path) -> None:
+    """``computer ls --data-dir D`` said 'No such option: --data-dir'; ``computer tool w ls --address A``
+    passed ``address`` to the tool, which answered 'Unknown argument' (exit 1)."""
+    done = subprocess.run(
+        [*COMPUTER, *argv], env=cli_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    option = next(a for a in argv if a.startswith(("--data-dir", "--address"))).partition("=")[0]
+    assert (done.returncode, done.stdout) == (2, ""), done.stdout + done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert f"{option} is a global option: put it before the command (" in done.stderr
+    assert f" {option} VALUE {argv[0]} " in done.stderr
