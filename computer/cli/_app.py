@@ -254,8 +254,15 @@ def tool(
         bool, typer.Option("--help", "-h", help="Show this message, or TOOL's arguments and an example.")
     ] = False,
 ) -> None:
-    from ._tool import parse_arguments, run_tool, tool_help, tools_overview
+    from ._tool import TOOL_NAMES, parse_arguments, run_tool, tool_help, tools_overview
 
+    if tool_name is None and name is not None and not show_help:  # `computer tool ws`: one line
+        problem = CliError(
+            f"Missing argument 'TOOL': {', '.join(TOOL_NAMES)} (see '{ctx.command_path} --help', "
+            "or `computer tools`)",
+            code=2,
+        )
+        raise typer.Exit(report(problem))
     if tool_name is None or show_help:
         if tool_name is not None:
             console().print(_run(lambda: tool_help(tool_name)), markup=False, highlight=False, soft_wrap=True)
@@ -263,7 +270,7 @@ def tool(
             console().print(ctx.get_help(), markup=False, highlight=False, soft_wrap=True)
             console().print()
             console().print(tools_overview(), markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(0 if show_help or name is None else 2)
+        raise typer.Exit(0)
     assert name is not None
     options = _options(ctx)
     args = _run(lambda: parse_arguments(tool_name, arguments or []))

@@ -211,6 +211,7 @@ def test_every_help_reads_cleanly(command: list[str]) -> None:
         (["demo", "--agents", "0"], "error: Invalid value for '--agents' / '-n'"),
         (["ls", "--bogus"], "error: No such option: --bogus"),
         (["tool", "w", "reed"], "error: unknown tool 'reed'"),
+        (["tool", "w"], "error: Missing argument 'TOOL': read, ls, find, grep, write, edit, delete, exec,"),
         (["rm"], "error: name the workspaces to delete"),
     ],
     ids=lambda value: " ".join(value) if isinstance(value, list) else None,
