@@ -116,3 +116,12 @@ async def test_a_line_that_does_not_do_what_it_asks_says_so_and_counts_as_failed
     assert await workspace.fs.read_text("/workspace/src/main.py") == "print('hi')\n"
     await shell.run_line("ls")
     assert not shell.failed
+
+
+async def test_a_run_that_failed_outside_the_program_says_why(workspace: Workspace) -> None:
+    """A run the backend refused (no exit code) printed ``[failed, exit None]`` and nothing of why."""
+    shell, out = _shell(workspace)
+    await shell.run_line("cd /")
+    await shell.run_line("!ls")
+    assert "[failed, exit None: cwd / is outside the mount root /workspace]" in out.getvalue()
+    assert shell.exit_code == 1
