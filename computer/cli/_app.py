@@ -3,21 +3,108 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine
+import re
+import sys
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
+import typer.core
 
-from ._context import CliError, GlobalOptions, settings_error
+from ._context import GLOBAL_OPTIONS, CliError, GlobalOptions, global_option_misplaced, settings_error
 from ._output import console, report
 
 __all__ = ["app"]
 
 T = TypeVar("T")
 
+
+def _flags_without_type(params: list[Any]) -> list[Any]:
+    """``params`` with no type shown beside a flag. Decision: typer 0.29's help prints every
+    option's type, ``<bool>`` beside each flag too (``--yes <bool>``, even its own ``--help``), which
+    reads as if the flag took a value; an empty metavar is what it prints instead."""
+    for param in params:
+        if getattr(param, "is_flag", False) and param.metavar is None:
+            param.metavar = ""
+    return params
+
+
+class _Command(typer.core.TyperCommand):
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_without_type(super().get_params(ctx))
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        """The usage line's pieces, a required argument as its bare name (``NAME``). Decision: typer
+        0.29 writes it ``{NAME}``, which reads as a set to choose from; an optional one stays
+        ``[NAME]``, as in click, git and the README."""
+        return [re.sub(r"^\{(.+)\}", r"\1", piece) for piece in super().collect_usage_pieces(ctx)]
+
+
+class _Group(typer.core.TyperGroup):
+    """The app's group: flags without a type in help (``_flags_without_type``), and a usage error
+    (unknown command or option, missing or extra argument, bad value) as one line on stderr, exit 2.
+
+    Decision: typer printed a usage error as the usage line, a hint and the message in a box (five
+    lines); every other error of the CLI is one ``error: ...`` line (``CliError``), and a script's log
+    or a terminal shows one line best. The line names the command's ``--help``."""
+
+    def get_params(self, ctx: Any) -> list[Any]:
+        return _flags_without_type(super().get_params(ctx))
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        windows_expand_args: bool = True,
+        **extra: Any,
+    ) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        try:
+            code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
+        except Exception as exc:
+            _exit_for(exc)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def _exit_for(exc: Exception) -> NoReturn:
+    """End the command for an exception typer's standalone mode would have printed: a click error as
+    one line, an abort (end of input at a prompt) as typer says it; anything else propagates.
+    Decision: click's exceptions are told by their class names (typer 0.29 vendors click, earlier
+    versions use the click package), as typer itself tells ``NoArgsIsHelpError``."""
+    kinds = {kind.__name__ for kind in type(exc).__mro__}
+    if "NoArgsIsHelpError" in kinds:  # the help is printed already (`computer` alone)
+        sys.exit(2)
+    if "ClickException" in kinds:
+        message = exc.format_message()  # type: ignore[attr-defined]
+        ctx = getattr(exc, "ctx", None)
+        option = getattr(exc, "option_name", None)
+        if (
+            "NoSuchOption" in kinds
+            and option in GLOBAL_OPTIONS
+            and ctx is not None
+            and ctx.parent is not None
+        ):
+            message = (
+                f"{message}; {global_option_misplaced(option, ctx.info_name, ctx.find_root().info_name)}"
+            )
+        elif "UsageError" in kinds and ctx is not None:
+            message = f"{message.removesuffix('.')} (see '{ctx.command_path} --help')"
+        sys.exit(report(CliError(message, code=exc.exit_code)))  # type: ignore[attr-defined]
+    if "Abort" in kinds:
+        from typer import rich_utils
+
+        rich_utils.rich_abort_error()
+        sys.exit(1)
+    raise exc
+
+
 app = typer.Typer(
     name="computer",
+    cls=_Group,
     help="Durable, isolated workspaces for AI agents, on Ray.",
     no_args_is_help=True,
     add_completion=False,
@@ -57,6 +144,20 @@ def _run_async(coroutine: Callable[[], Coroutine[Any, Any, T]]) -> T:
     return _run(lambda: asyncio.run(coroutine()))
 
 
+def _show_version(value: bool) -> None:
+    """``--version``: the installed distribution's version (``ray-computer``), then exit 0."""
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("ray-computer")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        found = "unknown (not installed)"
+    console().print(f"computer {found}", markup=False, highlight=False)
+    raise typer.Exit(0)
+
+
 @app.callback()
 def main_options(
     ctx: typer.Context,
@@ -70,6 +171,16 @@ def main_options(
         str | None,
         typer.Option("--address", help="Ray cluster to join, e.g. 10.0.0.5:6379 or auto. Env: RAY_ADDRESS."),
     ] = None,
+    _version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            callback=_show_version,
+            is_eager=True,
+            expose_value=False,
+            help="Show the version and exit.",
+        ),
+    ] = False,
 ) -> None:
     """Durable, isolated workspaces for AI agents, on Ray."""
     ctx.obj = GlobalOptions(data_dir=data_dir, address=address)
@@ -124,7 +235,9 @@ def demo(
 )
 def tool(
     ctx: typer.Context,
-    name: Annotated[str | None, typer.Argument(help="Workspace name (created on first use).")] = None,
+    name: Annotated[
+        str | None, typer.Argument(metavar="NAME", help="Workspace name (created on first use).")
+    ] = None,
     tool_name: Annotated[
         str | None,
         typer.Argument(metavar="TOOL", help="read, ls, find, grep, write, edit, delete, exec or publish."),
@@ -132,7 +245,7 @@ def tool(
     arguments: Annotated[
         list[str] | None,
         typer.Argument(
-            metavar="[ARGS]...",
+            metavar="ARGS",
             help="The tool's arguments as one JSON object, and/or as --name value options "
             "(text as typed, other types as JSON).",
         ),
@@ -141,8 +254,15 @@ def tool(
         bool, typer.Option("--help", "-h", help="Show this message, or TOOL's arguments and an example.")
     ] = False,
 ) -> None:
-    from ._tool import parse_arguments, run_tool, tool_help, tools_overview
+    from ._tool import TOOL_NAMES, parse_arguments, run_tool, tool_help, tools_overview
 
+    if tool_name is None and name is not None and not show_help:  # `computer tool ws`: one line
+        problem = CliError(
+            f"Missing argument 'TOOL': {', '.join(TOOL_NAMES)} (see '{ctx.command_path} --help', "
+            "or `computer tools`)",
+            code=2,
+        )
+        raise typer.Exit(report(problem))
     if tool_name is None or show_help:
         if tool_name is not None:
             console().print(_run(lambda: tool_help(tool_name)), markup=False, highlight=False, soft_wrap=True)
@@ -150,7 +270,7 @@ def tool(
             console().print(ctx.get_help(), markup=False, highlight=False, soft_wrap=True)
             console().print()
             console().print(tools_overview(), markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(0 if show_help or name is None else 2)
+        raise typer.Exit(0)
     assert name is not None
     options = _options(ctx)
     args = _run(lambda: parse_arguments(tool_name, arguments or []))
@@ -160,7 +280,7 @@ def tool(
 @app.command(help="Describe the tools: what each does, its arguments and an example call. Needs no Ray.")
 def tools(
     tool_name: Annotated[
-        str | None, typer.Argument(metavar="[TOOL]", help="One tool: its full description and JSON schema.")
+        str | None, typer.Argument(metavar="TOOL", help="One tool: its full description and JSON schema.")
     ] = None,
 ) -> None:
     from ._tool import tool_help, tools_overview
@@ -190,9 +310,7 @@ def list_command(
 )
 def remove_command(
     ctx: typer.Context,
-    names: Annotated[
-        list[str] | None, typer.Argument(metavar="NAME...", help="Workspaces to delete.")
-    ] = None,
+    names: Annotated[list[str] | None, typer.Argument(metavar="NAME", help="Workspaces to delete.")] = None,
     prefix: Annotated[
         str | None,
         typer.Option("--prefix", help="Also every workspace whose name starts with P.", metavar="P"),
@@ -216,11 +334,12 @@ def remove_command(
 
 @app.command(
     help="An interactive prompt over one workspace: ls, cat, edit (in $EDITOR), exec, cd; -c runs one "
-    f"line of it (exit code 1 when it fails). {IN_PROCESS}"
+    "line of it and exits as tool exec does: a command that failed, with its own exit code; any other "
+    f"failure, 1 (what went wrong goes to stderr). {IN_PROCESS}"
 )
 def shell(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Workspace name.")],
     command: Annotated[
         str | None,
         typer.Option("--command", "-c", help="Run this one line (e.g. 'ls', 'cat f', '!make') and exit."),
@@ -243,7 +362,7 @@ LIVE = (
 )
 def ps(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Workspace name.")],
     backend: Annotated[
         str | None, typer.Option("--backend", help="Exec backend (default: the first).")
     ] = None,
@@ -259,8 +378,8 @@ def ps(
 )
 def kill(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Workspace name.")],
-    pid: Annotated[int, typer.Argument(help="Process id, as `computer ps` lists it.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Workspace name.")],
+    pid: Annotated[int, typer.Argument(metavar="PID", help="Process id, as `computer ps` lists it.")],
     backend: Annotated[
         str | None, typer.Option("--backend", help="Exec backend (default: the first).")
     ] = None,
@@ -274,7 +393,7 @@ def kill(
 @app.command(help=f"Serve one workspace's tools over MCP on stdin/stdout (for MCP clients). {IN_PROCESS}")
 def mcp(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Workspace name.")],
     readonly: Annotated[bool, typer.Option("--readonly", help="Only read, ls, find and grep.")] = False,
     processes: Annotated[
         bool,
@@ -309,7 +428,7 @@ def serve(
 )
 def log_command(
     ctx: typer.Context,
-    name: Annotated[str, typer.Argument(help="Workspace name.")],
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Workspace name.")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new records.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON object per line.")] = False,
     tool: Annotated[str | None, typer.Option("--tool", help="Only this tool (or backend, or share).")] = None,
@@ -351,7 +470,9 @@ def dashboard(
 )
 def bench(
     ctx: typer.Context,
-    names: Annotated[list[str] | None, typer.Argument(help="Benchmarks to run (default: all).")] = None,
+    names: Annotated[
+        list[str] | None, typer.Argument(metavar="NAME", help="Benchmarks to run (default: all).")
+    ] = None,
     list_only: Annotated[bool, typer.Option("--list", help="List the benchmarks and exit.")] = False,
 ) -> None:
     from ._bench import benchmark_scripts, run_benchmarks
@@ -376,3 +497,10 @@ def status(ctx: typer.Context) -> None:
 
     options = _options(ctx)
     _run(lambda: show_status(options, console()))
+
+
+# Every command gets the help without ``<bool>`` beside its flags (``_Command``), in place of
+# typer's default class (which ``app.command`` fills in).
+for _info in app.registered_commands:
+    if _info.cls is typer.core.TyperCommand:
+        _info.cls = _Command

@@ -18,11 +18,14 @@ if TYPE_CHECKING:
     from ..config import Settings
 
 __all__ = [
+    "GLOBAL_OPTIONS",
     "CliError",
     "GlobalOptions",
     "check_listen",
     "check_reachable",
+    "command_exit_code",
     "data_dir_error",
+    "global_option_misplaced",
     "local_settings",
     "prepare_data_dir",
     "ray_session",
@@ -47,6 +50,26 @@ class GlobalOptions:
     def local(self) -> bool:
         """Whether no cluster is named: commands then work in this process, without Ray."""
         return self.address is None and not os.environ.get("RAY_ADDRESS")
+
+
+GLOBAL_OPTIONS = ("--data-dir", "--address")
+
+
+def global_option_misplaced(option: str, command: str, program: str = "computer") -> str:
+    """What to say of a global option given after the command (``computer ls --data-dir D``): it
+    was 'No such option' (or, for ``tool``, an argument the tool does not know)."""
+    return f"{option} is a global option: put it before the command ({program} {option} VALUE {command} ...)"
+
+
+def command_exit_code(code: int | None, status: str) -> int:
+    """The exit code of a command line that ran one command (``tool NAME exec``, ``shell NAME -c
+    '!cmd'``): the command's own code when it failed (1 to 255: 124 after a timeout, as timeout(1)
+    answers), 1 when it failed without one (killed, the sandbox failed), 0 when it completed.
+    Decision: both commands exit alike, as ``ssh`` and ``docker exec`` do, so ``&&`` in a script
+    and ``$?`` behave as for the command itself."""
+    if isinstance(code, int) and 0 < code < 256:
+        return code
+    return 0 if status == "completed" else 1
 
 
 def check_reachable(address: str | None, timeout: float = 3.0) -> None:

@@ -26,7 +26,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ._context import CliError
+from ._context import GLOBAL_OPTIONS, CliError, global_option_misplaced
 
 __all__ = ["apply_flags", "split_flags"]
 
@@ -82,6 +82,8 @@ def apply_flags(tool: str, args: dict[str, Any], flags: list[tuple[str, str | No
     seen: set[str] = set()
     for given, raw in flags:
         name = by_key.get(_key(given), given.replace("-", "_"))
+        if name not in properties and f"--{given}" in GLOBAL_OPTIONS:
+            raise CliError(global_option_misplaced(f"--{given}", f"tool NAME {tool}"), code=2)
         if name in seen:
             raise CliError(f"--{given} is given twice", code=2)
         seen.add(name)

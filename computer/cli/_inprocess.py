@@ -140,7 +140,7 @@ def _open(
         from ..runtime import PythonBackend
 
         python = PythonBackend(live=live) if live else PythonBackend(live=False, warm_guests=0)
-        python.background_advice = "" if live else background_advice(name)  # as the shell's, above
+        python.background_advice = "" if live else background_advice(name, "python")  # as the shell's
         chosen.append(python)
     workspace = Workspace(path, backends=chosen, fence=epoch, max_bytes=config.max_workspace_bytes)
     if assets:
@@ -148,13 +148,23 @@ def _open(
     return workspace
 
 
-def background_advice(name: str) -> str:
-    """How a user of this command keeps a background process running between calls."""
+def background_advice(name: str, backend: str = "shell") -> str:
+    """How a user of this command keeps a background process of ``backend``'s runs running between
+    calls. Decision: ``computer shell`` is advised for the shell backend only: its prompt runs every
+    command on the shell backend, so a python run's process could not be kept there (the advice
+    named it for both); an MCP session's exec takes ``backend`` and its ``processes`` tool lists
+    either backend's, as ``computer ps --backend`` does on a cluster."""
     quoted = shlex.quote(name)
+    if backend == "shell":
+        return (
+            f"to keep one running between calls, make them in one process (`computer shell {quoted}`, "
+            f"`computer mcp {quoted} --processes`) or through a cluster (--address), where it stays up "
+            f"(`computer ps {quoted}`)"
+        )
     return (
-        f"to keep one running between calls, make them in one process (`computer shell {quoted}`, "
-        f"`computer mcp {quoted} --processes`) or through a cluster (--address), where it stays up "
-        f"(`computer ps {quoted}`)"
+        f"to keep one running between calls, make them in one process (`computer mcp {quoted} "
+        f"--processes`, exec with backend {backend}; `computer shell` runs the shell backend only) or "
+        f"through a cluster (--address), where it stays up (`computer ps {quoted} --backend {backend}`)"
     )
 
 

@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..surface import WorkspaceSurface
-from ._context import GlobalOptions
+from ._context import GlobalOptions, command_exit_code
+from ._output import errors
 from ._workspaces import open_workspace
 
 __all__ = ["WorkspaceShell", "run_shell"]
@@ -35,12 +36,29 @@ Ctrl-C stops the running command (or clears the prompt line); the session goes o
 class WorkspaceShell:
     """The commands of the prompt, over any workspace surface."""
 
-    def __init__(self, workspace: WorkspaceSurface, console: Console, *, cwd: str = "/workspace") -> None:
+    def __init__(
+        self,
+        workspace: WorkspaceSurface,
+        console: Console,
+        *,
+        cwd: str = "/workspace",
+        errors: Console | None = None,
+    ) -> None:
         self.workspace = workspace
         self.console = console
+        # Where what went wrong is said, and a command's own stderr goes: stderr in ``run_shell``, so
+        # ``computer shell NAME -c 'cat f' > copy`` copies the file or nothing, never an error line.
+        self.errors = errors or console
         self.cwd = cwd
-        self.failed = False  # whether the last line failed (an error, an exec that did not exit 0)
+        # The last line's exit code (``-c``'s): 0; a command's own code when it failed (``exec``, as
+        # ``tool NAME exec`` exits); 1 for any other failure (an error, an unknown command).
+        self.exit_code = 0
         self.interruptible = True  # whether Ctrl-C may stop the running line (not while $EDITOR runs)
+
+    @property
+    def failed(self) -> bool:
+        """Whether the last line failed (an error, an exec that did not exit 0)."""
+        return self.exit_code != 0
 
     def resolve(self, path: str) -> str:
         return posixpath.normpath(posixpath.join(self.cwd, path)) if path else self.cwd
@@ -48,7 +66,7 @@ class WorkspaceShell:
     async def run_line(self, line: str) -> bool:
         """Run one line; False when the user asked to leave."""
         line = line.strip()
-        self.failed = False
+        self.exit_code = 0
         if not line:
             return True
         if line.startswith("!"):
@@ -73,17 +91,16 @@ class WorkspaceShell:
             elif command == "exec":
                 await self.exec(rest)
             else:
-                self.failed = True
-                self.console.print(f"unknown command {command!r}; try help", markup=False)
+                self.usage(f"unknown command {command!r}; try help")
         except OSError as exc:
-            self.failed = True
-            self.console.print(f"[red]{escape(type(exc).__name__)}:[/] {escape(str(exc))}")
+            self.exit_code = 1
+            self.errors.print(f"[red]{escape(type(exc).__name__)}:[/] {escape(str(exc))}")
         return True
 
     def usage(self, message: str) -> None:
         """A line that did not do what it asked: said, and ``-c`` exits 1."""
-        self.failed = True
-        self.console.print(message, markup=False)
+        self.exit_code = 1
+        self.errors.print(message, markup=False)
 
     async def cd(self, path: str) -> None:
         target = self.resolve(path)
@@ -167,12 +184,14 @@ class WorkspaceShell:
             raise
         if result.stdout:
             self.console.file.write(result.stdout)
+            self.console.file.flush()
         if result.stderr:
-            self.console.file.write(result.stderr)
-        self.console.file.flush()
-        if result.exit_code != 0:
-            self.failed = True
-            self.console.print(f"[{result.status}, exit {result.exit_code}]", markup=False)
+            self.errors.file.write(result.stderr)
+            self.errors.file.flush()
+        self.exit_code = command_exit_code(result.exit_code, result.status)
+        if result.status != "completed":
+            why = f": {result.error}" if result.error else ""
+            self.errors.print(f"[{result.status}, exit {result.exit_code}{why}]", markup=False)
 
 
 def runs_exec(line: str) -> bool:
@@ -188,7 +207,8 @@ async def run_shell(
     """The prompt loop: one line at a time until ``exit`` or end of input; exit code 0.
 
     ``command``: run that one line instead, without the prompt (``computer shell NAME -c LINE``), for
-    scripts; exit code 1 when it failed. Decision: a line that runs no command opens the workspace
+    scripts; its exit code (``WorkspaceShell.exit_code``): 0, a command's own code when it failed,
+    as ``tool NAME exec`` exits (124 after a timeout, 1 when it has none), 1 for any other failure. Decision: a line that runs no command opens the workspace
     without its exec backends (building them is most of a command's start-up in process), and a line
     that runs one with the shell backend alone: the prompt runs every command on the first backend,
     the shell, so the python backend's build (~0.3 s of CPU) would serve nothing.
@@ -197,18 +217,33 @@ async def run_shell(
     if command is not None:
         backends = ("shell",) if runs_exec(command) else False
     live = command is None  # one line: a sandbox per run (see ``_inprocess``)
+    new = command is None and not await asyncio.to_thread(_known, options, name)
     async with open_workspace(options, name, backends=backends, assets=True, live=live) as workspace:
-        shell = WorkspaceShell(workspace, console)
+        shell = WorkspaceShell(workspace, console, errors=errors())
         await workspace.fs.mkdir(shell.cwd, recursive=True)  # the user root; exec runs below it
         if command is not None:
             await shell.run_line(command)
-            return 1 if shell.failed else 0
+            return shell.exit_code
+        if new:  # a name mistyped would otherwise look like a workspace whose files were lost
+            console.print(
+                f"workspace {name} is new (empty, made now; `computer ls` lists the others, "
+                f"`computer rm {shlex.quote(name)}` removes it)",
+                markup=False,
+                highlight=False,
+            )
         console.print(f"workspace {name}: type help for commands, exit to leave", markup=False)
         code = await _prompt_loop(shell, name)
         if options.local:  # on a cluster the owner keeps the sandbox, and its processes, running
             await _say_what_ends(shell)
         return code
     return 0
+
+
+def _known(options: GlobalOptions, name: str) -> bool:
+    """Whether workspace ``name`` exists before this session opens it (and so makes it)."""
+    from ._ls import list_workspaces
+
+    return any(row.name == name for row in list_workspaces(options, prefix=name))
 
 
 async def _say_what_ends(shell: WorkspaceShell) -> None:
@@ -255,7 +290,7 @@ async def _prompt_loop(shell: WorkspaceShell, name: str) -> int:
             except asyncio.CancelledError:
                 if not running.cancelled():
                     raise  # this loop itself is being cancelled
-                shell.failed = True
+                shell.exit_code = 130
                 shell.console.print("[interrupted]", markup=False, highlight=False)
             finally:
                 running = None

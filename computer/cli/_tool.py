@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..storage import audit_caller
-from ._context import CliError, GlobalOptions
+from ._context import CliError, GlobalOptions, command_exit_code
 from ._workspaces import open_workspace
 
 __all__ = [
@@ -47,8 +47,9 @@ NOTES: dict[str, str] = {
     "exec": "Without backend, the first backend (shell) runs; backend: python runs Python source.\n"
     "Without --address each call runs in a sandbox of its own, as described above: a process started in "
     "the background (`server &`) ends with the command, and its stderr says which ones ended. To keep "
-    "one running between calls, make them in one process (`computer shell NAME`, `computer mcp NAME "
-    "--processes`) or through a cluster (--address), where commands share a live sandbox.",
+    "one running between calls, make them in one process (`computer shell NAME` for the shell backend, "
+    "whose prompt runs commands there only; `computer mcp NAME --processes` for either) or through a "
+    "cluster (--address), where commands share a live sandbox.",
     "publish": "The link is answered by `computer serve` (same data directory).",
 }
 
@@ -154,11 +155,9 @@ def exit_code(tool: str, result: dict[str, Any]) -> int:
     code. Codes 1 and 2 are then also those of a tool error and of bad usage; the JSON on stdout (there
     is none on a usage error) tells them apart."""
     if tool == "exec":
-        code = result.get("exitCode")
-        if isinstance(code, int) and 0 < code < 256:  # a timeout's too: 124, as timeout(1) answers
+        code = command_exit_code(result.get("exitCode"), result.get("status", "completed"))
+        if code:
             return code
-        if result.get("status", "completed") != "completed":
-            return 1
     return 1 if "error" in result or result.get("ok") is False else 0
 
 

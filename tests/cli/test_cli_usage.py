@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -15,7 +16,7 @@ from typer.testing import CliRunner
 from computer.actors.directory import SqliteDirectory
 from computer.cli import app
 
-from .conftest import REPO, cli_env
+from .conftest import COMPUTER, REPO, cli_env
 
 COMMANDS = ["demo", "tool", "tools", "ls", "rm", "shell", "mcp", "serve", "bench", "status"]
 runner = CliRunner()
@@ -168,3 +169,92 @@ def test_demo_with_a_model_but_no_endpoint_configured_exits_2_before_starting_ra
     result = runner.invoke(app, ["demo", "--model", "gpt-x", "--agents", "1"])
     assert result.exit_code == 2
     assert "set OPENAI_API_KEY" in result.output
+
+
+def _every_command() -> list[list[str]]:
+    import typer.main
+
+    group: Any = typer.main.get_command(app)
+    return [[], *([name] for name in group.commands)]
+
+
+@pytest.mark.parametrize("command", _every_command(), ids=lambda c: " ".join(c) or "computer")
+def test_every_help_reads_cleanly(command: list[str]) -> None:
+    """typer 0.29 printed ``<bool>`` beside every flag (``--yes <bool>``, ``--help -h <bool>``), as if
+    it took a value; and the usage line of a named argument read ``{name}``, ``[[ARGS]...]...``,
+    ``[NAME...]...`` (typer adds the brackets and dots to the metavar itself now)."""
+    done = subprocess.run(
+        [*COMPUTER, *command, "--help"], env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    text = done.stdout
+    assert "<bool>" not in text
+    usage = next(line for line in text.splitlines() if "Usage:" in line)
+    assert "[[" not in usage and "]]" not in usage and "...]..." not in usage, usage
+    assert not re.search(r"[\[{][a-z_]+[\]}]", usage), usage  # arguments are named in capitals
+    assert "{" not in usage, usage  # a required argument is its bare name, not a set to choose from
+    assert "-h" in text and "--help" in text
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["shell"], "error: Missing argument 'NAME' (see '"),
+        (["shell", "w", "extra"], "error: Got unexpected extra argument(s) (extra)"),
+        (["shell", "w", "--bogus"], "error: No such option: --bogus"),
+        (["shell", "w", "-c"], "error: Option '-c' requires an argument"),
+        (["lss"], "error: No such command 'lss'. Did you mean 'ls'?"),
+        (["kill", "w", "abc"], "error: Invalid value for 'PID'"),
+        (["log", "w", "-n", "-1"], "error: Invalid value for '--limit' / '-n'"),
+        (["mcp", "w", "--readonly=yes"], "error: Option '--readonly' does not take a value"),
+        (["--data-dir"], "error: Option '--data-dir' requires an argument"),
+        (["demo", "--agents", "0"], "error: Invalid value for '--agents' / '-n'"),
+        (["ls", "--bogus"], "error: No such option: --bogus"),
+        (["tool", "w", "reed"], "error: unknown tool 'reed'"),
+        (["tool", "w"], "error: Missing argument 'TOOL': read, ls, find, grep, write, edit, delete, exec,"),
+        (["rm"], "error: name the workspaces to delete"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else None,
+)
+def test_a_usage_error_is_one_line_and_exit_2(argv: list[str], says: str, tmp_path: Path) -> None:
+    """typer printed a usage error as five lines (the usage, a hint, the message in a box); every
+    other error of the command is one ``error: ...`` line."""
+    done = subprocess.run(
+        [*COMPUTER, *argv], env=cli_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout) == (2, ""), done.stdout + done.stderr
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(says), done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_version_prints_the_installed_version() -> None:
+    """``computer --version`` was 'No such option: --version'."""
+    from importlib.metadata import version
+
+    done = subprocess.run(
+        [*COMPUTER, "--version"], env=cli_env(), cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, f"computer {version('ray-computer')}\n", "")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["ls", "--data-dir", "/tmp"],
+        ["shell", "w", "--address=127.0.0.1:1", "-c", "ls"],
+        ["tool", "w", "ls", "--address", "127.0.0.1:1"],
+        ["tool", "w", "read", "--path", "/workspace/a", "--data-dir=/tmp"],
+    ],
+    ids=" ".join,
+)
+def test_a_global_option_after_the_command_says_where_it_goes(argv: list[str], tmp_path: Path) -> None:
+    """``computer ls --data-dir D`` said 'No such option: --data-dir'; ``computer tool w ls --address A``
+    passed ``address`` to the tool, which answered 'Unknown argument' (exit 1)."""
+    done = subprocess.run(
+        [*COMPUTER, *argv], env=cli_env(tmp_path), cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    option = next(a for a in argv if a.startswith(("--data-dir", "--address"))).partition("=")[0]
+    assert (done.returncode, done.stdout) == (2, ""), done.stdout + done.stderr
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert f"{option} is a global option: put it before the command (" in done.stderr
+    assert f" {option} VALUE {argv[0]} " in done.stderr

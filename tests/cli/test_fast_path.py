@@ -153,7 +153,8 @@ def test_both_paths_print_the_same_and_exit_the_same(tmp_path: Path) -> None:
 
 def test_the_fast_table_declares_what_the_typer_app_declares() -> None:
     """A new option or argument of ``tool``, ``shell``, ``mcp``, ``ls`` or ``log`` in ``_app.py``
-    must be in ``_fast._COMMANDS`` too, with the same kind (typer's own ``--help`` aside), and an
+    must be in ``_fast._COMMANDS`` too, with the same kind (``--help`` and ``--version``, which exit
+    at once, aside), and an
     optional argument with the same default: the two declarations never drift apart."""
     import typer.main
 
@@ -163,7 +164,7 @@ def test_the_fast_table_declares_what_the_typer_app_declares() -> None:
         arguments = [(p.name, p.default) for p in params if not p.opts[0].startswith("-")]
         options: dict[str, tuple[str, str]] = {}
         for p in params:
-            if p.opts[0].startswith("-") and "--help" not in p.opts:
+            if p.opts[0].startswith("-") and not {"--help", "--version"} & set(p.opts):
                 kind = "flag" if p.is_flag else "str"
                 if p.type_descriptor.annotation is int:
                     kind = "int"  # the fast parser's int: non-negative (typer checks the rest)

@@ -379,3 +379,43 @@ def test_assets_publish_in_a_one_call_exec_and_in_the_shell_prints_a_link(tmp_pa
     # the link is recorded: rm says it deletes both
     removed = run_cli(["rm", "p1", "--yes"], env=env)
     assert removed.returncode == 0 and "2 share link(s)" in removed.stdout, removed.stdout
+
+
+def test_shell_c_exits_with_the_command_s_own_code_as_tool_exec_does(tmp_path: Path) -> None:
+    """``shell NAME -c '!cmd'`` exited 1 for any command that failed, while ``tool NAME exec`` exits
+    with the command's own code (124 after a timeout, 1 when it has none)."""
+    env = cli_env(tmp_path)
+    for command, code in (("exit 3", 3), ("timeout 0.2 sleep 30", 124), ("kill -9 $$", 137), ("true", 0)):
+        shell = run_cli(["shell", "x2", "-c", f"!{command}"], env=env)
+        tool = run_cli(["tool", "x2", "exec", "--command", command], env=env)
+        assert (shell.returncode, tool.returncode) == (code, code), (command, shell.stderr, tool.stderr)
+        assert "Traceback" not in shell.stderr, shell.stderr
+    for line in ("cat nope", "frobnicate", "!"):  # not a command that ran: 1
+        assert run_cli(["shell", "x2", "-c", line], env=env).returncode == 1, line
+
+
+def test_shell_c_says_what_went_wrong_on_stderr_and_keeps_stdout_for_output(tmp_path: Path) -> None:
+    """What went wrong (the command's own stderr, ``[failed, exit 5]``, an error, an unknown command)
+    was written to stdout: ``-c 'cat f' > copy`` of a missing file put the error into the copy."""
+    env = cli_env(tmp_path)
+    both = run_cli(["shell", "x3", "-c", "!echo out; echo err >&2; exit 5"], env=env)
+    assert both.stdout == "out\n"
+    assert both.stderr.splitlines() == ["err", "[failed, exit 5]"]
+    for line, says in (("cat nope", "FileNotFoundError"), ("frobnicate", "unknown command"), ("!", "usage:")):
+        failed = run_cli(["shell", "x3", "-c", line], env=env)
+        assert (failed.returncode, failed.stdout) == (1, ""), (line, failed.stdout)
+        assert says in failed.stderr and len(failed.stderr.splitlines()) == 1, (line, failed.stderr)
+
+
+def test_the_interactive_shell_says_when_it_made_a_new_workspace(tmp_path: Path) -> None:
+    """``computer shell notse`` (a typo) opened an empty workspace as if it were the one meant, and
+    left it behind: nothing said that it had just been made."""
+    _write(tmp_path, "notes")
+    typo = run_cli(["shell", "notse"], env=cli_env(tmp_path), input="ls\nexit\n")
+    assert typo.returncode == 0, typo.stderr
+    assert typo.stdout.startswith("workspace notse is new (empty, made now; `computer ls` lists the others")
+    again = run_cli(["shell", "notse"], env=cli_env(tmp_path), input="exit\n")
+    known = run_cli(["shell", "notes"], env=cli_env(tmp_path), input="exit\n")
+    for done in (again, known):
+        assert done.returncode == 0 and "is new" not in done.stdout, done.stdout + done.stderr
+    assert "is new" not in run_cli(["shell", "other", "-c", "ls"], env=cli_env(tmp_path)).stdout  # scripts

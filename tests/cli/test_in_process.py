@@ -245,3 +245,19 @@ def test_a_server_started_by_one_exec_command_is_said_to_end_with_it(tmp_path: P
     assert "`computer shell dev`" in out["stderr"] and "`computer mcp dev --processes`" in out["stderr"]
     described = runner.invoke(app, [*base, "exec", "--help"])
     assert "ends with the command" in described.output
+
+
+def test_a_python_run_s_advice_names_what_keeps_a_python_process(tmp_path: Path) -> None:
+    """A python run that left a process in the background advised `computer shell NAME`, whose prompt
+    runs every command on the shell backend: no way to keep a python run's process there."""
+    base = ["--data-dir", str(tmp_path), "tool", "py"]
+    source = "import subprocess\nsubprocess.Popen(['sleep', '1234.25'])\nprint('started')"
+    result = runner.invoke(app, [*base, "exec", json.dumps({"backend": "python", "command": source})])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert "ended with it" in out["stderr"] and "sleep 1234.25" in out["stderr"], out["stderr"]
+    assert "`computer mcp py --processes`, exec with backend python" in out["stderr"]
+    assert "`computer shell py`" not in out["stderr"]
+    assert "`computer ps py --backend python`" in out["stderr"]
+    described = runner.invoke(app, [*base, "exec", "--help"])
+    assert "`computer shell NAME` for the shell backend" in " ".join(described.output.split())

@@ -106,7 +106,7 @@ async def test_exec_runs_in_the_current_directory_and_shows_failures(workspace: 
 async def test_a_line_that_does_not_do_what_it_asks_says_so_and_counts_as_failed(
     workspace: Workspace, monkeypatch: pytest.MonkeyPatch, line: str, editor: str, says: str
 ) -> None:
-    """``-c`` exits 1 for these (``failed``), as for an error or a failed command."""
+    """``-c`` exits 1 for these (``failed``), as for an error (a failed command: its own code)."""
     monkeypatch.setenv("EDITOR", editor)
     monkeypatch.delenv("VISUAL", raising=False)
     shell, out = _shell(workspace)
@@ -116,3 +116,12 @@ async def test_a_line_that_does_not_do_what_it_asks_says_so_and_counts_as_failed
     assert await workspace.fs.read_text("/workspace/src/main.py") == "print('hi')\n"
     await shell.run_line("ls")
     assert not shell.failed
+
+
+async def test_a_run_that_failed_outside_the_program_says_why(workspace: Workspace) -> None:
+    """A run the backend refused (no exit code) printed ``[failed, exit None]`` and nothing of why."""
+    shell, out = _shell(workspace)
+    await shell.run_line("cd /")
+    await shell.run_line("!ls")
+    assert "[failed, exit None: cwd / is outside the mount root /workspace]" in out.getvalue()
+    assert shell.exit_code == 1

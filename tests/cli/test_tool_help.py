@@ -43,10 +43,17 @@ def test_tools_lists_every_tool_with_its_arguments() -> None:
     assert one.exit_code == 0 and "Arguments (JSON schema):" in one.output
 
 
-def test_tool_without_a_tool_name_shows_usage_and_the_tools() -> None:
+def test_tool_without_a_tool_name_is_one_line_naming_the_tools() -> None:
+    """It printed the whole help and every tool's overview (~50 lines) for a missing argument; every
+    other missing argument is one line. ``computer tool`` alone (and ``--help``) still prints it."""
     result = runner.invoke(app, ["tool", "ws"])
     assert result.exit_code == 2
-    assert "Usage:" in result.output and "\npublish: " in result.output
+    assert result.output.startswith(
+        "error: Missing argument 'TOOL': read, ls, find, grep, write, edit, delete"
+    )
+    assert len(result.output.splitlines()) == 1 and "publish" in result.output
+    alone = runner.invoke(app, ["tool"])
+    assert alone.exit_code == 0 and "Usage:" in alone.output and "\npublish: " in alone.output
 
 
 def test_help_of_an_unknown_tool_lists_the_tools() -> None:
