@@ -6,13 +6,17 @@ any process could change the mirror under a sync (``stirring``). A part of
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 
 from ._cgroups import ControlFile, count_in, procs_of
-from ._live_parts import Job
+from ._live_parts import Job, command_line
 from .types import ProcessInfo
 
-__all__ = ["LiveCensus"]
+__all__ = ["LiveCensus", "waiting_processes"]
+
+# Processes looked at by their ``/proc`` files at most, to find the jobs started ahead among them.
+_LOOK_AT = 64
 
 
 class LiveCensus:
@@ -45,21 +49,27 @@ class LiveCensus:
         return procs_of(self._pids_group) if self._pids_group is not None else None
 
     async def busy(self) -> bool:
-        """Whether a process of the user's runs (not the init, nor a guest started ahead that waits
-        for its run). A sync's freeze never depends on it (:meth:`stirring`): a program can kill
-        that guest, which counted here as waiting until a run took it: the freeze was skipped."""
-        waiting = gone = 0
-        for job in self.jobs.values():
-            if job.waiting:
-                if job.exited.done():
-                    gone += 1  # killed while it waited: no process of its own any more
-                else:
-                    waiting += 1
-        if len(self.jobs) - gone > waiting:
+        """Whether a process of the user's runs: a run's job, or any process but the init (and
+        bubblewrap) and the jobs started ahead that wait for their run (a shell, a python guest).
+
+        A waiting job is taken off only as the process it is, found among the group's processes
+        (its host pid, or its command line and the init as its parent: the init's ``started`` may
+        never be read, its event loop closed): one the init has not started yet is no process.
+        Before, every waiting job was taken off the kernel's count: a shell sent to the init, not
+        yet started, hid a user's background process, and a sandbox of an ended event loop was
+        taken for quiet (``LiveSandboxes._sandbox_of``), its ``LOOP_ENDED`` note dropped. A sync's
+        freeze never depends on this (:meth:`stirring`)."""
+        waiting = [j for j in self.jobs.values() if j.waiting]
+        if len(waiting) < len(self.jobs):
             return True
+        procs = self._procs()
+        if procs is not None and self._base_procs:
+            others = procs - self._base_procs
+            return bool(others - waiting_processes(others, waiting, self._base_procs))
         tasks = self.tasks()
-        if tasks is not None:
-            return tasks > self._baseline + waiting
+        if tasks is not None:  # (no host pids known: those whose start the init reported)
+            there = [j for j in waiting if j.started.done() and not j.exited.done()]
+            return tasks > self._baseline + len(there)
         return bool(await self.processes())
 
     def stirring(self) -> bool:
@@ -83,3 +93,39 @@ class LiveCensus:
             return True
         procs = self._procs()
         return procs is None or not procs <= self._base_procs.union(waiting)
+
+
+def waiting_processes(others: set[int], waiting: Iterable[Job], base: Iterable[int]) -> set[int]:
+    """The host pids among ``others`` that are the processes of the ``waiting`` jobs (started ahead):
+    a job's known host pid, else a child of the init (one of ``base``) whose command line is the
+    job's own (at most :data:`_LOOK_AT` looked at). A job whose process is not found has none yet."""
+    found: set[int] = set()
+    lines: list[str] = []
+    for job in waiting:
+        if job.exited.done():
+            continue
+        if job.host_pid is not None and job.host_pid in others:
+            found.add(job.host_pid)
+        elif job.host_pid is None:
+            lines.append(job.line)
+    if not lines:
+        return found
+    parents = set(base)
+    for pid in sorted(others - found)[:_LOOK_AT]:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                line = command_line([w.decode(errors="surrogateescape") for w in f.read().split(b"\0")])
+        except OSError:
+            continue
+        try:
+            parent = int(stat[stat.rindex(b")") + 2 :].split()[1])
+        except (ValueError, IndexError):
+            continue
+        if parent in parents and line in lines:
+            lines.remove(line)
+            found.add(pid)
+            if not lines:
+                break
+    return found

@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from computer import Workspace
-from computer.runtime import PythonBackend, ShellBackend
+from computer.runtime import PythonBackend, ShellBackend, _cgroups
+from computer.runtime._live_shell import start_shell
 
 from ._live_support import host_pids_with
 
@@ -177,3 +178,69 @@ def test_a_close_after_a_loop_closed_under_a_run_ends_the_runs_processes(tmp_pat
         assert asyncio.run(again.fs.read_file("/workspace/a")) == b"one\n"
     finally:
         asyncio.run(again.close())
+
+
+def _paused_with_a_shell_sent(shell: ShellBackend, ws: Workspace) -> Any:
+    """The workspace's sandbox frozen (its init too, so it starts nothing) with its lock held (no tick
+    thaws it), after a shell started ahead was sent to its init: a job that waits, with no process
+    yet. Returns that shell."""
+    sandbox = shell._lives._live[ws.fs.instance]
+
+    async def pause() -> Any:
+        if sandbox.spare is not None and sandbox.spare.loop is asyncio.get_running_loop():
+            with contextlib.suppress(BaseException):  # the run's own shell started ahead: reported
+                await (await sandbox.spare.task).job.started
+        await sandbox.lock.acquire()
+        assert sandbox._freezer is not None and _cgroups.freeze(sandbox._freezer)
+        files = (str(sandbox.bridge_dir), "/.computer-bridge")
+        host = str(sandbox.mirror.host("/workspace"))
+        return await start_shell(sandbox, "ahead-sent", "/workspace", host, {"PATH": "/bin"}, files)
+
+    return pause
+
+
+@pytest.mark.skipif(not ShellBackend().live, reason="no live sandboxes here (cgroup freezer)")
+async def test_a_shell_sent_to_the_init_but_not_started_hides_no_process_of_the_users(tmp_path: Path) -> None:
+    """``busy`` took every job started ahead that waits off the kernel's count, one the init had not
+    started yet too: with one background process of the user's it said no process ran."""
+    shell = ShellBackend()
+    async with Workspace(str(tmp_path / "w.db"), backends=[shell]) as ws:
+        await ws.fs.mkdir("/workspace")
+        assert (await run(ws, f"{MARK} > /dev/null 2>&1 &")).status == "completed"
+        assert seen(lambda: host_pids_with(MARK))
+        sandbox = shell._lives._live[ws.fs.instance]
+        sent = await _paused_with_a_shell_sent(shell, ws)()
+        try:
+            assert not sent.job.started.done()  # (frozen: the init took nothing)
+            assert await sandbox.busy()
+            for pid in host_pids_with(MARK):
+                os.kill(pid, 9)
+            _cgroups.thaw(sandbox._freezer)  # the shell starts now: it hides itself alone
+            await asyncio.wait_for(asyncio.shield(sent.job.started), 10)
+            assert seen(lambda: not host_pids_with(MARK))
+            assert not await sandbox.busy()
+        finally:
+            _cgroups.thaw(sandbox._freezer)
+            sandbox.lock.release()
+            sent.discard_now()
+
+
+@pytest.mark.skipif(not ShellBackend().live, reason="no live sandboxes here (cgroup freezer)")
+def test_a_run_after_the_loop_ended_says_so_though_a_shell_was_not_started_yet(tmp_path: Path) -> None:
+    """The loop that started the sandbox ended with a shell sent to the init but not started (the
+    sandbox frozen meanwhile) and one background process of the user's: the next run, from a new
+    loop, ends that sandbox and says so. Before, ``busy`` took the shell off the kernel's count: the
+    sandbox was taken for quiet and the note dropped, the process ended unsaid."""
+    shell = ShellBackend()
+    ws = Workspace(str(tmp_path / "w.db"), backends=[shell])
+    try:
+        asyncio.run(ws.fs.mkdir("/workspace", recursive=True))
+        assert asyncio.run(run(ws, f"{MARK} > /dev/null 2>&1 &")).status == "completed"
+        assert seen(lambda: host_pids_with(MARK))
+        asyncio.run(_paused_with_a_shell_sent(shell, ws)())  # the loop ends: frozen, lock held
+        later = asyncio.run(run(ws, "echo later"))
+        assert (later.status, later.stdout) == ("completed", "later\n"), later
+        assert "the event loop it was started in has ended" in later.stderr, later.stderr
+        assert host_pids_with(MARK) == []
+    finally:
+        asyncio.run(ws.close())
