@@ -391,6 +391,8 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
                 self.spare = None
             async with contextlib.nullcontext() if stranded else self.lock:
                 await self.process.kill_tree()
+                if stranded:  # a sync of that loop may have taken the watch's events, never to pull them
+                    await offload(self.mirror, self.mirror.unwatch)  # (its lane: after that sync's step)
                 await self._wind_up()
         finally:  # a failed step must not leave runs waiting for this end (``ENDING_WAIT``)
             self._told_ended()

@@ -37,6 +37,11 @@ class LiveCalls:
         there was none."""
         return await self._lives.end_sandbox(workspace_id)
 
+    async def end_stranded_run(self, workspace_id: str, exec_id: str) -> bool:
+        """End a run whose event loop has ended, from this one (``Runtime.kill_exec``): its live
+        sandbox ended with it, what they wrote kept; False when no live sandbox of this backend held it."""
+        return await self._lives.end_stranded_run(workspace_id, exec_id)
+
     def take_notices(self, workspace_id: str) -> tuple[str | None, dict[str, str]]:
         """What this backend kept for the workspace's next run, taken (``LiveSandboxes.take_notices``)."""
         return self._lives.take_notices(workspace_id)

@@ -6,6 +6,7 @@ any process could change the mirror under a sync (``stirring``). A part of
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from ._cgroups import ControlFile, count_in, procs_of
 from ._live_parts import Job, command_line
 from .types import ProcessInfo
 
-__all__ = ["LiveCensus", "waiting_processes"]
+__all__ = ["LiveCensus", "in_session", "waiting_processes"]
 
 # Processes looked at by their ``/proc`` files at most, to find the jobs started ahead among them.
 _LOOK_AT = 64
@@ -48,9 +49,10 @@ class LiveCensus:
     def _procs(self) -> set[int] | None:
         return procs_of(self._pids_group) if self._pids_group is not None else None
 
-    async def busy(self) -> bool:
+    async def busy(self, besides: Job | None = None) -> bool:
         """Whether a process of the user's runs: a run's job, or any process but the init (and
-        bubblewrap) and the jobs started ahead that wait for their run (a shell, a python guest).
+        bubblewrap) and the jobs started ahead that wait for their run (a shell, a python guest);
+        ``besides``: a run's job whose processes (its session) do not count (one being killed).
 
         A waiting job is taken off only as the process it is, found among the group's processes
         (its host pid, or its command line and the init as its parent: the init's ``started`` may
@@ -59,13 +61,17 @@ class LiveCensus:
         yet started, hid a user's background process, and a sandbox of an ended event loop was
         taken for quiet (``LiveSandboxes._sandbox_of``), its ``LOOP_ENDED`` note dropped. A sync's
         freeze never depends on this (:meth:`stirring`)."""
-        waiting = [j for j in self.jobs.values() if j.waiting]
-        if len(waiting) < len(self.jobs):
+        if any(not j.waiting and j is not besides for j in self.jobs.values()):
             return True
+        waiting = [j for j in self.jobs.values() if j.waiting]
         procs = self._procs()
         if procs is not None and self._base_procs:
             others = procs - self._base_procs
-            return bool(others - waiting_processes(others, waiting, self._base_procs))
+            others -= waiting_processes(others, waiting, self._base_procs)
+            if others and besides is not None and besides.started.done() and not besides.started.cancelled():
+                with contextlib.suppress(Exception):  # (its start failed: no session)
+                    others -= in_session(others, besides.started.result())
+            return bool(others)
         tasks = self.tasks()
         if tasks is not None:  # (no host pids known: those whose start the init reported)
             there = [j for j in waiting if j.started.done() and not j.exited.done()]
@@ -128,4 +134,21 @@ def waiting_processes(others: set[int], waiting: Iterable[Job], base: Iterable[i
             found.add(pid)
             if not lines:
                 break
+    return found
+
+
+def in_session(others: set[int], leader: int) -> set[int]:
+    """The host pids among ``others`` (at most :data:`_LOOK_AT` looked at) in the session of the
+    sandbox's process ``leader`` (its pid inside: a job's, whose process may have ended)."""
+    found = set()
+    for pid in sorted(others)[:_LOOK_AT]:
+        try:
+            with open(f"/proc/{pid}/status", "rb") as f:
+                for line in f:
+                    if line.startswith(b"NSsid:"):
+                        if int(line.split()[-1]) == leader:
+                            found.add(pid)
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
     return found

@@ -24,6 +24,7 @@ import pytest
 
 from computer import Workspace
 from computer.runtime import PythonBackend, ShellBackend, _cgroups
+from computer.runtime._context import LocalExecContext
 from computer.runtime._live_shell import start_shell
 
 from ._live_support import host_pids_with
@@ -244,3 +245,127 @@ def test_a_run_after_the_loop_ended_says_so_though_a_shell_was_not_started_yet(t
         assert host_pids_with(MARK) == []
     finally:
         asyncio.run(ws.close())
+
+
+def _running_as_its_loop_closes(ws: Workspace, source: str) -> str:
+    """Start ``source`` (it runs ``MARK`` last) in an event loop closed once ``MARK`` runs, the run's
+    task still pending (``loop.close()`` after a ``run_until_complete`` of something else); its id."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(ws.fs.mkdir("/workspace", recursive=True))
+        handle = loop.run_until_complete(ws.runtime.exec(source, timeout=60))
+        deadline = time.monotonic() + 30
+        while not host_pids_with(MARK):
+            assert time.monotonic() < deadline
+            loop.run_until_complete(asyncio.sleep(0.05))
+    finally:
+        loop.close()
+    return handle.id
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
+@pytest.mark.parametrize("background", [False, True])
+def test_a_kill_from_a_new_loop_ends_a_run_whose_loop_closed_and_keeps_what_it_wrote(
+    tmp_path: Path, background: bool
+) -> None:
+    """``kill_exec`` from a new event loop, of a run whose own loop was closed under it: the command
+    ends, what it wrote is in the workspace at once (and after a reopen), a second kill finds nothing
+    to do, and the next run says its sandbox ended only when a process of the user's besides the
+    killed run's was ended with it. Before, the kill raised "Event loop is closed" and the command
+    ran on."""
+    ws = Workspace(str(tmp_path / "w.db"), backends=[ShellBackend()])
+    other = f"sleep 31338.{os.getpid():07d}"
+    try:
+        started = f"setsid {other} > /dev/null 2>&1 & " if background else ""
+        run_id = _running_as_its_loop_closes(ws, f"{started}seq 3 > a; echo one >> a; {MARK}")
+
+        async def kill(ws: Workspace) -> bytes:
+            await ws.runtime.kill_exec(run_id)
+            return await ws.fs.read_file("/workspace/a")  # at once, the workspace still open
+
+        assert asyncio.run(asyncio.wait_for(kill(ws), 60)) == b"1\n2\n3\none\n"
+        assert host_pids_with(MARK) == [] and host_pids_with(other) == []
+        asyncio.run(asyncio.wait_for(ws.runtime.kill_exec(run_id), 60))  # ended already: nothing to do
+        later = asyncio.run(run(ws, "cat a"))
+        assert (later.status, later.stdout) == ("completed", "1\n2\n3\none\n"), later
+        said = "the event loop it was started in has ended" in later.stderr
+        assert said == background, later.stderr
+    finally:
+        asyncio.run(asyncio.wait_for(ws.close(), 60))
+        for pid in host_pids_with(other):
+            os.kill(pid, 9)
+    del ws
+    gc.collect()  # that loop's tasks and coroutines go now (warnings), not in a later test
+    again = Workspace(str(tmp_path / "w.db"))
+    try:
+        assert asyncio.run(again.fs.read_file("/workspace/a")) == b"1\n2\n3\none\n"
+    finally:
+        asyncio.run(again.close())
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")  # (and a step of one)
+def test_a_kill_from_a_new_loop_pulls_what_a_sync_of_the_closed_loop_took_and_never_pulled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's loop closed while a tick's sync waited on the workspace, after its plan took the
+    watch's events (the run's last write): the kill from a new loop ends the sandbox, and its final
+    pull walks the tree instead of trusting the watch. Before, the watch was quiet: the write was
+    never pulled (the workspace still open read the file as it was before it, s56's lead)."""
+    shell = ShellBackend()
+    ws = Workspace(str(tmp_path / "w.db"), backends=[shell])
+    loop = asyncio.new_event_loop()
+    held = asyncio.Event()
+    sync_pull = LocalExecContext.sync_pull
+
+    async def stuck(self: Any, *args: Any) -> Any:  # the closed loop's pulls wait for good
+        if asyncio.get_running_loop() is loop:
+            held.set()
+            await asyncio.Event().wait()
+        return await sync_pull(self, *args)
+
+    try:
+        loop.run_until_complete(ws.fs.mkdir("/workspace", recursive=True))
+        source = f"seq 3 > a; until [ -e go ]; do sleep 0.01; done; echo one >> a; {MARK}"
+        handle = loop.run_until_complete(ws.runtime.exec(source, timeout=60))
+
+        async def pulled(ws: Workspace, content: bytes) -> bool:
+            with contextlib.suppress(FileNotFoundError):
+                return await ws.fs.read_file("/workspace/a") == content
+            return False
+
+        deadline = time.monotonic() + 30
+        while not loop.run_until_complete(pulled(ws, b"1\n2\n3\n")):  # a tick pulled it
+            assert time.monotonic() < deadline
+            loop.run_until_complete(asyncio.sleep(0.05))
+        monkeypatch.setattr(LocalExecContext, "sync_pull", stuck)
+        (shell._lives._live[ws.fs.instance].mirror.directory / "go").touch()  # the run writes on
+        loop.run_until_complete(asyncio.wait_for(held.wait(), 30))  # a tick's plan took that
+        assert host_pids_with(MARK)
+    finally:
+        loop.close()
+    asyncio.run(asyncio.wait_for(ws.runtime.kill_exec(handle.id), 60))
+    try:
+        assert host_pids_with(MARK) == []
+        assert asyncio.run(ws.fs.read_file("/workspace/a")) == b"1\n2\n3\none\n"
+    finally:
+        asyncio.run(asyncio.wait_for(ws.close(), 60))
+    del ws, handle
+    gc.collect()  # that loop's tasks and coroutines go now (warnings), not in a later test
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
+def test_a_kill_from_a_new_loop_of_a_run_no_live_sandbox_holds_says_it_was_not_killed(tmp_path: Path) -> None:
+    """A sandbox per call cannot be reached from another event loop: the kill says so, and what to do
+    (it raised "Event loop is closed", which said neither)."""
+    ws = Workspace(str(tmp_path / "w.db"), backends=[ShellBackend(live=False)])
+    try:
+        run_id = _running_as_its_loop_closes(ws, f"echo one > a; {MARK}")
+        with pytest.raises(RuntimeError, match="was not killed and runs on until it ends by itself"):
+            asyncio.run(asyncio.wait_for(ws.runtime.kill_exec(run_id), 60))
+    finally:
+        for pid in host_pids_with(MARK):
+            os.kill(pid, 9)
+        asyncio.run(asyncio.wait_for(ws.close(), 60))
+    del ws
+    gc.collect()  # that loop's tasks and coroutines go now (warnings), not in a later test
