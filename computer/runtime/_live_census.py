@@ -64,6 +64,9 @@ class LiveCensus:
         if any(not j.waiting and j is not besides for j in self.jobs.values()):
             return True
         waiting = [j for j in self.jobs.values() if j.waiting]
+        tasks = self.tasks()
+        if tasks is None:  # no pids controller: the init's listing (it hides the waiting jobs)
+            return bool(await self.processes())
         procs = self._procs()
         if procs is not None and self._base_procs:
             others = procs - self._base_procs
@@ -72,11 +75,8 @@ class LiveCensus:
                 with contextlib.suppress(Exception):  # (its start failed: no session)
                     others -= in_session(others, besides.started.result())
             return bool(others)
-        tasks = self.tasks()
-        if tasks is not None:  # (no host pids known: those whose start the init reported)
-            there = [j for j in waiting if j.started.done() and not j.exited.done()]
-            return tasks > self._baseline + len(there)
-        return bool(await self.processes())
+        there = [j for j in waiting if j.started.done() and not j.exited.done()]  # (no host pids known)
+        return tasks > self._baseline + len(there)
 
     def stirring(self) -> bool:
         """Whether any process but the init (and bubblewrap) is in the sandbox, by the kernel's count
