@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ._cgroups import ControlFile, count_in, procs_of
-from ._live_parts import Job, command_line
+from ._live_parts import Job, command_line, host_pid
 from .types import ProcessInfo
 
 __all__ = ["LiveCensus", "in_session", "waiting_processes"]
@@ -103,31 +103,31 @@ class LiveCensus:
 
 def waiting_processes(others: set[int], waiting: Iterable[Job], base: Iterable[int]) -> set[int]:
     """The host pids among ``others`` that are the processes of the ``waiting`` jobs (started ahead):
-    a job's known host pid, else a child of the init (one of ``base``) whose command line is the
-    job's own (at most :data:`_LOOK_AT` looked at). A job whose process is not found has none yet."""
+    a job's host pid, found by its pid inside (``NSpid``) once the init reported its start (and kept:
+    ``Job.host_pid``); a job whose start was not reported (its event loop closed first), a child of
+    the init (one of ``base``) with the job's command line. At most :data:`_LOOK_AT` looked at; a job
+    whose process is not found has none (not yet, or no more)."""
     found: set[int] = set()
     lines: list[str] = []
     for job in waiting:
         if job.exited.done():
             continue
+        if job.host_pid is None and job.started.done():
+            inner = 0 if job.started.cancelled() or job.started.exception() else job.started.result()
+            job.host_pid = host_pid(others - found, inner, _LOOK_AT) if inner > 0 else None
         if job.host_pid is not None and job.host_pid in others:
             found.add(job.host_pid)
-        elif job.host_pid is None:
+        elif not job.started.done():
             lines.append(job.line)
-    if not lines:
-        return found
     parents = set(base)
-    for pid in sorted(others - found)[:_LOOK_AT]:
+    for pid in sorted(others - found)[:_LOOK_AT] if lines else ():
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 stat = f.read()
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 line = command_line([w.decode(errors="surrogateescape") for w in f.read().split(b"\0")])
-        except OSError:
-            continue
-        try:
             parent = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        except (ValueError, IndexError):
+        except (OSError, ValueError, IndexError):
             continue
         if parent in parents and line in lines:
             lines.remove(line)
