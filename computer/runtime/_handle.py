@@ -8,11 +8,16 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from ._tasks import on_loop
 from .types import ExecResult, ExecSnapshot
 
-__all__ = ["LOOP_ENDED", "ExecHandle", "ExecRun"]
+__all__ = ["LOOP_ENDED", "STRANDED", "ExecHandle", "ExecRun"]
 
 LOOP_ENDED = (
     "the event loop that started this run ended before the run did (an asyncio.run returned), which "
     "ends the run: start a run and await its result in one event loop (one asyncio.run)"
+)
+STRANDED = (
+    "the event loop that started this run has ended (an asyncio.run returned) and its backend cannot "
+    "reach the run from another one, so it was not killed and runs on until it ends by itself: start "
+    "a run, and kill it, in one event loop (one asyncio.run)"
 )
 
 
@@ -33,6 +38,23 @@ class ExecRun:
     @property
     def done(self) -> bool:
         return self._result.done()
+
+    @property
+    def stranded(self) -> bool:
+        """Whether the event loop that started the run has ended (or stopped) while this one runs:
+        nothing of the run's runs there again (its tasks; a cancel of one raised "Event loop is
+        closed" where that loop was closed)."""
+        loop = self._result.get_loop()
+        return loop is not asyncio.get_running_loop() and not loop.is_running()
+
+    async def end_stranded(self, backend: object, workspace_id: str) -> None:
+        """Kill the :attr:`stranded` run from this event loop through its backend, which ends the live
+        sandbox it runs in (``LiveCalls.end_stranded_run``: what it wrote is kept, as a kill keeps it),
+        or say that it cannot (a sandbox per call, a pool's run: ``STRANDED``). Its result stays that
+        loop's (``result`` says so): no future of that loop is touched here."""
+        end = getattr(backend, "end_stranded_run", None)
+        if end is None or not await end(workspace_id, self.id):
+            raise RuntimeError(f"exec {self.id}: {STRANDED}")
 
     def publish(self, snapshot: ExecSnapshot) -> None:
         """Make ``snapshot`` the latest and wake every waiting iterator."""

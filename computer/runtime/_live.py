@@ -31,8 +31,8 @@ its workspace closes (hibernation) and when its process dies (a worker lost). En
 process, then pulls what they wrote.
 
 This module is the sandbox (processes, syncs, ticker, end); its init's channel is ``_live_channel``,
-its commands ``_live_jobs``, its start ``_live_launch``, and a backend's set of them with a run inside
-one ``_live_set``.
+its commands ``_live_jobs``, who runs in it ``_live_census``, its start ``_live_launch``, and a
+backend's set of them with a run inside one ``_live_set``.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ from typing import Any
 
 from ._assets_bridge import AssetsBridge
 from ._backend import ExecContext
-from ._cgroups import ControlFile, count_in, freeze, procs_of, thaw
+from ._cgroups import ControlFile, freeze, thaw
+from ._live_census import LiveCensus
 from ._live_channel import LiveChannel
 from ._live_jobs import LiveJobs, LiveSandboxError, LiveStartError, background_log
 from ._live_launch import Launched
@@ -85,7 +86,7 @@ TICK_FAILURES = 30
 END_WAIT = 5.0
 
 
-class LiveSandbox(LiveChannel, LiveJobs):
+class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
     """A running live sandbox of one workspace (see the module docstring). Use :meth:`start`."""
 
     def __init__(
@@ -201,61 +202,6 @@ class LiveSandbox(LiveChannel, LiveJobs):
             self._ending = asyncio.ensure_future(self._end())
 
     # ------------------------------------------------------------------ processes
-
-    def forks_refused(self) -> int:
-        """How many forks the sandbox's process limit refused so far (``pids.events``; 0 unknown)."""
-        return count_in(self._pids_events.read() if self._pids_events is not None else None, "max")
-
-    def tasks(self) -> int | None:
-        """Tasks in the sandbox's pids group (its init and bubblewrap's included), or None."""
-        text = self._pids_current.read() if self._pids_current is not None else None
-        try:
-            return int(text) if text is not None else None
-        except ValueError:
-            return None
-
-    async def busy(self) -> bool:
-        """Whether a process of the user's runs (not the init, nor a guest started ahead that waits
-        for its run). A sync's freeze never depends on it (:meth:`stirring`): a program can kill
-        that guest, which counted here as waiting until a run took it: the freeze was skipped."""
-        waiting = gone = 0
-        for job in self.jobs.values():
-            if job.waiting:
-                if job.exited.done():
-                    gone += 1  # killed while it waited: no process of its own any more
-                else:
-                    waiting += 1
-        if len(self.jobs) - gone > waiting:
-            return True
-        tasks = self.tasks()
-        if tasks is not None:
-            return tasks > self._baseline + waiting
-        return bool(await self.processes())
-
-    def stirring(self) -> bool:
-        """Whether any process but the init (and bubblewrap) is in the sandbox, by the kernel's count
-        (True when unreadable): only such a process can change the mirror under a sync, and none
-        starts while there is none (the init starts them, when asked). A job started ahead that still
-        waits (a shell or a python guest, blocked on its pipe) does not count when its host pid is
-        known and the group's processes are those and the init's alone: every run after a workspace
-        write paused the sandbox for its push, for the shell waiting there (~0.6 ms). Only one started
-        while nothing else ran, and since then no job of a user's code started nor was one taken
-        (``Job.trusted``): a program that wrote a command into the waiting shell's pipe
-        (``/proc/<pid>/fd/3``) and exited left it running that command uncounted, every sync unfrozen."""
-        tasks = self.tasks()
-        if tasks is None or tasks <= self._baseline:
-            return tasks is None
-        turn = self.job_turn
-        waiting = [
-            j.host_pid for j in self.jobs.values() if j.waiting and j.trusted == turn and not j.exited.done()
-        ]
-        if not waiting or None in waiting:
-            return True
-        procs = self._procs()
-        return procs is None or not procs <= self._base_procs.union(waiting)
-
-    def _procs(self) -> set[int] | None:
-        return procs_of(self._pids_group) if self._pids_group is not None else None
 
     async def processes(self) -> list[ProcessInfo]:
         rows, more = await self._listing()
@@ -445,6 +391,8 @@ class LiveSandbox(LiveChannel, LiveJobs):
                 self.spare = None
             async with contextlib.nullcontext() if stranded else self.lock:
                 await self.process.kill_tree()
+                if stranded:  # a sync of that loop may have taken the watch's events, never to pull them
+                    await offload(self.mirror, self.mirror.unwatch)  # (its lane: after that sync's step)
                 await self._wind_up()
         finally:  # a failed step must not leave runs waiting for this end (``ENDING_WAIT``)
             self._told_ended()

@@ -56,6 +56,8 @@ MAX_PACKET = 1 << 16
 MAX_FDS = 8  # the three streams, a few more for the command, the spec pipe
 MAX_DROPPED = 1024  # pipes the host let go (``drop``) read here at most; the oldest closed past it
 DROPPED: dict[int, None] = {}  # those pipes, oldest first
+LEADERS: dict[int, str] = {}  # the jobs started (pid: its session's id -> job id), the last MAX_LEADERS
+MAX_LEADERS = 4096
 MAX_REPLY = 96 * 1024  # bytes of one reply (JSON): well under the default send buffer (212,992)
 MAX_COMMAND = 4096  # characters of a command line a ``ps`` listing keeps (fewer when many share it)
 MIN_COMMAND = 256
@@ -211,7 +213,7 @@ def handle(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: 
                 error = f"process {pid}: {exc.strerror}"
         send({"op": "killed", "ref": message.get("ref"), "error": error})
     elif op == "ps":
-        rows, more = listing(processes(int(message.get("after") or 0)))
+        rows, more = listing(processes(int(message.get("after") or 0), LEADERS))
         send({"op": "ps", "ref": message.get("ref"), "processes": rows, "more": more})
 
 
@@ -318,7 +320,9 @@ def start(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: S
     finally:
         for fd in high:
             os.close(fd)
-    jobs[pid] = job
+    jobs[pid] = LEADERS[pid] = job
+    while len(LEADERS) > MAX_LEADERS:
+        del LEADERS[next(iter(LEADERS))]
     send({"op": "started", "id": job, "pid": pid})
     if not raise_oom_score(pid):
         PENDING_ADJ[pid] = time.monotonic() + ADJ_GIVE_UP
@@ -406,8 +410,9 @@ def is_ours(pid: int) -> bool:
     return False
 
 
-def processes(after: int = 0) -> list[dict[str, Any]]:
-    """The sandbox's processes of pids above ``after`` (the init and zombies left out)."""
+def processes(after: int = 0, leaders: dict[int, str] | None = None) -> list[dict[str, Any]]:
+    """The sandbox's processes of pids above ``after`` (the init and zombies left out), each with its
+    run (:func:`run_of`; ``leaders``: :data:`LEADERS`)."""
     me = os.getpid()
     ticks = os.sysconf("SC_CLK_TCK")
     page = os.sysconf("SC_PAGE_SIZE")
@@ -437,14 +442,7 @@ def processes(after: int = 0) -> list[dict[str, Any]]:
         if fields[0] == b"Z":
             continue
         words = [w.decode(errors="replace") for w in cmdline.split(b"\0") if w]
-        run = None
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                for item in f.read().split(b"\0"):
-                    if item.startswith(b"COMPUTER_EXEC_ID="):
-                        run = item[17:].decode() if RUN_NAME.fullmatch(item[17:]) else None
-        except OSError:
-            pass
+        run = run_of(pid, leaders or {}, cmdline)
         found.append(
             {
                 "pid": pid,
@@ -457,6 +455,42 @@ def processes(after: int = 0) -> list[dict[str, Any]]:
             }
         )
     return sorted(found, key=lambda p: p["pid"])
+
+
+def run_of(pid: int, leaders: dict[int, str], cmdline: bytes | None = None) -> str | None:
+    """The run of process ``pid`` (``cmdline``: its own, if read): ``COMPUTER_EXEC_ID`` in its
+    environment (the process's to set: of the exec id form, else none). When that cannot tell, the
+    job whose session it is in (``leaders``), else its parent's run: its environment unreadable
+    (memory not dumpable: a job's for the moment of its start here, a program's ``PR_SET_DUMPABLE``)
+    or empty with its command line (an ``exec``'s instant: ``[bash]`` was listed with no run, between
+    a run's shell and its command; a writer's child so was missed by a kill of the run's processes)."""
+    for _ in range(64):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read()
+            if not environ and cmdline is None:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    cmdline = f.read()
+        except OSError:
+            environ = cmdline = b""
+        if environ or cmdline:  # it tells (an empty environment of its own: no run)
+            run = None
+            for item in environ.split(b"\0"):
+                if item.startswith(b"COMPUTER_EXEC_ID="):
+                    run = item[17:].decode() if RUN_NAME.fullmatch(item[17:]) else None
+            return run
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                stat = f.read()
+            fields = stat[stat.rindex(b")") + 2 :].split()
+            pid, session, cmdline = int(fields[1]), int(fields[3]), None
+        except (OSError, ValueError, IndexError):
+            return None
+        if session in leaders:
+            return leaders[session]
+        if pid <= 1 or pid == os.getpid():
+            return None
+    return None
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ from ._tasks import on_loop, run_to_completion
 from ._warm import PreparedSandbox, Ready, WarmSandboxes
 from .types import ProcessInfo
 
-__all__ = ["Command", "JobSpec", "LiveCalls", "LiveSandboxes"]
+__all__ = ["Command", "JobSpec", "LiveSandboxes"]
 
 # Workspaces whose ended sandboxes left refusals for their next run (``LiveSandboxes._unreported``).
 _UNREPORTED = 1000
@@ -108,6 +108,8 @@ class LiveSandboxes:
         # Why a workspace's sandbox was lost while no run was in progress (``LiveSandbox.unsaid``):
         # its next run says so (the oldest let go past _UNREPORTED workspaces).
         self._unsaid: dict[str, str] = {}
+        # Runs still in progress when their sandbox ended (``end_stranded_run``), the last _UNREPORTED.
+        self._stranded: dict[str, None] = {}
 
     # ------------------------------------------------------------------ a run
 
@@ -275,10 +277,7 @@ class LiveSandboxes:
                 # Started in an event loop that has ended (``asyncio.run`` once per call): every later
                 # run failed "Event loop is closed". It ends from this loop, and this run says so.
                 sandbox.ctx = ctx
-                quiet = sandbox.tasks() is not None and not await sandbox.busy()
-                await sandbox.abandon(LOOP_ENDED)
-                if quiet:  # none of the user's processes was there: nothing lost, nothing to say
-                    self._unsaid.pop(workspace_id, None)
+                await self._abandon(sandbox)
             if sandbox is not None and sandbox.alive:
                 sandbox.ctx = ctx
                 if sandbox.bridge is not None:
@@ -335,6 +334,39 @@ class LiveSandboxes:
             started.ended_callback = self._ended
             return started
 
+    async def _abandon(self, sandbox: LiveSandbox, besides: Job | None = None) -> None:
+        """End ``sandbox`` of an event loop that has ended, from this one (``LiveSandbox.abandon``);
+        the workspace's next run says so (``LOOP_ENDED``) when a process of the user's was ended with
+        it (``besides``: but the processes of a run being killed), not after each call of a script
+        that starts nothing in the background."""
+        quiet = sandbox.tasks() is not None and not await sandbox.busy(besides)
+        await sandbox.abandon(LOOP_ENDED)
+        if quiet:  # none of the user's processes was there: nothing lost, nothing to say
+            self._unsaid.pop(sandbox.workspace_id, None)
+
+    async def end_stranded_run(self, workspace_id: str, exec_id: str) -> bool:
+        """End the run ``exec_id`` whose event loop has ended (``Runtime.kill_exec`` from another
+        loop: the run's own tasks never run again, and a cancel there raised "Event loop is closed"
+        while the command ran on): the workspace's sandbox that holds it, of that loop, is ended from
+        this one as a run finds it (``_abandon``: every process killed, what they wrote pulled). The
+        run is closed first, so what the end's pull refuses is the next run's to list, not a result
+        that never comes. False when no sandbox holds it (one ended with it already: True)."""
+        sandbox = self._live.get(workspace_id)
+        if sandbox is None or exec_id not in sandbox.runs:
+            return exec_id in self._stranded
+        if sandbox.loop is asyncio.get_running_loop() or sandbox.loop.is_running():
+            return False
+        job = next((j for j in sandbox.jobs.values() if exec_id in (j.id, j.run)), None)
+        sandbox.close_run(exec_id)
+        self._ended_with(exec_id)
+        await self._abandon(sandbox, job)
+        return True
+
+    def _ended_with(self, run: str) -> None:
+        self._stranded[run] = None
+        while len(self._stranded) > _UNREPORTED:
+            del self._stranded[next(iter(self._stranded))]
+
     async def launch(self, ready: PreparedSandbox) -> Launched:
         """Start a live sandbox's init in the prepared sandbox ``ready`` (discarded if that fails)."""
         try:
@@ -361,6 +393,8 @@ class LiveSandboxes:
         """A live sandbox ended (idle, lifetime, killed): forget it; its mirror stays warm, and what its
         syncs refused with no run to tell waits for the workspace's next run."""
         self._forget(sandbox)
+        for run in sandbox.runs:  # (a run of an ended loop, never closed: its processes ended now)
+            self._ended_with(run)
         if sandbox.unreported:
             kept = self._unreported.pop(sandbox.workspace_id, {})
             self._unreported[sandbox.workspace_id] = {**kept, **sandbox.unreported}
@@ -433,41 +467,3 @@ class LiveSandboxes:
         alive = sandbox.alive  # (one ending already: waited for, and none was live)
         await self.drop(sandbox, "ended by end_sandbox")
         return alive
-
-
-class LiveCalls:
-    """The ``LiveBackend`` methods of a backend whose live sandboxes are ``self._lives`` and whose warm
-    sandboxes are ``self._warm`` (both built-in backends)."""
-
-    _lives: LiveSandboxes
-    _warm: WarmSandboxes[Ready]
-
-    def live_sandboxes(self, workspace_id: str | None = None) -> int:
-        """How many live sandboxes this backend holds (of ``workspace_id``, or all): a pool drains such
-        a worker instead of removing it."""
-        return self._lives.count(workspace_id)
-
-    async def processes(self, workspace_id: str) -> list[ProcessInfo]:
-        """The processes of the workspace's live sandbox (none when it has no live sandbox)."""
-        return await self._lives.processes(workspace_id)
-
-    async def kill_process(self, workspace_id: str, pid: int) -> None:
-        """SIGKILL one process of the workspace's live sandbox; ``ProcessLookupError`` when none has ``pid``."""
-        await self._lives.kill_process(workspace_id, pid)
-
-    async def end_sandbox(self, workspace_id: str) -> bool:
-        """Kill everything in the workspace's live sandbox, pull what it wrote and drop it; False when
-        there was none."""
-        return await self._lives.end_sandbox(workspace_id)
-
-    def take_notices(self, workspace_id: str) -> tuple[str | None, dict[str, str]]:
-        """What this backend kept for the workspace's next run, taken (``LiveSandboxes.take_notices``)."""
-        return self._lives.take_notices(workspace_id)
-
-    async def close_workspace(self, workspace_id: str) -> None:
-        """The workspace closed (hibernation): end its live sandbox (what it wrote is pulled) and what
-        was started ahead for its idle mirrors and for its runs without one (the mirrors stay warm),
-        so a process that closes its workspaces leaves no idle sandbox or interpreter."""
-        with contextlib.suppress(Exception):
-            await self.end_sandbox(workspace_id)
-        await self._warm.close(self._lives.sync.mirrors.idle_mirrors(workspace_id))

@@ -392,6 +392,8 @@ class Runtime:
     async def _kill(self, run: ExecRun) -> None:
         if not run.done:
             run.killed = True
+            if run.stranded:  # its loop has ended: its tasks never run again (see ``ExecRun``)
+                return await run.end_stranded(self._backends.get(run.backend), self.context.workspace_id)
             if run.consumer is not None:
                 run.consumer.cancel()
         await run.result()

@@ -39,7 +39,8 @@ from ._codec import ChannelLimits, pack_frame
 from ._context import GUEST_OPS
 from ._leftovers import could_live, guest_report
 from ._live import LiveSandbox
-from ._live_set import JobSpec, LiveCalls, LiveSandboxes
+from ._live_calls import LiveCalls
+from ._live_set import JobSpec, LiveSandboxes
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
 from ._process import out_of_memory_error, stream_process

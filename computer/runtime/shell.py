@@ -28,8 +28,9 @@ from ._backend_scratch import backend_scratch
 from ._beneath import cwd_problem
 from ._leftovers import could_live, ended_why, epilogue
 from ._live import LiveSandbox
+from ._live_calls import LiveCalls
 from ._live_parts import Job, command_line
-from ._live_set import JobSpec, LiveCalls, LiveSandboxes
+from ._live_set import JobSpec, LiveSandboxes
 from ._live_shell import AheadShell, start_shell
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool

@@ -114,12 +114,19 @@ SH_WRITER = (
 )
 
 
-async def until_quiet(ws: Any, within: float, marker: str = "") -> bool:
-    """Wait (bounded) until no process (whose command holds ``marker``) runs; whether none does. Polled:
-    the processes API has nothing to await for "no process left" (a background process's end has no
-    event a caller can wait on)."""
+def of_writer(process: Any, marker: str, run: str | None) -> bool:
+    """Whether ``process`` is a writer's: its command holds ``marker``, or it is of the writer's run
+    ``run`` (a child of the writer that runs ``mv`` or ``sleep``, and any of them for the instant of
+    its ``exec``, when the kernel shows no command line: ``[bash]``, missed by the marker alone)."""
+    return marker in process.command or (run is not None and process.exec_id == run)
+
+
+async def until_quiet(ws: Any, within: float, marker: str = "", run: str | None = None) -> bool:
+    """Wait (bounded) until no process (whose command holds ``marker``, or of the run ``run``) runs;
+    whether none does. Polled: the processes API has nothing to await for "no process left" (a
+    background process's end has no event a caller can wait on)."""
     for _ in range(int(within / 0.05) + 1):
-        if not [p for p in await ws.runtime.processes() if marker in p.command]:
+        if not [p for p in await ws.runtime.processes() if of_writer(p, marker, run)]:
             return True
         await asyncio.sleep(0.05)
     return False
@@ -187,6 +194,7 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
         self.racy: set[str] = set()
         self.last: dict[str, tuple[int, bytes | None]] = {}
         self.writer: str | None = None  # the tag of the writer running
+        self.writer_run: str | None = None  # the id of the run that started it
         self.writers: dict[str, int] = {}  # tag -> its rounds
         self.k = 0
 
@@ -296,7 +304,13 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
         self.writers[tag] = rounds
         for known in (self.shared, self.racy, self.last):  # it writes them all from now on
             known.clear()
-        self.call(self._with_ops(ok(self.ws, f"{source} > /dev/null 2>&1 & {wait}", timeout=30), ops, True))
+        started: list[computer.ExecResult] = []
+
+        async def start() -> None:
+            started.append(await ok(self.ws, f"{source} > /dev/null 2>&1 & {wait}", timeout=30))
+
+        self.call(self._with_ops(start(), ops, True))
+        self.writer_run = started[0].id
         stats["writers"] += 1
 
     async def _ops(self, ops: list[Op] | None) -> None:
@@ -363,11 +377,12 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
         async def kill() -> None:
             if from_a_run:
                 await ok(self.ws, f"kill -KILL $(cat p/{tag}.pid) 2>/dev/null; true", timeout=30)
-            else:
-                for process in [p for p in await self.ws.runtime.processes() if "bg" in p.command]:
-                    with contextlib.suppress(ProcessLookupError):  # it ended by itself meanwhile
-                        await self.ws.runtime.kill_process(process.pid)
-            assert await until_quiet(self.ws, 10, "bg"), "the killed writer still runs"
+            else:  # every process of the writer's (its children too: one may be in an ``exec``)
+                for process in await self.ws.runtime.processes():
+                    if of_writer(process, "bg", self.writer_run):
+                        with contextlib.suppress(ProcessLookupError):  # it ended by itself meanwhile
+                            await self.ws.runtime.kill_process(process.pid)
+            assert await until_quiet(self.ws, 10, "bg", self.writer_run), "the killed writer still runs"
 
         self.call(self._with_ops(kill(), ops, from_a_run))
         self.writer = None
@@ -441,7 +456,7 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
 
     async def _settle(self) -> None:
         if self.writer is not None:
-            assert await until_quiet(self.ws, 20, "bg"), "a writer did not end"
+            assert await until_quiet(self.ws, 20, "bg", self.writer_run), "a writer did not end"
             stats["finished"] += 1
             self.writer = None
         settled = await ok(self.ws, "true")

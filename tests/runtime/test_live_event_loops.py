@@ -23,13 +23,25 @@ from typing import Any
 import pytest
 
 from computer import Workspace
-from computer.runtime import PythonBackend, ShellBackend
+from computer.runtime import PythonBackend, ShellBackend, _cgroups
+from computer.runtime._context import LocalExecContext
+from computer.runtime._live_shell import start_shell
 
 from ._live_support import host_pids_with
 
 # A background process, found on the host by its command line: this test process's own (a run of
 # these tests in another worktree at once saw, and its teardown killed, this one's).
 MARK = f"sleep 31337.{os.getpid():07d}"
+
+
+def exec_ed(marker: str = MARK) -> bool:
+    """Whether a host process runs ``marker`` itself (its command line is that): the run's shell has
+    gone past what comes before it (``host_pids_with`` matches that shell's own command line too)."""
+    for pid in host_pids_with(marker):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+            if f.read().split(b"\0")[:-1] == marker.encode().split():
+                return True
+    return False
 
 
 def seen(predicate: Any) -> bool:
@@ -163,7 +175,7 @@ def test_a_close_after_a_loop_closed_under_a_run_ends_the_runs_processes(tmp_pat
         loop.run_until_complete(ws.fs.mkdir("/workspace", recursive=True))
         task = loop.create_task(run(ws, f"echo one > a; {MARK}"))
         deadline = time.monotonic() + 30
-        while not host_pids_with(MARK):
+        while not exec_ed():  # (the run's shell past its write: it was killed before it, now and then)
             assert time.monotonic() < deadline and not task.done(), task
             loop.run_until_complete(asyncio.sleep(0.05))
     finally:
@@ -177,3 +189,200 @@ def test_a_close_after_a_loop_closed_under_a_run_ends_the_runs_processes(tmp_pat
         assert asyncio.run(again.fs.read_file("/workspace/a")) == b"one\n"
     finally:
         asyncio.run(again.close())
+
+
+def _paused_with_a_shell_sent(shell: ShellBackend, ws: Workspace) -> Any:
+    """The workspace's sandbox frozen (its init too, so it starts nothing) with its lock held (no tick
+    thaws it), after a shell started ahead was sent to its init: a job that waits, with no process
+    yet. Returns that shell."""
+    sandbox = shell._lives._live[ws.fs.instance]
+
+    async def pause() -> Any:
+        if sandbox.spare is not None and sandbox.spare.loop is asyncio.get_running_loop():
+            with contextlib.suppress(BaseException):  # the run's own shell started ahead: reported
+                await (await sandbox.spare.task).job.started
+        await sandbox.lock.acquire()
+        assert sandbox._freezer is not None and _cgroups.freeze(sandbox._freezer)
+        files = (str(sandbox.bridge_dir), "/.computer-bridge")
+        host = str(sandbox.mirror.host("/workspace"))
+        return await start_shell(sandbox, "ahead-sent", "/workspace", host, {"PATH": "/bin"}, files)
+
+    return pause
+
+
+@pytest.mark.skipif(not ShellBackend().live, reason="no live sandboxes here (cgroup freezer)")
+async def test_a_shell_sent_to_the_init_but_not_started_hides_no_process_of_the_users(tmp_path: Path) -> None:
+    """``busy`` took every job started ahead that waits off the kernel's count, one the init had not
+    started yet too: with one background process of the user's it said no process ran."""
+    shell = ShellBackend()
+    async with Workspace(str(tmp_path / "w.db"), backends=[shell]) as ws:
+        await ws.fs.mkdir("/workspace")
+        assert (await run(ws, f"{MARK} > /dev/null 2>&1 &")).status == "completed"
+        assert seen(lambda: host_pids_with(MARK))
+        sandbox = shell._lives._live[ws.fs.instance]
+        sent = await _paused_with_a_shell_sent(shell, ws)()
+        try:
+            assert not sent.job.started.done()  # (frozen: the init took nothing)
+            assert await sandbox.busy()
+            for pid in host_pids_with(MARK):
+                os.kill(pid, 9)
+            _cgroups.thaw(sandbox._freezer)  # the shell starts now: it hides itself alone
+            await asyncio.wait_for(asyncio.shield(sent.job.started), 10)
+            assert seen(lambda: not host_pids_with(MARK))
+            assert not await sandbox.busy()
+        finally:
+            _cgroups.thaw(sandbox._freezer)
+            sandbox.lock.release()
+            sent.discard_now()
+
+
+@pytest.mark.skipif(not ShellBackend().live, reason="no live sandboxes here (cgroup freezer)")
+def test_a_run_after_the_loop_ended_says_so_though_a_shell_was_not_started_yet(tmp_path: Path) -> None:
+    """The loop that started the sandbox ended with a shell sent to the init but not started (the
+    sandbox frozen meanwhile) and one background process of the user's: the next run, from a new
+    loop, ends that sandbox and says so. Before, ``busy`` took the shell off the kernel's count: the
+    sandbox was taken for quiet and the note dropped, the process ended unsaid."""
+    shell = ShellBackend()
+    ws = Workspace(str(tmp_path / "w.db"), backends=[shell])
+    try:
+        asyncio.run(ws.fs.mkdir("/workspace", recursive=True))
+        assert asyncio.run(run(ws, f"{MARK} > /dev/null 2>&1 &")).status == "completed"
+        assert seen(lambda: host_pids_with(MARK))
+        asyncio.run(_paused_with_a_shell_sent(shell, ws)())  # the loop ends: frozen, lock held
+        later = asyncio.run(run(ws, "echo later"))
+        assert (later.status, later.stdout) == ("completed", "later\n"), later
+        assert "the event loop it was started in has ended" in later.stderr, later.stderr
+        assert host_pids_with(MARK) == []
+    finally:
+        asyncio.run(ws.close())
+
+
+def _running_as_its_loop_closes(ws: Workspace, source: str) -> str:
+    """Start ``source`` (it runs ``MARK`` last) in an event loop closed once ``MARK`` runs, the run's
+    task still pending (``loop.close()`` after a ``run_until_complete`` of something else); its id."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(ws.fs.mkdir("/workspace", recursive=True))
+        handle = loop.run_until_complete(ws.runtime.exec(source, timeout=60))
+        deadline = time.monotonic() + 30
+        while not exec_ed():  # the run's shell went past its writes
+            assert time.monotonic() < deadline
+            loop.run_until_complete(asyncio.sleep(0.05))
+        loop.run_until_complete(asyncio.sleep(0.05))  # (its start reported by the init, and read)
+    finally:
+        loop.close()
+    return handle.id
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")  # (and a step of one)
+@pytest.mark.parametrize("background", [False, True])
+def test_a_kill_from_a_new_loop_ends_a_run_whose_loop_closed_and_keeps_what_it_wrote(
+    tmp_path: Path, background: bool
+) -> None:
+    """``kill_exec`` from a new event loop, of a run whose own loop was closed under it: the command
+    ends, what it wrote is in the workspace at once (and after a reopen), a second kill finds nothing
+    to do, and the next run says its sandbox ended only when a process of the user's besides the
+    killed run's was ended with it. Before, the kill raised "Event loop is closed" and the command
+    ran on."""
+    ws = Workspace(str(tmp_path / "w.db"), backends=[ShellBackend()])
+    other = f"sleep 31338.{os.getpid():07d}"
+    try:
+        started = f"setsid {other} > /dev/null 2>&1 & " if background else ""
+        run_id = _running_as_its_loop_closes(ws, f"{started}seq 3 > a; echo one >> a; {MARK}")
+
+        async def kill(ws: Workspace) -> bytes:
+            await ws.runtime.kill_exec(run_id)
+            return await ws.fs.read_file("/workspace/a")  # at once, the workspace still open
+
+        assert asyncio.run(asyncio.wait_for(kill(ws), 60)) == b"1\n2\n3\none\n"
+        assert host_pids_with(MARK) == [] and host_pids_with(other) == []
+        asyncio.run(asyncio.wait_for(ws.runtime.kill_exec(run_id), 60))  # ended already: nothing to do
+        later = asyncio.run(run(ws, "cat a"))
+        assert (later.status, later.stdout) == ("completed", "1\n2\n3\none\n"), later
+        said = "the event loop it was started in has ended" in later.stderr
+        assert said == background, later.stderr
+    finally:
+        asyncio.run(asyncio.wait_for(ws.close(), 60))
+        for pid in host_pids_with(other):
+            os.kill(pid, 9)
+    del ws
+    gc.collect()  # that loop's tasks and coroutines go now (warnings), not in a later test
+    again = Workspace(str(tmp_path / "w.db"))
+    try:
+        assert asyncio.run(again.fs.read_file("/workspace/a")) == b"1\n2\n3\none\n"
+    finally:
+        asyncio.run(again.close())
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")  # (and a step of one)
+def test_a_kill_from_a_new_loop_pulls_what_a_sync_of_the_closed_loop_took_and_never_pulled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's loop closed while a tick's sync waited on the workspace, after its plan took the
+    watch's events (the run's last write): the kill from a new loop ends the sandbox, and its final
+    pull walks the tree instead of trusting the watch. Before, the watch was quiet: the write was
+    never pulled (the workspace still open read the file as it was before it, s56's lead)."""
+    shell = ShellBackend()
+    ws = Workspace(str(tmp_path / "w.db"), backends=[shell])
+    loop = asyncio.new_event_loop()
+    held = asyncio.Event()
+    sync_pull = LocalExecContext.sync_pull
+
+    async def stuck(self: Any, *args: Any) -> Any:  # the closed loop's pulls wait for good
+        if asyncio.get_running_loop() is loop:
+            held.set()
+            await asyncio.Event().wait()
+        return await sync_pull(self, *args)
+
+    try:
+        loop.run_until_complete(ws.fs.mkdir("/workspace", recursive=True))
+        source = f"seq 3 > a; until [ -e go ]; do sleep 0.01; done; echo one >> a; {MARK}"
+        handle = loop.run_until_complete(ws.runtime.exec(source, timeout=60))
+
+        async def pulled(ws: Workspace, content: bytes) -> bool:
+            with contextlib.suppress(FileNotFoundError):
+                return await ws.fs.read_file("/workspace/a") == content
+            return False
+
+        deadline = time.monotonic() + 30
+        while not loop.run_until_complete(pulled(ws, b"1\n2\n3\n")):  # a tick pulled it
+            assert time.monotonic() < deadline
+            loop.run_until_complete(asyncio.sleep(0.05))
+        monkeypatch.setattr(LocalExecContext, "sync_pull", stuck)
+        (shell._lives._live[ws.fs.instance].mirror.directory / "go").touch()  # the run writes on
+        loop.run_until_complete(asyncio.wait_for(held.wait(), 30))  # a tick's plan took that
+        assert host_pids_with(MARK)
+    finally:
+        loop.close()
+    asyncio.run(asyncio.wait_for(ws.runtime.kill_exec(handle.id), 60))
+    try:
+        assert host_pids_with(MARK) == []
+        assert asyncio.run(ws.fs.read_file("/workspace/a")) == b"1\n2\n3\none\n"
+    finally:
+        asyncio.run(asyncio.wait_for(ws.close(), 60))
+    del ws, handle
+    gc.collect()  # that loop's tasks and coroutines go now (warnings), not in a later test
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")  # (and a step of one)
+def test_a_kill_from_a_new_loop_of_a_run_no_live_sandbox_holds_says_it_was_not_killed(tmp_path: Path) -> None:
+    """A sandbox per call cannot be reached from another event loop: the kill says so, and what to do
+    (it raised "Event loop is closed", which said neither)."""
+    ws = Workspace(str(tmp_path / "w.db"), backends=[ShellBackend(live=False)])
+    try:
+        run_id = _running_as_its_loop_closes(ws, f"echo one > a; {MARK}")
+        said = ""
+        try:  # (the error's frames let go at once: they hold that loop's run, collected below)
+            asyncio.run(asyncio.wait_for(ws.runtime.kill_exec(run_id), 60))
+        except RuntimeError as exc:
+            said = str(exc)
+        assert "was not killed and runs on until it ends by itself" in said, said
+    finally:
+        for pid in host_pids_with(MARK):
+            os.kill(pid, 9)
+        asyncio.run(asyncio.wait_for(ws.close(), 60))
+    del ws
+    gc.collect()  # that loop's tasks and coroutines go now (warnings), not in a later test

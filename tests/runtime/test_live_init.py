@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import builtins
+import io
 import os
 import subprocess
 import time
@@ -97,3 +98,56 @@ def test_killing_a_job_reaps_it_between_rounds_and_stops_once_it_is_gone(
         child.wait()
     assert reaped == [child.pid]
     assert len(slept) == 1, slept  # one round, its wait, then the group was gone
+
+
+def _shown_as(monkeypatch: pytest.MonkeyPatch, hidden: dict[int, str]) -> None:
+    """``/proc`` as the init reads it: for each pid of ``hidden``, its environment ``"refused"`` (memory
+    not dumpable) or ``"empty"`` with its command line (an ``exec``'s instant)."""
+    real_open = builtins.open
+
+    def opening(path: Any, *args: Any, **kwargs: Any) -> Any:
+        parts = str(path).split("/")
+        if len(parts) == 4 and parts[2].isdigit() and int(parts[2]) in hidden:
+            if parts[3] == "environ" and hidden[int(parts[2])] == "refused":
+                raise PermissionError(13, "Permission denied", str(path))
+            if parts[3] in ("environ", "cmdline") and hidden[int(parts[2])] == "empty":
+                return io.BytesIO(b"")
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(_live_init, "open", opening, raising=False)
+
+
+def test_a_process_whose_environment_cannot_tell_is_listed_with_its_jobs_or_its_parents_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A process whose environment is unreadable (not dumpable) or, with its command line, empty (the
+    instant of an ``exec``) is listed with the run of the job whose session it is in, else its
+    parent's. Before, with none: a run's shell inside the ``exec`` of its command was ``[bash]`` of no
+    run, and a background writer's child in that instant was missed by a kill of the run's processes."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "COMPUTER_EXEC_ID": "exec-writer"}
+    job = subprocess.Popen(["sleep", "30"], start_new_session=True)  # a job: its own session
+    writer = subprocess.Popen(  # a background writer that left the job's session (``setsid``)
+        ["bash", "-c", "sleep 30 & echo $! ; wait"], env=env, start_new_session=True, stdout=subprocess.PIPE
+    )
+    try:
+        assert writer.stdout is not None
+        child = int(writer.stdout.readline())
+        leaders = {job.pid: "ahead-7"}
+        assert _live_init.run_of(child, leaders) == "exec-writer"  # (its own environment)
+        for how in ("refused", "empty"):
+            _shown_as(monkeypatch, {job.pid: how, child: how})
+            runs = {p["pid"]: p["exec_id"] for p in _live_init.processes(0, leaders)}
+            assert (runs[job.pid], runs[child]) == ("ahead-7", "exec-writer"), how
+            assert _live_init.run_of(child, {}) == "exec-writer"
+            assert _live_init.run_of(job.pid, {}) is None  # no job known: its parent is no run's
+        _shown_as(monkeypatch, {})
+        with_none = subprocess.Popen(["sleep", "30"], env={})  # an empty environment of its own: no run
+        try:
+            assert _live_init.run_of(with_none.pid, {with_none.pid: "ahead-7"}) is None
+        finally:
+            with_none.kill()
+            with_none.wait()
+    finally:
+        for process in (job, writer):
+            process.kill()
+            process.wait()

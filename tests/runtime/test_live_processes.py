@@ -232,6 +232,37 @@ async def test_a_run_name_forged_in_an_environment_neither_hides_the_listing_nor
         await ws.runtime.end_sandbox()
 
 
+_NOT_DUMPABLE = (
+    "import ctypes, os, time; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); "  # PR_SET_DUMPABLE
+    "open('ready', 'w').close()\nwhile not os.path.exists('go'): time.sleep(0.01)\n"
+    "print('late', flush=True); time.sleep(60)"
+)
+
+
+async def test_a_process_whose_environment_the_init_cannot_read_is_listed_with_its_run() -> None:
+    """A background process that made itself not dumpable (as ``ssh-agent`` does: its ``/proc`` files
+    root's, its environment unreadable by the init) is listed with the run whose session it is in,
+    and its background log with it. Before, with no run: so was any process for the instant of an
+    ``exec`` (``[bash]``), a run's shell inside the ``exec`` of its command included."""
+    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+        await ws.fs.mkdir("/workspace")
+        started = await run(
+            ws, f'python3 -c "{_NOT_DUMPABLE}" & while [ ! -e ready ]; do sleep 0.01; done; echo started'
+        )
+        assert started.stdout == "started\n", started.stderr
+        await ws.fs.write_file("/workspace/go", b"")  # it prints now: into the run's background log
+
+        async def listed() -> bool:
+            return any(
+                p.exec_id == started.id and p.log is not None
+                for p in await ws.runtime.processes()
+                if "prctl" in p.command
+            )
+
+        await eventually(listed, within=10)  # (its log is named once a tick wrote it)
+        await ws.runtime.end_sandbox()
+
+
 _HOARDER = r"""
 import os, stat, time
 held, broken = {}, set()
