@@ -133,6 +133,10 @@ def _no_leftovers() -> Any:
     for pid in host_pids_with(MARK):
         with contextlib.suppress(OSError):
             os.kill(pid, 9)
+    # A closed loop's tasks and coroutines go now, after a failed test too: collected later, during
+    # pytest's own ``ast.parse`` of an assertion, they crashed the whole session (INTERNALERROR,
+    # "AST constructor recursion depth mismatch", Python 3.11).
+    gc.collect()
 
 
 def test_a_close_from_a_new_loop_ends_a_sandbox_whose_stopped_loop_held_its_lock(tmp_path: Path) -> None:
