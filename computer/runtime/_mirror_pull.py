@@ -15,7 +15,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
 
-from ._backend import BIG_FILE, PAGE_CHUNKS, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull, store_ms
+from ._backend import BIG_FILE, PAGE_CHUNKS, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull, fits, store_ms
 from ._beneath import (
     HOLE,
     HOLE_DIGEST,
@@ -311,7 +311,7 @@ class MirrorPull(MirrorWatch):
         sources = self.chunk_sources(plan) if reuse else {}
         keep = sorted({digest for source in set(sources.values()) for digest in self.chunks[source]})
         deleted, paged = plan.deleted, budget is not None and not keep
-        if paged and (len(deleted) > PAGE_FILES or self.removes_chunks(deleted) > PAGE_CHUNKS):
+        if paged and (fits(deleted, PAGE_FILES) < len(deleted) or self.removes_chunks(deleted) > PAGE_CHUNKS):
             pages = removal_pages(deleted, self.chunks_at, self.root, protected, staging)
             deleted, reuse = (yield from pages), False
         # Past a page's: directories, then symlinks, on pages of their own.

@@ -58,6 +58,13 @@ async def test_a_deep_chain_is_pulled_on_pages_of_bounded_path_length(
         assert sum(files for _, files, _ in pages) > 2 * PAGE_PATHS
         assert all(dirs <= PAGE_PATHS and files <= PAGE_PATHS for dirs, files, _ in pages), pages
         pages.clear()
+        # Fewer removals than a page's ``PAGE_FILES``, more characters than its ``PAGE_PATHS`` (what a
+        # live sync saw of ``rm -rf c`` under load, mid-way: one page of 1.4 M characters)
+        bottom = await (await ws.runtime.exec(f"cd {chain} && rm f* && echo gone", timeout=120)).result()
+        assert bottom.stdout == "gone\n", bottom.stderr
+        assert sum(gone for _, _, gone in pages) > 2 * PAGE_PATHS
+        assert all(gone <= PAGE_PATHS for _, _, gone in pages), pages
+        pages.clear()
         removed = await (await ws.runtime.exec("rm -rf c && echo gone", timeout=120)).result()
         assert removed.stdout == "gone\n", removed.stderr
         assert not await ws.fs.exists("/workspace/c")
