@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 
 import computer
 import computer.actors._host_placement as host_placement
@@ -107,3 +108,102 @@ async def test_a_call_queued_behind_a_saturated_owner_host_is_not_reported_stopp
                 await w.close()
     finally:
         computer.init(data_dir=tmp_path / "data")
+
+
+@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
+async def test_ordinary_calls_go_on_while_lock_waiters_hold_every_slot(
+    ray_session: Any, tmp_path: Path, name: str, owners: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ordinary calls (a read, a write, ``stats``) waited behind lock requests holding every slot of
+    the owner's default group, until a lock was released or its lease ran out; lock requests now wait
+    on a concurrency group of their own (``WAIT_GROUP``)."""
+    monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
+    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
+    computer.init(data_dir=tmp_path / "data", owners=owners, lock_lease=LEASE)
+    try:
+        async with computer.get_workspace(name) as holder, computer.get_workspace(name) as other:
+            await holder.fs.write_file("/f", b"0")
+            waiters = [await computer.get_workspace(name) for _ in range(SLOTS + 2)]
+            hold = holder.locks.hold(["/f"])
+            await hold.__aenter__()
+            queued = [asyncio.ensure_future(_queue_on(w, "/f", b"w")) for w in waiters]
+            done, _ = await asyncio.wait(queued, timeout=1.0)
+            assert not done  # every one waits for the holder
+            async with asyncio.timeout(30):  # before: until the holder's release (never, here)
+                await other.fs.write_file("/g", b"g")
+                assert await other.fs.read_file("/g") == b"g"
+                await holder.fs.write_file("/f", b"held")  # the holder itself, under its lock
+                assert await other.fs.read_file("/f") == b"held"
+                async with other.locks.hold(["/h"]):  # a lock nobody holds: granted at once
+                    await other.fs.write_file("/h", b"h")
+            assert not any(q.done() for q in queued)  # still waiting, in order
+            async with asyncio.timeout(60):
+                await hold.__aexit__(None, None, None)
+                seen = await asyncio.gather(*queued)
+            assert seen.count(b"held") == 1 and seen.count(b"w") == SLOTS + 1
+            for w in waiters:
+                await w.close()
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+async def _ordinary_calls(ws: Any) -> None:
+    """A write, a read and ``stats``: each must be answered while waiting calls hold their slots."""
+    async with asyncio.timeout(30):  # before: until those calls ended
+        await ws.fs.write_file("/g", b"g")
+        assert await ws.fs.read_file("/g") == b"g"
+        assert await ws.run_tool("read", {"path": "/g"})  # a read-only tool is an ordinary call
+        assert "rpcs" in await asyncio.to_thread(lambda: ray.get(ws.handle.stats.remote()))
+
+
+@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
+@pytest.mark.parametrize("waiting", ["tool", "result", "snapshots"])
+async def test_tools_and_runs_that_wait_leave_ordinary_calls_their_slots(
+    ray_session: Any, tmp_path: Path, name: str, owners: str, waiting: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other owner calls that wait for long: a tool waiting for a path lock (or a command), a run's
+    result, its snapshots. Each held a slot of the default group while it waited."""
+    monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
+    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
+    computer.init(data_dir=tmp_path / "data", owners=owners, lock_lease=LEASE)
+    try:
+        async with computer.get_workspace(name) as holder, computer.get_workspace(name) as other:
+            await holder.fs.write_file("/f", b"0")
+            runs: list[Any] = []
+            if waiting == "tool":
+                hold = holder.locks.hold(["/f"])
+                await hold.__aenter__()
+                calls = [
+                    holder.run_tool("write", {"path": "/f", "content": f"tool {i}"}) for i in range(SLOTS + 1)
+                ]
+            else:
+                runs = [await holder.runtime.exec("sleep 120") for _ in range(SLOTS + 1)]
+                if waiting == "result":
+                    calls = [run.result() for run in runs]
+                else:
+                    calls = [_snapshots(run) for run in runs]
+            queued = [asyncio.ensure_future(c) for c in calls]
+            done, _ = await asyncio.wait(queued, timeout=1.0)
+            assert not done  # every one waits
+            await _ordinary_calls(other)
+            assert not any(q.done() for q in queued)
+            async with asyncio.timeout(60):
+                if waiting == "tool":
+                    await hold.__aexit__(None, None, None)
+                for run in runs:
+                    await other.runtime.kill_exec(run.id)
+                ended = await asyncio.gather(*queued)
+            if waiting == "tool":
+                assert all("error" not in r for r in ended), ended
+                assert (await other.fs.read_file("/f")).startswith(b"tool ")
+            else:
+                assert all(r.status == "cancelled" for r in ended), ended
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+async def _snapshots(run: Any) -> Any:
+    last = None
+    async for snapshot in run:
+        last = snapshot
+    return last
