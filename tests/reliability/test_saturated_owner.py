@@ -26,6 +26,7 @@ import computer
 import computer.actors._host_placement as host_placement
 import computer.actors._placement as placement
 import computer.client._connection as connection
+from tests.runtime._live_support import eventually
 
 SLOTS = 3
 LEASE = 600.0  # seconds: a release that waits for the lease to end is plainly stuck
@@ -116,7 +117,7 @@ async def test_ordinary_calls_go_on_while_lock_waiters_hold_every_slot(
 ) -> None:
     """Ordinary calls (a read, a write, ``stats``) waited behind lock requests holding every slot of
     the owner's default group, until a lock was released or its lease ran out; lock requests now wait
-    on a concurrency group of their own (``WAIT_GROUP``)."""
+    on a concurrency group of their own (``WAIT_GROUP``), in order, a cancelled one withdrawn."""
     monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
     monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
     computer.init(data_dir=tmp_path / "data", owners=owners, lock_lease=LEASE)
@@ -126,9 +127,12 @@ async def test_ordinary_calls_go_on_while_lock_waiters_hold_every_slot(
             waiters = [await computer.get_workspace(name) for _ in range(SLOTS + 2)]
             hold = holder.locks.hold(["/f"])
             await hold.__aenter__()
-            queued = [asyncio.ensure_future(_queue_on(w, "/f", b"w")) for w in waiters]
-            done, _ = await asyncio.wait(queued, timeout=1.0)
-            assert not done  # every one waits for the holder
+            queued = []
+            for i, w in enumerate(waiters):  # one after another: the lock table's order is known
+                queued.append(asyncio.ensure_future(_queue_on(w, "/f", b"%d" % i)))
+                await _until(lambda n=i + 1: _stats(other)["locks_waiting"] == n)
+            queued[1].cancel()  # its client gave up: the owner withdraws the request
+            await _until(lambda: _stats(other)["locks_waiting"] == SLOTS + 1)
             async with asyncio.timeout(30):  # before: until the holder's release (never, here)
                 await other.fs.write_file("/g", b"g")
                 assert await other.fs.read_file("/g") == b"g"
@@ -136,15 +140,27 @@ async def test_ordinary_calls_go_on_while_lock_waiters_hold_every_slot(
                 assert await other.fs.read_file("/f") == b"held"
                 async with other.locks.hold(["/h"]):  # a lock nobody holds: granted at once
                     await other.fs.write_file("/h", b"h")
-            assert not any(q.done() for q in queued)  # still waiting, in order
+            assert not any(q.done() for q in queued if not q.cancelled())
             async with asyncio.timeout(60):
                 await hold.__aexit__(None, None, None)
-                seen = await asyncio.gather(*queued)
-            assert seen.count(b"held") == 1 and seen.count(b"w") == SLOTS + 1
+                seen = await asyncio.gather(*(q for q in queued if not q.cancelled()))
+            # First in, first served; the withdrawn one (1) never held it.
+            assert seen == [b"held", b"0", *(b"%d" % i for i in range(2, SLOTS + 1))]
+            assert await other.fs.read_file("/f") == b"%d" % (SLOTS + 1)
+            assert _stats(other)["locks_waiting"] == 0 and _stats(other)["locks_held"] == 0
             for w in waiters:
                 await w.close()
     finally:
         computer.init(data_dir=tmp_path / "data")
+
+
+def _stats(ws: Any) -> dict[str, Any]:
+    stats: dict[str, Any] = ray.get(ws.handle.stats.remote(), timeout=30)
+    return stats
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    await eventually(lambda: asyncio.to_thread(check), within=30.0)
 
 
 async def _ordinary_calls(ws: Any) -> None:
@@ -153,7 +169,7 @@ async def _ordinary_calls(ws: Any) -> None:
         await ws.fs.write_file("/g", b"g")
         assert await ws.fs.read_file("/g") == b"g"
         assert await ws.run_tool("read", {"path": "/g"})  # a read-only tool is an ordinary call
-        assert "rpcs" in await asyncio.to_thread(lambda: ray.get(ws.handle.stats.remote()))
+        assert "rpcs" in await asyncio.to_thread(_stats, ws)
 
 
 @pytest.mark.parametrize("owners", ["dedicated", "hosted"])
