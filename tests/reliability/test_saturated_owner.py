@@ -223,3 +223,24 @@ async def _snapshots(run: Any) -> Any:
     async for snapshot in run:
         last = snapshot
     return last
+
+
+@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
+async def test_runs_awaited_by_as_many_results_as_slots_end(
+    ray_session: Any, tmp_path: Path, name: str, owners: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No client but the one awaiting its runs' results: the runs' own calls back to the owner (a pool
+    worker's sync) queued behind those waits, so no run ever ended: a deadlock, no lease to end it."""
+    monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
+    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
+    computer.init(data_dir=tmp_path / "data", owners=owners)
+    try:
+        async with computer.get_workspace(name) as ws:
+            runs = [await ws.runtime.exec(f"sleep 2; echo {i} > /workspace/r{i}") for i in range(SLOTS)]
+            async with asyncio.timeout(60):  # before: never
+                results = await asyncio.gather(*(run.result() for run in runs))
+            assert [r.status for r in results] == ["completed"] * SLOTS, results
+            for i in range(SLOTS):
+                assert await ws.fs.read_file(f"/workspace/r{i}") == b"%d\n" % i
+    finally:
+        computer.init(data_dir=tmp_path / "data")
