@@ -9,6 +9,12 @@ fill them: ``max_concurrency`` agents queueing on one lock).
   waited for a slot of its 100,000 with the call it was meant to vouch for, and a saturated host was
   reported "stopped or wedged". Hosts now have the probe group too.
 
+- Lock requests (and the other calls that wait for others) held slots of the default group, so an
+  ordinary call (a read, a write, ``stats``, a pool worker's sync) queued behind them until a lock was
+  released or its lease ran out; as many ``result()`` waits as slots deadlocked the owner's own runs.
+  They now wait on a group of their own (``WAIT_GROUP``, ``describe``'s ``wait_group``). The first two
+  tests fill that group (``small_wait_group``): a release and a probe must still get through.
+
 The slot counts are lowered here (the real ones are 1,000 and 100,000: the behaviour is the same).
 """
 
@@ -41,6 +47,16 @@ def quick_probes(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     return shorten
 
 
+@pytest.fixture
+def small_wait_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Owners (and hosts) created from here on have ``SLOTS`` slots in their wait group too (the
+    groups are fixed when the actor class is made: a class of its own, dropped after the test)."""
+    monkeypatch.setattr(placement, "WAIT_SLOTS", SLOTS)
+    monkeypatch.setattr(host_placement, "HOST_WAIT_SLOTS", SLOTS)
+    monkeypatch.setattr(placement, "_remote_class", None)
+    monkeypatch.setattr(host_placement, "_remote_class", None)
+
+
 async def _queue_on(ws: Any, path: str, value: bytes) -> bytes:
     """Wait for the lock on ``path``, then write ``value`` under it and read back what was there."""
     async with ws.locks.hold([path]):
@@ -51,7 +67,12 @@ async def _queue_on(ws: Any, path: str, value: bytes) -> bytes:
 
 @pytest.mark.parametrize("owners", ["dedicated", "hosted"])
 async def test_a_lock_holder_releases_while_waiters_hold_every_slot(
-    ray_session: Any, tmp_path: Path, name: str, owners: str, monkeypatch: pytest.MonkeyPatch
+    ray_session: Any,
+    tmp_path: Path,
+    name: str,
+    owners: str,
+    monkeypatch: pytest.MonkeyPatch,
+    small_wait_group: None,
 ) -> None:
     monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
     monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
@@ -86,6 +107,7 @@ async def test_a_call_queued_behind_a_saturated_owner_host_is_not_reported_stopp
     name: str,
     quick_probes: Callable[[], None],
     monkeypatch: pytest.MonkeyPatch,
+    small_wait_group: None,
 ) -> None:
     monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
     computer.init(data_dir=tmp_path / "data", owners="hosted", lock_lease=LEASE)
@@ -98,13 +120,17 @@ async def test_a_call_queued_behind_a_saturated_owner_host_is_not_reported_stopp
             await hold.__aenter__()
             queued = [asyncio.ensure_future(_queue_on(w, "/f", b"w")) for w in waiters]
             quick_probes()
-            read = asyncio.ensure_future(reader.fs.read_file("/g"))  # waits in Ray for a slot
-            done, _ = await asyncio.wait({read}, timeout=3.0)  # several probe rounds
-            assert not done or read.exception() is None, read.exception()  # before: "stopped or wedged"
+            read = asyncio.ensure_future(reader.fs.read_file("/g"))  # its group is free: answered
+            # A lock nobody holds, asked while the waiters hold every slot of the wait group: it waits
+            # in Ray for a slot (as a read did when they held the default group's).
+            free = asyncio.ensure_future(_queue_on(reader, "/g", b"free"))
+            done, _ = await asyncio.wait({free}, timeout=3.0)  # several probe rounds
+            assert not done, free.exception()  # waiting for a slot (before: "stopped or wedged")
             async with asyncio.timeout(60):
+                assert await read == b"g"
                 await hold.__aexit__(None, None, None)
                 await asyncio.gather(*queued)
-                assert await read == b"g"
+                assert await free == b"g"
             for w in waiters:
                 await w.close()
     finally:
