@@ -86,6 +86,8 @@ class WorkspaceHost(PoolCallbacks):
     probe_group: str | None = None
     #: The concurrency group of the lock calls that never wait (``_owner.CONTROL_GROUP``), when it has one.
     control_group: str | None = None
+    #: The concurrency group of the calls that wait for others (``_owner.WAIT_GROUP``), when it has one.
+    wait_group: str | None = None
 
     def __init__(self, name: str, *, config: Settings | dict[str, Any] | None = None) -> None:
         if isinstance(config, dict):
@@ -356,6 +358,7 @@ class WorkspaceHost(PoolCallbacks):
                 "has_assets": self.workspace.assets is not None,
                 "probe_group": self.probe_group,  # where a client probes this process (None: default)
                 "control_group": self.control_group,  # where it sends lock releases (None: default)
+                "wait_group": self.wait_group,  # where it waits for locks and runs (None: default)
                 # Clients re-create a managed owner with the owner's own settings, not theirs.
                 "config": self.config.model_dump(mode="json"),
             }

@@ -17,13 +17,14 @@ from typing import Any
 
 from ..config import Settings
 from ._errors import WorkspaceUnavailableError
-from ._owner import CONTROL_GROUP, CONTROL_SLOTS, PROBE_GROUP, OwnerActor
+from ._owner import CONTROL_GROUP, CONTROL_SLOTS, PROBE_GROUP, WAIT_GROUP, OwnerActor
 from .naming import HOST_PREFIX, NAMESPACE, data_dir_key, host_actor_name, host_index
 from .raycompat import kv_get, kv_put_new
 
 __all__ = [
     "HOST_MAX_CONCURRENCY",
     "HOST_MAX_RESTARTS",
+    "HOST_WAIT_SLOTS",
     "METHODS",
     "STREAM_METHODS",
     "ClaimedElsewhere",
@@ -41,6 +42,8 @@ __all__ = [
 
 # Lock waits and exec streams park calls inside a host, for every workspace it owns.
 HOST_MAX_CONCURRENCY = 100_000
+# Slots of its wait group (``_owner.WAIT_GROUP``: lock requests, runs' results, tools that wait), apart.
+HOST_WAIT_SLOTS = 100_000
 # A crashing host is restarted a few times (its workspaces reopen on their next call), then left dead.
 HOST_MAX_RESTARTS = 3
 # The owner RPC methods a host dispatches (public coroutine methods of a managed owner), and those of
@@ -126,8 +129,9 @@ def _host_class() -> Any:
         from ._hosts import OwnerHost
 
         # A probe of a host whose 100,000 slots wait (lock requests...) must not wait with them, nor a
-        # lock holder's release (``tests/reliability/test_saturated_owner.py``).
-        groups = {PROBE_GROUP: 1, CONTROL_GROUP: CONTROL_SLOTS}
+        # lock holder's release, nor (once the calls that wait have their own group) an ordinary call
+        # (``tests/reliability/test_saturated_owner.py``).
+        groups = {PROBE_GROUP: 1, CONTROL_GROUP: CONTROL_SLOTS, WAIT_GROUP: HOST_WAIT_SLOTS}
         _remote_class = ray.remote(concurrency_groups=groups)(OwnerHost)  # type: ignore[call-overload]
     return _remote_class
 
@@ -214,6 +218,7 @@ def hosted_owner(name: str, config: Settings) -> HostedHandle:
                     host_name,
                     probe_group=PROBE_GROUP,
                     control_group=CONTROL_GROUP,
+                    wait_group=WAIT_GROUP,
                 )
             )
             return HostedHandle(host, name, host_name)

@@ -57,7 +57,7 @@ from ._host_placement import (
     release_unborn_claim,
 )
 from ._loop_thread import LoopClosedError, LoopThread, SharedThreadPool
-from ._owner import CONTROL_METHODS, OwnerActor
+from ._owner import CONTROL_METHODS, WAIT_METHODS, OwnerActor, hop_stream
 from ._pool_callbacks import owner_token
 from ._small_calls import small_call
 from .directory import Directory, LeaseRenewal, open_directory, renew_leases
@@ -112,6 +112,7 @@ class HostedWorkspace(OwnerActor):
         # The host's groups (a host of an older version has none: the default group then).
         self.probe_group = host.probe_group
         self.control_group = host.control_group
+        self.wait_group = host.wait_group
 
     async def _on_own_loop(self, call: Awaitable[T]) -> T:
         return await call  # the host's ``ws_call`` hands every call to this workspace's loop
@@ -177,12 +178,15 @@ class OwnerHost:
         *,
         probe_group: str | None = None,
         control_group: str | None = None,
+        wait_group: str | None = None,
     ) -> None:
         sys.setswitchinterval(SWITCH_INTERVAL)
-        # The concurrency groups it was created with (``_owner.PROBE_GROUP``, ``CONTROL_GROUP``): its
-        # workspaces' ``describe`` tells clients, which send probes and lock releases there.
+        # The concurrency groups it was created with (``_owner.PROBE_GROUP``, ``CONTROL_GROUP``,
+        # ``WAIT_GROUP``): its workspaces' ``describe`` tells clients, which send probes, lock releases
+        # and the calls that wait for others there.
         self.probe_group = probe_group
         self.control_group = control_group
+        self.wait_group = wait_group
         # The process's settings, once for every workspace it will own (building them from the
         # environment costs ~4.5 ms of CPU on the loaded 2-core machine: not at every wake).
         self.config = configure(**config)
@@ -344,9 +348,9 @@ class OwnerHost:
 
     async def ws_call(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call owner RPC ``method`` of workspace ``name``, opening it here first if it is asleep."""
-        if asyncio.get_running_loop() is not self.loop:  # sent on ``CONTROL_GROUP``: served here all the same
-            if method not in CONTROL_METHODS:
-                return fail(AttributeError(f"{method!r} is not served on the control group"))
+        if asyncio.get_running_loop() is not self.loop:  # sent on ``CONTROL_GROUP`` or ``WAIT_GROUP``
+            if method not in CONTROL_METHODS and method not in WAIT_METHODS:
+                return fail(AttributeError(f"{method!r} is not served on the control or wait group"))
             served = asyncio.run_coroutine_threadsafe(self.ws_call(name, method, *args, **kwargs), self.loop)
             return await asyncio.wrap_future(served)
         if method not in METHODS or method in STREAM_METHODS:
@@ -387,6 +391,15 @@ class OwnerHost:
         """Stream owner RPC ``method`` (an async generator) of workspace ``name``."""
         if method not in STREAM_METHODS:
             yield fail(AttributeError(f"owners have no streaming RPC method {method!r}"))
+            return
+        if asyncio.get_running_loop() is not self.loop:  # sent on ``WAIT_GROUP``: served here all the same
+            if method not in WAIT_METHODS:
+                yield fail(AttributeError(f"{method!r} is not served on the wait group"))
+                return
+            async for item in hop_stream(
+                self.ws_stream(name, method, *args, **kwargs), self.loop, moved(name, True)
+            ):
+                yield item
             return
         try:
             ws = await self._workspace(name)

@@ -10,16 +10,27 @@ itself hibernating in the directory and exits; the file stays, and the next call
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable, Coroutine
 from typing import Any, TypeVar
 
 from ..config import Settings
 from ._host import WorkspaceHost
 from .wire import moved
 
-__all__ = ["CONTROL_GROUP", "CONTROL_METHODS", "CONTROL_SLOTS", "PROBE_GROUP", "OwnerActor"]
+__all__ = [
+    "CONTROL_GROUP",
+    "CONTROL_METHODS",
+    "CONTROL_SLOTS",
+    "PROBE_GROUP",
+    "WAIT_GROUP",
+    "WAIT_METHODS",
+    "WAIT_SLOTS",
+    "OwnerActor",
+    "hop_stream",
+]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +46,14 @@ PROBE_GROUP = "probe"
 CONTROL_GROUP = "control"
 CONTROL_SLOTS = 64
 CONTROL_METHODS = frozenset({"lock_release", "lock_renew", "lock_cancel", "lock_release_holder"})
+# The concurrency group of the calls that wait for others (a lock request, a run's result or snapshots,
+# a tool that takes a path lock or runs a command: the client says which, ``WAIT_METHODS`` are those
+# an owner serves there): they held every slot of the default group, and an ordinary call (a read, a
+# write, ``stats``, a pool worker's sync) queued behind them until a lock was released or its lease
+# ran out, the owner answering its probes all the while. They run on the owner's own loop too.
+WAIT_GROUP = "waits"
+WAIT_SLOTS = 1_000  # a dedicated owner's (its default group has as many); an owner host's: 100,000
+WAIT_METHODS = frozenset({"lock_acquire", "exec_result", "exec_snapshots", "run_tool"})
 
 T = TypeVar("T")
 
@@ -51,10 +70,12 @@ class OwnerActor(WorkspaceHost):
         *,
         probe_group: str | None = None,
         control_group: str | None = None,
+        wait_group: str | None = None,
     ) -> None:
         super().__init__(name, config=config)
         self.probe_group = probe_group  # created with it (``PROBE_GROUP``): clients probe there
         self.control_group = control_group  # and ``CONTROL_GROUP``: clients release locks there
+        self.wait_group = wait_group  # and ``WAIT_GROUP``: clients wait for locks and runs there
         self._own_loop: asyncio.AbstractEventLoop | None = None
         try:
             loop = asyncio.get_running_loop()
@@ -76,6 +97,34 @@ class OwnerActor(WorkspaceHost):
                 close()  # never awaited: no warning
             return moved(self.name, True)  # type: ignore[return-value]
         return await asyncio.wrap_future(handed)
+
+    async def lock_acquire(self, holder: str, paths: Any, subtree: bool = False) -> Any:
+        return await self._on_own_loop(super().lock_acquire(holder, paths, subtree))
+
+    async def exec_result(self, exec_id: str) -> Any:
+        return await self._on_own_loop(super().exec_result(exec_id))
+
+    async def exec_snapshots(self, exec_id: str) -> AsyncIterator[Any]:
+        source = super().exec_snapshots(exec_id)
+        own = self._own_loop
+        if own is not None and own is not asyncio.get_running_loop():
+            async for item in hop_stream(source, own, self._moved()):
+                yield item
+            return
+        try:
+            async for item in source:
+                yield item
+        finally:
+            await _close(source)  # with this one (its stream count), not once collected
+
+    async def run_tool(
+        self,
+        name: str,
+        args: dict[str, Any],
+        options: dict[str, Any] | None = None,
+        caller: dict[str, str] | None = None,
+    ) -> Any:
+        return await self._on_own_loop(super().run_tool(name, args, options, caller))
 
     async def lock_cancel(self, holder: str) -> Any:
         return await self._on_own_loop(super().lock_cancel(holder))
@@ -130,3 +179,51 @@ class OwnerActor(WorkspaceHost):
 
 async def _awaited(call: Awaitable[T]) -> T:
     return await call
+
+
+async def hop_stream(
+    source: AsyncIterator[T], loop: asyncio.AbstractEventLoop, gone: Any
+) -> AsyncIterator[T]:
+    """Iterate ``source``, an async generator of ``loop``, from another loop: each step, and its close,
+    run on ``loop`` (cancellation follows). ``gone`` is yielded when ``loop`` closed before the first
+    step (the stream never started there); one closed later ends the stream."""
+    started = False
+    try:
+        while True:
+            step = _handed(_step(source), loop)
+            if step is None:  # its loop closed
+                if not started:
+                    yield gone
+                return
+            more, item = await step
+            if not more:
+                return
+            started = True
+            yield item
+    finally:
+        closing = _handed(_close(source), loop)
+        if closing is not None:
+            with contextlib.suppress(Exception):
+                await closing
+
+
+def _handed(call: Coroutine[Any, Any, T], loop: asyncio.AbstractEventLoop) -> asyncio.Future[T] | None:
+    """``call`` run on ``loop`` as a future of the running loop; None (``call`` closed) once ``loop`` closed."""
+    try:
+        return asyncio.wrap_future(asyncio.run_coroutine_threadsafe(call, loop))
+    except RuntimeError:
+        call.close()  # never awaited: no warning
+        return None
+
+
+async def _step(source: AsyncIterator[Any]) -> tuple[bool, Any]:
+    try:
+        return True, await anext(source)
+    except StopAsyncIteration:  # not through a future: returned as a value
+        return False, None
+
+
+async def _close(source: AsyncIterator[Any]) -> None:
+    close = getattr(source, "aclose", None)
+    if close is not None:
+        await close()

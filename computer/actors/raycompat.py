@@ -103,8 +103,11 @@ def actor_process(actor: str) -> tuple[str, int] | None:
     return str(info["State"]), int(info.get("Pid") or 0)
 
 
-def streaming(method: Any, ahead: int) -> Any:
-    """``method`` (an actor method of a streaming generator) with at most ``ahead`` items in flight."""
+def streaming(method: Any, ahead: int, group: str | None = None) -> Any:
+    """``method`` (an actor method of a streaming generator) with at most ``ahead`` items in flight,
+    on the actor's concurrency group ``group`` when given (one ``options`` call: its result has none)."""
+    if group is not None:
+        return method.options(_generator_backpressure_num_objects=ahead, concurrency_group=group)
     return method.options(_generator_backpressure_num_objects=ahead)
 
 

@@ -35,6 +35,7 @@ from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from ..actors import (
     CONTROL_METHODS,
+    WAIT_METHODS,
     HostedHandle,
     OutcomeUnknownError,
     WorkspaceUnavailableError,
@@ -107,6 +108,8 @@ class Connection:
         self.probe_group: str | None = None
         # The group it serves lock releases, renewals and cancels on (``describe``; None: Ray's default).
         self.control_group: str | None = None
+        # The group it serves the calls that wait for others on (``describe``; None: Ray's default).
+        self.wait_group: str | None = None
         self._dead: Any = None  # actor id of a handle a call saw die: re-resolve before the next call
 
     def learn(self, info: dict[str, Any]) -> None:
@@ -117,6 +120,7 @@ class Connection:
         self.owner_id = info.get("owner")
         self.probe_group = info.get("probe_group")
         self.control_group = info.get("control_group")
+        self.wait_group = info.get("wait_group")
         if info.get("config") is not None:
             try:
                 self.config = owner_settings(info["config"])
@@ -131,6 +135,7 @@ class Connection:
         *args: Any,
         retry_safe: bool = False,
         keyed: bool = False,
+        waits: bool = False,
         on_cancel: Callable[[Any], None] | None = None,
     ) -> Any:
         """Call ``method`` on the owner and return its value (or raise its error).
@@ -141,7 +146,10 @@ class Connection:
         idempotency key, so the same owner process answers a resend with the first reply.
         A lock call that never waits (``CONTROL_METHODS``: a release, renewal, cancel) goes on the
         owner's control group when it has one, so calls waiting in every slot of its default group
-        (lock requests) do not hold it up.
+        (lock requests) do not hold it up. ``waits``: the call may wait for others (a lock request, a
+        run's result, a tool that takes a path lock or runs a command): it goes on the owner's wait
+        group when the owner serves ``method`` there (``WAIT_METHODS``), so such calls never take the
+        slots of ordinary ones.
         """
         deadline = time.monotonic() + _MOVED_DEADLINE
         died_once = False
@@ -153,6 +161,8 @@ class Connection:
             call = getattr(handle, method)
             if self.control_group is not None and method in CONTROL_METHODS:
                 call = call.options(concurrency_group=self.control_group)
+            elif waits and self.wait_group is not None and method in WAIT_METHODS:
+                call = call.options(concurrency_group=self.wait_group)
             sent_at = time.time()
             ref = call.remote(*args)
             try:
@@ -272,15 +282,19 @@ class Connection:
         except Exception:
             pass
 
-    async def stream(self, method: str, *args: Any, retry_safe: bool = True) -> AsyncIterator[Any]:
-        """Iterate an owner's streaming generator; stopping early (or being cancelled) cancels it."""
+    async def stream(
+        self, method: str, *args: Any, retry_safe: bool = True, waits: bool = False
+    ) -> AsyncIterator[Any]:
+        """Iterate an owner's streaming generator; stopping early (or being cancelled) cancels it.
+        ``waits``: as :meth:`request`'s (a run's snapshots, which last as long as the run)."""
         deadline = time.monotonic() + _MOVED_DEADLINE
         died_once = False
         started = False
         while True:
             handle, group = self.handle, self.probe_group  # as one (see ``request``)
+            on = self.wait_group if waits and method in WAIT_METHODS else None
             # Backpressure: the owner runs at most a few pieces ahead of this consumer.
-            gen = streaming(getattr(handle, method), _AHEAD).remote(*args)
+            gen = streaming(getattr(handle, method), _AHEAD, on).remote(*args)
             retry = False
             try:
                 pieces = gen.__aiter__()
@@ -352,7 +366,9 @@ class Connection:
             await asyncio.sleep(0.02)
         name, config = self.name, self.config
         self.handle = await asyncio.to_thread(workspace_actor, name, config=config)
-        self.probe_group = self.control_group = None  # until it says (another process, another version)
+        self.probe_group = self.control_group = self.wait_group = (
+            None  # until it says (another process, another version)
+        )
         if self._dead is not None and actor_id(self.handle) != self._dead:
             self._dead = None
         try:

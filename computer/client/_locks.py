@@ -58,6 +58,7 @@ class ClientLocks:
             wanted,
             subtree,
             retry_safe=True,
+            waits=True,  # on the owner's wait group: waiters never hold the slots of ordinary calls
             on_cancel=lambda _: self._withdraw(request),
         )
         self._outstanding.add(lease_id)

@@ -28,12 +28,12 @@ class ClientExecHandle:
         self._result = result  # the run had ended when ``exec`` answered
 
     def __aiter__(self) -> AsyncIterator[ExecSnapshot]:
-        return self._conn.stream("exec_snapshots", self.id)
+        return self._conn.stream("exec_snapshots", self.id, waits=True)
 
     async def result(self) -> ExecResult:
         if self._result is not None:
             return self._result
-        result: ExecResult = await self._conn.request("exec_result", self.id, retry_safe=True)
+        result: ExecResult = await self._conn.request("exec_result", self.id, retry_safe=True, waits=True)
         return result
 
     async def kill(self) -> None:

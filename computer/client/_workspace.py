@@ -62,7 +62,13 @@ class WorkspaceClient:
         if call is not None:
             call.recorded_elsewhere = True  # the owner records the call as it runs it (no extra trip)
         result: dict[str, Any] = await self._conn.request(
-            "run_tool", name, args, options, self.audit.caller(), retry_safe=name in _READ_ONLY_TOOLS
+            "run_tool",
+            name,
+            args,
+            options,
+            self.audit.caller(),
+            retry_safe=name in _READ_ONLY_TOOLS,
+            waits=name not in _READ_ONLY_TOOLS,  # a path lock, a command's run: not an ordinary call's slot
         )
         return result
 

@@ -9,6 +9,12 @@ fill them: ``max_concurrency`` agents queueing on one lock).
   waited for a slot of its 100,000 with the call it was meant to vouch for, and a saturated host was
   reported "stopped or wedged". Hosts now have the probe group too.
 
+- Lock requests (and the other calls that wait for others) held slots of the default group, so an
+  ordinary call (a read, a write, ``stats``, a pool worker's sync) queued behind them until a lock was
+  released or its lease ran out; as many ``result()`` waits as slots deadlocked the owner's own runs.
+  They now wait on a group of their own (``WAIT_GROUP``, ``describe``'s ``wait_group``). The first two
+  tests fill that group (``small_wait_group``): a release and a probe must still get through.
+
 The slot counts are lowered here (the real ones are 1,000 and 100,000: the behaviour is the same).
 """
 
@@ -20,11 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
 
 import computer
 import computer.actors._host_placement as host_placement
 import computer.actors._placement as placement
 import computer.client._connection as connection
+from tests.runtime._live_support import eventually
 
 SLOTS = 3
 LEASE = 600.0  # seconds: a release that waits for the lease to end is plainly stuck
@@ -39,6 +47,16 @@ def quick_probes(monkeypatch: pytest.MonkeyPatch) -> Callable[[], None]:
     return shorten
 
 
+@pytest.fixture
+def small_wait_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Owners (and hosts) created from here on have ``SLOTS`` slots in their wait group too (the
+    groups are fixed when the actor class is made: a class of its own, dropped after the test)."""
+    monkeypatch.setattr(placement, "WAIT_SLOTS", SLOTS)
+    monkeypatch.setattr(host_placement, "HOST_WAIT_SLOTS", SLOTS)
+    monkeypatch.setattr(placement, "_remote_class", None)
+    monkeypatch.setattr(host_placement, "_remote_class", None)
+
+
 async def _queue_on(ws: Any, path: str, value: bytes) -> bytes:
     """Wait for the lock on ``path``, then write ``value`` under it and read back what was there."""
     async with ws.locks.hold([path]):
@@ -49,7 +67,12 @@ async def _queue_on(ws: Any, path: str, value: bytes) -> bytes:
 
 @pytest.mark.parametrize("owners", ["dedicated", "hosted"])
 async def test_a_lock_holder_releases_while_waiters_hold_every_slot(
-    ray_session: Any, tmp_path: Path, name: str, owners: str, monkeypatch: pytest.MonkeyPatch
+    ray_session: Any,
+    tmp_path: Path,
+    name: str,
+    owners: str,
+    monkeypatch: pytest.MonkeyPatch,
+    small_wait_group: None,
 ) -> None:
     monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
     monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
@@ -84,6 +107,7 @@ async def test_a_call_queued_behind_a_saturated_owner_host_is_not_reported_stopp
     name: str,
     quick_probes: Callable[[], None],
     monkeypatch: pytest.MonkeyPatch,
+    small_wait_group: None,
 ) -> None:
     monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
     computer.init(data_dir=tmp_path / "data", owners="hosted", lock_lease=LEASE)
@@ -96,14 +120,153 @@ async def test_a_call_queued_behind_a_saturated_owner_host_is_not_reported_stopp
             await hold.__aenter__()
             queued = [asyncio.ensure_future(_queue_on(w, "/f", b"w")) for w in waiters]
             quick_probes()
-            read = asyncio.ensure_future(reader.fs.read_file("/g"))  # waits in Ray for a slot
-            done, _ = await asyncio.wait({read}, timeout=3.0)  # several probe rounds
-            assert not done or read.exception() is None, read.exception()  # before: "stopped or wedged"
+            read = asyncio.ensure_future(reader.fs.read_file("/g"))  # its group is free: answered
+            # A lock nobody holds, asked while the waiters hold every slot of the wait group: it waits
+            # in Ray for a slot (as a read did when they held the default group's).
+            free = asyncio.ensure_future(_queue_on(reader, "/g", b"free"))
+            done, _ = await asyncio.wait({free}, timeout=3.0)  # several probe rounds
+            assert not done, free.exception()  # waiting for a slot (before: "stopped or wedged")
             async with asyncio.timeout(60):
+                assert await read == b"g"
                 await hold.__aexit__(None, None, None)
                 await asyncio.gather(*queued)
-                assert await read == b"g"
+                assert await free == b"g"
             for w in waiters:
                 await w.close()
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
+async def test_ordinary_calls_go_on_while_lock_waiters_hold_every_slot(
+    ray_session: Any, tmp_path: Path, name: str, owners: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ordinary calls (a read, a write, ``stats``) waited behind lock requests holding every slot of
+    the owner's default group, until a lock was released or its lease ran out; lock requests now wait
+    on a concurrency group of their own (``WAIT_GROUP``), in order, a cancelled one withdrawn."""
+    monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
+    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
+    computer.init(data_dir=tmp_path / "data", owners=owners, lock_lease=LEASE)
+    try:
+        async with computer.get_workspace(name) as holder, computer.get_workspace(name) as other:
+            await holder.fs.write_file("/f", b"0")
+            waiters = [await computer.get_workspace(name) for _ in range(SLOTS + 2)]
+            hold = holder.locks.hold(["/f"])
+            await hold.__aenter__()
+            queued = []
+            for i, w in enumerate(waiters):  # one after another: the lock table's order is known
+                queued.append(asyncio.ensure_future(_queue_on(w, "/f", b"%d" % i)))
+                await _until(lambda n=i + 1: _stats(other)["locks_waiting"] == n)
+            queued[1].cancel()  # its client gave up: the owner withdraws the request
+            await _until(lambda: _stats(other)["locks_waiting"] == SLOTS + 1)
+            async with asyncio.timeout(30):  # before: until the holder's release (never, here)
+                await other.fs.write_file("/g", b"g")
+                assert await other.fs.read_file("/g") == b"g"
+                await holder.fs.write_file("/f", b"held")  # the holder itself, under its lock
+                assert await other.fs.read_file("/f") == b"held"
+                async with other.locks.hold(["/h"]):  # a lock nobody holds: granted at once
+                    await other.fs.write_file("/h", b"h")
+            assert not any(q.done() for q in queued if not q.cancelled())
+            async with asyncio.timeout(60):
+                await hold.__aexit__(None, None, None)
+                seen = await asyncio.gather(*(q for q in queued if not q.cancelled()))
+            # First in, first served; the withdrawn one (1) never held it.
+            assert seen == [b"held", b"0", *(b"%d" % i for i in range(2, SLOTS + 1))]
+            assert await other.fs.read_file("/f") == b"%d" % (SLOTS + 1)
+            assert _stats(other)["locks_waiting"] == 0 and _stats(other)["locks_held"] == 0
+            for w in waiters:
+                await w.close()
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+def _stats(ws: Any) -> dict[str, Any]:
+    stats: dict[str, Any] = ray.get(ws.handle.stats.remote(), timeout=30)
+    return stats
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    await eventually(lambda: asyncio.to_thread(check), within=30.0)
+
+
+async def _ordinary_calls(ws: Any) -> None:
+    """A write, a read and ``stats``: each must be answered while waiting calls hold their slots."""
+    async with asyncio.timeout(30):  # before: until those calls ended
+        await ws.fs.write_file("/g", b"g")
+        assert await ws.fs.read_file("/g") == b"g"
+        assert await ws.run_tool("read", {"path": "/g"})  # a read-only tool is an ordinary call
+        assert "rpcs" in await asyncio.to_thread(_stats, ws)
+
+
+@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
+@pytest.mark.parametrize("waiting", ["tool", "result", "snapshots"])
+async def test_tools_and_runs_that_wait_leave_ordinary_calls_their_slots(
+    ray_session: Any, tmp_path: Path, name: str, owners: str, waiting: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The other owner calls that wait for long: a tool waiting for a path lock (or a command), a run's
+    result, its snapshots. Each held a slot of the default group while it waited."""
+    monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
+    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
+    computer.init(data_dir=tmp_path / "data", owners=owners, lock_lease=LEASE)
+    try:
+        async with computer.get_workspace(name) as holder, computer.get_workspace(name) as other:
+            await holder.fs.write_file("/f", b"0")
+            runs: list[Any] = []
+            if waiting == "tool":
+                hold = holder.locks.hold(["/f"])
+                await hold.__aenter__()
+                calls = [
+                    holder.run_tool("write", {"path": "/f", "content": f"tool {i}"}) for i in range(SLOTS + 1)
+                ]
+            else:
+                runs = [await holder.runtime.exec("sleep 120") for _ in range(SLOTS + 1)]
+                if waiting == "result":
+                    calls = [run.result() for run in runs]
+                else:
+                    calls = [_snapshots(run) for run in runs]
+            queued = [asyncio.ensure_future(c) for c in calls]
+            done, _ = await asyncio.wait(queued, timeout=1.0)
+            assert not done  # every one waits
+            await _ordinary_calls(other)
+            assert not any(q.done() for q in queued)
+            async with asyncio.timeout(60):
+                if waiting == "tool":
+                    await hold.__aexit__(None, None, None)
+                for run in runs:
+                    await other.runtime.kill_exec(run.id)
+                ended = await asyncio.gather(*queued)
+            if waiting == "tool":
+                assert all("error" not in r for r in ended), ended
+                assert (await other.fs.read_file("/f")).startswith(b"tool ")
+            else:
+                assert all(r.status == "cancelled" for r in ended), ended
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+async def _snapshots(run: Any) -> Any:
+    last = None
+    async for snapshot in run:
+        last = snapshot
+    return last
+
+
+@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
+async def test_runs_awaited_by_as_many_results_as_slots_end(
+    ray_session: Any, tmp_path: Path, name: str, owners: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No client but the one awaiting its runs' results: the runs' own calls back to the owner (a pool
+    worker's sync) queued behind those waits, so no run ever ended: a deadlock, no lease to end it."""
+    monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
+    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
+    computer.init(data_dir=tmp_path / "data", owners=owners)
+    try:
+        async with computer.get_workspace(name) as ws:
+            runs = [await ws.runtime.exec(f"sleep 2; echo {i} > /workspace/r{i}") for i in range(SLOTS)]
+            async with asyncio.timeout(60):  # before: never
+                results = await asyncio.gather(*(run.result() for run in runs))
+            assert [r.status for r in results] == ["completed"] * SLOTS, results
+            for i in range(SLOTS):
+                assert await ws.fs.read_file(f"/workspace/r{i}") == b"%d\n" % i
     finally:
         computer.init(data_dir=tmp_path / "data")
