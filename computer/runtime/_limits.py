@@ -11,7 +11,12 @@ Decisions:
   own: measured, two sandboxes of one host uid under ``ulimit -u 6`` and 20 do not see each
   other's processes), per host uid before and without bubblewrap (shared by every sandbox of the
   uid, so it would fail runs under their own limit): there it is left to the ``pids`` cgroup when
-  one exists. It binds only for an unprivileged sandbox user (host root is exempt);
+  one exists. It binds only for an unprivileged sandbox user (host root is exempt). Beside a
+  ``pids`` cgroup it is ``NPROC_MARGIN`` above the cgroup's cap, so that the cgroup refuses first
+  and counts it (``pids.events``): a live sandbox ends a fork bomb left in the background by that
+  count; at the same number the rlimit refused first, counted nowhere, and the bomb was caught only
+  by its task count at the run's end, which a loaded host read below the threshold (the full suite
+  left a bomb of 218 processes running);
 - file size and core limits always;
 - this process's soft descriptor limit is raised toward its hard one (at most ``NOFILE_TARGET``) by
   :func:`raise_descriptor_limit`, as Ray does for its workers: a live sandbox holds 14 host
@@ -31,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "NPROC_MARGIN",
     "Rlimit",
     "SandboxLimits",
     "can_limit_others",
@@ -51,6 +57,10 @@ NOFILE_TARGET = 65536
 _started_nofile: tuple[int, int] | None = None
 
 Rlimit = tuple[int, int, int]  # (resource, soft, hard)
+
+
+# How far ``RLIMIT_NPROC`` stays above a ``pids`` cgroup's cap (see the module's decisions).
+NPROC_MARGIN = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +89,8 @@ def rlimits(
     if limits.cpu_seconds:  # the soft limit sends SIGXCPU, the hard one a second later SIGKILL
         wanted.append((resource.RLIMIT_CPU, limits.cpu_seconds, limits.cpu_seconds + 1))
     if limits.max_processes and (not pids_cgroup or (own_user_namespace and _nproc_per_namespace())):
-        wanted.append((resource.RLIMIT_NPROC, limits.max_processes, limits.max_processes))
+        nproc = limits.max_processes + (NPROC_MARGIN if pids_cgroup else 0)
+        wanted.append((resource.RLIMIT_NPROC, nproc, nproc))
     wanted.append((resource.RLIMIT_CORE, 0, 0))
     if _started_nofile is not None:
         wanted.append((resource.RLIMIT_NOFILE, *_started_nofile))

@@ -459,3 +459,27 @@ def test_the_init_holds_a_bounded_number_of_the_pipes_the_host_let_go() -> None:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         selector.close()
+
+
+async def test_forks_a_run_is_refused_are_counted_by_the_pids_group() -> None:
+    """The sandbox's ``pids`` cgroup refuses a fork before the process rlimit does, so the refusal is
+    counted (``pids.events``), and a fork bomb left in the background is ended by that count. At the
+    same number the rlimit refused first and counted nowhere: the bomb was caught only by the task
+    count at the run's end, which a loaded host read below the threshold (a bomb of 218 processes ran
+    on after the full suite's fork-bomb test)."""
+    forks = (
+        "import os, time\nkids = []\ntry:\n    while len(kids) < 200:\n        pid = os.fork()\n"
+        "        if pid == 0:\n            time.sleep(3)\n            os._exit(0)\n        kids.append(pid)\n"
+        "except OSError as exc:\n    print('refused', exc.errno)\nfor pid in kids:\n    os.kill(pid, 9)\n"
+        "    os.waitpid(pid, 0)\n"
+    )
+    shell = ShellBackend(max_processes=24)
+    async with computer.Workspace(backends=[shell]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/forks.py", forks)
+        result = await run(ws, "python3 forks.py")
+        assert result.stdout.startswith("refused"), result
+        (sandbox,) = shell._lives._live.values()
+        if not sandbox.alive or sandbox.tasks() is None:
+            pytest.skip("no pids cgroup here")
+        assert sandbox.forks_refused() > 0
