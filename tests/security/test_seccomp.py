@@ -130,12 +130,16 @@ async def test_denied_calls_fail_with_eperm_in_a_shell_run(live: bool) -> None:
     assert "seccomp filter: " in info.isolation and "NO seccomp" not in info.isolation
 
 
-async def test_denied_calls_fail_with_eperm_in_a_python_run() -> None:
-    async with computer.Workspace(backends=[PythonBackend()]) as ws:
-        result = await (await ws.runtime.exec(_PROBE, backend="python")).result()
+@pytest.mark.parametrize("live", [True, False], ids=["live", "per-call"])
+async def test_denied_calls_fail_with_eperm_in_a_python_run(live: bool) -> None:
+    async with computer.Workspace(backends=[PythonBackend(live=live)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        first = await (await ws.runtime.exec(_PROBE, backend="python")).result()
+        again = await (await ws.runtime.exec(_PROBE, backend="python")).result()  # a guest started ahead
         [info] = ws.runtime.backends()
-    assert result.status == "completed", result
-    _all_denied(result.stdout)
+    for result in (first, again):
+        assert result.status == "completed", result
+        _all_denied(result.stdout)
     assert "seccomp filter: " in info.isolation
 
 
