@@ -3,7 +3,8 @@
 A sandbox gets new user (uid/gid 65534, no capabilities), pid, mount, ipc, uts and network namespaces
 (network shared only when asked), read-only system directories, a synthetic ``/etc``, fresh ``/proc``,
 ``/dev`` and ``/tmp``, and only the binds a backend asks for. bubblewrap mounts every bind ``nosuid``
-and ``nodev`` (``/proc/self/mountinfo`` inside shows it).
+and ``nodev`` (``/proc/self/mountinfo`` inside shows it). The seccomp filter (``_seccomp``) is passed by
+``Sandbox.spawn`` with the other descriptors (``--seccomp FD``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import TypeVar, cast
 
 from ._scratch import holds, process_scratch, remove_tree, shared_directory
+from ._seccomp import filter_fd
 from ._shared_copy import shared_copy
 
 __all__ = [
@@ -84,11 +86,13 @@ def bwrap_argv(
     etc: Path,
     as_pid_1: bool = False,
     no_userns: bool = False,
+    seccomp_fd: int | None = None,
 ) -> list[str]:
     """bubblewrap's full command line for ``command`` (options, ``--``, the command).
 
     ``no_userns``: the sandbox's programs may not make user namespaces of their own
-    (``--disable-userns``, bubblewrap 0.8 or later; see :data:`NO_USERNS`).
+    (``--disable-userns``, bubblewrap 0.8 or later; see :data:`NO_USERNS`). ``seccomp_fd``: a
+    descriptor the caller passes, holding the seccomp filter (``_seccomp``).
 
     ``as_pid_1`` (a live sandbox's init): the command is the pid namespace's first process, in place
     of bubblewrap's reaper. The kernel then drops every signal a process of the namespace sends it that
@@ -118,16 +122,21 @@ def bwrap_argv(
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home"]
     for bind in binds:
         args += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.dest]
+    if seccomp_fd is not None:
+        args += ["--seccomp", str(seccomp_fd)]
     args += ["--chdir", cwd, "--"]
     return args + list(command)
 
 
 @functools.cache
-def bwrap_works(prefix: tuple[str, ...] = (), options: tuple[str, ...] = ()) -> bool:
+def bwrap_works(
+    prefix: tuple[str, ...] = (), options: tuple[str, ...] = (), seccomp: bytes | None = None
+) -> bool:
     """Whether bubblewrap can make a sandbox here, started behind ``prefix`` (the privilege drop of
-    an unprivileged sandbox), with ``options`` besides the usual ones (:data:`NO_USERNS`); probed once
-    per process, prefix and options, and once per machine state for every process after it
-    (:func:`_probe_key`).
+    an unprivileged sandbox), with ``options`` besides the usual ones (:data:`NO_USERNS`) and the
+    seccomp filter ``seccomp`` (``_seccomp``: a kernel without seccomp filters makes bubblewrap fail
+    every run); probed once per process, prefix, options and filter, and once per machine state for
+    every process after it (:func:`_probe_key`).
 
     Decision: only a success is remembered across processes. A probe that failed (bubblewrap timed
     out on a loaded machine, a sysctl forbade user namespaces for a while) is run again by the next
@@ -148,14 +157,29 @@ def bwrap_works(prefix: tuple[str, ...] = (), options: tuple[str, ...] = ()) -> 
         str(SANDBOX_UID),
         *options,
     ]
-    probe += ["--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--", "/bin/true"]
-    key = _probe_key(probe)
+    probe += ["--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/"]
+    tail = ["--", "/bin/true"]
+    named = [] if seccomp is None else [f"seccomp={hashlib.sha256(seccomp).hexdigest()[:32]}"]
+    key = _probe_key([*probe, *tail, *named])  # not the descriptor's number: it varies
     if _recalled(key) is True:
         return True
+    fd = None if seccomp is None else filter_fd(seccomp)
     try:
-        works = subprocess.run(probe, capture_output=True, timeout=10, check=False).returncode == 0
+        if fd is not None:
+            probe += ["--seccomp", str(fd)]
+        run = subprocess.run(
+            [*probe, *tail],
+            capture_output=True,
+            timeout=10,
+            check=False,
+            pass_fds=() if fd is None else (fd,),
+        )
+        works = run.returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
+    finally:
+        if fd is not None:
+            os.close(fd)
     if works:
         _remember(key, True)
     return works

@@ -4,6 +4,8 @@ Layers, each used when available and reported in :attr:`Sandbox.isolation`:
 
 - bubblewrap (``_bwrap``): user, pid, mount, ipc, uts and network namespaces, read-only system
   directories, a synthetic ``/etc``, only the binds a backend asks for;
+- a seccomp filter (``_seccomp``, loaded by bubblewrap): ``EPERM`` for the kernel interfaces behind
+  most local privilege escalations;
 - rlimits (``_limits``) and cgroup v1 ``memory`` and ``pids`` groups, one per run (``_cgroups``),
   capping the whole tree: under bubblewrap set on its sandbox process while it waits to start the
   command (``_admission``), without bubblewrap by a bash launcher before it execs the program.
@@ -48,6 +50,7 @@ from ._limits import (
     rlimits,
 )
 from ._process import SandboxProcess, close_transport
+from ._seccomp import SeccompFilter, compiled, filter_fd
 from ._standby import STANDBY_STUB, Standby, write_all
 from ._tasks import offload, run_to_completion
 from ._users import drop_privileges, running_as_root, sandbox_host_ids
@@ -95,6 +98,12 @@ class Sandbox:
             self._host_ids, self._drop, self.bwrap = None, [], True
         # Where bubblewrap can (0.8+), the sandbox's programs make no user namespaces of their own.
         self.no_userns = self.bwrap and bwrap_works(tuple(self._drop), (NO_USERNS,))
+        # The seccomp filter, compiled once per process, where bubblewrap loads it here (probed).
+        self.seccomp: SeccompFilter | None = compiled() if self.bwrap else None
+        program = self.seccomp.program if self.seccomp is not None else None
+        if program is not None and not bwrap_works(tuple(self._drop), (), program):
+            log.warning("bubblewrap could not load the seccomp filter here: sandboxes run without it")
+            self.seccomp = SeccompFilter(None, missing="bubblewrap could not load it")
         # Root without CAP_SYS_RESOURCE may not prlimit another user's process: the sandbox's own
         # first process then sets its rlimits on itself (one more exec, paid ahead for standbys).
         self._limit_inside = self._host_ids is not None and self.bwrap and not can_limit_others()
@@ -135,6 +144,7 @@ class Sandbox:
             )
         else:
             parts.append(f"NO namespace isolation (bubblewrap unavailable): the program runs as {user}")
+        parts.append(self._seccomp_isolation())
         lim = self.limits
         names = {
             resource.RLIMIT_AS: "address space",
@@ -155,14 +165,45 @@ class Sandbox:
             parts.append("no cgroup limits (cgroup v1 memory/pids not writable)")
         return "; ".join(parts)
 
-    def argv(self, command: Sequence[str], *, binds: Sequence[Bind] = (), cwd: str = "/tmp") -> list[str]:
-        """The full command line for ``command`` (without cgroups and rlimits: see :meth:`spawn`)."""
+    def _seccomp_isolation(self) -> str:
+        if self.seccomp is None:
+            return "NO seccomp filter (it needs bubblewrap)"
+        if self.seccomp.program is None:
+            return f"NO seccomp filter ({self.seccomp.missing}): every system call is allowed"
+        return (
+            f"seccomp filter: {len(self.seccomp.denied)} system calls fail with EPERM (kernel keyring, "
+            "bpf, perf_event_open, userfaultfd, io_uring, mount, modules, kexec, swap, reboot, clock "
+            "setting and obsolete ones"
+            + (f"; {'/'.join(self.seccomp.compat)} ABIs too" if self.seccomp.compat else "")
+            + "), ptrace allowed"
+        )
+
+    @property
+    def _program(self) -> bytes | None:
+        return self.seccomp.program if self.seccomp is not None else None
+
+    def argv(
+        self,
+        command: Sequence[str],
+        *,
+        binds: Sequence[Bind] = (),
+        cwd: str = "/tmp",
+        seccomp_fd: int | None = None,
+    ) -> list[str]:
+        """The full command line for ``command`` (without cgroups and rlimits: see :meth:`spawn`),
+        with the seccomp filter only given ``seccomp_fd`` (:func:`~._seccomp.filter_fd` of
+        :attr:`seccomp`'s program, passed by the caller)."""
         if not self.bwrap:
             return [*self._drop, *command]
-        return [*self._drop, *self._bwrap_argv(command, binds, cwd)]
+        return [*self._drop, *self._bwrap_argv(command, binds, cwd, seccomp_fd=seccomp_fd)]
 
     def _bwrap_argv(
-        self, command: Sequence[str], binds: Sequence[Bind], cwd: str, as_pid_1: bool = False
+        self,
+        command: Sequence[str],
+        binds: Sequence[Bind],
+        cwd: str,
+        as_pid_1: bool = False,
+        seccomp_fd: int | None = None,
     ) -> list[str]:
         etc = sandbox_etc(self.network, self._host_ids)  # remade if release_process removed it
         return bwrap_argv(
@@ -173,6 +214,7 @@ class Sandbox:
             etc=etc,
             as_pid_1=as_pid_1,
             no_userns=self.no_userns,
+            seccomp_fd=seccomp_fd,
         )
 
     async def spawn(
@@ -199,7 +241,12 @@ class Sandbox:
         if self._limit_inside:
             command, admitted = [*limit_self(admitted), *command], []
         argv = self._bwrap_argv(command, binds, cwd, as_pid_1) if self.bwrap else list(command)
-        options_fd = None
+        ours: list[int] = []  # descriptors for bubblewrap alone, closed here once it has its own
+
+        def close_ours() -> None:
+            while ours:
+                os.close(ours.pop())
+
         admission: Admission | None = None
         try:  # the host out of descriptors (EMFILE) here left the run's cgroups for the process's life
             if self.bwrap:
@@ -210,19 +257,22 @@ class Sandbox:
                 info_w, block_r = admission.info_w, admission.block_r
                 assert info_w is not None and block_r is not None
                 options = [*argv[1:end], "--info-fd", str(info_w), "--block-fd", str(block_r)]
+                if self._program is not None:  # loaded just before the command's exec
+                    ours.append(filter_fd(self._program))
+                    options += ["--seccomp", str(ours[-1])]
                 # bubblewrap's options (host paths of the binds among them) travel through a pipe it
                 # reads and closes (``--args``): inside, /proc/1/cmdline is "bwrap --args N -- command".
                 options_fd, write_end = os.pipe()
+                ours.append(options_fd)
                 write_all(write_end, b"".join(os.fsencode(a) + b"\0" for a in options))
                 argv = [*self._drop, argv[0], "--args", str(options_fd), *argv[end:]]
-                pass_fds = (*pass_fds, options_fd, info_w, block_r)
+                pass_fds = (*pass_fds, *ours, info_w, block_r)
             else:  # the launcher joins the cgroups (as this process's user), then drops to the sandbox's
                 argv = [*launcher(self.rlimits, groups), *self._drop, *argv]
         except BaseException:
             if admission is not None:
                 admission.close()
-            if options_fd is not None:
-                os.close(options_fd)
+            close_ours()
             remove_groups(groups)
             raise
         forked = False
@@ -246,14 +296,12 @@ class Sandbox:
             # Never cancels ``creation``: it finishes even when the caller is cancelled.
             await asyncio.wait({creation})
         except BaseException:
-            if options_fd is not None:
-                os.close(options_fd)
+            close_ours()
             if not forked:
                 creation.cancel()  # not started yet: the child is never created
             await run_to_completion(_abandon(creation, groups, admission))
             raise
-        if options_fd is not None:
-            os.close(options_fd)
+        close_ours()
         try:
             proc = creation.result()
         except BaseException:
@@ -316,19 +364,30 @@ class Sandbox:
         return Standby(sp, write_end, read_end, asyncio.get_running_loop())
 
     def probe_ms(self, runs: int = 3) -> float:
-        """Median wall time of starting and ending ``true`` in this sandbox (the startup cost),
-        measured once per machine state: later processes reuse it (``_bwrap.remembered``)."""
+        """Median wall time of starting and ending ``true`` in this sandbox (the startup cost, its
+        seccomp filter included), measured once per machine state: later processes reuse it
+        (``_bwrap.remembered``)."""
         argv = self.argv(["/bin/true"])
+        program = self._program
 
         def measure() -> float:
             times = []
             for _ in range(runs):
                 start = time.perf_counter()
-                subprocess.run(argv, check=False, capture_output=True)
+                fd = None if program is None else filter_fd(program)
+                try:
+                    run = argv if fd is None else self.argv(["/bin/true"], seccomp_fd=fd)
+                    subprocess.run(
+                        run, check=False, capture_output=True, pass_fds=() if fd is None else (fd,)
+                    )
+                finally:
+                    if fd is not None:
+                        os.close(fd)
                 times.append((time.perf_counter() - start) * 1000)
             return sorted(times)[len(times) // 2]
 
-        return float(remembered([f"startup of {runs}", *argv], measure))
+        named = [] if program is None or self.seccomp is None else [f"seccomp={self.seccomp.digest}"]
+        return float(remembered([f"startup of {runs}", *argv, *named], measure))
 
 
 async def _abandon(

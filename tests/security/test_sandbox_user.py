@@ -143,7 +143,9 @@ def test_without_user_namespaces_for_the_sandbox_user_bubblewrap_stays_as_root(
     if not bwrap_works():
         pytest.skip("bubblewrap does not work here")
     monkeypatch.setattr(
-        module, "bwrap_works", lambda prefix=(), options=(): not prefix and bwrap_works((), options)
+        module,
+        "bwrap_works",
+        lambda prefix=(), options=(), seccomp=None: not prefix and bwrap_works((), options, seccomp),
     )
     sandbox = Sandbox(unprivileged=True)
     assert sandbox.bwrap and sandbox.host_ids is None
