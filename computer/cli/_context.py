@@ -7,8 +7,9 @@ With a cluster named they join it through :func:`ray_session`. Only ``demo`` sta
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "GLOBAL_OPTIONS",
+    "JOIN_TIMEOUT",
     "CliError",
     "GlobalOptions",
     "check_listen",
@@ -26,6 +28,7 @@ __all__ = [
     "command_exit_code",
     "data_dir_error",
     "global_option_misplaced",
+    "join_bounded",
     "local_settings",
     "prepare_data_dir",
     "ray_session",
@@ -86,6 +89,85 @@ def check_reachable(address: str | None, timeout: float = 3.0) -> None:
             pass
     except OSError as exc:
         raise CliError(f"no Ray cluster answers at {address} ({exc.strerror or exc})") from None
+
+
+JOIN_TIMEOUT = 20.0  # seconds a command waits to join a cluster (``join_bounded``)
+
+
+def join_bounded(address: str | None, connect: Callable[[], None], timeout: float = JOIN_TIMEOUT) -> None:
+    """Run ``connect`` (a ``ray.init``) in this thread, bounded: when it has not returned after
+    ``timeout`` seconds, print one line naming the address tried and what to do, and end the process
+    with exit code 1 (``os._exit``: Ray's join cannot be cancelled, and nothing is open yet).
+
+    Decision: Ray bounds no join. An address that accepts TCP but does not answer as a GCS (a stale
+    ``ray_current_cluster`` file of ``auto``, another service, a head whose node IP is not reachable
+    from here) was retried for ~10 minutes, Ray's C++ client printing a warning every few seconds; Ray
+    offers no timeout for ``ray.init`` and its C++ settings (``RAY_gcs_rpc_server_reconnect_timeout_s``
+    and the like) bound reconnections, not the first join. Ray's output to stderr (fd 2, its C++ part
+    included) is held back while joining: shown after a join that succeeded, dropped after one that
+    failed, whose reason is the one line. A ``connect`` that raises: ``CliError`` with its message."""
+    import sys
+    import tempfile
+    import threading
+
+    tried = _resolved(address)
+    advice = "pass --address HOST:PORT of a running cluster (`ray status` on its head shows it)"
+    sys.stderr.flush()
+    held = tempfile.TemporaryFile()  # unlinked: nothing is left behind by os._exit
+    real_stderr = os.dup(2)
+    os.dup2(held.fileno(), 2)
+    finished = threading.Lock()
+
+    def give_up() -> None:
+        if not finished.acquire(blocking=False):
+            return  # the join returned meanwhile
+        os.dup2(real_stderr, 2)
+        from ._output import report
+
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        report(CliError(f"no Ray cluster answered at {tried} within {timeout:g} s; {advice}"))
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os._exit(1)
+
+    watchdog = threading.Timer(timeout, give_up)
+    watchdog.daemon = True
+    watchdog.start()
+    failure: BaseException | None = None
+    try:
+        connect()
+    except Exception as exc:  # Ray raises bare Exceptions, ConnectionError, RuntimeError
+        failure = exc
+    finally:
+        if not finished.acquire(blocking=False):
+            threading.Event().wait()  # the watchdog is ending the process
+        watchdog.cancel()
+        sys.stderr.flush()
+        os.dup2(real_stderr, 2)
+        os.close(real_stderr)
+    if failure is not None:
+        held.close()
+        raise CliError(f"cannot join the Ray cluster at {tried}: {failure}; {advice}") from None
+    held.seek(0)
+    output = held.read()
+    held.close()
+    if output:
+        sys.stderr.buffer.write(output)
+        sys.stderr.flush()
+
+
+def _resolved(address: str | None) -> str:
+    """``address`` as said to the user: ``auto`` with the address it stands for when one is recorded."""
+    if address and address != "auto":
+        return address
+    try:
+        from ray._private.services import get_ray_address_from_environment
+
+        found = get_ray_address_from_environment("auto", None)
+    except Exception:  # private to Ray: only the message depends on it
+        found = None
+    return f"auto ({found})" if found else "auto"
 
 
 def check_listen(host: str, port: int) -> None:
@@ -164,13 +246,19 @@ async def ray_session(options: GlobalOptions) -> AsyncIterator[Settings]:
     check_reachable(address)
     import ray
 
-    try:
+    published = None
+
+    def join() -> None:
+        nonlocal published
         # In the main thread: Ray installs its signal handlers there (the event loop has nothing to run yet).
         ensure_ray(options.address)
         published = published_settings()
-    except Exception as exc:  # Ray raises bare Exceptions (a cluster that does not answer in time)
+
+    try:
+        join_bounded(address, join)
+    except CliError:
         ray.shutdown()
-        raise CliError(f"cannot join the Ray cluster at {address}: {exc}") from None
+        raise
     try:
         given = {} if published is None else published.model_dump()
         yield adopt(**{**given, "data_dir": options.data_dir or given.get("data_dir")})

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ._context import CliError, GlobalOptions, check_reachable, prepare_data_dir
+from ._context import CliError, GlobalOptions, check_reachable, join_bounded, prepare_data_dir
 
 if TYPE_CHECKING:
     from ..demo import DemoSummary
@@ -31,7 +31,12 @@ def run_demo_command(
             code=2,
         )
     if not options.local:
-        check_reachable(options.address or os.environ.get("RAY_ADDRESS"))
+        address = options.address or os.environ.get("RAY_ADDRESS")
+        check_reachable(address)
+        from ..actors import ensure_ray
+
+        # Joined here, bounded (``join_bounded``); ``computer.init`` then finds Ray connected.
+        join_bounded(address, lambda: ensure_ray(options.address))
     from ..config import Settings
 
     Settings()  # a bad COMPUTER_* value fails here, as a usage error, not as "Ray did not start"

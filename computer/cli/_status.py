@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ._context import CliError, GlobalOptions, check_reachable, local_settings
+from ._context import GlobalOptions, check_reachable, join_bounded, local_settings
 
 __all__ = ["show_status"]
 
@@ -63,13 +63,20 @@ def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from ..actors.raycompat import quiet_driver_messages
 
-    try:
-        check_reachable(address)
+    none_found: list[Exception] = []
+
+    def join() -> None:
         quiet_driver_messages()
-        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-    except (CliError, ConnectionError, RuntimeError) as exc:
-        if not options.local:
-            raise CliError(f"cannot join the Ray cluster at {address}: {exc}") from None
+        try:
+            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
+        except (ConnectionError, RuntimeError) as exc:
+            if not options.local:
+                raise
+            none_found.append(exc)  # `auto` found no cluster on this machine: a state to report
+
+    check_reachable(address)
+    join_bounded(address, join)  # a cluster that does not answer in time ends the command (exit 1)
+    if none_found:
         console.print(
             "Ray: no cluster runs on this machine (`ray start --head` starts one); without --address, "
             "commands work in their own process without Ray, and `computer demo` starts a Ray of its own"
