@@ -13,7 +13,7 @@ import typer
 import typer.core
 
 from ._context import GLOBAL_OPTIONS, CliError, GlobalOptions, global_option_misplaced, settings_error
-from ._output import console, report
+from ._output import closed_pipe, console, report
 
 __all__ = ["app"]
 
@@ -133,6 +133,8 @@ def _run(action: Callable[[], T]) -> T:
         raise typer.Exit(report(exc)) from None
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    except BrokenPipeError:  # stdout's reader has gone (`computer ps | head -1`)
+        raise typer.Exit(closed_pipe()) from None
     except ValueError as exc:  # settings that do not validate (a bad COMPUTER_* value)
         problem = settings_error(exc)
         if problem is None:

@@ -54,9 +54,9 @@ def run_demo_command(
                 hibernate_after=hibernate_after,
                 console=console,
             )
-        except SystemExit:
-            # rich ends the command so when stdout is a closed pipe (`computer demo | head`), and stdout
-            # is then /dev/null. The demo's dashboard server may still run: asyncio.run cancels it, and
+        except (SystemExit, BrokenPipeError):
+            # stdout is a closed pipe (`computer demo | head`): the command ends, exit 141
+            # (``_output.closed_pipe``). The demo's dashboard server may still run: asyncio.run cancels it, and
             # uvicorn logs that cancellation as an error with three tracebacks. Nobody reads on.
             logging.getLogger("uvicorn.error").disabled = True
             raise

@@ -25,7 +25,7 @@ from typing import Any
 
 from . import _gc
 from ._context import CliError, GlobalOptions, settings_error
-from ._output import console, report
+from ._output import closed_pipe, console, report
 
 __all__ = ["fast_command", "main"]
 
@@ -246,7 +246,8 @@ def main() -> None:
     """Console-script entry point (``computer``, ``python -m computer.cli``).
 
     Around a command it runs, what typer's standalone mode does too: an ``EOFError`` ends it with
-    typer's "Aborted" (exit 1), a closed stdout (``EPIPE``) with exit 1 and no traceback. A shell
+    typer's "Aborted" (exit 1), a closed stdout (``EPIPE``) with exit 141 and no traceback
+    (``_output.closed_pipe``). A shell
     completion request (``_COMPUTER_COMPLETE`` and the like) goes to typer."""
     completing = any(key.startswith("_") and key.endswith("_COMPLETE") for key in os.environ)
     call = None if completing else fast_command(sys.argv[1:])
@@ -267,9 +268,7 @@ def main() -> None:
     except OSError as exc:
         if exc.errno != errno.EPIPE:
             raise
-        # Nothing more can reach the reader; the flush at exit must not raise again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        code = 1
+        code = closed_pipe()  # 141, as `cat` ends on a closed pipe
     finally:
         _gc.resume()  # a command that ended before its workspace opened (an embedder's process goes on)
     sys.exit(code)

@@ -18,7 +18,7 @@ from rich.markup import escape
 
 from ..surface import WorkspaceSurface
 from ._context import GlobalOptions, command_exit_code
-from ._output import errors
+from ._output import errors, write_out
 from ._workspaces import open_workspace
 
 __all__ = ["WorkspaceShell", "run_shell"]
@@ -92,6 +92,8 @@ class WorkspaceShell:
                 await self.exec(rest)
             else:
                 self.usage(f"unknown command {command!r}; try help")
+        except BrokenPipeError:
+            raise  # stdout's reader has gone: the command ends (``_output.write_out``)
         except OSError as exc:
             self.exit_code = 1
             self.errors.print(f"[red]{escape(type(exc).__name__)}:[/] {escape(str(exc))}")
@@ -128,15 +130,8 @@ class WorkspaceShell:
             self.usage("usage: cat PATH")
             return
         data = await self.workspace.fs.read_file(self.resolve(path))
-        binary = getattr(self.console.file, "buffer", None)
-        if binary is None:  # a text-only console (a test's): bytes that are not UTF-8 show as U+FFFD
-            self.console.file.write(data.decode("utf-8", "replace"))
-            self.console.file.flush()
-            return
         # The bytes as they are, so `computer shell NAME -c 'cat f' > f` copies a binary file.
-        self.console.file.flush()
-        binary.write(data)
-        binary.flush()
+        write_out(data, self.console.file)
 
     async def edit(self, path: str) -> None:
         if not path:
@@ -183,8 +178,7 @@ class WorkspaceShell:
             await asyncio.shield(handle.kill())
             raise
         if result.stdout:
-            self.console.file.write(result.stdout)
-            self.console.file.flush()
+            write_out(result.stdout, self.console.file)
         if result.stderr:
             self.errors.file.write(result.stderr)
             self.errors.file.flush()

@@ -6,12 +6,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 from ..storage import audit_caller
 from ._context import CliError, GlobalOptions, command_exit_code
+from ._output import write_out
 from ._workspaces import open_workspace
 
 __all__ = [
@@ -140,7 +140,7 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
             )
         with audit_caller(adapter="cli"):  # the audit log says the call came from this command
             result = await tools[tool].run(args)
-    sys.stdout.write(result_json(result) + "\n")
+    write_out(result_json(result) + "\n")  # all of it, or BrokenPipeError (a reader gone)
     return exit_code(tool, result)
 
 
