@@ -182,6 +182,11 @@ class WorkspaceShell:
         if result.stderr:
             self.errors.file.write(result.stderr)
             self.errors.file.flush()
+        if result.truncated:  # only the tail was kept: say so, and where the whole output is
+            from ..tools.exec import truncation_note
+
+            for stream, cut in sorted(result.truncated.items()):
+                self.errors.print(f"{stream}: {truncation_note(cut)}", markup=False, highlight=False)
         self.exit_code = command_exit_code(result.exit_code, result.status)
         if result.status != "completed":
             why = f": {result.error}" if result.error else ""

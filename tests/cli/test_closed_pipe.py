@@ -109,3 +109,20 @@ def test_write_out_writes_everything_a_short_writing_stream_takes() -> None:
     assert bytes(short.got) == ("héllo wörld " * 50).encode() + b"\xff\x00end"
     with pytest.raises(BrokenPipeError):
         write_out(b"x", io.TextIOWrapper(Short(0), encoding="utf-8"))  # type: ignore[arg-type]
+
+
+def test_an_exec_whose_output_was_cut_says_where_the_whole_output_is(data: Path) -> None:
+    """`shell NAME -c '!cat big'` printed only the output's tail (the exec keeps its last lines) and
+    said nothing: it read as the whole file. `tool NAME exec` says so in its JSON (``truncated``)."""
+    env = cli_env(data)
+    ran = run_cli(["shell", "w", "-c", "!cat big"], env=env)
+    assert ran.returncode == 0, ran.stderr
+    shown = ran.stdout.splitlines()
+    assert 0 < len(shown) < LINES and shown[-1] == str(LINES)
+    notes = [line for line in ran.stderr.splitlines() if line.startswith("stdout: [Showing lines ")]
+    assert len(notes) == 1, ran.stderr
+    assert f"of {LINES}. Full output: /.computer/output/" in notes[0]
+    saved = notes[0].rsplit("Full output: ", 1)[1].removesuffix("]")
+    whole = run_cli(["shell", "w", "-c", f"cat {saved}"], env=env)  # a later call reads it
+    assert whole.returncode == 0, whole.stderr
+    assert whole.stdout.splitlines() == [str(i) for i in range(1, LINES + 1)]
