@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from ._cgroups import ControlFile, count_in, procs_of
-from ._live_parts import Job, command_line, host_pid
+from ._live_parts import Job, command_line, host_pid, innermost
 from .types import ProcessInfo
 
 __all__ = ["LiveCensus", "in_session", "waiting_processes"]
@@ -140,15 +140,4 @@ def waiting_processes(others: set[int], waiting: Iterable[Job], base: Iterable[i
 def in_session(others: set[int], leader: int) -> set[int]:
     """The host pids among ``others`` (at most :data:`_LOOK_AT` looked at) in the session of the
     sandbox's process ``leader`` (its pid inside: a job's, whose process may have ended)."""
-    found = set()
-    for pid in sorted(others)[:_LOOK_AT]:
-        try:
-            with open(f"/proc/{pid}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"NSsid:"):
-                        if int(line.split()[-1]) == leader:
-                            found.add(pid)
-                        break
-        except (OSError, ValueError, IndexError):
-            continue
-    return found
+    return {pid for pid in sorted(others)[:_LOOK_AT] if innermost(pid, b"NSsid") == leader}

@@ -34,6 +34,7 @@ __all__ = [
     "from_background",
     "has_changes",
     "host_pid",
+    "innermost",
     "is_eof",
     "listed",
     "pages",
@@ -233,19 +234,25 @@ def command_line(argv: Sequence[str]) -> str:
     return " ".join(w for w in argv if w)
 
 
+def innermost(pid: int, field: bytes) -> int | None:
+    """Host process ``pid``'s ``field`` (``b"NSpid"``, ``b"NSsid"``…) in its innermost pid namespace:
+    the last number of that line of its ``/proc`` status; None when it is gone or has none."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            for line in f:
+                if line.startswith(field + b":"):
+                    return int(line.split()[-1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def host_pid(candidates: Iterable[int], inner: int, limit: int = 16) -> int | None:
     """The host pid among ``candidates`` (at most ``limit`` looked at) whose pid in its innermost pid
-    namespace is ``inner`` (the last field of ``NSpid`` in its ``/proc`` status), or None."""
+    namespace is ``inner`` (``NSpid``), or None."""
     for pid in list(candidates)[:limit]:
-        try:
-            with open(f"/proc/{pid}/status", "rb") as f:
-                for line in f:
-                    if line.startswith(b"NSpid:"):
-                        if int(line.split()[-1]) == inner:
-                            return pid
-                        break
-        except (OSError, ValueError, IndexError):
-            continue
+        if innermost(pid, b"NSpid") == inner:
+            return pid
     return None
 
 
