@@ -21,7 +21,8 @@ The slot counts are lowered here (the real ones are 1,000 and 100,000: the behav
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +58,19 @@ def small_wait_group(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(host_placement, "_remote_class", None)
 
 
+@contextlib.contextmanager
+def _small_owners(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **settings: Any) -> Iterator[None]:
+    """Owners and owner hosts created from here on have ``SLOTS`` slots in their default group, the
+    cluster initialised with ``settings`` (its defaults again after)."""
+    monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
+    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
+    computer.init(data_dir=tmp_path / "data", **settings)
+    try:
+        yield
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
 async def _queue_on(ws: Any, path: str, value: bytes) -> bytes:
     """Wait for the lock on ``path``, then write ``value`` under it and read back what was there."""
     async with ws.locks.hold([path]):
@@ -74,10 +88,7 @@ async def test_a_lock_holder_releases_while_waiters_hold_every_slot(
     monkeypatch: pytest.MonkeyPatch,
     small_wait_group: None,
 ) -> None:
-    monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
-    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
-    computer.init(data_dir=tmp_path / "data", owners=owners, lock_lease=LEASE)
-    try:
+    with _small_owners(monkeypatch, tmp_path, owners=owners, lock_lease=LEASE):
         async with computer.get_workspace(name) as holder:
             await holder.fs.write_file("/f", b"0")
             waiters = [await computer.get_workspace(name) for _ in range(SLOTS)]
@@ -97,8 +108,6 @@ async def test_a_lock_holder_releases_while_waiters_hold_every_slot(
             assert final in {b"1", b"2", b"3"} and final not in seen
             for w in waiters:
                 await w.close()
-    finally:
-        computer.init(data_dir=tmp_path / "data")
 
 
 async def test_a_call_queued_behind_a_saturated_owner_host_is_not_reported_stopped(
@@ -109,9 +118,7 @@ async def test_a_call_queued_behind_a_saturated_owner_host_is_not_reported_stopp
     monkeypatch: pytest.MonkeyPatch,
     small_wait_group: None,
 ) -> None:
-    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
-    computer.init(data_dir=tmp_path / "data", owners="hosted", lock_lease=LEASE)
-    try:
+    with _small_owners(monkeypatch, tmp_path, owners="hosted", lock_lease=LEASE):
         async with computer.get_workspace(name) as holder, computer.get_workspace(name) as reader:
             await holder.fs.write_file("/f", b"0")
             await holder.fs.write_file("/g", b"g")
@@ -133,8 +140,6 @@ async def test_a_call_queued_behind_a_saturated_owner_host_is_not_reported_stopp
                 assert await free == b"g"
             for w in waiters:
                 await w.close()
-    finally:
-        computer.init(data_dir=tmp_path / "data")
 
 
 @pytest.mark.parametrize("owners", ["dedicated", "hosted"])
@@ -144,10 +149,7 @@ async def test_ordinary_calls_go_on_while_lock_waiters_hold_every_slot(
     """Ordinary calls (a read, a write, ``stats``) waited behind lock requests holding every slot of
     the owner's default group, until a lock was released or its lease ran out; lock requests now wait
     on a concurrency group of their own (``WAIT_GROUP``), in order, a cancelled one withdrawn."""
-    monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
-    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
-    computer.init(data_dir=tmp_path / "data", owners=owners, lock_lease=LEASE)
-    try:
+    with _small_owners(monkeypatch, tmp_path, owners=owners, lock_lease=LEASE):
         async with computer.get_workspace(name) as holder, computer.get_workspace(name) as other:
             await holder.fs.write_file("/f", b"0")
             waiters = [await computer.get_workspace(name) for _ in range(SLOTS + 2)]
@@ -176,8 +178,6 @@ async def test_ordinary_calls_go_on_while_lock_waiters_hold_every_slot(
             assert _stats(other)["locks_waiting"] == 0 and _stats(other)["locks_held"] == 0
             for w in waiters:
                 await w.close()
-    finally:
-        computer.init(data_dir=tmp_path / "data")
 
 
 def _stats(ws: Any) -> dict[str, Any]:
@@ -205,10 +205,7 @@ async def test_tools_and_runs_that_wait_leave_ordinary_calls_their_slots(
 ) -> None:
     """The other owner calls that wait for long: a tool waiting for a path lock (or a command), a run's
     result, its snapshots. Each held a slot of the default group while it waited."""
-    monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
-    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
-    computer.init(data_dir=tmp_path / "data", owners=owners, lock_lease=LEASE)
-    try:
+    with _small_owners(monkeypatch, tmp_path, owners=owners, lock_lease=LEASE):
         async with computer.get_workspace(name) as holder, computer.get_workspace(name) as other:
             await holder.fs.write_file("/f", b"0")
             runs: list[Any] = []
@@ -240,8 +237,6 @@ async def test_tools_and_runs_that_wait_leave_ordinary_calls_their_slots(
                 assert (await other.fs.read_file("/f")).startswith(b"tool ")
             else:
                 assert all(r.status == "cancelled" for r in ended), ended
-    finally:
-        computer.init(data_dir=tmp_path / "data")
 
 
 async def _snapshots(run: Any) -> Any:
@@ -257,10 +252,7 @@ async def test_runs_awaited_by_as_many_results_as_slots_end(
 ) -> None:
     """No client but the one awaiting its runs' results: the runs' own calls back to the owner (a pool
     worker's sync) queued behind those waits, so no run ever ended: a deadlock, no lease to end it."""
-    monkeypatch.setattr(placement, "OWNER_MAX_CONCURRENCY", SLOTS)
-    monkeypatch.setattr(host_placement, "HOST_MAX_CONCURRENCY", SLOTS)
-    computer.init(data_dir=tmp_path / "data", owners=owners)
-    try:
+    with _small_owners(monkeypatch, tmp_path, owners=owners):
         async with computer.get_workspace(name) as ws:
             runs = [await ws.runtime.exec(f"sleep 2; echo {i} > /workspace/r{i}") for i in range(SLOTS)]
             async with asyncio.timeout(60):  # before: never
@@ -268,5 +260,3 @@ async def test_runs_awaited_by_as_many_results_as_slots_end(
             assert [r.status for r in results] == ["completed"] * SLOTS, results
             for i in range(SLOTS):
                 assert await ws.fs.read_file(f"/workspace/r{i}") == b"%d\n" % i
-    finally:
-        computer.init(data_dir=tmp_path / "data")
