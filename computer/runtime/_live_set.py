@@ -17,6 +17,7 @@ import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
+from typing import Any
 
 from ._assets_bridge import SANDBOX_DIR
 from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, OutputChunk, SyncLimits
@@ -36,6 +37,14 @@ __all__ = ["Command", "JobSpec", "LiveSandboxes"]
 
 # Workspaces whose ended sandboxes left refusals for their next run (``LiveSandboxes._unreported``).
 _UNREPORTED = 1000
+
+
+def _keep_last(kept: dict[str, Any]) -> None:
+    """Let the oldest of ``kept`` (in insertion order) go past its last ``_UNREPORTED``."""
+    while len(kept) > _UNREPORTED:
+        del kept[next(iter(kept))]
+
+
 # Seconds a run waits for the workspace's sandbox that is still ending (its processes killed, what
 # they wrote pulled) before it starts a fresh one anyway.
 ENDING_WAIT = 30.0
@@ -364,8 +373,7 @@ class LiveSandboxes:
 
     def _ended_with(self, run: str) -> None:
         self._stranded[run] = None
-        while len(self._stranded) > _UNREPORTED:
-            del self._stranded[next(iter(self._stranded))]
+        _keep_last(self._stranded)
 
     async def launch(self, ready: PreparedSandbox) -> Launched:
         """Start a live sandbox's init in the prepared sandbox ``ready`` (discarded if that fails)."""
@@ -398,8 +406,7 @@ class LiveSandboxes:
         if sandbox.unreported:
             kept = self._unreported.pop(sandbox.workspace_id, {})
             self._unreported[sandbox.workspace_id] = {**kept, **sandbox.unreported}
-            while len(self._unreported) > _UNREPORTED:
-                del self._unreported[next(iter(self._unreported))]
+            _keep_last(self._unreported)
         self._note_unsaid(sandbox)
         if sandbox.mirror.directory.is_dir() and sandbox.mirror in self.sync.mirrors.idle_mirrors(
             sandbox.workspace_id
@@ -411,8 +418,7 @@ class LiveSandboxes:
         if sandbox.unsaid is not None:
             self._unsaid.pop(sandbox.workspace_id, None)
             self._unsaid[sandbox.workspace_id], sandbox.unsaid = sandbox.unsaid, None
-            while len(self._unsaid) > _UNREPORTED:
-                del self._unsaid[next(iter(self._unsaid))]
+            _keep_last(self._unsaid)
 
     def take_notices(self, workspace_id: str) -> tuple[str | None, dict[str, str]]:
         """What is kept here for the workspace's next run, taken (for a run that goes elsewhere: a pool

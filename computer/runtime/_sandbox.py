@@ -100,7 +100,7 @@ class Sandbox:
         self.no_userns = self.bwrap and bwrap_works(tuple(self._drop), (NO_USERNS,))
         # The seccomp filter, compiled once per process, where bubblewrap loads it here (probed).
         self.seccomp: SeccompFilter | None = compiled() if self.bwrap else None
-        program = self.seccomp.program if self.seccomp is not None else None
+        program = self._program
         if program is not None and not bwrap_works(tuple(self._drop), (), program):
             log.warning("bubblewrap could not load the seccomp filter here: sandboxes run without it")
             self.seccomp = SeccompFilter(None, missing="bubblewrap could not load it")
