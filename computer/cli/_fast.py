@@ -247,8 +247,8 @@ def main() -> None:
 
     Around a command it runs, what typer's standalone mode does too: an ``EOFError`` ends it with
     typer's "Aborted" (exit 1), a closed stdout (``EPIPE``) with exit 141 and no traceback
-    (``_output.closed_pipe``). A shell
-    completion request (``_COMPUTER_COMPLETE`` and the like) goes to typer."""
+    (``_output.closed_pipe``). A shell completion request (``_COMPUTER_COMPLETE`` and the like) goes
+    to typer."""
     completing = any(key.startswith("_") and key.endswith("_COMPLETE") for key in os.environ)
     call = None if completing else fast_command(sys.argv[1:])
     if call is None:
