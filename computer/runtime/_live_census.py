@@ -7,7 +7,7 @@ any process could change the mirror under a sync (``stirring``). A part of
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 from ._cgroups import ControlFile, count_in, procs_of
@@ -31,8 +31,7 @@ class LiveCensus:
     _base_procs: frozenset[int]  # the init's and bubblewrap's host pids
     _baseline: int  # the tasks of those
 
-    async def processes(self) -> list[ProcessInfo]:
-        raise NotImplementedError  # the sandbox's (``LiveSandbox``)
+    processes: Callable[[], Awaitable[list[ProcessInfo]]]  # the init's listing (``LiveSandbox``'s)
 
     def forks_refused(self) -> int:
         """How many forks the sandbox's process limit refused so far (``pids.events``; 0 unknown)."""
