@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from ._tasks import on_loop
 from .types import ExecResult, ExecSnapshot
@@ -32,12 +33,19 @@ class ExecRun:
         self.dirty = False
         self.task: asyncio.Task[None] | None = None
         self.consumer: asyncio.Task[None] | None = None
+        # What its settling needs, set as it is driven (``Runtime._drive``): its request, the
+        # monotonic time it started, its streams' captures.
+        self.request: Any = None
+        self.started: float | None = None
+        self.captures: dict[str, Any] = {}
+        # Its result when settled from another event loop than its own (``finish_stranded``).
+        self.settled: ExecResult | None = None
         self._changed = asyncio.Event()
         self._result: asyncio.Future[ExecResult] = asyncio.get_running_loop().create_future()
 
     @property
     def done(self) -> bool:
-        return self._result.done()
+        return self.settled is not None or self._result.done()
 
     @property
     def stranded(self) -> bool:
@@ -47,14 +55,17 @@ class ExecRun:
         loop = self._result.get_loop()
         return loop is not asyncio.get_running_loop() and not loop.is_running()
 
-    async def end_stranded(self, backend: object, workspace_id: str) -> None:
+    async def end_stranded(self, backend: object, workspace_id: str) -> Any:
         """Kill the :attr:`stranded` run from this event loop through its backend, which ends the live
         sandbox it runs in (``LiveCalls.end_stranded_run``: what it wrote is kept, as a kill keeps it),
-        or say that it cannot (a sandbox per call, a pool's run: ``STRANDED``). Its result stays that
-        loop's (``result`` says so): no future of that loop is touched here."""
+        or say that it cannot (a sandbox per call, a pool's run: ``STRANDED``). Returns what the
+        backend knows of what its syncs pulled and refused (a ``RunChanges``). No future of that loop
+        is touched here: the caller settles it (``finish_stranded``)."""
         end = getattr(backend, "end_stranded_run", None)
-        if end is None or not await end(workspace_id, self.id):
+        changes = None if end is None else await end(workspace_id, self.id)
+        if changes is None:
             raise RuntimeError(f"exec {self.id}: {STRANDED}")
+        return changes
 
     def publish(self, snapshot: ExecSnapshot) -> None:
         """Make ``snapshot`` the latest and wake every waiting iterator."""
@@ -63,12 +74,23 @@ class ExecRun:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
+    def finish_stranded(self, result: ExecResult, snapshot: ExecSnapshot) -> None:
+        """Settle the :attr:`stranded` run from this event loop: ``result`` is what :meth:`result`
+        gives from now on, from any loop. Nothing of its own loop is touched (a result or a wake-up
+        there raises "Event loop is closed"); should that loop run again, its settling gives its
+        awaiting callers this result (``Settling._settle``)."""
+        self.settled = result
+        self.snapshot = snapshot
+        self.dirty = False
+
     def finish(self, result: ExecResult, snapshot: ExecSnapshot) -> None:
         if not self._result.done():
             self._result.set_result(result)
         self.publish(snapshot)
 
     async def result(self) -> ExecResult:
+        if self.settled is not None:  # settled from another loop (``finish_stranded``)
+            return self.settled
         if self._result.done():  # also from another event loop (one asyncio.run per call)
             return self._result.result()
         return await on_loop(  # a loop running in another thread started it: waited there

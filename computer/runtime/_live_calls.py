@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 
+from ._live_parts import RunChanges
 from ._live_set import LiveSandboxes
 from ._warm import Ready, WarmSandboxes
 from .types import ProcessInfo
@@ -37,9 +38,10 @@ class LiveCalls:
         there was none."""
         return await self._lives.end_sandbox(workspace_id)
 
-    async def end_stranded_run(self, workspace_id: str, exec_id: str) -> bool:
+    async def end_stranded_run(self, workspace_id: str, exec_id: str) -> RunChanges | None:
         """End a run whose event loop has ended, from this one (``Runtime.kill_exec``): its live
-        sandbox ended with it, what they wrote kept; False when no live sandbox of this backend held it."""
+        sandbox ended with it, what they wrote kept; what its syncs pulled and refused while it ran,
+        None when no live sandbox of this backend held it."""
         return await self._lives.end_stranded_run(workspace_id, exec_id)
 
     def take_notices(self, workspace_id: str) -> tuple[str | None, dict[str, str]]:

@@ -24,7 +24,7 @@ from ._backend import ExecContext, ExecEvent, ExecRequest, ExitEvent, OutputChun
 from ._beneath import cwd_problem
 from ._live import LiveSandbox, LiveSandboxError, LiveStartError
 from ._live_launch import Launched, launch
-from ._live_parts import Job
+from ._live_parts import Job, RunChanges
 from ._mirror import Mirror
 from ._process import ProcessOutcome, out_of_memory_error
 from ._sandbox import Sandbox
@@ -117,8 +117,9 @@ class LiveSandboxes:
         # Why a workspace's sandbox was lost while no run was in progress (``LiveSandbox.unsaid``):
         # its next run says so (the oldest let go past _UNREPORTED workspaces).
         self._unsaid: dict[str, str] = {}
-        # Runs still in progress when their sandbox ended (``end_stranded_run``), the last _UNREPORTED.
-        self._stranded: dict[str, None] = {}
+        # Runs still in progress when their sandbox ended, with what its syncs made while they ran
+        # (``end_stranded_run``), the last _UNREPORTED.
+        self._stranded: dict[str, RunChanges] = {}
 
     # ------------------------------------------------------------------ a run
 
@@ -353,26 +354,28 @@ class LiveSandboxes:
         if quiet:  # none of the user's processes was there: nothing lost, nothing to say
             self._unsaid.pop(sandbox.workspace_id, None)
 
-    async def end_stranded_run(self, workspace_id: str, exec_id: str) -> bool:
+    async def end_stranded_run(self, workspace_id: str, exec_id: str) -> RunChanges | None:
         """End the run ``exec_id`` whose event loop has ended (``Runtime.kill_exec`` from another
         loop: the run's own tasks never run again, and a cancel there raised "Event loop is closed"
         while the command ran on): the workspace's sandbox that holds it, of that loop, is ended from
-        this one as a run finds it (``_abandon``: every process killed, what they wrote pulled). The
-        run is closed first, so what the end's pull refuses is the next run's to list, not a result
-        that never comes. False when no sandbox holds it (one ended with it already: True)."""
+        this one as a run finds it (``_abandon``: every process killed, what they wrote pulled).
+        Returns what the sandbox's syncs pulled and refused while the run was in progress, the end's
+        pull included (the caller settles the run with it: ``Runtime._kill``); None when no sandbox
+        holds it (one ended with it already: what was known then)."""
         sandbox = self._live.get(workspace_id)
         if sandbox is None or exec_id not in sandbox.runs:
-            return exec_id in self._stranded
+            return self._stranded.get(exec_id)
         if sandbox.loop is asyncio.get_running_loop() or sandbox.loop.is_running():
-            return False
+            return None
         job = next((j for j in sandbox.jobs.values() if exec_id in (j.id, j.run)), None)
-        sandbox.close_run(exec_id)
-        self._ended_with(exec_id)
+        changes = sandbox.runs[exec_id]
+        self._ended_with(exec_id, changes)
         await self._abandon(sandbox, job)
-        return True
+        sandbox.close_run(exec_id)
+        return changes
 
-    def _ended_with(self, run: str) -> None:
-        self._stranded[run] = None
+    def _ended_with(self, run: str, changes: RunChanges) -> None:
+        self._stranded[run] = changes
         _keep_last(self._stranded)
 
     async def launch(self, ready: PreparedSandbox) -> Launched:
@@ -401,8 +404,8 @@ class LiveSandboxes:
         """A live sandbox ended (idle, lifetime, killed): forget it; its mirror stays warm, and what its
         syncs refused with no run to tell waits for the workspace's next run."""
         self._forget(sandbox)
-        for run in sandbox.runs:  # (a run of an ended loop, never closed: its processes ended now)
-            self._ended_with(run)
+        for run, changes in sandbox.runs.items():  # (a run of an ended loop, never closed: ended now)
+            self._ended_with(run, changes)
         if sandbox.unreported:
             kept = self._unreported.pop(sandbox.workspace_id, {})
             self._unreported[sandbox.workspace_id] = {**kept, **sandbox.unreported}

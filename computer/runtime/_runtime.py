@@ -186,6 +186,7 @@ class Runtime(Settling):
             "stdout": StreamCapture(self.fs, options, f"{prefix}.stdout.log"),
             "stderr": StreamCapture(self.fs, options, f"{prefix}.stderr.log"),
         }
+        run.request, run.started, run.captures = request, started, captures
         exit_event: list[ExitEvent] = []
         ticker = asyncio.create_task(self._tick(run, captures))
         run.consumer = asyncio.create_task(self._consume(run, backend, request, captures, exit_event))
@@ -217,7 +218,8 @@ class Runtime(Settling):
                     await run.consumer
         try:
             await self._settle(run, request, captures, exit_event[0] if exit_event else None, error, options)
-            self._record_run(self._finished.get(run.id), request, started)
+            if run.settled is None:  # (else recorded as it was settled from another loop)
+                self._record_run(self._finished.get(run.id), request, started)
         except Exception as exc:  # never leave a caller waiting on a result that will not come
             log.exception("exec %s: settling failed", run.id)
             failed = ExecResult(
@@ -276,7 +278,8 @@ class Runtime(Settling):
         if not run.done:
             run.killed = True
             if run.stranded:  # its loop has ended: its tasks never run again (see ``ExecRun``)
-                return await run.end_stranded(self._backends.get(run.backend), self.context.workspace_id)
+                changes = await run.end_stranded(self._backends.get(run.backend), self.context.workspace_id)
+                return await self._settle_stranded(run, changes)
             if run.consumer is not None:
                 run.consumer.cancel()
         await run.result()
@@ -371,4 +374,11 @@ class Runtime(Settling):
                 except Exception as exc:  # one backend's failure must not keep the others' going
                     log.warning(
                         "closing backend %s for workspace %s failed: %r", name, self._workspace.id, exc
+                    )
+        for run in runs:  # of a loop that has ended, ended with its live sandbox: killed (``_kill``)
+            if not run.done and run.stranded:
+                with contextlib.suppress(RuntimeError):  # (no live sandbox held it: it runs on)
+                    await self._settle_stranded(
+                        run,
+                        await run.end_stranded(self._backends.get(run.backend), self.context.workspace_id),
                     )

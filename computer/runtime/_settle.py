@@ -43,14 +43,7 @@ class Settling:
         async def _held_logs(self) -> set[str] | None: ...
 
     def _snapshot(self, run: ExecRun, captures: dict[str, StreamCapture], seq: int) -> ExecSnapshot:
-        texts: dict[str, str] = {}
-        truncated: dict[str, OutputTruncation] = {}
-        for name, capture in captures.items():
-            view = capture.view(final=False)
-            texts[name] = capture.text(view)
-            cut = capture.truncation(view)
-            if cut is not None:
-                truncated[name] = cut
+        texts, truncated = _outputs(captures, final=False)
         return ExecSnapshot(
             run.id, run.backend, "running", None, texts["stdout"], texts["stderr"], truncated, False, seq
         )
@@ -71,14 +64,10 @@ class Settling:
             except Exception as exc:  # a failing store must not lose the result
                 log.warning("exec %s: saving output failed: %s", run.id, exc)
             saved_any = saved_any or bool(capture.saved)
-        texts: dict[str, str] = {}
-        truncated: dict[str, OutputTruncation] = {}
-        for name, capture in captures.items():
-            view = capture.view()
-            texts[name] = capture.text(view)
-            cut = capture.truncation(view)
-            if cut is not None:
-                truncated[name] = cut
+        if run.settled is not None:  # settled from another loop as this one stood still: that result
+            run.finish(run.settled, run.snapshot)
+            return
+        texts, truncated = _outputs(captures)
         killed = run.killed or (exit_event is not None and exit_event.killed)
         status: ExecStatus
         if exit_event is None:
@@ -118,7 +107,15 @@ class Settling:
                 await prune_logs(self.fs, options, self._held_logs)
         except Exception as exc:
             log.warning("exec %s: journal update failed: %s", run.id, exc)
-        final = ExecSnapshot(
+        run.finish(result, self._retain(run, result))
+
+    def _retain(self, run: ExecRun, result: ExecResult) -> ExecSnapshot:
+        """``result`` is the ended run's (``get_exec`` finds it); its final snapshot."""
+        self._running.pop(run.id, None)
+        self._finished[run.id] = result
+        while len(self._finished) > _FINISHED_CACHE:
+            self._finished.popitem(last=False)
+        return ExecSnapshot(
             run.id,
             run.backend,
             result.status,
@@ -129,11 +126,39 @@ class Settling:
             True,
             run.snapshot.seq + 1,
         )
-        self._running.pop(run.id, None)
-        self._finished[run.id] = result
-        while len(self._finished) > _FINISHED_CACHE:
-            self._finished.popitem(last=False)
-        run.finish(result, final)
+
+    async def _settle_stranded(self, run: ExecRun, changes: Any) -> None:
+        """Settle from this event loop a :attr:`~ExecRun.stranded` run its backend ended
+        (``ExecRun.end_stranded``): the result a kill gives, with the output its loop had read and
+        what the backend's syncs pulled and refused while it ran (``changes``, a ``RunChanges``), in
+        the journal and retained as any run's. Before, it stayed running (in ``get_exec``, the
+        journal) until a restart called it "failed: owner restarted"."""
+        for capture in run.captures.values():
+            if capture.spool is not None:  # its log's write was a task of that loop: never committed
+                capture.saved = False
+        texts, truncated = _outputs(run.captures)
+        skipped = dict(getattr(changes, "skipped", None) or {})
+        result = ExecResult(
+            "cancelled",
+            KILLED_EXIT_CODE,
+            texts.get("stdout", ""),
+            texts.get("stderr", ""),
+            truncated=truncated,
+            pulled=sorted(getattr(changes, "pulled", None) or ()),
+            skipped=sorted(skipped),
+            skipped_reasons=skipped,
+            id=run.id,
+            backend=run.backend,
+            error="killed",
+        )
+        request = run.request
+        try:
+            await self.journal.finished(result, request.source if request is not None else "")
+        except Exception as exc:
+            log.warning("exec %s: journal update failed: %s", run.id, exc)
+        run.finish_stranded(result, self._retain(run, result))
+        if request is not None and run.started is not None:
+            self._record_run(result, request, run.started)
 
     def _record_run(self, result: ExecResult | None, request: ExecRequest, started: float) -> None:
         """The run's audit record (SPEC 10) in the workspace's own file; never raises."""
@@ -148,6 +173,21 @@ class Settling:
             timeout=request.timeout,
             duration_s=time.monotonic() - started,
         )
+
+
+def _outputs(
+    captures: dict[str, StreamCapture], *, final: bool = True
+) -> tuple[dict[str, str], dict[str, OutputTruncation]]:
+    """Each stream's text as its tail holds it, and how it was cut (when it was)."""
+    texts: dict[str, str] = {}
+    truncated: dict[str, OutputTruncation] = {}
+    for name, capture in captures.items():
+        view = capture.view(final=final)
+        texts[name] = capture.text(view)
+        cut = capture.truncation(view)
+        if cut is not None:
+            truncated[name] = cut
+    return texts, truncated
 
 
 def _reasons(event: ExitEvent | None) -> dict[str, str]:

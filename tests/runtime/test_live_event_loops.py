@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import os
 import threading
 import time
@@ -261,15 +262,17 @@ def test_a_run_after_the_loop_ended_says_so_though_a_shell_was_not_started_yet(t
         asyncio.run(ws.close())
 
 
-def _running_as_its_loop_closes(ws: Workspace, source: str) -> str:
-    """Start ``source`` (it runs ``MARK`` last) in an event loop closed once ``MARK`` runs, the run's
-    task still pending (``loop.close()`` after a ``run_until_complete`` of something else); its id."""
+def _running_as_its_loop_closes(ws: Workspace, source: str, printed: str = "") -> str:
+    """Start ``source`` (it runs ``MARK`` last) in an event loop closed once ``MARK`` runs (and the
+    run's snapshot shows ``printed``), the run's task still pending (``loop.close()`` after a
+    ``run_until_complete`` of something else); its id."""
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(ws.fs.mkdir("/workspace", recursive=True))
         handle = loop.run_until_complete(ws.runtime.exec(source, timeout=60))
         deadline = time.monotonic() + 30
-        while not exec_ed():  # the run's shell went past its writes
+        # the run's shell went past its writes, and its output was read
+        while not exec_ed() or printed not in ws.runtime._running[handle.id].snapshot.stdout:
             assert time.monotonic() < deadline
             loop.run_until_complete(asyncio.sleep(0.05))
         loop.run_until_complete(asyncio.sleep(0.05))  # (its start reported by the init, and read)
@@ -390,3 +393,72 @@ def test_a_kill_from_a_new_loop_of_a_run_no_live_sandbox_holds_says_it_was_not_k
         asyncio.run(asyncio.wait_for(ws.close(), 60))
     del ws
     gc.collect()  # that loop's tasks and coroutines go now (warnings), not in a later test
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")  # (and a step of one)
+def test_a_run_killed_from_a_new_loop_after_its_loop_closed_has_a_killed_result(tmp_path: Path) -> None:
+    """The run a kill from a new loop ended (its own loop closed under it) gets the result a kill
+    gives: cancelled, 137, "killed", the output it printed, what it wrote listed as pulled; in the
+    journal and from ``get_exec`` at once, and after a close and reopen. Before, it stayed "running"
+    (``get_exec``'s ``result()`` raised that its loop had ended) until a reopen called it "failed:
+    owner restarted"."""
+    db = str(tmp_path / "w.db")
+    ws = Workspace(db, backends=[ShellBackend()])
+    expected = ("cancelled", 137, "printed\n", "killed")
+    try:
+        run_id = _running_as_its_loop_closes(ws, f"echo printed; seq 3 > a; {MARK}", printed="printed")
+
+        async def kill_then_look(ws: Workspace) -> tuple[Any, dict[str, Any], int]:
+            await ws.runtime.kill_exec(run_id)
+            result = await (await ws.runtime.get_exec(run_id)).result()
+            record = json.loads(await ws.fs.read_file(f"/.computer/exec/{run_id}.json"))
+            return result, record, ws.runtime.active()
+
+        result, record, active = asyncio.run(asyncio.wait_for(kill_then_look(ws), 60))
+        assert (result.status, result.exit_code, result.stdout, result.error) == expected, result
+        assert "/workspace/a" in result.pulled, result
+        assert (record["status"], record["exit_code"], record["stdout"]) == expected[:3], record
+        assert active == 0
+        asyncio.run(asyncio.wait_for(ws.runtime.kill_exec(run_id), 60))  # ended: nothing to do
+        assert host_pids_with(MARK) == []
+    finally:
+        asyncio.run(asyncio.wait_for(ws.close(), 60))
+    del ws
+    gc.collect()  # that loop's tasks and coroutines go now (warnings), not in a later test
+    again = Workspace(db, backends=[ShellBackend()])
+    try:
+        reread = asyncio.run(asyncio.wait_for(again.runtime.get_exec(run_id), 60))
+        result = asyncio.run(reread.result())
+        assert (result.status, result.exit_code, result.stdout, result.error) == expected, result
+        assert asyncio.run(again.fs.read_file("/workspace/a")) == b"1\n2\n3\n"
+    finally:
+        asyncio.run(again.close())
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")  # (and a step of one)
+def test_a_run_whose_loop_closed_ended_by_a_close_has_a_killed_result_after_a_reopen(tmp_path: Path) -> None:
+    """``asyncio.run(ws.close())`` ends the live sandbox of a run whose loop closed under it: its
+    record says killed, with its output, not "failed: owner restarted" (nor "running" meanwhile)."""
+    db = str(tmp_path / "w.db")
+    ws = Workspace(db, backends=[ShellBackend()])
+    try:
+        run_id = _running_as_its_loop_closes(ws, f"echo printed; {MARK}", printed="printed")
+    finally:
+        asyncio.run(asyncio.wait_for(ws.close(), 60))
+    assert host_pids_with(MARK) == []
+    del ws
+    gc.collect()  # that loop's tasks and coroutines go now (warnings), not in a later test
+    again = Workspace(db, backends=[ShellBackend()])
+    try:
+        result = asyncio.run(asyncio.wait_for(again.runtime.get_exec(run_id), 60)).result
+        settled = asyncio.run(result())
+        assert (settled.status, settled.exit_code, settled.stdout, settled.error) == (
+            "cancelled",
+            137,
+            "printed\n",
+            "killed",
+        ), settled
+    finally:
+        asyncio.run(again.close())
