@@ -30,7 +30,7 @@ from ._codec import to_plain
 from ._dir_times import root_fields
 from ._journal import JOURNAL_DIR, journal_refused
 from ._moves import Move, follow
-from ._protected import checked_call
+from ._protected import call_guard, checked_call
 from ._pull_commit import SAFE_BITS, KeptChunksGone, PullCommits
 from ._pull_rules import (
     CONFLICT,
@@ -109,10 +109,11 @@ class LocalExecContext(PullCommits):
         return str(getattr(self.fs, "instance", None) or self.workspace.id)
 
     async def fs_call(self, op: str, args: dict[str, Any]) -> Any:
+        op, guard = call_guard(op, self.protected)  # a program's: nothing of /.computer (``_protected``)
         if op not in FS_OPS:
             raise ValueError(f"unknown workspace operation {op!r}")
-        # A program's calls: refused when they change a protected directory; large writes in pieces.
-        return to_plain(await checked_call(self.fs, op, args, self.protected))
+        # Refused when they change a guarded directory; large writes in pieces.
+        return to_plain(await checked_call(self.fs, op, args, guard))
 
     async def share(self, path: str, expires_after: float) -> str:
         assets = getattr(self.workspace, "assets", None)

@@ -20,7 +20,7 @@ from ._backend import MAX_CHUNK_BYTES, ExecContext, OutputChunk
 from ._cgroups import ControlFile, count_in
 from ._live_parts import BackgroundLog, Job, ReadRate, command_line, drain, feed, is_eof
 from ._options import BACKGROUND_SUFFIX
-from ._output_dir import make_output_dir
+from ._output_dir import make_output_dir, own_caller
 from ._process import TIMEOUT_EXIT_CODE, ProcessOutcome, SandboxProcess
 from ._standby import write_all
 from ._tasks import in_thread, run_to_completion
@@ -366,7 +366,7 @@ class LiveJobs:
                 if not ready:
                     ready = True
                     try:
-                        note = await make_output_dir(self.ctx.fs_call, BACKGROUND_LOG_DIR)
+                        note = await make_output_dir(own_caller(self.ctx), BACKGROUND_LOG_DIR)
                     except Exception as exc:  # the logs stay dirty: tried again by the next flush
                         failed = exc
                         break
@@ -394,17 +394,19 @@ class LiveJobs:
             raise failed
 
     async def _write_log(self, data: dict[str, Any]) -> None:
-        """Write a background log; a link at its name (a python program's ``workspace.rename``) whose
+        """Write a background log, as the runtime's own call (``own_caller``: a program's calls may
+        not change ``/.computer``); a link at its name (put there through the owner's API) whose
         target the write may not change (the journal) is removed, and the write made again."""
+        call = own_caller(self.ctx)
         try:
-            await self.ctx.fs_call("write_file", data)
+            await call("write_file", data)
         except Exception as exc:
             try:
-                await self.ctx.fs_call("readlink", {"path": data["path"]})
+                await call("readlink", {"path": data["path"]})
             except Exception:
                 raise exc from None  # no link there: the write's own failure
-            await self.ctx.fs_call("rm", {"path": data["path"]})
-            await self.ctx.fs_call("write_file", data)
+            await call("rm", {"path": data["path"]})
+            await call("write_file", data)
 
 
 def read_some(fd: int) -> bytes | None:

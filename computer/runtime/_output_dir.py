@@ -1,7 +1,8 @@
 """The directory saved and background logs go to (``/.computer/output``) as a directory of its own.
 
-A python program's ``workspace`` calls reach that path: it can put a file there, or rename a link
-there that a program made in its mirror (``ln -s /workspace/src lnk``). Before, a file stopped every
+A python program's ``workspace`` calls reached that path (refused now: ``_protected.call_guard``),
+and the owner's API still does: a file put there, or a link a program made in its mirror (``ln -s
+/workspace/src lnk``) renamed there. Before, a file stopped every
 log from being saved (a saved log "not-saved" with no reason, a live sandbox's background logs
 retried at every tick and lost at its end), and a link led the logs, and ``prune_logs``'s removals,
 to where it pointed: the user's own ``*.log`` files in ``/workspace/src`` were removed as old logs.
@@ -18,7 +19,9 @@ import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-__all__ = ["DIRECTORY", "FsCall", "fs_caller", "make_output_dir", "planted"]
+from ._protected import OWN
+
+__all__ = ["DIRECTORY", "FsCall", "fs_caller", "make_output_dir", "own_caller", "planted"]
 
 log = logging.getLogger("computer.runtime")
 
@@ -33,6 +36,16 @@ def fs_caller(fs: Any) -> FsCall:
 
     async def call(op: str, args: dict[str, Any]) -> Any:
         return await getattr(fs, op)(**args)
+
+    return call
+
+
+def own_caller(ctx: Any) -> FsCall:
+    """``ctx.fs_call`` as the runtime's own calls (``_protected.OWN``): they may change the logs'
+    directory, which a program's calls may not."""
+
+    async def call(op: str, args: dict[str, Any]) -> Any:
+        return await ctx.fs_call(OWN + op, args)
 
     return call
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import codecs
+import errno
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any
@@ -25,7 +26,25 @@ from typing import Any
 from ..storage import CHUNK_SIZE
 from ..storage.paths import canonical, is_within, real_path
 
-__all__ = ["CHANGES", "TURN_BYTES", "checked_call", "reaches_protected", "refuse_protected_change"]
+__all__ = [
+    "CHANGES",
+    "OWN",
+    "SYSTEM_DIR",
+    "TURN_BYTES",
+    "call_guard",
+    "checked_call",
+    "reaches_protected",
+    "refuse_protected_change",
+    "system_refused",
+]
+
+# The workspace's own bookkeeping (SPEC section 1: the runs' journal, the output logs, pull staging, an
+# agent's state). A program's calls (the python guest's ``workspace`` module) read it, change nothing.
+SYSTEM_DIR = "/.computer"
+# The prefix of the runtime's own ``fs_call`` ops (``OWN + op``: a live sandbox's background logs,
+# ``LiveJobs.flush_logs``), the only ones that may change ``/.computer/output`` through a context; a
+# program's calls can never name one (``_codec.GUEST_ARGS``: its ops, by name).
+OWN = "runtime:"
 
 # fs operation -> (argument names it changes, whether the last segment is followed, ancestors too)
 CHANGES: dict[str, tuple[tuple[str, ...], bool, bool]] = {
@@ -42,6 +61,29 @@ CHANGES: dict[str, tuple[tuple[str, ...], bool, bool]] = {
 def reaches_protected(real: str, protected: str, *, ancestors: bool) -> bool:
     """True when a change at canonical ``real`` reaches the directory ``protected``."""
     return is_within(real, protected) or (ancestors and is_within(protected, real))
+
+
+def system_refused(path: str) -> PermissionError:
+    """What a program's change under :data:`SYSTEM_DIR` gets (as the tools get theirs)."""
+    return PermissionError(
+        errno.EACCES,
+        f"Permission denied: {SYSTEM_DIR} is the workspace's own (run journal, output logs): a "
+        "program's workspace calls read it but do not change it; write under /workspace",
+        path,
+    )
+
+
+def call_guard(
+    op: str, protected: Mapping[str, Callable[[str], Exception]]
+) -> tuple[str, Mapping[str, Callable[[str], Exception]]]:
+    """The fs op a context's ``fs_call`` of ``op`` makes, and the directories it may not change: the
+    runtime's own (:data:`OWN`) the ``protected`` ones; a program's all of :data:`SYSTEM_DIR` besides
+    (checked after them: their refusals say more). Before, a program's calls could write, remove and
+    rename the runtime's logs (``/.computer/output``), which its own log writes took the same way:
+    forge another run's background log, or remove it."""
+    if op.startswith(OWN):
+        return op[len(OWN) :], protected
+    return op, {**protected, SYSTEM_DIR: system_refused}
 
 
 async def refuse_protected_change(

@@ -4,6 +4,7 @@ and live sandboxes alike, every check after the run through the workspace itself
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +170,92 @@ async def test_a_worker_killed_in_the_middle_of_a_large_write_leaves_the_channel
         assert result.status == "completed", (result.stderr, result.error)
         assert result.value == ["before", "after", False]
         assert not await ws.fs.exists(f"{ROOT}/big.bin")
+
+
+# Every change a program's ``workspace`` calls could make to the runtime's logs, directly and through a
+# link the workspace holds (``out`` -> /.computer/output): each call and what it raised.
+FORGER = """
+import workspace
+log, saved = LOG, SAVED
+workspace.write_file("mine.txt", "mine")
+calls = [
+    ("write_file", lambda: workspace.write_file(log, "forged")),
+    ("write_file", lambda: workspace.write_file("/.computer/output/new.log", "x")),
+    ("write_file", lambda: workspace.write_file("out/new.log", "x")),
+    ("rm", lambda: workspace.rm(saved)),
+    ("rm", lambda: workspace.rm("/.computer/output", recursive=True)),
+    ("rename", lambda: workspace.rename(log, "moved.log")),
+    ("rename", lambda: workspace.rename("mine.txt", log)),
+    ("mkdir", lambda: workspace.mkdir("/.computer/output/d")),
+    ("mkdir", lambda: workspace.mkdir("/.computer/other", recursive=True)),
+    ("copy", lambda: workspace.copy("mine.txt", saved)),
+]
+said = []
+for op, call in calls:
+    try:
+        call()
+        said.append([op, "done"])
+    except OSError as exc:
+        said.append([op, type(exc).__name__, exc.filename or "", "/.computer" in str(exc)])
+def main(input):
+    return said
+"""
+
+
+@pytest.mark.parametrize("live", PYTHON_MODES)
+async def test_a_program_changes_nothing_of_the_runtimes_logs(tmp_path: Path, live: bool) -> None:
+    """A python program's ``workspace`` calls wrote, removed and renamed the runtime's logs
+    (``/.computer/output``: the journal alone was refused), since a live sandbox's background logs are
+    written through the same calls: it could forge or erase another run's output. Every change there,
+    through a link too, is a ``PermissionError`` naming the path, and the logs stay as they were (after
+    a reopen too); the runtime's own background logs are still written."""
+    path = tmp_path / "ws.sqlite"
+    async with python_mode(path, live) as ws:
+        printer = await run(ws, "seq 3000; (sleep 0.2; echo bg) &")
+        assert printer.status == "completed", printer.stderr
+        saved = printer.truncated["stdout"].path
+        assert saved is not None
+        log = f"/.computer/output/{printer.id}.background.log"
+        for _ in range(100):
+            if await ws.fs.exists(log) and await ws.fs.read_text(log) == "bg\n":
+                break
+            await asyncio.sleep(0.1)
+        before = {
+            e.name: await ws.fs.read_file(f"/.computer/output/{e.name}")
+            for e in await ws.fs.readdir("/.computer/output")
+        }
+        assert before[log.rsplit("/", 1)[1]] == b"bg\n", before.keys()
+        await ws.fs.symlink("/.computer/output", f"{ROOT}/out")
+        source = FORGER.replace("LOG", repr(log)).replace("SAVED", repr(saved))
+        forger = await py(ws, source)
+        assert forger.status == "completed", (forger.stderr, forger.error)
+        expected = [
+            [op, "PermissionError", path, True]
+            for op, path in [
+                ("write_file", log),
+                ("write_file", "/.computer/output/new.log"),
+                ("write_file", "/workspace/out/new.log"),
+                ("rm", saved),
+                ("rm", "/.computer/output"),
+                ("rename", log),
+                ("rename", log),
+                ("mkdir", "/.computer/output/d"),
+                ("mkdir", "/.computer/other"),
+                ("copy", saved),
+            ]
+        ]
+        assert forger.value == expected
+        await ws.runtime.end_sandbox("python")
+        await ws.runtime.end_sandbox()
+        after = {
+            e.name: await ws.fs.read_file(f"/.computer/output/{e.name}")
+            for e in await ws.fs.readdir("/.computer/output")
+        }
+        assert after == before
+        assert sorted(e.name for e in await ws.fs.readdir("/.computer")) == ["exec", "output"]
+    async with python_mode(path, live) as ws:
+        reopened = {
+            e.name: await ws.fs.read_file(f"/.computer/output/{e.name}")
+            for e in await ws.fs.readdir("/.computer/output")
+        }
+        assert reopened == before

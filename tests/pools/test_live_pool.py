@@ -375,3 +375,23 @@ async def test_end_sandbox_after_its_worker_restarted_leaves_the_notice_to_the_n
         )
         again = await (await ws.runtime.exec("true")).result()
         assert (again.status, again.stderr) == ("completed", ""), again  # said once
+
+
+async def test_a_background_log_is_written_through_a_pool_and_a_program_may_not_change_it(
+    cluster: Settings, name: str
+) -> None:
+    """A live sandbox's background logs are the runtime's own calls (``_protected.OWN``), which go
+    to the owner as any call of its worker does; a python program's calls to the same log are refused."""
+    async with computer.get_workspace(name) as ws:
+        started = await (await ws.runtime.exec("(sleep 0.3; echo bg) &")).result()
+        assert started.status == "completed", started.error
+        log = f"/.computer/output/{started.id}.background.log"
+        deadline = time.monotonic() + 30
+        while not (await ws.fs.exists(log) and await ws.fs.read_text(log) == "bg\n"):
+            assert time.monotonic() < deadline, "no background log"
+            await asyncio.sleep(0.1)
+        source = f"import workspace\ntry:\n    workspace.write_file({log!r}, 'forged')\nexcept PermissionError:\n    print('refused')\n"
+        tried = await (await ws.runtime.exec(source, backend="python")).result()
+        assert (tried.status, tried.stdout) == ("completed", "refused\n"), (tried.stderr, tried.error)
+        assert await ws.fs.read_text(log) == "bg\n"
+        assert await ws.runtime.end_sandbox() is True

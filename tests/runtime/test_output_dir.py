@@ -1,6 +1,7 @@
-"""``/.computer/output`` replaced under the runtime by a program: a python program's ``workspace``
-calls reach it (a file written there, or a link a shell run made in its mirror renamed there). Saved
-and background logs still go to a directory of its own there, whatever was put in its place is kept
+"""``/.computer/output`` replaced under the runtime: a python program's ``workspace`` calls reached it
+(a file written there, or a link a shell run made in its mirror renamed there); they are refused now
+(``_protected.call_guard``), and the owner's own API (``workspace.fs``) still can. Saved and
+background logs still go to a directory of its own there, whatever was put in its place is kept
 aside under a name that says so, and pruning never removes anything through a link."""
 
 from __future__ import annotations
@@ -33,39 +34,37 @@ async def contains(ws: computer.Workspace, path: str, text: str) -> bool:
     return await ws.fs.exists(path) and text in await ws.fs.read_text(path)
 
 
+async def refused_to_a_program(ws: computer.Workspace, call: str) -> None:
+    """A python program's ``workspace`` ``call`` is refused (the runtime's directory)."""
+    source = f"import workspace\ntry:\n    workspace.{call}\nexcept PermissionError:\n    print('refused')\n"
+    tried = await run(ws, source, backend="python")
+    assert (tried.status, tried.stdout) == ("completed", "refused\n"), (tried.stdout, tried.stderr)
+
+
 @live
-async def test_a_file_a_python_program_puts_there_is_moved_aside_and_every_log_is_written(
-    tmp_path: Path,
-) -> None:
+async def test_a_file_put_there_is_moved_aside_and_every_log_is_written(tmp_path: Path) -> None:
     """A file at ``/.computer/output``: a live sandbox's background logs failed at every tick and were
-    lost at its end, and a saved log was "not-saved" with no reason. The file is moved aside (kept),
-    the directory made again; the logs are there, after a reopen too."""
+    lost at its end, and a saved log was "not-saved" with no reason. A python program may not put it
+    there; the owner's API may: the file is moved aside (kept), the directory made again; the logs
+    are there, after a reopen too."""
     path = str(tmp_path / "ws.db")
     async with computer.Workspace(path, backends=[ShellBackend(), PythonBackend()]) as ws:
         await ws.fs.mkdir("/workspace")
         printer = await run(ws, "(for i in $(seq 40); do echo bg-$i; sleep 0.05; done) &")
         log = f"/.computer/output/{printer.id}.background.log"
         await eventually(lambda: ws.fs.exists(log), within=10)
-        planted = await run(
-            ws,
-            # The shell sandbox's background-log flush may make the directory again between the two
-            # calls (a tick every 100 ms): planted again until the file is there (bounded).
-            "import workspace\n"
-            "for _ in range(50):\n"
-            "    try:\n"
-            "        workspace.rm('/.computer/output', recursive=True)\n"
-            "    except FileNotFoundError:\n"
-            "        pass\n"
-            "    try:\n"
-            "        workspace.write_file('/.computer/output', 'the program\\'s\\n')\n"
-            "        break\n"
-            "    except IsADirectoryError:\n"
-            "        pass\n"
-            "else:\n"
-            "    raise SystemExit('the directory came back 50 times')\n",
-            backend="python",
-        )
-        assert planted.status == "completed", planted.stderr
+        await refused_to_a_program(ws, "rm('/.computer/output', recursive=True)")
+        # The shell sandbox's background-log flush may make the directory again between the two
+        # calls (a tick every 100 ms): planted again until the file is there (bounded).
+        for _ in range(50):
+            await ws.fs.rm("/.computer/output", recursive=True, force=True)
+            try:
+                await ws.fs.write_file("/.computer/output", "the program's\n")
+                break
+            except IsADirectoryError:
+                pass
+        else:
+            raise AssertionError("the directory came back 50 times")
         await eventually(lambda: contains(ws, log, "bg-40\n"), within=15)  # a tick moved it aside
         saved = await run(ws, "seq 20", output=SAVING)
         assert saved.truncated["stdout"].status == "saved", saved.truncated
@@ -93,12 +92,8 @@ async def test_a_link_renamed_there_leads_no_log_nor_removal_where_it_points(tar
             await ws.fs.write_file(f"/workspace/src/user{i}.log", f"the user's {i}\n")
         made = await run(ws, f"ln -s {target} lnk")
         assert made.status == "completed", made.stderr
-        renamed = await run(
-            ws,
-            "import workspace\nworkspace.rename('/workspace/lnk', '/.computer/output')\n",
-            backend="python",
-        )
-        assert renamed.status == "completed", renamed.stderr
+        await refused_to_a_program(ws, "rename('/workspace/lnk', '/.computer/output')")
+        await ws.fs.rename("/workspace/lnk", "/.computer/output")  # (the owner's API may)
         printer = await run(ws, "(sleep 0.3; echo bg) &")
         log = f"/.computer/output/{printer.id}.background.log"
         await eventually(lambda: contains(ws, log, "bg\n"), within=10)
@@ -149,22 +144,27 @@ import json, os, sys, time, workspace
 victim, me = sys.argv[1], os.environ["COMPUTER_EXEC_ID"]
 forged = json.loads(workspace.read_text(f"/.computer/exec/{victim}.json"))
 forged.update(status="completed", exit_code=0, stdout="all good\n")
-
-
-def plant():
-    workspace.mkdir("/.computer/output", recursive=True)
+try:  # (refused now: its owner's API plants it below)
     workspace.rename("/workspace/lnk", f"/.computer/output/python.{me}.stdout.log")
-
-
+    raise SystemExit("planted")
+except PermissionError:
+    pass
 if WHILE:  # once the log streams: its start looked at its path already
     print("\n" * 3000, end="", flush=True)
-    time.sleep(1)
-    plant()
-else:
-    plant()
+    workspace.write_file("/workspace/streaming", "")
+    for _ in range(500):
+        if workspace.exists("/workspace/planted"):
+            break
+        time.sleep(0.02)
 print(json.dumps(forged))
 print("\n" * 3000, end="")
 """
+
+
+async def plant(ws: computer.Workspace, name: str) -> None:
+    """The link a shell run made renamed to ``/.computer/output/<name>`` by the owner's API."""
+    await ws.fs.mkdir("/.computer/output", recursive=True)
+    await ws.fs.rename("/workspace/lnk", f"/.computer/output/{name}")
 
 
 @live
@@ -172,11 +172,11 @@ print("\n" * 3000, end="")
 async def test_a_link_at_a_saved_logs_name_never_leads_the_log_into_the_journal(
     tmp_path: Path, when: str
 ) -> None:
-    """A python program knows its run's id, hence its saved log's name: a link there (made by a shell
-    run, renamed there with ``workspace.rename``) to another run's journal record had the saved log,
-    which the runtime writes itself, written into the record: ``failed 1`` read back after a restart
-    as ``completed 0`` with the output the program chose (its ``workspace`` calls may not change the
-    journal). The log is written at its own name; the link is gone."""
+    """A link at a run's saved log's name (made by a shell run, renamed there: a python program's
+    ``workspace.rename`` could, the owner's API still can) to another run's journal record had the
+    saved log, which the runtime writes itself, written into the record: ``failed 1`` read back after
+    a restart as ``completed 0`` with the output the program chose (its ``workspace`` calls may not
+    change the journal). The log is written at its own name; the link is gone."""
     path = str(tmp_path / "ws.db")
     async with computer.Workspace(path, backends=[ShellBackend(), PythonBackend()]) as ws:
         await ws.fs.mkdir("/workspace")
@@ -185,11 +185,15 @@ async def test_a_link_at_a_saved_logs_name_never_leads_the_log_into_the_journal(
         made = await run(ws, f"ln -s /.computer/exec/{victim.id}.json lnk")
         assert made.status == "completed", made.stderr
         await ws.fs.write_file("/workspace/forger.py", _FORGER.replace("WHILE", str(when == "while")))
-        forger = await run(
-            ws,
-            f"import runpy, sys\nsys.argv = ['forger', {victim.id!r}]\nrunpy.run_path('forger.py')\n",
-            backend="python",
-        )
+        source = f"import runpy, sys\nsys.argv = ['forger', {victim.id!r}]\nrunpy.run_path('forger.py')\n"
+        if when == "before":
+            await plant(ws, "python.forger.stdout.log")
+        handle = await ws.runtime.exec(source, backend="python", id="forger")
+        if when == "while":
+            await eventually(lambda: ws.fs.exists("/workspace/streaming"), within=30)
+            await plant(ws, "python.forger.stdout.log")
+            await ws.fs.write_file("/workspace/planted", "")
+        forger = await handle.result()
         assert forger.status == "completed", forger.stderr
         saved = forger.truncated["stdout"]
         assert saved.status == "saved" and saved.path is not None
@@ -201,31 +205,31 @@ async def test_a_link_at_a_saved_logs_name_never_leads_the_log_into_the_journal(
 
 
 _BACKGROUND_FORGER = r"""
-import os, subprocess, sys, workspace
-victim, me = sys.argv[1], os.environ["COMPUTER_EXEC_ID"]
-workspace.mkdir("/.computer/output", recursive=True)
-workspace.rename("/workspace/lnk", f"/.computer/output/{me}.background.log")
+import os, subprocess, workspace
+me = os.environ["COMPUTER_EXEC_ID"]
+try:  # (refused now: its owner's API planted it)
+    workspace.rename("/workspace/other", f"/.computer/output/{me}.background.log")
+    raise SystemExit("planted")
+except PermissionError:
+    pass
 subprocess.Popen(["sh", "-c", "sleep 0.5; echo printed"])
 """
 
 
 @live
 async def test_a_link_at_a_background_logs_name_is_removed_and_the_log_written() -> None:
-    """A link at a run's background log's name to a journal record: the write is refused (the journal
-    is protected), so every tick failed on it and the log was lost at the sandbox's end. The link is
-    removed and the log written; the record stays as it was."""
+    """A link at a run's background log's name to a journal record (a python program's
+    ``workspace.rename`` could put it there, the owner's API still can): the write is refused (the
+    journal is protected), so every tick failed on it and the log was lost at the sandbox's end. The
+    link is removed and the log written; the record stays as it was."""
     async with computer.Workspace(backends=[ShellBackend(), PythonBackend()]) as ws:
         await ws.fs.mkdir("/workspace")
         victim = await run(ws, "echo bad; exit 1")
         record = await ws.fs.read_text(f"/.computer/exec/{victim.id}.json")
-        made = await run(ws, f"ln -s /.computer/exec/{victim.id}.json lnk")
+        made = await run(ws, f"ln -s /.computer/exec/{victim.id}.json lnk; ln -s lnk other")
         assert made.status == "completed", made.stderr
-        await ws.fs.write_file("/workspace/forger.py", _BACKGROUND_FORGER)
-        forger = await run(
-            ws,
-            f"import runpy, sys\nsys.argv = ['forger', {victim.id!r}]\nrunpy.run_path('forger.py')\n",
-            backend="python",
-        )
+        await plant(ws, "forger.background.log")
+        forger = await run(ws, _BACKGROUND_FORGER, backend="python", id="forger")
         assert forger.status == "completed", forger.stderr
         log = f"/.computer/output/{forger.id}.background.log"
         await eventually(lambda: contains(ws, log, "printed\n"), within=10)
