@@ -377,8 +377,11 @@ class Runtime(Settling):
                     )
         for run in runs:  # of a loop that has ended, ended with its live sandbox: killed (``_kill``)
             if not run.done and run.stranded:
-                with contextlib.suppress(RuntimeError):  # (no live sandbox held it: it runs on)
-                    await self._settle_stranded(
-                        run,
-                        await run.end_stranded(self._backends.get(run.backend), self.context.workspace_id),
+                try:
+                    changes = await run.end_stranded(
+                        self._backends.get(run.backend), self.context.workspace_id
                     )
+                except Exception as exc:  # (``STRANDED``: no live sandbox held it, it runs on)
+                    log.warning("exec %s: left running as its workspace closed: %s", run.id, exc)
+                    continue
+                await self._settle_stranded(run, changes)
