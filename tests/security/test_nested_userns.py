@@ -12,6 +12,7 @@ import json
 import platform
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -211,3 +212,86 @@ def test_bubblewrap_sets_up_with_both_locks() -> None:
         pytest.skip(f"no seccomp filter here: {filt.missing}")
     assert filt.no_userns, filt
     assert bwrap_works((), (NO_USERNS,), filt.program)
+
+
+# Ordinary programs under the user namespace rules, as on an older bubblewrap (the filter alone): each
+# step its own call, checked by later calls and after the workspace is closed and opened again.
+_PIPELINE = (
+    "seq 1 10000 | awk '{s += $1} END {print s}' | tee sum.txt | wc -c; "
+    "printf 'a\\nb\\nc\\n' | sort -r | paste -sd, -; (sleep 0.1 & wait) && echo waited"
+)
+# Threads (pthread_create: clone3, then clone), each start method of multiprocessing (fork: clone;
+# spawn and forkserver: subprocess's fork_exec), posix_spawn (clone3, then clone with CLONE_VFORK).
+_PROCESSES = """python3 -c '
+import math, multiprocessing as mp, os, threading
+seen = []
+threads = [threading.Thread(target=seen.append, args=(i,)) for i in range(16)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+print("threads", sorted(seen) == list(range(16)))
+for method in ("fork", "spawn", "forkserver"):
+    with mp.get_context(method).Pool(2) as pool:
+        print(method, sum(pool.map(math.factorial, range(8))))
+pid = os.posix_spawn("/bin/sh", ["sh", "-c", "echo spawned > spawned.txt"], dict(os.environ))
+print("posix_spawn", os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]))
+'"""
+_GIT = "git -c user.name=agent -c user.email=agent@example.invalid"
+_COMMITS = (
+    f"git init -q repo && cd repo && {_GIT} commit -q --allow-empty -m first && echo hi > f && git add f"
+    f" && {_GIT} commit -q -m second && git log --format=%s | paste -sd, -"
+)
+# glibc tries clone3 first, is told ENOSYS and makes the thread and the spawned process with clone.
+_FALLBACK = (
+    "strace -f -qq -e trace=clone,clone3 -o trace.txt python3 -c 'import os, threading;"
+    ' t = threading.Thread(target=print, args=("thread",)); t.start(); t.join();'
+    ' print("spawn", os.waitpid(os.posix_spawn("/bin/true", ["true"], {}), 0)[1])\';'
+    " grep -c 'clone3(.*= -1 ENOSYS' trace.txt; grep -c 'clone(.*CLONE_THREAD' trace.txt;"
+    " grep -c 'clone(.*CLONE_VFORK' trace.txt"
+)
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["live", "per-call"])
+async def test_ordinary_programs_still_work(
+    live: bool, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setattr(_sandbox, "bwrap_works", _older)
+    shell = ShellBackend(live=live)
+    path = str(tmp_path / "ws.sqlite")
+    async with computer.Workspace(path, backends=[shell, PythonBackend(live=live)]) as ws:
+        await ws.fs.mkdir("/workspace")
+
+        async def run(source: str, backend: str = "shell") -> str:
+            result = await (await ws.runtime.exec(source, backend=backend, timeout=120)).result()
+            assert result.status == "completed" and result.exit_code == 0, result
+            return result.stdout
+
+        assert await run(_PIPELINE) == "9\nc,b,a\nwaited\n"
+        assert await run(_PROCESSES) == (
+            "threads True\nfork 5914\nspawn 5914\nforkserver 5914\nposix_spawn 0\n"
+        )
+        assert await run("cat sum.txt spawned.txt") == "50005000\nspawned\n"
+        assert await run(_COMMITS) == "second,first\n"
+        guest = await run(
+            "import os, subprocess, threading\n"
+            "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
+            "print('spawn', os.waitpid(os.posix_spawn('/bin/true', ['true'], {}), 0)[1])\n"
+            "print(subprocess.run(['sh', '-c', 'echo $((6 * 7))'], capture_output=True, text=True).stdout, end='')\n",
+            backend="python",
+        )
+        assert guest == "thread\nspawn 0\n42\n"
+        if shutil.which("strace") is not None:
+            printed, clone3_enosys, threads, vforks = (await run(_FALLBACK)).rsplit("\n", 4)[:4]
+            assert printed == "thread\nspawn 0", printed
+            # Both tried clone3 first (ENOSYS), then made the thread and the process with clone.
+            counts = (int(clone3_enosys), int(threads), int(vforks))
+            assert counts[0] >= 2 and counts[1] >= 1 and counts[2] >= 1, counts
+        [info, _] = ws.runtime.backends()
+        assert _BY["older-bwrap"] in info.isolation
+    async with computer.Workspace(path, backends=[shell]) as ws:
+        assert await ws.fs.read_text("/workspace/repo/f") == "hi\n"
+        log = await (
+            await ws.runtime.exec("cd repo && git log --format=%s && git fsck --no-progress")
+        ).result()
+        assert log.status == "completed" and log.stdout == "second\nfirst\n", log
