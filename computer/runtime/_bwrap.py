@@ -65,7 +65,9 @@ _ETC_FILES = (
 )
 # No user namespaces inside the sandbox (bubblewrap 0.8+, used where the probe says it works): a
 # program making its own (``unshare -Ur``) got a uid 0 with every capability over its namespaces, the
-# kernel surface behind most local privilege escalations, and nothing in a sandbox needs one.
+# kernel surface behind most local privilege escalations, and nothing in a sandbox needs one. The
+# seccomp filter refuses them too, on every bubblewrap (``_seccomp``: Ubuntu 22.04's 0.6.1 has no
+# such option).
 NO_USERNS = "--disable-userns"
 NETWORK_ETC = ("resolv.conf", "ssl", "ca-certificates", "ca-certificates.conf", "gai.conf", "host.conf")
 

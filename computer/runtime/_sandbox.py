@@ -5,7 +5,8 @@ Layers, each used when available and reported in :attr:`Sandbox.isolation`:
 - bubblewrap (``_bwrap``): user, pid, mount, ipc, uts and network namespaces, read-only system
   directories, a synthetic ``/etc``, only the binds a backend asks for;
 - a seccomp filter (``_seccomp``, loaded by bubblewrap): ``EPERM`` for the kernel interfaces behind
-  most local privilege escalations;
+  most local privilege escalations, and no new user namespaces (with bubblewrap's
+  ``--disable-userns`` where it has it, 0.8+; alone on an older one);
 - rlimits (``_limits``) and cgroup v1 ``memory`` and ``pids`` groups, one per run (``_cgroups``),
   capping the whole tree: under bubblewrap set on its sandbox process while it waits to start the
   command (``_admission``), without bubblewrap by a bash launcher before it execs the program.
@@ -96,12 +97,15 @@ class Sandbox:
                 "bubblewrap does not work as uid %s here: sandboxes map to host root", self._host_ids[0]
             )
             self._host_ids, self._drop, self.bwrap = None, [], True
-        # Where bubblewrap can (0.8+), the sandbox's programs make no user namespaces of their own.
+        # Where bubblewrap can (0.8+), the sandbox's programs make no user namespaces of their own;
+        # the seccomp filter refuses them too, on every bubblewrap (``_seccomp``).
         self.no_userns = self.bwrap and bwrap_works(tuple(self._drop), (NO_USERNS,))
-        # The seccomp filter, compiled once per process, where bubblewrap loads it here (probed).
+        # The seccomp filter, compiled once per process, where bubblewrap loads it here (probed with
+        # the options the sandboxes get: bubblewrap makes --disable-userns's namespace before it).
         self.seccomp: SeccompFilter | None = compiled() if self.bwrap else None
         program = self._program
-        if program is not None and not bwrap_works(tuple(self._drop), (), program):
+        options = (NO_USERNS,) if self.no_userns else ()
+        if program is not None and not bwrap_works(tuple(self._drop), options, program):
             log.warning("bubblewrap could not load the seccomp filter here: sandboxes run without it")
             self.seccomp = SeccompFilter(None, missing="bubblewrap could not load it")
         # Root without CAP_SYS_RESOURCE may not prlimit another user's process: the sandbox's own
@@ -139,8 +143,7 @@ class Sandbox:
             parts.append(
                 f"bubblewrap: user namespace as uid {SANDBOX_UID} ({user}) with no capabilities, "
                 f"pid/mount/ipc/uts namespaces, {net}, read-only /usr, synthetic /etc, private /tmp, "
-                "only the run's own binds (nosuid, nodev), "
-                + ("no user namespaces inside" if self.no_userns else "user namespaces allowed inside")
+                f"only the run's own binds (nosuid, nodev), {self._userns_isolation()}"
             )
         else:
             parts.append(f"NO namespace isolation (bubblewrap unavailable): the program runs as {user}")
@@ -165,6 +168,15 @@ class Sandbox:
             parts.append("no cgroup limits (cgroup v1 memory/pids not writable)")
         return "; ".join(parts)
 
+    def _userns_isolation(self) -> str:
+        """Whether the sandbox's programs can make user namespaces of their own, and what refuses them."""
+        by = [NO_USERNS] if self.no_userns else []
+        if self._program is not None and self.seccomp is not None and self.seccomp.no_userns:
+            by.append(
+                "the seccomp filter" + ("" if self.no_userns else ": this bubblewrap has no " + NO_USERNS)
+            )
+        return f"no user namespaces inside ({' and '.join(by)})" if by else "user namespaces allowed inside"
+
     def _seccomp_isolation(self) -> str:
         if self.seccomp is None:
             return "NO seccomp filter (it needs bubblewrap)"
@@ -175,7 +187,14 @@ class Sandbox:
             "bpf, perf_event_open, userfaultfd, io_uring, mount, modules, kexec, swap, reboot, clock "
             "setting and obsolete ones"
             + (f"; {'/'.join(self.seccomp.compat)} ABIs too" if self.seccomp.compat else "")
-            + "), ptrace allowed"
+            + ")"
+            + (
+                ", new user namespaces refused (unshare and clone with CLONE_NEWUSER: EPERM; clone3: "
+                "ENOSYS, glibc falls back to clone)"
+                if self.seccomp.no_userns
+                else ""
+            )
+            + ", ptrace allowed"
         )
 
     @property

@@ -2,17 +2,36 @@
 ordinary program needs, fail with ``EPERM`` (a deny-list in the spirit of Docker's default profile).
 
 bubblewrap loads the filter (``--seccomp FD``, a compiled BPF program read from the descriptor) after
-it built the sandbox (its mounts, ``pivot_root``, the user namespace's maps) and just before it execs
-the command, in its pid 1 reaper too; so the sandbox's own setup is unaffected and nothing after it
-escapes the filter (every child inherits it, and a ptrace tracer cannot change a call past it since
-Linux 4.8).
+it built the sandbox (its mounts, ``pivot_root``, the user namespace's maps, ``--disable-userns``'s
+nested user namespace and its check) and just before it execs the command, in its pid 1 reaper too
+(after its fork, which makes no namespace); so the sandbox's own setup is unaffected and nothing
+after it escapes the filter (every child inherits it, and a ptrace tracer cannot change a call past
+it since Linux 4.8).
 
 Denied: :data:`DENIED`. ``EPERM``, not a kill: programs that probe (io_uring in newer runtimes,
 keyctl in some libraries) fall back as they do under Docker. Allowed on purpose: ``ptrace`` and
 ``process_vm_*`` (gdb and strace are legitimate inside a sandbox), ``personality`` (its dangerous
 flags matter for setuid programs, which the kernel clears them for and the sandbox has none of:
-``no_new_privs``, every mount ``nosuid``; gdb sets ``ADDR_NO_RANDOMIZE``), ``unshare``/``setns``
-(the sandbox has no capabilities, and ``--disable-userns`` takes away new user namespaces).
+``no_new_privs``, every mount ``nosuid``; gdb sets ``ADDR_NO_RANDOMIZE``), ``setns`` (the sandbox
+has no capabilities, and sees no namespace but its own), ``unshare`` and ``clone`` without
+``CLONE_NEWUSER`` (the other namespaces need capabilities the sandbox has not).
+
+New user namespaces (:data:`USERNS_CALLS`): ``unshare`` and ``clone`` whose flags hold
+``CLONE_NEWUSER`` fail with ``EPERM`` (an argument-masked rule: the flags are argument 0 of both on
+x86_64 and aarch64 and their compat ABIs), ``clone3`` with ``ENOSYS`` whatever it asks (its flags are
+in a struct seccomp cannot read; glibc's ``pthread_create`` and ``posix_spawn`` then fall back to
+``clone``, as under Docker's default profile, which does the same). A program's own user namespace
+(``unshare -Ur``) gave it a uid 0 with every capability over its new namespaces: the kernel surface
+behind most local privilege escalations. Decision: these rules are in the filter ALWAYS, not only
+where bubblewrap lacks ``--disable-userns`` (0.8+; Ubuntu 22.04 ships 0.6.1): one filter per
+process whatever the host's bubblewrap, the same answer on every host (``EPERM``, where
+``--disable-userns`` alone gives ``ENOSPC``), and a second lock should the first fail (it rests on a
+``max_user_namespaces`` of 1 in the sandbox's namespace). bubblewrap's own setup is unaffected: it
+makes every namespace before the filter applies (above). Cost: clone and unshare run the filter's
+argument check (a few instructions); each ``pthread_create`` and ``posix_spawn`` one failed
+``clone3`` more (``benchmarks/seccomp_bench.py``). Given up: what only ``clone3`` offers
+(``CLONE_INTO_CGROUP``, ``set_tid``), as under Docker. On another machine (s390 has clone's flags in
+argument 1) the rules are left out and ``Sandbox.isolation`` says what holds.
 
 The filter covers the machine's compat ABIs too (x86 and x32 on x86_64, arm on aarch64, as Docker's
 profile does): a 32-bit program keeps working and ``int 0x80`` is no way around it. libseccomp gives
@@ -39,7 +58,7 @@ import os
 import platform
 from dataclasses import dataclass
 
-__all__ = ["DENIED", "SeccompFilter", "compiled", "filter_fd"]
+__all__ = ["CLONE_NEWUSER", "DENIED", "USERNS_CALLS", "SeccompFilter", "compiled", "filter_fd"]
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +122,13 @@ DENIED: tuple[str, ...] = (
     "vm86old",
     "lookup_dcookie",
 )
+CLONE_NEWUSER = 0x10000000
+# The calls that make user namespaces, refused by argument (see the module's docstring).
+USERNS_CALLS: tuple[str, ...] = ("unshare", "clone", "clone3")
+# clone's argument holding its flags, per machine (its compat ABIs' too: x86, x32 and arm have them
+# first as well); a machine not named here gets no user namespace rules.
+_CLONE_FLAGS_ARG = {"x86_64": 0, "aarch64": 0}
+_MASKED_EQ = 7  # SCMP_CMP_MASKED_EQ: (argument & datum_a) == datum_b
 # The compat ABIs of a machine (Docker's profile's "archMap").
 _COMPAT = {"x86_64": ("x86", "x32"), "aarch64": ("arm",)}
 _LIBRARY = "libseccomp.so.2"
@@ -128,6 +154,7 @@ class SeccompFilter:
     denied: tuple[str, ...] = ()  # the names of :data:`DENIED` this machine's architecture has
     compat: tuple[str, ...] = ()  # compat ABIs the filter covers besides the native one
     missing: str = ""
+    no_userns: bool = False  # :data:`USERNS_CALLS` refuse new user namespaces
 
     @property
     def digest(self) -> str:
@@ -165,6 +192,17 @@ def filter_fd(program: bytes) -> int:
     return fd
 
 
+class _ArgCmp(ctypes.Structure):
+    """libseccomp's ``struct scmp_arg_cmp``."""
+
+    _fields_ = [
+        ("arg", ctypes.c_uint),
+        ("op", ctypes.c_int),
+        ("datum_a", ctypes.c_uint64),
+        ("datum_b", ctypes.c_uint64),
+    ]
+
+
 def _load() -> ctypes.CDLL:
     lib = ctypes.CDLL(_LIBRARY)
     c_ctx = ctypes.c_void_p
@@ -177,13 +215,13 @@ def _load() -> ctypes.CDLL:
     lib.seccomp_attr_set.restype = ctypes.c_int
     lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
     lib.seccomp_syscall_resolve_name.restype = ctypes.c_int
-    # The array form, not the variadic ``seccomp_rule_add``: no rule here compares arguments.
+    # The array form, not the variadic ``seccomp_rule_add`` (ctypes cannot pass its structs by value).
     lib.seccomp_rule_add_array.argtypes = [
         c_ctx,
         ctypes.c_uint32,
         ctypes.c_int,
         ctypes.c_uint,
-        ctypes.c_void_p,
+        ctypes.POINTER(_ArgCmp),
     ]
     lib.seccomp_rule_add_array.restype = ctypes.c_int
     lib.seccomp_export_bpf.argtypes, lib.seccomp_export_bpf.restype = [c_ctx, ctypes.c_int], ctypes.c_int
@@ -213,6 +251,7 @@ def _compile(lib: ctypes.CDLL) -> SeccompFilter:
             if code != 0:
                 raise OSError(-code, f"seccomp_rule_add({name}): {os.strerror(-code)}")
             denied.append(name)
+        no_userns = _deny_userns(lib, ctx)
         fd = os.memfd_create("computer-seccomp", os.MFD_CLOEXEC)
         try:
             code = lib.seccomp_export_bpf(ctx, fd)
@@ -226,4 +265,35 @@ def _compile(lib: ctypes.CDLL) -> SeccompFilter:
         lib.seccomp_release(ctx)
     if not program or len(program) % 8:  # struct sock_filter is 8 bytes
         raise OSError(f"seccomp_export_bpf wrote {len(program)} bytes")
-    return SeccompFilter(program, tuple(denied), tuple(compat))
+    return SeccompFilter(program, tuple(denied), tuple(compat), no_userns=no_userns)
+
+
+def _deny_userns(lib: ctypes.CDLL, ctx: int) -> bool:
+    """Add the rules refusing new user namespaces (:data:`USERNS_CALLS`); whether all of them hold.
+    A rule libseccomp refuses is left out and said (the rest of the filter stands)."""
+    flags_arg = _CLONE_FLAGS_ARG.get(platform.machine())
+    if flags_arg is None:
+        log.warning(
+            "seccomp: clone's flags argument unknown on %s: no user namespace rules", platform.machine()
+        )
+        return False
+    rules = (
+        ("unshare", errno.EPERM, _ArgCmp(0, _MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)),
+        ("clone", errno.EPERM, _ArgCmp(flags_arg, _MASKED_EQ, CLONE_NEWUSER, CLONE_NEWUSER)),
+        ("clone3", errno.ENOSYS, None),  # whatever it asks: its flags are behind a pointer
+    )
+    held = 0
+    for name, code, compare in rules:
+        number = lib.seccomp_syscall_resolve_name(name.encode())
+        if number < 0:  # unknown to this libseccomp, or not a call of this machine's own ABI
+            log.warning("seccomp: %s unknown to libseccomp: new user namespaces not refused", name)
+            continue
+        arg = None if compare is None else ctypes.pointer(compare)
+        failed = lib.seccomp_rule_add_array(ctx, _errno_action(code), number, 0 if arg is None else 1, arg)
+        if failed:
+            log.warning(
+                "seccomp_rule_add(%s): %s: new user namespaces not refused", name, os.strerror(-failed)
+            )
+            continue
+        held += 1
+    return held == len(rules)
