@@ -136,6 +136,7 @@ def join_bounded(address: str | None, connect: Callable[[], None], timeout: floa
     watchdog.start()
     failure: BaseException | None = None
     try:
+        _dial_loopback_as_named()
         connect()
     except Exception as exc:  # Ray raises bare Exceptions, ConnectionError, RuntimeError
         failure = exc
@@ -155,6 +156,25 @@ def join_bounded(address: str | None, connect: Callable[[], None], timeout: floa
     if output:
         sys.stderr.buffer.write(output)
         sys.stderr.flush()
+
+
+def _dial_loopback_as_named() -> None:
+    """Make Ray dial a loopback address (``127.0.0.1:P``, ``localhost:P``, ``[::1]:P``, or what ``auto``
+    finds) as it is named.
+
+    Decision: Ray rewrites a loopback GCS address to this machine's outward IP before dialling it
+    (``services.resolve_ip_for_localhost``, the address it would route to the internet from), so
+    ``--address 127.0.0.1:6379`` connected through eth0's address, not loopback: a connection a
+    firewall or a GCS bound to loopback refuses, and traffic a user asked to keep on loopback. Ray's
+    own switch for it is ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (``ray_constants.ENABLE_RAY_CLUSTER``);
+    it only changes how an address that says loopback is dialled (the node the command then uses is
+    the local raylet Ray finds, with the address that raylet registered). Set for this process unless
+    the variable was given."""
+    if os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") is not None:
+        return
+    import ray._private.ray_constants as constants  # private to Ray: read when an address is resolved
+
+    constants.ENABLE_RAY_CLUSTER = False
 
 
 def _resolved(address: str | None) -> str:

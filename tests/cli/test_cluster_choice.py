@@ -1,0 +1,93 @@
+"""Which cluster a command joins, and how: against a Ray head of the test's own (``ray start --head``
+on loopback, its own temporary directory, stopped by its pid at the end), never the shared session's."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO, cli_env, free_port
+
+
+@dataclass(frozen=True)
+class Head:
+    address: str  # 127.0.0.1:PORT
+    pid: int  # the `ray start --block` process; the cluster's processes are its children
+    ray_tmpdir: Path  # RAY_TMPDIR of a command whose `auto` is to find this head (`ray_current_cluster`)
+
+
+@pytest.fixture(scope="module")
+def head() -> Iterator[Head]:
+    port = free_port()
+    root = Path(tempfile.mkdtemp(prefix="rc-h", dir="/tmp"))  # short: Ray's socket paths
+    temp_dir = root / "ray"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--port", str(port),
+         "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp_dir), "--num-cpus", "1",
+         "--include-dashboard", "false", "--disable-usage-stats"],
+        env=cli_env(), cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        recorded = temp_dir / "ray_current_cluster"  # written once the head runs
+        deadline = time.monotonic() + 90
+        while not recorded.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # a cluster starting: bounded by the deadline
+        if not recorded.exists():
+            pytest.fail(f"the test's Ray head did not start (exit {proc.poll()})")
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            pass
+        yield Head(f"127.0.0.1:{port}", proc.pid, root)
+    finally:
+        proc.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the head's processes only
+            proc.wait()
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+_GUARD = """
+import os, sys
+import ray._private.services as services
+
+resolve = services.canonicalize_bootstrap_address
+
+def guarded(address, temp_dir=None):
+    found = resolve(address, temp_dir)
+    host = (found or "").rpartition(":")[0].strip("[]")
+    if found and not (host.startswith("127.") or host == "::1"):
+        print(f"would dial {found} for {address}", file=sys.stderr, flush=True)
+        os._exit(97)  # before anything is dialled
+    return found
+
+services.canonicalize_bootstrap_address = guarded
+sys.argv = ["computer", *sys.argv[1:]]
+from computer.cli import main
+main()
+"""
+
+
+def test_a_loopback_address_is_dialled_on_loopback(head: Head, tmp_path: Path) -> None:
+    """``--address 127.0.0.1:P``: Ray rewrote it to this machine's outward IP before dialling (eth0's
+    address, not loopback). The guard ends the command before such a dial (exit 97). On a machine
+    with no route out, Ray keeps loopback by itself and this passes either way."""
+    env = cli_env(tmp_path / "data")
+    del env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"]  # as a user's shell has it: Ray's default
+    done = subprocess.run(
+        [sys.executable, "-c", _GUARD, "--address", head.address, "status"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"Ray cluster at {head.address}: 1 node(s)" in done.stdout, done.stdout
