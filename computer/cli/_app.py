@@ -227,7 +227,11 @@ def main_options(
     ] = None,
     address: Annotated[
         str | None,
-        typer.Option("--address", help="Ray cluster to join, e.g. 10.0.0.5:6379 or auto. Env: RAY_ADDRESS."),
+        typer.Option(
+            "--address",
+            help="Ray cluster to join, e.g. 10.0.0.5:6379, or auto (the one Ray finds on this machine). "
+            "None: no cluster is joined. Env: RAY_ADDRESS.",
+        ),
     ] = None,
     _version: Annotated[
         bool,
@@ -548,7 +552,9 @@ def bench(
 
 
 @app.command(
-    help="Show the Ray cluster (nodes, exec pools, live owners) and the directory. Joins a running cluster only."
+    help="Show the data directory and the Ray cluster named by --address or RAY_ADDRESS (nodes, exec "
+    "pools, live owners); `--address auto` joins the one Ray finds on this machine. With none named it "
+    "joins none: it says so and names the clusters running here. Never starts one."
 )
 def status(ctx: typer.Context) -> None:
     from ._status import show_status

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import REPO, cli_env, free_port
+from .conftest import COMPUTER, REPO, cli_env, free_port
 
 
 @dataclass(frozen=True)
@@ -91,3 +91,23 @@ def test_a_loopback_address_is_dialled_on_loopback(head: Head, tmp_path: Path) -
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert f"Ray cluster at {head.address}: 1 node(s)" in done.stdout, done.stdout
+
+
+def test_status_with_no_cluster_named_joins_none_and_names_the_one_here(head: Head, tmp_path: Path) -> None:
+    """No --address, no RAY_ADDRESS: status used Ray's ``auto`` and showed whatever cluster it found
+    on this machine (here the test's head, which the recorded ``ray_current_cluster`` points to;
+    elsewhere any ``gcs_server`` running, another user's or project's) as if it were this CLI's."""
+    env = cli_env(tmp_path / "data", RAY_TMPDIR=str(head.ray_tmpdir))  # where `ray start` recorded it
+    done = subprocess.run(
+        [*COMPUTER, "status"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "node(s)" not in done.stdout, done.stdout  # no cluster's table: none joined
+    assert "no cluster named (--address, RAY_ADDRESS), none joined" in done.stdout, done.stdout
+    assert f"`ray start` recorded a cluster on this machine at {head.address} (not joined)" in done.stdout
+    named = subprocess.run(
+        [*COMPUTER, "--address", "auto", "status"], env=env, cwd=REPO, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert named.returncode == 0, named.stderr  # named, it joins: the table says which cluster it is
+    assert f"Ray cluster at {head.address} (auto):" in named.stdout, named.stdout  # the title may wrap
