@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ._context import GlobalOptions, check_reachable, join_bounded, local_settings
+from ._context import GlobalOptions, check_reachable, join_bounded, local_settings, watch_cluster
 
 __all__ = ["show_status"]
 
@@ -109,8 +109,6 @@ def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
         return
     import ray
 
-    from ..actors.naming import HOST_PREFIX, OWNER_PREFIX, data_dir_key
-
     address = options.address or os.environ.get("RAY_ADDRESS") or "auto"
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -123,43 +121,52 @@ def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
     check_reachable(address)
     join_bounded(address, join)  # a cluster that does not answer in time ends the command (exit 1)
     try:
-        joined = str(ray.get_runtime_context().gcs_address)
-        named = address if address == joined else f"{joined} ({address})"  # `auto`, a host name
-        nodes: list[dict[str, Any]] = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
-        table = Table(title=f"Ray cluster at {named}: {len(nodes)} node(s)")
-        for column in ("node", "address", "CPU", "memory"):
-            table.add_column(column)
-        for node in nodes:
-            resources = node.get("Resources", {})
-            memory = resources.get("memory", 0) / 2**30
-            table.add_row(str(node["NodeID"])[:12], str(node.get("NodeManagerAddress")),
-                          f"{resources.get('CPU', 0):g}", f"{memory:.1f} GiB")  # fmt: skip
-        console.print(table)
-        actors = ray.util.list_named_actors(all_namespaces=True)
-        pools: Counter[str] = Counter()
-        owners = ours = 0
-        here = f"{OWNER_PREFIX}{data_dir_key(data_dir)}:"  # owners are named per data directory
-        hosts_here = f"{HOST_PREFIX}{data_dir_key(data_dir)}:"
-        hosts: list[str] = []
-        other_hosts = 0
-        for actor in actors:
-            name = str(actor.get("name", "")) if isinstance(actor, dict) else str(actor)
-            if name.startswith("computer:pool:"):
-                pools[name.split(":")[2]] += 1
-            elif name.startswith(OWNER_PREFIX):
-                owners += 1
-                ours += name.startswith(here)
-            elif name.startswith(hosts_here):
-                hosts.append(name)
-            elif name.startswith(HOST_PREFIX):
-                other_hosts += 1
-        pool_text = ", ".join(f"{backend} {count} worker(s)" for backend, count in sorted(pools.items()))
-        console.print(f"exec pools: {pool_text or 'none started yet (they start with the first exec)'}")
-        _pools(console)
-        console.print(f"dedicated workspace owners: {owners} ({ours} of this data directory)")
-        _hosts(console, sorted(hosts), other_hosts)
+        with watch_cluster(address):  # nor may it stop answering after (`ray.nodes()` waits forever)
+            _show_cluster(console, address, data_dir)
     finally:
         ray.shutdown()
+
+
+def _show_cluster(console: Console, address: str, data_dir: Path) -> None:
+    import ray
+
+    from ..actors.naming import HOST_PREFIX, OWNER_PREFIX, data_dir_key
+
+    joined = str(ray.get_runtime_context().gcs_address)
+    named = address if address == joined else f"{joined} ({address})"  # `auto`, a host name
+    nodes: list[dict[str, Any]] = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+    table = Table(title=f"Ray cluster at {named}: {len(nodes)} node(s)")
+    for column in ("node", "address", "CPU", "memory"):
+        table.add_column(column)
+    for node in nodes:
+        resources = node.get("Resources", {})
+        memory = resources.get("memory", 0) / 2**30
+        table.add_row(str(node["NodeID"])[:12], str(node.get("NodeManagerAddress")),
+                      f"{resources.get('CPU', 0):g}", f"{memory:.1f} GiB")  # fmt: skip
+    console.print(table)
+    actors = ray.util.list_named_actors(all_namespaces=True)
+    pools: Counter[str] = Counter()
+    owners = ours = 0
+    here = f"{OWNER_PREFIX}{data_dir_key(data_dir)}:"  # owners are named per data directory
+    hosts_here = f"{HOST_PREFIX}{data_dir_key(data_dir)}:"
+    hosts: list[str] = []
+    other_hosts = 0
+    for actor in actors:
+        name = str(actor.get("name", "")) if isinstance(actor, dict) else str(actor)
+        if name.startswith("computer:pool:"):
+            pools[name.split(":")[2]] += 1
+        elif name.startswith(OWNER_PREFIX):
+            owners += 1
+            ours += name.startswith(here)
+        elif name.startswith(hosts_here):
+            hosts.append(name)
+        elif name.startswith(HOST_PREFIX):
+            other_hosts += 1
+    pool_text = ", ".join(f"{backend} {count} worker(s)" for backend, count in sorted(pools.items()))
+    console.print(f"exec pools: {pool_text or 'none started yet (they start with the first exec)'}")
+    _pools(console)
+    console.print(f"dedicated workspace owners: {owners} ({ours} of this data directory)")
+    _hosts(console, sorted(hosts), other_hosts)
 
 
 def _hosts(console: Console, names: list[str], others: int) -> None:

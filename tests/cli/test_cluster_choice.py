@@ -111,3 +111,91 @@ def test_status_with_no_cluster_named_joins_none_and_names_the_one_here(head: He
     )  # fmt: skip
     assert named.returncode == 0, named.stderr  # named, it joins: the table says which cluster it is
     assert f"Ray cluster at {head.address} (auto):" in named.stdout, named.stdout  # the title may wrap
+
+
+_PAUSE_AFTER_JOIN = """
+import os, sys, time
+from pathlib import Path
+
+marks = Path(sys.argv[1])
+module, attribute = sys.argv[2].rsplit(".", 1)
+import importlib
+
+owner = importlib.import_module(module)
+real = getattr(owner, attribute)
+
+def paused(*args, **kwargs):
+    (marks / "joined").touch()  # the test now stops the cluster's GCS
+    deadline = time.monotonic() + 60
+    while not (marks / "stopped").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return real(*args, **kwargs)
+
+setattr(owner, attribute, paused)
+sys.argv = ["computer", *sys.argv[3:]]
+from computer.cli import main
+main()
+"""
+
+
+def _gcs_pids(head: Head) -> list[int]:
+    """The head's ``gcs_server`` (a child of the test's ``ray start``), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        if name == "gcs_server" and int(rest[1]) == head.pid:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("pause", "args"),
+    [("ray.nodes", ["status"]), ("computer.actors.adopt", ["tool", "w", "ls"])],
+    ids=["status", "tool through ray_session"],
+)
+def test_a_cluster_that_stops_answering_after_the_join_ends_the_command(
+    head: Head, tmp_path: Path, pause: str, args: list[str]
+) -> None:
+    """The GCS of the test's head is stopped (SIGSTOP) right after the command joined: ``ray.nodes()``
+    then waited forever (``status``), and a command through ``ray_session`` waited on the owner's
+    creation. Last in this module: the head is continued after, but may not outlive the stop."""
+    gcs = _gcs_pids(head)
+    assert len(gcs) == 1, gcs
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PAUSE_AFTER_JOIN, str(marks), pause, "--address", head.address, *args],
+        env=cli_env(tmp_path / "data"), cwd=REPO, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    stopped = False
+    try:
+        deadline = time.monotonic() + 90
+        while not (marks / "joined").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the command joining: bounded by the deadline
+        assert (marks / "joined").exists(), proc.communicate(timeout=30)
+        os.kill(gcs[0], signal.SIGSTOP)
+        stopped = True
+        (marks / "stopped").touch()
+        # Far above the CLI's bound (``_context.ANSWER_TIMEOUT``, 20 s) for a loaded machine; before,
+        # the command was still waiting when this ran out.
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if stopped:
+            os.kill(gcs[0], signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert lines[-1] == (
+        f"error: the Ray cluster at {head.address} stopped answering: its GCS gave no answer for 20 s "
+        "(`ray status` on its head tells more)"
+    ), err
+    assert "Traceback" not in err, err
