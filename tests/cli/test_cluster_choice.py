@@ -18,6 +18,8 @@ import pytest
 
 from .conftest import COMPUTER, REPO, cli_env, free_port
 
+pytestmark = pytest.mark.slow  # each starts Ray processes; the module starts a head of its own
+
 
 @dataclass(frozen=True)
 class Head:
