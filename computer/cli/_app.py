@@ -30,9 +30,45 @@ def _flags_without_type(params: list[Any]) -> list[Any]:
     return params
 
 
+class _ClosedPipe(Exception):
+    """stdout's reader went away while typer parsed or ran a command: not an ``OSError``, which
+    typer's own handling turns into exit 1."""
+
+
+def _help_console_raises_on_closed_pipe() -> None:
+    """Make the consoles typer prints help with raise ``BrokenPipeError`` when stdout's reader has
+    gone, as ``_output.console`` does. Decision: rich's own handler ends the process with
+    ``SystemExit(1)`` from inside the print (`computer --help | head -1` exited 1, before anything of
+    ours could tell it from a failure). Done when help is first formatted, so a command that prints no
+    help imports no rich; typer's ``rich_utils._get_rich_console`` is private: without it, help into a
+    closed pipe exits 1 as before."""
+    from typer import rich_utils
+
+    made = getattr(rich_utils, "_get_rich_console", None)
+    if made is None or getattr(made, "raises_on_closed_pipe", False):
+        return
+
+    def get_console(stderr: bool = False) -> Any:
+        console = made(stderr=stderr)
+
+        def on_broken_pipe() -> None:
+            console.quiet = True
+            raise BrokenPipeError(32, "Broken pipe")
+
+        console.on_broken_pipe = on_broken_pipe
+        return console
+
+    get_console.raises_on_closed_pipe = True  # type: ignore[attr-defined]
+    rich_utils._get_rich_console = get_console
+
+
 class _Command(typer.core.TyperCommand):
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_without_type(super().get_params(ctx))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _help_console_raises_on_closed_pipe()
+        super().format_help(ctx, formatter)
 
     def collect_usage_pieces(self, ctx: Any) -> list[str]:
         """The usage line's pieces, a required argument as its bare name (``NAME``). Decision: typer
@@ -51,6 +87,24 @@ class _Group(typer.core.TyperGroup):
 
     def get_params(self, ctx: Any) -> list[Any]:
         return _flags_without_type(super().get_params(ctx))
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        _help_console_raises_on_closed_pipe()
+        super().format_help(ctx, formatter)
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        """The group's context; ``--help`` and ``--version`` print while it is made."""
+        try:
+            return super().make_context(*args, **kwargs)
+        except BrokenPipeError:
+            raise _ClosedPipe from None
+
+    def invoke(self, ctx: Any) -> Any:
+        """Run the command (its ``--help`` too); a closed stdout is ``_ClosedPipe``."""
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise _ClosedPipe from None
 
     def main(
         self,
@@ -75,6 +129,8 @@ def _exit_for(exc: Exception) -> NoReturn:
     one line, an abort (end of input at a prompt) as typer says it; anything else propagates.
     Decision: click's exceptions are told by their class names (typer 0.29 vendors click, earlier
     versions use the click package), as typer itself tells ``NoArgsIsHelpError``."""
+    if isinstance(exc, _ClosedPipe):  # 141 and no traceback, as every command (`_output.closed_pipe`)
+        sys.exit(closed_pipe())
     kinds = {kind.__name__ for kind in type(exc).__mro__}
     if "NoArgsIsHelpError" in kinds:  # the help is printed already (`computer` alone)
         sys.exit(2)
@@ -171,7 +227,11 @@ def main_options(
     ] = None,
     address: Annotated[
         str | None,
-        typer.Option("--address", help="Ray cluster to join, e.g. 10.0.0.5:6379 or auto. Env: RAY_ADDRESS."),
+        typer.Option(
+            "--address",
+            help="Ray cluster to join, e.g. 10.0.0.5:6379, or auto (the one Ray finds on this machine). "
+            "None: no cluster is joined. Env: RAY_ADDRESS.",
+        ),
     ] = None,
     _version: Annotated[
         bool,
@@ -492,7 +552,9 @@ def bench(
 
 
 @app.command(
-    help="Show the Ray cluster (nodes, exec pools, live owners) and the directory. Joins a running cluster only."
+    help="Show the data directory and the Ray cluster named by --address or RAY_ADDRESS (nodes, exec "
+    "pools, live owners); `--address auto` joins the one Ray finds on this machine. With none named it "
+    "joins none: it says so and names the clusters running here. Never starts one."
 )
 def status(ctx: typer.Context) -> None:
     from ._status import show_status

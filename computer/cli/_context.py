@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from ..config import Settings
 
 __all__ = [
+    "ANSWER_TIMEOUT",
     "GLOBAL_OPTIONS",
     "JOIN_TIMEOUT",
     "CliError",
@@ -33,6 +34,7 @@ __all__ = [
     "prepare_data_dir",
     "ray_session",
     "settings_error",
+    "watch_cluster",
 ]
 
 
@@ -136,6 +138,7 @@ def join_bounded(address: str | None, connect: Callable[[], None], timeout: floa
     watchdog.start()
     failure: BaseException | None = None
     try:
+        _dial_loopback_as_named()
         connect()
     except Exception as exc:  # Ray raises bare Exceptions, ConnectionError, RuntimeError
         failure = exc
@@ -155,6 +158,103 @@ def join_bounded(address: str | None, connect: Callable[[], None], timeout: floa
     if output:
         sys.stderr.buffer.write(output)
         sys.stderr.flush()
+
+
+ANSWER_TIMEOUT = JOIN_TIMEOUT  # seconds a probe of a joined cluster may wait (``watch_cluster``)
+_PROBE_EVERY = 2.0  # seconds between two probes that were answered
+
+
+@contextlib.contextmanager
+def watch_cluster(address: str | None, timeout: float = ANSWER_TIMEOUT) -> Iterator[None]:
+    """While the body runs, a joined cluster must keep answering: a thread reads a key of the GCS's
+    key-value store every ``_PROBE_EVERY`` seconds, and when one read has had no answer for ``timeout``
+    seconds the process prints one line naming the cluster and ends with exit code 1 (``os._exit``, as
+    ``join_bounded``: the calls waiting on the GCS cannot be cancelled). Leaving the body waits for a
+    read under way (the GCS is then checked once more before ``ray.shutdown``).
+
+    Decision: after a join, Ray bounds nothing a command does next: ``ray.nodes()`` waited forever on a
+    cluster whose GCS stopped answering (measured: > 100 s, no end; ``list_named_actors`` and
+    ``get_actor`` give up after 60 s each, and ``status`` makes several), so `status` and every command
+    through ``ray_session`` hung. Bounding each call instead would bound an exec (up to an hour) too:
+    the probe bounds only the cluster's silence, whatever the command waits on."""
+    import sys
+    import threading
+    import time
+
+    from ..actors.raycompat import kv_get
+
+    tried = _resolved(address)
+    state = threading.Condition()
+    started: list[float] = []  # when the read under way began; empty between reads
+    stop = threading.Event()
+    ended = threading.Lock()
+
+    def probe() -> None:
+        with contextlib.suppress(Exception):  # an answer, even an error, is an answer
+            kv_get(b"computer:cli-probe")
+        with state:
+            started.clear()
+            state.notify_all()
+
+    def give_up() -> None:
+        if not ended.acquire(blocking=False):
+            return
+        from ._output import report
+
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        report(
+            CliError(
+                f"the Ray cluster at {tried} stopped answering: its GCS gave no answer for {timeout:g} s "
+                "(`ray status` on its head tells more)"
+            )
+        )
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            with state:
+                if stop.is_set():
+                    return
+                started.append(time.monotonic())
+            threading.Thread(target=probe, name="computer-cluster-probe", daemon=True).start()
+            with state:
+                if not state.wait_for(lambda: not started, timeout):
+                    give_up()
+            stop.wait(_PROBE_EVERY)
+
+    watcher = threading.Thread(target=watch, name="computer-cluster-watch", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        with state:
+            stop.set()
+            if started and not state.wait_for(lambda: not started, timeout):
+                give_up()
+            ended.acquire(blocking=False)  # from here on the watcher ends nothing
+        watcher.join(timeout)
+
+
+def _dial_loopback_as_named() -> None:
+    """Make Ray dial a loopback address (``127.0.0.1:P``, ``localhost:P``, ``[::1]:P``, or what ``auto``
+    finds) as it is named.
+
+    Decision: Ray rewrites a loopback GCS address to this machine's outward IP before dialling it
+    (``services.resolve_ip_for_localhost``, the address it would route to the internet from), so
+    ``--address 127.0.0.1:6379`` connected through eth0's address, not loopback: a connection a
+    firewall or a GCS bound to loopback refuses, and traffic a user asked to keep on loopback. Ray's
+    own switch for it is ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0`` (``ray_constants.ENABLE_RAY_CLUSTER``);
+    it only changes how an address that says loopback is dialled (the node the command then uses is
+    the local raylet Ray finds, with the address that raylet registered). Set for this process unless
+    the variable was given."""
+    if os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") is not None:
+        return
+    import ray._private.ray_constants as constants  # private to Ray: read when an address is resolved
+
+    constants.ENABLE_RAY_CLUSTER = False
 
 
 def _resolved(address: str | None) -> str:
@@ -260,7 +360,8 @@ async def ray_session(options: GlobalOptions) -> AsyncIterator[Settings]:
         ray.shutdown()
         raise
     try:
-        given = {} if published is None else published.model_dump()
-        yield adopt(**{**given, "data_dir": options.data_dir or given.get("data_dir")})
+        with watch_cluster(address):  # a cluster that stops answering ends the command (exit 1)
+            given = {} if published is None else published.model_dump()
+            yield adopt(**{**given, "data_dir": options.data_dir or given.get("data_dir")})
     finally:
         ray.shutdown()

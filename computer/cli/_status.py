@@ -1,8 +1,8 @@
 """``computer status``: the Ray cluster (nodes, resources), the exec pools, the owners (dedicated
 actors, and owner hosts with their workspaces and memory), the directory.
 
-It joins a running cluster (``--address``, ``RAY_ADDRESS``, else ``auto``: one started with
-``ray start`` on this machine) and never starts one.
+It joins the cluster named by ``--address`` or ``RAY_ADDRESS`` (``auto``: the one Ray finds on this
+machine) and never starts one. With none named it joins none (``_not_joined``).
 """
 
 from __future__ import annotations
@@ -16,15 +16,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from ._context import GlobalOptions, check_reachable, join_bounded, local_settings
+from ._context import GlobalOptions, check_reachable, join_bounded, local_settings, watch_cluster
 
 __all__ = ["show_status"]
 
 
 def show_status(options: GlobalOptions, console: Console) -> None:
     """Decision: a cluster that was named (``--address``, ``RAY_ADDRESS``) and does not answer is a
-    failure (exit 1, before anything is printed), as for every other command; with none named, no
-    cluster running on this machine is a state to report (exit 0)."""
+    failure (exit 1, before anything is printed), as for every other command; with none named,
+    ``status`` joins none and says so (exit 0, ``_not_joined``)."""
     if not options.local:
         check_reachable(options.address or os.environ.get("RAY_ADDRESS"))
     config = local_settings(options)
@@ -53,71 +53,120 @@ def _directory_summary(options: GlobalOptions, console: Console) -> None:
     console.print(f"workspaces: {len(rows)}" + (f" ({detail})" if detail else ""))
 
 
-def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
-    import ray
+def _not_joined(console: Console) -> None:
+    """What ``status`` says with no cluster named: that it joined none, and the clusters it sees on
+    this machine (not joined), with how to show one.
 
-    from ..actors.naming import HOST_PREFIX, OWNER_PREFIX, data_dir_key
+    Decision: no ``--address`` and no ``RAY_ADDRESS`` joins no cluster. ``status`` used Ray's ``auto``,
+    which takes the cluster the last ``ray start`` recorded and else any ``gcs_server`` process
+    running here: another user's or another project's (a test session's) cluster was shown as if it
+    were this CLI's, while every other command with no cluster named works in its own process and
+    never uses it. Naming the cluster (``--address auto`` included) joins it as before."""
+    console.print(
+        "Ray: no cluster named (--address, RAY_ADDRESS), none joined: commands work in this process on "
+        "the data directory, without Ray (`computer demo` starts a Ray of its own)",
+        soft_wrap=True,
+    )
+    recorded, running = _clusters_here()
+    if recorded:
+        console.print(
+            f"Ray: `ray start` recorded a cluster on this machine at {recorded} (not joined): "
+            f"`computer --address {recorded} status` shows it",
+            soft_wrap=True,
+            markup=False,
+        )
+    others = sorted(set(running) - {recorded})
+    if others:
+        shown = ", ".join(others[:3]) + (f" (+{len(others) - 3})" if len(others) > 3 else "")
+        console.print(
+            f"Ray: {len(others)} {'other ' if recorded else ''}cluster(s) run on this machine (not joined): "
+            f"{shown}; pass --address HOST:PORT to show one",
+            soft_wrap=True,
+            markup=False,
+        )
+
+
+def _clusters_here() -> tuple[str | None, list[str]]:
+    """The cluster the last ``ray start`` on this machine recorded, and the GCS addresses of the Ray
+    clusters running here (Ray's ``auto`` picks from both); nothing when Ray cannot tell (its
+    functions are private: only these hints depend on them)."""
+    try:
+        from ray._private.services import find_bootstrap_address, find_gcs_addresses
+
+        recorded = find_bootstrap_address(None)
+    except Exception:
+        return None, []
+    try:
+        running = [str(address) for address in find_gcs_addresses()]  # type: ignore[no-untyped-call]
+    except Exception:  # psutil missing, a process gone meanwhile
+        running = []
+    return (str(recorded) if recorded else None), running
+
+
+def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
+    if options.local:
+        _not_joined(console)
+        return
+    import ray
 
     address = options.address or os.environ.get("RAY_ADDRESS") or "auto"
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     from ..actors.raycompat import quiet_driver_messages
 
-    none_found: list[Exception] = []
-
     def join() -> None:
         quiet_driver_messages()
-        try:
-            ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
-        except (ConnectionError, RuntimeError) as exc:
-            if not options.local:
-                raise
-            none_found.append(exc)  # `auto` found no cluster on this machine: a state to report
+        ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
 
     check_reachable(address)
     join_bounded(address, join)  # a cluster that does not answer in time ends the command (exit 1)
-    if none_found:
-        console.print(
-            "Ray: no cluster runs on this machine (`ray start --head` starts one); without --address, "
-            "commands work in their own process without Ray, and `computer demo` starts a Ray of its own"
-        )
-        return
     try:
-        nodes: list[dict[str, Any]] = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
-        table = Table(title=f"Ray cluster at {address}: {len(nodes)} node(s)")
-        for column in ("node", "address", "CPU", "memory"):
-            table.add_column(column)
-        for node in nodes:
-            resources = node.get("Resources", {})
-            memory = resources.get("memory", 0) / 2**30
-            table.add_row(str(node["NodeID"])[:12], str(node.get("NodeManagerAddress")),
-                          f"{resources.get('CPU', 0):g}", f"{memory:.1f} GiB")  # fmt: skip
-        console.print(table)
-        actors = ray.util.list_named_actors(all_namespaces=True)
-        pools: Counter[str] = Counter()
-        owners = ours = 0
-        here = f"{OWNER_PREFIX}{data_dir_key(data_dir)}:"  # owners are named per data directory
-        hosts_here = f"{HOST_PREFIX}{data_dir_key(data_dir)}:"
-        hosts: list[str] = []
-        other_hosts = 0
-        for actor in actors:
-            name = str(actor.get("name", "")) if isinstance(actor, dict) else str(actor)
-            if name.startswith("computer:pool:"):
-                pools[name.split(":")[2]] += 1
-            elif name.startswith(OWNER_PREFIX):
-                owners += 1
-                ours += name.startswith(here)
-            elif name.startswith(hosts_here):
-                hosts.append(name)
-            elif name.startswith(HOST_PREFIX):
-                other_hosts += 1
-        pool_text = ", ".join(f"{backend} {count} worker(s)" for backend, count in sorted(pools.items()))
-        console.print(f"exec pools: {pool_text or 'none started yet (they start with the first exec)'}")
-        _pools(console)
-        console.print(f"dedicated workspace owners: {owners} ({ours} of this data directory)")
-        _hosts(console, sorted(hosts), other_hosts)
+        with watch_cluster(address):  # nor may it stop answering after (`ray.nodes()` waits forever)
+            _show_cluster(console, address, data_dir)
     finally:
         ray.shutdown()
+
+
+def _show_cluster(console: Console, address: str, data_dir: Path) -> None:
+    import ray
+
+    from ..actors.naming import HOST_PREFIX, OWNER_PREFIX, data_dir_key
+
+    joined = str(ray.get_runtime_context().gcs_address)
+    named = address if address == joined else f"{joined} ({address})"  # `auto`, a host name
+    nodes: list[dict[str, Any]] = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+    table = Table(title=f"Ray cluster at {named}: {len(nodes)} node(s)")
+    for column in ("node", "address", "CPU", "memory"):
+        table.add_column(column)
+    for node in nodes:
+        resources = node.get("Resources", {})
+        memory = resources.get("memory", 0) / 2**30
+        table.add_row(str(node["NodeID"])[:12], str(node.get("NodeManagerAddress")),
+                      f"{resources.get('CPU', 0):g}", f"{memory:.1f} GiB")  # fmt: skip
+    console.print(table)
+    actors = ray.util.list_named_actors(all_namespaces=True)
+    pools: Counter[str] = Counter()
+    owners = ours = 0
+    here = f"{OWNER_PREFIX}{data_dir_key(data_dir)}:"  # owners are named per data directory
+    hosts_here = f"{HOST_PREFIX}{data_dir_key(data_dir)}:"
+    hosts: list[str] = []
+    other_hosts = 0
+    for actor in actors:
+        name = str(actor.get("name", "")) if isinstance(actor, dict) else str(actor)
+        if name.startswith("computer:pool:"):
+            pools[name.split(":")[2]] += 1
+        elif name.startswith(OWNER_PREFIX):
+            owners += 1
+            ours += name.startswith(here)
+        elif name.startswith(hosts_here):
+            hosts.append(name)
+        elif name.startswith(HOST_PREFIX):
+            other_hosts += 1
+    pool_text = ", ".join(f"{backend} {count} worker(s)" for backend, count in sorted(pools.items()))
+    console.print(f"exec pools: {pool_text or 'none started yet (they start with the first exec)'}")
+    _pools(console)
+    console.print(f"dedicated workspace owners: {owners} ({ours} of this data directory)")
+    _hosts(console, sorted(hosts), other_hosts)
 
 
 def _hosts(console: Console, names: list[str], others: int) -> None:

@@ -5,6 +5,7 @@ count, ignored), and a listing exited 1 (rich's own broken-pipe handling)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -126,3 +127,32 @@ def test_an_exec_whose_output_was_cut_says_where_the_whole_output_is(data: Path)
     whole = run_cli(["shell", "w", "-c", f"cat {saved}"], env=env)  # a later call reads it
     assert whole.returncode == 0, whole.stderr
     assert whole.stdout.splitlines() == [str(i) for i in range(1, LINES + 1)]
+
+
+def _into_a_closed_pipe(args: list[str], data: Path) -> tuple[int, str]:
+    """``computer ARGS | head -0``: stdout a pipe whose reader has closed before anything was
+    written (help fits a pipe's buffer, so a reader that reads one line first may close after it)."""
+    reader, writer = os.pipe()
+    os.close(reader)
+    try:
+        done = subprocess.run(
+            [*COMPUTER, *args], env=cli_env(data), cwd=REPO, stdin=subprocess.DEVNULL,
+            stdout=writer, stderr=subprocess.PIPE, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        os.close(writer)
+    return done.returncode, done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["shell", "--help"], ["tool", "--help"], ["tool", "w", "read", "--help"], ["--version"],
+     ["tools"]],
+    ids=["--help", "shell --help", "tool --help", "tool TOOL --help", "--version", "tools"],
+)  # fmt: skip
+def test_help_into_a_closed_pipe_exits_as_every_command(tmp_path: Path, args: list[str]) -> None:
+    """typer's help (and what the app prints outside a command's body) into a closed pipe exited 1:
+    rich's handler raised ``SystemExit(1)``, typer turned an ``EPIPE`` into exit 1."""
+    code, err = _into_a_closed_pipe(args, tmp_path)
+    assert code == 141, err
+    assert err == "", err

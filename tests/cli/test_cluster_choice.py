@@ -1,0 +1,203 @@
+"""Which cluster a command joins, and how: against a Ray head of the test's own (``ray start --head``
+on loopback, its own temporary directory, stopped by its pid at the end), never the shared session's."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from .conftest import COMPUTER, REPO, cli_env, free_port
+
+pytestmark = pytest.mark.slow  # each starts Ray processes; the module starts a head of its own
+
+
+@dataclass(frozen=True)
+class Head:
+    address: str  # 127.0.0.1:PORT
+    pid: int  # the `ray start --block` process; the cluster's processes are its children
+    ray_tmpdir: Path  # RAY_TMPDIR of a command whose `auto` is to find this head (`ray_current_cluster`)
+
+
+@pytest.fixture(scope="module")
+def head() -> Iterator[Head]:
+    port = free_port()
+    root = Path(tempfile.mkdtemp(prefix="rc-h", dir="/tmp"))  # short: Ray's socket paths
+    temp_dir = root / "ray"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--port", str(port),
+         "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp_dir), "--num-cpus", "1",
+         "--include-dashboard", "false", "--disable-usage-stats"],
+        env=cli_env(), cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL, start_new_session=True,
+    )  # fmt: skip
+    try:
+        recorded = temp_dir / "ray_current_cluster"  # written once the head runs
+        deadline = time.monotonic() + 90
+        while not recorded.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)  # a cluster starting: bounded by the deadline
+        if not recorded.exists():
+            pytest.fail(f"the test's Ray head did not start (exit {proc.poll()})")
+        with socket.create_connection(("127.0.0.1", port), timeout=10):
+            pass
+        yield Head(f"127.0.0.1:{port}", proc.pid, root)
+    finally:
+        proc.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the head's processes only
+            proc.wait()
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+_GUARD = """
+import os, sys
+import ray._private.services as services
+
+resolve = services.canonicalize_bootstrap_address
+
+def guarded(address, temp_dir=None):
+    found = resolve(address, temp_dir)
+    host = (found or "").rpartition(":")[0].strip("[]")
+    if found and not (host.startswith("127.") or host == "::1"):
+        print(f"would dial {found} for {address}", file=sys.stderr, flush=True)
+        os._exit(97)  # before anything is dialled
+    return found
+
+services.canonicalize_bootstrap_address = guarded
+sys.argv = ["computer", *sys.argv[1:]]
+from computer.cli import main
+main()
+"""
+
+
+def test_a_loopback_address_is_dialled_on_loopback(head: Head, tmp_path: Path) -> None:
+    """``--address 127.0.0.1:P``: Ray rewrote it to this machine's outward IP before dialling (eth0's
+    address, not loopback). The guard ends the command before such a dial (exit 97). On a machine
+    with no route out, Ray keeps loopback by itself and this passes either way."""
+    env = cli_env(tmp_path / "data")
+    del env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"]  # as a user's shell has it: Ray's default
+    done = subprocess.run(
+        [sys.executable, "-c", _GUARD, "--address", head.address, "status"],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"Ray cluster at {head.address}: 1 node(s)" in done.stdout, done.stdout
+
+
+def test_status_with_no_cluster_named_joins_none_and_names_the_one_here(head: Head, tmp_path: Path) -> None:
+    """No --address, no RAY_ADDRESS: status used Ray's ``auto`` and showed whatever cluster it found
+    on this machine (here the test's head, which the recorded ``ray_current_cluster`` points to;
+    elsewhere any ``gcs_server`` running, another user's or project's) as if it were this CLI's."""
+    env = cli_env(tmp_path / "data", RAY_TMPDIR=str(head.ray_tmpdir))  # where `ray start` recorded it
+    done = subprocess.run(
+        [*COMPUTER, "status"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert "node(s)" not in done.stdout, done.stdout  # no cluster's table: none joined
+    assert "no cluster named (--address, RAY_ADDRESS), none joined" in done.stdout, done.stdout
+    assert f"`ray start` recorded a cluster on this machine at {head.address} (not joined)" in done.stdout
+    named = subprocess.run(
+        [*COMPUTER, "--address", "auto", "status"], env=env, cwd=REPO, capture_output=True, text=True,
+        timeout=120,
+    )  # fmt: skip
+    assert named.returncode == 0, named.stderr  # named, it joins: the table says which cluster it is
+    assert f"Ray cluster at {head.address} (auto):" in named.stdout, named.stdout  # the title may wrap
+
+
+_PAUSE_AFTER_JOIN = """
+import os, sys, time
+from pathlib import Path
+
+marks = Path(sys.argv[1])
+module, attribute = sys.argv[2].rsplit(".", 1)
+import importlib
+
+owner = importlib.import_module(module)
+real = getattr(owner, attribute)
+
+def paused(*args, **kwargs):
+    (marks / "joined").touch()  # the test now stops the cluster's GCS
+    deadline = time.monotonic() + 60
+    while not (marks / "stopped").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return real(*args, **kwargs)
+
+setattr(owner, attribute, paused)
+sys.argv = ["computer", *sys.argv[3:]]
+from computer.cli import main
+main()
+"""
+
+
+def _gcs_pids(head: Head) -> list[int]:
+    """The head's ``gcs_server`` (a child of the test's ``ray start``), from /proc."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # ended meanwhile
+        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
+        if name == "gcs_server" and int(rest[1]) == head.pid:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize(
+    ("pause", "args"),
+    [("ray.nodes", ["status"]), ("computer.actors.adopt", ["tool", "w", "ls"])],
+    ids=["status", "tool through ray_session"],
+)
+def test_a_cluster_that_stops_answering_after_the_join_ends_the_command(
+    head: Head, tmp_path: Path, pause: str, args: list[str]
+) -> None:
+    """The GCS of the test's head is stopped (SIGSTOP) right after the command joined: ``ray.nodes()``
+    then waited forever (``status``), and a command through ``ray_session`` waited on the owner's
+    creation. Last in this module: the head is continued after, but may not outlive the stop."""
+    gcs = _gcs_pids(head)
+    assert len(gcs) == 1, gcs
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _PAUSE_AFTER_JOIN, str(marks), pause, "--address", head.address, *args],
+        env=cli_env(tmp_path / "data"), cwd=REPO, stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    stopped = False
+    try:
+        deadline = time.monotonic() + 90
+        while not (marks / "joined").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)  # the command joining: bounded by the deadline
+        assert (marks / "joined").exists(), proc.communicate(timeout=30)
+        os.kill(gcs[0], signal.SIGSTOP)
+        stopped = True
+        (marks / "stopped").touch()
+        # Far above the CLI's bound (``_context.ANSWER_TIMEOUT``, 20 s) for a loaded machine; before,
+        # the command was still waiting when this ran out.
+        _, err = proc.communicate(timeout=90)
+    finally:
+        if stopped:
+            os.kill(gcs[0], signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 1, err
+    lines = err.strip().splitlines()
+    assert lines[-1] == (
+        f"error: the Ray cluster at {head.address} stopped answering: its GCS gave no answer for 20 s "
+        "(`ray status` on its head tells more)"
+    ), err
+    assert "Traceback" not in err, err
