@@ -24,6 +24,7 @@ __all__ = [
     "CONTROL_GROUP",
     "CONTROL_METHODS",
     "CONTROL_SLOTS",
+    "OWNER_GROUPS",
     "PROBE_GROUP",
     "STREAM_GROUP",
     "STREAM_GROUP_METHODS",
@@ -65,6 +66,14 @@ WAIT_METHODS = frozenset({"lock_acquire", "exec_result", "exec_snapshots", "run_
 STREAM_GROUP = "streams"
 STREAM_SLOTS = 1_000  # a dedicated owner's; an owner host's: 100,000
 STREAM_GROUP_METHODS = frozenset({"stream"})
+# Every group above: the owner's attribute naming it (a key of ``describe``) -> (group, slots). Agent
+# actors have them too (``computer.agent.spawn``).
+OWNER_GROUPS = {
+    "probe_group": (PROBE_GROUP, 1),
+    "control_group": (CONTROL_GROUP, CONTROL_SLOTS),
+    "wait_group": (WAIT_GROUP, WAIT_SLOTS),
+    "stream_group": (STREAM_GROUP, STREAM_SLOTS),
+}
 
 T = TypeVar("T")
 
