@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ._hosts import HostedHandle, OwnerHost
     from ._init import adopt, cluster_settings, ensure_ray, init, published_settings
     from ._lease import awake, awake_where, owner_file, process_node, take_lease
-    from ._owner import CONTROL_METHODS, WAIT_METHODS, OwnerActor
+    from ._owner import CONTROL_METHODS, OWNER_GROUPS, STREAM_GROUP_METHODS, WAIT_METHODS, OwnerActor
     from ._placement import workspace_actor
     from ._pool_scaler import SCALER_NAME
     from .directory import Directory, RedisDirectory, SqliteDirectory, WorkspaceRecord, open_directory
@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 __all__ = [
     "CONTROL_METHODS",
     "NAMESPACE",
+    "OWNER_GROUPS",
     "SCALER_NAME",
+    "STREAM_GROUP_METHODS",
     "WAIT_METHODS",
     "DeletedWorkspace",
     "Directory",
@@ -85,6 +87,8 @@ _LAZY = {
     "owner_file": "._lease",
     "take_lease": "._lease",
     "CONTROL_METHODS": "._owner",
+    "OWNER_GROUPS": "._owner",
+    "STREAM_GROUP_METHODS": "._owner",
     "WAIT_METHODS": "._owner",
     "OwnerActor": "._owner",
     "HostedHandle": "._hosts",

@@ -88,6 +88,8 @@ class WorkspaceHost(PoolCallbacks):
     control_group: str | None = None
     #: The concurrency group of the calls that wait for others (``_owner.WAIT_GROUP``), when it has one.
     wait_group: str | None = None
+    #: The concurrency group of file streams (``_owner.STREAM_GROUP``), when it has one.
+    stream_group: str | None = None
 
     def __init__(self, name: str, *, config: Settings | dict[str, Any] | None = None) -> None:
         if isinstance(config, dict):
@@ -359,6 +361,7 @@ class WorkspaceHost(PoolCallbacks):
                 "probe_group": self.probe_group,  # where a client probes this process (None: default)
                 "control_group": self.control_group,  # where it sends lock releases (None: default)
                 "wait_group": self.wait_group,  # where it waits for locks and runs (None: default)
+                "stream_group": self.stream_group,  # where it streams files (None: default)
                 # Clients re-create a managed owner with the owner's own settings, not theirs.
                 "config": self.config.model_dump(mode="json"),
             }

@@ -17,13 +17,14 @@ from typing import Any
 
 from ..config import Settings
 from ._errors import WorkspaceUnavailableError
-from ._owner import CONTROL_GROUP, CONTROL_SLOTS, PROBE_GROUP, WAIT_GROUP, OwnerActor
+from ._owner import CONTROL_GROUP, CONTROL_SLOTS, PROBE_GROUP, STREAM_GROUP, WAIT_GROUP, OwnerActor
 from .naming import HOST_PREFIX, NAMESPACE, data_dir_key, host_actor_name, host_index
 from .raycompat import kv_get, kv_put_new
 
 __all__ = [
     "HOST_MAX_CONCURRENCY",
     "HOST_MAX_RESTARTS",
+    "HOST_STREAM_SLOTS",
     "HOST_WAIT_SLOTS",
     "METHODS",
     "STREAM_METHODS",
@@ -44,6 +45,8 @@ __all__ = [
 HOST_MAX_CONCURRENCY = 100_000
 # Slots of its wait group (``_owner.WAIT_GROUP``: lock requests, runs' results, tools that wait), apart.
 HOST_WAIT_SLOTS = 100_000
+# Slots of its stream group (``_owner.STREAM_GROUP``: file streams, which wait for their readers).
+HOST_STREAM_SLOTS = 100_000
 # A crashing host is restarted a few times (its workspaces reopen on their next call), then left dead.
 HOST_MAX_RESTARTS = 3
 # The owner RPC methods a host dispatches (public coroutine methods of a managed owner), and those of
@@ -131,7 +134,12 @@ def _host_class() -> Any:
         # A probe of a host whose 100,000 slots wait (lock requests...) must not wait with them, nor a
         # lock holder's release, nor (once the calls that wait have their own group) an ordinary call
         # (``tests/reliability/test_saturated_owner.py``).
-        groups = {PROBE_GROUP: 1, CONTROL_GROUP: CONTROL_SLOTS, WAIT_GROUP: HOST_WAIT_SLOTS}
+        groups = {
+            PROBE_GROUP: 1,
+            CONTROL_GROUP: CONTROL_SLOTS,
+            WAIT_GROUP: HOST_WAIT_SLOTS,
+            STREAM_GROUP: HOST_STREAM_SLOTS,
+        }
         _remote_class = ray.remote(concurrency_groups=groups)(OwnerHost)  # type: ignore[call-overload]
     return _remote_class
 
@@ -219,6 +227,7 @@ def hosted_owner(name: str, config: Settings) -> HostedHandle:
                     probe_group=PROBE_GROUP,
                     control_group=CONTROL_GROUP,
                     wait_group=WAIT_GROUP,
+                    stream_group=STREAM_GROUP,
                 )
             )
             return HostedHandle(host, name, host_name)

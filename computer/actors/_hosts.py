@@ -57,7 +57,7 @@ from ._host_placement import (
     release_unborn_claim,
 )
 from ._loop_thread import LoopClosedError, LoopThread, SharedThreadPool
-from ._owner import CONTROL_METHODS, WAIT_METHODS, OwnerActor, hop_stream
+from ._owner import CONTROL_METHODS, STREAM_GROUP_METHODS, WAIT_METHODS, OwnerActor, hop_stream
 from ._pool_callbacks import owner_token
 from ._small_calls import small_call
 from .directory import Directory, LeaseRenewal, open_directory, renew_leases
@@ -113,6 +113,7 @@ class HostedWorkspace(OwnerActor):
         self.probe_group = host.probe_group
         self.control_group = host.control_group
         self.wait_group = host.wait_group
+        self.stream_group = host.stream_group
 
     async def _on_own_loop(self, call: Awaitable[T]) -> T:
         return await call  # the host's ``ws_call`` hands every call to this workspace's loop
@@ -179,14 +180,16 @@ class OwnerHost:
         probe_group: str | None = None,
         control_group: str | None = None,
         wait_group: str | None = None,
+        stream_group: str | None = None,
     ) -> None:
         sys.setswitchinterval(SWITCH_INTERVAL)
         # The concurrency groups it was created with (``_owner.PROBE_GROUP``, ``CONTROL_GROUP``,
-        # ``WAIT_GROUP``): its workspaces' ``describe`` tells clients, which send probes, lock releases
-        # and the calls that wait for others there.
+        # ``WAIT_GROUP``, ``STREAM_GROUP``): its workspaces' ``describe`` tells clients, which send
+        # probes, lock releases, the calls that wait for others and file streams there.
         self.probe_group = probe_group
         self.control_group = control_group
         self.wait_group = wait_group
+        self.stream_group = stream_group
         # The process's settings, once for every workspace it will own (building them from the
         # environment costs ~4.5 ms of CPU on the loaded 2-core machine: not at every wake).
         self.config = configure(**config)
@@ -392,9 +395,9 @@ class OwnerHost:
         if method not in STREAM_METHODS:
             yield fail(AttributeError(f"owners have no streaming RPC method {method!r}"))
             return
-        if asyncio.get_running_loop() is not self.loop:  # sent on ``WAIT_GROUP``: served here all the same
-            if method not in WAIT_METHODS:
-                yield fail(AttributeError(f"{method!r} is not served on the wait group"))
+        if asyncio.get_running_loop() is not self.loop:  # ``WAIT_GROUP``, ``STREAM_GROUP``: served here
+            if method not in WAIT_METHODS and method not in STREAM_GROUP_METHODS:
+                yield fail(AttributeError(f"{method!r} is not served on the wait or stream group"))
                 return
             async for item in hop_stream(
                 self.ws_stream(name, method, *args, **kwargs), self.loop, moved(name, True)

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine
 from typing import Any, TypeVar
 
 from ..config import Settings
@@ -24,7 +24,11 @@ __all__ = [
     "CONTROL_GROUP",
     "CONTROL_METHODS",
     "CONTROL_SLOTS",
+    "OWNER_GROUPS",
     "PROBE_GROUP",
+    "STREAM_GROUP",
+    "STREAM_GROUP_METHODS",
+    "STREAM_SLOTS",
     "WAIT_GROUP",
     "WAIT_METHODS",
     "WAIT_SLOTS",
@@ -54,6 +58,22 @@ CONTROL_METHODS = frozenset({"lock_release", "lock_renew", "lock_cancel", "lock_
 WAIT_GROUP = "waits"
 WAIT_SLOTS = 1_000  # a dedicated owner's (its default group has as many); an owner host's: 100,000
 WAIT_METHODS = frozenset({"lock_acquire", "exec_result", "exec_snapshots", "run_tool"})
+# The concurrency group of file streams (``stream``): the owner waits in one for as long as its reader
+# is slow or stopped, so enough of them held every slot of the default group, and every ordinary call
+# queued behind them. Not the wait group: a stream waits for its own reader only, never for another
+# caller, and a lock holder reading a file must not queue behind the lock requests waiting for it
+# (nor stopped readers hold up lock grants and runs' results). Each step runs on the owner's loop.
+STREAM_GROUP = "streams"
+STREAM_SLOTS = 1_000  # a dedicated owner's; an owner host's: 100,000
+STREAM_GROUP_METHODS = frozenset({"stream"})
+# Every group above: the owner's attribute naming it (a key of ``describe``) -> (group, slots). Agent
+# actors have them too (``computer.agent.spawn``).
+OWNER_GROUPS = {
+    "probe_group": (PROBE_GROUP, 1),
+    "control_group": (CONTROL_GROUP, CONTROL_SLOTS),
+    "wait_group": (WAIT_GROUP, WAIT_SLOTS),
+    "stream_group": (STREAM_GROUP, STREAM_SLOTS),
+}
 
 T = TypeVar("T")
 
@@ -71,11 +91,13 @@ class OwnerActor(WorkspaceHost):
         probe_group: str | None = None,
         control_group: str | None = None,
         wait_group: str | None = None,
+        stream_group: str | None = None,
     ) -> None:
         super().__init__(name, config=config)
         self.probe_group = probe_group  # created with it (``PROBE_GROUP``): clients probe there
         self.control_group = control_group  # and ``CONTROL_GROUP``: clients release locks there
         self.wait_group = wait_group  # and ``WAIT_GROUP``: clients wait for locks and runs there
+        self.stream_group = stream_group  # and ``STREAM_GROUP``: clients read file streams there
         self._own_loop: asyncio.AbstractEventLoop | None = None
         try:
             loop = asyncio.get_running_loop()
@@ -105,11 +127,22 @@ class OwnerActor(WorkspaceHost):
         return await self._on_own_loop(super().exec_result(exec_id))
 
     async def exec_snapshots(self, exec_id: str) -> AsyncIterator[Any]:
-        source = super().exec_snapshots(exec_id)
+        async with contextlib.aclosing(self._hopped(super().exec_snapshots(exec_id))) as items:
+            async for item in items:  # closed with this one, not once collected
+                yield item
+
+    async def stream(self, path: str, offset: int = 0, length: int | None = None) -> AsyncIterator[Any]:
+        async with contextlib.aclosing(self._hopped(super().stream(path, offset, length))) as items:
+            async for item in items:
+                yield item
+
+    async def _hopped(self, source: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
+        """``source``'s items, each step on the owner's loop (a stream of another group arrives on its own)."""
         own = self._own_loop
         if own is not None and own is not asyncio.get_running_loop():
-            async for item in hop_stream(source, own, self._moved()):
-                yield item
+            async with contextlib.aclosing(hop_stream(source, own, self._moved())) as hopped:
+                async for item in hopped:
+                    yield item
             return
         try:
             async for item in source:
@@ -183,7 +216,7 @@ async def _awaited(call: Awaitable[T]) -> T:
 
 async def hop_stream(
     source: AsyncIterator[T], loop: asyncio.AbstractEventLoop, gone: Any
-) -> AsyncIterator[T]:
+) -> AsyncGenerator[T, None]:
     """Iterate ``source``, an async generator of ``loop``, from another loop: each step, and its close,
     run on ``loop`` (cancellation follows). ``gone`` is yielded when ``loop`` closed before the first
     step (the stream never started there); one closed later ends the stream."""

@@ -23,7 +23,16 @@ from ._errors import WorkspaceUnavailableError
 from ._full_nodes import node_for_new
 from ._init import cluster_settings, ensure_ray
 from ._nodes import alive_nodes
-from ._owner import CONTROL_GROUP, CONTROL_SLOTS, PROBE_GROUP, WAIT_GROUP, WAIT_SLOTS, OwnerActor
+from ._owner import (
+    CONTROL_GROUP,
+    CONTROL_SLOTS,
+    PROBE_GROUP,
+    STREAM_GROUP,
+    STREAM_SLOTS,
+    WAIT_GROUP,
+    WAIT_SLOTS,
+    OwnerActor,
+)
 from .directory import DELETING, WorkspaceRecord, last_known_file, open_directory, refuse_while_deleting
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
@@ -97,7 +106,12 @@ def _owner_class() -> Any:
     if _remote_class is None:
         import ray
 
-        groups = {PROBE_GROUP: 1, CONTROL_GROUP: CONTROL_SLOTS, WAIT_GROUP: WAIT_SLOTS}
+        groups = {
+            PROBE_GROUP: 1,
+            CONTROL_GROUP: CONTROL_SLOTS,
+            WAIT_GROUP: WAIT_SLOTS,
+            STREAM_GROUP: STREAM_SLOTS,
+        }
         _remote_class = ray.remote(concurrency_groups=groups)(OwnerActor)  # type: ignore[call-overload]
     return _remote_class
 
@@ -234,6 +248,7 @@ def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = Non
                     probe_group=PROBE_GROUP,
                     control_group=CONTROL_GROUP,
                     wait_group=WAIT_GROUP,
+                    stream_group=STREAM_GROUP,
                 )
             )
         except ValueError:

@@ -14,6 +14,7 @@ forever.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -31,14 +32,26 @@ class WorkerSilent(Exception):
 
 async def probe(handle: Any) -> str | None:
     """None when the worker answers a liveness probe within :data:`PROBE_TIMEOUT`, else why not.
-    A worker found dead by Ray is left to the call that waits on it (it fails on its own)."""
+    A worker found dead by Ray is left to the call that waits on it (it fails on its own).
+    A probe given up (timed out, or its caller cancelled) is cancelled in Ray: the await stops, the
+    task does not, and a stopped worker ran every probe it had been sent once it went on."""
+    import ray
+
+    ref = handle.probe.options(concurrency_group=PROBE_GROUP).remote()
+    answered = False
     try:
         async with asyncio.timeout(PROBE_TIMEOUT):
-            await handle.probe.options(concurrency_group=PROBE_GROUP).remote()
+            await ref
+        answered = True
     except TimeoutError:
         return f"no answer to a liveness probe within {PROBE_TIMEOUT:g} s: stopped or wedged"
     except Exception:
+        answered = True  # an answer of Ray's (the worker died): nothing left to cancel
         return None
+    finally:
+        if not answered:
+            with contextlib.suppress(Exception):
+                ray.cancel(ref)
     return None
 
 

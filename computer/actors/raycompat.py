@@ -13,6 +13,9 @@ A Ray upgrade that moves or renames one of these breaks here and nowhere else:
   producer may run ahead of its consumer;
 - the resources still available on each node (``ray._private.state``): where the exec pools' control
   loop places a new worker;
+- a ``@ray.remote`` class's own class and options (``__ray_metadata__``, ``_default_options``):
+  ``computer.agent.spawn`` makes it again with the concurrency groups an agent needs, which
+  ``.options()`` cannot add;
 - the driver's printer of cluster messages (``ray._private.worker.print_to_stdstream``), which
   writes them to stdout with colour codes, in the middle of a command's own output.
 """
@@ -24,6 +27,7 @@ import sys
 from typing import Any
 
 __all__ = [
+    "actor_class_parts",
     "actor_id",
     "actor_process",
     "available_per_node",
@@ -150,3 +154,9 @@ def quiet_driver_messages() -> None:
 
     print_quietly._computer_quiet = True  # type: ignore[attr-defined]
     worker.print_to_stdstream = print_quietly
+
+
+def actor_class_parts(actor_class: Any) -> tuple[type, dict[str, Any]]:
+    """The class ``@ray.remote`` decorated into ``actor_class`` and the options it was given."""
+    cls: type = actor_class.__ray_metadata__.modified_class.__ray_actor_class__
+    return cls, dict(actor_class._default_options)

@@ -10,6 +10,7 @@ agent continues where it stopped. ``get_workspace(agent_handle)`` reaches the sa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -81,7 +82,17 @@ class Agent(OwnerActor):
     execute_timeout: float | None = 120.0
 
     def __init__(self, name: str, config: Settings | dict[str, Any] | None = None) -> None:
-        super().__init__(name, config)
+        # The concurrency groups Ray gave it: the class ``spawn`` makes says (``_spawn._with_groups``),
+        # a class made otherwise has none (Ray ends a worker sent a group it lacks).
+        cls = type(self)
+        super().__init__(
+            name,
+            config,
+            probe_group=cls.probe_group,
+            control_group=cls.control_group,
+            wait_group=cls.wait_group,
+            stream_group=cls.stream_group,
+        )
         if self.hibernate_after is not None:
             # The idle loop reads the setting when it first runs, which is after __init__ returns.
             self.config = self.config.model_copy(update={"hibernate_after": float(self.hibernate_after)})
@@ -141,13 +152,18 @@ class Agent(OwnerActor):
         With a ``turn_id``, a retry of a turn that was already committed returns its reply again
         instead of running the message twice (what :class:`~computer.agent.AgentClient` relies on).
         """
-        return await self._serialized(lambda: self._turn(message, key=turn_id))
+        return await self._on_own_loop(self._serialized(lambda: self._turn(message, key=turn_id)))
 
     async def chat_stream(self, message: str, turn_id: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """One turn as events: ``text`` deltas, ``tool_call``, ``tool_result``, then ``reply`` (last).
 
         The model must support streaming (real ones do; a ``FunctionModel`` needs a ``stream_function``).
         """
+        async with contextlib.aclosing(self._hopped(self._events(message, turn_id))) as events:
+            async for event in events:  # each step on the agent's loop (sent on its wait group)
+                yield event
+
+    async def _events(self, message: str, turn_id: str | None) -> AsyncIterator[dict[str, Any]]:
         self._check_open()
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
 
@@ -187,11 +203,12 @@ class Agent(OwnerActor):
 
     async def approve(self, call_id: str) -> Reply:
         """Approve a pending call; once every call is decided the turn resumes and its reply returns."""
-        return await self._serialized(lambda: self._decide(call_id, True))
+        return await self._on_own_loop(self._serialized(lambda: self._decide(call_id, True)))
 
     async def reject(self, call_id: str, reason: str | None = None) -> Reply:
         """Reject a pending call (the model sees ``reason``); resumes like ``approve``."""
-        return await self._serialized(lambda: self._decide(call_id, reason or "The user rejected this call."))
+        rejected = reason or "The user rejected this call."
+        return await self._on_own_loop(self._serialized(lambda: self._decide(call_id, rejected)))
 
     async def history(self) -> list[dict[str, Any]]:
         """The stored conversation, as pydantic-ai's JSON form of its messages."""

@@ -35,6 +35,7 @@ from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
 from ..actors import (
     CONTROL_METHODS,
+    STREAM_GROUP_METHODS,
     WAIT_METHODS,
     HostedHandle,
     OutcomeUnknownError,
@@ -110,6 +111,8 @@ class Connection:
         self.control_group: str | None = None
         # The group it serves the calls that wait for others on (``describe``; None: Ray's default).
         self.wait_group: str | None = None
+        # The group it serves file streams on (``describe``; None: Ray's default).
+        self.stream_group: str | None = None
         self._dead: Any = None  # actor id of a handle a call saw die: re-resolve before the next call
 
     def learn(self, info: dict[str, Any]) -> None:
@@ -121,6 +124,7 @@ class Connection:
         self.probe_group = info.get("probe_group")
         self.control_group = info.get("control_group")
         self.wait_group = info.get("wait_group")
+        self.stream_group = info.get("stream_group")
         if info.get("config") is not None:
             try:
                 self.config = owner_settings(info["config"])
@@ -286,13 +290,17 @@ class Connection:
         self, method: str, *args: Any, retry_safe: bool = True, waits: bool = False
     ) -> AsyncIterator[Any]:
         """Iterate an owner's streaming generator; stopping early (or being cancelled) cancels it.
-        ``waits``: as :meth:`request`'s (a run's snapshots, which last as long as the run)."""
+        ``waits``: as :meth:`request`'s (a run's snapshots, which last as long as the run). A file
+        stream goes on the owner's stream group when it has one (``STREAM_GROUP_METHODS``): the owner
+        waits there for as long as this consumer is slow, never in a slot of ordinary calls."""
         deadline = time.monotonic() + _MOVED_DEADLINE
         died_once = False
         started = False
         while True:
             handle, group = self.handle, self.probe_group  # as one (see ``request``)
             on = self.wait_group if waits and method in WAIT_METHODS else None
+            if method in STREAM_GROUP_METHODS:
+                on = self.stream_group
             # Backpressure: the owner runs at most a few pieces ahead of this consumer.
             gen = streaming(getattr(handle, method), _AHEAD, on).remote(*args)
             retry = False
@@ -366,7 +374,7 @@ class Connection:
             await asyncio.sleep(0.02)
         name, config = self.name, self.config
         self.handle = await asyncio.to_thread(workspace_actor, name, config=config)
-        self.probe_group = self.control_group = self.wait_group = (
+        self.probe_group = self.control_group = self.wait_group = self.stream_group = (
             None  # until it says (another process, another version)
         )
         if self._dead is not None and actor_id(self.handle) != self._dead:

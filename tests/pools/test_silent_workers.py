@@ -3,7 +3,8 @@ call to it. The dispatcher probes a worker that keeps a call waiting (``PoolWork
 concurrency group) and treats one that does not answer as dead for that call: ``end_sandbox`` (and the
 hibernation's ``close_workspace``) give its live sandbox up, a run that never started there goes to
 another worker, a run that started there fails naming it. Before, each waited forever (``end_sandbox``,
-hibernation) or for the run's timeout plus ~20 s."""
+hibernation) or for the run's timeout plus ~20 s. Liveness calls given up (the dispatcher's probes, a
+worker's ``pool_ping`` of a stopped owner) are cancelled in Ray."""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from owner_models import owner_awake
+import pytest
+from owner_models import owner_awake, owner_process, process_pid
 
 import computer
+import computer.actors._pool_probe as _pool_probe
+import computer.actors._pool_worker as _pool_worker
 from computer.config import Settings
 
 from .pool_helpers import processes_with, sandbox_worker, unique_sleep, wait_until
@@ -145,3 +149,68 @@ async def test_processes_and_kill_process_on_a_stopped_worker_say_so_within_a_pr
                 await asyncio.wait_for(ws.runtime.processes(), BOUND / 2)
             with pytest.raises(TimeoutError, match="did not answer a liveness probe"):
                 await asyncio.wait_for(ws.runtime.kill_process(worker), BOUND / 2)
+
+
+@pytest.fixture
+def cancels(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The refs this process asks Ray to cancel from here on (``ray.cancel`` still does it)."""
+    import ray
+
+    seen: list[Any] = []
+    real = ray.cancel
+
+    def cancel(ref: Any, **options: Any) -> None:
+        seen.append(ref)
+        real(ref, **options)
+
+    monkeypatch.setattr(ray, "cancel", cancel)
+    return seen
+
+
+async def _settled(refs: list[Any]) -> None:
+    """Each of ``refs`` ends (answered late or cancelled) once its actor goes on: none left pending."""
+    from ray.exceptions import TaskCancelledError
+
+    async with asyncio.timeout(BOUND):
+        for ref in refs:
+            with contextlib.suppress(TaskCancelledError):
+                await ref
+
+
+async def test_probes_a_stopped_worker_does_not_answer_are_cancelled(
+    cluster: Settings, name: str, monkeypatch: pytest.MonkeyPatch, cancels: list[Any]
+) -> None:
+    """A timed-out liveness probe (``PoolWorker.probe``) stayed pending in Ray: awaiting a ref stops at
+    the timeout, its task does not, and a stopped worker ran each one it had been sent once it went
+    on. Each probe given up is now cancelled (Ray cannot reach a stopped process: the probes stay
+    pending until it goes on, then most are dropped unrun; which ones is a race of Ray's)."""
+    monkeypatch.setattr(_pool_probe, "PROBE_TIMEOUT", 0.5)
+    marker = unique_sleep()
+    async with computer.get_workspace(name) as ws:
+        await _live_on_a_worker(ws, marker)
+        worker, handle = await sandbox_worker(marker)
+        with _stopped(worker, marker):
+            whys = [await _pool_probe.probe(handle) for _ in range(3)]
+            assert all(why is not None and "stopped or wedged" in why for why in whys), whys
+            assert len(cancels) == 3  # before: none
+        await _settled(cancels)
+        assert await _pool_probe.probe(handle) is None  # it answers again
+        assert len(cancels) == 3  # an answered probe is not cancelled
+
+
+async def test_pings_a_stopped_owner_does_not_answer_are_cancelled(
+    cluster: Settings, name: str, monkeypatch: pytest.MonkeyPatch, cancels: list[Any]
+) -> None:
+    """A worker's timed-out ``pool_ping`` of a run's owner (whether it is gone) stayed pending in Ray
+    the same way, one per run and per check while the owner was stopped; now each is cancelled."""
+    monkeypatch.setattr(_pool_worker, "OWNER_CHECK_TIMEOUT", 0.5)
+    async with computer.get_workspace(name) as ws:
+        owner = ws._conn.handle
+        token = await owner.pool_ping.remote()
+        pid = await process_pid(owner_process(owner))
+        with _stopped(pid):
+            assert [await _pool_worker._owner_gone(owner, token) for _ in range(3)] == [None] * 3
+            assert len(cancels) == 3  # before: none
+        await _settled(cancels)
+        assert await _pool_worker._owner_gone(owner, token) is None
+        assert len(cancels) == 3

@@ -14,6 +14,9 @@ fill them: ``max_concurrency`` agents queueing on one lock).
   released or its lease ran out; as many ``result()`` waits as slots deadlocked the owner's own runs.
   They now wait on a group of their own (``WAIT_GROUP``, ``describe``'s ``wait_group``). The first two
   tests fill that group (``small_wait_group``): a release and a probe must still get through.
+- File streams whose readers stopped held slots of the default group the same way (the owner waits
+  for its reader to take the pieces it produced); they now take slots of a group of their own
+  (``STREAM_GROUP``, ``describe``'s ``stream_group``).
 
 The slot counts are lowered here (the real ones are 1,000 and 100,000: the behaviour is the same).
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -260,3 +264,26 @@ async def test_runs_awaited_by_as_many_results_as_slots_end(
             assert [r.status for r in results] == ["completed"] * SLOTS, results
             for i in range(SLOTS):
                 assert await ws.fs.read_file(f"/workspace/r{i}") == b"%d\n" % i
+
+
+@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
+async def test_stopped_file_streams_leave_ordinary_calls_their_slots(
+    ray_session: Any, tmp_path: Path, name: str, owners: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file stream whose reader stopped (or is slow) held a slot of the owner's default group while
+    the owner waited for the reader to take its pieces: as many of them as slots and every read,
+    write, ``stats`` and pool worker sync of that owner queued until a reader went on or gave up.
+    Streams now take slots of a group of their own (``STREAM_GROUP``)."""
+    content = os.urandom(8 * 1024 * 1024)  # 16 pieces: the owner runs a few ahead of a reader, then waits
+    with _small_owners(monkeypatch, tmp_path, owners=owners):
+        async with computer.get_workspace(name) as ws, computer.get_workspace(name) as other:
+            await ws.fs.write_file("/big", content)
+            readers = [ws.fs.stream("/big") for _ in range(SLOTS)]  # every slot
+            async with asyncio.timeout(60):
+                firsts = [await anext(r) for r in readers]  # each started, then its reader stops
+            assert all(content.startswith(f) for f in firsts)
+            await _ordinary_calls(other)
+            async with asyncio.timeout(60):  # the readers go on: each gets the whole file
+                for first, reader in zip(firsts, readers, strict=True):
+                    assert first + b"".join([p async for p in reader]) == content
+            assert _stats(other)["streams"] == 0
