@@ -31,7 +31,7 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 from ..config import Settings, configure
@@ -115,7 +115,7 @@ class HostedWorkspace(OwnerActor):
         self.wait_group = host.wait_group
         self.stream_group = host.stream_group
 
-    async def _on_own_loop(self, call: Awaitable[T]) -> T:
+    async def _on_own_loop(self, call: Awaitable[T], gone: Callable[[], T] | None = None) -> T:
         return await call  # the host's ``ws_call`` hands every call to this workspace's loop
 
     def _configure(self, config: Settings) -> Settings:

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
 from ..config import Settings
@@ -106,19 +106,20 @@ class OwnerActor(WorkspaceHost):
         self._own_loop = loop
         self._background.append(loop.create_task(self._hibernate_when_idle()))
 
-    async def _on_own_loop(self, call: Awaitable[T]) -> T:
-        """Await ``call`` on the owner's loop (a call of ``CONTROL_GROUP`` arrives on that group's)."""
+    async def _on_own_loop(self, call: Awaitable[T], gone: Callable[[], T] | None = None) -> T:
+        """Await ``call`` on the owner's loop (a call of ``CONTROL_GROUP`` arrives on that group's).
+        When that loop has closed (the owner is exiting and did not run the call): ``gone()``, by
+        default the wire's MOVED reply (a method whose callers expect another answer gives its own)."""
         own = self._own_loop
         if own is None or own is asyncio.get_running_loop():
             return await call
-        try:
-            handed = asyncio.run_coroutine_threadsafe(_awaited(call), own)
-        except RuntimeError:  # its loop closed: the owner is exiting and did not run the call
+        handed = _handed(_awaited(call), own)
+        if handed is None:
             close = getattr(call, "close", None)
             if close is not None:
                 close()  # never awaited: no warning
-            return moved(self.name, True)  # type: ignore[return-value]
-        return await asyncio.wrap_future(handed)
+            return gone() if gone is not None else moved(self.name, True)  # type: ignore[return-value]
+        return await handed
 
     async def lock_acquire(self, holder: str, paths: Any, subtree: bool = False) -> Any:
         return await self._on_own_loop(super().lock_acquire(holder, paths, subtree))
@@ -136,11 +137,13 @@ class OwnerActor(WorkspaceHost):
             async for item in items:
                 yield item
 
-    async def _hopped(self, source: AsyncIterator[Any]) -> AsyncGenerator[Any, None]:
-        """``source``'s items, each step on the owner's loop (a stream of another group arrives on its own)."""
+    async def _hopped(self, source: AsyncIterator[Any], gone: Any = None) -> AsyncGenerator[Any, None]:
+        """``source``'s items, each step on the owner's loop (a stream of another group arrives on its own).
+        ``gone``: what the stream gives when that loop had closed (see :func:`hop_stream`); MOVED by default."""
         own = self._own_loop
         if own is not None and own is not asyncio.get_running_loop():
-            async with contextlib.aclosing(hop_stream(source, own, self._moved())) as hopped:
+            gone = self._moved() if gone is None else gone
+            async with contextlib.aclosing(hop_stream(source, own, gone)) as hopped:
                 async for item in hopped:
                     yield item
             return
@@ -218,14 +221,17 @@ async def hop_stream(
     source: AsyncIterator[T], loop: asyncio.AbstractEventLoop, gone: Any
 ) -> AsyncGenerator[T, None]:
     """Iterate ``source``, an async generator of ``loop``, from another loop: each step, and its close,
-    run on ``loop`` (cancellation follows). ``gone`` is yielded when ``loop`` closed before the first
-    step (the stream never started there); one closed later ends the stream."""
+    run on ``loop`` (cancellation follows). ``gone`` is yielded (raised, when it is an exception) when
+    ``loop`` closed before the first step (the stream never started there); one closed later ends the
+    stream."""
     started = False
     try:
         while True:
             step = _handed(_step(source), loop)
             if step is None:  # its loop closed
                 if not started:
+                    if isinstance(gone, BaseException):
+                        raise gone
                     yield gone
                 return
             more, item = await step

@@ -152,14 +152,16 @@ class Agent(OwnerActor):
         With a ``turn_id``, a retry of a turn that was already committed returns its reply again
         instead of running the message twice (what :class:`~computer.agent.AgentClient` relies on).
         """
-        return await self._on_own_loop(self._serialized(lambda: self._turn(message, key=turn_id)))
+        return await self._on_own_loop(self._serialized(lambda: self._turn(message, key=turn_id)), self._gone)
 
     async def chat_stream(self, message: str, turn_id: str | None = None) -> AsyncIterator[dict[str, Any]]:
         """One turn as events: ``text`` deltas, ``tool_call``, ``tool_result``, then ``reply`` (last).
 
         The model must support streaming (real ones do; a ``FunctionModel`` needs a ``stream_function``).
         """
-        async with contextlib.aclosing(self._hopped(self._events(message, turn_id))) as events:
+        async with contextlib.aclosing(
+            self._hopped(self._events(message, turn_id), self._moved_error())
+        ) as events:
             async for event in events:  # each step on the agent's loop (sent on its wait group)
                 yield event
 
@@ -203,12 +205,12 @@ class Agent(OwnerActor):
 
     async def approve(self, call_id: str) -> Reply:
         """Approve a pending call; once every call is decided the turn resumes and its reply returns."""
-        return await self._on_own_loop(self._serialized(lambda: self._decide(call_id, True)))
+        return await self._on_own_loop(self._serialized(lambda: self._decide(call_id, True)), self._gone)
 
     async def reject(self, call_id: str, reason: str | None = None) -> Reply:
         """Reject a pending call (the model sees ``reason``); resumes like ``approve``."""
         rejected = reason or "The user rejected this call."
-        return await self._on_own_loop(self._serialized(lambda: self._decide(call_id, rejected)))
+        return await self._on_own_loop(self._serialized(lambda: self._decide(call_id, rejected)), self._gone)
 
     async def history(self) -> list[dict[str, Any]]:
         """The stored conversation, as pydantic-ai's JSON form of its messages."""
@@ -249,7 +251,15 @@ class Agent(OwnerActor):
 
     def _check_open(self) -> None:
         if self._closing:
-            raise AgentMovedError(f"agent {self.name!r} is hibernating or was taken over; spawn it again")
+            raise self._moved_error()
+
+    def _moved_error(self) -> AgentMovedError:
+        return AgentMovedError(f"agent {self.name!r} is hibernating or was taken over; spawn it again")
+
+    def _gone(self) -> Reply:
+        """A turn's call that arrived while the agent exits (its loop closed): never run, and said so
+        as its callers expect (not the owners' wire reply)."""
+        raise self._moved_error()
 
     async def _serialized(self, turn: Callable[[], Awaitable[Reply]]) -> Reply:
         """One turn at a time; counts as activity, so the agent never hibernates mid-turn."""

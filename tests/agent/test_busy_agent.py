@@ -18,6 +18,7 @@ import ray
 
 import computer
 import computer.agent._spawn as spawning
+from computer.agent import AgentMovedError
 
 from ._agents import ScriptedAgent
 from ._scripted import outcome, plan
@@ -89,3 +90,22 @@ async def test_a_class_decorated_with_ray_remote_gets_the_groups_too(agents: Age
     reply = await agent.chat.remote(plan(("weather", {"city": "Oslo"}), reply="decorated"))
     assert outcome(reply.text)["reply"] == "decorated"
     assert (await _events(agent, plan(reply="streamed")))[-1]["type"] == "reply"
+
+
+async def test_turn_calls_arriving_while_the_agent_exits_raise_agent_moved(tmp_path: Any) -> None:
+    """``chat``, ``approve``, ``reject`` and ``chat_stream`` hop to the agent's own loop; one arriving
+    once that loop has closed (the agent exiting) got the owners' wire reply, a ``("moved", …)`` tuple,
+    as its reply (and its stream's first event), where callers expect a ``Reply`` or
+    :class:`AgentMovedError`. They raise it now, unrun."""
+    agent = ScriptedAgent("exiting", {"data_dir": str(tmp_path)})
+    assert await agent.ping() == "exiting"
+    ended = asyncio.new_event_loop()
+    ended.close()
+    agent._own_loop = ended  # what a call of another group finds while the agent exits
+    for call in (lambda: agent.chat("hi"), lambda: agent.approve("c1"), lambda: agent.reject("c1")):
+        with pytest.raises(AgentMovedError):
+            await call()
+    with pytest.raises(AgentMovedError):
+        async for event in agent.chat_stream("hi"):
+            raise AssertionError(f"an event of an exiting agent: {event!r}")
+    assert (await agent.history()) == []  # nothing ran
