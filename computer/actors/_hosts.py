@@ -399,10 +399,10 @@ class OwnerHost:
             if method not in WAIT_METHODS and method not in STREAM_GROUP_METHODS:
                 yield fail(AttributeError(f"{method!r} is not served on the wait or stream group"))
                 return
-            async for item in hop_stream(
-                self.ws_stream(name, method, *args, **kwargs), self.loop, moved(name, True)
-            ):
-                yield item
+            hopped = hop_stream(self.ws_stream(name, method, *args, **kwargs), self.loop, moved(name, True))
+            async with contextlib.aclosing(hopped):  # closed with this one, not once collected
+                async for item in hopped:
+                    yield item
             return
         try:
             ws = await self._workspace(name)
