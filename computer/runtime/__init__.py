@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ._mirror_pool import MirrorPool
     from ._options import OutputOptions
     from ._process import TIMEOUT_EXIT_CODE
-    from ._protected import reaches_protected, refuse_protected_change
+    from ._protected import SYSTEM_DIR, reaches_protected, refuse_protected_change, system_refused
     from ._runtime import Runtime
     from ._scratch import reap_settled, release_process
     from ._tasks import after_lane, offload
@@ -55,6 +55,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JOURNAL_DIR",
+    "SYSTEM_DIR",
     "TIMEOUT_EXIT_CODE",
     "Backend",
     "BackendInfo",
@@ -94,6 +95,7 @@ __all__ = [
     "refuse_protected_change",
     "release_process",
     "status_for_exit",
+    "system_refused",
 ]
 
 _LAZY = {
@@ -128,6 +130,8 @@ _LAZY = {
     "TIMEOUT_EXIT_CODE": "._process",
     "reaches_protected": "._protected",
     "refuse_protected_change": "._protected",
+    "SYSTEM_DIR": "._protected",
+    "system_refused": "._protected",
     "Runtime": "._runtime",
     "reap_settled": "._scratch",
     "release_process": "._scratch",

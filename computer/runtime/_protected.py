@@ -63,12 +63,13 @@ def reaches_protected(real: str, protected: str, *, ancestors: bool) -> bool:
     return is_within(real, protected) or (ancestors and is_within(protected, real))
 
 
-def system_refused(path: str) -> PermissionError:
-    """What a program's change under :data:`SYSTEM_DIR` gets (as the tools get theirs)."""
+def system_refused(path: str, changer: str = "a program's workspace calls") -> PermissionError:
+    """What a change under :data:`SYSTEM_DIR` by ``changer`` gets: a program's ``workspace`` calls
+    here, the tools (``computer.tools``) theirs."""
     return PermissionError(
         errno.EACCES,
-        f"Permission denied: {SYSTEM_DIR} is the workspace's own (run journal, output logs): a "
-        "program's workspace calls read it but do not change it; write under /workspace",
+        f"Permission denied: {SYSTEM_DIR} is the workspace's own (run journal, output logs): "
+        f"{changer} read it but do not change it; write under /workspace",
         path,
     )
 

@@ -2,29 +2,21 @@
 
 from __future__ import annotations
 
-import errno
 from collections.abc import AsyncIterator, Hashable
 
-from ..runtime import refuse_protected_change
+from ..runtime import SYSTEM_DIR, refuse_protected_change
+from ..runtime import system_refused as refused_by_system_dir
 from ..storage.paths import canonical, real_path, split
 from ..surface import LocksSurface, WorkspaceSurface
 from .file_store import FileStoreStat
 
 __all__ = ["SYSTEM_DIR", "WorkspaceFileStore", "system_refused"]
 
-# The workspace's own bookkeeping (SPEC section 1: exec output lives under ``/.computer/output``; the
-# runs' journal ``/.computer/exec``, pull staging ``/.computer/sync``, an agent's ``/.computer/agent``).
-SYSTEM_DIR = "/.computer"
-
 
 def system_refused(path: str) -> PermissionError:
-    """What a tool's change under :data:`SYSTEM_DIR` gets (the tools answer it as ``{"error": ...}``)."""
-    return PermissionError(
-        errno.EACCES,
-        f"Permission denied: {SYSTEM_DIR} is the workspace's own (run journal, output logs): the tools "
-        "read it but do not change it; write under /workspace",
-        path,
-    )
+    """What a tool's change under :data:`SYSTEM_DIR` (the workspace's own bookkeeping: SPEC section 1)
+    gets (the tools answer it as ``{"error": ...}``)."""
+    return refused_by_system_dir(path, "the tools")
 
 
 _SYSTEM = {SYSTEM_DIR: system_refused}
