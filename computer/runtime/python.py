@@ -182,7 +182,8 @@ class PythonBackend(LiveCalls):
                 + "`import workspace` gives synchronous functions acting on the "
                 "workspace at once: "
                 + ", ".join(GUEST_OPS)
-                + " (same errors as Python's: FileNotFoundError…; relative paths resolve from cwd). "
+                + " (same errors as Python's: FileNotFoundError…; relative paths resolve from cwd; "
+                "/.computer, the run journal and output logs, is read-only to them: PermissionError). "
                 "Modules in the workspace cwd are importable. Only the standard library is installed. "
                 f"Network: {'on' if network else 'off'}. Startup cost about {startup:.0f} ms. "
                 "Isolation: " + self.sandbox.isolation + "."

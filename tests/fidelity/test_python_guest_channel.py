@@ -208,9 +208,12 @@ async def test_a_program_changes_nothing_of_the_runtimes_logs(tmp_path: Path, li
     (``/.computer/output``: the journal alone was refused), since a live sandbox's background logs are
     written through the same calls: it could forge or erase another run's output. Every change there,
     through a link too, is a ``PermissionError`` naming the path, and the logs stay as they were (after
-    a reopen too); the runtime's own background logs are still written."""
+    a reopen too); the runtime's own background logs are still written. The backend's description
+    tells the model so."""
     path = tmp_path / "ws.sqlite"
     async with python_mode(path, live) as ws:
+        described = next(b.description for b in ws.runtime.backends() if b.name == "python")
+        assert "/.computer, the run journal and output logs, is read-only to them" in described
         printer = await run(ws, "seq 3000; (sleep 0.2; echo bg) &")
         assert printer.status == "completed", printer.stderr
         saved = printer.truncated["stdout"].path
