@@ -212,7 +212,7 @@ async def test_a_program_changes_nothing_of_the_runtimes_logs(tmp_path: Path, li
     tells the model so."""
     path = tmp_path / "ws.sqlite"
     async with python_mode(path, live) as ws:
-        described = next(b.description for b in ws.runtime.backends() if b.name == "python")
+        described = next(b.description for b in ws.runtime.backends() if b.id == "python")
         assert "/.computer, the run journal and output logs, is read-only to them" in described
         printer = await run(ws, "seq 3000; (sleep 0.2; echo bg) &")
         assert printer.status == "completed", printer.stderr
