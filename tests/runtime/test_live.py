@@ -535,7 +535,10 @@ async def test_a_sync_cancelled_while_it_pauses_the_sandbox_leaves_it_running(
     backend = ShellBackend(live=True)
     async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
-        await run(ws, "setsid sh -c 'while :; do date +%s%N > tick; sleep 0.01; done' > /dev/null 2>&1 &")
+        # Renamed into place: ``> tick`` left it empty while ``date`` started (the run's ``cat`` read ''
+        # twice under load, and the test took the loop for stopped).
+        loop = "while :; do date +%s%N > t.new && mv t.new tick; sleep 0.01; done"
+        await run(ws, f"setsid sh -c '{loop}' > /dev/null 2>&1 &")
         sandbox = backend._lives._live[ws.fs.instance]
         await ws.fs.write_file("/workspace/from-ws.txt", b"x")  # a push to make: the sync pauses it
         monkeypatch.setattr(_live, "freeze", slow_freeze)
@@ -551,7 +554,8 @@ async def test_a_sync_cancelled_while_it_pauses_the_sandbox_leaves_it_running(
         assert state == "THAWED"
         before = (await run(ws, "cat tick")).stdout
         await asyncio.sleep(0.2)
-        assert (await run(ws, "cat tick")).stdout != before  # the loop goes on
+        after = (await run(ws, "cat tick")).stdout
+        assert before and after != before  # the loop goes on
 
 
 def _failing_freezes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
