@@ -145,12 +145,13 @@ def writer_result(tag: str, rounds: int) -> dict[str, bytes]:
 
 
 def check_race(
-    path: str, wrote: bytes | None, got: bytes | None, began: int, tag: str, ended: list[int]
+    path: str, wrote: bytes | None, got: bytes | None, began: int, tag: str, ended: list[int], rounds: int
 ) -> None:
     """``path`` holds ``got``; the workspace's change begun at ``began`` (ns) left ``wrote`` while writer
-    ``tag`` ran (its rounds ended at ``ended``, us). Only its rounds that ended later (or the one it was
-    killed in) may have replaced that, as it writes: ``d/fI`` and ``sI`` in round I, moved to ``e/`` in
-    rounds I % 9 == 0, ``d/log`` appended to."""
+    ``tag`` of ``rounds`` rounds ran (its rounds ended at ``ended``, us). Only its rounds that ended later
+    (or the one it was killed in) may have replaced that, as it writes: ``d/fI`` and ``sI`` in round I,
+    moved to ``e/`` in rounds I % 9 == 0, ``d/log`` appended to. The round it was killed in may have
+    left its ``d/fI`` or ``sI`` empty: killed between the open that truncated it and the write."""
 
     def later(i: int) -> bool:
         return i == len(ended) or (i < len(ended) and ended[i] * 1000 + 1000 >= began)
@@ -158,7 +159,9 @@ def check_race(
     def written_by(text: bytes) -> list[int]:  # the writer's rounds whose lines ``text`` is
         return [int(line.split()[1]) for line in text.decode().splitlines() if line.split()[0] == tag]
 
-    if got == wrote:
+    killed_in = len(ended) if len(ended) < rounds else None
+    torn = killed_in is not None and path in (f"d/f{killed_in % 5}", f"s{killed_in % 3}")
+    if got == wrote or (got == b"" and torn):
         return
     name, x = path.split("/")[-1], int(path[-1]) if path[-1].isdigit() else -1
     moves = [j for j in range(len(ended) + 1) if j % 9 == 0 and j % 5 == x and later(j)]
@@ -240,13 +243,18 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
                 model[target] = content
 
     async def _ws_op(self, kind: str, path: str, other: str) -> None:
-        """One workspace change, taken into the model (racy while a writer runs)."""
+        """One workspace change, taken into the model (racy while a writer runs). A path it removed
+        that the workspace did not hold was no change of the workspace's: a writer's file there that
+        the workspace had not yet seen is not undone by it (it arrives with a later pull)."""
+        racing = self.writer is not None
+        held = {p[len(ROOT) + 1 :] for p in await self.ws.fs.ls(ROOT)} if racing else set()
         before, began = dict(self.shared), time.time_ns()
         await self._change(kind, path, other)
         changed = {p for p in {*before, *self.shared} if before.get(p, b"?") != self.shared.get(p, b"?")}
-        racing = self.writer is not None
         self.racy = self.racy | changed if racing else self.racy - changed
         for p in changed:
+            if racing and p in self.shared and self.shared[p] is None and p not in held:
+                continue  # (what ``last`` held for it still holds)
             if racing and p in self.shared:
                 self.last[p] = (began, self.shared[p])
             else:
@@ -479,7 +487,7 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
                 assert (mine, len(log)) == (writer_result(tag, rounds), rounds), f"writer {tag} lost work"
         for path, (began, content) in self.last.items():  # (a writer ran since the last settle)
             tag = list(self.writers)[-1]
-            check_race(path, content, files.get(path), began, tag, rounds_ended[tag])
+            check_race(path, content, files.get(path), began, tag, rounds_ended[tag], self.writers[tag])
         for path, content in self.shared.items():
             if path not in self.racy:
                 assert files.get(path) == content, f"the workspace's change to {path} was lost"
@@ -524,6 +532,43 @@ def test_live_sync_with_background_writers(machine: Any, record_property: Any) -
     for key, value in stats.items():
         record_property(f"{machine.__name__}_{key}", value)
     assert all(stats.values()), stats
+
+
+def test_a_writer_killed_between_truncating_a_shared_file_and_writing_it_may_leave_it_empty() -> None:
+    """The model, alone (seen randomized: ``QuietRunsMachine``, seed 202): the workspace wrote ``s0``
+    while writer ``bg1`` (60 rounds) ran; the sandbox was ended in its round 9, just after that round's
+    ``open(s0, "w")`` (or ``echo > s0``) truncated it and before the write, and both sides then held
+    ``s0`` empty. That is what the writer left (the sync lost nothing): the model took it for the
+    workspace's change undone. Only the killed round's own ``d/fI``/``sI`` may be so."""
+    ended = [1_000 + i for i in range(9)]  # rounds 0..8 ended (us); killed in round 9: s0, d/f4
+    check_race("s0", b"ws 14\n", b"", 0, "bg1", ended, 60)
+    check_race("d/f4", b"ws 14\n", b"", 0, "bg1", ended, 60)
+    for path, rounds in (("s1", 60), ("d/f3", 60), ("s0", 9)):  # not its round's, or it ran to its end
+        with pytest.raises(AssertionError, match="was undone"):
+            check_race(path, b"ws 14\n", b"", 0, "bg1", ended, rounds)
+
+
+def test_a_workspace_delete_of_a_path_it_does_not_hold_is_no_change_for_the_model() -> None:
+    """The model, alone (seen randomized: ``LiveBackgroundMachine``, seed 404, 3 runs of 3): writer
+    ``bg1`` started while the workspace renamed ``d`` to ``e`` and deleted ``e/f0``, which it did not
+    hold: the writer's ``d/f0`` (round 5, or round 0's move to ``e/f0``) had not reached it yet, and
+    came with a later pull (after the push moved the sandbox's ``d``, or as the writer's move). The
+    model took the no-op delete for the workspace's change and its file for that change undone."""
+    machine = LiveBackgroundMachine()
+    try:
+        machine.writer = "bg0"  # a writer runs: every workspace change is checked against its rounds
+        machine.call(machine._ws_op("delete", "e/f0", "d/f0"))
+        assert "e/f0" not in machine.last  # nothing the workspace held was removed
+        machine.call(machine._ws_op("write", "e/f0", "d/f0"))
+        machine.call(machine._ws_op("delete", "e/f0", "d/f0"))
+        assert machine.last["e/f0"][1] is None  # a delete of what it held is checked
+    finally:
+        machine.writer = None
+        try:
+            machine.call(machine.ws.close())
+        finally:
+            machine.loop.close()
+            shutil.rmtree(machine.dir, ignore_errors=True)
 
 
 COUNT = "for i in $(seq 0 299); do echo $i >> {}; sleep 0.004; done"
