@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import computer
 from computer.runtime import PythonBackend
 
-from ._support import MARGIN, ok
+from ._support import MARGIN, machine_runner, ok
 
 pytestmark = pytest.mark.skipif(not PythonBackend().live, reason="no live sandboxes here (cgroup freezer)")
 
@@ -180,15 +179,7 @@ class PythonCallsMachine(RuleBasedStateMachine):
 def test_python_calls_state_machine(record_property: Any) -> None:
     for key in stats:
         stats[key] = 0
-    runner = settings(
-        max_examples=10,
-        stateful_step_count=15,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )(type("PythonCalls", (PythonCallsMachine,), {}))
+    runner = machine_runner(PythonCallsMachine, 10, 15)
     runner.TestCase().runTest()
     for key, value in stats.items():
         record_property(f"python_calls_{key}", value)

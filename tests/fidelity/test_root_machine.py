@@ -12,7 +12,8 @@ store strips them too), the owner's search bit always on in the sandbox, and sto
 set (``chmod 000 .`` is 0o100 everywhere); a mode the workspace gave without it keeps it off in the
 store only. A run's change of the root's mode meets a workspace change of it: the workspace's wins.
 
-Bounded: few examples and steps, no shrinking, derandomized (each step is a real sandboxed run)."""
+Bounded: few examples and steps, no shrinking, derandomized (each step is a real sandboxed run;
+``COMPUTER_HYPOTHESIS_SEED`` runs it randomized: README.md)."""
 
 from __future__ import annotations
 
@@ -25,14 +26,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import computer
 from computer.runtime import PythonBackend, ShellBackend
 
-from ._support import MARGIN, PYTHON_LIVE, ROOT, ok, settle, started
+from ._support import MARGIN, PYTHON_LIVE, ROOT, machine_runner, ok, settle, started
 
 T = TypeVar("T")
 # How many times each rule ran (the test asserts that every one did).
@@ -147,15 +147,7 @@ class LiveRootMachine(RootMachine):
 def test_the_roots_mode_and_time_state_machine(machine: type[RootMachine]) -> None:
     if machine.live and not (PYTHON_LIVE and ShellBackend(live=True).live):
         pytest.skip("no cgroup freezer here")
-    runner = settings(
-        max_examples=6,
-        stateful_step_count=12,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )(type(machine.__name__, (machine,), {}))  # a subclass: hypothesis applies settings once per class
+    runner = machine_runner(machine, 6, 12)
     RAN.clear()
     runner.TestCase().runTest()
     assert len(RAN) == 7, RAN  # every rule and every meanwhile ran
