@@ -10,7 +10,8 @@ Invariants after every step: the workspace (``ws.fs.stat``) holds the model, and
 ``stat -c '%a %Y' .`` shows it, with the decisions of ``_dir_times``: setuid/setgid never kept (the
 store strips them too), the owner's search bit always on in the sandbox, and stored with a mode a run
 set (``chmod 000 .`` is 0o100 everywhere); a mode the workspace gave without it keeps it off in the
-store only. A run's change of the root's mode meets a workspace change of it: the workspace's wins.
+store only. A run's change of the root's mode meets a workspace change of it: the workspace's wins
+(one to the mode the store has is no change: the run's wins).
 
 Bounded: few examples and steps, no shrinking, derandomized (each step is a real sandboxed run;
 ``COMPUTER_HYPOTHESIS_SEED`` runs it randomized: README.md)."""
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import stat
 import tempfile
 from collections import Counter
 from collections.abc import Coroutine
@@ -76,7 +78,9 @@ class RootMachine(RuleBasedStateMachine):
     def a_run_chmods_the_root(self, mode: int, meanwhile: str, given: int) -> None:
         """The workspace meanwhile (after the run's chmod, before its end): writes below the root (no
         conflict: the run's mode is kept, nothing skipped), or changes the root's mode (the workspace's
-        is kept: it came last)."""
+        is kept: it came last). A workspace "change" to the mode the store has already is none (the
+        store logs nothing): the run's mode is kept, as a three-way merge keeps the one side that
+        changed; a live sandbox may have pulled the run's chmod before it, which makes it a change."""
         RAN[f"a run's chmod, meanwhile {meanwhile}"] += 1
 
         async def step() -> None:
@@ -91,8 +95,16 @@ class RootMachine(RuleBasedStateMachine):
             result = await settle(handle)
             assert result.status == "completed" and result.skipped == [], result.skipped_reasons
 
+        before = self.mode
         self.call(step())
         self.mode = given & 0o1777 if meanwhile == "its mode" else seen_by_runs(mode)
+        if meanwhile == "its mode" and given & 0o1777 == before:  # no change in the store: no conflict
+            if not self.live:
+                self.mode = seen_by_runs(mode)
+            else:  # either, by whether a tick pulled the chmod before the workspace's change
+                stored = stat.S_IMODE(self.call(self.ws.fs.stat(ROOT)).mode)
+                assert stored in (self.mode, seen_by_runs(mode)), oct(stored)
+                self.mode = stored
 
     @rule(seconds=TIMES)
     def a_run_touches_the_root(self, seconds: int) -> None:
@@ -151,3 +163,18 @@ def test_the_roots_mode_and_time_state_machine(machine: type[RootMachine]) -> No
     RAN.clear()
     runner.TestCase().runTest()
     assert len(RAN) == 7, RAN  # every rule and every meanwhile ran
+
+
+def test_a_workspace_mode_change_to_the_roots_own_mode_during_a_runs_chmod_keeps_the_runs() -> None:
+    """Found randomized (COMPUTER_HYPOTHESIS_SEED=2115328822): the model took the workspace's mode as
+    the winner when it gave the root the mode the store had already (0o100 after ``chmod 000 .``);
+    the store logs no change for it, so the run's ``chmod 500 .`` is no conflict and is kept."""
+    machine = RootMachine()
+    try:
+        machine.the_workspace_and_the_next_run_show_the_model()
+        machine.a_python_run_chmods_its_cwd(mode=0o000)
+        machine.the_workspace_and_the_next_run_show_the_model()
+        machine.a_run_chmods_the_root(mode=0o500, meanwhile="its mode", given=0o100)
+        machine.the_workspace_and_the_next_run_show_the_model()
+    finally:
+        machine.teardown()
