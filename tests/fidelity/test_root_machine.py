@@ -11,7 +11,8 @@ Invariants after every step: the workspace (``ws.fs.stat``) holds the model, and
 store strips them too), the owner's search bit always on in the sandbox, and stored with a mode a run
 set (``chmod 000 .`` is 0o100 everywhere); a mode the workspace gave without it keeps it off in the
 store only. A run's change of the root's mode meets a workspace change of it: the workspace's wins
-(one to the mode the store has is no change: the run's wins).
+(one to the mode the store has is no change: the run's wins), and a run's ``chmod`` to the mode the
+sandbox shows already changes nothing (a stored 0o000 stays so after ``chmod 100 .``).
 
 Bounded: few examples and steps, no shrinking, derandomized (each step is a real sandboxed run;
 ``COMPUTER_HYPOTHESIS_SEED`` runs it randomized: README.md)."""
@@ -95,16 +96,22 @@ class RootMachine(RuleBasedStateMachine):
             result = await settle(handle)
             assert result.status == "completed" and result.skipped == [], result.skipped_reasons
 
-        before = self.mode
+        before, runs = self.mode, self.after_a_runs_chmod(mode)
         self.call(step())
-        self.mode = given & 0o1777 if meanwhile == "its mode" else seen_by_runs(mode)
+        self.mode = given & 0o1777 if meanwhile == "its mode" else runs
         if meanwhile == "its mode" and given & 0o1777 == before:  # no change in the store: no conflict
             if not self.live:
-                self.mode = seen_by_runs(mode)
+                self.mode = runs
             else:  # either, by whether a tick pulled the chmod before the workspace's change
                 stored = stat.S_IMODE(self.call(self.ws.fs.stat(ROOT)).mode)
-                assert stored in (self.mode, seen_by_runs(mode)), oct(stored)
+                assert stored in (self.mode, runs), oct(stored)
                 self.mode = stored
+
+    def after_a_runs_chmod(self, mode: int) -> int:
+        """The store's mode after a run's ``chmod`` to ``mode``: as the sandbox shows it, unless the
+        sandbox showed that already (nothing changed there to pull: a stored 0o000 the sandbox shows
+        as 0o100 stays 0o000 after a ``chmod 100 .``)."""
+        return self.mode if seen_by_runs(mode) == seen_by_runs(self.mode) else seen_by_runs(mode)
 
     @rule(seconds=TIMES)
     def a_run_touches_the_root(self, seconds: int) -> None:
@@ -116,7 +123,7 @@ class RootMachine(RuleBasedStateMachine):
     def a_python_run_chmods_its_cwd(self, mode: int) -> None:
         RAN["a python run's chmod"] += 1
         self.call(ok(self.ws, f"import os\nos.chmod('.', {mode:#o})", backend="python", timeout=30.0))
-        self.mode = seen_by_runs(mode)
+        self.mode = self.after_a_runs_chmod(mode)
 
     @rule(mode=MODES, seconds=TIMES)
     def the_workspace_changes_the_root(self, mode: int, seconds: int) -> None:
@@ -175,6 +182,22 @@ def test_a_workspace_mode_change_to_the_roots_own_mode_during_a_runs_chmod_keeps
         machine.a_python_run_chmods_its_cwd(mode=0o000)
         machine.the_workspace_and_the_next_run_show_the_model()
         machine.a_run_chmods_the_root(mode=0o500, meanwhile="its mode", given=0o100)
+        machine.the_workspace_and_the_next_run_show_the_model()
+    finally:
+        machine.teardown()
+
+
+def test_a_runs_chmod_to_the_mode_the_sandbox_shows_already_changes_nothing() -> None:
+    """Found randomized (COMPUTER_HYPOTHESIS_SEED=1759720192): the model stored a run's
+    ``os.chmod('.', 0o100)`` as 0o100 when the workspace had given the root 0o000, which the sandbox
+    shows as 0o100 already (its owner's search bit always on): the run changed nothing there, the
+    store keeps 0o000."""
+    machine = RootMachine()
+    try:
+        machine.the_workspace_and_the_next_run_show_the_model()
+        machine.the_workspace_changes_the_root(mode=0o000, seconds=1_100_000_000)
+        machine.the_workspace_and_the_next_run_show_the_model()
+        machine.a_python_run_chmods_its_cwd(mode=0o100)
         machine.the_workspace_and_the_next_run_show_the_model()
     finally:
         machine.teardown()
