@@ -109,9 +109,9 @@ class RootMachine(RuleBasedStateMachine):
 
     def after_a_runs_chmod(self, mode: int) -> int:
         """The store's mode after a run's ``chmod`` to ``mode``: as the sandbox shows it, unless the
-        sandbox showed that already (nothing changed there to pull: a stored 0o000 the sandbox shows
-        as 0o100 stays 0o000 after a ``chmod 100 .``)."""
-        return self.mode if seen_by_runs(mode) == seen_by_runs(self.mode) else seen_by_runs(mode)
+        sandbox showed exactly that already (nothing changed there to pull: a stored 0o000 the sandbox
+        shows as 0o100 stays 0o000 after a ``chmod 100 .``, and is 0o100 after a ``chmod 000 .``)."""
+        return self.mode if mode == seen_by_runs(self.mode) else seen_by_runs(mode)
 
     @rule(seconds=TIMES)
     def a_run_touches_the_root(self, seconds: int) -> None:
@@ -198,6 +198,11 @@ def test_a_runs_chmod_to_the_mode_the_sandbox_shows_already_changes_nothing() ->
         machine.the_workspace_changes_the_root(mode=0o000, seconds=1_100_000_000)
         machine.the_workspace_and_the_next_run_show_the_model()
         machine.a_python_run_chmods_its_cwd(mode=0o100)
+        machine.the_workspace_and_the_next_run_show_the_model()
+        # and one that changes the sandbox's 0o100 (seed 1957727126, against the first model's fix)
+        machine.the_workspace_changes_the_root(mode=0o000, seconds=1_100_000_000)
+        machine.the_workspace_and_the_next_run_show_the_model()
+        machine.a_python_run_chmods_its_cwd(mode=0o000)
         machine.the_workspace_and_the_next_run_show_the_model()
     finally:
         machine.teardown()
