@@ -12,18 +12,23 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import os
+import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
+from hypothesis import HealthCheck, Phase, seed, settings
 
 import computer
 from computer.runtime import PullResult, PythonBackend, ShellBackend, SyncPull
 from computer.runtime._context import LocalExecContext
 from computer.runtime.types import ExecResult
+
+T = TypeVar("T")
 
 ROOT = "/workspace"
 # Seconds a run's result may take beyond its program's timeout (push, pull, sandbox teardown).
@@ -193,3 +198,27 @@ class PullSpy:
     def clear(self) -> None:
         self.pages.clear()
         self.results.clear()
+
+
+def machine_runner(machine: type[T], examples: int, steps: int) -> type[T]:
+    """``machine`` under the fidelity state machines' settings (a subclass: hypothesis applies settings
+    once per class). By default derandomized, no shrinking, no example database: CI runs the same
+    examples every time. ``COMPUTER_HYPOTHESIS_SEED=<int>`` or ``=random`` (a fresh seed, printed) runs
+    it randomized from that seed, with shrinking and the failure's blob printed;
+    ``COMPUTER_HYPOTHESIS_EXAMPLES=<int>`` replaces ``examples`` (see README.md)."""
+    wanted = os.environ.get("COMPUTER_HYPOTHESIS_SEED", "").strip()
+    examples = int(os.environ.get("COMPUTER_HYPOTHESIS_EXAMPLES") or examples)
+    common: dict[str, Any] = {
+        "max_examples": examples,
+        "stateful_step_count": steps,
+        "deadline": None,
+        "database": None,
+        "suppress_health_check": list(HealthCheck),
+    }
+    runner = type(machine.__name__, (machine,), {})
+    if not wanted:
+        return settings(derandomize=True, phases=[Phase.explicit, Phase.generate], **common)(runner)
+    chosen = random.randrange(2**32) if wanted == "random" else int(wanted)
+    print(f"{machine.__name__}: COMPUTER_HYPOTHESIS_SEED={chosen}, {examples} examples of {steps} steps")
+    runner = settings(derandomize=False, print_blob=True, **common)(runner)
+    return seed(chosen)(runner)  # type: ignore[no-any-return]

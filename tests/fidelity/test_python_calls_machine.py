@@ -17,14 +17,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 import computer
 from computer.runtime import PythonBackend
 
-from ._support import MARGIN, ok
+from ._support import MARGIN, machine_runner, ok
 
 pytestmark = pytest.mark.skipif(not PythonBackend().live, reason="no live sandboxes here (cgroup freezer)")
 
@@ -34,7 +33,9 @@ PATHS = st.sampled_from(["a.txt", "f.txt", "d/b.txt", "d/e/c.txt"])
 CONTENTS = st.text(alphabet="abcxyz\n", min_size=0, max_size=40)
 WAYS = st.sampled_from(["with", "unclosed", "thread", "atexit", "workspace", "threads", "fork"])
 
-# Each writes ``C`` (the content) to ``P`` (the path) one way; every way makes the parents first.
+# Each writes ``C`` (the content) to ``P`` (the path) one way; every way makes the parents first, as it
+# writes: with ``os.makedirs``, or through ``workspace`` for the ways that write through it (the
+# workspace sees the sandbox's own ``mkdir`` only at the next sync: python.py's decision).
 WRITES = {
     "with": "with open(P, 'w') as f:\n    f.write(C)\n",
     "unclosed": "f = open(P, 'w')\nf.write(C)\n",
@@ -62,6 +63,8 @@ WRITES = {
         "with multiprocessing.get_context('fork').Pool(3) as pool:\n    pool.map(call, range(6))\n"
     ),
 }
+
+THROUGH_WORKSPACE = frozenset(("workspace", "threads", "fork"))
 
 VIEW = """
 import hashlib, os
@@ -105,8 +108,13 @@ class PythonCallsMachine(RuleBasedStateMachine):
     @rule(way=WAYS, path=PATHS, content=CONTENTS)
     def python_writes(self, way: str, path: str, content: str) -> None:
         parent = posixpath.dirname(path)
+        through_workspace = way in THROUGH_WORKSPACE
         head = f"import os\nP, C = {path!r}, {content!r}\n" + (
-            f"os.makedirs({parent!r}, exist_ok=True)\n" if parent else ""
+            ""
+            if not parent
+            else f"import workspace\nworkspace.mkdir({parent!r}, recursive=True)\n"
+            if through_workspace
+            else f"os.makedirs({parent!r}, exist_ok=True)\n"
         )
         self.call(self._py(head + WRITES[way]))
         self.model[path] = content
@@ -180,17 +188,26 @@ class PythonCallsMachine(RuleBasedStateMachine):
 def test_python_calls_state_machine(record_property: Any) -> None:
     for key in stats:
         stats[key] = 0
-    runner = settings(
-        max_examples=10,
-        stateful_step_count=15,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )(type("PythonCalls", (PythonCallsMachine,), {}))
+    runner = machine_runner(PythonCallsMachine, 10, 15)
     runner.TestCase().runTest()
     for key, value in stats.items():
         record_property(f"python_calls_{key}", value)
     print("python_calls:", stats)
     assert all(stats.values()), stats
+
+
+def test_a_workspace_write_into_a_directory_the_call_makes() -> None:
+    """Found randomized (COMPUTER_HYPOTHESIS_SEED=2465518219, 2375311430): the machine made ``d`` with
+    ``os.makedirs`` and wrote ``d/b.txt`` through ``workspace`` at once, which the workspace refuses
+    (FileNotFoundError) until a sync brings ``d`` (python.py: the two views meet at the syncs); the
+    derandomized examples never wrote into a new directory that way first."""
+    machine = PythonCallsMachine()
+    try:
+        machine.every_view_equals_the_model()
+        for way in sorted(THROUGH_WORKSPACE):
+            machine.python_writes(way=way, path="d/b.txt", content="")
+            machine.every_view_equals_the_model()
+            machine.python_removes(path="d/b.txt", through_workspace=False)
+            machine.call(machine.ws.fs.rm(f"{HOME}/d", recursive=True, force=True))
+    finally:
+        machine.teardown()

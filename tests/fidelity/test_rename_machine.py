@@ -24,7 +24,8 @@ Invariants after every step:
 
 Decisions: file names never double as directory names; a reopen forgets what inodes were seen (a
 fresh backend rebuilds the mirror); both sandbox kinds (a sandbox per run and a live sandbox);
-derandomized, few examples, no shrinking (each step costs real sandboxed runs).
+derandomized, few examples, no shrinking (each step costs real sandboxed runs; ``COMPUTER_HYPOTHESIS_SEED``
+runs it randomized: README.md).
 """
 
 from __future__ import annotations
@@ -39,14 +40,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import computer
 from computer.runtime import ShellBackend
 
-from ._support import MARGIN, ROOT, Large, digest, ok, workspace_view
+from ._support import MARGIN, ROOT, Large, digest, machine_runner, ok, workspace_view
 
 T = TypeVar("T")
 FILES = st.sampled_from(["a", "b", "d/c", "d/e", "f/g/h", "m/c"])
@@ -298,18 +298,11 @@ class LiveRenameMachine(RenameMachine):
 
 
 def exercise(machine: type[RenameMachine], record_property: Any) -> None:
-    """Run ``machine`` derandomized (15 examples of 20 steps); its counts go in ``record_property``."""
+    """Run ``machine`` (15 examples of 20 steps, derandomized unless ``COMPUTER_HYPOTHESIS_SEED``); its
+    counts go in ``record_property``."""
     for key in stats:
         stats[key] = 0
-    settings(
-        max_examples=15,
-        stateful_step_count=20,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )(type(machine.__name__, (machine,), {})).TestCase().runTest()  # a subclass: settings once each
+    machine_runner(machine, 15, 20).TestCase().runTest()
     for key, value in stats.items():
         record_property(f"{machine.__name__}_{key}", value)
     print(machine.__name__, stats)

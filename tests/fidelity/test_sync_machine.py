@@ -29,6 +29,7 @@ Decisions:
   had freed, within 12 s).
 - Bounded: few examples and steps, no shrinking (each step costs real sandboxed runs; the unshrunk
   failing program is still printed). Deterministic (``derandomize``): a failure is reproducible.
+  ``COMPUTER_HYPOTHESIS_SEED`` runs it randomized (README.md).
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
@@ -51,7 +51,17 @@ import computer
 from computer.runtime import MirrorPool, ShellBackend
 from computer.runtime.types import ExecResult
 
-from ._support import MARGIN, ROOT, Large, digest, ok, reasons_cover_skipped, sandbox_view, workspace_view
+from ._support import (
+    MARGIN,
+    ROOT,
+    Large,
+    digest,
+    machine_runner,
+    ok,
+    reasons_cover_skipped,
+    sandbox_view,
+    workspace_view,
+)
 
 T = TypeVar("T")
 FILES = ["a", "b", "d/c", "d/e", "f/g/h"]
@@ -454,19 +464,10 @@ class LiveSyncMachine(SyncMachine):
 
 
 def exercise(machine: type[SyncMachine], examples: int, steps: int, label: str, record_property: Any) -> None:
-    """Run ``machine`` (derandomized, no example database) and record what it exercised."""
+    """Run ``machine`` (derandomized unless ``COMPUTER_HYPOTHESIS_SEED``) and record what it exercised."""
     for key in stats:
         stats[key] = 0
-    runner = settings(
-        max_examples=examples,
-        stateful_step_count=steps,
-        deadline=None,
-        derandomize=True,
-        database=None,
-        phases=[Phase.explicit, Phase.generate],
-        suppress_health_check=list(HealthCheck),
-    )(type(machine.__name__, (machine,), {}))  # a subclass: hypothesis applies settings once per class
-    runner.TestCase().runTest()
+    machine_runner(machine, examples, steps).TestCase().runTest()
     for key, value in stats.items():
         record_property(f"{label}_{key}", value)
     print(f"{label}:", stats)
