@@ -184,6 +184,9 @@ class PythonBackend(LiveCalls):
                 + ", ".join(GUEST_OPS)
                 + " (same errors as Python's: FileNotFoundError…; relative paths resolve from cwd; "
                 "/.computer, the run journal and output logs, is read-only to them: PermissionError). "
+                "The two views meet at the syncs: what open() or os wrote reaches workspace calls at the "
+                "next one (a directory os.makedirs made is not there yet for workspace.write_file: make "
+                "it with workspace.mkdir), and a path changed both ways keeps the workspace call's change. "
                 "Modules in the workspace cwd are importable. Only the standard library is installed. "
                 f"Network: {'on' if network else 'off'}. Startup cost about {startup:.0f} ms. "
                 "Isolation: " + self.sandbox.isolation + "."
