@@ -1,23 +1,22 @@
 """``PythonBackend``: Python source in a sandboxed ``python3 -I -S``, callable (SPEC section 6).
 
-The program's working directory is a mirror of the workspace's ``mount_root`` (default
-``/workspace``), so ``open``, ``os``, ``pathlib`` and ``subprocess`` read and write workspace files
-(SPEC section 10). By default (``live=True``) runs of one workspace share a live sandbox, exactly as
-the shell backend's do (``_live_set``): each run is a fresh guest interpreter started by the
-sandbox's init as its own process group, files sync both ways while anything runs, a kill or timeout
-keeps what was written, and a process the program starts (``subprocess.Popen``) outlives the run and
-is listed by ``processes``. Decision: what is per call is the interpreter (globals, imported modules,
-``sys.path`` changes start fresh every run); what lasts is the sandbox (its processes, ``/tmp``, the
-mirror). With ``live=False`` every run has a sandbox of its own (:class:`MirrorSync`: push before,
-pull after), and a guest started ahead over the mirror takes the interpreter's start off the run.
+The program's working directory is a mirror of the workspace's ``mount_root`` (default ``/workspace``), so
+``open``, ``os``, ``pathlib`` and ``subprocess`` read and write workspace files (SPEC section 10). By default
+(``live=True``) runs of one workspace share a live sandbox, exactly as the shell backend's do (``_live_set``):
+each run is a fresh guest interpreter started by the sandbox's init as its own process group, files sync both
+ways while anything runs, a kill or timeout keeps what was written, and a process the program starts
+(``subprocess.Popen``) outlives the run and is listed by ``processes``. Decision: what is per call is the
+interpreter (globals, imported modules, ``sys.path`` changes start fresh every run); what lasts is the sandbox
+(its processes, ``/tmp``, the mirror). With ``live=False`` every run has a sandbox of its own
+(:class:`MirrorSync`: push before, pull after), and a guest started ahead over the mirror takes the
+interpreter's start off the run.
 
 The injected ``workspace`` module stays for direct access: its calls travel as msgpack frames over a
 socket to the host, which answers each with ``ctx.fs_call`` on the authoritative workspace at once.
 Decision: the two views meet at the syncs, as a shell run and a workspace write do: a path written
 both through ``workspace`` and through ``open()`` in one interval keeps the ``workspace`` write (the
 pull leaves a path the workspace changed meanwhile alone, and reports it in ``skipped``). A ``cwd``
-outside the mount root runs with process cwd ``/tmp``. If the source defines ``main(input)``, its
-JSON-able return value is the result.
+outside the mount root runs with process cwd ``/tmp``. ``main(input)``'s return value is the result.
 """
 
 from __future__ import annotations
@@ -172,21 +171,19 @@ class PythonBackend(LiveCalls):
                     "interpreter that ends as a script does (no globals survive; threads that are not "
                     "daemon threads are waited for), but runs of this workspace share one sandbox: a "
                     "process started with subprocess.Popen keeps running after the run returns and "
-                    "later runs reach it (on 127.0.0.1); killing a run or its timeout keeps what it "
-                    "wrote. "
+                    "later runs reach it (on 127.0.0.1); killing a run or its timeout keeps what it wrote. "
                     if self.live
                     else "when the run ends (anything left out is listed in skipped with the reason). "
-                    "Each run has a sandbox of its own: a process started with subprocess.Popen ends "
-                    "with the run (its stderr names them). "
+                    "Each run has a sandbox of its own: a process subprocess.Popen started ends with it "
+                    "(its stderr names them). "
                 )
-                + "`import workspace` gives synchronous functions acting on the "
-                "workspace at once: "
+                + "`import workspace` gives synchronous functions acting on the workspace at once: "
                 + ", ".join(GUEST_OPS)
                 + " (same errors as Python's: FileNotFoundError…; relative paths resolve from cwd; "
                 "/.computer, the run journal and output logs, is read-only to them: PermissionError). "
-                "The two views meet at the syncs: what open() or os wrote reaches workspace calls at the "
-                "next one (a directory os.makedirs made is not there yet for workspace.write_file: make "
-                "it with workspace.mkdir), and a path changed both ways keeps the workspace call's change. "
+                "The two views meet at the syncs: what open() or os wrote reaches workspace calls at the next "
+                "(a directory os.makedirs made is not there yet for workspace.write_file: use workspace.mkdir); "
+                "a path changed both ways keeps the workspace call's change. "
                 "Modules in the workspace cwd are importable. Only the standard library is installed. "
                 f"Network: {'on' if network else 'off'}. Startup cost about {startup:.0f} ms. "
                 "Isolation: " + self.sandbox.isolation + "."
