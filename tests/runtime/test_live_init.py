@@ -117,6 +117,17 @@ def _shown_as(monkeypatch: pytest.MonkeyPatch, hidden: dict[int, str]) -> None:
     monkeypatch.setattr(_live_init, "open", opening, raising=False)
 
 
+def _settled(pid: int) -> None:
+    """Wait (bounded) until ``pid`` runs ``sleep`` with its environment in place: in the middle of its
+    exec the kernel may show its command line before its environment (an empty one: no run)."""
+    for _ in range(500):
+        with open(f"/proc/{pid}/cmdline", "rb") as cmdline, open(f"/proc/{pid}/environ", "rb") as environ:
+            if cmdline.read().startswith(b"sleep\0") and environ.read():
+                return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} never ran sleep")
+
+
 def test_a_process_whose_environment_cannot_tell_is_listed_with_its_jobs_or_its_parents_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -132,6 +143,7 @@ def test_a_process_whose_environment_cannot_tell_is_listed_with_its_jobs_or_its_
     try:
         assert writer.stdout is not None
         child = int(writer.stdout.readline())
+        _settled(child)  # past its exec (bash prints $! before the child's exec of sleep)
         leaders = {job.pid: "ahead-7"}
         assert _live_init.run_of(child, leaders) == "exec-writer"  # (its own environment)
         for how in ("refused", "empty"):
