@@ -278,8 +278,7 @@ class Runtime(Settling):
         if not run.done:
             run.killed = True
             if run.stranded:  # its loop has ended: its tasks never run again (see ``ExecRun``)
-                changes = await run.end_stranded(self._backends.get(run.backend), self.context.workspace_id)
-                return await self._settle_stranded(run, changes)
+                return await self._end_stranded(run)
             if run.consumer is not None:
                 run.consumer.cancel()
         await run.result()
@@ -378,10 +377,6 @@ class Runtime(Settling):
         for run in runs:  # of a loop that has ended, ended with its live sandbox: killed (``_kill``)
             if not run.done and run.stranded:
                 try:
-                    changes = await run.end_stranded(
-                        self._backends.get(run.backend), self.context.workspace_id
-                    )
+                    await self._end_stranded(run)
                 except Exception as exc:  # (``STRANDED``: no live sandbox held it, it runs on)
                     log.warning("exec %s: left running as its workspace closed: %s", run.id, exc)
-                    continue
-                await self._settle_stranded(run, changes)

@@ -31,6 +31,7 @@ class Settling:
     _workspace: Any
     _running: dict[str, ExecRun]
     _finished: OrderedDict[str, ExecResult]
+    _backends: dict[str, Any]
 
     if TYPE_CHECKING:
 
@@ -39,6 +40,9 @@ class Settling:
 
         @property
         def journal(self) -> ExecJournal: ...
+
+        @property
+        def context(self) -> Any: ...
 
         async def _held_logs(self) -> set[str] | None: ...
 
@@ -67,40 +71,7 @@ class Settling:
         if run.settled is not None:  # settled from another loop as this one stood still: that result
             run.finish(run.settled, run.snapshot)
             return
-        texts, truncated = _outputs(captures)
-        killed = run.killed or (exit_event is not None and exit_event.killed)
-        status: ExecStatus
-        if exit_event is None:
-            exit_code = KILLED_EXIT_CODE if run.killed else None
-            status = "cancelled" if run.killed else "failed"
-            error = error or (
-                "killed" if run.killed else "the backend ended without reporting an exit status"
-            )
-        else:
-            exit_code = exit_event.exit_code
-            if exit_code is None and run.killed and exit_event.killed:
-                # ``kill``: the backend ended the program, pulled what it wrote and says what (its
-                # ``pulled`` and ``skipped``), with no exit code of the program's own.
-                exit_code, error = KILLED_EXIT_CODE, error or "killed"
-            status = status_for_exit(exit_code, killed=killed)
-            error = exit_event.error or error
-            if status == "completed" and error:
-                status = "failed"
-        result = ExecResult(
-            status=status,
-            exit_code=exit_code,
-            stdout=texts["stdout"],
-            stderr=texts["stderr"],
-            value=exit_event.value if exit_event else None,
-            truncated=truncated,
-            pushed=exit_event.pushed if exit_event else 0,
-            pulled=list(exit_event.pulled) if exit_event else [],
-            skipped=list(exit_event.skipped) if exit_event else [],
-            skipped_reasons=_reasons(exit_event),
-            id=run.id,
-            backend=run.backend,
-            error=error,
-        )
+        result = _ended(run, captures, exit_event, error)
         try:
             await self.journal.finished(result, request.source)
             if saved_any:
@@ -127,30 +98,22 @@ class Settling:
             run.snapshot.seq + 1,
         )
 
-    async def _settle_stranded(self, run: ExecRun, changes: Any) -> None:
-        """Settle from this event loop a :attr:`~ExecRun.stranded` run its backend ended
-        (``ExecRun.end_stranded``): the result a kill gives, with the output its loop had read and
-        what the backend's syncs pulled and refused while it ran (``changes``, a ``RunChanges``), in
-        the journal and retained as any run's. Before, it stayed running (in ``get_exec``, the
-        journal) until a restart called it "failed: owner restarted"."""
+    async def _end_stranded(self, run: ExecRun) -> None:
+        """End a :attr:`~ExecRun.stranded` run through its backend (``ExecRun.end_stranded``: raises
+        when none can) and settle it from this event loop: the result a kill gives (``_ended``), with
+        the output its loop had read and what the backend's syncs pulled and refused while it ran (a
+        ``RunChanges``), in the journal and retained as any run's. Before, it stayed running (in
+        ``get_exec``, the journal) until a restart called it "failed: owner restarted"."""
+        changes = await run.end_stranded(self._backends.get(run.backend), self.context.workspace_id)
+        run.killed = True  # (a close's too: ended here)
         for capture in run.captures.values():
             if capture.spool is not None:  # its log's write was a task of that loop: never committed
                 capture.saved = False
-        texts, truncated = _outputs(run.captures)
-        skipped = dict(getattr(changes, "skipped", None) or {})
-        result = ExecResult(
-            "cancelled",
-            KILLED_EXIT_CODE,
-            texts.get("stdout", ""),
-            texts.get("stderr", ""),
-            truncated=truncated,
-            pulled=sorted(getattr(changes, "pulled", None) or ()),
-            skipped=sorted(skipped),
-            skipped_reasons=skipped,
-            id=run.id,
-            backend=run.backend,
-            error="killed",
+        skipped = dict(changes.skipped)
+        ended = ExitEvent(
+            None, pulled=sorted(changes.pulled), skipped=sorted(skipped), skipped_reasons=skipped, killed=True
         )
+        result = _ended(run, run.captures, ended, None)
         request = run.request
         try:
             await self.journal.finished(result, request.source if request is not None else "")
@@ -173,6 +136,44 @@ class Settling:
             timeout=request.timeout,
             duration_s=time.monotonic() - started,
         )
+
+
+def _ended(
+    run: ExecRun, captures: dict[str, StreamCapture], exit_event: ExitEvent | None, error: str | None
+) -> ExecResult:
+    """The result of ``run`` ended with ``exit_event`` (None: the backend reported none) and ``error``."""
+    texts, truncated = _outputs(captures)
+    killed = run.killed or (exit_event is not None and exit_event.killed)
+    status: ExecStatus
+    if exit_event is None:
+        exit_code = KILLED_EXIT_CODE if run.killed else None
+        status = "cancelled" if run.killed else "failed"
+        error = error or ("killed" if run.killed else "the backend ended without reporting an exit status")
+    else:
+        exit_code = exit_event.exit_code
+        if exit_code is None and run.killed and exit_event.killed:
+            # ``kill``: the backend ended the program, pulled what it wrote and says what (its
+            # ``pulled`` and ``skipped``), with no exit code of the program's own.
+            exit_code, error = KILLED_EXIT_CODE, error or "killed"
+        status = status_for_exit(exit_code, killed=killed)
+        error = exit_event.error or error
+        if status == "completed" and error:
+            status = "failed"
+    return ExecResult(
+        status=status,
+        exit_code=exit_code,
+        stdout=texts.get("stdout", ""),
+        stderr=texts.get("stderr", ""),
+        value=exit_event.value if exit_event else None,
+        truncated=truncated,
+        pushed=exit_event.pushed if exit_event else 0,
+        pulled=list(exit_event.pulled) if exit_event else [],
+        skipped=list(exit_event.skipped) if exit_event else [],
+        skipped_reasons=_reasons(exit_event),
+        id=run.id,
+        backend=run.backend,
+        error=error,
+    )
 
 
 def _outputs(
