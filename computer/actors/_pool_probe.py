@@ -20,7 +20,7 @@ from typing import Any
 
 from ._pool_registry import PROBE_GROUP
 
-__all__ = ["PROBE_AFTER", "PROBE_TIMEOUT", "WorkerSilent", "probe", "watched"]
+__all__ = ["PROBE_AFTER", "PROBE_TIMEOUT", "WorkerSilent", "answer_within", "probe", "watched"]
 
 PROBE_AFTER = 3.0  # seconds a worker call waits before the worker is probed (again)
 PROBE_TIMEOUT = 5.0  # seconds a probed worker has to answer
@@ -30,28 +30,32 @@ class WorkerSilent(Exception):
     """A worker did not answer a liveness probe while a call waited on it (stopped or wedged)."""
 
 
-async def probe(handle: Any) -> str | None:
-    """None when the worker answers a liveness probe within :data:`PROBE_TIMEOUT`, else why not.
-    A worker found dead by Ray is left to the call that waits on it (it fails on its own).
-    A probe given up (timed out, or its caller cancelled) is cancelled in Ray: the await stops, the
-    task does not, and a stopped worker ran every probe it had been sent once it went on."""
+async def answer_within(ref: Any, seconds: float) -> Any:
+    """The answer to the liveness call ``ref`` (an ``ObjectRef``) within ``seconds``
+    (``TimeoutError`` past it). One given up (timed out, or its caller cancelled) is cancelled in Ray:
+    the await stops, the task does not, and a stopped or wedged process ran every call it had been
+    sent once it went on (Ray cannot reach a stopped process either: pending until it goes on)."""
     import ray
 
-    ref = handle.probe.options(concurrency_group=PROBE_GROUP).remote()
-    answered = False
     try:
-        async with asyncio.timeout(PROBE_TIMEOUT):
-            await ref
-        answered = True
+        async with asyncio.timeout(seconds):
+            return await ref
+    except (TimeoutError, asyncio.CancelledError):
+        with contextlib.suppress(Exception):  # finished meanwhile, or its actor is gone
+            ray.cancel(ref)
+        raise
+
+
+async def probe(handle: Any) -> str | None:
+    """None when the worker answers a liveness probe within :data:`PROBE_TIMEOUT`, else why not
+    (a probe given up is cancelled: :func:`answer_within`). A worker found dead by Ray is left to the
+    call that waits on it (it fails on its own)."""
+    try:
+        await answer_within(handle.probe.options(concurrency_group=PROBE_GROUP).remote(), PROBE_TIMEOUT)
     except TimeoutError:
         return f"no answer to a liveness probe within {PROBE_TIMEOUT:g} s: stopped or wedged"
     except Exception:
-        answered = True  # an answer of Ray's (the worker died): nothing left to cancel
-        return None
-    finally:
-        if not answered:
-            with contextlib.suppress(Exception):
-                ray.cancel(ref)
+        return None  # an answer of Ray's (the worker died)
     return None
 
 

@@ -521,27 +521,17 @@ async def _watch_owner(owner: Any, token: str) -> str:
 
 
 async def _owner_gone(owner: Any, token: str) -> str | None:
-    """Why the owner ``owner`` is gone or another process than ``token`` (one ping), else None.
-
-    A ping given up (timed out, or its watcher cancelled) is cancelled in Ray: awaiting an
-    ``ObjectRef`` stops at the timeout, the task does not, and a stopped or wedged owner then ran
-    every ping it had been sent (one per run and per ``OWNER_CHECK_INTERVAL`` plus timeout) once it
-    went on. Ray cannot reach a stopped process either: the pings stay pending until it goes on."""
-    import ray
+    """Why the owner ``owner`` is gone or another process than ``token`` (one ping), else None. A ping
+    given up is cancelled in Ray (:func:`answer_within`): a stopped or wedged owner ran every ping it
+    had been sent (one per run and per ``OWNER_CHECK_INTERVAL`` plus timeout) once it went on."""
     from ray.exceptions import RayActorError
 
-    ping = owner.pool_ping.remote()
-    answered = False
+    from ._pool_probe import answer_within  # (it imports the registry, which imports this module)
+
     try:
-        current = await asyncio.wait_for(ping, timeout=OWNER_CHECK_TIMEOUT)
-        answered = True
+        current = await answer_within(owner.pool_ping.remote(), OWNER_CHECK_TIMEOUT)
     except RayActorError as exc:
-        answered = True
         return f"its owner died ({type(exc).__name__})"
     except Exception:  # slow or unreachable for now: not proof that it is gone
         return None
-    finally:
-        if not answered:
-            with contextlib.suppress(Exception):  # finished meanwhile, or its owner is gone
-                ray.cancel(ping)
     return "its owner restarted" if current != token else None
