@@ -18,6 +18,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -262,13 +263,17 @@ def test_a_run_after_the_loop_ended_says_so_though_a_shell_was_not_started_yet(t
         asyncio.run(ws.close())
 
 
-def _running_as_its_loop_closes(ws: Workspace, source: str, printed: str = "") -> str:
+def _running_as_its_loop_closes(
+    ws: Workspace, source: str, printed: str = "", before: Callable[[], Awaitable[Any]] | None = None
+) -> str:
     """Start ``source`` (it runs ``MARK`` last) in an event loop closed once ``MARK`` runs (and the
     run's snapshot shows ``printed``), the run's task still pending (``loop.close()`` after a
-    ``run_until_complete`` of something else); its id."""
+    ``run_until_complete`` of something else); its id. ``before``: run first in that loop."""
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(ws.fs.mkdir("/workspace", recursive=True))
+        if before is not None:
+            loop.run_until_complete(before())
         handle = loop.run_until_complete(ws.runtime.exec(source, timeout=60))
         deadline = time.monotonic() + 30
         # the run's shell went past its writes, and its output was read
@@ -434,6 +439,46 @@ def test_a_run_killed_from_a_new_loop_after_its_loop_closed_has_a_killed_result(
         assert asyncio.run(again.fs.read_file("/workspace/a")) == b"1\n2\n3\n"
     finally:
         asyncio.run(again.close())
+
+
+async def _result_of(ws: Workspace, source: str) -> Any:
+    return await (await ws.runtime.exec(source, timeout=60)).result()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")  # (and a step of one)
+def test_a_killed_stranded_runs_result_lists_what_the_workspace_keeps_out_of_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    """Every run lists in ``skipped`` the workspace files its sandbox was not given (here one over the
+    backend's file size), whatever it changed: a stranded run's kill result too, for a file left out
+    before it (by its sandbox's first push, for an earlier run): each sync's push reports what the
+    mirror keeps out, and the run's changes gather it (a coverage test: no defect was found here)."""
+    ws = Workspace(str(tmp_path / "w.db"), backends=[ShellBackend(max_file_bytes=1000)])
+    try:
+        asyncio.run(ws.fs.mkdir("/workspace", recursive=True))
+        asyncio.run(ws.fs.write_file("/workspace/big", b"x" * 5000))
+        firsts: list[Any] = []
+
+        async def first(ws: Workspace = ws) -> None:  # the sandbox's first run, in the same loop
+            firsts.append(await _result_of(ws, "true"))
+
+        source = f"echo printed; seq 3 > a; {MARK}"
+        run_id = _running_as_its_loop_closes(ws, source, printed="printed", before=first)
+        assert "/workspace/big" in firsts[0].skipped, firsts
+
+        async def kill_then_look(ws: Workspace) -> Any:
+            await ws.runtime.kill_exec(run_id)
+            return await (await ws.runtime.get_exec(run_id)).result()
+
+        result = asyncio.run(asyncio.wait_for(kill_then_look(ws), 60))
+        assert (result.status, "/workspace/a" in result.pulled) == ("cancelled", True), result
+        assert "/workspace/big" in result.skipped, result
+        assert result.skipped_reasons["/workspace/big"], result.skipped_reasons
+    finally:
+        asyncio.run(asyncio.wait_for(ws.close(), 60))
+    del ws
+    gc.collect()  # that loop's tasks and coroutines go now (warnings), not in a later test
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
