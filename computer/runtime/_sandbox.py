@@ -194,6 +194,7 @@ class Sandbox:
                 if self.seccomp.no_userns
                 else ""
             )
+            + (", setting extended attributes fails (EOPNOTSUPP)" if self.seccomp.no_xattrs else "")
             + ", ptrace allowed"
         )
 

@@ -8,6 +8,8 @@ nested user namespace and its check) and just before it execs the command, in it
 after it escapes the filter (every child inherits it, and a ptrace tracer cannot change a call past
 it since Linux 4.8).
 
+Setting extended attributes (:data:`NO_XATTRS`) fails with ``EOPNOTSUPP``: see there.
+
 Denied: :data:`DENIED`. ``EPERM``, not a kill: programs that probe (io_uring in newer runtimes,
 keyctl in some libraries) fall back as they do under Docker. Allowed on purpose: ``ptrace`` and
 ``process_vm_*`` (gdb and strace are legitimate inside a sandbox), ``personality`` (its dangerous
@@ -56,9 +58,10 @@ import hashlib
 import logging
 import os
 import platform
+import struct
 from dataclasses import dataclass
 
-__all__ = ["CLONE_NEWUSER", "DENIED", "USERNS_CALLS", "SeccompFilter", "compiled", "filter_fd"]
+__all__ = ["CLONE_NEWUSER", "DENIED", "NO_XATTRS", "USERNS_CALLS", "SeccompFilter", "compiled", "filter_fd"]
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +125,20 @@ DENIED: tuple[str, ...] = (
     "vm86old",
     "lookup_dcookie",
 )
+# Setting extended attributes fails with ``EOPNOTSUPP``, as on a filesystem without them: the workspace
+# keeps none, and on tmpfs (Linux 6.6+) a file's ``user.`` attributes have no size limit: a program hung
+# 190 MB on three empty files of its mirror each run (charged to that run's memory group only), which
+# the warm mirror then kept outside the scratch budget (it counts sizes and entries): four runs held
+# 751 MB of the host's memory in 21 entries of 371 bytes. ``setxattrat`` (Linux 6.13) is unknown to
+# libseccomp before 2.6: it is then refused by number ahead of libseccomp's program (``_late_prefix``).
+# Reading and removing attributes stay allowed (``cp -a``, ``tar``, ``rsync -X``, ``shutil.copystat``
+# take ``EOPNOTSUPP`` as "not supported here" and go on).
+NO_XATTRS: tuple[str, ...] = ("setxattr", "lsetxattr", "fsetxattr", "setxattrat")
+# Calls newer than some libseccomp, by number: the same on every ABI this module covers (the numbers
+# past 424 are shared; x32's with its bit), per audit architecture of a machine and its compat ABIs.
+_LATE_NUMBERS = {"setxattrat": 463}
+_AUDIT_ARCH = {"x86_64": 0xC000003E, "x86": 0x40000003, "aarch64": 0xC00000B7, "arm": 0x40000028}
+_X32_BIT = 0x40000000
 CLONE_NEWUSER = 0x10000000
 # The calls that make user namespaces, refused by argument (see the module's docstring).
 USERNS_CALLS: tuple[str, ...] = ("unshare", "clone", "clone3")
@@ -139,6 +156,9 @@ _NR_ERROR = -1  # __NR_SCMP_ERROR: no such system call on any architecture libse
 # which later spares them the filter): with a list that took bubblewrap ~0.35 ms per sandbox, ~0.15
 # ms with the tree (a bare ``bwrap true`` here: ~4.0 ms without a filter).
 _OPTIMIZE, _BINARY_TREE = 8, 2
+# Classic BPF opcodes (``_late_prefix``): BPF_LD|BPF_W|BPF_ABS, BPF_JMP|BPF_JEQ|BPF_K, BPF_JMP|BPF_JA,
+# BPF_RET|BPF_K.
+_LD_ABS, _JEQ, _JA, _RET = 0x20, 0x15, 0x05, 0x06
 
 
 def _errno_action(code: int) -> int:
@@ -155,6 +175,7 @@ class SeccompFilter:
     compat: tuple[str, ...] = ()  # compat ABIs the filter covers besides the native one
     missing: str = ""
     no_userns: bool = False  # :data:`USERNS_CALLS` refuse new user namespaces
+    no_xattrs: bool = False  # every call of :data:`NO_XATTRS` fails with ``EOPNOTSUPP``
 
     @property
     def digest(self) -> str:
@@ -252,6 +273,16 @@ def _compile(lib: ctypes.CDLL) -> SeccompFilter:
                 raise OSError(-code, f"seccomp_rule_add({name}): {os.strerror(-code)}")
             denied.append(name)
         no_userns = _deny_userns(lib, ctx)
+        late: list[int] = []  # NO_XATTRS calls this libseccomp cannot name: refused by number ahead of it
+        unsupported = _errno_action(errno.EOPNOTSUPP)
+        for name in NO_XATTRS:
+            number = lib.seccomp_syscall_resolve_name(name.encode())
+            if number == _NR_ERROR and name in _LATE_NUMBERS:
+                late.append(_LATE_NUMBERS[name])
+            elif number >= 0 and lib.seccomp_rule_add_array(ctx, unsupported, number, 0, None) == 0:
+                continue
+            elif number != _NR_ERROR:
+                late.append(-1)  # not refused: said below
         fd = os.memfd_create("computer-seccomp", os.MFD_CLOEXEC)
         try:
             code = lib.seccomp_export_bpf(ctx, fd)
@@ -265,7 +296,42 @@ def _compile(lib: ctypes.CDLL) -> SeccompFilter:
         lib.seccomp_release(ctx)
     if not program or len(program) % 8:  # struct sock_filter is 8 bytes
         raise OSError(f"seccomp_export_bpf wrote {len(program)} bytes")
-    return SeccompFilter(program, tuple(denied), tuple(compat), no_userns=no_userns)
+    prefix = _late_prefix([n for n in late if n >= 0], compat, unsupported)
+    no_xattrs = -1 not in late and (prefix is not None or not late)
+    if not no_xattrs:
+        log.warning("seccomp: setting extended attributes is not refused on %s", platform.machine())
+    return SeccompFilter(
+        (prefix or b"") + program, tuple(denied), tuple(compat), no_userns=no_userns, no_xattrs=no_xattrs
+    )
+
+
+def _late_prefix(numbers: list[int], compat: list[str], action: int) -> bytes | None:
+    """Classic BPF put before libseccomp's program: a call of ``numbers`` on the machine's ABI or one
+    of ``compat`` returns ``action``; anything else goes on to libseccomp's first instruction (its
+    jumps are relative, and it loads what it checks itself). None: nothing to add, or a machine
+    whose architectures are not known here."""
+    arches = [platform.machine(), *compat]
+    if not numbers or any(arch not in _AUDIT_ARCH and arch != "x32" for arch in arches):
+        return None
+    blocks = []
+    for arch in arches:
+        if arch == "x32":  # x86_64's architecture, its numbers with the x32 bit
+            continue
+        nrs = (
+            [*numbers, *(n | _X32_BIT for n in numbers)] if "x32" in arches and arch == "x86_64" else numbers
+        )
+        blocks.append((_AUDIT_ARCH[arch], nrs))
+    code: list[tuple[int, int, int, int]] = []
+    ret = sum(3 + len(nrs) for _, nrs in blocks) + 1  # the return's index: after the blocks and a jump
+    for audit, nrs in blocks:
+        code.append((_LD_ABS, 0, 0, 4))  # seccomp_data.arch
+        code.append((_JEQ, 0, len(nrs) + 1, audit))  # another architecture: its block skipped
+        code.append((_LD_ABS, 0, 0, 0))  # seccomp_data.nr
+        for nr in nrs:
+            code.append((_JEQ, ret - len(code) - 1, 0, nr))  # to the return (relative to the next)
+    code.append((_JA, 0, 0, 1))
+    code.append((_RET, 0, 0, action))
+    return b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
 
 
 def _deny_userns(lib: ctypes.CDLL, ctx: int) -> bool:
