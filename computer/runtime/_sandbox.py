@@ -195,6 +195,7 @@ class Sandbox:
                 else ""
             )
             + (", setting extended attributes fails (EOPNOTSUPP)" if self.seccomp.no_xattrs else "")
+            + (", fallocate past a file's end (keep size) too" if self.seccomp.no_prealloc else "")
             + ", ptrace allowed"
         )
 

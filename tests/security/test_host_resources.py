@@ -221,6 +221,37 @@ async def test_a_program_cannot_hang_memory_on_its_mirror_through_extended_attri
         assert held == []
 
 
+@pytest.mark.parametrize("live", [False, True])
+async def test_a_program_cannot_hang_memory_on_its_mirror_by_preallocating_past_a_files_end(
+    tmp_path: Path, live: bool
+) -> None:
+    """``fallocate --keep-size`` gives a file tmpfs pages past its end (the host's memory) while its
+    size stays 0: each run's within its own memory group, then kept by the warm mirror, which the
+    scratch budget counts by sizes (and a sparse file's holes): four runs of 200 MB held 821 MB of the
+    host in 5 entries counted as 371 bytes, after the workspace closed too. Preallocating past the end
+    now fails as on a filesystem that cannot (``EOPNOTSUPP``); an allocation that grows the file (what
+    ``posix_fallocate`` asks) and punching holes stay."""
+    if not _seccomp.compiled().program or not bwrap_works():
+        pytest.skip("no seccomp filter here")
+    shell = ShellBackend(live=live)
+    if live and not shell.live:
+        pytest.skip("no live sandboxes here (cgroup freezer)")
+    async with computer.Workspace(str(tmp_path / "ws.sqlite"), backends=[shell]) as ws:
+        await ws.fs.mkdir("/workspace", recursive=True)
+        result = await (
+            await ws.runtime.exec(
+                "touch f && fallocate -n -l 8M f; fallocate -n -z -l 8M f;"
+                " fallocate -l 1M g && fallocate -p -o 0 -l 1M g && du -k f g"
+            )
+        ).result()
+        assert result.status == "completed", result.stderr
+        assert result.stderr.count("mode is unsupported") == 2, result.stderr  # util-linux on EOPNOTSUPP
+        assert result.stdout.split() == ["0", "f", "0", "g"], result.stdout
+        assert (await ws.fs.stat("/workspace/g")).size == 1 << 20
+        for mirror in shell.mirrors.idle_mirrors(ws.runtime.context.workspace_id):
+            assert os.lstat(mirror.directory / "f").st_blocks == 0
+
+
 @pytest.mark.xfail(
     strict=True,
     reason=(
