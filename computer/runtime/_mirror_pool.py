@@ -126,8 +126,17 @@ def held_bytes(mirror: Mirror) -> int:
     """The bytes of file data ``mirror`` holds: its files' sizes less the whole chunks of their holes
     (known by the chunk lists of its large files). Before, a sparse file counted its size: a program's
     ``truncate -s 4G`` cost the host nothing, yet its warm mirror counted 4 GB against the process's
-    budget and pushed every other workspace's warm mirror out (their next runs pushed in full)."""
-    size = sum(entry[SIZE] for entry in mirror.state.values() if entry[KIND] == "f")
+    budget and pushed every other workspace's warm mirror out (their next runs pushed in full).
+    A symlink of a target of :data:`SHORT_LINK` bytes or more counts the tmpfs page that holds it:
+    before, symlinks counted nothing, and 60,000 of 4,000-byte targets held ~400 MB of the host in a
+    mirror counted as 0 bytes (60 MB of entries)."""
+    size = 0
+    for entry in mirror.state.values():
+        kind = entry[KIND]
+        if kind == "f":
+            size += entry[SIZE]
+        elif kind == "l" and entry[SIZE] >= SHORT_LINK:
+            size += LINK_PAGE
     holes = sum(chunks.count(HOLE_DIGEST) for chunks in mirror.chunks.values())
     return max(0, size - holes * CHUNK_SIZE)
 
@@ -214,6 +223,11 @@ def _default_budget() -> int:
         memory = 8 << 30
     return min(8 << 30, memory // 4)
 
+
+# A symlink target tmpfs keeps in a page of its own from this length on (``SHORT_SYMLINK_LEN``); shorter
+# ones are a small allocation beside the inode (within :data:`ENTRY_BYTES`).
+SHORT_LINK = 128
+LINK_PAGE = 4096
 
 # What one entry of an idle mirror costs the host, rounded up: its tmpfs inode and dentry (~0.95 KB of
 # kernel memory, ``shmem_inode_cache`` + ``dentry``) and its row of the mirror's state (~0.3 KB).

@@ -164,6 +164,31 @@ async def test_a_sparse_file_counts_what_it_holds_against_the_scratch_budget(tmp
         assert (await sparse.fs.stat("/workspace/disk.img")).size == 12 << 20
 
 
+async def test_a_warm_mirror_of_long_symlinks_counts_their_pages_against_the_scratch_budget(
+    tmp_path: Path,
+) -> None:
+    """A symlink's target of 128 bytes or more takes a page of tmpfs (4 KiB of the host's memory): a
+    warm mirror of 60,000 links of 4,000-byte targets held ~400 MB and counted 0 bytes (only files'
+    sizes counted; its 60,000 entries ~60 MB of the entry budget)."""
+    budget = ScratchBudget(4 << 20)
+    shell = ShellBackend(live=False, mirror_pool=lambda base, root: MirrorPool(base, root, budget=budget))
+    async with computer.Workspace(str(tmp_path / "ws.sqlite"), backends=[shell]) as ws:
+        await ws.fs.mkdir("/workspace", recursive=True)
+        short = await (
+            await ws.runtime.exec("mkdir s && cd s && for i in $(seq 100); do ln -s t $i; done")
+        ).result()
+        assert short.status == "completed", short.stderr
+        assert len(shell.mirrors.idle_mirrors(ws.runtime.context.workspace_id)) == 1
+        made = await (
+            await ws.runtime.exec(
+                "mkdir d && cd d && python3 -c 'import os\nfor i in range(2000): os.symlink(\"x\" * 4000, str(i))'"
+            )
+        ).result()
+        assert made.status == "completed", made.stderr
+        assert shell.mirrors.idle_mirrors(ws.runtime.context.workspace_id) == [], "8 MB of link pages kept"
+        assert len(await ws.fs.readdir("/workspace/d")) == 2000
+
+
 # Sets 1,000 bytes of ``user.`` attributes on a file, a directory and the sandbox's /tmp, through
 # ``setxattr`` and through ``setxattrat`` by number (Linux 6.13; 463 on x86_64 and aarch64, unknown to
 # libseccomp before 2.6), and prints what each answered.
