@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..storage import CHUNK_SIZE
 from ._beneath import HOLE_DIGEST
-from ._entry import KIND, SIZE
+from ._entry import INO, KIND, SIZE
 from ._mirror import Mirror
 from ._scratch import remove_tree
 
@@ -129,15 +129,24 @@ def held_bytes(mirror: Mirror) -> int:
     budget and pushed every other workspace's warm mirror out (their next runs pushed in full).
     A symlink of a target of :data:`SHORT_LINK` bytes or more counts the tmpfs page that holds it:
     before, symlinks counted nothing, and 60,000 of 4,000-byte targets held ~400 MB of the host in a
-    mirror counted as 0 bytes (60 MB of entries)."""
+    mirror counted as 0 bytes (60 MB of entries). A file seen with several names (``Mirror.linked``)
+    counts once: 1 MB under 12 names counted 12 MB and pushed another workspace's warm mirror out."""
     size = 0
-    for entry in mirror.state.values():
+    linked = mirror.linked
+    counted: set[int] = set()
+    again: set[str] = set()  # further names of a file counted: their holes are not subtracted again
+    for rel, entry in mirror.state.items():
         kind = entry[KIND]
         if kind == "f":
+            if linked and entry[INO] in linked:
+                if entry[INO] in counted:
+                    again.add(rel)
+                    continue
+                counted.add(entry[INO])
             size += entry[SIZE]
         elif kind == "l" and entry[SIZE] >= SHORT_LINK:
             size += LINK_PAGE
-    holes = sum(chunks.count(HOLE_DIGEST) for chunks in mirror.chunks.values())
+    holes = sum(chunks.count(HOLE_DIGEST) for rel, chunks in mirror.chunks.items() if rel not in again)
     return max(0, size - holes * CHUNK_SIZE)
 
 

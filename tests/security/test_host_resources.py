@@ -189,6 +189,32 @@ async def test_a_warm_mirror_of_long_symlinks_counts_their_pages_against_the_scr
         assert len(await ws.fs.readdir("/workspace/d")) == 2000
 
 
+async def test_a_file_of_many_names_counts_once_against_the_scratch_budget(tmp_path: Path) -> None:
+    """A warm mirror counted each name of a hard-linked file as a file of its own: 1 MB linked under
+    12 names (1 MB of the host) counted 12 MB and pushed another workspace's warm mirror (6 MB of
+    real bytes) out of the process's budget, as a sparse file did before (their next runs push in
+    full)."""
+    budget = ScratchBudget(16 << 20)
+    shell = ShellBackend(live=False, mirror_pool=lambda base, root: MirrorPool(base, root, budget=budget))
+    async with (
+        computer.Workspace(str(tmp_path / "a.sqlite"), backends=[shell]) as linked,
+        computer.Workspace(str(tmp_path / "b.sqlite"), backends=[shell]) as other,
+    ):
+        for ws in (linked, other):
+            await ws.fs.mkdir("/workspace", recursive=True)
+        real = await (await other.runtime.exec("head -c 6000000 /dev/urandom > data.bin")).result()
+        assert real.status == "completed", real.stderr
+        made = await (
+            await linked.runtime.exec(
+                "head -c 1000000 /dev/urandom > f && for i in $(seq 11); do ln f l$i; done"
+            )
+        ).result()
+        assert made.status == "completed", made.stderr
+        assert len(shell.mirrors.idle_mirrors(linked.runtime.context.workspace_id)) == 1
+        assert len(shell.mirrors.idle_mirrors(other.runtime.context.workspace_id)) == 1, "pushed out"
+        assert budget.held() < 8 << 20
+
+
 # Sets 1,000 bytes of ``user.`` attributes on a file, a directory and the sandbox's /tmp, through
 # ``setxattr`` and through ``setxattrat`` by number (Linux 6.13; 463 on x86_64 and aarch64, unknown to
 # libseccomp before 2.6), and prints what each answered.
