@@ -303,6 +303,64 @@ async def test_a_program_cannot_hang_memory_on_its_mirror_by_preallocating_past_
             assert os.lstat(mirror.directory / "f").st_blocks == 0
 
 
+# Takes inotify instances until the kernel refuses one (at most 1,024), says how many, and holds them.
+_INOTIFY_HOG = """
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+held = []
+while len(held) < 1024:
+    fd = libc.inotify_init()
+    if fd < 0:
+        break
+    held.append(fd)
+print("held", len(held), flush=True)
+time.sleep(60)
+"""
+_INOTIFY_PROBE = (
+    "python3 -c 'import ctypes, os; l = ctypes.CDLL(None, use_errno=True);"
+    ' print("ok" if l.inotify_init() >= 0 else os.strerror(ctypes.get_errno()))\''
+)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "every sandbox of the host runs as one host uid, and the kernel's inotify limits are per uid"
+        " (fs.inotify.max_user_instances, 128; max_user_watches): one program holding them all leaves"
+        " every other workspace's programs without inotify (EMFILE; ENOSPC for watches). A fix needs"
+        " per-sandbox limits in each sandbox's user namespace (/proc/sys/user/max_inotify_*, written"
+        " with CAP_SYS_RESOURCE there before the program runs; bubblewrap mounts /proc/sys read-only)"
+        " or a host uid per sandbox: s59 fix-attack report"
+    ),
+)
+async def test_a_program_holding_every_inotify_instance_leaves_other_workspaces_theirs(
+    tmp_path: Path,
+) -> None:
+    """``tail -F``, file watchers of dev servers and test runners: a program in one workspace took the
+    128 inotify instances of the sandboxes' host user (and all 192,540 watches), and another
+    workspace's ``inotify_init`` failed with EMFILE until it was killed."""
+    shell = ShellBackend(live=False)
+    async with (
+        computer.Workspace(str(tmp_path / "a.sqlite"), backends=[shell]) as hog,
+        computer.Workspace(str(tmp_path / "v.sqlite"), backends=[shell]) as victim,
+    ):
+        for ws in (hog, victim):
+            await ws.fs.mkdir("/workspace", recursive=True)
+        await hog.fs.write_file("/workspace/hog.py", _INOTIFY_HOG.encode())
+        handle = await hog.runtime.exec("python3 hog.py")
+        try:
+            seen = ""
+            async for snapshot in handle:
+                seen = snapshot.stdout
+                if "held" in seen:
+                    break
+            assert seen.startswith("held"), seen
+            probe = await (await victim.runtime.exec(_INOTIFY_PROBE)).result()
+        finally:
+            await handle.kill()
+        assert probe.stdout.strip() == "ok", probe.stdout
+
+
 @pytest.mark.xfail(
     strict=True,
     reason=(
