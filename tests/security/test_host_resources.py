@@ -303,6 +303,65 @@ async def test_a_program_cannot_hang_memory_on_its_mirror_by_preallocating_past_
             assert os.lstat(mirror.directory / "f").st_blocks == 0
 
 
+# POSIX message queues of 80 KiB (10 messages of 8 KiB) opened until the kernel refuses one (at most
+# 100), held; ``probe`` opens one and says whether it could.
+_MQUEUES = """
+import ctypes, os, sys, time
+rt = ctypes.CDLL("librt.so.1", use_errno=True)
+class Attr(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_long), ("maxmsg", ctypes.c_long), ("msgsize", ctypes.c_long),
+                ("current", ctypes.c_long), ("reserved", ctypes.c_long * 4)]
+def queue(name):
+    attr = Attr(0, 10, 8192, 0)
+    return rt.mq_open(name.encode(), os.O_CREAT | os.O_RDWR, 0o600, ctypes.byref(attr)) >= 0
+if sys.argv[1] == "probe":
+    print("ok" if queue("/probe") else os.strerror(ctypes.get_errno()))
+else:
+    held = 0
+    while held < 100 and queue("/q%d" % held):
+        held += 1
+    print("held", held, flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the kernel counts POSIX message queue bytes (and queued signals) of every user namespace of"
+        " one host uid against the rlimit its creator had (bubblewrap's: this process's, 800 KiB); a fix"
+        " raises RLIMIT_MSGQUEUE/RLIMIT_SIGPENDING to unlimited for bubblewrap and gives each program"
+        " the old ones back, which takes CAP_SYS_RESOURCE (not held here): s59 fix-attack report"
+    ),
+)
+async def test_a_program_holding_its_message_queue_bytes_leaves_other_workspaces_theirs(
+    tmp_path: Path,
+) -> None:
+    """Every sandbox of the host's sandbox uid shares the ceiling the user namespaces' creator had:
+    a program holding its own 800 KiB of POSIX message queues made every other workspace's
+    ``mq_open`` fail (EMFILE) until it was killed."""
+    shell = ShellBackend(live=False)
+    async with (
+        computer.Workspace(str(tmp_path / "a.sqlite"), backends=[shell]) as hog,
+        computer.Workspace(str(tmp_path / "v.sqlite"), backends=[shell]) as victim,
+    ):
+        for ws in (hog, victim):
+            await ws.fs.mkdir("/workspace", recursive=True)
+            await ws.fs.write_file("/workspace/mq.py", _MQUEUES.encode())
+        handle = await hog.runtime.exec("python3 mq.py hold")
+        try:
+            seen = ""
+            async for snapshot in handle:
+                seen = snapshot.stdout
+                if "held" in seen:
+                    break
+            assert 0 < int(seen.split()[1]) < 100, seen  # the program's own limit still binds
+            probe = await (await victim.runtime.exec("python3 mq.py probe")).result()
+        finally:
+            await handle.kill()
+        assert probe.stdout.strip() == "ok", probe.stdout
+
+
 # Takes inotify instances until the kernel refuses one (at most 1,024), says how many, and holds them.
 _INOTIFY_HOG = """
 import ctypes, os, time
