@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from ._hosts import HostedHandle, OwnerHost
     from ._init import adopt, cluster_settings, ensure_ray, init, published_settings
     from ._lease import awake, awake_where, owner_file, process_node, take_lease
+    from ._nodes import ClusterSilentError
     from ._owner import CONTROL_METHODS, OWNER_GROUPS, STREAM_GROUP_METHODS, WAIT_METHODS, OwnerActor
     from ._placement import workspace_actor
     from ._pool_scaler import SCALER_NAME
@@ -35,6 +36,7 @@ __all__ = [
     "SCALER_NAME",
     "STREAM_GROUP_METHODS",
     "WAIT_METHODS",
+    "ClusterSilentError",
     "DeletedWorkspace",
     "Directory",
     "HostedHandle",
@@ -68,6 +70,7 @@ __all__ = [
 
 _LAZY = {
     "owner_backends": "._backends",
+    "ClusterSilentError": "._nodes",
     "DeletedWorkspace": "._delete",
     "close_owners": "._delete",
     "delete_workspace": "._delete",

@@ -145,9 +145,11 @@ def _host_class() -> Any:
 
 
 def _node_cpus(node: str) -> int:
-    import ray
+    """The CPUs of ``node`` (1 when unknown); ``ClusterSilentError`` when the GCS does not list the
+    nodes in time (no older answer: the count is stored for the whole cluster)."""
+    from ._nodes import listed_nodes
 
-    for info in ray.nodes():  # type: ignore[no-untyped-call]
+    for info in listed_nodes():
         if info.get("NodeID") == node:
             return max(1, int(info.get("Resources", {}).get("CPU", 1)))
     return 1

@@ -176,17 +176,22 @@ def ray_owner_gone(record: WorkspaceRecord) -> bool:
     process connected to the cluster; blocking): its actor dead, restarting or restarted (another pid),
     an owner host no longer named. False when Ray cannot tell: no Ray connection, an id without its
     actor, an owner on a node that is not an alive node of this cluster (another cluster's, sharing the
-    directory), the table unreadable. For an owner on another machine, where :func:`awake` cannot look."""
+    directory), the table unreadable, the GCS silent (no node list within ``_nodes.NODES_TIMEOUT``). For
+    an owner on another machine, where :func:`awake` cannot look."""
     ray = sys.modules.get("ray")
     process = owner_process(record.owner)
     if ray is None or not ray.is_initialized() or process is None or not process[0]:
         return False
-    from ._nodes import alive_nodes
+    from ._nodes import ClusterSilentError, alive_nodes
     from .naming import HOST_PREFIX, NAMESPACE
     from .raycompat import actor_id, actor_process
 
     actor, pid = process
-    if record.node not in alive_nodes():
+    try:
+        alive = alive_nodes()
+    except ClusterSilentError:
+        return False  # Ray cannot tell now
+    if record.node not in alive:
         return False
     if actor.startswith(HOST_PREFIX):
         try:

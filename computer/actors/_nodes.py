@@ -1,16 +1,127 @@
-"""Ray nodes and the machines they run on: a stable host identity that outlives Ray sessions.
+"""Ray nodes and the machines they run on: a stable host identity that outlives Ray sessions, and the
+one bounded way the library lists nodes.
 
 A node id is new in every Ray session (a local restart, a whole-cluster restart), but a workspace
 file on a node's local disk stays on that machine. The directory therefore records both the node id
 and the host (``<hostname>/<ip>`` as Ray reports it), and placement falls back from a dead node id to
 an alive node of the same host.
+
+Listing nodes is bounded (:func:`listed_nodes`, :func:`gcs_answer`). ``ray.nodes()`` has no deadline:
+with the cluster's GCS stopped (SIGSTOP) or wedged it waited forever (measured: > 100 s, no end; the
+key-value store and the resources table the same), and so did every placement, directory or pool
+control-loop call behind it. The call runs on a daemon thread and the caller waits
+:data:`NODES_TIMEOUT` for it; past that it raises :class:`ClusterSilentError`, naming the cluster and
+the wait. Ray cannot cancel the call: the thread stays until the GCS answers, and a caller meanwhile
+waits for that same call rather than starting another (one per cluster and kind of call), so a silent
+GCS costs one thread, not one per caller. What each caller does then (decided per caller):
+
+- placement (``_placement``, ``_host_placement``: the alive nodes, a node's CPUs for its host count,
+  a creation claim), ``_full_nodes.place_elsewhere`` and the head directory (``head_node_id``): the
+  error propagates: an older answer could place a workspace on a dead node, judge a live node's
+  claim dead (two files of one name) or pick the wrong directory;
+- :func:`current_host` (an owner's own machine): what Ray would report for this machine, as when the
+  node is not listed yet (the same ``<hostname>/<ip>``, read locally);
+- ``_lease.ray_owner_gone``: False, "Ray cannot tell", as documented there;
+- the pools' control loop (``_pool_scaler``): its last answer (settings and nodes change rarely, and
+  its decisions are soft: a worker placed on a stale node's room is pending, not wrong), so it keeps
+  polling its workers and owners keep a fresh view; a round without any answer yet fails, logged,
+  and the next tries again.
+
+Callers on an event loop wait in a thread (``asyncio.to_thread``, ``offload``); an owner's
+constructor and a hosted workspace's opening wait on their own workspace's loop, as for every other
+blocking call they make there.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, wait
+from typing import Any, TypeVar
 
-__all__ = ["alive_nodes", "current_host", "host_of"]
+__all__ = [
+    "NODES_TIMEOUT",
+    "ClusterSilentError",
+    "alive_nodes",
+    "current_host",
+    "gcs_answer",
+    "host_of",
+    "listed_nodes",
+]
+
+T = TypeVar("T")
+
+# Seconds a caller waits for the GCS to list the nodes (as the CLI's ``watch_cluster`` waits for it).
+NODES_TIMEOUT = 20.0
+
+_calls_lock = threading.Lock()
+_calls: dict[tuple[str, str], Future[Any]] = {}  # (cluster, what) -> the call under way
+
+
+class ClusterSilentError(TimeoutError):
+    """The Ray cluster's GCS did not answer a call within the wait (stopped, wedged, overloaded)."""
+
+    def __init__(self, cluster: str, what: str, seconds: float) -> None:
+        super().__init__(
+            f"the Ray cluster at {cluster} did not {what} within {seconds:g} s: its GCS does not answer "
+            "(stopped, wedged or overloaded; `ray status` on its head tells more)"
+        )
+        self.cluster, self.what, self.seconds = cluster, what, seconds
+
+    def __reduce__(self) -> tuple[type[ClusterSilentError], tuple[str, str, float]]:
+        return (type(self), (self.cluster, self.what, self.seconds))
+
+
+def _cluster() -> str:
+    import ray
+
+    try:
+        return str(ray.get_runtime_context().gcs_address)  # local: answered without the GCS
+    except Exception:
+        return "?"
+
+
+def gcs_answer(call: Callable[[], T], what: str, timeout: float | None = None) -> T:
+    """``call()`` (blocking calls of the GCS, ``what`` it does, e.g. "list its nodes") run on a daemon
+    thread, waited for at most ``timeout`` (default :data:`NODES_TIMEOUT`) seconds:
+    :class:`ClusterSilentError` past it. A caller that comes while the same ``what`` is under way for
+    this cluster waits for that call instead of starting another (its answer, or its error, is this
+    caller's too). Never call it on an event loop's thread: it blocks for up to ``timeout``."""
+    seconds = NODES_TIMEOUT if timeout is None else timeout
+    cluster = _cluster()
+    key = (cluster, what)
+    with _calls_lock:
+        future = _calls.get(key)
+        if future is None:
+            future = _calls[key] = Future()
+            threading.Thread(
+                target=_answer, args=(call, key, future), name="computer-gcs-call", daemon=True
+            ).start()
+    if not wait([future], seconds).done:
+        raise ClusterSilentError(cluster, what, seconds)
+    result: T = future.result()
+    return result
+
+
+def _answer(call: Callable[[], Any], key: tuple[str, str], future: Future[Any]) -> None:
+    try:
+        value = call()
+    except BaseException as exc:  # the caller's error, raised where it waits
+        with _calls_lock:
+            _calls.pop(key, None)
+        future.set_exception(exc)
+        return
+    with _calls_lock:
+        _calls.pop(key, None)
+    future.set_result(value)
+
+
+def listed_nodes(timeout: float | None = None) -> list[dict[str, Any]]:
+    """``ray.nodes()`` (every node the GCS knows, alive or not), bounded: :func:`gcs_answer`."""
+    import ray
+
+    nodes: list[dict[str, Any]] = gcs_answer(ray.nodes, "list its nodes", timeout)
+    return nodes
 
 
 def host_of(node: dict[str, Any]) -> str:
@@ -19,23 +130,24 @@ def host_of(node: dict[str, Any]) -> str:
 
 
 def alive_nodes() -> dict[str, str]:
-    """Every alive node of the cluster: node id -> host identity."""
-    import ray
-
-    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
-    return {str(n["NodeID"]): host_of(n) for n in nodes if n.get("Alive")}
+    """Every alive node of the cluster: node id -> host identity (:class:`ClusterSilentError` when the
+    GCS does not list them within :data:`NODES_TIMEOUT`)."""
+    return {str(n["NodeID"]): host_of(n) for n in listed_nodes() if n.get("Alive")}
 
 
 def current_host(node_id: str) -> str | None:
-    """The host identity of node ``node_id`` (this process's node), None outside Ray."""
+    """The host identity of node ``node_id`` (this process's node), None outside Ray. Not listed (yet),
+    or the GCS silent: what Ray reports for this machine, read locally."""
     import ray
 
     if not ray.is_initialized():
         return None
-    host = alive_nodes().get(node_id)
+    try:
+        host = alive_nodes().get(node_id)
+    except ClusterSilentError:
+        host = None
     if host is not None:
         return host
-    # Not listed (yet): what Ray would report for this machine.
     import socket
 
     return f"{socket.gethostname()}/{ray.util.get_node_ip_address()}"  # type: ignore[no-untyped-call]

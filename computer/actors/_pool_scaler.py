@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
+from ._nodes import ClusterSilentError, gcs_answer, listed_nodes
 from ._pool_admission import LoadReport, target_runs
 from ._pool_plan import (
     GROW_WAIT,
@@ -161,6 +162,8 @@ class PoolScaler:
         self._wake = asyncio.Event()
         self._resting = False  # the loop waits TICK_CALM: a view call wakes it
         self._viewed_at = -math.inf  # when a dispatcher last asked for a view (monotonic)
+        # The last settings and nodes the GCS gave (``_cluster_state``), for rounds it does not answer.
+        self._last_state: tuple[Settings, dict[str, tuple[float, float]]] | None = None
         self.started_at = time.time()
         self.rounds = 0
         self._adopt()
@@ -227,8 +230,23 @@ class PoolScaler:
                     return False
         return True
 
+    async def _cluster_state(self) -> tuple[Settings, dict[str, tuple[float, float]]]:
+        """The cluster's settings and nodes, or its last answer when its GCS does not answer within
+        ``NODES_TIMEOUT`` (``ClusterSilentError`` without one): the round goes on polling workers,
+        so owners keep a fresh view (before, it waited in ``ray.nodes()`` for as long as the GCS was
+        stopped, polling nothing: every worker then looked silent, ``SILENT_AFTER``)."""
+        try:
+            state = await asyncio.to_thread(gcs_answer, _cluster_state, "give the pools' settings and nodes")
+        except ClusterSilentError as exc:
+            if self._last_state is None:
+                raise
+            log.warning("pool control loop: %s: this round uses its last answer", exc)
+            return self._last_state
+        self._last_state = state
+        return state
+
     async def _round(self) -> None:
-        config, nodes = await asyncio.to_thread(_cluster_state)
+        config, nodes = await self._cluster_state()
         self.rounds += 1
         # CPUs free per node, less what workers of any pool asked for there and Ray has not placed yet
         # (shared by the pools of this round: a worker created for one is not free for the next).
@@ -473,16 +491,15 @@ async def _stop(handle: Any, *, graceful: bool) -> None:
 
 
 def _cluster_state() -> tuple[Settings, dict[str, tuple[float, float]]]:
-    """The cluster's published settings, and every alive node's (total, available) CPUs (blocking)."""
-    import ray
-
+    """The cluster's published settings, and every alive node's (total, available) CPUs (blocking, and
+    unbounded but for the nodes' listing: the control loop bounds it whole, :func:`gcs_answer`)."""
     from ._init import cluster_settings
     from .raycompat import available_per_node
 
     config = cluster_settings()
     available = available_per_node()
     nodes: dict[str, tuple[float, float]] = {}
-    for node in ray.nodes():  # type: ignore[no-untyped-call]
+    for node in listed_nodes():
         if node.get("Alive"):
             node_id = str(node["NodeID"])
             total = float(node.get("Resources", {}).get("CPU", 0.0))

@@ -520,18 +520,50 @@ async def _watch_owner(owner: Any, token: str) -> str:
             return why
 
 
+# The one ping of each owner (by its token) this worker has out: the task awaiting its answer, and when
+# it was sent (the loop's time). At most one per owner and worker: ``_owner_gone``.
+_pings: dict[str, tuple[asyncio.Task[Any], float]] = {}
+
+
 async def _owner_gone(owner: Any, token: str) -> str | None:
-    """Why the owner ``owner`` is gone or another process than ``token`` (one ping), else None. A ping
-    given up is cancelled in Ray (:func:`answer_within`): a stopped or wedged owner ran every ping it
-    had been sent (one per run and per ``OWNER_CHECK_INTERVAL`` plus timeout) once it went on."""
+    """Why the owner ``owner`` is gone or another process than ``token`` (one ping), else None: an
+    owner silent for ``OWNER_CHECK_TIMEOUT`` (stopped, wedged) is not proof that it is gone.
+
+    At most one ping of an owner is out per worker: a check while the previous ping is unanswered
+    (another run's watcher, ``_end_orphans``, the next round) waits for that one, for what is left of
+    its ``OWNER_CHECK_TIMEOUT``, instead of sending another; one unanswered for that long is silence
+    (None) and stays out, never cancelled, until the owner answers it (or Ray says it died: the checks
+    then say so). Before, each run's watcher and each round sent its own ping and gave it up after the
+    timeout (cancelled in Ray, which cannot reach a stopped process: pending there all the same): a
+    stopped owner had one pending per run and per ``OWNER_CHECK_INTERVAL`` plus timeout, and ran them
+    all once it went on."""
     from ray.exceptions import RayActorError
 
-    from ._pool_probe import answer_within  # (it imports the registry, which imports this module)
-
+    loop = asyncio.get_running_loop()
+    out = _pings.get(token)
+    if out is None or out[0].done() or out[0].get_loop() is not loop:
+        out = _pings[token] = (loop.create_task(_ping(owner)), loop.time())
+        out[0].add_done_callback(lambda ping: _answered(token, ping))
+    ping, sent = out
+    left = sent + OWNER_CHECK_TIMEOUT - loop.time()
     try:
-        current = await answer_within(owner.pool_ping.remote(), OWNER_CHECK_TIMEOUT)
+        if left <= 0:
+            return None  # silent all this time: not proof that it is gone
+        current = await asyncio.wait_for(asyncio.shield(ping), left)
     except RayActorError as exc:
         return f"its owner died ({type(exc).__name__})"
     except Exception:  # slow or unreachable for now: not proof that it is gone
         return None
     return "its owner restarted" if current != token else None
+
+
+async def _ping(owner: Any) -> Any:
+    return await owner.pool_ping.remote()
+
+
+def _answered(token: str, ping: asyncio.Task[Any]) -> None:
+    """``ping`` has its answer (or Ray's error): the owner's next check sends a new one."""
+    if _pings.get(token, (None,))[0] is ping:
+        del _pings[token]
+    if not ping.cancelled():
+        ping.exception()  # retrieved: its waiters may have stopped waiting

@@ -5,59 +5,24 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from ray_heads import Head, gcs_pids, own_head
 
-from .conftest import COMPUTER, REPO, cli_env, free_port
+from .conftest import COMPUTER, REPO, cli_env
 
 pytestmark = pytest.mark.slow  # each starts Ray processes; the module starts a head of its own
 
 
-@dataclass(frozen=True)
-class Head:
-    address: str  # 127.0.0.1:PORT
-    pid: int  # the `ray start --block` process; the cluster's processes are its children
-    ray_tmpdir: Path  # RAY_TMPDIR of a command whose `auto` is to find this head (`ray_current_cluster`)
-
-
 @pytest.fixture(scope="module")
 def head() -> Iterator[Head]:
-    port = free_port()
-    root = Path(tempfile.mkdtemp(prefix="rc-h", dir="/tmp"))  # short: Ray's socket paths
-    temp_dir = root / "ray"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block", "--port", str(port),
-         "--node-ip-address", "127.0.0.1", "--temp-dir", str(temp_dir), "--num-cpus", "1",
-         "--include-dashboard", "false", "--disable-usage-stats"],
-        env=cli_env(), cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL, start_new_session=True,
-    )  # fmt: skip
-    try:
-        recorded = temp_dir / "ray_current_cluster"  # written once the head runs
-        deadline = time.monotonic() + 90
-        while not recorded.exists() and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.2)  # a cluster starting: bounded by the deadline
-        if not recorded.exists():
-            pytest.fail(f"the test's Ray head did not start (exit {proc.poll()})")
-        with socket.create_connection(("127.0.0.1", port), timeout=10):
-            pass
-        yield Head(f"127.0.0.1:{port}", proc.pid, root)
-    finally:
-        proc.send_signal(signal.SIGTERM)  # `ray start --block` stops the processes it started
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)  # its own session: the head's processes only
-            proc.wait()
-        subprocess.run(["rm", "-rf", str(root)], check=False)
+    with own_head(cli_env(), REPO) as started:
+        yield started
 
 
 _GUARD = """
@@ -140,22 +105,6 @@ main()
 """
 
 
-def _gcs_pids(head: Head) -> list[int]:
-    """The head's ``gcs_server`` (a child of the test's ``ray start``), from /proc."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # ended meanwhile
-        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        if name == "gcs_server" and int(rest[1]) == head.pid:
-            found.append(int(entry.name))
-    return found
-
-
 @pytest.mark.parametrize(
     ("pause", "args"),
     [("ray.nodes", ["status"]), ("computer.actors.adopt", ["tool", "w", "ls"])],
@@ -167,7 +116,7 @@ def test_a_cluster_that_stops_answering_after_the_join_ends_the_command(
     """The GCS of the test's head is stopped (SIGSTOP) right after the command joined: ``ray.nodes()``
     then waited forever (``status``), and a command through ``ray_session`` waited on the owner's
     creation. Last in this module: the head is continued after, but may not outlive the stop."""
-    gcs = _gcs_pids(head)
+    gcs = gcs_pids(head)
     assert len(gcs) == 1, gcs
     marks = tmp_path / "marks"
     marks.mkdir()

@@ -3,8 +3,8 @@ call to it. The dispatcher probes a worker that keeps a call waiting (``PoolWork
 concurrency group) and treats one that does not answer as dead for that call: ``end_sandbox`` (and the
 hibernation's ``close_workspace``) give its live sandbox up, a run that never started there goes to
 another worker, a run that started there fails naming it. Before, each waited forever (``end_sandbox``,
-hibernation) or for the run's timeout plus ~20 s. Liveness calls given up (the dispatcher's probes, a
-worker's ``pool_ping`` of a stopped owner) are cancelled in Ray."""
+hibernation) or for the run's timeout plus ~20 s. The dispatcher's probes given up are cancelled in
+Ray; a worker keeps at most one ``pool_ping`` of a stopped owner out."""
 
 from __future__ import annotations
 
@@ -198,19 +198,46 @@ async def test_probes_a_stopped_worker_does_not_answer_are_cancelled(
         assert len(cancels) == 3  # an answered probe is not cancelled
 
 
-async def test_pings_a_stopped_owner_does_not_answer_are_cancelled(
-    cluster: Settings, name: str, monkeypatch: pytest.MonkeyPatch, cancels: list[Any]
+class _PingSpy:
+    """An owner's handle whose ``pool_ping.remote()`` calls are counted (each still goes to the owner)."""
+
+    def __init__(self, owner: Any) -> None:
+        self.owner = owner
+        self.sent: list[Any] = []
+
+    @property
+    def pool_ping(self) -> _PingSpy:
+        return self
+
+    def remote(self) -> Any:
+        ref = self.owner.pool_ping.remote()
+        self.sent.append(ref)
+        return ref
+
+
+async def test_a_worker_keeps_at_most_one_ping_of_a_stopped_owner_out(
+    cluster: Settings, name: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A worker's timed-out ``pool_ping`` of a run's owner (whether it is gone) stayed pending in Ray
-    the same way, one per run and per check while the owner was stopped; now each is cancelled."""
+    """A worker's ``pool_ping`` of a run's owner (whether it is gone) stayed pending in Ray once given
+    up (Ray cannot cancel into a stopped process): a stopped owner had one more per run and per check
+    (``OWNER_CHECK_INTERVAL`` plus ``OWNER_CHECK_TIMEOUT``), and ran them all once it went on. Now a
+    check while the owner's previous ping is unanswered waits for that one: one ping out, however
+    many watchers and intervals; silence still decides nothing (not gone)."""
     monkeypatch.setattr(_pool_worker, "OWNER_CHECK_TIMEOUT", 0.5)
+    monkeypatch.setattr(_pool_worker, "OWNER_CHECK_INTERVAL", 0.1)
     async with computer.get_workspace(name) as ws:
         owner = ws._conn.handle
         token = await owner.pool_ping.remote()
         pid = await process_pid(owner_process(owner))
+        spy = _PingSpy(owner)
         with _stopped(pid):
-            assert [await _pool_worker._owner_gone(owner, token) for _ in range(3)] == [None] * 3
-            assert len(cancels) == 3  # before: none
-        await _settled(cancels)
-        assert await _pool_worker._owner_gone(owner, token) is None
-        assert len(cancels) == 3
+            assert [await _pool_worker._owner_gone(spy, token) for _ in range(3)] == [None] * 3
+            # Two runs' watchers and more checks, for several intervals and timeouts: none returns
+            # (silent is not gone), none sends another ping.
+            watchers = asyncio.gather(*(_pool_worker._watch_owner(spy, token) for _ in range(2)))
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(watchers, 2.0)
+            assert len(spy.sent) == 1  # before: 3 from the checks, then one per watcher and check
+        assert await asyncio.wait_for(spy.sent[0], BOUND) == token  # answered once it went on
+        assert await _pool_worker._owner_gone(spy, token) is None
+        assert len(spy.sent) == 2  # the answered ping is no longer out: a new check sends a new one

@@ -52,7 +52,9 @@ def head_node_id() -> str | None:
         return None
     cluster = str(ray.get_runtime_context().gcs_address)
     if cluster not in _heads:
-        nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+        from .._nodes import listed_nodes  # ClusterSilentError when the GCS does not answer in time
+
+        nodes = listed_nodes()
         heads = [
             str(n["NodeID"]) for n in nodes if n.get("Alive") and _HEAD_RESOURCE in (n.get("Resources") or {})
         ]
