@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ._hosts import HostedHandle, OwnerHost
     from ._init import adopt, cluster_settings, ensure_ray, init, published_settings
     from ._lease import awake, awake_where, owner_file, process_node, take_lease
-    from ._nodes import ClusterSilentError
+    from ._nodes import ClusterSilentError, gcs_answer, listed_nodes
     from ._owner import CONTROL_METHODS, OWNER_GROUPS, STREAM_GROUP_METHODS, WAIT_METHODS, OwnerActor
     from ._placement import workspace_actor
     from ._pool_scaler import SCALER_NAME
@@ -57,7 +57,9 @@ __all__ = [
     "cluster_settings",
     "delete_workspace",
     "ensure_ray",
+    "gcs_answer",
     "init",
+    "listed_nodes",
     "open_directory",
     "owner_backends",
     "owner_file",
@@ -71,6 +73,8 @@ __all__ = [
 _LAZY = {
     "owner_backends": "._backends",
     "ClusterSilentError": "._nodes",
+    "gcs_answer": "._nodes",
+    "listed_nodes": "._nodes",
     "DeletedWorkspace": "._delete",
     "close_owners": "._delete",
     "delete_workspace": "._delete",

@@ -281,7 +281,8 @@ def cluster_fragment(view: dict[str, Any]) -> str:
         )
         or '<tr class="empty"><td colspan="3">no awake owners</td></tr>'
     )
-    return f"""<p class="muted">{_e(view.get("mode"))} view</p>
+    silent = f'<p class="error">{_e(view["silent"])}</p>' if view.get("silent") else ""
+    return f"""<p class="muted">{_e(view.get("mode"))} view</p>{silent}
 <h2>Nodes</h2><table class="grid"><thead><tr><th>node</th><th>address</th><th>CPUs</th><th>memory</th></tr></thead><tbody>{nodes}</tbody></table>
 <h2>Exec pools</h2><table class="grid" id="pool-totals"><thead><tr><th>pool</th><th>workers</th><th>running</th><th>queued</th><th>p50 wait</th><th>p99 wait</th><th>runs/s</th></tr></thead><tbody>{totals}</tbody></table>
 <h2>Pool workers</h2><table class="grid"><thead><tr><th>worker</th><th>node</th><th>running</th><th>queued</th><th>failed</th><th>runs</th><th>runs/s</th></tr></thead><tbody>{pools}</tbody></table>

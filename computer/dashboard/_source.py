@@ -222,11 +222,24 @@ class ClusterSource(DataDirSource):
     async def cluster(self) -> dict[str, Any]:
         import ray
 
-        from ..actors import NAMESPACE
+        from ..actors import NAMESPACE, ClusterSilentError, gcs_answer, listed_nodes
 
         view = await super().cluster()
         view["mode"] = self.mode
-        nodes = await asyncio.to_thread(ray.nodes)
+        # The GCS's answers are bounded (``listed_nodes``): a stopped or wedged GCS used to hold a
+        # thread of the default executor per page view for as long as it was silent, until the
+        # executor's threads were all taken and every page of the dashboard waited. Silent now: the
+        # view says so and shows what it read elsewhere (the directory's owners).
+        try:
+            nodes = await asyncio.to_thread(listed_nodes)
+            actors = await asyncio.to_thread(
+                gcs_answer,
+                lambda: ray.util.list_named_actors(all_namespaces=True),
+                "list its named actors",
+            )
+        except ClusterSilentError as exc:
+            view["silent"] = str(exc)
+            return view
         view["nodes"] = [
             {
                 "id": str(n["NodeID"])[:12],
@@ -237,7 +250,6 @@ class ClusterSource(DataDirSource):
             for n in nodes
             if n.get("Alive")
         ]
-        actors = await asyncio.to_thread(ray.util.list_named_actors, all_namespaces=True)
         pools: list[dict[str, Any]] = []
         now = time.monotonic()
         for actor in actors:

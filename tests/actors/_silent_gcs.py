@@ -25,6 +25,8 @@ from computer.actors._lease import ray_owner_gone
 from computer.actors._pool_scaler import PoolScaler
 from computer.actors.directory import WorkspaceRecord
 from computer.actors.directory._head import head_node_id
+from computer.config import Settings
+from computer.dashboard import ClusterSource
 
 WAIT = 2.0  # NODES_TIMEOUT here: seconds each listing may wait
 BOUND = 60.0  # the test's own steps
@@ -86,6 +88,8 @@ def main(address: str, marks: Path) -> None:
     outcome("scaler", lambda: sorted(asyncio.run(PoolScaler._cluster_state(scaler))[1]))  # type: ignore[arg-type]
     fresh = SimpleNamespace(_last_state=None)
     outcome("scaler first round", lambda: asyncio.run(PoolScaler._cluster_state(fresh)))  # type: ignore[arg-type]
+    dashboard = ClusterSource(Settings(data_dir=marks / "data"))
+    outcome("dashboard cluster", lambda: asyncio.run(dashboard.cluster()).get("silent"))
     say("stopped calls done")
 
     wait_for(marks / "continued")

@@ -112,6 +112,8 @@ def test_node_listings_of_a_cluster_whose_gcs_is_stopped_end_within_their_wait(
     for call in ("alive_nodes", "alive_nodes again", "alive_nodes a third time", "head_node_id", "node cpus"):
         assert said[call]["raised"] == "ClusterSilentError", said[call]
         assert said[call]["message"].startswith(silent), said[call]
+    # The dashboard's cluster view says so instead of holding an executor thread per view forever.
+    assert said["dashboard cluster"]["value"].startswith(silent), said["dashboard cluster"]
     # One listing under way for every caller (before: no caller came back to start another).
     assert said["listing threads"] == {"call": "listing threads", "before": 1, "after": 1}, said
     # Falls back where safe: this machine as Ray would name it, "Ray cannot tell", the last answer.
