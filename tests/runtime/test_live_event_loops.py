@@ -498,12 +498,13 @@ def test_a_stranded_live_run_killed_after_workspace_writes_keeps_both_sides_by_t
     on both sides, keeps the workspace's version and is listed as skipped with the reason; ``B``,
     changed by the workspace alone, keeps it; what only the run changed (``count``, ``seen``: the ``B``
     it last saw, from before) is pulled, its last version; the next run's sandbox has the workspace's
-    versions; all of it so after a close and reopen."""
+    versions; all of it so after a close and reopen. (``seen`` and ``count`` are replaced by a rename:
+    a kill between a redirection's truncation and its write left an empty file, the run's own.)"""
     db = str(tmp_path / "w.db")
     looping = f"sleep 0.02{os.getpid():07d}"  # this process's own (found on the host by it)
     source = (
-        "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo run $i > A; cat B > seen; echo $i > count; "
-        f"{looping}; done"
+        "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo run $i > A; "
+        f"cat B > s.tmp; mv s.tmp seen; echo $i > c.tmp; mv c.tmp count; {looping}; done"
     )
     shell = ShellBackend()
     ws = Workspace(db, backends=[shell])
