@@ -57,10 +57,12 @@ class ExecRun:
 
     async def end_stranded(self, backend: object, workspace_id: str) -> Any:
         """Kill the :attr:`stranded` run from this event loop through its backend, which ends the live
-        sandbox it runs in (``LiveCalls.end_stranded_run``: what it wrote is kept, as a kill keeps it),
-        or say that it cannot (a sandbox per call, a pool's run: ``STRANDED``). Returns what the
-        backend knows of what its syncs pulled and refused (a ``RunChanges``). No future of that loop
-        is touched here: the caller settles it (``finish_stranded``)."""
+        sandbox it runs in or the sandbox of its own (``LiveCalls.end_stranded_run``: what it wrote is
+        kept, as a kill keeps it), or say that it cannot (``STRANDED``, at once: a backend without
+        ``end_stranded_run``, a pool's among them; a run in a sandbox of its own whose program had not
+        started yet). Returns what the backend knows of what its syncs pulled and refused (a
+        ``RunChanges`` or a ``Synced``). No future of that loop is touched here: the caller settles it
+        (``finish_stranded``)."""
         end = getattr(backend, "end_stranded_run", None)
         changes = None if end is None else await end(workspace_id, self.id)
         if changes is None:

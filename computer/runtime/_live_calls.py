@@ -7,6 +7,7 @@ import contextlib
 
 from ._live_parts import RunChanges
 from ._live_set import LiveSandboxes
+from ._sync import Synced
 from ._warm import Ready, WarmSandboxes
 from .types import ProcessInfo
 
@@ -38,11 +39,15 @@ class LiveCalls:
         there was none."""
         return await self._lives.end_sandbox(workspace_id)
 
-    async def end_stranded_run(self, workspace_id: str, exec_id: str) -> RunChanges | None:
+    async def end_stranded_run(self, workspace_id: str, exec_id: str) -> RunChanges | Synced | None:
         """End a run whose event loop has ended, from this one (``Runtime.kill_exec``): its live
-        sandbox ended with it, what they wrote kept; what its syncs pulled and refused while it ran,
-        None when no live sandbox of this backend held it."""
-        return await self._lives.end_stranded_run(workspace_id, exec_id)
+        sandbox ended with it, what they wrote kept, or its sandbox of its own killed and its pull
+        made (``PerCallRuns.end``); what its syncs pulled and refused while it ran, None when no
+        sandbox of this backend held it."""
+        ended = await self._lives.end_stranded_run(workspace_id, exec_id)
+        if ended is None:  # not a live sandbox's: a sandbox per call
+            return await self._lives.sync.calls.end(workspace_id, exec_id)
+        return ended
 
     def take_notices(self, workspace_id: str) -> tuple[str | None, dict[str, str]]:
         """What this backend kept for the workspace's next run, taken (``LiveSandboxes.take_notices``)."""

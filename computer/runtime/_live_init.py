@@ -17,10 +17,10 @@ host → init                                              init → host
 ``{"op": "drop"}`` + fds: pipes whose output is dropped    (no reply: read here until their writers go)
                                                          ``{"op": "error", "ref", "error"}`` a request failed
 
-A reply is one packet, so it stays under :data:`MAX_REPLY` (the socket's send buffer is ~208 KB by
-default: a larger packet is refused): the ``ps`` listing cuts long command lines, and past that counts
-the processes it leaves out in ``"more"`` (see :func:`listing`), which the host asks for next (``after``
-the last pid it got).
+A reply is one packet, so it stays under ``_live_ps.MAX_REPLY`` (the socket's send buffer is ~208 KB
+by default: a larger packet is refused): the ``ps`` listing cuts long command lines, and past that
+counts the processes it leaves out in ``"more"`` (see ``_live_ps.listing``), which the host asks for
+next (``after`` the last pid it got).
 
 A job is the command's process group (``setsid``): killing a job is what Ctrl-C does in a terminal;
 a process that left it (``setsid server &``) keeps running. The init is a child subreaper, so every
@@ -33,7 +33,6 @@ import errno
 import fcntl
 import json
 import os
-import re
 import selectors
 import signal
 import socket
@@ -41,6 +40,14 @@ import sys
 import time
 from collections.abc import Callable
 from typing import Any
+
+if __package__:  # imported as part of the package (the host's tests)
+    from ._live_ps import is_ours, listing, processes
+else:  # the sandbox's init, run as a script: the listing was copied beside it (``_live_launch``)
+    sys.path.append(os.path.dirname(os.path.abspath(__file__)))
+    from _live_ps import is_ours, listing, processes  # type: ignore[no-redef]
+
+    sys.path.pop()  # nothing else is looked up there
 
 Send = Callable[[dict[str, Any]], None]
 
@@ -58,12 +65,6 @@ MAX_DROPPED = 1024  # pipes the host let go (``drop``) read here at most; the ol
 DROPPED: dict[int, None] = {}  # those pipes, oldest first
 LEADERS: dict[int, str] = {}  # the jobs started (pid: its session's id -> job id), the last MAX_LEADERS
 MAX_LEADERS = 4096
-MAX_REPLY = 96 * 1024  # bytes of one reply (JSON): well under the default send buffer (212,992)
-MAX_COMMAND = 4096  # characters of a command line a ``ps`` listing keeps (fewer when many share it)
-MIN_COMMAND = 256
-# A run's name as a listing gives it (``COMPUTER_EXEC_ID`` in a process's environment, which the
-# process chose): the runtime's exec id form, anything else left out (see :func:`processes`).
-RUN_NAME = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 # What a command starts with at its default action: every signal but those no process can catch (the
 # init ignores SIGINT, SIGHUP, SIGPIPE; Python SIGXFSZ; the host's launcher may have ignored SIGQUIT).
 DEFAULTED = tuple(s for s in range(1, 32) if s not in (signal.SIGKILL, signal.SIGSTOP))
@@ -215,26 +216,6 @@ def handle(message: dict[str, Any], fds: list[int], jobs: dict[int, str], send: 
     elif op == "ps":
         rows, more = listing(processes(int(message.get("after") or 0), LEADERS))
         send({"op": "ps", "ref": message.get("ref"), "processes": rows, "more": more})
-
-
-def listing(found: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """``found`` within one reply: each command line cut to :data:`MAX_COMMAND` characters (``…``
-    last), halved while the listing is over :data:`MAX_REPLY` bytes, down to :data:`MIN_COMMAND`;
-    then the processes of the highest pids are left out, and counted (a listing of 600 KB, one
-    process's command line, ended the init: its packet was refused, EMSGSIZE)."""
-    cap, kept = MAX_COMMAND, found
-    while True:
-        rows = [
-            {**p, "command": p["command"][: cap - 1] + "\u2026"} if len(p["command"]) > cap else p
-            for p in kept
-        ]
-        size = len(json.dumps(rows)) + 100  # with the reply's other fields
-        if size <= MAX_REPLY:
-            return rows, len(found) - len(kept)
-        if cap > MIN_COMMAND:
-            cap = max(MIN_COMMAND, cap // 2)
-        else:
-            kept = kept[: max(0, len(kept) * MAX_REPLY // size - 1)]
 
 
 def kill_group(pgid: int, sig: int, reap_children: Callable[[], None]) -> None:
@@ -391,106 +372,6 @@ def seal() -> None:
                 os.set_inheritable(fd, False)
             except OSError:
                 pass
-
-
-def is_ours(pid: int) -> bool:
-    """Whether ``pid`` descends from this init (always so in the sandbox's pid namespace)."""
-    me = os.getpid()  # 1: the namespace's first process (see ``bwrap_argv``'s ``as_pid_1``)
-    seen = 0
-    while pid > 0 and seen < 4096:
-        if pid == me:
-            return True
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            return False
-        pid = int(stat[stat.rindex(b")") + 2 :].split()[1])
-        seen += 1
-    return False
-
-
-def processes(after: int = 0, leaders: dict[int, str] | None = None) -> list[dict[str, Any]]:
-    """The sandbox's processes of pids above ``after`` (the init and zombies left out), each with its
-    run (:func:`run_of`; ``leaders``: :data:`LEADERS`)."""
-    me = os.getpid()
-    ticks = os.sysconf("SC_CLK_TCK")
-    page = os.sysconf("SC_PAGE_SIZE")
-    # The boot time to 1/100 s: the clock now less the uptime (``btime`` in ``/proc/stat`` is whole
-    # seconds: every start time was early by its fraction, up to a second).
-    try:
-        with open("/proc/uptime") as f:
-            boot = time.time() - float(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        boot = 0.0
-    found = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        pid = int(name)
-        if pid <= max(1, after) or pid == me or not is_ours(pid):
-            continue
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read()
-        except OSError:
-            continue
-        comm = stat[stat.index(b"(") + 1 : stat.rindex(b")")].decode(errors="replace")
-        fields = stat[stat.rindex(b")") + 2 :].split()
-        if fields[0] == b"Z":
-            continue
-        words = [w.decode(errors="replace") for w in cmdline.split(b"\0") if w]
-        run = run_of(pid, leaders or {}, cmdline)
-        found.append(
-            {
-                "pid": pid,
-                "ppid": int(fields[1]),
-                "command": " ".join(words) if words else f"[{comm}]",
-                "started": boot + int(fields[19]) / ticks,
-                "cpu_seconds": (int(fields[11]) + int(fields[12])) / ticks,
-                "rss_bytes": int(fields[21]) * page,
-                "exec_id": run,
-            }
-        )
-    return sorted(found, key=lambda p: p["pid"])
-
-
-def run_of(pid: int, leaders: dict[int, str], cmdline: bytes | None = None) -> str | None:
-    """The run of process ``pid`` (``cmdline``: its own, if read): ``COMPUTER_EXEC_ID`` in its
-    environment (the process's to set: of the exec id form, else none). When that cannot tell, the
-    job whose session it is in (``leaders``), else its parent's run: its environment unreadable
-    (memory not dumpable: a job's for the moment of its start here, a program's ``PR_SET_DUMPABLE``)
-    or empty with its command line (an ``exec``'s instant: ``[bash]`` was listed with no run, between
-    a run's shell and its command; a writer's child so was missed by a kill of the run's processes)."""
-    for _ in range(64):
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                environ = f.read()
-            if not environ and cmdline is None:
-                with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmdline = f.read()
-        except OSError:
-            environ = cmdline = b""
-        if environ or cmdline:  # it tells (an empty environment of its own: no run)
-            run = None
-            for item in environ.split(b"\0"):
-                if item.startswith(b"COMPUTER_EXEC_ID="):
-                    run = item[17:].decode() if RUN_NAME.fullmatch(item[17:]) else None
-            return run
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
-            fields = stat[stat.rindex(b")") + 2 :].split()
-            pid, session, cmdline = int(fields[1]), int(fields[3]), None
-        except (OSError, ValueError, IndexError):
-            return None
-        if session in leaders:
-            return leaders[session]
-        if pid <= 1 or pid == os.getpid():
-            return None
-    return None
 
 
 if __name__ == "__main__":

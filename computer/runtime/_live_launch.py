@@ -25,6 +25,7 @@ from ._tasks import offload, run_to_completion
 __all__ = ["INIT_PYTHON", "Launched", "launch", "tasks_in"]
 
 INIT_SCRIPT = Path(__file__).with_name("_live_init.py")
+INIT_LISTING = Path(__file__).with_name("_live_ps.py")  # the init imports it from beside its own copy
 INIT_PYTHON = "/usr/bin/python3"
 SOCKET_NAME = "live.sock"
 _START_TIMEOUT = 10.0
@@ -80,6 +81,9 @@ async def launch(
         script = bridge_dir / "live_init.py"
         shutil.copyfile(INIT_SCRIPT, script)
         script.chmod(0o644)
+        listing = bridge_dir / INIT_LISTING.name
+        shutil.copyfile(INIT_LISTING, listing)
+        listing.chmod(0o644)
         process = await standby.start(
             [INIT_PYTHON, "-I", "-S", f"{inside_dir}/live_init.py", f"{inside_dir}/{SOCKET_NAME}"],
             cwd="/",

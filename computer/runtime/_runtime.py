@@ -378,5 +378,5 @@ class Runtime(Settling):
             if not run.done and run.stranded:
                 try:
                     await self._end_stranded(run)
-                except Exception as exc:  # (``STRANDED``: no live sandbox held it, it runs on)
+                except Exception as exc:  # (``STRANDED``: its backend cannot reach it, it runs on)
                     log.warning("exec %s: left running as its workspace closed: %s", run.id, exc)

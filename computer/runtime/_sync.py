@@ -41,6 +41,7 @@ from ._backend import (
 from ._kept import trim_kept
 from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
+from ._per_call import PerCallRuns
 from ._pull_rules import CONFLICT, outermost
 from ._tasks import finish_in_thread, in_thread, offload
 
@@ -76,6 +77,8 @@ class MirrorSync:
         self.owner: tuple[int, int] | None = None
         # Bytes a mirror may hold in files only its sandbox has (``_kept``; the sandbox's memory limit).
         self.kept_limit: int | None = None
+        # The runs in a sandbox per call in progress: one whose event loop ended is ended from another.
+        self.calls = PerCallRuns(self)
 
     def acquire(self, workspace_id: str, ctx: ExecContext) -> Mirror:
         mirror = self.mirrors.acquire(workspace_id)
@@ -91,6 +94,8 @@ class MirrorSync:
         A bracket interrupted midway (kill) leaves unknown content, and a worker thread may still be
         writing it: such a mirror is never reused; the next run takes a fresh one (full push).
         """
+        if _taken(mirror):  # ended from another loop (``PerCallRuns.end``): released there
+            return False
         if clean:
             return self.mirrors.release(workspace_id, mirror)
         mirror.invalidate()
@@ -252,6 +257,8 @@ class MirrorSync:
         ``paced``: a live sandbox's tick (``Mirror.look_again`` may wait for a later one).
         What the pull lifted in a mirror its program locked is put back at its end (``_lifts``).
         """
+        if _taken(mirror):  # ended from another loop (``PerCallRuns.end``): pulled there
+            return Synced()
         try:
             synced = await self._pull(
                 mirror, ctx, base_rev, run, saves, defer=defer, follow=follow, paced=paced
@@ -432,6 +439,11 @@ def _removals_outermost(applied: list[str], deleted: set[str]) -> list[str]:
     removal lies below a removed directory.)"""
     removed = [p for p in applied if p in deleted]
     return [p for p in applied if p not in deleted] + outermost(removed)
+
+
+def _taken(mirror: Mirror) -> bool:
+    """Whether another event loop than this one took ``mirror`` over (``Mirror.taken_by``)."""
+    return mirror.taken_by is not None and mirror.taken_by is not asyncio.get_running_loop()
 
 
 def _small(push: SyncPush | SyncPull) -> bool:

@@ -302,9 +302,9 @@ class PythonBackend(LiveCalls):
                 yield ExitEvent(None, pushed=pushed, error=problem)
                 clean = True
                 return
-            guest = await self._take_guest(mirror, request)
-            if guest is None:
-                guest = await self._spawn_guest(request.env, mirror)
+            guest = await self._take_guest(mirror, request) or await self._spawn_guest(request.env, mirror)
+            # Reachable from another event loop should this one end under it (``_per_call``).
+            self._sync.calls.hold(request.id, workspace_id, ctx, mirror, push.rev, guest.sp)
             session = Session()
             output = self._session(guest, request, ctx, session, chdir=cwd)
             try:
@@ -320,12 +320,11 @@ class PythonBackend(LiveCalls):
                 killed = True  # ``kill``: the guest is dead; what it wrote is kept, and listed
             synced = await self._sync.pull(mirror, ctx, push.rev, request.id, defer=not killed)
             clean = True
-            oom = session.outcome.out_of_memory
             yield ExitEvent(
                 None if killed else session.outcome.exit_code,
                 value=session.result.get("value"),
                 error=out_of_memory_error(self.sandbox.limits.memory_mb, self.mount_root)
-                if oom
+                if session.outcome.out_of_memory
                 else session.error(killed or session.outcome.timed_out),
                 killed=killed or session.outcome.timed_out,
                 pushed=pushed,
@@ -335,6 +334,7 @@ class PythonBackend(LiveCalls):
                 pending=synced.pending,
             )
         finally:
+            self._sync.calls.let_go(request.id, mirror)
             if guest is not None:
                 guest.host_end.close()
             if await self._sync.release(workspace_id, mirror, clean=clean):

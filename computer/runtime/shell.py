@@ -266,6 +266,8 @@ class ShellBackend(LiveCalls):
                     ready = await self._prepare(mirror, bridge_dir)
                     sp = await ready[0].start(command, cwd=start_cwd, env=env, after=after)
                 ready = None
+                # Reachable from another event loop should this one end under it (``_per_call``).
+                self._sync.calls.hold(request.id, workspace_id, ctx, mirror, push.rev, sp, bridge)
                 outcome = ProcessOutcome()
                 output = stream_process(sp, outcome, stdin=request.stdin, timeout=request.timeout)
                 try:
@@ -296,6 +298,7 @@ class ShellBackend(LiveCalls):
                 ),
             )
         finally:
+            self._sync.calls.let_go(request.id, mirror)
             if ready is not None:  # prepared but never started (cwd missing, cancelled…)
                 await run_to_completion(ready.discard())
             if await self._sync.release(workspace_id, mirror, clean=clean):

@@ -380,28 +380,6 @@ def test_a_kill_from_a_new_loop_pulls_what_a_sync_of_the_closed_loop_took_and_ne
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
 @pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")  # (and a step of one)
-def test_a_kill_from_a_new_loop_of_a_run_no_live_sandbox_holds_says_it_was_not_killed(tmp_path: Path) -> None:
-    """A sandbox per call cannot be reached from another event loop: the kill says so, and what to do
-    (it raised "Event loop is closed", which said neither)."""
-    ws = Workspace(str(tmp_path / "w.db"), backends=[ShellBackend(live=False)])
-    try:
-        run_id = _running_as_its_loop_closes(ws, f"echo one > a; {MARK}")
-        said = ""
-        try:  # (the error's frames let go at once: they hold that loop's run, collected below)
-            asyncio.run(asyncio.wait_for(ws.runtime.kill_exec(run_id), 60))
-        except RuntimeError as exc:
-            said = str(exc)
-        assert "was not killed and runs on until it ends by itself" in said, said
-    finally:
-        for pid in host_pids_with(MARK):
-            os.kill(pid, 9)
-        asyncio.run(asyncio.wait_for(ws.close(), 60))
-    del ws
-    gc.collect()  # that loop's tasks and coroutines go now (warnings), not in a later test
-
-
-@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
-@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")  # (and a step of one)
 def test_a_run_killed_from_a_new_loop_after_its_loop_closed_has_a_killed_result(tmp_path: Path) -> None:
     """The run a kill from a new loop ended (its own loop closed under it) gets the result a kill
     gives: cancelled, 137, "killed", the output it printed, what it wrote listed as pulled; in the
@@ -505,5 +483,89 @@ def test_a_run_whose_loop_closed_ended_by_a_close_has_a_killed_result_after_a_re
             "printed\n",
             "killed",
         ), settled
+    finally:
+        asyncio.run(again.close())
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")  # the closed loop's tasks
+@pytest.mark.filterwarnings("ignore:coroutine .* was never awaited:RuntimeWarning")  # (and a step of one)
+def test_a_stranded_live_run_killed_after_workspace_writes_keeps_both_sides_by_the_pull_rules(
+    tmp_path: Path,
+) -> None:
+    """A live run writing ``A`` over and over and copying ``B`` to ``seen`` is stranded (its loop closed:
+    no sync runs any more); from new loops the workspace writes ``B`` and ``A`` while it still runs,
+    then kills it. The pull's rules hold (a coverage test: no defect was found here): ``A``, changed
+    on both sides, keeps the workspace's version and is listed as skipped with the reason; ``B``,
+    changed by the workspace alone, keeps it; what only the run changed (``count``, ``seen``: the ``B``
+    it last saw, from before) is pulled, its last version; the next run's sandbox has the workspace's
+    versions; all of it so after a close and reopen. (``seen`` and ``count`` are replaced by a rename:
+    a kill between a redirection's truncation and its write left an empty file, the run's own.)"""
+    db = str(tmp_path / "w.db")
+    looping = f"sleep 0.02{os.getpid():07d}"  # this process's own (found on the host by it)
+    source = (
+        "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); echo run $i > A; "
+        f"cat B > s.tmp; mv s.tmp seen; echo $i > c.tmp; mv c.tmp count; {looping}; done"
+    )
+    shell = ShellBackend()
+    ws = Workspace(db, backends=[shell])
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(ws.fs.mkdir("/workspace", recursive=True))
+        loop.run_until_complete(ws.fs.write_file("/workspace/B", b"b0\n"))
+        run_id = loop.run_until_complete(ws.runtime.exec(source, timeout=120)).id
+
+        async def synced(ws: Workspace) -> int:  # the run's count as the workspace has it (0: none yet)
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                if await ws.fs.read_file("/workspace/seen") == b"b0\n":
+                    return int(await ws.fs.read_file("/workspace/count"))
+            return 0
+
+        deadline = time.monotonic() + 30
+        while (before := loop.run_until_complete(synced(ws))) < 3:  # a few of the run's syncs
+            assert time.monotonic() < deadline
+            loop.run_until_complete(asyncio.sleep(0.05))
+        sandbox = shell._lives._live[ws.fs.instance]
+
+        async def no_more_syncs() -> None:  # (a loop closed in a sync's freeze leaves the run frozen)
+            await sandbox.lock.acquire()  # a tick's sync in flight ends first; held as the loop closes
+            await asyncio.wait_for(sandbox._tick_idle.wait(), 30)
+
+        loop.run_until_complete(no_more_syncs())
+    finally:
+        loop.close()  # the run's task still pending: its sandbox syncs no more
+    try:
+        asyncio.run(ws.fs.write_file("/workspace/B", b"from the workspace\n"))
+        asyncio.run(ws.fs.write_file("/workspace/A", b"from the workspace\n"))
+        counted = sandbox.mirror.directory / "count"  # the run's, unsynced
+        written = int(counted.read_text() or 0)
+        # The run still runs, and writes ``A`` again after the workspace did (both sides changed it).
+        assert seen(lambda: int(counted.read_text() or 0) > written + 1)
+
+        async def kill_then_read(ws: Workspace) -> tuple[Any, dict[str, bytes]]:
+            await ws.runtime.kill_exec(run_id)
+            result = await (await ws.runtime.get_exec(run_id)).result()
+            return result, {n: await ws.fs.read_file(f"/workspace/{n}") for n in ("A", "B", "seen", "count")}
+
+        result, files = asyncio.run(asyncio.wait_for(kill_then_read(ws), 60))
+        assert seen(lambda: not host_pids_with(looping))
+        assert (result.status, result.exit_code, result.error) == ("cancelled", 137, "killed"), result
+        assert result.skipped_reasons.get("/workspace/A", "").startswith("changed in the workspace"), result
+        assert "/workspace/B" not in result.skipped and "/workspace/count" in result.pulled, result
+        expected = {"A": b"from the workspace\n", "B": b"from the workspace\n", "seen": b"b0\n"}
+        assert {n: files[n] for n in expected} == expected, files
+        count = int(files["count"])
+        assert count > before, (count, before)  # its writes after the loop closed: pulled by the kill
+        later = asyncio.run(run(ws, "cat A B seen count"))  # a fresh sandbox: the workspace's versions
+        assert (later.status, later.stdout) == ("completed", "from the workspace\n" * 2 + f"b0\n{count}\n")
+    finally:
+        asyncio.run(asyncio.wait_for(ws.close(), 60))
+    del ws
+    gc.collect()  # that loop's tasks and coroutines go now (warnings), not in a later test
+    again = Workspace(db)
+    try:
+        reread = {n: asyncio.run(again.fs.read_file(f"/workspace/{n}")) for n in ("A", "B", "seen", "count")}
+        assert reread == {**expected, "count": f"{count}\n".encode()}, reread
+        record = asyncio.run(again.runtime.get_exec(run_id))
+        assert asyncio.run(record.result()).skipped_reasons == result.skipped_reasons
     finally:
         asyncio.run(again.close())

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from computer.runtime import _live_init
+from computer.runtime import _live_init, _live_ps
 
 
 def _refusing(monkeypatch: pytest.MonkeyPatch) -> list[float]:
@@ -65,7 +65,7 @@ def test_a_listed_start_time_is_the_processes_to_a_tick() -> None:
     child = subprocess.Popen(["sleep", "30"])
     after = time.time()
     try:
-        (listed,) = [p for p in _live_init.processes() if p["pid"] == child.pid]
+        (listed,) = [p for p in _live_ps.processes() if p["pid"] == child.pid]
         tick = 1 / os.sysconf("SC_CLK_TCK")
         assert before - 2 * tick <= listed["started"] <= after + 2 * tick, (before, listed["started"], after)
     finally:
@@ -114,7 +114,7 @@ def _shown_as(monkeypatch: pytest.MonkeyPatch, hidden: dict[int, str]) -> None:
                 return io.BytesIO(b"")
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(_live_init, "open", opening, raising=False)
+    monkeypatch.setattr(_live_ps, "open", opening, raising=False)
 
 
 def _settled(pid: int) -> None:
@@ -145,17 +145,17 @@ def test_a_process_whose_environment_cannot_tell_is_listed_with_its_jobs_or_its_
         child = int(writer.stdout.readline())
         _settled(child)  # past its exec (bash prints $! before the child's exec of sleep)
         leaders = {job.pid: "ahead-7"}
-        assert _live_init.run_of(child, leaders) == "exec-writer"  # (its own environment)
+        assert _live_ps.run_of(child, leaders) == "exec-writer"  # (its own environment)
         for how in ("refused", "empty"):
             _shown_as(monkeypatch, {job.pid: how, child: how})
-            runs = {p["pid"]: p["exec_id"] for p in _live_init.processes(0, leaders)}
+            runs = {p["pid"]: p["exec_id"] for p in _live_ps.processes(0, leaders)}
             assert (runs[job.pid], runs[child]) == ("ahead-7", "exec-writer"), how
-            assert _live_init.run_of(child, {}) == "exec-writer"
-            assert _live_init.run_of(job.pid, {}) is None  # no job known: its parent is no run's
+            assert _live_ps.run_of(child, {}) == "exec-writer"
+            assert _live_ps.run_of(job.pid, {}) is None  # no job known: its parent is no run's
         _shown_as(monkeypatch, {})
         with_none = subprocess.Popen(["sleep", "30"], env={})  # an empty environment of its own: no run
         try:
-            assert _live_init.run_of(with_none.pid, {with_none.pid: "ahead-7"}) is None
+            assert _live_ps.run_of(with_none.pid, {with_none.pid: "ahead-7"}) is None
         finally:
             with_none.kill()
             with_none.wait()

@@ -15,7 +15,7 @@ import selectors
 import pytest
 
 import computer
-from computer.runtime import ShellBackend, _live_init, _live_jobs, _live_parts
+from computer.runtime import ShellBackend, _live_init, _live_jobs, _live_parts, _live_ps
 from computer.runtime._protected import OWN
 
 from ._live_support import eventually, host_pids_with, host_shows
@@ -32,13 +32,13 @@ def test_a_listing_fits_one_packet_cutting_command_lines_then_counting_what_it_l
         {"pid": pid, "ppid": 1, "command": "x" * 300_000 if pid == 2 else "é" * 5_000, "started": 0.0}
         for pid in range(2, 2_002)
     ]
-    kept, more = _live_init.listing(rows)
-    assert len(json.dumps(kept)) <= _live_init.MAX_REPLY
+    kept, more = _live_ps.listing(rows)
+    assert len(json.dumps(kept)) <= _live_ps.MAX_REPLY
     assert 0 < more < 2_000 and len(kept) + more == 2_000
-    assert all(len(r["command"]) <= _live_init.MIN_COMMAND for r in kept)
+    assert all(len(r["command"]) <= _live_ps.MIN_COMMAND for r in kept)
     assert kept[0]["command"].endswith("\u2026")
-    few, none_left = _live_init.listing([rows[0], {**rows[1], "command": "sleep 5"}])
-    assert none_left == 0 and len(few[0]["command"]) == _live_init.MAX_COMMAND  # cut to the cap only
+    few, none_left = _live_ps.listing([rows[0], {**rows[1], "command": "sleep 5"}])
+    assert none_left == 0 and len(few[0]["command"]) == _live_ps.MAX_COMMAND  # cut to the cap only
     assert few[1]["command"] == "sleep 5"  # under the cap: whole
     assert [r["pid"] for r in few] == [2, 3]
 
@@ -62,7 +62,7 @@ async def test_listing_a_process_with_a_huge_command_line_keeps_the_sandbox_and_
 
         await eventually(sleeping, within=10)
         (bash,) = [p for p in await ws.runtime.processes() if p.command.startswith("bash -c sleep")]
-        assert len(bash.command) == _live_init.MAX_COMMAND and bash.command.endswith("\u2026")
+        assert len(bash.command) == _live_ps.MAX_COMMAND and bash.command.endswith("\u2026")
         after = await run(ws, "echo after")
         assert (after.stdout, after.stderr) == ("after\n", "")  # the same sandbox: nothing said
         assert host_pids_with(f"sleep {marker}")

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import computer
-from computer.runtime import ShellBackend, _context, _pull_pages, _push_ops, _sync
+from computer.runtime import ShellBackend, _pull_pages, _push_ops, _push_pages, _sync
 from computer.runtime._backend import PAGE_FILES
 from computer.runtime._context import LocalExecContext
 from computer.runtime._sync import _Pages
@@ -328,8 +328,8 @@ async def test_a_full_push_reads_the_tree_a_slice_at_a_time_in_small_pages(
     sends small pages (one read and sort of 100,000 entries, and one page of them, held the owner's
     loop 0.85 s). Everything arrives: files, empty directories, symlinks, a large file, and hard links
     whose first name went on an earlier page; after a reopen (a new mirror) too."""
-    monkeypatch.setattr(_context, "_PAGE_ENTRIES", 97)
-    monkeypatch.setattr(_context, "_WALK_SLICE", 41)
+    monkeypatch.setattr(_push_pages, "_PAGE_ENTRIES", 97)
+    monkeypatch.setattr(_push_pages, "_WALK_SLICE", 41)
     pages: list[int] = []
     sync_push = LocalExecContext.sync_push
     turns = _Turns()
@@ -386,18 +386,18 @@ async def test_an_incremental_push_in_many_pages_computes_what_it_sends_once(
     page read it again and walked the changed tree anew: 100,000 files held the loop 1.6 s a page).
     Offloaded (as a push over ``OFFLOAD`` paths is), the plan, the ops below the changed directory
     and their order are computed in a worker thread, with the same result."""
-    monkeypatch.setattr(_context, "_PAGE_ENTRIES", 97)
+    monkeypatch.setattr(_push_pages, "_PAGE_ENTRIES", 97)
     threads: set[str] = set()
     if offload:
         monkeypatch.setattr(_push_ops, "OFFLOAD", -1)
         for name in ("plan_changes", "ops_below", "sorted_ops"):
-            pure_fn = getattr(_context, name)
+            pure_fn = getattr(_push_pages, name)
 
             def in_thread(*args: Any, _fn: Any = pure_fn, _name: str = name) -> Any:
                 threads.add(f"{_name}:{threading.current_thread() is threading.main_thread()}")
                 return _fn(*args)
 
-            monkeypatch.setattr(_context, name, in_thread)
+            monkeypatch.setattr(_push_pages, name, in_thread)
     reads: list[object] = []  # the mirror revision of each read of the change log
     async with computer.Workspace(backends=[ShellBackend(live=live)]) as ws:
         ws.fs.commit_batch({"/workspace/old": b"old\n", "/workspace/gone": b"x"}, mkdirs=["/workspace"])
