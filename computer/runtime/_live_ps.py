@@ -106,9 +106,11 @@ def run_of(pid: int, leaders: dict[int, str], cmdline: bytes | None = None) -> s
     """The run of process ``pid`` (``cmdline``: its own, if read): ``COMPUTER_EXEC_ID`` in its
     environment (the process's to set: of the exec id form, else none). When that cannot tell, the
     job whose session it is in (``leaders``), else its parent's run: its environment unreadable
-    (memory not dumpable: a job's for the moment of its start here, a program's ``PR_SET_DUMPABLE``)
-    or empty with its command line (an ``exec``'s instant: ``[bash]`` was listed with no run, between
-    a run's shell and its command; a writer's child so was missed by a kill of the run's processes)."""
+    (memory not dumpable: a job's for the moment of its start here, a program's ``PR_SET_DUMPABLE``),
+    empty with its command line empty too, or empty in the middle of an ``exec`` (:func:`_in_exec`:
+    ``[bash]`` was listed with no run, between a run's shell and its command; a writer's child so was
+    missed by a kill of the run's processes). An environment empty once the exec is done is the
+    process's own (``env -i``): no run."""
     for _ in range(64):
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
@@ -118,21 +120,38 @@ def run_of(pid: int, leaders: dict[int, str], cmdline: bytes | None = None) -> s
                     cmdline = f.read()
         except OSError:
             environ = cmdline = b""
-        if environ or cmdline:  # it tells (an empty environment of its own: no run)
+        stat = b"" if environ else _stat(pid)
+        if environ or (cmdline and not _in_exec(stat)):  # it tells (an empty environment: no run)
             run = None
             for item in environ.split(b"\0"):
                 if item.startswith(b"COMPUTER_EXEC_ID="):
                     run = item[17:].decode() if RUN_NAME.fullmatch(item[17:]) else None
             return run
         try:
-            with open(f"/proc/{pid}/stat", "rb") as f:
-                stat = f.read()
             fields = stat[stat.rindex(b")") + 2 :].split()
             pid, session, cmdline = int(fields[1]), int(fields[3]), None
-        except (OSError, ValueError, IndexError):
+        except (ValueError, IndexError):
             return None
         if session in leaders:
             return leaders[session]
         if pid <= 1 or pid == os.getpid():
             return None
     return None
+
+
+def _stat(pid: int) -> bytes:
+    """``/proc/PID/stat``, empty when it cannot be read (the process gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def _in_exec(stat: bytes) -> bool:
+    """``stat`` (of a process whose environment reads empty) is of one in the middle of an ``exec``:
+    the kernel sets the new command line's bounds before the environment's (``create_elf_tables``),
+    so for that instant its ``env_end`` (field 51) is still 0, where an empty environment of its own
+    (``env -i``) has both its bounds set (equal, not 0). Unreadable: as an exec's instant (cannot tell)."""
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    return len(fields) <= 48 or fields[48] == b"0"

@@ -102,16 +102,28 @@ def test_killing_a_job_reaps_it_between_rounds_and_stops_once_it_is_gone(
 
 def _shown_as(monkeypatch: pytest.MonkeyPatch, hidden: dict[int, str]) -> None:
     """``/proc`` as the init reads it: for each pid of ``hidden``, its environment ``"refused"`` (memory
-    not dumpable) or ``"empty"`` with its command line (an ``exec``'s instant)."""
+    not dumpable), ``"empty"`` with its command line (an ``exec``'s first instant) or ``"exec"``: empty
+    while its command line is the new one, its ``env_end`` (``stat`` field 51) still 0 (the instant
+    after, ``create_elf_tables`` between the two)."""
     real_open = builtins.open
 
     def opening(path: Any, *args: Any, **kwargs: Any) -> Any:
         parts = str(path).split("/")
         if len(parts) == 4 and parts[2].isdigit() and int(parts[2]) in hidden:
-            if parts[3] == "environ" and hidden[int(parts[2])] == "refused":
+            how = hidden[int(parts[2])]
+            if parts[3] == "environ" and how == "refused":
                 raise PermissionError(13, "Permission denied", str(path))
-            if parts[3] in ("environ", "cmdline") and hidden[int(parts[2])] == "empty":
+            if (parts[3] in ("environ", "cmdline") and how == "empty") or (parts[3], how) == (
+                "environ",
+                "exec",
+            ):
                 return io.BytesIO(b"")
+            if (parts[3], how) == ("stat", "exec"):
+                with real_open(path, "rb") as f:
+                    stat = f.read()
+                head, fields = stat[: stat.rindex(b")") + 2], stat[stat.rindex(b")") + 2 :].split()
+                fields[48] = b"0"
+                return io.BytesIO(head + b" ".join(fields) + b"\n")
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(_live_ps, "open", opening, raising=False)
@@ -146,7 +158,7 @@ def test_a_process_whose_environment_cannot_tell_is_listed_with_its_jobs_or_its_
         _settled(child)  # past its exec (bash prints $! before the child's exec of sleep)
         leaders = {job.pid: "ahead-7"}
         assert _live_ps.run_of(child, leaders) == "exec-writer"  # (its own environment)
-        for how in ("refused", "empty"):
+        for how in ("refused", "empty", "exec"):
             _shown_as(monkeypatch, {job.pid: how, child: how})
             runs = {p["pid"]: p["exec_id"] for p in _live_ps.processes(0, leaders)}
             assert (runs[job.pid], runs[child]) == ("ahead-7", "exec-writer"), how
