@@ -26,15 +26,7 @@ from ._beneath import (
 )
 from ._dir_times import mirror_dir, with_dir_times
 from ._entry import INO, KIND, MODE, MTIME_NS, SIZE
-from ._mirror_base import (
-    NOT_UTF8,
-    SPECIAL,
-    Entry,
-    PullPlan,
-    entry_of,
-    is_below,
-    was_dir,
-)
+from ._mirror_base import NOT_UTF8, SPECIAL, Entry, PullPlan, entry_of, is_below, was_dir
 from ._mirror_watch import MirrorWatch
 from ._moves import moved_names
 from ._pull_pages import leading, path_order, removal_pages
@@ -195,8 +187,9 @@ class MirrorPull(MirrorWatch):
                 try:
                     rel.encode("utf-8")
                 except UnicodeEncodeError:  # a name the workspace cannot hold: leave it in the mirror only
-                    raw = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-                    plan.unsyncable[self.workspace_path(raw)] = NOT_UTF8
+                    if entry is not None:  # (gone: renamed or removed, nothing left to report)
+                        raw = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                        plan.unsyncable[self.workspace_path(raw)] = NOT_UTF8
                     continue
             path = prefix + rel if rel else self.root
             parents.add(rel.rpartition("/")[0])

@@ -188,3 +188,25 @@ async def test_files_only_the_sandbox_holds_are_bounded_by_its_memory_limit_acro
         listed = await ok(ws, "du -cm big* | tail -1")
         assert listed.stdout.splitlines()[-1].split()[0] == "50", listed.stdout
         assert {e.name for e in await ws.fs.readdir("/workspace")} == {"small1", "small2", "small3"}
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_names_that_are_not_utf8_renamed_to_good_ones_or_removed_are_no_longer_listed(
+    db: Path, live: bool
+) -> None:
+    """An archive from a Latin-1 machine unpacked, then fixed by hand (``mv`` to a UTF-8 name, ``rm``):
+    the fixing run lists nothing in ``skipped`` and its tree reaches the workspace whole. Before, its
+    ``skipped`` named every old path again, "it stays in the sandbox only", when the sandbox held none."""
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        made = await ok(
+            ws,
+            "mkdir -p $'r\\xe9sum\\xe9/sub' && echo cv > $'r\\xe9sum\\xe9/sub/cv' && echo n > $'n\\xf6tes'",
+        )
+        assert len(made.skipped) == 4, made.skipped_reasons
+        fixed = await ok(ws, "mv $'r\\xe9sum\\xe9' resume && rm $'n\\xf6tes' && ls")
+        assert fixed.stdout == "resume\n"
+        assert fixed.skipped == [], fixed.skipped_reasons
+        assert await ws.fs.read_text("/workspace/resume/sub/cv") == "cv\n"
+        assert await sandbox_view(ws) == await workspace_view(ws)
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        assert (await ok(ws, "cat resume/sub/cv && ls")).stdout == "cv\nresume\n"
