@@ -26,6 +26,7 @@ from ._beneath import (
 )
 from ._dir_times import mirror_dir, with_dir_times
 from ._entry import INO, KIND, MODE, MTIME_NS, SIZE
+from ._held_links import unheld_names
 from ._mirror_base import NOT_UTF8, SPECIAL, Entry, PullPlan, entry_of, is_below, was_dir
 from ._mirror_watch import MirrorWatch
 from ._moves import moved_names
@@ -163,7 +164,9 @@ class MirrorPull(MirrorWatch):
             "\0".join(ordered).encode("utf-8")
             checked = True
         except UnicodeEncodeError:
-            checked = False  # some name is not: each is checked below
+            checked = False  # some name is not: each is checked below (and its file's other names)
+            if self.look_at(now, candidates, unheld_names(now, candidates)):
+                ordered = path_order(candidates)
         prefix = "/" if self.root == "/" else self.root + "/"
         room = self.room()
         quick = room // 4  # a path of at most this many characters fits (see ``too_long``)
@@ -255,6 +258,8 @@ class MirrorPull(MirrorWatch):
             ino = now[rel][INO]
             for other in by_ino.get(ino, ()):
                 if other != rel and other not in listed and first_name.get(ino) != self.workspace_path(other):
+                    if other.encode("utf-8", "replace") != other.encode("utf-8", "surrogateescape"):
+                        continue  # not UTF-8: the mirror's alone, as the plan left it (the store refused it)
                     plan.links.append((other, first_name[ino]))
                     listed.add(other)
                     with contextlib.suppress(OSError):

@@ -12,7 +12,7 @@ import computer
 from computer.runtime import PythonBackend, ShellBackend
 from computer.storage import _tree
 
-from ._support import ok, opened, reasons_cover_skipped, run, sandbox_view, workspace_view
+from ._support import digest, ok, opened, reasons_cover_skipped, run, sandbox_view, workspace_view
 
 
 @pytest.fixture
@@ -210,3 +210,30 @@ async def test_names_that_are_not_utf8_renamed_to_good_ones_or_removed_are_no_lo
         assert await sandbox_view(ws) == await workspace_view(ws)
     async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
         assert (await ok(ws, "cat resume/sub/cv && ls")).stdout == "cv\nresume\n"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_file_with_a_second_name_that_is_not_utf8_syncs_under_its_good_name(
+    db: Path, live: bool
+) -> None:
+    """``ln good $'bad\\xff'`` (a Latin-1 alias, an archive's hard link): the good name reaches the
+    workspace, and so does a later write through the bad one; only the bad name stays in the sandbox.
+    Before, the pull sent the bad name as a link of the good one: the store refused it ("path is not
+    valid UTF-8"), the run failed, and the good file was lost from the sandbox too (a sandbox per call)
+    or every later run failed the same way (a live sandbox)."""
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        made = await ok(ws, "echo 1 > good && ln good $'bad\\xff'")
+        assert made.skipped == ["/workspace/bad\\xff"], made.skipped_reasons
+        assert await ws.fs.read_text("/workspace/good") == "1\n"
+        written = await ok(ws, "echo 2 >> $'bad\\xff' && cat good && stat -c %h good")
+        assert written.stdout == "1\n2\n2\n"
+        assert await ws.fs.read_text("/workspace/good") == "1\n2\n"
+        assert await sandbox_view(ws) == {
+            **await workspace_view(ws),
+            "/workspace/bad\ufffd": digest(b"1\n2\n"),
+        }
+        # a new name, written at once
+        await ok(ws, "rm $'bad\\xff' && ln good $'new\\xfe' && echo 3 >> $'new\\xfe'")
+        assert await ws.fs.read_text("/workspace/good") == "1\n2\n3\n"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        assert (await ok(ws, "cat good && ls")).stdout == "1\n2\n3\ngood\n"
