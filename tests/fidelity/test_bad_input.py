@@ -237,3 +237,24 @@ async def test_a_file_with_a_second_name_that_is_not_utf8_syncs_under_its_good_n
         assert await ws.fs.read_text("/workspace/good") == "1\n2\n3\n"
     async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
         assert (await ok(ws, "cat good && ls")).stdout == "1\n2\n3\ngood\n"
+
+
+@pytest.mark.parametrize("backend", ["shell", "python"])
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_file_where_the_mount_root_is_fails_the_run_and_is_kept(
+    db: Path, live: bool, backend: str
+) -> None:
+    """A file at ``/workspace`` (a write meant for a path below it): the run fails saying so, and the
+    file is kept. Before, the run went on in an empty directory and its pull made ``/workspace`` one:
+    the file was gone from the workspace with nothing in the result."""
+    made = PythonBackend(live=live) if backend == "python" else ShellBackend(live=live)
+    async with computer.Workspace(str(db), backends=[made]) as ws:
+        await ws.fs.write_file("/workspace", "notes\n")
+        source = "open('f', 'w').write('x')" if backend == "python" else "printf x > f"
+        result = await run(ws, source, backend=backend)
+        assert result.status == "failed", result.stdout
+        assert result.error is not None and "mount root is a file" in result.error, result.error
+        assert await ws.fs.read_text("/workspace") == "notes\n"
+        await ws.fs.rename("/workspace", "/notes.txt")
+        assert (await run(ws, source, backend=backend)).status == "completed"
+        assert await ws.fs.read_text("/workspace/f") == "x"
