@@ -125,6 +125,29 @@ async def test_a_run_writing_past_the_workspace_quota_skips_the_file_with_a_reas
         assert (await ok(ws, "cat old.txt small.txt")).stdout == "old\nsmall\n"
 
 
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_file_grown_past_the_quota_says_which_version_both_sides_keep(db: Path, live: bool) -> None:
+    """A log or a database that grows past the quota: the run's write is refused, and the workspace's
+    version (the sandbox gets it back) is the one left, so the reason says so, with its size; a new
+    file refused is gone from both, and the reason says that. Before, both said only "could not be
+    applied: no space left" (a live sandbox's tick may have pulled part of such a file: a 12 MB
+    file left 8 MB in the workspace and the sandbox, and nothing said what remained)."""
+    async with opened(db, shell=ShellBackend(live=live), python=False, max_bytes=8 << 20) as ws:
+        await ok(ws, "head -c 5000000 /dev/zero > grows.bin")
+        grown = await ok(ws, "head -c 7000000 /dev/zero >> grows.bin && head -c 9000000 /dev/zero > new.bin")
+        assert sorted(grown.skipped) == ["/workspace/grows.bin", "/workspace/new.bin"], grown.skipped_reasons
+        why = grown.skipped_reasons["/workspace/grows.bin"]
+        assert why.startswith("could not be applied: no space left"), why
+        assert why.endswith(
+            "the workspace keeps its version of 5,000,000 bytes, which the sandbox gets back"
+        ), why
+        assert grown.skipped_reasons["/workspace/new.bin"].endswith(
+            "the workspace has no file there, and the sandbox's is removed"
+        )
+        assert (await ws.fs.stat("/workspace/grows.bin")).size == 5_000_000
+        assert (await ok(ws, "stat -c %s grows.bin; ls")).stdout == "5000000\ngrows.bin\n"
+
+
 CWDS = {
     "/workspace/out": "leads out of the mount root /workspace through a symlink",  # -> /secret
     "/workspace/up": "leads out of the mount root /workspace through a symlink",  # -> ..
