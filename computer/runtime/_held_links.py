@@ -14,7 +14,7 @@ from ._entry import INO, KIND
 if TYPE_CHECKING:
     from ._mirror_base import Entry
 
-__all__ = ["linked_at", "lost_names", "names_elsewhere", "rename_at", "unheld_names"]
+__all__ = ["is_utf8", "linked_at", "lost_names", "names_elsewhere", "rename_at", "unheld_names"]
 
 
 def linked_at(state: Mapping[str, Entry], linked: set[int], rel: str) -> set[int]:
@@ -79,15 +79,20 @@ def unheld_names(now: Mapping[str, Entry], candidates: Iterable[str]) -> list[st
     event names the others. Before, ``ln good $'bad\\xff'; echo x >> $'bad\\xff'`` left ``good``'s old
     content in the workspace (and, after a reopen, in the sandbox)."""
     candidates = set(candidates)
-    inodes = {now[rel][INO] for rel in candidates if rel in now and now[rel][KIND] == "f" and not _utf8(rel)}
+    inodes = {
+        now[rel][INO] for rel in candidates if rel in now and now[rel][KIND] == "f" and not is_utf8(rel)
+    }
     if not inodes:
         return []
     return [
-        k for k, e in now.items() if e[KIND] == "f" and e[INO] in inodes and k not in candidates and _utf8(k)
+        k
+        for k, e in now.items()
+        if e[KIND] == "f" and e[INO] in inodes and k not in candidates and is_utf8(k)
     ]
 
 
-def _utf8(rel: str) -> bool:
+def is_utf8(rel: str) -> bool:
+    """Whether the workspace can hold the name ``rel`` (a mirror's names are ``os.fsdecode``-d)."""
     try:
         rel.encode("utf-8")
     except UnicodeEncodeError:

@@ -26,7 +26,7 @@ from ._beneath import (
 )
 from ._dir_times import mirror_dir, with_dir_times
 from ._entry import INO, KIND, MODE, MTIME_NS, SIZE
-from ._held_links import unheld_names
+from ._held_links import is_utf8, unheld_names
 from ._mirror_base import NOT_UTF8, SPECIAL, Entry, PullPlan, entry_of, is_below, was_dir
 from ._mirror_watch import MirrorWatch
 from ._moves import moved_names
@@ -232,7 +232,8 @@ class MirrorPull(MirrorWatch):
                 plan.deleted.append(path)  # replaced by another kind: remove first
         links.close()
         self._other_names(plan, now, first_name)
-        with_dir_times(plan, self.directory, self.root, made, parents if checked else set(), timed)
+        parents = parents if checked else set(filter(is_utf8, parents))  # (an event may name a bad one)
+        with_dir_times(plan, self.directory, self.root, made, parents, timed)
         plan.dirs.sort(key=lambda d: d.path.count("/"))
         return plan
 
@@ -258,7 +259,7 @@ class MirrorPull(MirrorWatch):
             ino = now[rel][INO]
             for other in by_ino.get(ino, ()):
                 if other != rel and other not in listed and first_name.get(ino) != self.workspace_path(other):
-                    if other.encode("utf-8", "replace") != other.encode("utf-8", "surrogateescape"):
+                    if not is_utf8(other):
                         continue  # not UTF-8: the mirror's alone, as the plan left it (the store refused it)
                     plan.links.append((other, first_name[ino]))
                     listed.add(other)

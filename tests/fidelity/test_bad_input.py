@@ -281,3 +281,26 @@ async def test_a_file_where_the_mount_root_is_fails_the_run_and_is_kept(
         await ws.fs.rename("/workspace", "/notes.txt")
         assert (await run(ws, source, backend=backend)).status == "completed"
         assert await ws.fs.read_text("/workspace/f") == "x"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_directory_times_a_run_sets_beside_a_name_that_is_not_utf8_reach_the_workspace(
+    db: Path, live: bool
+) -> None:
+    """``tar x`` again over a tree (an update) whose archive holds a Latin-1 name: the times it gives
+    the directories that exist reach the workspace and a reopen. Before, a pull with any name that is
+    not UTF-8 sent no directory's own time: each kept the time of its last change, unsaid."""
+    times = "stat -c '%Y %n' t t/sub"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ok(
+            ws,
+            "mkdir -p t/sub && echo 1 > t/sub/f && touch $'t/sub/caf\\xe9' && touch -d @1500000000 t/sub t",
+        )
+        await ok(ws, "tar cf t.tar t && touch t t/sub")
+        again = await ok(ws, f"tar xf t.tar && {times}")
+        assert again.stdout == "1500000000 t\n1500000000 t/sub\n"
+        assert again.skipped == ["/workspace/t/sub/caf\\xe9"], again.skipped_reasons
+        for path in ("/workspace/t", "/workspace/t/sub"):
+            assert (await ws.fs.stat(path)).mtime == 1_500_000_000_000, path
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        assert (await ok(ws, times)).stdout == "1500000000 t\n1500000000 t/sub\n"
