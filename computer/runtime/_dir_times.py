@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import os
 import stat
 from pathlib import Path
@@ -124,13 +125,18 @@ class RootFields(TypedDict):
 
 async def root_fields(fs: Any, root: str) -> RootFields:
     """The store's mtime (ms) and permission bits of a push's ``root``; None for ``/`` (a pull never
-    sends them either) or a root the store does not have."""
+    sends them either) or a root the store does not have. A root that is a file (followed through a
+    link, as the sandbox would) is refused: ``NotADirectoryError`` naming it."""
     if root == "/":
         return {"root_mtime": None, "root_mode": None}
     try:
         st = await fs.stat(root)
     except OSError:
         return {"root_mtime": None, "root_mode": None}
+    if not st.is_directory:  # a run's pull would make it one: the file it replaced lost
+        raise NotADirectoryError(
+            errno.ENOTDIR, "the mount root is a file in the workspace, not a directory", root
+        )
     return {"root_mtime": st.mtime, "root_mode": stat.S_IMODE(st.mode)}
 
 

@@ -14,7 +14,7 @@ from ._entry import INO, KIND
 if TYPE_CHECKING:
     from ._mirror_base import Entry
 
-__all__ = ["linked_at", "lost_names", "names_elsewhere", "rename_at"]
+__all__ = ["is_utf8", "linked_at", "lost_names", "names_elsewhere", "rename_at", "unheld_names"]
 
 
 def linked_at(state: Mapping[str, Entry], linked: set[int], rel: str) -> set[int]:
@@ -71,3 +71,30 @@ def rename_at(src: str, dst: str, src_fd: int, dst_fd: int) -> os.stat_result:
             os.unlink(src, dir_fd=src_fd)
             moved = os.lstat(dst, dir_fd=dst_fd)
     return moved
+
+
+def unheld_names(now: Mapping[str, Entry], candidates: Iterable[str]) -> list[str]:
+    """The names (UTF-8) not among ``candidates`` of the files among them named in a way the workspace
+    cannot hold (not UTF-8): a write through such a name changes the file under every name, and no
+    event names the others. Before, ``ln good $'bad\\xff'; echo x >> $'bad\\xff'`` left ``good``'s old
+    content in the workspace (and, after a reopen, in the sandbox)."""
+    candidates = set(candidates)
+    inodes = {
+        now[rel][INO] for rel in candidates if rel in now and now[rel][KIND] == "f" and not is_utf8(rel)
+    }
+    if not inodes:
+        return []
+    return [
+        k
+        for k, e in now.items()
+        if e[KIND] == "f" and e[INO] in inodes and k not in candidates and is_utf8(k)
+    ]
+
+
+def is_utf8(rel: str) -> bool:
+    """Whether the workspace can hold the name ``rel`` (a mirror's names are ``os.fsdecode``-d)."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

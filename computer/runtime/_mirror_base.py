@@ -206,6 +206,16 @@ class MirrorBase:
             end = time.monotonic()
             self.look_next = end + 10 * (end - start)
 
+    def look_at(self, now: dict[str, Entry], candidates: set[str], names: list[str]) -> bool:
+        """``names`` no event named lstat-ed again into ``now`` and made candidates (the other names of
+        a file changed through one the workspace cannot hold: ``_held_links.unheld_names``); whether
+        there were any."""
+        for rel in names:
+            with contextlib.suppress(OSError):
+                now[rel] = entry_of(os.lstat(self.directory / rel))
+                candidates.add(rel)
+        return bool(names)
+
     def own_since(self, rev: int) -> list[int]:
         """The revisions after ``rev`` that this mirror's own pulls committed: what they changed is in
         the mirror already (a push leaves them out, a pull does not take them for workspace changes)."""

@@ -26,15 +26,8 @@ from ._beneath import (
 )
 from ._dir_times import mirror_dir, with_dir_times
 from ._entry import INO, KIND, MODE, MTIME_NS, SIZE
-from ._mirror_base import (
-    NOT_UTF8,
-    SPECIAL,
-    Entry,
-    PullPlan,
-    entry_of,
-    is_below,
-    was_dir,
-)
+from ._held_links import is_utf8, unheld_names
+from ._mirror_base import NOT_UTF8, SPECIAL, Entry, PullPlan, entry_of, is_below, was_dir
 from ._mirror_watch import MirrorWatch
 from ._moves import moved_names
 from ._pull_pages import leading, path_order, removal_pages
@@ -171,7 +164,9 @@ class MirrorPull(MirrorWatch):
             "\0".join(ordered).encode("utf-8")
             checked = True
         except UnicodeEncodeError:
-            checked = False  # some name is not: each is checked below
+            checked = False  # some name is not: each is checked below (and its file's other names)
+            if self.look_at(now, candidates, unheld_names(now, candidates)):
+                ordered = path_order(candidates)
         prefix = "/" if self.root == "/" else self.root + "/"
         room = self.room()
         quick = room // 4  # a path of at most this many characters fits (see ``too_long``)
@@ -195,8 +190,9 @@ class MirrorPull(MirrorWatch):
                 try:
                     rel.encode("utf-8")
                 except UnicodeEncodeError:  # a name the workspace cannot hold: leave it in the mirror only
-                    raw = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-                    plan.unsyncable[self.workspace_path(raw)] = NOT_UTF8
+                    if entry is not None:  # (gone: renamed or removed, nothing left to report)
+                        raw = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                        plan.unsyncable[self.workspace_path(raw)] = NOT_UTF8
                     continue
             path = prefix + rel if rel else self.root
             parents.add(rel.rpartition("/")[0])
@@ -236,7 +232,8 @@ class MirrorPull(MirrorWatch):
                 plan.deleted.append(path)  # replaced by another kind: remove first
         links.close()
         self._other_names(plan, now, first_name)
-        with_dir_times(plan, self.directory, self.root, made, parents if checked else set(), timed)
+        parents = parents if checked else set(filter(is_utf8, parents))  # (an event may name a bad one)
+        with_dir_times(plan, self.directory, self.root, made, parents, timed)
         plan.dirs.sort(key=lambda d: d.path.count("/"))
         return plan
 
@@ -262,6 +259,8 @@ class MirrorPull(MirrorWatch):
             ino = now[rel][INO]
             for other in by_ino.get(ino, ()):
                 if other != rel and other not in listed and first_name.get(ino) != self.workspace_path(other):
+                    if not is_utf8(other):
+                        continue  # not UTF-8: the mirror's alone, as the plan left it (the store refused it)
                     plan.links.append((other, first_name[ino]))
                     listed.add(other)
                     with contextlib.suppress(OSError):

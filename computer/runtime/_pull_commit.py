@@ -149,4 +149,15 @@ class PullCommits:
                 mtimes={f.path: f.mtime},
             )
         except OSError as exc:
-            reasons[f.path] = f"could not be applied: {exc.strerror or exc}"
+            reasons[f.path] = f"could not be applied: {exc.strerror or exc}{await self._left(f.path)}"
+
+    async def _left(self, path: str) -> str:
+        """What a large file's refused write leaves at ``path``, for its reason: the workspace's version,
+        which the sandbox gets back (a live sandbox's tick may have pulled a part of the file: a log past
+        the quota kept 8 of its 12 MB, said only "could not be applied"), or none."""
+        try:
+            st = await self.fs.stat(path)
+        except OSError:
+            return "; the workspace has no file there, and the sandbox's is removed"
+        kept = f"its version of {st.size:,} bytes" if st.is_file else "what it has there"
+        return f"; the workspace keeps {kept}, which the sandbox gets back"

@@ -12,7 +12,7 @@ import computer
 from computer.runtime import PythonBackend, ShellBackend
 from computer.storage import _tree
 
-from ._support import ok, opened, reasons_cover_skipped, run, sandbox_view, workspace_view
+from ._support import digest, ok, opened, reasons_cover_skipped, run, sandbox_view, workspace_view
 
 
 @pytest.fixture
@@ -125,6 +125,29 @@ async def test_a_run_writing_past_the_workspace_quota_skips_the_file_with_a_reas
         assert (await ok(ws, "cat old.txt small.txt")).stdout == "old\nsmall\n"
 
 
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_file_grown_past_the_quota_says_which_version_both_sides_keep(db: Path, live: bool) -> None:
+    """A log or a database that grows past the quota: the run's write is refused, and the workspace's
+    version (the sandbox gets it back) is the one left, so the reason says so, with its size; a new
+    file refused is gone from both, and the reason says that. Before, both said only "could not be
+    applied: no space left" (a live sandbox's tick may have pulled part of such a file: a 12 MB
+    file left 8 MB in the workspace and the sandbox, and nothing said what remained)."""
+    async with opened(db, shell=ShellBackend(live=live), python=False, max_bytes=8 << 20) as ws:
+        await ok(ws, "head -c 5000000 /dev/zero > grows.bin")
+        grown = await ok(ws, "head -c 7000000 /dev/zero >> grows.bin && head -c 9000000 /dev/zero > new.bin")
+        assert sorted(grown.skipped) == ["/workspace/grows.bin", "/workspace/new.bin"], grown.skipped_reasons
+        why = grown.skipped_reasons["/workspace/grows.bin"]
+        assert why.startswith("could not be applied: no space left"), why
+        assert why.endswith(
+            "the workspace keeps its version of 5,000,000 bytes, which the sandbox gets back"
+        ), why
+        assert grown.skipped_reasons["/workspace/new.bin"].endswith(
+            "the workspace has no file there, and the sandbox's is removed"
+        )
+        assert (await ws.fs.stat("/workspace/grows.bin")).size == 5_000_000
+        assert (await ok(ws, "stat -c %s grows.bin; ls")).stdout == "5000000\ngrows.bin\n"
+
+
 CWDS = {
     "/workspace/out": "leads out of the mount root /workspace through a symlink",  # -> /secret
     "/workspace/up": "leads out of the mount root /workspace through a symlink",  # -> ..
@@ -188,3 +211,96 @@ async def test_files_only_the_sandbox_holds_are_bounded_by_its_memory_limit_acro
         listed = await ok(ws, "du -cm big* | tail -1")
         assert listed.stdout.splitlines()[-1].split()[0] == "50", listed.stdout
         assert {e.name for e in await ws.fs.readdir("/workspace")} == {"small1", "small2", "small3"}
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_names_that_are_not_utf8_renamed_to_good_ones_or_removed_are_no_longer_listed(
+    db: Path, live: bool
+) -> None:
+    """An archive from a Latin-1 machine unpacked, then fixed by hand (``mv`` to a UTF-8 name, ``rm``):
+    the fixing run lists nothing in ``skipped`` and its tree reaches the workspace whole. Before, its
+    ``skipped`` named every old path again, "it stays in the sandbox only", when the sandbox held none."""
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        made = await ok(
+            ws,
+            "mkdir -p $'r\\xe9sum\\xe9/sub' && echo cv > $'r\\xe9sum\\xe9/sub/cv' && echo n > $'n\\xf6tes'",
+        )
+        assert len(made.skipped) == 4, made.skipped_reasons
+        fixed = await ok(ws, "mv $'r\\xe9sum\\xe9' resume && rm $'n\\xf6tes' && ls")
+        assert fixed.stdout == "resume\n"
+        assert fixed.skipped == [], fixed.skipped_reasons
+        assert await ws.fs.read_text("/workspace/resume/sub/cv") == "cv\n"
+        assert await sandbox_view(ws) == await workspace_view(ws)
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        assert (await ok(ws, "cat resume/sub/cv && ls")).stdout == "cv\nresume\n"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_file_with_a_second_name_that_is_not_utf8_syncs_under_its_good_name(
+    db: Path, live: bool
+) -> None:
+    """``ln good $'bad\\xff'`` (a Latin-1 alias, an archive's hard link): the good name reaches the
+    workspace, and so does a later write through the bad one; only the bad name stays in the sandbox.
+    Before, the pull sent the bad name as a link of the good one: the store refused it ("path is not
+    valid UTF-8"), the run failed, and the good file was lost from the sandbox too (a sandbox per call)
+    or every later run failed the same way (a live sandbox)."""
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        made = await ok(ws, "echo 1 > good && ln good $'bad\\xff'")
+        assert made.skipped == ["/workspace/bad\\xff"], made.skipped_reasons
+        assert await ws.fs.read_text("/workspace/good") == "1\n"
+        written = await ok(ws, "echo 2 >> $'bad\\xff' && cat good && stat -c %h good")
+        assert written.stdout == "1\n2\n2\n"
+        assert await ws.fs.read_text("/workspace/good") == "1\n2\n"
+        assert await sandbox_view(ws) == {
+            **await workspace_view(ws),
+            "/workspace/bad\ufffd": digest(b"1\n2\n"),
+        }
+        # a new name, written at once
+        await ok(ws, "rm $'bad\\xff' && ln good $'new\\xfe' && echo 3 >> $'new\\xfe'")
+        assert await ws.fs.read_text("/workspace/good") == "1\n2\n3\n"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        assert (await ok(ws, "cat good && ls")).stdout == "1\n2\n3\ngood\n"
+
+
+@pytest.mark.parametrize("backend", ["shell", "python"])
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_file_where_the_mount_root_is_fails_the_run_and_is_kept(
+    db: Path, live: bool, backend: str
+) -> None:
+    """A file at ``/workspace`` (a write meant for a path below it): the run fails saying so, and the
+    file is kept. Before, the run went on in an empty directory and its pull made ``/workspace`` one:
+    the file was gone from the workspace with nothing in the result."""
+    made = PythonBackend(live=live) if backend == "python" else ShellBackend(live=live)
+    async with computer.Workspace(str(db), backends=[made]) as ws:
+        await ws.fs.write_file("/workspace", "notes\n")
+        source = "open('f', 'w').write('x')" if backend == "python" else "printf x > f"
+        result = await run(ws, source, backend=backend)
+        assert result.status == "failed", result.stdout
+        assert result.error is not None and "mount root is a file" in result.error, result.error
+        assert await ws.fs.read_text("/workspace") == "notes\n"
+        await ws.fs.rename("/workspace", "/notes.txt")
+        assert (await run(ws, source, backend=backend)).status == "completed"
+        assert await ws.fs.read_text("/workspace/f") == "x"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_directory_times_a_run_sets_beside_a_name_that_is_not_utf8_reach_the_workspace(
+    db: Path, live: bool
+) -> None:
+    """``tar x`` again over a tree (an update) whose archive holds a Latin-1 name: the times it gives
+    the directories that exist reach the workspace and a reopen. Before, a pull with any name that is
+    not UTF-8 sent no directory's own time: each kept the time of its last change, unsaid."""
+    times = "stat -c '%Y %n' t t/sub"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ok(
+            ws,
+            "mkdir -p t/sub && echo 1 > t/sub/f && touch $'t/sub/caf\\xe9' && touch -d @1500000000 t/sub t",
+        )
+        await ok(ws, "tar cf t.tar t && touch t t/sub")
+        again = await ok(ws, f"tar xf t.tar && {times}")
+        assert again.stdout == "1500000000 t\n1500000000 t/sub\n"
+        assert again.skipped == ["/workspace/t/sub/caf\\xe9"], again.skipped_reasons
+        for path in ("/workspace/t", "/workspace/t/sub"):
+            assert (await ws.fs.stat(path)).mtime == 1_500_000_000_000, path
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        assert (await ok(ws, times)).stdout == "1500000000 t\n1500000000 t/sub\n"

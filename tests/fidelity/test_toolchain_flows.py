@@ -240,3 +240,29 @@ async def test_directories_chmod_ed_back_to_0755_keep_it_through_a_reopen(db: Pa
             assert (await ws.fs.stat(path)).mode & 0o7777 == 0o755, path
     async with opened(db, shell=shell(live), python=False) as ws:
         assert (await ok(ws, listing)).stdout == fixed
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the store keeps mtimes in milliseconds (SPEC 3, the inode layout): a reopen's mirror gives two "
+    "files written within one millisecond the same time, so make takes the older target for up to date; "
+    "keeping them needs nanoseconds in the store's schema and its FileStat",
+)
+@pytest.mark.parametrize("live", KINDS)
+async def test_make_rebuilds_a_target_its_source_is_newer_than_by_under_a_millisecond_after_a_reopen(
+    db: Path, live: bool
+) -> None:
+    """Sub-millisecond times as ``tar --format=posix``, ``cp -p`` or ``rsync -a`` restore them (and as a
+    checkout writes two files): the source 0.4 ms newer than its target. Within the workspace's session
+    the mirror keeps the nanoseconds and make rebuilds; after a reopen it must decide the same."""
+    need("make")
+    question = "make -q out; echo $?"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ws.fs.write_file("/workspace/Makefile", "out: src\n\tcp src out\n")
+        made = (
+            "echo v1 > out && echo v2 > src && touch -d @1600000000.0001 out && touch -d @1600000000.0005 src"
+        )
+        assert (await ok(ws, f"{made} && {question}")).stdout == "1\n"
+        assert (await ok(ws, question)).stdout == "1\n"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, question)).stdout == "1\n"
