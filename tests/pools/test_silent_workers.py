@@ -118,7 +118,9 @@ async def _read_kept(name: str) -> bytes:
 async def test_a_workspace_whose_live_sandbox_worker_is_stopped_still_hibernates(
     ray_session: Any, tmp_path: Path, name: str
 ) -> None:
-    conf = computer.init(data_dir=tmp_path / "data", hibernate_after=1.0, shell_pool_size=2)
+    # 3 s idle: long enough that the owner cannot hibernate (ending the sandbox and its `sleep`) between
+    # the run and the lookup of its worker on a loaded machine (1 s did, once: no `sleep` found).
+    conf = computer.init(data_dir=tmp_path / "data", hibernate_after=3.0, shell_pool_size=2)
     try:
         marker = unique_sleep()
         async with computer.get_workspace(name) as ws:
