@@ -449,6 +449,11 @@ class WorkspaceHost(PoolCallbacks):
         known = self._replies.get(key)
         if known is not None:
             return await asyncio.shield(known[1])
+        if self._closing:
+            # Not run here: "moved" before it is journalled as started. Before, the next owner found
+            # the resend started and, its path written meanwhile by another worker, answered
+            # "unknown outcome" for a call that provably never ran.
+            return self._moved()
         earlier = self._calls.lookup(key)
         if earlier is not None:
             if "d" in earlier:  # it ran under an earlier owner: its first reply

@@ -140,3 +140,31 @@ async def test_a_closing_owner_serves_its_pool_workers_file_and_sync_calls(
             assert await ws.fs.read_text("/workspace/last.txt") == "last"
     finally:
         computer.init(data_dir=tmp_path / "data")
+
+
+async def test_a_write_a_closing_owner_answered_moved_runs_on_the_next_owner_after_a_neighbours_write(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    """Hibernation racing a burst of writers: worker A's write reaches the owner as it starts closing
+    and is answered "moved" (not run); A's client sends it again, same idempotency key, to the next
+    owner, where worker B has written the same path meanwhile. The resend runs (A's bytes land).
+    Before, the closing owner had journalled A's call as started, so the next owner found its path
+    changed since and answered "unknown outcome" (``OutcomeUnknownError``) for a call that never ran."""
+    from computer.actors import WorkspaceHost
+
+    conf = computer.init(data_dir=tmp_path / "data", shell_pool_size=0, python_pool_size=0)
+    try:
+        old = WorkspaceHost("burst", config=conf)
+        old._closing = True  # what _shutdown sets first, while calls still arrive
+        assert (await old.call("write_file", ("/f", b"from A"), {}, (), "key-a"))[0] == "moved"
+        await old._shutdown(hibernating=True)
+        new = WorkspaceHost("burst", config=conf)
+        try:
+            assert await new.call("write_file", ("/f", b"from B"), {}, (), "key-b") == ("ok", None)
+            resent = await new.call("write_file", ("/f", b"from A"), {}, (), "key-a")
+            assert resent == ("ok", None), resent
+            assert await new.workspace.fs.read_file("/f") == b"from A"
+        finally:
+            await new._shutdown(hibernating=True)
+    finally:
+        computer.init(data_dir=tmp_path / "data")
