@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from owner_models import epoch, owner_awake
+import ray
+from owner_models import epoch, owner_awake, owner_process
 
 import computer
 from computer.actors import open_directory
@@ -166,5 +167,46 @@ async def test_a_write_a_closing_owner_answered_moved_runs_on_the_next_owner_aft
             assert await new.workspace.fs.read_file("/f") == b"from A"
         finally:
             await new._shutdown(hibernating=True)
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+@ray.remote(num_cpus=0)
+def _read_through_handle(handle: Any, path: str) -> bytes:
+    """A worker given the owner handle: its own ``get_workspace(handle)`` client reads ``path``."""
+
+    async def go() -> bytes:
+        async with computer.get_workspace(handle) as ws:
+            data: bytes = await ws.fs.read_file(path)
+            return data
+
+    return asyncio.run(go())
+
+
+async def test_an_owner_handle_taken_before_its_process_left_opens_the_workspace_again(
+    ray_session: Any, tmp_path: Path, name: str
+) -> None:
+    """Workers are handed the handle of ``workspace_actor(name)``; the owner hibernates and its process
+    exits (a dedicated owner's, or an owner host left with nothing). ``get_workspace(handle)`` then
+    wakes the workspace, as ``get_workspace(name)`` does. Before, it failed ``WorkspaceUnavailableError``
+    ("its owner died during describe", naming the workspace '?'): the handle's name was not known."""
+    computer.init(data_dir=tmp_path / "data", hibernate_after=0.5)
+    try:
+        handle = computer.workspace_actor(name)
+        async with computer.get_workspace(handle) as ws:
+            await ws.fs.write_file("/kept", b"across the exit")
+        process = owner_process(handle)
+        for _ in range(400):  # the workspace hibernates (0.5 s), then its process exits
+            try:
+                await process.__ray_ready__.remote()
+            except ray.exceptions.RayActorError:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the owner process did not exit")
+        assert await asyncio.wait_for(_read_through_handle.remote(handle, "/kept"), 60) == b"across the exit"
+        async with computer.get_workspace(handle) as ws:
+            assert await ws.fs.read_file("/kept") == b"across the exit"
+            assert await epoch(ws) == 2  # woken in a new activation, the file's
     finally:
         computer.init(data_dir=tmp_path / "data")
