@@ -88,9 +88,9 @@ async def _open(target: Any) -> WorkspaceClient:
         # The handle's process is gone. A managed owner's (``workspace_actor``'s handle, passed to
         # workers, its owner hibernated and exited) is woken by name, as ``get_workspace(name)`` does;
         # before, it failed "its owner died". A user's ``WorkspaceHost`` actor is not ours to re-create.
-        name = await asyncio.to_thread(managed_name, target)
-        if name is None:
+        named = await asyncio.to_thread(managed_name, target)
+        if named is None:
             raise
-        return await _open(name)
+        return await _open(named)
     conn.learn(info)
     return WorkspaceClient(conn, info)
