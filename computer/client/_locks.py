@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
@@ -21,6 +23,9 @@ from ._connection import Connection
 __all__ = ["ClientLocks", "fences_for"]
 
 log = logging.getLogger(__name__)
+
+# This process, as lock requests name it (``<pid>@<hostname>``: see ``computer.actors._lease.holder_gone``).
+_PROCESS = f"{os.getpid()}@{socket.gethostname()}"
 
 # The leases the current task holds: (connection, fencing token, paths), innermost last.
 _HELD: ContextVar[tuple[tuple[Connection, int, tuple[str, ...]], ...]] = ContextVar(
@@ -50,8 +55,9 @@ class ClientLocks:
     @contextlib.asynccontextmanager
     async def hold(self, paths: Sequence[str], *, subtree: bool = False) -> AsyncIterator[None]:
         wanted = [paths] if isinstance(paths, str) else list(paths)
-        # One holder per request, under this client's: a cancelled wait can be withdrawn exactly.
-        request = f"{self.holder}#{uuid.uuid4().hex[:12]}"
+        # One holder per request, under this client's: a cancelled wait can be withdrawn exactly. It names
+        # this process, so the owner drops the request if the process dies while it waits.
+        request = f"{self.holder}#{uuid.uuid4().hex[:12]}:{_PROCESS}"
         lease_id, ttl, token = await self._conn.request(
             "lock_acquire",
             request,
