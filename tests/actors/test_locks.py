@@ -206,3 +206,29 @@ async def test_a_waiter_whose_process_died_is_skipped_when_the_lock_frees(
             await next_one.close()
     finally:
         computer.init(data_dir=f"{tmp_path}/data")
+
+
+async def test_a_lock_wait_of_a_client_closed_meanwhile_never_holds_the_lock(
+    cluster: Settings, name: str
+) -> None:
+    """A worker closes its client while one of its tasks still waits for a lock. That wait ends with
+    ``LockLostError`` (ENOLCK) once the lock frees, holding nothing. Before, the wait was granted after
+    the close and its lease renewed for as long as the process lived: every other worker was locked
+    out (and the owner never hibernated), and the closed client's task went on as the holder."""
+    import errno
+
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as c:
+        b = await computer.get_workspace(name)
+        async with a.locks.hold(["/f"]):
+            waiting = asyncio.ensure_future(b.locks.hold(["/f"]).__aenter__())
+            for _ in range(400):  # until the owner queued b's request (bounded)
+                if (await a.handle.stats.remote())["locks_waiting"]:
+                    break
+                await asyncio.sleep(0.05)
+            await b.close()
+        with pytest.raises(OSError) as lost:
+            await asyncio.wait_for(waiting, 20)
+        assert lost.value.errno == errno.ENOLCK
+        async with asyncio.timeout(20), c.locks.hold(["/f"]):  # free: nothing of b's holds it
+            stats = await c.handle.stats.remote()
+            assert (stats["locks_held"], stats["locks_waiting"]) == (1, 0)
