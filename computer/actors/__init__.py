@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from ._lease import awake, awake_where, owner_file, process_node, take_lease
     from ._nodes import ClusterSilentError, gcs_answer, listed_nodes
     from ._owner import CONTROL_METHODS, OWNER_GROUPS, STREAM_GROUP_METHODS, WAIT_METHODS, OwnerActor
-    from ._placement import workspace_actor
+    from ._placement import managed_name, workspace_actor
     from ._pool_scaler import SCALER_NAME
     from .directory import Directory, RedisDirectory, SqliteDirectory, WorkspaceRecord, open_directory
     from .naming import NAMESPACE, actor_name
@@ -60,6 +60,7 @@ __all__ = [
     "gcs_answer",
     "init",
     "listed_nodes",
+    "managed_name",
     "open_directory",
     "owner_backends",
     "owner_file",
@@ -100,6 +101,7 @@ _LAZY = {
     "OwnerActor": "._owner",
     "HostedHandle": "._hosts",
     "OwnerHost": "._hosts",
+    "managed_name": "._placement",
     "workspace_actor": "._placement",
     "SCALER_NAME": "._pool_scaler",
     "Directory": ".directory",

@@ -30,7 +30,7 @@ from ._calls import CallJournal
 from ._errors import UploadLostError, WorkspaceUnavailableError
 from ._full_nodes import note_created, note_refused
 from ._init import cluster_settings
-from ._lease import forget_failed_creation, owner_file
+from ._lease import forget_failed_creation, holder_gone, owner_file
 from ._nodes import current_host
 from ._pool_callbacks import PoolCallbacks
 from ._reserve import DiskReserve
@@ -132,6 +132,7 @@ class WorkspaceHost(PoolCallbacks):
             note_created(self.config, self.node_id)  # room here after all: new names may come again
         # Lock tokens carry this owner's epoch: a token is never handed out twice, even across restarts.
         self.workspace.locks.epoch = self.epoch
+        self.workspace.locks.gone = holder_gone  # a request whose client died while waiting is dropped
         self._reserve.keep()
         self._closing = False  # set once: every later call is answered MOVED
         self._inflight = 0
@@ -449,6 +450,11 @@ class WorkspaceHost(PoolCallbacks):
         known = self._replies.get(key)
         if known is not None:
             return await asyncio.shield(known[1])
+        if self._closing:
+            # Not run here: "moved" before it is journalled as started. Before, the next owner found
+            # the resend started and, its path written meanwhile by another worker, answered
+            # "unknown outcome" for a call that provably never ran.
+            return self._moved()
         earlier = self._calls.lookup(key)
         if earlier is not None:
             if "d" in earlier:  # it ran under an earlier owner: its first reply

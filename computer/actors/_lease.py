@@ -21,6 +21,7 @@ from .directory import DELETING, Directory, WorkspaceRecord
 __all__ = [
     "awake",
     "awake_where",
+    "holder_gone",
     "owner_file",
     "owner_process",
     "process_node",
@@ -152,6 +153,18 @@ def awake(record: WorkspaceRecord | None, now: float | None = None) -> bool:
     if hostname != socket.gethostname() or not pid.isdigit():
         return True
     return _alive(int(pid))
+
+
+def holder_gone(holder: str) -> bool:
+    """Whether the client process a lock request names is known dead: a client's request is
+    ``client:<id>#<request>:<pid>@<hostname>`` (``computer/client/_locks.py``), and a process of this
+    machine that no longer lives is gone. Anything else (another machine, another holder): False."""
+    _, sep, request = holder.partition("#")
+    where = request.partition(":")[2]
+    pid, _, hostname = where.partition("@")
+    if not sep or not holder.startswith("client:") or not pid.isdigit() or hostname != socket.gethostname():
+        return False
+    return not _alive(int(pid))
 
 
 def _alive(pid: int) -> bool:

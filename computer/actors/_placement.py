@@ -34,11 +34,12 @@ from ._owner import (
     OwnerActor,
 )
 from .directory import DELETING, WorkspaceRecord, last_known_file, open_directory, refuse_while_deleting
-from .naming import NAMESPACE, actor_name, check_name, workspace_file
+from .naming import HOST_PREFIX, NAMESPACE, OWNER_PREFIX, actor_name, check_name, data_dir_key, workspace_file
+from .raycompat import actor_ray_name
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OWNER_MAX_CONCURRENCY", "OWNER_MAX_RESTARTS", "nodes_holding", "workspace_actor"]
+__all__ = ["OWNER_MAX_CONCURRENCY", "OWNER_MAX_RESTARTS", "managed_name", "nodes_holding", "workspace_actor"]
 
 # Lock waits and exec streams park calls inside the owner: they must never starve other calls.
 OWNER_MAX_CONCURRENCY = 1000
@@ -259,3 +260,21 @@ def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = Non
                 if time.monotonic() > deadline:
                     raise WorkspaceUnavailableError(name, "could not create its owner actor") from None
                 time.sleep(0.05)  # the name is being freed by an exiting owner: back off, then retry
+
+
+def managed_name(handle: Any, *, config: Settings | None = None) -> str | None:
+    """The name of the workspace ``handle`` is the managed owner of (what ``workspace_actor`` returns: a
+    ``HostedHandle``, or a dedicated owner's handle, alive or dead) when it is one of ``config``'s data
+    directory (default: this process's settings), so ``workspace_actor`` of that name reaches its owner
+    again (``get_workspace(handle)`` of a handle whose owner hibernated and exited); None for anything
+    else (a user's ``WorkspaceHost`` actor, an owner of another data directory)."""
+    from ._host_placement import HostedHandle
+
+    key = data_dir_key((config or cluster_settings()).data_dir)
+    if isinstance(handle, HostedHandle):
+        return handle.name if handle.host_name.startswith(f"{HOST_PREFIX}{key}:") else None
+    ray_name = actor_ray_name(handle)
+    prefix = f"{OWNER_PREFIX}{key}:"
+    if ray_name is None or not ray_name.startswith(prefix):
+        return None
+    return ray_name[len(prefix) :]

@@ -7,8 +7,9 @@ A Ray upgrade that moves or renames one of these breaks here and nowhere else:
   its event loop on one);
 - an actor handle's id (``handle._actor_id``): tells a restarted actor from the one that died;
 - the GCS actor table (``ray._private.state``): when an actor died, so a client can tell a call sent
-  to an already dead owner (it never ran) from one cut by the death (its outcome is unknown); and
-  whether the process holding a workspace's lease still lives (``delete_workspace``);
+  to an already dead owner (it never ran) from one cut by the death (its outcome is unknown);
+  whether the process holding a workspace's lease still lives (``delete_workspace``); and the Ray name
+  of a dead owner's handle (``get_workspace(handle)`` wakes the workspace it named);
 - a streaming generator's backpressure (``_generator_backpressure_num_objects``): bounds how far a
   producer may run ahead of its consumer;
 - the resources still available on each node (``ray._private.state``): where the exec pools' control
@@ -30,6 +31,7 @@ __all__ = [
     "actor_class_parts",
     "actor_id",
     "actor_process",
+    "actor_ray_name",
     "available_per_node",
     "kv_del",
     "kv_get",
@@ -105,6 +107,18 @@ def actor_process(actor: str) -> tuple[str, int] | None:
     if not info or not info.get("State"):
         return None
     return str(info["State"]), int(info.get("Pid") or 0)
+
+
+def actor_ray_name(handle: Any) -> str | None:
+    """The Ray name the actor behind ``handle`` was created with (alive or dead), from the GCS actor
+    table; None for an unnamed actor, or when the table cannot be read."""
+    try:
+        from ray._private.state import state
+
+        info: dict[str, Any] = state.actor_table(handle._actor_id.hex())
+    except Exception:
+        return None
+    return str(info["Name"]) if info and info.get("Name") else None
 
 
 def streaming(method: Any, ahead: int, group: str | None = None) -> Any:

@@ -7,7 +7,9 @@ from collections.abc import Coroutine, Generator
 from types import TracebackType
 from typing import Any
 
-from ..actors import ensure_ray, workspace_actor
+from ray.exceptions import RayActorError
+
+from ..actors import WorkspaceUnavailableError, ensure_ray, managed_name, workspace_actor
 from ..actors.naming import check_name
 from ._connection import Connection
 from ._workspace import WorkspaceClient
@@ -78,6 +80,17 @@ async def _open(target: Any) -> WorkspaceClient:
         conn = Connection(handle, name=name, managed=True)
     else:
         conn = Connection(target, name=None, managed=False)
-    info = await conn.request("describe", retry_safe=True)
+    try:
+        info = await conn.request("describe", retry_safe=True)
+    except WorkspaceUnavailableError as exc:
+        if isinstance(target, str) or not isinstance(exc.__cause__, RayActorError):
+            raise
+        # The handle's process is gone. A managed owner's (``workspace_actor``'s handle, passed to
+        # workers, its owner hibernated and exited) is woken by name, as ``get_workspace(name)`` does;
+        # before, it failed "its owner died". A user's ``WorkspaceHost`` actor is not ours to re-create.
+        named = await asyncio.to_thread(managed_name, target)
+        if named is None:
+            raise
+        return await _open(named)
     conn.learn(info)
     return WorkspaceClient(conn, info)

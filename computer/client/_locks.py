@@ -11,16 +11,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
+import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
 
+from ..storage.errors import fs_error
 from ._connection import Connection
 
 __all__ = ["ClientLocks", "fences_for"]
 
 log = logging.getLogger(__name__)
+
+# This process, as lock requests name it (``<pid>@<hostname>``: see ``computer.actors._lease.holder_gone``).
+_PROCESS = f"{os.getpid()}@{socket.gethostname()}"
 
 # The leases the current task holds: (connection, fencing token, paths), innermost last.
 _HELD: ContextVar[tuple[tuple[Connection, int, tuple[str, ...]], ...]] = ContextVar(
@@ -46,21 +53,37 @@ class ClientLocks:
         self._renewers: set[asyncio.Task[None]] = set()
         self._outstanding: set[str] = set()  # leases taken and not yet released for sure
         self._cleanups: set[asyncio.Future[None]] = set()  # withdrawals of cancelled requests
+        self._asking: set[str] = set()  # requests sent and not answered yet
+        self._closed_on: set[str] = set()  # those of them ``close`` withdrew: never held
 
     @contextlib.asynccontextmanager
     async def hold(self, paths: Sequence[str], *, subtree: bool = False) -> AsyncIterator[None]:
         wanted = [paths] if isinstance(paths, str) else list(paths)
-        # One holder per request, under this client's: a cancelled wait can be withdrawn exactly.
-        request = f"{self.holder}#{uuid.uuid4().hex[:12]}"
-        lease_id, ttl, token = await self._conn.request(
-            "lock_acquire",
-            request,
-            wanted,
-            subtree,
-            retry_safe=True,
-            waits=True,  # on the owner's wait group: waiters never hold the slots of ordinary calls
-            on_cancel=lambda _: self._withdraw(request),
-        )
+        # One holder per request, under this client's: a cancelled wait can be withdrawn exactly. It names
+        # this process, so the owner drops the request if the process dies while it waits.
+        request = f"{self.holder}#{uuid.uuid4().hex[:12]}:{_PROCESS}"
+        self._asking.add(request)
+        try:
+            lease_id, ttl, token = await self._conn.request(
+                "lock_acquire",
+                request,
+                wanted,
+                subtree,
+                retry_safe=True,
+                waits=True,  # on the owner's wait group: waiters never hold the slots of ordinary calls
+                on_cancel=lambda _: self._withdraw(request),
+            )
+        finally:
+            self._asking.discard(request)
+            closed = request in self._closed_on
+            self._closed_on.discard(request)
+        if closed:
+            # ``close`` ran while this waited: granted after it, the lease was renewed for as long as
+            # the process lived, every other client locked out. Let it go, and say so.
+            await self._release_quietly(lease_id)
+            raise fs_error(
+                errno.ENOLCK, wanted[0] if wanted else None, "lock request withdrawn: its client was closed"
+            )
         self._outstanding.add(lease_id)
         renewer = asyncio.create_task(self._renew(lease_id, float(ttl)))
         self._renewers.add(renewer)
@@ -77,6 +100,12 @@ class ClientLocks:
                 self._outstanding.discard(lease_id)
             except Exception:  # the owner died: its lock table, and our lease, died with it
                 log.warning("could not release lock lease %s", lease_id, exc_info=True)
+
+    async def _release_quietly(self, lease_id: str) -> None:
+        try:
+            await self._conn.request("lock_release", lease_id, retry_safe=True)
+        except Exception:  # the owner died: its lock table, and the lease, died with it
+            log.warning("could not release lock lease %s", lease_id, exc_info=True)
 
     def _withdraw(self, request: str) -> None:
         """The caller stopped waiting: the owner drops the request, or releases what it granted."""
@@ -108,7 +137,8 @@ class ClientLocks:
         for task in list(self._renewers):
             task.cancel()
         self._renewers.clear()
-        if not self._outstanding:
+        self._closed_on |= self._asking  # requests still waiting: withdrawn below, never held
+        if not self._outstanding and not self._asking:
             return  # nothing to release: do not wake a hibernating owner for nothing
         self._outstanding.clear()
         try:

@@ -26,7 +26,7 @@ import errno
 import itertools
 import time
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -79,6 +79,9 @@ class LockTable:
         self._grants = itertools.count(1)
         #: The owner's fencing epoch: the high bits of every token (set by the owner once it has one).
         self.epoch = epoch
+        #: Whether a holder's process is known gone (set by the owner, see ``_lease.holder_gone``): a
+        #: request that waited is dropped instead of granted when its caller died meanwhile.
+        self.gone: Callable[[str], bool] | None = None
 
     # ------------------------------------------------------------------ public
 
@@ -234,6 +237,15 @@ class LockTable:
             if claim.granted.done():
                 continue
             if self._grantable(claim) and not any(claim.conflicts(b) for b in blocked):
+                if self.gone is not None and self.gone(claim.holder):
+                    # Its caller died while it waited (nothing cancels the call then): granted, it
+                    # would hold every later request up for a whole lease nobody renews.
+                    claim.granted.set_exception(
+                        fs_error(
+                            errno.ESRCH, claim.paths[0], "lock request dropped: its client process is gone"
+                        )
+                    )
+                    continue
                 self._grant(claim)
                 claim.granted.set_result(claim.lease_id)
             else:

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from owner_models import epoch, owner_awake
+import ray
+from owner_models import epoch, owner_awake, owner_process
 
 import computer
 from computer.actors import open_directory
@@ -138,5 +139,74 @@ async def test_a_closing_owner_serves_its_pool_workers_file_and_sync_calls(
         host._directory.release_lease("closing", host.owner_id, host.epoch, hibernating=True)
         async with computer.get_workspace("closing") as ws:
             assert await ws.fs.read_text("/workspace/last.txt") == "last"
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+async def test_a_write_a_closing_owner_answered_moved_runs_on_the_next_owner_after_a_neighbours_write(
+    ray_session: Any, tmp_path: Path
+) -> None:
+    """Hibernation racing a burst of writers: worker A's write reaches the owner as it starts closing
+    and is answered "moved" (not run); A's client sends it again, same idempotency key, to the next
+    owner, where worker B has written the same path meanwhile. The resend runs (A's bytes land).
+    Before, the closing owner had journalled A's call as started, so the next owner found its path
+    changed since and answered "unknown outcome" (``OutcomeUnknownError``) for a call that never ran."""
+    from computer.actors import WorkspaceHost
+
+    conf = computer.init(data_dir=tmp_path / "data", shell_pool_size=0, python_pool_size=0)
+    try:
+        old = WorkspaceHost("burst", config=conf)
+        old._closing = True  # what _shutdown sets first, while calls still arrive
+        assert (await old.call("write_file", ("/f", b"from A"), {}, (), "key-a"))[0] == "moved"
+        await old._shutdown(hibernating=True)
+        new = WorkspaceHost("burst", config=conf)
+        try:
+            assert await new.call("write_file", ("/f", b"from B"), {}, (), "key-b") == ("ok", None)
+            resent = await new.call("write_file", ("/f", b"from A"), {}, (), "key-a")
+            assert resent == ("ok", None), resent
+            assert await new.workspace.fs.read_file("/f") == b"from A"
+        finally:
+            await new._shutdown(hibernating=True)
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+@ray.remote(num_cpus=0)
+def _read_through_handle(handle: Any, path: str) -> bytes:
+    """A worker given the owner handle: its own ``get_workspace(handle)`` client reads ``path``."""
+
+    async def go() -> bytes:
+        async with computer.get_workspace(handle) as ws:
+            data: bytes = await ws.fs.read_file(path)
+            return data
+
+    return asyncio.run(go())
+
+
+async def test_an_owner_handle_taken_before_its_process_left_opens_the_workspace_again(
+    ray_session: Any, tmp_path: Path, name: str
+) -> None:
+    """Workers are handed the handle of ``workspace_actor(name)``; the owner hibernates and its process
+    exits (a dedicated owner's, or an owner host left with nothing). ``get_workspace(handle)`` then
+    wakes the workspace, as ``get_workspace(name)`` does. Before, it failed ``WorkspaceUnavailableError``
+    ("its owner died during describe", naming the workspace '?'): the handle's name was not known."""
+    computer.init(data_dir=tmp_path / "data", hibernate_after=0.5)
+    try:
+        handle = computer.workspace_actor(name)
+        async with computer.get_workspace(handle) as ws:
+            await ws.fs.write_file("/kept", b"across the exit")
+        process = owner_process(handle)
+        for _ in range(400):  # the workspace hibernates (0.5 s), then its process exits
+            try:
+                await process.__ray_ready__.remote()
+            except ray.exceptions.RayActorError:
+                break
+            await asyncio.sleep(0.05)
+        else:
+            raise AssertionError("the owner process did not exit")
+        assert await asyncio.wait_for(_read_through_handle.remote(handle, "/kept"), 60) == b"across the exit"
+        async with computer.get_workspace(handle) as ws:
+            assert await ws.fs.read_file("/kept") == b"across the exit"
+            assert await epoch(ws) == 2  # woken in a new activation, the file's
     finally:
         computer.init(data_dir=tmp_path / "data")

@@ -35,6 +35,21 @@ def _die_holding_a_lock(name: str) -> None:
     asyncio.run(go())
 
 
+@ray.remote(num_cpus=0, max_retries=0)
+def _die_waiting_for_a_lock(name: str) -> None:
+    async def go() -> None:
+        ws = await computer.get_workspace(name)
+        waiting = asyncio.ensure_future(ws.locks.hold(["/f"]).__aenter__())
+        for _ in range(400):  # until the owner queued the request (bounded)
+            if (await ws.handle.stats.remote())["locks_waiting"]:
+                break
+            await asyncio.sleep(0.05)
+        assert not waiting.done()
+        os._exit(1)  # the client dies while waiting
+
+    asyncio.run(go())
+
+
 async def test_three_workers_incrementing_under_locks_lose_no_update(cluster: Settings, name: str) -> None:
     async with computer.get_workspace(name) as ws:
         await ws.fs.write_file("/counter", "0")
@@ -167,3 +182,53 @@ async def test_a_holder_stopped_past_its_lease_is_refused_after_another_took_the
     finally:
         ray.kill(holder)
         computer.init(data_dir=f"{tmp_path}/data")
+
+
+async def test_a_waiter_whose_process_died_is_skipped_when_the_lock_frees(
+    ray_session: object, name: str, tmp_path: object
+) -> None:
+    """Several workers wait for one lock; one of them is killed while it waits. When the holder
+    releases, the next live waiter gets the lock. Before, the dead worker's request was granted (Ray
+    does not cancel a call whose caller died), and every other waiter waited out that lease nobody
+    renewed (``lock_lease``: 30 s by default, 60 s here)."""
+    computer.init(data_dir=f"{tmp_path}/data", lock_lease=60.0)
+    try:
+        async with computer.get_workspace(name) as holder, computer.get_workspace(name) as next_one:
+            async with holder.locks.hold(["/f"]):
+                with pytest.raises(ray.exceptions.RayError):
+                    await _die_waiting_for_a_lock.remote(name)
+                waiting = asyncio.ensure_future(next_one.locks.hold(["/f"]).__aenter__())
+                done, _ = await asyncio.wait({waiting}, timeout=0.3)
+                assert not done  # behind the holder (and the dead worker's request)
+            await asyncio.wait_for(waiting, 20)  # a third of the dead request's lease at most
+            stats = await next_one.handle.stats.remote()
+            assert (stats["locks_held"], stats["locks_waiting"]) == (1, 0)
+            await next_one.close()
+    finally:
+        computer.init(data_dir=f"{tmp_path}/data")
+
+
+async def test_a_lock_wait_of_a_client_closed_meanwhile_never_holds_the_lock(
+    cluster: Settings, name: str
+) -> None:
+    """A worker closes its client while one of its tasks still waits for a lock. That wait ends with
+    ``LockLostError`` (ENOLCK) once the lock frees, holding nothing. Before, the wait was granted after
+    the close and its lease renewed for as long as the process lived: every other worker was locked
+    out (and the owner never hibernated), and the closed client's task went on as the holder."""
+    import errno
+
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as c:
+        b = await computer.get_workspace(name)
+        async with a.locks.hold(["/f"]):
+            waiting = asyncio.ensure_future(b.locks.hold(["/f"]).__aenter__())
+            for _ in range(400):  # until the owner queued b's request (bounded)
+                if (await a.handle.stats.remote())["locks_waiting"]:
+                    break
+                await asyncio.sleep(0.05)
+            await b.close()
+        with pytest.raises(OSError) as lost:
+            await asyncio.wait_for(waiting, 20)
+        assert lost.value.errno == errno.ENOLCK
+        async with asyncio.timeout(20), c.locks.hold(["/f"]):  # free: nothing of b's holds it
+            stats = await c.handle.stats.remote()
+            assert (stats["locks_held"], stats["locks_waiting"]) == (1, 0)
