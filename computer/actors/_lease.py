@@ -8,6 +8,7 @@ earlier owner's writes (EROFS).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import sys
@@ -22,6 +23,7 @@ __all__ = [
     "awake",
     "awake_where",
     "holder_gone",
+    "lock_process",
     "owner_file",
     "owner_process",
     "process_node",
@@ -155,14 +157,37 @@ def awake(record: WorkspaceRecord | None, now: float | None = None) -> bool:
     return _alive(int(pid))
 
 
+def _place() -> str:
+    """This process's machine and pid namespace, in 12 hex digits: the boot's id and the pid
+    namespace's inode. A hostname alone does not tell them apart: cloned machines keep theirs, and
+    containers sharing the host's network (``--net=host``, Ray's docker setups) share the host's name
+    while each has its own pids. Empty when it cannot be read (then no pid is ever taken for dead)."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        pids = os.stat("/proc/self/ns/pid").st_ino
+    except OSError:
+        return ""
+    return hashlib.sha256(f"{boot}:{pids}".encode()).hexdigest()[:12]
+
+
+_PLACE = _place()
+
+
+def lock_process() -> str:
+    """This process as its lock requests name it, ``<pid>@<hostname>~<place>`` (:func:`_place`), so an
+    owner can tell that it died while a request of it waited (:func:`holder_gone`)."""
+    return f"{os.getpid()}@{socket.gethostname()}~{_PLACE}"
+
+
 def holder_gone(holder: str) -> bool:
     """Whether the client process a lock request names is known dead: a client's request is
-    ``client:<id>#<request>:<pid>@<hostname>`` (``computer/client/_locks.py``), and a process of this
-    machine that no longer lives is gone. Anything else (another machine, another holder): False."""
+    ``client:<id>#<request>:<lock_process>`` (``computer/client/_locks.py``), and a process of this
+    machine and pid namespace (the same place, not only the same hostname) that no longer lives is
+    gone. Anything else (another machine or container, another holder, a place unknown): False."""
     _, sep, request = holder.partition("#")
-    where = request.partition(":")[2]
-    pid, _, hostname = where.partition("@")
-    if not sep or not holder.startswith("client:") or not pid.isdigit() or hostname != socket.gethostname():
+    pid, _, where = request.partition(":")[2].partition("@")
+    place = where.partition("~")[2]
+    if not sep or not holder.startswith("client:") or not pid.isdigit() or not _PLACE or place != _PLACE:
         return False
     return not _alive(int(pid))
 

@@ -13,12 +13,11 @@ import asyncio
 import contextlib
 import errno
 import logging
-import os
-import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextvars import ContextVar
 
+from ..actors import lock_process
 from ..storage.errors import fs_error
 from ._connection import Connection
 
@@ -26,8 +25,8 @@ __all__ = ["ClientLocks", "fences_for"]
 
 log = logging.getLogger(__name__)
 
-# This process, as lock requests name it (``<pid>@<hostname>``: see ``computer.actors._lease.holder_gone``).
-_PROCESS = f"{os.getpid()}@{socket.gethostname()}"
+# This process, as lock requests name it (``<pid>@<hostname>~<place>``: see ``computer.actors.lock_process``).
+_PROCESS = lock_process()
 
 # The leases the current task holds: (connection, fencing token, paths), innermost last.
 _HELD: ContextVar[tuple[tuple[Connection, int, tuple[str, ...]], ...]] = ContextVar(
