@@ -197,15 +197,46 @@ async def test_a_waiter_whose_process_died_is_skipped_when_the_lock_frees(
             async with holder.locks.hold(["/f"]):
                 with pytest.raises(ray.exceptions.RayError):
                     await _die_waiting_for_a_lock.remote(name)
-                waiting = asyncio.ensure_future(next_one.locks.hold(["/f"]).__aenter__())
+                # Kept: a hold nothing refers to any more is collected once entered, and its generator's
+                # finalizer releases the lock soon after (the counts below then read 0 held, at times).
+                hold = next_one.locks.hold(["/f"])
+                waiting = asyncio.ensure_future(hold.__aenter__())
                 done, _ = await asyncio.wait({waiting}, timeout=0.3)
                 assert not done  # behind the holder (and the dead worker's request)
             await asyncio.wait_for(waiting, 20)  # a third of the dead request's lease at most
             stats = await next_one.handle.stats.remote()
             assert (stats["locks_held"], stats["locks_waiting"]) == (1, 0)
+            await hold.__aexit__(None, None, None)
             await next_one.close()
     finally:
         computer.init(data_dir=f"{tmp_path}/data")
+
+
+def test_a_dead_pid_is_taken_for_a_gone_waiter_only_in_the_owners_own_machine_and_pid_namespace() -> None:
+    """A lock request names its process by pid, hostname and place (boot id and pid namespace). A pid
+    that is not alive here is a gone waiter only when the place is this one: a container sharing the
+    host's name (``--net=host``) or a cloned machine has pids of its own, and taking its live waiter
+    for dead would refuse it the lock (ESRCH). Before, the hostname alone decided."""
+    import socket
+    import subprocess
+
+    from computer.actors import lock_process
+    from computer.actors._lease import holder_gone
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    me = lock_process()
+    assert me.startswith(f"{os.getpid()}@{socket.gethostname()}~") and len(me.rpartition("~")[2]) == 12
+    place = me.rpartition("~")[2]
+    here = f"{dead.pid}@{socket.gethostname()}~{place}"
+    assert holder_gone(f"client:abc#r1:{here}")
+    assert not holder_gone(f"client:abc#r1:{os.getpid()}@{socket.gethostname()}~{place}")  # alive
+    assert not holder_gone(f"client:abc#r1:{dead.pid}@{socket.gethostname()}~{'0' * 12}")  # another place
+    assert not holder_gone(f"client:abc#r1:{dead.pid}@{socket.gethostname()}")  # no place: cannot tell
+    # Another hostname in the same place (a UTS namespace of its own, as tests emulate a second node):
+    # its pids are this namespace's, so its dead pid is gone too.
+    assert holder_gone(f"client:abc#r1:{dead.pid}@another-host~{place}")
+    assert not holder_gone(f"agent:abc#r1:{here}")  # not a client's request
 
 
 async def test_a_lock_wait_of_a_client_closed_meanwhile_never_holds_the_lock(
