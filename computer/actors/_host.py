@@ -30,7 +30,7 @@ from ._calls import CallJournal
 from ._errors import UploadLostError, WorkspaceUnavailableError
 from ._full_nodes import note_created, note_refused
 from ._init import cluster_settings
-from ._lease import forget_failed_creation, holder_gone, owner_file
+from ._lease import forget_failed_creation, holder_gone, owner_file, owner_id
 from ._nodes import current_host
 from ._pool_callbacks import PoolCallbacks
 from ._reserve import DiskReserve
@@ -204,9 +204,10 @@ class WorkspaceHost(PoolCallbacks):
 
     def _new_owner_id(self) -> str:
         """The id this owner holds the directory lease under (a new one for every lease taken):
-        ``<actor id>#<pid>/<uuid>``, so that ``computer ls`` and ``delete_workspace`` can tell this
-        owner's process died (``_lease.owner_process``) instead of waiting its lease out."""
-        return f"{_actor_id()}#{os.getpid()}/{uuid.uuid4().hex}"
+        ``<actor id>#<pid>~<place>/<uuid>`` (``_lease.owner_id``), so that ``computer ls`` and
+        ``delete_workspace`` can tell this owner's process died (``_lease.owner_process``) instead of
+        waiting its lease out."""
+        return owner_id(_actor_id())
 
     @contextlib.contextmanager
     def _activity(self, *, background: bool = False) -> Iterator[None]:

@@ -30,7 +30,6 @@ import os
 import sys
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
@@ -56,6 +55,7 @@ from ._host_placement import (
     kill_hosts,
     release_unborn_claim,
 )
+from ._lease import owner_id
 from ._loop_thread import LoopClosedError, LoopThread, SharedThreadPool
 from ._owner import CONTROL_METHODS, STREAM_GROUP_METHODS, WAIT_METHODS, OwnerActor, hop_stream
 from ._pool_callbacks import owner_token
@@ -136,8 +136,8 @@ class HostedWorkspace(OwnerActor):
         return backends
 
     def _new_owner_id(self) -> str:
-        # The lease says which host holds it (``computer ls`` shows it): "<host name>#<pid>/<uuid>".
-        return f"{self._host_obj.host_name}#{os.getpid()}/{uuid.uuid4().hex}"
+        # The lease says which host holds it (``computer ls`` shows it): "<host name>#<pid>~<place>/<uuid>".
+        return owner_id(self._host_obj.host_name)
 
     async def close_workspace(self) -> None:
         """Close the workspace, release the lease and leave the host (the next call opens it again)."""

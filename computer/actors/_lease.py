@@ -8,6 +8,7 @@ earlier owner's writes (EROFS).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import socket
@@ -25,6 +26,7 @@ __all__ = [
     "holder_gone",
     "lock_process",
     "owner_file",
+    "owner_id",
     "owner_process",
     "process_node",
     "ray_owner_gone",
@@ -109,31 +111,44 @@ def forget_failed_creation(directory: Directory, name: str, owner_id: str, path:
 
 
 def process_node() -> str:
-    """The ``node`` an owner outside Ray records: ``process:<pid>@<hostname>``.
+    """The ``node`` an owner outside Ray records: ``process:<pid>@<hostname>~<place>`` (:func:`place`).
 
     It is never an alive Ray node id, so placement treats it like the node of an owner that is gone
     (the file is on this machine).
     """
-    return f"process:{os.getpid()}@{socket.gethostname()}"
+    return f"process:{os.getpid()}@{socket.gethostname()}~{place()}"
 
 
 def awake_where(record: WorkspaceRecord) -> str:
     """Where the owner of ``record`` runs, in words: ``in process 812 on box``, ``on node 1a2b3c4d (box)``."""
     node = record.node or "?"
     if node.startswith("process:"):
-        pid, _, hostname = node.removeprefix("process:").partition("@")
+        pid, _, where = node.removeprefix("process:").partition("@")
+        hostname = where.partition("~")[0]
         return f"in process {pid} on {hostname}" if hostname else f"in process {pid}"
     hostname = (record.host or "").partition("/")[0]
     return f"on node {node[:8]} ({hostname})" if hostname else f"on node {node[:8]}"
 
 
+def owner_id(actor: str) -> str:
+    """A new owner id for a lease of an owner in a Ray actor: ``<actor>#<pid>~<place>/<uuid>``
+    (:func:`owner_process`, :func:`place`)."""
+    return f"{actor}#{os.getpid()}~{place()}/{uuid.uuid4().hex}"
+
+
 def owner_process(owner: str | None) -> tuple[str, int] | None:
-    """``(actor, pid)`` of the owner id of an owner in a Ray actor, ``<actor>#<pid>/<uuid>``: an owner
-    host's Ray name (``computer:host:...``) or a dedicated owner's actor id (hex, empty outside an
-    actor), and the pid of its process. None for other ids (a bare uuid: older owners, commands)."""
+    """``(actor, pid)`` of the owner id of an owner in a Ray actor, ``<actor>#<pid>~<place>/<uuid>``
+    (before this session's ids, ``<actor>#<pid>/<uuid>``): an owner host's Ray name
+    (``computer:host:...``) or a dedicated owner's actor id (hex, empty outside an actor), and the pid
+    of its process. None for other ids (a bare uuid: older owners, commands)."""
     actor, sep, rest = (owner or "").partition("#")
-    pid = rest.partition("/")[0]
+    pid = rest.partition("/")[0].partition("~")[0]
     return (actor, int(pid)) if sep and pid.isdigit() else None
+
+
+def _owner_place(owner: str | None) -> str:
+    """The place an owner id names (:func:`owner_id`); empty for an older id."""
+    return (owner or "").partition("#")[2].partition("/")[0].partition("~")[2]
 
 
 def awake(record: WorkspaceRecord | None, now: float | None = None) -> bool:
@@ -147,36 +162,44 @@ def awake(record: WorkspaceRecord | None, now: float | None = None) -> bool:
         return False
     node = record.node or ""
     if node.startswith("process:"):
-        pid, _, hostname = node.removeprefix("process:").partition("@")
+        pid, _, where = node.removeprefix("process:").partition("@")
+        hostname, _, at = where.partition("~")
     else:
         hostname = (record.host or "").partition("/")[0]
         process = owner_process(record.owner)
         pid = str(process[1]) if process is not None else ""
-    if hostname != socket.gethostname() or not pid.isdigit():
+        at = _owner_place(record.owner)
+    if not _here(hostname, at) or not pid.isdigit():
         return True
     return _alive(int(pid))
 
 
-def _place() -> str:
-    """This process's machine and pid namespace, in 12 hex digits: the boot's id and the pid
-    namespace's inode. A hostname alone does not tell them apart: cloned machines keep theirs, and
-    containers sharing the host's network (``--net=host``, Ray's docker setups) share the host's name
-    while each has its own pids. Empty when it cannot be read (then no pid is ever taken for dead)."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        pids = os.stat("/proc/self/ns/pid").st_ino
-    except OSError:
-        return ""
-    return hashlib.sha256(f"{boot}:{pids}".encode()).hexdigest()[:12]
+def _here(hostname: str, at: str) -> bool:
+    """Whether a pid recorded with ``hostname`` and place ``at`` is one of this process's pid
+    namespace: by the place when the record has one (:func:`place`), by the hostname for a record
+    older than places (the one way before: a container sharing the host's name was taken for here)."""
+    if at:
+        return at == place()
+    return hostname == socket.gethostname()
 
 
-_PLACE = _place()
+@functools.cache
+def place() -> str:
+    """This process's machine and pid namespace, in 12 hex digits (``computer.runtime.host_mark``: the
+    boot's id and the pid namespace's inode). A hostname alone does not tell them apart: cloned
+    machines keep theirs, and containers sharing the host's network (``--net=host``, Ray's docker
+    setups) share the host's name while each has pids of its own. Empty when ``/proc`` cannot tell
+    (then a pid recorded with it is never taken for one of here)."""
+    from ..runtime import host_mark
+
+    mark = host_mark()
+    return "" if "unknown-" in mark else hashlib.sha256(mark.encode()).hexdigest()[:12]
 
 
 def lock_process() -> str:
-    """This process as its lock requests name it, ``<pid>@<hostname>~<place>`` (:func:`_place`), so an
+    """This process as its lock requests name it, ``<pid>@<hostname>~<place>`` (:func:`place`), so an
     owner can tell that it died while a request of it waited (:func:`holder_gone`)."""
-    return f"{os.getpid()}@{socket.gethostname()}~{_PLACE}"
+    return f"{os.getpid()}@{socket.gethostname()}~{place()}"
 
 
 def holder_gone(holder: str) -> bool:
@@ -186,8 +209,8 @@ def holder_gone(holder: str) -> bool:
     gone. Anything else (another machine or container, another holder, a place unknown): False."""
     _, sep, request = holder.partition("#")
     pid, _, where = request.partition(":")[2].partition("@")
-    place = where.partition("~")[2]
-    if not sep or not holder.startswith("client:") or not pid.isdigit() or not _PLACE or place != _PLACE:
+    hostname, _, at = where.partition("~")
+    if not sep or not holder.startswith("client:") or not pid.isdigit() or not at or not _here(hostname, at):
         return False
     return not _alive(int(pid))
 

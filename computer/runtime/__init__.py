@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from ._process import TIMEOUT_EXIT_CODE
     from ._protected import SYSTEM_DIR, reaches_protected, refuse_protected_change, system_refused
     from ._runtime import Runtime
-    from ._scratch import reap_settled, release_process
+    from ._scratch import host_mark, reap_settled, release_process
     from ._tasks import after_lane, offload
     from .python import PythonBackend
     from .shell import ShellBackend
@@ -89,6 +89,7 @@ __all__ = [
     "after_lane",
     "decode_sync",
     "encode_sync",
+    "host_mark",
     "offload",
     "reaches_protected",
     "reap_settled",
@@ -133,6 +134,7 @@ _LAZY = {
     "SYSTEM_DIR": "._protected",
     "system_refused": "._protected",
     "Runtime": "._runtime",
+    "host_mark": "._scratch",
     "reap_settled": "._scratch",
     "release_process": "._scratch",
     "after_lane": "._tasks",

@@ -67,6 +67,7 @@ __all__ = [
     "blocking_ancestor",
     "hold_shared",
     "holds",
+    "host_mark",
     "process_scratch",
     "reap_dead",
     "release_process",
@@ -212,7 +213,7 @@ def _clear_files(fd: int, failed: OSError | None) -> tuple[list[str], OSError | 
     return directories, failed
 
 
-# In each scratch directory: the boot and pid namespace its pid belongs to (see ``_host_mark``).
+# In each scratch directory: the boot and pid namespace its pid belongs to (see ``host_mark``).
 _MARK = ".owner"
 _LOCK = threading.Lock()
 _MADE: dict[tuple[str, tuple[int, int] | None], Path] = {}
@@ -240,7 +241,7 @@ def process_scratch(base: str | os.PathLike[str] | None = None, owner: tuple[int
         os.chmod(directory, 0o700)  # whatever the umask or an earlier directory said
         if owner is not None:
             os.chown(directory, *owner)
-        (directory / _MARK).write_text(_host_mark())
+        (directory / _MARK).write_text(host_mark())
         _release_at_exit()
         _MADE[key] = directory
         return directory
@@ -394,7 +395,7 @@ def reap_dead(base: str | os.PathLike[str] | None = None, *, groups: bool = True
         names = os.listdir(parent)
     except OSError:
         names = []
-    here_boot, _, here_namespace = _host_mark().partition(" ")
+    here_boot, _, here_namespace = host_mark().partition(" ")
     for name in names:
         if name.startswith(_SHARED):
             removed += _reap_shared(parent / name)
@@ -474,9 +475,8 @@ def _reap_shared(directory: Path) -> list[Path]:
     return removed
 
 
-def _host_mark() -> str:
-    """``<boot id> <pid namespace>`` of this process: a pid (and start time) means a process only
-    within one boot and one pid namespace."""
+def host_mark() -> str:
+    """``<boot id> <pid namespace>`` of this process: a pid (and start time) means a process only there."""
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:

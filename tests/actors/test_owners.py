@@ -190,3 +190,41 @@ async def test_two_data_directories_get_their_own_owner_for_one_name(
     finally:
         for handle in handles:
             ray.kill(owner_process(handle))
+
+
+def test_an_owner_whose_pid_is_dead_is_taken_for_gone_only_where_that_pid_was_recorded() -> None:
+    """``awake`` (what ``computer ls`` and ``delete_workspace`` go by) takes a live lease for over
+    when its owner's recorded pid is dead here, but only when the record was made in this machine and
+    pid namespace (its place: boot id and pid namespace). A container sharing the host's name
+    (``--net=host``) or a cloned machine records pids of its own: by the hostname alone, its live owner
+    was taken for gone (a deletion could go on under it). Records older than places keep the hostname
+    rule."""
+    import os
+    import socket
+    import subprocess
+    import time
+
+    from computer.actors._lease import awake, awake_where, owner_id, owner_process, place, process_node
+    from computer.actors.directory import WorkspaceRecord
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    here, other, host = place(), "0" * 12, socket.gethostname()
+    assert len(here) == 12 and process_node() == f"process:{os.getpid()}@{host}~{here}"
+    actor, pid = owner_process(owner_id("computer:host:h1")) or ("", 0)
+    assert (actor, pid) == ("computer:host:h1", os.getpid())
+
+    def record(node: str, owner: str | None = None) -> WorkspaceRecord:
+        return WorkspaceRecord(
+            "w", node, owner, 1, time.time() + 60, time.time(), "active", host=f"{host}/1.2.3.4"
+        )
+
+    assert not awake(record(f"process:{dead.pid}@{host}~{here}"))  # dead here: over
+    assert awake(record(f"process:{dead.pid}@{host}~{other}"))  # another place: cannot tell
+    assert not awake(record(f"process:{dead.pid}@{host}"))  # older record: the hostname rule
+    assert awake(record(f"process:{os.getpid()}@{host}~{here}"))
+    assert awake_where(record(f"process:{dead.pid}@{host}~{here}")) == f"in process {dead.pid} on {host}"
+    node = "a" * 56
+    assert not awake(record(node, f"computer:host:h1#{dead.pid}~{here}/x"))
+    assert awake(record(node, f"computer:host:h1#{dead.pid}~{other}/x"))
+    assert not awake(record(node, f"computer:host:h1#{dead.pid}/x"))  # older id: the hostname rule

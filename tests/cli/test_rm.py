@@ -192,7 +192,12 @@ async def test_delete_right_after_the_owner_process_died_goes_at_once(cluster: A
     (row,) = await asyncio.to_thread(list_workspaces, GlobalOptions(data_dir=cluster.data_dir))
     assert (row.name, row.state) == (name, "asleep")
     # An owner of another machine: this one cannot look at its pid, Ray's actor table can.
-    elsewhere = dataclasses.replace(dead, host="another-machine/10.0.0.8")
+    from computer.actors._lease import place
+
+    assert dead.owner is not None and f"~{place()}/" in dead.owner  # the owner's place: this one
+    elsewhere = dataclasses.replace(
+        dead, host="another-machine/10.0.0.8", owner=dead.owner.replace(f"~{place()}/", f"~{'0' * 12}/")
+    )
     assert awake(elsewhere) and await asyncio.to_thread(ray_owner_gone, elsewhere)
     async with asyncio.timeout(20):  # the lease has 25 s or more left
         deleted = await computer.delete_workspace(name)
