@@ -164,15 +164,15 @@ def check_data_dir(options: GlobalOptions) -> None:
 
 def _owner_host(record: WorkspaceRecord | None) -> str | None:
     """``host 3 (pid 812)`` when an owner host holds the lease: its owner id is
-    ``computer:host:<data dir>:<node>:<i>#<pid>/<uuid>`` (a dedicated owner's is
-    ``<actor id>#<pid>/<uuid>``)."""
+    ``computer:host:<data dir>:<node>:<i>#<pid>~<place>/<uuid>`` (a dedicated owner's is
+    ``<actor id>#<pid>~<place>/<uuid>``; ids older than places have no ``~<place>``)."""
     from ..actors.naming import HOST_PREFIX
 
     owner = (record.owner if record is not None else None) or ""
     if not owner.startswith(HOST_PREFIX) or "#" not in owner:
         return None
     host, _, rest = owner.partition("#")
-    return f"host {host.rsplit(':', 1)[-1]} (pid {rest.partition('/')[0]})"
+    return f"host {host.rsplit(':', 1)[-1]} (pid {rest.partition('/')[0].partition('~')[0]})"
 
 
 def _last_active(record: WorkspaceRecord | None, path: Path) -> float | None:

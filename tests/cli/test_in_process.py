@@ -261,3 +261,19 @@ def test_a_python_run_s_advice_names_what_keeps_a_python_process(tmp_path: Path)
     assert "`computer ps py --backend python`" in out["stderr"]
     described = runner.invoke(app, [*base, "exec", "--help"])
     assert "`computer shell NAME` for the shell backend" in " ".join(described.output.split())
+
+
+def test_ls_names_an_owner_hosts_pid_with_or_without_its_place() -> None:
+    """``computer ls``'s owner host column: ``host 3 (pid 812)``, from an owner id with its place
+    (``#<pid>~<place>/<uuid>``) as from an older one."""
+    import time
+
+    from computer.actors.directory import WorkspaceRecord
+    from computer.cli._ls import _owner_host
+
+    def host_of(owner: str) -> str | None:
+        return _owner_host(WorkspaceRecord("w", "n", owner, 1, time.time() + 60, time.time(), "active"))
+
+    assert host_of("computer:host:d:n:3#812~0123456789ab/u1") == "host 3 (pid 812)"
+    assert host_of("computer:host:d:n:3#812/u1") == "host 3 (pid 812)"
+    assert host_of(f"{'b' * 32}#812~0123456789ab/u1") is None  # a dedicated owner: no host
