@@ -331,7 +331,7 @@ else:
         "the kernel counts POSIX message queue bytes (and queued signals) of every user namespace of"
         " one host uid against the rlimit its creator had (bubblewrap's: this process's, 800 KiB); a fix"
         " raises RLIMIT_MSGQUEUE/RLIMIT_SIGPENDING to unlimited for bubblewrap and gives each program"
-        " the old ones back, which takes CAP_SYS_RESOURCE (not held here): s59 fix-attack report"
+        " the old ones back, which takes CAP_SYS_RESOURCE (not held here)"
     ),
 )
 async def test_a_program_holding_its_message_queue_bytes_leaves_other_workspaces_theirs(
@@ -340,6 +340,16 @@ async def test_a_program_holding_its_message_queue_bytes_leaves_other_workspaces
     """Every sandbox of the host's sandbox uid shares the ceiling the user namespaces' creator had:
     a program holding its own 800 KiB of POSIX message queues made every other workspace's
     ``mq_open`` fail (EMFILE) until it was killed."""
+    seen, probe = await _hold_and_probe(
+        tmp_path, {"mq.py": _MQUEUES}, "python3 mq.py hold", "python3 mq.py probe"
+    )
+    assert 0 < int(seen.split()[1]) < 100, seen  # the program's own limit still binds
+    assert probe == "ok", probe
+
+
+async def _hold_and_probe(tmp_path: Path, files: dict[str, str], hold: str, probe: str) -> tuple[str, str]:
+    """Run ``hold`` in one workspace until it prints ``held ...`` (what it printed), then ``probe`` in
+    another workspace of the same backend while it holds: (the hold's output, the probe's stdout)."""
     shell = ShellBackend(live=False)
     async with (
         computer.Workspace(str(tmp_path / "a.sqlite"), backends=[shell]) as hog,
@@ -347,19 +357,20 @@ async def test_a_program_holding_its_message_queue_bytes_leaves_other_workspaces
     ):
         for ws in (hog, victim):
             await ws.fs.mkdir("/workspace", recursive=True)
-            await ws.fs.write_file("/workspace/mq.py", _MQUEUES.encode())
-        handle = await hog.runtime.exec("python3 mq.py hold")
+            for name, text in files.items():
+                await ws.fs.write_file(f"/workspace/{name}", text.encode())
+        handle = await hog.runtime.exec(hold)
         try:
             seen = ""
             async for snapshot in handle:
                 seen = snapshot.stdout
                 if "held" in seen:
                     break
-            assert 0 < int(seen.split()[1]) < 100, seen  # the program's own limit still binds
-            probe = await (await victim.runtime.exec("python3 mq.py probe")).result()
+            assert seen.startswith("held"), seen
+            result = await (await victim.runtime.exec(probe)).result()
         finally:
             await handle.kill()
-        assert probe.stdout.strip() == "ok", probe.stdout
+        return seen, result.stdout.strip()
 
 
 # Takes inotify instances until the kernel refuses one (at most 1,024), says how many, and holds them.
@@ -389,7 +400,7 @@ _INOTIFY_PROBE = (
         " every other workspace's programs without inotify (EMFILE; ENOSPC for watches). A fix needs"
         " per-sandbox limits in each sandbox's user namespace (/proc/sys/user/max_inotify_*, written"
         " with CAP_SYS_RESOURCE there before the program runs; bubblewrap mounts /proc/sys read-only)"
-        " or a host uid per sandbox: s59 fix-attack report"
+        " or a host uid per sandbox"
     ),
 )
 async def test_a_program_holding_every_inotify_instance_leaves_other_workspaces_theirs(
@@ -398,26 +409,8 @@ async def test_a_program_holding_every_inotify_instance_leaves_other_workspaces_
     """``tail -F``, file watchers of dev servers and test runners: a program in one workspace took the
     128 inotify instances of the sandboxes' host user (and all 192,540 watches), and another
     workspace's ``inotify_init`` failed with EMFILE until it was killed."""
-    shell = ShellBackend(live=False)
-    async with (
-        computer.Workspace(str(tmp_path / "a.sqlite"), backends=[shell]) as hog,
-        computer.Workspace(str(tmp_path / "v.sqlite"), backends=[shell]) as victim,
-    ):
-        for ws in (hog, victim):
-            await ws.fs.mkdir("/workspace", recursive=True)
-        await hog.fs.write_file("/workspace/hog.py", _INOTIFY_HOG.encode())
-        handle = await hog.runtime.exec("python3 hog.py")
-        try:
-            seen = ""
-            async for snapshot in handle:
-                seen = snapshot.stdout
-                if "held" in seen:
-                    break
-            assert seen.startswith("held"), seen
-            probe = await (await victim.runtime.exec(_INOTIFY_PROBE)).result()
-        finally:
-            await handle.kill()
-        assert probe.stdout.strip() == "ok", probe.stdout
+    _, probe = await _hold_and_probe(tmp_path, {"hog.py": _INOTIFY_HOG}, "python3 hog.py", _INOTIFY_PROBE)
+    assert probe == "ok", probe
 
 
 @pytest.mark.xfail(
@@ -427,7 +420,7 @@ async def test_a_program_holding_every_inotify_instance_leaves_other_workspaces_
         " every other name as a link of it: a 2-byte append to a file of N names costs N link commits"
         " (two change-log rows each) on the owner's loop, every sync; fixing it needs an in-place pull"
         " write (MirrorFile.same) the store checks against every name of the node (dirents has no index"
-        " by child): s59 fix-attack report"
+        " by child)"
     ),
 )
 async def test_a_write_through_one_name_of_a_file_with_many_names_commits_no_change_per_name(
