@@ -84,12 +84,7 @@ def actor_death_time(handle: Any) -> float | None:
     An actor restarted in place is not dead; one killed without restart, or out of restarts, is.
     None as well when the table cannot be read (the caller must then assume the worst).
     """
-    try:
-        from ray._private.state import state
-
-        info: dict[str, Any] = state.actor_table(handle._actor_id.hex())
-    except Exception:
-        return None
+    info = _actor_row(handle._actor_id.hex())
     if not info or info.get("State") != "DEAD" or not info.get("EndTime"):
         return None
     return float(info["EndTime"]) / 1000.0
@@ -98,12 +93,7 @@ def actor_death_time(handle: Any) -> float | None:
 def actor_process(actor: str) -> tuple[str, int] | None:
     """``(state, pid)`` of the actor with id ``actor`` (hex) in the GCS actor table: ``ALIVE``, ``DEAD``,
     ``RESTARTING``...; pid 0 when unknown. None when the table has no such actor or cannot be read."""
-    try:
-        from ray._private.state import state
-
-        info: dict[str, Any] = state.actor_table(actor)
-    except Exception:
-        return None
+    info = _actor_row(actor)
     if not info or not info.get("State"):
         return None
     return str(info["State"]), int(info.get("Pid") or 0)
@@ -112,13 +102,20 @@ def actor_process(actor: str) -> tuple[str, int] | None:
 def actor_ray_name(handle: Any) -> str | None:
     """The Ray name the actor behind ``handle`` was created with (alive or dead), from the GCS actor
     table; None for an unnamed actor, or when the table cannot be read."""
+    info = _actor_row(handle._actor_id.hex())
+    return str(info["Name"]) if info and info.get("Name") else None
+
+
+def _actor_row(actor: str) -> dict[str, Any] | None:
+    """The GCS actor table's row of the actor with id ``actor`` (hex): empty when it has none, None
+    when the table cannot be read."""
     try:
         from ray._private.state import state
 
-        info: dict[str, Any] = state.actor_table(handle._actor_id.hex())
+        info: dict[str, Any] = state.actor_table(actor)
     except Exception:
         return None
-    return str(info["Name"]) if info and info.get("Name") else None
+    return info
 
 
 def streaming(method: Any, ahead: int, group: str | None = None) -> Any:
