@@ -25,9 +25,6 @@ __all__ = ["ClientLocks", "fences_for"]
 
 log = logging.getLogger(__name__)
 
-# This process, as lock requests name it (``<pid>@<hostname>~<place>``: see ``computer.actors.lock_process``).
-_PROCESS = lock_process()
-
 # The leases the current task holds: (connection, fencing token, paths), innermost last.
 _HELD: ContextVar[tuple[tuple[Connection, int, tuple[str, ...]], ...]] = ContextVar(
     "computer_held", default=()
@@ -59,8 +56,9 @@ class ClientLocks:
     async def hold(self, paths: Sequence[str], *, subtree: bool = False) -> AsyncIterator[None]:
         wanted = [paths] if isinstance(paths, str) else list(paths)
         # One holder per request, under this client's: a cancelled wait can be withdrawn exactly. It names
-        # this process, so the owner drops the request if the process dies while it waits.
-        request = f"{self.holder}#{uuid.uuid4().hex[:12]}:{_PROCESS}"
+        # this process (when the request is made, not when the module was imported), so the owner drops
+        # the request if the process dies while it waits.
+        request = f"{self.holder}#{uuid.uuid4().hex[:12]}:{lock_process()}"
         self._asking.add(request)
         try:
             lease_id, ttl, token = await self._conn.request(
