@@ -92,7 +92,10 @@ def unheld_names(now: Mapping[str, Entry], candidates: Iterable[str]) -> list[st
 
 
 def is_utf8(rel: str) -> bool:
-    """Whether the workspace can hold the name ``rel`` (a mirror's names are ``os.fsdecode``-d)."""
+    """Whether the workspace can hold the name ``rel`` (a mirror's names are ``os.fsdecode``-d: bytes
+    that are not UTF-8 come as surrogates), a symlink's target too."""
+    if rel.isascii():
+        return True
     try:
         rel.encode("utf-8")
     except UnicodeEncodeError:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from ._beneath import remove_beneath
 from ._entry import KIND, SIZE
+from ._held_links import is_utf8
 from ._mirror_base import Entry, MirrorBase
 
 __all__ = ["trim_kept"]
@@ -31,9 +32,7 @@ def trim_kept(mirror: MirrorBase, now: dict[str, Entry], limit: int) -> dict[str
             if len(rel) > room:
                 held.append((entry[SIZE], rel))
             continue
-        try:
-            rel.encode("utf-8")
-        except UnicodeEncodeError:
+        if not is_utf8(rel):
             held.append((entry[SIZE], rel))
             continue
         if mirror.too_long(rel, room):

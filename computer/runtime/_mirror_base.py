@@ -17,7 +17,7 @@ from ._backend import MirrorDir, MirrorFile, MirrorSymlink
 from ._beneath import lstat_beneath, make_parent, open_beneath, remove_beneath
 from ._entry import INO, KIND, MODE, SIZE, Entry, entry_of, is_dir
 from ._forget import forget
-from ._held_links import linked_at, lost_names, names_elsewhere, rename_at
+from ._held_links import is_utf8, linked_at, lost_names, names_elsewhere, rename_at
 from ._lifts import Lifts, open_top
 from ._pull_rules import PROTECTED
 from ._watch import TreeWatch
@@ -411,12 +411,9 @@ class PullPlan:
         UTF-8, left in the mirror with its reason (False). Before, such a target (``ln -s $'\\xff' x``)
         failed the pull with ``UnicodeEncodeError``: the run's every change was lost, and every later
         run's too."""
-        if not target.isascii():
-            try:
-                target.encode("utf-8")
-            except UnicodeEncodeError:
-                self.unsyncable[path] = BAD_TARGET
-                return False
+        if not is_utf8(target):
+            self.unsyncable[path] = BAD_TARGET
+            return False
         self.symlinks.append(MirrorSymlink(path, target, mtime))
         return True
 

@@ -186,14 +186,11 @@ class MirrorPull(MirrorWatch):
                 if entry is not None:  # (the workspace never had it: a removal is nothing to send)
                     plan.too_long(self.workspace_path(rel), self.path_limit(room))
                 continue
-            if not checked:
-                try:
-                    rel.encode("utf-8")
-                except UnicodeEncodeError:  # a name the workspace cannot hold: leave it in the mirror only
-                    if entry is not None:  # (gone: renamed or removed, nothing left to report)
-                        raw = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
-                        plan.unsyncable[self.workspace_path(raw)] = NOT_UTF8
-                    continue
+            if not checked and not is_utf8(rel):  # a name the workspace cannot hold: the mirror's only
+                if entry is not None:  # (gone: renamed or removed, nothing left to report)
+                    raw = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+                    plan.unsyncable[self.workspace_path(raw)] = NOT_UTF8
+                continue
             path = prefix + rel if rel else self.root
             parents.add(rel.rpartition("/")[0])
             if entry is None:
