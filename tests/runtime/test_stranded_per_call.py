@@ -186,7 +186,11 @@ class _Unreachable:
 
     info = BackendInfo("waits", "command", False)
 
+    def __init__(self) -> None:
+        self.started = asyncio.Event()  # set once a run is under way (bound to the loop that waits)
+
     async def run(self, request: ExecRequest, ctx: Any) -> AsyncIterator[ExecEvent]:
+        self.started.set()
         await asyncio.Event().wait()
         yield ExitEvent(0)
 
@@ -195,12 +199,13 @@ def test_a_kill_from_a_new_loop_of_a_run_its_backend_cannot_reach_says_so_at_onc
     """A backend that cannot end a run of a loop that no longer runs: the kill from a new loop says
     the run was not killed and what to do, at once (no wait). (Its loop is only stopped here: run
     again, it closes the workspace, which ends the run as its own loop's close does.)"""
-    ws = Workspace(str(tmp_path / "w.db"), backends=[_Unreachable()])
+    backend = _Unreachable()
+    ws = Workspace(str(tmp_path / "w.db"), backends=[backend])
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(ws.fs.mkdir("/workspace", recursive=True))
         run_id = loop.run_until_complete(ws.runtime.exec("wait")).id
-        loop.run_until_complete(asyncio.sleep(0.05))  # (its backend's run started)
+        loop.run_until_complete(asyncio.wait_for(backend.started.wait(), 10))
         said = ""
         try:
             asyncio.run(asyncio.wait_for(ws.runtime.kill_exec(run_id), 10))
