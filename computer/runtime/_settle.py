@@ -102,8 +102,9 @@ class Settling:
         """End a :attr:`~ExecRun.stranded` run through its backend (``ExecRun.end_stranded``: raises
         when none can) and settle it from this event loop: the result a kill gives (``_ended``), with
         the output its loop had read and what the backend's syncs pulled and refused while it ran (a
-        ``RunChanges``; a ``Synced``, a sandbox per call's), in the journal and retained as any run's. Before, it stayed running (in
-        ``get_exec``, the journal) until a restart called it "failed: owner restarted"."""
+        ``RunChanges``; a ``Synced``, a sandbox per call's), in the journal and retained as any run's.
+        Before, it stayed running (in ``get_exec``, the journal) until a restart called it "failed:
+        owner restarted"."""
         changes = await run.end_stranded(self._backends.get(run.backend), self.context.workspace_id)
         run.killed = True  # (a close's too: ended here)
         for capture in run.captures.values():
