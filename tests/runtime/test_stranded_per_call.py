@@ -217,3 +217,40 @@ def test_a_kill_from_a_new_loop_of_a_run_its_backend_cannot_reach_says_so_at_onc
         loop.run_until_complete(asyncio.wait_for(ws.close(), 60))
         loop.close()
     assert ws.runtime.active() == 0
+
+
+def test_a_stranded_run_killed_after_a_workspace_write_of_its_file_keeps_the_workspaces_version(
+    tmp_path: Path,
+) -> None:
+    """A workspace write of the file the stranded run wrote, from a new loop while the run still runs:
+    the kill's pull keeps the workspace's version (changed on both sides) and lists the path in
+    ``skipped`` with its reason; what only the run wrote lands. The next run and a reopen agree."""
+    db = str(tmp_path / "w.db")
+    source = f"echo printed; seq 3 > a; echo only > b; {MARK}"
+    ws = Workspace(db, backends=[ShellBackend(live=False)])
+    try:
+        run_id, _ = _stranded(ws, source)
+
+        async def write_then_kill(ws: Workspace) -> Any:
+            await ws.fs.write_file("/workspace/a", b"the workspace's\n")
+            await ws.runtime.kill_exec(run_id)
+            return await (await ws.runtime.get_exec(run_id)).result()
+
+        result = asyncio.run(asyncio.wait_for(write_then_kill(ws), 60))
+        assert _outcome(result) == KILLED
+        assert "/workspace/a" in result.skipped and result.skipped_reasons["/workspace/a"], result
+        assert "/workspace/b" in result.pulled, result
+        assert asyncio.run(ws.fs.read_file("/workspace/a")) == b"the workspace's\n"
+        later = asyncio.run(asyncio.wait_for(_result_of(ws, "cat a b"), 60))
+        assert later.stdout == "the workspace's\nonly\n", later
+    finally:
+        asyncio.run(asyncio.wait_for(ws.close(), 60))
+    assert host_pids_with(MARK) == []
+    del ws
+    gc.collect()
+    again = Workspace(db, backends=[ShellBackend(live=False)])
+    try:
+        assert asyncio.run(again.fs.read_file("/workspace/a")) == b"the workspace's\n"
+        assert asyncio.run(again.fs.read_file("/workspace/b")) == b"only\n"
+    finally:
+        asyncio.run(again.close())
