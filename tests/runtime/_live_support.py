@@ -4,6 +4,7 @@ command line."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import time
 from collections.abc import Awaitable, Callable
@@ -44,6 +45,23 @@ def host_pids_with(marker: str) -> list[int]:
             except OSError:
                 pass
     return [p for p in found if p != os.getpid()]
+
+
+def runs_itself(marker: str) -> bool:
+    """Whether a host process runs ``marker`` itself (its command line is that): the run's shell has
+    gone past what comes before it (``host_pids_with`` matches that shell's own command line too)."""
+    for pid in host_pids_with(marker):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
+            if f.read().split(b"\0")[:-1] == marker.encode().split():
+                return True
+    return False
+
+
+def kill_all(marker: str) -> None:
+    """SIGKILL every host process whose command line holds ``marker`` (a test's leftovers)."""
+    for pid in host_pids_with(marker):
+        with contextlib.suppress(OSError):
+            os.kill(pid, 9)
 
 
 async def host_shows(marker: str, within: float = 10.0) -> None:

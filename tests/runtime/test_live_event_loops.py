@@ -29,21 +29,11 @@ from computer.runtime import PythonBackend, ShellBackend, _cgroups
 from computer.runtime._context import LocalExecContext
 from computer.runtime._live_shell import start_shell
 
-from ._live_support import host_pids_with
+from ._live_support import host_pids_with, kill_all, runs_itself
 
 # A background process, found on the host by its command line: this test process's own (a run of
 # these tests in another worktree at once saw, and its teardown killed, this one's).
 MARK = f"sleep 31337.{os.getpid():07d}"
-
-
-def exec_ed(marker: str = MARK) -> bool:
-    """Whether a host process runs ``marker`` itself (its command line is that): the run's shell has
-    gone past what comes before it (``host_pids_with`` matches that shell's own command line too)."""
-    for pid in host_pids_with(marker):
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-            if f.read().split(b"\0")[:-1] == marker.encode().split():
-                return True
-    return False
 
 
 def seen(predicate: Any) -> bool:
@@ -132,9 +122,7 @@ def test_a_loop_running_in_another_thread_keeps_its_sandbox(tmp_path: Path) -> N
 @pytest.fixture(autouse=True)
 def _no_leftovers() -> Any:
     yield
-    for pid in host_pids_with(MARK):
-        with contextlib.suppress(OSError):
-            os.kill(pid, 9)
+    kill_all(MARK)
     # A closed loop's tasks and coroutines go now, after a failed test too: collected later, during
     # pytest's own ``ast.parse`` of an assertion, they crashed the whole session (INTERNALERROR,
     # "AST constructor recursion depth mismatch", Python 3.11).
@@ -181,7 +169,9 @@ def test_a_close_after_a_loop_closed_under_a_run_ends_the_runs_processes(tmp_pat
         loop.run_until_complete(ws.fs.mkdir("/workspace", recursive=True))
         task = loop.create_task(run(ws, f"echo one > a; {MARK}"))
         deadline = time.monotonic() + 30
-        while not exec_ed():  # (the run's shell past its write: it was killed before it, now and then)
+        while not runs_itself(
+            MARK
+        ):  # (the run's shell past its write: it was killed before it, now and then)
             assert time.monotonic() < deadline and not task.done(), task
             loop.run_until_complete(asyncio.sleep(0.05))
     finally:
@@ -277,7 +267,7 @@ def _running_as_its_loop_closes(
         handle = loop.run_until_complete(ws.runtime.exec(source, timeout=60))
         deadline = time.monotonic() + 30
         # the run's shell went past its writes, and its output was read
-        while not exec_ed() or printed not in ws.runtime._running[handle.id].snapshot.stdout:
+        while not runs_itself(MARK) or printed not in ws.runtime._running[handle.id].snapshot.stdout:
             assert time.monotonic() < deadline
             loop.run_until_complete(asyncio.sleep(0.05))
         loop.run_until_complete(asyncio.sleep(0.05))  # (its start reported by the init, and read)

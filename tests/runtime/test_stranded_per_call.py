@@ -9,7 +9,6 @@ restarted"; a close left its command running."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import json
 import os
@@ -23,7 +22,7 @@ import pytest
 from computer import Workspace
 from computer.runtime import BackendInfo, ExecEvent, ExecRequest, ExitEvent, PythonBackend, ShellBackend
 
-from ._live_support import host_pids_with
+from ._live_support import host_pids_with, kill_all, runs_itself
 
 MARK = f"sleep 31339.{os.getpid():07d}"  # this test process's own (another worktree's run at once)
 KILLED = ("cancelled", 137, "printed\n", "killed")
@@ -44,23 +43,12 @@ pytestmark = [
 @pytest.fixture(autouse=True)
 def _no_leftovers() -> Any:
     yield
-    for pid in host_pids_with(MARK):
-        with contextlib.suppress(OSError):
-            os.kill(pid, 9)
+    kill_all(MARK)
     gc.collect()  # the ended loop's tasks and coroutines go now, not during a later test
 
 
 def _backend(kind: str) -> Any:
     return ShellBackend(live=False) if kind == "shell" else PythonBackend(live=False)
-
-
-def _marked() -> bool:
-    """Whether a host process runs ``MARK`` itself (the run went past its write)."""
-    for pid in host_pids_with(MARK):
-        with contextlib.suppress(OSError), open(f"/proc/{pid}/cmdline", "rb") as f:
-            if f.read().split(b"\0")[:-1] == MARK.encode().split():
-                return True
-    return False
 
 
 def _stranded(ws: Workspace, source: str, *, close: bool = True) -> tuple[str, asyncio.AbstractEventLoop]:
@@ -72,7 +60,7 @@ def _stranded(ws: Workspace, source: str, *, close: bool = True) -> tuple[str, a
         loop.run_until_complete(ws.fs.mkdir("/workspace", recursive=True))
         handle = loop.run_until_complete(ws.runtime.exec(source, timeout=60))
         deadline = time.monotonic() + 30
-        while not _marked() or "printed" not in ws.runtime._running[handle.id].snapshot.stdout:
+        while not runs_itself(MARK) or "printed" not in ws.runtime._running[handle.id].snapshot.stdout:
             assert time.monotonic() < deadline
             loop.run_until_complete(asyncio.sleep(0.05))
     finally:
