@@ -3,10 +3,13 @@ workspace: the scratch tmpfs (its memory and inodes) that warm mirrors keep afte
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import platform
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -145,23 +148,36 @@ async def test_an_event_flood_in_one_live_sandbox_leaves_the_other_mirrors_watch
 async def test_a_sparse_file_counts_what_it_holds_against_the_scratch_budget(tmp_path: Path) -> None:
     """A warm mirror counted its files' sizes: a sparse ``truncate -s 12M`` (no byte held) counted
     12 MB and pushed another workspace's warm mirror (real bytes) out of the process's budget."""
+    command = "truncate -s 12M disk.img && du -k disk.img"
+    async with _beside_a_warm_mirror(tmp_path, command) as (sparse, budget, made):
+        assert made.stdout.split()[0] == "0", made.stdout
+        assert budget.held() < 7 << 20
+        assert (await sparse.fs.stat("/workspace/disk.img")).size == 12 << 20
+
+
+@contextlib.asynccontextmanager
+async def _beside_a_warm_mirror(
+    tmp_path: Path, command: str
+) -> AsyncIterator[tuple[computer.Workspace, ScratchBudget, Any]]:
+    """A warm mirror of 6 MB of real bytes (another workspace's), then ``command`` run in a workspace
+    of the same backend and a 16 MB scratch budget; both warm mirrors are still held after it (neither
+    pushed the other out). The command's workspace and the budget, and its result."""
     budget = ScratchBudget(16 << 20)
     shell = ShellBackend(live=False, mirror_pool=lambda base, root: MirrorPool(base, root, budget=budget))
     async with (
-        computer.Workspace(str(tmp_path / "a.sqlite"), backends=[shell]) as sparse,
+        computer.Workspace(str(tmp_path / "a.sqlite"), backends=[shell]) as ws,
         computer.Workspace(str(tmp_path / "b.sqlite"), backends=[shell]) as other,
     ):
-        for ws in (sparse, other):
-            await ws.fs.mkdir("/workspace", recursive=True)
+        for each in (ws, other):
+            await each.fs.mkdir("/workspace", recursive=True)
         real = await (await other.runtime.exec("head -c 6000000 /dev/urandom > data.bin")).result()
         assert real.status == "completed", real.stderr
         assert len(shell.mirrors.idle_mirrors(other.runtime.context.workspace_id)) == 1
-        made = await (await sparse.runtime.exec("truncate -s 12M disk.img && du -k disk.img")).result()
-        assert made.status == "completed" and made.stdout.split()[0] == "0", made.stdout
-        assert len(shell.mirrors.idle_mirrors(sparse.runtime.context.workspace_id)) == 1
+        made = await (await ws.runtime.exec(command)).result()
+        assert made.status == "completed", made.stderr
+        assert len(shell.mirrors.idle_mirrors(ws.runtime.context.workspace_id)) == 1
         assert len(shell.mirrors.idle_mirrors(other.runtime.context.workspace_id)) == 1, "pushed out"
-        assert budget.held() < 7 << 20
-        assert (await sparse.fs.stat("/workspace/disk.img")).size == 12 << 20
+        yield ws, budget, made
 
 
 async def test_a_warm_mirror_of_long_symlinks_counts_their_pages_against_the_scratch_budget(
@@ -194,24 +210,8 @@ async def test_a_file_of_many_names_counts_once_against_the_scratch_budget(tmp_p
     12 names (1 MB of the host) counted 12 MB and pushed another workspace's warm mirror (6 MB of
     real bytes) out of the process's budget, as a sparse file did before (their next runs push in
     full)."""
-    budget = ScratchBudget(16 << 20)
-    shell = ShellBackend(live=False, mirror_pool=lambda base, root: MirrorPool(base, root, budget=budget))
-    async with (
-        computer.Workspace(str(tmp_path / "a.sqlite"), backends=[shell]) as linked,
-        computer.Workspace(str(tmp_path / "b.sqlite"), backends=[shell]) as other,
-    ):
-        for ws in (linked, other):
-            await ws.fs.mkdir("/workspace", recursive=True)
-        real = await (await other.runtime.exec("head -c 6000000 /dev/urandom > data.bin")).result()
-        assert real.status == "completed", real.stderr
-        made = await (
-            await linked.runtime.exec(
-                "head -c 1000000 /dev/urandom > f && for i in $(seq 11); do ln f l$i; done"
-            )
-        ).result()
-        assert made.status == "completed", made.stderr
-        assert len(shell.mirrors.idle_mirrors(linked.runtime.context.workspace_id)) == 1
-        assert len(shell.mirrors.idle_mirrors(other.runtime.context.workspace_id)) == 1, "pushed out"
+    command = "head -c 1000000 /dev/urandom > f && for i in $(seq 11); do ln f l$i; done"
+    async with _beside_a_warm_mirror(tmp_path, command) as (_, budget, _made):
         assert budget.held() < 8 << 20
 
 
