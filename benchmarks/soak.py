@@ -242,14 +242,25 @@ def _print(report: dict[str, Any]) -> None:
         print(f"  LOST {line}")
 
 
-def faults(minutes: float, clients: int, data_dir: Path, exec_share: float) -> dict[str, Any]:
-    """The fault-injection run (see ``--faults``), with a Redis of its own on a loopback port."""
+def fault_tools() -> tuple[Any, Any]:
+    """The fault-injection workload and the Redis server class, from the test suite: its root and its
+    ``tests`` folder (where the suite's shared modules such as ``owner_models`` live, as pytest puts
+    them on the path) go on ``sys.path``."""
     import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    root = Path(__file__).resolve().parents[1]
+    for folder in (root / "tests", root):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
     from tests.reliability._faults import run
     from tests.reliability.test_redis_restart import RedisProcess
 
+    return run, RedisProcess
+
+
+def faults(minutes: float, clients: int, data_dir: Path, exec_share: float) -> dict[str, Any]:
+    """The fault-injection run (see ``--faults``), with a Redis of its own on a loopback port."""
+    run, RedisProcess = fault_tools()
     redis = RedisProcess(data_dir, persistent=True)
     redis.start()
     try:

@@ -4,7 +4,10 @@ Redis killed at random moments, every history checked (see ``_faults.py``). Shor
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -46,3 +49,35 @@ async def test_histories_under_random_faults_are_linearizable(
     assert report.operations > 50, report.as_dict()
     assert sum(report.faults.values()) >= 3, report.as_dict()
     assert report.anomalies == [], report.as_dict()
+
+
+@pytest.mark.slow
+def test_the_soak_scripts_fault_run_works_as_a_user_runs_it(tmp_path: Path) -> None:
+    """``benchmarks/soak.py --faults`` imports this suite's workload and Redis server; run as a user runs
+    it (a fresh interpreter outside pytest, which puts the suite's shared modules on the path) it must
+    find them and report. It failed with ``ModuleNotFoundError: No module named 'owner_models'``."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "soak.py"
+    out = tmp_path / "soak.json"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            "--faults",
+            "--minutes",
+            "0.01",
+            "--exec-share",
+            "0",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report["anomalies"] == []
+    assert report["counter_final"] >= report["counter_acknowledged"] > 0
