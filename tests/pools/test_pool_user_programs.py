@@ -1,7 +1,8 @@
 """Programs of ``tests/fidelity/test_user_programs.py`` through Ray: a client of a named workspace, its
 owner actor stopped between steps (a reopen: a new owner over the same SQLite file) and the shell
 pool's workers. A venv's entry-point scripts (absolute shebangs), an editable install, ``make -j2``'s
-incremental decisions and an atomic symlink swap read meanwhile, each step its own call."""
+incremental decisions, an atomic symlink swap read meanwhile, a server and a lock held by the pool's live
+sandbox for later calls, each step its own call."""
 
 from __future__ import annotations
 
@@ -107,5 +108,35 @@ async def test_an_atomic_symlink_swap_through_the_pool_while_a_call_reads_throug
             await _run(ws, "cat current/v; readlink current; ls | tr '\\n' ' '")
         ).stdout == "r3\nr3\ncurrent r0 r1 r2 r3 "
         assert await ws.fs.readlink(f"{ROOT}/current") == "r3"
+    finally:
+        await ws.close()
+
+
+async def test_a_server_and_a_lock_held_in_the_pools_live_sandbox_serve_later_calls(
+    cluster: Settings, name: str
+) -> None:
+    ws = await _reopened(name, restart=False)
+    try:
+        await ws.fs.mkdir(f"{ROOT}/site")
+        await ws.fs.write_file(f"{ROOT}/site/a.txt", "one\n")
+        port = (await _run(ws, programs.SERVE)).stdout.split()[1]
+        holder = await ws.runtime.exec(
+            "exec 9> lk && flock 9 && echo ready && sleep 4 && echo released", timeout=60
+        )
+
+        async def until_ready() -> None:
+            async for snapshot in holder:
+                if "ready" in snapshot.stdout or snapshot.done:
+                    return
+
+        await asyncio.wait_for(until_ready(), 60 + MARGIN)
+        for i in range(3):
+            await ws.fs.write_file(f"{ROOT}/site/a.txt", f"v{i}\n")
+            seen = await _run(
+                ws, f"{programs.GET} {port} site/a.txt; flock -n lk true && echo free || echo busy"
+            )
+            assert seen.stdout == f"v{i}\nbusy\n"
+        result = await asyncio.wait_for(holder.result(), 60 + MARGIN)
+        assert result.stdout == "ready\nreleased\n", result
     finally:
         await ws.close()
