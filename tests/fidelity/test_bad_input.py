@@ -4,6 +4,7 @@ Each ends with clear ``skipped`` reasons; nothing blocks and nothing is lost."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
@@ -195,6 +196,30 @@ async def test_small_files_past_the_quota_are_skipped_one_by_one_and_the_rest_of
         assert (await ok(ws, seen)).stdout == listing
     async with opened(db, shell=ShellBackend(live=live), python=False, max_bytes=1 << 20) as ws:
         assert (await ok(ws, seen)).stdout == listing
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_workspace_a_run_filled_to_its_quota_still_runs_the_command_that_frees_room(
+    db: Path, live: bool
+) -> None:
+    """A run may fill the quota (its files fit); the next run's journal record (``/.computer/exec``,
+    a few hundred bytes) did not fit any more: every later run failed "cannot start: [Errno 28] no
+    space left", ``rm`` included, and only ``ws.fs`` could free room. A record the quota refuses is
+    now left out (the result is still returned, and kept in memory for ``get_exec``)."""
+    limit = 1 << 20
+    async with opened(db, shell=ShellBackend(live=live), python=False, max_bytes=limit) as ws:
+        filled = await ok(ws, f"head -c {limit - 400} /dev/zero > fill.bin; echo made")
+        assert filled.skipped == [], filled.skipped_reasons
+        with pytest.raises(OSError) as full:
+            await ws.fs.write_file("/workspace/one.txt", b"x" * 1000)
+        assert full.value.errno == errno.ENOSPC
+        freed = await run(ws, "rm fill.bin && echo freed")
+        assert (freed.status, freed.stdout, freed.error) == ("completed", "freed\n", None)
+        assert not await ws.fs.exists("/workspace/fill.bin")
+        assert (await (await ws.runtime.get_exec(freed.id)).result()).stdout == "freed\n"
+        assert (await ok(ws, "echo again > a.txt; ls")).stdout == "a.txt\n"
+    async with opened(db, shell=ShellBackend(live=live), python=False, max_bytes=limit) as ws:
+        assert (await ok(ws, "cat a.txt; ls")).stdout == "again\na.txt\n"
 
 
 CWDS = {
