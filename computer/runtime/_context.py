@@ -204,7 +204,7 @@ class LocalExecContext(PushPages, PullCommits):
             mkdirs.insert(0, root)
         applied: list[str] = []
         if writes or mkdirs or symlinks or links or timed:
-            self._commit(
+            await self._commit_main(
                 writes,
                 applied,
                 reasons,

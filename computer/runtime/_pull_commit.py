@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import hashlib
 import time
 from typing import Any
@@ -51,6 +52,62 @@ class PullCommits:
     """The commits of a pull's page; mixed into :class:`LocalExecContext` (``self.fs``)."""
 
     fs: Any
+
+    async def _commit_main(
+        self,
+        writes: dict[str, bytes | None],
+        applied: list[str],
+        reasons: dict[str, str],
+        own: set[int],
+        *,
+        modes: dict[str, int],
+        mtimes: dict[str, int],
+        links: dict[str, str],
+        **options: Any,
+    ) -> None:
+        """The page's main batch (its small files inline, removals, directories, symlinks, links).
+
+        Past the workspace's quota (ENOSPC) the batch is all or nothing: one small file that did not
+        fit failed the whole page, so the run failed and none of its changes landed. It is then
+        committed again in parts: everything but the files first (removals free room), then each file
+        in a batch of its own, a file past the quota refused with the reason a large file gets
+        (:meth:`_left`), then the links to this page's files (one to a refused file refused with it).
+        """
+        try:
+            self._commit(writes, applied, reasons, own, modes=modes, mtimes=mtimes, links=links, **options)
+            return
+        except OSError as exc:
+            if exc.errno != errno.ENOSPC:
+                raise
+        files = {path: data for path, data in writes.items() if data is not None}
+        later = {path: first for path, first in links.items() if first in files}
+        self._commit(
+            {path: None for path, data in writes.items() if data is None},
+            applied,
+            reasons,
+            own,
+            modes={path: mode for path, mode in modes.items() if path not in files},
+            mtimes={path: mtime for path, mtime in mtimes.items() if path not in files},
+            links={path: first for path, first in links.items() if path not in later},
+            **options,
+        )
+        for path, data in files.items():
+            await asyncio.sleep(0)  # (a page may hold thousands of small files)
+            try:
+                self._commit(
+                    {path: data},
+                    applied,
+                    reasons,
+                    own,
+                    modes={path: modes[path]},
+                    mtimes={path: mtimes[path]},
+                )
+            except OSError as exc:
+                if exc.errno != errno.ENOSPC:
+                    raise
+                reasons[path] = f"could not be applied: {exc.strerror or exc}{await self._left(path)}"
+        if later:
+            self._commit_links(later, applied, reasons, own)
 
     async def _stage_page(self, pull: SyncPull, own: set[int]) -> str | None:
         """:meth:`_stage`; a pull's first page (its staging directory not made yet) first removes the

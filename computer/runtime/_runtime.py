@@ -18,6 +18,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
 
+from ..storage import QuotaError
 from ..storage.paths import canonical
 from ._backend import Backend, ExecContext, ExecRequest, ExitEvent, LiveBackend, OutputChunk
 from ._capture import StreamCapture
@@ -145,6 +146,11 @@ class Runtime(Settling):
         self._finished.pop(exec_id, None)
         try:
             await self.journal.started(exec_id, info.id, source)
+        except QuotaError as exc:
+            # The workspace's own limit refused the record (a run filled it): the run goes on without
+            # one, so a command can free room (``rm``); its result is kept in memory, and its record
+            # written at its end if there is room then (a full disk still fails it, below).
+            log.warning("exec %s: started without its journal record: %s", exec_id, exc)
         except OSError as exc:
             # Issue 25 (faults on a cluster): a journal the workspace cannot write (a full disk is
             # ENOSPC) fails the run with its cause instead of raising out of exec().

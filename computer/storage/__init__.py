@@ -11,7 +11,7 @@ from ._content import check_write_data
 from ._db import storage_failure, use_wal
 from ._redact import payload_size, scrub
 from ._state import TOUCH
-from .errors import FsInvalidError, error_from_wire, error_to_wire, fs_error
+from .errors import FsInvalidError, QuotaError, error_from_wire, error_to_wire, fs_error
 from .filesystem import FileSystem
 from .locks import HeldLease, LockTable
 from .types import (
@@ -48,6 +48,7 @@ __all__ = [
     "LockTable",
     "ManifestEntry",
     "ManifestRow",
+    "QuotaError",
     "ToolCall",
     "audit_caller",
     "check_write_data",

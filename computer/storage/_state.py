@@ -18,7 +18,7 @@ from typing import Any
 from ._chunkstore import ChunkStore
 from ._db import Database
 from ._schema import DIR, FILE, SYMLINK
-from .errors import fs_error
+from .errors import QuotaError, fs_error
 from .paths import all_plain, canonical
 
 __all__ = ["CACHE_LIMIT", "CREATE_OP", "JSON_ROWS", "Mutation", "Node", "Store"]
@@ -249,8 +249,8 @@ class Store:
         """ENOSPC when ``delta`` more logical bytes would pass ``max_bytes``."""
         if self.max_bytes is not None and delta > 0:
             if self.logical + self.pending_logical + delta > self.max_bytes:
-                raise fs_error(
-                    errno.ENOSPC, path, f"no space left: workspace limit is {self.max_bytes} bytes"
+                raise QuotaError(
+                    errno.ENOSPC, f"no space left: workspace limit is {self.max_bytes} bytes", path
                 )
 
 

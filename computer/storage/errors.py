@@ -9,7 +9,7 @@ from __future__ import annotations
 import errno as _errno
 import os
 
-__all__ = ["FsInvalidError", "LockLostError", "error_from_wire", "error_to_wire", "fs_error"]
+__all__ = ["FsInvalidError", "LockLostError", "QuotaError", "error_from_wire", "error_to_wire", "fs_error"]
 
 
 class FsInvalidError(OSError, ValueError):
@@ -22,6 +22,12 @@ class LockLostError(OSError):
     Nothing was written. Take the lock again and re-read before writing: another holder may have
     changed what the lost lock protected.
     """
+
+
+class QuotaError(OSError):
+    """ENOSPC from the workspace's own limit (``max_bytes``), not from a full disk: the store works and
+    takes anything that does not grow it. Built by the store only (``fs_error(ENOSPC)`` is a plain
+    ``OSError``, as is this one rebuilt on a client), so the owner's runtime can tell the two apart."""
 
 
 _CLASSES: dict[int, type[OSError]] = {

@@ -135,8 +135,12 @@ async def workspace_view(ws: computer.Workspace, root: str = ROOT) -> dict[str, 
 
 
 async def sandbox_view(ws: computer.Workspace, root: str = ROOT) -> dict[str, str]:
-    """Every regular file below ``root`` as a shell run sees it: path -> sha256."""
-    result = await ok(ws, f"cd {root} && find . -type f -print0 | sort -z | xargs -0r sha256sum")
+    """Every regular file below ``root`` as a shell run sees it: path -> sha256 (``output=False``: the
+    whole listing kept in memory; the default output limits kept only its last ~850 files)."""
+    result = await ok(
+        ws, f"cd {root} && find . -type f -print0 | sort -z | xargs -0r sha256sum", output=False
+    )
+    assert not result.truncated, result.truncated
     view = {}
     for line in result.stdout.splitlines():
         checksum, name = line.split("  ", 1)

@@ -4,6 +4,7 @@ Each ends with clear ``skipped`` reasons; nothing blocks and nothing is lost."""
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 
 import pytest
@@ -155,6 +156,70 @@ async def test_a_file_grown_past_the_quota_says_which_version_both_sides_keep(db
             "the workspace has no file there, and the sandbox's is removed"
         )
         assert (await ok(ws, "stat -c %s grows.bin; ls")).stdout == f"{kept}\ngrows.bin\n"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_small_files_past_the_quota_are_skipped_one_by_one_and_the_rest_of_the_run_lands(
+    db: Path, live: bool
+) -> None:
+    """Files under a chunk (512 KiB) travel inside the pull's main batch: one of them past the quota
+    failed that whole batch, so the run failed ("OSError: [Errno 28] no space left") and none of its
+    changes landed (a removal, a small file, a file that fit): they were lost with the sandbox's
+    copy. Now the batch is retried file by file and only what does not fit is skipped, with the
+    reason the large files' refusals give."""
+    async with opened(db, shell=ShellBackend(live=live), python=False, max_bytes=1 << 20) as ws:
+        await ws.fs.write_file("/workspace/old.txt", b"o" * 200_000)
+        result = await run(
+            ws,
+            "rm old.txt && head -c 500000 /dev/zero > a.bin && head -c 500000 /dev/zero > b.bin"
+            " && head -c 400000 /dev/zero > c.bin && echo small > d.txt && ln -s d.txt e",
+        )
+        assert result.status == "completed", (result.error, result.stderr)
+        reasons_cover_skipped(result)
+        assert result.skipped == ["/workspace/c.bin"], result.skipped_reasons
+        why = result.skipped_reasons["/workspace/c.bin"]
+        assert why.startswith("could not be applied: no space left"), why
+        assert not await ws.fs.exists("/workspace/old.txt")
+        assert [(await ws.fs.stat(f"/workspace/{n}")).size for n in ("a.bin", "b.bin")] == [500_000] * 2
+        assert await ws.fs.read_text("/workspace/d.txt") == "small\n"
+        assert await ws.fs.readlink("/workspace/e") == "d.txt"
+        if await ws.fs.exists("/workspace/c.bin"):  # a live tick pulled part of it, under the quota
+            kept = (await ws.fs.stat("/workspace/c.bin")).size
+            assert why.endswith(
+                f"the workspace keeps its version of {kept:,} bytes, which the sandbox gets back"
+            )
+            listing = f"a.bin\nb.bin\nc.bin\nd.txt\ne\n{kept}\n"
+        else:
+            assert why.endswith("the workspace has no file there, and the sandbox's is removed"), why
+            listing = "a.bin\nb.bin\nd.txt\ne\n0\n"
+        seen = "ls; stat -c %s c.bin 2>/dev/null || echo 0"
+        assert (await ok(ws, seen)).stdout == listing
+    async with opened(db, shell=ShellBackend(live=live), python=False, max_bytes=1 << 20) as ws:
+        assert (await ok(ws, seen)).stdout == listing
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_workspace_a_run_filled_to_its_quota_still_runs_the_command_that_frees_room(
+    db: Path, live: bool
+) -> None:
+    """A run may fill the quota (its files fit); the next run's journal record (``/.computer/exec``,
+    a few hundred bytes) did not fit any more: every later run failed "cannot start: [Errno 28] no
+    space left", ``rm`` included, and only ``ws.fs`` could free room. A record the quota refuses is
+    now left out (the result is still returned, and kept in memory for ``get_exec``)."""
+    limit = 1 << 20
+    async with opened(db, shell=ShellBackend(live=live), python=False, max_bytes=limit) as ws:
+        filled = await ok(ws, f"head -c {limit - 400} /dev/zero > fill.bin; echo made")
+        assert filled.skipped == [], filled.skipped_reasons
+        with pytest.raises(OSError) as full:
+            await ws.fs.write_file("/workspace/one.txt", b"x" * 1000)
+        assert full.value.errno == errno.ENOSPC
+        freed = await run(ws, "rm fill.bin && echo freed")
+        assert (freed.status, freed.stdout, freed.error) == ("completed", "freed\n", None)
+        assert not await ws.fs.exists("/workspace/fill.bin")
+        assert (await (await ws.runtime.get_exec(freed.id)).result()).stdout == "freed\n"
+        assert (await ok(ws, "echo again > a.txt; ls")).stdout == "a.txt\n"
+    async with opened(db, shell=ShellBackend(live=live), python=False, max_bytes=limit) as ws:
+        assert (await ok(ws, "cat a.txt; ls")).stdout == "again\na.txt\n"
 
 
 CWDS = {

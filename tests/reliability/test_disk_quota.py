@@ -45,10 +45,20 @@ async def test_a_full_workspace_answers_enospc_and_keeps_earlier_files(
             result = await tools["write"].run({"path": "/workspace/tool.txt", "content": "z" * QUOTA})
             assert "error" in result and ("space" in result["error"].lower() or "ENOSPC" in result["error"])
 
-            run = await (await ws.runtime.exec("head -c 300000 /dev/zero > filler.bin; echo made")).result()
-            assert (run.status, run.stdout) == ("failed", "made\n")
-            assert run.error is not None and "[Errno 28]" in run.error and "filler.bin" in run.error
-            assert not await ws.fs.exists("/workspace/filler.bin")  # the pull was refused as a whole
+            run = await (
+                await ws.runtime.exec(
+                    "head -c 300000 /dev/zero > filler.bin; echo made > note.txt; echo made"
+                )
+            ).result()
+            # The file past the quota is refused with its reason (SPEC 10: every path a run could not
+            # apply is in ``skipped``); the run's other changes land (the whole pull was refused).
+            assert (run.status, run.stdout, run.skipped) == ("completed", "made\n", ["/workspace/filler.bin"])
+            assert run.skipped_reasons["/workspace/filler.bin"].startswith(
+                "could not be applied: no space left"
+            )
+            assert not await ws.fs.exists("/workspace/filler.bin")
+            assert await ws.fs.read_text("/workspace/note.txt") == "made\n"
+            await ws.fs.rm("/workspace/note.txt")
 
             for path in ("/workspace/big.bin", "/workspace/stream.bin", "/workspace/tool.txt"):
                 assert not await ws.fs.exists(path)
