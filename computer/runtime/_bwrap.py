@@ -31,6 +31,7 @@ from typing import TypeVar, cast
 from ._scratch import holds, process_scratch, remove_tree, shared_directory
 from ._seccomp import filter_fd
 from ._shared_copy import shared_copy
+from ._slirp import RESOLVER
 
 __all__ = [
     "NO_USERNS",
@@ -73,7 +74,7 @@ NO_USERNS = "--disable-userns"
 # Bound live for a sandbox with network (CAs change). Its resolv.conf is its own: slirp4netns's DNS
 # forwarder (the host's may name a resolver on the host's loopback, which the sandbox cannot reach).
 NETWORK_ETC = ("ssl", "ca-certificates", "ca-certificates.conf", "gai.conf", "host.conf")
-NETWORK_RESOLV_CONF = b"nameserver 10.0.2.3\n"
+NETWORK_RESOLV_CONF = f"nameserver {RESOLVER}\n".encode()
 
 
 @dataclass(frozen=True, slots=True)

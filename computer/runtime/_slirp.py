@@ -32,7 +32,7 @@ sandbox process, before its command starts):
   end is bubblewrap's ``--sync-fd``, which only the sandbox's pid 1 holds: bubblewrap's own init
   (closed for the command), or a live sandbox's init (``--as-pid-1``), which makes it close-on-exec
   with every descriptor it started with (``_live_init.seal``: its jobs never get it); the pid
-  namespace ends with its pid 1. A thread of this process reaps slirp4netns;
+  namespace ends with its pid 1. One thread of this process reaps every slirp4netns (``_Reaper``);
 - it runs as the sandbox's unprivileged host user when there is one (``setpriv``, as bubblewrap),
   under its own seccomp filter (``--enable-seccomp``; as root also in a mount namespace of its own,
   ``--enable-sandbox``, which an unprivileged user cannot make), its output discarded.
@@ -47,13 +47,15 @@ import asyncio
 import contextlib
 import fcntl
 import os
+import select
 import shutil
 import subprocess
+import threading
 from collections.abc import Sequence
 
-from ._tasks import in_thread
+from ._tasks import in_thread, offload
 
-__all__ = ["SLIRP", "TAP", "NetworkLink", "slirp_executable"]
+__all__ = ["RESOLVER", "SLIRP", "TAP", "NetworkLink", "slirp_executable"]
 
 SLIRP = "slirp4netns"
 TAP = "tap0"
@@ -126,7 +128,7 @@ class NetworkLink:
                     os.close(fd)
             self.close()  # slirp4netns holds the read end now: the sandbox's end is its end
         self.pid = proc.pid
-        in_thread(proc.wait, "reaping slirp4netns", daemon=True)
+        _REAPER.add(proc)
         try:
             ready = await _ready(ready_r)
         except BaseException:
@@ -134,11 +136,66 @@ class NetworkLink:
             raise
         if not ready:
             proc.kill()
-            code = await asyncio.to_thread(proc.wait)
+            code = await offload(None, proc.wait)
             raise RuntimeError(
-                f"sandbox network: slirp4netns ended before the sandbox's interface was up "
-                f"(exit status {code}); run `{SLIRP} --help` to check it works here"
+                f"sandbox network: slirp4netns ended before the sandbox's interface was up (exit "
+                f"status {code}); it needs /dev/net/tun and the right to enter the sandbox's user and "
+                f"network namespaces (`{SLIRP} --configure PID {TAP}` against `unshare -rn` shows why)"
             )
+
+
+class _Reaper:
+    """One daemon thread reaping every slirp4netns of this process as it exits (a pidfd each, polled),
+    rather than a thread per sandbox for its whole life, started on the event loop (a thread's start
+    waits for the new thread's first turn: tens of milliseconds on a loaded machine)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[int, subprocess.Popen[bytes]] = {}  # pidfd -> its process
+        self._wake: tuple[int, int] | None = None
+        self._owner = 0  # the pid whose thread runs (a fork has none)
+
+    def add(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):  # no pidfds here (Linux < 5.3): a thread of its own
+            in_thread(proc.wait, "reaping slirp4netns", daemon=True)
+            return
+        with self._lock:
+            self._waiting[pidfd] = proc
+            if self._owner != os.getpid():
+                self._owner, self._wake = os.getpid(), os.pipe()
+                os.set_blocking(self._wake[1], False)  # a wake already pending is enough
+                name = "computer: slirp4netns reaper"
+                threading.Thread(target=self._run, args=(self._wake[0],), name=name, daemon=True).start()
+            assert self._wake is not None
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._wake[1], b"x")
+
+    def _run(self, wake: int) -> None:
+        poller = select.poll()
+        poller.register(wake, select.POLLIN)
+        watched: set[int] = set()
+        while True:
+            with self._lock:
+                waiting = dict(self._waiting)
+            for fd in waiting.keys() - watched:
+                poller.register(fd, select.POLLIN)
+                watched.add(fd)
+            for fd, _ in poller.poll():
+                if fd == wake:
+                    os.read(wake, 4096)
+                    continue
+                with contextlib.suppress(Exception):  # best effort: it exited, reap it
+                    waiting[fd].wait()
+                poller.unregister(fd)
+                watched.discard(fd)
+                with self._lock:
+                    del self._waiting[fd]
+                os.close(fd)
+
+
+_REAPER = _Reaper()
 
 
 def _launch(argv: list[str], fds: Sequence[int]) -> subprocess.Popen[bytes]:
@@ -191,7 +248,7 @@ async def _setup_done(child: int) -> None:
         if loop.time() > deadline:
             raise TimeoutError(f"sandbox network: bubblewrap's set-up did not end within {_WAIT:.0f} s")
         await asyncio.sleep(pause)
-        pause = min(pause * 2, 0.005)
+        pause = min(pause * 2, 0.001)
 
 
 async def _ready(fd: int) -> bool:

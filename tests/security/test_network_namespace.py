@@ -205,3 +205,24 @@ def test_without_slirp4netns_a_networked_backend_refuses_to_start(
         with pytest.raises(RuntimeError, match="slirp4netns"):
             make()
     ShellBackend(network=False)  # no network: no slirp4netns needed
+
+
+async def test_a_slirp4netns_that_fails_fails_the_run_before_its_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slirp4netns that cannot attach (no /dev/net/tun, namespaces refused: here one that exits at
+    once, or cannot even be read by the sandbox's user) fails the run with that error; the command
+    never runs, on no network."""
+    fake = tmp_path / "bin" / "slirp4netns"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    for live in (False, True):
+        async with _workspace(ShellBackend(network=True, live=live)) as ws:
+            result = await (await ws.runtime.exec("echo ran > ran.txt; echo ran")).result()
+            assert result.status == "failed" and result.stdout == "", result
+            assert "slirp4netns ended before the sandbox's interface was up (exit status" in (
+                result.error or ""
+            )
+            assert not await ws.fs.exists("/workspace/ran.txt")
