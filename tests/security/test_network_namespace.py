@@ -12,7 +12,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import select
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -226,3 +229,64 @@ async def test_a_slirp4netns_that_fails_fails_the_run_before_its_command(
                 result.error or ""
             )
             assert not await ws.fs.exists("/workspace/ran.txt")
+
+
+_HOLDER = """
+import asyncio, os, sys
+import computer
+from computer.runtime import ShellBackend
+
+async def main() -> None:
+    ws = computer.Workspace(backends=[ShellBackend(network=True)])
+    await ws.fs.mkdir("/workspace")
+    await (await ws.runtime.exec("setsid sleep 600 > /dev/null 2>&1 < /dev/null &")).result()
+    print("ready", flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def _children_named(parent: int, name: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if stat[stat.index("(") + 1 : stat.rindex(")")] == name:
+                    if stat[stat.rindex(")") + 2 :].split()[1] == str(parent):
+                        found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
+
+
+def test_a_slirp4netns_ends_when_its_host_process_is_killed() -> None:
+    """SIGKILL of the process holding a live sandbox: bubblewrap dies with it (``--die-with-parent``),
+    the sandbox's pid 1 with bubblewrap, and slirp4netns with the pipe only that pid 1 held."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(computer.__file__).parent.parent)},
+    )
+    try:
+        assert holder.stdout is not None
+        assert select.select([holder.stdout], [], [], 60)[0], "the holder did not start its sandbox"
+        assert holder.stdout.readline() == b"ready\n"
+        slirps = _children_named(holder.pid, "slirp4netns")
+        assert len(slirps) == 1
+        holder.kill()
+        holder.wait(timeout=30)
+        deadline = time.monotonic() + _DEADLINE
+        while _running(slirps[0]):
+            assert time.monotonic() < deadline, "slirp4netns outlived its host process"
+            time.sleep(0.05)
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
