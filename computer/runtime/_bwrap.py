@@ -282,7 +282,8 @@ def sandbox_etc(network: bool, owner: tuple[int, int] | None = None) -> Path:
     """The sandbox's /etc for the network setting and the sandbox's host user ``owner`` (who must
     be able to reach it): who uid 65534 is, its hostname, loopback hosts, copies of the host's
     :data:`_ETC_FILES` (links kept as links), and for ``network`` slirp4netns's resolver
-    (:data:`NETWORK_RESOLV_CONF`) and empty mount points for :data:`NETWORK_ETC`, bound live over them. Directories 0755, files 0644, this process's user's.
+    (:data:`NETWORK_RESOLV_CONF`) and empty mount points for :data:`NETWORK_ETC`, bound live over
+    them. Directories 0755, files 0644, this process's user's.
 
     Copies, not binds: bubblewrap spends ~0.13 ms per bind. Shared (decision): one copy per content
     serves every process of the user, in its :func:`~._scratch.shared_directory` of the scratch base,

@@ -37,8 +37,14 @@ sandbox process, before its command starts):
   under its own seccomp filter (``--enable-seccomp``; as root also in a mount namespace of its own,
   ``--enable-sandbox``, which an unprivileged user cannot make), its output discarded.
 
-Cost: a few milliseconds of the sandbox's start (``benchmarks/exec_bench.py --only-network``); a
-sandbox started ahead (the default) pays it ahead, a live sandbox once.
+Still reachable, as from any process of the host: the internet, the host's other addresses (a service
+bound to ``0.0.0.0`` or to the node's IP, Ray's ports on a multi-node cluster among them), the
+cluster's network. The sandbox's connections are slirp4netns's sockets, made as the sandbox's host
+uid when this process is root: a host firewall can drop them by owner (``iptables -m owner
+--uid-owner``), or slirp4netns could run in a network namespace of its own behind a filter.
+
+Cost: slirp4netns's start, 4-5 ms here, before the command (``benchmarks/exec_bench.py
+--only-network``); a sandbox started ahead (the default) pays it ahead, a live sandbox once.
 """
 
 from __future__ import annotations
