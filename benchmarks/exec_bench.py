@@ -30,6 +30,10 @@ Every figure is printed next to a baseline measured in the same run on the same 
    call inside one against a fresh sandbox per call (section 1), the delay from a write on one side
    to its visibility on the other (p50/p95), and this process's RSS per live sandbox holding a
    background process. Section 3 runs both in a live sandbox and with a fresh sandbox per call.
+7. Network (``--only-network``): ``true`` with ``network=True`` (a network namespace of its own,
+   reached through slirp4netns) against ``network=False``, with a sandbox per call (cold: no sandbox
+   started ahead; and warm: the default, the next run's sandbox started ahead) and the first run of a
+   live sandbox (started after ``end_sandbox``).
 6. A neighbour's wait (``--only-neighbour``): the event loop's longest wait and p99 (a task sleeping
    1 ms, as every other workspace of the process waits) while a live sandbox's run makes 37,000
    directories, removes them, and writes 20,000 files, against the same while a run sleeps.
@@ -50,6 +54,7 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -325,6 +330,42 @@ async def python_latency(runs: int, pause: float) -> None:
             )
 
 
+async def network_latency(runs: int, pause: float) -> None:
+    """Section 7: what ``network=True`` adds to a sandbox's start (slirp4netns). The two backends'
+    runs alternate (which goes first too), so the machine's load hits both alike."""
+    print("== 7. network=True against network=False: `true` (median of", runs, "runs each, alternating)")
+
+    async def compare(label: str, options: dict[str, Any], gap: float, restart: bool) -> None:
+        samples: dict[bool, list[float]] = {False: [], True: []}
+        backends = {network: ShellBackend(network=network, **options) for network in (False, True)}
+        async with (
+            computer.Workspace(backends=[backends[False]]) as off,
+            computer.Workspace(backends=[backends[True]]) as on,
+        ):
+            spaces = {False: off, True: on}
+            for ws in spaces.values():
+                await ws.fs.mkdir("/workspace")
+                await run_ok(ws, "true")
+            for i in range(runs):
+                for network in (False, True) if i % 2 else (True, False):  # neither always second
+                    ws = spaces[network]
+                    if restart:
+                        await ws.runtime.end_sandbox()
+                    await asyncio.sleep(gap)
+                    start = time.perf_counter()
+                    await run_ok(ws, "true")
+                    samples[network].append(time.perf_counter() - start)
+        off_ms, on_ms = median_ms(samples[False]), median_ms(samples[True])
+        print(
+            f"  {label:42s} off {off_ms:7.2f} ms, on {on_ms:7.2f} ms, +{on_ms - off_ms:6.2f} ms "
+            f"({on_ms / off_ms:4.2f}x)"
+        )
+
+    await compare("per call, nothing started ahead", {"live": False, "warm_sandboxes": 0}, 0.0, False)
+    await compare(f"per call, after {pause * 1000:.0f} ms (started ahead)", {"live": False}, pause, False)
+    await compare("live, first run (nothing started ahead)", {"warm_sandboxes": 0}, 0.0, True)
+
+
 class PeakRss:
     """Samples this process's resident set every 5 ms in a thread (``ru_maxrss`` is a lifetime peak)."""
 
@@ -590,6 +631,7 @@ async def main() -> None:
     parser.add_argument("--only-live", action="store_true", help="run only the live-sandbox section (5)")
     parser.add_argument("--only-python", action="store_true", help="run only python's latency (1b)")
     parser.add_argument("--only-neighbour", action="store_true", help="run only a neighbour's wait (6)")
+    parser.add_argument("--only-network", action="store_true", help="run only network=True's cost (7)")
     parser.add_argument(
         "--only-fs", action="store_true", help="run only the shell fs benchmark (3) in a live sandbox"
     )
@@ -609,6 +651,9 @@ async def main() -> None:
     if args.only_neighbour:
         await neighbour_bench(args.repeats)
         return
+    if args.only_network:
+        await network_latency(args.runs, args.pause)
+        return
     if args.only_live:
         await live_bench(args.runs)
         await fs_bench(backend, args.repeats, args.pause)
@@ -620,6 +665,7 @@ async def main() -> None:
     await fs_bench(ShellBackend(live=False, scratch_dir=args.scratch), args.repeats, args.pause)
     await live_bench(args.runs)
     await neighbour_bench(args.repeats)
+    await network_latency(args.runs, args.pause)
     if not args.no_size:
         await size_bench(args.scratch)
 

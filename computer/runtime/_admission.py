@@ -15,7 +15,7 @@ import contextlib
 import json
 import os
 import signal
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from ._limits import Rlimit, set_limits
@@ -105,15 +105,22 @@ class Admission:
         except (ValueError, KeyError, TypeError):
             return None
 
-    async def admit(self, groups: Sequence[Path], limits: Sequence[Rlimit]) -> None:
-        """Put the sandbox process in ``groups`` under the rlimits ``limits``, then let it start its
-        command."""
+    async def admit(
+        self,
+        groups: Sequence[Path],
+        limits: Sequence[Rlimit],
+        attach: Callable[[int], Awaitable[None]] | None = None,
+    ) -> None:
+        """Put the sandbox process in ``groups`` under the rlimits ``limits``, ``attach`` it (its
+        network: ``_slirp``, called with its pid while it is held), then let it start its command."""
         child = await self._read_child()
         if child is not None:  # None: bubblewrap failed before; its exit status and stderr tell why
             # In a thread: moving a process into a memory cgroup now and then waits for an RCU grace
             # period (1-2 in 100 writes here take 8-23 ms), which must not stall the event loop.
             with contextlib.suppress(ProcessLookupError):  # it died in its set-up (a bind failed…):
                 await offload(None, enter, child, groups, limits)  # bubblewrap's status tells why
+                if attach is not None:
+                    await attach(child)
         fd, self.block_w = self.block_w, None
         if fd is not None:
             with contextlib.suppress(OSError):

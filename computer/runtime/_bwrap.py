@@ -1,7 +1,8 @@
 """bubblewrap: the command line of one sandbox, whether bubblewrap works here, the synthetic ``/etc``.
 
 A sandbox gets new user (uid/gid 65534, no capabilities), pid, mount, ipc, uts and network namespaces
-(network shared only when asked), read-only system directories, a synthetic ``/etc``, fresh ``/proc``,
+(always: with network the namespace reaches out through slirp4netns, ``_slirp``; the host's is never
+shared), read-only system directories, a synthetic ``/etc``, fresh ``/proc``,
 ``/dev`` and ``/tmp``, and only the binds a backend asks for. bubblewrap mounts every bind ``nosuid``
 and ``nodev`` (``/proc/self/mountinfo`` inside shows it). The seccomp filter (``_seccomp``) is passed by
 ``Sandbox.spawn`` with the other descriptors (``--seccomp FD``).
@@ -30,6 +31,7 @@ from typing import TypeVar, cast
 from ._scratch import holds, process_scratch, remove_tree, shared_directory
 from ._seccomp import filter_fd
 from ._shared_copy import shared_copy
+from ._slirp import RESOLVER
 
 __all__ = [
     "NO_USERNS",
@@ -69,7 +71,10 @@ _ETC_FILES = (
 # seccomp filter refuses them too, on every bubblewrap (``_seccomp``: Ubuntu 22.04's 0.6.1 has no
 # such option).
 NO_USERNS = "--disable-userns"
-NETWORK_ETC = ("resolv.conf", "ssl", "ca-certificates", "ca-certificates.conf", "gai.conf", "host.conf")
+# Bound live for a sandbox with network (CAs change). Its resolv.conf is its own: slirp4netns's DNS
+# forwarder (the host's may name a resolver on the host's loopback, which the sandbox cannot reach).
+NETWORK_ETC = ("ssl", "ca-certificates", "ca-certificates.conf", "gai.conf", "host.conf")
+NETWORK_RESOLV_CONF = f"nameserver {RESOLVER}\n".encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +95,8 @@ def bwrap_argv(
     no_userns: bool = False,
     seccomp_fd: int | None = None,
 ) -> list[str]:
-    """bubblewrap's full command line for ``command`` (options, ``--``, the command).
+    """bubblewrap's full command line for ``command`` (options, ``--``, the command); ``network``:
+    the files of :data:`NETWORK_ETC` bound (the network itself is ``_slirp``'s, set up by the caller).
 
     ``no_userns``: the sandbox's programs may not make user namespaces of their own
     (``--disable-userns``, bubblewrap 0.8 or later; see :data:`NO_USERNS`). ``seccomp_fd``: a
@@ -106,8 +112,6 @@ def bwrap_argv(
         args.append(NO_USERNS)
     if as_pid_1:
         args.append("--as-pid-1")
-    if network:
-        args.append("--share-net")
     args += ["--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
     args += ["--ro-bind", "/usr", "/usr"]
     for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
@@ -120,7 +124,7 @@ def bwrap_argv(
     args += ["--ro-bind", str(etc), "/etc"]
     for name in NETWORK_ETC if network else ():
         if os.path.lexists(f"/etc/{name}") and os.path.lexists(etc / name):
-            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]  # live: DNS and CAs change
+            args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]  # live: CAs change
     args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home"]
     for bind in binds:
         args += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.dest]
@@ -277,8 +281,9 @@ _ETC_DIRS: dict[tuple[bool, tuple[int, int] | None], tuple[Path, bool]] = {}
 def sandbox_etc(network: bool, owner: tuple[int, int] | None = None) -> Path:
     """The sandbox's /etc for the network setting and the sandbox's host user ``owner`` (who must
     be able to reach it): who uid 65534 is, its hostname, loopback hosts, copies of the host's
-    :data:`_ETC_FILES` (links kept as links), and for ``network`` empty mount points for
-    :data:`NETWORK_ETC`, bound live over them. Directories 0755, files 0644, this process's user's.
+    :data:`_ETC_FILES` (links kept as links), and for ``network`` slirp4netns's resolver
+    (:data:`NETWORK_RESOLV_CONF`) and empty mount points for :data:`NETWORK_ETC`, bound live over
+    them. Directories 0755, files 0644, this process's user's.
 
     Copies, not binds: bubblewrap spends ~0.13 ms per bind. Shared (decision): one copy per content
     serves every process of the user, in its :func:`~._scratch.shared_directory` of the scratch base,
@@ -327,6 +332,8 @@ def _etc_entries(network: bool) -> list[_Entry]:
     ]
     for name in _ETC_FILES:
         _host_entries(Path("/etc") / name, name, entries)
+    if network:
+        entries.append(("resolv.conf", NETWORK_RESOLV_CONF))
     for name in NETWORK_ETC if network else ():
         source = Path("/etc") / name
         if source.is_dir():

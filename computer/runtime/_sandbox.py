@@ -3,7 +3,8 @@
 Layers, each used when available and reported in :attr:`Sandbox.isolation`:
 
 - bubblewrap (``_bwrap``): user, pid, mount, ipc, uts and network namespaces, read-only system
-  directories, a synthetic ``/etc``, only the binds a backend asks for;
+  directories, a synthetic ``/etc``, only the binds a backend asks for; with ``network`` the network
+  namespace reaches out through slirp4netns (``_slirp``), never the host's own;
 - a seccomp filter (``_seccomp``, loaded by bubblewrap): ``EPERM`` for the kernel interfaces behind
   most local privilege escalations, and no new user namespaces (with bubblewrap's
   ``--disable-userns`` where it has it, 0.8+; alone on an older one);
@@ -52,6 +53,7 @@ from ._limits import (
 )
 from ._process import SandboxProcess, close_transport
 from ._seccomp import SeccompFilter, compiled, filter_fd
+from ._slirp import NetworkLink, slirp_executable
 from ._standby import STANDBY_STUB, Standby, write_all
 from ._tasks import offload, run_to_completion
 from ._users import drop_privileges, running_as_root, sandbox_host_ids
@@ -97,6 +99,9 @@ class Sandbox:
                 "bubblewrap does not work as uid %s here: sandboxes map to host root", self._host_ids[0]
             )
             self._host_ids, self._drop, self.bwrap = None, [], True
+        # Network through slirp4netns in a namespace of the sandbox's own (``_slirp``): refused here,
+        # naming the package, where it is missing (never the host's network namespace instead).
+        self._slirp = slirp_executable() if network and self.bwrap else None
         # Where bubblewrap can (0.8+), the sandbox's programs make no user namespaces of their own;
         # the seccomp filter refuses them too, on every bubblewrap (``_seccomp``).
         self.no_userns = self.bwrap and bwrap_works(tuple(self._drop), (NO_USERNS,))
@@ -139,7 +144,12 @@ class Sandbox:
         else:
             user = "host root" if running_as_root() else "this process's host user"
         if self.bwrap:
-            net = "shared host network" if self.network else "no network (own empty network namespace)"
+            net = (
+                "network through slirp4netns from its own network namespace (10.0.2.100, DNS 10.0.2.3; "
+                "the host's loopback unreachable)"
+                if self.network
+                else "no network (own empty network namespace)"
+            )
             parts.append(
                 f"bubblewrap: user namespace as uid {SANDBOX_UID} ({user}) with no capabilities, "
                 f"pid/mount/ipc/uts namespaces, {net}, read-only /usr, synthetic /etc, private /tmp, "
@@ -269,7 +279,12 @@ class Sandbox:
                 os.close(ours.pop())
 
         admission: Admission | None = None
+        link: NetworkLink | None = None
         try:  # the host out of descriptors (EMFILE) here left the run's cgroups for the process's life
+            if self._slirp is not None:  # its end is bubblewrap's (``--sync-fd``): see ``_slirp``
+                link = NetworkLink(self._slirp, self._drop)
+                ours.append(link.sync_fd)
+                argv = [argv[0], "--sync-fd", str(link.sync_fd), *argv[1:]]
             if self.bwrap:
                 # bubblewrap reports its sandbox process (``--info-fd``), which then waits
                 # (``--block-fd``) until it joined the cgroups and got its rlimits (``_admission``).
@@ -293,6 +308,8 @@ class Sandbox:
         except BaseException:
             if admission is not None:
                 admission.close()
+            if link is not None:
+                link.close()
             close_ours()
             remove_groups(groups)
             raise
@@ -318,6 +335,8 @@ class Sandbox:
             await asyncio.wait({creation})
         except BaseException:
             close_ours()
+            if link is not None:
+                link.close()
             if not forked:
                 creation.cancel()  # not started yet: the child is never created
             await run_to_completion(_abandon(creation, groups, admission))
@@ -328,6 +347,8 @@ class Sandbox:
         except BaseException:
             if admission is not None:
                 admission.close()
+            if link is not None:
+                link.close()
             remove_groups(groups)
             raise
         sp = SandboxProcess(proc, groups, contained=self.bwrap)
@@ -335,7 +356,8 @@ class Sandbox:
             _hand_over_pipes(proc, *self._host_ids)
         if admission is not None:
             try:
-                await run_to_completion(admission.admit(groups, admitted))
+                attach = None if link is None else link.attach
+                await run_to_completion(admission.admit(groups, admitted, attach))
             except BaseException:
 
                 async def refuse() -> None:
@@ -344,6 +366,9 @@ class Sandbox:
 
                 await run_to_completion(refuse())
                 raise
+            finally:
+                if link is not None:
+                    link.close()
         return sp
 
     async def prepare(self, *, binds: Sequence[Bind] = (), as_pid_1: bool = False) -> Standby:

@@ -185,15 +185,20 @@ async def test_the_sandbox_etc_holds_only_what_a_shell_needs_read_only(ws: compu
     assert lines[-3:] == ["sandbox", "cache", "ro"]
 
 
-async def test_a_networked_sandbox_sees_the_host_resolver_config_live() -> None:
-    resolv = Path("/etc/resolv.conf")
-    if not await asyncio.to_thread(resolv.exists):
-        return  # nothing to bind on this machine
+async def test_a_networked_sandbox_names_slirps_resolver_and_sees_the_host_ca_config_live() -> None:
+    """Its resolver is slirp4netns's DNS forwarder (the host's may be on the host's loopback, which
+    the sandbox's own network namespace cannot reach); the CA files are the host's, bound live."""
+    config = Path("/etc/ca-certificates.conf")
     backend = ShellBackend(network=True)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
-        result = await (await ws.runtime.exec("cat /etc/resolv.conf")).result()
-    assert result.stdout == await asyncio.to_thread(resolv.read_text)
+        result = await (
+            await ws.runtime.exec("cat /etc/resolv.conf; echo ==; cat /etc/ca-certificates.conf")
+        ).result()
+    resolv, cas = result.stdout.split("==\n")
+    assert resolv == "nameserver 10.0.2.3\n"
+    if await asyncio.to_thread(config.exists):
+        assert cas == await asyncio.to_thread(config.read_text)
 
 
 async def test_the_program_runs_in_the_runs_own_cgroups(

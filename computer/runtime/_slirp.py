@@ -1,0 +1,285 @@
+"""A sandbox's network when its backend has ``network=True``: a network namespace of its own, reaching
+out through slirp4netns (user-mode TCP/IP on the host's side).
+
+Decision (security): a sandbox with network no longer shares the host's network namespace
+(``--share-net``), where a program reached every service listening on the host's loopback: Ray's GCS,
+raylet and dashboard ports (Ray runs without authentication here: a job submitted there runs outside
+any sandbox), the directory's Redis, the dashboards. It gets its own namespace, as a sandbox without
+network does, with ``tap0`` (10.0.2.100/24, MTU 65520, default route through slirp's 10.0.2.2, DNS at
+10.0.2.3: the sandbox's ``/etc/resolv.conf``, ``_bwrap``), and slirp4netns turns its connections into
+ordinary sockets of the host's, ``--disable-host-loopback``: 10.0.2.2 does not lead to the host's
+loopback, and 127.0.0.1 is the sandbox's own. There is no opt-in to the host's network namespace (a
+service a sandbox must reach listens on another address of the host's; see the runtime README).
+
+How it is attached (``Sandbox.spawn``, :meth:`NetworkLink.attach` while ``Admission`` holds the
+sandbox process, before its command starts):
+
+- bubblewrap reports its sandbox process (``--info-fd``), which waits on ``--block-fd``: its network
+  namespace is opened then (while the process is held its pid cannot be another's) and must not be
+  this process's own;
+- slirp4netns's ``--configure`` also sets ``lo`` up, and the kernel then gives ``lo`` 127.0.0.1: done
+  before bubblewrap's own loopback set-up, that set-up's netlink request failed, and the sandbox with
+  it (about 1 start in 10 here). So slirp4netns starts once the sandbox process has no capabilities
+  left (``CapEff`` 0 in its ``/proc`` status): bubblewrap drops them after its last set-up step, just
+  before it waits on the block, and without them nothing in the sandbox can configure its network;
+- it joins the user namespace owning that network namespace (``NS_GET_USERNS``): the sandbox
+  process's own is a nested one under ``--disable-userns``, without rights over it;
+- the block is lifted once slirp4netns wrote ``--ready-fd`` (interface up, address, route): the
+  command never runs without its network; slirp4netns failing fails the start (never the host's
+  network instead);
+- it ends with the sandbox, however that ends (its program's exit, a kill, this process dying:
+  bubblewrap's ``--die-with-parent``): its ``--exit-fd`` is the read end of a pipe whose only write
+  end is bubblewrap's ``--sync-fd``, which only the sandbox's pid 1 holds: bubblewrap's own init
+  (closed for the command), or a live sandbox's init (``--as-pid-1``), which makes it close-on-exec
+  with every descriptor it started with (``_live_init.seal``: its jobs never get it); the pid
+  namespace ends with its pid 1. One thread of this process reaps every slirp4netns (``_Reaper``);
+- it runs as the sandbox's unprivileged host user when there is one (``setpriv``, as bubblewrap),
+  under its own seccomp filter (``--enable-seccomp``; as root also in a mount namespace of its own,
+  ``--enable-sandbox``, which an unprivileged user cannot make), its output discarded.
+
+Still reachable, as from any process of the host: the internet, the host's other addresses (a service
+bound to ``0.0.0.0`` or to the node's IP, Ray's ports on a multi-node cluster among them), the
+cluster's network. The sandbox's connections are slirp4netns's sockets, made as the sandbox's host
+uid when this process is root: a host firewall can drop them by owner (``iptables -m owner
+--uid-owner``), or slirp4netns could run in a network namespace of its own behind a filter.
+
+Cost: slirp4netns's start, 4-5 ms here, before the command (``benchmarks/exec_bench.py
+--only-network``); a sandbox started ahead (the default) pays it ahead, a live sandbox once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import os
+import select
+import shutil
+import subprocess
+import threading
+from collections.abc import Sequence
+
+from ._tasks import in_thread, offload
+
+__all__ = ["RESOLVER", "SLIRP", "TAP", "NetworkLink", "slirp_executable"]
+
+SLIRP = "slirp4netns"
+TAP = "tap0"
+RESOLVER = "10.0.2.3"  # slirp's DNS forwarder (to the host's resolvers)
+_OPTIONS = ("--configure", "--mtu=65520", "--disable-host-loopback", "--enable-seccomp")
+_NS_GET_USERNS = 0xB701  # ioctl: the user namespace owning a namespace (linux/nsfs.h)
+_WAIT = 20.0  # seconds the set-up and slirp4netns's start may take (a loaded machine)
+
+
+def slirp_executable() -> str:
+    """slirp4netns's path; ``RuntimeError`` naming the package when it is not installed."""
+    exe = shutil.which(SLIRP)
+    if exe is None:
+        raise RuntimeError(
+            "a sandbox with network=True needs slirp4netns (its own network namespace reaches out "
+            "through it; the host's network, its loopback services included, is never shared): "
+            "install the slirp4netns package (apt-get install slirp4netns), or use network=False"
+        )
+    return exe
+
+
+class NetworkLink:
+    """One sandbox's slirp4netns: its exit pipe is made before bubblewrap starts (bubblewrap gets
+    :attr:`sync_fd`, this object keeps the read end), :meth:`attach` starts it against the held
+    sandbox process. :meth:`close` lets go of what is still this process's."""
+
+    def __init__(self, exe: str, prefix: Sequence[str]) -> None:
+        self.exe = exe
+        self.prefix = list(prefix)  # the privilege drop, as bubblewrap's
+        self._exit_r: int | None
+        self._exit_r, self.sync_fd = os.pipe()  # the caller hands sync_fd to bubblewrap, then closes it
+        self.pid: int | None = None
+
+    def close(self) -> None:
+        fd, self._exit_r = self._exit_r, None
+        if fd is not None:
+            os.close(fd)
+
+    async def attach(self, child: int) -> None:
+        """Give ``child``'s network namespace slirp4netns and wait until its interface is up
+        (``ProcessLookupError`` when the child is gone: bubblewrap's own status says why)."""
+        netns = _open_netns(child)
+        ready_r = ready_w = userns = None
+        try:
+            await _setup_done(child)
+            userns = fcntl.ioctl(netns, _NS_GET_USERNS)
+            ready_r, ready_w = os.pipe()
+            exit_r = self._exit_r
+            assert exit_r is not None
+            options = [*_OPTIONS, "--enable-sandbox"] if not self.prefix and os.geteuid() == 0 else _OPTIONS
+            argv = [
+                *self.prefix,
+                self.exe,
+                *options,
+                f"--ready-fd={ready_w}",
+                f"--exit-fd={exit_r}",
+                f"--userns-path=/proc/self/fd/{userns}",
+                "--netns-type=path",
+                f"/proc/self/fd/{netns}",
+                TAP,
+            ]
+            proc = _launch(argv, (ready_w, exit_r, userns, netns))
+        except BaseException:
+            if ready_r is not None:
+                os.close(ready_r)
+            raise
+        finally:
+            for fd in (netns, userns, ready_w):
+                if fd is not None:
+                    os.close(fd)
+            self.close()  # slirp4netns holds the read end now: the sandbox's end is its end
+        self.pid = proc.pid
+        _REAPER.add(proc)
+        try:
+            ready = await _ready(ready_r)
+        except BaseException:
+            proc.kill()
+            raise
+        if not ready:
+            proc.kill()
+            code = await offload(None, proc.wait)
+            raise RuntimeError(
+                f"sandbox network: slirp4netns ended before the sandbox's interface was up (exit "
+                f"status {code}); it needs /dev/net/tun and the right to enter the sandbox's user and "
+                f"network namespaces (`{SLIRP} --configure PID {TAP}` against `unshare -rn` shows why)"
+            )
+
+
+class _Reaper:
+    """One daemon thread reaping every slirp4netns of this process as it exits (a pidfd each, polled),
+    rather than a thread per sandbox for its whole life, started on the event loop (a thread's start
+    waits for the new thread's first turn: tens of milliseconds on a loaded machine)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._waiting: dict[int, subprocess.Popen[bytes]] = {}  # pidfd -> its process
+        self._wake: tuple[int, int] | None = None
+        self._owner = 0  # the pid whose thread runs (a fork has none)
+
+    def add(self, proc: subprocess.Popen[bytes]) -> None:
+        try:
+            pidfd = os.pidfd_open(proc.pid)
+        except (AttributeError, OSError):  # no pidfds here (Linux < 5.3): a thread of its own
+            in_thread(proc.wait, "reaping slirp4netns", daemon=True)
+            return
+        with self._lock:
+            self._waiting[pidfd] = proc
+            if self._owner != os.getpid():
+                self._owner, self._wake = os.getpid(), os.pipe()
+                os.set_blocking(self._wake[1], False)  # a wake already pending is enough
+                name = "computer: slirp4netns reaper"
+                threading.Thread(target=self._run, args=(self._wake[0],), name=name, daemon=True).start()
+            assert self._wake is not None
+            with contextlib.suppress(BlockingIOError):
+                os.write(self._wake[1], b"x")
+
+    def _run(self, wake: int) -> None:
+        poller = select.poll()
+        poller.register(wake, select.POLLIN)
+        watched: set[int] = set()
+        while True:
+            with self._lock:
+                waiting = dict(self._waiting)
+            for fd in waiting.keys() - watched:
+                poller.register(fd, select.POLLIN)
+                watched.add(fd)
+            for fd, _ in poller.poll():
+                if fd == wake:
+                    os.read(wake, 4096)
+                    continue
+                with contextlib.suppress(Exception):  # best effort: it exited, reap it
+                    waiting[fd].wait()
+                poller.unregister(fd)
+                watched.discard(fd)
+                with self._lock:
+                    del self._waiting[fd]
+                os.close(fd)
+
+
+_REAPER = _Reaper()
+
+
+def _launch(argv: list[str], fds: Sequence[int]) -> subprocess.Popen[bytes]:
+    """Start slirp4netns (a vfork and an exec: no thread needed), its output discarded."""
+    return subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        pass_fds=tuple(fds),
+        start_new_session=True,  # out of the terminal's signals; it ends with the sandbox
+    )
+
+
+def _capabilities(child: int) -> int:
+    """``child``'s effective capabilities (``ProcessLookupError`` when it is gone or a zombie)."""
+    try:
+        with open(f"/proc/{child}/status", encoding="ascii", errors="replace") as f:
+            status = f.read()
+    except (FileNotFoundError, ProcessLookupError):
+        raise ProcessLookupError(child) from None
+    fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+    if fields.get("State", "").strip()[:1] in ("Z", "X"):
+        raise ProcessLookupError(child)
+    return int(fields.get("CapEff", "").strip() or "-1", 16)
+
+
+def _open_netns(child: int) -> int:
+    """A descriptor of ``child``'s network namespace, which must not be this process's."""
+    try:
+        fd = os.open(f"/proc/{child}/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise ProcessLookupError(child) from None
+    theirs, ours = os.fstat(fd), os.stat("/proc/self/ns/net")
+    if (theirs.st_dev, theirs.st_ino) == (ours.st_dev, ours.st_ino):
+        os.close(fd)
+        raise RuntimeError("sandbox network: the sandbox process shares this process's network namespace")
+    return fd
+
+
+async def _setup_done(child: int) -> None:
+    """Wait until bubblewrap's sandbox process ``child`` dropped its capabilities (its set-up, the
+    loopback's included, is over); ``ProcessLookupError`` when it ended first."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + _WAIT
+    pause = 0.0002
+    while True:
+        if _capabilities(child) == 0:  # a procfs read: it never blocks
+            return
+        if loop.time() > deadline:
+            raise TimeoutError(f"sandbox network: bubblewrap's set-up did not end within {_WAIT:.0f} s")
+        await asyncio.sleep(pause)
+        pause = min(pause * 2, 0.001)
+
+
+async def _ready(fd: int) -> bool:
+    """Whether slirp4netns wrote its ready byte on ``fd`` (False: it closed it first); closes ``fd``."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[bytes] = loop.create_future()
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 1)
+        except BlockingIOError:
+            return
+        except OSError:
+            data = b""
+        if not done.done():
+            done.set_result(data)
+
+    os.set_blocking(fd, False)
+    loop.add_reader(fd, readable)
+    try:
+        async with asyncio.timeout(_WAIT):
+            return await done == b"1"
+    except TimeoutError:
+        raise TimeoutError(f"sandbox network: slirp4netns was not ready within {_WAIT:.0f} s") from None
+    finally:
+        loop.remove_reader(fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)

@@ -1,0 +1,292 @@
+"""A backend with ``network=True`` reaches out through user-mode networking (slirp4netns) from a network
+namespace of its own: never the host's loopback (the Ray GCS, raylet and dashboard, the directory's
+Redis, our dashboard listen there), neither as 127.0.0.1 nor as slirp's gateway 10.0.2.2; a server in
+a live sandbox stays reachable on the sandbox's own loopback; no slirp4netns outlives its sandbox.
+
+Loopback only: the sandbox's connections go to a listener this test opens on the host's 127.0.0.1
+(which it must not reach) or to 10.0.2.2, slirp's address for the host's loopback, only once the
+sandbox shows slirp's route (never the host's real network)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import select
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from exec_cases import LoopbackServer, loopback_server
+
+import computer
+from computer.runtime import PythonBackend, ShellBackend
+from computer.runtime._bwrap import bwrap_works
+
+pytestmark = pytest.mark.skipif(not bwrap_works(), reason="needs bubblewrap (network namespaces)")
+
+_DEADLINE = 20.0  # seconds a slirp4netns may take to go once its sandbox ended
+
+
+def _probe(port: int) -> str:
+    """A bash line that tries the host's loopback listener on ``port``: as 127.0.0.1, then, where the
+    sandbox has slirp's network (its default route through tap0), as slirp's gateway 10.0.2.2."""
+    tries = (
+        f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo loopback open || echo loopback closed; "
+        "if grep -q '^tap0\\s00000000\\s0202000A' /proc/net/route; then "
+        f"(exec 3<>/dev/tcp/10.0.2.2/{port}) 2>/dev/null && echo gateway open || echo gateway closed; "
+        "else echo no slirp route; fi"
+    )
+    return f"timeout 10 bash -c {_quote(tries)}"
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def _python_probe(port: int) -> str:
+    return (
+        "import socket\n"
+        "def main(input):\n"
+        "    out = []\n"
+        "    try:\n"
+        f"        socket.create_connection(('127.0.0.1', {port}), timeout=5).close()\n"
+        "        out.append('loopback open')\n"
+        "    except OSError:\n"
+        "        out.append('loopback closed')\n"
+        "    route = open('/proc/net/route').read()\n"
+        "    if any(l.split()[:3] == ['tap0', '00000000', '0202000A'] for l in route.splitlines()):\n"
+        "        try:\n"
+        f"            socket.create_connection(('10.0.2.2', {port}), timeout=5).close()\n"
+        "            out.append('gateway open')\n"
+        "        except OSError:\n"
+        "            out.append('gateway closed')\n"
+        "    else:\n"
+        "        out.append('no slirp route')\n"
+        "    return out\n"
+    )
+
+
+def _slirps() -> list[int]:
+    """This process's slirp4netns children, zombies included (a child never reaped is a leak too)."""
+    found = []
+    me = str(os.getpid())
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            name = stat[stat.index("(") + 1 : stat.rindex(")")]
+            ppid = stat[stat.rindex(")") + 2 :].split()[1]
+            if name == "slirp4netns" and ppid == me:
+                found.append(int(entry))
+    return found
+
+
+async def _no_slirp_left() -> None:
+    deadline = time.monotonic() + _DEADLINE
+    while _slirps():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"slirp4netns left running: {_slirps()}")
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def _workspace(*backends: ShellBackend | PythonBackend) -> AsyncIterator[computer.Workspace]:
+    ws = computer.Workspace(backends=list(backends))
+    try:
+        await ws.fs.mkdir("/workspace")
+        yield ws
+    finally:
+        await ws.close()
+
+
+def _closed(output: str | list[str], server: LoopbackServer) -> None:
+    text = output if isinstance(output, str) else "\n".join(output)
+    assert "loopback closed" in text and "gateway closed" in text, text
+    assert server.connections == 0
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_networked_shell_never_reaches_the_hosts_loopback(live: bool) -> None:
+    async with loopback_server() as server, _workspace(ShellBackend(network=True, live=live)) as ws:
+        for _ in range(2):  # a fresh sandbox, then the one started ahead (or the same live one)
+            result = await (await ws.runtime.exec(_probe(server.port))).result()
+            _closed(result.stdout, server)
+    await _no_slirp_left()
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_networked_python_never_reaches_the_hosts_loopback(live: bool) -> None:
+    backend = PythonBackend(network=True, live=live)
+    async with loopback_server() as server, _workspace(backend) as ws:
+        result = await (await ws.runtime.exec(_python_probe(server.port), backend="python")).result()
+        assert result.status == "completed", result.stderr
+        _closed(result.value, server)
+    await _no_slirp_left()
+
+
+async def test_a_networked_sandbox_has_slirps_interface_route_and_resolver() -> None:
+    async with _workspace(ShellBackend(network=True, live=False)) as ws:
+        result = await (
+            await ws.runtime.exec(
+                "cat /proc/net/route; echo ==; cat /etc/resolv.conf; echo ==; cat /proc/net/dev"
+            )
+        ).result()
+    route, resolv, dev = result.stdout.split("==\n")
+    default = [line.split()[:3] for line in route.splitlines()[1:]]
+    assert ["tap0", "00000000", "0202000A"] in default, route  # default route through slirp's 10.0.2.2
+    assert [line.split() for line in resolv.splitlines() if line.strip()] == [["nameserver", "10.0.2.3"]]
+    assert "tap0:" in dev and "lo:" in dev
+    await _no_slirp_left()
+
+
+async def test_a_server_in_a_live_networked_sandbox_answers_a_later_run_on_its_loopback() -> None:
+    async with _workspace(ShellBackend(network=True)) as ws:
+        started = await (
+            await ws.runtime.exec(
+                "echo hello > page.txt; setsid python3 -u -m http.server 0 --bind 127.0.0.1 "
+                "> /tmp/server.log 2>&1 < /dev/null & "
+                "for i in $(seq 100); do grep -q 'port' /tmp/server.log && break; sleep 0.1; done; "
+                "cat /tmp/server.log"
+            )
+        ).result()
+        port = started.stdout.split("port ")[1].split()[0]
+        fetched = await (
+            await ws.runtime.exec(
+                f'python3 -c "import urllib.request; print(urllib.request.urlopen('
+                f"'http://127.0.0.1:{port}/page.txt', timeout=10).read().decode().strip())\""
+            )
+        ).result()
+        assert fetched.stdout == "hello\n", fetched.stderr
+        # The host's loopback has no such server: it was the sandbox's own.
+        with pytest.raises(OSError):
+            _, writer = await asyncio.wait_for(asyncio.open_connection("127.0.0.1", int(port)), 5)
+            writer.close()
+        assert len(_slirps()) == 1  # one slirp4netns for the live sandbox's whole life
+    await _no_slirp_left()
+
+
+async def test_no_slirp_outlives_a_killed_run_an_ended_sandbox_or_an_idle_end() -> None:
+    per_call = ShellBackend(network=True, live=False, warm_sandboxes=0)
+    async with _workspace(per_call) as ws:
+        handle = await ws.runtime.exec("sleep 60")
+        await handle.kill()
+        await handle.result()
+        await _no_slirp_left()
+    live = ShellBackend(network=True, warm_sandboxes=0, live_idle=0.5)
+    async with _workspace(live) as ws:
+        await (await ws.runtime.exec("setsid sleep 60 > /dev/null 2>&1 < /dev/null &")).result()
+        assert _slirps()
+        assert await ws.runtime.end_sandbox()
+        await _no_slirp_left()
+        await (await ws.runtime.exec("true")).result()  # a new live sandbox, which ends idle
+        assert _slirps()
+        await _no_slirp_left()
+    await _no_slirp_left()
+
+
+def test_without_slirp4netns_a_networked_backend_refuses_to_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never the host's network instead: the error names the package to install."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for directory in ("/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin", "/sbin"):
+        if not os.path.isdir(directory):
+            continue
+        for name in os.listdir(directory):
+            if name != "slirp4netns" and not (bin_dir / name).exists():
+                (bin_dir / name).symlink_to(os.path.join(directory, name))
+    monkeypatch.setenv("PATH", str(bin_dir))
+    assert shutil.which("slirp4netns") is None and shutil.which("bwrap") is not None
+    for make in (lambda: ShellBackend(network=True), lambda: PythonBackend(network=True)):
+        with pytest.raises(RuntimeError, match="slirp4netns"):
+            make()
+    ShellBackend(network=False)  # no network: no slirp4netns needed
+
+
+async def test_a_slirp4netns_that_fails_fails_the_run_before_its_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slirp4netns that cannot attach (no /dev/net/tun, namespaces refused: here one that exits at
+    once, or cannot even be read by the sandbox's user) fails the run with that error; the command
+    never runs, on no network."""
+    fake = tmp_path / "bin" / "slirp4netns"
+    fake.parent.mkdir()
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}:{os.environ['PATH']}")
+    for live in (False, True):
+        async with _workspace(ShellBackend(network=True, live=live)) as ws:
+            result = await (await ws.runtime.exec("echo ran > ran.txt; echo ran")).result()
+            assert result.status == "failed" and result.stdout == "", result
+            assert "slirp4netns ended before the sandbox's interface was up (exit status" in (
+                result.error or ""
+            )
+            assert not await ws.fs.exists("/workspace/ran.txt")
+
+
+_HOLDER = """
+import asyncio, os, sys
+import computer
+from computer.runtime import ShellBackend
+
+async def main() -> None:
+    ws = computer.Workspace(backends=[ShellBackend(network=True)])
+    await ws.fs.mkdir("/workspace")
+    await (await ws.runtime.exec("setsid sleep 600 > /dev/null 2>&1 < /dev/null &")).result()
+    print("ready", flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def _children_named(parent: int, name: str) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                if stat[stat.index("(") + 1 : stat.rindex(")")] == name:
+                    if stat[stat.rindex(")") + 2 :].split()[1] == str(parent):
+                        found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X")
+
+
+def test_a_slirp4netns_ends_when_its_host_process_is_killed() -> None:
+    """SIGKILL of the process holding a live sandbox: bubblewrap dies with it (``--die-with-parent``),
+    the sandbox's pid 1 with bubblewrap, and slirp4netns with the pipe only that pid 1 held."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER],
+        stdout=subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(Path(computer.__file__).parent.parent)},
+    )
+    try:
+        assert holder.stdout is not None
+        assert select.select([holder.stdout], [], [], 60)[0], "the holder did not start its sandbox"
+        assert holder.stdout.readline() == b"ready\n"
+        slirps = _children_named(holder.pid, "slirp4netns")
+        assert len(slirps) == 1
+        holder.kill()
+        holder.wait(timeout=30)
+        deadline = time.monotonic() + _DEADLINE
+        while _running(slirps[0]):
+            assert time.monotonic() < deadline, "slirp4netns outlived its host process"
+            time.sleep(0.05)
+    finally:
+        holder.kill()
+        holder.wait(timeout=30)
