@@ -1,0 +1,135 @@
+"""A lock request reaches the owner more than once, or after it was withdrawn: it never leaves a lease
+that nobody holds (``computer/actors/_lock_requests.py``), nor does a hold cancelled while it releases.
+
+The owner's lease is short (``lock_lease=3.0``) so that a test which would wait a whole lease out on the
+code before the fix stays short; each checks an outcome (the grant, its lease id, the owner's counts),
+never a duration.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import computer
+from computer.actors import lock_process
+from computer.actors.wire import unwrap
+
+
+@pytest.fixture
+def short_leases(ray_session: Any, tmp_path: Path) -> Iterator[None]:
+    computer.init(data_dir=f"{tmp_path}/data", lock_lease=3.0)
+    yield
+    computer.init(data_dir=f"{tmp_path}/data")
+
+
+def _request(client: str) -> str:
+    """A holder as a client names one acquire (``computer/client/_locks.py``)."""
+    return f"client:{client}#r1:{lock_process()}"
+
+
+async def _acquire(handle: Any, holder: str, path: str = "/f") -> tuple[str, float, int]:
+    lease_id, ttl, token = unwrap(await asyncio.wait_for(handle.lock_acquire.remote(holder, [path]), 30))
+    return str(lease_id), float(ttl), int(token)
+
+
+async def _held(handle: Any) -> tuple[int, int]:
+    stats = await handle.stats.remote()
+    return stats["locks_held"], stats["locks_waiting"]
+
+
+async def test_a_lock_request_that_arrives_after_its_withdrawal_is_refused_and_holds_nothing(
+    short_leases: None, name: str
+) -> None:
+    """The client gave up waiting (cancelled, timed out) and sent ``lock_cancel``, which overtook its
+    ``lock_acquire`` still on its way (another concurrency group; Ray's cancel is best effort). Before,
+    the acquire was granted to nobody: every other worker locked out for a whole lease."""
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+        abandoned = _request(a.client_id)
+        assert unwrap(await a.handle.lock_cancel.remote(abandoned)) == 0  # nothing to withdraw yet
+        with pytest.raises(OSError) as refused:
+            await _acquire(a.handle, abandoned)
+        assert refused.value.errno == errno.ECANCELED
+        assert await _held(a.handle) == (0, 0)
+        async with asyncio.timeout(20), b.locks.hold(["/f"]):
+            assert await _held(b.handle) == (1, 0)  # b's own lease, nothing of the withdrawn request's
+
+
+async def test_a_resent_lock_request_gets_its_first_grant_again(short_leases: None, name: str) -> None:
+    """The acquire's reply was lost (the call cut by Ray) and the retry-safe call was sent again. Before,
+    the resend waited behind the first grant, which nobody renewed nor released, for the whole lease,
+    then held a second one."""
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+        request = _request(a.client_id)
+        first = await _acquire(a.handle, request)
+        again = await _acquire(a.handle, request)
+        assert (again[0], again[2]) == (first[0], first[2])  # the same lease and fencing token
+        assert await _held(a.handle) == (1, 0)
+        assert unwrap(await a.handle.lock_release.remote(first[0])) is True
+        async with asyncio.timeout(20), b.locks.hold(["/f"]):
+            assert await _held(b.handle) == (1, 0)
+
+
+async def test_a_request_resent_while_its_first_attempt_waits_is_granted_once(
+    short_leases: None, name: str
+) -> None:
+    """The first attempt still waits in the owner when its resend comes: the resend takes its place and
+    the first is cancelled there. Before, both waited; the first was granted to nobody when the lock
+    freed, and the resend waited out that lease."""
+    async with computer.get_workspace(name) as holder, computer.get_workspace(name) as a:
+        request = _request(a.client_id)
+        async with holder.locks.hold(["/f"]):
+            first = a.handle.lock_acquire.remote(request, ["/f"])
+            for _ in range(400):  # until the owner queued the first attempt (bounded)
+                if (await _held(a.handle))[1]:
+                    break
+                await asyncio.sleep(0.05)
+            resent = asyncio.ensure_future(_acquire(a.handle, request))
+            done, _ = await asyncio.wait({resent}, timeout=0.3)
+            assert not done  # behind the holder
+        lease_id, _, _ = await resent
+        outcome: Any
+        try:
+            outcome = await asyncio.wait_for(first, 30)
+        except Exception as exc:  # cancelled in the owner (Ray's cancellation error)
+            outcome = exc
+        assert not (isinstance(outcome, tuple) and outcome[0] == "ok"), outcome  # never granted too
+        assert await _held(a.handle) == (1, 0)
+        assert unwrap(await a.handle.lock_release.remote(lease_id)) is True
+        assert await _held(a.handle) == (0, 0)
+
+
+async def test_a_hold_cancelled_while_it_releases_still_releases(
+    ray_session: Any, name: str, tmp_path: Path
+) -> None:
+    """The task holding a lock is cancelled again as it leaves the block (a timeout, a task group
+    shutting down) while the release is on its way. Before, the cancellation cancelled the release
+    call itself in Ray, and the lease (its renewal already stopped) stayed until it expired: every
+    other worker locked out for a whole lease (60 s here)."""
+    computer.init(data_dir=f"{tmp_path}/data", lock_lease=60.0)
+    try:
+        async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+
+            async def hold_once() -> None:
+                me = asyncio.current_task()
+                assert me is not None
+                async with a.locks.hold(["/f"]):
+                    # Delivered at the first wait after the block: the release's round trip.
+                    asyncio.get_running_loop().call_soon(me.cancel)
+
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(hold_once(), 30)
+            for _ in range(400):  # the release goes on after the cancellation (bounded: 20 s)
+                if await _held(a.handle) == (0, 0):
+                    break
+                await asyncio.sleep(0.05)
+            assert await _held(a.handle) == (0, 0)  # released, a third of the lease at most
+            async with asyncio.timeout(20), b.locks.hold(["/f"]):
+                assert await _held(b.handle) == (1, 0)
+    finally:
+        computer.init(data_dir=f"{tmp_path}/data")
