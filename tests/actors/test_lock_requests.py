@@ -133,3 +133,53 @@ async def test_a_hold_cancelled_while_it_releases_still_releases(
                 assert await _held(b.handle) == (1, 0)
     finally:
         computer.init(data_dir=f"{tmp_path}/data")
+
+
+# -- what else could outlive its holder (pinned: no defect found) -------------------------------------
+
+
+async def test_a_hold_kept_for_several_leases_is_renewed_and_writes_under_it(
+    ray_session: Any, name: str, tmp_path: Path
+) -> None:
+    """Pinned: a hold kept for more than three leases is renewed in the background (every third of the
+    lease): another client's request waits all along, and the holder's fenced write lands."""
+    computer.init(data_dir=f"{tmp_path}/data", lock_lease=1.0)
+    try:
+        async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+            async with a.locks.hold(["/f"]):
+                waiting = asyncio.ensure_future(b.locks.hold(["/f"]).__aenter__())
+                done, _ = await asyncio.wait({waiting}, timeout=3.5)  # three and a half leases
+                assert not done
+                await a.fs.write_file("/f", b"under a renewed lease")  # refused (ENOLCK) once lost
+            await asyncio.wait_for(waiting, 20)
+            assert await b.fs.read_file("/f") == b"under a renewed lease"
+            await b.close()
+    finally:
+        computer.init(data_dir=f"{tmp_path}/data")
+
+
+async def test_a_hold_nobody_refers_to_any_more_releases_its_lease(
+    ray_session: Any, name: str, tmp_path: Path
+) -> None:
+    """Pinned: a hold entered and then dropped without leaving the block (its task forgot it) is
+    released when the loop finalizes its generator, long before its lease (60 s) would expire: its
+    renewal stops with it, so nobody holds it on."""
+    import gc
+
+    computer.init(data_dir=f"{tmp_path}/data", lock_lease=60.0)
+    try:
+        async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+            hold = a.locks.hold(["/f"])
+            await hold.__aenter__()
+            assert await _held(a.handle) == (1, 0)
+            del hold
+            gc.collect()
+            for _ in range(400):  # bounded: 20 s
+                if await _held(a.handle) == (0, 0):
+                    break
+                await asyncio.sleep(0.05)
+            assert await _held(a.handle) == (0, 0)
+            async with asyncio.timeout(20), b.locks.hold(["/f"]):
+                assert await _held(b.handle) == (1, 0)
+    finally:
+        computer.init(data_dir=f"{tmp_path}/data")
