@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -26,6 +28,13 @@ def short_leases(ray_session: Any, tmp_path: Path) -> Iterator[None]:
     computer.init(data_dir=f"{tmp_path}/data", lock_lease=3.0)
     yield
     computer.init(data_dir=f"{tmp_path}/data")
+
+
+def _dead_pid() -> int:
+    """The pid of a process of this machine that has exited."""
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    return dead.pid
 
 
 def _request(client: str) -> str:
@@ -183,3 +192,19 @@ async def test_a_hold_nobody_refers_to_any_more_releases_its_lease(
                 assert await _held(b.handle) == (1, 0)
     finally:
         computer.init(data_dir=f"{tmp_path}/data")
+
+
+async def test_a_lock_request_arriving_after_its_client_process_died_is_dropped(
+    short_leases: None, name: str
+) -> None:
+    """A client process sent its acquire and died before the owner served it (Ray still delivers a dead
+    caller's call); the lock is free. Before, the request was granted at once (only a request that
+    waited was checked): a lease nobody renews, every other worker locked out for ``lock_lease``."""
+    place = lock_process().rpartition("~")[2]
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+        with pytest.raises(OSError) as dropped:
+            await _acquire(a.handle, f"client:gone#r1:{_dead_pid()}@{socket.gethostname()}~{place}")
+        assert dropped.value.errno == errno.ESRCH
+        assert await _held(a.handle) == (0, 0)
+        async with asyncio.timeout(20), b.locks.hold(["/f"]):
+            assert await _held(b.handle) == (1, 0)
