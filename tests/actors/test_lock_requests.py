@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
+import signal
 import socket
 import subprocess
 from collections.abc import Iterator
@@ -17,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import ray
+from owner_models import owner_process, process_pid
 
 import computer
 from computer.actors import lock_process
@@ -208,3 +212,46 @@ async def test_a_lock_request_arriving_after_its_client_process_died_is_dropped(
         assert await _held(a.handle) == (0, 0)
         async with asyncio.timeout(20), b.locks.hold(["/f"]):
             assert await _held(b.handle) == (1, 0)
+
+
+@ray.remote(num_cpus=0, max_restarts=0)
+class _Asker:
+    """A worker in its own process: opens a client, then asks for a lock and dies before an answer."""
+
+    async def open(self, name: str, config: dict[str, object]) -> None:
+        computer.init(**config)
+        self.ws = await computer.get_workspace(name)
+
+    async def ask_and_die(self) -> None:
+        self.asking = asyncio.ensure_future(self.ws.locks.hold(["/f"]).__aenter__())
+        await asyncio.sleep(1.0)  # the request is on its way to the (stopped) owner
+        os._exit(1)
+
+
+async def test_a_lock_request_of_a_worker_that_died_before_its_owner_served_it_holds_nothing(
+    ray_session: Any, name: str, tmp_path: Path
+) -> None:
+    """Pinned, two processes: a worker asks for a free lock while the owner's process is stopped, and
+    dies; the owner then goes on. The dead worker holds nothing: the driver's client gets the lock well
+    within the lease (60 s here). (This passed before the owner dropped requests of dead processes on
+    arrival too: Ray did not serve the dead caller's queued call here; the owner's check, proven by
+    ``test_a_lock_request_arriving_after_its_client_process_died_is_dropped``, covers one that is.)"""
+    config = {"data_dir": f"{tmp_path}/data", "lock_lease": 60.0}
+    computer.init(**config)
+    asker = _Asker.remote()  # type: ignore[attr-defined]
+    try:
+        async with computer.get_workspace(name) as b:
+            await b.fs.stat("/")
+            await asyncio.wait_for(asker.open.remote(name, config), 60)
+            owner = await process_pid(owner_process(b.handle))
+            os.kill(owner, signal.SIGSTOP)
+            try:
+                with pytest.raises(ray.exceptions.RayError):
+                    await asyncio.wait_for(asker.ask_and_die.remote(), 60)
+            finally:
+                os.kill(owner, signal.SIGCONT)
+            async with asyncio.timeout(20), b.locks.hold(["/f"]):  # a third of the lease at most
+                assert await _held(b.handle) == (1, 0)
+    finally:
+        ray.kill(asker)
+        computer.init(data_dir=f"{tmp_path}/data")
