@@ -222,6 +222,14 @@ class _Asker:
         computer.init(**config)
         self.ws = await computer.get_workspace(name)
 
+    async def ask_briefly(self) -> str:
+        """Ask for the lock, giving up after a second (the worker lives on)."""
+        try:
+            await asyncio.wait_for(self.ws.locks.hold(["/f"]).__aenter__(), 1.0)
+        except TimeoutError:
+            return "gave up"
+        return "held"
+
     async def ask_and_die(self) -> None:
         self.asking = asyncio.ensure_future(self.ws.locks.hold(["/f"]).__aenter__())
         await asyncio.sleep(1.0)  # the request is on its way to the (stopped) owner
@@ -254,4 +262,56 @@ async def test_a_lock_request_of_a_worker_that_died_before_its_owner_served_it_h
                 assert await _held(b.handle) == (1, 0)
     finally:
         ray.kill(asker)
+        computer.init(data_dir=f"{tmp_path}/data")
+
+
+async def test_a_lock_wait_given_up_while_the_owner_was_stopped_leaves_no_lease(
+    ray_session: Any, name: str, tmp_path: Path
+) -> None:
+    """Two processes: a worker asks for a free lock while the owner's process is stopped (slow, frozen)
+    and gives up after a second (its timeout: the acquire is cancelled, ``lock_cancel`` sent); the
+    owner then goes on, serving the withdrawal before the acquire (another concurrency group). Before,
+    the acquire was granted after its withdrawal to nobody: the driver's client waited out the whole
+    lease (60 s here), the owner showing one lease held."""
+    config = {"data_dir": f"{tmp_path}/data", "lock_lease": 60.0}
+    computer.init(**config)
+    asker = _Asker.remote()  # type: ignore[attr-defined]
+    try:
+        async with computer.get_workspace(name) as b:
+            await b.fs.stat("/")
+            await asyncio.wait_for(asker.open.remote(name, config), 60)
+            owner = await process_pid(owner_process(b.handle))
+            os.kill(owner, signal.SIGSTOP)
+            try:
+                assert await asyncio.wait_for(asker.ask_briefly.remote(), 60) == "gave up"
+                await asyncio.sleep(1.0)  # its withdrawal is on its way too
+            finally:
+                os.kill(owner, signal.SIGCONT)
+            async with asyncio.timeout(20), b.locks.hold(["/f"]):  # a third of the lease at most
+                assert await _held(b.handle) == (1, 0)
+    finally:
+        ray.kill(asker)
+        computer.init(data_dir=f"{tmp_path}/data")
+
+
+async def test_a_lock_wait_timed_out_while_the_owner_was_stopped_leaves_no_lease(
+    ray_session: Any, name: str, tmp_path: Path
+) -> None:
+    """The same with both clients in this process: ``wait_for(hold, 1.0)`` times out while the owner's
+    process is stopped. Before, the owner held the timed-out request's lease once it went on."""
+    computer.init(data_dir=f"{tmp_path}/data", lock_lease=60.0)
+    try:
+        async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+            await a.fs.stat("/")
+            owner = await process_pid(owner_process(a.handle))
+            os.kill(owner, signal.SIGSTOP)
+            try:
+                with pytest.raises(TimeoutError):
+                    await asyncio.wait_for(a.locks.hold(["/f"]).__aenter__(), 1.0)
+                await asyncio.sleep(1.0)  # its withdrawal is on its way too
+            finally:
+                os.kill(owner, signal.SIGCONT)
+            async with asyncio.timeout(20), b.locks.hold(["/f"]):  # a third of the lease at most
+                assert await _held(b.handle) == (1, 0)
+    finally:
         computer.init(data_dir=f"{tmp_path}/data")
