@@ -114,3 +114,17 @@ async def test_a_host_killed_holding_the_epoch_its_client_knows_proves_nothing(
         await asyncio.sleep(0.5)
         await kill_owner(handle)
         assert not await idle._conn._did_not_run(handle, sent_at, keyed=False)
+
+
+async def test_a_call_sent_after_its_host_died_is_resent_though_the_client_knew_an_older_epoch(
+    ray_session: Any, tmp_path: Path, name: str
+) -> None:
+    """Pinned: a call sent to a host already dead (killed for good) never ran, whatever epoch the
+    client knows: Ray's actor table dates the death before the send, and the call is sent again."""
+    async with _woken_in_place(tmp_path, name) as (_, _, idle):
+        handle = idle._conn.handle
+        await kill_owner(handle)
+        await asyncio.sleep(0.5)  # well past the margin: the send is after the death
+        sent_at = time.time()
+        assert await idle._conn._did_not_run(handle, sent_at, keyed=False)
+        assert await idle.fs.read_file("/f") == b"one"
