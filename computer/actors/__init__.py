@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ._host import WorkspaceHost
     from ._hosts import HostedHandle, OwnerHost
     from ._init import adopt, cluster_settings, ensure_ray, init, published_settings
-    from ._lease import awake, awake_where, lock_process, owner_file, process_node, take_lease
+    from ._lease import awake, awake_where, lock_process, owner_file, owner_process, process_node, take_lease
     from ._nodes import ClusterSilentError, gcs_answer, listed_nodes
     from ._owner import CONTROL_METHODS, OWNER_GROUPS, STREAM_GROUP_METHODS, WAIT_METHODS, OwnerActor
     from ._placement import managed_name, workspace_actor
@@ -65,6 +65,7 @@ __all__ = [
     "open_directory",
     "owner_backends",
     "owner_file",
+    "owner_process",
     "process_node",
     "published_settings",
     "remove_workspace_files",
@@ -78,6 +79,7 @@ _LAZY = {
     "gcs_answer": "._nodes",
     "listed_nodes": "._nodes",
     "lock_process": "._lease",
+    "owner_process": "._lease",
     "DeletedWorkspace": "._delete",
     "close_owners": "._delete",
     "delete_workspace": "._delete",

@@ -31,6 +31,7 @@ from ._errors import UploadLostError, WorkspaceUnavailableError
 from ._full_nodes import note_created, note_refused
 from ._init import cluster_settings
 from ._lease import forget_failed_creation, holder_gone, owner_file, owner_id
+from ._lock_requests import LockRequests
 from ._nodes import current_host
 from ._pool_callbacks import PoolCallbacks
 from ._reserve import DiskReserve
@@ -142,7 +143,7 @@ class WorkspaceHost(PoolCallbacks):
         self._last_active = time.time()
         self._uploads: dict[str, Upload] = {}
         self._tool_sets: dict[str, dict[str, Any]] = {}  # run_tool's tools, per options
-        self._lock_waits: dict[str, asyncio.Task[Any]] = {}  # lock requests still waiting, by holder
+        self._lock_requests = LockRequests()  # lock requests waiting, and those withdrawn
         # Replies of recent mutating calls by idempotency key (a future while the call still runs).
         self._replies: OrderedDict[str, tuple[float, asyncio.Future[Reply]]] = OrderedDict()
         self._background: list[asyncio.Task[None]] = []
@@ -590,30 +591,24 @@ class WorkspaceHost(PoolCallbacks):
         """Wait for and take a lease on ``paths`` for ``holder``; returns ``(lease_id, ttl, token)``.
 
         A client gives every acquire its own holder (``<client>#<request>``) so that
-        :meth:`lock_cancel` can withdraw exactly that request, waiting or already granted.
+        :meth:`lock_cancel` can withdraw exactly that request, waiting or already granted; a resend of
+        the request gets its first grant, and one that comes after its withdrawal is refused
+        (``_lock_requests.py``).
         """
 
         async def acquire() -> tuple[str, float, int]:
-            task = asyncio.current_task()
-            if task is not None:
-                self._lock_waits[holder] = task
-            try:
-                locks = self.workspace.locks
-                lease = await locks.acquire(list(paths), subtree=subtree, holder=holder, ttl=self._lease_ttl)
-            finally:
-                self._lock_waits.pop(holder, None)
-            return lease, self._lease_ttl, locks.token(lease) or 0
+            return await self._lock_requests.acquire(
+                self.workspace.locks, holder, list(paths), subtree, self._lease_ttl
+            )
 
         return await self._serve(acquire)
 
     async def lock_cancel(self, holder: str) -> Reply:
-        """Withdraw the acquire of ``holder``: stop its wait, or release the lease it was granted."""
+        """Withdraw the acquire of ``holder``: stop its wait, or release the lease it was granted; an
+        acquire of it that comes later (it was still on its way) is refused."""
 
         async def cancel() -> int:
-            waiting = self._lock_waits.pop(holder, None)
-            if waiting is not None:
-                waiting.cancel()  # the lock table forgets a cancelled request
-            return self.workspace.locks.release_holder(holder)
+            return self._lock_requests.withdraw(self.workspace.locks, holder)
 
         return await self._serve(cancel)
 
@@ -627,12 +622,7 @@ class WorkspaceHost(PoolCallbacks):
         """Release every lease (and stop every wait) of client ``holder`` and of its requests."""
 
         async def release() -> int:
-            mine = [h for h in self._lock_waits if h == holder or h.startswith(holder + "#")]
-            for h in mine:
-                self._lock_waits.pop(h).cancel()
-            locks = self.workspace.locks
-            holders = {h for _, _, _, h in locks.held() if h == holder or h.startswith(holder + "#")}
-            return sum(locks.release_holder(h) for h in holders)
+            return self._lock_requests.release_client(self.workspace.locks, holder)
 
         return await self._serve(release)
 

@@ -41,6 +41,7 @@ from ..actors import (
     OutcomeUnknownError,
     WorkspaceUnavailableError,
     open_directory,
+    owner_process,
     workspace_actor,
 )
 from ..actors.raycompat import actor_death_time, actor_id, actor_process, streaming
@@ -268,7 +269,7 @@ class Connection:
         """
         before = self.owner_id
         died = await asyncio.to_thread(actor_death_time, handle)
-        released = await self._released_cleanly()
+        released = await self._released_cleanly(hosted=isinstance(handle, HostedHandle))
         try:
             await self._reresolve(handle)
         except OSError:
@@ -349,11 +350,24 @@ class Connection:
         if time.monotonic() > deadline:
             raise self._unavailable("its owner did not come back in time")
 
-    async def _released_cleanly(self) -> bool:
-        """Whether the owner we last spoke to gave its lease up itself (then it ran nothing after)."""
+    async def _released_cleanly(self, *, hosted: bool) -> bool:
+        """Whether the owner process we last spoke to gave the workspace's lease up itself, and ran
+        nothing of it after (an owner serves nothing once closing, and never closes while serving).
+
+        A dedicated owner serves one epoch: that the epoch we learned was released is the proof. An
+        owner host (``hosted``) wakes a workspace it released again in place, on the next call, under a
+        new epoch we are not told of (no "moved"): the proof there is that the directory's latest epoch,
+        at least the one we learned, was released and by that same host process (the owner id names the
+        host and its pid), so nothing woke it there after (a wake takes a new epoch before it runs
+        anything). Before, the learned epoch alone decided for hosts too: a call cut by the host's death
+        was resent though it may have run under a later epoch (the learned one released long before),
+        and one sent after the host released its latest epoch failed "unknown outcome" though it
+        provably never ran.
+        """
         if self.name is None or self.config is None or not self.epoch:
             return False
         config, name, epoch = self.config, self.name, self.epoch
+        process = owner_process(self.owner_id)
 
         def check() -> bool:
             directory = open_directory(config)
@@ -361,7 +375,15 @@ class Connection:
                 record = directory.get(name)
             finally:
                 directory.close()
-            return record is not None and record.released_epoch == epoch
+            if record is None:
+                return False
+            if not hosted:
+                return record.released_epoch == epoch
+            return (
+                process is not None
+                and record.released_epoch == record.epoch >= epoch
+                and owner_process(record.owner) == process
+            )
 
         return await asyncio.to_thread(check)
 

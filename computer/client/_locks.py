@@ -48,7 +48,7 @@ class ClientLocks:
         self.holder = holder
         self._renewers: set[asyncio.Task[None]] = set()
         self._outstanding: set[str] = set()  # leases taken and not yet released for sure
-        self._cleanups: set[asyncio.Future[None]] = set()  # withdrawals of cancelled requests
+        self._cleanups: set[asyncio.Future[None]] = set()  # withdrawals and releases a cancel must not stop
         self._asking: set[str] = set()  # requests sent and not answered yet
         self._closed_on: set[str] = set()  # those of them ``close`` withdrew: never held
 
@@ -92,11 +92,25 @@ class ClientLocks:
             _HELD.set(outer)
             renewer.cancel()
             self._renewers.discard(renewer)
+            await self._release(lease_id)
+
+    async def _release(self, lease_id: str) -> None:
+        """Release ``lease_id``, also when the caller is cancelled meanwhile (a timeout, a task group
+        shutting down, as it leaves the block): the release goes on in a task of its own. Before, the
+        cancellation cancelled the release call in Ray, and the lease, its renewal stopped, locked every
+        other worker out until it expired (``lock_lease``, 30 s)."""
+
+        async def release() -> None:
             try:
                 await self._conn.request("lock_release", lease_id, retry_safe=True)
                 self._outstanding.discard(lease_id)
             except Exception:  # the owner died: its lock table, and our lease, died with it
                 log.warning("could not release lock lease %s", lease_id, exc_info=True)
+
+        task = asyncio.ensure_future(release())
+        self._cleanups.add(task)
+        task.add_done_callback(self._cleanups.discard)
+        await asyncio.shield(task)
 
     async def _release_quietly(self, lease_id: str) -> None:
         try:

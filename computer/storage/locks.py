@@ -80,7 +80,7 @@ class LockTable:
         #: The owner's fencing epoch: the high bits of every token (set by the owner once it has one).
         self.epoch = epoch
         #: Whether a holder's process is known gone (set by the owner, see ``_lease.holder_gone``): a
-        #: request that waited is dropped instead of granted when its caller died meanwhile.
+        #: request is dropped instead of granted when its caller died before it arrived or while it waited.
         self.gone: Callable[[str], bool] | None = None
 
     # ------------------------------------------------------------------ public
@@ -127,6 +127,11 @@ class LockTable:
         if ttl is not None and ttl <= 0:
             raise ValueError("ttl must be positive")
         self._expire()
+        if self.gone is not None and self.gone(holder):
+            # Its caller died before the request arrived (Ray still delivers it): granted, it would hold
+            # every later request up for a whole lease nobody renews.
+            path = claim.paths[0] if claim.paths else None
+            raise fs_error(errno.ESRCH, path, "lock request dropped: its client process is gone")
         if not self._waiting and self._grantable(claim):
             self._grant(claim)
             return claim.lease_id

@@ -1,0 +1,130 @@
+"""Hosted owners: whether a mutation cut by its host's death may be resent, when the host woke the
+workspace in place under an epoch the client never heard of (``Connection._released_cleanly``).
+
+A client learns its owner's epoch from ``describe``. A hosted workspace that hibernated inside a live
+host is woken there by the next call, under a new epoch, without a "moved" reply: the client's epoch
+is then stale. The proof "its owner released the lease itself, so it ran nothing after" must be about
+the activation the call could have reached, not the one the client learned.
+
+Each case is built on a real cluster and directory; the call cut by the death is represented by when
+it was sent (``sent_at``), handed to the client's own check (``_did_not_run``), as ``request`` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from owner_models import kill_owner
+
+import computer
+from computer.actors import open_directory
+from computer.config import Settings
+
+
+async def _hibernated(busy: Any, conf: Settings, name: str, epoch: int) -> None:
+    """Until ``name`` released its lease at ``epoch`` in place (its neighbour ``busy`` keeps the host up)."""
+    for _ in range(200):  # bounded: 40 s
+        await busy.fs.stat("/")
+        directory = open_directory(conf)
+        try:
+            record = directory.get(name)
+        finally:
+            directory.close()
+        if record is not None and record.state == "hibernating" and record.released_epoch == epoch:
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"{name} did not hibernate at epoch {epoch}")
+
+
+@asynccontextmanager
+async def _woken_in_place(tmp_path: Path, name: str) -> AsyncIterator[tuple[Settings, Any, Any]]:
+    """A hosted workspace that hibernated (epoch 1 released) and was woken in place by its client's next
+    call (epoch 2), the client still knowing epoch 1; its neighbour keeps the one host up."""
+    conf = computer.init(
+        data_dir=tmp_path / "data",
+        owners="hosted",
+        owner_hosts_per_node=1,
+        hibernate_after=1.0,
+        shell_pool_size=0,
+        python_pool_size=0,
+    )
+    try:
+        async with (
+            computer.get_workspace(f"{name}-other") as busy,
+            computer.get_workspace(name) as idle,
+        ):
+            await idle.fs.write_file("/f", b"one")
+            assert idle._conn.epoch == 1
+            await _hibernated(busy, conf, name, 1)
+            assert await idle.fs.read_file("/f") == b"one"  # woken in place, under epoch 2
+            assert (await idle.handle.stats.remote())["epoch"] == 2
+            assert idle._conn.epoch == 1  # the client was not told
+            yield conf, busy, idle
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+async def test_a_call_that_may_have_run_on_a_later_activation_is_never_resent(
+    ray_session: Any, tmp_path: Path, name: str
+) -> None:
+    """The host is killed while a mutation to the workspace it woke again (epoch 2) is in flight. The
+    directory says epoch 1 was released cleanly, the epoch the client knows; yet the call may have run
+    under epoch 2. Before, that was taken for "it did not run" and the mutation was sent again (applied
+    twice, for a mutation without an idempotency key: a tool, a run, an upload's commit)."""
+    async with _woken_in_place(tmp_path, name) as (_, _, idle):
+        handle = idle._conn.handle
+        sent_at = time.time()  # the call went out to the live host, then it died
+        await asyncio.sleep(0.5)  # well past the margin: the death is after the send
+        await kill_owner(handle)
+        assert not await idle._conn._did_not_run(handle, sent_at, keyed=False)
+
+
+async def test_a_call_sent_after_a_hosted_release_is_resent_though_the_client_knew_an_older_epoch(
+    ray_session: Any, tmp_path: Path, name: str
+) -> None:
+    """The woken workspace hibernated again (epoch 2 released) in its host, which then died with a call
+    to it on the way. The host never woke it again (that would have taken epoch 3 first), so the call
+    ran nothing: it is sent again. Before, the released epoch (2) was compared with the client's stale
+    one (1), and the call failed "unknown outcome" though it provably never ran."""
+    async with _woken_in_place(tmp_path, name) as (conf, busy, idle):
+        await _hibernated(busy, conf, name, 2)
+        handle = idle._conn.handle
+        sent_at = time.time()  # the call went out after the release, then the host died
+        await asyncio.sleep(0.5)
+        await kill_owner(handle)
+        assert await idle._conn._did_not_run(handle, sent_at, keyed=False)
+        assert await idle.fs.read_file("/f") == b"one"  # the resend's path: a new owner answers
+
+
+async def test_a_host_killed_holding_the_epoch_its_client_knows_proves_nothing(
+    ray_session: Any, tmp_path: Path, name: str
+) -> None:
+    """Pinned: a host that died holding the workspace under the epoch its client knows (no release)
+    proves nothing for a call sent before its death: "unknown outcome" stays."""
+    async with _woken_in_place(tmp_path, name) as (_, _, idle):
+        await idle._conn._reresolve(idle._conn.handle)  # learns epoch 2
+        assert idle._conn.epoch == 2
+        handle = idle._conn.handle
+        sent_at = time.time()
+        await asyncio.sleep(0.5)
+        await kill_owner(handle)
+        assert not await idle._conn._did_not_run(handle, sent_at, keyed=False)
+
+
+async def test_a_call_sent_after_its_host_died_is_resent_though_the_client_knew_an_older_epoch(
+    ray_session: Any, tmp_path: Path, name: str
+) -> None:
+    """Pinned: a call sent to a host already dead (killed for good) never ran, whatever epoch the
+    client knows: Ray's actor table dates the death before the send, and the call is sent again."""
+    async with _woken_in_place(tmp_path, name) as (_, _, idle):
+        handle = idle._conn.handle
+        await kill_owner(handle)
+        await asyncio.sleep(0.5)  # well past the margin: the send is after the death
+        sent_at = time.time()
+        assert await idle._conn._did_not_run(handle, sent_at, keyed=False)
+        assert await idle.fs.read_file("/f") == b"one"
