@@ -48,7 +48,7 @@ class ClientLocks:
         self.holder = holder
         self._renewers: set[asyncio.Task[None]] = set()
         self._outstanding: set[str] = set()  # leases taken and not yet released for sure
-        self._cleanups: set[asyncio.Future[None]] = set()  # withdrawals and releases a cancel must not stop
+        self._cleanups: set[asyncio.Future[bool]] = set()  # withdrawals and releases a cancel must not stop
         self._asking: set[str] = set()  # requests sent and not answered yet
         self._closed_on: set[str] = set()  # those of them ``close`` withdrew: never held
 
@@ -77,7 +77,7 @@ class ClientLocks:
         if closed:
             # ``close`` ran while this waited: granted after it, the lease was renewed for as long as
             # the process lived, every other client locked out. Let it go, and say so.
-            await self._release_quietly(lease_id)
+            await self._release(lease_id)
             raise fs_error(
                 errno.ENOLCK, wanted[0] if wanted else None, "lock request withdrawn: its client was closed"
             )
@@ -96,40 +96,39 @@ class ClientLocks:
 
     async def _release(self, lease_id: str) -> None:
         """Release ``lease_id``, also when the caller is cancelled meanwhile (a timeout, a task group
-        shutting down, as it leaves the block): the release goes on in a task of its own. Before, the
-        cancellation cancelled the release call in Ray, and the lease, its renewal stopped, locked every
-        other worker out until it expired (``lock_lease``, 30 s)."""
-
-        async def release() -> None:
-            try:
-                await self._conn.request("lock_release", lease_id, retry_safe=True)
-                self._outstanding.discard(lease_id)
-            except Exception:  # the owner died: its lock table, and our lease, died with it
-                log.warning("could not release lock lease %s", lease_id, exc_info=True)
-
-        task = asyncio.ensure_future(release())
-        self._cleanups.add(task)
-        task.add_done_callback(self._cleanups.discard)
-        await asyncio.shield(task)
-
-    async def _release_quietly(self, lease_id: str) -> None:
-        try:
-            await self._conn.request("lock_release", lease_id, retry_safe=True)
-        except Exception:  # the owner died: its lock table, and the lease, died with it
-            log.warning("could not release lock lease %s", lease_id, exc_info=True)
+        shutting down, as it leaves the block). Before, the cancellation cancelled the release call in
+        Ray, and the lease, its renewal stopped, locked every other worker out until it expired
+        (``lock_lease``, 30 s)."""
+        if await self._send_anyway("lock_release", lease_id, "could not release lock lease"):
+            self._outstanding.discard(lease_id)
 
     def _withdraw(self, request: str) -> None:
         """The caller stopped waiting: the owner drops the request, or releases what it granted."""
+        self._start_anyway("lock_cancel", request, "could not withdraw lock request")
 
-        async def withdraw() -> None:
+    def _start_anyway(self, method: str, arg: str, failed: str) -> asyncio.Future[bool]:
+        """Send ``method(arg)`` in a task of its own that no cancellation of the caller stops (kept in
+        ``_cleanups`` until it ends); the task's result says whether the owner answered. The owner
+        being gone is logged with ``failed``: its lock table, and what the call was about, died with
+        it."""
+
+        async def send() -> bool:
             try:
-                await self._conn.request("lock_cancel", request, retry_safe=True)
-            except Exception:  # the owner is gone, and the request with it
-                log.warning("could not withdraw lock request %s", request, exc_info=True)
+                await self._conn.request(method, arg, retry_safe=True)
+            except Exception:
+                log.warning("%s %s", failed, arg, exc_info=True)
+                return False
+            return True
 
-        task = asyncio.ensure_future(withdraw())
+        task = asyncio.ensure_future(send())
         self._cleanups.add(task)
         task.add_done_callback(self._cleanups.discard)
+        return task
+
+    async def _send_anyway(self, method: str, arg: str, failed: str) -> bool:
+        """:meth:`_start_anyway`, awaited: a cancellation of the caller still ends the caller, while
+        the call goes on."""
+        return await asyncio.shield(self._start_anyway(method, arg, failed))
 
     async def _renew(self, lease_id: str, ttl: float) -> None:
         while True:
@@ -152,7 +151,7 @@ class ClientLocks:
         if not self._outstanding and not self._asking:
             return  # nothing to release: do not wake a hibernating owner for nothing
         self._outstanding.clear()
-        try:
-            await self._conn.request("lock_release_holder", self.holder, retry_safe=True)
-        except OSError:  # the owner is gone, and with it its lock table
-            log.warning("could not release the locks of %s", self.holder, exc_info=True)
+        # Sent whatever happens to the caller: a close cancelled as its release was on its way (a
+        # task group shutting down) left every lease of this client, their renewal stopped, to lock
+        # every other worker out until they expired (``lock_lease``, 30 s).
+        await self._send_anyway("lock_release_holder", self.holder, "could not release the locks of")
