@@ -1,5 +1,8 @@
 """Ray nodes and the machines they run on: a stable host identity that outlives Ray sessions, and the
-one bounded way the library lists nodes.
+one bounded way the library lists nodes and asks the GCS anything else (:func:`gcs_answer`: the
+named actors' lookups and listing here, the key-value store and the actor table in ``raycompat``,
+named actors' creation where they are made; ``computer/actors/README.md`` says per path what a caller
+sees when the GCS is silent, and what stays unbounded).
 
 A node id is new in every Ray session (a local restart, a whole-cluster restart), but a workspace
 file on a node's local disk stays on that machine. The directory therefore records both the node id
