@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from ._hosts import HostedHandle, OwnerHost
     from ._init import adopt, cluster_settings, ensure_ray, init, published_settings
     from ._lease import awake, awake_where, lock_process, owner_file, owner_process, process_node, take_lease
-    from ._nodes import ClusterSilentError, gcs_answer, listed_nodes
+    from ._nodes import ClusterSilentError, gcs_answer, listed_nodes, named_actor, named_actors
     from ._owner import CONTROL_METHODS, OWNER_GROUPS, STREAM_GROUP_METHODS, WAIT_METHODS, OwnerActor
     from ._placement import managed_name, workspace_actor
     from ._pool_scaler import SCALER_NAME
@@ -62,6 +62,8 @@ __all__ = [
     "listed_nodes",
     "lock_process",
     "managed_name",
+    "named_actor",
+    "named_actors",
     "open_directory",
     "owner_backends",
     "owner_file",
@@ -78,6 +80,8 @@ _LAZY = {
     "ClusterSilentError": "._nodes",
     "gcs_answer": "._nodes",
     "listed_nodes": "._nodes",
+    "named_actor": "._nodes",
+    "named_actors": "._nodes",
     "lock_process": "._lease",
     "owner_process": "._lease",
     "DeletedWorkspace": "._delete",

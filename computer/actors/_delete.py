@@ -36,6 +36,7 @@ from ..config import Settings, settings
 from ..storage import FileSystem
 from ..storage.errors import fs_error
 from ._lease import awake, awake_where, ray_owner_gone, take_lease
+from ._nodes import named_actor
 from .directory import DELETING, Directory, WorkspaceRecord, open_directory
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
 
@@ -93,7 +94,7 @@ async def delete_workspace(name: str, *, force: bool = False) -> DeletedWorkspac
     ``EBUSY`` when a live client holds it (the message says how), unless ``force``.
     """
     check_name(name)
-    config = _settings()
+    config = await asyncio.to_thread(_settings)  # the published settings: a GCS read, bounded
     directory = await asyncio.to_thread(open_directory, config)
     try:
         record = await asyncio.to_thread(directory.get, name)
@@ -173,7 +174,7 @@ async def close_owners(names: list[str], config: Settings | None = None) -> int:
             except ray.exceptions.RayActorError:
                 continue  # exited meanwhile: it holds nothing
         try:
-            handle = ray.get_actor(actor_name(name, config), namespace=NAMESPACE)
+            handle = await asyncio.to_thread(named_actor, actor_name(name, config), NAMESPACE)
         except ValueError:
             return closed
         await handle.close_workspace.remote()
@@ -199,8 +200,8 @@ async def _stop_owner(config: Settings, name: str, *, force: bool) -> bool:
     if ray is None or not ray.is_initialized():
         return False
     stopped = await _stop_hosted(config, name, force=force)  # whatever the model: it may have changed
-    try:
-        handle = ray.get_actor(actor_name(name, config), namespace=NAMESPACE)
+    try:  # bounded (``ClusterSilentError``), off the loop
+        handle = await asyncio.to_thread(named_actor, actor_name(name, config), NAMESPACE)
     except ValueError:
         return stopped  # no owner actor: asleep, hosted, or owned outside this cluster
     try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 import time
+from functools import partial
 from typing import Any
 
 from ..config import Settings
@@ -199,19 +200,20 @@ def _owner_node(config: Settings, name: str) -> str:
 
 def hosted_owner(name: str, config: Settings) -> HostedHandle:
     """The :class:`HostedHandle` of workspace ``name``: its node's host for the name, created if needed."""
-    import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from ._nodes import gcs_answer, named_actor
 
     node = _owner_node(config, name)
     host_name = host_actor_name(config, node, host_index(name, hosts_per_node(config, node)))
     try:
-        return HostedHandle(ray.get_actor(host_name, namespace=NAMESPACE), name, host_name)
+        return HostedHandle(named_actor(host_name, NAMESPACE), name, host_name)
     except ValueError:
         pass
     deadline = time.monotonic() + 30.0
     while True:
         try:
-            host = (
+            remote = (
                 _host_class()
                 .options(
                     name=host_name,
@@ -223,20 +225,24 @@ def hosted_owner(name: str, config: Settings) -> HostedHandle:
                     num_cpus=0,
                     scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
                 )
-                .remote(
-                    config.model_dump(mode="json"),
-                    host_name,
-                    probe_group=PROBE_GROUP,
-                    control_group=CONTROL_GROUP,
-                    wait_group=WAIT_GROUP,
-                    stream_group=STREAM_GROUP,
-                )
+                .remote
+            )
+            settings = config.model_dump(mode="json")
+            groups = {
+                "probe_group": PROBE_GROUP,
+                "control_group": CONTROL_GROUP,
+                "wait_group": WAIT_GROUP,
+                "stream_group": STREAM_GROUP,
+            }
+            # A named actor's creation waits for the GCS (Ray's own wait: 60 s): bounded.
+            host = gcs_answer(
+                partial(remote, settings, host_name, **groups), f"create its actor {host_name!r}"
             )
             return HostedHandle(host, name, host_name)
         except ValueError:
             # Another process registered the name between our lookup and our creation.
             try:
-                return HostedHandle(ray.get_actor(host_name, namespace=NAMESPACE), name, host_name)
+                return HostedHandle(named_actor(host_name, NAMESPACE), name, host_name)
             except ValueError:
                 if time.monotonic() > deadline:
                     raise WorkspaceUnavailableError(name, "could not create its owner host") from None
@@ -244,16 +250,17 @@ def hosted_owner(name: str, config: Settings) -> HostedHandle:
 
 
 def host_handles(config: Settings) -> dict[str, Any]:
-    """Every live owner host of ``config``'s data directory in the cluster: Ray name -> handle."""
-    import ray
+    """Every live owner host of ``config``'s data directory in the cluster: Ray name -> handle
+    (blocking; ``ClusterSilentError`` when the GCS does not answer within ``NODES_TIMEOUT``)."""
+    from ._nodes import named_actor, named_actors
 
     prefix = f"{HOST_PREFIX}{data_dir_key(config.data_dir)}:"
     found: dict[str, Any] = {}
-    for actor in ray.util.list_named_actors(all_namespaces=True):
+    for actor in named_actors():
         name = str(actor.get("name", "")) if isinstance(actor, dict) else str(actor)
         if name.startswith(prefix):
             try:
-                found[name] = ray.get_actor(name, namespace=NAMESPACE)
+                found[name] = named_actor(name, NAMESPACE)
             except ValueError:
                 continue  # exited meanwhile
     return found

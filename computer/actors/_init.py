@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import Settings, configure, settings
+from ._nodes import ClusterSilentError
 from .raycompat import kv_get, kv_put, quiet_driver_messages
 
 __all__ = ["adopt", "cluster_settings", "ensure_ray", "init", "published_settings"]
@@ -63,9 +64,12 @@ def cluster_settings() -> Settings:
 
 
 def published_settings() -> Settings | None:
-    """The settings the cluster's last ``init`` published (this process must be connected), or None."""
+    """The settings the cluster's last ``init`` published (this process must be connected), or None;
+    ``ClusterSilentError`` when the GCS does not answer within ``NODES_TIMEOUT``."""
     try:
         raw = kv_get(_KV_KEY)
+    except ClusterSilentError:
+        raise  # as it is: the GCS silent past ``NODES_TIMEOUT`` (a ``TimeoutError``)
     except Exception as exc:
         # The settings choose the data directory and the owner's actor name: guessing them locally
         # could open (and create) a different, empty workspace. Fail loudly instead.

@@ -243,7 +243,7 @@ def ray_owner_gone(record: WorkspaceRecord) -> bool:
     process = owner_process(record.owner)
     if ray is None or not ray.is_initialized() or process is None or not process[0]:
         return False
-    from ._nodes import ClusterSilentError, alive_nodes
+    from ._nodes import ClusterSilentError, alive_nodes, named_actor
     from .naming import HOST_PREFIX, NAMESPACE
     from .raycompat import actor_id, actor_process
 
@@ -256,9 +256,11 @@ def ray_owner_gone(record: WorkspaceRecord) -> bool:
         return False
     if actor.startswith(HOST_PREFIX):
         try:
-            actor = actor_id(ray.get_actor(actor, namespace=NAMESPACE)).hex()
+            actor = actor_id(named_actor(actor, NAMESPACE)).hex()
         except ValueError:
             return True  # no such host: it died for good (one that exits releases its leases first)
+        except ClusterSilentError:
+            return False  # Ray cannot tell now
     state = actor_process(actor)
     if state is None:
         return False

@@ -1,5 +1,8 @@
 """Ray nodes and the machines they run on: a stable host identity that outlives Ray sessions, and the
-one bounded way the library lists nodes.
+one bounded way the library lists nodes and asks the GCS anything else (:func:`gcs_answer`: the
+named actors' lookups and listing here, the key-value store and the actor table in ``raycompat``,
+named actors' creation where they are made; ``computer/actors/README.md`` says per path what a caller
+sees when the GCS is silent, and what stays unbounded).
 
 A node id is new in every Ray session (a local restart, a whole-cluster restart), but a workspace
 file on a node's local disk stays on that machine. The directory therefore records both the node id
@@ -35,7 +38,7 @@ blocking call they make there.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from concurrent.futures import Future, wait
 from typing import Any, TypeVar
 
@@ -47,6 +50,8 @@ __all__ = [
     "gcs_answer",
     "host_of",
     "listed_nodes",
+    "named_actor",
+    "named_actors",
 ]
 
 T = TypeVar("T")
@@ -54,22 +59,34 @@ T = TypeVar("T")
 # Seconds a caller waits for the GCS to list the nodes (as the CLI's ``watch_cluster`` waits for it).
 NODES_TIMEOUT = 20.0
 
+# Calls of one cluster still unanswered past their caller's wait: beyond this many, a call of a new
+# kind is not started (its thread would wait with them) and raises at once. A silent GCS costs at most
+# this many threads, whatever the number of names asked about.
+MAX_UNANSWERED = 16
+
 _calls_lock = threading.Lock()
-_calls: dict[tuple[str, str], Future[Any]] = {}  # (cluster, what) -> the call under way
+_calls: dict[tuple[str, Hashable], Future[Any]] = {}  # (cluster, share) -> the call under way
+_overdue: set[tuple[str, Hashable]] = set()  # keys of _calls whose caller gave up waiting
+_inside = threading.local()  # .call: this thread runs a call of gcs_answer
 
 
 class ClusterSilentError(TimeoutError):
     """The Ray cluster's GCS did not answer a call within the wait (stopped, wedged, overloaded)."""
 
-    def __init__(self, cluster: str, what: str, seconds: float) -> None:
+    def __init__(self, cluster: str, what: str, seconds: float, unanswered: int = 0) -> None:
+        waited = (
+            f"within {seconds:g} s"
+            if not unanswered
+            else f"(not asked: {unanswered} of its calls are unanswered past their {seconds:g} s)"
+        )
         super().__init__(
-            f"the Ray cluster at {cluster} did not {what} within {seconds:g} s: its GCS does not answer "
+            f"the Ray cluster at {cluster} did not {what} {waited}: its GCS does not answer "
             "(stopped, wedged or overloaded; `ray status` on its head tells more)"
         )
-        self.cluster, self.what, self.seconds = cluster, what, seconds
+        self.cluster, self.what, self.seconds, self.unanswered = cluster, what, seconds, unanswered
 
-    def __reduce__(self) -> tuple[type[ClusterSilentError], tuple[str, str, float]]:
-        return (type(self), (self.cluster, self.what, self.seconds))
+    def __reduce__(self) -> tuple[type[ClusterSilentError], tuple[str, str, float, int]]:
+        return (type(self), (self.cluster, self.what, self.seconds, self.unanswered))
 
 
 def _cluster() -> str:
@@ -81,39 +98,84 @@ def _cluster() -> str:
         return "?"
 
 
-def gcs_answer(call: Callable[[], T], what: str, timeout: float | None = None) -> T:
+def gcs_answer(
+    call: Callable[[], T], what: str, timeout: float | None = None, *, share: Hashable | None = None
+) -> T:
     """``call()`` (blocking calls of the GCS, ``what`` it does, e.g. "list its nodes") run on a daemon
     thread, waited for at most ``timeout`` (default :data:`NODES_TIMEOUT`) seconds:
-    :class:`ClusterSilentError` past it. A caller that comes while the same ``what`` is under way for
-    this cluster waits for that call instead of starting another (its answer, or its error, is this
-    caller's too). Never call it on an event loop's thread: it blocks for up to ``timeout``."""
+    :class:`ClusterSilentError` past it. A caller that comes while the same call is under way for this
+    cluster waits for that call instead of starting another (its answer, or its error, is this caller's
+    too): the same ``share`` (default: ``what``; a write passes what it writes, so that only equal
+    writes share). While :data:`MAX_UNANSWERED` calls of this cluster are unanswered past their wait, a
+    call that would start a new thread raises :class:`ClusterSilentError` at once instead. Never call
+    it on an event loop's thread: it blocks for up to ``timeout``. Called inside such a call (a bounded
+    whole, e.g. the control loop's ``_cluster_state``), ``call()`` runs right there: the outer wait
+    bounds it, and its error is the outer call's."""
+    if getattr(_inside, "call", False):
+        return call()
     seconds = NODES_TIMEOUT if timeout is None else timeout
     cluster = _cluster()
-    key = (cluster, what)
+    key = (cluster, what if share is None else share)
     with _calls_lock:
         future = _calls.get(key)
         if future is None:
+            unanswered = sum(1 for c, _ in _overdue if c == cluster)
+            if unanswered >= MAX_UNANSWERED:
+                raise ClusterSilentError(cluster, what, seconds, unanswered)
             future = _calls[key] = Future()
             threading.Thread(
                 target=_answer, args=(call, key, future), name="computer-gcs-call", daemon=True
             ).start()
     if not wait([future], seconds).done:
+        with _calls_lock:
+            if _calls.get(key) is future:
+                _overdue.add(key)
         raise ClusterSilentError(cluster, what, seconds)
     result: T = future.result()
     return result
 
 
-def _answer(call: Callable[[], Any], key: tuple[str, str], future: Future[Any]) -> None:
+def _answer(call: Callable[[], Any], key: tuple[str, Hashable], future: Future[Any]) -> None:
+    _inside.call = True
     try:
         value = call()
     except BaseException as exc:  # the caller's error, raised where it waits
-        with _calls_lock:
-            _calls.pop(key, None)
+        _done(key)
         future.set_exception(exc)
         return
+    _done(key)
+    future.set_result(value)
+
+
+def _done(key: tuple[str, Hashable]) -> None:
     with _calls_lock:
         _calls.pop(key, None)
-    future.set_result(value)
+        _overdue.discard(key)
+
+
+def named_actor(name: str, namespace: str) -> Any:
+    """``ray.get_actor(name, namespace=namespace)``, bounded (:func:`gcs_answer`; one call per name
+    under way): ``ValueError`` when there is no such actor, as Ray says it (at once, the GCS answering);
+    :class:`ClusterSilentError` past :data:`NODES_TIMEOUT` (Ray's own wait is 60 s, then its
+    ``GetTimeoutError``)."""
+    import ray
+
+    return gcs_answer(
+        lambda: ray.get_actor(name, namespace=namespace),
+        f"find its actor {name!r}",
+        share=("get_actor", namespace, name),
+    )
+
+
+def named_actors() -> list[Any]:
+    """``ray.util.list_named_actors(all_namespaces=True)``, bounded (:func:`gcs_answer`; Ray's own wait
+    is 60 s)."""
+    import ray
+
+    actors: list[Any] = gcs_answer(
+        lambda: ray.util.list_named_actors(all_namespaces=True), "list its named actors"
+    )
+    return actors
 
 
 def listed_nodes(timeout: float | None = None) -> list[dict[str, Any]]:

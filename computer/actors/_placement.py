@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 from typing import Any
 
 from ..config import Settings
 from ._errors import WorkspaceUnavailableError
 from ._full_nodes import node_for_new
 from ._init import cluster_settings, ensure_ray
-from ._nodes import alive_nodes
+from ._nodes import alive_nodes, gcs_answer, named_actor
 from ._owner import (
     CONTROL_GROUP,
     CONTROL_SLOTS,
@@ -208,8 +209,6 @@ def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = Non
     ``get_if_exists`` settle the race, and a lost creation race is retried by lookup. A new owner gets
     ``config`` (default: the settings of this process, see :func:`cluster_settings`).
     """
-    import ray
-
     check_name(name)
     ensure_ray()
     if isinstance(config, dict):
@@ -222,7 +221,7 @@ def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = Non
         return hosted_owner(name, config)
     ray_name = actor_name(name, config)  # scoped by the data directory
     try:
-        return ray.get_actor(ray_name, namespace=NAMESPACE)
+        return named_actor(ray_name, NAMESPACE)
     except ValueError:
         pass
     deadline = time.monotonic() + 30.0
@@ -239,23 +238,20 @@ def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = Non
         strategy = _scheduling(config, name)
         if strategy is not None:
             options["scheduling_strategy"] = strategy
-        try:
-            return (
-                _owner_class()
-                .options(**options)
-                .remote(
-                    name,
-                    config.model_dump(mode="json"),
-                    probe_group=PROBE_GROUP,
-                    control_group=CONTROL_GROUP,
-                    wait_group=WAIT_GROUP,
-                    stream_group=STREAM_GROUP,
-                )
-            )
+        remote = _owner_class().options(**options).remote
+        settings = config.model_dump(mode="json")
+        groups = {
+            "probe_group": PROBE_GROUP,
+            "control_group": CONTROL_GROUP,
+            "wait_group": WAIT_GROUP,
+            "stream_group": STREAM_GROUP,
+        }
+        try:  # a named actor's creation waits for the GCS (Ray's own wait: 60 s): bounded
+            return gcs_answer(partial(remote, name, settings, **groups), f"create its actor {ray_name!r}")
         except ValueError:
             # Another process registered the name between our lookup and our creation.
             try:
-                return ray.get_actor(ray_name, namespace=NAMESPACE)
+                return named_actor(ray_name, NAMESPACE)
             except ValueError:
                 if time.monotonic() > deadline:
                     raise WorkspaceUnavailableError(name, "could not create its owner actor") from None

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..runtime import offload
 from ..runtime.types import BackendInfo
+from ._nodes import gcs_answer, named_actor, named_actors
 from ._pool_worker import PoolWorker
 from .naming import NAMESPACE
 from .raycompat import kv_get, kv_put
@@ -108,15 +109,16 @@ def create_worker(
     }
     if memory > 0:
         options["memory"] = memory
-    return _worker_class().options(**options).remote(backend, name, cpus, target)
+    remote = _worker_class().options(**options).remote
+    # A named actor's creation waits for the GCS (Ray's own wait: 60 s): bounded.
+    return gcs_answer(lambda: remote(backend, name, cpus, target), f"create its actor {name!r}")
 
 
 def named_workers() -> dict[str, tuple[str, int]]:
-    """Every live named pool worker of the cluster: name -> (backend, index) (a blocking GCS call)."""
-    import ray
-
+    """Every live named pool worker of the cluster: name -> (backend, index) (a blocking GCS call,
+    bounded: ``ClusterSilentError``)."""
     found: dict[str, tuple[str, int]] = {}
-    for entry in ray.util.list_named_actors(all_namespaces=True):
+    for entry in named_actors():
         if not isinstance(entry, dict) or entry.get("namespace") != NAMESPACE:
             continue
         match = _NAME.match(str(entry.get("name", "")))
@@ -126,10 +128,9 @@ def named_workers() -> dict[str, tuple[str, int]]:
 
 
 def worker_handle(name: str) -> Any:
-    """The handle of the named worker (a blocking GCS call); ``ValueError`` when there is none."""
-    import ray
-
-    return ray.get_actor(name, namespace=NAMESPACE)
+    """The handle of the named worker (a blocking GCS call, bounded: ``ClusterSilentError``);
+    ``ValueError`` when there is none."""
+    return named_actor(name, NAMESPACE)
 
 
 def _info_key(backend: str) -> bytes:

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config import Settings
-from ._nodes import ClusterSilentError, gcs_answer, listed_nodes
+from ._nodes import ClusterSilentError, gcs_answer, listed_nodes, named_actor
 from ._pool_admission import LoadReport, target_runs
 from ._pool_plan import (
     GROW_WAIT,
@@ -511,17 +511,18 @@ _scaler_class: Any = None
 
 
 def get_scaler() -> Any:
-    """The cluster's pool control loop (an ``ActorHandle``), created when missing (blocking GCS calls)."""
+    """The cluster's pool control loop (an ``ActorHandle``), created when missing (blocking GCS calls,
+    bounded: ``ClusterSilentError``)."""
     import ray
 
     global _scaler_class
     try:
-        return ray.get_actor(SCALER_NAME, namespace=NAMESPACE)
+        return named_actor(SCALER_NAME, NAMESPACE)
     except ValueError:
         pass
     if _scaler_class is None:
         _scaler_class = ray.remote(PoolScaler)
-    return _scaler_class.options(
+    remote = _scaler_class.options(
         name=SCALER_NAME,
         namespace=NAMESPACE,
         get_if_exists=True,
@@ -529,4 +530,5 @@ def get_scaler() -> Any:
         max_restarts=-1,
         max_concurrency=1000,
         num_cpus=0,
-    ).remote()
+    ).remote
+    return gcs_answer(remote, f"create its actor {SCALER_NAME!r}")  # Ray's own wait: 60 s

@@ -5,6 +5,11 @@ A Ray upgrade that moves or renames one of these breaks here and nowhere else:
 - the GCS key-value store (``ray.experimental.internal_kv``), for cluster settings and published
   backend descriptions: readable without an actor call (an owner opening a workspace must not block
   its event loop on one);
+
+  Every call here that asks the GCS is bounded (``_nodes.gcs_answer``): with the GCS silent, Ray's own
+  calls wait forever (the key-value store, the actor table, the resources: > 150 s measured, no end),
+  these raise ``ClusterSilentError`` after ``NODES_TIMEOUT`` (the actor table's readers answer "cannot
+  be read", as documented for each);
 - an actor handle's id (``handle._actor_id``): tells a restarted actor from the one that died;
 - the GCS actor table (``ray._private.state``): when an actor died, so a client can tell a call sent
   to an already dead owner (it never ran) from one cut by the death (its outcome is unknown);
@@ -27,6 +32,8 @@ import re
 import sys
 from typing import Any
 
+from ._nodes import gcs_answer
+
 __all__ = [
     "actor_class_parts",
     "actor_id",
@@ -46,7 +53,9 @@ def kv_get(key: bytes) -> bytes | None:
     """The value stored under ``key`` in the cluster's key-value store (None when absent)."""
     from ray.experimental import internal_kv
 
-    value: bytes | None = internal_kv._internal_kv_get(key)
+    value: bytes | None = gcs_answer(
+        lambda: internal_kv._internal_kv_get(key), f"read {key!r} from its key-value store"
+    )
     return value
 
 
@@ -54,7 +63,8 @@ def kv_put(key: bytes, value: bytes) -> None:
     """Store ``value`` under ``key`` (replacing it) in the cluster's key-value store."""
     from ray.experimental import internal_kv
 
-    internal_kv._internal_kv_put(key, value, overwrite=True)
+    what = f"store {key!r} in its key-value store"
+    gcs_answer(lambda: internal_kv._internal_kv_put(key, value, overwrite=True), what, share=(what, value))
 
 
 def kv_put_new(key: bytes, value: bytes) -> bool:
@@ -62,7 +72,11 @@ def kv_put_new(key: bytes, value: bytes) -> bool:
     Atomic in the GCS: of several processes racing, exactly one stores its value."""
     from ray.experimental import internal_kv
 
-    existed: bool = internal_kv._internal_kv_put(key, value, overwrite=False)
+    what = f"store a new {key!r} in its key-value store"
+    # Callers storing different values never share one call: each must learn whether its value won.
+    existed: bool = gcs_answer(
+        lambda: internal_kv._internal_kv_put(key, value, overwrite=False), what, share=(what, value)
+    )
     return not existed
 
 
@@ -70,7 +84,7 @@ def kv_del(key: bytes) -> None:
     """Remove ``key`` from the cluster's key-value store (nothing when absent)."""
     from ray.experimental import internal_kv
 
-    internal_kv._internal_kv_del(key)
+    gcs_answer(lambda: internal_kv._internal_kv_del(key), f"remove {key!r} from its key-value store")
 
 
 def actor_id(handle: Any) -> Any:
@@ -108,11 +122,11 @@ def actor_ray_name(handle: Any) -> str | None:
 
 def _actor_row(actor: str) -> dict[str, Any] | None:
     """The GCS actor table's row of the actor with id ``actor`` (hex): empty when it has none, None
-    when the table cannot be read."""
+    when the table cannot be read (the GCS silent: after ``NODES_TIMEOUT``)."""
     try:
         from ray._private.state import state
 
-        info: dict[str, Any] = state.actor_table(actor)
+        info: dict[str, Any] = gcs_answer(lambda: state.actor_table(actor), f"read actor {actor}'s row")
     except Exception:
         return None
     return info
@@ -127,10 +141,11 @@ def streaming(method: Any, ahead: int, group: str | None = None) -> Any:
 
 
 def available_per_node() -> dict[str, dict[str, float]]:
-    """Node id -> resources not reserved now (a resource fully taken is absent), one GCS call."""
+    """Node id -> resources not reserved now (a resource fully taken is absent), one GCS call (bounded:
+    ``ClusterSilentError``)."""
     from ray._private.state import available_resources_per_node
 
-    per_node = available_resources_per_node()  # type: ignore[no-untyped-call]
+    per_node = gcs_answer(available_resources_per_node, "give its available resources")
     return {str(node): dict(res) for node, res in per_node.items()}
 
 

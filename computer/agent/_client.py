@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from ..actors import NAMESPACE
+from ..actors import NAMESPACE, named_actor
 from ..actors.raycompat import actor_id
 from ..config import Settings
 from ._spawn import agent_actor_name, spawn
@@ -89,15 +89,15 @@ class AgentClient:
 
     async def _recover(self, handle: Any, deadline: float, exc: BaseException) -> None:
         """Forget the dead actor and wait (bounded) until its name is free for a new one."""
-        import ray
-
         if time.monotonic() > deadline:
             raise exc
         self._handle = None
         dead = actor_id(handle)
         while time.monotonic() < deadline:
             try:
-                current = ray.get_actor(agent_actor_name(self.name, self.config), namespace=NAMESPACE)
+                current = await asyncio.to_thread(
+                    named_actor, agent_actor_name(self.name, self.config), NAMESPACE
+                )  # bounded (``ClusterSilentError``), off the loop
             except ValueError:
                 return  # released: the next call spawns a new actor
             if actor_id(current) != dead:

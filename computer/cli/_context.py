@@ -181,6 +181,7 @@ def watch_cluster(address: str | None, timeout: float = ANSWER_TIMEOUT) -> Itera
     import threading
     import time
 
+    from ..actors import ClusterSilentError
     from ..actors.raycompat import kv_get
 
     tried = _resolved(address)
@@ -190,8 +191,12 @@ def watch_cluster(address: str | None, timeout: float = ANSWER_TIMEOUT) -> Itera
     ended = threading.Lock()
 
     def probe() -> None:
-        with contextlib.suppress(Exception):  # an answer, even an error, is an answer
+        try:
             kv_get(b"computer:cli-probe")
+        except ClusterSilentError:
+            return  # no answer (the store's own bound, ``NODES_TIMEOUT``): the watcher's wait decides
+        except Exception:
+            pass  # an answer, even an error, is an answer
         with state:
             started.clear()
             state.notify_all()

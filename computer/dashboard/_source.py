@@ -220,9 +220,8 @@ class ClusterSource(DataDirSource):
         return client.runtime
 
     async def cluster(self) -> dict[str, Any]:
-        import ray
 
-        from ..actors import NAMESPACE, ClusterSilentError, gcs_answer, listed_nodes
+        from ..actors import NAMESPACE, ClusterSilentError, listed_nodes, named_actor, named_actors
 
         view = await super().cluster()
         view["mode"] = self.mode
@@ -232,11 +231,7 @@ class ClusterSource(DataDirSource):
         # view says so and shows what it read elsewhere (the directory's owners).
         try:
             nodes = await asyncio.to_thread(listed_nodes)
-            actors = await asyncio.to_thread(
-                gcs_answer,
-                lambda: ray.util.list_named_actors(all_namespaces=True),
-                "list its named actors",
-            )
+            actors = await asyncio.to_thread(named_actors)
         except ClusterSilentError as exc:
             view["silent"] = str(exc)
             return view
@@ -257,7 +252,7 @@ class ClusterSource(DataDirSource):
             if not actor_name.startswith("computer:pool:"):
                 continue
             try:
-                handle = ray.get_actor(actor_name, namespace=NAMESPACE)
+                handle = await asyncio.to_thread(named_actor, actor_name, NAMESPACE)  # bounded, off the loop
                 stats: dict[str, Any] = await asyncio.wait_for(handle.stats.remote(), 2.0)
             except Exception:
                 continue
@@ -291,12 +286,10 @@ async def _pool_control_status() -> tuple[list[dict[str, Any]], dict[str, int]]:
     status`` prints), and each worker's queue by worker name; nothing when the loop does not answer
     (no exec so far). A worker's own ``stats`` has no queue: runs wait in its admission line, which
     reports to the control loop."""
-    import ray
-
-    from ..actors import NAMESPACE, SCALER_NAME
+    from ..actors import NAMESPACE, SCALER_NAME, named_actor
 
     try:
-        scaler = ray.get_actor(SCALER_NAME, namespace=NAMESPACE)
+        scaler = await asyncio.to_thread(named_actor, SCALER_NAME, NAMESPACE)  # bounded, off the loop
         state: dict[str, Any] = await asyncio.wait_for(scaler.status.remote(), 2.0)
     except Exception:
         return [], {}

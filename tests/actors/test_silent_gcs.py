@@ -58,9 +58,9 @@ def _lines(stream: IO[str], into: queue.Queue[str | None]) -> None:
     into.put(None)
 
 
-def test_node_listings_of_a_cluster_whose_gcs_is_stopped_end_within_their_wait(
-    head: Head, tmp_path: Path
-) -> None:
+def _drive(head: Head, tmp_path: Path, mode: str) -> dict[str, dict[str, Any]]:
+    """Run ``_silent_gcs.py`` in ``mode`` against ``head``, stopping its GCS while the script asks its
+    calls: what each answered or raised, by call (the script's exit asserted 0)."""
     gcs = gcs_pids(head)
     assert len(gcs) == 1, gcs
     marks = tmp_path / "marks"
@@ -68,7 +68,7 @@ def test_node_listings_of_a_cluster_whose_gcs_is_stopped_end_within_their_wait(
     errors = tmp_path / "stderr"
     with errors.open("w") as stderr:
         proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), head.address, str(marks)], env=_env(), cwd=REPO,
+            [sys.executable, str(SCRIPT), head.address, str(marks), mode], env=_env(), cwd=REPO,
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, text=True,
         )  # fmt: skip
     assert proc.stdout is not None
@@ -107,7 +107,13 @@ def test_node_listings_of_a_cluster_whose_gcs_is_stopped_end_within_their_wait(
             proc.kill()
             proc.wait()
     assert proc.returncode == 0, (lines, errors.read_text())
-    said = {line["call"]: line for line in lines}
+    return {line["call"]: line for line in lines}
+
+
+def test_node_listings_of_a_cluster_whose_gcs_is_stopped_end_within_their_wait(
+    head: Head, tmp_path: Path
+) -> None:
+    said = _drive(head, tmp_path, "nodes")
     silent = f"the Ray cluster at {head.address} did not list its nodes within 2 s: its GCS does not answer"
     for call in ("alive_nodes", "alive_nodes again", "alive_nodes a third time", "head_node_id", "node cpus"):
         assert said[call]["raised"] == "ClusterSilentError", said[call]
@@ -126,3 +132,45 @@ def test_node_listings_of_a_cluster_whose_gcs_is_stopped_end_within_their_wait(
     # Continued, the GCS answers again: the listing under way ends, new ones are answered.
     assert said["alive_nodes continued"]["value"] == said["before"]["nodes"], said
     assert said["head_node_id continued"]["value"] in said["before"]["nodes"], said
+
+
+def test_user_facing_gcs_calls_of_a_cluster_whose_gcs_is_stopped_end_within_their_wait(
+    head: Head, tmp_path: Path
+) -> None:
+    """Opening a workspace (the published settings, the owner's lookup), a handle's workspace
+    (``managed_name``, the actor table), a pool's handles, the dashboard's pools, deletion: each ends
+    within its wait with ``ClusterSilentError`` or its degraded answer. Before, the key-value store and
+    the actor table waited for as long as the GCS was stopped (the first call here never came back),
+    ``get_actor`` 60 s."""
+    said = _drive(head, tmp_path, "paths")
+    silent = f"the Ray cluster at {head.address} did not "
+
+    def raised(call: str, what: str) -> None:
+        assert said[call].get("raised") == "ClusterSilentError", said[call]
+        assert said[call]["message"].startswith(silent + what), said[call]
+        assert "within 2 s: its GCS does not answer" in said[call]["message"], said[call]
+
+    raised("get_workspace", "read b'computer:")  # the cluster's settings, before any placement
+    raised("workspace_actor dedicated", "find its actor 'computer:ws:")
+    raised("get_scaler", "find its actor 'computer:pools'")
+    raised("worker_handle", "find its actor 'computer:pool:x:0'")
+    raised("host_handles", "list its named actors")
+    raised("claim_new_node", "store a new b'computer:new:")
+    raised("delete_workspace", "remove b'computer:new:")  # its creation claim, before the owner is asked
+    # Degraded answers, as documented: "Ray cannot tell" (the caller keeps its own error), no
+    # published description (asked of a worker later), no pools shown.
+    assert said["managed_name"] == {"call": "managed_name", "value": None}, said["managed_name"]
+    assert said["actor_death_time"] == {"call": "actor_death_time", "value": None}, said
+    assert said["published_info"] == {"call": "published_info", "value": None}, said
+    assert said["pool control status"]["value"] == [[], {}], said["pool control status"]
+    # Past MAX_UNANSWERED calls left waiting, a new one is not started: raised at once, no thread.
+    for i in range(5):
+        assert said[f"lookup new {i}"].get("raised") == "ClusterSilentError", said
+        assert "(not asked: " in said[f"lookup new {i}"]["message"], said
+    threads = said["unanswered threads"]
+    assert threads["after"] == threads["before"], threads
+    # A name that does not exist is still ValueError, as Ray says it; continued, all calls ended.
+    for when in ("before", "continued"):
+        assert said[f"lookup missing {when}"]["raised"] == "ValueError", said
+    assert said["threads continued"]["value"] == 0, said
+    assert said["lookup continued"]["value"] == "ActorHandle", said

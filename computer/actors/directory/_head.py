@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +88,7 @@ def _service(config: Settings, file: str) -> Any:
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+    from .._nodes import gcs_answer
     from ..naming import NAMESPACE, data_dir_key
 
     global _service_class
@@ -97,15 +99,18 @@ def _service(config: Settings, file: str) -> Any:
         raise WorkspaceUnavailableError("?", "the cluster has no alive head node to keep the directory")
     path = str(Path(config.data_dir).expanduser() / file)
     suffix = "" if file == DIRECTORY_FILE else f":{file}"
-    return _service_class.options(
-        name=f"computer:directory:{data_dir_key(config.data_dir)}{suffix}",
+    name = f"computer:directory:{data_dir_key(config.data_dir)}{suffix}"
+    remote = _service_class.options(
+        name=name,
         namespace=NAMESPACE,
         get_if_exists=True,
         lifetime="detached",
         max_restarts=-1,
         num_cpus=0,
         scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=head, soft=False),
-    ).remote(path)
+    ).remote
+    # A named actor's creation (or, here, its lookup) waits for the GCS: Ray's own wait is 60 s.
+    return gcs_answer(partial(remote, path), f"create its actor {name!r}")
 
 
 class HeadDirectory:
