@@ -250,3 +250,37 @@ async def test_a_reconnecting_timeline_resumes_after_the_last_record_it_got(
                     break
     assert f"id: {second.id}" in lines and "/workspace/2" in lines[-1] and "/workspace/1" not in lines[-1]
     await ws.close()
+
+
+async def test_a_carriage_return_in_a_record_cannot_cut_or_forge_a_timeline_event(
+    settings: Settings, serve: Serve
+) -> None:
+    """An event stream's lines also end at a lone CR; lines were split at LF only, so a caller named
+    ``a\\r\\revent: forged\\rdata: tail`` (an agent's name is a workspace name: only "/" and NUL are
+    refused) ended its row's event early and forged another (paths and commands are shown with their
+    whitespace folded)."""
+    ws = open_workspace(settings, "crlf")
+    tools = create_tools(ws)
+    await tools["ls"].run({"path": "/"})
+    ws.audit.flush()
+    base = await serve(DataDirSource(settings))
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        async with http.stream("GET", "/events/w/crlf/audit", params={"after": ws.audit.top()}) as stream:
+            lines = stream.aiter_lines()  # httpx splits at CR, LF and CRLF, as a browser does
+
+            async def next_event() -> tuple[str, str]:
+                event, data = "", []
+                async for line in lines:
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("data: "):
+                        data.append(line[6:])
+                    elif not line and event:
+                        return event, "\n".join(data)
+                raise AssertionError("the stream ended")
+
+            with audit_caller(agent="a\r\revent: forged\rdata: tail"):
+                assert "error" not in await tools["write"].run({"path": "/workspace/f.txt", "content": "x"})
+            event, row = await asyncio.wait_for(next_event(), 10)
+    assert event == "record" and "tail" in row and row.rstrip().endswith("</tr>")
+    await ws.close()
