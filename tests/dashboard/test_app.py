@@ -165,6 +165,10 @@ async def test_a_non_loopback_bind_refuses_requests_without_its_token(
         assert (await http.get("/events/w/x/audit")).status_code == 401
         assert (await http.get("/", params={"token": "wrong"})).status_code == 401
         assert (await http.get("/", headers={"Authorization": "Bearer wrong"})).status_code == 401
+        # Not ASCII (compare_digest refuses such a str: it was a 500 and a traceback in the log).
+        assert (await http.get("/", params={"token": "é"})).status_code == 401
+        assert (await http.get("/", headers={"Cookie": b"computer_dashboard=\xc3\xa9"})).status_code == 401
+        assert (await http.get("/", headers={"Authorization": b"Bearer \xc3\xa9"})).status_code == 401
         opened = await http.get("/", params={"token": "s3cret-token-value"})
         assert opened.status_code == 200 and "HttpOnly" in opened.headers["set-cookie"]
         assert (await http.get("/api/workspaces")).status_code == 200  # the cookie now
