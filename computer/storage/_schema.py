@@ -32,6 +32,15 @@ ROOT_INODE = 1
 PRIVILEGE_BITS = 0o6000
 
 
+def mode_problem(mode: object) -> str | None:
+    """Why ``mode`` cannot be a node's mode (permission bits ``0o0``-``0o7777``, an int), else None.
+
+    Unchecked, ``mode=-1`` was kept as ``-0o6001`` and ``2**40`` as is: ``stat`` answered them."""
+    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
+        return f"mode must be permission bits from 0o0 to 0o7777, not {mode!r}"
+    return None
+
+
 def clean_mode(mode: int) -> int:
     """``mode`` without setuid/setgid: every mode the store keeps goes through here."""
     return int(mode) & ~PRIVILEGE_BITS
