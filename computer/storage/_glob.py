@@ -17,7 +17,15 @@ from collections.abc import Callable, Sequence
 
 import re2
 
-__all__ = ["Glob", "GlobSet"]
+__all__ = ["MAX_GLOBS", "Glob", "GlobError", "GlobSet"]
+
+# Globs one find or grep takes at most (its pattern, includes and excludes together): every entry of
+# the walk is matched against each, and 100,000 excludes took minutes of the owner's event loop.
+MAX_GLOBS = 1000
+
+
+class GlobError(ValueError):
+    """A glob that cannot be compiled (too large for RE2's memory budget)."""
 
 
 class Glob:
@@ -98,5 +106,9 @@ def _compile(pattern: str) -> Callable[[str], bool]:
         return lambda s: compiled.fullmatch(s) is not None
     options = re2.Options()
     options.dot_nl = True
-    compiled2 = re2.compile(source, options)
+    options.log_errors = False  # a glob too large is our EINVAL, not lines of RE2's log on stderr
+    try:
+        compiled2 = re2.compile(source, options)
+    except re2.error as exc:  # "pattern too large": was re2's own error, not the fs's EINVAL
+        raise GlobError(f"the glob is too large to match ({len(pattern)} characters)") from exc
     return lambda s: compiled2.fullmatch(s) is not None

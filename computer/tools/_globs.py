@@ -85,10 +85,10 @@ def _shown(glob: str) -> str:
 
 def walk_globs(root: str, globs: Iterable[str]) -> list[str]:
     """Every glob of an include or exclude list as the walk takes it (:func:`relative_alternatives`)."""
-    out: list[str] = []
+    out: dict[str, None] = {}  # a dict: a list's ``in`` made 20,000 globs 4 s of the owner's loop
     for glob in globs:
-        out.extend(g for g in relative_alternatives(root, glob) if g not in out)
-    return out
+        out.update(dict.fromkeys(relative_alternatives(root, glob)))
+    return list(out)
 
 
 def _first_group(glob: str) -> tuple[int, int, list[str]] | None:

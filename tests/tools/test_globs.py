@@ -200,3 +200,25 @@ async def test_a_pattern_of_thousands_of_double_stars_is_answered(
     result = await tools["find"].run({"pattern": "src/" + "**/" * 2000})
     assert "error" not in result
     assert "/workspace/src/deep/f.ts" in paths(result)
+
+
+@pytest.mark.timeout(120)
+async def test_thousands_of_globs_or_one_too_large_is_an_error(
+    tree: Workspace, tools: dict[str, Tool]
+) -> None:
+    """100,000 excludes were deduplicated in a list (quadratic: 20,000 took 4 s on the owner's loop)
+    and then matched against every entry of the walk; a glob too large for RE2 raised RE2's own
+    error (``find failed: Error: pattern too large``, logged with a traceback), not EINVAL."""
+    many = [f"n{i}" for i in range(100_000)]
+    found = await tools["find"].run({"pattern": "*", "exclude": many})
+    assert "over the 1000 one search takes" in str(found["error"])
+    matched = await tools["grep"].run({"query": "needle", "include": many})
+    assert "over the 1000 one search takes" in str(matched["error"])
+    huge = "*?*?*" + "?" * 1_000_000
+    for result in (
+        await tools["find"].run({"pattern": huge}),
+        await tools["grep"].run({"query": "needle", "exclude": [huge]}),
+    ):
+        assert str(result["error"]).startswith("the glob is too large to match"), result
+    kept = await tools["find"].run({"pattern": "**/*.ts", "exclude": [*many[:900], "node_modules"]})
+    assert "/workspace/node_modules/m.ts" not in paths(kept) and len(paths(kept)) == 5
