@@ -288,3 +288,41 @@ async def test_a_carriage_return_in_a_record_cannot_cut_or_forge_a_timeline_even
             event, row = await asyncio.wait_for(next_event(), 10)
     assert event == "record" and "tail" in row and row.rstrip().endswith("</tr>")
     await ws.close()
+
+
+async def test_serve_dashboard_cuts_off_a_client_that_never_completes_its_request_head(
+    settings: Settings,
+) -> None:
+    """As the share-link server: uvicorn arms no timer on a new connection, so a client that sent
+    nothing, or trickled a head, held its socket for good (slowloris)."""
+    from computer.dashboard import serve_dashboard
+
+    from .conftest import free_port
+
+    port = free_port()
+    task = asyncio.create_task(
+        serve_dashboard(
+            DataDirSource(settings), "127.0.0.1", port, assets_url="http://127.0.0.1:1/", head_timeout=0.5
+        )
+    )
+    try:
+        async with asyncio.timeout(20):
+            while True:
+                try:
+                    probe = await asyncio.open_connection("127.0.0.1", port)
+                    break
+                except OSError:
+                    assert not task.done(), "the dashboard did not start"
+                    await asyncio.sleep(0.05)
+        probe[1].close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
+        await writer.drain()
+        async with asyncio.timeout(15):
+            assert await reader.read() == b""  # closed by the server (it waited for good before)
+        writer.close()
+        async with httpx.AsyncClient(timeout=10) as http:  # a whole request is still answered
+            assert (await http.get(f"http://127.0.0.1:{port}/")).status_code == 200
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
