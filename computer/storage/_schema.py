@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+
 from ._chunks import CHUNK_SIZE
+from .errors import fs_error
 
 __all__ = [
     "DIR",
@@ -32,13 +35,12 @@ ROOT_INODE = 1
 PRIVILEGE_BITS = 0o6000
 
 
-def mode_problem(mode: object) -> str | None:
-    """Why ``mode`` cannot be a node's mode (permission bits ``0o0``-``0o7777``, an int), else None.
+def check_mode(path: str, mode: object) -> None:
+    """EINVAL naming ``path`` unless ``mode`` is permission bits (an int from ``0o0`` to ``0o7777``).
 
     Unchecked, ``mode=-1`` was kept as ``-0o6001`` and ``2**40`` as is: ``stat`` answered them."""
     if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
-        return f"mode must be permission bits from 0o0 to 0o7777, not {mode!r}"
-    return None
+        raise fs_error(errno.EINVAL, path, f"mode must be permission bits from 0o0 to 0o7777, not {mode!r}")
 
 
 def clean_mode(mode: int) -> int:

@@ -18,7 +18,7 @@ from operator import itemgetter
 
 from ._chunks import CHUNK_SIZE
 from ._resolve import lookup, resolve, resolve_parent, resolve_read
-from ._schema import DIR, FILE, ROOT_INODE, SYMLINK, clean_mode, mode_problem
+from ._schema import DIR, FILE, ROOT_INODE, SYMLINK, clean_mode
 from ._state import CREATE_OP, JSON_ROWS, LINK_SOURCE, Mutation, Node, Store
 from .errors import fs_error
 from .paths import is_within, join, parts, split, target_problem
@@ -364,9 +364,6 @@ def _copy_node(
 def mkdir(st: Store, path: str, *, recursive: bool = False, mode: int = 0o755) -> None:
     """Create a directory; ``recursive`` creates missing parents and accepts an existing directory."""
     p = st.canon(path, refresh=not recursive)  # the plain mkdir resolves inside its transaction
-    problem = mode_problem(mode)
-    if problem is not None:
-        raise fs_error(errno.EINVAL, p, problem)
     if p == "/":
         if recursive:
             return
