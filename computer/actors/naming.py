@@ -38,11 +38,19 @@ _MAX_NAME_BYTES = 200  # leaves room for the ".sqlite" suffix and SQLite's "-wal
 
 
 def check_name(name: str) -> str:
-    """Return ``name`` if it can name a workspace (it becomes a file name); EINVAL otherwise."""
+    """Return ``name`` if it can name a workspace (it becomes a file name); EINVAL otherwise.
+
+    A lone surrogate (``"a\\ud800"``, or argv's ``"\\udcff"`` for a byte that is not UTF-8) is EINVAL
+    here: it passed, and opening the workspace raised ``UnicodeEncodeError`` from the directory or the
+    file's path, not an ``OSError``."""
     if not isinstance(name, str) or not name:
         raise fs_error(errno.EINVAL, repr(name), "workspace name must be a non-empty string")
     if "/" in name or "\x00" in name or name in (".", ".."):
         raise fs_error(errno.EINVAL, name, "workspace name must not contain '/' or NUL, nor be '.' or '..'")
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: no file, directory row or Ray name can hold it
+        raise fs_error(errno.EINVAL, repr(name), "workspace name is not valid UTF-8") from None
     if len(name.encode("utf-8", "surrogatepass")) > _MAX_NAME_BYTES:
         raise fs_error(errno.ENAMETOOLONG, name, f"workspace name longer than {_MAX_NAME_BYTES} bytes")
     return name

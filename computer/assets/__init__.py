@@ -22,6 +22,7 @@ from ._store import AssetNotFoundError, AssetStore
 if TYPE_CHECKING:
     from ._redis_store import RedisAssetStore
     from ._server import create_app, create_server, serve
+    from ._slow_clients import HEAD_TIMEOUT, HeadDeadline, head_deadline
 
 # Imported at first use (PEP 562): the Redis client (~0.25 s of CPU) and the web server (uvicorn,
 # starlette) are not needed by a workspace that publishes to the default SQLite store, which is
@@ -31,6 +32,9 @@ _LAZY = {
     "create_app": "._server",
     "create_server": "._server",
     "serve": "._server",
+    "HEAD_TIMEOUT": "._slow_clients",
+    "HeadDeadline": "._slow_clients",
+    "head_deadline": "._slow_clients",
 }
 
 
@@ -41,12 +45,14 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "CROCKFORD_ALPHABET",
     "DEFAULT_EXPIRES_AFTER",
+    "HEAD_TIMEOUT",
     "ID_LENGTH",
     "MAX_EXPIRES_AFTER",
     "AssetNotFoundError",
     "AssetRecord",
     "AssetStore",
     "Assets",
+    "HeadDeadline",
     "RedisAssetStore",
     "SqliteAssetStore",
     "asset_key",
@@ -56,6 +62,7 @@ __all__ = [
     "create_server",
     "default_store",
     "guess_content_type",
+    "head_deadline",
     "link_lifetime",
     "new_asset_id",
     "open_assets",

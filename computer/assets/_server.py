@@ -27,6 +27,7 @@ from ._active_types import SANDBOX_POLICY, is_active_type
 from ._disposition import content_disposition
 from ._open import base_path_of, default_store
 from ._record import AssetRecord
+from ._slow_clients import HEAD_TIMEOUT, head_deadline
 from ._store import AssetNotFoundError, AssetStore
 
 __all__ = ["create_app", "create_server", "serve"]
@@ -211,8 +212,12 @@ def create_server(
     *,
     store: AssetStore | None = None,
     base_path: str | None = None,
+    head_timeout: float = HEAD_TIMEOUT,
 ) -> uvicorn.Server:
-    """A uvicorn server for :func:`create_app` (``await server.serve()`` runs it in the current loop)."""
+    """A uvicorn server for :func:`create_app` (``await server.serve()`` runs it in the current loop).
+
+    A connection whose request head is not whole ``head_timeout`` seconds after the server began
+    waiting for it is closed (``_slow_clients``: slowloris)."""
     config = uvicorn.Config(
         create_app(store, base_path=base_path),
         host=host,
@@ -220,6 +225,7 @@ def create_server(
         log_level="warning",
         server_header=False,
         proxy_headers=True,
+        http=head_deadline(head_timeout),
     )
     return uvicorn.Server(config)
 

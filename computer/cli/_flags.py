@@ -127,6 +127,10 @@ def _typed(given: str, raw: str | None, types: set[str] | None) -> Any:
         return raw
     try:
         value = json.loads(raw)
+    except RecursionError:  # not a ValueError: it was a traceback
+        raise CliError(
+            f"--{given} is nested too deeply to parse; send a flatter JSON value", code=2
+        ) from None
     except ValueError:
         if types is None or not types <= {"integer", "number", "boolean"}:
             return raw  # e.g. one glob where a list is expected: the tool takes it or says why

@@ -25,7 +25,7 @@ from rich.text import Text
 
 from ..storage import AuditRecord
 from ._context import CliError, GlobalOptions, local_settings
-from .display import caller_text
+from .display import caller_text, plain_text
 
 __all__ = ["format_row", "open_log", "show_log"]
 
@@ -157,11 +157,13 @@ def _cells(record: AuditRecord) -> list[Text | str]:
         str(record.id),
         record.time.strftime("%m-%d %H:%M:%S"),
         record.kind,
-        record.tool or "",
+        # What a model or a program chose (a tool name, an agent name, a path, a command) is shown
+        # escaped: a file named with ESC [2J cleared the terminal, and "[bold]" was rich markup.
+        plain_text(record.tool or ""),
         status,
         duration,
-        caller_text(record.caller),
-        Text(record.summary()),
+        plain_text(caller_text(record.caller)),
+        plain_text(record.summary()),
     ]
 
 

@@ -103,7 +103,9 @@ def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[Workspa
 
 
 # A workspace's file and its companions, as ``actors._delete.workspace_files`` finds them for ``rm``.
-_WORKSPACE_FILE = re.compile(r"(.+)\.sqlite(-[a-z]+)?")
+# DOTALL: a name may hold a newline (only "/" and NUL are refused); without it such a workspace's file
+# was not found and ``ls`` (and the dashboard) showed its size as "elsewhere".
+_WORKSPACE_FILE = re.compile(r"(.+)\.sqlite(-[a-z]+)?", re.DOTALL)
 
 
 def _file_sizes(workspaces_dir: Path) -> dict[str, int]:

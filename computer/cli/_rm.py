@@ -16,10 +16,11 @@ from collections.abc import Sequence
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from ._context import CliError, GlobalOptions, local_settings, ray_session
 from ._ls import WorkspaceRow, list_workspaces
-from .display import size_text
+from .display import plain_text, size_text
 
 __all__ = ["remove_workspaces"]
 
@@ -64,7 +65,7 @@ def _show(console: Console, rows: list[WorkspaceRow]) -> None:
     for row in rows:
         size = "elsewhere" if row.size is None else size_text(row.size)
         state = f"awake {row.where}" if row.where else row.state
-        console.print(f"  {row.name}  ({state}, {size})", markup=False, highlight=False)
+        console.print(Text("  ") + plain_text(row.name) + Text(f"  ({state}, {size})"), highlight=False)
 
 
 async def _delete_all(options: GlobalOptions, names: list[str], *, force: bool, console: Console) -> int:
@@ -99,7 +100,9 @@ async def _delete_all(options: GlobalOptions, names: list[str], *, force: bool, 
             details = [size_text(done.bytes), f"{done.links} share link(s)"]
             if done.owner_stopped:
                 details.append("owner stopped")
-            console.print(f"deleted {name} ({', '.join(details)})", markup=False, highlight=False)
+            console.print(
+                Text("deleted ") + plain_text(name) + Text(f" ({', '.join(details)})"), highlight=False
+            )
         return failed
 
     if options.local:

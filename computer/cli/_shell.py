@@ -15,11 +15,13 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
+from rich.text import Text
 
 from ..surface import WorkspaceSurface
 from ._context import GlobalOptions, command_exit_code
 from ._output import errors, write_out
 from ._workspaces import open_workspace
+from .display import plain_text
 
 __all__ = ["WorkspaceShell", "run_shell"]
 
@@ -118,12 +120,13 @@ class WorkspaceShell:
             entries = await self.workspace.fs.readdir(target)
         except NotADirectoryError:  # a file: listed alone, as ls does
             stat = await self.workspace.fs.stat(target)
-            self.console.print(f"- {stat.size:>10}  {path}", markup=False, highlight=False)
+            self.console.print(Text(f"- {stat.size:>10}  ") + plain_text(path), highlight=False)
             return
         for entry in entries:
             kind = "d" if entry.is_directory else "l" if entry.is_symlink else "-"
             name = entry.name + ("/" if entry.is_directory else "")
-            self.console.print(f"{kind} {entry.size:>10}  {name}", markup=False, highlight=False)
+            # Escaped: a name is whatever a program or a model chose (ESC [2J cleared the terminal).
+            self.console.print(Text(f"{kind} {entry.size:>10}  ") + plain_text(name), highlight=False)
 
     async def cat(self, path: str) -> None:
         if not path:

@@ -74,6 +74,10 @@ def parse_arguments(tool: str, raw: str | Sequence[str]) -> dict[str, Any]:
         )
     try:
         parsed = json.loads(tokens[0] if tokens else "{}")
+    except RecursionError:  # not a ValueError: it was a traceback
+        raise CliError(
+            "the arguments are nested too deeply to parse; send a flatter JSON object", code=2
+        ) from None
     except ValueError as exc:
         raise CliError(
             f"the arguments are not valid JSON ({exc}); pass one JSON object, e.g. "

@@ -80,7 +80,11 @@ class AccessPolicy:
         auth = request.headers.get("authorization", "")
         if not given and auth.lower().startswith("bearer "):
             given = auth[7:].strip()
-        return bool(given) and hmac.compare_digest(str(given), self.token)
+        # As bytes: ``compare_digest`` raises TypeError for a str with non-ASCII characters, so
+        # ``?token=%C3%A9`` was a 500 with a traceback for anyone who could reach the port.
+        return bool(given) and hmac.compare_digest(
+            str(given).encode("utf-8", "surrogateescape"), self.token.encode("utf-8", "surrogateescape")
+        )
 
 
 class TokenGate:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import json
 import mimetypes
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -45,6 +46,7 @@ HEARTBEAT = 15.0  # seconds between keep-alive comments on an idle event stream
 IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "image/bmp", "image/x-icon"})
 # Records one request returns at most (a larger ``limit`` is this one).
 _MAX_RECORDS = 10_000
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what ends a line of an event stream (HTML spec)
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self'; script-src 'self'; style-src 'self'; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
@@ -274,7 +276,10 @@ def _event_stream(
                         yield f"event: {end}\ndata: {{}}\n\n"
                     return
                 event, data, event_id = item
-                payload = "".join(f"data: {line}\n" for line in data.split("\n"))
+                # Every line break the browser's parser knows (CR too): a "\r" kept in a line ended it
+                # there, so a file named "a\r\revent: x\rdata: y" cut its timeline row in two and
+                # forged an event of its own.
+                payload = "".join(f"data: {line}\n" for line in _LINE_BREAK.split(data))
                 head = f"id: {event_id}\n" if event_id is not None else ""
                 yield f"{head}event: {event}\n{payload}\n"
         finally:

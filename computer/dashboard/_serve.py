@@ -19,13 +19,33 @@ def dashboard_url(host: str, port: int, policy: AccessPolicy) -> str:
 
 
 async def serve_dashboard(
-    source: DataDirSource, host: str, port: int, *, token: str | None = None, assets_url: str
+    source: DataDirSource,
+    host: str,
+    port: int,
+    *,
+    token: str | None = None,
+    assets_url: str,
+    head_timeout: float | None = None,
 ) -> None:
-    """Serve until cancelled. ``ValueError`` when ``host:port`` is the share links' origin."""
+    """Serve until cancelled. ``ValueError`` when ``host:port`` is the share links' origin.
+
+    A connection whose request head is not whole ``head_timeout`` seconds (default: the share-link
+    server's, 15) after the server began waiting for it is closed, as the share-link server does
+    (``computer.assets.HeadDeadline``): a dashboard bound beyond loopback (with its token) is reachable
+    by anyone, and a client trickling a head held its socket for good."""
     import uvicorn
+
+    from ..assets import HEAD_TIMEOUT, head_deadline
 
     check_origin(host, port, assets_url)
     policy = AccessPolicy.for_bind(host, token)
     app = create_app(source, policy)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        http=head_deadline(HEAD_TIMEOUT if head_timeout is None else head_timeout),
+    )
     await uvicorn.Server(config).serve()

@@ -45,6 +45,7 @@ from ._audit_record import (
     current_tool_call,
     record_from_row,
     since_clause,
+    sql_int,
 )
 from ._db import Database
 from ._redact import MAX_ERROR_CHARS, cut, payload_size, redact, scrub, sound_text
@@ -394,7 +395,7 @@ class AuditLog:
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
         sql += f" ORDER BY id {'DESC' if newest else 'ASC'} LIMIT ?"
-        params.append(limit)
+        params.append(sql_int(limit))
         rows = self._db.execute(sql, params).fetchall()
         records = [record_from_row(row) for row in rows]
         if newest:

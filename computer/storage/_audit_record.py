@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import json
+import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -21,6 +22,7 @@ __all__ = [
     "current_tool_call",
     "record_from_row",
     "since_clause",
+    "sql_int",
 ]
 
 AuditKind = Literal["tool", "exec", "share"]
@@ -160,6 +162,18 @@ def record_from_row(row: tuple[Any, ...]) -> AuditRecord:
     )
 
 
+SQL_MAX = 2**63 - 1
+
+
+def sql_int(value: float) -> int:
+    """``value`` as an integer SQLite can hold (clamped to its 64-bit range; infinities included)."""
+    if value >= SQL_MAX:
+        return SQL_MAX
+    if value <= -SQL_MAX - 1:
+        return -SQL_MAX - 1
+    return int(value)
+
+
 def since_clause(since: datetime | int | float | None) -> tuple[str, list[Any]]:
     """SQL condition and parameters for ``since``: a record id (int: records after it) or a time
     (datetime, naive taken as UTC, or seconds since the epoch as a float: records at or after it)."""
@@ -167,10 +181,14 @@ def since_clause(since: datetime | int | float | None) -> tuple[str, list[Any]]:
         return "", []
     if isinstance(since, bool):
         raise TypeError("since must be a datetime, a record id or epoch seconds")
+    # Bounded to SQLite's 64-bit integers (a larger one raised OverflowError: ``computer log
+    # --limit 1e23`` was a traceback); past them every record is before or after, as asked.
     if isinstance(since, int):
-        return "id > ?", [since]
+        return "id > ?", [sql_int(since)]
     if isinstance(since, float):
-        return "time >= ?", [int(since * 1e6)]
+        if math.isnan(since):
+            raise ValueError("since must be a number of seconds, not NaN")
+        return "time >= ?", [sql_int(since * 1e6)]
     if isinstance(since, datetime):
         moment = since if since.tzinfo is not None else since.replace(tzinfo=UTC)
         return "time >= ?", [int(moment.timestamp() * 1e6)]

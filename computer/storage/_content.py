@@ -17,7 +17,7 @@ from typing import Any
 from ._chunks import CHUNK_SIZE, decode_chunk
 from ._pieces import Assembler, Piece
 from ._resolve import resolve_read, write_target
-from ._schema import DIR, FILE, clean_mode
+from ._schema import DIR, FILE, check_mode, clean_mode
 from ._state import Node, Store
 from ._stream import ChunkStream
 from ._tree import add_entry, new_inode, now_ms
@@ -320,6 +320,8 @@ async def write_chunks(
     p = st.canon(path, refresh=False)
     if p == "/":
         raise fs_error(errno.EISDIR, p)
+    if mode is not None:
+        check_mode(p, mode)
     if isinstance(pieces, AsyncIterable):
         st.refresh()
         await _write_async(st, p, pieces, mode, mtime, refs=True)
@@ -347,6 +349,8 @@ async def write_file(
     p = st.canon(path, refresh=False)  # resolved inside the write transaction...
     if p == "/":
         raise fs_error(errno.EISDIR, p)
+    if mode is not None:
+        check_mode(p, mode)
     check_write_data(path, data)
     if isinstance(data, str):
         data = data.encode("utf-8")

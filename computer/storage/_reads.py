@@ -57,6 +57,9 @@ def readlink(st: Store, path: str) -> str:
     return target(st, ino)
 
 
+_SQL_MAX = 2**63 - 1
+
+
 def readdir(st: Store, path: str, *, limit: int | None = None, offset: int = 0) -> list[DirEntry]:
     """Children of a directory in byte order of their names, paged by ``offset``/``limit``."""
     p = st.canon(path)
@@ -68,7 +71,9 @@ def readdir(st: Store, path: str, *, limit: int | None = None, offset: int = 0) 
     rows = st.db.execute(
         "SELECT d.name, i.kind, i.size, i.mtime FROM dirents d JOIN inodes i ON i.id = d.child "
         "WHERE d.parent = ? ORDER BY d.name LIMIT ? OFFSET ?",
-        (ino, -1 if limit is None else limit, offset),
+        # SQLite integers are 64-bit: a larger page is "all of them", a larger offset "past the end"
+        # (they raised OverflowError, not an OSError; a python run's ``workspace.readdir`` got it).
+        (ino, -1 if limit is None or limit > _SQL_MAX else limit, min(offset, _SQL_MAX)),
     )
     return [
         DirEntry(

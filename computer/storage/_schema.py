@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+
 from ._chunks import CHUNK_SIZE
+from .errors import fs_error
 
 __all__ = [
     "DIR",
@@ -30,6 +33,14 @@ ROOT_INODE = 1
 # Mode bits never stored: setuid and setgid (SPEC 10: a file never gains privileges when a sandbox
 # or a mirror recreates it).
 PRIVILEGE_BITS = 0o6000
+
+
+def check_mode(path: str, mode: object) -> None:
+    """EINVAL naming ``path`` unless ``mode`` is permission bits (an int from ``0o0`` to ``0o7777``).
+
+    Unchecked, ``mode=-1`` was kept as ``-0o6001`` and ``2**40`` as is: ``stat`` answered them."""
+    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
+        raise fs_error(errno.EINVAL, path, f"mode must be permission bits from 0o0 to 0o7777, not {mode!r}")
 
 
 def clean_mode(mode: int) -> int:

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import errno
 from collections import deque
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
+from typing import Any, TypeVar
 
 from ._content import iter_file
 from ._db import Database
-from ._glob import Glob, GlobSet
+from ._glob import MAX_GLOBS, Glob, GlobError, GlobSet
 from ._grep import LineMatcher, grep_file
 from ._resolve import kind_of, resolve_read
 from ._schema import DIR, FILE, SYMLINK
@@ -26,6 +27,8 @@ from .paths import join
 from .types import FindEntry, GrepMatch
 
 __all__ = ["PAGE_SIZE", "find", "grep", "walk", "walk_tree", "walk_tree_after"]
+
+_T = TypeVar("_T")
 
 PAGE_SIZE = 256
 
@@ -181,11 +184,13 @@ def find(
         return []
     if pattern and pattern.startswith("./"):
         pattern = pattern[2:]  # "./x" means x relative to the directory
-    glob = Glob(pattern) if pattern else None
+    excludes = _as_list(exclude)
+    _check_count(path, excludes, 1 if pattern else 0)
+    glob = _compiled(path, Glob, pattern) if pattern else None
     depth = None if glob is None else _max_depth([glob])
     out: list[FindEntry] = []
     skip = offset
-    for cpath, rel, kind, _ in walk(st, ino, path, GlobSet(_as_list(exclude)), depth):
+    for cpath, rel, kind, _ in walk(st, ino, path, _compiled(path, GlobSet, excludes), depth):
         if glob is not None and not glob.match(rel):
             continue
         if skip:
@@ -225,11 +230,14 @@ def grep(
     if kind != DIR:
         found = grep_file(path, iter_file(st, ino), matcher, context)
         return list(islice(found, offset, stop))
-    includes = GlobSet([] if include is None else _as_list(include))
+    included, excluded = ([] if include is None else _as_list(include)), _as_list(exclude)
+    _check_count(path, excluded, len(included))
+    includes = _compiled(path, GlobSet, included)
+    excludes = _compiled(path, GlobSet, excluded)
     depth = _max_depth(includes.globs) if includes else None
 
     def matches() -> Iterator[GrepMatch]:
-        for cpath, rel, k, child in walk(st, ino, path, GlobSet(_as_list(exclude)), depth):
+        for cpath, rel, k, child in walk(st, ino, path, excludes, depth):
             if k != FILE or (includes and not includes.match(rel)):
                 continue
             yield from grep_file(cpath, iter_file(st, child), matcher, context)
@@ -239,6 +247,22 @@ def grep(
 
 def _as_list(value: str | Sequence[str]) -> list[str]:
     return [value] if isinstance(value, str) else list(value)
+
+
+def _check_count(path: str, globs: list[str], more: int) -> None:
+    if len(globs) + more > MAX_GLOBS:
+        raise fs_error(
+            errno.EINVAL, path, f"{len(globs) + more} globs, over the {MAX_GLOBS} one search takes: use fewer"
+        )
+
+
+def _compiled(path: str, make: Callable[[Any], _T], patterns: Any) -> _T:
+    """``make(patterns)`` (a :class:`Glob` or :class:`GlobSet`), EINVAL naming ``path`` when a glob
+    cannot be compiled."""
+    try:
+        return make(patterns)
+    except GlobError as exc:
+        raise fs_error(errno.EINVAL, path, str(exc)) from None
 
 
 def _check_paging(path: str, offset: int, limit: int | None) -> None:

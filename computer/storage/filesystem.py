@@ -30,6 +30,7 @@ from ._db import Database, stored_epoch
 from ._garbage import GARBAGE_DELAY, GarbageTimer, flush_garbage, hold
 from ._lineage import Lineage, open_lineage, read_lineage
 from ._pieces import Piece
+from ._schema import check_mode
 from ._state import Store
 from .locks import LockTable
 from .paths import resolve_links
@@ -329,6 +330,7 @@ class FileSystem:
 
     async def mkdir(self, path: str, *, recursive: bool = False, mode: int = 0o755) -> None:
         """Create a directory; ``recursive`` creates missing parents and accepts an existing directory."""
+        check_mode(path, mode)
         _tree.mkdir(self._store, path, recursive=recursive, mode=mode)
 
     async def rm(self, path: str, *, recursive: bool = False, force: bool = False) -> None:

@@ -246,6 +246,12 @@ async def serve_http(
 ) -> None:
     """Serve the tools over streamable HTTP at ``http://host:port/mcp`` until cancelled.
 
+    Bound to any loopback address, requests must name a loopback host (``Host``) and come from no
+    page or a loopback one (``Origin``): a web page cannot reach the tools through DNS rebinding. The
+    SDK turns this on for ``127.0.0.1``, ``localhost`` and ``::1`` only, so ``127.0.0.2``, ``[::1]``
+    or ``LOCALHOST`` served exec to a request with ``Host: evil.example``. Any other bind gets the
+    SDK's default (no check): put authentication in front of it.
+
     Cancelling the caller stops the server cleanly: it stops accepting, lets requests in flight finish
     (up to ``SHUTDOWN_GRACE`` seconds), runs the app's shutdown, then re-raises the cancellation; no
     error is logged.
@@ -253,7 +259,9 @@ async def serve_http(
     import uvicorn
 
     server = create_mcp_server(workspace, **options)
-    app = server.streamable_http_app(streamable_http_path=path, host=host)
+    app = server.streamable_http_app(
+        streamable_http_path=path, host=host, transport_security=_loopback_security(host)
+    )
     config = uvicorn.Config(
         app,
         host=host,
@@ -276,6 +284,30 @@ async def serve_http(
             http.force_exit = True  # cancelled again: skip the grace period
             await serving
         raise
+
+
+def _loopback_security(host: str) -> Any:
+    """Host and Origin checks for a loopback bind (``None``, the SDK's choice, for any other)."""
+    import ipaddress
+
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    name = host.strip().strip("[]").lower()
+    try:
+        loopback = (
+            name == "localhost" or name.endswith(".localhost") or ipaddress.ip_address(name).is_loopback
+        )
+    except ValueError:
+        loopback = False
+    if not loopback:
+        return None
+    bound = f"[{name}]" if ":" in name else name
+    hosts = list(dict.fromkeys(["127.0.0.1:*", "localhost:*", "[::1]:*", f"{bound}:*"]))
+    return TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{allowed}" for allowed in hosts],
+    )
 
 
 def _progress_forwarder(ctx: ServerRequestContext[Any]) -> Any:

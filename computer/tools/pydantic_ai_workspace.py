@@ -15,7 +15,9 @@ Commands run through ``workspace.runtime.exec`` on the first command-protocol ba
 sandbox): an argv is joined with shell quoting. A run's file changes reach the workspace when it ends,
 and nothing it starts outlives it. A stream longer than the runtime's in-memory tail is read back whole
 from its saved log, up to ``max_output_bytes`` per stream, beyond which ``WorkspaceOutputLimitError``.
-File operations bypass POSIX permission bits (the workspace store has no users).
+File operations bypass POSIX permission bits (the workspace store has no users). ``/.computer`` is
+read-only, as for the tools: ``write_bytes``, ``make_dir`` and ``remove`` refuse a change at or under
+it (or of ``/``) with ``PermissionError``, checked where the path really leads.
 """
 
 from __future__ import annotations
@@ -53,10 +55,11 @@ from pydantic_ai.workspaces import (
     WorkspaceUnavailableError,
 )
 
-from ..runtime import TIMEOUT_EXIT_CODE
+from ..runtime import SYSTEM_DIR, TIMEOUT_EXIT_CODE, refuse_protected_change
 from ..runtime.types import ExecResult
 from ..storage.paths import MAX_SYMLINKS, canonical, is_within, join, split
 from ..surface import ExecHandleSurface, FileSystemSurface, RuntimeSurface, WorkspaceSurface
+from .workspace_store import system_refused
 
 __all__ = ["PROVIDER", "ComputerWorkspace", "ComputerWorkspaceBackend"]
 
@@ -65,6 +68,9 @@ PROVIDER = "computer"
 
 DEFAULT_WORKING_DIR = "/workspace"
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024 * 1024
+# Read-only here as for the tools (``WorkspaceFileStore``): pydantic-ai's file tools rewrote a run's
+# journal record (which ``get_exec`` trusts after a restart) and removed ``/.computer`` whole.
+_SYSTEM = {SYSTEM_DIR: system_refused}
 _KILL_WAIT = 10.0
 
 
@@ -143,6 +149,7 @@ class ComputerWorkspaceBackend(WorkspaceBackend, SupportsFilesystem, SupportsCom
     async def write_bytes(self, path: str, data: bytes) -> None:
         await self._ensure()
         fs = self._fs
+        await refuse_protected_change(fs, "write_file", {"path": path}, _SYSTEM)
         try:
             await fs.write_file(path, data)
         except FileNotFoundError:
@@ -176,6 +183,7 @@ class ComputerWorkspaceBackend(WorkspaceBackend, SupportsFilesystem, SupportsCom
 
     async def make_dir(self, path: str) -> None:
         await self._ensure()
+        await refuse_protected_change(self._fs, "mkdir", {"path": path}, _SYSTEM)
         await self._fs.mkdir(path, recursive=True)
 
     async def remove(self, path: str) -> None:
@@ -190,6 +198,7 @@ class ComputerWorkspaceBackend(WorkspaceBackend, SupportsFilesystem, SupportsCom
                 raise ValueError(
                     f"refusing to remove {path!r}: it is the working directory or one of its ancestors"
                 )
+        await refuse_protected_change(self._fs, "rm", {"path": path}, _SYSTEM)
         await self._fs.rm(path, recursive=True)
 
     async def exists(self, path: str) -> bool:

@@ -6,21 +6,21 @@ import asyncio
 import socket
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port on ``host`` (a loopback address) that nothing listens on right now."""
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         port: int = s.getsockname()[1]
         return port
 
 
-async def wait_until_listening(port: int, seconds: float = 20) -> None:
-    """Return once 127.0.0.1:``port`` accepts a connection; ``OSError`` after ``seconds``."""
+async def wait_until_listening(port: int, seconds: float = 20, host: str = "127.0.0.1") -> None:
+    """Return once ``host``:``port`` accepts a connection; ``OSError`` after ``seconds``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + seconds
     while True:
         try:
-            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            _, writer = await asyncio.open_connection(host, port)
         except OSError:
             if loop.time() > deadline:
                 raise

@@ -17,6 +17,7 @@ import mcp_types as types
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
+from computer import Workspace
 from computer.tools import create_tools
 from computer.tools.mcp import create_mcp_server, package_version, serve_http
 
@@ -117,3 +118,42 @@ def test_tool_set_options_reach_the_mcp_server(surface: EverySurface) -> None:
     tools = create_tools(surface, names="think", processes=True)
     server = create_mcp_server(tools)
     assert server.version == package_version()
+
+
+@pytest.mark.parametrize("bind", ["127.0.0.2", "LOCALHOST"])
+async def test_serve_http_on_any_loopback_bind_checks_host_and_origin(bind: str) -> None:
+    """The SDK checks ``Host``/``Origin`` (DNS rebinding) for ``127.0.0.1``, ``localhost`` and ``::1``
+    spelled so; bound to ``127.0.0.2`` (or ``LOCALHOST``) it served exec to ``Host: evil.example``."""
+    import httpx
+
+    target = "127.0.0.2" if bind == "127.0.0.2" else "127.0.0.1"
+    port = free_port(target)
+    ws = Workspace()
+    server = asyncio.create_task(serve_http(ws, bind, port))
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-03-26",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    try:
+        await wait_until_listening(port, host=target)
+        async with httpx.AsyncClient(timeout=30) as http:
+            url = f"http://{target}:{port}/mcp"
+            rebound = await http.post(
+                url, json=initialize, headers={**headers, "host": f"evil.example:{port}"}
+            )
+            foreign = await http.post(
+                url, json=initialize, headers={**headers, "origin": "http://evil.example"}
+            )
+            own = await http.post(url, json=initialize, headers=headers)
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+        await ws.close()
+    assert (rebound.status_code, foreign.status_code, own.status_code) == (421, 403, 200)

@@ -459,3 +459,32 @@ async def test_a_cluster_client_is_a_backend_too(cluster: Any, workspace_name: s
     await client.close()
     with pytest.raises(WorkspaceUnavailableError):
         await ws.read_text("out.txt")
+
+
+async def test_the_workspaces_own_directory_is_read_only_as_for_the_tools(
+    workspace: computer.Workspace, backend: ComputerWorkspaceBackend
+) -> None:
+    """pydantic-ai's file tools wrote through this backend where the tools may not: a run's journal
+    record (``get_exec`` trusts it after a restart) was rewritten, and ``/.computer`` removed whole."""
+    await backend.working_dir()  # makes /workspace
+    handle = await workspace.runtime.exec("echo real", backend="shell")
+    run = await handle.result()
+    record = f"/.computer/exec/{run.id}.json"
+    kept = await workspace.fs.read_file(record)
+    await workspace.fs.symlink("/.computer", "/workspace/sys")
+    ws = Workspace(backend)
+    attempts = [
+        ws.write_bytes(record, b'{"status": "completed", "stdout": "forged"}'),
+        ws.write_text("sys/exec/new.json", "{}"),  # through a link
+        ws.make_dir("/.computer/more"),
+        ws.remove("/.computer"),
+        ws.remove("/workspace/sys/exec"),
+    ]
+    for attempt in attempts:
+        with pytest.raises(PermissionError, match=r"/\.computer is the workspace's own"):
+            await attempt
+    assert await workspace.fs.read_file(record) == kept
+    assert not await workspace.fs.exists("/.computer/more")
+    assert await ws.read_bytes(record) == kept  # reads stay
+    await ws.remove("sys")  # the link itself, not what it leads to
+    assert await workspace.fs.exists("/.computer/exec")

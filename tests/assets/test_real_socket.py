@@ -103,3 +103,52 @@ async def test_serve_in_another_process_finds_links_through_the_same_configurati
     finally:
         proc.terminate()
         await asyncio.wait_for(proc.wait(), 10)
+
+
+async def _closed_by_server(reader: asyncio.StreamReader, seconds: float) -> bool:
+    """Whether the server closes the connection (EOF or reset) within ``seconds``."""
+    try:
+        return await asyncio.wait_for(reader.read(), seconds) == b"" or reader.at_eof()
+    except TimeoutError:
+        return False
+    except ConnectionError:
+        return True
+
+
+async def test_a_client_that_never_completes_its_request_head_is_cut_off(store: AssetStore) -> None:
+    """Slowloris: uvicorn arms no timer on a new connection and drops its keep-alive timer at any
+    byte, so a silent client, or one trickling a head a byte at a time, held its socket for good (a
+    few thousand use up the server's descriptors). Each now has ``head_timeout`` for its whole head."""
+    port = free_port()
+    server = create_server("127.0.0.1", port, store=store, base_path="/links", head_timeout=0.5)
+    task = asyncio.create_task(server.serve())
+    try:
+        async with asyncio.timeout(10):
+            while not server.started:
+                assert not task.done(), "server stopped during startup"
+                await asyncio.sleep(0.02)
+        silent_reader, silent = await asyncio.open_connection("127.0.0.1", port)
+        trickle_reader, trickle = await asyncio.open_connection("127.0.0.1", port)
+        head = b"GET /links/x HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Pad: a\r\n" * 20
+        cut = False
+        for byte in head:  # ~4 s of bytes at most, each before any gap the old server allowed
+            try:
+                trickle.write(bytes([byte]))
+                await trickle.drain()
+            except ConnectionError:
+                cut = True
+                break
+            if trickle_reader.at_eof():
+                cut = True
+                break
+            await asyncio.sleep(0.01)
+        cut = cut or await _closed_by_server(trickle_reader, 10)
+        assert cut, "a head trickled a byte at a time was never cut off"
+        assert await _closed_by_server(silent_reader, 10), "a connection that sent nothing was kept"
+        async with httpx.AsyncClient(timeout=10) as client:  # others are still answered
+            assert (await client.get(f"http://127.0.0.1:{port}/links/x")).status_code == 404
+        for writer in (silent, trickle):
+            writer.close()
+    finally:
+        server.should_exit = True
+        await asyncio.wait_for(task, 10)

@@ -316,3 +316,19 @@ def test_records_made_while_a_transaction_is_open_wait_for_it() -> None:
             fs.audit.record("tool", tool=f"t{i}", status="ok")
     assert len(fs.audit.read(limit=1000)) == 300
     fs.close()
+
+
+async def test_a_limit_or_since_past_sqlites_integers_is_all_or_nothing() -> None:
+    """``computer log NAME --limit 1e23`` (and ``query(since=...)`` with such an id or ``inf``) raised
+    ``OverflowError`` from SQLite: a traceback. Past 64 bits every record is before or after, as asked."""
+    ws = Workspace()
+    await create_tools(ws)["ls"].run({"path": "/"})
+    ws.audit.flush()
+    assert len(await ws.audit.query(limit=10**30)) == 1
+    assert await ws.audit.query(since=10**30) == []
+    assert len(await ws.audit.query(since=-(10**30))) == 1
+    assert await ws.audit.query(since=float("inf")) == []
+    assert len(await ws.audit.query(since=float("-inf"))) == 1
+    with pytest.raises(ValueError, match="NaN"):
+        await ws.audit.query(since=float("nan"))
+    await ws.close()

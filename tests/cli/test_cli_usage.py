@@ -258,3 +258,15 @@ def test_a_global_option_after_the_command_says_where_it_goes(argv: list[str], t
     assert len(done.stderr.splitlines()) == 1, done.stderr
     assert f"{option} is a global option: put it before the command (" in done.stderr
     assert f" {option} VALUE {argv[0]} " in done.stderr
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [['{"path": ' * 5000], ["--path", "/workspace/a", "--edits", "[" * 5000]],
+    ids=["json", "flag"],
+)
+def test_arguments_nested_too_deeply_to_parse_exit_2_with_a_message(arguments: list[str]) -> None:
+    """``json.loads`` raises ``RecursionError`` (not a ``ValueError``) past ~1000 levels: a traceback."""
+    result = runner.invoke(app, ["tool", "ws", "edit", *arguments])
+    assert result.exit_code == 2, result.output
+    assert "nested too deeply" in result.output and "Traceback" not in result.output

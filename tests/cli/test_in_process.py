@@ -16,7 +16,9 @@ import pytest
 from typer.testing import CliRunner
 
 import computer
+from computer.actors.naming import check_name
 from computer.cli import GlobalOptions, app, list_workspaces
+from computer.cli._context import CliError
 from computer.cli._inprocess import in_process_workspace
 from computer.config import configure
 
@@ -277,3 +279,28 @@ def test_ls_names_an_owner_hosts_pid_with_or_without_its_place() -> None:
     assert host_of("computer:host:d:n:3#812~0123456789ab/u1") == "host 3 (pid 812)"
     assert host_of("computer:host:d:n:3#812/u1") == "host 3 (pid 812)"
     assert host_of(f"{'b' * 32}#812~0123456789ab/u1") is None  # a dedicated owner: no host
+
+
+@pytest.mark.parametrize("name", ["a\ud800", "b\udcff"])
+async def test_a_name_with_a_lone_surrogate_is_einval_not_a_unicode_error(tmp_path: Path, name: str) -> None:
+    """Through the Python API (the CLI refuses such argv itself), a name holding a lone surrogate
+    passed ``check_name``, and opening it raised ``UnicodeEncodeError`` (a traceback), not an ``OSError``."""
+    with pytest.raises(OSError) as info:
+        check_name(name)
+    assert info.value.errno == errno.EINVAL and "UTF-8" in str(info.value)
+    config = configure(data_dir=tmp_path)
+    with pytest.raises(CliError) as refused:
+        async with in_process_workspace(config, name, backends=False, assets=False):
+            pass
+    assert refused.value.code == 2 and "not valid UTF-8" in str(refused.value)
+    assert not list_workspaces(GlobalOptions(data_dir=tmp_path))
+
+
+async def test_a_name_with_a_newline_is_listed_with_its_size(tmp_path: Path) -> None:
+    """Only "/" and NUL are refused in a name; ``ls`` matched files with ``.`` (no newline), so the
+    file of ``a\\nb`` was not found and its size shown as "elsewhere" (``None``)."""
+    config = configure(data_dir=tmp_path)
+    async with in_process_workspace(config, "a\nb", backends=False, assets=False) as ws:
+        await ws.fs.write_file("/kept.txt", b"x")
+    (row,) = await asyncio.to_thread(list_workspaces, GlobalOptions(data_dir=tmp_path))
+    assert row.name == "a\nb" and row.size is not None and row.size > 0

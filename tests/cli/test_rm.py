@@ -357,3 +357,13 @@ async def test_delete_removes_every_companion_file_but_never_another_workspaces(
         "a.sqlite-reserve",
         "a.sqlite-wal",
     ]
+
+
+def test_rm_shows_names_with_terminal_codes_escaped(tmp_path: Path) -> None:
+    """A workspace name is whatever made it (only "/" and NUL are refused): ``rm`` listed and reported
+    ``demo-\\x1b[2J`` as is (clearing the terminal), while ``ls`` escapes it."""
+    _make(tmp_path, "demo-\x1b[2J")
+    result = runner.invoke(app, ["--data-dir", str(tmp_path), "rm", "--prefix", "demo-", "--yes"])
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "deleted demo-\\x1b[2J" in result.output
+    assert _names(tmp_path) == []

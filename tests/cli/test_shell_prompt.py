@@ -125,3 +125,15 @@ async def test_a_run_that_failed_outside_the_program_says_why(workspace: Workspa
     await shell.run_line("!ls")
     assert "[failed, exit None: cwd / is outside the mount root /workspace]" in out.getvalue()
     assert shell.exit_code == 1
+
+
+async def test_ls_shows_a_name_with_terminal_codes_escaped(workspace: Workspace) -> None:
+    """A program or a model named a file with ``ESC [2J`` (clear screen) or a newline (a fake row):
+    the shell's ``ls`` printed it as is; it escapes it now, as ``computer ls`` does a workspace's."""
+    await workspace.fs.write_file("/workspace/a\x1b[2J\nd 0  fake", b"x")
+    shell, out = _shell(workspace)
+    assert await shell.run_line("ls")
+    assert await shell.run_line("ls 'a\x1b[2J\nd 0  fake'")
+    text = out.getvalue()
+    assert "\x1b" not in text and "\nd 0  fake" not in text
+    assert text.count("a\\x1b[2J\\nd 0  fake") == 2

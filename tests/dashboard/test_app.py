@@ -165,6 +165,10 @@ async def test_a_non_loopback_bind_refuses_requests_without_its_token(
         assert (await http.get("/events/w/x/audit")).status_code == 401
         assert (await http.get("/", params={"token": "wrong"})).status_code == 401
         assert (await http.get("/", headers={"Authorization": "Bearer wrong"})).status_code == 401
+        # Not ASCII (compare_digest refuses such a str: it was a 500 and a traceback in the log).
+        assert (await http.get("/", params={"token": "é"})).status_code == 401
+        assert (await http.get("/", headers={"Cookie": b"computer_dashboard=\xc3\xa9"})).status_code == 401
+        assert (await http.get("/", headers={"Authorization": b"Bearer \xc3\xa9"})).status_code == 401
         opened = await http.get("/", params={"token": "s3cret-token-value"})
         assert opened.status_code == 200 and "HttpOnly" in opened.headers["set-cookie"]
         assert (await http.get("/api/workspaces")).status_code == 200  # the cookie now
@@ -250,3 +254,75 @@ async def test_a_reconnecting_timeline_resumes_after_the_last_record_it_got(
                     break
     assert f"id: {second.id}" in lines and "/workspace/2" in lines[-1] and "/workspace/1" not in lines[-1]
     await ws.close()
+
+
+async def test_a_carriage_return_in_a_record_cannot_cut_or_forge_a_timeline_event(
+    settings: Settings, serve: Serve
+) -> None:
+    """An event stream's lines also end at a lone CR; lines were split at LF only, so a caller named
+    ``a\\r\\revent: forged\\rdata: tail`` (an agent's name is a workspace name: only "/" and NUL are
+    refused) ended its row's event early and forged another (paths and commands are shown with their
+    whitespace folded)."""
+    ws = open_workspace(settings, "crlf")
+    tools = create_tools(ws)
+    await tools["ls"].run({"path": "/"})
+    ws.audit.flush()
+    base = await serve(DataDirSource(settings))
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        async with http.stream("GET", "/events/w/crlf/audit", params={"after": ws.audit.top()}) as stream:
+            lines = stream.aiter_lines()  # httpx splits at CR, LF and CRLF, as a browser does
+
+            async def next_event() -> tuple[str, str]:
+                event, data = "", []
+                async for line in lines:
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("data: "):
+                        data.append(line[6:])
+                    elif not line and event:
+                        return event, "\n".join(data)
+                raise AssertionError("the stream ended")
+
+            with audit_caller(agent="a\r\revent: forged\rdata: tail"):
+                assert "error" not in await tools["write"].run({"path": "/workspace/f.txt", "content": "x"})
+            event, row = await asyncio.wait_for(next_event(), 10)
+    assert event == "record" and "tail" in row and row.rstrip().endswith("</tr>")
+    await ws.close()
+
+
+async def test_serve_dashboard_cuts_off_a_client_that_never_completes_its_request_head(
+    settings: Settings,
+) -> None:
+    """As the share-link server: uvicorn arms no timer on a new connection, so a client that sent
+    nothing, or trickled a head, held its socket for good (slowloris)."""
+    from computer.dashboard import serve_dashboard
+
+    from .conftest import free_port
+
+    port = free_port()
+    task = asyncio.create_task(
+        serve_dashboard(
+            DataDirSource(settings), "127.0.0.1", port, assets_url="http://127.0.0.1:1/", head_timeout=0.5
+        )
+    )
+    try:
+        async with asyncio.timeout(20):
+            while True:
+                try:
+                    probe = await asyncio.open_connection("127.0.0.1", port)
+                    break
+                except OSError:
+                    assert not task.done(), "the dashboard did not start"
+                    await asyncio.sleep(0.05)
+        probe[1].close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
+        await writer.drain()
+        async with asyncio.timeout(15):
+            assert await reader.read() == b""  # closed by the server (it waited for good before)
+        writer.close()
+        async with httpx.AsyncClient(timeout=10) as http:  # a whole request is still answered
+            assert (await http.get(f"http://127.0.0.1:{port}/")).status_code == 200
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)

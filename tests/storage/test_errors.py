@@ -129,3 +129,32 @@ async def test_a_call_while_another_thread_is_inside_a_transaction_says_what_to_
         thread.join(30)
     await file_fs.write_file("/f", b"x")  # the thread is done: the store works as before
     assert await file_fs.read_file("/f") == b"x"
+
+
+@pytest.mark.parametrize("mode", [-1, 0o10000, 2**40, True, 0.5])
+async def test_a_mode_that_is_not_permission_bits_is_einval_and_nothing_is_made(
+    fs: FileSystem, mode: object
+) -> None:
+    """``mode=-1`` was kept as ``-0o6001`` and ``2**40`` as is (``stat`` answered them)."""
+    await fs.mkdir("/d")
+    writes: list[Callable[[], Awaitable[object]]] = [
+        lambda: fs.write_file("/d/f", b"x", mode=mode),  # type: ignore[arg-type]
+        lambda: fs.write_chunks("/d/g", [b"x"], mode=mode),  # type: ignore[arg-type]
+        lambda: fs.mkdir("/d/e", mode=mode),  # type: ignore[arg-type]
+        lambda: fs.mkdir("/d/e/f", recursive=True, mode=mode),  # type: ignore[arg-type]
+    ]
+    for write in writes:
+        with pytest.raises(OSError) as info:
+            await write()
+        assert info.value.errno == errno.EINVAL and "mode" in str(info.value)
+    assert await fs.readdir("/d") == []
+
+
+async def test_a_page_past_sqlites_integers_is_all_or_nothing_not_an_overflow(fs: FileSystem) -> None:
+    """``readdir`` with an offset or limit over 2**63 - 1 (a python run's ``workspace.readdir`` can
+    send up to 2**64 - 1) raised ``OverflowError``, not an ``OSError`` nor a page."""
+    await fs.mkdir("/d")
+    await fs.write_file("/d/a", b"x")
+    assert await fs.readdir("/d", offset=2**63) == []
+    assert [e.name for e in await fs.readdir("/d", limit=10**30)] == ["a"]
+    assert [e.name for e in await fs.readdir("/d", limit=2**64 - 1, offset=0)] == ["a"]

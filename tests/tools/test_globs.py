@@ -171,3 +171,54 @@ async def test_a_name_with_braces_is_still_found_by_its_literal_pattern(
     assert sorted(paths(hits)) == ["/workspace/ab.txt", "/workspace/a{b,c}.txt"]
     pruned = await tools["find"].run({"pattern": "*.txt", "exclude": ["a{b,c}.txt"]})
     assert paths(pruned) == ["/workspace/ad.txt"]
+
+
+@pytest.mark.timeout(60)
+async def test_a_brace_bomb_is_an_error_not_a_hang(tools: dict[str, Tool]) -> None:
+    """``{a,a}`` written 40 times is one glob but 2**40 expansions: the walk of every one of them ran
+    on the owner's event loop for hours. Counting repeats, it is refused like too many alternatives."""
+    result = await tools["find"].run({"pattern": "{a,a}" * 40})
+    assert f"more than {MAX_ALTERNATIVES} alternatives" in str(result["error"])
+    result = await tools["grep"].run({"query": "x", "include": "{a,a}" * 40})
+    assert f"more than {MAX_ALTERNATIVES} alternatives" in str(result["error"])
+    assert len(str(result["error"])) < 400  # the glob is named, cut
+
+
+@pytest.mark.timeout(60)
+async def test_unclosed_braces_are_scanned_once(tree: Workspace, tools: dict[str, Tool]) -> None:
+    """Each ``{`` was scanned to the end of the glob (quadratic: 8,000 took 13 s, 60,000 minutes,
+    on the owner's event loop). Unclosed, they stay literal; an inner group still expands."""
+    assert expand("{" * 60_000 + "a,b") == ["{" * 60_000 + "a,b"]
+    assert expand("{" * 60_000 + "a,b}") == ["{" * 59_999 + "a", "{" * 59_999 + "b"]
+    assert "error" not in await tools["find"].run({"pattern": "{" * 60_000})
+
+
+async def test_a_pattern_of_thousands_of_double_stars_is_answered(
+    tree: Workspace, tools: dict[str, Tool]
+) -> None:
+    """``**/`` written 2,000 times: RecursionError (``find failed``), now the walk's answer."""
+    result = await tools["find"].run({"pattern": "src/" + "**/" * 2000})
+    assert "error" not in result
+    assert "/workspace/src/deep/f.ts" in paths(result)
+
+
+@pytest.mark.timeout(120)
+async def test_thousands_of_globs_or_one_too_large_is_an_error(
+    tree: Workspace, tools: dict[str, Tool]
+) -> None:
+    """100,000 excludes were deduplicated in a list (quadratic: 20,000 took 4 s on the owner's loop)
+    and then matched against every entry of the walk; a glob too large for RE2 raised RE2's own
+    error (``find failed: Error: pattern too large``, logged with a traceback), not EINVAL."""
+    many = [f"n{i}" for i in range(100_000)]
+    found = await tools["find"].run({"pattern": "*", "exclude": many})
+    assert "over the 1000 one search takes" in str(found["error"])
+    matched = await tools["grep"].run({"query": "needle", "include": many})
+    assert "over the 1000 one search takes" in str(matched["error"])
+    huge = "*?*?*" + "?" * 1_000_000
+    for result in (
+        await tools["find"].run({"pattern": huge}),
+        await tools["grep"].run({"query": "needle", "exclude": [huge]}),
+    ):
+        assert str(result["error"]).startswith("the glob is too large to match"), result
+    kept = await tools["find"].run({"pattern": "**/*.ts", "exclude": [*many[:900], "node_modules"]})
+    assert "/workspace/node_modules/m.ts" not in paths(kept) and len(paths(kept)) == 5
