@@ -15,8 +15,10 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from ._context import GlobalOptions, check_reachable, join_bounded, local_settings, watch_cluster
+from .display import plain_text
 
 __all__ = ["show_status"]
 
@@ -189,21 +191,27 @@ def _hosts(console: Console, names: list[str], others: int) -> None:
         except Exception as exc:  # exited meanwhile, or not answering
             table.add_row(name.rsplit(":", 1)[-1], name.split(":")[3], "-", "-", "-", type(exc).__name__)
             continue
-        stats: dict[str, Any] = answer
-        awake: list[str] = stats["workspaces"]
-        total += len(awake)
-        rss = stats.get("rss_bytes")
-        shown = ", ".join(awake[:4]) + (f", ... (+{len(awake) - 4})" if len(awake) > 4 else "")
-        table.add_row(
-            name.rsplit(":", 1)[-1],
-            str(stats["node"])[:12],
-            str(stats["pid"]),
-            "-" if rss is None else f"{rss / 2**20:.0f} MiB",
-            str(len(awake)),
-            shown or "-",
-        )
+        total += len(answer["workspaces"])
+        table.add_row(*host_row(name, answer))
     console.print(table)
     console.print(f"hosted workspaces awake: {total}")
+
+
+def host_row(name: str, stats: dict[str, Any]) -> tuple[str | Text, ...]:
+    """One owner host's row of :func:`_hosts`: its actor's last name part, node, pid, memory, how many
+    workspaces are awake and the first four of their names, shown as they are (a workspace's name is
+    chosen by a user or a model: no rich markup read in it, control characters escaped)."""
+    awake: list[str] = stats["workspaces"]
+    rss = stats.get("rss_bytes")
+    shown = ", ".join(awake[:4]) + (f", ... (+{len(awake) - 4})" if len(awake) > 4 else "")
+    return (
+        name.rsplit(":", 1)[-1],
+        str(stats["node"])[:12],
+        str(stats["pid"]),
+        "-" if rss is None else f"{rss / 2**20:.0f} MiB",
+        str(len(awake)),
+        plain_text(shown or "-"),
+    )
 
 
 def _pools(console: Console) -> None:
