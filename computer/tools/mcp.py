@@ -242,6 +242,8 @@ async def serve_http(
     port: int = 8765,
     *,
     path: str = "/mcp",
+    token: str | None = None,
+    head_timeout: float | None = None,
     **options: Any,
 ) -> None:
     """Serve the tools over streamable HTTP at ``http://host:port/mcp`` until cancelled.
@@ -249,8 +251,14 @@ async def serve_http(
     Bound to any loopback address, requests must name a loopback host (``Host``) and come from no
     page or a loopback one (``Origin``): a web page cannot reach the tools through DNS rebinding. The
     SDK turns this on for ``127.0.0.1``, ``localhost`` and ``::1`` only, so ``127.0.0.2``, ``[::1]``
-    or ``LOCALHOST`` served exec to a request with ``Host: evil.example``. Any other bind gets the
-    SDK's default (no check): put authentication in front of it.
+    or ``LOCALHOST`` served exec to a request with ``Host: evil.example``.
+
+    Any other bind needs ``token`` (``ValueError`` before anything is bound, else): every request must
+    carry ``Authorization: Bearer <token>`` (401 otherwise). Before, such a bind served every tool,
+    exec included, to anyone who reached the address. A loopback bind given a token checks it too.
+    As the dashboard and the share-link server, a connection whose request head is not whole
+    ``head_timeout`` seconds (default ``computer.assets.HEAD_TIMEOUT``, 15) after the server began
+    waiting for it is closed (a client trickling a head held its socket for good).
 
     Cancelling the caller stops the server cleanly: it stops accepting, lets requests in flight finish
     (up to ``SHUTDOWN_GRACE`` seconds), runs the app's shutdown, then re-raises the cancellation; no
@@ -258,17 +266,24 @@ async def serve_http(
     """
     import uvicorn
 
+    from ..assets import HEAD_TIMEOUT, head_deadline
+
+    security = _loopback_security(host)
+    if security is None and not token:
+        raise ValueError(
+            f"serve_http on {host!r} (not a loopback address) needs a token: anyone who reaches it could "
+            "run every tool, exec included; give token=... and send 'Authorization: Bearer <token>'"
+        )
     server = create_mcp_server(workspace, **options)
-    app = server.streamable_http_app(
-        streamable_http_path=path, host=host, transport_security=_loopback_security(host)
-    )
+    app = server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security)
     config = uvicorn.Config(
-        app,
+        app if not token else _BearerGate(app, token),
         host=host,
         port=port,
         log_level="warning",
         lifespan="on",
         timeout_graceful_shutdown=SHUTDOWN_GRACE,
+        http=head_deadline(HEAD_TIMEOUT if head_timeout is None else head_timeout),
     )
     http = uvicorn.Server(config)
     serving = asyncio.create_task(http.serve())
@@ -284,6 +299,35 @@ async def serve_http(
             http.force_exit = True  # cancelled again: skip the grace period
             await serving
         raise
+
+
+class _BearerGate:
+    """ASGI middleware: an HTTP request without ``Authorization: Bearer <token>`` is a 401."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self._token = token.encode("utf-8", "surrogateescape")
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and not self._allows(scope):
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [(b"content-type", b"text/plain"), (b"www-authenticate", b"Bearer")],
+                }
+            )
+            await send({"type": "http.response.body", "body": b"401: this MCP server needs its token\n"})
+            return
+        await self.app(scope, receive, send)
+
+    def _allows(self, scope: Any) -> bool:
+        import hmac
+
+        for name, value in scope.get("headers", ()):
+            if name.lower() == b"authorization" and value[:7].lower() == b"bearer ":
+                return hmac.compare_digest(value[7:].strip(), self._token)
+        return False
 
 
 def _loopback_security(host: str) -> Any:

@@ -157,3 +157,51 @@ async def test_serve_http_on_any_loopback_bind_checks_host_and_origin(bind: str)
         await asyncio.gather(server, return_exceptions=True)
         await ws.close()
     assert (rebound.status_code, foreign.status_code, own.status_code) == (421, 403, 200)
+
+
+async def test_serve_http_beyond_loopback_needs_a_token_before_anything_is_bound() -> None:
+    """Bound to an address that is not loopback, ``serve_http`` served every tool, exec included, to
+    anyone who reached it (the SDK checks nothing there). Without a token it now refuses to start: the
+    error comes before any socket is bound (nothing beyond loopback is touched here)."""
+    ws = Workspace()
+    try:
+        with pytest.raises(ValueError, match="needs a token"):
+            await asyncio.wait_for(serve_http(ws, "0.0.0.0", free_port()), 30)
+    finally:
+        await ws.close()
+
+
+async def test_serve_http_with_a_token_answers_only_requests_that_carry_it() -> None:
+    """Given a token (what a bind beyond loopback needs), every request must carry ``Authorization:
+    Bearer <token>``: none, or another, is a 401 and reaches no tool."""
+    import httpx
+
+    port = free_port()
+    ws = Workspace()
+    server = asyncio.create_task(serve_http(ws, "127.0.0.1", port, token="s3cret-é"))
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-03-26",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    try:
+        await wait_until_listening(port)
+        async with httpx.AsyncClient(timeout=30) as http:
+            url = f"http://127.0.0.1:{port}/mcp"
+            codes = []
+            for auth in (None, "Bearer nope", "Basic czNjcmV0", "Bearer s3cret-é".encode()):
+                extra = {} if auth is None else {"authorization": auth}
+                codes.append(
+                    (await http.post(url, json=initialize, headers={**headers, **extra})).status_code
+                )
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+        await ws.close()
+    assert codes == [401, 401, 401, 200]
