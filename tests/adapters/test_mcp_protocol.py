@@ -205,3 +205,23 @@ async def test_serve_http_with_a_token_answers_only_requests_that_carry_it() -> 
         await asyncio.gather(server, return_exceptions=True)
         await ws.close()
     assert codes == [401, 401, 401, 200]
+
+
+async def test_serve_http_cuts_off_a_client_that_never_completes_its_request_head() -> None:
+    """As the dashboard and the share-link server: uvicorn arms no timer on a new connection, so a
+    client that trickled a head without its end held its socket for good (slowloris)."""
+    port = free_port()
+    ws = Workspace()
+    server = asyncio.create_task(serve_http(ws, "127.0.0.1", port, head_timeout=0.5))
+    try:
+        await wait_until_listening(port)
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # and never the blank line
+        await writer.drain()
+        async with asyncio.timeout(15):
+            assert await reader.read() == b""  # closed by the server (it waited for good before)
+        writer.close()
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+        await ws.close()
