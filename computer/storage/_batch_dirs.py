@@ -16,12 +16,20 @@ __all__ = ["make_dirs"]
 
 
 def make_dirs(
-    st: Store, dirs: Sequence[str], modes: Mapping[str, int], mtimes: Mapping[str, int], m: Mutation
+    st: Store,
+    dirs: Sequence[str],
+    modes: Mapping[str, int],
+    mtimes: Mapping[str, int],
+    m: Mutation,
+    sub_ns: Mapping[str, int] | None = None,
 ) -> set[str]:
     """Ensure the directories ``dirs`` (canonical, distinct) and their missing parents: each of ``dirs``
     made with its mode in ``modes`` (cleaned already: ``clean_mode``) and its mtime in ``mtimes`` (else
     0o755 and now), a parent made here likewise (else 0o755 and now); returns those of ``dirs`` it
-    made and the parents it made with a mode or mtime given (nothing more to set on them).
+    made and the parents it made with a mode or mtime given (nothing more to set on them). ``sub_ns``:
+    the nanoseconds past the ms of a path's mtime (``inodes.sub_ns``; 0 when missing), set on the
+    few directories made here that have one in one statement after the rows (a pull's directories
+    of a ``tar -x``; one made by ``mkdir`` now has none).
 
     Parents come first (the paths sorted, ancestors added). A directory whose parent this call made
     cannot exist yet: it is made without a lookup, and all such rows go in three ``executemany``
@@ -59,6 +67,8 @@ def make_dirs(
     entries: list[tuple[int, str, int]] = []
     logs: list[str] = []
     next_id = 0
+    finer: list[tuple[int, int]] = []  # (sub_ns, inode) of directories made in rows with a remainder
+    sub_ns = sub_ns or {}
 
     def flush() -> None:
         nonlocal next_id
@@ -130,6 +140,8 @@ def make_dirs(
             ino = ensure_dirs(st, p, mode, m, replace_files=True, mtime=mtime)
             if m.logged != before:  # it made ``p``: nothing can be below it yet
                 fresh[p] = (ino, resolve(st, p)[2])
+                if sub_ns and mtime is not None and (sub := sub_ns.get(p)):
+                    finer.append((sub, ino))
             else:
                 known[p] = (ino, resolve(st, p)[2])
             continue
@@ -141,6 +153,8 @@ def make_dirs(
         real = "/" + name if above_real == "/" else above_real + "/" + name  # ``join``
         push_mode(mode)
         push_mtime(now if mtime is None else mtime)
+        if sub_ns and mtime is not None and (sub := sub_ns.get(p)):
+            finer.append((sub, ino))
         push_entry((above[0], name, ino))
         push_log(real)
         if len(cache) >= CACHE_LIMIT:
@@ -148,6 +162,8 @@ def make_dirs(
         cache[real] = (ino, DIR)
         fresh[p] = (ino, real)
     flush()
+    if finer:
+        st.db.executemany("UPDATE inodes SET sub_ns = ? WHERE id = ?", finer)
     made = wanted.intersection(fresh)
     if given:
         made.update(fresh.keys() & (dir_modes.keys() | dir_mtimes.keys()))
