@@ -207,9 +207,8 @@ class MirrorPull(MirrorWatch):
                     ns = times.get(rel)
                     timed += ns is not None
                     made[rel] = len(plan.dirs)
-                    plan.dirs.append(
-                        mirror_dir(path, entry[MODE], *((None, 0) if ns is None else store_time(ns)))
-                    )
+                    at = (None, 0) if ns is None else store_time(ns)  # (ms, the nanoseconds past it)
+                    plan.dirs.append(mirror_dir(path, entry[MODE], *at))
             elif kind == "l":
                 with contextlib.suppress(OSError):
                     if not plan.add_symlink(path, links.readlink(rel), *store_time(entry[MTIME_NS])):
