@@ -160,7 +160,10 @@ def commit_batch(
     canon_dirs = _sorted_unique(st.canon_many(mkdirs))
     canon_modes = _canon_keys(st, modes, clean_mode)
     canon_mtimes = _canon_keys(st, mtimes or {}, int)
-    canon_sub = _canon_keys(st, sub_ns or {}, _checked_sub_ns) if sub_ns else {}
+    canon_sub = _canon_keys(st, sub_ns, int) if sub_ns else {}
+    if canon_sub and not (0 <= min(canon_sub.values()) and max(canon_sub.values()) < 1_000_000):
+        bad = next(p for p, v in canon_sub.items() if not 0 <= v < 1_000_000)
+        raise fs_error(errno.EINVAL, bad, "sub_ns is the nanoseconds past a millisecond: 0 to 999,999")
     canon_links = _canon_keys(st, links or {}, lambda old: st.canon(old, refresh=False))
     symlinks = symlinks or {}
     canon_symlinks = dict(zip(st.canon_many(symlinks), symlinks.values(), strict=True))
@@ -258,12 +261,6 @@ def commit_batch(
             if _set_meta(st, p, canon_modes.get(p), canon_mtimes.get(p), m, canon_sub.get(p, 0)):
                 applied.append(p)
     return BatchResult(rev=st.rev, applied=_sorted_unique(applied), skipped=sorted(skipped))
-
-
-def _checked_sub_ns(value: int) -> int:
-    if not 0 <= int(value) < 1_000_000:
-        raise fs_error(errno.EINVAL, str(value), "sub_ns is the nanoseconds past a millisecond: 0 to 999,999")
-    return int(value)
 
 
 def _set_meta(st: Store, p: str, mode: int | None, mtime: int | None, m: Mutation, sub_ns: int = 0) -> bool:
