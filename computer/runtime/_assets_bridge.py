@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..storage.paths import canonical, is_within
-from ._backend import BIG_FILE, ExecContext, MirrorFile, SyncPull, store_ms
+from ._backend import BIG_FILE, ExecContext, MirrorFile, SyncPull, store_time
 from ._beneath import HOLE, HOLE_DIGEST, BeneathReader, lstat_beneath
 from ._entry import KIND, MODE, MTIME_NS, SIZE
 from ._mirror import Entry, Mirror, entry_of
@@ -196,9 +196,10 @@ class AssetsBridge:
             return "it changed while it was read: publish it again once it is written"
         data, chunks, stage = read
         size = -1 if chunks is None else entry[SIZE]
+        mtime, sub = store_time(entry[MTIME_NS])  # as the run's pull stores it, to the nanosecond
         pull = SyncPull(
             mirror.root,
-            files=[MirrorFile(path, data, entry[MODE], store_ms(entry[MTIME_NS]), size, None, chunks)],
+            files=[MirrorFile(path, data, entry[MODE], mtime, size, None, chunks, sub_ns=sub)],
             protected=sorted(mirror.protected),
             own_revs=list(self.own_revs),
             stage=stage,

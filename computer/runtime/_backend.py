@@ -85,6 +85,19 @@ def store_ms(ns: int) -> int:
     return min(max(ns // 1_000_000, MIN_MS), MAX_MS)
 
 
+def store_time(ns: int) -> tuple[int, int]:
+    """A time read in the mirror (ns), as a pull stores it: :func:`store_ms` and the nanoseconds past
+    it (``FileStat.sub_ns``, 0 to 999,999; 0 for a time clamped to the store's bounds)."""
+    ms = min(max(ns // 1_000_000, MIN_MS), MAX_MS)
+    sub = ns - ms * 1_000_000
+    return ms, sub if 0 <= sub < 1_000_000 else 0
+
+
+def mirror_ns(ms: int, sub_ns: int) -> int:
+    """The exact time (ns) a mirror gives a node the store keeps as ``ms`` and ``sub_ns``."""
+    return ms * 1_000_000 + sub_ns
+
+
 # A backend coalesces its output into chunks of at most this many bytes.
 MAX_CHUNK_BYTES = 256 * 1024
 
@@ -174,7 +187,9 @@ class SyncLimits:
 
 @dataclass(frozen=True, slots=True)
 class MirrorFile:
-    """A file's bytes for (or from) a mirror; ``path`` is an absolute workspace path, ``mtime`` in ms."""
+    """A file's bytes for (or from) a mirror; ``path`` is an absolute workspace path, ``mtime`` in ms
+    and ``sub_ns`` the nanoseconds past it (the store's ``FileStat.sub_ns``: ``make`` compares times
+    finer than a millisecond, so a mirror rebuilt from the store sets the exact time a pull read)."""
 
     path: str
     data: bytes | None  # None: the content did not fit the page; fetch it in pieces (``size`` bytes)
@@ -188,6 +203,7 @@ class MirrorFile:
     # A push's file the workspace wrote, not replaced, since the mirror's revision: the mirror writes
     # it into the file it holds there (a program holding it open, its other names, see the write).
     same: bool = False
+    sub_ns: int = 0
 
     @property
     def length(self) -> int:
@@ -201,6 +217,7 @@ class MirrorDir:
     # The directory's own mtime (ms): a push sets it in the mirror once the push is in (what it makes
     # below the directory moves it), a pull keeps the program's. None: left as it comes.
     mtime: int | None = None
+    sub_ns: int = 0  # the nanoseconds past ``mtime`` (``MirrorFile.sub_ns``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,6 +227,7 @@ class MirrorSymlink:
     # The link's own mtime (ms; ``touch -h``, ``tar``, ``cp -a`` set it): a pull keeps the program's,
     # a push gives the mirror's link the workspace's. None: the time it is made.
     mtime: int | None = None
+    sub_ns: int = 0  # the nanoseconds past ``mtime`` (``MirrorFile.sub_ns``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +260,7 @@ class SyncPush:
     # root is ``/``): the mirror's top is no entry of its state (``_dir_times.RootTime``).
     root_mtime: int | None = None
     root_mode: int | None = None
+    root_sub_ns: int = 0  # the nanoseconds past ``root_mtime`` (``MirrorFile.sub_ns``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +296,8 @@ class SyncPull:
     # path, never reported (a file made in a directory changes the directory's mtime: every run would
     # list its parents as pulled).
     dir_times: dict[str, int] = field(default_factory=dict)
+    # The nanoseconds past the ms of ``dir_times`` entries, where not 0 (``MirrorFile.sub_ns``).
+    dir_sub_ns: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

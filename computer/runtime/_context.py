@@ -138,6 +138,7 @@ class LocalExecContext(PushPages, PullCommits):
         writes: dict[str, bytes | None] = {}
         modes: dict[str, int] = {}
         mtimes: dict[str, int] = {}
+        sub_ns: dict[str, int] = {}  # the nanoseconds past those, where not 0 (``FileStat.sub_ns``)
         links: dict[str, str] = {}
         chunked: list[MirrorFile] = []
         try:
@@ -158,6 +159,8 @@ class LocalExecContext(PushPages, PullCommits):
             writes[f.path] = f.data or b""
             modes[f.path] = f.mode & SAFE_BITS
             mtimes[f.path] = f.mtime
+            if f.sub_ns:
+                sub_ns[f.path] = f.sub_ns
         deleted: list[str] = []
         for path in pull.deleted:
             why = refused(path) if strict else None
@@ -181,11 +184,15 @@ class LocalExecContext(PushPages, PullCommits):
             modes[d.path] = d.mode & SAFE_BITS
             if d.mtime is not None:
                 mtimes[d.path] = d.mtime
+                if d.sub_ns:
+                    sub_ns[d.path] = d.sub_ns
         # Directories' own mtimes: kept where nothing refuses the path, never reported either way.
         timed = [p for p in pull.dir_times if p not in mtimes and p not in protected]
         timed = [p for p in timed if not (strict and (refused(p, True) or p in conflicts.made))]
         for path in timed:
             mtimes[path] = pull.dir_times[path]
+            if sub := pull.dir_sub_ns.get(path):
+                sub_ns[path] = sub
         symlinks: dict[str, str] = {}
         for link in pull.symlinks:
             why = refused(link.path) if strict else None
@@ -195,6 +202,8 @@ class LocalExecContext(PushPages, PullCommits):
                 symlinks[link.path] = link.target  # verbatim: resolved only inside a sandbox or the VFS
                 if link.mtime is not None:  # the link's own (``commit_batch``)
                     mtimes[link.path] = link.mtime
+                    if link.sub_ns:
+                        sub_ns[link.path] = link.sub_ns
         # A link to a large file of this page is made once that file is written (after the batch).
         big = {f.path for f in chunked}
         late = {path: first for path, first in links.items() if first in big} if big else {}
@@ -214,6 +223,7 @@ class LocalExecContext(PushPages, PullCommits):
                 mtimes=mtimes,
                 links=links,
                 symlinks=symlinks,
+                sub_ns=sub_ns,
             )
         # Large files from their chunks, one transaction each (a chunk the store lacks fails that file).
         for f in chunked:

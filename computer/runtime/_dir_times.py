@@ -32,7 +32,7 @@ import stat
 from pathlib import Path
 from typing import Any, TypedDict
 
-from ._backend import MirrorDir, SyncPush, store_ms
+from ._backend import MirrorDir, SyncPush, mirror_ns, store_time
 from ._beneath import SAFE_BITS, BeneathReader
 from ._lifts import Lifts
 from ._mirror_base import PullPlan
@@ -49,18 +49,27 @@ __all__ = [
 ]
 
 _new = object.__new__
-_set_path, _set_mode, _set_mtime = (vars(MirrorDir)[name].__set__ for name in ("path", "mode", "mtime"))
-assert [f.name for f in dataclasses.fields(MirrorDir)] == ["path", "mode", "mtime"], "update mirror_dir"
+_FIELDS = ("path", "mode", "mtime", "sub_ns")
+_set_path, _set_mode, _set_mtime, _set_sub = (vars(MirrorDir)[name].__set__ for name in _FIELDS)
+assert tuple(f.name for f in dataclasses.fields(MirrorDir)) == _FIELDS, "update mirror_dir"
 
 
-def mirror_dir(path: str, mode: int, mtime: int | None) -> MirrorDir:
-    """``MirrorDir(path, mode, mtime)`` without the frozen dataclass's ``__init__``
+def _set_time(made: MirrorDir, ns: int | None) -> None:
+    """Give ``made`` the time ``ns`` read in the mirror (None: none), as the store keeps it."""
+    ms, sub = (None, 0) if ns is None else store_time(ns)
+    _set_mtime(made, ms)
+    _set_sub(made, sub)
+
+
+def mirror_dir(path: str, mode: int, mtime: int | None, sub_ns: int = 0) -> MirrorDir:
+    """``MirrorDir(path, mode, mtime, sub_ns)`` without the frozen dataclass's ``__init__``
     (``object.__setattr__`` per field, from Python): its slots are set directly, 0.25 µs where the call
     took 0.45; a plan makes one per new directory (``mkdir -p`` of 1,111: 0.27 ms of its 1.25)."""
     made: MirrorDir = _new(MirrorDir)
     _set_path(made, path)
     _set_mode(made, mode)
     _set_mtime(made, mtime)
+    _set_sub(made, sub_ns)
     return made
 
 
@@ -76,31 +85,31 @@ def with_dir_times(
     base = os.fspath(directory) + "/"
     lstat = os.lstat
 
-    def mtime_of(rel: str) -> int | None:
+    def ns_of(rel: str) -> int | None:
         try:
             st = lstat(base + rel if rel else directory)
         except OSError:
             return None  # gone since: nothing to keep
-        return store_ms(st.st_mtime_ns) if stat.S_ISDIR(st.st_mode) else None
+        return st.st_mtime_ns if stat.S_ISDIR(st.st_mode) else None
 
     dirs = plan.dirs
     prefix = "/" if root == "/" else root + "/"
     for rel in parents:
-        mtime = mtime_of(rel)
+        ns = ns_of(rel)
         at = made.get(rel)
         if at is not None:
-            _set_mtime(dirs[at], mtime)
-        elif mtime is not None and (rel or root != "/"):
-            plan.dir_times[prefix + rel if rel else root] = mtime
+            _set_time(dirs[at], ns)
+        elif ns is not None and (rel or root != "/"):
+            plan.time_dir(prefix + rel if rel else root, ns)
     if times_read < len(made):
         for rel, at in made.items():
             if dirs[at].mtime is None:
-                _set_mtime(dirs[at], mtime_of(rel))
+                _set_time(dirs[at], ns_of(rel))
 
 
 def set_dir_times(directory: Path, times: dict[str, int]) -> None:
-    """Set the mtime (ms; atime the same) of each directory ``rel`` of ``times`` below ``directory``,
-    following no link on the way nor at the end (parents opened by a :class:`BeneathReader`: siblings
+    """Set the exact mtime (ns: ``mirror_ns``; atime the same) of each directory ``rel`` of ``times``
+    below ``directory``, following no link on the way nor at the end (parents opened by a :class:`BeneathReader`: siblings
     share one, and a child's is opened from its parent's, so a chain 1,359 levels deep costs one open
     a level, where opening each from the top took 906,000 and 1.1 s). A name that is no directory now
     is left alone."""
@@ -110,8 +119,7 @@ def set_dir_times(directory: Path, times: dict[str, int]) -> None:
             try:
                 fd = reader.dir(parent)
                 if stat.S_ISDIR(os.lstat(name, dir_fd=fd).st_mode):
-                    ns = times[rel] * 1_000_000
-                    os.utime(name, ns=(ns, ns), dir_fd=fd, follow_symlinks=False)
+                    os.utime(name, ns=(times[rel], times[rel]), dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue
 
@@ -121,6 +129,7 @@ class RootFields(TypedDict):
 
     root_mtime: int | None
     root_mode: int | None
+    root_sub_ns: int
 
 
 async def root_fields(fs: Any, root: str) -> RootFields:
@@ -128,16 +137,20 @@ async def root_fields(fs: Any, root: str) -> RootFields:
     sends them either) or a root the store does not have. A root that is a file (followed through a
     link, as the sandbox would) is refused: ``NotADirectoryError`` naming it."""
     if root == "/":
-        return {"root_mtime": None, "root_mode": None}
+        return {"root_mtime": None, "root_mode": None, "root_sub_ns": 0}
     try:
         st = await fs.stat(root)
     except OSError:
-        return {"root_mtime": None, "root_mode": None}
+        return {"root_mtime": None, "root_mode": None, "root_sub_ns": 0}
     if not st.is_directory:  # a run's pull would make it one: the file it replaced lost
         raise NotADirectoryError(
             errno.ENOTDIR, "the mount root is a file in the workspace, not a directory", root
         )
-    return {"root_mtime": st.mtime, "root_mode": stat.S_IMODE(st.mode)}
+    return {
+        "root_mtime": st.mtime,
+        "root_mode": stat.S_IMODE(st.mode),
+        "root_sub_ns": getattr(st, "sub_ns", 0),
+    }
 
 
 def top_mode(directory: Path, lifts: Lifts) -> int | None:
@@ -166,6 +179,7 @@ class RootTime:
     seen: int | None = None  # ns: the top's time after the last push or pull (None: no push yet)
     store: int | None = None  # ms: the store's time of the root, as last pushed or pulled
     given: int | None = None  # ms: the time the push being applied sets (at ``pushed``)
+    given_sub: int = 0  # ... and the nanoseconds past it (``SyncPush.root_sub_ns``)
     mode_seen: int | None = None  # the top's bits after the last push or pull (None: no push yet)
     mode_store: int | None = None  # the store's bits of the root, as last pushed or pulled
     mode_given: int | None = None  # the bits the push being applied sets (at ``give_mode``)
@@ -184,7 +198,7 @@ class RootTime:
         store's time moved since (another mirror's pull); else the top keeps its own. Its root mode
         likewise, on its first page (:meth:`give_mode`)."""
         if push.root_mtime is not None and (push.full or push.root_mtime != self.store):
-            self.given = push.root_mtime
+            self.given, self.given_sub = push.root_mtime, push.root_sub_ns
         if first and push.root_mode is not None and (push.full or push.root_mode != self.mode_store):
             self.mode_given = push.root_mode
         elif first and push.full and push.root_mode is None and push.root != "/":
@@ -207,7 +221,7 @@ class RootTime:
         """The push is in (``Mirror.finish_push``): the top takes the time it gave, last of all (every
         name made in it moved its time), and that is what a pull compares with."""
         if self.given is not None:  # taken as set even if it fails: a live sandbox's tick never
-            self.store, ns = self.given, self.given * 1_000_000  # pushes it again and again
+            self.store, ns = self.given, mirror_ns(self.given, self.given_sub)  # pushes it again and again
             with contextlib.suppress(OSError):
                 os.utime(directory, ns=(ns, ns), follow_symlinks=False)
         self.given = None
@@ -241,7 +255,7 @@ class RootTime:
         if self.undo is None:  # (else a plan whose pull was not stored yet: what came before it)
             self.undo = (self.seen, self.store, self.mode_seen, self.mode_store)
         if ns != self.seen and root not in plan.dir_times:
-            plan.dir_times[root] = store_ms(ns)
+            plan.time_dir(root, ns)
         self.seen = ns
         self.store = plan.dir_times.get(root, self.store)
         mode = top_mode(directory, lifts)
@@ -255,4 +269,5 @@ class RootTime:
                     os.chmod(directory, mode & SAFE_BITS)
         self.mode_seen = self.mode_store = sandbox_mode(mode)
         # with its time, if it moved too: listed as pulled either way (a time alone is never)
-        plan.dirs.insert(0, mirror_dir(root, self.mode_seen, plan.dir_times.pop(root, None)))
+        sub = plan.dir_sub_ns.pop(root, 0)
+        plan.dirs.insert(0, mirror_dir(root, self.mode_seen, plan.dir_times.pop(root, None), sub))

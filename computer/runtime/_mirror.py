@@ -90,7 +90,7 @@ class Mirror(MirrorPush, MirrorPull):
     # Inodes of files the mirror saw with several names (a hint): a run removing or replacing one name
     # changes the others' ctime without an event in their directories (``settle`` looks again).
     linked: set[int] = field(default_factory=set, repr=False)
-    # Directories the push being applied sent, with the workspace's mtime (ms) of each: set last
+    # Directories the push being applied sent, with the workspace's exact time (ns) of each: set last
     # (``finish_push``).
     dir_times: dict[str, int] = field(default_factory=dict, repr=False)
     # A run made and removed a name (it may have been a hard link): every file is lstat-ed again at

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..storage.paths import MAX_PATH_BYTES
-from ._backend import MirrorDir, MirrorFile, MirrorSymlink
+from ._backend import MirrorDir, MirrorFile, MirrorSymlink, store_time
 from ._beneath import lstat_beneath, make_parent, open_beneath, remove_beneath
 from ._entry import INO, KIND, MODE, SIZE, Entry, entry_of, is_dir
 from ._forget import forget
@@ -401,12 +401,22 @@ class PullPlan:
     chunk_prints: dict[str, list[int]] = field(default_factory=dict)
     # Paths left in the mirror only, with the reason (names the workspace cannot hold, FIFOs…).
     unsyncable: dict[str, str] = field(default_factory=dict)
-    # The mtimes (ms) of directories a change was made in that the plan does not make (workspace paths).
+    # The mtimes (ms) of directories a change was made in that the plan does not make (workspace paths),
+    # and the nanoseconds past them where not 0 (``SyncPull.dir_sub_ns``).
     dir_times: dict[str, int] = field(default_factory=dict)
+    dir_sub_ns: dict[str, int] = field(default_factory=dict)
     # Large files that continue another name's file (see ``Mirror.chunk_sources``); None: not asked yet.
     sources: dict[str, str] | None = None
 
-    def add_symlink(self, path: str, target: str, mtime: int | None = None) -> bool:
+    def time_dir(self, path: str, ns: int) -> None:
+        """Keep the time ``ns`` read in the mirror of the directory ``path`` (``dir_times``)."""
+        self.dir_times[path], sub = store_time(ns)
+        if sub:
+            self.dir_sub_ns[path] = sub
+        else:
+            self.dir_sub_ns.pop(path, None)
+
+    def add_symlink(self, path: str, target: str, mtime: int | None = None, sub_ns: int = 0) -> bool:
         """The symlink ``path`` to ``target`` (as ``readlink`` decoded it), or, when the target is not
         UTF-8, left in the mirror with its reason (False). Before, such a target (``ln -s $'\\xff' x``)
         failed the pull with ``UnicodeEncodeError``: the run's every change was lost, and every later
@@ -414,7 +424,7 @@ class PullPlan:
         if not is_utf8(target):
             self.unsyncable[path] = BAD_TARGET
             return False
-        self.symlinks.append(MirrorSymlink(path, target, mtime))
+        self.symlinks.append(MirrorSymlink(path, target, mtime, sub_ns))
         return True
 
     def too_long(self, path: str, limit: int) -> None:

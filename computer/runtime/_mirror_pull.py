@@ -15,7 +15,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 
 from xxhash import xxh3_128_intdigest
 
-from ._backend import BIG_FILE, PAGE_CHUNKS, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull, fits, store_ms
+from ._backend import BIG_FILE, PAGE_CHUNKS, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull, fits, store_time
 from ._beneath import (
     HOLE,
     HOLE_DIGEST,
@@ -207,10 +207,11 @@ class MirrorPull(MirrorWatch):
                     ns = times.get(rel)
                     timed += ns is not None
                     made[rel] = len(plan.dirs)
-                    plan.dirs.append(mirror_dir(path, entry[MODE], None if ns is None else store_ms(ns)))
+                    at = (None, 0) if ns is None else store_time(ns)  # (ms, the nanoseconds past it)
+                    plan.dirs.append(mirror_dir(path, entry[MODE], *at))
             elif kind == "l":
                 with contextlib.suppress(OSError):
-                    if not plan.add_symlink(path, links.readlink(rel), store_ms(entry[MTIME_NS])):
+                    if not plan.add_symlink(path, links.readlink(rel), *store_time(entry[MTIME_NS])):
                         continue  # a target the workspace cannot hold: left in the mirror only
             elif kind == "f":
                 ino = entry[INO]
@@ -317,6 +318,7 @@ class MirrorPull(MirrorWatch):
             self.root,
             dirs=list(dirs),
             dir_times=dict(plan.dir_times),
+            dir_sub_ns=dict(plan.dir_sub_ns),
             symlinks=list(links),
             deleted=list(deleted),
             protected=protected,
@@ -336,7 +338,7 @@ class MirrorPull(MirrorWatch):
                 if lifting and entry[MODE] & 0o600 != 0o600:  # the program locked it (``_lifts``)
                     self.lifts.lift(self.directory, rel)
                 path = self.workspace_path(rel)
-                mtime = store_ms(entry[MTIME_NS])
+                mtime, sub = store_time(entry[MTIME_NS])
                 small = entry[SIZE] < BIG_FILE
                 names += len(path)  # ``PAGE_PATHS`` of the files' paths
                 if budget is not None and (
@@ -393,14 +395,16 @@ class MirrorPull(MirrorWatch):
                         continue
                     plan.chunk_lists[rel] = hashes
                     plan.chunk_prints[rel] = prints
-                    page.files.append(MirrorFile(path, None, entry[MODE], mtime, size, None, hashes))
+                    page.files.append(
+                        MirrorFile(path, None, entry[MODE], mtime, size, None, hashes, sub_ns=sub)
+                    )
                     continue
                 try:
                     data = reader.read(rel)
                 except OSError:
                     continue
                 held += len(data)
-                page.files.append(MirrorFile(path, data, entry[MODE], mtime))
+                page.files.append(MirrorFile(path, data, entry[MODE], mtime, sub_ns=sub))
         # Hard links last: their first name is on this page or an earlier one. On pages of their own
         # past ``PAGE_FILES``: 20,000 names of one file on one page held the owner's loop 0.3 s.
         for rel, first in plan.links:

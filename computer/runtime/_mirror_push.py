@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..storage import CHUNK_SIZE
 from ..storage.paths import target_problem
-from ._backend import MirrorFile, SyncPush
+from ._backend import MirrorFile, SyncPush, mirror_ns
 from ._beneath import (
     CREATE,
     CREATED_MODE,
@@ -103,7 +103,7 @@ class MirrorPush(MirrorBase):
             self.state[rel] = entry_of(os.lstat(host))
             ready.add(rel)
             if d.mtime is not None and rel:
-                self.dir_times[rel] = d.mtime
+                self.dir_times[rel] = mirror_ns(d.mtime, d.sub_ns)
         written = 0
         base = os.fspath(self.directory)
         relinked: dict[int, Entry] = {}  # files given a name here, by inode: their entry now
@@ -175,7 +175,7 @@ class MirrorPush(MirrorBase):
                     write_all(fd, f.data)
                 if mode != CREATED_MODE.get(mode & 0o777):
                     os.fchmod(fd, mode)  # beyond what the umask left
-                ns = f.mtime * 1_000_000
+                ns = mirror_ns(f.mtime, f.sub_ns)
                 os.utime(fd, ns=(ns, ns))
                 st = os.fstat(fd)
             finally:
@@ -200,7 +200,7 @@ class MirrorPush(MirrorBase):
             if self.owner is not None:
                 os.lchown(host, *self.owner)
             if link.mtime is not None:  # the link's own time (``touch -h``, ``tar``, ``cp -a``)
-                ns = link.mtime * 1_000_000
+                ns = mirror_ns(link.mtime, link.sub_ns)
                 os.utime(host, ns=(ns, ns), follow_symlinks=False)
             self.state[self.rel(link.path)] = entry_of(os.lstat(host))
         return written
@@ -315,7 +315,7 @@ class MirrorPush(MirrorBase):
                 os.fchown(fd, *self.owner)
             os.ftruncate(fd, f.length)
             os.fchmod(fd, self._given(rel, "f", f.mode))
-            ns = f.mtime * 1_000_000
+            ns = mirror_ns(f.mtime, f.sub_ns)
             os.utime(fd, ns=(ns, ns))
             st = os.fstat(fd)
         finally:
@@ -352,7 +352,7 @@ class MirrorPush(MirrorBase):
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise OSError(f"{file.path} is not a regular file in the mirror")
             os.pwrite(fd, data, offset)
-            ns = file.mtime * 1_000_000
+            ns = mirror_ns(file.mtime, file.sub_ns)
             os.utime(fd, ns=(ns, ns))
             self.state[self.rel(file.path)] = entry_of(os.fstat(fd))
         finally:
@@ -464,7 +464,7 @@ def _rewrite_in_place(host: Path, f: MirrorFile, mode: int) -> bool:
         os.ftruncate(fd, 0)
         write_all(fd, f.data or b"")
         os.fchmod(fd, mode)
-        ns = f.mtime * 1_000_000
+        ns = mirror_ns(f.mtime, f.sub_ns)
         os.utime(fd, ns=(ns, ns))
     finally:
         os.close(fd)

@@ -204,6 +204,7 @@ class PullCommits:
                 own,
                 modes={f.path: f.mode & SAFE_BITS},
                 mtimes={f.path: f.mtime},
+                sub_ns={f.path: f.sub_ns},
             )
         except OSError as exc:
             reasons[f.path] = f"could not be applied: {exc.strerror or exc}{await self._left(f.path)}"

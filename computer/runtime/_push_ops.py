@@ -67,10 +67,11 @@ class Op:
     ino: int = 0
     nlink: int = 1
     target: str | None = None
+    sub_ns: int = 0  # the nanoseconds past ``mtime`` (``FileStat.sub_ns``)
 
 
 def op_of(row: ManifestEntry) -> Op:
-    return Op(row.path, row.kind, row.size, row.mode, row.mtime, row.ino, row.nlink)
+    return Op(row.path, row.kind, row.size, row.mode, row.mtime, row.ino, row.nlink, None, row.sub_ns)
 
 
 def walk_key(path: str) -> str:

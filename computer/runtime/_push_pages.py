@@ -129,18 +129,19 @@ class PushPages:
             except (FileNotFoundError, NotADirectoryError):
                 ops.append(Op(path, "gone"))
                 continue
+            sub = getattr(st, "sub_ns", 0)
             if st.is_directory and path not in whole:
-                ops.append(Op(path, "dir", mode=st.mode, mtime=st.mtime))
+                ops.append(Op(path, "dir", mode=st.mode, mtime=st.mtime, sub_ns=sub))
                 listing = await self._walked(path)
                 ops.extend(await pure(len(listing), ops_below, listing, path, plan.below[path], whole))
             elif st.is_directory:
                 # Removed, replaced or renamed here, or dropped by the mirror: sent whole, replacing it.
-                ops.append(Op(path, "tree", mode=st.mode, mtime=st.mtime))
+                ops.append(Op(path, "tree", mode=st.mode, mtime=st.mtime, sub_ns=sub))
                 ops.extend(await self._walked(path))
             else:
                 ino = getattr(st, "ino", 0)
                 nlink = getattr(st, "nlink", 1)
-                ops.append(Op(path, "file", st.size, st.mode, st.mtime, ino, nlink))
+                ops.append(Op(path, "file", st.size, st.mode, st.mtime, ino, nlink, sub_ns=sub))
         return await pure(max(size, len(ops)), sorted_ops, ops)
 
     async def _page(
@@ -178,7 +179,7 @@ class PushPages:
             elif op.kind in ("tree", "dir"):  # a tree replaces what the mirror holds there
                 if op.kind == "tree":
                     push.deleted.append(op.path)
-                push.dirs.append(MirrorDir(op.path, op.mode, op.mtime))
+                push.dirs.append(MirrorDir(op.path, op.mode, op.mtime, op.sub_ns))
             elif op.kind == "symlink":
                 target = op.target
                 if target is None:
@@ -191,7 +192,10 @@ class PushPages:
                 push.deleted.append(op.path)
                 # A link's own time is the manifest's (an op read with its target, from the change log,
                 # has none: made at the push's time); 0 is a time (``touch -h -d @0``: was the push's).
-                push.symlinks.append(MirrorSymlink(op.path, target, op.mtime if op.target is None else None))
+                own = op.target is None
+                push.symlinks.append(
+                    MirrorSymlink(op.path, target, op.mtime if own else None, op.sub_ns if own else 0)
+                )
             else:
                 count += 1
                 reason = over_limit(op, count, limits)
@@ -201,12 +205,16 @@ class PushPages:
                     push.reasons[op.path] = reason
                     continue
                 if op.nlink > 1 and op.ino in first_name:
-                    push.files.append(MirrorFile(op.path, b"", op.mode, op.mtime, 0, first_name[op.ino]))
+                    push.files.append(
+                        MirrorFile(op.path, b"", op.mode, op.mtime, 0, first_name[op.ino], sub_ns=op.sub_ns)
+                    )
                     continue
                 same = replaced is not None and op.path not in replaced
                 held = linked.get(op.path) if op.nlink > 1 else None
                 if held is not None:  # a new name of a file the mirror holds: linked there, and
-                    push.files.append(MirrorFile(op.path, b"", op.mode, op.mtime, 0, held[0]))
+                    push.files.append(
+                        MirrorFile(op.path, b"", op.mode, op.mtime, 0, held[0], sub_ns=op.sub_ns)
+                    )
                     if not held[1]:  # written into if it was written after (carries no bytes else)
                         continue
                     same = True
@@ -220,15 +228,17 @@ class PushPages:
                         push.deleted.append(op.path)
                         continue
                     push.files.append(
-                        MirrorFile(op.path, None, op.mode, op.mtime, op.size, None, chunks, same)
+                        MirrorFile(op.path, None, op.mode, op.mtime, op.size, None, chunks, same, op.sub_ns)
                     )
                     continue
                 if op.size > budget:  # alone on its page and still too big: fetched in pieces
-                    push.files.append(MirrorFile(op.path, None, op.mode, op.mtime, op.size, same=same))
+                    push.files.append(
+                        MirrorFile(op.path, None, op.mode, op.mtime, op.size, same=same, sub_ns=op.sub_ns)
+                    )
                     budget = 0
                     continue
                 small.append((len(push.files), op))  # read in bulk below
-                push.files.append(MirrorFile(op.path, b"", op.mode, op.mtime, same=same))
+                push.files.append(MirrorFile(op.path, b"", op.mode, op.mtime, same=same, sub_ns=op.sub_ns))
                 budget -= op.size
         if small:
             await self._read_small(push, small)
@@ -250,7 +260,9 @@ class PushPages:
                     push.deleted.append(op.path)
                     continue
             f = push.files[index]  # made anew: ``dataclasses.replace`` cost ~5 µs a file (20,000: 0.1 s)
-            push.files[index] = MirrorFile(f.path, data, f.mode, f.mtime, f.size, f.link, f.chunks, f.same)
+            push.files[index] = MirrorFile(
+                f.path, data, f.mode, f.mtime, f.size, f.link, f.chunks, f.same, f.sub_ns
+            )
         for index in reversed(gone):
             del push.files[index]
 

@@ -40,7 +40,8 @@ def manifest(
     mode, mtime)``, in walk order.
 
     With ``inodes=True`` each is a :class:`ManifestEntry`, the same five fields then ``ino`` and
-    ``nlink``: names sharing an ``ino`` are hard links of one file. (The five fields stay the
+    ``nlink``: names sharing an ``ino`` are hard links of one file, and ``sub_ns`` (the nanoseconds
+    past ``mtime``: ``inodes.sub_ns``). (The five fields stay the
     default so that callers unpacking five values keep working.)
     ``after``/``limit`` page it: at most ``limit`` entries strictly after the path ``after`` (in walk
     order, which is the order of paths compared segment by segment), read a page of children at a
@@ -63,12 +64,12 @@ def manifest(
             rows = list(islice(walk_tree_after(st.db, ino, p, parts(start)[len(parts(p)) :]), limit))
     if inodes:
         return [
-            ManifestEntry(path, KIND_NAMES[k], size, mode, mtime, node, nlink)  # type: ignore[arg-type]
-            for path, k, size, mode, mtime, node, nlink in rows
+            ManifestEntry(path, KIND_NAMES[k], size, mode, mtime, node, nlink, sub_ns)  # type: ignore[arg-type]
+            for path, k, size, mode, mtime, node, nlink, sub_ns in rows
         ]
     return [
         ManifestRow(path, KIND_NAMES[k], size, mode, mtime)  # type: ignore[arg-type]
-        for path, k, size, mode, mtime, _, _ in rows
+        for path, k, size, mode, mtime, _, _, _ in rows
     ]
 
 
@@ -129,6 +130,7 @@ def commit_batch(
     mtimes: Mapping[str, int] | None = None,
     links: Mapping[str, str] | None = None,
     symlinks: Mapping[str, str] | None = None,
+    sub_ns: Mapping[str, int] | None = None,
 ) -> BatchResult:
     """Apply many changes in one transaction and one revision (the shell backend's pull).
 
@@ -136,7 +138,9 @@ def commit_batch(
     ``_pieces``) writes a file (creating parents; a directory or a symlink at the path is replaced, never written through: the batch says what the path is now), ``None`` removes
     a path (recursively, missing is fine), ``mkdirs`` ensures directories, ``modes`` sets modes,
     ``mtimes`` sets mtimes in ms, kept exactly (of written files, ensured directories and existing
-    paths alike: a pull keeps the program's mtime, not the sync time). A write to a name of a file
+    paths alike: a pull keeps the program's mtime, not the sync time); ``sub_ns`` the nanoseconds
+    past a path's ``mtimes`` entry (0 to 999,999; EINVAL beyond), 0 where it names none, and nothing
+    without one: every time set here replaces the remainder too (``inodes.sub_ns``). A write to a name of a file
     with several names (hard links) gives that name a new file; ``links`` (new path -> existing
     path) then gives existing files more names, after the writes: a pull sends every name that
     still shares a file with a written one. A link replaces what is at its path; one whose
@@ -156,6 +160,10 @@ def commit_batch(
     canon_dirs = _sorted_unique(st.canon_many(mkdirs))
     canon_modes = _canon_keys(st, modes, clean_mode)
     canon_mtimes = _canon_keys(st, mtimes or {}, int)
+    canon_sub = _canon_keys(st, sub_ns, int) if sub_ns else {}
+    if canon_sub and not (0 <= min(canon_sub.values()) and max(canon_sub.values()) < 1_000_000):
+        bad = next(p for p, v in canon_sub.items() if not 0 <= v < 1_000_000)
+        raise fs_error(errno.EINVAL, bad, "sub_ns is the nanoseconds past a millisecond: 0 to 999,999")
     canon_links = _canon_keys(st, links or {}, lambda old: st.canon(old, refresh=False))
     symlinks = symlinks or {}
     canon_symlinks = dict(zip(st.canon_many(symlinks), symlinks.values(), strict=True))
@@ -188,7 +196,7 @@ def commit_batch(
         _remove(st, removed, m)
         applied += removed
         ensured = [p for p in canon_dirs if p not in skipped] if skipped else canon_dirs
-        made = make_dirs(st, ensured, canon_modes, canon_mtimes, m)
+        made = make_dirs(st, ensured, canon_modes, canon_mtimes, m, canon_sub)
         # With the parents it made that the batch gives a mode or mtime (a pull's ``mkdir -p a/b/c``
         # names all three: ``a`` and ``a/b`` were left out of ``applied``, so of the run's ``pulled``).
         parents = made.difference(ensured)
@@ -229,11 +237,13 @@ def commit_batch(
                 canon_modes.get(p),
                 canon_mtimes.get(p),
                 detach=True,
+                sub_ns=canon_sub.get(p, 0),
             )
             m.log(real, "write")
             applied.append(p)
         for p, target in sorted(canon_symlinks.items()):
-            if p not in skipped and not _batch_symlink(st, p, target, m, canon_mtimes.pop(p, None)):
+            mtime = canon_mtimes.pop(p, None)
+            if p not in skipped and not _batch_symlink(st, p, target, m, mtime, canon_sub.get(p, 0)):
                 skipped.add(p)
             elif p not in skipped:
                 applied.append(p)
@@ -248,24 +258,26 @@ def commit_batch(
         for p in sorted((canon_modes.keys() | canon_mtimes.keys()) - settled - skipped):
             if canon_writes.get(p) is not None:
                 continue
-            if _set_meta(st, p, canon_modes.get(p), canon_mtimes.get(p), m):
+            if _set_meta(st, p, canon_modes.get(p), canon_mtimes.get(p), m, canon_sub.get(p, 0)):
                 applied.append(p)
     return BatchResult(rev=st.rev, applied=_sorted_unique(applied), skipped=sorted(skipped))
 
 
-def _set_meta(st: Store, p: str, mode: int | None, mtime: int | None, m: Mutation) -> bool:
-    """Give the existing ``p`` (links followed) ``mode`` and ``mtime`` where given; False when it is
-    not there or has them already. A directory's time alone is logged :data:`TOUCH`."""
+def _set_meta(st: Store, p: str, mode: int | None, mtime: int | None, m: Mutation, sub_ns: int = 0) -> bool:
+    """Give the existing ``p`` (links followed) ``mode`` and ``mtime`` (with ``sub_ns``, 0 by
+    default: a new time never keeps the old remainder) where given; False when it is not there or
+    has them already. A directory's time alone is logged :data:`TOUCH`."""
     try:
         ino, kind, real = resolve(st, p)
     except OSError:
         return False
-    old_mode, old_mtime = st.db.one("SELECT mode, mtime FROM inodes WHERE id = ?", (ino,))
-    mode = old_mode if mode is None else mode
-    mtime = old_mtime if mtime is None else mtime
-    if (mode, mtime) == (old_mode, old_mtime):
+    old = st.db.one("SELECT mode, mtime, sub_ns FROM inodes WHERE id = ?", (ino,))
+    old_mode = old[0]
+    new = (old_mode if mode is None else mode, *(old[1:] if mtime is None else (mtime, sub_ns)))
+    if new == tuple(old):
         return False
-    st.db.execute("UPDATE inodes SET mode = ?, mtime = ? WHERE id = ?", (mode, mtime, ino))
+    mode = new[0]
+    st.db.execute("UPDATE inodes SET mode = ?, mtime = ?, sub_ns = ? WHERE id = ?", (*new, ino))
     m.log(real, TOUCH if kind == DIR and mode == old_mode else CREATE_OP[kind])
     return True
 
@@ -352,8 +364,11 @@ def _remove(st: Store, paths: Sequence[str], m: Mutation) -> None:
     remove_leaves(st, leaves, m)
 
 
-def _batch_symlink(st: Store, p: str, target: str, m: Mutation, mtime: int | None = None) -> bool:
-    """Make ``p`` a symlink to ``target`` (verbatim) with its own ``mtime`` (None: now), replacing what
+def _batch_symlink(
+    st: Store, p: str, target: str, m: Mutation, mtime: int | None = None, sub_ns: int = 0
+) -> bool:
+    """Make ``p`` a symlink to ``target`` (verbatim) with its own ``mtime`` (and ``sub_ns`` past it;
+    None: now), replacing what
     is there; False for a target ``symlink`` refuses (``target_problem``: empty, NUL, not UTF-8, too
     long) or ``/``. The same link already there only takes ``mtime`` (logged when it changes)."""
     if p == "/" or target_problem(target) is not None:
@@ -366,14 +381,15 @@ def _batch_symlink(st: Store, p: str, target: str, m: Mutation, mtime: int | Non
         if (
             mtime is not None
             and st.db.execute(
-                "UPDATE inodes SET mtime = ? WHERE id = ? AND mtime != ?", (mtime, node[0], mtime)
+                "UPDATE inodes SET mtime = ?1, sub_ns = ?2 WHERE id = ?3 AND (mtime != ?1 OR sub_ns != ?2)",
+                (mtime, sub_ns, node[0]),
             ).rowcount
         ):
             m.log(real, "symlink")
         return True  # already that link
     if node is not None:
         remove_node(st, real, pino, name, node[0], node[1])
-    ino = new_inode(st, SYMLINK, 0o777, len(target.encode("utf-8")), target, mtime=mtime)
+    ino = new_inode(st, SYMLINK, 0o777, len(target.encode("utf-8")), target, mtime=mtime, sub_ns=sub_ns)
     add_entry(st, pino, name, ino, real, SYMLINK)
     m.log(real, "symlink")
     return True

@@ -16,12 +16,20 @@ __all__ = ["make_dirs"]
 
 
 def make_dirs(
-    st: Store, dirs: Sequence[str], modes: Mapping[str, int], mtimes: Mapping[str, int], m: Mutation
+    st: Store,
+    dirs: Sequence[str],
+    modes: Mapping[str, int],
+    mtimes: Mapping[str, int],
+    m: Mutation,
+    sub_ns: Mapping[str, int] | None = None,
 ) -> set[str]:
     """Ensure the directories ``dirs`` (canonical, distinct) and their missing parents: each of ``dirs``
     made with its mode in ``modes`` (cleaned already: ``clean_mode``) and its mtime in ``mtimes`` (else
     0o755 and now), a parent made here likewise (else 0o755 and now); returns those of ``dirs`` it
-    made and the parents it made with a mode or mtime given (nothing more to set on them).
+    made and the parents it made with a mode or mtime given (nothing more to set on them). ``sub_ns``:
+    the nanoseconds past the ms of a path's mtime (``inodes.sub_ns``; 0 when missing), in the rows
+    themselves (a pull's directories have them, ``tar -x``'s and ``mkdir``'s alike; a tree top made
+    by :func:`ensure_dirs` takes its own after).
 
     Parents come first (the paths sorted, ancestors added). A directory whose parent this call made
     cannot exist yet: it is made without a lookup, and all such rows go in three ``executemany``
@@ -59,13 +67,16 @@ def make_dirs(
     entries: list[tuple[int, str, int]] = []
     logs: list[str] = []
     next_id = 0
+    new_subs: list[int] = []  # the nanoseconds past each mtime, when the batch gives any (``sub_ns``)
+    sub_ns = sub_ns or {}
 
     def flush() -> None:
         nonlocal next_id
         if new_modes:
             mtime, mode = new_mtimes[0], new_modes[0]
             many = len(new_modes) >= JSON_ROWS
-            if many and new_mtimes.count(mtime) == len(new_mtimes):
+            subs = new_subs if any(new_subs) else None  # a pull's directories have them; ``mkdir`` none
+            if many and subs is None and new_mtimes.count(mtime) == len(new_mtimes):
                 # Ids are consecutive and often one mtime for all (made here, now): the modes as one
                 # JSON array (1,000 rows ~0.5 ms, a row at a time ~1.3).
                 st.db.execute(
@@ -73,24 +84,36 @@ def make_dirs(
                     "FROM json_each(?)",
                     (first, DIR, mtime, json.dumps(new_modes)),
                 )
-            elif many and new_modes.count(mode) == len(new_modes):
+            elif many and subs is None and new_modes.count(mode) == len(new_modes):
                 # ... or one mode (a pull sends the program's times): the mtimes as the array.
                 st.db.execute(
                     "INSERT INTO inodes (id, kind, mode, mtime, size) SELECT ? + key, ?, ?, value, 0 "
                     "FROM json_each(?)",
                     (first, DIR, mode, json.dumps(new_mtimes)),
                 )
-            elif many:  # [mode, mtime] pairs
+            elif many and subs is None:  # [mode, mtime] pairs
                 st.db.execute(
                     "INSERT INTO inodes (id, kind, mode, mtime, size) "
                     "SELECT ? + key, ?, value ->> 0, value ->> 1, 0 FROM json_each(?)",
                     (first, DIR, json.dumps(list(zip(new_modes, new_mtimes, strict=True)))),
                 )
+            elif many and new_modes.count(mode) == len(new_modes):  # a pull's: [mtime, sub_ns] pairs
+                st.db.execute(
+                    "INSERT INTO inodes (id, kind, mode, mtime, size, sub_ns) "
+                    "SELECT ? + key, ?, ?, value ->> 0, 0, value ->> 1 FROM json_each(?)",
+                    (first, DIR, mode, json.dumps(list(zip(new_mtimes, new_subs, strict=True)))),
+                )
+            elif many:  # [mode, mtime, sub_ns] triples (in the same statement: no second pass)
+                st.db.execute(
+                    "INSERT INTO inodes (id, kind, mode, mtime, size, sub_ns) "
+                    "SELECT ? + key, ?, value ->> 0, value ->> 1, 0, value ->> 2 FROM json_each(?)",
+                    (first, DIR, json.dumps(list(zip(new_modes, new_mtimes, new_subs, strict=True)))),
+                )
             else:
                 st.db.executemany(
-                    "INSERT INTO inodes (id, kind, mode, mtime, size) VALUES (?, ?, ?, ?, 0)",
+                    "INSERT INTO inodes (id, kind, mode, mtime, size, sub_ns) VALUES (?, ?, ?, ?, 0, ?)",
                     [
-                        (first + i, DIR, mode, t)
+                        (first + i, DIR, mode, t, subs[i] if subs else 0)
                         for i, (mode, t) in enumerate(zip(new_modes, new_mtimes, strict=True))
                     ],
                 )
@@ -98,6 +121,7 @@ def make_dirs(
             m.log_op(logs, "mkdir")
             new_modes.clear()
             new_mtimes.clear()
+            new_subs.clear()
             entries.clear()
             logs.clear()
         next_id = 0
@@ -130,6 +154,8 @@ def make_dirs(
             ino = ensure_dirs(st, p, mode, m, replace_files=True, mtime=mtime)
             if m.logged != before:  # it made ``p``: nothing can be below it yet
                 fresh[p] = (ino, resolve(st, p)[2])
+                if sub_ns and mtime is not None and (sub := sub_ns.get(p)):
+                    st.db.execute("UPDATE inodes SET sub_ns = ? WHERE id = ?", (sub, ino))  # (the tops)
             else:
                 known[p] = (ino, resolve(st, p)[2])
             continue
@@ -141,6 +167,8 @@ def make_dirs(
         real = "/" + name if above_real == "/" else above_real + "/" + name  # ``join``
         push_mode(mode)
         push_mtime(now if mtime is None else mtime)
+        if sub_ns:
+            new_subs.append(0 if mtime is None else sub_ns.get(p, 0))
         push_entry((above[0], name, ino))
         push_log(real)
         if len(cache) >= CACHE_LIMIT:

@@ -54,6 +54,7 @@ def set_content(
     mtime: int | None = None,
     *,
     detach: bool = False,
+    sub_ns: int = 0,
 ) -> None:
     """Point ``real`` at the chunk list ``ids`` (already referenced), replacing an existing file.
 
@@ -61,8 +62,11 @@ def set_content(
     kept exactly when given (a pull keeps the program's); otherwise now, and on an overwrite
     strictly later than the old one. ``detach``: a file of several names (hard links) gets a new
     node for this name instead of new content for all of them (the batch's rule: a pull sends the
-    names that still share the file as ``links``).
+    names that still share the file as ``links``). ``sub_ns``: the nanoseconds past ``mtime`` (a
+    pull's; ``inodes.sub_ns``), 0 without an ``mtime``: an overwrite never keeps the old remainder.
     """
+    if mtime is None:
+        sub_ns = 0
     db = st.db
     if node is not None and node[1] == DIR:
         raise fs_error(errno.EISDIR, path)
@@ -74,7 +78,9 @@ def set_content(
         if node is not None and old is not None:  # leave the other names their file
             db.execute("UPDATE inodes SET nlink = nlink - 1 WHERE id = ?", (node[0],))
             mode = int(old[4]) if mode is None else mode
-        ino = new_inode(st, FILE, 0o644 if mode is None else mode, size, chunk=one, mtime=mtime)
+        ino = new_inode(
+            st, FILE, 0o644 if mode is None else mode, size, chunk=one, mtime=mtime, sub_ns=sub_ns
+        )
         if node is None:
             add_entry(st, pino, name, ino, real, FILE)
         else:
@@ -91,12 +97,13 @@ def set_content(
             mtime = max(now_ms(), int(old_mtime) + 1)
         if mode is None:
             db.execute(
-                "UPDATE inodes SET size = ?, mtime = ?, chunk = ? WHERE id = ?", (size, mtime, one, ino)
+                "UPDATE inodes SET size = ?, mtime = ?, sub_ns = ?, chunk = ? WHERE id = ?",
+                (size, mtime, sub_ns, one, ino),
             )
         else:
             db.execute(
-                "UPDATE inodes SET size = ?, mtime = ?, chunk = ?, mode = ? WHERE id = ?",
-                (size, mtime, one, clean_mode(mode), ino),
+                "UPDATE inodes SET size = ?, mtime = ?, sub_ns = ?, chunk = ?, mode = ? WHERE id = ?",
+                (size, mtime, sub_ns, one, clean_mode(mode), ino),
             )
         if old_one is not None:
             old_ids = [int(old_one)]

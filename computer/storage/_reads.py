@@ -23,7 +23,9 @@ def stat(st: Store, path: str) -> FileStat:
     """Metadata of ``path``, following symlinks; ``name`` is the last segment (``""`` for ``/``)."""
     p = st.canon(path)
     ino, kind, _ = resolve_read(st, p)
-    mode, mtime, size, nlink = st.db.one("SELECT mode, mtime, size, nlink FROM inodes WHERE id = ?", (ino,))
+    mode, mtime, size, nlink, sub_ns = st.db.one(
+        "SELECT mode, mtime, size, nlink, sub_ns FROM inodes WHERE id = ?", (ino,)
+    )
     return FileStat(
         name=split(p)[1],
         mode=int(mode),
@@ -33,6 +35,7 @@ def stat(st: Store, path: str) -> FileStat:
         is_directory=kind == DIR,
         ino=ino,
         nlink=int(nlink),
+        sub_ns=int(sub_ns),
     )
 
 

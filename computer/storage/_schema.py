@@ -20,7 +20,7 @@ __all__ = [
     "clean_mode",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # Inode kinds, stored as small integers.
 FILE = 0
@@ -66,6 +66,12 @@ INLINE_MAX = 2048
 # - ``inodes.nlink`` counts the directory entries naming the inode (hard links: ``FileSystem.link``);
 #   the partial index ``inodes_linked`` holds only inodes of two names or more, so a removal finds
 #   the few that survive it without an extra probe per removed row (nearly every inode has one name).
+# - ``inodes.sub_ns`` is the part of a node's time finer than its ``mtime`` (ms, the public unit):
+#   nanoseconds past that millisecond, 0 to 999,999, so a node's exact time is
+#   ``mtime * 1_000_000 + sub_ns``. A time the store makes (now) or a caller gives in ms alone has 0;
+#   only an exec pull gives more (the program's time, as lstat read it), and a mirror built from the
+#   store sets the exact time again (``make`` compares nanoseconds). Every statement that sets
+#   ``mtime`` sets ``sub_ns`` with it: a stale remainder never outlives the time it belonged to.
 # - ``changes`` is keyed by (revision, n-th change of that revision): one b-tree, scanned by rev.
 # - ``state`` is one row: the revision, the owner epoch (fencing) and the change-log floor.
 # - ``audit`` is the audit log (``_audit.py``): AUTOINCREMENT so an id is never reused after the
@@ -103,7 +109,8 @@ CREATE TABLE inodes (
     size INTEGER NOT NULL,
     target TEXT,
     chunk INTEGER,
-    nlink INTEGER NOT NULL DEFAULT 1
+    nlink INTEGER NOT NULL DEFAULT 1,
+    sub_ns INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX inodes_linked ON inodes (id) WHERE nlink > 1;
 CREATE TABLE dirents (
@@ -160,4 +167,8 @@ UPDATE inodes SET mode = mode & ~{0o6000} WHERE mode & {0o6000} != 0;
     # 3 -> 4: the audit log (tool calls, exec runs, share links) lives in the workspace's own file
     # (IF NOT EXISTS: a file downgraded by hand may still hold the table).
     3: AUDIT_TABLE,
+    # 4 -> 5: times finer than a millisecond (exec pulls): 0 for every existing node. A constant
+    # default, so SQLite adds the column without rewriting a row (``_db`` skips it when a file
+    # downgraded by hand still has it).
+    4: "ALTER TABLE inodes ADD COLUMN sub_ns INTEGER NOT NULL DEFAULT 0;",
 }

@@ -34,18 +34,19 @@ PAGE_SIZE = 256
 
 
 _CHILDREN_SQL = (
-    "SELECT d.name, d.child, i.kind, i.size, i.mode, i.mtime, i.nlink FROM dirents d JOIN inodes i "
+    "SELECT d.name, d.child, i.kind, i.size, i.mode, i.mtime, i.nlink, i.sub_ns FROM dirents d JOIN inodes i "
     "ON i.id = d.child WHERE d.parent = ? ORDER BY d.name"
 )
 
-Row = tuple[str, int, int, int, int, int, int]  # (path, kind, size, mode, mtime, inode, nlink)
+Row = tuple[str, int, int, int, int, int, int, int]  # (path, kind, size, mode, mtime, inode, nlink, sub_ns)
 
 
 def walk_tree(db: Database, ino: int, path: str) -> Iterator[Row]:
-    """Every node below a directory: ``(path, kind, size, mode, mtime, inode, nlink)``, depth-first in
+    """Every node below a directory: ``(path, kind, size, mode, mtime, inode, nlink, sub_ns)``,
+    depth-first in
     name order. One query per directory; a directory comes right before its subtree.
     """
-    work: list[Iterator[tuple[str, int, int, int, int, int, int]]] = [
+    work: list[Iterator[tuple[str, int, int, int, int, int, int, int]]] = [
         iter(db.execute(_CHILDREN_SQL, (ino,)).fetchall())
     ]
     paths = [path]
@@ -55,16 +56,16 @@ def walk_tree(db: Database, ino: int, path: str) -> Iterator[Row]:
             work.pop()
             paths.pop()
             continue
-        name, child, kind, size, mode, mtime, nlink = row
+        name, child, kind, size, mode, mtime, nlink, sub_ns = row
         cpath = join(paths[-1], name)
-        yield cpath, kind, size, mode, mtime, child, nlink
+        yield cpath, kind, size, mode, mtime, child, nlink, sub_ns
         if kind == DIR:
             work.append(iter(db.execute(_CHILDREN_SQL, (child,)).fetchall()))
             paths.append(cpath)
 
 
 _PAGE_SQL = (
-    "SELECT d.name, d.child, i.kind, i.size, i.mode, i.mtime, i.nlink FROM dirents d JOIN inodes i "
+    "SELECT d.name, d.child, i.kind, i.size, i.mode, i.mtime, i.nlink, i.sub_ns FROM dirents d JOIN inodes i "
     "ON i.id = d.child WHERE d.parent = ? AND d.name > ? ORDER BY d.name LIMIT ?"
 )
 
@@ -77,7 +78,7 @@ def walk_tree_after(db: Database, ino: int, path: str, after: list[str]) -> Iter
     """
     # Frames (directory inode, its path, last name read, rows read but not yet walked); the walk
     # resumes inside every ancestor of ``after``, after the segment it came down through.
-    stack: list[tuple[int, str, str, deque[tuple[str, int, int, int, int, int, int]]]] = []
+    stack: list[tuple[int, str, str, deque[tuple[str, int, int, int, int, int, int, int]]]] = []
     cur_ino, cur_path = ino, path
     for i, seg in enumerate(after):
         stack.append((cur_ino, cur_path, seg, deque()))
@@ -101,10 +102,10 @@ def walk_tree_after(db: Database, ino: int, path: str, after: list[str]) -> Iter
                 stack.pop()
                 continue
             page.extend(rows)
-        name, child, kind, size, mode, mtime, nlink = page.popleft()
+        name, child, kind, size, mode, mtime, nlink, sub_ns = page.popleft()
         stack[-1] = (d_ino, d_path, name, page)
         cpath = join(d_path, name)
-        yield cpath, kind, size, mode, mtime, child, nlink
+        yield cpath, kind, size, mode, mtime, child, nlink, sub_ns
         if kind == DIR:
             stack.append((child, cpath, "", deque()))
 

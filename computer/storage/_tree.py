@@ -54,10 +54,12 @@ def new_inode(
     target: str | None = None,
     chunk: int | None = None,
     mtime: int | None = None,
+    sub_ns: int = 0,  # the nanoseconds past ``mtime`` (``inodes.sub_ns``): none with a time made now
 ) -> int:
+    t, sub = (now_ms(), 0) if mtime is None else (int(mtime), sub_ns)
     cur = st.db.execute(
-        "INSERT INTO inodes (kind, mode, mtime, size, target, chunk) VALUES (?, ?, ?, ?, ?, ?)",
-        (kind, clean_mode(mode), now_ms() if mtime is None else int(mtime), size, target, chunk),
+        "INSERT INTO inodes (kind, mode, mtime, size, target, chunk, sub_ns) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        (kind, clean_mode(mode), t, size, target, chunk, sub),
     )
     return int(cur.lastrowid or 0)
 
@@ -134,8 +136,7 @@ def _spare_linked_survivors(st: Store) -> None:
 
 
 def release(st: Store, removed: Iterable[tuple[int, int, int | None, int]]) -> None:
-    """Drop the content of deleted inode rows ``(kind, size, one-chunk id, inode)``: their chunk
-    references and their logical size."""
+    """Drop deleted inode rows' ``(kind, size, one-chunk id, inode)`` chunk references and logical size."""
     _drop_content(st, *_content_of(removed))
 
 
@@ -228,9 +229,7 @@ def ensure_dirs(
     st: Store, p: str, mode: int, m: Mutation, *, replace_files: bool = False, mtime: int | None = None
 ) -> int:
     """Create every missing directory of ``p``; returns its inode. Symlinks to directories are followed.
-
-    ``mtime`` is the mtime of ``p`` itself when this creates it (its parents get the current time).
-    """
+    ``mtime`` is the mtime of ``p`` itself when this creates it (its parents get the current time)."""
     segs = parts(p)
     cache = st.cache
     ino, cur = ROOT_INODE, "/"
@@ -485,7 +484,8 @@ def rename(st: Store, src: str, dst: str, *, overwrite: bool = False) -> None:
 
 
 def copy(st: Store, src: str, dst: str, *, overwrite: bool = False) -> None:
-    """Copy a file (sharing its chunks: O(metadata)), a symlink, or a directory tree."""
+    """Copy a file (sharing its chunks: O(metadata)), a symlink, or a directory tree. Every node made
+    has the time of the copy (as ``cp`` without ``-p``), so no remainder (``inodes.sub_ns``)."""
     s, d = st.canon(src), st.canon(dst)
     ino, kind, s_real = resolve_read(st, s)
     with st.mutation(d) as m:

@@ -393,10 +393,12 @@ class FileSystem:
         mtimes: Mapping[str, int] | None = None,
         links: Mapping[str, str] | None = None,
         symlinks: Mapping[str, str] | None = None,
+        sub_ns: Mapping[str, int] | None = None,
     ) -> BatchResult:
         """Apply many changes in one transaction and one revision (the shell backend's pull); see
         ``_batch.commit_batch`` for the order and the conflict rule. A write is bytes or a list of
-        pieces as in :meth:`write_chunks`."""
+        pieces as in :meth:`write_chunks`. ``sub_ns``: the nanoseconds past a path's ``mtimes``
+        entry (a pull's exact times; ``FileStat.sub_ns``), 0 where it names none."""
         return _batch.commit_batch(
             self._store,
             writes,
@@ -406,6 +408,7 @@ class FileSystem:
             mtimes=mtimes,
             links=links,
             symlinks=symlinks,
+            sub_ns=sub_ns,
         )
 
     # ------------------------------------------------------------------ chunk-level sync

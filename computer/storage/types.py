@@ -41,6 +41,9 @@ class FileStat:
     is_directory: bool
     ino: int = 0  # the node's id in this store: names with the same ino are hard links of one file
     nlink: int = 1  # how many names the node has
+    # The nanoseconds past ``mtime`` (0 to 999,999): a time an exec pull kept finer than the ms
+    # (``inodes.sub_ns``); the exact time is ``mtime * 1_000_000 + sub_ns``. Optional: 0 elsewhere.
+    sub_ns: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,7 @@ class ManifestEntry(NamedTuple):
     mtime: int  # milliseconds since the epoch
     ino: int
     nlink: int
+    sub_ns: int = 0  # the nanoseconds past ``mtime`` (``FileStat.sub_ns``)
 
 
 @dataclass(frozen=True, slots=True)

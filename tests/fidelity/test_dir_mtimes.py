@@ -156,3 +156,50 @@ async def test_times_at_the_epoch_round_trip_through_a_reopen(db: Path, live: bo
         assert made.stdout == "f 0\nl 0\nd 0\nold -1\n"
     async with opened(db, shell=shell(live), python=False) as ws:
         assert (await ok(ws, listing)).stdout == made.stdout
+
+
+# Times finer than a millisecond, as ``tar --format=posix``, ``cp -p`` and ``rsync -a`` restore them.
+FINE = "stat -c '%n %.9Y' . d d/f l sub sub/g"
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_times_finer_than_a_millisecond_round_trip_through_a_reopen(db: Path, live: bool) -> None:
+    """A file's, a directory's, a symlink's own and the root's time keep their nanoseconds in a
+    rebuilt mirror (the store keeps them past the ms it shows: ``FileStat.sub_ns``). Before, a reopen
+    cut each to its millisecond."""
+    made = (
+        "mkdir -p d sub && echo x > d/f && echo y > sub/g && ln -s d/f l"
+        " && touch -d @1600000000.000400123 d/f && touch -h -d @1600000000.000500321 l"
+        " && touch -d @1600000000.999999999 sub/g && touch -d @1500000000.000000001 sub"
+        " && touch -d @1600000000.000600001 d . && " + FINE
+    )
+    expected = (
+        ". 1600000000.000600001\nd 1600000000.000600001\nd/f 1600000000.000400123\n"
+        "l 1600000000.000500321\nsub 1500000000.000000001\nsub/g 1600000000.999999999\n"
+    )
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, made)).stdout == expected
+        st = await ws.fs.stat("/workspace/d/f")
+        assert (st.mtime, st.sub_ns) == (1_600_000_000_000, 400_123)  # the ms API as it was
+    async with opened(db, shell=shell(live), python=False) as ws:  # a new mirror, from the SQLite file
+        assert (await ok(ws, FINE)).stdout == expected
+
+
+async def test_a_pax_archives_times_finer_than_a_millisecond_survive_a_reopen(db: Path) -> None:
+    """``tar x`` of a POSIX (pax) archive sets each entry's exact time, directories last."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as archive:
+        for name, when in (("pkg", 1_300_000_000.25), ("pkg/sub", 1_200_000_000.0004)):
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, when
+            archive.addfile(info)
+        info = tarfile.TarInfo("pkg/sub/file.txt")
+        info.size, info.mtime = 3, 1_100_000_000.0007
+        archive.addfile(info, io.BytesIO(b"abc"))
+    listing = "stat -c '%n %.4Y' pkg pkg/sub pkg/sub/file.txt"
+    expected = "pkg 1300000000.2500\npkg/sub 1200000000.0004\npkg/sub/file.txt 1100000000.0007\n"
+    async with opened(db, python=False) as ws:
+        await ws.fs.write_file("/workspace/in.tar", buffer.getvalue())
+        assert (await ok(ws, f"tar xf in.tar && {listing}")).stdout == expected
+    async with opened(db, python=False) as ws:
+        assert (await ok(ws, listing)).stdout == expected

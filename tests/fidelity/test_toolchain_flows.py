@@ -242,12 +242,6 @@ async def test_directories_chmod_ed_back_to_0755_keep_it_through_a_reopen(db: Pa
         assert (await ok(ws, listing)).stdout == fixed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the store keeps mtimes in milliseconds (SPEC 3, the inode layout): a reopen's mirror gives two "
-    "files written within one millisecond the same time, so make takes the older target for up to date; "
-    "keeping them needs nanoseconds in the store's schema and its FileStat",
-)
 @pytest.mark.parametrize("live", KINDS)
 async def test_make_rebuilds_a_target_its_source_is_newer_than_by_under_a_millisecond_after_a_reopen(
     db: Path, live: bool

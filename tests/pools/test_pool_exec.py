@@ -264,6 +264,24 @@ async def test_directory_times_round_trip_through_a_pool(cluster: Settings, name
             assert result.stdout == "1300000000\n"
 
 
+async def test_times_finer_than_a_millisecond_round_trip_through_a_pool(cluster: Settings, name: str) -> None:
+    """A run's nanoseconds past the ms (``sub_ns``: a file's, a directory's, the root's) cross the
+    pool's codec both ways: stored from the worker's pull, set again by every worker's mirror."""
+    listing = "stat -c '%n %.9Y' . t t/f"
+    expected = ". 1300000000.000000007\nt 1400000000.000300001\nt/f 1500000000.000400123\n"
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        made = "mkdir t && echo x > t/f && touch -d @1500000000.000400123 t/f"
+        made += " && touch -d @1400000000.000300001 t && touch -d @1300000000.000000007 ."
+        result = await (await ws.runtime.exec(made)).result()
+        assert result.status == "completed", result.stderr
+        st = await ws.fs.stat("/workspace/t/f")
+        assert (st.mtime, st.sub_ns) == (1_500_000_000_000, 400_123)
+        for _ in range(3):  # both workers of the pool, whichever serves
+            result = await (await ws.runtime.exec(listing)).result()
+            assert result.stdout == expected
+
+
 async def test_a_python_guests_large_write_through_the_pool_lands_whole(cluster: Settings, name: str) -> None:
     """A guest's write of several MiB crosses Ray from the worker's lane thread (``_pool_context``:
     over a MiB, handed to Ray off the worker's loop): it lands whole, reads back in the next run and

@@ -47,6 +47,36 @@ def test_sync_pull_round_trips() -> None:
     assert decode_sync(SyncPull, encode_sync(pull)) == pull
 
 
+def test_times_finer_than_a_millisecond_cross_a_process_both_ways() -> None:
+    """The pool backends' pushes and pulls (``encode_sync``) carry each node's nanoseconds past its ms
+    time (``sub_ns``), the root's and the directories' of a pull: a pool worker's mirror sets them."""
+    push = SyncPush(
+        rev=3,
+        root="/workspace",
+        full=True,
+        files=[MirrorFile("/workspace/a", b"x", 0o644, 123, sub_ns=400_123)],
+        dirs=[MirrorDir("/workspace/d", 0o755, 5, 999_999)],
+        symlinks=[MirrorSymlink("/workspace/l", "a", 7, 1)],
+        root_mtime=9,
+        root_sub_ns=42,
+    )
+    back = decode_sync(SyncPush, encode_sync(push))
+    assert back == push
+    assert (back.files[0].sub_ns, back.dirs[0].sub_ns, back.symlinks[0].sub_ns, back.root_sub_ns) == (
+        400_123,
+        999_999,
+        1,
+        42,
+    )
+    pull = SyncPull(
+        root="/workspace",
+        files=[MirrorFile("/workspace/b", b"y", 0o644, 1, sub_ns=2)],
+        dir_times={"/workspace/d": 8},
+        dir_sub_ns={"/workspace/d": 500_000},
+    )
+    assert decode_sync(SyncPull, encode_sync(pull)) == pull
+
+
 def frame(op: object, args: object, body: bytes = b"", *, head: bytes | None = None) -> bytes:
     """A guest frame as ``_pyguest`` writes it (``head`` replaces the msgpack head)."""
     if head is None:
