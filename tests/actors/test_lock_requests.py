@@ -14,7 +14,7 @@ import os
 import signal
 import socket
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -244,25 +244,12 @@ async def test_a_lock_request_of_a_worker_that_died_before_its_owner_served_it_h
     within the lease (60 s here). (This passed before the owner dropped requests of dead processes on
     arrival too: Ray did not serve the dead caller's queued call here; the owner's check, proven by
     ``test_a_lock_request_arriving_after_its_client_process_died_is_dropped``, covers one that is.)"""
-    config = {"data_dir": f"{tmp_path}/data", "lock_lease": 60.0}
-    computer.init(**config)
-    asker = _Asker.remote()  # type: ignore[attr-defined]
-    try:
-        async with computer.get_workspace(name) as b:
-            await b.fs.stat("/")
-            await asyncio.wait_for(asker.open.remote(name, config), 60)
-            owner = await process_pid(owner_process(b.handle))
-            os.kill(owner, signal.SIGSTOP)
-            try:
-                with pytest.raises(ray.exceptions.RayError):
-                    await asyncio.wait_for(asker.ask_and_die.remote(), 60)
-            finally:
-                os.kill(owner, signal.SIGCONT)
-            async with asyncio.timeout(20), b.locks.hold(["/f"]):  # a third of the lease at most
-                assert await _held(b.handle) == (1, 0)
-    finally:
-        ray.kill(asker)
-        computer.init(data_dir=f"{tmp_path}/data")
+
+    async def ask(asker: Any) -> None:
+        with pytest.raises(ray.exceptions.RayError):
+            await asyncio.wait_for(asker.ask_and_die.remote(), 60)
+
+    await _asked_while_the_owner_was_stopped(name, tmp_path, ask)
 
 
 async def test_a_lock_wait_given_up_while_the_owner_was_stopped_leaves_no_lease(
@@ -273,6 +260,19 @@ async def test_a_lock_wait_given_up_while_the_owner_was_stopped_leaves_no_lease(
     owner then goes on, serving the withdrawal before the acquire (another concurrency group). Before,
     the acquire was granted after its withdrawal to nobody: the driver's client waited out the whole
     lease (60 s here), the owner showing one lease held."""
+
+    async def ask(asker: Any) -> None:
+        assert await asyncio.wait_for(asker.ask_briefly.remote(), 60) == "gave up"
+        await asyncio.sleep(1.0)  # its withdrawal is on its way too
+
+    await _asked_while_the_owner_was_stopped(name, tmp_path, ask)
+
+
+async def _asked_while_the_owner_was_stopped(
+    name: str, tmp_path: Path, ask: Callable[[Any], Awaitable[None]]
+) -> None:
+    """A worker in its own process (``_Asker``) does ``ask`` while the owner's process is stopped; once
+    the owner goes on, the driver's client gets the lock within a third of the lease (60 s)."""
     config = {"data_dir": f"{tmp_path}/data", "lock_lease": 60.0}
     computer.init(**config)
     asker = _Asker.remote()  # type: ignore[attr-defined]
@@ -283,8 +283,7 @@ async def test_a_lock_wait_given_up_while_the_owner_was_stopped_leaves_no_lease(
             owner = await process_pid(owner_process(b.handle))
             os.kill(owner, signal.SIGSTOP)
             try:
-                assert await asyncio.wait_for(asker.ask_briefly.remote(), 60) == "gave up"
-                await asyncio.sleep(1.0)  # its withdrawal is on its way too
+                await ask(asker)
             finally:
                 os.kill(owner, signal.SIGCONT)
             async with asyncio.timeout(20), b.locks.hold(["/f"]):  # a third of the lease at most
