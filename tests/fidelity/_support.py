@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import os
 import random
+import shutil
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -33,6 +34,25 @@ T = TypeVar("T")
 ROOT = "/workspace"
 # Seconds a run's result may take beyond its program's timeout (push, pull, sandbox teardown).
 MARGIN = 120.0
+
+
+# A sandbox per call and a live one: what most fidelity tests run under both.
+KINDS = [pytest.param(False, id="per-call"), pytest.param(True, id="live")]
+
+
+def need(*tools: str) -> None:
+    """Skip unless every program of ``tools`` is installed (CI installs them: ``.ci/run``)."""
+    for tool in tools:
+        if shutil.which(tool) is None:
+            pytest.skip(f"{tool} is not installed on this machine")
+
+
+def shell(live: bool) -> ShellBackend:
+    """A fresh shell backend, live or per call (a live one skips where there is no cgroup freezer)."""
+    backend = ShellBackend(live=live)
+    if live and not backend.live:
+        pytest.skip("no cgroup freezer here")
+    return backend
 
 
 @asynccontextmanager

@@ -15,12 +15,6 @@ from computer.storage import _tree
 
 from ._support import digest, ok, opened, reasons_cover_skipped, run, sandbox_view, workspace_view
 
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "ws.sqlite"
-
-
 SOCKET = "import socket\ns = socket.socket(socket.AF_UNIX)\ns.bind('s.new')\n"
 
 

@@ -12,24 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from computer.runtime import ShellBackend
-
-from ._support import ok, opened
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "ws.sqlite"
-
+from ._support import ok, opened, shell
 
 KINDS = [pytest.param(False, id="per-run"), pytest.param(True, id="live")]
-
-
-def shell(live: bool) -> ShellBackend:
-    backend = ShellBackend(live=live)
-    if live and not backend.live:
-        pytest.skip("no cgroup freezer here")
-    return backend
 
 
 @pytest.mark.parametrize("live", KINDS)

@@ -39,11 +39,6 @@ from ._support import (
 MiB = 1024 * 1024
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "ws.sqlite"
-
-
 # ---------------------------------------------------------------------------------------------- issue 16
 
 

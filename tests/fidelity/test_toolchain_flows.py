@@ -5,37 +5,14 @@ own exec call; every check is made again after a reopen with fresh backends (a r
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 import computer
-from computer.runtime import ShellBackend
 
-from ._support import ok, opened, run
-
-KINDS = [pytest.param(False, id="per-call"), pytest.param(True, id="live")]
-
-
-def need(*tools: str) -> None:
-    for tool in tools:
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed on this machine")
-
-
-def shell(live: bool) -> ShellBackend:
-    backend = ShellBackend(live=live)
-    if live and not backend.live:
-        pytest.skip("no cgroup freezer here")
-    return backend
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "ws.sqlite"
-
+from ._support import KINDS, need, ok, opened, run, shell
 
 G = "git -c user.email=a@b.c -c user.name=T"
 # What a repository looks like from outside: whole, clean, its refs, stash, worktrees and clone.

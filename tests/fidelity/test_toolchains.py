@@ -20,11 +20,6 @@ def need(tool: str) -> None:
         pytest.skip(f"{tool} is not installed on this machine")
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "ws.sqlite"
-
-
 @pytest.mark.slow
 async def test_git_repository_with_a_multi_mb_binary_stays_intact_across_calls_and_a_reopen(db: Path) -> None:
     need("git")

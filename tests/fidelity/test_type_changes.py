@@ -35,11 +35,6 @@ LISTING = (
 )
 
 
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "ws.sqlite"
-
-
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
 async def test_every_change_of_kind_a_run_makes_is_what_later_calls_see_and_after_a_reopen(
     db: Path, live: bool

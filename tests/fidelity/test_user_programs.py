@@ -17,28 +17,7 @@ import pytest
 
 from computer.runtime import ShellBackend
 
-from ._support import ROOT, ok, opened, settle, started
-
-KINDS = [pytest.param(False, id="per-call"), pytest.param(True, id="live")]
-
-
-def need(*tools: str) -> None:
-    for tool in tools:
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed on this machine")
-
-
-def shell(live: bool) -> ShellBackend:
-    backend = ShellBackend(live=live)
-    if live and not backend.live:
-        pytest.skip("no cgroup freezer here")
-    return backend
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    return tmp_path / "ws.sqlite"
-
+from ._support import KINDS, ROOT, need, ok, opened, settle, shell, started
 
 # A PEP 517/660 build backend in the package's own tree (``backend-path``): pip builds a wheel and an
 # editable wheel offline without setuptools' ``bdist_wheel`` (the ``wheel`` package may be missing).
