@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ._options import EditOptions, LineTruncation, ReadOptions, WriteOptions
-from ._tool import ContentPart, Tool, ToolUpdate
+from ._tool import ERROR_CHARS, ContentPart, Tool, ToolUpdate
 from .delete import create_delete_tool
 from .edit import create_edit_tool
 from .file_store import FileStore, FileStoreStat
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from .publish import create_publish_tool
 
 __all__ = [
+    "ERROR_CHARS",
     "ContentPart",
     "EditOptions",
     "FileStore",

@@ -44,8 +44,16 @@ class ToolAudit(Protocol):
     def record_tool(self, name: str, args: Any, result: Any, duration_s: float) -> None: ...
 
 
+ERROR_CHARS = 4000  # the longest error message a tool returns (its middle elided past it)
+
+
 def error_result(message: str) -> dict[str, Any]:
-    """The one shape of a failed call: ``{"error": message}``."""
+    """The one shape of a failed call: ``{"error": message}``. A message over :data:`ERROR_CHARS`
+    keeps its start and end with the middle elided and counted: an error naming a 100 KB path (a model
+    can send one) echoed all of it back into the model's context."""
+    if len(message) > ERROR_CHARS:
+        keep = ERROR_CHARS // 2 - 40
+        message = f"{message[:keep]}…({len(message) - 2 * keep:,} characters elided)…{message[-keep:]}"
     return {"error": message}
 
 

@@ -186,3 +186,26 @@ async def test_no_suggestion_when_nothing_is_close(every_tool: dict[str, Tool]) 
         result["error"]
         == "Invalid arguments: Unknown argument 'zebra'. Valid arguments: limit, offset, path."
     )
+
+
+async def test_an_error_naming_a_huge_path_is_cut_in_the_middle_not_echoed_whole() -> None:
+    """A model can send a path of 100 KB; the error named all of it, back into the model's context.
+    The message keeps its start and end (the reason, the path's two ends) and says how much it left
+    out; every tool's error goes through the same builder."""
+    from computer.tools import ERROR_CHARS
+
+    segment = "d" * 200
+    path = "/workspace/" + "/".join(f"{segment}{i}" for i in range(500)) + "/end.txt"
+    async with Workspace() as ws:
+        tools = create_tools(ws)
+        for name, args in {
+            "read": {"path": path},
+            "ls": {"path": path},
+            "delete": {"path": path},
+            "edit": {"path": path, "edits": [{"oldText": "x", "newText": "y"}]},
+        }.items():
+            result = await tools[name].run(args)
+            assert list(result) == ["error"], (name, result)
+            message = result["error"]
+            assert len(message) <= ERROR_CHARS, (name, len(message))
+            assert "characters elided" in message and message.endswith("end.txt"), name
