@@ -68,7 +68,9 @@ class SandboxLimits:
     memory_mb: int | None = 1024
     max_processes: int | None = 256
     cpu_seconds: int | None = None
-    max_file_bytes: int | None = 4 * 1024**3  # RLIMIT_FSIZE: the largest file the program may write
+    # RLIMIT_FSIZE: the largest file the program may write, rounded down to whole KiB (the unit of
+    # `ulimit -f`, so a shell in the sandbox reports the same limit): 1,500 bytes enforce 1,024
+    max_file_bytes: int | None = 4 * 1024**3
 
 
 def rlimits(
