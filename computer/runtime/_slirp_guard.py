@@ -56,6 +56,7 @@ import os
 import platform
 import re
 import select
+import shutil
 import socket
 import struct
 import sys
@@ -253,7 +254,8 @@ def pidfd_getfd(pid: int, fd: int) -> int:
 def helper_argv(sock: int) -> list[str]:
     """The helper's command line before the command it execs."""
     nr = _MACHINES[platform.machine()][1]
-    return [sys.executable, "-I", "-S", "-c", HELPER, str(sock), program().hex(), str(nr)]
+    python = sys.executable or shutil.which("python3") or "python3"  # empty when embedded
+    return [python, "-I", "-S", "-c", HELPER, str(sock), program().hex(), str(nr)]
 
 
 class Guard:
