@@ -146,7 +146,8 @@ class Sandbox:
         if self.bwrap:
             net = (
                 "network through slirp4netns from its own network namespace (10.0.2.100, DNS 10.0.2.3; "
-                "the host's loopback unreachable)"
+                "the host's own addresses, loopback and link-local ranges refused by a seccomp "
+                "supervisor of slirp4netns; the internet and other hosts reachable)"
                 if self.network
                 else "no network (own empty network namespace)"
             )

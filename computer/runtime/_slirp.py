@@ -37,14 +37,25 @@ sandbox process, before its command starts):
   under its own seccomp filter (``--enable-seccomp``; as root also in a mount namespace of its own,
   ``--enable-sandbox``, which an unprivileged user cannot make), its output discarded.
 
-Still reachable, as from any process of the host: the internet, the host's other addresses (a service
-bound to ``0.0.0.0`` or to the node's IP, Ray's ports on a multi-node cluster among them), the
-cluster's network. The sandbox's connections are slirp4netns's sockets, made as the sandbox's host
-uid when this process is root: a host firewall can drop them by owner (``iptables -m owner
---uid-owner``), or slirp4netns could run in a network namespace of its own behind a filter.
+- it starts under a seccomp filter whose listener this process holds (``_slirp_guard``): every
+  ``connect`` and every datagram naming a destination waits for one thread of this process, which
+  refuses (``ECONNREFUSED``: the sandbox sees "connection refused" at once) the host's own addresses
+  (any a socket can bind: a service bound to ``*`` or to the node's IP, Ray's GCS, raylet and workers
+  among them), loopback, unspecified and link-local ranges (169.254.169.254, the cloud's metadata
+  credentials), IPv4 and IPv6, v4-mapped forms included; port 53 of the host's resolvers stays (slirp
+  forwards the sandbox's DNS there). Where that supervisor cannot run (another machine than x86_64 or
+  aarch64, Linux before 5.6), a backend with network is refused at its creation
+  (:func:`slirp_executable`), never run with less isolation.
 
-Cost: slirp4netns's start, 4-5 ms here, before the command (``benchmarks/exec_bench.py
---only-network``); a sandbox started ahead (the default) pays it ahead, a live sandbox once.
+Still reachable, as from any process of the host: the internet and the other hosts of the host's
+networks (the cluster's other nodes, a container bridge's other containers). A host firewall can drop
+those by owner (slirp4netns's sockets are the sandbox's host uid's when this process is root:
+``iptables -m owner --uid-owner``).
+
+Cost: slirp4netns's start, 4-5 ms here, and the supervisor's helper (an interpreter with ctypes
+loading the filter before exec'ing slirp4netns), ~15 ms more on this loaded machine, before the
+command (``benchmarks/exec_bench.py --only-network``); a sandbox started ahead (the default) pays it
+ahead, a live sandbox once.
 """
 
 from __future__ import annotations
@@ -55,10 +66,12 @@ import fcntl
 import os
 import select
 import shutil
+import socket
 import subprocess
 import threading
 from collections.abc import Sequence
 
+from ._slirp_guard import GUARD, helper_argv, missing, pidfd_getfd
 from ._tasks import in_thread, offload
 
 __all__ = ["RESOLVER", "SLIRP", "TAP", "NetworkLink", "slirp_executable"]
@@ -72,13 +85,20 @@ _WAIT = 20.0  # seconds the set-up and slirp4netns's start may take (a loaded ma
 
 
 def slirp_executable() -> str:
-    """slirp4netns's path; ``RuntimeError`` naming the package when it is not installed."""
+    """slirp4netns's path; ``RuntimeError`` naming the package when it is not installed, or saying
+    why its connections cannot be supervised here (``_slirp_guard``)."""
     exe = shutil.which(SLIRP)
     if exe is None:
         raise RuntimeError(
             "a sandbox with network=True needs slirp4netns (its own network namespace reaches out "
             "through it; the host's network, its loopback services included, is never shared): "
             "install the slirp4netns package (apt-get install slirp4netns), or use network=False"
+        )
+    why = missing()
+    if why:
+        raise RuntimeError(
+            f"a sandbox with network=True needs its slirp4netns kept from the host's own addresses: "
+            f"{why}; use network=False"
         )
     return exe
 
@@ -105,6 +125,7 @@ class NetworkLink:
         (``ProcessLookupError`` when the child is gone: bubblewrap's own status says why)."""
         netns = _open_netns(child)
         ready_r = ready_w = userns = None
+        ours, theirs = socket.socketpair()
         try:
             await _setup_done(child)
             userns = fcntl.ioctl(netns, _NS_GET_USERNS)
@@ -113,6 +134,7 @@ class NetworkLink:
             assert exit_r is not None
             options = [*_OPTIONS, "--enable-sandbox"] if not self.prefix and os.geteuid() == 0 else _OPTIONS
             argv = [
+                *helper_argv(theirs.fileno()),  # the supervisor's filter, then the rest (``_slirp_guard``)
                 *self.prefix,
                 self.exe,
                 *options,
@@ -123,19 +145,27 @@ class NetworkLink:
                 f"/proc/self/fd/{netns}",
                 TAP,
             ]
-            proc = _launch(argv, (ready_w, exit_r, userns, netns))
+            proc = _launch(argv, (ready_w, exit_r, userns, netns, theirs.fileno()))
         except BaseException:
             if ready_r is not None:
                 os.close(ready_r)
+            ours.close()
             raise
         finally:
             for fd in (netns, userns, ready_w):
                 if fd is not None:
                     os.close(fd)
+            theirs.close()
             self.close()  # slirp4netns holds the read end now: the sandbox's end is its end
         self.pid = proc.pid
         _REAPER.add(proc)
         try:
+            try:
+                with ours:
+                    await _supervise(ours, proc.pid)
+            except BaseException:
+                os.close(ready_r)
+                raise
             ready = await _ready(ready_r)
         except BaseException:
             proc.kill()
@@ -255,6 +285,29 @@ async def _setup_done(child: int) -> None:
             raise TimeoutError(f"sandbox network: bubblewrap's set-up did not end within {_WAIT:.0f} s")
         await asyncio.sleep(pause)
         pause = min(pause * 2, 0.001)
+
+
+async def _supervise(sock: socket.socket, pid: int) -> None:
+    """Take the listener the helper made in ``pid`` (its number on ``sock``) to :data:`GUARD`, then let
+    it exec slirp4netns."""
+    loop = asyncio.get_running_loop()
+    sock.setblocking(False)
+    line = b""
+    async with asyncio.timeout(_WAIT):
+        while not line.endswith(b"\n"):
+            part = await loop.sock_recv(sock, 64)
+            if not part:
+                break
+            line += part
+    if not line[:1].isdigit():
+        raise RuntimeError(
+            "sandbox network: no seccomp listener for slirp4netns's supervisor "
+            f"({'errno ' + line[1:].decode().strip() if line[:1] == b'E' else 'its helper ended'}): "
+            "it needs seccomp user notifications (Linux 5.6+)"
+        )
+    listener = pidfd_getfd(pid, int(line))
+    GUARD.add(listener)
+    await loop.sock_sendall(sock, b"g")
 
 
 async def _ready(fd: int) -> bool:
