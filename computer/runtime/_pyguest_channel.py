@@ -15,7 +15,13 @@ is kept for that caller (``_STASH``; every call waits a tick at a time, so it fi
 caller is still waiting further up the stack, dropped when it is gone (an exception a handler raised ended it). Before, the turn was
 not reentrant: such a handler hung the run. Handlers never run in the middle of a frame: signals are
 blocked while one is sent or read, and while the turn is taken or given back (the process's lock and
-its record lock change together), so a handler runs only while a call waits for its reply.
+its record lock change together), so a handler runs only while a call waits for its reply, and only
+while the outermost call does: a handler's own call waits with signals blocked, so the next signal's
+handler runs once it is answered (decision, as the kernel holds a signal while its own handler runs; a
+handler's call is not interruptible, SIGINT included). Before (s60), while the host was slow to
+answer (its loop busy), each tick of a timer ran its handler again inside the wait of the one before,
+one level deeper per tick, until a RecursionError. A handler's call that stashed replies wakes the call
+it interrupted (``_WAKE``, polled with the socket): that one waited out its tick on the socket before.
 
 A frame goes out whole or not at all, from the host's view: a process killed while sending (a pool
 worker terminated) leaves no partial frame, which would have broken the channel for every other
@@ -33,6 +39,7 @@ import _thread
 import errno
 import itertools
 import os
+import select
 import struct
 
 import msgpack
@@ -54,7 +61,7 @@ _sock = _socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
 os.set_inheritable(_sock.fileno(), False)  # a program's own children (os.system, a fork) never hold it
 # Once the run is in, every wait on the channel is a tick at most (the socket is non-blocking, in every
 # process the guest forks alike; Python polls it): see ``_wait``.
-_TICK = 0.005  # a call a handler's call interrupted finds its reply that late at most
+_TICK = 0.005  # a wait on the channel, then its caller looks again (the stash, a handler's reads)
 
 
 def _block() -> Any:
@@ -123,11 +130,34 @@ def _recv_exact(n: int) -> bytes:
 _READS = [0]  # frames this process read: a handler's call ran when it changed
 
 
-def recv() -> Any:
+def _ready(timeout: float | None) -> bool:
+    """Whether a frame's bytes wait on the channel, waited for ``timeout`` seconds at most (None: for
+    good); False at once when a handler's call stashed a reply meanwhile (``_WAKE``). A signal
+    interrupts the poll, its handler runs, and python polls again for the rest of the time: the
+    call the handler interrupted is woken only by what comes, which its reply, read by the
+    handler's call, no longer does."""
+    wake = _WAKE[0]
+    poll = select.poll()  # one of its own: a handler's call polls while this one is interrupted
+    poll.register(_sock.fileno(), select.POLLIN)
+    poll.register(wake, select.POLLIN)
+    events = poll.poll(None if timeout is None else max(1, int(timeout * 1000)))
+    if any(fd == wake for fd, _ in events):
+        try:
+            os.eventfd_read(wake)
+        except OSError:  # drained already (BlockingIOError)
+            pass
+        return False
+    return bool(events)
+
+
+def recv(forever: bool = False) -> Any:
     """One frame, its length peeked first (a caller killed between the two reads takes nothing), then
-    read whole with every signal blocked; None when none came within a tick, or when a signal
-    handler's call read frames between the peek and the read (the length peeked was of one of them)."""
+    read whole with every signal blocked; None when none came within a tick (``forever``: waited for
+    as long as it takes), when a signal handler's call stashed a reply meanwhile, or when one read
+    frames between the peek and the read (the length peeked was of one of them)."""
     reads = _READS[0]
+    if not _ready(None if forever else _TICK):
+        return None
     try:
         header = _sock.recv(_HEADER.size, _socket.MSG_PEEK | _socket.MSG_WAITALL)
     except TimeoutError:
@@ -152,7 +182,7 @@ def recv_setup() -> Any:
     """The setup frame, waited for as long as it takes (a guest started ahead waits for its run, the
     socket blocking: it never wakes meanwhile)."""
     while True:
-        setup = recv()
+        setup = recv(forever=True)
         if setup is not None:
             _sock.settimeout(_TICK)
             return setup
@@ -164,6 +194,9 @@ _DEPTH = [0]  # calls of this process inside its turn (more than one: a signal h
 _COUNTER = itertools.count(1)  # a call's number (``next``: no handler runs inside it)
 _PENDING: set[int] = set()  # this process's calls waiting for their replies
 _STASH: dict[int, Any] = {}  # replies read by a nested call for a call further up
+# Written when a handler's call ends with replies stashed for the calls further up: the one it
+# interrupted, back in its poll, wakes at once (before, it waited out its tick for a reply already read).
+_WAKE = [os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)]
 
 
 def _forked() -> None:
@@ -171,6 +204,11 @@ def _forked() -> None:
     _DEPTH[0] = 0
     _PENDING.clear()
     _STASH.clear()
+    try:
+        os.close(_WAKE[0])  # the parent's: its waits are its own
+    except OSError:  # the program closed it
+        pass
+    _WAKE[0] = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
 
 
 os.register_at_fork(after_in_child=_forked)
@@ -196,7 +234,8 @@ def _wait(call: int) -> Any:
 def exchange(op: str, args: Any, body: bytes = b"") -> Any:
     """Send one request and return its reply's value, in this caller's turn. Signals are blocked from
     the turn's taking to the request's last byte and from the call's end to the turn's giving back:
-    a handler (its own calls, its exception) runs only while the call waits for its reply."""
+    a handler (its own calls, its exception) runs only while the call waits for its reply, and only
+    while the outermost call does (see the module's docstring)."""
     call = (os.getpid() << 32) | (next(_COUNTER) & 0xFFFFFFFF)
     frames = _frames(op, args, body, call)
     with _TURN_THREADS[0]:
@@ -210,8 +249,12 @@ def exchange(op: str, args: Any, body: bytes = b"") -> Any:
             taken = True
             _PENDING.add(call)
             _send(frames)
-            waiting = True
-            _unblock(mask)
+            # Only the outermost call waits with signals open: a handler's own call waits with them
+            # blocked, so the next signal's handler runs once that call is answered, not inside it
+            # (as the kernel holds a signal while its own handler runs).
+            waiting = _DEPTH[0] == 1
+            if waiting:
+                _unblock(mask)
             return value(_wait(call))
         finally:
             try:
@@ -225,6 +268,8 @@ def exchange(op: str, args: Any, body: bytes = b"") -> Any:
                     _DEPTH[0] -= 1
                     if _DEPTH[0] == 0:
                         os.lockf(_TURN_FILE, os.F_ULOCK, 0)
+                    elif _STASH:  # for a call further up, which a handler's call interrupted
+                        os.eventfd_write(_WAKE[0], 1)
                 _unblock(mask)
 
 
