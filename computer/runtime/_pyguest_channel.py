@@ -209,9 +209,45 @@ def _forked() -> None:
     except OSError:  # the program closed it
         pass
     _WAKE[0] = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    _own("wake", _WAKE[0])
 
 
 os.register_at_fork(after_in_child=_forked)
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+# The channel's own descriptors as they were made: a program that closed one (``os.closerange``) or
+# put another file on its number (``os.dup2(pipe, 3)``) gets an error naming it at its next call
+# (before: a pipe on the socket's number was polled for a reply for good, the run hung to its timeout;
+# a closed eventfd was reported ready at every look, a call spun on a core).
+_IDS: dict[str, tuple[int, tuple[int, int]]] = {}
+
+
+def _own(name: str, fd: int) -> None:
+    _IDS[name] = (fd, _identity(fd))
+
+
+def _check_descriptors() -> None:
+    for name, (fd, identity) in _IDS.items():
+        try:
+            same = _identity(fd) == identity
+        except OSError:
+            same = False
+        if not same:
+            raise OSError(
+                errno.EBADF,
+                f"the workspace channel's descriptor {fd} ({name}) was closed or replaced by the "
+                "program (os.close, os.closerange, os.dup2): workspace calls cannot be made",
+            )
+
+
+_own("socket", _sock.fileno())
+_own("turn", _TURN_FILE)
+_own("wake", _WAKE[0])
 
 
 def _wait(call: int) -> Any:
@@ -236,6 +272,7 @@ def exchange(op: str, args: Any, body: bytes = b"") -> Any:
     the turn's taking to the request's last byte and from the call's end to the turn's giving back:
     a handler (its own calls, its exception) runs only while the call waits for its reply, and only
     while the outermost call does (see the module's docstring)."""
+    _check_descriptors()
     call = (os.getpid() << 32) | (next(_COUNTER) & 0xFFFFFFFF)
     frames = _frames(op, args, body, call)
     with _TURN_THREADS[0]:

@@ -355,3 +355,47 @@ async def test_a_program_changes_nothing_of_the_runtimes_logs(tmp_path: Path, li
             for e in await ws.fs.readdir("/.computer/output")
         }
         assert reopened == before
+
+
+# A program that puts a pipe on the channel's descriptor number (``dup2``), or closes every descriptor
+# past the standard ones, then calls ``workspace``; its ``main`` returns a value all the same.
+REPLACED = """
+import os, workspace
+workspace.write_file("before.txt", "before")
+if HOW == "dup2":
+    read, write = os.pipe()
+    os.dup2(read, 3)
+else:
+    os.closerange(3, 1024)
+try:
+    workspace.write_file("after.txt", "after")
+    said = "written"
+except OSError as exc:
+    said = [type(exc).__name__, str(exc)]
+print(said)
+def main(input):
+    return said
+"""
+
+
+@pytest.mark.parametrize("how", ["dup2", "closerange"])
+@pytest.mark.parametrize("live", PYTHON_MODES)
+async def test_a_program_that_replaces_the_channels_descriptor_gets_an_error_not_a_hang(
+    tmp_path: Path, live: bool, how: str
+) -> None:
+    """s60: a program that put a pipe on the channel's descriptor (``os.dup2(r, 3)``) had its next
+    ``workspace`` call wait on that pipe for a reply for good: the run hung until its timeout. One that
+    closed them all got ``[Errno 9] Bad file descriptor`` from ``lockf``. Now each call checks the
+    channel's descriptors first: an ``OSError`` (EBADF) that says what happened; the run fails (its
+    result cannot be sent either), the workspace keeps what was written, and the next run works."""
+    async with python_mode(tmp_path / "ws.sqlite", live) as ws:
+        result = await py(ws, REPLACED.replace("HOW", repr(how)))
+        assert result.status == "failed", (result.stdout, result.stderr, result.error)
+        assert "was closed or replaced by the program" in result.stdout, result.stdout
+        assert "the result could not be sent" in result.stderr, result.stderr
+        assert await ws.fs.read_text(f"{ROOT}/before.txt") == "before"
+        assert not await ws.fs.exists(f"{ROOT}/after.txt")
+        after = await py(
+            ws, "import workspace\ndef main(input):\n    return workspace.read_text('before.txt')"
+        )
+        assert (after.status, after.value) == ("completed", "before"), after.stderr
