@@ -114,17 +114,23 @@ def _send(frames: list[list[Any]]) -> None:
                 pass
 
 
-def _recv_exact(n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
+def _recv_exact(n: int) -> bytearray:
+    """A frame of ``n`` bytes, its room taken before its first byte is: a ``MemoryError`` (a program's
+    ``RLIMIT_AS``) leaves the frame whole on the channel, never half read (before, s60: each read
+    took a buffer of what was left, and one refused in the middle of a large reply left the rest,
+    which the next call read as a frame's length: it waited for it until the run's timeout)."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
         try:
-            part = _sock.recv(n - len(buf))
+            size = _sock.recv_into(view[got:])
         except TimeoutError:
             continue
-        if not part:
+        if not size:
             raise ConnectionError("the host closed the workspace channel")
-        buf += part
-    return bytes(buf)
+        got += size
+    return buf
 
 
 _READS = [0]  # frames this process read: a handler's call ran when it changed
@@ -175,7 +181,7 @@ def recv(forever: bool = False) -> Any:
         _READS[0] += 1
     finally:
         _unblock(mask)
-    return msgpack.unpackb(data[_HEADER.size :], raw=False)
+    return msgpack.unpackb(memoryview(data)[_HEADER.size :], raw=False)
 
 
 def recv_setup() -> Any:

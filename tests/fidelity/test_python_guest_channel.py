@@ -399,3 +399,46 @@ async def test_a_program_that_replaces_the_channels_descriptor_gets_an_error_not
             ws, "import workspace\ndef main(input):\n    return workspace.read_text('before.txt')"
         )
         assert (after.status, after.value) == ("completed", "before"), after.stderr
+
+
+# A program that caps its own address space (``RLIMIT_AS``) a little more above what it uses at each
+# step, half a MiB at a time, and reads an 8 MiB file under each cap: somewhere the read's memory
+# runs out, before, in or after its reply's frame. The cap is lifted before the next call.
+MEMORY_RUNS_OUT = """
+import resource, workspace
+workspace.write_file("big", b"y" * (8 << 20))
+workspace.write_file("small", "small")
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+def used():
+    with open("/proc/self/status") as f:
+        return int(f.read().split("VmSize:")[1].split()[0]) * 1024
+answers = []
+for half_mib in range(0, 48):
+    got = "read"
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (used() + (half_mib << 19), hard))
+        try:
+            workspace.read_file("big")
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    except MemoryError:
+        got = "memerr"
+    answers.append(workspace.read_text("small"))
+def main(input):
+    return [sorted(set(answers)), len(workspace.read_file("big"))]
+"""
+
+
+@pytest.mark.parametrize("live", PYTHON_MODES)
+async def test_a_memory_error_in_the_middle_of_a_reply_leaves_the_channel_in_step(
+    tmp_path: Path, live: bool
+) -> None:
+    """s60: the guest read a reply a buffer at a time, each of what was left: a ``MemoryError`` in the
+    middle of a large one left the rest of the frame on the channel, and the next call read its bytes
+    as a frame's length and waited for that many until the run's timeout. Now a frame's room is taken
+    before its first byte is read: the call raises ``MemoryError`` and every later call is answered
+    right."""
+    async with python_mode(tmp_path / "ws.sqlite", live) as ws:
+        result = await py(ws, MEMORY_RUNS_OUT)
+        assert result.status == "completed", (result.stderr[-3000:], result.error)
+        assert result.value == [["small"], 8 << 20]
