@@ -419,9 +419,14 @@ def _run() -> int:
     except BaseException as exc:
         import traceback
 
-        # From the program's first frame on, as python prints it for a script (not this file's _run).
+        # From the program's first frame on, as python prints it for a script (not this file's _run),
+        # its last ``sys.tracebacklimit`` entries (1000 unless set; 0: none) as python's printer takes
+        # them: all of a RecursionError's million frames (``sys.setrecursionlimit(10**6)``) took the
+        # guest 15-20 s of CPU to print (python: 2 s in all), the run timed out instead of failing.
         tb = exc.__traceback__
-        traceback.print_exception(type(exc), exc, tb.tb_next if tb is not None else None)
+        limit = getattr(sys, "tracebacklimit", 1000)
+        last = -limit if isinstance(limit, int) and limit > 0 else 0 if isinstance(limit, int) else -1000
+        traceback.print_exception(type(exc), exc, tb.tb_next if tb is not None else None, limit=last)
         # Python ends a script an uncaught KeyboardInterrupt stopped as SIGINT would: 130 in a shell.
         return 130 if isinstance(exc, KeyboardInterrupt) else 1
     if _getpid() != _PID:  # a child the program forked (``os.fork()``) that went on to its end

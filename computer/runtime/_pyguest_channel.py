@@ -15,7 +15,13 @@ is kept for that caller (``_STASH``; every call waits a tick at a time, so it fi
 caller is still waiting further up the stack, dropped when it is gone (an exception a handler raised ended it). Before, the turn was
 not reentrant: such a handler hung the run. Handlers never run in the middle of a frame: signals are
 blocked while one is sent or read, and while the turn is taken or given back (the process's lock and
-its record lock change together), so a handler runs only while a call waits for its reply.
+its record lock change together), so a handler runs only while a call waits for its reply, and only
+while the outermost call does: a handler's own call waits with signals blocked, so the next signal's
+handler runs once it is answered (decision, as the kernel holds a signal while its own handler runs; a
+handler's call is not interruptible, SIGINT included). Before (s60), while the host was slow to
+answer (its loop busy), each tick of a timer ran its handler again inside the wait of the one before,
+one level deeper per tick, until a RecursionError. A handler's call that stashed replies wakes the call
+it interrupted (``_WAKE``, polled with the socket): that one waited out its tick on the socket before.
 
 A frame goes out whole or not at all, from the host's view: a process killed while sending (a pool
 worker terminated) leaves no partial frame, which would have broken the channel for every other
@@ -33,6 +39,7 @@ import _thread
 import errno
 import itertools
 import os
+import select
 import struct
 
 import msgpack
@@ -54,7 +61,7 @@ _sock = _socket.socket(fileno=int(os.environ.pop("COMPUTER_CHANNEL_FD")))
 os.set_inheritable(_sock.fileno(), False)  # a program's own children (os.system, a fork) never hold it
 # Once the run is in, every wait on the channel is a tick at most (the socket is non-blocking, in every
 # process the guest forks alike; Python polls it): see ``_wait``.
-_TICK = 0.005  # a call a handler's call interrupted finds its reply that late at most
+_TICK = 0.005  # a wait on the channel, then its caller looks again (the stash, a handler's reads)
 
 
 def _block() -> Any:
@@ -107,27 +114,56 @@ def _send(frames: list[list[Any]]) -> None:
                 pass
 
 
-def _recv_exact(n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
+def _recv_exact(n: int) -> bytearray:
+    """A frame of ``n`` bytes, its room taken before its first byte is: a ``MemoryError`` (a program's
+    ``RLIMIT_AS``) leaves the frame whole on the channel, never half read (before, s60: each read
+    took a buffer of what was left, and one refused in the middle of a large reply left the rest,
+    which the next call read as a frame's length: it waited for it until the run's timeout)."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
         try:
-            part = _sock.recv(n - len(buf))
+            size = _sock.recv_into(view[got:])
         except TimeoutError:
             continue
-        if not part:
+        if not size:
             raise ConnectionError("the host closed the workspace channel")
-        buf += part
-    return bytes(buf)
+        got += size
+    return buf
 
 
 _READS = [0]  # frames this process read: a handler's call ran when it changed
 
 
-def recv() -> Any:
+def _ready(timeout: float | None) -> bool:
+    """Whether a frame's bytes wait on the channel, waited for ``timeout`` seconds at most (None: for
+    good); False at once when a handler's call stashed a reply meanwhile (``_WAKE``). A signal
+    interrupts the poll, its handler runs, and python polls again for the rest of the time: the
+    call the handler interrupted is woken only by what comes, which its reply, read by the
+    handler's call, no longer does."""
+    wake = _WAKE[0]
+    poll = select.poll()  # one of its own: a handler's call polls while this one is interrupted
+    poll.register(_sock.fileno(), select.POLLIN)
+    poll.register(wake, select.POLLIN)
+    events = poll.poll(None if timeout is None else max(1, int(timeout * 1000)))
+    if any(fd == wake for fd, _ in events):
+        try:
+            os.eventfd_read(wake)
+        except OSError:  # drained already (BlockingIOError)
+            pass
+        return False
+    return bool(events)
+
+
+def recv(forever: bool = False) -> Any:
     """One frame, its length peeked first (a caller killed between the two reads takes nothing), then
-    read whole with every signal blocked; None when none came within a tick, or when a signal
-    handler's call read frames between the peek and the read (the length peeked was of one of them)."""
+    read whole with every signal blocked; None when none came within a tick (``forever``: waited for
+    as long as it takes), when a signal handler's call stashed a reply meanwhile, or when one read
+    frames between the peek and the read (the length peeked was of one of them)."""
     reads = _READS[0]
+    if not _ready(None if forever else _TICK):
+        return None
     try:
         header = _sock.recv(_HEADER.size, _socket.MSG_PEEK | _socket.MSG_WAITALL)
     except TimeoutError:
@@ -145,14 +181,14 @@ def recv() -> Any:
         _READS[0] += 1
     finally:
         _unblock(mask)
-    return msgpack.unpackb(data[_HEADER.size :], raw=False)
+    return msgpack.unpackb(memoryview(data)[_HEADER.size :], raw=False)
 
 
 def recv_setup() -> Any:
     """The setup frame, waited for as long as it takes (a guest started ahead waits for its run, the
     socket blocking: it never wakes meanwhile)."""
     while True:
-        setup = recv()
+        setup = recv(forever=True)
         if setup is not None:
             _sock.settimeout(_TICK)
             return setup
@@ -164,6 +200,9 @@ _DEPTH = [0]  # calls of this process inside its turn (more than one: a signal h
 _COUNTER = itertools.count(1)  # a call's number (``next``: no handler runs inside it)
 _PENDING: set[int] = set()  # this process's calls waiting for their replies
 _STASH: dict[int, Any] = {}  # replies read by a nested call for a call further up
+# Written when a handler's call ends with replies stashed for the calls further up: the one it
+# interrupted, back in its poll, wakes at once (before, it waited out its tick for a reply already read).
+_WAKE = [os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)]
 
 
 def _forked() -> None:
@@ -171,9 +210,50 @@ def _forked() -> None:
     _DEPTH[0] = 0
     _PENDING.clear()
     _STASH.clear()
+    try:
+        os.close(_WAKE[0])  # the parent's: its waits are its own
+    except OSError:  # the program closed it
+        pass
+    _WAKE[0] = os.eventfd(0, os.EFD_CLOEXEC | os.EFD_NONBLOCK)
+    _own("wake", _WAKE[0])
 
 
 os.register_at_fork(after_in_child=_forked)
+
+
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
+# The channel's own descriptors as they were made: a program that closed one (``os.closerange``) or
+# put another file on its number (``os.dup2(pipe, 3)``) gets an error naming it at its next call
+# (before: a pipe on the socket's number was polled for a reply for good, the run hung to its timeout;
+# a closed eventfd was reported ready at every look, a call spun on a core).
+_IDS: dict[str, tuple[int, tuple[int, int]]] = {}
+
+
+def _own(name: str, fd: int) -> None:
+    _IDS[name] = (fd, _identity(fd))
+
+
+def _check_descriptors() -> None:
+    for name, (fd, identity) in _IDS.items():
+        try:
+            same = _identity(fd) == identity
+        except OSError:
+            same = False
+        if not same:
+            raise OSError(
+                errno.EBADF,
+                f"the workspace channel's descriptor {fd} ({name}) was closed or replaced by the "
+                "program (os.close, os.closerange, os.dup2): workspace calls cannot be made",
+            )
+
+
+_own("socket", _sock.fileno())
+_own("turn", _TURN_FILE)
+_own("wake", _WAKE[0])
 
 
 def _wait(call: int) -> Any:
@@ -196,7 +276,9 @@ def _wait(call: int) -> Any:
 def exchange(op: str, args: Any, body: bytes = b"") -> Any:
     """Send one request and return its reply's value, in this caller's turn. Signals are blocked from
     the turn's taking to the request's last byte and from the call's end to the turn's giving back:
-    a handler (its own calls, its exception) runs only while the call waits for its reply."""
+    a handler (its own calls, its exception) runs only while the call waits for its reply, and only
+    while the outermost call does (see the module's docstring)."""
+    _check_descriptors()
     call = (os.getpid() << 32) | (next(_COUNTER) & 0xFFFFFFFF)
     frames = _frames(op, args, body, call)
     with _TURN_THREADS[0]:
@@ -210,8 +292,12 @@ def exchange(op: str, args: Any, body: bytes = b"") -> Any:
             taken = True
             _PENDING.add(call)
             _send(frames)
-            waiting = True
-            _unblock(mask)
+            # Only the outermost call waits with signals open: a handler's own call waits with them
+            # blocked, so the next signal's handler runs once that call is answered, not inside it
+            # (as the kernel holds a signal while its own handler runs).
+            waiting = _DEPTH[0] == 1
+            if waiting:
+                _unblock(mask)
             return value(_wait(call))
         finally:
             try:
@@ -225,6 +311,8 @@ def exchange(op: str, args: Any, body: bytes = b"") -> Any:
                     _DEPTH[0] -= 1
                     if _DEPTH[0] == 0:
                         os.lockf(_TURN_FILE, os.F_ULOCK, 0)
+                    elif _STASH:  # for a call further up, which a handler's call interrupted
+                        os.eventfd_write(_WAKE[0], 1)
                 _unblock(mask)
 
 

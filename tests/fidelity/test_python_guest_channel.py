@@ -65,6 +65,99 @@ async def test_a_signal_handler_calls_workspace_in_the_middle_of_a_call(tmp_path
             assert await ws.fs.read_text(f"{ROOT}/ticks/{n}.txt") == str(n)
 
 
+# A timer's handler that calls workspace every 0.5 ms while the main code's call is one the host takes
+# tens of milliseconds for (a 48 MiB read): every handler's call waits behind it on the host. The
+# program's stack is held to 150 frames (~20 handlers nested in one another).
+HANDLER_BEHIND_A_SLOW_CALL = """
+import signal, sys, workspace
+workspace.write_file("big.bin", b"x" * (48 << 20))
+workspace.write_file("small.txt", "small")
+ticks = []
+def tick(*args):
+    ticks.append(workspace.read_text("small.txt"))
+signal.signal(signal.SIGALRM, tick)
+limit = sys.getrecursionlimit()
+sys.setrecursionlimit(150)
+signal.setitimer(signal.ITIMER_REAL, 0.0005, 0.0005)
+try:
+    sizes = [len(workspace.read_file("big.bin")) for _ in range(3)]
+finally:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    sys.setrecursionlimit(limit)
+def main(input):
+    return [sizes, len(ticks) > 0, sorted(set(ticks))]
+"""
+
+
+@pytest.mark.parametrize("live", PYTHON_MODES)
+async def test_a_handlers_call_the_host_is_slow_to_answer_is_not_interrupted_by_the_next_tick(
+    tmp_path: Path, live: bool
+) -> None:
+    """s60: the cause of NESTED_CALLS' RecursionError under load. A handler's own call waited with
+    signals open, so while the host was slow to answer (its loop busy: one call took 27 ms at a load of
+    15, here a 48 MiB read ahead of it) every tick of the timer ran the handler again inside the wait
+    of the one before, one more level per tick, until the guest's stack ran out. Now only the
+    outermost call waits with signals open: the next tick's handler runs once the handler's call is
+    answered, not inside it."""
+    async with python_mode(tmp_path / "ws.sqlite", live) as ws:
+        result = await py(ws, HANDLER_BEHIND_A_SLOW_CALL)
+        assert result.status == "completed", (result.stderr[-3000:], result.error)
+        assert result.value == [[48 << 20] * 3, True, ["small"]]
+
+
+# A handler (SIGUSR1, sent by a thread of the program's once the main code's call waits for its reply)
+# whose call reads the main call's reply on its way to its own. The wait of one look at the channel is
+# made as long as the run's timeout: a call that is not woken once its reply is in never returns.
+HANDLER_READS_THE_REPLY = """
+import signal, sys, threading, time, workspace
+channel = sys.modules["_guest_channel"]
+channel._sock.settimeout(120)
+channel._TICK = 120
+main_thread = threading.main_thread().ident
+seen = []
+def handler(*args):
+    seen.append(workspace.read_text("small.txt"))
+signal.signal(signal.SIGUSR1, handler)
+workspace.write_file("small.txt", "small")
+def waiting():
+    frame = sys._current_frames().get(main_thread)
+    while frame is not None:
+        if frame.f_code.co_name == "_wait" and frame.f_globals is vars(channel):
+            return True
+        frame = frame.f_back
+    return False
+def kicker(stop):
+    while not stop.is_set():
+        if waiting():
+            signal.pthread_kill(main_thread, signal.SIGUSR1)
+            while waiting() and not stop.is_set():
+                time.sleep(0.001)
+        time.sleep(0.0005)
+stop = threading.Event()
+thread = threading.Thread(target=kicker, args=(stop,), daemon=True)
+thread.start()
+data = b"x" * (16 << 20)
+for i in range(3):
+    workspace.write_file(f"big{i}.bin", data)
+stop.set()
+thread.join()
+def main(input):
+    return [len(seen) > 0, sorted(set(seen)), [workspace.stat(f"big{i}.bin").size for i in range(3)]]
+"""
+
+
+@pytest.mark.parametrize("live", PYTHON_MODES)
+async def test_a_call_whose_reply_a_handlers_call_read_returns_at_once(tmp_path: Path, live: bool) -> None:
+    """s60: a handler's call that read the reply of the call it interrupted stashed it, and python
+    went back to that call's wait on the socket, where nothing more came: it returned only at the end
+    of its tick (5 ms, longer than NESTED_CALLS' timer: one more tick inside it). Now the handler's call
+    wakes it (an eventfd it polls with the socket): with a tick of two minutes, the run completes."""
+    async with python_mode(tmp_path / "ws.sqlite", live) as ws:
+        result = await run(ws, HANDLER_READS_THE_REPLY, backend="python", timeout=20.0)
+        assert result.status == "completed", (result.stderr[-3000:], result.error)
+        assert result.value == [True, ["small"], [16 << 20] * 3]
+
+
 # A timer's handler that calls workspace on two ticks of three and raises on the third, ending the
 # main loop's call it fell in: every call still answered right, nothing kept for callers gone. It raises
 # only inside a call of the main loop's (the channel's depth, no tick of its own running): a tick that
@@ -262,3 +355,90 @@ async def test_a_program_changes_nothing_of_the_runtimes_logs(tmp_path: Path, li
             for e in await ws.fs.readdir("/.computer/output")
         }
         assert reopened == before
+
+
+# A program that puts a pipe on the channel's descriptor number (``dup2``), or closes every descriptor
+# past the standard ones, then calls ``workspace``; its ``main`` returns a value all the same.
+REPLACED = """
+import os, workspace
+workspace.write_file("before.txt", "before")
+if HOW == "dup2":
+    read, write = os.pipe()
+    os.dup2(read, 3)
+else:
+    os.closerange(3, 1024)
+try:
+    workspace.write_file("after.txt", "after")
+    said = "written"
+except OSError as exc:
+    said = [type(exc).__name__, str(exc)]
+print(said)
+def main(input):
+    return said
+"""
+
+
+@pytest.mark.parametrize("how", ["dup2", "closerange"])
+@pytest.mark.parametrize("live", PYTHON_MODES)
+async def test_a_program_that_replaces_the_channels_descriptor_gets_an_error_not_a_hang(
+    tmp_path: Path, live: bool, how: str
+) -> None:
+    """s60: a program that put a pipe on the channel's descriptor (``os.dup2(r, 3)``) had its next
+    ``workspace`` call wait on that pipe for a reply for good: the run hung until its timeout. One that
+    closed them all got ``[Errno 9] Bad file descriptor`` from ``lockf``. Now each call checks the
+    channel's descriptors first: an ``OSError`` (EBADF) that says what happened; the run fails (its
+    result cannot be sent either), the workspace keeps what was written, and the next run works."""
+    async with python_mode(tmp_path / "ws.sqlite", live) as ws:
+        result = await py(ws, REPLACED.replace("HOW", repr(how)))
+        assert result.status == "failed", (result.stdout, result.stderr, result.error)
+        assert "was closed or replaced by the program" in result.stdout, result.stdout
+        assert "the result could not be sent" in result.stderr, result.stderr
+        assert await ws.fs.read_text(f"{ROOT}/before.txt") == "before"
+        assert not await ws.fs.exists(f"{ROOT}/after.txt")
+        after = await py(
+            ws, "import workspace\ndef main(input):\n    return workspace.read_text('before.txt')"
+        )
+        assert (after.status, after.value) == ("completed", "before"), after.stderr
+
+
+# A program that caps its own address space (``RLIMIT_AS``) a little more above what it uses at each
+# step, half a MiB at a time, and reads an 8 MiB file under each cap: somewhere the read's memory
+# runs out, before, in or after its reply's frame. The cap is lifted before the next call.
+MEMORY_RUNS_OUT = """
+import resource, workspace
+workspace.write_file("big", b"y" * (8 << 20))
+workspace.write_file("small", "small")
+soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+def used():
+    with open("/proc/self/status") as f:
+        return int(f.read().split("VmSize:")[1].split()[0]) * 1024
+answers = []
+for half_mib in range(0, 48):
+    got = "read"
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (used() + (half_mib << 19), hard))
+        try:
+            workspace.read_file("big")
+        finally:
+            resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    except MemoryError:
+        got = "memerr"
+    answers.append(workspace.read_text("small"))
+def main(input):
+    return [sorted(set(answers)), len(workspace.read_file("big"))]
+"""
+
+
+@pytest.mark.parametrize("live", PYTHON_MODES)
+async def test_a_memory_error_in_the_middle_of_a_reply_leaves_the_channel_in_step(
+    tmp_path: Path, live: bool
+) -> None:
+    """s60: the guest read a reply a buffer at a time, each of what was left: a ``MemoryError`` in the
+    middle of a large one left the rest of the frame on the channel, and the next call read its bytes
+    as a frame's length and waited for that many until the run's timeout. Now a frame's room is taken
+    before its first byte is read: the call raises ``MemoryError`` and every later call is answered
+    right."""
+    async with python_mode(tmp_path / "ws.sqlite", live) as ws:
+        result = await py(ws, MEMORY_RUNS_OUT)
+        assert result.status == "completed", (result.stderr[-3000:], result.error)
+        assert result.value == [["small"], 8 << 20]

@@ -191,6 +191,35 @@ async def test_a_segfault_says_where_and_the_next_call_is_a_fresh_interpreter_in
         assert await ws.fs.read_text(f"{ROOT}/kept.txt") == "kept"
 
 
+# Recursion a million deep (the program raised python's limit), then its RecursionError uncaught; then
+# the same with ``sys.tracebacklimit = 0``, which python prints as the exception's line alone.
+DEEP = """
+import sys
+sys.setrecursionlimit(10**6)
+def f(n):
+    return f(n + 1)
+f(0)
+"""
+
+
+async def test_a_million_deep_recursion_fails_with_pythons_traceback_of_its_last_thousand_frames(
+    tmp_path: Path,
+) -> None:
+    """s60: the guest printed an uncaught exception's whole traceback, a RecursionError's million
+    frames too: 15-20 s of the guest's CPU (python: 2 s in all), so a run with a shorter timeout timed
+    out instead of failing. Now it prints what python does, the last ``sys.tracebacklimit`` (1000)
+    entries; the host and the workspace are left as they were (the next call runs)."""
+    async with opened(tmp_path / "ws.sqlite") as ws:
+        deep = await run(ws, DEEP, backend="python", timeout=120.0)
+        assert (deep.status, deep.exit_code) == ("failed", 1), deep.stderr[-2000:]
+        assert "[Previous line repeated 997 more times]" in deep.stderr, deep.stderr[-2000:]
+        assert deep.stderr.endswith("RecursionError: maximum recursion depth exceeded\n")
+        quiet = await run(ws, "import sys\nsys.tracebacklimit = 0\nraise ValueError('x')", backend="python")
+        assert (quiet.status, quiet.stderr) == ("failed", "ValueError: x\n")
+        after = await py(ws, "print('after')")
+        assert after.stdout == "after\n"
+
+
 # A program that writes modules with open() and imports them at once, as a script in its directory
 # does: one, a package, then the first rewritten and reloaded.
 WRITE_AND_IMPORT = """
