@@ -91,6 +91,7 @@ class PullCommits:
             links={path: first for path, first in links.items() if path not in later},
             **options,
         )
+        sub_ns: dict[str, int] = options.get("sub_ns") or {}
         for path, data in files.items():
             await asyncio.sleep(0)  # (a page may hold thousands of small files)
             try:
@@ -101,6 +102,7 @@ class PullCommits:
                     own,
                     modes={path: modes[path]},
                     mtimes={path: mtimes[path]},
+                    sub_ns={path: sub_ns[path]} if path in sub_ns else None,
                 )
             except OSError as exc:
                 if exc.errno != errno.ENOSPC:

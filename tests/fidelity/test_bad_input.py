@@ -166,7 +166,8 @@ async def test_small_files_past_the_quota_are_skipped_one_by_one_and_the_rest_of
         result = await run(
             ws,
             "rm old.txt && head -c 500000 /dev/zero > a.bin && head -c 500000 /dev/zero > b.bin"
-            " && head -c 400000 /dev/zero > c.bin && echo small > d.txt && ln -s d.txt e",
+            " && head -c 400000 /dev/zero > c.bin && echo small > d.txt && ln -s d.txt e"
+            " && touch -d @1600000000.0004 d.txt",
         )
         assert result.status == "completed", (result.error, result.stderr)
         reasons_cover_skipped(result)
@@ -190,6 +191,8 @@ async def test_small_files_past_the_quota_are_skipped_one_by_one_and_the_rest_of
         assert (await ok(ws, seen)).stdout == listing
     async with opened(db, shell=ShellBackend(live=live), python=False, max_bytes=1 << 20) as ws:
         assert (await ok(ws, seen)).stdout == listing
+        # The file committed on its own kept its time's nanoseconds past the ms (they were dropped).
+        assert (await ok(ws, "stat -c %y d.txt")).stdout.split()[1].endswith(".000400000"), "sub-ms"
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
