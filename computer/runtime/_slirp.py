@@ -64,13 +64,12 @@ import asyncio
 import contextlib
 import fcntl
 import os
-import select
 import shutil
 import socket
 import subprocess
-import threading
 from collections.abc import Sequence
 
+from ._fd_thread import FdThread
 from ._slirp_guard import GUARD, helper_argv, missing, pidfd_getfd
 from ._tasks import in_thread, offload
 
@@ -181,15 +180,12 @@ class NetworkLink:
 
 
 class _Reaper:
-    """One daemon thread reaping every slirp4netns of this process as it exits (a pidfd each, polled),
-    rather than a thread per sandbox for its whole life, started on the event loop (a thread's start
-    waits for the new thread's first turn: tens of milliseconds on a loaded machine)."""
+    """Every slirp4netns of this process reaped as it exits: a pidfd each, polled by one thread
+    (``FdThread``)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         self._waiting: dict[int, subprocess.Popen[bytes]] = {}  # pidfd -> its process
-        self._wake: tuple[int, int] | None = None
-        self._owner = 0  # the pid whose thread runs (a fork has none)
+        self._thread = FdThread("computer: slirp4netns reaper", self._exited)
 
     def add(self, proc: subprocess.Popen[bytes]) -> None:
         try:
@@ -197,38 +193,15 @@ class _Reaper:
         except (AttributeError, OSError):  # no pidfds here (Linux < 5.3): a thread of its own
             in_thread(proc.wait, "reaping slirp4netns", daemon=True)
             return
-        with self._lock:
-            self._waiting[pidfd] = proc
-            if self._owner != os.getpid():
-                self._owner, self._wake = os.getpid(), os.pipe()
-                os.set_blocking(self._wake[1], False)  # a wake already pending is enough
-                name = "computer: slirp4netns reaper"
-                threading.Thread(target=self._run, args=(self._wake[0],), name=name, daemon=True).start()
-            assert self._wake is not None
-            with contextlib.suppress(BlockingIOError):
-                os.write(self._wake[1], b"x")
+        self._waiting[pidfd] = proc
+        self._thread.add(pidfd)
 
-    def _run(self, wake: int) -> None:
-        poller = select.poll()
-        poller.register(wake, select.POLLIN)
-        watched: set[int] = set()
-        while True:
-            with self._lock:
-                waiting = dict(self._waiting)
-            for fd in waiting.keys() - watched:
-                poller.register(fd, select.POLLIN)
-                watched.add(fd)
-            for fd, _ in poller.poll():
-                if fd == wake:
-                    os.read(wake, 4096)
-                    continue
-                with contextlib.suppress(Exception):  # best effort: it exited, reap it
-                    waiting[fd].wait()
-                poller.unregister(fd)
-                watched.discard(fd)
-                with self._lock:
-                    del self._waiting[fd]
-                os.close(fd)
+    def _exited(self, pidfd: int, events: int) -> bool:
+        proc = self._waiting.pop(pidfd, None)
+        if proc is not None:
+            with contextlib.suppress(Exception):  # best effort: it exited, reap it
+                proc.wait()
+        return True
 
 
 _REAPER = _Reaper()

@@ -60,8 +60,9 @@ import shutil
 import socket
 import struct
 import sys
-import threading
 import time
+
+from ._fd_thread import FdThread
 
 __all__ = ["GUARD", "HELPER", "Guard", "helper_argv", "missing", "pidfd_getfd", "program", "refused"]
 
@@ -259,52 +260,24 @@ def helper_argv(sock: int) -> list[str]:
 
 
 class Guard:
-    """One daemon thread answering every slirp4netns's notifications (its listener fds, polled)."""
+    """Every slirp4netns's notifications answered by one thread (its listener fds, polled:
+    ``FdThread``)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._listeners: set[int] = set()
-        self._wake: tuple[int, int] | None = None
-        self._owner = 0
+        self._thread = FdThread("computer: slirp4netns supervisor", self._ready)
 
     def add(self, listener: int) -> None:
         """Supervise ``listener`` (this object closes it once its process ended)."""
-        with self._lock:
-            if self._owner != os.getpid():  # the first, or the first since a fork: the parent's are its own
-                self._listeners.clear()
-                self._owner, self._wake = os.getpid(), os.pipe()
-                os.set_blocking(self._wake[1], False)
-                name = "computer: slirp4netns supervisor"
-                threading.Thread(target=self._run, args=(self._wake[0],), name=name, daemon=True).start()
-            self._listeners.add(listener)
-            assert self._wake is not None
-            with contextlib.suppress(BlockingIOError):
-                os.write(self._wake[1], b"x")
+        self._thread.add(listener)
 
-    def _run(self, wake: int) -> None:
-        poller = select.poll()
-        poller.register(wake, select.POLLIN)
-        watched: set[int] = set()
-        while True:
-            with self._lock:
-                listeners = set(self._listeners)
-            for fd in listeners - watched:
-                poller.register(fd, select.POLLIN)
-                watched.add(fd)
-            for fd, events in poller.poll():
-                if fd == wake:
-                    os.read(wake, 4096)
-                elif events & select.POLLIN:
-                    try:
-                        _answer(fd)
-                    except Exception:  # never the thread: every slirp4netns would wait on it
-                        log.exception("slirp4netns supervisor")
-                else:  # POLLHUP: every process of its filter ended
-                    poller.unregister(fd)
-                    watched.discard(fd)
-                    with self._lock:
-                        self._listeners.discard(fd)
-                    os.close(fd)
+    @staticmethod
+    def _ready(listener: int, events: int) -> bool:
+        if events & select.POLLIN:
+            _answer(
+                listener
+            )  # an error is logged by the thread, which goes on: every slirp4netns waits on it
+            return False
+        return True  # POLLHUP: every process of its filter ended
 
 
 def _answer(listener: int) -> None:
