@@ -68,6 +68,20 @@ async def test_every_result_meets_its_declared_output_schema(surface: EverySurfa
         assert gone.is_error is True and "no process 42" in gone.content[0].text  # type: ignore[union-attr]
 
 
+# A bare ``initialize`` request over HTTP, as a browser page or a client that is not the SDK sends it.
+_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-03-26",
+        "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"},
+    },
+}
+_HEADERS = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+
+
 @pytest.fixture
 async def http_server(
     surface: EverySurface, caplog: pytest.LogCaptureFixture
@@ -130,28 +144,17 @@ async def test_serve_http_on_any_loopback_bind_checks_host_and_origin(bind: str)
     port = free_port(target)
     ws = Workspace()
     server = asyncio.create_task(serve_http(ws, bind, port))
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-03-26",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
-    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
     try:
         await wait_until_listening(port, host=target)
         async with httpx.AsyncClient(timeout=30) as http:
             url = f"http://{target}:{port}/mcp"
             rebound = await http.post(
-                url, json=initialize, headers={**headers, "host": f"evil.example:{port}"}
+                url, json=_INITIALIZE, headers={**_HEADERS, "host": f"evil.example:{port}"}
             )
             foreign = await http.post(
-                url, json=initialize, headers={**headers, "origin": "http://evil.example"}
+                url, json=_INITIALIZE, headers={**_HEADERS, "origin": "http://evil.example"}
             )
-            own = await http.post(url, json=initialize, headers=headers)
+            own = await http.post(url, json=_INITIALIZE, headers=_HEADERS)
     finally:
         server.cancel()
         await asyncio.gather(server, return_exceptions=True)
@@ -179,17 +182,6 @@ async def test_serve_http_with_a_token_answers_only_requests_that_carry_it() -> 
     port = free_port()
     ws = Workspace()
     server = asyncio.create_task(serve_http(ws, "127.0.0.1", port, token="s3cret-é"))
-    initialize = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-03-26",
-            "capabilities": {},
-            "clientInfo": {"name": "t", "version": "1"},
-        },
-    }
-    headers = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
     try:
         await wait_until_listening(port)
         async with httpx.AsyncClient(timeout=30) as http:
@@ -198,7 +190,7 @@ async def test_serve_http_with_a_token_answers_only_requests_that_carry_it() -> 
             for auth in (None, "Bearer nope", "Basic czNjcmV0", "Bearer s3cret-é".encode()):
                 extra = {} if auth is None else {"authorization": auth}
                 codes.append(
-                    (await http.post(url, json=initialize, headers={**headers, **extra})).status_code
+                    (await http.post(url, json=_INITIALIZE, headers={**_HEADERS, **extra})).status_code
                 )
     finally:
         server.cancel()
