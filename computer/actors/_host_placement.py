@@ -18,7 +18,15 @@ from typing import Any
 
 from ..config import Settings
 from ._errors import WorkspaceUnavailableError
-from ._owner import CONTROL_GROUP, CONTROL_SLOTS, PROBE_GROUP, STREAM_GROUP, WAIT_GROUP, OwnerActor
+from ._owner import (
+    CONTROL_GROUP,
+    CONTROL_SLOTS,
+    GROUP_NAMES,
+    PROBE_GROUP,
+    STREAM_GROUP,
+    WAIT_GROUP,
+    OwnerActor,
+)
 from .naming import HOST_PREFIX, NAMESPACE, data_dir_key, host_actor_name, host_index
 from .raycompat import kv_get, kv_put_new
 
@@ -228,15 +236,9 @@ def hosted_owner(name: str, config: Settings) -> HostedHandle:
                 .remote
             )
             settings = config.model_dump(mode="json")
-            groups = {
-                "probe_group": PROBE_GROUP,
-                "control_group": CONTROL_GROUP,
-                "wait_group": WAIT_GROUP,
-                "stream_group": STREAM_GROUP,
-            }
             # A named actor's creation waits for the GCS (Ray's own wait: 60 s): bounded.
             host = gcs_answer(
-                partial(remote, settings, host_name, **groups), f"create its actor {host_name!r}"
+                partial(remote, settings, host_name, **GROUP_NAMES), f"create its actor {host_name!r}"
             )
             return HostedHandle(host, name, host_name)
         except ValueError:

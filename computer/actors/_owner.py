@@ -74,6 +74,8 @@ OWNER_GROUPS = {
     "wait_group": (WAIT_GROUP, WAIT_SLOTS),
     "stream_group": (STREAM_GROUP, STREAM_SLOTS),
 }
+# The groups' names by keyword, as an owner's or an owner host's constructor takes them.
+GROUP_NAMES = {keyword: group for keyword, (group, _) in OWNER_GROUPS.items()}
 
 T = TypeVar("T")
 

@@ -27,6 +27,7 @@ from ._nodes import alive_nodes, gcs_answer, named_actor
 from ._owner import (
     CONTROL_GROUP,
     CONTROL_SLOTS,
+    GROUP_NAMES,
     PROBE_GROUP,
     STREAM_GROUP,
     STREAM_SLOTS,
@@ -240,14 +241,10 @@ def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = Non
             options["scheduling_strategy"] = strategy
         remote = _owner_class().options(**options).remote
         settings = config.model_dump(mode="json")
-        groups = {
-            "probe_group": PROBE_GROUP,
-            "control_group": CONTROL_GROUP,
-            "wait_group": WAIT_GROUP,
-            "stream_group": STREAM_GROUP,
-        }
         try:  # a named actor's creation waits for the GCS (Ray's own wait: 60 s): bounded
-            return gcs_answer(partial(remote, name, settings, **groups), f"create its actor {ray_name!r}")
+            return gcs_answer(
+                partial(remote, name, settings, **GROUP_NAMES), f"create its actor {ray_name!r}"
+            )
         except ValueError:
             # Another process registered the name between our lookup and our creation.
             try:
