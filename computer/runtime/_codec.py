@@ -405,13 +405,34 @@ def encode_sync(payload: SyncPush | SyncPull) -> bytes:
 
 
 def decode_sync(kind: type[T], data: bytes) -> T:
-    """Rebuild a :class:`SyncPush` or :class:`SyncPull` from :func:`encode_sync`."""
+    """Rebuild a :class:`SyncPush` or :class:`SyncPull` from :func:`encode_sync`.
+
+    The two ends may run different versions of this package (a node upgraded before another): a
+    field this version lacks a default for, or one it does not know, raises a :class:`ValueError`
+    that names the fields and says so, instead of a bare ``TypeError`` from the constructor (decision:
+    nothing sent is ever dropped silently: an unknown field may carry a change the receiver would then
+    lose). Fields missing from the sender take their defaults (an older sender).
+    """
     plain = msgpack.unpackb(lz4.frame.decompress(data), raw=False)
+    unknown = sorted(set(plain) - {f.name for f in dataclasses.fields(kind)})
+    if unknown:
+        raise _skew(f"{kind.__name__} fields {unknown}")
     for name, item in _ITEMS.items():
-        plain[name] = [item(*row) for row in plain.get(name, [])]
+        width = len(dataclasses.fields(item))
+        rows = plain.get(name, [])
+        if any(len(row) > width for row in rows):
+            raise _skew(f"{item.__name__} rows of {max(len(r) for r in rows)} fields (this has {width})")
+        plain[name] = [item(*row) for row in rows]
     if "moves" in plain:
         plain["moves"] = [tuple(move) for move in plain["moves"]]
     return kind(**plain)
+
+
+def _skew(what: str) -> ValueError:
+    return ValueError(
+        f"a sync payload from another version of computer carries what this one does not know: {what}; "
+        "run the same version of computer on every node of the cluster"
+    )
 
 
 def to_plain(value: Any) -> Any:

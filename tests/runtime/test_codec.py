@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import msgpack
 import pytest
@@ -75,6 +76,39 @@ def test_times_finer_than_a_millisecond_cross_a_process_both_ways() -> None:
         dir_sub_ns={"/workspace/d": 500_000},
     )
     assert decode_sync(SyncPull, encode_sync(pull)) == pull
+
+
+def _rewire(payload: SyncPush | SyncPull, change: object) -> bytes:
+    import lz4.frame
+
+    plain = msgpack.unpackb(lz4.frame.decompress(encode_sync(payload)), raw=False)
+    change(plain)  # type: ignore[operator]
+    return bytes(lz4.frame.compress(msgpack.packb(plain, use_bin_type=True)))
+
+
+def test_a_payload_from_a_newer_version_is_refused_by_name_not_by_a_type_error() -> None:
+    """Nodes running two versions of the package: a field or a row item this version does not know
+    is a ValueError naming it and the cure, never a bare TypeError (nor dropped silently)."""
+    pull = SyncPull(root="/workspace", files=[MirrorFile("/workspace/b", b"y")])
+    with pytest.raises(
+        ValueError,
+        match=r"another version of computer carries what this one does not know: SyncPull fields \['shiny'\]",
+    ):
+        decode_sync(SyncPull, _rewire(pull, lambda p: p.update(shiny=1)))
+    width = len(dataclasses.fields(MirrorFile))
+    with pytest.raises(ValueError, match=rf"MirrorFile rows of {width + 1} fields \(this has {width}\)"):
+        decode_sync(SyncPull, _rewire(pull, lambda p: p["files"][0].append(0)))
+
+
+def test_a_payload_from_an_older_version_takes_the_defaults_of_what_it_lacks() -> None:
+    pull = SyncPull(root="/workspace", files=[MirrorFile("/workspace/b", b"y", sub_ns=5)], follow_moves=True)
+
+    def older(plain: dict[str, object]) -> None:
+        del plain["follow_moves"]
+        plain["files"][0].pop()  # type: ignore[attr-defined]
+
+    back = decode_sync(SyncPull, _rewire(pull, older))
+    assert back.follow_moves is False and back.files[0].path == "/workspace/b"
 
 
 def frame(op: object, args: object, body: bytes = b"", *, head: bytes | None = None) -> bytes:
