@@ -224,16 +224,20 @@ def mcp_tool(tool: Tool) -> types.Tool:
 async def run_stdio(workspace: WorkspaceSurface, **options: Any) -> None:
     """Serve the tools of ``workspace`` on stdin/stdout until the client closes stdin; the requests
     read before that are answered first (``_mcp_eof``), a line that cannot be read with an error
-    (``_mcp_unreadable``: the SDK dropped it, and a request's caller waited for good)."""
+    (``_mcp_unreadable``: the SDK dropped it, and a request's caller waited for good), as is a request
+    whose id is not a string or an integer (``_mcp_request_ids``: the SDK took it for a notification)."""
     from mcp.server.stdio import stdio_server
 
     from ._mcp_eof import answer_before_eof
+    from ._mcp_request_ids import stdin_lines
     from ._mcp_unreadable import answer_unreadable
 
     server = create_mcp_server(workspace, **options)
-    async with stdio_server() as (read_stream, write_stream):
-        read_stream, write_stream = answer_before_eof(*answer_unreadable(read_stream, write_stream))
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    with stdin_lines() as lines:
+        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            lines.attach(write_stream)
+            read_stream, write_stream = answer_before_eof(*answer_unreadable(read_stream, write_stream))
+            await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
 async def serve_http(
@@ -267,6 +271,7 @@ async def serve_http(
     import uvicorn
 
     from ..assets import HEAD_TIMEOUT, head_deadline
+    from ._mcp_request_ids import RequestIdGate
 
     security = _loopback_security(host)
     if security is None and not token:
@@ -275,7 +280,9 @@ async def serve_http(
             "run every tool, exec included; give token=... and send 'Authorization: Bearer <token>'"
         )
     server = create_mcp_server(workspace, **options)
-    app = server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security)
+    app = RequestIdGate(
+        server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security)
+    )
     config = uvicorn.Config(
         app if not token else _BearerGate(app, token),
         host=host,

@@ -4,10 +4,16 @@ schemas, and a clean stop of the HTTP server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import socket
+import subprocess
+import sys
+import textwrap
 from collections.abc import AsyncIterator
 from importlib import metadata
+from pathlib import Path
 
 import pytest
 
@@ -217,3 +223,98 @@ async def test_serve_http_cuts_off_a_client_that_never_completes_its_request_hea
         server.cancel()
         await asyncio.gather(server, return_exceptions=True)
         await ws.close()
+
+
+# Requests whose id is not a string or an integer (MCP: never null). The SDK's reader took each for a
+# notification (its notification model ignores unknown members): no answer on stdio, a bodiless 202
+# over HTTP, and the caller waited for good. JSON-RPC 2.0 answers -32600 with a null id.
+_BAD_IDS: list[object] = [{"a": 1}, [1], 2.0, 1.5, True, None]
+
+
+def _request(request_id: object, method: str = "tools/list") -> dict[str, object]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method}
+
+
+def test_a_stdio_request_whose_id_is_no_string_or_integer_is_an_invalid_request(tmp_path: Path) -> None:
+    """Each bad id gets -32600 (null id), the good requests around them their answers, and fd 0 still
+    reads the null device while serving (the stdin claim the SDK made is now ``run_stdio``'s)."""
+    script = tmp_path / "serve.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import asyncio, os
+            from pydantic import BaseModel
+            from computer.tools import Tool
+            from computer.tools.mcp import run_stdio
+
+            class Args(BaseModel):
+                pass
+
+            async def fd0(_args, _update):
+                return {"read": os.read(0, 100).decode()}
+
+            asyncio.run(run_stdio({"fd0": Tool("fd0", "Read fd 0.", Args, fd0)}))
+            """
+        )
+    )
+    lines = [
+        _INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        *(_request(bad) for bad in _BAD_IDS),
+        {**_request({"x": 1}, "tools/call"), "params": {"name": "fd0", "arguments": {}}},
+        _request(2),
+        {**_request(3, "tools/call"), "params": {"name": "fd0", "arguments": {}}},
+    ]
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        input="".join(json.dumps(line) + "\n" for line in lines) + "still the client's\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    refused = [r for r in replies if r["id"] is None and r["error"]["code"] == types.INVALID_REQUEST]
+    assert len(refused) == len(_BAD_IDS) + 1, replies
+    assert "the id must be a string or an integer, not an object" in refused[0]["error"]["message"]
+    answered = {r["id"]: r for r in replies if r["id"] is not None}
+    assert sorted(answered) == [1, 2, 3]
+    assert "tools" in answered[2]["result"]
+    assert answered[3]["result"]["structuredContent"] == {"read": ""}  # fd 0 is not the wire
+
+
+async def test_an_http_request_whose_id_is_no_string_or_integer_is_an_invalid_request(
+    http_server: tuple[int, asyncio.Task[None]],
+) -> None:
+    """Over the handshake-era streamable HTTP (a session), as over the 2026-07-28 entry: a 400 carrying
+    -32600, never a 202. A JSON body that is no message is -32600 too (the SDK said -32602)."""
+    import httpx
+
+    port, _ = http_server
+    url = f"http://127.0.0.1:{port}/mcp"
+    async with httpx.AsyncClient(timeout=30) as http:
+        opened = await http.post(url, json=_INITIALIZE, headers=_HEADERS)
+        session = {
+            **_HEADERS,
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-03-26",
+        }
+        await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+        bad = [await http.post(url, json=_request(value), headers=session) for value in _BAD_IDS]
+        wrong_method = await http.post(url, json={**_request(7), "method": 5}, headers=session)
+        batch = await http.post(url, json=[_request(8, "ping")], headers=session)
+        good = await http.post(url, json=_request(9, "ping"), headers=session)
+        notified = await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/x"}, headers=session)
+    for response in bad:
+        assert response.status_code == 400, response.text
+        assert response.json()["id"] is None and response.json()["error"]["code"] == -32600
+    assert "not an array" in bad[1].json()["error"]["message"]
+    assert (wrong_method.status_code, wrong_method.json()["id"], wrong_method.json()["error"]["code"]) == (
+        400,
+        7,
+        -32600,
+    )
+    assert (batch.status_code, batch.json()["error"]["code"]) == (400, -32600)
+    assert good.status_code == 200 and '"id":9,"result":{}' in good.text
+    assert notified.status_code == 202

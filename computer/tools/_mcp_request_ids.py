@@ -1,0 +1,198 @@
+"""A request whose ``id`` is not a string or an integer gets a JSON-RPC error, on stdio and over HTTP.
+
+MCP requests carry a string or integer id (never null); JSON-RPC 2.0 answers an invalid request with
+``-32600`` and a null id. The SDK (``mcp`` 2.3) reads each message with one pydantic union whose
+notification model ignores unknown members, so ``{"jsonrpc": "2.0", "id": {"a": 1}, "method":
+"tools/list"}`` (an object, an array, a float such as ``2.0``, a boolean or null as the id) became a
+*notification* ``tools/list``: dropped on stdio, acknowledged ``202`` with no body over streamable
+HTTP (the handshake-era transport; the SDK's 2026-07-28 entry already refuses it). Its caller waited
+for an answer that never came. The SDK offers no setting for this.
+
+Decision: a JSON object with ``method`` and an ``id`` member whose value is not a string or a
+(non-boolean) integer is answered ``-32600`` with a null id and never reaches the server:
+- stdio: ``run_stdio`` reads stdin itself (:func:`stdin_lines`: fd 0 claimed as the SDK claims it,
+  pointed at the null device while serving and restored after) and hands the SDK every other line;
+- HTTP: :class:`RequestIdGate` answers such a POST ``400`` with the error. It also answers ``-32600``
+  (not the SDK's ``-32602`` "Validation error") a JSON body that is no JSON-RPC message (a batch, a
+  request whose ``method`` is not a string): invalid params is for a method's parameters.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import contextmanager
+from typing import Any, BinaryIO
+
+import anyio
+import mcp_types as types
+import pydantic_core
+from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
+
+__all__ = ["RequestIdGate", "bad_request_id", "stdin_lines"]
+
+
+def _valid_id(value: Any) -> bool:
+    return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+
+
+def bad_request_id(message: Any) -> types.JSONRPCError | None:
+    """The ``-32600`` error for a decoded request whose id is not a string or an integer; else None."""
+    if not isinstance(message, dict) or "method" not in message or "id" not in message:
+        return None
+    value = message["id"]
+    if _valid_id(value):
+        return None
+    kinds = {dict: "an object", list: "an array", float: "a float", bool: "a boolean"}
+    kind = "null" if value is None else kinds.get(type(value), type(value).__name__)
+    return types.JSONRPCError(
+        jsonrpc="2.0",
+        id=None,
+        error=types.ErrorData(
+            code=types.INVALID_REQUEST,
+            message=f"Invalid request: the id must be a string or an integer, not {kind}",
+        ),
+    )
+
+
+def _decoded(line: str | bytes) -> Any:
+    try:
+        return pydantic_core.from_json(line)
+    except ValueError:
+        return None  # not JSON (or a lone surrogate): the SDK's reader refuses it, _mcp_unreadable answers
+
+
+class _UnownedText(io.TextIOWrapper):
+    """Text over the claimed stdin whose close never closes the descriptor (a reader thread may block on it)."""
+
+    def close(self) -> None:
+        try:
+            self.detach()
+        except ValueError:
+            pass
+
+
+@contextmanager
+def _claimed_stdin() -> Iterator[BinaryIO]:
+    """fd 0 for the protocol alone, as the SDK's ``stdio_server`` claims it: the wire moves to a private
+    descriptor and fd 0 reads the null device while serving (a child or handler reading stdin gets EOF,
+    not protocol bytes), restored on exit. A ``sys.stdin`` not backed by fd 0 is read in place."""
+    try:
+        backed = sys.stdin is not None and sys.stdin.buffer.fileno() == 0
+    except (AttributeError, OSError, ValueError):
+        backed = False
+    if not backed or sys.platform == "win32":
+        yield sys.stdin.buffer
+        return
+    import fcntl
+
+    private = fcntl.fcntl(0, fcntl.F_DUPFD_CLOEXEC, 3)
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        os.dup2(null, 0)
+    finally:
+        os.close(null)
+    try:
+        # closefd=False: a worker thread may still block reading it after the server ended.
+        yield os.fdopen(private, "rb", closefd=False)
+    finally:
+        os.dup2(private, 0)
+
+
+class _Lines:
+    """The stdin lines for the SDK's reader, less the requests with a bad id, answered on ``write``."""
+
+    def __init__(self, binary: BinaryIO) -> None:
+        self._file = anyio.wrap_file(_UnownedText(binary, encoding="utf-8", errors="replace"))
+        self._write: Any = None
+        self._ready = anyio.Event()
+
+    def attach(self, write_stream: Any) -> None:
+        self._write = write_stream
+        self._ready.set()
+
+    def __aiter__(self) -> AsyncIterator[str]:
+        return self._lines()
+
+    async def _lines(self) -> AsyncIterator[str]:
+        async for line in self._file:
+            # Only a line that can name an id is decoded twice (here, then by the SDK).
+            named = '"id"' in line or "\\u" in line
+            answer = bad_request_id(_decoded(line)) if named else None
+            if answer is None:
+                yield line
+                continue
+            await self._ready.wait()
+            await self._write.send(SessionMessage(answer))
+
+
+@contextmanager
+def stdin_lines() -> Iterator[_Lines]:
+    """stdin as the SDK's ``stdio_server(stdin=...)`` reads it; ``attach`` the write stream once open."""
+    with _claimed_stdin() as binary:
+        yield _Lines(binary)
+
+
+class RequestIdGate:
+    """ASGI middleware before the streamable HTTP app: a POST whose JSON body is a request with a bad id,
+    or no JSON-RPC message at all, is a ``400`` carrying the ``-32600`` error; the rest pass unchanged."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        messages: list[Any] = []
+        body = bytearray()
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        error = self._refusal(bytes(body)) if messages[-1]["type"] == "http.request" else None
+        if error is not None:
+            payload = error.model_dump_json(by_alias=True, exclude_unset=True).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 400,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": payload})
+            return
+        replay = iter(messages)
+
+        async def replayed() -> Any:
+            return next(replay, None) or await receive()
+
+        await self.app(scope, replayed, send)
+
+    @staticmethod
+    def _refusal(body: bytes) -> types.JSONRPCError | None:
+        decoded = _decoded(body)
+        if decoded is None:
+            return None  # not JSON: the SDK answers -32700
+        answer = bad_request_id(decoded)
+        if answer is not None:
+            return answer
+        try:
+            types.jsonrpc_message_adapter.validate_python(decoded, by_name=False)
+        except ValidationError:
+            request_id = decoded.get("id") if isinstance(decoded, dict) else None
+            return types.JSONRPCError(
+                jsonrpc="2.0",
+                id=request_id if _valid_id(request_id) else None,
+                error=types.ErrorData(
+                    code=types.INVALID_REQUEST, message="Invalid request: not a JSON-RPC 2.0 message"
+                ),
+            )
+        return None
