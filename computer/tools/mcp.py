@@ -12,7 +12,8 @@ annotations: ``readOnlyHint`` for the tools that do not change the workspace (re
 grep, processes), ``destructiveHint`` from the core tool's own flag, ``idempotentHint`` (everything but
 exec, publish and kill) and ``openWorldHint`` (exec, publish); the fixed-shape ones (write, edit, delete,
 publish, processes, kill) declare their ``outputSchema``. Results are text content plus ``structuredContent`` (the result dict); images from ``read`` are ``ImageContent`` and PDFs an embedded blob resource. A failed call (bad arguments included) is a
-result with ``isError: true``; an unknown tool name is a JSON-RPC error ``-32602`` (invalid params). While exec runs, a client that sent a progress token receives each
+result with ``isError: true``; an unknown tool name is a JSON-RPC error ``-32602`` (invalid params), as is
+a ``tools/list`` cursor (every tool is on one page and no ``nextCursor`` is sent, so no cursor is valid). While exec runs, a client that sent a progress token receives each
 snapshot as a progress notification (the message is the snapshot as JSON). Cancelling ``serve_http``
 stops the HTTP server through its normal shutdown.
 
@@ -152,6 +153,14 @@ def create_mcp_server(
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        if params is not None and params.cursor is not None:
+            # One page holds every tool and no nextCursor is ever sent, so any cursor is one this server
+            # never gave: the spec's answer to an invalid cursor is -32602 (it listed page one again).
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"Invalid cursor {params.cursor!r}: this server lists every tool on one page "
+                "(it never sends nextCursor); list without a cursor",
+            )
         return listing
 
     async def call_tool(

@@ -318,3 +318,17 @@ async def test_an_http_request_whose_id_is_no_string_or_integer_is_an_invalid_re
     assert (batch.status_code, batch.json()["error"]["code"]) == (400, -32600)
     assert good.status_code == 200 and '"id":9,"result":{}' in good.text
     assert notified.status_code == 202
+
+
+async def test_a_tools_list_cursor_is_invalid_params(surface: EverySurface) -> None:
+    """Every tool is on one page and no ``nextCursor`` is sent, so a cursor is one the server never gave:
+    the spec answers it ``-32602``. It listed the first page again, so a client paging by a cursor it
+    kept from elsewhere looped or got duplicates."""
+    async with Client(create_mcp_server(surface)) as client:
+        first = await client.list_tools()
+        with pytest.raises(MCPError) as raised:
+            await client.list_tools(cursor="page-2")
+        again = await client.list_tools()
+    assert first.next_cursor is None and [t.name for t in again.tools] == [t.name for t in first.tools]
+    assert raised.value.error.code == types.INVALID_PARAMS
+    assert "Invalid cursor 'page-2'" in raised.value.error.message
