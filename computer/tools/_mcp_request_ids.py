@@ -8,8 +8,13 @@ notification model ignores unknown members, so ``{"jsonrpc": "2.0", "id": {"a": 
 HTTP (the handshake-era transport; the SDK's 2026-07-28 entry already refuses it). Its caller waited
 for an answer that never came. The SDK offers no setting for this.
 
+A request with a good id on a bad envelope (no ``"jsonrpc": "2.0"``, a ``method`` that is not a
+string, ``params`` that are not an object) was answered on stdio, but with a null id (the SDK's
+error carries none): its caller, matching answers by id, waited for good as well.
+
 Decision: a JSON object with ``method`` and an ``id`` member whose value is not a string or a
-(non-boolean) integer is answered ``-32600`` with a null id and never reaches the server:
+(non-boolean) integer is answered ``-32600`` with a null id, one with a good id on a bad envelope
+``-32600`` with that id; neither reaches the server:
 - stdio: ``run_stdio`` reads stdin itself (:func:`stdin_lines`: fd 0 claimed as the SDK claims it,
   pointed at the null device while serving and restored after) and hands the SDK every other line;
 - HTTP: :class:`RequestIdGate` answers such a POST ``400`` with the error. It also answers ``-32600``
@@ -32,29 +37,39 @@ import pydantic_core
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-__all__ = ["RequestIdGate", "bad_request_id", "stdin_lines"]
+__all__ = ["RequestIdGate", "invalid_request", "stdin_lines"]
 
 
 def _valid_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
-def bad_request_id(message: Any) -> types.JSONRPCError | None:
-    """The ``-32600`` error for a decoded request whose id is not a string or an integer; else None."""
+def invalid_request(message: Any) -> types.JSONRPCError | None:
+    """The ``-32600`` error for a decoded request (an object with ``method`` and ``id``) the SDK would not
+    take for one: a bad id (answered with a null id), or a good id on a bad envelope (``jsonrpc`` not
+    ``"2.0"``, ``method`` not a string, ``params`` not an object: answered with that id, so its caller's
+    wait ends; the SDK's error carried a null id, which no caller can match). None otherwise."""
     if not isinstance(message, dict) or "method" not in message or "id" not in message:
         return None
     value = message["id"]
-    if _valid_id(value):
-        return None
-    kinds = {dict: "an object", list: "an array", float: "a float", bool: "a boolean"}
-    kind = "null" if value is None else kinds.get(type(value), type(value).__name__)
+    if not _valid_id(value):
+        kinds = {dict: "an object", list: "an array", float: "a float", bool: "a boolean"}
+        kind = "null" if value is None else kinds.get(type(value), type(value).__name__)
+        return _invalid(None, f"the id must be a string or an integer, not {kind}")
+    if message.get("jsonrpc") != "2.0":
+        return _invalid(value, 'the member "jsonrpc" must be "2.0"')
+    if not isinstance(message["method"], str):
+        return _invalid(value, 'the member "method" must be a string')
+    if message.get("params") is not None and not isinstance(message["params"], dict):
+        return _invalid(value, 'the member "params" must be an object')
+    return None
+
+
+def _invalid(request_id: Any, why: str) -> types.JSONRPCError:
     return types.JSONRPCError(
         jsonrpc="2.0",
-        id=None,
-        error=types.ErrorData(
-            code=types.INVALID_REQUEST,
-            message=f"Invalid request: the id must be a string or an integer, not {kind}",
-        ),
+        id=request_id,
+        error=types.ErrorData(code=types.INVALID_REQUEST, message=f"Invalid request: {why}"),
     )
 
 
@@ -103,7 +118,8 @@ def _claimed_stdin() -> Iterator[BinaryIO]:
 
 
 class _Lines:
-    """The stdin lines for the SDK's reader, less the requests with a bad id, answered on ``write``."""
+    """The stdin lines for the SDK's reader, less the invalid requests (:func:`invalid_request`), answered
+    on the write stream."""
 
     def __init__(self, binary: BinaryIO) -> None:
         self._file = anyio.wrap_file(_UnownedText(binary, encoding="utf-8", errors="replace"))
@@ -121,7 +137,7 @@ class _Lines:
         async for line in self._file:
             # Only a line that can name an id is decoded twice (here, then by the SDK).
             named = '"id"' in line or "\\u" in line
-            answer = bad_request_id(_decoded(line)) if named else None
+            answer = invalid_request(_decoded(line)) if named else None
             if answer is None:
                 yield line
                 continue
@@ -181,18 +197,12 @@ class RequestIdGate:
         decoded = _decoded(body)
         if decoded is None:
             return None  # not JSON: the SDK answers -32700
-        answer = bad_request_id(decoded)
+        answer = invalid_request(decoded)
         if answer is not None:
             return answer
         try:
             types.jsonrpc_message_adapter.validate_python(decoded, by_name=False)
         except ValidationError:
             request_id = decoded.get("id") if isinstance(decoded, dict) else None
-            return types.JSONRPCError(
-                jsonrpc="2.0",
-                id=request_id if _valid_id(request_id) else None,
-                error=types.ErrorData(
-                    code=types.INVALID_REQUEST, message="Invalid request: not a JSON-RPC 2.0 message"
-                ),
-            )
+            return _invalid(request_id if _valid_id(request_id) else None, "not a JSON-RPC 2.0 message")
         return None

@@ -14,6 +14,7 @@ import textwrap
 from collections.abc import AsyncIterator
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -235,9 +236,8 @@ def _request(request_id: object, method: str = "tools/list") -> dict[str, object
     return {"jsonrpc": "2.0", "id": request_id, "method": method}
 
 
-def test_a_stdio_request_whose_id_is_no_string_or_integer_is_an_invalid_request(tmp_path: Path) -> None:
-    """Each bad id gets -32600 (null id), the good requests around them their answers, and fd 0 still
-    reads the null device while serving (the stdin claim the SDK made is now ``run_stdio``'s)."""
+def _serve_stdio(tmp_path: Path, lines: list[Any], tail: str = "") -> list[dict[str, Any]]:
+    """The replies of ``run_stdio`` (serving ``fd0``, a tool reading fd 0) to ``lines`` and then ``tail``."""
     script = tmp_path / "serve.py"
     script.write_text(
         textwrap.dedent(
@@ -257,6 +257,21 @@ def test_a_stdio_request_whose_id_is_no_string_or_integer_is_an_invalid_request(
             """
         )
     )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        input="".join(json.dumps(line) + "\n" for line in lines) + tail,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_a_stdio_request_whose_id_is_no_string_or_integer_is_an_invalid_request(tmp_path: Path) -> None:
+    """Each bad id gets -32600 (null id), the good requests around them their answers, and fd 0 still
+    reads the null device while serving (the stdin claim the SDK made is now ``run_stdio``'s)."""
     lines = [
         _INITIALIZE,
         {"jsonrpc": "2.0", "method": "notifications/initialized"},
@@ -265,16 +280,7 @@ def test_a_stdio_request_whose_id_is_no_string_or_integer_is_an_invalid_request(
         _request(2),
         {**_request(3, "tools/call"), "params": {"name": "fd0", "arguments": {}}},
     ]
-    done = subprocess.run(
-        [sys.executable, str(script)],
-        input="".join(json.dumps(line) + "\n" for line in lines) + "still the client's\n",
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    replies = [json.loads(line) for line in done.stdout.splitlines()]
+    replies = _serve_stdio(tmp_path, lines, "still the client's\n")
     refused = [r for r in replies if r["id"] is None and r["error"]["code"] == types.INVALID_REQUEST]
     assert len(refused) == len(_BAD_IDS) + 1, replies
     assert "the id must be a string or an integer, not an object" in refused[0]["error"]["message"]
@@ -332,3 +338,32 @@ async def test_a_tools_list_cursor_is_invalid_params(surface: EverySurface) -> N
     assert first.next_cursor is None and [t.name for t in again.tools] == [t.name for t in first.tools]
     assert raised.value.error.code == types.INVALID_PARAMS
     assert "Invalid cursor 'page-2'" in raised.value.error.message
+
+
+def test_a_stdio_request_with_a_good_id_on_a_bad_envelope_is_answered_with_its_id(tmp_path: Path) -> None:
+    """No ``"jsonrpc": "2.0"`` (a client that leaves it out), a ``method`` that is no string, ``params``
+    that are no object: the SDK answered -32600 with a null id, which its caller (waiting on id 4, 5,
+    6) could not match: it waited for good."""
+    replies = _serve_stdio(
+        tmp_path,
+        [
+            _INITIALIZE,
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"id": 4, "method": "ping"},
+            {**_request("five", "ping"), "jsonrpc": "1.0"},
+            {**_request(6), "method": 6},
+            {**_request(7, "ping"), "params": [1]},
+            _request(8, "ping"),
+        ],
+    )
+    by_id = {reply["id"]: reply for reply in replies}
+    assert sorted(by_id, key=str) == sorted([1, 4, "five", 6, 7, 8], key=str), replies
+    for request_id, needle in (
+        (4, '"jsonrpc" must be "2.0"'),
+        ("five", "jsonrpc"),
+        (6, '"method"'),
+        (7, '"params"'),
+    ):
+        error = by_id[request_id]["error"]
+        assert isinstance(error, dict) and error["code"] == -32600 and needle in error["message"]
+    assert by_id[8]["result"] == {}
