@@ -154,10 +154,14 @@ def stdin_lines() -> Iterator[_Lines]:
 
 class RequestIdGate:
     """ASGI middleware before the streamable HTTP app: a POST whose JSON body is a request with a bad id,
-    or no JSON-RPC message at all, is a ``400`` carrying the ``-32600`` error; the rest pass unchanged."""
+    or no JSON-RPC message at all, is a ``400`` carrying the ``-32600`` error; so is a request of a
+    session whose id, as text, is that of a request of the session still in flight (the SDK keys a
+    session's response streams by ``str(id)``: a call ``1`` and a call ``"1"`` at once, or an id used
+    twice, lost the first call's answer, and its caller waited for good). The rest pass unchanged."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
+        self._in_flight: set[tuple[bytes, str]] = set()
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http" or scope.get("method") != "POST":
@@ -173,7 +177,15 @@ class RequestIdGate:
             body += message.get("body", b"")
             if not message.get("more_body", False):
                 break
-        error = self._refusal(bytes(body)) if messages[-1]["type"] == "http.request" else None
+        decoded: Any = _decoded(bytes(body)) if messages[-1]["type"] == "http.request" else None
+        error = self._refusal(decoded)
+        key = self._key(scope, decoded) if error is None else None
+        if key is not None and key in self._in_flight:
+            error = _invalid(
+                decoded["id"],
+                f"a request of this session with id {key[1]!r} is still in flight; give each request "
+                'an id of its own (ids are told apart by their text here: 1 and "1" are one id)',
+            )
         if error is not None:
             payload = error.model_dump_json(by_alias=True, exclude_unset=True).encode()
             await send(
@@ -190,11 +202,27 @@ class RequestIdGate:
         async def replayed() -> Any:
             return next(replay, None) or await receive()
 
-        await self.app(scope, replayed, send)
+        if key is None:
+            await self.app(scope, replayed, send)
+            return
+        self._in_flight.add(key)
+        try:
+            await self.app(scope, replayed, send)  # returns once the request's response stream ended
+        finally:
+            self._in_flight.discard(key)
 
     @staticmethod
-    def _refusal(body: bytes) -> types.JSONRPCError | None:
-        decoded = _decoded(body)
+    def _key(scope: Any, decoded: Any) -> tuple[bytes, str] | None:
+        """(session id, the request id as text) of a request of a session; None for anything else."""
+        if not isinstance(decoded, dict) or "method" not in decoded or "id" not in decoded:
+            return None
+        for name, value in scope.get("headers", ()):
+            if name.lower() == b"mcp-session-id":
+                return value, str(decoded["id"])
+        return None  # no session (initialize, or the 2026-07-28 entry): one request per exchange
+
+    @staticmethod
+    def _refusal(decoded: Any) -> types.JSONRPCError | None:
         if decoded is None:
             return None  # not JSON: the SDK answers -32700
         answer = invalid_request(decoded)

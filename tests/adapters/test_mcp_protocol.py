@@ -367,3 +367,56 @@ def test_a_stdio_request_with_a_good_id_on_a_bad_envelope_is_answered_with_its_i
         error = by_id[request_id]["error"]
         assert isinstance(error, dict) and error["code"] == -32600 and needle in error["message"]
     assert by_id[8]["result"] == {}
+
+
+@pytest.mark.parametrize("second_id", ["1", 1])
+async def test_an_http_request_reusing_the_id_of_one_in_flight_is_refused_and_the_first_answered(
+    second_id: object,
+) -> None:
+    """The SDK keys a session's response streams by ``str(id)``: a second request with id ``"1"`` (or
+    ``1`` again) while call ``1`` ran took over its stream, and call ``1``'s answer never came (its
+    caller waited for good). The second is refused now (-32600, its own id) and the first answered."""
+    import httpx
+    from pydantic import BaseModel
+
+    from computer.tools import Tool
+
+    started, release = asyncio.Event(), asyncio.Event()
+
+    class Args(BaseModel):
+        pass
+
+    async def hold(_args: Args, _update: object) -> dict[str, object]:
+        started.set()
+        await asyncio.wait_for(release.wait(), 30)
+        return {"held": True}
+
+    port = free_port()
+    server = asyncio.create_task(serve_http({"hold": Tool("hold", "Hold.", Args, hold)}, "127.0.0.1", port))
+    try:
+        await wait_until_listening(port)
+        async with httpx.AsyncClient(timeout=30) as http:
+            url = f"http://127.0.0.1:{port}/mcp"
+            opened = await http.post(url, json=_INITIALIZE, headers=_HEADERS)
+            session = {
+                **_HEADERS,
+                "mcp-session-id": opened.headers["mcp-session-id"],
+                "mcp-protocol-version": "2025-03-26",
+            }
+            await http.post(
+                url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session
+            )
+            call = {"method": "tools/call", "params": {"name": "hold", "arguments": {}}}
+            first = asyncio.create_task(http.post(url, json={**_request(1), **call}, headers=session))
+            await asyncio.wait_for(started.wait(), 30)
+            second = await http.post(url, json={**_request(second_id), **call}, headers=session)
+            release.set()
+            answered = await asyncio.wait_for(first, 30)
+            third = await http.post(url, json={**_request(1), **call}, headers=session)  # 1 is free again
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+    assert second.status_code == 400 and second.json()["id"] == second_id
+    assert second.json()["error"]["code"] == -32600 and "still in flight" in second.json()["error"]["message"]
+    assert answered.status_code == 200 and '"id":1,' in answered.text and '"held":true' in answered.text
+    assert third.status_code == 200 and '"held":true' in third.text
