@@ -12,7 +12,8 @@ annotations: ``readOnlyHint`` for the tools that do not change the workspace (re
 grep, processes), ``destructiveHint`` from the core tool's own flag, ``idempotentHint`` (everything but
 exec, publish and kill) and ``openWorldHint`` (exec, publish); the fixed-shape ones (write, edit, delete,
 publish, processes, kill) declare their ``outputSchema``. Results are text content plus ``structuredContent`` (the result dict); images from ``read`` are ``ImageContent`` and PDFs an embedded blob resource. A failed call (bad arguments included) is a
-result with ``isError: true``; an unknown tool name is a JSON-RPC error ``-32602`` (invalid params). While exec runs, a client that sent a progress token receives each
+result with ``isError: true``; an unknown tool name is a JSON-RPC error ``-32602`` (invalid params), as is
+a ``tools/list`` cursor (every tool is on one page and no ``nextCursor`` is sent, so no cursor is valid). While exec runs, a client that sent a progress token receives each
 snapshot as a progress notification (the message is the snapshot as JSON). Cancelling ``serve_http``
 stops the HTTP server through its normal shutdown.
 
@@ -152,6 +153,14 @@ def create_mcp_server(
     async def list_tools(
         ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
+        if params is not None and params.cursor is not None:
+            # One page holds every tool and no nextCursor is ever sent, so any cursor is one this server
+            # never gave: the spec's answer to an invalid cursor is -32602 (it listed page one again).
+            raise MCPError(
+                types.INVALID_PARAMS,
+                f"Invalid cursor {params.cursor!r}: this server lists every tool on one page "
+                "(it never sends nextCursor); list without a cursor",
+            )
         return listing
 
     async def call_tool(
@@ -224,16 +233,20 @@ def mcp_tool(tool: Tool) -> types.Tool:
 async def run_stdio(workspace: WorkspaceSurface, **options: Any) -> None:
     """Serve the tools of ``workspace`` on stdin/stdout until the client closes stdin; the requests
     read before that are answered first (``_mcp_eof``), a line that cannot be read with an error
-    (``_mcp_unreadable``: the SDK dropped it, and a request's caller waited for good)."""
+    (``_mcp_unreadable``: the SDK dropped it, and a request's caller waited for good), as is a request
+    whose id is not a string or an integer (``_mcp_request_ids``: the SDK took it for a notification)."""
     from mcp.server.stdio import stdio_server
 
     from ._mcp_eof import answer_before_eof
+    from ._mcp_request_ids import stdin_lines
     from ._mcp_unreadable import answer_unreadable
 
     server = create_mcp_server(workspace, **options)
-    async with stdio_server() as (read_stream, write_stream):
-        read_stream, write_stream = answer_before_eof(*answer_unreadable(read_stream, write_stream))
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    with stdin_lines() as lines:
+        async with stdio_server(stdin=lines) as (read_stream, write_stream):  # type: ignore[arg-type]
+            lines.attach(write_stream)
+            read_stream, write_stream = answer_before_eof(*answer_unreadable(read_stream, write_stream))
+            await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
 async def serve_http(
@@ -267,6 +280,7 @@ async def serve_http(
     import uvicorn
 
     from ..assets import HEAD_TIMEOUT, head_deadline
+    from ._mcp_request_ids import RequestIdGate
 
     security = _loopback_security(host)
     if security is None and not token:
@@ -275,7 +289,9 @@ async def serve_http(
             "run every tool, exec included; give token=... and send 'Authorization: Bearer <token>'"
         )
     server = create_mcp_server(workspace, **options)
-    app = server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security)
+    app = RequestIdGate(
+        server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security)
+    )
     config = uvicorn.Config(
         app if not token else _BearerGate(app, token),
         host=host,

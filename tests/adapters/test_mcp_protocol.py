@@ -4,10 +4,17 @@ schemas, and a clean stop of the HTTP server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
 import socket
+import subprocess
+import sys
+import textwrap
 from collections.abc import AsyncIterator
 from importlib import metadata
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -217,3 +224,199 @@ async def test_serve_http_cuts_off_a_client_that_never_completes_its_request_hea
         server.cancel()
         await asyncio.gather(server, return_exceptions=True)
         await ws.close()
+
+
+# Requests whose id is not a string or an integer (MCP: never null). The SDK's reader took each for a
+# notification (its notification model ignores unknown members): no answer on stdio, a bodiless 202
+# over HTTP, and the caller waited for good. JSON-RPC 2.0 answers -32600 with a null id.
+_BAD_IDS: list[object] = [{"a": 1}, [1], 2.0, 1.5, True, None]
+
+
+def _request(request_id: object, method: str = "tools/list") -> dict[str, object]:
+    return {"jsonrpc": "2.0", "id": request_id, "method": method}
+
+
+def _serve_stdio(tmp_path: Path, lines: list[Any], tail: str = "") -> list[dict[str, Any]]:
+    """The replies of ``run_stdio`` (serving ``fd0``, a tool reading fd 0) to ``lines`` and then ``tail``."""
+    script = tmp_path / "serve.py"
+    script.write_text(
+        textwrap.dedent(
+            """
+            import asyncio, os
+            from pydantic import BaseModel
+            from computer.tools import Tool
+            from computer.tools.mcp import run_stdio
+
+            class Args(BaseModel):
+                pass
+
+            async def fd0(_args, _update):
+                return {"read": os.read(0, 100).decode()}
+
+            asyncio.run(run_stdio({"fd0": Tool("fd0", "Read fd 0.", Args, fd0)}))
+            """
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        input="".join(json.dumps(line) + "\n" for line in lines) + tail,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return [json.loads(line) for line in done.stdout.splitlines()]
+
+
+def test_a_stdio_request_whose_id_is_no_string_or_integer_is_an_invalid_request(tmp_path: Path) -> None:
+    """Each bad id gets -32600 (null id), the good requests around them their answers, and fd 0 still
+    reads the null device while serving (the stdin claim the SDK made is now ``run_stdio``'s)."""
+    lines = [
+        _INITIALIZE,
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        *(_request(bad) for bad in _BAD_IDS),
+        {**_request({"x": 1}, "tools/call"), "params": {"name": "fd0", "arguments": {}}},
+        _request(2),
+        {**_request(3, "tools/call"), "params": {"name": "fd0", "arguments": {}}},
+    ]
+    replies = _serve_stdio(tmp_path, lines, "still the client's\n")
+    refused = [r for r in replies if r["id"] is None and r["error"]["code"] == types.INVALID_REQUEST]
+    assert len(refused) == len(_BAD_IDS) + 1, replies
+    assert "the id must be a string or an integer, not an object" in refused[0]["error"]["message"]
+    answered = {r["id"]: r for r in replies if r["id"] is not None}
+    assert sorted(answered) == [1, 2, 3]
+    assert "tools" in answered[2]["result"]
+    assert answered[3]["result"]["structuredContent"] == {"read": ""}  # fd 0 is not the wire
+
+
+async def test_an_http_request_whose_id_is_no_string_or_integer_is_an_invalid_request(
+    http_server: tuple[int, asyncio.Task[None]],
+) -> None:
+    """Over the handshake-era streamable HTTP (a session), as over the 2026-07-28 entry: a 400 carrying
+    -32600, never a 202. A JSON body that is no message is -32600 too (the SDK said -32602)."""
+    import httpx
+
+    port, _ = http_server
+    url = f"http://127.0.0.1:{port}/mcp"
+    async with httpx.AsyncClient(timeout=30) as http:
+        opened = await http.post(url, json=_INITIALIZE, headers=_HEADERS)
+        session = {
+            **_HEADERS,
+            "mcp-session-id": opened.headers["mcp-session-id"],
+            "mcp-protocol-version": "2025-03-26",
+        }
+        await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+        bad = [await http.post(url, json=_request(value), headers=session) for value in _BAD_IDS]
+        wrong_method = await http.post(url, json={**_request(7), "method": 5}, headers=session)
+        batch = await http.post(url, json=[_request(8, "ping")], headers=session)
+        good = await http.post(url, json=_request(9, "ping"), headers=session)
+        notified = await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/x"}, headers=session)
+    for response in bad:
+        assert response.status_code == 400, response.text
+        assert response.json()["id"] is None and response.json()["error"]["code"] == -32600
+    assert "not an array" in bad[1].json()["error"]["message"]
+    assert (wrong_method.status_code, wrong_method.json()["id"], wrong_method.json()["error"]["code"]) == (
+        400,
+        7,
+        -32600,
+    )
+    assert (batch.status_code, batch.json()["error"]["code"]) == (400, -32600)
+    assert good.status_code == 200 and '"id":9,"result":{}' in good.text
+    assert notified.status_code == 202
+
+
+async def test_a_tools_list_cursor_is_invalid_params(surface: EverySurface) -> None:
+    """Every tool is on one page and no ``nextCursor`` is sent, so a cursor is one the server never gave:
+    the spec answers it ``-32602``. It listed the first page again, so a client paging by a cursor it
+    kept from elsewhere looped or got duplicates."""
+    async with Client(create_mcp_server(surface)) as client:
+        first = await client.list_tools()
+        with pytest.raises(MCPError) as raised:
+            await client.list_tools(cursor="page-2")
+        again = await client.list_tools()
+    assert first.next_cursor is None and [t.name for t in again.tools] == [t.name for t in first.tools]
+    assert raised.value.error.code == types.INVALID_PARAMS
+    assert "Invalid cursor 'page-2'" in raised.value.error.message
+
+
+def test_a_stdio_request_with_a_good_id_on_a_bad_envelope_is_answered_with_its_id(tmp_path: Path) -> None:
+    """No ``"jsonrpc": "2.0"`` (a client that leaves it out), a ``method`` that is no string, ``params``
+    that are no object: the SDK answered -32600 with a null id, which its caller (waiting on id 4, 5,
+    6) could not match: it waited for good."""
+    replies = _serve_stdio(
+        tmp_path,
+        [
+            _INITIALIZE,
+            {"jsonrpc": "2.0", "method": "notifications/initialized"},
+            {"id": 4, "method": "ping"},
+            {**_request("five", "ping"), "jsonrpc": "1.0"},
+            {**_request(6), "method": 6},
+            {**_request(7, "ping"), "params": [1]},
+            _request(8, "ping"),
+        ],
+    )
+    by_id = {reply["id"]: reply for reply in replies}
+    assert sorted(by_id, key=str) == sorted([1, 4, "five", 6, 7, 8], key=str), replies
+    for request_id, needle in (
+        (4, '"jsonrpc" must be "2.0"'),
+        ("five", "jsonrpc"),
+        (6, '"method"'),
+        (7, '"params"'),
+    ):
+        error = by_id[request_id]["error"]
+        assert isinstance(error, dict) and error["code"] == -32600 and needle in error["message"]
+    assert by_id[8]["result"] == {}
+
+
+@pytest.mark.parametrize("second_id", ["1", 1])
+async def test_an_http_request_reusing_the_id_of_one_in_flight_is_refused_and_the_first_answered(
+    second_id: object,
+) -> None:
+    """The SDK keys a session's response streams by ``str(id)``: a second request with id ``"1"`` (or
+    ``1`` again) while call ``1`` ran took over its stream, and call ``1``'s answer never came (its
+    caller waited for good). The second is refused now (-32600, its own id) and the first answered."""
+    import httpx
+    from pydantic import BaseModel
+
+    from computer.tools import Tool
+
+    started, release = asyncio.Event(), asyncio.Event()
+
+    class Args(BaseModel):
+        pass
+
+    async def hold(_args: Args, _update: object) -> dict[str, object]:
+        started.set()
+        await asyncio.wait_for(release.wait(), 30)
+        return {"held": True}
+
+    port = free_port()
+    server = asyncio.create_task(serve_http({"hold": Tool("hold", "Hold.", Args, hold)}, "127.0.0.1", port))
+    try:
+        await wait_until_listening(port)
+        async with httpx.AsyncClient(timeout=30) as http:
+            url = f"http://127.0.0.1:{port}/mcp"
+            opened = await http.post(url, json=_INITIALIZE, headers=_HEADERS)
+            session = {
+                **_HEADERS,
+                "mcp-session-id": opened.headers["mcp-session-id"],
+                "mcp-protocol-version": "2025-03-26",
+            }
+            await http.post(
+                url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session
+            )
+            call = {"method": "tools/call", "params": {"name": "hold", "arguments": {}}}
+            first = asyncio.create_task(http.post(url, json={**_request(1), **call}, headers=session))
+            await asyncio.wait_for(started.wait(), 30)
+            second = await http.post(url, json={**_request(second_id), **call}, headers=session)
+            release.set()
+            answered = await asyncio.wait_for(first, 30)
+            third = await http.post(url, json={**_request(1), **call}, headers=session)  # 1 is free again
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
+    assert second.status_code == 400 and second.json()["id"] == second_id
+    assert second.json()["error"]["code"] == -32600 and "still in flight" in second.json()["error"]["message"]
+    assert answered.status_code == 200 and '"id":1,' in answered.text and '"held":true' in answered.text
+    assert third.status_code == 200 and '"held":true' in third.text
