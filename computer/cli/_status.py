@@ -17,7 +17,14 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ._context import ANSWER_TIMEOUT, GlobalOptions, check_reachable, join_bounded, local_settings, watch_cluster
+from ._context import (
+    ANSWER_TIMEOUT,
+    GlobalOptions,
+    check_reachable,
+    join_bounded,
+    local_settings,
+    watch_cluster,
+)
 from .display import plain_text
 
 __all__ = ["STATUS_WAIT", "show_status"]
@@ -127,7 +134,9 @@ def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
     check_reachable(address)
     join_bounded(address, join)  # a cluster that does not answer in time ends the command (exit 1)
     try:
-        with watch_cluster(address, name_silence=True):  # nor may it stop answering after (`ray.nodes()` waits forever)
+        with watch_cluster(
+            address, name_silence=True
+        ):  # nor may it stop answering after (`ray.nodes()` waits forever)
             _show_cluster(console, address, data_dir)
     finally:
         ray.shutdown()

@@ -74,7 +74,9 @@ class ClientLocks:
             if err.errno == errno.ECANCELED and request in self._closed_on:
                 # The owner heard of the close first and refused the request (``_lock_requests.py``).
                 raise fs_error(
-                    errno.ENOLCK, wanted[0] if wanted else None, "lock request withdrawn: its client was closed"
+                    errno.ENOLCK,
+                    wanted[0] if wanted else None,
+                    "lock request withdrawn: its client was closed",
                 ) from None
             raise
         finally:
