@@ -373,3 +373,32 @@ async def test_a_close_cancelled_while_it_releases_still_releases(
                 assert await _held(b.handle) == (1, 0)
     finally:
         computer.init(data_dir=f"{tmp_path}/data")
+
+
+async def test_a_hold_waiting_when_its_client_closes_ends_with_enolck_and_holds_nothing(
+    short_leases: None, name: str
+) -> None:
+    """A hold still waiting for its lock when its client is closed: the close withdraws it (the owner
+    stops its wait and refuses it from then on), and the hold ends with ENOLCK naming the close,
+    never holding the lock. Before (dbbb5d2), the owner's cancelled wait made the retry-safe acquire
+    go again, and the resend waited behind the other holder: the hold had not ended after 30 s."""
+    async with computer.get_workspace(name) as b:
+        a = await computer.get_workspace(name)
+
+        async def waiting() -> None:
+            async with a.locks.hold(["/f"]):
+                pass
+
+        async with b.locks.hold(["/f"]):
+            task = asyncio.ensure_future(waiting())
+            for _ in range(400):  # until the owner queued a's request (bounded)
+                if (await _held(b.handle))[1]:
+                    break
+                await asyncio.sleep(0.05)
+            assert await _held(b.handle) == (1, 1)
+            await a.close()
+            with pytest.raises(OSError) as closed:
+                await asyncio.wait_for(task, 30)
+            assert closed.value.errno == errno.ENOLCK, closed.value
+            assert "its client was closed" in str(closed.value)
+        assert await _held(b.handle) == (0, 0)
