@@ -139,8 +139,8 @@ def process_incarnation(*, blocking: bool = True) -> int | None:
     """Which life of its Ray actor this process is: 0 for the first, n after n restarts in place (the
     actor table's ``NumRestarts``, read once, only in a restarted process: a first life asks the GCS
     nothing); None outside an actor, or when the table could not be read (blocks up to
-    ``NODES_TIMEOUT``: call it off an event loop); with ``blocking=False`` also None where the GCS would
-    have to be asked."""
+    ``NODES_TIMEOUT``, once per process: call it off an event loop); with ``blocking=False`` also
+    None where the GCS would have to be asked."""
     if _incarnation:
         return _incarnation[0]
     import ray
@@ -152,8 +152,7 @@ def process_incarnation(*, blocking: bool = True) -> int | None:
     if context.was_current_actor_reconstructed and not blocking:
         return None
     known = 0 if not context.was_current_actor_reconstructed else actor_restarts(str(actor))
-    if known is not None:
-        _incarnation.append(known)
+    _incarnation.append(known)  # unknown (the GCS silent) stays unknown: asked once per process
     return known
 
 
