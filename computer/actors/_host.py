@@ -38,6 +38,7 @@ from ._reserve import DiskReserve
 from ._upload import Upload
 from .directory import Directory, open_directory
 from .naming import check_name, workspace_file
+from .raycompat import process_incarnation
 from .wire import STREAM_CHUNK, Reply, fail, moved, ok
 
 __all__ = ["STREAM_CHUNK", "WorkspaceHost"]
@@ -353,11 +354,17 @@ class WorkspaceHost(PoolCallbacks):
         """What a client snapshots at creation: id, backends, assets, and who to re-resolve."""
 
         async def info() -> dict[str, Any]:
+            incarnation = process_incarnation(blocking=False) if self.managed else None
+            if incarnation is None and self.managed:  # a restarted process, once: asks the GCS
+                incarnation = await asyncio.to_thread(process_incarnation)
             return {
                 "id": self.workspace.id,
                 "name": self.name,
                 "epoch": self.epoch,
                 "owner": self.owner_id,
+                # Which life of its Ray actor this process is (restarts in place): a client tells a call
+                # cut by a restart from one sent after the death (``Connection._did_not_run``).
+                "incarnation": incarnation,
                 "managed": self.managed,
                 "backends": list(self.workspace.runtime.backends()),
                 "has_assets": self.workspace.assets is not None,

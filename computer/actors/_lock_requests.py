@@ -16,7 +16,14 @@ A client names every acquire with a holder of its own (``client:<id>#<request>:<
   best effort. Before, the cancel found nothing to withdraw and the acquire, served after it, was
   granted to nobody: every other worker locked out for a whole lease. Now a withdrawn request is
   remembered (the last ``WITHDRAWN_KEPT`` for ``WITHDRAWN_TTL`` seconds) and refused if it comes
-  after (ECANCELED, nothing granted).
+  after (ECANCELED, nothing granted);
+- a request that overtook its client's close: ``close`` withdraws the whole client
+  (``lock_release_holder``, one call for all its requests), while one of its acquires may still be on
+  its way. Before, only single withdrawals were remembered: that acquire was granted after the close,
+  to a client that would never renew nor release it (its connection may be gone with it), every other
+  worker locked out for a whole lease. Now a closed client is remembered like a withdrawn request (the
+  same bounds) and every request of it that comes after is refused (ECANCELED). A client id is never
+  reused (a new client, a new uuid), so nothing legitimate is refused.
 """
 
 from __future__ import annotations
@@ -48,7 +55,7 @@ class LockRequests:
     ) -> tuple[str, float, int]:
         """Take (or give back, for a resend) the lease of request ``holder``: ``(lease_id, ttl, token)``."""
         self._forget_old()
-        if holder in self._withdrawn:
+        if holder in self._withdrawn or holder.partition("#")[0] in self._withdrawn:
             raise fs_error(
                 errno.ECANCELED,
                 paths[0] if paths else None,
@@ -76,23 +83,29 @@ class LockRequests:
 
     def withdraw(self, locks: LockTable, holder: str) -> int:
         """Withdraw request ``holder``: stop its wait, release what it was granted, refuse it from now on."""
-        self._forget_old()
-        self._withdrawn[holder] = time.monotonic()
-        self._withdrawn.move_to_end(holder)
-        while len(self._withdrawn) > WITHDRAWN_KEPT:
-            self._withdrawn.popitem(last=False)
+        self._remember(holder)
         waiting = self.waits.pop(holder, None)
         if waiting is not None:
             waiting.cancel()  # the lock table forgets a cancelled request
         return locks.release_holder(holder)
 
     def release_client(self, locks: LockTable, client: str) -> int:
-        """Release every lease (and stop every wait) of client ``client`` and of its requests."""
+        """Release every lease (and stop every wait) of client ``client`` and of its requests, and
+        refuse its requests from now on (the client closed: one still on its way must not be granted)."""
+        self._remember(client)
         mine = [h for h in self.waits if h == client or h.startswith(client + "#")]
         for h in mine:
             self.waits.pop(h).cancel()
         holders = {h for _, _, _, h in locks.held() if h == client or h.startswith(client + "#")}
         return sum(locks.release_holder(h) for h in holders)
+
+    def _remember(self, withdrawn: str) -> None:
+        """Refuse request (or whole client) ``withdrawn`` from now on, within the bounds."""
+        self._forget_old()
+        self._withdrawn[withdrawn] = time.monotonic()
+        self._withdrawn.move_to_end(withdrawn)
+        while len(self._withdrawn) > WITHDRAWN_KEPT:
+            self._withdrawn.popitem(last=False)
 
     @staticmethod
     def _granted(locks: LockTable, holder: str) -> str | None:

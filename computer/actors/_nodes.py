@@ -153,27 +153,28 @@ def _done(key: tuple[str, Hashable]) -> None:
         _overdue.discard(key)
 
 
-def named_actor(name: str, namespace: str) -> Any:
-    """``ray.get_actor(name, namespace=namespace)``, bounded (:func:`gcs_answer`; one call per name
-    under way): ``ValueError`` when there is no such actor, as Ray says it (at once, the GCS answering);
-    :class:`ClusterSilentError` past :data:`NODES_TIMEOUT` (Ray's own wait is 60 s, then its
-    ``GetTimeoutError``)."""
+def named_actor(name: str, namespace: str, timeout: float | None = None) -> Any:
+    """``ray.get_actor(name, namespace=namespace)``, bounded (:func:`gcs_answer`, waited ``timeout``
+    seconds, default :data:`NODES_TIMEOUT`; one call per name under way): ``ValueError`` when there is
+    no such actor, as Ray says it (at once, the GCS answering); :class:`ClusterSilentError` past the
+    wait (Ray's own wait is 60 s, then its ``GetTimeoutError``)."""
     import ray
 
     return gcs_answer(
         lambda: ray.get_actor(name, namespace=namespace),
         f"find its actor {name!r}",
+        timeout,
         share=("get_actor", namespace, name),
     )
 
 
-def named_actors() -> list[Any]:
-    """``ray.util.list_named_actors(all_namespaces=True)``, bounded (:func:`gcs_answer`; Ray's own wait
-    is 60 s)."""
+def named_actors(timeout: float | None = None) -> list[Any]:
+    """``ray.util.list_named_actors(all_namespaces=True)``, bounded (:func:`gcs_answer`, waited
+    ``timeout`` seconds, default :data:`NODES_TIMEOUT`; Ray's own wait is 60 s)."""
     import ray
 
     actors: list[Any] = gcs_answer(
-        lambda: ray.util.list_named_actors(all_namespaces=True), "list its named actors"
+        lambda: ray.util.list_named_actors(all_namespaces=True), "list its named actors", timeout
     )
     return actors
 

@@ -39,13 +39,16 @@ __all__ = [
     "actor_id",
     "actor_process",
     "actor_ray_name",
+    "actor_restarts",
     "available_per_node",
     "kv_del",
     "kv_get",
     "kv_put",
     "kv_put_new",
+    "process_incarnation",
     "quiet_driver_messages",
     "streaming",
+    "worker_death_time",
 ]
 
 
@@ -118,6 +121,63 @@ def actor_ray_name(handle: Any) -> str | None:
     table; None for an unnamed actor, or when the table cannot be read."""
     info = _actor_row(handle._actor_id.hex())
     return str(info["Name"]) if info and info.get("Name") else None
+
+
+def actor_restarts(actor: str) -> int | None:
+    """How many times Ray restarted the actor with id ``actor`` (hex) in place (the actor table's
+    ``NumRestarts``); None when the table cannot be read or has no such actor."""
+    info = _actor_row(actor)
+    if not info or info.get("NumRestarts") is None:
+        return None
+    return int(info["NumRestarts"])
+
+
+_incarnation: list[int | None] = []  # this process's, once known
+
+
+def process_incarnation(*, blocking: bool = True) -> int | None:
+    """Which life of its Ray actor this process is: 0 for the first, n after n restarts in place (the
+    actor table's ``NumRestarts``, read once, only in a restarted process: a first life asks the GCS
+    nothing); None outside an actor, or when the table could not be read (blocks up to
+    ``NODES_TIMEOUT``, once per process: call it off an event loop); with ``blocking=False`` also
+    None where the GCS would have to be asked."""
+    if _incarnation:
+        return _incarnation[0]
+    import ray
+
+    context = ray.get_runtime_context()
+    actor = context.get_actor_id()
+    if not actor:
+        return None
+    if context.was_current_actor_reconstructed and not blocking:
+        return None
+    known = 0 if not context.was_current_actor_reconstructed else actor_restarts(str(actor))
+    _incarnation.append(known)  # unknown (the GCS silent) stays unknown: asked once per process
+    return known
+
+
+def worker_death_time(pid: int, alive_at: float = 0.0) -> float | None:
+    """When the Ray worker process ``pid``, known alive at ``alive_at`` (wall-clock seconds), died,
+    from the GCS worker table, which records a dead worker's end (the actor table does not, for an
+    actor restarted in place). Rows that ended before ``alive_at`` (less 1 s for clocks apart) are an
+    earlier process of the same pid. None when no dead worker of that pid is listed, when several are
+    (pids of several nodes, or reused: which one cannot be told), or when the table cannot be read."""
+    try:
+        from ray._private.state import state
+        from ray.core.generated import gcs_pb2
+
+        def read() -> list[bytes]:
+            return list(state._connect_and_get_accessor().get_worker_table())
+
+        rows = gcs_answer(read, "read its worker table")
+        ends = []
+        for raw in rows:
+            row = gcs_pb2.WorkerTableData.FromString(raw)  # type: ignore[attr-defined]
+            if row.pid == pid and not row.is_alive and row.end_time_ms >= (alive_at - 1.0) * 1000:
+                ends.append(row.end_time_ms)
+    except Exception:
+        return None
+    return ends[0] / 1000.0 if len(ends) == 1 else None
 
 
 def _actor_row(actor: str) -> dict[str, Any] | None:

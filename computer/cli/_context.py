@@ -165,7 +165,9 @@ _PROBE_EVERY = 2.0  # seconds between two probes that were answered
 
 
 @contextlib.contextmanager
-def watch_cluster(address: str | None, timeout: float = ANSWER_TIMEOUT) -> Iterator[None]:
+def watch_cluster(
+    address: str | None, timeout: float = ANSWER_TIMEOUT, *, name_silence: bool = False
+) -> Iterator[None]:
     """While the body runs, a joined cluster must keep answering: a thread reads a key of the GCS's
     key-value store every ``_PROBE_EVERY`` seconds, and when one read has had no answer for ``timeout``
     seconds the process prints one line naming the cluster and ends with exit code 1 (``os._exit``, as
@@ -176,7 +178,11 @@ def watch_cluster(address: str | None, timeout: float = ANSWER_TIMEOUT) -> Itera
     cluster whose GCS stopped answering (measured: > 100 s, no end; ``list_named_actors`` and
     ``get_actor`` give up after 60 s each, and ``status`` makes several), so `status` and every command
     through ``ray_session`` hung. Bounding each call instead would bound an exec (up to an hour) too:
-    the probe bounds only the cluster's silence, whatever the command waits on."""
+    the probe bounds only the cluster's silence, whatever the command waits on. With ``name_silence``
+    (``status``, whose GCS calls wait less than ``timeout``), a ``ClusterSilentError`` leaving the body
+    ends the process the same way at once, with that error's message: it names the call that went
+    unanswered. Other commands keep the probe's message: their library calls wait as long as the probe
+    (``NODES_TIMEOUT``), and either could come first."""
     import sys
     import threading
     import time
@@ -201,7 +207,7 @@ def watch_cluster(address: str | None, timeout: float = ANSWER_TIMEOUT) -> Itera
             started.clear()
             state.notify_all()
 
-    def give_up() -> None:
+    def give_up(message: str | None = None) -> None:
         if not ended.acquire(blocking=False):
             return
         from ._output import report
@@ -210,7 +216,8 @@ def watch_cluster(address: str | None, timeout: float = ANSWER_TIMEOUT) -> Itera
             sys.stdout.flush()
         report(
             CliError(
-                f"the Ray cluster at {tried} stopped answering: its GCS gave no answer for {timeout:g} s "
+                message
+                or f"the Ray cluster at {tried} stopped answering: its GCS gave no answer for {timeout:g} s "
                 "(`ray status` on its head tells more)"
             )
         )
@@ -234,6 +241,12 @@ def watch_cluster(address: str | None, timeout: float = ANSWER_TIMEOUT) -> Itera
     watcher.start()
     try:
         yield
+    except ClusterSilentError as silent:
+        if name_silence:
+            # A bounded GCS call of the body went unanswered (``gcs_answer``): that call is named, and
+            # the process ends as for the probe (the calls still waiting on the GCS cannot be cancelled).
+            give_up(str(silent))
+        raise  # with name_silence: the watcher is ending the process already
     finally:
         with state:
             stop.set()

@@ -17,10 +17,21 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from ._context import GlobalOptions, check_reachable, join_bounded, local_settings, watch_cluster
+from ._context import (
+    ANSWER_TIMEOUT,
+    GlobalOptions,
+    check_reachable,
+    join_bounded,
+    local_settings,
+    watch_cluster,
+)
 from .display import plain_text
 
-__all__ = ["show_status"]
+__all__ = ["STATUS_WAIT", "show_status"]
+
+# Seconds each of status's GCS calls (nodes, named actors, one actor's lookup) may wait: half the
+# watcher's bound, so that a silent GCS ends status with the call that went unanswered named.
+STATUS_WAIT = ANSWER_TIMEOUT / 2
 
 
 def show_status(options: GlobalOptions, console: Console) -> None:
@@ -123,20 +134,28 @@ def _cluster(options: GlobalOptions, console: Console, data_dir: Path) -> None:
     check_reachable(address)
     join_bounded(address, join)  # a cluster that does not answer in time ends the command (exit 1)
     try:
-        with watch_cluster(address):  # nor may it stop answering after (`ray.nodes()` waits forever)
+        with watch_cluster(
+            address, name_silence=True
+        ):  # nor may it stop answering after (`ray.nodes()` waits forever)
             _show_cluster(console, address, data_dir)
     finally:
         ray.shutdown()
 
 
 def _show_cluster(console: Console, address: str, data_dir: Path) -> None:
+    """The cluster's part of ``status``. Every GCS call goes through the library's bounded helpers
+    (``computer/actors/_nodes.py``), each waited :data:`STATUS_WAIT`: a silent GCS raises
+    ``ClusterSilentError``, which ``watch_cluster`` turns into one line naming the call and the
+    cluster (exit 1). Before, ``ray.nodes()`` waited forever and ``list_named_actors``/``get_actor``
+    60 s each, the watcher's generic "stopped answering" after 20 s the only way out."""
     import ray
 
+    from ..actors import listed_nodes, named_actors
     from ..actors.naming import HOST_PREFIX, OWNER_PREFIX, data_dir_key
 
     joined = str(ray.get_runtime_context().gcs_address)
     named = address if address == joined else f"{joined} ({address})"  # `auto`, a host name
-    nodes: list[dict[str, Any]] = [n for n in ray.nodes() if n.get("Alive")]  # type: ignore[no-untyped-call]
+    nodes = [n for n in listed_nodes(STATUS_WAIT) if n.get("Alive")]
     table = Table(title=f"Ray cluster at {named}: {len(nodes)} node(s)")
     for column in ("node", "address", "CPU", "memory"):
         table.add_column(column)
@@ -146,7 +165,7 @@ def _show_cluster(console: Console, address: str, data_dir: Path) -> None:
         table.add_row(str(node["NodeID"])[:12], str(node.get("NodeManagerAddress")),
                       f"{resources.get('CPU', 0):g}", f"{memory:.1f} GiB")  # fmt: skip
     console.print(table)
-    actors = ray.util.list_named_actors(all_namespaces=True)
+    actors = named_actors(STATUS_WAIT)
     pools: Counter[str] = Counter()
     owners = ours = 0
     here = f"{OWNER_PREFIX}{data_dir_key(data_dir)}:"  # owners are named per data directory
@@ -175,6 +194,7 @@ def _hosts(console: Console, names: list[str], others: int) -> None:
     """Owner hosts (``owners="hosted"``) of this data directory: node, process, memory, workspaces."""
     import ray
 
+    from ..actors import ClusterSilentError, named_actor
     from ..actors.naming import NAMESPACE
 
     suffix = f" (+{others} of other data directories)" if others else ""
@@ -187,7 +207,10 @@ def _hosts(console: Console, names: list[str], others: int) -> None:
     total = 0
     for name in names:
         try:
-            answer: Any = ray.get(ray.get_actor(name, namespace=NAMESPACE).host_stats.remote(), timeout=15)
+            host = named_actor(name, NAMESPACE, STATUS_WAIT)
+            answer: Any = ray.get(host.host_stats.remote(), timeout=15)
+        except ClusterSilentError:
+            raise  # the GCS, not this host: the next lookups would wait as long
         except Exception as exc:  # exited meanwhile, or not answering
             table.add_row(name.rsplit(":", 1)[-1], name.split(":")[3], "-", "-", "-", type(exc).__name__)
             continue
@@ -218,12 +241,14 @@ def _pools(console: Console) -> None:
     """The pools' control loop: workers per node, queue, waits, runs/s, its latest decisions."""
     import ray
 
-    from ..actors import SCALER_NAME
+    from ..actors import SCALER_NAME, ClusterSilentError, named_actor
     from ..actors.naming import NAMESPACE
 
     try:
-        scaler = ray.get_actor(SCALER_NAME, namespace=NAMESPACE)
+        scaler = named_actor(SCALER_NAME, NAMESPACE, STATUS_WAIT)
         answer: Any = ray.get(scaler.status.remote(), timeout=15)
+    except ClusterSilentError:
+        raise  # the GCS, not the control loop: status ends saying so (``watch_cluster``)
     except Exception as exc:  # not started yet (no exec so far), or restarting
         console.print(f"pool control loop: not answering ({type(exc).__name__})")
         return

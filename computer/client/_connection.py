@@ -44,7 +44,7 @@ from ..actors import (
     owner_process,
     workspace_actor,
 )
-from ..actors.raycompat import actor_death_time, actor_id, actor_process, streaming
+from ..actors.raycompat import actor_death_time, actor_id, actor_process, streaming, worker_death_time
 from ..actors.wire import Reply, unwrap
 from ..config import Settings
 from ..storage.errors import fs_error
@@ -105,6 +105,8 @@ class Connection:
         self.managed = managed
         self.epoch = 0
         self.owner_id: str | None = None  # the owner process we last spoke to (from ``describe``)
+        self.incarnation: int | None = None  # which life of its Ray actor that process is (``describe``)
+        self.described_at = 0.0
         self.config: Settings | None = None
         # The concurrency group the owner process answers probes on (``describe``; None: Ray's default).
         self.probe_group: str | None = None
@@ -122,6 +124,8 @@ class Connection:
         self.managed = bool(info["managed"])
         self.epoch = int(info["epoch"])
         self.owner_id = info.get("owner")
+        self.incarnation = info.get("incarnation")
+        self.described_at = time.time()  # when that process was known alive
         self.probe_group = info.get("probe_group")
         self.control_group = info.get("control_group")
         self.wait_group = info.get("wait_group")
@@ -266,18 +270,29 @@ class Connection:
         It is when the old owner was already dead before the call was sent, when that owner released
         its lease itself (hibernation) before dying, or, for a ``keyed`` call, when the owner that
         answers now is the same process (it remembers the key: a resend gets the first reply).
+
+        An owner (or owner host) restarted in place by Ray is not dead in Ray's actor table, which
+        gives no death time then: when the process answering now is the next life of the same actor
+        (``incarnation`` one more, so no life came between), the old process's end in Ray's worker
+        table (by its pid, from the owner id) is its death time. Before, such a call sent after the
+        death was "unknown outcome" although it never ran.
         """
-        before = self.owner_id
+        before, lived, alive_at = self.owner_id, self.incarnation, self.described_at
         died = await asyncio.to_thread(actor_death_time, handle)
         released = await self._released_cleanly(hosted=isinstance(handle, HostedHandle))
         try:
             await self._reresolve(handle)
         except OSError:
             return False
-        same = before is not None and self.owner_id == before and actor_id(self.handle) == actor_id(handle)
+        same_actor = actor_id(self.handle) == actor_id(handle)
+        same = before is not None and self.owner_id == before and same_actor
         if keyed and same:
             self._dead = None
             return True
+        if died is None and same_actor and lived is not None and self.incarnation == lived + 1:
+            process = owner_process(before)
+            if process is not None:
+                died = await asyncio.to_thread(worker_death_time, process[1], alive_at)
         return released or (died is not None and died < sent_at - _DEATH_MARGIN)
 
     async def _reresolve_quietly(self, stale: Any) -> None:

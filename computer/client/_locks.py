@@ -70,6 +70,15 @@ class ClientLocks:
                 waits=True,  # on the owner's wait group: waiters never hold the slots of ordinary calls
                 on_cancel=lambda _: self._withdraw(request),
             )
+        except OSError as err:
+            if err.errno == errno.ECANCELED and request in self._closed_on:
+                # The owner heard of the close first and refused the request (``_lock_requests.py``).
+                raise fs_error(
+                    errno.ENOLCK,
+                    wanted[0] if wanted else None,
+                    "lock request withdrawn: its client was closed",
+                ) from None
+            raise
         finally:
             self._asking.discard(request)
             closed = request in self._closed_on

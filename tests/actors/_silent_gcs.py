@@ -63,6 +63,9 @@ def main(address: str, marks: Path, mode: str = "nodes") -> None:
     if mode == "paths":
         paths(address, marks)
         return
+    if mode in ("work", "work dedicated"):
+        work(address, marks, mode.removeprefix("work").strip() or "hosted")
+        return
     ray.init(address=address, log_to_driver=False)
     _nodes.NODES_TIMEOUT = WAIT
     node = str(ray.get_runtime_context().get_node_id())
@@ -170,6 +173,87 @@ def paths(address: str, marks: Path) -> None:
     outcome("lookup continued", lambda: type(worker_handle("computer:ws:test:probe")).__name__)
     sys.stdout.flush()
     os._exit(0)
+
+
+def work(address: str, marks: Path, owners: str) -> None:
+    """A workspace's life with the GCS stopped: exec through a pool, writes, hibernation, the next call
+    after it; then the GCS continued and every file read back (nothing lost, never recreated empty)."""
+    import computer
+
+    computer.init(
+        address=address, data_dir=marks / "data", owners=owners, hibernate_after=2.0,
+        shell_pool_size=1, shell_pool_max=1, python_pool_size=0, python_pool_max=0, pool_worker_cpus=0,
+    )  # fmt: skip
+    _nodes.NODES_TIMEOUT = WAIT
+
+    async def run(ws: Any, command: str) -> Any:
+        handle = await asyncio.wait_for(ws.runtime.exec(command, backend="shell"), BOUND)
+        result = await asyncio.wait_for(handle.result(), BOUND)
+        return [result.status, result.stdout.strip()]
+
+    async def life() -> None:
+        ws = await asyncio.wait_for(computer.get_workspace("w"), BOUND)
+        await ws.fs.mkdir("/workspace", recursive=True)
+        await ws.fs.write_file("/workspace/before", b"before")
+        say("exec before", value=await run(ws, "echo ran > /workspace/ran-before; cat /workspace/before"))
+        (marks / "joined").touch()
+        await asyncio.to_thread(wait_for, marks / "stopped")
+
+        async def step(call: str, ask: Any) -> None:
+            try:
+                value = await asyncio.wait_for(ask(), BOUND)
+            except Exception as exc:
+                say(call, raised=type(exc).__name__, message=str(exc))
+            else:
+                say(call, value=value)
+
+        await step(
+            "exec stopped", lambda: run(ws, "echo ran > /workspace/ran-stopped; cat /workspace/before")
+        )
+        await step("write stopped", lambda: ws.fs.write_file("/workspace/during", b"during"))
+        await step("read stopped", lambda: ws.fs.read_text("/workspace/ran-stopped"))
+        gone = False
+        deadline = time.monotonic() + BOUND
+        while not gone and time.monotonic() < deadline:  # its hibernation (2 s idle): bounded
+            await asyncio.sleep(0.5)
+            gone = not await asyncio.to_thread(_awake, ws)
+        say("hibernated", value=gone)
+        await asyncio.sleep(3.0)  # an idle host lingers min(hibernate_after, 5 s), then exits
+        await step("read after hibernation", lambda: ws.fs.read_text("/workspace/during"))
+        await step("exec after hibernation", lambda: run(ws, "cat /workspace/during"))
+        say("stopped calls done")
+        await asyncio.to_thread(wait_for, marks / "continued")
+        names = ("before", "ran-before", "ran-stopped", "during")
+
+        async def files() -> dict[str, str]:
+            found = {}
+            for n in names:
+                path = f"/workspace/{n}"
+                found[n] = await ws.fs.read_text(path) if await ws.fs.exists(path) else "<missing>"
+            return found
+
+        await step("files continued", files)
+        await step("exec continued", lambda: run(ws, "ls /workspace"))
+        fresh = await asyncio.wait_for(computer.get_workspace("w"), BOUND)
+        await step("files of a new client", lambda: fresh.fs.ls("/workspace"))
+
+    asyncio.run(life())
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def _awake(ws: Any) -> bool:
+    """Whether the workspace's owner is awake (a dedicated owner: its process alive), asked of Ray
+    without the GCS (an actor call); a host or owner that exited is not."""
+    handle = ws.handle
+    try:
+        if hasattr(handle, "host"):
+            stats = ray.get(handle.host.host_stats.remote(), timeout=10)
+            return "w" in stats["workspaces"]
+        ray.get(handle.__ray_ready__.remote(), timeout=10)
+    except Exception:
+        return False
+    return True
 
 
 if __name__ == "__main__":

@@ -73,6 +73,27 @@ async def test_a_lock_request_that_arrives_after_its_withdrawal_is_refused_and_h
             assert await _held(b.handle) == (1, 0)  # b's own lease, nothing of the withdrawn request's
 
 
+async def test_a_lock_request_that_arrives_after_its_client_closed_is_refused_and_holds_nothing(
+    short_leases: None, name: str
+) -> None:
+    """The client closed (``lock_release_holder``, one call for all its requests) while one of its
+    acquires was still on its way (another concurrency group). Before, only single withdrawals were
+    remembered: the acquire was granted after the close, to a client that would never renew nor release
+    it, every other worker locked out for a whole lease."""
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+        late = _request(a.client_id)
+        assert unwrap(await a.handle.lock_release_holder.remote(f"client:{a.client_id}")) == 0
+        with pytest.raises(OSError) as refused:
+            await _acquire(a.handle, late)
+        assert refused.value.errno == errno.ECANCELED
+        assert await _held(a.handle) == (0, 0)
+        async with asyncio.timeout(20), b.locks.hold(["/f"]):
+            assert await _held(b.handle) == (1, 0)  # b's own lease, nothing of the closed client's
+        # Another client's requests are not refused: only the closed one's.
+        granted = await _acquire(b.handle, _request(b.client_id))
+        assert unwrap(await b.handle.lock_release.remote(granted[0])) is True
+
+
 async def test_a_resent_lock_request_gets_its_first_grant_again(short_leases: None, name: str) -> None:
     """The acquire's reply was lost (the call cut by Ray) and the retry-safe call was sent again. Before,
     the resend waited behind the first grant, which nobody renewed nor released, for the whole lease,
@@ -352,3 +373,32 @@ async def test_a_close_cancelled_while_it_releases_still_releases(
                 assert await _held(b.handle) == (1, 0)
     finally:
         computer.init(data_dir=f"{tmp_path}/data")
+
+
+async def test_a_hold_waiting_when_its_client_closes_ends_with_enolck_and_holds_nothing(
+    short_leases: None, name: str
+) -> None:
+    """A hold still waiting for its lock when its client is closed: the close withdraws it (the owner
+    stops its wait and refuses it from then on), and the hold ends with ENOLCK naming the close,
+    never holding the lock. Before (dbbb5d2), the owner's cancelled wait made the retry-safe acquire
+    go again, and the resend waited behind the other holder: the hold had not ended after 30 s."""
+    async with computer.get_workspace(name) as b:
+        a = await computer.get_workspace(name)
+
+        async def waiting() -> None:
+            async with a.locks.hold(["/f"]):
+                pass
+
+        async with b.locks.hold(["/f"]):
+            task = asyncio.ensure_future(waiting())
+            for _ in range(400):  # until the owner queued a's request (bounded)
+                if (await _held(b.handle))[1]:
+                    break
+                await asyncio.sleep(0.05)
+            assert await _held(b.handle) == (1, 1)
+            await a.close()
+            with pytest.raises(OSError) as closed:
+                await asyncio.wait_for(task, 30)
+            assert closed.value.errno == errno.ENOLCK, closed.value
+            assert "its client was closed" in str(closed.value)
+        assert await _held(b.handle) == (0, 0)

@@ -8,6 +8,7 @@ import base64
 import errno
 import os
 import pickle
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -344,6 +345,38 @@ async def test_a_host_restarted_in_place_reopens_its_workspaces(model: Settings,
         assert await other.fs.read_file("/b") == b"b"
         await ws.fs.write_file("/c", b"c")
         assert (await ws.handle.stats.remote())["epoch"] == 2
+
+
+async def test_a_call_sent_after_its_owner_process_died_is_run_by_the_restarted_one(
+    model: Settings, name: str
+) -> None:
+    """The owner's process is SIGKILLed (restarts left: Ray restarts it in place) and a mutation that
+    carries no idempotency key (a tool run whole on the owner) is sent after Ray recorded the death.
+    It provably never ran, so the client sends it again to the next life of the process
+    (``Connection._did_not_run``: one restart more, the old pid's end in Ray's worker table). Before,
+    Ray's actor table gave no death time for an actor restarted in place, and the call was "unknown
+    outcome"."""
+    from computer.actors.raycompat import worker_death_time
+
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/a", b"a")
+        pid = int((await ws.handle.stats.remote())["pid"])
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(200):  # until Ray's worker table records the death (bounded: 20 s)
+            if await asyncio.to_thread(worker_death_time, pid) is not None:
+                break
+            await asyncio.sleep(0.1)
+        died = await asyncio.to_thread(worker_death_time, pid)
+        assert died is not None
+        await asyncio.sleep(
+            max(0.0, died + 0.5 - time.time())
+        )  # sent clearly after the death (margin 0.25 s)
+        result = await asyncio.wait_for(ws.run_tool("write", {"path": "/workspace/b", "content": "b"}), 60)
+        assert result == {"path": "/workspace/b", "bytesWritten": 1}, result
+        assert await ws.fs.read_file("/workspace/b") == b"b"
+        assert await ws.fs.read_file("/workspace/a") == b"a"
+        assert int((await ws.handle.stats.remote())["pid"]) != pid
 
 
 @pytest.mark.slow

@@ -174,3 +174,31 @@ def test_user_facing_gcs_calls_of_a_cluster_whose_gcs_is_stopped_end_within_thei
         assert said[f"lookup missing {when}"]["raised"] == "ValueError", said
     assert said["threads continued"]["value"] == 0, said
     assert said["lookup continued"]["value"] == "ActorHandle", said
+
+
+@pytest.mark.parametrize("owners", ["hosted", "dedicated"])
+def test_a_workspace_runs_hibernates_and_wakes_with_the_gcs_stopped_and_loses_nothing(
+    head: Head, tmp_path: Path, owners: str
+) -> None:
+    """Exec through a pool, writes, hibernation and the next call after it, with the GCS stopped: each
+    ends (answered, or a bounded error), and once the GCS answers again every acknowledged file is
+    there: the workspace is never recreated empty."""
+    said = _drive(head, tmp_path, "work" if owners == "hosted" else "work dedicated")
+    assert said["exec before"]["value"] == ["completed", "before"], said
+    # A dispatcher with its worker's handle and view runs without the GCS.
+    assert said["exec stopped"].get("value") == ["completed", "before"], said["exec stopped"]
+    assert "value" in said["write stopped"], said["write stopped"]
+    assert said["read stopped"].get("value") == "ran\n", said["read stopped"]
+    assert said["hibernated"]["value"] is True, said
+    # Waking needs the GCS once the owner's process exited (a new host or owner: the node listing, the
+    # owner's lookup): ClusterSilentError within its wait. A host still lingering answers instead.
+    for call, value in (
+        ("read after hibernation", "during"),
+        ("exec after hibernation", ["completed", "during"]),
+    ):
+        answer = said[call]
+        assert answer.get("raised") == "ClusterSilentError" or answer.get("value") == value, answer
+    expected = {"before": "before", "ran-before": "ran\n", "ran-stopped": "ran\n", "during": "during"}
+    assert said["files continued"].get("value") == expected, said["files continued"]
+    assert said["exec continued"].get("value", [""])[0] == "completed", said["exec continued"]
+    assert sorted(said["files of a new client"]["value"]) == sorted(f"/workspace/{n}" for n in expected), said

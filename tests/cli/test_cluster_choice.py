@@ -105,17 +105,28 @@ main()
 """
 
 
+_STOPPED = "stopped answering: its GCS gave no answer for 20 s"
+_SILENT = "its GCS does not answer (stopped, wedged or overloaded; `ray status` on its head tells more)"
+
+
 @pytest.mark.parametrize(
-    ("pause", "args"),
-    [("ray.nodes", ["status"]), ("computer.actors.adopt", ["tool", "w", "ls"])],
-    ids=["status", "tool through ray_session"],
+    ("pause", "args", "said"),
+    [
+        ("ray.nodes", ["status"], f"did not list its nodes within 10 s: {_SILENT}"),
+        ("ray.util.list_named_actors", ["status"], f"did not list its named actors within 10 s: {_SILENT}"),
+        ("computer.actors.adopt", ["tool", "w", "ls"], f"{_STOPPED} (`ray status` on its head tells more)"),
+    ],
+    ids=["status", "status named actors", "tool through ray_session"],
 )
 def test_a_cluster_that_stops_answering_after_the_join_ends_the_command(
-    head: Head, tmp_path: Path, pause: str, args: list[str]
+    head: Head, tmp_path: Path, pause: str, args: list[str], said: str
 ) -> None:
     """The GCS of the test's head is stopped (SIGSTOP) right after the command joined: ``ray.nodes()``
     then waited forever (``status``), and a command through ``ray_session`` waited on the owner's
-    creation. Last in this module: the head is continued after, but may not outlive the stop."""
+    creation. ``status`` asks the GCS through the library's bounded calls, half the watcher's wait
+    each, and names the call that went unanswered; before, it called ``ray.nodes()`` (no end) and
+    ``list_named_actors`` (60 s) directly, and only the watcher's generic line ended it. Last in this
+    module: the head is continued after, but may not outlive the stop."""
     gcs = gcs_pids(head)
     assert len(gcs) == 1, gcs
     marks = tmp_path / "marks"
@@ -145,8 +156,5 @@ def test_a_cluster_that_stops_answering_after_the_join_ends_the_command(
             proc.communicate()
     assert proc.returncode == 1, err
     lines = err.strip().splitlines()
-    assert lines[-1] == (
-        f"error: the Ray cluster at {head.address} stopped answering: its GCS gave no answer for 20 s "
-        "(`ray status` on its head tells more)"
-    ), err
+    assert lines[-1] == f"error: the Ray cluster at {head.address} {said}", err
     assert "Traceback" not in err, err
