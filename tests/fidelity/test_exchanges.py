@@ -1,0 +1,72 @@
+"""Atomic swaps a program makes with ``renameat2(RENAME_EXCHANGE)`` (``mv --exchange``, deploy tools,
+atomic config swaps) across calls, the workspace and a reopen. inotify reports an exchange of ``a`` and
+``b`` as two moves, ``a -> b`` then ``b -> a``: the last event on ``b`` is a move away although ``b``
+is there. Before, the pull took such a path for gone without looking: a file or symlink swapped onto a
+name new in the run (or a symlink swapped with a file) never reached the workspace, and was lost at the
+next reopen."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ._support import KINDS, ROOT, ok, opened, shell
+
+# ``python3 xch.py a b``: swap the two paths (renameat2 with RENAME_EXCHANGE), as ``mv --exchange`` does.
+EXCHANGE = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.renameat2(-100, sys.argv[1].encode(), -100, sys.argv[2].encode(), 2) != 0:
+    code = ctypes.get_errno()
+    raise OSError(code, os.strerror(code))
+"""
+
+
+async def _kinds(ws: object, names: list[str]) -> dict[str, object]:
+    """Each name in the workspace: its content (a file), ``("link", target)`` or None (missing)."""
+    fs = ws.fs  # type: ignore[attr-defined]
+    seen: dict[str, object] = {}
+    entries = {entry.name: entry for entry in await fs.readdir(ROOT)}
+    for name in names:
+        entry = entries.get(name)
+        if entry is None:
+            seen[name] = None
+        elif entry.is_symlink:
+            seen[name] = ("link", await fs.readlink(f"{ROOT}/{name}"))
+        else:
+            seen[name] = await fs.read_file(f"{ROOT}/{name}")
+    return seen
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_paths_a_run_swaps_with_rename_exchange_reach_the_workspace_and_a_reopen(
+    db: Path, live: bool
+) -> None:
+    backend = shell(live)
+    want = {
+        # a symlink swapped onto a file the same run made: the file under the link's name
+        "lnk": b"new\n",
+        "new": ("link", "f"),
+        # a symlink and a file both synced before: swapped
+        "abs": b"F\n",
+        "f": ("link", f"{ROOT}/f"),
+        # two files synced before: swapped
+        "a": b"bee\n",
+        "b": b"ay\n",
+    }
+    async with opened(db, shell=backend, python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/xch.py", EXCHANGE)
+        await ws.fs.write_file(f"{ROOT}/f", "F\n")
+        await ws.fs.write_file(f"{ROOT}/a", "ay\n")
+        await ws.fs.write_file(f"{ROOT}/b", "bee\n")
+        await ok(ws, "ln -s f lnk && ln -s /workspace/f abs")
+        await ok(ws, "echo new > new && python3 xch.py lnk new")
+        await ok(ws, "python3 xch.py abs f && python3 xch.py a b")
+        assert await _kinds(ws, list(want)) == want
+        seen = await ok(ws, "cat lnk abs a b && readlink new f")
+        assert seen.stdout == f"new\nF\nbee\nay\nf\n{ROOT}/f\n"
+    async with opened(db, python=False) as ws:
+        assert await _kinds(ws, list(want)) == want
+        seen = await ok(ws, "cat lnk abs a b && readlink new f")
+        assert seen.stdout == f"new\nF\nbee\nay\nf\n{ROOT}/f\n"
