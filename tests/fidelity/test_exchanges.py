@@ -3,10 +3,12 @@ atomic config swaps) across calls, the workspace and a reopen. inotify reports a
 ``b`` as two moves, ``a -> b`` then ``b -> a``: the last event on ``b`` is a move away although ``b``
 is there. Before, the pull took such a path for gone without looking: a file or symlink swapped onto a
 name new in the run (or a symlink swapped with a file) never reached the workspace, and was lost at the
-next reopen."""
+next reopen; a file a background program keeps swapping in went missing from the workspace at each
+sync of a live sandbox."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -70,3 +72,44 @@ async def test_paths_a_run_swaps_with_rename_exchange_reach_the_workspace_and_a_
         assert await _kinds(ws, list(want)) == want
         seen = await ok(ws, "cat lnk abs a b && readlink new f")
         assert seen.stdout == f"new\nF\nbee\nay\nf\n{ROOT}/f\n"
+
+
+# A program left running that saves its state by swapping a new version in (write ``cur.new``, exchange
+# it with ``cur``, remove the old one), as an atomic config save that keeps the old file until the swap.
+SWAPPER = """
+import ctypes, os, time
+libc = ctypes.CDLL(None, use_errno=True)
+print("ready", flush=True)
+for i in range(150):
+    with open("cur.new", "w") as f:
+        f.write(f"v{i}\\n")
+    assert libc.renameat2(-100, b"cur.new", -100, b"cur", 2) == 0, ctypes.get_errno()
+    os.unlink("cur.new")
+    time.sleep(0.004)
+print("done", flush=True)
+"""
+
+
+async def test_a_file_a_background_program_keeps_swapping_in_is_never_missing_from_the_workspace(
+    db: Path,
+) -> None:
+    backend = shell(True)
+    async with opened(db, shell=backend, python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/swap.py", SWAPPER)
+        await ws.fs.write_file(f"{ROOT}/cur", "start\n")
+        await ok(ws, "python3 swap.py > swap.log 2>&1 &")
+        missing = 0
+        for _ in range(400):  # bounded: the program ends after 150 swaps (~1 s)
+            missing += not await ws.fs.exists(f"{ROOT}/cur")
+            if (await ws.fs.exists(f"{ROOT}/swap.log")) and b"done" in await ws.fs.read_file(
+                f"{ROOT}/swap.log"
+            ):
+                break
+            await asyncio.sleep(0.02)
+        ended = "for i in $(seq 600); do grep -q done swap.log && break; sleep 0.05; done; cat swap.log cur"
+        assert (await ok(ws, ended)).stdout == "ready\ndone\nv149\n"
+        assert missing == 0
+        assert await ws.fs.read_file(f"{ROOT}/cur") == b"v149\n"
+    async with opened(db, python=False) as ws:
+        assert await ws.fs.read_file(f"{ROOT}/cur") == b"v149\n"
+        assert (await ok(ws, "cat cur && ls")).stdout == "v149\ncur\nswap.log\nswap.py\n"
