@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ._support import KINDS, ROOT, ok, opened, shell
+from ._support import KINDS, PYTHON_MODES, ROOT, ok, opened, python_mode, shell
 
 # ``python3 xch.py a b``: swap the two paths (renameat2 with RENAME_EXCHANGE), as ``mv --exchange`` does.
 EXCHANGE = """
@@ -113,3 +113,22 @@ async def test_a_file_a_background_program_keeps_swapping_in_is_never_missing_fr
     async with opened(db, python=False) as ws:
         assert await ws.fs.read_file(f"{ROOT}/cur") == b"v149\n"
         assert (await ok(ws, "cat cur && ls")).stdout == "v149\ncur\nswap.log\nswap.py\n"
+
+
+# The same swap from a program of the python backend (its sandbox's files go through a mirror too).
+PYTHON_SWAP = """
+import ctypes, os
+open("/workspace/n", "w").write("new\\n")
+os.symlink("f", "/workspace/l")
+assert ctypes.CDLL(None).renameat2(-100, b"/workspace/l", -100, b"/workspace/n", 2) == 0
+"""
+
+
+@pytest.mark.parametrize("live", PYTHON_MODES)
+async def test_a_python_program_s_swap_onto_a_new_name_reaches_the_workspace(db: Path, live: bool) -> None:
+    async with python_mode(db, live) as ws:
+        await ws.fs.write_file(f"{ROOT}/f", "F\n")
+        await ok(ws, PYTHON_SWAP, backend="python")
+        assert await _kinds(ws, ["l", "n"]) == {"l": b"new\n", "n": ("link", "f")}
+    async with opened(db, python=False) as ws:
+        assert await _kinds(ws, ["l", "n"]) == {"l": b"new\n", "n": ("link", "f")}
