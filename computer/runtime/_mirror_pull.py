@@ -79,8 +79,8 @@ class MirrorPull(MirrorWatch):
         times: dict[str, int] = {}  # directories' mtimes (ns) as lstat-ed
         replaced = False  # a directory of the state is something else now (or gone)
         for rel in touched:
-            # A path whose last event removed it is gone: the program has exited, nothing can have
-            # brought it back (1,000 lstat calls that fail cost 2 ms).
+            # A path whose last event deleted it is gone: the program has exited (or is frozen), nothing
+            # brought it back (1,000 lstat calls that fail cost 2 ms; one moved away is lstat-ed).
             if rel in gone:
                 entry = None
             else:

@@ -33,6 +33,7 @@ from ._inotify_abi import (
     EVENT,
     GONE,
     IN_CLOEXEC,
+    IN_DELETE,
     IN_IGNORED,
     IN_ISDIR,
     IN_MOVE_SELF,
@@ -430,7 +431,7 @@ class TreeWatch:
         self._held = _Held(self._root, empty)
         # A mirror dropped without close() (e.g. by a pool evicting it) must not leak its watches.
         self._close = weakref.finalize(self, self._inotify.drop, self._held)
-        # Paths the last drain's last event of each removed (known gone without an lstat).
+        # Paths the last drain's last event of each deleted (known gone without an lstat; moved away: lstat-ed).
         self.gone: set[str] = set()
         # Names where a file made in the last drain went again (a hard link? ``ln f t; echo x >> t; mv u t``).
         self.passed: set[str] = set()
@@ -462,7 +463,7 @@ class TreeWatch:
                 continue
             rel = prefix + raw.decode(_FS_ENCODING, _FS_ERRORS)  # os.fsdecode, less a call
             touched.add(rel)
-            if mask & GONE:
+            if mask & IN_DELETE:  # moved away is no proof: RENAME_EXCHANGE of a, b says a -> b, b -> a
                 gone.add(rel)
             else:
                 gone.discard(rel)
@@ -471,8 +472,7 @@ class TreeWatch:
             if mask & BORN and not mask & IN_ISDIR:
                 born.add(rel)
             if stats and mask & NEW_DIR != NEW_DIR:
-                # Its lstat was taken when its creation was read: this later change makes it stale
-                # (a directory made again was lstat-ed again, as its creation was read again).
+                # Its lstat, taken as its creation was read, is stale now (one made again: lstat-ed again).
                 stats.pop(rel, None)
         if self._held.broken:
             return None
