@@ -19,7 +19,9 @@ import computer
 from computer.runtime import PythonBackend, ShellBackend
 from computer.runtime._cgroups import cgroup_writable
 
-pytestmark = pytest.mark.skipif(not cgroup_writable("cpu"), reason="no writable cgroup v1 cpu controller here")
+pytestmark = pytest.mark.skipif(
+    not cgroup_writable("cpu"), reason="no writable cgroup v1 cpu controller here"
+)
 
 # The run's own cpu group, then the one of a process in a session of its own (``setsid``).
 _SHELL = "grep ':cpu:' /proc/self/cgroup; /usr/bin/setsid -w /usr/bin/grep ':cpu:' /proc/self/cgroup"
