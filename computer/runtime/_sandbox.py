@@ -166,6 +166,8 @@ class Sandbox:
             resource.RLIMIT_FSIZE: "file size",
             resource.RLIMIT_CPU: "cpu time",
             resource.RLIMIT_NPROC: "processes",
+            resource.RLIMIT_SIGPENDING: "queued signals",
+            resource.RLIMIT_MSGQUEUE: "message queue bytes",
         }
         rl = [names[kind] for kind, _, _ in self.rlimits if kind in names]
         parts.append("rlimits: " + ", ".join([*rl, "no core"]))
