@@ -31,6 +31,7 @@ from ._pull_rules import (
     refused_files,
 )
 from ._push_pages import PushPages
+from ._share_budget import ShareBudget
 
 __all__ = ["FS_OPS", "GUEST_OPS", "LocalExecContext"]
 
@@ -67,6 +68,7 @@ class LocalExecContext(PushPages, PullCommits):
         self._changed_cache = None
         # Directories a program's ``fs_call`` may read, not change (an agent adds its state).
         self.protected: dict[str, Callable[[str], Exception]] = {JOURNAL_DIR: journal_refused}
+        self.shares = ShareBudget()  # what the share links of its programs may hold (``_share_budget``)
 
     @property
     def fs(self) -> Any:
@@ -85,10 +87,16 @@ class LocalExecContext(PushPages, PullCommits):
         return to_plain(await checked_call(self.fs, op, args, guard))
 
     async def share(self, path: str, expires_after: float) -> str:
+        """A program's share (the sandbox's ``assets`` command): within ``shares`` (``_share_budget``)."""
+        from ..assets import link_lifetime  # (``computer.assets`` imports this package)
+
         assets = getattr(self.workspace, "assets", None)
         if assets is None:
             raise RuntimeError("this workspace has no assets publisher")
-        return str(await assets.share(path, expires_after=expires_after))
+        lifetime = link_lifetime(expires_after)  # a bad one: the ValueError share would raise
+        size = int((await self.fs.stat(path)).size)
+        with self.shares.hold(canonical(path), size, lifetime):
+            return str(await assets.share(path, expires_after=expires_after))
 
     async def sync_pull(self, pull: SyncPull, base_rev: int) -> PullResult:
         """Apply a run's changes (one page of them) in one ``commit_batch`` (files, removals,

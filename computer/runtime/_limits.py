@@ -18,6 +18,16 @@ Decisions:
   by its task count at the run's end, which a loaded host read below the threshold (the full suite
   left a bomb of 218 processes running);
 - file size and core limits always;
+- queued signals (``RLIMIT_SIGPENDING``, at most ``SIGPENDING_CAP``) and POSIX message queue bytes
+  (``RLIMIT_MSGQUEUE``, at most ``MSGQUEUE_CAP``) in a user namespace of the sandbox's own: the
+  kernel counts them per user namespace, and then again, for every sandbox of the host uid together,
+  against the limit the namespaces' creator had (bubblewrap's: this process's, 96,367 signals and
+  800 KiB here; raising it takes ``CAP_SYS_RESOURCE``). Under the creator's own limit one program took
+  them all: another workspace's ``timer_create`` (coreutils ``timeout``), ``sigqueue`` and real-time
+  ``kill`` failed (EAGAIN), its ``mq_open`` too (EMFILE), until the program ended. Each sandbox now
+  holds at most its cap: 1,024 signals (a POSIX timer holds one; 94 sandboxes to take them all) and
+  200 KiB of queues (two of the default 10 x 8 KiB; 4 sandboxes to take them all, as few as an
+  ordinary program's queues allow);
 - this process's soft descriptor limit is raised toward its hard one (at most ``NOFILE_TARGET``) by
   :func:`raise_descriptor_limit`, as Ray does for its workers: a live sandbox holds 14 host
   descriptors, and a host started under ``ulimit -n 1024`` (a login shell's default) refused its 73rd
@@ -36,7 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "MSGQUEUE_CAP",
     "NPROC_MARGIN",
+    "SIGPENDING_CAP",
     "Rlimit",
     "SandboxLimits",
     "can_limit_others",
@@ -61,6 +73,9 @@ Rlimit = tuple[int, int, int]  # (resource, soft, hard)
 
 # How far ``RLIMIT_NPROC`` stays above a ``pids`` cgroup's cap (see the module's decisions).
 NPROC_MARGIN = 16
+# What one sandbox may hold of the budgets every sandbox of the host uid shares (see the decisions).
+SIGPENDING_CAP = 1024
+MSGQUEUE_CAP = 200 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +109,14 @@ def rlimits(
         nproc = limits.max_processes + (NPROC_MARGIN if pids_cgroup else 0)
         wanted.append((resource.RLIMIT_NPROC, nproc, nproc))
     wanted.append((resource.RLIMIT_CORE, 0, 0))
+    if own_user_namespace:
+        for kind, cap in (
+            (resource.RLIMIT_SIGPENDING, SIGPENDING_CAP),
+            (resource.RLIMIT_MSGQUEUE, MSGQUEUE_CAP),
+        ):
+            hard = resource.getrlimit(kind)[1]  # the sandbox's own (inherited), never raised
+            cap = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
+            wanted.append((kind, cap, cap))
     if _started_nofile is not None:
         wanted.append((resource.RLIMIT_NOFILE, *_started_nofile))
     return wanted
@@ -169,6 +192,8 @@ _PRLIMIT = {
     resource.RLIMIT_NPROC: "--nproc",
     resource.RLIMIT_CORE: "--core",
     resource.RLIMIT_NOFILE: "--nofile",
+    resource.RLIMIT_SIGPENDING: "--sigpending",
+    resource.RLIMIT_MSGQUEUE: "--msgqueue",
 }
 
 
@@ -201,6 +226,8 @@ _ULIMIT = {
     resource.RLIMIT_NPROC: ("-u", 1),
     resource.RLIMIT_CORE: ("-c", 1),
     resource.RLIMIT_NOFILE: ("-n", 1),
+    resource.RLIMIT_SIGPENDING: ("-i", 1),
+    resource.RLIMIT_MSGQUEUE: ("-q", 1),
 }
 
 

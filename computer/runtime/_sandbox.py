@@ -8,8 +8,8 @@ Layers, each used when available and reported in :attr:`Sandbox.isolation`:
 - a seccomp filter (``_seccomp``, loaded by bubblewrap): ``EPERM`` for the kernel interfaces behind
   most local privilege escalations, and no new user namespaces (with bubblewrap's
   ``--disable-userns`` where it has it, 0.8+; alone on an older one);
-- rlimits (``_limits``) and cgroup v1 ``memory`` and ``pids`` groups, one per run (``_cgroups``),
-  capping the whole tree: under bubblewrap set on its sandbox process while it waits to start the
+- rlimits (``_limits``) and cgroup v1 ``memory``, ``pids`` and ``cpu`` groups, one per run
+  (``_cgroups``; ``cpu`` makes the whole tree one scheduling entity), capping the whole tree: under bubblewrap set on its sandbox process while it waits to start the
   command (``_admission``), without bubblewrap by a bash launcher before it execs the program.
 
 The whole tree ends with the run: bwrap's pid namespace dies with its first process, the launched
@@ -116,7 +116,8 @@ class Sandbox:
         # Root without CAP_SYS_RESOURCE may not prlimit another user's process: the sandbox's own
         # first process then sets its rlimits on itself (one more exec, paid ahead for standbys).
         self._limit_inside = self._host_ids is not None and self.bwrap and not can_limit_others()
-        self.cgroups = {c for c in ("memory", "pids") if cgroup_writable(c)}
+        # ``cpu``: the run's processes weigh as one entity, ``setsid`` or not (see ``_cgroups``).
+        self.cgroups = {c for c in ("memory", "pids", "cpu") if cgroup_writable(c)}
         sandbox_etc(network, self._host_ids)  # built now, not on the first run's path
 
     @property
@@ -165,6 +166,8 @@ class Sandbox:
             resource.RLIMIT_FSIZE: "file size",
             resource.RLIMIT_CPU: "cpu time",
             resource.RLIMIT_NPROC: "processes",
+            resource.RLIMIT_SIGPENDING: "queued signals",
+            resource.RLIMIT_MSGQUEUE: "message queue bytes",
         }
         rl = [names[kind] for kind, _, _ in self.rlimits if kind in names]
         parts.append("rlimits: " + ", ".join([*rl, "no core"]))
@@ -174,6 +177,8 @@ class Sandbox:
                 caps.append(f"memory {lim.memory_mb} MiB")
             if "pids" in self.cgroups and lim.max_processes:
                 caps.append(f"{lim.max_processes} processes")
+            if "cpu" in self.cgroups:
+                caps.append("one cpu scheduling group")
             parts.append("cgroup v1 per run: " + ", ".join(caps))
         else:
             parts.append("no cgroup limits (cgroup v1 memory/pids not writable)")

@@ -116,6 +116,10 @@ DENIED: tuple[str, ...] = (
     "ioperm",
     "quotactl",
     "quotactl_fd",
+    # fanotify: a group and its marks are counted per host uid (128 groups here), every sandbox's
+    # together: one program holding them all failed fanotify_init in every other workspace. Nothing
+    # unprivileged needs it (file watchers use inotify); Docker's profile allows it to CAP_SYS_ADMIN only.
+    "fanotify_init",
     # Obsolete: nothing current calls them.
     "uselib",
     "ustat",

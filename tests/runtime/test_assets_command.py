@@ -11,6 +11,7 @@ import pytest
 import computer
 from computer.runtime import ShellBackend
 from computer.runtime._assets_cli import parse_expiry
+from computer.runtime._share_budget import ShareBudget
 
 
 class RecordingPublisher:
@@ -210,6 +211,7 @@ async def test_assets_publish_of_a_sparse_file_holds_no_more_than_its_data(
     publisher = HeadPublisher()
     async with computer.Workspace(backends=[shell_backend], assets=publisher) as ws:
         publisher.workspace = ws
+        ws.runtime.context.shares = ShareBudget(max_bytes=4 << 30)  # two links of 1 GiB: over the default
         await ws.fs.mkdir("/workspace")
         before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         result = await (

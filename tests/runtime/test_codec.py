@@ -179,6 +179,9 @@ async def test_a_large_body_arrives_in_pieces_of_one_mib() -> None:
         (frame("__result__", {"value": b"bytes"}), "holds a bytes"),
         (frame("__result__", {"value": {"a": float("nan")}}), "JSON cannot represent"),
         (frame("__result__", {"value": 1, "more": 2}), "exactly one argument"),
+        (frame("write_file", {"path": "/f", "parts": 64 * 1024 * 1024}), "at most 16385"),  # 512 MiB of
+        (frame("write_file", {"path": "/f", "parts": 0}), "'parts' must be a positive"),  # pointers
+        (frame("__part__", {}), "never none"),  # an empty part: a pointer held for no byte
         (REQUEST_HEADER.pack(100, 0) + b"\x80", "ended inside a frame"),
         (b"\x00\x00", "ended inside a frame header"),
     ],

@@ -149,3 +149,38 @@ async def test_a_300_mb_stdout_flood_is_spooled_with_bounded_caller_memory(
     assert peak - baseline < 100 * MIB  # the whole flood is 300 MB
     record_property("flood_bytes", total)
     record_property("flood_caller_rss_growth_mib", round((peak - baseline) / MIB, 1))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "FileSystem.grep (and find, ls) runs the whole walk and every file's scan in one step of the owner's"
+        " event loop (_search.grep is synchronous over one SQLite connection): a python program's"
+        " workspace.grep('zzz', '/workspace') over 200 MB of text held every workspace of the process"
+        " 757 ms (a regex 1.3 s), and a larger workspace holds it longer. A fix gives the loop turns"
+        " between pieces of the scan, which needs each file read from a snapshot that keeps its chunks"
+        " (as fs.stream does: iter_file's live cursor cannot outlive a turn in which the owner writes)"
+    ),
+)
+async def test_a_grep_over_a_large_workspace_gives_the_owner_loop_turns(ws: computer.Workspace) -> None:
+    line = b"abcdefghij klmnopqrstu vwxyz 0123456789\n"
+    for i in range(16):  # 32 MiB of text in all
+        await ws.fs.write_file(f"/workspace/f{i}", line * (2 * MIB // len(line)))
+    turns = 0
+
+    async def count() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(count())
+    await asyncio.sleep(0)
+    try:
+        before = turns
+        found = await ws.fs.grep("zzz", "/workspace")
+        during = turns - before
+    finally:
+        ticker.cancel()
+    assert found == []
+    assert during >= 8, f"the owner's loop had {during} turns while grep read 32 MiB"

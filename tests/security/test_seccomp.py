@@ -55,6 +55,7 @@ NUMBERS = {
         "move_mount": 429,
         "open_tree": 428,
         "syslog": 103,
+        "fanotify_init": 300,
     },
     "aarch64": {
         "keyctl": 219,
@@ -86,6 +87,7 @@ NUMBERS = {
         "move_mount": 429,
         "open_tree": 428,
         "syslog": 116,
+        "fanotify_init": 262,
     },
 }
 
@@ -128,6 +130,27 @@ async def test_denied_calls_fail_with_eperm_in_a_shell_run(live: bool) -> None:
         assert result.status == "completed", result
         _all_denied(result.stdout)
     assert "seccomp filter: " in info.isolation and "NO seccomp" not in info.isolation
+
+
+# fanotify_init as an unprivileged program may call it (a notification group reporting file ids):
+# its groups are counted per host uid, every sandbox's together, and one program held all 128, so
+# every other workspace's failed (EMFILE). With -1 arguments (the probe above) the kernel itself
+# refuses an unprivileged caller, so this asks as a real program would.
+_FANOTIFY = """
+import ctypes, errno, os
+libc = ctypes.CDLL(None, use_errno=True)
+fd = libc.fanotify_init(0x200, os.O_RDONLY)  # FAN_CLASS_NOTIF | FAN_REPORT_FID
+print("fd" if fd >= 0 else errno.errorcode[ctypes.get_errno()])
+"""
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["live", "per-call"])
+async def test_fanotify_is_refused_where_an_unprivileged_program_could_hold_every_group(live: bool) -> None:
+    async with computer.Workspace(backends=[ShellBackend(live=live), PythonBackend(live=live)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        shell = await (await ws.runtime.exec(f"python3 - <<'EOF'\n{_FANOTIFY}\nEOF")).result()
+        python = await (await ws.runtime.exec(_FANOTIFY, backend="python")).result()
+    assert (shell.stdout, python.stdout) == ("EPERM\n", "EPERM\n"), (shell, python)  # before: "fd"
 
 
 @pytest.mark.parametrize("live", [True, False], ids=["live", "per-call"])
