@@ -178,6 +178,7 @@ class RootTime:
 
     seen: int | None = None  # ns: the top's time after the last push or pull (None: no push yet)
     store: int | None = None  # ms: the store's time of the root, as last pushed or pulled
+    store_sub: int = 0  # ... and its nanoseconds past the ms (a change of these alone is a move too)
     given: int | None = None  # ms: the time the push being applied sets (at ``pushed``)
     given_sub: int = 0  # ... and the nanoseconds past it (``SyncPush.root_sub_ns``)
     mode_seen: int | None = None  # the top's bits after the last push or pull (None: no push yet)
@@ -185,19 +186,24 @@ class RootTime:
     mode_given: int | None = None  # the bits the push being applied sets (at ``give_mode``)
     # What a pull's plan found before it took the top's new time or mode, until the pull is stored:
     # put back when it fails (:meth:`unsent`).
-    undo: tuple[int | None, int | None, int | None, int | None] | None = None
+    undo: tuple[int | None, int | None, int, int | None, int | None] | None = None
 
     def moved(self, push: SyncPush) -> bool:
         """Whether ``push`` (a page for an incremental push) changes the top's time or mode."""
-        return (push.root_mtime is not None and push.root_mtime != self.store) or (
+        return (push.root_mtime is not None and self._moved_since(push)) or (
             push.root_mode is not None and push.root_mode != self.mode_store
         )
+
+    def _moved_since(self, push: SyncPush) -> bool:
+        """Whether the store's time of the root in ``push`` differs from the last synced one, to the ns
+        (before, to the ms: another mirror's pull that moved only the ns past it was never set)."""
+        return (push.root_mtime, push.root_sub_ns) != (self.store, self.store_sub)
 
     def pushing(self, push: SyncPush, first: bool = True) -> None:
         """A page of a push: its root time is set once the push is in if the push is a full one or the
         store's time moved since (another mirror's pull); else the top keeps its own. Its root mode
         likewise, on its first page (:meth:`give_mode`)."""
-        if push.root_mtime is not None and (push.full or push.root_mtime != self.store):
+        if push.root_mtime is not None and (push.full or self._moved_since(push)):
             self.given, self.given_sub = push.root_mtime, push.root_sub_ns
         if first and push.root_mode is not None and (push.full or push.root_mode != self.mode_store):
             self.mode_given = push.root_mode
@@ -221,7 +227,8 @@ class RootTime:
         """The push is in (``Mirror.finish_push``): the top takes the time it gave, last of all (every
         name made in it moved its time), and that is what a pull compares with."""
         if self.given is not None:  # taken as set even if it fails: a live sandbox's tick never
-            self.store, ns = self.given, mirror_ns(self.given, self.given_sub)  # pushes it again and again
+            self.store, self.store_sub = self.given, self.given_sub
+            ns = mirror_ns(self.given, self.given_sub)  # pushes it again and again
             with contextlib.suppress(OSError):
                 os.utime(directory, ns=(ns, ns), follow_symlinks=False)
         self.given = None
@@ -238,7 +245,7 @@ class RootTime:
         (before, a live sandbox's file was pulled again, its top's ``chmod``/``touch`` lost, and the
         next push put the store's back)."""
         if self.undo is not None:
-            self.seen, self.store, self.mode_seen, self.mode_store = self.undo
+            self.seen, self.store, self.store_sub, self.mode_seen, self.mode_store = self.undo
             self.undo = None
 
     def pulled(self, plan: PullPlan, directory: Path, root: str, lifts: Lifts) -> None:
@@ -253,11 +260,12 @@ class RootTime:
         except OSError:
             return
         if self.undo is None:  # (else a plan whose pull was not stored yet: what came before it)
-            self.undo = (self.seen, self.store, self.mode_seen, self.mode_store)
+            self.undo = (self.seen, self.store, self.store_sub, self.mode_seen, self.mode_store)
         if ns != self.seen and root not in plan.dir_times:
             plan.time_dir(root, ns)
         self.seen = ns
-        self.store = plan.dir_times.get(root, self.store)
+        if root in plan.dir_times:
+            self.store, self.store_sub = plan.dir_times[root], plan.dir_sub_ns.get(root, 0)
         mode = top_mode(directory, lifts)
         if mode is None or mode == self.mode_seen or self.mode_seen is None:
             return

@@ -65,7 +65,7 @@ from ._live_parts import (
     listed,
     waiting_pids,
 )
-from ._mapped import MappedFiles
+from ._mapped import MappedFiles, read_only_held
 from ._mirror import Mirror
 from ._process import SandboxProcess
 from ._sync import MirrorSync, Synced
@@ -143,6 +143,7 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
         memory = groups.get("memory")
         self._oom_control = ControlFile(memory / "memory.oom_control") if memory is not None else None
         self._mapped = MappedFiles(mirror)  # files its processes write through shared mappings
+        mirror.readers = self._readers  # a push writes a file they only read as a new one
         self._baseline = 0
         self._ticker: asyncio.Task[None] | None = None
         self._tick_idle = asyncio.Event()  # clear while a tick's sync runs (``_end`` waits for it)
@@ -301,6 +302,11 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
             self.unreported.update(synced.refused)
         return synced
 
+    def _readers(self) -> set[int]:
+        """The mirror's files its processes hold for reading only (``_mapped.read_only_held``)."""
+        procs, dev = self._procs(), self._mapped.dev
+        return read_only_held(procs - self._base_procs, dev) if procs and dev is not None else set()
+
     async def _tick(self) -> None:
         """While the sandbox lives: sync while anything runs, flush background logs, end when idle."""
         failures = unanswered = 0
@@ -401,6 +407,7 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
         """``_end``'s second half, its processes dead: what they wrote pulled, then their pipes, logs,
         control files, bridge and mirror let go."""
         clean = False
+        self.mirror.readers = None
         try:
             await offload(self.mirror, self._mapped.look, None)  # what they wrote through mappings
             await self._pull()  # the tree is dead: nothing to freeze

@@ -33,7 +33,7 @@ from ._beneath import BeneathReader
 from ._entry import INO, KIND
 from ._mirror import Mirror
 
-__all__ = ["MAPS_BYTES", "MAX_FILES", "PERIOD", "MappedFiles", "shared_writable"]
+__all__ = ["MAPS_BYTES", "MAX_FILES", "PERIOD", "MappedFiles", "read_only_held", "shared_writable"]
 
 MAPS_BYTES = 1 << 20
 MAX_FILES = 256
@@ -52,6 +52,33 @@ def shared_writable(pids: Iterable[int], dev: int) -> set[int]:
             continue  # gone meanwhile
         found.update(int(inode) for inode in line.findall(data))
     return found
+
+
+def read_only_held(pids: Iterable[int], dev: int) -> set[int]:
+    """Inodes of the files on the device ``dev`` that one of ``pids`` holds open or maps for reading
+    and none holds open or maps for writing: a push writes the workspace's version of such a file as a
+    new file (``MirrorPush.apply``), so a reader in the middle of it reads the old one whole, where a
+    write into the file it reads tore it. A descriptor's access mode is its ``/proc/<pid>/fd`` link's
+    mode (``r-x``: read only)."""
+    pids = list(pids)
+    readers: set[int] = set()
+    writers = shared_writable(pids, dev)
+    mapped = re.compile(rb"^\S+ r... \S+ %02x:%02x ([1-9][0-9]*) " % (os.major(dev), os.minor(dev)), re.M)
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", "rb") as f:
+                readers.update(int(inode) for inode in mapped.findall(f.read(MAPS_BYTES)))
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue  # gone meanwhile, or not ours to look at
+        for fd in fds:
+            try:
+                link, st = os.lstat(f"/proc/{pid}/fd/{fd}"), os.stat(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if st.st_dev == dev:
+                (writers if link.st_mode & 0o200 else readers).add(st.st_ino)
+    return readers - writers
 
 
 class MappedFiles:

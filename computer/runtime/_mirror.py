@@ -10,7 +10,7 @@ program changed (``_mirror_pull``); this module puts them together with the mirr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -107,6 +107,9 @@ class Mirror(MirrorPush, MirrorPull):
     # The top directory's own time and mode (no entry of ``state``), as last synced either way
     # (``_dir_times``).
     root_time: RootTime = field(default_factory=RootTime, repr=False)
+    # The inodes of the mirror's files a process of its live sandbox holds for reading only (``_mapped.
+    # read_only_held``), asked once per push page that would write one in place; None: no sandbox.
+    readers: Callable[[], set[int]] | None = field(default=None, repr=False)
     # The event loop that ended the run over it after the run's own had ended (``PerCallRuns.end``):
     # a pull or release from any other does nothing (that loop's bracket, should it run again).
     taken_by: asyncio.AbstractEventLoop | None = field(default=None, repr=False)

@@ -8,7 +8,7 @@ import dataclasses
 import errno
 import os
 import stat
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ..storage import CHUNK_SIZE
@@ -37,6 +37,8 @@ class MirrorPush(MirrorBase):
     """Applying pushes to the mirror's directory (a part of :class:`~computer.runtime._mirror.Mirror`)."""
 
     written_into: set[int]  # (a ``Mirror`` field: see there)
+    readers: Callable[[], set[int]] | None  # (likewise)
+    _held: set[int] | None = None  # ``readers()`` as this page asked it (``_in_place``)
 
     def apply(self, push: SyncPush, *, first: bool = True) -> int:
         """Apply one page of a push; returns how many files were written. Everything made is owned by
@@ -76,6 +78,7 @@ class MirrorPush(MirrorBase):
         if first:
             self.unfilled = []
             self.written_into = set()
+        self._held = None
         unlinked: set[int] = set()  # hard-linked files that lost a name here: the others are read again
         for path in push.deleted:
             rel = self.rel(path)
@@ -132,7 +135,7 @@ class MirrorPush(MirrorBase):
                 # (Not one this push wrote into already, small or large, on any page: another
                 # workspace file, linked to it by a program only, whose names were kept as conflicts:
                 # a new file, s50/h7.)
-                fresh = st.st_ino not in self.written_into
+                fresh = self._in_place(st)
                 if (
                     fresh
                     and f.same
@@ -204,6 +207,19 @@ class MirrorPush(MirrorBase):
                 os.utime(host, ns=(ns, ns), follow_symlinks=False)
             self.state[self.rel(link.path)] = entry_of(os.lstat(host))
         return written
+
+    def _in_place(self, st: os.stat_result) -> bool:
+        """Whether the workspace's write of the file ``st`` may go into it (``MirrorFile.same``): not
+        one this push wrote into already, and not one of one name only a sandbox process holds for
+        reading only: that one gets a new file, so the reader reads the old one whole (written into,
+        a 3 MiB file read in the middle of a push was torn: old bytes, then new ones)."""
+        if st.st_ino in self.written_into:
+            return False
+        if st.st_nlink > 1 or self.readers is None:
+            return True  # (every name must show it: written in place, a reader may see it torn)
+        if self._held is None:
+            self._held = self.readers()
+        return st.st_ino not in self._held
 
     def _within_room(self, push: SyncPush) -> SyncPush:
         """``push`` without the paths too long for the mirror (see ``room``): those are protected (the
@@ -288,7 +304,7 @@ class MirrorPush(MirrorBase):
         )
         # Not into a file this push wrote into already (see ``apply``: two workspace files a program
         # linked, both kept as conflicts; before, the second's chunks went into the first's file).
-        fresh = st is not None and st.st_ino not in self.written_into
+        fresh = st is not None and self._in_place(st)
         fd = _open_in_place(host) if f.same and fresh else None
         in_place = fd is not None
         replaced = None  # the inode of a hard-linked file this one replaces under its name

@@ -175,7 +175,9 @@ class MirrorSync:
                     # Not the history the mirror reflects (a copy of the store, or an earlier copy of
                     # it restored): nothing it kept of that one holds (its own revisions included).
                     mirror.invalidate()
-            if _small(page):  # a thread hop costs more than applying a handful of entries
+            # A thread hop costs more than applying a handful of entries; not so a page that may ask a
+            # live sandbox's readers (``Mirror.readers``: its processes' /proc, ~0.5 ms each).
+            if _small(page) and (mirror.readers is None or not any(f.same for f in page.files)):
                 pushed += mirror.apply(page, first=starting)
             else:
                 pushed += await offload(mirror, mirror.apply, page, first=starting)

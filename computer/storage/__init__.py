@@ -10,7 +10,7 @@ from ._chunks import CHUNK_SIZE
 from ._content import check_write_data
 from ._db import storage_failure, use_wal
 from ._redact import payload_size, scrub
-from ._state import TOUCH
+from ._state import BOOKKEEPING_BYTES, BOOKKEEPING_DIR, TOUCH
 from .errors import FsInvalidError, QuotaError, error_from_wire, error_to_wire, fs_error
 from .filesystem import FileSystem
 from .locks import HeldLease, LockTable
@@ -29,6 +29,8 @@ from .types import (
 )
 
 __all__ = [
+    "BOOKKEEPING_BYTES",
+    "BOOKKEEPING_DIR",
     "CHUNK_SIZE",
     "TOUCH",
     "AuditLog",

@@ -17,7 +17,7 @@ from typing import Any
 
 from ._chunkstore import ChunkStore
 from ._db import Database
-from ._schema import DIR, FILE, SYMLINK
+from ._schema import DIR, FILE, ROOT_INODE, SYMLINK
 from .errors import QuotaError, fs_error
 from .paths import all_plain, canonical
 
@@ -39,6 +39,12 @@ LINK_SOURCE = "link-source"
 
 # From how many rows a batch statement binds one JSON array (``json_each``) rather than a row at a time.
 JSON_ROWS = 16
+
+
+# The runtime's bookkeeping (journal records, saved output): accounted apart from ``max_bytes``, up to
+# this many bytes past it (``Store.check_quota``).
+BOOKKEEPING_DIR = "/.computer"
+BOOKKEEPING_BYTES = 64 * 1024 * 1024
 
 
 class Store:
@@ -246,12 +252,36 @@ class Store:
             self.cache.pop(path, None)
 
     def check_quota(self, path: str, delta: int) -> None:
-        """ENOSPC when ``delta`` more logical bytes would pass ``max_bytes``."""
-        if self.max_bytes is not None and delta > 0:
-            if self.logical + self.pending_logical + delta > self.max_bytes:
-                raise QuotaError(
-                    errno.ENOSPC, f"no space left: workspace limit is {self.max_bytes} bytes", path
-                )
+        """ENOSPC when ``delta`` more logical bytes at ``path`` would pass ``max_bytes``.
+
+        Bookkeeping (files below :data:`BOOKKEEPING_DIR`: the execution journal, saved output) is
+        accounted apart: the workspace's own files are held to ``max_bytes`` without it, and a write
+        below it is refused only when the store is past ``max_bytes`` and the bookkeeping would pass
+        :data:`BOOKKEEPING_BYTES`. Before, a workspace its files filled failed its runs on their own
+        journal records and logs. Counted only when the store is past ``max_bytes`` (one query)."""
+        if self.max_bytes is None or delta <= 0:
+            return
+        total = self.logical + self.pending_logical + delta
+        if total <= self.max_bytes:
+            return
+        kept = self.bookkeeping_bytes()
+        if path == BOOKKEEPING_DIR or path.startswith(BOOKKEEPING_DIR + "/"):
+            if kept + delta <= BOOKKEEPING_BYTES:
+                return
+            why = f"no space left: workspace limit is {self.max_bytes} bytes"
+            raise QuotaError(errno.ENOSPC, f"{why}, and {BOOKKEEPING_BYTES} more for {BOOKKEEPING_DIR}", path)
+        if total - kept > self.max_bytes:
+            raise QuotaError(errno.ENOSPC, f"no space left: workspace limit is {self.max_bytes} bytes", path)
+
+    def bookkeeping_bytes(self) -> int:
+        """The logical bytes of the files below :data:`BOOKKEEPING_DIR` (the open transaction's too)."""
+        row = self.db.one(
+            "WITH RECURSIVE below(id) AS (SELECT child FROM dirents WHERE parent = ? AND name = ?"
+            " UNION SELECT d.child FROM dirents d JOIN below b ON d.parent = b.id)"
+            " SELECT coalesce(sum(size), 0) FROM inodes WHERE kind = ? AND id IN below",
+            (ROOT_INODE, BOOKKEEPING_DIR[1:], FILE),
+        )
+        return int(row[0])
 
 
 class Mutation:

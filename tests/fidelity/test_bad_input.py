@@ -219,6 +219,27 @@ async def test_a_workspace_a_run_filled_to_its_quota_still_runs_the_command_that
         assert (await ok(ws, "cat a.txt; ls")).stdout == "again\na.txt\n"
 
 
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_workspace_its_files_filled_keeps_its_runs_records_and_logs(db: Path, live: bool) -> None:
+    """The workspace's own files fill ``max_bytes`` to the byte: its runs still get their journal
+    records and their saved logs (``/.computer`` is accounted apart, up to ``BOOKKEEPING_BYTES``), and
+    its own files still cannot grow. Before, our records counted against the quota: the fill itself
+    could not reach the limit, and at it a run's log was "not-saved" and its record left out."""
+    limit = 1 << 20
+    async with opened(db, shell=ShellBackend(live=live), python=False, max_bytes=limit) as ws:
+        await ok(ws, "echo warm")
+        await ws.fs.write_file("/workspace/fill.bin", b"f" * (limit - 5))
+        loud = await ok(ws, "printf 1234; head -c 200000 /dev/zero | tr '\\0' x")
+        assert loud.skipped == [], loud.skipped_reasons
+        assert (await ws.fs.stat("/workspace/fill.bin")).size == limit - 5
+        cut = loud.truncated["stdout"]
+        assert cut.status == "saved" and cut.path is not None, cut
+        assert (await ws.fs.stat(cut.path)).size == 200004
+        assert await ws.fs.exists(f"/.computer/exec/{loud.id}.json")
+        over = await run(ws, "echo one byte too many >> fill.bin")
+        assert over.skipped == ["/workspace/fill.bin"], over.skipped_reasons
+
+
 CWDS = {
     "/workspace/out": "leads out of the mount root /workspace through a symlink",  # -> /secret
     "/workspace/up": "leads out of the mount root /workspace through a symlink",  # -> ..

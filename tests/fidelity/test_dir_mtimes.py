@@ -128,6 +128,19 @@ async def test_the_workspace_roots_own_time_round_trips_both_ways(db: Path, live
 
 
 @pytest.mark.parametrize("live", KINDS)
+async def test_a_change_of_only_the_roots_nanoseconds_reaches_a_warm_mirror(db: Path, live: bool) -> None:
+    """Another mirror's pull moves only the root's time past its millisecond (``sub_ns``): the warm
+    mirror (a live sandbox's too) shows the new time. Before, ``RootTime`` compared the store's time
+    of the root in ms only: the push page looked empty and the top kept the old nanoseconds."""
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ok(ws, "touch -d @1600000000.000600001 .")
+        ws.fs.commit_batch({}, mtimes={"/workspace": 1_600_000_000_000}, sub_ns={"/workspace": 600_002})
+        assert (await ok(ws, "stat -c %.9Y .")).stdout == "1600000000.000600002\n"
+        ws.fs.commit_batch({}, mtimes={"/workspace": 1_600_000_000_000}, sub_ns={"/workspace": 0})
+        assert (await ok(ws, "stat -c %.9Y .")).stdout == "1600000000.000000000\n"
+
+
+@pytest.mark.parametrize("live", KINDS)
 async def test_times_at_the_epoch_round_trip_through_a_reopen(db: Path, live: bool) -> None:
     """Time 0 is a time (``touch -d @0``, archives that clear times): a rebuilt mirror's symlink got
     the push's time instead (0 was taken for "not known"), files and directories kept theirs."""

@@ -278,3 +278,37 @@ async def test_an_edit_keeps_a_background_change_pulled_while_the_edit_was_compu
         assert seen.stdout.strip() == digest(expected.encode())
     async with opened(db, python=False) as ws:
         assert await ws.fs.read_text(f"{ROOT}/big.txt") == expected
+
+
+@pytest.mark.skipif(not LIVE, reason="no cgroup freezer here")
+@pytest.mark.parametrize("size", [BIG, 200_000], ids=["chunks", "small"])
+async def test_a_reader_in_the_middle_of_a_file_the_workspace_rewrites_reads_one_version_whole(
+    tmp_path: Path, size: int
+) -> None:
+    """A background reader reads a file (3 MiB, sent as chunks; 200 KB, sent whole) in two parts over
+    one descriptor, the workspace
+    rewriting the file between them (three rounds, each gated by files, so the rewrite always falls
+    inside a read): each read is one version whole, and a read after it sees the new one. Before: the
+    push wrote the new version into the file being read, and the reader got old bytes, then new ones
+    (2 of 695 reads of a reader loop were torn so)."""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=True), python=False) as ws:
+        fs = ws.fs
+
+        async def read_back(name: str) -> bool:
+            return await fs.exists(f"{ROOT}/{name}") and (await fs.stat(f"{ROOT}/{name}")).size > 0
+
+        await fs.write_file(f"{ROOT}/f", b"0" * size)
+        await ok(
+            ws,
+            f"(for i in 1 2 3; do {{ dd bs={size // 2} count=1 status=none; : > half$i;"
+            " while [ ! -e go$i ]; do sleep 0.01; done; cat; } < f | tr -s 0123 > seen$i; done)"
+            " >/dev/null 2>&1 &",
+        )
+        for i in (1, 2, 3):
+            await until(lambda i=i: fs.exists(f"{ROOT}/half{i}"))
+            await fs.write_file(f"{ROOT}/f", str(i).encode() * size)
+            await fs.write_file(f"{ROOT}/go{i}", "")
+            await until(lambda i=i: read_back(f"seen{i}"))
+            assert await fs.read_text(f"{ROOT}/seen{i}") == str(i - 1), i  # the old version, whole
+        assert (await ok(ws, "tr -s 0123 < f")).stdout == "3"
+        assert digest(await fs.read_file(f"{ROOT}/f")) == digest(b"3" * size)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from computer.storage import FileSystem
+from computer.storage import BOOKKEEPING_BYTES, BOOKKEEPING_DIR, FileSystem
 
 
 async def test_write_over_quota_is_enospc_naming_path_and_writes_nothing() -> None:
@@ -69,6 +69,32 @@ async def test_removal_frees_quota() -> None:
         await fs.write_file("/d/a", b"x" * 100)
         await fs.rm("/d", recursive=True)
         await fs.write_file("/b", b"y" * 100)
+    finally:
+        fs.close()
+
+
+async def test_bookkeeping_is_accounted_apart_from_the_quota_up_to_its_own_bound() -> None:
+    """``/.computer`` (journal records, saved output) does not count against ``max_bytes``: the
+    workspace's own files still fill it exactly, and bookkeeping goes on past it, up to
+    ``BOOKKEEPING_BYTES`` more. Before, our own records filled a workspace's quota, and at the quota
+    its runs failed on them."""
+    fs = FileSystem.open(None, max_bytes=1000)
+    try:
+        await fs.mkdir(f"{BOOKKEEPING_DIR}/exec", recursive=True)
+        await fs.write_file(f"{BOOKKEEPING_DIR}/exec/r1.json", b"j" * 600)
+        await fs.write_file("/workspace.bin", b"w" * 1000)  # the workspace's own: exactly its limit
+        await fs.write_file(f"{BOOKKEEPING_DIR}/exec/r2.json", b"k" * 600)  # past it: bookkeeping
+        for path in ("/one-more", "/workspace.bin"):  # the workspace's own are held to it
+            with pytest.raises(OSError) as full:
+                await fs.write_file(path, b"x" * (1 if path == "/one-more" else 1001))
+            assert (full.value.errno, full.value.filename) == (errno.ENOSPC, path)
+        with pytest.raises(OSError) as bounded:  # bookkeeping past its own bound, the store past its limit
+            await fs.write_file(f"{BOOKKEEPING_DIR}/big", b"b" * (BOOKKEEPING_BYTES - 1000))
+        assert bounded.value.errno == errno.ENOSPC and "/.computer" in str(bounded.value)
+        await fs.rm(f"{BOOKKEEPING_DIR}/exec/r1.json")
+        with pytest.raises(OSError):  # what bookkeeping frees is not the workspace's room
+            await fs.write_file("/one-more", b"x")
+        assert fs.stats()["logical_bytes"] == 1600
     finally:
         fs.close()
 
