@@ -2,16 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, TypeVar
+from typing import Annotated, Any, ClassVar, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
 from pydantic.alias_generators import to_camel
 
 from ._arguments import unknown_arguments_problem
 
-__all__ = ["DEFAULT_PAGE", "MAX_PAGE", "PagedInput", "ToolInput", "as_glob_list", "paged", "utf8_of"]
+__all__ = [
+    "DEFAULT_PAGE",
+    "MAX_PAGE",
+    "Flag",
+    "Number",
+    "PagedInput",
+    "ToolInput",
+    "Whole",
+    "as_glob_list",
+    "paged",
+    "utf8_of",
+]
 
 T = TypeVar("T")
+
+# Boolean and numeric arguments are strict (JSON ``true``/``false``, JSON numbers): pydantic's lax
+# mode took ``delete {"recursive": "yes"}`` as true (and "on", "1", 1), ``limit: true`` as 1 and
+# ``timeout: "30"`` as 30. A model that sends a string gets an error naming the argument and retries
+# with the JSON value; the strings "true" and "false" are refused too (one rule, no guessing which
+# spellings count). An integer argument takes no float (2.0 is refused); a number argument takes an
+# integer. The JSON schemas are unchanged. Every adapter and MCP validate through these models
+# (``Tool.check_arguments``), so the rule is the same everywhere.
+Flag = Annotated[bool, Strict()]
+Whole = Annotated[int, Strict()]
+Number = Annotated[float, Strict()]
 
 
 class ToolInput(BaseModel):
@@ -47,10 +69,10 @@ DEFAULT_PAGE = 200
 class PagedInput(ToolInput):
     """``limit``/``offset`` of the listing tools; a page holds at most 1000 entries."""
 
-    limit: int = Field(
+    limit: Whole = Field(
         default=DEFAULT_PAGE, ge=1, le=MAX_PAGE, description=f"Maximum entries to return (1-{MAX_PAGE})."
     )
-    offset: int = Field(
+    offset: Whole = Field(
         default=0, ge=0, description="Entries to skip: pass the previous result's nextOffset."
     )
 

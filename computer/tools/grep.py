@@ -13,7 +13,7 @@ from ..storage.paths import canonical
 from ..storage.types import GrepMatch
 from ..surface import WorkspaceSurface
 from ._globs import walk_globs
-from ._input import MAX_PAGE, PagedInput, as_glob_list, paged, utf8_of
+from ._input import MAX_PAGE, Flag, PagedInput, Whole, as_glob_list, paged, utf8_of
 from ._tool import Tool, ToolUpdate
 
 __all__ = ["GrepInput", "create_grep_tool"]
@@ -45,9 +45,9 @@ class GrepInput(PagedInput):
         default_factory=list,
         description='Globs pruned from the walk (they win over include): ["node_modules", "node_modules/**"].',
     )
-    regex: bool = Field(default=False, description="Treat query as a regular expression (RE2 syntax).")
-    ignore_case: bool = Field(default=False, description="Match regardless of letter case.")
-    context: int = Field(
+    regex: Flag = Field(default=False, description="Treat query as a regular expression (RE2 syntax).")
+    ignore_case: Flag = Field(default=False, description="Match regardless of letter case.")
+    context: Whole = Field(
         default=0,
         ge=0,
         le=MAX_CONTEXT,
