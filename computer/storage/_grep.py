@@ -4,6 +4,10 @@ Regular expressions use RE2 (``google-re2``), whose matching time is linear in t
 pattern (``(a+)+$``…) can hang the owner. Lines split on ``\\n``; a final line without a newline
 counts; a line straddling chunks is reassembled before matching. Text is decoded as UTF-8 with
 invalid bytes replaced.
+
+The scan yields ``None`` after each chunk it has taken (a *tick*) besides the matches: a point where
+its caller may give the event loop away (``FileSystem.grep`` does, in slices), so one grep over a
+large file never holds the owner's loop for its whole run.
 """
 
 from __future__ import annotations
@@ -78,13 +82,17 @@ class LineMatcher:
             pos = end + 1
 
 
-def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+def _lines(chunks: Iterable[bytes | None]) -> Iterator[bytes | None]:
     """Blocks of whole lines joined by ``\\n`` (no trailing newline); the final partial line last.
+    A ``None`` (a tick) in ``chunks`` is passed on as it comes.
 
     A line longer than a chunk is gathered as a list of its pieces and joined once its end comes:
     joined at every chunk, a 300 MB line of one file cost 147 s (quadratic), the event loop held."""
     carry: list[bytes] = []
     for chunk in chunks:
+        if chunk is None:
+            yield None
+            continue
         cut = chunk.rfind(b"\n")
         if cut < 0:
             if chunk:
@@ -106,15 +114,22 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def grep_file(path: str, chunks: Iterator[bytes], matcher: LineMatcher, context: int) -> Iterator[GrepMatch]:
-    """The matching lines of one file, in order; nothing for a binary file (NUL in the first 8 KiB)."""
+def grep_file(
+    path: str, chunks: Iterator[bytes], matcher: LineMatcher, context: int
+) -> Iterator[GrepMatch | None]:
+    """The matching lines of one file, in order, with a tick (``None``) after each chunk; nothing
+    but a tick for a binary file (NUL in the first 8 KiB)."""
     first = next(chunks, None)
     if first is None or b"\x00" in first[:BINARY_SNIFF_BYTES]:
+        yield None
         return
 
-    def all_chunks() -> Iterator[bytes]:
+    def all_chunks() -> Iterator[bytes | None]:
         yield first
-        yield from chunks
+        yield None
+        for chunk in chunks:
+            yield chunk
+            yield None
 
     if context == 0:
         yield from _scan(path, _lines(all_chunks()), matcher)
@@ -122,13 +137,16 @@ def grep_file(path: str, chunks: Iterator[bytes], matcher: LineMatcher, context:
         yield from _scan_context(path, _lines(all_chunks()), matcher, context)
 
 
-def _scan(path: str, blocks: Iterable[bytes], matcher: LineMatcher) -> Iterator[GrepMatch]:
+def _scan(path: str, blocks: Iterable[bytes | None], matcher: LineMatcher) -> Iterator[GrepMatch | None]:
     base = 1  # line number of the first line of the first block in ``behind``
     # Blocks already scanned whose lines are not counted yet: most blocks have no match, and
     # counting their newlines is only needed when a later block of the same file does.
     behind: list[bytes] = []
     needle = matcher.literal
     for block in blocks:
+        if block is None:
+            yield None
+            continue
         if needle is not None:
             pos = block.find(needle)
             if pos >= 0:
@@ -165,13 +183,16 @@ def _fold(base: int, behind: list[bytes]) -> int:
 
 
 def _scan_context(
-    path: str, blocks: Iterable[bytes], matcher: LineMatcher, context: int
-) -> Iterator[GrepMatch]:
+    path: str, blocks: Iterable[bytes | None], matcher: LineMatcher, context: int
+) -> Iterator[GrepMatch | None]:
     before: deque[GrepContextLine] = deque(maxlen=context)
     # Matches still collecting their after-context: (match line, its text, its list, lines still wanted).
     pending: deque[tuple[int, str, list[GrepContextLine], list[int]]] = deque()
     line_no = 0
     for block in blocks:
+        if block is None:
+            yield None
+            continue
         for raw in block.split(b"\n"):
             line_no += 1
             text = _decode(raw)
