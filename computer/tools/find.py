@@ -37,7 +37,12 @@ class FindInput(PagedInput):
 
 
 def create_find_tool(workspace: WorkspaceSurface) -> Tool:
-    """The ``find`` tool over ``workspace.fs.find`` (one call per page, ``limit + 1`` matches)."""
+    """The ``find`` tool over ``workspace.fs.find`` (one call per page, ``limit + 1`` matches).
+
+    An entry's ``type`` is one of the pinned ``file | dir``. A symlink is listed, never entered, with
+    the type of what it leads to: ``dir`` for a link to a directory, ``file`` for a link to a file and
+    for one that leads nowhere (dangling, a loop, more than 40 hops: not a directory to search
+    below; ``read`` answers its ENOENT or ELOOP, ``delete`` removes the link alone)."""
     fs = workspace.fs
 
     async def handler(params: FindInput, on_update: ToolUpdate | None) -> dict[str, Any]:

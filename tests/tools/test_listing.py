@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from computer import Workspace
-from computer.tools import Tool
+from computer.tools import Tool, create_tools
 
 from .conftest import put
 
@@ -205,3 +205,35 @@ async def test_grep_refuses_a_query_with_a_newline_whatever_the_options(
     assert set(result) == {"error"}
     assert "query contains a newline" in result["error"]
     assert (await tools["grep"].run({"query": "world", **options}))["count"] == 1
+
+
+async def test_find_types_a_symlink_as_what_it_leads_to_and_a_broken_one_as_file(
+    workspace: Workspace,
+) -> None:
+    """The pinned types are ``file | dir``: a link to a directory is ``dir``; a link to a file, a
+    dangling link and a loop are ``file`` (documented in find.py and the tools README)."""
+    fs = workspace.fs
+    await fs.mkdir("/workspace/d", recursive=True)
+    await fs.write_file("/workspace/f", b"x")
+    await fs.symlink("/workspace/d", "/workspace/to-dir")
+    await fs.symlink("d", "/workspace/to-dir-relative")
+    await fs.symlink("/workspace/f", "/workspace/to-file")
+    await fs.symlink("/workspace/missing", "/workspace/dangling")
+    await fs.symlink("/workspace/self", "/workspace/self")
+    await fs.symlink("/workspace/loop-b", "/workspace/loop-a")
+    await fs.symlink("/workspace/loop-a", "/workspace/loop-b")
+    await fs.symlink("/workspace/d", "/workspace/d/up")  # a link to an ancestor: listed, not entered
+    found = await create_tools(workspace)["find"].run({"path": "/workspace", "pattern": "**"})
+    assert {e["path"]: e["type"] for e in found["entries"]} == {
+        "/workspace/d": "dir",
+        "/workspace/d/up": "dir",
+        "/workspace/dangling": "file",
+        "/workspace/f": "file",
+        "/workspace/loop-a": "file",
+        "/workspace/loop-b": "file",
+        "/workspace/self": "file",
+        "/workspace/to-dir": "dir",
+        "/workspace/to-dir-relative": "dir",
+        "/workspace/to-file": "file",
+    }
+    assert found["count"] == 10
