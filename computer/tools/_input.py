@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, ClassVar, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, Strict, model_validator
@@ -12,14 +13,17 @@ from ._arguments import unknown_arguments_problem
 __all__ = [
     "DEFAULT_PAGE",
     "MAX_PAGE",
+    "OUTPUT_BUDGET",
     "Flag",
     "Number",
     "PagedInput",
     "ToolInput",
     "Whole",
     "as_glob_list",
+    "budgeted",
     "paged",
     "utf8_of",
+    "within_budget",
 ]
 
 T = TypeVar("T")
@@ -87,6 +91,33 @@ def paged(items: list[T], limit: int, offset: int) -> tuple[list[T], int | None]
     if len(items) > limit:
         return items[:limit], offset + limit
     return items, None
+
+
+OUTPUT_BUDGET = 256 * 1024
+"""A listing page (grep's matches, find's entries, ls's entries) stops adding items once its JSON
+passes this many bytes (always at least one); ``nextOffset`` then points at the first item left out.
+One grep match in a minified bundle was megabytes of model output; a find page of 1000 paths of
+4 KB each was 4 MB."""
+
+
+def within_budget(items: list[dict[str, Any]]) -> int:
+    """How many of ``items`` (a page's JSON objects, in order) fit :data:`OUTPUT_BUDGET`; at least one."""
+    size = 0
+    for index, item in enumerate(items):
+        size += len(json.dumps(item, ensure_ascii=False).encode()) + 2
+        if size > OUTPUT_BUDGET and index > 0:
+            return index
+    return len(items)
+
+
+def budgeted(
+    items: list[dict[str, Any]], next_offset: int | None, offset: int
+) -> tuple[list[dict[str, Any]], int | None]:
+    """``items`` cut to :func:`within_budget`, and the next offset (the first item left out, if any)."""
+    kept = within_budget(items)
+    if kept < len(items):
+        return items[:kept], offset + kept
+    return items, next_offset
 
 
 def utf8_of(text: str, what: str, path: str, errors: str = "strict") -> bytes:

@@ -10,7 +10,7 @@ from ..storage.paths import canonical
 from ..storage.types import FindEntry
 from ..surface import WorkspaceSurface
 from ._globs import relative_alternatives, walk_globs
-from ._input import MAX_PAGE, PagedInput, as_glob_list, paged, utf8_of
+from ._input import MAX_PAGE, PagedInput, as_glob_list, budgeted, paged, utf8_of
 from ._tool import Tool, ToolUpdate
 
 __all__ = ["FindInput", "create_find_tool"]
@@ -66,12 +66,15 @@ def create_find_tool(workspace: WorkspaceSurface) -> Tool:
                 for entry in await fs.find(path, pattern, exclude=exclude, limit=want, offset=0):
                     merged.setdefault(entry.path, entry)
             found = sorted(merged.values(), key=lambda e: e.path.split("/"))[params.offset : want]
-        entries, next_offset = paged(found, params.limit, params.offset)
+        page, next_offset = paged(found, params.limit, params.offset)
+        entries, next_offset = budgeted(
+            [{"path": e.path, "type": e.type} for e in page], next_offset, params.offset
+        )
         result: dict[str, Any] = {
             "path": path,
             "pattern": params.pattern,
             "count": len(entries),
-            "entries": [{"path": e.path, "type": e.type} for e in entries],
+            "entries": entries,
         }
         if next_offset is not None:
             result["nextOffset"] = next_offset
@@ -84,8 +87,8 @@ def create_find_tool(workspace: WorkspaceSurface) -> Tool:
             'relative to path: "*" and "?" match within one path segment, "**" crosses directories, '
             '"{a,b}" matches either. '
             "Results come in depth-first walk order as {path, type}. exclude prunes whole directories. "
-            f"Returns at most limit entries (default 200, maximum {MAX_PAGE}); pass nextOffset as offset "
-            "for the next page."
+            f"Returns at most limit entries (default 200, maximum {MAX_PAGE}), fewer when their paths are "
+            "long; pass nextOffset as offset for the next page."
         ),
         input_model=FindInput,
         handler=handler,
