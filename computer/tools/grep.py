@@ -96,6 +96,17 @@ def _cut(text: str, find: _Finder | None) -> str:
     return ("..." if begin > 0 else "") + text[begin:end] + (TRUNCATION_MARKER if end < len(text) else "")
 
 
+def _include(path: str, include: str | list[str] | None) -> list[str] | None:
+    """The include globs as the walk takes them; ``None`` (every file) when none is left once empty
+    ones are dropped. An include of ``""`` (what a model sends for an optional string it leaves
+    unset), ``"./"`` or ``path`` itself matched no file, silently: an empty grep, where find's empty
+    pattern matches everything."""
+    if include is None:
+        return None
+    globs = [glob for glob in walk_globs(path, as_glob_list(include)) if glob]
+    return globs or None
+
+
 def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
     """The ``grep`` tool over ``workspace.fs.grep`` (one call per page, ``limit + 1`` matches)."""
     fs = workspace.fs
@@ -117,7 +128,7 @@ def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
             regex=params.regex,
             ignore_case=params.ignore_case,
             context=params.context,
-            include=None if params.include is None else walk_globs(path, as_glob_list(params.include)),
+            include=_include(path, params.include),
             exclude=walk_globs(path, params.exclude),
             limit=params.limit + 1,
             offset=params.offset,
