@@ -62,22 +62,36 @@ class LineMatcher:
         assert self._line is not None
         return self._line.search(text) is not None
 
-    def block(self, text: str) -> Iterator[int]:
-        """Indices (line offsets within ``text``, which holds whole lines) of the matching lines."""
+    def block(self, raw: bytes) -> Iterator[int]:
+        """Indices (line offsets within ``raw``, which holds whole lines) of the matching lines.
+
+        RE2 runs on the bytes: the binding encodes a ``str`` to UTF-8 at every call and maps the
+        start position back, so searching a decoded block from each match on was quadratic (a
+        512 KiB chunk of 262,144 one-letter lines, every one matching, took minutes with
+        ``ignore_case``). On valid UTF-8 the bytes are what RE2 saw anyway, so the lines found are
+        the same; a block that is not valid UTF-8 is matched line by line on its decoded text (each
+        line searched once), as before, invalid bytes read as U+FFFD."""
         assert self._block is not None and self._line is not None
-        pos, n = 0, len(text)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            for index, line in enumerate(_decode(raw).split("\n")):
+                if self._line.search(line) is not None:
+                    yield index
+            return
+        pos, n = 0, len(raw)
         line_no, counted = 0, 0
         while pos <= n:
-            m = self._block.search(text, pos)
+            m = self._block.search(raw, pos)
             if m is None:
                 return
-            start = text.rfind("\n", 0, m.start()) + 1
-            end = text.find("\n", m.start())
+            start = raw.rfind(b"\n", 0, m.start()) + 1
+            end = raw.find(b"\n", m.start())
             if end < 0:
                 end = n
-            line_no += text.count("\n", counted, start)
+            line_no += raw.count(b"\n", counted, start)
             counted = start
-            if self._line.search(text[start:end]) is not None:
+            if self._line.search(raw[start:end]) is not None:
                 yield line_no
             pos = end + 1
 
@@ -162,12 +176,11 @@ def _scan(path: str, blocks: Iterable[bytes | None], matcher: LineMatcher) -> It
                 yield GrepMatch(path=path, line=line_no, text=_decode(block[start:end]))
                 pos = block.find(needle, end + 1) if end < len(block) else -1
         else:
-            text = _decode(block)
             lines: list[str] | None = None
-            for idx in matcher.block(text):
+            for idx in matcher.block(block):
                 if lines is None:
                     base = _fold(base, behind)
-                    lines = text.split("\n")
+                    lines = _decode(block).split("\n")
                 yield GrepMatch(path=path, line=base + idx, text=lines[idx])
         behind.append(block)
         if len(behind) > 2:

@@ -85,3 +85,29 @@ async def test_a_search_that_finishes_in_one_slice_gives_the_same_results(fs: Fi
         ("/w/sub/a.txt", 1, [1, 2]),
         ("/w/sub/a.txt", 3, [2, 3]),
     ]
+
+
+async def test_a_case_insensitive_grep_through_a_chunk_of_matching_lines_is_linear(fs: FileSystem) -> None:
+    """RE2 was handed the decoded block at every match and mapped the start position back: quadratic
+    in the block (a 512 KiB chunk of one-letter lines, all matching, took minutes with ignore_case; it
+    takes about a second). The deadline is a bound on the wait, ~20 times what it takes now."""
+    lines = 256 * 1024
+    await fs.mkdir("/w")
+    await fs.write_file("/w/a.txt", b"X\n" * lines)
+    async with asyncio.timeout(30):
+        found = await fs.grep("x", "/w", ignore_case=True, offset=lines - 2)
+        regex = await fs.grep("^X$", "/w", regex=True, offset=lines - 1)
+    assert [(m.line, m.text) for m in found] == [(lines - 1, "X"), (lines, "X")]
+    assert [(m.line, m.text) for m in regex] == [(lines, "X")]
+
+
+async def test_a_regex_grep_of_a_block_that_is_not_utf8_matches_its_decoded_lines(fs: FileSystem) -> None:
+    """A block with invalid UTF-8 is matched line by line on its decoded text (U+FFFD for a bad byte)."""
+    await fs.mkdir("/w")
+    await fs.write_file("/w/a.txt", b"caf\xe9\nplain\n\xff\xfe?\nnaive\n")
+    assert [(m.line, m.text) for m in await fs.grep("\ufffd", "/w", ignore_case=True)] == [
+        (1, "caf\ufffd"),
+        (3, "\ufffd\ufffd?"),
+    ]
+    assert [m.line for m in await fs.grep("^.{4}$", "/w", regex=True)] == [1]
+    assert [m.line for m in await fs.grep("NAIVE|PLAIN", "/w", regex=True, ignore_case=True)] == [2, 4]
