@@ -15,6 +15,7 @@ import json
 import logging
 import os
 import time
+import unicodedata
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
@@ -37,7 +38,7 @@ from ._pool_callbacks import PoolCallbacks
 from ._reserve import DiskReserve
 from ._upload import Upload
 from .directory import Directory, open_directory
-from .naming import check_name, workspace_file
+from .naming import check_name, check_new_name, workspace_file
 from .raycompat import process_incarnation
 from .wire import STREAM_CHUNK, Reply, fail, moved, ok
 
@@ -107,6 +108,8 @@ class WorkspaceHost(PoolCallbacks):
         self._lease_ttl = self.config.lock_lease
         path = workspace_file(self.config, self.name)
         new = not path.exists()
+        if new and not unicodedata.is_normalized("NFC", self.name):  # a new workspace's name is NFC
+            check_new_name(self.name, self._directory.get(self.name) is not None)  # (naming.py)
         try:
             # A known workspace whose file is not here is an error, never a new empty one (issue 25).
             owner_file(self._directory, self.name, path, host=self.host)

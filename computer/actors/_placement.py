@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+import unicodedata
 from functools import partial
 from typing import Any
 
@@ -36,7 +37,16 @@ from ._owner import (
     OwnerActor,
 )
 from .directory import DELETING, WorkspaceRecord, last_known_file, open_directory, refuse_while_deleting
-from .naming import HOST_PREFIX, NAMESPACE, OWNER_PREFIX, actor_name, check_name, data_dir_key, workspace_file
+from .naming import (
+    HOST_PREFIX,
+    NAMESPACE,
+    OWNER_PREFIX,
+    actor_name,
+    check_name,
+    check_new_name,
+    data_dir_key,
+    workspace_file,
+)
 from .raycompat import actor_ray_name
 
 log = logging.getLogger(__name__)
@@ -216,6 +226,10 @@ def workspace_actor(name: str, *, config: Settings | dict[str, Any] | None = Non
         config = Settings(**config)
     elif config is None:
         config = cluster_settings()
+    if not unicodedata.is_normalized("NFC", name):  # only then is anything looked up (naming.py)
+        check_new_name(
+            name, workspace_file(config, name).exists() or directory_record(config, name) is not None
+        )
     if config.owners == "hosted":  # many workspaces per owner host (issue 20)
         from ._host_placement import hosted_owner
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import unicodedata
 from pathlib import Path
 
 from ..config import Settings
@@ -20,6 +21,7 @@ __all__ = [
     "OWNER_PREFIX",
     "actor_name",
     "check_name",
+    "check_new_name",
     "data_dir_key",
     "host_actor_name",
     "host_index",
@@ -53,6 +55,29 @@ def check_name(name: str) -> str:
         raise fs_error(errno.EINVAL, repr(name), "workspace name is not valid UTF-8") from None
     if len(name.encode("utf-8", "surrogatepass")) > _MAX_NAME_BYTES:
         raise fs_error(errno.ENAMETOOLONG, name, f"workspace name longer than {_MAX_NAME_BYTES} bytes")
+    return name
+
+
+def check_new_name(name: str, stored: bool) -> str:
+    """Return ``name`` if a workspace may be opened by it; ``stored``: one is already stored under
+    exactly this spelling (a directory record or its file).
+
+    Names are compared as spelled (UTF-8 bytes, like paths), so ``"café"`` with U+00E9 (NFC) and with
+    ``e`` + U+0301 (NFD) were two workspaces, two files and two owners of what a user sees as one name
+    (and on a filesystem that normalises file names, macOS's, two owners of one file). A *new*
+    workspace's name must be in Unicode NFC: another spelling is EINVAL naming the NFC form to use. A
+    workspace already stored under a non-NFC name (made before this rule) keeps opening by that exact
+    spelling: nothing is renamed or normalised behind its owner's back, nothing is lost; its NFC
+    spelling remains another name, as it was."""
+    composed = unicodedata.normalize("NFC", check_name(name))
+    if composed != name and not stored:
+        raise fs_error(
+            errno.EINVAL,
+            name,
+            f"workspace name is not in Unicode NFC (composed) form: use {composed!r} "
+            f"(UTF-8 {composed.encode('utf-8').hex(' ')}), the same name composed; two spellings "
+            "would be two workspaces",
+        )
     return name
 
 

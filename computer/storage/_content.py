@@ -210,25 +210,28 @@ def read_file(st: Store, path: str, *, offset: int = 0, length: int | None = Non
 
 
 def iter_file(st: Store, ino: int) -> Iterator[bytes]:
-    """The chunks of a file, in order (synchronous: for use inside one operation only)."""
-    row = st.db.one(
-        "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM inodes i JOIN chunks c "
-        "ON c.id = i.chunk LEFT JOIN chunk_data d ON d.id = c.id WHERE i.id = ?",
-        (ino,),
-    )
-    if row is not None:  # a file of one chunk
-        st.chunks.count_read()
-        yield decode_chunk(row[0], row[1], row[2])
+    """The chunks of a file, in order, from the version it had when the first chunk was asked for.
+
+    Its chunk list is read whole and pinned until the iterator ends (or is closed), and no cursor
+    stays open between chunks, so a caller may give the event loop away between two chunks (grep
+    does): an overwrite or removal meanwhile changes nothing it yields."""
+    row = st.db.one("SELECT chunk FROM inodes WHERE id = ?", (ino,))
+    if row is None:
         return
-    rows = st.db.execute(
-        "SELECT coalesce(c.data, d.data), c.compressed, c.size FROM file_chunks fc "
-        "JOIN chunks c ON c.id = fc.chunk LEFT JOIN chunk_data d ON d.id = c.id "
-        "WHERE fc.inode = ? ORDER BY fc.idx",
-        (ino,),
-    )
-    for data, compressed, size in rows:
-        st.chunks.count_read()
-        yield decode_chunk(data, compressed, size)
+    if row[0] is not None:  # a file of one chunk
+        ids = [int(row[0])]
+    else:
+        rows = st.db.execute("SELECT chunk FROM file_chunks WHERE inode = ? ORDER BY idx", (ino,))
+        ids = [int(cid) for (cid,) in rows.fetchall()]
+    if not ids:
+        return
+    st.chunks.pin(ids)
+    try:
+        for cid in ids:
+            yield st.chunks.read(cid)
+    finally:
+        st.chunks.unpin(ids)
+        after_unpin(st)
 
 
 def stream(st: Store, path: str, *, offset: int = 0, length: int | None = None) -> AsyncIterator[bytes]:

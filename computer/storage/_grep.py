@@ -4,6 +4,10 @@ Regular expressions use RE2 (``google-re2``), whose matching time is linear in t
 pattern (``(a+)+$``…) can hang the owner. Lines split on ``\\n``; a final line without a newline
 counts; a line straddling chunks is reassembled before matching. Text is decoded as UTF-8 with
 invalid bytes replaced.
+
+The scan yields ``None`` after each chunk it has taken (a *tick*) besides the matches: a point where
+its caller may give the event loop away (``FileSystem.grep`` does, in slices), so one grep over a
+large file never holds the owner's loop for its whole run.
 """
 
 from __future__ import annotations
@@ -58,33 +62,51 @@ class LineMatcher:
         assert self._line is not None
         return self._line.search(text) is not None
 
-    def block(self, text: str) -> Iterator[int]:
-        """Indices (line offsets within ``text``, which holds whole lines) of the matching lines."""
+    def block(self, raw: bytes) -> Iterator[int]:
+        """Indices (line offsets within ``raw``, which holds whole lines) of the matching lines.
+
+        RE2 runs on the bytes: the binding encodes a ``str`` to UTF-8 at every call and maps the
+        start position back, so searching a decoded block from each match on was quadratic (a
+        512 KiB chunk of 262,144 one-letter lines, every one matching, took minutes with
+        ``ignore_case``). On valid UTF-8 the bytes are what RE2 saw anyway, so the lines found are
+        the same; a block that is not valid UTF-8 is matched line by line on its decoded text (each
+        line searched once), as before, invalid bytes read as U+FFFD."""
         assert self._block is not None and self._line is not None
-        pos, n = 0, len(text)
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            for index, line in enumerate(_decode(raw).split("\n")):
+                if self._line.search(line) is not None:
+                    yield index
+            return
+        pos, n = 0, len(raw)
         line_no, counted = 0, 0
         while pos <= n:
-            m = self._block.search(text, pos)
+            m = self._block.search(raw, pos)
             if m is None:
                 return
-            start = text.rfind("\n", 0, m.start()) + 1
-            end = text.find("\n", m.start())
+            start = raw.rfind(b"\n", 0, m.start()) + 1
+            end = raw.find(b"\n", m.start())
             if end < 0:
                 end = n
-            line_no += text.count("\n", counted, start)
+            line_no += raw.count(b"\n", counted, start)
             counted = start
-            if self._line.search(text[start:end]) is not None:
+            if self._line.search(raw[start:end]) is not None:
                 yield line_no
             pos = end + 1
 
 
-def _lines(chunks: Iterable[bytes]) -> Iterator[bytes]:
+def _lines(chunks: Iterable[bytes | None]) -> Iterator[bytes | None]:
     """Blocks of whole lines joined by ``\\n`` (no trailing newline); the final partial line last.
+    A ``None`` (a tick) in ``chunks`` is passed on as it comes.
 
     A line longer than a chunk is gathered as a list of its pieces and joined once its end comes:
     joined at every chunk, a 300 MB line of one file cost 147 s (quadratic), the event loop held."""
     carry: list[bytes] = []
     for chunk in chunks:
+        if chunk is None:
+            yield None
+            continue
         cut = chunk.rfind(b"\n")
         if cut < 0:
             if chunk:
@@ -106,15 +128,22 @@ def _decode(raw: bytes) -> str:
     return raw.decode("utf-8", "replace")
 
 
-def grep_file(path: str, chunks: Iterator[bytes], matcher: LineMatcher, context: int) -> Iterator[GrepMatch]:
-    """The matching lines of one file, in order; nothing for a binary file (NUL in the first 8 KiB)."""
+def grep_file(
+    path: str, chunks: Iterator[bytes], matcher: LineMatcher, context: int
+) -> Iterator[GrepMatch | None]:
+    """The matching lines of one file, in order, with a tick (``None``) after each chunk; nothing
+    but a tick for a binary file (NUL in the first 8 KiB)."""
     first = next(chunks, None)
     if first is None or b"\x00" in first[:BINARY_SNIFF_BYTES]:
+        yield None
         return
 
-    def all_chunks() -> Iterator[bytes]:
+    def all_chunks() -> Iterator[bytes | None]:
         yield first
-        yield from chunks
+        yield None
+        for chunk in chunks:
+            yield chunk
+            yield None
 
     if context == 0:
         yield from _scan(path, _lines(all_chunks()), matcher)
@@ -122,13 +151,16 @@ def grep_file(path: str, chunks: Iterator[bytes], matcher: LineMatcher, context:
         yield from _scan_context(path, _lines(all_chunks()), matcher, context)
 
 
-def _scan(path: str, blocks: Iterable[bytes], matcher: LineMatcher) -> Iterator[GrepMatch]:
+def _scan(path: str, blocks: Iterable[bytes | None], matcher: LineMatcher) -> Iterator[GrepMatch | None]:
     base = 1  # line number of the first line of the first block in ``behind``
     # Blocks already scanned whose lines are not counted yet: most blocks have no match, and
     # counting their newlines is only needed when a later block of the same file does.
     behind: list[bytes] = []
     needle = matcher.literal
     for block in blocks:
+        if block is None:
+            yield None
+            continue
         if needle is not None:
             pos = block.find(needle)
             if pos >= 0:
@@ -144,12 +176,11 @@ def _scan(path: str, blocks: Iterable[bytes], matcher: LineMatcher) -> Iterator[
                 yield GrepMatch(path=path, line=line_no, text=_decode(block[start:end]))
                 pos = block.find(needle, end + 1) if end < len(block) else -1
         else:
-            text = _decode(block)
             lines: list[str] | None = None
-            for idx in matcher.block(text):
+            for idx in matcher.block(block):
                 if lines is None:
                     base = _fold(base, behind)
-                    lines = text.split("\n")
+                    lines = _decode(block).split("\n")
                 yield GrepMatch(path=path, line=base + idx, text=lines[idx])
         behind.append(block)
         if len(behind) > 2:
@@ -165,13 +196,16 @@ def _fold(base: int, behind: list[bytes]) -> int:
 
 
 def _scan_context(
-    path: str, blocks: Iterable[bytes], matcher: LineMatcher, context: int
-) -> Iterator[GrepMatch]:
+    path: str, blocks: Iterable[bytes | None], matcher: LineMatcher, context: int
+) -> Iterator[GrepMatch | None]:
     before: deque[GrepContextLine] = deque(maxlen=context)
     # Matches still collecting their after-context: (match line, its text, its list, lines still wanted).
     pending: deque[tuple[int, str, list[GrepContextLine], list[int]]] = deque()
     line_no = 0
     for block in blocks:
+        if block is None:
+            yield None
+            continue
         for raw in block.split(b"\n"):
             line_no += 1
             text = _decode(raw)

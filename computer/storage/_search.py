@@ -4,6 +4,13 @@ The paged walk is depth-first, a directory before its children, children in byte
 names, read from SQLite in pages of :data:`PAGE_SIZE`. An excluded path is skipped with its whole
 subtree, and ``X/**`` excludes prune below ``X`` without reading it, so the cost of a walk is bounded
 by what it returns plus one page per visited directory. Symlinks are listed but never followed.
+
+``find`` and ``grep`` check their arguments at once and return an iterator of results and *ticks*
+(``None``): one after each page of a directory read and each chunk of a file scanned. Nothing of the
+walk stays open across a tick (pages are read whole, a file's chunks are pinned), so the caller
+(``FileSystem``) gives the event loop away there, in slices: a grep through 3 million matches held
+the owner's loop for 12 s, every other call of the workspace waiting. A walk that spans slices sees
+each directory's entries as of when their page was read and each file as of when its scan began.
 """
 
 from __future__ import annotations
@@ -11,7 +18,6 @@ from __future__ import annotations
 import errno
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
 from typing import Any, TypeVar
 
 from ._content import iter_file
@@ -124,8 +130,9 @@ class _Frame:
 
 def walk(
     st: Store, ino: int, path: str, exclude: GlobSet, max_depth: int | None = None
-) -> Iterator[tuple[str, str, int, int]]:
-    """Paged depth-first walk below a directory: ``(path, relative path, kind, inode)``.
+) -> Iterator[tuple[str, str, int, int] | None]:
+    """Paged depth-first walk below a directory: ``(path, relative path, kind, inode)``, and a tick
+    (``None``) after each page read.
 
     Excluded entries are skipped with their subtree; ``max_depth`` stops descending (a relative path
     of depth > max_depth is never read).
@@ -145,6 +152,8 @@ def walk(
                 continue
             frame.page.extend(rows)
             frame.after = rows[-1][0]
+            yield None
+            continue
         name, child, kind = frame.page.popleft()
         rel = name if not frame.rel else frame.rel + "/" + name
         if exclude and exclude.match(rel):
@@ -174,35 +183,52 @@ def find(
     exclude: Sequence[str],
     limit: int | None,
     offset: int,
-) -> list[FindEntry]:
-    """Files and directories below ``directory`` whose relative path matches the glob (SPEC 4)."""
+) -> Iterator[FindEntry | None]:
+    """Files and directories below ``directory`` whose relative path matches the glob (SPEC 4), with
+    ticks (see the module docstring); the arguments are checked before this returns.
+
+    A symlink is listed with the type of what it leads to (``dir`` for a link to a directory, which
+    the walk still does not enter); a link whose target is a file, is missing (dangling) or cannot
+    be resolved (a loop, more than 40 hops) is ``file``: of the two pinned types, the one that is not
+    a directory to search below (reading it gives that link's ENOENT or ELOOP; delete removes the
+    link alone)."""
     path = st.canon(directory)
     _check_paging(path, offset, limit)
     ino, kind, _ = resolve_read(st, path)
     if kind != DIR:
         raise fs_error(errno.ENOTDIR, path)
     if limit == 0:
-        return []
+        return iter(())
     if pattern and pattern.startswith("./"):
         pattern = pattern[2:]  # "./x" means x relative to the directory
     excludes = _as_list(exclude)
     _check_count(path, excludes, 1 if pattern else 0)
     glob = _compiled(path, Glob, pattern) if pattern else None
     depth = None if glob is None else _max_depth([glob])
-    out: list[FindEntry] = []
-    skip = offset
-    for cpath, rel, kind, _ in walk(st, ino, path, _compiled(path, GlobSet, excludes), depth):
-        if glob is not None and not glob.match(rel):
-            continue
-        if skip:
-            skip -= 1
-            continue
-        if kind == SYMLINK:
-            kind = DIR if kind_of(st, cpath) == DIR else FILE
-        out.append(FindEntry(path=cpath, type="dir" if kind == DIR else "file"))
-        if limit is not None and len(out) >= limit:
-            break
-    return out
+    entries = walk(st, ino, path, _compiled(path, GlobSet, excludes), depth)
+
+    def found() -> Iterator[FindEntry | None]:
+        skip, count = offset, 0
+        for entry in entries:
+            if entry is None:
+                yield None
+                continue
+            cpath, rel, kind, _ = entry
+            if glob is not None and not glob.match(rel):
+                yield None  # an entry looked at is a step, returned or not
+                continue
+            if skip:
+                skip -= 1
+                yield None
+                continue
+            if kind == SYMLINK:
+                kind = DIR if kind_of(st, cpath) == DIR else FILE
+            yield FindEntry(path=cpath, type="dir" if kind == DIR else "file")
+            count += 1
+            if limit is not None and count >= limit:
+                return
+
+    return found()
 
 
 def grep(
@@ -217,8 +243,9 @@ def grep(
     exclude: Sequence[str],
     limit: int | None,
     offset: int,
-) -> list[GrepMatch]:
-    """Matching lines of a file, or of the files below a directory (SPEC 4)."""
+) -> Iterator[GrepMatch | None]:
+    """Matching lines of a file, or of the files below a directory (SPEC 4), with ticks (see the
+    module docstring); the arguments are checked before this returns."""
     path = st.canon(where)
     _check_paging(path, offset, limit)
     if not 0 <= context <= 10:
@@ -226,24 +253,43 @@ def grep(
     ino, kind, _ = resolve_read(st, path)
     matcher = LineMatcher(pattern, regex=regex, ignore_case=ignore_case, path=path)
     if limit == 0:
-        return []
-    stop = None if limit is None else offset + limit
+        return iter(())
     if kind != DIR:
-        found = grep_file(path, iter_file(st, ino), matcher, context)
-        return list(islice(found, offset, stop))
+        return _paged(grep_file(path, iter_file(st, ino), matcher, context), offset, limit)
     included, excluded = ([] if include is None else _as_list(include)), _as_list(exclude)
     _check_count(path, excluded, len(included))
     includes = _compiled(path, GlobSet, included)
     excludes = _compiled(path, GlobSet, excluded)
     depth = _max_depth(includes.globs) if includes else None
 
-    def matches() -> Iterator[GrepMatch]:
-        for cpath, rel, k, child in walk(st, ino, path, excludes, depth):
+    def matches() -> Iterator[GrepMatch | None]:
+        for entry in walk(st, ino, path, excludes, depth):
+            if entry is None:
+                yield None
+                continue
+            cpath, rel, k, child = entry
             if k != FILE or (includes and not includes.match(rel)):
+                yield None
                 continue
             yield from grep_file(cpath, iter_file(st, child), matcher, context)
 
-    return list(islice(matches(), offset, stop))
+    return _paged(matches(), offset, limit)
+
+
+def _paged(found: Iterator[_T | None], offset: int, limit: int | None) -> Iterator[_T | None]:
+    """``found``'s results from the ``offset``-th, at most ``limit`` of them; ticks pass through, and
+    each result skipped is a tick too (skipping 3 million matches is work like any other)."""
+    skip, count = offset, 0
+    for item in found:
+        if item is None or skip:
+            if item is not None:
+                skip -= 1
+            yield None
+            continue
+        yield item
+        count += 1
+        if limit is not None and count >= limit:
+            return
 
 
 def _as_list(value: str | Sequence[str]) -> list[str]:

@@ -2,7 +2,9 @@
 
 Execution model: every SQLite statement runs inline on the calling thread (the event loop). The owner
 is single-threaded and each operation is a handful of indexed statements, so a thread pool would cost
-more than it saves. No transaction ever spans an ``await``: a streamed write stages its chunks in small
+more than it saves. The two searches are the exception in length: ``find`` and ``grep`` run in
+slices (:data:`SLICE_STEPS` steps or :data:`SLICE_SECONDS`, whichever comes first) and give the loop
+away between them, so other calls of the workspace go on while a large one runs (``_search``). No transaction ever spans an ``await``: a streamed write stages its chunks in small
 transactions (pinned, unreferenced) and links them in one final transaction, so other operations
 interleave freely and a crash never leaves a half-written file visible.
 
@@ -19,10 +21,12 @@ Imports go one way, towards ``_state``.
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
+import time
 import uuid
-from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Mapping, Sequence
-from typing import Literal, overload
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Literal, TypeVar, overload
 
 from . import _batch, _content, _pieces, _reads, _search, _tree
 from ._audit import AuditLog
@@ -46,7 +50,30 @@ from .types import (
     ManifestRow,
 )
 
-__all__ = ["GARBAGE_DELAY", "FileSystem"]
+__all__ = ["GARBAGE_DELAY", "SLICE_SECONDS", "SLICE_STEPS", "FileSystem"]
+
+_T = TypeVar("_T")
+
+SLICE_STEPS = 1024
+"""A search gives the event loop away after this many steps (a directory page read, a file chunk
+scanned, a match found or skipped) ..."""
+SLICE_SECONDS = 0.02
+"""... or once it has run this long since it last did, whichever comes first."""
+
+
+async def _sliced(steps: Iterator[_T | None]) -> list[_T]:
+    """The results of a search (``_search``: results and ``None`` ticks), yielding the event loop
+    between slices of its work."""
+    out: list[_T] = []
+    count, since = 0, time.monotonic()
+    for item in steps:
+        if item is not None:
+            out.append(item)
+        count += 1
+        if count >= SLICE_STEPS or time.monotonic() - since >= SLICE_SECONDS:
+            await asyncio.sleep(0)
+            count, since = 0, time.monotonic()
+    return out
 
 
 class FileSystem:
@@ -279,7 +306,9 @@ class FileSystem:
         offset: int = 0,
     ) -> list[FindEntry]:
         """Files and directories below ``directory`` whose relative path matches the glob (see SPEC 4)."""
-        return _search.find(self._store, directory, pattern, exclude=exclude, limit=limit, offset=offset)
+        return await _sliced(
+            _search.find(self._store, directory, pattern, exclude=exclude, limit=limit, offset=offset)
+        )
 
     async def grep(
         self,
@@ -295,7 +324,7 @@ class FileSystem:
         offset: int = 0,
     ) -> list[GrepMatch]:
         """Matching lines of a file, or of the files below a directory (see SPEC 4 and ``_search``)."""
-        return _search.grep(
+        found = _search.grep(
             self._store,
             pattern,
             path,
@@ -307,6 +336,7 @@ class FileSystem:
             limit=limit,
             offset=offset,
         )
+        return await _sliced(found)
 
     # ------------------------------------------------------------------ writes
 

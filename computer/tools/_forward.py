@@ -23,6 +23,7 @@ from ..storage.paths import canonical
 from ._edit_match import Edit, check_edits
 from ._options import EditOptions, ReadOptions, WriteOptions
 from ._tool import Handler, Tool, ToolUpdate
+from .write import names_a_directory
 
 __all__ = ["FORWARDED_TOOLS", "ToolRunner", "forward_tools", "tool_runner"]
 
@@ -94,6 +95,8 @@ def _fails_before_io(name: str, params: Any, write_cap: int) -> bool:
         except (OSError, ValueError):
             return True
     if name == "write":
+        if names_a_directory(params.path):
+            return True
         try:
             return len(params.content.encode("utf-8")) > write_cap
         except UnicodeEncodeError:  # a lone surrogate: the local handler names the argument and path

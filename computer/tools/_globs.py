@@ -20,7 +20,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from itertools import pairwise
 
-__all__ = ["MAX_ALTERNATIVES", "MAX_EXPANSIONS", "below", "expand", "relative_alternatives", "walk_globs"]
+__all__ = [
+    "MAX_ALTERNATIVES",
+    "MAX_EXPANSIONS",
+    "below",
+    "check_reachable",
+    "expand",
+    "relative_alternatives",
+    "walk_globs",
+]
 
 MAX_ALTERNATIVES = 64
 MAX_EXPANSIONS = 4 * MAX_ALTERNATIVES  # globs made, repeats counted
@@ -46,6 +54,20 @@ def relative_alternatives(root: str, glob: str) -> list[str]:
         if relative not in out:
             out.append(relative)
     return out
+
+
+def check_reachable(root: str, glob: str, what: str) -> None:
+    """A ``ValueError`` naming ``what`` when every alternative of ``glob`` has a ``..`` segment
+    (``../src/*.py``): no path below ``root`` has one (canonical paths never do), so such a find
+    pattern or grep include matched nothing, silently, and an agent took "no results" for an answer.
+    An absolute glob elsewhere (``/etc/**`` searching ``/workspace``) still finds nothing, as decided
+    before (``test_absolute_globs_below_the_path_match_as_the_relative_ones``); an exclude that can
+    match nothing excludes nothing and stays allowed."""
+    if all(".." in g.split("/") for g in relative_alternatives(root, glob)):
+        raise ValueError(
+            f"{what} {_shown(glob)} has a '..' segment: globs match paths below path and never go "
+            "above it; set path to a higher directory instead"
+        )
 
 
 def expand(glob: str) -> list[str]:

@@ -62,8 +62,22 @@ def format_validation_error(exc: ValidationError) -> str:
     problems = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err.get("loc", ())) or "arguments"
-        problems.append(f"{where}: {err.get('msg', 'invalid')}")
+        problems.append(f"{where}: {err.get('msg', 'invalid')}{_sent(err)}")
     return "Invalid arguments: " + "; ".join(problems)
+
+
+_WANTED = {"bool_type": "JSON true or false", "int_type": "a JSON integer", "float_type": "a JSON number"}
+
+
+def _sent(err: Any) -> str:
+    """What a strict boolean or number argument was sent instead (``"yes"``), and what it takes."""
+    wanted = _WANTED.get(str(err.get("type")))
+    given = err.get("input")
+    if wanted is None or not isinstance(given, str | int | float | bool):
+        return ""
+    shown = json.dumps(given, ensure_ascii=False)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    return f" (sent {shown}; send {wanted})"
 
 
 def default_model_output(result: dict[str, Any]) -> list[ContentPart]:

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import Field
 
 from ..storage.paths import canonical
-from ._input import ToolInput
+from ._input import Flag, ToolInput
 from ._locks import PathLocks
 from ._tool import Tool, ToolUpdate
 from .file_store import FileStore
@@ -22,7 +22,7 @@ DELETE_OUTPUT_SCHEMA: dict[str, Any] = {
 
 class DeleteInput(ToolInput):
     path: str = Field(description="Absolute path of the file or directory to delete.")
-    recursive: bool = Field(
+    recursive: Flag = Field(
         default=False, description="Delete a non-empty directory with everything below it."
     )
 

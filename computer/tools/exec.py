@@ -34,6 +34,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from ..runtime.types import BackendInfo, ExecResult, ExecSnapshot, OutputTruncation
+from ._input import Number
 from ._tool import Tool, ToolUpdate
 
 __all__ = [
@@ -339,7 +340,7 @@ def _input_model(
             ),
         ),
         "timeout": (
-            float,
+            Number,
             Field(
                 default=default_timeout,
                 gt=0,

@@ -9,8 +9,8 @@ from pydantic import Field, field_validator
 from ..storage.paths import canonical
 from ..storage.types import FindEntry
 from ..surface import WorkspaceSurface
-from ._globs import relative_alternatives, walk_globs
-from ._input import MAX_PAGE, PagedInput, as_glob_list, paged, utf8_of
+from ._globs import check_reachable, relative_alternatives, walk_globs
+from ._input import MAX_PAGE, PagedInput, as_glob_list, budgeted, paged, utf8_of
 from ._tool import Tool, ToolUpdate
 
 __all__ = ["FindInput", "create_find_tool"]
@@ -37,7 +37,12 @@ class FindInput(PagedInput):
 
 
 def create_find_tool(workspace: WorkspaceSurface) -> Tool:
-    """The ``find`` tool over ``workspace.fs.find`` (one call per page, ``limit + 1`` matches)."""
+    """The ``find`` tool over ``workspace.fs.find`` (one call per page, ``limit + 1`` matches).
+
+    An entry's ``type`` is one of the pinned ``file | dir``. A symlink is listed, never entered, with
+    the type of what it leads to: ``dir`` for a link to a directory, ``file`` for a link to a file and
+    for one that leads nowhere (dangling, a loop, more than 40 hops: not a directory to search
+    below; ``read`` answers its ENOENT or ELOOP, ``delete`` removes the link alone)."""
     fs = workspace.fs
 
     async def handler(params: FindInput, on_update: ToolUpdate | None) -> dict[str, Any]:
@@ -45,6 +50,7 @@ def create_find_tool(workspace: WorkspaceSurface) -> Tool:
         # A lone surrogate matches no name, and the result echoed it: text no UTF-8 encoder takes (an
         # agent loop's next request failed on it). Named, as grep's query is.
         utf8_of(params.pattern, "pattern", path)
+        check_reachable(path, params.pattern, "pattern")
         patterns = relative_alternatives(path, params.pattern)
         exclude = walk_globs(path, params.exclude)
         if len(patterns) == 1:
@@ -61,12 +67,15 @@ def create_find_tool(workspace: WorkspaceSurface) -> Tool:
                 for entry in await fs.find(path, pattern, exclude=exclude, limit=want, offset=0):
                     merged.setdefault(entry.path, entry)
             found = sorted(merged.values(), key=lambda e: e.path.split("/"))[params.offset : want]
-        entries, next_offset = paged(found, params.limit, params.offset)
+        page, next_offset = paged(found, params.limit, params.offset)
+        entries, next_offset = budgeted(
+            [{"path": e.path, "type": e.type} for e in page], next_offset, params.offset
+        )
         result: dict[str, Any] = {
             "path": path,
             "pattern": params.pattern,
             "count": len(entries),
-            "entries": [{"path": e.path, "type": e.type} for e in entries],
+            "entries": entries,
         }
         if next_offset is not None:
             result["nextOffset"] = next_offset
@@ -79,8 +88,8 @@ def create_find_tool(workspace: WorkspaceSurface) -> Tool:
             'relative to path: "*" and "?" match within one path segment, "**" crosses directories, '
             '"{a,b}" matches either. '
             "Results come in depth-first walk order as {path, type}. exclude prunes whole directories. "
-            f"Returns at most limit entries (default 200, maximum {MAX_PAGE}); pass nextOffset as offset "
-            "for the next page."
+            f"Returns at most limit entries (default 200, maximum {MAX_PAGE}), fewer when their paths are "
+            "long; pass nextOffset as offset for the next page."
         ),
         input_model=FindInput,
         handler=handler,

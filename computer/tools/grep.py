@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -12,11 +11,11 @@ from pydantic import Field, field_validator
 from ..storage.paths import canonical
 from ..storage.types import GrepMatch
 from ..surface import WorkspaceSurface
-from ._globs import walk_globs
-from ._input import MAX_PAGE, PagedInput, as_glob_list, paged, utf8_of
+from ._globs import check_reachable, walk_globs
+from ._input import MAX_PAGE, OUTPUT_BUDGET, Flag, PagedInput, Whole, as_glob_list, budgeted, paged, utf8_of
 from ._tool import Tool, ToolUpdate
 
-__all__ = ["GrepInput", "create_grep_tool"]
+__all__ = ["OUTPUT_BUDGET", "GrepInput", "create_grep_tool"]
 
 DEFAULT_ROOT = "/workspace"
 MAX_CONTEXT = 10
@@ -24,9 +23,6 @@ MAX_LINE_CHARS = 1000
 """A match's or context line's text past this many characters is cut: a match line around its first
 match, a context line at its start, marked ``... (truncated)`` (one match in a minified bundle was
 megabytes of model output)."""
-OUTPUT_BUDGET = 256 * 1024
-"""A page stops adding matches once its JSON passes this many bytes (always at least one match);
-``nextOffset`` then points at the first match left out."""
 TRUNCATION_MARKER = "... (truncated)"
 
 
@@ -45,9 +41,9 @@ class GrepInput(PagedInput):
         default_factory=list,
         description='Globs pruned from the walk (they win over include): ["node_modules", "node_modules/**"].',
     )
-    regex: bool = Field(default=False, description="Treat query as a regular expression (RE2 syntax).")
-    ignore_case: bool = Field(default=False, description="Match regardless of letter case.")
-    context: int = Field(
+    regex: Flag = Field(default=False, description="Treat query as a regular expression (RE2 syntax).")
+    ignore_case: Flag = Field(default=False, description="Match regardless of letter case.")
+    context: Whole = Field(
         default=0,
         ge=0,
         le=MAX_CONTEXT,
@@ -100,14 +96,17 @@ def _cut(text: str, find: _Finder | None) -> str:
     return ("..." if begin > 0 else "") + text[begin:end] + (TRUNCATION_MARKER if end < len(text) else "")
 
 
-def _within_budget(matches: list[dict[str, Any]]) -> int:
-    """How many of ``matches`` fit :data:`OUTPUT_BUDGET` (at least one)."""
-    size = 0
-    for index, match in enumerate(matches):
-        size += len(json.dumps(match, ensure_ascii=False).encode()) + 2
-        if size > OUTPUT_BUDGET and index > 0:
-            return index
-    return len(matches)
+def _include(path: str, include: str | list[str] | None) -> list[str] | None:
+    """The include globs as the walk takes them; ``None`` (every file) when none is left once empty
+    ones are dropped. An include of ``""`` (what a model sends for an optional string it leaves
+    unset), ``"./"`` or ``path`` itself matched no file, silently: an empty grep, where find's empty
+    pattern matches everything."""
+    if include is None:
+        return None
+    for glob in as_glob_list(include):
+        check_reachable(path, glob, "include")
+    globs = [glob for glob in walk_globs(path, as_glob_list(include)) if glob]
+    return globs or None
 
 
 def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
@@ -131,7 +130,7 @@ def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
             regex=params.regex,
             ignore_case=params.ignore_case,
             context=params.context,
-            include=None if params.include is None else walk_globs(path, as_glob_list(params.include)),
+            include=_include(path, params.include),
             exclude=walk_globs(path, params.exclude),
             limit=params.limit + 1,
             offset=params.offset,
@@ -139,9 +138,7 @@ def create_grep_tool(workspace: WorkspaceSurface) -> Tool:
         page, next_offset = paged(found, params.limit, params.offset)
         find = _Finder(params.query, regex=params.regex, ignore_case=params.ignore_case)
         matches = [_match(m, find) for m in page]
-        kept = _within_budget(matches)
-        if kept < len(matches):
-            matches, next_offset = matches[:kept], params.offset + kept
+        matches, next_offset = budgeted(matches, next_offset, params.offset)
         result: dict[str, Any] = {
             "path": path,
             "query": params.query,

@@ -8,7 +8,7 @@ from pydantic import Field
 
 from ..storage.paths import canonical
 from ..surface import WorkspaceSurface
-from ._input import MAX_PAGE, PagedInput, paged
+from ._input import MAX_PAGE, PagedInput, budgeted, paged
 from ._tool import Tool, ToolUpdate
 
 __all__ = ["ListInput", "create_list_tool"]
@@ -24,13 +24,11 @@ def create_list_tool(workspace: WorkspaceSurface) -> Tool:
 
     async def handler(params: ListInput, on_update: ToolUpdate | None) -> dict[str, Any]:
         path = canonical(params.path)
-        entries, next_offset = paged(
+        page, next_offset = paged(
             await fs.readdir(path, limit=params.limit + 1, offset=params.offset), params.limit, params.offset
         )
-        result: dict[str, Any] = {
-            "path": path,
-            "count": len(entries),
-            "entries": [
+        entries, next_offset = budgeted(
+            [
                 {
                     "name": e.name,
                     "size": e.size,
@@ -39,9 +37,12 @@ def create_list_tool(workspace: WorkspaceSurface) -> Tool:
                     "isDirectory": e.is_directory,
                     "isSymbolicLink": e.is_symlink,
                 }
-                for e in entries
+                for e in page
             ],
-        }
+            next_offset,
+            params.offset,
+        )
+        result: dict[str, Any] = {"path": path, "count": len(entries), "entries": entries}
         if next_offset is not None:
             result["nextOffset"] = next_offset
         return result
@@ -50,8 +51,8 @@ def create_list_tool(workspace: WorkspaceSurface) -> Tool:
         name="ls",
         description=(
             "List one directory of the workspace: name, size, mtime (ms) and type of each entry, in name "
-            f"order. Returns at most limit entries (default 200, maximum {MAX_PAGE}); when more remain the "
-            "result has nextOffset: pass it as offset to get the next page."
+            f"order. Returns at most limit entries (default 200, maximum {MAX_PAGE}), fewer when their "
+            "names are long; when more remain the result has nextOffset: pass it as offset to get the next page."
         ),
         input_model=ListInput,
         handler=handler,

@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from pydantic import Field, create_model
 
-from ._input import ToolInput
+from ._input import ToolInput, Whole
 from ._tool import Tool, ToolUpdate
 
 __all__ = ["PROCESS_TOOLS", "create_kill_tool", "create_processes_tool", "process_dict"]
@@ -171,7 +171,10 @@ def create_kill_tool(workspace: Any) -> Tool:
     input_model: type[ToolInput] = create_model(
         "KillInput",
         __base__=ToolInput,
-        pid=(int, Field(ge=1, description="The process id, as processes lists it (the sandbox's own pid).")),
+        pid=(
+            Whole,
+            Field(ge=1, description="The process id, as processes lists it (the sandbox's own pid)."),
+        ),
         backend=_backend_field(workspace),
     )
     kill: Callable[..., Any] = runtime.kill_process

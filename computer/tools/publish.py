@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import Field
 
-from ._input import ToolInput
+from ._input import Number, ToolInput
 from ._tool import Tool, ToolUpdate
 
 __all__ = ["PUBLISH_OUTPUT_SCHEMA", "PublishInput", "create_publish_tool"]
@@ -40,7 +40,7 @@ DESCRIPTION = (
 
 class PublishInput(ToolInput):
     path: str = Field(description="Absolute path of the file to publish.")
-    expires_after_ms: float | None = Field(
+    expires_after_ms: Number | None = Field(
         default=None,
         gt=0,
         allow_inf_nan=False,  # Infinity was refused by the share, naming expires_after in seconds

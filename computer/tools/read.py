@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import Field
 
 from ..storage.paths import canonical
-from ._input import ToolInput
+from ._input import ToolInput, Whole
 from ._media import MediaType, is_binary_sample, media_by_extension, media_by_magic
 from ._options import LineTruncation, ReadOptions, coerce_options
 from ._sizes import human_bytes
@@ -30,16 +30,16 @@ TRUNCATION_MARKER = "... (truncated)"
 
 class ReadInput(ToolInput):
     path: str = Field(description="Absolute path of the file to read, e.g. /workspace/src/app.py.")
-    offset: int | None = Field(
+    offset: Whole | None = Field(
         default=None, ge=1, description="1-based line to start from. Pass the previous result's nextOffset."
     )
-    byte_offset: int | None = Field(
+    byte_offset: Whole | None = Field(
         default=None,
         ge=0,
         description="Byte position of line `offset`: pass the previous result's nextByteOffset together "
         "with nextOffset so the read continues there without rescanning. Needs offset when positive.",
     )
-    limit: int | None = Field(default=None, ge=1, description="Maximum number of lines to return.")
+    limit: Whole | None = Field(default=None, ge=1, description="Maximum number of lines to return.")
 
 
 def _describe(options: ReadOptions) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from typing import Any
 
 from pydantic import Field
@@ -14,7 +15,7 @@ from ._sizes import human_bytes
 from ._tool import Tool, ToolUpdate
 from .file_store import FileStore
 
-__all__ = ["WriteInput", "create_write_tool"]
+__all__ = ["WriteInput", "create_write_tool", "names_a_directory"]
 
 WRITE_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -31,6 +32,13 @@ class WriteInput(ToolInput):
     content: str = Field(description="The complete new content of the file (UTF-8 text).")
 
 
+def names_a_directory(path: str) -> bool:
+    """Whether ``path`` as spelled ends in ``/``, ``/.`` or ``/..``: it names a directory, so write
+    refuses it (EISDIR, as ``open("d/", O_CREAT)`` does). Its canonical form drops the ending, and
+    ``write {"path": "/workspace/src/"}`` (a model making a directory) made a file named ``src``."""
+    return path.rsplit("/", 1)[-1] in ("", ".", "..") and path.strip("/") != ""
+
+
 def create_write_tool(store: FileStore, **write_options: Any) -> Tool:
     """The ``write`` tool over ``store``; keyword options are :class:`WriteOptions` fields."""
     options = coerce_options(WriteOptions, write_options.pop("options", None), **write_options)
@@ -41,6 +49,13 @@ def create_write_tool(store: FileStore, **write_options: Any) -> Tool:
 
     async def handler(params: WriteInput, on_update: ToolUpdate | None) -> dict[str, Any]:
         path = canonical(params.path)
+        if names_a_directory(params.path):
+            raise IsADirectoryError(
+                errno.EISDIR,
+                "path ends with '/' (or '/.', '/..'), so it names a directory, not a file: give the file's "
+                "own path (write creates missing parent directories itself)",
+                params.path,
+            )
         data = utf8_of(params.content, "content", path)
         if len(data) > options.max_bytes:
             raise ValueError(

@@ -287,3 +287,19 @@ async def test_every_adapter_flags_a_result_carrying_an_error_and_keeps_its_outp
         assert not is_error and "boom" in text, text
     finally:
         surface.runtime.final = before
+
+
+@pytest.mark.parametrize("adapter", ADAPTERS)
+async def test_every_adapter_refuses_a_string_for_a_boolean(adapter: str) -> None:
+    """``delete {"recursive": "yes"}`` deleted a tree: pydantic's lax mode took "yes" as true."""
+    from computer import Workspace
+
+    async with Workspace() as ws:
+        await ws.fs.mkdir("/workspace/d/inner", recursive=True)
+        run = RUNNERS[adapter](create_tools(ws))
+        text, is_error = await run("delete", {"path": "/workspace/d", "recursive": "yes"})
+        assert is_error and "recursive" in text and "true or false" in text, text
+        assert await ws.fs.exists("/workspace/d/inner")
+        text, is_error = await run("delete", {"path": "/workspace/d", "recursive": True})
+        assert not is_error, text
+        assert not await ws.fs.exists("/workspace/d")

@@ -222,3 +222,34 @@ async def test_thousands_of_globs_or_one_too_large_is_an_error(
         assert str(result["error"]).startswith("the glob is too large to match"), result
     kept = await tools["find"].run({"pattern": "**/*.ts", "exclude": [*many[:900], "node_modules"]})
     assert "/workspace/node_modules/m.ts" not in paths(kept) and len(paths(kept)) == 5
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "said"),
+    [
+        ("find", {"pattern": "../**/*.py"}, "has a '..' segment"),
+        ("find", {"pattern": "src/../../x"}, "has a '..' segment"),
+        ("grep", {"query": "x", "include": ["**/*.py", "../*.py"]}, "has a '..' segment"),
+    ],
+)
+async def test_a_glob_that_cannot_match_below_path_is_an_error_not_an_empty_result(
+    workspace: Workspace, tool: str, args: dict[str, Any], said: str
+) -> None:
+    """A find pattern or grep include whose every alternative has a ``..`` segment matched nothing,
+    silently: "no results" for an answer."""
+    await workspace.fs.mkdir("/workspace/src", recursive=True)
+    await workspace.fs.write_file("/workspace/src/a.py", b"x\n")
+    result = await create_tools(workspace)[tool].run(args)
+    assert set(result) == {"error"} and said in result["error"], result
+
+
+async def test_globs_below_path_and_excludes_that_match_nothing_still_work(workspace: Workspace) -> None:
+    await workspace.fs.mkdir("/workspace/src", recursive=True)
+    await workspace.fs.write_file("/workspace/src/a.py", b"x\n")
+    tools = create_tools(workspace)
+    found = await tools["find"].run({"pattern": "/workspace/src/*.py", "exclude": ["../*", "/etc/**"]})
+    assert [e["path"] for e in found["entries"]] == ["/workspace/src/a.py"], found
+    found = await tools["find"].run({"path": "/", "pattern": "/workspace/**/*.py"})
+    assert [e["path"] for e in found["entries"]] == ["/workspace/src/a.py"], found
+    grep = await tools["grep"].run({"query": "x", "include": "{../*.py,**/*.py}"})
+    assert [m["path"] for m in grep["matches"]] == ["/workspace/src/a.py"], grep

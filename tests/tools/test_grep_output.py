@@ -8,9 +8,12 @@ its first match, and a page stops at the output budget with a nextOffset that co
 from __future__ import annotations
 
 import json
+from typing import Any
+
+import pytest
 
 from computer import Workspace
-from computer.tools import Tool
+from computer.tools import Tool, create_tools
 from computer.tools.grep import MAX_LINE_CHARS, OUTPUT_BUDGET
 
 from .conftest import put
@@ -75,3 +78,13 @@ async def test_a_page_stops_at_the_output_budget_and_the_next_pages_hold_the_res
     assert pages > 1
     assert seen == [(f"/workspace/f{i:03}.txt", line) for i in range(300) for line in (1, 2, 3)]
     json.loads(text)  # the model output of a page is still one JSON document
+
+
+@pytest.mark.parametrize("include", ["", "./", "/workspace/", [""], ["", "./"]])
+async def test_an_empty_include_filters_nothing(workspace: Workspace, include: Any) -> None:
+    """``include: ""`` (a model's value for an optional string it leaves unset) matched no file: an
+    empty result, where find's empty pattern matches everything."""
+    await put(workspace, "/workspace/a.py", "needle\n")
+    await put(workspace, "/workspace/sub/b.txt", "needle\n")
+    result = await create_tools(workspace)["grep"].run({"query": "needle", "include": include})
+    assert [m["path"] for m in result["matches"]] == ["/workspace/a.py", "/workspace/sub/b.txt"], result

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from computer import Workspace
-from computer.tools import Tool
+from computer.tools import Tool, create_tools
+from computer.tools.grep import OUTPUT_BUDGET
 
 from .conftest import put
 
@@ -205,3 +208,74 @@ async def test_grep_refuses_a_query_with_a_newline_whatever_the_options(
     assert set(result) == {"error"}
     assert "query contains a newline" in result["error"]
     assert (await tools["grep"].run({"query": "world", **options}))["count"] == 1
+
+
+async def test_find_types_a_symlink_as_what_it_leads_to_and_a_broken_one_as_file(
+    workspace: Workspace,
+) -> None:
+    """The pinned types are ``file | dir``: a link to a directory is ``dir``; a link to a file, a
+    dangling link and a loop are ``file`` (documented in find.py and the tools README)."""
+    fs = workspace.fs
+    await fs.mkdir("/workspace/d", recursive=True)
+    await fs.write_file("/workspace/f", b"x")
+    await fs.symlink("/workspace/d", "/workspace/to-dir")
+    await fs.symlink("d", "/workspace/to-dir-relative")
+    await fs.symlink("/workspace/f", "/workspace/to-file")
+    await fs.symlink("/workspace/missing", "/workspace/dangling")
+    await fs.symlink("/workspace/self", "/workspace/self")
+    await fs.symlink("/workspace/loop-b", "/workspace/loop-a")
+    await fs.symlink("/workspace/loop-a", "/workspace/loop-b")
+    await fs.symlink("/workspace/d", "/workspace/d/up")  # a link to an ancestor: listed, not entered
+    found = await create_tools(workspace)["find"].run({"path": "/workspace", "pattern": "**"})
+    assert {e["path"]: e["type"] for e in found["entries"]} == {
+        "/workspace/d": "dir",
+        "/workspace/d/up": "dir",
+        "/workspace/dangling": "file",
+        "/workspace/f": "file",
+        "/workspace/loop-a": "file",
+        "/workspace/loop-b": "file",
+        "/workspace/self": "file",
+        "/workspace/to-dir": "dir",
+        "/workspace/to-dir-relative": "dir",
+        "/workspace/to-file": "file",
+    }
+    assert found["count"] == 10
+
+
+async def test_a_find_page_of_long_paths_stops_at_the_output_budget_and_the_next_page_continues(
+    workspace: Workspace,
+) -> None:
+    """1000 paths of ~4 KB each were one 4 MB find result; a page now stops past ``OUTPUT_BUDGET``
+    (as grep's does), with nextOffset at the first entry left out."""
+    fs = workspace.fs
+    deep = "/workspace/" + "/".join(f"{i}" + "d" * 250 for i in range(15))
+    await fs.mkdir(deep, recursive=True)
+    for i in range(300):
+        await fs.write_file(f"{deep}/{i:03}", b"")
+    tools = create_tools(workspace)
+    seen: list[str] = []
+    offset: int | None = 0
+    pages = 0
+    while offset is not None and pages < 50:
+        page = await tools["find"].run({"path": deep, "pattern": "*", "limit": 1000, "offset": offset})
+        assert len(json.dumps(page).encode()) < OUTPUT_BUDGET + 8192, len(json.dumps(page))
+        assert page["count"] == len(page["entries"]) >= 1
+        seen += [e["path"] for e in page["entries"]]
+        offset = page.get("nextOffset")
+        pages += 1
+    assert pages > 1
+    assert seen == [f"{deep}/{i:03}" for i in range(300)]
+
+
+async def test_an_ls_page_of_long_names_stops_at_the_output_budget(workspace: Workspace) -> None:
+    fs = workspace.fs
+    await fs.mkdir("/workspace", recursive=True)
+    for i in range(1000):
+        await fs.write_file(f"/workspace/{i:04}" + "n" * 250, b"")
+    tools = create_tools(workspace)
+    page = await tools["ls"].run({"path": "/workspace", "limit": 1000})
+    assert len(json.dumps(page).encode()) < OUTPUT_BUDGET + 8192
+    assert page["nextOffset"] == page["count"] < 1000
+    rest = await tools["ls"].run({"path": "/workspace", "limit": 1000, "offset": page["nextOffset"]})
+    names = [e["name"] for e in page["entries"] + rest["entries"]]
+    assert names[: page["count"] + rest["count"]] == [f"{i:04}" + "n" * 250 for i in range(len(names))]

@@ -209,3 +209,45 @@ async def test_an_error_naming_a_huge_path_is_cut_in_the_middle_not_echoed_whole
             message = result["error"]
             assert len(message) <= ERROR_CHARS, (name, len(message))
             assert "characters elided" in message and message.endswith("end.txt"), name
+
+
+# Boolean and numeric arguments are strict: pydantic's lax mode took {"recursive": "yes"} as true.
+NOT_STRICT = [
+    ("delete", {"path": "/d", "recursive": "yes"}, "recursive", "true or false"),
+    ("delete", {"path": "/d", "recursive": "true"}, "recursive", "true or false"),
+    ("delete", {"path": "/d", "recursive": 1}, "recursive", "true or false"),
+    ("grep", {"query": "x", "path": "/", "regex": "on"}, "regex", "true or false"),
+    ("grep", {"query": "x", "path": "/", "ignoreCase": "false"}, "ignoreCase", "true or false"),
+    ("grep", {"query": "x", "path": "/", "context": "2"}, "context", "integer"),
+    ("ls", {"path": "/", "limit": True}, "limit", "integer"),
+    ("find", {"path": "/", "pattern": "*", "offset": "1"}, "offset", "integer"),
+    ("read", {"path": "/a.txt", "offset": 2.0}, "offset", "integer"),
+    ("read", {"path": "/a.txt", "offset": 1, "byteOffset": "0"}, "byteOffset", "integer"),
+    ("exec", {"command": "true", "timeout": "30"}, "timeout", "number"),
+    ("publish", {"path": "/a.txt", "expiresAfterMs": "1000"}, "expiresAfterMs", "number"),
+]
+
+
+@pytest.mark.parametrize(("name", "args", "field", "wanted"), NOT_STRICT)
+async def test_booleans_and_numbers_are_strict_and_the_error_names_the_argument(
+    every_tool: dict[str, Tool],
+    workspace: Workspace,
+    name: str,
+    args: dict[str, Any],
+    field: str,
+    wanted: str,
+) -> None:
+    await workspace.fs.mkdir("/d/inner", recursive=True)
+    result = await every_tool[name].run(args)
+    assert set(result) == {"error"}, result
+    assert f"{field}: " in result["error"] and wanted in result["error"], result
+    assert await workspace.fs.exists("/d/inner")  # nothing was deleted
+
+
+async def test_json_booleans_and_numbers_still_work(workspace: Workspace) -> None:
+    tools = create_tools(workspace)
+    await workspace.fs.mkdir("/d/inner", recursive=True)
+    listed = await tools["ls"].run({"path": "/", "limit": 5, "offset": 0})
+    assert [e["name"] for e in listed["entries"]] == ["d"], listed
+    assert await tools["delete"].run({"path": "/d", "recursive": True}) == {"deleted": "/d"}
+    assert not await workspace.fs.exists("/d")

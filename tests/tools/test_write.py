@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from computer.tools import WriteOptions, create_write_tool
+import pytest
+
+from computer import Workspace
+from computer.tools import WriteOptions, create_tools, create_write_tool
 
 from .conftest import Files
 
@@ -77,3 +80,19 @@ async def test_content_that_is_not_utf8_is_an_error_naming_the_argument_and_the_
         result
     )
     assert not await files.exists("/workspace/s.txt")
+
+
+@pytest.mark.parametrize(
+    "path", ["/workspace/src/", "/workspace/src//", "/workspace/src/.", "/workspace/src/x/.."]
+)
+async def test_a_path_ending_in_a_slash_names_a_directory_and_write_refuses_it(
+    workspace: Workspace, path: str
+) -> None:
+    """``write {"path": "/workspace/src/"}`` (a model making a directory) made a file named ``src``:
+    the canonical form drops the ending. EISDIR now, as ``open("src/", O_CREAT)``; nothing made."""
+    result = await create_tools(workspace)["write"].run({"path": path, "content": "x"})
+    assert set(result) == {"error"} and "names a directory" in result["error"], result
+    assert path in result["error"]
+    assert not await workspace.fs.exists("/workspace/src")
+    ok = await create_tools(workspace)["write"].run({"path": "/workspace//src/./a.txt", "content": "x"})
+    assert ok == {"path": "/workspace/src/a.txt", "bytesWritten": 1}
