@@ -35,6 +35,7 @@ __all__ = [
     "checked_call",
     "reaches_protected",
     "refuse_protected_change",
+    "root_refused",
     "system_refused",
 ]
 
@@ -74,6 +75,30 @@ def system_refused(path: str, changer: str = "a program's workspace calls") -> P
     )
 
 
+def root_refused(op: str, path: str) -> OSError:
+    """What a change of the root itself gets (SPEC section 1: ``/`` cannot be removed, EPERM, nor
+    written as a file, EISDIR, nor created, EEXIST), said as such: it was refused as a change of
+    :data:`SYSTEM_DIR` (an ancestor's), and ``delete {"path": "/"}`` read "/.computer is the
+    workspace's own", which names neither the root nor the fix. ``path`` is the path as the caller
+    spelled it (canonical), which may be a link that leads to ``/``."""
+    where = "/ (the workspace root)" if path == "/" else f"{path} (it leads to /, the workspace root)"
+    if op in ("write_file", "copy"):
+        return IsADirectoryError(
+            errno.EISDIR,
+            f"Is a directory: {where} cannot be written as a file; write a file under /workspace",
+            path,
+        )
+    if op in ("symlink", "link"):
+        return FileExistsError(
+            errno.EEXIST, f"File exists: {where} cannot be replaced; name a path under /workspace", path
+        )
+    return PermissionError(
+        errno.EPERM,
+        f"Operation not permitted: {where} cannot be removed or renamed; name a path under it, such as /workspace/...",
+        path,
+    )
+
+
 def call_guard(
     op: str, protected: Mapping[str, Callable[[str], Exception]]
 ) -> tuple[str, Mapping[str, Callable[[str], Exception]]]:
@@ -101,10 +126,14 @@ async def refuse_protected_change(
         if not isinstance(path, str):
             continue
         spelled = canonical(path)
+        if ancestors and spelled == "/":
+            raise root_refused(op, spelled)
         for directory, refuse in protected.items():
             if reaches_protected(spelled, directory, ancestors=ancestors):
                 raise refuse(spelled)
         real = await real_path(fs, path, follow=follow)
+        if ancestors and real == "/":
+            raise root_refused(op, spelled)
         for directory, refuse in protected.items():
             if reaches_protected(real, directory, ancestors=ancestors):
                 raise refuse(spelled)

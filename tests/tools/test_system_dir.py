@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from computer import Workspace
 from computer.runtime import ShellBackend
-from computer.tools import create_tools
+from computer.tools import WorkspaceFileStore, create_tools
 
 
 @pytest.fixture(scope="module")
@@ -65,3 +66,38 @@ async def test_the_tools_read_the_journal_and_logs_but_cannot_change_them(
         assert result is not None
         done = await result.result()
         assert (done.status, done.exit_code) == ("failed", 4)
+
+
+async def test_a_change_of_the_root_is_refused_as_such() -> None:
+    """``delete``/``write`` of ``/`` said "/.computer is the workspace's own" (the root is its ancestor):
+    now the root's own error (SPEC section 1: EPERM to remove, EISDIR to write), naming the path."""
+    async with Workspace() as ws:
+        tools = create_tools(ws)
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.symlink("/", "/workspace/top")
+        for tool, args, start in [
+            ("delete", {"path": "/"}, "Operation not permitted: / (the workspace root) cannot be removed"),
+            ("delete", {"path": "/", "recursive": True}, "Operation not permitted: / (the workspace root)"),
+            ("delete", {"path": "/workspace/..", "recursive": True}, "Operation not permitted: / (the"),
+            (
+                "write",
+                {"path": "/", "content": "x"},
+                "Is a directory: / (the workspace root) cannot",
+            ),
+            (
+                "write",
+                {"path": "/workspace/top", "content": "x"},
+                "Is a directory: /workspace/top (it leads to /",
+            ),
+        ]:
+            error = (await tools[tool].run(args)).get("error", "")
+            assert error.startswith(start) and "/.computer" not in error, (tool, args, error)
+        assert await ws.fs.exists("/workspace/top") and await ws.fs.exists("/workspace")
+        # the store's guard says the same (the OSError subclass, with the path)
+        store = WorkspaceFileStore(ws)
+        with pytest.raises(PermissionError) as removed:
+            await store.remove("/", recursive=True, force=True)
+        with pytest.raises(IsADirectoryError) as written:
+            await store.write("/workspace/top", b"x")
+        assert (removed.value.errno, removed.value.filename) == (errno.EPERM, "/")
+        assert (written.value.errno, written.value.filename) == (errno.EISDIR, "/workspace/top")
