@@ -254,8 +254,9 @@ def grep(
     matcher = LineMatcher(pattern, regex=regex, ignore_case=ignore_case, path=path)
     if limit == 0:
         return iter(())
+    skip = [offset]  # spent by the scan itself: a match before the page is never built (``_grep``)
     if kind != DIR:
-        return _paged(grep_file(path, iter_file(st, ino), matcher, context), offset, limit)
+        return _paged(grep_file(path, iter_file(st, ino), matcher, context, skip), limit)
     included, excluded = ([] if include is None else _as_list(include)), _as_list(exclude)
     _check_count(path, excluded, len(included))
     includes = _compiled(path, GlobSet, included)
@@ -271,19 +272,17 @@ def grep(
             if k != FILE or (includes and not includes.match(rel)):
                 yield None
                 continue
-            yield from grep_file(cpath, iter_file(st, child), matcher, context)
+            yield from grep_file(cpath, iter_file(st, child), matcher, context, skip)
 
-    return _paged(matches(), offset, limit)
+    return _paged(matches(), limit)
 
 
-def _paged(found: Iterator[_T | None], offset: int, limit: int | None) -> Iterator[_T | None]:
-    """``found``'s results from the ``offset``-th, at most ``limit`` of them; ticks pass through, and
-    each result skipped is a tick too (skipping 3 million matches is work like any other)."""
-    skip, count = offset, 0
+def _paged(found: Iterator[_T | None], limit: int | None) -> Iterator[_T | None]:
+    """``found``'s results (the offset already spent by the scan, each match skipped a tick: skipping
+    3 million matches is work like any other), at most ``limit`` of them; ticks pass through."""
+    count = 0
     for item in found:
-        if item is None or skip:
-            if item is not None:
-                skip -= 1
+        if item is None:
             yield None
             continue
         yield item
