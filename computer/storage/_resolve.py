@@ -8,6 +8,7 @@ a directory clears the cache (``Store.forget``).
 from __future__ import annotations
 
 import errno
+import unicodedata
 from collections.abc import Sequence
 
 from ._schema import DIR, ROOT_INODE, SYMLINK
@@ -20,6 +21,7 @@ __all__ = [
     "kind_of",
     "link_path",
     "lookup",
+    "missing",
     "resolve",
     "resolve_parent",
     "resolve_read",
@@ -72,7 +74,7 @@ def resolve(st: Store, path: str, *, follow: bool = True) -> tuple[int, int, str
             if node is None:
                 node = lookup(st, ino, name)
                 if node is None:
-                    raise fs_error(errno.ENOENT, path)
+                    raise missing(st, ino, cur, name, path)
                 st.remember(nxt, node)
             ino, kind = node
             cur = nxt
@@ -86,6 +88,29 @@ def resolve(st: Store, path: str, *, follow: bool = True) -> tuple[int, int, str
                 break
         if not restarted:
             return ino, kind, cur
+
+
+def missing(st: Store, parent: int, parent_path: str, name: str, path: str) -> OSError:
+    """ENOENT for ``path``, whose segment ``name`` is not in directory ``parent`` (at ``parent_path``).
+
+    Names are compared as bytes (SPEC section 1), so ``café`` typed in NFD (``e`` + U+0301, as macOS
+    and some keyboards send it) misses the NFC ``café`` a program wrote, and a bare "No such file"
+    for a name that looks exactly like the one listed sent agents round in circles. Only here, on the
+    error's path, and only for a name that is not ASCII (ASCII is the same in every normal form), the
+    directory is asked for the name's other normal forms: the message names the one that exists.
+    """
+    if not name.isascii():
+        for form in ("NFC", "NFD"):
+            other = unicodedata.normalize(form, name)
+            if other != name and lookup(st, parent, other) is not None:
+                return fs_error(
+                    errno.ENOENT,
+                    path,
+                    f"No such file or directory; {join(parent_path, other)} exists in another Unicode "
+                    f"normal form ({form}: {ascii(other)}, not {ascii(name)}): names are compared byte "
+                    "for byte, use that spelling",
+                )
+    return fs_error(errno.ENOENT, path)
 
 
 def resolve_read(st: Store, path: str, *, follow: bool = True) -> tuple[int, int, str]:

@@ -9,6 +9,7 @@ from pydantic import Field
 from ..storage.paths import canonical
 from ._input import Flag, ToolInput
 from ._locks import PathLocks
+from ._normal_forms import other_form
 from ._tool import Tool, ToolUpdate
 from .file_store import FileStore
 
@@ -16,7 +17,7 @@ __all__ = ["DeleteInput", "create_delete_tool"]
 
 DELETE_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "properties": {"deleted": {"type": "string"}, "error": {"type": "string"}},
+    "properties": {"deleted": {"type": "string"}, "note": {"type": "string"}, "error": {"type": "string"}},
 }
 
 
@@ -34,7 +35,15 @@ def create_delete_tool(store: FileStore) -> Tool:
     async def handler(params: DeleteInput, on_update: ToolUpdate | None) -> dict[str, Any]:
         path = canonical(params.path)
         async with locks.hold([path], subtree=params.recursive, follow=False):
-            await store.remove(path, recursive=params.recursive, force=True)
+            if path.isascii():
+                await store.remove(path, recursive=params.recursive, force=True)
+                return {"deleted": path}
+            try:  # not forced: a missing path is looked at (``_normal_forms``), then succeeds as forced
+                await store.remove(path, recursive=params.recursive, force=False)
+            except (FileNotFoundError, NotADirectoryError):
+                other = await other_form(store, path)
+                if other is not None:
+                    return {"deleted": path, "note": f"nothing was at {path}; {other} (it was not deleted)"}
         return {"deleted": path}
 
     return Tool(

@@ -24,6 +24,7 @@ from ._diff import CONTEXT_LINES, FileDiff, diff_texts
 from ._edit_match import Edit, EditOutcome, apply_edits, check_edits
 from ._input import ToolInput, utf8_of
 from ._locks import PathLocks
+from ._normal_forms import other_form
 from ._options import EditOptions, coerce_options
 from ._sizes import human_bytes
 from ._tool import Tool, ToolUpdate
@@ -126,18 +127,25 @@ def create_edit_tool(store: FileStore, **edit_options: Any) -> Tool:
             "or exec for large mechanical changes."
         )
 
+    async def not_found(path: str) -> OSError:
+        """ENOENT for ``path``, naming its spelling in another Unicode normal form when one exists."""
+        other = await other_form(store, path)
+        if other is not None:
+            return fs_error(errno.ENOENT, path, f"File not found; {other}")
+        return fs_error(errno.ENOENT, path, "File not found (use write to create it)")
+
     async def computed(path: str, edits: list[Edit]) -> tuple[FileStoreStat, EditOutcome, bytes, bool]:
         """The file's stat as read, the edits' outcome on its content, the new bytes, whether heavy."""
         stat = await store.stat(path)
         if stat is None:
-            raise fs_error(errno.ENOENT, path, "File not found (use write to create it)")
+            raise await not_found(path)
         if stat.is_directory:
             raise fs_error(errno.EISDIR, path)
         if stat.size > options.max_bytes:
             raise over_cap(path, stat.size, "is")
         data = await store.read_all(path)
         if data is None:
-            raise fs_error(errno.ENOENT, path, "File not found (use write to create it)")
+            raise await not_found(path)
         if len(data) > options.max_bytes:
             raise over_cap(path, len(data), "is")
         if len(edits) * len(data) > EDIT_SCAN_BUDGET:  # each edit is searched in the whole file

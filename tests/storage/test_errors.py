@@ -158,3 +158,46 @@ async def test_a_page_past_sqlites_integers_is_all_or_nothing_not_an_overflow(fs
     assert await fs.readdir("/d", offset=2**63) == []
     assert [e.name for e in await fs.readdir("/d", limit=10**30)] == ["a"]
     assert [e.name for e in await fs.readdir("/d", limit=2**64 - 1, offset=0)] == ["a"]
+
+
+async def test_a_missing_name_names_its_spelling_in_another_normal_form(fs: FileSystem) -> None:
+    """Names stay bytes (SPEC 1), but the ENOENT of an NFD ``café`` names the NFC one that exists (and
+    the reverse), wherever the segment is; an ASCII name keeps the bare message."""
+    import unicodedata
+
+    nfc, nfd = "caf\u00e9", "cafe\u0301"
+    assert unicodedata.normalize("NFD", nfc) == nfd
+    await fs.mkdir(f"/w/{nfc}", recursive=True)
+    await fs.write_file(f"/w/{nfd}.txt", b"x")
+    cases: list[tuple[Callable[[], Awaitable[object]], str, str]] = [
+        (
+            lambda: fs.stat(f"/w/{nfc}.txt"),
+            f"/w/{nfc}.txt",
+            f"/w/{nfd}.txt exists in another Unicode normal form (NFD",
+        ),
+        (
+            lambda: fs.read_file(f"/w/{nfc}.txt"),
+            f"/w/{nfc}.txt",
+            "(NFD: 'cafe\\u0301.txt', not 'caf\\xe9.txt')",
+        ),
+        (lambda: fs.rm(f"/w/{nfc}.txt"), f"/w/{nfc}.txt", f"/w/{nfd}.txt exists in another"),
+        (
+            lambda: fs.readdir(f"/w/{nfd}"),
+            f"/w/{nfd}",
+            f"/w/{nfc} exists in another Unicode normal form (NFC",
+        ),
+        (
+            lambda: fs.write_file(f"/w/{nfd}/f", b"x"),
+            f"/w/{nfd}",
+            f"/w/{nfc} exists in another",
+        ),  # its parent
+    ]
+    for call, path, hint in cases:
+        with pytest.raises(FileNotFoundError) as caught:
+            await call()
+        assert (caught.value.errno, caught.value.filename) == (errno.ENOENT, path)
+        assert hint in str(caught.value.strerror), caught.value.strerror
+    assert await fs.read_file(f"/w/{nfd}.txt") == b"x"  # nothing is matched across forms
+    with pytest.raises(FileNotFoundError) as plain:
+        await fs.stat("/w/cafe.txt")
+    assert plain.value.strerror == "No such file or directory"

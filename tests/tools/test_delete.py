@@ -54,3 +54,28 @@ async def test_delete_unicode_name(files: Files) -> None:
     await files.put("/ü/🚀 50% [x].txt", "x")
     assert await files.delete().run({"path": "/ü/🚀 50% [x].txt"}) == {"deleted": "/ü/🚀 50% [x].txt"}
     assert not await files.exists("/ü/🚀 50% [x].txt")
+
+
+async def test_a_missing_path_names_its_spelling_in_another_normal_form() -> None:
+    """read, edit and delete of the NFD spelling of an NFC file name the NFC one (names are bytes:
+    nothing is read, changed or removed across forms); delete still succeeds, with a note."""
+    from computer import Workspace
+    from computer.tools import create_tools
+
+    nfc, nfd = "/workspace/caf\u00e9.txt", "/workspace/cafe\u0301.txt"
+    async with Workspace() as ws:
+        tools = create_tools(ws)
+        assert "bytesWritten" in await tools["write"].run({"path": nfc, "content": "hi"})
+        hint = f"{nfc} exists in another Unicode normal form (NFC"
+        read = await tools["read"].run({"path": nfd})
+        edit = await tools["edit"].run({"path": nfd, "edits": [{"oldText": "hi", "newText": "ho"}]})
+        assert hint in read["error"] and read["error"].endswith(nfd), read
+        assert edit["error"].startswith(f"File not found; {hint}"), edit
+        deleted = await tools["delete"].run({"path": nfd})
+        assert deleted["deleted"] == nfd and hint in deleted["note"], deleted
+        assert await ws.fs.read_text(nfc) == "hi"
+        assert await tools["delete"].run({"path": "/workspace/caf\u00e8.txt"}) == {
+            "deleted": "/workspace/caf\u00e8.txt"
+        }
+        assert await tools["delete"].run({"path": nfc}) == {"deleted": nfc}
+        assert not await ws.fs.exists(nfc)
