@@ -17,8 +17,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from computer.storage import FileSystem
-from computer.storage import _search
+from computer.storage import FileSystem, _search
 
 
 def _old_paged(found: Iterator[Any], offset: int, limit: int) -> list[Any]:

@@ -107,7 +107,7 @@ def missing(st: Store, parent: int, parent_path: str, name: str, path: str) -> O
                     errno.ENOENT,
                     path,
                     f"No such file or directory; {join(parent_path, other)} exists in another Unicode "
-                    f"normal form ({form}: {ascii(other)}, not {ascii(name)}): names are compared byte "
+                    f"normal form ({form}: {other!a}, not {name!a}): names are compared byte "
                     "for byte, use that spelling",
                 )
     return fs_error(errno.ENOENT, path)

@@ -24,7 +24,7 @@ async def other_form(store: FileStore, path: str) -> str | None:
         other = unicodedata.normalize(form, path)
         if other != path and await store.stat(other) is not None:
             return (
-                f"{other} exists in another Unicode normal form ({form}: {ascii(other)}, not {ascii(path)}): "
+                f"{other} exists in another Unicode normal form ({form}: {other!a}, not {path!a}): "
                 "names are compared byte for byte, use that spelling"
             )
     return None
