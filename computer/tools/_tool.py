@@ -7,6 +7,7 @@ own library's types.
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import logging
@@ -177,7 +178,7 @@ class Tool:
         try:
             return await self.handler(params, on_update)
         except OSError as exc:
-            return error_result(_describe_os_error(exc))
+            return error_result(_describe_os_error(exc, self.name))
         except (ValueError, LookupError, TypeError) as exc:
             return error_result(str(exc) or type(exc).__name__)
         except Exception as exc:
@@ -190,6 +191,21 @@ class Tool:
         return self.model_output(result)
 
 
-def _describe_os_error(exc: OSError) -> str:
+# What to do instead, for an error of a tool that has one answer (the errno as the store raises it for
+# the path the tool was given): "directory not empty" alone left a model to guess ``recursive``, "Is a
+# directory" after ``read`` to guess ``ls``.
+_NEXT_STEPS: dict[tuple[str, int], str] = {
+    ("delete", errno.ENOTEMPTY): "set recursive: true to delete it with everything in it",
+    ("read", errno.EISDIR): "use ls to list a directory",
+    ("edit", errno.EISDIR): "edit takes a file; use ls to list a directory",
+    ("write", errno.EISDIR): "write takes a file's path; a directory is never replaced by a file",
+    ("ls", errno.ENOTDIR): "ls lists a directory; use read to open a file",
+}
+
+
+def _describe_os_error(exc: OSError, tool: str = "") -> str:
     reason = exc.strerror or str(exc)
+    step = _NEXT_STEPS.get((tool, exc.errno or 0))
+    if step is not None and ";" not in reason:  # a reason with a ";" says what to do already
+        reason = f"{reason} ({step})"
     return f"{reason}: {exc.filename}" if exc.filename else reason

@@ -265,7 +265,7 @@ async def _read_page(
     if not continuing and start_line > 1:
         skipped, consumed, _ = await _skip_lines(source, start_line - 1)
         if skipped < start_line - 1:
-            raise ValueError(f"offset {start_line} is past the end of {path} ({skipped} lines).")
+            raise ValueError(f"offset {start_line} is past the end of {path} ({_lines(skipped)}).")
         position += consumed
 
     outcome = None
@@ -292,7 +292,7 @@ async def _read_page(
             "the previous read. Read it again from the start, or with offset alone."
         )
     if count == 0 and not continuing and start_line > 1 and not truncated:
-        raise ValueError(f"offset {start_line} is past the end of {path} ({start_line - 1} lines).")
+        raise ValueError(f"offset {start_line} is past the end of {path} ({_lines(start_line - 1)}).")
     result: dict[str, Any] = {
         "path": path,
         "content": content,
@@ -505,3 +505,8 @@ def read_model_output(result: dict[str, Any]) -> list[ContentPart]:
     ):
         return [{"type": "text", "text": result["content"]}]
     return [{"type": "text", "text": json.dumps(result, ensure_ascii=False)}]
+
+
+def _lines(count: int) -> str:
+    """``count`` with "line" or "lines" ("(1 lines)" read oddly in an error)."""
+    return f"{count} line" if count == 1 else f"{count} lines"

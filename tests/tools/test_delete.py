@@ -79,3 +79,35 @@ async def test_a_missing_path_names_its_spelling_in_another_normal_form() -> Non
         }
         assert await tools["delete"].run({"path": nfc}) == {"deleted": nfc}
         assert not await ws.fs.exists(nfc)
+
+
+async def test_errors_with_one_answer_say_what_to_do() -> None:
+    """An error a tool can only get one way says what to do instead, still naming the path."""
+    from computer import Workspace
+    from computer.tools import create_tools
+
+    async with Workspace() as ws:
+        tools = create_tools(ws)
+        await ws.fs.mkdir("/workspace/d/e", recursive=True)
+        await ws.fs.write_file("/workspace/f.txt", "x\n")
+        for tool, args, expected in [
+            ("delete", {"path": "/workspace/d"}, "directory not empty (set recursive: true to delete it"),
+            ("read", {"path": "/workspace/d"}, "Is a directory (use ls to list a directory)"),
+            (
+                "edit",
+                {"path": "/workspace/d", "edits": [{"oldText": "a", "newText": "b"}]},
+                "Is a directory (edit takes a file;",
+            ),
+            ("write", {"path": "/workspace/d", "content": "x"}, "Is a directory (write takes a file's path;"),
+            (
+                "ls",
+                {"path": "/workspace/f.txt"},
+                "Not a directory (ls lists a directory; use read to open a file)",
+            ),
+        ]:
+            error = (await tools[tool].run(args))["error"]
+            assert error.startswith(expected) and error.endswith(args["path"]), (tool, error)
+        assert (await tools["read"].run({"path": "/workspace/f.txt", "offset": 9}))["error"] == (
+            "offset 9 is past the end of /workspace/f.txt (1 line)."
+        )
+        assert await ws.fs.exists("/workspace/d/e")
