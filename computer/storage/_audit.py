@@ -48,7 +48,7 @@ from ._audit_record import (
     sql_int,
 )
 from ._db import Database
-from ._redact import MAX_ERROR_CHARS, cut, payload_size, redact, scrub, sound_text
+from ._redact import MAX_ERROR_CHARS, cut, payload_size, redact, scrub, scrub_args, sound_text
 
 __all__ = [
     "DEFAULT_MAX_AUDIT_BYTES",
@@ -100,7 +100,7 @@ def _encode(
     else:  # a tool call's detail is its two sizes
         detail_json = f'{{"bytes_in":{payload_size(args)},"bytes_out":{payload_size(result)}}}'
     caller_json = _caller_json(tuple(caller.items()))
-    args_json = _json(scrub(dict(args or {})))
+    args_json = _json(scrub_args(args))
     text = None if error is None else cut(redact(str(error)[: MAX_ERROR_CHARS + 64]), MAX_ERROR_CHARS)
     size = 64 + len(caller_json) + len(args_json) + len(detail_json) + len(text or "") + len(tool or "")
     duration = None if duration_ms is None else round(float(duration_ms), 3)

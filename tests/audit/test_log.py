@@ -332,3 +332,22 @@ async def test_a_limit_or_since_past_sqlites_integers_is_all_or_nothing() -> Non
     with pytest.raises(ValueError, match="NaN"):
         await ws.audit.query(since=float("nan"))
     await ws.close()
+
+
+async def test_the_exec_tool_record_keeps_env_names_not_values() -> None:
+    """The run's record kept ``env`` names only ("values are where secrets live"), but the exec
+    tool's own record of the same call kept every value whose name did not look secret:
+    ``{"MYVAR": "plainsecretvalue"}`` was in the log, and ``computer log`` showed it."""
+    from computer.runtime.shell import ShellBackend
+
+    async with Workspace(backends=[ShellBackend()]) as ws:
+        env = {"MYVAR": "plainsecretvalue", "DB_URL": "postgres://u:hunter2@h/db"}
+        result = await create_tools(ws)["exec"].run({"command": "true", "env": env, "timeout": 30})
+        assert result["status"] == "completed"
+        records = await ws.audit.query()
+    by_kind = {record.kind: record for record in records}
+    assert by_kind["tool"].args["env"] == ["DB_URL", "MYVAR"]
+    assert by_kind["exec"].args["env"] == ["DB_URL", "MYVAR"]
+    for record in records:
+        assert "plainsecretvalue" not in str(record.to_json())
+    assert by_kind["tool"].detail["bytes_in"] > len("plainsecretvalue")  # the sizes still count them
