@@ -326,3 +326,41 @@ async def test_serve_dashboard_cuts_off_a_client_that_never_completes_its_reques
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_record_committed_while_the_page_is_read_is_streamed(
+    settings: Settings, serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workspace page read its 100 newest records, then the newest id apart, and streamed from
+    that id: a record the owner (another connection) committed between the two reads was on neither
+    the page nor the stream. The owner's commit is placed there by running it on the reader's first
+    look past the query."""
+    from typing import Any
+
+    from computer.storage import AuditLog, AuditRecord
+
+    ws = open_workspace(settings, "gamma")
+    tools = create_tools(ws)
+    await tools["ls"].run({"path": "/"})
+    ws.audit.flush()
+    shown = ws.audit.top()
+    real_read = AuditLog.read
+    after_query: list[bool] = []
+
+    def read(self: AuditLog, **kwargs: Any) -> list[AuditRecord]:
+        records = real_read(self, **kwargs)
+        if self is not ws.audit and not after_query:
+            after_query.append(True)
+            ws.audit.record("tool", tool="late", status="ok")  # the owner commits now
+            ws.audit.flush()
+        return records
+
+    monkeypatch.setattr(AuditLog, "read", read)
+    base = await serve(DataDirSource(settings))
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        page = (await http.get("/w/gamma")).text
+    late = ws.audit.top()
+    assert after_query and late == shown + 1
+    after = int(page.split("/audit?after=", 1)[1].split('"', 1)[0])
+    assert after == shown < late  # not on the page (read before it): the stream must bring it
+    await ws.close()
