@@ -69,6 +69,8 @@ DEFAULT_MAX_AUDIT_RECORDS = 10_000
 DEFAULT_MAX_AUDIT_BYTES = 16 * 1024 * 1024
 FLUSH_DELAY = 0.05  # seconds between a record and the commit that holds it
 FLUSH_BATCH = 256  # records held at most before a commit
+# The exit code of a run its timeout stopped (the runtime's ``TIMEOUT_EXIT_CODE``, as timeout(1)).
+TIMEOUT_EXIT_CODE = 124
 POLL_INTERVAL = 0.5  # seconds between looks at the file while following other writers
 
 
@@ -237,7 +239,9 @@ class AuditLog:
         status = str(getattr(result, "status", "failed"))
         exit_code = getattr(result, "exit_code", None)
         error = getattr(result, "error", None)
-        if status != "completed" and not error:
+        if status == "cancelled" and exit_code == TIMEOUT_EXIT_CODE and timeout is not None and not error:
+            error = f"timed out after {timeout:g} s"  # as the exec tool says it
+        elif status != "completed" and not error:
             error = f"{status} (exit code {exit_code})"
         args: dict[str, Any] = {"command": command}
         if cwd is not None:

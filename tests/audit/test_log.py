@@ -351,3 +351,21 @@ async def test_the_exec_tool_record_keeps_env_names_not_values() -> None:
     for record in records:
         assert "plainsecretvalue" not in str(record.to_json())
     assert by_kind["tool"].detail["bytes_in"] > len("plainsecretvalue")  # the sizes still count them
+
+
+async def test_a_run_stopped_by_its_timeout_is_recorded_as_timed_out() -> None:
+    """A run its timeout stopped was recorded "cancelled (exit code 124)", as any cancelled run: the
+    log did not say what the exec tool says, that it timed out, nor after how long."""
+    from computer.runtime.shell import ShellBackend
+
+    async with Workspace(backends=[ShellBackend()]) as ws:
+        handle = await ws.runtime.exec("sleep 30", timeout=0.2)
+        result = await handle.result()
+        killed = await ws.runtime.exec("sleep 30")
+        await killed.kill()
+        await killed.result()
+        timed, stopped = await ws.audit.query(kind="exec")
+    assert result.status == "cancelled" and result.exit_code == 124
+    assert (timed.status, timed.error, timed.detail["exit_code"]) == ("error", "timed out after 0.2 s", 124)
+    assert timed.duration_ms is not None and timed.duration_ms >= 200
+    assert (stopped.status, stopped.error) == ("error", "killed")
