@@ -59,11 +59,17 @@ class DataDirSource:
             self._listing = (time.monotonic(), [asdict(row) for row in rows])
         listed = [dict(row) for row in self._listing[1]]
         for row in listed:
-            owner = self.owners.get(row["name"])
+            owner = self._owner(row["name"])
             if owner is not None:  # an owner of this process: its own count is exact
                 row["live_runs"] = owner.runtime.active()
                 row["state"], row["where"] = "awake", "in this process"
         return listed
+
+    def _owner(self, name: str) -> Any | None:
+        """The owner of ``name`` given to this source while it is open: a closed one (its program
+        closed the workspace) was still shown awake in this process, with its closed runtime's runs."""
+        owner = self.owners.get(name)
+        return None if owner is None or getattr(owner, "closed", False) else owner
 
     def store(self, name: str) -> FileSystem:
         """The read-only store of workspace ``name`` (ENOENT when it has no file here).
@@ -139,7 +145,7 @@ class DataDirSource:
 
     async def live_runtime(self, name: str) -> Any | None:
         """The runtime of an owner that holds workspace ``name``'s running executions, if reachable."""
-        owner = self.owners.get(name)
+        owner = self._owner(name)
         return None if owner is None else owner.runtime
 
     async def run_output(self, name: str, exec_id: str) -> AsyncIterator[dict[str, Any]]:

@@ -364,3 +364,24 @@ async def test_a_record_committed_while_the_page_is_read_is_streamed(
     after = int(page.split("/audit?after=", 1)[1].split('"', 1)[0])
     assert after == shown < late  # not on the page (read before it): the stream must bring it
     await ws.close()
+
+
+async def test_a_workspace_its_program_closed_is_no_longer_shown_awake_here(
+    settings: Settings, serve: Serve
+) -> None:
+    """A ``Workspace`` given to the source stayed "awake in this process" after its program closed
+    it (its file asleep, nothing holding it), and its closed runtime was asked for live runs."""
+    ws = open_workspace(settings, "delta")
+    await create_tools(ws)["ls"].run({"path": "/"})
+    source = DataDirSource(settings, workspaces={"delta": ws})
+    base = await serve(source)
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        assert "awake in this process" in (await http.get("/fragments/workspaces")).text
+        await ws.close()
+        await asyncio.sleep(0.6)  # past the listing's reuse (LIST_TTL, 0.5 s)
+        rows = (await http.get("/fragments/workspaces")).text
+        listed = (await http.get("/api/workspaces")).json()
+    assert "delta" in rows and "awake in this process" not in rows
+    (row,) = [r for r in listed if r["name"] == "delta"]
+    assert row["state"] != "awake" and row["live_runs"] == 0
+    assert await source.live_runtime("delta") is None
