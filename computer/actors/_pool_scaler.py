@@ -328,10 +328,10 @@ class PoolScaler:
             if w is not None:
                 w.state = "draining"
                 with contextlib.suppress(Exception):
-                    w.report = await asyncio.wait_for(w.handle.drain.remote(), POLL_TIMEOUT)
-                    w.reported_at = time.monotonic()
+                    drained: LoadReport = await asyncio.wait_for(w.handle.drain.remote(), POLL_TIMEOUT)
+                    w.report, w.reported_at = drained, time.monotonic()
                     # A drain's report is a load report too: the worker reset its counts with it.
-                    _count(pool, w.report, w.reported_at)
+                    _count(pool, drained, w.reported_at)
                 if w.report is not None and w.report.draining and w.report.holds == 0:
                     # Drained holding nothing (its idle live sandboxes ended with the drain): gone
                     # now, not a round later, so an idle worker's memory is back at the idle time.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import subprocess
@@ -145,7 +146,7 @@ async def test_log_follow_of_an_empty_log_misses_no_record_committed_as_it_start
 
     monkeypatch.setattr(AuditLog, "read", read)
     options = GlobalOptions(data_dir=tmp_path)
-    console = Console(file=open(os.devnull, "w"))  # noqa: SIM115 (closed below)
+    console = Console(file=io.StringIO())  # the table is not printed: JSON lines go to stdout
     follow = asyncio.ensure_future(
         show_log(
             options, "quiet", follow=True, as_json=True, tool=None, errors=False, limit=20, console=console
@@ -161,7 +162,6 @@ async def test_log_follow_of_an_empty_log_misses_no_record_committed_as_it_start
     finally:
         follow.cancel()
         await asyncio.gather(follow, return_exceptions=True)
-        console.file.close()
         await ws.close()
         from computer.config import configure
 
