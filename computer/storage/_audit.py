@@ -475,15 +475,23 @@ class AuditLog:
         """Every new matching record as it is written, until the log closes or the caller stops.
 
         Starts after the newest record now (``since`` starts earlier: every record after it first).
+        Ends when the log closes (its store closes the file with it: the records of that close's own
+        commit that the follower had not read yet are not given).
         Records written by this process arrive as their batch commits (≤ ``FLUSH_DELAY`` s); those of
         another process (an owner seen through a read-only store) within ``poll`` seconds.
         """
+        if self.closed:
+            return
         if since is None:
             since = self.top()
         event = asyncio.Event()
         self._waiters.add(event)
         try:
             while True:
+                if self.closed:
+                    # Its store closed the file with the log (the waiters run after that close):
+                    # reading now raised ProgrammingError from the follower's ``async for``.
+                    return
                 batch, top = self.page(since=since, tool=tool, status=status, kind=kind, limit=500)
                 for record in batch:
                     yield record
@@ -491,8 +499,6 @@ class AuditLog:
                 since = top
                 if len(batch) == 500:
                     continue
-                if self.closed:
-                    return
                 event.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), poll)

@@ -369,3 +369,28 @@ async def test_a_run_stopped_by_its_timeout_is_recorded_as_timed_out() -> None:
     assert (timed.status, timed.error, timed.detail["exit_code"]) == ("error", "timed out after 0.2 s", 124)
     assert timed.duration_ms is not None and timed.duration_ms >= 200
     assert (stopped.status, stopped.error) == ("error", "killed")
+
+
+async def test_a_follow_ends_when_its_workspace_closes() -> None:
+    """``follow`` is documented to end when the log closes; it raised ``ProgrammingError`` (cannot
+    operate on a closed database) from the follower's ``async for`` instead: the store closes the
+    file right after the log, before the woken follower reads again."""
+    ws = Workspace()
+    tools = create_tools(ws)
+    got: list[str | None] = []
+
+    async def follow() -> None:
+        async for record in ws.audit.follow():
+            got.append(record.tool)
+
+    follower = asyncio.create_task(follow())
+    await asyncio.sleep(0.1)  # the follower has read the newest id and waits
+    await tools["ls"].run({"path": "/"})
+    for _ in range(50):  # up to 5 s
+        if got:
+            break
+        await asyncio.sleep(0.1)
+    await ws.close()
+    await asyncio.wait_for(follower, 10)  # ends, without an error
+    assert got == ["ls"]
+    assert [record async for record in ws.audit.follow()] == []  # a closed log: nothing, at once
