@@ -253,6 +253,7 @@ class ClusterSource(DataDirSource):
         ]
         pools: list[dict[str, Any]] = []
         now = time.monotonic()
+        samples, self._pool_samples = self._pool_samples, {}  # workers gone since: forgotten
         for actor in actors:
             actor_name = str(actor.get("name", "")) if isinstance(actor, dict) else str(actor)
             if not actor_name.startswith("computer:pool:"):
@@ -263,9 +264,15 @@ class ClusterSource(DataDirSource):
             except Exception:
                 continue
             runs = int(stats.get("runs", 0))
-            before = self._pool_samples.get(actor_name)
+            before = samples.get(actor_name)
             self._pool_samples[actor_name] = (now, runs)
-            rate = None if before is None or now <= before[0] else (runs - before[1]) / (now - before[0])
+            # A worker restarted in place (same name) counts its runs from 0 again: no rate between
+            # the two (it was negative), as for a worker seen for the first time.
+            rate = (
+                None
+                if before is None or now <= before[0] or runs < before[1]
+                else (runs - before[1]) / (now - before[0])
+            )
             pools.append(
                 {
                     "worker": actor_name.removeprefix("computer:pool:"),

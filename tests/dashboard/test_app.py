@@ -385,3 +385,48 @@ async def test_a_workspace_its_program_closed_is_no_longer_shown_awake_here(
     (row,) = [r for r in listed if r["name"] == "delta"]
     assert row["state"] != "awake" and row["live_runs"] == 0
     assert await source.live_runtime("delta") is None
+
+
+async def test_a_pool_worker_restarted_in_place_shows_no_negative_rate(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cluster view's runs/s of a worker is the change of its run count between two views; a
+    worker Ray restarted in place (same name) counts from 0 again, and its rate was negative. A
+    worker gone stayed in the samples for good (one entry per worker an elastic pool ever had)."""
+    import computer.actors as actors
+    from computer.dashboard import ClusterSource
+
+    counts = {"computer:pool:shell-1": 40, "computer:pool:shell-2": 5}
+
+    class _Stats:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        async def remote(self) -> dict[str, object]:
+            return {"runs": counts[self.name], "node_id": "n1", "running": []}
+
+    class _Handle:
+        def __init__(self, name: str) -> None:
+            self.stats = _Stats(name)
+
+    def named_actor(name: str, namespace: str) -> _Handle:
+        if name not in counts:
+            raise ValueError(name)  # the scaler: not there
+        return _Handle(name)
+
+    monkeypatch.setattr(actors, "listed_nodes", lambda: [])
+    monkeypatch.setattr(actors, "named_actors", lambda: [{"name": n} for n in counts])
+    monkeypatch.setattr(actors, "named_actor", named_actor)
+    source = ClusterSource(settings)
+    first = {p["worker"]: p for p in (await source.cluster())["pools"]}
+    assert first["shell-1"]["runs_per_s"] is None  # seen once: no rate yet
+    counts["computer:pool:shell-1"] = 3  # restarted in place: counts from 0 again
+    del counts["computer:pool:shell-2"]  # gone
+    await asyncio.sleep(0.01)
+    second = {p["worker"]: p for p in (await source.cluster())["pools"]}
+    assert second["shell-1"]["runs"] == 3 and second["shell-1"]["runs_per_s"] is None
+    assert list(source._pool_samples) == ["computer:pool:shell-1"]
+    counts["computer:pool:shell-1"] = 5
+    await asyncio.sleep(0.01)
+    third = {p["worker"]: p for p in (await source.cluster())["pools"]}
+    assert third["shell-1"]["runs_per_s"] is not None and third["shell-1"]["runs_per_s"] > 0
