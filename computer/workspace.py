@@ -72,6 +72,11 @@ class Workspace:
             self.assets = open_assets(assets, self)
         self._closed = False
 
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (the dashboard no longer shows the workspace awake here)."""
+        return self._closed
+
     async def close(self) -> None:
         """Stop running executions and close the SQLite file. Idempotent."""
         if self._closed:

@@ -310,17 +310,13 @@ class PoolScaler:
                     "runs processes or other runs of its workspace, which moving would end; or no "
                     "worker had a free slot: the pool grows for them then)",
                 )
-            pool.moved += report.moved
-            pool.stayed += report.stayed
+            _count(pool, report, now)
             w.report, w.reported_at = report, now
             w.node_id = report.node_id
             w.target, w.cpus = report.target, report.cpus
             if w.state == "pending":
                 w.state = "draining" if report.draining else "ready"
                 pool.ready.set()
-            pool.waits.extend((now, x) for x in report.waits)
-            if report.admitted:
-                pool.admitted.append((now, report.admitted))
 
     async def _apply(self, pool: _Pool, limits: PoolLimits, decided: Plan, free: dict[str, float]) -> None:
         for reason in decided.reasons:
@@ -332,8 +328,10 @@ class PoolScaler:
             if w is not None:
                 w.state = "draining"
                 with contextlib.suppress(Exception):
-                    w.report = await asyncio.wait_for(w.handle.drain.remote(), POLL_TIMEOUT)
-                    w.reported_at = time.monotonic()
+                    drained: LoadReport = await asyncio.wait_for(w.handle.drain.remote(), POLL_TIMEOUT)
+                    w.report, w.reported_at = drained, time.monotonic()
+                    # A drain's report is a load report too: the worker reset its counts with it.
+                    _count(pool, drained, w.reported_at)
                 if w.report is not None and w.report.draining and w.report.holds == 0:
                     # Drained holding nothing (its idle live sandboxes ended with the drain): gone
                     # now, not a round later, so an idle worker's memory is back at the idle time.
@@ -432,6 +430,19 @@ class PoolScaler:
         span = min(window, max(1e-9, time.time() - self.started_at))
         pools = {backend: pool_status(pool, window, span) for backend, pool in self._pools.items()}
         return {"rounds": self.rounds, "window": window, "pools": pools}
+
+
+def _count(pool: _Pool, report: LoadReport, now: float) -> None:
+    """Add what ``report`` counted since the worker's previous report to ``pool``'s totals and windows.
+
+    Every report a worker gives resets its counts (``Admission.report``), a drain's as a poll's: the
+    drain's was kept as the worker's state only, so the runs it admitted, the waits (those of the runs
+    the drain handed back too) and the moves since the last poll were lost from ``computer status``."""
+    pool.moved += report.moved
+    pool.stayed += report.stayed
+    pool.waits.extend((now, x) for x in report.waits)
+    if report.admitted:
+        pool.admitted.append((now, report.admitted))
 
 
 def _ready(pool: _Pool) -> bool:

@@ -104,7 +104,9 @@ async def show_log(
                 console.print(format_row(record), soft_wrap=True)
         if not follow:
             return
-        since = records[-1].id if records else None
+        # None matched (`limit` > 0): the follow starts at the first record, not at the newest one
+        # read apart: a record committed between the query and that read was shown by neither.
+        since = records[-1].id if records else (0 if limit > 0 else None)
 
         async def print_new() -> None:
             async for record in audit.follow(since=since, tool=tool, status=status):

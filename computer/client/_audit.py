@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
-from ..storage import AuditRecord, current_caller, payload_size, scrub
+from ..storage import AuditRecord, current_caller, payload_size, scrub_args
 from ._connection import Connection
 
 __all__ = ["ClientAudit", "default_client_id"]
@@ -108,7 +108,7 @@ class ClientAudit:
             "duration_ms": duration_s * 1000.0,
             "caller": self.caller(),
             # Scrubbed here: an oversized write rejected locally must not travel whole to be recorded.
-            "args": scrub(args if isinstance(args, dict) else {"arguments": args}),
+            "args": scrub_args(args if isinstance(args, dict) else {"arguments": args}),
             "detail": {"bytes_in": payload_size(args), "bytes_out": payload_size(result)},
         }
         try:

@@ -84,7 +84,9 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
         except OSError as exc:
             return _not_found(_unreadable(name, exc))
         records = await store.audit.query(limit=100)
-        top = store.audit.top()
+        # The live stream starts after the newest record shown, read in the same query: a record the
+        # owner committed between this query and a second read of the newest id was in neither.
+        top = records[-1].id if records else 0
         return _html(
             pages.workspace_page(name, records, await source.runs(name), await source.links(name), top)
         )

@@ -59,11 +59,17 @@ class DataDirSource:
             self._listing = (time.monotonic(), [asdict(row) for row in rows])
         listed = [dict(row) for row in self._listing[1]]
         for row in listed:
-            owner = self.owners.get(row["name"])
+            owner = self._owner(row["name"])
             if owner is not None:  # an owner of this process: its own count is exact
                 row["live_runs"] = owner.runtime.active()
                 row["state"], row["where"] = "awake", "in this process"
         return listed
+
+    def _owner(self, name: str) -> Any | None:
+        """The owner of ``name`` given to this source while it is open: a closed one (its program
+        closed the workspace) was still shown awake in this process, with its closed runtime's runs."""
+        owner = self.owners.get(name)
+        return None if owner is None or getattr(owner, "closed", False) else owner
 
     def store(self, name: str) -> FileSystem:
         """The read-only store of workspace ``name`` (ENOENT when it has no file here).
@@ -139,7 +145,7 @@ class DataDirSource:
 
     async def live_runtime(self, name: str) -> Any | None:
         """The runtime of an owner that holds workspace ``name``'s running executions, if reachable."""
-        owner = self.owners.get(name)
+        owner = self._owner(name)
         return None if owner is None else owner.runtime
 
     async def run_output(self, name: str, exec_id: str) -> AsyncIterator[dict[str, Any]]:
@@ -247,6 +253,7 @@ class ClusterSource(DataDirSource):
         ]
         pools: list[dict[str, Any]] = []
         now = time.monotonic()
+        samples, self._pool_samples = self._pool_samples, {}  # workers gone since: forgotten
         for actor in actors:
             actor_name = str(actor.get("name", "")) if isinstance(actor, dict) else str(actor)
             if not actor_name.startswith("computer:pool:"):
@@ -257,9 +264,15 @@ class ClusterSource(DataDirSource):
             except Exception:
                 continue
             runs = int(stats.get("runs", 0))
-            before = self._pool_samples.get(actor_name)
+            before = samples.get(actor_name)
             self._pool_samples[actor_name] = (now, runs)
-            rate = None if before is None or now <= before[0] else (runs - before[1]) / (now - before[0])
+            # A worker restarted in place (same name) counts its runs from 0 again: no rate between
+            # the two (it was negative), as for a worker seen for the first time.
+            rate = (
+                None
+                if before is None or now <= before[0] or runs < before[1]
+                else (runs - before[1]) / (now - before[0])
+            )
             pools.append(
                 {
                     "worker": actor_name.removeprefix("computer:pool:"),

@@ -9,7 +9,7 @@ from ._audit import AuditLog, AuditRecord, ToolCall, audit_caller, current_calle
 from ._chunks import CHUNK_SIZE
 from ._content import check_write_data
 from ._db import storage_failure, use_wal
-from ._redact import payload_size, scrub
+from ._redact import payload_size, scrub, scrub_args
 from ._state import BOOKKEEPING_BYTES, BOOKKEEPING_DIR, TOUCH
 from .errors import FsInvalidError, QuotaError, error_from_wire, error_to_wire, fs_error
 from .filesystem import FileSystem
@@ -61,6 +61,7 @@ __all__ = [
     "fs_error",
     "payload_size",
     "scrub",
+    "scrub_args",
     "storage_failure",
     "use_wal",
 ]

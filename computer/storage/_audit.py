@@ -48,7 +48,7 @@ from ._audit_record import (
     sql_int,
 )
 from ._db import Database
-from ._redact import MAX_ERROR_CHARS, cut, payload_size, redact, scrub, sound_text
+from ._redact import MAX_ERROR_CHARS, cut, payload_size, redact, scrub, scrub_args, sound_text
 
 __all__ = [
     "DEFAULT_MAX_AUDIT_BYTES",
@@ -69,6 +69,8 @@ DEFAULT_MAX_AUDIT_RECORDS = 10_000
 DEFAULT_MAX_AUDIT_BYTES = 16 * 1024 * 1024
 FLUSH_DELAY = 0.05  # seconds between a record and the commit that holds it
 FLUSH_BATCH = 256  # records held at most before a commit
+# The exit code of a run its timeout stopped (the runtime's ``TIMEOUT_EXIT_CODE``, as timeout(1)).
+TIMEOUT_EXIT_CODE = 124
 POLL_INTERVAL = 0.5  # seconds between looks at the file while following other writers
 
 
@@ -100,7 +102,7 @@ def _encode(
     else:  # a tool call's detail is its two sizes
         detail_json = f'{{"bytes_in":{payload_size(args)},"bytes_out":{payload_size(result)}}}'
     caller_json = _caller_json(tuple(caller.items()))
-    args_json = _json(scrub(dict(args or {})))
+    args_json = _json(scrub_args(args))
     text = None if error is None else cut(redact(str(error)[: MAX_ERROR_CHARS + 64]), MAX_ERROR_CHARS)
     size = 64 + len(caller_json) + len(args_json) + len(detail_json) + len(text or "") + len(tool or "")
     duration = None if duration_ms is None else round(float(duration_ms), 3)
@@ -237,7 +239,9 @@ class AuditLog:
         status = str(getattr(result, "status", "failed"))
         exit_code = getattr(result, "exit_code", None)
         error = getattr(result, "error", None)
-        if status != "completed" and not error:
+        if status == "cancelled" and exit_code == TIMEOUT_EXIT_CODE and timeout is not None and not error:
+            error = f"timed out after {timeout:g} s"  # as the exec tool says it
+        elif status != "completed" and not error:
             error = f"{status} (exit code {exit_code})"
         args: dict[str, Any] = {"command": command}
         if cwd is not None:
@@ -471,15 +475,23 @@ class AuditLog:
         """Every new matching record as it is written, until the log closes or the caller stops.
 
         Starts after the newest record now (``since`` starts earlier: every record after it first).
+        Ends when the log closes (its store closes the file with it: the records of that close's own
+        commit that the follower had not read yet are not given).
         Records written by this process arrive as their batch commits (≤ ``FLUSH_DELAY`` s); those of
         another process (an owner seen through a read-only store) within ``poll`` seconds.
         """
+        if self.closed:
+            return
         if since is None:
             since = self.top()
         event = asyncio.Event()
         self._waiters.add(event)
         try:
             while True:
+                if self.closed:
+                    # Its store closed the file with the log (the waiters run after that close):
+                    # reading now raised ProgrammingError from the follower's ``async for``.
+                    return
                 batch, top = self.page(since=since, tool=tool, status=status, kind=kind, limit=500)
                 for record in batch:
                     yield record
@@ -487,8 +499,6 @@ class AuditLog:
                 since = top
                 if len(batch) == 500:
                     continue
-                if self.closed:
-                    return
                 event.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(event.wait(), poll)

@@ -23,6 +23,7 @@ __all__ = [
     "payload_size",
     "redact",
     "scrub",
+    "scrub_args",
     "sound_text",
 ]
 
@@ -142,6 +143,21 @@ def scrub(value: Any, *, limit: int = MAX_VALUE_CHARS, _depth: int = 0) -> Any:
             kept.append(f"… {len(items) - MAX_ITEMS} more")
         return kept
     return scrub(repr(value), limit=limit, _depth=_depth)
+
+
+def scrub_args(args: Mapping[str, Any] | None) -> Any:
+    """A call's arguments as the audit log keeps them: :func:`scrub`, an ``env`` mapping (the exec
+    tool's environment variables) as its sorted names only, as a run's own record keeps them.
+
+    Decision (s61): env values are where secrets live and a name rarely says so (``DB_URL`` holds a
+    password, ``MYVAR`` anything): the exec tool's record kept every value whose name did not look
+    secret, beside the run's record, which kept the names alone."""
+    if not args:
+        return {}
+    env = args.get("env")
+    if isinstance(env, Mapping):
+        args = {**args, "env": sorted(str(name) for name in env)}
+    return scrub(dict(args))
 
 
 def payload_size(value: Any, *, budget: int = 10_000) -> int:

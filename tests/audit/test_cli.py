@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import os
 import subprocess
@@ -111,3 +112,58 @@ def test_log_and_dashboard_help_say_where_they_read() -> None:
         result = CliRunner().invoke(app, [command, "--help"])
         text = re.sub(r"[\s│]+", " ", result.output)
         assert result.exit_code == 0 and "No cluster named" in text and "--address" in text
+
+
+async def test_log_follow_of_an_empty_log_misses_no_record_committed_as_it_starts(
+    tmp_path: Path, monkeypatch, capsys
+) -> None:  # type: ignore[no-untyped-def]
+    """With nothing to show first, ``computer log -f`` followed from the newest id, read after its
+    query: a record the owner committed between the two was printed by neither. The owner's commit
+    is placed there by running it right after the reader's query."""
+    from typing import Any
+
+    from rich.console import Console
+
+    from computer.cli._context import GlobalOptions
+    from computer.cli._log import show_log
+    from computer.config import settings
+    from computer.storage import AuditLog, AuditRecord
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    before = settings().model_dump()
+    ws = await _workspace(tmp_path, "quiet")
+    await ws.fs.write_file("/a.txt", b"x")  # the file exists, its log is empty
+    real_read = AuditLog.read
+    injected: list[bool] = []
+
+    def read(self: AuditLog, **kwargs: Any) -> list[AuditRecord]:
+        records = real_read(self, **kwargs)
+        if self is not ws.audit and not injected:
+            injected.append(True)
+            ws.audit.record("tool", tool="late", status="ok")  # the owner commits now
+            ws.audit.flush()
+        return records
+
+    monkeypatch.setattr(AuditLog, "read", read)
+    options = GlobalOptions(data_dir=tmp_path)
+    console = Console(file=io.StringIO())  # the table is not printed: JSON lines go to stdout
+    follow = asyncio.ensure_future(
+        show_log(
+            options, "quiet", follow=True, as_json=True, tool=None, errors=False, limit=20, console=console
+        )
+    )
+    printed = ""
+    try:
+        for _ in range(50):  # up to 5 s
+            await asyncio.sleep(0.1)
+            printed += capsys.readouterr().out
+            if '"late"' in printed:
+                break
+    finally:
+        follow.cancel()
+        await asyncio.gather(follow, return_exceptions=True)
+        await ws.close()
+        from computer.config import configure
+
+        configure(**before)
+    assert injected and [json.loads(line)["tool"] for line in printed.splitlines()] == ["late"]

@@ -117,7 +117,7 @@ async def test_a_clients_runs_and_links_carry_its_identity(cluster: Settings, na
         tools = create_tools(ws)
         with audit_caller(agent="builder", adapter="custom"):
             await tools["write"].run({"path": "/workspace/r.txt", "content": "report"})
-            await tools["exec"].run({"command": "cat r.txt"})
+            await tools["exec"].run({"command": "cat r.txt", "env": {"MYVAR": "plainsecretvalue"}})
             await tools["publish"].run({"path": "/workspace/r.txt"})
         run = (await _records(ws, 1, kind="exec"))[0]
         share = (await _records(ws, 1, kind="share"))[0]
@@ -126,3 +126,6 @@ async def test_a_clients_runs_and_links_carry_its_identity(cluster: Settings, na
     assert run.caller == expected and run.status == "ok" and run.args["command"] == "cat r.txt"
     assert share.caller == expected and share.args["path"] == "/workspace/r.txt"
     assert [(r.tool, r.caller) for r in tool_calls] == [(t, expected) for t in ("write", "exec", "publish")]
+    # env values stay out of the log, as the run's record keeps them (names only)
+    assert run.args["env"] == tool_calls[1].args["env"] == ["MYVAR"]
+    assert "plainsecretvalue" not in str([r.to_json() for r in [run, *tool_calls]])

@@ -332,3 +332,65 @@ async def test_a_limit_or_since_past_sqlites_integers_is_all_or_nothing() -> Non
     with pytest.raises(ValueError, match="NaN"):
         await ws.audit.query(since=float("nan"))
     await ws.close()
+
+
+async def test_the_exec_tool_record_keeps_env_names_not_values() -> None:
+    """The run's record kept ``env`` names only ("values are where secrets live"), but the exec
+    tool's own record of the same call kept every value whose name did not look secret:
+    ``{"MYVAR": "plainsecretvalue"}`` was in the log, and ``computer log`` showed it."""
+    from computer.runtime.shell import ShellBackend
+
+    async with Workspace(backends=[ShellBackend()]) as ws:
+        env = {"MYVAR": "plainsecretvalue", "DB_URL": "postgres://u:hunter2@h/db"}
+        result = await create_tools(ws)["exec"].run({"command": "true", "env": env, "timeout": 30})
+        assert result["status"] == "completed"
+        records = await ws.audit.query()
+    by_kind = {record.kind: record for record in records}
+    assert by_kind["tool"].args["env"] == ["DB_URL", "MYVAR"]
+    assert by_kind["exec"].args["env"] == ["DB_URL", "MYVAR"]
+    for record in records:
+        assert "plainsecretvalue" not in str(record.to_json())
+    assert by_kind["tool"].detail["bytes_in"] > len("plainsecretvalue")  # the sizes still count them
+
+
+async def test_a_run_stopped_by_its_timeout_is_recorded_as_timed_out() -> None:
+    """A run its timeout stopped was recorded "cancelled (exit code 124)", as any cancelled run: the
+    log did not say what the exec tool says, that it timed out, nor after how long."""
+    from computer.runtime.shell import ShellBackend
+
+    async with Workspace(backends=[ShellBackend()]) as ws:
+        handle = await ws.runtime.exec("sleep 30", timeout=0.2)
+        result = await handle.result()
+        killed = await ws.runtime.exec("sleep 30")
+        await killed.kill()
+        await killed.result()
+        timed, stopped = await ws.audit.query(kind="exec")
+    assert result.status == "cancelled" and result.exit_code == 124
+    assert (timed.status, timed.error, timed.detail["exit_code"]) == ("error", "timed out after 0.2 s", 124)
+    assert timed.duration_ms is not None and timed.duration_ms >= 200
+    assert (stopped.status, stopped.error) == ("error", "killed")
+
+
+async def test_a_follow_ends_when_its_workspace_closes() -> None:
+    """``follow`` is documented to end when the log closes; it raised ``ProgrammingError`` (cannot
+    operate on a closed database) from the follower's ``async for`` instead: the store closes the
+    file right after the log, before the woken follower reads again."""
+    ws = Workspace()
+    tools = create_tools(ws)
+    got: list[str | None] = []
+
+    async def follow() -> None:
+        async for record in ws.audit.follow():
+            got.append(record.tool)
+
+    follower = asyncio.create_task(follow())
+    await asyncio.sleep(0.1)  # the follower has read the newest id and waits
+    await tools["ls"].run({"path": "/"})
+    for _ in range(50):  # up to 5 s
+        if got:
+            break
+        await asyncio.sleep(0.1)
+    await ws.close()
+    await asyncio.wait_for(follower, 10)  # ends, without an error
+    assert got == ["ls"]
+    assert [record async for record in ws.audit.follow()] == []  # a closed log: nothing, at once

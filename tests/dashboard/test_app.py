@@ -326,3 +326,107 @@ async def test_serve_dashboard_cuts_off_a_client_that_never_completes_its_reques
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+async def test_a_record_committed_while_the_page_is_read_is_streamed(
+    settings: Settings, serve: Serve, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workspace page read its 100 newest records, then the newest id apart, and streamed from
+    that id: a record the owner (another connection) committed between the two reads was on neither
+    the page nor the stream. The owner's commit is placed there by running it on the reader's first
+    look past the query."""
+    from typing import Any
+
+    from computer.storage import AuditLog, AuditRecord
+
+    ws = open_workspace(settings, "gamma")
+    tools = create_tools(ws)
+    await tools["ls"].run({"path": "/"})
+    ws.audit.flush()
+    shown = ws.audit.top()
+    real_read = AuditLog.read
+    after_query: list[bool] = []
+
+    def read(self: AuditLog, **kwargs: Any) -> list[AuditRecord]:
+        records = real_read(self, **kwargs)
+        if self is not ws.audit and not after_query:
+            after_query.append(True)
+            ws.audit.record("tool", tool="late", status="ok")  # the owner commits now
+            ws.audit.flush()
+        return records
+
+    monkeypatch.setattr(AuditLog, "read", read)
+    base = await serve(DataDirSource(settings))
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        page = (await http.get("/w/gamma")).text
+    late = ws.audit.top()
+    assert after_query and late == shown + 1
+    after = int(page.split("/audit?after=", 1)[1].split('"', 1)[0])
+    assert after == shown < late  # not on the page (read before it): the stream must bring it
+    await ws.close()
+
+
+async def test_a_workspace_its_program_closed_is_no_longer_shown_awake_here(
+    settings: Settings, serve: Serve
+) -> None:
+    """A ``Workspace`` given to the source stayed "awake in this process" after its program closed
+    it (its file asleep, nothing holding it), and its closed runtime was asked for live runs."""
+    ws = open_workspace(settings, "delta")
+    await create_tools(ws)["ls"].run({"path": "/"})
+    source = DataDirSource(settings, workspaces={"delta": ws})
+    base = await serve(source)
+    async with httpx.AsyncClient(base_url=base, timeout=10) as http:
+        assert "awake in this process" in (await http.get("/fragments/workspaces")).text
+        await ws.close()
+        await asyncio.sleep(0.6)  # past the listing's reuse (LIST_TTL, 0.5 s)
+        rows = (await http.get("/fragments/workspaces")).text
+        listed = (await http.get("/api/workspaces")).json()
+    assert "delta" in rows and "awake in this process" not in rows
+    (row,) = [r for r in listed if r["name"] == "delta"]
+    assert row["state"] != "awake" and row["live_runs"] == 0
+    assert await source.live_runtime("delta") is None
+
+
+async def test_a_pool_worker_restarted_in_place_shows_no_negative_rate(
+    settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cluster view's runs/s of a worker is the change of its run count between two views; a
+    worker Ray restarted in place (same name) counts from 0 again, and its rate was negative. A
+    worker gone stayed in the samples for good (one entry per worker an elastic pool ever had)."""
+    import computer.actors as actors
+    from computer.dashboard import ClusterSource
+
+    counts = {"computer:pool:shell-1": 40, "computer:pool:shell-2": 5}
+
+    class _Stats:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        async def remote(self) -> dict[str, object]:
+            return {"runs": counts[self.name], "node_id": "n1", "running": []}
+
+    class _Handle:
+        def __init__(self, name: str) -> None:
+            self.stats = _Stats(name)
+
+    def named_actor(name: str, namespace: str) -> _Handle:
+        if name not in counts:
+            raise ValueError(name)  # the scaler: not there
+        return _Handle(name)
+
+    monkeypatch.setattr(actors, "listed_nodes", lambda: [])
+    monkeypatch.setattr(actors, "named_actors", lambda: [{"name": n} for n in counts])
+    monkeypatch.setattr(actors, "named_actor", named_actor)
+    source = ClusterSource(settings)
+    first = {p["worker"]: p for p in (await source.cluster())["pools"]}
+    assert first["shell-1"]["runs_per_s"] is None  # seen once: no rate yet
+    counts["computer:pool:shell-1"] = 3  # restarted in place: counts from 0 again
+    del counts["computer:pool:shell-2"]  # gone
+    await asyncio.sleep(0.01)
+    second = {p["worker"]: p for p in (await source.cluster())["pools"]}
+    assert second["shell-1"]["runs"] == 3 and second["shell-1"]["runs_per_s"] is None
+    assert list(source._pool_samples) == ["computer:pool:shell-1"]
+    counts["computer:pool:shell-1"] = 5
+    await asyncio.sleep(0.01)
+    third = {p["worker"]: p for p in (await source.cluster())["pools"]}
+    assert third["shell-1"]["runs_per_s"] is not None and third["shell-1"]["runs_per_s"] > 0

@@ -351,3 +351,27 @@ def test_a_worker_silent_past_silent_after_gets_only_the_runs_pinned_to_it(
 
     pool.workers["a"].reported_at = time.monotonic()  # it answers again
     assert not any(w.draining for w in _view(pool).workers)
+
+
+async def test_what_a_drain_report_counted_reaches_the_pool_status() -> None:
+    """A worker resets its counts with every report it gives, a drain's too; the control loop kept a
+    drain's report as the worker's state only: the runs it admitted since the last poll, their waits
+    and its moves were lost from ``computer status`` (a lowered maximum drains busy workers)."""
+    from computer.actors._pool_scaler import Plan, PoolScaler, _Pool, _Worker
+    from computer.actors._pool_status import pool_status
+
+    class _Drain:
+        @staticmethod
+        async def remote() -> LoadReport:
+            return _report("x", running=1, draining=True, admitted=3, waits=[0.5, 1.0, 2.0], moved=2)
+
+    class _Handle:
+        drain = _Drain
+
+    scaler = PoolScaler.__new__(PoolScaler)
+    pool = _Pool("shell")
+    pool.workers = {"x": _Worker("x", 0, _Handle(), "ready", 0.0, 1.0, 2, "n", _report("x", running=1))}
+    await scaler._apply(pool, LIMITS, Plan(drain=["x"]), {})
+    status = pool_status(pool, 60.0, 1.0)
+    assert status["waits_counted"] == 3 and status["wait_p99"] == 2.0
+    assert status["runs_per_s"] == 3.0 and status["moved"] == 2
