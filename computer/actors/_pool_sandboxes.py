@@ -97,9 +97,15 @@ class PinnedSandboxes:
             cause = exc.cause
             raise (cause if isinstance(cause, OSError) else ProcessLookupError(str(cause))) from None
         except (RayActorError, WorkerCrashedError, ValueError) as exc:  # (ValueError: its name is gone)
+            name = self._pins.get(workspace_id) or ""
+            if await self._lost_there(name, "") is None:  # retired by the control loop, idle
+                raise ProcessLookupError(
+                    f"no process {pid}: the workspace's live {self.backend} sandbox ended, idle, when the "
+                    f"pool scaled down ({name} was retired)"
+                ) from None
             raise ProcessLookupError(
                 f"no process {pid}: the exec worker holding the workspace's live {self.backend} sandbox "
-                f"died ({self._pins.get(workspace_id)}: {first_line(exc)}); its processes ended with it"
+                f"died ({name}: {first_line(exc)}); its processes ended with it"
             ) from None
 
     def _unanswered(self, workspace_id: str, exc: Exception, bound: float) -> TimeoutError:

@@ -403,7 +403,8 @@ async def test_a_worker_retired_by_a_scale_down_is_no_lost_sandbox(
 ) -> None:
     """A pool that scales to zero drains its idle worker: the drain ends the workspace's idle live
     sandbox (what it wrote pulled) and the control loop removes the worker. The workspace's next run
-    (after an ``end_sandbox``, which has nothing left to end) starts a fresh sandbox on a new worker
+    (after a ``kill_process``, which finds no process and says why, and an ``end_sandbox``, which
+    has nothing left to end) starts a fresh sandbox on a new worker
     and has nothing to be told: before, its stderr said the worker "died" and the sandbox's background
     processes "ended with it" (there were none)."""
     import ray
@@ -429,6 +430,9 @@ async def test_a_worker_retired_by_a_scale_down_is_no_lost_sandbox(
             assert time.monotonic() < deadline, status
             await asyncio.sleep(0.2)
         if end_first:
+            with pytest.raises(ProcessLookupError) as killed:
+                await ws.runtime.kill_process(1, backend="shell")
+            assert "died" not in str(killed.value) and "retired" in str(killed.value), killed.value
             assert await ws.runtime.end_sandbox(backend="shell") in (True, False)
         after = await asyncio.wait_for((await ws.runtime.exec("cat kept.txt")).result(), 120)
     assert (after.status, after.stdout, after.stderr) == ("completed", "kept\n", ""), after
