@@ -15,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ._errors import first_line
-from ._pool_notices import LOST_SANDBOX, SILENT_SANDBOX, Notices
+from ._pool_notices import SILENT_SANDBOX, Notices
 from ._pool_pins import Pins
 from ._pool_probe import PROBE_TIMEOUT, WorkerSilent
 
@@ -39,12 +39,14 @@ class PinnedSandboxes:
         notices: Notices,
         handle_of: Callable[[str], Awaitable[Any]],
         watched: Callable[[Any, str], Awaitable[Any]],
+        lost_there: Callable[[str, str], Awaitable[str | None]],
     ) -> None:
         self.backend = backend
         self._pins = pins
         self._notices = notices
         self._handle_of = handle_of
         self._watched = watched
+        self._lost_there = lost_there
 
     async def _pinned_handle(self, workspace_id: str) -> Any:
         name = self._pins.get(workspace_id)
@@ -95,9 +97,15 @@ class PinnedSandboxes:
             cause = exc.cause
             raise (cause if isinstance(cause, OSError) else ProcessLookupError(str(cause))) from None
         except (RayActorError, WorkerCrashedError, ValueError) as exc:  # (ValueError: its name is gone)
+            name = self._pins.get(workspace_id) or ""
+            if await self._lost_there(name, "") is None:  # retired by the control loop, idle
+                raise ProcessLookupError(
+                    f"no process {pid}: the workspace's live {self.backend} sandbox ended, idle, when the "
+                    f"pool scaled down ({name} was retired)"
+                ) from None
             raise ProcessLookupError(
                 f"no process {pid}: the exec worker holding the workspace's live {self.backend} sandbox "
-                f"died ({self._pins.get(workspace_id)}: {first_line(exc)}); its processes ended with it"
+                f"died ({name}: {first_line(exc)}); its processes ended with it"
             ) from None
 
     def _unanswered(self, workspace_id: str, exc: Exception, bound: float) -> TimeoutError:
@@ -151,10 +159,15 @@ class PinnedSandboxes:
         except (RayActorError, WorkerCrashedError, ValueError) as exc:  # (ValueError: its name is gone)
             if not known or isinstance(exc, RayTaskError):
                 return False
+            # (None: the control loop retired that worker, which held no live sandbox then: its idle
+            # sandbox ended with the drain, nothing lost and nothing to say)
+            notice = await self._lost_there(name or "", f"{name}: {first_line(exc)}")
+            if notice is None:
+                return True
             log.warning(
                 "pool %s: %s died ending the live sandbox of %s: %s", self.backend, name, workspace_id, exc
             )
-            self._notices.lose(workspace_id, LOST_SANDBOX.format(why=f"{name}: {first_line(exc)}"))
+            self._notices.lose(workspace_id, notice)
             return True
         except Exception:  # the worker answered with the sandbox's own failure (``RayTaskError``)
             return False

@@ -99,6 +99,10 @@ SILENT_AFTER = 30.0
 IDLE_DUE_MIN = 0.05
 WINDOW = 60.0  # seconds of waits and runs the status summarises
 DECISIONS_KEPT = 64
+# Workers the loop removed itself (drained holding nothing, or pending and unneeded), the latest kept
+# per pool: dispatchers tell such a retirement from a death (``PoolView.retired``). Names are never
+# reused (indices only grow), so a name kept here never names a live worker.
+RETIRED_KEPT = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +121,11 @@ class PoolView:
     backend: str
     workers: tuple[WorkerView, ...]
     pending: int  # workers created but not ready yet
+    # Workers this loop removed itself (the latest ``RETIRED_KEPT``): each held no run and no live
+    # sandbox then (a drain ends only idle sandboxes: one running processes keeps its worker), so a
+    # workspace pinned to one lost nothing; a dispatcher says nothing of it (before, the next run's
+    # stderr said the worker "died" and the sandbox's background processes "ended with it").
+    retired: tuple[str, ...] = ()
 
 
 @dataclass
@@ -151,6 +160,7 @@ class _Pool:
     stayed: int = 0  # runs sent movable that waited: shorter than a move (since the loop started)
     pressure_at: float | None = None
     ready: asyncio.Event = field(default_factory=asyncio.Event)
+    retired: deque[str] = field(default_factory=lambda: deque(maxlen=RETIRED_KEPT))  # see PoolView
 
 
 class PoolScaler:
@@ -462,7 +472,8 @@ def _view(pool: _Pool) -> PoolView:
         for w in pool.workers.values()
         if w.state != "pending"
     )
-    return PoolView(pool.backend, workers, sum(1 for w in pool.workers.values() if w.state == "pending"))
+    pending = sum(1 for w in pool.workers.values() if w.state == "pending")
+    return PoolView(pool.backend, workers, pending, tuple(pool.retired))
 
 
 def _choose_node(free: dict[str, float], per_node: dict[str, int], cpus: float) -> str | None:
@@ -486,6 +497,7 @@ async def _remove(pool: _Pool, name: str) -> None:
         return
     if w.poll is not None:
         w.poll.cancel()
+    pool.retired.append(name)
     await _stop(w.handle, graceful=w.state != "pending")
 
 

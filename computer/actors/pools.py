@@ -141,6 +141,7 @@ class PoolBackend:
         self._notices = Notices()  # what the workspaces' next runs say: a lost sandbox, carried notes
         self._avoided = Avoidance()  # workers seen dead, restarting, silent, draining
         self._moved_at: dict[str, float] = {}  # workspace id -> when its run last moved (MOVE_HOLD)
+        self._retired: frozenset[str] = frozenset()  # workers the control loop removed (PoolView.retired)
         self._owner = owner
         self._token: str | None = None
         self._node = node
@@ -150,7 +151,7 @@ class PoolBackend:
         self.moved = 0  # runs a full worker handed back after ending their idle live sandbox there
         self._busy = True  # the last view (or a run since) found a worker full or one pending
         self._sandboxes = PinnedSandboxes(
-            backend, self._pins, self._notices, self._named_handle, self._watched
+            backend, self._pins, self._notices, self._named_handle, self._watched, self._lost_there
         )
         self.info: BackendInfo = self._describe()
 
@@ -259,6 +260,7 @@ class PoolBackend:
                     if name in self._warm:
                         self._warm.remove(name)
         self._busy = view.pending > 0 or any(w.load >= w.target for w in view.workers if not w.draining)
+        self._retired = frozenset(view.retired)
         self._view_at = now if at is None else at
 
     def _take_shared(self, ttl: float) -> bool:
@@ -347,6 +349,16 @@ class PoolBackend:
         slot.handle = None
         self._forget(slot)
         self._view_at = -math.inf  # the next run asks the control loop again
+
+    async def _lost_there(self, name: str, why: str) -> str | None:
+        """What a workspace's next run says of its live sandbox on ``name``, a worker found dead or
+        gone: :data:`LOST_SANDBOX`, unless the control loop retired it (``PoolView.retired``: drained
+        holding no run and no live sandbox, so its idle sandbox ended with the drain, what it wrote
+        pulled, and nothing was lost: the run just starts a fresh one). A view that does not list it
+        yet is refreshed first (a dead pinned worker is rare: one call to the control loop)."""
+        if name not in self._retired:
+            await self._refresh()
+        return None if name in self._retired else LOST_SANDBOX.format(why=why)
 
     def _gone(self, name: str) -> bool:
         """Whether the worker ``name`` is known dead or no longer in the pool."""
@@ -443,7 +455,7 @@ class PoolBackend:
                     and self._gone(was_pinned)
                     and self._pins.unpin_from(workspace_id, was_pinned)  # found dead since the last run
                 ):
-                    lost_sandbox = LOST_SANDBOX.format(why=f"{was_pinned}: gone")
+                    lost_sandbox = await self._lost_there(was_pinned, f"{was_pinned}: gone") or lost_sandbox
                 if slot is None:
                     yield ExitEvent(
                         None,
@@ -534,7 +546,10 @@ class PoolBackend:
                     ):
                         attempt += 1  # no item came back: nothing reached the workspace, send it again
                         if self._pins.unpin_from(workspace_id, slot.name):  # its live sandbox died with it
-                            lost_sandbox = LOST_SANDBOX.format(why=f"{slot.name}: {first_line(exc)}")
+                            lost_sandbox = (
+                                await self._lost_there(slot.name, f"{slot.name}: {first_line(exc)}")
+                                or lost_sandbox
+                            )
                         if restarting:
                             await asyncio.sleep(min(0.1 * 2**attempt, 2.0))  # bounded by RESTART_WAIT
                         continue

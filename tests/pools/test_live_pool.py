@@ -395,3 +395,44 @@ async def test_a_background_log_is_written_through_a_pool_and_a_program_may_not_
         assert (tried.status, tried.stdout) == ("completed", "refused\n"), (tried.stderr, tried.error)
         assert await ws.fs.read_text(log) == "bg\n"
         assert await ws.runtime.end_sandbox() is True
+
+
+@pytest.mark.parametrize("end_first", [False, True], ids=["run", "end_sandbox"])
+async def test_a_worker_retired_by_a_scale_down_is_no_lost_sandbox(
+    ray_session: object, tmp_path: Path, name: str, end_first: bool
+) -> None:
+    """A pool that scales to zero drains its idle worker: the drain ends the workspace's idle live
+    sandbox (what it wrote pulled) and the control loop removes the worker. The workspace's next run
+    (after a ``kill_process``, which finds no process and says why, and an ``end_sandbox``, which
+    has nothing left to end) starts a fresh sandbox on a new worker
+    and has nothing to be told: before, its stderr said the worker "died" and the sandbox's background
+    processes "ended with it" (there were none)."""
+    import ray
+
+    from computer.actors import NAMESPACE
+
+    computer.init(
+        data_dir=tmp_path / "data",
+        shell_pool_size=0,
+        shell_pool_max=1,
+        python_pool_size=0,
+        pool_idle_after=1.0,
+    )
+    async with computer.get_workspace(name) as ws:
+        first = await asyncio.wait_for((await ws.runtime.exec("echo kept > kept.txt")).result(), 120)
+        assert first.status == "completed", first
+        control = ray.get_actor("computer:pools", namespace=NAMESPACE)  # (started by the first run)
+        deadline = time.monotonic() + 60
+        while True:  # bounded: the idle worker is drained and removed after ~1 s
+            status = (await control.status.remote())["pools"]["shell"]
+            if not status["workers"] and any(d.startswith("remove ") for _, d in status["decisions"]):
+                break
+            assert time.monotonic() < deadline, status
+            await asyncio.sleep(0.2)
+        if end_first:
+            with pytest.raises(ProcessLookupError) as killed:
+                await ws.runtime.kill_process(1, backend="shell")
+            assert "died" not in str(killed.value) and "retired" in str(killed.value), killed.value
+            assert await ws.runtime.end_sandbox(backend="shell") in (True, False)
+        after = await asyncio.wait_for((await ws.runtime.exec("cat kept.txt")).result(), 120)
+    assert (after.status, after.stdout, after.stderr) == ("completed", "kept\n", ""), after
