@@ -68,7 +68,9 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
 
+from ._admission import enter
 from ._fd_thread import FdThread
 from ._slirp_guard import GUARD, helper_argv, missing, pidfd_getfd
 from ._tasks import in_thread, offload
@@ -107,9 +109,11 @@ class NetworkLink:
     :attr:`sync_fd`, this object keeps the read end), :meth:`attach` starts it against the held
     sandbox process. :meth:`close` lets go of what is still this process's."""
 
-    def __init__(self, exe: str, prefix: Sequence[str]) -> None:
+    def __init__(self, exe: str, prefix: Sequence[str], groups: Sequence[Path] = ()) -> None:
         self.exe = exe
         self.prefix = list(prefix)  # the privilege drop, as bubblewrap's
+        # The run's cgroups it joins (its freezer's left out: a live sandbox's sync would stall it).
+        self.groups = [g for g in groups if "freezer" not in g.parts]
         self._exit_r: int | None
         self._exit_r, self.sync_fd = os.pipe()  # the caller hands sync_fd to bubblewrap, then closes it
         self.pid: int | None = None
@@ -161,6 +165,9 @@ class NetworkLink:
         try:
             try:
                 with ours:
+                    # Before it execs slirp4netns (the helper waits for our byte): its CPU, memory
+                    # and task are the run's, under the run's limits, and swept with its groups.
+                    await offload(None, enter, proc.pid, self.groups, ())
                     await _supervise(ours, proc.pid)
             except BaseException:
                 os.close(ready_r)
