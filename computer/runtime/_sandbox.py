@@ -375,6 +375,7 @@ class Sandbox:
             finally:
                 if link is not None:
                     link.close()
+            sp.network = link
         return sp
 
     async def prepare(self, *, binds: Sequence[Bind] = (), as_pid_1: bool = False) -> Standby:

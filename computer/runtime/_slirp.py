@@ -65,9 +65,11 @@ import contextlib
 import fcntl
 import os
 import shutil
+import signal
 import socket
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ._admission import enter
@@ -75,7 +77,7 @@ from ._fd_thread import FdThread
 from ._slirp_guard import GUARD, helper_argv, missing, pidfd_getfd
 from ._tasks import in_thread, offload
 
-__all__ = ["RESOLVER", "SLIRP", "TAP", "NetworkLink", "slirp_executable"]
+__all__ = ["RESOLVER", "SLIRP", "TAP", "NetworkLink", "network_exit", "slirp_executable"]
 
 SLIRP = "slirp4netns"
 TAP = "tap0"
@@ -104,6 +106,14 @@ def slirp_executable() -> str:
     return exe
 
 
+def network_exit(code: int) -> str:
+    """What a slirp4netns's exit status says (``Popen.returncode``)."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"{SLIRP} was killed by {signal.Signals(-code).name}"
+    return f"{SLIRP} exited with status {code}"
+
+
 class NetworkLink:
     """One sandbox's slirp4netns: its exit pipe is made before bubblewrap starts (bubblewrap gets
     :attr:`sync_fd`, this object keeps the read end), :meth:`attach` starts it against the held
@@ -117,6 +127,26 @@ class NetworkLink:
         self._exit_r: int | None
         self._exit_r, self.sync_fd = os.pipe()  # the caller hands sync_fd to bubblewrap, then closes it
         self.pid: int | None = None
+        self.exit_code: int | None = None  # once it ended (``Popen.returncode``: -6 an abort)
+        self._watchers: list[Callable[[int], None]] = []
+        self._lock = threading.Lock()
+
+    def watch(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(exit_code)`` once slirp4netns ended (from the reaper's thread; at once
+        when it has already): a live sandbox whose network died under it is ended (``LiveSandbox``)."""
+        with self._lock:
+            code = self.exit_code
+            if code is None:
+                self._watchers.append(callback)
+                return
+        callback(code)
+
+    def _ended(self, code: int) -> None:
+        with self._lock:
+            self.exit_code, watchers, self._watchers = code, self._watchers, []
+        for callback in watchers:
+            with contextlib.suppress(Exception):  # the reaper's thread goes on
+                callback(code)
 
     def close(self) -> None:
         fd, self._exit_r = self._exit_r, None
@@ -161,7 +191,7 @@ class NetworkLink:
             theirs.close()
             self.close()  # slirp4netns holds the read end now: the sandbox's end is its end
         self.pid = proc.pid
-        _REAPER.add(proc)
+        _REAPER.add(proc, self)
         try:
             try:
                 with ours:
@@ -191,23 +221,25 @@ class _Reaper:
     (``FdThread``)."""
 
     def __init__(self) -> None:
-        self._waiting: dict[int, subprocess.Popen[bytes]] = {}  # pidfd -> its process
+        self._waiting: dict[int, tuple[subprocess.Popen[bytes], NetworkLink]] = {}  # pidfd -> its process
         self._thread = FdThread("computer: slirp4netns reaper", self._exited)
 
-    def add(self, proc: subprocess.Popen[bytes]) -> None:
+    def add(self, proc: subprocess.Popen[bytes], link: NetworkLink) -> None:
         try:
             pidfd = os.pidfd_open(proc.pid)
         except (AttributeError, OSError):  # no pidfds here (Linux < 5.3): a thread of its own
-            in_thread(proc.wait, "reaping slirp4netns", daemon=True)
+            in_thread(lambda: link._ended(proc.wait()), "reaping slirp4netns", daemon=True)
             return
-        self._waiting[pidfd] = proc
+        self._waiting[pidfd] = (proc, link)
         self._thread.add(pidfd)
 
     def _exited(self, pidfd: int, events: int) -> bool:
-        proc = self._waiting.pop(pidfd, None)
-        if proc is not None:
+        proc, link = self._waiting.pop(pidfd, (None, None))
+        if proc is not None and link is not None:
+            code = -1
             with contextlib.suppress(Exception):  # best effort: it exited, reap it
-                proc.wait()
+                code = proc.wait()
+            link._ended(code)
         return True
 
 

@@ -340,3 +340,27 @@ async def test_a_sandboxs_slirp4netns_is_in_its_runs_cgroups_and_goes_with_them(
         await _no_slirp_left()
         assert not any((Path("/sys/fs/cgroup") / c / path.lstrip("/")).exists() for c, path in groups.items())
     await _no_slirp_left()
+
+
+async def test_a_live_sandbox_whose_slirp4netns_died_is_ended_and_its_next_run_told_with_a_fresh_network() -> None:
+    """slirp4netns can die under a live sandbox (libslirp 4.7 aborted, "double free or corruption",
+    under a flood of ~15,000 connects of which one the guard refused): the sandbox had no network
+    for the rest of its life and nothing said so. Now it ends as a lost one: its next run says why on
+    stderr and gets a fresh sandbox with a network of its own. The death is a SIGKILL here."""
+    route = "grep -c '^tap0' /proc/net/route"
+    async with _workspace(ShellBackend(network=True, warm_sandboxes=0)) as ws:
+        first = await (await ws.runtime.exec(route)).result()
+        assert first.stdout.strip() not in ("", "0"), first
+        slirp = await _one_slirp()
+        os.kill(slirp, 9)
+        deadline = time.monotonic() + _DEADLINE
+        while slirp in _slirps():  # reaped, and the sandbox told
+            assert time.monotonic() < deadline, "slirp4netns never reaped"
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.2)
+        second = await (await ws.runtime.exec(f"{route}; {_probe(9)}")).result()
+        assert "its network ended: slirp4netns was killed by SIGKILL" in second.stderr, second.stderr
+        assert second.stdout.splitlines()[0] not in ("", "0"), second
+        assert "gateway closed" in second.stdout, second  # answered at once: slirp4netns is there
+        assert (await _one_slirp()) != slirp
+    await _no_slirp_left()
