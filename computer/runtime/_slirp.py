@@ -33,6 +33,15 @@ sandbox process, before its command starts):
   (closed for the command), or a live sandbox's init (``--as-pid-1``), which makes it close-on-exec
   with every descriptor it started with (``_live_init.seal``: its jobs never get it); the pid
   namespace ends with its pid 1. One thread of this process reaps every slirp4netns (``_Reaper``);
+- it joins the run's ``memory``, ``pids`` and ``cpu`` groups (``_admission.enter``) while its helper
+  still waits, before it execs slirp4netns: what it does for the sandbox (CPU, connection state) is
+  charged to the sandbox and bounded by its limits, and the groups' sweep at the run's end kills it
+  if its exit pipe did not (it runs with the sandbox, never after). Not the ``freezer`` group: a
+  live sandbox's sync freezes that, and the network would stall with it. Before, it ran in this
+  process's groups (``cpu:/`` and the host's memory group);
+- :meth:`NetworkLink.watch`: a live sandbox is told when it ends; one that dies under a live sandbox
+  (a crash: libslirp 4.7 aborted under a flood of connects) ends that sandbox as a lost one
+  (``LiveSandbox._network_ended``), so the run or the next one says why and gets a fresh network;
 - it runs as the sandbox's unprivileged host user when there is one (``setpriv``, as bubblewrap),
   under its own seccomp filter (``--enable-seccomp``; as root also in a mount namespace of its own,
   ``--enable-sandbox``, which an unprivileged user cannot make), its output discarded.

@@ -330,7 +330,9 @@ async def test_a_sandboxs_slirp4netns_is_in_its_runs_cgroups_and_goes_with_them(
         assert set(groups) == {"memory", "pids", "cpu"}, groups
         names = {path.rsplit("/", 1)[1] for path in groups.values()}
         assert all("/computer-exec/run-" in path for path in groups.values()) and len(names) == 1, groups
-        procs = (Path("/sys/fs/cgroup/pids") / groups["pids"].lstrip("/") / "cgroup.procs").read_text().split()
+        procs = (
+            (Path("/sys/fs/cgroup/pids") / groups["pids"].lstrip("/") / "cgroup.procs").read_text().split()
+        )
         assert str(slirp) in procs and len(procs) > 1, procs  # with the sandbox's own processes
         if live:
             assert await ws.runtime.end_sandbox()
@@ -342,7 +344,7 @@ async def test_a_sandboxs_slirp4netns_is_in_its_runs_cgroups_and_goes_with_them(
     await _no_slirp_left()
 
 
-async def test_a_live_sandbox_whose_slirp4netns_died_is_ended_and_its_next_run_told_with_a_fresh_network() -> None:
+async def test_a_live_sandbox_whose_slirp4netns_died_ends_and_its_next_run_is_told_and_networked() -> None:
     """slirp4netns can die under a live sandbox (libslirp 4.7 aborted, "double free or corruption",
     under a flood of ~15,000 connects of which one the guard refused): the sandbox had no network
     for the rest of its life and nothing said so. Now it ends as a lost one: its next run says why on
