@@ -68,6 +68,7 @@ from ._live_parts import (
 from ._mapped import MappedFiles, read_only_held
 from ._mirror import Mirror
 from ._process import SandboxProcess
+from ._slirp import network_exit
 from ._sync import MirrorSync, Synced
 from ._tasks import finish_in_thread, offload
 from ._warm import Warm
@@ -170,7 +171,21 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
         await sandbox.bridge.__aenter__()
         sandbox._ticker = asyncio.create_task(sandbox._tick())
         sandbox._stderr = asyncio.create_task(sandbox._log_init_stderr())
+        network = launched.process.network
+        if network is not None:
+            network.watch(sandbox._network_ended)
         return sandbox
+
+    def _network_ended(self, code: int) -> None:
+        """Its slirp4netns ended (from the reaper's thread): while the sandbox lives, it has lost its
+        network for good, so it ends as a lost one (the run in progress, or the next, says why)."""
+
+        def lost() -> None:
+            if self.alive and code != 0:
+                self._lost(f"its network ended: {network_exit(code)}")
+
+        with contextlib.suppress(RuntimeError):  # its loop closed: nothing left to tell
+            self.loop.call_soon_threadsafe(lost)
 
     async def _log_init_stderr(self) -> None:
         """What the init itself writes (a traceback if it ever crashes) goes to this process's log

@@ -13,7 +13,7 @@ import weakref
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from ._backend import MAX_CHUNK_BYTES, OutputChunk
 from ._cgroups import count_in, remove_groups, sweep
@@ -47,6 +47,8 @@ class SandboxProcess:
     killed: bool = False
     # In its own pid namespace (bubblewrap): every process of the run ends when the launcher does.
     contained: bool = False
+    # Its slirp4netns (``_slirp.NetworkLink``) with ``network=True``: a live sandbox watches it.
+    network: Any = None
 
     def __post_init__(self) -> None:
         global _exit_hook

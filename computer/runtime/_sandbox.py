@@ -288,7 +288,7 @@ class Sandbox:
         link: NetworkLink | None = None
         try:  # the host out of descriptors (EMFILE) here left the run's cgroups for the process's life
             if self._slirp is not None:  # its end is bubblewrap's (``--sync-fd``): see ``_slirp``
-                link = NetworkLink(self._slirp, self._drop)
+                link = NetworkLink(self._slirp, self._drop, groups)
                 ours.append(link.sync_fd)
                 argv = [argv[0], "--sync-fd", str(link.sync_fd), *argv[1:]]
             if self.bwrap:
@@ -375,6 +375,7 @@ class Sandbox:
             finally:
                 if link is not None:
                     link.close()
+            sp.network = link
         return sp
 
     async def prepare(self, *, binds: Sequence[Bind] = (), as_pid_1: bool = False) -> Standby:

@@ -33,6 +33,15 @@ sandbox process, before its command starts):
   (closed for the command), or a live sandbox's init (``--as-pid-1``), which makes it close-on-exec
   with every descriptor it started with (``_live_init.seal``: its jobs never get it); the pid
   namespace ends with its pid 1. One thread of this process reaps every slirp4netns (``_Reaper``);
+- it joins the run's ``memory``, ``pids`` and ``cpu`` groups (``_admission.enter``) while its helper
+  still waits, before it execs slirp4netns: what it does for the sandbox (CPU, connection state) is
+  charged to the sandbox and bounded by its limits, and the groups' sweep at the run's end kills it
+  if its exit pipe did not (it runs with the sandbox, never after). Not the ``freezer`` group: a
+  live sandbox's sync freezes that, and the network would stall with it. Before, it ran in this
+  process's groups (``cpu:/`` and the host's memory group);
+- :meth:`NetworkLink.watch`: a live sandbox is told when it ends; one that dies under a live sandbox
+  (a crash: libslirp 4.7 aborted under a flood of connects) ends that sandbox as a lost one
+  (``LiveSandbox._network_ended``), so the run or the next one says why and gets a fresh network;
 - it runs as the sandbox's unprivileged host user when there is one (``setpriv``, as bubblewrap),
   under its own seccomp filter (``--enable-seccomp``; as root also in a mount namespace of its own,
   ``--enable-sandbox``, which an unprivileged user cannot make), its output discarded.
@@ -65,15 +74,19 @@ import contextlib
 import fcntl
 import os
 import shutil
+import signal
 import socket
 import subprocess
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
+from ._admission import enter
 from ._fd_thread import FdThread
 from ._slirp_guard import GUARD, helper_argv, missing, pidfd_getfd
 from ._tasks import in_thread, offload
 
-__all__ = ["RESOLVER", "SLIRP", "TAP", "NetworkLink", "slirp_executable"]
+__all__ = ["RESOLVER", "SLIRP", "TAP", "NetworkLink", "network_exit", "slirp_executable"]
 
 SLIRP = "slirp4netns"
 TAP = "tap0"
@@ -102,17 +115,47 @@ def slirp_executable() -> str:
     return exe
 
 
+def network_exit(code: int) -> str:
+    """What a slirp4netns's exit status says (``Popen.returncode``)."""
+    if code < 0:
+        with contextlib.suppress(ValueError):
+            return f"{SLIRP} was killed by {signal.Signals(-code).name}"
+    return f"{SLIRP} exited with status {code}"
+
+
 class NetworkLink:
     """One sandbox's slirp4netns: its exit pipe is made before bubblewrap starts (bubblewrap gets
     :attr:`sync_fd`, this object keeps the read end), :meth:`attach` starts it against the held
     sandbox process. :meth:`close` lets go of what is still this process's."""
 
-    def __init__(self, exe: str, prefix: Sequence[str]) -> None:
+    def __init__(self, exe: str, prefix: Sequence[str], groups: Sequence[Path] = ()) -> None:
         self.exe = exe
         self.prefix = list(prefix)  # the privilege drop, as bubblewrap's
+        # The run's cgroups it joins (its freezer's left out: a live sandbox's sync would stall it).
+        self.groups = [g for g in groups if "freezer" not in g.parts]
         self._exit_r: int | None
         self._exit_r, self.sync_fd = os.pipe()  # the caller hands sync_fd to bubblewrap, then closes it
         self.pid: int | None = None
+        self.exit_code: int | None = None  # once it ended (``Popen.returncode``: -6 an abort)
+        self._watchers: list[Callable[[int], None]] = []
+        self._lock = threading.Lock()
+
+    def watch(self, callback: Callable[[int], None]) -> None:
+        """Call ``callback(exit_code)`` once slirp4netns ended (from the reaper's thread; at once
+        when it has already): a live sandbox whose network died under it is ended (``LiveSandbox``)."""
+        with self._lock:
+            code = self.exit_code
+            if code is None:
+                self._watchers.append(callback)
+                return
+        callback(code)
+
+    def _ended(self, code: int) -> None:
+        with self._lock:
+            self.exit_code, watchers, self._watchers = code, self._watchers, []
+        for callback in watchers:
+            with contextlib.suppress(Exception):  # the reaper's thread goes on
+                callback(code)
 
     def close(self) -> None:
         fd, self._exit_r = self._exit_r, None
@@ -157,10 +200,13 @@ class NetworkLink:
             theirs.close()
             self.close()  # slirp4netns holds the read end now: the sandbox's end is its end
         self.pid = proc.pid
-        _REAPER.add(proc)
+        _REAPER.add(proc, self)
         try:
             try:
                 with ours:
+                    # Before it execs slirp4netns (the helper waits for our byte): its CPU, memory
+                    # and task are the run's, under the run's limits, and swept with its groups.
+                    await offload(None, enter, proc.pid, self.groups, ())
                     await _supervise(ours, proc.pid)
             except BaseException:
                 os.close(ready_r)
@@ -184,23 +230,25 @@ class _Reaper:
     (``FdThread``)."""
 
     def __init__(self) -> None:
-        self._waiting: dict[int, subprocess.Popen[bytes]] = {}  # pidfd -> its process
+        self._waiting: dict[int, tuple[subprocess.Popen[bytes], NetworkLink]] = {}  # pidfd -> its process
         self._thread = FdThread("computer: slirp4netns reaper", self._exited)
 
-    def add(self, proc: subprocess.Popen[bytes]) -> None:
+    def add(self, proc: subprocess.Popen[bytes], link: NetworkLink) -> None:
         try:
             pidfd = os.pidfd_open(proc.pid)
         except (AttributeError, OSError):  # no pidfds here (Linux < 5.3): a thread of its own
-            in_thread(proc.wait, "reaping slirp4netns", daemon=True)
+            in_thread(lambda: link._ended(proc.wait()), "reaping slirp4netns", daemon=True)
             return
-        self._waiting[pidfd] = proc
+        self._waiting[pidfd] = (proc, link)
         self._thread.add(pidfd)
 
     def _exited(self, pidfd: int, events: int) -> bool:
-        proc = self._waiting.pop(pidfd, None)
-        if proc is not None:
+        proc, link = self._waiting.pop(pidfd, (None, None))
+        if proc is not None and link is not None:
+            code = -1
             with contextlib.suppress(Exception):  # best effort: it exited, reap it
-                proc.wait()
+                code = proc.wait()
+            link._ended(code)
         return True
 
 
