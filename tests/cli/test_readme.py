@@ -134,3 +134,14 @@ def test_the_command_line_session_prints_what_the_readme_shows(index: int, tmp_p
         assert same_output("\n".join(expected), proc.stdout), (
             f"{command} printed:\n{proc.stdout}\nthe README shows:\n" + "\n".join(expected)
         )
+
+
+def test_the_command_table_has_a_row_for_every_command() -> None:
+    """``computer ps`` and ``computer kill`` were in ``computer --help`` but not in the README's table."""
+    import typer.main
+
+    from computer.cli import app
+
+    first_cells = [line.split("|")[1] for line in README.splitlines() if line.startswith("| `computer ")]
+    listed = {name for cell in first_cells for name in re.findall(r"`computer ([a-z]+)", cell)}
+    assert sorted(set(typer.main.get_command(app).commands) - listed) == []  # type: ignore[attr-defined]
