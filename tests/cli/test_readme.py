@@ -90,6 +90,8 @@ def test_the_first_screen_says_what_who_and_why_in_plain_words() -> None:
     assert "It is for" in first and "Why:" in first
     for jargon in ("seed", "Think model", "durable object", "this 2-core machine", "Decisions the"):
         assert jargon not in README, jargon
+    examples = (REPO / "examples" / "README.md").read_text()  # where "More: examples/" sends a reader
+    assert [word for word in ("seed", "Decisions the") if word in examples] == []
 
 
 @pytest.mark.slow
