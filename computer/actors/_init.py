@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ def init(address: str | None = None, *, data_dir: str | Path | None = None, **co
     joined at ``address`` (or ``RAY_ADDRESS``), else started locally and quietly; if this process is
     already connected, that session is used as is. The settings are published in Ray's key-value
     store, so tasks and actors that never called ``init`` resolve workspaces the same way; owners
-    receive them explicitly at creation, never through the environment.
+    receive them explicitly at creation, never through the environment. ``ConnectionError`` when
+    nothing answers at a ``HOST:PORT`` address.
     """
     global _initialised_here
     conf = configure(data_dir=data_dir, **config)
@@ -95,6 +97,7 @@ def ensure_ray(address: str | None = None, *, object_store_memory: int | None = 
         quiet_driver_messages()  # before connecting: messages arrive as soon as it is
         address = address or os.environ.get("RAY_ADDRESS")
         if address:
+            _check_reachable(address)
             ray.init(address=address, log_to_driver=False, logging_level=logging.WARNING)
             return
         ray.init(
@@ -104,3 +107,15 @@ def ensure_ray(address: str | None = None, *, object_store_memory: int | None = 
             log_to_driver=False,
             logging_level=logging.WARNING,
         )
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast on a ``HOST:PORT`` nobody listens on: ``ray.init`` waits there for minutes, logging
+    retries, before it raises. ``auto`` and ``ray://`` addresses are left to Ray."""
+    host, _, port = address.rpartition(":")
+    if "://" in address or not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise ConnectionError(f"no Ray cluster answers at {address} ({exc.strerror or exc})") from None

@@ -66,6 +66,17 @@ def parse_arguments(tool: str, raw: str | Sequence[str]) -> dict[str, Any]:
 
         first, flags = split_flags(tokens)
         tokens = [] if first is None else [first]
+    if tokens and tokens[0].strip() and tokens[0].lstrip()[0] not in "{[" and not _is_json(tokens[0]):
+        # A bare value (``read /workspace/a.md``, ``exec 'ls -la'``, ``exec ls -la``): the likeliest
+        # first mistake, answered with the call meant rather than a JSON parser's complaint.
+        key = next(iter(EXAMPLES[tool]))
+        text = " ".join(tokens)
+        raise CliError(
+            f"the arguments are one JSON object or --name value options, not {shlex.quote(text)}; "
+            f"did you mean --{key} {shlex.quote(text)} (or {_quoted({key: text})})? "
+            f"See computer tool NAME {tool} --help",
+            code=2,
+        )
     if len(tokens) > 1:
         raise CliError(
             f"one JSON object of arguments, not {len(tokens)} words; e.g. {_quoted(EXAMPLES[tool])}, "
@@ -175,6 +186,14 @@ def result_json(result: dict[str, Any]) -> str:
     except UnicodeEncodeError:
         text = json.dumps(result, indent=2)
     return text
+
+
+def _is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except (ValueError, RecursionError):
+        return False
+    return True
 
 
 def _quoted(args: dict[str, Any]) -> str:

@@ -91,7 +91,11 @@ class Runtime(Settling):
 
     def _select(self, backend: str | None) -> Backend:
         if not self._backends:
-            raise ValueError("this workspace has no exec backends configured")
+            raise ValueError(
+                "this workspace has no exec backends configured; give it some when it is made, e.g. "
+                "Workspace(path, backends=[ShellBackend(), PythonBackend()]) "
+                "with `from computer.runtime import PythonBackend, ShellBackend`"
+            )
         if backend is None:
             return next(iter(self._backends.values()))
         try:

@@ -419,3 +419,21 @@ def test_the_interactive_shell_says_when_it_made_a_new_workspace(tmp_path: Path)
     for done in (again, known):
         assert done.returncode == 0 and "is new" not in done.stdout, done.stdout + done.stderr
     assert "is new" not in run_cli(["shell", "other", "-c", "ls"], env=cli_env(tmp_path)).stdout  # scripts
+
+
+def test_a_bare_value_for_a_tool_says_which_option_was_meant(tmp_path: Path) -> None:
+    """``computer tool notes read /workspace/a.md`` or ``... exec 'ls -la'`` (a value where the JSON
+    object goes: the likeliest first try) answered with the JSON parser's complaint, ``Expecting value:
+    line 1 column 1 (char 0)``, or "not 2 words"; now it names the call meant. Nothing is created."""
+    env = cli_env(tmp_path)
+    for args, meant in (
+        (["read", "/workspace/a.md"], '--path /workspace/a.md (or \'{"path": "/workspace/a.md"}\')'),
+        (["exec", "ls -la"], "--command 'ls -la' (or '{\"command\": \"ls -la\"}')"),
+        (["exec", "ls", "-la"], "--command 'ls -la'"),
+        (["find", "*.md", "--limit", "5"], "--pattern '*.md'"),
+    ):
+        proc = run_cli(["tool", "notes", *args], env=env)
+        assert proc.returncode == 2 and proc.stdout == "", (args, proc.stdout)
+        assert f"did you mean {meant}" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "not valid JSON" in run_cli(["tool", "notes", "read", "{path: 1}"], env=env).stderr
+    assert not (tmp_path / "workspaces" / "notes.sqlite").exists()

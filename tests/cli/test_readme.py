@@ -90,6 +90,8 @@ def test_the_first_screen_says_what_who_and_why_in_plain_words() -> None:
     assert "It is for" in first and "Why:" in first
     for jargon in ("seed", "Think model", "durable object", "this 2-core machine", "Decisions the"):
         assert jargon not in README, jargon
+    examples = (REPO / "examples" / "README.md").read_text()  # where "More: examples/" sends a reader
+    assert [word for word in ("seed", "Decisions the") if word in examples] == []
 
 
 @pytest.mark.slow
@@ -134,3 +136,14 @@ def test_the_command_line_session_prints_what_the_readme_shows(index: int, tmp_p
         assert same_output("\n".join(expected), proc.stdout), (
             f"{command} printed:\n{proc.stdout}\nthe README shows:\n" + "\n".join(expected)
         )
+
+
+def test_the_command_table_has_a_row_for_every_command() -> None:
+    """``computer ps`` and ``computer kill`` were in ``computer --help`` but not in the README's table."""
+    import typer.main
+
+    from computer.cli import app
+
+    first_cells = [line.split("|")[1] for line in README.splitlines() if line.startswith("| `computer ")]
+    listed = {name for cell in first_cells for name in re.findall(r"`computer ([a-z]+)", cell)}
+    assert sorted(set(typer.main.get_command(app).commands) - listed) == []  # type: ignore[attr-defined]

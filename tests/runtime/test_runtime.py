@@ -52,8 +52,10 @@ async def test_backends_lists_each_configured_backend_in_order(ws: computer.Work
 async def test_exec_without_backends_is_a_clear_error() -> None:
     async with computer.Workspace() as ws:
         assert ws.runtime.backends() == []
-        with pytest.raises(ValueError, match="no exec backends"):
+        with pytest.raises(ValueError, match="no exec backends") as raised:
             await ws.runtime.exec("true")
+    # It says how to get one (a first user's Workspace() has none): the keyword and where the class is.
+    assert "backends=[ShellBackend()" in str(raised.value) and "computer.runtime" in str(raised.value)
 
 
 async def test_default_backend_is_the_first_configured(ws: computer.Workspace) -> None:
