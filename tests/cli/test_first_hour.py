@@ -437,3 +437,21 @@ def test_a_bare_value_for_a_tool_says_which_option_was_meant(tmp_path: Path) -> 
         assert f"did you mean {meant}" in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
     assert "not valid JSON" in run_cli(["tool", "notes", "read", "{path: 1}"], env=env).stderr
     assert not (tmp_path / "workspaces" / "notes.sqlite").exists()
+
+
+def test_python_dash_m_computer_is_the_command(tmp_path: Path) -> None:
+    """``python -m computer`` (what a user tries first without the script on PATH) runs the CLI; it
+    said "No module named computer.__main__"."""
+    import sys
+
+    env = cli_env(tmp_path / "data")
+    done = subprocess.run(
+        [sys.executable, "-m", "computer", "--help"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Usage:" in done.stdout and "demo" in done.stdout
