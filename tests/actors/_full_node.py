@@ -43,11 +43,13 @@ def fill_the_full_node(data: str) -> str:
             return str((await ws.handle.stats.remote())["node"])
 
     node = asyncio.run(kept())
-    with open(os.path.join(data, "filler"), "ab") as filler:
+    # Unbuffered: a buffered file's 1 MiB write that the disk took all but its last page of kept
+    # that page in its buffer, and the ``with``'s close flushed it: ENOSPC out of this task (the
+    # script exited 1 once, when the free space happened to end a page short of a whole MiB).
+    with open(os.path.join(data, "filler"), "ab", buffering=0) as filler:
         for _ in range(64):  # the tmpfs holds 16 MiB
             try:
-                filler.write(b"\0" * (1 << 20))
-                filler.flush()
+                filler.write(b"\0" * (1 << 20))  # a short write when the disk is nearly full
             except OSError as exc:
                 assert exc.errno == errno.ENOSPC, exc
                 break
