@@ -48,9 +48,14 @@ class Workspace:
         max_bytes: int | None = None,
     ) -> None:
         from .config import settings
-        from .runtime import Runtime
+        from .runtime import Runtime, raise_descriptor_limit
 
         self.path = path
+        if path is not None:
+            # Each open file-backed workspace holds 3 descriptors (the file, its WAL and shared memory):
+            # under a login shell's ``ulimit -n 1024`` a process refused its 339th (it said EIO) while
+            # its hard limit allowed far more; raised as a live sandbox raises it (``_limits.py``).
+            raise_descriptor_limit()
         # The garbage collection this workspace scheduled: (its loop, the timer); see _garbage_ready.
         self._garbage: tuple[asyncio.AbstractEventLoop, asyncio.TimerHandle] | None = None
         # fence: the owner's epoch from the directory (a stale owner's writes fail with EROFS);

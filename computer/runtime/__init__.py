@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from ._context import LocalExecContext
     from ._handle import ExecHandle
     from ._journal import JOURNAL_DIR
+    from ._limits import raise_descriptor_limit
     from ._mirror_pool import MirrorPool
     from ._options import OutputOptions
     from ._process import TIMEOUT_EXIT_CODE
@@ -91,6 +92,7 @@ __all__ = [
     "encode_sync",
     "host_mark",
     "offload",
+    "raise_descriptor_limit",
     "reaches_protected",
     "reap_settled",
     "refuse_protected_change",
@@ -134,6 +136,7 @@ _LAZY = {
     "SYSTEM_DIR": "._protected",
     "system_refused": "._protected",
     "Runtime": "._runtime",
+    "raise_descriptor_limit": "._limits",
     "host_mark": "._scratch",
     "reap_settled": "._scratch",
     "release_process": "._scratch",

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import os
 import re
+import resource
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -132,8 +133,9 @@ class Database:
             else:
                 self._configure(path is None)
         except (sqlite3.Error, OSError) as exc:
+            failure = _open_failure(exc, path)  # before the close frees what it holds (EMFILE)
             self.conn.close()
-            raise _open_failure(exc, path) from exc
+            raise failure from exc
 
     def _configure(self, memory: bool) -> None:
         c = self.conn
@@ -330,7 +332,8 @@ class Database:
 def _open_failure(exc: BaseException, path: str | None) -> OSError:
     """A store that cannot be opened: ENOSPC when the disk is full (a new workspace); ENOENT or
     ENOTDIR when its directory is missing or is not one, EISDIR when the path is a directory, EROFS when
-    it is read-only (SQLite says only "unable to open"); else EIO."""
+    it is read-only, EMFILE (ENFILE) when no descriptor is left (SQLite says only "unable to open");
+    else EIO."""
     if path is not None and not is_disk_full(exc):
         parent = os.path.dirname(os.path.abspath(path))
         if not os.path.isdir(parent):
@@ -348,8 +351,27 @@ def _open_failure(exc: BaseException, path: str | None) -> OSError:
             return fs_error(
                 errno.EROFS, path, f"cannot open the workspace store: {parent} is read-only ({exc})"
             )
+    if path is not None and (no_fd := _descriptors_exhausted()) is not None:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return fs_error(
+            no_fd,
+            path,
+            f"cannot open the workspace store: no file descriptor left ({os.strerror(no_fd)}; this "
+            f"process may open {soft}, each open workspace holds 3: close some, or raise ulimit -n)",
+        )
     code = errno.ENOSPC if is_disk_full(exc) else errno.EIO
     return fs_error(code, path, f"cannot open the workspace store: {exc}")
+
+
+def _descriptors_exhausted() -> int | None:
+    """EMFILE (this process) or ENFILE (the system) when no descriptor can be opened now, else None:
+    SQLite says only "unable to open database file", which was EIO, as for a damaged file."""
+    try:
+        os.close(os.open(os.devnull, os.O_RDONLY))
+    except OSError as exc:
+        if exc.errno in (errno.EMFILE, errno.ENFILE):
+            return exc.errno
+    return None
 
 
 def _read_only_disk(directory: str) -> bool:

@@ -40,14 +40,15 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 def fill(disk: Path, *, leave: int = 0) -> Path:
     """Fill the disk with a plain file, leaving ``leave`` bytes free; returns the file."""
     filler = disk / "filler"
-    with open(filler, "ab") as f:
+    # Unbuffered: a buffered write the disk took short (another writer took space meanwhile) keeps
+    # its tail, and the ``with``'s close flushing it raises ENOSPC out of here.
+    with open(filler, "ab", buffering=0) as f:
         while True:
             free = shutil.disk_usage(disk).free - leave
             if free <= 0:
                 break
             try:
                 f.write(b"\0" * min(free, 1 << 20))
-                f.flush()
             except OSError as exc:
                 assert exc.errno == errno.ENOSPC
                 break
