@@ -22,6 +22,17 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
+# Every process a test starts (scripts, the CLI, Ray's workers) imports this checkout: relative
+# entries of PYTHONPATH (a worktree's ``PYTHONPATH=.``) are made absolute, with the checkout first.
+# Run from a temporary cwd, ``.`` named that directory, and ``computer`` came from the editable
+# install: another checkout's code, changed under the run by a merge there (a torn import).
+_REPO = str(Path(__file__).resolve().parents[1])
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    dict.fromkeys(
+        [_REPO, *(os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    )
+)
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:

@@ -136,3 +136,20 @@ def test_no_file_holds_the_conflict_markers_of_a_merge() -> None:
             if line.startswith(markers)
         ]
     assert found == []
+
+
+def test_a_process_a_test_starts_from_another_directory_imports_this_checkout(tmp_path: Path) -> None:
+    """The session's PYTHONPATH is absolute with this checkout first (``conftest.py``): a script run in
+    a temporary cwd under a worktree's ``PYTHONPATH=.`` imported the editable install's checkout."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-c", "import computer; print(computer.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).resolve() == (ROOT / "__init__.py").resolve()

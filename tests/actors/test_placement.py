@@ -21,17 +21,9 @@ import computer
 from computer.actors import WorkspaceUnavailableError, open_directory
 from computer.config import Settings
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def _run_script(script: str, tmp_path: Path, *extra: str) -> None:
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    # The script runs in ``tmp_path``, and so do the Ray nodes it starts: a relative entry of
-    # PYTHONPATH (``PYTHONPATH=.``, as a worktree runs its tests) named the temporary directory there,
-    # and ``computer`` came from the editable install, /work/main: another checkout's code, and one
-    # being changed under it (an import torn by a merge exited 1: "cannot import name ...").
-    paths = [str(REPO), *(os.path.abspath(p) for p in env.get("PYTHONPATH", "").split(os.pathsep) if p)]
-    env["PYTHONPATH"] = os.pathsep.join(paths)
     proc = subprocess.run(
         [sys.executable, str(Path(__file__).with_name(script)), str(tmp_path / "data"), *extra],
         capture_output=True,
