@@ -120,31 +120,18 @@ async def test_log_follow_of_an_empty_log_misses_no_record_committed_as_it_start
     """With nothing to show first, ``computer log -f`` followed from the newest id, read after its
     query: a record the owner committed between the two was printed by neither. The owner's commit
     is placed there by running it right after the reader's query."""
-    from typing import Any
-
+    from audit_races import commit_after_the_first_query
     from rich.console import Console
 
     from computer.cli._context import GlobalOptions
     from computer.cli._log import show_log
     from computer.config import settings
-    from computer.storage import AuditLog, AuditRecord
 
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
     before = settings().model_dump()
     ws = await _workspace(tmp_path, "quiet")
     await ws.fs.write_file("/a.txt", b"x")  # the file exists, its log is empty
-    real_read = AuditLog.read
-    injected: list[bool] = []
-
-    def read(self: AuditLog, **kwargs: Any) -> list[AuditRecord]:
-        records = real_read(self, **kwargs)
-        if self is not ws.audit and not injected:
-            injected.append(True)
-            ws.audit.record("tool", tool="late", status="ok")  # the owner commits now
-            ws.audit.flush()
-        return records
-
-    monkeypatch.setattr(AuditLog, "read", read)
+    injected = commit_after_the_first_query(monkeypatch, ws)
     options = GlobalOptions(data_dir=tmp_path)
     console = Console(file=io.StringIO())  # the table is not printed: JSON lines go to stdout
     follow = asyncio.ensure_future(

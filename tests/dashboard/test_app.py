@@ -335,27 +335,14 @@ async def test_a_record_committed_while_the_page_is_read_is_streamed(
     that id: a record the owner (another connection) committed between the two reads was on neither
     the page nor the stream. The owner's commit is placed there by running it on the reader's first
     look past the query."""
-    from typing import Any
-
-    from computer.storage import AuditLog, AuditRecord
+    from audit_races import commit_after_the_first_query
 
     ws = open_workspace(settings, "gamma")
     tools = create_tools(ws)
     await tools["ls"].run({"path": "/"})
     ws.audit.flush()
     shown = ws.audit.top()
-    real_read = AuditLog.read
-    after_query: list[bool] = []
-
-    def read(self: AuditLog, **kwargs: Any) -> list[AuditRecord]:
-        records = real_read(self, **kwargs)
-        if self is not ws.audit and not after_query:
-            after_query.append(True)
-            ws.audit.record("tool", tool="late", status="ok")  # the owner commits now
-            ws.audit.flush()
-        return records
-
-    monkeypatch.setattr(AuditLog, "read", read)
+    after_query = commit_after_the_first_query(monkeypatch, ws)
     base = await serve(DataDirSource(settings))
     async with httpx.AsyncClient(base_url=base, timeout=10) as http:
         page = (await http.get("/w/gamma")).text

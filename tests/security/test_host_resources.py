@@ -401,17 +401,23 @@ async def test_programs_of_four_workspaces_holding_message_queue_bytes_leave_a_f
         try:
             for hog in spaces[:4]:
                 handles.append(handle := await hog.runtime.exec("python3 mq.py fill"))
-                seen = ""
-                async for snapshot in handle:
-                    seen = snapshot.stdout
-                    if "held" in seen:
-                        break
-                assert seen.startswith("held"), seen
+                await _held(handle)
             result = await (await spaces[4].runtime.exec("python3 mq.py probe")).result()
         finally:
             for handle in handles:
                 await handle.kill()
     assert result.stdout.strip() == "ok", result.stdout
+
+
+async def _held(handle: Any) -> str:
+    """Follow a run's output until it printed ``held ...`` (what it printed by then)."""
+    seen = ""
+    async for snapshot in handle:
+        seen = snapshot.stdout
+        if "held" in seen:
+            break
+    assert seen.startswith("held"), seen
+    return seen
 
 
 async def _hold_and_probe(tmp_path: Path, files: dict[str, str], hold: str, probe: str) -> tuple[str, str]:
@@ -428,12 +434,7 @@ async def _hold_and_probe(tmp_path: Path, files: dict[str, str], hold: str, prob
                 await ws.fs.write_file(f"/workspace/{name}", text.encode())
         handle = await hog.runtime.exec(hold)
         try:
-            seen = ""
-            async for snapshot in handle:
-                seen = snapshot.stdout
-                if "held" in seen:
-                    break
-            assert seen.startswith("held"), seen
+            seen = await _held(handle)
             result = await (await victim.runtime.exec(probe)).result()
         finally:
             await handle.kill()
