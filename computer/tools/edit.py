@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import json
+import posixpath
 from typing import Any, ClassVar
 
 from pydantic import Field, model_validator
@@ -132,6 +133,15 @@ def create_edit_tool(store: FileStore, **edit_options: Any) -> Tool:
         other = await other_form(store, path)
         if other is not None:
             return fs_error(errno.ENOENT, path, f"File not found; {other}")
+        # A file where a directory of the path belongs: write would fail too, so do not suggest it.
+        parent = posixpath.dirname(path)
+        while parent not in ("/", ""):
+            above = await store.stat(parent)
+            if above is not None:
+                if not above.is_directory:
+                    return fs_error(errno.ENOTDIR, path, f"Not a directory: {parent} is a file")
+                break
+            parent = posixpath.dirname(parent)
         return fs_error(errno.ENOENT, path, "File not found (use write to create it)")
 
     async def computed(path: str, edits: list[Edit]) -> tuple[FileStoreStat, EditOutcome, bytes, bool]:

@@ -180,6 +180,15 @@ async def test_edit_errors_not_found(files: Files) -> None:
     assert "not found" in str(result["error"])
 
 
+async def test_an_edit_below_a_file_says_the_file_is_no_directory(files: Files) -> None:
+    """It said "File not found (use write to create it)", and the write it suggested failed too."""
+    await files.put("/f.txt", "a\n")
+    for path in ("/f.txt/z", "/f.txt/deeper/z"):
+        error = str((await edit(files, path, ("a", "b")))["error"])
+        assert "Not a directory: /f.txt is a file" in error and "use write" not in error, error
+    assert "use write to create it" in str((await edit(files, "/nowhere/z", ("a", "b")))["error"])
+
+
 async def test_edit_errors_not_unique_with_count(files: Files) -> None:
     await files.put("/f.txt", "dup\ndup\ndup\n")
     result = await edit(files, "/f.txt", ("dup", "x"))
