@@ -57,8 +57,10 @@ async def test_the_models_tools_cannot_change_the_agents_state(agents: Agents) -
         ).text
     )
     results = answer["results"]
-    for refused in results[:5]:
+    for refused in (*results[:3], results[4]):
         assert "Permission denied" in refused["content"], refused
+    # The root itself has its own refusal (EPERM), not the state directory's (045dbb9).
+    assert "Operation not permitted: / (the workspace root) cannot be removed" in results[3]["content"]
     assert STATE in results[0]["content"] and "/.computer/agent" in results[2]["content"]
     assert "messages" in results[5]["content"]  # reads stay allowed
     executed = json.loads(results[6]["content"])
