@@ -43,6 +43,8 @@ from ._audit_record import (
     audit_caller,
     current_caller,
     current_tool_call,
+    exec_args,
+    exec_error,
     record_from_row,
     since_clause,
     sql_int,
@@ -69,8 +71,6 @@ DEFAULT_MAX_AUDIT_RECORDS = 10_000
 DEFAULT_MAX_AUDIT_BYTES = 16 * 1024 * 1024
 FLUSH_DELAY = 0.05  # seconds between a record and the commit that holds it
 FLUSH_BATCH = 256  # records held at most before a commit
-# The exit code of a run its timeout stopped (the runtime's ``TIMEOUT_EXIT_CODE``, as timeout(1)).
-TIMEOUT_EXIT_CODE = 124
 POLL_INTERVAL = 0.5  # seconds between looks at the file while following other writers
 
 
@@ -239,24 +239,13 @@ class AuditLog:
         status = str(getattr(result, "status", "failed"))
         exit_code = getattr(result, "exit_code", None)
         error = getattr(result, "error", None)
-        if status == "cancelled" and exit_code == TIMEOUT_EXIT_CODE and timeout is not None and not error:
-            error = f"timed out after {timeout:g} s"  # as the exec tool says it
-        elif status != "completed" and not error:
-            error = f"{status} (exit code {exit_code})"
-        args: dict[str, Any] = {"command": command}
-        if cwd is not None:
-            args["cwd"] = cwd
-        if env:
-            args["env"] = sorted(env)  # names only: values are where secrets live
-        if timeout is not None:
-            args["timeout"] = timeout
         self.record(
             "exec",
             tool=str(getattr(result, "backend", "")) or None,
             status="ok" if status == "completed" else "error",
-            error=error,
+            error=exec_error(status, exit_code, error, timeout),
             duration_ms=None if duration_s is None else duration_s * 1000.0,
-            args=args,
+            args=exec_args(command, cwd, env, timeout),
             detail={
                 "id": getattr(result, "id", None),
                 "backend": getattr(result, "backend", None),

@@ -1,4 +1,5 @@
-"""The audit log's record type, the caller context (who is calling) and the current tool call."""
+"""The audit log's record type, the caller context (who is calling), the current tool call and an exec
+record's error and arguments."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ __all__ = [
     "audit_caller",
     "current_caller",
     "current_tool_call",
+    "exec_args",
+    "exec_error",
     "record_from_row",
     "since_clause",
     "sql_int",
@@ -193,3 +196,33 @@ def since_clause(since: datetime | int | float | None) -> tuple[str, list[Any]]:
         moment = since if since.tzinfo is not None else since.replace(tzinfo=UTC)
         return "time >= ?", [int(moment.timestamp() * 1e6)]
     raise TypeError(f"since must be a datetime, a record id or epoch seconds, not {type(since).__name__}")
+
+
+# -- an exec record's fields -------------------------------------------------------------------------
+
+# The exit code of a run its timeout stopped (the runtime's ``TIMEOUT_EXIT_CODE``, as timeout(1)).
+TIMEOUT_EXIT_CODE = 124
+
+
+def exec_error(status: str, exit_code: int | None, error: str | None, timeout: float | None) -> str | None:
+    """The error an exec record shows: the run's own, else what ended it (a timeout as the exec tool
+    says it, not as any cancelled run)."""
+    if error:
+        return error
+    if status == "cancelled" and exit_code == TIMEOUT_EXIT_CODE and timeout is not None:
+        return f"timed out after {timeout:g} s"
+    return None if status == "completed" else f"{status} (exit code {exit_code})"
+
+
+def exec_args(
+    command: str, cwd: str | None, env: Mapping[str, str] | None, timeout: float | None
+) -> dict[str, Any]:
+    """An exec record's arguments: ``env`` as its names only (values are where secrets live)."""
+    args: dict[str, Any] = {"command": command}
+    if cwd is not None:
+        args["cwd"] = cwd
+    if env:
+        args["env"] = sorted(env)
+    if timeout is not None:
+        args["timeout"] = timeout
+    return args
