@@ -40,17 +40,29 @@ MAX_FILES = 256
 PERIOD = 1.0
 
 
+def _maps_of(dev: int, perms: bytes) -> re.Pattern[bytes]:
+    """A ``/proc/<pid>/maps`` line of a file on the device ``dev`` mapped with ``perms`` (a regex of
+    the four permission letters); its group is the inode."""
+    return re.compile(rb"^\S+ %s \S+ %02x:%02x ([1-9][0-9]*) " % (perms, os.major(dev), os.minor(dev)), re.M)
+
+
+def _maps(pid: int) -> bytes | None:
+    """``pid``'s ``/proc/<pid>/maps`` (its first :data:`MAPS_BYTES`); None when it is gone meanwhile."""
+    try:
+        with open(f"/proc/{pid}/maps", "rb") as f:
+            return f.read(MAPS_BYTES)
+    except OSError:
+        return None
+
+
 def shared_writable(pids: Iterable[int], dev: int) -> set[int]:
     """Inodes of the files on the device ``dev`` that one of ``pids`` maps shared and writable."""
-    line = re.compile(rb"^\S+ .w.s \S+ %02x:%02x ([1-9][0-9]*) " % (os.major(dev), os.minor(dev)), re.M)
+    line = _maps_of(dev, rb".w.s")
     found: set[int] = set()
     for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps", "rb") as f:
-                data = f.read(MAPS_BYTES)
-        except OSError:
-            continue  # gone meanwhile
-        found.update(int(inode) for inode in line.findall(data))
+        data = _maps(pid)
+        if data is not None:
+            found.update(int(inode) for inode in line.findall(data))
     return found
 
 
@@ -59,18 +71,20 @@ def read_only_held(pids: Iterable[int], dev: int) -> set[int]:
     and none holds open or maps for writing: a push writes the workspace's version of such a file as a
     new file (``MirrorPush.apply``), so a reader in the middle of it reads the old one whole, where a
     write into the file it reads tore it. A descriptor's access mode is its ``/proc/<pid>/fd`` link's
-    mode (``r-x``: read only)."""
-    pids = list(pids)
+    mode (``r-x``: read only). Each process's maps are read once, for both kinds of mapping."""
+    shared, readable = _maps_of(dev, rb".w.s"), _maps_of(dev, rb"r...")
     readers: set[int] = set()
-    writers = shared_writable(pids, dev)
-    mapped = re.compile(rb"^\S+ r... \S+ %02x:%02x ([1-9][0-9]*) " % (os.major(dev), os.minor(dev)), re.M)
+    writers: set[int] = set()
     for pid in pids:
+        data = _maps(pid)
+        if data is None:
+            continue  # gone meanwhile, or not ours to look at
+        writers.update(int(inode) for inode in shared.findall(data))
+        readers.update(int(inode) for inode in readable.findall(data))
         try:
-            with open(f"/proc/{pid}/maps", "rb") as f:
-                readers.update(int(inode) for inode in mapped.findall(f.read(MAPS_BYTES)))
             fds = os.listdir(f"/proc/{pid}/fd")
         except OSError:
-            continue  # gone meanwhile, or not ours to look at
+            continue
         for fd in fds:
             try:
                 link, st = os.lstat(f"/proc/{pid}/fd/{fd}"), os.stat(f"/proc/{pid}/fd/{fd}")
