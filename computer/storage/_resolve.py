@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from ._schema import DIR, ROOT_INODE, SYMLINK
 from ._state import Node, Store
-from .errors import fs_error
+from .errors import fs_error, spelled_otherwise
 from .paths import join, parts, split
 
 __all__ = [
@@ -103,13 +103,8 @@ def missing(st: Store, parent: int, parent_path: str, name: str, path: str) -> O
         for form in ("NFC", "NFD"):
             other = unicodedata.normalize(form, name)
             if other != name and lookup(st, parent, other) is not None:
-                return fs_error(
-                    errno.ENOENT,
-                    path,
-                    f"No such file or directory; {join(parent_path, other)} exists in another Unicode "
-                    f"normal form ({form}: {other!a}, not {name!a}): names are compared byte "
-                    "for byte, use that spelling",
-                )
+                hint = spelled_otherwise(join(parent_path, other), form, other, name)
+                return fs_error(errno.ENOENT, path, f"No such file or directory; {hint}")
     return fs_error(errno.ENOENT, path)
 
 

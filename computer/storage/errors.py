@@ -9,7 +9,15 @@ from __future__ import annotations
 import errno as _errno
 import os
 
-__all__ = ["FsInvalidError", "LockLostError", "QuotaError", "error_from_wire", "error_to_wire", "fs_error"]
+__all__ = [
+    "FsInvalidError",
+    "LockLostError",
+    "QuotaError",
+    "error_from_wire",
+    "error_to_wire",
+    "fs_error",
+    "spelled_otherwise",
+]
 
 
 class FsInvalidError(OSError, ValueError):
@@ -76,3 +84,13 @@ def error_from_wire(parts: tuple[int, str, str | None]) -> OSError:
     """Rebuild an error sent by :func:`error_to_wire` (same class, errno and path)."""
     code, strerror, path = parts
     return fs_error(code, path, strerror)
+
+
+def spelled_otherwise(existing: str, form: str, found: str, asked: str) -> str:
+    """The sentence naming ``existing``, the path that is there under another Unicode normal form
+    (``form``) of a name asked for: ``found`` and ``asked`` are shown escaped, as they print the same.
+    One wording for the store's ENOENT (``_resolve.missing``) and the tools' (``_normal_forms``)."""
+    return (
+        f"{existing} exists in another Unicode normal form ({form}: {found!a}, not {asked!a}): "
+        "names are compared byte for byte, use that spelling"
+    )

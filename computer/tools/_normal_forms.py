@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import unicodedata
 
+from ..storage.errors import spelled_otherwise
 from .file_store import FileStore
 
 __all__ = ["other_form"]
@@ -23,8 +24,5 @@ async def other_form(store: FileStore, path: str) -> str | None:
     for form in ("NFC", "NFD"):
         other = unicodedata.normalize(form, path)
         if other != path and await store.stat(other) is not None:
-            return (
-                f"{other} exists in another Unicode normal form ({form}: {other!a}, not {path!a}): "
-                "names are compared byte for byte, use that spelling"
-            )
+            return spelled_otherwise(other, form, other, path)
     return None
