@@ -50,18 +50,21 @@ ENDED_NOTE = "computer: this command left"
 # ``why`` they ended (a phrase), ``advice`` appended (may be empty), ``self`` the command's argv joined
 # (a process showing it is a subshell of the command), ``rc`` the command's status. Processes
 # found are looked at again after 50 ms (one ``sleep``, only then): a job forked a moment before the
-# command exited still showed the command's own cmdline instead of the program it was about to exec.
+# command exited still showed the command's own cmdline instead of the program it was about to exec,
+# or none at all while it was inside ``execve`` (the new image's arguments not set up yet: the scan
+# right after a fork saw that 2 times in 3). A process without a cmdline counts, named by its
+# ``[comm]`` (it used to be skipped: a server started just before the command exited went unsaid).
 _SCAN = r"""scan() {
   n=0 out=
   for p in /proc/[1-9]*; do
     pid=${p#/proc/}
     [[ $pid == 1 || $pid == $$ ]] && continue
     read -r st < "$p/stat" || continue
-    st=${st##*) }
-    [[ ${st%% *} == Z ]] && continue
+    s=${st##*) }
+    [[ ${s%% *} == Z ]] && continue
     mapfile -d '' -t a < "$p/cmdline" || continue
-    ((${#a[@]})) || continue
     c="${a[*]}"
+    if ((!${#a[@]})); then c=${st#*(}; c="[${c%) *}]"; fi
     [[ $c == "$self" ]] && c="a subshell of the command"
     ((${#c} > 120)) && c="${c:0:117}..."
     ((++n <= 8)) && out+="${out:+, }$c (pid $pid)"

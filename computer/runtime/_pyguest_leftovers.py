@@ -15,7 +15,8 @@ before the interpreter and then the namespace end. One line on stderr, the shell
 A process the program forked that runs on to its end (a child of ``os.fork()`` returning from the
 program) runs the handler too: only the guest's own process reports. Left out of the list: pid 1
 (bubblewrap's init), the guest, zombies, and multiprocessing's resource tracker and forkserver (they
-are the interpreter's helpers and end with it by design). ``os._exit`` and a death by a signal skip
+are the interpreter's helpers and end with it by design). A process without a cmdline (one inside
+``execve``, its new arguments not set up yet) is named by its ``[comm]`` and looked at again. ``os._exit`` and a death by a signal skip
 ``atexit``, and with it the report.
 """
 
@@ -44,13 +45,15 @@ def _scan(own: int) -> tuple[int, list[str]]:
             continue
         try:
             with open(f"/proc/{entry}/stat", "rb") as f:
-                state = f.read().rpartition(b") ")[2][:1]
+                stat = f.read()
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 words = f.read().split(b"\0")
         except OSError:
             continue
         command = b" ".join(w for w in words if w).decode("utf-8", "replace")
-        if state == b"Z" or not command or any(helper in command for helper in _HELPERS):
+        if not command:  # inside execve: the new image's arguments are not set up yet; its [comm]
+            command = "[" + stat.partition(b"(")[2].rpartition(b") ")[0].decode("utf-8", "replace") + "]"
+        if stat.rpartition(b") ")[2][:1] == b"Z" or any(helper in command for helper in _HELPERS):
             continue
         if command == guest:
             command = "a process the program forked"

@@ -181,3 +181,56 @@ async def test_a_python_run_per_call_names_the_popen_children_that_end_with_it(
         assert "1 process running in the background" in forked.stderr
         assert "a process the program forked (pid " in forked.stderr
     assert guest_report(SimpleNamespace(live=True, sandbox=python_backend.sandbox)) is None  # live: kept
+
+
+def test_a_job_caught_inside_execve_is_still_named(tmp_path: Path) -> None:
+    """The shell's scan skipped a process whose cmdline read empty, which is what a job forked a
+    moment before the command ended reads while it is inside ``execve`` (its new arguments are not set
+    up yet; a scan right after a fork caught a child there in 1 run of 2): `python3 -m http.server &
+    echo started` went unsaid once in CI. Deterministic: the scan reads a ``/proc`` of our making (a
+    tmpfs in a mount namespace of its own) where pid 5, a ``sleep``, has an empty cmdline."""
+    import shutil
+    import subprocess
+
+    from computer.runtime._leftovers import epilogue
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs unshare as root")
+    made = (
+        "mount -t tmpfs none /proc && mkdir /proc/5 && : > /proc/5/cmdline"
+        " && echo '5 (sleep) S 1 5 5 0 -1' > /proc/5/stat\nexec 3>&1\n"
+    )
+    script = made + epilogue(["bash", "-c", "the command"], why="a test")
+    said = subprocess.run(
+        ["unshare", "--mount", "--fork", "bash", "-c", script], capture_output=True, text=True, timeout=30
+    )
+    assert (
+        said.stdout
+        == f"{ENDED_NOTE} 1 process running in the background, ended with it (a test): [sleep] (pid 5)\n"
+    ), said
+
+
+def test_a_python_run_s_scan_names_a_process_without_a_cmdline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The python guest's scan skipped them too: a child caught inside ``execve`` (its cmdline read
+    empty) is named by its ``[comm]``. Deterministic: this child's cmdline is made to read empty."""
+    import subprocess
+
+    from computer.runtime import _pyguest_leftovers as guest
+
+    child = subprocess.Popen(["sleep", "30"])
+    try:
+        real_open = open
+
+        def reads_empty(path: str, *args: object, **kwargs: object) -> object:
+            if path == f"/proc/{child.pid}/cmdline":
+                import io
+
+                return io.BytesIO(b"")
+            return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
+
+        monkeypatch.setattr(guest, "open", reads_empty, raising=False)
+        _, found = guest._scan(os.getpid())
+        assert f"[sleep] (pid {child.pid})" in found
+    finally:
+        child.kill()
+        child.wait()
