@@ -592,3 +592,58 @@ _IN_FLIGHT_PROBE = (
 async def test_a_program_holding_descriptors_in_flight_leaves_other_workspaces_theirs(tmp_path: Path) -> None:
     _, probe = await _hold_and_probe(tmp_path, {"hog.py": _IN_FLIGHT_HOG}, "python3 hog.py", _IN_FLIGHT_PROBE)
     assert probe == "ok", probe
+
+
+# Holds ``argv[2]`` copies of a read-only descriptor of the file ``argv[1]`` (one open file, no memory).
+_DUPS = """
+import os, sys, time
+fd = os.open(sys.argv[1], os.O_RDONLY)
+held = [os.dup(fd) for _ in range(int(sys.argv[2]))]
+print("held", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_readers_a_push_asks_for_cost_a_bounded_look_however_many_descriptors_are_held(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live sandbox's push of a file the workspace wrote asks which of its files the sandbox's
+    processes hold for reading only (``read_only_held``): it looked at every descriptor of every
+    process, two system calls each, and a program's 40 processes holding 19,000 copies of one
+    descriptor (``dup``: no memory) made every such push ~20 s of a host core, the sandbox frozen
+    through it. Now at most ``FDS_LOOKED`` descriptors in all, past which nothing is known (every file
+    written in place, as before this look)."""
+    import subprocess
+    import sys
+
+    from computer.runtime import _mapped
+
+    held = tmp_path / "held"
+    held.write_bytes(b"x")
+    dev, ino = os.stat(held).st_dev, os.stat(held).st_ino
+    looked: list[str] = []
+    real_stat = os.stat
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> os.stat_result:
+        if str(path).startswith("/proc/"):
+            looked.append(str(path))
+        return real_stat(path, *args, **kwargs)
+
+    monkeypatch.setattr(_mapped.os, "stat", counted)
+    bound = getattr(_mapped, "FDS_LOOKED", 8192)  # (the test ran before there was one)
+    few, many = bound // 1000, bound // 2 + 10
+    procs = [
+        subprocess.Popen([sys.executable, "-c", _DUPS, str(held), str(n)], stdout=subprocess.PIPE)
+        for n in (few, many, many)
+    ]
+    try:
+        for proc in procs:
+            assert proc.stdout is not None and proc.stdout.readline() == b"held\n"
+        assert ino in _mapped.read_only_held([procs[0].pid], dev)  # within the bound: the reader is found
+        looked.clear()
+        assert _mapped.read_only_held([p.pid for p in procs], dev) == set()  # past it: nothing known
+        assert len(looked) <= bound, len(looked)
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
