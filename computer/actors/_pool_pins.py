@@ -37,9 +37,9 @@ class Pins:
             self._sent[workspace_id] = self._sent.get(workspace_id, 0) + 1
 
     def give_up_ahead(self, workspace_id: str, worker: str) -> None:
-        """A run sent to ``worker`` under a pin made ahead ended without an exit saying whether a live
-        sandbox stays there (the worker raised, sent no exit, or the caller cancelled the run before
-        its worker answered): the pin goes once no other run sent under it is still to say. Before,
+        """A run sent to ``worker`` under a pin made ahead ended before anything reached the workspace
+        there, and without an exit (the worker raised, or the caller cancelled the run before its
+        worker answered): the pin goes once no other run sent under it is still to say. Before,
         it stayed, pointing at a worker that held no sandbox of the workspace (or a dead one), and
         every later run went there, full or not, and failed again on a worker whose backend was
         broken. A pin a run's exit made (a live sandbox known there) is not touched."""

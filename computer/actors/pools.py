@@ -591,7 +591,10 @@ class PoolBackend:
                         return
                 finally:
                     slot.inflight -= 1
-                    if not exited:  # no exit said whether a live sandbox stays there
+                    if not exited and not started:
+                        # Nothing reached the workspace there (no item came back), and no exit will say
+                        # whether a live sandbox stays: a pin made ahead for this run goes. (A run that
+                        # started may have left one: its pin stays, and the next run finds out.)
                         self._pins.give_up_ahead(workspace_id, slot.name)
                     if gen is not None and not finished and not unknown and not requeued:
                         # The consumer stopped (closed or cancelled): the worker must kill the program.
