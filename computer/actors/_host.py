@@ -39,7 +39,7 @@ from ._reserve import DiskReserve
 from ._upload import Upload
 from .directory import Directory, open_directory
 from .naming import check_name, check_new_name, workspace_file
-from .raycompat import process_incarnation
+from .raycompat import process_incarnation, process_worker
 from .wire import STREAM_CHUNK, Reply, fail, moved, ok
 
 __all__ = ["STREAM_CHUNK", "WorkspaceHost"]
@@ -368,6 +368,9 @@ class WorkspaceHost(PoolCallbacks):
                 # Which life of its Ray actor this process is (restarts in place): a client tells a call
                 # cut by a restart from one sent after the death (``Connection._did_not_run``).
                 "incarnation": incarnation,
+                # Its Ray worker id: picks its row in Ray's worker table, where a pid can be listed more
+                # than once (``raycompat.death_among``).
+                "worker": process_worker() if self.managed else None,
                 "managed": self.managed,
                 "backends": list(self.workspace.runtime.backends()),
                 "has_assets": self.workspace.assets is not None,

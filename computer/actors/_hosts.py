@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import math
 import os
 import sys
 import threading
@@ -88,6 +89,9 @@ T = TypeVar("T")
 SWITCH_INTERVAL = 0.0001
 # Seconds a host left with no workspace stays up before it exits (at most ``hibernate_after``).
 HOST_LINGER = 5.0
+# Seconds without any call arriving that an idle host waits for before it exits: a call that reached
+# it is served, never cut by the exit (``OwnerHost._exit``).
+EXIT_QUIET = 1.0
 _IO_THREADS = 16  # the host's shared pool for ``asyncio.to_thread`` of every workspace it owns
 
 # Calls a pool worker makes about a run of an owner: they never wake a workspace (a workspace that is
@@ -205,6 +209,7 @@ class OwnerHost:
         self._leaving: dict[str, asyncio.Event] = {}  # closing now: calls wait, then open it afresh
         self._waiting = 0  # calls waiting for a workspace to open or to finish closing
         self._exiting = False
+        self._last_call = -math.inf  # when the last call arrived (monotonic; ``_exit``)
         self._wakes = 0
         self._started = time.time()
         self.directory: Directory = open_directory(self.config)
@@ -337,12 +342,30 @@ class OwnerHost:
         linger = min(self.config.hibernate_after, HOST_LINGER)
         self.loop.call_later(linger, lambda: self.handle._exit.remote())
 
+    def _arrived(self) -> None:
+        """A call arrived (any RPC of the host, on any of its groups): an exit waits for quiet."""
+        self._last_call = time.monotonic()
+
     async def _exit(self) -> None:
+        """Exit, if the host is still idle and no call arrived for :data:`EXIT_QUIET`; otherwise stay
+        (a call that opens a workspace) or look again once it is quiet. Ray fails every call the
+        process received and had not answered when it exits ("The actor died unexpectedly before
+        finishing this task", exit type ``INTENDED_USER_EXIT``): before, a call that reached a host
+        just as its linger ended (``host_stats`` from ``computer status``, ``ws_info`` from a deletion,
+        any call through a ``HostedHandle`` held from before) died with it. Calls come in bursts:
+        while they arrive the host stays; one sent after a second's silence, exactly as the host exits,
+        can still die (Ray has no exit that first stops taking calls), and a client resends it (the
+        workspace's lease was released: ``Connection._did_not_run``)."""
         import ray
 
         self._exiting = False
         if not self._idle():
             return  # a call came meanwhile: stay
+        quiet = time.monotonic() - self._last_call
+        if quiet < EXIT_QUIET:  # calls arrive: look again once they stopped
+            self._exiting = True
+            self.loop.call_later(EXIT_QUIET - quiet, lambda: self.handle._exit.remote())
+            return
         log.info("owner host %s holds no workspace: exiting", self.host_name)
         self._executor.close()
         ray.actor.exit_actor()  # type: ignore[no-untyped-call]
@@ -351,6 +374,7 @@ class OwnerHost:
 
     async def ws_call(self, name: str, method: str, *args: Any, **kwargs: Any) -> Any:
         """Call owner RPC ``method`` of workspace ``name``, opening it here first if it is asleep."""
+        self._arrived()
         if asyncio.get_running_loop() is not self.loop:  # sent on ``CONTROL_GROUP`` or ``WAIT_GROUP``
             if method not in CONTROL_METHODS and method not in WAIT_METHODS:
                 return fail(AttributeError(f"{method!r} is not served on the control or wait group"))
@@ -392,6 +416,7 @@ class OwnerHost:
 
     async def ws_stream(self, name: str, method: str, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
         """Stream owner RPC ``method`` (an async generator) of workspace ``name``."""
+        self._arrived()
         if method not in STREAM_METHODS:
             yield fail(AttributeError(f"owners have no streaming RPC method {method!r}"))
             return
@@ -431,6 +456,7 @@ class OwnerHost:
 
     async def ws_info(self, name: str) -> dict[str, Any] | None:
         """The ``stats`` of workspace ``name`` if it is open here (never opens it)."""
+        self._arrived()
         ws = self._open.get(name)
         if ws is None or ws._left:
             return None
@@ -441,6 +467,7 @@ class OwnerHost:
 
     async def close_workspace(self, name: str) -> bool:
         """Close workspace ``name`` if it is open here (lease released); True when it was."""
+        self._arrived()
         ws = self._open.get(name)
         if ws is None:
             return False
@@ -457,12 +484,15 @@ class OwnerHost:
         """Whether small calls of an idle workspace run on this loop (the default) or cross to the
         workspace's thread like every other call; returns the previous choice. For benchmarks, which
         compare both paths in one process and window."""
+        self._arrived()
         previous, self.inline = self.inline, bool(enabled)
         return previous
 
     async def host_stats(self) -> dict[str, Any]:
         """The host as a whole, for ``computer status`` and benchmarks."""
         import ray
+
+        self._arrived()
 
         return {
             "host": self.host_name,

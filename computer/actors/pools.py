@@ -469,7 +469,7 @@ class PoolBackend:
                 slot.inflight += 1
                 handle = None
                 gen = None
-                started = finished = unknown = requeued = moved = silent = False
+                started = finished = unknown = requeued = moved = silent = exited = False
                 try:
                     handle = await self._handle(slot)
                     prefetched = await slot.memory.prefetch(ctx)
@@ -512,7 +512,7 @@ class PoolBackend:
                         if isinstance(event, RunStarted):
                             continue
                         if isinstance(event, ExitEvent):
-                            finished = True
+                            finished = exited = True
                             event = self._notices.with_refusals(
                                 workspace_id, await self._exited(event, workspace_id, slot, request, ctx)
                             )
@@ -527,7 +527,7 @@ class PoolBackend:
                         killed = await self._kill_on(handle, gen, workspace_id, slot, request, ctx)
                     if killed is None:
                         raise
-                    finished = True
+                    finished = exited = True
                     yield killed
                     return
                 except (RayActorError, WorkerCrashedError, ValueError) as exc:
@@ -591,6 +591,11 @@ class PoolBackend:
                         return
                 finally:
                     slot.inflight -= 1
+                    if not exited and not started:
+                        # Nothing reached the workspace there (no item came back), and no exit will say
+                        # whether a live sandbox stays: a pin made ahead for this run goes. (A run that
+                        # started may have left one: its pin stays, and the next run finds out.)
+                        self._pins.give_up_ahead(workspace_id, slot.name)
                     if gen is not None and not finished and not unknown and not requeued:
                         # The consumer stopped (closed or cancelled): the worker must kill the program.
                         with contextlib.suppress(Exception):

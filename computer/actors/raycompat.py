@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterable
 from typing import Any
 
 from ._nodes import gcs_answer
@@ -41,11 +42,13 @@ __all__ = [
     "actor_ray_name",
     "actor_restarts",
     "available_per_node",
+    "death_among",
     "kv_del",
     "kv_get",
     "kv_put",
     "kv_put_new",
     "process_incarnation",
+    "process_worker",
     "quiet_driver_messages",
     "streaming",
     "worker_death_time",
@@ -156,12 +159,24 @@ def process_incarnation(*, blocking: bool = True) -> int | None:
     return known
 
 
-def worker_death_time(pid: int, alive_at: float = 0.0) -> float | None:
+def process_worker() -> str | None:
+    """This process's Ray worker id (hex), which names it in Ray's worker table; None outside Ray."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return None
+        return str(ray.get_runtime_context().get_worker_id()) or None
+    except Exception:
+        return None
+
+
+def worker_death_time(pid: int, alive_at: float = 0.0, worker: str | None = None) -> float | None:
     """When the Ray worker process ``pid``, known alive at ``alive_at`` (wall-clock seconds), died,
     from the GCS worker table, which records a dead worker's end (the actor table does not, for an
-    actor restarted in place). Rows that ended before ``alive_at`` (less 1 s for clocks apart) are an
-    earlier process of the same pid. None when no dead worker of that pid is listed, when several are
-    (pids of several nodes, or reused: which one cannot be told), or when the table cannot be read."""
+    actor restarted in place). ``worker``: its Ray worker id (:func:`process_worker`), which picks its
+    row among others of the same pid. None when the table cannot be read, or when no dead row is that
+    process, or several may be (:func:`death_among`)."""
     try:
         from ray._private.state import state
         from ray.core.generated import gcs_pb2
@@ -169,15 +184,39 @@ def worker_death_time(pid: int, alive_at: float = 0.0) -> float | None:
         def read() -> list[bytes]:
             return list(state._connect_and_get_accessor().get_worker_table())
 
-        rows = gcs_answer(read, "read its worker table")
-        ends = []
-        for raw in rows:
-            row = gcs_pb2.WorkerTableData.FromString(raw)  # type: ignore[attr-defined]
-            if row.pid == pid and not row.is_alive and row.end_time_ms >= (alive_at - 1.0) * 1000:
-                ends.append(row.end_time_ms)
+        rows = [
+            gcs_pb2.WorkerTableData.FromString(raw)  # type: ignore[attr-defined]
+            for raw in gcs_answer(read, "read its worker table")
+        ]
     except Exception:
         return None
-    return ends[0] / 1000.0 if len(ends) == 1 else None
+    return death_among(rows, pid, alive_at, worker)
+
+
+def death_among(rows: Iterable[Any], pid: int, alive_at: float, worker: str | None) -> float | None:
+    """The end (wall-clock seconds) of process ``pid``, known alive at ``alive_at``, among the worker
+    table's ``rows`` (``WorkerTableData``). One pid can have several dead rows: a pid reused on a node
+    (an earlier process), the same pid on several nodes, and one worker listed more than once. With
+    ``worker`` (its Ray worker id, hex) only that worker's rows count, which is exact. Without it
+    (an owner from before ``describe`` said its worker), rows of the same worker are one process, and
+    a row that ended before ``alive_at`` or started after it (1 s either side for clocks apart) is
+    another process. None unless exactly one process is left. Before, several dead rows of the pid
+    gave None, and the client could not tell a call sent after the death from one that may have run
+    ("unknown outcome")."""
+    ends: dict[bytes, float] = {}
+    for row in rows:
+        if row.pid != pid or row.is_alive or not row.end_time_ms:
+            continue
+        wid = bytes(row.worker_address.worker_id)
+        if worker is not None:
+            if wid.hex() != worker:
+                continue
+        elif row.end_time_ms < (alive_at - 1.0) * 1000 or (
+            alive_at and row.start_time_ms and row.start_time_ms > (alive_at + 1.0) * 1000
+        ):
+            continue
+        ends[wid] = max(ends.get(wid, 0.0), float(row.end_time_ms))
+    return next(iter(ends.values())) / 1000.0 if len(ends) == 1 else None
 
 
 def _actor_row(actor: str) -> dict[str, Any] | None:

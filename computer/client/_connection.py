@@ -106,6 +106,7 @@ class Connection:
         self.epoch = 0
         self.owner_id: str | None = None  # the owner process we last spoke to (from ``describe``)
         self.incarnation: int | None = None  # which life of its Ray actor that process is (``describe``)
+        self.worker: str | None = None  # that process's Ray worker id (``describe``)
         self.described_at = 0.0
         self.config: Settings | None = None
         # The concurrency group the owner process answers probes on (``describe``; None: Ray's default).
@@ -125,6 +126,7 @@ class Connection:
         self.epoch = int(info["epoch"])
         self.owner_id = info.get("owner")
         self.incarnation = info.get("incarnation")
+        self.worker = info.get("worker")
         self.described_at = time.time()  # when that process was known alive
         self.probe_group = info.get("probe_group")
         self.control_group = info.get("control_group")
@@ -274,10 +276,11 @@ class Connection:
         An owner (or owner host) restarted in place by Ray is not dead in Ray's actor table, which
         gives no death time then: when the process answering now is the next life of the same actor
         (``incarnation`` one more, so no life came between), the old process's end in Ray's worker
-        table (by its pid, from the owner id) is its death time. Before, such a call sent after the
+        table (by its pid, from the owner id, and its Ray worker id, ``describe``'s ``worker``, which
+        picks its row where the pid is listed more than once) is its death time. Before, such a call sent after the
         death was "unknown outcome" although it never ran.
         """
-        before, lived, alive_at = self.owner_id, self.incarnation, self.described_at
+        before, lived, alive_at, worker = self.owner_id, self.incarnation, self.described_at, self.worker
         died = await asyncio.to_thread(actor_death_time, handle)
         released = await self._released_cleanly(hosted=isinstance(handle, HostedHandle))
         try:
@@ -292,7 +295,7 @@ class Connection:
         if died is None and same_actor and lived is not None and self.incarnation == lived + 1:
             process = owner_process(before)
             if process is not None:
-                died = await asyncio.to_thread(worker_death_time, process[1], alive_at)
+                died = await asyncio.to_thread(worker_death_time, process[1], alive_at, worker)
         return released or (died is not None and died < sent_at - _DEATH_MARGIN)
 
     async def _reresolve_quietly(self, stale: Any) -> None:

@@ -369,6 +369,9 @@ async def test_a_call_sent_after_its_owner_process_died_is_run_by_the_restarted_
             await asyncio.sleep(0.1)
         died = await asyncio.to_thread(worker_death_time, pid)
         assert died is not None
+        # Its Ray worker id (``describe``) names the same row: the one picked among rows of that pid.
+        worker = ws._conn.worker
+        assert worker and await asyncio.to_thread(worker_death_time, pid, 0.0, worker) == died
         await asyncio.sleep(
             max(0.0, died + 0.5 - time.time())
         )  # sent clearly after the death (margin 0.25 s)
@@ -461,3 +464,40 @@ async def test_an_owner_fenced_under_its_lease_stops_at_the_first_refused_write(
                 await asyncio.sleep(0.1)
         assert await ws.fs.read_file("/before") == b"a"
         assert int((await ws.handle.stats.remote())["epoch"]) > epoch + 1
+
+
+def _row(pid: int, worker: bytes, start: float, end: float) -> Any:
+    """A dead worker's row of Ray's GCS worker table (Ray's own message), times in seconds."""
+    from ray.core.generated import gcs_pb2
+
+    row = gcs_pb2.WorkerTableData(pid=pid, is_alive=False)  # type: ignore[attr-defined]
+    row.worker_address.worker_id = worker
+    row.start_time_ms, row.end_time_ms = int(start * 1000), int(end * 1000)
+    return row
+
+
+def test_a_dead_owner_process_is_found_among_several_worker_rows_of_its_pid() -> None:
+    """Ray's worker table can list one pid more than once: a pid reused on a node, the same pid on
+    another node, one worker listed twice. Before, ``worker_death_time`` gave None whenever more than
+    one dead row of the pid ended after the process was known alive, and a call sent after an owner's
+    restart in place was "unknown outcome" although it never ran. The owner's Ray worker id
+    (``describe``) picks its row; without one, rows of the same worker are one process, and a row that
+    started after the process was known alive is another one."""
+    from computer.actors.raycompat import death_among
+
+    alive_at = 1_000.0
+    ours, reused, elsewhere = b"o" * 28, b"r" * 28, b"e" * 28
+    rows = [
+        _row(42, ours, 990.0, 1_005.0),
+        _row(42, ours, 990.0, 1_005.2),  # the same worker listed twice
+        _row(42, reused, 1_010.0, 1_020.0),  # the pid reused after our process died
+        _row(42, elsewhere, 995.0, 1_030.0),  # the same pid on another node
+        _row(7, b"x" * 28, 990.0, 1_001.0),
+    ]
+    assert death_among(rows, 42, alive_at, ours.hex()) == 1_005.2
+    assert death_among(rows, 42, alive_at, reused.hex()) == 1_020.0
+    assert death_among(rows, 42, alive_at, (b"z" * 28).hex()) is None  # not listed (yet): unknown
+    # Without a worker id: reused pid and one worker listed twice are told apart...
+    assert death_among(rows[:3], 42, alive_at, None) == 1_005.2
+    # ...another node's process of the same pid alive then is not: which one cannot be told.
+    assert death_among(rows, 42, alive_at, None) is None

@@ -390,3 +390,89 @@ async def test_a_lost_sandbox_is_said_by_the_first_run_that_runs_when_the_run_be
     )
     assert ended == ExitEvent(0, live=True)
     assert await _run(backend) == [ExitEvent(0, live=True)]  # said once
+
+
+async def test_a_first_run_that_failed_on_its_worker_leaves_no_pin_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A workspace's first run is pinned ahead to its worker (``Pins.pin_ahead``), and its exit says
+    whether a live sandbox stays. A run that failed there ("exec worker failed": the worker raised)
+    never exits: before, the pin stayed, pointing at a worker known to hold no sandbox, and the next
+    run went there although that worker was full and ``b`` free (it waited in ``a``'s line, and
+    failed again on a worker whose backend is broken); ``kill_process`` said that worker held the
+    live sandbox."""
+    from ray.exceptions import RayTaskError
+
+    def broken(_: RunOrder) -> list[Any]:
+        raise RayTaskError("run", "worker bug", ValueError("boom"))
+
+    a, b = ScriptedWorker("a", broken), ScriptedWorker("b", _live)
+    backend = _dispatcher(monkeypatch, b_load=1, a=a, b=b)
+    backend.unpin("ws")
+    backend._slots["a"].load = 0  # the least loaded: the first run goes there
+    [failed] = await _run(backend)
+    assert isinstance(failed, ExitEvent) and failed.error is not None and "failed" in failed.error
+    assert backend.pinned("ws") is None
+    backend._slots["a"].load = 4  # full now, ``b`` has room
+    backend._warm = []
+    assert await _run(backend) == [ExitEvent(0, live=True)]
+    assert (len(a.orders), len(b.orders), backend.pinned("ws")) == (1, 1, "b")
+
+
+async def test_a_first_run_cancelled_before_its_worker_answered_leaves_no_pin_there(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The caller gives up on a workspace's first run before its worker sent anything (and the kill
+    finds no run there): before, its pin made ahead stayed, and the workspace's next runs all went to
+    that worker, full or not, and ``processes``/``kill_process`` asked it of a sandbox never made."""
+    sent = asyncio.Event()
+
+    class _NeverAnswers(ScriptedWorker):
+        def remote(self, order: Any) -> Any:
+            self.orders.append(order)
+            sent.set()
+
+            async def items() -> Any:
+                await asyncio.Event().wait()  # never: cancelled with the run
+                yield None
+
+            return items()
+
+    class _NoRun:
+        async def remote(self, *_: Any) -> bool:
+            return False  # no such run there to kill
+
+    a, b = _NeverAnswers("a", _live), ScriptedWorker("b", _live)
+    a.kill_run = _NoRun()  # type: ignore[attr-defined]
+    backend = _dispatcher(monkeypatch, b_load=1, a=a, b=b)
+    backend.unpin("ws")
+    backend._slots["a"].load = 0
+    task = asyncio.ensure_future(_run(backend))
+    await asyncio.wait_for(sent.wait(), 10)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 10)
+    assert backend.pinned("ws") is None
+    backend._slots["a"].load = 4
+    assert await asyncio.wait_for(_run(backend), 10) == [ExitEvent(0, live=True)]
+    assert (len(a.orders), len(b.orders), backend.pinned("ws")) == (1, 1, "b")
+
+
+async def test_a_pin_made_ahead_stays_while_another_run_sent_under_it_goes_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two first runs of a workspace go to ``a`` under one pin made ahead; the one that fails does not
+    drop the pin while the other may still leave a live sandbox there (its exit pins or unpins)."""
+    backend = _dispatcher(monkeypatch, b_load=1)
+    backend.unpin("ws")
+    pins = backend._pins
+    pins.pin_ahead("ws", "a")
+    pins.pin_ahead("ws", "a")
+    pins.give_up_ahead("ws", "a")
+    assert backend.pinned("ws") == "a"
+    pins.give_up_ahead("ws", "a")
+    assert backend.pinned("ws") is None
+    pins.pin_ahead("ws", "a")
+    pins.pin("ws", "a")  # the run's exit: a live sandbox is there now
+    pins.give_up_ahead("ws", "a")
+    assert backend.pinned("ws") == "a"
