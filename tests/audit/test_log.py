@@ -371,6 +371,34 @@ async def test_a_run_stopped_by_its_timeout_is_recorded_as_timed_out() -> None:
     assert (stopped.status, stopped.error) == ("error", "killed")
 
 
+async def test_a_run_that_killed_itself_says_which_signal_not_cancelled() -> None:
+    """``kill -9 $$`` (and ``os.kill(os.getpid(), 9)``) read "cancelled (exit code 137)" in the audit
+    and a bare ``status: "cancelled"`` in the exec tool's result, as if a caller or a timeout had ended
+    the run. SPEC 6 keeps the status; the record and the result name the signal, SIGSEGV's too."""
+    from computer.runtime import PythonBackend
+    from computer.runtime.shell import ShellBackend
+
+    async with Workspace(backends=[ShellBackend(), PythonBackend()]) as ws:
+        exec_tool = create_tools(ws)["exec"]
+        calls = [
+            ({"command": "kill -9 $$"}, "cancelled", "SIGKILL"),
+            ({"command": "kill -SEGV $$"}, "failed", "SIGSEGV"),
+            ({"command": "import os; os.kill(os.getpid(), 9)", "backend": "python"}, "cancelled", "SIGKILL"),
+        ]
+        for args, status, name in calls:
+            result = await exec_tool.run({**args, "timeout": 60})
+            assert (result["status"], result.get("signal"), "error" in result) == (status, name, False), result
+        ended = await exec_tool.run({"command": "exit 3", "timeout": 60})
+        assert "signal" not in ended  # a plain exit code is no signal
+        records = await ws.audit.query(kind="exec")
+    assert [record.error for record in records] == [
+        "killed by SIGKILL (exit code 137)",
+        "killed by SIGSEGV (exit code 139)",
+        "killed by SIGKILL (exit code 137)",
+        "failed (exit code 3)",
+    ]
+
+
 async def test_a_follow_ends_when_its_workspace_closes() -> None:
     """``follow`` is documented to end when the log closes; it raised ``ProgrammingError`` (cannot
     operate on a closed database) from the follower's ``async for`` instead: the store closes the
