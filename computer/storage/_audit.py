@@ -29,6 +29,7 @@ import contextlib
 import functools
 import json
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime
@@ -167,8 +168,15 @@ class AuditLog:
         detail: Mapping[str, Any] | None = None,
         at: float | None = None,
     ) -> None:
-        """Append one record (committed shortly after; see the module docstring). Never raises."""
-        self._append(kind, tool, status, error, duration_ms, caller, args, detail, at, _NO_RESULT)
+        """Append one record (committed shortly after; see the module docstring). Never raises.
+
+        ``at`` (epoch seconds) is when it happened by the recorder's clock (a client's call, sent
+        here after it answered); omitted, a time that is no finite number or one later than now is
+        now: a client's clock running ahead never puts its record after the owner's own.
+        """
+        now = time.time()
+        moment = float(at) if isinstance(at, int | float) and math.isfinite(at) and at < now else now
+        self._append(kind, tool, status, error, duration_ms, caller, args, detail, moment, _NO_RESULT)
 
     def record_tool(
         self, name: str, args: Any, result: Any, duration_s: float, *, caller: Mapping[str, str] | None = None

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -422,3 +425,32 @@ async def test_a_follow_ends_when_its_workspace_closes() -> None:
     await asyncio.wait_for(follower, 10)  # ends, without an error
     assert got == ["ls"]
     assert [record async for record in ws.audit.follow()] == []  # a closed log: nothing, at once
+
+
+async def test_a_record_a_client_sends_keeps_the_time_of_its_call_not_of_its_arrival() -> None:
+    """A client records the calls it answers itself (exec, publish, bad arguments) with one owner call
+    nobody waits for, and the owner stamped the record when it arrived: later by the round trip, and by
+    a failover's seconds when the owner moved first (the record is sent again). The entry carries the
+    call's end now, by the client's clock; a clock running ahead, or no time at all, is the arrival."""
+    from computer.client._audit import ClientAudit
+
+    sent: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+
+    def remote(entry: dict[str, Any]) -> asyncio.Future[Any]:
+        sent.append(entry)
+        reply: asyncio.Future[Any] = loop.create_future()
+        reply.set_result(("ok", None))
+        return reply
+
+    connection = SimpleNamespace(handle=SimpleNamespace(audit_record=SimpleNamespace(remote=remote)))
+    client = ClientAudit(connection, "host:1:abcdef01")  # type: ignore[arg-type]
+    client.record_tool("exec", {"command": "true"}, {"status": "completed"}, 0.01)
+    await client.drain()
+    answered = datetime.now(UTC)
+    async with Workspace() as ws:  # the owner's side: what ``audit_record`` does with the entry
+        for at in (sent[0].get("at"), time.time() + 3600, float("nan"), "soon"):
+            ws.audit.record(**{**sent[0], "at": at})
+        call, ahead, nan, text = await ws.audit.query()
+    assert call.time <= answered and call.caller == {"client": "host:1:abcdef01"}
+    assert all(answered <= r.time <= datetime.now(UTC) for r in (ahead, nan, text))
