@@ -29,7 +29,6 @@ import contextlib
 import functools
 import json
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import datetime
@@ -47,6 +46,7 @@ from ._audit_record import (
     exec_args,
     exec_error,
     record_from_row,
+    record_time,
     since_clause,
     sql_int,
 )
@@ -169,14 +169,10 @@ class AuditLog:
         at: float | None = None,
     ) -> None:
         """Append one record (committed shortly after; see the module docstring). Never raises.
-
-        ``at`` (epoch seconds) is when it happened by the recorder's clock (a client's call, sent
-        here after it answered); omitted, a time that is no finite number or one later than now is
-        now: a client's clock running ahead never puts its record after the owner's own.
-        """
-        now = time.time()
-        moment = float(at) if isinstance(at, int | float) and math.isfinite(at) and at < now else now
-        self._append(kind, tool, status, error, duration_ms, caller, args, detail, moment, _NO_RESULT)
+        ``at``: when it happened, by the recorder's clock (:func:`record_time`)."""
+        self._append(
+            kind, tool, status, error, duration_ms, caller, args, detail, record_time(at), _NO_RESULT
+        )
 
     def record_tool(
         self, name: str, args: Any, result: Any, duration_s: float, *, caller: Mapping[str, str] | None = None

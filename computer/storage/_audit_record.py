@@ -8,6 +8,7 @@ import contextvars
 import json
 import math
 import signal
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -26,6 +27,7 @@ __all__ = [
     "exec_error",
     "exit_signal",
     "record_from_row",
+    "record_time",
     "since_clause",
     "sql_int",
 ]
@@ -200,6 +202,15 @@ def since_clause(since: datetime | int | float | None) -> tuple[str, list[Any]]:
     raise TypeError(f"since must be a datetime, a record id or epoch seconds, not {type(since).__name__}")
 
 
+def record_time(at: Any) -> float:
+    """When a record happened: ``at`` (epoch seconds, by the recorder's clock: a client's call, sent to
+    the owner after it answered), or now when ``at`` is omitted, no finite number (a NaN lost its
+    batch's records) or later than now (a client's clock running ahead never puts its record after
+    the owner's own)."""
+    now = time.time()
+    return float(at) if isinstance(at, int | float) and math.isfinite(at) and at < now else now
+
+
 # -- an exec record's fields -------------------------------------------------------------------------
 
 # The exit code of a run its timeout stopped (the runtime's ``TIMEOUT_EXIT_CODE``, as timeout(1)).
@@ -216,7 +227,9 @@ def exec_error(status: str, exit_code: int | None, error: str | None, timeout: f
     if status == "completed":
         return None
     name = exit_signal(exit_code)
-    return f"{status} (exit code {exit_code})" if name is None else f"killed by {name} (exit code {exit_code})"
+    return (
+        f"{status} (exit code {exit_code})" if name is None else f"killed by {name} (exit code {exit_code})"
+    )
 
 
 def exit_signal(exit_code: int | None) -> str | None:

@@ -69,7 +69,9 @@ def as_asked(exc: OSError, asked: str) -> OSError:
     """
     if exc.filename is None or exc.filename == asked:
         return exc
-    return fs_error(exc.errno or errno.EIO, asked, f"{exc.strerror} (a symbolic link on the way leads to {exc.filename})")
+    return fs_error(
+        exc.errno or errno.EIO, asked, f"{exc.strerror} (a symbolic link on the way leads to {exc.filename})"
+    )
 
 
 def _resolve(st: Store, path: str, follow: bool) -> tuple[int, int, str]:

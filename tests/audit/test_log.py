@@ -390,7 +390,9 @@ async def test_a_run_that_killed_itself_says_which_signal_not_cancelled() -> Non
         ]
         for args, status, name in calls:
             result = await exec_tool.run({**args, "timeout": 60})
-            assert (result["status"], result.get("signal"), "error" in result) == (status, name, False), result
+            assert (result["status"], result.get("signal"), "error" in result) == (status, name, False), (
+                result
+            )
         ended = await exec_tool.run({"command": "exit 3", "timeout": 60})
         assert "signal" not in ended  # a plain exit code is no signal
         records = await ws.audit.query(kind="exec")

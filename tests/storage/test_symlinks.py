@@ -254,7 +254,9 @@ async def test_realpath_resolves_like_the_os_on_the_same_tree(fs: FileSystem, tm
             assert got == "/" + posixpath.relpath(on_disk, root).removeprefix("."), (probe, follow)
 
 
-async def test_an_error_through_a_link_names_the_path_asked_and_says_where_the_link_led(fs: FileSystem) -> None:
+async def test_an_error_through_a_link_names_the_path_asked_and_says_where_the_link_led(
+    fs: FileSystem,
+) -> None:
     """``open("link")`` names ``link``: the walk goes on from a link's target, and every error named that
     target (reading a dangling ``/link`` said ``No such file or directory: /nowhere/f``)."""
     await fs.mkdir("/d")
