@@ -429,13 +429,12 @@ def test_a_stdio_request_nested_past_pythons_recursion_limit_is_answered_with_it
     a notification that deep still gets nothing, and the next request its answer."""
     deep = "[" * 5000 + "]" * 5000
     tail = "".join(
-        line + "\n"
+        line.replace("DEEP", deep) + "\n"
         for line in (
-            '{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "fd0", "arguments": %s}}'
-            % deep,
-            '{"jsonrpc": "2.0", "method": "tools/call", "params": %s, "id": "late"}' % deep,
-            '{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"x": %s}}' % deep,
-            '{"jsonrpc": "2.0", "id": {"a": %s}, "method": "tools/list"}' % deep,
+            '{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "fd0", "arguments": DEEP}}',
+            '{"jsonrpc": "2.0", "method": "tools/call", "params": DEEP, "id": "late"}',
+            '{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"x": DEEP}}',
+            '{"jsonrpc": "2.0", "id": {"a": DEEP}, "method": "tools/list"}',
             json.dumps(_request(8)),
         )
     )
