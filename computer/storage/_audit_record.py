@@ -204,11 +204,11 @@ def since_clause(since: datetime | int | float | None) -> tuple[str, list[Any]]:
 
 def record_time(at: Any) -> float:
     """When a record happened: ``at`` (epoch seconds, by the recorder's clock: a client's call, sent to
-    the owner after it answered), or now when ``at`` is omitted, no finite number (a NaN lost its
-    batch's records) or later than now (a client's clock running ahead never puts its record after
-    the owner's own)."""
+    the owner after it answered), or now when ``at`` is omitted, no finite number, before 1970 or later
+    than now (a client's clock running ahead never puts its record after the owner's own). A NaN, or a
+    time whose microseconds pass SQLite's 64-bit integers (``-1e30``), lost its whole batch of records."""
     now = time.time()
-    return float(at) if isinstance(at, int | float) and math.isfinite(at) and at < now else now
+    return float(at) if isinstance(at, int | float) and math.isfinite(at) and 0 <= at < now else now
 
 
 # -- an exec record's fields -------------------------------------------------------------------------
