@@ -9,6 +9,10 @@ still hibernates (the next poll wakes it again).
 Tool calls a client runs itself (``exec``, ``publish``, and calls answered here without touching a
 file, such as invalid arguments) are recorded on the owner with one call that nobody waits for, so
 they cost the tool call no round trip; calls forwarded whole are recorded by the owner as they run.
+Each record's time is when the call ended by this client's clock (``at``; the owner's arrival time
+was later by the round trip, or by a failover when the owner moved), never later than the owner's
+clock when it arrives (``AuditLog.record``), so a forwarded call and a call answered here are timed
+alike: at their end.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
@@ -110,6 +115,9 @@ class ClientAudit:
             # Scrubbed here: an oversized write rejected locally must not travel whole to be recorded.
             "args": scrub_args(args if isinstance(args, dict) else {"arguments": args}),
             "detail": {"bytes_in": payload_size(args), "bytes_out": payload_size(result)},
+            # When the call ended, by this clock: the owner's arrival time was later by the round trip,
+            # and by a failover's seconds when the owner moved first (``_confirm`` sends it again).
+            "at": time.time(),
         }
         try:
             loop = asyncio.get_running_loop()

@@ -12,7 +12,15 @@ from typing import Any
 from ..storage.paths import canonical
 from ._output_dir import DIRECTORY, fs_caller, planted
 
-__all__ = ["BACKGROUND_SUFFIX", "DEFAULT_OUTPUT", "OutputOptions", "check_env", "check_input", "prune_logs"]
+__all__ = [
+    "BACKGROUND_SUFFIX",
+    "DEFAULT_OUTPUT",
+    "OutputOptions",
+    "check_env",
+    "check_input",
+    "check_source",
+    "prune_logs",
+]
 
 # How a live sandbox's background log is named (``<exec id>.background.log``, ``_live_jobs``).
 BACKGROUND_SUFFIX = ".background.log"
@@ -109,6 +117,38 @@ def check_env(env: Any) -> None:
             raise ValueError(f"invalid environment variable name {name!r}: empty, or with '=' or NUL")
         if "\0" in value:
             raise ValueError(f"invalid value of environment variable {name!r}: it holds a NUL")
+        if not _utf8(name) or not _utf8(value):
+            # A lone surrogate (a model's text cut inside a pair) failed the run at its start with a bare
+            # "UnicodeEncodeError: ... in position 289" of the backend's own encoding.
+            what = "environment variable name" if not _utf8(name) else "value of environment variable"
+            raise ValueError(f"invalid {what} {name!r}: not UTF-8 text (it holds a lone surrogate)")
+
+
+def check_source(source: str, protocol: str, cwd: str | None = None) -> None:
+    """Refuse a program no backend runs as sent (``ValueError``): a command or ``cwd`` that is not UTF-8
+    (a lone surrogate failed the run with a bare ``UnicodeEncodeError``), and a NUL in a shell command, which
+    bash drops: ``echo a<NUL>b`` ran as ``echo ab`` and answered "completed". A module backend's
+    own compiler names a NUL in its source (Python: ``SyntaxError``), so only ``command`` backends
+    are checked for it."""
+    if not _utf8(source):
+        raise ValueError("the command is not UTF-8 text: it holds a lone surrogate")
+    if cwd is not None and not _utf8(cwd):
+        raise ValueError(f"cwd {cwd!r} is not UTF-8 text: it holds a lone surrogate")
+    if protocol == "command" and "\0" in source:
+        raise ValueError(
+            f"the command holds a NUL byte (at character {source.index(chr(0))}), which a shell drops: "
+            "nothing ran; remove it"
+        )
+
+
+def _utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def check_input(value: Any) -> None:

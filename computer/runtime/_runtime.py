@@ -25,7 +25,7 @@ from ._capture import StreamCapture
 from ._context import LocalExecContext
 from ._handle import LOOP_ENDED, ExecHandle, ExecRun
 from ._journal import ExecJournal, result_from_record
-from ._options import OutputOptions, check_env, check_input
+from ._options import OutputOptions, check_env, check_input, check_source
 from ._settle import Settling
 from .types import BackendInfo, ExecResult, ExecSnapshot, ProcessInfo
 
@@ -128,6 +128,7 @@ class Runtime(Settling):
         check_input(input)
         if not isinstance(source, str):
             raise TypeError("source must be a str")
+        check_source(source, info.protocol, cwd if isinstance(cwd, str) else None)
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int | float)):
             raise TypeError(f"timeout must be a number of seconds, not {type(timeout).__name__}")
         if timeout is not None and not 0 < timeout < math.inf:  # NaN too

@@ -6,6 +6,7 @@ Imports nothing else of the project.
 from __future__ import annotations
 
 from ._audit import AuditLog, AuditRecord, ToolCall, audit_caller, current_caller, current_tool_call
+from ._audit_record import exit_signal
 from ._chunks import CHUNK_SIZE
 from ._content import check_write_data
 from ._db import storage_failure, use_wal
@@ -58,6 +59,7 @@ __all__ = [
     "current_tool_call",
     "error_from_wire",
     "error_to_wire",
+    "exit_signal",
     "fs_error",
     "payload_size",
     "scrub",

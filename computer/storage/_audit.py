@@ -46,6 +46,7 @@ from ._audit_record import (
     exec_args,
     exec_error,
     record_from_row,
+    record_time,
     since_clause,
     sql_int,
 )
@@ -167,8 +168,11 @@ class AuditLog:
         detail: Mapping[str, Any] | None = None,
         at: float | None = None,
     ) -> None:
-        """Append one record (committed shortly after; see the module docstring). Never raises."""
-        self._append(kind, tool, status, error, duration_ms, caller, args, detail, at, _NO_RESULT)
+        """Append one record (committed shortly after; see the module docstring). Never raises.
+        ``at``: when it happened, by the recorder's clock (:func:`record_time`)."""
+        self._append(
+            kind, tool, status, error, duration_ms, caller, args, detail, record_time(at), _NO_RESULT
+        )
 
     def record_tool(
         self, name: str, args: Any, result: Any, duration_s: float, *, caller: Mapping[str, str] | None = None

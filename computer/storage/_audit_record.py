@@ -7,6 +7,8 @@ import contextlib
 import contextvars
 import json
 import math
+import signal
+import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,7 +25,9 @@ __all__ = [
     "current_tool_call",
     "exec_args",
     "exec_error",
+    "exit_signal",
     "record_from_row",
+    "record_time",
     "since_clause",
     "sql_int",
 ]
@@ -198,6 +202,15 @@ def since_clause(since: datetime | int | float | None) -> tuple[str, list[Any]]:
     raise TypeError(f"since must be a datetime, a record id or epoch seconds, not {type(since).__name__}")
 
 
+def record_time(at: Any) -> float:
+    """When a record happened: ``at`` (epoch seconds, by the recorder's clock: a client's call, sent to
+    the owner after it answered), or now when ``at`` is omitted, no finite number, before 1970 or later
+    than now (a client's clock running ahead never puts its record after the owner's own). A NaN, or a
+    time whose microseconds pass SQLite's 64-bit integers (``-1e30``), lost its whole batch of records."""
+    now = time.time()
+    return float(at) if isinstance(at, int | float) and math.isfinite(at) and 0 <= at < now else now
+
+
 # -- an exec record's fields -------------------------------------------------------------------------
 
 # The exit code of a run its timeout stopped (the runtime's ``TIMEOUT_EXIT_CODE``, as timeout(1)).
@@ -211,7 +224,31 @@ def exec_error(status: str, exit_code: int | None, error: str | None, timeout: f
         return error
     if status == "cancelled" and exit_code == TIMEOUT_EXIT_CODE and timeout is not None:
         return f"timed out after {timeout:g} s"
-    return None if status == "completed" else f"{status} (exit code {exit_code})"
+    if status == "completed":
+        return None
+    name = exit_signal(exit_code)
+    return (
+        f"{status} (exit code {exit_code})" if name is None else f"killed by {name} (exit code {exit_code})"
+    )
+
+
+def exit_signal(exit_code: int | None) -> str | None:
+    """The signal a shell-style exit code ``128 + N`` names (``SIGKILL`` for 137, ``SIGSEGV`` for 139),
+    else None: how a run killed by a signal says so.
+
+    SPEC 6 makes 129, 130, 137 and 143 ``cancelled`` whoever sent the signal, so a program that killed
+    itself (``kill -9 $$``, ``os.kill(os.getpid(), 9)``) read "cancelled (exit code 137)" in the audit,
+    as if a caller or a timeout had ended it (and a SIGSEGV "failed (exit code 139)"); a kill of ours
+    says ``killed``, a timeout ``timed out``, any other death by a signal names it (the exec tool's
+    ``signal``, the audit's ``killed by SIGKILL (exit code 137)``). A program's own ``exit 137`` reads
+    the same: the code is all the backends report, and 128 + N is the shell's spelling of signal N.
+    """
+    if exit_code is None or not 128 < exit_code <= 128 + 64:
+        return None
+    try:
+        return signal.Signals(exit_code - 128).name
+    except ValueError:
+        return None
 
 
 def exec_args(

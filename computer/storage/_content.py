@@ -26,6 +26,7 @@ from .errors import fs_error
 __all__ = [
     "after_unpin",
     "check_write_data",
+    "chunks_of",
     "file_chunk_ids",
     "iter_file",
     "read_file",
@@ -38,7 +39,22 @@ __all__ = [
 
 def file_chunk_ids(st: Store, ino: int) -> list[int]:
     """The chunk ids of a file of two chunks or more (one chunk lives in ``inodes.chunk``)."""
-    return [r[0] for r in st.db.execute("SELECT chunk FROM file_chunks WHERE inode = ? ORDER BY idx", (ino,))]
+    return [cid for _, cid in chunks_of(st, ino, None)]
+
+
+def chunks_of(
+    st: Store, ino: int, one: int | None, first: int = 0, last: int | None = None
+) -> list[tuple[int, int]]:
+    """``(index, chunk id)`` of the file's chunks ``first`` to ``last`` (inclusive; None: to its end), in
+    order: ``one``, its ``inodes.chunk`` (a file of one chunk), or its ``file_chunks`` rows. One query
+    for every reader of a chunk list (a whole file by inode, a byte range by path)."""
+    if one is not None:
+        return [(0, int(one))] if first == 0 else []
+    rows = st.db.execute(
+        "SELECT idx, chunk FROM file_chunks WHERE inode = ? AND idx BETWEEN ? AND ? ORDER BY idx",
+        (ino, first, (1 << 62) if last is None else last),
+    )
+    return [(int(i), int(c)) for i, c in rows]
 
 
 def set_content(
@@ -218,11 +234,7 @@ def iter_file(st: Store, ino: int) -> Iterator[bytes]:
     row = st.db.one("SELECT chunk FROM inodes WHERE id = ?", (ino,))
     if row is None:
         return
-    if row[0] is not None:  # a file of one chunk
-        ids = [int(row[0])]
-    else:
-        rows = st.db.execute("SELECT chunk FROM file_chunks WHERE inode = ? ORDER BY idx", (ino,))
-        ids = [int(cid) for (cid,) in rows.fetchall()]
+    ids = [cid for _, cid in chunks_of(st, ino, row[0])]
     if not ids:
         return
     st.chunks.pin(ids)
@@ -246,15 +258,7 @@ def stream(st: Store, path: str, *, offset: int = 0, length: int | None = None) 
     except OSError as exc:
         return ChunkStream(st.chunks, [], 0, 0, partial(after_unpin, st), exc)
     end = size if length is None else min(size, offset + length)
-    chunks: list[tuple[int, int]] = []
-    if offset < end and one is not None:
-        chunks = [(0, int(one))]
-    elif offset < end:
-        rows = st.db.execute(
-            "SELECT idx, chunk FROM file_chunks WHERE inode = ? AND idx BETWEEN ? AND ? ORDER BY idx",
-            (ino, offset // CHUNK_SIZE, (end - 1) // CHUNK_SIZE),
-        )
-        chunks = [(int(i), int(c)) for i, c in rows]
+    chunks = chunks_of(st, ino, one, offset // CHUNK_SIZE, (end - 1) // CHUNK_SIZE) if offset < end else []
     return ChunkStream(st.chunks, chunks, offset, end, partial(after_unpin, st))
 
 

@@ -18,6 +18,7 @@ from .paths import join, parts, split
 
 __all__ = [
     "MAX_SYMLINK_HOPS",
+    "as_asked",
     "kind_of",
     "link_path",
     "lookup",
@@ -48,9 +49,32 @@ def resolve(st: Store, path: str, *, follow: bool = True) -> tuple[int, int, str
     """``(inode, kind, real path)`` of canonical ``path``, following symlinks on the way.
 
     The last segment is followed only when ``follow``. Raises ENOENT (missing), ENOTDIR (a parent
-    segment is not a directory) or ELOOP (more than 40 links). Cached entries are keyed by real
-    paths (no symlink before the last segment), so replacing a link only invalidates its own key.
+    segment is not a directory) or ELOOP (more than 40 links), naming ``path`` (:func:`as_asked`).
+    Cached entries are keyed by real paths (no symlink before the last segment), so replacing a link
+    only invalidates its own key.
     """
+    try:
+        return _resolve(st, path, follow)
+    except OSError as exc:
+        raise as_asked(exc, path) from None
+
+
+def as_asked(exc: OSError, asked: str) -> OSError:
+    """``exc`` naming ``asked``, the path the caller gave, when it names where a symlink led instead.
+
+    The walk goes on from a link's target, so its errors name that target: reading a dangling
+    ``/w/link`` said ``No such file or directory: /w/nowhere/target.txt``, a path the caller never
+    gave (an agent then looked for that file). As ``open()`` does, the error names the path asked
+    for; its message says where the link led.
+    """
+    if exc.filename is None or exc.filename == asked:
+        return exc
+    return fs_error(
+        exc.errno or errno.EIO, asked, f"{exc.strerror} (a symbolic link on the way leads to {exc.filename})"
+    )
+
+
+def _resolve(st: Store, path: str, follow: bool) -> tuple[int, int, str]:
     cache = st.cache
     hops = 0
     while True:
@@ -129,17 +153,22 @@ def write_target(st: Store, path: str) -> tuple[int, str, str, Node | None]:
     """Where writing ``path`` lands: ``(parent inode, name, real path, existing node)``.
 
     A symlink at the target is followed (like ``open(O_TRUNC)``); a dangling one creates its target.
+    An error met past such a link names ``path`` (:func:`as_asked`); one before it names what it did
+    (a missing parent names the parent).
     """
-    hops = 0
+    asked, hops = path, 0
     while True:
-        pino, name, real_parent = resolve_parent(st, path)
+        try:
+            pino, name, real_parent = resolve_parent(st, path)
+        except OSError as exc:
+            raise (exc if hops == 0 else as_asked(exc, asked)) from None
         real = join(real_parent, name)
         node = st.cache.get(real) or lookup(st, pino, name)
         if node is None or node[1] != SYMLINK:
             return pino, name, real, node
         hops += 1
         if hops > MAX_SYMLINK_HOPS:
-            raise fs_error(errno.ELOOP, path, "too many levels of symbolic links")
+            raise fs_error(errno.ELOOP, asked, "too many levels of symbolic links")
         path = link_path(real, target(st, node[0]), ())
 
 

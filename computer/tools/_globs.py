@@ -24,8 +24,8 @@ __all__ = [
     "MAX_ALTERNATIVES",
     "MAX_EXPANSIONS",
     "below",
-    "check_reachable",
     "expand",
+    "reachable_alternatives",
     "relative_alternatives",
     "walk_globs",
 ]
@@ -56,18 +56,21 @@ def relative_alternatives(root: str, glob: str) -> list[str]:
     return out
 
 
-def check_reachable(root: str, glob: str, what: str) -> None:
-    """A ``ValueError`` naming ``what`` when every alternative of ``glob`` has a ``..`` segment
-    (``../src/*.py``): no path below ``root`` has one (canonical paths never do), so such a find
-    pattern or grep include matched nothing, silently, and an agent took "no results" for an answer.
-    An absolute glob elsewhere (``/etc/**`` searching ``/workspace``) still finds nothing, as decided
-    before (``test_absolute_globs_below_the_path_match_as_the_relative_ones``); an exclude that can
-    match nothing excludes nothing and stays allowed."""
-    if all(".." in g.split("/") for g in relative_alternatives(root, glob)):
+def reachable_alternatives(root: str, glob: str, what: str) -> list[str]:
+    """:func:`relative_alternatives` of a find pattern or grep include, computed once for both the check
+    and the walk; a ``ValueError`` naming ``what`` when every one has a ``..`` segment (``../src/*.py``):
+    no path below ``root`` has one (canonical paths never do), so such a glob matched nothing, silently,
+    and an agent took "no results" for an answer. An absolute glob elsewhere (``/etc/**`` searching
+    ``/workspace``) still finds nothing, as decided before
+    (``test_absolute_globs_below_the_path_match_as_the_relative_ones``); an exclude that can match
+    nothing excludes nothing and stays allowed."""
+    alternatives = relative_alternatives(root, glob)
+    if all(".." in g.split("/") for g in alternatives):
         raise ValueError(
             f"{what} {_shown(glob)} has a '..' segment: globs match paths below path and never go "
             "above it; set path to a higher directory instead"
         )
+    return alternatives
 
 
 def expand(glob: str) -> list[str]:

@@ -9,7 +9,8 @@ was dropped without the parse error JSON-RPC 2.0 asks for.
 
 Decision: such a line is answered on the write stream. A request (an object with a method and an
 ``id``, as Python's ``json`` reads it) gets a ``-32700`` error with its own ``id``, saying what is
-wrong (a lone surrogate named as such); a notification gets nothing (none is due); anything else gets
+wrong (a lone surrogate named as such; a request nested past Python's recursion limit has its
+``id`` read by a scan of the top level alone, ``_top_members``); a notification gets nothing (none is due); anything else gets
 the ``-32700`` (not JSON) or ``-32600`` (JSON, not a message) error with a null ``id``; an empty line
 nothing. The server goes on with the next line.
 """
@@ -45,7 +46,12 @@ def refusal(exc: Exception) -> types.JSONRPCError | None:
     reason = str((first.get("ctx") or {}).get("error") or first.get("msg") or exc)
     try:
         message = json.loads(line)
-    except (ValueError, RecursionError):
+    except RecursionError:
+        # Too deep for Python's parser too (past ~1000 levels): the id, a member of the top object, is
+        # read by a scan of that level alone. Answered with a null id, its caller waited for good.
+        message = _top_members(line)
+        reason = f"the request is nested too deeply to read ({reason}); send a flatter JSON object"
+    except ValueError:
         return _error(None, types.PARSE_ERROR, f"Parse error: the line is not JSON ({reason})")
     if not isinstance(message, dict):
         return _error(None, types.INVALID_REQUEST, "Invalid request: not a JSON-RPC 2.0 message")
@@ -66,6 +72,40 @@ def refusal(exc: Exception) -> types.JSONRPCError | None:
     else:
         text = f"Parse error: {reason}"
     return _error(request_id, types.PARSE_ERROR, text)
+
+
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*"|[{}\[\]:,]|[^\s{}\[\]:,"]+')
+
+
+def _top_members(line: str) -> dict[str, Any]:
+    """The members of the top-level object of ``line`` whose values are strings, numbers, booleans or
+    null (a nested value is skipped, bracket by bracket, never parsed): one pass, any depth."""
+    members: dict[str, Any] = {}
+    depth, key, value_next = 0, None, False
+    for match in _TOKEN.finditer(line):
+        token = match.group()
+        if token in ("{", "["):
+            if depth == 1 and value_next and isinstance(key, str):
+                members[key] = ...  # there, but nested: not a valid id
+            depth, value_next = depth + 1, False
+        elif token in ("}", "]"):
+            depth -= 1
+        elif depth != 1:
+            continue
+        elif token == ":":
+            value_next = True
+        elif token == ",":
+            key, value_next = None, False
+        else:
+            try:
+                decoded = json.loads(token)
+            except ValueError:
+                decoded = ...
+            if value_next and isinstance(key, str):
+                members[key], value_next = decoded, False
+            else:
+                key = decoded if isinstance(decoded, str) else None
+    return members
 
 
 def _lone_surrogate(message: Any) -> str | None:

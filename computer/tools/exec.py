@@ -13,6 +13,8 @@ Arguments, the same whatever the backends (SPEC section 10 wins over section 8's
   what it wrote); the tool also stops waiting ``TIMEOUT_GRACE`` seconds later whatever the backend
   does, kills the run and answers, so a hanging program never blocks the agent loop. A run stopped by
   its deadline answers ``status: "cancelled"`` with ``timedOut: true``.
+  A run ended by a signal (exit code 128 + N) has ``signal`` (``"SIGKILL"``): SPEC 6 calls exit 137
+  ``cancelled`` whoever sent it, and a program that killed itself read as cancelled by someone.
 
 The result is the run's camelCase view; ``skipped: [{path, reason}]`` lists every path the run left out
 of the sync (``ExecResult.skipped`` with ``ExecResult.skipped_reasons``; "left out of the sync" when a
@@ -34,6 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, create_model, model_validator
 
 from ..runtime.types import BackendInfo, ExecResult, ExecSnapshot, OutputTruncation
+from ..storage import exit_signal
 from ._input import Number
 from ._tool import Tool, ToolUpdate
 
@@ -182,6 +185,9 @@ def exec_result_dict(result: ExecResult | ExecSnapshot, *, callable: bool = Fals
         if result.skipped:
             reasons = result.skipped_reasons or {}
             shaped["skipped"] = [{"path": p, "reason": reasons.get(p) or NO_REASON} for p in result.skipped]
+        name = exit_signal(result.exit_code) if result.status != "completed" else None
+        if name is not None:
+            shaped["signal"] = name  # a self-inflicted SIGKILL is "cancelled" too (SPEC 6): say what it was
         if result.error:
             shaped["error"] = result.error
     return shaped

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from ..storage.paths import canonical
 from ..storage.types import FindEntry
 from ..surface import WorkspaceSurface
-from ._globs import check_reachable, relative_alternatives, walk_globs
+from ._globs import reachable_alternatives, walk_globs
 from ._input import MAX_PAGE, PagedInput, as_glob_list, budgeted, paged, utf8_of
 from ._tool import Tool, ToolUpdate
 
@@ -50,8 +50,7 @@ def create_find_tool(workspace: WorkspaceSurface) -> Tool:
         # A lone surrogate matches no name, and the result echoed it: text no UTF-8 encoder takes (an
         # agent loop's next request failed on it). Named, as grep's query is.
         utf8_of(params.pattern, "pattern", path)
-        check_reachable(path, params.pattern, "pattern")
-        patterns = relative_alternatives(path, params.pattern)
+        patterns = reachable_alternatives(path, params.pattern, "pattern")
         exclude = walk_globs(path, params.exclude)
         if len(patterns) == 1:
             found = await fs.find(

@@ -11,7 +11,7 @@ from pydantic import Field, field_validator
 from ..storage.paths import canonical
 from ..storage.types import GrepMatch
 from ..surface import WorkspaceSurface
-from ._globs import check_reachable, walk_globs
+from ._globs import reachable_alternatives, walk_globs
 from ._input import MAX_PAGE, OUTPUT_BUDGET, Flag, PagedInput, Whole, as_glob_list, budgeted, paged, utf8_of
 from ._tool import Tool, ToolUpdate
 
@@ -103,10 +103,8 @@ def _include(path: str, include: str | list[str] | None) -> list[str] | None:
     pattern matches everything."""
     if include is None:
         return None
-    for glob in as_glob_list(include):
-        check_reachable(path, glob, "include")
-    globs = [glob for glob in walk_globs(path, as_glob_list(include)) if glob]
-    return globs or None
+    globs = [g for glob in as_glob_list(include) for g in reachable_alternatives(path, glob, "include")]
+    return [glob for glob in dict.fromkeys(globs) if glob] or None
 
 
 def create_grep_tool(workspace: WorkspaceSurface) -> Tool:

@@ -26,6 +26,19 @@ Options (besides ``create_tools``' own):
   event (``astream_events``: ``on_custom_event``) and, inside a LangGraph run, to the ``custom`` stream
   mode as ``{"event": name, "data": snapshot}``.
 
+OpenAI strict mode: bind the declarations of :func:`computer.tools.openai.create_openai_tools`, not
+``model.bind_tools(tools, strict=True)``, and run the calls with these tools::
+
+    declarations, _ = create_openai_tools(workspace)
+    agent = create_react_agent(model.bind_tools(declarations), create_langchain_tools(workspace))
+
+LangChain passes those dicts on unchanged, each tool strict or not as its schema allows. ``strict=True``
+closes every tool's schema itself: exec's ``env`` (a map) becomes an object that takes no name and its
+free-form ``input`` stays without a ``type``, which strict mode refuses (one such tool fails the whole
+request). The ``default`` keywords it keeps are not the problem: OpenAI's own strict converter
+(``openai.lib._pydantic``, openai 3.63) keeps a non-null ``default`` and drops ``default: null`` only
+as meaningless; the schemas stay those of every adapter (SPEC 8).
+
 Cancelling the run (cancelling the task that streams or invokes the graph) kills a running exec.
 ``write``, ``edit``, ``delete`` and ``publish`` carry ``output_json_schema`` (the result's JSON
 schema; ``output_schema`` is taken by LangChain's ``Runnable``), covering failures too.

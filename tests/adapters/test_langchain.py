@@ -267,3 +267,20 @@ async def test_parallel_calls_pause_separately_and_each_runs_once(sample_tools: 
     state = await agent.ainvoke(Command(resume={i.id: True for i in pending}), config)
     assert sorted(m.artifact["path"] for m in tool_messages(state)) == ["/p1", "/p2"]
     assert sorted(runs) == ["/p1", "/p2"]
+
+
+async def test_openai_strict_declarations_pass_through_bind_tools_unchanged() -> None:
+    """The documented way to strict mode with LangChain (``bind_tools(declarations)``): LangChain's
+    conversion keeps each declaration, its own ``strict`` included (exec's free-form ``input`` is
+    not strict; ``bind_tools(strict=True)`` would close it, and strict mode refuses a typeless value)."""
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    from computer import Workspace
+    from computer.runtime import PythonBackend
+    from computer.tools.openai import create_openai_tools
+
+    async with Workspace(backends=[PythonBackend()]) as ws:
+        declarations, _ = create_openai_tools(ws)
+    strict = {d["function"]["name"]: d["function"].get("strict") for d in declarations}
+    assert strict["read"] is True and strict["edit"] is True and strict["exec"] is None
+    assert [convert_to_openai_tool(d) for d in declarations] == declarations

@@ -420,3 +420,28 @@ async def test_an_http_request_reusing_the_id_of_one_in_flight_is_refused_and_th
     assert second.json()["error"]["code"] == -32600 and "still in flight" in second.json()["error"]["message"]
     assert answered.status_code == 200 and '"id":1,' in answered.text and '"held":true' in answered.text
     assert third.status_code == 200 and '"held":true' in third.text
+
+
+def test_a_stdio_request_nested_past_pythons_recursion_limit_is_answered_with_its_id(tmp_path: Path) -> None:
+    """The SDK's parser refuses ~255 levels, and Python's ``json`` (which found the id to answer with)
+    raised ``RecursionError`` past ~1000: the parse error went out with a null id and the caller of
+    that request waited for good. The id is now read from the top level alone, wherever it stands;
+    a notification that deep still gets nothing, and the next request its answer."""
+    deep = "[" * 5000 + "]" * 5000
+    tail = "".join(
+        line.replace("DEEP", deep) + "\n"
+        for line in (
+            '{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "fd0", "arguments": DEEP}}',
+            '{"jsonrpc": "2.0", "method": "tools/call", "params": DEEP, "id": "late"}',
+            '{"jsonrpc": "2.0", "method": "notifications/progress", "params": {"x": DEEP}}',
+            '{"jsonrpc": "2.0", "id": {"a": DEEP}, "method": "tools/list"}',
+            json.dumps(_request(8)),
+        )
+    )
+    lines = [_INITIALIZE, {"jsonrpc": "2.0", "method": "notifications/initialized"}]
+    replies = _serve_stdio(tmp_path, lines, tail)[1:]
+    assert [r["id"] for r in replies] == [7, "late", None, 8], replies
+    for reply in replies[:2]:
+        assert reply["error"]["code"] == types.PARSE_ERROR
+        assert "nested too deeply to read" in reply["error"]["message"]
+    assert "tools" in replies[3]["result"]

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -371,6 +374,36 @@ async def test_a_run_stopped_by_its_timeout_is_recorded_as_timed_out() -> None:
     assert (stopped.status, stopped.error) == ("error", "killed")
 
 
+async def test_a_run_that_killed_itself_says_which_signal_not_cancelled() -> None:
+    """``kill -9 $$`` (and ``os.kill(os.getpid(), 9)``) read "cancelled (exit code 137)" in the audit
+    and a bare ``status: "cancelled"`` in the exec tool's result, as if a caller or a timeout had ended
+    the run. SPEC 6 keeps the status; the record and the result name the signal, SIGSEGV's too."""
+    from computer.runtime import PythonBackend
+    from computer.runtime.shell import ShellBackend
+
+    async with Workspace(backends=[ShellBackend(), PythonBackend()]) as ws:
+        exec_tool = create_tools(ws)["exec"]
+        calls = [
+            ({"command": "kill -9 $$"}, "cancelled", "SIGKILL"),
+            ({"command": "kill -SEGV $$"}, "failed", "SIGSEGV"),
+            ({"command": "import os; os.kill(os.getpid(), 9)", "backend": "python"}, "cancelled", "SIGKILL"),
+        ]
+        for args, status, name in calls:
+            result = await exec_tool.run({**args, "timeout": 60})
+            assert (result["status"], result.get("signal"), "error" in result) == (status, name, False), (
+                result
+            )
+        ended = await exec_tool.run({"command": "exit 3", "timeout": 60})
+        assert "signal" not in ended  # a plain exit code is no signal
+        records = await ws.audit.query(kind="exec")
+    assert [record.error for record in records] == [
+        "killed by SIGKILL (exit code 137)",
+        "killed by SIGSEGV (exit code 139)",
+        "killed by SIGKILL (exit code 137)",
+        "failed (exit code 3)",
+    ]
+
+
 async def test_a_follow_ends_when_its_workspace_closes() -> None:
     """``follow`` is documented to end when the log closes; it raised ``ProgrammingError`` (cannot
     operate on a closed database) from the follower's ``async for`` instead: the store closes the
@@ -394,3 +427,32 @@ async def test_a_follow_ends_when_its_workspace_closes() -> None:
     await asyncio.wait_for(follower, 10)  # ends, without an error
     assert got == ["ls"]
     assert [record async for record in ws.audit.follow()] == []  # a closed log: nothing, at once
+
+
+async def test_a_record_a_client_sends_keeps_the_time_of_its_call_not_of_its_arrival() -> None:
+    """A client records the calls it answers itself (exec, publish, bad arguments) with one owner call
+    nobody waits for, and the owner stamped the record when it arrived: later by the round trip, and by
+    a failover's seconds when the owner moved first (the record is sent again). The entry carries the
+    call's end now, by the client's clock; a clock running ahead, or no time at all, is the arrival."""
+    from computer.client._audit import ClientAudit
+
+    sent: list[dict[str, Any]] = []
+    loop = asyncio.get_running_loop()
+
+    def remote(entry: dict[str, Any]) -> asyncio.Future[Any]:
+        sent.append(entry)
+        reply: asyncio.Future[Any] = loop.create_future()
+        reply.set_result(("ok", None))
+        return reply
+
+    connection = SimpleNamespace(handle=SimpleNamespace(audit_record=SimpleNamespace(remote=remote)))
+    client = ClientAudit(connection, "host:1:abcdef01")  # type: ignore[arg-type]
+    client.record_tool("exec", {"command": "true"}, {"status": "completed"}, 0.01)
+    await client.drain()
+    answered = datetime.now(UTC)
+    async with Workspace() as ws:  # the owner's side: what ``audit_record`` does with the entry
+        for at in (sent[0].get("at"), time.time() + 3600, float("nan"), "soon", -1e30, 2**64):
+            ws.audit.record(**{**sent[0], "at": at})
+        call, *arrived = await ws.audit.query()
+    assert call.time <= answered and call.caller == {"client": "host:1:abcdef01"}
+    assert len(arrived) == 5 and all(answered <= r.time <= datetime.now(UTC) for r in arrived)

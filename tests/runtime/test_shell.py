@@ -560,3 +560,25 @@ async def test_a_workspace_write_through_one_hard_link_conflicts_for_every_name(
         assert len(contents) == 1, (contents, result)
         if not live:  # a live sandbox pushed the write before the append: both land, nothing refused
             assert contents == {b"WS\n"} and set(result.skipped) == set(names), result
+
+
+@pytest.mark.parametrize(
+    ("source", "options", "named"),
+    [
+        ("echo a\0b > f", {}, "NUL byte (at character 6)"),
+        ("echo \ud83d > f", {}, "command is not UTF-8"),
+        ("echo hi > f", {"env": {"A\ud83d": "x"}}, "environment variable name 'A\\ud83d': not UTF-8"),
+        ("echo hi > f", {"env": {"A": "x\udfff"}}, "value of environment variable 'A': not UTF-8"),
+        ("echo hi > f", {"cwd": "/workspace/\ud83d"}, "cwd '/workspace/\\ud83d' is not UTF-8"),
+    ],
+)
+async def test_a_command_no_shell_runs_as_sent_is_refused_before_it_starts(
+    ws: computer.Workspace, source: str, options: dict[str, Any], named: str
+) -> None:
+    """bash drops a NUL: ``echo a<NUL>b`` ran as ``echo ab`` and answered "completed". A lone surrogate
+    (a model's text cut inside a pair) in an env name or value, or in cwd, failed the run at its start
+    with a bare ``UnicodeEncodeError ... in position 289``. Now a ``ValueError`` names it, nothing runs."""
+    with pytest.raises(ValueError) as refused:
+        await ws.runtime.exec(source, **options)
+    assert named in str(refused.value)
+    assert not await ws.fs.exists("/workspace/f")

@@ -252,3 +252,32 @@ async def test_realpath_resolves_like_the_os_on_the_same_tree(fs: FileSystem, tm
             got = await fs.realpath(probe, follow=follow)
             on_disk = _os_realpath(root, probe, follow=follow)
             assert got == "/" + posixpath.relpath(on_disk, root).removeprefix("."), (probe, follow)
+
+
+async def test_an_error_through_a_link_names_the_path_asked_and_says_where_the_link_led(
+    fs: FileSystem,
+) -> None:
+    """``open("link")`` names ``link``: the walk goes on from a link's target, and every error named that
+    target (reading a dangling ``/link`` said ``No such file or directory: /nowhere/f``)."""
+    await fs.mkdir("/d")
+    await fs.symlink("/nowhere/f", "/link")
+    await fs.symlink("/missing", "/dir-link")
+    await fs.symlink("/b", "/a")
+    await fs.symlink("/a", "/b")
+    cases = [
+        (fs.read_file("/link"), "/link", errno.ENOENT, "/nowhere/f"),
+        (fs.stat("/link"), "/link", errno.ENOENT, "/nowhere/f"),
+        (fs.readdir("/dir-link"), "/dir-link", errno.ENOENT, "/missing"),
+        (fs.read_file("/dir-link/x"), "/dir-link/x", errno.ENOENT, "/missing/x"),
+        (fs.write_file("/link", b"x"), "/link", errno.ENOENT, "/nowhere"),
+        (fs.read_file("/a"), "/a", errno.ELOOP, None),
+    ]
+    for call, asked, code, led in cases:
+        with pytest.raises(OSError) as info:
+            await call
+        assert (info.value.errno, info.value.filename) == (code, asked)
+        if led is not None:
+            assert f"leads to {led})" in str(info.value)
+    with pytest.raises(FileNotFoundError) as missing:
+        await fs.read_file("/d/none")
+    assert missing.value.filename == "/d/none" and "symbolic link" not in str(missing.value)

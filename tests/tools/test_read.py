@@ -6,7 +6,8 @@ import base64
 import json
 from pathlib import Path
 
-from computer.tools import ReadOptions, WorkspaceFileStore, create_read_tool
+from computer import Workspace
+from computer.tools import ReadOptions, WorkspaceFileStore, create_read_tool, create_tools
 
 from .conftest import Files
 from .directory_store import DirectoryFileStore
@@ -345,3 +346,24 @@ async def test_write_cap_error_gives_exact_sizes(files: Files) -> None:
     cap = 2 * 1024 * 1024
     result = await files.write().run({"path": "/big", "content": "x" * (cap + 1)})
     assert f"content is {cap + 1} bytes (2 MiB), over the 2 MiB ({cap}-byte) write cap" in result["error"]
+
+
+async def test_every_tool_names_the_path_asked_through_a_dangling_link(workspace: Workspace) -> None:
+    """An error through a dangling link named the link's target, a path the agent never sent."""
+    fs = workspace.fs
+    await fs.mkdir("/workspace", recursive=True)
+    await fs.symlink("/workspace/nowhere/target.txt", "/workspace/link")
+    await fs.symlink("/workspace/missing-dir", "/workspace/dir-link")
+    tools = create_tools(workspace)
+    calls = [
+        ("read", {"path": "/workspace/link"}, "/workspace/link"),
+        ("ls", {"path": "/workspace/dir-link"}, "/workspace/dir-link"),
+        ("find", {"path": "/workspace/dir-link", "pattern": "*"}, "/workspace/dir-link"),
+        ("grep", {"query": "x", "path": "/workspace/link"}, "/workspace/link"),
+        ("write", {"path": "/workspace/link", "content": "x"}, "/workspace/link"),
+        ("read", {"path": "/workspace/dir-link/f"}, "/workspace/dir-link/f"),
+    ]
+    for name, args, asked in calls:
+        error = (await tools[name].run(args))["error"]
+        assert error.endswith(f": {asked}"), (name, error)
+        assert "a symbolic link on the way leads to /workspace/" in error, (name, error)
