@@ -129,7 +129,8 @@ class ListingMachine(RuleBasedStateMachine):
 
     @rule(path=st.sampled_from(FILES), points=st.sampled_from(["a", "../b", "nowhere", "/etc/hostname"]))
     def program_symlinks(self, path: str, points: str) -> None:
-        self.program(f"ln -sfn {points} {path}")
+        if points != path:  # no link to itself: a workspace write through it would be ELOOP
+            self.program(f"ln -sfn {points} {path}")
 
     @rule(umask=st.sampled_from(["077", "022", "002"]), path=st.sampled_from(FILES))
     def program_makes_under_a_umask(self, umask: str, path: str) -> None:
