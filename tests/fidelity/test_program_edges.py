@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from ._support import KINDS, ROOT, need, ok, opened, run, shell
+from ._support import KINDS, ROOT, need, ok, opened, run, settle, shell, started
 
 MAKEFILE = """all: prog
 %.o: %.c
@@ -168,18 +168,17 @@ async def test_compileall_and_zipapp_with_a_source_the_workspace_edits(db: Path,
         assert (await ok(ws, ZIPAPP)).stdout == "2\n"
 
 
-RACE = "sleep 2; echo prog > f; echo prog > g; echo new > h"
+RACE = "echo ready; sleep 3; echo prog > f; echo prog > g; echo new > h"
 
 
 @pytest.mark.parametrize("live", KINDS)
 async def test_a_workspace_write_racing_the_programs_write_of_the_same_file(db: Path, live: bool) -> None:
     async with opened(db, shell=shell(live), python=False) as ws:
         await ok(ws, "echo base > f; echo base > g")
-        handle = await ws.runtime.exec(RACE, timeout=60)
-        await asyncio.sleep(0.5)
+        handle = await started(ws, RACE)  # the program runs: its sandbox has f and g as they were
         await ws.fs.write_file(f"{ROOT}/f", "ws\n")
         await ws.fs.rm(f"{ROOT}/g")
-        result = await asyncio.wait_for(handle.result(), 180)
+        result = await settle(handle)
         assert result.status == "completed", result
         if live:  # the workspace's changes reached the sandbox first: the program's later writes win
             assert result.skipped == []
