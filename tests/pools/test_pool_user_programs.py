@@ -11,6 +11,7 @@ import shutil
 from typing import Any
 
 import pytest
+from fidelity import test_program_edges as edges
 from fidelity import test_user_programs as programs
 from fidelity._support import MARGIN, ROOT
 
@@ -138,5 +139,39 @@ async def test_a_server_and_a_lock_held_in_the_pools_live_sandbox_serve_later_ca
             assert seen.stdout == f"v{i}\nbusy\n"
         result = await asyncio.wait_for(holder.result(), 60 + MARGIN)
         assert result.stdout == "ready\nreleased\n", result
+    finally:
+        await ws.close()
+
+
+async def test_link_dest_snapshots_modes_and_make_after_a_workspace_write_through_the_pool(
+    cluster: Settings, name: str
+) -> None:
+    """``tests/fidelity/test_program_edges.py`` through Ray, the owner stopped between steps: ``rsync
+    --link-dest`` hard links, a mode-000 file and directory, and ``make`` rebuilding only what a
+    workspace write made stale."""
+    if shutil.which("rsync") is None or shutil.which("make") is None or shutil.which("cc") is None:
+        pytest.skip("rsync, make and cc are needed")
+    ws = await _reopened(name, restart=False)
+    try:
+        await ws.fs.write_file(f"{ROOT}/Makefile", edges.MAKEFILE)
+        for file, text in edges.SOURCES.items():
+            await ws.fs.write_file(f"{ROOT}/{file}", text)
+        await _run(ws, "make -s && mkdir -p src/s && echo 1 > src/s/f1 && rsync -a src/ snap1/")
+        await _run(ws, "rsync -a --link-dest=../snap1 src/ snap2/ && echo z > zero && chmod 0 zero")
+        await _run(ws, "mkdir shut && echo x > shut/in && chmod 0 shut")
+    finally:
+        await ws.close()
+    ws = await _reopened(name)
+    try:
+        seen = await _run(ws, "stat -c '%h %a %n' snap1/s/f1 snap2/s/f1 zero shut && make -q; echo $?")
+        assert seen.stdout == "2 644 snap1/s/f1\n2 644 snap2/s/f1\n1 0 zero\n2 0 shut\n0\n"
+        await asyncio.sleep(0.01)
+        await ws.fs.write_file(f"{ROOT}/b.c", "int b(void) { return 1; } /* ws */\n")
+    finally:
+        await ws.close()
+    ws = await _reopened(name)
+    try:
+        assert (await _run(ws, "make")).stdout == "CC b.o\nLD prog\n"
+        assert (await ws.fs.stat(f"{ROOT}/snap2/s/f1")).nlink == 2
     finally:
         await ws.close()
