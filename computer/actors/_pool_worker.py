@@ -214,6 +214,9 @@ class PoolWorker(LiveSandboxCalls):
 
         async def end_if_idle(workspace_id: str) -> None:
             with contextlib.suppress(Exception):
+                # ``_here`` is read after the listing's await (a run admitted meanwhile keeps the
+                # sandbox), with no await before ``live_end`` marks it dead: a run arriving from then
+                # on finds no live sandbox (handed back, or started fresh once the end is over).
                 if not await self.live_processes(workspace_id) and not self._here[workspace_id]:
                     await self.live_end(workspace_id)
 

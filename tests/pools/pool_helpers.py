@@ -8,13 +8,15 @@ import os
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import computer
 from computer.actors import NAMESPACE
 from computer.actors._pool_callbacks import PoolCallbacks
 from computer.actors._pool_registry import WORKER_MAX_RESTARTS, named_workers
 from computer.actors.wire import Reply, fail, ok
+
+T = TypeVar("T")
 
 
 class LocalOwner(PoolCallbacks):
@@ -119,6 +121,34 @@ def processes_with(marker: str) -> list[int]:
     return pids
 
 
+def sleepers(marker: str) -> list[int]:
+    """Host pids of the ``sleep <marker>`` process itself: its command line is exactly that. A shell
+    whose command line holds it (the run's, or a child of it between fork and exec) is not one: it
+    goes away while the ``sleep`` lives on, and a /proc read during an exec can fail."""
+    exact = f"sleep {marker}"
+    pids = []
+    for pid in processes_with(exact):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv = f.read().rstrip(b"\0").split(b"\0")
+        except OSError:
+            continue
+        if b" ".join(argv).decode(errors="replace") == exact:
+            pids.append(pid)
+    return pids
+
+
+async def found(look: Callable[[], T | None], *, within: float = 20.0, what: str = "a process") -> T:
+    """What ``look`` finds (not None), asked again until then (bounded): host processes are read from
+    /proc, where one can be between fork and exec or gone between two reads."""
+    deadline = time.monotonic() + within
+    while (seen := look()) is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what} not found within {within} s")
+        await asyncio.sleep(0.05)
+    return seen
+
+
 async def wait_until(condition: Callable[[], bool], *, within: float = 20.0) -> None:
     """Poll a host condition nothing can be awaited for (a process appearing or going away)."""
     deadline = time.monotonic() + within
@@ -178,7 +208,11 @@ async def sandbox_worker(marker: str) -> tuple[int, Any]:
     import ray
 
     stats = await worker_stats("shell")
-    worker = ancestor_in(processes_with(f"sleep {marker}")[0], {s["pid"] for s in stats})
+    workers = {s["pid"] for s in stats}
+
+    def look() -> int | None:
+        return next(filter(None, (ancestor_in(pid, workers) for pid in sleepers(marker))), None)
+
+    worker = await found(look, what=f"a shell worker above sleep {marker}")
     [named] = [s["name"] for s in stats if s["pid"] == worker]
-    assert worker is not None
     return worker, ray.get_actor(named, namespace=NAMESPACE)

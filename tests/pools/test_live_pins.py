@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import signal
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -189,3 +191,100 @@ async def test_a_drained_worker_ends_its_idle_sandboxes_and_keeps_those_running_
     assert await worker.live_end("b")
     await wait_until(lambda: not processes_with(f"sleep {marker}"))
     assert (await worker.load()).holds == 0
+
+
+async def test_a_run_arriving_while_a_drain_lists_its_idle_sandbox_runs_to_its_end(
+    worker: PoolWorker, owners: dict[str, InProcessHandle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A drain ends an idle sandbox when no run of its workspace is here and it holds no process. A
+    pinned run admitted while the drain lists its processes (an await: a round trip to the sandbox's
+    init; held open here) finds the sandbox alive and starts in it: the drain must ask whether a run is
+    here after the listing, not before (checked before it, the sandbox was ended under the run: no
+    output, ``exit_code=None``, "the live sandbox ended: ended by end_sandbox", its write lost). No
+    await lies between that check and the sandbox's end marking it dead (``LiveSandbox.end``), so a run
+    arriving later sees no live sandbox: handed back (draining) or started fresh after the end."""
+    await _all(_run(worker, owners, "a", "true"))
+    assert worker.live_sandboxes("a") == 1
+    listed, go = asyncio.Event(), asyncio.Event()
+    real = worker.live_processes
+
+    async def slow_listing(workspace_id: str) -> Any:
+        rows = await real(workspace_id)
+        listed.set()
+        await asyncio.wait_for(go.wait(), 20)  # the window held open: the run below arrives in it
+        return rows
+
+    monkeypatch.setattr(worker, "live_processes", slow_listing)
+    draining = asyncio.ensure_future(worker.drain())
+    await asyncio.wait_for(listed.wait(), 20)
+    marker = unique_sleep()
+    arriving = asyncio.ensure_future(
+        _all(_run(worker, owners, "a", f"sleep {marker}; echo two > two.txt; echo two"))
+    )
+    await wait_until(lambda: bool(processes_with(f"sleep {marker}")))  # it runs in the idle sandbox
+    go.set()
+    await asyncio.wait_for(draining, 20)
+    for pid in processes_with(f"sleep {marker}"):  # the run goes on to its write (ended early here)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    *output, done = await asyncio.wait_for(arriving, 30)
+    stdout = b"".join(c.data for c in output if isinstance(c, OutputChunk) and c.stream == "stdout")
+    assert stdout == b"two\n"
+    assert isinstance(done, ExitEvent) and done.exit_code == 0, done
+    a = owners["a"].target.workspace
+    assert await a.fs.read_file("/workspace/two.txt") == b"two\n"
+
+
+async def _end_held_open(worker: PoolWorker, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, asyncio.Event]:
+    """Workspace ``a``'s live sandbox, whose end waits (after its processes were killed, before its
+    final pull) until the event returned is set: a slow end's window held open."""
+    sandbox = worker.backend._lives.get("a")  # type: ignore[attr-defined]
+    assert sandbox is not None
+    go = asyncio.Event()
+    wind_up = sandbox._wind_up
+
+    async def held() -> None:
+        await asyncio.wait_for(go.wait(), 20)
+        await wind_up()
+
+    monkeypatch.setattr(sandbox, "_wind_up", held)
+    return sandbox, go
+
+
+async def test_a_run_arriving_while_its_sandbox_ends_waits_for_the_end_and_starts_fresh(
+    worker: PoolWorker, owners: dict[str, InProcessHandle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The end of an idle sandbox (a move, an orphan's, ``end_sandbox``) marks it dead at once: a run
+    of the workspace arriving while the end goes on is not pinned to it and waits for the end (its
+    final pull) before it starts in a fresh sandbox, never in the dying one."""
+    await _all(_run(worker, owners, "a", "echo one > one.txt"))
+    old, go = await _end_held_open(worker, monkeypatch)
+    ending = asyncio.ensure_future(worker.live_end("a"))
+    await wait_until(lambda: not old.alive)
+    assert worker.live_sandboxes("a") == 0
+    arriving = asyncio.ensure_future(_all(_run(worker, owners, "a", "cat one.txt")))
+    await asyncio.sleep(0.2)  # (no timing asserted: the run must still wait, however long this is)
+    assert not arriving.done()
+    go.set()
+    assert await asyncio.wait_for(ending, 20)
+    *output, done = await asyncio.wait_for(arriving, 30)
+    assert b"".join(c.data for c in output if isinstance(c, OutputChunk)) == b"one\n"
+    assert isinstance(done, ExitEvent) and done.exit_code == 0 and done.live, done
+    fresh = worker.backend._lives.get("a")  # type: ignore[attr-defined]
+    assert fresh is not None and fresh is not old and fresh.alive
+
+
+async def test_a_run_arriving_while_a_drain_ends_its_sandbox_is_handed_back(
+    worker: PoolWorker, owners: dict[str, InProcessHandle], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a draining worker the same run finds no live sandbox to pin it: handed back (``draining``),
+    the dispatcher sends it to a worker that takes runs."""
+    await _all(_run(worker, owners, "a", "true"))
+    old, go = await _end_held_open(worker, monkeypatch)
+    draining = asyncio.ensure_future(worker.drain())
+    await wait_until(lambda: not old.alive)
+    items = await asyncio.wait_for(_all(_run(worker, owners, "a", "echo two")), 20)
+    assert items == [Requeue("w", "draining")]
+    go.set()
+    report = await asyncio.wait_for(draining, 20)
+    assert report.draining and worker.live_sandboxes("a") == 0

@@ -18,7 +18,15 @@ from computer.config import Settings
 from computer.runtime import ExecRequest, OutputChunk
 from computer.runtime._cgroups import CGROUP_PARENT, CGROUP_ROOT, freeze
 
-from .pool_helpers import processes_with, unique_sleep, wait_until, worker_stats, workers_with_a_restart_left
+from .pool_helpers import (
+    found,
+    processes_with,
+    sleepers,
+    unique_sleep,
+    wait_until,
+    worker_stats,
+    workers_with_a_restart_left,
+)
 
 
 async def _wait_for_output(handle: Any, text: str) -> None:
@@ -129,8 +137,7 @@ async def test_a_worker_killed_with_its_sandbox_frozen_restarts_and_its_sandbox_
     async with computer.get_workspace(name) as ws:
         handle = await ws.runtime.exec(f"echo started; sleep {duration}")
         await _wait_for_output(handle, "started")
-        await wait_until(lambda: bool(processes_with(f"sleep {duration}")))
-        group = _freezer_group(processes_with(f"sleep {duration}")[0])
+        group = _freezer_group(await found(lambda: next(iter(sleepers(duration)), None)))
         if group is None:
             await handle.kill()
             pytest.skip("no freezer cgroup for live sandboxes here")

@@ -11,18 +11,24 @@ import signal
 import computer
 from computer.config import Settings
 
-from .pool_helpers import processes_with, sandbox_worker, unique_sleep, wait_until
+from .pool_helpers import found, processes_with, sandbox_worker, sleepers, unique_sleep, wait_until
 
 
-def _child_of(pid: int, parent: int) -> int:
-    """The ancestor of host process ``pid`` (itself included) whose parent is ``parent``."""
+def _child_of(pid: int, parent: int) -> int | None:
+    """The ancestor of host process ``pid`` (itself included) whose parent is ``parent``; None when
+    ``pid`` is not below it (or a process of the chain went away while read)."""
     for _ in range(64):  # bounded: a sandbox's process is a few levels below its worker
-        with open(f"/proc/{pid}/stat") as f:
-            ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return None
         if ppid == parent:
             return pid
+        if ppid <= 1:
+            return None
         pid = ppid
-    raise AssertionError(f"{pid} is not below {parent}")
+    return None
 
 
 async def test_a_sandbox_lost_between_runs_is_said_by_the_next_run_on_another_worker(
@@ -34,8 +40,12 @@ async def test_a_sandbox_lost_between_runs_is_said_by_the_next_run_on_another_wo
         assert first.status == "completed", first
         await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
         worker, handle = await sandbox_worker(marker)
+
         # The sandbox dies with no run in progress: its worker keeps the notice for the next run.
-        os.kill(_child_of(processes_with(f"sleep {marker}")[0], worker), signal.SIGKILL)
+        def look() -> int | None:
+            return next(filter(None, (_child_of(pid, worker) for pid in sleepers(marker))), None)
+
+        os.kill(await found(look, what=f"the process of {worker} above sleep {marker}"), signal.SIGKILL)
         await wait_until(lambda: not processes_with(f"sleep {marker}"), within=30)
         await handle.drain.remote()  # its next run is handed back, and goes to the other worker
         try:
