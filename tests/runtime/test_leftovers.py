@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -229,8 +230,101 @@ def test_a_python_run_s_scan_names_a_process_without_a_cmdline(monkeypatch: pyte
             return real_open(path, *args, **kwargs)  # type: ignore[call-overload]
 
         monkeypatch.setattr(guest, "open", reads_empty, raising=False)
-        _, found = guest._scan(os.getpid())
-        assert f"[sleep] (pid {child.pid})" in found
+        _, found, unsure = guest._scan(os.getpid())
+        assert f"[sleep] (pid {child.pid})" in found and unsure
     finally:
         child.kill()
         child.wait()
+
+
+# A /proc of our making, in a mount namespace of its own: pid 5 is a `sleep` whose cmdline reads as
+# {first} writes it, then its program's from the scan's look after its wait number {ready} on (``sleep``
+# a function there: the scan's waits are counted, in /proc/slept, and take no time).
+_FAKE_PROC = r"""mount -t tmpfs none /proc && mkdir /proc/5 && echo '5 (sleep) S 1 5 5 0 -1' > /proc/5/stat
+{first} > /proc/5/cmdline
+exec 3>&1
+slept=0
+sleep() {{
+  ((++slept != {ready})) || printf '%s\0' sleep 1000 > /proc/5/cmdline
+  echo "$slept" > /proc/slept
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    ("first", "shown"),
+    [(":", "[sleep]"), ("printf '%s\\0' bash -c 'the command'", "a subshell of the command")],
+)
+def test_a_job_still_about_to_exec_after_the_first_look_is_looked_at_until_it_has(
+    first: str, shown: str
+) -> None:
+    """One look more, 50 ms after the first, named a server started just before the command ended "a
+    subshell of the command" (forked, not exec-ed yet) or "[python3]" (inside ``execve``) in 4 runs of
+    100 under load. The scan looks again while a process reads so, :data:`LOOKS` times at most, then
+    names it as it reads. Deterministic: the job's cmdline is set at the scan's second wait, or never."""
+    import shutil
+    import subprocess
+
+    from computer.runtime._leftovers import LOOKS, epilogue
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs unshare as root")
+    said_as = f"{ENDED_NOTE} 1 process running in the background, ended with it (a test): {{}} (pid 5)\n"
+    for ready, name, looks in ((2, "sleep 1000", 2), (LOOKS + 1, shown, LOOKS)):
+        made = _FAKE_PROC.format(first=first, ready=ready)
+        script = made + epilogue(["bash", "-c", "the command"], why="a test") + "cat /proc/slept >&2\n"
+        said = subprocess.run(
+            ["unshare", "--mount", "--fork", "bash", "-c", script], capture_output=True, text=True, timeout=30
+        )
+        assert (said.stdout, said.stderr) == (said_as.format(name), f"{looks}\n"), said
+
+
+_GUEST_LOOKS = """
+import builtins, io, subprocess, sys, time
+from computer.runtime import _pyguest_leftovers as guest
+
+child = subprocess.Popen(["sleep", "30"])
+slept, real_open = [], builtins.open
+for _ in range(3000):  # its exec done (this test makes its own cmdline read empty)
+    with real_open(f"/proc/{child.pid}/cmdline", "rb") as f:
+        if f.read():
+            break
+    time.sleep(0.01)
+
+def opened(path, *args, **kwargs):  # the child's cmdline reads empty until the scan's 2nd wait
+    if path == f"/proc/{child.pid}/cmdline" and len(slept) < int(sys.argv[1]):
+        return io.BytesIO(b"")
+    return real_open(path, *args, **kwargs)
+
+guest.open = opened
+guest.time = type("T", (), {"sleep": staticmethod(lambda s: slept.append(s))})
+guest.report({"note": "left", "why": "a test"}, guest.os.getpid())
+print(len(slept), file=sys.stderr)
+child.kill()
+"""
+
+
+def test_a_python_run_s_scan_looks_again_while_a_child_is_inside_execve(tmp_path: Path) -> None:
+    """The python guest's scan looked again once: a ``Popen`` child still inside ``execve`` then was
+    named ``[sleep]``. It looks again while one is, :data:`LOOKS` times at most. Deterministic: in a
+    pid namespace of its own (only the guest and its child), the child's cmdline reads empty until
+    the scan's second wait, or for every look."""
+    import shutil
+    import subprocess
+
+    from computer.runtime._pyguest_leftovers import LOOKS
+
+    if shutil.which("unshare") is None or os.geteuid() != 0:
+        pytest.skip("needs unshare as root")
+    for ready, name, looks in ((2, "sleep 30", 2), (LOOKS + 1, "[sleep]", LOOKS)):
+        said = subprocess.run(
+            ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", _GUEST_LOOKS, str(ready)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            env={**os.environ, "PYTHONPATH": str(Path(computer.__file__).parent.parent)},
+        )
+        assert (
+            said.stderr
+            == f"left 1 process running in the background, ended with it (a test): {name} (pid 2)\n{looks}\n"
+        ), said

@@ -352,8 +352,11 @@ async def test_a_sandbox_ended_under_a_run_after_an_out_of_memory_kill_says_out_
 
 
 async def test_concurrent_calls_run_in_the_same_sandbox(ws: computer.Workspace) -> None:
-    first = await ws.runtime.exec("echo one > one.txt; sleep 0.5; cat two.txt")
-    second = await ws.runtime.exec("sleep 0.2; echo two > two.txt; cat one.txt")
+    # Each waits (bounded) for the other's file: the first read two.txt after a fixed 0.5 s while the
+    # second wrote it 0.2 s after its own start, which a loaded host started 0.3 s later ('', CI-like).
+    wait = "for i in $(seq 600); do [ -e {} ] && break; sleep 0.05; done; "
+    first = await ws.runtime.exec("echo one > one.txt; " + wait.format("two.txt") + "cat two.txt")
+    second = await ws.runtime.exec(wait.format("one.txt") + "echo two > two.txt; cat one.txt")
     a, b = await first.result(), await second.result()
     assert (a.stdout, b.stdout) == ("two\n", "one\n")
     assert "/workspace/one.txt" in a.pulled and "/workspace/two.txt" in b.pulled

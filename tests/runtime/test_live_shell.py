@@ -203,8 +203,12 @@ async def test_a_shell_killed_while_it_waited_is_not_taken(
     that run starts its own and runs as usual."""
     ahead, _ = pair
     # Not a subshell of the run: the run's own shell (one started ahead) has the pattern in its
-    # command line, and so would the subshell.
-    killer = 'sleep 0.3; p=__computer; pkill -f "${p}_run"; echo killed > k.txt'
+    # command line, and so would the subshell. Tried until it kills one (bounded: 30 s): a host slow
+    # to start the next shell (over the 0.3 s) had it kill nothing, and the next run took that shell.
+    killer = (
+        'sleep 0.3; p=__computer; for i in $(seq 3000); do pkill -f "${p}_run" && break; sleep 0.01; done;'
+        " echo killed > k.txt"
+    )
     started = await run(ahead, f"setsid sh -c '{killer}' > /dev/null 2>&1 &")
     assert started.status == "completed"
 
