@@ -38,6 +38,7 @@ from ._backend import (
     SyncPush,
     fits,
 )
+from ._entry_cap import MAX_ENTRIES, cap_entries
 from ._kept import trim_kept
 from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
@@ -77,6 +78,8 @@ class MirrorSync:
         self.owner: tuple[int, int] | None = None
         # Bytes a mirror may hold in files only its sandbox has (``_kept``; the sandbox's memory limit).
         self.kept_limit: int | None = None
+        # The most files, directories and symlinks a pull leaves in a workspace (``_entry_cap``).
+        self.max_entries: int | None = MAX_ENTRIES
         # The runs in a sandbox per call in progress: one whose event loop ended is ended from another.
         self.calls = PerCallRuns(self)
 
@@ -302,12 +305,17 @@ class MirrorSync:
                 functools.partial(trim_kept, mirror, now, self.kept_limit), mirror
             )
             left_out.update(removed)
+        capped: dict[str, str] = {}
+        if self.max_entries is not None and len(now) > self.max_entries:
+            capped = await finish_in_thread(
+                functools.partial(cap_entries, mirror, plan, now, self.max_entries), mirror
+            )
         saved = list(saves.saved) if saves is not None else []
         # Revisions committed since ``base_rev`` by this mirror's earlier pulls (a live sandbox's pull at a
         # run's end, then its tick's before any push) are no workspace change either: counted as one,
         # the program's newer writes to those paths were refused and removed from the mirror.
         own = [*(saves.own_revs if saves is not None else ()), *mirror.own_since(base_rev)]
-        deferring = defer and isinstance(ctx, DeferringContext) and ctx.defers_pull
+        deferring = defer and isinstance(ctx, DeferringContext) and ctx.defers_pull and not capped
         # A pull that keeps chunks (a renamed large file) is not deferred: its first page may have to
         # be sent again (``PullResult.missing``), which only this side can do.
         if (
@@ -336,7 +344,8 @@ class MirrorSync:
             applied = await offload(mirror, _removals_outermost, applied, set(plan.deleted))
         # Unique in the order given (pages come sorted), then sorted: a sort of a set's order took
         # 0.12 ms of 1,111 paths, ~0.05 this way.
-        return Synced(sorted(dict.fromkeys([*applied, *saved])), {**reasons, **left_out}, refused=reasons)
+        refused = {**capped, **reasons}  # (the cap's: gone from the mirror already, nothing to settle)
+        return Synced(sorted(dict.fromkeys([*applied, *saved])), {**refused, **left_out}, refused=refused)
 
     async def _apply(
         self,

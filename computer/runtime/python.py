@@ -36,6 +36,7 @@ from ._backend_scratch import backend_scratch
 from ._beneath import cwd_problem
 from ._codec import ChannelLimits, pack_frame
 from ._context import GUEST_OPS
+from ._entry_cap import MAX_ENTRIES
 from ._leftovers import could_live, guest_report
 from ._live import LiveSandbox
 from ._live_calls import LiveCalls
@@ -90,6 +91,7 @@ class PythonBackend(LiveCalls):
         max_file_bytes: int | None = None,
         max_files: int | None = None,
         max_sync_bytes: int = 32 * 1024 * 1024,
+        max_entries: int | None = MAX_ENTRIES,
         scratch_dir: str | None = None,
         live: bool = True,
         live_idle: float = 60.0,
@@ -97,8 +99,8 @@ class PythonBackend(LiveCalls):
         warm_sandboxes: int = 4,
     ) -> None:
         """``unprivileged``: as root, programs run as an unprivileged host user (see ``Sandbox``).
-        ``mount_root`` is mirrored (the default cwd); the sync settings are the shell's, as are ``live``,
-        ``live_idle``, ``live_lifetime``. ``warm_guests``: what is started ahead per warm mirror (a live
+        ``mount_root`` is mirrored (the default cwd); ``live``, ``live_idle``, ``live_lifetime`` and the
+        sync settings (``max_entries``…) are the shell's. ``warm_guests``: what is started ahead per mirror (a live
         sandbox, or with ``live=False`` a guest interpreter; 0: none), at most ``warm_sandboxes`` in all."""
         self.mount_root = canonical(mount_root)
         if self.mount_root == "/":
@@ -109,11 +111,8 @@ class PythonBackend(LiveCalls):
         self.limits = ChannelLimits(write_bytes=max_write_bytes)
         self.warm_guests = warm_guests
         self._ahead = 0  # guests started ahead in live sandboxes so far (their jobs' names)
-        self.sandbox = Sandbox(
-            network=network,
-            limits=SandboxLimits(memory_mb=memory_mb, max_processes=max_processes, cpu_seconds=cpu_seconds),
-            unprivileged=unprivileged,
-        )
+        limits = SandboxLimits(memory_mb=memory_mb, max_processes=max_processes, cpu_seconds=cpu_seconds)
+        self.sandbox = Sandbox(network=network, limits=limits, unprivileged=unprivileged)
         self.live = live and could_live()
         if self.live:
             self.sandbox.cgroups.add("freezer")
@@ -130,7 +129,7 @@ class PythonBackend(LiveCalls):
             max_file_bytes=max_file_bytes, max_files=max_files, max_sync_bytes=max_sync_bytes
         )
         self._sync = MirrorSync(MirrorPool(self.scratch, self.mount_root), self.mount_root, self.sync_limits)
-        self._sync.owner = owner
+        self._sync.owner, self._sync.max_entries = owner, max_entries
         limit = self.sandbox.limits.memory_mb
         self._sync.kept_limit = limit * 1024 * 1024 if limit else None
         self._lives = LiveSandboxes(

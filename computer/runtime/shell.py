@@ -26,6 +26,7 @@ from ._backend import (
 )
 from ._backend_scratch import backend_scratch
 from ._beneath import cwd_problem
+from ._entry_cap import MAX_ENTRIES
 from ._leftovers import could_live, ended_why, epilogue
 from ._live import LiveSandbox
 from ._live_calls import LiveCalls
@@ -91,6 +92,7 @@ class ShellBackend(LiveCalls):
         max_file_bytes: int | None = None,
         max_files: int | None = None,
         max_sync_bytes: int = 32 * 1024 * 1024,
+        max_entries: int | None = MAX_ENTRIES,
         memory_mb: int | None = 1024,
         max_processes: int | None = 256,
         cpu_seconds: int | None = None,
@@ -102,7 +104,8 @@ class ShellBackend(LiveCalls):
         live_idle: float = 60.0,
         live_lifetime: float = 3600.0,
     ) -> None:
-        """``live``: runs of one workspace share a live sandbox (see ``_live``: background processes
+        """``max_entries``: the most files, directories and symlinks a run may leave in the workspace
+        (``_entry_cap``; None: no limit). ``live``: runs of one workspace share a live sandbox (see ``_live``: background processes
         survive the call, files sync both ways while anything runs); it ends after ``live_idle``
         seconds with no process left, or ``live_lifetime`` seconds in all. ``warm_sandboxes``: how
         many sandboxes are started ahead for the most recently used mirrors; 0 also starts no shell
@@ -147,6 +150,7 @@ class ShellBackend(LiveCalls):
         self._sync = MirrorSync(self._mirrors, self.mount_root, self.limits)
         self._sync.owner = owner
         self._sync.kept_limit = memory_mb * 1024 * 1024 if memory_mb else None
+        self._sync.max_entries = max_entries
         # Sandboxes started ahead for the most recently used mirrors (at most ``warm_sandboxes``).
         self.warm_sandboxes = warm_sandboxes
         self._ahead = 0  # shells started ahead in live sandboxes so far (their names)

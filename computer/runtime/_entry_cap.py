@@ -1,0 +1,91 @@
+"""The entry cap of a workspace's mirror (``max_entries``): how many files, directories and symlinks a
+run may leave in the workspace through a pull.
+
+Without it a program's empty files, directories or symlinks (``seq 300000 | xargs touch``, a loop of
+``os.mkdir``) were bounded only by the sandbox's memory group (~1 KiB each in its tmpfs: ~1 million
+under the default 1024 MB), and each one cost the host process that serves every workspace ~1 KiB of
+memory for as long as the mirror stays warm (its state), ~100 bytes of the store, and every later full
+push (a reopen) ~0.14 ms: 300,000 made the process 290 MB larger and a reopen's first run 42 s. Past
+the cap, a pull's new paths are refused, all of them (a half-synced ``node_modules`` is worth less
+than none), with a reason that names the limit and how to raise it, and removed from the sandbox's
+copy, as the store's quota refuses a file (ENOSPC): nothing is dropped silently, and the warm mirror,
+the store and what later calls walk stay within the cap."""
+
+from __future__ import annotations
+
+from ._beneath import remove_beneath
+from ._forget import forget
+from ._mirror_base import Entry, MirrorBase, PullPlan
+from ._pull_rules import outermost
+
+__all__ = ["MAX_ENTRIES", "OVER_ENTRIES", "REPORTED", "cap_entries"]
+
+# The default cap: a large monorepo with its dependencies (the Linux kernel's tree holds ~90,000
+# entries, a big ``node_modules`` 100,000-300,000); at ~1 KiB of host memory each while warm.
+MAX_ENTRIES = 500_000
+
+OVER_ENTRIES = (
+    "not synced: the workspace would hold {} files, directories and symlinks, over the backend's "
+    "max_entries ({}); the run's new entries were removed from the sandbox (raise the limit with "
+    "the backend's max_entries=..., or None for no limit)"
+)
+# Past this many refused paths a run names the directories they were made in, with their count: a
+# live sandbox's tick that found 713,000 new files in a directory an earlier tick pulled named each,
+# and the run's result and journal record held them all.
+REPORTED = 1000
+
+
+def cap_entries(mirror: MirrorBase, plan: PullPlan, now: dict[str, Entry], cap: int) -> dict[str, str]:
+    """When ``now`` (the mirror's state to be) holds more than ``cap`` entries, take the paths the
+    mirror's state did not hold (the run's new entries) out of ``plan`` and out of ``now``, and any
+    further name of a file among them, and remove them from the mirror: the outermost of them
+    (workspace paths) with the reason, or past :data:`REPORTED` of them the directories they were
+    made in. Removed here rather than refused by the store: the workspace never had them, so there is
+    nothing to fetch again (``settle`` would ask for each: a push of 713,000 paths took 129 s)."""
+    if len(now) <= cap:
+        return {}
+    state = mirror.state
+    rel = mirror.rel
+    refused: list[str] = []  # workspace paths
+    kept_files = []
+    for item in plan.files:
+        if item[0] in state:
+            kept_files.append(item)
+        else:
+            refused.append(mirror.workspace_path(item[0]))
+    gone = set(refused)
+    kept_links = []
+    for name, first in plan.links:
+        if name in state and first not in gone:
+            kept_links.append((name, first))
+        else:
+            refused.append(mirror.workspace_path(name))
+    kept_dirs = []
+    for d in plan.dirs:
+        if rel(d.path) in state:
+            kept_dirs.append(d)
+        else:
+            refused.append(d.path)
+    kept_symlinks = []
+    for s in plan.symlinks:
+        if rel(s.path) in state:
+            kept_symlinks.append(s)
+        else:
+            refused.append(s.path)
+    plan.files, plan.links, plan.dirs, plan.symlinks = kept_files, kept_links, kept_dirs, kept_symlinks
+    for path in refused:  # a refused directory's time is nothing to set either
+        plan.dir_times.pop(path, None)
+        plan.dir_sub_ns.pop(path, None)
+    reason = OVER_ENTRIES.format(len(now), cap)
+    tops = outermost(refused)
+    rels = [rel(path) for path in tops]
+    for name in rels:
+        remove_beneath(mirror.directory, name)
+    forget(now, (), rels)
+    if len(tops) <= REPORTED:
+        return dict.fromkeys(tops, reason)
+    counts: dict[str, int] = {}
+    for path in tops:
+        parent = path.rpartition("/")[0] or "/"
+        counts[parent] = counts.get(parent, 0) + 1
+    return {parent: f"{n} new entries in it {reason}" for parent, n in counts.items()}
