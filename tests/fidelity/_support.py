@@ -15,14 +15,16 @@ import hashlib
 import os
 import random
 import shutil
+import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, Phase, seed, settings
+from hypothesis.stateful import RuleBasedStateMachine
 
 import computer
 from computer.runtime import PullResult, PythonBackend, ShellBackend, SyncPull
@@ -34,6 +36,40 @@ T = TypeVar("T")
 ROOT = "/workspace"
 # Seconds a run's result may take beyond its program's timeout (push, pull, sandbox teardown).
 MARGIN = 120.0
+
+
+class WorkspaceMachine(RuleBasedStateMachine):
+    """The base of the fidelity state machines: one workspace file in a directory of its own
+    (``prefix``), driven from an event loop of the machine's own. ``call`` runs one step bounded by
+    ``bound`` seconds; ``teardown`` runs ``finish`` (a machine's last checks), then closes ``ws`` and
+    removes the directory whatever happened."""
+
+    prefix = "fid-"
+    bound = 4 * MARGIN
+    ws: computer.Workspace
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.dir = Path(tempfile.mkdtemp(prefix=self.prefix))
+        self.db = str(self.dir / "ws.sqlite")
+
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(asyncio.wait_for(coro, self.bound))
+
+    def finish(self) -> None:
+        """What a machine checks or settles before its workspace closes (nothing here)."""
+
+    def teardown(self) -> None:
+        try:
+            self.finish()
+        finally:
+            try:
+                if hasattr(self, "ws"):
+                    self.call(self.ws.close())
+            finally:
+                self.loop.close()
+                shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # A sandbox per call and a live one: what most fidelity tests run under both.

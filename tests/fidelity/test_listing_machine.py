@@ -26,24 +26,19 @@ Decisions:
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import hashlib
 import posixpath
-import shutil
-import tempfile
-from collections.abc import Coroutine
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import invariant, rule
 
 import computer
 from computer.runtime import ShellBackend
 
-from ._support import MARGIN, ROOT, Large, machine_runner, ok
+from ._support import ROOT, Large, WorkspaceMachine, machine_runner, ok
 
 T = TypeVar("T")
 
@@ -70,19 +65,14 @@ def _ms(stamp: str) -> int:
     return int(whole) * 1000 + int((fraction + "000")[:3])
 
 
-class ListingMachine(RuleBasedStateMachine):
+class ListingMachine(WorkspaceMachine):
+    prefix = "fid-lm-"
     live = False
 
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = Path(tempfile.mkdtemp(prefix="fid-lm-"))
-        self.db = str(self.dir / "ws.sqlite")
         self.ws: computer.Workspace = self.call(self._open())
         self.call(ok(self.ws, "mkdir -p d && printf a > a"))
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 4 * MARGIN))
 
     async def _open(self) -> computer.Workspace:
         shell = ShellBackend(live=self.live)
@@ -221,13 +211,6 @@ class ListingMachine(RuleBasedStateMachine):
         seen = self.call(self._sandbox_view())
         differing = {p for p in {*seen, *expected} if seen.get(p) != expected.get(p)}
         assert seen == expected, {p: (seen.get(p), expected.get(p)) for p in sorted(differing)}
-
-    def teardown(self) -> None:
-        try:
-            self.call(self.ws.close())
-        finally:
-            self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class LiveListingMachine(ListingMachine):

@@ -32,21 +32,29 @@ import posixpath
 import re
 import shlex
 import shutil
-import tempfile
 import time
 from collections.abc import Coroutine
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+from hypothesis.stateful import precondition, rule
 
 import computer
 from computer.runtime import ShellBackend
 
-from ._support import MARGIN, ROOT, ok, opened, reasons_cover_skipped, run, sandbox_view, workspace_view
+from ._support import (
+    MARGIN,
+    ROOT,
+    WorkspaceMachine,
+    ok,
+    opened,
+    reasons_cover_skipped,
+    run,
+    sandbox_view,
+    workspace_view,
+)
 
 pytestmark = pytest.mark.skipif(not ShellBackend().live, reason="no live sandboxes here (cgroup freezer)")
 
@@ -180,14 +188,13 @@ def check_race(
         assert path.startswith("s") and got is not None and later(written_by(got)[0]), why
 
 
-class LiveBackgroundMachine(RuleBasedStateMachine):
+class LiveBackgroundMachine(WorkspaceMachine):
+    prefix = "fid-bg-"
+    bound = MARGIN
     DURING_RUNS = True  # whether the workspace changes files while a run starts or ends
 
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = Path(tempfile.mkdtemp(prefix="fid-bg-"))
-        self.db = str(self.dir / "ws.sqlite")
         self.shell = ShellBackend()
         self.ws: computer.Workspace = self.call(self._open())
         self.own: dict[str, bytes] = {}  # n/ and g/: exact
@@ -200,9 +207,6 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
         self.writer_run: str | None = None  # the id of the run that started it
         self.writers: dict[str, int] = {}  # tag -> its rounds
         self.k = 0
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(asyncio.wait_for(coro, MARGIN))
 
     async def _open(self) -> computer.Workspace:
         ws = computer.Workspace(self.db, backends=[self.shell])
@@ -504,15 +508,8 @@ class LiveBackgroundMachine(RuleBasedStateMachine):
         self.shared = {p: files.get(p) for p in {*SHARED, *files} if not p.startswith(("n/", "g/", "p/"))}
         self.racy, self.last = set(), {}
 
-    def teardown(self) -> None:
-        try:
-            self.call(self._settle())
-        finally:
-            try:
-                self.call(self.ws.close())
-            finally:
-                self.loop.close()
-                shutil.rmtree(self.dir, ignore_errors=True)
+    def finish(self) -> None:
+        self.call(self._settle())
 
 
 class QuietRunsMachine(LiveBackgroundMachine):

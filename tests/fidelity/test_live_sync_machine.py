@@ -27,24 +27,18 @@ Bounded: few examples and steps, no shrinking, derandomized (``machine_runner``)
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import time
 from collections import Counter
-from collections.abc import Coroutine
-from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, rule
+from hypothesis.stateful import rule
 
 import computer
 from computer.runtime import ShellBackend
 
-from ._support import MARGIN, ROOT, machine_runner, ok
+from ._support import ROOT, WorkspaceMachine, machine_runner, ok
 
-T = TypeVar("T")
 RAN: Counter[str] = Counter()
 NAMES = st.sampled_from(["a", "b", "c"])
 MODES = st.sampled_from([0o644, 0o600, 0o755])
@@ -67,20 +61,17 @@ LISTING = (
 )
 
 
-class LiveSyncMachine(RuleBasedStateMachine):
+class LiveSyncMachine(WorkspaceMachine):
+    prefix = "fid-livesync-"
+
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = Path(tempfile.mkdtemp(prefix="fid-livesync-"))
         self.n = 0
         self.token = 0
         self.agreed: dict[str, Version] = {}  # as of the last quiescence
         self.ws_last: dict[str, Version] = {}  # each side's last version since then
         self.box_last: dict[str, Version] = {}
         self.ws = self.call(self._open())
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 4 * MARGIN))
 
     async def _open(self) -> computer.Workspace:
         ws = computer.Workspace(
@@ -230,14 +221,9 @@ class LiveSyncMachine(RuleBasedStateMachine):
         self.agreed = {n: v for n, v in workspace.items() if n != "big"}
         self.ws_last, self.box_last = {}, {}
 
-    def teardown(self) -> None:
-        try:
-            self.call(self._agree())
-            self.call(self.ws.fs.write_file(f"{ROOT}/ctl/stop", ""))
-            self.call(self.ws.__aexit__(None, None, None))
-        finally:
-            self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
+    def finish(self) -> None:
+        self.call(self._agree())
+        self.call(self.ws.fs.write_file(f"{ROOT}/ctl/stop", ""))
 
 
 @pytest.mark.timeout(900)

@@ -7,27 +7,21 @@ call's ``open()`` view and the workspace's equal the model."""
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import posixpath
-import shutil
-import tempfile
-from collections.abc import Coroutine
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import invariant, rule
 
 import computer
 from computer.runtime import PythonBackend
 
-from ._support import MARGIN, machine_runner, ok
+from ._support import MARGIN, WorkspaceMachine, machine_runner, ok
 
 pytestmark = pytest.mark.skipif(not PythonBackend().live, reason="no live sandboxes here (cgroup freezer)")
 
-T = TypeVar("T")
 HOME = "/workspace/m"  # the calls' cwd
 PATHS = st.sampled_from(["a.txt", "f.txt", "d/b.txt", "d/e/c.txt"])
 CONTENTS = st.text(alphabet="abcxyz\n", min_size=0, max_size=40)
@@ -84,18 +78,15 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-class PythonCallsMachine(RuleBasedStateMachine):
+class PythonCallsMachine(WorkspaceMachine):
+    prefix = "fid-py-"
+    bound = 2 * MARGIN
+
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = Path(tempfile.mkdtemp(prefix="fid-py-"))
-        self.db = str(self.dir / "ws.sqlite")
         self.model: dict[str, str] = {}
         self.backend = PythonBackend()
         self.ws = self.call(self._open())
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 2 * MARGIN))
 
     async def _open(self) -> computer.Workspace:
         ws = computer.Workspace(self.db, backends=[self.backend])
@@ -174,13 +165,6 @@ class PythonCallsMachine(RuleBasedStateMachine):
             }
 
         assert self.call(workspace()) == expected, "the workspace differs from the model"
-
-    def teardown(self) -> None:
-        try:
-            self.call(self.ws.close())
-        finally:
-            self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @pytest.mark.slow

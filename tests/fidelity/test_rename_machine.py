@@ -30,25 +30,19 @@ runs it randomized: README.md).
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import posixpath
-import shutil
-import tempfile
-from collections.abc import Coroutine
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
 import computer
 from computer.runtime import ShellBackend
 
-from ._support import MARGIN, ROOT, Large, digest, machine_runner, ok, workspace_view
+from ._support import ROOT, Large, WorkspaceMachine, digest, machine_runner, ok, workspace_view
 
-T = TypeVar("T")
 FILES = st.sampled_from(["a", "b", "d/c", "d/e", "f/g/h", "m/c"])
 # Directory renames (old, new): taken only when the old one holds a file and the new one is not there.
 DIR_MOVES = [("d", "m"), ("m", "d"), ("f/g", "m/g"), ("m/g", "f/g"), ("f", "k"), ("k", "f")]
@@ -64,23 +58,18 @@ def _q(path: str) -> str:
     return "'" + path + "'"
 
 
-class RenameMachine(RuleBasedStateMachine):
+class RenameMachine(WorkspaceMachine):
+    prefix = "fid-rm-"
     live = False
 
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = Path(tempfile.mkdtemp(prefix="fid-rm-"))
-        self.db = str(self.dir / "ws.sqlite")
         self.model: dict[str, int] = {}  # path -> identity
         self.content: dict[int, bytes] = {}  # identity -> bytes (every name of it shows them)
         self.ids = itertools.count()
         self.seen: dict[int, str] = {}  # identity -> the inode the sandbox held it as
         self.stored: dict[int, int] = {}  # identity -> the inode the workspace holds it as (kept on reopen)
         self.ws = self.call(self._open())
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 4 * MARGIN))
 
     async def _open(self) -> computer.Workspace:
         ws = computer.Workspace(self.db, backends=[ShellBackend(live=self.live)])
@@ -284,13 +273,6 @@ class RenameMachine(RuleBasedStateMachine):
             self.seen[identity] = inodes[path]
             ino = in_workspace[path]
             assert self.stored.setdefault(identity, ino) == ino, f"{path} is a new file in the workspace"
-
-    def teardown(self) -> None:
-        try:
-            self.call(self.ws.close())
-        finally:
-            self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class LiveRenameMachine(RenameMachine):

@@ -19,25 +19,18 @@ Bounded: few examples and steps, no shrinking, derandomized (each step is a real
 
 from __future__ import annotations
 
-import asyncio
-import shutil
 import stat
-import tempfile
 from collections import Counter
-from collections.abc import Coroutine
-from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import invariant, rule
 
 import computer
 from computer.runtime import PythonBackend, ShellBackend
 
-from ._support import MARGIN, PYTHON_LIVE, ROOT, machine_runner, ok, settle, started
+from ._support import PYTHON_LIVE, ROOT, WorkspaceMachine, machine_runner, ok, settle, started
 
-T = TypeVar("T")
 # How many times each rule ran (the test asserts that every one did).
 RAN: Counter[str] = Counter()
 MODES = st.sampled_from([0o000, 0o100, 0o500, 0o700, 0o711, 0o750, 0o755, 0o2775, 0o1777, 0o4755])
@@ -49,20 +42,15 @@ def seen_by_runs(mode: int) -> int:
     return (mode & 0o1777) | 0o100
 
 
-class RootMachine(RuleBasedStateMachine):
+class RootMachine(WorkspaceMachine):
+    prefix = "fid-root-"
     live = False
 
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = Path(tempfile.mkdtemp(prefix="fid-root-"))
-        self.db = str(self.dir / "ws.sqlite")
         self.mode, self.time = 0o755, 1_000_000_000
         self.ws = self.call(self._open(fresh=True))
         self.call(self._first())
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 4 * MARGIN))
 
     async def _open(self, *, fresh: bool) -> computer.Workspace:
         if fresh:
@@ -148,13 +136,6 @@ class RootMachine(RuleBasedStateMachine):
             assert seen.stdout == f"{seen_by_runs(self.mode):o} {self.time}\n"
 
         self.call(check())
-
-    def teardown(self) -> None:
-        try:
-            self.call(self.ws.close())
-        finally:
-            self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class LiveRootMachine(RootMachine):

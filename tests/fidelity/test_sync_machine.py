@@ -36,16 +36,12 @@ from __future__ import annotations
 
 import asyncio
 import posixpath
-import shutil
-import tempfile
-from collections.abc import Coroutine
 from decimal import Decimal
-from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import invariant, rule
 
 import computer
 from computer.runtime import MirrorPool, ShellBackend
@@ -55,6 +51,7 @@ from ._support import (
     MARGIN,
     ROOT,
     Large,
+    WorkspaceMachine,
     digest,
     machine_runner,
     ok,
@@ -193,12 +190,11 @@ def skipped_covers(result: ExecResult, path: str) -> bool:
     )
 
 
-class SyncMachine(RuleBasedStateMachine):
+class SyncMachine(WorkspaceMachine):
+    prefix = "fid-sm-"
+
     def __init__(self) -> None:
         super().__init__()
-        self.loop = asyncio.new_event_loop()
-        self.dir = Path(tempfile.mkdtemp(prefix="fid-sm-"))
-        self.db = str(self.dir / "ws.sqlite")
         self.model: Model = {}
         self.shell = self._shell()
         self.ws: computer.Workspace = self.call(self._open())
@@ -212,9 +208,6 @@ class SyncMachine(RuleBasedStateMachine):
         return ShellBackend(
             live=False, mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=1)
         )
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(asyncio.wait_for(coro, 4 * MARGIN))
 
     async def _open(self) -> computer.Workspace:
         ws = computer.Workspace(self.db, backends=[self.shell])
@@ -399,13 +392,8 @@ class SyncMachine(RuleBasedStateMachine):
         listing = await ok(self.ws, "find . -type l -printf '%P\\t%l\\n'")
         return dict(line.split("\t", 1) for line in listing.stdout.splitlines())
 
-    def teardown(self) -> None:
-        try:
-            self.call(self.ws.close())
-            self.call(self.other.close())
-        finally:
-            self.loop.close()
-            shutil.rmtree(self.dir, ignore_errors=True)
+    def finish(self) -> None:
+        self.call(self.other.close())
 
 
 class LiveSyncMachine(SyncMachine):
