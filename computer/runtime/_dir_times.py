@@ -248,11 +248,12 @@ class RootTime:
             self.seen, self.store, self.store_sub, self.mode_seen, self.mode_store = self.undo
             self.undo = None
 
-    def pulled(self, plan: PullPlan, directory: Path, root: str, lifts: Lifts) -> None:
+    def pulled(self, plan: PullPlan, directory: Path, root: str, lifts: Lifts, keep: bool = False) -> None:
         """A pull's ``plan``: the top's time goes in its ``dir_times`` when it moved since the last sync
         (a run's ``touch .``; one that made or removed a name there is in it already), and its mode,
         when it changed (``chmod 700 .``), as a directory of ``plan.dirs``, first (:func:`sandbox_mode`:
-        setuid/setgid taken off the top too, as off any directory a pull finds)."""
+        setuid/setgid taken off the top too, as off any directory a pull finds; ``keep``, a live
+        sandbox's tick: left on the top until :meth:`clear_setid`, never sent)."""
         if root == "/" or self.seen is None:
             return
         try:
@@ -269,13 +270,26 @@ class RootTime:
         mode = top_mode(directory, lifts)
         if mode is None or mode == self.mode_seen or self.mode_seen is None:
             return
-        if mode & 0o6000:
-            if "" in lifts.lifted:
-                lifts.locked[""] = mode & SAFE_BITS  # put back so at the sync's end
-            else:
-                with contextlib.suppress(OSError):
-                    os.chmod(directory, mode & SAFE_BITS)
-        self.mode_seen = self.mode_store = sandbox_mode(mode)
+        if mode & 0o6000 and not keep:
+            _setid_off(directory, mode, lifts)
+        self.mode_store = sandbox_mode(mode)
+        self.mode_seen = self.mode_store | (mode & 0o6000 if keep else 0)
         # with its time, if it moved too: listed as pulled either way (a time alone is never)
         sub = plan.dir_sub_ns.pop(root, 0)
-        plan.dirs.insert(0, mirror_dir(root, self.mode_seen, plan.dir_times.pop(root, None), sub))
+        plan.dirs.insert(0, mirror_dir(root, self.mode_store, plan.dir_times.pop(root, None), sub))
+
+    def clear_setid(self, directory: Path, lifts: Lifts) -> None:
+        """The set-id bits a tick's pull left on the top (``pulled`` with ``keep``) taken off."""
+        if self.mode_seen is not None and self.mode_seen & 0o6000:
+            mode = top_mode(directory, lifts)
+            if mode is not None and mode & 0o6000:
+                _setid_off(directory, mode, lifts)
+            self.mode_seen &= ~0o6000
+
+
+def _setid_off(directory: Path, mode: int, lifts: Lifts) -> None:
+    if "" in lifts.lifted:
+        lifts.locked[""] = mode & SAFE_BITS  # put back so at the sync's end
+    else:
+        with contextlib.suppress(OSError):
+            os.chmod(directory, mode & SAFE_BITS)

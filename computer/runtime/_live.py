@@ -270,7 +270,7 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
         if self._mapped.due <= time.monotonic():  # (``_mapped``: a write through a mapping says nothing)
             await offload(mirror, lambda: self._mapped.look(self._procs(), paced=True))
         page = None
-        if mirror.rev is not None and mirror.quiet(paced):
+        if mirror.rev is not None and mirror.quiet(paced) and (paced or not mirror.setid_kept()):
             if not push:
                 return None, 0
             page = await ctx.sync_push(mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror))
@@ -285,6 +285,8 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
                     return None, 0
                 raise LiveSandboxError("the live sandbox could not be paused for a sync")
             synced = await self._pull(paced)
+            if not paced:  # a run's start or end: the set-id bits the ticks left go (``clear_setid``)
+                mirror.clear_setid()
             pushed = 0
             if push:
                 if page is None or synced is not None:  # none yet, or the pull moved the mirror on
@@ -303,6 +305,7 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
         run in progress (none: what it refused is the next run's, ``unreported``); the sandbox must not
         be running unfrozen (the caller's job)."""
         mirror = self.mirror
+        mirror.keep_setid = paced  # a tick leaves a program's set-id bits to the run's end
         if mirror.quiet(paced) or mirror.rev is None:
             return None
         synced = await self.sync_.pull(
@@ -426,6 +429,7 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
         try:
             await offload(self.mirror, self._mapped.look, None)  # what they wrote through mappings
             await self._pull()  # the tree is dead: nothing to freeze
+            self.mirror.clear_setid()
             clean = True
         except Exception as exc:
             log.warning("live sandbox of %s: the final pull failed: %r", self.workspace_id, exc)

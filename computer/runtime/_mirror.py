@@ -10,13 +10,16 @@ program changed (``_mirror_pull``); this module puts them together with the mirr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from ._backend import MirrorFile, SyncPush
+from ._beneath import SAFE_BITS, chmod_beneath
 from ._dir_times import RootTime
+from ._entry import KIND, MODE
 from ._lifts import Lifts
 from ._mirror_base import Entry, PullPlan, entry_of, is_below
 from ._mirror_pull import MirrorPull
@@ -113,6 +116,10 @@ class Mirror(MirrorPush, MirrorPull):
     # The event loop that ended the run over it after the run's own had ended (``PerCallRuns.end``):
     # a pull or release from any other does nothing (that loop's bracket, should it run again).
     taken_by: asyncio.AbstractEventLoop | None = field(default=None, repr=False)
+    # Set-id bits (never in the workspace, SPEC): a pull takes them off the mirror's file too, except a
+    # live sandbox's tick (``keep_setid``), which leaves them to the run's end (``clear_setid``).
+    keep_setid: bool = False
+    setid: set[str] = field(default_factory=set, repr=False)
 
     def apply(self, push: SyncPush, *, first: bool = True) -> int:
         self.root_time.pushing(push, first)
@@ -126,8 +133,30 @@ class Mirror(MirrorPush, MirrorPull):
 
     def plan(self, *, paced: bool = False) -> tuple[PullPlan, dict[str, Entry]]:
         plan, now = super().plan(paced=paced)
-        self.root_time.pulled(plan, self.directory, self.root, self.lifts)
+        self.root_time.pulled(plan, self.directory, self.root, self.lifts, self.keep_setid)
         return plan, now
+
+    def setid_kept(self) -> bool:
+        """Whether a tick's pull left set-id bits for :meth:`clear_setid` (on the top too)."""
+        return bool(self.setid) or bool((self.root_time.mode_seen or 0) & 0o6000)
+
+    def clear_setid(self) -> None:
+        """Take the set-id bits off the files and directories a tick's pull left them on (``setid``),
+        with the mirror as last pulled (the sandbox frozen or dead: the caller's job).
+
+        Decision (s62): in a live sandbox a program's ``chmod 4755 f`` holds in the mirror until the
+        end of the run in progress (the sync that ends it, a run's start, the sandbox's end: the syncs
+        that are not a tick's), so the run sees its own chmod throughout; before, whichever tick pulled
+        ``f`` first took the bit off under it (``stat`` said 755 at a random moment). The workspace
+        never holds the bits; the mirror's file is the sandbox user's (not host root, ``_users``), in a
+        scratch directory only that user and this process reach, below a ``nosuid`` mount."""
+        self.root_time.clear_setid(self.directory, self.lifts)
+        pending, self.setid = self.setid, set()
+        for rel in pending:
+            entry = self.state.get(rel)
+            if entry is not None and entry[KIND] in "fd" and entry[MODE] & 0o6000:
+                with contextlib.suppress(OSError):
+                    self.state[rel] = entry_of(chmod_beneath(self.directory, rel, entry[MODE] & SAFE_BITS))
 
     def invalidate(self) -> None:
         """Forget what the mirror holds: the next push is a full one."""

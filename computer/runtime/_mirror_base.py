@@ -14,7 +14,7 @@ from pathlib import Path
 
 from ..storage.paths import MAX_PATH_BYTES
 from ._backend import MirrorDir, MirrorFile, MirrorSymlink, store_time
-from ._beneath import lstat_beneath, make_parent, open_beneath, remove_beneath
+from ._beneath import SAFE_BITS, chmod_beneath, lstat_beneath, make_parent, open_beneath, remove_beneath
 from ._entry import INO, KIND, MODE, SIZE, Entry, entry_of, is_dir
 from ._forget import forget
 from ._held_links import is_utf8, linked_at, lost_names, names_elsewhere, rename_at
@@ -64,6 +64,18 @@ class MirrorBase:
     look_next: float
     lifts: Lifts
     unsettled: tuple[str, dict[str, Entry]] | None
+    keep_setid: bool
+    setid: set[str]
+
+    def setid_off(self, rel: str, entry: Entry) -> Entry:
+        """``rel``'s entry with its set-id bits taken off the mirror's file; a live sandbox's tick
+        (``keep_setid``) leaves them, noted in ``setid`` for ``Mirror.clear_setid``."""
+        if self.keep_setid:
+            self.setid.add(rel)
+            return entry
+        with contextlib.suppress(OSError):
+            return entry_of(chmod_beneath(self.directory, rel, entry[MODE] & SAFE_BITS))
+        return entry
 
     def host(self, path: str) -> Path:
         return self.directory / self.rel(path)

@@ -19,9 +19,7 @@ from ._backend import BIG_FILE, PAGE_CHUNKS, PAGE_FILES, PAGE_PATHS, MirrorFile,
 from ._beneath import (
     HOLE,
     HOLE_DIGEST,
-    SAFE_BITS,
     BeneathReader,
-    chmod_beneath,
     remove_beneath,
 )
 from ._dir_times import mirror_dir, with_dir_times
@@ -197,11 +195,8 @@ class MirrorPull(MirrorWatch):
                 plan.deleted.append(path)
                 continue
             kind = entry[KIND]
-            if kind in "fd" and entry[MODE] & 0o6000:
-                # setuid/setgid never survive, not even in the mirror (the sandbox's own user owns it,
-                # but nobody gets a set-id program out of a run).
-                with contextlib.suppress(OSError):
-                    entry = now[rel] = entry_of(chmod_beneath(self.directory, rel, entry[MODE] & SAFE_BITS))
+            if kind in "fd" and entry[MODE] & 0o6000:  # no set-id program out of a run, even in the mirror
+                entry = now[rel] = self.setid_off(rel, entry)  # (a live tick's: at the run's end)
             if kind == "d":
                 if old is None or old[KIND] != "d" or old[MODE] != entry[MODE]:
                     ns = times.get(rel)
