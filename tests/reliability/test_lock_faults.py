@@ -210,6 +210,9 @@ class _Waiters:
     async def close(self) -> None:
         await self.ws.close()
 
+    def pid(self) -> int:
+        return os.getpid()
+
 
 async def test_fifty_waiters_from_several_workers_are_served_in_arrival_order_cancelled_ones_skipped(
     config: dict[str, Any], name: str
@@ -293,6 +296,47 @@ async def test_waiters_cancelled_while_the_lock_is_handed_down_the_queue_leave_n
                     assert outcome == "cancelled inside" and i in cancelled
             assert {i for i, o in enumerate(outcomes) if o == "granted"} >= set(range(50)) - cancelled
             await asyncio.wait_for(asyncio.gather(*[w.close.remote() for w in workers]), BOUND)
+    finally:
+        for w in workers:
+            ray.kill(w)
+        computer.init(data_dir=f"{tmp_path}/data")
+
+
+async def test_waiters_of_a_worker_killed_in_the_middle_of_the_queue_are_skipped(
+    ray_session: Any, tmp_path: Path, name: str
+) -> None:
+    """50 waiters from 5 worker processes; one worker (10 waiters spread over the queue) is SIGKILLed
+    while they all wait. Released, the lock goes to every live waiter in arrival order and never to a
+    dead one: the lease is long (120 s), so a grant to a dead waiter would hold the rest up past the
+    bound, and show as a lock still held."""
+    config = {
+        "data_dir": f"{tmp_path}/data",
+        "lock_lease": 120.0,
+        "shell_pool_size": 0,
+        "python_pool_size": 0,
+    }
+    computer.init(**config)
+    workers = [_Waiters.remote(name, config) for _ in range(5)]  # type: ignore[attr-defined]
+    try:
+        async with computer.get_workspace(name) as holder:
+            await holder.fs.write_file("/order", "")
+            await asyncio.wait_for(asyncio.gather(*[w.open.remote() for w in workers]), BOUND)
+            doomed = await workers[2].pid.remote()
+            async with asyncio.timeout(BOUND * 3):
+                hold = holder.locks.hold(["/order"])
+                await hold.__aenter__()
+                for i in range(50):
+                    await workers[i % 5].start.remote(i)
+                    await _until_waiting(holder, i + 1)
+                os.kill(doomed, signal.SIGKILL)
+                await asyncio.sleep(1.0)  # the process is gone (its requests stay queued at the owner)
+                await hold.__aexit__(None, None, None)
+                live = [i for i in range(50) if i % 5 != 2]
+                outcomes = await asyncio.gather(*[workers[i % 5].outcome.remote(i) for i in live])
+                assert outcomes == ["granted"] * len(live)
+                assert await _counts(holder) == (0, 0)
+            order = [int(i) for i in (await holder.fs.read_text("/order")).split(",") if i]
+            assert order == live
     finally:
         for w in workers:
             ray.kill(w)
