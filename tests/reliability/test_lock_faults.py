@@ -24,6 +24,7 @@ import ray
 from owner_models import owner_process, process_pid
 
 import computer
+from computer.actors import HostedHandle
 from computer.storage.errors import LockLostError
 
 BOUND = 60.0  # seconds any single step may take (a loaded machine); the outcome is checked, not the time
@@ -340,6 +341,42 @@ async def test_waiters_of_a_worker_killed_in_the_middle_of_the_queue_are_skipped
     finally:
         for w in workers:
             ray.kill(w)
+        computer.init(data_dir=f"{tmp_path}/data")
+
+
+async def test_a_lock_wait_on_a_workspace_its_host_closes_goes_on_at_the_next_owner(
+    ray_session: Any, tmp_path: Path, name: str
+) -> None:
+    """A holds a lock and B waits when the owner host closes the workspace (as a deletion or a
+    takeover does; the host lives on). B's wait is answered "moved" and goes on at the workspace's
+    next owner, where B gets the lock; A's write under the closed table's lease is refused. Before,
+    B waited in the closed table until A's lease ran out (120 s here; A's renewals reach the next
+    owner, which does not know the lease) and was then granted a lease of that closed table."""
+    config = {
+        "data_dir": f"{tmp_path}/data",
+        "lock_lease": 120.0,
+        "shell_pool_size": 0,
+        "python_pool_size": 0,
+    }
+    computer.init(**config)
+    try:
+        async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+            if not isinstance(a.handle, HostedHandle):
+                pytest.skip("an owner host closes one of its workspaces and lives on (owners='hosted')")
+            await a.fs.write_file("/f", b"a")
+            async with asyncio.timeout(BOUND):
+                hold = a.locks.hold(["/f"])
+                await hold.__aenter__()  # in this task: its writes present the lease's fencing token
+                waiting = asyncio.ensure_future(_write_under(b, "/f", b"b"))
+                await _until_waiting(a, 1)
+                assert await owner_process(a.handle).close_workspace.remote(name)
+                await waiting  # at the next owner
+                with pytest.raises(LockLostError):
+                    await a.fs.write_file("/f", b"stale")
+                await hold.__aexit__(None, None, None)
+                assert await b.fs.read_file("/f") == b"b"
+                assert await _counts(b) == (0, 0)
+    finally:
         computer.init(data_dir=f"{tmp_path}/data")
 
 
