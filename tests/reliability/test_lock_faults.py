@@ -439,3 +439,28 @@ async def test_a_sigkilled_holders_late_write_is_refused_and_the_waiter_gets_the
     finally:
         ray.kill(holder)
         computer.init(data_dir=f"{tmp_path}/data")
+
+
+async def test_a_holder_killed_while_the_gcs_is_stopped_loses_its_lock_to_the_waiter(
+    ray_session: Any, tmp_path: Path, name: str
+) -> None:
+    """A worker holds a lock and B waits; with the GCS stopped, the worker is SIGKILLed. Its lease
+    (3 s) lapses at the owner, which needs no GCS for it: B gets the lock while the GCS is still
+    stopped, and writes."""
+    config = {"data_dir": f"{tmp_path}/data", "lock_lease": 3.0, "shell_pool_size": 0, "python_pool_size": 0}
+    computer.init(**config)
+    holder = _Holder.remote()  # type: ignore[attr-defined]
+    try:
+        async with computer.get_workspace(name) as b:
+            await b.fs.write_file("/f", b"first")
+            pid = await asyncio.wait_for(holder.take.remote(name, config), BOUND)
+            waiting = asyncio.ensure_future(_write_under(b, "/f", b"b"))
+            await _until_waiting(b, 1)
+            with _gcs_stopped():
+                os.kill(pid, signal.SIGKILL)
+                await asyncio.wait_for(waiting, BOUND)
+                assert await b.fs.read_file("/f") == b"b"
+                assert await _counts(b) == (0, 0)
+    finally:
+        ray.kill(holder)
+        computer.init(data_dir=f"{tmp_path}/data")
