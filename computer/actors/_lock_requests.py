@@ -9,7 +9,8 @@ A client names every acquire with a holder of its own (``client:<id>#<request>:<
   included, was locked out for a whole lease (``lock_lease``, 30 s), and with a first attempt still
   waiting the two were both queued. Now a request granted already gets that same grant back (the
   same lease and fencing token, renewed), and one still waiting hands its place to the resend (the
-  first attempt's caller is gone: it is cancelled, holding nothing);
+  first attempt's caller is gone: it ends, holding nothing); the resend keeps that place in the queue
+  (``LockTable.acquire(resend=True)``): before, it queued behind every request that came meanwhile;
 - a withdrawal that overtook its request: a client that stops waiting (cancelled, timed out, the
   owner silent) sends ``lock_cancel``, on the owner's control group, while the acquire may still sit in
   Ray's queue for the wait group or on its way to the owner's loop; Ray's cancel of a call in flight is
@@ -61,21 +62,19 @@ class LockRequests:
                 paths[0] if paths else None,
                 "lock request withdrawn by its client before it was served: nothing granted",
             )
-        while True:
-            granted = self._granted(locks, holder)
-            if granted is not None:  # a resend of a granted request: the same grant, renewed
-                locks.renew(granted, ttl)
-                return granted, ttl, locks.token(granted) or 0
-            earlier = self.waits.get(holder)
-            if earlier is None or earlier.done():
-                break
-            earlier.cancel()  # a resend while the first attempt waits: its caller gave it up
-            await asyncio.wait({earlier})
+        granted = self._granted(locks, holder)
+        if granted is not None:  # a resend of a granted request: the same grant, renewed
+            locks.renew(granted, ttl)
+            return granted, ttl, locks.token(granted) or 0
+        earlier = self.waits.get(holder)
+        # A resend while the first attempt waits (its caller gave it up): it takes that attempt's place
+        # in the queue, and the first attempt ends there, holding nothing.
+        resend = earlier is not None and not earlier.done()
         task = asyncio.current_task()
         if task is not None:
             self.waits[holder] = task
         try:
-            lease = await locks.acquire(list(paths), subtree=subtree, holder=holder, ttl=ttl)
+            lease = await locks.acquire(list(paths), subtree=subtree, holder=holder, ttl=ttl, resend=resend)
         finally:
             if task is not None and self.waits.get(holder) is task:
                 del self.waits[holder]

@@ -109,11 +109,17 @@ class LockTable:
         holder: str = "local",
         ttl: float | None = None,
         timeout: float | None = None,  # noqa: ASYNC109 (pinned API; a bounded wait is part of the lease)
+        resend: bool = False,
     ) -> str:
         """Wait until no conflicting lease (or earlier conflicting request) remains; return the lease id.
 
         ``ttl`` seconds without :meth:`renew` and the lease lapses. ``timeout`` bounds the wait
         (``TimeoutError``). A cancelled or timed-out request holds nothing.
+
+        ``resend``: this is the same request as one of ``holder`` still waiting (its caller's call was
+        cut and sent again): it takes that request's place in the queue, and the earlier wait ends with
+        ``CancelledError``, holding nothing. Before, the earlier one was cancelled first and the resend
+        queued behind every request that came meanwhile, served after them.
         """
         if isinstance(paths, str):
             paths = [paths]
@@ -132,12 +138,24 @@ class LockTable:
             # every later request up for a whole lease nobody renews.
             path = claim.paths[0] if claim.paths else None
             raise fs_error(errno.ESRCH, path, "lock request dropped: its client process is gone")
+        if resend:
+            earlier = next((c for c in self._waiting if c.holder == holder), None)
+            if earlier is not None and earlier.granted is not None and not earlier.granted.done():
+                claim.seq = earlier.seq
+                claim.granted = asyncio.get_running_loop().create_future()
+                self._waiting[self._waiting.index(earlier)] = claim
+                earlier.granted.cancel()  # its acquire ends, holding nothing (it is out of the queue)
+                return await self._wait(claim, timeout)
         if not self._waiting and self._grantable(claim):
             self._grant(claim)
             return claim.lease_id
-        loop = asyncio.get_running_loop()
-        claim.granted = loop.create_future()
+        claim.granted = asyncio.get_running_loop().create_future()
         self._waiting.append(claim)
+        return await self._wait(claim, timeout)
+
+    async def _wait(self, claim: _Claim, timeout: float | None) -> str:  # noqa: ASYNC109 (as acquire's)
+        """Wait for queued ``claim``'s grant (see :meth:`acquire`)."""
+        assert claim.granted is not None
         deadline = None if timeout is None else time.monotonic() + timeout
         try:
             self._dispatch()

@@ -9,6 +9,7 @@ never a duration.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import signal
@@ -136,6 +137,43 @@ async def test_a_request_resent_while_its_first_attempt_waits_is_granted_once(
         assert await _held(a.handle) == (1, 0)
         assert unwrap(await a.handle.lock_release.remote(lease_id)) is True
         assert await _held(a.handle) == (0, 0)
+
+
+async def _until_queued(handle: Any, count: int) -> None:
+    """Until the owner has ``count`` lock requests waiting (bounded)."""
+    for _ in range(400):
+        if (await _held(handle))[1] >= count:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"the owner never had {count} lock requests waiting")
+
+
+async def test_a_request_resent_while_its_first_attempt_waits_keeps_its_place_in_the_queue(
+    short_leases: None, name: str
+) -> None:
+    """Waiters are served in arrival order, and a resend is the same request, not a new one: it takes
+    its first attempt's place. Before, the first attempt was cancelled and the resend queued behind
+    every request that came meanwhile (here B's, served first although it came after)."""
+    async with computer.get_workspace(name) as holder, computer.get_workspace(name) as a:
+        first_request, later_request = _request(a.client_id), f"client:{a.client_id}#r2:{lock_process()}"
+        async with holder.locks.hold(["/f"]):
+            first = a.handle.lock_acquire.remote(first_request, ["/f"])
+            await _until_queued(a.handle, 1)
+            later = asyncio.ensure_future(_acquire(a.handle, later_request))
+            await _until_queued(a.handle, 2)
+            resent = asyncio.ensure_future(_acquire(a.handle, first_request))
+            await asyncio.sleep(0.5)  # the resend reaches the owner (it cannot be counted: same place)
+            assert await _held(a.handle) == (1, 2)
+        async with asyncio.timeout(20):
+            lease_id, _, _ = await resent  # first, though the later request came before the resend
+            assert not later.done()
+            with contextlib.suppress(Exception):  # cancelled in the owner (Ray's cancellation error)
+                outcome = await first
+                assert not (isinstance(outcome, tuple) and outcome[0] == "ok"), outcome  # never granted too
+            assert unwrap(await a.handle.lock_release.remote(lease_id)) is True
+            later_lease, _, _ = await later
+            assert unwrap(await a.handle.lock_release.remote(later_lease)) is True
+            assert await _held(a.handle) == (0, 0)
 
 
 async def test_a_hold_cancelled_while_it_releases_still_releases(

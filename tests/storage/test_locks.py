@@ -153,6 +153,27 @@ async def test_waiters_are_served_in_arrival_order() -> None:
     assert order == ["a", "b", "c"]
 
 
+async def test_a_resent_request_keeps_its_place_and_its_first_attempt_holds_nothing() -> None:
+    """``resend=True``: the same request sent again while its first attempt waits takes that attempt's
+    place. A later request that waits behind it only (``/b``: free, but ``first`` came before and
+    wants it too) is not let through meanwhile, and is served after the resend."""
+    table = LockTable()
+    held = await table.acquire(["/a"])
+    first = await _blocked(table.acquire(["/a", "/b"], holder="r1"), table)
+    later = await _blocked(table.acquire(["/b"], holder="r2"), table)
+    resent = await _blocked(table.acquire(["/a", "/b"], holder="r1", resend=True), table)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(first, 1)
+    assert not later.done() and not resent.done()
+    assert [lease.holder for lease in table.held()] == ["local"]
+    table.release(held)
+    lease = await asyncio.wait_for(resent, 1)
+    assert not later.done()
+    table.release(lease)
+    table.release(await asyncio.wait_for(later, 1))
+    assert table.held() == [] and not table._waiting
+
+
 async def test_a_stream_of_small_holds_does_not_starve_a_subtree_hold() -> None:
     table = LockTable()
     held = await table.acquire(["/d/0"])
