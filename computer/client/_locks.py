@@ -19,6 +19,7 @@ from contextvars import ContextVar
 
 from ..actors import lock_process
 from ..storage.errors import fs_error
+from ..storage.locks import own_hold
 from ._connection import Connection
 
 __all__ = ["ClientLocks", "fences_for"]
@@ -54,7 +55,15 @@ class ClientLocks:
 
     @contextlib.asynccontextmanager
     async def hold(self, paths: Sequence[str], *, subtree: bool = False) -> AsyncIterator[None]:
+        """Hold ``paths`` (all or none) for the block; a hold that conflicts with one its own task
+        already has on this workspace is ``EDEADLK`` at once (``storage.locks.own_hold``)."""
         wanted = [paths] if isinstance(paths, str) else list(paths)
+        with own_hold(self, wanted, subtree):
+            async with self._hold(wanted, subtree):
+                yield
+
+    @contextlib.asynccontextmanager
+    async def _hold(self, wanted: list[str], subtree: bool) -> AsyncIterator[None]:
         # One holder per request, under this client's: a cancelled wait can be withdrawn exactly. It names
         # this process (when the request is made, not when the module was imported), so the owner drops
         # the request if the process dies while it waits.

@@ -26,15 +26,73 @@ import errno
 import itertools
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .errors import fs_error
 from .paths import canonical, is_within
 
-__all__ = ["HeldLease", "LockTable"]
+__all__ = ["HeldLease", "LockTable", "own_hold", "refuse_nested"]
+
+# The holds the current task is inside, innermost last: (the table's key, the canonical paths, subtree,
+# a one-item list true while the hold lasts). Inherited by the tasks started inside them.
+_HOLDS: ContextVar[tuple[tuple[object, tuple[str, ...], bool, list[bool]], ...]] = ContextVar(
+    "computer_holds", default=()
+)
+
+
+def _overlap(a: Sequence[str], a_subtree: bool, b: Sequence[str], b_subtree: bool) -> str | None:
+    wide = a_subtree or b_subtree
+    for x in a:
+        for y in b:
+            if x == y or (wide and (is_within(x, y) or is_within(y, x))):
+                return x
+    return None
+
+
+def refuse_nested(key: object, paths: Sequence[str], subtree: bool) -> None:
+    """Raise ``EDEADLK`` when a hold of ``paths`` on the lock table ``key`` would be made inside a
+    conflicting hold of it that still lasts (:func:`own_hold`): the check alone, for a call that
+    locks elsewhere (a tool a client sends whole to its owner, ``tools._forward``)."""
+    wanted = tuple(canonical(p) for p in paths)
+    for held_key, held, held_subtree, lasts in _HOLDS.get():
+        if held_key is key and lasts[0]:
+            mine = _overlap(held, held_subtree, wanted, subtree)
+            if mine is not None:
+                raise fs_error(
+                    errno.EDEADLK,
+                    wanted[0] if wanted else None,
+                    f"Resource deadlock avoided: this is inside a hold of {mine}, which cannot end "
+                    "while this waits (holds are not re-entrant: act inside the outer hold without "
+                    "locking again, or lock after it)",
+                )
+
+
+@contextmanager
+def own_hold(key: object, paths: Sequence[str], subtree: bool) -> Iterator[None]:
+    """The block of a hold of ``paths`` on the lock table ``key`` (the locks surface object): refused
+    at once with ``EDEADLK`` when it is made inside a conflicting hold of the same table that still
+    lasts (:func:`refuse_nested`).
+
+    Decision (s62): such a nested hold (``async with ws.locks.hold(["/f"])`` and, inside it, a second
+    hold of ``/f``, or the write tool called on ``/f``) waited for good: the outer block cannot end
+    while the inner waits, and its lease is renewed all along. "Inside" is the task that holds and
+    every task started in the block (``asyncio.wait_for`` runs its awaitable in one on Python 3.11):
+    they present the hold's fencing token, they are part of it. Holds are not re-entrant (two tasks
+    of one block would both edit under one lease); a task started in the block that must wait for the
+    outer hold's end waits after it, where its hold is an ordinary request again."""
+    refuse_nested(key, paths, subtree)
+    lasts = [True]
+    outer = _HOLDS.get()
+    _HOLDS.set((*outer, (key, tuple(canonical(p) for p in paths), subtree, lasts)))
+    try:
+        yield
+    finally:
+        lasts[0] = False
+        _HOLDS.set(outer)  # not ``reset``: a hold may be left from another task than entered it
 
 
 class HeldLease(NamedTuple):
@@ -94,12 +152,16 @@ class LockTable:
         holder: str = "local",
         ttl: float | None = None,
     ) -> AsyncIterator[None]:
-        """Hold ``paths`` for the duration of the block; released on exit, also when it raises."""
-        lease = await self.acquire(paths, subtree=subtree, holder=holder, ttl=ttl)
-        try:
-            yield
-        finally:
-            self.release(lease)
+        """Hold ``paths`` for the duration of the block; released on exit, also when it raises. A
+        hold that conflicts with one its own task already has is ``EDEADLK`` (:func:`own_hold`)."""
+        if isinstance(paths, str):
+            paths = [paths]
+        with own_hold(self, paths, subtree):
+            lease = await self.acquire(paths, subtree=subtree, holder=holder, ttl=ttl)
+            try:
+                yield
+            finally:
+                self.release(lease)
 
     async def acquire(
         self,

@@ -19,6 +19,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
+from ..storage.locks import refuse_nested
 from ..storage.paths import canonical
 from ._edit_match import Edit, check_edits
 from ._options import EditOptions, ReadOptions, WriteOptions
@@ -28,6 +29,7 @@ from .write import names_a_directory
 __all__ = ["FORWARDED_TOOLS", "ToolRunner", "forward_tools", "tool_runner"]
 
 FORWARDED_TOOLS = frozenset({"read", "ls", "find", "grep", "write", "edit", "delete"})
+_LOCKING = frozenset({"write", "edit", "delete"})  # the tools that lock their path on the owner
 
 
 @runtime_checkable
@@ -78,6 +80,10 @@ def _forwarding_handler(
         if _fails_before_io(name, params, write_cap):
             # The local handler raises the very error the owner's would, before touching any file.
             return await local(params, on_update)
+        locks = getattr(runner, "locks", None)
+        if name in _LOCKING and locks is not None:
+            # A hold of the path in this task's block waits for this call on the owner: it would never end.
+            refuse_nested(locks, [params.path], name == "delete" and bool(params.recursive))
         args = (
             params.model_dump(by_alias=True, exclude_unset=True) if isinstance(params, BaseModel) else params
         )

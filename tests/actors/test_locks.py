@@ -263,3 +263,25 @@ async def test_a_lock_wait_of_a_client_closed_meanwhile_never_holds_the_lock(
         async with asyncio.timeout(20), c.locks.hold(["/f"]):  # free: nothing of b's holds it
             stats = await c.handle.stats.remote()
             assert (stats["locks_held"], stats["locks_waiting"]) == (1, 0)
+
+
+async def test_a_nested_hold_of_a_held_path_is_edeadlk_through_a_client(cluster: Settings, name: str) -> None:
+    """Through a client as embedded (``storage.locks.own_hold``): a hold of ``/f`` inside a hold of
+    it, or the write tool called on ``/f`` there, waited for good, the outer lease renewed all along."""
+    import errno
+
+    from computer.tools import create_tools
+
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/f", "x")
+        tools = create_tools(ws)
+        async with ws.locks.hold(["/f"]):
+            with pytest.raises(OSError) as raised:
+                await asyncio.wait_for(ws.locks.hold(["/f"]).__aenter__(), 30)
+            assert raised.value.errno == errno.EDEADLK, raised.value
+            written = await asyncio.wait_for(tools["write"].run({"path": "/f", "content": "y"}), 30)
+            assert "Resource deadlock avoided" in str(written.get("error")), written
+            assert (await ws.handle.stats.remote())["locks_waiting"] == 0  # nothing was queued
+        written = await asyncio.wait_for(tools["write"].run({"path": "/f", "content": "z"}), 30)
+        assert written.get("error") is None and await ws.fs.read_text("/f") == "z"
+        assert (await ws.handle.stats.remote())["locks_held"] == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
@@ -198,3 +199,43 @@ async def test_different_tables_never_interact() -> None:
 
 async def test_release_of_unknown_lease_is_false() -> None:
     assert not LockTable().release("nope")
+
+
+async def test_a_nested_hold_its_own_task_conflicts_with_is_edeadlk_at_once(tmp_path: Path) -> None:
+    """A second hold of a path inside a hold of it, or the write tool called on it there, waited for
+    good (the outer block cannot end while the inner waits; its lease is renewed all along), also
+    through ``asyncio.wait_for``, which runs its awaitable in a task of its own on Python 3.11."""
+    import errno
+
+    import computer
+    from computer.tools import create_tools
+
+    async with computer.Workspace(str(tmp_path / "ws.sqlite")) as ws:
+        await ws.fs.write_file("/f", "x")
+        tools = create_tools(ws)
+        ended = asyncio.Event()
+        async with ws.locks.hold(["/f"]):
+            nested = (["/f"], False), (["/a/../f"], False), (["/"], True), (["/g", "/f"], False)
+            for paths, subtree in nested:
+                with pytest.raises(OSError) as raised:
+                    await asyncio.wait_for(ws.locks.hold(paths, subtree=subtree).__aenter__(), 10)
+                assert raised.value.errno == errno.EDEADLK, raised.value
+                assert "inside a hold of /f, which cannot end while this waits" in str(raised.value)
+            written = await asyncio.wait_for(tools["write"].run({"path": "/f", "content": "y"}), 10)
+            assert "Resource deadlock avoided" in str(written.get("error")), written
+            async with ws.locks.hold(["/g"]):  # unrelated paths still nest
+                await ws.fs.write_file("/g", "g")
+
+            async def after_the_block() -> dict[str, object]:
+                await ended.wait()  # started inside the block, locks once it ended: an ordinary request
+                result: dict[str, object] = await tools["write"].run({"path": "/f", "content": "z"})
+                return result
+
+            later = asyncio.ensure_future(asyncio.wait_for(after_the_block(), 10))
+        ended.set()
+        assert (await later).get("error") is None
+        assert await ws.fs.read_text("/f") == "z"
+        async with ws.locks.hold(["/d"], subtree=True):
+            with pytest.raises(OSError) as raised:
+                await asyncio.wait_for(ws.locks.hold(["/d/e/f"]).__aenter__(), 10)
+            assert raised.value.errno == errno.EDEADLK
