@@ -37,9 +37,9 @@ from .paths import canonical, is_within
 
 __all__ = ["HeldLease", "LockTable", "own_hold", "refuse_nested"]
 
-# The holds the current task is inside, innermost last: (the table's key, the canonical paths, subtree,
-# a one-item list true while the hold lasts). Inherited by the tasks started inside them.
-_HOLDS: ContextVar[tuple[tuple[object, tuple[str, ...], bool, list[bool]], ...]] = ContextVar(
+# The holds the current task is inside, innermost last: (the table's key, the task that holds, the
+# canonical paths, subtree). Inherited by the tasks started inside them, which are told apart by task.
+_HOLDS: ContextVar[tuple[tuple[object, object, tuple[str, ...], bool], ...]] = ContextVar(
     "computer_holds", default=()
 )
 
@@ -54,44 +54,46 @@ def _overlap(a: Sequence[str], a_subtree: bool, b: Sequence[str], b_subtree: boo
 
 
 def refuse_nested(key: object, paths: Sequence[str], subtree: bool) -> None:
-    """Raise ``EDEADLK`` when a hold of ``paths`` on the lock table ``key`` would be made inside a
-    conflicting hold of it that still lasts (:func:`own_hold`): the check alone, for a call that
+    """Raise ``EDEADLK`` when the current task asks for a hold of ``paths`` on the lock table ``key``
+    inside a conflicting hold of its own there (:func:`own_hold`): the check alone, for a call that
     locks elsewhere (a tool a client sends whole to its owner, ``tools._forward``)."""
+    task = asyncio.current_task()
+    if task is None:
+        return
     wanted = tuple(canonical(p) for p in paths)
-    for held_key, held, held_subtree, lasts in _HOLDS.get():
-        if held_key is key and lasts[0]:
+    for held_key, holder, held, held_subtree in _HOLDS.get():
+        if held_key is key and holder is task:
             mine = _overlap(held, held_subtree, wanted, subtree)
             if mine is not None:
                 raise fs_error(
                     errno.EDEADLK,
                     wanted[0] if wanted else None,
-                    f"Resource deadlock avoided: this is inside a hold of {mine}, which cannot end "
-                    "while this waits (holds are not re-entrant: act inside the outer hold without "
+                    f"Resource deadlock avoided: this task holds {mine}, and a nested hold would wait "
+                    "for itself forever (holds are not re-entrant: act inside the outer hold without "
                     "locking again, or lock after it)",
                 )
 
 
 @contextmanager
 def own_hold(key: object, paths: Sequence[str], subtree: bool) -> Iterator[None]:
-    """The block of a hold of ``paths`` on the lock table ``key`` (the locks surface object): refused
-    at once with ``EDEADLK`` when it is made inside a conflicting hold of the same table that still
-    lasts (:func:`refuse_nested`).
+    """The block of a hold of ``paths`` on the lock table ``key`` (the locks surface object) by the
+    current task: refused at once with ``EDEADLK`` when this task already holds a conflicting lock of
+    the same table (:func:`refuse_nested`).
 
     Decision (s62): such a nested hold (``async with ws.locks.hold(["/f"])`` and, inside it, a second
-    hold of ``/f``, or the write tool called on ``/f``) waited for good: the outer block cannot end
-    while the inner waits, and its lease is renewed all along. "Inside" is the task that holds and
-    every task started in the block (``asyncio.wait_for`` runs its awaitable in one on Python 3.11):
-    they present the hold's fencing token, they are part of it. Holds are not re-entrant (two tasks
-    of one block would both edit under one lease); a task started in the block that must wait for the
-    outer hold's end waits after it, where its hold is an ordinary request again."""
+    hold of ``/f``, or the write tool called on ``/f``) waited for good: the block cannot end while its
+    own task waits, and the outer lease is renewed all along. Holds are not re-entrant (a task started
+    in the block presents the same fencing token: two such tasks would both edit under one lease). A
+    task started in the block waits as any request does (it may be meant to wait for the block's end,
+    as a second agent would); that includes, on Python 3.11, the task ``asyncio.wait_for`` runs its
+    awaitable in, which this cannot tell from the others: bound such a wait with ``asyncio.timeout``
+    (no task of its own) to have it refused too."""
     refuse_nested(key, paths, subtree)
-    lasts = [True]
     outer = _HOLDS.get()
-    _HOLDS.set((*outer, (key, tuple(canonical(p) for p in paths), subtree, lasts)))
+    _HOLDS.set((*outer, (key, asyncio.current_task(), tuple(canonical(p) for p in paths), subtree)))
     try:
         yield
     finally:
-        lasts[0] = False
         _HOLDS.set(outer)  # not ``reset``: a hold may be left from another task than entered it
 
 

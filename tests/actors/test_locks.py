@@ -266,8 +266,9 @@ async def test_a_lock_wait_of_a_client_closed_meanwhile_never_holds_the_lock(
 
 
 async def test_a_nested_hold_of_a_held_path_is_edeadlk_through_a_client(cluster: Settings, name: str) -> None:
-    """Through a client as embedded (``storage.locks.own_hold``): a hold of ``/f`` inside a hold of
-    it, or the write tool called on ``/f`` there, waited for good, the outer lease renewed all along."""
+    """Through a client as embedded (``storage.locks.own_hold``): a hold of ``/f`` inside the same
+    task's hold of it, or the write tool called on ``/f`` there, waited for good, the outer lease
+    renewed all along."""
     import errno
 
     from computer.tools import create_tools
@@ -277,9 +278,11 @@ async def test_a_nested_hold_of_a_held_path_is_edeadlk_through_a_client(cluster:
         tools = create_tools(ws)
         async with ws.locks.hold(["/f"]):
             with pytest.raises(OSError) as raised:
-                await asyncio.wait_for(ws.locks.hold(["/f"]).__aenter__(), 30)
+                async with asyncio.timeout(30), ws.locks.hold(["/f"]):
+                    pass
             assert raised.value.errno == errno.EDEADLK, raised.value
-            written = await asyncio.wait_for(tools["write"].run({"path": "/f", "content": "y"}), 30)
+            async with asyncio.timeout(30):
+                written = await tools["write"].run({"path": "/f", "content": "y"})
             assert "Resource deadlock avoided" in str(written.get("error")), written
             assert (await ws.handle.stats.remote())["locks_waiting"] == 0  # nothing was queued
         written = await asyncio.wait_for(tools["write"].run({"path": "/f", "content": "z"}), 30)

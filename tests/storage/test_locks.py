@@ -202,9 +202,9 @@ async def test_release_of_unknown_lease_is_false() -> None:
 
 
 async def test_a_nested_hold_its_own_task_conflicts_with_is_edeadlk_at_once(tmp_path: Path) -> None:
-    """A second hold of a path inside a hold of it, or the write tool called on it there, waited for
-    good (the outer block cannot end while the inner waits; its lease is renewed all along), also
-    through ``asyncio.wait_for``, which runs its awaitable in a task of its own on Python 3.11."""
+    """A second hold of a path inside the same task's hold of it, or the write tool called on it
+    there, waited for good (the block cannot end while its own task waits; the outer lease is renewed
+    all along). A task started in the block still waits for it, as a second agent would."""
     import errno
 
     import computer
@@ -213,29 +213,28 @@ async def test_a_nested_hold_its_own_task_conflicts_with_is_edeadlk_at_once(tmp_
     async with computer.Workspace(str(tmp_path / "ws.sqlite")) as ws:
         await ws.fs.write_file("/f", "x")
         tools = create_tools(ws)
-        ended = asyncio.Event()
         async with ws.locks.hold(["/f"]):
             nested = (["/f"], False), (["/a/../f"], False), (["/"], True), (["/g", "/f"], False)
             for paths, subtree in nested:
                 with pytest.raises(OSError) as raised:
-                    await asyncio.wait_for(ws.locks.hold(paths, subtree=subtree).__aenter__(), 10)
+                    async with asyncio.timeout(10), ws.locks.hold(paths, subtree=subtree):
+                        pass
                 assert raised.value.errno == errno.EDEADLK, raised.value
-                assert "inside a hold of /f, which cannot end while this waits" in str(raised.value)
-            written = await asyncio.wait_for(tools["write"].run({"path": "/f", "content": "y"}), 10)
+                assert "this task holds /f, and a nested hold would wait" in str(raised.value)
+            async with asyncio.timeout(10):
+                written = await tools["write"].run({"path": "/f", "content": "y"})
             assert "Resource deadlock avoided" in str(written.get("error")), written
             async with ws.locks.hold(["/g"]):  # unrelated paths still nest
                 await ws.fs.write_file("/g", "g")
-
-            async def after_the_block() -> dict[str, object]:
-                await ended.wait()  # started inside the block, locks once it ended: an ordinary request
-                result: dict[str, object] = await tools["write"].run({"path": "/f", "content": "z"})
-                return result
-
-            later = asyncio.ensure_future(asyncio.wait_for(after_the_block(), 10))
-        ended.set()
-        assert (await later).get("error") is None
+            other = asyncio.ensure_future(
+                asyncio.wait_for(tools["write"].run({"path": "/f", "content": "z"}), 10)
+            )
+            await asyncio.sleep(0.1)
+            assert not other.done()  # another task: waits for the block's end
+        assert (await other).get("error") is None
         assert await ws.fs.read_text("/f") == "z"
         async with ws.locks.hold(["/d"], subtree=True):
             with pytest.raises(OSError) as raised:
-                await asyncio.wait_for(ws.locks.hold(["/d/e/f"]).__aenter__(), 10)
+                async with asyncio.timeout(10), ws.locks.hold(["/d/e/f"]):
+                    pass
             assert raised.value.errno == errno.EDEADLK
