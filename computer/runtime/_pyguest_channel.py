@@ -164,18 +164,23 @@ def recv(forever: bool = False) -> Any:
     reads = _READS[0]
     if not _ready(None if forever else _TICK):
         return None
-    try:
-        header = _sock.recv(_HEADER.size, _socket.MSG_PEEK | _socket.MSG_WAITALL)
-    except TimeoutError:
-        return None
-    if not header:
-        raise ConnectionError("the host closed the workspace channel")
-    if len(header) < _HEADER.size:  # a signal ended the wait early
-        return None
     mask = None
     try:
-        mask = _block()  # a handler tripped before runs as this returns, never after
+        # A handler tripped before runs as this returns, never after: from here no handler's call
+        # reads, so what ``_ready`` saw is still there. Before (s62), the peek came first, with
+        # signals open: a handler run between the poll and the peek read this call's reply (stashed
+        # it) and the peek then waited on an empty socket for its timeout (a tick; for good with a
+        # longer one), deaf to the wake its handler wrote.
+        mask = _block()
         if _READS[0] != reads:
+            return None
+        try:
+            header = _sock.recv(_HEADER.size, _socket.MSG_PEEK | _socket.MSG_WAITALL)
+        except TimeoutError:
+            return None
+        if not header:
+            raise ConnectionError("the host closed the workspace channel")
+        if len(header) < _HEADER.size:  # the frame's first bytes only, within the socket's timeout
             return None
         data = _recv_exact(_HEADER.size + _HEADER.unpack(header)[0])
         _READS[0] += 1
