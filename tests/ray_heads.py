@@ -69,6 +69,12 @@ def own_head(env: dict[str, str], cwd: Path) -> Iterator[Head]:
 
 def gcs_pids(head: Head) -> list[int]:
     """The head's ``gcs_server`` (a child of the test's ``ray start``), from /proc."""
+    return gcs_children(head.pid)
+
+
+def gcs_children(parent: int) -> list[int]:
+    """The ``gcs_server`` processes whose parent is ``parent`` (a ``ray start``, or a process whose
+    ``ray.init`` started a session), from /proc."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -78,6 +84,6 @@ def gcs_pids(head: Head) -> list[int]:
         except OSError:
             continue  # ended meanwhile
         name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        if name == "gcs_server" and int(rest[1]) == head.pid:
+        if name == "gcs_server" and int(rest[1]) == parent:
             found.append(int(entry.name))
     return found

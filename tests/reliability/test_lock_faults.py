@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import ray
 from owner_models import owner_process, process_pid
+from ray_heads import gcs_children
 
 import computer
 from computer.actors import HostedHandle
@@ -32,17 +33,7 @@ BOUND = 60.0  # seconds any single step may take (a loaded machine); the outcome
 
 def _gcs_pid() -> int:
     """The ``gcs_server`` of the shared session (``ray.init`` in this process starts it as a child)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue  # ended meanwhile
-        name, rest = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()
-        if name == "gcs_server" and int(rest[1]) == os.getpid():
-            found.append(int(entry.name))
+    found = gcs_children(os.getpid())
     assert len(found) == 1, found
     return found[0]
 
