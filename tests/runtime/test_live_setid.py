@@ -4,6 +4,7 @@ workspace gets the mode without them, and the mirror loses them by the run's end
 
 from __future__ import annotations
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -40,14 +41,24 @@ async def test_a_tick_between_chmod_and_stat_leaves_the_programs_setuid_bit(tmp_
 
 
 async def test_a_background_chmod_is_cleared_by_the_next_run(tmp_path: Path) -> None:
-    """A background process's set-id bit stays while ticks pass and is gone by the next run's end (its
-    start's sync clears it: the run sees the workspace's mode)."""
+    """A background process's set-id bit, set after the run that started it ended, stays while ticks
+    pass and is gone by the next run's end (its start's sync clears it: the run sees the workspace's
+    mode)."""
     backend = ShellBackend(live=True)
     async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         await ws.fs.write_file("/workspace/f", b"#!/bin/sh\n")
-        await run(ws, "(chmod 6755 f; sleep 0.6; stat -c %a f > seen; sleep 30) > /dev/null 2>&1 &")
-        result = await run(ws, "sleep 1; cat seen; stat -c %a f")
+        # The program chmods once the run that started it ended (``go``, from the workspace): the end
+        # of that run clears the bits as any run's end does, and a chmod that raced it was undone there.
+        script = "while [ ! -e go ]; do sleep 0.02; done; chmod 6755 f; sleep 0.6; stat -c %a f > seen"
+        await run(ws, f"({script}; sleep 30) > /dev/null 2>&1 &")
+        await ws.fs.write_file("/workspace/go", b"")
+        # The next run's start clears the bit too: it starts once the program looked (a tick brought
+        # ``seen``), not after a fixed second.
+        async with asyncio.timeout(30):
+            while not await ws.fs.exists("/workspace/seen"):  # noqa: ASYNC110 (a workspace file, no event)
+                await asyncio.sleep(0.05)
+        result = await run(ws, "cat seen; stat -c %a f")
         assert result.stdout.split()[0] == "6755"  # the background program saw its own chmod
         mirror = backend._lives._live[ws.fs.instance].mirror
         assert os.lstat(mirror.directory / "f").st_mode & 0o7777 == 0o755
