@@ -13,6 +13,9 @@ the store and what later calls walk stay within the cap."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from ._beneath import remove_beneath
 from ._forget import forget
 from ._mirror_base import Entry, MirrorBase, PullPlan
@@ -50,32 +53,28 @@ def cap_entries(mirror: MirrorBase, plan: PullPlan, now: dict[str, Entry], cap: 
     state = mirror.state
     rel = mirror.rel
     refused: list[str] = []  # workspace paths
-    kept_files = []
-    for item in plan.files:
-        if item[0] in state:
-            kept_files.append(item)
-        else:
-            refused.append(mirror.workspace_path(item[0]))
+
+    def kept(items: list[Any], rel_of: Callable[[Any], str], path_of: Callable[[Any], str]) -> list[Any]:
+        """The items of a path the mirror held; the others' workspace paths go to ``refused``."""
+        held = []
+        for item in items:
+            if rel_of(item) in state:
+                held.append(item)
+            else:
+                refused.append(path_of(item))
+        return held
+
+    plan.files = kept(plan.files, lambda f: f[0], lambda f: mirror.workspace_path(f[0]))
     gone = set(refused)
     kept_links = []
-    for name, first in plan.links:
+    for name, first in plan.links:  # a further name of a refused file is refused with it
         if name in state and first not in gone:
             kept_links.append((name, first))
         else:
             refused.append(mirror.workspace_path(name))
-    kept_dirs = []
-    for d in plan.dirs:
-        if rel(d.path) in state:
-            kept_dirs.append(d)
-        else:
-            refused.append(d.path)
-    kept_symlinks = []
-    for s in plan.symlinks:
-        if rel(s.path) in state:
-            kept_symlinks.append(s)
-        else:
-            refused.append(s.path)
-    plan.files, plan.links, plan.dirs, plan.symlinks = kept_files, kept_links, kept_dirs, kept_symlinks
+    plan.links = kept_links
+    plan.dirs = kept(plan.dirs, lambda d: rel(d.path), lambda d: d.path)
+    plan.symlinks = kept(plan.symlinks, lambda s: rel(s.path), lambda s: s.path)
     for path in refused:  # a refused directory's time is nothing to set either
         plan.dir_times.pop(path, None)
         plan.dir_sub_ns.pop(path, None)

@@ -10,14 +10,12 @@ program changed (``_mirror_pull``); this module puts them together with the mirr
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from ._backend import MirrorFile, SyncPush
-from ._beneath import SAFE_BITS, chmod_beneath
 from ._dir_times import RootTime
 from ._entry import KIND, MODE
 from ._lifts import Lifts
@@ -155,8 +153,7 @@ class Mirror(MirrorPush, MirrorPull):
         for rel in pending:
             entry = self.state.get(rel)
             if entry is not None and entry[KIND] in "fd" and entry[MODE] & 0o6000:
-                with contextlib.suppress(OSError):
-                    self.state[rel] = entry_of(chmod_beneath(self.directory, rel, entry[MODE] & SAFE_BITS))
+                self.state[rel] = self.strip_setid(rel, entry)
 
     def invalidate(self) -> None:
         """Forget what the mirror holds: the next push is a full one."""

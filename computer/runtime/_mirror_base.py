@@ -73,6 +73,10 @@ class MirrorBase:
         if self.keep_setid:
             self.setid.add(rel)
             return entry
+        return self.strip_setid(rel, entry)
+
+    def strip_setid(self, rel: str, entry: Entry) -> Entry:
+        """``rel``'s entry once its set-id bits are off the mirror's file (as it was, when that failed)."""
         with contextlib.suppress(OSError):
             return entry_of(chmod_beneath(self.directory, rel, entry[MODE] & SAFE_BITS))
         return entry

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..storage.paths import canonical
+from ._held_links import is_utf8
 from ._output_dir import DIRECTORY, fs_caller, planted
 
 __all__ = [
@@ -117,10 +118,10 @@ def check_env(env: Any) -> None:
             raise ValueError(f"invalid environment variable name {name!r}: empty, or with '=' or NUL")
         if "\0" in value:
             raise ValueError(f"invalid value of environment variable {name!r}: it holds a NUL")
-        if not _utf8(name) or not _utf8(value):
+        if not is_utf8(name) or not is_utf8(value):
             # A lone surrogate (a model's text cut inside a pair) failed the run at its start with a bare
             # "UnicodeEncodeError: ... in position 289" of the backend's own encoding.
-            what = "environment variable name" if not _utf8(name) else "value of environment variable"
+            what = "environment variable name" if not is_utf8(name) else "value of environment variable"
             raise ValueError(f"invalid {what} {name!r}: not UTF-8 text (it holds a lone surrogate)")
 
 
@@ -130,25 +131,15 @@ def check_source(source: str, protocol: str, cwd: str | None = None) -> None:
     bash drops: ``echo a<NUL>b`` ran as ``echo ab`` and answered "completed". A module backend's
     own compiler names a NUL in its source (Python: ``SyntaxError``), so only ``command`` backends
     are checked for it."""
-    if not _utf8(source):
+    if not is_utf8(source):
         raise ValueError("the command is not UTF-8 text: it holds a lone surrogate")
-    if cwd is not None and not _utf8(cwd):
+    if cwd is not None and not is_utf8(cwd):
         raise ValueError(f"cwd {cwd!r} is not UTF-8 text: it holds a lone surrogate")
     if protocol == "command" and "\0" in source:
         raise ValueError(
             f"the command holds a NUL byte (at character {source.index(chr(0))}), which a shell drops: "
             "nothing ran; remove it"
         )
-
-
-def _utf8(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def check_input(value: Any) -> None:

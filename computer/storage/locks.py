@@ -45,6 +45,8 @@ _HOLDS: ContextVar[tuple[tuple[object, object, tuple[str, ...], bool], ...]] = C
 
 
 def _overlap(a: Sequence[str], a_subtree: bool, b: Sequence[str], b_subtree: bool) -> str | None:
+    """The first path of ``a`` that conflicts with one of ``b`` (the same path; with a subtree hold on
+    either side, an ancestor or a descendant too), else None: one rule for leases and nested holds."""
     wide = a_subtree or b_subtree
     for x in a:
         for y in b:
@@ -57,10 +59,13 @@ def refuse_nested(key: object, paths: Sequence[str], subtree: bool) -> None:
     """Raise ``EDEADLK`` when the current task asks for a hold of ``paths`` on the lock table ``key``
     inside a conflicting hold of its own there (:func:`own_hold`): the check alone, for a call that
     locks elsewhere (a tool a client sends whole to its owner, ``tools._forward``)."""
+    _refuse(key, tuple(canonical(p) for p in paths), subtree)
+
+
+def _refuse(key: object, wanted: tuple[str, ...], subtree: bool) -> None:
     task = asyncio.current_task()
     if task is None:
         return
-    wanted = tuple(canonical(p) for p in paths)
     for held_key, holder, held, held_subtree in _HOLDS.get():
         if held_key is key and holder is task:
             mine = _overlap(held, held_subtree, wanted, subtree)
@@ -88,9 +93,10 @@ def own_hold(key: object, paths: Sequence[str], subtree: bool) -> Iterator[None]
     as a second agent would); that includes, on Python 3.11, the task ``asyncio.wait_for`` runs its
     awaitable in, which this cannot tell from the others: bound such a wait with ``asyncio.timeout``
     (no task of its own) to have it refused too."""
-    refuse_nested(key, paths, subtree)
+    wanted = tuple(canonical(p) for p in paths)
+    _refuse(key, wanted, subtree)
     outer = _HOLDS.get()
-    _HOLDS.set((*outer, (key, asyncio.current_task(), tuple(canonical(p) for p in paths), subtree)))
+    _HOLDS.set((*outer, (key, asyncio.current_task(), wanted, subtree)))
     try:
         yield
     finally:
@@ -121,12 +127,7 @@ class _Claim:
     token: int = 0  # fencing token, set when granted
 
     def conflicts(self, other: _Claim) -> bool:
-        wide = self.subtree or other.subtree
-        for a in self.paths:
-            for b in other.paths:
-                if a == b or (wide and (is_within(a, b) or is_within(b, a))):
-                    return True
-        return False
+        return _overlap(self.paths, self.subtree, other.paths, other.subtree) is not None
 
 
 class LockTable:
