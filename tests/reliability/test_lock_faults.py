@@ -15,7 +15,7 @@ import contextlib
 import errno
 import os
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,11 +78,22 @@ async def _write_under(ws: Any, path: str, data: bytes) -> None:
 
 
 @pytest.fixture
-def config(ray_session: Any, tmp_path: Path) -> Iterator[dict[str, Any]]:
-    settings = {"data_dir": f"{tmp_path}/data", "shell_pool_size": 0, "python_pool_size": 0}
-    computer.init(**settings)
-    yield settings
+def leased(ray_session: Any, tmp_path: Path) -> Iterator[Callable[..., dict[str, Any]]]:
+    """``computer.init`` with the tests' settings (no pools; ``lock_lease`` when given), the defaults
+    back after the test: the settings, for the worker processes to init alike."""
+
+    def init(**extra: Any) -> dict[str, Any]:
+        settings = {"data_dir": f"{tmp_path}/data", "shell_pool_size": 0, "python_pool_size": 0, **extra}
+        computer.init(**settings)
+        return settings
+
+    yield init
     computer.init(data_dir=f"{tmp_path}/data")
+
+
+@pytest.fixture
+def config(leased: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+    return leased()
 
 
 async def test_a_lock_handed_over_while_the_gcs_is_stopped_reaches_its_waiters(
@@ -241,20 +252,14 @@ async def test_fifty_waiters_from_several_workers_are_served_in_arrival_order_ca
 
 
 async def test_waiters_cancelled_while_the_lock_is_handed_down_the_queue_leave_no_orphaned_grant(
-    ray_session: Any, tmp_path: Path, name: str
+    leased: Callable[..., dict[str, Any]], name: str
 ) -> None:
     """The same queue of 50, but the cancellations race the grants: the holder releases and 10
     waiters spread over the queue are cancelled at once, while the lock passes from one waiter to the
     next. A waiter cancelled before its grant never writes and holds nothing; every other waiter is
     served once, in arrival order; at the end nothing is held or queued. The lease is long (120 s), so
     a grant made to a cancelled waiter and never released shows as a lock still held."""
-    config = {
-        "data_dir": f"{tmp_path}/data",
-        "lock_lease": 120.0,
-        "shell_pool_size": 0,
-        "python_pool_size": 0,
-    }
-    computer.init(**config)
+    config = leased(lock_lease=120.0)
     workers = [_Waiters.remote(name, config) for _ in range(5)]  # type: ignore[attr-defined]
     try:
         async with computer.get_workspace(name) as holder:
@@ -291,23 +296,16 @@ async def test_waiters_cancelled_while_the_lock_is_handed_down_the_queue_leave_n
     finally:
         for w in workers:
             ray.kill(w)
-        computer.init(data_dir=f"{tmp_path}/data")
 
 
 async def test_waiters_of_a_worker_killed_in_the_middle_of_the_queue_are_skipped(
-    ray_session: Any, tmp_path: Path, name: str
+    leased: Callable[..., dict[str, Any]], name: str
 ) -> None:
     """50 waiters from 5 worker processes; one worker (10 waiters spread over the queue) is SIGKILLed
     while they all wait. Released, the lock goes to every live waiter in arrival order and never to a
     dead one: the lease is long (120 s), so a grant to a dead waiter would hold the rest up past the
     bound, and show as a lock still held."""
-    config = {
-        "data_dir": f"{tmp_path}/data",
-        "lock_lease": 120.0,
-        "shell_pool_size": 0,
-        "python_pool_size": 0,
-    }
-    computer.init(**config)
+    config = leased(lock_lease=120.0)
     workers = [_Waiters.remote(name, config) for _ in range(5)]  # type: ignore[attr-defined]
     try:
         async with computer.get_workspace(name) as holder:
@@ -332,43 +330,33 @@ async def test_waiters_of_a_worker_killed_in_the_middle_of_the_queue_are_skipped
     finally:
         for w in workers:
             ray.kill(w)
-        computer.init(data_dir=f"{tmp_path}/data")
 
 
 async def test_a_lock_wait_on_a_workspace_its_host_closes_goes_on_at_the_next_owner(
-    ray_session: Any, tmp_path: Path, name: str
+    leased: Callable[..., dict[str, Any]], name: str
 ) -> None:
     """A holds a lock and B waits when the owner host closes the workspace (as a deletion or a
     takeover does; the host lives on). B's wait is answered "moved" and goes on at the workspace's
     next owner, where B gets the lock; A's write under the closed table's lease is refused. Before,
     B waited in the closed table until A's lease ran out (120 s here; A's renewals reach the next
     owner, which does not know the lease) and was then granted a lease of that closed table."""
-    config = {
-        "data_dir": f"{tmp_path}/data",
-        "lock_lease": 120.0,
-        "shell_pool_size": 0,
-        "python_pool_size": 0,
-    }
-    computer.init(**config)
-    try:
-        async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
-            if not isinstance(a.handle, HostedHandle):
-                pytest.skip("an owner host closes one of its workspaces and lives on (owners='hosted')")
-            await a.fs.write_file("/f", b"a")
-            async with asyncio.timeout(BOUND):
-                hold = a.locks.hold(["/f"])
-                await hold.__aenter__()  # in this task: its writes present the lease's fencing token
-                waiting = asyncio.ensure_future(_write_under(b, "/f", b"b"))
-                await _until_waiting(a, 1)
-                assert await owner_process(a.handle).close_workspace.remote(name)
-                await waiting  # at the next owner
-                with pytest.raises(LockLostError):
-                    await a.fs.write_file("/f", b"stale")
-                await hold.__aexit__(None, None, None)
-                assert await b.fs.read_file("/f") == b"b"
-                assert await _counts(b) == (0, 0)
-    finally:
-        computer.init(data_dir=f"{tmp_path}/data")
+    leased(lock_lease=120.0)
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+        if not isinstance(a.handle, HostedHandle):
+            pytest.skip("an owner host closes one of its workspaces and lives on (owners='hosted')")
+        await a.fs.write_file("/f", b"a")
+        async with asyncio.timeout(BOUND):
+            hold = a.locks.hold(["/f"])
+            await hold.__aenter__()  # in this task: its writes present the lease's fencing token
+            waiting = asyncio.ensure_future(_write_under(b, "/f", b"b"))
+            await _until_waiting(a, 1)
+            assert await owner_process(a.handle).close_workspace.remote(name)
+            await waiting  # at the next owner
+            with pytest.raises(LockLostError):
+                await a.fs.write_file("/f", b"stale")
+            await hold.__aexit__(None, None, None)
+            assert await b.fs.read_file("/f") == b"b"
+            assert await _counts(b) == (0, 0)
 
 
 @ray.remote(num_cpus=0, max_restarts=0)
@@ -395,14 +383,13 @@ class _Holder:
 
 
 async def test_a_sigkilled_holders_late_write_is_refused_and_the_waiter_gets_the_lock(
-    ray_session: Any, tmp_path: Path, name: str
+    leased: Callable[..., dict[str, Any]], name: str
 ) -> None:
     """A worker holds a lock and B waits. The owner is stopped, the holder sends a write under its
     lease (it sits in the stopped owner's queue) and is SIGKILLed; the owner stays stopped past the
     lease (3 s), then continues. B gets the lock once the dead holder's lease lapses, and the dead
     holder's write, if Ray still delivers it, is refused: never written, before or after B's."""
-    config = {"data_dir": f"{tmp_path}/data", "lock_lease": 3.0, "shell_pool_size": 0, "python_pool_size": 0}
-    computer.init(**config)
+    config = leased(lock_lease=3.0)
     holder = _Holder.remote()  # type: ignore[attr-defined]
     try:
         async with computer.get_workspace(name) as b:
@@ -429,17 +416,15 @@ async def test_a_sigkilled_holders_late_write_is_refused_and_the_waiter_gets_the
                 assert await _counts(b) == (0, 0)
     finally:
         ray.kill(holder)
-        computer.init(data_dir=f"{tmp_path}/data")
 
 
 async def test_a_holder_killed_while_the_gcs_is_stopped_loses_its_lock_to_the_waiter(
-    ray_session: Any, tmp_path: Path, name: str
+    leased: Callable[..., dict[str, Any]], name: str
 ) -> None:
     """A worker holds a lock and B waits; with the GCS stopped, the worker is SIGKILLed. Its lease
     (3 s) lapses at the owner, which needs no GCS for it: B gets the lock while the GCS is still
     stopped, and writes."""
-    config = {"data_dir": f"{tmp_path}/data", "lock_lease": 3.0, "shell_pool_size": 0, "python_pool_size": 0}
-    computer.init(**config)
+    config = leased(lock_lease=3.0)
     holder = _Holder.remote()  # type: ignore[attr-defined]
     try:
         async with computer.get_workspace(name) as b:
@@ -454,4 +439,3 @@ async def test_a_holder_killed_while_the_gcs_is_stopped_loses_its_lock_to_the_wa
                 assert await _counts(b) == (0, 0)
     finally:
         ray.kill(holder)
-        computer.init(data_dir=f"{tmp_path}/data")
