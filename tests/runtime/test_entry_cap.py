@@ -6,6 +6,8 @@ from the sandbox; the real pull runs here, under a small cap, per call and live.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import computer
 from computer.runtime import ShellBackend
 
@@ -84,3 +86,28 @@ async def test_no_cap_when_asked() -> None:
         result = await (await ws.runtime.exec("seq 300 | xargs touch")).result()
         assert result.status == "completed" and not result.skipped, result
         assert len(await ws.fs.ls("/workspace")) == 300
+
+
+async def test_refused_entries_stay_out_after_a_reopen_and_a_workspace_write_during_the_run_is_kept(
+    tmp_path: Path,
+) -> None:
+    """Across separate runs and a reopen (the mirror rebuilt from the file by a fresh backend): what
+    the cap refused never comes back, and a file the workspace wrote while the flooding run ran (a
+    new path of its own, before or after the run's push) is kept."""
+    db = str(tmp_path / "ws.sqlite")
+    async with computer.Workspace(db, backends=[ShellBackend(max_entries=CAP, live=False)]) as ws:
+        await _start(ws)
+        handle = await ws.runtime.exec(f"sleep 0.5; {FLOOD}")
+        await ws.fs.write_file("/workspace/mine.txt", "mine")
+        flood = await handle.result()
+        assert flood.status == "completed", flood
+        assert sorted(flood.skipped) == ["/workspace/big", "/workspace/loose"]
+        assert await ws.fs.read_file("/workspace/mine.txt") == b"mine"
+    async with computer.Workspace(db, backends=[ShellBackend(max_entries=CAP, live=False)]) as ws:
+        held = sorted(e.path for e in await ws.fs.find("/workspace"))
+        assert "/workspace/big" not in held and "/workspace/mine.txt" in held
+        seen = await (await ws.runtime.exec('find . -mindepth 1 | sort; echo "$(cat mine.txt)"')).result()
+        assert seen.status == "completed", seen
+        *listed, mine = seen.stdout.split("\n")[:-1]
+        assert sorted("/workspace/" + line[2:] for line in listed) == held
+        assert mine == "mine"
