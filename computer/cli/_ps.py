@@ -113,7 +113,9 @@ async def ending_processes(workspace: object) -> str | None:
         return None
     if not running:
         return None
-    named = ", ".join(f"{p.command} (pid {p.pid})" for p in running[:8])
+    # Escaped: a command line is whatever the program chose (``exec -a $'\e[2J'``, a newline making a
+    # fake line of an MCP host's log); the note goes to a terminal or a log as text.
+    named = ", ".join(f"{plain_text(p.command).plain} (pid {p.pid})" for p in running[:8])
     more = f", and {len(running) - 8} more" if len(running) > 8 else ""
     return (
         f"ending {len(running)} process(es) still running in the workspace's sandbox with this session: "

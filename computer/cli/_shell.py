@@ -14,7 +14,6 @@ import tempfile
 from pathlib import Path
 
 from rich.console import Console
-from rich.markup import escape
 from rich.text import Text
 
 from ..surface import WorkspaceSurface
@@ -98,7 +97,10 @@ class WorkspaceShell:
             raise  # stdout's reader has gone: the command ends (``_output.write_out``)
         except OSError as exc:
             self.exit_code = 1
-            self.errors.print(f"[red]{escape(type(exc).__name__)}:[/] {escape(str(exc))}")
+            # The message escaped: it can carry what a program chose (a link's target, ESC [2J).
+            self.errors.print(
+                Text(f"{type(exc).__name__}: ", style="red") + plain_text(str(exc)), highlight=False
+            )
         return True
 
     def usage(self, message: str) -> None:
