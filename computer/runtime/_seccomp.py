@@ -62,7 +62,16 @@ import platform
 import struct
 from dataclasses import dataclass
 
-__all__ = ["CLONE_NEWUSER", "DENIED", "NO_XATTRS", "USERNS_CALLS", "SeccompFilter", "compiled", "filter_fd"]
+__all__ = [
+    "AF_VSOCK",
+    "CLONE_NEWUSER",
+    "DENIED",
+    "NO_XATTRS",
+    "USERNS_CALLS",
+    "SeccompFilter",
+    "compiled",
+    "filter_fd",
+]
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +167,16 @@ USERNS_CALLS: tuple[str, ...] = ("unshare", "clone", "clone3")
 # first as well); a machine not named here gets no user namespace rules.
 _CLONE_FLAGS_ARG = {"x86_64": 0, "aarch64": 0}
 _MASKED_EQ = 7  # SCMP_CMP_MASKED_EQ: (argument & datum_a) == datum_b
+# Virtual machine sockets are refused (``socket`` with this family: ``EPERM``), as Docker's default
+# profile does. The vsock address space is the machine's, in no network namespace: in a VM with a
+# vsock device (Firecracker, Kata, cloud VMs) a sandbox with no network could reach the hypervisor's
+# services (CID 2) and bind the VM's ports (``bind((VMADDR_CID_ANY, port))``), squatting a port an
+# agent of the VM serves on, as its own; the host then got ``EADDRINUSE``. On x86's i386 ABI
+# libseccomp refuses ``socketcall(SYS_SOCKET, ...)`` whatever the family (its arguments are behind a
+# pointer no filter reads): a 32-bit program of glibc's i386 build makes no socket at all (the direct
+# ``socket`` call, musl's, keeps every other family). The sandbox ships no 32-bit libraries; a way
+# around the rule weighed more than such programs' sockets.
+AF_VSOCK = 40
 # The compat ABIs of a machine (Docker's profile's "archMap").
 _COMPAT = {"x86_64": ("x86", "x32"), "aarch64": ("arm",)}
 _LIBRARY = "libseccomp.so.2"
@@ -189,6 +208,7 @@ class SeccompFilter:
     no_userns: bool = False  # :data:`USERNS_CALLS` refuse new user namespaces
     no_xattrs: bool = False  # every call of :data:`NO_XATTRS` fails with ``EOPNOTSUPP``
     no_prealloc: bool = False  # ``fallocate`` past a file's end (``FALLOC_FL_KEEP_SIZE``) too
+    no_vsock: bool = False  # ``socket(AF_VSOCK, ...)`` fails with ``EPERM`` (:data:`AF_VSOCK`)
 
     @property
     def digest(self) -> str:
@@ -286,6 +306,7 @@ def _compile(lib: ctypes.CDLL) -> SeccompFilter:
                 raise OSError(-code, f"seccomp_rule_add({name}): {os.strerror(-code)}")
             denied.append(name)
         no_userns = _deny_userns(lib, ctx)
+        no_vsock = _deny_vsock(lib, ctx)
         keeps_size = _ArgCmp(1, _MASKED_EQ, _KEEP_SIZE | _PUNCH_HOLE, _KEEP_SIZE)
         fallocate = lib.seccomp_syscall_resolve_name(b"fallocate")
         no_prealloc = fallocate >= 0 and not lib.seccomp_rule_add_array(
@@ -325,6 +346,7 @@ def _compile(lib: ctypes.CDLL) -> SeccompFilter:
         no_userns=no_userns,
         no_xattrs=no_xattrs,
         no_prealloc=no_prealloc,
+        no_vsock=no_vsock,
     )
 
 
@@ -355,6 +377,19 @@ def _late_prefix(numbers: list[int], compat: list[str], action: int) -> bytes | 
     code.append((_JA, 0, 0, 1))
     code.append((_RET, 0, 0, action))
     return b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
+
+
+def _deny_vsock(lib: ctypes.CDLL, ctx: int) -> bool:
+    """Add the rule refusing ``socket(AF_VSOCK, ...)`` (:data:`AF_VSOCK`); whether it holds."""
+    number = lib.seccomp_syscall_resolve_name(b"socket")
+    # Its low 32 bits: the kernel takes the family as an ``int`` (``0x1_0000_0028`` is AF_VSOCK too).
+    family = _ArgCmp(0, _MASKED_EQ, 0xFFFFFFFF, AF_VSOCK)
+    failed = number < 0 or lib.seccomp_rule_add_array(
+        ctx, _errno_action(errno.EPERM), number, 1, ctypes.pointer(family)
+    )
+    if failed:
+        log.warning("seccomp: socket(AF_VSOCK) not refused on %s", platform.machine())
+    return not failed
 
 
 def _deny_userns(lib: ctypes.CDLL, ctx: int) -> bool:

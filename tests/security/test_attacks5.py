@@ -1,5 +1,7 @@
 """Attacks of a hostile agent or program through surfaces the other files leave (session 63's hunt).
 
+Virtual machine sockets: see ``test_no_virtual_machine_socket_can_be_made``.
+
 Terminal codes through the CLI: a link's target and a background process's command line are whatever
 a program chose. `computer ls`, `ps` and `log` escape such text (`computer.cli.display.plain_text`);
 `computer shell`'s error lines and the note naming the processes that end with a session printed it
@@ -11,13 +13,17 @@ from __future__ import annotations
 
 import asyncio
 import io
+import platform
 import re
 
+import pytest
 from rich.console import Console
 
 import computer
 from computer.cli._ps import ending_processes
 from computer.cli._shell import WorkspaceShell
+from computer.runtime import PythonBackend, _seccomp
+from computer.runtime._bwrap import bwrap_works
 
 CLEAR = "\x1b[2J"
 
@@ -59,3 +65,50 @@ async def test_the_note_of_processes_ending_with_a_session_writes_no_terminal_co
     assert CLEAR not in note and "\n" not in note, note
     assert "spoof\\x1b[2J\\nforged line" in note, note
     await ws.runtime.end_sandbox("shell")
+
+
+# ``socket(AF_VSOCK, SOCK_STREAM, 0)`` natively, with the family's high bits set (the kernel reads an
+# ``int``), through the x32 ABI, and through i386's direct ``socket`` call (``int 0x80``, number 359, in
+# a child: a kernel without ia32 emulation answers SIGSEGV); then an AF_UNIX socket, which still works.
+_VSOCK = """
+import ctypes, errno, os, socket, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def call(number, family):
+    ctypes.set_errno(0)
+    rc = libc.syscall(ctypes.c_long(number), ctypes.c_long(family), 1, 0)
+    return errno.errorcode.get(ctypes.get_errno(), "?") if rc == -1 else "created"
+print("native", call(41, 40))
+print("high-bits", call(41, 0x1_0000_0028))
+print("x32", call(0x40000000 | 41, 40))
+code = '''
+import ctypes, mmap
+buf = mmap.mmap(-1, mmap.PAGESIZE, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)
+buf.write(bytes.fromhex("53" "b867010000" "bb28000000" "b901000000" "31d2" "cd80" "5b" "c3"))
+print(ctypes.CFUNCTYPE(ctypes.c_int)(ctypes.addressof(ctypes.c_char.from_buffer(buf)))())
+'''
+run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+print("i386", run.stdout.strip() if run.returncode == 0 else "no-ia32")
+print("unix", call(41, 1))
+"""
+
+
+@pytest.mark.skipif(
+    platform.machine() != "x86_64" or not bwrap_works() or _seccomp.compiled().program is None,
+    reason="bubblewrap and libseccomp on x86_64 (its numbers and ABIs)",
+)
+@pytest.mark.parametrize("live", [True, False], ids=["live", "per-call"])
+async def test_no_virtual_machine_socket_can_be_made(live: bool) -> None:
+    """A VM's vsock address space is in no network namespace: a sandbox with no network made an
+    ``AF_VSOCK`` socket and bound a port of the VM (the host then got ``EADDRINUSE``), and could
+    connect to the hypervisor's services. Refused as Docker's profile does (every ABI, EPERM)."""
+    async with computer.Workspace(backends=[PythonBackend(live=live)]) as workspace:
+        await workspace.fs.mkdir("/workspace")
+        result = await (await workspace.runtime.exec(_VSOCK, backend="python")).result()
+        [info] = workspace.runtime.backends()
+    assert result.status == "completed", result
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    assert lines.pop("unix") == "created", result
+    i386 = lines.pop("i386")
+    assert lines == {"native": "EPERM", "high-bits": "EPERM", "x32": "EPERM"}, result
+    assert i386 in ("-1", "no-ia32"), result  # -EPERM
+    assert "AF_VSOCK" in info.isolation
