@@ -200,7 +200,7 @@ class Sandbox:
             return f"NO seccomp filter ({self.seccomp.missing}): every system call is allowed"
         return (
             f"seccomp filter: {len(self.seccomp.denied)} system calls fail with EPERM (kernel keyring, "
-            "bpf, perf_event_open, userfaultfd, io_uring, mount, modules, kexec, swap, reboot, clock "
+            "bpf, perf_event_open, userfaultfd, io_uring, io_setup, mount, modules, kexec, swap, reboot, clock "
             "setting and obsolete ones"
             + (f"; {'/'.join(self.seccomp.compat)} ABIs too" if self.seccomp.compat else "")
             + ")"

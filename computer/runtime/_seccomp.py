@@ -88,6 +88,11 @@ DENIED: tuple[str, ...] = (
     "io_uring_setup",
     "io_uring_enter",
     "io_uring_register",
+    # Linux native AIO contexts: one count for the whole host (``fs.aio-max-nr``, 65,536 events), in no
+    # namespace nor cgroup: one ``io_setup(65536)`` in a sandbox took all of it, and every other
+    # workspace's (and the host's own databases') ``io_setup`` failed ``EAGAIN`` while it lived. Refused
+    # as ``fanotify_init`` is; POSIX AIO (glibc's, threads) is untouched, libaio users fall back.
+    "io_setup",
     # The host's kernel, swap, accounting and power: modules, kexec, reboot.
     "init_module",
     "finit_module",

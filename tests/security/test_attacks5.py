@@ -145,3 +145,32 @@ async def test_one_sandbox_cannot_hold_the_hosts_pseudo_terminals() -> None:
         result = await (await workspace.runtime.exec(_PTYS, backend="python", timeout=60)).result()
     assert result.status == "completed", result
     assert "refused" in result.stdout, result.stdout  # a bound of its own, well under the host's 3,071
+
+
+# io_setup(65536, &ctx) (x86_64 206, aarch64 0): EPERM filtered; without the filter a context of all
+# of the host's AIO events, or EAGAIN when another program holds them.
+_AIO = """
+import ctypes, errno, platform
+libc = ctypes.CDLL(None, use_errno=True)
+ctx = ctypes.c_ulong(0)
+rc = libc.syscall(ctypes.c_long({"x86_64": 206, "aarch64": 0}[platform.machine()]), 65536, ctypes.byref(ctx))
+print(errno.errorcode.get(ctypes.get_errno(), "?") if rc == -1 else "context")
+"""
+
+
+@pytest.mark.skipif(
+    platform.machine() not in ("x86_64", "aarch64")
+    or not bwrap_works()
+    or _seccomp.compiled().program is None,
+    reason="bubblewrap and libseccomp on x86_64 or aarch64 (their numbers)",
+)
+@pytest.mark.parametrize("live", [True, False], ids=["live", "per-call"])
+async def test_no_native_aio_context_can_be_made(live: bool) -> None:
+    """Native AIO contexts are one count for the whole host (``fs.aio-max-nr``, 65,536 events), in no
+    namespace nor cgroup: one ``io_setup(65536)`` in a sandbox took all of them, and every other
+    workspace's ``io_setup`` (the host's own databases' too) failed ``EAGAIN`` while it was held."""
+    async with computer.Workspace(backends=[PythonBackend(live=live)]) as workspace:
+        await workspace.fs.mkdir("/workspace")
+        result = await (await workspace.runtime.exec(_AIO, backend="python")).result()
+    assert result.status == "completed", result
+    assert result.stdout.strip() == "EPERM", result
