@@ -228,7 +228,8 @@ print("held", total, "of", target, "refused" if refused is not None else "")
         "CAP_SYS_ADMIN exempt), in no namespace; a sandbox is bounded only by processes x RLIMIT_NOFILE "
         "(272 x 20,000 here, the host's own soft limit, which sandboxes inherit) and its memory group "
         "(a file is ~256 bytes of kernel memory: 1 GiB holds ~4 million), so one run held 500,000 in 25 "
-        "processes in 1.5 s and could hold them all: every other workspace's open then fails ENFILE. A "
+        "processes in 1.5 s, and nothing short of its memory group stops it at all of them (then every "
+        "other workspace's open fails ENFILE). A "
         "bound needs a per-sandbox descriptor budget (a lower RLIMIT_NOFILE x pids, or a memory group "
         "sized against fs.file-max)"
     ),
