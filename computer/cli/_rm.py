@@ -80,9 +80,12 @@ async def _delete_all(options: GlobalOptions, names: list[str], *, force: bool, 
                 if exc.errno == errno.EIO and force and options.local:
                     size = await asyncio.to_thread(_remove_unreadable, options, name)
                     console.print(
-                        f"deleted {name} ({size_text(size)}; its file was not a readable workspace, "
-                        "so no share links were looked for)",
-                        markup=False,
+                        Text("deleted ")
+                        + plain_text(name)
+                        + Text(
+                            f" ({size_text(size)}; its file was not a readable workspace, "
+                            "so no share links were looked for)"
+                        ),
                         highlight=False,
                     )
                     continue
@@ -93,8 +96,10 @@ async def _delete_all(options: GlobalOptions, names: list[str], *, force: bool, 
                     hint += "; --address joins its cluster)" if options.local else ")"
                 elif exc.errno == errno.EIO and options.local:
                     hint = " (--force deletes the file anyway)"
+                reason = plain_text(f"{exc.strerror or exc}")  # an OSError's text may quote the name too
                 console.print(
-                    f"not deleted: {name}: {exc.strerror or exc}{hint}", markup=False, highlight=False
+                    Text("not deleted: ") + plain_text(name) + Text(": ") + reason + Text(hint),
+                    highlight=False,
                 )
                 continue
             details = [size_text(done.bytes), f"{done.links} share link(s)"]

@@ -367,3 +367,17 @@ def test_rm_shows_names_with_terminal_codes_escaped(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output and "deleted demo-\\x1b[2J" in result.output
     assert _names(tmp_path) == []
+
+
+def test_rm_of_an_unreadable_store_escapes_its_name_in_both_outcomes(tmp_path: Path) -> None:
+    """The two lines ``rm`` writes for a store it cannot read (refused, then deleted with ``--force``)
+    printed the name raw: a file ``junk\\x1b[2J.sqlite`` cleared the terminal twice."""
+    _make(tmp_path, "w1")
+    (tmp_path / "workspaces" / "junk\x1b[2J.sqlite").write_text("garbage\n")
+    refused = runner.invoke(app, ["--data-dir", str(tmp_path), "rm", "junk\x1b[2J", "--yes"])
+    assert refused.exit_code == 1, refused.output
+    assert "not deleted: junk\\x1b[2J" in refused.output and "\x1b" not in refused.output
+    forced = runner.invoke(app, ["--data-dir", str(tmp_path), "rm", "junk\x1b[2J", "--yes", "--force"])
+    assert forced.exit_code == 0, forced.output
+    assert "deleted junk\\x1b[2J" in forced.output and "\x1b" not in forced.output
+    assert _names(tmp_path) == ["w1"]
