@@ -8,6 +8,7 @@ import contextlib
 import errno
 import functools
 import hashlib
+import itertools
 import os
 import stat
 from collections.abc import Callable, Iterator
@@ -35,6 +36,7 @@ __all__ = [
     "readlink_beneath",
     "remove_node",
     "write_all",
+    "write_sparse",
 ]
 
 
@@ -203,6 +205,64 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+# The granularity of a push's holes: the page, tmpfs's block (its ``st_blksize``) and the unit in
+# which it allocates and reports data (``SEEK_DATA``).
+BLOCK = 4096
+_ZERO_BLOCK = bytes(BLOCK)
+_STRIDE = BLOCK // 8
+_SAMPLES_ZERO = bytes(8)
+
+
+def write_sparse(fd: int, data: bytes, offset: int) -> None:
+    """Write ``data`` at ``offset`` of ``fd``, leaving its all-zero blocks (:data:`BLOCK`, counted from
+    ``offset``) unwritten where the file has a hole there (``SEEK_DATA``: past its end, an emptied or
+    new file, a hole the copy held), so they stay holes; the file is made at least ``offset +
+    len(data)`` long. Zeros over data the file holds are written (they replace it).
+
+    Decision: a block of zeros a program wrote out explicitly (``dd if=/dev/zero``) is a hole in a
+    mirror the push fills (after a reopen, or a workspace write): the same bytes, fewer allocated
+    blocks (``st_blocks``, ``du``) than in the sandbox that wrote it. Before, a chunk (512 KiB) holding
+    any data was written whole: a file with 4 KiB of data every MiB took 128 times its blocks.
+    Cost: a piece with no run of zeros a block long (a dense file's) is one sampling slice and one
+    write; else one ``startswith`` per block (~12-20 us per 512 KiB)."""
+    size = len(data)
+    whole = size - size % BLOCK
+    starts = range(0, whole, BLOCK)
+    tail = whole < size and data.count(0, whole) == size - whole  # a last short block of zeros
+    view = memoryview(data)
+    # Eight bytes of each block, 512 apart (one slice in C): a block of zeros has eight zeros in a row
+    # there. Without them (a dense file's pieces) no block is looked at: one write.
+    if not tail and _SAMPLES_ZERO not in data[_STRIDE - 1 : whole : _STRIDE]:
+        _pwrite_all(fd, view, offset)
+        return
+    zero = [data.startswith(_ZERO_BLOCK, at) for at in starts]
+    if whole < size:
+        zero.append(tail)
+    at, skipped = 0, False
+    for empty, blocks in itertools.groupby(zero):
+        end = min(size, at + BLOCK * sum(1 for _ in blocks))
+        skipped = empty and _hole(fd, offset + at, offset + end)
+        if not skipped:
+            _pwrite_all(fd, view[at:end], offset + at)
+        at = end
+    if skipped and os.fstat(fd).st_size < offset + size:
+        os.ftruncate(fd, offset + size)
+
+
+def _pwrite_all(fd: int, view: memoryview, offset: int) -> None:
+    while view:
+        wrote = os.pwrite(fd, view, offset)
+        view, offset = view[wrote:], offset + wrote
+
+
+def _hole(fd: int, start: int, end: int) -> bool:
+    """Whether ``fd`` holds no data from ``start`` to ``end`` (a file system that cannot tell: data)."""
+    try:
+        return os.lseek(fd, start, os.SEEK_DATA) >= end
+    except OSError as exc:
+        return exc.errno == errno.ENXIO  # no data from ``start`` on (or past the end)
 
 
 def lstat_beneath(directory: Path, rel: str) -> os.stat_result:

@@ -19,6 +19,7 @@ from pathlib import Path
 from ._assets_bridge import AssetsBridge
 from ._cgroups import procs_of
 from ._process import SandboxProcess
+from ._standby import PYTHON as INIT_PYTHON
 from ._standby import Standby
 from ._tasks import offload, run_to_completion
 
@@ -26,7 +27,6 @@ __all__ = ["INIT_PYTHON", "Launched", "launch", "tasks_in"]
 
 INIT_SCRIPT = Path(__file__).with_name("_live_init.py")
 INIT_LISTING = Path(__file__).with_name("_live_ps.py")  # the init imports it from beside its own copy
-INIT_PYTHON = "/usr/bin/python3"
 SOCKET_NAME = "live.sock"
 _START_TIMEOUT = 10.0
 

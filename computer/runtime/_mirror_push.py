@@ -23,7 +23,7 @@ from ._beneath import (
     open_beneath,
     remove_beneath,
     remove_node,
-    write_all,
+    write_sparse,
 )
 from ._dir_times import set_dir_times
 from ._entry import INO, KIND
@@ -175,7 +175,7 @@ class MirrorPush(MirrorBase):
                 if self.owner is not None:
                     os.fchown(fd, *self.owner)
                 if f.data:
-                    write_all(fd, f.data)
+                    write_sparse(fd, f.data, 0)
                 if mode != CREATED_MODE.get(mode & 0o777):
                     os.fchmod(fd, mode)  # beyond what the umask left
                 ns = mirror_ns(f.mtime, f.sub_ns)
@@ -367,7 +367,7 @@ class MirrorPush(MirrorBase):
         try:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise OSError(f"{file.path} is not a regular file in the mirror")
-            os.pwrite(fd, data, offset)
+            write_sparse(fd, data, offset)  # its zero blocks stay holes where the file has one
             ns = mirror_ns(file.mtime, file.sub_ns)
             os.utime(fd, ns=(ns, ns))
             self.state[self.rel(file.path)] = entry_of(os.fstat(fd))
@@ -478,7 +478,7 @@ def _rewrite_in_place(host: Path, f: MirrorFile, mode: int) -> bool:
         return False
     try:
         os.ftruncate(fd, 0)
-        write_all(fd, f.data or b"")
+        write_sparse(fd, f.data or b"", 0)
         os.fchmod(fd, mode)
         ns = mirror_ns(f.mtime, f.sub_ns)
         os.utime(fd, ns=(ns, ns))

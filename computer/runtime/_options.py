@@ -16,12 +16,27 @@ from ._output_dir import DIRECTORY, fs_caller, planted
 __all__ = [
     "BACKGROUND_SUFFIX",
     "DEFAULT_OUTPUT",
+    "ENV_MAX_BYTES",
+    "ENV_MAX_STRING",
+    "ENV_MAX_VARIABLES",
     "OutputOptions",
     "check_env",
     "check_input",
     "check_source",
     "prune_logs",
 ]
+
+# The largest environment a run takes (``check_env``). Decision: bash, which runs every shell command,
+# makes the environment of the first program it starts in time that grows with the square of the
+# variables (its ``vlist_add`` looks for each name in the list made so far): ~1.3 s of CPU at 20,000,
+# 5.6 s at 40,000, again in every bash a command starts that starts a program. Past the count the run
+# is refused with the reason rather than left to take that unsaid. The bytes are the kernel's: an
+# ``execve`` takes at most ~2 MiB of arguments and environment together (a quarter of an 8 MiB stack),
+# and one ``NAME=value`` string of at most 128 KiB with its NUL (``MAX_ARG_STRLEN``); past them the
+# program never started ("Argument list too long", 126 or 127, said twice per call).
+ENV_MAX_VARIABLES = 20_000
+ENV_MAX_BYTES = 1024 * 1024  # every ``NAME=value`` with its NUL, in UTF-8 (leaves room for the command)
+ENV_MAX_STRING = 128 * 1024  # one ``NAME=value`` with its NUL
 
 # How a live sandbox's background log is named (``<exec id>.background.log``, ``_live_jobs``).
 BACKGROUND_SUFFIX = ".background.log"
@@ -104,13 +119,21 @@ async def prune_logs(fs: Any, options: OutputOptions, held: Callable[[], Awaitab
 
 def check_env(env: Any) -> None:
     """Refuse an environment no process can have, before anything starts: names non-empty strings
-    without ``=`` or NUL, values strings without NUL (``ValueError``; ``TypeError`` for another type).
+    without ``=`` or NUL, values strings without NUL (``ValueError``; ``TypeError`` for another type),
+    within :data:`ENV_MAX_VARIABLES`, :data:`ENV_MAX_STRING` and :data:`ENV_MAX_BYTES`.
     Such an ``env`` reached a live sandbox's init, which could not spawn the command and said nothing:
     the run never returned, and with a timeout the sandbox was ended with its background processes."""
     if env is None:
         return
     if not isinstance(env, dict):
         raise TypeError(f"env must be a dict of str to str, not {type(env).__name__}")
+    if len(env) > ENV_MAX_VARIABLES:
+        raise ValueError(
+            f"env has {len(env):,} variables: at most {ENV_MAX_VARIABLES:,} are taken (bash takes time "
+            "growing with the square of the count to start a program: ~1.3 s of CPU at 20,000, 5.6 s at "
+            "40,000); nothing ran"
+        )
+    total = 0
     for name, value in env.items():
         if not isinstance(name, str) or not isinstance(value, str):
             raise TypeError(f"env must map str to str: {name!r}: {value!r}")
@@ -123,6 +146,22 @@ def check_env(env: Any) -> None:
             # "UnicodeEncodeError: ... in position 289" of the backend's own encoding.
             what = "environment variable name" if not is_utf8(name) else "value of environment variable"
             raise ValueError(f"invalid {what} {name!r}: not UTF-8 text (it holds a lone surrogate)")
+        size = _utf8_len(name) + _utf8_len(value) + 2  # "=" and the NUL
+        if size > ENV_MAX_STRING:
+            raise ValueError(
+                f"environment variable {name!r} is {size:,} bytes as NAME=value: the kernel takes at most "
+                f"{ENV_MAX_STRING:,} in one (MAX_ARG_STRLEN, with its NUL); nothing ran"
+            )
+        total += size
+    if total > ENV_MAX_BYTES:
+        raise ValueError(
+            f"env is {total:,} bytes (each NAME=value with its NUL): at most {ENV_MAX_BYTES:,} are taken "
+            "(the kernel takes ~2 MiB of a program's arguments and environment together); nothing ran"
+        )
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8"))
 
 
 def check_source(source: str, protocol: str, cwd: str | None = None) -> None:

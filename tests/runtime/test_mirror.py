@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from computer.runtime import MirrorDir, MirrorFile, SyncPush
-from computer.runtime._beneath import chmod_beneath, read_beneath, readlink_beneath
+from computer.runtime._beneath import chmod_beneath, read_beneath, readlink_beneath, write_sparse
 from computer.runtime._entry import SIZE
 from computer.runtime._mirror import Mirror
 
@@ -276,3 +276,29 @@ def test_a_walks_listing_of_a_big_directory_leaves_the_garbage_collector_nothing
             if gc.is_tracked(item):
                 tracked.append(item)
     assert seen >= 2_000 and len(tracked) < 20, tracked[:3]
+
+
+def test_write_sparse_leaves_holes_and_writes_zeros_over_data(tmp_path: Path) -> None:
+    """A push's write (``write_sparse``): blocks of zeros where the file has a hole stay holes (a new
+    file, the part past its end), zeros where it holds data replace that data, and a piece ending in
+    zeros still makes the file its full length."""
+    block = 4096
+    piece = b"a" * block + bytes(15 * block) + b"b" * block + bytes(100)
+    path = tmp_path / "f"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        write_sparse(fd, piece, 0)
+        assert os.fstat(fd).st_size == len(piece)
+        assert os.lseek(fd, 0, os.SEEK_HOLE) == block  # the zeros are a hole, not written out
+        assert os.lseek(fd, block, os.SEEK_DATA) == 16 * block
+        assert os.fstat(fd).st_blocks * 512 <= 3 * block
+        # Zeros over the data: written (the "a" block is gone), the hole stays one.
+        write_sparse(fd, bytes(2 * block) + b"c", 0)
+        assert os.pread(fd, len(piece) + 1, 0) == bytes(2 * block) + b"c" + piece[2 * block + 1 :]
+        assert os.lseek(fd, block, os.SEEK_HOLE) < 16 * block
+        # A piece of zeros only, past the end: no data, the file grows to hold it.
+        write_sparse(fd, bytes(3 * block), 32 * block)
+        assert os.fstat(fd).st_size == 35 * block
+        assert os.pread(fd, 3 * block, 32 * block) == bytes(3 * block)
+    finally:
+        os.close(fd)

@@ -91,15 +91,23 @@ async def test_a_run_hands_its_command_to_the_prepared_sandbox() -> None:
 
 async def test_the_program_starts_with_exactly_its_environment() -> None:
     """The standby's program gets the run's environment (read back from /proc/$$/environ), whether it
-    is set by bash's ``exec`` or, for names bash would refuse there, by ``env -i``."""
+    is set by bash's ``exec`` or, for names bash would refuse there, by ``env -i``, or, past 4,096
+    variables, by the Python helper (``_standby._HELPER``: bash's assignments of 20,000 took 1.4 s)."""
+    large = {f"V{i}": f"{i} 'q' $(echo no)\n" for i in range(5000)} | {"A-B": "1", "UID": "x", "SHLVL": "7"}
     backend = ShellBackend(live=False)
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace/sub", recursive=True)
         await (await ws.runtime.exec("true")).result()
-        for extra in ({"X": "a b'c\n$(echo no) `x` \\"}, {"A-B": "1", "UID": "x", "SHLVL": "7", "_": "u"}):
+        for extra in (
+            {"X": "a b'c\n$(echo no) `x` \\"},
+            {"A-B": "1", "UID": "x", "SHLVL": "7", "_": "u"},
+            large,
+        ):
             await _ready_standby(ws, backend)
             result = await (
-                await ws.runtime.exec("cat /proc/$$/environ; pwd -P", cwd="/workspace/sub", env=extra)
+                await ws.runtime.exec(
+                    "cat /proc/$$/environ; pwd -P", cwd="/workspace/sub", env=extra, output=False
+                )
             ).result()
             assert result.status == "completed", result
             *pairs, cwd = result.stdout.split("\0")
