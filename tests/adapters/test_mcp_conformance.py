@@ -8,7 +8,8 @@ Covered, on each of the four connections: the handshake (version, ``serverInfo``
 (Draft 2020-12, the ``jsonschema`` package) that accepts the calls made, ``tools/call`` of every tool,
 each tool's failure as an ``isError`` result (never a protocol error), ``ping`` (the handshake era:
 2026-07-28 removed it), progress notifications of a running exec, and the cancellation of a long
-exec: the program is gone from the machine's process table, not only the call from the client.
+exec: the program is gone from the machine's process table, not only the call from the client; a
+program left running is listed by ``processes`` and ended by ``kill``.
 Malformed requests are sent raw (the SDK's client cannot send them): see
 ``test_malformed_requests_get_json_rpc_errors_and_the_session_goes_on``.
 """
@@ -151,8 +152,11 @@ async def test_handshake_listing_every_call_and_every_failure(kind: str, tmp_pat
 
         schemas = {t.name: t.input_schema for t in listed.tools}
         for tool in listed.tools:
+            # MCP: both schemas are JSON Schema objects whose root is of type "object".
+            assert tool.input_schema["type"] == "object", tool.name
             jsonschema.Draft202012Validator.check_schema(tool.input_schema)
             if tool.output_schema is not None:
+                assert tool.output_schema["type"] == "object", tool.name
                 jsonschema.Draft202012Validator.check_schema(tool.output_schema)
         for name, args in [*GOOD.items(), ("kill", {"pid": 999999})]:
             assert list(jsonschema.Draft202012Validator(schemas[name]).iter_errors(args)) == [], name
@@ -324,6 +328,25 @@ def _sse_message(body: str) -> dict[str, Any]:
 async def _seeded(db: Path) -> None:
     async with computer.Workspace(str(db)) as ws:
         await _seed(ws)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("kind", CONNECTIONS)
+async def test_a_background_program_is_listed_and_killed(kind: str, tmp_path: Path) -> None:
+    """The optional ``processes`` and ``kill`` (``processes=True``): a program an exec left running in
+    the live sandbox is listed, and ``kill`` ends it: ``exited: true`` and gone from the machine."""
+    marker = f"3001.{uuid.uuid4().int % 10**9:09d}"
+    async with connect(kind, tmp_path) as client:
+        started = await client.call_tool("exec", {"command": f"sleep {marker} > /dev/null 2>&1 &"})
+        assert started.is_error is False, started.content
+        listed = (await client.call_tool("processes", {})).structured_content
+        assert listed is not None
+        (running,) = [p for p in listed["processes"] if marker in p["command"]]
+        assert _running(marker)
+        killed = await client.call_tool("kill", {"pid": running["pid"]})
+        assert killed.is_error is False and killed.structured_content is not None, killed.content
+        assert killed.structured_content["exited"] is True
+        assert await _until(lambda: not _running(marker)), _running(marker)
 
 
 async def _until(condition: Any, seconds: float = 60) -> bool:
