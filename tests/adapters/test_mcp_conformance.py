@@ -5,7 +5,8 @@ streamable HTTP (``serve_http``), each in both protocol eras the SDK speaks: ``m
 
 Covered, on each of the four connections: the handshake (version, ``serverInfo``, capabilities), one
 ``tools/list`` page (no ``nextCursor``; a cursor is ``-32602``), every listed schema valid JSON Schema
-(Draft 2020-12, the ``jsonschema`` package) that accepts the calls made, ``tools/call`` of every tool,
+(Draft 2020-12, the ``jsonschema`` package) that accepts the calls made, ``tools/call`` of every tool
+(a write of megabytes of non-ASCII text with every line break, byte for byte),
 each tool's failure as an ``isError`` result (never a protocol error), ``ping`` (the handshake era:
 2026-07-28 removed it), progress notifications of a running exec, and the cancellation of a long
 exec: the program is gone from the machine's process table, not only the call from the client; a
@@ -17,6 +18,7 @@ Malformed requests are sent raw (the SDK's client cannot send them): see
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import subprocess
@@ -178,6 +180,17 @@ async def test_handshake_listing_every_call_and_every_failure(kind: str, tmp_pat
             # Arguments the tool does not take are a failed call too, never a protocol error.
             unknown = await client.call_tool(name, {**args, "bogus": 1})
             assert unknown.is_error is True and "Unknown argument 'bogus'" in unknown.content[0].text  # type: ignore[union-attr]
+
+        # A model's text: non-ASCII, every line break, megabytes; written byte for byte, and over the
+        # write cap an error result, nothing written.
+        unit = 'a\r\nb\rc\u2028d\u0085é 👩🏽‍💻 你好\t"\\\n'
+        huge = unit * (int(1.9 * 2**20) // len(unit.encode()))  # 1.9 MiB of UTF-8, under the 2 MiB cap
+        wrote = await client.call_tool("write", {"path": "/workspace/h ✓.txt", "content": huge})
+        assert wrote.structured_content == {"path": "/workspace/h ✓.txt", "bytesWritten": len(huge.encode())}
+        summed = (await client.call_tool("exec", {"command": "sha256sum 'h ✓.txt'"})).structured_content
+        assert summed is not None and summed["stdout"].split()[0] == hashlib.sha256(huge.encode()).hexdigest()
+        over = await client.call_tool("write", {"path": "/workspace/o.txt", "content": "x" * (2 * 2**20 + 1)})
+        assert over.is_error is True and "write cap" in over.content[0].text  # type: ignore[union-attr]
 
         if legacy:
             with pytest.warns(MCPDeprecationWarning, match="ping is removed as of 2026-07-28"):
