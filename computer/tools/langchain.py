@@ -8,7 +8,9 @@
 Each tool is a :class:`WorkspaceTool` (a ``BaseTool``) whose ``args_schema`` is the core tool's JSON
 schema, async, with ``response_format="content_and_artifact"``: the model sees text (or multimodal
 content blocks for an image or PDF from ``read``) and the raw result dict is the message's ``artifact``.
-A failed call is a ``ToolMessage`` with ``status="error"``.
+A failed call is a ``ToolMessage`` with ``status="error"`` whose artifact is the result (``{"error":
+...}`` at least). ``get_input_schema()`` is the core tool's input model. langchain-tests' standard
+``ToolsUnitTests`` and ``ToolsIntegrationTests`` pass on every tool (``tests/adapters``).
 
 Options (besides ``create_tools``' own):
 
@@ -60,13 +62,13 @@ from langchain_core.messages import ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.config import patch_config
 from langchain_core.tools import BaseTool, ToolException
-from pydantic import ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ..storage import audit_caller
 from ..surface import WorkspaceSurface
 from ._adapter_tools import build_tools, select_tools
 from ._arguments import ArgumentError, parse_arguments
-from ._tool import ContentPart, Tool
+from ._tool import ContentPart, Tool, error_result
 
 __all__ = ["DiscoverToolsTool", "WorkspaceTool", "create_langchain_tools", "visible_tools"]
 
@@ -83,6 +85,14 @@ _DISCOVER_SCHEMA: dict[str, Any] = {
     },
     "additionalProperties": False,
 }
+
+
+class _DiscoverInput(BaseModel):
+    """``discover_tools``' arguments as a model: what ``get_input_schema`` answers for it."""
+
+    model_config = ConfigDict(extra="forbid", title="discover_tools")
+
+    names: list[str] | None = Field(default=None, description="Tools to enable; omit to only list them.")
 
 
 @overload
@@ -227,7 +237,18 @@ class WorkspaceTool(_ScreenedTool):
         if isinstance(tool_input, dict) and _BAD_ARGUMENTS in tool_input:
             with audit_caller(adapter="langchain"):  # refused before the core tool runs: record it here
                 self.core.record_refused({}, str(tool_input[_BAD_ARGUMENTS]))
+            if tool_call_id is not None:  # answered by _arun as an error message with its artifact
+                return (), {_REFUSED: str(tool_input[_BAD_ARGUMENTS]), _CALL_ID: tool_call_id}
         return super()._to_args_and_kwargs(tool_input, tool_call_id)
+
+    def get_input_schema(self, config: RunnableConfig | None = None) -> type[BaseModel]:
+        """The core tool's input model, whose JSON schema is ``args_schema``.
+
+        For a JSON-schema ``args_schema`` LangChain answers ``Runnable``'s generic input (a string, any
+        dict or a ``ToolCall``), so ``get_input_jsonschema()`` described no argument of the tool and
+        langchain-tests' ``ToolsUnitTests`` refused a call with no arguments (``processes``).
+        """
+        return self.core.input_model
 
     @property
     def visible(self) -> bool:
@@ -251,10 +272,16 @@ class WorkspaceTool(_ScreenedTool):
         if args:
             raise ToolException(f"{self.name} takes keyword arguments only")
         call_id = kwargs.pop(_CALL_ID, None)
+        refused = kwargs.pop(_REFUSED, None)
+        if refused is not None:
+            return self._failed(error_result(refused), call_id)
         packed = kwargs.pop(_MODEL_ARGUMENTS, None)
         arguments: dict[str, Any] = dict(kwargs) if packed is None else {**kwargs, **packed}
         if self.needs_approval:
-            arguments = _ask_approval(self.name, arguments)
+            decision = _ask_approval(self.name, arguments)
+            if isinstance(decision, str):
+                return self._failed(error_result(decision), call_id)
+            arguments = decision
         on_update = None
         if self.stream_event_name is not None:
             # Custom events need the tool's own run as their parent, as in LangChain's own tools.
@@ -262,18 +289,28 @@ class WorkspaceTool(_ScreenedTool):
             on_update = _stream_forwarder(self.stream_event_name, child)
         with audit_caller(adapter="langchain"):
             result = await self.core.run(arguments, on_update=on_update)
-        if "error" in result and len(result) == 1:
-            raise ToolException(f"Error: {result['error']}")
+        if "error" in result:
+            return self._failed(result, call_id)
+        return _to_langchain(self.core.to_model_output(result)), result
+
+    def _failed(
+        self, result: dict[str, Any], call_id: str | None
+    ) -> tuple[str | list[dict[str, Any]] | ToolMessage, dict[str, Any] | None]:
+        """A failed call as an error ``ToolMessage`` (as OpenAI's is_error and MCP's isError say) that
+        keeps its content and, as its artifact, the result: the bare ``{"error"}``, an exec's partial
+        output, publish's ``ok: false``. ``content_and_artifact`` promises an artifact on every message
+        (langchain-tests' ``ToolsIntegrationTests``); a bare error used to be raised as a
+        ``ToolException``, whose message has none. Without a call id (arguments invoked bare, so no
+        message) a bare error is still raised, so ``invoke`` answers its text (``handle_tool_error``),
+        and a fuller one is answered as its content."""
         content = _to_langchain(self.core.to_model_output(result))
-        if "error" in result and call_id is not None:
-            # A failed call with more to show (an exec's partial output, publish's ok: false): an error
-            # message, as OpenAI's is_error and MCP's isError say, that keeps its content and artifact.
-            blocks: Any = content  # text, or the content blocks ToolMessage takes
-            failed = ToolMessage(
-                blocks, artifact=result, tool_call_id=call_id, name=self.name, status="error"
-            )
-            return failed, None
-        return content, result
+        if call_id is None:
+            if len(result) == 1:
+                raise ToolException(f"Error: {result['error']}")
+            return content, result
+        blocks: Any = content  # text, or the content blocks ToolMessage takes
+        failed = ToolMessage(blocks, artifact=result, tool_call_id=call_id, name=self.name, status="error")
+        return failed, None
 
 
 class DiscoverToolsTool(_ScreenedTool):
@@ -289,6 +326,10 @@ class DiscoverToolsTool(_ScreenedTool):
     )
     args_schema: Any = Field(default_factory=lambda: dict(_DISCOVER_SCHEMA))
     registry: _LazyRegistry = Field(exclude=True)
+
+    def get_input_schema(self, config: RunnableConfig | None = None) -> type[BaseModel]:
+        """A model of ``args_schema`` (see :meth:`WorkspaceTool.get_input_schema`)."""
+        return _DiscoverInput
 
     def _run(self, names: list[str] | None = None, **kwargs: Any) -> str:
         kwargs.pop(_CALL_ID, None)
@@ -320,6 +361,8 @@ _BAD_ARGUMENTS = "__computer_bad_arguments__"
 _MODEL_ARGUMENTS = "__computer_arguments__"
 # The keyword that carries the tool call's id along (None when invoked with bare arguments).
 _CALL_ID = "__computer_call_id__"
+# The keyword that carries, instead of arguments, why they were refused (a call with an id only).
+_REFUSED = "__computer_refused__"
 
 
 def _screened(tool_input: Any, name: str) -> Any:
@@ -417,8 +460,8 @@ def _run_on_sync_loop(call: Coroutine[Any, Any, Any]) -> Any:
         raise
 
 
-def _ask_approval(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """Pause the graph for a human decision; returns the arguments to run with, or raises on denial."""
+def _ask_approval(name: str, arguments: dict[str, Any]) -> dict[str, Any] | str:
+    """Pause the graph for a human decision; returns the arguments to run with, or the denial's error."""
     from langgraph.types import interrupt
 
     decision = interrupt({"type": "approval", "tool": name, "args": arguments})
@@ -428,7 +471,7 @@ def _ask_approval(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         edited = decision.get("args")
         return dict(edited) if isinstance(edited, Mapping) else arguments
     message = decision.get("message") if isinstance(decision, Mapping) else None
-    raise ToolException(f"Error: the user denied this {name} call." + (f" {message}" if message else ""))
+    return f"the user denied this {name} call." + (f" {message}" if message else "")
 
 
 def _stream_forwarder(event_name: str, config: RunnableConfig) -> Any:

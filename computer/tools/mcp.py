@@ -14,8 +14,10 @@ exec, publish and kill) and ``openWorldHint`` (exec, publish); the fixed-shape o
 publish, processes, kill) declare their ``outputSchema``. Results are text content plus ``structuredContent`` (the result dict); images from ``read`` are ``ImageContent`` and PDFs an embedded blob resource. A failed call (bad arguments included) is a
 result with ``isError: true``; an unknown tool name is a JSON-RPC error ``-32602`` (invalid params), as is
 a ``tools/list`` cursor (every tool is on one page and no ``nextCursor`` is sent, so no cursor is valid). While exec runs, a client that sent a progress token receives each
-snapshot as a progress notification (the message is the snapshot as JSON). Cancelling ``serve_http``
-stops the HTTP server through its normal shutdown.
+snapshot as a progress notification (the message is the snapshot as JSON); ``notifications/cancelled``
+of a call kills its run. Cancelling ``serve_http`` stops the HTTP server through its normal shutdown.
+Conformance-tested with the SDK's own client on stdio and streamable HTTP, in both protocol eras
+(``tests/adapters/test_mcp_conformance.py``).
 
 Importing this module loads the SDK's server side only, with its per-version wire models built at
 their first use (``_server_side_only``, ``_defer_surface_models``): ``computer mcp`` answered

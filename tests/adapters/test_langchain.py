@@ -284,3 +284,74 @@ async def test_openai_strict_declarations_pass_through_bind_tools_unchanged() ->
     strict = {d["function"]["name"]: d["function"].get("strict") for d in declarations}
     assert strict["read"] is True and strict["edit"] is True and strict["exec"] is None
     assert [convert_to_openai_tool(d) for d in declarations] == declarations
+
+
+async def test_every_failed_tool_call_is_an_error_message_carrying_its_result(
+    sample_tools: dict[str, Tool],
+) -> None:
+    """``content_and_artifact`` promises an artifact on every message (langchain-tests'
+    ``ToolsIntegrationTests``): a failed call's is its result, ``{"error": ...}`` as every adapter
+    reports it. A bare error (a missing file, bad arguments, arguments that are no JSON object) was
+    raised as a ``ToolException``, whose message had ``artifact=None``."""
+    tools = by_name(create_langchain_tools(sample_tools))
+    calls = [
+        ({"path": "/missing"}, "No such file or directory: /missing"),
+        ({"path": "/a", "limit": 0}, "limit"),
+        ("[not an object", "not valid JSON"),
+    ]
+    for args, says in calls:
+        msg = await tools["get"].ainvoke({"type": "tool_call", "name": "get", "args": args, "id": "c9"})
+        assert isinstance(msg, ToolMessage) and msg.status == "error" and msg.tool_call_id == "c9"
+        assert msg.content.startswith("Error: ") and says in msg.content
+        assert msg.artifact == {"error": msg.content.removeprefix("Error: ")}
+    # Invoked with bare arguments (no call id, so no message): the error's text, as before.
+    assert (await tools["get"].ainvoke({"path": "/missing"})).startswith("Error: No such file")
+
+
+async def test_a_denied_call_carries_its_error_as_artifact(sample_tools: dict[str, Tool]) -> None:
+    model = scripted(tool_calls_turn(("put", {"path": "/y", "content": "1"})))
+    agent = create_react_agent(
+        model, create_langchain_tools(sample_tools, approve=["put"]), checkpointer=InMemorySaver()
+    )
+    config: Any = {"configurable": {"thread_id": "deny-artifact"}}
+    await agent.ainvoke({"messages": [("user", "go")]}, config)
+    state = await agent.ainvoke(Command(resume={"approved": False, "message": "Ask first."}), config)
+    (denied,) = tool_messages(state)
+    assert denied.status == "error"
+    assert denied.artifact == {"error": "the user denied this put call. Ask first."}
+    assert denied.content == "Error: the user denied this put call. Ask first."
+
+
+async def test_the_input_schema_is_the_tools_own(sample_tools: dict[str, Tool]) -> None:
+    """``get_input_schema()`` is the core tool's input model (its JSON schema is ``args_schema``), and
+    ``discover_tools``' a model of its own: for a JSON-schema ``args_schema`` LangChain answers
+    ``Runnable``'s generic input (a string, any dict or a tool call), which described no argument and
+    refused a call with none."""
+    from pydantic import ValidationError
+
+    tools = by_name(create_langchain_tools(sample_tools, lazy=["show"]))
+    for name, core in sample_tools.items():
+        assert tools[name].get_input_schema() is core.input_model
+        assert tools[name].get_input_jsonschema() == tools[name].args_schema
+    assert tools["get"].get_input_schema()(path="/a", limit=3)
+    discover = tools["discover_tools"].get_input_schema()
+    assert discover().names is None and discover(names=["show"]).names == ["show"]
+    with pytest.raises(ValidationError):
+        discover(bogus=1)
+
+
+async def test_a_failed_call_with_more_to_show_keeps_it_with_or_without_a_call_id(
+    sample_tools: dict[str, Tool],
+) -> None:
+    """A failure carrying more than its error (an exec's partial output): an error message with that
+    result as artifact under a call id; invoked with bare arguments, its content (never an exception)."""
+    run = sample_tools["run"]
+
+    async def timed_out(params: Any, update: Any) -> dict[str, Any]:
+        return {"status": "cancelled", "timedOut": True, "stdout": "partial\n", "error": "timed out"}
+
+    tools = by_name(create_langchain_tools({"run": Tool("run", run.description, run.input_model, timed_out)}))
+    msg = await tools["run"].ainvoke(tool_call("run", {"command": "x"}))
+    assert msg.status == "error" and msg.artifact["stdout"] == "partial\n" and "partial" in msg.content
+    bare = await tools["run"].ainvoke({"command": "x"})
+    assert json.loads(bare)["stdout"] == "partial\n"
