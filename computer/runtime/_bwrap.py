@@ -94,13 +94,15 @@ def bwrap_argv(
     as_pid_1: bool = False,
     no_userns: bool = False,
     seccomp_fd: int | None = None,
+    own_pts: Sequence[str] = (),
 ) -> list[str]:
     """bubblewrap's full command line for ``command`` (options, ``--``, the command); ``network``:
     the files of :data:`NETWORK_ETC` bound (the network itself is ``_slirp``'s, set up by the caller).
 
     ``no_userns``: the sandbox's programs may not make user namespaces of their own
     (``--disable-userns``, bubblewrap 0.8 or later; see :data:`NO_USERNS`). ``seccomp_fd``: a
-    descriptor the caller passes, holding the seccomp filter (``_seccomp``).
+    descriptor the caller passes, holding the seccomp filter (``_seccomp``). ``own_pts``: options
+    put right after ``--dev`` (``_ptys.PTS_BIND``: a devpts instance of the sandbox's own, capped).
 
     ``as_pid_1`` (a live sandbox's init): the command is the pid namespace's first process, in place
     of bubblewrap's reaper. The kernel then drops every signal a process of the namespace sends it that
@@ -125,7 +127,7 @@ def bwrap_argv(
     for name in NETWORK_ETC if network else ():
         if os.path.lexists(f"/etc/{name}") and os.path.lexists(etc / name):
             args += ["--ro-bind", f"/etc/{name}", f"/etc/{name}"]  # live: CAs change
-    args += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--dir", "/tmp/home"]
+    args += ["--proc", "/proc", "--dev", "/dev", *own_pts, "--tmpfs", "/tmp", "--dir", "/tmp/home"]
     for bind in binds:
         args += ["--bind" if bind.writable else "--ro-bind", bind.source, bind.dest]
     if seccomp_fd is not None:

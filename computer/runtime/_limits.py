@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = [
+    "MAX_PTYS",
     "MSGQUEUE_CAP",
     "NPROC_MARGIN",
     "SIGPENDING_CAP",
@@ -76,6 +77,9 @@ NPROC_MARGIN = 16
 # What one sandbox may hold of the budgets every sandbox of the host uid shares (see the decisions).
 SIGPENDING_CAP = 1024
 MSGQUEUE_CAP = 200 * 1024
+# The default ``SandboxLimits.max_ptys``: a terminal multiplexer's windows and a few ``script`` or
+# ``expect`` sessions; 48 sandboxes at their cap to take the host's default 3,071 (``_ptys``).
+MAX_PTYS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +90,9 @@ class SandboxLimits:
     # RLIMIT_FSIZE: the largest file the program may write, rounded down to whole KiB (the unit of
     # `ulimit -f`, so a shell in the sandbox reports the same limit): 1,500 bytes enforce 1,024
     max_file_bytes: int | None = 4 * 1024**3
+    # Pseudo-terminals the sandbox may hold at once (a devpts instance of its own, ``_ptys``; None:
+    # the host's count, shared with every other sandbox). Past it ``open("/dev/ptmx")`` fails ENOSPC.
+    max_ptys: int | None = MAX_PTYS
 
 
 def rlimits(

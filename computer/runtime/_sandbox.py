@@ -52,6 +52,7 @@ from ._limits import (
     rlimits,
 )
 from ._process import SandboxProcess, close_transport
+from ._ptys import PTS_BIND, pty_isolation, pty_prefix
 from ._seccomp import SeccompFilter, compiled, filter_fd
 from ._slirp import NetworkLink, slirp_executable
 from ._standby import STANDBY_STUB, Standby, write_all
@@ -92,6 +93,7 @@ class Sandbox:
         self._host_ids = (host_ids or sandbox_host_ids()) if unprivileged and running_as_root() else None
         self._drop = drop_privileges(*self._host_ids) if self._host_ids is not None else []
         self.bwrap = bwrap_works(tuple(self._drop))
+        self._ptys = list(pty_prefix(self.limits.max_ptys, tuple(self._drop))) if self.bwrap else []
         if self._host_ids is not None and not self.bwrap and bwrap_works():
             # Namespaces matter more than the host uid (without them a program sees the host's files
             # and network): keep bubblewrap as root, say so.
@@ -99,6 +101,7 @@ class Sandbox:
                 "bubblewrap does not work as uid %s here: sandboxes map to host root", self._host_ids[0]
             )
             self._host_ids, self._drop, self.bwrap = None, [], True
+            self._ptys = list(pty_prefix(self.limits.max_ptys))
         # Network through slirp4netns in a namespace of the sandbox's own (``_slirp``): refused here,
         # naming the package, where it is missing (never the host's network namespace instead).
         self._slirp = slirp_executable() if network and self.bwrap else None
@@ -155,7 +158,8 @@ class Sandbox:
             parts.append(
                 f"bubblewrap: user namespace as uid {SANDBOX_UID} ({user}) with no capabilities, "
                 f"pid/mount/ipc/uts namespaces, {net}, read-only /usr, synthetic /etc, private /tmp, "
-                f"only the run's own binds (nosuid, nodev), {self._userns_isolation()}"
+                f"only the run's own binds (nosuid, nodev), {self._userns_isolation()}, "
+                + pty_isolation(self.limits.max_ptys, self._ptys)
             )
         else:
             parts.append(f"NO namespace isolation (bubblewrap unavailable): the program runs as {user}")
@@ -233,7 +237,7 @@ class Sandbox:
         :attr:`seccomp`'s program, passed by the caller)."""
         if not self.bwrap:
             return [*self._drop, *command]
-        return [*self._drop, *self._bwrap_argv(command, binds, cwd, seccomp_fd=seccomp_fd)]
+        return [*self._ptys, *self._drop, *self._bwrap_argv(command, binds, cwd, seccomp_fd=seccomp_fd)]
 
     def _bwrap_argv(
         self,
@@ -253,6 +257,7 @@ class Sandbox:
             as_pid_1=as_pid_1,
             no_userns=self.no_userns,
             seccomp_fd=seccomp_fd,
+            own_pts=PTS_BIND if self._ptys else (),
         )
 
     async def spawn(
@@ -308,7 +313,7 @@ class Sandbox:
                 options_fd, write_end = os.pipe()
                 ours.append(options_fd)
                 write_all(write_end, b"".join(os.fsencode(a) + b"\0" for a in options))
-                argv = [*self._drop, argv[0], "--args", str(options_fd), *argv[end:]]
+                argv = [*self._ptys, *self._drop, argv[0], "--args", str(options_fd), *argv[end:]]
                 pass_fds = (*pass_fds, *ours, info_w, block_r)
             else:  # the launcher joins the cgroups (as this process's user), then drops to the sandbox's
                 argv = [*launcher(self.rlimits, groups), *self._drop, *argv]

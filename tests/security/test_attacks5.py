@@ -12,9 +12,11 @@ log.
 from __future__ import annotations
 
 import asyncio
+import errno
 import io
 import platform
 import re
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -22,8 +24,9 @@ from rich.console import Console
 import computer
 from computer.cli._ps import ending_processes
 from computer.cli._shell import WorkspaceShell
-from computer.runtime import PythonBackend, _seccomp
+from computer.runtime import PythonBackend, ShellBackend, _seccomp
 from computer.runtime._bwrap import bwrap_works
+from computer.runtime._users import running_as_root
 
 CLEAR = "\x1b[2J"
 
@@ -128,23 +131,67 @@ print("opened", len(fds))
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "pseudo-terminals are one count for the whole host: every sandbox's devpts instance (bubblewrap's "
-        "--dev mounts one with no max=) draws on kernel.pty.max less kernel.pty.reserve (4096 - 1024), so "
-        "one program held all 3,071 (a live sandbox's background process: for good) and every other "
-        "workspace's open of /dev/ptmx failed ENOSPC (script, python's pty, expect, tmux). bubblewrap "
-        "has no devpts option; a per-sandbox max needs a devpts instance the host mounts (root) with "
-        "max=N and binds at /dev/pts, unmounted and reaped with the sandbox's scratch"
-    ),
-)
+# The pseudo-terminals a sandbox may hold: ``SandboxLimits.max_ptys``'s default (``_ptys``: an instance
+# of its own needs a root host process).
+MAX_PTYS = 64
+_CAPPED = bwrap_works() and running_as_root()
+
+
+@pytest.mark.skipif(not _CAPPED, reason="a devpts instance of the sandbox's own needs root and bubblewrap")
 async def test_one_sandbox_cannot_hold_the_hosts_pseudo_terminals() -> None:
-    async with computer.Workspace(backends=[PythonBackend(live=False)]) as workspace:
+    """Pseudo-terminals are one count for the whole host (kernel.pty.max less kernel.pty.reserve,
+    4096 - 1024): bubblewrap's devpts instance had no max=, one program held all 3,071 and every
+    other workspace's open of /dev/ptmx failed ENOSPC. Each sandbox now has an instance of its own
+    with at most ``max_ptys`` (``_ptys``), and another workspace still gets one meanwhile."""
+    holder = computer.Workspace(backends=[PythonBackend(live=True)])
+    other = computer.Workspace(backends=[ShellBackend(live=False)])
+    try:
+        await holder.fs.mkdir("/workspace")
+        await other.fs.mkdir("/workspace")
+        result = await (await holder.runtime.exec(_PTYS, backend="python", timeout=60)).result()
+        assert result.status == "completed", result
+        assert result.stdout == f"refused {errno.ENOSPC}\nopened {MAX_PTYS}\n", result.stdout
+        [info] = holder.runtime.backends()
+        assert f"at most {MAX_PTYS} pseudo-terminals" in info.isolation
+        # a background process of the live sandbox holds its whole cap while another workspace runs
+        held = await (await holder.runtime.exec(_HOLD, backend="python", timeout=60)).result()
+        assert held.stdout.startswith(f"held {MAX_PTYS}"), held
+        got = await (
+            await other.runtime.exec("script -qc tty /dev/null", backend="shell", timeout=60)
+        ).result()
+        assert got.status == "completed" and got.stdout.strip() == "/dev/pts/0", got
+    finally:
+        await holder.close()
+        await other.close()
+    mounts = await asyncio.to_thread(Path("/proc/self/mountinfo").read_text)
+    assert f"max={MAX_PTYS}" not in mounts, mounts  # the instances were the sandboxes' alone
+
+
+# A background process (a live sandbox's) holding as many pseudo-terminals as it gets, for good.
+_HOLD = """
+import os, subprocess, sys
+code = "import os\\nfds = []\\ntry:\\n    while True: fds.append(os.open('/dev/ptmx', os.O_RDWR | os.O_NOCTTY))\\nexcept OSError: pass\\nprint(len(fds), flush=True)\\nos.close(1)\\nimport time; time.sleep(600)"
+p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, start_new_session=True)
+print("held", p.stdout.readline().decode().strip())
+"""
+
+_TERMINALS = (
+    "script -qc tty /dev/null; python3 -c 'import os, pty; pid, fd = pty.fork(); "
+    "print(os.read(fd, 100).decode().strip() if pid else os.ttyname(0))'; "
+    "python3 -c 'import os; m, s = os.openpty(); print(os.ttyname(s))'"
+)
+
+
+@pytest.mark.skipif(not _CAPPED, reason="a devpts instance of the sandbox's own needs root and bubblewrap")
+@pytest.mark.parametrize("live", [True, False], ids=["live", "per-call"])
+async def test_pseudo_terminals_work_in_a_sandbox_of_capped_terminals(live: bool) -> None:
+    """script, python's pty.fork and openpty (what ssh -t, expect and tmux use) get a terminal of the
+    sandbox's own devpts instance, named as usual."""
+    async with computer.Workspace(backends=[ShellBackend(live=live)]) as workspace:
         await workspace.fs.mkdir("/workspace")
-        result = await (await workspace.runtime.exec(_PTYS, backend="python", timeout=60)).result()
+        result = await (await workspace.runtime.exec(_TERMINALS, backend="shell", timeout=60)).result()
     assert result.status == "completed", result
-    assert "refused" in result.stdout, result.stdout  # a bound of its own, well under the host's 3,071
+    assert result.stdout.split() == ["/dev/pts/0", "/dev/pts/0", "/dev/pts/0"], result
 
 
 # io_setup(65536, &ctx) (x86_64 206, aarch64 0): EPERM filtered; without the filter a context of all
