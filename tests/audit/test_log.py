@@ -513,7 +513,18 @@ async def test_numbers_json_has_no_spelling_for_and_a_long_tool_name_are_kept_re
         ws.audit.record("tool", tool="t", status="ok", duration_ms=float("inf"))
         records = await ws.audit.query()
     nan, refused, endless = records
-    assert nan.args["depth"] == "nan" and nan.args["limit"] == "-inf"
+    assert nan.args["depth"] == "NaN" and nan.args["limit"] == "-Infinity"
     assert refused.tool is not None and refused.tool.startswith("x" * 256) and len(refused.tool) < 300
     assert endless.duration_ms is None
     json.dumps([r.to_json() for r in records], allow_nan=False)  # what the dashboard answers with
+
+
+async def test_a_record_written_with_nan_before_reads_as_its_name() -> None:
+    """Records written before non-finite floats were scrubbed hold ``NaN`` in their JSON text."""
+    async with Workspace() as ws:
+        ws.audit._db.execute(
+            "INSERT INTO audit (time, kind, tool, status, args, size) VALUES (1, 'tool', 't', 'ok', ?, 70)",
+            ('{"x":NaN,"y":-Infinity}',),
+        )
+        (record,) = await ws.audit.query()
+    assert record.args == {"x": "NaN", "y": "-Infinity"}
