@@ -93,15 +93,21 @@ def cap_entries(mirror: MirrorBase, plan: PullPlan, now: dict[str, Entry], cap: 
         remove_beneath(mirror.directory, name)
     forget(now, (), rels)
     counts: dict[str, int] = {}
-    if overflow is not None:
-        for parent in overflow.unnamed:  # past the names it kept: what is new there now goes
-            _remove_new_in(mirror, parent, now)
-        if overflow.unnamed:
-            counts = {mirror.workspace_path(parent): n for parent, n in overflow.parents.items()}
-            for path in tops:  # the plan's own new paths (the walk held none of them)
-                if rel(path) not in overflow.names:
-                    parent = path.rpartition("/")[0] or "/"
-                    counts[parent] = counts.get(parent, 0) + 1
+    if overflow is not None and overflow.unnamed:
+        counts = {mirror.workspace_path(parent): n for parent, n in overflow.parents.items()}
+        walked = set(overflow.names)
+        named: dict[str, int] = {}
+        for name in walked:
+            parent = name.rpartition("/")[0]
+            named[parent] = named.get(parent, 0) + 1
+        for parent in overflow.unnamed:  # past the names it kept: what is new there now goes, counted
+            removed = named.get(parent, 0) + _remove_new_in(mirror, parent, now)
+            path = mirror.workspace_path(parent)
+            counts[path] = max(counts[path], removed)  # (with what a live program made since the walk)
+        for path in tops:  # the plan's own new paths (the walk held none of them)
+            if rel(path) not in walked:
+                parent = path.rpartition("/")[0] or "/"
+                counts[parent] = counts.get(parent, 0) + 1
     if not counts and len(tops) <= REPORTED:
         return dict.fromkeys(tops, reason)
     for path in [] if counts else tops:
@@ -110,19 +116,20 @@ def cap_entries(mirror: MirrorBase, plan: PullPlan, now: dict[str, Entry], cap: 
     return {parent: f"{n} new entries in it {reason}" for parent, n in counts.items()}
 
 
-def _remove_new_in(mirror: MirrorBase, parent: str, now: dict[str, Entry]) -> None:
+def _remove_new_in(mirror: MirrorBase, parent: str, now: dict[str, Entry]) -> int:
     """Remove from the mirror's directory ``parent`` (relative) every entry ``now`` does not hold: the
     new entries of an overflowing walk whose names it did not keep (``_mirror_walk.KEEP_NAMES``), and
-    any new one made there since, as refused as they are (the report counts what the walk met). As
-    the directory is read (no list of a flood's names), no link followed; read again while a pass
-    removed something (a removal during a read may hide a name from it), at most ``_PASSES`` times."""
+    any new one a live program made there since, as refused as they are; returns how many. As the
+    directory is read (no list of a flood's names), no link followed; read again while a pass removed
+    something (a removal during a read may hide a name from it), at most ``_PASSES`` times."""
     prefix = f"{parent}/" if parent else ""
+    total = 0
     for _ in range(_PASSES):
         removed = 0
         try:
             fd = open_beneath(mirror.directory, parent)
         except OSError:
-            return  # gone, or a link planted in its place: nothing of the mirror there
+            return total  # gone, or a link planted in its place: nothing of the mirror there
         try:
             with os.scandir(fd) as it:
                 for e in it:
@@ -130,11 +137,13 @@ def _remove_new_in(mirror: MirrorBase, parent: str, now: dict[str, Entry]) -> No
                         remove_beneath(mirror.directory, prefix + e.name)
                         removed += 1
         except OSError:
-            return
+            return total + removed
         finally:
             os.close(fd)
+        total += removed
         if not removed:
-            return
+            break
+    return total
 
 
 _PASSES = 3
