@@ -403,6 +403,8 @@ class WorkspaceHost(PoolCallbacks):
             "last_active": self._last_active,
             "pid": os.getpid(),
             "rss_bytes": _rss_bytes(),
+            # Audit records not written (refused, or a row SQLite refused), each logged when it happened.
+            "audit_dropped": self.workspace.audit.dropped,
         }
 
     # -- RPC: filesystem ----------------------------------------------------------------------------

@@ -7,8 +7,9 @@ name); among that node's hosts, the name's stable hash picks one, so every proce
 asking anyone. The number of hosts of a node is fixed by the first process that places a workspace
 there (GCS key-value store), so two processes configured differently still agree.
 
-Inside a host, each awake workspace is a :class:`HostedWorkspace` (an :class:`OwnerActor` object, the
-same per-workspace logic as a dedicated owner) with an event loop and thread of its own: one
+Inside a host, each awake workspace is a :class:`HostedWorkspace` (``_hosted_workspace.py``: an
+:class:`OwnerActor` object, the same per-workspace logic as a dedicated owner) with an event loop and
+thread of its own: one
 workspace's long operation (a 64 MiB write, a grep over a large tree, a big sync apply) blocks only
 that workspace's loop, while its own calls keep the serial order of a dedicated owner. The host's
 loop only dispatches. Waking a workspace on a live host opens its file and takes its lease (no
@@ -31,10 +32,10 @@ import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
-from ..config import Settings, configure
+from ..config import configure
 from ..runtime import offload
 from ._errors import WorkspaceUnavailableError
 from ._full_nodes import place_elsewhere
@@ -48,7 +49,6 @@ from ._host_placement import (
     HostedHandle,
     HostedMethod,
     claim_new_node,
-    claim_to_create,
     forget_claim,
     host_handles,
     hosted_owner,
@@ -56,10 +56,9 @@ from ._host_placement import (
     kill_hosts,
     release_unborn_claim,
 )
-from ._lease import owner_id
+from ._hosted_workspace import HostedWorkspace, construct
 from ._loop_thread import LoopClosedError, LoopThread, SharedThreadPool
-from ._owner import CONTROL_METHODS, STREAM_GROUP_METHODS, WAIT_METHODS, OwnerActor, hop_stream
-from ._pool_callbacks import owner_token
+from ._owner import CONTROL_METHODS, STREAM_GROUP_METHODS, WAIT_METHODS, hop_stream
 from ._small_calls import small_call
 from .directory import Directory, LeaseRenewal, open_directory, renew_leases
 from .wire import fail, moved
@@ -82,7 +81,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 # The interpreter hands the GIL over this often (seconds; CPython's default is 5 ms): a workspace
 # busy in Python code delays a neighbour's call by at most about this much per hand-over.
@@ -97,77 +95,6 @@ _IO_THREADS = 16  # the host's shared pool for ``asyncio.to_thread`` of every wo
 # Calls a pool worker makes about a run of an owner: they never wake a workspace (a workspace that is
 # not open here has no run going here: the run's owner is gone).
 _NO_WAKE = frozenset({"pool_ping", "pool_fs_call", "pool_sync_push", "pool_sync_pull", "pool_share"})
-
-
-# -- one workspace inside a host --------------------------------------------------------------------
-
-
-class HostedWorkspace(OwnerActor):
-    """A managed owner living inside an :class:`OwnerHost` (constructed on its own loop thread)."""
-
-    managed = True
-    renews_own_lease = False  # the host renews every lease it holds in one write per round
-
-    def __init__(self, name: str, config: Settings, host: OwnerHost, thread: LoopThread) -> None:
-        self._host_obj = host
-        self._thread = thread
-        self._left = False
-        super().__init__(name, config)
-        # The host's groups (a host of an older version has none: the default group then).
-        self.probe_group = host.probe_group
-        self.control_group = host.control_group
-        self.wait_group = host.wait_group
-        self.stream_group = host.stream_group
-
-    async def _on_own_loop(self, call: Awaitable[T], gone: Callable[[], T] | None = None) -> T:
-        return await call  # the host's ``ws_call`` hands every call to this workspace's loop
-
-    def _configure(self, config: Settings) -> Settings:
-        return config  # the host's, which configured the process once (every workspace here shares it)
-
-    def _open_directory(self) -> Directory:
-        return self._host_obj.directory  # one connection per host, not one per workspace (thread-safe)
-
-    def _backends(self) -> Sequence[Any]:
-        # Pool workers call the owner back through the handle a run carries: this workspace's
-        # HostedHandle, not the host's actor handle (``current_actor``, what a pool backend assumes).
-        backends = super()._backends()
-        handle = HostedHandle(self._host_obj.handle, self.name, self._host_obj.host_name)
-        for backend in backends:
-            if getattr(backend, "_owner", False) is None:  # a PoolBackend that has not met its owner
-                backend._owner = handle
-                backend._token = owner_token()
-        return backends
-
-    def _new_owner_id(self) -> str:
-        # The lease says which host holds it (``computer ls`` shows it): "<host name>#<pid>~<place>/<uuid>".
-        return owner_id(self._host_obj.host_name)
-
-    async def close_workspace(self) -> None:
-        """Close the workspace, release the lease and leave the host (the next call opens it again)."""
-        await self._leave(hibernating=False)
-
-    async def _leave(self, *, hibernating: bool, release: bool = True) -> None:
-        """Close (hibernation, fenced, closed on request) and tell the host, which forgets this object."""
-        if self._left:
-            return
-        self._left = True
-        host = self._host_obj
-        host.loop.call_soon_threadsafe(host.leaving, self)
-        try:
-            await self._close_quietly(hibernating=hibernating, release=release)
-        finally:
-            host.loop.call_soon_threadsafe(host.gone, self)
-
-
-async def _construct(name: str, config: Settings, host: OwnerHost, thread: LoopThread) -> HostedWorkspace:
-    """Open a workspace (on its own loop: the constructor's background tasks belong to that loop),
-    once its pools' descriptions are known (awaited: the constructor would block this loop on them)."""
-    from .pools import describe_pools
-
-    claim_to_create(config, host.directory, name, host.node)  # a new name: this node's claim, or moved
-    await describe_pools(config)
-    return HostedWorkspace(name, config, host, thread)
 
 
 # -- the host actor ---------------------------------------------------------------------------------
@@ -274,7 +201,7 @@ class OwnerHost:
         self._opening[name] = future
         thread = LoopThread(name, self._executor)
         try:
-            ws = await thread.run(_construct(name, self.config, self, thread))
+            ws = await thread.run(construct(name, self.config, self, thread))
         except BaseException as exc:
             thread.stop()
             again: Exception | None = None

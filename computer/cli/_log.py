@@ -76,6 +76,17 @@ async def _removed(path: Path, poll: float = 0.5) -> None:
             return
 
 
+def json_line(record: AuditRecord) -> str:
+    """One record as a JSON line: UTF-8 as it is, or ASCII escapes when it holds a lone surrogate (a
+    model's broken emoji escape, kept as given): printing it raised, a traceback for ``--json``."""
+    line = json.dumps(record.to_json(), ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(record.to_json(), ensure_ascii=True)
+    return line
+
+
 async def show_log(
     options: GlobalOptions,
     name: str,
@@ -96,7 +107,7 @@ async def show_log(
             raise CliError(str(exc), code=2) from None
         if as_json:
             for record in records:
-                print(json.dumps(record.to_json(), ensure_ascii=False), flush=True)
+                print(json_line(record), flush=True)
         elif not follow:
             _print_table(records, name, console)
         else:
@@ -111,7 +122,7 @@ async def show_log(
         async def print_new() -> None:
             async for record in audit.follow(since=since, tool=tool, status=status):
                 if as_json:
-                    print(json.dumps(record.to_json(), ensure_ascii=False), flush=True)
+                    print(json_line(record), flush=True)
                 else:
                     console.print(format_row(record), soft_wrap=True)
 

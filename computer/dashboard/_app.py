@@ -106,7 +106,10 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
             return JSONResponse({"error": _unreadable(name, exc)}, status_code=404)
         except ValueError as exc:
             return JSONResponse({"error": str(exc)}, status_code=400)
-        return JSONResponse([r.to_json() for r in records], headers=_HEADERS)
+        # ASCII JSON: a lone surrogate a record keeps (a model's broken escape) is then its valid JSON
+        # escape; encoded as UTF-8 (JSONResponse), it raised, a 500 for every page holding one.
+        body = json.dumps([r.to_json() for r in records], ensure_ascii=True, allow_nan=False)
+        return Response(body, media_type="application/json", headers=_HEADERS)
 
     async def audit_events(request: Request) -> Response:
         name = request.path_params["name"]

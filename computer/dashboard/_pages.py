@@ -28,7 +28,15 @@ __all__ = [
 
 
 def _e(value: Any) -> str:
-    return escape("" if value is None else str(value), quote=True)
+    """``value`` as HTML text; a lone surrogate (a model's broken emoji escape, kept by the audit log
+    as given) written as its ``\\udXXX`` escape: the page's UTF-8 encoding raised on it, a 500."""
+    text = "" if value is None else str(value)
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return escape(text, quote=True)
 
 
 def _q(value: str) -> str:

@@ -129,8 +129,8 @@ class Mirror(MirrorPush, MirrorPull):
         super().finish_push(rev, refetched)
         self.root_time.pushed(self.directory, self.lifts)
 
-    def plan(self, *, paced: bool = False) -> tuple[PullPlan, dict[str, Entry]]:
-        plan, now = super().plan(paced=paced)
+    def plan(self, *, paced: bool = False, cap: int | None = None) -> tuple[PullPlan, dict[str, Entry]]:
+        plan, now = super().plan(paced=paced, cap=cap)
         self.root_time.pulled(plan, self.directory, self.root, self.lifts, self.keep_setid)
         return plan, now
 

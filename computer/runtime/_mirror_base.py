@@ -19,6 +19,7 @@ from ._entry import INO, KIND, MODE, SIZE, Entry, entry_of, is_dir
 from ._forget import forget
 from ._held_links import is_utf8, linked_at, lost_names, names_elsewhere, rename_at
 from ._lifts import Lifts, open_top
+from ._mirror_walk import Overflow
 from ._pull_rules import PROTECTED
 from ._watch import TreeWatch
 
@@ -423,6 +424,8 @@ class PullPlan:
     dir_sub_ns: dict[str, int] = field(default_factory=dict)
     # Large files that continue another name's file (see ``Mirror.chunk_sources``); None: not asked yet.
     sources: dict[str, str] | None = None
+    # The new entries a walk refused past the entry cap, never collected (``_mirror_walk``, ``_entry_cap``).
+    overflow: Overflow | None = None
 
     def time_dir(self, path: str, ns: int) -> None:
         """Keep the time ``ns`` read in the mirror of the directory ``path`` (``dir_times``)."""

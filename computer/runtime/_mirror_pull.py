@@ -42,12 +42,14 @@ _HOLE_PRINT = xxh3_128_intdigest(HOLE, _SEED)
 class MirrorPull(MirrorWatch):
     """Finding and reading what changed in the mirror (a part of :class:`~computer.runtime._mirror.Mirror`)."""
 
-    def plan(self, *, paced: bool = False) -> tuple[PullPlan, dict[str, Entry]]:
+    def plan(self, *, paced: bool = False, cap: int | None = None) -> tuple[PullPlan, dict[str, Entry]]:
         """What the program changed since the push (no file bytes read yet), and the new state to
         adopt after the pull. With a healthy watch only the touched paths are examined; otherwise the
         whole tree is walked. A name the run made and removed (or where a file it made went again:
         the watch's ``passed``) may have been a hard link that changed a file no event names: every
-        file is looked at again (``look_again``; ``paced``, a tick: at most a tenth of the time)."""
+        file is looked at again (``look_again``; ``paced``, a tick: at most a tenth of the time).
+        ``cap``: the entry cap (``_entry_cap``): a walk past it refuses the new entries instead of
+        collecting them (``PullPlan.overflow``); a watched pull is bounded by what a watch holds."""
         touched = self.touched()  # what the watch saw, and the files forced (``_mapped``)
         denied: list[str] = []  # paths kept as last seen: a directory above stays locked (LOCKED_OUT)
         if touched is None:
@@ -57,10 +59,12 @@ class MirrorPull(MirrorWatch):
             self.unwatch()
             self.arm()
             walked: dict[str, int] = {}
-            now = self.scan(walked, denied)
+            now = self.scan(walked, denied, cap)
             self.note_locks(now.items(), now)
             self.look_owed = False  # every path was lstat-ed
-            return self.locked_out(self._plan(now, set(now) | set(self.state), walked), denied), now
+            plan = self._plan(now, set(now) | set(self.state), walked)
+            plan.overflow, self.overflow = self.overflow, None
+            return self.locked_out(plan, denied), now
         if not touched and not self.look_due(paced):  # no copy of the state (10,000 entries: 0.3 ms)
             return PullPlan(), self.state
         state = self.state

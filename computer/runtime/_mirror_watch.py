@@ -9,7 +9,7 @@ import time
 from . import _watch
 from ._entry import CTIME_NS, KIND, MTIME_NS
 from ._mirror_base import Entry, MirrorBase
-from ._mirror_walk import walk
+from ._mirror_walk import Overflow, walk
 from ._watch import TreeWatch
 
 __all__ = ["SHED_FOR", "MirrorWatch"]
@@ -24,13 +24,17 @@ class MirrorWatch(MirrorBase):
     walk_next: float  # an unwatched mirror's next paced walk is due then (monotonic)
     forced: set[str]  # files the next pull reads as changed whatever their lstat says (``force``)
     shed_until: float  # not watched again before then: its events nearly overflowed the shared queue
+    overflow: Overflow | None = None  # the new entries the last walk refused past its cap (``_mirror_walk``)
 
-    def scan(self, times: dict[str, int] | None = None, denied: list[str] | None = None) -> dict[str, Entry]:
+    def scan(
+        self, times: dict[str, int] | None = None, denied: list[str] | None = None, cap: int | None = None
+    ) -> dict[str, Entry]:
         """Walk the directory: every entry below it, by relative path (and each directory's mtime in ns
-        into ``times`` when given); see :func:`~computer.runtime._mirror_walk.walk`. A tree a watch
-        gave up on is watched again once a walk finds it under half of ``MAX_DIRS``."""
+        into ``times`` when given); see :func:`~computer.runtime._mirror_walk.walk`. Past ``cap``
+        entries the new ones are refused, not collected: ``overflow`` says which (else None). A tree a
+        watch gave up on is watched again once a walk finds it under half of ``MAX_DIRS``."""
         started = time.monotonic()
-        now = walk(self.directory, self.state, self.lifts, times, denied)
+        now, self.overflow = walk(self.directory, self.state, self.lifts, times, denied, cap)
         ended = time.monotonic()
         self.walk_next = ended + 9 * (ended - started)
         if ended < self.shed_until:

@@ -294,10 +294,11 @@ class MirrorSync:
         follow: bool,
         paced: bool,
     ) -> Synced:
+        cap = self.max_entries
         if mirror.quiet(paced):  # the program changed nothing: no thread hop for an empty pull
-            plan, now = mirror.plan(paced=paced)
+            plan, now = mirror.plan(paced=paced, cap=cap)
         else:
-            plan, now = await finish_in_thread(functools.partial(mirror.plan, paced=paced), mirror)
+            plan, now = await finish_in_thread(functools.partial(mirror.plan, paced=paced, cap=cap), mirror)
         mirror.kept = set(plan.unsyncable)
         left_out = {**mirror.left_out(), **plan.unsyncable}
         if self.kept_limit is not None and plan.unsyncable:  # such a file made or grown: count them all
@@ -306,7 +307,7 @@ class MirrorSync:
             )
             left_out.update(removed)
         capped: dict[str, str] = {}
-        if self.max_entries is not None and len(now) > self.max_entries:
+        if self.max_entries is not None and (len(now) > self.max_entries or plan.overflow is not None):
             capped = await finish_in_thread(
                 functools.partial(cap_entries, mirror, plan, now, self.max_entries), mirror
             )

@@ -7,8 +7,9 @@ Writing: :meth:`AuditLog.record` scrubs the record (secret-looking values redact
 and appends it to a small in-memory batch; the batch is committed in one transaction of its own
 ``FLUSH_DELAY`` seconds later (or at once when no event loop runs, when it reaches ``FLUSH_BATCH``
 records, before a query and at close). A tool call therefore never waits for an audit commit, and a
-burst of calls costs one commit. The price: a process killed outright loses at most the records of
-its last ``FLUSH_DELAY`` seconds. A zombie owner (fenced out by a newer one) writes nothing.
+burst of calls costs one commit. A batch whose statement fails is written again row by row
+(``_audit_rows``): a bad record costs only itself, logged and counted in ``dropped``. The price of
+batching: a process killed outright loses at most the records of its last ``FLUSH_DELAY`` seconds. A zombie owner (fenced out by a newer one) writes nothing.
 
 Retention is bounded by count and bytes (``max_records``, ``max_bytes``): past either, the oldest
 records go, down to 90% of the limit, so trims are rare and whole.
@@ -26,8 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -50,8 +49,9 @@ from ._audit_record import (
     since_clause,
     sql_int,
 )
+from ._audit_rows import INSERT, NO_RESULT, encode, insert_one_by_one
 from ._db import Database
-from ._redact import MAX_ERROR_CHARS, cut, payload_size, redact, scrub, scrub_args, sound_text
+from ._redact import redact, scrub
 
 __all__ = [
     "DEFAULT_MAX_AUDIT_BYTES",
@@ -73,42 +73,6 @@ DEFAULT_MAX_AUDIT_BYTES = 16 * 1024 * 1024
 FLUSH_DELAY = 0.05  # seconds between a record and the commit that holds it
 FLUSH_BATCH = 256  # records held at most before a commit
 POLL_INTERVAL = 0.5  # seconds between looks at the file while following other writers
-
-
-_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode  # one encoder for every record
-_NO_RESULT = object()
-
-
-@functools.lru_cache(maxsize=256)
-def _caller_json(fields: tuple[tuple[str, str], ...]) -> str:
-    """A caller's JSON (a few distinct callers write most records)."""
-    return _json(scrub(dict(fields)))  # a record that is not a tool call's: no sizes to add
-
-
-def _encode(
-    at: float,
-    kind: str,
-    tool: str | None,
-    status: str,
-    error: Any,
-    duration_ms: float | None,
-    caller: Mapping[str, str],
-    args: Mapping[str, Any] | None,
-    detail: Mapping[str, Any] | None,
-    result: Any,
-) -> tuple[Any, ...]:
-    """One pending record as its table row: scrubbed, sized and encoded (at commit time)."""
-    if result is _NO_RESULT:
-        detail_json = _json(scrub(dict(detail or {}), limit=1024))
-    else:  # a tool call's detail is its two sizes
-        detail_json = f'{{"bytes_in":{payload_size(args)},"bytes_out":{payload_size(result)}}}'
-    caller_json = _caller_json(tuple(caller.items()))
-    args_json = _json(scrub_args(args))
-    text = None if error is None else cut(redact(str(error)[: MAX_ERROR_CHARS + 64]), MAX_ERROR_CHARS)
-    size = 64 + len(caller_json) + len(args_json) + len(detail_json) + len(text or "") + len(tool or "")
-    duration = None if duration_ms is None else round(float(duration_ms), 3)
-    row = (int(at * 1e6), kind, tool, status, text, duration, caller_json, args_json, detail_json, size)
-    return tuple(sound_text(v) if isinstance(v, str) else v for v in row)
 
 
 class AuditLog:
@@ -140,7 +104,9 @@ class AuditLog:
         self._count: int | None = None  # records and bytes stored, loaded on the first flush
         self._bytes = 0
         self.closed = False
-        self.dropped = 0  # records not written (fenced out, or a failed commit)
+        # Records not written (fenced out, refused by ``encode``, or a row SQLite refused), each logged;
+        # the owner's ``stats()`` shows it as ``audit_dropped``.
+        self.dropped = 0
 
     def configure(self, *, max_records: int | None = None, max_bytes: int | None = None) -> None:
         """Change the retention limits (``None`` keeps one); applied at the next commit."""
@@ -170,9 +136,7 @@ class AuditLog:
     ) -> None:
         """Append one record (committed shortly after; see the module docstring). Never raises.
         ``at``: when it happened, by the recorder's clock (:func:`record_time`)."""
-        self._append(
-            kind, tool, status, error, duration_ms, caller, args, detail, record_time(at), _NO_RESULT
-        )
+        self._append(kind, tool, status, error, duration_ms, caller, args, detail, record_time(at), NO_RESULT)
 
     def record_tool(
         self, name: str, args: Any, result: Any, duration_s: float, *, caller: Mapping[str, str] | None = None
@@ -309,34 +273,62 @@ class AuditLog:
         rows = []
         for entry in pending:
             try:
-                rows.append(_encode(*entry))
-            except Exception:  # an unserialisable value must never fail a commit of the others
+                rows.append(encode(*entry))
+            except Exception as exc:  # a record the log cannot keep must never fail a commit of the others
                 self.dropped += 1
-                log.exception("audit: could not encode a %s record", entry[1])
-        try:
-            if not self._is_owner():
-                self.dropped += len(rows)
-                return
-            with db.transaction():
-                if self._count is None:
-                    count, size = db.one("SELECT count(*), coalesce(sum(size), 0) FROM audit")
-                    self._count, self._bytes = int(count), int(size)
-                db.executemany(
-                    "INSERT INTO audit (time, kind, tool, status, error, duration_ms, caller, args, detail, size)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    rows,
-                )
-                self._count = (self._count or 0) + len(rows)
-                self._bytes += sum(row[-1] for row in rows)
-                if self._count > self.max_records or self._bytes > self.max_bytes:
-                    self._trim()
-        except Exception as exc:
-            self.dropped += len(rows)
-            self._count = None
-            log.warning("audit: %d record(s) could not be written: %r", len(rows), exc)
+                log.warning("audit: a %s record was not written: %r", str(entry[1])[:16], exc)
+        if not rows:
             return
+        if not self._owns():
+            self.dropped += len(rows)
+            return
+        try:
+            with db.transaction():
+                self._load_totals()
+                db.executemany(INSERT, rows)
+                self._written(rows)
+        except Exception as exc:
+            self._count = None
+            if len(rows) == 1 or not self._owns():
+                self.dropped += len(rows)
+                log.warning("audit: %d record(s) could not be written: %r", len(rows), exc)
+                return
+            # One bad row fails the statement: each row alone, so only the bad ones are lost.
+            written, failed = insert_one_by_one(db, rows)
+            self.dropped += failed
+            try:
+                with db.transaction():
+                    self._load_totals()  # reloaded: the rows went in without counting them
+            except Exception as again:
+                self._count = None
+                log.warning("audit: the log's totals could not be read: %r", again)
+            if not written:
+                return
         for waiter in self._waiters:
             waiter.set()
+
+    def _owns(self) -> bool:
+        try:
+            return self._is_owner()
+        except Exception as exc:  # the file closed or failed: nothing can be written
+            log.warning("audit: could not tell whether this process owns the log: %r", exc)
+            return False
+
+    def _load_totals(self) -> None:
+        """Read the records and bytes stored (once; kept up to date by ``_written``), trim if over."""
+        if self._count is None:
+            count, size = self._db.one("SELECT count(*), coalesce(sum(size), 0) FROM audit")
+            self._count, self._bytes = int(count), int(size)
+            self._trim_over()
+
+    def _written(self, rows: list[tuple[Any, ...]]) -> None:
+        self._count = (self._count or 0) + len(rows)
+        self._bytes += sum(row[-1] for row in rows)
+        self._trim_over()
+
+    def _trim_over(self) -> None:
+        if (self._count or 0) > self.max_records or self._bytes > self.max_bytes:
+            self._trim()
 
     def _trim(self) -> None:
         """Delete the oldest records until both totals are at most 90% of their limits."""

@@ -163,10 +163,15 @@ def record_from_row(row: tuple[Any, ...]) -> AuditRecord:
         status=status,
         error=error,
         duration_ms=duration,
-        caller=json.loads(caller) if caller else {},
-        args=json.loads(args) if args else {},
-        detail=json.loads(detail) if detail else {},
+        caller=_loads(caller) if caller else {},
+        args=_loads(args) if args else {},
+        detail=_loads(detail) if detail else {},
     )
+
+
+# A record written before non-finite floats were scrubbed holds ``NaN`` in its JSON: read as the
+# string ``"NaN"``, as one written now (a float no JSON reader takes refused the dashboard's answer).
+_loads = json.JSONDecoder(parse_constant=str).decode
 
 
 SQL_MAX = 2**63 - 1

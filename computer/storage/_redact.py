@@ -11,6 +11,7 @@ a secret-looking name, a whole ``Authorization:`` header value (any scheme), the
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -82,6 +83,9 @@ _TRIGGERS = (
 )  # fmt: skip
 
 
+_FLOAT_NAMES = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
+
+
 def redact(text: str) -> str:
     """``text`` with every secret-looking value replaced by ``[redacted]``."""
     if not text:
@@ -110,11 +114,15 @@ def cut(text: str, limit: int) -> str:
 def scrub(value: Any, *, limit: int = MAX_VALUE_CHARS, _depth: int = 0) -> Any:
     """A JSON-ready copy of ``value``: secrets redacted, strings cut at ``limit``, lists and objects cut.
 
-    A value under a secret-looking key is replaced whole; bytes become their length.
+    A value under a secret-looking key is replaced whole; bytes become their length; a float that is
+    not finite its name (``"NaN"``, ``"Infinity"``, ``"-Infinity"``: not JSON, the dashboard's JSON
+    answer refused a page holding one).
     """
     kind = type(value)
-    if value is None or kind is bool or kind is int or kind is float:
+    if value is None or kind is bool or kind is int:
         return value
+    if kind is float:  # NaN and the infinities are not JSON: their JSON5 names as strings
+        return value if math.isfinite(value) else _FLOAT_NAMES[repr(value)]
     if kind is str or isinstance(value, str):
         # Redact a window a little longer than what is kept, so a secret on the cut is still found.
         if len(value) <= limit:

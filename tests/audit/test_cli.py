@@ -154,3 +154,17 @@ async def test_log_follow_of_an_empty_log_misses_no_record_committed_as_it_start
 
         configure(**before)
     assert injected and [json.loads(line)["tool"] for line in printed.splitlines()] == ["late"]
+
+
+async def test_log_json_prints_a_record_holding_a_lone_surrogate(tmp_path: Path) -> None:
+    """A model's broken emoji escape (``"\\ud83d"``) is kept as given; ``--json`` printed it as UTF-8,
+    which raised: a traceback, and no record after it printed."""
+    ws = await _workspace(tmp_path, "proj")
+    tools = create_tools(ws)
+    await tools["ls"].run({"path": "/tmp/\ud83d"})
+    await tools["ls"].run({"path": "/"})
+    await ws.close()
+    done = await asyncio.to_thread(run_cli, ["log", "proj", "--json"], env=cli_env(tmp_path), timeout=120)
+    assert done.returncode == 0, done.stderr
+    paths = [json.loads(line)["args"]["path"] for line in done.stdout.splitlines()]
+    assert paths == ["/tmp/\ud83d", "/"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import sqlite3
 import time
 from datetime import UTC, datetime, timedelta
@@ -456,3 +457,74 @@ async def test_a_record_a_client_sends_keeps_the_time_of_its_call_not_of_its_arr
         call, *arrived = await ws.audit.query()
     assert call.time <= answered and call.caller == {"client": "host:1:abcdef01"}
     assert len(arrived) == 5 and all(answered <= r.time <= datetime.now(UTC) for r in arrived)
+
+
+async def test_a_row_sqlite_refuses_costs_only_itself_not_its_batch(caplog: pytest.LogCaptureFixture) -> None:
+    """A batch is one statement: one row SQLite refuses (here a value past its length limit, as a
+    string past 1 GB would be at the default) failed every record of the batch. The batch is written
+    again row by row: the good rows are kept, the bad one is logged and counted."""
+    async with Workspace() as ws:
+        ws.audit._db.conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, 1500)  # the error below is 2,000 chars
+        ws.audit.record("tool", tool="before", status="ok")
+        ws.audit.record("tool", tool="huge", status="error", error="e" * 2000)
+        ws.audit.record("tool", tool="after", status="ok")
+        ws.audit.flush()
+        records = await ws.audit.query()
+        assert [r.tool for r in records] == ["before", "after"] and ws.audit.dropped == 1
+        assert any("tool 'huge'" in r.getMessage() and "too big" in r.getMessage() for r in caplog.records)
+        ws.audit.record("tool", tool="later", status="ok")  # the totals were reloaded, the log goes on
+        assert [r.tool for r in await ws.audit.query()] == ["before", "after", "later"]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kind": None},
+        {"kind": ["tool"]},
+        {"status": None},
+        {"status": 2**64},
+        {"tool": ["ls"]},
+        {"tool": {"name": "ls"}},
+        {"tool": b"\xff"},
+    ],
+    ids=repr,
+)
+async def test_a_record_of_the_wrong_shape_is_refused_alone(bad: dict[str, Any]) -> None:
+    """What the owner's ``audit_record`` takes from a client: a field of the wrong type passed every
+    check and failed the insert of its whole batch (a ``None`` kind or status, a list as the tool), or
+    was stored as what no reader expects (bytes as the tool). It is refused, named in a log line and
+    counted; the records around it are kept."""
+    async with Workspace() as ws:
+        ws.audit.record("tool", tool="before", status="ok")
+        ws.audit.record(**{"kind": "tool", "tool": "t", "status": "ok", **bad})
+        ws.audit.record("tool", tool="after", status="ok")
+        records = await ws.audit.query()
+        assert [r.tool for r in records] == ["before", "after"] and ws.audit.dropped == 1
+
+
+async def test_numbers_json_has_no_spelling_for_and_a_long_tool_name_are_kept_readable() -> None:
+    """A model's arguments may hold ``NaN`` (``json.loads`` takes it) and its call may name a tool
+    that does not exist at any length: the record kept ``NaN`` in its JSON, which the dashboard's JSON
+    answer refuses, and the whole name."""
+    async with Workspace() as ws:
+        tools = create_tools(ws)
+        await tools["ls"].run({"path": "/", "depth": float("nan"), "limit": float("-inf")})
+        tools["ls"].record_refused({}, "no such tool", name="x" * 100_000)
+        ws.audit.record("tool", tool="t", status="ok", duration_ms=float("inf"))
+        records = await ws.audit.query()
+    nan, refused, endless = records
+    assert nan.args["depth"] == "NaN" and nan.args["limit"] == "-Infinity"
+    assert refused.tool is not None and refused.tool.startswith("x" * 256) and len(refused.tool) < 300
+    assert endless.duration_ms is None
+    json.dumps([r.to_json() for r in records], allow_nan=False)  # what the dashboard answers with
+
+
+async def test_a_record_written_with_nan_before_reads_as_its_name() -> None:
+    """Records written before non-finite floats were scrubbed hold ``NaN`` in their JSON text."""
+    async with Workspace() as ws:
+        ws.audit._db.execute(
+            "INSERT INTO audit (time, kind, tool, status, args, size) VALUES (1, 'tool', 't', 'ok', ?, 70)",
+            ('{"x":NaN,"y":-Infinity}',),
+        )
+        (record,) = await ws.audit.query()
+    assert record.args == {"x": "NaN", "y": "-Infinity"}

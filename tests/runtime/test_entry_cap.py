@@ -6,7 +6,10 @@ from the sandbox; the real pull runs here, under a small cap, per call and live.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+
+import pytest
 
 import computer
 from computer.runtime import ShellBackend
@@ -111,3 +114,53 @@ async def test_refused_entries_stay_out_after_a_reopen_and_a_workspace_write_dur
         *listed, mine = seen.stdout.split("\n")[:-1]
         assert sorted("/workspace/" + line[2:] for line in listed) == held
         assert mine == "mine"
+
+
+def test_a_walk_past_the_cap_collects_no_new_entry_and_enters_no_new_directory(tmp_path: Path) -> None:
+    """The pull that meets a flood walked the whole tree into the state to be (~0.7 KiB of the host an
+    entry: its peak grew with the flood, not the cap) and the cap took the new entries out after.
+    Past the cap the walk keeps only entries the state held, counts the new ones and names the
+    outermost, and never enters a new directory."""
+    from computer.runtime._entry import entry_of
+    from computer.runtime._lifts import Lifts
+    from computer.runtime._mirror_walk import walk
+
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "kept").write_text("k")
+    for name in ("a", "b", "c"):
+        (tmp_path / "old" / name).mkdir()
+        for i in range(100):
+            (tmp_path / "old" / name / str(i)).touch()
+    (tmp_path / "loose").touch()
+    state = {rel: entry_of(os.lstat(tmp_path / rel)) for rel in ("old", "old/kept")}
+    now, overflow = walk(tmp_path, state, Lifts(active=False), {}, [], cap=20)
+    assert set(now) == {"old", "old/kept"} and overflow is not None
+    assert sorted(overflow.names) == ["loose", "old/a", "old/b", "old/c"]
+    assert overflow.parents == {"": 1, "old": 3}
+    assert overflow.refused < 20 + 3 * 100  # at most the directory it was in when it crossed: entered
+    within, none = walk(tmp_path, state, Lifts(active=False), {}, [], cap=400)
+    assert len(within) == 306 and none is None
+
+
+async def test_a_walked_flood_past_the_names_kept_is_removed_and_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pull that walks (a directory moved: the watch cannot vouch for the tree) past the cap keeps
+    the names of the first ``KEEP_NAMES`` refused paths; the rest are removed by reading their
+    directory again, and the run counts them all."""
+    import computer.runtime._mirror_walk as mirror_walk
+
+    monkeypatch.setattr(mirror_walk, "KEEP_NAMES", 3, raising=False)
+    async with computer.Workspace(backends=[ShellBackend(max_entries=CAP, live=False)]) as ws:
+        await _start(ws)
+        many = await (
+            await ws.runtime.exec("cd few && seq 11 1200 | xargs touch && mkdir m && mv m m2")
+        ).result()
+        assert many.status == "completed", many
+        assert many.skipped == ["/workspace/few"], many.skipped[:5]
+        why = many.skipped_reasons["/workspace/few"]
+        assert why.startswith("1191 new entries in it not synced: the workspace would hold at least"), why
+        assert f"max_entries ({CAP})" in why
+        assert len(await ws.fs.ls("/workspace/few")) == 10
+        after = await (await ws.runtime.exec("ls few | wc -l")).result()
+        assert after.stdout.strip() == "10", after
