@@ -62,11 +62,17 @@ async def test_a_flood_of_entries_past_the_cap_is_refused_and_named() -> None:
         assert len(await ws.fs.ls("/workspace/few")) == 10
 
 
+# Live, a tick past the cap may remove ``big`` while the flood still runs in it (its ``mkdir d1`` then
+# fails: the directory it runs in is gone), so the live flood changes ``keep/a.txt`` first and goes on
+# past a failed step; what it then made is refused or removed either way.
+LIVE_FLOOD = "echo b > keep/a.txt; mkdir big; cd big && seq 200 | xargs touch; mkdir d1 d2; ln -s 1 s1; touch ../loose; true"
+
+
 async def test_a_live_sandbox_keeps_the_workspace_within_the_cap() -> None:
     """Live, a sync tick may pull the flood's first entries while within the cap; past it, none."""
     async with computer.Workspace(backends=[ShellBackend(max_entries=CAP, live=True)]) as ws:
         await _start(ws)
-        flood = await (await ws.runtime.exec(FLOOD)).result()
+        flood = await (await ws.runtime.exec(LIVE_FLOOD)).result()
         assert flood.status == "completed", flood
         assert flood.skipped
         for path in flood.skipped:
