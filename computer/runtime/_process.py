@@ -25,6 +25,7 @@ __all__ = [
     "SandboxProcess",
     "close_transport",
     "drop_transport",
+    "hand_over_pipes",
     "oom_kills",
     "out_of_memory_error",
     "stream_process",
@@ -311,3 +312,17 @@ def _clean_later(sp: SandboxProcess) -> None:
     """Sweep and remove ``sp``'s cgroups in a worker thread (0.35 ms less per run). Cgroups a crash
     leaves behind are removed when a later process first probes cgroups."""
     in_thread(sp.cleanup, "removing a run's cgroups")
+
+
+def hand_over_pipes(proc: asyncio.subprocess.Process, uid: int, gid: int) -> None:
+    """Give the program's stdio pipes to the sandbox's host user: a program that reopens them
+    (``echo x > /dev/stdout``, ``tee /dev/stderr``) goes through ``/proc/self/fd``, which checks the
+    pipe's owner and mode (0600, this process's user). asyncio keeps the pipes in its transport
+    (private: no public way to reach the read ends)."""
+    transport = getattr(proc, "_transport", None)
+    for fd in (0, 1, 2):
+        pipe = transport.get_pipe_transport(fd) if transport is not None else None
+        handle = pipe.get_extra_info("pipe") if pipe is not None else None
+        if handle is not None:
+            with contextlib.suppress(OSError, ValueError):
+                os.fchown(handle.fileno(), uid, gid)
