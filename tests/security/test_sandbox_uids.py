@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -222,3 +223,31 @@ async def test_a_run_past_an_exhausted_range_fails_saying_so(tmp_path: Path) -> 
         assert refused.status == "failed", refused
         assert "no sandbox uid is free" in (refused.error or ""), refused.error
         assert not await b.fs.exists("/workspace/theirs")
+
+
+async def test_sandboxes_of_two_workspaces_through_the_pool_run_as_host_uids_of_their_own(
+    cluster: Any, name: str
+) -> None:
+    """The shell pool's workers (processes of their own on this machine) lease from the same range as
+    any process of the host: two workspaces' programs at once never share a uid, whichever workers
+    run them."""
+    ids = sandbox_id_range()
+    marks = [["sleep", f"{47 + i}.{os.getpid() % 1000}"] for i in range(2)]
+    async with (
+        computer.get_workspace(name) as a,
+        computer.get_workspace(f"{name}-other") as b,
+    ):
+        handles = []
+        try:
+            for ws, mark in zip((a, b), marks, strict=True):
+                await ws.fs.mkdir("/workspace", recursive=True)
+                handles.append(await ws.runtime.exec(" ".join(mark), timeout=60))
+            deadline = time.monotonic() + 60
+            uids = [{_uid_of(pid) for pid in await _wait_for(mark, deadline)} for mark in marks]
+        finally:
+            for handle in handles:
+                await handle.kill()
+    (first,), (second,) = uids
+    assert first != second, uids
+    for uid in (first, second):
+        assert uid is not None and ids.first <= uid < ids.first + ids.count, (uid, str(ids))
