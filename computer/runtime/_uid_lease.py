@@ -12,8 +12,10 @@ once the mirror is removed (``MirrorPool.discard``), never per run: re-owning a 
 entries at each run is no option. A mirror the process still holds at its end keeps its lease until
 then.
 
-A stale lease (its process killed, or its mirror lost without a discard): the file then still says
-``held``, while a clean release writes ``free``. Taking such a uid first kills whatever still runs as it
+A clean release removes the file (under its lock; a taker checks that the file it locked is still the
+one at the name), so the directory holds only the leases held and the stale ones. A stale lease (its
+process killed, or ended with its mirror still warm): the file is left, saying ``held``. Taking such
+a uid first kills whatever still runs as it
 (``kill -9 -1`` as that uid: every process of ours or of a pid namespace below ours whose uid it is,
 one atomic sweep, forks included), so a leftover of the dead holder (a sandbox process outside any
 namespace, without bubblewrap) never shares the uid with the new sandbox, nor reaches its files. The
@@ -44,7 +46,6 @@ from ._lifetime import process_tag
 __all__ = ["LEASE_DIR", "RangeExhausted", "UidLease", "UidLeases"]
 
 LEASE_DIR = "/run/computer-sandbox-uids"
-_FREE = b"free\n"
 
 
 class RangeExhausted(RuntimeError):
@@ -69,13 +70,12 @@ class UidLease:
         return self._fd is not None
 
     def release(self) -> None:
-        """Give the uid back (once; the file says ``free``: its next holder sweeps nothing)."""
+        """Give the uid back (once; its file removed: its next holder sweeps nothing)."""
         fd, self._fd = self._fd, None
         if fd is None:
             return
         with contextlib.suppress(OSError):
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, _FREE, 0)
+            os.unlink(self._leases.path(self.uid))  # still locked: a taker that opened it finds it gone
         self._closer()  # closing the descriptor drops the lock
         self._leases.forget(self.uid)
 
@@ -112,8 +112,7 @@ class UidLeases:
             if fd is None:
                 continue
             try:
-                previous = os.pread(fd, 64, 0)
-                if previous and previous != _FREE:
+                if os.pread(fd, 64, 0):  # left by a holder that ended without releasing it
                     sweep_uid(uid, self.gid)
                 os.ftruncate(fd, 0)
                 os.pwrite(fd, f"held {process_tag()}\n".encode(), 0)
@@ -134,25 +133,41 @@ class UidLeases:
             self._mine.discard(uid)
 
     def held(self, uid: int) -> bool:
-        """Whether some process of the host holds ``uid`` now (a probe: takes and drops the lock)."""
-        fd = self._try(uid)
-        if fd is None:
+        """Whether some process of the host holds ``uid`` now (a probe: locks the file, if any)."""
+        try:
+            fd = os.open(self.path(uid), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
             return True
-        os.close(fd)
+        finally:
+            os.close(fd)
         return False
+
+    def path(self, uid: int) -> str:
+        return os.path.join(self.directory, str(uid))
 
     def _try(self, uid: int) -> int | None:
         """The lock file of ``uid``, opened and locked; None when another holds it."""
-        path = os.path.join(self.directory, str(uid))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
+        path = self.path(uid)
+        for _ in range(3):  # a release removed the file between our open and our lock: open it anew
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                st = os.stat(path, follow_symlinks=False)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    return None
+                if exc.errno == errno.ENOENT:
+                    continue
+                raise
+            if (st.st_dev, st.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+                return fd
             os.close(fd)
-            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-                return None
-            raise
-        return fd
+        return None
 
     def _check_directory(self) -> None:
         if self._checked:
