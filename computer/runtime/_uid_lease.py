@@ -34,7 +34,6 @@ import contextlib
 import errno
 import fcntl
 import os
-import random
 import shutil
 import stat
 import subprocess
@@ -97,14 +96,14 @@ class UidLeases:
         self._checked = False
 
     def take(self) -> UidLease:
-        """A uid no process of the host holds now (see the module for a stale one's sweep).
+        """The lowest uid no process of the host holds now (see the module for a stale one's sweep):
+        a held one costs an ``open`` and a ``flock`` (~5 µs), so the lease files stay as few as the
+        leases held at once, a stale one reused first.
 
         Raises :class:`RangeExhausted` when every uid is held, ``PermissionError`` when the lease
         directory is not this user's alone."""
         self._check_directory()
-        start = random.randrange(self.count)  # processes start apart: few collide on a busy range
-        for i in range(self.count):
-            uid = self.first + (start + i) % self.count
+        for uid in range(self.first, self.first + self.count):  # the lowest free: few files, stale reused
             with self._lock:
                 if uid in self._mine:
                     continue

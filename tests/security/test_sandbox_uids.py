@@ -161,6 +161,9 @@ def test_a_lease_of_a_killed_process_is_taken_again_and_its_leftovers_are_ended(
     try:
         assert holder.stdout is not None
         uid, left = map(int, holder.stdout.readline().split())
+        deadline = time.monotonic() + 10
+        while _uid_of(left) != first and time.monotonic() < deadline:  # setpriv drops its uid soon
+            time.sleep(0.02)
         assert uid == first and _uid_of(left) == first
         assert leases.held(first)  # another process's: unique across the host's processes
         with pytest.raises(RangeExhausted):
