@@ -45,7 +45,7 @@ def backend_scratch(
     scratch_dir: str | None, owner: tuple[int, int] | None, kind: str, backend: object = None
 ) -> Path:
     """A fresh directory for one backend's mirrors and run directories, in this process's scratch
-    directory (0700, the sandbox user's; removed at exit, and by any later process if this one dies),
+    directory (0700; 0710 of the sandbox group where sandboxes run as leased uids, ``_scratch``; removed at exit, and by any later process if this one dies),
     and once ``backend`` is garbage collected (in a thread of its own: a mirror is a whole tree).
     Before, a backend made per agent (``Workspace(backends=[ShellBackend()])``) left its warm
     mirrors' files until the process ended: 60 agents of 200 KB each held 12 MB of tmpfs.
@@ -55,8 +55,9 @@ def backend_scratch(
         _check_reachable(where, owner)
     base = process_scratch(where, owner) / f"{kind}-{secrets.token_hex(3)}"
     base.mkdir(mode=0o700)
-    if owner is not None:
+    if owner is not None:  # every mirror's leased uid (the sandbox group) searches it, none lists it
         os.chown(base, *owner)
+        os.chmod(base, 0o710)
     if backend is not None:
         weakref.finalize(backend, _remove_in_thread, base).atexit = False  # (the exit removes it all)
     return base

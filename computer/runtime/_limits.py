@@ -10,8 +10,9 @@ Decisions:
 - ``RLIMIT_NPROC`` is counted per user namespace on Linux >= 5.14 (each bubblewrap sandbox has its
   own: measured, two sandboxes of one host uid under ``ulimit -u 6`` and 20 do not see each
   other's processes), per host uid before and without bubblewrap (shared by every sandbox of the
-  uid, so it would fail runs under their own limit): there it is left to the ``pids`` cgroup when
-  one exists. It binds only for an unprivileged sandbox user (host root is exempt). Beside a
+  uid, so it would fail runs under their own limit; since s63 each mirror's sandboxes have a uid of
+  their own, ``_uid_lease``, so it counts one sandbox there too): there it is left to the ``pids``
+  cgroup when one exists. It binds only for an unprivileged sandbox user (host root is exempt). Beside a
   ``pids`` cgroup it is ``NPROC_MARGIN`` above the cgroup's cap, so that the cgroup refuses first
   and counts it (``pids.events``): a live sandbox ends a fork bomb left in the background by that
   count; at the same number the rlimit refused first, counted nowhere, and the bomb was caught only

@@ -318,7 +318,7 @@ class LiveSandboxes:
                         else:
                             if taken is not None:  # made for a sandbox per call (not this mode)
                                 await run_to_completion(taken.discard())
-                            launched = await self.launch(await self.prepare(mirror))
+                            launched = await self.launch(await self.prepare(mirror), mirror)
                         break
                     except (BrokenPipeError, ConnectionError, TimeoutError):  # died while it waited
                         taken = None
@@ -332,7 +332,7 @@ class LiveSandboxes:
                     ctx=ctx,
                     idle_end=self.idle,
                     lifetime=self.lifetime,
-                    host_ids=self.sandbox.host_ids,
+                    host_ids=mirror.owner,
                 )
                 clean = True
             finally:
@@ -378,14 +378,15 @@ class LiveSandboxes:
         self._stranded[run] = changes
         _keep_last(self._stranded)
 
-    async def launch(self, ready: PreparedSandbox) -> Launched:
-        """Start a live sandbox's init in the prepared sandbox ``ready`` (discarded if that fails)."""
+    async def launch(self, ready: PreparedSandbox, mirror: Mirror) -> Launched:
+        """Start a live sandbox's init in the prepared sandbox ``ready`` over ``mirror`` (discarded if
+        that fails)."""
         try:
             return await launch(
                 ready.standby,
                 ready.bridge_dir,
                 inside_dir=SANDBOX_DIR if self.sandbox.bwrap else str(ready.bridge_dir),
-                host_ids=self.sandbox.host_ids,
+                host_ids=mirror.owner,
             )
         except BaseException:
             await run_to_completion(ready.discard())
@@ -396,7 +397,7 @@ class LiveSandboxes:
         mirror went idle)."""
 
         async def start() -> Launched:
-            return await self.launch(await self.prepare(mirror))
+            return await self.launch(await self.prepare(mirror), mirror)
 
         self.warm.keep(mirror, start)
 

@@ -23,6 +23,7 @@ from ._mirror_base import Entry, PullPlan, entry_of, is_below
 from ._mirror_pull import MirrorPull
 from ._mirror_push import MirrorPush
 from ._pull_rules import PROTECTED_BELOW
+from ._uid_lease import UidLease
 from ._watch import TreeWatch
 
 __all__ = [
@@ -74,6 +75,8 @@ class Mirror(MirrorPush, MirrorPull):
     prints: dict[str, tuple[tuple[str, ...], list[int]]] = field(default_factory=dict, repr=False)
     # The host uid/gid that must own what the mirror writes (the sandbox's user), or None.
     owner: tuple[int, int] | None = None
+    # The host uid leased for this mirror's sandboxes (``_uid_lease``): released once it is removed.
+    lease: UidLease | None = field(default=None, repr=False)
     # File bytes and entries the mirror holds and when it went idle (for the process's scratch budget).
     held_bytes: int = 0
     held_entries: int = 0

@@ -78,7 +78,11 @@ class MirrorPool:
         """Drop a mirror (its state is unknown, or the pool no longer keeps it)."""
         mirror.unwatch()
         mirror.drop_standby()
-        remove_tree(mirror.directory)
+        try:
+            remove_tree(mirror.directory)
+        finally:  # its files gone: the uid its sandboxes ran as is free (``_uid_lease``)
+            if mirror.lease is not None:
+                mirror.lease.release()
 
     def release(self, workspace_id: str, mirror: Mirror) -> bool:
         """Give ``mirror`` back; False when the pool dropped it (enough idle mirrors already)."""

@@ -25,6 +25,8 @@ __all__ = [
     "SandboxProcess",
     "close_transport",
     "drop_transport",
+    "hand_over_pipes",
+    "kill_late_arrival",
     "oom_kills",
     "out_of_memory_error",
     "stream_process",
@@ -139,6 +141,19 @@ def close_transport(proc: asyncio.subprocess.Process) -> None:
     if transport is not None:
         with contextlib.suppress(Exception):  # best-effort cleanup of a process already killed
             transport.close()
+
+
+def kill_late_arrival(creation: asyncio.Task[asyncio.subprocess.Process]) -> None:
+    """Kill and close what a spawn cancelled before its creation finished yields when it does."""
+    if creation.cancelled() or creation.exception() is not None:
+        return
+    proc = creation.result()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()  # only then: it polls (waitpid) first, which asyncio's child watcher would miss
+    close_transport(proc)
 
 
 def drop_transport(proc: asyncio.subprocess.Process) -> bool:
@@ -311,3 +326,17 @@ def _clean_later(sp: SandboxProcess) -> None:
     """Sweep and remove ``sp``'s cgroups in a worker thread (0.35 ms less per run). Cgroups a crash
     leaves behind are removed when a later process first probes cgroups."""
     in_thread(sp.cleanup, "removing a run's cgroups")
+
+
+def hand_over_pipes(proc: asyncio.subprocess.Process, uid: int, gid: int) -> None:
+    """Give the program's stdio pipes to the sandbox's host user: a program that reopens them
+    (``echo x > /dev/stdout``, ``tee /dev/stderr``) goes through ``/proc/self/fd``, which checks the
+    pipe's owner and mode (0600, this process's user). asyncio keeps the pipes in its transport
+    (private: no public way to reach the read ends)."""
+    transport = getattr(proc, "_transport", None)
+    for fd in (0, 1, 2):
+        pipe = transport.get_pipe_transport(fd) if transport is not None else None
+        handle = pipe.get_extra_info("pipe") if pipe is not None else None
+        if handle is not None:
+            with contextlib.suppress(OSError, ValueError):
+                os.fchown(handle.fileno(), uid, gid)

@@ -24,7 +24,6 @@ import contextlib
 import logging
 import os
 import resource
-import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -51,13 +50,14 @@ from ._limits import (
     raise_descriptor_limit,
     rlimits,
 )
-from ._process import SandboxProcess, close_transport
+from ._process import SandboxProcess, hand_over_pipes, kill_late_arrival
 from ._ptys import PTS_BIND, pty_isolation, pty_prefix
 from ._seccomp import SeccompFilter, compiled, filter_fd
 from ._slirp import NetworkLink, slirp_executable
 from ._standby import STANDBY_STUB, Standby, write_all
 from ._tasks import offload, run_to_completion
-from ._users import drop_privileges, running_as_root, sandbox_host_ids
+from ._uid_lease import UidLeases
+from ._users import drop_privileges, running_as_root, sandbox_id_range
 
 __all__ = [
     "SANDBOX_UID",
@@ -85,23 +85,31 @@ class Sandbox:
         host_ids: tuple[int, int] | None = None,
     ) -> None:
         """``unprivileged``: when this process is root, programs run as an unprivileged host user
-        (``host_ids``, default :func:`sandbox_host_ids`), never as host root (see ``_users``). A
-        writable bind must then be owned by :attr:`host_ids`, files and directories inside it too."""
+        (``host_ids``, default the base of :func:`sandbox_id_range`), never as host root (see
+        ``_users``). A writable bind must then be owned by the ids the spawn runs as (``ids``, default
+        :attr:`host_ids`), files and directories inside it too. Without ``host_ids``, :attr:`leases`
+        hands a backend one uid per mirror from the range (``_uid_lease``)."""
         self.network = network
         self.limits = limits or SandboxLimits()
         raise_descriptor_limit()  # a host of many sandboxes needs more than a login shell's 1,024
-        self._host_ids = (host_ids or sandbox_host_ids()) if unprivileged and running_as_root() else None
+        mapped = unprivileged and running_as_root()
+        ids = sandbox_id_range() if mapped and host_ids is None else None
+        self._host_ids = (host_ids or (ids.base if ids is not None else None)) if mapped else None
+        # A uid per mirror (``_uid_lease``); None: every spawn runs as ``host_ids`` (given, or a
+        # sandbox user without a subordinate range: shared).
+        self.leases = (
+            UidLeases(ids.first, ids.count, ids.base[1]) if ids is not None and not ids.shared else None
+        )
         self._drop = drop_privileges(*self._host_ids) if self._host_ids is not None else []
         self.bwrap = bwrap_works(tuple(self._drop))
-        self._ptys = list(pty_prefix(self.limits.max_ptys, tuple(self._drop))) if self.bwrap else []
         if self._host_ids is not None and not self.bwrap and bwrap_works():
             # Namespaces matter more than the host uid (without them a program sees the host's files
             # and network): keep bubblewrap as root, say so.
             log.warning(
                 "bubblewrap does not work as uid %s here: sandboxes map to host root", self._host_ids[0]
             )
-            self._host_ids, self._drop, self.bwrap = None, [], True
-            self._ptys = list(pty_prefix(self.limits.max_ptys))
+            self._host_ids, self._drop, self.bwrap, self.leases = None, [], True, None
+        self._ptys = list(pty_prefix(self.limits.max_ptys, tuple(self._drop))) if self.bwrap else []
         # Network through slirp4netns in a namespace of the sandbox's own (``_slirp``): refused here,
         # naming the package, where it is missing (never the host's network namespace instead).
         self._slirp = slirp_executable() if network and self.bwrap else None
@@ -143,8 +151,11 @@ class Sandbox:
     def isolation(self) -> str:
         """Exactly which layers are in force, in one line."""
         parts: list[str] = []
-        if self._host_ids is not None:
-            user = f"unprivileged host uid {self._host_ids[0]}"
+        if self.leases is not None:
+            last = self.leases.first + self.leases.count - 1
+            user = f"an unprivileged host uid of its own, leased from {self.leases.first}-{last}"
+        elif self._host_ids is not None:
+            user = f"unprivileged host uid {self._host_ids[0]}, shared by every sandbox"
         else:
             user = "host root" if running_as_root() else "this process's host user"
         if self.bwrap:
@@ -270,8 +281,10 @@ class Sandbox:
         host_cwd: str | None = None,
         pass_fds: Sequence[int] = (),
         as_pid_1: bool = False,
+        ids: tuple[int, int] | None = None,
     ) -> SandboxProcess:
-        """Start ``command`` with piped stdin/stdout/stderr inside a fresh sandbox.
+        """Start ``command`` with piped stdin/stdout/stderr inside a fresh sandbox, as the host
+        ``ids`` (a mirror's leased uid, ``Mirror.owner``; default :attr:`host_ids`) when mapped.
 
         Cancellation-safe: cancelled before the child was forked, it never starts; cancelled later, the
         child is killed and reaped and its cgroups removed before the cancellation propagates. (A
@@ -279,6 +292,8 @@ class Sandbox:
         pipes to close, which a half-started bubblewrap child can hold open forever, while the cgroup
         sweep that would end that child only ran after the wait.)
         """
+        ids = ids if ids is not None and self._host_ids is not None else self._host_ids
+        drop = drop_privileges(*ids) if ids is not None and ids != self._host_ids else self._drop
         groups = make_groups(self.cgroups, self.limits)
         admitted = self.rlimits
         if self._limit_inside:
@@ -294,7 +309,7 @@ class Sandbox:
         link: NetworkLink | None = None
         try:  # the host out of descriptors (EMFILE) here left the run's cgroups for the process's life
             if self._slirp is not None:  # its end is bubblewrap's (``--sync-fd``): see ``_slirp``
-                link = NetworkLink(self._slirp, self._drop, groups)
+                link = NetworkLink(self._slirp, drop, groups)
                 ours.append(link.sync_fd)
                 argv = [argv[0], "--sync-fd", str(link.sync_fd), *argv[1:]]
             if self.bwrap:
@@ -313,10 +328,10 @@ class Sandbox:
                 options_fd, write_end = os.pipe()
                 ours.append(options_fd)
                 write_all(write_end, b"".join(os.fsencode(a) + b"\0" for a in options))
-                argv = [*self._ptys, *self._drop, argv[0], "--args", str(options_fd), *argv[end:]]
+                argv = [*self._ptys, *drop, argv[0], "--args", str(options_fd), *argv[end:]]
                 pass_fds = (*pass_fds, *ours, info_w, block_r)
             else:  # the launcher joins the cgroups (as this process's user), then drops to the sandbox's
-                argv = [*launcher(self.rlimits, groups), *self._drop, *argv]
+                argv = [*launcher(self.rlimits, groups), *drop, *argv]
         except BaseException:
             if admission is not None:
                 admission.close()
@@ -364,8 +379,8 @@ class Sandbox:
             remove_groups(groups)
             raise
         sp = SandboxProcess(proc, groups, contained=self.bwrap)
-        if self._host_ids is not None:  # before the program starts (bubblewrap: it waits for admission)
-            _hand_over_pipes(proc, *self._host_ids)
+        if ids is not None:  # before the program starts (bubblewrap: it waits for admission)
+            hand_over_pipes(proc, *ids)
         if admission is not None:
             try:
                 attach = None if link is None else link.attach
@@ -384,17 +399,21 @@ class Sandbox:
             sp.network = link
         return sp
 
-    async def prepare(self, *, binds: Sequence[Bind] = (), as_pid_1: bool = False) -> Standby:
+    async def prepare(
+        self, *, binds: Sequence[Bind] = (), as_pid_1: bool = False, ids: tuple[int, int] | None = None
+    ) -> Standby:
         """Start a sandbox with ``binds`` whose program is chosen later, by :meth:`Standby.start`
-        (``as_pid_1``: a live sandbox's init, the pid namespace's first process, see ``bwrap_argv``).
+        (``as_pid_1``: a live sandbox's init, the pid namespace's first process, see ``bwrap_argv``;
+        ``ids``: the host ids it runs as, see :meth:`spawn`).
 
         All the start-up cost (namespaces, mounts, cgroups, the fork and exec of the launcher) is paid
         here, so a caller can prepare the next run's sandbox while it is idle. The stub (bash reading
         its command line from a pipe) never sees the program's environment until ``start``.
         """
         read_end, write_end = os.pipe()
-        if self._host_ids is not None:  # the stub opens it as /dev/fd/N, which checks its owner
-            os.fchown(read_end, *self._host_ids)
+        ids = ids if ids is not None and self._host_ids is not None else self._host_ids
+        if ids is not None:  # the stub opens it as /dev/fd/N, which checks its owner
+            os.fchown(read_end, *ids)
         spawn = asyncio.ensure_future(
             self.spawn(
                 ["/bin/bash", "--noprofile", "--norc", "-c", STANDBY_STUB.format(fd=read_end)],
@@ -403,6 +422,7 @@ class Sandbox:
                 env={},
                 pass_fds=(read_end,),
                 as_pid_1=as_pid_1,
+                ids=ids,
             )
         )
         try:
@@ -461,36 +481,10 @@ async def _abandon(
         # exec, so sweeping them ends it, and a bubblewrap sandbox process stays blocked until its
         # refusal kills it; whatever the creation yields later is killed on arrival.
         log.warning("sandbox spawn: the cancelled creation did not finish; sweeping its cgroups")
-        creation.add_done_callback(_kill_late_arrival)
+        creation.add_done_callback(kill_late_arrival)
         await offload(None, remove_groups, groups)
         return
     if creation.cancelled() or creation.exception() is not None:
         await offload(None, remove_groups, groups)
         return
     await SandboxProcess(creation.result(), groups).discard()
-
-
-def _hand_over_pipes(proc: asyncio.subprocess.Process, uid: int, gid: int) -> None:
-    """Give the program's stdio pipes to the sandbox's host user: a program that reopens them
-    (``echo x > /dev/stdout``, ``tee /dev/stderr``) goes through ``/proc/self/fd``, which checks the
-    pipe's owner and mode (0600, this process's user). asyncio keeps the pipes in its transport
-    (private: no public way to reach the read ends)."""
-    transport = getattr(proc, "_transport", None)
-    for fd in (0, 1, 2):
-        pipe = transport.get_pipe_transport(fd) if transport is not None else None
-        handle = pipe.get_extra_info("pipe") if pipe is not None else None
-        if handle is not None:
-            with contextlib.suppress(OSError, ValueError):
-                os.fchown(handle.fileno(), uid, gid)
-
-
-def _kill_late_arrival(creation: asyncio.Task[asyncio.subprocess.Process]) -> None:
-    if creation.cancelled() or creation.exception() is not None:
-        return
-    proc = creation.result()
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()  # only then: it polls (waitpid) first, which asyncio's child watcher would miss
-    close_transport(proc)

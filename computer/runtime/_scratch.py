@@ -9,12 +9,12 @@ directory records: :func:`reap_dead` removes exactly the directories of processe
 of an earlier boot), never those of a live one, and leaves those of another pid namespace (a
 container sharing ``/dev/shm``) alone.
 
-Permissions (decision): the directory is mode 0700. Owned by this process's user, unless a sandbox
-runs as an unprivileged host user (``Sandbox.host_ids``): bubblewrap started as that user needs to
-search every directory on the path of a bind source (its capabilities live in its own user namespace
-and do not override the permissions of files owned by an unmapped user such as root), so the
-directory is then that user's. Nobody else can list or enter it: another local user cannot reach a
-mirror, nor run a file a sandbox left in it. Root (this process) enters everything regardless.
+Permissions (decision): mode 0700, this process's user's, unless sandboxes run as unprivileged host
+users (``Sandbox.host_ids``, a uid per mirror: ``_uid_lease``): bubblewrap started as one must
+search every directory on a bind source's path (its capabilities live in its own user namespace and
+do not override the permissions of files of an unmapped user such as root), so it is then the
+sandboxes' base's (``_users``: no sandbox runs as it), mode 0710 of the sandbox group: every sandbox
+uid may search it, none list or change it, nobody else enter it. Root enters everything regardless.
 
 Removal (decision): :func:`remove_tree` is iterative, keeps one directory descriptor open at a time
 (a tree 5,000 deep exhausts neither the stack nor the descriptors; its paths are longer than
@@ -221,8 +221,8 @@ _REAPED: set[str] = set()
 
 
 def process_scratch(base: str | os.PathLike[str] | None = None, owner: tuple[int, int] | None = None) -> Path:
-    """This process's scratch directory in ``base`` (default the temp directory), mode 0700, owned by
-    ``owner`` (uid, gid) when given (the sandbox's host user), else by this process's user.
+    """This process's scratch directory in ``base`` (default the temp directory), owned by ``owner``
+    (uid, gid: the sandboxes' base) mode 0710 when given, else by this process's user mode 0700.
 
     Made once per base and owner; removed by :func:`release_process` (at exit). The first call for a
     base reaps what dead processes left there (:func:`reap_dead`).
@@ -238,7 +238,7 @@ def process_scratch(base: str | os.PathLike[str] | None = None, owner: tuple[int
             reap_dead(parent)
         directory = parent / (f"computer-{process_tag()}" + (f"-{owner[0]}" if owner is not None else ""))
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(directory, 0o700)  # whatever the umask or an earlier directory said
+        os.chmod(directory, 0o700 if owner is None else 0o710)  # whatever the umask or an earlier one said
         if owner is not None:
             os.chown(directory, *owner)
         (directory / _MARK).write_text(host_mark())

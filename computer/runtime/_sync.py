@@ -45,6 +45,7 @@ from ._mirror_pool import MirrorPool
 from ._per_call import PerCallRuns
 from ._pull_rules import CONFLICT, outermost
 from ._tasks import finish_in_thread, in_thread, offload
+from ._uid_lease import UidLeases
 
 __all__ = ["MirrorSync", "Synced"]
 
@@ -74,8 +75,11 @@ class MirrorSync:
         self.mirrors = mirrors
         self.mount_root = mount_root
         self.limits = limits
-        # The host uid/gid that must own what mirrors hold (the sandbox's unprivileged user), or None.
+        # The host uid/gid that must own what mirrors hold (the sandbox's unprivileged user), or None;
+        # with ``leases``, each mirror's own uid (``_uid_lease``: leased at its first use, released
+        # once it is removed), the gid the owner's.
         self.owner: tuple[int, int] | None = None
+        self.leases: UidLeases | None = None
         # Bytes a mirror may hold in files only its sandbox has (``_kept``; the sandbox's memory limit).
         self.kept_limit: int | None = None
         # The most files, directories and symlinks a pull leaves in a workspace (``_entry_cap``).
@@ -85,7 +89,9 @@ class MirrorSync:
 
     def acquire(self, workspace_id: str, ctx: ExecContext) -> Mirror:
         mirror = self.mirrors.acquire(workspace_id)
-        mirror.owner = self.owner
+        if mirror.lease is None and self.leases is not None and self.owner is not None:
+            mirror.lease = self.leases.take()  # RangeExhausted: refused, never a shared uid
+        mirror.owner = mirror.lease.ids if mirror.lease is not None else self.owner
         mirror.restore_held()  # a live sandbox's, ended since: the next push sends them
         if mirror.unsettled is not None:
             _settle_deferred(mirror, ctx)

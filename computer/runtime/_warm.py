@@ -90,14 +90,23 @@ class PreparedSandbox(NamedTuple):
 
 
 async def prepare_sandbox(
-    sandbox: Sandbox, scratch: Path, binds: list[Bind], bridge_dir: Path | None = None, *, init: bool = False
+    sandbox: Sandbox,
+    scratch: Path,
+    binds: list[Bind],
+    bridge_dir: Path | None = None,
+    *,
+    init: bool = False,
+    ids: tuple[int, int] | None = None,
 ) -> PreparedSandbox:
     """A standby of ``sandbox`` with ``binds`` and an assets bridge directory (fresh, in ``scratch``,
-    unless given) bound at :data:`SANDBOX_DIR`; ``init``: for a live sandbox's init (its pid 1)."""
+    unless given) bound at :data:`SANDBOX_DIR`; ``init``: for a live sandbox's init (its pid 1);
+    ``ids``: the host ids it runs as (its mirror's, ``Mirror.owner``; default the sandbox's)."""
+    ids = ids or sandbox.host_ids
     if bridge_dir is None:
-        bridge_dir = await offload(None, AssetsBridge.make_directory, scratch / "run", sandbox.host_ids)
+        bridge_dir = await offload(None, AssetsBridge.make_directory, scratch / "run", ids)
     try:
-        standby = await sandbox.prepare(binds=[*binds, Bind(str(bridge_dir), SANDBOX_DIR)], as_pid_1=init)
+        binds = [*binds, Bind(str(bridge_dir), SANDBOX_DIR)]
+        standby = await sandbox.prepare(binds=binds, as_pid_1=init, ids=ids)
     except BaseException:
         AssetsBridge.remove_directory(bridge_dir)
         raise

@@ -129,7 +129,7 @@ class PythonBackend(LiveCalls):
             max_file_bytes=max_file_bytes, max_files=max_files, max_sync_bytes=max_sync_bytes
         )
         self._sync = MirrorSync(MirrorPool(self.scratch, self.mount_root), self.mount_root, self.sync_limits)
-        self._sync.owner, self._sync.max_entries = owner, max_entries
+        self._sync.owner, self._sync.max_entries, self._sync.leases = owner, max_entries, self.sandbox.leases
         limit = self.sandbox.limits.memory_mb
         self._sync.kept_limit = limit * 1024 * 1024 if limit else None
         self._lives = LiveSandboxes(
@@ -251,6 +251,7 @@ class PythonBackend(LiveCalls):
                 cwd="/tmp",
                 env=start_env(full, env),
                 pass_fds=[guest_end.fileno()],
+                ids=mirror.owner if mirror is not None else None,
             )
         except BaseException:
             host_end.close()
@@ -496,4 +497,4 @@ class PythonBackend(LiveCalls):
         assets bridge directory (for a live sandbox's init)."""
         await self._mount()
         binds = [*self._binds, Bind(str(mirror.directory), self.mount_root, writable=True)]
-        return await prepare_sandbox(self.sandbox, self.scratch, binds, init=self.live)
+        return await prepare_sandbox(self.sandbox, self.scratch, binds, init=self.live, ids=mirror.owner)

@@ -148,7 +148,7 @@ class ShellBackend(LiveCalls):
         # keeping idle mirrors of the 64 most recently used workspaces).
         self._mirrors: MirrorPool = (mirror_pool or MirrorPool)(base, self.mount_root)
         self._sync = MirrorSync(self._mirrors, self.mount_root, self.limits)
-        self._sync.owner = owner
+        self._sync.owner, self._sync.leases = owner, self.sandbox.leases
         self._sync.kept_limit = memory_mb * 1024 * 1024 if memory_mb else None
         self._sync.max_entries = max_entries
         # Sandboxes started ahead for the most recently used mirrors (at most ``warm_sandboxes``).
@@ -371,7 +371,9 @@ class ShellBackend(LiveCalls):
     async def _prepare(self, mirror: Mirror, bridge_dir: Path | None = None) -> PreparedSandbox:
         """A standby sandbox over ``mirror`` (which must exist) with a fresh assets bridge directory."""
         binds = [Bind(str(mirror.directory), self.mount_root, writable=True)]
-        return await prepare_sandbox(self.sandbox, self.scratch, binds, bridge_dir, init=self.live)
+        return await prepare_sandbox(
+            self.sandbox, self.scratch, binds, bridge_dir, init=self.live, ids=mirror.owner
+        )
 
     def _keep_warm(self, mirror: Mirror) -> None:
         """Start the next run's sandbox for ``mirror`` in the background (see ``_warm``): a standby,

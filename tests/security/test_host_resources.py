@@ -373,19 +373,14 @@ async def test_a_program_holding_queued_signals_leaves_other_workspaces_theirs(t
     assert probe == "ok", probe
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the kernel counts POSIX message queue bytes (and queued signals) of every user namespace of"
-        " one host uid against the rlimit its creator had (bubblewrap's: this process's, 800 KiB); each"
-        " sandbox holds at most MSGQUEUE_CAP (200 KiB) of them, so 4 sandboxes still take them all. A"
-        " fix raises RLIMIT_MSGQUEUE/RLIMIT_SIGPENDING to unlimited for bubblewrap, which takes"
-        " CAP_SYS_RESOURCE (not held here), or gives each sandbox a host uid of its own"
-    ),
-)
 async def test_programs_of_four_workspaces_holding_message_queue_bytes_leave_a_fifth_its_own(
     tmp_path: Path,
 ) -> None:
+    """The kernel counts POSIX message queue bytes (and queued signals) of every user namespace of one
+    host uid against the rlimit its creator had (bubblewrap's: this process's, 800 KiB): with each
+    sandbox capped at ``MSGQUEUE_CAP`` (200 KiB), 4 sandboxes took them all and a fifth's ``mq_open``
+    failed. Each sandbox now runs as a host uid of its own (``_uid_lease``): each counts alone (was a
+    strict xfail)."""
     shell = ShellBackend(live=False)
     async with contextlib.AsyncExitStack() as stack:
         spaces = [
@@ -460,23 +455,14 @@ _INOTIFY_PROBE = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "every sandbox of the host runs as one host uid, and the kernel's inotify limits are per uid"
-        " (fs.inotify.max_user_instances, 128; max_user_watches): one program holding them all leaves"
-        " every other workspace's programs without inotify (EMFILE; ENOSPC for watches). A fix needs"
-        " per-sandbox limits in each sandbox's user namespace (/proc/sys/user/max_inotify_*, written"
-        " with CAP_SYS_RESOURCE there before the program runs; bubblewrap mounts /proc/sys read-only)"
-        " or a host uid per sandbox"
-    ),
-)
 async def test_a_program_holding_every_inotify_instance_leaves_other_workspaces_theirs(
     tmp_path: Path,
 ) -> None:
     """``tail -F``, file watchers of dev servers and test runners: a program in one workspace took the
     128 inotify instances of the sandboxes' host user (and all 192,540 watches), and another
-    workspace's ``inotify_init`` failed with EMFILE until it was killed."""
+    workspace's ``inotify_init`` failed with EMFILE until it was killed: the kernel's inotify limits
+    are per host uid (``fs.inotify.max_user_instances``). Each sandbox now runs as a uid of its own
+    (``_uid_lease``; was a strict xfail)."""
     _, probe = await _hold_and_probe(tmp_path, {"hog.py": _INOTIFY_HOG}, "python3 hog.py", _INOTIFY_PROBE)
     assert probe == "ok", probe
 
@@ -534,19 +520,11 @@ else:
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the kernel charges pipe buffers to the host uid (user_struct, fs.pipe-user-pages-soft: 16,384"
-        " pages), not per user namespace, and every sandbox of the host runs as one host uid: a program"
-        " holding 1,100 empty pipes (2,200 descriptors, no memory) leaves every other workspace's new"
-        " pipes 8 KiB, not 64, and F_SETPIPE_SZ refused (EPERM); no rlimit bounds it per sandbox. A fix"
-        " gives each sandbox a host uid of its own"
-    ),
-)
 async def test_a_program_holding_empty_pipes_leaves_other_workspaces_full_pipes(tmp_path: Path) -> None:
     """Pipelines of another workspace ran through 8 KiB pipes while one program held its pipes, and a
-    program growing its pipe (``F_SETPIPE_SZ``) failed there."""
+    program growing its pipe (``F_SETPIPE_SZ``) failed there: the kernel charges pipe buffers to the
+    host uid (``fs.pipe-user-pages-soft``), and every sandbox was one. Each sandbox now runs as a uid
+    of its own (``_uid_lease``; was a strict xfail)."""
     _, probe = await _hold_and_probe(
         tmp_path, {"hog.py": _PIPES_HOG, "probe.py": _PIPES_PROBE}, "python3 hog.py", "python3 probe.py"
     )
@@ -579,17 +557,12 @@ _IN_FLIGHT_PROBE = (
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the kernel counts descriptors in flight over unix sockets per host uid (user_struct's"
-        " unix_inflight, against the sender's RLIMIT_NOFILE), and every sandbox of the host runs as one"
-        " host uid: a program sending 20,240 descriptors it never receives makes every other"
-        " workspace's SCM_RIGHTS fail (ETOOMANYREFS: multiprocessing's forkserver, socket.send_fds) until"
-        " it ends. A fix gives each sandbox a host uid of its own"
-    ),
-)
 async def test_a_program_holding_descriptors_in_flight_leaves_other_workspaces_theirs(tmp_path: Path) -> None:
+    """The kernel counts descriptors in flight over unix sockets per host uid (``unix_inflight``,
+    against the sender's ``RLIMIT_NOFILE``): a program sending 20,240 descriptors it never received
+    made every other workspace's ``SCM_RIGHTS`` fail (ETOOMANYREFS: multiprocessing's forkserver,
+    ``socket.send_fds``) until it ended, every sandbox being one host uid. Each sandbox now runs as a
+    uid of its own (``_uid_lease``; was a strict xfail)."""
     _, probe = await _hold_and_probe(tmp_path, {"hog.py": _IN_FLIGHT_HOG}, "python3 hog.py", _IN_FLIGHT_PROBE)
     assert probe == "ok", probe
 
