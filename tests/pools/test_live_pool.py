@@ -17,6 +17,7 @@ from computer.config import Settings
 from .pool_helpers import (
     processes_with,
     sandbox_worker,
+    sleepers,
     unique_sleep,
     wait_until,
     workers_with_a_restart_left,
@@ -38,7 +39,7 @@ async def test_a_background_process_outlives_its_call_and_later_calls_reach_it(
         first = await (await ws.runtime.exec(f"setsid sleep {marker} & echo $! > sleeper.pid")).result()
         assert first.status == "completed", first.error
         # (the call may return before its background child has exec'd ``sleep``)
-        await wait_until(lambda: bool(processes_with(f"sleep {marker}")))
+        await wait_until(lambda: bool(sleepers(marker)))
         listed = await ws.runtime.processes()
         assert any(p.command == f"sleep {marker}" for p in listed), (listed, first)
         seen = await (
@@ -65,7 +66,7 @@ async def test_runs_made_while_a_workspaces_first_run_goes_on_share_its_live_san
     markers = [unique_sleep() for _ in range(3)]
     async with computer.get_workspace(name) as ws:
         first = await ws.runtime.exec(f"setsid sleep {markers[0]} > /dev/null 2>&1 & sleep 4; echo done")
-        await wait_until(lambda: bool(processes_with(f"sleep {markers[0]}")))
+        await wait_until(lambda: bool(sleepers(markers[0])))
         listed = await ws.runtime.processes()  # the first run still goes on
         assert any(p.command == f"sleep {markers[0]}" for p in listed), listed
         others = [
@@ -75,7 +76,7 @@ async def test_runs_made_while_a_workspaces_first_run_goes_on_share_its_live_san
         for other in others:  # in the same sandbox: they see the first run's background process
             result = await other.result()
             assert (result.status, result.stdout) == ("completed", "1\n"), result
-        await wait_until(lambda: all(processes_with(f"sleep {m}") for m in markers))
+        await wait_until(lambda: all(sleepers(m) for m in markers))
         listed = await ws.runtime.processes()
         assert {f"sleep {m}" for m in markers} <= {p.command for p in listed}, listed
         assert await ws.runtime.end_sandbox() is True
