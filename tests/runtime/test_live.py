@@ -495,8 +495,8 @@ async def test_a_sandbox_ended_while_a_tick_plans_its_pull_keeps_what_that_pull_
     planning, go = threading.Event(), threading.Event()
     plan = MirrorPull.plan
 
-    def held_plan(self: MirrorPull, *, paced: bool = False) -> object:
-        found = plan(self, paced=paced)
+    def held_plan(self: MirrorPull, *, paced: bool = False, cap: int | None = None) -> object:
+        found = plan(self, paced=paced, cap=cap)
         if paced and threading.current_thread() is not threading.main_thread() and not planning.is_set():
             planning.set()  # a tick's plan, in a worker thread: held until the end has cancelled it
             go.wait(10)

@@ -178,10 +178,10 @@ async def test_a_sandbox_ended_while_a_ticks_push_writes_the_mirror_reports_noth
     from computer.runtime import _mirror_push
 
     writing, go = threading.Event(), threading.Event()
-    write_all = _mirror_push.write_all
+    write_sparse = _mirror_push.write_sparse
 
-    def held(fd: int, data: bytes) -> None:
-        write_all(fd, data)
+    def held(fd: int, data: bytes, offset: int) -> None:
+        write_sparse(fd, data, offset)
         if threading.current_thread() is not threading.main_thread() and not writing.is_set():
             writing.set()  # a push in a worker thread: the file written, not yet recorded
             go.wait(10)
@@ -190,7 +190,7 @@ async def test_a_sandbox_ended_while_a_ticks_push_writes_the_mirror_reports_noth
     async with computer.Workspace(path, backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
         await run(ws, "setsid sh -c 'while :; do date +%N > bg; sleep 0.01; done' > /dev/null 2>&1 &")
-        monkeypatch.setattr(_mirror_push, "write_all", held)
+        monkeypatch.setattr(_mirror_push, "write_sparse", held)
         for i in range(20):  # past a page applied without a thread hop
             await ws.fs.write_file(f"/workspace/f{i}", f"ws {i}\n")
         await asyncio.to_thread(writing.wait, 10)
@@ -198,7 +198,7 @@ async def test_a_sandbox_ended_while_a_ticks_push_writes_the_mirror_reports_noth
         await asyncio.sleep(0.3)  # the end's pull runs meanwhile (before: it did not wait)
         go.set()
         await closing
-    monkeypatch.setattr(_mirror_push, "write_all", write_all)
+    monkeypatch.setattr(_mirror_push, "write_sparse", write_sparse)
     async with computer.Workspace(path, backends=[backend]) as ws:
         seen = await run(ws, "cat f0 f19")
         assert (seen.status, seen.stdout) == ("completed", "ws 0\nws 19\n")
