@@ -162,7 +162,7 @@ class LocalExecContext(PushPages, PullCommits):
             if f.link is not None:
                 links[f.path] = f.link
                 continue
-            if f.same:  # through the node, every name: refused when another name changed (``_names``)
+            if f.same:  # through the node, every name: refused if the workspace wrote it (``commit_batch``)
                 in_place[f.path] = base_rev
             if f.chunks is not None:
                 chunked.append(f)

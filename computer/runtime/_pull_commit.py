@@ -211,7 +211,8 @@ class PullCommits:
     ) -> None:
         """Write one large file from its chunks, in a batch of its own: as a batch's write, a name of a
         file with several names gets a new file (the program replaced it; names that still share the
-        file come as links, after it), where ``write_chunks`` would write into the shared file. The
+        file come as links, after it), where ``write_chunks`` would write into the shared file; one
+        the program wrote through (``in_place``, ``MirrorFile.same``) is written through its node. The
         loop gets a turn first: a page's large files were committed in one step (100 sparse 4 GB
         files, 8,192 chunks each: ~0.8 s of CPU, every workspace of the process held)."""
         assert f.chunks is not None

@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from ._batch_dirs import make_dirs
 from ._content import set_content
-from ._names import in_place_refused
+from ._in_place import in_place_refused
 from ._pieces import Assembler, Piece
 from ._resolve import lookup, resolve, resolve_read
 from ._resolve import target as target_of
@@ -158,9 +158,9 @@ def commit_batch(
     path is skipped (the workspace wins when we cannot tell).
     ``in_place`` (a written path -> the revision its writer last saw): that write goes through the
     node at the path, every name of it (a pull's file the program wrote through, not replaced: no
-    name is re-sent as a link), unless another name of it changed after that revision (by one not
-    in ``own_revs``: the writer's own), itself, an ancestor or a descendant: then the path is
-    skipped, and the links to it with it (``_names.in_place_refused``).
+    name is re-sent as a link), unless the workspace wrote that node through another name after
+    that revision (by one not in ``own_revs``: the writer's own): then the path is skipped, and the
+    links to it with it (``_in_place.in_place_refused``).
     """
     modes = dict(modes or {})
     st.refresh()  # once for the whole batch, not per path

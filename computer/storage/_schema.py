@@ -20,7 +20,7 @@ __all__ = [
     "clean_mode",
 ]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 5
 
 # Inode kinds, stored as small integers.
 FILE = 0
@@ -72,9 +72,6 @@ INLINE_MAX = 2048
 #   only an exec pull gives more (the program's time, as lstat read it), and a mirror built from the
 #   store sets the exact time again (``make`` compares nanoseconds). Every statement that sets
 #   ``mtime`` sets ``sub_ns`` with it: a stale remainder never outlives the time it belonged to.
-# - ``dirents_child`` finds the names of a node (``_names``): a pull's write through a file of several
-#   names checks every name against the workspace's changes (one more index entry a name: ~2-5 % on
-#   a batch making 2,000 files).
 # - ``changes`` is keyed by (revision, n-th change of that revision): one b-tree, scanned by rev.
 # - ``state`` is one row: the revision, the owner epoch (fencing) and the change-log floor.
 # - ``audit`` is the audit log (``_audit.py``): AUTOINCREMENT so an id is never reused after the
@@ -122,7 +119,6 @@ CREATE TABLE dirents (
     child INTEGER NOT NULL,
     PRIMARY KEY (parent, name)
 ) WITHOUT ROWID;
-CREATE INDEX dirents_child ON dirents (child);
 CREATE TABLE file_chunks (
     inode INTEGER NOT NULL,
     idx INTEGER NOT NULL,
@@ -175,7 +171,4 @@ UPDATE inodes SET mode = mode & ~{0o6000} WHERE mode & {0o6000} != 0;
     # default, so SQLite adds the column without rewriting a row (``_db`` skips it when a file
     # downgraded by hand still has it).
     4: "ALTER TABLE inodes ADD COLUMN sub_ns INTEGER NOT NULL DEFAULT 0;",
-    # 5 -> 6: the names of a node (``_names``: a pull's in-place write of a file of several names).
-    # IF NOT EXISTS: a file downgraded by hand may still hold it.
-    5: "CREATE INDEX IF NOT EXISTS dirents_child ON dirents (child);",
 }

@@ -431,7 +431,8 @@ class FileSystem:
         ``_batch.commit_batch`` for the order and the conflict rule. A write is bytes or a list of
         pieces as in :meth:`write_chunks`. ``sub_ns``: the nanoseconds past a path's ``mtimes``
         entry (a pull's exact times; ``FileStat.sub_ns``), 0 where it names none. ``in_place``:
-        writes through the node, every name (``_names``), refused when another name changed."""
+        writes through the node, every name, refused when the workspace wrote it meanwhile
+        (``_in_place``)."""
         return _batch.commit_batch(
             self._store,
             writes,

@@ -1,11 +1,9 @@
 """``commit_batch(in_place=)``: a pull's write through the node of a file of several names (hard links),
-checked against every name of it (``_names``), and the index by node that finds them (schema 6)."""
+refused when the workspace wrote that node meanwhile through another name (``_in_place``)."""
 
 from __future__ import annotations
 
 import asyncio
-import sqlite3
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -13,8 +11,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from computer.storage import FileSystem
-from computer.storage._names import names_of
-from computer.storage._schema import SCHEMA_VERSION
+
+
+def names_of(fs: FileSystem, ino: int) -> list[str]:
+    """Every name of the node ``ino`` (a walk of the store)."""
+    return [e.path for e in fs.manifest("/", inodes=True) if e.ino == ino]
 
 
 async def _linked(fs: FileSystem, names: list[str], data: bytes = b"a") -> int:
@@ -45,38 +46,74 @@ async def test_without_in_place_a_write_still_gives_its_name_a_new_file(fs: File
     assert (await fs.stat("/w/g")).nlink == 1
 
 
-@pytest.mark.parametrize(
-    "change",
-    ["write", "write_then_rename_dir", "rename_onto", "link_new", "chmod_dir"],
-)
-async def test_a_workspace_change_of_another_name_after_the_revision_refuses_the_write(
+# A workspace change after the pull's revision: (whether the write through ``f`` is refused, what the
+# names of ``f``'s node read after a refusal).
+CHANGES = {
+    "write": (True, b"W"),
+    "write_then_rename_it": (True, b"W"),
+    "write_then_rename_its_dir": (True, b"W"),
+    "write_then_rename_a_dir_above": (True, b"W"),
+    "replaced_then_write_another": (True, b"W"),
+    "chmod": (True, b"a"),
+    "link_new": (False, b""),
+    "rename_a_name": (False, b""),
+    "chmod_dir": (False, b""),
+    "write_elsewhere_then_rename_onto_a_name": (False, b""),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=CHANGES)
+async def test_a_workspace_write_of_the_node_after_the_revision_refuses_the_write(
     fs: FileSystem, change: str
 ) -> None:
-    """The race: the workspace changed another name of the node between the pull's plan (its
+    """The race: the workspace wrote the file through another name between the pull's look (its
     revision) and its commit. The write through the node would overwrite it: refused (skipped), the
-    workspace's version kept under every name, and a link to the refused path refused with it."""
+    workspace's version kept under every name, and a link to the refused path refused with it. A
+    name made, moved or removed, or a directory's mode, changes no content: applied, every name of
+    the node (a name the workspace made too) takes it."""
     base = await _linked(fs, ["/w/l1", "/w/d/x"])
-    kept = b"a"
+    await fs.mkdir("/w/up/in", recursive=True)
+    ino = (await fs.stat("/w/f")).ino
     if change == "write":
         await fs.write_file("/w/l1", b"W")
-        kept = b"W"
-    elif change == "write_then_rename_dir":  # the name written is no longer a path: its directory moved
+    elif change == "write_then_rename_it":
+        await fs.write_file("/w/l1", b"W")
+        await fs.rename("/w/l1", "/w/l2")
+    elif change == "write_then_rename_its_dir":
         await fs.write_file("/w/d/x", b"W")
         await fs.rename("/w/d", "/w/d2")
-        kept = b"W"
-    elif change == "rename_onto":
+    elif change == "write_then_rename_a_dir_above":
+        await fs.rename("/w/d", "/w/up/in/d")
+        base2 = fs.rev
+        await fs.write_file("/w/up/in/d/x", b"W")
+        await fs.rename("/w/up", "/w/up2")
+        assert base2 > base
+    elif change == "replaced_then_write_another":
         await fs.write_file("/w/other", b"O")
-        await fs.rename("/w/other", "/w/l1", overwrite=True)  # l1 is another file now: f's node has f and d/x
+        await fs.rename("/w/other", "/w/l1", overwrite=True)  # l1 is another file now
         await fs.write_file("/w/d/x", b"W")
-        kept = b"W"
+    elif change == "chmod":
+        fs.commit_batch({}, modes={"/w/l1": 0o600})
     elif change == "link_new":
         await fs.link("/w/l1", "/w/l9")
+    elif change == "rename_a_name":
+        await fs.rename("/w/d", "/w/d2")
     elif change == "chmod_dir":
-        fs.commit_batch({}, modes={"/w/d": 0o700})  # logged ``mkdir``: what lies below conflicts
+        fs.commit_batch({}, modes={"/w/d": 0o700})
+    elif change == "write_elsewhere_then_rename_onto_a_name":
+        await fs.write_file("/w/other", b"O")  # written, then moved over a name: not the node
+        await fs.rename("/w/other", "/w/l1", overwrite=True)
+    refuse, kept = CHANGES[change]
     batch = fs.commit_batch({"/w/f": b"pulled"}, links={"/w/new": "/w/f"}, in_place={"/w/f": base})
-    assert batch.skipped == ["/w/f", "/w/new"], batch
-    assert await fs.read_file("/w/f") == kept
-    assert not await fs.exists("/w/new")
+    names = names_of(fs, ino)
+    if refuse:
+        assert batch.skipped == ["/w/f", "/w/new"], batch
+        assert {await fs.read_file(n) for n in names} == {kept}
+        assert not await fs.exists("/w/new")
+    else:
+        assert batch.applied == ["/w/f", "/w/new"] and batch.skipped == [], batch
+        assert {await fs.read_file(n) for n in names} == {b"pulled"} and "/w/new" in names
+    assert (await fs.stat("/w/f")).nlink == len(names)
 
 
 async def test_a_change_elsewhere_or_a_removed_name_refuses_nothing(fs: FileSystem) -> None:
@@ -89,13 +126,13 @@ async def test_a_change_elsewhere_or_a_removed_name_refuses_nothing(fs: FileSyst
 
 
 async def test_the_writers_own_revisions_refuse_nothing(fs: FileSystem) -> None:
-    """A pull's earlier page (``own_revs``) changed a name of the node: its own, not a conflict."""
+    """A pull's earlier page (``own_revs``) set the node's time through a name: its own, not a conflict."""
     base = await _linked(fs, ["/w/l1"])
-    fs.commit_batch({}, links={"/w/l2": "/w/f"})
+    fs.commit_batch({}, mtimes={"/w/l1": 1_000})
     own = fs.rev
     assert fs.commit_batch({"/w/f": b"p"}, in_place={"/w/f": base}).skipped == ["/w/f"]
     assert fs.commit_batch({"/w/f": b"p"}, in_place={"/w/f": base}, own_revs=[own]).applied == ["/w/f"]
-    assert await fs.read_file("/w/l2") == b"p"
+    assert await fs.read_file("/w/l1") == b"p"
 
 
 async def test_a_trimmed_log_refuses_the_write(fs: FileSystem) -> None:
@@ -111,42 +148,6 @@ async def test_in_place_at_a_missing_path_or_a_single_name_is_a_plain_write(fs: 
     batch = fs.commit_batch({"/w/new": b"n", "/w/one": b"2"}, in_place={"/w/new": base, "/w/one": base})
     assert batch.applied == ["/w/new", "/w/one"]
     assert (await fs.read_file("/w/new"), await fs.read_file("/w/one")) == (b"n", b"2")
-
-
-async def test_names_of_a_node(fs: FileSystem) -> None:
-    await _linked(fs, ["/w/d/x", "/w/l1"])
-    ino = (await fs.stat("/w/f")).ino
-    assert names_of(fs._store, ino) == ["/w/d/x", "/w/f", "/w/l1"]
-    await fs.rename("/w/d", "/w/e")
-    await fs.rm("/w/l1")
-    assert names_of(fs._store, ino) == ["/w/e/x", "/w/f"]
-
-
-async def test_a_version_5_file_gains_the_index_by_node(tmp_path: Path) -> None:
-    path = str(tmp_path / "ws.sqlite")
-    fs = FileSystem.open(path)
-    base = await _linked(fs, ["/w/l1"])
-    fs.close()
-    con = sqlite3.connect(path, isolation_level=None)
-    con.execute("DROP INDEX dirents_child")
-    con.execute("UPDATE meta SET value = 5 WHERE key = 'schema_version'")
-    con.close()
-    with pytest.raises(OSError):  # a reader never upgrades
-        FileSystem.open(path, readonly=True)
-    fs = FileSystem.open(path)
-    try:
-        plan = fs._store.db.execute(
-            "EXPLAIN QUERY PLAN SELECT parent, name FROM dirents WHERE child = 5"
-        ).fetchall()
-        assert any("dirents_child" in str(row) for row in plan), plan
-        await fs.write_file("/w/l1", b"W")
-        assert fs.commit_batch({"/w/f": b"p"}, in_place={"/w/f": base}).skipped == ["/w/f"]
-        assert (await fs.stat("/w/f")).nlink == 2  # the link counts as before
-    finally:
-        fs.close()
-    con = sqlite3.connect(path)
-    assert con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == SCHEMA_VERSION
-    con.close()
 
 
 _NAMES = ["/w/f", "/w/a", "/w/d/b", "/w/d/c", "/w/e/b"]
@@ -181,7 +182,7 @@ class InPlaceRaces(RuleBasedStateMachine):
         self.untouched = {"/w/f", "/w/a"}  # names of the node at ``base`` not changed since
 
     def _names(self) -> list[str]:
-        return names_of(self.fs._store, self.ino)
+        return names_of(self.fs, self.ino)
 
     def _is_name(self, path: str) -> bool:
         return self.run(self.fs.exists(path)) and self.run(self.fs.stat(path)).ino == self.ino
