@@ -910,3 +910,25 @@ async def test_a_run_appending_through_one_name_while_the_workspace_writes_anoth
         assert await ws.fs.read_file(f"{ROOT}/f") == b"ws\n"
         await _one_file(ws, ["f", "d/g"])
         assert (await ok(ws, "cat f d/g")).stdout == "ws\nws\n"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_run_appending_through_one_name_while_the_workspace_moves_another_is_pulled(
+    tmp_path: Path, live: bool
+) -> None:
+    """The workspace renames the directory holding another name of the file while a run appends
+    through ``f``: no content of the file changed in the workspace, so the append is pulled through
+    the node (the store's check follows the rename), and every name, the moved one too, reads it.
+    (A name the workspace links meanwhile is a conflict by the pull's own rules: ``other_names``.)"""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/f", b"a\n")
+        await ws.fs.link(f"{ROOT}/f", f"{ROOT}/d/g")
+        await ok(ws, "true")
+        handle = await started(ws, "echo ready; sleep 1; echo more >> f")
+        await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/e")
+        result = await settle(handle)
+        assert result.status == "completed" and result.skipped == [], result.skipped_reasons
+        for name in ("f", "e/g"):
+            assert await ws.fs.read_file(f"{ROOT}/{name}") == b"a\nmore\n"
+        await _one_file(ws, ["f", "e/g"])
