@@ -161,6 +161,7 @@ def share_names(
                     continue  # not UTF-8: the mirror's alone, as the plan left it (the store refused it)
                 if same:
                     now[other] = entry
+                    plan.shared.setdefault(workspace_path(rel), []).append(workspace_path(other))
                     continue
                 plan.links.append((other, first_name[ino]))
                 listed.add(other)

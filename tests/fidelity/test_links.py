@@ -294,7 +294,11 @@ async def test_a_write_through_a_removed_link_racing_a_workspace_write_follows_t
         result = await settle(handle)
         assert result.status == "completed", result
         if live:
-            assert result.pulled == [f"{ROOT}/f"] and result.skipped == []
+            assert result.pulled == [
+                f"{ROOT}/d/h",
+                f"{ROOT}/f",
+                f"{ROOT}/g",
+            ]  # changed, one write and result.skipped == []
             expected = b"ws\nmore\n"
         else:
             assert result.skipped == [f"{ROOT}/f"] and result.pulled == []
@@ -872,7 +876,7 @@ async def test_a_change_through_one_name_of_a_linked_file_keeps_its_names_one_fi
             assert [(c.path, c.op) for c in ws.fs.changes_since(before, ROOT).changes] == [
                 (f"{ROOT}/f", "write")
             ]
-            assert result.pulled == [f"{ROOT}/f"]
+            assert result.pulled == [f"{ROOT}/d/h", f"{ROOT}/f", f"{ROOT}/g"]  # changed, one write
         for names, text in groups:
             await _one_file(ws, names)
             assert await ws.fs.read_text(f"{ROOT}/{names[0]}") == text
