@@ -914,6 +914,12 @@ async def test_a_run_appending_through_one_name_while_the_workspace_writes_anoth
         assert await ws.fs.read_file(f"{ROOT}/f") == b"ws\n"
         await _one_file(ws, ["f", "d/g"])
         assert (await ok(ws, "cat f d/g")).stdout == "ws\nws\n"
+        # The mirror's entries of both names are current: a workspace rename of one is followed.
+        await ws.fs.rename(f"{ROOT}/d/g", f"{ROOT}/d/h")
+        await _one_file(ws, ["f", "d/h"])
+        await ok(ws, "echo again >> d/h")
+        await _one_file(ws, ["f", "d/h"])
+        assert await ws.fs.read_file(f"{ROOT}/f") == b"ws\nagain\n"
 
 
 @pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
