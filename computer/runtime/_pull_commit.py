@@ -181,7 +181,7 @@ class PullCommits:
     ) -> None:
         """One ``commit_batch`` of a pull (no ``base_rev``): its revision is the run's own, what it
         applied is listed, what it could not make refused. A write through a file's node
-        (``in_place``) the store refused because another name of the file changed in the workspace
+        (``in_place``) the store refused because the workspace wrote the file through another name
         is a conflict (the mirror keeps the file and gets the workspace's version written into it),
         and a link to it is refused with it (:data:`LINKED`)."""
         in_place = options.get("in_place")
