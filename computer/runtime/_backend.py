@@ -202,6 +202,8 @@ class MirrorFile:
     chunks: list[str] | None = None
     # A push's file the workspace wrote, not replaced, since the mirror's revision: the mirror writes
     # it into the file it holds there (a program holding it open, its other names, see the write).
+    # A pull's file of several names the program wrote through, not replaced: the workspace writes it
+    # through its node (every name; ``commit_batch(in_place=)``), its other names not sent.
     same: bool = False
     sub_ns: int = 0
 

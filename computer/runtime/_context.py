@@ -148,6 +148,7 @@ class LocalExecContext(PushPages, PullCommits):
         mtimes: dict[str, int] = {}
         sub_ns: dict[str, int] = {}  # the nanoseconds past those, where not 0 (``FileStat.sub_ns``)
         links: dict[str, str] = {}
+        in_place: dict[str, int] = {}  # files written through their node (``MirrorFile.same``)
         chunked: list[MirrorFile] = []
         try:
             staged = await self._stage_page(pull, own)
@@ -161,6 +162,8 @@ class LocalExecContext(PushPages, PullCommits):
             if f.link is not None:
                 links[f.path] = f.link
                 continue
+            if f.same:  # through the node, every name: refused if the workspace wrote it (``commit_batch``)
+                in_place[f.path] = base_rev
             if f.chunks is not None:
                 chunked.append(f)
                 continue
@@ -232,10 +235,11 @@ class LocalExecContext(PushPages, PullCommits):
                 links=links,
                 symlinks=symlinks,
                 sub_ns=sub_ns,
+                in_place=in_place,
             )
         # Large files from their chunks, one transaction each (a chunk the store lacks fails that file).
         for f in chunked:
-            await self._write_chunks(f, applied, reasons, own)
+            await self._write_chunks(f, applied, reasons, own, in_place)
         if late:
             self._commit_links(late, applied, reasons, own)
         if timed:

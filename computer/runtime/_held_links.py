@@ -9,12 +9,23 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
-from ._entry import INO, KIND
+from ._entry import INO, KIND, entry_of
 
 if TYPE_CHECKING:
-    from ._mirror_base import Entry
+    from collections.abc import Callable
+    from pathlib import Path
 
-__all__ = ["is_utf8", "linked_at", "lost_names", "names_elsewhere", "rename_at", "unheld_names"]
+    from ._mirror_base import Entry, PullPlan
+
+__all__ = [
+    "is_utf8",
+    "linked_at",
+    "lost_names",
+    "names_elsewhere",
+    "rename_at",
+    "share_names",
+    "unheld_names",
+]
 
 
 def linked_at(state: Mapping[str, Entry], linked: set[int], rel: str) -> set[int]:
@@ -101,3 +112,61 @@ def is_utf8(rel: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def share_names(
+    plan: PullPlan,
+    state: Mapping[str, Entry],
+    now: dict[str, Entry],
+    first_name: Mapping[int, str],
+    directory: Path,
+    workspace_path: Callable[[str], str],
+) -> set[int]:
+    """The other names of the files ``plan`` writes that have several (a write through one hard link
+    changes them all); the inodes of those files (``Mirror.linked``).
+
+    A file the program wrote through, not replaced (the state had that inode at that name), is
+    written through its node in the workspace (``plan.same``, ``MirrorFile.same``: every name there,
+    checked by the store against the workspace's changes), so its other names are not sent: they take
+    its entry (the same inode's), as a ``touch`` of any name gives them all. Before, every other name
+    went in the pull as a link of it: an append to a file of 20,000 names cost 20,000 link commits
+    (two change-log rows each) on the owner's loop every sync. A file the program replaced at that
+    name (``sed -i``) and linked again is sent as before: a new file, its other names as links (their
+    entries read again: ``ln d/e m/c`` changes ``d/e``'s ctime with no event in ``d``, and its stale
+    entry failed a later workspace rename of it, fetched whole, apart from ``m/c``)."""
+    shared = []
+    for rel, _ in plan.files:
+        try:
+            if os.lstat(directory / rel).st_nlink > 1:
+                shared.append(rel)
+        except OSError:
+            pass
+    if not shared:
+        return set()
+    by_ino: dict[int, list[str]] = {}
+    for rel, entry in now.items():
+        if entry[KIND] == "f":
+            by_ino.setdefault(entry[INO], []).append(rel)
+    listed = {rel for rel, _ in plan.links}
+    for rel in shared:
+        entry = now[rel]
+        ino = entry[INO]
+        old = state.get(rel)
+        same = old is not None and old[KIND] == "f" and old[INO] == ino
+        if same:
+            plan.same.add(rel)
+        for other in by_ino.get(ino, ()):
+            if other != rel and other not in listed and first_name.get(ino) != workspace_path(other):
+                if not is_utf8(other):
+                    continue  # not UTF-8: the mirror's alone, as the plan left it (the store refused it)
+                if same:
+                    now[other] = entry
+                    plan.shared.setdefault(workspace_path(rel), []).append(workspace_path(other))
+                    continue
+                plan.links.append((other, first_name[ino]))
+                listed.add(other)
+                try:
+                    now[other] = entry_of(os.lstat(directory / other))
+                except OSError:
+                    pass
+    return {now[rel][INO] for rel in shared}

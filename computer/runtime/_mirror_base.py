@@ -412,6 +412,11 @@ class PullPlan:
     symlinks: list[MirrorSymlink] = field(default_factory=list)
     deleted: list[str] = field(default_factory=list)
     links: list[tuple[str, str]] = field(default_factory=list)  # (relative path, first name's path)
+    # Files of ``files`` the program wrote through (not replaced) that have other names: written
+    # through the workspace's node, every name (``MirrorFile.same``, ``_held_links.share_names``).
+    same: set[str] = field(default_factory=set)
+    # ... the workspace paths of each one's other names (changed with it: listed as pulled with it).
+    shared: dict[str, list[str]] = field(default_factory=dict)
     # Filled by ``Mirror.pages``: the chunk hashes of each large file it sent as chunks.
     chunk_lists: dict[str, list[str]] = field(default_factory=dict)
     # ... and the fast fingerprints of those chunks (``Mirror.prints``).

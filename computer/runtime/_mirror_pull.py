@@ -24,7 +24,7 @@ from ._beneath import (
 )
 from ._dir_times import mirror_dir, with_dir_times
 from ._entry import INO, KIND, MODE, MTIME_NS, SIZE
-from ._held_links import is_utf8, unheld_names
+from ._held_links import is_utf8, share_names, unheld_names
 from ._mirror_base import NOT_UTF8, SPECIAL, Entry, PullPlan, entry_of, is_below, was_dir
 from ._mirror_watch import MirrorWatch
 from ._moves import moved_names
@@ -228,40 +228,11 @@ class MirrorPull(MirrorWatch):
             if old is not None and old[KIND] != kind:
                 plan.deleted.append(path)  # replaced by another kind: remove first
         links.close()
-        self._other_names(plan, now, first_name)
+        self.linked.update(share_names(plan, state, now, first_name, self.directory, self.workspace_path))
         parents = parents if checked else set(filter(is_utf8, parents))  # (an event may name a bad one)
         with_dir_times(plan, self.directory, self.root, made, parents, timed)
         plan.dirs.sort(key=lambda d: d.path.count("/"))
         return plan
-
-    def _other_names(self, plan: PullPlan, now: dict[str, Entry], first_name: dict[int, str]) -> None:
-        """A changed file with other names the program did not touch (a write through one hard link
-        changes them all): those names go in the pull as links of it, so the workspace agrees, and
-        their entries are read again (``ln d/e m/c`` changes ``d/e``'s ctime with no event in ``d``:
-        its stale entry failed a later workspace rename of it, fetched whole, apart from ``m/c``)."""
-        shared = []
-        for rel, _ in plan.files:
-            with contextlib.suppress(OSError):
-                if os.lstat(self.directory / rel).st_nlink > 1:
-                    shared.append(rel)
-        if not shared:
-            return
-        self.linked.update(now[rel][INO] for rel in shared)
-        by_ino: dict[int, list[str]] = {}
-        for rel, entry in now.items():
-            if entry[KIND] == "f":
-                by_ino.setdefault(entry[INO], []).append(rel)
-        listed = {rel for rel, _ in plan.links}
-        for rel in shared:
-            ino = now[rel][INO]
-            for other in by_ino.get(ino, ()):
-                if other != rel and other not in listed and first_name.get(ino) != self.workspace_path(other):
-                    if not is_utf8(other):
-                        continue  # not UTF-8: the mirror's alone, as the plan left it (the store refused it)
-                    plan.links.append((other, first_name[ino]))
-                    listed.add(other)
-                    with contextlib.suppress(OSError):
-                        now[other] = entry_of(os.lstat(self.directory / other))
 
     def chunk_sources(self, plan: PullPlan) -> dict[str, str]:
         """Large files of ``plan`` that continue the file of another name whose chunk list the mirror
@@ -395,7 +366,7 @@ class MirrorPull(MirrorWatch):
                     plan.chunk_lists[rel] = hashes
                     plan.chunk_prints[rel] = prints
                     page.files.append(
-                        MirrorFile(path, None, entry[MODE], mtime, size, None, hashes, sub_ns=sub)
+                        MirrorFile(path, None, entry[MODE], mtime, size, None, hashes, rel in plan.same, sub)
                     )
                     continue
                 try:
@@ -403,7 +374,9 @@ class MirrorPull(MirrorWatch):
                 except OSError:
                     continue
                 held += len(data)
-                page.files.append(MirrorFile(path, data, entry[MODE], mtime, sub_ns=sub))
+                page.files.append(
+                    MirrorFile(path, data, entry[MODE], mtime, same=rel in plan.same, sub_ns=sub)
+                )
         # Hard links last: their first name is on this page or an earlier one. On pages of their own
         # past ``PAGE_FILES``: 20,000 names of one file on one page held the owner's loop 0.3 s.
         for rel, first in plan.links:
@@ -468,7 +441,9 @@ class MirrorPull(MirrorWatch):
         if plan is None or not self.linked:
             return set()
         found = set()
-        for rel in [self.rel(path) for path in plan.deleted] + [rel for rel, _ in plan.files]:
+        # (a file written through, ``plan.same``, kept every name: its others took its entry)
+        written = [rel for rel, _ in plan.files if rel not in plan.same]
+        for rel in [self.rel(path) for path in plan.deleted] + written:
             old = self.state.get(rel)
             if old is not None and old[KIND] == "f" and old[INO] in self.linked:
                 found.add(old[INO])

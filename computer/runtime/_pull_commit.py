@@ -28,7 +28,7 @@ import time
 from typing import Any
 
 from ._backend import MirrorFile, SyncPull
-from ._pull_rules import UNAPPLIED
+from ._pull_rules import CONFLICT, LINKED, UNAPPLIED
 
 __all__ = ["SAFE_BITS", "STAGING", "STALE_STAGING", "KeptChunksGone", "PullCommits"]
 
@@ -103,6 +103,7 @@ class PullCommits:
                     modes={path: modes[path]},
                     mtimes={path: mtimes[path]},
                     sub_ns={path: sub_ns[path]} if path in sub_ns else None,
+                    in_place=_only(options.get("in_place"), path),
                 )
             except OSError as exc:
                 if exc.errno != errno.ENOSPC:
@@ -179,21 +180,39 @@ class PullCommits:
         **options: Any,
     ) -> None:
         """One ``commit_batch`` of a pull (no ``base_rev``): its revision is the run's own, what it
-        applied is listed, what it could not make refused."""
+        applied is listed, what it could not make refused. A write through a file's node
+        (``in_place``) the store refused because the workspace wrote the file through another name
+        is a conflict (the mirror keeps the file and gets the workspace's version written into it),
+        and a link to it is refused with it (:data:`LINKED`)."""
+        in_place = options.get("in_place")
+        if in_place:
+            options["in_place"] = {path: rev for path, rev in in_place.items() if path in writes}
+            options["own_revs"] = sorted(own)
         before = self.fs.rev
         batch = self.fs.commit_batch(writes, **options)
         if batch.rev != before:
             own.add(batch.rev)
         applied += batch.applied
+        links = options.get("links") or {}
         for path in batch.skipped:
+            if in_place and path in in_place:
+                reasons.setdefault(path, CONFLICT)
+            elif in_place and links.get(path) in in_place and links[path] in batch.skipped:
+                reasons.setdefault(path, LINKED)
             reasons.setdefault(path, UNAPPLIED)
 
     async def _write_chunks(
-        self, f: MirrorFile, applied: list[str], reasons: dict[str, str], own: set[int]
+        self,
+        f: MirrorFile,
+        applied: list[str],
+        reasons: dict[str, str],
+        own: set[int],
+        in_place: dict[str, int] | None = None,
     ) -> None:
         """Write one large file from its chunks, in a batch of its own: as a batch's write, a name of a
         file with several names gets a new file (the program replaced it; names that still share the
-        file come as links, after it), where ``write_chunks`` would write into the shared file. The
+        file come as links, after it), where ``write_chunks`` would write into the shared file; one
+        the program wrote through (``in_place``, ``MirrorFile.same``) is written through its node. The
         loop gets a turn first: a page's large files were committed in one step (100 sparse 4 GB
         files, 8,192 chunks each: ~0.8 s of CPU, every workspace of the process held)."""
         assert f.chunks is not None
@@ -207,6 +226,7 @@ class PullCommits:
                 modes={f.path: f.mode & SAFE_BITS},
                 mtimes={f.path: f.mtime},
                 sub_ns={f.path: f.sub_ns},
+                in_place=_only(in_place, f.path),
             )
         except OSError as exc:
             reasons[f.path] = f"could not be applied: {exc.strerror or exc}{await self._left(f.path)}"
@@ -221,3 +241,8 @@ class PullCommits:
             return "; the workspace has no file there, and the sandbox's is removed"
         kept = f"its version of {st.size:,} bytes" if st.is_file else "what it has there"
         return f"; the workspace keeps {kept}, which the sandbox gets back"
+
+
+def _only(in_place: dict[str, int] | None, path: str) -> dict[str, int] | None:
+    """``in_place``'s entry for ``path`` alone (a batch of that one file), or None."""
+    return {path: in_place[path]} if in_place and path in in_place else None

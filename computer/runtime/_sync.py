@@ -335,6 +335,7 @@ class MirrorSync:
             and fits(plan.deleted, PAGE_FILES) == len(plan.deleted)
             and fits((d.path for d in plan.dirs), PAGE_DIRS) == len(plan.dirs)
             and not mirror.chunk_sources(plan)
+            and not plan.shared  # (its other names are listed as pulled here: ``_apply``)
         ):
             pull = (
                 mirror.read_all(plan)
@@ -399,6 +400,8 @@ class MirrorSync:
                     await asyncio.sleep(0)  # other work between pages (a light pull has no thread hop)
             finally:
                 pages.close()
+        if plan.shared:  # a file written through its node changed its other names too (``PullPlan.shared``)
+            applied += [name for path in list(applied) if path in plan.shared for name in plan.shared[path]]
         followed = [moves[r] for r in sorted(moves)]
         # A live program may still be removing the tree: what the workspace keeps only for what the
         # mirror never had stays removed until the next run (``Mirror.hold``), as per call.

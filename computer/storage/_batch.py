@@ -16,6 +16,7 @@ from typing import TypeVar
 
 from ._batch_dirs import make_dirs
 from ._content import set_content
+from ._in_place import in_place_refused
 from ._pieces import Assembler, Piece
 from ._resolve import lookup, resolve, resolve_read
 from ._resolve import target as target_of
@@ -131,6 +132,8 @@ def commit_batch(
     links: Mapping[str, str] | None = None,
     symlinks: Mapping[str, str] | None = None,
     sub_ns: Mapping[str, int] | None = None,
+    in_place: Mapping[str, int] | None = None,
+    own_revs: Sequence[int] = (),
 ) -> BatchResult:
     """Apply many changes in one transaction and one revision (the shell backend's pull).
 
@@ -153,6 +156,11 @@ def commit_batch(
     With ``base_rev``, a path changed after that revision (itself, an ancestor or a descendant) is
     left alone and listed in ``skipped``; if the change log no longer reaches ``base_rev`` every
     path is skipped (the workspace wins when we cannot tell).
+    ``in_place`` (a written path -> the revision its writer last saw): that write goes through the
+    node at the path, every name of it (a pull's file the program wrote through, not replaced: no
+    name is re-sent as a link), unless the workspace wrote that node through another name after
+    that revision (by one not in ``own_revs``: the writer's own): then the path is skipped, and the
+    links to it with it (``_in_place.in_place_refused``).
     """
     modes = dict(modes or {})
     st.refresh()  # once for the whole batch, not per path
@@ -187,6 +195,15 @@ def commit_batch(
                 skipped = {p for p in every if conflicts(p)}
                 # A link to a path changed meanwhile would name the workspace's file, not the run's.
                 skipped.update(new for new, old in canon_links.items() if conflicts(old))
+    through: set[str] = set()  # writes made through the node (``in_place``)
+    if in_place:
+        asked = {p: int(rev) for p, rev in _canon_keys(st, in_place, int).items() if p in canon_writes}
+        if asked:
+            log = changes_since(st, min(asked.values()), skip_revs=own_revs)
+            refused = in_place_refused(st, {p: r for p, r in asked.items() if p not in skipped}, log)
+            skipped |= refused
+            skipped.update(new for new, old in canon_links.items() if old in refused)
+            through = asked.keys() - skipped
     applied: list[str] = []
     todo = [p for p in every if p not in skipped] if skipped else every
     if not todo:
@@ -236,7 +253,7 @@ def commit_batch(
                 parts.total,
                 canon_modes.get(p),
                 canon_mtimes.get(p),
-                detach=True,
+                detach=p not in through,
                 sub_ns=canon_sub.get(p, 0),
             )
             m.log(real, "write")

@@ -424,11 +424,15 @@ class FileSystem:
         links: Mapping[str, str] | None = None,
         symlinks: Mapping[str, str] | None = None,
         sub_ns: Mapping[str, int] | None = None,
+        in_place: Mapping[str, int] | None = None,
+        own_revs: Sequence[int] = (),
     ) -> BatchResult:
         """Apply many changes in one transaction and one revision (the shell backend's pull); see
         ``_batch.commit_batch`` for the order and the conflict rule. A write is bytes or a list of
         pieces as in :meth:`write_chunks`. ``sub_ns``: the nanoseconds past a path's ``mtimes``
-        entry (a pull's exact times; ``FileStat.sub_ns``), 0 where it names none."""
+        entry (a pull's exact times; ``FileStat.sub_ns``), 0 where it names none. ``in_place``:
+        writes through the node, every name, refused when the workspace wrote it meanwhile
+        (``_in_place``)."""
         return _batch.commit_batch(
             self._store,
             writes,
@@ -439,6 +443,8 @@ class FileSystem:
             links=links,
             symlinks=symlinks,
             sub_ns=sub_ns,
+            in_place=in_place,
+            own_revs=own_revs,
         )
 
     # ------------------------------------------------------------------ chunk-level sync

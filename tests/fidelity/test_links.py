@@ -832,3 +832,109 @@ async def test_a_refused_removal_of_a_directory_the_workspace_renamed_comes_back
         # (the run's removal of c/f goes to e/f, the rename followed: e keeps the workspace's x only)
         assert (await ok(ws, "stat -c %a e && ls e")).stdout.split() == ["700", "x"]
         assert await sandbox_view(ws) == await workspace_view(ws)
+
+
+# A run's change of a file of several names (``f``, ``g``, ``d/h``): (its script, the groups of names
+# that are one file after it, each group's content).
+THROUGH_ONE_NAME = {
+    "appended": ("echo b >> f", [(["f", "g", "d/h"], "a\nb\n")]),
+    "appended through a new name": ("ln f n && echo b >> n", [(["f", "g", "d/h", "n"], "a\nb\n")]),
+    "a new name first in order": ("ln f a0 && echo b >> f", [(["a0", "f", "g", "d/h"], "a\nb\n")]),
+    "a name removed": ("rm d/h && echo b >> g", [(["f", "g"], "a\nb\n")]),
+    "a name renamed": ("mv g g2 && echo b >> f", [(["f", "g2", "d/h"], "a\nb\n")]),
+    "its directory renamed": ("mv d e && echo b >> e/h", [(["f", "g", "e/h"], "a\nb\n")]),
+    "replaced at one name": ("sed -i s/a/z/ f", [(["f"], "z\n"), (["g", "d/h"], "a\n")]),
+    "replaced and relinked": ("sed -i s/a/z/ f && ln -f f g", [(["f", "g"], "z\n"), (["d/h"], "a\n")]),
+    "chmod-ed and touched": ("chmod 600 g && touch -d @1000000 d/h", [(["f", "g", "d/h"], "a\n")]),
+}
+
+
+@pytest.mark.parametrize("case", THROUGH_ONE_NAME.values(), ids=THROUGH_ONE_NAME.keys())
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_change_through_one_name_of_a_linked_file_keeps_its_names_one_file(
+    tmp_path: Path, live: bool, case: tuple[str, list[tuple[list[str], str]]]
+) -> None:
+    """A write through the file a program holds is written through the workspace's node (every name,
+    ``MirrorFile.same``), no name re-sent: one change in the log for an append. Names the run made,
+    removed or renamed, and a file it replaced at one name (a new file there), come out as in the
+    sandbox, in the workspace and through a reopen (a fresh mirror: the link counts as before)."""
+    script, groups = case
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/f", b"a\n")
+        for name in ("g", "d/h"):
+            await ws.fs.link(f"{ROOT}/f", f"{ROOT}/{name}")
+        await ok(ws, "true")
+        before = ws.fs.rev
+        result = await ok(ws, script)
+        if script == "echo b >> f":
+            assert [(c.path, c.op) for c in ws.fs.changes_since(before, ROOT).changes] == [
+                (f"{ROOT}/f", "write")
+            ]
+            assert result.pulled == [f"{ROOT}/d/h", f"{ROOT}/f", f"{ROOT}/g"]  # changed, one write
+        for names, text in groups:
+            await _one_file(ws, names)
+            assert await ws.fs.read_text(f"{ROOT}/{names[0]}") == text
+        mode = (await ws.fs.stat(f"{ROOT}/f")).mode
+    async with opened(db, python=False) as ws:  # a fresh backend: the mirror rebuilt from the store
+        for names, text in groups:
+            await _one_file(ws, names)
+            assert (await ok(ws, f"cat {names[-1]}")).stdout == text
+        assert (await ws.fs.stat(f"{ROOT}/f")).mode == mode
+        await ok(ws, f"echo c >> {groups[0][0][-1]}")
+        assert await ws.fs.read_text(f"{ROOT}/{groups[0][0][0]}") == groups[0][1] + "c\n"
+        await _one_file(ws, groups[0][0])
+
+
+@pytest.mark.parametrize("large", [False, True], ids=["small", "large"])
+async def test_a_run_appending_through_one_name_while_the_workspace_writes_another_is_a_conflict(
+    tmp_path: Path, large: bool
+) -> None:
+    """Per call, the workspace writes ``g`` while a run appends to ``f``, another name of the file:
+    the run's write through the node would overwrite the workspace's. It is refused as a conflict
+    (the pull's rules, and the store's check of every name of the node), the workspace's version
+    kept under every name, in the sandbox too, and the names stay one file."""
+    base = b"x" * (2_500_000 if large else 2) + b"\n"
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=False), python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/f", base)
+        await ws.fs.link(f"{ROOT}/f", f"{ROOT}/d/g")
+        await ok(ws, "true")
+        handle = await started(ws, "echo ready; sleep 1; echo more >> f")
+        await ws.fs.write_file(f"{ROOT}/d/g", b"ws\n")
+        result = await settle(handle)
+        assert result.status == "completed", result
+        assert result.skipped == [f"{ROOT}/f"] and result.pulled == [], result.skipped_reasons
+        assert "changed in the workspace during the run" in result.skipped_reasons[f"{ROOT}/f"]
+        assert await ws.fs.read_file(f"{ROOT}/f") == b"ws\n"
+        await _one_file(ws, ["f", "d/g"])
+        assert (await ok(ws, "cat f d/g")).stdout == "ws\nws\n"
+        # The mirror's entries of both names are current: a workspace rename of one is followed.
+        await ws.fs.rename(f"{ROOT}/d/g", f"{ROOT}/d/h")
+        await _one_file(ws, ["f", "d/h"])
+        await ok(ws, "echo again >> d/h")
+        await _one_file(ws, ["f", "d/h"])
+        assert await ws.fs.read_file(f"{ROOT}/f") == b"ws\nagain\n"
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_run_appending_through_one_name_while_the_workspace_moves_another_is_pulled(
+    tmp_path: Path, live: bool
+) -> None:
+    """The workspace renames the directory holding another name of the file while a run appends
+    through ``f``: no content of the file changed in the workspace, so the append is pulled through
+    the node (the store's check follows the rename), and every name, the moved one too, reads it.
+    (A name the workspace links meanwhile is a conflict by the pull's own rules: ``other_names``.)"""
+    async with opened(tmp_path / "ws.sqlite", shell=ShellBackend(live=live), python=False) as ws:
+        await ws.fs.mkdir(f"{ROOT}/d")
+        await ws.fs.write_file(f"{ROOT}/f", b"a\n")
+        await ws.fs.link(f"{ROOT}/f", f"{ROOT}/d/g")
+        await ok(ws, "true")
+        handle = await started(ws, "echo ready; sleep 1; echo more >> f")
+        await ws.fs.rename(f"{ROOT}/d", f"{ROOT}/e")
+        result = await settle(handle)
+        assert result.status == "completed" and result.skipped == [], result.skipped_reasons
+        for name in ("f", "e/g"):
+            assert await ws.fs.read_file(f"{ROOT}/{name}") == b"a\nmore\n"
+        await _one_file(ws, ["f", "e/g"])

@@ -467,16 +467,6 @@ async def test_a_program_holding_every_inotify_instance_leaves_other_workspaces_
     assert probe == "ok", probe
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "a pull writes a changed file with other names as a new file (commit_batch's detach) and sends"
-        " every other name as a link of it: a 2-byte append to a file of N names costs N link commits"
-        " (two change-log rows each) on the owner's loop, every sync; fixing it needs an in-place pull"
-        " write (MirrorFile.same) the store checks against every name of the node (dirents has no index"
-        " by child)"
-    ),
-)
 async def test_a_write_through_one_name_of_a_file_with_many_names_commits_no_change_per_name(
     tmp_path: Path,
 ) -> None:
