@@ -8,13 +8,15 @@ then calls it up to date, in the sandbox and after a reopen (4 of 30 rounds of a
 on a local disk this cannot happen, the write and its time being one step).
 
 Decision: a file a push writes into a live mirror whose store time is later than the last moment a
-program of the sandbox could have read the workspace (``since``: the end of its last push, or a tick
-that found nothing but the init running) and not in the future gets the delivery time (when the push
+program of the sandbox could have read the workspace (``since``: its start, when its last push read its
+first page, or a sync that found nothing but the init running) and not in the future gets the delivery time (when the push
 wrote it, the sandbox frozen or nothing started yet) in the mirror, and the same time is committed to
 the store as the workspace's own (``SyncPull.delivered``: only ``dir_times`` entries, under the pull's
 conflict rules, never in a run's ``pulled``; a path the workspace changed again since keeps that
 change). The mirror's revision moves past that commit, so no push follows it. A time older than
-``since`` (``touch -d``, ``utime`` through ``ws.fs``, a file the workspace renamed) keeps its own.
+``since`` (``touch -d``, ``utime`` through ``ws.fs``, a file the workspace renamed) keeps its own. At most
+``DELIVER_FILES`` files a push are retimed (a large tree written while a program runs keeps the
+store's times past that: a utime and a store stat each, on the owner's loop for the store's part).
 The other choice, freezing the live sandbox across the store's commit and the push, would put a sandbox
 freeze and a push (several ms, more with many processes) into every workspace write, and a write by a
 process holding no live sandbox (a pool's owner while its worker holds it) could not freeze it at all.
@@ -30,6 +32,7 @@ of them wrote between the two deliveries from the old content is newer than the 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import os
 import time
 from dataclasses import dataclass, field
@@ -37,11 +40,17 @@ from typing import TYPE_CHECKING, Any
 
 from ._backend import ExecContext, SyncPull, SyncPush, mirror_ns, store_time
 from ._mirror_base import entry_of
+from ._tasks import offload
 
 if TYPE_CHECKING:
     from ._mirror import Mirror
 
-__all__ = ["DELIVERED_PATHS", "Delivery", "deliverable", "record_delivered"]
+# At most this many files of one push are retimed (the rest keep the store's time): each is a
+# ``utime`` and an ``lstat`` in the mirror, a ``stat`` and an mtime in the store's commit.
+DELIVER_FILES = 1_000
+INLINE = 64  # past this many, the mirror's part runs in a worker thread
+
+__all__ = ["DELIVERED_PATHS", "DELIVER_FILES", "Delivery", "deliverable", "record_delivered"]
 
 
 @dataclass
@@ -54,6 +63,7 @@ class Delivery:
     since: int | None = field(default_factory=time.time_ns)
     found: dict[str, int] = field(default_factory=dict)  # workspace path -> its store time (ns)
     retimed: dict[str, int] = field(default_factory=dict)  # workspace path -> its delivery time (ns)
+    read_at: int | None = None  # when the push's first page was read (ns)
 
     def quiet(self, at: int) -> None:
         """Nothing but the init ran at ``at`` (ns): no program could read the workspace then."""
@@ -71,28 +81,38 @@ class Delivery:
                 if ns > since:
                     self.found[f.path] = ns
 
-    def retime(self, mirror: Mirror) -> None:
-        """Give what ``note`` found its delivery time in the mirror (a time in the future keeps its own;
-        a file gone or changed meanwhile is left alone), the mirror's state taking it in; then the next
-        ``since`` is now: the sandbox sees the workspace as of this push."""
+    def reading(self) -> None:
+        """A push's first page is about to be read: what the workspace writes from now on is not in it."""
+        self.read_at = time.time_ns()
+
+    async def retime(self, mirror: Mirror) -> None:
+        """Give what ``note`` found its delivery time in the mirror, at most ``DELIVER_FILES`` (in a
+        worker thread past ``INLINE``), then the next ``since`` is when the push's first page was read."""
+        if len(self.found) > INLINE:
+            await offload(mirror, self._retime, mirror)
+        else:
+            self._retime(mirror)
+        self.found.clear()
+        if self.since is not None:
+            self.since = max(self.since, self.read_at or time.time_ns())
+        self.read_at = None
+
+    def _retime(self, mirror: Mirror) -> None:
+        """(A time in the future keeps its own; a file gone or changed meanwhile is left alone; the
+        mirror's state takes the new time in, so the next pull sees no change.)"""
         now = time.time_ns()
-        for path, ns in self.found.items():
+        for path, ns in itertools.islice(self.found.items(), DELIVER_FILES):
             rel = mirror.rel(path)
             old = mirror.state.get(rel)
             if ns > now or old is None or old[0] != "f" or old[3] != ns:
                 continue
-            try:
-                fd = os.open(mirror.host(path), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            except OSError:
+            host = mirror.host(path)
+            try:  # (no program runs: the sandbox is frozen or holds none)
+                os.utime(host, ns=(now, now), follow_symlinks=False)
+                mirror.state[rel] = entry_of(os.lstat(host))
+            except OSError:  # (below a directory locked to this process)
                 continue
-            try:
-                os.utime(fd, ns=(now, now))
-                mirror.state[rel] = entry_of(os.fstat(fd))
-            finally:
-                os.close(fd)
             self.retimed[path] = now
-        self.found.clear()
-        self.since = now
 
     async def commit(self, mirror: Mirror, ctx: ExecContext) -> None:
         """The delivery times into the store as the workspace's (``SyncPull.delivered``); the mirror's

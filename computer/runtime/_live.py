@@ -280,6 +280,7 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
         if mirror.rev is not None and mirror.quiet(paced) and (paced or not mirror.setid_kept()):
             if not push:
                 return None, 0
+            self._delivery.reading()
             page = await ctx.sync_push(mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror))
             if not has_changes(page, mirror):
                 if page.rev > mirror.rev:
@@ -297,6 +298,7 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
             pushed = 0
             if push:
                 if page is None or synced is not None:  # none yet, or the pull moved the mirror on
+                    self._delivery.reading()
                     page = await ctx.sync_push(
                         mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror)
                     )

@@ -155,7 +155,7 @@ class MirrorSync:
                 start, again = await self._push_pages(mirror, ctx, None)
                 pushed += again
             if mirror.delivery is not None:  # a live sandbox's: what it was given, timed now
-                mirror.delivery.retime(mirror)
+                await mirror.delivery.retime(mirror)
             if mirror.watch is not None:
                 mirror.arm()  # drains what the push caused
             else:
