@@ -300,6 +300,9 @@ class SyncPull:
     dir_times: dict[str, int] = field(default_factory=dict)
     # The nanoseconds past the ms of ``dir_times`` entries, where not 0 (``MirrorFile.sub_ns``).
     dir_sub_ns: dict[str, int] = field(default_factory=dict)
+    # A live mirror's delivery times (``_deliver``): only ``dir_times`` entries, of files, each kept
+    # unless the path's time in the store is a delivery already (``LocalExecContext.delivered``).
+    delivered: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from ..storage import TOUCH
 from ..storage.paths import canonical
 from ._backend import MirrorFile, PullResult, SyncPull
 from ._codec import to_plain
+from ._deliver import deliverable, record_delivered
 from ._journal import JOURNAL_DIR, journal_refused
 from ._moves import Move, follow
 from ._protected import call_guard, checked_call
@@ -69,6 +70,8 @@ class LocalExecContext(PushPages, PullCommits):
         # Directories a program's ``fs_call`` may read, not change (an agent adds its state).
         self.protected: dict[str, Callable[[str], Exception]] = {JOURNAL_DIR: journal_refused}
         self.shares = ShareBudget()  # what the share links of its programs may hold (``_share_budget``)
+        # Times live mirrors' deliveries committed (``_deliver``): another mirror's never replace them.
+        self.delivered: dict[str, tuple[int, int]] = {}
 
     @property
     def fs(self) -> Any:
@@ -109,9 +112,12 @@ class LocalExecContext(PushPages, PullCommits):
         ``base_rev`` (so the next push brings the other changes, and repairs the paths left alone).
         A page that follows moves (a live sandbox's) takes what the program changed below a path the
         workspace renamed since ``base_rev`` to the new name (``_moves.follow``) and returns the renames
-        for the mirror to follow (``moves``).
+        for the mirror to follow (``moves``). A live mirror's delivery times (``SyncPull.delivered``,
+        ``_deliver``) are its ``dir_times`` alone, less those over another mirror's delivery.
         """
         fs = self.fs
+        if pull.delivered:  # a live mirror's delivery times (``_deliver``)
+            pull = await deliverable(fs, pull, self.delivered)
         root = canonical(pull.root)
         own = set(pull.own_revs)
         protected = set(pull.protected)
@@ -245,6 +251,8 @@ class LocalExecContext(PushPages, PullCommits):
         if timed:
             only = set(timed)
             applied = [p for p in applied if p not in only]
+            if pull.delivered:
+                record_delivered(pull, set(reasons) | (set(pull.dir_times) - only), self.delivered)
         if staged is not None and pull.done:
             with contextlib.suppress(OSError):
                 before = fs.rev

@@ -52,6 +52,7 @@ from typing import Any
 from ._assets_bridge import AssetsBridge
 from ._backend import ExecContext
 from ._cgroups import ControlFile, freeze, thaw
+from ._deliver import Delivery
 from ._live_census import LiveCensus
 from ._live_channel import LiveChannel
 from ._live_jobs import LiveJobs, LiveSandboxError, LiveStartError, background_log
@@ -145,6 +146,7 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
         self._oom_control = ControlFile(memory / "memory.oom_control") if memory is not None else None
         self._mapped = MappedFiles(mirror)  # files its processes write through shared mappings
         mirror.readers = self._readers  # a push writes a file they only read as a new one
+        mirror.delivery = self._delivery = Delivery()  # a workspace write's time: when it came (``_deliver``)
         self._baseline = 0
         self._ticker: asyncio.Task[None] | None = None
         self._tick_idle = asyncio.Event()  # clear while a tick's sync runs (``_end`` waits for it)
@@ -257,7 +259,9 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
         with the sandbox frozen while it lasts when anything runs in it. Returns the pull (or None)
         and how many files the push wrote. ``paced``: a tick's (``Mirror.look_again`` may wait)."""
         async with self.lock:
-            return await self._sync_locked(push=push, paced=paced)
+            done = await self._sync_locked(push=push, paced=paced)
+            await self._delivery.commit(self.mirror, self.ctx)  # (thawed: a store commit)
+            return done
 
     async def _sync_locked(self, *, push: bool, paced: bool = False) -> tuple[Synced | None, int]:
         """Look first, pause only for work: a quiet watch and an empty page freeze nothing (a tick
@@ -265,6 +269,9 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
         its own, so later looks read the change log from there (every run's journal records are
         changes outside the root: the scan grew with each run)."""
         mirror, ctx = self.mirror, self.ctx
+        at = time.time_ns()
+        if not self.stirring():  # no program can have read the workspace: nothing to retime (``_deliver``)
+            self._delivery.quiet(at)
         if push and not paced:  # a run's start: what a pull left removed comes back (``Mirror.hold``)
             mirror.restore_held()
         if self._mapped.due <= time.monotonic():  # (``_mapped``: a write through a mapping says nothing)
@@ -273,6 +280,7 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
         if mirror.rev is not None and mirror.quiet(paced) and (paced or not mirror.setid_kept()):
             if not push:
                 return None, 0
+            self._delivery.reading()
             page = await ctx.sync_push(mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror))
             if not has_changes(page, mirror):
                 if page.rev > mirror.rev:
@@ -290,6 +298,7 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
             pushed = 0
             if push:
                 if page is None or synced is not None:  # none yet, or the pull moved the mirror on
+                    self._delivery.reading()
                     page = await ctx.sync_push(
                         mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror)
                     )
@@ -425,7 +434,7 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
         """``_end``'s second half, its processes dead: what they wrote pulled, then their pipes, logs,
         control files, bridge and mirror let go."""
         clean = False
-        self.mirror.readers = None
+        self.mirror.readers = self.mirror.delivery = None
         try:
             await offload(self.mirror, self._mapped.look, None)  # what they wrote through mappings
             await self._pull()  # the tree is dead: nothing to freeze

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from ._backend import MirrorFile, SyncPush
+from ._deliver import Delivery
 from ._dir_times import RootTime
 from ._entry import KIND, MODE
 from ._lifts import Lifts
@@ -121,6 +122,8 @@ class Mirror(MirrorPush, MirrorPull):
     # live sandbox's tick (``keep_setid``), which leaves them to the run's end (``clear_setid``).
     keep_setid: bool = False
     setid: set[str] = field(default_factory=set, repr=False)
+    # A live sandbox's delivery times (``_deliver``): a push notes its pages, retimes before it arms.
+    delivery: Delivery | None = field(default=None, repr=False)
 
     def apply(self, push: SyncPush, *, first: bool = True) -> int:
         self.root_time.pushing(push, first)

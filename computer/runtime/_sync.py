@@ -154,6 +154,8 @@ class MirrorSync:
             if mirror.refetch:  # a rename it could not follow: the new name, whole (one more round)
                 start, again = await self._push_pages(mirror, ctx, None)
                 pushed += again
+            if mirror.delivery is not None:  # a live sandbox's: what it was given, timed now
+                await mirror.delivery.retime(mirror)
             if mirror.watch is not None:
                 mirror.arm()  # drains what the push caused
             else:
@@ -190,6 +192,8 @@ class MirrorSync:
                 pushed += mirror.apply(page, first=starting)
             else:
                 pushed += await offload(mirror, mirror.apply, page, first=starting)
+            if mirror.delivery is not None:
+                mirror.delivery.note(page)
             for file, needed in list(mirror.unfilled):
                 if needed is None:
                     await self._fill(mirror, ctx, file)

@@ -2,12 +2,12 @@
 a program that rebuilds its output continuously in a live sandbox (as a watcher or a ``make`` loop does)
 while the workspace writes its input, then ``make`` deciding from mtimes whether the output is stale.
 
-Found (strict xfail, reported): a workspace write's mtime is the time of its commit to the store, but a
-live sandbox sees the new content only at its next sync (``SYNC_INTERVAL``, 100 ms, plus the sync). A
-program that writes an output from the old content in between stamps it later than the input's new
-mtime, so ``make`` (and every mtime-based tool) takes the stale output for up to date, in the sandbox
-and after a reopen. On a local disk the same steps cannot give that: the content and its mtime change
-at the same instant.
+Found and fixed: a workspace write's mtime was the time of its commit to the store, but a live sandbox
+sees the new content only at its next sync (``SYNC_INTERVAL``, 100 ms, plus the sync). A program that
+wrote an output from the old content in between stamped it later than the input's new mtime, so
+``make`` (and every mtime-based tool) took the stale output for up to date, in the sandbox and after a
+reopen. On a local disk the same steps cannot give that: the content and its mtime change at the same
+instant. Now such a write gets the time the sandbox was given it (``computer/runtime/_deliver.py``).
 
 Found (strict xfail, reported): a name the workspace makes (``write_file`` of a new file) leaves its
 directory's time in the store as it was, while the push into a mirror moves it (the mirror makes the
@@ -30,12 +30,13 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import computer
 
-from ._support import need, ok, opened, shell
+from ._support import PYTHON_LIVE, need, ok, opened, shell
 
 MAKEFILE = "out: b\n\tcp b out\n"
 # Rebuilds ``out`` from ``b`` every 2 ms until ``stop`` exists (as a watcher rebuilding for any input
@@ -119,13 +120,6 @@ def test_the_same_steps_on_a_local_disk_give_a_fresh_output(tmp_path: Path) -> N
         (tmp_path / "beat").unlink()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a workspace write's mtime is its commit's time, but a live sandbox sees the content only at its "
-    "next sync (up to ~100 ms later): an output a program wrote from the old content meanwhile is newer "
-    "than the input, and make keeps it (a fix: the time the sandbox saw the write, in both the sandbox and "
-    "the store, for writes the workspace timed itself)",
-)
 @pytest.mark.slow
 async def test_make_rebuilds_an_output_written_from_the_old_input_while_the_write_was_in_flight(
     db: Path,
@@ -168,3 +162,42 @@ async def test_a_name_the_workspace_makes_moves_its_directory_time_after_a_reope
     assert warm > 1_500_000_000  # the push made the entry: the warm mirror's time moved
     assert stored // 1000 == rebuilt  # the store and a rebuilt mirror agree
     assert (rebuilt > 1_500_000_000, index) == (True, "a.md\nnew.md\n")
+
+
+def _ns(st: Any) -> int:
+    return int(st.mtime) * 1_000_000 + int(st.sub_ns)
+
+
+@pytest.mark.slow
+async def test_a_delivered_write_has_one_time_everywhere_and_is_no_program_change(db: Path) -> None:
+    """The delivery time (``computer/runtime/_deliver.py``) of a write two live sandboxes (shell and
+    python) received while their programs ran: each sandbox shows a time no earlier than the write's,
+    the store keeps one of them and keeps it (no loop of pushes and commits between the two), no run
+    lists the file as pulled, and a file the workspace gave an older time explicitly keeps it."""
+    if not PYTHON_LIVE:
+        pytest.skip("no cgroup freezer here")
+    async with opened(db, shell=shell(True)) as ws:
+        await ok(ws, "sleep 60 > /dev/null 2>&1 & echo started")
+        py = "import subprocess; subprocess.Popen(['sleep', '60'], start_new_session=True)"
+        await ok(ws, py, backend="python")
+        await ws.fs.write_file("/workspace/a", b"a\n")
+        await ws.fs.write_file("/workspace/old", b"old\n", mtime=1_500_000_000_123)
+        written = _ns(await ws.fs.stat("/workspace/a"))
+        await asyncio.sleep(0.5)  # several ticks of both sandboxes
+        stored = _ns(await ws.fs.stat("/workspace/a"))
+        sh = await ok(ws, "stat -c '%.9Y' a old", cwd="/workspace")
+        pyr = await ok(
+            ws,
+            "import os\nfor n in ('a', 'old'): print(os.stat('/workspace/' + n).st_mtime_ns)",
+            backend="python",
+        )
+        await asyncio.sleep(0.5)
+        again = _ns(await ws.fs.stat("/workspace/a"))
+        old = _ns(await ws.fs.stat("/workspace/old"))
+        later = await ok(ws, "true")
+    shell_a, shell_old = (int(t.replace(".", "")) for t in sh.stdout.split())
+    py_a, py_old = (int(t) for t in pyr.stdout.split())
+    assert min(shell_a, py_a) >= written and stored in (shell_a, py_a)
+    assert again == stored  # no loop
+    assert shell_old == py_old == old == 1_500_000_000_123_000_000
+    assert not any("/workspace/a" in r.pulled for r in (sh, pyr, later))
