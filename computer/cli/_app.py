@@ -327,7 +327,9 @@ def tool(
         raise typer.Exit(report(problem))
     if tool_name is None or show_help:
         if tool_name is not None:
-            console().print(_run(lambda: tool_help(tool_name)), markup=False, highlight=False, soft_wrap=True)
+            console().print(
+                _run(lambda: tool_help(tool_name, name)), markup=False, highlight=False, soft_wrap=True
+            )
         else:
             console().print(ctx.get_help(), markup=False, highlight=False, soft_wrap=True)
             console().print()
@@ -335,7 +337,7 @@ def tool(
         raise typer.Exit(0)
     assert name is not None
     options = _options(ctx)
-    args = _run(lambda: parse_arguments(tool_name, arguments or []))
+    args = _run(lambda: parse_arguments(tool_name, arguments or [], name))
     raise typer.Exit(_run_async(lambda: run_tool(options, name, tool_name, args)))
 
 
