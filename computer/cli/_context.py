@@ -77,8 +77,17 @@ def command_exit_code(code: int | None, status: str) -> int:
     return 0 if status == "completed" else 1
 
 
-def check_reachable(address: str | None, timeout: float = 3.0) -> None:
-    """Fail fast on a ``host:port`` nobody listens on (Ray itself retries for about a minute)."""
+def check_reachable(
+    address: str | None,
+    timeout: float = 3.0,
+    *,
+    alone: str = "commands then work in this process, without Ray",
+) -> None:
+    """Fail fast on a ``host:port`` nobody listens on (Ray itself retries for about a minute).
+
+    The message says what to do: start a cluster there, or name none (``alone``: what the command
+    does then). Decision: it named only the refusal, and a user who had set ``RAY_ADDRESS`` long ago
+    (or copied ``--address`` from the README) was not told that no cluster is needed at all."""
     import socket
 
     if not address or address == "auto" or "://" in address:
@@ -90,7 +99,11 @@ def check_reachable(address: str | None, timeout: float = 3.0) -> None:
         with socket.create_connection((host, int(port)), timeout=timeout):
             pass
     except OSError as exc:
-        raise CliError(f"no Ray cluster answers at {address} ({exc.strerror or exc})") from None
+        named = "unset RAY_ADDRESS" if os.environ.get("RAY_ADDRESS") == address else "leave out --address"
+        raise CliError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one there "
+            f"(`ray start --head --port={port}`), or {named}: {alone}"
+        ) from None
 
 
 JOIN_TIMEOUT = 20.0  # seconds a command waits to join a cluster (``join_bounded``)
