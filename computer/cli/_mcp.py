@@ -38,6 +38,8 @@ async def serve_mcp(options: GlobalOptions, name: str, *, readonly: bool, proces
     try:
         # Read-only serves read, ls, find and grep: no exec backends, no share-link publisher to build.
         async with open_workspace(options, name, backends=not readonly, assets=not readonly) as workspace:
+            if not readonly:  # the user root the server's instructions name, as `shell` makes it
+                await workspace.fs.mkdir("/workspace", recursive=True)
             await run_stdio(workspace, readonly=readonly, processes=processes)
             if options.local and not readonly:  # in process, the live sandbox ends with this command
                 await _say_what_ends(workspace)

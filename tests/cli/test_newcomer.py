@@ -11,7 +11,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from .conftest import COMPUTER, REPO, cli_env, free_port, run_cli
+from .conftest import COMPUTER, MCP_HANDSHAKE, REPO, cli_env, free_port, mcp_exchange, run_cli
 
 
 def test_a_tool_given_before_the_workspace_says_the_workspace_comes_first(tmp_path: Path) -> None:
@@ -156,3 +156,14 @@ def test_rm_of_a_workspace_another_command_holds_says_to_end_that_command(tmp_pa
     assert "not deleted: held: another command holds it (awake in process" in done.stdout
     assert "end that command, or --force deletes it anyway" in done.stdout
     assert "cluster" not in done.stdout
+
+
+def test_mcp_on_a_new_workspace_lists_an_empty_user_root(tmp_path: Path) -> None:
+    """The server's instructions say "the user root is /workspace", and a model's first ``ls`` of it
+    on a new workspace answered "No such file or directory: /workspace" (``shell`` made it, mcp not)."""
+    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+            "params": {"name": "ls", "arguments": {"path": "/workspace"}}}  # fmt: skip
+    replies = mcp_exchange(["--data-dir", str(tmp_path), "mcp", "fresh"], [*MCP_HANDSHAKE, call])
+    result = replies[2]["result"]
+    assert not result.get("isError"), result
+    assert json.loads(result["content"][0]["text"])["entries"] == []
