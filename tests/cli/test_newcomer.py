@@ -7,7 +7,10 @@ import json
 import os
 import pty
 import select
+import shutil
+import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -167,3 +170,35 @@ def test_mcp_on_a_new_workspace_lists_an_empty_user_root(tmp_path: Path) -> None
     result = replies[2]["result"]
     assert not result.get("isError"), result
     assert json.loads(result["content"][0]["text"])["entries"] == []
+
+
+def test_ctrl_c_in_the_demo_says_where_its_temporary_data_directory_stays(tmp_path: Path) -> None:
+    """An interrupted demo left its /tmp/computer-demo-* directory unmentioned (a finished one says
+    how to remove it)."""
+    scratch = Path(tempfile.mkdtemp(prefix="demo-tmp-", dir="/tmp"))  # the sandbox user reaches it
+    scratch.chmod(0o755)
+    env = {k: v for k, v in cli_env().items() if k != "COMPUTER_DATA_DIR"}
+    env.update(HOME=str(tmp_path), TMPDIR=str(scratch))
+    demo = subprocess.Popen(
+        [*COMPUTER, "demo", "--agents", "1"], env=env, cwd=REPO, start_new_session=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        made: list[Path] = []
+        deadline = time.monotonic() + 120
+        while not made:  # the data directory is made before Ray starts: interrupt while Ray starts
+            assert time.monotonic() < deadline and demo.poll() is None, "the demo made no data directory"
+            made = list(scratch.glob("computer-demo-*"))
+            time.sleep(0.05)
+        os.killpg(demo.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole foreground group
+        out, err = demo.communicate(timeout=120)
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
+    assert demo.returncode == 130, out + err
+    assert (
+        f"interrupted: this run's data directory stays at {made[0]} (remove it: rm -rf {made[0]})" in out
+    ), out + err
+    assert "Traceback" not in err
