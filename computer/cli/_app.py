@@ -149,6 +149,10 @@ def _exit_for(exc: Exception) -> NoReturn:
             )
         elif "UsageError" in kinds and ctx is not None:
             message = f"{message.removesuffix('.')} (see '{ctx.command_path} --help')"
+            given = str(ctx.params.get("name", ""))
+            if getattr(getattr(exc, "param", None), "name", None) == "pid" and given.isdecimal():
+                # `computer kill 12 notes`: the process id given first, then the workspace's name.
+                message += f"; the workspace's name comes first: {ctx.command_path} NAME {given}"
         sys.exit(report(CliError(message, code=exc.exit_code)))  # type: ignore[attr-defined]
     if "Abort" in kinds:
         from typer import rich_utils

@@ -202,3 +202,14 @@ def test_ctrl_c_in_the_demo_says_where_its_temporary_data_directory_stays(tmp_pa
         f"interrupted: this run's data directory stays at {made[0]} (remove it: rm -rf {made[0]})" in out
     ), out + err
     assert "Traceback" not in err
+
+
+def test_kill_with_the_pid_first_says_the_workspace_comes_first(tmp_path: Path) -> None:
+    """``computer kill 12 notes`` said only that the PID is not a valid integer."""
+    done = run_cli(["kill", "12", "notes"], env=cli_env(tmp_path))
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("error: Invalid value for 'PID'"), done.stderr
+    assert done.stderr.endswith(" kill NAME 12\n") and "the workspace's name comes first:" in done.stderr, (
+        done.stderr
+    )
+    assert "comes first" not in run_cli(["kill", "notes", "abc"], env=cli_env(tmp_path)).stderr
