@@ -200,7 +200,10 @@ class WorkspaceShell:
         self.exit_code = command_exit_code(result.exit_code, result.status)
         if result.status != "completed":
             why = f": {result.error}" if result.error else ""
-            self.errors.print(f"[{result.status}, exit {result.exit_code}{why}]", markup=False)
+            # A run that never started (a cwd outside the sandbox's root) has no exit code: it said
+            # "exit None".
+            code = "" if result.exit_code is None else f", exit {result.exit_code}"
+            self.errors.print(f"[{result.status}{code}{why}]", markup=False, highlight=False, soft_wrap=True)
 
 
 def runs_exec(line: str) -> bool:
