@@ -520,7 +520,14 @@ def log_command(
 )
 def dashboard(
     ctx: typer.Context,
-    host: Annotated[str, typer.Option("--host", help="Interface; not loopback needs a token.")] = "127.0.0.1",
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="Interface. Other than loopback, every request needs a token: --token's, or one made "
+            "and printed in the URL.",
+        ),
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 8788,
     token: Annotated[
         str | None, typer.Option("--token", help="Token to require (env COMPUTER_DASHBOARD_TOKEN).")
