@@ -213,3 +213,18 @@ def test_kill_with_the_pid_first_says_the_workspace_comes_first(tmp_path: Path) 
         done.stderr
     )
     assert "comes first" not in run_cli(["kill", "notes", "abc"], env=cli_env(tmp_path)).stderr
+
+
+def test_a_redis_url_nobody_answers_is_one_line_at_once(tmp_path: Path) -> None:
+    """``COMPUTER_REDIS_URL`` of a Redis that is not running: 30 s of silence, then a traceback of
+    three chained exceptions (``ls``, ``tool``, ``status``); a URL without a scheme: a traceback."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    for args in (["ls"], ["tool", "w", "ls", '{"path": "/workspace"}'], ["status"]):
+        done = run_cli(args, env=cli_env(tmp_path, COMPUTER_REDIS_URL=url), timeout=20)
+        assert done.returncode == 1, (args, done.stderr)
+        assert done.stderr.startswith(f"error: Redis at {url} (COMPUTER_REDIS_URL: "), (args, done.stderr)
+        assert "or unset COMPUTER_REDIS_URL" in done.stderr and "Traceback" not in done.stderr
+    bare = run_cli(["ls"], env=cli_env(tmp_path, COMPUTER_REDIS_URL="localhost:6379"), timeout=20)
+    assert (
+        bare.returncode == 2 and "must start with redis://" in bare.stderr and "Traceback" not in bare.stderr
+    )
