@@ -75,6 +75,8 @@ async def main() -> None:
 
 
 async def run(data_dir: str) -> None:
+    # Starting Ray and the agent's actor takes a few seconds (10-30 on a small, busy machine): say so.
+    print("starting a local Ray and the agent's actor...", flush=True)
     computer.init(data_dir=data_dir)
     agent = spawn(Shopper, "shopper")
     reply = await agent.chat.remote("Make a shopping list, count it, then clean up.")

@@ -149,6 +149,10 @@ def _exit_for(exc: Exception) -> NoReturn:
             )
         elif "UsageError" in kinds and ctx is not None:
             message = f"{message.removesuffix('.')} (see '{ctx.command_path} --help')"
+            given = str(ctx.params.get("name", ""))
+            if getattr(getattr(exc, "param", None), "name", None) == "pid" and given.isdecimal():
+                # `computer kill 12 notes`: the process id given first, then the workspace's name.
+                message += f"; the workspace's name comes first: {ctx.command_path} NAME {given}"
         sys.exit(report(CliError(message, code=exc.exit_code)))  # type: ignore[attr-defined]
     if "Abort" in kinds:
         from typer import rich_utils
@@ -327,7 +331,9 @@ def tool(
         raise typer.Exit(report(problem))
     if tool_name is None or show_help:
         if tool_name is not None:
-            console().print(_run(lambda: tool_help(tool_name)), markup=False, highlight=False, soft_wrap=True)
+            console().print(
+                _run(lambda: tool_help(tool_name, name)), markup=False, highlight=False, soft_wrap=True
+            )
         else:
             console().print(ctx.get_help(), markup=False, highlight=False, soft_wrap=True)
             console().print()
@@ -335,7 +341,7 @@ def tool(
         raise typer.Exit(0)
     assert name is not None
     options = _options(ctx)
-    args = _run(lambda: parse_arguments(tool_name, arguments or []))
+    args = _run(lambda: parse_arguments(tool_name, arguments or [], name))
     raise typer.Exit(_run_async(lambda: run_tool(options, name, tool_name, args)))
 
 
@@ -514,7 +520,14 @@ def log_command(
 )
 def dashboard(
     ctx: typer.Context,
-    host: Annotated[str, typer.Option("--host", help="Interface; not loopback needs a token.")] = "127.0.0.1",
+    host: Annotated[
+        str,
+        typer.Option(
+            "--host",
+            help="Interface. Other than loopback, every request needs a token: --token's, or one made "
+            "and printed in the URL.",
+        ),
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", min=1, max=65535, help="Port to listen on.")] = 8788,
     token: Annotated[
         str | None, typer.Option("--token", help="Token to require (env COMPUTER_DASHBOARD_TOKEN).")

@@ -26,6 +26,7 @@ __all__ = [
     "GlobalOptions",
     "check_listen",
     "check_reachable",
+    "check_redis",
     "command_exit_code",
     "data_dir_error",
     "global_option_misplaced",
@@ -77,8 +78,17 @@ def command_exit_code(code: int | None, status: str) -> int:
     return 0 if status == "completed" else 1
 
 
-def check_reachable(address: str | None, timeout: float = 3.0) -> None:
-    """Fail fast on a ``host:port`` nobody listens on (Ray itself retries for about a minute)."""
+def check_reachable(
+    address: str | None,
+    timeout: float = 3.0,
+    *,
+    alone: str = "commands then work in this process, without Ray",
+) -> None:
+    """Fail fast on a ``host:port`` nobody listens on (Ray itself retries for about a minute).
+
+    The message says what to do: start a cluster there, or name none (``alone``: what the command
+    does then). Decision: it named only the refusal, and a user who had set ``RAY_ADDRESS`` long ago
+    (or copied ``--address`` from the README) was not told that no cluster is needed at all."""
     import socket
 
     if not address or address == "auto" or "://" in address:
@@ -90,7 +100,11 @@ def check_reachable(address: str | None, timeout: float = 3.0) -> None:
         with socket.create_connection((host, int(port)), timeout=timeout):
             pass
     except OSError as exc:
-        raise CliError(f"no Ray cluster answers at {address} ({exc.strerror or exc})") from None
+        named = "unset RAY_ADDRESS" if os.environ.get("RAY_ADDRESS") == address else "leave out --address"
+        raise CliError(
+            f"no Ray cluster answers at {address} ({exc.strerror or exc}); start one there "
+            f"(`ray start --head --port={port}`), or {named}: {alone}"
+        ) from None
 
 
 JOIN_TIMEOUT = 20.0  # seconds a command waits to join a cluster (``join_bounded``)
@@ -343,10 +357,58 @@ def settings_error(exc: BaseException) -> CliError | None:
 
 
 def local_settings(options: GlobalOptions) -> Settings:
-    """The settings for commands that read the data directory without Ray."""
+    """The settings for commands that read the data directory without Ray; a directory in Redis
+    (``COMPUTER_REDIS_URL``) is probed first (:func:`check_redis`)."""
     from ..config import configure
 
-    return configure(data_dir=options.data_dir)
+    config = configure(data_dir=options.data_dir)
+    if config.redis_url:
+        check_redis(config.redis_url)
+    return config
+
+
+_REDIS_ANSWERED: set[str] = set()  # the URLs probed in this process that answered
+
+
+def check_redis(url: str, timeout: float = 3.0) -> None:
+    """Fail fast, in one line, on a ``COMPUTER_REDIS_URL`` that is malformed or that nobody answers.
+
+    Decision: a command with the directory in an unreachable Redis retried for about 30 s, silent,
+    then ended with a traceback (``WorkspaceUnavailableError``, three chained exceptions); a URL
+    without a scheme (``localhost:6379``) ended with redis-py's ``ValueError`` traceback. A TCP
+    connect (a unix socket's, for ``unix://``) says it at once, with what to do. Probed once per URL
+    and process (the dashboard lists workspaces per request)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if url in _REDIS_ANSWERED:
+        return
+    fix = "start it, or unset COMPUTER_REDIS_URL to keep both in the data directory (SQLite)"
+    parts = urlsplit(url)
+    if parts.scheme not in ("redis", "rediss", "unix"):
+        raise CliError(
+            f"COMPUTER_REDIS_URL must start with redis://, rediss:// or unix://, not {url!r} "
+            "(e.g. redis://127.0.0.1:6379/0)",
+            code=2,
+        )
+    try:
+        if parts.scheme == "unix":
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(timeout)
+                s.connect(parts.path)
+        else:
+            with socket.create_connection(
+                (parts.hostname or "localhost", parts.port or 6379), timeout=timeout
+            ):
+                pass
+    except ValueError as exc:  # a port that is not a number
+        raise CliError(f"COMPUTER_REDIS_URL is not a valid URL ({exc}): {url!r}", code=2) from None
+    except OSError as exc:
+        raise CliError(
+            f"Redis at {url} (COMPUTER_REDIS_URL: the workspace directory and share links) does not "
+            f"answer ({exc.strerror or exc}); {fix}"
+        ) from None
+    _REDIS_ANSWERED.add(url)
 
 
 @asynccontextmanager

@@ -32,7 +32,7 @@ def run_demo_command(
         )
     if not options.local:
         address = options.address or os.environ.get("RAY_ADDRESS")
-        check_reachable(address)
+        check_reachable(address, alone="the demo then starts a Ray of its own")
         from ..actors import ensure_ray
 
         # Joined here, bounded (``join_bounded``); ``computer.init`` then finds Ray connected.

@@ -154,7 +154,7 @@ def _run_tool(options: GlobalOptions, name: str, tool_name: str, arguments: str 
 
     from ._tool import parse_arguments, run_tool
 
-    args = parse_arguments(tool_name, arguments)
+    args = parse_arguments(tool_name, arguments, name)
     return asyncio.run(run_tool(options, name, tool_name, args))
 
 

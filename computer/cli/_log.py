@@ -108,6 +108,8 @@ async def show_log(
         if as_json:
             for record in records:
                 print(json_line(record), flush=True)
+        elif not follow and not records and (tool is not None or status is not None):
+            await _say_none_matched(audit, name, tool, errors, console)
         elif not follow:
             _print_table(records, name, console)
         else:
@@ -145,9 +147,29 @@ async def show_log(
         raise CliError(f"workspace {name!r} was deleted; stopped following its log")
 
 
+async def _say_none_matched(audit: Any, name: str, tool: str | None, errors: bool, console: Console) -> None:
+    """No record matched ``--tool``/``--errors``: say so, with what the log holds. Decision: it said
+    "no audit records for NAME (yet)" of a log full of records, so a misspelt ``--tool`` (or the
+    tool's name for an exec run, whose records name the backend: ``--tool shell``) looked like an
+    empty log."""
+    every: list[AuditRecord] = await audit.query(limit=10_000)
+    given = ([f"--tool {tool}"] if tool is not None else []) + (["--errors"] if errors else [])
+    line = Text("no audit records of ") + plain_text(name) + Text(" match ") + plain_text(" ".join(given))
+    if not every:
+        line += Text(" (its log is empty)")
+    else:
+        tools = sorted({record.tool for record in every if record.tool})
+        line += (
+            Text(f" (its log holds {len(every)} record(s); their tools: ")
+            + plain_text(", ".join(tools))
+            + ")"
+        )
+    console.print(line, highlight=False, soft_wrap=True)
+
+
 def _print_table(records: list[AuditRecord], name: str, console: Console) -> None:
     if not records:
-        console.print(f"no audit records for {name} (yet)")
+        console.print(Text("no audit records for ") + plain_text(name) + Text(" (yet)"), highlight=False)
         return
     table = Table(title=f"audit log of {name}: {len(records)} record(s), oldest first")
     for column in _COLUMNS:

@@ -57,7 +57,7 @@ def remove_workspaces(
         if not typer.confirm(f"Delete {len(targets)} workspace(s)?", default=False):
             console.print("nothing deleted")
             return 1
-    failed = asyncio.run(_delete_all(options, targets, force=force, console=console))
+    failed = asyncio.run(_delete_all(options, targets, force=force, console=console, rows=rows))
     return 1 if failed or missing else 0
 
 
@@ -68,7 +68,14 @@ def _show(console: Console, rows: list[WorkspaceRow]) -> None:
         console.print(Text("  ") + plain_text(row.name) + Text(f"  ({state}, {size})"), highlight=False)
 
 
-async def _delete_all(options: GlobalOptions, names: list[str], *, force: bool, console: Console) -> int:
+async def _delete_all(
+    options: GlobalOptions,
+    names: list[str],
+    *,
+    force: bool,
+    console: Console,
+    rows: dict[str, WorkspaceRow] | None = None,
+) -> int:
     from ..actors import delete_workspace
 
     async def each() -> int:
@@ -91,6 +98,19 @@ async def _delete_all(options: GlobalOptions, names: list[str], *, force: bool, 
                     continue
                 failed += 1
                 hint = ""
+                row = (rows or {}).get(name)
+                if exc.errno == errno.EBUSY and row is not None and (row.node or "").startswith("process:"):
+                    # Another command like this one (shell, mcp, tool) owns it, with no cluster: the
+                    # owner's own words ("connect to its cluster first", "--address joins its
+                    # cluster") pointed at a cluster there is none of.
+                    console.print(
+                        Text("not deleted: ")
+                        + plain_text(name)
+                        + Text(f": another command holds it (awake {row.where}): end that command, or ")
+                        + Text("--force deletes it anyway (that command's writes are then refused)"),
+                        highlight=False,
+                    )
+                    continue
                 if exc.errno == errno.EBUSY:
                     hint = " (--force deletes it anyway"
                     hint += "; --address joins its cluster)" if options.local else ")"

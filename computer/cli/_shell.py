@@ -92,7 +92,12 @@ class WorkspaceShell:
             elif command == "exec":
                 await self.exec(rest)
             else:
-                self.usage(f"unknown command {command!r}; try help")
+                # A prompt that looks like a shell gets shell commands (`rm f`, `python3 x.py`):
+                # say how to run one, rather than only that the prompt has no such command.
+                self.usage(
+                    f"unknown command {command!r}; to run it in the sandbox: !{line} (help lists the "
+                    "prompt's own)"
+                )
         except BrokenPipeError:
             raise  # stdout's reader has gone: the command ends (``_output.write_out``)
         except OSError as exc:
@@ -106,7 +111,7 @@ class WorkspaceShell:
     def usage(self, message: str) -> None:
         """A line that did not do what it asked: said, and ``-c`` exits 1."""
         self.exit_code = 1
-        self.errors.print(message, markup=False)
+        self.errors.print(message, markup=False, highlight=False, soft_wrap=True)
 
     async def cd(self, path: str) -> None:
         target = self.resolve(path)
@@ -195,7 +200,10 @@ class WorkspaceShell:
         self.exit_code = command_exit_code(result.exit_code, result.status)
         if result.status != "completed":
             why = f": {result.error}" if result.error else ""
-            self.errors.print(f"[{result.status}, exit {result.exit_code}{why}]", markup=False)
+            # A run that never started (a cwd outside the sandbox's root) has no exit code: it said
+            # "exit None".
+            code = "" if result.exit_code is None else f", exit {result.exit_code}"
+            self.errors.print(f"[{result.status}{code}{why}]", markup=False, highlight=False, soft_wrap=True)
 
 
 def runs_exec(line: str) -> bool:

@@ -39,7 +39,10 @@ def show_status(options: GlobalOptions, console: Console) -> None:
     failure (exit 1, before anything is printed), as for every other command; with none named,
     ``status`` joins none and says so (exit 0, ``_not_joined``)."""
     if not options.local:
-        check_reachable(options.address or os.environ.get("RAY_ADDRESS"))
+        check_reachable(
+            options.address or os.environ.get("RAY_ADDRESS"),
+            alone="status then shows the data directory alone",
+        )
     config = local_settings(options)
     console.print(f"data directory: {config.data_dir}", soft_wrap=True)
     console.print(f"directory: {'Redis ' + config.redis_url if config.redis_url else 'SQLite (embedded)'}")

@@ -6,11 +6,12 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import sys
 from collections.abc import Sequence
 from typing import Any
 
 from ..storage import audit_caller
-from ._context import CliError, GlobalOptions, command_exit_code
+from ._context import CliError, GlobalOptions, command_exit_code, local_settings
 from ._output import write_out
 from ._workspaces import open_workspace
 
@@ -23,6 +24,7 @@ __all__ = [
     "run_tool",
     "tool_help",
     "tools_overview",
+    "unknown_tool",
 ]
 
 TOOL_NAMES = ("read", "ls", "find", "grep", "write", "edit", "delete", "exec", "publish")
@@ -54,11 +56,44 @@ NOTES: dict[str, str] = {
 }
 
 
-def parse_arguments(tool: str, raw: str | Sequence[str]) -> dict[str, Any]:
+# What a newcomer types for a tool, from a shell or from another tool set (the Think-style names
+# ``list`` and ``bash`` that ``names="think"`` offers), answered with the tool meant.
+ALIASES = {
+    "cat": "read", "list": "ls", "dir": "ls", "glob": "find", "search": "grep", "rg": "grep",
+    "rm": "delete", "remove": "delete", "del": "delete", "run": "exec", "bash": "exec", "sh": "exec",
+    "shell": "exec", "share": "publish", "link": "publish", "replace": "edit", "create": "write",
+}  # fmt: skip
+
+
+def unknown_tool(tool: str, name: str | None = None) -> CliError:
+    """The usage error for a tool name that is none of ``TOOL_NAMES``, saying what was likely meant.
+
+    Decision: the two likeliest mistakes are answered with the command meant. The workspace and the
+    tool swapped (``computer tool write notes``: ``notes`` is no tool, ``write`` is one): the order.
+    A misspelling or another tool set's name (``wrte``, ``cat``, ``bash``): the tool meant. Before,
+    both got the same list of tools."""
+    tools = ", ".join(TOOL_NAMES)
+    if name is not None and name in TOOL_NAMES:
+        return CliError(
+            f"unknown tool {tool!r}: the workspace's name comes first, then the tool "
+            f"(computer tool {shlex.quote(tool)} {name} ...); tools: {tools}",
+            code=2,
+        )
+    import difflib
+
+    meant = ALIASES.get(tool.lower()) or next(
+        iter(difflib.get_close_matches(tool.lower(), TOOL_NAMES, n=1)), None
+    )
+    hint = f" (did you mean {meant!r}?)" if meant else ""
+    return CliError(f"unknown tool {tool!r}{hint}; tools: {tools}", code=2)
+
+
+def parse_arguments(tool: str, raw: str | Sequence[str], name: str | None = None) -> dict[str, Any]:
     """Check the tool name and the arguments before anything starts (usage errors exit 2): one JSON
-    object, then any ``--name value`` options set over it (``_flags``)."""
+    object, then any ``--name value`` options set over it (``_flags``). ``name``: the workspace's, for
+    the message of a tool name that is none (:func:`unknown_tool`)."""
     if tool not in TOOL_NAMES:
-        raise CliError(f"unknown tool {tool!r}; tools: {', '.join(TOOL_NAMES)}", code=2)
+        raise unknown_tool(tool, name)
     tokens = [raw] if isinstance(raw, str) else list(raw)
     flags: list[tuple[str, str | None]] = []
     if any(token.startswith("--") for token in tokens):
@@ -144,6 +179,7 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
     from ..tools import create_tools
 
     backends = exec_backends(args) if tool == "exec" else False
+    new = _made_here(options, name)
     async with open_workspace(
         options, name, backends=backends, assets=tool in ("exec", "publish"), live=False
     ) as workspace:
@@ -153,10 +189,41 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
                 f"tool {tool!r} is not available on workspace {name!r} (available: {', '.join(tools)})",
                 code=2,
             )
+        if new:  # the user root, as `computer shell` makes it: `ls /workspace` lists it (empty)
+            await workspace.fs.mkdir("/workspace", recursive=True)
         with audit_caller(adapter="cli"):  # the audit log says the call came from this command
             result = await tools[tool].run(args)
     write_out(result_json(result) + "\n")  # all of it, or BrokenPipeError (a reader gone)
+    if new and (tool in _READS or exit_code(tool, result)):
+        print(
+            f"computer: workspace {name!r} is new: this command made it, empty (`computer ls` lists "
+            f"the others; `computer rm {shlex.quote(name)}` removes it)",
+            file=sys.stderr,
+        )
     return exit_code(tool, result)
+
+
+_READS = frozenset({"read", "ls", "find", "grep"})  # the tools that change nothing
+
+
+def _made_here(options: GlobalOptions, name: str) -> bool:
+    """Whether this command, working in process, makes workspace ``name`` (it has no file yet).
+
+    Decision: a workspace is made on first use by any tool, and a new one held nothing, not even
+    ``/workspace``: ``computer tool my-ws ls '{"path": "/workspace"}'``, the help's own example,
+    answered "No such file or directory: /workspace", and a misspelt name (``note`` for ``notes``)
+    answered a read with "No such file", as if files were lost. Now the command makes the user root
+    of a workspace it makes (as ``computer shell`` does), and when the call changed nothing or failed
+    it says on stderr that the workspace is new. Through a cluster (``--address``) neither: whether
+    the owner made the file is not known here."""
+    if not options.local:
+        return False
+    from ..actors.naming import workspace_file
+
+    try:
+        return not workspace_file(local_settings(options), name).exists()
+    except Exception:  # a bad name or settings: opening the workspace says what is wrong
+        return False
 
 
 def exit_code(tool: str, result: dict[str, Any]) -> int:
@@ -228,10 +295,10 @@ def _reference_tools() -> dict[str, Any]:
         workspace.fs.close()
 
 
-def tool_help(tool: str) -> str:
+def tool_help(tool: str, name: str | None = None) -> str:
     """Description, JSON schema and an example call of one tool."""
     if tool not in TOOL_NAMES:
-        raise CliError(f"unknown tool {tool!r}; tools: {', '.join(TOOL_NAMES)}", code=2)
+        raise unknown_tool(tool, name)
     spec = _reference_tools()[tool]
     lines = [
         f"computer tool NAME {tool} '<arguments as JSON>'",

@@ -117,31 +117,46 @@ async def run_demo(
     temporary = local and data_dir is None
     if temporary:  # never the user's own data directory: a run of its own, easy to serve and remove
         data_dir = tempfile.mkdtemp(prefix="computer-demo-")
-    with _phase(timings, "ray"), console.status("starting Ray" if local else f"joining Ray at {address}"):
-        config = _start(address, local, console, data_dir=data_dir, hibernate_after=hibernate_after)
-    console.print(f"Ray {'started locally' if local else 'joined'}", soft_wrap=True)
-    kind = " (new, temporary: this run's workspaces and links)" if temporary else ""
-    console.print(f"data directory: {config.data_dir}{kind}", soft_wrap=True, markup=False, highlight=False)
-    states = [AgentState(f"demo-agent-{i}", project_for(i)) for i in range(agents)]
-    with _phase(timings, "open"):
-        clients = await _open_all([s.name for s in states], console)
     try:
-        _require_exec(clients[0])
-        async with demo_dashboard(config, console):  # issue 21: the live dashboard of this run
-            with _phase(timings, "agents"):
-                await _run_agents(clients, states, model, console)
-    finally:
-        await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
-        await model.aclose()
-    summary = DemoSummary(states, model.name, config.data_dir, temporary, timings=timings)
-    first_green = next((s for s in states if s.green), None)
-    if first_green is not None:
-        with _phase(timings, "persistence"):
-            summary.persistence = await _check_persistence(first_green.name, config, console)
-    if local:
-        await _put_to_sleep([s.name for s in states], config)
-    timings["wall"] = time.perf_counter() - started
-    return summary
+        with _phase(timings, "ray"), console.status("starting Ray" if local else f"joining Ray at {address}"):
+            config = _start(address, local, console, data_dir=data_dir, hibernate_after=hibernate_after)
+        console.print(f"Ray {'started locally' if local else 'joined'}", soft_wrap=True)
+        kind = " (new, temporary: this run's workspaces and links)" if temporary else ""
+        console.print(
+            f"data directory: {config.data_dir}{kind}", soft_wrap=True, markup=False, highlight=False
+        )
+        states = [AgentState(f"demo-agent-{i}", project_for(i)) for i in range(agents)]
+        with _phase(timings, "open"):
+            clients = await _open_all([s.name for s in states], console)
+        try:
+            _require_exec(clients[0])
+            async with demo_dashboard(config, console):  # issue 21: the live dashboard of this run
+                with _phase(timings, "agents"):
+                    await _run_agents(clients, states, model, console)
+        finally:
+            await asyncio.gather(*(client.close() for client in clients), return_exceptions=True)
+            await model.aclose()
+        summary = DemoSummary(states, model.name, config.data_dir, temporary, timings=timings)
+        first_green = next((s for s in states if s.green), None)
+        if first_green is not None:
+            with _phase(timings, "persistence"):
+                summary.persistence = await _check_persistence(first_green.name, config, console)
+        if local:
+            await _put_to_sleep([s.name for s in states], config)
+        timings["wall"] = time.perf_counter() - started
+        return summary
+    except (asyncio.CancelledError, KeyboardInterrupt):
+        # Ctrl-C: the run's temporary data directory stays (its owners may still hold files in it
+        # until Ray stops); say where, as a finished run does, rather than leave it unmentioned.
+        if temporary:
+            where = shlex.quote(str(data_dir))
+            console.print(
+                f"interrupted: this run's data directory stays at {where} (remove it: rm -rf {where})",
+                soft_wrap=True,
+                markup=False,
+                highlight=False,
+            )
+        raise
 
 
 async def _put_to_sleep(names: Sequence[str], config: Any) -> None:

@@ -15,6 +15,8 @@ def test_durable_agent_example_resumes_an_approval_after_a_kill(tmp_path: Path) 
         [sys.executable, str(EXAMPLE)], cwd=tmp_path, capture_output=True, text=True, timeout=240
     )
     assert done.returncode == 0, done.stderr[-3000:]
+    # Ray and the actor take 10-30 s on a small machine: the example says so before it waits.
+    assert done.stdout.startswith("starting a local Ray and the agent's actor...\n"), done.stdout
     for needle in (
         "waiting for approval: remove({'path': '/workspace/todo.txt'}) [rm]",
         "after the restart, still pending: ['rm']",

@@ -119,11 +119,13 @@ async def test_a_line_that_does_not_do_what_it_asks_says_so_and_counts_as_failed
 
 
 async def test_a_run_that_failed_outside_the_program_says_why(workspace: Workspace) -> None:
-    """A run the backend refused (no exit code) printed ``[failed, exit None]`` and nothing of why."""
+    """A run the backend refused (no exit code) printed ``[failed, exit None]`` and nothing of why;
+    then ``[failed, exit None: why]``: a run that never started has no exit code to print."""
     shell, out = _shell(workspace)
     await shell.run_line("cd /")
     await shell.run_line("!ls")
-    assert "[failed, exit None: cwd / is outside the mount root /workspace]" in out.getvalue()
+    assert "[failed: cwd / is outside the mount root /workspace]" in out.getvalue()
+    assert "exit None" not in out.getvalue()
     assert shell.exit_code == 1
 
 
