@@ -207,13 +207,23 @@ def remembered(argv: Sequence[str], measure: Callable[[], T]) -> T:
     return measured
 
 
+def _capabilities() -> list[str]:
+    """This process's effective and bounding capability sets: root without ``CAP_SYS_ADMIN`` (a test
+    or a service run under ``setpriv``) may not do what root with it did (``unshare --mount``)."""
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return ["caps:-"]
+    return [line for line in lines if line.startswith(("CapEff:", "CapBnd:"))]
+
+
 def _probe_key(argv: Sequence[str]) -> str:
     """The name under which the result of running ``argv`` (a probe of bubblewrap) is remembered:
     a digest of everything the result depends on, as far as a process can tell: ``argv``, the
     identity of the files it names (path, device, inode, size, mtime: the executables), the kernel
     (release, build) and this boot, the user and pid namespaces this process is in, its effective
-    user, and the sysctls that allow or forbid unprivileged user namespaces."""
-    parts: list[str] = [*argv, f"euid={os.geteuid()}", *os.uname()]
+    user and capabilities, and the sysctls that allow or forbid unprivileged user namespaces."""
+    parts: list[str] = [*argv, f"euid={os.geteuid()}", *os.uname(), *_capabilities()]
     for name in argv:
         if name.startswith("/"):
             try:

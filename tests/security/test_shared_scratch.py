@@ -151,3 +151,22 @@ def test_a_failed_probe_is_never_remembered(probes: Path, monkeypatch: pytest.Mo
     _bwrap.bwrap_works.cache_clear()
     assert _bwrap.bwrap_works() is False and len(runs) == 2
     assert not list(probes.glob("probe-*"))
+
+
+def test_a_probe_remembered_by_a_process_with_more_capabilities_is_not_reused() -> None:
+    """A success remembered by root (``unshare --mount`` of the pseudo-terminal prefix works) was
+    reused by a root process without ``CAP_SYS_ADMIN`` (run under ``setpriv``), where that prefix
+    fails: every run then failed with a bare ``BrokenPipeError``. The key holds the capability sets."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None or os.geteuid() != 0:
+        pytest.skip("needs root and setpriv (util-linux)")
+    show = ["-c", "from computer.runtime import _bwrap; print(_bwrap._probe_key(['/bin/true']))"]
+    caps = "-all,+setfcap"
+    keys = [
+        subprocess.run(
+            [*prefix, sys.executable, *show], capture_output=True, text=True, check=True, timeout=60
+        ).stdout
+        for prefix in ([], [setpriv, f"--inh-caps={caps}", f"--bounding-set={caps}", "--"])
+    ]
+    assert keys[0].startswith("probe-") and keys[1].startswith("probe-")
+    assert keys[0] != keys[1]
