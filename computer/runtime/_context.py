@@ -16,6 +16,7 @@ from ..storage.paths import canonical
 from ._backend import MirrorFile, PullResult, SyncPull
 from ._codec import to_plain
 from ._deliver import deliverable, record_delivered
+from ._dir_times import keep_later
 from ._journal import JOURNAL_DIR, journal_refused
 from ._moves import Move, follow
 from ._protected import call_guard, checked_call
@@ -210,6 +211,9 @@ class LocalExecContext(PushPages, PullCommits):
             mtimes[path] = pull.dir_times[path]
             if sub := pull.dir_sub_ns.get(path):
                 sub_ns[path] = sub
+        # One the workspace moved too meanwhile (a name it made there) keeps the later time of the two.
+        kept = await keep_later(fs, since.changes, mtimes, sub_ns, {d.path for d in dirs}.union(timed))
+        timed = [p for p in timed if p not in kept] if kept else timed
         symlinks: dict[str, str] = {}
         for link in pull.symlinks:
             why = refused(link.path) if strict else None

@@ -19,8 +19,18 @@ reopen shows what the runs before it saw (``chmod 000 .`` is stored as 0o100, an
 since the sync's base (it keeps its own, as with a directory both sides ``chmod``-ed), never for a
 write below it.
 
-Left as they are: the times of directories a push only wrote into (the mirror's then move, the
-workspace's do not: a workspace write never moves its directory's time), and symlinks' own times."""
+A name the workspace makes, removes or renames moves its directory's time in the store
+(``storage/_parent_time``, logged ``"touch"``): a push sends that directory with the store's time
+(its op alone, nothing below it walked: ``_push_ops.Plan.timed``), set once the push is in, so a warm
+mirror and one rebuilt from the store (a reopen) agree. Before, a push's new name moved the warm
+mirror's directory to the push's moment while the store kept the old time: after a reopen ``make``
+with the directory as a prerequisite missed the new file. A directory whose time both the run and
+the workspace moved during the run keeps the later of the two (:func:`keep_later`, decision s63: a
+directory's time is no content, and on a disk the later entry change sets it); the run's changes
+inside it are never refused for it.
+
+Left as they are: the times a live pull's followed rename gives the mirror's parents (the mirror
+renames its own node at the pull; the store's are the rename's), and symlinks' own times."""
 
 from __future__ import annotations
 
@@ -32,6 +42,8 @@ import stat
 from pathlib import Path
 from typing import Any, TypedDict
 
+from ..storage import TOUCH
+from ..storage.types import Change
 from ._backend import MirrorDir, SyncPush, mirror_ns, store_time
 from ._beneath import SAFE_BITS, BeneathReader
 from ._lifts import Lifts
@@ -41,6 +53,7 @@ from ._pull_rules import DEFAULT_DIR_MODE
 __all__ = [
     "RootFields",
     "RootTime",
+    "keep_later",
     "mirror_dir",
     "root_fields",
     "sandbox_mode",
@@ -122,6 +135,29 @@ def set_dir_times(directory: Path, times: dict[str, int]) -> None:
                     os.utime(name, ns=(times[rel], times[rel]), dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue
+
+
+async def keep_later(
+    fs: Any, changes: list[Change], mtimes: dict[str, int], sub_ns: dict[str, int], paths: set[str]
+) -> set[str]:
+    """Leave out of a pull's ``mtimes`` (and ``sub_ns``) the directory times among ``paths`` that the
+    workspace moved too since the run's base (a ``"touch"`` among ``changes``: a name it made or
+    removed there, another run's pull) to a later time than the run's: the store keeps its own.
+    Returns the paths left out (one stat each, only for those)."""
+    both = {c.path for c in changes if c.op == TOUCH}.intersection(paths) if changes else set()
+    kept: set[str] = set()
+    for path in sorted(both):
+        if path not in mtimes:
+            continue
+        try:
+            st = await fs.stat(path)
+        except OSError:
+            continue
+        if st.is_directory and (st.mtime, getattr(st, "sub_ns", 0)) > (mtimes[path], sub_ns.get(path, 0)):
+            del mtimes[path]
+            sub_ns.pop(path, None)
+            kept.add(path)
+    return kept
 
 
 class RootFields(TypedDict):

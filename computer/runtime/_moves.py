@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..storage import TOUCH
 from ..storage.paths import is_within
 from ..storage.types import Change
 from ._backend import MirrorFile, SyncPull
@@ -79,6 +80,8 @@ def _followable(
     missing = Conflicts(lacking)  # the mirror lacks these: no rename at, above or below them
     touched = Conflicts(lacking)  # ... and the paths of the earlier changes not followed
     sourced = Conflicts([])  # the paths of those that name a source (a link, a rename not followed)
+    timed = Conflicts([])  # directories whose time alone changed (``"touch"``): never in a rename's way
+    times: list[int] = []  # ... their entries, carried to a followed rename's new name (within the budget)
     log = list(changes)
     budget = CARRY_WORK  # entries looked at again to carry them: past it, renames are not carried
     moves: list[Move] = []
@@ -87,6 +90,11 @@ def _followable(
     i, count = 0, len(log)
     while i < count:
         change = log[i]
+        if change.op == TOUCH:  # a name made or removed in it: nothing below it changed
+            timed.add(change.path)
+            times.append(i)
+            i += 1
+            continue
         after = log[i + 1] if i + 1 < count else None
         if (
             change.op == "rm"
@@ -120,6 +128,11 @@ def _followable(
                         log[j] = dataclasses.replace(log[j], path=dst + log[j].path[len(src) :])
                         touched.add(log[j].path)  # (the old paths stay: only ever more cautious)
                         moved.append(log[j].path)
+            if carry and (src in timed.touched or src in timed.above) and len(times) <= budget:
+                budget -= len(times)  # its directories' times go with it (no refetch: ``moved``)
+                for j in times:
+                    if is_within(log[j].path, src):
+                        log[j] = dataclasses.replace(log[j], path=dst + log[j].path[len(src) :])
             moves.append(Move(src, dst, change.rev, tuple(dict.fromkeys(moved))))
             i += 2
             continue
@@ -187,7 +200,7 @@ def follow(pull: SyncPull, changes: Sequence[Change], root: str) -> Followed:
     moves, followed, log = carried(changes, root, pull.protected)
     if not moves:
         return Followed(pull, [], set(), [])
-    later = Conflicts([c.path for i, c in enumerate(log) if i not in followed])
+    later = Conflicts([c.path for i, c in enumerate(log) if i not in followed and c.op != TOUCH])
     translated: set[str] = set()
     refused: list[str] = []
 

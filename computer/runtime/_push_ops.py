@@ -239,6 +239,9 @@ class Plan:
     whole: set[str]  # changed paths sent whole (see :func:`sent_whole`)
     replaced: set[str]  # paths holding another file than before (see :func:`replaced`)
     linked: dict[str, tuple[str, bool]]  # names linked to files the mirror holds (:func:`link_sources`)
+    # Tops whose time alone changed (``"touch"``: a name the workspace made or removed in them, or a
+    # pull's time), outside every other changed path: sent as their own op alone, nothing walked.
+    timed: frozenset[str] = frozenset()
 
 
 def plan_changes(changes: Sequence[Change], root: str, refetch: list[str]) -> Plan | None:
@@ -256,17 +259,24 @@ def plan_changes(changes: Sequence[Change], root: str, refetch: list[str]) -> Pl
         and not (c.op == TOUCH and is_within(root, c.path))
         and not (c.op == "mkdir" and c.path == root)
     ]
-    paths = [c.path for c in rest] + refetch
+    timed = {c.path for c in rest if c.op == TOUCH}
+    paths = [c.path for c in rest if c.op != TOUCH] + refetch
     if any(is_within(root, p) for p in paths):
         return None
     tops = outermost(paths)
+    # A directory's time alone is no top over what changed below it (a workspace write's parent: its
+    # whole subtree was walked for one file); one inside another top goes with that top's ops.
+    inside = set(tops).union(*below_tops(tops, timed).values()) if timed else set()
+    alone = timed - inside
+    tops += sorted(alone)
     return Plan(
         moves,
         tops,
-        below_tops(tops, paths),
+        below_tops(tops, paths + list(timed)),
         sent_whole(rest, refetch),
         replaced(rest),
         link_sources(changes, refetch, moves, followed),
+        frozenset(alone),
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import dataclasses
 from typing import Any
 
@@ -114,6 +115,9 @@ class PushPages:
         ops: list[Op] = []
         whole = plan.whole
         for path in plan.tops:
+            if path in plan.timed:
+                ops += await self._timed_op(path)
+                continue
             try:
                 target = await self.fs.readlink(path)
             except FileNotFoundError:
@@ -143,6 +147,21 @@ class PushPages:
                 nlink = getattr(st, "nlink", 1)
                 ops.append(Op(path, "file", st.size, st.mode, st.mtime, ino, nlink, sub_ns=sub))
         return await pure(max(size, len(ops)), sorted_ops, ops)
+
+    async def _timed_op(self, path: str) -> list[Op]:
+        """The op of a directory whose time alone changed (``Plan.timed``): itself with its mode and
+        time, nothing below it looked at; none when it is no directory now (a symlink, gone: the
+        log's other entries say what it is)."""
+        with contextlib.suppress(OSError):  # EINVAL: no symlink
+            await self.fs.readlink(path)
+            return []
+        try:
+            st = await self.fs.stat(path)
+        except OSError:
+            return []
+        if not st.is_directory:
+            return []
+        return [Op(path, "dir", mode=st.mode, mtime=st.mtime, sub_ns=getattr(st, "sub_ns", 0))]
 
     async def _page(
         self,

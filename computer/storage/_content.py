@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 from ._chunks import CHUNK_SIZE, decode_chunk
+from ._parent_time import moved_parents
 from ._pieces import Assembler, Piece
 from ._resolve import resolve_read, write_target
 from ._schema import DIR, FILE, check_mode, clean_mode
@@ -22,6 +23,7 @@ from ._state import Node, Store
 from ._stream import ChunkStream
 from ._tree import add_entry, new_inode, now_ms
 from .errors import fs_error
+from .paths import split
 
 __all__ = [
     "after_unpin",
@@ -293,6 +295,8 @@ def _write_pieces(
         ids = parts.finish()
         set_content(st, p, pino, name, real, node, ids, parts.total, mode, mtime)
         m.log(real, "write")
+        if node is None:  # a new name: its directory's time moves (an overwrite changes no entry)
+            moved_parents(st, m, [(pino, split(real)[0])])
 
 
 async def _write_async(
@@ -317,6 +321,8 @@ async def _write_async(
             st.chunks.incref(ids)
             set_content(st, p, pino, name, real, node, ids, parts.total, mode, mtime)
             m.log(real, "write")
+            if node is None:
+                moved_parents(st, m, [(pino, split(real)[0])])
     finally:
         parts.release()
 

@@ -27,7 +27,6 @@ from ._grep import LineMatcher, grep_file
 from ._resolve import kind_of, resolve_read
 from ._schema import DIR, FILE, SYMLINK
 from ._state import Store
-from ._tree import children_page
 from .errors import fs_error
 from .paths import join
 from .types import FindEntry, GrepMatch
@@ -37,6 +36,21 @@ __all__ = ["PAGE_SIZE", "find", "grep", "walk", "walk_tree", "walk_tree_after"]
 _T = TypeVar("_T")
 
 PAGE_SIZE = 256
+
+
+def children_page(st: Store, ino: int, after: str | None, size: int) -> list[tuple[str, int, int]]:
+    """Up to ``size`` children ``(name, inode, kind)`` of a directory after ``after``, in name order."""
+    if after is None:
+        sql = (
+            "SELECT d.name, d.child, i.kind FROM dirents d JOIN inodes i ON i.id = d.child "
+            "WHERE d.parent = ? ORDER BY d.name LIMIT ?"
+        )
+        return st.db.execute(sql, (ino, size)).fetchall()
+    sql = (
+        "SELECT d.name, d.child, i.kind FROM dirents d JOIN inodes i ON i.id = d.child "
+        "WHERE d.parent = ? AND d.name > ? ORDER BY d.name LIMIT ?"
+    )
+    return st.db.execute(sql, (ino, after, size)).fetchall()
 
 
 _CHILDREN_SQL = (

@@ -17,6 +17,7 @@ from itertools import groupby
 from operator import itemgetter
 
 from ._chunks import CHUNK_SIZE
+from ._parent_time import made_parent, moved_parents
 from ._resolve import lookup, resolve, resolve_parent, resolve_read
 from ._schema import DIR, FILE, ROOT_INODE, SYMLINK, clean_mode
 from ._state import CREATE_OP, JSON_ROWS, LINK_SOURCE, Mutation, Node, Store
@@ -26,7 +27,6 @@ from .paths import is_within, join, parts, split, target_problem
 __all__ = [
     "add_entry",
     "add_name",
-    "children_page",
     "copy",
     "ensure_dirs",
     "link",
@@ -268,21 +268,6 @@ def ensure_dirs(
     return ino
 
 
-def children_page(st: Store, ino: int, after: str | None, size: int) -> list[tuple[str, int, int]]:
-    """Up to ``size`` children ``(name, inode, kind)`` of a directory after ``after``, in name order."""
-    if after is None:
-        sql = (
-            "SELECT d.name, d.child, i.kind FROM dirents d JOIN inodes i ON i.id = d.child "
-            "WHERE d.parent = ? ORDER BY d.name LIMIT ?"
-        )
-        return st.db.execute(sql, (ino, size)).fetchall()
-    sql = (
-        "SELECT d.name, d.child, i.kind FROM dirents d JOIN inodes i ON i.id = d.child "
-        "WHERE d.parent = ? AND d.name > ? ORDER BY d.name LIMIT ?"
-    )
-    return st.db.execute(sql, (ino, after, size)).fetchall()
-
-
 def _prepare_destination(
     st: Store, src: str, src_real: str, src_kind: int, dst: str, overwrite: bool
 ) -> tuple[int, str, str, Node | None]:
@@ -375,6 +360,7 @@ def mkdir(st: Store, path: str, *, recursive: bool = False, mode: int = 0o755) -
                 raise fs_error(errno.EEXIST, p)
             add_entry(st, pino, name, new_inode(st, DIR, mode), real, DIR)
             m.log(real, "mkdir")
+            moved_parents(st, m, [(pino, real_parent)])
         return
     try:
         kind = resolve(st, p)[1]
@@ -386,6 +372,7 @@ def mkdir(st: Store, path: str, *, recursive: bool = False, mode: int = 0o755) -
         return
     with st.mutation(p) as m:
         ensure_dirs(st, p, mode, m)
+        moved_parents(st, m, made_parent(st, p, m.logged))
 
 
 def rm(st: Store, path: str, *, recursive: bool = False, force: bool = False) -> None:
@@ -409,6 +396,7 @@ def rm(st: Store, path: str, *, recursive: bool = False, force: bool = False) ->
         pino = resolve(st, parent)[0]
         remove_node(st, real, pino, name, ino, kind)
         m.log(real, "rm")
+        moved_parents(st, m, [(pino, parent)])
 
 
 def symlink(st: Store, target: str, path: str) -> None:
@@ -427,6 +415,7 @@ def symlink(st: Store, target: str, path: str) -> None:
         ino = new_inode(st, SYMLINK, 0o777, len(target.encode("utf-8")), target)
         add_entry(st, pino, name, ino, real, SYMLINK)
         m.log(real, "symlink")
+        moved_parents(st, m, [(pino, real_parent)])
 
 
 def link(st: Store, existing: str, new: str) -> None:
@@ -454,6 +443,7 @@ def link(st: Store, existing: str, new: str) -> None:
         add_name(st, pino, name, ino, real, kind)
         m.log(s_real, LINK_SOURCE)  # read as the next entry's ``source``, never as a change
         m.log(real, "link")
+        moved_parents(st, m, [(pino, real_parent)])
 
 
 def rename(st: Store, src: str, dst: str, *, overwrite: bool = False) -> None:
@@ -481,6 +471,7 @@ def rename(st: Store, src: str, dst: str, *, overwrite: bool = False) -> None:
         # that entry its ``source``), so a mirror can move what it holds instead of making it again.
         m.log(s_real, "rm")
         m.log(d_real, "rename")
+        moved_parents(st, m, [(s_pino, s_parent), (pino, split(d_real)[0])])  # after the pair
 
 
 def copy(st: Store, src: str, dst: str, *, overwrite: bool = False) -> None:
@@ -498,3 +489,4 @@ def copy(st: Store, src: str, dst: str, *, overwrite: bool = False) -> None:
             m.log(d_real, "rm")
         # Every entry of a copied tree: a "mkdir" alone is a directory only made (pushed empty).
         m.log_many(_copy_node(st, d, ino, kind, pino, name, d_real))
+        moved_parents(st, m, [(pino, split(d_real)[0])])

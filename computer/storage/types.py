@@ -105,7 +105,8 @@ class GrepMatch:
 class Change:
     """One entry of the change log: ``op`` is ``"write"``, ``"mkdir"``, ``"rm"``, ``"rename"``, ``"symlink"``…
 
-    ``"touch"`` is a directory whose time alone changed (a run's pull keeps the program's): a change of
+    ``"touch"`` is a directory whose time alone changed (a run's pull keeps the program's, or a name a
+    workspace call made, removed or renamed in it: logged after that call's entries): a change of
     that directory, not of anything below it (no conflict rule counts it for the paths below).
 
     A rename is two entries of one revision: ``"rm"`` of the old path, then ``"rename"`` of the new

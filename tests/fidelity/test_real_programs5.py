@@ -9,10 +9,13 @@ wrote an output from the old content in between stamped it later than the input'
 reopen. On a local disk the same steps cannot give that: the content and its mtime change at the same
 instant. Now such a write gets the time the sandbox was given it (``computer/runtime/_deliver.py``).
 
-Found (strict xfail, reported): a name the workspace makes (``write_file`` of a new file) leaves its
-directory's time in the store as it was, while the push into a mirror moves it (the mirror makes the
-entry): the sandbox shows the push's time, and a rebuilt mirror (a reopen) the old one, so ``make``
-with the directory as a prerequisite rebuilds on a warm mirror and not after a reopen.
+Found and fixed (s63): a name the workspace makes (``write_file`` of a new file) left its directory's
+time in the store as it was, while the push into a mirror moved it (the mirror made the entry): the
+sandbox showed the push's time, and a rebuilt mirror (a reopen) the old one, so ``make`` with the
+directory as a prerequisite rebuilt on a warm mirror and not after a reopen. The store now moves a
+directory's time when the workspace makes, removes or renames a name in it, and a push gives the
+mirror's directory the store's time (the same ones removals, renames, ``mkdir``, symlinks and hard
+links move).
 
 Checked and left alone (they hold): ``npm pack`` + ``npm install`` of the tarball offline and ``npm ci``
 after a reopen (the ``.bin`` symlink, the +x bit); ``ninja`` with gcc depfiles (``.ninja_log``,
@@ -138,13 +141,6 @@ async def test_make_rebuilds_an_output_written_from_the_old_input_while_the_writ
 DIR_MAKEFILE = "index.txt: docs\n\tls docs > index.txt\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a name the workspace makes leaves its directory's time in the store as it was, while the push "
-    "into a mirror moves it: a rebuilt mirror (a reopen) shows the old time, and make with the directory as "
-    "a prerequisite misses the new file (a fix: the store moves a directory's time when the workspace makes "
-    "or removes a name in it, as a file system does)",
-)
 @pytest.mark.parametrize("live", [pytest.param(False, id="per-call"), pytest.param(True, id="live")])
 async def test_a_name_the_workspace_makes_moves_its_directory_time_after_a_reopen(
     db: Path, live: bool
@@ -201,3 +197,36 @@ async def test_a_delivered_write_has_one_time_everywhere_and_is_no_program_chang
     assert again == stored  # no loop
     assert shell_old == py_old == old == 1_500_000_000_123_000_000
     assert not any("/workspace/a" in r.pulled for r in (sh, pyr, later))
+
+
+_DIRS = ("rm", "from", "to", "mk", "sym", "hard")
+
+
+async def _dir_times_ns(ws: computer.Workspace) -> dict[str, int]:
+    """The mirror's exact time (ns) of each directory of :data:`_DIRS`."""
+    out = (await ok(ws, "stat -c '%n %.9Y' " + " ".join(_DIRS))).stdout.split()
+    return {name: int(stamp.replace(".", "")) for name, stamp in zip(out[::2], out[1::2], strict=True)}
+
+
+@pytest.mark.parametrize("live", [pytest.param(False, id="per-call"), pytest.param(True, id="live")])
+async def test_every_name_the_workspace_makes_or_removes_moves_its_directory_as_the_store_keeps_it(
+    db: Path, live: bool
+) -> None:
+    """A removal, a rename (both parents), ``mkdir``, a symlink and a hard link of the workspace: the
+    warm mirror's directory has the store's exact time (not the push's moment), and so has a rebuilt one."""
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ok(
+            ws,
+            f"mkdir {' '.join(_DIRS)} && touch rm/f from/f hard/f && touch -d @1500000000 {' '.join(_DIRS)}",
+        )
+        await ws.fs.rm("/workspace/rm/f")
+        await ws.fs.rename("/workspace/from/f", "/workspace/to/f")
+        await ws.fs.mkdir("/workspace/mk/sub")
+        await ws.fs.symlink("nowhere", "/workspace/sym/l")
+        await ws.fs.link("/workspace/hard/f", "/workspace/hard/g")
+        warm = await _dir_times_ns(ws)
+        stored = {name: (await ws.fs.stat(f"/workspace/{name}")).mtime * 1_000_000 for name in _DIRS}
+    async with opened(db, shell=shell(live), python=False) as ws:
+        rebuilt = await _dir_times_ns(ws)
+    assert all(t > 1_500_000_000 * 10**9 for t in stored.values()), stored
+    assert warm == stored == rebuilt

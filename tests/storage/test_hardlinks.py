@@ -116,14 +116,17 @@ async def test_links_are_in_the_change_log_and_the_manifest(fs: FileSystem) -> N
     rev = fs.rev
     await fs.link("/w/a", "/w/b")
     assert [(c.path, c.op, c.source) for c in fs.changes_since(rev, "/w").changes] == [
-        ("/w/b", "link", "/w/a")
+        ("/w/b", "link", "/w/a"),
+        ("/w", "touch", None),  # after the pair: its directory's time moved
     ]
     # The source names the existing file even outside the asked root, and is never a change of its own.
     await fs.mkdir("/v")
     await fs.link("/w/a", "/v/c")
     assert [(c.path, c.op, c.source) for c in fs.changes_since(rev, "/v").changes] == [
         ("/v", "mkdir", None),
+        ("/", "touch", None),
         ("/v/c", "link", "/w/a"),
+        ("/v", "touch", None),
     ]
     await fs.rm("/v", recursive=True)
     entries = fs.manifest("/w", inodes=True)

@@ -50,11 +50,26 @@ async def test_changes_since_lists_changes_below_root(fs: FileSystem) -> None:
     cs = fs.changes_since(start, "/w")
     assert cs.complete
     assert cs.rev == fs.rev
-    assert [(c.path, c.op) for c in cs.changes] == [("/w/a", "write"), ("/w/d", "mkdir"), ("/w/a", "rm")]
-    assert [c.path for c in fs.changes_since(start).changes] == ["/w/a", "/other", "/w/d", "/w/a"]
+    # Each name made or removed moves its directory's time (``touch``, after the call's entry); ``/``
+    # is an ancestor of ``/w``: its change is reported for the subtree too.
+    assert [(c.path, c.op) for c in cs.changes] == [
+        ("/w/a", "write"),
+        ("/w", "touch"),
+        ("/", "touch"),
+        ("/w/d", "mkdir"),
+        ("/w", "touch"),
+        ("/w/a", "rm"),
+        ("/w", "touch"),
+    ]
+    assert [c.path for c in fs.changes_since(start).changes if c.op != "touch"] == [
+        "/w/a",
+        "/other",
+        "/w/d",
+        "/w/a",
+    ]
     assert fs.changes_since(fs.rev).changes == []
     own = [c.rev for c in cs.changes if c.path == "/w/a"]  # a caller leaves its own revisions out
-    assert [c.path for c in fs.changes_since(start, skip_revs=own).changes] == ["/other", "/w/d"]
+    assert [c.path for c in fs.changes_since(start, skip_revs=own).changes] == ["/other", "/", "/w/d", "/w"]
 
 
 async def test_rename_logs_old_as_removed_and_new_as_renamed_from_it(fs: FileSystem) -> None:
@@ -70,9 +85,12 @@ async def test_rename_logs_old_as_removed_and_new_as_renamed_from_it(fs: FileSys
     assert [(c.path, c.op, c.source) for c in changes] == [
         ("/w/dir", "rm", None),
         ("/w/moved", "rename", "/w/dir"),
+        ("/w", "touch", None),  # after the pair; both parents are one here
         ("/w/file", "rm", None),
         ("/w/old", "rename", "/w/file"),
+        ("/w", "touch", None),
         ("/w/moved/f", "rm", None),
+        ("/w/moved", "touch", None),
     ]
     assert changes[0].rev == changes[1].rev == rev + 1
 
@@ -91,12 +109,14 @@ async def test_a_copied_tree_logs_every_entry_it_made(fs: FileSystem) -> None:
         ("/w/c/f", "write"),
         ("/w/c/s", "mkdir"),
         ("/w/c/s/l", "symlink"),
+        ("/w", "touch"),  # the new name's directory
     ]
     assert {c.rev for c in changes} == {rev + 1}
     await fs.copy("/w/t/f", "/w/c/f", overwrite=True)  # a new file over an old one: removed first
     assert [(c.path, c.op) for c in fs.changes_since(rev + 1, "/w").changes] == [
         ("/w/c/f", "rm"),
         ("/w/c/f", "write"),
+        ("/w/c", "touch"),
     ]
 
 
@@ -108,11 +128,17 @@ async def test_a_rename_into_a_subtree_names_its_source_from_outside_it(fs: File
     await fs.rename("/w/sub/in", "/gone")
     assert [(c.path, c.op, c.source) for c in fs.changes_since(rev, "/w").changes] == [
         ("/w/sub/in", "rename", "/out"),
+        ("/", "touch", None),  # the old name's directory (an ancestor of the root asked)
+        ("/w/sub", "touch", None),
         ("/w/sub/in", "rm", None),
+        ("/w/sub", "touch", None),
+        ("/", "touch", None),
     ]
     own = [fs.rev]  # a left-out revision takes both of its entries with it
     assert [(c.path, c.source) for c in fs.changes_since(rev, "/w", skip_revs=own).changes] == [
-        ("/w/sub/in", "/out")
+        ("/w/sub/in", "/out"),
+        ("/", None),
+        ("/w/sub", None),
     ]
 
 
@@ -120,7 +146,7 @@ async def test_changes_of_an_ancestor_are_reported_for_a_subtree(fs: FileSystem)
     await fs.mkdir("/w/sub", recursive=True)
     rev = fs.rev
     await fs.rm("/w", recursive=True)
-    assert [(c.path, c.op) for c in fs.changes_since(rev, "/w/sub").changes] == [("/w", "rm")]
+    assert [(c.path, c.op) for c in fs.changes_since(rev, "/w/sub").changes] == [("/w", "rm"), ("/", "touch")]
 
 
 async def test_trimmed_change_log_is_incomplete(fs: FileSystem) -> None:
@@ -145,7 +171,7 @@ async def test_a_held_revision_keeps_the_log_after_it_until_the_hold_ends(
     for i in range(1100):
         await fs.write_file(f"/f{i % 5}", str(i).encode())
     after = fs.changes_since(held)
-    assert after.complete and len(after.changes) == 1100
+    assert after.complete and len(after.changes) == 1105  # and five touches of ``/``: five names made
     clock = [time.monotonic() + 601]  # the hold ran out: the next trim goes past it
     monkeypatch.setattr(_state.time, "monotonic", lambda: clock[0])
     for i in range(1100):
@@ -166,7 +192,10 @@ async def test_change_log_survives_reopen(file_fs: FileSystem, tmp_path: object)
     file_fs.close()
     again = FileSystem.open(path)
     try:
-        assert [c.path for c in again.changes_since(rev - 1).changes] == ["/a"]
+        assert [(c.path, c.op) for c in again.changes_since(rev - 1).changes] == [
+            ("/a", "write"),
+            ("/", "touch"),
+        ]
     finally:
         again.close()
 
