@@ -21,7 +21,10 @@ async def py(ws: computer.Workspace, source: str, **options: Any) -> ExecResult:
 
 
 # A timer's handler that reads and writes the workspace, firing every 2 ms while the program's
-# own loop reads and writes it: most ticks land inside a call, waiting for its reply.
+# own loop reads and writes it: most ticks land inside a call, waiting for its reply. A tick may fall
+# inside another tick's calls too, up to 3 deep: a handler slower than the timer (a loaded machine)
+# is interrupted by the next at its first bytecode, as in any Python program, and unbounded that
+# nesting ends in a RecursionError of the program's own making.
 NESTED_CALLS = """
 import itertools, signal, workspace
 workspace.mkdir("ticks")
@@ -29,10 +32,18 @@ workspace.mkdir("mine")
 workspace.write_file("fixed.txt", "fixed")
 ticks = []
 numbers = itertools.count(1)
+depth = 0
 def tick(*args):
-    n = next(numbers)  # a tick may fall inside another's calls too
-    ticks.append(workspace.read_text("fixed.txt"))
-    workspace.write_file(f"ticks/{n}.txt", str(n))
+    global depth
+    if depth >= 3:
+        return
+    depth += 1
+    try:
+        n = next(numbers)
+        ticks.append(workspace.read_text("fixed.txt"))
+        workspace.write_file(f"ticks/{n}.txt", str(n))
+    finally:
+        depth -= 1
 signal.signal(signal.SIGALRM, tick)
 signal.setitimer(signal.ITIMER_REAL, 0.002, 0.002)
 mine = []
