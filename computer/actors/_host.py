@@ -675,8 +675,11 @@ class WorkspaceHost(PoolCallbacks):
             if wait > 0:
                 with contextlib.suppress(TimeoutError):
                     result = await asyncio.wait_for(asyncio.shield(handle.result()), wait)
-            if result is not None and result.status == "failed":
-                self._refused_read_only()  # fenced since the check above: stop serving now
+            if result is not None and result.status == "failed" and self._refused_read_only():
+                # Fenced since the check above (``runtime.exec`` awaits before its journal's start
+                # record): a run whose record was refused started nothing (``Runtime.exec``).
+                if self.managed and (result.error or "").startswith("cannot start: "):
+                    return None
             return handle.id, handle.backend, result
 
         reply = await self._serve(start)
