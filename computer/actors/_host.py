@@ -333,23 +333,31 @@ class WorkspaceHost(PoolCallbacks):
             try:
                 return ok(await work())
             except Exception as exc:
-                if isinstance(exc, OSError) and exc.errno == errno.EROFS:
-                    self._refused_read_only()
+                fenced = isinstance(exc, OSError) and exc.errno == errno.EROFS and self._refused_read_only()
+                # A client's call to a managed owner, which clients re-resolve (a pool worker's call
+                # and a user's ``WorkspaceHost``, never re-created, keep the EROFS).
+                if fenced and not closing and self.managed:
+                    return self._moved()  # refused by the fence: nothing applied, the next owner runs it
                 return fail(exc)
 
-    def _refused_read_only(self) -> None:
+    def _refused_read_only(self) -> bool:
         """A call refused with EROFS: when a newer owner holds the file (a takeover, a deletion), stop
         serving now (later calls get MOVED and re-resolve), not at the next lease renewal; until then
-        every write a client sent here was refused with EROFS (seconds under load, after a deletion)."""
-        if self._closing or self._fence_noticed:
-            return
+        every write a client sent here was refused with EROFS (seconds under load, after a deletion).
+        True when so: the refused call itself is answered "moved" too (before, it failed with EROFS,
+        "workspace is owned by a newer owner", a write racing a deletion or a takeover lost)."""
+        if self._fence_noticed:
+            return True
+        if self._closing:
+            return False
         try:
             fenced = self.workspace.fs.fenced
         except Exception:  # the store is gone or broken: the lease renewal tells
-            return
+            return False
         if fenced:
             self._fence_noticed = True
             self._background.append(asyncio.get_running_loop().create_task(self._taken_over()))
+        return fenced
 
     # -- RPC: description ---------------------------------------------------------------------------
 
@@ -651,18 +659,33 @@ class WorkspaceHost(PoolCallbacks):
         ``result`` is the :class:`~computer.runtime.ExecResult` when the run ended within ``wait``
         seconds (a short command: the caller's ``result()`` then needs no second round trip), else None.
         ``caller`` names the client in the run's audit record (its task inherits the context).
+
+        On a managed owner's store a newer owner fenced (a takeover; a deletion racing another
+        worker's runs) the run is not started and the answer is "moved": the client goes to the newer
+        owner. Before, the run failed "cannot start: workspace is owned by a newer owner" (its
+        journal's start record refused with EROFS inside the runtime, so the owner did not notice),
+        and so did every run sent here until the next lease renewal (``lock_lease`` / 3, 10 s).
         """
 
-        async def start() -> tuple[str, str, Any]:
+        async def start() -> tuple[str, str, Any] | None:
+            if self.managed and (self._fence_noticed or self.workspace.fs.fenced):  # a SELECT of the epoch
+                self._refused_read_only()
+                return None
             with audit_caller(**(caller or {})):
                 handle = await self.workspace.runtime.exec(source, **kwargs)
             result = None
             if wait > 0:
                 with contextlib.suppress(TimeoutError):
                     result = await asyncio.wait_for(asyncio.shield(handle.result()), wait)
+            if result is not None and result.status == "failed" and self._refused_read_only():
+                # Fenced since the check above (``runtime.exec`` awaits before its journal's start
+                # record): a run whose record was refused started nothing (``Runtime.exec``).
+                if self.managed and (result.error or "").startswith("cannot start: "):
+                    return None
             return handle.id, handle.backend, result
 
-        return await self._serve(start)
+        reply = await self._serve(start)
+        return self._moved() if reply == ok(None) else reply
 
     async def exec_snapshots(self, exec_id: str) -> AsyncIterator[Any]:
         """Stream the snapshots of an execution (the final one last)."""

@@ -9,7 +9,12 @@ Recovery rules (ARCHITECTURE, durable-object emulation):
   up to 30 s). A mutation is sent again only when it provably did not run: the owner that answers is
   the same process (the call carries an idempotency key, so a resend is answered with the first
   reply), Ray's actor table says the owner was dead before the call was sent, or the directory shows
-  the owner released its lease itself (it hibernated, running nothing after). Otherwise
+  the owner released its lease itself (it hibernated, running nothing after), or (decided) the call
+  was sent to a dedicated owner after it answered "moved" and that owner died for good since: "moved"
+  comes from an owner closing (it serves nothing from then on) or fenced by a newer owner (every
+  write refused with EROFS, ``exec_start`` answered "moved" unstarted), states that last until its
+  process exits; a death while Ray restarts it in place is not covered (a new life could have run
+  it), nor an owner host's workspace (the host opens it again in place). Otherwise
   :class:`WorkspaceUnavailableError` (EAGAIN) says "unknown outcome": it may or may not have applied.
 - a managed owner that could not start for lack of space (ENOSPC, EDQUOT) is resolved once more: a
   new name then goes to a node with room, if any (``computer/actors/_full_nodes.py``).
@@ -118,6 +123,9 @@ class Connection:
         # The group it serves file streams on (``describe``; None: Ray's default).
         self.stream_group: str | None = None
         self._dead: Any = None  # actor id of a handle a call saw die: re-resolve before the next call
+        # Actor id of the dedicated owner that last answered "moved" (closing, or fenced by a newer
+        # owner): it runs nothing it is sent after that answer (module docstring).
+        self._moved_by: Any = None
 
     def learn(self, info: dict[str, Any]) -> None:
         """Remember who the owner is (from ``describe``)."""
@@ -175,6 +183,7 @@ class Connection:
             elif waits and self.wait_group is not None and method in WAIT_METHODS:
                 call = call.options(concurrency_group=self.wait_group)
             sent_at = time.time()
+            after_moved = self._moved_by is not None and self._moved_by == actor_id(handle)
             ref = call.remote(*args)
             try:
                 reply: Reply = await _answer(ref, handle, group)
@@ -220,6 +229,12 @@ class Connection:
                     died_once = True
                     await self._reresolve(handle)
                     continue
+                if after_moved and not isinstance(exc, ActorUnavailableError) and time.monotonic() < deadline:
+                    # Sent to a dedicated owner after it answered "moved", and it died for good since (its
+                    # exit once closed): it ran nothing (module docstring). Before, a fenced owner,
+                    # which keeps no lease to release, made such a call "unknown outcome".
+                    await self._reresolve_quietly(handle)
+                    continue
                 if not died_once and await self._did_not_run(handle, sent_at, keyed=keyed):
                     died_once = True
                     continue
@@ -251,6 +266,7 @@ class Connection:
                 ) from exc
             if reply[0] == "moved":
                 self._moved(reply, deadline)
+                self._moved_by = None if isinstance(handle, HostedHandle) else actor_id(handle)
                 await self._reresolve(handle, backoff=True)
                 continue
             return self._unwrap(reply)

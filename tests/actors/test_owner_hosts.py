@@ -441,8 +441,9 @@ async def test_an_owner_fenced_under_its_lease_stops_at_the_first_refused_write(
     """A newer owner raised the file's epoch (a takeover, a deletion reopening it) while this owner's
     lease renewal had not yet noticed (every 10 s with the default 30 s lease): each write a client
     sent it was refused with EROFS until then (seconds under load, right after a deletion). Now the
-    first refused write makes it stop serving: the client's next call finds an owner that opened the
-    file above the raised epoch, and the write lands."""
+    first refused write makes it stop serving, and is itself answered "moved" (nothing of it applied):
+    the client sends it to an owner that opened the file above the raised epoch, and the write lands.
+    (Until s63 the first write failed with EROFS, and this test pinned that.)"""
     from computer.actors.naming import workspace_file
     from computer.storage import FileSystem
 
@@ -450,18 +451,8 @@ async def test_an_owner_fenced_under_its_lease_stops_at_the_first_refused_write(
         await ws.fs.write_file("/before", b"a")
         epoch = int((await ws.handle.stats.remote())["epoch"])
         FileSystem.open(str(workspace_file(model, name)), fence=epoch + 1).close()  # a newer owner's mark
-        with pytest.raises(OSError) as refused:
-            await ws.fs.write_file("/after", b"b")
-        assert refused.value.errno == errno.EROFS
-        deadline = time.monotonic() + 5  # well within the renewal's 10 s: the renewal would not tell
-        while True:
-            try:
-                await ws.fs.write_file("/after", b"b")
-                break
-            except OSError as exc:
-                assert exc.errno in (errno.EROFS, errno.EBUSY, errno.EAGAIN), exc
-                assert time.monotonic() < deadline, "the fenced owner kept refusing writes"
-                await asyncio.sleep(0.1)
+        await asyncio.wait_for(ws.fs.write_file("/after", b"b"), 5)  # the renewal's 10 s would not tell
+        assert await ws.fs.read_file("/after") == b"b"
         assert await ws.fs.read_file("/before") == b"a"
         assert int((await ws.handle.stats.remote())["epoch"]) > epoch + 1
 
