@@ -1,9 +1,12 @@
-"""Loopback servers in tests: a free port, and waiting until something listens on it."""
+"""Loopback servers in tests: a free port, waiting until something listens on it, an app served."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
+from collections.abc import AsyncIterator
+from typing import Any
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -29,3 +32,19 @@ async def wait_until_listening(port: int, seconds: float = 20, host: str = "127.
         writer.close()
         await writer.wait_closed()
         return
+
+
+@contextlib.asynccontextmanager
+async def serving(app: Any) -> AsyncIterator[str]:
+    """``app`` (ASGI) served by uvicorn on a free loopback port: its base URL, until the block ends."""
+    import uvicorn
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    task = asyncio.create_task(server.serve())
+    await wait_until_listening(port)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await task

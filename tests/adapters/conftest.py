@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from computer.tools import Tool
+from computer.tools import Tool, create_tools
 
 # A 1x1 transparent PNG.
 PNG = base64.b64decode(
@@ -145,3 +146,23 @@ def workspace_name(ray_session: Any) -> Any:
         ray_session.kill(ray_session.get_actor(actor_name(name), namespace=NAMESPACE))
     except ValueError:
         pass  # never created
+
+
+@pytest.fixture
+async def surface() -> AsyncIterator[Any]:
+    """Every surface a tool reaches (``_every_tool``), closed after the test."""
+    from ._every_tool import every_surface
+
+    s = await every_surface()
+    yield s
+    await s.close()
+
+
+@pytest.fixture
+def every_tool(surface: Any) -> dict[str, Tool]:
+    """Every tool, the optional processes/kill among them, over :func:`surface`."""
+    from ._every_tool import GOOD
+
+    tools = create_tools(surface, processes=True)
+    assert set(tools) == set(GOOD)
+    return tools

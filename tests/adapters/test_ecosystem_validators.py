@@ -14,7 +14,6 @@ value equals the input: an unknown or misspelled key fails the test.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import jsonschema
@@ -35,27 +34,13 @@ from openai.types.responses import FunctionToolParam
 from openai.types.responses.response_input_item_param import FunctionCallOutput
 from pydantic_ai.profiles.openai import OpenAIJsonSchemaTransformer
 
-from computer.tools import Tool, create_tools
+from computer.tools import Tool
 from computer.tools.openai import create_openai_tools
 
-from ._every_tool import GOOD, EverySurface, every_surface
+from ._every_tool import GOOD
 from .conftest import make_sample_tools
 
 CONSTRAINED = ["prefer", "require", False]
-
-
-@pytest.fixture
-async def surface() -> AsyncIterator[EverySurface]:
-    s = await every_surface()
-    yield s
-    await s.close()
-
-
-@pytest.fixture
-def every_tool(surface: EverySurface) -> dict[str, Tool]:
-    tools = create_tools(surface, processes=True)
-    assert set(tools) == set(GOOD)
-    return tools
 
 
 def _exactly(adapter: TypeAdapter[Any], value: Any) -> None:

@@ -28,15 +28,8 @@ from computer import Workspace
 from computer.tools import create_tools
 from computer.tools.mcp import create_mcp_server, package_version, serve_http
 
-from ._every_tool import GOOD, EverySurface, every_surface
+from ._every_tool import GOOD, EverySurface
 from ._loopback import free_port, wait_until_listening
-
-
-@pytest.fixture
-async def surface() -> AsyncIterator[EverySurface]:
-    s = await every_surface()
-    yield s
-    await s.close()
 
 
 async def test_server_info_carries_the_package_version(surface: EverySurface) -> None:

@@ -9,7 +9,6 @@ replies is what ``execute`` is given, so the loop is exactly the documented one.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,7 +17,6 @@ import pytest
 
 pytest.importorskip("openai")
 
-import uvicorn
 from openai import AsyncOpenAI
 from openai.types.responses import FunctionToolParam, Response
 from openai.types.responses.response_input_item_param import FunctionCallOutput
@@ -31,7 +29,7 @@ from starlette.routing import Route
 import computer
 from computer.tools.openai import create_openai_tools
 
-from ._loopback import free_port, wait_until_listening
+from ._loopback import serving
 from .conftest import PNG
 
 # The "model": each turn is the function calls it makes; the last turn answers in text.
@@ -114,16 +112,8 @@ class FakeResponses:
 @pytest.fixture
 async def endpoint() -> AsyncIterator[tuple[str, FakeResponses]]:
     fake = FakeResponses()
-    app = Starlette(routes=[Route("/v1/responses", fake.responses, methods=["POST"])])
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    serving = asyncio.create_task(server.serve())
-    await wait_until_listening(port)
-    try:
-        yield f"http://127.0.0.1:{port}/v1", fake
-    finally:
-        server.should_exit = True
-        await serving
+    async with serving(Starlette(routes=[Route("/v1/responses", fake.responses, methods=["POST"])])) as url:
+        yield f"{url}/v1", fake
 
 
 async def test_a_full_responses_loop_with_the_real_client(endpoint: tuple[str, FakeResponses]) -> None:

@@ -15,7 +15,6 @@ line break, NUL, and strings of megabytes.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
 from collections.abc import AsyncIterator
@@ -25,7 +24,6 @@ import pytest
 
 pytest.importorskip("openai")
 
-import uvicorn
 from openai import AsyncOpenAI
 from openai.lib._parsing._completions import validate_input_tools
 from openai.lib._pydantic import _ensure_strict_json_schema
@@ -37,27 +35,14 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import computer
-from computer.tools import Tool, create_tools
+from computer.tools import Tool
 from computer.tools.openai import create_openai_tools
 
-from ._every_tool import EverySurface, every_surface
-from ._loopback import free_port, wait_until_listening
+from ._loopback import serving
 from .strict_rules import strict_violations
 
 CONSTRAINED = ["prefer", "require", False]
 MIB = 1024 * 1024  # the write cap is 2 MiB (WriteOptions.max_bytes)
-
-
-@pytest.fixture
-async def surface() -> AsyncIterator[EverySurface]:
-    s = await every_surface()
-    yield s
-    await s.close()
-
-
-@pytest.fixture
-def every_tool(surface: EverySurface) -> dict[str, Tool]:
-    return create_tools(surface, processes=True)
 
 
 def _strict(declarations: list[dict[str, Any]], api: str) -> dict[str, dict[str, Any]]:
@@ -162,16 +147,10 @@ def _materialised(value: Any) -> Any:
 @pytest.fixture
 async def endpoint() -> AsyncIterator[tuple[str, FakeChat]]:
     fake = FakeChat()
-    app = Starlette(routes=[Route("/v1/chat/completions", fake.completions, methods=["POST"])])
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    serving = asyncio.create_task(server.serve())
-    await wait_until_listening(port)
-    try:
-        yield f"http://127.0.0.1:{port}/v1", fake
-    finally:
-        server.should_exit = True
-        await serving
+    async with serving(
+        Starlette(routes=[Route("/v1/chat/completions", fake.completions, methods=["POST"])])
+    ) as url:
+        yield f"{url}/v1", fake
 
 
 @pytest.mark.timeout(300)
