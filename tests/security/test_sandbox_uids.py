@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,37 @@ async def _wait_for(argv: list[str], deadline: float) -> list[int]:
     raise AssertionError(f"{argv} never ran")
 
 
+async def _uids_of_runs(
+    workspaces: tuple[Any, Any],
+    marks: list[list[str]],
+    source: Callable[[list[str]], str],
+    *,
+    within: float,
+    **options: Any,
+) -> tuple[int, int]:
+    """Run ``source(mark)`` in each workspace at once: the host uid each mark's process runs as (the
+    runs are killed after)."""
+    handles = []
+    try:
+        for ws, mark in zip(workspaces, marks, strict=True):
+            await ws.fs.mkdir("/workspace", recursive=True)
+            handles.append(await ws.runtime.exec(source(mark), timeout=60, **options))
+        deadline = time.monotonic() + within
+        uids = [{_uid_of(pid) for pid in await _wait_for(mark, deadline)} for mark in marks]
+    finally:
+        for handle in handles:
+            await handle.kill()
+    (first,), (second,) = uids
+    assert first is not None and second is not None, uids
+    return first, second
+
+
+def _leased_apart(first: int, second: int, ids: Any) -> None:
+    assert first != second, (first, second)
+    for uid in (first, second):
+        assert ids.first <= uid < ids.first + ids.count, (uid, str(ids))
+
+
 @pytest.mark.parametrize("kind", ["shell", "python"])
 @pytest.mark.parametrize("live", [False, True])
 async def test_sandboxes_of_two_workspaces_run_as_host_uids_of_their_own(
@@ -91,21 +123,10 @@ async def test_sandboxes_of_two_workspaces_run_as_host_uids_of_their_own(
         computer.Workspace(str(tmp_path / "a.sqlite"), backends=[backend]) as a,
         computer.Workspace(str(tmp_path / "b.sqlite"), backends=[backend]) as b,
     ):
-        handles = []
-        try:
-            for ws, mark in zip((a, b), marks, strict=True):
-                await ws.fs.mkdir("/workspace", recursive=True)
-                source = " ".join(mark) if kind == "shell" else f"import subprocess\nsubprocess.run({mark!r})"
-                handles.append(await ws.runtime.exec(source, backend=kind, timeout=60))
-            deadline = time.monotonic() + 30
-            uids = [{_uid_of(pid) for pid in await _wait_for(mark, deadline)} for mark in marks]
-        finally:
-            for handle in handles:
-                await handle.kill()
-    (first,), (second,) = uids
-    assert first != second, uids
-    for uid in (first, second):
-        assert uid is not None and ids.first <= uid < ids.first + ids.count, (uid, str(ids))
+        py = "import subprocess\nsubprocess.run({!r})"
+        source = (lambda mark: " ".join(mark)) if kind == "shell" else py.format
+        first, second = await _uids_of_runs((a, b), marks, source, within=30, backend=kind)
+    _leased_apart(first, second, ids)
     assert ids.base[0] not in (first, second)  # the base owns the shared directories: never leased
 
 
@@ -240,17 +261,5 @@ async def test_sandboxes_of_two_workspaces_through_the_pool_run_as_host_uids_of_
         computer.get_workspace(name) as a,
         computer.get_workspace(f"{name}-other") as b,
     ):
-        handles = []
-        try:
-            for ws, mark in zip((a, b), marks, strict=True):
-                await ws.fs.mkdir("/workspace", recursive=True)
-                handles.append(await ws.runtime.exec(" ".join(mark), timeout=60))
-            deadline = time.monotonic() + 60
-            uids = [{_uid_of(pid) for pid in await _wait_for(mark, deadline)} for mark in marks]
-        finally:
-            for handle in handles:
-                await handle.kill()
-    (first,), (second,) = uids
-    assert first != second, uids
-    for uid in (first, second):
-        assert uid is not None and ids.first <= uid < ids.first + ids.count, (uid, str(ids))
+        first, second = await _uids_of_runs((a, b), marks, " ".join, within=60)
+    _leased_apart(first, second, ids)
