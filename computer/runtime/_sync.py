@@ -425,6 +425,10 @@ class MirrorSync:
         mirror.own_revs = sorted(
             {r for r in (*mirror.own_revs, *own) if mirror.rev is None or r > mirror.rev}
         )
+        for path, names in plan.shared.items():
+            if path in reasons:  # refused: its other names kept the workspace's version too (said so)
+                for name in names:
+                    reasons.setdefault(name, reasons[path])
         return applied, reasons
 
 
