@@ -135,7 +135,7 @@ def _typed(given: str, raw: str | None, types: set[str] | None) -> Any:
         if types is None or not types <= {"integer", "number", "boolean"}:
             return raw  # e.g. one glob where a list is expected: the tool takes it or says why
         raise CliError(
-            f"--{given} takes {' or '.join(sorted(types))} (as JSON), not {raw!r}", code=2
+            f"--{given} takes {' or '.join(_a(t) for t in sorted(types))} (as JSON), not {raw!r}", code=2
         ) from None
     if types is not None and "string" in types and _json_type(value) not in types:
         return raw
@@ -148,3 +148,8 @@ def _json_type(value: Any) -> str:
     if isinstance(value, int):
         return "integer"
     return {float: "number", str: "string", list: "array", dict: "object"}.get(type(value), "null")
+
+
+def _a(type_name: str) -> str:
+    """A JSON type's name with its article: "an integer", "a number", "a boolean"."""
+    return f"{'an' if type_name[0] in 'aeiou' else 'a'} {type_name}"

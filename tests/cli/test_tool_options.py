@@ -52,7 +52,7 @@ def test_options_apply_over_a_json_object_given_first() -> None:
 @pytest.mark.parametrize(
     ("tokens", "says"),
     [
-        (["--path", "/a", "--limit", "five"], "--limit takes integer (as JSON), not 'five'"),
+        (["--path", "/a", "--limit", "five"], "--limit takes an integer (as JSON), not 'five'"),
         (["--path"], "--path needs a value"),
         (["--path", "/a", "--limit"], "--limit needs a value"),
         (["--path", "/a", "--path", "/b"], "--path is given twice"),
@@ -87,6 +87,6 @@ def test_a_newcomer_s_option_call_runs_end_to_end_and_a_bad_one_opens_nothing(tm
     assert json.loads(ran.stdout)["stdout"] == '{"a": 1}\n5\n'
     bad = run_cli(["tool", "other", "read", "--path", "/workspace/package.json", "--limit", "x"], env=env)
     assert (bad.returncode, bad.stdout) == (2, "")
-    assert bad.stderr.strip() == "error: --limit takes integer (as JSON), not 'x'"
+    assert bad.stderr.strip() == "error: --limit takes an integer (as JSON), not 'x'"
     listed = run_cli(["ls", "--json"], env=env)
     assert [row["name"] for row in json.loads(listed.stdout)] == ["w"]  # the usage error made no workspace
