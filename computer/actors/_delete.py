@@ -270,7 +270,9 @@ def _in_use(stats: dict[str, Any]) -> list[str]:
 def _unreachable_owner(record: WorkspaceRecord) -> str:
     left = max(0.0, record.lease_expires - time.time())
     ray = sys.modules.get("ray")
-    if ray is not None and ray.is_initialized():  # a user's own WorkspaceHost, another cluster's owner
+    if (record.node or "").startswith("process:"):  # an embedded owner: a program (a CLI command) holds it
+        stop = "end the program holding it"
+    elif ray is not None and ray.is_initialized():  # a user's own WorkspaceHost, another cluster's owner
         stop = "stop it (an actor of your own, or another cluster's owner)"
     else:
         stop = "connect to its cluster first"

@@ -98,6 +98,8 @@ async def test_delete_refuses_a_workspace_awake_in_another_process_unless_forced
         await computer.delete_workspace("busy")
     assert caught.value.errno == errno.EBUSY and caught.value.filename == "busy"
     assert "in process 4242 on elsewhere" in str(caught.value)
+    # What to do: end that program (it said "connect to its cluster first": there is none).
+    assert "end the program holding it" in str(caught.value) and "cluster" not in str(caught.value)
 
     assert (await computer.delete_workspace("busy", force=True)).name == "busy"
 
