@@ -41,6 +41,7 @@ import threading
 import weakref
 
 from ._lifetime import process_tag
+from ._users import drop_privileges
 
 __all__ = ["LEASE_DIR", "RangeExhausted", "UidLease", "UidLeases"]
 
@@ -163,7 +164,8 @@ class UidLeases:
                 if exc.errno == errno.ENOENT:
                     continue
                 raise
-            if (st.st_dev, st.st_ino) == (os.fstat(fd).st_dev, os.fstat(fd).st_ino):
+            locked = os.fstat(fd)
+            if (st.st_dev, st.st_ino) == (locked.st_dev, locked.st_ino):
                 return fd
             os.close(fd)
         return None
@@ -187,10 +189,10 @@ class UidLeases:
 def sweep_uid(uid: int, gid: int) -> None:
     """SIGKILL every process running as ``uid`` that this process can see (a stale lease's leftovers):
     ``kill -9 -1`` run as that uid (the kernel signals every process the sender may, itself aside)."""
-    kill = shutil.which("kill") or "/bin/kill"
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
+    try:
+        as_uid = drop_privileges(uid, gid)
+    except RuntimeError:  # no setpriv: nothing can run as that uid either
         return
-    argv = [setpriv, f"--reuid={uid}", f"--regid={gid}", "--clear-groups", "--", kill, "-9", "-1"]
+    argv = [*as_uid, shutil.which("kill") or "/bin/kill", "-9", "-1"]
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False)
