@@ -8,8 +8,8 @@ from collections.abc import Mapping, Sequence
 
 from ._resolve import lookup, resolve
 from ._schema import DIR
-from ._state import CACHE_LIMIT, JSON_ROWS, Mutation, Store
-from ._tree import ensure_dirs, now_ms
+from ._state import CACHE_LIMIT, JSON_ROWS, Mutation, Store, now_ms
+from ._tree import ensure_dirs
 from .paths import join
 
 __all__ = ["make_dirs"]

@@ -19,9 +19,9 @@ from ._parent_time import moved_parents
 from ._pieces import Assembler, Piece
 from ._resolve import resolve_read, write_target
 from ._schema import DIR, FILE, check_mode, clean_mode
-from ._state import Node, Store
+from ._state import Node, Store, now_ms
 from ._stream import ChunkStream
-from ._tree import add_entry, new_inode, now_ms
+from ._tree import add_entry, new_inode
 from .errors import fs_error
 from .paths import split
 

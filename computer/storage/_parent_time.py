@@ -19,11 +19,10 @@ change-log row per call (measured in the README, Decisions, "Directory times").
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
 
 from ._resolve import resolve
-from ._state import TOUCH, Mutation, Store
+from ._state import TOUCH, Mutation, Store, now_ms
 from .paths import parts
 
 __all__ = ["made_parent", "moved_parents"]
@@ -32,7 +31,7 @@ __all__ = ["made_parent", "moved_parents"]
 def moved_parents(st: Store, m: Mutation, parents: Iterable[tuple[int, str]]) -> None:
     """Give each directory ``(inode, real path)`` of ``parents`` the time now (once each), logged
     :data:`TOUCH`; call it after the call's own change-log entries."""
-    now = time.time_ns() // 1_000_000
+    now = now_ms()
     done: set[int] = set()
     for ino, real in parents:
         if ino in done:

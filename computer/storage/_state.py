@@ -21,9 +21,15 @@ from ._schema import DIR, FILE, ROOT_INODE, SYMLINK
 from .errors import QuotaError, fs_error
 from .paths import all_plain, canonical
 
-__all__ = ["CACHE_LIMIT", "CREATE_OP", "JSON_ROWS", "Mutation", "Node", "Store"]
+__all__ = ["CACHE_LIMIT", "CREATE_OP", "JSON_ROWS", "Mutation", "Node", "Store", "now_ms"]
 
 Node = tuple[int, int]  # (inode id, kind)
+
+
+def now_ms() -> int:
+    """The time now in the store's unit (ms since the epoch)."""
+    return time.time_ns() // 1_000_000
+
 
 # Resolutions cached at most (the cache is cleared past it).
 CACHE_LIMIT = 200_000

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import errno
 import json
-import time
 from collections import Counter
 from collections.abc import Iterable
 from itertools import groupby
@@ -20,7 +19,7 @@ from ._chunks import CHUNK_SIZE
 from ._parent_time import made_parent, moved_parents
 from ._resolve import lookup, resolve, resolve_parent, resolve_read
 from ._schema import DIR, FILE, ROOT_INODE, SYMLINK, clean_mode
-from ._state import CREATE_OP, JSON_ROWS, LINK_SOURCE, Mutation, Node, Store
+from ._state import CREATE_OP, JSON_ROWS, LINK_SOURCE, Mutation, Node, Store, now_ms
 from .errors import fs_error
 from .paths import is_within, join, parts, split, target_problem
 
@@ -32,7 +31,6 @@ __all__ = [
     "link",
     "mkdir",
     "new_inode",
-    "now_ms",
     "release",
     "remove_leaves",
     "remove_node",
@@ -40,10 +38,6 @@ __all__ = [
     "rm",
     "symlink",
 ]
-
-
-def now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def new_inode(
