@@ -166,3 +166,13 @@ def every_tool(surface: Any) -> dict[str, Tool]:
     tools = create_tools(surface, processes=True)
     assert set(tools) == set(GOOD)
     return tools
+
+
+def materialised(value: Any) -> Any:
+    """``value`` as an openai ``TypeAdapter`` validated it, read whole: a validated ``Iterable[...]``
+    field is a lazy iterator (each item validated when read)."""
+    if isinstance(value, dict):
+        return {key: materialised(item) for key, item in value.items()}
+    if isinstance(value, list | tuple) or type(value).__name__ == "ValidatorIterator":
+        return [materialised(item) for item in value]
+    return value

@@ -38,22 +38,13 @@ from computer.tools import Tool
 from computer.tools.openai import create_openai_tools
 
 from ._every_tool import GOOD
-from .conftest import make_sample_tools
+from .conftest import make_sample_tools, materialised
 
 CONSTRAINED = ["prefer", "require", False]
 
 
 def _exactly(adapter: TypeAdapter[Any], value: Any) -> None:
-    assert _materialised(adapter.validate_python(value)) == value
-
-
-def _materialised(value: Any) -> Any:
-    """Validated ``Iterable[...]`` fields are lazy iterators (each item validated when read): read them."""
-    if isinstance(value, dict):
-        return {key: _materialised(item) for key, item in value.items()}
-    if isinstance(value, list | tuple) or type(value).__name__ == "ValidatorIterator":
-        return [_materialised(item) for item in value]
-    return value
+    assert materialised(adapter.validate_python(value)) == value
 
 
 @pytest.mark.parametrize("constrained", CONSTRAINED)

@@ -39,6 +39,7 @@ from computer.tools import Tool
 from computer.tools.openai import create_openai_tools
 
 from ._loopback import serving
+from .conftest import materialised
 from .strict_rules import strict_violations
 
 CONSTRAINED = ["prefer", "require", False]
@@ -110,7 +111,7 @@ class FakeChat:
         for message in body["messages"]:
             if message.get("role") == "tool" and message not in self.tool_messages:
                 self.tool_messages.append(message)
-                if _materialised(self.tool_message.validate_python(message)) != message:
+                if materialised(self.tool_message.validate_python(message)) != message:
                     self.problems.append(f"not a ChatCompletionToolMessageParam: {str(message)[:200]}")
         if self.turn < len(SCRIPT):
             name, args = SCRIPT[self.turn]
@@ -133,15 +134,6 @@ class FakeChat:
         }
         ChatCompletion.model_validate(reply)
         return JSONResponse(reply)
-
-
-def _materialised(value: Any) -> Any:
-    """A validated ``Iterable[...]`` field is a lazy iterator (each item validated when read): read it."""
-    if isinstance(value, dict):
-        return {key: _materialised(item) for key, item in value.items()}
-    if isinstance(value, list | tuple) or type(value).__name__ == "ValidatorIterator":
-        return [_materialised(item) for item in value]
-    return value
 
 
 @pytest.fixture
