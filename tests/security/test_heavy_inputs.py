@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 import computer
+from computer.storage import filesystem
 from computer.tools import Tool
 
 MIB = 1024 * 1024
@@ -151,13 +152,19 @@ async def test_a_300_mb_stdout_flood_is_spooled_with_bounded_caller_memory(
     record_property("flood_caller_rss_growth_mib", round((peak - baseline) / MIB, 1))
 
 
-async def test_a_grep_over_a_large_workspace_gives_the_owner_loop_turns(ws: computer.Workspace) -> None:
-    """A grep over a large workspace (here 32 MiB in 2,048 files) gives the owner's loop turns between
+async def test_a_grep_over_a_large_workspace_gives_the_owner_loop_turns(
+    ws: computer.Workspace, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A grep over a large workspace (here 32 MiB in 4,096 files) gives the owner's loop turns between
     slices of its scan (``FileSystem``'s ``SLICE_STEPS``, 1,024 steps, or 20 ms): it held every
-    workspace of the process 757 ms over 200 MB before. Steps, not time, make the turns certain here."""
+    workspace of the process 757 ms over 200 MB before. Steps alone make the turns certain here: the
+    clock's share is switched off, and 4,096 files are at least 4,096 steps (a tick per file). With
+    2,048 files (two slices' worth) CI once counted 2 turns, where a slower machine's clock had added
+    a third."""
+    monkeypatch.setattr(filesystem, "SLICE_SECONDS", 3600.0)
     line = b"abcdefghij klmnopqrstu vwxyz 0123456789\n"
-    for i in range(2048):  # 32 MiB of text in all
-        await ws.fs.write_file(f"/workspace/f{i}", line * (16 * 1024 // len(line)))
+    for i in range(4096):  # 32 MiB of text in all
+        await ws.fs.write_file(f"/workspace/f{i}", line * (8 * 1024 // len(line)))
     turns = 0
 
     async def count() -> None:
