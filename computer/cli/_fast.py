@@ -247,13 +247,16 @@ def main() -> None:
 
     Around a command it runs, what typer's standalone mode does too: an ``EOFError`` ends it with
     typer's "Aborted" (exit 1), a closed stdout (``EPIPE``) with exit 141 and no traceback
-    (``_output.closed_pipe``). A shell completion request (``_COMPUTER_COMPLETE`` and the like) goes
+    (``_output.closed_pipe``). Ctrl-C while the typer app loads ends it with 130 and no traceback, as
+    Ctrl-C in a command does. A shell completion request (``_COMPUTER_COMPLETE`` and the like) goes
     to typer."""
     completing = any(key.startswith("_") and key.endswith("_COMPLETE") for key in os.environ)
     call = None if completing else fast_command(sys.argv[1:])
     if call is None:
-        from ._app import app
-
+        try:
+            from ._app import app
+        except KeyboardInterrupt:  # Ctrl-C while typer loads (~0.1 s): no import-time traceback
+            sys.exit(130)
         app()
         return
     _gc.pause()  # until the command's imports are done (``_gc``)
