@@ -40,7 +40,7 @@ from ._bwrap import (
     remembered,
     sandbox_etc,
 )
-from ._cgroups import cgroup_writable, make_groups, remove_groups
+from ._cgroups import cgroup_writable, make_groups, remove_groups, socket_cap, socket_capped
 from ._limits import (
     Rlimit,
     SandboxLimits,
@@ -190,6 +190,8 @@ class Sandbox:
             caps = []
             if "memory" in self.cgroups and lim.memory_mb:
                 caps.append(f"memory {lim.memory_mb} MiB")
+            if "memory" in self.cgroups and socket_capped():
+                caps.append(f"socket buffers {socket_cap(lim) >> 20} MiB")
             if "pids" in self.cgroups and lim.max_processes:
                 caps.append(f"{lim.max_processes} processes")
             if "cpu" in self.cgroups:
