@@ -1,16 +1,26 @@
 """Attacks of a hostile program on the host's shared kernel budgets and on the owner (session 64's hunt).
 
 Socket buffers: see ``test_one_sandbox_holds_at_most_its_cap_of_socket_buffers``.
+
+A file the pull could not read for a moment (a lease): see
+``test_a_file_the_pull_could_not_read_for_a_moment_is_read_at_the_next_sync``.
 """
 
 from __future__ import annotations
 
+import errno
+import os
+from pathlib import Path
+
 import pytest
 
 import computer
-from computer.runtime import PythonBackend
+from computer.runtime import MirrorDir, MirrorFile, PythonBackend, ShellBackend, SyncPush
+from computer.storage import CHUNK_SIZE
+from computer.runtime._beneath import BeneathReader
 from computer.runtime._cgroups import cgroup_writable, socket_cap, socket_capped
 from computer.runtime._limits import SandboxLimits
+from computer.runtime._mirror import Mirror
 
 # Fills the send queues of ``CONNECTIONS`` connections of the sandbox's own loopback (nothing reads
 # them), then sends datagrams to 1,000 UDP sockets that never read: what TCP queued (bytes ``send``
@@ -74,3 +84,68 @@ async def test_one_sandbox_holds_at_most_its_cap_of_socket_buffers(live: bool, r
     assert int(tcp) < 1.5 * cap, result.stdout  # before: 372 MB for a cap of 64 MiB
     assert int(udp) < 1.5 * cap, result.stdout  # the host's count: others' sockets move it a little
     assert f"socket buffers {cap >> 20} MiB" in info.isolation
+
+
+# A background process of a live sandbox writes ``f`` under a write lease (``F_SETLEASE``: the file's
+# owner may take one, and ``fs.leases-enable`` is on by default), so the pull's non-blocking open of
+# ``f`` fails ``EAGAIN`` while the kernel asks the holder to let go (``SIGIO``); the holder then lets
+# go, keeping ``f`` open: nothing more happens to ``f`` that the pull's watch would see.
+_LEASED = r"""
+import fcntl, os, signal, time
+F_SETLEASE = 1024
+fd = os.open("f", os.O_RDWR | os.O_CREAT, 0o644)
+fcntl.fcntl(fd, F_SETLEASE, fcntl.F_WRLCK)
+signal.signal(signal.SIGIO, lambda *_: fcntl.fcntl(fd, F_SETLEASE, fcntl.F_UNLCK))
+os.write(fd, b"written under a lease")
+print("leased", flush=True)
+time.sleep(60)
+"""
+
+
+async def test_a_file_the_pull_could_not_read_for_a_moment_is_read_at_the_next_sync() -> None:
+    """The pull took any failure to read a file for the file changed into something else meanwhile,
+    and adopted its entry as synced: a file under a lease (``EAGAIN``), or read when the owner or the
+    host was out of descriptors (``EMFILE``, ``ENFILE``), stayed out of the workspace, unsaid, until
+    the program changed it again (never, for one it had finished). Such a file is now read again by
+    the next sync (``Mirror.unread``)."""
+    async with computer.Workspace(backends=[ShellBackend(live=True)]) as workspace:
+        await workspace.fs.mkdir("/workspace")
+        await workspace.fs.write_file("/workspace/h.py", _LEASED.encode())
+        started = await workspace.runtime.exec(
+            "python3 h.py > out 2>&1 & for i in $(seq 50); do [ -s out ] && break; sleep 0.1; done; cat out",
+            backend="shell",
+            timeout=60,
+        )
+        first = await started.result()
+        assert first.stdout == "leased\n", first
+        later = await (await workspace.runtime.exec("true", backend="shell")).result()
+        assert later.status == "completed", later
+        assert await workspace.fs.read_file("/workspace/f") == b"written under a lease", later
+
+
+@pytest.mark.parametrize("code", [errno.EMFILE, errno.ENFILE, errno.EAGAIN])
+@pytest.mark.parametrize("size", [3, 3 * CHUNK_SIZE], ids=["small", "large"])
+def test_a_file_read_when_descriptors_ran_out_is_read_by_the_next_pull(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int, size: int
+) -> None:
+    """The same for the owner's or the host's descriptors run out as the pull opens a file (one
+    program holding the host's open files makes every other workspace's pull fail so): the file is
+    left out of that pull, never taken for synced."""
+    mirror = Mirror(tmp_path / "m", "/workspace")
+    mirror.apply(SyncPush(5, "/workspace", True, [MirrorFile("/workspace/a", b"a")], [MirrorDir("/workspace/d")]))
+    mirror.arm()
+    (mirror.directory / "d/f").write_bytes(b"x" * size)
+    opened = BeneathReader._open_regular
+
+    def out_of_descriptors(self: BeneathReader, rel: str) -> object:
+        raise OSError(code, os.strerror(code), rel)
+
+    monkeypatch.setattr(BeneathReader, "_open_regular", out_of_descriptors)
+    plan, now = mirror.plan()
+    assert [rel for rel, _ in plan.files] == ["d/f"]
+    assert [f.path for page in mirror.pages(plan, None) for f in page.files] == []
+    mirror.settle(now, 6, ())
+    monkeypatch.setattr(BeneathReader, "_open_regular", opened)
+    plan, now = mirror.plan()
+    pages = list(mirror.pages(plan, None))
+    assert [(f.path, f.length) for page in pages for f in page.files] == [("/workspace/d/f", size)]
