@@ -230,6 +230,7 @@ class Sandbox:
             + (", setting extended attributes fails (EOPNOTSUPP)" if self.seccomp.no_xattrs else "")
             + (", fallocate past a file's end (keep size) too" if self.seccomp.no_prealloc else "")
             + (", virtual machine sockets (AF_VSOCK) refused (EPERM)" if self.seccomp.no_vsock else "")
+            + (", huge pages (hugetlb) refused" if self.seccomp.no_huge_pages else "")
             + ", ptrace allowed"
         )
 

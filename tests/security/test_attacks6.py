@@ -4,20 +4,25 @@ Socket buffers: see ``test_one_sandbox_holds_at_most_its_cap_of_socket_buffers``
 
 A file the pull could not read for a moment (a lease): see
 ``test_a_file_the_pull_could_not_read_for_a_moment_is_read_at_the_next_sync``.
+
+Huge pages: see ``test_no_sandbox_takes_the_hosts_huge_pages``.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import platform
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import computer
-from computer.runtime import MirrorDir, MirrorFile, PythonBackend, ShellBackend, SyncPush
+from computer.runtime import MirrorDir, MirrorFile, PythonBackend, ShellBackend, SyncPush, _seccomp
 from computer.storage import CHUNK_SIZE
 from computer.runtime._beneath import BeneathReader
+from computer.runtime._bwrap import bwrap_works
 from computer.runtime._cgroups import cgroup_writable, socket_cap, socket_capped
 from computer.runtime._limits import SandboxLimits
 from computer.runtime._mirror import Mirror
@@ -149,3 +154,81 @@ def test_a_file_read_when_descriptors_ran_out_is_read_by_the_next_pull(
     plan, now = mirror.plan()
     pages = list(mirror.pages(plan, None))
     assert [(f.path, f.length) for page in pages for f in page.files] == [("/workspace/d/f", size)]
+
+
+# Maps huge pages every way an unprivileged program can (an anonymous mapping, a hugetlb memfd mapped,
+# a SysV segment); what each answered and the host's free huge pages after. Ordinary and transparent
+# huge page mappings still work.
+_HUGE = r"""
+import ctypes, errno, mmap, os
+libc = ctypes.CDLL(None, use_errno=True)
+def free():
+    return next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("HugePages_Free"))
+held, said = [], []
+try:
+    m = mmap.mmap(-1, 4 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | 0x40000)
+    m[0] = m[2 << 20] = 1
+    held.append(m)
+    said.append("mapped")
+except OSError as exc:
+    said.append(errno.errorcode[exc.errno])
+fd = libc.memfd_create(b"huge", 4)
+if fd < 0:
+    said.append(errno.errorcode[ctypes.get_errno()])
+else:
+    try:
+        os.ftruncate(fd, 2 << 20)
+        m = mmap.mmap(fd, 2 << 20)
+        m[0] = 1
+        held.append(m)
+        said.append("mapped")
+    except OSError as exc:
+        said.append("memfd " + errno.errorcode[exc.errno])
+shm = libc.shmget(0, 2 << 20, 0o1000 | 0o600 | 0x800)  # IPC_PRIVATE, IPC_CREAT, SHM_HUGETLB
+said.append(errno.errorcode[ctypes.get_errno()] if shm < 0 else "segment")
+plain = mmap.mmap(-1, 4 << 20)
+plain.madvise(mmap.MADV_HUGEPAGE)
+plain[0] = 1
+print(*said, "free", free())
+"""
+
+
+def _huge_pages_free() -> int:
+    return next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("HugePages_Free"))
+
+
+@pytest.fixture
+def reserved_huge_pages() -> Iterator[int]:
+    """Two huge pages reserved where the host keeps none (4 MiB, given back), or the host's own."""
+    knob = Path("/proc/sys/vm/nr_hugepages")
+    before = int(knob.read_text())
+    if before == 0:
+        try:
+            knob.write_text("2")
+        except OSError:
+            pytest.skip("this host keeps no huge pages and cannot reserve any here")
+    try:
+        if _huge_pages_free() == 0:
+            pytest.skip("no free huge page on this host")
+        yield _huge_pages_free()
+    finally:
+        if before == 0:
+            knob.write_text("0")
+
+
+@pytest.mark.skipif(
+    platform.machine() != "x86_64" or not bwrap_works() or _seccomp.compiled().program is None,
+    reason="bubblewrap and libseccomp on x86_64 (its flags' values)",
+)
+@pytest.mark.parametrize("live", [True, False], ids=["live", "per-call"])
+async def test_no_sandbox_takes_the_hosts_huge_pages(live: bool, reserved_huge_pages: int) -> None:
+    """The host's huge page pool is charged to no cgroup v1 memory group: a sandbox's
+    ``mmap(MAP_HUGETLB)`` took all of it (2 of 2 pages), outside its group, from whatever the host
+    reserved them for. Refused as on a host that keeps none (``_seccomp.HUGE_PAGE_RULES``)."""
+    async with computer.Workspace(backends=[PythonBackend(live=live)]) as workspace:
+        await workspace.fs.mkdir("/workspace")
+        result = await (await workspace.runtime.exec(_HUGE, backend="python")).result()
+        [info] = workspace.runtime.backends()
+    assert result.status == "completed", result
+    assert result.stdout.split() == ["ENOMEM", "EINVAL", "ENOMEM", "free", str(reserved_huge_pages)], result
+    assert "huge pages (hugetlb) refused" in info.isolation
