@@ -15,17 +15,18 @@ import os
 import platform
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import computer
 from computer.runtime import MirrorDir, MirrorFile, PythonBackend, ShellBackend, SyncPush, _seccomp
-from computer.storage import CHUNK_SIZE
 from computer.runtime._beneath import BeneathReader
 from computer.runtime._bwrap import bwrap_works
 from computer.runtime._cgroups import cgroup_writable, socket_cap, socket_capped
 from computer.runtime._limits import SandboxLimits
 from computer.runtime._mirror import Mirror
+from computer.storage import CHUNK_SIZE
 
 # Fills the send queues of ``CONNECTIONS`` connections of the sandbox's own loopback (nothing reads
 # them), then sends datagrams to 1,000 UDP sockets that never read: what TCP queued (bytes ``send``
@@ -71,7 +72,7 @@ print("tcp", queued, "udp", (udp_pages() - before) * 4096)
     not (cgroup_writable("memory") and socket_capped()), reason="a cgroup v1 memory group with a TCP limit"
 )
 @pytest.mark.parametrize("live", [True, False], ids=["live", "per-call"])
-async def test_one_sandbox_holds_at_most_its_cap_of_socket_buffers(live: bool, record_property) -> None:  # type: ignore[no-untyped-def]
+async def test_one_sandbox_holds_at_most_its_cap_of_socket_buffers(live: bool, record_property: Any) -> None:
     """Socket buffers are one host-wide budget (``tcp_mem``, ``udp_mem``) that cgroup v1 charges to no
     group unless it has a TCP limit: 100 connections of a 1 GiB run's own loopback held 372 MB unread
     (its group said 11 MB, the host's available memory fell 300 MB), 1,000 UDP sockets 175 MB; a few
@@ -137,7 +138,9 @@ def test_a_file_read_when_descriptors_ran_out_is_read_by_the_next_pull(
     program holding the host's open files makes every other workspace's pull fail so): the file is
     left out of that pull, never taken for synced."""
     mirror = Mirror(tmp_path / "m", "/workspace")
-    mirror.apply(SyncPush(5, "/workspace", True, [MirrorFile("/workspace/a", b"a")], [MirrorDir("/workspace/d")]))
+    mirror.apply(
+        SyncPush(5, "/workspace", True, [MirrorFile("/workspace/a", b"a")], [MirrorDir("/workspace/d")])
+    )
     mirror.arm()
     (mirror.directory / "d/f").write_bytes(b"x" * size)
     opened = BeneathReader._open_regular
