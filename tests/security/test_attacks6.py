@@ -6,27 +6,37 @@ A file the pull could not read for a moment (a lease): see
 ``test_a_file_the_pull_could_not_read_for_a_moment_is_read_at_the_next_sync``.
 
 Huge pages: see ``test_no_sandbox_takes_the_hosts_huge_pages``.
+
+Left-out paths by the thousand in a run's result: see
+``test_a_flood_of_paths_the_workspace_cannot_hold_is_reported_by_directory``.
 """
 
 from __future__ import annotations
 
 import errno
+import json
 import os
 import platform
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import computer
-from computer.runtime import MirrorDir, MirrorFile, PythonBackend, ShellBackend, SyncPush, _seccomp
+from computer.runtime import MirrorDir, MirrorFile, PythonBackend, ShellBackend, SyncPush, _reported, _seccomp
 from computer.runtime._beneath import BeneathReader
 from computer.runtime._bwrap import bwrap_works
 from computer.runtime._cgroups import cgroup_writable, socket_cap, socket_capped
 from computer.runtime._limits import SandboxLimits
 from computer.runtime._mirror import Mirror
+from computer.runtime._mirror_base import NOT_UTF8, SPECIAL
+from computer.runtime._reported import REPORTED
 from computer.storage import CHUNK_SIZE
+from computer.tools.exec import exec_result_dict
 
 # Fills the send queues of ``CONNECTIONS`` connections of the sandbox's own loopback (nothing reads
 # them), then sends datagrams to 1,000 UDP sockets that never read: what TCP queued (bytes ``send``
@@ -235,3 +245,64 @@ async def test_no_sandbox_takes_the_hosts_huge_pages(live: bool, reserved_huge_p
     assert result.status == "completed", result
     assert result.stdout.split() == ["ENOMEM", "EINVAL", "ENOMEM", "free", str(reserved_huge_pages)], result
     assert "huge pages (hugetlb) refused" in info.isolation
+
+
+# Makes ``n`` files whose names are not UTF-8 (the workspace cannot hold them: each is left out, with
+# its reason) in two directories, and a FIFO (another reason).
+_UNHOLDABLE = """
+import os
+for i in range({n}):
+    os.makedirs(b"d%d" % (i % 2), exist_ok=True)
+    open(b"d%d/bad\\xff%d" % (i % 2, i), "w").close()
+os.mkfifo("d0/fifo")
+"""
+
+
+@pytest.mark.parametrize("live", [True, False], ids=["live", "per-call"])
+async def test_a_flood_of_paths_the_workspace_cannot_hold_is_reported_by_directory(live: bool) -> None:
+    """Each path the sync left out was a line of the run's result, the tool's reply and the journal
+    record: 20,000 names that are not UTF-8 made a tool result of 2.7 MB and a journal record of 2.8 MB
+    (a million fit under the entry cap). Past ``REPORTED`` the result names the directories they are
+    below, with their count and reasons (``_reported``)."""
+    many = REPORTED + 500
+    async with computer.Workspace(backends=[ShellBackend(live=live)]) as workspace:
+        await workspace.fs.mkdir("/workspace")
+        started = await workspace.runtime.exec(
+            f"python3 -c '{_UNHOLDABLE.format(n=many)}'", backend="shell", timeout=120
+        )
+        result = await started.result()
+        record = await workspace.fs.stat(f"/.computer/exec/{result.id}.json")
+    assert result.status == "completed", result
+    assert result.skipped == ["/workspace/d0", "/workspace/d1"], result.skipped
+    reasons = result.skipped_reasons
+    assert reasons["/workspace/d1"] == f"{many // 2} paths below it left out of the sync: {NOT_UTF8}"
+    assert reasons["/workspace/d0"].startswith(f"{many // 2 + 1} paths below it left out of the sync (")
+    assert (
+        f"{many // 2}: {NOT_UTF8}" in reasons["/workspace/d0"] and f"1: {SPECIAL}" in reasons["/workspace/d0"]
+    )
+    assert len(json.dumps(exec_result_dict(result))) < 2000 and record.size < 4000  # before: ~200 KB each
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.dictionaries(
+        st.lists(st.sampled_from("abc"), min_size=1, max_size=6).map(lambda parts: "/" + "/".join(parts)),
+        st.sampled_from(["x", "y", "z", "w"]),
+        max_size=60,
+    ),
+    st.integers(1, 8),
+)
+def test_what_a_result_reports_accounts_for_every_left_out_path(reasons: dict[str, str], bound: int) -> None:
+    """At most the bound of lines; each left-out path is counted once, by the nearest line directory
+    above it, and the lines' counts add up to them all."""
+    with mock.patch.object(_reported, "REPORTED", bound):
+        lines = _reported.reported(reasons)
+    assert len(lines) <= bound
+    if len(reasons) <= bound:
+        assert lines == reasons
+        return
+    counted: dict[str, int] = dict.fromkeys(lines, 0)
+    for path in reasons:
+        above = [d for d in lines if d == "/" or path.startswith(d + "/")]
+        counted[max(above, key=len)] += 1
+    assert {d: int(line.split()[0]) for d, line in lines.items()} == counted
