@@ -8,6 +8,19 @@ and whatever sessions they make. Without it the kernel's autogroups (one per ses
 live sandbox took the event loop of the process serving every workspace from ~0.7 to ~50 ms of lag
 (median; p99 185 ms) and another workspace's ``echo`` from 8 to 171 ms.
 
+Socket buffers: a run's memory group caps its TCP and UDP buffers too (``memory.kmem.tcp.limit_in_bytes``,
+:func:`socket_cap`: a quarter of its memory limit, at most ``SOCKET_CAP_MB``). cgroup v1 counts no
+socket buffer of a group without that limit (v2 counts them in the group's memory), and the kernel
+counts them all against one host-wide budget (``net.ipv4.tcp_mem``/``udp_mem``: 2.2 GB here, in no
+namespace): a program of a 1 GiB run held 372 MB queued unread on 100 connections of its own loopback
+while its group said 11 MB (the host's available memory fell 300 MB), so a few runs together could
+take every socket buffer of the host (its own TCP, Ray's, every other workspace's, pushed into memory
+pressure, then refused). Capped, a run's sockets hold at most the cap (TCP under it only shrinks its
+windows; the limit is apart from ``memory.limit_in_bytes``, so a run holds at most its memory limit
+plus its cap). The cap counts sockets made after the group's limit is written: before the sandbox
+starts. A kernel without the file (it is deprecated in v1) leaves them uncapped, as
+``Sandbox.isolation`` then says.
+
 A run's groups are made before its sandbox starts, joined by its first process (see ``_admission``),
 swept with SIGKILL when the run ends and removed. Groups of processes that died without removing
 theirs are removed by the next process that probes cgroups, and periodically by each process that
@@ -41,6 +54,8 @@ __all__ = [
     "remove_dead_groups",
     "remove_groups",
     "remove_own_groups",
+    "socket_cap",
+    "socket_capped",
     "sweep",
     "thaw",
 ]
@@ -49,6 +64,22 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 CGROUP_PARENT = "computer-exec"
 # Every controller a run group may use: ``freezer`` only for live sandboxes (paused while they sync).
 CONTROLLERS = ("memory", "pids", "freezer", "cpu")
+# The most socket buffer memory one run holds (see the module's docstring): ten connections at the
+# kernel's largest autotuned windows (6 MiB here), 36 runs at the cap to take the host's ``tcp_mem``.
+SOCKET_CAP_MB = 64
+_TCP_LIMIT = "memory.kmem.tcp.limit_in_bytes"
+
+
+def socket_cap(limits: SandboxLimits) -> int:
+    """The bytes of TCP and UDP buffers a run of ``limits`` may hold (see the module's docstring)."""
+    share = limits.memory_mb // 4 if limits.memory_mb else SOCKET_CAP_MB
+    return max(1, min(share, SOCKET_CAP_MB)) * 1024 * 1024
+
+
+@functools.cache
+def socket_capped() -> bool:
+    """Whether this kernel's memory groups can cap socket buffers (cgroup v1's TCP limit is there)."""
+    return (CGROUP_ROOT / "memory" / _TCP_LIMIT).exists()
 
 
 class ControlFile:
@@ -107,6 +138,9 @@ def make_groups(controllers: Iterable[str], limits: SandboxLimits) -> list[Path]
                 (group / "memory.limit_in_bytes").write_text(limit)
                 with contextlib.suppress(OSError):
                     (group / "memory.memsw.limit_in_bytes").write_text(limit)
+            if controller == "memory":
+                with contextlib.suppress(OSError):
+                    (group / _TCP_LIMIT).write_text(str(socket_cap(limits)))
             if controller == "pids" and limits.max_processes:
                 (group / "pids.max").write_text(str(limits.max_processes))
         except OSError:

@@ -22,6 +22,7 @@ from ._beneath import open_beneath, remove_beneath
 from ._forget import forget
 from ._mirror_base import Entry, MirrorBase, PullPlan
 from ._pull_rules import outermost
+from ._reported import REPORTED
 
 __all__ = ["MAX_ENTRIES", "OVER_ENTRIES", "REPORTED", "cap_entries"]
 
@@ -37,10 +38,9 @@ OVER_ENTRIES = (
     "max_entries ({}); the run's new entries were removed from the sandbox (raise the limit with "
     "the backend's max_entries=..., or None for no limit)"
 )
-# Past this many refused paths a run names the directories they were made in, with their count: a
+# Past ``REPORTED`` refused paths a run names the directories they were made in, with their count: a
 # live sandbox's tick that found 713,000 new files in a directory an earlier tick pulled named each,
-# and the run's result and journal record held them all.
-REPORTED = 1000
+# and the run's result and journal record held them all (every left-out path so since s64: ``_reported``).
 
 
 def cap_entries(mirror: MirrorBase, plan: PullPlan, now: dict[str, Entry], cap: int) -> dict[str, str]:

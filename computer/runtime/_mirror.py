@@ -83,6 +83,8 @@ class Mirror(MirrorPush, MirrorPull):
     held_entries: int = 0
     # Files the next pull takes as changed whatever their lstat says (written through a mapping).
     forced: set[str] = field(default_factory=set)
+    # Files a pull could not read for a moment (``MirrorPull.RETRY``): forced into the next one.
+    unread: set[str] = field(default_factory=set)
     idle_since: float = 0.0
     # Revisions after ``rev`` that the mirror's own pulls committed (a push leaves them out).
     own_revs: list[int] = field(default_factory=list)

@@ -37,10 +37,19 @@ __all__ = ["MirrorPull"]
 # fingerprints like the one it replaced (128 bits: an accidental match is out of reach).
 _SEED = int.from_bytes(os.urandom(8), "little")
 _HOLE_PRINT = xxh3_128_intdigest(HOLE, _SEED)
+# Failures to read a file that say nothing of the file, only of the moment: a lease its program holds
+# (``EAGAIN`` while the kernel asks it to let go: the pull's open never blocks, up to the host's
+# ``lease-break-time``, 45 s), descriptors or memory run out (``EMFILE``, ``ENFILE``, ``ENOMEM``). Any
+# other failure is the path changed under the pull (removed, a link or a FIFO swapped in), which its
+# watch sees again. Before, both were left out alike and the file's entry adopted as synced: a file
+# under a lease stayed out of the workspace, unsaid, until the program changed it again.
+RETRY = frozenset({errno.EAGAIN, errno.EINTR, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
 class MirrorPull(MirrorWatch):
     """Finding and reading what changed in the mirror (a part of :class:`~computer.runtime._mirror.Mirror`)."""
+
+    unread: set[str]  # files a pull could not read for a moment (:data:`RETRY`): the next one's
 
     def plan(self, *, paced: bool = False, cap: int | None = None) -> tuple[PullPlan, dict[str, Entry]]:
         """What the program changed since the push (no file bytes read yet), and the new state to
@@ -361,7 +370,8 @@ class MirrorPull(MirrorWatch):
                             held += len(piece)
                             known.add(digest)
                             staged.add(digest)
-                    except OSError:
+                    except OSError as exc:
+                        self.unread_now(rel, exc)
                         continue
                     plan.chunk_lists[rel] = hashes
                     plan.chunk_prints[rel] = prints
@@ -371,7 +381,8 @@ class MirrorPull(MirrorWatch):
                     continue
                 try:
                     data = reader.read(rel)
-                except OSError:
+                except OSError as exc:
+                    self.unread_now(rel, exc)
                     continue
                 held += len(data)
                 page.files.append(
@@ -387,6 +398,12 @@ class MirrorPull(MirrorWatch):
                 page, held, names = fresh(), 0, len(path) + len(first)
             page.files.append(MirrorFile(path, None, 0o644, 0, 0, first))
         yield dataclasses.replace(page, done=True, staging=staging if staged or kept else None)
+
+    def unread_now(self, rel: str, exc: OSError) -> None:
+        """The file ``rel`` could not be read: read at the next pull when only the moment failed
+        (:data:`RETRY`), left to the watch otherwise (the path changed under the pull)."""
+        if exc.errno in RETRY:
+            self.unread.add(rel)
 
     def settle(
         self,
@@ -414,6 +431,9 @@ class MirrorPull(MirrorWatch):
             for rel, prints in plan.chunk_prints.items():
                 self.prints[rel] = (tuple(plan.chunk_lists[rel]), prints)
         before, self.state = self.state, now
+        unread, self.unread = self.unread, set()
+        for rel in unread:  # (after the state: its entry taken as unknown, the path forced)
+            self.force(rel)
         for src, dst, move_rev in moves:
             if self.move_or_drop(src, dst):
                 self.own_revs.append(move_rev)

@@ -40,7 +40,7 @@ from ._bwrap import (
     remembered,
     sandbox_etc,
 )
-from ._cgroups import cgroup_writable, make_groups, remove_groups
+from ._cgroups import cgroup_writable, make_groups, remove_groups, socket_cap, socket_capped
 from ._limits import (
     Rlimit,
     SandboxLimits,
@@ -190,6 +190,8 @@ class Sandbox:
             caps = []
             if "memory" in self.cgroups and lim.memory_mb:
                 caps.append(f"memory {lim.memory_mb} MiB")
+            if "memory" in self.cgroups and socket_capped():
+                caps.append(f"socket buffers {socket_cap(lim) >> 20} MiB")
             if "pids" in self.cgroups and lim.max_processes:
                 caps.append(f"{lim.max_processes} processes")
             if "cpu" in self.cgroups:
@@ -228,6 +230,7 @@ class Sandbox:
             + (", setting extended attributes fails (EOPNOTSUPP)" if self.seccomp.no_xattrs else "")
             + (", fallocate past a file's end (keep size) too" if self.seccomp.no_prealloc else "")
             + (", virtual machine sockets (AF_VSOCK) refused (EPERM)" if self.seccomp.no_vsock else "")
+            + (", huge pages (hugetlb) refused" if self.seccomp.no_huge_pages else "")
             + ", ptrace allowed"
         )
 

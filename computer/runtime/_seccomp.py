@@ -66,6 +66,7 @@ __all__ = [
     "AF_VSOCK",
     "CLONE_NEWUSER",
     "DENIED",
+    "HUGE_PAGE_RULES",
     "NO_XATTRS",
     "USERNS_CALLS",
     "SeccompFilter",
@@ -182,6 +183,22 @@ _MASKED_EQ = 7  # SCMP_CMP_MASKED_EQ: (argument & datum_a) == datum_b
 # ``socket`` call, musl's, keeps every other family). The sandbox ships no 32-bit libraries; a way
 # around the rule weighed more than such programs' sockets.
 AF_VSOCK = 40
+# Huge pages (hugetlb) are refused (:data:`HUGE_PAGE_RULES`), as on a host that keeps none: the pool is
+# the host's (``vm.nr_hugepages``, reserved for its databases or DPDK), cgroup v1 charges it to no memory
+# group, and this host mounts no ``hugetlb`` controller: a sandbox mapped the whole pool (2 of 2 pages
+# reserved for the test) outside its group, and every other user of it (a PostgreSQL ``huge_pages=on``)
+# then failed. Transparent huge pages are untouched (ordinary memory, in the group). The i386 ABI's
+# ``old_mmap`` takes its flags behind a pointer no filter reads: a 32-bit program could still (the
+# sandbox ships no 32-bit libraries; glibc's own i386 build calls ``mmap2``, which is refused).
+MAP_HUGETLB, MFD_HUGETLB, SHM_HUGETLB = 0x40000, 0x4, 0x800
+# (call, argument holding its flags, the flag, what it fails with): ``ENOMEM`` as an empty pool answers
+# a mapping or a segment; ``EINVAL`` as a kernel without hugetlbfs answers ``memfd_create``.
+HUGE_PAGE_RULES: tuple[tuple[str, int, int, int], ...] = (
+    ("mmap", 3, MAP_HUGETLB, errno.ENOMEM),
+    ("mmap2", 3, MAP_HUGETLB, errno.ENOMEM),
+    ("memfd_create", 1, MFD_HUGETLB, errno.EINVAL),
+    ("shmget", 2, SHM_HUGETLB, errno.ENOMEM),
+)
 # The compat ABIs of a machine (Docker's profile's "archMap").
 _COMPAT = {"x86_64": ("x86", "x32"), "aarch64": ("arm",)}
 _LIBRARY = "libseccomp.so.2"
@@ -214,6 +231,7 @@ class SeccompFilter:
     no_xattrs: bool = False  # every call of :data:`NO_XATTRS` fails with ``EOPNOTSUPP``
     no_prealloc: bool = False  # ``fallocate`` past a file's end (``FALLOC_FL_KEEP_SIZE``) too
     no_vsock: bool = False  # ``socket(AF_VSOCK, ...)`` fails with ``EPERM`` (:data:`AF_VSOCK`)
+    no_huge_pages: bool = False  # every rule of :data:`HUGE_PAGE_RULES` holds
 
     @property
     def digest(self) -> str:
@@ -312,6 +330,7 @@ def _compile(lib: ctypes.CDLL) -> SeccompFilter:
             denied.append(name)
         no_userns = _deny_userns(lib, ctx)
         no_vsock = _deny_vsock(lib, ctx)
+        no_huge_pages = _deny_huge_pages(lib, ctx)
         keeps_size = _ArgCmp(1, _MASKED_EQ, _KEEP_SIZE | _PUNCH_HOLE, _KEEP_SIZE)
         fallocate = lib.seccomp_syscall_resolve_name(b"fallocate")
         no_prealloc = fallocate >= 0 and not lib.seccomp_rule_add_array(
@@ -352,6 +371,7 @@ def _compile(lib: ctypes.CDLL) -> SeccompFilter:
         no_xattrs=no_xattrs,
         no_prealloc=no_prealloc,
         no_vsock=no_vsock,
+        no_huge_pages=no_huge_pages,
     )
 
 
@@ -395,6 +415,21 @@ def _deny_vsock(lib: ctypes.CDLL, ctx: int) -> bool:
     if failed:
         log.warning("seccomp: socket(AF_VSOCK) not refused on %s", platform.machine())
     return not failed
+
+
+def _deny_huge_pages(lib: ctypes.CDLL, ctx: int) -> bool:
+    """Add the rules refusing huge pages (:data:`HUGE_PAGE_RULES`); whether all of them hold (a call
+    only compat ABIs have, ``mmap2``, counts where one of them is covered)."""
+    held = True
+    for name, arg, flag, code in HUGE_PAGE_RULES:
+        number = lib.seccomp_syscall_resolve_name(name.encode())
+        compare = _ArgCmp(arg, _MASKED_EQ, flag, flag)
+        if number == _NR_ERROR:
+            continue
+        if lib.seccomp_rule_add_array(ctx, _errno_action(code), number, 1, ctypes.pointer(compare)):
+            held = held and number < 0  # a compat ABI's call libseccomp would not take: its ABI's loss
+            log.warning("seccomp: %s with huge pages not refused on %s", name, platform.machine())
+    return held
 
 
 def _deny_userns(lib: ctypes.CDLL, ctx: int) -> bool:

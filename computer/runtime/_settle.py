@@ -14,6 +14,7 @@ from ._capture import StreamCapture
 from ._handle import ExecRun
 from ._journal import ExecJournal
 from ._options import OutputOptions, prune_logs
+from ._reported import reported
 from .types import ExecResult, ExecSnapshot, ExecStatus, OutputTruncation, status_for_exit
 
 __all__ = ["KILLED_EXIT_CODE", "Settling"]
@@ -142,8 +143,10 @@ class Settling:
 def _ended(
     run: ExecRun, captures: dict[str, StreamCapture], exit_event: ExitEvent | None, error: str | None
 ) -> ExecResult:
-    """The result of ``run`` ended with ``exit_event`` (None: the backend reported none) and ``error``."""
+    """The result of ``run`` ended with ``exit_event`` (None: the backend reported none) and ``error``;
+    past ``REPORTED`` left-out paths, the directories they are below (``_reported``)."""
     texts, truncated = _outputs(captures)
+    reasons = reported(_reasons(exit_event))
     killed = run.killed or (exit_event is not None and exit_event.killed)
     status: ExecStatus
     if exit_event is None:
@@ -169,8 +172,8 @@ def _ended(
         truncated=truncated,
         pushed=exit_event.pushed if exit_event else 0,
         pulled=list(exit_event.pulled) if exit_event else [],
-        skipped=list(exit_event.skipped) if exit_event else [],
-        skipped_reasons=_reasons(exit_event),
+        skipped=list(reasons),
+        skipped_reasons=reasons,
         id=run.id,
         backend=run.backend,
         error=error,
