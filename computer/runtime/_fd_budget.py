@@ -87,7 +87,7 @@ def in_force(limits: SandboxLimits) -> SandboxLimits:
     derived = budget == "host"
     if budget == "host":
         file_max = host_file_max()
-        budget = None if file_max is None else file_max // FILE_MAX_SHARE
+        budget = None if file_max is None else max(1, file_max // FILE_MAX_SHARE)
     if not isinstance(budget, int):
         return dataclasses.replace(limits, max_open_files=None)
     if budget < 1:
