@@ -23,15 +23,18 @@ Decisions (s64):
   the eighth the attack test asks, and ten at their budget to fill the table; ``None``: no budget, the
   limits the process started with (as before); a host whose ``fs.file-max`` is the kernel's maximum
   (systemd's default since v240) has no table to protect: no budget;
-- what real programs need comes first: a hard limit of ``NOFILE_FLOOR`` (4,096) per process (python
+- what real programs need comes first: a hard limit of ``NOFILE_FLOOR`` (3,072) per process (python
   opening 3,000 files, a bundler raising its soft limit to the hard one, ``ulimit -n``), the soft
   limit the one the process started with, at most the hard one; when the budget cannot give every
   process of ``max_processes`` that much, the process cap goes down instead, to ``budget //
-  NOFILE_FLOOR`` but never below ``PIDS_FLOOR`` (64: node's 7-11 threads a process, ``make -j``,
-  pytest's workers; the pids group counts threads) for the default. Here: file-max 2,466,239, a tenth
-  246,623, so 64 processes x 4,096 = 262,144 open files at most (10.6 %; before 272 x 20,000); the
-  floors win over the default on a host below ~2.6 million (26 GB of RAM: the kernel sizes the table
-  by memory), where a sandbox may hold more than a tenth;
+  NOFILE_FLOOR`` but never below ``PIDS_FLOOR`` (96: the pids group counts threads, and a program
+  starting 64 threads, ``tests/runtime/test_sandbox.py``, failed under 64; node has 7-11 a process)
+  for the default. The floors are the largest pair under an eighth of this host's table that keeps
+  both (72 x 4,096, the same product, left a 64-thread program 4 tasks). Here: file-max 2,466,239, a
+  tenth 246,623, so 96 processes x 3,072 = 294,912 open files at most (12.0 %; before 272 x 20,000);
+  the kernel sizes the table by memory (~one file per 10 KiB), so the default's 256 processes go
+  down on a host below ~7.9 million (~79 GB), and the floors hold more than a tenth below ~2.9
+  million (~29 GB), more than an eighth below ~2.4 million;
 - an explicit budget is kept as given: its processes go down first (to 1), then the descriptors;
 - ``max_processes=None``: nothing bounds the fd tables, so the budget is each process's limit alone;
 - the budget and the process cap in force are the sandbox's whole: a live sandbox's every process
@@ -61,8 +64,8 @@ __all__ = [
 ]
 
 FILE_MAX_SHARE = 10
-NOFILE_FLOOR = 4096
-PIDS_FLOOR = 64
+NOFILE_FLOOR = 3072
+PIDS_FLOOR = 96
 # ``fs.file-max`` at or above this is no limit (the kernel's maximum is LONG_MAX).
 _UNLIMITED = 1 << 62
 

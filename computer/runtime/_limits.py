@@ -91,9 +91,9 @@ MAX_PTYS = 64
 @dataclass(frozen=True, slots=True)
 class SandboxLimits:
     """What one sandbox may use (a live one's every process together). Descriptors: the budget
-    ``max_open_files`` (default a tenth of this host's ``fs.file-max``, 4,096 a process and at least
-    64 processes, see ``_fd_budget``) becomes each process's hard ``RLIMIT_NOFILE`` and may lower
-    ``max_processes``: here 64 processes x 4,096 descriptors = 262,144 of 2,466,239. A program past
+    ``max_open_files`` (default a tenth of this host's ``fs.file-max``, 3,072 a process and at least
+    96 processes, see ``_fd_budget``) becomes each process's hard ``RLIMIT_NOFILE`` and may lower
+    ``max_processes``: here 96 processes x 3,072 descriptors = 294,912 of 2,466,239. A program past
     its share gets ``EMFILE``."""
 
     memory_mb: int | None = 1024
@@ -108,7 +108,7 @@ class SandboxLimits:
     # The sandbox's descriptor budget (``_fd_budget``): the most files all its processes together may
     # hold open, a hard ``RLIMIT_NOFILE`` each times the process cap (lowered when the budget needs
     # it). "host": a tenth of the ``fs.file-max`` of the host the sandbox runs on, with floors of
-    # 4,096 descriptors a process and 64 processes (here 2,466,239: 64 x 4,096 = 262,144); None: no
+    # 3,072 descriptors a process and 96 processes (here 2,466,239: 96 x 3,072 = 294,912); None: no
     # budget (the limits this process started with, its process count the only other bound).
     max_open_files: int | Literal["host"] | None = "host"
 

@@ -304,3 +304,30 @@ async def test_a_python_guests_large_write_through_the_pool_lands_whole(cluster:
         data = await ws.fs.read_file("/workspace/big")
         assert len(data) == 12 << 20
         assert hashlib.sha256(data).hexdigest() == digest
+
+
+async def test_a_pools_sandboxes_get_the_descriptor_budget(cluster: Settings, name: str) -> None:
+    """A pool worker's sandboxes (shell and python) get each process's share of the descriptor budget
+    (``_fd_budget``, read from the worker's host: this one), and a program past it gets EMFILE."""
+    from computer.runtime._fd_budget import descriptor_limit, in_force
+    from computer.runtime._limits import SandboxLimits
+
+    nofile = descriptor_limit(in_force(SandboxLimits()))
+    assert nofile is not None
+    source = (
+        "import errno, os, resource\n"
+        "hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))\n"
+        "fds = [os.open('/dev/null', os.O_RDONLY) for _ in range(3000)]\n"
+        "try:\n"
+        "    while len(fds) <= hard:\n"
+        "        fds.append(os.open('/dev/null', os.O_RDONLY))\n"
+        "except OSError as exc:\n"
+        "    print(hard, errno.errorcode[exc.errno])\n"
+    )
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        shell = await (await ws.runtime.exec("ulimit -Hn", timeout=60)).result()
+        python = await (await ws.runtime.exec(source, backend="python", timeout=60)).result()
+    assert (shell.status, shell.stdout) == ("completed", f"{nofile[1]}\n"), shell
+    assert (python.status, python.stdout) == ("completed", f"{nofile[1]} EMFILE\n"), python

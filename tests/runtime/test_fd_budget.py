@@ -27,7 +27,7 @@ def _resolved(monkeypatch: pytest.MonkeyPatch, file_max: int | None, **fields: A
 
 
 def test_the_default_is_a_tenth_of_the_hosts_table_at_the_floors(monkeypatch: pytest.MonkeyPatch) -> None:
-    here = _resolved(monkeypatch, 2_466_239)  # this machine: a tenth is 246,623, below 256 x 4,096
+    here = _resolved(monkeypatch, 2_466_239)  # this machine: a tenth is 246,623, below 256 x 3,072
     assert (here.max_processes, here.max_open_files) == (PIDS_FLOOR, PIDS_FLOOR * NOFILE_FLOOR)
     assert descriptor_limit(here) == (1024, NOFILE_FLOOR)
     big = _resolved(monkeypatch, 64_000_000)  # a tenth is 6.4 million: 25,000 a process, capped at 20,000

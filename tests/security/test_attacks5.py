@@ -26,6 +26,8 @@ from computer.cli._ps import ending_processes
 from computer.cli._shell import WorkspaceShell
 from computer.runtime import PythonBackend, ShellBackend, _seccomp
 from computer.runtime._bwrap import bwrap_works
+from computer.runtime._fd_budget import host_file_max, in_force
+from computer.runtime._limits import SandboxLimits
 from computer.runtime._users import running_as_root
 
 CLEAR = "\x1b[2J"
@@ -274,9 +276,19 @@ print("held", total, "of", target, "in", len(kids), "processes of", hard, "refus
 """
 
 
+def _skip_unless_the_budget_is_under_an_eighth() -> None:
+    """The descriptor budget's floors (``_fd_budget``: 96 processes x 3,072) hold more than an eighth
+    of a host's table below ~2.4 million (~24 GB of RAM): a decision, said rather than failed."""
+    file_max = host_file_max()
+    held = in_force(SandboxLimits()).max_open_files
+    if file_max is None or held is None or held >= file_max // 8:
+        pytest.skip(f"this host's table ({file_max}) is too small for the budget's floors ({held})")
+
+
 async def test_one_sandbox_cannot_hold_an_eighth_of_the_hosts_open_files() -> None:
     """Before s64 one run held 500,000 of this host's 2,466,239 (272 processes x 20,000 descriptors,
-    the host's own limit); the descriptor budget (``_fd_budget``) gives a sandbox 64 x 4,096 here."""
+    the host's own limit); the descriptor budget (``_fd_budget``) gives a sandbox 96 x 3,072 here."""
+    _skip_unless_the_budget_is_under_an_eighth()
     async with computer.Workspace(backends=[PythonBackend(live=False)]) as workspace:
         await workspace.fs.mkdir("/workspace")
         result = await (await workspace.runtime.exec(_FILES, backend="python", timeout=120)).result()
@@ -296,6 +308,7 @@ _THOUSANDS = (
 async def test_a_sandbox_at_its_descriptor_budget_leaves_other_workspaces_their_files() -> None:
     """While one live sandbox holds every descriptor its budget gives (``_fd_budget``), another
     workspace's program opens 3,000 files, and the holder's workspace and sandbox keep working."""
+    _skip_unless_the_budget_is_under_an_eighth()
     holder = computer.Workspace(backends=[ShellBackend(live=True)])
     other = computer.Workspace(backends=[ShellBackend(live=False)])
     try:
@@ -323,3 +336,71 @@ async def test_a_sandbox_at_its_descriptor_budget_leaves_other_workspaces_their_
     finally:
         await holder.close()
         await other.close()
+
+
+# Maps one small file again and again, closing each descriptor (a mapping keeps its file open), in
+# forked children of up to ``vm.max_map_count`` mappings each, until the sandbox holds an eighth of the
+# host's file table or is refused.
+_MAPPED = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mmap.restype = ctypes.c_void_p
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+target = int(open("/proc/sys/fs/file-nr").read().split()[2]) // 8
+each = int(open("/proc/sys/vm/max_map_count").read()) - 1000
+open("/tmp/page", "wb").write(b"x" * 4096)
+release_r, release_w = os.pipe()
+counts_r, counts_w = os.pipe()
+total, kids, refused = 0, [], None
+while total < target and refused is None:
+    want = min(each, target - total)
+    try:
+        pid = os.fork()
+    except OSError as exc:
+        refused = exc.errno
+        break
+    if pid == 0:
+        os.close(release_w)
+        n = 0
+        while n < want:
+            try:
+                fd = os.open("/tmp/page", os.O_RDONLY)
+            except OSError:
+                break
+            mapped = libc.mmap(None, 4096, 1, 1, fd, 0)  # PROT_READ, MAP_SHARED
+            os.close(fd)
+            if mapped in (None, ctypes.c_void_p(-1).value):
+                break
+            n += 1
+        os.write(counts_w, n.to_bytes(4, "little"))
+        os.read(release_r, 1)
+        os._exit(0)
+    kids.append(pid)
+    got = int.from_bytes(os.read(counts_r, 4), "little")
+    total += got
+    if got < want:
+        refused = "short"
+os.close(release_w)
+for pid in kids:
+    os.waitpid(pid, 0)
+print("held", total, "of", target, "in", len(kids), "processes, refused", refused)
+"""
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "a mapping keeps its file open after its descriptor is closed, counted in fs.file-max and in no "
+        "descriptor limit: up to vm.max_map_count (65,530) a process, so the descriptor budget "
+        "(_fd_budget: 96 processes x 3,072 descriptors) does not bound them; only the memory group "
+        "(~500 bytes of kernel memory a mapped file: 1 GiB holds ~2 million) does. A bound needs a "
+        "count of a sandbox's open files (no cgroup v1 or v2 controller has one) or a smaller memory group"
+    ),
+)
+async def test_one_sandbox_cannot_hold_an_eighth_of_the_hosts_open_files_through_mappings() -> None:
+    async with computer.Workspace(backends=[PythonBackend(live=False)]) as workspace:
+        await workspace.fs.mkdir("/workspace")
+        result = await (await workspace.runtime.exec(_MAPPED, backend="python", timeout=120)).result()
+    assert result.status == "completed", result
+    words = result.stdout.split()
+    assert words[-1] != "None" and int(words[1]) < int(words[3]), result.stdout
