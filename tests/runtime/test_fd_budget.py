@@ -38,8 +38,8 @@ def test_the_default_is_a_tenth_of_the_hosts_table_at_the_floors(monkeypatch: py
 
 
 def test_an_explicit_budget_is_kept_processes_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    small = _resolved(monkeypatch, 2_466_239, max_open_files=10_000)
-    assert (small.max_processes, descriptor_limit(small)) == (2, (1024, 5000))
+    small = _resolved(monkeypatch, 2_466_239, max_open_files=10_000)  # 3 processes of NOFILE_FLOOR at least
+    assert (small.max_processes, descriptor_limit(small)) == (3, (1024, 3333))
     wide = _resolved(monkeypatch, 2_466_239, max_open_files=256 * 8192)
     assert (wide.max_processes, descriptor_limit(wide)) == (256, (1024, 8192))
     with pytest.raises(ValueError, match="max_open_files"):
@@ -120,9 +120,10 @@ async def test_a_program_gets_its_share_and_emfile_past_it(live: bool) -> None:
 
 async def test_a_backend_takes_a_budget_of_its_own() -> None:
     shell = ShellBackend(live=False)
-    shell.sandbox.limits = dataclasses.replace(shell.sandbox.limits, max_open_files=64 * 8000)
+    processes = shell.sandbox.limits.max_processes or 1
+    shell.sandbox.limits = dataclasses.replace(shell.sandbox.limits, max_open_files=processes * 8000)
     async with computer.Workspace(backends=[shell]) as ws:
         await ws.fs.mkdir("/workspace")
         got = await (await ws.runtime.exec("ulimit -Hn")).result()
     assert got.stdout.split() == [str(min(8000, budget.started_nofile()[1]))], got
-    assert shell.sandbox.limits.max_processes == 64
+    assert shell.sandbox.limits.max_processes == processes
