@@ -85,7 +85,7 @@ def test_the_rlimits_carry_the_share() -> None:
 
 
 # Raises the soft limit to the hard one (as node and bundlers do), opens 3,000 files, then on until refused.
-_OPEN = """
+OPEN_PAST_THE_SHARE = """
 import os, resource
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -105,9 +105,9 @@ async def test_a_program_gets_its_share_and_emfile_past_it(live: bool) -> None:
     backends = [ShellBackend(live=live), PythonBackend(live=live)]
     async with computer.Workspace(backends=backends) as ws:
         await ws.fs.mkdir("/workspace")
-        await ws.fs.write_file("/workspace/open.py", _OPEN.encode())
+        await ws.fs.write_file("/workspace/open.py", OPEN_PAST_THE_SHARE.encode())
         shell = await (await ws.runtime.exec("ulimit -Sn; ulimit -Hn; python3 open.py", timeout=60)).result()
-        python = await (await ws.runtime.exec(_OPEN, backend="python", timeout=60)).result()
+        python = await (await ws.runtime.exec(OPEN_PAST_THE_SHARE, backend="python", timeout=60)).result()
         infos = ws.runtime.backends()
     nofile = descriptor_limit(in_force(SandboxLimits()))
     assert nofile is not None

@@ -289,9 +289,14 @@ async def test_one_sandbox_cannot_hold_an_eighth_of_the_hosts_open_files() -> No
     """Before s64 one run held 500,000 of this host's 2,466,239 (272 processes x 20,000 descriptors,
     the host's own limit); the descriptor budget (``_fd_budget``) gives a sandbox 96 x 3,072 here."""
     _skip_unless_the_budget_is_under_an_eighth()
+    await _held_below_an_eighth(_FILES)
+
+
+async def _held_below_an_eighth(source: str) -> None:
+    """Runs ``source`` (``_FILES``, ``_MAPPED``) in a sandbox of its own: refused before an eighth."""
     async with computer.Workspace(backends=[PythonBackend(live=False)]) as workspace:
         await workspace.fs.mkdir("/workspace")
-        result = await (await workspace.runtime.exec(_FILES, backend="python", timeout=120)).result()
+        result = await (await workspace.runtime.exec(source, backend="python", timeout=120)).result()
     assert result.status == "completed", result
     words = result.stdout.split()
     assert words[-1] != "None" and int(words[1]) < int(words[3]), result.stdout
@@ -398,9 +403,4 @@ print("held", total, "of", target, "in", len(kids), "processes, refused", refuse
     ),
 )
 async def test_one_sandbox_cannot_hold_an_eighth_of_the_hosts_open_files_through_mappings() -> None:
-    async with computer.Workspace(backends=[PythonBackend(live=False)]) as workspace:
-        await workspace.fs.mkdir("/workspace")
-        result = await (await workspace.runtime.exec(_MAPPED, backend="python", timeout=120)).result()
-    assert result.status == "completed", result
-    words = result.stdout.split()
-    assert words[-1] != "None" and int(words[1]) < int(words[3]), result.stdout
+    await _held_below_an_eighth(_MAPPED)
