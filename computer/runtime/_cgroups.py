@@ -38,6 +38,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from ._fd_budget import in_force
 from ._lifetime import is_alive, process_tag
 from ._limits import SandboxLimits
 
@@ -128,6 +129,7 @@ def make_groups(controllers: Iterable[str], limits: SandboxLimits) -> list[Path]
     """Fresh groups for one run in each of ``controllers``, with ``limits`` written; a controller
     whose group cannot be made or limited is left out."""
     groups: list[Path] = []
+    limits = in_force(limits)  # the process cap the descriptor budget leaves (``_fd_budget``)
     name = f"run-{process_tag()}-{secrets.token_hex(4)}"
     for controller in sorted(controllers):
         group = CGROUP_ROOT / controller / CGROUP_PARENT / name

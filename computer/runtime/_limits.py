@@ -32,7 +32,8 @@ Decisions:
 - this process's soft descriptor limit is raised toward its hard one (at most ``NOFILE_TARGET``) by
   :func:`raise_descriptor_limit`, as Ray does for its workers: a live sandbox holds 14 host
   descriptors, and a host started under ``ulimit -n 1024`` (a login shell's default) refused its 73rd
-  (EMFILE). Programs in the sandbox keep the limit the process was started with.
+  (EMFILE). Programs in the sandbox keep the limit the process was started with, at most their
+  share of the sandbox's descriptor budget (``max_open_files``, ``_fd_budget``).
 """
 
 from __future__ import annotations
@@ -45,6 +46,9 @@ import resource
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
+
+from ._fd_budget import descriptor_limit, in_force
 
 __all__ = [
     "MAX_PTYS",
@@ -54,6 +58,7 @@ __all__ = [
     "Rlimit",
     "SandboxLimits",
     "can_limit_others",
+    "described",
     "has_capability",
     "launcher",
     "limit_self",
@@ -85,6 +90,12 @@ MAX_PTYS = 64
 
 @dataclass(frozen=True, slots=True)
 class SandboxLimits:
+    """What one sandbox may use (a live one's every process together). Descriptors: the budget
+    ``max_open_files`` (default a tenth of this host's ``fs.file-max``, 3,072 a process and at least
+    96 processes, see ``_fd_budget``) becomes each process's hard ``RLIMIT_NOFILE`` and may lower
+    ``max_processes``: here 96 processes x 3,072 descriptors = 294,912 of 2,466,239. A program past
+    its share gets ``EMFILE``."""
+
     memory_mb: int | None = 1024
     max_processes: int | None = 256
     cpu_seconds: int | None = None
@@ -94,6 +105,12 @@ class SandboxLimits:
     # Pseudo-terminals the sandbox may hold at once (a devpts instance of its own, ``_ptys``; None:
     # the host's count, shared with every other sandbox). Past it ``open("/dev/ptmx")`` fails ENOSPC.
     max_ptys: int | None = MAX_PTYS
+    # The sandbox's descriptor budget (``_fd_budget``): the most files all its processes together may
+    # hold open, a hard ``RLIMIT_NOFILE`` each times the process cap (lowered when the budget needs
+    # it). "host": a tenth of the ``fs.file-max`` of the host the sandbox runs on, with floors of
+    # 3,072 descriptors a process and 96 processes (here 2,466,239: 96 x 3,072 = 294,912); None: no
+    # budget (the limits this process started with, its process count the only other bound).
+    max_open_files: int | Literal["host"] | None = "host"
 
 
 def rlimits(
@@ -106,6 +123,7 @@ def rlimits(
     """``limits`` as (resource, soft, hard): what both :func:`set_limits` and the launcher set, given
     which cgroups bound the run (see the module's decisions)."""
     wanted: list[Rlimit] = []
+    limits = in_force(limits)
     if limits.memory_mb and not memory_cgroup:
         wanted.append((resource.RLIMIT_AS, limits.memory_mb * 1024 * 1024, limits.memory_mb * 1024 * 1024))
     if limits.max_file_bytes:
@@ -125,9 +143,27 @@ def rlimits(
             hard = resource.getrlimit(kind)[1]  # the sandbox's own (inherited), never raised
             cap = cap if hard == resource.RLIM_INFINITY else min(cap, hard)
             wanted.append((kind, cap, cap))
-    if _started_nofile is not None:
-        wanted.append((resource.RLIMIT_NOFILE, *_started_nofile))
+    nofile = descriptor_limit(limits) or _started_nofile
+    if nofile is not None:
+        wanted.append((resource.RLIMIT_NOFILE, *nofile))
     return wanted
+
+
+def described(wanted: Sequence[Rlimit], limits: SandboxLimits) -> list[str]:
+    """What the rlimits ``wanted`` bound, in words (``Sandbox.isolation``)."""
+    budget = in_force(limits).max_open_files
+    names = {
+        resource.RLIMIT_AS: "address space",
+        resource.RLIMIT_FSIZE: "file size",
+        resource.RLIMIT_CPU: "cpu time",
+        resource.RLIMIT_NPROC: "processes",
+        resource.RLIMIT_NOFILE: f"open files ({nofile[1]:,} a process of a budget of {budget:,})"
+        if budget and (nofile := descriptor_limit(in_force(limits)))
+        else "open files",
+        resource.RLIMIT_SIGPENDING: "queued signals",
+        resource.RLIMIT_MSGQUEUE: "message queue bytes",
+    }
+    return [names[kind] for kind, _, _ in wanted if kind in names]
 
 
 def raise_descriptor_limit() -> None:

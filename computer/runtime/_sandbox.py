@@ -23,7 +23,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import resource
 import subprocess
 import time
 from collections.abc import Sequence
@@ -41,10 +40,12 @@ from ._bwrap import (
     sandbox_etc,
 )
 from ._cgroups import cgroup_writable, make_groups, remove_groups, socket_cap, socket_capped
+from ._fd_budget import in_force
 from ._limits import (
     Rlimit,
     SandboxLimits,
     can_limit_others,
+    described,
     launcher,
     limit_self,
     raise_descriptor_limit,
@@ -90,13 +91,12 @@ class Sandbox:
         :attr:`host_ids`), files and directories inside it too. Without ``host_ids``, :attr:`leases`
         hands a backend one uid per mirror from the range (``_uid_lease``)."""
         self.network = network
-        self.limits = limits or SandboxLimits()
+        self.limits = limits or SandboxLimits()  # in force: the descriptor budget resolved (setter)
         raise_descriptor_limit()  # a host of many sandboxes needs more than a login shell's 1,024
         mapped = unprivileged and running_as_root()
         ids = sandbox_id_range() if mapped and host_ids is None else None
         self._host_ids = (host_ids or (ids.base if ids is not None else None)) if mapped else None
-        # A uid per mirror (``_uid_lease``); None: every spawn runs as ``host_ids`` (given, or a
-        # sandbox user without a subordinate range: shared).
+        # A uid per mirror (``_uid_lease``); None: every spawn runs as ``host_ids`` (given, or shared).
         self.leases = (
             UidLeases(ids.first, ids.count, ids.base[1]) if ids is not None and not ids.shared else None
         )
@@ -130,6 +130,15 @@ class Sandbox:
         # ``cpu``: the run's processes weigh as one entity, ``setsid`` or not (see ``_cgroups``).
         self.cgroups = {c for c in ("memory", "pids", "cpu") if cgroup_writable(c)}
         sandbox_etc(network, self._host_ids)  # built now, not on the first run's path
+
+    @property
+    def limits(self) -> SandboxLimits:
+        """The limits in force: ``max_open_files`` resolved, ``max_processes`` what it left (``_fd_budget``)."""
+        return self._limits
+
+    @limits.setter
+    def limits(self, limits: SandboxLimits) -> None:
+        self._limits = in_force(limits)
 
     @property
     def host_ids(self) -> tuple[int, int] | None:
@@ -176,16 +185,7 @@ class Sandbox:
             parts.append(f"NO namespace isolation (bubblewrap unavailable): the program runs as {user}")
         parts.append(self._seccomp_isolation())
         lim = self.limits
-        names = {
-            resource.RLIMIT_AS: "address space",
-            resource.RLIMIT_FSIZE: "file size",
-            resource.RLIMIT_CPU: "cpu time",
-            resource.RLIMIT_NPROC: "processes",
-            resource.RLIMIT_SIGPENDING: "queued signals",
-            resource.RLIMIT_MSGQUEUE: "message queue bytes",
-        }
-        rl = [names[kind] for kind, _, _ in self.rlimits if kind in names]
-        parts.append("rlimits: " + ", ".join([*rl, "no core"]))
+        parts.append("rlimits: " + ", ".join([*described(self.rlimits, lim), "no core"]))
         if self.cgroups:
             caps = []
             if "memory" in self.cgroups and lim.memory_mb:

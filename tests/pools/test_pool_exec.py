@@ -10,6 +10,7 @@ from exec_cases import (
     a_file_changed_during_a_run_keeps_the_workspace_version,
     a_write_during_a_run_that_changes_nothing_reaches_the_next_run,
 )
+from runtime.test_fd_budget import OPEN_PAST_THE_SHARE
 
 import computer
 from computer.config import Settings
@@ -304,3 +305,21 @@ async def test_a_python_guests_large_write_through_the_pool_lands_whole(cluster:
         data = await ws.fs.read_file("/workspace/big")
         assert len(data) == 12 << 20
         assert hashlib.sha256(data).hexdigest() == digest
+
+
+async def test_a_pools_sandboxes_get_the_descriptor_budget(cluster: Settings, name: str) -> None:
+    """A pool worker's sandboxes (shell and python) get each process's share of the descriptor budget
+    (``_fd_budget``, read from the worker's host: this one), and a program past it gets EMFILE."""
+    from computer.runtime._fd_budget import descriptor_limit, in_force
+    from computer.runtime._limits import SandboxLimits
+
+    nofile = descriptor_limit(in_force(SandboxLimits()))
+    assert nofile is not None
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.mkdir("/workspace")
+        shell = await (await ws.runtime.exec("ulimit -Hn", timeout=60)).result()
+        python = await (await ws.runtime.exec(OPEN_PAST_THE_SHARE, backend="python", timeout=60)).result()
+    assert (shell.status, shell.stdout) == ("completed", f"{nofile[1]}\n"), shell
+    assert python.status == "completed" and python.stdout.split()[1:] == [str(nofile[1]), "True", "24"], (
+        python
+    )

@@ -16,6 +16,7 @@ import pytest
 
 import computer
 from computer.runtime import ShellBackend, _live_init, _live_jobs, _live_parts, _live_ps
+from computer.runtime._limits import SandboxLimits
 from computer.runtime._protected import OWN
 
 from ._live_support import eventually, host_pids_with, host_shows
@@ -356,7 +357,9 @@ async def test_processes_past_one_reply_are_listed_from_the_next_pages() -> None
     JSON apiece, 3 KB a row once cut) left 72 out, a server started after them among those never
     listed (nor its log held). The host asks for the next page from the last pid it got."""
     marker = f"4{secrets.randbelow(10**6)}"
-    async with computer.Workspace(backends=[ShellBackend()]) as ws:
+    shell = ShellBackend()  # 101 processes: past the 96 the default descriptor budget leaves (``_fd_budget``)
+    shell.sandbox.limits = SandboxLimits(max_processes=256, max_open_files=None)
+    async with computer.Workspace(backends=[shell]) as ws:
         await ws.fs.mkdir("/workspace")
         started = await run(
             ws,
