@@ -23,18 +23,20 @@ Decisions (s64):
   the eighth the attack test asks, and ten at their budget to fill the table; ``None``: no budget, the
   limits the process started with (as before); a host whose ``fs.file-max`` is the kernel's maximum
   (systemd's default since v240) has no table to protect: no budget;
-- what real programs need comes first: a hard limit of ``NOFILE_FLOOR`` (3,072) per process (python
-  opening 3,000 files, a bundler raising its soft limit to the hard one, ``ulimit -n``), the soft
-  limit the one the process started with, at most the hard one; when the budget cannot give every
-  process of ``max_processes`` that much, the process cap goes down instead, to ``budget //
-  NOFILE_FLOOR`` but never below ``PIDS_FLOOR`` (96: the pids group counts threads, and a program
-  starting 64 threads, ``tests/runtime/test_sandbox.py``, failed under 64; node has 7-11 a process)
-  for the default. The floors are the largest pair under an eighth of this host's table that keeps
-  both (72 x 4,096, the same product, left a 64-thread program 4 tasks). Here: file-max 2,466,239, a
-  tenth 246,623, so 96 processes x 3,072 = 294,912 open files at most (12.0 %; before 272 x 20,000);
-  the kernel sizes the table by memory (~one file per 10 KiB), so the default's 256 processes go
-  down on a host below ~7.9 million (~79 GB), and the floors hold more than a tenth below ~2.9
-  million (~29 GB), more than an eighth below ~2.4 million;
+- what real programs need comes first, threads before descriptors: the default never lowers the
+  process cap below ``PIDS_FLOOR`` (256, the default cap: the pids group counts threads, and a
+  thread refused crashes most programs: Go's runtime, the JVM, rustc's codegen, python's "can't start
+  new thread"), and gives each process a hard limit of at least ``NOFILE_FLOOR`` (1,024: what the
+  soft limit of most hosts is anyway, so a program that never raises it sees no difference; one
+  that raises its soft limit to the hard one, as node and bundlers do, gets ``EMFILE`` at 1,024,
+  which node's ``graceful-fs`` and most servers already wait out). The soft limit is the one the
+  process started with, at most the hard one. When the budget can give more than the floors, each
+  process gets ``budget // max_processes``. Here: file-max 2,466,239, a tenth 246,623, below 256 x
+  1,024, so 256 processes x 1,024 = 262,144 open files at most (10.6 %; before 272 x 20,000). The
+  kernel sizes the table by memory (~one file per 10 KiB): the floors hold more than a tenth below
+  ~2.6 million (~26 GB of RAM), more than an eighth below ~2.1 million (~21 GB), where the attack
+  test skips, saying so. Weighed and left (s64): 96 processes x 3,072 (a 64-thread program had 32
+  tasks to spare, and ``go build``, a JVM or ``make -j`` of compilers reach 96 tasks);
 - an explicit budget is kept as given: its processes go down first (to 1), then the descriptors;
 - ``max_processes=None``: nothing bounds the fd tables, so the budget is each process's limit alone;
 - the budget and the process cap in force are the sandbox's whole: a live sandbox's every process
@@ -64,8 +66,8 @@ __all__ = [
 ]
 
 FILE_MAX_SHARE = 10
-NOFILE_FLOOR = 3072
-PIDS_FLOOR = 96
+NOFILE_FLOOR = 1024
+PIDS_FLOOR = 256
 # ``fs.file-max`` at or above this is no limit (the kernel's maximum is LONG_MAX).
 _UNLIMITED = 1 << 62
 

@@ -91,10 +91,10 @@ MAX_PTYS = 64
 @dataclass(frozen=True, slots=True)
 class SandboxLimits:
     """What one sandbox may use (a live one's every process together). Descriptors: the budget
-    ``max_open_files`` (default a tenth of this host's ``fs.file-max``, 3,072 a process and at least
-    96 processes, see ``_fd_budget``) becomes each process's hard ``RLIMIT_NOFILE`` and may lower
-    ``max_processes``: here 96 processes x 3,072 descriptors = 294,912 of 2,466,239. A program past
-    its share gets ``EMFILE``."""
+    ``max_open_files`` (default a tenth of this host's ``fs.file-max``, at least 1,024 a process and
+    256 processes, see ``_fd_budget``) becomes each process's hard ``RLIMIT_NOFILE`` and may lower
+    ``max_processes`` past 256: here 256 processes x 1,024 descriptors = 262,144 of 2,466,239. A
+    program past its share gets ``EMFILE``."""
 
     memory_mb: int | None = 1024
     max_processes: int | None = 256
@@ -108,7 +108,7 @@ class SandboxLimits:
     # The sandbox's descriptor budget (``_fd_budget``): the most files all its processes together may
     # hold open, a hard ``RLIMIT_NOFILE`` each times the process cap (lowered when the budget needs
     # it). "host": a tenth of the ``fs.file-max`` of the host the sandbox runs on, with floors of
-    # 3,072 descriptors a process and 96 processes (here 2,466,239: 96 x 3,072 = 294,912); None: no
+    # 1,024 descriptors a process and 256 processes (here 2,466,239: 256 x 1,024 = 262,144); None: no
     # budget (the limits this process started with, its process count the only other bound).
     max_open_files: int | Literal["host"] | None = "host"
 

@@ -27,7 +27,7 @@ def _resolved(monkeypatch: pytest.MonkeyPatch, file_max: int | None, **fields: A
 
 
 def test_the_default_is_a_tenth_of_the_hosts_table_at_the_floors(monkeypatch: pytest.MonkeyPatch) -> None:
-    here = _resolved(monkeypatch, 2_466_239)  # this machine: a tenth is 246,623, below 256 x 3,072
+    here = _resolved(monkeypatch, 2_466_239)  # this machine: a tenth is 246,623, below 256 x 1,024
     assert (here.max_processes, here.max_open_files) == (PIDS_FLOOR, PIDS_FLOOR * NOFILE_FLOOR)
     assert descriptor_limit(here) == (1024, NOFILE_FLOOR)
     big = _resolved(monkeypatch, 64_000_000)  # a tenth is 6.4 million: 25,000 a process, capped at 20,000
@@ -38,8 +38,8 @@ def test_the_default_is_a_tenth_of_the_hosts_table_at_the_floors(monkeypatch: py
 
 
 def test_an_explicit_budget_is_kept_processes_first(monkeypatch: pytest.MonkeyPatch) -> None:
-    small = _resolved(monkeypatch, 2_466_239, max_open_files=10_000)  # 3 processes of NOFILE_FLOOR at least
-    assert (small.max_processes, descriptor_limit(small)) == (3, (1024, 3333))
+    small = _resolved(monkeypatch, 2_466_239, max_open_files=10_000)  # 9 processes of NOFILE_FLOOR at least
+    assert (small.max_processes, descriptor_limit(small)) == (9, (1024, 1111))
     wide = _resolved(monkeypatch, 2_466_239, max_open_files=256 * 8192)
     assert (wide.max_processes, descriptor_limit(wide)) == (256, (1024, 8192))
     with pytest.raises(ValueError, match="max_open_files"):
@@ -84,12 +84,12 @@ def test_the_rlimits_carry_the_share() -> None:
     assert (7, *nofile) in rlimits(SandboxLimits())  # RLIMIT_NOFILE
 
 
-# Raises the soft limit to the hard one (as node and bundlers do), opens 3,000 files, then on until refused.
+# Raises the soft limit to the hard one (as node and bundlers do), opens 900 files, then on until refused.
 OPEN_PAST_THE_SHARE = """
 import os, resource
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(3000)]
+fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(900)]
 try:
     while len(fds) < hard + 10:
         fds.append(os.open("/dev/null", os.O_RDONLY))
@@ -100,7 +100,7 @@ except OSError as exc:
 
 @pytest.mark.parametrize("live", [False, True])
 async def test_a_program_gets_its_share_and_emfile_past_it(live: bool) -> None:
-    """``ulimit -n`` and python's ``getrlimit`` report the share; 3,000 files open; past the hard
+    """``ulimit -n`` and python's ``getrlimit`` report the share; 900 files open; past the hard
     limit ``open`` fails EMFILE and the run goes on (shell and python, per call and live)."""
     backends = [ShellBackend(live=live), PythonBackend(live=live)]
     async with computer.Workspace(backends=backends) as ws:

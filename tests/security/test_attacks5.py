@@ -277,8 +277,8 @@ print("held", total, "of", target, "in", len(kids), "processes of", hard, "refus
 
 
 def _skip_unless_the_budget_is_under_an_eighth() -> None:
-    """The descriptor budget's floors (``_fd_budget``: 96 processes x 3,072) hold more than an eighth
-    of a host's table below ~2.4 million (~24 GB of RAM): a decision, said rather than failed."""
+    """The descriptor budget's floors (``_fd_budget``: 256 processes x 1,024) hold more than an eighth
+    of a host's table below ~2.1 million (~21 GB of RAM): a decision, said rather than failed."""
     file_max = host_file_max()
     held = in_force(SandboxLimits()).max_open_files
     if file_max is None or held is None or held >= file_max // 8:
@@ -287,7 +287,7 @@ def _skip_unless_the_budget_is_under_an_eighth() -> None:
 
 async def test_one_sandbox_cannot_hold_an_eighth_of_the_hosts_open_files() -> None:
     """Before s64 one run held 500,000 of this host's 2,466,239 (272 processes x 20,000 descriptors,
-    the host's own limit); the descriptor budget (``_fd_budget``) gives a sandbox 96 x 3,072 here."""
+    the host's own limit); the descriptor budget (``_fd_budget``) gives a sandbox 256 x 1,024 here."""
     _skip_unless_the_budget_is_under_an_eighth()
     await _held_below_an_eighth(_FILES)
 
@@ -302,17 +302,17 @@ async def _held_below_an_eighth(source: str) -> None:
     assert words[-1] != "None" and int(words[1]) < int(words[3]), result.stdout
 
 
-# Opens 3,000 files (its soft limit raised to the hard one first): what another workspace's program does.
+# Opens 900 files (its soft limit raised to the hard one first): what another workspace's program does.
 _THOUSANDS = (
     "python3 -c 'import os, resource; h = resource.getrlimit(resource.RLIMIT_NOFILE)[1]; "
     "resource.setrlimit(resource.RLIMIT_NOFILE, (h, h)); "
-    'print(len([os.open("/dev/null", os.O_RDONLY) for _ in range(3000)]))\''
+    'print(len([os.open("/dev/null", os.O_RDONLY) for _ in range(900)]))\''
 )
 
 
 async def test_a_sandbox_at_its_descriptor_budget_leaves_other_workspaces_their_files() -> None:
     """While one live sandbox holds every descriptor its budget gives (``_fd_budget``), another
-    workspace's program opens 3,000 files, and the holder's workspace and sandbox keep working."""
+    workspace's program opens 900 files, and the holder's workspace and sandbox keep working."""
     _skip_unless_the_budget_is_under_an_eighth()
     holder = computer.Workspace(backends=[ShellBackend(live=True)])
     other = computer.Workspace(backends=[ShellBackend(live=False)])
@@ -328,7 +328,7 @@ async def test_a_sandbox_at_its_descriptor_budget_leaves_other_workspaces_their_
             await asyncio.sleep(0.1)
         assert await holder.fs.exists("/workspace/held"), await run
         got = await (await other.runtime.exec(_THOUSANDS, timeout=60)).result()
-        assert (got.status, got.stdout) == ("completed", "3000\n"), got
+        assert (got.status, got.stdout) == ("completed", "900\n"), got
         await holder.fs.write_file("/workspace/note", b"written meanwhile")
         assert await holder.fs.read_file("/workspace/note") == b"written meanwhile"
         await holder.fs.write_file("/workspace/release", b"")
@@ -337,7 +337,7 @@ async def test_a_sandbox_at_its_descriptor_budget_leaves_other_workspaces_their_
         words = result.stdout.split()
         assert words[-1] in ("EMFILE", "EAGAIN") and int(words[1]) < int(words[3]), result.stdout
         again = await (await holder.runtime.exec(_THOUSANDS, timeout=60)).result()
-        assert (again.status, again.stdout) == ("completed", "3000\n"), again
+        assert (again.status, again.stdout) == ("completed", "900\n"), again
     finally:
         await holder.close()
         await other.close()
@@ -397,7 +397,7 @@ print("held", total, "of", target, "in", len(kids), "processes, refused", refuse
     reason=(
         "a mapping keeps its file open after its descriptor is closed, counted in fs.file-max and in no "
         "descriptor limit: up to vm.max_map_count (65,530) a process, so the descriptor budget "
-        "(_fd_budget: 96 processes x 3,072 descriptors) does not bound them; only the memory group "
+        "(_fd_budget: 256 processes x 1,024 descriptors) does not bound them; only the memory group "
         "(~500 bytes of kernel memory a mapped file: 1 GiB holds ~2 million) does. A bound needs a "
         "count of a sandbox's open files (no cgroup v1 or v2 controller has one) or a smaller memory group"
     ),

@@ -39,9 +39,12 @@ from computer.storage import CHUNK_SIZE
 from computer.tools.exec import exec_result_dict
 
 # Fills the send queues of ``CONNECTIONS`` connections of the sandbox's own loopback (nothing reads
-# them), then sends datagrams to 1,000 UDP sockets that never read: what TCP queued (bytes ``send``
-# took) and what UDP holds (the host's count of UDP pages, which is the whole host's: its growth).
+# them), then sends datagrams to ``DATAGRAM_SOCKETS`` UDP sockets that never read: what TCP queued
+# (bytes ``send`` took) and what UDP holds (the host's count of UDP pages, which is the whole host's:
+# its growth). 900 descriptors in all: within one process's share of the descriptor budget
+# (``_fd_budget``, 1,024 here); 700 full receive buffers (~212 KB each) are past 1.5 times the cap.
 CONNECTIONS = 100
+DATAGRAM_SOCKETS = 700
 _SOCKETS = f"""
 import socket
 
@@ -65,7 +68,7 @@ for _ in range({CONNECTIONS}):
 before = udp_pages()
 sender = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 sender.setblocking(False)
-for _ in range(1000):
+for _ in range({DATAGRAM_SOCKETS}):
     receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     receiver.bind(("127.0.0.1", 0))
     held.append(receiver)

@@ -490,10 +490,22 @@ async def test_a_write_through_one_name_of_a_file_with_many_names_commits_no_cha
 
 
 # Empty pipes, held: each is charged its 16 pages to the host uid's pipe buffers whatever it holds.
+# Three processes of 370 each (2,220 descriptors in all: past one process's share of the descriptor
+# budget, ``_fd_budget``, 1,024 here); the pages are the uid's whichever process holds them.
 _PIPES_HOG = """
 import os, time
-held = [os.pipe() for _ in range(1100)]
-print("held", len(held), flush=True)
+ready_r, ready_w = os.pipe()
+for _ in range(2):
+    if os.fork() == 0:
+        held = [os.pipe() for _ in range(370)]
+        os.write(ready_w, b"x")
+        time.sleep(60)
+        os._exit(0)
+held = [os.pipe() for _ in range(370)]
+got = b""
+while len(got) < 2:
+    got += os.read(ready_r, 2)
+print("held", 3 * len(held), flush=True)
 time.sleep(60)
 """
 # A new pipe's size, then whether it may be grown to 1 MiB (``F_GETPIPE_SZ``, ``F_SETPIPE_SZ``).
