@@ -4,8 +4,9 @@ fails, and its end racing a tick (SPEC section 10, "Live sandboxes")."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,18 @@ pytestmark = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgr
 
 async def run(ws: computer.Workspace, source: str, **kwargs: object) -> computer.ExecResult:
     return await (await ws.runtime.exec(source, **kwargs)).result()  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def _live_workspace(
+    tmp_path: Path, first: str
+) -> AsyncIterator[tuple[computer.Workspace, ShellBackend, LiveSandbox]]:
+    """A workspace whose live sandbox ran ``first``: the workspace, its backend and that sandbox."""
+    backend = ShellBackend(live=True)
+    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run(ws, first)
+        yield ws, backend, backend._lives._live[ws.fs.instance]
 
 
 def _unanswered(monkeypatch: pytest.MonkeyPatch, sandbox: LiveSandbox) -> list[int]:
@@ -71,11 +84,8 @@ async def test_a_sandbox_whose_init_fails_every_tick_ends_and_the_next_run_says_
     one whose init died: its processes killed, what they wrote pulled; the workspace's next run starts
     a fresh one and says so on stderr (nothing else told the caller its server was gone)."""
     monkeypatch.setattr(_live, "TICK_FAILURES", 3)
-    backend = ShellBackend(live=True)
-    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
-        await ws.fs.mkdir("/workspace")
-        await run(ws, "setsid sh -c 'echo late > late.txt; sleep 30' > /dev/null 2>&1 &")
-        sandbox = backend._lives._live[ws.fs.instance]
+    first = "setsid sh -c 'echo late > late.txt; sleep 30' > /dev/null 2>&1 &"
+    async with _live_workspace(tmp_path, first) as (ws, backend, sandbox):
         _unanswered(monkeypatch, sandbox)[0] = 10**6
 
         async def ended() -> bool:
@@ -301,11 +311,7 @@ async def test_no_tick_syncs_within_an_interval_of_a_runs_start(
     The ticker's phase is set here: the run starts 0.6 of an interval after a tick and lasts 0.6
     (a tick at its old pace lands in its middle; the new one 0.4 of an interval after its end)."""
     monkeypatch.setattr(_live, "SYNC_INTERVAL", 2.0)
-    backend = ShellBackend(live=True)
-    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
-        await ws.fs.mkdir("/workspace")
-        await run(ws, "true")
-        sandbox = backend._lives._live[ws.fs.instance]
+    async with _live_workspace(tmp_path, "true") as (ws, _, sandbox):
         rounds: list[float] = []
         ticks: list[float] = []
         flush, sync = sandbox.flush_logs, sandbox.sync
