@@ -4,8 +4,9 @@ fails, and its end racing a tick (SPEC section 10, "Live sandboxes")."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,18 @@ pytestmark = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgr
 
 async def run(ws: computer.Workspace, source: str, **kwargs: object) -> computer.ExecResult:
     return await (await ws.runtime.exec(source, **kwargs)).result()  # type: ignore[arg-type]
+
+
+@contextlib.asynccontextmanager
+async def _live_workspace(
+    tmp_path: Path, first: str
+) -> AsyncIterator[tuple[computer.Workspace, ShellBackend, LiveSandbox]]:
+    """A workspace whose live sandbox ran ``first``: the workspace, its backend and that sandbox."""
+    backend = ShellBackend(live=True)
+    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await run(ws, first)
+        yield ws, backend, backend._lives._live[ws.fs.instance]
 
 
 def _unanswered(monkeypatch: pytest.MonkeyPatch, sandbox: LiveSandbox) -> list[int]:
@@ -71,11 +84,8 @@ async def test_a_sandbox_whose_init_fails_every_tick_ends_and_the_next_run_says_
     one whose init died: its processes killed, what they wrote pulled; the workspace's next run starts
     a fresh one and says so on stderr (nothing else told the caller its server was gone)."""
     monkeypatch.setattr(_live, "TICK_FAILURES", 3)
-    backend = ShellBackend(live=True)
-    async with computer.Workspace(f"{tmp_path}/ws.db", backends=[backend]) as ws:
-        await ws.fs.mkdir("/workspace")
-        await run(ws, "setsid sh -c 'echo late > late.txt; sleep 30' > /dev/null 2>&1 &")
-        sandbox = backend._lives._live[ws.fs.instance]
+    first = "setsid sh -c 'echo late > late.txt; sleep 30' > /dev/null 2>&1 &"
+    async with _live_workspace(tmp_path, first) as (ws, backend, sandbox):
         _unanswered(monkeypatch, sandbox)[0] = 10**6
 
         async def ended() -> bool:
@@ -290,3 +300,42 @@ async def test_a_listing_and_a_kill_in_flight_as_the_sandbox_ends_are_answered_a
             with pytest.raises(ProcessLookupError):
                 await kill
         assert await backend.processes(workspace) == []
+
+
+async def test_no_tick_syncs_within_an_interval_of_a_runs_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run's start is a two-way sync: the ticker's next sync comes ``SYNC_INTERVAL`` after its look,
+    not at the ticker's own pace. Before, a run started late in the ticker's interval was frozen
+    mid-run for a tick's pull of half its work (a third of the live ``mkdir -p`` row's ~33 ms runs).
+    The ticker's phase is set here: the run starts 0.6 of an interval after a tick and lasts 0.6
+    (a tick at its old pace lands in its middle; the new one 0.4 of an interval after its end)."""
+    monkeypatch.setattr(_live, "SYNC_INTERVAL", 2.0)
+    async with _live_workspace(tmp_path, "true") as (ws, _, sandbox):
+        rounds: list[float] = []
+        ticks: list[float] = []
+        flush, sync = sandbox.flush_logs, sandbox.sync
+
+        async def flushing() -> None:
+            rounds.append(asyncio.get_running_loop().time())
+            await flush()
+
+        async def syncing(*, push: bool = True, paced: bool = False) -> Any:
+            if paced:
+                ticks.append(asyncio.get_running_loop().time())
+            return await sync(push=push, paced=paced)
+
+        monkeypatch.setattr(sandbox, "flush_logs", flushing)
+        monkeypatch.setattr(sandbox, "sync", syncing)
+        await eventually(lambda: _true(bool(rounds)), within=10)  # a tick's round: its phase
+        loop = asyncio.get_running_loop()
+        await asyncio.sleep(max(0.0, rounds[-1] + 1.2 - loop.time()))
+        began = loop.time()
+        assert (await run(ws, "sleep 1.2")).exit_code == 0
+        ended = loop.time()
+        assert rounds[-1] > began  # the ticker went on meanwhile (its round, without the sync)
+        assert not [t for t in ticks if began < t < ended], (began, ended, ticks)
+
+
+async def _true(value: bool) -> bool:
+    return value
