@@ -82,6 +82,11 @@ class RegisteredDirectory:
     ) -> bool:
         return self._redis.renew_lease(name, owner_id, epoch, ttl, last_active=last_active)
 
+    def restore_lease(
+        self, name: str, node: str, owner_id: str, epoch: int, ttl: float, **kwargs: Any
+    ) -> bool:
+        return self._redis.restore_lease(name, node, owner_id, epoch, ttl, **kwargs)
+
     def release_lease(self, name: str, owner_id: str, epoch: int, *, hibernating: bool = False) -> bool:
         return self._redis.release_lease(name, owner_id, epoch, hibernating=hibernating)
 
