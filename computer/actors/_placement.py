@@ -2,7 +2,8 @@
 
 Placement never invents an empty workspace. With a directory record, the owner wakes on the recorded
 node (or an alive node of the recorded host); a file on no alive node is ``WorkspaceUnavailableError``.
-Without a record (a new name, a Redis that restarted empty, a record lost), every alive node is asked
+Without a record (a new name, a Redis that restarted empty, a record lost, a Redis unreachable for
+``DIRECTORY_WAIT``: ``_placement_record``), every alive node is asked
 whether it holds the file before anything is created: the owner goes to the node that has it (the
 highest stored epoch when several do), and only a name whose file no node holds is created new (on the
 caller's node, unless that node just refused a creation for lack of space and another has room:
@@ -36,7 +37,15 @@ from ._owner import (
     WAIT_SLOTS,
     OwnerActor,
 )
-from .directory import DELETING, WorkspaceRecord, last_known_file, open_directory, refuse_while_deleting
+from .directory import (
+    DELETING,
+    RedisDirectory,
+    WorkspaceRecord,
+    last_known_file,
+    open_directory,
+    refuse_while_deleting,
+    registry_used,
+)
 from .naming import (
     HOST_PREFIX,
     NAMESPACE,
@@ -60,6 +69,7 @@ OWNER_MAX_CONCURRENCY = 1000
 OWNER_MAX_RESTARTS = 3
 
 _PROBE_TIMEOUT = 20.0  # seconds every alive node has to say whether it holds a workspace file
+DIRECTORY_WAIT = 2.0  # seconds placement waits for an unreachable Redis before it asks the nodes
 
 _remote_class: Any = None
 _probe_task: Any = None
@@ -138,6 +148,28 @@ def directory_record(config: Settings, name: str) -> WorkspaceRecord | None:
         directory.close()
 
 
+def _placement_record(config: Settings, name: str) -> WorkspaceRecord | None:
+    """The record placement goes by: :func:`directory_record`, except that a Redis directory (with the
+    head's file registry beside it) unreachable for ``DIRECTORY_WAIT`` is answered None, as a record
+    lost: placement then asks the nodes and the registry (safe, see the module docstring), and a
+    workspace open in a live owner host is reached while Redis is down, as a live dedicated owner is by
+    its actor name. An owner that has to open the file still needs the directory for its lease (its
+    own wait, then ``WorkspaceUnavailableError``), so nothing is opened or created without it. Before,
+    every new client and every re-resolve of a hosted workspace failed after 30 s though its owner
+    served its other clients (``tests/reliability/test_cluster_faults4.py``)."""
+    if not registry_used(config):
+        return directory_record(config, name)
+    assert config.redis_url is not None
+    directory = RedisDirectory(config.redis_url, retry_for=DIRECTORY_WAIT)
+    try:
+        return directory.get(name)
+    except WorkspaceUnavailableError as exc:
+        log.warning("placing workspace %s without the directory: %s", name, exc)
+        return None
+    finally:
+        directory.close()
+
+
 def _scheduling(config: Settings, name: str) -> Any:
     """Pin the owner to the node holding its file, unless the data directory is shared.
 
@@ -147,7 +179,7 @@ def _scheduling(config: Settings, name: str) -> Any:
     """
     if config.shared_data_dir:
         return None
-    record = directory_record(config, name)
+    record = _placement_record(config, name)
     if record is not None and record.node == DELETING:
         # EBUSY while a deletion runs; one that died midway (its lease ran out) left a record naming no
         # node: where the file is, if anywhere, is asked of every node as for a name without a record.

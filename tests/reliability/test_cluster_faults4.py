@@ -1,5 +1,5 @@
 """Cluster faults on placement and locks not covered elsewhere: the directory (Redis) emptied under live
-owners while a lock is held."""
+owners while a lock is held; Redis down while a workspace is open."""
 
 from __future__ import annotations
 
@@ -133,3 +133,29 @@ def test_a_lost_record_is_written_back_only_while_the_file_is_the_owners(
             sqlite.close()
     finally:
         directory.close()
+
+
+@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
+async def test_a_live_owner_is_reached_by_new_clients_while_redis_is_down(
+    ray_session: Any, own_redis: RedisProcess, tmp_path: Path, owners: str
+) -> None:
+    """Redis stopped while a workspace is open: a new client (another worker's ``get_workspace``) reaches
+    its live owner and reads and writes, in both owner models. Before, a hosted workspace's placement
+    read the directory first and failed ``WorkspaceUnavailableError`` after 30 s (a dedicated owner is
+    found by its actor name); placement now asks the nodes after ``DIRECTORY_WAIT``, as for a lost
+    record, and the file registry still keeps a file on a dead node from being made anew."""
+    name = f"rel-down-{uuid.uuid4().hex[:10]}"
+    computer.init(data_dir=tmp_path / "data", redis_url=own_redis.url, lock_lease=1.5, owners=owners)
+    try:
+        async with computer.get_workspace(name) as a:
+            await a.fs.write_file("/x", b"1")
+            own_redis.stop()
+            try:
+                async with computer.get_workspace(name) as b:
+                    assert await b.fs.read_file("/x") == b"1"
+                    await b.fs.write_file("/y", b"2")
+                assert await a.fs.read_file("/y") == b"2"
+            finally:
+                own_redis.start()
+    finally:
+        computer.init(data_dir=tmp_path / "data")
