@@ -60,7 +60,14 @@ from .raycompat import actor_ray_name
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OWNER_MAX_CONCURRENCY", "OWNER_MAX_RESTARTS", "managed_name", "nodes_holding", "workspace_actor"]
+__all__ = [
+    "OWNER_MAX_CONCURRENCY",
+    "OWNER_MAX_RESTARTS",
+    "managed_name",
+    "nodes_holding",
+    "refuse_a_file_on_a_dead_node",
+    "workspace_actor",
+]
 
 # Lock waits and exec streams park calls inside the owner: they must never starve other calls.
 OWNER_MAX_CONCURRENCY = 1000
@@ -194,7 +201,7 @@ def _scheduling(config: Settings, name: str) -> Any:
             return None  # one node: its file is here
         holding = nodes_holding(config, name, alive) if len(alive) > 1 else {}
         if not holding:
-            _refuse_a_file_on_a_dead_node(config, name, alive)
+            refuse_a_file_on_a_dead_node(config, name, alive)
             if len(alive) <= 1:
                 return None  # a new workspace on the one node
             # On no node: a new workspace, created on the caller's node (its file is written there),
@@ -228,7 +235,7 @@ def _scheduling(config: Settings, name: str) -> Any:
     )
 
 
-def _refuse_a_file_on_a_dead_node(config: Settings, name: str, alive: dict[str, str]) -> None:
+def refuse_a_file_on_a_dead_node(config: Settings, name: str, alive: dict[str, str]) -> None:
     """No record and no alive node holds the file: unless the file registry (Redis directories, see
     ``directory/_registry.py``) last saw it on a machine with no alive node, the name is new."""
     known = last_known_file(config, name)
