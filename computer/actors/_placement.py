@@ -9,8 +9,9 @@ highest stored epoch when several do), and only a name whose file no node holds 
 caller's node, unless that node just refused a creation for lack of space and another has room:
 ``_full_nodes.py``). A node
 that does not answer makes the call ``WorkspaceUnavailableError`` rather than a guess. When the record
-is lost *and* the only node holding the file is down, the file registry kept on the head node beside a
-Redis directory (``directory/_registry.py``) still knows the file's machine: ``WorkspaceUnavailableError``.
+is lost *and* no alive node holds the file (its node down, its data directory not mounted), the file
+registry kept on the head node beside a Redis directory (``directory/_registry.py``) still knows the
+file's machine: ``WorkspaceUnavailableError`` (``refuse_a_registered_file``).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ __all__ = [
     "OWNER_MAX_RESTARTS",
     "managed_name",
     "nodes_holding",
-    "refuse_a_file_on_a_dead_node",
+    "refuse_a_registered_file",
     "workspace_actor",
 ]
 
@@ -187,6 +188,7 @@ def _scheduling(config: Settings, name: str) -> Any:
     if config.shared_data_dir:
         return None
     record = _placement_record(config, name)
+    deleting = record is not None and record.node == DELETING  # the file's registry note is void then
     if record is not None and record.node == DELETING:
         # EBUSY while a deletion runs; one that died midway (its lease ran out) left a record naming no
         # node: where the file is, if anywhere, is asked of every node as for a name without a record.
@@ -201,7 +203,8 @@ def _scheduling(config: Settings, name: str) -> Any:
             return None  # one node: its file is here
         holding = nodes_holding(config, name, alive) if len(alive) > 1 else {}
         if not holding:
-            refuse_a_file_on_a_dead_node(config, name, alive)
+            if not deleting:
+                refuse_a_registered_file(config, name, alive)
             if len(alive) <= 1:
                 return None  # a new workspace on the one node
             # On no node: a new workspace, created on the caller's node (its file is written there),
@@ -235,19 +238,28 @@ def _scheduling(config: Settings, name: str) -> Any:
     )
 
 
-def refuse_a_file_on_a_dead_node(config: Settings, name: str, alive: dict[str, str]) -> None:
+def refuse_a_registered_file(config: Settings, name: str, alive: dict[str, str]) -> None:
     """No record and no alive node holds the file: unless the file registry (Redis directories, see
-    ``directory/_registry.py``) last saw it on a machine with no alive node, the name is new."""
+    ``directory/_registry.py``) knows a file of ``name`` (an owner opened it, no deletion removed it),
+    the name is new. A file it knows is ``WorkspaceUnavailableError``, on a machine with no alive node
+    as on one that is up without it (its data directory not mounted, not mounted yet): as for a record
+    whose file is missing (``_lease.owner_file``), never a new empty workspace under the old name.
+    Before, an alive machine without the file was taken for a file removed by hand, and a workspace
+    was made anew, empty; the old file, mounted again, was then a second copy with the higher epoch.
+    ``delete_workspace(name, force=True)`` forgets a file lost for good (the registry's note with it)."""
     known = last_known_file(config, name)
     if known is None:
         return
     node, host = known
     if node in alive or host in alive.values():
-        return  # its machine is up and does not hold it: removed by hand, a new workspace
+        state = "which is up but does not have it (its data directory not mounted?)"
+    else:
+        state = "which has no alive Ray node"
     raise WorkspaceUnavailableError(
         name,
         f"the directory has no record of it and its file was last on host {host} (node {node[:12]}), "
-        "which has no alive Ray node",
+        f"{state}; an owner never opens it as a new empty workspace "
+        "(delete_workspace(name, force=True) forgets a workspace whose file is lost for good)",
     )
 
 

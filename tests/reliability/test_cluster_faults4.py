@@ -1,9 +1,11 @@
 """Cluster faults on placement and locks not covered elsewhere: the directory (Redis) emptied under live
-owners while a lock is held; Redis down while a workspace is open."""
+owners while a lock is held; Redis down while a workspace is open; Redis emptied while a workspace slept
+and its data directory is not mounted."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,9 +13,10 @@ from typing import Any
 
 import pytest
 import redis
+from owner_models import kill_owner
 
 import computer
-from computer.actors import open_directory
+from computer.actors import WorkspaceUnavailableError, open_directory
 from computer.actors.directory import RedisDirectory
 from computer.config import Settings
 
@@ -143,7 +146,7 @@ async def test_a_live_owner_is_reached_by_new_clients_while_redis_is_down(
     its live owner and reads and writes, in both owner models. Before, a hosted workspace's placement
     read the directory first and failed ``WorkspaceUnavailableError`` after 30 s (a dedicated owner is
     found by its actor name); placement now asks the nodes after ``DIRECTORY_WAIT``, as for a lost
-    record, and the file registry still keeps a file on a dead node from being made anew."""
+    record, and the file registry still keeps a file no alive node holds from being made anew."""
     name = f"rel-down-{uuid.uuid4().hex[:10]}"
     computer.init(data_dir=tmp_path / "data", redis_url=own_redis.url, lock_lease=1.5, owners=owners)
     try:
@@ -157,5 +160,50 @@ async def test_a_live_owner_is_reached_by_new_clients_while_redis_is_down(
                 assert await a.fs.read_file("/y") == b"2"
             finally:
                 own_redis.start()
+    finally:
+        computer.init(data_dir=tmp_path / "data")
+
+
+@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
+async def test_a_file_missing_on_its_alive_machine_after_redis_forgot_is_unavailable_never_new(
+    ray_session: Any, own_redis: RedisProcess, tmp_path: Path, owners: str
+) -> None:
+    """Redis restarted empty while a workspace slept, and its machine is up without its file (its data
+    directory not mounted yet): the file registry still says the workspace was there. Before, the
+    registry counted only a machine with no alive node: an alive one that did not hold the file was
+    taken for a file removed by hand, and a new, empty workspace was made under the old name (the old
+    file, mounted again, then held a second, diverging copy). Now it is ``WorkspaceUnavailableError``, as
+    for a record whose file is missing, a deletion without ``force`` too; the workspace opens whole once
+    its data directory is back, and one lost for good is forgotten by ``delete_workspace(force=True)``."""
+    name = f"rel-unmounted-{uuid.uuid4().hex[:10]}"
+    config = computer.init(data_dir=tmp_path / "data", redis_url=own_redis.url, owners=owners)
+    mounted, unmounted = config.workspaces_dir, tmp_path / "unmounted"
+
+    async def sleep_forgotten_unmounted(ws: Any) -> None:
+        await kill_owner(ws.handle)  # asleep: no owner writes its record back
+        redis.Redis.from_url(own_redis.url).flushall()
+        mounted.rename(unmounted)  # the data directory's disk not mounted
+
+    try:
+        async with computer.get_workspace(name) as ws:
+            await ws.fs.write_file("/x", b"1")
+            await sleep_forgotten_unmounted(ws)
+        try:
+            with pytest.raises(WorkspaceUnavailableError, match="force"):
+                async with computer.get_workspace(name) as ws:
+                    await ws.fs.read_file("/x")
+            with pytest.raises(WorkspaceUnavailableError, match="force"):
+                await computer.delete_workspace(name)
+            assert not (mounted / f"{name}.sqlite").exists()  # no new file under the old name
+        finally:
+            shutil.rmtree(mounted, ignore_errors=True)
+            unmounted.rename(mounted)
+        async with computer.get_workspace(name) as ws:
+            assert await ws.fs.read_file("/x") == b"1"
+            await sleep_forgotten_unmounted(ws)
+        shutil.rmtree(unmounted)  # lost for good
+        await computer.delete_workspace(name, force=True)
+        async with computer.get_workspace(name) as ws:  # a new workspace of that name
+            assert await ws.fs.ls("/") == []
     finally:
         computer.init(data_dir=tmp_path / "data")

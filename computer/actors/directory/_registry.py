@@ -7,7 +7,9 @@ told from a name never used, and a new, empty workspace would be created elsewhe
 taken through Redis also notes ``(node, host)`` of the file in a SQLite file on the head node
 (``<data_dir>/placements.sqlite``, table ``files``; other nodes reach it through a head actor, as the
 embedded directory), and placement reads it when Redis has no record and no alive node
-holds the file: a file last seen on a machine with no alive node is ``WorkspaceUnavailableError``.
+holds the file: a file it knows is ``WorkspaceUnavailableError``, on a machine with no alive node as on
+one that is up without it (its data directory not mounted: not a file removed by hand, which made a
+new, empty workspace under the old name); ``delete_workspace(name, force=True)`` forgets it.
 
 Only with Redis and node-local data directories: the embedded directory keeps its records on the head
 already (it is its own registry), and a shared data directory has every file on every node. A note
