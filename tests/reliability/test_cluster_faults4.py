@@ -207,3 +207,25 @@ async def test_a_file_missing_on_its_alive_machine_after_redis_forgot_is_unavail
             assert await ws.fs.ls("/") == []
     finally:
         computer.init(data_dir=tmp_path / "data")
+
+
+def test_a_host_whose_opening_found_the_directory_unreachable_does_not_ask_it_again(tmp_path: Path) -> None:
+    """A new name opened in an owner host while Redis is down fails with the directory's
+    ``WorkspaceUnavailableError`` after its wait (30 s); the host then checked the name's creation
+    claim, reading the directory again for another 30 s. Now an unavailable workspace is answered at
+    once (what the claim check is for, a full disk, is not this)."""
+    from types import SimpleNamespace
+
+    from computer.actors._hosts import OwnerHost
+
+    asked: list[str] = []
+
+    class Unreachable:
+        def get(self, name: str) -> None:
+            asked.append(name)  # the real one waits 30 s here, then raises
+            raise failure
+
+    host = SimpleNamespace(config=Settings(data_dir=tmp_path), directory=Unreachable(), node="n")
+    failure = WorkspaceUnavailableError("ws", "the directory (Redis at redis://127.0.0.1:1/0) is unreachable")
+    assert OwnerHost._release_claim(host, "ws", failure) is None  # type: ignore[arg-type]
+    assert asked == []
