@@ -33,6 +33,18 @@ def own_redis(tmp_path: Path) -> Iterator[RedisProcess]:
         server.stop()
 
 
+@pytest.fixture(params=["dedicated", "hosted"])
+def on_redis(
+    request: pytest.FixtureRequest, ray_session: Any, own_redis: RedisProcess, tmp_path: Path
+) -> Iterator[Settings]:
+    """The session's Ray with ``own_redis`` as the directory, in one owner model, ``lock_lease`` 1.5 s;
+    the settings put back after."""
+    yield computer.init(
+        data_dir=tmp_path / "data", redis_url=own_redis.url, lock_lease=1.5, owners=request.param
+    )
+    computer.init(data_dir=tmp_path / "data")
+
+
 def _record(config: Settings, name: str) -> Any:
     directory = open_directory(config)
     try:
@@ -41,38 +53,34 @@ def _record(config: Settings, name: str) -> Any:
         directory.close()
 
 
-@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
 async def test_a_lock_is_kept_when_redis_is_flushed_under_its_live_owner(
-    ray_session: Any, own_redis: RedisProcess, tmp_path: Path, owners: str, record_property: Any
+    on_redis: Settings, own_redis: RedisProcess, record_property: Any
 ) -> None:
     """Redis emptied (``FLUSHALL``) while an owner runs and a client holds a lock: nobody took the
     workspace over, so the owner writes its lease back and keeps serving, its lock table with it.
     Before, its next renewal read the lost record as a takeover: the owner left, and the holder's next
     write was refused ``LockLostError`` with nobody else ever holding the lock."""
     name = f"rel-flush-{uuid.uuid4().hex[:10]}"
-    config = computer.init(data_dir=tmp_path / "data", redis_url=own_redis.url, lock_lease=1.5, owners=owners)
-    try:
-        async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
-            await a.fs.write_file("/counter", b"0")
-            before = await a.handle.stats.remote()
-            async with a.locks.hold(["/counter"]):
-                seen = int(await a.fs.read_file("/counter"))
-                redis.Redis.from_url(own_redis.url).flushall()
-                assert _record(config, name) is None
-                await asyncio.sleep(3 * config.lock_lease)  # several renewal rounds of owner and holder
-                await a.fs.write_file("/counter", str(seen + 1).encode())  # still the holder
-                waiting = asyncio.ensure_future(b.locks.hold(["/counter"]).__aenter__())
-                await asyncio.sleep(0.5)
-                assert not waiting.done()  # the lock is still held: b waits
-            await asyncio.wait_for(waiting, 30)
-            after = await a.handle.stats.remote()
-            assert (after["pid"], after["epoch"]) == (before["pid"], before["epoch"])  # the same owner
-            record = _record(config, name)
-            assert record is not None and record.epoch == before["epoch"] and record.lease_live()
-            assert name in RedisDirectory(own_redis.url).names()
-            assert await b.fs.read_file("/counter") == b"1"
-    finally:
-        computer.init(data_dir=tmp_path / "data")
+    config = on_redis
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+        await a.fs.write_file("/counter", b"0")
+        before = await a.handle.stats.remote()
+        async with a.locks.hold(["/counter"]):
+            seen = int(await a.fs.read_file("/counter"))
+            redis.Redis.from_url(own_redis.url).flushall()
+            assert _record(config, name) is None
+            await asyncio.sleep(3 * config.lock_lease)  # several renewal rounds of owner and holder
+            await a.fs.write_file("/counter", str(seen + 1).encode())  # still the holder
+            waiting = asyncio.ensure_future(b.locks.hold(["/counter"]).__aenter__())
+            await asyncio.sleep(0.5)
+            assert not waiting.done()  # the lock is still held: b waits
+        await asyncio.wait_for(waiting, 30)
+        after = await a.handle.stats.remote()
+        assert (after["pid"], after["epoch"]) == (before["pid"], before["epoch"])  # the same owner
+        record = _record(config, name)
+        assert record is not None and record.epoch == before["epoch"] and record.lease_live()
+        assert name in RedisDirectory(own_redis.url).names()
+        assert await b.fs.read_file("/counter") == b"1"
     record_property("redis_flushes", 1)
 
 
@@ -138,9 +146,8 @@ def test_a_lost_record_is_written_back_only_while_the_file_is_the_owners(
         directory.close()
 
 
-@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
 async def test_a_live_owner_is_reached_by_new_clients_while_redis_is_down(
-    ray_session: Any, own_redis: RedisProcess, tmp_path: Path, owners: str
+    on_redis: Settings, own_redis: RedisProcess
 ) -> None:
     """Redis stopped while a workspace is open: a new client (another worker's ``get_workspace``) reaches
     its live owner and reads and writes, in both owner models. Before, a hosted workspace's placement
@@ -148,25 +155,20 @@ async def test_a_live_owner_is_reached_by_new_clients_while_redis_is_down(
     found by its actor name); placement now asks the nodes after ``DIRECTORY_WAIT``, as for a lost
     record, and the file registry still keeps a file no alive node holds from being made anew."""
     name = f"rel-down-{uuid.uuid4().hex[:10]}"
-    computer.init(data_dir=tmp_path / "data", redis_url=own_redis.url, lock_lease=1.5, owners=owners)
-    try:
-        async with computer.get_workspace(name) as a:
-            await a.fs.write_file("/x", b"1")
-            own_redis.stop()
-            try:
-                async with computer.get_workspace(name) as b:
-                    assert await b.fs.read_file("/x") == b"1"
-                    await b.fs.write_file("/y", b"2")
-                assert await a.fs.read_file("/y") == b"2"
-            finally:
-                own_redis.start()
-    finally:
-        computer.init(data_dir=tmp_path / "data")
+    async with computer.get_workspace(name) as a:
+        await a.fs.write_file("/x", b"1")
+        own_redis.stop()
+        try:
+            async with computer.get_workspace(name) as b:
+                assert await b.fs.read_file("/x") == b"1"
+                await b.fs.write_file("/y", b"2")
+            assert await a.fs.read_file("/y") == b"2"
+        finally:
+            own_redis.start()
 
 
-@pytest.mark.parametrize("owners", ["dedicated", "hosted"])
 async def test_a_file_missing_on_its_alive_machine_after_redis_forgot_is_unavailable_never_new(
-    ray_session: Any, own_redis: RedisProcess, tmp_path: Path, owners: str
+    on_redis: Settings, own_redis: RedisProcess, tmp_path: Path
 ) -> None:
     """Redis restarted empty while a workspace slept, and its machine is up without its file (its data
     directory not mounted yet): the file registry still says the workspace was there. Before, the
@@ -176,7 +178,7 @@ async def test_a_file_missing_on_its_alive_machine_after_redis_forgot_is_unavail
     for a record whose file is missing, a deletion without ``force`` too; the workspace opens whole once
     its data directory is back, and one lost for good is forgotten by ``delete_workspace(force=True)``."""
     name = f"rel-unmounted-{uuid.uuid4().hex[:10]}"
-    config = computer.init(data_dir=tmp_path / "data", redis_url=own_redis.url, owners=owners)
+    config = on_redis
     mounted, unmounted = config.workspaces_dir, tmp_path / "unmounted"
 
     async def sleep_forgotten_unmounted(ws: Any) -> None:
@@ -184,29 +186,26 @@ async def test_a_file_missing_on_its_alive_machine_after_redis_forgot_is_unavail
         redis.Redis.from_url(own_redis.url).flushall()
         mounted.rename(unmounted)  # the data directory's disk not mounted
 
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/x", b"1")
+        await sleep_forgotten_unmounted(ws)
     try:
-        async with computer.get_workspace(name) as ws:
-            await ws.fs.write_file("/x", b"1")
-            await sleep_forgotten_unmounted(ws)
-        try:
-            with pytest.raises(WorkspaceUnavailableError, match="force"):
-                async with computer.get_workspace(name) as ws:
-                    await ws.fs.read_file("/x")
-            with pytest.raises(WorkspaceUnavailableError, match="force"):
-                await computer.delete_workspace(name)
-            assert not (mounted / f"{name}.sqlite").exists()  # no new file under the old name
-        finally:
-            shutil.rmtree(mounted, ignore_errors=True)
-            unmounted.rename(mounted)
-        async with computer.get_workspace(name) as ws:
-            assert await ws.fs.read_file("/x") == b"1"
-            await sleep_forgotten_unmounted(ws)
-        shutil.rmtree(unmounted)  # lost for good
-        await computer.delete_workspace(name, force=True)
-        async with computer.get_workspace(name) as ws:  # a new workspace of that name
-            assert await ws.fs.ls("/") == []
+        with pytest.raises(WorkspaceUnavailableError, match="force"):
+            async with computer.get_workspace(name) as ws:
+                await ws.fs.read_file("/x")
+        with pytest.raises(WorkspaceUnavailableError, match="force"):
+            await computer.delete_workspace(name)
+        assert not (mounted / f"{name}.sqlite").exists()  # no new file under the old name
     finally:
-        computer.init(data_dir=tmp_path / "data")
+        shutil.rmtree(mounted, ignore_errors=True)
+        unmounted.rename(mounted)
+    async with computer.get_workspace(name) as ws:
+        assert await ws.fs.read_file("/x") == b"1"
+        await sleep_forgotten_unmounted(ws)
+    shutil.rmtree(unmounted)  # lost for good
+    await computer.delete_workspace(name, force=True)
+    async with computer.get_workspace(name) as ws:  # a new workspace of that name
+        assert await ws.fs.ls("/") == []
 
 
 def test_a_host_whose_opening_found_the_directory_unreachable_does_not_ask_it_again(tmp_path: Path) -> None:
