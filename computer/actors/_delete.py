@@ -99,7 +99,8 @@ async def delete_workspace(name: str, *, force: bool = False) -> DeletedWorkspac
     try:
         record = await asyncio.to_thread(directory.get, name)
         if record is None and not workspace_files(config, name):
-            raise fs_error(errno.ENOENT, name, "no such workspace")
+            if not await asyncio.to_thread(_held_elsewhere, config, name, force):
+                raise fs_error(errno.ENOENT, name, "no such workspace")
         stopped = await _stop_owner(config, name, force=force)
         record = await asyncio.to_thread(directory.get, name)
         if awake(record) and record is not None and not force:
@@ -111,6 +112,31 @@ async def delete_workspace(name: str, *, force: bool = False) -> DeletedWorkspac
         return await asyncio.to_thread(_remove, config, directory, name, stopped)
     finally:
         await asyncio.to_thread(directory.close)
+
+
+def _held_elsewhere(config: Settings, name: str, force: bool) -> bool:
+    """Whether another node holds the file of ``name``, which the directory has no record of (a Redis
+    restarted empty or flushed while its owner slept) and this node has no file of: asked of every alive
+    node, as placement does. A file the file registry knows and no alive node holds is
+    ``WorkspaceUnavailableError``, unless ``force`` (then it is forgotten). Before, the deletion looked here only and said
+    ENOENT ("no such workspace"), and the next ``get_workspace`` served the whole workspace again."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized() or config.shared_data_dir:
+        return False
+    from ._errors import WorkspaceUnavailableError
+    from ._nodes import alive_nodes
+    from ._placement import nodes_holding, refuse_a_registered_file
+
+    alive = alive_nodes()
+    if len(alive) > 1 and nodes_holding(config, name, alive):
+        return True
+    try:
+        refuse_a_registered_file(config, name, alive)
+    except WorkspaceUnavailableError:
+        if not force:
+            raise
+        return True  # lost for good: the deletion's lease and its record's removal drop the registry's note
+    return False
 
 
 def _file_elsewhere(config: Settings, name: str, force: bool) -> Any:

@@ -19,6 +19,7 @@ import unicodedata
 import uuid
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from ._lock_requests import LockRequests
 from ._nodes import current_host
 from ._pool_callbacks import PoolCallbacks
 from ._reserve import DiskReserve
+from ._restore import restore_lost_lease
 from ._upload import Upload
 from .directory import Directory, open_directory
 from .naming import check_name, check_new_name, workspace_file
@@ -150,7 +152,7 @@ class WorkspaceHost(PoolCallbacks):
         self._lock_requests = LockRequests()  # lock requests waiting, and those withdrawn
         # Replies of recent mutating calls by idempotency key (a future while the call still runs).
         self._replies: OrderedDict[str, tuple[float, asyncio.Future[Reply]]] = OrderedDict()
-        self._background: list[asyncio.Task[None]] = []
+        self._background: list[asyncio.Task[Any]] = []
         self._fence_noticed = False  # a refused call found a newer owner: stopping (``_refused_read_only``)
         try:
             loop = asyncio.get_running_loop()
@@ -268,16 +270,35 @@ class WorkspaceHost(PoolCallbacks):
             except Exception:
                 log.exception("renewing the lease of workspace %s failed", self.name)
                 continue
-            if not kept and not self._closing:
-                await self._taken_over()
+            if not kept and not self._closing and not await self._taken_over():
                 return
 
-    async def _taken_over(self) -> None:
-        """The lease renewal failed: another owner holds the workspace now (a higher epoch)."""
+    async def _taken_over(self) -> bool:
+        """The lease renewal failed: another owner holds the workspace now (a higher epoch), unless the
+        record was lost (``_restore.py``): then it is written back, and True (the owner serves on)."""
         if self._closing:
-            return  # it released the lease itself meanwhile (hibernation, a close)
-        log.warning("workspace %s was taken over (epoch %d is stale)", self.name, self.epoch)
-        await self._on_fenced()
+            return False  # it released the lease itself meanwhile (hibernation, a close)
+        restored = partial(
+            restore_lost_lease,
+            self._directory,
+            self.name,
+            workspace_file(self.config, self.name),
+            node=self.node_id,
+            host=self.host,
+            owner_id=self.owner_id,
+            epoch=self.epoch,
+            ttl=self._lease_ttl,
+            last_active=self._last_active,
+        )
+        try:
+            if await offload(None, restored):  # a record lost (Redis emptied), not a takeover
+                return True
+        except Exception:
+            log.exception("restoring the lease of workspace %s failed", self.name)
+        if not self._closing:
+            log.warning("workspace %s was taken over (epoch %d is stale)", self.name, self.epoch)
+            await self._on_fenced()
+        return False
 
     async def _on_fenced(self) -> None:
         """A newer owner holds the lease. A plain host keeps running (storage rejects its writes)."""

@@ -224,7 +224,12 @@ class OwnerHost:
         """A new name whose creation failed here (a full disk) is placed anew by its next call, which
         may go to a node with room (``release_unborn_claim``); an existing workspace stays here. When
         this node had no room for it (``exc``: ENOSPC, the node is marked, ``_full_nodes``) and another
-        alive node has, the error to answer instead: "moved", so this very call is placed again."""
+        alive node has, the error to answer instead: "moved", so this very call is placed again.
+        Not after ``WorkspaceUnavailableError`` (the directory unreachable, another node's claim, a
+        known workspace's file missing): no claim of a name created here to drop, and asking the
+        directory again made a new name's opening with Redis down fail after 60 s instead of 30."""
+        if isinstance(exc, WorkspaceUnavailableError):
+            return None
         try:
             if not release_unborn_claim(self.config, self.directory, name, self.node):
                 return None

@@ -2,14 +2,16 @@
 
 Placement never invents an empty workspace. With a directory record, the owner wakes on the recorded
 node (or an alive node of the recorded host); a file on no alive node is ``WorkspaceUnavailableError``.
-Without a record (a new name, a Redis that restarted empty, a record lost), every alive node is asked
+Without a record (a new name, a Redis that restarted empty, a record lost, a Redis unreachable for
+``DIRECTORY_WAIT``: ``_placement_record``), every alive node is asked
 whether it holds the file before anything is created: the owner goes to the node that has it (the
 highest stored epoch when several do), and only a name whose file no node holds is created new (on the
 caller's node, unless that node just refused a creation for lack of space and another has room:
 ``_full_nodes.py``). A node
 that does not answer makes the call ``WorkspaceUnavailableError`` rather than a guess. When the record
-is lost *and* the only node holding the file is down, the file registry kept on the head node beside a
-Redis directory (``directory/_registry.py``) still knows the file's machine: ``WorkspaceUnavailableError``.
+is lost *and* no alive node holds the file (its node down, its data directory not mounted), the file
+registry kept on the head node beside a Redis directory (``directory/_registry.py``) still knows the
+file's machine: ``WorkspaceUnavailableError`` (``refuse_a_registered_file``).
 """
 
 from __future__ import annotations
@@ -36,7 +38,15 @@ from ._owner import (
     WAIT_SLOTS,
     OwnerActor,
 )
-from .directory import DELETING, WorkspaceRecord, last_known_file, open_directory, refuse_while_deleting
+from .directory import (
+    DELETING,
+    RedisDirectory,
+    WorkspaceRecord,
+    last_known_file,
+    open_directory,
+    refuse_while_deleting,
+    registry_used,
+)
 from .naming import (
     HOST_PREFIX,
     NAMESPACE,
@@ -51,7 +61,14 @@ from .raycompat import actor_ray_name
 
 log = logging.getLogger(__name__)
 
-__all__ = ["OWNER_MAX_CONCURRENCY", "OWNER_MAX_RESTARTS", "managed_name", "nodes_holding", "workspace_actor"]
+__all__ = [
+    "OWNER_MAX_CONCURRENCY",
+    "OWNER_MAX_RESTARTS",
+    "managed_name",
+    "nodes_holding",
+    "refuse_a_registered_file",
+    "workspace_actor",
+]
 
 # Lock waits and exec streams park calls inside the owner: they must never starve other calls.
 OWNER_MAX_CONCURRENCY = 1000
@@ -60,6 +77,7 @@ OWNER_MAX_CONCURRENCY = 1000
 OWNER_MAX_RESTARTS = 3
 
 _PROBE_TIMEOUT = 20.0  # seconds every alive node has to say whether it holds a workspace file
+DIRECTORY_WAIT = 2.0  # seconds placement waits for an unreachable Redis before it asks the nodes
 
 _remote_class: Any = None
 _probe_task: Any = None
@@ -138,6 +156,28 @@ def directory_record(config: Settings, name: str) -> WorkspaceRecord | None:
         directory.close()
 
 
+def _placement_record(config: Settings, name: str) -> WorkspaceRecord | None:
+    """The record placement goes by: :func:`directory_record`, except that a Redis directory (with the
+    head's file registry beside it) unreachable for ``DIRECTORY_WAIT`` is answered None, as a record
+    lost: placement then asks the nodes and the registry (safe, see the module docstring), and a
+    workspace open in a live owner host is reached while Redis is down, as a live dedicated owner is by
+    its actor name. An owner that has to open the file still needs the directory for its lease (its
+    own wait, then ``WorkspaceUnavailableError``), so nothing is opened or created without it. Before,
+    every new client and every re-resolve of a hosted workspace failed after 30 s though its owner
+    served its other clients (``tests/reliability/test_cluster_faults4.py``)."""
+    if not registry_used(config):
+        return directory_record(config, name)
+    assert config.redis_url is not None
+    directory = RedisDirectory(config.redis_url, retry_for=DIRECTORY_WAIT)
+    try:
+        return directory.get(name)
+    except WorkspaceUnavailableError as exc:
+        log.warning("placing workspace %s without the directory: %s", name, exc)
+        return None
+    finally:
+        directory.close()
+
+
 def _scheduling(config: Settings, name: str) -> Any:
     """Pin the owner to the node holding its file, unless the data directory is shared.
 
@@ -147,7 +187,8 @@ def _scheduling(config: Settings, name: str) -> Any:
     """
     if config.shared_data_dir:
         return None
-    record = directory_record(config, name)
+    record = _placement_record(config, name)
+    deleting = record is not None and record.node == DELETING  # the file's registry note is void then
     if record is not None and record.node == DELETING:
         # EBUSY while a deletion runs; one that died midway (its lease ran out) left a record naming no
         # node: where the file is, if anywhere, is asked of every node as for a name without a record.
@@ -162,7 +203,8 @@ def _scheduling(config: Settings, name: str) -> Any:
             return None  # one node: its file is here
         holding = nodes_holding(config, name, alive) if len(alive) > 1 else {}
         if not holding:
-            _refuse_a_file_on_a_dead_node(config, name, alive)
+            if not deleting:
+                refuse_a_registered_file(config, name, alive)
             if len(alive) <= 1:
                 return None  # a new workspace on the one node
             # On no node: a new workspace, created on the caller's node (its file is written there),
@@ -196,19 +238,28 @@ def _scheduling(config: Settings, name: str) -> Any:
     )
 
 
-def _refuse_a_file_on_a_dead_node(config: Settings, name: str, alive: dict[str, str]) -> None:
+def refuse_a_registered_file(config: Settings, name: str, alive: dict[str, str]) -> None:
     """No record and no alive node holds the file: unless the file registry (Redis directories, see
-    ``directory/_registry.py``) last saw it on a machine with no alive node, the name is new."""
+    ``directory/_registry.py``) knows a file of ``name`` (an owner opened it, no deletion removed it),
+    the name is new. A file it knows is ``WorkspaceUnavailableError``, on a machine with no alive node
+    as on one that is up without it (its data directory not mounted, not mounted yet): as for a record
+    whose file is missing (``_lease.owner_file``), never a new empty workspace under the old name.
+    Before, an alive machine without the file was taken for a file removed by hand, and a workspace
+    was made anew, empty; the old file, mounted again, was then a second copy with the higher epoch.
+    ``delete_workspace(name, force=True)`` forgets a file lost for good (the registry's note with it)."""
     known = last_known_file(config, name)
     if known is None:
         return
     node, host = known
     if node in alive or host in alive.values():
-        return  # its machine is up and does not hold it: removed by hand, a new workspace
+        state = "which is up but does not have it (its data directory not mounted?)"
+    else:
+        state = "which has no alive Ray node"
     raise WorkspaceUnavailableError(
         name,
         f"the directory has no record of it and its file was last on host {host} (node {node[:12]}), "
-        "which has no alive Ray node",
+        f"{state}; an owner never opens it as a new empty workspace "
+        "(delete_workspace(name, force=True) forgets a workspace whose file is lost for good)",
     )
 
 

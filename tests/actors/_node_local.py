@@ -98,6 +98,8 @@ async def scenario(data_dir: Path, second: str, *, redis_url: str | None) -> Non
         assert not (conf.workspaces_dir / f"{name}.sqlite").exists(), name
     print(f"{'redis' if redis_url else 'embedded'}: {len(on_second)} of {len(names)} on the second node")
     await delete_from_the_head(conf, second, f"gone-{'redis' if redis_url else 'embedded'}")
+    if redis_url:
+        await delete_forgotten_from_the_head(conf, second, "gone-forgotten", redis_url)
 
 
 def _holds(path: str) -> bool:
@@ -120,6 +122,28 @@ async def delete_from_the_head(conf: computer.Settings, second: str, name: str) 
     assert not ray.get(holds.remote(path))
     assert open_directory(conf).get(name) is None
     print(f"deleted {name} of the second node from the head")
+
+
+async def delete_forgotten_from_the_head(
+    conf: computer.Settings, second: str, name: str, redis_url: str
+) -> None:
+    """A sleeping workspace of the second node whose record Redis lost, deleted from the head: its file
+    there is removed. Before, the deletion looked for the file on the head only and said ENOENT ("no such
+    workspace"), and the next ``get_workspace`` served the whole workspace again."""
+    on_second = NodeAffinitySchedulingStrategy(node_id=second, soft=False)
+    placed = ray.get(
+        ray.remote(num_cpus=0)(create_on_second_node).options(scheduling_strategy=on_second).remote([name])
+    )
+    assert placed[name] == second, placed
+    kill_owners([name], conf)  # asleep: no owner writes its record back
+    redis.Redis.from_url(redis_url).flushall()
+    path = str(conf.workspaces_dir / f"{name}.sqlite")
+    holds = ray.remote(num_cpus=0)(_holds).options(scheduling_strategy=on_second)
+    assert ray.get(holds.remote(path))
+    deleted = await computer.delete_workspace(name)
+    assert deleted.bytes > 0, deleted
+    assert not ray.get(holds.remote(path))
+    print(f"deleted {name} of the second node, its record lost, from the head")
 
 
 async def scenario_node_down(data_dir: Path, names: list[str], *, redis_url: str | None) -> None:

@@ -47,7 +47,8 @@ def test_owner_wakes_on_the_node_holding_its_file(tmp_path: Path) -> None:
 def test_a_workspace_on_a_node_local_disk_is_found_never_created_empty_elsewhere() -> None:
     """Issue 25 (1): owners on a second node with its own data directory die, the directory forgot them
     (Redis flushed) or never had them (an embedded directory per node); every workspace comes back with
-    its bytes on that node, none empty on the head."""
+    its bytes on that node, none empty on the head. A sleeping one whose record Redis lost is deleted
+    from the head (its file there removed; before, ENOENT)."""
     short = Path(tempfile.mkdtemp(prefix="nl-", dir="/tmp"))  # Ray's socket paths must stay short
     try:
         _run_script("_node_local.py", short, str(short / "ray"))

@@ -9,7 +9,7 @@ from ._head import HeadDirectory
 from ._open import open_directory
 from ._record import DELETING, WorkspaceRecord, WorkspaceState, refuse_while_deleting
 from ._redis import RedisDirectory
-from ._registry import RegisteredDirectory, last_known_file
+from ._registry import RegisteredDirectory, last_known_file, registry_used
 from ._renew import LeaseRenewal, renew_leases
 from ._sqlite import SqliteDirectory
 
@@ -26,5 +26,6 @@ __all__ = [
     "last_known_file",
     "open_directory",
     "refuse_while_deleting",
+    "registry_used",
     "renew_leases",
 ]

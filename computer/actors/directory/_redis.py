@@ -129,6 +129,32 @@ class RedisDirectory:
 
         return self._update(name, change)
 
+    def restore_lease(
+        self,
+        name: str,
+        node: str,
+        owner_id: str,
+        epoch: int,
+        ttl: float,
+        *,
+        host: str | None = None,
+        last_active: float | None = None,
+    ) -> bool:
+        """Write back the lease ``owner_id`` holds under ``epoch`` when Redis has no record of ``name`` at
+        all (restarted empty, flushed, the key evicted); True then, or when that lease is already there.
+        Never over another record: any other owner's lease, a deletion's, a takeover's, wins. The caller
+        checks first that its file still carries ``epoch`` (``_restore.restore_lost_lease``). The
+        released epoch is not known any more: 0, so no client takes a call for provably unrun."""
+
+        def change(old: WorkspaceRecord | None) -> tuple[WorkspaceRecord | None, bool]:
+            if old is not None:
+                return None, old.owner == owner_id and old.epoch == epoch and old.state == "active"
+            now = time.time()
+            active = now if last_active is None else last_active
+            return WorkspaceRecord(name, node, owner_id, epoch, now + ttl, active, "active", 0, host), True
+
+        return self._update(name, change)
+
     def release_lease(self, name: str, owner_id: str, epoch: int, *, hibernating: bool = False) -> bool:
         def change(old: WorkspaceRecord | None) -> tuple[WorkspaceRecord | None, bool]:
             if old is None or old.owner != owner_id or old.epoch != epoch or old.state != "active":

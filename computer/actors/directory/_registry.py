@@ -7,7 +7,9 @@ told from a name never used, and a new, empty workspace would be created elsewhe
 taken through Redis also notes ``(node, host)`` of the file in a SQLite file on the head node
 (``<data_dir>/placements.sqlite``, table ``files``; other nodes reach it through a head actor, as the
 embedded directory), and placement reads it when Redis has no record and no alive node
-holds the file: a file last seen on a machine with no alive node is ``WorkspaceUnavailableError``.
+holds the file: a file it knows is ``WorkspaceUnavailableError``, on a machine with no alive node as on
+one that is up without it (its data directory not mounted: not a file removed by hand, which made a
+new, empty workspace under the old name); ``delete_workspace(name, force=True)`` forgets it.
 
 Only with Redis and node-local data directories: the embedded directory keeps its records on the head
 already (it is its own registry), and a shared data directory has every file on every node. A note
@@ -81,6 +83,11 @@ class RegisteredDirectory:
         self, name: str, owner_id: str, epoch: int, ttl: float, *, last_active: float | None = None
     ) -> bool:
         return self._redis.renew_lease(name, owner_id, epoch, ttl, last_active=last_active)
+
+    def restore_lease(
+        self, name: str, node: str, owner_id: str, epoch: int, ttl: float, **kwargs: Any
+    ) -> bool:
+        return self._redis.restore_lease(name, node, owner_id, epoch, ttl, **kwargs)
 
     def release_lease(self, name: str, owner_id: str, epoch: int, *, hibernating: bool = False) -> bool:
         return self._redis.release_lease(name, owner_id, epoch, hibernating=hibernating)

@@ -1,0 +1,57 @@
+"""A lease whose directory record vanished under a live owner (a Redis restarted empty, ``FLUSHALL``, the
+key evicted): written back, not taken for a takeover.
+
+An owner's lease renewal answers False both when another owner took the workspace over and when the
+record is simply gone. Before, both made every live owner leave: a Redis flushed under a running cluster
+closed every workspace at its next renewal (``lock_lease`` / 3), and every lock held through them was
+lost (``LockLostError`` for holders nobody had displaced), every run in flight with its owner. No record
+at all means nobody took a lease since (any lease, a deletion's too, writes one), so the owner writes its
+own back (``RedisDirectory.restore_lease``: only where no record is) while its file still carries its
+epoch: a newer owner or a deletion raises the file's epoch (the fence) before anything else, and a
+deletion removes the file. Checked again after the write: a deletion that finished in between (its
+record removed last) leaves the file fenced or gone, and the owner removes the record it wrote.
+Directories that do not lose records (SQLite, the head's) have no ``restore_lease``: nothing to restore.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ..storage import FileSystem
+from .directory import Directory
+
+__all__ = ["restore_lost_lease"]
+
+log = logging.getLogger(__name__)
+
+
+def _still_ours(path: Path, epoch: int) -> bool:
+    """Whether the file at ``path`` exists and its highest epoch is still ``epoch`` (nobody fenced it)."""
+    return path.exists() and FileSystem.stored_epoch(str(path)) == epoch
+
+
+def restore_lost_lease(
+    directory: Directory,
+    name: str,
+    path: Path,
+    *,
+    node: str,
+    host: str | None,
+    owner_id: str,
+    epoch: int,
+    ttl: float,
+    last_active: float | None,
+) -> bool:
+    """Write ``owner_id``'s lease of ``name`` back when the directory has no record of it and the file
+    still carries ``epoch``; whether the owner keeps serving (False: a takeover, or nothing to restore)."""
+    restore = getattr(directory, "restore_lease", None)
+    if restore is None or not _still_ours(path, epoch) or directory.get(name) is not None:
+        return False
+    if not restore(name, node, owner_id, epoch, ttl, host=host, last_active=last_active):
+        return False
+    if not _still_ours(path, epoch):  # fenced or removed meanwhile: the record must not name it
+        directory.remove(name, owner_id)
+        return False
+    log.warning("workspace %s: its directory record was lost (epoch %d): written back", name, epoch)
+    return True
