@@ -28,7 +28,7 @@ from ._held_links import is_utf8, share_names, unheld_names
 from ._mirror_base import NOT_UTF8, SPECIAL, Entry, PullPlan, entry_of, is_below, was_dir
 from ._mirror_watch import MirrorWatch
 from ._moves import moved_names
-from ._pull_pages import leading, path_order, removal_pages
+from ._pull_pages import keys_below, leading, path_order, removal_pages
 
 __all__ = ["MirrorPull"]
 
@@ -125,10 +125,11 @@ class MirrorPull(MirrorWatch):
         else:
             # Shallow paths first: what was below a directory that is gone leaves ``now`` with it.
             found.sort(key=lambda item: item[0].count("/"))
+            ordered: list[str] = []  # ``now``'s paths sorted once (no path added later is below a later one)
             for rel, entry in found:
-                if entry is None or entry[KIND] != "d":
-                    prefix = rel + "/"
-                    below = [k for k in now if k.startswith(prefix)] if was_dir(state, now, rel) else []
+                if (entry is None or entry[KIND] != "d") and was_dir(state, now, rel):
+                    ordered = ordered or sorted(now)
+                    below = [k for k in keys_below(ordered, rel) if k in now]
                     for key in below:
                         del now[key]
                     candidates.update(below)

@@ -57,3 +57,15 @@ async def test_a_plan_of_many_paths_sorts_none_past_a_slice(
     plan, _ = mirror.plan()
     assert [rel for rel, _ in plan.files] == builtins.sorted(f"e{i}" for i in range(3000))
     assert 0 < longest <= 500
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sets(st.text(alphabet="a/.-0\x00€\udcff", max_size=6), max_size=60),
+    st.text(alphabet="a/.-0€", max_size=3),
+)
+def test_keys_below_a_path_are_what_a_prefix_scan_finds(paths: set[str], rel: str) -> None:
+    """``keys_below`` (a pull's plan after a directory went: what was below it leaves with it, by
+    bisection in the sorted paths, not a scan of every path per directory) finds exactly the paths a
+    prefix scan finds, whatever characters sort beside ``/`` (``.``, ``-``, ``0``, NUL, surrogates)."""
+    assert _pull_pages.keys_below(sorted(paths), rel) == sorted(p for p in paths if p.startswith(rel + "/"))
