@@ -249,29 +249,30 @@ async def _deletion(workspace: str) -> str:
     return "deleted"
 
 
-async def _race(workspace: str) -> tuple[list[str], str]:
-    """One round: the runs' outcomes, and the deletion's."""
+async def _race(workspace: str, first: int) -> tuple[list[str], str]:
+    """One round: the runs' outcomes, and the deletion's, which starts once ``first`` runs were sent."""
     async with computer.get_workspace(workspace) as ws:
         await ws.fs.mkdir("/workspace")
-        await ws.runtime.exec("true")  # the pool's sandbox warm: the race is the runs', not a start's
-
-        async def runs() -> list[str]:
-            tasks = []
-            for index in range(_RUNS):
-                tasks.append(asyncio.ensure_future(_run_or_refusal(ws, index)))
-                await asyncio.sleep(0)
-            return list(await asyncio.gather(*tasks))
-
-        outcomes, deleted = await asyncio.gather(runs(), _deletion(workspace))
-        return outcomes, deleted
+        await (await ws.runtime.exec("true")).result()  # warm: the race is the runs', not a start's
+        runs: list[asyncio.Future[str]] = []
+        deletion: asyncio.Future[str] | None = None
+        for index in range(_RUNS + 1):
+            if index == first:
+                deletion = asyncio.ensure_future(_deletion(workspace))
+            if index < _RUNS:
+                runs.append(asyncio.ensure_future(_run_or_refusal(ws, index)))
+            await asyncio.sleep(0.06)  # a stagger, not a wait for anything: the race goes either way
+        assert deletion is not None
+        outcomes = list(await asyncio.gather(*runs))
+        return outcomes, await deletion
 
 
 @pytest.mark.parametrize("owners_init", ["dedicated", "hosted"], indirect=True)
 async def test_runs_racing_a_deletion_each_complete_or_are_refused_and_nothing_hangs(
     owners_init: str, name: str
 ) -> None:
-    """``_RUNS`` runs sent (staggered by a turn of the loop each) while ``delete_workspace`` runs, for
-    ``_ROUNDS`` rounds: the deletion succeeds or is refused EBUSY; every run completed (in the
+    """``_RUNS`` runs sent (60 ms apart) while ``delete_workspace`` runs (from the first run, the
+    second... after the last: one more each round), for ``_ROUNDS`` rounds: the deletion succeeds or is refused EBUSY; every run completed (in the
     workspace's old life before a refusal, or its next life) or was refused "being deleted" before it
     started; none killed, none "unknown outcome". Every wait is bounded; a round that hangs dumps
     every thread's stack (``faulthandler``) before it fails, to say where."""
@@ -279,7 +280,8 @@ async def test_runs_racing_a_deletion_each_complete_or_are_refused_and_nothing_h
     for round_ in range(_ROUNDS):
         faulthandler.dump_traceback_later(_DEADLINE, exit=False)
         try:
-            outcomes, deleted = await asyncio.wait_for(_race(f"{name}-{round_}"), _DEADLINE * 2)
+            race = _race(f"{name}-{round_}", round_ % (_RUNS + 1))
+            outcomes, deleted = await asyncio.wait_for(race, _DEADLINE * 2)
         finally:
             faulthandler.cancel_dump_traceback_later()
         odd = [o for o in outcomes if o != "completed" and not o.startswith("refused: ")]
