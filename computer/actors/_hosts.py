@@ -412,12 +412,12 @@ class OwnerHost:
         (``WorkspaceHost.close_for_deletion``); None when it is not open here (or leaving already)."""
         self._arrived()
         ws = self._open.get(name)
-        if ws is None or name in self._leaving:
+        if ws is None:
             return None
-        try:
-            reply: Reply = await ws._thread.run(ws.close_for_deletion(force, ttl))
-        except LoopClosedError:
-            return None
+        reply: Reply | None = None
+        if name not in self._leaving:  # (leaving already, hibernating: waited for, as a close is)
+            with contextlib.suppress(LoopClosedError):
+                reply = await ws._thread.run(ws.close_for_deletion(force, ttl))
         leaving = self._leaving.get(name)
         if leaving is not None:
             await leaving.wait()
