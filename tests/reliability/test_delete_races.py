@@ -11,6 +11,9 @@ import asyncio
 import errno
 import faulthandler
 import os
+import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -63,8 +66,8 @@ async def test_a_run_started_between_the_deletions_check_and_the_close_lives_and
 ) -> None:
     """The deletion checks the owner idle (its ``stats``), is held, a run starts, the deletion goes
     on: it is refused EBUSY naming the run, and the run lives on to complete; the workspace is whole.
-    Before, the close killed the run (cancelled, 137) and the deletion failed EBUSY all the same (the
-    run's client, told "moved", woke a new owner before the deletion took the lease)."""
+    Before, the close killed the run (cancelled, 137) and the deletion went through (both models, this
+    test on the old code; the stress test below saw it too: round 10 of 20, dedicated)."""
     held = _Held()
     checked = _delete._refuse_if_in_use
 
@@ -267,6 +270,30 @@ async def _race(workspace: str, first: int) -> tuple[list[str], str]:
         return outcomes, await deletion
 
 
+def _dump_tasks() -> None:
+    """Every asyncio task's stack, to stderr; and with ``py-spy`` (on the PATH, or ``PY_SPY``), every
+    owner's and pool worker's Python stacks (Ray names their processes ``ray::OwnerHost...``)."""
+    for task in asyncio.all_tasks():
+        print(f"--- {task!r}", file=sys.stderr)
+        task.print_stack(file=sys.stderr)
+    spy = os.environ.get("PY_SPY") or shutil.which("py-spy")
+    if spy is None:
+        return
+    for entry in os.listdir("/proc"):
+        try:
+            title = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")[0].decode()
+        except (OSError, ValueError):
+            continue
+        if title.startswith(("ray::OwnerHost", "ray::OwnerActor", "ray::PoolWorker")):
+            dumped = subprocess.run(
+                [spy, "dump", "--pid", entry], capture_output=True, text=True, timeout=30, check=False
+            )
+            print(f"=== {entry} {title}\n{dumped.stdout}{dumped.stderr}", file=sys.stderr)
+
+
+@pytest.mark.timeout(
+    60 + _ROUNDS * _DEADLINE * 2
+)  # each round bounded on its own (300 s: 20 rounds under load)
 @pytest.mark.parametrize("owners_init", ["dedicated", "hosted"], indirect=True)
 async def test_runs_racing_a_deletion_each_complete_or_are_refused_and_nothing_hangs(
     owners_init: str, name: str
@@ -279,9 +306,13 @@ async def test_runs_racing_a_deletion_each_complete_or_are_refused_and_nothing_h
     seen = []
     for round_ in range(_ROUNDS):
         faulthandler.dump_traceback_later(_DEADLINE, exit=False)
+        race = asyncio.ensure_future(_race(f"{name}-{round_}", round_ % (_RUNS + 1)))
         try:
-            race = _race(f"{name}-{round_}", round_ % (_RUNS + 1))
-            outcomes, deleted = await asyncio.wait_for(race, _DEADLINE * 2)
+            outcomes, deleted = await asyncio.wait_for(asyncio.shield(race), _DEADLINE * 2)
+        except TimeoutError:
+            _dump_tasks()  # where each of the round's tasks waits (the threads' stacks say only "select")
+            race.cancel()
+            raise
         finally:
             faulthandler.cancel_dump_traceback_later()
         odd = [o for o in outcomes if o != "completed" and not o.startswith("refused: ")]
