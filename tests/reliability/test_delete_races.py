@@ -276,6 +276,11 @@ def _dump_tasks() -> None:
     for task in asyncio.all_tasks():
         print(f"--- {task!r}", file=sys.stderr)
         task.print_stack(file=sys.stderr)
+    import ray
+
+    for row in ray._private.state.actors().values():  # the actors not dead: pending creation?
+        if row.get("State") != "DEAD":
+            print(f"actor {row.get('Name')!r} {row.get('State')} pid={row.get('Pid')}", file=sys.stderr)
     spy = os.environ.get("PY_SPY") or shutil.which("py-spy")
     if spy is None:
         return
