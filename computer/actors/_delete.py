@@ -2,8 +2,10 @@
 
 In order: refuse when a live client holds it (unless ``force``); stop its owner actor when this
 process is connected to Ray (closed, then killed, so its name is free; a hosted workspace is closed
-inside its owner host, which keeps serving its other workspaces); take the workspace's lease
-with a new epoch and raise the file's stored epoch to it, so any owner still running (one we could not
+inside its owner host, which keeps serving its other workspaces): the owner checks that nothing holds
+it and closes in one step (``WorkspaceHost.close_for_deletion``: no run can start between the check
+and the close, decided in ``computer/actors/README.md``) and hands its lease to the deletion; take the
+workspace's lease (unless handed over) with a new epoch and raise the file's stored epoch to it, so any owner still running (one we could not
 reach, or one started meanwhile) has every later write refused; remove its share links (their URLs
 answer 404), its SQLite file with the files beside it (SQLite's ``-wal``, ``-shm``, ``-journal``), and
 last its directory record. A later ``get_workspace`` of the same name starts an empty workspace. The
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import logging
 import os
 import re
 import sys
@@ -39,14 +42,19 @@ from ._lease import awake, awake_where, ray_owner_gone, take_lease
 from ._nodes import named_actor
 from .directory import DELETING, Directory, WorkspaceRecord, open_directory
 from .naming import NAMESPACE, actor_name, check_name, workspace_file
+from .wire import Reply
 
 __all__ = [
     "DeletedWorkspace",
     "close_owners",
     "delete_workspace",
+    "hand_to_deletion",
+    "in_use",
     "remove_workspace_files",
     "workspace_files",
 ]
+
+log = logging.getLogger(__name__)
 
 _STOP_TIMEOUT = 30.0  # seconds a busy owner may take to close before it is killed anyway
 _DELETE_LEASE = 60.0  # the deletion's own lease: long enough for the removal, short if it dies midway
@@ -101,15 +109,16 @@ async def delete_workspace(name: str, *, force: bool = False) -> DeletedWorkspac
         if record is None and not workspace_files(config, name):
             if not await asyncio.to_thread(_held_elsewhere, config, name, force):
                 raise fs_error(errno.ENOENT, name, "no such workspace")
-        stopped = await _stop_owner(config, name, force=force)
+        stopped, lease = await _stop_owner(config, name, force=force)
         record = await asyncio.to_thread(directory.get, name)
-        if awake(record) and record is not None and not force:
+        ours = lease is not None and record is not None and record.owner == lease[0]
+        if awake(record) and record is not None and not force and not ours:
             if not await asyncio.to_thread(ray_owner_gone, record):  # one on another machine died
                 raise fs_error(errno.EBUSY, name, _unreachable_owner(record))
         there = await asyncio.to_thread(_file_elsewhere, config, name, force)
         if there is not None:
-            return await _remove_there(there, config, name, stopped)
-        return await asyncio.to_thread(_remove, config, directory, name, stopped)
+            return await _remove_there(there, config, name, stopped, lease)
+        return await asyncio.to_thread(_remove, config, directory, name, stopped, lease)
     finally:
         await asyncio.to_thread(directory.close)
 
@@ -161,19 +170,25 @@ def _file_elsewhere(config: Settings, name: str, force: bool) -> Any:
     return None if node is None or node == ray.get_runtime_context().get_node_id() else strategy
 
 
-async def _remove_there(strategy: Any, config: Settings, name: str, stopped: bool) -> DeletedWorkspace:
+async def _remove_there(
+    strategy: Any, config: Settings, name: str, stopped: bool, lease: tuple[str, int] | None
+) -> DeletedWorkspace:
     """:func:`_remove` in a task on the node that holds the file."""
     import ray
 
     task = ray.remote(num_cpus=0, max_retries=0)(_remove_in_task)
-    return await task.options(scheduling_strategy=strategy).remote(config.model_dump_json(), name, stopped)
+    return await task.options(scheduling_strategy=strategy).remote(
+        config.model_dump_json(), name, stopped, lease
+    )
 
 
-def _remove_in_task(config_json: str, name: str, stopped: bool) -> DeletedWorkspace:
+def _remove_in_task(
+    config_json: str, name: str, stopped: bool, lease: tuple[str, int] | None
+) -> DeletedWorkspace:
     config = Settings.model_validate_json(config_json)
     directory = open_directory(config)
     try:
-        return _remove(config, directory, name, stopped)
+        return _remove(config, directory, name, stopped, lease)
     finally:
         directory.close()
 
@@ -220,32 +235,37 @@ def _settings() -> Settings:
     return settings()
 
 
-async def _stop_owner(config: Settings, name: str, *, force: bool) -> bool:
-    """Close and kill the owner actor of ``name`` if this process reaches one; True when it did."""
+async def _stop_owner(config: Settings, name: str, *, force: bool) -> tuple[bool, tuple[str, int] | None]:
+    """Close and kill the owner actor of ``name`` if this process reaches one: ``(stopped, lease)``,
+    ``lease`` the deletion's, which the owner took as it closed (``close_for_deletion``), else None.
+    EBUSY (nothing stopped) when the owner says a live client holds it, unless ``force``."""
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized():
-        return False
-    stopped = await _stop_hosted(config, name, force=force)  # whatever the model: it may have changed
+        return False, None
+    stopped, lease = await _stop_hosted(config, name, force=force)  # whatever the model: it may have changed
     try:  # bounded (``ClusterSilentError``), off the loop
         handle = await asyncio.to_thread(named_actor, actor_name(name, config), NAMESPACE)
     except ValueError:
-        return stopped  # no owner actor: asleep, hosted, or owned outside this cluster
+        return stopped, lease  # no owner actor: asleep, hosted, or owned outside this cluster
     try:
         stats: dict[str, Any] = await handle.stats.remote()
     except ray.exceptions.RayActorError:
-        return stopped  # it died meanwhile
-    _refuse_if_in_use(name, stats, force=force)
+        return stopped, lease  # it died meanwhile
+    _refuse_if_in_use(name, stats, force=force)  # early: nothing closed yet
     try:
-        await asyncio.wait_for(handle.close_workspace.remote(), _STOP_TIMEOUT)
+        lease = _handed(
+            name,
+            await asyncio.wait_for(handle.close_for_deletion.remote(force, _DELETE_LEASE), _STOP_TIMEOUT),
+        )
     except (TimeoutError, ray.exceptions.RayActorError):
         pass  # killed below either way; the fence stops whatever it would still write
     ray.kill(handle, no_restart=True)
-    return True
+    return True, lease
 
 
-async def _stop_hosted(config: Settings, name: str, *, force: bool) -> bool:
+async def _stop_hosted(config: Settings, name: str, *, force: bool) -> tuple[bool, tuple[str, int] | None]:
     """Close ``name`` in whichever owner host of this data directory has it open (``owners="hosted"``);
-    the host stays up for its other workspaces. True when one did."""
+    the host stays up for its other workspaces. ``(stopped, lease)`` as :func:`_stop_owner`."""
     import ray
 
     from ._host_placement import forget_claim, host_handles
@@ -253,6 +273,7 @@ async def _stop_hosted(config: Settings, name: str, *, force: bool) -> bool:
     await asyncio.to_thread(forget_claim, config, name)  # a new workspace of that name goes anywhere
     hosts = await asyncio.to_thread(host_handles, config)
     stopped = False
+    lease: tuple[str, int] | None = None
     for host in hosts.values():
         try:
             stats: dict[str, Any] | None = await host.ws_info.remote(name)
@@ -260,28 +281,59 @@ async def _stop_hosted(config: Settings, name: str, *, force: bool) -> bool:
             continue  # died or exited meanwhile: it holds nothing
         if stats is None:
             continue
-        _refuse_if_in_use(name, stats, force=force)
+        _refuse_if_in_use(name, stats, force=force)  # early: nothing closed yet
         try:
-            stopped = (
-                bool(await asyncio.wait_for(host.close_workspace.remote(name), _STOP_TIMEOUT)) or stopped
+            reply = await asyncio.wait_for(
+                host.close_for_deletion.remote(name, force, _DELETE_LEASE), _STOP_TIMEOUT
             )
         except (TimeoutError, ray.exceptions.RayActorError):
             stopped = True  # the fence below stops whatever it would still write
-    return stopped
+            continue
+        if reply is not None:
+            lease = _handed(name, reply) or lease
+            stopped = True
+    return stopped, lease
+
+
+def _handed(name: str, reply: Reply) -> tuple[str, int] | None:
+    """The lease an owner's ``close_for_deletion`` handed over (None: closing already, or the hand-over
+    failed: the deletion takes the lease itself); EBUSY when the owner found a live client."""
+    kind, value = reply
+    if kind != "ok" or not isinstance(value, dict):
+        return None
+    if value.get("busy"):
+        _refuse(name, list(value["busy"]))
+    lease = value.get("lease")
+    return (str(lease[0]), int(lease[1])) if lease else None
+
+
+def hand_to_deletion(directory: Directory, name: str, config: Settings, ttl: float) -> tuple[str, int] | None:
+    """An owner closing for a deletion: take the deletion's lease (node ``deleting``, for ``ttl`` s) in
+    place of releasing its own, so that no owner opens the workspace in between; ``(owner id, epoch)``,
+    None when it failed (logged: the deletion then takes the lease itself)."""
+    try:
+        return take_lease(directory, name, workspace_file(config, name), node=DELETING, host=None, ttl=ttl)
+    except Exception:
+        log.exception("workspace %s: handing the lease to its deletion failed", name)
+        return None
 
 
 def _refuse_if_in_use(name: str, stats: dict[str, Any], *, force: bool) -> None:
     """EBUSY when an owner's ``stats`` say a live client holds ``name`` (unless ``force``)."""
-    reasons = _in_use(stats)
+    reasons = in_use(stats)
     if reasons and not force:
-        raise fs_error(
-            errno.EBUSY,
-            name,
-            f"in use by a live client ({', '.join(reasons)}); retry when it is done, or force the deletion",
-        )
+        _refuse(name, reasons)
 
 
-def _in_use(stats: dict[str, Any]) -> list[str]:
+def _refuse(name: str, reasons: list[str]) -> None:
+    raise fs_error(
+        errno.EBUSY,
+        name,
+        f"in use by a live client ({', '.join(reasons)}); retry when it is done, or force the deletion",
+    )
+
+
+def in_use(stats: dict[str, Any]) -> list[str]:
     """Why an owner counts as held by a live client, from its ``stats`` (empty when it is not)."""
     counts = (
         ("inflight", "call(s) in flight"),
@@ -308,10 +360,15 @@ def _unreachable_owner(record: WorkspaceRecord) -> str:
     )
 
 
-def _remove(config: Settings, directory: Directory, name: str, stopped: bool) -> DeletedWorkspace:
-    """Fence, then remove links, files and the record (blocking: runs in a thread)."""
+def _remove(
+    config: Settings, directory: Directory, name: str, stopped: bool, lease: tuple[str, int] | None = None
+) -> DeletedWorkspace:
+    """Fence, then remove links, files and the record (blocking: runs in a thread). ``lease``: the
+    deletion's, handed over by the owner as it closed; else taken here."""
     path = workspace_file(config, name)
-    owner_id, epoch = take_lease(directory, name, path, node=DELETING, host=None, ttl=_DELETE_LEASE)
+    if lease is None:
+        lease = take_lease(directory, name, path, node=DELETING, host=None, ttl=_DELETE_LEASE)
+    owner_id, epoch = lease
     workspace_id = None
     if path.exists():
         # Raising the stored epoch refuses every write of an owner still running somewhere.

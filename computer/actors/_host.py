@@ -29,6 +29,7 @@ from ..storage import TOUCH, FileSystem, audit_caller
 from ..workspace import Workspace
 from ._backends import owner_backends
 from ._calls import CallJournal
+from ._delete import hand_to_deletion, in_use
 from ._errors import UploadLostError, WorkspaceUnavailableError
 from ._full_nodes import note_created, note_refused
 from ._init import cluster_settings
@@ -154,6 +155,8 @@ class WorkspaceHost(PoolCallbacks):
         self._replies: OrderedDict[str, tuple[float, asyncio.Future[Reply]]] = OrderedDict()
         self._background: list[asyncio.Task[Any]] = []
         self._fence_noticed = False  # a refused call found a newer owner: stopping (``_refused_read_only``)
+        self._deletion_ttl: float | None = None  # closing for a deletion: its lease's length
+        self._deletion_lease: tuple[str, int] | None = None  # and the lease handed to it
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # not inside an async actor: nothing to renew in the background
@@ -324,19 +327,46 @@ class WorkspaceHost(PoolCallbacks):
             await self.workspace.close()
             self._calls.close()
         finally:
-            await offload(  # never the loop's pool: in an owner host every workspace's (_hosts.py)
-                None,
-                self._directory.release_lease,
-                self.name,
-                self.owner_id,
-                self.epoch,
-                hibernating=hibernating,
-            )
+            if self._deletion_ttl is not None:  # handed to the deletion, never released in between
+                self._deletion_lease = await offload(
+                    None, hand_to_deletion, self._directory, self.name, self.config, self._deletion_ttl
+                )
+            else:
+                await offload(  # never the loop's pool: in an owner host every workspace's (_hosts.py)
+                    None,
+                    self._directory.release_lease,
+                    self.name,
+                    self.owner_id,
+                    self.epoch,
+                    hibernating=hibernating,
+                )
 
     async def close_workspace(self) -> None:
         """Close the workspace and release the lease (the host then answers every call as moved)."""
         if not self._closing:
             await self._shutdown(hibernating=False)
+
+    async def close_for_deletion(self, force: bool = False, ttl: float = 60.0) -> Reply:
+        """``delete_workspace``'s check and close, one step on the owner's loop: ``{"busy": reasons}``
+        when a live client holds the workspace (unless ``force``), the owner left open and nothing
+        touched; else the owner stops serving in the same step (every later call, a run's start too,
+        is answered "moved", never started here), closes, and hands its lease to the deletion (node
+        ``deleting``, ``ttl`` seconds, epoch above the file's) instead of releasing it, so no owner can
+        open the workspace between this close and the removal: ``{"lease": (owner id, epoch)}``, or
+        ``{"lease": None}`` when that failed (the deletion takes it itself). "Moved" when the owner
+        was closing already (hibernation, a takeover). Decided in ``computer/actors/README.md``."""
+        if self._closing:
+            return self._moved()
+        reasons = in_use(self._usage())
+        if reasons and not force:
+            return ok({"busy": reasons})
+        self._deletion_ttl = ttl
+        self._closing = True  # no await since the check: nothing can have started in between
+        await self._close_for_deletion()
+        return ok({"lease": self._deletion_lease})
+
+    async def _close_for_deletion(self) -> None:
+        await self._shutdown(hibernating=False)
 
     def _moved(self) -> Reply:
         return moved(self.name, self.managed)
@@ -413,21 +443,27 @@ class WorkspaceHost(PoolCallbacks):
 
         return await self._serve(info)
 
+    def _usage(self) -> dict[str, int]:
+        """What a live client holds (``_delete.in_use`` reads it: ``delete_workspace`` asks)."""
+        return {
+            "inflight": self._inflight,
+            "streams": self._streams,
+            "uploads": len(self._uploads),
+            "locks_held": len(self.workspace.locks.held()),
+            "runs": self.workspace.runtime.active(),  # executions going
+        }
+
     async def stats(self) -> dict[str, Any]:
         """Internal counters, for tests and the status command."""
         return {
+            **self._usage(),
             "name": self.name,
             "epoch": self.epoch,
             "node": self.node_id,
             "host": self.host,
-            "inflight": self._inflight,
             "rpcs": self._rpcs,
-            "locks_held": len(self.workspace.locks.held()),
             "locks_waiting": len(getattr(self.workspace.locks, "_waiting", ())),
-            "streams": self._streams,
             "streams_stopped": self._streams_stopped,
-            "uploads": len(self._uploads),
-            "runs": self.workspace.runtime.active(),  # executions going (delete_workspace asks)
             "closing": self._closing,
             "last_active": self._last_active,
             "pid": os.getpid(),

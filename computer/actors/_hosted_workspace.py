@@ -74,6 +74,9 @@ class HostedWorkspace(OwnerActor):
         """Close the workspace, release the lease and leave the host (the next call opens it again)."""
         await self._leave(hibernating=False)
 
+    async def _close_for_deletion(self) -> None:
+        await self._leave(hibernating=False)  # the host forgets it: the next call opens it (refused)
+
     async def _leave(self, *, hibernating: bool, release: bool = True) -> None:
         """Close (hibernation, fenced, closed on request) and tell the host, which forgets this object."""
         if self._left:

@@ -61,7 +61,7 @@ from ._loop_thread import LoopClosedError, LoopThread, SharedThreadPool
 from ._owner import CONTROL_METHODS, STREAM_GROUP_METHODS, WAIT_METHODS, hop_stream
 from ._small_calls import small_call
 from .directory import Directory, LeaseRenewal, open_directory, renew_leases
-from .wire import fail, moved
+from .wire import Reply, fail, moved
 
 __all__ = [
     "HOST_MAX_CONCURRENCY",
@@ -411,6 +411,22 @@ class OwnerHost:
         if leaving is not None:
             await leaving.wait()
         return True
+
+    async def close_for_deletion(self, name: str, force: bool, ttl: float) -> Reply | None:
+        """``delete_workspace``'s check and close of workspace ``name`` on its own loop
+        (``WorkspaceHost.close_for_deletion``); None when it is not open here (or leaving already)."""
+        self._arrived()
+        ws = self._open.get(name)
+        if ws is None:
+            return None
+        reply: Reply | None = None
+        if name not in self._leaving:  # (leaving already, hibernating: waited for, as a close is)
+            with contextlib.suppress(LoopClosedError):
+                reply = await ws._thread.run(ws.close_for_deletion(force, ttl))
+        leaving = self._leaving.get(name)
+        if leaving is not None:
+            await leaving.wait()
+        return reply
 
     async def inline_small_calls(self, enabled: bool) -> bool:
         """Whether small calls of an idle workspace run on this loop (the default) or cross to the

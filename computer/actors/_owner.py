@@ -164,6 +164,9 @@ class OwnerActor(WorkspaceHost):
     ) -> Any:
         return await self._on_own_loop(super().run_tool(name, args, options, caller))
 
+    async def close_for_deletion(self, force: bool = False, ttl: float = 60.0) -> Any:
+        return await self._on_own_loop(super().close_for_deletion(force, ttl))  # with its runs' starts
+
     async def lock_cancel(self, holder: str) -> Any:
         return await self._on_own_loop(super().lock_cancel(holder))
 

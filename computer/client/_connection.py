@@ -301,7 +301,12 @@ class Connection:
         released = await self._released_cleanly(hosted=isinstance(handle, HostedHandle))
         try:
             await self._reresolve(handle)
-        except OSError:
+        except OSError as exc:
+            if exc.errno == errno.EBUSY:
+                # A deletion holds the workspace (its owner closed for it, then was killed): the call
+                # reached an owner serving nothing (a deletion closes only an idle owner, forced: its
+                # calls go with the file), so the deletion's "being deleted", not "unknown outcome".
+                raise
             return False
         same_actor = actor_id(self.handle) == actor_id(handle)
         same = before is not None and self.owner_id == before and same_actor

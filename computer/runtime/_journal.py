@@ -4,6 +4,17 @@ A record is written when a run starts (status ``running``) and when it ends (the
 ``get_exec`` finds a finished run after its owner restarted. Records still ``running`` that belong to
 an earlier owner are reconciled to ``failed`` ("owner restarted") on the first use. Only the newest
 :data:`MAX_RECORDS` are kept (pruned every 20 finished runs).
+
+Decided: a run cut by its owner's death may have had part of its changes pulled (a pull commits page
+by page, a live sandbox's ticks during the run), and its record, written at the start and the end
+only, cannot list them. Its start record keeps the workspace's revision then (``rev``); the
+reconciled record's ``pulled`` stays empty, and its ``error`` says which it is: ``owner restarted``
+alone when nothing in the workspace (outside ``/.computer``; a directory's new time alone is no change) changed since the run started (nothing of
+it landed: ``pulled=[]`` is the truth), else ``owner restarted: part of what the run changed may have
+been pulled before its owner died (pulled lists none of it); N path(s) changed since it started
+(by it or by others): /a, /b...`` (at most :data:`CUT_EXAMPLES` named), also when the log no longer
+reaches back that far or the record is older than ``rev``. Listing the pulled names exactly would
+cost a record write per committed page of every run.
 """
 
 from __future__ import annotations
@@ -15,11 +26,14 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any
 
+from ..storage import TOUCH
 from .types import ExecResult, OutputTruncation
 
 __all__ = ["JOURNAL_DIR", "MAX_RECORDS", "ExecJournal", "journal_refused", "result_from_record"]
 
 JOURNAL_DIR = "/.computer/exec"
+CUT = "owner restarted"  # a run its owner's death cut: the error of its reconciled record (``_cut``)
+CUT_EXAMPLES = 5  # paths a cut run's error names at most
 MAX_RECORDS = 200
 _PRUNE_EVERY = 20
 # A record's fields and their types (None allowed), checked as it is read back.
@@ -78,8 +92,29 @@ class ExecJournal:
             record = await self._read(f"{self.directory}/{entry.name}")
             if record is None or record.get("status") != "running" or record.get("owner") == self.owner:
                 continue
-            record.update(status="failed", error="owner restarted", finished=time.time())
+            record.update(status="failed", error=self._cut(record), finished=time.time())
             await self._write(record)
+
+    def _cut(self, record: dict[str, Any]) -> str:
+        """The error of a run its owner's death cut (see the module's docstring)."""
+        rev = record.get("rev")
+        changed: list[str] | None = None
+        if isinstance(rev, int) and not isinstance(rev, bool):
+            try:
+                since = self.fs.changes_since(rev, "/")
+            except (OSError, AttributeError):
+                since = None
+            if since is not None and since.complete:
+                outside = (c.path for c in since.changes if c.op != TOUCH and not _system(c.path))
+                changed = sorted(set(outside))
+        if changed == []:
+            return CUT
+        if changed is None:
+            told = "the workspace's log does not reach back to its start"
+        else:
+            names = ", ".join(changed[:CUT_EXAMPLES]) + (", ..." if len(changed) > CUT_EXAMPLES else "")
+            told = f"{len(changed)} path(s) changed since it started (by it or by others): {names}"
+        return f"{CUT}: part of what the run changed may have been pulled before its owner died (pulled lists none of it); {told}"
 
     async def _read(self, path: str) -> dict[str, Any] | None:
         try:
@@ -95,16 +130,18 @@ class ExecJournal:
 
     async def started(self, exec_id: str, backend: str, source: str) -> None:
         await self.ensure_ready()
-        await self._write(
-            {
-                "id": exec_id,
-                "backend": backend,
-                "status": "running",
-                "owner": self.owner,
-                "source": source[:4096],
-                "started": time.time(),
-            }
-        )
+        record: dict[str, Any] = {
+            "id": exec_id,
+            "backend": backend,
+            "status": "running",
+            "owner": self.owner,
+            "source": source[:4096],
+            "started": time.time(),
+        }
+        rev = getattr(self.fs, "rev", None)  # what a reconciliation compares with (``_cut``)
+        if isinstance(rev, int):
+            record["rev"] = rev
+        await self._write(record)
 
     async def finished(self, result: ExecResult, source: str) -> None:
         record = {
@@ -145,6 +182,11 @@ class ExecJournal:
             except OSError as exc:
                 if exc.errno != errno.ENOENT:
                     raise
+
+
+def _system(path: str) -> bool:
+    """A path of the runtime's own (the journal, saved logs), never a run's change."""
+    return path == "/.computer" or path.startswith("/.computer/")
 
 
 def _result_fields(result: ExecResult) -> dict[str, Any]:

@@ -216,9 +216,10 @@ async def test_an_owner_killed_while_it_applies_a_big_pull_keeps_whole_files_and
     committed page by page, ``commit_batch`` after ``commit_batch``). The next owner opens a
     consistent store: every file there is whole (its content is its name), and the run's journal
     record says it failed with its owner (``owner restarted``), not ``running`` for ever. Seen: killed
-    at once, 3,152 of the 4,000 files had landed and the record said ``pulled=[]``: which files of a
-    cut pull landed is not recorded (the record is written at the start and the end only); left to
-    the runtime (see the README), pinned here as what a user sees today."""
+    at once, 3,152 of the 4,000 files had landed and the record said ``pulled=[]``, nothing more: which
+    files of a cut pull landed is not recorded (the record is written at the start and the end only),
+    and now its error says part of the run may have been pulled, naming paths changed since it
+    started (``tests/reliability/test_cut_pull_journal.py`` kills the owner right after a page)."""
     count = 4000
     async with computer.get_workspace(name) as ws:
         await ws.fs.mkdir("/workspace")
@@ -237,7 +238,9 @@ async def test_an_owner_killed_while_it_applies_a_big_pull_keeps_whole_files_and
         result = await asyncio.wait_for((await ws.runtime.get_exec(run)).result(), _DEADLINE)
         assert result.status in ("failed", "completed"), result
         if result.status == "failed":
-            assert result.error == "owner restarted", result
+            assert (result.error or "").startswith("owner restarted"), result
+            if names:  # part of the pull landed: the record says so (``computer/runtime/_journal.py``)
+                assert "may have been pulled" in (result.error or ""), result
         else:
             assert len(names) == count
 
