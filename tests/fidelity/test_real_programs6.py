@@ -6,16 +6,24 @@ running what users run, per call and live, across calls and reopens.
   ``/.computer``: every run failed at run time with bubblewrap's or a bare ``BrokenPipeError``, or
   completed over the other mount's directory with nothing kept and nothing said, or let a program
   rewrite the execution journal. Refused when the backend is built now (``runtime/_mount_root.py``).
+
+Pinned as decided (no defect): extended attributes, which the workspace cannot hold, are refused in the
+sandbox as on a file system without them, so ``tar --xattrs``, ``cp -a`` and ``rsync -aX`` still work.
 """
 
 from __future__ import annotations
+
+import errno
+import os
+import subprocess
+from pathlib import Path
 
 import pytest
 
 import computer
 from computer.runtime import PythonBackend, ShellBackend
 
-from ._support import ok
+from ._support import KINDS, ROOT, need, ok, opened, shell
 
 REFUSED = [
     ("shell", "/usr/src/app", "inside /usr"),
@@ -63,3 +71,51 @@ async def test_a_mount_root_beside_the_sandboxs_own_mounts_runs_and_keeps_what_i
             )
             assert (await ok(ws, source)).stdout.startswith("from the workspace")
             assert await ws.fs.read_text(f"{root}/out") == "made\n"
+
+
+def _archive_with_xattrs(tmp_path: Path) -> bytes:
+    """A tar made on the host with ``--xattrs`` of a file carrying ``user.origin`` (skipped where the
+    host's temporary directory takes no user attributes)."""
+    need("tar")
+    tree = tmp_path / "made"
+    (tree / "a").mkdir(parents=True)
+    (tree / "a" / "f").write_text("with an attribute\n")
+    try:
+        os.setxattr(tree / "a" / "f", "user.origin", b"host")
+    except OSError as exc:
+        pytest.skip(f"no user extended attributes on {tmp_path}: {exc}")
+    subprocess.run(["tar", "--xattrs", "-cf", "x.tar", "a"], cwd=tree, check=True, timeout=30)
+    return (tree / "x.tar").read_bytes()
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_tar_xattrs_unpacks_the_files_and_leaves_the_attributes_out_as_decided(
+    tmp_path: Path, live: bool
+) -> None:
+    """Decision (computer/runtime/README.md, "Fidelity decisions": no extended attributes): the
+    workspace has no place for them, so the sandbox refuses them with ``EOPNOTSUPP``, as a file system
+    without them does, and tools treat them so: ``tar --xattrs -x`` of an archive that has some warns and
+    succeeds, ``cp -a`` and ``rsync -aX`` copy the rest. The files themselves go through, and after a
+    reopen too."""
+    need("rsync")
+    db = tmp_path / "ws.sqlite"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/x.tar", _archive_with_xattrs(tmp_path))
+        unpacked = await ok(ws, "tar --xattrs --xattrs-include='*' -xf x.tar && cp -a a b && rsync -aX a/ c/")
+        assert "Operation not supported" in unpacked.stderr, unpacked.stderr
+        refused = await ok(ws, SETXATTR)
+        assert refused.stdout == f"{errno.EOPNOTSUPP} []\n"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        again = await ok(ws, "cat a/f b/f c/f")
+        assert again.stdout == "with an attribute\n" * 3
+        assert await ws.fs.read_text(f"{ROOT}/c/f") == "with an attribute\n"
+
+
+SETXATTR = """python3 -c "
+import os
+try:
+    os.setxattr('a/f', 'user.k', b'v')
+except OSError as e:
+    print(e.errno, os.listxattr('a/f'))
+"
+"""
