@@ -6,6 +6,9 @@ running what users run, per call and live, across calls and reopens.
   ``/.computer``: every run failed at run time with bubblewrap's or a bare ``BrokenPipeError``, or
   completed over the other mount's directory with nothing kept and nothing said, or let a program
   rewrite the execution journal. Refused when the backend is built now (``runtime/_mount_root.py``).
+- Both backends live on one workspace: a python program's saves, delivered into the idle shell sandbox,
+  were refused at its next pull as workspace changes, its last version of a file lost to an older one
+  (``runtime/_deliver.py``: a delivery is a time alone, no conflict).
 
 Pinned as decided (no defect): extended attributes, which the workspace cannot hold, are refused in the
 sandbox as on a file system without them, so ``tar --xattrs``, ``cp -a`` and ``rsync -aX`` still work.
@@ -23,7 +26,7 @@ import pytest
 import computer
 from computer.runtime import PythonBackend, ShellBackend
 
-from ._support import KINDS, ROOT, need, ok, opened, shell
+from ._support import KINDS, PYTHON_LIVE, ROOT, need, ok, opened, shell
 
 REFUSED = [
     ("shell", "/usr/src/app", "inside /usr"),
@@ -119,3 +122,42 @@ except OSError as e:
     print(e.errno, os.listxattr('a/f'))
 "
 """
+
+
+WRITER = """
+import os, time
+for i in range(60):
+    with open(f'p/t{i % 5}', 'w') as f:
+        f.write(str(i))
+    os.replace(f'p/t{i % 5}', f'p/f{i % 7}')
+    time.sleep(0.02)
+"""
+
+
+@pytest.mark.slow
+async def test_a_python_program_s_writes_are_not_refused_for_the_shell_sandbox_s_delivery_of_them(
+    tmp_path: Path,
+) -> None:
+    """Both backends live on one workspace, the shell's sandbox idle but for a background ``sleep``, a
+    python program saving files over and over (``os.replace``, an atomic save): each of its versions
+    reaches the shell's sandbox, whose delivery time of it (``runtime/_deliver.py``) was committed as a
+    change of the workspace's. The program's next version of that file in the same interval was then
+    refused ("changed in the workspace during the run") and, when it was its last, the older one given
+    back to it: 2 of 3 rounds lost the last version of 2-3 of the 7 files. A delivery is a time alone
+    now, which refuses no program's change."""
+    if not PYTHON_LIVE:
+        pytest.skip("no cgroup freezer here")
+    db = tmp_path / "ws.sqlite"
+    last = {f"f{k}": str(max(i for i in range(60) if i % 7 == k)) for k in range(7)}
+    listing = "cd p && for f in f0 f1 f2 f3 f4 f5 f6; do echo $f $(cat $f); done"
+    async with opened(db, shell=shell(True), python_live=True) as ws:
+        await ok(ws, "mkdir p && (sleep 120 > /dev/null 2>&1 &)")  # keeps the shell's sandbox syncing
+        for _ in range(3):
+            wrote = await ok(ws, WRITER, backend="python")
+            assert wrote.skipped_reasons == {}, wrote.skipped_reasons
+            kept = {name: await ws.fs.read_text(f"{ROOT}/p/{name}") for name in last}
+            assert kept == last
+        seen = (await ok(ws, listing)).stdout
+        assert seen == "".join(f"{name} {text}\n" for name, text in last.items())
+    async with opened(db, shell=shell(True), python_live=True) as ws:
+        assert (await ok(ws, listing)).stdout == seen
