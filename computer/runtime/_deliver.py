@@ -34,7 +34,9 @@ rules). Before (s64), a file one live sandbox's program wrote, pulled and then d
 live sandbox (the shell's idle, a ``sleep`` in it: the python backend's program writing) was a
 workspace change for the writer's next pull: the program's next version of the file in that interval
 was refused ("the workspace's version was kept"), and its mirror was given the older version back:
-its last writes lost, in 2 of 3 rounds of 60 writes.
+its last writes lost, in 2 of 3 rounds of 60 writes. The store's check of a write through a file's node
+(``in_place``) leaves them out too (``_pull_commit``): a delivery under a file's other name refused a
+program's append to it.
 """
 
 from __future__ import annotations
