@@ -13,6 +13,16 @@ running what users run, per call and live, across calls and reopens.
 
 Pinned as decided (no defect): extended attributes, which the workspace cannot hold, are refused in the
 sandbox as on a file system without them, so ``tar --xattrs``, ``cp -a`` and ``rsync -aX`` still work.
+A strict xfail: a symlink with several names (``cp -al``, ``ln`` of a symlink) keeps its target under each,
+but after a reopen each name is a symlink of its own (the workspace links files only).
+
+Also tried and found right (not kept here): names that are NFC/NFD twins, case twins, with CR, tab,
+BOM or zero-width characters; ``git pack-refs``/``gc``/``repack``/``worktree`` after reopens; ``rsync
+-aHS``; ``make -j4`` with order-only prerequisites; ``cp --reflink``; ``O_TMPFILE`` + ``linkat``;
+``O_DIRECT``; hole punching; times before 1970 to the nanosecond; a 2 GiB + 4 KiB file per call and
+live; ``pytest`` run in the sandbox (its cache, ``--lf``, assertion-rewritten ``.pyc``) across edits
+and reopens; random sequences of 10 file operations x 4 calls, as the sandbox's user, against the same
+on a local tmpfs (only the symlink link count and setgid directories, as decided, differ).
 """
 
 from __future__ import annotations
