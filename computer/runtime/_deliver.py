@@ -36,7 +36,8 @@ workspace change for the writer's next pull: the program's next version of the f
 was refused ("the workspace's version was kept"), and its mirror was given the older version back:
 its last writes lost, in 2 of 3 rounds of 60 writes. The store's check of a write through a file's node
 (``in_place``) leaves them out too (``_pull_commit``): a delivery under a file's other name refused a
-program's append to it.
+program's append to it. A retimed file of several names has every name take the new time in (before, the
+others kept the old one, and a run's look at every file took it for its program's change).
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._backend import ExecContext, SyncPull, SyncPush, mirror_ns, store_time
+from ._entry import INO, Entry
 from ._mirror_base import entry_of
 from ._tasks import offload
 
@@ -121,6 +123,7 @@ class Delivery:
         """(A time in the future keeps its own; a file gone or changed meanwhile is left alone; the
         mirror's state takes the new time in, so the next pull sees no change.)"""
         now = time.time_ns()
+        linked: dict[int, Entry] = {}  # a file of several names: every name takes the new time in
         for path, ns in itertools.islice(self.found.items(), DELIVER_FILES):
             rel = mirror.rel(path)
             old = mirror.state.get(rel)
@@ -129,10 +132,15 @@ class Delivery:
             host = mirror.host(path)
             try:  # (no program runs: the sandbox is frozen or holds none)
                 os.utime(host, ns=(now, now), follow_symlinks=False)
-                mirror.state[rel] = entry_of(os.lstat(host))
+                st = os.lstat(host)
             except OSError:  # (below a directory locked to this process)
                 continue
+            mirror.state[rel] = entry = entry_of(st)
+            if st.st_nlink > 1:
+                linked[entry[INO]] = entry
             self.retimed[path] = now
+        if linked:  # (before, s64: its other names kept the old time, a program's change at the next look)
+            mirror.take_in(linked)
 
     async def commit(self, mirror: Mirror, ctx: ExecContext) -> None:
         """The delivery times into the store as the workspace's (``SyncPull.delivered``); the mirror's

@@ -10,6 +10,8 @@ running what users run, per call and live, across calls and reopens.
   were refused at its next pull as workspace changes, its last version of a file lost to an older one
   (``runtime/_deliver.py``: a delivery is a time alone, no conflict); and a program's append to a file
   with two names, through its node, refused when the other sandbox delivered it under its other name.
+  The same log's other name kept its old time in the sandbox that delivered it, so a program there that
+  removed a name took the log for its own change: pulled, and the appends refused for it.
 
 Pinned as decided (no defect): extended attributes, which the workspace cannot hold, are refused in the
 sandbox as on a file system without them, so ``tar --xattrs``, ``cp -a`` and ``rsync -aX`` still work.
@@ -232,3 +234,42 @@ async def test_a_delivery_to_one_name_refuses_no_write_through_another_of_the_sa
         pulled = await ctx.sync_pull(SyncPull(ROOT, files=[append]), base)
         assert pulled.reasons == {}
         assert await ws.fs.read_file(f"{ROOT}/backup.log") == b"one\ntwo\n"
+
+
+NAMES_MADE_AND_REMOVED = """
+import os, time
+for i in range(30):
+    with open('scratch', 'w') as f:
+        f.write('x')
+    os.remove('scratch')
+    time.sleep(0.04)
+"""
+
+
+@pytest.mark.slow
+async def test_a_log_with_two_names_appended_in_one_sandbox_while_a_program_of_the_other_removes_names(
+    tmp_path: Path,
+) -> None:
+    """Both backends live: a shell program appends to a log with a second name (``ln``) while a python
+    program makes and removes a scratch file. The python sandbox is given each version of the log and
+    retimes it (its delivery time) under one name; the other name's entry kept the old time, and a run
+    that removed a name looks at every file again (``Mirror.look_again``): the log was taken for the
+    python program's change, pulled as its own, and the shell's appends were refused for it ("changed
+    in the workspace during the run"), in every round. Every name takes the delivery time in now."""
+    if not PYTHON_LIVE:
+        pytest.skip("no cgroup freezer here")
+    db = tmp_path / "ws.sqlite"
+    appender = "for i in $(seq 1 50); do echo $i >> logs/app.log; sleep 0.02; done"
+    async with opened(db, shell=shell(True), python_live=True) as ws:
+        await ok(ws, "import subprocess\nsubprocess.Popen(['sleep', '120'])", backend="python")
+        await ok(ws, "mkdir logs && touch logs/app.log && ln logs/app.log logs/backup.log")
+        for n in range(1, 4):
+            remover = await ws.runtime.exec(NAMES_MADE_AND_REMOVED, backend="python", timeout=60)
+            appended = await ok(ws, appender)
+            removed = await remover.result()
+            assert removed.status == "completed", removed.stderr
+            assert (removed.skipped_reasons, appended.skipped_reasons) == ({}, {})
+            assert "/workspace/logs/app.log" not in removed.pulled
+            assert (await ws.fs.read_text(f"{ROOT}/logs/backup.log")).count("\n") == 50 * n
+    async with opened(db, shell=shell(True), python_live=True) as ws:
+        assert (await ok(ws, "wc -l < logs/app.log; stat -c %h logs/backup.log")).stdout == "150\n2\n"
