@@ -150,7 +150,7 @@ for i in range(60):
 
 @pytest.mark.slow
 async def test_a_python_program_s_writes_are_not_refused_for_the_shell_sandbox_s_delivery_of_them(
-    tmp_path: Path,
+    db: Path,
 ) -> None:
     """Both backends live on one workspace, the shell's sandbox idle but for a background ``sleep``, a
     python program saving files over and over (``os.replace``, an atomic save): each of its versions
@@ -161,8 +161,7 @@ async def test_a_python_program_s_writes_are_not_refused_for_the_shell_sandbox_s
     now, which refuses no program's change."""
     if not PYTHON_LIVE:
         pytest.skip("no cgroup freezer here")
-    db = tmp_path / "ws.sqlite"
-    last = {f"f{k}": str(max(i for i in range(60) if i % 7 == k)) for k in range(7)}
+        last = {f"f{k}": str(max(i for i in range(60) if i % 7 == k)) for k in range(7)}
     listing = "cd p && for f in f0 f1 f2 f3 f4 f5 f6; do echo $f $(cat $f); done"
     async with opened(db, shell=shell(True), python_live=True) as ws:
         await ok(ws, "mkdir p && (sleep 120 > /dev/null 2>&1 &)")  # keeps the shell's sandbox syncing
@@ -183,12 +182,11 @@ SYMLINK_NAMES = "stat -c '%h %N' d/l d/l2 e/l"
 
 @pytest.mark.parametrize("live", KINDS)
 async def test_hard_links_of_a_symlink_keep_their_target_across_calls_and_a_reopen(
-    tmp_path: Path, live: bool
+    db: Path, live: bool
 ) -> None:
     """``cp -al`` of a tree holding symlinks, and ``ln`` of a symlink, give one symlink several names
     (GNU ``ln``/``cp`` link the symlink itself): every name keeps its target in later calls, in the
     workspace and after a reopen."""
-    db = tmp_path / "ws.sqlite"
     async with opened(db, shell=shell(live), python=False) as ws:
         made = await ok(ws, f"{LINKED_SYMLINKS} && {SYMLINK_NAMES}")
         assert made.stdout == "".join(f"3 '{name}' -> '../t'\n" for name in ("d/l", "d/l2", "e/l"))
@@ -205,8 +203,7 @@ async def test_hard_links_of_a_symlink_keep_their_target_across_calls_and_a_reop
     "with one target): after a reopen each name of a hard-linked symlink is a symlink of its own, link "
     "count 1 (computer/runtime/README.md, 'Fidelity decisions')",
 )
-async def test_the_link_count_of_a_hard_linked_symlink_after_a_reopen(tmp_path: Path, live: bool) -> None:
-    db = tmp_path / "ws.sqlite"
+async def test_the_link_count_of_a_hard_linked_symlink_after_a_reopen(db: Path, live: bool) -> None:
     async with opened(db, shell=shell(live), python=False) as ws:
         made = await ok(ws, f"{LINKED_SYMLINKS} && {SYMLINK_NAMES}")
     async with opened(db, shell=shell(live), python=False) as ws:
@@ -248,7 +245,7 @@ for i in range(30):
 
 @pytest.mark.slow
 async def test_a_log_with_two_names_appended_in_one_sandbox_while_a_program_of_the_other_removes_names(
-    tmp_path: Path,
+    db: Path,
 ) -> None:
     """Both backends live: a shell program appends to a log with a second name (``ln``) while a python
     program makes and removes a scratch file. The python sandbox is given each version of the log and
@@ -258,8 +255,7 @@ async def test_a_log_with_two_names_appended_in_one_sandbox_while_a_program_of_t
     in the workspace during the run"), in every round. Every name takes the delivery time in now."""
     if not PYTHON_LIVE:
         pytest.skip("no cgroup freezer here")
-    db = tmp_path / "ws.sqlite"
-    appender = "for i in $(seq 1 50); do echo $i >> logs/app.log; sleep 0.02; done"
+        appender = "for i in $(seq 1 50); do echo $i >> logs/app.log; sleep 0.02; done"
     async with opened(db, shell=shell(True), python_live=True) as ws:
         await ok(ws, "import subprocess\nsubprocess.Popen(['sleep', '120'])", backend="python")
         await ok(ws, "mkdir logs && touch logs/app.log && ln logs/app.log logs/backup.log")
