@@ -161,7 +161,7 @@ async def test_a_python_program_s_writes_are_not_refused_for_the_shell_sandbox_s
     now, which refuses no program's change."""
     if not PYTHON_LIVE:
         pytest.skip("no cgroup freezer here")
-        last = {f"f{k}": str(max(i for i in range(60) if i % 7 == k)) for k in range(7)}
+    last = {f"f{k}": str(max(i for i in range(60) if i % 7 == k)) for k in range(7)}
     listing = "cd p && for f in f0 f1 f2 f3 f4 f5 f6; do echo $f $(cat $f); done"
     async with opened(db, shell=shell(True), python_live=True) as ws:
         await ok(ws, "mkdir p && (sleep 120 > /dev/null 2>&1 &)")  # keeps the shell's sandbox syncing
@@ -255,7 +255,7 @@ async def test_a_log_with_two_names_appended_in_one_sandbox_while_a_program_of_t
     in the workspace during the run"), in every round. Every name takes the delivery time in now."""
     if not PYTHON_LIVE:
         pytest.skip("no cgroup freezer here")
-        appender = "for i in $(seq 1 50); do echo $i >> logs/app.log; sleep 0.02; done"
+    appender = "for i in $(seq 1 50); do echo $i >> logs/app.log; sleep 0.02; done"
     async with opened(db, shell=shell(True), python_live=True) as ws:
         await ok(ws, "import subprocess\nsubprocess.Popen(['sleep', '120'])", backend="python")
         await ok(ws, "mkdir logs && touch logs/app.log && ln logs/app.log logs/backup.log")
