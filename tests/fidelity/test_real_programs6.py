@@ -12,6 +12,9 @@ running what users run, per call and live, across calls and reopens.
   with two names, through its node, refused when the other sandbox delivered it under its other name.
   The same log's other name kept its old time in the sandbox that delivered it, so a program there that
   removed a name took the log for its own change: pulled, and the appends refused for it.
+- A python call's atomic save (``os.replace``) over a file the shell's mirror held with a second name:
+  that mirror wrote the new bytes into the file it held, its other name with them (``storage/_batch.py``
+  logs such a replacement as a removal first, as it did a directory or symlink replaced by a file).
 
 Pinned as decided (no defect): extended attributes, which the workspace cannot hold, are refused in the
 sandbox as on a file system without them, so ``tar --xattrs``, ``cp -a`` and ``rsync -aX`` still work.
@@ -269,3 +272,30 @@ async def test_a_log_with_two_names_appended_in_one_sandbox_while_a_program_of_t
             assert (await ws.fs.read_text(f"{ROOT}/logs/backup.log")).count("\n") == 50 * n
     async with opened(db, shell=shell(True), python_live=True) as ws:
         assert (await ok(ws, "wc -l < logs/app.log; stat -c %h logs/backup.log")).stdout == "150\n2\n"
+
+
+ATOMIC_SAVE = "import os\nwith open('t', 'w') as f:\n    f.write('two\\n')\nos.replace('t', 'a')"
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_an_atomic_save_by_one_backend_over_a_file_the_other_holds_with_a_second_name(
+    db: Path, live: bool
+) -> None:
+    """A shell call keeps a second name of a file (``ln a b``: a backup, an ``rsync --link-dest`` or
+    ``cp -al`` snapshot); a python call saves ``a`` atomically (``os.replace``): ``a`` is a new file,
+    ``b`` keeps the old bytes, in the workspace. The shell's mirror was given the new ``a`` written into
+    the file it held, so its ``b`` showed the new bytes with a link count of 2 (and a later write to
+    ``b`` there would have been pulled over the workspace's). The store logs such a replacement as a
+    removal first now, so every mirror makes ``a`` anew. Per call and live, and after a reopen."""
+    if live and not PYTHON_LIVE:
+        pytest.skip("no cgroup freezer here")
+    look = "cat a b; stat -c %h b"
+    async with opened(db, shell=shell(live), python_live=live) as ws:
+        await ok(ws, "echo one > a && ln a b")
+        await ok(ws, ATOMIC_SAVE, backend="python")
+        assert [await ws.fs.read_text(f"{ROOT}/{name}") for name in "ab"] == ["two\n", "one\n"]
+        assert (await ok(ws, look)).stdout == "two\none\n1\n"
+        await ok(ws, "echo three >> b")
+        assert await ws.fs.read_text(f"{ROOT}/a") == "two\n"
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, look)).stdout == "two\none\nthree\n1\n"
