@@ -179,6 +179,8 @@ async def test_a_python_program_s_writes_are_not_refused_for_the_shell_sandbox_s
         assert (await ok(ws, listing)).stdout == seen
 
 
+# One symlink, three names: ``cp -al`` links the symlink ``d/l`` as ``e/l``, ``ln`` as ``d/l2`` (GNU tools
+# link the symlink itself, not its target, which does not exist).
 LINKED_SYMLINKS = "mkdir -p d && ln -s ../t d/l && cp -al d e && ln d/l d/l2"
 SYMLINK_NAMES = "stat -c '%h %N' d/l d/l2 e/l"
 
