@@ -15,7 +15,7 @@ from ..storage import TOUCH
 from ..storage.paths import canonical
 from ._backend import MirrorFile, PullResult, SyncPull
 from ._codec import to_plain
-from ._deliver import deliverable, record_delivered
+from ._deliver import deliverable, record_delivered, record_delivery_revs, without_deliveries
 from ._dir_times import keep_later
 from ._journal import JOURNAL_DIR, journal_refused
 from ._moves import Move, follow
@@ -73,6 +73,8 @@ class LocalExecContext(PushPages, PullCommits):
         self.shares = ShareBudget()  # what the share links of its programs may hold (``_share_budget``)
         # Times live mirrors' deliveries committed (``_deliver``): another mirror's never replace them.
         self.delivered: dict[str, tuple[int, int]] = {}
+        # The revisions of those commits: a time alone, no conflict for any pull (``without_deliveries``).
+        self.delivery_revs: dict[int, None] = {}
 
     @property
     def fs(self) -> Any:
@@ -126,7 +128,9 @@ class LocalExecContext(PushPages, PullCommits):
         hold = getattr(fs, "hold_log", None)
         if hold is not None and not pull.done:  # more pages to come: the log after ``base_rev`` stays
             hold(base_rev, _HOLD_LOG)
-        since = fs.changes_since(base_rev, root, skip_revs=sorted(own))
+        since = without_deliveries(
+            fs.changes_since(base_rev, root, skip_revs=sorted(own)), self.delivery_revs
+        )
         # A directory's new time alone (another run's pull) refuses nothing below it.
         changed = [c.path for c in since.changes if c.op != TOUCH]
         linked = await other_names(fs, changed, root)
@@ -257,6 +261,7 @@ class LocalExecContext(PushPages, PullCommits):
             applied = [p for p in applied if p not in only]
             if pull.delivered:
                 record_delivered(pull, set(reasons) | (set(pull.dir_times) - only), self.delivered)
+                record_delivery_revs(own - set(pull.own_revs), self.delivery_revs)
         if staged is not None and pull.done:
             with contextlib.suppress(OSError):
                 before = fs.rev

@@ -27,6 +27,17 @@ first one's: the owner refuses a delivery over a time that is itself a delivery 
 delivered``), else each mirror's delivery would be a change for the other, pushes and commits without
 end. So the second sandbox's programs see the right order while it lives; after a reopen, an output one
 of them wrote between the two deliveries from the old content is newer than the input (left as is).
+
+A delivery is a time alone, never content: its commit refuses no program's change (``without_deliveries``:
+the owner leaves the revisions of its delivery commits, ``delivery_revs``, out of a pull's conflict
+rules). Before (s64), a file one live sandbox's program wrote, pulled and then delivered into the other
+live sandbox (the shell's idle, a ``sleep`` in it: the python backend's program writing) was a
+workspace change for the writer's next pull: the program's next version of the file in that interval
+was refused ("the workspace's version was kept"), and its mirror was given the older version back:
+its last writes lost, in 2 of 3 rounds of 60 writes. The store's check of a write through a file's node
+(``in_place``) leaves them out too (``_pull_commit``): a delivery under a file's other name refused a
+program's append to it. A retimed file of several names has every name take the new time in (before, the
+others kept the old one, and a run's look at every file took it for its program's change).
 """
 
 from __future__ import annotations
@@ -35,14 +46,17 @@ import dataclasses
 import itertools
 import os
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ._backend import ExecContext, SyncPull, SyncPush, mirror_ns, store_time
+from ._entry import INO, Entry
 from ._mirror_base import entry_of
 from ._tasks import offload
 
 if TYPE_CHECKING:
+    from ..storage import ChangeSet
     from ._mirror import Mirror
 
 # At most this many files of one push are retimed (the rest keep the store's time): each is a
@@ -50,7 +64,15 @@ if TYPE_CHECKING:
 DELIVER_FILES = 1_000
 INLINE = 64  # past this many, the mirror's part runs in a worker thread
 
-__all__ = ["DELIVERED_PATHS", "DELIVER_FILES", "Delivery", "deliverable", "record_delivered"]
+__all__ = [
+    "DELIVERED_PATHS",
+    "DELIVER_FILES",
+    "Delivery",
+    "deliverable",
+    "record_delivered",
+    "record_delivery_revs",
+    "without_deliveries",
+]
 
 
 @dataclass
@@ -101,6 +123,7 @@ class Delivery:
         """(A time in the future keeps its own; a file gone or changed meanwhile is left alone; the
         mirror's state takes the new time in, so the next pull sees no change.)"""
         now = time.time_ns()
+        linked: dict[int, Entry] = {}  # a file of several names: every name takes the new time in
         for path, ns in itertools.islice(self.found.items(), DELIVER_FILES):
             rel = mirror.rel(path)
             old = mirror.state.get(rel)
@@ -109,10 +132,15 @@ class Delivery:
             host = mirror.host(path)
             try:  # (no program runs: the sandbox is frozen or holds none)
                 os.utime(host, ns=(now, now), follow_symlinks=False)
-                mirror.state[rel] = entry_of(os.lstat(host))
+                st = os.lstat(host)
             except OSError:  # (below a directory locked to this process)
                 continue
+            mirror.state[rel] = entry = entry_of(st)
+            if st.st_nlink > 1:
+                linked[entry[INO]] = entry
             self.retimed[path] = now
+        if linked:  # (before, s64: its other names kept the old time, a program's change at the next look)
+            mirror.take_in(linked)
 
     async def commit(self, mirror: Mirror, ctx: ExecContext) -> None:
         """The delivery times into the store as the workspace's (``SyncPull.delivered``); the mirror's
@@ -170,3 +198,21 @@ def record_delivered(pull: SyncPull, skipped: set[str], delivered: dict[str, tup
             delivered[path] = (ms, pull.dir_sub_ns.get(path, 0))
     while len(delivered) > DELIVERED_PATHS:
         del delivered[next(iter(delivered))]
+
+
+def record_delivery_revs(revs: Iterable[int], delivery_revs: dict[int, None]) -> None:
+    """Keep ``revs``, the revisions a delivery's commit made, in ``delivery_revs`` (the owner's), at most
+    :data:`DELIVERED_PATHS` (the oldest forgotten first: a forgotten one counts as a change again)."""
+    for rev in revs:
+        delivery_revs[rev] = None
+    while len(delivery_revs) > DELIVERED_PATHS:
+        del delivery_revs[next(iter(delivery_revs))]
+
+
+def without_deliveries(since: ChangeSet, delivery_revs: dict[int, None]) -> ChangeSet:
+    """``since`` less the entries of delivery commits: a file's delivery time is no change of its
+    content, so no conflict for a pull that changes it (see the module's docstring)."""
+    if not delivery_revs:
+        return since
+    kept = [c for c in since.changes if c.rev not in delivery_revs]
+    return since if len(kept) == len(since.changes) else dataclasses.replace(since, changes=kept)

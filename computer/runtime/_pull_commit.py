@@ -52,6 +52,7 @@ class PullCommits:
     """The commits of a pull's page; mixed into :class:`LocalExecContext` (``self.fs``)."""
 
     fs: Any
+    delivery_revs: dict[int, None]  # (``LocalExecContext``: delivery commits, no change of a file's bytes)
 
     async def _commit_main(
         self,
@@ -187,7 +188,7 @@ class PullCommits:
         in_place = options.get("in_place")
         if in_place:
             options["in_place"] = {path: rev for path, rev in in_place.items() if path in writes}
-            options["own_revs"] = sorted(own)
+            options["own_revs"] = sorted(own.union(self.delivery_revs))  # (a delivery: a time alone)
         before = self.fs.rev
         batch = self.fs.commit_batch(writes, **options)
         if batch.rev != before:

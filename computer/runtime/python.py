@@ -43,6 +43,7 @@ from ._live_calls import LiveCalls
 from ._live_set import JobSpec, LiveSandboxes
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
+from ._mount_root import check_mount_root
 from ._process import out_of_memory_error, stream_process
 from ._pychannel import (
     GUEST_FLAGS,
@@ -58,7 +59,7 @@ from ._pychannel import (
 )
 from ._reaper import reap_periodically
 from ._sandbox import Bind, Sandbox, SandboxLimits
-from ._staging import stage_python
+from ._staging import PYTHON_DIR, stage_python
 from ._sync import MirrorSync
 from ._tasks import offload, run_to_completion
 from ._warm import PreparedSandbox, Ready, Warm, WarmSandboxes, prepare_sandbox
@@ -102,9 +103,7 @@ class PythonBackend(LiveCalls):
         ``mount_root`` is mirrored (the default cwd); ``live``, ``live_idle``, ``live_lifetime`` and the
         sync settings (``max_entries``…) are the shell's. ``warm_guests``: what is started ahead per mirror (a live
         sandbox, or with ``live=False`` a guest interpreter; 0: none), at most ``warm_sandboxes`` in all."""
-        self.mount_root = canonical(mount_root)
-        if self.mount_root == "/":
-            raise ValueError("mount_root cannot be / (the sandbox needs its own /usr, /tmp…)")
+        self.mount_root = check_mount_root(canonical(mount_root), (PYTHON_DIR, _GUEST_DIR))
         self.default_cwd = cwd or self.mount_root
         # What the host reads from the guest's channel (see ``_codec``); ``max_write_bytes`` is the
         # largest ``workspace.write_file`` (the host holds that much while the workspace stores it).

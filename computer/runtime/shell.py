@@ -35,6 +35,7 @@ from ._live_set import JobSpec, LiveSandboxes
 from ._live_shell import AheadShell, start_shell
 from ._mirror import Mirror
 from ._mirror_pool import MirrorPool
+from ._mount_root import check_mount_root
 from ._process import ProcessOutcome, out_of_memory_error, stream_process
 from ._reaper import reap_periodically
 from ._sandbox import Bind, Sandbox, SandboxLimits, run_to_completion
@@ -115,9 +116,7 @@ class ShellBackend(LiveCalls):
         Not live, a run whose command left processes running in the background says on its stderr
         which ones ended with it (``_leftovers``), followed by :attr:`background_advice` when set
         (how to keep one running: a CLI names its own ways)."""
-        self.mount_root = canonical(mount_root)
-        if self.mount_root == "/":
-            raise ValueError("mount_root cannot be / (the sandbox needs its own /usr, /tmp…)")
+        self.mount_root = check_mount_root(canonical(mount_root))
         self.limits = SyncLimits(
             max_file_bytes=max_file_bytes, max_files=max_files, max_sync_bytes=max_sync_bytes
         )

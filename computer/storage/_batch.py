@@ -33,6 +33,8 @@ W = TypeVar("W")
 
 __all__ = ["changes_since", "commit_batch", "manifest"]
 
+_NLINK = "SELECT nlink FROM inodes WHERE id = ?"
+
 
 def manifest(
     st: Store, root: str, *, inodes: bool = False, after: str | None = None, limit: int | None = None
@@ -234,6 +236,11 @@ def commit_batch(
                 remove_node(st, real, pino, name, node[0], node[1])
                 m.log(real, "rm")
                 node = None
+            elif node is not None and p not in through and st.db.one(_NLINK, (node[0],))[0] > 1:
+                # A file of several names the batch replaces (a program's ``os.replace`` over it): this
+                # name gets a new file, the others keep theirs. Logged as removed first too: another
+                # mirror wrote the new bytes into the file it holds, its other names with it (s64).
+                m.log(real, "rm")
             parts = Assembler(st, p, None, staged=False)
             if isinstance(data, (bytes, bytearray, memoryview)):
                 parts.feed_bytes(bytes(data))
