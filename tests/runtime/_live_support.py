@@ -33,6 +33,21 @@ def settles(mirror: Any, paced: bool = False, within: float = 5.0) -> bool:
     return True
 
 
+async def ticks_on(ws: Any, path: str = "tick", within: float = 30.0) -> None:
+    """A sandbox's background loop rewriting ``path`` goes on: a later run reads another value (polled:
+    one look 0.2 s later counted on a loaded machine running the loop in time)."""
+
+    async def read() -> str:
+        return str((await (await ws.runtime.exec(f"cat {path}")).result()).stdout)
+
+    before = await read()
+    assert before, f"{path} is empty"
+    deadline = time.monotonic() + within
+    while await read() == before:
+        assert time.monotonic() < deadline, f"the sandbox's loop stands still ({path} stays {before!r})"
+        await asyncio.sleep(0.1)
+
+
 def host_pids_with(marker: str) -> list[int]:
     """Host pids whose command line holds ``marker`` (this process left out)."""
     found = []
