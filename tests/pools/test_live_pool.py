@@ -24,7 +24,7 @@ from .pool_helpers import (
 )
 
 
-async def _until_exists(ws: object, path: str, within: float = 5.0) -> None:
+async def _until_exists(ws: object, path: str, within: float = 30.0) -> None:
     deadline = time.monotonic() + within
     while not await ws.fs.exists(path):  # type: ignore[attr-defined]
         assert time.monotonic() < deadline, f"{path} did not appear within {within} s"
