@@ -280,7 +280,11 @@ class SyncMachine(WorkspaceMachine):
 
         async def step() -> ExecResult:
             handle = await self.ws.runtime.exec(
-                f"echo ready; sleep 1; {source}", env=env_of(run_op), timeout=60
+                # 3 s for the workspace's change once "ready" shows: 1 s was not always enough for a
+                # 1.6 MB write under load ~15 on 2 cores (the run ended first: the step proved nothing).
+                f"echo ready; sleep 3; {source}",
+                env=env_of(run_op),
+                timeout=60,
             )
             ready = asyncio.Event()
 
@@ -431,8 +435,10 @@ class LiveSyncMachine(SyncMachine):
     def two_concurrent_runs(self, first: Op, second: Op) -> None:
         async def step() -> None:
             source, effects = shell_of(first, self.model)
-            one = await self.ws.runtime.exec(source + "; sleep 1", env=env_of(first), timeout=60)
-            await asyncio.sleep(0.3)  # the first acted (its sleep keeps it running)
+            one = await self.ws.runtime.exec(source + "; echo acted; sleep 1", env=env_of(first), timeout=60)
+            async for snapshot in one:  # the first acted (its sleep keeps it running): 0.3 s after the
+                if "acted" in snapshot.stdout:  # call was not always so on a loaded machine
+                    break
             self_model_after_first = dict(self.model)
             for path, content in effects.items():
                 if content is None:

@@ -24,7 +24,7 @@ from .pool_helpers import (
 )
 
 
-async def _until_exists(ws: object, path: str, within: float = 5.0) -> None:
+async def _until_exists(ws: object, path: str, within: float = 30.0) -> None:
     deadline = time.monotonic() + within
     while not await ws.fs.exists(path):  # type: ignore[attr-defined]
         assert time.monotonic() < deadline, f"{path} did not appear within {within} s"
@@ -88,8 +88,10 @@ async def test_a_pid_file_written_by_a_running_command_is_visible_through_a_clie
     cluster: Settings, name: str
 ) -> None:
     async with computer.get_workspace(name) as ws:
-        handle = await ws.runtime.exec("echo $$ > app.pid; sleep 3; echo done")
-        await _until_exists(ws, "/workspace/app.pid", within=3.0)
+        # Still running when the file shows, however late a loaded machine's sync (see tests/runtime's
+        # test_a_pid_file_is_visible_through_fs_while_the_command_runs).
+        handle = await ws.runtime.exec("echo $$ > app.pid; sleep 120; echo done")
+        await _until_exists(ws, "/workspace/app.pid", within=60.0)
         await handle.kill()
         assert (await handle.result()).status == "cancelled"
 

@@ -10,8 +10,13 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+# The default bound of the polls below: what a loaded machine (CI's 2 cores under the suite's own load)
+# can delay by seconds, a sandbox's process showing or its sync coming. A poll that comes true returns
+# at once: the bound costs nothing then.
+BOUND = 30.0
 
-async def eventually(check: Callable[[], Awaitable[bool]], within: float = 5.0) -> None:
+
+async def eventually(check: Callable[[], Awaitable[bool]], within: float = BOUND) -> None:
     """Poll ``check`` until true, within a bound."""
     deadline = time.monotonic() + within
     while not await check():
@@ -20,7 +25,7 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float = 5.0) 
         await asyncio.sleep(0.05)
 
 
-def settles(mirror: Any, paced: bool = False, within: float = 5.0) -> bool:
+def settles(mirror: Any, paced: bool = False, within: float = BOUND) -> bool:
     """Whether ``mirror.quiet(paced)`` comes true within a bound. The cheap look says "cannot tell"
     (not quiet) while the process's inotify reader holds the shared lock or other mirrors' events
     fill the queue (the full suite's sandboxes): a moment later it can tell. Events of ``mirror``'s
@@ -31,6 +36,21 @@ def settles(mirror: Any, paced: bool = False, within: float = 5.0) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+async def ticks_on(ws: Any, path: str = "tick", within: float = BOUND) -> None:
+    """A sandbox's background loop rewriting ``path`` goes on: a later run reads another value (polled:
+    one look 0.2 s later counted on a loaded machine running the loop in time)."""
+
+    async def read() -> str:
+        return str((await (await ws.runtime.exec(f"cat {path}")).result()).stdout)
+
+    before = await read()
+    assert before, f"{path} is empty"
+    deadline = time.monotonic() + within
+    while await read() == before:
+        assert time.monotonic() < deadline, f"the sandbox's loop stands still ({path} stays {before!r})"
+        await asyncio.sleep(0.1)
 
 
 def host_pids_with(marker: str) -> list[int]:
@@ -64,7 +84,7 @@ def kill_all(marker: str) -> None:
             os.kill(pid, 9)
 
 
-async def host_shows(marker: str, within: float = 10.0) -> None:
+async def host_shows(marker: str, within: float = BOUND) -> None:
     """Wait until a host process runs ``sleep marker``: a call may return before its background child
     has exec'd ``sleep`` (the fork is done, the exec not yet)."""
 

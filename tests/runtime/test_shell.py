@@ -549,8 +549,11 @@ async def test_a_workspace_write_through_one_hard_link_conflicts_for_every_name(
     async with computer.Workspace(backends=[ShellBackend(live=live)]) as ws:
         await ws.fs.mkdir("/workspace")
         await (await ws.runtime.exec("echo base > a; ln a b; ln a c")).result()
-        handle = await ws.runtime.exec("sleep 1; echo prog >> b; sleep 0.3")
-        await asyncio.sleep(0.4)  # within the run, before its append (a live sandbox's syncs push it)
+        handle = await ws.runtime.exec("echo started; sleep 1; echo prog >> b; sleep 0.3")
+        async for snapshot in handle:  # the run started (its files pushed): 0.4 s after the call was
+            if "started" in snapshot.stdout:  # not always, on a loaded machine (the write went in first)
+                break
+        # Within the run, before its append (a live sandbox's syncs push it).
         await ws.fs.write_file("/workspace/a", b"WS\n")
         result = await handle.result()
         names = [f"/workspace/{n}" for n in "abc"]

@@ -121,13 +121,32 @@ async def test_the_program_starts_with_exactly_its_environment() -> None:
 
 async def test_back_to_back_runs_get_a_second_standby_and_paused_ones_do_not() -> None:
     backend = ShellBackend(live=False)
-    prepare = backend._prepare
+    take, keep = backend._warm.take, backend._warm.keep
+    waiting: list[asyncio.Event] = []  # one a batch of standbys started, set once a run asks for one
 
-    async def slow_prepare(*args: Any, **kwargs: Any) -> Any:
-        await asyncio.sleep(0.3)  # a standby is never ready when the next run comes right away
-        return await prepare(*args, **kwargs)
+    def release() -> None:
+        for asked in waiting:
+            asked.set()
+        waiting.clear()
 
-    backend._prepare = slow_prepare  # type: ignore[method-assign]
+    async def counted_take(mirror: Any) -> Any:
+        release()
+        return await take(mirror)
+
+    def held_keep(mirror: Any, make: Any) -> None:
+        asked = asyncio.Event()
+        waiting.append(asked)
+
+        async def held() -> Any:
+            # A standby is never ready when the next run comes right away: held until that run asks
+            # for it (bounded). Before, 0.3 s stood for "right away" (a loaded machine can take longer).
+            await asyncio.wait_for(asked.wait(), 60)
+            return await make()
+
+        keep(mirror, held)
+
+    backend._warm.take = counted_take  # type: ignore[method-assign]
+    backend._warm.keep = held_keep  # type: ignore[method-assign]
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
 
@@ -141,6 +160,7 @@ async def test_back_to_back_runs_get_a_second_standby_and_paused_ones_do_not() -
         # The next run comes at once and waits for that standby: back to back, two are prepared.
         assert len(await spares()) == STANDBYS_BACK_TO_BACK
         items = await spares()
+        release()
         await asyncio.wait_for(asyncio.gather(*(asyncio.shield(w.task) for w in items)), 30)
         # After a pause the run takes a ready standby: the mirror is not topped up past one left.
         await asyncio.sleep(0.05)
