@@ -115,7 +115,9 @@ async def delete_workspace(name: str, *, force: bool = False) -> DeletedWorkspac
         if awake(record) and record is not None and not force and not ours:
             if not await asyncio.to_thread(ray_owner_gone, record):  # one on another machine died
                 raise fs_error(errno.EBUSY, name, _unreachable_owner(record))
-        there = await asyncio.to_thread(_file_elsewhere, config, name, force)
+        there = await asyncio.to_thread(
+            _file_elsewhere, config, name, force, None if lease is None else lease[0]
+        )
         if there is not None:
             return await _remove_there(there, config, name, stopped, lease)
         return await asyncio.to_thread(_remove, config, directory, name, stopped, lease)
@@ -148,12 +150,14 @@ def _held_elsewhere(config: Settings, name: str, force: bool) -> bool:
     return False
 
 
-def _file_elsewhere(config: Settings, name: str, force: bool) -> Any:
+def _file_elsewhere(config: Settings, name: str, force: bool, deletion: str | None) -> Any:
     """Where the file of ``name`` is when that is another node than this process's (a Ray scheduling
     strategy), else None (also when the file is here); ``WorkspaceUnavailableError`` when its node is
     down, unless ``force`` (then what is here goes: the record). Owner placement's own answer
     (``_scheduling``): a deletion run from another node removed nothing there, said it had (``bytes=0``),
-    and the next ``get_workspace`` served the whole workspace again."""
+    and the next ``get_workspace`` served the whole workspace again. ``deletion``: the lease the
+    deletion holds (``close_for_deletion`` handed it over), whose "deleting" record is not a refusal
+    here: it refused the deletion itself, EBUSY "being deleted"."""
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized() or workspace_file(config, name).exists():
         return None
@@ -161,7 +165,7 @@ def _file_elsewhere(config: Settings, name: str, force: bool) -> Any:
     from ._placement import _scheduling
 
     try:
-        strategy = _scheduling(config, name)
+        strategy = _scheduling(config, name, deletion)
     except WorkspaceUnavailableError:
         if not force:
             raise

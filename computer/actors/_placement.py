@@ -178,12 +178,13 @@ def _placement_record(config: Settings, name: str) -> WorkspaceRecord | None:
         directory.close()
 
 
-def _scheduling(config: Settings, name: str) -> Any:
+def _scheduling(config: Settings, name: str, deletion: str | None = None) -> Any:
     """Pin the owner to the node holding its file, unless the data directory is shared.
 
     The recorded node when it is alive; else (a new Ray session: new node ids) an alive node of the
     recorded host, since the file is on that machine (the new owner's lease then records its node);
-    else ``WorkspaceUnavailableError``.
+    else ``WorkspaceUnavailableError``. ``deletion``: the lease owner of the deletion asking (its own
+    "deleting" record is no refusal to it: where the file is, it asks every node).
     """
     if config.shared_data_dir:
         return None
@@ -192,7 +193,8 @@ def _scheduling(config: Settings, name: str) -> Any:
     if record is not None and record.node == DELETING:
         # EBUSY while a deletion runs; one that died midway (its lease ran out) left a record naming no
         # node: where the file is, if anywhere, is asked of every node as for a name without a record.
-        refuse_while_deleting(name, record.node, record.lease_expires, "", time.time())
+        if deletion is None or record.owner != deletion:
+            refuse_while_deleting(name, record.node, record.lease_expires, "", time.time())
         record = None
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
