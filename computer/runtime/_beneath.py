@@ -332,12 +332,13 @@ SAFE_BITS = 0o1777
 CREATE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
-def make_parent(directory: Path, host: Path, owner: tuple[int, int] | None = None) -> None:
-    """Make ``host``'s parents real directories below ``directory``.
+def make_parent(directory: Path, host: Path, owner: tuple[int, int] | None = None) -> list[Path]:
+    """Make ``host``'s parents real directories below ``directory``; those that replaced something else.
 
     A link or file where a directory must go is removed: a run may have left a symlink pointing out of
     the mirror, and the host must never write through it.
     """
+    replaced: list[Path] = []
     current = directory
     for name in host.relative_to(directory).parts[:-1]:
         current = current / name
@@ -353,6 +354,8 @@ def make_parent(directory: Path, host: Path, owner: tuple[int, int] | None = Non
             current.mkdir()
             if owner is not None:
                 os.chown(current, *owner)
+            replaced.append(current)
+    return replaced
 
 
 def remove_node(host: Path) -> None:

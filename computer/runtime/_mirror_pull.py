@@ -29,6 +29,7 @@ from ._mirror_base import NOT_UTF8, SPECIAL, Entry, PullPlan, entry_of, is_below
 from ._mirror_watch import MirrorWatch
 from ._moves import moved_names
 from ._pull_pages import keys_below, leading, path_order, removal_pages
+from ._special_dirs import spare_below
 
 __all__ = ["MirrorPull"]
 
@@ -187,6 +188,7 @@ class MirrorPull(MirrorWatch):
         times = times or {}
         timed = 0  # of ``made``, those with a time in ``times``
         links = BeneathReader(self.directory)  # each symlink's parent opened once
+        special_dirs: list[str] = []  # directories the program replaced by a FIFO or socket: kept whole
         for rel in ordered:
             old = state.get(rel)
             entry = now.get(rel)
@@ -231,13 +233,16 @@ class MirrorPull(MirrorWatch):
                     first_name[ino] = path
                     plan.files.append((rel, entry))
             else:
-                # Never synced, and nothing is lost for it either: a workspace file the program
-                # replaced by a FIFO or socket stays in the workspace (reported in ``skipped``).
+                # Never synced, and nothing is lost for it either: a workspace file or directory the
+                # program replaced by a FIFO or socket stays in the workspace (listed in ``skipped``).
                 plan.unsyncable[path] = SPECIAL
+                if old is not None and old[KIND] == "d":
+                    special_dirs.append(path)
                 continue
             if old is not None and old[KIND] != kind:
                 plan.deleted.append(path)  # replaced by another kind: remove first
         links.close()
+        plan.deleted = spare_below(plan.deleted, special_dirs)
         self.linked.update(share_names(plan, state, now, first_name, self.directory, self.workspace_path))
         parents = parents if checked else set(filter(is_utf8, parents))  # (an event may name a bad one)
         with_dir_times(plan, self.directory, self.root, made, parents, timed)

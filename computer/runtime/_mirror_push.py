@@ -97,9 +97,10 @@ class MirrorPush(MirrorBase):
             host = self.host(d.path)
             rel = self.rel(d.path)
             if rel.rpartition("/")[0] not in ready:
-                make_parent(self.directory, host, self.owner)
+                self._parent(host)
             if host.is_symlink() or (host.exists() and not host.is_dir()):
-                remove_node(host)
+                remove_node(host)  # (a FIFO a program left: what the workspace holds below, whole)
+                self.refetch.add(d.path)
             host.mkdir(exist_ok=True)
             self._own(host)
             os.chmod(host, self._given(rel, "d", d.mode))
@@ -116,7 +117,7 @@ class MirrorPush(MirrorBase):
             host = self.host(f.path)
             parent = rel.rpartition("/")[0]
             if parent not in ready:
-                make_parent(self.directory, host, self.owner)
+                self._parent(host)
                 ready.add(parent)
             if f.chunks is not None:
                 replaced = self._prepare_chunked(host, f)
@@ -196,7 +197,7 @@ class MirrorPush(MirrorBase):
             host = self.host(link.path)
             parent = self.rel(link.path).rpartition("/")[0]
             if parent not in ready:
-                make_parent(self.directory, host, self.owner)
+                self._parent(host)
                 ready.add(parent)
             remove_node(host)
             os.symlink(link.target, host)  # stored verbatim; only ever resolved inside the sandbox
@@ -207,6 +208,12 @@ class MirrorPush(MirrorBase):
                 os.utime(host, ns=(ns, ns), follow_symlinks=False)
             self.state[self.rel(link.path)] = entry_of(os.lstat(host))
         return written
+
+    def _parent(self, host: Path) -> None:
+        """``make_parent``; where it replaced something the program left in the way (a FIFO over a
+        directory the workspace kept whole: ``_special_dirs``), that directory is fetched whole."""
+        for node in make_parent(self.directory, host, self.owner):
+            self.refetch.add(self.workspace_path(os.fspath(node.relative_to(self.directory))))
 
     def _in_place(self, st: os.stat_result) -> bool:
         """Whether the workspace's write of the file ``st`` may go into it (``MirrorFile.same``): not
