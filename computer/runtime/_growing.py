@@ -1,0 +1,85 @@
+"""``Growing``: a large file a program keeps writing is pulled by a live sandbox's ticks at growing
+intervals, not at every tick.
+
+A pull reads a large file whole (its chunks fingerprinted, ``_mirror_pull``): a file written for a long
+time (a download, ``dd``, a log) was read again at every tick (~100 ms), quadratic work (a 2 GiB
+``dd`` took 56 s in a live sandbox, 24 s in a sandbox per call) on the threads every workspace of the
+process shares.
+
+Decision (s64): a file of at least ``BIG_FILE`` bytes that a tick's pull (``paced``) found changed at
+each of its last ``STREAK`` ticks is left out of the ticks' pulls (the state keeps its last pulled
+entry, the next pull looks at it again: ``Mirror.forced``) until a wait has passed since it was last
+pulled: ``FIRST_WAIT`` (0.2 s), doubling at each pull of it while it keeps changing, at most
+``MAX_WAIT`` (1 s). It is pulled at once by a tick that finds it as the last tick saw it (it went
+quiet), and by every pull that is not a tick's (a run's start and end, a kill, the sandbox's end): a
+run's ``pulled`` and its final content are as before. A poller in the workspace sees such a file at
+most ``MAX_WAIT`` plus a tick behind the program, as a whole version the mirror held at one pull (never
+a mix). Small files, and a large file changed at fewer than ``STREAK`` ticks in a row, are pulled at
+every tick as before. A file deferred this way that the workspace changes meanwhile keeps the
+workspace's version (the rule of a path both sides changed within one interval, over a longer one).
+
+Not chosen: sending only the appended tail. A program may rewrite bytes before the old size (``pwrite``,
+a database, a tool seeking back to patch a header): only reading them proves they did not change.
+"""
+
+from __future__ import annotations
+
+import time
+
+from ._backend import BIG_FILE
+from ._entry import SIZE
+from ._mirror_base import Entry, PullPlan
+
+__all__ = ["FIRST_WAIT", "MAX_WAIT", "STREAK", "Growing"]
+
+STREAK = 2  # ticks in a row a large file changed at before its pulls are spaced out
+FIRST_WAIT = 0.2  # seconds between its pulls at first, doubling while it keeps changing
+MAX_WAIT = 1.0  # ... at most
+
+
+class Growing:
+    """What a mirror knows of its large files that keep changing (one per mirror)."""
+
+    def __init__(self) -> None:
+        self.streak: dict[str, int] = {}  # ticks in a row the file was found changed
+        self.seen: dict[str, Entry] = {}  # its entry as the last tick found it
+        self.due: dict[str, float] = {}  # monotonic time of its next pull
+        self.wait: dict[str, float] = {}  # the wait after its next pull
+        self.deferred = 0  # files left out of a tick's pull, in all (for tests and benchmarks)
+
+    def defer(self, plan: PullPlan, now: dict[str, Entry], state: dict[str, Entry], paced: bool) -> set[str]:
+        """Take out of ``plan`` (and ``now``) the large files not due at this pull; their paths (the
+        caller's next pull looks at them again)."""
+        changed = {rel: entry for rel, entry in plan.files if entry[SIZE] >= BIG_FILE}
+        for rel in [rel for rel in self.streak if rel not in changed]:  # quiet, gone or pulled whole
+            self._forget(rel)
+        if not changed:
+            return set()
+        clock = time.monotonic()
+        firsts = {first for _, first in plan.links}
+        kept: set[str] = set()
+        for rel, entry in changed.items():
+            quiet = self.seen.get(rel) == entry  # as the last tick saw it: it stopped changing
+            self.seen[rel] = entry
+            streak = self.streak[rel] = 1 if quiet else self.streak.get(rel, 0) + 1
+            if paced and not quiet and streak > STREAK and clock < self.due.get(rel, 0.0):
+                if rel not in plan.same and not any(path.endswith("/" + rel) for path in firsts):
+                    kept.add(rel)
+                    continue
+            if streak >= STREAK:  # pulled now: the next pull of it waits longer while it keeps changing
+                wait = self.wait.get(rel, FIRST_WAIT)
+                self.due[rel], self.wait[rel] = clock + wait, min(MAX_WAIT, 2 * wait)
+        if kept:
+            plan.files = [(rel, entry) for rel, entry in plan.files if rel not in kept]
+            for rel in kept:
+                old = state.get(rel)
+                if old is None:
+                    now.pop(rel, None)
+                else:
+                    now[rel] = old
+            self.deferred += len(kept)
+        return kept
+
+    def _forget(self, rel: str) -> None:
+        for table in (self.streak, self.seen, self.due, self.wait):
+            table.pop(rel, None)

@@ -1,0 +1,187 @@
+"""A large file a program keeps writing is pulled by a live sandbox's ticks at growing intervals
+(``_growing``), whole at every pull that is not a tick's, and at once when it goes quiet.
+
+The mirror-level tests drive the writer and the clock themselves (no timing): each step appends a chunk
+and runs a tick's pull, with the clock 0.1 s later."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+import computer
+from computer.runtime import MirrorDir, ShellBackend, SyncPush
+from computer.runtime import _growing
+from computer.runtime._entry import SIZE
+from computer.runtime._mirror import Mirror
+from computer.storage._chunks import CHUNK_SIZE
+
+from ._live_support import eventually
+
+TICK = 0.1
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
+    fake = Clock()
+    monkeypatch.setattr(_growing.time, "monotonic", fake)
+    return fake
+
+
+def mirror_of(tmp_path: Path) -> Mirror:
+    mirror = Mirror(tmp_path / "m", "/workspace")
+    mirror.apply(SyncPush(1, "/workspace", True, [], [MirrorDir("/workspace/d")]))
+    mirror.arm()
+    return mirror
+
+
+def pull(mirror: Mirror, rev: int, paced: bool) -> set[str]:
+    """One pull as a sync does it (plan, read, settle): the workspace paths of the files it read."""
+    plan, now = mirror.plan(paced=paced)
+    read = mirror.read_all(plan)
+    mirror.settle(now, rev, (), plan)
+    return {f.path for f in read.files}
+
+
+BIG = "/workspace/d/big"
+
+
+def test_a_file_written_at_every_tick_is_pulled_at_growing_intervals_and_whole_when_quiet(
+    tmp_path: Path, clock: Clock
+) -> None:
+    mirror = mirror_of(tmp_path)
+    path = mirror.directory / "d/big"
+    pulled_at: list[float] = []
+    last_pulled = clock.now
+    for step in range(60):  # six seconds of a writer appending a chunk per tick
+        clock.now += TICK
+        with open(path, "ab") as f:
+            f.write(bytes([step % 251]) * CHUNK_SIZE)
+        if BIG in pull(mirror, 2 + step, paced=True):
+            pulled_at.append(clock.now)
+            last_pulled = clock.now
+        # A poller sees it at most MAX_WAIT and a tick behind the program.
+        assert clock.now - last_pulled <= _growing.MAX_WAIT + TICK + 1e-9
+    # Every tick read the whole file before (60 pulls, 1,830 chunks); the waits double up to MAX_WAIT.
+    assert len(pulled_at) <= 12, pulled_at
+    assert mirror.growing.deferred >= 48
+    # It went quiet: the next tick pulls it at once, whole.
+    clock.now += TICK
+    written = path.read_bytes()
+    if mirror.state["d/big"][SIZE] != len(written):
+        assert BIG in pull(mirror, 100, paced=True)
+    assert mirror.state["d/big"][SIZE] == len(written)
+    assert not mirror.forced
+
+
+def test_a_pull_that_is_not_a_ticks_takes_a_deferred_file_at_once(tmp_path: Path, clock: Clock) -> None:
+    mirror = mirror_of(tmp_path)
+    path = mirror.directory / "d/big"
+    deferred_once = False
+    for step in range(10):
+        clock.now += TICK
+        with open(path, "ab") as f:
+            f.write(b"x" * CHUNK_SIZE)
+        before = mirror.growing.deferred
+        pull(mirror, 2 + step, paced=True)
+        if mirror.growing.deferred > before:
+            deferred_once = True
+            break
+    assert deferred_once
+    with open(path, "ab") as f:  # still writing when the run ends
+        f.write(b"y" * CHUNK_SIZE)
+    assert BIG in pull(mirror, 50, paced=False)  # the run's end (or a kill, the sandbox's end)
+    assert mirror.state["d/big"][SIZE] == path.stat().st_size
+
+
+def test_small_files_are_pulled_at_every_tick(tmp_path: Path, clock: Clock) -> None:
+    mirror = mirror_of(tmp_path)
+    path = mirror.directory / "d/log"
+    for step in range(20):
+        clock.now += TICK
+        with open(path, "ab") as f:
+            f.write(b"line %d\n" % step)
+        assert "/workspace/d/log" in pull(mirror, 2 + step, paced=True)
+    assert mirror.growing.deferred == 0
+
+
+pytestmark_live = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgroup freezer here")
+
+
+@pytest.fixture
+async def ws() -> AsyncIterator[computer.Workspace]:
+    async with computer.Workspace(backends=[ShellBackend()]) as workspace:
+        await workspace.fs.mkdir("/workspace")
+        yield workspace
+
+
+# A writer appending 64 KiB every 20 ms (past BIG_FILE within ~0.4 s) until ``stop`` exists, then done.
+WRITER = (
+    "python3 -c \"import os, time\n"
+    "with open('grow.bin', 'ab') as f:\n"
+    "    i = 0\n"
+    "    while not os.path.exists('stop') and i < 2000:\n"
+    "        f.write(bytes([i % 251]) * 65536); f.flush(); i += 1; time.sleep(0.02)\n"
+    "print(i)\""
+)
+
+
+@pytestmark_live
+async def test_a_growing_file_is_visible_while_written_and_whole_at_the_runs_end(ws: computer.Workspace) -> None:
+    handle = await ws.runtime.exec(WRITER)
+
+    async def grown() -> bool:
+        return (await ws.fs.exists("/workspace/grow.bin")) and (
+            await ws.fs.stat("/workspace/grow.bin")
+        ).size >= 4 * CHUNK_SIZE
+
+    await eventually(grown, within=30.0)  # seen through ws.fs while the program still writes
+    seen = (await ws.fs.stat("/workspace/grow.bin")).size
+    await eventually(
+        lambda: _bigger(ws, seen), within=30.0
+    )  # and again later, while it goes on (within MAX_WAIT of a tick)
+    await ws.fs.write_file("/workspace/stop", "")
+    result = await handle.result()
+    assert result.status == "completed"
+    chunks = int(result.stdout)
+    expected = b"".join(bytes([i % 251]) * 65536 for i in range(chunks))
+    data = await ws.fs.read_file("/workspace/grow.bin")
+    assert hashlib.sha256(data).hexdigest() == hashlib.sha256(expected).hexdigest()
+    assert "/workspace/grow.bin" in result.pulled
+
+
+async def _bigger(ws: computer.Workspace, than: int) -> bool:
+    return (await ws.fs.stat("/workspace/grow.bin")).size > than
+
+
+@pytestmark_live
+async def test_a_killed_writer_keeps_all_it_wrote(ws: computer.Workspace) -> None:
+    handle = await ws.runtime.exec(WRITER)
+
+    async def grown() -> bool:
+        return (await ws.fs.exists("/workspace/grow.bin")) and (
+            await ws.fs.stat("/workspace/grow.bin")
+        ).size >= 8 * CHUNK_SIZE
+
+    await eventually(grown, within=30.0)
+    await asyncio.sleep(0.5)  # long enough for deferred ticks (MAX_WAIT is 1 s)
+    await handle.kill()
+    result = await handle.result()
+    assert result.status == "cancelled"
+    # What the program wrote is whole: a run of 64 KiB blocks, each of its index's byte.
+    data = await ws.fs.read_file("/workspace/grow.bin")
+    assert len(data) >= 8 * CHUNK_SIZE
+    blocks = -(-len(data) // 65536)
+    assert data == b"".join(bytes([i % 251]) * 65536 for i in range(blocks))[: len(data)]
