@@ -10,7 +10,7 @@ program changed (``_mirror_pull``); this module puts them together with the mirr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -145,6 +145,18 @@ class Mirror(MirrorPush, MirrorPull):
         self.forced |= self.growing.defer(plan, now, self.state, paced)  # (looked at again next time)
         self.root_time.pulled(plan, self.directory, self.root, self.lifts, self.keep_setid)
         return plan, now
+
+    def settle(
+        self,
+        now: dict[str, Entry],
+        rev: int,
+        skipped: Iterable[str],
+        plan: PullPlan | None = None,
+        moves: Sequence[tuple[str, str, int]] = (),
+        conflicts: Iterable[str] = (),
+    ) -> None:
+        super().settle(now, rev, skipped, plan, moves, conflicts)
+        self.growing.settled()  # what the pull took spaces the next pulls of the files it spaces out
 
     def setid_kept(self) -> bool:
         """Whether a tick's pull left set-id bits for :meth:`clear_setid` (on the top too)."""

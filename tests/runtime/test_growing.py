@@ -185,3 +185,26 @@ async def test_a_killed_writer_keeps_all_it_wrote(ws: computer.Workspace) -> Non
     assert len(data) >= 8 * CHUNK_SIZE
     blocks = -(-len(data) // 65536)
     assert data == b"".join(bytes([i % 251]) * 65536 for i in range(blocks))[: len(data)]
+
+
+def test_a_file_whose_pulls_take_long_waits_nine_times_that(tmp_path: Path, clock: Clock) -> None:
+    """The ticks spend at most a tenth of the time on it: a fixed wait alone leaves the work quadratic
+    in the time a file grows (each pull of a file of gigabytes takes longer than the wait)."""
+    mirror = mirror_of(tmp_path)
+    path = mirror.directory / "d/big"
+    read_all = mirror.read_all
+
+    def slow_read(plan: object) -> object:
+        clock.now += 0.5  # this pull's reading, hashing and committing took half a second
+        return read_all(plan)  # type: ignore[arg-type]
+
+    mirror.read_all = slow_read  # type: ignore[method-assign,assignment]
+    pulled_at = []
+    for step in range(40):
+        clock.now += TICK
+        with open(path, "ab") as f:
+            f.write(b"z" * CHUNK_SIZE)
+        if BIG in pull(mirror, 2 + step, paced=True):
+            pulled_at.append(clock.now)
+    gaps = [b - a for a, b in zip(pulled_at[2:], pulled_at[3:], strict=False)]
+    assert gaps and min(gaps) >= _growing.SHARE * 0.5, pulled_at
