@@ -28,7 +28,7 @@ from computer.runtime import ShellBackend, _beneath, _growing
 WRITERS = {
     "dd": "dd if=/dev/urandom of=grow.bin bs=1M count={mib} status=none",
     "paced": (
-        "python3 -c \"import os, time\n"
+        'python3 -c "import os, time\n'
         "block = os.urandom(4 << 20)\n"
         "with open('grow.bin', 'wb') as f:\n"
         "    for _ in range({mib} // 4):\n"
@@ -101,7 +101,11 @@ def main() -> None:
         script = WRITERS[name].format(mib=args.mib)
         base = statistics.median(bare(script, args.rounds))
         rows = []
-        for label, live, spacing in [("live", True, True), ("live, every tick", True, False), ("a call", False, True)]:
+        for label, live, spacing in [
+            ("live", True, True),
+            ("live, every tick", True, False),
+            ("a call", False, True),
+        ]:
             _growing.Growing.defer = spaced if spacing else (lambda *a, **k: set())  # type: ignore[method-assign]
             took, read = asyncio.run(sandboxed(script, args.rounds, live))
             rows.append((label, statistics.median(took), read))

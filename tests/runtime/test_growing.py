@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 import computer
-from computer.runtime import MirrorDir, ShellBackend, SyncPush
-from computer.runtime import _growing
+from computer.runtime import MirrorDir, ShellBackend, SyncPush, _growing
 from computer.runtime._entry import SIZE
 from computer.runtime._mirror import Mirror
 from computer.storage._chunks import CHUNK_SIZE
@@ -129,17 +129,19 @@ async def ws() -> AsyncIterator[computer.Workspace]:
 
 # A writer appending 64 KiB every 20 ms (past BIG_FILE within ~0.4 s) until ``stop`` exists, then done.
 WRITER = (
-    "python3 -c \"import os, time\n"
+    'python3 -c "import os, time\n'
     "with open('grow.bin', 'ab') as f:\n"
     "    i = 0\n"
     "    while not os.path.exists('stop') and i < 2000:\n"
     "        f.write(bytes([i % 251]) * 65536); f.flush(); i += 1; time.sleep(0.02)\n"
-    "print(i)\""
+    'print(i)"'
 )
 
 
 @pytestmark_live
-async def test_a_growing_file_is_visible_while_written_and_whole_at_the_runs_end(ws: computer.Workspace) -> None:
+async def test_a_growing_file_is_visible_while_written_and_whole_at_the_runs_end(
+    ws: computer.Workspace,
+) -> None:
     handle = await ws.runtime.exec(WRITER)
 
     async def grown() -> bool:
@@ -206,5 +208,5 @@ def test_a_file_whose_pulls_take_long_waits_nine_times_that(tmp_path: Path, cloc
             f.write(b"z" * CHUNK_SIZE)
         if BIG in pull(mirror, 2 + step, paced=True):
             pulled_at.append(clock.now)
-    gaps = [b - a for a, b in zip(pulled_at[2:], pulled_at[3:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(pulled_at[2:])]
     assert gaps and min(gaps) >= _growing.SHARE * 0.5, pulled_at
