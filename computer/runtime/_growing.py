@@ -40,6 +40,7 @@ STREAK = 2  # ticks in a row a large file changed at before its pulls are spaced
 FIRST_WAIT = 0.2  # seconds between its pulls at first, doubling while it keeps changing
 MAX_WAIT = 1.0  # ... up to this
 SHARE = 9.0  # ... and at least this many times what its last pull took
+clock = time.monotonic  # (tests drive their own)
 
 
 class Growing:
@@ -63,20 +64,20 @@ class Growing:
             self._forget(rel)
         if not changed:
             return set()
-        clock = self.started = time.monotonic()
+        at = self.started = clock()
         firsts = {first for _, first in plan.links}
         kept: set[str] = set()
         for rel, entry in changed.items():
             quiet = self.seen.get(rel) == entry  # as the last tick saw it: it stopped changing
             self.seen[rel] = entry
             streak = self.streak[rel] = 1 if quiet else self.streak.get(rel, 0) + 1
-            if paced and not quiet and streak > STREAK and clock < self.due.get(rel, 0.0):
+            if paced and not quiet and streak > STREAK and at < self.due.get(rel, 0.0):
                 if rel not in plan.same and not any(path.endswith("/" + rel) for path in firsts):
                     kept.add(rel)
                     continue
             if streak >= STREAK:  # pulled now: the next pull of it waits longer while it keeps changing
                 wait = self.wait.get(rel, FIRST_WAIT)
-                self.due[rel], self.wait[rel] = clock + wait, min(MAX_WAIT, 2 * wait)
+                self.due[rel], self.wait[rel] = at + wait, min(MAX_WAIT, 2 * wait)
                 self.pulling.append(rel)
         if kept:
             plan.files = [(rel, entry) for rel, entry in plan.files if rel not in kept]
@@ -93,11 +94,11 @@ class Growing:
         """The pull :meth:`defer` planned is settled: the files it took wait at least ``SHARE`` times
         what it took before their next pull."""
         if self.pulling:
-            clock = time.monotonic()
-            spent = clock - self.started
+            at = clock()
+            spent = at - self.started
             for rel in self.pulling:
                 if rel in self.due:
-                    self.due[rel] = max(self.due[rel], clock + SHARE * spent)
+                    self.due[rel] = max(self.due[rel], at + SHARE * spent)
             self.pulling = []
 
     def _forget(self, rel: str) -> None:

@@ -9,14 +9,20 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule
 
 import computer
 from computer.runtime import MirrorDir, ShellBackend, SyncPush, _growing
-from computer.runtime._entry import SIZE
+from computer.runtime._entry import MTIME_NS, SIZE
 from computer.runtime._mirror import Mirror
 from computer.storage._chunks import CHUNK_SIZE
 
@@ -36,7 +42,7 @@ class Clock:
 @pytest.fixture
 def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
-    monkeypatch.setattr(_growing.time, "monotonic", fake)
+    monkeypatch.setattr(_growing, "clock", fake)
     return fake
 
 
@@ -210,3 +216,83 @@ def test_a_file_whose_pulls_take_long_waits_nine_times_that(tmp_path: Path, cloc
             pulled_at.append(clock.now)
     gaps = [b - a for a, b in itertools.pairwise(pulled_at[2:])]
     assert gaps and min(gaps) >= _growing.SHARE * 0.5, pulled_at
+
+
+class GrowingMachine(RuleBasedStateMachine):
+    """A writer, the ticks and the syncs that are not a tick's, in any order (the clock the machine's):
+    a tick never leaves the file more than ``MAX_WAIT`` and a tick behind (pulls taking no time here),
+    a tick that finds it as the last one did and every pull that is not a tick's take it whole, and
+    what the state holds is what the file held at its last pull."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
+        self.mirror = mirror_of(self.tmp)
+        self.path = self.mirror.directory / "d/big"
+        self.now = 1000.0
+        self.rev = 2
+        self.last = self.now  # when the state last matched the file
+        self.saved = _growing.clock
+        _growing.clock = lambda: self.now
+
+    def teardown(self) -> None:
+        _growing.clock = self.saved
+        self.mirror.unwatch()
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    @rule(chunks=st.integers(1, 3))
+    def append(self, chunks: int) -> None:
+        with open(self.path, "ab") as f:
+            f.write(os.urandom(64) * (chunks * CHUNK_SIZE // 64))
+
+    @rule(at=st.integers(0, 3))
+    def patch_earlier_bytes(self, at: int) -> None:
+        if self.path.exists() and self.path.stat().st_size > at * CHUNK_SIZE:
+            with open(self.path, "r+b") as f:
+                f.seek(at * CHUNK_SIZE)
+                f.write(os.urandom(100))
+
+    def _pull(self, paced: bool) -> None:
+        self.rev += 1
+        pull(self.mirror, self.rev, paced)
+        entry = self.mirror.state.get("d/big")
+        if not self.path.exists():
+            matches = entry is None
+        else:
+            st_ = self.path.stat()
+            matches = entry is not None and (entry[SIZE], entry[MTIME_NS]) == (st_.st_size, st_.st_mtime_ns)
+        if matches:
+            self.last = self.now  # the state holds the file as it is (as the workspace does)
+
+    @rule()
+    def tick(self) -> None:
+        self.now += TICK
+        self._pull(paced=True)
+        assert self.now - self.last <= _growing.MAX_WAIT + TICK + 1e-9
+
+    @rule()
+    def idle_ticks(self) -> None:
+        """Two ticks with no write: the second finds the file as the first did and takes it."""
+        self.now += TICK
+        self._pull(paced=True)
+        self.now += TICK
+        self._pull(paced=True)
+        self._check_whole()
+
+    @rule()
+    def runs_end(self) -> None:
+        self._pull(paced=False)
+        self._check_whole()
+
+    def _check_whole(self) -> None:
+        if self.path.exists():
+            st_ = self.path.stat()
+            entry = self.mirror.state["d/big"]
+            assert (entry[SIZE], entry[MTIME_NS]) == (st_.st_size, st_.st_mtime_ns)
+            assert "d/big" not in self.mirror.forced
+
+
+TestGrowingMachine = GrowingMachine.TestCase
+TestGrowingMachine.settings = settings(
+    max_examples=25, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck)
+)
