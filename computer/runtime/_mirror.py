@@ -10,10 +10,10 @@ program changed (``_mirror_pull``); this module puts them together with the mirr
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ._backend import MirrorFile, SyncPush
 from ._deliver import Delivery
@@ -146,16 +146,8 @@ class Mirror(MirrorPush, MirrorPull):
         self.root_time.pulled(plan, self.directory, self.root, self.lifts, self.keep_setid)
         return plan, now
 
-    def settle(
-        self,
-        now: dict[str, Entry],
-        rev: int,
-        skipped: Iterable[str],
-        plan: PullPlan | None = None,
-        moves: Sequence[tuple[str, str, int]] = (),
-        conflicts: Iterable[str] = (),
-    ) -> None:
-        super().settle(now, rev, skipped, plan, moves, conflicts)
+    def settle(self, *args: Any, **kwargs: Any) -> None:  # (``MirrorPull.settle``'s)
+        super().settle(*args, **kwargs)
         self.growing.settled()  # what the pull took spaces the next pulls of the files it spaces out
 
     def setid_kept(self) -> bool:

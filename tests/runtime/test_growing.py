@@ -2,17 +2,15 @@
 (``_growing``), whole at every pull that is not a tick's, and at once when it goes quiet.
 
 The mirror-level tests drive the writer and the clock themselves (no timing): each step appends a chunk
-and runs a tick's pull, with the clock 0.1 s later."""
+and runs a tick's pull, with the clock 0.1 s later. In a live sandbox: test_live.py (a growing file
+seen while written, whole at the run's end and after a kill)."""
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
 import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,13 +18,10 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
-import computer
-from computer.runtime import MirrorDir, ShellBackend, SyncPush, _growing
+from computer.runtime import MirrorDir, SyncPush, _growing
 from computer.runtime._entry import MTIME_NS, SIZE
 from computer.runtime._mirror import Mirror
 from computer.storage._chunks import CHUNK_SIZE
-
-from ._live_support import eventually
 
 TICK = 0.1
 
@@ -121,78 +116,6 @@ def test_small_files_are_pulled_at_every_tick(tmp_path: Path, clock: Clock) -> N
             f.write(b"line %d\n" % step)
         assert "/workspace/d/log" in pull(mirror, 2 + step, paced=True)
     assert mirror.growing.deferred == 0
-
-
-pytestmark_live = pytest.mark.skipif(not ShellBackend(live=True).live, reason="no cgroup freezer here")
-
-
-@pytest.fixture
-async def ws() -> AsyncIterator[computer.Workspace]:
-    async with computer.Workspace(backends=[ShellBackend()]) as workspace:
-        await workspace.fs.mkdir("/workspace")
-        yield workspace
-
-
-# A writer appending 64 KiB every 20 ms (past BIG_FILE within ~0.4 s) until ``stop`` exists, then done.
-WRITER = (
-    'python3 -c "import os, time\n'
-    "with open('grow.bin', 'ab') as f:\n"
-    "    i = 0\n"
-    "    while not os.path.exists('stop') and i < 2000:\n"
-    "        f.write(bytes([i % 251]) * 65536); f.flush(); i += 1; time.sleep(0.02)\n"
-    'print(i)"'
-)
-
-
-@pytestmark_live
-async def test_a_growing_file_is_visible_while_written_and_whole_at_the_runs_end(
-    ws: computer.Workspace,
-) -> None:
-    handle = await ws.runtime.exec(WRITER)
-
-    async def grown() -> bool:
-        return (await ws.fs.exists("/workspace/grow.bin")) and (
-            await ws.fs.stat("/workspace/grow.bin")
-        ).size >= 4 * CHUNK_SIZE
-
-    await eventually(grown, within=30.0)  # seen through ws.fs while the program still writes
-    seen = (await ws.fs.stat("/workspace/grow.bin")).size
-    await eventually(
-        lambda: _bigger(ws, seen), within=30.0
-    )  # and again later, while it goes on (within MAX_WAIT of a tick)
-    await ws.fs.write_file("/workspace/stop", "")
-    result = await handle.result()
-    assert result.status == "completed"
-    chunks = int(result.stdout)
-    expected = b"".join(bytes([i % 251]) * 65536 for i in range(chunks))
-    data = await ws.fs.read_file("/workspace/grow.bin")
-    assert hashlib.sha256(data).hexdigest() == hashlib.sha256(expected).hexdigest()
-    assert "/workspace/grow.bin" in result.pulled
-
-
-async def _bigger(ws: computer.Workspace, than: int) -> bool:
-    return (await ws.fs.stat("/workspace/grow.bin")).size > than
-
-
-@pytestmark_live
-async def test_a_killed_writer_keeps_all_it_wrote(ws: computer.Workspace) -> None:
-    handle = await ws.runtime.exec(WRITER)
-
-    async def grown() -> bool:
-        return (await ws.fs.exists("/workspace/grow.bin")) and (
-            await ws.fs.stat("/workspace/grow.bin")
-        ).size >= 8 * CHUNK_SIZE
-
-    await eventually(grown, within=30.0)
-    await asyncio.sleep(0.5)  # long enough for deferred ticks (MAX_WAIT is 1 s)
-    await handle.kill()
-    result = await handle.result()
-    assert result.status == "cancelled"
-    # What the program wrote is whole: a run of 64 KiB blocks, each of its index's byte.
-    data = await ws.fs.read_file("/workspace/grow.bin")
-    assert len(data) >= 8 * CHUNK_SIZE
-    blocks = -(-len(data) // 65536)
-    assert data == b"".join(bytes([i % 251]) * 65536 for i in range(blocks))[: len(data)]
 
 
 def test_a_file_whose_pulls_take_long_waits_nine_times_that(tmp_path: Path, clock: Clock) -> None:
