@@ -13,12 +13,13 @@ import asyncio
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from ._backend import MirrorFile, SyncPush
 from ._deliver import Delivery
 from ._dir_times import RootTime
 from ._entry import KIND, MODE
+from ._growing import Growing
 from ._lifts import Lifts
 from ._mirror_base import Entry, PullPlan, entry_of, is_below
 from ._mirror_pull import MirrorPull
@@ -126,6 +127,8 @@ class Mirror(MirrorPush, MirrorPull):
     setid: set[str] = field(default_factory=set, repr=False)
     # A live sandbox's delivery times (``_deliver``): a push notes its pages, retimes before it arms.
     delivery: Delivery | None = field(default=None, repr=False)
+    # Large files a program keeps writing: a tick's pull takes them at growing intervals (``_growing``).
+    growing: Growing = field(default_factory=Growing, repr=False)
 
     def apply(self, push: SyncPush, *, first: bool = True) -> int:
         self.root_time.pushing(push, first)
@@ -139,8 +142,13 @@ class Mirror(MirrorPush, MirrorPull):
 
     def plan(self, *, paced: bool = False, cap: int | None = None) -> tuple[PullPlan, dict[str, Entry]]:
         plan, now = super().plan(paced=paced, cap=cap)
+        self.forced |= self.growing.defer(plan, now, self.state, paced)  # (looked at again next time)
         self.root_time.pulled(plan, self.directory, self.root, self.lifts, self.keep_setid)
         return plan, now
+
+    def settle(self, *args: Any, **kwargs: Any) -> None:  # (``MirrorPull.settle``'s)
+        super().settle(*args, **kwargs)
+        self.growing.settled()  # what the pull took spaces the next pulls of the files it spaces out
 
     def setid_kept(self) -> bool:
         """Whether a tick's pull left set-id bits for :meth:`clear_setid` (on the top too)."""

@@ -8,6 +8,7 @@ waits for the idle end.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import shlex
 import threading
@@ -19,6 +20,7 @@ import pytest
 
 import computer
 from computer.runtime import ProcessInfo, ShellBackend
+from computer.storage._chunks import CHUNK_SIZE
 
 from ._live_support import eventually, host_pids_with, host_shows, kill_after_the_loop_wrote, ticks_on
 
@@ -608,3 +610,64 @@ async def test_a_tick_that_could_not_pause_the_sandbox_leaves_the_next_tick_to_s
         await eventually(lambda: ws.fs.exists("/workspace/late.txt"), within=10)
         assert failing[0] == 0  # that tick did meet the failures
         assert await ws.fs.read_text("/workspace/late.txt") == "late\n"
+
+
+# Growing files (``_growing``): the tests of the spacing itself, with their own clock, in test_growing.py.
+# A writer appending 64 KiB every 20 ms (past BIG_FILE within ~0.4 s) until ``stop`` exists, then done.
+WRITER = (
+    'python3 -c "import os, time\n'
+    "with open('grow.bin', 'ab') as f:\n"
+    "    i = 0\n"
+    "    while not os.path.exists('stop') and i < 2000:\n"
+    "        f.write(bytes([i % 251]) * 65536); f.flush(); i += 1; time.sleep(0.02)\n"
+    'print(i)"'
+)
+
+
+async def test_a_growing_file_is_visible_while_written_and_whole_at_the_runs_end(
+    ws: computer.Workspace,
+) -> None:
+    handle = await ws.runtime.exec(WRITER)
+
+    async def grown() -> bool:
+        return (await ws.fs.exists("/workspace/grow.bin")) and (
+            await ws.fs.stat("/workspace/grow.bin")
+        ).size >= 4 * CHUNK_SIZE
+
+    await eventually(grown, within=30.0)  # seen through ws.fs while the program still writes
+    seen = (await ws.fs.stat("/workspace/grow.bin")).size
+    await eventually(
+        lambda: _grew_past(ws, seen), within=30.0
+    )  # and again later, while it goes on (within MAX_WAIT of a tick)
+    await ws.fs.write_file("/workspace/stop", "")
+    result = await handle.result()
+    assert result.status == "completed"
+    chunks = int(result.stdout)
+    expected = b"".join(bytes([i % 251]) * 65536 for i in range(chunks))
+    data = await ws.fs.read_file("/workspace/grow.bin")
+    assert hashlib.sha256(data).hexdigest() == hashlib.sha256(expected).hexdigest()
+    assert "/workspace/grow.bin" in result.pulled
+
+
+async def _grew_past(ws: computer.Workspace, than: int) -> bool:
+    return (await ws.fs.stat("/workspace/grow.bin")).size > than
+
+
+async def test_a_killed_writer_keeps_all_it_wrote(ws: computer.Workspace) -> None:
+    handle = await ws.runtime.exec(WRITER)
+
+    async def grown() -> bool:
+        return (await ws.fs.exists("/workspace/grow.bin")) and (
+            await ws.fs.stat("/workspace/grow.bin")
+        ).size >= 8 * CHUNK_SIZE
+
+    await eventually(grown, within=30.0)
+    await asyncio.sleep(0.5)  # long enough for deferred ticks (MAX_WAIT is 1 s)
+    await handle.kill()
+    result = await handle.result()
+    assert result.status == "cancelled"
+    # What the program wrote is whole: a run of 64 KiB blocks, each of its index's byte.
+    data = await ws.fs.read_file("/workspace/grow.bin")
+    assert len(data) >= 8 * CHUNK_SIZE
+    blocks = -(-len(data) // 65536)
+    assert data == b"".join(bytes([i % 251]) * 65536 for i in range(blocks))[: len(data)]
