@@ -43,10 +43,11 @@ def reported(reasons: dict[str, str]) -> dict[str, str]:
 
 def _line(counts: collections.Counter[str]) -> str:
     total = sum(counts.values())
+    paths = "1 path" if total == 1 else f"{total} paths"
     named = counts.most_common(_REASONS)
     if len(counts) == 1:
-        return f"{total} paths below it left out of the sync: {named[0][0]}"
+        return f"{paths} below it left out of the sync: {named[0][0]}"
     parts = [f"{n}: {why}" for why, n in named]
     if len(counts) > _REASONS:
         parts.append(f"{total - sum(n for _, n in named)} for {len(counts) - _REASONS} other reasons")
-    return f"{total} paths below it left out of the sync ({'; '.join(parts)})"
+    return f"{paths} below it left out of the sync ({'; '.join(parts)})"

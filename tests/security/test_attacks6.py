@@ -309,3 +309,13 @@ def test_what_a_result_reports_accounts_for_every_left_out_path(reasons: dict[st
         above = [d for d in lines if d == "/" or path.startswith(d + "/")]
         counted[max(above, key=len)] += 1
     assert {d: int(line.split()[0]) for d, line in lines.items()} == counted
+
+
+def test_a_directory_line_counts_its_paths_in_words() -> None:
+    """One path below a listed directory is "1 path", not "1 paths" (a chain of directories, each
+    holding one refused level, gives many such lines: ``tests/fidelity/test_deep_paths.py``)."""
+    chain = {"/w/" + "d/" * n + "x": "why" for n in range(REPORTED + 1)}
+    lines = _reported.reported(chain)
+    assert len(lines) <= REPORTED
+    assert "1 path below it left out of the sync: why" in lines.values(), lines
+    assert not any(line.startswith("1 paths") for line in lines.values())
