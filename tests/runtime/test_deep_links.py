@@ -36,9 +36,9 @@ async def test_links_at_the_end_of_a_deep_chain_sync_without_a_walk_per_link(
     made = [0]
     make_parent = _mirror_push.make_parent
 
-    def counted_parent(*args: Any, **kwargs: Any) -> None:
+    def counted_parent(*args: Any, **kwargs: Any) -> Any:
         made[0] += 1
-        make_parent(*args, **kwargs)
+        return make_parent(*args, **kwargs)  # (the nodes it replaced: ``MirrorPush._parent`` refetches them)
 
     db = tmp_path / "ws.db"
     async with computer.Workspace(str(db), backends=[ShellBackend()]) as ws:
