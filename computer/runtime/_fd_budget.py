@@ -90,7 +90,7 @@ def in_force(limits: SandboxLimits) -> SandboxLimits:
     lowered where the budget needs it (see the module's decisions). Idempotent."""
     budget = limits.max_open_files
     derived = budget == "host"
-    if budget == "host":
+    if derived:
         file_max = host_file_max()
         budget = None if file_max is None else max(1, file_max // FILE_MAX_SHARE)
     if not isinstance(budget, int):

@@ -9,8 +9,9 @@ Decided: a run cut by its owner's death may have had part of its changes pulled 
 by page, a live sandbox's ticks during the run), and its record, written at the start and the end
 only, cannot list them. Its start record keeps the workspace's revision then (``rev``); the
 reconciled record's ``pulled`` stays empty, and its ``error`` says which it is: ``owner restarted``
-alone when nothing in the workspace (outside ``/.computer``; a directory's new time alone is no change) changed since the run started (nothing of
-it landed: ``pulled=[]`` is the truth), else ``owner restarted: part of what the run changed may have
+alone when nothing in the workspace (outside ``/.computer``, the runtime's own: ``SYSTEM_DIR``; a
+directory's new time alone is no change) changed since the run started (nothing of it landed:
+``pulled=[]`` is the truth), else ``owner restarted: part of what the run changed may have
 been pulled before its owner died (pulled lists none of it); N path(s) changed since it started
 (by it or by others): /a, /b...`` (at most :data:`CUT_EXAMPLES` named), also when the log no longer
 reaches back that far or the record is older than ``rev``. Listing the pulled names exactly would
@@ -27,6 +28,8 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from ..storage import TOUCH
+from ..storage.paths import is_within
+from ._protected import SYSTEM_DIR
 from .types import ExecResult, OutputTruncation
 
 __all__ = ["JOURNAL_DIR", "MAX_RECORDS", "ExecJournal", "journal_refused", "result_from_record"]
@@ -105,7 +108,9 @@ class ExecJournal:
             except (OSError, AttributeError):
                 since = None
             if since is not None and since.complete:
-                outside = (c.path for c in since.changes if c.op != TOUCH and not _system(c.path))
+                outside = (
+                    c.path for c in since.changes if c.op != TOUCH and not is_within(c.path, SYSTEM_DIR)
+                )
                 changed = sorted(set(outside))
         if changed == []:
             return CUT
@@ -182,11 +187,6 @@ class ExecJournal:
             except OSError as exc:
                 if exc.errno != errno.ENOENT:
                     raise
-
-
-def _system(path: str) -> bool:
-    """A path of the runtime's own (the journal, saved logs), never a run's change."""
-    return path == "/.computer" or path.startswith("/.computer/")
 
 
 def _result_fields(result: ExecResult) -> dict[str, Any]:

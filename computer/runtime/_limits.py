@@ -151,14 +151,15 @@ def rlimits(
 
 def described(wanted: Sequence[Rlimit], limits: SandboxLimits) -> list[str]:
     """What the rlimits ``wanted`` bound, in words (``Sandbox.isolation``)."""
-    budget = in_force(limits).max_open_files
+    resolved = in_force(limits)
+    budget, nofile = resolved.max_open_files, descriptor_limit(resolved)
     names = {
         resource.RLIMIT_AS: "address space",
         resource.RLIMIT_FSIZE: "file size",
         resource.RLIMIT_CPU: "cpu time",
         resource.RLIMIT_NPROC: "processes",
         resource.RLIMIT_NOFILE: f"open files ({nofile[1]:,} a process of a budget of {budget:,})"
-        if budget and (nofile := descriptor_limit(in_force(limits)))
+        if budget and nofile
         else "open files",
         resource.RLIMIT_SIGPENDING: "queued signals",
         resource.RLIMIT_MSGQUEUE: "message queue bytes",
