@@ -5,8 +5,9 @@ process is connected to Ray (closed, then killed, so its name is free; a hosted 
 inside its owner host, which keeps serving its other workspaces): the owner checks that nothing holds
 it and closes in one step (``WorkspaceHost.close_for_deletion``: no run can start between the check
 and the close, decided in ``computer/actors/README.md``) and hands its lease to the deletion; take the
-workspace's lease (unless handed over) with a new epoch and raise the file's stored epoch to it, so any owner still running (one we could not
-reach, or one started meanwhile) has every later write refused; remove its share links (their URLs
+workspace's lease (unless handed over) with a new epoch and raise the file's stored epoch to it, so
+any owner still running (one we could not reach, or one started meanwhile) has every later write
+refused; remove its share links (their URLs
 answer 404), its SQLite file with the files beside it (SQLite's ``-wal``, ``-shm``, ``-journal``), and
 last its directory record. A later ``get_workspace`` of the same name starts an empty workspace. The
 removal runs on the node that holds the file (a task there, when that is another node than the
@@ -129,8 +130,9 @@ def _held_elsewhere(config: Settings, name: str, force: bool) -> bool:
     """Whether another node holds the file of ``name``, which the directory has no record of (a Redis
     restarted empty or flushed while its owner slept) and this node has no file of: asked of every alive
     node, as placement does. A file the file registry knows and no alive node holds is
-    ``WorkspaceUnavailableError``, unless ``force`` (then it is forgotten). Before, the deletion looked here only and said
-    ENOENT ("no such workspace"), and the next ``get_workspace`` served the whole workspace again."""
+    ``WorkspaceUnavailableError``, unless ``force`` (then it is forgotten). Before, the deletion looked
+    here only and said ENOENT ("no such workspace"), and the next ``get_workspace`` served the whole
+    workspace again."""
     ray = sys.modules.get("ray")
     if ray is None or not ray.is_initialized() or config.shared_data_dir:
         return False

@@ -190,7 +190,7 @@ def _scheduling(config: Settings, name: str, deletion: str | None = None) -> Any
         return None
     record = _placement_record(config, name)
     deleting = record is not None and record.node == DELETING  # the file's registry note is void then
-    if record is not None and record.node == DELETING:
+    if record is not None and deleting:
         # EBUSY while a deletion runs; one that died midway (its lease ran out) left a record naming no
         # node: where the file is, if anywhere, is asked of every node as for a name without a record.
         if deletion is None or record.owner != deletion:
