@@ -40,14 +40,18 @@ def settles(mirror: Any, paced: bool = False, within: float = BOUND) -> bool:
 
 async def ticks_on(ws: Any, path: str = "tick", within: float = BOUND) -> None:
     """A sandbox's background loop rewriting ``path`` goes on: a later run reads another value (polled:
-    one look 0.2 s later counted on a loaded machine running the loop in time)."""
+    one look 0.2 s later counted on a loaded machine running the loop in time). The first value is
+    polled for too: a loop started by the call before may not have written ``path`` yet on a loaded
+    machine (CI read it missing once, right after the sandbox was thawed); a loop that never runs
+    still fails, at the bound."""
 
     async def read() -> str:
         return str((await (await ws.runtime.exec(f"cat {path}")).result()).stdout)
 
-    before = await read()
-    assert before, f"{path} is empty"
     deadline = time.monotonic() + within
+    while not (before := await read()):
+        assert time.monotonic() < deadline, f"{path} stays missing or empty: the sandbox's loop never ran"
+        await asyncio.sleep(0.1)
     while await read() == before:
         assert time.monotonic() < deadline, f"the sandbox's loop stands still ({path} stays {before!r})"
         await asyncio.sleep(0.1)
