@@ -8,7 +8,6 @@ import asyncio
 import errno
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,25 +18,16 @@ from owner_models import kill_owner
 
 import computer
 from computer.actors import _delete as delete_module
-from computer.actors import open_directory, take_lease
+from computer.actors import take_lease
 from computer.actors._restore import restore_lost_lease
 from computer.actors.directory import DELETING, RedisDirectory, WorkspaceRecord
 from computer.config import Settings
 from computer.storage import FileSystem
 
+from .test_cluster_faults4 import _record
 from .test_redis_restart import RedisProcess
 
 SKEW = 600.0  # a node's clock ten minutes off
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[RedisProcess]:
-    """A redis-server of the test's own (it is flushed: never the session's)."""
-    server = RedisProcess(tmp_path, persistent=False)
-    server.start()
-    yield server
-    if server.proc is not None:
-        server.stop()
 
 
 def test_a_deletions_lease_is_judged_by_redis_clock_not_a_skewed_node(
@@ -168,26 +158,6 @@ def test_a_deletion_never_removes_a_file_an_owner_opened_after_redis_was_flushed
             assert asyncio.run(fs.read_file("/old")) == b"old"
         finally:
             fs.close()
-    finally:
-        directory.close()
-
-
-@pytest.fixture(params=["dedicated", "hosted"])
-def on_redis(
-    request: pytest.FixtureRequest, ray_session: Any, own_redis: RedisProcess, tmp_path: Path
-) -> Iterator[Settings]:
-    """The session's Ray with ``own_redis`` as the directory, in one owner model, ``lock_lease`` 1.5 s;
-    the settings put back after."""
-    yield computer.init(
-        data_dir=tmp_path / "data", redis_url=own_redis.url, lock_lease=1.5, owners=request.param
-    )
-    computer.init(data_dir=tmp_path / "data")
-
-
-def _record(config: Settings, name: str) -> Any:
-    directory = open_directory(config)
-    try:
-        return directory.get(name)
     finally:
         directory.close()
 
