@@ -78,11 +78,11 @@ class RedisDirectory:
         with it: what is left of the lease is Redis's say)."""
 
         def read() -> tuple[Any, Any]:
-            pipe = self._redis.pipeline(transaction=True)
+            pipe = self._redis.pipeline(transaction=False)  # one round trip; TIME just after the GET
             pipe.get(self._key(name))
             pipe.time()
-            raw, server = pipe.execute()
-            return raw, server
+            raw, (seconds, micros) = pipe.execute()
+            return raw, int(seconds) + int(micros) / 1e6
 
         raw, server = self._retrying(name, read)
         if raw is None:
@@ -90,7 +90,7 @@ class RedisDirectory:
         record = _decode(name, raw)
         if record.lease_expires <= 0:
             return record  # released: nothing to translate
-        return replace(record, lease_expires=record.lease_expires - _seconds(server) + time.time())
+        return replace(record, lease_expires=record.lease_expires - server + time.time())
 
     def _update(
         self, name: str, change: Callable[[WorkspaceRecord | None, float], tuple[WorkspaceRecord | None, T]]
@@ -100,8 +100,7 @@ class RedisDirectory:
         key = self._key(name)
 
         def txn(pipe: Any) -> T:
-            raw = pipe.get(key)
-            now = _seconds(pipe.time())
+            raw, now = _read(pipe, key)  # one round trip, as the GET alone was (commands run at once here)
             new, answer = change(None if raw is None else _decode(name, raw), now)
             pipe.multi()
             if new is not None:
@@ -225,10 +224,15 @@ class RedisDirectory:
         return f"RedisDirectory({self.url!r})"
 
 
-def _seconds(server: Any) -> float:
-    """Redis's ``TIME`` reply, ``(seconds, microseconds)``, in seconds."""
-    seconds, micros = server
-    return int(seconds) + int(micros) / 1e6
+# The record and Redis's clock in one command (a read-only script: ``TIME`` needs no replication care).
+_READ = "return {redis.call('GET', KEYS[1]), redis.call('TIME')}"
+
+
+def _read(client: Any, key: str) -> tuple[bytes | None, float]:
+    """The raw record at ``key`` and Redis's ``TIME`` in seconds, in one round trip (``client``: the
+    connection, or a transaction's pipeline while it watches, where commands run at once)."""
+    raw, (seconds, micros) = client.eval(_READ, 1, key)
+    return raw or None, int(seconds) + int(micros) / 1e6
 
 
 def _decode(name: str, raw: bytes) -> WorkspaceRecord:
