@@ -374,19 +374,67 @@ def _remove(
     path = workspace_file(config, name)
     if lease is None:
         lease = take_lease(directory, name, path, node=DELETING, host=None, ttl=_DELETE_LEASE)
-    owner_id, epoch = lease
-    workspace_id = None
-    if path.exists():
-        # Raising the stored epoch refuses every write of an owner still running somewhere.
-        fs = FileSystem.open(str(path), fence=epoch, garbage_timer=False)
-        try:
-            workspace_id = fs.id
-        finally:
-            fs.close()
+    (owner_id, _), workspace_id = _fence_and_hold(directory, name, path, lease)
     links = asyncio.run(_remove_links(config, workspace_id)) if workspace_id else 0
     size = remove_workspace_files(config, name)  # after the fence, which may have made -wal/-shm
     directory.remove(name, owner_id)
     return DeletedWorkspace(name, stopped, size, links)
+
+
+_HOLD_TRIES = 5  # rounds of "the record is not the deletion's": each one a directory that lost it again
+
+
+def _fence(path: Path, epoch: int) -> str | None:
+    """Raise the stored epoch of the file at ``path`` to ``epoch`` (every write of an owner still running
+    somewhere is refused from then on); the workspace's id, None when there is no file."""
+    if not path.exists():
+        return None
+    fs = FileSystem.open(str(path), fence=epoch, garbage_timer=False)
+    try:
+        return fs.id
+    finally:
+        fs.close()
+
+
+def _fence_and_hold(
+    directory: Directory, name: str, path: Path, lease: tuple[str, int]
+) -> tuple[tuple[str, int], str | None]:
+    """Fence the file with the deletion's epoch, then make sure the directory record is still the
+    deletion's before anything is removed; ``(lease, workspace id)``, the lease possibly taken anew.
+
+    A Redis that lost the deletion's record (``FLUSHALL``, restarted empty) between its lease and the
+    removal refuses no owner any more. Decided: the deletion writes its record back where none is
+    (``restore_lease``, as a live owner does, ``_restore.py``); a record of an older epoch than the
+    deletion's is an owner that wrote its own lease back before the fence (its file still carried its
+    epoch): the deletion takes the lease again above it and fences again (before, it removed the file
+    and left that owner's record, live and "active", naming a file that was gone: every later
+    ``get_workspace`` of the name was "unavailable", its file missing, for good); a record of a newer
+    epoch, or a file fenced above the deletion's epoch, is an owner that opened the workspace after the
+    record was lost: EBUSY, nothing removed (before, the deletion unlinked the file that owner served,
+    its acknowledged writes with it). Once the record is the deletion's, no owner takes the lease until
+    the removal ends (EBUSY "being deleted"), short of the directory losing it once more."""
+    for _ in range(_HOLD_TRIES):
+        owner_id, epoch = lease
+        workspace_id = _fence(path, epoch)
+        record = directory.get(name)
+        restore = getattr(directory, "restore_lease", None)
+        if record is None and restore is not None:
+            restore(name, DELETING, owner_id, epoch, _DELETE_LEASE)
+            record = directory.get(name)  # the deletion's again, or whoever's came first
+        mine = record is None or record.owner == owner_id  # None: a directory that cannot lose records
+        if (record is not None and not mine and record.epoch > epoch) or (
+            path.exists() and FileSystem.stored_epoch(str(path)) > epoch
+        ):
+            raise fs_error(
+                errno.EBUSY,
+                name,
+                "an owner opened the workspace while the directory had lost the deletion's record "
+                "(a Redis flushed or restarted empty): nothing removed; retry the deletion",
+            )
+        if mine:
+            return lease, workspace_id
+        lease = take_lease(directory, name, path, node=DELETING, host=None, ttl=_DELETE_LEASE)
+    raise fs_error(errno.EBUSY, name, "the directory kept losing the deletion's record: nothing removed")
 
 
 async def _remove_links(config: Settings, workspace_id: str) -> int:

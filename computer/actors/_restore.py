@@ -11,6 +11,16 @@ epoch: a newer owner or a deletion raises the file's epoch (the fence) before an
 deletion removes the file. Checked again after the write: a deletion that finished in between (its
 record removed last) leaves the file fenced or gone, and the owner removes the record it wrote.
 Directories that do not lose records (SQLite, the head's) have no ``restore_lease``: nothing to restore.
+
+A stale record counts as lost (decided: the file's epoch is the truth). A Redis restored from an old
+snapshot (an old dump or AOF, a replica promoted behind) holds an older epoch, or another node's lease,
+for a workspace a live owner serves here. Epochs only grow, and every lease that opened the file raised
+its stored epoch, so a record whose epoch is below the owner's (or equal under another owner id: a lease
+handed out again while a directory that lost its records counted up to the file's epoch, never used) is
+left from the past, never a takeover: the owner writes its own over it, as over no record, while its
+file carries its epoch. Before, such a record read as a takeover: every live owner left at its next
+renewal and dropped its locks, and placement sent the next clients to the node the old record named. A
+record of a higher epoch is a takeover or a deletion: the owner leaves, as before.
 """
 
 from __future__ import annotations
@@ -46,12 +56,25 @@ def restore_lost_lease(
     """Write ``owner_id``'s lease of ``name`` back when the directory has no record of it and the file
     still carries ``epoch``; whether the owner keeps serving (False: a takeover, or nothing to restore)."""
     restore = getattr(directory, "restore_lease", None)
-    if restore is None or not _still_ours(path, epoch) or directory.get(name) is not None:
+    if restore is None or not _still_ours(path, epoch):
         return False
+    found = directory.get(name)
+    if found is not None and not found.stale_for(owner_id, epoch):
+        return False  # a newer epoch's record: a takeover or a deletion
     if not restore(name, node, owner_id, epoch, ttl, host=host, last_active=last_active):
         return False
     if not _still_ours(path, epoch):  # fenced or removed meanwhile: the record must not name it
         directory.remove(name, owner_id)
         return False
-    log.warning("workspace %s: its directory record was lost (epoch %d): written back", name, epoch)
+    if found is None:
+        log.warning("workspace %s: its directory record was lost (epoch %d): written back", name, epoch)
+    else:
+        log.warning(
+            "workspace %s: the directory held an older record (epoch %d, %s) than its file (epoch %d): "
+            "its own written back",
+            name,
+            found.epoch,
+            found.node,
+            epoch,
+        )
     return True

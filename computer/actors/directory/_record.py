@@ -52,6 +52,14 @@ class WorkspaceRecord:
         """Whether an owner holds an unexpired lease."""
         return self.lease_expires > (time.time() if now is None else now)
 
+    def stale_for(self, owner_id: str, epoch: int) -> bool:
+        """Whether this record is older than the lease ``owner_id`` holds under ``epoch``: a lower epoch,
+        or the same epoch under another owner id (a lease a directory that lost its records handed out
+        again while counting up to the file's epoch, never used: ``_lease.take_lease``). Epochs only
+        grow, and the owner's file carries its own (it checks), so such a record can only be left from
+        an older state of the directory (a Redis restored from an old snapshot): no takeover."""
+        return self.epoch < epoch or (self.epoch == epoch and self.owner != owner_id)
+
     def to_wire(self) -> dict[str, object]:
         return {
             "node": self.node,

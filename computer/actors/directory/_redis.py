@@ -5,12 +5,22 @@ Redis going away (restarting, stopped, unreachable) is retried with backoff for 
 :class:`~computer.actors.WorkspaceUnavailableError` (EAGAIN) naming the cause, never a raw ``redis``
 exception. Every call may be repeated safely: a lease acquire repeated by the same owner gets the same
 epoch back, a renew extends again, and a release repeated answers False (already released).
+
+One clock: Redis's (``TIME``). A lease's expiry is written and judged inside the transaction by the
+server's clock, never by the caller's ``time.time()``: before, a deletion's lease written by one node
+was judged by another node's clock, so a node whose clock ran minutes ahead took over a live deletion
+(and its owner's writes then went into a file the deletion unlinked), and a deletion written by a node
+whose clock ran ahead stayed "being deleted" (EBUSY) for minutes after it died. :meth:`get` gives the
+expiry in the reader's clock (what is left of the lease by Redis's clock, from the reader's now), so
+``record.lease_live()`` and every caller comparing it with ``time.time()`` judge by Redis's clock too.
+``last_active`` stays the writer's wall clock (what the listing shows; no decision rests on it).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgpack
@@ -64,18 +74,34 @@ class RedisDirectory:
                 pause = min(pause * 2, 1.0)
 
     def get(self, name: str) -> WorkspaceRecord | None:
-        raw: Any = self._retrying(name, lambda: self._redis.get(self._key(name)))
-        return None if raw is None else _decode(name, raw)
+        """The record of ``name``, its lease's expiry in this process's clock (Redis's ``TIME`` read
+        with it: what is left of the lease is Redis's say)."""
+
+        def read() -> tuple[Any, Any]:
+            pipe = self._redis.pipeline(transaction=False)  # one round trip; TIME just after the GET
+            pipe.get(self._key(name))
+            pipe.time()
+            raw, (seconds, micros) = pipe.execute()
+            return raw, int(seconds) + int(micros) / 1e6
+
+        raw, server = self._retrying(name, read)
+        if raw is None:
+            return None
+        record = _decode(name, raw)
+        if record.lease_expires <= 0:
+            return record  # released: nothing to translate
+        return replace(record, lease_expires=record.lease_expires - server + time.time())
 
     def _update(
-        self, name: str, change: Callable[[WorkspaceRecord | None], tuple[WorkspaceRecord | None, T]]
+        self, name: str, change: Callable[[WorkspaceRecord | None, float], tuple[WorkspaceRecord | None, T]]
     ) -> T:
-        """Read-modify-write one record atomically (WATCH/MULTI, retried on a concurrent change)."""
+        """Read-modify-write one record atomically (WATCH/MULTI, retried on a concurrent change);
+        ``change`` gets the record and Redis's clock (``TIME``, read in the transaction)."""
         key = self._key(name)
 
         def txn(pipe: Any) -> T:
-            raw = pipe.get(key)
-            new, answer = change(None if raw is None else _decode(name, raw))
+            raw, now = _read(pipe, key)  # one round trip, as the GET alone was (commands run at once here)
+            new, answer = change(None if raw is None else _decode(name, raw), now)
             pipe.multi()
             if new is not None:
                 pipe.set(key, msgpack.packb(new.to_wire()))
@@ -91,8 +117,7 @@ class RedisDirectory:
     def acquire_lease(
         self, name: str, node: str, owner_id: str, ttl: float, *, host: str | None = None
     ) -> int:
-        def change(old: WorkspaceRecord | None) -> tuple[WorkspaceRecord, int]:
-            now = time.time()
+        def change(old: WorkspaceRecord | None, now: float) -> tuple[WorkspaceRecord, int]:
             if old is not None:
                 refuse_while_deleting(name, old.node, old.lease_expires, node, now)
             if old is None:
@@ -102,7 +127,9 @@ class RedisDirectory:
             else:
                 epoch = old.epoch + 1
             released = 0 if old is None else old.released_epoch
-            new = WorkspaceRecord(name, node, owner_id, epoch, now + ttl, now, "active", released, host)
+            new = WorkspaceRecord(
+                name, node, owner_id, epoch, now + ttl, time.time(), "active", released, host
+            )
             return new, epoch
 
         return self._update(name, change)
@@ -110,7 +137,7 @@ class RedisDirectory:
     def renew_lease(
         self, name: str, owner_id: str, epoch: int, ttl: float, *, last_active: float | None = None
     ) -> bool:
-        def change(old: WorkspaceRecord | None) -> tuple[WorkspaceRecord | None, bool]:
+        def change(old: WorkspaceRecord | None, now: float) -> tuple[WorkspaceRecord | None, bool]:
             if old is None or old.owner != owner_id or old.epoch != epoch or old.state != "active":
                 return None, False
             active = max(old.last_active, last_active or 0.0)
@@ -119,7 +146,7 @@ class RedisDirectory:
                 old.node,
                 owner_id,
                 epoch,
-                time.time() + ttl,
+                now + ttl,
                 active,
                 "active",
                 old.released_epoch,
@@ -141,22 +168,22 @@ class RedisDirectory:
         last_active: float | None = None,
     ) -> bool:
         """Write back the lease ``owner_id`` holds under ``epoch`` when Redis has no record of ``name`` at
-        all (restarted empty, flushed, the key evicted); True then, or when that lease is already there.
-        Never over another record: any other owner's lease, a deletion's, a takeover's, wins. The caller
+        all (restarted empty, flushed, the key evicted) or only a stale one (``WorkspaceRecord.stale_for``:
+        an older epoch, a Redis restored from an old snapshot); True then, or when that lease is already
+        there. Never over a record of a newer epoch (a takeover's, a deletion's: they win). The caller
         checks first that its file still carries ``epoch`` (``_restore.restore_lost_lease``). The
         released epoch is not known any more: 0, so no client takes a call for provably unrun."""
 
-        def change(old: WorkspaceRecord | None) -> tuple[WorkspaceRecord | None, bool]:
-            if old is not None:
+        def change(old: WorkspaceRecord | None, now: float) -> tuple[WorkspaceRecord | None, bool]:
+            if old is not None and not old.stale_for(owner_id, epoch):
                 return None, old.owner == owner_id and old.epoch == epoch and old.state == "active"
-            now = time.time()
-            active = now if last_active is None else last_active
+            active = time.time() if last_active is None else last_active
             return WorkspaceRecord(name, node, owner_id, epoch, now + ttl, active, "active", 0, host), True
 
         return self._update(name, change)
 
     def release_lease(self, name: str, owner_id: str, epoch: int, *, hibernating: bool = False) -> bool:
-        def change(old: WorkspaceRecord | None) -> tuple[WorkspaceRecord | None, bool]:
+        def change(old: WorkspaceRecord | None, now: float) -> tuple[WorkspaceRecord | None, bool]:
             if old is None or old.owner != owner_id or old.epoch != epoch or old.state != "active":
                 return None, False
             state: WorkspaceState = "hibernating" if hibernating else "closed"
@@ -195,6 +222,17 @@ class RedisDirectory:
 
     def __repr__(self) -> str:
         return f"RedisDirectory({self.url!r})"
+
+
+# The record and Redis's clock in one command (a read-only script: ``TIME`` needs no replication care).
+_READ = "return {redis.call('GET', KEYS[1]), redis.call('TIME')}"
+
+
+def _read(client: Any, key: str) -> tuple[bytes | None, float]:
+    """The raw record at ``key`` and Redis's ``TIME`` in seconds, in one round trip (``client``: the
+    connection, or a transaction's pipeline while it watches, where commands run at once)."""
+    raw, (seconds, micros) = client.eval(_READ, 1, key)
+    return raw or None, int(seconds) + int(micros) / 1e6
 
 
 def _decode(name: str, raw: bytes) -> WorkspaceRecord:
