@@ -10,9 +10,14 @@ slower page failed the listing) and 723 MB of its memory (of the sandbox's 1 GiB
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import re
 
+import pytest
+
 import computer
+from computer.runtime import _live_parts
 
 # Readers of a pipe nobody writes to, forked (no exec) by one ``sh`` of a command line of ~90 % of
 # ARG_MAX (up to 6 MiB with the stack unlimited), so each shares its command line.
@@ -46,3 +51,31 @@ async def test_a_listing_of_processes_sharing_a_huge_command_line_reads_a_bounde
     # (x2: bytes, then text) where the stack may be unlimited, 60 x 1.9 MB where not.
     assert int(peak.group(1)) < 96 * 1024, f"the sandbox's init peaked at {int(peak.group(1)) // 1024} MB"
     await ws.runtime.end_sandbox("shell")
+
+
+def test_the_drain_of_an_exited_commands_pipe_stops_at_what_the_pipe_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A command's background writers that keep its pipe full (``yes &`` on other cores, faster than
+    the owner reads) made the drain after its exit read on and on, on the owner's loop, into memory
+    (no deterministic race here: the writers are a ``read`` that always finds a full pipe)."""
+    read, write = os.pipe()
+    try:
+        os.set_blocking(read, False)
+        capacity = fcntl.fcntl(read, getattr(fcntl, "F_GETPIPE_SZ", 1032))
+        taken = [0]
+
+        def endless(fd: int, n: int) -> bytes:
+            if fd != read:
+                return real_read(fd, n)
+            taken[0] += n
+            if taken[0] > 64 * capacity:
+                raise RuntimeError("the drain read on")
+            return b"y" * n
+
+        real_read = os.read
+        monkeypatch.setattr(_live_parts.os, "read", endless)
+        chunks = _live_parts.drain(read, "stdout")
+        monkeypatch.undo()
+        assert sum(len(c.data) for c in chunks) <= capacity
+    finally:
+        os.close(read)
+        os.close(write)
