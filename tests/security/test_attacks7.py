@@ -38,7 +38,9 @@ async def test_a_listing_of_processes_sharing_a_huge_command_line_reads_a_bounde
     assert started.stdout.startswith("started"), started
     huge = []
     for _ in range(300):  # bounded: the 60 readers show in the listing within 30 s
-        huge = [p for p in await ws.runtime.processes(backend="shell") if p.command.startswith("sh -c exec 3<&0")]
+        huge = [
+            p for p in await ws.runtime.processes(backend="shell") if p.command.startswith("sh -c exec 3<&0")
+        ]
         if len(huge) >= 60:
             break
         await asyncio.sleep(0.1)
@@ -53,7 +55,9 @@ async def test_a_listing_of_processes_sharing_a_huge_command_line_reads_a_bounde
     await ws.runtime.end_sandbox("shell")
 
 
-def test_the_drain_of_an_exited_commands_pipe_stops_at_what_the_pipe_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_drain_of_an_exited_commands_pipe_stops_at_what_the_pipe_holds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A command's background writers that keep its pipe full (``yes &`` on other cores, faster than
     the owner reads) made the drain after its exit read on and on, on the owner's loop, into memory
     (no deterministic race here: the writers are a ``read`` that always finds a full pipe)."""
