@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import os
 import select
 import time
@@ -280,15 +281,31 @@ def fail(futures: Sequence[asyncio.Future[Any]], error: BaseException) -> None:
 
 
 def drain(fd: int, name: str) -> list[OutputChunk]:
+    """What the (non-blocking) pipe ``fd`` of an exited command holds: at most its capacity
+    (``F_GETPIPE_SZ``), all a pipe can hold of what the command wrote before it exited. What comes
+    after is its background processes' (the background log's, read at its rate): the drain read
+    until the pipe was empty, on the owner's loop, into memory, so writers left running that kept the
+    pipe full (``yes &`` on other cores) held every workspace of the process for as long as they
+    outpaced it, a run's output growing without bound."""
+    try:
+        left = fcntl.fcntl(fd, F_GETPIPE_SZ)
+    except OSError:
+        left = MAX_PIPE_BYTES
     out: list[OutputChunk] = []
-    while True:
+    while left > 0:
         try:
-            data = os.read(fd, MAX_CHUNK_BYTES)
+            data = os.read(fd, min(MAX_CHUNK_BYTES, left))
         except (BlockingIOError, OSError):
             return out
         if not data:
             return out
+        left -= len(data)
         out.append(OutputChunk(name, data))  # type: ignore[arg-type]
+    return out
+
+
+F_GETPIPE_SZ = getattr(fcntl, "F_GETPIPE_SZ", 1032)
+MAX_PIPE_BYTES = 1 << 20  # an unprivileged process's largest pipe (``/proc/sys/fs/pipe-max-size``)
 
 
 def is_eof(fd: int) -> bool:

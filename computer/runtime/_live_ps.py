@@ -13,6 +13,14 @@ from typing import Any
 MAX_REPLY = 96 * 1024  # bytes of one reply (JSON): well under the default send buffer (212,992)
 MAX_COMMAND = 4096  # characters of a command line a ``ps`` listing keeps (fewer when many share it)
 MIN_COMMAND = 256
+# Bytes of a process's ``/proc`` command line and environment a listing reads at most. A command line
+# is the process's own to make up to 6 MiB (``ulimit -s unlimited``), and forked children share its
+# pages: 200 processes of one 5.8 MB command line (~6 MB of the sandbox's memory) made each ``ps``
+# read 1.2 GB, 8-10 s of the init (its replies bound by ``REQUEST_TIMEOUT``, 10 s) and 723 MB of its
+# memory. A listing shows :data:`MAX_COMMAND` characters (of at most 4 bytes each) of a command line:
+# one more character (cut, ``…``) is all it needs. The environment is read for its run's name only.
+CMDLINE_BYTES = 4 * (MAX_COMMAND + 1)
+ENVIRON_BYTES = 256 * 1024
 # A run's name as a listing gives it (``COMPUTER_EXEC_ID`` in a process's environment, which the
 # process chose): the runtime's exec id form, anything else left out (see :func:`processes`).
 RUN_NAME = re.compile(rb"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -79,7 +87,7 @@ def processes(after: int = 0, leaders: dict[int, str] | None = None) -> list[dic
             with open(f"/proc/{pid}/stat", "rb") as f:
                 stat = f.read()
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read()
+                cmdline = f.read(CMDLINE_BYTES)
         except OSError:
             continue
         comm = stat[stat.index(b"(") + 1 : stat.rindex(b")")].decode(errors="replace")
@@ -114,10 +122,12 @@ def run_of(pid: int, leaders: dict[int, str], cmdline: bytes | None = None) -> s
     for _ in range(64):
         try:
             with open(f"/proc/{pid}/environ", "rb") as f:
-                environ = f.read()
+                environ = f.read(ENVIRON_BYTES)
+            if len(environ) == ENVIRON_BYTES:  # (cut: its last entry may be cut too)
+                environ = environ[: environ.rfind(b"\0") + 1]
             if not environ and cmdline is None:
                 with open(f"/proc/{pid}/cmdline", "rb") as f:
-                    cmdline = f.read()
+                    cmdline = f.read(CMDLINE_BYTES)
         except OSError:
             environ = cmdline = b""
         stat = b"" if environ else _stat(pid)
