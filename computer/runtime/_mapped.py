@@ -84,7 +84,8 @@ def shared_writable(pids: Iterable[int], dev: int) -> set[int]:
 
 def read_only_held(pids: Iterable[int], dev: int) -> set[int]:
     """Inodes of the files on the device ``dev`` that one of ``pids`` holds open or maps for reading
-    and none holds open or maps for writing: a push writes the workspace's version of such a file as a
+    and none holds open or maps for writing, a descriptor at the file's end (``_at_end``) and a file
+    someone locks (``locked``) apart: a push writes the workspace's version of such a file as a
     new file (``MirrorPush.apply``), so a reader in the middle of it reads the old one whole, where a
     write into the file it reads tore it. A descriptor's access mode is its ``/proc/<pid>/fd`` link's
     mode (``r-x``: read only). Each process's maps are read once, for both kinds of mapping.
@@ -127,10 +128,31 @@ def read_only_held(pids: Iterable[int], dev: int) -> set[int]:
                     link, st = fd.stat(follow_symlinks=False), os.stat(fd.path)
                 except OSError:
                     continue
-                if st.st_dev == dev:
-                    (writers if link.st_mode & 0o200 else readers).add(st.st_ino)
+                if st.st_dev != dev:
+                    continue
+                if link.st_mode & 0o200:
+                    writers.add(st.st_ino)
+                elif not _at_end(pid, fd.name, st.st_size):
+                    readers.add(st.st_ino)
     held = readers - writers
     return held - locked(dev) if held else held
+
+
+def _at_end(pid: int, fd: str, size: int) -> bool:
+    """Whether ``pid``'s descriptor ``fd`` of a file of ``size`` bytes is at its end (its
+    ``/proc/<pid>/fdinfo`` position): a reader that has read the file whole and waits for more, ``tail
+    -f``, ``less +F``, a log shipper. Such a reader is none a push replaces the file for: it has nothing
+    of the old version left to read, and written in place the file is what it follows on any disk
+    (truncated, then grown). Replaced, it followed the old inode for good (s65: the workspace emptied a
+    log ``tail -f`` followed, and the lines appended after reached the new file, never ``tail``). A
+    reader in the middle of the file, or one whose position is not known, still gets the old one."""
+    try:
+        with open(f"/proc/{pid}/fdinfo/{fd}", "rb") as f:
+            head = f.read(256)
+    except OSError:
+        return False
+    found = re.match(rb"pos:\s*([0-9]+)", head)
+    return found is not None and int(found.group(1)) >= size
 
 
 def locked(dev: int) -> set[int]:

@@ -7,6 +7,22 @@ running between calls, the workspace reading and writing meanwhile, and reopens.
   the next ``flock`` of the name got a lock of its own at once. Two ``flock``-ed writers of one counter
   lost increments (796 of 800) while the workspace wrote the lock file. A file someone holds or waits
   for a lock on is written in place now (``runtime/_mapped.locked``).
+- ``tail -f`` of a log the workspace emptied: the same replacement (``tail`` only reads the file) left it
+  following the old inode for good, the lines appended after never seen; on any disk it says "file
+  truncated" and goes on. A reader at the file's end is none a push replaces the file for now
+  (``runtime/_mapped._at_end``).
+
+Also tried and found right (not kept here): a WAL database written by a background ``python3`` loop
+while calls query it with ``sqlite3`` and ``ws.fs`` reads it, the writer then killed (``-9``),
+``integrity_check`` after a reopen; a log renamed by ``ws.fs.rename`` under its writer, which reopens
+``app.log`` on ``SIGHUP``; a copytruncate rotation made through ``ws.fs``; a venv made in one call (its
+``python -> /usr/bin/python3`` links, ``pyvenv.cfg``, pip's shebang) used in the next and after a reopen;
+``npm install`` of a local package (its ``node_modules`` symlink); an auto-commit ``git`` loop with ``gc
+--auto`` while the workspace writes the worktree (``git status`` clean, ``fsck`` quiet, after a reopen
+too); ``tar -x`` of 4,000 entries in the background while calls and ``ws.fs`` list it and the workspace
+writes into it; editors' saves with a ``file~`` backup, made through ``ws.fs`` and in the sandbox (``mv``,
+``sed -i``) under a process holding the old file; a job queue in a WAL database served by a process a
+python call left running.
 """
 
 from __future__ import annotations
@@ -29,6 +45,7 @@ from ._support import (
     sandbox_view,
     settle,
     started,
+    until,
     workspace_view,
 )
 
@@ -113,3 +130,24 @@ async def test_a_python_program_s_fcntl_lock_survives_a_workspace_write_of_its_l
         await ws.fs.write_file(f"{ROOT}/go", "")
         assert "released" in (await settle(holder, 120)).stdout
         assert (await ok(ws, PY_PROBE, backend="python")).stdout.split()[-1] == "free"
+
+
+async def test_tail_f_follows_a_log_the_workspace_empties_as_a_truncation(db: Path) -> None:
+    """``tail -f`` (by descriptor) follows ``app.log``, which a loop appends to, opening it for each line
+    as ``>>`` does; the workspace empties the log. ``tail`` says it was truncated and goes on with the
+    lines after, as on any disk (before: the push replaced the file, only a reader held it, and ``tail``
+    followed the old inode for good, the new lines never seen). The file keeps its inode."""
+    need("tail")
+    async with opened(db, shell=live(), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/app.log", "old 1\nold 2\n")
+        await ok(ws, "stat -c %i app.log > inode; (tail -n +1 -f app.log > seen 2> tail.err &)")
+
+        async def seen(line: str) -> bool:
+            return await ws.fs.exists(f"{ROOT}/seen") and line in await ws.fs.read_text(f"{ROOT}/seen")
+
+        await until(lambda: seen("old 2"))
+        await ws.fs.write_file(f"{ROOT}/app.log", "")
+        await ok(ws, "echo new 1 >> app.log; echo new 2 >> app.log")
+        await until(lambda: seen("new 2"))
+        checked = await ok(ws, "cat seen; cat tail.err; [ $(stat -c %i app.log) = $(cat inode) ] && echo same-inode")
+        assert checked.stdout == "old 1\nold 2\nnew 1\nnew 2\ntail: app.log: file truncated\nsame-inode\n"
