@@ -74,7 +74,9 @@ async def test_a_lock_held_in_the_background_still_excludes_after_the_workspace_
             seconds=120,
         )
         await ws.fs.write_file(f"{ROOT}/lock", "written by the workspace\n")
-        probed = await run(ws, "cat lock; stat -c %i lock; cat held; flock -n lock true && echo free || echo busy")
+        probed = await run(
+            ws, "cat lock; stat -c %i lock; cat held; flock -n lock true && echo free || echo busy"
+        )
         text, inode, held, state = probed.stdout.splitlines()
         assert (text, state) == ("written by the workspace", "busy"), probed.stdout
         assert inode == held
@@ -149,5 +151,7 @@ async def test_tail_f_follows_a_log_the_workspace_empties_as_a_truncation(db: Pa
         await ws.fs.write_file(f"{ROOT}/app.log", "")
         await ok(ws, "echo new 1 >> app.log; echo new 2 >> app.log")
         await until(lambda: seen("new 2"))
-        checked = await ok(ws, "cat seen; cat tail.err; [ $(stat -c %i app.log) = $(cat inode) ] && echo same-inode")
+        checked = await ok(
+            ws, "cat seen; cat tail.err; [ $(stat -c %i app.log) = $(cat inode) ] && echo same-inode"
+        )
         assert checked.stdout == "old 1\nold 2\nnew 1\nnew 2\ntail: app.log: file truncated\nsame-inode\n"
