@@ -138,19 +138,23 @@ async def test_tail_f_follows_a_log_the_workspace_empties_as_a_truncation(db: Pa
     """``tail -f`` (by descriptor) follows ``app.log``, which a loop appends to, opening it for each line
     as ``>>`` does; the workspace empties the log. ``tail`` says it was truncated and goes on with the
     lines after, as on any disk (before: the push replaced the file, only a reader held it, and ``tail``
-    followed the old inode for good, the new lines never seen). The file keeps its inode."""
+    followed the old inode for good, the new lines never seen). The file keeps its inode. The lines
+    are appended once ``tail`` said so: truncated and grown back to its size before it looks, a log is
+    no truncation to ``tail`` on any disk."""
     need("tail")
     async with opened(db, shell=live(), python=False) as ws:
         await ws.fs.write_file(f"{ROOT}/app.log", "old 1\nold 2\n")
         await ok(ws, "stat -c %i app.log > inode; (tail -n +1 -f app.log > seen 2> tail.err &)")
 
-        async def seen(line: str) -> bool:
-            return await ws.fs.exists(f"{ROOT}/seen") and line in await ws.fs.read_text(f"{ROOT}/seen")
+        async def said(name: str, line: str) -> bool:
+            return await ws.fs.exists(f"{ROOT}/{name}") and line in await ws.fs.read_text(f"{ROOT}/{name}")
 
-        await until(lambda: seen("old 2"))
+        await until(lambda: said("seen", "old 2"))
         await ws.fs.write_file(f"{ROOT}/app.log", "")
+        await ok(ws, "true")  # the push; then ``tail`` must see the log empty before it grows again
+        await until(lambda: said("tail.err", "truncated"))
         await ok(ws, "echo new 1 >> app.log; echo new 2 >> app.log")
-        await until(lambda: seen("new 2"))
+        await until(lambda: said("seen", "new 2"))
         checked = await ok(
             ws, "cat seen; cat tail.err; [ $(stat -c %i app.log) = $(cat inode) ] && echo same-inode"
         )
