@@ -96,6 +96,11 @@ class LiveCensus:
         ]
         if not waiting or None in waiting:
             return True
+        if tasks <= self._baseline + len(set(waiting)):
+            # Room for the waiting jobs alone (a shell is one task): what else could be there, no
+            # process of the user's could have started (they are trusted), so the group's process
+            # list (``cgroup.procs``, ~0.1 ms of a run's start) is not read.
+            return False
         procs = self._procs()
         return procs is None or not procs <= self._base_procs.union(waiting)
 

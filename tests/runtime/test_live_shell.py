@@ -256,7 +256,8 @@ async def test_a_shell_waiting_does_not_pause_a_sync_but_any_other_process_does(
     """A sync pauses the sandbox while any process but its init could change the mirror under it.
     The shell waiting for the next run cannot (it reads its pipe): every run after a workspace write
     paused the sandbox for it. Any other process still makes the sync pause, and so does the shell
-    once a run took it."""
+    once a run took it. With the shell waiting alone, the pids group's count has room for it alone:
+    the look does not read the group's process list (``cgroup.procs``, ~0.1 ms of a live call)."""
     backend = ShellBackend()
     async with computer.Workspace(backends=[backend]) as ws:
         await ws.fs.mkdir("/workspace")
@@ -268,7 +269,11 @@ async def test_a_shell_waiting_does_not_pause_a_sync_but_any_other_process_does(
             return any(j.waiting and j.host_pid is not None for j in sandbox.jobs.values())
 
         await eventually(shell_known)
+        read: list[bool] = []
+        procs = sandbox._procs
+        sandbox._procs = lambda: read.append(True) or procs()  # type: ignore[method-assign]
         assert not sandbox.stirring()
+        assert read == [], "the process list was read with only the waiting shell there"
         paused: list[bool] = []
         freeze = _live.freeze
         with pytest.MonkeyPatch.context() as patch:
