@@ -95,38 +95,43 @@ async def workspace_sha(ws: computer.Workspace, name: str) -> str:
     return hashlib.sha256(await ws.fs.read_file(path)).hexdigest()
 
 
-@pytest.mark.parametrize("op", ["write", "remove", "rename"])
+@pytest.mark.parametrize("op", ["write", "remove", "rename", "rename-dir"])
 async def test_a_workspace_change_to_a_deferred_file_keeps_the_conflict_rules(
     live: tuple[computer.Workspace, ShellBackend], op: str
 ) -> None:
     """Before (s65): a write left ``skipped`` empty, and a rename dropped the program's file and fetched
     the workspace's older copy, the program writing on into an unlinked file (97 of 455 blocks lost)."""
     ws, backend = live
-    handle = await ws.runtime.exec(writer())
+    handle = await ws.runtime.exec("mkdir d && " + writer("d/big.log" if op == "rename-dir" else "big.log"))
     await deferring(ws, backend)
     if op == "write":
         await ws.fs.write_file("/workspace/big.log", b"WORKSPACE\n")
         await ws.fs.write_file("/workspace/other.txt", b"a different path\n")
     elif op == "remove":
         await ws.fs.rm("/workspace/big.log")
-    else:
+    elif op == "rename":
         await ws.fs.rename("/workspace/big.log", "/workspace/moved.log")
+    else:  # a directory above it
+        await ws.fs.rename("/workspace/d", "/workspace/e")
     directory = mirror_of(ws, backend).directory
 
     async def pushed() -> bool:  # the tick that met the change is past; the program still writes
         if op == "write":
             return starts_with(directory / "big.log", b"WORKSPACE\n")
-        return (directory / "moved.log").exists() if op == "rename" else not (directory / "big.log").exists()
+        if op == "remove":
+            return not (directory / "big.log").exists()
+        return (directory / ("moved.log" if op == "rename" else "e")).exists()
 
     await eventually(pushed, within=60.0)
     await ws.fs.write_file("/workspace/stop", "")
     result = await handle.result()
     assert result.status == "completed", result
     written = int(result.stdout)
-    if op == "rename":  # the program's file followed the rename: all it wrote is there
-        assert not await ws.fs.exists("/workspace/big.log")
-        assert await workspace_sha(ws, "moved.log") == hashlib.sha256(blocks(written)).hexdigest()
-        assert "/workspace/big.log" not in result.skipped
+    if op.startswith("rename"):  # the program's file followed the rename: all it wrote is there
+        old, new = ("big.log", "moved.log") if op == "rename" else ("d/big.log", "e/big.log")
+        assert not await ws.fs.exists(f"/workspace/{old}")
+        assert await workspace_sha(ws, new) == hashlib.sha256(blocks(written)).hexdigest()
+        assert not result.skipped, result.skipped
     else:  # the workspace's version kept, and said so
         assert "/workspace/big.log" in result.skipped, result.skipped
         if op == "write":
@@ -135,7 +140,7 @@ async def test_a_workspace_change_to_a_deferred_file_keeps_the_conflict_rules(
             assert await ws.fs.read_text("/workspace/other.txt") == "a different path\n"
         else:
             assert not await ws.fs.exists("/workspace/big.log")
-    for name in ("big.log", "moved.log"):  # the mirror and the workspace agree
+    for name in ("big.log", "moved.log", "d/big.log", "e/big.log"):  # the mirror and the workspace agree
         assert await sandbox_sha(ws, name) == await workspace_sha(ws, name), name
 
 
