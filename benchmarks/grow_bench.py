@@ -27,6 +27,7 @@ from computer.runtime import ShellBackend, _beneath, _growing
 
 WRITERS = {
     "dd": "dd if=/dev/urandom of=grow.bin bs=1M count={mib} status=none",
+    "zero": "dd if=/dev/zero of=grow.bin bs=1M count={mib} status=none",  # (every chunk alike: holes?)
     "paced": (
         'python3 -c "import os, time\n'
         "block = os.urandom(4 << 20)\n"

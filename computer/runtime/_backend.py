@@ -285,6 +285,9 @@ class SyncPull:
     # New chunks of large files (``MirrorFile.chunks``), stored under ``/.computer/sync/<staging>``
     # until a page names them; ``done`` on the last page removes that staging directory.
     stage: list[bytes] = field(default_factory=list)
+    # The hex SHA-256 of each of ``stage`` as the pull computed it (its ``MirrorFile.chunks``), which
+    # names its staged file; empty: computed again there (a second pass over every new byte, s65).
+    stage_digests: list[str] = field(default_factory=list)
     staging: str | None = None
     done: bool = True
     # Chunks the store holds (another name's) that a later file of this pull names: staged by reference

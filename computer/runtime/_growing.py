@@ -22,6 +22,21 @@ a mix). Small files, and a large file changed at fewer than ``STREAK`` ticks in 
 every tick as before. A file deferred this way that the workspace changes meanwhile keeps the
 workspace's version (the rule of a path both sides changed within one interval, over a longer one).
 
+Decision (s65), a workspace change to a deferred file: a tick whose push writes, removes or renames
+a file its pull left out (or a directory above or below it, or pushes the whole tree) pulls every
+file whole first (``touched_by``, ``whole``: a second pull in the same frozen sync), so the pull's conflict rules see the program's latest version as
+at every tick: a write or a removal keeps the workspace's and the run's ``skipped`` says so, and a
+rename follows the program's open file to its new name. Before, the push met a state older than the
+file: a write left ``skipped`` empty, and a rename could not follow the file (``Mirror.move`` found
+it changed), dropped it and fetched the workspace's older copy: the program went on writing into an
+unlinked file, 97 of its 455 blocks lost with no word.
+
+Hard links: a file with several names (``ln big.log big.link``) is never spaced out (``defer`` leaves
+out what ``PullPlan.same`` and ``PullPlan.links`` name): its names are pulled together at every tick,
+as before, so each name holds the same content at every pull. Spacing them out would need every name
+held back together (one left at its old entry would be read as changed against the other). Rare
+enough (a log with two names) to keep the tick's cost.
+
 Not chosen: sending only the appended tail. A program may rewrite bytes before the old size (``pwrite``,
 a database, a tool seeking back to patch a header): only reading them proves they did not change.
 """
@@ -30,11 +45,11 @@ from __future__ import annotations
 
 import time
 
-from ._backend import BIG_FILE
+from ._backend import BIG_FILE, SyncPush
 from ._entry import SIZE
-from ._mirror_base import Entry, PullPlan
+from ._mirror_base import Entry, PullPlan, is_below
 
-__all__ = ["FIRST_WAIT", "MAX_WAIT", "SHARE", "STREAK", "Growing"]
+__all__ = ["FIRST_WAIT", "MAX_WAIT", "SHARE", "STREAK", "Growing", "touched_by"]
 
 STREAK = 2  # ticks in a row a large file changed at before its pulls are spaced out
 FIRST_WAIT = 0.2  # seconds between its pulls at first, doubling while it keeps changing
@@ -54,11 +69,15 @@ class Growing:
         self.deferred = 0  # files left out of a tick's pull, in all (for tests and benchmarks)
         self.pulling: list[str] = []  # files of the pull in progress whose pulls are spaced out
         self.started = 0.0  # when that pull's plan was made (monotonic)
+        self.whole = False  # the next pull defers nothing (a push changes a deferred file: ``touched_by``)
+        self.kept: set[str] = set()  # the files the last pull left out
 
     def defer(self, plan: PullPlan, now: dict[str, Entry], state: dict[str, Entry], paced: bool) -> set[str]:
         """Take out of ``plan`` (and ``now``) the large files not due at this pull; their paths (the
         caller's next pull looks at them again)."""
-        self.pulling = []
+        self.pulling, self.kept = [], set()
+        if self.whole:  # every file now: the workspace changes one of those spaced out
+            paced = self.whole = False
         changed = {rel: entry for rel, entry in plan.files if entry[SIZE] >= BIG_FILE}
         for rel in [rel for rel in self.streak if rel not in changed]:  # quiet, gone or pulled whole
             self._forget(rel)
@@ -88,6 +107,7 @@ class Growing:
                 else:
                     now[rel] = old
             self.deferred += len(kept)
+        self.kept = kept
         return kept
 
     def settled(self) -> None:
@@ -104,3 +124,21 @@ class Growing:
     def _forget(self, rel: str) -> None:
         for table in (self.streak, self.seen, self.due, self.wait):
             table.pop(rel, None)
+
+
+def touched_by(page: SyncPush, paths: list[str]) -> bool:
+    """Whether a push page changes one of ``paths`` (workspace paths: the files the last pull left
+    out), a path above or below one, or the whole tree (a full push, or one of several pages: only the
+    first is known here)."""
+    if not paths:
+        return False
+    if page.full or page.more:
+        return True
+    named = [
+        *(f.path for f in page.files),
+        *(d.path for d in page.dirs),
+        *(s.path for s in page.symlinks),
+        *page.deleted,
+        *(p for move in page.moves for p in move),
+    ]
+    return any(is_below(a, b) or is_below(b, a) for a in named for b in paths)

@@ -53,6 +53,7 @@ from ._assets_bridge import AssetsBridge
 from ._backend import ExecContext
 from ._cgroups import ControlFile, freeze, thaw
 from ._deliver import Delivery
+from ._growing import touched_by
 from ._live_census import LiveCensus
 from ._live_channel import LiveChannel
 from ._live_jobs import LiveJobs, LiveSandboxError, LiveStartError, background_log
@@ -307,6 +308,12 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
             if push:
                 if page is None or synced is not None:  # none yet, or the pull moved the mirror on
                     self._delivery.reading()
+                    page = await ctx.sync_push(
+                        mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror)
+                    )
+                if paced and touched_by(page, [mirror.workspace_path(r) for r in mirror.growing.kept]):
+                    mirror.growing.whole = True  # its conflict rules see the program's version (``_growing``)
+                    synced = await self._pull(paced) or synced
                     page = await ctx.sync_push(
                         mirror.rev, self.sync_.mount_root, self.sync_.push_limits(mirror)
                     )

@@ -10,6 +10,8 @@ program changed (``_mirror_pull``); this module puts them together with the mirr
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,6 +151,28 @@ class Mirror(MirrorPush, MirrorPull):
     def settle(self, *args: Any, **kwargs: Any) -> None:  # (``MirrorPull.settle``'s)
         super().settle(*args, **kwargs)
         self.growing.settled()  # what the pull took spaces the next pulls of the files it spaces out
+
+    def move(self, src: str, dst: str) -> bool:
+        """``MirrorBase.move``; a file a tick's pull left out (``Growing.kept``: its entry older than
+        the file, which the program wrote since) moves too, and the next pull reads it at its new name
+        (``force``). Before, the move refused it as changed: the file was dropped under its program
+        and the workspace's older copy fetched, the program's writes since lost with no word (s65)."""
+        s, kept = self.rel(src), self.growing.kept
+        stale = self.state.get(s) if s in kept else None
+        if stale is not None:  # taken as it is now (the sandbox is frozen while a sync lasts)
+            with contextlib.suppress(OSError):
+                self.state[s] = entry_of(os.lstat(self.directory / s))
+        if not super().move(src, dst):
+            if stale is not None and s in self.state:
+                self.state[s] = stale
+            return False
+        d = self.rel(dst)
+        for rel in [rel for rel in kept if is_below(rel, s) or rel == s]:  # (a directory above: below it)
+            kept.discard(rel)
+            self.forced.discard(rel)
+            self.force(d + rel[len(s) :])
+            kept.add(d + rel[len(s) :])  # still left out: a second rename in the same sync moves it too
+        return True
 
     def setid_kept(self) -> bool:
         """Whether a tick's pull left set-id bits for :meth:`clear_setid` (on the top too)."""

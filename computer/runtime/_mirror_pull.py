@@ -373,6 +373,7 @@ class MirrorPull(MirrorWatch):
                                 on_first = False
                                 page, held, names = fresh(), 0, len(path)
                             page.stage.append(piece)
+                            page.stage_digests.append(digest)  # (its name there: not hashed again)
                             held += len(piece)
                             known.add(digest)
                             staged.add(digest)
@@ -408,8 +409,7 @@ class MirrorPull(MirrorWatch):
     def unread_now(self, rel: str, exc: OSError) -> None:
         """The file ``rel`` could not be read: read at the next pull when only the moment failed
         (:data:`RETRY`), left to the watch otherwise (the path changed under the pull)."""
-        if exc.errno in RETRY:
-            self.unread.add(rel)
+        self.unread.update([rel] if exc.errno in RETRY else [])
 
     def settle(
         self,

@@ -18,8 +18,9 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule
 
-from computer.runtime import MirrorDir, SyncPush, _growing
+from computer.runtime import MirrorDir, MirrorFile, SyncPush, _growing
 from computer.runtime._entry import MTIME_NS, SIZE
+from computer.runtime._growing import touched_by
 from computer.runtime._mirror import Mirror
 from computer.storage._chunks import CHUNK_SIZE
 
@@ -219,3 +220,20 @@ TestGrowingMachine = GrowingMachine.TestCase
 TestGrowingMachine.settings = settings(
     max_examples=25, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck)
 )
+
+
+def test_a_push_touches_a_deferred_file_at_above_or_below_its_path() -> None:
+    """``touched_by``: what makes a live sandbox's tick pull every file whole before its push (s65)."""
+    kept = ["/workspace/d/big"]
+
+    def page(**kwargs: object) -> SyncPush:
+        return SyncPush(2, "/workspace", **{"full": False, **kwargs})  # type: ignore[arg-type]
+
+    assert not touched_by(page(deleted=["/workspace/d/big"]), [])
+    assert touched_by(page(deleted=["/workspace/d/big"]), kept)
+    assert touched_by(page(files=[MirrorFile("/workspace/d/big", b"x")]), kept)
+    assert touched_by(page(moves=[("/workspace/d", "/workspace/e")]), kept)  # a directory above
+    assert touched_by(page(dirs=[MirrorDir("/workspace/d/big/x")]), kept)  # replaced by a directory
+    assert touched_by(page(full=True), kept) and touched_by(page(more=True), kept)
+    assert not touched_by(page(deleted=["/workspace/d/bigger", "/workspace/e"]), kept)
+    assert not touched_by(page(files=[MirrorFile("/workspace/d/other", b"x")]), kept)
