@@ -443,15 +443,26 @@ async def test_an_owner_fenced_under_its_lease_stops_at_the_first_refused_write(
     sent it was refused with EROFS until then (seconds under load, right after a deletion). Now the
     first refused write makes it stop serving, and is itself answered "moved" (nothing of it applied):
     the client sends it to an owner that opened the file above the raised epoch, and the write lands.
-    (Until s63 the first write failed with EROFS, and this test pinned that.)"""
+    (Until s63 the first write failed with EROFS, and this test pinned that.) The lease is long here
+    (600 s: a renewal every 200 s) so that the write's bound (60 s) covers a new owner started on a
+    loaded machine and still tells the first refused write from the renewal; before, with the 10 s
+    renewal, the bound was 5 s, and a slow owner start failed it now and then."""
     from computer.actors.naming import workspace_file
     from computer.storage import FileSystem
 
+    model = computer.init(
+        data_dir=model.data_dir,
+        owners=model.owners,
+        owner_hosts_per_node=1,
+        shell_pool_size=0,
+        python_pool_size=0,
+        lock_lease=600.0,
+    )
     async with computer.get_workspace(name) as ws:
         await ws.fs.write_file("/before", b"a")
         epoch = int((await ws.handle.stats.remote())["epoch"])
         FileSystem.open(str(workspace_file(model, name)), fence=epoch + 1).close()  # a newer owner's mark
-        await asyncio.wait_for(ws.fs.write_file("/after", b"b"), 5)  # the renewal's 10 s would not tell
+        await asyncio.wait_for(ws.fs.write_file("/after", b"b"), 60)  # the renewal's 200 s would not tell
         assert await ws.fs.read_file("/after") == b"b"
         assert await ws.fs.read_file("/before") == b"a"
         assert int((await ws.handle.stats.remote())["epoch"]) > epoch + 1
