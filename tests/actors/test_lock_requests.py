@@ -220,13 +220,15 @@ async def test_a_hold_kept_for_several_leases_is_renewed_and_writes_under_it(
     ray_session: Any, name: str, tmp_path: Path
 ) -> None:
     """Pinned: a hold kept for more than three leases is renewed in the background (every third of the
-    lease): another client's request waits all along, and the holder's fenced write lands."""
-    computer.init(data_dir=f"{tmp_path}/data", lock_lease=1.0)
+    lease): another client's request waits all along, and the holder's fenced write lands. The lease
+    is 3 s (a renewal may come up to 2 s late): before, 1 s, and a renewal late by 0.67 s on a loaded
+    machine lost the lease, the other client's request was granted, and the test failed."""
+    computer.init(data_dir=f"{tmp_path}/data", lock_lease=3.0)
     try:
         async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
             async with a.locks.hold(["/f"]):
                 waiting = asyncio.ensure_future(b.locks.hold(["/f"]).__aenter__())
-                done, _ = await asyncio.wait({waiting}, timeout=3.5)  # three and a half leases
+                done, _ = await asyncio.wait({waiting}, timeout=10.5)  # three and a half leases
                 assert not done
                 await a.fs.write_file("/f", b"under a renewed lease")  # refused (ENOLCK) once lost
             await asyncio.wait_for(waiting, 20)
