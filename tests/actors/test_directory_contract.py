@@ -86,14 +86,21 @@ def test_a_deletions_lease_refuses_owners_until_it_ends_and_another_deletion_tak
     directory: Directory,
 ) -> None:
     """A hosted workspace the deletion had closed was reopened by its client's next call, above the
-    deletion's fence: that client's writes were acknowledged into the file the deletion then unlinked."""
+    deletion's fence: that client's writes were acknowledged into the file the deletion then unlinked.
+    The deletions' leases are long while they must hold (before, 0.3 s: a process descheduled that
+    long on a loaded machine saw the lease run out before the refusal it pins); only the last one,
+    which must run out, is short."""
     assert directory.acquire_lease("ws", "node-a", "owner", 30.0) == 1
-    assert directory.acquire_lease("ws", DELETING, "deleter", 0.3) == 2  # an owner's lease is taken over
+    assert directory.acquire_lease("ws", DELETING, "deleter", 60.0) == 2  # an owner's lease is taken over
     with pytest.raises(OSError) as refused:
         directory.acquire_lease("ws", "node-a", "owner-again", 30.0)
     assert refused.value.errno == errno.EBUSY and "being deleted" in str(refused.value)
     assert directory.get("ws").owner == "deleter"  # type: ignore[union-attr]
-    assert directory.acquire_lease("ws", DELETING, "deleter-2", 0.3) == 3  # a retried deletion
+    assert directory.acquire_lease("ws", DELETING, "deleter-2", 60.0) == 3  # a retried deletion (live lease)
+    with pytest.raises(OSError) as still_refused:
+        directory.acquire_lease("ws", "node-a", "owner-again", 30.0)
+    assert still_refused.value.errno == errno.EBUSY
+    assert directory.acquire_lease("ws", DELETING, "deleter-2", 0.3) == 3  # its lease, now short
     time.sleep(0.35)  # a deletion that died midway: its lease runs out (wall-clock time must pass)
     assert directory.acquire_lease("ws", "node-a", "owner-again", 30.0) == 4
 

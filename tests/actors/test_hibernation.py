@@ -207,6 +207,8 @@ async def test_an_owner_handle_taken_before_its_process_left_opens_the_workspace
         assert await asyncio.wait_for(_read_through_handle.remote(handle, "/kept"), 60) == b"across the exit"
         async with computer.get_workspace(handle) as ws:
             assert await ws.fs.read_file("/kept") == b"across the exit"
-            assert await epoch(ws) == 2  # woken in a new activation, the file's
+            # Woken in a new activation (2; 3 when it hibernated again after the read above, 0.5 s idle
+            # on a loaded machine: before, ``== 2`` failed then).
+            assert await epoch(ws) >= 2
     finally:
         computer.init(data_dir=tmp_path / "data")

@@ -13,6 +13,7 @@ it was sent (``sent_at``), handed to the client's own check (``_did_not_run``), 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -42,9 +43,14 @@ async def _hibernated(busy: Any, conf: Settings, name: str, epoch: int) -> None:
 
 
 @asynccontextmanager
-async def _woken_in_place(tmp_path: Path, name: str) -> AsyncIterator[tuple[Settings, Any, Any]]:
+async def _woken_in_place(tmp_path: Path, name: str) -> AsyncIterator[tuple[Settings, Any, Any, Any]]:
     """A hosted workspace that hibernated (epoch 1 released) and was woken in place by its client's next
-    call (epoch 2), the client still knowing epoch 1; its neighbour keeps the one host up."""
+    call (epoch 2), the client still knowing epoch 1; its neighbour keeps the one host up.
+
+    The waking call opens a stream, left open: it keeps the workspace awake under epoch 2 (yielded, to
+    be closed with ``aclose`` when the test needs it to hibernate again). Before, the tests relied on
+    less than a second (``hibernate_after``) passing between the wake and the host's death: a stall of
+    0.5 s on a loaded machine let it hibernate again first, and the case under test was another one."""
     conf = computer.init(
         data_dir=tmp_path / "data",
         owners="hosted",
@@ -59,12 +65,19 @@ async def _woken_in_place(tmp_path: Path, name: str) -> AsyncIterator[tuple[Sett
             computer.get_workspace(name) as idle,
         ):
             await idle.fs.write_file("/f", b"one")
+            await idle.fs.write_file("/big", b"x" * (8 * 1024 * 1024))  # streamed in pieces
             assert idle._conn.epoch == 1
             await _hibernated(busy, conf, name, 1)
-            assert await idle.fs.read_file("/f") == b"one"  # woken in place, under epoch 2
-            assert (await idle.handle.stats.remote())["epoch"] == 2
-            assert idle._conn.epoch == 1  # the client was not told
-            yield conf, busy, idle
+            awake = idle.fs.stream("/big")
+            await anext(awake)  # woken in place, under epoch 2
+            try:
+                assert await idle.fs.read_file("/f") == b"one"
+                assert (await idle.handle.stats.remote())["epoch"] == 2
+                assert idle._conn.epoch == 1  # the client was not told
+                yield conf, busy, idle, awake
+            finally:
+                with contextlib.suppress(Exception):
+                    await awake.aclose()
     finally:
         computer.init(data_dir=tmp_path / "data")
 
@@ -76,7 +89,7 @@ async def test_a_call_that_may_have_run_on_a_later_activation_is_never_resent(
     directory says epoch 1 was released cleanly, the epoch the client knows; yet the call may have run
     under epoch 2. Before, that was taken for "it did not run" and the mutation was sent again (applied
     twice, for a mutation without an idempotency key: a tool, a run, an upload's commit)."""
-    async with _woken_in_place(tmp_path, name) as (_, _, idle):
+    async with _woken_in_place(tmp_path, name) as (_, _, idle, _):
         handle = idle._conn.handle
         sent_at = time.time()  # the call went out to the live host, then it died
         await asyncio.sleep(0.5)  # well past the margin: the death is after the send
@@ -91,7 +104,8 @@ async def test_a_call_sent_after_a_hosted_release_is_resent_though_the_client_kn
     to it on the way. The host never woke it again (that would have taken epoch 3 first), so the call
     ran nothing: it is sent again. Before, the released epoch (2) was compared with the client's stale
     one (1), and the call failed "unknown outcome" though it provably never ran."""
-    async with _woken_in_place(tmp_path, name) as (conf, busy, idle):
+    async with _woken_in_place(tmp_path, name) as (conf, busy, idle, awake):
+        await awake.aclose()
         await _hibernated(busy, conf, name, 2)
         handle = idle._conn.handle
         sent_at = time.time()  # the call went out after the release, then the host died
@@ -106,7 +120,7 @@ async def test_a_host_killed_holding_the_epoch_its_client_knows_proves_nothing(
 ) -> None:
     """Pinned: a host that died holding the workspace under the epoch its client knows (no release)
     proves nothing for a call sent before its death: "unknown outcome" stays."""
-    async with _woken_in_place(tmp_path, name) as (_, _, idle):
+    async with _woken_in_place(tmp_path, name) as (_, _, idle, _):
         await idle._conn._reresolve(idle._conn.handle)  # learns epoch 2
         assert idle._conn.epoch == 2
         handle = idle._conn.handle
@@ -121,7 +135,7 @@ async def test_a_call_sent_after_its_host_died_is_resent_though_the_client_knew_
 ) -> None:
     """Pinned: a call sent to a host already dead (killed for good) never ran, whatever epoch the
     client knows: Ray's actor table dates the death before the send, and the call is sent again."""
-    async with _woken_in_place(tmp_path, name) as (_, _, idle):
+    async with _woken_in_place(tmp_path, name) as (_, _, idle, _):
         handle = idle._conn.handle
         await kill_owner(handle)
         await asyncio.sleep(0.5)  # well past the margin: the send is after the death

@@ -395,7 +395,12 @@ async def test_leases_are_renewed_and_a_taken_over_workspace_leaves(
     ray_session: Any, tmp_path: Path, name: str, owners: str
 ) -> None:
     """An idle awake workspace keeps its lease (hosted: the host renews all of its leases in one
-    directory write per round); one whose lease another owner took closes, its neighbour stays."""
+    directory write per round); one whose lease another owner took closes, its neighbour stays.
+
+    Kept: renewed by the same owner, under the same epoch, well past three leases with no call.
+    Before, the test looked once, after 2 s, whether the lease was unexpired at that instant: a
+    renewal late by 0.4 s (the slack of a 0.6 s lease renewed every 0.2 s) on a loaded machine failed
+    it; now it waits (bounded) for a renewal dated past the three leases."""
     from owner_models import owner_awake
 
     conf = computer.init(
@@ -413,10 +418,18 @@ async def test_leases_are_renewed_and_a_taken_over_workspace_leaves(
             await stays.fs.write_file("/f", b"1")
             await taken.fs.write_file("/f", b"2")
             pid = int((await stays.handle.stats.remote())["pid"])
-            await asyncio.sleep(2.0)  # more than three leases, with no call
+            first = {n: directory.get(n) for n in names}
+            past = time.time() + 2.0  # more than three leases, with no call
             for n in names:
-                record = directory.get(n)
-                assert record is not None and record.lease_live() and record.epoch == 1, record
+                for _ in range(300):  # bounded: 30 s
+                    record = directory.get(n)
+                    assert record is not None and record.epoch == 1, record
+                    assert record.owner == first[n].owner, (record, first[n])  # type: ignore[union-attr]
+                    if record.lease_expires > past + 0.6:  # a renewal after the three leases
+                        break
+                    await asyncio.sleep(0.1)
+                else:
+                    raise AssertionError(f"the lease of {n} was not renewed: {record}")
             taken_record = directory.get(names[1])
             assert taken_record is not None
             directory.acquire_lease(names[1], taken_record.node, "another-owner", 30.0)
@@ -443,15 +456,26 @@ async def test_an_owner_fenced_under_its_lease_stops_at_the_first_refused_write(
     sent it was refused with EROFS until then (seconds under load, right after a deletion). Now the
     first refused write makes it stop serving, and is itself answered "moved" (nothing of it applied):
     the client sends it to an owner that opened the file above the raised epoch, and the write lands.
-    (Until s63 the first write failed with EROFS, and this test pinned that.)"""
+    (Until s63 the first write failed with EROFS, and this test pinned that.) The lease is long here
+    (600 s: a renewal every 200 s) so that the write's bound (60 s) covers a new owner started on a
+    loaded machine and still tells the first refused write from the renewal; before, with the 10 s
+    renewal, the bound was 5 s, and a slow owner start failed it now and then."""
     from computer.actors.naming import workspace_file
     from computer.storage import FileSystem
 
+    model = computer.init(
+        data_dir=model.data_dir,
+        owners=model.owners,
+        owner_hosts_per_node=1,
+        shell_pool_size=0,
+        python_pool_size=0,
+        lock_lease=600.0,
+    )
     async with computer.get_workspace(name) as ws:
         await ws.fs.write_file("/before", b"a")
         epoch = int((await ws.handle.stats.remote())["epoch"])
         FileSystem.open(str(workspace_file(model, name)), fence=epoch + 1).close()  # a newer owner's mark
-        await asyncio.wait_for(ws.fs.write_file("/after", b"b"), 5)  # the renewal's 10 s would not tell
+        await asyncio.wait_for(ws.fs.write_file("/after", b"b"), 60)  # the renewal's 200 s would not tell
         assert await ws.fs.read_file("/after") == b"b"
         assert await ws.fs.read_file("/before") == b"a"
         assert int((await ws.handle.stats.remote())["epoch"]) > epoch + 1

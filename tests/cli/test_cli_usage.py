@@ -45,24 +45,28 @@ def test_every_command_has_help_saying_whether_it_needs_ray(command: str) -> Non
 
 
 def test_help_is_fast_because_nothing_heavy_is_imported() -> None:
-    code = (
-        "import sys, time; t = time.perf_counter(); from computer.cli import app; "
-        "print(time.perf_counter() - t, 'ray' in sys.modules, 'computer.tools' in sys.modules)"
-    )
+    """``computer --help`` (and the CLI's import) loads neither Ray nor the tools: what makes it fast.
+    Pinned by the modules loaded, not by a duration (``benchmarks/cli_bench.py`` times it): before,
+    the in-process import had to take < 5 s and ``--help`` < 15 s, which a loaded machine broke."""
+    code = "import sys; from computer.cli import app; print('ray' in sys.modules, 'computer.tools' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=60)
-    seconds, ray_loaded, tools_loaded = out.stdout.split()
-    assert (ray_loaded, tools_loaded) == ("False", "False")
-    assert float(seconds) < 5.0
-    started = time.perf_counter()
+    assert out.stdout.split() == ["False", "False"], out.stdout + out.stderr
     proc = subprocess.run(
-        [sys.executable, "-m", "computer.cli", "--help"],
+        [sys.executable, "-X", "importtime", "-m", "computer.cli", "--help"],
         capture_output=True,
         text=True,
         env=cli_env(),
         timeout=60,
     )
     assert proc.returncode == 0 and "demo" in proc.stdout
-    assert time.perf_counter() - started < 15.0  # generous: the machine is shared; Ray alone takes ~5 s
+    # ``-X importtime`` writes one line per module imported: "import time: self | cumulative | name".
+    loaded = {
+        line.rsplit("|", 1)[-1].strip()
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    assert "typer" in loaded  # the listing is read right
+    assert not {"ray", "computer.tools"} & loaded
 
 
 def test_invalid_json_arguments_exit_2_with_a_message_and_no_traceback() -> None:

@@ -78,12 +78,13 @@ def test_ctrl_c_in_the_shell_stops_the_running_command_and_the_session_goes_on(t
     shell = _interactive_shell(tmp_path, "w1")
     assert shell.stdin is not None
     try:
-        shell.stdin.write("!sleep 29.75; echo not-interrupted\n")
+        shell.stdin.write("!sleep 299.75; echo not-interrupted\n")
         shell.stdin.flush()
-        _until(lambda: bool(_processes_running("sleep 29.75")), "the command runs")
-        started = time.monotonic()
+        _until(lambda: bool(_processes_running("sleep 299.75")), "the command runs")
         shell.send_signal(signal.SIGINT)
-        _until(lambda: not _processes_running("sleep 29.75"), "the command was stopped")
+        # Stopped within the wait's bound (30 s), ten times shorter than the sleep: before, the test
+        # asserted the whole session (its exit included) took < 20 s, which a loaded machine broke.
+        _until(lambda: not _processes_running("sleep 299.75"), "the command was stopped")
         time.sleep(0.5)  # no event says the prompt reads again: a moment for the shell to get back to it
         shell.send_signal(signal.SIGINT)  # now at the prompt: a new prompt, not the end
         time.sleep(0.5)  # the same: the second Ctrl-C handled before the next line is read
@@ -93,7 +94,6 @@ def test_ctrl_c_in_the_shell_stops_the_running_command_and_the_session_goes_on(t
             shell.kill()
             shell.wait()
     assert shell.returncode == 0, err
-    assert time.monotonic() - started < 20  # the sleep did not run to its end
     assert "[interrupted]" in out
     assert "not-interrupted" not in out
     assert "\n/workspace\n" in out.replace("> ", "\n")  # pwd ran after the Ctrl-Cs
