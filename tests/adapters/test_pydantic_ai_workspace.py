@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import posixpath
-import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -235,10 +234,10 @@ async def test_output_over_the_cap_raises_with_the_beginning(workspace: computer
 
 
 async def test_a_background_child_does_not_hold_up_the_command(backend: ComputerWorkspaceBackend) -> None:
-    started = time.monotonic()
-    result = await backend.run("sleep 30 & echo done", shell=True, timeout=60)
+    # Held up by its child, the call would last the child's 600 s: bounded well inside that (was a
+    # timed assertion, < 20 s, a loaded machine's call).
+    result = await asyncio.wait_for(backend.run("sleep 600 & echo done", shell=True, timeout=900), 120)
     assert (result.exit_code, result.stdout) == (0, "done\n")
-    assert time.monotonic() - started < 20
 
 
 async def test_a_command_exiting_124_before_its_timeout_is_a_result(
@@ -250,7 +249,8 @@ async def test_a_command_exiting_124_before_its_timeout_is_a_result(
 
 async def test_a_timeout_keeps_the_partial_output(backend: ComputerWorkspaceBackend) -> None:
     with pytest.raises(WorkspaceTimeoutError) as caught:
-        await backend.run("echo before; sleep 60", shell=True, timeout=1)
+        # (10 s, not 1: a loaded machine's sandbox may not have printed "before" within one second)
+        await backend.run("echo before; sleep 600", shell=True, timeout=10)
     assert caught.value.stdout == "before\n"
 
 
@@ -286,14 +286,15 @@ async def test_cancelling_a_command_ends_its_execution(
 ) -> None:
     task = asyncio.create_task(backend.run(["sh", "-c", "echo started; exec sleep 3600"]))
     exec_id = await _until_started(workspace)
-    started = time.monotonic()
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    # The cancelled call returned only after the kill settled (well inside its 10 s bound).
-    assert time.monotonic() - started < 5
+    # The cancelled call returned only after the kill settled: the journal says so already (was a
+    # timed assertion, < 5 s).
+    (record,) = [r for r in await _journal(workspace) if r["id"] == exec_id]
+    assert record["status"] == "cancelled", record
     handle = await workspace.runtime.get_exec(exec_id)
-    result = await asyncio.wait_for(handle.result(), 1)
+    result = await asyncio.wait_for(handle.result(), 30)
     assert (result.status, result.stdout) == ("cancelled", "started\n")
 
 
