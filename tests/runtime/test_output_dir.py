@@ -109,9 +109,10 @@ async def test_a_link_renamed_there_leads_no_log_nor_removal_where_it_points(tar
         assert made.status == "completed", made.stderr
         await refused_to_a_program(ws, "rename('/workspace/lnk', '/.computer/output')")
         await ws.fs.rename("/workspace/lnk", "/.computer/output")  # (the owner's API may)
-        printer = await run(ws, "(sleep 0.3; echo bg) &")
+        printer = await run(ws, f"({waiting('go')}; echo bg) &")
         log = f"/.computer/output/{printer.id}.background.log"
-        await eventually(lambda: contains(ws, log, "bg\n"), within=10)
+        await ws.fs.write_file("/workspace/go", b"")
+        await eventually(lambda: contains(ws, log, "bg\n"))
         for _ in range(3):
             saved = await run(ws, "seq 20", output=SAVING)
             assert saved.truncated["stdout"].status == "saved", saved.truncated
