@@ -110,10 +110,11 @@ async def test_a_background_log_lets_its_bytes_go_once_its_printers_ended() -> N
         await ws.fs.mkdir("/workspace")
         ids = []
         for _ in range(3):
-            started = await run(ws, "(sleep 0.2; head -c 300000 /dev/zero | tr '\\0' y) &")
+            started = await run(ws, f"({_waiting('go')}; head -c 300000 /dev/zero | tr '\\0' y) &")
             ids.append(started.id)
         marker = f"8{secrets.randbelow(10**6)}"
-        going = await run(ws, f"(sleep 0.2; echo hello; exec sleep {marker}) &")
+        going = await run(ws, f"({_waiting('go')}; echo hello; exec sleep {marker}) &")
+        await ws.fs.write_file("/workspace/go", b"")
         await host_shows(marker)
         sandbox = backend._lives._live[ws.fs.instance]
 
@@ -156,18 +157,29 @@ async def test_signals_a_program_sends_every_python3_leave_the_sandbox_standing(
 async def test_background_logs_are_written_again_after_their_directory_was_removed() -> None:
     """``rm -r /.computer/output`` while a background printer runs: the directory was made once per
     sandbox, so no background log of that sandbox was written again (neither the printer's nor a later
-    run's; every tick's flush failed). A write that finds it gone makes it again."""
+    run's; every tick's flush failed). A write that finds it gone makes it again.
+
+    The printer prints once its run returned and goes on once the directory is gone (``started``,
+    ``removed``: files of the workspace): printing for a fixed 5 s, a loaded machine's ticks could
+    write its log whole and let it go before the ``rm``, and it never came back."""
     async with computer.Workspace(backends=[ShellBackend()]) as ws:
         await ws.fs.mkdir("/workspace")
-        started = await run(ws, "(for i in $(seq 100); do echo bg-$i; sleep 0.05; done) &")
+        started = await run(
+            ws,
+            f"({_waiting('started')}; echo bg-1; {_waiting('removed')};"
+            " for i in $(seq 2 100); do echo bg-$i; sleep 0.05; done) &",
+        )
         log = f"/.computer/output/{started.id}.background.log"
+        await ws.fs.write_file("/workspace/started", b"")
         await eventually(lambda: ws.fs.exists(log), within=10)
         await ws.fs.rm("/.computer/output", recursive=True)
-        await eventually(lambda: ws.fs.exists(log), within=10)
-        later = await run(ws, "(sleep 0.2; echo other) &")
-        await eventually(lambda: ws.fs.exists(f"/.computer/output/{later.id}.background.log"), within=10)
+        await ws.fs.write_file("/workspace/removed", b"")
+        await eventually(lambda: ws.fs.exists(log))
+        later = await run(ws, f"({_waiting('later')}; echo other) &")
+        await ws.fs.write_file("/workspace/later", b"")
+        await eventually(lambda: ws.fs.exists(f"/.computer/output/{later.id}.background.log"))
         assert (await ws.fs.read_text(f"/.computer/output/{later.id}.background.log")) == "other\n"
-        await eventually(lambda: _contains(ws, log, "bg-100\n"), within=15)
+        await eventually(lambda: _contains(ws, log, "bg-100\n"))
         await ws.runtime.end_sandbox()
 
 
@@ -179,9 +191,10 @@ async def test_a_running_process_keeps_its_background_log_past_the_saved_output_
     saving = {"max_lines": 5, "keep": 2}
     async with computer.Workspace(backends=[ShellBackend()]) as ws:
         await ws.fs.mkdir("/workspace")
-        started = await run(ws, f"(sleep 0.2; echo listening; exec sleep {marker}) &")
+        started = await run(ws, f"({_waiting('go')}; echo listening; exec sleep {marker}) &")
         log = f"/.computer/output/{started.id}.background.log"
-        await eventually(lambda: ws.fs.exists(log), within=10)
+        await ws.fs.write_file("/workspace/go", b"")
+        await eventually(lambda: ws.fs.exists(log))
         for _ in range(4):
             saved = await run(ws, "seq 20", output=saving)
             assert saved.truncated["stdout"].status == "saved", saved
@@ -200,6 +213,11 @@ async def test_a_running_process_keeps_its_background_log_past_the_saved_output_
         assert not await ws.fs.exists(log)  # the oldest once its process ended
         assert len(await ws.fs.readdir("/.computer/output")) == 2
         await ws.runtime.end_sandbox()
+
+
+def _waiting(name: str) -> str:
+    """Shell that waits (30 s at most) for the workspace's file ``name`` to reach the sandbox."""
+    return f"for t in $(seq 600); do [ -e {name} ] && break; sleep 0.05; done"
 
 
 async def _contains(ws: computer.Workspace, path: str, text: str) -> bool:
@@ -339,15 +357,16 @@ async def test_a_background_log_that_cannot_be_written_leaves_the_others_written
     async with computer.Workspace(backends=[ShellBackend()]) as ws:
         await ws.fs.mkdir("/workspace")
         await ws.fs.mkdir("/.computer/output", recursive=True)
-        first = await run(ws, "(sleep 0.5; echo first) &")
+        first = await run(ws, f"({_waiting('go')}; echo first) &")
         blocked = f"/.computer/output/{first.id}.background.log"
         await ws.fs.mkdir(blocked)
-        later = await run(ws, "(sleep 0.5; echo later) &")
+        later = await run(ws, f"({_waiting('go')}; echo later) &")
         log = f"/.computer/output/{later.id}.background.log"
-        await eventually(lambda: ws.fs.exists(log), within=10)
-        await eventually(lambda: _contains(ws, log, "later\n"), within=10)
+        await ws.fs.write_file("/workspace/go", b"")
+        await eventually(lambda: ws.fs.exists(log))
+        await eventually(lambda: _contains(ws, log, "later\n"))
         await ws.fs.rm(blocked, recursive=True)
-        await eventually(lambda: ws.fs.exists(blocked), within=10)
+        await eventually(lambda: ws.fs.exists(blocked))
         assert await ws.fs.read_text(blocked) == "first\n"
         await ws.runtime.end_sandbox()
 

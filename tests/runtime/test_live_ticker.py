@@ -37,6 +37,14 @@ async def _live_workspace(
         yield ws, backend, backend._lives._live[ws.fs.instance]
 
 
+async def _written(sandbox: LiveSandbox, name: str) -> None:
+    """Until the sandbox's background process wrote ``name`` (in its mirror): a run that started it
+    returned once it was forked, and a loaded machine may run it later than the failures the test
+    sets up next end the sandbox (CI-like load: 4 busy loops beside it; the file was then missing)."""
+    written = sandbox.mirror.directory / name
+    await eventually(lambda: asyncio.to_thread(written.exists))
+
+
 def _unanswered(monkeypatch: pytest.MonkeyPatch, sandbox: LiveSandbox) -> list[int]:
     """The sandbox's pids group unreadable (a host without the controller: ``busy`` asks the init for
     its processes), and the init's next ``[n]`` answers errors (n set by the caller), as when it
@@ -86,6 +94,7 @@ async def test_a_sandbox_whose_init_fails_every_tick_ends_and_the_next_run_says_
     monkeypatch.setattr(_live, "TICK_FAILURES", 3)
     first = "setsid sh -c 'echo late > late.txt; sleep 30' > /dev/null 2>&1 &"
     async with _live_workspace(tmp_path, first) as (ws, backend, sandbox):
+        await _written(sandbox, "late.txt")
         _unanswered(monkeypatch, sandbox)[0] = 10**6
 
         async def ended() -> bool:
@@ -119,6 +128,7 @@ async def test_a_sandbox_whose_init_never_answers_a_tick_ends_and_the_next_run_s
         await ws.fs.mkdir("/workspace")
         await run(ws, "setsid sh -c 'echo late > late.txt; sleep 30' > /dev/null 2>&1 &")
         sandbox = backend._lives._live[ws.fs.instance]
+        await _written(sandbox, "late.txt")
         send = sandbox._send
 
         def unanswered(message: dict[str, Any], fds: Sequence[int] = ()) -> None:

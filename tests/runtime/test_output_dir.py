@@ -30,6 +30,11 @@ async def moved_aside(ws: computer.Workspace) -> list[str]:
     return sorted(e.name for e in await ws.fs.readdir("/.computer") if e.name.startswith("output.moved-"))
 
 
+def waiting(name: str) -> str:
+    """Shell that waits (30 s at most) for the workspace's file ``name`` to reach the sandbox."""
+    return f"for t in $(seq 600); do [ -e {name} ] && break; sleep 0.05; done"
+
+
 async def contains(ws: computer.Workspace, path: str, text: str) -> bool:
     return await ws.fs.exists(path) and text in await ws.fs.read_text(path)
 
@@ -50,8 +55,17 @@ async def test_a_file_put_there_is_moved_aside_and_every_log_is_written(tmp_path
     path = str(tmp_path / "ws.db")
     async with computer.Workspace(path, backends=[ShellBackend(), PythonBackend()]) as ws:
         await ws.fs.mkdir("/workspace")
-        printer = await run(ws, "(for i in $(seq 40); do echo bg-$i; sleep 0.05; done) &")
+        # The printer prints once its run returned (``started``) and goes on once the file is planted
+        # (``planted``), both from the workspace: printing for a fixed 2 s, it had ended and its log
+        # been written whole and let go before the rm on a loaded machine (the python run below is
+        # slow to start), and that log never came back.
+        printer = await run(
+            ws,
+            f"({waiting('started')}; echo bg-1; {waiting('planted')};"
+            " for i in $(seq 2 40); do echo bg-$i; sleep 0.05; done) &",
+        )
         log = f"/.computer/output/{printer.id}.background.log"
+        await ws.fs.write_file("/workspace/started", b"")
         await eventually(lambda: ws.fs.exists(log), within=10)
         await refused_to_a_program(ws, "rm('/.computer/output', recursive=True)")
         # The shell sandbox's background-log flush may make the directory again between the two
@@ -65,7 +79,8 @@ async def test_a_file_put_there_is_moved_aside_and_every_log_is_written(tmp_path
                 pass
         else:
             raise AssertionError("the directory came back 50 times")
-        await eventually(lambda: contains(ws, log, "bg-40\n"), within=15)  # a tick moved it aside
+        await ws.fs.write_file("/workspace/planted", b"")
+        await eventually(lambda: contains(ws, log, "bg-40\n"))  # a tick moved it aside
         saved = await run(ws, "seq 20", output=SAVING)
         assert saved.truncated["stdout"].status == "saved", saved.truncated
         assert await ws.fs.read_text(saved.truncated["stdout"].path or "") == "".join(
@@ -94,9 +109,10 @@ async def test_a_link_renamed_there_leads_no_log_nor_removal_where_it_points(tar
         assert made.status == "completed", made.stderr
         await refused_to_a_program(ws, "rename('/workspace/lnk', '/.computer/output')")
         await ws.fs.rename("/workspace/lnk", "/.computer/output")  # (the owner's API may)
-        printer = await run(ws, "(sleep 0.3; echo bg) &")
+        printer = await run(ws, f"({waiting('go')}; echo bg) &")
         log = f"/.computer/output/{printer.id}.background.log"
-        await eventually(lambda: contains(ws, log, "bg\n"), within=10)
+        await ws.fs.write_file("/workspace/go", b"")
+        await eventually(lambda: contains(ws, log, "bg\n"))
         for _ in range(3):
             saved = await run(ws, "seq 20", output=SAVING)
             assert saved.truncated["stdout"].status == "saved", saved.truncated
