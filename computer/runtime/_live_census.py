@@ -37,6 +37,11 @@ class LiveCensus:
         """How many forks the sandbox's process limit refused so far (``pids.events``; 0 unknown)."""
         return count_in(self._pids_events.read() if self._pids_events is not None else None, "max")
 
+    def refusals_counted(self) -> bool:
+        """Whether :meth:`forks_refused` can tell (``pids.events`` readable): the process rlimit
+        stays ``NPROC_MARGIN`` above the group's cap (``_limits``), so the group refuses first."""
+        return self._pids_events is not None and self._pids_events.read() is not None
+
     def tasks(self) -> int | None:
         """Tasks in the sandbox's pids group (its init and bubblewrap's included), or None."""
         text = self._pids_current.read() if self._pids_current is not None else None

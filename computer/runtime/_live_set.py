@@ -212,12 +212,18 @@ class LiveSandboxes:
                 killed = True  # ``kill``: its group is dead (``aclosing``); what it wrote is kept, and listed
             if sandbox.alive:
                 await sandbox.sync(push=False)
-            # A refused fork (``pids.events``; a refusal of the process rlimit is counted nowhere), or
-            # the run left the sandbox at 90 % of its limit with more tasks than it found: a server's
-            # threads count as tasks, and every run that ended while one held 90 % ended the sandbox
-            # with the server, saying that run reached the limit.
+            # A refused fork (``pids.events``), or, where refusals are counted nowhere, the run left
+            # the sandbox at 90 % of its limit with more tasks than it found: a server's threads count
+            # as tasks, and every run that ended while one held 90 % ended the sandbox with the
+            # server, saying that run reached the limit; the run that started it too, once it waited
+            # for the server to be ready (s65; nothing refused: the count alone tells).
             limit, now = self.sandbox.limits.max_processes, sandbox.tasks() or 0
-            at_limit = limit is not None and now >= limit * 0.9 and now > (tasks or 0)
+            at_limit = (
+                limit is not None
+                and now >= limit * 0.9
+                and now > (tasks or 0)
+                and not sandbox.refusals_counted()
+            )
             if sandbox.alive and (sandbox.forks_refused() > refused or at_limit) and await sandbox.busy():
                 # The command ran into the sandbox's process limit and left processes behind (a fork
                 # bomb in the background): nothing could start there any more. End it (what its

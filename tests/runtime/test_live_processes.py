@@ -101,6 +101,32 @@ async def test_a_server_whose_threads_near_the_process_limit_outlives_later_runs
         await ws.runtime.end_sandbox()
 
 
+async def test_a_server_near_the_process_limit_outlives_the_run_that_waited_for_it() -> None:
+    """The run that starts such a server and waits for it to be ready (``server & until ready``):
+    it ended with 90 % of the limit held and more tasks than it found, which ended the sandbox with
+    the server ("this command reached the sandbox's process limit"), though no fork was refused
+    (``pids.events`` counts every refusal). On a loaded host the run of the test above ended that way
+    too (the server's threads made before its end was seen: 2 of 4 runs under load)."""
+    server = (
+        "import threading, time\n"
+        "for _ in range(36):\n"
+        "    threading.Thread(target=time.sleep, args=(300,), daemon=True).start()\n"
+        "open('up', 'w').close()\n"
+        "time.sleep(300)\n"
+    )
+    async with computer.Workspace(backends=[ShellBackend(max_processes=42)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/srv.py", server)
+        ready = "setsid python3 srv.py > /dev/null 2>&1 & while [ ! -e up ]; do sleep 0.01; done; echo ready"
+        started = await run(ws, ready)
+        assert (started.stdout, started.stderr) == ("ready\n", "")
+        (pid,) = [p.pid for p in await ws.runtime.processes() if p.command == "python3 srv.py"]
+        echoed = await run(ws, "echo hi")
+        assert (echoed.stdout, echoed.stderr) == ("hi\n", "")
+        assert [p.pid for p in await ws.runtime.processes() if p.command == "python3 srv.py"] == [pid]
+        await ws.runtime.end_sandbox()
+
+
 async def test_a_background_log_lets_its_bytes_go_once_its_printers_ended() -> None:
     """Each run left a printer of ~1 MB that ended: every log's last MiB stayed in the host process for
     the sandbox's life (40 such runs: +84 MiB). Once written and with its pipes closed, it is let go;
