@@ -362,12 +362,16 @@ async def test_a_program_changes_nothing_of_the_runtimes_logs(tmp_path: Path, li
     async with python_mode(path, live) as ws:
         described = next(b.description for b in ws.runtime.backends() if b.id == "python")
         assert "/.computer, the run journal and output logs, is read-only to them" in described
-        printer = await run(ws, "seq 3000; (sleep 0.2; echo bg) &")
+        # The printer waits for the workspace's word (a printer that slept 0.2 s printed into the
+        # run's own stdout when a loaded host saw the run's exit later: no background log).
+        waits = "for t in $(seq 600); do [ -e go ] && break; sleep 0.05; done"
+        printer = await run(ws, f"seq 3000; ({waits}; echo bg) &")
         assert printer.status == "completed", printer.stderr
         saved = printer.truncated["stdout"].path
         assert saved is not None
+        await ws.fs.write_file(f"{ROOT}/go", b"")
         log = f"/.computer/output/{printer.id}.background.log"
-        for _ in range(100):
+        for _ in range(300):
             if await ws.fs.exists(log) and await ws.fs.read_text(log) == "bg\n":
                 break
             await asyncio.sleep(0.1)
