@@ -30,6 +30,23 @@ def _record(config: Settings, name: str) -> Any:
         directory.close()
 
 
+async def _still_held(a: Any, b: Any, seen: int) -> asyncio.Future[Any]:
+    """``a`` still holds ``/counter`` (a write as the holder goes through) and ``b`` waits for it:
+    ``b``'s wait, to await once ``a`` lets go."""
+    await a.fs.write_file("/counter", str(seen + 1).encode())  # still the holder
+    waiting = asyncio.ensure_future(b.locks.hold(["/counter"]).__aenter__())
+    await asyncio.sleep(0.5)
+    assert not waiting.done()  # the lock is still held: b waits
+    return waiting
+
+
+async def _the_same_owner_served(a: Any, before: dict[str, Any], waiting: asyncio.Future[Any]) -> None:
+    """``b``'s wait ends once ``a`` let go, and the owner that served is the one of ``before``."""
+    await asyncio.wait_for(waiting, 30)
+    after = await a.handle.stats.remote()
+    assert (after["pid"], after["epoch"]) == (before["pid"], before["epoch"])  # the same owner
+
+
 async def test_a_lock_is_kept_when_redis_is_flushed_under_its_live_owner(
     on_redis: Settings, own_redis: RedisProcess, record_property: Any
 ) -> None:
@@ -47,13 +64,8 @@ async def test_a_lock_is_kept_when_redis_is_flushed_under_its_live_owner(
             redis.Redis.from_url(own_redis.url).flushall()
             assert _record(config, name) is None
             await asyncio.sleep(3 * config.lock_lease)  # several renewal rounds of owner and holder
-            await a.fs.write_file("/counter", str(seen + 1).encode())  # still the holder
-            waiting = asyncio.ensure_future(b.locks.hold(["/counter"]).__aenter__())
-            await asyncio.sleep(0.5)
-            assert not waiting.done()  # the lock is still held: b waits
-        await asyncio.wait_for(waiting, 30)
-        after = await a.handle.stats.remote()
-        assert (after["pid"], after["epoch"]) == (before["pid"], before["epoch"])  # the same owner
+            waiting = await _still_held(a, b, seen)
+        await _the_same_owner_served(a, before, waiting)
         record = _record(config, name)
         assert record is not None and record.epoch == before["epoch"] and record.lease_live()
         assert name in RedisDirectory(own_redis.url).names()

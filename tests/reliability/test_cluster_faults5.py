@@ -24,7 +24,7 @@ from computer.actors.directory import DELETING, RedisDirectory, WorkspaceRecord
 from computer.config import Settings
 from computer.storage import FileSystem
 
-from .test_cluster_faults4 import _record
+from .test_cluster_faults4 import _record, _still_held, _the_same_owner_served
 from .test_redis_restart import RedisProcess
 
 SKEW = 600.0  # a node's clock ten minutes off
@@ -191,12 +191,7 @@ async def test_a_live_owner_restores_its_record_over_an_old_snapshots(
                 await asyncio.sleep(0.1)  # the owner's next renewal rounds (every 0.5 s): bounded
             record = _record(config, name)
             assert (record.owner, record.epoch, record.node) == (mine.owner, 2, mine.node)
-            await a.fs.write_file("/counter", str(seen + 1).encode())  # still the holder
-            waiting = asyncio.ensure_future(b.locks.hold(["/counter"]).__aenter__())
-            await asyncio.sleep(0.5)
-            assert not waiting.done()  # the lock is still held: b waits
-        await asyncio.wait_for(waiting, 30)
-        after = await a.handle.stats.remote()
-        assert (after["pid"], after["epoch"]) == (before["pid"], before["epoch"])  # the same owner
+            waiting = await _still_held(a, b, seen)
+        await _the_same_owner_served(a, before, waiting)
         assert await b.fs.read_file("/counter") == b"1"
     record_property("stale_records", 1)

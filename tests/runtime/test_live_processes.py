@@ -72,20 +72,23 @@ async def test_listing_a_process_with_a_huge_command_line_keeps_the_sandbox_and_
         assert not host_pids_with(f"sleep {marker}")
 
 
+# A server holding 37 tasks (36 threads and its own) of a limit of 42, then ``up``.
+THREADED_SERVER = (
+    "import threading, time\n"
+    "for _ in range(36):\n"
+    "    threading.Thread(target=time.sleep, args=(300,), daemon=True).start()\n"
+    "open('up', 'w').close()\n"
+    "time.sleep(300)\n"
+)
+
+
 async def test_a_server_whose_threads_near_the_process_limit_outlives_later_runs() -> None:
     """A background server holding 90 % of the process limit in threads (the pids group counts
     threads), nothing ever refused: a later ``echo`` ended the sandbox with the server, saying that
     "this command reached the sandbox's process limit"."""
-    server = (
-        "import threading, time\n"
-        "for _ in range(36):\n"
-        "    threading.Thread(target=time.sleep, args=(300,), daemon=True).start()\n"
-        "open('up', 'w').close()\n"
-        "time.sleep(300)\n"
-    )
     async with computer.Workspace(backends=[ShellBackend(max_processes=42)]) as ws:
         await ws.fs.mkdir("/workspace")
-        await ws.fs.write_file("/workspace/srv.py", server)
+        await ws.fs.write_file("/workspace/srv.py", THREADED_SERVER)
         started = await run(ws, "setsid python3 srv.py > /dev/null 2>&1 & echo started")
         assert started.stdout == "started\n", started.stderr
 
@@ -107,16 +110,9 @@ async def test_a_server_near_the_process_limit_outlives_the_run_that_waited_for_
     the server ("this command reached the sandbox's process limit"), though no fork was refused
     (``pids.events`` counts every refusal). On a loaded host the run of the test above ended that way
     too (the server's threads made before its end was seen: 2 of 4 runs under load)."""
-    server = (
-        "import threading, time\n"
-        "for _ in range(36):\n"
-        "    threading.Thread(target=time.sleep, args=(300,), daemon=True).start()\n"
-        "open('up', 'w').close()\n"
-        "time.sleep(300)\n"
-    )
     async with computer.Workspace(backends=[ShellBackend(max_processes=42)]) as ws:
         await ws.fs.mkdir("/workspace")
-        await ws.fs.write_file("/workspace/srv.py", server)
+        await ws.fs.write_file("/workspace/srv.py", THREADED_SERVER)
         ready = "setsid python3 srv.py > /dev/null 2>&1 & while [ ! -e up ]; do sleep 0.01; done; echo ready"
         started = await run(ws, ready)
         assert (started.stdout, started.stderr) == ("ready\n", "")
