@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -173,12 +172,12 @@ async def test_nul_after_first_8k_is_text(fs: FileSystem) -> None:
 
 
 async def test_pathological_regex_returns_promptly(fs: FileSystem) -> None:
+    # A backtracking engine takes ~2**50 steps here (years); RE2 is linear. Bounded by the event, not
+    # timed (was < 5 s, a loaded machine's margin).
     await fs.write_file("/f", "a" * 50 + "b\n")
-    start = time.monotonic()
-    hits = await asyncio.wait_for(fs.grep("(a+)+$", "/f", regex=True), timeout=5)
+    hits = await asyncio.wait_for(fs.grep("(a+)+$", "/f", regex=True), timeout=60)
     assert hits == []
-    assert len(await fs.grep("(a+)+b", "/f", regex=True)) == 1
-    assert time.monotonic() - start < 5
+    assert len(await asyncio.wait_for(fs.grep("(a+)+b", "/f", regex=True), timeout=60)) == 1
 
 
 async def test_grep_missing_path_is_enoent(fs: FileSystem) -> None:
