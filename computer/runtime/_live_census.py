@@ -33,14 +33,12 @@ class LiveCensus:
 
     processes: Callable[[], Awaitable[list[ProcessInfo]]]  # the init's listing (``LiveSandbox``'s)
 
-    def forks_refused(self) -> int:
-        """How many forks the sandbox's process limit refused so far (``pids.events``; 0 unknown)."""
-        return count_in(self._pids_events.read() if self._pids_events is not None else None, "max")
-
-    def refusals_counted(self) -> bool:
-        """Whether :meth:`forks_refused` can tell (``pids.events`` readable): the process rlimit
-        stays ``NPROC_MARGIN`` above the group's cap (``_limits``), so the group refuses first."""
-        return self._pids_events is not None and self._pids_events.read() is not None
+    def forks_refused(self) -> int | None:
+        """How many forks the sandbox's process limit refused so far (``pids.events``), None where that
+        cannot be read. Where it can, it counts every refusal: the process rlimit stays
+        ``NPROC_MARGIN`` above the group's cap (``_limits``), so the group refuses first."""
+        text = self._pids_events.read() if self._pids_events is not None else None
+        return None if text is None else count_in(text, "max")
 
     def tasks(self) -> int | None:
         """Tasks in the sandbox's pids group (its init and bubblewrap's included), or None."""

@@ -218,13 +218,12 @@ class LiveSandboxes:
             # server, saying that run reached the limit; the run that started it too, once it waited
             # for the server to be ready (s65; nothing refused: the count alone tells).
             limit, now = self.sandbox.limits.max_processes, sandbox.tasks() or 0
-            at_limit = (
-                limit is not None
-                and now >= limit * 0.9
-                and now > (tasks or 0)
-                and not sandbox.refusals_counted()
-            )
-            if sandbox.alive and (sandbox.forks_refused() > refused or at_limit) and await sandbox.busy():
+            refused_now = sandbox.forks_refused()
+            if refused_now is not None:
+                reached = refused_now > (refused or 0)
+            else:
+                reached = limit is not None and now >= limit * 0.9 and now > (tasks or 0)
+            if sandbox.alive and reached and await sandbox.busy():
                 # The command ran into the sandbox's process limit and left processes behind (a fork
                 # bomb in the background): nothing could start there any more. End it (what its
                 # processes wrote is kept); the next run starts a fresh one.

@@ -16,12 +16,7 @@ from collections.abc import Generator, Iterable, Iterator, Sequence
 from xxhash import xxh3_128_intdigest
 
 from ._backend import BIG_FILE, PAGE_CHUNKS, PAGE_FILES, PAGE_PATHS, MirrorFile, SyncPull, fits, store_time
-from ._beneath import (
-    HOLE,
-    HOLE_DIGEST,
-    BeneathReader,
-    remove_beneath,
-)
+from ._beneath import HOLE, HOLE_DIGEST, BeneathReader, remove_beneath
 from ._dir_times import mirror_dir, with_dir_times
 from ._entry import INO, KIND, MODE, MTIME_NS, SIZE
 from ._held_links import is_utf8, share_names, unheld_names
@@ -409,7 +404,8 @@ class MirrorPull(MirrorWatch):
     def unread_now(self, rel: str, exc: OSError) -> None:
         """The file ``rel`` could not be read: read at the next pull when only the moment failed
         (:data:`RETRY`), left to the watch otherwise (the path changed under the pull)."""
-        self.unread.update([rel] if exc.errno in RETRY else [])
+        if exc.errno in RETRY:
+            self.unread.add(rel)
 
     def settle(
         self,

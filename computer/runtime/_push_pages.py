@@ -75,13 +75,13 @@ class PushPages:
         refetch = [p for p in limits.refetch if is_within(p, root)]
         changed: _Changed | None = None
         size = len(changes.changes)
+        plan = None
         if changes.complete and not size and not refetch:
             # Nothing at, above or below the root since (a run's start after one that changed
             # nothing: the log holds only the journal's records): no plan to make (~40 µs a run).
             changed = (changes.rev, [], set(), {}, [])
-            self._changed_cache = (key, changed)
-            return changed
-        plan = await pure(size, plan_changes, changes.changes, root, refetch) if changes.complete else None
+        elif changes.complete:
+            plan = await pure(size, plan_changes, changes.changes, root, refetch)
         if plan is not None:
             ops = await self._changed_ops(plan, size)
             if lacking := lacking_names(ops, plan, refetch):
