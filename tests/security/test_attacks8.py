@@ -1,0 +1,137 @@
+"""Attacks on the network surfaces, the seccomp filter and the owner's reads (session 66's hunt).
+
+The MCP server over HTTP (``serve_http``): the SDK refuses a body over its cap with a ``413``, but the
+request-id gate in front of it read the whole body first, so a huge or endless body grew the server's
+memory without end (a 256 MiB body peaked it at 856 MB) and a body trickled, or never sent after its
+``Content-Length``, held its socket and request for good.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import select
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+
+import computer
+
+pytest.importorskip("mcp")
+
+_HEAD = (
+    b"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    b"Accept: application/json, text/event-stream\r\n"
+)
+
+
+@asynccontextmanager
+async def _mcp_http(**options: Any) -> AsyncIterator[int]:
+    """An MCP server over HTTP on a free loopback port (yields the port once it accepts)."""
+    from computer.tools.mcp import serve_http
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with computer.Workspace() as ws:
+        server = asyncio.create_task(serve_http(ws, "127.0.0.1", port, **options))
+        try:
+            for _ in range(300):  # bounded: the server binds within 30 s
+                try:
+                    _, writer = await asyncio.open_connection("127.0.0.1", port)
+                except OSError:
+                    await asyncio.sleep(0.1)
+                    continue
+                writer.close()
+                break
+            yield port
+        finally:
+            server.cancel()
+            await asyncio.gather(server, return_exceptions=True)
+
+
+def _exchange(port: int, head: bytes, chunk: bytes = b"", most: int = 0) -> tuple[int, dict[str, Any], int]:
+    """Send ``head``, then ``chunk`` up to ``most`` times while no answer came; the status and JSON body
+    of the answer, after which the server must close the connection, and the chunks sent (30 s bounds).
+    A plain socket: the server closes with bytes of ours unread, so its reset follows the answer, and
+    only a socket read (not asyncio's streams) gives the answer before the reset."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as conn:
+        conn.sendall(head)
+        received, sent = b"", 0
+        while True:
+            writing = [conn] if sent < most else []
+            readable, writable, _ = select.select([conn], writing, [], 30)
+            assert readable or writable, f"no answer within 30 s ({sent} chunks sent)"
+            if readable:
+                try:
+                    data = conn.recv(1 << 16)
+                except ConnectionResetError:
+                    data = b""
+                if not data:
+                    break
+                received += data
+            elif writable:
+                try:
+                    conn.send(chunk)
+                except (BrokenPipeError, ConnectionResetError):
+                    most = sent
+                    continue
+                sent += 1
+    answer, _, body = received.partition(b"\r\n\r\n")
+    return int(answer.split(b" ", 2)[1]), json.loads(body), sent
+
+
+async def test_an_endless_mcp_http_body_is_refused_once_past_the_cap() -> None:
+    """A chunked body with no end: ``413`` naming the cap once 64 KiB arrived, long before the client
+    has sent its 64 MiB (before: read on to its end, every byte of it held, then the SDK's ``413``)."""
+    chunk = b"%x\r\n%s\r\n" % (1 << 16, b"[" * (1 << 16))
+    async with _mcp_http(max_body=64 * 1024) as port:
+        head = _HEAD + b"Transfer-Encoding: chunked\r\n\r\n"
+        status, body, sent = await asyncio.to_thread(_exchange, port, head, chunk, 1024)  # 64 MiB at most
+    assert status == 413, (status, body)
+    assert "65536-byte" in body["error"]["message"] and body["id"] is None, body
+    assert sent < 512, f"answered only after {sent} chunks of 64 KiB"
+
+
+async def test_a_declared_mcp_http_body_over_the_cap_is_refused_before_it_is_sent() -> None:
+    async with _mcp_http(max_body=64 * 1024) as port:
+        head = _HEAD + b"Content-Length: 1000000000000\r\n\r\n"
+        status, body, _ = await asyncio.to_thread(_exchange, port, head)
+    assert status == 413, body
+    assert "1000000000000 bytes" in body["error"]["message"], body
+
+
+async def test_a_trickled_mcp_http_body_is_cut_off_at_its_deadline() -> None:
+    """A body that never arrives whole (10 of its 100 bytes sent): ``408`` after ``body_timeout``, the
+    connection closed (before: held for good, as long as the client liked)."""
+    async with _mcp_http(body_timeout=0.5) as port:
+        head = _HEAD + b"Content-Length: 100\r\n\r\n" + b'{"jsonrpc"'
+        status, body, _ = await asyncio.to_thread(_exchange, port, head)
+    assert status == 408, body
+    assert "10 bytes had arrived" in body["error"]["message"], body
+
+
+async def test_a_body_within_the_cap_still_reaches_the_tools() -> None:
+    """The gate passes a whole body on: ``initialize`` over raw HTTP is answered."""
+    request = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "attack8", "version": "0"},
+        },
+    }
+    payload = json.dumps(request).encode()
+    async with _mcp_http(max_body=64 * 1024) as port:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        head = _HEAD.replace(b"Host: 127.0.0.1", b"Host: 127.0.0.1:%d" % port)
+        writer.write(head + b"Connection: close\r\nContent-Length: %d\r\n\r\n%s" % (len(payload), payload))
+        response = await asyncio.wait_for(reader.read(), 30)
+        writer.close()
+    assert response.startswith(b"HTTP/1.1 200"), response[:200]
+    assert b'"serverInfo"' in response, response[:400]
