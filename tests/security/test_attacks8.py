@@ -12,6 +12,7 @@ import asyncio
 import errno
 import json
 import os
+import re
 import select
 import socket
 from collections.abc import AsyncIterator
@@ -175,3 +176,59 @@ async def test_memfd_secret_is_absent_in_every_sandbox(live: bool) -> None:
         assert lines["native"] == os.strerror(errno.ENOSYS), result  # before: "fd"
         assert lines.get("i386", "signal 11") in ("signal 11", str(-errno.ENOSYS)), result
     assert all("memfd_secret absent (ENOSYS)" in text for text in isolation), isolation
+
+
+# 30,000 POSIX locks (200 files, 150 one-byte ranges each: a lock costs no descriptor), taken on the
+# first CPU this sandbox may use: the kernel lists each CPU's locks newest first, CPUs in order, so they
+# come before every lock taken earlier in ``/proc/locks`` (~1.7 MB).
+_LOCK_FLOOD = """
+import fcntl, os, time
+os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
+os.makedirs("flood", exist_ok=True)
+files = [open(f"flood/{i}", "w") for i in range(200)]
+for f in files:
+    for j in range(150):
+        fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 2 * j)
+open("flooded", "w").close()
+deadline = time.monotonic() + 120
+while not os.path.exists("go") and time.monotonic() < deadline:
+    time.sleep(0.05)
+"""
+_WAIT_FOR = "for i in $(seq 600); do [ -e {0} ] && break; sleep 0.1; done; [ -e {0} ] && echo {0}"
+
+
+async def test_a_lock_stays_on_its_file_while_a_program_floods_the_host_s_lock_list() -> None:
+    """A background process holds ``flock`` on ``lock`` (opened for reading only, as ``flock(1)``
+    does); then a program takes 30,000 locks, listed ahead of it in ``/proc/locks``. The workspace
+    writes ``lock``: the next call must find it still locked, the same inode (before: the owner read
+    the first MiB of ``/proc/locks`` only, did not see the lock, replaced the file, and ``flock -n``
+    took a lock of its own at once; any program of the host, another workspace's too, could do this)."""
+    from computer.runtime import ShellBackend
+
+    async with computer.Workspace(backends=[ShellBackend(live=True)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        await ws.fs.write_file("/workspace/lock", "a lock file\n")  # not empty: its holder is not at its end
+        await ws.fs.write_file("/workspace/flood.py", _LOCK_FLOOD)
+        started = await (
+            await ws.runtime.exec(
+                "cd /workspace; (exec 9<lock; flock 9; touch held; until [ -e go ]; do sleep 0.05; done) "
+                ">/dev/null 2>&1 & " + _WAIT_FOR.format("held") + "; stat -c %i lock;"
+                " (python3 flood.py >flood.err 2>&1 &); " + _WAIT_FOR.format("flooded")
+            )
+        ).result()
+        try:
+            assert started.stdout.split()[0::2] == ["held", "flooded"], started
+            inode = started.stdout.split()[1]
+            with open("/proc/locks", "rb") as f:
+                listed = f.read()
+            found = re.search(rb"^\d+: FLOCK .*:%s " % inode.encode(), listed, re.M)
+            at = found.start() if found else -1
+            assert at > 1 << 20, f"the holder's lock is at byte {at} of {len(listed)}: not behind the flood"
+            await ws.fs.write_file("/workspace/lock", "written by the workspace\n")
+            probed = await (
+                await ws.runtime.exec("cd /workspace; stat -c %i lock; flock -n lock true && echo free || echo busy")
+            ).result()
+        finally:
+            await ws.fs.write_file("/workspace/go", "")
+            await (await ws.runtime.exec("true")).result()
+    assert probed.stdout.split() == [inode, "busy"], probed
