@@ -382,7 +382,7 @@ class MirrorPull(MirrorWatch):
                     )
                     continue
                 try:
-                    data = reader.read(rel)
+                    data = reader.read(rel, BIG_FILE)  # grown since the plan's look: the next pull's
                 except OSError as exc:
                     self.unread_now(rel, exc)
                     continue

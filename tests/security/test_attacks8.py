@@ -232,3 +232,34 @@ async def test_a_lock_stays_on_its_file_while_a_program_floods_the_host_s_lock_l
             await ws.fs.write_file("/workspace/go", "")
             await (await ws.runtime.exec("true")).result()
     assert probed.stdout.split() == [inode, "busy"], probed
+
+
+async def test_a_small_file_grown_sparse_between_the_pull_s_look_and_its_read_is_not_read_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A program writes ``f`` small, then (between the pull's look and its read: injected here, a
+    program racing the pull) makes it a 64 MiB hole (``truncate``: free on its tmpfs, outside every
+    budget). The owner reads at most ``BIG_FILE`` of it; the next pull takes it as a large file, holes
+    unread (before: read whole into the owner's memory, as zeros: 2 GiB for ``truncate -s 2G``)."""
+    from computer.runtime import ShellBackend, _beneath
+    from computer.runtime._backend import BIG_FILE
+
+    read = _beneath.BeneathReader.read
+    longest: list[int] = [0]
+
+    def racing(self: _beneath.BeneathReader, rel: str, *args: Any) -> bytes:
+        if rel.endswith("grown") and not longest[0]:
+            os.truncate(os.path.join(self._root, rel), 64 << 20)  # the program's truncate, in the window
+        data = read(self, rel, *args)
+        longest[0] = max(longest[0], len(data), 1)
+        return data
+
+    monkeypatch.setattr(_beneath.BeneathReader, "read", racing)
+    async with computer.Workspace(backends=[ShellBackend(live=True)]) as ws:
+        await ws.fs.mkdir("/workspace")
+        first = await (await ws.runtime.exec("cd /workspace; echo small > grown")).result()
+        again = await (await ws.runtime.exec("cd /workspace; stat -c %s grown")).result()
+        size = (await ws.fs.stat("/workspace/grown")).size
+    assert (first.status, again.stdout) == ("completed", f"{64 << 20}\n"), (first, again)
+    assert longest[0] <= BIG_FILE, f"the owner read {longest[0]} bytes of a file it took for small"
+    assert size == 64 << 20
