@@ -34,8 +34,8 @@ from ._entry import INO, KIND
 from ._mirror import Mirror
 
 __all__ = [
-    "FDS_LOOKED",
     "FDINFO_BYTES",
+    "FDS_LOOKED",
     "MAPS_BYTES",
     "MAPS_LOOKED",
     "MAX_FILES",

@@ -391,8 +391,8 @@ def _compile(lib: ctypes.CDLL) -> SeccompFilter:
 
 def _refuse(lib: ctypes.CDLL, ctx: int, name: str, code: int) -> bool:
     """Make every call of ``name`` fail with ``code``; whether this machine has it and the rule holds."""
-    number = lib.seccomp_syscall_resolve_name(name.encode())
-    return number >= 0 and lib.seccomp_rule_add_array(ctx, _errno_action(code), number, 0, None) == 0
+    number: int = lib.seccomp_syscall_resolve_name(name.encode())
+    return number >= 0 and int(lib.seccomp_rule_add_array(ctx, _errno_action(code), number, 0, None)) == 0
 
 
 def _late_prefix(numbers: list[int], compat: list[str], action: int) -> bytes | None:

@@ -105,5 +105,7 @@ async def _refuse(send: Any, status: int, message: str) -> None:
     payload = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
     body = json.dumps(payload).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    await send({"type": "http.response.start", "status": status, "headers": [*headers, (b"connection", b"close")]})
+    await send(
+        {"type": "http.response.start", "status": status, "headers": [*headers, (b"connection", b"close")]}
+    )
     await send({"type": "http.response.body", "body": body})

@@ -17,6 +17,7 @@ import select
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -219,14 +220,15 @@ async def test_a_lock_stays_on_its_file_while_a_program_floods_the_host_s_lock_l
         try:
             assert started.stdout.split()[0::2] == ["held", "flooded"], started
             inode = started.stdout.split()[1]
-            with open("/proc/locks", "rb") as f:
-                listed = f.read()
+            listed = await asyncio.to_thread(Path("/proc/locks").read_bytes)
             found = re.search(rb"^\d+: FLOCK .*:%s " % inode.encode(), listed, re.M)
             at = found.start() if found else -1
             assert at > 1 << 20, f"the holder's lock is at byte {at} of {len(listed)}: not behind the flood"
             await ws.fs.write_file("/workspace/lock", "written by the workspace\n")
             probed = await (
-                await ws.runtime.exec("cd /workspace; stat -c %i lock; flock -n lock true && echo free || echo busy")
+                await ws.runtime.exec(
+                    "cd /workspace; stat -c %i lock; flock -n lock true && echo free || echo busy"
+                )
             ).result()
         finally:
             await ws.fs.write_file("/workspace/go", "")
