@@ -265,3 +265,54 @@ async def test_a_small_file_grown_sparse_between_the_pull_s_look_and_its_read_is
     assert (first.status, again.stdout) == ("completed", f"{64 << 20}\n"), (first, again)
     assert longest[0] <= BIG_FILE, f"the owner read {longest[0]} bytes of a file it took for small"
     assert size == 64 << 20
+
+
+async def test_the_dashboard_serves_a_bounded_number_of_event_streams(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each audit event stream held its socket and a store of its own (~4 descriptors): one client
+    opening ~5,000 took every descriptor of the dashboard. Past ``MAX_STREAMS`` (2 here) a new one is a
+    ``503``; one that ends makes room again."""
+    from computer.config import Settings
+    from computer.dashboard import _app
+    from computer.dashboard._serve import serve_dashboard
+    from computer.dashboard._source import DataDirSource
+
+    monkeypatch.setattr(_app, "MAX_STREAMS", 2)
+    config = Settings(data_dir=tmp_path)
+    config.workspaces_dir.mkdir(parents=True)
+    async with computer.Workspace(str(config.workspaces_dir / "w.sqlite")) as ws:
+        await ws.fs.mkdir("/workspace")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = asyncio.create_task(
+        serve_dashboard(DataDirSource(config), "127.0.0.1", port, assets_url="http://127.0.0.1:1/links")
+    )
+
+    async def stream() -> tuple[bytes, asyncio.StreamWriter]:
+        for _ in range(300):  # bounded: the server binds within 30 s
+            try:
+                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                break
+            except OSError:
+                await asyncio.sleep(0.1)
+        writer.write(b"GET /events/w/w/audit?after=0 HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % port)
+        return await asyncio.wait_for(reader.readline(), 30), writer
+
+    try:
+        first, second = await stream(), await stream()
+        third = await stream()
+        assert [first[0], second[0]] == [b"HTTP/1.1 200 OK\r\n"] * 2
+        assert third[0] == b"HTTP/1.1 503 Service Unavailable\r\n"  # before: 200, every one
+        first[1].close()
+        for _ in range(300):  # bounded: the server sees the client gone within 30 s
+            again = await stream()
+            again[1].close()
+            if again[0] != third[0]:
+                break
+            await asyncio.sleep(0.1)
+        assert again[0] == b"HTTP/1.1 200 OK\r\n"
+    finally:
+        server.cancel()
+        await asyncio.gather(server, return_exceptions=True)
