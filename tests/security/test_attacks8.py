@@ -119,17 +119,10 @@ async def test_a_trickled_mcp_http_body_is_cut_off_at_its_deadline() -> None:
 
 async def test_a_body_within_the_cap_still_reaches_the_tools() -> None:
     """The gate passes a whole body on: ``initialize`` over raw HTTP is answered."""
-    request = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "attack8", "version": "0"},
-        },
-    }
-    payload = json.dumps(request).encode()
+    payload = (
+        b'{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", '
+        b'"capabilities": {}, "clientInfo": {"name": "attack8", "version": "0"}}}'
+    )
     async with _mcp_http(max_body=64 * 1024) as port:
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
         head = _HEAD.replace(b"Host: 127.0.0.1", b"Host: 127.0.0.1:%d" % port)
