@@ -1,6 +1,6 @@
-"""Cluster faults of the directory's history across a deletion: a Redis snapshot taken before a
-workspace was deleted and made anew (its record of a higher epoch than the new file's owner), restored
-under the new owner."""
+"""Cluster faults of history and clocks: a Redis snapshot taken before a workspace was deleted and made
+anew (its record of a higher epoch than the new file's owner), restored under the new owner; the
+client's wall clock stepped back while a mutation was under way and its owner died."""
 
 from __future__ import annotations
 
@@ -12,11 +12,12 @@ from typing import Any
 
 import msgpack
 import pytest
+import ray
 import redis
 from owner_models import kill_owner
 
 import computer
-from computer.actors import take_lease
+from computer.actors import OutcomeUnknownError, take_lease
 from computer.actors._restore import restore_lost_lease
 from computer.actors.directory import RedisDirectory, WorkspaceRecord
 from computer.config import Settings
@@ -131,3 +132,71 @@ async def test_a_snapshot_from_before_a_deletion_does_not_take_the_new_workspace
         with pytest.raises(FileNotFoundError):
             await b.fs.read_file("/old")
     record_property("snapshots_from_before_a_deletion", 1)
+
+
+class _RunsThenDies:
+    """An owner's method that runs the call, then dies before answering (Ray's actor table stamps the
+    death with the machine's wall clock, ``died``); ``step`` runs first (the clock stepped back meanwhile).
+    A second call is answered "ok": the resend."""
+
+    def __init__(self, step: Any, died: list[float]) -> None:
+        self.step, self.died, self.calls = step, died, 0
+
+    def remote(self, *args: Any) -> asyncio.Future[Any]:
+        self.calls += 1
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        if self.calls == 1:
+            self.step()
+            self.died.append(time.time())
+            future.set_exception(ray.exceptions.ActorDiedError())
+        else:
+            future.set_result(("ok", ("run-2", "pool", None)))
+        return future
+
+
+async def test_a_mutation_is_not_sent_again_when_the_clock_stepped_back_under_it(
+    monkeypatch: pytest.MonkeyPatch, record_property: Any
+) -> None:
+    """A client sends ``exec_start`` (no idempotency key), the owner starts the run and dies; meanwhile
+    this machine's wall clock was stepped back 3 s (an NTP step correcting a clock ahead). Ray stamps the
+    death with the stepped clock, before the send's stamp: the death seems to come before the call. The
+    client must not take that for proof the call never ran: "unknown outcome", nothing sent again.
+    Before, it sent ``exec_start`` again: the command ran twice. With the clock left alone, an owner dead
+    a second before the send is still proof (the call is sent again)."""
+    from computer.client import _connection
+
+    real = time.time
+    died: list[float] = []
+
+    async def never_released(*args: Any, **kwargs: Any) -> bool:
+        return False
+
+    async def nothing(*args: Any, **kwargs: Any) -> None:
+        return None
+
+    monkeypatch.setattr(_connection, "actor_death_time", lambda handle: died[-1] if died else None)
+
+    def connection(method: _RunsThenDies) -> Any:
+        handle = type("Handle", (), {"exec_start": method, "_actor_id": b"a"})()
+        conn = _connection.Connection(handle, name="w", managed=True)
+        monkeypatch.setattr(conn, "_released_cleanly", never_released)
+        monkeypatch.setattr(conn, "_reresolve", nothing)
+        monkeypatch.setattr(conn, "_reresolve_quietly", nothing)
+        return conn
+
+    monkeypatch.setattr(time, "time", lambda: real() + 3.0)  # ahead by 3 s when the call is sent
+    stepped = _RunsThenDies(lambda: monkeypatch.setattr(time, "time", real), died)
+    with pytest.raises(OutcomeUnknownError, match="unknown outcome"):
+        await connection(stepped).request("exec_start", "echo once >> log", {}, 1.0, None)
+    assert stepped.calls == 1  # never sent again: it may have run
+    assert died[-1] < real()
+
+    dead_before = _RunsThenDies(lambda: None, died)
+    monkeypatch.setattr(_connection, "actor_death_time", lambda handle: died[-1] - 1.0)  # a second before
+    assert await connection(dead_before).request("exec_start", "echo once >> log", {}, 1.0, None) == (
+        "run-2",
+        "pool",
+        None,
+    )
+    assert dead_before.calls == 2  # the proof still holds with the clock left alone
+    record_property("clock_step_s", -3.0)
