@@ -1,6 +1,7 @@
 """Cluster faults of history and clocks: a Redis snapshot taken before a workspace was deleted and made
 anew (its record of a higher epoch than the new file's owner), restored under the new owner; the
-client's wall clock stepped back while a mutation was under way and its owner died."""
+client's wall clock stepped back while a mutation was under way and its owner died; the owner's wall
+clock stepped back after its last call (hibernation)."""
 
 from __future__ import annotations
 
@@ -200,3 +201,54 @@ async def test_a_mutation_is_not_sent_again_when_the_clock_stepped_back_under_it
     )
     assert dead_before.calls == 2  # the proof still holds with the clock left alone
     record_property("clock_step_s", -3.0)
+
+
+@pytest.fixture(params=["dedicated", "hosted"])
+def hibernating(
+    request: pytest.FixtureRequest, ray_session: Any, own_redis: RedisProcess, tmp_path: Path
+) -> Any:
+    """The session's Ray with ``own_redis`` as the directory (leases on Redis's clock, not the stepped
+    one), owners hibernating after 1 s idle, in one owner model; the settings put back after."""
+    yield computer.init(
+        data_dir=tmp_path / "data", redis_url=own_redis.url, hibernate_after=1.0, owners=request.param
+    )
+    computer.init(data_dir=tmp_path / "data")
+
+
+async def test_an_owner_hibernates_when_its_machines_clock_stepped_back(
+    hibernating: Settings, record_property: Any
+) -> None:
+    """The owner's machine's wall clock stepped back an hour (an NTP step correcting a clock ahead)
+    after its last call: the owner, idle, hibernates after ``hibernate_after`` (1 s) as before the step.
+    Before, idleness was the wall clock's difference with the last call's: negative for an hour, so the
+    owner (its process, its live sandboxes, a host's slot) stayed up that hour, idle."""
+    from owner_models import awake_owner, owner_process
+
+    def step_clock(_self: Any, by: float) -> None:
+        """Run inside the owner's process (``__ray_call__``; defined here, so Ray sends it by value): its
+        wall clock stepped by ``by`` seconds from now on (``date -s``, an NTP step), the monotonic clock
+        untouched; 0 puts it back."""
+        import time as clock
+
+        real = getattr(clock, "_stepped_from", clock.time)
+        clock._stepped_from = real  # type: ignore[attr-defined]
+        clock.time = real if by == 0 else (lambda: real() + by)
+
+    name = f"rel-step-{uuid.uuid4().hex[:10]}"
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/x", b"1")
+        await ws.fs.write_file("/y", b"2")  # the last activity, before the step
+        process = owner_process(ws.handle)
+        try:
+            await process.__ray_call__.remote(step_clock, -3600.0)
+            deadline = time.monotonic() + 30
+            while await awake_owner(name, hibernating) is not None and time.monotonic() < deadline:  # noqa: ASYNC110 - a bounded poll
+                await asyncio.sleep(0.2)  # the owner's hibernation (1 s idle): bounded
+            assert await awake_owner(name, hibernating) is None  # it slept
+        finally:
+            try:
+                await process.__ray_call__.remote(step_clock, 0.0)
+            except ray.exceptions.RayActorError:
+                pass  # exited with its workspace: nothing to put back
+        assert await ws.fs.read_file("/y") == b"2"  # woken by the next call, whole
+    record_property("clock_step_s", -3600.0)
