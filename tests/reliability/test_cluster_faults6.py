@@ -25,6 +25,7 @@ from computer.config import Settings
 from computer.storage import FileSystem
 
 from .test_cluster_faults4 import _record, _still_held, _the_same_owner_served
+from .test_cluster_faults5 import _wrote_its_own_back
 from .test_redis_restart import RedisProcess
 
 
@@ -122,11 +123,7 @@ async def test_a_snapshot_from_before_a_deletion_does_not_take_the_new_workspace
             seen = int(await a.fs.read_file("/counter"))
             mine = _record(config, name)
             client.set(key, snapshot)  # Redis back from the old dump
-            deadline = time.monotonic() + 30
-            while _record(config, name).epoch == 2 and time.monotonic() < deadline:  # noqa: ASYNC110 - a bounded poll
-                await asyncio.sleep(0.1)  # the owner's next renewal rounds (every 0.5 s): bounded
-            record = _record(config, name)
-            assert (record.owner, record.epoch, record.node) == (mine.owner, 1, mine.node)
+            await _wrote_its_own_back(config, name, mine, stale=2)
             waiting = await _still_held(a, b, seen)
         await _the_same_owner_served(a, before, waiting)
         assert await b.fs.read_file("/counter") == b"1"
