@@ -65,7 +65,8 @@ _MOVED_DEADLINE = 30.0  # seconds to wait for a hibernating owner to exit and a 
 _DEATH_MARGIN = 0.25
 # A wall clock that moved this much more or less than the monotonic one since a call was sent was
 # stepped meanwhile (NTP slews at most 0.5 ms a second; a step is ``date -s``, ``ntpdate``, a VM resumed).
-_CLOCK_STEP = 0.1
+# Below _DEATH_MARGIN, which absorbs a step too small to be seen; above a pause between the two reads.
+_CLOCK_STEP = 0.2
 _SETTINGS_KEPT = 64  # owners' settings remembered per process (one per distinct settings)
 # A call still unanswered after PROBE_AFTER seconds makes the client ask whether the owner's process runs
 # at all (its actor's ``__ray_ready__``: Ray runs its own ``__ray_*`` methods on the actor's task thread,
