@@ -13,7 +13,7 @@ from typing import Any
 from ..storage import audit_caller
 from ._context import CliError, GlobalOptions, command_exit_code, local_settings
 from ._output import write_out
-from ._workspaces import open_workspace
+from ._workspaces import made_here, new_workspace_note, open_workspace
 
 __all__ = [
     "EXAMPLES",
@@ -179,7 +179,7 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
     from ..tools import create_tools
 
     backends = exec_backends(args) if tool == "exec" else False
-    new = _made_here(options, name)
+    new = made_here(options, name)
     async with open_workspace(
         options, name, backends=backends, assets=tool in ("exec", "publish"), live=False
     ) as workspace:
@@ -195,35 +195,11 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
             result = await tools[tool].run(args)
     write_out(result_json(result) + "\n")  # all of it, or BrokenPipeError (a reader gone)
     if new and (tool in _READS or exit_code(tool, result)):
-        print(
-            f"computer: workspace {name!r} is new: this command made it, empty (`computer ls` lists "
-            f"the others; `computer rm {shlex.quote(name)}` removes it)",
-            file=sys.stderr,
-        )
+        print(new_workspace_note(name), file=sys.stderr)
     return exit_code(tool, result)
 
 
 _READS = frozenset({"read", "ls", "find", "grep"})  # the tools that change nothing
-
-
-def _made_here(options: GlobalOptions, name: str) -> bool:
-    """Whether this command, working in process, makes workspace ``name`` (it has no file yet).
-
-    Decision: a workspace is made on first use by any tool, and a new one held nothing, not even
-    ``/workspace``: ``computer tool my-ws ls '{"path": "/workspace"}'``, the help's own example,
-    answered "No such file or directory: /workspace", and a misspelt name (``note`` for ``notes``)
-    answered a read with "No such file", as if files were lost. Now the command makes the user root
-    of a workspace it makes (as ``computer shell`` does), and when the call changed nothing or failed
-    it says on stderr that the workspace is new. Through a cluster (``--address``) neither: whether
-    the owner made the file is not known here."""
-    if not options.local:
-        return False
-    from ..actors.naming import workspace_file
-
-    try:
-        return not workspace_file(local_settings(options), name).exists()
-    except Exception:  # a bad name or settings: opening the workspace says what is wrong
-        return False
 
 
 def exit_code(tool: str, result: dict[str, Any]) -> int:

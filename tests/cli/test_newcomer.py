@@ -63,6 +63,28 @@ def test_a_new_workspace_has_an_empty_user_root_and_the_command_says_it_is_new(t
     assert "workspace 'note' is new" in typo.stderr
 
 
+def test_shell_c_on_a_workspace_it_made_says_on_stderr_that_it_is_new(tmp_path: Path) -> None:
+    """``computer shell ntoes -c 'cat todo.md'`` (a misspelt ``notes``) answered only
+    "FileNotFoundError: ... '/workspace/todo.md'", as if the file were lost, and silently made an
+    empty workspace; ``computer tool ntoes read ...`` said the workspace was new, ``shell -c`` not."""
+    env = cli_env(tmp_path)
+    wrote = run_cli(["tool", "notes", "write", '{"path": "/workspace/todo.md", "content": "x"}'], env=env)
+    assert wrote.returncode == 0, wrote.stderr
+    note = "computer: workspace 'ntoes' is new: this command made it, empty (`computer ls` lists"
+    typo = run_cli(["shell", "ntoes", "-c", "cat todo.md"], env=env)
+    assert (typo.returncode, typo.stdout) == (1, ""), typo.stdout + typo.stderr
+    assert typo.stderr.splitlines()[0].startswith("FileNotFoundError")
+    assert typo.stderr.splitlines()[1].startswith(note), typo.stderr
+    for name, line, code in (("ls-new", "ls", 0), ("exec-new", "!cat todo.md", 1)):
+        done = run_cli(["shell", name, "-c", line], env=env)
+        assert done.returncode == code and done.stdout == "", (line, done.stdout, done.stderr)
+        assert f"computer: workspace '{name}' is new" in done.stderr.splitlines()[-1], (line, done.stderr)
+    # Not when the line made what it looks like it made, nor on a known workspace, nor a second time.
+    for name, line in (("made", "!echo hi > a.txt"), ("notes", "cat todo.md"), ("ntoes", "ls")):
+        done = run_cli(["shell", name, "-c", line], env=env)
+        assert done.returncode == 0 and "is new" not in done.stderr, (name, line, done.stderr)
+
+
 def test_a_shell_command_at_the_prompt_says_how_to_run_it_in_the_sandbox(tmp_path: Path) -> None:
     done = run_cli(["shell", "w", "-c", "rm b.txt"], env=cli_env(tmp_path))
     assert done.returncode == 1
