@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..storage import audit_caller
-from ._context import CliError, GlobalOptions, command_exit_code, local_settings
+from ._context import CliError, GlobalOptions, command_exit_code
 from ._output import write_out
 from ._workspaces import made_here, new_workspace_note, open_workspace
 
