@@ -196,7 +196,27 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
     write_out(result_json(result) + "\n")  # all of it, or BrokenPipeError (a reader gone)
     if new and (tool in _READS or exit_code(tool, result)):
         print(new_workspace_note(name), file=sys.stderr)
+    hint = missing_argument_hint(name, tool, result)
+    if hint:
+        print(hint, file=sys.stderr)
     return exit_code(tool, result)
+
+
+def missing_argument_hint(name: str, tool: str, result: dict[str, Any]) -> str | None:
+    """For a call that left out a required argument, the tool's example call, on stderr.
+
+    Decision: ``computer tool notes ls`` (as one types ``ls``) answered only ``Invalid arguments:
+    path: Field required``, the message a model gets; a person at a shell is shown a call that works
+    and where the full help is. An unknown argument's message already lists the valid ones."""
+    error = result.get("error")
+    if not isinstance(error, str) or not error.startswith("Invalid arguments:"):
+        return None
+    if "Field required" not in error or tool not in EXAMPLES:
+        return None
+    return (
+        f"computer: e.g. computer tool {shlex.quote(name)} {tool} {_quoted(EXAMPLES[tool])} "
+        f"(`computer tool {shlex.quote(name)} {tool} --help`: its arguments)"
+    )
 
 
 _READS = frozenset({"read", "ls", "find", "grep"})  # the tools that change nothing

@@ -250,3 +250,24 @@ def test_a_redis_url_nobody_answers_is_one_line_at_once(tmp_path: Path) -> None:
     assert (
         bare.returncode == 2 and "must start with redis://" in bare.stderr and "Traceback" not in bare.stderr
     )
+
+
+def test_a_tool_call_missing_a_required_argument_shows_a_call_that_works(tmp_path: Path) -> None:
+    """``computer tool notes ls`` (as one types ``ls``) answered only ``Invalid arguments: path:
+    Field required``; now stderr shows the tool's example call (stdout keeps the JSON result)."""
+    env = cli_env(tmp_path)
+    made = run_cli(["tool", "notes", "write", '{"path": "/workspace/notes.md", "content": "a"}'], env=env)
+    assert made.returncode == 0, made.stderr
+    for tool, example in (
+        ("ls", """'{"path": "/workspace"}'"""),
+        ("exec", """'{"command": "wc -l notes.md"}'"""),
+    ):
+        done = run_cli(["tool", "notes", tool], env=env)
+        assert done.returncode == 1 and "Field required" in json.loads(done.stdout)["error"], done.stdout
+        assert done.stderr.splitlines() == [
+            f"computer: e.g. computer tool notes {tool} {example} (`computer tool notes {tool} --help`: its arguments)"
+        ], done.stderr
+        worked = run_cli(["tool", "notes", tool, example.strip("'")], env=env)  # the example, as shown
+        assert worked.returncode == 0, worked.stdout + worked.stderr
+    unknown = run_cli(["tool", "notes", "read", "--file", "/workspace/a"], env=env)
+    assert unknown.returncode == 1 and unknown.stderr == "", unknown.stderr  # its message lists the names
