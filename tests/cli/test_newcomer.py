@@ -271,3 +271,17 @@ def test_a_tool_call_missing_a_required_argument_shows_a_call_that_works(tmp_pat
         assert worked.returncode == 0, worked.stdout + worked.stderr
     unknown = run_cli(["tool", "notes", "read", "--file", "/workspace/a"], env=env)
     assert unknown.returncode == 1 and unknown.stderr == "", unknown.stderr  # its message lists the names
+
+
+def test_status_says_whether_exec_runs_in_a_sandbox_on_this_machine(tmp_path: Path) -> None:
+    """On a machine without bubblewrap (the README's first command installs no system package)
+    every exec ran as the host user, and no command said so: only ``BackendInfo.isolation`` did."""
+    shown = run_cli(["status"], env=cli_env(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert "\nexec sandbox (this machine): " in shown.stdout, shown.stdout
+    no_bwrap = tmp_path / "bin"  # a PATH where `bwrap` is not found
+    no_bwrap.mkdir()
+    missing = run_cli(["status"], env=cli_env(tmp_path, PATH=str(no_bwrap)))
+    assert missing.returncode == 0, missing.stderr
+    line = next(line for line in missing.stdout.splitlines() if line.startswith("exec sandbox"))
+    assert "NO namespace isolation" in line and "apt-get install bubblewrap" in line, line
