@@ -68,7 +68,7 @@ def sandbox_line() -> str:
     or cannot start, every program an agent runs runs as this host user, and only
     ``BackendInfo.isolation`` said so, which no command printed: a user found out by reading the
     code. Probed as the backends probe it (``bwrap_works``, remembered per machine state)."""
-    from ..runtime._bwrap import bwrap_works
+    from ..runtime import bwrap_works
 
     if bwrap_works():
         return "exec sandbox (this machine): bubblewrap: namespaces of its own, no network unless asked"
