@@ -151,3 +151,28 @@ def test_the_demo_refuses_clearly_when_owners_have_no_shell_backend() -> None:
     with pytest.raises(DemoError, match=r"offered: python"):
         _require_exec(_ClientWithout("python"))
     _require_exec(_ClientWithout("python", "shell"))
+
+
+def test_the_demo_says_when_its_agents_commands_run_without_sandbox_namespaces() -> None:
+    """Without bubblewrap (the README's first command installs no system package) the agents'
+    commands ran as the host user and the demo said nothing of it."""
+    import io
+
+    from rich.console import Console
+
+    from computer.demo._run import _require_exec
+    from computer.runtime.types import BackendInfo
+
+    def said(isolation: str) -> str:
+        client = _ClientWithout()
+        infos = [BackendInfo(id="shell", protocol="command", callable=False, isolation=isolation)]
+        client.runtime = type("Runtime", (), {"backends": staticmethod(lambda: infos)})()
+        out = io.StringIO()
+        _require_exec(client, Console(file=out, width=200))
+        return out.getvalue()
+
+    bare = said(
+        "NO namespace isolation (bubblewrap unavailable): the program runs as this process's host user"
+    )
+    assert bare.startswith("exec: NO sandbox namespaces") and "apt-get install bubblewrap" in bare, bare
+    assert said("bubblewrap: user namespace as uid 65534 ...") == ""
