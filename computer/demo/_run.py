@@ -323,10 +323,9 @@ def print_summary(summary: DemoSummary, console: Console) -> None:
             soft_wrap=True,
         )
     where = shlex.quote(str(summary.data_dir))
-    lines = [
-        f"links: run `computer --data-dir {where} serve` in another terminal, then open them",
-        f"dashboard (timelines, files, runs, transcripts): computer --data-dir {where} dashboard",
-    ]
+    lines = [f"dashboard (timelines, files, runs, transcripts): computer --data-dir {where} dashboard"]
+    if any(state.url for state in states):  # no link to serve when no agent published one
+        lines.insert(0, f"links: run `computer --data-dir {where} serve` in another terminal, then open them")
     if summary.temporary:
         lines.append(f"remove this run: rm -rf {where}")
     else:

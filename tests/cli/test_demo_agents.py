@@ -176,3 +176,23 @@ def test_the_demo_says_when_its_agents_commands_run_without_sandbox_namespaces()
     )
     assert bare.startswith("exec: NO sandbox namespaces") and "apt-get install bubblewrap" in bare, bare
     assert said("bubblewrap: user namespace as uid 65534 ...") == ""
+
+
+def test_the_summary_offers_serving_links_only_when_an_agent_published_one(tmp_path: Path) -> None:
+    """A run whose agents all failed published nothing: the summary's "links: run ... serve" line would
+    send the user to serve nothing (it was printed whatever the run did); the dashboard line stays."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from computer.demo._run import DemoSummary, print_summary
+
+    def printed(url: str | None) -> str:
+        state = AgentState(name="demo-0", project=project_for(0), url=url, failure=None if url else "boom")
+        out = StringIO()
+        print_summary(DemoSummary([state], "scripted", tmp_path), Console(file=out, width=200))
+        return out.getvalue()
+
+    failed = printed(None)
+    assert "links: run" not in failed and "dashboard" in failed and "FAILED: boom" in failed
+    assert "links: run `computer --data-dir" in printed("http://127.0.0.1:1/x")
