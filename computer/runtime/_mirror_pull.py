@@ -190,6 +190,8 @@ class MirrorPull(MirrorWatch):
             if old == entry:
                 if watched and old is not None and old[KIND] == "d":
                     parents.add(rel)  # an event named it: a ``touch`` of the directory itself
+                elif old is None and not (len(rel) > quick and self.too_long(rel, room)):
+                    parents.add(rel.rpartition("/")[0])  # a name made and removed: its directory's time moved
                 continue
             if len(rel) > quick and self.too_long(rel, room):  # past what syncs: reported, never lost
                 if entry is not None:  # (the workspace never had it: a removal is nothing to send)
