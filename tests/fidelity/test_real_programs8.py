@@ -8,6 +8,11 @@ call and live, after reopens; each a regression test of a defect found so.
   directory showed its older time (by 0.1-0.2 s in the probe; a directory the same run made kept the
   time the watch read as it appeared, before the name was made). The parent's time is sent now
   (``runtime/_mirror_pull.py``, ``_plan``).
+- A tree of more directories than a watch may hold (``_watch.MAX_DIRS``: ~48,000 here, a large
+  ``node_modules``; cut to 50 in the test) is walked at each pull, and a walk compared directories by
+  mode alone: a run's ``touch d``, ``tar -x`` or ``rsync -a`` putting times back on existing
+  directories, and names made and removed, never reached the store. Each directory's time is
+  compared with the last walk's or push's now (``runtime/_mirror_watch.py``, ``moved_times``).
 
 Also tried and found right (not kept here): times to the nanosecond of files, directories and
 symlinks, before 1970 too, after reopens; NFC/NFD twins; ``O_TMPFILE`` + ``linkat``; ``truncate`` up
@@ -26,7 +31,9 @@ from pathlib import Path
 
 import pytest
 
-from ._support import KINDS, ok, opened, shell
+from computer.runtime import _watch
+
+from ._support import KINDS, ROOT, ok, opened, shell
 
 # Each directory has one name made and removed in it by the second call: a file (``b``), a FIFO
 # (``f``), a directory (``d``), a file moved out (``m``), and ``n`` is new in that call.
@@ -38,10 +45,53 @@ TIMES = "stat -c '%n %y' b f d m n"
 
 
 @pytest.mark.parametrize("live", KINDS)
-async def test_a_name_made_and_removed_moves_its_directory_s_time_after_a_reopen(db: Path, live: bool) -> None:
+async def test_a_name_made_and_removed_moves_its_directory_s_time_after_a_reopen(
+    db: Path, live: bool
+) -> None:
     async with opened(db, shell=shell(live), python=False) as ws:
         await ok(ws, "mkdir b f d m && echo x > m/x")
         seen = (await ok(ws, f"{MADE_AND_REMOVED}; {TIMES}")).stdout
         assert (await ok(ws, TIMES)).stdout == seen
     async with opened(db, shell=shell(live), python=False) as ws:
         assert (await ok(ws, TIMES)).stdout == seen  # was: b, f, d and n at their older times
+
+
+# A tree of more directories than a watch may hold (``_watch.MAX_DIRS``, ~48,000 here, cut to 50) is
+# walked at each pull, not watched: a directory whose listing a run left as it was has no change of its
+# entry, only of its time. ``tar -x`` over the tree puts the archive's times back on its directories.
+UNWATCHED = "mkdir -p t/d{0..79} u && echo x > t/d1/f && touch -d @1000000000 t/d1 t/d2 && tar -cf t.tar t"
+RETIMED = "tar -xf t.tar; sleep 0.05; touch t/d0; touch t/d3/swp; rm t/d3/swp"
+UNWATCHED_TIMES = "stat -c '%n %Y' t/d1 t/d2; stat -c '%n %y' t/d0 t/d3"
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_directory_times_a_run_moves_in_an_unwatched_tree_are_kept(
+    db: Path, live: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_watch, "MAX_DIRS", 50)
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ok(ws, UNWATCHED)
+        await ok(ws, "touch t/d1 t/d2 t/d0/new")  # (a push between: the mirror's times move with it)
+        assert (await ws.fs.stat(f"{ROOT}/t/d2")).mtime > 1_000_000_000_000  # was: 1,000,000,000 s
+        await ws.fs.write_file(f"{ROOT}/u/from-ws", b"w")
+        rev = ws.fs.rev
+        seen = (await ok(ws, f"{RETIMED}; {UNWATCHED_TIMES}")).stdout
+        changed = {change.path for change in ws.fs.changes_since(rev, f"{ROOT}/u").changes}
+        assert changed == set(), changed  # the push's write in the mirror moved u's time there, no run
+        assert seen.startswith("t/d1 1000000000\nt/d2 1000000000\n"), seen
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, UNWATCHED_TIMES)).stdout == seen  # was: d1, d2 at the touch, d0, d3 older
+
+
+@pytest.mark.parametrize("live", KINDS)
+async def test_directory_times_the_first_run_after_a_reopen_moves_in_an_unwatched_tree_are_kept(
+    db: Path, live: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reopen's mirror has had no walk yet: its baseline is read as its watch is given up."""
+    monkeypatch.setattr(_watch, "MAX_DIRS", 50)
+    async with opened(db, shell=shell(live), python=False) as ws:
+        await ok(ws, UNWATCHED)
+    async with opened(db, shell=shell(live), python=False) as ws:
+        seen = (await ok(ws, f"{RETIMED}; {UNWATCHED_TIMES}")).stdout
+    async with opened(db, shell=shell(live), python=False) as ws:
+        assert (await ok(ws, UNWATCHED_TIMES)).stdout == seen
