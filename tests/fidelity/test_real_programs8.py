@@ -12,7 +12,8 @@ call and live, after reopens; each a regression test of a defect found so.
   ``node_modules``; cut to 50 in the test) is walked at each pull, and a walk compared directories by
   mode alone: a run's ``touch d``, ``tar -x`` or ``rsync -a`` putting times back on existing
   directories, and names made and removed, never reached the store. Each directory's time is
-  compared with the last walk's or push's now (``runtime/_mirror_watch.py``, ``moved_times``).
+  compared with the last walk's now (a reopen's mirror: read as its watch is given up;
+  ``runtime/_mirror_watch.py``, ``moved_times``).
 
 Also tried and found right (not kept here): times to the nanosecond of files, directories and
 symlinks, before 1970 too, after reopens; NFC/NFD twins; ``O_TMPFILE`` + ``linkat``; ``truncate`` up
