@@ -68,6 +68,7 @@ class MirrorPull(MirrorWatch):
             self.note_locks(now.items(), now)
             self.look_owed = False  # every path was lstat-ed
             plan = self._plan(now, set(now) | set(self.state), walked)
+            self.moved_times(plan, walked)  # a directory's time alone (no event names it)
             plan.overflow, self.overflow = self.overflow, None
             return self.locked_out(plan, denied), now
         if not touched and not self.look_due(paced):  # no copy of the state (10,000 entries: 0.3 ms)
@@ -190,6 +191,8 @@ class MirrorPull(MirrorWatch):
             if old == entry:
                 if watched and old is not None and old[KIND] == "d":
                     parents.add(rel)  # an event named it: a ``touch`` of the directory itself
+                elif old is None and not (len(rel) > quick and self.too_long(rel, room)):
+                    parents.add(rel.rpartition("/")[0])  # a name made and removed: its directory's time moved
                 continue
             if len(rel) > quick and self.too_long(rel, room):  # past what syncs: reported, never lost
                 if entry is not None:  # (the workspace never had it: a removal is nothing to send)
