@@ -129,13 +129,6 @@ async def test_a_hibernated_workspace_wakes_in_place_on_a_live_host(
     (before, ``epoch == 2`` after a read: a second's stall made it 3, or a dead dedicated owner)."""
     from computer.actors._lease import owner_process
 
-    def record(conf: Settings, workspace: str) -> Any:
-        directory = open_directory(conf)
-        try:
-            return directory.get(workspace)
-        finally:
-            directory.close()
-
     for owners in ("dedicated", "hosted"):
         conf = computer.init(
             data_dir=tmp_path / owners,
@@ -145,6 +138,7 @@ async def test_a_hibernated_workspace_wakes_in_place_on_a_live_host(
             shell_pool_size=0,
             python_pool_size=0,
         )
+        directory = open_directory(conf)
         try:
             async with (
                 computer.get_workspace(f"{name}-busy") as busy,
@@ -152,11 +146,11 @@ async def test_a_hibernated_workspace_wakes_in_place_on_a_live_host(
                 busy.locks.hold(["/keep-awake"]),  # the busy one stays awake, the idle one is not used
             ):
                 await idle.fs.write_file("/kept", b"before")
-                first = owner_process(record(conf, f"{name}-idle").owner)
+                first = owner_process(directory.get(f"{name}-idle").owner)  # type: ignore[union-attr]
                 assert first is not None
                 pid = first[1]
                 deadline = time.monotonic() + 60.0
-                while (now := record(conf, f"{name}-idle")).state != "hibernating":
+                while (now := directory.get(f"{name}-idle")) is None or now.state != "hibernating":
                     assert time.monotonic() < deadline, f"the idle workspace did not hibernate: {now}"
                     await asyncio.sleep(0.2)
                 async with idle.locks.hold(["/kept"]):  # wakes it, and keeps it awake
@@ -169,6 +163,7 @@ async def test_a_hibernated_workspace_wakes_in_place_on_a_live_host(
                     else:
                         assert int(stats["pid"]) != pid
         finally:
+            directory.close()
             for suffix in ("busy", "idle"):
                 await computer.delete_workspace(f"{name}-{suffix}", force=True)
             computer.init(data_dir=tmp_path / "data")
