@@ -75,6 +75,7 @@ class LocalExecContext(PushPages, PullCommits):
         self.delivered: dict[str, tuple[int, int]] = {}
         # The revisions of those commits: a time alone, no conflict for any pull (``without_deliveries``).
         self.delivery_revs: dict[int, None] = {}
+        self.live_staging: dict[str, float] = {}  # pulls in progress (``_pull_commit._sweep_stale``)
 
     @property
     def fs(self) -> Any:
@@ -263,6 +264,7 @@ class LocalExecContext(PushPages, PullCommits):
                 record_delivered(pull, set(reasons) | (set(pull.dir_times) - only), self.delivered)
                 record_delivery_revs(own - set(pull.own_revs), self.delivery_revs)
         if staged is not None and pull.done:
+            self.live_staging.pop(staged.rpartition("/")[2], None)
             with contextlib.suppress(OSError):
                 before = fs.rev
                 await fs.rm(staged, recursive=True, force=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from . import _watch
-from ._dir_times import dir_times
+from ._dir_times import RootTime, dir_times
 from ._entry import CTIME_NS, KIND, MTIME_NS
 from ._held_links import is_utf8
 from ._mirror_base import Entry, MirrorBase, PullPlan
@@ -28,6 +28,8 @@ class MirrorWatch(MirrorBase):
     shed_until: float  # not watched again before then: its events nearly overflowed the shared queue
     overflow: Overflow | None = None  # the new entries the last walk refused past its cap (``_mirror_walk``)
     walk_times: dict[str, int]  # unwatched: directories' mtimes (ns) as the last walk found them
+    walk_undo: dict[str, int] | None  # ``walk_times`` before a pull not stored yet (``pull_unsent``)
+    root_time: RootTime
 
     def scan(
         self, times: dict[str, int] | None = None, denied: list[str] | None = None, cap: int | None = None
@@ -99,8 +101,11 @@ class MirrorWatch(MirrorBase):
         """A walk's ``plan`` (no watch: no event names a directory whose entry did not change) takes the
         time of each directory whose mtime moved since the last walk (``walk_times``): a run's
         ``touch d``, ``tar -x`` or ``rsync -a`` over it, a name made and removed in it. Before (s66),
-        a tree past ``MAX_DIRS`` lost them: the store and a reopen kept the older time."""
+        a tree past ``MAX_DIRS`` lost them: the store and a reopen kept the older time. The baseline
+        the pull moved on from is kept until it is stored (``pull_stored``, ``pull_unsent``)."""
         before, self.walk_times = self.walk_times, walked
+        if self.walk_undo is None:  # (else an earlier plan's pull not stored yet: what came before it)
+            self.walk_undo = before
         made = {d.path for d in plan.dirs}
         room = self.room()
         for rel, ns in walked.items():
@@ -108,3 +113,18 @@ class MirrorWatch(MirrorBase):
                 path = self.workspace_path(rel)
                 if path not in made and path not in plan.dir_times and path not in plan.unsyncable:
                     plan.time_dir(path, ns)
+
+    def pull_stored(self) -> None:
+        """The pull is stored (or deferred: ``_settle_deferred``): what its plan took as sent stays so."""
+        self.root_time.undo = None
+        self.walk_undo = None
+
+    def pull_unsent(self) -> None:
+        """The pull failed (a full disk, the quota, the owner's commit raising, a
+        cancelled tick): the next one sends again the top's time and mode (``RootTime.unsent``) and,
+        unwatched, the times of the directories this one carried (its walk compares with the baseline
+        before it). Before (s66), the baseline had moved on with the failed plan: a live sandbox's
+        ``touch -d`` of an existing directory in a tree past ``MAX_DIRS`` stayed in the sandbox only."""
+        self.root_time.unsent()
+        if self.walk_undo is not None:
+            self.walk_times, self.walk_undo = self.walk_undo, None

@@ -16,6 +16,13 @@ commits anything (:class:`KeptChunksGone`); the mirror then sends the pull again
 
 A pull that never reaches its last page (cancelled between pages, its worker lost) leaves its staging
 directory behind: a later pull's first page removes those untouched for an hour (``STALE_STAGING``).
+That age is the store's, the wall clock's; the owner also keeps, by the monotonic clock, when each of
+its pulls in progress last staged (``live_staging``), and never removes one of those within the hour.
+Before (s66), a wall-clock step forward of more than an hour (NTP after a suspend, a migrated VM)
+between two pages of a pull let another pull's first page (another mirror of the workspace: the
+other backend's, a concurrent call's) remove its staging, and its last page's large file was refused
+("unknown chunk"): the sandbox's file removed, the workspace's kept, the program's bytes lost. A
+pull's own later pages never sweep (its directory is there). A step back only delays the removal.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import contextlib
 import errno
 import hashlib
 import time
+from time import monotonic
 from typing import Any
 
 from ._backend import MirrorFile, SyncPull
@@ -53,6 +61,8 @@ class PullCommits:
 
     fs: Any
     delivery_revs: dict[int, None]  # (``LocalExecContext``: delivery commits, no change of a file's bytes)
+    # This process's pulls in progress: the monotonic time each last staged (``_sweep_stale``).
+    live_staging: dict[str, float]
 
     async def _commit_main(
         self,
@@ -120,22 +130,33 @@ class PullCommits:
         if pull.staging is not None and (pull.stage or pull.keep):
             if not await self.fs.exists(f"{STAGING}/{pull.staging}"):
                 await self._sweep_stale()
+            if not pull.done:  # (its last page removes the directory: ``sync_pull``)
+                self.live_staging[pull.staging] = monotonic()
         return self._stage(pull, own)
 
     async def _sweep_stale(self) -> None:
-        fs = self.fs
+        """Remove the staging directories untouched for :data:`STALE_STAGING` by the wall clock, but
+        none of a pull of this process that staged within that time by the monotonic clock."""
+        fs, started = self.fs, monotonic()
         try:
             entries = await fs.readdir(STAGING)
         except OSError:
             return
+        live = self.live_staging
+        listed = {entry.name for entry in entries}
+        for name in [n for n, at in live.items() if n not in listed and at < started]:
+            del live[name]  # (finished: its last page removed the directory)
         cutoff = (time.time() - STALE_STAGING) * 1000
         for entry in entries:
             if not entry.is_directory or entry.mtime >= cutoff:
                 continue
+            if (at := live.get(entry.name)) is not None and started - at < STALE_STAGING:
+                continue  # a pull in progress here: the wall clock stepped, not the pull
             where = f"{STAGING}/{entry.name}"
             with contextlib.suppress(OSError):
                 if all(inner.mtime < cutoff for inner in await fs.readdir(where)):
                     await fs.rm(where, recursive=True, force=True)
+                    live.pop(entry.name, None)
 
     def _stage(self, pull: SyncPull, own: set[int]) -> str | None:
         """Store the page's new chunks, and reference the chunks it keeps, under the pull's staging

@@ -278,7 +278,7 @@ class MirrorSync:
             synced = await self._pull(
                 mirror, ctx, base_rev, run, saves, defer=defer, follow=follow, paced=paced
             )
-            mirror.root_time.undo = None
+            mirror.pull_stored()
             return synced
         except BaseException:
             # The watch's events are spent and the state not settled: the next plan walks the whole
@@ -287,7 +287,7 @@ class MirrorSync:
             # failure to store counted; the plan went on alone in its thread and was dropped, the
             # end's pull found the watch quiet, and the warm mirror kept what the workspace never got).
             mirror.unwatch()
-            mirror.root_time.unsent()  # the top's time and mode too (they are no entry of the state)
+            mirror.pull_unsent()  # the top's time and mode, a walk's directories' times (no entries)
             raise
         finally:
             mirror.restore_lifts()

@@ -28,13 +28,16 @@ FIFOs (kept in the mirror only) and hard-linked symlinks' link count.
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from computer.runtime import _watch
+from computer.runtime._context import LocalExecContext
 
-from ._support import KINDS, ROOT, ok, opened, shell
+from ._support import KINDS, ROOT, ok, opened, run, shell
 
 # Each directory has one name made and removed in it by the second call: a file (``b``), a FIFO
 # (``f``), a directory (``d``), a file moved out (``m``), and ``n`` is new in that call.
@@ -89,3 +92,34 @@ async def test_directory_times_a_run_moves_in_an_unwatched_tree_are_kept(
     assert seen.startswith("t/d1 1000000000\nt/d2 1000000000\n"), seen
     async with opened(db, shell=shell(live), python=False) as ws:
         assert (await ok(ws, UNWATCHED_TIMES)).stdout == seen  # was: d1, d2 at the touch, d0, d3 older
+
+
+async def test_directory_times_a_failed_pull_carried_in_an_unwatched_tree_are_sent_again(
+    db: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A live sandbox's pull the store refuses (a full disk here, injected; the owner's commit raising)
+    is sent again by the next sync, its directories' times too (a run per call whose pull fails loses
+    its mirror: the next push is a full one). Before, the walk's baseline had moved on with the
+    failed pull's plan: ``touch -d`` of an existing directory in an unwatched tree was lost for good
+    (the store and a reopen kept the older time)."""
+    monkeypatch.setattr(_watch, "MAX_DIRS", 50)
+    failing = [False]
+    sync_pull = LocalExecContext.sync_pull
+
+    async def full(self: LocalExecContext, pull: Any, base_rev: int) -> Any:
+        if failing[0]:
+            raise OSError(errno.ENOSPC, "no space left (the test's)")
+        return await sync_pull(self, pull, base_rev)
+
+    monkeypatch.setattr(LocalExecContext, "sync_pull", full)
+    async with opened(db, shell=shell(True), python=False) as ws:
+        await ok(ws, UNWATCHED)
+        failing[0] = True
+        failed = await run(ws, "touch -d @1200000000 t/d5 && echo y > u/g")
+        failing[0] = False
+        assert failed.status == "failed", (failed.status, failed.error)
+        again = await ok(ws, "stat -c '%n %Y' t/d5 && cat u/g")
+        assert again.stdout == "t/d5 1200000000\ny\n", again.stdout
+        assert (await ws.fs.stat(f"{ROOT}/t/d5")).mtime == 1_200_000_000_000  # was: the mkdir's time
+    async with opened(db, shell=shell(True), python=False) as ws:
+        assert (await ok(ws, "stat -c '%n %Y' t/d5")).stdout == "t/d5 1200000000\n"
