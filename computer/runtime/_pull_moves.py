@@ -84,7 +84,8 @@ class PullRenames(MirrorWatch):
         if not gone:
             return []
         gone.sort(key=lambda rel: (rel.count("/"), rel))
-        by_ino = {e[INO]: rel for rel, e in now.items() if e[KIND] in "fl"}
+        # Files and symlinks not where the state had them (a hard link's unmoved name misleads none).
+        by_ino = {e[INO]: rel for rel, e in now.items() if e[KIND] in "fl" and not _same(state.get(rel), e)}
         olds = path_order(state)
         news: list[str] | None = None
         quick = self.room() // 4
@@ -187,6 +188,10 @@ class PullRenames(MirrorWatch):
 
 def _is_dir(entry: Entry | None) -> bool:
     return entry is not None and entry[KIND] == "d"
+
+
+def _same(old: Entry | None, entry: Entry) -> bool:
+    return old is not None and old[INO] == entry[INO] and old[KIND] == entry[KIND]
 
 
 def _related(a: str, b: str) -> bool:
