@@ -253,13 +253,13 @@ def _syncable_below(ordered: list[str], now: dict[str, Entry], new: str, quick: 
 def first_renamed(
     pages: Generator[SyncPull, None, None], renames: list[tuple[str, str]]
 ) -> Generator[SyncPull, None, None]:
-    """A pull's pages, its first carrying ``renames`` (the owner does them before anything else)."""
-    first = True
-    for page in pages:
-        if first and renames:
-            page = dataclasses.replace(page, renames=list(renames))
-        first = False
-        yield page
+    """A pull's pages, its first carrying ``renames`` (the owner does them before anything else); a
+    close reaches ``pages`` (``yield from``)."""
+    first = next(pages, None)
+    if first is None:
+        return
+    yield dataclasses.replace(first, renames=list(renames)) if renames else first
+    yield from pages
 
 
 def renames_refused(
