@@ -64,6 +64,9 @@ T = TypeVar("T")
 FILES = ["a", "b", "d/c", "d/e", "f/g/h"]
 DIRS = ["d", "f", "f/g"]
 PATHS = st.sampled_from(FILES)
+# A run's directory rename (``mv -T d k`` or back): one rename in the workspace (``_pull_moves``), or,
+# a workspace change at either name in flight, a removal and the new tree under the conflict rule.
+DIR_MOVE = (st.sampled_from(["d", "k"]), st.sampled_from(["k", "d"]))
 # Symlink targets: a file, a directory, a relative one, nowhere, out of the mount root.
 TARGETS = st.sampled_from(["a", "d", "../a", "nowhere", "/secret/x"])
 
@@ -90,6 +93,7 @@ RUN_OPS = st.one_of(
     st.tuples(st.just("rmdir"), st.sampled_from(DIRS), PATHS, CONTENT),
     st.tuples(st.just("symlink"), PATHS, TARGETS, CONTENT),
     st.tuples(st.just("nothing"), PATHS, PATHS, CONTENT),
+    st.tuples(st.just("dirmove"), *DIR_MOVE, CONTENT),
 )
 WS_OPS = st.one_of(
     st.tuples(st.just("write"), PATHS, PATHS, CONTENT),
@@ -106,6 +110,7 @@ stats = {
     "in_flight": 0,
     "concurrent": 0,
     "skipped": 0,
+    "dir_moves": 0,
     "evictions": 0,
     "reopens": 0,
     "fresh": 0,
@@ -175,6 +180,13 @@ def shell_of(op: Op, model: Model) -> tuple[str, dict[str, bytes | Link | None]]
         return source, {path: None, other: model[path]}
     if kind == "rmdir":
         return f"rm -rf {_q(path)}", {p: None for p in model if p.startswith(path + "/")}
+    if kind == "dirmove":  # ``d`` and ``k`` hold files (or links) only: ``k`` with one, mv fails
+        source = f"if [ -d {path} ]; then mv -T {path} {other} 2>/dev/null || true; fi"
+        if path == other or any(p.startswith(other + "/") for p in model):
+            return source, {}
+        moving = [p for p in model if p.startswith(path + "/")]
+        stats["dir_moves"] += bool(moving)
+        return source, {**dict.fromkeys(moving), **{other + p[len(path) :]: model[p] for p in moving}}
     return "true", {}
 
 
