@@ -279,15 +279,19 @@ def renames_refused(
 
 
 async def as_taken(fs: Any, renames: list[tuple[str, str]]) -> bool:
-    """Whether the workspace holds the first rename's names as the mirror took them: the old one a
-    directory, the new one free (the later ones follow from the conflict rule)."""
-    src, dst = renames[0]
-    try:
-        if not (await fs.stat(src)).is_directory:
+    """Whether the workspace holds the renames' names as the mirror took them: each old name a
+    directory and each new one free, but where an earlier rename of the list makes or frees them."""
+    for index, (src, dst) in enumerate(renames):
+        earlier = renames[:index]
+        if not any(_related(src, d) for _, d in earlier):
+            try:
+                if not (await fs.stat(src)).is_directory:
+                    return False
+            except OSError:
+                return False
+        if not any(_related(dst, p) for pair in earlier for p in pair) and await fs.exists(dst):
             return False
-    except OSError:
-        return False
-    return not await fs.exists(dst)
+    return True
 
 
 async def rename_dirs(fs: Any, renames: list[tuple[str, str]], own: set[int]) -> list[str]:
