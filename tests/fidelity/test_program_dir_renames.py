@@ -142,3 +142,32 @@ async def test_a_tree_holding_a_fifo_or_a_name_not_utf8_is_sent_as_before(tmp_pa
 def test_renames_travel_through_the_codec() -> None:
     pull = SyncPull("/w", renames=[("/w/a", "/w/b"), ("/w/b/c", "/w/d")])
     assert decode_sync(SyncPull, encode_sync(pull)) == pull
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_pull_that_fails_after_pairing_is_sent_again_whole(
+    tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner fails the page that carries the rename (the owner gone, a full disk): the mirror puts
+    its state back, so a live sandbox's next sync sends the program's rename again (as a removal and the
+    new tree); kept re-keyed, it took the workspace for holding the new names already and sent nothing."""
+    original = LocalExecContext.sync_pull
+
+    async def sync_pull(self: Any, pull: SyncPull, base_rev: int) -> Any:
+        if pull.renames:
+            raise OSError(28, "No space left on device")
+        return await original(self, pull, base_rev)
+
+    async with opened(tmp_path / "ws.sqlite", shell=shell(live), python=False) as ws:
+        await ok(ws, MAKE)
+        monkeypatch.setattr(LocalExecContext, "sync_pull", sync_pull)
+        failed = await (await ws.runtime.exec("mv d e", timeout=60)).result()
+        monkeypatch.undo()
+        assert failed.status != "completed" or failed.error, failed
+        await ok(ws, "true")
+        # Live, the sandbox goes on: the next sync sends it. Per call, a run whose pull failed is
+        # reported failed and its sandbox dropped (the workspace's tree stays as it was, whole).
+        kept, gone = ("e", "d") if live else ("d", "e")
+        assert not await ws.fs.exists(f"{ROOT}/{gone}")
+        assert len(await ws.fs.readdir(f"{ROOT}/{kept}")) == 303
+        assert await workspace_view(ws) == await sandbox_view(ws)
