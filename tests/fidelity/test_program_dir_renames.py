@@ -171,3 +171,25 @@ async def test_a_pull_that_fails_after_pairing_is_sent_again_whole(
         assert not await ws.fs.exists(f"{ROOT}/{gone}")
         assert len(await ws.fs.readdir(f"{ROOT}/{kept}")) == 303
         assert await workspace_view(ws) == await sandbox_view(ws)
+
+
+async def test_a_rename_rides_on_the_first_page_of_a_paged_pull(tmp_path: Path) -> None:
+    """Pages of 64 KiB: what the run wrote below the new name after the rename takes several pages,
+    the rename goes first, on the first of them."""
+    pages: list[SyncPull] = []
+    original = LocalExecContext.sync_pull
+
+    async def sync_pull(self: Any, pull: SyncPull, base_rev: int) -> Any:
+        pages.append(pull)
+        return await original(self, pull, base_rev)
+
+    backend = ShellBackend(live=False, max_sync_bytes=64 * 1024)
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ok(ws, MAKE)
+        before = (await ws.fs.stat(f"{ROOT}/d/7")).ino
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(LocalExecContext, "sync_pull", sync_pull)
+            await ok(ws, "mv d e && for i in 1 2 3 4; do head -c 40000 /dev/urandom > e/sub/r$i; done")
+        assert len(pages) > 2 and [bool(p.renames) for p in pages] == [True] + [False] * (len(pages) - 1)
+        assert (await ws.fs.stat(f"{ROOT}/e/7")).ino == before
+        assert await workspace_view(ws) == await sandbox_view(ws)
