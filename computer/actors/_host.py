@@ -147,7 +147,10 @@ class WorkspaceHost(PoolCallbacks):
         self._rpcs = 0  # RPCs served (calls and streams; not ``stats``), for tests counting round trips
         self._streams = 0
         self._streams_stopped = 0  # streams ended before their last piece (cancelled by the client)
-        self._last_active = time.time()
+        self._last_active = time.time()  # shown and written to the directory, never decided on
+        self._idle_from = (
+            time.monotonic()
+        )  # what ``hibernate_after`` counts from: a stepped clock moves it not
         self._uploads: dict[str, Upload] = {}
         self._tool_sets: dict[str, dict[str, Any]] = {}  # run_tool's tools, per options
         self._lock_requests = LockRequests()  # lock requests waiting, and those withdrawn
@@ -222,7 +225,7 @@ class WorkspaceHost(PoolCallbacks):
     @contextlib.contextmanager
     def _activity(self, *, background: bool = False) -> Iterator[None]:
         """One call in progress: the owner does not close under it, and its end counts as use
-        (``_last_active``, what ``hibernate_after`` counts from).
+        (``_last_active``, and ``_idle_from``, what ``hibernate_after`` counts from).
 
         ``background``: a call a live sandbox makes on its own, the continuous sync that carries its
         processes' writes while no run is in progress. It keeps the owner open while it runs but is
@@ -236,7 +239,7 @@ class WorkspaceHost(PoolCallbacks):
         finally:
             self._inflight -= 1
             if not background or self.workspace.runtime.active() > 0:
-                self._last_active = time.time()
+                self._last_active, self._idle_from = time.time(), time.monotonic()
 
     def _busy(self) -> bool:
         """Whether closing now would break something a client is using."""

@@ -184,7 +184,9 @@ class OwnerActor(WorkspaceHost):
         interval = min(max(after / 4.0, 0.05), 5.0)
         while not self._closing:
             await asyncio.sleep(interval)
-            if self._busy() or time.time() - self._last_active < after:
+            # The monotonic clock: the wall clock stepped back an hour after the last call kept an idle
+            # owner up that hour (tests/reliability/test_cluster_faults6.py).
+            if self._busy() or time.monotonic() - self._idle_from < after:
                 continue
             log.info("workspace %s idle for %.1f s: hibernating", self.name, after)
             await self._leave(hibernating=True)

@@ -20,7 +20,11 @@ handed out again while a directory that lost its records counted up to the file'
 left from the past, never a takeover: the owner writes its own over it, as over no record, while its
 file carries its epoch. Before, such a record read as a takeover: every live owner left at its next
 renewal and dropped its locks, and placement sent the next clients to the node the old record named. A
-record of a higher epoch is a takeover or a deletion: the owner leaves, as before.
+record of a higher epoch is a takeover or a deletion while its lease is live (it fences the file next):
+the owner leaves, as before. One whose lease is over never fenced the file (the owner checks its epoch):
+a snapshot from before the workspace was deleted and made anew (the new file counts from epoch 1), and
+it is written over too (``WorkspaceRecord.stale_for``; ``tests/reliability/test_cluster_faults6.py``).
+Before, such a snapshot read as a takeover. Left: a snapshot restored while its lease is still live.
 """
 
 from __future__ import annotations

@@ -2,8 +2,9 @@
 
 A live sandbox lives in the process that owns the workspace (an owner actor of a cluster, or the
 process of a ``computer shell`` session) and ends with it. So these commands join the cluster named
-by ``--address``/``RAY_ADDRESS``; with none, the workspace is opened in this process only to say
-where it is awake (or that it is asleep, when nothing of it can be running).
+by ``--address``/``RAY_ADDRESS``; with none, the directory's record (as ``computer ls`` reads it,
+nothing is opened) says where it is awake and how to reach it (``_not_here``), or that it is asleep,
+when nothing of it can be running.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ._context import CliError, GlobalOptions
+from ._ls import WorkspaceRow
 from ._workspaces import open_workspace
 from .display import plain_text
 
@@ -27,20 +29,48 @@ _ASLEEP = (
 )
 
 
-def _known(options: GlobalOptions, name: str) -> None:
+def _known(options: GlobalOptions, name: str) -> WorkspaceRow:
     """Refuse a name no workspace has (opening it made one, empty, listed by ``computer ls``)."""
     from ._ls import list_workspaces
 
-    if not any(row.name == name for row in list_workspaces(options, prefix=name)):
-        raise CliError(f"no workspace named {name!r} (`computer ls` lists them)", code=1)
+    for row in list_workspaces(options, prefix=name):
+        if row.name == name:
+            return row
+    raise CliError(f"no workspace named {name!r} (`computer ls` lists them)", code=1)
+
+
+def _not_here(name: str, row: WorkspaceRow) -> str | None:
+    """With no cluster named: why ``ps``/``kill`` cannot reach a live sandbox of ``name`` from here,
+    or ``None`` when it is asleep (nothing of it runs).
+
+    Decision: the workspace is no longer opened in this process to find out. Opening one that
+    another command holds (a ``computer shell`` session running ``!server &``) answered "another
+    owner holds it; wait until that command ends": at that end its processes end too, so the advice
+    could never show them. The directory's record says where it is awake; one awake on a cluster is
+    reached with ``--address``, one in another process only from within that process."""
+    if row.state != "awake":
+        return None
+    if (row.node or "").startswith("process:"):
+        return (
+            f"workspace {name!r} is awake {row.where}: its live sandbox lives in that process (a "
+            "`computer shell` or `mcp` session, or a Python program) and only it reaches the sandbox: "
+            "at that shell's prompt `!ps -ef` lists its processes"
+        )
+    return (
+        f"workspace {name!r} is awake {row.where}: its live sandbox lives in that cluster's owner; "
+        "join it with --address HOST:PORT (or RAY_ADDRESS)"
+    )
 
 
 async def list_processes(options: GlobalOptions, name: str, backend: str | None, console: Console) -> int:
-    await asyncio.to_thread(_known, options, name)  # the directory's client runs a loop of its own
+    row = await asyncio.to_thread(_known, options, name)  # the directory's client runs a loop of its own
+    if options.local:
+        elsewhere = _not_here(name, row)
+        if elsewhere is not None:
+            raise CliError(elsewhere, code=1)
+        console.print(_ASLEEP.format(name=name), markup=False, highlight=False)
+        return 0
     async with open_workspace(options, name, backends=False, assets=False) as workspace:
-        if options.local:
-            console.print(_ASLEEP.format(name=name), markup=False, highlight=False)
-            return 0
         try:
             found = await workspace.runtime.processes(backend=backend)
         except ValueError as exc:  # an unknown backend: the message lists the configured ones
@@ -74,10 +104,10 @@ async def list_processes(options: GlobalOptions, name: str, backend: str | None,
 async def kill_process(
     options: GlobalOptions, name: str, pid: int, backend: str | None, console: Console
 ) -> int:
-    await asyncio.to_thread(_known, options, name)
+    row = await asyncio.to_thread(_known, options, name)
+    if options.local:
+        raise CliError(_not_here(name, row) or _ASLEEP.format(name=name), code=1)
     async with open_workspace(options, name, backends=False, assets=False) as workspace:
-        if options.local:
-            raise CliError(_ASLEEP.format(name=name), code=1)
         try:
             await workspace.runtime.kill_process(pid, backend=backend)
         except ProcessLookupError as exc:

@@ -43,7 +43,9 @@ def remove_workspaces(
     targets = list(dict.fromkeys([*names, *(n for n in rows if prefix is not None and n.startswith(prefix))]))
     missing = [n for n in names if n not in rows]
     for name in missing:
-        console.print(f"no workspace named {name!r}", markup=False, highlight=False)
+        console.print(
+            f"no workspace named {name!r} (`computer ls` lists them)", markup=False, highlight=False
+        )
     targets = [n for n in targets if n in rows]
     if not targets:
         if prefix is not None and not names:

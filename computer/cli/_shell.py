@@ -19,7 +19,7 @@ from rich.text import Text
 from ..surface import WorkspaceSurface
 from ._context import GlobalOptions, command_exit_code
 from ._output import errors, write_out
-from ._workspaces import open_workspace
+from ._workspaces import made_here, new_workspace_note, open_workspace
 from .display import plain_text
 
 __all__ = ["WorkspaceShell", "run_shell"]
@@ -206,6 +206,12 @@ class WorkspaceShell:
             self.errors.print(f"[{result.status}{code}{why}]", markup=False, highlight=False, soft_wrap=True)
 
 
+def reads(line: str) -> bool:
+    """Whether a prompt line reads the workspace (``ls``, ``cat``, ``cd``, ``pwd``): on a workspace
+    the line made, what it found (nothing) is explained by the workspace being new."""
+    return line.strip().partition(" ")[0] in ("ls", "cat", "cd", "pwd")
+
+
 def runs_exec(line: str) -> bool:
     """Whether a prompt line runs a command (``exec ...`` or ``!...``): only then does the workspace
     need its exec backends."""
@@ -229,12 +235,19 @@ async def run_shell(
     if command is not None:
         backends = ("shell",) if runs_exec(command) else False
     live = command is None  # one line: a sandbox per run (see ``_inprocess``)
-    new = command is None and not await asyncio.to_thread(_known, options, name)
+    if command is None:
+        new = not await asyncio.to_thread(_known, options, name)
+    else:
+        new = made_here(options, name)
     async with open_workspace(options, name, backends=backends, assets=True, live=live) as workspace:
         shell = WorkspaceShell(workspace, console, errors=errors())
         await workspace.fs.mkdir(shell.cwd, recursive=True)  # the user root; exec runs below it
         if command is not None:
             await shell.run_line(command)
+            # As `tool` says it: `shell ntoes -c 'cat todo.md'` (a misspelt name) answered only
+            # "FileNotFoundError: /workspace/todo.md", as if the file were lost, and made a workspace.
+            if new and (reads(command) or (runs_exec(command) and shell.failed)):
+                shell.errors.print(new_workspace_note(name), markup=False, highlight=False, soft_wrap=True)
             return shell.exit_code
         if new:  # a name mistyped would otherwise look like a workspace whose files were lost
             console.print(

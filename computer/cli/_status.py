@@ -56,8 +56,26 @@ def show_status(options: GlobalOptions, console: Console) -> None:
         f"{config.pool_worker_cpus:g} CPU, runs {config.pool_runs_per_cpu:g} per CPU at once, goes after "
         f"{config.pool_idle_after:g} s idle; hibernate after {config.hibernate_after:g} s"
     )
+    console.print(sandbox_line(), soft_wrap=True)
     _directory_summary(options, console)
     _cluster(options, console, config.data_dir)
+
+
+def sandbox_line() -> str:
+    """Whether this machine's exec runs get their namespaces, in one line.
+
+    Decision: where bubblewrap is missing (the README's first command installs no system package)
+    or cannot start, every program an agent runs runs as this host user, and only
+    ``BackendInfo.isolation`` said so, which no command printed: a user found out by reading the
+    code. Probed as the backends probe it (``bwrap_works``, remembered per machine state)."""
+    from ..runtime import bwrap_works
+
+    if bwrap_works():
+        return "exec sandbox (this machine): bubblewrap: namespaces of its own, no network unless asked"
+    return (
+        "exec sandbox (this machine): NO namespace isolation: bubblewrap is missing or cannot start "
+        "here, so a program an agent runs runs as this host user (apt-get install bubblewrap)"
+    )
 
 
 def _directory_summary(options: GlobalOptions, console: Console) -> None:

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..storage import audit_caller
-from ._context import CliError, GlobalOptions, command_exit_code, local_settings
+from ._context import CliError, GlobalOptions, command_exit_code
 from ._output import write_out
-from ._workspaces import open_workspace
+from ._workspaces import made_here, new_workspace_note, open_workspace
 
 __all__ = [
     "EXAMPLES",
@@ -179,7 +179,7 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
     from ..tools import create_tools
 
     backends = exec_backends(args) if tool == "exec" else False
-    new = _made_here(options, name)
+    new = made_here(options, name)
     async with open_workspace(
         options, name, backends=backends, assets=tool in ("exec", "publish"), live=False
     ) as workspace:
@@ -195,35 +195,31 @@ async def run_tool(options: GlobalOptions, name: str, tool: str, args: dict[str,
             result = await tools[tool].run(args)
     write_out(result_json(result) + "\n")  # all of it, or BrokenPipeError (a reader gone)
     if new and (tool in _READS or exit_code(tool, result)):
-        print(
-            f"computer: workspace {name!r} is new: this command made it, empty (`computer ls` lists "
-            f"the others; `computer rm {shlex.quote(name)}` removes it)",
-            file=sys.stderr,
-        )
+        print(new_workspace_note(name), file=sys.stderr)
+    hint = missing_argument_hint(name, tool, result)
+    if hint:
+        print(hint, file=sys.stderr)
     return exit_code(tool, result)
 
 
+def missing_argument_hint(name: str, tool: str, result: dict[str, Any]) -> str | None:
+    """For a call that left out a required argument, the tool's example call, on stderr.
+
+    Decision: ``computer tool notes ls`` (as one types ``ls``) answered only ``Invalid arguments:
+    path: Field required``, the message a model gets; a person at a shell is shown a call that works
+    and where the full help is. An unknown argument's message already lists the valid ones."""
+    error = result.get("error")
+    if not isinstance(error, str) or not error.startswith("Invalid arguments:"):
+        return None
+    if "Field required" not in error or tool not in EXAMPLES:
+        return None
+    return (
+        f"computer: e.g. computer tool {shlex.quote(name)} {tool} {_quoted(EXAMPLES[tool])} "
+        f"(`computer tool {shlex.quote(name)} {tool} --help`: its arguments)"
+    )
+
+
 _READS = frozenset({"read", "ls", "find", "grep"})  # the tools that change nothing
-
-
-def _made_here(options: GlobalOptions, name: str) -> bool:
-    """Whether this command, working in process, makes workspace ``name`` (it has no file yet).
-
-    Decision: a workspace is made on first use by any tool, and a new one held nothing, not even
-    ``/workspace``: ``computer tool my-ws ls '{"path": "/workspace"}'``, the help's own example,
-    answered "No such file or directory: /workspace", and a misspelt name (``note`` for ``notes``)
-    answered a read with "No such file", as if files were lost. Now the command makes the user root
-    of a workspace it makes (as ``computer shell`` does), and when the call changed nothing or failed
-    it says on stderr that the workspace is new. Through a cluster (``--address``) neither: whether
-    the owner made the file is not known here."""
-    if not options.local:
-        return False
-    from ..actors.naming import workspace_file
-
-    try:
-        return not workspace_file(local_settings(options), name).exists()
-    except Exception:  # a bad name or settings: opening the workspace says what is wrong
-        return False
 
 
 def exit_code(tool: str, result: dict[str, Any]) -> int:

@@ -9,7 +9,34 @@ from typing import Any
 from . import _gc
 from ._context import CliError, GlobalOptions, local_settings, ray_session
 
-__all__ = ["open_workspace"]
+__all__ = ["made_here", "new_workspace_note", "open_workspace"]
+
+
+def made_here(options: GlobalOptions, name: str) -> bool:
+    """Whether this command, working in process, makes workspace ``name`` (it has no file yet).
+
+    Decision: a workspace is made on first use by any command, and a misspelt name (``note`` for
+    ``notes``) answered a read with "No such file", as if files were lost: ``tool`` and ``shell -c``
+    then say on stderr that the workspace is new (``new_workspace_note``). Through a cluster
+    (``--address``) never: whether the owner made the file is not known here."""
+    if not options.local:
+        return False
+    from ..actors.naming import workspace_file
+
+    try:
+        return not workspace_file(local_settings(options), name).exists()
+    except Exception:  # a bad name or settings: opening the workspace says what is wrong
+        return False
+
+
+def new_workspace_note(name: str) -> str:
+    """The stderr line of a command that made workspace ``name`` and read from it (or failed)."""
+    import shlex
+
+    return (
+        f"computer: workspace {name!r} is new: this command made it, empty (`computer ls` lists "
+        f"the others; `computer rm {shlex.quote(name)}` removes it)"
+    )
 
 
 @asynccontextmanager

@@ -63,6 +63,10 @@ _MOVED_DEADLINE = 30.0  # seconds to wait for a hibernating owner to exit and a 
 # An owner that died at least this long before a call was sent certainly never received it (Ray's
 # actor table records the death in milliseconds, from the GCS's clock).
 _DEATH_MARGIN = 0.25
+# A wall clock that moved this much more or less than the monotonic one since a call was sent was
+# stepped meanwhile (NTP slews at most 0.5 ms a second; a step is ``date -s``, ``ntpdate``, a VM resumed).
+# Below _DEATH_MARGIN, which absorbs a step too small to be seen; above a pause between the two reads.
+_CLOCK_STEP = 0.2
 _SETTINGS_KEPT = 64  # owners' settings remembered per process (one per distinct settings)
 # A call still unanswered after PROBE_AFTER seconds makes the client ask whether the owner's process runs
 # at all (its actor's ``__ray_ready__``: Ray runs its own ``__ray_*`` methods on the actor's task thread,
@@ -182,7 +186,7 @@ class Connection:
                 call = call.options(concurrency_group=self.control_group)
             elif waits and self.wait_group is not None and method in WAIT_METHODS:
                 call = call.options(concurrency_group=self.wait_group)
-            sent_at = time.time()
+            sent_at, sent_mono = time.time(), time.monotonic()
             after_moved = self._moved_by is not None and self._moved_by == actor_id(handle)
             ref = call.remote(*args)
             try:
@@ -235,7 +239,9 @@ class Connection:
                     # which keeps no lease to release, made such a call "unknown outcome".
                     await self._reresolve_quietly(handle)
                     continue
-                if not died_once and await self._did_not_run(handle, sent_at, keyed=keyed):
+                if not died_once and await self._did_not_run(
+                    handle, sent_at, keyed=keyed, sent_mono=sent_mono
+                ):
                     died_once = True
                     continue
                 restarting = isinstance(exc, ActorUnavailableError) and time.monotonic() < deadline
@@ -282,7 +288,9 @@ class Connection:
                 raise kind(self.name or "?", message.removeprefix("workspace unavailable: ")) from err
             raise
 
-    async def _did_not_run(self, handle: Any, sent_at: float, *, keyed: bool) -> bool:
+    async def _did_not_run(
+        self, handle: Any, sent_at: float, *, keyed: bool, sent_mono: float | None = None
+    ) -> bool:
         """After a call to ``handle`` died: re-resolve, and say whether sending it again is safe.
 
         It is when the old owner was already dead before the call was sent, when that owner released
@@ -295,6 +303,14 @@ class Connection:
         table (by its pid, from the owner id, and its Ray worker id, ``describe``'s ``worker``, which
         picks its row where the pid is listed more than once) is its death time. Before, such a call sent after the
         death was "unknown outcome" although it never ran.
+
+        ``sent_at``, ``sent_mono``: the wall and monotonic clocks when the call was sent. A death time is the GCS's wall
+        clock; when this machine's wall clock was stepped since the send (an NTP step back, ``date -s``),
+        a death after the send can be stamped before it: no proof then (decided: a stepped clock makes
+        the call "unknown outcome", a keyed one is still sent again, its key answers). Before, a clock
+        stepped back 3 s while a run was under way and its owner died made the client send
+        ``exec_start`` again: the command ran twice. Nodes' clocks must agree within ``_DEATH_MARGIN``
+        (NTP) for a client on another node than the head's: a clock ahead there cannot be seen here.
         """
         before, lived, alive_at, worker = self.owner_id, self.incarnation, self.described_at, self.worker
         died = await asyncio.to_thread(actor_death_time, handle)
@@ -317,6 +333,11 @@ class Connection:
             process = owner_process(before)
             if process is not None:
                 died = await asyncio.to_thread(worker_death_time, process[1], alive_at, worker)
+        if (
+            sent_mono is not None
+            and abs((time.time() - sent_at) - (time.monotonic() - sent_mono)) > _CLOCK_STEP
+        ):
+            died = None  # stepped: the death time and the send are not on one clock any more
         return released or (died is not None and died < sent_at - _DEATH_MARGIN)
 
     async def _reresolve_quietly(self, stale: Any) -> None:

@@ -23,6 +23,7 @@ import mimetypes
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -47,6 +48,11 @@ IMAGE_TYPES = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp", "
 # Records one request returns at most (a larger ``limit`` is this one).
 _MAX_RECORDS = 10_000
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what ends a line of an event stream (HTML spec)
+# Event streams served at once, every client together; past it a new one is a 503 (its EventSource
+# retries). Each held its socket and an audit stream a store of its own (its SQLite file, WAL and
+# shared memory): ~4 descriptors, so ~5,000 streams of one client took every descriptor of the
+# process (``ulimit -n`` 20,000 here), and no page, store or share link of the dashboard opened.
+MAX_STREAMS = 256
 _HEADERS = {
     "Content-Security-Policy": "default-src 'self'; img-src 'self'; script-src 'self'; style-src 'self'; "
     "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
@@ -67,6 +73,7 @@ def _not_found(what: str) -> HTMLResponse:
 def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Starlette:
     """The dashboard over ``source``, behind ``policy`` (default: loopback, no token)."""
     policy = policy or AccessPolicy("127.0.0.1", None)
+    streams = _Streams()
 
     async def index(request: Request) -> Response:
         return _html(pages.index_page(await source.workspaces(), source.mode))
@@ -113,6 +120,8 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
 
     async def audit_events(request: Request) -> Response:
         name = request.path_params["name"]
+        if streams.full():
+            return streams.refusal()
         try:
             # A reconnecting EventSource says the last record it got: nothing is shown twice.
             after = int(request.headers.get("last-event-id") or request.query_params.get("after", "0"))
@@ -124,7 +133,7 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
             async for record in records:
                 yield "record", pages.record_row(record, name), record.id
 
-        return _event_stream(request, rows())
+        return streams.counted(_event_stream(request, rows()))
 
     async def directory(request: Request) -> Response:
         name = request.path_params["name"]
@@ -178,12 +187,14 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
 
     async def run_events(request: Request) -> Response:
         name, exec_id = request.path_params["name"], request.path_params["exec_id"]
+        if streams.full():
+            return streams.refusal()
 
         async def snapshots() -> AsyncIterator[tuple[str, str, int | None]]:
             async for snapshot in source.run_output(name, exec_id):
                 yield "snapshot", json.dumps(snapshot, ensure_ascii=False), None
 
-        return _event_stream(request, snapshots(), end="done")
+        return streams.counted(_event_stream(request, snapshots(), end="done"))
 
     async def transcript(request: Request) -> Response:
         name = request.path_params["name"]
@@ -235,6 +246,46 @@ def create_app(source: DataDirSource, policy: AccessPolicy | None = None) -> Sta
     app = Starlette(routes=routes, lifespan=lifespan)
     app.add_middleware(TokenGate, policy=policy)
     return app
+
+
+class _Streams:
+    """The event streams served now (at most :data:`MAX_STREAMS`)."""
+
+    def __init__(self) -> None:
+        self.served = 0
+
+    def full(self) -> bool:
+        return self.served >= MAX_STREAMS
+
+    def refusal(self) -> Response:
+        return PlainTextResponse(
+            f"503: {MAX_STREAMS} event streams are open here already; retry later\n",
+            status_code=503,
+            headers={**_HEADERS, "Retry-After": "5"},
+        )
+
+    def counted(self, response: StreamingResponse) -> Response:
+        """``response``, counted from now until it is over (sent, failed or its client gone)."""
+        self.served += 1
+        served = response.__call__
+
+        async def call(scope: Any, receive: Any, send: Any) -> None:
+            try:
+                await served(scope, receive, send)
+            finally:
+                self.served -= 1
+
+        return _Counted(call)
+
+
+class _Counted(Response):
+    """A response that is an ASGI callable of its own (:meth:`_Streams.counted`)."""
+
+    def __init__(self, call: Any) -> None:
+        self._call = call
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._call(scope, receive, send)
 
 
 def _unreadable(name: str, exc: OSError) -> str:

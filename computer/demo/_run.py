@@ -129,7 +129,7 @@ async def run_demo(
         with _phase(timings, "open"):
             clients = await _open_all([s.name for s in states], console)
         try:
-            _require_exec(clients[0])
+            _require_exec(clients[0], console)
             async with demo_dashboard(config, console):  # issue 21: the live dashboard of this run
                 with _phase(timings, "agents"):
                     await _run_agents(clients, states, model, console)
@@ -210,8 +210,23 @@ async def _open_all(names: Sequence[str], console: Console) -> list[Any]:
     return clients
 
 
-def _require_exec(client: Any) -> None:
-    ids = [info.id for info in client.runtime.backends()]
+def _require_exec(client: Any, console: Console | None = None) -> None:
+    """Refuse owners with no shell backend; say on ``console`` when its runs have no namespaces.
+
+    Decision: on a machine without bubblewrap (the README's first command installs none) the agents'
+    commands ran as the host user and the demo said nothing; the backend's ``isolation`` says so,
+    as the owners' backends report it (where the runs happen, not this process)."""
+    infos = list(client.runtime.backends())
+    ids = [info.id for info in infos]
+    shell = next((info for info in infos if info.id == REQUIRED_BACKEND), None)
+    if console is not None and shell is not None and shell.isolation.startswith("NO namespace isolation"):
+        console.print(
+            "exec: NO sandbox namespaces where the agents' commands run (bubblewrap is missing or "
+            "cannot start there): they run as that host user (apt-get install bubblewrap)",
+            soft_wrap=True,
+            markup=False,
+            highlight=False,
+        )
     if REQUIRED_BACKEND not in ids:
         offered = ", ".join(ids) or "none"
         raise DemoError(
@@ -308,10 +323,9 @@ def print_summary(summary: DemoSummary, console: Console) -> None:
             soft_wrap=True,
         )
     where = shlex.quote(str(summary.data_dir))
-    lines = [
-        f"links: run `computer --data-dir {where} serve` in another terminal, then open them",
-        f"dashboard (timelines, files, runs, transcripts): computer --data-dir {where} dashboard",
-    ]
+    lines = [f"dashboard (timelines, files, runs, transcripts): computer --data-dir {where} dashboard"]
+    if any(state.url for state in states):  # no link to serve when no agent published one
+        lines.insert(0, f"links: run `computer --data-dir {where} serve` in another terminal, then open them")
     if summary.temporary:
         lines.append(f"remove this run: rm -rf {where}")
     else:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
         SyncPull,
         SyncPush,
     )
+    from ._bwrap import bwrap_works
     from ._codec import decode_sync, encode_sync
     from ._context import LocalExecContext
     from ._handle import ExecHandle
@@ -88,6 +89,7 @@ __all__ = [
     "SyncPull",
     "SyncPush",
     "after_lane",
+    "bwrap_works",
     "decode_sync",
     "encode_sync",
     "host_mark",
@@ -123,6 +125,7 @@ _LAZY = {
         ),
         "._backend",
     ),
+    "bwrap_works": "._bwrap",
     "decode_sync": "._codec",
     "encode_sync": "._codec",
     "LocalExecContext": "._context",

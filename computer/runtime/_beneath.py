@@ -174,18 +174,32 @@ class BeneathReader:
         finally:
             os.close(fd)
 
-    def read(self, rel: str) -> bytes:
+    def read(self, rel: str, most: int | None = None) -> bytes:
+        """The regular file ``rel`` whole, at most ``most`` bytes of it: past them ``EAGAIN`` (a file the
+        caller looked at as small grew since; read it at the next look, as a large one). Without the
+        bound, a program that grew a file it had written small (``truncate -s 2G``: a hole, free on
+        its tmpfs, outside its budgets) between the pull's look and its read had the owner read it whole
+        into memory (``os.read`` of its size: zeros), or on and on while it kept growing."""
         fd, st = self._open_regular(rel)
         try:
+            if most is not None and st.st_size > most:
+                raise _grew(rel, st.st_size)
             data = os.read(fd, st.st_size + 1)
             if len(data) <= st.st_size:
                 return data
-            parts = [data]  # it grew since the fstat: read to the end
+            parts, held = [data], len(data)  # it grew since the fstat: read to the end
             while chunk := os.read(fd, 1 << 20):
+                held += len(chunk)
+                if most is not None and held > most:
+                    raise _grew(rel, held)
                 parts.append(chunk)
             return b"".join(parts)
         finally:
             os.close(fd)
+
+
+def _grew(rel: str, size: int) -> OSError:
+    return OSError(errno.EAGAIN, f"grew to {size} bytes since it was looked at (read at the next look)", rel)
 
 
 def read_full(fd: int, size: int) -> bytes:

@@ -46,6 +46,7 @@ from ..storage import TOUCH
 from ..storage.types import Change
 from ._backend import MirrorDir, SyncPush, mirror_ns, store_time
 from ._beneath import SAFE_BITS, BeneathReader
+from ._entry import KIND, Entry
 from ._lifts import Lifts
 from ._mirror_base import PullPlan
 from ._pull_rules import DEFAULT_DIR_MODE
@@ -329,3 +330,15 @@ def _setid_off(directory: Path, mode: int, lifts: Lifts) -> None:
     else:
         with contextlib.suppress(OSError):
             os.chmod(directory, mode & SAFE_BITS)
+
+
+def dir_times(directory: Path, state: dict[str, Entry]) -> dict[str, int]:
+    """The mtime (ns) of each directory of ``state`` below ``directory`` (one ``lstat`` each): an
+    unwatched mirror's baseline before its first walk (``MirrorWatch.moved_times``)."""
+    base = os.fspath(directory) + "/"
+    times: dict[str, int] = {}
+    for rel, entry in state.items():
+        if entry[KIND] == "d" and rel:
+            with contextlib.suppress(OSError):  # below a locked directory: no baseline, no time sent
+                times[rel] = os.lstat(base + rel).st_mtime_ns
+    return times

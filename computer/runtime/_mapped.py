@@ -34,8 +34,8 @@ from ._entry import INO, KIND
 from ._mirror import Mirror
 
 __all__ = [
+    "FDINFO_BYTES",
     "FDS_LOOKED",
-    "LOCKS_BYTES",
     "MAPS_BYTES",
     "MAPS_LOOKED",
     "MAX_FILES",
@@ -51,8 +51,12 @@ MAPS_BYTES = 1 << 20
 FDS_LOOKED = 8192
 MAPS_LOOKED = 8 << 20
 MAX_FILES = 256
-# What ``locked`` reads of ``/proc/locks`` (every lock of the host: ~50 bytes a line).
-LOCKS_BYTES = 1 << 20
+# What ``_reader`` reads of a descriptor's fdinfo: its position, flags, mount and inode lines (~60
+# bytes) and its first ``lock:`` line (~60 more).
+FDINFO_BYTES = 512
+# A lock's line in a descriptor's fdinfo (the kernel lists flock, then POSIX and OFD locks, leases last).
+# Not a lease: a write into a leased file waits for its break, and the push's new file spares that.
+_LOCK_LINE = re.compile(rb"^lock:\s*[0-9]+: (?:FLOCK|POSIX|OFDLCK) ", re.M)
 PERIOD = 1.0
 
 
@@ -84,8 +88,8 @@ def shared_writable(pids: Iterable[int], dev: int) -> set[int]:
 
 def read_only_held(pids: Iterable[int], dev: int) -> set[int]:
     """Inodes of the files on the device ``dev`` that one of ``pids`` holds open or maps for reading
-    and none holds open or maps for writing, a descriptor at the file's end (``_at_end``) and a file
-    someone locks (``locked``) apart: a push writes the workspace's version of such a file as a
+    and none holds open or maps for writing, a descriptor at the file's end and a file someone locks
+    apart (``_reader``): a push writes the workspace's version of such a file as a
     new file (``MirrorPush.apply``), so a reader in the middle of it reads the old one whole, where a
     write into the file it reads tore it. A descriptor's access mode is its ``/proc/<pid>/fd`` link's
     mode (``r-x``: read only). Each process's maps are read once, for both kinds of mapping.
@@ -132,48 +136,48 @@ def read_only_held(pids: Iterable[int], dev: int) -> set[int]:
                     continue
                 if link.st_mode & 0o200:
                     writers.add(st.st_ino)
-                elif not _at_end(pid, fd.name, st.st_size):
+                    continue
+                at_end, locks = _reader(pid, fd.name, st.st_size)
+                if locks:
+                    writers.add(st.st_ino)  # written in place, as for a writer (see ``_reader``)
+                elif not at_end:
                     readers.add(st.st_ino)
-    held = readers - writers
-    return held - locked(dev) if held else held
+    return readers - writers
 
 
-def _at_end(pid: int, fd: str, size: int) -> bool:
-    """Whether ``pid``'s descriptor ``fd`` of a file of ``size`` bytes is at its end (its
-    ``/proc/<pid>/fdinfo`` position): a reader that has read the file whole and waits for more, ``tail
-    -f``, ``less +F``, a log shipper. Such a reader is none a push replaces the file for: it has nothing
-    of the old version left to read, and written in place the file is what it follows on any disk
-    (truncated, then grown). Replaced, it followed the old inode for good (s65: the workspace emptied a
-    log ``tail -f`` followed, and the lines appended after reached the new file, never ``tail``). A
-    reader in the middle of the file, or one whose position is not known, still gets the old one."""
+def _reader(pid: int, fd: str, size: int) -> tuple[bool, bool]:
+    """Whether ``pid``'s descriptor ``fd`` of a file of ``size`` bytes is at its end, and whether it
+    holds a lock (both from its ``/proc/<pid>/fdinfo``: its ``pos`` and its ``lock:`` lines, the
+    ``flock``, POSIX and OFD locks taken through it; a lease is none, as before).
+
+    At its end: a reader that has read the file whole and waits for more, ``tail -f``, ``less +F``, a
+    log shipper. Such a reader is none a push replaces the file for: it has nothing of the old version
+    left to read, and written in place the file is what it follows on any disk (truncated, then
+    grown). Replaced, it followed the old inode for good (s65: the workspace emptied a log ``tail -f``
+    followed, and the lines appended after reached the new file, never ``tail``). A reader in the
+    middle of the file, or one whose position is not known, still gets the old one.
+
+    A lock: the file is written in place even when only readers hold it. A lock file is opened for
+    reading only (``flock(1)``, ``fcntl.flock`` on an ``open(path)``), and the lock is the inode's.
+    Replaced, the process holding the lock kept the old inode while the next writer locked the new
+    one: two ``flock``-ed writers of one counter, the workspace writing the lock file meanwhile, both
+    in their critical section at once (s65: 796 of 800 increments kept). A process blocked on the lock
+    waits for one a process of the sandbox holds, which its descriptor shows; a process that opened the
+    file and has not asked for the lock yet is not seen (a window of a few system calls).
+
+    Decision: the descriptor's own ``fdinfo``, not ``/proc/locks``. That is every lock of the host, one
+    text the kernel makes under its lock lists' locks, and a program holds as many as its memory allows
+    (POSIX locks on ranges of one file cost no descriptor): read whole it cost each push that (30,000
+    locks: ~1.5 MB), read in part (its first MiB, as before) a lock past the part was not seen, so any
+    program of the host, another workspace's too, holding ~25,000 locks ahead of it made this
+    workspace's lock files replaced under their holders again (``tests/security/test_attacks8``)."""
     try:
         with open(f"/proc/{pid}/fdinfo/{fd}", "rb") as f:
-            head = f.read(256)
+            head = f.read(FDINFO_BYTES)
     except OSError:
-        return False
+        return False, False  # closed meanwhile: its locks went with it
     found = re.match(rb"pos:\s*([0-9]+)", head)
-    return found is not None and int(found.group(1)) >= size
-
-
-def locked(dev: int) -> set[int]:
-    """Inodes of the files on the device ``dev`` someone holds or waits for a lock on (``flock``, POSIX
-    ``fcntl`` or OFD locks: ``/proc/locks``, its first :data:`LOCKS_BYTES`). Such a file is written in
-    place even when only readers hold it: a lock file is opened for reading only (``flock(1)``,
-    ``fcntl.flock`` on an ``open(path)``), and the lock is the inode's. Replaced, the process holding
-    the lock or blocked on it kept the old inode while the next writer locked the new one: two
-    ``flock``-ed writers of one counter, the workspace writing the lock file meanwhile, both in their
-    critical section at once (s65: 796 of 800 increments kept). A process that opened the file and has
-    not asked for the lock yet is not seen (a window of a few system calls)."""
-    line = re.compile(
-        rb"^\d+: (?:-> )?(?:FLOCK|POSIX|OFDLCK) .*? %02x:%02x:([0-9]+) " % (os.major(dev), os.minor(dev)),
-        re.M,
-    )
-    try:
-        with open("/proc/locks", "rb") as f:
-            data = f.read(LOCKS_BYTES)
-    except OSError:
-        return set()
-    return {int(inode) for inode in line.findall(data)}
+    return found is not None and int(found.group(1)) >= size, _LOCK_LINE.search(head) is not None
 
 
 def _descriptors(pids: list[int]) -> int:

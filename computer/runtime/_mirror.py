@@ -114,6 +114,7 @@ class Mirror(MirrorPush, MirrorPull):
     unwatched: bool = False
     walk_next: float = 0.0
     shed_until: float = 0.0  # its watch was shed (its events nearly overflowed the queue): walked till then
+    walk_times: dict[str, int] = field(default_factory=dict, repr=False)  # (unwatched: ``moved_times``)
     # The top directory's own time and mode (no entry of ``state``), as last synced either way
     # (``_dir_times``).
     root_time: RootTime = field(default_factory=RootTime, repr=False)

@@ -70,6 +70,7 @@ class MirrorPull(PullRenames):
             renames = self.find_renames(now, denied)  # (the state re-keyed to their new names)
             plan = self._plan(now, set(now) | set(self.state), walked)
             plan.renames = [(self.workspace_path(a), self.workspace_path(b)) for a, b in renames]
+            self.moved_times(plan, walked)  # a directory's time alone (no event names it)
             plan.overflow, self.overflow = self.overflow, None
             return self.locked_out(plan, denied), now
         if not touched and not self.look_due(paced):  # no copy of the state (10,000 entries: 0.3 ms)
@@ -192,6 +193,8 @@ class MirrorPull(PullRenames):
             if old == entry:
                 if watched and old is not None and old[KIND] == "d":
                     parents.add(rel)  # an event named it: a ``touch`` of the directory itself
+                elif old is None and not (len(rel) > quick and self.too_long(rel, room)):
+                    parents.add(rel.rpartition("/")[0])  # a name made and removed: its directory's time moved
                 continue
             if len(rel) > quick and self.too_long(rel, room):  # past what syncs: reported, never lost
                 if entry is not None:  # (the workspace never had it: a removal is nothing to send)
@@ -365,7 +368,7 @@ class MirrorPull(PullRenames):
                     )
                     continue
                 try:
-                    data = reader.read(rel)
+                    data = reader.read(rel, BIG_FILE)  # grown since the plan's look: the next pull's
                 except OSError as exc:
                     self.unread_now(rel, exc)
                     continue

@@ -7,8 +7,10 @@ from __future__ import annotations
 import time
 
 from . import _watch
+from ._dir_times import dir_times
 from ._entry import CTIME_NS, KIND, MTIME_NS
-from ._mirror_base import Entry, MirrorBase
+from ._held_links import is_utf8
+from ._mirror_base import Entry, MirrorBase, PullPlan
 from ._mirror_walk import Overflow, walk
 from ._watch import TreeWatch
 
@@ -25,6 +27,7 @@ class MirrorWatch(MirrorBase):
     forced: set[str]  # files the next pull reads as changed whatever their lstat says (``force``)
     shed_until: float  # not watched again before then: its events nearly overflowed the shared queue
     overflow: Overflow | None = None  # the new entries the last walk refused past its cap (``_mirror_walk``)
+    walk_times: dict[str, int]  # unwatched: directories' mtimes (ns) as the last walk found them
 
     def scan(
         self, times: dict[str, int] | None = None, denied: list[str] | None = None, cap: int | None = None
@@ -59,6 +62,8 @@ class MirrorWatch(MirrorBase):
             if self.watch is not None and self.watch.over:
                 self.unwatched = True
                 self.unwatch()
+        if self.unwatched and not self.walk_times:  # (a fresh mirror, a reopen's: no walk yet)
+            self.walk_times = dir_times(self.directory, self.state)
 
     def force(self, rel: str) -> int:
         """Have the next pull take the file ``rel`` as changed (1; 0 when the state has no such file):
@@ -89,3 +94,17 @@ class MirrorWatch(MirrorBase):
         if self.watch is None:
             return paced and time.monotonic() < self.walk_next
         return self.watch.pending() == 0 and not self.look_due(paced)
+
+    def moved_times(self, plan: PullPlan, walked: dict[str, int]) -> None:
+        """A walk's ``plan`` (no watch: no event names a directory whose entry did not change) takes the
+        time of each directory whose mtime moved since the last walk (``walk_times``): a run's
+        ``touch d``, ``tar -x`` or ``rsync -a`` over it, a name made and removed in it. Before (s66),
+        a tree past ``MAX_DIRS`` lost them: the store and a reopen kept the older time."""
+        before, self.walk_times = self.walk_times, walked
+        made = {d.path for d in plan.dirs}
+        room = self.room()
+        for rel, ns in walked.items():
+            if rel and before.get(rel, ns) != ns and is_utf8(rel) and not self.too_long(rel, room):
+                path = self.workspace_path(rel)
+                if path not in made and path not in plan.dir_times and path not in plan.unsyncable:
+                    plan.time_dir(path, ns)

@@ -231,6 +231,7 @@ class Sandbox:
             + (", fallocate past a file's end (keep size) too" if self.seccomp.no_prealloc else "")
             + (", virtual machine sockets (AF_VSOCK) refused (EPERM)" if self.seccomp.no_vsock else "")
             + (", huge pages (hugetlb) refused" if self.seccomp.no_huge_pages else "")
+            + (f", {'/'.join(self.seccomp.absent)} absent (ENOSYS)" if self.seccomp.absent else "")
             + ", ptrace allowed"
         )
 

@@ -8,6 +8,8 @@ nested user namespace and its check) and just before it execs the command, in it
 after it escapes the filter (every child inherits it, and a ptrace tracer cannot change a call past
 it since Linux 4.8).
 
+:data:`ABSENT` (``memfd_secret``) fails with ``ENOSYS``, as on a kernel without it: see there.
+
 Setting extended attributes (:data:`NO_XATTRS`) and preallocating past a file's end fail with
 ``EOPNOTSUPP``: see there (sandbox-only state the host's tmpfs keeps outside every budget).
 
@@ -63,6 +65,7 @@ import struct
 from dataclasses import dataclass
 
 __all__ = [
+    "ABSENT",
     "AF_VSOCK",
     "CLONE_NEWUSER",
     "DENIED",
@@ -145,6 +148,14 @@ DENIED: tuple[str, ...] = (
     "vm86old",
     "lookup_dcookie",
 )
+# Calls that fail with ``ENOSYS``, as on a kernel without them. ``memfd_secret`` (Linux 5.14; on by
+# default since 6.5) takes each page it backs out of the kernel's direct map, splitting the huge
+# pages that map the host's memory for every process: 200 one-page secrets of one program raised this
+# host's ``direct_map_level2_splits`` from 5 to 72 and ``direct_map_level3_splits`` (1 GiB pages)
+# from 0 to 6, and the kernel never merges them back (its ``_collapses`` stayed 0): a slower host for
+# as long as it runs (the reason it was off by default first). ``ENOSYS`` is what a host without it
+# answers (``secretmem.enable=0``), which the few programs that try it take as "not here".
+ABSENT: tuple[str, ...] = ("memfd_secret",)
 # Setting extended attributes fails with ``EOPNOTSUPP``, as on a filesystem without them: the workspace
 # keeps none, and on tmpfs (Linux 6.6+) a file's ``user.`` attributes have no size limit: a program hung
 # 190 MB on three empty files of its mirror each run (charged to that run's memory group only), which
@@ -227,6 +238,7 @@ class SeccompFilter:
     denied: tuple[str, ...] = ()  # the names of :data:`DENIED` this machine's architecture has
     compat: tuple[str, ...] = ()  # compat ABIs the filter covers besides the native one
     missing: str = ""
+    absent: tuple[str, ...] = ()  # the names of :data:`ABSENT` it has (``ENOSYS``)
     no_userns: bool = False  # :data:`USERNS_CALLS` refuse new user namespaces
     no_xattrs: bool = False  # every call of :data:`NO_XATTRS` fails with ``EOPNOTSUPP``
     no_prealloc: bool = False  # ``fallocate`` past a file's end (``FALLOC_FL_KEEP_SIZE``) too
@@ -328,6 +340,7 @@ def _compile(lib: ctypes.CDLL) -> SeccompFilter:
             if code != 0:
                 raise OSError(-code, f"seccomp_rule_add({name}): {os.strerror(-code)}")
             denied.append(name)
+        absent = [name for name in ABSENT if _refuse(lib, ctx, name, errno.ENOSYS)]
         no_userns = _deny_userns(lib, ctx)
         no_vsock = _deny_vsock(lib, ctx)
         no_huge_pages = _deny_huge_pages(lib, ctx)
@@ -367,12 +380,19 @@ def _compile(lib: ctypes.CDLL) -> SeccompFilter:
         (prefix or b"") + program,
         tuple(denied),
         tuple(compat),
+        absent=tuple(absent),
         no_userns=no_userns,
         no_xattrs=no_xattrs,
         no_prealloc=no_prealloc,
         no_vsock=no_vsock,
         no_huge_pages=no_huge_pages,
     )
+
+
+def _refuse(lib: ctypes.CDLL, ctx: int, name: str, code: int) -> bool:
+    """Make every call of ``name`` fail with ``code``; whether this machine has it and the rule holds."""
+    number: int = lib.seccomp_syscall_resolve_name(name.encode())
+    return number >= 0 and int(lib.seccomp_rule_add_array(ctx, _errno_action(code), number, 0, None)) == 0
 
 
 def _late_prefix(numbers: list[int], compat: list[str], action: int) -> bytes | None:

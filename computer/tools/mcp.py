@@ -259,6 +259,8 @@ async def serve_http(
     path: str = "/mcp",
     token: str | None = None,
     head_timeout: float | None = None,
+    max_body: int | None = None,
+    body_timeout: float | None = None,
     **options: Any,
 ) -> None:
     """Serve the tools over streamable HTTP at ``http://host:port/mcp`` until cancelled.
@@ -282,6 +284,7 @@ async def serve_http(
     import uvicorn
 
     from ..assets import HEAD_TIMEOUT, head_deadline
+    from ._mcp_body import BODY_TIMEOUT, MAX_BODY, BodyLimit
     from ._mcp_request_ids import RequestIdGate
 
     security = _loopback_security(host)
@@ -291,8 +294,14 @@ async def serve_http(
             "run every tool, exec included; give token=... and send 'Authorization: Bearer <token>'"
         )
     server = create_mcp_server(workspace, **options)
-    app = RequestIdGate(
-        server.streamable_http_app(streamable_http_path=path, host=host, transport_security=security)
+    max_body = MAX_BODY if max_body is None else max_body
+    sdk_app = server.streamable_http_app(
+        streamable_http_path=path, host=host, transport_security=security, max_request_body_size=max_body
+    )
+    app = BodyLimit(
+        RequestIdGate(sdk_app),
+        max_body=max_body,
+        body_timeout=BODY_TIMEOUT if body_timeout is None else body_timeout,
     )
     config = uvicorn.Config(
         app if not token else _BearerGate(app, token),

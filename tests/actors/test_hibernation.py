@@ -1,9 +1,18 @@
 """Idle owners hibernate (the workspace closes and leaves its host, or its dedicated actor exits; the
-file stays) and wake on the next call, in a new activation (a higher epoch)."""
+file stays) and wake on the next call, in a new activation (a higher epoch).
+
+The owners here hibernate after one idle second, so a loaded machine (the full suite on 2 cores) can
+let one hibernate between any two calls of a test, or again right after it woke. No assertion
+depends on that not happening: an activation is pinned relative to the epoch the workspace was seen
+hibernating in (woken: higher), read in the directory (no call that could wake it, or find a dedicated
+owner gone; nor the client's ``_conn.epoch``, which a host waking a workspace in place does not
+update), whether it is still active or hibernated again by then. Before, ``epoch == 1`` / ``== 2`` and
+``("active", 2)`` failed when a second passed between two calls (seen in full-suite runs)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -35,25 +44,34 @@ def _state(conf: Settings, name: str) -> tuple[str, int] | None:
     return None if record is None else (record.state, record.epoch)
 
 
-async def _until_hibernating(conf: Settings, name: str) -> None:
-    for _ in range(300):
+async def _until_hibernating(conf: Settings, name: str) -> int:
+    """Wait (bounded: 60 s) until ``name`` hibernated and no owner holds it; the epoch it slept in."""
+    deadline = time.monotonic() + 60.0
+    while time.monotonic() < deadline:
         state = _state(conf, name)
         if state is not None and state[0] == "hibernating" and not await owner_awake(name, conf):
-            return
+            return state[1]
         await asyncio.sleep(0.05)
     raise AssertionError(f"{name} did not hibernate: {_state(conf, name)}")
+
+
+def _woken(conf: Settings, name: str, slept: int) -> None:
+    """``name`` woke in a new activation after it slept in epoch ``slept``: the directory records a
+    higher epoch (active, or hibernated again already: one idle second on a loaded machine)."""
+    state = _state(conf, name)
+    assert state is not None and state[1] > slept, (state, slept)
 
 
 async def test_idle_owner_hibernates_and_wakes_with_its_data(sleepy: Settings, name: str) -> None:
     async with computer.get_workspace(name) as ws:
         await ws.fs.write_file("/kept", b"across hibernation")
-        assert await epoch(ws) == 1
-        await _until_hibernating(sleepy, name)
+        first = _state(sleepy, name)
+        assert first is not None and first[1] >= 1  # (1, or 2 after a stall of a second)
+        slept = await _until_hibernating(sleepy, name)
         # The old client recovers transparently: a read, and a write (the owner left cleanly).
         assert await ws.fs.read_file("/kept") == b"across hibernation"
         await ws.fs.write_file("/after", b"woken")
-        assert await epoch(ws) == 2  # woken in a new activation
-        assert _state(sleepy, name) == ("active", 2)
+        _woken(sleepy, name, slept)  # woken in a new activation
     async with computer.get_workspace(name) as again:
         assert await again.fs.read_file("/after") == b"woken"
 
@@ -76,9 +94,11 @@ async def test_an_open_stream_keeps_the_owner_awake(sleepy: Settings, name: str)
         await ws.fs.write_file("/big", b"x" * (8 * 1024 * 1024))
         stream = ws.fs.stream("/big")
         await anext(stream)
+        opened = _state(sleepy, name)  # active, epoch 1 (2 if it slept before the stream opened)
+        assert opened is not None and opened[0] == "active", opened
         for _ in range(25):
             await asyncio.sleep(0.1)
-        assert _state(sleepy, name) == ("active", 1)
+        assert _state(sleepy, name) == opened  # the open stream kept it awake, in the same activation
         rest = [piece async for piece in stream]
         assert sum(map(len, rest)) == 8 * 1024 * 1024 - 512 * 1024
 
@@ -86,10 +106,10 @@ async def test_an_open_stream_keeps_the_owner_awake(sleepy: Settings, name: str)
 async def test_workspace_actor_wakes_a_hibernating_workspace(sleepy: Settings, name: str) -> None:
     async with computer.get_workspace(name) as ws:
         await ws.fs.write_file("/f", b"1")
-    await _until_hibernating(sleepy, name)
+    slept = await _until_hibernating(sleepy, name)
     handle = computer.workspace_actor(name)
-    stats = await handle.stats.remote()
-    assert stats["epoch"] == 2
+    stats = await handle.stats.remote()  # (a host wakes it in place on this first call)
+    assert stats["epoch"] > slept, (stats["epoch"], slept)  # a new activation (2, unless it slept twice)
     async with computer.get_workspace(handle) as ws:
         assert await ws.fs.read_file("/f") == b"1"
 
@@ -102,13 +122,14 @@ async def test_owner_uses_the_redis_directory_when_configured(
         async with computer.get_workspace(name) as ws:
             await ws.fs.write_file("/f", b"redis")
             record = open_directory(conf).get(name)
-            assert record is not None and record.state == "active" and record.epoch == 1
+            # (active, unless it slept already: one idle second on a loaded machine)
+            assert record is not None and record.epoch >= 1, record
             assert not (tmp_path / "data" / "directory.sqlite").exists()
             # ... and notes where the file is in the head's registry (issue 25: Redis may forget it)
             assert last_known_file(conf, name) == (record.node, record.host)
-            await _until_hibernating(conf, name)
+            slept = await _until_hibernating(conf, name)
             assert await ws.fs.read_file("/f") == b"redis"
-            assert _state(conf, name) == ("active", 2)
+            _woken(conf, name, slept)
     finally:
         computer.init(data_dir=tmp_path / "data")
 

@@ -119,7 +119,16 @@ async def test_a_hibernated_workspace_wakes_in_place_on_a_live_host(
     ray_session: Any, tmp_path: Path, name: str
 ) -> None:
     """Hosted: the host stays for the awake neighbour, and waking is opening the file there (same
-    pid). Dedicated: a hibernated owner's process is gone, its workspace wakes in a new one."""
+    pid). Dedicated: a hibernated owner's process is gone, its workspace wakes in a new one.
+
+    Owners hibernate after one idle second here, so nothing relies on a second not passing between two
+    calls on a loaded machine: the busy neighbour is kept awake by a held lock (before, a stat every
+    0.2 s, which a stalled loop could leave idle for a second), the idle owner's first pid is read from
+    its directory record (no call that could wake it, or find a dedicated owner gone), and the call
+    that wakes it takes a lock too, so it cannot hibernate again before it is asked its epoch and pid
+    (before, ``epoch == 2`` after a read: a second's stall made it 3, or a dead dedicated owner)."""
+    from computer.actors._lease import owner_process
+
     for owners in ("dedicated", "hosted"):
         conf = computer.init(
             data_dir=tmp_path / owners,
@@ -129,34 +138,32 @@ async def test_a_hibernated_workspace_wakes_in_place_on_a_live_host(
             shell_pool_size=0,
             python_pool_size=0,
         )
+        directory = open_directory(conf)
         try:
             async with (
                 computer.get_workspace(f"{name}-busy") as busy,
                 computer.get_workspace(f"{name}-idle") as idle,
+                busy.locks.hold(["/keep-awake"]),  # the busy one stays awake, the idle one is not used
             ):
                 await idle.fs.write_file("/kept", b"before")
-                pid = int((await idle.handle.stats.remote())["pid"])
-                for _ in range(200):  # the busy one is used every 0.2 s, the idle one not at all
-                    await busy.fs.stat("/")
-                    directory = open_directory(conf)
-                    try:
-                        record = directory.get(f"{name}-idle")
-                    finally:
-                        directory.close()
-                    if record is not None and record.state == "hibernating":
-                        break
+                first = owner_process(directory.get(f"{name}-idle").owner)  # type: ignore[union-attr]
+                assert first is not None
+                pid = first[1]
+                deadline = time.monotonic() + 60.0
+                while (now := directory.get(f"{name}-idle")) is None or now.state != "hibernating":
+                    assert time.monotonic() < deadline, f"the idle workspace did not hibernate: {now}"
                     await asyncio.sleep(0.2)
-                else:
-                    raise AssertionError("the idle workspace did not hibernate")
-                assert await idle.fs.read_file("/kept") == b"before"
-                stats = await idle.handle.stats.remote()
-                assert stats["epoch"] == 2
-                if owners == "hosted":
-                    assert int(stats["pid"]) == pid  # no new process
-                    assert int((await busy.handle.stats.remote())["pid"]) == pid
-                else:
-                    assert int(stats["pid"]) != pid
+                async with idle.locks.hold(["/kept"]):  # wakes it, and keeps it awake
+                    assert await idle.fs.read_file("/kept") == b"before"
+                    stats = await idle.handle.stats.remote()
+                    assert stats["epoch"] == now.epoch + 1  # the next activation
+                    if owners == "hosted":
+                        assert int(stats["pid"]) == pid  # no new process
+                        assert int((await busy.handle.stats.remote())["pid"]) == pid
+                    else:
+                        assert int(stats["pid"]) != pid
         finally:
+            directory.close()
             for suffix in ("busy", "idle"):
                 await computer.delete_workspace(f"{name}-{suffix}", force=True)
             computer.init(data_dir=tmp_path / "data")

@@ -151,3 +151,48 @@ def test_the_demo_refuses_clearly_when_owners_have_no_shell_backend() -> None:
     with pytest.raises(DemoError, match=r"offered: python"):
         _require_exec(_ClientWithout("python"))
     _require_exec(_ClientWithout("python", "shell"))
+
+
+def test_the_demo_says_when_its_agents_commands_run_without_sandbox_namespaces() -> None:
+    """Without bubblewrap (the README's first command installs no system package) the agents'
+    commands ran as the host user and the demo said nothing of it."""
+    import io
+
+    from rich.console import Console
+
+    from computer.demo._run import _require_exec
+    from computer.runtime.types import BackendInfo
+
+    def said(isolation: str) -> str:
+        client = _ClientWithout()
+        infos = [BackendInfo(id="shell", protocol="command", callable=False, isolation=isolation)]
+        client.runtime = type("Runtime", (), {"backends": staticmethod(lambda: infos)})()
+        out = io.StringIO()
+        _require_exec(client, Console(file=out, width=200))
+        return out.getvalue()
+
+    bare = said(
+        "NO namespace isolation (bubblewrap unavailable): the program runs as this process's host user"
+    )
+    assert bare.startswith("exec: NO sandbox namespaces") and "apt-get install bubblewrap" in bare, bare
+    assert said("bubblewrap: user namespace as uid 65534 ...") == ""
+
+
+def test_the_summary_offers_serving_links_only_when_an_agent_published_one(tmp_path: Path) -> None:
+    """A run whose agents all failed published nothing: the summary's "links: run ... serve" line would
+    send the user to serve nothing (it was printed whatever the run did); the dashboard line stays."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from computer.demo._run import DemoSummary, print_summary
+
+    def printed(url: str | None) -> str:
+        state = AgentState(name="demo-0", project=project_for(0), url=url, failure=None if url else "boom")
+        out = StringIO()
+        print_summary(DemoSummary([state], "scripted", tmp_path), Console(file=out, width=200))
+        return out.getvalue()
+
+    failed = printed(None)
+    assert "links: run" not in failed and "dashboard" in failed and "FAILED: boom" in failed
+    assert "links: run `computer --data-dir" in printed("http://127.0.0.1:1/x")

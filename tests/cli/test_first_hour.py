@@ -398,6 +398,7 @@ def test_shell_c_says_what_went_wrong_on_stderr_and_keeps_stdout_for_output(tmp_
     """What went wrong (the command's own stderr, ``[failed, exit 5]``, an error, an unknown command)
     was written to stdout: ``-c 'cat f' > copy`` of a missing file put the error into the copy."""
     env = cli_env(tmp_path)
+    _write(tmp_path, "x3")  # a known workspace: on a new one a failed line also says that it is new
     both = run_cli(["shell", "x3", "-c", "!echo out; echo err >&2; exit 5"], env=env)
     assert both.stdout == "out\n"
     assert both.stderr.splitlines() == ["err", "[failed, exit 5]"]

@@ -63,6 +63,28 @@ def test_a_new_workspace_has_an_empty_user_root_and_the_command_says_it_is_new(t
     assert "workspace 'note' is new" in typo.stderr
 
 
+def test_shell_c_on_a_workspace_it_made_says_on_stderr_that_it_is_new(tmp_path: Path) -> None:
+    """``computer shell ntoes -c 'cat todo.md'`` (a misspelt ``notes``) answered only
+    "FileNotFoundError: ... '/workspace/todo.md'", as if the file were lost, and silently made an
+    empty workspace; ``computer tool ntoes read ...`` said the workspace was new, ``shell -c`` not."""
+    env = cli_env(tmp_path)
+    wrote = run_cli(["tool", "notes", "write", '{"path": "/workspace/todo.md", "content": "x"}'], env=env)
+    assert wrote.returncode == 0, wrote.stderr
+    note = "computer: workspace 'ntoes' is new: this command made it, empty (`computer ls` lists"
+    typo = run_cli(["shell", "ntoes", "-c", "cat todo.md"], env=env)
+    assert (typo.returncode, typo.stdout) == (1, ""), typo.stdout + typo.stderr
+    assert typo.stderr.splitlines()[0].startswith("FileNotFoundError")
+    assert typo.stderr.splitlines()[1].startswith(note), typo.stderr
+    for name, line, code in (("ls-new", "ls", 0), ("exec-new", "!cat todo.md", 1)):
+        done = run_cli(["shell", name, "-c", line], env=env)
+        assert done.returncode == code and done.stdout == "", (line, done.stdout, done.stderr)
+        assert f"computer: workspace '{name}' is new" in done.stderr.splitlines()[-1], (line, done.stderr)
+    # Not when the line made what it looks like it made, nor on a known workspace, nor a second time.
+    for name, line in (("made", "!echo hi > a.txt"), ("notes", "cat todo.md"), ("ntoes", "ls")):
+        done = run_cli(["shell", name, "-c", line], env=env)
+        assert done.returncode == 0 and "is new" not in done.stderr, (name, line, done.stderr)
+
+
 def test_a_shell_command_at_the_prompt_says_how_to_run_it_in_the_sandbox(tmp_path: Path) -> None:
     done = run_cli(["shell", "w", "-c", "rm b.txt"], env=cli_env(tmp_path))
     assert done.returncode == 1
@@ -228,3 +250,38 @@ def test_a_redis_url_nobody_answers_is_one_line_at_once(tmp_path: Path) -> None:
     assert (
         bare.returncode == 2 and "must start with redis://" in bare.stderr and "Traceback" not in bare.stderr
     )
+
+
+def test_a_tool_call_missing_a_required_argument_shows_a_call_that_works(tmp_path: Path) -> None:
+    """``computer tool notes ls`` (as one types ``ls``) answered only ``Invalid arguments: path:
+    Field required``; now stderr shows the tool's example call (stdout keeps the JSON result)."""
+    env = cli_env(tmp_path)
+    made = run_cli(["tool", "notes", "write", '{"path": "/workspace/notes.md", "content": "a"}'], env=env)
+    assert made.returncode == 0, made.stderr
+    for tool, example in (
+        ("ls", """'{"path": "/workspace"}'"""),
+        ("exec", """'{"command": "wc -l notes.md"}'"""),
+    ):
+        done = run_cli(["tool", "notes", tool], env=env)
+        assert done.returncode == 1 and "Field required" in json.loads(done.stdout)["error"], done.stdout
+        assert done.stderr.splitlines() == [
+            f"computer: e.g. computer tool notes {tool} {example} (`computer tool notes {tool} --help`: its arguments)"
+        ], done.stderr
+        worked = run_cli(["tool", "notes", tool, example.strip("'")], env=env)  # the example, as shown
+        assert worked.returncode == 0, worked.stdout + worked.stderr
+    unknown = run_cli(["tool", "notes", "read", "--file", "/workspace/a"], env=env)
+    assert unknown.returncode == 1 and unknown.stderr == "", unknown.stderr  # its message lists the names
+
+
+def test_status_says_whether_exec_runs_in_a_sandbox_on_this_machine(tmp_path: Path) -> None:
+    """On a machine without bubblewrap (the README's first command installs no system package)
+    every exec ran as the host user, and no command said so: only ``BackendInfo.isolation`` did."""
+    shown = run_cli(["status"], env=cli_env(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert "\nexec sandbox (this machine): " in shown.stdout, shown.stdout
+    no_bwrap = tmp_path / "bin"  # a PATH where `bwrap` is not found
+    no_bwrap.mkdir()
+    missing = run_cli(["status"], env=cli_env(tmp_path, PATH=str(no_bwrap)))
+    assert missing.returncode == 0, missing.stderr
+    line = next(line for line in missing.stdout.splitlines() if line.startswith("exec sandbox"))
+    assert "NO namespace isolation" in line and "apt-get install bubblewrap" in line, line

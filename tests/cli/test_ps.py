@@ -176,3 +176,41 @@ async def test_ps_and_kill_say_so_when_the_sandbox_ends_under_the_call(
         with pytest.raises(CliError) as killed:
             await _ps.kill_process(options, "ws", 7, None, console)  # type: ignore[arg-type]
         assert killed.value.code == 1 and str(error) in str(killed.value)
+
+
+def test_ps_and_kill_of_a_workspace_another_command_holds_say_only_that_process_reaches_it(
+    tmp_path: Path,
+) -> None:
+    """``computer ps w`` while a ``computer shell w`` session held it (its ``!server &`` running in
+    the session's live sandbox) said "another owner holds it; wait until that command ends": at that
+    end the processes end too, so the advice could never show them."""
+    import time
+
+    env = cli_env(tmp_path)
+    shell = subprocess.Popen(
+        [sys.executable, "-m", "computer", "shell", "held"], env=env, cwd=REPO,
+        stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the session's lease, as `computer ls` reads it (a subprocess: no event to await)
+            rows = json.loads(run_cli(["ls", "--json"], env=env).stdout or "[]")
+            if any(row["name"] == "held" and row["state"] == "awake" for row in rows):
+                break
+            assert shell.poll() is None and time.monotonic() < deadline, "the session never held it"
+            time.sleep(0.1)
+        for command in (["ps", "held"], ["kill", "held", "5"]):
+            done = run_cli(command, env=env)
+            assert (done.returncode, done.stdout) == (1, ""), (command, done.stdout, done.stderr)
+            lines = done.stderr.splitlines()
+            assert len(lines) == 1 and lines[0].startswith("error: workspace 'held' is awake in process "), (
+                lines
+            )
+            assert f"process {shell.pid} " in lines[0] and "only it reaches the sandbox" in lines[0], lines
+            assert "!ps -ef" in lines[0] and "wait until" not in lines[0], lines
+    finally:
+        assert shell.stdin is not None
+        shell.stdin.close()  # the end of input ends the session
+        shell.wait(timeout=60)
+    after = run_cli(["ps", "held"], env=env)
+    assert after.returncode == 0 and "is asleep" in after.stdout, after.stdout + after.stderr

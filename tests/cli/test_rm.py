@@ -243,7 +243,7 @@ def test_rm_asks_first_and_without_a_terminal_needs_yes(tmp_path: Path) -> None:
 def test_rm_of_an_unknown_name_fails_and_deletes_nothing_else_by_mistake(tmp_path: Path) -> None:
     _make(tmp_path, "real")
     result = runner.invoke(app, ["--data-dir", str(tmp_path), "rm", "unreal", "--yes"])
-    assert result.exit_code == 1 and "no workspace named 'unreal'" in result.output
+    assert result.exit_code == 1 and "no workspace named 'unreal' (`computer ls` lists them)" in result.output
     assert _names(tmp_path) == ["real"]
 
 

@@ -268,7 +268,9 @@ async def test_a_thread_left_serving_keeps_the_run_until_its_timeout_which_says_
         "    return 'started'\n"
     )
     async with opened(tmp_path / "ws.sqlite") as ws:
-        result = await pyrun(ws, serving, timeout=2.0)
+        # The timeout must come after main() returned (0.3 s idle): 6 s, not 2 s, which a loaded
+        # machine could reach before (the run is the test's own timer: it cannot wait for an event).
+        result = await pyrun(ws, serving, timeout=6.0)
         assert (result.status, result.exit_code, result.value) == ("cancelled", 124, "started")
         assert result.error is not None and "subprocess.Popen" in result.error
         assert await ws.fs.read_text(f"{ROOT}/served.txt") == "serving"
@@ -294,7 +296,9 @@ async def test_a_run_stopped_while_writing_200_files_keeps_what_it_wrote(tmp_pat
     db = tmp_path / "ws.sqlite"
     async with opened(db) as ws:
         if end == "timeout":
-            result = await pyrun(ws, WRITE_200, timeout=2.0)
+            # The timeout must come after file 120 (0.3 s idle): 6 s, not 2 s, which a loaded machine
+            # could reach before (the run is the test's own timer: it cannot wait for an event).
+            result = await pyrun(ws, WRITE_200, timeout=6.0)
             assert (result.status, result.exit_code, result.stdout) == ("cancelled", 124, "at 120\n")
         else:
             handle = await ws.runtime.exec(WRITE_200, backend="python", timeout=60)

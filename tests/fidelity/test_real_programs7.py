@@ -6,11 +6,11 @@ running between calls, the workspace reading and writing meanwhile, and reopens.
   readers hold is replaced so they read the old version whole), the lock stayed on the old inode and
   the next ``flock`` of the name got a lock of its own at once. Two ``flock``-ed writers of one counter
   lost increments (796 of 800) while the workspace wrote the lock file. A file someone holds or waits
-  for a lock on is written in place now (``runtime/_mapped.locked``).
+  for a lock on is written in place now (``runtime/_mapped._reader``).
 - ``tail -f`` of a log the workspace emptied: the same replacement (``tail`` only reads the file) left it
   following the old inode for good, the lines appended after never seen; on any disk it says "file
   truncated" and goes on. A reader at the file's end is none a push replaces the file for now
-  (``runtime/_mapped._at_end``).
+  (``runtime/_mapped._reader``).
 
 Also tried and found right (not kept here): a WAL database written by a background ``python3`` loop
 while calls query it with ``sqlite3`` and ``ws.fs`` reads it, the writer then killed (``-9``),

@@ -14,12 +14,24 @@ from typing import Any
 
 import pytest
 import ray
-from owner_models import epoch, owner_awake
+from owner_models import owner_awake
 
 import computer
+from computer.actors import open_directory
 from computer.actors.naming import workspace_file
 
 _DEADLINE = 60.0  # seconds any single wait of these tests may take
+
+
+def _epoch(config: Any, name: str) -> int:
+    """The epoch of ``name``'s latest activation, read in the directory (wakes nothing)."""
+    directory = open_directory(config)
+    try:
+        record = directory.get(name)
+    finally:
+        directory.close()
+    assert record is not None
+    return record.epoch
 
 
 @ray.remote(num_cpus=0, max_retries=0)
@@ -38,9 +50,15 @@ async def test_racing_wakes_of_a_hibernated_workspace_make_one_owner_with_its_da
 ) -> None:
     """Six worker processes call ``get_workspace`` on one name at once while its owner is asleep (its
     process gone): one owner wakes (one owner id, epoch 2), it opens the existing file (every racer reads
-    the byte written before the sleep: no empty workspace invented), and every racer's write lands."""
+    the byte written before the sleep: no empty workspace invented), and every racer's write lands.
+
+    ``hibernate_after`` is 5 s, the window in which the racers count as racing: a racer started later
+    than that after the others' calls rightly finds the owner asleep again and wakes another one. It was
+    0.5 s, which six worker processes starting on a loaded machine could overrun (two owners), as could
+    the final look (epoch 3, or a dedicated owner gone when asked). The epochs are read in the directory.
+    """
     config = computer.init(
-        data_dir=tmp_path / "data", owners=owners, hibernate_after=0.5, shell_pool_size=0, python_pool_size=0
+        data_dir=tmp_path / "data", owners=owners, hibernate_after=5.0, shell_pool_size=0, python_pool_size=0
     )
     try:
         async with computer.get_workspace(name) as ws:
@@ -51,15 +69,16 @@ async def test_racing_wakes_of_a_hibernated_workspace_make_one_owner_with_its_da
             await asyncio.sleep(0.05)
         else:
             raise AssertionError(f"{name} did not hibernate")
+        slept = _epoch(config, name)
         racers = 6
         answers = await asyncio.wait_for(
             asyncio.gather(*[_wake_and_write.remote(name, i) for i in range(racers)]), _DEADLINE
         )
         assert len({owner for owner, _ in answers}) == 1  # one owner served them all
         assert {kept for _, kept in answers} == {b"before the sleep"}
+        assert _epoch(config, name) == slept + 1  # one activation after the sleep: no second owner opened it
         async with computer.get_workspace(name) as ws:
             assert sorted(await ws.fs.ls("/")) == sorted(["/kept", *(f"/w{i}" for i in range(racers))])
-            assert await epoch(ws) == 2  # one activation after the first: no second owner opened it
         path = workspace_file(config, name)
         assert [p.name for p in path.parent.iterdir() if p.name == path.name] == [path.name]
     finally:

@@ -186,12 +186,18 @@ async def test_a_live_owner_restores_its_record_over_an_old_snapshots(
             )
             client = redis.Redis.from_url(own_redis.url)
             client.set(f"computer:dir:ws:{name}", msgpack.packb(old.to_wire()))
-            deadline = time.monotonic() + 30
-            while _record(config, name).epoch == 1 and time.monotonic() < deadline:  # noqa: ASYNC110 - a bounded poll
-                await asyncio.sleep(0.1)  # the owner's next renewal rounds (every 0.5 s): bounded
-            record = _record(config, name)
-            assert (record.owner, record.epoch, record.node) == (mine.owner, 2, mine.node)
+            await _wrote_its_own_back(config, name, mine, stale=1)
             waiting = await _still_held(a, b, seen)
         await _the_same_owner_served(a, before, waiting)
         assert await b.fs.read_file("/counter") == b"1"
     record_property("stale_records", 1)
+
+
+async def _wrote_its_own_back(config: Settings, name: str, mine: WorkspaceRecord, *, stale: int) -> None:
+    """The owner's next renewal rounds (every 0.5 s) write its record ``mine`` over the stale one of epoch
+    ``stale``: waited for, bounded."""
+    deadline = time.monotonic() + 30
+    while _record(config, name).epoch == stale and time.monotonic() < deadline:  # noqa: ASYNC110 - a bounded poll
+        await asyncio.sleep(0.1)
+    record = _record(config, name)
+    assert (record.owner, record.epoch, record.node) == (mine.owner, mine.epoch, mine.node)

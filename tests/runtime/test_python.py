@@ -213,7 +213,9 @@ async def test_stdin_reaches_the_program(ws: computer.Workspace) -> None:
 
 
 async def test_a_python_timeout_cancels_with_124(ws: computer.Workspace) -> None:
-    result = await run(ws, "import time\nprint('go', flush=True)\ntime.sleep(30)", timeout=1)
+    # 3 s (was 1): the print must run before the timeout, and a loaded machine can take longer to
+    # start the interpreter (the timeout is the test's own timer: it cannot wait for an event).
+    result = await run(ws, "import time\nprint('go', flush=True)\ntime.sleep(30)", timeout=3)
     assert (result.status, result.exit_code, result.stdout) == ("cancelled", 124, "go\n")
 
 

@@ -181,7 +181,9 @@ async def test_a_timeout_that_is_not_a_number_is_a_type_error_naming_its_type(ws
 
 
 async def test_timeout_cancels_with_exit_124(ws: computer.Workspace) -> None:
-    result = await (await ws.runtime.exec("echo started; sleep 30", timeout=0.5)).result()
+    # 3 s (was 0.5): the echo must run before the timeout, and a loaded machine can take longer to
+    # start the sandbox (the timeout is the test's own timer: it cannot wait for an event).
+    result = await (await ws.runtime.exec("echo started; sleep 30", timeout=3)).result()
     assert (result.status, result.exit_code, result.stdout) == ("cancelled", 124, "started\n")
 
 

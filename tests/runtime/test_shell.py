@@ -204,7 +204,9 @@ def _marker() -> str:
 
 async def test_timeout_ends_background_children(ws: computer.Workspace) -> None:
     marker = _marker()
-    result = await (await ws.runtime.exec(f"sleep {marker} & echo started; wait", timeout=1)).result()
+    # 3 s (was 1): the echo must run before the timeout, and a loaded machine can take longer to
+    # start the sandbox (the timeout is the test's own timer: it cannot wait for an event).
+    result = await (await ws.runtime.exec(f"sleep {marker} & echo started; wait", timeout=3)).result()
     assert (result.status, result.exit_code, result.stdout) == ("cancelled", 124, "started\n")
     assert await _gone_soon(marker)
 

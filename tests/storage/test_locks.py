@@ -9,6 +9,10 @@ import pytest
 
 from computer.storage import LockTable
 
+# Seconds a wait expected to end may take: it ends at once when things go well. It was 1 s, which a
+# loaded machine's stall of the test process could overrun (a false TimeoutError).
+BOUND = 30.0
+
 
 async def _blocked(coro: object, table: LockTable) -> asyncio.Task[str]:
     """Start an acquire and let it run until it waits."""
@@ -24,42 +28,42 @@ async def test_same_canonical_path_conflicts() -> None:
     waiter = await _blocked(table.acquire(["/a/../f"]), table)
     assert not waiter.done()
     table.release(lease)
-    second = await asyncio.wait_for(waiter, 1)
+    second = await asyncio.wait_for(waiter, BOUND)
     assert table.release(second)
 
 
 async def test_unrelated_paths_proceed() -> None:
     table = LockTable()
     await table.acquire(["/a/f"])
-    lease = await asyncio.wait_for(table.acquire(["/a/g", "/b"]), 1)
+    lease = await asyncio.wait_for(table.acquire(["/a/g", "/b"]), BOUND)
     assert lease
 
 
 async def test_plain_holds_on_parent_and_child_do_not_conflict() -> None:
     table = LockTable()
     await table.acquire(["/a"])
-    await asyncio.wait_for(table.acquire(["/a/f"]), 1)
+    await asyncio.wait_for(table.acquire(["/a/f"]), BOUND)
 
 
 async def test_subtree_hold_waits_for_descendant_and_blocks_it() -> None:
     table = LockTable()
     inner = await table.acquire(["/dir/sub/file"])
     subtree = await _blocked(table.acquire(["/dir"], subtree=True), table)
-    unrelated = await asyncio.wait_for(table.acquire(["/other"]), 1)
+    unrelated = await asyncio.wait_for(table.acquire(["/other"]), BOUND)
     assert unrelated and not subtree.done()
     table.release(inner)
-    held = await asyncio.wait_for(subtree, 1)
+    held = await asyncio.wait_for(subtree, BOUND)
     later = await _blocked(table.acquire(["/dir/x"]), table)
     ancestor = await _blocked(table.acquire(["/"]), table)
     assert not later.done() and not ancestor.done()
     table.release(held)
-    await asyncio.wait_for(asyncio.gather(later, ancestor), 1)
+    await asyncio.wait_for(asyncio.gather(later, ancestor), BOUND)
 
 
 async def test_subtree_does_not_cover_prefix_siblings() -> None:
     table = LockTable()
     await table.acquire(["/dir"], subtree=True)
-    await asyncio.wait_for(table.acquire(["/dir0/x", "/dir-x"]), 1)
+    await asyncio.wait_for(table.acquire(["/dir0/x", "/dir-x"]), BOUND)
 
 
 async def test_several_paths_are_taken_all_at_once() -> None:
@@ -69,7 +73,7 @@ async def test_several_paths_are_taken_all_at_once() -> None:
     # No partial hold: while the request waits for /b it holds nothing, not even /a.
     assert [h.paths for h in table.held()] == [("/b",)]
     table.release(b)
-    lease = await asyncio.wait_for(both, 1)
+    lease = await asyncio.wait_for(both, BOUND)
     assert [h.paths for h in table.held()] == [("/a", "/b")]
     table.release(lease)
 
@@ -87,7 +91,7 @@ async def test_hold_releases_on_failure() -> None:
 async def test_expired_lease_is_dropped_and_waiter_woken() -> None:
     table = LockTable()
     await table.acquire(["/f"], holder="dead-client", ttl=0.05)
-    lease = await asyncio.wait_for(table.acquire(["/f"]), 2)
+    lease = await asyncio.wait_for(table.acquire(["/f"]), BOUND)
     assert [h.holder for h in table.held()] == ["local"]
     assert table.release(lease)
 
@@ -109,7 +113,7 @@ async def test_acquire_timeout_holds_nothing() -> None:
         await table.acquire(["/f", "/g"], timeout=0.05)
     assert [h.paths for h in table.held()] == [("/f",)]
     table.release(lease)
-    await asyncio.wait_for(table.acquire(["/g"]), 1)
+    await asyncio.wait_for(table.acquire(["/g"]), BOUND)
 
 
 async def test_cancelled_waiter_holds_nothing() -> None:
@@ -150,7 +154,7 @@ async def test_waiters_are_served_in_arrival_order() -> None:
     c = asyncio.ensure_future(take("c", ["/f"]))
     await asyncio.sleep(0)
     table.release(first)
-    await asyncio.wait_for(asyncio.gather(a, b, c), 1)
+    await asyncio.wait_for(asyncio.gather(a, b, c), BOUND)
     assert order == ["a", "b", "c"]
 
 
@@ -164,14 +168,14 @@ async def test_a_resent_request_keeps_its_place_and_its_first_attempt_holds_noth
     later = await _blocked(table.acquire(["/b"], holder="r2"), table)
     resent = await _blocked(table.acquire(["/a", "/b"], holder="r1", resend=True), table)
     with pytest.raises(asyncio.CancelledError):
-        await asyncio.wait_for(first, 1)
+        await asyncio.wait_for(first, BOUND)
     assert not later.done() and not resent.done()
     assert [lease.holder for lease in table.held()] == ["local"]
     table.release(held)
-    lease = await asyncio.wait_for(resent, 1)
+    lease = await asyncio.wait_for(resent, BOUND)
     assert not later.done()
     table.release(lease)
-    table.release(await asyncio.wait_for(later, 1))
+    table.release(await asyncio.wait_for(later, BOUND))
     assert table.held() == [] and not table._waiting
 
 
@@ -185,16 +189,16 @@ async def test_a_stream_of_small_holds_does_not_starve_a_subtree_hold() -> None:
     await asyncio.sleep(0)
     assert not late.done()
     table.release(held)
-    lease = await asyncio.wait_for(big, 1)
+    lease = await asyncio.wait_for(big, BOUND)
     assert not late.done()
     table.release(lease)
-    await asyncio.wait_for(late, 1)
+    await asyncio.wait_for(late, BOUND)
 
 
 async def test_different_tables_never_interact() -> None:
     one, two = LockTable(), LockTable()
     await one.acquire(["/f"], subtree=True)
-    await asyncio.wait_for(two.acquire(["/f"], subtree=True), 1)
+    await asyncio.wait_for(two.acquire(["/f"], subtree=True), BOUND)
 
 
 async def test_release_of_unknown_lease_is_false() -> None:

@@ -49,7 +49,7 @@ async def _run(sequence: list[tuple[str, object]]) -> None:
                 table.release(t.result())
         for _ in range(3):
             await asyncio.sleep(0)
-    await asyncio.wait_for(asyncio.gather(*tasks), 2)
+    await asyncio.wait_for(asyncio.gather(*tasks), 30)  # at once; 30 s bounds a stalled machine (was 2)
     assert all(t.done() for t in tasks)
 
 

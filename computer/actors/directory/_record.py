@@ -52,13 +52,24 @@ class WorkspaceRecord:
         """Whether an owner holds an unexpired lease."""
         return self.lease_expires > (time.time() if now is None else now)
 
-    def stale_for(self, owner_id: str, epoch: int) -> bool:
+    def stale_for(self, owner_id: str, epoch: int, now: float | None = None) -> bool:
         """Whether this record is older than the lease ``owner_id`` holds under ``epoch``: a lower epoch,
         or the same epoch under another owner id (a lease a directory that lost its records handed out
         again while counting up to the file's epoch, never used: ``_lease.take_lease``). Epochs only
         grow, and the owner's file carries its own (it checks), so such a record can only be left from
-        an older state of the directory (a Redis restored from an old snapshot): no takeover."""
-        return self.epoch < epoch or (self.epoch == epoch and self.owner != owner_id)
+        an older state of the directory (a Redis restored from an old snapshot): no takeover.
+
+        Also a higher epoch whose lease is over (by ``now``, the directory's clock): a snapshot taken
+        before the workspace was deleted and made anew (its new file counts epochs from 1 again), restored
+        under the new file's owner. A takeover or a deletion raises the file's epoch (the fence) right
+        after its lease, which the owner checks; until then its lease is live, so it still wins. One
+        whose lease ran out without fencing the file (its process died in between) never touched the
+        file: writing over it loses nothing, and a later owner's epoch is still above the file's.
+        Decided: a snapshot's record still live (restored within ``lock_lease`` of being taken) reads as
+        a takeover (the owner leaves once, its locks with it, nothing written is lost)."""
+        if self.epoch > epoch:
+            return not self.lease_live(now)
+        return self.epoch < epoch or self.owner != owner_id
 
     def to_wire(self) -> dict[str, object]:
         return {

@@ -175,7 +175,7 @@ class RedisDirectory:
         released epoch is not known any more: 0, so no client takes a call for provably unrun."""
 
         def change(old: WorkspaceRecord | None, now: float) -> tuple[WorkspaceRecord | None, bool]:
-            if old is not None and not old.stale_for(owner_id, epoch):
+            if old is not None and not old.stale_for(owner_id, epoch, now):
                 return None, old.owner == owner_id and old.epoch == epoch and old.state == "active"
             active = time.time() if last_active is None else last_active
             return WorkspaceRecord(name, node, owner_id, epoch, now + ttl, active, "active", 0, host), True
