@@ -74,6 +74,7 @@ class AgentExecContext:
             *(d.path for d in pull.dirs),
             *(s.path for s in pull.symlinks),
             *pull.deleted,
+            *(path for pair in pull.renames for path in pair),  # (a program's directory renames)
         ]
         for path in changed:
             if touches_state(canonical(path), ancestors=True):

@@ -296,6 +296,9 @@ class SyncPull:
     # A live sandbox's pull: what the program changed below a path the workspace renamed since the
     # last sync goes to the new name, and the mirror renames its node (``PullResult.moves``).
     follow_moves: bool = False
+    # A program's directory renames, ``(old, new)`` in order, done before anything else of the page
+    # (a pull's first page): what it changed below the new names after them comes as usual (``_pull_moves``).
+    renames: list[tuple[str, str]] = field(default_factory=list)
     # The mtimes (ms) of directories the run changed something in (or set with ``touch``), that it did
     # not make: kept in the workspace where the directory is one there still and nothing refuses the
     # path, never reported (a file made in a directory changes the directory's mtime: every run would
@@ -331,6 +334,9 @@ class PullResult:
     # Chunks the page kept (``SyncPull.keep``) that the store no longer holds: nothing was committed,
     # the mirror sends the pull again without keeping.
     missing: list[str] = field(default_factory=list)
+    # The page's ``renames`` were refused (``_pull_moves``): nothing was committed, the mirror sends the
+    # pull again without them.
+    unrenamed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -432,8 +432,9 @@ def decode_sync(kind: type[T], data: bytes) -> T:
         if any(len(row) > width for row in rows):
             raise _skew(f"{item.__name__} rows of {max(len(r) for r in rows)} fields (this has {width})")
         plain[name] = [item(*row) for row in rows]
-    if "moves" in plain:
-        plain["moves"] = [tuple(move) for move in plain["moves"]]
+    for name in ("moves", "renames"):
+        if name in plain:
+            plain[name] = [tuple(move) for move in plain[name]]
     return kind(**plain)
 
 

@@ -21,6 +21,7 @@ from ._journal import JOURNAL_DIR, journal_refused
 from ._moves import Move, follow
 from ._protected import call_guard, checked_call
 from ._pull_commit import SAFE_BITS, KeptChunksGone, PullCommits
+from ._pull_moves import as_taken, rename_dirs, renames_refused
 from ._pull_rules import (
     CONFLICT,
     PROTECTED,
@@ -162,10 +163,18 @@ class LocalExecContext(PushPages, PullCommits):
         links: dict[str, str] = {}
         in_place: dict[str, int] = {}  # files written through their node (``MirrorFile.same``)
         chunked: list[MirrorFile] = []
+        renames = [(canonical(a), canonical(b)) for a, b in pull.renames]
+        if renames and (moves or renames_refused(renames, conflicts, protected, root)):
+            return PullResult(rev=base_rev, unrenamed=True)  # nothing committed: sent again without
+        if renames and not await as_taken(fs, renames):
+            return PullResult(rev=base_rev, unrenamed=True)
         try:
             staged = await self._stage_page(pull, own)
         except KeptChunksGone as gone:  # nothing committed: the mirror sends the pull again
             return PullResult(rev=base_rev, missing=gone.missing)
+        # A program's directory renames first (``_pull_moves``): the page names what is below them anew.
+        renamed = await rename_dirs(fs, renames, own) if renames else []  # (listed whatever their times)
+        applied: list[str] = []
         refusals = refused_files(pull.files, refused) if strict else {}  # a file's names together
         reasons.update(refusals)
         for f in pull.files:
@@ -237,7 +246,6 @@ class LocalExecContext(PushPages, PullCommits):
             del links[path]
         if (writes or mkdirs or symlinks or links or chunked) and not await fs.exists(root):
             mkdirs.insert(0, root)
-        applied: list[str] = []
         if writes or mkdirs or symlinks or links or timed:
             await self._commit_main(
                 writes,
@@ -274,7 +282,7 @@ class LocalExecContext(PushPages, PullCommits):
         claim = base_rev if foreign else fs.rev
         return PullResult(
             rev=claim,
-            applied=sorted(dict.fromkeys(applied)),  # the batch's paths come sorted: cheap
+            applied=sorted(dict.fromkeys(renamed + applied)),  # the batch's paths come sorted: cheap
             skipped=sorted(reasons),
             reasons=reasons,
             own_revs=sorted(own - set(pull.own_revs)),

@@ -431,6 +431,8 @@ class PullPlan:
     sources: dict[str, str] | None = None
     # The new entries a walk refused past the entry cap, never collected (``_mirror_walk``, ``_entry_cap``).
     overflow: Overflow | None = None
+    # A program's directory renames, (old, new) workspace paths in order (``_pull_moves``).
+    renames: list[tuple[str, str]] = field(default_factory=list)
 
     def time_dir(self, path: str, ns: int) -> None:
         """Keep the time ``ns`` read in the mirror of the directory ``path`` (``dir_times``)."""

@@ -21,8 +21,8 @@ from ._dir_times import mirror_dir, with_dir_times
 from ._entry import INO, KIND, MODE, MTIME_NS, SIZE
 from ._held_links import is_utf8, share_names, unheld_names
 from ._mirror_base import NOT_UTF8, SPECIAL, Entry, PullPlan, entry_of, is_below, was_dir
-from ._mirror_watch import MirrorWatch
 from ._moves import moved_names
+from ._pull_moves import PullRenames, first_renamed
 from ._pull_pages import keys_below, leading, path_order, removal_pages
 from ._special_dirs import spare_below
 
@@ -42,7 +42,7 @@ _HOLE_PRINT = xxh3_128_intdigest(HOLE, _SEED)
 RETRY = frozenset({errno.EAGAIN, errno.EINTR, errno.EMFILE, errno.ENFILE, errno.ENOMEM})
 
 
-class MirrorPull(MirrorWatch):
+class MirrorPull(PullRenames):
     """Finding and reading what changed in the mirror (a part of :class:`~computer.runtime._mirror.Mirror`)."""
 
     unread: set[str]  # files a pull could not read for a moment (:data:`RETRY`): the next one's
@@ -67,7 +67,9 @@ class MirrorPull(MirrorWatch):
             now = self.scan(walked, denied, cap)
             self.note_locks(now.items(), now)
             self.look_owed = False  # every path was lstat-ed
+            renames = self.find_renames(now, denied)  # (the state re-keyed to their new names)
             plan = self._plan(now, set(now) | set(self.state), walked)
+            plan.renames = [(self.workspace_path(a), self.workspace_path(b)) for a, b in renames]
             self.moved_times(plan, walked)  # a directory's time alone (no event names it)
             plan.overflow, self.overflow = self.overflow, None
             return self.locked_out(plan, denied), now
@@ -242,38 +244,19 @@ class MirrorPull(MirrorWatch):
         links.close()
         plan.deleted = spare_below(plan.deleted, special_dirs)
         self.linked.update(share_names(plan, state, now, first_name, self.directory, self.workspace_path))
+        parents.update(path.rpartition("/")[0] for pair in self.renaming for path in pair)  # (their times)
         parents = parents if checked else set(filter(is_utf8, parents))  # (an event may name a bad one)
         with_dir_times(plan, self.directory, self.root, made, parents, timed)
         plan.dirs.sort(key=lambda d: d.path.count("/"))
         return plan
 
-    def chunk_sources(self, plan: PullPlan) -> dict[str, str]:
-        """Large files of ``plan`` that continue the file of another name whose chunk list the mirror
-        holds (the same inode: a program renamed it, or linked it and removed the old name), where
-        their own name has no list of that file: path -> that other name. Their pages read them against
-        that list, so unchanged chunks travel as hashes (a ``mv`` of a 200 MB file sent 200 MB)."""
-        if plan.sources is None:
-            state, chunks = self.state, self.chunks
-            wanted = []
-            for rel, entry in plan.files:
-                if entry[SIZE] >= BIG_FILE and chunks:
-                    old = state.get(rel)
-                    if rel not in chunks or old is None or old[INO] != entry[INO]:
-                        wanted.append((rel, entry[INO]))
-            sources: dict[str, str] = {}
-            if wanted:
-                by_ino: dict[int, str] = {}
-                for rel in chunks:
-                    old = state.get(rel)
-                    if old is not None and old[KIND] == "f":
-                        by_ino.setdefault(old[INO], rel)
-                for rel, ino in wanted:
-                    if (source := by_ino.get(ino)) is not None and source != rel:
-                        sources[rel] = source
-            plan.sources = sources
-        return plan.sources
-
     def pages(
+        self, plan: PullPlan, budget: int | None, *, reuse: bool = False
+    ) -> Generator[SyncPull, None, None]:
+        """:meth:`paged`, its first page with the plan's renames (``_pull_moves``)."""
+        return first_renamed(self.paged(plan, budget, reuse=reuse), plan.renames)
+
+    def paged(
         self, plan: PullPlan, budget: int | None, *, reuse: bool = False
     ) -> Generator[SyncPull, None, None]:
         """The pull, cut into pages of at most ``budget`` new bytes, ``PAGE_FILES`` files and ``PAGE_PATHS``
@@ -429,6 +412,7 @@ class MirrorPull(MirrorWatch):
         forgotten: the next push of one fetches all its chunks). ``moves``: workspace renames the pull
         followed (``(old, new, rev)``, in order), done here first: each one the mirror follows it
         holds (``own_revs``); one it cannot is dropped and its new name fetched again whole."""
+        self.renamed()  # (its renames done: nothing to put back)
         self.forget_chunks(plan)
         unlinked = self._unlinked(plan)
         if plan is not None:

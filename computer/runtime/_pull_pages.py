@@ -8,6 +8,7 @@ from collections.abc import Callable, Collection, Generator
 
 from ._backend import PAGE_CHUNKS, PAGE_DIRS, PAGE_FILES, MirrorDir, MirrorSymlink, SyncPull, fits
 from ._mirror_base import PullPlan
+from ._pull_rules import outermost
 
 # Paths a pull's plan sorts in one call at most (``path_order``).
 SORT_SLICE = 20_000
@@ -88,3 +89,13 @@ def leading(
         )  # fmt: skip
         symlinks, dirs, deleted, came = symlinks[count:], [], [], True
     return dirs, symlinks, deleted, came
+
+
+def removals_outermost(applied: list[str], deleted: set[str]) -> list[str]:
+    """``applied`` with its removals cut to the outermost ones. Removal pages go children first
+    (``Mirror.removal_pages``), so the entries of a removed directory were listed by earlier pages,
+    while a pull of one page lists the directory alone (its batch removes it whole): ``rm -rf`` of
+    2,500 files listed the directory and 1,500 of them, of 1,000 the directory only. (Nothing but a
+    removal lies below a removed directory.)"""
+    removed = [p for p in applied if p in deleted]
+    return [p for p in applied if p not in deleted] + outermost(removed)

@@ -43,7 +43,9 @@ from ._kept import trim_kept
 from ._mirror import Entry, Mirror, PullPlan
 from ._mirror_pool import MirrorPool
 from ._per_call import PerCallRuns
-from ._pull_rules import CONFLICT, outermost
+from ._pull_moves import Unrenamed
+from ._pull_pages import removals_outermost
+from ._pull_rules import CONFLICT
 from ._tasks import finish_in_thread, in_thread, offload
 from ._uid_lease import UidLeases
 
@@ -286,7 +288,7 @@ class MirrorSync:
             # is what a cancelled one planned (a live sandbox's end cancels its tick: before, only a
             # failure to store counted; the plan went on alone in its thread and was dropped, the
             # end's pull found the watch quiet, and the warm mirror kept what the workspace never got).
-            mirror.unwatch()
+            mirror.unrename()  # a walk next, the state without renames it took (the workspace may lack them)
             mirror.pull_unsent()  # the top's time and mode, a walk's directories' times (no entries)
             raise
         finally:
@@ -340,6 +342,7 @@ class MirrorSync:
             and fits((d.path for d in plan.dirs), PAGE_DIRS) == len(plan.dirs)
             and not mirror.chunk_sources(plan)
             and not plan.shared  # (its other names are listed as pulled here: ``_apply``)
+            and not plan.renames  # (refused, it is sent again: ``_pull_moves``)
         ):
             pull = (
                 mirror.read_all(plan)
@@ -351,9 +354,14 @@ class MirrorSync:
             mirror.unsettled = (run, now)
             pending = PendingPull(pull, base_rev, dataclasses.asdict(self.mirror_limits(mirror)))
             return Synced(sorted(saved), left_out, pending)
-        applied, reasons = await self._apply(mirror, ctx, plan, now, base_rev, own, follow)
+        try:
+            applied, reasons = await self._apply(mirror, ctx, plan, now, base_rev, own, follow)
+        except Unrenamed:  # nothing committed: sent again as a removal and the new tree (``_pull_moves``)
+            return await self._pull(
+                mirror, ctx, base_rev, run, saves, defer=False, follow=follow, paced=paced
+            )
         if len(plan.deleted) > PAGE_FILES:  # removal pages: a removed directory stands for its tree
-            applied = await offload(mirror, _removals_outermost, applied, set(plan.deleted))
+            applied = await offload(mirror, removals_outermost, applied, set(plan.deleted))
         # Unique in the order given (pages come sorted), then sorted: a sort of a set's order took
         # 0.12 ms of 1,111 paths, ~0.05 this way.
         refused = {**capped, **reasons}  # (the cap's: gone from the mirror already, nothing to settle)
@@ -389,6 +397,9 @@ class MirrorSync:
                         break
                     page = dataclasses.replace(page, own_revs=own, follow_moves=follow)
                     result = await ctx.sync_pull(page, base_rev)
+                    if result.unrenamed:  # nothing committed: the state as it was, the tree walked again
+                        mirror.unrename()
+                        raise Unrenamed
                     if result.missing:  # a first page whose kept chunks are gone: nothing committed
                         pages.close()
                         pages = _Pages(mirror.pages(plan, self.limits.max_sync_bytes))
@@ -458,16 +469,6 @@ class _Pages:
     def _close_after_step(self) -> None:
         with self._stepping:
             self._pages.close()
-
-
-def _removals_outermost(applied: list[str], deleted: set[str]) -> list[str]:
-    """``applied`` with its removals cut to the outermost ones. Removal pages go children first
-    (``Mirror.removal_pages``), so the entries of a removed directory were listed by earlier pages,
-    while a pull of one page lists the directory alone (its batch removes it whole): ``rm -rf`` of
-    2,500 files listed the directory and 1,500 of them, of 1,000 the directory only. (Nothing but a
-    removal lies below a removed directory.)"""
-    removed = [p for p in applied if p in deleted]
-    return [p for p in applied if p not in deleted] + outermost(removed)
 
 
 def _taken(mirror: Mirror) -> bool:

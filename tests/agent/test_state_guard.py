@@ -112,3 +112,8 @@ async def test_guarded_fs_and_sandbox_pulls_refuse_the_state_directory() -> None
         pull = SyncPull(root="/.computer", files=[MirrorFile(STATE, b"{}")])
         with pytest.raises(PermissionError, match=r"state\.json"):
             await context.sync_pull(pull, ws.fs.rev)
+        # A program's directory rename (``SyncPull.renames``) out of the state directory or into it.
+        for renames in ([("/.computer/agent", "/.computer/moved")], [("/.computer/x", "/.computer/agent/x")]):
+            with pytest.raises(PermissionError, match=r"agent"):
+                await context.sync_pull(SyncPull(root="/.computer", renames=renames), ws.fs.rev)
+        assert await ws.fs.read_file(STATE) == b"{}"

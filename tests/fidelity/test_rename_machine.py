@@ -15,12 +15,13 @@ Invariants after every step:
 - a file whose identity the sandbox was seen holding has the same inode now: a workspace rename
   (of it or of a directory above it) moved the file and a workspace write wrote into it, neither made
   a copy (before: both made a new file, so a program holding it open wrote into a removed one);
-- likewise in the workspace (``stat().ino``, across reopens too), except after a run's rename, link
-  or write into a file of several names: a pull carries no renames and writes a changed file of
-  several names as a new file with its other names linked to it, so the workspace gets the new name's
-  content and the old name's removal (decision: the bytes are cheap, a large file's travel as chunks
-  the store holds; which name is unchanged is not trusted to an mtime a program can set back; what a
-  user sees is the same but ``ino``).
+- likewise in the workspace (``stat().ino``, across reopens too), a run's directory rename too (a pull
+  sends it as a rename, ``_pull_moves``: every file below keeps its node), except after a run's rename
+  of a file, link or write into a file of several names: a pull carries no file renames and writes a
+  changed file of several names as a new file with its other names linked to it, so the workspace gets
+  the new name's content and the old name's removal (decision: the bytes are cheap, a large file's
+  travel as chunks the store holds; which name is unchanged is not trusted to an mtime a program can
+  set back; what a user sees is the same but ``ino``).
 
 Decisions: file names never double as directory names; a reopen forgets what inodes were seen (a
 fresh backend rebuilds the mirror); both sandbox kinds (a sandbox per run and a live sandbox);
@@ -51,7 +52,16 @@ LARGE = st.sampled_from([Large(b"L" * 1_100_000), Large(b"M" * 1_600_000)])
 CONTENT = st.one_of(SMALL, SMALL, LARGE)
 # A directory rename of ``DIR_MOVES`` is drawn only when some old one holds a file.
 DIR_MOVABLE = precondition(lambda self: any(p.startswith(o + "/") for o, _ in DIR_MOVES for p in self.model))
-stats = {"renames": 0, "dir_renames": 0, "run_renames": 0, "claims": 0, "reopens": 0, "links": 0, "shared": 0}
+stats = {
+    "renames": 0,
+    "dir_renames": 0,
+    "run_renames": 0,
+    "run_dir_renames": 0,
+    "claims": 0,
+    "reopens": 0,
+    "links": 0,
+    "shared": 0,
+}
 
 
 def _q(path: str) -> str:
@@ -148,9 +158,9 @@ class RenameMachine(WorkspaceMachine):
             return
         old, new = move
         self._run(f"mkdir -p {_q(posixpath.dirname(new) or '.')} && mv {_q(old)} {_q(new)}")
-        for identity in self._moved(old, new):
-            self.stored.pop(identity, None)
+        self._moved(old, new)  # one rename in the workspace too: each file keeps its node (``stored``)
         stats["run_renames"] += 1
+        stats["run_dir_renames"] += 1
 
     @rule(path=FILES)
     def run_deletes(self, path: str) -> None:

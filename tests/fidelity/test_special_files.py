@@ -127,7 +127,7 @@ async def test_a_directory_and_a_file_replaced_by_fifos_then_their_parent_rename
     db: Path, live: bool
 ) -> None:
     """The program renamed ``p`` to ``q``: the workspace gets ``q`` as the sandbox has it and ``p`` goes.
-    A pull sends a program's rename as the new tree (it follows none), so ``q/d`` and ``q/f`` are new
+    A pull sends a program's rename of a tree holding a FIFO as the new tree (``_pull_moves``), so ``q/d`` and ``q/f`` are new
     paths holding FIFOs, skipped, and what ``p/d`` and ``p/f`` held goes with ``p``: the same for the
     directory as for the file (keeping them would take copying the workspace's old tree to the new name)."""
     async with opened(db, shell=shell(live), python=False) as ws:

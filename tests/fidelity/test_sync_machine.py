@@ -41,7 +41,7 @@ from typing import Any, TypeVar
 
 import pytest
 from hypothesis import strategies as st
-from hypothesis.stateful import invariant, rule
+from hypothesis.stateful import invariant, precondition, rule
 
 import computer
 from computer.runtime import MirrorPool, ShellBackend
@@ -64,6 +64,9 @@ T = TypeVar("T")
 FILES = ["a", "b", "d/c", "d/e", "f/g/h"]
 DIRS = ["d", "f", "f/g"]
 PATHS = st.sampled_from(FILES)
+# A run's directory rename (``mv -T d k`` or back): one rename in the workspace (``_pull_moves``), or,
+# a workspace change at either name in flight, a removal and the new tree under the conflict rule.
+DIR_MOVE = (st.sampled_from(["d", "k"]), st.sampled_from(["k", "d"]))
 # Symlink targets: a file, a directory, a relative one, nowhere, out of the mount root.
 TARGETS = st.sampled_from(["a", "d", "../a", "nowhere", "/secret/x"])
 
@@ -90,6 +93,7 @@ RUN_OPS = st.one_of(
     st.tuples(st.just("rmdir"), st.sampled_from(DIRS), PATHS, CONTENT),
     st.tuples(st.just("symlink"), PATHS, TARGETS, CONTENT),
     st.tuples(st.just("nothing"), PATHS, PATHS, CONTENT),
+    st.tuples(st.just("dirmove"), *DIR_MOVE, CONTENT),
 )
 WS_OPS = st.one_of(
     st.tuples(st.just("write"), PATHS, PATHS, CONTENT),
@@ -106,6 +110,7 @@ stats = {
     "in_flight": 0,
     "concurrent": 0,
     "skipped": 0,
+    "dir_moves": 0,
     "evictions": 0,
     "reopens": 0,
     "fresh": 0,
@@ -175,6 +180,13 @@ def shell_of(op: Op, model: Model) -> tuple[str, dict[str, bytes | Link | None]]
         return source, {path: None, other: model[path]}
     if kind == "rmdir":
         return f"rm -rf {_q(path)}", {p: None for p in model if p.startswith(path + "/")}
+    if kind == "dirmove":  # ``d`` and ``k`` hold files (or links) only: ``k`` with one, mv fails
+        source = f"if [ -d {path} ]; then mv -T {path} {other} 2>/dev/null || true; fi"
+        if path == other or any(p.startswith(other + "/") for p in model):
+            return source, {}
+        moving = [p for p in model if p.startswith(path + "/")]
+        stats["dir_moves"] += bool(moving)
+        return source, {**dict.fromkeys(moving), **{other + p[len(path) :]: model[p] for p in moving}}
     return "true", {}
 
 
@@ -276,6 +288,17 @@ class SyncMachine(WorkspaceMachine):
 
     @rule(run_op=RUN_OPS, ws_op=WS_OPS)
     def workspace_change_during_a_run(self, run_op: Op, ws_op: Op) -> None:
+        self._in_flight(run_op, ws_op)
+
+    @precondition(lambda self: any(p.startswith(("d/", "k/")) for p in self.model))
+    @rule(ws_op=WS_OPS)
+    def workspace_change_during_a_runs_directory_move(self, ws_op: Op) -> None:
+        """The run renames the directory of ``d`` and ``k`` that holds files to the other one while the
+        workspace changes a path (below ``d`` at times: the owner refuses the rename, sent again whole)."""
+        old = "d" if any(p.startswith("d/") for p in self.model) else "k"
+        self._in_flight(("dirmove", old, "k" if old == "d" else "d", b""), ws_op)
+
+    def _in_flight(self, run_op: Op, ws_op: Op) -> None:
         source, effects = shell_of(run_op, self.model)
 
         async def step() -> ExecResult:
@@ -410,8 +433,7 @@ class LiveSyncMachine(SyncMachine):
     def _shell() -> ShellBackend:
         return ShellBackend(mirror_pool=lambda base, root: MirrorPool(base, root, max_workspaces=1))
 
-    @rule(run_op=RUN_OPS, ws_op=WS_OPS)
-    def workspace_change_during_a_run(self, run_op: Op, ws_op: Op) -> None:
+    def _in_flight(self, run_op: Op, ws_op: Op) -> None:
         source, _ = shell_of(run_op, self.model)
 
         async def step() -> tuple[ExecResult, dict[str, bytes | Link | None]]:

@@ -64,6 +64,14 @@ def test_watched_collect_matches_a_full_walk(tmp_path: Path, change: object) -> 
     files, dirs, deleted, now = expected_pull(mirror)
     pull, watched_now = mirror.collect()
     assert watched_now == now
+    if change is move_a_directory:  # a rename (``_pull_moves``): the state re-keyed, only the new file
+        assert pull.renames == [("/workspace/d1", "/workspace/moved")]
+        assert [f.path for f in pull.files] == ["/workspace/moved/after.txt"] and not pull.deleted
+        assert "moved/f1.txt" in mirror.state and "d1/f1.txt" not in mirror.state
+        mirror.unrename()  # refused by the owner: the state put back, the pull planned again without
+        assert "d1/f1.txt" in mirror.state
+        pull, watched_now = mirror.collect()
+        assert watched_now == now and not pull.renames
     assert {f.path for f in pull.files} == files
     assert {d.path for d in pull.dirs} == dirs
     assert set(pull.deleted) == deleted

@@ -1,0 +1,310 @@
+"""A program's directory renames, sent by a pull as renames (the mirror's side and the owner's).
+
+A program's ``mv big big2`` of a directory of 20,000 files reached the workspace as the removal of
+``big`` and the whole of ``big2`` made again: 40,004 change-log rows, every file's bytes read and sent,
+every file a new node (its identity lost: the workspace's hard links, the file ids a client holds), for
+what the program did with one directory entry (1.3-2.3 s a call, against 3-6 ms bare). Now:
+
+* The mirror (a walk: a directory moved breaks the watch, ``_watch``) pairs each directory that is gone
+  from the state with where its files went (:meth:`PullRenames.find_renames`): a file's inode is in the
+  state (a directory's is not: its entry is its mode alone, ``_entry``), so a few files below the old
+  path (``PROBES``) found at the same relative place below another path name the new one. It then
+  re-keys its state, chunk lists and fingerprints to the new names (so the pull sends what the program
+  changed after the rename as usual, at the new names, and nothing else), and the plan carries the
+  pairs (``PullPlan.renames``), which ride on the pull's first page (``SyncPull.renames``).
+* The owner renames each (:func:`rename_dirs`) before anything else of that page, under the conflict
+  rule of any pull: when the workspace changed anything at, above or below either name since the
+  mirror's revision, a protected path is there, either name is not as the mirror took it, or the page
+  follows workspace renames too, it refuses them all with nothing committed (``PullResult.unrenamed``),
+  and the mirror sends the pull again as before (:meth:`PullRenames.unrename`: the state put back, the
+  tree walked again, no pairing), a removal and the new tree, which is always correct.
+
+A pairing is only ever a better way to the same tree: what differs below the new name from the
+re-keyed state is sent, whatever the program did. Left to the removal and the new tree: a directory
+that holds no file or symlink to pair by, one whose old name is a directory again, a new name the state
+has, anything below the new name the workspace cannot hold (a FIFO, a socket, a name that is not UTF-8,
+a path near the length limit), a path the workspace keeps out or the mirror must fetch again, a mirror
+its program locked (``_lifts``), and single files (a renamed file changes its ctime, so its entry
+differs anyway; a large one keeps its chunks, ``SyncPull.keep``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import dataclasses
+from collections.abc import Generator, Sequence
+from typing import Any
+
+from ._backend import BIG_FILE, SyncPull
+from ._entry import INO, KIND, SIZE
+from ._held_links import is_utf8
+from ._mirror_base import Entry, PullPlan, is_below
+from ._mirror_watch import MirrorWatch
+from ._pull_pages import path_order
+from ._pull_rules import Conflicts
+
+__all__ = [
+    "PROBES",
+    "PullRenames",
+    "Unrenamed",
+    "as_taken",
+    "first_renamed",
+    "rename_dirs",
+    "renames_refused",
+]
+
+# Entries below a gone directory a pairing looks at, at most (its files' inodes name the new place).
+PROBES = 16
+# Directory renames one pull sends, at most (each re-keys the state: a memmove of its sorted paths).
+MAX_RENAMES = 64
+
+
+class Unrenamed(Exception):
+    """The owner refused a pull's renames (``PullResult.unrenamed``): nothing was committed."""
+
+
+class PullRenames(MirrorWatch):
+    """Pairing and re-keying a program's directory renames (a part of ``Mirror``)."""
+
+    # The state, chunk lists and fingerprints before a plan re-keyed them (put back when refused).
+    renamed_from: tuple[dict[str, Entry], dict[str, list[str]], dict[str, Any]] | None = None
+    no_renames = False  # the next plan pairs none (a pull sent again after a refusal)
+    renaming: Sequence[tuple[str, str]] = ()  # the relative pairs of the plan at hand
+
+    def find_renames(self, now: dict[str, Entry], denied: list[str]) -> list[tuple[str, str]]:
+        """Pair the directories gone from the state with where their files are in ``now`` (a walk's
+        whole tree), re-key the state to the new names (the old one kept in ``renamed_from``), and
+        return the pairs (relative paths, in the order the owner applies them)."""
+        self.renamed_from, self.renaming = None, []
+        if self.no_renames or denied or self.lifts.locked:
+            self.no_renames = False
+            return []
+        state = self.state
+        gone = [rel for rel, e in state.items() if rel and e[KIND] == "d" and not _is_dir(now.get(rel))]
+        if not gone:
+            return []
+        gone.sort(key=lambda rel: (rel.count("/"), rel))
+        # Files and symlinks not where the state had them (a hard link's unmoved name misleads none).
+        by_ino = {e[INO]: rel for rel, e in now.items() if e[KIND] in "fl" and not _same(state.get(rel), e)}
+        olds = path_order(state)
+        news: list[str] | None = None
+        quick = self.room() // 4
+        lacking = [
+            p for p in (*self.protected, *self.refetch, *self.held, *self.kept) if is_below(p, self.root)
+        ]
+        moves: list[tuple[str, str]] = []
+        for g in gone:
+            if len(moves) >= MAX_RENAMES:
+                break
+            src = _translate(g, moves)
+            if src != g and _is_dir(now.get(src)):
+                continue  # moved along with a directory above it
+            new = _probe(g, src, olds, state, by_ino)
+            if new is None or not _is_dir(now.get(new)) or _related(new, src):
+                continue
+            if not (is_utf8(src) and is_utf8(new)) or len(new) > quick:
+                continue
+            held = _untranslate(new, moves)
+            if held is not None and held in state:
+                continue  # the new name is taken in the state (a rename over it: sent as before)
+            parent = _untranslate(new.rpartition("/")[0], moves)
+            if parent and parent in state and not _is_dir(state[parent]):
+                continue
+            if any(_related(self.workspace_path(p), q) for p in (src, new) for q in lacking):
+                continue
+            news = news if news is not None else path_order(now)
+            if not _syncable_below(news, now, new, quick):
+                continue
+            moves.append((src, new))
+        if moves:
+            self._rekey(moves)
+        return moves
+
+    def _rekey(self, moves: list[tuple[str, str]]) -> None:
+        """The state, chunk lists and fingerprints with each of ``moves`` done (the old ones kept)."""
+        self.renamed_from = (self.state, self.chunks, self.prints)
+        state, chunks, prints = dict(self.state), dict(self.chunks), dict(self.prints)
+        ordered = path_order(state)
+        for src, dst in moves:
+            lo = bisect.bisect_left(ordered, src + "/")
+            hi = bisect.bisect_left(ordered, src + "0", lo)
+            run = ordered[lo:hi]
+            moved = [dst + key[len(src) :] for key in run]  # (in order still: one suffix each)
+            del ordered[lo:hi]
+            for key, to in zip(run, moved, strict=True):
+                state[to] = state.pop(key)
+            state[dst] = state.pop(src)
+            ordered.remove(src)
+            at = bisect.bisect_left(ordered, dst)
+            ordered[at:at] = [dst]
+            at = bisect.bisect_left(ordered, dst + "/")
+            ordered[at:at] = moved
+            for key in [k for k in chunks if is_below(k, src)]:
+                chunks[dst + key[len(src) :]] = chunks.pop(key)
+            for key in [k for k in prints if is_below(k, src)]:
+                prints[dst + key[len(src) :]] = prints.pop(key)
+        self.state, self.chunks, self.prints = state, chunks, prints
+        self.renaming = moves
+
+    def unrename(self) -> None:
+        """The next plan walks the whole tree (a new watch: a pull failed or was refused), and what
+        :meth:`find_renames` re-keyed is put back (it then pairs nothing)."""
+        self.unwatch()
+        if self.renamed_from is not None:
+            self.state, self.chunks, self.prints = self.renamed_from
+            self.renamed_from, self.renaming = None, []
+            self.no_renames = True
+
+    def renamed(self) -> None:
+        """The pull that re-keyed the state is settled: nothing to put back."""
+        self.renamed_from, self.renaming = None, []
+
+    def chunk_sources(self, plan: PullPlan) -> dict[str, str]:
+        """Large files of ``plan`` that continue the file of another name whose chunk list the mirror
+        holds (the same inode: a program renamed it, or linked it and removed the old name), where
+        their own name has no list of that file: path -> that other name. Their pages read them against
+        that list, so unchanged chunks travel as hashes (a ``mv`` of a 200 MB file sent 200 MB)."""
+        if plan.sources is None:
+            state, chunks = self.state, self.chunks
+            wanted = []
+            for rel, entry in plan.files:
+                if entry[SIZE] >= BIG_FILE and chunks:
+                    old = state.get(rel)
+                    if rel not in chunks or old is None or old[INO] != entry[INO]:
+                        wanted.append((rel, entry[INO]))
+            sources: dict[str, str] = {}
+            if wanted:
+                by_ino: dict[int, str] = {}
+                for rel in chunks:
+                    old = state.get(rel)
+                    if old is not None and old[KIND] == "f":
+                        by_ino.setdefault(old[INO], rel)
+                for rel, ino in wanted:
+                    if (source := by_ino.get(ino)) is not None and source != rel:
+                        sources[rel] = source
+            plan.sources = sources
+        return plan.sources
+
+
+def _is_dir(entry: Entry | None) -> bool:
+    return entry is not None and entry[KIND] == "d"
+
+
+def _same(old: Entry | None, entry: Entry) -> bool:
+    return old is not None and old[INO] == entry[INO] and old[KIND] == entry[KIND]
+
+
+def _related(a: str, b: str) -> bool:
+    """Whether one of two paths is the other or below it."""
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
+def _translate(rel: str, moves: list[tuple[str, str]]) -> str:
+    for src, dst in moves:
+        if rel == src or rel.startswith(src + "/"):
+            rel = dst + rel[len(src) :]
+    return rel
+
+
+def _untranslate(rel: str, moves: list[tuple[str, str]]) -> str | None:
+    """The state's path that ``moves`` took to ``rel`` (itself if none), or None: a path one of them
+    left empty."""
+    for src, dst in reversed(moves):
+        if rel == dst or rel.startswith(dst + "/"):
+            rel = src + rel[len(dst) :]
+        elif rel == src or rel.startswith(src + "/"):
+            return None
+    return rel
+
+
+def _probe(
+    gone: str, src: str, olds: list[str], state: dict[str, Entry], by_ino: dict[int, str]
+) -> str | None:
+    """Where the directory ``gone`` (``src`` once the earlier renames are done) went: the first of a
+    few of its files or symlinks found at the same place below another path, that path."""
+    prefix = gone + "/"
+    at = bisect.bisect_left(olds, prefix)
+    for key in olds[at : at + PROBES]:
+        if not key.startswith(prefix):
+            break
+        entry = state[key]
+        if entry[KIND] not in "fl" or (where := by_ino.get(entry[INO])) is None:
+            continue
+        rest = key[len(gone) :]
+        if where.endswith(rest) and where != src + rest and len(where) > len(rest):
+            return where[: -len(rest)]
+    return None
+
+
+def _syncable_below(ordered: list[str], now: dict[str, Entry], new: str, quick: int) -> bool:
+    """Whether everything below ``new`` is what the workspace holds as it is (no FIFO or socket, every
+    name UTF-8, no path near the limit): else the rename is sent as before (those are reported then)."""
+    prefix = new + "/"
+    below = ordered[bisect.bisect_left(ordered, prefix) : bisect.bisect_left(ordered, new + "0")]
+    if any(now[key][KIND] not in "fdl" or len(key) > quick for key in below):
+        return False
+    try:
+        "\0".join(below).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def first_renamed(
+    pages: Generator[SyncPull, None, None], renames: list[tuple[str, str]]
+) -> Generator[SyncPull, None, None]:
+    """A pull's pages, its first carrying ``renames`` (the owner does them before anything else); a
+    close reaches ``pages`` (``yield from``)."""
+    first = next(pages, None)
+    if first is None:
+        return
+    yield dataclasses.replace(first, renames=list(renames)) if renames else first
+    yield from pages
+
+
+def renames_refused(
+    renames: list[tuple[str, str]], conflicts: Conflicts, protected: set[str], root: str
+) -> bool:
+    """Whether the owner refuses a pull's directory renames (``(old, new)``, in order): one is not
+    strictly below the pull's root, the workspace changed something at, above or below either name
+    since the mirror's revision (``conflicts``), or a protected path is there."""
+    for src, dst in renames:
+        if src == root or dst == root or not (is_below(src, root) and is_below(dst, root)):
+            return True
+        if _related(src, dst) or conflicts.hit(src) or conflicts.hit(dst):
+            return True
+        if any(_related(p, q) for p in protected for q in (src, dst)):
+            return True
+    return False
+
+
+async def as_taken(fs: Any, renames: list[tuple[str, str]]) -> bool:
+    """Whether the workspace holds the renames' names as the mirror took them: each old name a
+    directory and each new one free, but where an earlier rename of the list makes or frees them."""
+    for index, (src, dst) in enumerate(renames):
+        earlier = renames[:index]
+        if not any(_related(src, d) for _, d in earlier):
+            try:
+                if not (await fs.stat(src)).is_directory:
+                    return False
+            except OSError:
+                return False
+        if not any(_related(dst, p) for pair in earlier for p in pair) and await fs.exists(dst):
+            return False
+    return True
+
+
+async def rename_dirs(fs: Any, renames: list[tuple[str, str]], own: set[int]) -> list[str]:
+    """Do a pull's directory renames in the workspace, in order, each the run's own revision; the
+    paths (old and new). Each new name's missing parents are made first (a directory the same pull
+    makes: its mode and time come with the page's directories)."""
+    done: list[str] = []
+    for src, dst in renames:
+        before = fs.rev
+        parent = dst.rpartition("/")[0] or "/"
+        if not await fs.exists(parent):
+            await fs.mkdir(parent, recursive=True)
+        await fs.rename(src, dst)
+        own.update(range(before + 1, fs.rev + 1))
+        done += [src, dst]
+    return done
