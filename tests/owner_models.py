@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterable
 from typing import Any
 
 import ray
 
 from computer.actors import NAMESPACE, HostedHandle, actor_name
+from computer.actors.raycompat import actor_death_time
 from computer.config import Settings
 
 
@@ -45,6 +47,21 @@ async def kill_owner(handle: Any, *, restart: bool = False) -> None:
             return
         await asyncio.sleep(0.05)
     raise AssertionError("the killed owner process keeps answering")
+
+
+async def death_recorded(handle: Any, *, margin: float = 0.5) -> None:
+    """Wait (bounded, 30 s) until Ray's actor table dates the death of the process owning ``handle``
+    more than ``margin`` seconds ago (this machine's clock): a call sent from then on was sent after
+    the death by more than the client's ``_DEATH_MARGIN`` (0.25 s), so a client tells that it never
+    ran. Before, tests slept 0.5 s after :func:`kill_owner`, which held only if the table was written
+    by the time the dead process stopped answering."""
+    process = owner_process(handle)
+    deadline = time.monotonic() + 30.0
+    while (
+        died := await asyncio.to_thread(actor_death_time, process)
+    ) is None or time.time() - died <= margin:
+        assert time.monotonic() < deadline, f"Ray's actor table does not date the death: {died}"
+        await asyncio.sleep(0.1)
 
 
 def kill_owner_now(handle: Any) -> None:

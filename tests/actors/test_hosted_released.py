@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from owner_models import kill_owner
+from owner_models import death_recorded, kill_owner
 
 import computer
 from computer.actors import open_directory
@@ -145,7 +145,7 @@ async def test_a_call_sent_after_its_host_died_is_resent_though_the_client_knew_
     async with _woken_in_place(tmp_path, name) as (_, _, idle, _, _):
         handle = idle._conn.handle
         await kill_owner(handle)
-        await asyncio.sleep(0.5)  # well past the margin: the send is after the death
+        await death_recorded(handle)  # dated past the margin: the send is after the death
         sent_at = time.time()
         assert await idle._conn._did_not_run(handle, sent_at, keyed=False)
         assert await idle.fs.read_file("/f") == b"one"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import ray
-from owner_models import epoch, kill_owner, owner_process
+from owner_models import death_recorded, epoch, kill_owner, owner_process
 
 import computer
 from computer.actors import WorkspaceUnavailableError, actor_name
@@ -101,7 +101,7 @@ async def test_a_mutation_sent_after_its_owner_died_goes_to_the_new_owner(
     async with computer.get_workspace(name) as ws:
         await ws.fs.write_file("/f", b"1")
         await kill_owner(ws.handle)
-        await asyncio.sleep(0.5)  # the death is recorded before the write is sent
+        await death_recorded(ws.handle)  # dated before the next call is sent, past the margin
         await ws.fs.write_file("/f", b"2")
         assert await ws.fs.read_file("/f") == b"2"
         assert await epoch(ws) == 2  # the new owner ran it

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 import ray
-from owner_models import kill_owner, kill_owner_now
+from owner_models import death_recorded, kill_owner, kill_owner_now
 
 import computer
 from computer.actors import OutcomeUnknownError, UploadLostError, WorkspaceUnavailableError
@@ -82,7 +82,7 @@ async def test_a_client_that_only_writes_heals_after_its_owner_is_killed(
     async with computer.get_workspace(name) as ws:
         await ws.fs.write_file("/f", b"0")
         await kill_owner(ws.handle)  # its host, or its dedicated actor: gone for good
-        await asyncio.sleep(0.5)  # the death is recorded well before the next call is sent
+        await death_recorded(ws.handle)  # dated before the next call is sent, past the margin
         for i in range(1, 6):
             await ws.fs.write_file("/f", str(i).encode())  # never EAGAIN: the owner died before
         assert await ws.fs.read_file("/f") == b"5"

@@ -48,6 +48,16 @@ async def _the_same_owner_served(a: Any, before: dict[str, Any], waiting: asynci
     assert (after["pid"], after["epoch"]) == (before["pid"], before["epoch"])  # the same owner
 
 
+async def _written_back(config: Settings, name: str) -> Any:
+    """The owner's record of ``name``, once there with a live lease: waited for (bounded) rather than
+    looked at once (a renewal late on a loaded machine can leave an instant where the lease ran out)."""
+    deadline = time.monotonic() + 30.0
+    while (record := _record(config, name)) is None or not record.lease_live():
+        assert time.monotonic() < deadline, f"the lease was not written back and renewed: {record}"
+        await asyncio.sleep(0.1)
+    return record
+
+
 async def test_a_lock_is_kept_when_redis_is_flushed_under_its_live_owner(
     on_redis: Settings, own_redis: RedisProcess, record_property: Any
 ) -> None:
@@ -64,16 +74,11 @@ async def test_a_lock_is_kept_when_redis_is_flushed_under_its_live_owner(
             seen = int(await a.fs.read_file("/counter"))
             redis.Redis.from_url(own_redis.url).flushall()
             assert _record(config, name) is None
-            await asyncio.sleep(3 * config.lock_lease)  # several renewal rounds of owner and holder
+            await _written_back(config, name)  # the owner's next renewal round found it lost
+            await asyncio.sleep(config.lock_lease)  # three more renewal rounds of owner and holder
             waiting = await _still_held(a, b, seen)
         await _the_same_owner_served(a, before, waiting)
-        # Written back and renewed: a live lease, waited for (bounded) rather than looked at once. The
-        # lease is 1.5 s, renewed every 0.5 s: a renewal a second late on a loaded machine left an
-        # instant where it had run out, though the owner kept renewing it.
-        deadline = time.monotonic() + 30.0
-        while (record := _record(config, name)) is None or not record.lease_live():
-            assert time.monotonic() < deadline, f"the lease was not written back and renewed: {record}"
-            await asyncio.sleep(0.1)
+        record = await _written_back(config, name)  # and still renewed
         assert record.epoch == before["epoch"]
         assert name in RedisDirectory(own_redis.url).names()
         assert await b.fs.read_file("/counter") == b"1"

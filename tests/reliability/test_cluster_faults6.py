@@ -110,7 +110,7 @@ async def test_a_snapshot_from_before_a_deletion_does_not_take_the_new_workspace
             await kill_owner(ws.handle)
     deadline = time.monotonic() + 30
     while _record(config, name).lease_live() and time.monotonic() < deadline:  # noqa: ASYNC110 - a bounded poll
-        await asyncio.sleep(0.1)  # the killed owner's lease running out (lock_lease 1.5 s): bounded
+        await asyncio.sleep(0.1)  # the killed owner's lease running out (lock_lease 5 s): bounded
     key = f"computer:dir:ws:{name}"
     snapshot = client.get(key)
     assert snapshot is not None and _record(config, name).epoch == 2
