@@ -56,6 +56,9 @@ class MirrorPull(PullRenames):
         ``cap``: the entry cap (``_entry_cap``): a walk past it refuses the new entries instead of
         collecting them (``PullPlan.overflow``); a watched pull is bounded by what a watch holds."""
         touched = self.touched()  # what the watch saw, and the files forced (``_mapped``)
+        moved = bool(touched is not None and self.watch is not None and self.watch.moves)
+        if moved and not self.watched_renames(self.watch.moves):  # type: ignore[union-attr]
+            touched = None  # a directory's move the state cannot follow: walked (``_pull_moves``)
         denied: list[str] = []  # paths kept as last seen: a directory above stays locked (LOCKED_OUT)
         if touched is None:
             self.unwatched = self.unwatched or (self.watch is not None and self.watch.over)
@@ -136,9 +139,15 @@ class MirrorPull(PullRenames):
                     now.pop(rel, None)
                 else:
                     now[rel] = entry
+        if denied and self.renaming:  # kept as last seen below a moved directory: walked instead
+            self.unrename()
+            return self.plan(paced=paced, cap=cap)
         self.note_locks(found, now)
         self.look_again(now, candidates, paced)
-        return self.locked_out(self._plan(now, candidates, times, watched=True), denied), now
+        plan = self._plan(now, candidates, times, watched=True)
+        if moved:
+            plan.renames = [(self.workspace_path(a), self.workspace_path(b)) for a, b in self.renaming]
+        return self.locked_out(plan, denied), now
 
     def collect(self, max_bytes: int | None = None) -> tuple[SyncPull, dict[str, Entry]]:
         """:meth:`plan` with every changed file read, as one :class:`SyncPull` (small pulls, tests)."""

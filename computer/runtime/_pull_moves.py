@@ -5,7 +5,9 @@ A program's ``mv big big2`` of a directory of 20,000 files reached the workspace
 every file a new node (its identity lost: the workspace's hard links, the file ids a client holds), for
 what the program did with one directory entry (1.3-2.3 s a call, against 3-6 ms bare). Now:
 
-* The mirror (a walk: a directory moved breaks the watch, ``_watch``) pairs each directory that is gone
+* The mirror's watch pairs a move within the tree from its events (``_watch_moves``; the pairs taken
+  by :meth:`PullRenames.watched_renames`, no walk). After a walk (a directory moved in from outside
+  the tree or out of it breaks the watch, ``_watch``), the mirror pairs each directory that is gone
   from the state with where its files went (:meth:`PullRenames.find_renames`): a file's inode is in the
   state (a directory's is not: its entry is its mode alone, ``_entry``), so a few files below the old
   path (``PROBES``) found at the same relative place below another path name the new one. It then
@@ -40,7 +42,7 @@ from ._entry import INO, KIND, SIZE
 from ._held_links import is_utf8
 from ._mirror_base import Entry, PullPlan, is_below
 from ._mirror_watch import MirrorWatch
-from ._pull_pages import path_order
+from ._pull_pages import keys_below, path_order
 from ._pull_rules import Conflicts
 
 __all__ = [
@@ -119,6 +121,49 @@ class PullRenames(MirrorWatch):
         if moves:
             self._rekey(moves)
         return moves
+
+    def watched_renames(self, moves: list[tuple[str, str]]) -> bool:
+        """Take the directory moves a kept watch paired (``_watch_moves``; relative, in order): the
+        state re-keyed to them (as :meth:`find_renames` does) and True, or False when one is not what
+        a pairing would take (the pull walks the whole tree then, and pairs there). A move of a
+        directory the state does not hold (made since the last pull) renames nothing: what it holds
+        is in the events, at the new names. A move undone by the next (``a -> b -> a``) is dropped."""
+        self.renamed_from, self.renaming = None, []
+        if self.no_renames or self.lifts.locked or len(moves) > MAX_RENAMES:
+            return False
+        state, quick, taken = self.state, self.room() // 4, list[tuple[str, str]]()
+        lacking = [
+            p for p in (*self.protected, *self.refetch, *self.held, *self.kept) if is_below(p, self.root)
+        ]
+        olds: list[str] | None = None
+        for src, dst in moves:
+            was, held = _untranslate(src, taken), _untranslate(dst, taken)
+            olds = olds if olds is not None else path_order(state)
+            if held is not None and (held in state or keys_below(olds, held)):
+                return False  # onto a name the state holds (an empty directory): sent as before
+            if was is None or was not in state:
+                if was is not None and keys_below(olds, was):
+                    return False
+                continue  # made since the last pull: its entries are events
+            parent = _untranslate(dst.rpartition("/")[0], taken)
+            if not _is_dir(state[was]) or (parent and parent in state and not _is_dir(state[parent])):
+                return False
+            if not (is_utf8(src) and is_utf8(dst)) or len(dst) > quick:
+                return False
+            if any(_related(self.workspace_path(p), q) for p in (src, dst) for q in lacking):
+                return False
+            below = keys_below(olds, was)
+            if any(state[k][KIND] not in "fdl" or len(dst) + len(k) - len(was) > quick for k in below):
+                return False
+            if not all(map(is_utf8, below)):
+                return False
+            if taken and taken[-1] == (dst, src):
+                taken.pop()  # renamed back
+            else:
+                taken.append((src, dst))
+        if taken:
+            self._rekey(taken)
+        return True
 
     def _rekey(self, moves: list[tuple[str, str]]) -> None:
         """The state, chunk lists and fingerprints with each of ``moves`` done (the old ones kept)."""

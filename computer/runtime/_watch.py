@@ -2,8 +2,9 @@
 
 A run's writes go through a bind mount of the mirror, which is the same inodes: the host's inotify sees
 them. Watches are per directory (one per mirror directory, not per file). Anything the watch cannot
-vouch for (queue overflow, a directory moved, no watches left, no inotify) makes :meth:`drain` return
-``None`` and the caller walks the whole tree instead, so a missed event can cost time, never data.
+vouch for (queue overflow, a directory moved in or out, no watches left, no inotify) makes :meth:`drain`
+return ``None`` and the caller walks the whole tree instead, so a missed event can cost time, never
+data. A directory moved within the tree keeps the watch (``_watch_moves``: ``moves``).
 
 Every watch of a process shares one inotify instance (:class:`_Inotify`): the kernel allows 128 per
 user (``fs.inotify.max_user_instances``, over every process and container of the uid); one per mirror
@@ -37,6 +38,8 @@ from ._inotify_abi import (
     IN_IGNORED,
     IN_ISDIR,
     IN_MOVE_SELF,
+    IN_MOVED_FROM,
+    IN_MOVED_TO,
     IN_NONBLOCK,
     IN_Q_OVERFLOW,
     MASK,
@@ -45,6 +48,8 @@ from ._inotify_abi import (
     inotify_limit,
     load_libc,
 )
+from ._watch_held import Event, _Held
+from ._watch_moves import PAIRED, Halves, adding, pairs_of, settle
 from ._watch_shed import flooding
 
 __all__ = ["TreeWatch"]
@@ -73,44 +78,6 @@ QUEUE_EVENTS = inotify_limit("max_queued_events", 16384)  # the shared instance'
 _libc = load_libc()
 
 
-class _Held:
-    """What the shared instance delivered to one watch: its events, whether it can still vouch, and
-    the directories it watches (the reader thread adds new ones: :meth:`_Inotify.adopt`)."""
-
-    __slots__ = (
-        "broken",
-        "dirs",
-        "empty",
-        "events",
-        "over",
-        "root",
-        "shed",
-        "stats",
-        "unadopted",
-        "walked",
-        "wds",
-    )
-
-    def __init__(self, root: str = "", empty: int | None = None) -> None:
-        self.events: list[tuple[int, int, bytes]] = []  # (watch descriptor, mask, name)
-        self.broken = False
-        self.over = (
-            False  # past ``MAX_DIRS`` (the process past ``MAX_WATCHES``, the user out of watches): holds none
-        )
-        self.wds: set[int] = set()
-        self.shed = False  # its watches given back near an overflow (``_Inotify._shed``)
-        self.root = root
-        self.empty = empty  # the size of an empty directory there, when sizes tell (``empty_size``)
-        self.dirs: dict[int, str] = {}  # watch descriptor -> directory relative to root ("" is root)
-        # What the new directories watched since the last take held (relative paths), and the lstat
-        # of each new directory, taken once it was watched (the pull's plan would take it anyway).
-        self.walked: set[str] = set()
-        self.stats: dict[str, os.stat_result] = {}
-        # New directories a cheap look (``count``, on the loop) read of: the next full read adopts
-        # them first (37,000 of a ``mkdir -p`` adopted on the loop held it ~150 ms).
-        self.unadopted: list[str] = []
-
-
 class _Inotify:
     """The process's one inotify instance; its events are dispatched to the watch owning their wd.
 
@@ -135,6 +102,7 @@ class _Inotify:
         self.owners: dict[int, _Held] = {}
         self.dropped: collections.deque[_Held] = collections.deque()
         self.unadopted: set[_Held] = set()  # owners with directories left to adopt (``pump``)
+        self.settling: set[_Held] = set()  # owners that added directories since the queue was last empty
         threading.Thread(target=self._read_ahead, name="computer-inotify", daemon=True).start()
 
     def _read_ahead(self) -> None:
@@ -212,33 +180,35 @@ class _Inotify:
         root = held.root
         lstat = os.lstat
         stack = [(rel, f"{root}/{rel}" if rel else root) for rel in rels]
-        while stack:
-            batch = stack[-BATCH:]
-            del stack[-BATCH:]  # not ``stack = stack[:-BATCH]``: a copy per batch, quadratic in a big tree
-            wds = self.add(held, batch)
-            for (current, path), wd in zip(batch, wds, strict=True):
-                if wd is None:
-                    continue
-                if touched is not None:
-                    try:
-                        st = lstat(path)
-                    except OSError:
-                        stats.pop(current, None)
+        with adding(self.lock, held, self.settling):  # (``_watch_moves``)
+            while stack:
+                batch = stack[-BATCH:]
+                # not ``stack = stack[:-BATCH]``: a copy per batch, quadratic in a big tree
+                del stack[-BATCH:]
+                wds = self.add(held, batch)
+                for (current, path), wd in zip(batch, wds, strict=True):
+                    if wd is None:
                         continue
-                    stats[current] = st
-                    if st.st_size == empty:
-                        continue
-                try:
-                    with os.scandir(path) as it:
-                        entries = list(it)
-                except OSError:
-                    continue
-                for entry in entries:
-                    child = f"{current}/{entry.name}" if current else entry.name
                     if touched is not None:
-                        touched.add(child)
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append((child, entry.path))
+                        try:
+                            st = lstat(path)
+                        except OSError:
+                            stats.pop(current, None)
+                            continue
+                        stats[current] = st
+                        if st.st_size == empty:
+                            continue
+                    try:
+                        with os.scandir(path) as it:
+                            entries = list(it)
+                    except OSError:
+                        continue
+                    for entry in entries:
+                        child = f"{current}/{entry.name}" if current else entry.name
+                        if touched is not None:
+                            touched.add(child)
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append((child, entry.path))
 
     def release(self, held: _Held) -> None:
         with self.lock:
@@ -286,6 +256,7 @@ class _Inotify:
                 try:
                     data = os.read(self.fd, size)
                 except BlockingIOError:
+                    settle(self.settling)  # (``_watch_moves``)
                     return
                 except OSError:
                     data = b""
@@ -320,9 +291,10 @@ class _Inotify:
         (with the lock held). Events come in runs of one wd (``mkdir -p`` makes ten leaves in a row
         in each directory): its owner and prefix are looked up once a run (1,000: 0.77 ms, was 1.1)."""
         owners, unpack, head, offset = self.owners, EVENT.unpack_from, EVENT.size, 0
+        halves = Halves(owners)  # a directory's move: its two events paired (``_watch_moves``)
         last, owner, events, prefix, made = -1, None, [], None, None
         while offset + head <= len(data):
-            wd, mask, _cookie, length = unpack(data, offset)
+            wd, mask, cookie, length = unpack(data, offset)
             start, offset = offset + head, offset + head + length
             if wd != last or mask & (IN_Q_OVERFLOW | IN_IGNORED):
                 if mask & IN_Q_OVERFLOW:  # the shared queue lost events: of anyone's
@@ -352,22 +324,29 @@ class _Inotify:
                 if made is None:
                     made = fresh.setdefault(owner, [])
                 made.append(prefix + name.decode(_FS_ENCODING, _FS_ERRORS))
+            elif mask & IN_ISDIR and mask & (IN_MOVED_FROM | IN_MOVED_TO):
+                rel = None if prefix is None else prefix + name.decode(_FS_ENCODING, _FS_ERRORS)
+                if mask & IN_MOVED_FROM:
+                    halves.moved_from(owner, cookie, rel)
+                elif halves.moved_to(owner, cookie, rel, fresh.get(owner, ())):
+                    last = -1  # the paths are re-keyed
+        halves.end()
 
     def _new_dirs(self, held: _Held, rels: list[str]) -> None:
         """Directories made below ``held``'s tree: watched (and what they hold found) as their events
         are read, by whichever thread reads them: mostly the reader thread, while the run that makes
         them is still going (``mkdir -p`` of 1,110 directories: ~20 ms of watches, lstat and
-        listings off the run's path, on the machine's other core). A directory moved in breaks the
-        watch anyway."""
+        listings off the run's path, on the machine's other core). A directory moved in from
+        outside the tree breaks the watch anyway."""
         if not held.broken:
             self.adopt(held, rels, held.walked)
 
-    def take(self, held: _Held) -> tuple[list[tuple[int, int, bytes]], set[str], dict[str, os.stat_result]]:
+    def take(self, held: _Held) -> tuple[list[Event], set[str], dict[str, os.stat_result], dict[int, str]]:
         """``held``'s events since the last take, with what its new directories held and their
-        lstat (see :meth:`adopt`)."""
+        lstat (see :meth:`adopt`), and its directories' paths (moved ones re-keyed: ``_watch_moves``)."""
         self.pump()
         with self.lock:
-            taken = held.events, held.walked, held.stats
+            taken = held.events, held.walked, held.stats, held.dirs
             held.events, held.walked, held.stats = [], set(), {}
             return taken
 
@@ -437,22 +416,30 @@ class TreeWatch:
         self.passed: set[str] = set()
         # The lstat of each new directory of the last drain that no later event named (plan's, early).
         self.stats: dict[str, os.stat_result] = {}
+        self.moves: list[tuple[str, str]] = []  # directories the last drain's events moved, in order
         self._inotify.adopt(self._held, [""], None)
+        self._inotify.pump()  # (a move during the adding breaks it, one after it is paired: ``_watch_moves``)
 
     def drain(self) -> set[str] | None:
         """Relative paths touched since the last drain, or ``None`` when only a full walk can tell."""
         touched, gone, born, passed = set[str](), set[str](), set[str](), set[str]()  # born: made, moved to
-        events, walked, stats = self._inotify.take(self._held)
-        dirs = self._held.dirs
+        events, walked, stats, dirs = self._inotify.take(self._held)  # (paths as of the last event)
+        self.moves, moved = [], set()  # moved: the wds of directories a paired move took
         last, prefix = -1, None  # the wd whose directory prefix is at hand (events come in runs)
         for wd, mask, raw in events:
-            if mask & RARE:
+            if mask & (RARE | PAIRED):
                 if mask & IN_IGNORED:
                     dirs.pop(wd, None)
+                    self._held.dirs.pop(wd, None)  # (another map when a move re-keyed it since the take)
                     last = -1
                     continue
-                if mask & IN_MOVE_SELF or mask & IN_ISDIR:
-                    self._held.broken = True  # watched paths below a moved directory are stale now
+                if mask & PAIRED:  # a directory moved within the tree (``_watch_moves``)
+                    self.moves.append(pairs_of(raw))
+                    touched.discard(self.moves[-1][0])  # (its entries are at the new name now)
+                    moved.add(wd)
+                    continue
+                if mask & IN_MOVE_SELF and wd not in moved:
+                    self._held.broken = True  # the top moved, or a move not paired: paths are stale
                     break
             if not raw:
                 continue  # an event on the directory itself: its entries report their own changes

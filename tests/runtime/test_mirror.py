@@ -81,11 +81,14 @@ def test_watched_collect_matches_a_full_walk(tmp_path: Path, change: object) -> 
 def test_a_pull_that_had_to_walk_watches_again_for_the_next_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A moved directory makes the watch unable to vouch: that pull walks the tree and sets a new
-    watch, so the next pull looks only at what changed since. Before: only a push armed a watch, and a
-    live sandbox (no push while the workspace does not change) walked its tree on every sync."""
+    """A directory moved in from outside the tree makes the watch unable to vouch (one moved within
+    it keeps the watch: ``test_watch_moves``): that pull walks the tree and sets a new watch, so the
+    next pull looks only at what changed since. Before: only a push armed a watch, and a live sandbox
+    (no push while the workspace does not change) walked its tree on every sync."""
     mirror = seeded(tmp_path)
-    move_a_directory(mirror.directory)
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside/after.txt").write_text("a")
+    os.rename(tmp_path / "outside", mirror.directory / "moved")
     walks = []
     scan = mirror.scan
     monkeypatch.setattr(mirror, "scan", lambda *times: walks.append(1) or scan(*times))
