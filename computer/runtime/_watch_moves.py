@@ -13,7 +13,8 @@ files cost ~240 ms a call against 3-6 ms bare, a background rename storm 42 % of
 
 The watch breaks as before (the pull walks the tree and watches it anew) on a half without its pair in
 the same read (moved in from outside the tree or out of it, to another mirror, a cookie split across
-reads), a directory not watched yet (made and moved before its watch was added), one with new
+reads), a directory not watched yet (made and moved before its watch was added), a move onto a
+directory still watched there (``mv --exchange``, a move over an empty directory), one with new
 directories below it not watched yet, and a move read while, or after, the watch added directories
 until a read finds the queue empty (:meth:`Halves.settle`): a listing may have raced with the move and
 named what it found under the old name, or missed what moved. A queue overflow breaks every watch.
@@ -63,9 +64,14 @@ class Halves:
         if owner.adopting or owner.adopted or _any_at(old, fresh) or _any_at(old, owner.unadopted):
             owner.broken = True
             return False
-        dirs, top, prefix, owners = dict(owner.dirs), None, old + "/", self.owners
+        dirs, top, owners = dict(owner.dirs), None, self.owners
         for wd, path in owner.dirs.items():
-            if (path == old or path.startswith(prefix)) and owners.get(wd) is owner:  # (not a gone one's)
+            if owners.get(wd) is not owner:
+                continue  # gone (its events keep the old path)
+            if _at(path, rel):  # a watched directory there still (an exchange, a move over one): unsure
+                top = None
+                break
+            if _at(path, old):
                 top = wd if path == old else top
                 dirs[wd] = rel + path[len(old) :]
         if top is None:  # not watched yet

@@ -6,6 +6,7 @@ overflow, or a move while directories are being added still walks, as before."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import tempfile
@@ -23,6 +24,7 @@ from computer.runtime._mirror_base import Entry, PullPlan
 from computer.runtime._watch import TreeWatch
 
 ROOT = "/workspace"
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @pytest.fixture(autouse=True)
@@ -200,9 +202,32 @@ def test_a_move_while_directories_are_added_walks(tmp_path: Path, inotify: _watc
     watch.close()
 
 
+def exchange(one: Path, two: Path) -> None:
+    """``renameat2(RENAME_EXCHANGE)`` (``mv --exchange``): inotify says one -> two, then two -> one."""
+    if _libc.renameat2(-100, os.fsencode(one), -100, os.fsencode(two), 2) != 0:
+        raise OSError(ctypes.get_errno(), "renameat2", str(one))
+
+
+def test_two_directories_exchanged_walk(tmp_path: Path, walks: list[int]) -> None:
+    """Both are watched at both names at once: the watch cannot tell them apart by path (before the
+    check, both watches went to one name and a later write in ``k`` was taken for one in ``d``)."""
+    mirror = seeded(tmp_path)
+    root = mirror.directory
+    exchange(root / "d", root / "k")
+    walks[0] = 0
+    pull_matches_walk(mirror)
+    assert walks[0] == 2  # the pull's walk, and the test's
+    (root / "k/sub/deep").write_text("after")
+    (root / "d/one").write_text("after too")
+    pull_matches_walk(mirror)
+    mirror.unwatch()
+
+
 NAMES = st.sampled_from(["d", "d/sub", "d/sub/inner", "k", "e", "k/e", "x", "OUT"])
 OPS = st.lists(
-    st.tuples(st.sampled_from(["mv", "mv", "mv", "write", "mkdir", "rmtree", "pull"]), NAMES, NAMES),
+    st.tuples(
+        st.sampled_from(["mv", "mv", "mv", "exchange", "write", "mkdir", "rmtree", "pull"]), NAMES, NAMES
+    ),
     max_size=14,
 )
 
@@ -210,7 +235,7 @@ OPS = st.lists(
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(OPS)
 def test_any_history_of_moves_pulls_to_what_a_walk_finds(ops: list[tuple[str, str, str]]) -> None:
-    """Moves within the tree, out of it (``OUT``) and back in, renamed back, over other names, with
+    """Moves within the tree, out of it (``OUT``) and back in, renamed back, over other names, exchanged, with
     writes, directories made and removed, and pulls between: every pull leaves the workspace as the
     mirror's tree is."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -221,6 +246,8 @@ def test_any_history_of_moves_pulls_to_what_a_walk_finds(ops: list[tuple[str, st
             try:
                 if op == "mv":
                     os.rename(place[one], place[two])
+                elif op == "exchange":
+                    exchange(place[one], place[two])
                 elif op == "write":
                     (place[one] / "w").write_text(two)
                 elif op == "mkdir":
