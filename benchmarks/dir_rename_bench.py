@@ -5,7 +5,8 @@ A workspace holds ``small/`` (10 files) and ``big/`` (``--files`` files). One ca
 a rename the store took as one is a few rows, a tree sent again whole is two per file); then a storm
 of renames ending at a new name, and one ending where it started (a -> b -> a: net nothing). Live
 only: a storm of renames (``mv big3 s; mv s big3``) left running in the background for ``--storm``
-seconds, the owner's CPU meanwhile (this process's time over the wall time) and the rows written. The baseline, in the same process: bare ``mv`` of the same trees on the
+seconds, the owner's CPU meanwhile (this process's time over the wall time), the rows written and
+the mirrors' whole-tree walks (``Mirror.scan``, counted). The baseline, in the same process: bare ``mv`` of the same trees on the
 host's tmpfs (``/dev/shm``). Prints ms, ratios against the 10-file rename, and row counts.
 
     .venv/bin/python benchmarks/dir_rename_bench.py --files 20000 --storm 10
@@ -21,7 +22,18 @@ import tempfile
 import time
 
 import computer
-from computer.runtime import ShellBackend
+from computer.runtime import ShellBackend, _mirror_watch
+
+WALKS = [0]  # the mirrors' whole-tree walks (``Mirror.scan``), counted
+_walk = _mirror_watch.walk
+
+
+def _counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+    WALKS[0] += 1
+    return _walk(*args, **kwargs)
+
+
+_mirror_watch.walk = _counted  # type: ignore[assignment]
 
 MAKE = "mkdir big small && (cd big && seq 1 {n} | xargs touch) && (cd small && seq 1 10 | xargs touch)"
 STEPS = [
@@ -54,7 +66,7 @@ async def calls(files: int, live: bool, storm: float) -> None:
         base = bare(files)
         small = 0.0
         for name, cmd in STEPS:
-            rev = ws.fs.rev
+            rev, walks = ws.fs.rev, WALKS[0]
             t = time.perf_counter()
             result = await (await ws.runtime.exec(cmd, timeout=600)).result()
             took = (time.perf_counter() - t) * 1000
@@ -63,11 +75,11 @@ async def calls(files: int, live: bool, storm: float) -> None:
             small = small or took
             print(
                 f"live={live} {name}: {took:.0f} ms ({took / small:.1f}x the 10-file mv; bare {base[name]:.1f} ms),"
-                f" {rows:,} change-log rows"
+                f" {rows:,} change-log rows, {WALKS[0] - walks} whole-tree walks"
             )
         assert len(await ws.fs.readdir("/workspace/big3")) == files
         if live and storm:  # a background job the call leaves running; the ticks pull what it does
-            rev = ws.fs.rev
+            rev, walks = ws.fs.rev, WALKS[0]
             start = "(while :; do mv big3 s; mv s big3; done) >/dev/null 2>&1 & echo $! > .storm"
             assert (await (await ws.runtime.exec(start)).result()).status == "completed"
             cpu, t = time.process_time(), time.perf_counter()
@@ -78,7 +90,7 @@ async def calls(files: int, live: bool, storm: float) -> None:
             rows = len(ws.fs.changes_since(rev, "/workspace").changes)
             print(
                 f"live storm for {storm:.0f} s in the background: owner CPU {cpu / wall:.0%} of a core,"
-                f" {rows:,} change-log rows ({result.status})"
+                f" {rows:,} change-log rows, {WALKS[0] - walks} whole-tree walks ({result.status})"
             )
 
 

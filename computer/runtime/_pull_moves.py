@@ -59,6 +59,8 @@ __all__ = [
 PROBES = 16
 # Directory renames one pull sends, at most (each re-keys the state: a memmove of its sorted paths).
 MAX_RENAMES = 64
+# Directory moves a kept watch saw that one pull looks at, at most (``watched_renames``: past it, a walk).
+MAX_MOVES = 4096
 
 
 class Unrenamed(Exception):
@@ -127,15 +129,18 @@ class PullRenames(MirrorWatch):
         state re-keyed to them (as :meth:`find_renames` does) and True, or False when one is not what
         a pairing would take (the pull walks the whole tree then, and pairs there). A move of a
         directory the state does not hold (made since the last pull) renames nothing: what it holds
-        is in the events, at the new names. A move undone by the next (``a -> b -> a``) is dropped."""
+        is in the events, at the new names. A move undone by the next (``a -> b -> a``) is dropped,
+        one continued by the next (``a -> b -> c``) is one (a background ``mv`` loop: one rename a pull,
+        not one per ``mv``); past ``MAX_RENAMES`` left, or ``MAX_MOVES`` seen, the pull walks."""
         self.renamed_from, self.renaming = None, []
-        if self.no_renames or self.lifts.locked or len(moves) > MAX_RENAMES:
+        if self.no_renames or self.lifts.locked or len(moves) > MAX_MOVES:
             return False
         state, quick, taken = self.state, self.room() // 4, list[tuple[str, str]]()
         lacking = [
             p for p in (*self.protected, *self.refetch, *self.held, *self.kept) if is_below(p, self.root)
         ]
         olds: list[str] | None = None
+        deepest: dict[str, int | None] = {}  # state directory -> its longest key below (None: unsyncable)
         for src, dst in moves:
             was, held = _untranslate(src, taken), _untranslate(dst, taken)
             olds = olds if olds is not None else path_order(state)
@@ -152,15 +157,23 @@ class PullRenames(MirrorWatch):
                 return False
             if any(_related(self.workspace_path(p), q) for p in (src, dst) for q in lacking):
                 return False
-            below = keys_below(olds, was)
-            if any(state[k][KIND] not in "fdl" or len(dst) + len(k) - len(was) > quick for k in below):
+            if was not in deepest:  # (once per directory: a storm moves one back and forth)
+                below = keys_below(olds, was)
+                fine = all(state[k][KIND] in "fdl" for k in below) and all(map(is_utf8, below))
+                deepest[was] = max(map(len, below), default=len(was)) if fine else None
+            longest = deepest[was]
+            if longest is None or len(dst) + longest - len(was) > quick:
                 return False
-            if not all(map(is_utf8, below)):
-                return False
-            if taken and taken[-1] == (dst, src):
-                taken.pop()  # renamed back
+            last = taken[-1] if taken else None
+            if last is not None and last[1] == src and (last[0] == dst or not _related(last[0], dst)):
+                # continued: a -> b -> c is a -> c, a -> b -> a nothing
+                first = taken.pop()[0]
+                if first != dst:
+                    taken.append((first, dst))
             else:
                 taken.append((src, dst))
+        if len(taken) > MAX_RENAMES:
+            return False
         if taken:
             self._rekey(taken)
         return True

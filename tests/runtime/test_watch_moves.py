@@ -130,6 +130,15 @@ def test_moves_renamed_back_nested_and_chained_in_one_pull(tmp_path: Path, walks
     plan = pull_matches_walk(mirror)
     assert walks[0] == 1 and plan.renames == [] and not plan.files and not plan.deleted
     walks[0] = 0
+    prev = "d"
+    for name in ("x", "y", "d", "z"):  # a chain: one rename (a background ``mv`` loop)
+        os.rename(root / prev, root / name)
+        prev = name
+    plan = pull_matches_walk(mirror)
+    assert walks[0] == 1 and plan.renames == [(f"{ROOT}/d", f"{ROOT}/z")]
+    os.rename(root / "z", root / "d")
+    pull_matches_walk(mirror)
+    walks[0] = 0
     os.rename(root / "d/sub", root / "k/sub")  # into another directory
     os.rename(root / "k", root / "k2")  # its new parent moved too
     os.rename(root / "d", root / "k2/sub/d")  # then the old parent below the moved one
