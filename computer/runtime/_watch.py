@@ -347,6 +347,7 @@ class _Inotify:
         self.pump()
         with self.lock:
             taken = held.events, held.walked, held.stats, held.dirs
+            held.lent = True
             held.events, held.walked, held.stats = [], set(), {}
             return taken
 

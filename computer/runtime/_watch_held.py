@@ -21,6 +21,7 @@ class _Held:
         "dirs",
         "empty",
         "events",
+        "lent",
         "over",
         "root",
         "shed",
@@ -48,4 +49,5 @@ class _Held:
         # New directories a cheap look (``count``, on the loop) read of: the next full read adopts
         # them first (37,000 of a ``mkdir -p`` adopted on the loop held it ~150 ms).
         self.unadopted: list[str] = []
+        self.lent = False  # ``dirs`` handed to a drain (``take``): a move re-keys a copy (``_watch_moves``)
         self.adopting, self.adopted = 0, False  # adding directories (or not read past it): pairs no move

@@ -4,12 +4,12 @@ inotify's watches follow the inode: after ``mv d e`` every watch at and below ``
 the paths the watch recorded for them (``_Held.dirs``) are stale. The kernel reports the move as an
 ``IN_MOVED_FROM`` in the old parent and an ``IN_MOVED_TO`` in the new one with one cookie (then an
 ``IN_MOVE_SELF`` on ``d``). :class:`Halves` pairs the two within one read of the shared queue (both in
-the same watch), re-keys the watch's paths at and below ``d`` (a new ``dirs``: a drain in progress
-keeps the map its events were named by) and what its new directories held (``walked``, ``stats``),
-and queues a marker event (:data:`PAIRED`, ``old\\0new``) for ``drain``, which lists the pairs in order
-(``TreeWatch.moves``) for the pull to re-key its state by (``_pull_moves.watched_renames``) instead of
-walking the whole tree (before, s66: every directory move broke the watch; ``mv big big2`` of 20,000
-files cost ~240 ms a call against 3-6 ms bare, a background rename storm 42 % of a core).
+the same watch), re-keys the watch's paths at and below ``d`` (a new ``dirs`` when a drain holds
+the one at hand: it keeps the map its events were named by) and what its new directories held
+(``walked``, ``stats``), and queues a marker event (:data:`PAIRED`, ``old\\0new``) for ``drain``,
+which lists the pairs in order (``TreeWatch.moves``) for the pull to re-key its state by
+(``_pull_moves.watched_renames``) instead of walking the whole tree (before, s66: every directory
+move broke the watch, and the pull after it walked the whole tree and watched it anew).
 
 The watch breaks as before (the pull walks the tree and watches it anew) on a half without its pair in
 the same read (moved in from outside the tree or out of it, to another mirror, a cookie split across
@@ -64,8 +64,10 @@ class Halves:
         if owner.adopting or owner.adopted or _any_at(old, fresh) or _any_at(old, owner.unadopted):
             owner.broken = True
             return False
-        dirs, top, owners = dict(owner.dirs), None, self.owners
-        for wd, path in owner.dirs.items():
+        # A new map only when a drain holds the one at hand (``lent``, by ``take``): one copy a drain.
+        dirs, top, owners = dict(owner.dirs) if owner.lent else owner.dirs, None, self.owners
+        owner.lent = False
+        for wd, path in owner.dirs.items():  # (values only change: safe in place)
             if owners.get(wd) is not owner:
                 continue  # gone (its events keep the old path)
             if _at(path, rel):  # a watched directory there still (an exchange, a move over one): unsure
