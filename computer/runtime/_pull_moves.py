@@ -53,6 +53,7 @@ __all__ = [
     "first_renamed",
     "rename_dirs",
     "renames_refused",
+    "translated",
 ]
 
 # Entries below a gone directory a pairing looks at, at most (its files' inodes name the new place).
@@ -257,7 +258,12 @@ def _related(a: str, b: str) -> bool:
     return a == b or a.startswith(b + "/") or b.startswith(a + "/")
 
 
-def _translate(rel: str, moves: list[tuple[str, str]]) -> str:
+def translated(paths: set[str], moves: Sequence[tuple[str, str]]) -> set[str]:
+    """The state's ``paths`` (relative) where ``moves`` took them."""
+    return {_translate(rel, moves) for rel in paths} if moves else set()
+
+
+def _translate(rel: str, moves: Sequence[tuple[str, str]]) -> str:
     for src, dst in moves:
         if rel == src or rel.startswith(src + "/"):
             rel = dst + rel[len(src) :]

@@ -154,6 +154,27 @@ def test_moves_renamed_back_nested_and_chained_in_one_pull(tmp_path: Path, walks
     mirror.unwatch()
 
 
+def test_a_forced_file_below_a_moved_directory_is_read_at_its_new_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write through a shared mapping raises no event and moves no time (``Mirror.force``): the
+    forced name is the old one, the pull looks at the new (before: the old name failed its lstat, and
+    the file waited for a look at every file, not due at a live tick)."""
+    mirror = seeded(tmp_path)
+    root = mirror.directory
+    st = os.lstat(root / "d/f1")
+    (root / "d/f1").write_bytes(b"D/F1")  # same size, the time put back: as a mapping's write
+    os.utime(root / "d/f1", ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert mirror.watch is not None and mirror.watch.drain()  # (its events: as if none came)
+    assert mirror.force("d/f1") == 1
+    os.rename(root / "d", root / "e")
+    monkeypatch.setattr(mirror, "look_due", lambda paced=False: False)  # a tick, no full look due
+    plan, _ = mirror.plan(paced=True)
+    assert plan.renames == [(f"{ROOT}/d", f"{ROOT}/e")]
+    assert [r for r, _ in plan.files] == ["e/f1"]
+    mirror.unwatch()
+
+
 @pytest.mark.parametrize("where", ["out", "in"])
 def test_a_move_out_of_or_into_the_tree_walks_as_before(tmp_path: Path, walks: list[int], where: str) -> None:
     mirror = seeded(tmp_path)
