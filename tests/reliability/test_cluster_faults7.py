@@ -140,17 +140,20 @@ async def test_a_file_lost_behind_the_systems_back_is_still_unavailable(
 
 def test_tombstones_are_bounded_by_age_and_count_and_dropped_by_a_new_life(tmp_path: Path) -> None:
     """Each deletion's write drops tombstones older than the TTL and all but the newest ``kept``; a new
-    life's file note drops the name's. 20 deletions with ``kept`` 5 leave the 5 newest."""
+    life's file note drops the name's. One two hours old goes at the next deletion (TTL one hour); 20
+deletions with ``kept`` 5 leave the 5 newest."""
     path = tmp_path / REGISTRY_FILE
     registry = SqliteDirectory(path)
     try:
         registry.note_deleted("aged", 3, "process 1 on box", ttl=3600.0, kept=100)
         with sqlite3.connect(path) as db:
             db.execute("UPDATE deleted SET at = at - 7200 WHERE name = 'aged'")  # two hours ago
+        registry.note_deleted("fresh", 3, "process 1 on box", ttl=3600.0, kept=100)
+        assert registry.deletion_of("aged") is None  # past the TTL
+        assert registry.deletion_of("fresh") is not None and registry.tombstones() == 1
         for i in range(20):
             registry.note_deleted(f"ws-{i:02d}", 2, "process 1 on box", ttl=3600.0, kept=5)
             assert registry.tombstones() <= 5
-        assert registry.deletion_of("aged") is None  # past the TTL
         assert registry.tombstones() == 5
         kept = [f"ws-{i:02d}" for i in range(20) if registry.deletion_of(f"ws-{i:02d}") is not None]
         assert kept == [f"ws-{i:02d}" for i in range(15, 20)]  # the newest
