@@ -140,8 +140,8 @@ async def test_a_file_lost_behind_the_systems_back_is_still_unavailable(
 
 def test_tombstones_are_bounded_by_age_and_count_and_dropped_by_a_new_life(tmp_path: Path) -> None:
     """Each deletion's write drops tombstones older than the TTL and all but the newest ``kept``; a new
-    life's file note drops the name's. One two hours old goes at the next deletion (TTL one hour); 20
-deletions with ``kept`` 5 leave the 5 newest."""
+        life's file note drops the name's. One two hours old goes at the next deletion (TTL one hour); 20
+    deletions with ``kept`` 5 leave the 5 newest."""
     path = tmp_path / REGISTRY_FILE
     registry = SqliteDirectory(path)
     try:
