@@ -388,7 +388,7 @@ def _note_deleted(directory: Directory, name: str, epoch: int) -> None:
     ``directory/_registry.py``), so a Redis restored from a dump taken before this deletion brings no
     workspace back as "unavailable, its file is missing": the name is new again. A tombstone that
     cannot be written is logged, the deletion done: such a dump then reads "unavailable" (the safe side)."""
-    note = getattr(directory, "note_deleted", None)
+    note = getattr(directory, "bury", None)  # ``RegisteredDirectory`` only
     if note is None:
         return
     try:

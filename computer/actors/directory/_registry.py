@@ -148,8 +148,10 @@ class RegisteredDirectory:
             self._registry(lambda registry: registry.forget_file(name))
         return removed
 
-    def note_deleted(self, name: str, epoch: int, by: str) -> None:
-        """A deletion under lease ``epoch`` removed ``name``: its tombstone (bounded, see the module)."""
+    def bury(self, name: str, epoch: int, by: str) -> None:
+        """A deletion under lease ``epoch`` removed ``name``: its tombstone (bounded, see the module).
+        Only this directory has it: the embedded one (``SqliteDirectory``, ``HeadDirectory``) never
+        comes back from an older state, so a deletion leaves no tombstone there."""
         self._registry(
             lambda registry: registry.note_deleted(name, epoch, by, ttl=TOMBSTONE_TTL, kept=TOMBSTONES_KEPT)
         )
