@@ -399,6 +399,7 @@ class MirrorSync:
                     result = await ctx.sync_pull(page, base_rev)
                     if result.unrenamed:  # nothing committed: the state as it was, the tree walked again
                         mirror.unrename()
+                        mirror.pull_unsent()  # (and what the plan took as sent without an entry: times)
                         raise Unrenamed
                     if result.missing:  # a first page whose kept chunks are gone: nothing committed
                         pages.close()

@@ -193,3 +193,33 @@ async def test_a_rename_rides_on_the_first_page_of_a_paged_pull(tmp_path: Path) 
         assert len(pages) > 2 and [bool(p.renames) for p in pages] == [True] + [False] * (len(pages) - 1)
         assert (await ws.fs.stat(f"{ROOT}/e/7")).ino == before
         assert await workspace_view(ws) == await sandbox_view(ws)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_refused_rename_keeps_the_tops_touch_of_the_same_run(
+    tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner refuses the rename (the workspace wrote below the old name), the pull is planned again
+    without it: the top's ``touch -d`` of the same run still reaches the workspace. Before, the refused
+    plan had taken the top's new time as sent, and the plan sent again found it unchanged: the
+    workspace's top kept the run's earlier time."""
+    refused: list[bool] = []
+    original = LocalExecContext.sync_pull
+
+    async def sync_pull(self: Any, pull: SyncPull, base_rev: int) -> Any:
+        if pull.renames and not refused:
+            await self.fs.write_file(f"{ROOT}/p/d/ws.txt", b"workspace\n")
+        result = await original(self, pull, base_rev)
+        if pull.renames:
+            refused.append(result.unrenamed)
+        return result
+
+    async with opened(tmp_path / "ws.sqlite", shell=shell(live), python=False) as ws:
+        await ok(ws, "mkdir -p p/d && seq 1 20 | (cd p/d && xargs touch)")
+        monkeypatch.setattr(LocalExecContext, "sync_pull", sync_pull)
+        await ok(ws, "mv p/d p/e && touch -d '2001-01-01 00:00:00 UTC' .")
+        monkeypatch.undo()
+        assert refused == [True]
+        assert (await ws.fs.stat(ROOT)).mtime == 978_307_200_000
+        assert await ws.fs.read_text(f"{ROOT}/p/d/ws.txt") == "workspace\n"
+        assert len(await ws.fs.readdir(f"{ROOT}/p/e")) == 20
