@@ -147,9 +147,13 @@ class PullRenames(MirrorWatch):
         self.renaming = moves
 
     def unrename(self) -> None:
-        """The next plan walks the whole tree (a new watch: a pull failed or was refused), and what
-        :meth:`find_renames` re-keyed is put back (it then pairs nothing)."""
+        """The next plan walks the whole tree (a new watch: a pull failed or was refused), what
+        :meth:`find_renames` re-keyed is put back (it then pairs nothing), and what the plan took as
+        sent without an entry, the top's time and mode and a walk's directory times (``pull_unsent``).
+        Before (s66), a refused pull planned again found those unchanged: a run's ``mv p/d p/e &&
+        touch -d 2001 .`` refused by a workspace write below ``p/d`` left the top's time in the sandbox."""
         self.unwatch()
+        self.pull_unsent()
         if self.renamed_from is not None:
             self.state, self.chunks, self.prints = self.renamed_from
             self.renamed_from, self.renaming = None, []

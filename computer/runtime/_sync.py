@@ -288,8 +288,7 @@ class MirrorSync:
             # is what a cancelled one planned (a live sandbox's end cancels its tick: before, only a
             # failure to store counted; the plan went on alone in its thread and was dropped, the
             # end's pull found the watch quiet, and the warm mirror kept what the workspace never got).
-            mirror.unrename()  # a walk next, the state without renames it took (the workspace may lack them)
-            mirror.pull_unsent()  # the top's time and mode, a walk's directories' times (no entries)
+            mirror.unrename()  # a walk next; the state (renames), the top's and directories' times as before
             raise
         finally:
             mirror.restore_lifts()
@@ -399,7 +398,6 @@ class MirrorSync:
                     result = await ctx.sync_pull(page, base_rev)
                     if result.unrenamed:  # nothing committed: the state as it was, the tree walked again
                         mirror.unrename()
-                        mirror.pull_unsent()  # (and what the plan took as sent without an entry: times)
                         raise Unrenamed
                     if result.missing:  # a first page whose kept chunks are gone: nothing committed
                         pages.close()
