@@ -159,6 +159,17 @@ class PullRenames(MirrorWatch):
             self.renamed_from, self.renaming = None, []
             self.no_renames = True
 
+    def renames_done(self, page: SyncPull, own_revs: list[int]) -> None:
+        """The owner committed ``page`` (``own_revs``, its revisions): when it carried the renames, the
+        state keeps their names and those revisions are the mirror's own (in the mirror already), even
+        if a later page fails (:meth:`unrename` then puts back nothing but the times). Before (s66), a
+        live pull whose second page failed put the state back to the old names with the committed
+        rename not its own: the next sync took it for the workspace's, refused every file below the new
+        name as a conflict and dropped from the sandbox those the failed pages carried."""
+        if page.renames:
+            self.renamed()
+            self.own_revs = sorted({*self.own_revs, *own_revs})
+
     def renamed(self) -> None:
         """The pull that re-keyed the state is settled: nothing to put back."""
         self.renamed_from, self.renaming = None, []

@@ -403,6 +403,7 @@ class MirrorSync:
                         pages.close()
                         pages = _Pages(mirror.pages(plan, self.limits.max_sync_bytes))
                         continue
+                    mirror.renames_done(page, result.own_revs)  # (kept if a later page fails)
                     own = own + result.own_revs
                     moves.update((r, (src, dst, r)) for src, dst, r in result.moves)
                     carried.update(result.carried)

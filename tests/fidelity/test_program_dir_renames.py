@@ -223,3 +223,38 @@ async def test_a_refused_rename_keeps_the_tops_touch_of_the_same_run(
         assert (await ws.fs.stat(ROOT)).mtime == 978_307_200_000
         assert await ws.fs.read_text(f"{ROOT}/p/d/ws.txt") == "workspace\n"
         assert len(await ws.fs.readdir(f"{ROOT}/p/e")) == 20
+
+
+async def test_a_live_pull_failing_after_its_renames_were_committed_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of 64 KiB, the second fails (a full disk for a moment; a cancelled tick likewise): the
+    first committed the rename and the first file. The next sync sends the other files below the new
+    name. Before, the mirror put its state back to the old names with the committed revisions not its
+    own: the next sync took the workspace's rename for a change of its own below both names, refused
+    every file below ``e`` as a conflict and dropped them from the sandbox (3 of 4 files lost)."""
+    pages: list[SyncPull] = []
+    original = LocalExecContext.sync_pull
+
+    async def sync_pull(self: Any, pull: SyncPull, base_rev: int) -> Any:
+        pages.append(pull)
+        if len(pages) == 2:
+            raise OSError(28, "No space left on device")
+        return await original(self, pull, base_rev)
+
+    backend = ShellBackend(live=True, max_sync_bytes=64 * 1024)
+    if not backend.live:
+        pytest.skip("no cgroup freezer here")
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ok(ws, MAKE)
+        monkeypatch.setattr(LocalExecContext, "sync_pull", sync_pull)
+        source = "mv d e && for i in 1 2 3 4; do head -c 40000 /dev/urandom > e/sub/r$i; done"
+        await (await ws.runtime.exec(source, timeout=60)).result()
+        monkeypatch.undo()
+        assert len(pages) >= 2 and pages[0].renames
+        await ok(ws, "true")
+        assert not await ws.fs.exists(f"{ROOT}/d")
+        sizes = [(await ws.fs.stat(f"{ROOT}/e/sub/r{i}")).size for i in (1, 2, 3, 4)]
+        assert sizes == [40000] * 4
+        assert len(await ws.fs.readdir(f"{ROOT}/e")) == 303
+        assert await workspace_view(ws) == await sandbox_view(ws)
