@@ -9,8 +9,9 @@ what the program did with one directory entry (1.3-2.3 s a call, against 3-6 ms 
   from the state with where its files went (:meth:`PullRenames.find_renames`): a file's inode is in the
   state (a directory's is not: its entry is its mode alone, ``_entry``), so a few files below the old
   path (``PROBES``) found at the same relative place below another path name the new one. It then
-  re-keys its state, chunk lists and fingerprints to the new names (so the pull sends what the program
-  changed after the rename as usual, at the new names, and nothing else), and the plan carries the
+  re-keys its state, chunk lists, fingerprints and an unwatched tree's directory times to the new names
+  (so the pull sends what the program changed after the rename as usual, at the new names, and nothing
+  else), and the plan carries the
   pairs (``PullPlan.renames``), which ride on the pull's first page (``SyncPull.renames``).
 * The owner renames each (:func:`rename_dirs`) before anything else of that page, under the conflict
   rule of any pull: when the workspace changed anything at, above or below either name since the
@@ -124,6 +125,9 @@ class PullRenames(MirrorWatch):
         """The state, chunk lists and fingerprints with each of ``moves`` done (the old ones kept)."""
         self.renamed_from = (self.state, self.chunks, self.prints)
         state, chunks, prints = dict(self.state), dict(self.chunks), dict(self.prints)
+        # An unwatched tree's baseline of directory times too (``moved_times``): before, a run's
+        # ``mv d e && touch -d @1000000000 e/sub`` compared ``e/sub`` with nothing and never sent it.
+        times = dict(self.walk_times)
         ordered = path_order(state)
         for src, dst in moves:
             lo = bisect.bisect_left(ordered, src + "/")
@@ -143,7 +147,9 @@ class PullRenames(MirrorWatch):
                 chunks[dst + key[len(src) :]] = chunks.pop(key)
             for key in [k for k in prints if is_below(k, src)]:
                 prints[dst + key[len(src) :]] = prints.pop(key)
-        self.state, self.chunks, self.prints = state, chunks, prints
+            for key in [k for k in times if is_below(k, src)]:
+                times[dst + key[len(src) :]] = times.pop(key)
+        self.state, self.chunks, self.prints, self.walk_times = state, chunks, prints, times
         self.renaming = moves
 
     def unrename(self) -> None:

@@ -258,3 +258,21 @@ async def test_a_live_pull_failing_after_its_renames_were_committed_loses_nothin
         assert sizes == [40000] * 4
         assert len(await ws.fs.readdir(f"{ROOT}/e")) == 303
         assert await workspace_view(ws) == await sandbox_view(ws)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_directory_time_set_below_a_renamed_one_in_an_unwatched_tree_is_kept(
+    tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tree walked, not watched (``_watch.MAX_DIRS`` cut to 50): the run renames ``d`` and sets the
+    time of the directory below it. Before, the walk compared ``e/sub``'s time with a baseline that
+    knew it as ``d/sub`` only: the time was never sent, the rename kept the older one."""
+    from computer.runtime import _watch
+
+    monkeypatch.setattr(_watch, "MAX_DIRS", 50)
+    async with opened(tmp_path / "ws.sqlite", shell=shell(live), python=False) as ws:
+        await ok(ws, "mkdir -p t/d{0..79} d/sub && echo x > d/f && echo y > d/sub/y")
+        rev = ws.fs.rev
+        await ok(ws, "mv d e && touch -d @1000000000 e/sub")
+        assert ("rename", f"{ROOT}/e") in _ops(ws, rev)
+        assert (await ws.fs.stat(f"{ROOT}/e/sub")).mtime == 1_000_000_000_000
