@@ -36,6 +36,7 @@ import dataclasses
 from collections.abc import Generator, Sequence
 from typing import Any
 
+from ..storage.paths import real_path
 from ._backend import BIG_FILE, SyncPull
 from ._entry import INO, KIND, SIZE
 from ._held_links import is_utf8
@@ -108,9 +109,8 @@ class PullRenames(MirrorWatch):
             held = _untranslate(new, moves)
             if held is not None and held in state:
                 continue  # the new name is taken in the state (a rename over it: sent as before)
-            parent = _untranslate(new.rpartition("/")[0], moves)
-            if parent and parent in state and not _is_dir(state[parent]):
-                continue
+            if not _dirs_above(new, moves, state):
+                continue  # a symlink above the new name (the owner's rename would go through it)
             if any(_related(self.workspace_path(p), q) for p in (src, new) for q in lacking):
                 continue
             news = news if news is not None else path_order(now)
@@ -238,6 +238,20 @@ def _untranslate(rel: str, moves: list[tuple[str, str]]) -> str | None:
     return rel
 
 
+def _dirs_above(rel: str, moves: list[tuple[str, str]], state: dict[str, Entry]) -> bool:
+    """Whether every ancestor of ``rel`` the state holds (once ``moves`` are done) is a directory. One
+    that is a symlink or a file there is one in the workspace too, which the owner renames before the
+    page replaces it: before (s66 review), ``rm l && mkdir -p l/y && mv d l/y/x`` over a link ``l ->
+    /.computer`` had the owner make ``/.computer/y`` and move the program's tree into it."""
+    parent = rel.rpartition("/")[0]
+    while parent:
+        held = _untranslate(parent, moves)
+        if held is not None and held in state and not _is_dir(state[held]):
+            return False
+        parent = parent.rpartition("/")[0]
+    return True
+
+
 def _probe(
     gone: str, src: str, olds: list[str], state: dict[str, Entry], by_ino: dict[int, str]
 ) -> str | None:
@@ -301,9 +315,12 @@ def renames_refused(
 
 async def as_taken(fs: Any, renames: list[tuple[str, str]]) -> bool:
     """Whether the workspace holds the renames' names as the mirror took them: each old name a
-    directory and each new one free, but where an earlier rename of the list makes or frees them."""
+    directory and each new one free, but where an earlier rename of the list makes or frees them, and
+    no symlink on the way to either name (once the earlier renames are done: :func:`_unlinked`)."""
     for index, (src, dst) in enumerate(renames):
         earlier = renames[:index]
+        if not (await _unlinked(fs, src, earlier) and await _unlinked(fs, dst, earlier)):
+            return False
         if not any(_related(src, d) for _, d in earlier):
             try:
                 if not (await fs.stat(src)).is_directory:
@@ -313,6 +330,20 @@ async def as_taken(fs: Any, renames: list[tuple[str, str]]) -> bool:
         if not any(_related(dst, p) for pair in earlier for p in pair) and await fs.exists(dst):
             return False
     return True
+
+
+async def _unlinked(fs: Any, path: str, earlier: list[tuple[str, str]]) -> bool:
+    """Whether ``path``, once the ``earlier`` renames are done, is reached through no symlink of the
+    workspace and is none itself. A rename and the ``mkdir`` of its new name's parents follow the
+    links on the way (as any path's parents are): the mirror, which sends the names, is not trusted
+    to have seen them (a run that replaced a link ``l -> /.computer`` by a directory has its page
+    replace it only after the renames). Checked where the workspace holds it now: through the earlier
+    renames back to the old name, or what leads to a name one of them left empty."""
+    at = _untranslate(path, earlier)
+    while at is None:  # (a name an earlier rename emptied: renames are below the root, never it)
+        path = path.rpartition("/")[0]
+        at = _untranslate(path, earlier)
+    return bool(await real_path(fs, at) == at)
 
 
 async def rename_dirs(fs: Any, renames: list[tuple[str, str]], own: set[int]) -> list[str]:
