@@ -42,6 +42,7 @@ from ._entry import INO, KIND, SIZE
 from ._held_links import is_utf8
 from ._mirror_base import Entry, PullPlan, is_below
 from ._mirror_watch import MirrorWatch
+from ._protected import SYSTEM_DIR
 from ._pull_pages import path_order
 from ._pull_rules import Conflicts
 
@@ -302,13 +303,14 @@ def renames_refused(
 ) -> bool:
     """Whether the owner refuses a pull's directory renames (``(old, new)``, in order): one is not
     strictly below the pull's root, the workspace changed something at, above or below either name
-    since the mirror's revision (``conflicts``), or a protected path is there."""
+    since the mirror's revision (``conflicts``), or a protected path is there, the workspace's own
+    :data:`~._protected.SYSTEM_DIR` always (whatever root and protected paths the mirror names)."""
     for src, dst in renames:
         if src == root or dst == root or not (is_below(src, root) and is_below(dst, root)):
             return True
         if _related(src, dst) or conflicts.hit(src) or conflicts.hit(dst):
             return True
-        if any(_related(p, q) for p in protected for q in (src, dst)):
+        if any(_related(p, q) for p in (*protected, SYSTEM_DIR) for q in (src, dst)):
             return True
     return False
 

@@ -70,3 +70,29 @@ async def test_the_owner_refuses_renames_through_a_workspace_link(renames: list[
         assert await fs.read_text("/w/d/f") == "program"
     finally:
         fs.close()
+
+
+@pytest.mark.parametrize(
+    "renames", [[("/.computer", "/x")], [("/w/d", "/.computer/y")], [("/.computer/exec", "/w/e")]]
+)
+async def test_the_owner_refuses_renames_of_its_own_directory_whatever_the_root(
+    renames: list[tuple[str, str]],
+) -> None:
+    """A pull whose root is ``/`` (no backend mirrors it: ``check_mount_root``) and which names no
+    protected path still renames nothing at or below ``/.computer``."""
+    from types import SimpleNamespace
+
+    from computer.runtime import SyncPull
+    from computer.runtime._context import LocalExecContext
+    from computer.storage import FileSystem
+
+    fs = FileSystem.open(None)
+    try:
+        await fs.mkdir("/.computer/exec", recursive=True)
+        await fs.mkdir("/w/d", recursive=True)
+        rev = fs.rev
+        ctx = LocalExecContext(SimpleNamespace(fs=fs, id="w"))
+        result = await ctx.sync_pull(SyncPull("/", renames=renames), rev)
+        assert result.unrenamed and fs.rev == rev
+    finally:
+        fs.close()
