@@ -30,6 +30,7 @@ import errno
 import logging
 import os
 import re
+import socket
 import sys
 import time
 from dataclasses import dataclass
@@ -374,11 +375,26 @@ def _remove(
     path = workspace_file(config, name)
     if lease is None:
         lease = take_lease(directory, name, path, node=DELETING, host=None, ttl=_DELETE_LEASE)
-    (owner_id, _), workspace_id = _fence_and_hold(directory, name, path, lease)
+    (owner_id, epoch), workspace_id = _fence_and_hold(directory, name, path, lease)
     links = asyncio.run(_remove_links(config, workspace_id)) if workspace_id else 0
     size = remove_workspace_files(config, name)  # after the fence, which may have made -wal/-shm
     directory.remove(name, owner_id)
+    _note_deleted(directory, name, epoch)
     return DeletedWorkspace(name, stopped, size, links)
+
+
+def _note_deleted(directory: Directory, name: str, epoch: int) -> None:
+    """Leave the deletion's tombstone where the directory keeps one (the file registry beside Redis,
+    ``directory/_registry.py``), so a Redis restored from a dump taken before this deletion brings no
+    workspace back as "unavailable, its file is missing": the name is new again. A tombstone that
+    cannot be written is logged, the deletion done: such a dump then reads "unavailable" (the safe side)."""
+    note = getattr(directory, "bury", None)  # ``RegisteredDirectory`` only
+    if note is None:
+        return
+    try:
+        note(name, epoch, f"process {os.getpid()} on {socket.gethostname()}")
+    except Exception:
+        log.exception("workspace %s: deleted, but its tombstone could not be written", name)
 
 
 _HOLD_TRIES = 5  # rounds of "the record is not the deletion's": each one a directory that lost it again

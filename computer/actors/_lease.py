@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import socket
 import sys
@@ -19,6 +20,8 @@ from pathlib import Path
 from ..storage import FileSystem
 from ._errors import WorkspaceUnavailableError
 from .directory import DELETING, Directory, WorkspaceRecord
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "awake",
@@ -56,12 +59,17 @@ def owner_file(directory: Directory, name: str, path: Path, *, host: str | None)
     so that a record always means a file (an owner killed in between would make the name unavailable).
 
     A deleted workspace has no record (``delete_workspace`` removes it last), so its name is new again;
-    so is one whose deletion died after removing the file (the record is the deletion's).
+    so is one whose deletion died after removing the file (the record is the deletion's), and one whose
+    record is older than its deletion's tombstone (a Redis restored from a dump taken before the
+    deletion: ``directory/_registry.py``). A file lost otherwise has no tombstone: unavailable.
     """
     if path.exists():
         return
     record = directory.get(name)
-    if record is None or record.node == DELETING:  # deleted, or a deletion's (which refuses the lease)
+    deleted = _deleted_before(directory, record)
+    if deleted is not None:
+        log.warning("workspace %s: %s; a new, empty workspace is made under its name", name, deleted)
+    if record is None or record.node == DELETING or deleted is not None:  # deleted, or a deletion's
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             FileSystem.open(str(path), garbage_timer=False).close()
@@ -76,6 +84,16 @@ def owner_file(directory: Directory, name: str, path: Path, *, host: str | None)
         "not reachable here; an owner never opens it as a new empty workspace "
         "(delete_workspace(name, force=True) forgets a workspace whose file is lost for good)",
     )
+
+
+def _deleted_before(directory: Directory, record: WorkspaceRecord | None) -> str | None:
+    """What the tombstone of a deletion newer than ``record`` says, where the directory keeps
+    tombstones (``RegisteredDirectory.deleted_before``); None otherwise."""
+    check = getattr(directory, "deleted_before", None)
+    if record is None or check is None:
+        return None
+    found: str | None = check(record)
+    return found
 
 
 def _forget_unborn(path: Path) -> None:

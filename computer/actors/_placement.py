@@ -42,6 +42,7 @@ from .directory import (
     DELETING,
     RedisDirectory,
     WorkspaceRecord,
+    deleted_before,
     last_known_file,
     open_directory,
     refuse_while_deleting,
@@ -200,6 +201,8 @@ def _scheduling(config: Settings, name: str, deletion: str | None = None) -> Any
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     alive = alive_nodes()
+    if record is not None and not _reachable(record, alive) and deleted_before(config, record):
+        record = None  # from before the name's deletion (a Redis restored from an older dump): new again
     if record is None or not record.node:
         if len(alive) <= 1 and workspace_file(config, name).exists():
             return None  # one node: its file is here
@@ -238,6 +241,13 @@ def _scheduling(config: Settings, name: str, deletion: str | None = None) -> Any
     raise WorkspaceUnavailableError(
         name, f"its file is on {where}, which has no alive Ray node (set shared_data_dir if shared)"
     )
+
+
+def _reachable(record: WorkspaceRecord, alive: dict[str, str]) -> bool:
+    """Whether ``record``'s node, or an alive node of its machine, is up (the tombstone is read only
+    when not: placement's error path costs no registry read on the way to an alive node, where the
+    owner reads it itself if the file is missing, ``_lease.owner_file``)."""
+    return record.node in alive or (record.host is not None and record.host in alive.values())
 
 
 def refuse_a_registered_file(config: Settings, name: str, alive: dict[str, str]) -> None:

@@ -11,8 +11,9 @@ what the program did with one directory entry (1.3-2.3 s a call, against 3-6 ms 
   from the state with where its files went (:meth:`PullRenames.find_renames`): a file's inode is in the
   state (a directory's is not: its entry is its mode alone, ``_entry``), so a few files below the old
   path (``PROBES``) found at the same relative place below another path name the new one. It then
-  re-keys its state, chunk lists and fingerprints to the new names (so the pull sends what the program
-  changed after the rename as usual, at the new names, and nothing else), and the plan carries the
+  re-keys its state, chunk lists, fingerprints and an unwatched tree's directory times to the new names
+  (so the pull sends what the program changed after the rename as usual, at the new names, and nothing
+  else), and the plan carries the
   pairs (``PullPlan.renames``), which ride on the pull's first page (``SyncPull.renames``).
 * The owner renames each (:func:`rename_dirs`) before anything else of that page, under the conflict
   rule of any pull: when the workspace changed anything at, above or below either name since the
@@ -37,11 +38,13 @@ import dataclasses
 from collections.abc import Generator, Sequence
 from typing import Any
 
+from ..storage.paths import real_path
 from ._backend import BIG_FILE, SyncPull
 from ._entry import INO, KIND, SIZE
 from ._held_links import is_utf8
 from ._mirror_base import Entry, PullPlan, is_below
 from ._mirror_watch import MirrorWatch
+from ._protected import SYSTEM_DIR
 from ._pull_pages import keys_below, path_order
 from ._pull_rules import Conflicts
 
@@ -112,9 +115,8 @@ class PullRenames(MirrorWatch):
             held = _untranslate(new, moves)
             if held is not None and held in state:
                 continue  # the new name is taken in the state (a rename over it: sent as before)
-            parent = _untranslate(new.rpartition("/")[0], moves)
-            if parent and parent in state and not _is_dir(state[parent]):
-                continue
+            if not _dirs_above(new, moves, state):
+                continue  # a symlink above the new name (the owner's rename would go through it)
             if any(_related(self.workspace_path(p), q) for p in (src, new) for q in lacking):
                 continue
             news = news if news is not None else path_order(now)
@@ -183,6 +185,9 @@ class PullRenames(MirrorWatch):
         """The state, chunk lists and fingerprints with each of ``moves`` done (the old ones kept)."""
         self.renamed_from = (self.state, self.chunks, self.prints)
         state, chunks, prints = dict(self.state), dict(self.chunks), dict(self.prints)
+        # An unwatched tree's baseline of directory times too (``moved_times``): before, a run's
+        # ``mv d e && touch -d @1000000000 e/sub`` compared ``e/sub`` with nothing and never sent it.
+        times = dict(self.walk_times)
         ordered = path_order(state)
         for src, dst in moves:
             lo = bisect.bisect_left(ordered, src + "/")
@@ -202,17 +207,34 @@ class PullRenames(MirrorWatch):
                 chunks[dst + key[len(src) :]] = chunks.pop(key)
             for key in [k for k in prints if is_below(k, src)]:
                 prints[dst + key[len(src) :]] = prints.pop(key)
-        self.state, self.chunks, self.prints = state, chunks, prints
+            for key in [k for k in times if is_below(k, src)]:
+                times[dst + key[len(src) :]] = times.pop(key)
+        self.state, self.chunks, self.prints, self.walk_times = state, chunks, prints, times
         self.renaming = moves
 
     def unrename(self) -> None:
-        """The next plan walks the whole tree (a new watch: a pull failed or was refused), and what
-        :meth:`find_renames` re-keyed is put back (it then pairs nothing)."""
+        """The next plan walks the whole tree (a new watch: a pull failed or was refused), what
+        :meth:`find_renames` re-keyed is put back (it then pairs nothing), and what the plan took as
+        sent without an entry, the top's time and mode and a walk's directory times (``pull_unsent``).
+        Before (s66), a refused pull planned again found those unchanged: a run's ``mv p/d p/e &&
+        touch -d 2001 .`` refused by a workspace write below ``p/d`` left the top's time in the sandbox."""
         self.unwatch()
+        self.pull_unsent()
         if self.renamed_from is not None:
             self.state, self.chunks, self.prints = self.renamed_from
             self.renamed_from, self.renaming = None, []
             self.no_renames = True
+
+    def renames_done(self, page: SyncPull, own_revs: list[int]) -> None:
+        """The owner committed ``page`` (``own_revs``, its revisions): when it carried the renames, the
+        state keeps their names and those revisions are the mirror's own (in the mirror already), even
+        if a later page fails (:meth:`unrename` then puts back nothing but the times). Before (s66), a
+        live pull whose second page failed put the state back to the old names with the committed
+        rename not its own: the next sync took it for the workspace's, refused every file below the new
+        name as a conflict and dropped from the sandbox those the failed pages carried."""
+        if page.renames:
+            self.renamed()
+            self.own_revs = sorted({*self.own_revs, *own_revs})
 
     def renamed(self) -> None:
         """The pull that re-keyed the state is settled: nothing to put back."""
@@ -281,6 +303,20 @@ def _untranslate(rel: str, moves: list[tuple[str, str]]) -> str | None:
     return rel
 
 
+def _dirs_above(rel: str, moves: list[tuple[str, str]], state: dict[str, Entry]) -> bool:
+    """Whether every ancestor of ``rel`` the state holds (once ``moves`` are done) is a directory. One
+    that is a symlink or a file there is one in the workspace too, which the owner renames before the
+    page replaces it: before (s66 review), ``rm l && mkdir -p l/y && mv d l/y/x`` over a link ``l ->
+    /.computer`` had the owner make ``/.computer/y`` and move the program's tree into it."""
+    parent = rel.rpartition("/")[0]
+    while parent:
+        held = _untranslate(parent, moves)
+        if held is not None and held in state and not _is_dir(state[held]):
+            return False
+        parent = parent.rpartition("/")[0]
+    return True
+
+
 def _probe(
     gone: str, src: str, olds: list[str], state: dict[str, Entry], by_ino: dict[int, str]
 ) -> str | None:
@@ -331,22 +367,26 @@ def renames_refused(
 ) -> bool:
     """Whether the owner refuses a pull's directory renames (``(old, new)``, in order): one is not
     strictly below the pull's root, the workspace changed something at, above or below either name
-    since the mirror's revision (``conflicts``), or a protected path is there."""
+    since the mirror's revision (``conflicts``), or a protected path is there, the workspace's own
+    :data:`~._protected.SYSTEM_DIR` always (whatever root and protected paths the mirror names)."""
     for src, dst in renames:
         if src == root or dst == root or not (is_below(src, root) and is_below(dst, root)):
             return True
         if _related(src, dst) or conflicts.hit(src) or conflicts.hit(dst):
             return True
-        if any(_related(p, q) for p in protected for q in (src, dst)):
+        if any(_related(p, q) for p in (*protected, SYSTEM_DIR) for q in (src, dst)):
             return True
     return False
 
 
 async def as_taken(fs: Any, renames: list[tuple[str, str]]) -> bool:
     """Whether the workspace holds the renames' names as the mirror took them: each old name a
-    directory and each new one free, but where an earlier rename of the list makes or frees them."""
+    directory and each new one free, but where an earlier rename of the list makes or frees them, and
+    no symlink on the way to either name (once the earlier renames are done: :func:`_unlinked`)."""
     for index, (src, dst) in enumerate(renames):
         earlier = renames[:index]
+        if not (await _unlinked(fs, src, earlier) and await _unlinked(fs, dst, earlier)):
+            return False
         if not any(_related(src, d) for _, d in earlier):
             try:
                 if not (await fs.stat(src)).is_directory:
@@ -356,6 +396,20 @@ async def as_taken(fs: Any, renames: list[tuple[str, str]]) -> bool:
         if not any(_related(dst, p) for pair in earlier for p in pair) and await fs.exists(dst):
             return False
     return True
+
+
+async def _unlinked(fs: Any, path: str, earlier: list[tuple[str, str]]) -> bool:
+    """Whether ``path``, once the ``earlier`` renames are done, is reached through no symlink of the
+    workspace and is none itself. A rename and the ``mkdir`` of its new name's parents follow the
+    links on the way (as any path's parents are): the mirror, which sends the names, is not trusted
+    to have seen them (a run that replaced a link ``l -> /.computer`` by a directory has its page
+    replace it only after the renames). Checked where the workspace holds it now: through the earlier
+    renames back to the old name, or what leads to a name one of them left empty."""
+    at = _untranslate(path, earlier)
+    while at is None:  # (a name an earlier rename emptied: renames are below the root, never it)
+        path = path.rpartition("/")[0]
+        at = _untranslate(path, earlier)
+    return bool(await real_path(fs, at) == at)
 
 
 async def rename_dirs(fs: Any, renames: list[tuple[str, str]], own: set[int]) -> list[str]:

@@ -288,8 +288,7 @@ class MirrorSync:
             # is what a cancelled one planned (a live sandbox's end cancels its tick: before, only a
             # failure to store counted; the plan went on alone in its thread and was dropped, the
             # end's pull found the watch quiet, and the warm mirror kept what the workspace never got).
-            mirror.unrename()  # a walk next, the state without renames it took (the workspace may lack them)
-            mirror.pull_unsent()  # the top's time and mode, a walk's directories' times (no entries)
+            mirror.unrename()  # a walk next; the state (renames), the top's and directories' times as before
             raise
         finally:
             mirror.restore_lifts()
@@ -404,6 +403,7 @@ class MirrorSync:
                         pages.close()
                         pages = _Pages(mirror.pages(plan, self.limits.max_sync_bytes))
                         continue
+                    mirror.renames_done(page, result.own_revs)  # (kept if a later page fails)
                     own = own + result.own_revs
                     moves.update((r, (src, dst, r)) for src, dst, r in result.moves)
                     carried.update(result.carried)

@@ -193,3 +193,86 @@ async def test_a_rename_rides_on_the_first_page_of_a_paged_pull(tmp_path: Path) 
         assert len(pages) > 2 and [bool(p.renames) for p in pages] == [True] + [False] * (len(pages) - 1)
         assert (await ws.fs.stat(f"{ROOT}/e/7")).ino == before
         assert await workspace_view(ws) == await sandbox_view(ws)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_refused_rename_keeps_the_tops_touch_of_the_same_run(
+    tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The owner refuses the rename (the workspace wrote below the old name), the pull is planned again
+    without it: the top's ``touch -d`` of the same run still reaches the workspace. Before, the refused
+    plan had taken the top's new time as sent, and the plan sent again found it unchanged: the
+    workspace's top kept the run's earlier time."""
+    refused: list[bool] = []
+    original = LocalExecContext.sync_pull
+
+    async def sync_pull(self: Any, pull: SyncPull, base_rev: int) -> Any:
+        if pull.renames and not refused:
+            await self.fs.write_file(f"{ROOT}/p/d/ws.txt", b"workspace\n")
+        result = await original(self, pull, base_rev)
+        if pull.renames:
+            refused.append(result.unrenamed)
+        return result
+
+    async with opened(tmp_path / "ws.sqlite", shell=shell(live), python=False) as ws:
+        await ok(ws, "mkdir -p p/d && seq 1 20 | (cd p/d && xargs touch)")
+        monkeypatch.setattr(LocalExecContext, "sync_pull", sync_pull)
+        await ok(ws, "mv p/d p/e && touch -d '2001-01-01 00:00:00 UTC' .")
+        monkeypatch.undo()
+        assert refused == [True]
+        assert (await ws.fs.stat(ROOT)).mtime == 978_307_200_000
+        assert await ws.fs.read_text(f"{ROOT}/p/d/ws.txt") == "workspace\n"
+        assert len(await ws.fs.readdir(f"{ROOT}/p/e")) == 20
+
+
+async def test_a_live_pull_failing_after_its_renames_were_committed_loses_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages of 64 KiB, the second fails (a full disk for a moment; a cancelled tick likewise): the
+    first committed the rename and the first file. The next sync sends the other files below the new
+    name. Before, the mirror put its state back to the old names with the committed revisions not its
+    own: the next sync took the workspace's rename for a change of its own below both names, refused
+    every file below ``e`` as a conflict and dropped them from the sandbox (3 of 4 files lost)."""
+    pages: list[SyncPull] = []
+    original = LocalExecContext.sync_pull
+
+    async def sync_pull(self: Any, pull: SyncPull, base_rev: int) -> Any:
+        pages.append(pull)
+        if len(pages) == 2:
+            raise OSError(28, "No space left on device")
+        return await original(self, pull, base_rev)
+
+    backend = ShellBackend(live=True, max_sync_bytes=64 * 1024)
+    if not backend.live:
+        pytest.skip("no cgroup freezer here")
+    async with opened(tmp_path / "ws.sqlite", shell=backend, python=False) as ws:
+        await ok(ws, MAKE)
+        monkeypatch.setattr(LocalExecContext, "sync_pull", sync_pull)
+        source = "mv d e && for i in 1 2 3 4; do head -c 40000 /dev/urandom > e/sub/r$i; done"
+        await (await ws.runtime.exec(source, timeout=60)).result()
+        monkeypatch.undo()
+        assert len(pages) >= 2 and pages[0].renames
+        await ok(ws, "true")
+        assert not await ws.fs.exists(f"{ROOT}/d")
+        sizes = [(await ws.fs.stat(f"{ROOT}/e/sub/r{i}")).size for i in (1, 2, 3, 4)]
+        assert sizes == [40000] * 4
+        assert len(await ws.fs.readdir(f"{ROOT}/e")) == 303
+        assert await workspace_view(ws) == await sandbox_view(ws)
+
+
+@pytest.mark.parametrize("live", [False, True], ids=["per-call", "live"])
+async def test_a_directory_time_set_below_a_renamed_one_in_an_unwatched_tree_is_kept(
+    tmp_path: Path, live: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tree walked, not watched (``_watch.MAX_DIRS`` cut to 50): the run renames ``d`` and sets the
+    time of the directory below it. Before, the walk compared ``e/sub``'s time with a baseline that
+    knew it as ``d/sub`` only: the time was never sent, the rename kept the older one."""
+    from computer.runtime import _watch
+
+    monkeypatch.setattr(_watch, "MAX_DIRS", 50)
+    async with opened(tmp_path / "ws.sqlite", shell=shell(live), python=False) as ws:
+        await ok(ws, "mkdir -p t/d{0..79} d/sub && echo x > d/f && echo y > d/sub/y")
+        rev = ws.fs.rev
+        await ok(ws, "mv d e && touch -d @1000000000 e/sub")
+        assert ("rename", f"{ROOT}/e") in _ops(ws, rev)
+        assert (await ws.fs.stat(f"{ROOT}/e/sub")).mtime == 1_000_000_000_000

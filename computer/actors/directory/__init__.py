@@ -9,7 +9,7 @@ from ._head import HeadDirectory
 from ._open import open_directory
 from ._record import DELETING, WorkspaceRecord, WorkspaceState, refuse_while_deleting
 from ._redis import RedisDirectory
-from ._registry import RegisteredDirectory, last_known_file, registry_used
+from ._registry import RegisteredDirectory, deleted_before, last_known_file, registry_used
 from ._renew import LeaseRenewal, renew_leases
 from ._sqlite import SqliteDirectory
 
@@ -23,6 +23,7 @@ __all__ = [
     "SqliteDirectory",
     "WorkspaceRecord",
     "WorkspaceState",
+    "deleted_before",
     "last_known_file",
     "open_directory",
     "refuse_while_deleting",

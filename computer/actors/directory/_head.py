@@ -36,6 +36,9 @@ _METHODS = frozenset(
         "note_file",
         "file_of",
         "forget_file",
+        "note_deleted",
+        "deletion_of",
+        "tombstones",
     }
 )
 DIRECTORY_FILE = "directory.sqlite"
@@ -171,6 +174,16 @@ class HeadDirectory:
 
     def forget_file(self, name: str) -> None:
         self._call("forget_file", name)
+
+    def note_deleted(self, name: str, epoch: int, by: str, *, ttl: float, kept: int) -> None:
+        self._call("note_deleted", name, epoch, by, ttl=ttl, kept=kept)
+
+    def deletion_of(self, name: str) -> tuple[float, str, int] | None:
+        found = self._call("deletion_of", name)
+        return None if found is None else (float(found[0]), str(found[1]), int(found[2]))
+
+    def tombstones(self) -> int:
+        return int(self._call("tombstones"))
 
     def close(self) -> None:
         """Nothing to release: the service actor stays for the next caller."""

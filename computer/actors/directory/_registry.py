@@ -16,11 +16,28 @@ already (it is its own registry), and a shared data directory has every file on 
 costs one local SQLite write on the head node, one directory actor call (about 1 ms) elsewhere, once
 per owner wake. Owners outside Ray (the command line working in process, a deletion) note nothing:
 their node is not a Ray node, and the file stays where the registry says.
+
+Tombstones (table ``deleted``): ``delete_workspace`` notes each name it removed, with the time, the
+process and its lease's epoch (above every epoch of the life it ended). Redis restored from a dump
+taken before the deletion brings the name's record back, naming a file that is gone; an owner finding
+its file missing reads that record as a lost file ("unavailable") unless a tombstone covers it: a
+record of an epoch below the tombstone's is from before the deletion, and the name is new again
+(``_lease.owner_file``, ``_placement._scheduling``): ``get_workspace`` makes it anew, empty, as it
+does after any deletion (SPEC section 9: created on first use). A file lost otherwise (removed behind
+the system's back, its disk gone) has no tombstone: still ``WorkspaceUnavailableError``, never a new
+empty workspace. An owner's lease of a new life drops the tombstone (``note_file``, same write), so a
+later loss of that life's file is "unavailable" again. Bounded: a tombstone older than
+``TOMBSTONE_TTL`` (30 days) is dropped, and only the newest ``TOMBSTONES_KEPT`` (100,000, a few MB)
+are kept, compacted in the deletion's own write; a dump older than that brings a deleted name back as
+"unavailable" (the safe side: ``delete_workspace(name, force=True)`` forgets it). Only where the
+registry is (Redis, node-local data directories); owners outside Ray, which note nothing, do not drop a
+tombstone either: their new life is still found by its file (an owner opens a file it finds).
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from ...config import Settings
@@ -29,9 +46,19 @@ from ._record import DELETING, WorkspaceRecord
 from ._redis import RedisDirectory
 from ._sqlite import SqliteDirectory
 
-__all__ = ["REGISTRY_FILE", "RegisteredDirectory", "file_registry", "last_known_file"]
+__all__ = [
+    "REGISTRY_FILE",
+    "TOMBSTONES_KEPT",
+    "TOMBSTONE_TTL",
+    "RegisteredDirectory",
+    "deleted_before",
+    "file_registry",
+    "last_known_file",
+]
 
 REGISTRY_FILE = "placements.sqlite"
+TOMBSTONE_TTL = 30 * 24 * 3600.0  # seconds a deletion's tombstone is kept
+TOMBSTONES_KEPT = 100_000  # at most this many tombstones (the newest)
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +84,29 @@ def last_known_file(config: Settings, name: str) -> tuple[str, str] | None:
         return registry.file_of(name)
     finally:
         registry.close()
+
+
+def deleted_before(config: Settings, record: WorkspaceRecord) -> str | None:
+    """When a deletion removed ``record``'s workspace after that record was written (a record of an
+    epoch below the deletion's tombstone: a Redis restored from an older dump), what it says ("deleted
+    at <time> by <process>"); else None (no registry, no tombstone, or a record of a later life)."""
+    if not registry_used(config) or record.node == DELETING:
+        return None
+    registry = file_registry(config)
+    try:
+        return _covered(registry.deletion_of(record.name), record)
+    finally:
+        registry.close()
+
+
+def _covered(tombstone: tuple[float, str, int] | None, record: WorkspaceRecord) -> str | None:
+    if tombstone is None or record.epoch >= tombstone[2]:
+        return None
+    at, by, epoch = tombstone
+    when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+    return (
+        f"deleted at {when} by {by} (epoch {epoch}; the directory's record, epoch {record.epoch}, is older)"
+    )
 
 
 class RegisteredDirectory:
@@ -97,6 +147,22 @@ class RegisteredDirectory:
         if removed:
             self._registry(lambda registry: registry.forget_file(name))
         return removed
+
+    def bury(self, name: str, epoch: int, by: str) -> None:
+        """A deletion under lease ``epoch`` removed ``name``: its tombstone (bounded, see the module).
+        Only this directory has it: the embedded one (``SqliteDirectory``, ``HeadDirectory``) never
+        comes back from an older state, so a deletion leaves no tombstone there."""
+        self._registry(
+            lambda registry: registry.note_deleted(name, epoch, by, ttl=TOMBSTONE_TTL, kept=TOMBSTONES_KEPT)
+        )
+
+    def deleted_before(self, record: WorkspaceRecord) -> str | None:
+        """:func:`deleted_before` through this directory's registry connection."""
+        if record.node == DELETING:
+            return None
+        found: list[tuple[float, str, int] | None] = []
+        self._registry(lambda registry: found.append(registry.deletion_of(record.name)))
+        return _covered(found[0], record)
 
     def names(self) -> list[str]:
         return self._redis.names()

@@ -44,6 +44,18 @@ CREATE TABLE IF NOT EXISTS files (
 ) WITHOUT ROWID
 """
 
+# Tombstones: the workspaces ``delete_workspace`` removed, beside the file registry (``_registry.py``),
+# so a Redis restored from a dump taken before a deletion brings back no workspace: its record then
+# names a file the deletion removed, and the epoch tells that record from one of a later life.
+_DELETED_SCHEMA = """
+CREATE TABLE IF NOT EXISTS deleted (
+    name TEXT PRIMARY KEY,
+    at REAL NOT NULL,
+    by TEXT NOT NULL,
+    epoch INTEGER NOT NULL
+)
+"""  # a rowid table: the newest tombstones are the highest rowids (compaction is one index range)
+
 
 class SqliteDirectory:
     """A :class:`Directory` in one SQLite file; every process of the node may open the same file."""
@@ -70,6 +82,8 @@ class SqliteDirectory:
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute(_SCHEMA)
             db.execute(_FILES_SCHEMA)
+            db.execute(_DELETED_SCHEMA)
+            db.execute("CREATE INDEX IF NOT EXISTS deleted_at ON deleted (at)")
             _add_host_column(db)
         except BaseException:
             db.close()
@@ -227,9 +241,12 @@ class SqliteDirectory:
 
         def note() -> None:
             with self._lock:
-                self._db.execute(
-                    "INSERT OR REPLACE INTO files (name, node, host, noted) VALUES (?, ?, ?, ?)",
-                    (name, node, host, time.time()),
+                self._transaction(
+                    ("DELETE FROM deleted WHERE name = ?", (name,)),  # a new life: no longer deleted
+                    (
+                        "INSERT OR REPLACE INTO files (name, node, host, noted) VALUES (?, ?, ?, ?)",
+                        (name, node, host, time.time()),
+                    ),
                 )
 
         try:
@@ -252,6 +269,59 @@ class SqliteDirectory:
                 self._db.execute("DELETE FROM files WHERE name = ?", (name,))
 
         self._writing(forget)
+
+    def note_deleted(self, name: str, epoch: int, by: str, *, ttl: float, kept: int) -> None:
+        """Remember that a deletion (its lease's ``epoch``, run by ``by``) removed ``name`` just now, and
+        forget its file's note; tombstones older than ``ttl`` seconds, and all but the newest ``kept``,
+        are dropped in the same write (bounded: one row per deleted name, gone once made anew). The
+        newest are the ``kept`` highest rowids (a replaced row gets a new one): an index range, not a
+        scan of every tombstone (~0.1 ms at 100,000 kept)."""
+        now = time.time()
+
+        def bury() -> None:
+            with self._lock:
+                self._transaction(
+                    ("DELETE FROM files WHERE name = ?", (name,)),
+                    (
+                        "INSERT OR REPLACE INTO deleted (name, at, by, epoch) VALUES (?, ?, ?, ?)",
+                        (name, now, by, epoch),
+                    ),
+                    ("DELETE FROM deleted WHERE at < ?", (now - ttl,)),
+                    (
+                        "DELETE FROM deleted WHERE rowid <= (SELECT MAX(rowid) FROM deleted) - ?",
+                        (max(0, kept),),
+                    ),
+                )
+
+        try:
+            self._writing(bury)
+        except sqlite3.Error as exc:
+            raise storage_failure(exc, str(self.path)) from exc
+
+    def deletion_of(self, name: str) -> tuple[float, str, int] | None:
+        """``(at, by, epoch)`` of the deletion that last removed ``name`` (unless made anew since), or None."""
+        self._ready()
+        with self._lock:
+            row = self._db.execute("SELECT at, by, epoch FROM deleted WHERE name = ?", (name,)).fetchone()
+        return None if row is None else (float(row[0]), str(row[1]), int(row[2]))
+
+    def tombstones(self) -> int:
+        """How many tombstones are kept."""
+        self._ready()
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM deleted").fetchone()[0])
+
+    def _transaction(self, *statements: tuple[str, tuple[object, ...]]) -> None:
+        """Run ``statements`` in one write transaction (the lock held)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for sql, args in statements:
+                self._db.execute(sql, args)
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         with self._lock:
