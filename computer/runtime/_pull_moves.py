@@ -153,9 +153,8 @@ class PullRenames(MirrorWatch):
                 if was is not None and keys_below(olds, was):
                     return False
                 continue  # made since the last pull: its entries are events
-            parent = _untranslate(dst.rpartition("/")[0], taken)
-            if not _is_dir(state[was]) or (parent and parent in state and not _is_dir(state[parent])):
-                return False
+            if not _is_dir(state[was]) or not _dirs_above(dst, taken, state):
+                return False  # (a symlink above the new name: the owner's rename would go through it)
             if not (is_utf8(src) and is_utf8(dst)) or len(dst) > quick:
                 return False
             if any(_related(self.workspace_path(p), q) for p in (src, dst) for q in lacking):
