@@ -25,8 +25,8 @@ what the program did with one directory entry (1.3-2.3 s a call, against 3-6 ms 
 A pairing is only ever a better way to the same tree: what differs below the new name from the
 re-keyed state is sent, whatever the program did. Left to the removal and the new tree: a directory
 that holds no file or symlink to pair by, one whose old name is a directory again, a new name the state
-has, anything below the new name the workspace cannot hold (a FIFO, a socket, a name that is not UTF-8,
-a path near the length limit), a path the workspace keeps out or the mirror must fetch again, a mirror
+has, a directory whose synced contents the workspace cannot hold (a FIFO, a socket, a name that is not
+UTF-8, a path near the length limit at the new name: ``_syncable_below``), a path the workspace keeps out or the mirror must fetch again, a mirror
 its program locked (``_lifts``), and single files (a renamed file changes its ctime, so its entry
 differs anyway; a large one keeps its chunks, ``SyncPull.keep``).
 """
@@ -95,7 +95,6 @@ class PullRenames(MirrorWatch):
         # Files and symlinks not where the state had them (a hard link's unmoved name misleads none).
         by_ino = {e[INO]: rel for rel, e in now.items() if e[KIND] in "fl" and not _same(state.get(rel), e)}
         olds = path_order(state)
-        news: list[str] | None = None
         quick = self.room() // 4
         lacking = [
             p for p in (*self.protected, *self.refetch, *self.held, *self.kept) if is_below(p, self.root)
@@ -119,8 +118,7 @@ class PullRenames(MirrorWatch):
                 continue  # a symlink above the new name (the owner's rename would go through it)
             if any(_related(self.workspace_path(p), q) for p in (src, new) for q in lacking):
                 continue
-            news = news if news is not None else path_order(now)
-            if not _syncable_below(news, now, new, quick):
+            if not _syncable_below(olds, state, g, len(new) - len(g), quick):
                 continue
             moves.append((src, new))
         if moves:
@@ -335,18 +333,19 @@ def _probe(
     return None
 
 
-def _syncable_below(ordered: list[str], now: dict[str, Entry], new: str, quick: int) -> bool:
-    """Whether everything below ``new`` is what the workspace holds as it is (no FIFO or socket, every
-    name UTF-8, no path near the limit): else the rename is sent as before (those are reported then)."""
-    prefix = new + "/"
-    below = ordered[bisect.bisect_left(ordered, prefix) : bisect.bisect_left(ordered, new + "0")]
-    if any(now[key][KIND] not in "fdl" or len(key) > quick for key in below):
+def _syncable_below(olds: list[str], state: dict[str, Entry], was: str, grow: int, quick: int) -> bool:
+    """Whether everything the state holds below ``was`` is what the workspace holds as it is (no FIFO
+    or socket, every name UTF-8, no path near the limit once ``grow`` longer): else the rename is sent
+    as before (those are reported then). The state, not the new tree, as :meth:`watched_renames`
+    judges (its events name no tree): what the run made below the new name is the pull's as any new
+    path (a FIFO over a directory the state holds: the workspace's kept whole there, skipped, as
+    without a rename). Before (s66), a walk judged the new tree and a kept watch the state, so ``rm -r
+    p/d; mkfifo p/d; mv p q`` kept the workspace's ``p/d`` at ``q/d`` or dropped it by which of them
+    took the move."""
+    below = keys_below(olds, was)
+    if any(state[key][KIND] not in "fdl" or len(key) + grow > quick for key in below):
         return False
-    try:
-        "\0".join(below).encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
+    return all(map(is_utf8, below))
 
 
 def first_renamed(

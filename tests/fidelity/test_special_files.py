@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import computer
+from computer.runtime._pull_moves import PullRenames
 
 from ._support import KINDS, ROOT, ok, opened, reasons_cover_skipped, shell
 
@@ -122,14 +123,19 @@ async def test_what_the_program_puts_where_its_fifo_was_is_what_the_workspace_ge
         assert (await ok(ws, "find . -mindepth 1 | sort")).stdout == "".join(f"./{rel}\n" for rel in left)
 
 
+@pytest.mark.parametrize("took", ["watch", "walk"])
 @pytest.mark.parametrize("live", KINDS)
 async def test_a_directory_and_a_file_replaced_by_fifos_then_their_parent_renamed(
-    db: Path, live: bool
+    db: Path, live: bool, took: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The program renamed ``p`` to ``q``: the workspace gets ``q`` as the sandbox has it and ``p`` goes.
-    A pull sends a program's rename of a tree holding a FIFO as the new tree (``_pull_moves``), so ``q/d`` and ``q/f`` are new
-    paths holding FIFOs, skipped, and what ``p/d`` and ``p/f`` held goes with ``p``: the same for the
-    directory as for the file (keeping them would take copying the workspace's old tree to the new name)."""
+    """The program renamed ``p`` to ``q``: the workspace's ``p`` is renamed to ``q`` (``_pull_moves``:
+    everything the state held below ``p`` was a file or a directory), and ``q/d`` and ``q/f``, FIFOs
+    over a directory and a file the workspace holds, are what they are without a rename: skipped, the
+    workspace's kept whole at the new name. Before (s66), which of the walk (it judged the new tree: the
+    rename sent as a removal and the new tree, ``p/d`` and ``p/f`` gone) or the kept watch (it judged
+    the state: kept) took the move decided it; ``walk`` makes the kept watch give every move up."""
+    if took == "walk":
+        monkeypatch.setattr(PullRenames, "watched_renames", lambda self, moves: False)
     async with opened(db, shell=shell(live), python=False) as ws:
         await ws.fs.mkdir(f"{ROOT}/p/d", recursive=True)
         await ws.fs.write_file(f"{ROOT}/p/d/a", "a\n")
@@ -137,7 +143,11 @@ async def test_a_directory_and_a_file_replaced_by_fifos_then_their_parent_rename
         await ws.fs.write_file(f"{ROOT}/p/other", "o\n")
         result = await ok(ws, "rm -r p/d p/f && mkfifo p/d p/f && mv p q")
         assert sorted(result.skipped) == [f"{ROOT}/q/d", f"{ROOT}/q/f"], result.skipped_reasons
-        assert [e.path for e in await ws.fs.find(ROOT)] == [f"{ROOT}/q", f"{ROOT}/q/other"]
+        kept = [f"{ROOT}/q", f"{ROOT}/q/d", f"{ROOT}/q/d/a", f"{ROOT}/q/f", f"{ROOT}/q/other"]
+        assert [e.path for e in await ws.fs.find(ROOT)] == kept
+        assert (
+            await ws.fs.read_text(f"{ROOT}/q/d/a") == "a\n" and await ws.fs.read_text(f"{ROOT}/q/f") == "f\n"
+        )
         assert (await ok(ws, "[ -p q/d ] && [ -p q/f ] && ls -A")).stdout == "q\n"
     async with opened(db, shell=shell(live), python=False) as ws:
-        assert (await ok(ws, "find . | sort")).stdout == ".\n./q\n./q/other\n"
+        assert (await ok(ws, "find . | sort")).stdout == ".\n./q\n./q/d\n./q/d/a\n./q/f\n./q/other\n"
