@@ -148,6 +148,7 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
         self._pids_events = ControlFile(pids / "pids.events") if pids is not None else None
         self._pids_group = pids  # its processes: ``procs_of`` (read afresh each time)
         self._base_procs: frozenset[int] = frozenset()  # the init's and bubblewrap's host pids
+        self._locked: set[int] = set()  # files a process was seen locking (``read_only_held``)
         memory = groups.get("memory")
         self._oom_control = ControlFile(memory / "memory.oom_control") if memory is not None else None
         self._mapped = MappedFiles(mirror)  # files its processes write through shared mappings
@@ -346,8 +347,8 @@ class LiveSandbox(LiveCensus, LiveChannel, LiveJobs):
 
     def _readers(self) -> set[int]:
         """The mirror's files its processes hold for reading only (``_mapped.read_only_held``)."""
-        procs, dev = self._procs(), self._mapped.dev
-        return read_only_held(procs - self._base_procs, dev) if procs and dev is not None else set()
+        procs, dev, base = self._procs(), self._mapped.dev, self._base_procs
+        return read_only_held(procs - base, dev, self._locked) if procs and dev is not None else set()
 
     async def _tick(self) -> None:
         """While the sandbox lives: sync while anything runs, flush background logs, end when idle."""

@@ -50,6 +50,7 @@ MAPS_BYTES = 1 << 20
 # within both takes ~30 ms at most.
 FDS_LOOKED = 8192
 MAPS_LOOKED = 8 << 20
+LOCKED_KEPT = 4096  # files a live sandbox's processes were seen locking, kept at most
 MAX_FILES = 256
 # What ``_reader`` reads of a descriptor's fdinfo: its position, flags, mount and inode lines (~60
 # bytes) and its first ``lock:`` line (~60 more).
@@ -86,7 +87,7 @@ def shared_writable(pids: Iterable[int], dev: int) -> set[int]:
     return found
 
 
-def read_only_held(pids: Iterable[int], dev: int) -> set[int]:
+def read_only_held(pids: Iterable[int], dev: int, locked: set[int] | None = None) -> set[int]:
     """Inodes of the files on the device ``dev`` that one of ``pids`` holds open or maps for reading
     and none holds open or maps for writing, a descriptor at the file's end and a file someone locks
     apart (``_reader``): a push writes the workspace's version of such a file as a
@@ -102,7 +103,14 @@ def read_only_held(pids: Iterable[int], dev: int) -> set[int]:
     system calls a descriptor, on a core of the host, the sandbox frozen through it. Then the bound's
     8,192 descriptors were still looked at before it gave up: ~70-90 ms a push, 0.2-0.6 s on a loaded
     host; now the kernel's count of each process's descriptors (``_descriptors``, one ``stat`` a
-    process) says first whether they are past it."""
+    process) says first whether they are past it.
+
+    ``locked``: the files a process was seen locking, kept by the caller for the sandbox's life (at
+    most ``LOCKED_KEPT``) and never in the answer: a process that opened a lock file and has not asked
+    for the lock yet shows none (``_reader``), so a push landing in that window replaced the file, and
+    the process then locked the old inode while the next writer locked the new one (s66: two
+    ``flock``-ed writers, 599 of 600 increments, one run in three). Sticky, only that window of a file
+    no process was ever seen locking is left."""
     pids = list(pids)
     if _descriptors(pids) > FDS_LOOKED:
         return set()  # past the bound: known from one ``stat`` a process, before any is looked at
@@ -140,9 +148,11 @@ def read_only_held(pids: Iterable[int], dev: int) -> set[int]:
                 at_end, locks = _reader(pid, fd.name, st.st_size)
                 if locks:
                     writers.add(st.st_ino)  # written in place, as for a writer (see ``_reader``)
+                    if locked is not None and len(locked) < LOCKED_KEPT:
+                        locked.add(st.st_ino)
                 elif not at_end:
                     readers.add(st.st_ino)
-    return readers - writers
+    return readers - writers - (locked or set())
 
 
 def _reader(pid: int, fd: str, size: int) -> tuple[bool, bool]:

@@ -172,6 +172,35 @@ echo done > "done.$1"
 """
 
 
+async def test_a_lock_file_opened_and_not_locked_yet_keeps_its_inode_once_a_process_locked_it(
+    db: Path,
+) -> None:
+    """A process holds ``flock`` on ``lock`` while the workspace writes it (written in place: the lock
+    is seen). The holder goes; another process opens ``lock`` and waits before asking for the lock (the
+    window of ``flock(1)`` between its ``open`` and its ``flock``, frozen there by a push). The
+    workspace writes ``lock`` again: the file keeps its inode, so the lock it then takes is the one the
+    next writer takes (before, s66: replaced, it locked the old inode; two ``flock``-ed writers of one
+    counter kept 599 of 600 increments one run in three)."""
+    need("flock")
+    async with opened(db, shell=live(), python=False) as ws:
+        await ws.fs.write_file(f"{ROOT}/lock", "lock file\n")
+        hold = "exec 3<lock; flock 3; echo held > held; until [ -e release ]; do sleep 0.05; done"
+        await ok(ws, f"({hold}) >/dev/null 2>&1 &")
+        await until(lambda: ws.fs.exists(f"{ROOT}/held"))
+        await ws.fs.write_file(f"{ROOT}/lock", "workspace 1\n")
+        await ok(ws, "true")  # the push, the lock seen
+        await ws.fs.write_file(f"{ROOT}/release", "")
+        wait = "exec 3<lock; stat -L -c %i /proc/self/fd/3 > opened; until [ -e go ]; do sleep 0.05; done"
+        await ok(ws, f"({wait}; flock 3; echo locked > locked) >/dev/null 2>&1 &")
+        await until(lambda: ws.fs.exists(f"{ROOT}/opened"))
+        await ws.fs.write_file(f"{ROOT}/lock", "workspace 2\n")
+        await ok(ws, "true")  # the push, the second process holding ``lock`` open, no lock asked
+        await ws.fs.write_file(f"{ROOT}/go", "")
+        await until(lambda: ws.fs.exists(f"{ROOT}/locked"))
+        checked = await ok(ws, "[ $(cat opened) = $(stat -c %i lock) ] && echo same-inode; cat lock")
+        assert checked.stdout == "same-inode\nworkspace 2\n"
+
+
 async def test_two_flock_ed_writers_keep_every_increment_while_the_workspace_writes_the_lock_file(
     db: Path,
 ) -> None:
