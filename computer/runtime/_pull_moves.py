@@ -26,8 +26,8 @@ A pairing is only ever a better way to the same tree: what differs below the new
 re-keyed state is sent, whatever the program did. Left to the removal and the new tree: a directory
 that holds no file or symlink to pair by, one whose old name is a directory again, a new name the state
 has, a directory whose synced contents the workspace cannot hold (a FIFO, a socket, a name that is not
-UTF-8, a path near the length limit at the new name: ``_syncable_below``), a path the workspace keeps out or the mirror must fetch again, a mirror
-its program locked (``_lifts``), and single files (a renamed file changes its ctime, so its entry
+UTF-8, a path near the length limit at the new name: ``_deepest``), a path the workspace keeps out or
+the mirror must fetch again, a mirror its program locked (``_lifts``), and single files (a renamed file changes its ctime, so its entry
 differs anyway; a large one keeps its chunks, ``SyncPull.keep``).
 """
 
@@ -79,6 +79,11 @@ class PullRenames(MirrorWatch):
     no_renames = False  # the next plan pairs none (a pull sent again after a refusal)
     renaming: Sequence[tuple[str, str]] = ()  # the relative pairs of the plan at hand
 
+    def _lacking(self) -> list[str]:
+        """What the workspace keeps out or the mirror must fetch again below the root (no rename near)."""
+        held = (*self.protected, *self.refetch, *self.held, *self.kept)
+        return [p for p in held if is_below(p, self.root)]
+
     def find_renames(self, now: dict[str, Entry], denied: list[str]) -> list[tuple[str, str]]:
         """Pair the directories gone from the state with where their files are in ``now`` (a walk's
         whole tree), re-key the state to the new names (the old one kept in ``renamed_from``), and
@@ -96,9 +101,7 @@ class PullRenames(MirrorWatch):
         by_ino = {e[INO]: rel for rel, e in now.items() if e[KIND] in "fl" and not _same(state.get(rel), e)}
         olds = path_order(state)
         quick = self.room() // 4
-        lacking = [
-            p for p in (*self.protected, *self.refetch, *self.held, *self.kept) if is_below(p, self.root)
-        ]
+        lacking = self._lacking()
         moves: list[tuple[str, str]] = []
         for g in gone:
             if len(moves) >= MAX_RENAMES:
@@ -118,7 +121,8 @@ class PullRenames(MirrorWatch):
                 continue  # a symlink above the new name (the owner's rename would go through it)
             if any(_related(self.workspace_path(p), q) for p in (src, new) for q in lacking):
                 continue
-            if not _syncable_below(olds, state, g, len(new) - len(g), quick):
+            longest = _deepest(olds, state, g)
+            if longest is None or len(new) + longest - len(g) > quick:
                 continue
             moves.append((src, new))
         if moves:
@@ -137,9 +141,7 @@ class PullRenames(MirrorWatch):
         if self.no_renames or self.lifts.locked or len(moves) > MAX_MOVES:
             return False
         state, quick, taken = self.state, self.room() // 4, list[tuple[str, str]]()
-        lacking = [
-            p for p in (*self.protected, *self.refetch, *self.held, *self.kept) if is_below(p, self.root)
-        ]
+        lacking = self._lacking()
         olds: list[str] | None = None
         deepest: dict[str, int | None] = {}  # state directory -> its longest key below (None: unsyncable)
         for src, dst in moves:
@@ -158,9 +160,7 @@ class PullRenames(MirrorWatch):
             if any(_related(self.workspace_path(p), q) for p in (src, dst) for q in lacking):
                 return False
             if was not in deepest:  # (once per directory: a storm moves one back and forth)
-                below = keys_below(olds, was)
-                fine = all(state[k][KIND] in "fdl" for k in below) and all(map(is_utf8, below))
-                deepest[was] = max(map(len, below), default=len(was)) if fine else None
+                deepest[was] = _deepest(olds, state, was)
             longest = deepest[was]
             if longest is None or len(dst) + longest - len(was) > quick:
                 return False
@@ -333,19 +333,19 @@ def _probe(
     return None
 
 
-def _syncable_below(olds: list[str], state: dict[str, Entry], was: str, grow: int, quick: int) -> bool:
-    """Whether everything the state holds below ``was`` is what the workspace holds as it is (no FIFO
-    or socket, every name UTF-8, no path near the limit once ``grow`` longer): else the rename is sent
-    as before (those are reported then). The state, not the new tree, as :meth:`watched_renames`
-    judges (its events name no tree): what the run made below the new name is the pull's as any new
-    path (a FIFO over a directory the state holds: the workspace's kept whole there, skipped, as
-    without a rename). Before (s66), a walk judged the new tree and a kept watch the state, so ``rm -r
-    p/d; mkfifo p/d; mv p q`` kept the workspace's ``p/d`` at ``q/d`` or dropped it by which of them
-    took the move."""
+def _deepest(olds: list[str], state: dict[str, Entry], was: str) -> int | None:
+    """The longest path the state holds at or below ``was`` (the length check of a rename to a longer
+    name), or None when something there is not what the workspace holds as it is (a FIFO or socket, a
+    name that is not UTF-8): the rename is sent as before then (those are reported). The state, not
+    the new tree, for a walk's pairing and a kept watch's alike (its events name no tree): what the run
+    made below the new name is the pull's as any new path (a FIFO over a directory the state holds: the
+    workspace's kept whole there, skipped, as without a rename). Before (s66), a walk judged the new
+    tree and a kept watch the state, so ``rm -r p/d; mkfifo p/d; mv p q`` kept the workspace's ``p/d``
+    at ``q/d`` or dropped it by which of them took the move."""
     below = keys_below(olds, was)
-    if any(state[key][KIND] not in "fdl" or len(key) + grow > quick for key in below):
-        return False
-    return all(map(is_utf8, below))
+    if any(state[key][KIND] not in "fdl" for key in below) or not all(map(is_utf8, below)):
+        return None
+    return max(map(len, below), default=len(was))
 
 
 def first_renamed(
