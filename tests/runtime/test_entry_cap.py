@@ -151,17 +151,21 @@ def test_a_walk_past_the_cap_collects_no_new_entry_and_enters_no_new_directory(t
 async def test_a_walked_flood_past_the_names_kept_is_removed_and_counted(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A pull that walks (a directory moved: the watch cannot vouch for the tree) past the cap keeps
-    the names of the first ``KEEP_NAMES`` refused paths; the rest are removed by reading their
-    directory again, and the run counts them all."""
+    """A pull that walks (the watch cannot vouch for the tree: a queue overflow, a move in from
+    outside it) past the cap keeps the names of the first ``KEEP_NAMES`` refused paths; the rest are
+    removed by reading their directory again, and the run counts them all. The walk is made certain
+    by the watch saying "only a walk can tell" (a directory ``mv`` inside the tree no longer walks
+    since the watch follows moves: the test relied on it and, in CI, read the watched count)."""
     import computer.runtime._mirror_walk as mirror_walk
+    from computer.runtime._mirror_watch import MirrorWatch
 
     monkeypatch.setattr(mirror_walk, "KEEP_NAMES", 3, raising=False)
     async with computer.Workspace(backends=[ShellBackend(max_entries=CAP, live=False)]) as ws:
         await _start(ws)
-        many = await (
-            await ws.runtime.exec("cd few && seq 11 1200 | xargs touch && mkdir m && mv m m2")
-        ).result()
+        walked: list[int] = []
+        monkeypatch.setattr(MirrorWatch, "touched", lambda self: walked.append(1))  # None: walk
+        many = await (await ws.runtime.exec("cd few && seq 11 1200 | xargs touch && mkdir m2")).result()
+        assert walked, "the pull never asked its watch"
         assert many.status == "completed", many
         assert many.skipped == ["/workspace/few"], many.skipped[:5]
         why = many.skipped_reasons["/workspace/few"]
