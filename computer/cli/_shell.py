@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import posixpath
 import shlex
@@ -102,9 +103,12 @@ class WorkspaceShell:
             raise  # stdout's reader has gone: the command ends (``_output.write_out``)
         except OSError as exc:
             self.exit_code = 1
-            # The message escaped: it can carry what a program chose (a link's target, ESC [2J).
+            # The message escaped: it can carry what a program chose (a link's target, ESC [2J); one
+            # line however long (soft_wrap: rich broke a 118-character path's error into three at 80 columns).
             self.errors.print(
-                Text(f"{type(exc).__name__}: ", style="red") + plain_text(str(exc)), highlight=False
+                Text(f"{command}: ", style="red") + plain_text(describe_error(exc, command, rest)),
+                highlight=False,
+                soft_wrap=True,
             )
         return True
 
@@ -204,6 +208,32 @@ class WorkspaceShell:
             # "exit None".
             code = "" if result.exit_code is None else f", exit {result.exit_code}"
             self.errors.print(f"[{result.status}{code}{why}]", markup=False, highlight=False, soft_wrap=True)
+
+
+# What to do next, for an error with one answer (the prompt's command, errno).
+_NEXT_STEPS: dict[tuple[str, int], str] = {
+    ("cat", errno.EISDIR): "cat prints a file; ls lists a directory",
+    ("ls", errno.ENOENT): "ls alone lists the current directory",
+    ("cat", errno.ENOENT): "ls lists what is there",
+    ("cd", errno.ENOENT): "ls lists what is there",
+}
+
+
+def describe_error(exc: OSError, command: str, argument: str) -> str:
+    """One line for a failed prompt command: ``No such file or directory (ls lists what is there):
+    /workspace/x``, as the tools say it. Decision: not ``FileNotFoundError: [Errno 2] ...: '/x'``, the
+    exception's class and repr, which said nothing of what to do; an option the prompt's ``ls`` does not
+    take (``ls -la``) names the sandbox's; a message past ``ERROR_CHARS`` keeps its start and end."""
+    from ..tools._tool import error_result
+
+    reason = exc.strerror or str(exc)
+    step = _NEXT_STEPS.get((command, exc.errno or 0))
+    if exc.errno == errno.ENOENT and argument.startswith("-"):
+        step = f"the prompt's {command} takes no options; !{command} {argument} runs it in the sandbox"
+    if step is not None and ";" not in reason:  # a reason with a ";" says what to do already
+        reason = f"{reason} ({step})"
+    message = f"{reason}: {exc.filename}" if exc.filename else reason
+    return str(error_result(message)["error"])
 
 
 def reads(line: str) -> bool:

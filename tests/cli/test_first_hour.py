@@ -402,7 +402,11 @@ def test_shell_c_says_what_went_wrong_on_stderr_and_keeps_stdout_for_output(tmp_
     both = run_cli(["shell", "x3", "-c", "!echo out; echo err >&2; exit 5"], env=env)
     assert both.stdout == "out\n"
     assert both.stderr.splitlines() == ["err", "[failed, exit 5]"]
-    for line, says in (("cat nope", "FileNotFoundError"), ("frobnicate", "unknown command"), ("!", "usage:")):
+    for line, says in (
+        ("cat nope", "cat: No such file or directory"),
+        ("frobnicate", "unknown command"),
+        ("!", "usage:"),
+    ):
         failed = run_cli(["shell", "x3", "-c", line], env=env)
         assert (failed.returncode, failed.stdout) == (1, ""), (line, failed.stdout)
         assert says in failed.stderr and len(failed.stderr.splitlines()) == 1, (line, failed.stderr)
@@ -456,3 +460,23 @@ def test_python_dash_m_computer_is_the_command(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "Usage:" in done.stdout and "demo" in done.stdout
+
+
+def test_a_shell_error_is_one_line_saying_what_to_do_however_long_its_path(tmp_path: Path) -> None:
+    """``shell -c 'cat PATH'`` of a missing path printed ``FileNotFoundError: [Errno 2] No such file
+    or directory: '/workspace/...'``: the exception's class and repr, nothing on what to do, and rich
+    broke it into several lines once it passed the console's width (three for a 118-character path
+    at 80 columns). ``ls -la`` answered only that ``/workspace/-la`` is
+    missing."""
+    env = cli_env(tmp_path, COLUMNS="80")
+    _write(tmp_path, "w")
+    deep = "/workspace/" + "/".join(["components"] * 9) + "/missing.py"  # 118 characters
+    for line, says in (
+        (f"cat {deep}", f"cat: No such file or directory (ls lists what is there): {deep}"),
+        ("cat /workspace", "cat: Is a directory (cat prints a file; ls lists a directory): /workspace"),
+        ("ls -la", "ls: No such file or directory (the prompt's ls takes no options; !ls -la runs it"),
+        ("cd " + "d" * 5000, "cd: file name too long: /workspace/ddd"),
+    ):
+        done = run_cli(["shell", "w", "-c", line], env=env)
+        _one_error_line(done, 1, says)
+        assert "Errno" not in done.stderr and "Error:" not in done.stderr, done.stderr
