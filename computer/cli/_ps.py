@@ -68,7 +68,7 @@ async def list_processes(options: GlobalOptions, name: str, backend: str | None,
         elsewhere = _not_here(name, row)
         if elsewhere is not None:
             raise CliError(elsewhere, code=1)
-        console.print(_ASLEEP.format(name=name), markup=False, highlight=False)
+        console.print(_ASLEEP.format(name=name), markup=False, highlight=False, soft_wrap=True)
         return 0
     async with open_workspace(options, name, backends=False, assets=False) as workspace:
         try:
@@ -78,7 +78,12 @@ async def list_processes(options: GlobalOptions, name: str, backend: str | None,
         except (RuntimeError, TimeoutError, OSError) as exc:  # the sandbox or its owner ended meanwhile
             raise CliError(f"cannot list the processes of {name!r}: {exc}", code=1) from None
     if not found:
-        console.print(f"no processes: workspace {name!r} has no live sandbox running anything", markup=False)
+        console.print(
+            f"no processes: workspace {name!r} has no live sandbox running anything",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
         return 0
     table = Table(box=None, header_style="bold")
     for column in ("PID", "STARTED", "CPU", "RSS", "EXEC", "COMMAND"):

@@ -44,12 +44,17 @@ def remove_workspaces(
     missing = [n for n in names if n not in rows]
     for name in missing:
         console.print(
-            f"no workspace named {name!r} (`computer ls` lists them)", markup=False, highlight=False
+            f"no workspace named {name!r} (`computer ls` lists them)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
         )
     targets = [n for n in targets if n in rows]
     if not targets:
         if prefix is not None and not names:
-            console.print(f"no workspace starts with {prefix!r}", markup=False, highlight=False)
+            console.print(
+                f"no workspace starts with {prefix!r}", markup=False, highlight=False, soft_wrap=True
+            )
             return 0
         return 1
     _show(console, [rows[n] for n in targets])
@@ -67,7 +72,9 @@ def _show(console: Console, rows: list[WorkspaceRow]) -> None:
     for row in rows:
         size = "elsewhere" if row.size is None else size_text(row.size)
         state = f"awake {row.where}" if row.where else row.state
-        console.print(Text("  ") + plain_text(row.name) + Text(f"  ({state}, {size})"), highlight=False)
+        console.print(
+            Text("  ") + plain_text(row.name) + Text(f"  ({state}, {size})"), highlight=False, soft_wrap=True
+        )
 
 
 async def _delete_all(
@@ -96,6 +103,7 @@ async def _delete_all(
                             "so no share links were looked for)"
                         ),
                         highlight=False,
+                        soft_wrap=True,
                     )
                     continue
                 failed += 1
@@ -111,6 +119,7 @@ async def _delete_all(
                         + Text(f": another command holds it (awake {row.where}): end that command, or ")
                         + Text("--force deletes it anyway (that command's writes are then refused)"),
                         highlight=False,
+                        soft_wrap=True,
                     )
                     continue
                 if exc.errno == errno.EBUSY:
@@ -122,13 +131,16 @@ async def _delete_all(
                 console.print(
                     Text("not deleted: ") + plain_text(name) + Text(": ") + reason + Text(hint),
                     highlight=False,
+                    soft_wrap=True,
                 )
                 continue
             details = [size_text(done.bytes), f"{done.links} share link(s)"]
             if done.owner_stopped:
                 details.append("owner stopped")
             console.print(
-                Text("deleted ") + plain_text(name) + Text(f" ({', '.join(details)})"), highlight=False
+                Text("deleted ") + plain_text(name) + Text(f" ({', '.join(details)})"),
+                highlight=False,
+                soft_wrap=True,
             )
         return failed
 

@@ -131,13 +131,18 @@ class WorkspaceShell:
             entries = await self.workspace.fs.readdir(target)
         except NotADirectoryError:  # a file: listed alone, as ls does
             stat = await self.workspace.fs.stat(target)
-            self.console.print(Text(f"- {stat.size:>10}  ") + plain_text(path), highlight=False)
+            self.console.print(
+                Text(f"- {stat.size:>10}  ") + plain_text(path), highlight=False, soft_wrap=True
+            )
             return
         for entry in entries:
             kind = "d" if entry.is_directory else "l" if entry.is_symlink else "-"
             name = entry.name + ("/" if entry.is_directory else "")
             # Escaped: a name is whatever a program or a model chose (ESC [2J cleared the terminal).
-            self.console.print(Text(f"{kind} {entry.size:>10}  ") + plain_text(name), highlight=False)
+            # One line per entry however long the name (soft_wrap): rich broke a 94-character name in
+            # two at 80 columns, so `shell NAME -c ls | grep` missed it.
+            line = Text(f"{kind} {entry.size:>10}  ") + plain_text(name)
+            self.console.print(line, highlight=False, soft_wrap=True)
 
     async def cat(self, path: str) -> None:
         if not path:
@@ -176,7 +181,9 @@ class WorkspaceShell:
         else:
             await self.workspace.fs.mkdir(posixpath.dirname(target), recursive=True)
             await self.workspace.fs.write_file(target, after)
-            self.console.print(f"saved {target} ({len(after)} bytes)", markup=False)
+            self.console.print(
+                f"saved {target} ({len(after)} bytes)", markup=False, highlight=False, soft_wrap=True
+            )
 
     async def exec(self, command: str) -> None:
         if not command:

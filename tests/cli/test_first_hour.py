@@ -480,3 +480,28 @@ def test_a_shell_error_is_one_line_saying_what_to_do_however_long_its_path(tmp_p
         done = run_cli(["shell", "w", "-c", line], env=env)
         _one_error_line(done, 1, says)
         assert "Errno" not in done.stderr and "Error:" not in done.stderr, done.stderr
+
+
+def test_lines_naming_a_long_file_or_workspace_stay_one_line_in_a_pipe(tmp_path: Path) -> None:
+    """rich broke a line at the console's width (80 columns into a pipe): ``shell NAME -c ls`` put a
+    94-character file name on two lines, so ``| grep`` missed it; ``rm`` of a long-named workspace
+    and ``ps`` of an asleep one split their messages the same way."""
+    env = cli_env(tmp_path, COLUMNS="80")
+    file = "n" * 90 + ".txt"
+    _write(tmp_path, "w", path=f"/workspace/{file}")
+    listed = run_cli(["shell", "w", "-c", "ls"], env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines() == [f"-          1  {file}"], listed.stdout
+    alone = run_cli(["shell", "w", "-c", f"ls {file}"], env=env)
+    assert alone.stdout.splitlines() == [f"-          1  {file}"], alone.stdout
+    asleep = run_cli(["ps", "w"], env=env)
+    assert asleep.returncode == 0 and len(asleep.stdout.splitlines()) == 1, asleep.stdout
+    name = "workspace-" + "w" * 80
+    _write(tmp_path, name)
+    gone = run_cli(["rm", name, "--yes"], env=env)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    assert [line.split()[:2] for line in gone.stdout.splitlines()] == [[name, "(asleep,"], ["deleted", name]]
+    missing = run_cli(["rm", name, "--yes"], env=env)
+    assert missing.returncode == 1 and missing.stdout.splitlines() == [
+        f"no workspace named {name!r} (`computer ls` lists them)"
+    ], missing.stdout
