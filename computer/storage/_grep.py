@@ -35,9 +35,25 @@ BINARY_SNIFF_BYTES = 8192
 
 
 def _re2_message(exc: re2.error) -> str:
-    """RE2's reason as text (the binding carries it as bytes: ``b'missing ): foo('``)."""
+    """RE2's reason as text (the binding carries it as bytes: ``b'missing ): foo('``), with what to do
+    when the pattern used what RE2 leaves out by design (lookaround, backreferences, atomic groups,
+    possessive repeats): "invalid perl operator: (?<=" alone sent a model round variants of the same
+    lookbehind."""
     reason = exc.args[0] if exc.args else exc
-    return reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+    text = reason.decode("utf-8", "replace") if isinstance(reason, bytes) else str(reason)
+    if _PERL_ONLY.match(text):
+        text += (
+            " (RE2 runs in linear time and has no lookaround, backreferences, atomic groups or "
+            "possessive repeats: search for a plainer pattern and check the lines found, or run "
+            "grep -P through exec)"
+        )
+    return text
+
+
+# RE2's reasons for a construct it does not have (not a typo in one it has).
+_PERL_ONLY = re.compile(
+    r"invalid perl operator: \(\?[=!<>]|invalid escape sequence: \\[1-9k]|bad repetition operator: [*+?]\+"
+)
 
 
 class LineMatcher:

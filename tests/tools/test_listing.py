@@ -127,6 +127,21 @@ async def test_grep_invalid_regex_reads_as_text_and_re2_writes_nothing_to_stderr
     assert capfd.readouterr().err == ""
 
 
+@pytest.mark.parametrize("query", ["(?<=def )name", "(?!x)y", r"(a)\1", "a++", "(?>ab)"])
+async def test_grep_of_a_construct_re2_lacks_says_what_to_do(
+    workspace: Workspace, tools: dict[str, Tool], query: str
+) -> None:
+    """Lookaround, backreferences, atomic groups and possessive repeats are RE2's by design, not a
+    typo: the error said only "invalid perl operator: (?<=", and a model tried variants of the same."""
+    await put(workspace, "/workspace/t.txt", "def name\n")
+    error = (await tools["grep"].run({"query": query, "regex": True}))["error"]
+    assert error.startswith("Invalid regular expression (RE2 syntax): "), error
+    assert "has no lookaround, backreferences" in error and "grep -P through exec" in error, error
+    # A typo in a construct RE2 has gets its reason alone.
+    typo = (await tools["grep"].run({"query": "(?P<n>a", "regex": True}))["error"]
+    assert "lookaround" not in typo, typo
+
+
 async def test_grep_context_lines_carry_is_match(workspace: Workspace, tools: dict[str, Tool]) -> None:
     await put(workspace, "/workspace/t.txt", "a\nhit1\nhit2\nb\n")
     result = await tools["grep"].run({"query": "hit", "context": 1})
