@@ -217,6 +217,8 @@ class WorkspaceShell:
             self.errors.print(f"[{result.status}{code}{why}]", markup=False, highlight=False, soft_wrap=True)
 
 
+SHOWN_PATH_CHARS = 400  # the longest path an error line shows whole
+
 # What to do next, for an error with one answer (the prompt's command, errno).
 _NEXT_STEPS: dict[tuple[str, int], str] = {
     ("cat", errno.EISDIR): "cat prints a file; ls lists a directory",
@@ -230,17 +232,20 @@ def describe_error(exc: OSError, command: str, argument: str) -> str:
     """One line for a failed prompt command: ``No such file or directory (ls lists what is there):
     /workspace/x``, as the tools say it. Decision: not ``FileNotFoundError: [Errno 2] ...: '/x'``, the
     exception's class and repr, which said nothing of what to do; an option the prompt's ``ls`` does not
-    take (``ls -la``) names the sandbox's; a message past ``ERROR_CHARS`` keeps its start and end."""
-    from ..tools._tool import error_result
-
+    take (``ls -la``) names the sandbox's; a path past ``SHOWN_PATH_CHARS`` keeps its start and end."""
     reason = exc.strerror or str(exc)
     step = _NEXT_STEPS.get((command, exc.errno or 0))
     if exc.errno == errno.ENOENT and argument.startswith("-"):
         step = f"the prompt's {command} takes no options; !{command} {argument} runs it in the sandbox"
     if step is not None and ";" not in reason:  # a reason with a ";" says what to do already
         reason = f"{reason} ({step})"
-    message = f"{reason}: {exc.filename}" if exc.filename else reason
-    return str(error_result(message)["error"])
+    if not exc.filename:
+        return reason
+    path = str(exc.filename)
+    if len(path) > SHOWN_PATH_CHARS:  # a 5,000-character name filled the screen
+        keep = SHOWN_PATH_CHARS // 2
+        path = f"{path[:keep]}…({len(path) - 2 * keep:,} characters elided)…{path[-keep:]}"
+    return f"{reason}: {path}"
 
 
 def reads(line: str) -> bool:
