@@ -4,6 +4,8 @@ deletion (the listing agrees with what opening the name does)."""
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +15,14 @@ import ray
 import computer
 from computer.actors import close_owners
 from computer.actors.raycompat import actor_id
+from computer.cli import list_workspaces
+from computer.cli._context import GlobalOptions
 from computer.client._connection import Connection
+from computer.config import Settings
+
+from .test_cluster_faults4 import _record
+from .test_cluster_faults7 import _dump, _restore, _tombstone
+from .test_redis_restart import RedisProcess
 
 
 async def test_a_client_of_a_dedicated_owner_closed_by_close_owners_goes_on_through_a_new_owner(
@@ -46,3 +55,93 @@ async def test_a_client_of_a_dedicated_owner_closed_by_close_owners_goes_on_thro
                 await closed.__ray_ready__.remote()
     finally:
         computer.init(data_dir=tmp_path / "data")
+
+
+async def _listed(config: Settings, monkeypatch: pytest.MonkeyPatch) -> set[str]:
+    """The names ``computer ls`` lists for ``config``'s data directory and Redis (the command's own
+    settings, from the environment), the test's settings put back after."""
+    monkeypatch.setenv("COMPUTER_REDIS_URL", str(config.redis_url))
+    monkeypatch.setenv("COMPUTER_SHARED_DATA_DIR", "1" if config.shared_data_dir else "0")
+    try:
+        rows = await asyncio.to_thread(list_workspaces, GlobalOptions(data_dir=config.data_dir))
+        return {row.name for row in rows}
+    finally:
+        computer.init(**config.model_dump(include=_PUT_BACK))
+
+
+_PUT_BACK = {"data_dir", "redis_url", "lock_lease", "owners", "shared_data_dir"}
+
+
+async def _deleted_then_restored(config: Settings, server: RedisProcess, names: list[str]) -> None:
+    """Each of ``names`` written, Redis dumped, each deleted, Redis restarted from the dump: their
+    records are back, older than their deletions' tombstones."""
+    for name in names:
+        async with computer.get_workspace(name) as ws:
+            await ws.fs.write_file("/old", b"old")
+    dump = _dump(server)
+    for name in names:
+        await computer.delete_workspace(name)
+        assert _tombstone(config, name) is not None
+    _restore(server, dump)
+    for name in names:
+        record = _record(config, name)
+        assert record is not None and record.epoch < _tombstone(config, name)[2]
+
+
+async def test_ls_leaves_out_a_deleted_workspace_whose_record_a_restored_dump_brought_back(
+    on_redis: Settings, own_redis: RedisProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A workspace deleted after a dump, the dump restored: its record is back, naming a file the
+    deletion removed, and opening the name makes a new, empty workspace (its tombstone). ``computer ls``
+    agrees: the name is not listed (before, it was, "asleep", size "elsewhere"), nor offered to
+    ``computer rm``; a kept neighbour is listed; once opened anew, the name is listed again."""
+    config = on_redis
+    gone, kept = (f"rel-ls-{what}-{uuid.uuid4().hex[:8]}" for what in ("gone", "kept"))
+    async with computer.get_workspace(kept) as ws:
+        await ws.fs.write_file("/kept", b"kept")
+    await _deleted_then_restored(config, own_redis, [gone])
+    listed = await _listed(config, monkeypatch)
+    assert kept in listed and gone not in listed
+    async with computer.get_workspace(gone) as ws:
+        assert await ws.fs.ls("/") == []  # new, as the listing said
+        await ws.fs.write_file("/new", b"new")
+    assert {gone, kept} <= await _listed(config, monkeypatch)
+    for name in (gone, kept):
+        await computer.delete_workspace(name)
+
+
+@pytest.fixture(params=["dedicated", "hosted"])
+def on_shared_redis(
+    request: pytest.FixtureRequest, ray_session: Any, own_redis: RedisProcess, tmp_path: Path
+) -> Any:
+    """``on_redis`` with ``shared_data_dir``: every node sees the data directory (no head file registry)."""
+    yield computer.init(
+        data_dir=tmp_path / "data",
+        redis_url=own_redis.url,
+        lock_lease=5.0,
+        owners=request.param,
+        shared_data_dir=True,
+    )
+    computer.init(data_dir=tmp_path / "data")
+
+
+async def test_with_a_shared_data_dir_a_deleted_workspace_is_new_again_after_a_restored_dump(
+    on_shared_redis: Settings, own_redis: RedisProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``shared_data_dir`` with Redis: no head file registry, and before, no tombstone either, so a
+    Redis restored from a dump taken before a deletion made the name ``WorkspaceUnavailableError``
+    ("its file ... is missing") until ``delete_workspace(force=True)``. The tombstone is now kept in
+    the shared data directory (``placements.sqlite``, table ``deleted``): the name opens new and
+    empty, as without a shared data directory, ``computer ls`` leaves the stale record out, and the
+    new life's lease drops the tombstone (a later loss of its file is "unavailable" again)."""
+    config = on_shared_redis
+    name = f"rel-shared-{uuid.uuid4().hex[:8]}"
+    await _deleted_then_restored(config, own_redis, [name])
+    assert name not in await _listed(config, monkeypatch)
+    async with computer.get_workspace(name) as ws:
+        with pytest.raises(FileNotFoundError):
+            await ws.fs.read_file("/old")
+        await ws.fs.write_file("/new", b"new")
+    assert _tombstone(config, name) is None  # the new life's lease dropped it
+    assert name in await _listed(config, monkeypatch)
+    await computer.delete_workspace(name)
