@@ -5,6 +5,9 @@ deletion (the listing agrees with what opening the name does)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import uuid
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from computer.cli import list_workspaces
 from computer.cli._context import GlobalOptions
 from computer.client._connection import Connection
 from computer.config import Settings
+from computer.storage.errors import LockLostError
 
 from .test_cluster_faults4 import _record
 from .test_cluster_faults7 import _dump, _restore, _tombstone
@@ -144,4 +148,81 @@ async def test_with_a_shared_data_dir_a_deleted_workspace_is_new_again_after_a_r
         await ws.fs.write_file("/new", b"new")
     assert _tombstone(config, name) is None  # the new life's lease dropped it
     assert name in await _listed(config, monkeypatch)
+    await computer.delete_workspace(name)
+
+
+async def test_a_lock_held_when_its_owners_process_is_sigkilled_and_redis_restarts_empty_fences_its_holder(
+    on_redis: Settings, own_redis: RedisProcess
+) -> None:
+    """Locks survive their owner as fencing: A holds the counter's lock and has read 0; the process
+    owning the workspace (its dedicated actor, or its owner host) is SIGKILLed and Redis restarts
+    empty before anyone calls again (the directory forgets the lease and its epoch). B takes the lock
+    from the owner that comes back and increments; A's write computed from 0 is refused
+    ``LockLostError`` (the new owner's epoch is above the file's, whatever Redis counts from), A's
+    late release does not free B's lock, and the counter holds the one increment."""
+    name = f"rel-lockkill-{uuid.uuid4().hex[:8]}"
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+        await a.fs.write_file("/counter", b"0")
+        held = a.locks.hold(["/counter"])
+        await held.__aenter__()
+        seen = int(await a.fs.read_file("/counter"))
+        before = await a.handle.stats.remote()
+        os.kill(int(before["pid"]), signal.SIGKILL)
+        own_redis.stop()
+        own_redis.start()  # empty: not persistent
+        async with b.locks.hold(["/counter"]):
+            value = int(await b.fs.read_file("/counter"))
+            with pytest.raises(LockLostError):
+                await a.fs.write_file("/counter", str(seen + 1).encode())
+            with contextlib.suppress(LockLostError):
+                await held.__aexit__(None, None, None)  # A's late release
+            await b.fs.write_file("/counter", str(value + 1).encode())  # B's lock still honoured
+            after = await b.handle.stats.remote()
+        assert after["epoch"] > before["epoch"] and after["pid"] != before["pid"]
+        assert await a.fs.read_file("/counter") == b"1"
+    await computer.delete_workspace(name)
+
+
+async def _waiting_at_the_owner(ws: Any, count: int) -> None:
+    """Until the owner of ``ws`` has ``count`` lock requests waiting (bounded: 30 s)."""
+    deadline = asyncio.get_running_loop().time() + 30.0
+    while (await ws.handle.stats.remote())["locks_waiting"] < count:
+        assert asyncio.get_running_loop().time() < deadline, "the lock request never reached the owner"
+        await asyncio.sleep(0.05)
+
+
+async def test_a_lock_request_waiting_when_the_owners_process_is_sigkilled_and_redis_restarts_is_granted(
+    on_redis: Settings, own_redis: RedisProcess
+) -> None:
+    """A holds the lock, B's request waits at the owner; the owner's process is SIGKILLed and Redis
+    restarts empty. B's wait, cut by the death, goes on at the owner that comes back and is granted
+    there (its table empty: A's lease died with the process) within a generous bound, never left
+    hanging; A's write is refused ``LockLostError``."""
+    name = f"rel-lockwait-{uuid.uuid4().hex[:8]}"
+    async with computer.get_workspace(name) as a, computer.get_workspace(name) as b:
+        await a.fs.write_file("/counter", b"0")
+        held = a.locks.hold(["/counter"])
+        await held.__aenter__()
+        refused: list[BaseException] = []
+
+        async def b_holds() -> None:
+            async with b.locks.hold(["/counter"]):
+                try:  # A's write while B holds the lock
+                    await a.fs.write_file("/counter", b"1")
+                except LockLostError as exc:
+                    refused.append(exc)
+                await b.fs.write_file("/counter", b"2")
+
+        waiting = asyncio.ensure_future(b_holds())
+        await _waiting_at_the_owner(a, 1)
+        before = await a.handle.stats.remote()
+        os.kill(int(before["pid"]), signal.SIGKILL)
+        own_redis.stop()
+        own_redis.start()
+        await asyncio.wait_for(waiting, 60)  # granted at the owner that came back
+        assert len(refused) == 1
+        with contextlib.suppress(LockLostError):
+            await held.__aexit__(None, None, None)
+        assert await a.fs.read_file("/counter") == b"2"
+        assert (await a.handle.stats.remote())["epoch"] > before["epoch"]
     await computer.delete_workspace(name)

@@ -201,6 +201,12 @@ class RegisteredDirectory:
 
 
 def _unbury(registry: SqliteDirectory | HeadDirectory, name: str) -> None:
-    """Drop ``name``'s tombstone, if any: a new life's lease (the read first: most wakes have none)."""
-    if registry.deletion_of(name) is not None:
-        registry.forget_deletion(name)  # type: ignore[union-attr]
+    """Drop ``name``'s tombstone, if any: a new life's lease (the read first: most wakes have none).
+    A failure (the shared file unreadable, locked too long) is logged and the owner opens all the
+    same: the tombstone left only makes a dump from before it, restored after this life's file was
+    lost by other means, read as deleted (new again) instead of "unavailable"."""
+    try:
+        if registry.deletion_of(name) is not None:
+            registry.forget_deletion(name)  # type: ignore[union-attr]
+    except Exception:
+        log.warning("workspace %s: its tombstone could not be checked or dropped", name, exc_info=True)
