@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
+import shutil
 import signal
 import uuid
 from pathlib import Path
@@ -14,9 +16,12 @@ from typing import Any
 
 import pytest
 import ray
+import redis
+from owner_models import kill_owner
 
 import computer
 from computer.actors import close_owners
+from computer.actors.naming import workspace_file
 from computer.actors.raycompat import actor_id
 from computer.cli import list_workspaces
 from computer.cli._context import GlobalOptions
@@ -225,4 +230,71 @@ async def test_a_lock_request_waiting_when_the_owners_process_is_sigkilled_and_r
             await held.__aexit__(None, None, None)
         assert await a.fs.read_file("/counter") == b"2"
         assert (await a.handle.stats.remote())["epoch"] > before["epoch"]
+    await computer.delete_workspace(name)
+
+
+async def test_a_data_directory_replaced_by_an_empty_one_never_opens_a_known_workspace_empty(
+    on_redis: Settings, tmp_path: Path
+) -> None:
+    """Placement never invents an empty workspace: the whole data directory of this (only) node
+    replaced by an empty one while the workspace sleeps (a tmpfs mounted over it, a disk not mounted),
+    Redis keeping its record. Opening it is refused (``WorkspaceUnavailableError`` naming the missing
+    file, or ESTALE "not mounted": the head's file registry lives there too), nothing is created under
+    its name; with the data directory back, the workspace opens whole."""
+    config = on_redis
+    name = f"rel-tmpfs-{uuid.uuid4().hex[:8]}"
+    data, hidden = config.data_dir, tmp_path / "hidden-data"
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/x", b"1")
+        await kill_owner(ws.handle)  # asleep: no owner holds the file
+    data.rename(hidden)
+    data.mkdir()  # the empty directory now mounted over it
+    try:
+        with pytest.raises(OSError) as refused:
+            async with computer.get_workspace(name) as ws:
+                await ws.fs.read_file("/x")
+        # EAGAIN naming the missing file, or ESTALE: the head's file registry, in that data directory,
+        # made anew under a running cluster (``directory/_identity.py``), "not mounted"
+        assert refused.value.errno in (errno.EAGAIN, errno.ESTALE), refused.value
+        assert "missing" in str(refused.value) or "not mounted" in str(refused.value), refused.value
+        assert not workspace_file(config, name).exists()  # never made anew, empty
+    finally:
+        shutil.rmtree(data)
+        hidden.rename(data)
+    async with computer.get_workspace(name) as ws:
+        assert await ws.fs.read_file("/x") == b"1"
+    await computer.delete_workspace(name)
+
+
+async def test_a_shared_data_directory_replaced_after_redis_forgot_never_opens_a_workspace_empty(
+    on_shared_redis: Settings, own_redis: RedisProcess, tmp_path: Path
+) -> None:
+    """``shared_data_dir`` with Redis: a workspace sleeps, Redis forgets it (``FLUSHALL``) and the shared
+    data directory is replaced by an empty one on this node (its mount lost, a tmpfs over it). No record
+    and no file registry tell the name from a new one; before, the owner made a new, empty workspace
+    under it (and its writes diverged from the real file once the mount came back). Now the owner's
+    lease opens the data directory's ``placements.sqlite`` (the tombstones' file, which every owner wake
+    opens), whose identity check (``directory/_identity.py``) refuses a file made anew under the running
+    cluster: ESTALE "not mounted", and the failed creation removes the empty file it had made. With the
+    mount back it opens whole."""
+    config = on_shared_redis
+    name = f"rel-sharedtmpfs-{uuid.uuid4().hex[:8]}"
+    data, hidden = config.data_dir, tmp_path / "hidden-data"
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/x", b"1")
+        await kill_owner(ws.handle)  # asleep: no owner writes its record back
+    redis.Redis.from_url(own_redis.url).flushall()
+    data.rename(hidden)
+    data.mkdir()  # the empty directory now mounted over it
+    try:
+        with pytest.raises(OSError) as refused:
+            async with computer.get_workspace(name) as ws:
+                await ws.fs.read_file("/x")
+        assert refused.value.errno == errno.ESTALE and "not mounted" in str(refused.value), refused.value
+        assert not workspace_file(config, name).exists()  # never made anew, empty
+    finally:
+        shutil.rmtree(data)
+        hidden.rename(data)
+    async with computer.get_workspace(name) as ws:
+        assert await ws.fs.read_file("/x") == b"1"
     await computer.delete_workspace(name)

@@ -145,6 +145,9 @@ class RegisteredDirectory:
             if self._notes_files:
                 self._registry(lambda registry: registry.note_file(name, node, host))
             else:  # shared data directory: no notes, a new life's tombstone only (one read a wake)
+                # Opening the file fails ESTALE when it was made anew under the running cluster
+                # (``_identity.py``): the shared data directory is not mounted here, and the owner does
+                # not open (nor create) a workspace there; that open failure is not ``_unbury``'s.
                 self._registry(lambda registry: _unbury(registry, name))
         return epoch
 
