@@ -298,3 +298,21 @@ async def test_a_shared_data_directory_replaced_after_redis_forgot_never_opens_a
     async with computer.get_workspace(name) as ws:
         assert await ws.fs.read_file("/x") == b"1"
     await computer.delete_workspace(name)
+
+
+async def test_a_client_of_a_hosted_workspace_closed_by_close_owners_goes_on_in_a_new_activation(
+    ray_session: Any, tmp_path: Path, name: str
+) -> None:
+    """The hosted counterpart: ``close_owners`` closes the workspace inside its host (the host stays
+    for its others); the client's next call opens it again there, under a new epoch, its file whole."""
+    computer.init(data_dir=tmp_path / "data", owners="hosted")
+    try:
+        async with computer.get_workspace(name) as ws:
+            await ws.fs.write_file("/kept", b"kept")
+            before = await ws.handle.stats.remote()
+            assert await close_owners([name]) == 1
+            assert await ws.fs.read_file("/kept") == b"kept"
+            after = await ws.handle.stats.remote()
+            assert after["epoch"] > before["epoch"] and after["pid"] == before["pid"]  # the same host
+    finally:
+        computer.init(data_dir=tmp_path / "data")
