@@ -124,8 +124,7 @@ class _Tombstones:
         self._registry = SqliteDirectory(path)
 
     def __call__(self, record: WorkspaceRecord) -> bool:
-        from ..actors.directory import DELETING
-        from ..actors.directory._registry import covered
+        from ..actors.directory import DELETING, covered
 
         return (
             record.node != DELETING and covered(self._registry.deletion_of(record.name), record) is not None
@@ -137,7 +136,7 @@ class _Tombstones:
 
 def _tombstones(config: Settings) -> _Tombstones | None:
     """The tombstones when the directory keeps some and their file is here (never created by a listing)."""
-    from ..actors.directory._registry import REGISTRY_FILE, tombstones_kept
+    from ..actors.directory import REGISTRY_FILE, tombstones_kept
 
     path = config.data_dir / REGISTRY_FILE
     if not tombstones_kept(config) or not path.is_file():

@@ -233,6 +233,36 @@ async def test_a_lock_request_waiting_when_the_owners_process_is_sigkilled_and_r
     await computer.delete_workspace(name)
 
 
+async def _refused_with_the_data_directory_replaced(
+    config: Settings, tmp_path: Path, *, forget: RedisProcess | None
+) -> OSError:
+    """A workspace written and asleep, Redis flushed when ``forget`` is given, the data directory
+    replaced by an empty one (a tmpfs over it, a mount lost): what opening the workspace raises (it
+    must fail), nothing created under its name; then the data directory put back, the workspace opens
+    whole and is deleted."""
+    name = f"rel-tmpfs-{uuid.uuid4().hex[:8]}"
+    data, hidden = config.data_dir, tmp_path / "hidden-data"
+    async with computer.get_workspace(name) as ws:
+        await ws.fs.write_file("/x", b"1")
+        await kill_owner(ws.handle)  # asleep: no owner holds the file nor writes its record back
+    if forget is not None:
+        redis.Redis.from_url(forget.url).flushall()
+    data.rename(hidden)
+    data.mkdir()  # the empty directory now mounted over it
+    try:
+        with pytest.raises(OSError) as refused:
+            async with computer.get_workspace(name) as ws:
+                await ws.fs.read_file("/x")
+        assert not workspace_file(config, name).exists()  # never made anew, empty
+    finally:
+        shutil.rmtree(data)
+        hidden.rename(data)
+    async with computer.get_workspace(name) as ws:
+        assert await ws.fs.read_file("/x") == b"1"
+    await computer.delete_workspace(name)
+    return refused.value
+
+
 async def test_a_data_directory_replaced_by_an_empty_one_never_opens_a_known_workspace_empty(
     on_redis: Settings, tmp_path: Path
 ) -> None:
@@ -242,28 +272,11 @@ async def test_a_data_directory_replaced_by_an_empty_one_never_opens_a_known_wor
     file, or ESTALE "not mounted": the head's file registry lives there too), nothing is created under
     its name; with the data directory back, the workspace opens whole."""
     config = on_redis
-    name = f"rel-tmpfs-{uuid.uuid4().hex[:8]}"
-    data, hidden = config.data_dir, tmp_path / "hidden-data"
-    async with computer.get_workspace(name) as ws:
-        await ws.fs.write_file("/x", b"1")
-        await kill_owner(ws.handle)  # asleep: no owner holds the file
-    data.rename(hidden)
-    data.mkdir()  # the empty directory now mounted over it
-    try:
-        with pytest.raises(OSError) as refused:
-            async with computer.get_workspace(name) as ws:
-                await ws.fs.read_file("/x")
-        # EAGAIN naming the missing file, or ESTALE: the head's file registry, in that data directory,
-        # made anew under a running cluster (``directory/_identity.py``), "not mounted"
-        assert refused.value.errno in (errno.EAGAIN, errno.ESTALE), refused.value
-        assert "missing" in str(refused.value) or "not mounted" in str(refused.value), refused.value
-        assert not workspace_file(config, name).exists()  # never made anew, empty
-    finally:
-        shutil.rmtree(data)
-        hidden.rename(data)
-    async with computer.get_workspace(name) as ws:
-        assert await ws.fs.read_file("/x") == b"1"
-    await computer.delete_workspace(name)
+    refused = await _refused_with_the_data_directory_replaced(config, tmp_path, forget=None)
+    # EAGAIN naming the missing file, or ESTALE: the head's file registry, in that data directory, made
+    # anew under a running cluster (``directory/_identity.py``), "not mounted"
+    assert refused.errno in (errno.EAGAIN, errno.ESTALE), refused
+    assert "missing" in str(refused) or "not mounted" in str(refused), refused
 
 
 async def test_a_shared_data_directory_replaced_after_redis_forgot_never_opens_a_workspace_empty(
@@ -278,26 +291,8 @@ async def test_a_shared_data_directory_replaced_after_redis_forgot_never_opens_a
     cluster: ESTALE "not mounted", and the failed creation removes the empty file it had made. With the
     mount back it opens whole."""
     config = on_shared_redis
-    name = f"rel-sharedtmpfs-{uuid.uuid4().hex[:8]}"
-    data, hidden = config.data_dir, tmp_path / "hidden-data"
-    async with computer.get_workspace(name) as ws:
-        await ws.fs.write_file("/x", b"1")
-        await kill_owner(ws.handle)  # asleep: no owner writes its record back
-    redis.Redis.from_url(own_redis.url).flushall()
-    data.rename(hidden)
-    data.mkdir()  # the empty directory now mounted over it
-    try:
-        with pytest.raises(OSError) as refused:
-            async with computer.get_workspace(name) as ws:
-                await ws.fs.read_file("/x")
-        assert refused.value.errno == errno.ESTALE and "not mounted" in str(refused.value), refused.value
-        assert not workspace_file(config, name).exists()  # never made anew, empty
-    finally:
-        shutil.rmtree(data)
-        hidden.rename(data)
-    async with computer.get_workspace(name) as ws:
-        assert await ws.fs.read_file("/x") == b"1"
-    await computer.delete_workspace(name)
+    refused = await _refused_with_the_data_directory_replaced(config, tmp_path, forget=own_redis)
+    assert refused.errno == errno.ESTALE and "not mounted" in str(refused), refused
 
 
 async def test_a_client_of_a_hosted_workspace_closed_by_close_owners_goes_on_in_a_new_activation(
