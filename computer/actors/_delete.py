@@ -102,6 +102,15 @@ async def delete_workspace(name: str, *, force: bool = False) -> DeletedWorkspac
 
     ``FileNotFoundError`` when neither a record nor a file of ``name`` exists; ``OSError`` with errno
     ``EBUSY`` when a live client holds it (the message says how), unless ``force``.
+
+    With a directory in Redis the deletion leaves a tombstone (time, process, its lease's epoch) so
+    that a Redis restored from a dump taken before it brings the name back new (``get_workspace`` makes
+    it anew, empty; ``computer ls`` leaves the stale record out), not "unavailable, its file is
+    missing": in the head node's file registry (``placements.sqlite``), or with ``shared_data_dir`` in
+    the shared data directory's (same file, same table, opened directly by every node: there is no
+    head registry; one read of it per owner wake, to drop a new life's tombstone). The embedded
+    directory keeps none: it never comes back from an older state. See
+    ``computer/actors/directory/_registry.py``.
     """
     check_name(name)
     config = await asyncio.to_thread(_settings)  # the published settings: a GCS read, bounded

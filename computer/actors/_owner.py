@@ -179,6 +179,15 @@ class OwnerActor(WorkspaceHost):
     async def lock_release_holder(self, holder: str) -> Any:
         return await self._on_own_loop(super().lock_release_holder(holder))
 
+    async def close_workspace(self) -> None:
+        """Close the workspace, release the lease and exit (``close_owners``), as hibernation does.
+        Before, the actor stayed up once closed, holding its Ray name and answering every call "moved":
+        each client's re-resolution found that same actor again, until the client's 30 s "moved"
+        deadline failed the call ``WorkspaceUnavailableError`` (``tests/reliability/test_cluster_faults8.py``).
+        Exiting frees the name: the next call re-creates the owner."""
+        if not self._closing:
+            await self._leave(hibernating=False)
+
     async def _hibernate_when_idle(self) -> None:
         after = self.config.hibernate_after
         interval = min(max(after / 4.0, 0.05), 5.0)

@@ -12,7 +12,12 @@ activity and live runs, from facts that hold whether or not a cluster runs (Ray 
   reserve...) on this machine, as ``computer rm`` counts what it deletes (none when the file is elsewhere).
 - **live runs**: executions an awake workspace's journal records as running (asleep: 0).
 
-A workspace file with no directory record (the directory was lost) is listed too, asleep.
+A workspace file with no directory record (the directory was lost) is listed too, asleep. A record
+that a deletion's tombstone covers (Redis restored from a dump taken before the deletion: the record
+names a file the deletion removed) is left out, no file of it being here: opening the name makes a
+new, empty workspace (``computer/actors/README.md``, "Deleted or lost"), so the listing agrees with
+it, and ``computer rm`` says there is no such workspace. Read where the tombstones' file is on this
+machine (the head node's data directory, or a shared one); elsewhere such a record is listed.
 
 Read-only: a data directory that does not exist is listed as empty and is not created (nor its
 directory file); ``computer ls`` reports a missing data directory that was named (``--data-dir``,
@@ -39,6 +44,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from ..actors.directory import WorkspaceRecord
+    from ..config import Settings
 
 __all__ = ["WorkspaceRow", "check_data_dir", "list_workspaces", "print_workspaces"]
 
@@ -74,6 +80,7 @@ def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[Workspa
             directory = open_directory(config)
         except (OSError, sqlite3.Error) as exc:
             raise data_dir_error(config.data_dir, exc) from None
+    tombstones = _tombstones(config)
     try:
         names = set(directory.names())
         found = _file_sizes(config.workspaces_dir)
@@ -84,6 +91,8 @@ def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[Workspa
             record = directory.get(name)
             path = workspace_file(config, name)
             size = found.get(name)
+            if size is None and record is not None and tombstones is not None and tombstones(record):
+                continue  # deleted after this record was written: the name is new again
             is_awake = awake(record, now)
             rows.append(
                 WorkspaceRow(
@@ -100,6 +109,39 @@ def list_workspaces(options: GlobalOptions, *, prefix: str = "") -> list[Workspa
         return rows
     finally:
         directory.close()
+        if tombstones is not None:
+            tombstones.close()
+
+
+class _Tombstones:
+    """The deletions' tombstones of a directory in Redis (``actors/directory/_registry.py``), read
+    from their file when it is on this machine: ``self(record)`` says whether a deletion came after
+    ``record`` was written."""
+
+    def __init__(self, path: Path) -> None:
+        from ..actors.directory import SqliteDirectory
+
+        self._registry = SqliteDirectory(path)
+
+    def __call__(self, record: WorkspaceRecord) -> bool:
+        from ..actors.directory import DELETING, covered
+
+        return (
+            record.node != DELETING and covered(self._registry.deletion_of(record.name), record) is not None
+        )
+
+    def close(self) -> None:
+        self._registry.close()
+
+
+def _tombstones(config: Settings) -> _Tombstones | None:
+    """The tombstones when the directory keeps some and their file is here (never created by a listing)."""
+    from ..actors.directory import REGISTRY_FILE, tombstones_kept
+
+    path = config.data_dir / REGISTRY_FILE
+    if not tombstones_kept(config) or not path.is_file():
+        return None
+    return _Tombstones(path)
 
 
 # A workspace's file and its companions, as ``actors._delete.workspace_files`` finds them for ``rm``.

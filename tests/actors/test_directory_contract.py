@@ -45,9 +45,11 @@ def test_the_registry_beside_redis_keeps_where_each_file_is(tmp_path: Path, redi
     redis = RedisDirectory(redis_url, prefix=f"test:{uuid.uuid4().hex}:")
     d = RegisteredDirectory(config, redis)
     assert isinstance(open_directory(config), RegisteredDirectory)
-    assert not isinstance(
-        open_directory(config.model_copy(update={"shared_data_dir": True})), RegisteredDirectory
-    )
+    # A shared data directory: tombstones only (every node sees every file), no file notes.
+    shared = RegisteredDirectory(config.model_copy(update={"shared_data_dir": True}), redis)
+    assert isinstance(open_directory(shared._config), RegisteredDirectory)
+    shared.acquire_lease("shared", "node-b", "o0", 30.0, host="box-b/10.0.0.2")
+    shared.close()
     d.acquire_lease("ws", "node-b", "o1", 30.0, host="box-b/10.0.0.2")
     d.acquire_lease("cli", "process:12@box", "o2", 30.0, host=None)  # outside Ray: no place to note
     d.acquire_lease("gone", "node-b", "o3", 30.0, host="box-b/10.0.0.2")
@@ -57,6 +59,7 @@ def test_the_registry_beside_redis_keeps_where_each_file_is(tmp_path: Path, redi
     assert last_known_file(config, "ws") == ("node-b", "box-b/10.0.0.2")
     assert last_known_file(config, "cli") is None
     assert last_known_file(config, "gone") is None  # a deleted workspace is nowhere
+    assert last_known_file(config, "shared") is None  # not noted
     assert last_known_file(config.model_copy(update={"redis_url": None}), "ws") is None
     d.close()
 

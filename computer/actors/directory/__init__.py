@@ -9,12 +9,21 @@ from ._head import HeadDirectory
 from ._open import open_directory
 from ._record import DELETING, WorkspaceRecord, WorkspaceState, refuse_while_deleting
 from ._redis import RedisDirectory
-from ._registry import RegisteredDirectory, deleted_before, last_known_file, registry_used
+from ._registry import (
+    REGISTRY_FILE,
+    RegisteredDirectory,
+    covered,
+    deleted_before,
+    last_known_file,
+    registry_used,
+    tombstones_kept,
+)
 from ._renew import LeaseRenewal, renew_leases
 from ._sqlite import SqliteDirectory
 
 __all__ = [
     "DELETING",
+    "REGISTRY_FILE",
     "Directory",
     "HeadDirectory",
     "LeaseRenewal",
@@ -23,10 +32,12 @@ __all__ = [
     "SqliteDirectory",
     "WorkspaceRecord",
     "WorkspaceState",
+    "covered",
     "deleted_before",
     "last_known_file",
     "open_directory",
     "refuse_while_deleting",
     "registry_used",
     "renew_leases",
+    "tombstones_kept",
 ]

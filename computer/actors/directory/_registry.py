@@ -30,8 +30,12 @@ later loss of that life's file is "unavailable" again. Bounded: a tombstone olde
 ``TOMBSTONE_TTL`` (30 days) is dropped, and only the newest ``TOMBSTONES_KEPT`` (100,000, a few MB)
 are kept, compacted in the deletion's own write; a dump older than that brings a deleted name back as
 "unavailable" (the safe side: ``delete_workspace(name, force=True)`` forgets it). Only where the
-registry is (Redis, node-local data directories); owners outside Ray, which note nothing, do not drop a
-tombstone either: their new life is still found by its file (an owner opens a file it finds).
+registry is (Redis, node-local data directories), and with Redis and ``shared_data_dir``, where no
+file is noted (every node sees every file) but the tombstones are kept all the same, in the shared
+data directory's ``placements.sqlite`` opened directly by every node (``tombstones_kept``; a new life's
+lease reads it once and drops its name's tombstone, ``forget_deletion``); before, a dump restored after
+a deletion made the name "unavailable" there until ``force``. Owners outside Ray, which note nothing,
+do not drop a tombstone either: their new life is still found by its file (an owner opens a file it finds).
 """
 
 from __future__ import annotations
@@ -51,9 +55,11 @@ __all__ = [
     "TOMBSTONES_KEPT",
     "TOMBSTONE_TTL",
     "RegisteredDirectory",
+    "covered",
     "deleted_before",
     "file_registry",
     "last_known_file",
+    "tombstones_kept",
 ]
 
 REGISTRY_FILE = "placements.sqlite"
@@ -64,8 +70,9 @@ log = logging.getLogger(__name__)
 
 
 def file_registry(config: Settings) -> SqliteDirectory | HeadDirectory:
-    """The head node's registry file, opened directly on the head and through its actor elsewhere."""
-    if on_head_node():
+    """The head node's registry file, opened directly on the head and through its actor elsewhere; with
+    ``shared_data_dir``, the shared data directory's, opened directly on every node (tombstones only)."""
+    if config.shared_data_dir or on_head_node():
         return SqliteDirectory(config.data_dir / REGISTRY_FILE)
     return HeadDirectory(config, REGISTRY_FILE)
 
@@ -73,6 +80,12 @@ def file_registry(config: Settings) -> SqliteDirectory | HeadDirectory:
 def registry_used(config: Settings) -> bool:
     """Whether placements are also noted in the head's file (Redis with node-local data directories)."""
     return bool(config.redis_url) and not config.shared_data_dir
+
+
+def tombstones_kept(config: Settings) -> bool:
+    """Whether deletions leave tombstones (Redis: it can come back from an older dump), in the head's
+    registry file, or with ``shared_data_dir`` in the shared data directory's (``REGISTRY_FILE``)."""
+    return bool(config.redis_url)
 
 
 def last_known_file(config: Settings, name: str) -> tuple[str, str] | None:
@@ -90,16 +103,18 @@ def deleted_before(config: Settings, record: WorkspaceRecord) -> str | None:
     """When a deletion removed ``record``'s workspace after that record was written (a record of an
     epoch below the deletion's tombstone: a Redis restored from an older dump), what it says ("deleted
     at <time> by <process>"); else None (no registry, no tombstone, or a record of a later life)."""
-    if not registry_used(config) or record.node == DELETING:
+    if not tombstones_kept(config) or record.node == DELETING:
         return None
     registry = file_registry(config)
     try:
-        return _covered(registry.deletion_of(record.name), record)
+        return covered(registry.deletion_of(record.name), record)
     finally:
         registry.close()
 
 
-def _covered(tombstone: tuple[float, str, int] | None, record: WorkspaceRecord) -> str | None:
+def covered(tombstone: tuple[float, str, int] | None, record: WorkspaceRecord) -> str | None:
+    """What ``tombstone`` (``(at, by, epoch)``, or None) says of ``record`` when it is from before that
+    deletion (a lower epoch); None otherwise."""
     if tombstone is None or record.epoch >= tombstone[2]:
         return None
     at, by, epoch = tombstone
@@ -117,6 +132,7 @@ class RegisteredDirectory:
         self._config = config
         self._redis = redis if redis is not None else RedisDirectory(config.redis_url)
         self._files: SqliteDirectory | HeadDirectory | None = None  # opened at the first note, kept
+        self._notes_files = registry_used(config)  # else tombstones only (``shared_data_dir``)
 
     def get(self, name: str) -> WorkspaceRecord | None:
         return self._redis.get(name)
@@ -126,7 +142,13 @@ class RegisteredDirectory:
     ) -> int:
         epoch = self._redis.acquire_lease(name, node, owner_id, ttl, host=host)
         if host is not None and not node.startswith("process:") and node != DELETING:
-            self._registry(lambda registry: registry.note_file(name, node, host))
+            if self._notes_files:
+                self._registry(lambda registry: registry.note_file(name, node, host))
+            else:  # shared data directory: no notes, a new life's tombstone only (one read a wake)
+                # Opening the file fails ESTALE when it was made anew under the running cluster
+                # (``_identity.py``): the shared data directory is not mounted here, and the owner does
+                # not open (nor create) a workspace there; that open failure is not ``_unbury``'s.
+                self._registry(lambda registry: _unbury(registry, name))
         return epoch
 
     def renew_lease(
@@ -144,7 +166,7 @@ class RegisteredDirectory:
 
     def remove(self, name: str, owner_id: str) -> bool:
         removed = self._redis.remove(name, owner_id)
-        if removed:
+        if removed and self._notes_files:
             self._registry(lambda registry: registry.forget_file(name))
         return removed
 
@@ -162,7 +184,7 @@ class RegisteredDirectory:
             return None
         found: list[tuple[float, str, int] | None] = []
         self._registry(lambda registry: found.append(registry.deletion_of(record.name)))
-        return _covered(found[0], record)
+        return covered(found[0], record)
 
     def names(self) -> list[str]:
         return self._redis.names()
@@ -179,3 +201,15 @@ class RegisteredDirectory:
 
     def __repr__(self) -> str:
         return f"RegisteredDirectory({self._redis!r})"
+
+
+def _unbury(registry: SqliteDirectory | HeadDirectory, name: str) -> None:
+    """Drop ``name``'s tombstone, if any: a new life's lease (the read first: most wakes have none).
+    A failure (the shared file unreadable, locked too long) is logged and the owner opens all the
+    same: the tombstone left only makes a dump from before it, restored after this life's file was
+    lost by other means, read as deleted (new again) instead of "unavailable"."""
+    try:
+        if registry.deletion_of(name) is not None:
+            registry.forget_deletion(name)  # type: ignore[union-attr]
+    except Exception:
+        log.warning("workspace %s: its tombstone could not be checked or dropped", name, exc_info=True)

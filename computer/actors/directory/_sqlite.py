@@ -270,6 +270,18 @@ class SqliteDirectory:
 
         self._writing(forget)
 
+    def forget_deletion(self, name: str) -> None:
+        """``name`` was made anew: its tombstone goes (``note_file`` does it too, with the note)."""
+
+        def forget() -> None:
+            with self._lock:
+                self._db.execute("DELETE FROM deleted WHERE name = ?", (name,))
+
+        try:
+            self._writing(forget)
+        except sqlite3.Error as exc:
+            raise storage_failure(exc, str(self.path)) from exc
+
     def note_deleted(self, name: str, epoch: int, by: str, *, ttl: float, kept: int) -> None:
         """Remember that a deletion (its lease's ``epoch``, run by ``by``) removed ``name`` just now, and
         forget its file's note; tombstones older than ``ttl`` seconds, and all but the newest ``kept``,
