@@ -78,6 +78,8 @@ class PullRenames(MirrorWatch):
     renamed_from: tuple[dict[str, Entry], dict[str, list[str]], dict[str, Any]] | None = None
     no_renames = False  # the next plan pairs none (a pull sent again after a refusal)
     renaming: Sequence[tuple[str, str]] = ()  # the relative pairs of the plan at hand
+    # A page whose answer was lost (``_pull_lost``): its pull's id and renames (relative, in order).
+    lost: tuple[str, list[tuple[str, str]]] | None = None
 
     def _lacking(self) -> list[str]:
         """What the workspace keeps out or the mirror must fetch again below the root (no rename near)."""
@@ -232,6 +234,11 @@ class PullRenames(MirrorWatch):
         if page.renames:
             self.renamed()
             self.own_revs = sorted({*self.own_revs, *own_revs})
+
+    def rekey(self, moves: list[tuple[str, str]]) -> None:
+        """The state re-keyed to ``moves``, which the owner did (``_pull_lost``): nothing to put back."""
+        self._rekey(moves)
+        self.renamed()
 
     def renamed(self) -> None:
         """The pull that re-keyed the state is settled: nothing to put back."""
@@ -410,17 +417,22 @@ async def _unlinked(fs: Any, path: str, earlier: list[tuple[str, str]]) -> bool:
     return bool(await real_path(fs, at) == at)
 
 
-async def rename_dirs(fs: Any, renames: list[tuple[str, str]], own: set[int]) -> list[str]:
-    """Do a pull's directory renames in the workspace, in order, each the run's own revision; the
-    paths (old and new). Each new name's missing parents are made first (a directory the same pull
-    makes: its mode and time come with the page's directories)."""
+async def rename_dirs(
+    fs: Any, renames: list[tuple[str, str]], own: set[int], renamed: list[tuple[str, str]]
+) -> list[str]:
+    """Do a pull's directory renames in the workspace, in order, each the run's own revision (added
+    to ``own`` and each pair to ``renamed`` as it is committed: ``_pull_lost``); the paths (old and
+    new). Each new name's missing parents are made first (a directory the same pull makes: its mode
+    and time come with the page's directories)."""
     done: list[str] = []
     for src, dst in renames:
         before = fs.rev
         parent = dst.rpartition("/")[0] or "/"
         if not await fs.exists(parent):
             await fs.mkdir(parent, recursive=True)
+            own.update(range(before + 1, fs.rev + 1))
         await fs.rename(src, dst)
         own.update(range(before + 1, fs.rev + 1))
+        renamed.append((src, dst))
         done += [src, dst]
     return done
