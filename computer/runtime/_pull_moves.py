@@ -385,22 +385,35 @@ def renames_refused(
 
 
 async def as_taken(fs: Any, renames: list[tuple[str, str]]) -> bool:
-    """Whether the workspace holds the renames' names as the mirror took them: each old name a
-    directory and each new one free, but where an earlier rename of the list makes or frees them, and
-    no symlink on the way to either name (once the earlier renames are done: :func:`_unlinked`)."""
+    """Whether the workspace holds the renames' names as the mirror took them, each where the earlier
+    renames of the list leave it: the old name a directory, the new one free, every parent of it the
+    workspace holds a directory, and no symlink on the way to either name (:func:`_unlinked`). What
+    the mirror sends is not trusted: before (s67), a pair ``(a, b), (c, b/f/x)`` over a file ``a/f``, or
+    ``(a, b), (a, c)``, committed the first rename and failed the page on the second (ENOTDIR, ENOENT;
+    ``b/f`` taken: EEXIST), the rest of the page with it."""
     for index, (src, dst) in enumerate(renames):
         earlier = renames[:index]
         if not (await _unlinked(fs, src, earlier) and await _unlinked(fs, dst, earlier)):
             return False
-        if not any(_related(src, d) for _, d in earlier):
-            try:
-                if not (await fs.stat(src)).is_directory:
-                    return False
-            except OSError:
-                return False
-        if not any(_related(dst, p) for pair in earlier for p in pair) and await fs.exists(dst):
+        was, held = _untranslate(src, earlier), _untranslate(dst, earlier)
+        if was is None or not await _is_directory(fs, was):
+            return False  # (a name an earlier rename emptied, or none)
+        if held is not None and await fs.exists(held):
             return False
+        parent = dst.rpartition("/")[0]
+        while parent:
+            at = _untranslate(parent, earlier)
+            if at is not None and await fs.exists(at) and not await _is_directory(fs, at):
+                return False  # a file where the rename (or the mkdir of its parents) needs a directory
+            parent = parent.rpartition("/")[0]
     return True
+
+
+async def _is_directory(fs: Any, path: str) -> bool:
+    try:
+        return bool((await fs.stat(path)).is_directory)
+    except OSError:
+        return False
 
 
 async def _unlinked(fs: Any, path: str, earlier: list[tuple[str, str]]) -> bool:
